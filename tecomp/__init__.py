@@ -1,0 +1,44 @@
+"""tecomp: a tensor compiler driven from Python, in the style of TVM's compute/schedule API.
+
+    import tecomp as tc
+    A = tc.placeholder((n, K), name="A"); B = tc.placeholder((K, m), name="B")
+    k = tc.reduce_axis((0, K), name="k")
+    C = tc.compute((n, m), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    print(tc.lower(s, [A, B, C]))
+    f = tc.build(s, [A, B, C], target="llvm")
+"""
+from .errors import (
+    ArgumentError, AutodiffError, BoundsError, BuildError, ComputeError, DTypeError, ExprError,
+    InternalError, LowerError, RuntimeUnavailableError, ScheduleError, ShapeError, TecompError,
+)
+from .ir import dtype as _dtype_mod
+from .ir.expr import Expr, IterVar, Var
+from .te import (
+    Tensor, abs, all, any, cast, ceil, comm_reducer, compute, const, cos, eq, erf, exp,
+    fast_exp, floor, floordiv, floormod, if_then_else, log, max, maximum, min, minimum, ne,
+    placeholder, pow, prod, reduce_axis, round, rsqrt, sigmoid, sin, sqrt, sum, tanh,
+    thread_axis, truncdiv, truncmod, var,
+)
+from .schedule import Schedule, Stage, create_schedule
+from .lower import lower
+from .build import build
+
+__version__ = "0.1.0"
+
+
+def set_num_threads(n: int) -> None:
+    """Set how many CPU threads parallel loops use (default: the number of cores, or
+    the environment variable TECOMP_NUM_THREADS)."""
+    from .codegen.llvm_runtime import set_num_threads as _s
+
+    _s(n)
+
+
+def get_num_threads() -> int:
+    from .codegen.llvm_runtime import get_num_threads as _g
+
+    return _g()
+
+
+from .autodiff import gradient  # noqa: E402  (tc.gradient; tecomp.autodiff has the rest)

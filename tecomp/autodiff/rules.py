@@ -1,0 +1,241 @@
+"""Derivative rules: intrinsics, reducers, user computes, and the registry for new ones.
+
+Intrinsic rules have the signature ``rule(args, out) -> tuple`` : given the argument
+expressions and the expression of the call's value (``out``, which the engine may replace
+by a load of the stored forward value), return one *local partial derivative* per argument
+(``d out / d args[k]``) as an expression, or ``None`` where it is zero.  The engine multiplies
+by the incoming adjoint.
+
+The rules, and the conventions where a derivative is not defined (they match PyTorch):
+
+=============  ======================================  ========================================
+intrinsic      d/dx                                    at the edges
+=============  ======================================  ========================================
+exp, fast_exp  ``exp(x)`` (the forward value)
+log            ``1 / x``                               ``inf`` at 0, as PyTorch
+sqrt           ``0.5 / sqrt(x)``                       ``inf`` at 0, as PyTorch
+rsqrt          ``-0.5 * rsqrt(x)**3``
+tanh           ``1 - tanh(x)**2``
+sigmoid        ``s * (1 - s)``
+erf            ``2/sqrt(pi) * exp(-x*x)``
+sin, cos       ``cos(x)``, ``-sin(x)``
+abs            ``sign(x)``                             0 at 0 (PyTorch's ``sgn``)
+pow(x, y)      ``y * pow(x, y-1)``, ``pow(x,y)*log(x)``  d/dx is 0 where y == 0; d/dy is 0 where
+                                                       x == 0 and y >= 0 (PyTorch's masks)
+floor, ceil,   0 (piecewise constant)
+round
+=============  ======================================  ========================================
+
+Operators (in :mod:`tecomp.autodiff.reverse`): ``+ - * /`` as usual; ``max(a, b)`` /
+``min(a, b)`` send the adjoint to the larger/smaller operand and half to each on a tie
+(``torch.maximum``); ``if_then_else`` sends it to the chosen branch only (conditions are
+not differentiable); float-to-float casts cast the adjoint back; casts from an integer and
+every integer or boolean expression (indices, comparisons, ``//``/``%`` on ints) are not
+differentiable, and a float cast to an int stops the gradient (it is piecewise constant).
+
+Reducers: ``sum``; ``max``/``min`` send the adjoint to *one* extremum, the first in row-major
+order of the reduce axes as listed in ``axis=[...]`` (PyTorch's max-pool and
+``torch.max(dim)`` index on ties); ``prod`` and registered reducers use
+``d combine(x, rest) / d x`` with ``rest`` the reduction of every other element (exact with
+zeros; costs a stage with one reduction per reduced element).  A user ``tc.comm_reducer``
+needs a registered derivative.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Callable, Dict
+
+from ..errors import AutodiffError
+from ..ir import op as _op
+from ..ir.expr import Const, Expr, GE, GT, LT, EQ, as_expr
+
+
+def _c(v, like: Expr) -> Const:
+    return Const(float(v), like.dtype)
+
+
+def _sign(x):
+    return _op.if_then_else(_op.compare(GT, x, 0), _c(1, x),
+                            _op.if_then_else(_op.compare(LT, x, 0), _c(-1, x), _c(0, x)))
+
+
+def _pow_rule(args, out):
+    x, y = args
+    dx = _op.if_then_else(_op.compare(EQ, y, 0), _c(0, x), y * _op.call("pow", x, y - 1))
+    dy = _op.if_then_else(_op.all_(_op.compare(EQ, x, 0), _op.compare(GE, y, 0)),
+                          _c(0, x), out * _op.call("log", x))
+    return dx, dy
+
+
+_BUILTIN_INTRINSICS: Dict[str, Callable] = {
+    "exp": lambda a, out: (out,),
+    "fast_exp": lambda a, out: (out,),
+    "log": lambda a, out: (1 / a[0],),
+    "sqrt": lambda a, out: (0.5 / out,),
+    "rsqrt": lambda a, out: (-0.5 * (out * out * out),),
+    "tanh": lambda a, out: (1 - out * out,),
+    "sigmoid": lambda a, out: (out * (1 - out),),
+    "erf": lambda a, out: ((2.0 / math.sqrt(math.pi)) * _op.call("exp", -(a[0] * a[0])),),
+    "sin": lambda a, out: (_op.call("cos", a[0]),),
+    "cos": lambda a, out: (-_op.call("sin", a[0]),),
+    "abs": lambda a, out: (_sign(a[0]),),
+    "pow": _pow_rule,
+    "floor": lambda a, out: (None,),
+    "ceil": lambda a, out: (None,),
+    "round": lambda a, out: (None,),
+}
+
+# user registrations
+_INTRINSICS: Dict[str, Callable] = dict(_BUILTIN_INTRINSICS)
+_REDUCERS: list = []  # [(Reducer, rule)]
+_TENSORS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # op -> rule
+
+
+def _prod_rule(x, rest):
+    return rest
+
+
+def register_derivative(target, rule=None, *, override: bool = False):
+    """Register the derivative of an intrinsic, a reducer, or a compute.
+
+    * ``register_derivative("name", rule)`` -- an intrinsic (a ``Call`` of ``name``):
+      ``rule(args, out)`` returns one local partial ``d out / d args[k]`` per argument
+      (``None`` for zero); ``out`` is the call's value.  E.g. for ``exp``:
+      ``lambda args, out: (out,)``.
+    * ``register_derivative(reducer, rule)`` -- a reducer made by ``tc.comm_reducer``:
+      ``rule(x, rest)`` is ``d combine(x, rest) / d x``, where ``x`` is one reduced element and
+      ``rest`` the reduction of all the others; ``rule="fcombine"`` derives it from the
+      reducer's ``fcombine`` symbolically.
+    * ``register_derivative(tensor, rule)`` -- a custom vector-Jacobian product for the compute
+      producing ``tensor`` (a "user function" whose derivative you know better):
+      ``rule(adjoint, *inputs)`` gets the adjoint of ``tensor`` (a Tensor of its shape) and
+      the compute's input tensors (``tensor.op.input_tensors``, in that order) and returns one
+      Tensor (the adjoint contribution, of that input's shape) or ``None`` per input.
+
+    An existing rule is only replaced with ``override=True``.  Usable as a decorator:
+    ``@register_derivative("my_intrinsic")``.
+    """
+    if rule is None:
+        def deco(fn):
+            register_derivative(target, fn, override=override)
+            return fn
+
+        return deco
+    from ..te.reduce import Reducer
+    from ..te.tensor import ComputeOp, Tensor
+
+    if isinstance(target, str):
+        if not callable(rule):
+            raise AutodiffError(f"register_derivative({target!r}, rule): rule must be a callable "
+                                "rule(args, out) -> tuple of partial derivatives")
+        if target in _INTRINSICS and not override:
+            raise AutodiffError(
+                f"the intrinsic {target!r} already has a derivative; pass override=True to "
+                "replace it")
+        _INTRINSICS[target] = rule
+        return rule
+    if isinstance(target, Reducer):
+        if not (callable(rule) or rule == "fcombine"):
+            raise AutodiffError(f"register_derivative(reducer {target.name}, rule): rule must be "
+                                "a callable rule(x, rest) or the string 'fcombine'")
+        for i, (r, _) in enumerate(_REDUCERS):
+            if r is target:
+                if not override:
+                    raise AutodiffError(f"the reducer {target.name} already has a derivative; "
+                                        "pass override=True to replace it")
+                _REDUCERS[i] = (target, rule)
+                return rule
+        if _builtin_reducer_kind_of_reducer(target) is not None and not override:
+            raise AutodiffError(f"the built-in reducer {target.name} already has a derivative; "
+                                "pass override=True to replace it")
+        _REDUCERS.append((target, rule))
+        return rule
+    if isinstance(target, Tensor):
+        target = target.op
+    if isinstance(target, ComputeOp):
+        if not callable(rule):
+            raise AutodiffError(f"register_derivative(tensor {target.name}, rule): rule must be "
+                                "a callable rule(adjoint, *inputs) -> list of tensors")
+        if target in _TENSORS and not override:
+            raise AutodiffError(f"the compute {target.name} already has a registered derivative; "
+                                "pass override=True to replace it")
+        _TENSORS[target] = rule
+        return rule
+    raise AutodiffError(
+        f"register_derivative: cannot register a derivative for {target!r}; give an intrinsic "
+        "name (str), a reducer from tc.comm_reducer, or a compute tensor")
+
+
+def unregister_derivative(target) -> None:
+    """Remove a user registration (a built-in intrinsic rule is restored)."""
+    from ..te.tensor import Tensor
+
+    if isinstance(target, str):
+        if target in _BUILTIN_INTRINSICS:
+            _INTRINSICS[target] = _BUILTIN_INTRINSICS[target]
+        else:
+            _INTRINSICS.pop(target, None)
+        return
+    if isinstance(target, Tensor):
+        target = target.op
+    for i, (r, _) in enumerate(_REDUCERS):
+        if r is target:
+            del _REDUCERS[i]
+            return
+    try:
+        _TENSORS.pop(target, None)
+    except TypeError:
+        pass
+
+
+def intrinsic_rule(name: str):
+    return _INTRINSICS.get(name)
+
+
+def tensor_rule(op):
+    try:
+        return _TENSORS.get(op)
+    except TypeError:
+        return None
+
+
+def _builtin_reducer_kind_of_reducer(red) -> str | None:
+    from ..te import reduce as R
+
+    for kind in ("sum", "max", "min", "prod"):
+        if red is getattr(R, kind):
+            return kind
+    return None
+
+
+def reducer_kind(combiner):
+    """``("sum" | "max" | "min", None)`` for the built-ins, ``("rule", rule)`` for prod and
+    registered reducers, ``(None, None)`` when no derivative is known."""
+    from ..te import reduce as R
+
+    for red, rule in _REDUCERS:  # user registrations first (they may override a built-in)
+        if any(c is combiner for c in red._cache.values()):
+            return ("rule", rule)
+    for kind in ("sum", "max", "min", "prod"):
+        red = getattr(R, kind)
+        if any(c is combiner for c in red._cache.values()):
+            return ("rule", _prod_rule) if kind == "prod" else (kind, None)
+    return (None, None)
+
+
+def reducer_of(combiner):
+    from ..te import reduce as R
+
+    for red, _ in _REDUCERS:
+        if any(c is combiner for c in red._cache.values()):
+            return red
+    for kind in ("sum", "max", "min", "prod"):
+        red = getattr(R, kind)
+        if any(c is combiner for c in red._cache.values()):
+            return red
+    return None
+
+
+__all__ = ["register_derivative", "unregister_derivative", "intrinsic_rule", "reducer_kind",
+           "as_expr"]

@@ -1,0 +1,57 @@
+"""``tc.build``: lower a schedule and generate code for a target."""
+from __future__ import annotations
+
+import time
+
+from .errors import BuildError, LowerError
+from .ir.stmt import PrimFunc
+
+TARGETS = ("llvm", "cuda", "cuda-emu")
+
+
+def build(s_or_func, args=None, target: str = "llvm", name: str = "main", checks: bool = False):
+    """Compile a schedule (or a lowered PrimFunc) for ``target``.
+
+    * ``"llvm"``: the CPU, through llvmlite (AVX2/FMA on this project's machines).
+    * ``"cuda"``: CUDA C run through pycuda (building and ``get_source`` work without it).
+    * ``"cuda-emu"``: the same CUDA C compiled for the CPU with the machine's C++
+      compiler, one block at a time; for checking GPU schedules without a GPU.
+
+    ``checks=True`` (llvm) adds a bounds check to every load and store: an access out of
+    bounds raises :class:`BoundsError` naming the buffer, the index and the statement.
+    """
+    from .lower.pipeline import lower
+
+    if not isinstance(target, str) or target.split()[0] not in TARGETS:
+        raise BuildError(f"unknown target {target!r}; use one of {', '.join(TARGETS)}")
+    target = target.split()[0]
+    t0 = time.perf_counter()
+    stats = {}
+    if isinstance(s_or_func, PrimFunc):
+        func = s_or_func
+        if args is not None:
+            raise LowerError("tc.build(func): a lowered PrimFunc already has its parameters; "
+                             "do not pass args")
+    else:
+        if args is None:
+            raise LowerError("tc.build(s, args): give the argument list (input and output tensors)")
+        func = lower(s_or_func, args, name=name, target=target, stats=stats)
+    if target == "llvm":
+        from .codegen.llvm import build_llvm
+
+        mod = build_llvm(func, checks=checks)
+    elif target == "cuda":
+        from .runtime_cuda import build_cuda
+
+        mod = build_cuda(func)
+    else:
+        from .codegen.cuda_emu import build_cuda_emu
+
+        mod = build_cuda_emu(func)
+    try:
+        mod.lower_seconds = stats.get("lower_seconds", 0.0)
+        mod.build_seconds = time.perf_counter() - t0
+        mod.prim_func = func
+    except AttributeError:
+        pass
+    return mod

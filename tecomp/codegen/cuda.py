@@ -1,0 +1,780 @@
+"""CUDA C source generation for a PrimFunc.
+
+The renderer is the shared C walk (:mod:`tecomp.codegen.c_source`) plus a table of
+strings (``half`` and its conversions, ``__expf``, ``rsqrtf``, ``__int_as_float``
+infinities, ``__device__ __forceinline__`` helpers) and a few overrides: thread loops,
+``__shared__`` arrays, ``__syncthreads()``, the kernel signature.
+
+The kernel-splitting rule (the contract with the lowering)
+----------------------------------------------------------
+``func.body`` is a sequence of top-level statements, possibly wrapped in ``Allocate``,
+``LetStmt``, ``AttrStmt`` and ``AssertStmt``.  The wrappers are peeled:
+
+* ``Allocate`` of scope ``global``: a device *workspace* the host runtime allocates
+  (its shape must be computable from the arguments) and passes to the kernels that use
+  it as a parameter.
+* ``Allocate`` of scope ``shared``/``local``, ``LetStmt``, ``AttrStmt``: kept around each
+  kernel that uses them (a shared array cannot outlive a kernel anyway).  A ``LetStmt``
+  whose value is computable on the host is also substituted into launch dimensions.
+* ``AssertStmt`` whose condition is computable on the host: checked by the host
+  runtime before launching; otherwise kept in the kernels (``__trap()`` when false).
+
+Every statement left is ONE ``__global__`` kernel, launched in order.  Its grid and
+block sizes are the extents of the ``thread`` loops inside it (``For(kind="thread",
+thread_tag="blockIdx.x")`` ...).  Such a loop does not exist on the GPU: its variable
+becomes ``(min + (int)blockIdx.x)``.  When loops of one tag have different extents (two
+stages computed at the same block with different ``threadIdx.x`` extents), the launch
+uses the largest and the smaller loops get ``if (((int)threadIdx.x) < extent)``.
+A statement without thread loops is a BuildError ("did you forget to bind?"); a launch
+extent that depends on something only the kernel knows is a BuildError.
+
+Loops of tag ``vthread`` are emitted as serial loops (one thread runs every virtual
+thread in turn), which is what virtual threads mean when no barrier sits inside them.
+
+Determinism: the same PrimFunc gives byte-identical source.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from ..errors import BuildError, RuntimeUnavailableError
+from ..ir import dtype as _dt
+from ..ir import op as _op
+from ..ir.expr import LT, Buffer, BufferLoad, Call, CommReducer, Const, Expr, Max, Var
+from ..ir.functor import Visitor, collect, free_vars, substitute
+from ..ir.printer import to_str
+from ..ir.stmt import (
+    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc,
+    SeqStmt, Stmt,
+)
+from .c_source import CSource, Namer, c_identifier, constant_size, dtype_bytes, strip_parens
+
+# thread tag -> (launch field, dimension)
+THREAD_TAGS = {
+    "blockIdx.x": ("grid", 0), "blockIdx.y": ("grid", 1), "blockIdx.z": ("grid", 2),
+    "threadIdx.x": ("block", 0), "threadIdx.y": ("block", 1), "threadIdx.z": ("block", 2),
+}
+# AttrStmt key of a cross-thread reduction (see CudaRenderer.cross_thread_reduce)
+CROSS_THREAD_REDUCE = "cross_thread_reduce"
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIMS = (1024, 1024, 64)
+MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
+MAX_STATIC_SHARED_BYTES = 48 * 1024  # a kernel's static __shared__ arrays, on every GPU
+
+
+def is_vthread(tag: str) -> bool:
+    return tag == "vthread" or tag.startswith("vthread.")
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One parameter of a kernel: a buffer pointer or a scalar passed by value."""
+
+    name: str            # the C name in the kernel signature
+    obj: object          # the Buffer or Var it stands for
+    dtype: str
+    is_buffer: bool
+    is_const: bool = False  # a buffer the kernel only reads (``const T* __restrict__``)
+
+    @property
+    def ctype(self) -> str:
+        if self.is_buffer:
+            base = CudaRenderer.TYPES[self.dtype]
+            return f"{'const ' if self.is_const else ''}{base}* __restrict__"
+        return CudaRenderer.TYPES[_dt.compute_dtype(self.dtype)]  # a float16 scalar is a float
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One ``__global__`` function of a :class:`CudaSource` and how to launch it."""
+
+    name: str
+    params: Tuple[KernelParam, ...]
+    grid: Tuple[Expr, Expr, Expr]    # launch sizes as IR expressions of host values
+    block: Tuple[Expr, Expr, Expr]
+    shared_bytes: int                # static __shared__ memory per block
+    stage: str                       # the buffers the kernel computes (for messages)
+    has_barrier: bool = False        # whether it calls __syncthreads()
+
+    @property
+    def constant_block(self) -> Optional[Tuple[int, int, int]]:
+        if all(isinstance(d, Const) for d in self.block):
+            return tuple(int(d.value) for d in self.block)
+        return None
+
+
+@dataclass
+class CudaSource:
+    """The result of :func:`codegen_cuda`."""
+
+    func: PrimFunc
+    source: str
+    kernels: List[KernelInfo]
+    workspaces: List[Buffer] = field(default_factory=list)   # global allocations
+    host_asserts: List[Tuple[Expr, str]] = field(default_factory=list)
+    written: frozenset = frozenset()     # parameter Buffers the function stores to
+
+    def __str__(self) -> str:
+        return self.source
+
+
+# ---------------------------------------------------------------------------------
+# the renderer
+
+
+class CudaRenderer(CSource):
+    TYPES = dict(CSource.TYPES)
+    HELPER_QUALIFIER = "__device__ __forceinline__"
+    INF_F32, NAN_F32 = "__int_as_float(0x7f800000)", "__int_as_float(0x7fc00000)"
+    INF_F64 = "__longlong_as_double(0x7ff0000000000000LL)"
+    NAN_F64 = "__longlong_as_double(0x7ff8000000000000LL)"
+    INT_MINMAX = "{op}({a}, {b})"
+    MATH_F32 = dict(CSource.MATH_F32, rsqrt="rsqrtf({0})", fast_exp="__expf({0})")
+    MATH_F64 = dict(CSource.MATH_F64, rsqrt="rsqrt({0})")
+    EXTRA_HELPERS = {
+        "tc_assert_fail": (
+            "// A failed run-time check: print it and abort the kernel (the launch fails).\n"
+            "__device__ __noinline__ void tc_assert_fail(const char* msg) {{\n"
+            "  printf(\"tecomp: check failed in block (%d, %d, %d), thread (%d, %d, %d): %s\\n\",\n"
+            "         (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z,\n"
+            "         (int)threadIdx.x, (int)threadIdx.y, (int)threadIdx.z, msg);\n"
+            "  __trap();\n"
+            "}}"),
+    }
+
+    def __init__(self, namer: Namer, launch: Dict[str, Expr], shared: List[Buffer],
+                 host_lets: Optional[Dict[Var, Expr]] = None,
+                 red_bufs: Optional[Dict[str, Buffer]] = None):
+        super().__init__(namer)
+        self.red_bufs = red_bufs or {}  # compute dtype -> shared buffer of the reductions
+        self.launch = launch            # tag -> launch extent (host expression)
+        self.host_lets = host_lets or {}  # top-level lets the host computes
+        self.shared = set(shared)       # shared buffers declared at the kernel's top
+        self.active_tags: Dict[str, List[Expr]] = {}  # tag -> extents of the enclosing loops
+        self.thread_var_tags: Dict[Var, str] = {}  # enclosing thread loops' vars -> tag
+        self.shadowed: Dict[Var, For] = {}  # outer thread vars -> the inner loop of their tag
+        self.tid_vars: set = set()      # vars whose value differs between threads of a block
+        self.has_barrier = False
+
+    # thread loops -------------------------------------------------------------
+    def thread_loop(self, s: For) -> None:
+        tag = s.thread_tag
+        if is_vthread(tag):
+            self.serial_loop(s, comment=f"{tag} {s.var.name}: virtual threads run in turn")
+            return
+        if tag not in THREAD_TAGS:
+            raise BuildError(f"loop {s.var.name} is bound to the unknown thread axis {tag!r}; "
+                             f"use one of {', '.join(THREAD_TAGS)} or vthread")
+        enclosing = self.active_tags.get(tag, [])
+        if enclosing and not all(_fits_in(s.extent, e, self.host_lets) for e in enclosing):
+            raise BuildError(
+                f"loop {s.var.name} bound to {tag} has extent {to_str(s.extent)} inside a loop "
+                f"bound to {tag} of extent {to_str(enclosing[-1])}: the inner loop reuses the "
+                f"outer loop's threads, so its extent cannot be larger; split it by the outer "
+                f"extent before binding")
+        ct = self.value_ctype(s.var.dtype)
+        idx = f"(({ct}){tag})"
+        if isinstance(s.min, Const) and s.min.value == 0:
+            text = idx
+        else:
+            text = f"({self.expr(s.min)} + {idx})"
+        self.var_text[s.var] = text
+        if self.is_nonneg(s.min):
+            self.nonneg_vars.add(s.var)
+        if tag.startswith("threadIdx") or _uses_any(s.min, self.tid_vars):
+            self.tid_vars.add(s.var)
+        # a guard unless the launch has exactly this many threads (or an enclosing loop of
+        # the same tag and extent already guards)
+        guard = not _same_expr(self.launch[tag], s.extent, self.host_lets) and not any(
+            _same_expr(e, s.extent, self.host_lets) for e in enclosing)
+        if guard:
+            # (a guard on blockIdx is uniform over the block: a barrier under it is fine)
+            if tag.startswith("threadIdx") and _has_barrier(s.body):
+                raise BuildError(
+                    f"loop {s.var.name} bound to {tag} has extent {to_str(s.extent)}, smaller "
+                    f"than the launch's {to_str(self.launch[tag])}, and __syncthreads() inside: "
+                    f"the threads outside its extent would skip the barrier; bind loops of "
+                    f"the same extent to {tag} in this kernel")
+            self.open_block(f"if ({idx} < {self.expr_top(s.extent)})")
+        # The loops of this tag around this one run on the same hardware index: inside
+        # it their variables cannot vary independently any more, so a use is an error.
+        outer_vars = [v for v, t in self.thread_var_tags.items() if t == tag and v not in self.shadowed]
+        for v in outer_vars:
+            self.shadowed[v] = s
+        self.thread_var_tags[s.var] = tag
+        self.active_tags[tag] = enclosing + [s.extent]
+        self.stmt(s.body)
+        self.active_tags[tag] = enclosing
+        del self.thread_var_tags[s.var]
+        for v in outer_vars:
+            del self.shadowed[v]
+        if guard:
+            self.close_block()
+
+    def parallel_loop(self, s: For) -> None:
+        raise BuildError(
+            f"loop {s.var.name} is parallel, which has no meaning in a CUDA kernel: bind it to "
+            f"blockIdx/threadIdx instead (or make it serial)")
+
+    def serial_loop(self, s: For, comment: str = "") -> None:
+        if (_uses_any(s.min, self.tid_vars) or _uses_any(s.extent, self.tid_vars)):
+            self.tid_vars.add(s.var)
+            self._no_barrier_in(s.body, f"loop {s.var.name}, whose bounds differ between threads")
+        super().serial_loop(s, comment)
+
+    def _s_IfThenElse(self, s: IfThenElse) -> None:
+        if _uses_any(s.cond, self.tid_vars):
+            what = f"the condition `{to_str(s.cond)}`, which differs between threads,"
+            self._no_barrier_in(s.then_case, what)
+            if s.else_case is not None:
+                self._no_barrier_in(s.else_case, what)
+        super()._s_IfThenElse(s)
+
+    def _let(self, s: LetStmt) -> None:
+        if _uses_any(s.value, self.tid_vars):
+            self.tid_vars.add(s.var)
+        super()._let(s)
+
+    def _no_barrier_in(self, body: Stmt, what: str) -> None:
+        if _has_barrier(body):
+            raise BuildError(
+                f"__syncthreads() under {what}: the threads of a block would not all reach "
+                f"the barrier (undefined behaviour in CUDA); move the barrier out of it")
+
+    def _e_Var(self, e: Var) -> str:
+        inner = self.shadowed.get(e)
+        if inner is not None:
+            raise BuildError(
+                f"loop {inner.var.name} is bound to {inner.thread_tag} inside loop {e.name}, also "
+                f"bound to {inner.thread_tag}, and uses {e.name}: on the GPU both are the same "
+                f"thread index, so {e.name} cannot vary inside {inner.var.name}. A stage computed "
+                f"inside thread-bound loops and bound to the same thread axes must not depend on "
+                f"the enclosing thread indices (a shared-memory stage must cover the whole "
+                f"block: its bounds are inferred with the thread axes relaxed)")
+        return super()._e_Var(e)
+
+    # cross-thread reduction ---------------------------------------------------------
+    def _s_AttrStmt(self, s: AttrStmt) -> None:
+        if s.key == CROSS_THREAD_REDUCE:
+            self.cross_thread_reduce(s)
+            self.stmt(s.body)
+            return
+        super()._s_AttrStmt(s)
+
+    def cross_thread_reduce(self, s: AttrStmt) -> None:
+        """``AttrStmt("cross_thread_reduce", (reducer, source, BufferLoad(dest, idx), tags),
+        body)``: every thread of the block contributes ``source``; afterwards ``dest[idx]``
+        of every thread holds ``reducer`` over the threads that differ only in the thread
+        axes ``tags`` (an all-reduce; threads that must not contribute give the identity).
+        It synchronizes the block: all its threads must reach it.
+
+        Emitted as a tree in shared memory (one buffer per dtype per kernel, reused): each
+        thread stores its value, then log2(extent) halving steps, each followed by a
+        barrier; a non-power-of-two extent first folds its top part.
+        """
+        reducer, source, dest, tags = unpack_cross_thread_reduce(s)
+        block = [self.launch.get(f"threadIdx.{d}", Const(1, "int32")) for d in "xyz"]
+        if not all(isinstance(b, Const) for b in block):
+            raise BuildError(f"the cross-thread reduction into {dest.buffer.name} needs a block "
+                             f"of constant size, got ({', '.join(to_str(b) for b in block)})")
+        ext = [int(b.value) for b in block]
+        for tag in tags:
+            if tag not in self.launch or not tag.startswith("threadIdx"):
+                raise BuildError(f"the cross-thread reduction into {dest.buffer.name} is over "
+                                 f"{tag}, which no loop of this kernel is bound to")
+        idx = {}
+        for d, e in zip("xyz", ext):
+            v = Var(f"threadIdx.{d}")
+            self.var_text[v] = f"((int)threadIdx.{d})"
+            self.nonneg_vars.add(v)
+            self.tid_vars.add(v)
+            idx[d] = (v, e)
+        reduced = [d for d in "xyz" if f"threadIdx.{d}" in tags]
+        others = [d for d in "xyz" if d not in reduced and idx[d][1] > 1]
+
+        def flat(dims):
+            out, stride = Const(0, "int32"), 1
+            for d in dims:
+                v, e = idx[d]
+                if e > 1:
+                    out = _op.add(out, _op.mul(v, Const(stride, "int32")))
+                stride *= e
+            return out, stride
+
+        lane, R = flat(reduced)
+        group, _ = flat(others)
+        base = _op.mul(group, Const(R, "int32"))
+        pos = _op.add(base, lane)
+        buf = self.red_bufs[_dt.compute_dtype(source.dtype)]
+        load = lambda i: BufferLoad(buf, (i,), buf.dtype)  # noqa: E731
+        sync = Evaluate(Call("syncthreads", (), "int32"))
+        steps = [BufferStore(buf, source, (pos,)), sync]
+        P = 1
+        while P * 2 <= R:
+            P *= 2
+        strides = ([P] if P < R else []) + [P >> k for k in range(1, P.bit_length()) if P >> k]
+        for st in strides:
+            limit = R - P if (st == P and P < R) else st
+            steps.append(IfThenElse(LT(lane, Const(limit, "int32")), BufferStore(
+                buf, reducer.combine(load(pos), load(_op.add(pos, Const(st, "int32")))), (pos,))))
+            steps.append(sync)
+        steps.append(BufferStore(dest.buffer, load(base), dest.indices))
+        steps.append(sync)  # the buffer is free again for the next reduction
+        axes = ", ".join(tags)
+        self.emit(f"// cross-thread {reducer.name} over {axes} ({R} threads) into "
+                  f"{self.name(dest.buffer)}")
+        for st in steps:
+            self.stmt(st)
+
+    # memory ---------------------------------------------------------------------
+    def _s_Allocate(self, s: Allocate) -> None:
+        scope = s.buffer.scope
+        if scope == "shared":
+            if s.buffer not in self.shared:  # declared at the top of the kernel
+                raise BuildError(f"shared buffer {s.buffer.name} is allocated twice")
+            self.stmt(s.body)
+        elif scope == "local":
+            self.declare_local(s.buffer)
+            self.stmt(s.body)
+        elif scope == "global":
+            raise BuildError(
+                f"buffer {s.buffer.name} is allocated in global memory inside a kernel; use "
+                f"scope 'local' (per thread) or 'shared' (per block), or compute it at root "
+                f"so that the host allocates it")
+        else:
+            raise BuildError(f"buffer {s.buffer.name} has the unknown scope {scope!r}; "
+                             "use 'global', 'shared' or 'local'")
+
+    # calls ------------------------------------------------------------------------
+    def special_call(self, c: Call) -> None:
+        if c.op == "syncthreads":
+            self.has_barrier = True
+            self.emit("__syncthreads();")
+            return
+        super().special_call(c)
+
+    def _e_Call(self, e: Call) -> str:
+        if e.op == "syncthreads":
+            raise BuildError("syncthreads() is a statement (Evaluate), not a value")
+        return super()._e_Call(e)
+
+
+# ---------------------------------------------------------------------------------
+# helpers over the IR
+
+
+class _BarrierFinder(Visitor):
+    def __init__(self):
+        self.found = False
+
+    def visit_Call(self, c):
+        if c.op == "syncthreads":
+            self.found = True
+
+    def visit_AttrStmt(self, st):
+        if st.key == CROSS_THREAD_REDUCE:  # a collective: it synchronizes the block
+            self.found = True
+        self.generic_visit(st)
+
+    def visit_BufferLoad(self, e):  # no barrier in an expression; skip indices quickly
+        return
+
+
+def _has_barrier(s) -> bool:
+    f = _BarrierFinder()
+    f.visit(s)
+    return f.found
+
+
+def unpack_cross_thread_reduce(s: AttrStmt):
+    """Check and return (reducer, source, dest BufferLoad, tags) of a cross-thread reduction."""
+    v = s.value
+    ok = (isinstance(v, tuple) and len(v) == 4 and isinstance(v[0], CommReducer)
+          and isinstance(v[1], Expr) and isinstance(v[2], BufferLoad)
+          and isinstance(v[3], tuple) and v[3] and all(isinstance(t, str) for t in v[3]))
+    if not ok:
+        raise BuildError(
+            "a cross_thread_reduce AttrStmt needs the value (reducer: CommReducer, source: Expr, "
+            "dest: BufferLoad, thread tags: tuple of str); got " + repr(v))
+    return v
+
+
+def _uses_any(e, vars_: set) -> bool:
+    if not vars_:
+        return False
+    return any(v in vars_ for v in free_vars(e))
+
+
+def _same_expr(a: Expr, b: Expr, lets: Dict[Var, Expr]) -> bool:
+    return a == b or substitute(a, lets) == substitute(b, lets)
+
+
+def _fits_in(inner: Expr, outer: Expr, lets: Dict[Var, Expr]) -> bool:
+    """Whether ``inner <= outer`` is certain (equal expressions, or constants)."""
+    if _same_expr(inner, outer, lets):
+        return True
+    i, o = substitute(inner, lets), substitute(outer, lets)
+    return isinstance(i, Const) and isinstance(o, Const) and i.value <= o.value
+
+
+def _thread_loops(s: Stmt) -> List[For]:
+    return collect(s, lambda n: isinstance(n, For) and n.kind == "thread"
+                   and not is_vthread(n.thread_tag))
+
+
+def _buffers_in(s: Stmt) -> List[Buffer]:
+    """Buffers loaded or stored in ``s``, in order of first appearance (pre-order)."""
+    seen: Dict[Buffer, None] = {}
+
+    class _V(Visitor):
+        def visit_BufferStore(self, st):
+            seen.setdefault(st.buffer, None)
+            self.generic_visit(st)
+
+        def visit_BufferLoad(self, e):
+            seen.setdefault(e.buffer, None)
+            self.generic_visit(e)
+
+        def visit_Allocate(self, st):
+            seen.setdefault(st.buffer, None)
+            self.generic_visit(st)
+
+    _V().visit(s)
+    return list(seen)
+
+
+def _stored_buffers(s) -> List[Buffer]:
+    out: Dict[Buffer, None] = {}
+    for st in collect(s, lambda n: isinstance(n, BufferStore)):
+        out.setdefault(st.buffer, None)
+    return list(out)
+
+
+def host_vars_of(func: PrimFunc) -> List[Var]:
+    """The Vars the host knows at call time: scalar parameters, then shape/stride vars."""
+    out: Dict[Var, None] = {}
+    for p in func.params:
+        if isinstance(p, Var):
+            out.setdefault(p, None)
+    for p in func.params:
+        if isinstance(p, Buffer):
+            for e in tuple(p.shape) + tuple(p.strides or ()):
+                for v in free_vars(e):
+                    out.setdefault(v, None)
+    return list(out)
+
+
+@dataclass
+class _Plan:
+    stmt: Stmt                    # the kernel statement
+    wrappers: Tuple[Stmt, ...]    # enclosing LetStmt/Allocate/AttrStmt/AssertStmt, outer first
+
+
+def _split(func: PrimFunc, host: set):
+    """Peel the top level of ``func.body`` into kernel plans (see the module doc)."""
+    plans: List[_Plan] = []
+    workspaces: List[Buffer] = []
+    host_asserts: List[Tuple[Expr, str]] = []
+    host_lets: Dict[Var, Expr] = {}
+    known = set(host)
+
+    def computable(e) -> bool:
+        return all(v in known for v in free_vars(e)) and not collect(
+            e, lambda n: isinstance(n, (BufferLoad, Call)))
+
+    def walk(s: Stmt, ctx: Tuple[Stmt, ...]):
+        if isinstance(s, SeqStmt):
+            for x in s.seq:
+                walk(x, ctx)
+        elif isinstance(s, Allocate) and s.buffer.scope == "global":
+            for d in s.buffer.shape:
+                if not computable(substitute(d, host_lets)):
+                    raise BuildError(
+                        f"workspace {s.buffer.name} has shape "
+                        f"[{', '.join(to_str(x) for x in s.buffer.shape)}], which the host "
+                        f"cannot compute from the arguments")
+            workspaces.append(s.buffer)
+            walk(s.body, ctx)
+        elif isinstance(s, (Allocate, AttrStmt)):
+            walk(s.body, ctx + (s,))
+        elif isinstance(s, LetStmt):
+            value = substitute(s.value, host_lets)
+            if computable(value):
+                host_lets[s.var] = value
+                known.add(s.var)
+            walk(s.body, ctx + (s,))
+        elif isinstance(s, AssertStmt):
+            cond = substitute(s.cond, host_lets)
+            if computable(cond):
+                host_asserts.append((cond, s.message))
+                walk(s.body, ctx)
+            else:
+                walk(s.body, ctx + (s,))
+        elif isinstance(s, Evaluate) and isinstance(s.value, Const):
+            return
+        else:
+            plans.append(_Plan(s, ctx))
+
+    walk(func.body, ())
+    return plans, workspaces, host_asserts, host_lets
+
+
+def _wrap(plan: _Plan) -> Stmt:
+    """The kernel statement inside the wrappers it needs (lets/allocations it uses)."""
+    body = plan.stmt
+    for w in reversed(plan.wrappers):
+        if isinstance(w, LetStmt):
+            if w.var not in free_vars(body):
+                continue
+        elif isinstance(w, Allocate):
+            if w.buffer not in _buffers_in(body):
+                continue
+        body = _replace_body(w, body)
+    return body
+
+
+def _replace_body(w: Stmt, body: Stmt) -> Stmt:
+    import dataclasses
+
+    return dataclasses.replace(w, body=body)
+
+
+def _stage_name(s: Stmt) -> str:
+    stored = [b for b in _stored_buffers(s) if b.scope == "global"] or _stored_buffers(s)
+    return ", ".join(b.name for b in stored) or "(no stores)"
+
+
+def _launch_dims(plan_stmt: Stmt, host_lets, known: set, stage: str):
+    """tag -> launch extent (host Expr), checking computability."""
+    by_tag: Dict[str, List[Expr]] = {}
+    for loop in _thread_loops(plan_stmt):
+        ext = substitute(loop.extent, host_lets)
+        bad = [v for v in free_vars(ext) if v not in known]
+        if bad or collect(ext, lambda n: isinstance(n, (BufferLoad, Call))):
+            why = (f"depends on {', '.join(v.name for v in bad)}, known only inside the kernel"
+                   if bad else "reads memory")
+            raise BuildError(
+                f"stage {stage}: the extent `{to_str(loop.extent)}` of loop {loop.var.name} bound "
+                f"to {loop.thread_tag} {why}; launch dimensions must be computable from the "
+                f"arguments and their shapes (split the axis by a constant factor before binding)")
+        lst = by_tag.setdefault(loop.thread_tag, [])
+        if not any(ext == x for x in lst):
+            lst.append(ext)
+    launch: Dict[str, Expr] = {}
+    for tag, exts in by_tag.items():
+        if len(exts) == 1:
+            launch[tag] = exts[0]
+        elif all(isinstance(x, Const) for x in exts):
+            launch[tag] = max(exts, key=lambda c: c.value)
+        else:
+            m = exts[0]
+            for x in exts[1:]:
+                m = Max(m, x, m.dtype if _dt.bits(m.dtype) >= _dt.bits(x.dtype) else x.dtype)
+            launch[tag] = m
+    return launch
+
+
+def codegen_cuda(func: PrimFunc) -> CudaSource:
+    """Generate CUDA C for ``func``: one ``__global__`` kernel per top-level statement."""
+    if not isinstance(func, PrimFunc):
+        raise TypeError(f"codegen_cuda takes a PrimFunc, got {type(func).__name__}")
+    host = host_vars_of(func)
+    plans, workspaces, host_asserts, host_lets = _split(func, set(host))
+    known = set(host) | set(host_lets)
+    params_buffers = [p for p in func.params if isinstance(p, Buffer)]
+    for b in params_buffers:
+        if b.scope != "global":
+            raise BuildError(f"parameter buffer {b.name} has scope {b.scope!r}; parameters "
+                             "live in global memory")
+    fname = c_identifier(func.name)
+    shape_vars = {d for b in params_buffers for d in b.shape if isinstance(d, Var)}
+    kernels: List[KernelInfo] = []
+    texts: List[str] = []
+    helpers: set = set()
+    uses_half = any(b.dtype == "float16" for b in params_buffers + workspaces)
+    written = set()
+
+    for k, plan in enumerate(plans):
+        stmt = _wrap(plan)
+        stage = _stage_name(plan.stmt)
+        first = stage.split(",")[0]
+        if not _thread_loops(plan.stmt):
+            raise BuildError(
+                f"stage {stage}: its loop nest has no axis bound to a GPU thread, so it cannot "
+                f"run as a CUDA kernel. Bind its outer axes, e.g. "
+                f"bx, tx = s[{first}].split(axis, factor=64); "
+                f"s[{first}].bind(bx, tc.thread_axis('blockIdx.x')); "
+                f"s[{first}].bind(tx, tc.thread_axis('threadIdx.x')). Did you forget to bind?")
+        launch = _launch_dims(plan.stmt, host_lets, known, stage)
+        grid = tuple(launch.get(f"blockIdx.{d}", Const(1, "int32")) for d in "xyz")
+        block = tuple(launch.get(f"threadIdx.{d}", Const(1, "int32")) for d in "xyz")
+        _check_constant_launch(stage, grid, block)
+
+        # buffers: parameters, workspaces, kernel-local allocations
+        used = _buffers_in(stmt)
+        allocated = {a.buffer for a in collect(stmt, lambda n: isinstance(n, Allocate))}
+        for b in used:
+            if b not in allocated and b not in params_buffers and b not in workspaces:
+                raise BuildError(f"stage {stage}: buffer {b.name} is used but is neither a "
+                                 f"parameter of {func.name} nor allocated")
+        shared = [b for b in used if b in allocated and b.scope == "shared"]
+        red_bufs: Dict[str, Buffer] = {}
+        reductions = collect(stmt, lambda n: isinstance(n, AttrStmt)
+                             and n.key == CROSS_THREAD_REDUCE)
+        red_dest = set()
+        for a in reductions:
+            _, source, dest, _ = unpack_cross_thread_reduce(a)
+            red_dest.add(dest.buffer)
+            cd = _dt.compute_dtype(source.dtype)
+            if cd not in red_bufs:
+                nthreads = 1
+                for d in block:
+                    if not isinstance(d, Const):
+                        raise BuildError(f"stage {stage}: a cross-thread reduction needs a block of "
+                                         f"constant size, got ({_dims_text(block)})")
+                    nthreads *= int(d.value)
+                red_bufs[cd] = Buffer("red_buf", (Const(nthreads, "int32"),), cd, scope="shared")
+        shared += list(red_bufs.values())
+        shared_bytes = sum(constant_size(b) * dtype_bytes(b.dtype) for b in shared)
+        if shared_bytes > MAX_STATIC_SHARED_BYTES:
+            raise BuildError(
+                f"stage {stage}: the shared buffers {', '.join(b.name for b in shared)} take "
+                f"{shared_bytes} bytes per block, more than the {MAX_STATIC_SHARED_BYTES} bytes "
+                f"of static shared memory a CUDA block may use; use smaller tiles")
+        kstored = set(_stored_buffers(stmt)) | red_dest
+        gbufs = [b for b in params_buffers if b in used] + [b for b in workspaces if b in used]
+        written |= {b for b in params_buffers if b in kstored}
+
+        # scalar parameters: host vars used by the body or by the strides of its buffers
+        needed = set(free_vars(stmt))
+        for b in gbufs:
+            for st in b.effective_strides():
+                needed |= set(free_vars(st))
+        lets_inside = {w.var for w in collect(stmt, lambda n: isinstance(n, LetStmt))}
+        for v in needed:
+            if v not in host and v not in lets_inside:
+                raise BuildError(f"stage {stage}: variable {v.name} is used in the kernel but is "
+                                 f"bound by no parameter of {func.name} (a scalar parameter or "
+                                 f"a dimension of a parameter's shape)")
+        scalars = [v for v in host if v in needed]
+
+        namer = Namer()
+        params = []
+        for b in gbufs:
+            params.append(KernelParam(namer(b), b, b.dtype, True, is_const=b not in kstored))
+        for v in scalars:
+            params.append(KernelParam(namer(v), v, v.dtype, False))
+        kname = namer.fresh(f"{fname}_kernel{k}")
+        r = CudaRenderer(namer, launch, shared, host_lets, red_bufs)
+        r.nonneg_vars |= shape_vars  # a dimension is never negative
+        r.indent = 1
+        for b in shared:
+            r.emit(f"__shared__ {r.ctype(b.dtype)} {namer(b)}[{constant_size(b)}];")
+        r.stmt(stmt)
+        helpers |= r.helpers
+        uses_half |= r.uses_half
+        info = KernelInfo(kname, tuple(params), grid, block, shared_bytes, stage, r.has_barrier)
+        kernels.append(info)
+        texts.append(_kernel_text(k, info, r.lines, plan.stmt))
+
+    head = [f"// Generated by tecomp: CUDA C for `{func.name}` "
+            f"({len(kernels)} kernel{'s' if len(kernels) != 1 else ''})."]
+    if uses_half:
+        head.append("#include <cuda_fp16.h>")
+    hr = CudaRenderer(Namer(), {}, [])
+    hr.helpers = helpers
+    helper_text = hr.helper_source()
+    parts = ["\n".join(head)]
+    if helper_text:
+        parts.append(helper_text)
+    parts.extend(texts)
+    source = "\n\n".join(parts) + "\n"
+    return CudaSource(func, source, kernels, workspaces, host_asserts, frozenset(written))
+
+
+def _check_constant_launch(stage, grid, block):
+    dims = "xyz"
+    for i, d in enumerate(block):
+        if isinstance(d, Const) and d.value > MAX_BLOCK_DIMS[i]:
+            raise BuildError(f"stage {stage}: threadIdx.{dims[i]} has extent {d.value}, more than "
+                             f"the {MAX_BLOCK_DIMS[i]} a CUDA block allows; split it further")
+    for i, d in enumerate(grid):
+        if isinstance(d, Const) and d.value > MAX_GRID_DIMS[i]:
+            raise BuildError(f"stage {stage}: blockIdx.{dims[i]} has extent {d.value}, more than "
+                             f"the {MAX_GRID_DIMS[i]} a CUDA grid allows")
+    if all(isinstance(d, Const) for d in block):
+        n = block[0].value * block[1].value * block[2].value
+        if n > MAX_THREADS_PER_BLOCK:
+            raise BuildError(f"stage {stage}: {n} threads per block "
+                             f"({' x '.join(str(d.value) for d in block)}), more than the "
+                             f"{MAX_THREADS_PER_BLOCK} a CUDA block allows")
+
+
+def _dims_text(dims) -> str:
+    return ", ".join(to_str(d) for d in dims)
+
+
+def _kernel_text(k: int, info: KernelInfo, body_lines: List[str], stmt: Stmt) -> str:
+    reads = [b.name for b in _buffers_in(stmt)
+             if b.scope == "global" and b not in set(_stored_buffers(stmt))]
+    comment = f"// kernel {k}: stage {info.stage}"
+    if reads:
+        comment += f" (reads {', '.join(reads)})"
+    lines = [comment,
+             f"// launch: grid ({_dims_text(info.grid)}), block ({_dims_text(info.block)})"
+             + (f", {info.shared_bytes} bytes of shared memory" if info.shared_bytes else "")]
+    bounds = ""
+    cb = info.constant_block
+    if cb is not None:
+        bounds = f"__launch_bounds__({cb[0] * cb[1] * cb[2]}) "
+    params = ", ".join(f"{p.ctype} {p.name}" for p in info.params)
+    lines.append(f'extern "C" __global__ void {bounds}{info.name}({params}) {{')
+    lines.extend(body_lines)
+    lines.append("}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------
+# nvcc
+
+
+def find_nvcc() -> Optional[str]:
+    """The nvcc executable: on PATH, else under $CUDA_HOME or $CUDA_PATH."""
+    exe = shutil.which("nvcc")
+    if exe:
+        return exe
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(env)
+        if root and os.path.isfile(os.path.join(root, "bin", "nvcc")):
+            return os.path.join(root, "bin", "nvcc")
+    return None
+
+
+def compile_ptx(source: str, arch: str = "sm_80", options=()) -> str:
+    """Compile CUDA C ``source`` to PTX for ``arch`` with ``nvcc -ptx``; return the PTX.
+
+    Raises RuntimeUnavailableError when nvcc is missing and BuildError (with nvcc's
+    messages) when compilation fails.
+    """
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise RuntimeUnavailableError(
+            "nvcc was not found on PATH (nor under $CUDA_HOME/bin): install the CUDA toolkit "
+            "to compile CUDA C ahead of time")
+    src = source.source if isinstance(source, CudaSource) else source
+    with tempfile.TemporaryDirectory(prefix="tecomp-nvcc-") as d:
+        cu, ptx = os.path.join(d, "kernel.cu"), os.path.join(d, "kernel.ptx")
+        with open(cu, "w") as f:
+            f.write(src)
+        cmd = [nvcc, "-ptx", f"-arch={arch}", "-std=c++17", *options, "-o", ptx, cu]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"nvcc -ptx -arch={arch} failed (exit {proc.returncode}):\n"
+                             f"{proc.stderr.strip() or proc.stdout.strip()}")
+        with open(ptx) as f:
+            return f.read()

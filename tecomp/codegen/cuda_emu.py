@@ -1,0 +1,351 @@
+"""The CUDA emulation mode (target ``cuda-emu``): tecomp's CUDA C, run on the CPU.
+
+The *same* text that :func:`tecomp.codegen.cuda.codegen_cuda` produces for nvcc is
+compiled by a C++17 compiler (``g++``, or ``$CXX``) together with
+``cuda_emu_header.h``, which maps the CUDA vocabulary onto CPU threads; that header's
+comment documents the mapping.  In short:
+
+* blocks run one at a time, in order; ``__shared__`` arrays are function-scope
+  ``static`` arrays, which is exactly one copy per block when one block runs at a time;
+* the threads of a block run in one of three modes, chosen per module or per call
+  (``mode=``) or by ``$TECOMP_CUDA_EMU_MODE``:
+
+  - ``"threads"`` (default): one OS thread per CUDA thread, ``__syncthreads()`` a real
+    barrier.  Races are real, so a missing barrier can give a wrong answer — sometimes.
+  - ``"serial"`` / ``"reverse"``: deterministic; each CUDA thread is a fiber and they run
+    one at a time from barrier to barrier, in thread order or in reverse.  A missing
+    barrier between a write and another thread's read gives a wrong answer every time
+    (in one of the two orders at least): the way to test that a schedule's barriers
+    are where they must be.
+
+* a barrier not reached by all threads of a block, and a failed run-time check
+  (``__trap()``), raise errors instead of hanging or aborting the process.
+
+Calls take numpy arrays and check them exactly like the CPU runtime
+(:func:`tecomp.codegen.argcheck.bind_and_check`).  Non-contiguous numpy arrays are
+copied to contiguous ones for the call, and the copies of the buffers the function
+writes are copied back afterwards.  Workspaces (global allocations) are allocated per
+call.  Compiled libraries are cached on disk under ``$TECOMP_CACHE_DIR`` (default
+``~/.cache/tecomp``) in ``cuda_emu/``, by a hash of everything that goes into them;
+files are written atomically (a temporary file, then ``os.replace``), and a cached
+library that fails to load is rebuilt.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..errors import ArgumentError, BoundsError, BuildError, RuntimeUnavailableError
+from ..ir.expr import Buffer, Var
+from ..ir.stmt import PrimFunc
+from .argcheck import bind_and_check, check_no_alias, eval_host_expr
+from .cuda import (
+    MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaSource, KernelInfo, codegen_cuda,
+)
+
+ABI_VERSION = 1
+MODES = {"threads": 0, "serial": 1, "reverse": 2}
+HEADER_NAME = "tecomp_cuda_emu.h"
+CXX_FLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC", "-fwrapv", "-fno-strict-aliasing",
+             "-pthread", "-w")
+DEFAULT_STACK_KIB = 256
+
+_CTYPES_SCALAR = {
+    "int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64, "uint8": ctypes.c_uint8, "bool": ctypes.c_bool,
+    "float32": ctypes.c_float, "float16": ctypes.c_float, "float64": ctypes.c_double,
+}
+
+
+def header_text() -> str:
+    """The emulation header (``cuda_emu_header.h`` beside this module)."""
+    return (Path(__file__).with_name("cuda_emu_header.h")).read_text()
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("TECOMP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                              "tecomp")
+    return Path(root) / "cuda_emu"
+
+
+def default_mode() -> str:
+    mode = os.environ.get("TECOMP_CUDA_EMU_MODE", "threads")
+    if mode not in MODES:
+        raise ArgumentError(f"TECOMP_CUDA_EMU_MODE={mode!r}; use one of {', '.join(MODES)}")
+    return mode
+
+
+def _check_mode(mode: Optional[str]) -> str:
+    if mode is None:
+        return default_mode()
+    if mode not in MODES:
+        raise ArgumentError(f"unknown CUDA emulation mode {mode!r}; use one of {', '.join(MODES)}")
+    return mode
+
+
+_CXX_ID: Dict[str, str] = {}
+
+
+def find_cxx() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
+    if not cxx or not shutil.which(cxx):
+        raise RuntimeUnavailableError(
+            "no C++ compiler found (g++ on PATH, or $CXX): the cuda-emu target compiles the "
+            "generated CUDA C for the CPU with a C++17 compiler")
+    return cxx
+
+
+def _cxx_identity(cxx: str) -> str:
+    ident = _CXX_ID.get(cxx)
+    if ident is None:
+        try:
+            out = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+        except OSError:
+            out = ""
+        ident = _CXX_ID[cxx] = f"{cxx}\n{out.splitlines()[0] if out else ''}"
+    return ident
+
+
+def launcher_source(cs: CudaSource) -> str:
+    """C++ that includes the kernels and exports one launch function per kernel."""
+    lines = [f'#include "{HEADER_NAME}"', '#include "kernel.cu"', ""]
+    for k, kern in enumerate(cs.kernels):
+        args = []
+        for i, p in enumerate(kern.params):
+            if p.is_buffer:
+                args.append(f"({p.ctype.replace(' __restrict__', '')})a[{i}]")
+            else:
+                args.append(f"*({_scalar_ctype(p)}*)a[{i}]")
+        lines.append(f"static void tecomp_entry_{k}(void** a) {{ {kern.name}({', '.join(args)}); }}")
+        lines.append(
+            f'extern "C" int tecomp_emu_launch_{k}(void** args, const long long* dims, int mode, '
+            f"long long stack, char* err, int errlen) {{\n"
+            f"  return tecomp_emu::launch(&tecomp_entry_{k}, args, dims, mode, "
+            f"{1 if kern.has_barrier else 0}, stack, err, errlen);\n}}")
+    lines.append(f'extern "C" int tecomp_emu_abi_version(void) {{ return {ABI_VERSION}; }}')
+    return "\n".join(lines) + "\n"
+
+
+def _scalar_ctype(p) -> str:
+    from .cuda import CudaRenderer
+
+    return CudaRenderer.TYPES["float32" if p.dtype == "float16" else p.dtype]
+
+
+class EmuLibrary:
+    """A compiled emulation library for one :class:`CudaSource`."""
+
+    def __init__(self, cs: CudaSource, path: str, lib: ctypes.CDLL):
+        self.source = cs
+        self.path = path
+        self.lib = lib
+        self._launchers = []
+        for k in range(len(cs.kernels)):
+            fn = getattr(lib, f"tecomp_emu_launch_{k}")
+            fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
+                           ctypes.c_int, ctypes.c_longlong, ctypes.c_char_p, ctypes.c_int]
+            fn.restype = ctypes.c_int
+            self._launchers.append(fn)
+
+    def launch(self, k: int, args: Sequence, grid, block, mode: str = "threads",
+               stack_kib: Optional[int] = None) -> None:
+        """Run kernel ``k``: ``args`` are ints (buffer addresses) for buffer parameters and
+        Python numbers for scalars, in the kernel's parameter order."""
+        kern = self.source.kernels[k]
+        if len(args) != len(kern.params):
+            raise ArgumentError(f"{kern.name} takes {len(kern.params)} arguments, got {len(args)}")
+        keep = []
+        ptrs = (ctypes.c_void_p * max(1, len(args)))()
+        for i, (p, a) in enumerate(zip(kern.params, args)):
+            if p.is_buffer:
+                ptrs[i] = int(a)
+            else:
+                box = _CTYPES_SCALAR[p.dtype](a)
+                keep.append(box)
+                ptrs[i] = ctypes.addressof(box)
+        dims = (ctypes.c_longlong * 6)(*grid, *block)
+        err = ctypes.create_string_buffer(2048)
+        stack = (stack_kib or int(os.environ.get("TECOMP_CUDA_EMU_STACK_KIB", DEFAULT_STACK_KIB)))
+        rc = self._launchers[k](ptrs, dims, MODES[mode], stack * 1024, err, len(err))
+        if rc != 0:
+            msg = err.value.decode("utf-8", "replace")
+            where = f"{kern.name} (stage {kern.stage})"
+            if msg.startswith("the kernel trapped"):
+                raise BoundsError(f"{where}: {msg}")
+            if msg.startswith("could not start"):
+                raise RuntimeUnavailableError(f"{where}: {msg}")
+            raise BuildError(f"{where}: {msg}")
+
+
+_LIBS: Dict[str, EmuLibrary] = {}
+_LIBS_LOCK = threading.Lock()
+
+
+def compile_emu_library(cs: CudaSource) -> EmuLibrary:
+    """Compile (or load from the cache) the emulation library of ``cs``."""
+    cxx = find_cxx()
+    header = header_text()
+    launcher = launcher_source(cs)
+    h = hashlib.sha256()
+    for part in (str(ABI_VERSION), _cxx_identity(cxx), " ".join(CXX_FLAGS), header, launcher,
+                 cs.source):
+        h.update(part.encode())
+        h.update(b"\0")
+    key = h.hexdigest()[:32]
+    with _LIBS_LOCK:
+        lib = _LIBS.get(key)
+        if lib is not None:
+            return lib
+        d = cache_dir()
+        final = d / f"{key}.so"
+        loaded = None
+        if final.exists():
+            loaded = _try_load(str(final))
+        if loaded is None:
+            d.mkdir(parents=True, exist_ok=True)
+            loaded = _build(cxx, header, launcher, cs.source, d, final)
+        lib = EmuLibrary(cs, str(final), loaded)
+        _LIBS[key] = lib
+        return lib
+
+
+def _try_load(path: str) -> Optional[ctypes.CDLL]:
+    try:
+        lib = ctypes.CDLL(path)
+        fn = lib.tecomp_emu_abi_version
+        fn.restype = ctypes.c_int
+        if fn() != ABI_VERSION:
+            return None
+        return lib
+    except (OSError, AttributeError):
+        return None
+
+
+def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Path) -> ctypes.CDLL:
+    tmp = tempfile.mkdtemp(prefix="build-", dir=str(d))
+    try:
+        files = {HEADER_NAME: header, "cuda_fp16.h": f'#include "{HEADER_NAME}"\n',
+                 "kernel.cu": source, "launcher.cc": launcher}
+        for name, text in files.items():
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(text)
+        out = os.path.join(tmp, "lib.so")
+        cmd = [cxx, *CXX_FLAGS, "-I", tmp, "-o", out, os.path.join(tmp, "launcher.cc")]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(
+                "compiling the CUDA emulation library failed (this is likely a tecomp bug; "
+                f"please report it with the generated source):\n{' '.join(cmd)}\n"
+                f"{(proc.stderr or proc.stdout).strip()[:8000]}")
+        lib = _try_load(out)
+        if lib is None:
+            raise BuildError(f"the freshly built CUDA emulation library {out} does not load")
+        os.replace(out, final)  # atomic: other processes see the old file or the new one
+        return lib
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------
+# the module
+
+
+class CudaEmuModule:
+    """A PrimFunc compiled for the CUDA emulation: call it with numpy arrays.
+
+    ``mode`` is the default thread mode of its calls (see the module doc).
+    """
+
+    def __init__(self, cs: CudaSource, lib: EmuLibrary, mode: Optional[str] = None):
+        self.cuda_source = cs
+        self.func = cs.func
+        self.lib = lib
+        self.mode = _check_mode(mode)
+
+    @property
+    def kernels(self) -> List[KernelInfo]:
+        return self.cuda_source.kernels
+
+    @property
+    def source(self) -> str:
+        return self.cuda_source.source
+
+    def get_source(self, fmt: str = "cuda") -> str:
+        """``"cuda"``: the CUDA C; ``"emu"``: the C++ launcher compiled around it."""
+        if fmt in ("cuda", "cu", "c"):
+            return self.cuda_source.source
+        if fmt == "emu":
+            return launcher_source(self.cuda_source)
+        raise ArgumentError(f"unknown source format {fmt!r}; use 'cuda' or 'emu'")
+
+    def __call__(self, *args, mode: Optional[str] = None) -> None:
+        mode = _check_mode(mode) if mode is not None else self.mode
+        cs, func = self.cuda_source, self.func
+        env = bind_and_check(func.params, args, func_name=func.name, written=cs.written,
+                             device=False)
+        check_no_alias(func.params, args, cs.written, func_name=func.name)
+        for cond, message in cs.host_asserts:
+            if not eval_host_expr(cond, env):
+                raise ArgumentError(f"{func.name}: {message}")
+        # the memory each buffer lives in for the call
+        memory: Dict[Buffer, np.ndarray] = {}
+        copy_back = []
+        for p, a in zip(func.params, args):
+            if not isinstance(p, Buffer):
+                continue
+            if p.strides is None and not (a.flags.c_contiguous and a.flags.aligned):
+                c = np.ascontiguousarray(a)  # documented: emulation copies non-contiguous arrays
+                memory[p] = c
+                if p in cs.written:
+                    copy_back.append((a, c))
+            else:
+                memory[p] = a
+        for w in cs.workspaces:
+            shape = tuple(int(eval_host_expr(d, env)) for d in w.shape)
+            memory[w] = np.empty(shape, dtype=np.dtype(w.dtype))
+        for k, kern in enumerate(cs.kernels):
+            grid = [int(eval_host_expr(d, env)) for d in kern.grid]
+            block = [int(eval_host_expr(d, env)) for d in kern.block]
+            if min(grid + block) <= 0:
+                continue  # an empty launch: nothing to compute
+            _check_launch(kern, grid, block)
+            kargs = [memory[p.obj].ctypes.data if p.is_buffer else env[p.obj]
+                     for p in kern.params]
+            self.lib.launch(k, kargs, grid, block, mode)
+        for orig, c in copy_back:
+            orig[...] = c
+
+    def __repr__(self):
+        return f"<CudaEmuModule {self.func.name}: {len(self.kernels)} kernel(s), mode={self.mode}>"
+
+
+def _check_launch(kern: KernelInfo, grid, block) -> None:
+    dims = "xyz"
+    for i in range(3):
+        if block[i] > MAX_BLOCK_DIMS[i]:
+            raise ArgumentError(f"{kern.name} (stage {kern.stage}): with these arguments "
+                                f"threadIdx.{dims[i]} has extent {block[i]}, more than the "
+                                f"{MAX_BLOCK_DIMS[i]} a CUDA block allows")
+        if grid[i] > MAX_GRID_DIMS[i]:
+            raise ArgumentError(f"{kern.name} (stage {kern.stage}): with these arguments "
+                                f"blockIdx.{dims[i]} has extent {grid[i]}, more than the "
+                                f"{MAX_GRID_DIMS[i]} a CUDA grid allows")
+    n = block[0] * block[1] * block[2]
+    if n > MAX_THREADS_PER_BLOCK:
+        raise ArgumentError(f"{kern.name} (stage {kern.stage}): with these arguments a block has "
+                            f"{n} threads, more than the {MAX_THREADS_PER_BLOCK} CUDA allows")
+
+
+def build_cuda_emu(func: PrimFunc, mode: Optional[str] = None) -> CudaEmuModule:
+    """Generate CUDA C for ``func`` and compile it for the CPU emulation."""
+    cs = codegen_cuda(func)
+    return CudaEmuModule(cs, compile_emu_library(cs), mode)

@@ -1,0 +1,488 @@
+// tecomp CUDA emulation: run tecomp's generated CUDA C on the CPU, one block at a time.
+//
+// The generated kernel text (the exact text that nvcc compiles) is compiled by a C++17
+// compiler with this header forced in front of it (g++ -include).  The header maps the
+// CUDA vocabulary that tecomp emits onto the CPU:
+//
+//   __global__, __device__, __forceinline__, __launch_bounds__  -> nothing / inline
+//   __restrict__                   -> __restrict
+//   __shared__                     -> static.  Blocks run one at a time, so a
+//                                     function-scope static array is exactly "one copy
+//                                     per block, seen by all the block's threads".  Like
+//                                     CUDA shared memory it keeps whatever the previous
+//                                     block left there (it is never cleared).
+//   threadIdx, blockIdx            -> thread_local uint3, set for each emulated thread
+//   blockDim, gridDim              -> globals set for each launch
+//   __syncthreads()                -> a real barrier among the block's threads
+//   half, __half2float, __float2half, __double2half
+//                                  -> a 16-bit storage struct and correctly rounded
+//                                     (round-to-nearest-even) conversions
+//   rsqrtf, __expf, __int_as_float, min/max, __trap, printf -> CPU equivalents
+//
+// The threads of a block run in one of three modes:
+//
+//   TECOMP_EMU_THREADS (0): one OS thread per CUDA thread (pthreads, created once per
+//       launch and reused for every block), __syncthreads() a mutex/condition-variable
+//       barrier.  Threads really run concurrently, so a missing barrier is a real race.
+//   TECOMP_EMU_SERIAL (1), TECOMP_EMU_REVERSE (2): deterministic.  Each CUDA thread is a
+//       fiber (ucontext) on the calling OS thread; the scheduler runs the fibers one at
+//       a time, each until its next __syncthreads() (or its end), in thread order (or
+//       reverse thread order), then starts the next round.  A schedule that is missing
+//       a barrier reads data that no thread has written yet and gives a wrong answer
+//       every time.  Kernels without __syncthreads() need no fibers: their threads run
+//       as plain calls in that order.
+//
+// A barrier that the threads of a block do not all reach (a __syncthreads() under a
+// thread-dependent condition, or some threads returning early) is reported as an error
+// instead of hanging.  __trap() (a failed run-time check) aborts the launch with the
+// message the kernel printed.  Launches are serialized (the static __shared__ arrays
+// belong to the loaded library).
+#pragma once
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+
+#define TECOMP_CUDA_EMU 1
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __restrict__ __restrict
+#define __shared__ static
+#define __launch_bounds__(...)
+
+struct uint3 { unsigned int x, y, z; };
+struct dim3 { unsigned int x, y, z; };
+
+static thread_local uint3 threadIdx;
+static thread_local uint3 blockIdx;
+static dim3 blockDim;
+static dim3 gridDim;
+static const int warpSize = 32;
+
+// ---------------------------------------------------------------------------- half
+
+struct __half { unsigned short __x; };
+typedef __half half;
+
+namespace tecomp_emu {
+
+// Round a double to the nearest float16 (ties to even).  A float converts to double
+// exactly, so this one routine gives correctly rounded float->half and double->half.
+inline unsigned short double_to_half_bits(double d) {
+  uint64_t b;
+  memcpy(&b, &d, sizeof b);
+  unsigned short sign = (unsigned short)((b >> 48) & 0x8000u);
+  int exp = (int)((b >> 52) & 0x7ff);
+  uint64_t man = b & 0xFFFFFFFFFFFFFull;
+  if (exp == 0x7ff) return (unsigned short)(sign | (man ? 0x7e00u : 0x7c00u));  // NaN / inf
+  if (exp == 0) return sign;  // zero or a double subnormal: far below half's range
+  int e = exp - 1023;
+  if (e > 15) return (unsigned short)(sign | 0x7c00u);  // overflow -> inf
+  if (e < -25) return sign;                               // below half the smallest subnormal
+  uint64_t sig = man | (1ull << 52);                      // 53 significant bits
+  int shift = (e >= -14) ? 42 : 42 + (-14 - e);           // bits dropped
+  uint64_t q = sig >> shift;
+  uint64_t rem = sig & ((1ull << shift) - 1);
+  uint64_t halfway = 1ull << (shift - 1);
+  if (rem > halfway || (rem == halfway && (q & 1))) ++q;
+  if (e < -14) return (unsigned short)(sign | q);         // subnormal (q may round up to 0x400)
+  unsigned int h = ((unsigned int)(e + 15) << 10) + (unsigned int)(q - 0x400);
+  if (h >= 0x7c00u) return (unsigned short)(sign | 0x7c00u);
+  return (unsigned short)(sign | h);
+}
+
+inline float half_bits_to_float(unsigned short h) {
+  unsigned int sign = (unsigned int)(h & 0x8000u) << 16;
+  unsigned int exp = (h >> 10) & 0x1f, man = h & 0x3ffu, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {  // subnormal half: normalize
+    int e = -1;
+    do { ++e; man <<= 1; } while ((man & 0x400u) == 0);
+    bits = sign | ((unsigned int)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+}  // namespace tecomp_emu
+
+inline float __half2float(half h) { return tecomp_emu::half_bits_to_float(h.__x); }
+inline half __float2half(float f) { half h; h.__x = tecomp_emu::double_to_half_bits((double)f); return h; }
+inline half __float2half_rn(float f) { return __float2half(f); }
+inline half __double2half(double d) { half h; h.__x = tecomp_emu::double_to_half_bits(d); return h; }
+
+// ---------------------------------------------------------------------------- math
+
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+inline float __expf(float x) { return expf(x); }
+inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }
+inline float __int_as_float(unsigned int i) { float f; memcpy(&f, &i, sizeof f); return f; }
+inline int __float_as_int(float f) { int i; memcpy(&i, &f, sizeof i); return i; }
+inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, sizeof d); return d; }
+inline long long __double_as_longlong(double d) { long long i; memcpy(&i, &d, sizeof i); return i; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned int min(unsigned int a, unsigned int b) { return a < b ? a : b; }
+inline unsigned int max(unsigned int a, unsigned int b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+
+// ---------------------------------------------------------------------------- runtime
+// (C headers and pthreads only: this header is compiled with every kernel, so it must be
+// quick to compile.)
+
+namespace tecomp_emu {
+
+enum Mode { THREADS = 0, SERIAL = 1, REVERSE = 2 };
+
+struct Trap {  // thrown by __trap(); carries what the thread printed before it
+  char msg[1024];
+};
+
+static thread_local char printed[1024];  // what this thread printed since its last __trap
+static thread_local size_t printed_len = 0;
+
+inline int device_printf(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(printed + printed_len, sizeof printed - printed_len, fmt, ap);
+  va_end(ap);
+  if (n > 0) printed_len += (size_t)n;
+  if (printed_len >= sizeof printed) printed_len = sizeof printed - 1;
+  return n;
+}
+
+typedef void (*Entry)(void** args);
+
+struct Lock {  // RAII for a pthread mutex
+  pthread_mutex_t* m;
+  explicit Lock(pthread_mutex_t* mu) : m(mu) { pthread_mutex_lock(m); }
+  ~Lock() { pthread_mutex_unlock(m); }
+};
+
+// One launch.  The subclasses decide how the threads of a block run.
+struct Runner {
+  Entry entry = nullptr;
+  void** args = nullptr;
+  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  int nthreads = 1;
+  long long nblocks = 1;
+  bool has_barrier = true;
+  int failed = 0;  // read and written with __atomic builtins
+  pthread_mutex_t err_mutex = PTHREAD_MUTEX_INITIALIZER;
+  char error[1024] = {0};
+
+  virtual ~Runner() {}
+  virtual void sync() = 0;
+
+  bool has_failed() const { return __atomic_load_n(&failed, __ATOMIC_ACQUIRE) != 0; }
+  void fail(const char* msg) {
+    Lock lk(&err_mutex);
+    if (!has_failed()) {
+      snprintf(error, sizeof error, "%s", msg);
+      __atomic_store_n(&failed, 1, __ATOMIC_RELEASE);
+    }
+  }
+  uint3 thread_index(int t) const {
+    uint3 r;
+    r.x = (unsigned)(t % block[0]);
+    r.y = (unsigned)((t / block[0]) % block[1]);
+    r.z = (unsigned)(t / (block[0] * block[1]));
+    return r;
+  }
+  uint3 block_index(long long b) const {
+    uint3 r;
+    r.x = (unsigned)(b % grid[0]);
+    r.y = (unsigned)((b / grid[0]) % grid[1]);
+    r.z = (unsigned)(b / ((long long)grid[0] * grid[1]));
+    return r;
+  }
+  void fail_divergence() {
+    char buf[300];
+    snprintf(buf, sizeof buf,
+             "__syncthreads() was not reached by all threads of block (%u, %u, %u): some "
+             "threads finished the kernel while others waited at the barrier",
+             blockIdx.x, blockIdx.y, blockIdx.z);
+    fail(buf);
+  }
+  // Run the kernel for the current thread, turning a __trap() into an error.
+  void run_thread() {
+    char buf[1300];
+    try {
+      entry(args);
+    } catch (Trap& t) {
+      snprintf(buf, sizeof buf, "the kernel trapped in block (%u, %u, %u), thread (%u, %u, %u)%s%s",
+               blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z,
+               t.msg[0] ? ": " : "", t.msg);
+      fail(buf);
+    } catch (...) {
+      snprintf(buf, sizeof buf, "the kernel raised a C++ exception in block (%u, %u, %u), "
+               "thread (%u, %u, %u)", blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x,
+               threadIdx.y, threadIdx.z);
+      fail(buf);
+    }
+  }
+};
+
+static thread_local Runner* current = nullptr;
+
+// ---- mode THREADS: one OS thread per CUDA thread
+struct ThreadsRunner : Runner {
+  pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+  int arrived = 0, exited = 0;
+  unsigned long long bar_gen = 0, block_gen = 0;
+  bool go = false, abort_all = false;  // the start gate: opened once every thread exists
+
+  ~ThreadsRunner() {
+    pthread_cond_destroy(&cv);
+    pthread_mutex_destroy(&m);
+  }
+  void release_locked() {
+    if (exited > 0) fail_divergence();
+    arrived = 0;
+    ++bar_gen;
+    pthread_cond_broadcast(&cv);
+  }
+  void sync() override {
+    Lock lk(&m);
+    unsigned long long g = bar_gen;
+    ++arrived;
+    if (arrived + exited == nthreads)
+      release_locked();
+    else
+      while (bar_gen == g) pthread_cond_wait(&cv, &m);
+  }
+  // The calling thread has finished the block; wait until all have.
+  void end_block() {
+    Lock lk(&m);
+    unsigned long long g = block_gen;
+    ++exited;
+    if (exited == nthreads) {
+      exited = 0;
+      ++block_gen;
+      pthread_cond_broadcast(&cv);
+      return;
+    }
+    if (arrived > 0 && arrived + exited == nthreads) release_locked();
+    while (block_gen == g) pthread_cond_wait(&cv, &m);
+  }
+  struct Start {
+    ThreadsRunner* r;
+    int t;
+  };
+  static void* worker(void* p) {
+    Start* st = static_cast<Start*>(p);
+    ThreadsRunner* r = st->r;
+    {
+      Lock lk(&r->m);
+      while (!r->go) pthread_cond_wait(&r->cv, &r->m);
+      if (r->abort_all) return nullptr;
+    }
+    current = r;
+    threadIdx = r->thread_index(st->t);
+    for (long long b = 0; b < r->nblocks; ++b) {
+      blockIdx = r->block_index(b);
+      if (!r->has_failed()) r->run_thread();
+      // Without __syncthreads() the threads of a block never wait for each other, so each
+      // OS thread runs its thread index through all blocks on its own; blocks may then
+      // overlap in time, which only a kernel with a data race could observe.
+      if (r->has_barrier) r->end_block();
+    }
+    return nullptr;
+  }
+  void run(size_t stack_bytes) {
+    pthread_t* tids = static_cast<pthread_t*>(calloc((size_t)nthreads, sizeof(pthread_t)));
+    Start* starts = static_cast<Start*>(calloc((size_t)nthreads, sizeof(Start)));
+    if (!tids || !starts) {
+      fail("out of memory starting the emulated threads");
+      free(tids);
+      free(starts);
+      return;
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, stack_bytes);
+    int started = 0;
+    for (int t = 0; t < nthreads; ++t) {
+      starts[t].r = this;
+      starts[t].t = t;
+      if (pthread_create(&tids[t], &attr, &ThreadsRunner::worker, &starts[t]) != 0) break;
+      ++started;
+    }
+    pthread_attr_destroy(&attr);
+    if (started < nthreads) {
+      char buf[200];
+      snprintf(buf, sizeof buf, "could not start %d threads for one block (started %d); use "
+               "the 'serial' emulation mode", nthreads, started);
+      fail(buf);
+    }
+    {
+      Lock lk(&m);
+      go = true;
+      abort_all = started < nthreads;
+      pthread_cond_broadcast(&cv);
+    }
+    for (int t = 0; t < started; ++t) pthread_join(tids[t], nullptr);
+    free(tids);
+    free(starts);
+  }
+};
+
+// ---- modes SERIAL / REVERSE: fibers on the calling thread, run in a fixed order
+struct FiberRunner : Runner {
+  bool reverse = false;
+  ucontext_t* ctx = nullptr;
+  char** stacks = nullptr;
+  int* state = nullptr;  // 0 runnable, 1 waiting at a barrier, 2 finished
+  ucontext_t sched;
+  int cur = 0;
+
+  ~FiberRunner() {
+    if (stacks)
+      for (int i = 0; i < nthreads; ++i) free(stacks[i]);
+    free(stacks);
+    free(ctx);
+    free(state);
+  }
+  void sync() override {
+    if (!has_barrier) return;
+    state[cur] = 1;
+    swapcontext(&ctx[cur], &sched);
+  }
+  static void trampoline() {
+    FiberRunner* r = static_cast<FiberRunner*>(current);
+    int i = r->cur;
+    r->run_thread();
+    r->state[i] = 2;  // returning resumes uc_link: the scheduler
+  }
+  void run_block_plain() {
+    for (int k = 0; k < nthreads; ++k) {
+      threadIdx = thread_index(reverse ? nthreads - 1 - k : k);
+      run_thread();
+    }
+  }
+  void run_block_fibers(size_t stack_bytes) {
+    for (int i = 0; i < nthreads; ++i) {
+      getcontext(&ctx[i]);
+      ctx[i].uc_stack.ss_sp = stacks[i];
+      ctx[i].uc_stack.ss_size = stack_bytes;
+      ctx[i].uc_link = &sched;
+      makecontext(&ctx[i], (void (*)())&FiberRunner::trampoline, 0);
+      state[i] = 0;
+    }
+    for (;;) {  // one round: every runnable thread runs to its next barrier or its end
+      for (int k = 0; k < nthreads; ++k) {
+        int i = reverse ? nthreads - 1 - k : k;
+        if (state[i] != 0) continue;
+        cur = i;
+        threadIdx = thread_index(i);
+        swapcontext(&sched, &ctx[i]);
+      }
+      int waiting = 0, done = 0;
+      for (int i = 0; i < nthreads; ++i) {
+        waiting += state[i] == 1;
+        done += state[i] == 2;
+      }
+      if (waiting == 0) return;
+      if (done > 0) fail_divergence();
+      for (int i = 0; i < nthreads; ++i)
+        if (state[i] == 1) state[i] = 0;
+    }
+  }
+  void run(size_t stack_bytes) {
+    current = this;
+    if (has_barrier) {
+      ctx = static_cast<ucontext_t*>(calloc((size_t)nthreads, sizeof(ucontext_t)));
+      state = static_cast<int*>(calloc((size_t)nthreads, sizeof(int)));
+      stacks = static_cast<char**>(calloc((size_t)nthreads, sizeof(char*)));
+      bool ok = ctx && state && stacks;
+      for (int i = 0; ok && i < nthreads; ++i) ok = (stacks[i] = static_cast<char*>(malloc(stack_bytes)));
+      if (!ok) {
+        fail("out of memory for the emulated threads' stacks");
+        current = nullptr;
+        return;
+      }
+    }
+    for (long long b = 0; b < nblocks && !has_failed(); ++b) {
+      blockIdx = block_index(b);
+      if (has_barrier)
+        run_block_fibers(stack_bytes);
+      else
+        run_block_plain();
+    }
+    current = nullptr;
+  }
+};
+
+static pthread_mutex_t launch_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+// dims: grid x, y, z, block x, y, z.  Returns 0, or 1 with a message in err.
+inline int launch(Entry entry, void** args, const long long* dims, int mode, int has_barrier,
+                  long long stack_bytes, char* err, int errlen) {
+  Lock lk(&launch_mutex);
+  ThreadsRunner threads_runner;
+  FiberRunner fiber_runner;
+  Runner* r = mode == THREADS ? static_cast<Runner*>(&threads_runner)
+                              : static_cast<Runner*>(&fiber_runner);
+  r->entry = entry;
+  r->args = args;
+  r->has_barrier = has_barrier != 0;
+  long long nthreads = 1, nblocks = 1;
+  for (int i = 0; i < 3; ++i) {
+    if (dims[i] <= 0 || dims[3 + i] <= 0) return 0;  // an empty launch does nothing
+    r->grid[i] = (unsigned)dims[i];
+    r->block[i] = (unsigned)dims[3 + i];
+    nblocks *= dims[i];
+    nthreads *= dims[3 + i];
+  }
+  r->nthreads = (int)nthreads;
+  r->nblocks = nblocks;
+  gridDim.x = r->grid[0]; gridDim.y = r->grid[1]; gridDim.z = r->grid[2];
+  blockDim.x = r->block[0]; blockDim.y = r->block[1]; blockDim.z = r->block[2];
+  if (mode == THREADS) {
+    threads_runner.run((size_t)stack_bytes);
+  } else {
+    fiber_runner.reverse = mode == REVERSE;
+    fiber_runner.run((size_t)stack_bytes);
+  }
+  if (r->has_failed()) {
+    snprintf(err, (size_t)errlen, "%s", r->error);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tecomp_emu
+
+inline void __syncthreads() { tecomp_emu::current->sync(); }
+inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+[[noreturn]] inline void __trap() {
+  tecomp_emu::Trap t;
+  size_t n = tecomp_emu::printed_len;
+  while (n > 0 && tecomp_emu::printed[n - 1] == '\n') --n;
+  memcpy(t.msg, tecomp_emu::printed, n);
+  t.msg[n] = 0;
+  tecomp_emu::printed_len = 0;
+  throw t;
+}
+#define printf tecomp_emu::device_printf

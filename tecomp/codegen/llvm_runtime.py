@@ -1,0 +1,657 @@
+"""The callable CPU :class:`Module` that ``build(..., target="llvm")`` returns.
+
+Calling
+-------
+``mod(*args)`` takes numpy arrays for buffer parameters and Python/numpy scalars for
+scalar parameters, in parameter order.  Everything is checked before the kernel runs,
+and every mismatch raises :class:`~tecomp.errors.ArgumentError` naming the parameter
+(by name and 1-based argument position), what it expects and what it got: the
+argument count; the type (``numpy.ndarray``); the dtype (exactly, no silent
+conversion); the number of dimensions; every constant extent; the symbolic extents (a
+variable such as ``n`` is bound from the first dimension whose extent is exactly
+``n``, or from its scalar parameter, and every shape expression such as ``n*2`` is then
+evaluated and compared); writability of every buffer the kernel stores to; element
+alignment of data pointers and strides; the range of integer scalars.  Zero-size
+extents are fine (loops simply do not run).  With correct arguments an unchecked
+kernel stays inside its arrays; ``checks=True`` also guards against wrong IR.
+
+Variants (layout versioning)
+----------------------------
+Arrays are never copied.  Each call picks one compiled *variant* of the kernel:
+
+* ``contiguous``: every array has the layout the IR declares (C-contiguous for the
+  usual ``strides=None`` buffers).  Strides are compile-time constants when the
+  shapes are, so this is as fast as a kernel that knows nothing about strides.  It is
+  compiled eagerly by ``build``.
+* ``strided``: at least one argument is a non-contiguous view (a transpose, ``::2``,
+  a negative step, a broadcast view with stride 0, ...); the kernel reads every
+  array's strides (numpy's byte strides divided by the item size; a stride that is
+  not a multiple of the item size is an ArgumentError) from its argument block.
+  Compiled on the first call that needs it, then cached.
+* each layout exists with and without ``noalias`` on the buffer pointers.  Arguments
+  may overlap (the same array passed as input and output, or overlapping views): the
+  call checks every (written buffer, other buffer) pair with
+  ``numpy.may_share_memory`` and uses the aliasing-safe variant when any pair may
+  overlap (compiled lazily, cached).
+
+Lazy compilation holds the module's lock; variants are immutable once compiled.
+
+Threads
+-------
+A Module may be called from several Python threads at once: the kernel is called
+through ctypes (the GIL is released while it runs), and the per-call argument block
+(data pointers, scalar and stride slots, error words) is thread-local.  Parallel
+loops share the process-wide thread pool (see ``llvm_threadpool``), which runs one
+parallel region at a time.
+
+Errors from inside the kernel
+-----------------------------
+The kernel returns an error code and fills error words (see ``tecomp.codegen.llvm``):
+a failed bounds check raises :class:`~tecomp.errors.BoundsError` naming the buffer,
+the index, the dimension and its extent, and the printed IR access and statement; a
+failed ``malloc`` raises :class:`KernelMemoryError`; a failed checked assert raises
+:class:`KernelAssertionError`.
+"""
+from __future__ import annotations
+
+import ctypes
+import numbers
+import threading
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from ..errors import ArgumentError, BoundsError, BuildError, InternalError, TecompError
+from ..ir import dtype as _dt
+from ..ir.expr import (
+    Add, Cast, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, TruncDiv, TruncMod, Var,
+)
+from ..ir.printer import to_str
+from . import llvm_threadpool
+
+__all__ = ["Module", "set_num_threads", "get_num_threads", "KernelMemoryError",
+           "KernelAssertionError"]
+
+set_num_threads = llvm_threadpool.set_num_threads
+get_num_threads = llvm_threadpool.get_num_threads
+
+_KERNEL_T = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_ERR_WORDS = 5
+
+
+class KernelMemoryError(TecompError, MemoryError):
+    """A kernel could not allocate a heap buffer (``malloc`` returned NULL)."""
+
+
+class KernelAssertionError(TecompError, AssertionError):
+    """A checked kernel (``checks=True``) found an ``AssertStmt`` condition false."""
+
+
+# ---------------------------------------------------------------------------------------
+# handing arrays to the kernel
+
+
+def _probe_pyobj_layout() -> bool:
+    """Kernels have a second entry (``tecomp_<name>_pyarrays``) that takes the addresses
+    of the numpy array *objects* and reads each data pointer from the field right after
+    the CPython object header (what ``PyArray_DATA`` reads): ``id(a)`` costs tens of
+    nanoseconds where ``a.ctypes.data`` costs microseconds.  Use it only if a probe
+    confirms the layout on this interpreter; else pass ``a.ctypes.data`` to the plain
+    entry."""
+    from .llvm import PYOBJECT_DATA_OFFSET
+
+    read = ctypes.c_uint64.from_address
+    try:
+        base = np.arange(24, dtype=np.float64).reshape(4, 6)
+        probes = [base, base[1:, 2:], base.T, base[::-1, ::2], np.zeros(0, np.int8),
+                  np.broadcast_to(np.float32(1), (3, 3)), np.ascontiguousarray(base[::2]),
+                  base.view(np.ndarray), np.asarray(bytearray(16)).view(np.int32)]
+        return all(read(id(a) + PYOBJECT_DATA_OFFSET).value == a.ctypes.data for a in probes)
+    except Exception:  # noqa: BLE001 - any surprise: use the portable path
+        return False
+
+
+_PYOBJ = _probe_pyobj_layout()
+
+
+def _array_handle(a) -> int:
+    """What the data slot of array ``a`` holds (see :func:`_probe_pyobj_layout`)."""
+    return id(a) if _PYOBJ else a.ctypes.data
+
+
+# ---------------------------------------------------------------------------------------
+# host evaluation of shape expressions
+
+
+def _wrap(v: int, dtype: str) -> int:
+    b = _dt.bits(dtype)
+    v &= (1 << b) - 1
+    if not _dt.is_uint(dtype) and v >= 1 << (b - 1):
+        v -= 1 << b
+    return v
+
+
+def _int_range(dtype: str) -> Tuple[int, int]:
+    b = _dt.bits(dtype)
+    if _dt.is_uint(dtype):
+        return 0, (1 << b) - 1
+    return -(1 << (b - 1)), (1 << (b - 1)) - 1
+
+
+def _compile_shape_expr(e):
+    """A Python function env -> int evaluating the integer shape expression ``e`` exactly
+    as the kernel does (64-bit for + - *, floor/trunc division as the IR says)."""
+    t = type(e)
+    if t is Const:
+        v = int(e.value)
+        return lambda env: v
+    if t is Var:
+        return lambda env: env[e]
+    if t is Cast and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype):
+        f = _compile_shape_expr(e.value)
+        dt = e.dtype
+        return lambda env: _wrap(f(env), dt)
+    ops = {
+        Add: lambda x, y: x + y, Sub: lambda x, y: x - y, Mul: lambda x, y: x * y,
+        FloorDiv: lambda x, y: x // y if y else 0, FloorMod: lambda x, y: x % y if y else 0,
+        TruncDiv: lambda x, y: (abs(x) // abs(y)) * (1 if (x < 0) == (y < 0) else -1) if y else 0,
+        TruncMod: lambda x, y: x - y * ((abs(x) // abs(y)) * (1 if (x < 0) == (y < 0) else -1))
+        if y else 0,
+        Min: min, Max: max,
+    }
+    op = ops.get(t)
+    if op is None:
+        raise BuildError(f"the shape expression `{to_str(e)}` uses {t.__name__}, which tecomp "
+                         f"cannot check against array shapes; use + - * // % min max")
+    fa, fb = _compile_shape_expr(e.a), _compile_shape_expr(e.b)
+    return lambda env: op(fa(env), fb(env))
+
+
+# ---------------------------------------------------------------------------------------
+# the call plan
+
+
+class _BufPlan:
+    __slots__ = ("bp", "pos", "name", "label", "np_dtype", "ndim", "const_shape", "binds",
+                 "consts", "is_output", "data_index", "stride_slot", "itemsize", "row_major",
+                 "declared_strides", "shape_text")
+
+    def __init__(self, bp, sig):
+        b = bp.buffer
+        self.bp = bp
+        self.pos = bp.pos
+        self.name = b.name
+        self.label = f"parameter {b.name} (argument {bp.pos + 1})"
+        self.np_dtype = _dt.numpy_dtype(b.dtype)
+        self.ndim = len(b.shape)
+        self.itemsize = self.np_dtype.itemsize
+        self.is_output = bp.is_output
+        self.data_index = bp.data_index
+        self.stride_slot = bp.stride_slot
+        self.row_major = b.strides is None
+        self.shape_text = "(" + ", ".join(to_str(x) for x in b.shape) + \
+            ("," if len(b.shape) == 1 else "") + ")"
+        consts = []
+        for d, x in enumerate(b.shape):
+            if isinstance(x, Const):
+                consts.append((d, int(x.value)))
+        self.consts = consts
+        self.const_shape = tuple(int(x.value) for x in b.shape) \
+            if all(isinstance(x, Const) for x in b.shape) else None
+        #: dims where a shape variable is bound: (dim, var)
+        self.binds = [(d, v) for v, (obp, d) in sig.shape_var_origin.items() if obp is bp]
+        self.declared_strides = None if b.strides is None else \
+            [(_compile_shape_expr(s), s) for s in b.strides]
+
+
+class _CallPlan:
+    def __init__(self, sig):
+        self.sig = sig
+        self.nparams = len(sig.params)
+        self.param_names = ", ".join(p.name for p in sig.params)
+        self.bufs = [_BufPlan(bp, sig) for bp in sig.buffers]
+        self.nb = len(self.bufs)
+        self.scalars = [(sp.pos, sp.var, sp.slot, f"parameter {sp.var.name} (argument "
+                         f"{sp.pos + 1})") for sp in sig.scalars]
+        scalar_vars = {sp.var for sp in sig.scalars}
+        # checks that need every variable bound: (plan, dim, var or None, fn, expr)
+        self.deferred = []
+        for p in self.bufs:
+            for d, x in enumerate(p.bp.buffer.shape):
+                if isinstance(x, Const):
+                    continue
+                if isinstance(x, Var):
+                    if (x in scalar_vars) or sig.shape_var_origin[x] != (p.bp, d):
+                        self.deferred.append((p, d, x, None, x))
+                else:
+                    self.deferred.append((p, d, None, _compile_shape_expr(x), x))
+        self.shape_slots = [(v, sig.slot_index[v]) for v in sig.slot_vars
+                            if v not in scalar_vars]
+        self.bind_ranges = {v: _int_range(v.dtype) for v in sig.shape_var_origin}
+        outs = [p for p in self.bufs if p.is_output]
+        pairs = []
+        for o in outs:
+            for q in self.bufs:
+                if q is not o and (q.pos, o.pos) not in pairs:
+                    pairs.append((o.pos, q.pos))
+        self.alias_pairs = pairs
+        self.symbolic = bool(sig.shape_var_origin) or bool(self.deferred)
+        self.need_layout_eval = any(p.declared_strides is not None for p in self.bufs)
+        self.size = self.nb + sig.num_slots + _ERR_WORDS
+        self.err_base = self.nb + sig.num_slots
+
+
+def _fast_path_source(plan: _CallPlan) -> str:
+    """Python source of the fast argument binder of one kernel.
+
+    It handles the hot case -- exact ``numpy.ndarray`` arguments of the right dtype and
+    shape, all C-contiguous, plain Python/numpy scalars -- in straight-line code with
+    every constant inlined, and returns the variant key.  On anything else it returns
+    None and the generic :meth:`Module._prepare` runs, which handles views and raises
+    the detailed ArgumentError.
+    """
+    L = ["def fast(args, sc):"]
+    w = L.append
+    sig = plan.sig
+    nb = plan.nb
+    names = []
+    for p in plan.bufs:
+        nm = f"a{p.data_index}"
+        names.append(nm)
+        w(f"    {nm} = args[{p.pos}]")
+        w(f"    if type({nm}) is not ndarray or {nm}.dtype != dt{p.data_index}: return None")
+        w(f"    s{p.data_index} = {nm}.shape")
+        w(f"    if len(s{p.data_index}) != {p.ndim}: return None")
+    bound = set()
+    scalar_vars = {sp.var for sp in sig.scalars}
+    for pos, var, slot, _ in plan.scalars:
+        vn = f"v{slot}"
+        w(f"    {vn} = args[{pos}]")
+        if var.dtype == "bool":
+            w(f"    if type({vn}) is not bool: return None")
+            w(f"    ints[{nb + slot}] = {vn}")
+        elif _dt.is_int(var.dtype):
+            lo, hi = _int_range(var.dtype)
+            w(f"    if type({vn}) is not int or not {lo} <= {vn} <= {hi}: return None")
+            w(f"    ints[{nb + slot}] = {vn}")
+        else:
+            w(f"    if type({vn}) is not float: return None")
+            w(f"    floats[{nb + slot}] = {vn}")
+        bound.add(var)
+    var_name = {sp.var: f"v{sp.slot}" for sp in sig.scalars}
+    # bind the shape variables, then check every dimension
+    for var, (bp, d) in sig.shape_var_origin.items():
+        if var in scalar_vars:
+            continue
+        vn = f"n{sig.slot_index[var]}"
+        var_name[var] = vn
+        w(f"    {vn} = s{bp.data_index}[{d}]")
+        lo, hi = _int_range(var.dtype)
+        w(f"    if {vn} > {hi}: return None")
+        w(f"    ints[{nb + sig.slot_index[var]}] = {vn}")
+    for p in plan.bufs:
+        for d, x in enumerate(p.bp.buffer.shape):
+            ref = f"s{p.data_index}[{d}]"
+            if isinstance(x, Const):
+                w(f"    if {ref} != {int(x.value)}: return None")
+            elif isinstance(x, Var):
+                if sig.shape_var_origin.get(x) != (p.bp, d) or x in scalar_vars:
+                    w(f"    if {ref} != {var_name[x]}: return None")
+            else:
+                return ""  # compound shape expressions: the generic path checks them
+    for p in plan.bufs:
+        nm = names[p.data_index]
+        k = p.data_index
+        w(f"    f = {nm}.flags")
+        cond = "f.c_contiguous and f.aligned"
+        if p.is_output:
+            cond += " and f.writeable"
+        if not p.row_major:
+            return ""
+        w(f"    if not ({cond}): return None")
+        if any(p.pos in pair for pair in plan.alias_pairs):
+            w(f"    o{k} = f.owndata")
+        w(f"    ints[{k}] = id({nm})")
+    # two distinct arrays that both own their memory cannot overlap; otherwise ask numpy
+    for i, j in plan.alias_pairs:
+        x = next(p for p in plan.bufs if p.pos == i).data_index
+        y = next(p for p in plan.bufs if p.pos == j).data_index
+        w(f"    if a{x} is a{y} or not (o{x} and o{y}) and may_share(a{x}, a{y}): "
+          f"return ALIASED")
+    w("    return NOALIAS")
+    return "\n".join(L) + "\n"
+
+
+def _compile_fast_path(src: str, plan: _CallPlan):
+    if not src or not _PYOBJ:
+        return lambda args, sc: None
+    ns = {"ndarray": np.ndarray, "may_share": np.may_share_memory,
+          "NOALIAS": ("contiguous", True), "ALIASED": ("contiguous", False)}
+    for p in plan.bufs:
+        ns[f"dt{p.data_index}"] = p.np_dtype
+    code = src.replace("def fast(args, sc):",
+                       "def fast(args, sc):\n    ints = sc.ints; floats = sc.floats", 1)
+    exec(compile(code, "<tecomp fast argument binder>", "exec"), ns)  # noqa: S102
+    return ns["fast"]
+
+
+class _Scratch:
+    """Per-thread argument block: [data handles | args slots | error words] (ctypes
+    arrays: the cheapest item assignment from Python)."""
+
+    __slots__ = ("ints", "uints", "floats", "base", "args_addr", "err_addr", "keep")
+
+    def __init__(self, plan: _CallPlan):
+        n = max(plan.size, 1)
+        self.ints = (ctypes.c_int64 * n)()
+        self.uints = (ctypes.c_uint64 * n).from_buffer(self.ints)
+        self.floats = (ctypes.c_double * n).from_buffer(self.ints)
+        self.base = ctypes.addressof(self.ints)
+        self.args_addr = self.base + 8 * plan.nb
+        self.err_addr = self.base + 8 * plan.err_base
+
+
+class _Variant:
+    def __init__(self, jm, mb, seconds: float):
+        self.jit = jm
+        self.sites = mb.sites
+        self.notes = list(mb.notes)
+        self.symbol = mb.symbol
+        # the entry the runtime calls: array objects (fast) or data pointers (portable)
+        sym = mb.symbol + "_pyarrays" if _PYOBJ else mb.symbol
+        self.fn = _KERNEL_T(jm.addresses[sym])
+        self.seconds = seconds
+
+
+def _describe(a) -> str:
+    if isinstance(a, np.ndarray):
+        return f"a {a.ndim}-d {a.dtype} array of shape {a.shape}"
+    if isinstance(a, (list, tuple)):
+        return f"a {type(a).__name__}"
+    return f"{type(a).__name__} {a!r}"[:120]
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    if dt.kind in "biuf" and not dt.isnative:
+        return f"{dt.name} with non-native byte order ({dt.str})"
+    return dt.name
+
+
+# ---------------------------------------------------------------------------------------
+# Module
+
+
+class Module:
+    """A compiled CPU kernel: call it with numpy arrays (see the module docstring).
+
+    Attributes: ``name``, ``params`` (the PrimFunc's parameters), ``checks``,
+    ``compile_seconds`` (code generation + LLVM for the eager variant),
+    ``compile_stats`` (seconds per step), ``vectorize_notes`` (how each vectorized
+    loop was compiled), ``entry_symbol`` (the exported C function).
+    """
+
+    def __init__(self, func, sig, compiler, jm, mb, *, checks: bool, compile_seconds: float):
+        self.name = func.name
+        self.params = tuple(func.params)
+        self.prim_func = func
+        self.checks = bool(checks)
+        self.compile_seconds = compile_seconds
+        self.compile_stats = dict(jm.timings)
+        self.entry_symbol = mb.symbol
+        self._sig = sig
+        self._compiler = compiler
+        self._plan = _CallPlan(sig)
+        self._lock = threading.Lock()
+        self._tls = threading.local()
+        self._variants: Dict[Tuple[str, bool], _Variant] = {
+            ("contiguous", True): _Variant(jm, mb, compile_seconds)}
+        self._fast_source = _fast_path_source(self._plan)
+        self._fast = _compile_fast_path(self._fast_source, self._plan)
+
+    # -- introspection ---------------------------------------------------------------
+    @property
+    def vectorize_notes(self) -> List[str]:
+        return list(self._variants[("contiguous", True)].notes)
+
+    @property
+    def variants_compiled(self) -> List[Tuple[str, bool]]:
+        """The ``(layout, noalias)`` variants compiled so far."""
+        return sorted(self._variants)
+
+    def __repr__(self):
+        return f"<tecomp.Module {self.name} (llvm) params=({self._plan.param_names})>"
+
+    def get_source(self, kind: str = "llvm", *, layout: str = "contiguous",
+                   noalias: bool = True) -> str:
+        """The code of one variant: ``"llvm"`` (or ``"ll"``) the optimised LLVM IR,
+        ``"llvm-unopt"`` the IR as generated, ``"asm"`` the host assembly."""
+        if layout not in ("contiguous", "strided"):
+            raise ValueError(f"layout must be 'contiguous' or 'strided', got {layout!r}")
+        v = self._variant(layout, bool(noalias))
+        if kind in ("llvm", "ll"):
+            return v.jit.opt_ir
+        if kind == "llvm-unopt":
+            return v.jit.unopt_ir
+        if kind in ("asm", "s", "assembly"):
+            return v.jit.asm
+        raise ValueError(f"unknown source kind {kind!r}; use 'llvm', 'llvm-unopt' or 'asm'")
+
+    def _variant(self, layout: str, noalias: bool) -> _Variant:
+        key = (layout, noalias)
+        v = self._variants.get(key)
+        if v is None:
+            with self._lock:
+                v = self._variants.get(key)
+                if v is None:
+                    jm, mb, seconds = self._compiler.compile(layout, noalias)
+                    v = _Variant(jm, mb, seconds)
+                    self._variants[key] = v
+        return v
+
+    # -- calling -------------------------------------------------------------------------
+    def __call__(self, *args):
+        plan = self._plan
+        if len(args) != plan.nparams:
+            raise ArgumentError(
+                f"{self.name} expects {plan.nparams} argument{'s' if plan.nparams != 1 else ''} "
+                f"({plan.param_names}), got {len(args)}")
+        sc = self._tls.__dict__.get("s")
+        if sc is None:
+            sc = _Scratch(plan)
+            self._tls.s = sc
+        key = self._fast(args, sc)
+        if key is None:
+            key = self._prepare(args, sc)
+        v = self._variants.get(key) or self._variant(*key)
+        rc = v.fn(sc.base, sc.args_addr, sc.err_addr)
+        if rc:
+            self._raise_kernel_error(v, rc, sc)
+
+    def _prepare(self, args, sc: _Scratch) -> Tuple[str, bool]:
+        """Check and bind ``args`` into the scratch block; return the variant key."""
+        plan = self._plan
+        nb = plan.nb
+        ints = sc.ints
+        env: Dict[Var, Any] = {}
+        for pos, var, slot, label in plan.scalars:
+            val = self._scalar(args[pos], var, label)
+            env[var] = val
+            if _dt.is_float(var.dtype):
+                sc.floats[nb + slot] = val
+            else:
+                ints[nb + slot] = val
+        contiguous = True
+        handles = sc.uints
+        for p in plan.bufs:
+            a = args[p.pos]
+            if not isinstance(a, np.ndarray):
+                self._type_error(p, a)
+            if a.dtype != p.np_dtype:
+                raise ArgumentError(
+                    f"{p.label} expects {p.np_dtype.name}, got {_dtype_name(a.dtype)}: convert "
+                    f"with {p.name.lower()}.astype(np.{p.np_dtype.name})")
+            shape = a.shape
+            if len(shape) != p.ndim:
+                raise ArgumentError(
+                    f"{p.label} expects a {p.ndim}-d array of shape {p.shape_text}, got a "
+                    f"{len(shape)}-d array of shape {shape}")
+            if p.const_shape is not None:
+                if shape != p.const_shape:
+                    self._const_dim_error(p, shape)
+            else:
+                for d, want in p.consts:
+                    if shape[d] != want:
+                        self._const_dim_error(p, shape)
+                for d, var in p.binds:
+                    n = shape[d]
+                    lo, hi = plan.bind_ranges[var]
+                    if n > hi:
+                        raise ArgumentError(
+                            f"{p.name}.shape[{d}] = {n} does not fit the {var.dtype} variable "
+                            f"{var.name}")
+                    if var not in env:
+                        env[var] = n
+            flags = a.flags
+            if p.is_output and not flags.writeable:
+                raise ArgumentError(
+                    f"{p.label} is written by {self.name}, but the array is read-only (a "
+                    f"broadcast view or an array with flags.writeable=False): pass a writeable "
+                    f"array, e.g. a copy")
+            if not flags.aligned:
+                self._check_stride_multiples(p, a)
+                raise ArgumentError(
+                    f"{p.label}: the array is not aligned to its {p.itemsize}-byte elements "
+                    f"(an unaligned view of a byte buffer); pass np.ascontiguousarray(...) or "
+                    f"np.require(..., requirements='A')")
+            if contiguous and not (p.row_major and flags.c_contiguous):
+                contiguous = False
+            handles[p.data_index] = _array_handle(a)
+        if plan.symbolic:
+            self._check_symbolic(args, env)
+            for var, slot in plan.shape_slots:
+                ints[nb + slot] = env[var]
+        if not contiguous:
+            contiguous = self._fill_strides(args, env, ints)
+        noalias = True
+        for i, j in plan.alias_pairs:
+            if np.may_share_memory(args[i], args[j]):
+                noalias = False
+                break
+        return ("contiguous" if contiguous else "strided"), noalias
+
+    def _scalar(self, v, var: Var, label: str):
+        dt = var.dtype
+        if isinstance(v, np.ndarray) and v.ndim == 0:
+            v = v[()]
+        if dt == "bool":
+            if isinstance(v, (bool, np.bool_)):
+                return int(bool(v))
+            raise ArgumentError(f"{label} expects a bool, got {_describe(v)}")
+        if _dt.is_int(dt):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+                raise ArgumentError(f"{label} expects an integer ({dt}), got {_describe(v)}")
+            iv = int(v)
+            lo, hi = _int_range(dt)
+            if not lo <= iv <= hi:
+                raise ArgumentError(f"{label} = {iv} does not fit {dt} [{lo}, {hi}]")
+            return iv
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+            raise ArgumentError(f"{label} expects a number ({dt}), got {_describe(v)}")
+        return float(v)
+
+    def _type_error(self, p: _BufPlan, a):
+        raise ArgumentError(
+            f"{p.label} expects a numpy.ndarray of {p.np_dtype.name} with shape {p.shape_text}, "
+            f"got {_describe(a)}: convert with np.asarray(..., dtype=np.{p.np_dtype.name})")
+
+    def _const_dim_error(self, p: _BufPlan, shape):
+        for d, want in p.consts:
+            if shape[d] != want:
+                raise ArgumentError(
+                    f"{p.label} expects {p.name}.shape[{d}] = {want}, got {shape[d]} (expected "
+                    f"shape {p.shape_text}, got {shape})")
+        raise InternalError("constant shape mismatch without a mismatching dimension")
+
+    def _origin(self, var: Var) -> str:
+        sig = self._sig
+        for sp in sig.scalars:
+            if sp.var is var:
+                return f"argument {sp.pos + 1} ({var.name})"
+        bp, d = sig.shape_var_origin[var]
+        return f"{bp.name}.shape[{d}]"
+
+    def _check_symbolic(self, args, env):
+        for p, d, var, fn, expr in self._plan.deferred:
+            actual = args[p.pos].shape[d]
+            if var is not None:
+                want = env[var]
+                if actual != want:
+                    raise ArgumentError(
+                        f"{var.name} = {want} from {self._origin(var)} but {p.name}.shape[{d}] = "
+                        f"{actual} ({p.label} expects shape {p.shape_text})")
+            else:
+                want = fn(env)
+                if actual != want:
+                    from ..ir.functor import free_vars
+
+                    vals = ", ".join(f"{v.name} = {env[v]} from {self._origin(v)}"
+                                     for v in free_vars(expr))
+                    raise ArgumentError(
+                        f"{p.name}.shape[{d}] = {actual} but {p.label} expects "
+                        f"{to_str(expr)} = {want} ({vals})")
+
+    @staticmethod
+    def _check_stride_multiples(p: _BufPlan, a):
+        for d, s in enumerate(a.strides):
+            if s % p.itemsize:
+                raise ArgumentError(
+                    f"{p.label}: the stride of dimension {d} is {s} bytes, not a multiple of "
+                    f"the {p.itemsize}-byte {p.np_dtype.name} elements (a view of a byte "
+                    f"buffer); pass np.ascontiguousarray(...)")
+
+    def _fill_strides(self, args, env, ints) -> bool:
+        """Write every buffer's strides (in elements); return True if, after all, every
+        array has its declared layout (only possible with explicit IR strides)."""
+        plan = self._plan
+        nb = plan.nb
+        declared_ok = True
+        for p in plan.bufs:
+            a = args[p.pos]
+            item = p.itemsize
+            s0 = nb + p.stride_slot
+            for d, s in enumerate(a.strides):
+                q, r = divmod(s, item)
+                if r:
+                    self._check_stride_multiples(p, a)
+                ints[s0 + d] = q
+            if p.row_major:
+                if not a.flags.c_contiguous:
+                    declared_ok = False
+            else:
+                for d, (fn, _) in enumerate(p.declared_strides):
+                    if a.shape[d] > 1 and ints[s0 + d] != fn(env):
+                        declared_ok = False
+        return declared_ok
+
+    def _raise_kernel_error(self, v: _Variant, rc: int, sc: _Scratch):
+        base = self._plan.err_base
+        code, site, dim, index, extent = sc.ints[base:base + _ERR_WORDS]
+        if code == 0:
+            code = rc
+        if code == 1 and 0 <= site < len(v.sites):
+            s = v.sites[site]
+            what = "store to" if s.kind == "store" else "load from"
+            raise BoundsError(
+                f"out-of-bounds {what} buffer {s.buffer}: index {index} is outside [0, {extent}) "
+                f"in dimension {dim}, at `{s.text}` in the statement `{s.stmt}` (kernel "
+                f"{self.name})")
+        if code == 2:
+            s = v.sites[site] if 0 <= site < len(v.sites) else None
+            what = f" for {s.buffer}" if s else ""
+            raise KernelMemoryError(f"kernel {self.name} could not allocate {extent} bytes{what}")
+        if code == 3 and 0 <= site < len(v.sites):
+            s = v.sites[site]
+            raise KernelAssertionError(f"{s.text} (assert `{s.stmt}` failed in kernel "
+                                       f"{self.name})")
+        raise InternalError(f"kernel {self.name} returned the unknown error code {rc} "
+                            f"(words {code}, {site}, {dim}, {index}, {extent})")

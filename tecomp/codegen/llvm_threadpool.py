@@ -1,0 +1,570 @@
+"""The CPU thread pool that ``parallel`` loops run on, written in LLVM IR.
+
+Kernels call ``i32 tecomp_parallel_for(ptr task, ptr closure, i64 extent)``, where
+``task`` is ``i32 (ptr closure, i64 begin, i64 end)``: an outlined loop body that runs
+iterations ``[begin, end)`` and returns 0 or an error code.  The pool is written here as
+textual LLVM IR (no C compiler is needed), JIT-compiled once per process in its own
+MCJIT engine, and its entry points are registered with ``llvm.add_symbol`` so kernels
+refer to them by name (their IR is the same in every process).
+
+How it works
+------------
+* **Threads.**  ``num_threads`` counts the calling thread: the pool keeps
+  ``num_threads - 1`` persistent pthreads, started on the first parallel region (or the
+  first one after :func:`set_num_threads` changed the count).  The default is
+  ``os.cpu_count()``, overridden by the environment variable ``TECOMP_NUM_THREADS`` and
+  by :func:`set_num_threads`.
+* **Dispatch.**  The iteration range is cut statically into
+  ``ntasks = min(num_threads, extent)`` contiguous chunks (sizes differ by at most one).
+  The dispatcher publishes the job (task pointer, closure, extent, ntasks), bumps a
+  generation counter, wakes sleeping workers if there are any, and then claims chunks
+  itself.  Chunks are claimed with a compare-and-swap on one 64-bit word holding
+  ``(generation << 32) | next chunk``, so a worker still finishing an old job can never
+  claim a chunk of a newer one; a worker that is late simply finds its chunk taken by a
+  faster thread.  The dispatcher returns when every chunk has finished (a ``pending``
+  counter reaches zero), with the first non-zero code any chunk returned.
+* **Waiting.**  Idle workers spin on the generation counter (with ``pause``) for a
+  while (``TECOMP_SPIN``, default 100000 iterations, a few milliseconds), then block on
+  a condition variable; the dispatcher only takes the condition's mutex when someone is
+  asleep.  All shared words are accessed with sequentially consistent atomics.
+* **Callers.**  A process-wide dispatch mutex serialises parallel regions: kernels
+  called from several Python threads at once are correct, and each region gets the
+  whole pool in turn (a ctypes call releases the GIL, so a waiting caller blocks in
+  pthread_mutex_lock, not in Python).  Parallel loops nested inside a parallel loop are
+  compiled as serial loops, so a worker never dispatches.
+* **Lifetime.**  An ``atexit`` hook joins the workers before the interpreter tears the
+  JIT memory down; after ``fork()`` the child resets the pool (its workers did not
+  survive the fork) and starts new ones on its first parallel region.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import threading
+import time
+import warnings
+from typing import Optional
+
+from ..errors import TecompError
+from . import llvm_jit
+
+#: Symbol kernels call; see the module docstring.
+PARALLEL_FOR = "tecomp_parallel_for"
+
+_PAUSE_X86 = "call void @llvm.x86.sse2.pause()"
+_PAUSE_ARM = 'call void asm sideeffect "yield", ""()'
+
+_POOL_IR = r"""
+; tecomp CPU thread pool (see tecomp/codegen/llvm_threadpool.py)
+@tp_lock = internal global [128 x i8] zeroinitializer, align 64
+@tp_sleep_lock = internal global [128 x i8] zeroinitializer, align 64
+@tp_sleep_cond = internal global [128 x i8] zeroinitializer, align 64
+@tp_gen = internal global i64 0, align 64
+@tp_next = internal global i64 0, align 64
+@tp_pending = internal global i64 0, align 64
+@tp_sleeping = internal global i64 0, align 64
+@tp_fn = internal global ptr null, align 8
+@tp_closure = internal global ptr null, align 8
+@tp_extent = internal global i64 0, align 8
+@tp_ntasks = internal global i64 0, align 8
+@tp_ret = internal global i32 0, align 4
+@tp_shutdown = internal global i32 0, align 4
+@tp_nworkers = internal global i32 0, align 4
+@tp_threads = internal global ptr null, align 8
+@tp_desired = internal global i32 1, align 4
+@tp_spin = internal global i64 100000, align 8
+
+declare i32 @pthread_create(ptr, ptr, ptr, ptr)
+declare i32 @pthread_join(i64, ptr)
+declare i32 @pthread_mutex_init(ptr, ptr)
+declare i32 @pthread_mutex_lock(ptr)
+declare i32 @pthread_mutex_unlock(ptr)
+declare i32 @pthread_cond_init(ptr, ptr)
+declare i32 @pthread_cond_wait(ptr, ptr)
+declare i32 @pthread_cond_broadcast(ptr)
+declare i32 @sched_yield()
+declare ptr @malloc(i64)
+declare void @free(ptr)
+{PAUSE_DECL}
+
+; Claim and run chunks of the job of generation %g until none is left.
+define internal void @tp_run_tasks(i64 %g) nounwind {
+entry:
+  %fn = load atomic ptr, ptr @tp_fn seq_cst, align 8
+  %cl = load atomic ptr, ptr @tp_closure seq_cst, align 8
+  %ext = load atomic i64, ptr @tp_extent seq_cst, align 8
+  %nt = load atomic i64, ptr @tp_ntasks seq_cst, align 8
+  %tag = shl i64 %g, 32
+  br label %claim
+claim:
+  %cur = load atomic i64, ptr @tp_next seq_cst, align 8
+  %curtag = and i64 %cur, -4294967296
+  %same = icmp eq i64 %curtag, %tag
+  br i1 %same, label %chkidx, label %done
+chkidx:
+  %idx = and i64 %cur, 4294967295
+  %more = icmp ult i64 %idx, %nt
+  br i1 %more, label %cas, label %done
+cas:
+  %nxt = add i64 %cur, 1
+  %pair = cmpxchg ptr @tp_next, i64 %cur, i64 %nxt seq_cst seq_cst
+  %ok = extractvalue { i64, i1 } %pair, 1
+  br i1 %ok, label %run, label %claim
+run:
+  %chunk = udiv i64 %ext, %nt
+  %rem = urem i64 %ext, %nt
+  %b0 = mul i64 %idx, %chunk
+  %lt = icmp ult i64 %idx, %rem
+  %mn = select i1 %lt, i64 %idx, i64 %rem
+  %begin = add i64 %b0, %mn
+  %extra = zext i1 %lt to i64
+  %size = add i64 %chunk, %extra
+  %end = add i64 %begin, %size
+  %r = call i32 %fn(ptr %cl, i64 %begin, i64 %end)
+  %bad = icmp ne i32 %r, 0
+  br i1 %bad, label %seterr, label %fin
+seterr:
+  %x = cmpxchg ptr @tp_ret, i32 0, i32 %r seq_cst seq_cst
+  br label %fin
+fin:
+  %old = atomicrmw sub ptr @tp_pending, i64 1 seq_cst
+  br label %claim
+done:
+  ret void
+}
+
+define internal ptr @tp_worker(ptr %arg) nounwind {
+entry:
+  %seen0 = ptrtoint ptr %arg to i64
+  br label %top
+top:
+  %seen = phi i64 [ %seen0, %entry ], [ %g, %run ]
+  %spinmax = load atomic i64, ptr @tp_spin seq_cst, align 8
+  br label %spin
+spin:
+  %i = phi i64 [ 0, %top ], [ %i1, %spin_next ]
+  %gs = load atomic i64, ptr @tp_gen seq_cst, align 8
+  %chs = icmp ne i64 %gs, %seen
+  br i1 %chs, label %got, label %spin_next
+spin_next:
+  {PAUSE}
+  %i1 = add i64 %i, 1
+  %again = icmp ult i64 %i1, %spinmax
+  br i1 %again, label %spin, label %sleep
+sleep:
+  %l0 = call i32 @pthread_mutex_lock(ptr @tp_sleep_lock)
+  %s0 = atomicrmw add ptr @tp_sleeping, i64 1 seq_cst
+  br label %sleep_chk
+sleep_chk:
+  %gw = load atomic i64, ptr @tp_gen seq_cst, align 8
+  %chw = icmp ne i64 %gw, %seen
+  br i1 %chw, label %wake, label %do_wait
+do_wait:
+  %w0 = call i32 @pthread_cond_wait(ptr @tp_sleep_cond, ptr @tp_sleep_lock)
+  br label %sleep_chk
+wake:
+  %s1 = atomicrmw sub ptr @tp_sleeping, i64 1 seq_cst
+  %u0 = call i32 @pthread_mutex_unlock(ptr @tp_sleep_lock)
+  br label %got
+got:
+  %g = phi i64 [ %gs, %spin ], [ %gw, %wake ]
+  %sd = load atomic i32, ptr @tp_shutdown seq_cst, align 4
+  %stop = icmp ne i32 %sd, 0
+  br i1 %stop, label %exit, label %run
+run:
+  call void @tp_run_tasks(i64 %g)
+  br label %top
+exit:
+  ret ptr null
+}
+
+; Wake every sleeping worker (the caller changed tp_gen).
+define internal void @tp_wake_all() nounwind {
+entry:
+  %sl = load atomic i64, ptr @tp_sleeping seq_cst, align 8
+  %any = icmp ne i64 %sl, 0
+  br i1 %any, label %wake, label %done
+wake:
+  %l = call i32 @pthread_mutex_lock(ptr @tp_sleep_lock)
+  %b = call i32 @pthread_cond_broadcast(ptr @tp_sleep_cond)
+  %u = call i32 @pthread_mutex_unlock(ptr @tp_sleep_lock)
+  br label %done
+done:
+  ret void
+}
+
+; Stop and join every worker.  Caller holds tp_lock.
+define internal void @tp_stop_locked() nounwind {
+entry:
+  %nw = load atomic i32, ptr @tp_nworkers seq_cst, align 4
+  %none = icmp eq i32 %nw, 0
+  br i1 %none, label %done, label %stop
+stop:
+  store atomic i32 1, ptr @tp_shutdown seq_cst, align 4
+  %g0 = atomicrmw add ptr @tp_gen, i64 1 seq_cst
+  %l = call i32 @pthread_mutex_lock(ptr @tp_sleep_lock)
+  %b = call i32 @pthread_cond_broadcast(ptr @tp_sleep_cond)
+  %u = call i32 @pthread_mutex_unlock(ptr @tp_sleep_lock)
+  %arr = load ptr, ptr @tp_threads, align 8
+  %n64 = zext i32 %nw to i64
+  br label %join
+join:
+  %i = phi i64 [ 0, %stop ], [ %i1, %join ]
+  %tp = getelementptr i64, ptr %arr, i64 %i
+  %t = load i64, ptr %tp, align 8
+  %j = call i32 @pthread_join(i64 %t, ptr null)
+  %i1 = add i64 %i, 1
+  %more = icmp ult i64 %i1, %n64
+  br i1 %more, label %join, label %joined
+joined:
+  call void @free(ptr %arr)
+  store ptr null, ptr @tp_threads, align 8
+  store atomic i32 0, ptr @tp_nworkers seq_cst, align 4
+  store atomic i32 0, ptr @tp_shutdown seq_cst, align 4
+  br label %done
+done:
+  ret void
+}
+
+; Start %n workers (fewer if pthread_create fails).  Caller holds tp_lock.
+define internal void @tp_start_locked(i32 %n) nounwind {
+entry:
+  %pos = icmp sgt i32 %n, 0
+  br i1 %pos, label %alloc, label %done
+alloc:
+  %n64 = zext i32 %n to i64
+  %bytes = mul i64 %n64, 8
+  %arr = call ptr @malloc(i64 %bytes)
+  %isnull = icmp eq ptr %arr, null
+  br i1 %isnull, label %done, label %start
+start:
+  store ptr %arr, ptr @tp_threads, align 8
+  %g = load atomic i64, ptr @tp_gen seq_cst, align 8
+  %garg = inttoptr i64 %g to ptr
+  br label %create
+create:
+  %i = phi i64 [ 0, %start ], [ %i1, %created ]
+  %tp = getelementptr i64, ptr %arr, i64 %i
+  %rc = call i32 @pthread_create(ptr %tp, ptr null, ptr @tp_worker, ptr %garg)
+  %fail = icmp ne i32 %rc, 0
+  br i1 %fail, label %stopped, label %created
+created:
+  %i1 = add i64 %i, 1
+  %more = icmp ult i64 %i1, %n64
+  br i1 %more, label %create, label %stopped
+stopped:
+  %cnt = phi i64 [ %i, %create ], [ %i1, %created ]
+  %cnt32 = trunc i64 %cnt to i32
+  store atomic i32 %cnt32, ptr @tp_nworkers seq_cst, align 4
+  br label %done
+done:
+  ret void
+}
+
+define i32 @tecomp_parallel_for(ptr %fn, ptr %cl, i64 %extent) nounwind {
+entry:
+  %pos = icmp sgt i64 %extent, 0
+  br i1 %pos, label %go, label %ret0
+ret0:
+  ret i32 0
+go:
+  %want = load atomic i32, ptr @tp_desired seq_cst, align 4
+  %one = icmp sle i32 %want, 1
+  %ext1 = icmp eq i64 %extent, 1
+  %single = or i1 %one, %ext1
+  br i1 %single, label %serial, label %par
+serial:
+  %rs = call i32 %fn(ptr %cl, i64 0, i64 %extent)
+  ret i32 %rs
+par:
+  %lk = call i32 @pthread_mutex_lock(ptr @tp_lock)
+  %nw = load atomic i32, ptr @tp_nworkers seq_cst, align 4
+  %wantw = sub i32 %want, 1
+  %same = icmp eq i32 %nw, %wantw
+  br i1 %same, label %dispatch, label %restart
+restart:
+  call void @tp_stop_locked()
+  call void @tp_start_locked(i32 %wantw)
+  br label %dispatch
+dispatch:
+  %nw2 = load atomic i32, ptr @tp_nworkers seq_cst, align 4
+  %nthreads32 = add i32 %nw2, 1
+  %nthreads = zext i32 %nthreads32 to i64
+  %fewer = icmp ult i64 %extent, %nthreads
+  %nt = select i1 %fewer, i64 %extent, i64 %nthreads
+  %gold = load atomic i64, ptr @tp_gen seq_cst, align 8
+  %g = add i64 %gold, 1
+  %tag = shl i64 %g, 32
+  %closed = or i64 %tag, 4294967295
+  store atomic i64 %closed, ptr @tp_next seq_cst, align 8
+  store atomic ptr %fn, ptr @tp_fn seq_cst, align 8
+  store atomic ptr %cl, ptr @tp_closure seq_cst, align 8
+  store atomic i64 %extent, ptr @tp_extent seq_cst, align 8
+  store atomic i64 %nt, ptr @tp_ntasks seq_cst, align 8
+  store atomic i32 0, ptr @tp_ret seq_cst, align 4
+  store atomic i64 %nt, ptr @tp_pending seq_cst, align 8
+  store atomic i64 %tag, ptr @tp_next seq_cst, align 8
+  store atomic i64 %g, ptr @tp_gen seq_cst, align 8
+  call void @tp_wake_all()
+  call void @tp_run_tasks(i64 %g)
+  br label %wait
+wait:
+  %k = phi i64 [ 0, %dispatch ], [ %k1, %wait_next ], [ %k1, %do_yield ]
+  %p = load atomic i64, ptr @tp_pending seq_cst, align 8
+  %fin = icmp eq i64 %p, 0
+  br i1 %fin, label %finished, label %wait_next
+wait_next:
+  {PAUSE}
+  %k1 = add i64 %k, 1
+  %low = and i64 %k1, 4095
+  %yield = icmp eq i64 %low, 0
+  br i1 %yield, label %do_yield, label %wait
+do_yield:
+  %y = call i32 @sched_yield()
+  br label %wait
+finished:
+  %r = load atomic i32, ptr @tp_ret seq_cst, align 4
+  %ul = call i32 @pthread_mutex_unlock(ptr @tp_lock)
+  ret i32 %r
+}
+
+define void @tecomp_pool_set_threads(i32 %n) nounwind {
+entry:
+  %lk = call i32 @pthread_mutex_lock(ptr @tp_lock)
+  store atomic i32 %n, ptr @tp_desired seq_cst, align 4
+  %nw = load atomic i32, ptr @tp_nworkers seq_cst, align 4
+  %want = sub i32 %n, 1
+  %same = icmp eq i32 %nw, %want
+  br i1 %same, label %done, label %stop
+stop:
+  call void @tp_stop_locked()
+  br label %done
+done:
+  %ul = call i32 @pthread_mutex_unlock(ptr @tp_lock)
+  ret void
+}
+
+define i32 @tecomp_pool_get_threads() nounwind {
+entry:
+  %n = load atomic i32, ptr @tp_desired seq_cst, align 4
+  ret i32 %n
+}
+
+define i32 @tecomp_pool_num_workers() nounwind {
+entry:
+  %n = load atomic i32, ptr @tp_nworkers seq_cst, align 4
+  ret i32 %n
+}
+
+define void @tecomp_pool_set_spin(i64 %n) nounwind {
+entry:
+  store atomic i64 %n, ptr @tp_spin seq_cst, align 8
+  ret void
+}
+
+define void @tecomp_pool_shutdown() nounwind {
+entry:
+  %lk = call i32 @pthread_mutex_lock(ptr @tp_lock)
+  call void @tp_stop_locked()
+  %ul = call i32 @pthread_mutex_unlock(ptr @tp_lock)
+  ret void
+}
+
+; In a forked child: the workers are gone and the locks may be held by threads that
+; do not exist there.  Forget the workers (their pthread_t array leaks) and re-init.
+define void @tecomp_pool_after_fork() nounwind {
+entry:
+  %a = call i32 @pthread_mutex_init(ptr @tp_lock, ptr null)
+  %b = call i32 @pthread_mutex_init(ptr @tp_sleep_lock, ptr null)
+  %c = call i32 @pthread_cond_init(ptr @tp_sleep_cond, ptr null)
+  store atomic i32 0, ptr @tp_nworkers seq_cst, align 4
+  store atomic i64 0, ptr @tp_sleeping seq_cst, align 8
+  store atomic i32 0, ptr @tp_shutdown seq_cst, align 4
+  store ptr null, ptr @tp_threads, align 8
+  ret void
+}
+"""
+
+_ENTRY_POINTS = ("tecomp_parallel_for", "tecomp_pool_set_threads", "tecomp_pool_get_threads",
+                 "tecomp_pool_num_workers", "tecomp_pool_set_spin", "tecomp_pool_shutdown",
+                 "tecomp_pool_after_fork")
+
+
+def pool_ir() -> str:
+    """The pool's LLVM IR text for the host (only the spin-wait hint differs by CPU)."""
+    h = llvm_jit.host()
+    if h.is_x86:
+        pause, decl = _PAUSE_X86, "declare void @llvm.x86.sse2.pause()"
+    elif h.is_aarch64:
+        pause, decl = _PAUSE_ARM, ""
+    else:  # pragma: no cover - other hosts spin without a hint
+        pause, decl = "", ""
+    return _POOL_IR.replace("{PAUSE_DECL}", decl).replace("{PAUSE}", pause)
+
+
+class _Pool:
+    def __init__(self):
+        self.jit = llvm_jit.compile_ir(pool_ir(), _ENTRY_POINTS)
+        a = self.jit.addresses
+        self.set_threads = ctypes.CFUNCTYPE(None, ctypes.c_int32)(a["tecomp_pool_set_threads"])
+        self.get_threads = ctypes.CFUNCTYPE(ctypes.c_int32)(a["tecomp_pool_get_threads"])
+        self.num_workers = ctypes.CFUNCTYPE(ctypes.c_int32)(a["tecomp_pool_num_workers"])
+        self.set_spin = ctypes.CFUNCTYPE(None, ctypes.c_int64)(a["tecomp_pool_set_spin"])
+        self.shutdown = ctypes.CFUNCTYPE(None)(a["tecomp_pool_shutdown"])
+        self.after_fork = ctypes.CFUNCTYPE(None)(a["tecomp_pool_after_fork"])
+        self.parallel_for = ctypes.CFUNCTYPE(
+            ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(a[PARALLEL_FOR])
+        llvm_jit.add_symbol(PARALLEL_FOR, a[PARALLEL_FOR])
+
+
+_POOL: Optional[_Pool] = None
+_POOL_LOCK = threading.Lock()
+_MAX_THREADS = 1024
+
+
+def _default_num_threads() -> int:
+    n = os.cpu_count() or 1
+    env = os.environ.get("TECOMP_NUM_THREADS")
+    if env is not None and env.strip():
+        try:
+            v = int(env)
+            if v < 1:
+                raise ValueError
+            n = v
+        except ValueError:
+            warnings.warn(f"TECOMP_NUM_THREADS={env!r} is not a positive integer; "
+                          f"using {n} threads (os.cpu_count())", RuntimeWarning, stacklevel=3)
+    return min(n, _MAX_THREADS)
+
+
+def _spin_from_env() -> Optional[int]:
+    env = os.environ.get("TECOMP_SPIN")
+    if env is None or not env.strip():
+        return None
+    try:
+        v = int(env)
+        if v < 0:
+            raise ValueError
+        return v
+    except ValueError:
+        warnings.warn(f"TECOMP_SPIN={env!r} is not a non-negative integer; ignored",
+                      RuntimeWarning, stacklevel=3)
+        return None
+
+
+def pool() -> _Pool:
+    """The process-wide pool, compiled (not started: workers start lazily) on first use."""
+    global _POOL
+    if _POOL is None:
+        with _POOL_LOCK:
+            if _POOL is None:
+                p = _Pool()
+                p.set_threads(_default_num_threads())
+                spin = _spin_from_env()
+                if spin is not None:
+                    p.set_spin(spin)
+                _POOL = p
+                atexit.register(_shutdown_at_exit)
+                if hasattr(os, "register_at_fork"):
+                    os.register_at_fork(after_in_child=_after_fork_in_child)
+    return _POOL
+
+
+def ensure_pool() -> None:
+    """Compile the pool and register ``tecomp_parallel_for`` (before JIT-linking kernels)."""
+    pool()
+
+
+def set_num_threads(n: int) -> None:
+    """Use ``n`` threads (the calling thread included) for parallel loops from now on.
+
+    Waits for a parallel region running in another thread to finish; the workers are
+    restarted lazily by the next parallel region.
+    """
+    import numbers
+
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or int(n) < 1:
+        raise TecompError(f"set_num_threads expects a positive integer, got {n!r}")
+    pool().set_threads(min(int(n), _MAX_THREADS))
+
+
+def get_num_threads() -> int:
+    """The number of threads parallel loops use (the calling thread included)."""
+    return int(pool().get_threads())
+
+
+def _shutdown_at_exit() -> None:
+    if _POOL is not None:
+        _POOL.shutdown()
+
+
+def _after_fork_in_child() -> None:
+    if _POOL is not None:
+        _POOL.after_fork()
+
+
+_BENCH_IR = r"""
+declare i32 @tecomp_parallel_for(ptr, ptr, i64)
+
+define internal i32 @tecomp_bench_task(ptr %c, i64 %b, i64 %e) nounwind noinline {
+entry:
+  %z = icmp eq ptr %c, null
+  br i1 %z, label %done, label %touch
+touch:
+  %cnt = sub i64 %e, %b
+  %old = atomicrmw add ptr %c, i64 %cnt monotonic
+  br label %done
+done:
+  ret i32 0
+}
+
+; Run %reps empty parallel regions of %n iterations; return the iterations executed.
+define i64 @tecomp_bench_regions(i64 %reps, i64 %n) nounwind {
+entry:
+  %counter = alloca i64, align 8
+  store i64 0, ptr %counter, align 8
+  %any = icmp sgt i64 %reps, 0
+  br i1 %any, label %loop, label %done
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
+  %r = call i32 @tecomp_parallel_for(ptr @tecomp_bench_task, ptr %counter, i64 %n)
+  %i1 = add i64 %i, 1
+  %more = icmp slt i64 %i1, %reps
+  br i1 %more, label %loop, label %done
+done:
+  %total = load i64, ptr %counter, align 8
+  ret i64 %total
+}
+"""
+
+
+def measure_dispatch_overhead(repeats: int = 20000, sleep_repeats: int = 200) -> dict:
+    """Microseconds per parallel region with an empty body, measured inside JIT code.
+
+    * ``hot_us``: regions back to back (workers spinning): the cost of publishing a
+      job, every thread claiming its chunk, and the join;
+    * ``sleeping_us``: each region after the workers went to sleep (spin count 0, so
+      every region pays a condition-variable wake-up).
+    ``threads`` is :func:`get_num_threads`.
+    """
+    p = pool()
+    jm = llvm_jit.compile_ir(_BENCH_IR, ["tecomp_bench_regions"])
+    run = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(
+        jm.addresses["tecomp_bench_regions"])
+    n = get_num_threads()
+    assert run(10, n) == 10 * n  # every iteration ran exactly once
+    t0 = time.perf_counter()
+    done = run(repeats, n)
+    hot = (time.perf_counter() - t0) / repeats
+    assert done == repeats * n
+    spin = _spin_from_env()
+    p.set_spin(0)
+    try:
+        run(5, n)
+        t0 = time.perf_counter()
+        run(sleep_repeats, n)
+        cold = (time.perf_counter() - t0) / sleep_repeats
+    finally:
+        p.set_spin(100000 if spin is None else spin)
+    return {"threads": n, "hot_us": hot * 1e6, "sleeping_us": cold * 1e6}

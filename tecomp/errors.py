@@ -1,0 +1,70 @@
+"""Every error tecomp raises on purpose.
+
+User mistakes raise a subclass of :class:`TecompError` whose message names the object
+(stage, axis, tensor, argument) and says how to fix it.  A broken internal invariant
+raises :class:`InternalError`, whose message says it is a tecomp bug.
+"""
+
+
+class TecompError(Exception):
+    """Base class of every error tecomp raises on purpose."""
+
+
+class DTypeError(TecompError, TypeError):
+    """An unknown dtype, or operands whose dtypes do not combine."""
+
+
+class ExprError(TecompError, TypeError):
+    """An expression was built or used in a way the DSL does not allow."""
+
+
+class ShapeError(TecompError, ValueError):
+    """A shape, extent or index that is not valid (zero or negative, wrong arity, ...)."""
+
+
+class ComputeError(TecompError, ValueError):
+    """A compute definition that cannot be lowered (a nested reduction, a stray axis, ...)."""
+
+
+class ScheduleError(TecompError, ValueError):
+    """An illegal schedule primitive: names the stage and axis and says how to fix it."""
+
+
+class LowerError(TecompError, ValueError):
+    """A schedule or argument list that cannot be lowered."""
+
+
+class BuildError(TecompError, RuntimeError):
+    """Code generation or compilation failed for a reason the user can act on."""
+
+
+class ArgumentError(TecompError, TypeError):
+    """A compiled kernel was called with arguments that do not match its parameters."""
+
+
+class BoundsError(TecompError, IndexError):
+    """A bounds-checked kernel (``build(..., checks=True)``) caught an out-of-bounds access."""
+
+
+class RuntimeUnavailableError(TecompError, RuntimeError):
+    """The runtime that a target needs (pycuda, a GPU, a C++ compiler) is not available."""
+
+
+class AutodiffError(TecompError, ValueError):
+    """A compute definition that cannot be differentiated as asked."""
+
+
+class InternalError(RuntimeError):
+    """A broken invariant inside tecomp: always a tecomp bug, never the user's fault."""
+
+    def __init__(self, msg: str):
+        super().__init__(
+            f"internal error (this is a tecomp bug, please report it with the program "
+            f"that triggered it): {msg}"
+        )
+
+
+def internal_assert(cond: bool, msg: str) -> None:
+    """Raise :class:`InternalError` when ``cond`` is false."""
+    if not cond:
+        raise InternalError(msg)

@@ -1,0 +1,17 @@
+"""The loop IR: expression and statement nodes, dtypes, buffers, PrimFunc, the generic
+visitor/mutator, the printer, the simplifier and interval analysis.
+
+Nothing in ``tecomp.ir`` imports from the layers above it.
+"""
+from . import dtype
+from .expr import (
+    EQ, GE, GT, INTRINSICS, LE, LT, NE, Add, And, BinaryOp, Buffer, BufferLoad, Call, Cast,
+    CmpOp, CommReducer, Const, Div, Expr, FloorDiv, FloorMod, IterVar, Let, Max, Min, Mul, Node,
+    Not, Or, ProducerLoad, Range, Reduce, Select, Sub, TruncDiv, TruncMod, Var, as_expr, as_index,
+)
+from .stmt import (
+    LOOP_KINDS, Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt,
+    PrimFunc, SeqStmt, Stmt, seq,
+)
+from .functor import Mutator, Visitor, collect, free_vars, post_order, substitute, uses_var
+from .printer import to_str

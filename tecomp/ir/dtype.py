@@ -1,0 +1,91 @@
+"""Data types.
+
+A dtype is a plain string: ``float16`` (storage only: arithmetic runs in float32),
+``float32``, ``float64``, ``int8``, ``int16``, ``int32``, ``int64``, ``uint8``, ``bool``.
+
+Promotion rules (stated once, here):
+
+* A Python literal adopts the dtype of the other operand (``x + 1`` where ``x`` is
+  float16 is float16; ``i * 2.5`` where ``i`` is int32 is an error: an int expression
+  cannot absorb a non-integral float literal; write ``i.astype("float32") * 2.5``).
+* Two expressions of the same dtype give that dtype.
+* Two integer dtypes of different widths (and uint8 with a signed type) promote to the
+  wider signed type, as C does for index arithmetic (``int32 + int64 -> int64``).
+* Mixing float widths, or an int with a float expression, raises :class:`DTypeError`:
+  write ``astype`` explicitly.  (Silent promotion is where precision bugs hide.)
+* ``bool`` combines only with ``bool`` (``tc.all``, ``tc.any``, ``&``, ``|``).
+"""
+from __future__ import annotations
+
+from ..errors import DTypeError
+
+ALL_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+_BITS = {"float16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16, "int32": 32,
+         "int64": 64, "uint8": 8, "bool": 1}
+_ALIASES = {"float": "float32", "int": "int32", "double": "float64", "half": "float16",
+            "bool_": "bool", "uint8_t": "uint8"}
+
+
+def canon(dtype) -> str:
+    """Return the canonical name of ``dtype`` (a string, numpy dtype or type)."""
+    name = dtype
+    if not isinstance(dtype, str):
+        try:
+            import numpy as np
+
+            name = np.dtype(dtype).name
+        except Exception:  # noqa: BLE001 - anything numpy rejects is not a dtype
+            raise DTypeError(f"{dtype!r} is not a dtype; use one of {', '.join(ALL_DTYPES)}") from None
+    name = _ALIASES.get(name, name)
+    if name not in _BITS:
+        raise DTypeError(f"unknown dtype {dtype!r}; use one of {', '.join(ALL_DTYPES)}")
+    return name
+
+
+def bits(dtype: str) -> int:
+    return _BITS[dtype]
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith("float")
+
+
+def is_int(dtype: str) -> bool:
+    """Signed or unsigned integer (not bool)."""
+    return dtype.startswith("int") or dtype.startswith("uint")
+
+
+def is_uint(dtype: str) -> bool:
+    return dtype.startswith("uint")
+
+
+def is_bool(dtype: str) -> bool:
+    return dtype == "bool"
+
+
+def compute_dtype(dtype: str) -> str:
+    """The dtype arithmetic runs in: float16 is storage only and computes in float32."""
+    return "float32" if dtype == "float16" else dtype
+
+
+def promote(a: str, b: str, what: str = "operands") -> str:
+    """The result dtype of a binary arithmetic operation on expressions of dtypes a, b."""
+    if a == b:
+        return a
+    if is_int(a) and is_int(b):
+        wide = max(bits(a), bits(b))
+        if is_uint(a) != is_uint(b) and wide == 8:
+            wide = 16
+        if is_uint(a) and is_uint(b):
+            return f"uint{wide}"
+        return f"int{max(wide, 8)}"
+    raise DTypeError(
+        f"{what} have dtypes {a} and {b}, which tecomp does not mix implicitly; "
+        f"convert one side with .astype({a!r}) or .astype({b!r})"
+    )
+
+
+def numpy_dtype(dtype: str):
+    import numpy as np
+
+    return np.dtype("bool" if dtype == "bool" else dtype)

@@ -1,0 +1,598 @@
+"""Expression nodes of the loop IR (and the few TE-level nodes lowering removes).
+
+Every node is an immutable dataclass: structural equality and hashing come for free
+and rewrite rules can use ``match``.  ``Var``, ``IterVar``, ``Buffer`` and
+``CommReducer`` have *identity* semantics: two ``Var("i")`` are different variables.
+
+Semantics, stated once:
+
+* Integer arithmetic wraps on overflow (two's complement), as LLVM's ``add``/``mul``.
+* ``FloorDiv``/``FloorMod`` round toward negative infinity (Python's ``//`` and ``%``);
+  ``TruncDiv``/``TruncMod`` round toward zero (C's ``/`` and ``%``).  Division by zero
+  is undefined behaviour in a kernel, as in C.
+* ``Div`` is true division and exists for floats only.
+* ``Select`` is *lazy*: only the chosen operand is evaluated, so it may guard a load
+  that would be out of bounds (``tc.if_then_else(i >= 1, A[i - 1], 0)``).
+* ``Cast`` from float to int truncates toward zero; from wider to narrower int wraps;
+  to ``bool`` tests ``!= 0``.
+* float16 is a storage type: loads widen to float32, stores narrow (round to nearest).
+* ``Call`` is a pure math intrinsic (``exp``, ``log``, ...) applied elementwise.
+* Comparisons and ``And``/``Or``/``Not`` produce ``bool``; ``And``/``Or`` evaluate
+  both operands (they are pure).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Tuple
+
+from ..errors import DTypeError, ExprError
+from . import dtype as _dt
+
+
+class Node:
+    """Base of every IR node."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        from .printer import to_str
+
+        return to_str(self)
+
+
+class Expr(Node):
+    """Base of expressions.  Arithmetic operators build new expressions.
+
+    ``==`` is *structural equality* (it never builds IR): use ``tc.eq(a, b)`` or
+    ``a.equal(b)`` for an equality expression.  ``bool(expr)`` raises: a symbolic
+    condition has no truth value in Python; use ``tc.if_then_else`` or ``tc.all``.
+    """
+
+    __slots__ = ()
+    dtype: str
+
+    # arithmetic -------------------------------------------------------------
+    def __add__(self, o):
+        return _make_arith("+", self, o)
+
+    def __radd__(self, o):
+        return _make_arith("+", o, self)
+
+    def __sub__(self, o):
+        return _make_arith("-", self, o)
+
+    def __rsub__(self, o):
+        return _make_arith("-", o, self)
+
+    def __mul__(self, o):
+        return _make_arith("*", self, o)
+
+    def __rmul__(self, o):
+        return _make_arith("*", o, self)
+
+    def __truediv__(self, o):
+        return _make_arith("/", self, o)
+
+    def __rtruediv__(self, o):
+        return _make_arith("/", o, self)
+
+    def __floordiv__(self, o):
+        return _make_arith("//", self, o)
+
+    def __rfloordiv__(self, o):
+        return _make_arith("//", o, self)
+
+    def __mod__(self, o):
+        return _make_arith("%", self, o)
+
+    def __rmod__(self, o):
+        return _make_arith("%", o, self)
+
+    def __neg__(self):
+        if _dt.is_bool(self.dtype):
+            _bad_bool_arith("-")
+        return _make_arith("-", Const(0, self.dtype), self)
+
+    def __pos__(self):
+        return self
+
+    # comparisons ------------------------------------------------------------
+    def __lt__(self, o):
+        return _make_cmp(LT, self, o)
+
+    def __le__(self, o):
+        return _make_cmp(LE, self, o)
+
+    def __gt__(self, o):
+        return _make_cmp(GT, self, o)
+
+    def __ge__(self, o):
+        return _make_cmp(GE, self, o)
+
+    def equal(self, o) -> "Expr":
+        """The boolean expression ``self == o`` (``==`` itself is structural equality)."""
+        return _make_cmp(EQ, self, o)
+
+    def not_equal(self, o) -> "Expr":
+        return _make_cmp(NE, self, o)
+
+    # logic -------------------------------------------------------------------
+    def __and__(self, o):
+        return _make_logic(And, self, o)
+
+    def __rand__(self, o):
+        return _make_logic(And, o, self)
+
+    def __or__(self, o):
+        return _make_logic(Or, self, o)
+
+    def __ror__(self, o):
+        return _make_logic(Or, o, self)
+
+    def __invert__(self):
+        if not _dt.is_bool(self.dtype):
+            raise ExprError(f"~ needs a bool expression, got {self.dtype} expression {self}")
+        return Not(self)
+
+    def __bool__(self):
+        raise ExprError(
+            f"the truth value of the symbolic expression `{self}` is unknown in Python; "
+            "use tc.if_then_else(cond, a, b) for a value, tc.all(...)/tc.any(...) or & | "
+            "to combine conditions, and where= to restrict a reduction"
+        )
+
+    def astype(self, dtype) -> "Expr":
+        """Convert to ``dtype`` (see the module doc for the conversion rules)."""
+        d = _dt.canon(dtype)
+        if d == self.dtype:
+            return self
+        return Cast(self, d)
+
+
+# ---------------------------------------------------------------------------------
+# leaves
+
+
+@dataclass(frozen=True, slots=True)
+class Const(Expr):
+    """A constant of ``dtype``; ``value`` is a Python int, float or bool."""
+
+    value: Any
+    dtype: str = "int32"
+
+
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
+class Var(Expr):
+    """A scalar variable (loop counter, symbolic extent, scalar parameter).
+
+    Identity semantics: two ``Var("i")`` are different variables.
+    """
+
+    name: str
+    dtype: str = "int32"
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return f"Var({self.name!r}, {self.dtype!r})"
+
+
+# ---------------------------------------------------------------------------------
+# arithmetic
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryOp(Expr):
+    a: Expr
+    b: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Add(BinaryOp):
+    """a + b"""
+
+
+@dataclass(frozen=True, slots=True)
+class Sub(BinaryOp):
+    """a - b"""
+
+
+@dataclass(frozen=True, slots=True)
+class Mul(BinaryOp):
+    """a * b"""
+
+
+@dataclass(frozen=True, slots=True)
+class Div(BinaryOp):
+    """a / b, true division, floats only."""
+
+
+@dataclass(frozen=True, slots=True)
+class FloorDiv(BinaryOp):
+    """Integer division rounding toward negative infinity (Python ``//``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FloorMod(BinaryOp):
+    """Remainder of FloorDiv: has the sign of the divisor (Python ``%``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TruncDiv(BinaryOp):
+    """Integer division rounding toward zero (C ``/``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TruncMod(BinaryOp):
+    """Remainder of TruncDiv: has the sign of the dividend (C ``%``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Min(BinaryOp):
+    """min(a, b).  For floats, NaN propagates (as numpy's ``minimum``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Max(BinaryOp):
+    """max(a, b).  For floats, NaN propagates (as numpy's ``maximum``)."""
+
+
+# ---------------------------------------------------------------------------------
+# comparisons and logic (result dtype bool)
+
+
+@dataclass(frozen=True, slots=True)
+class CmpOp(Expr):
+    a: Expr
+    b: Expr
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, slots=True)
+class EQ(CmpOp):
+    """a == b"""
+
+
+@dataclass(frozen=True, slots=True)
+class NE(CmpOp):
+    """a != b"""
+
+
+@dataclass(frozen=True, slots=True)
+class LT(CmpOp):
+    """a < b"""
+
+
+@dataclass(frozen=True, slots=True)
+class LE(CmpOp):
+    """a <= b"""
+
+
+@dataclass(frozen=True, slots=True)
+class GT(CmpOp):
+    """a > b"""
+
+
+@dataclass(frozen=True, slots=True)
+class GE(CmpOp):
+    """a >= b"""
+
+
+@dataclass(frozen=True, slots=True)
+class And(Expr):
+    """Logical and of two bool expressions (both are evaluated)."""
+
+    a: Expr
+    b: Expr
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, slots=True)
+class Or(Expr):
+    """Logical or of two bool expressions (both are evaluated)."""
+
+    a: Expr
+    b: Expr
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, slots=True)
+class Not(Expr):
+    a: Expr
+    dtype: str = "bool"
+
+
+# ---------------------------------------------------------------------------------
+# others
+
+
+@dataclass(frozen=True, slots=True)
+class Select(Expr):
+    """``cond ? true_value : false_value``.  Lazy: only the chosen operand is evaluated."""
+
+    cond: Expr
+    true_value: Expr
+    false_value: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cast(Expr):
+    """Convert ``value`` to ``dtype`` (rules in the module doc)."""
+
+    value: Expr
+    dtype: str
+
+
+# The pure math intrinsics Call understands, with their arity.
+INTRINSICS = {
+    "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "sigmoid": 1, "erf": 1,
+    "abs": 1, "floor": 1, "ceil": 1, "round": 1, "sin": 1, "cos": 1, "pow": 2,
+    "fast_exp": 1,
+}
+# Calls that are not math: statements in an Evaluate.
+SPECIAL_CALLS = {"syncthreads": 0}
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Expr):
+    """A call of the intrinsic ``op`` (see ``INTRINSICS``) on ``args``.
+
+    ``round`` rounds half to even (numpy's ``round``); ``abs`` of an int is an int;
+    ``fast_exp`` is an approximation of ``exp`` (its error bound is documented in
+    docs/numerics.md).  ``syncthreads`` is the GPU block barrier (an Evaluate only).
+    """
+
+    op: str
+    args: Tuple[Expr, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class BufferLoad(Expr):
+    """Read ``buffer[indices]``; one index per dimension, in elements."""
+
+    buffer: "Buffer"
+    indices: Tuple[Expr, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Let(Expr):
+    """``let var = value in body`` as an expression."""
+
+    var: Var
+    value: Expr
+    body: Expr
+    dtype: str
+
+
+# ---------------------------------------------------------------------------------
+# TE-level nodes: they appear in compute bodies and are removed by lowering.
+
+
+@dataclass(frozen=True, slots=True)
+class Range(Node):
+    """The half-open integer range [min, min + extent)."""
+
+    min: Expr
+    extent: Expr
+
+    @staticmethod
+    def from_extent(extent) -> "Range":
+        return Range(Const(0, "int32"), as_index(extent))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class IterVar(Node):
+    """An iteration variable of a compute: a ``Var`` with a domain and a kind.
+
+    ``kind`` is ``"data_par"`` (an output axis), ``"reduce"`` (a reduction axis),
+    ``"thread"`` (a GPU thread axis from ``tc.thread_axis``) or ``"derived"`` (made by a
+    schedule primitive).  Identity semantics.
+    """
+
+    var: Var
+    dom: Any  # Range or None (thread axes get their extent from what is bound)
+    kind: str = "data_par"
+    thread_tag: str = ""
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    @property
+    def name(self) -> str:
+        return self.var.name
+
+    def __repr__(self):
+        dom = f", dom=[{self.dom.min}, {self.dom.min} + {self.dom.extent})" if self.dom else ""
+        tag = f", tag={self.thread_tag}" if self.thread_tag else ""
+        return f"IterVar({self.var.name}, {self.kind}{dom}{tag})"
+
+    # An IterVar stands for its Var in expressions.
+    def _as_expr(self) -> Var:
+        return self.var
+
+
+def _forward_to_var(name):
+    def f(self, *args):
+        return getattr(self.var, name)(*args)
+
+    f.__name__ = name
+    return f
+
+
+# An IterVar used in arithmetic stands for its Var (``ry * 2``, ``k < 3``), as in TVM.
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
+              "__rmod__", "__neg__", "__lt__", "__le__", "__gt__", "__ge__", "equal",
+              "not_equal", "astype", "__bool__"):
+    setattr(IterVar, _name, _forward_to_var(_name))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CommReducer(Node):
+    """A commutative reducer: ``combine(lhs, rhs) -> result`` with an identity element.
+
+    ``lhs``/``rhs`` are Vars that ``result`` is written in; ``identity`` is an Expr.
+    """
+
+    name: str
+    lhs: Var
+    rhs: Var
+    result: Expr
+    identity: Expr
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def combine(self, a: Expr, b: Expr) -> Expr:
+        from .functor import substitute
+
+        return substitute(self.result, {self.lhs: a, self.rhs: b})
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce(Expr):
+    """``combiner`` over ``source`` for every point of ``axis`` where ``condition`` holds.
+
+    Only valid as the whole body of a compute; lowering turns it into an init store and
+    an update loop nest.
+    """
+
+    combiner: CommReducer
+    source: Expr
+    axis: Tuple[IterVar, ...]
+    condition: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerLoad(Expr):
+    """Read the TE tensor ``producer`` at ``indices`` (lowering makes it a BufferLoad)."""
+
+    producer: Any
+    indices: Tuple[Expr, ...]
+    dtype: str
+
+
+# ---------------------------------------------------------------------------------
+# buffers
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Buffer(Node):
+    """A multi-dimensional array in memory.
+
+    ``shape`` and ``strides`` (in elements) are tuples of int expressions; ``strides``
+    of ``None`` means compact row-major.  ``scope`` is ``global`` (function arguments
+    and heap allocations), ``local`` (registers / stack), or ``shared`` (GPU block
+    shared memory).  Identity semantics.
+    """
+
+    name: str
+    shape: Tuple[Expr, ...]
+    dtype: str = "float32"
+    strides: Any = None
+    scope: str = "global"
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def row_major_strides(self) -> Tuple[Expr, ...]:
+        from .op import mul
+
+        out = []
+        acc: Expr = Const(1, "int32")
+        for ext in reversed(self.shape):
+            out.append(acc)
+            acc = mul(acc, ext)
+        return tuple(reversed(out))
+
+    def effective_strides(self) -> Tuple[Expr, ...]:
+        return tuple(self.strides) if self.strides is not None else self.row_major_strides()
+
+    def __repr__(self):
+        return f"Buffer({self.name!r}, {self.dtype}, ndim={len(self.shape)}, scope={self.scope})"
+
+
+# ---------------------------------------------------------------------------------
+# conversion of Python values
+
+
+def as_expr(value, like: str | None = None) -> Expr:
+    """Convert ``value`` to an Expr.  Python numbers take the dtype ``like`` when given."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, IterVar):
+        return value.var
+    if hasattr(value, "_as_expr") and not isinstance(value, type):
+        return value._as_expr()
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)):
+        return Const(bool(value), "bool")
+    if isinstance(value, (int, np.integer)):
+        v = int(value)
+        if like is not None and _dt.is_float(like):
+            return Const(float(v), like)
+        if like is not None and _dt.is_int(like):
+            return Const(v, like)
+        if isinstance(value, np.integer):
+            return Const(v, _dt.canon(value.dtype))
+        return Const(v, "int32" if -(2**31) <= v < 2**31 else "int64")
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        if like is not None and _dt.is_float(like):
+            return Const(v, like)
+        if like is not None and _dt.is_int(like):
+            if math.isfinite(v) and v == int(v):
+                return Const(int(v), like)
+            raise DTypeError(
+                f"the float literal {v} cannot combine with a {like} expression; "
+                f"convert the expression with .astype('float32') first"
+            )
+        if isinstance(value, np.floating):
+            return Const(v, _dt.canon(value.dtype))
+        return Const(v, "float32")
+    raise ExprError(
+        f"cannot use {value!r} (a {type(value).__name__}) in a tecomp expression; "
+        "expected an expression, a tensor element T[i, j], an axis, or a Python number"
+    )
+
+
+def as_index(value) -> Expr:
+    """Convert to an integer index expression (shapes, extents, indices)."""
+    e = as_expr(value, "int32" if not isinstance(value, Expr) else None)
+    if not _dt.is_int(e.dtype):
+        raise ExprError(f"an index or extent must be an integer expression, got {e.dtype} `{e}`")
+    return e
+
+
+def _bad_bool_arith(op):
+    raise ExprError(f"arithmetic `{op}` on a bool expression; convert it with .astype('int32') first")
+
+
+def _make_arith(op: str, a, b):
+    from . import op as _op
+
+    return _op.binary(op, a, b)
+
+
+def _make_cmp(cls, a, b):
+    from . import op as _op
+
+    return _op.compare(cls, a, b)
+
+
+def _make_logic(cls, a, b):
+    from . import op as _op
+
+    return _op.logic(cls, a, b)

@@ -1,0 +1,256 @@
+"""Constructors of expressions with dtype checking and light constant folding.
+
+Folding here is only what keeps shape and index arithmetic tidy (``1 * x -> x``,
+``0 + x -> x``, two integer constants -> one constant); the simplifier does the rest.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import DTypeError, ExprError
+from . import dtype as _dt
+from .expr import (
+    EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
+    INTRINSICS, Max, Min, Mul, Not, Or, Select, Sub, TruncDiv, TruncMod, as_expr,
+)
+
+_OPNAME = {"+": "addition", "-": "subtraction", "*": "multiplication", "/": "division",
+           "//": "floor division", "%": "modulo"}
+
+
+def _operands(a, b, what: str):
+    """Convert a, b to expressions; Python literals adopt the other side's dtype."""
+    if isinstance(a, Expr) or not isinstance(b, Expr):
+        ea = as_expr(a)
+        eb = as_expr(b, ea.dtype)
+    else:
+        eb = as_expr(b)
+        ea = as_expr(a, eb.dtype)
+    return ea, eb, _dt.promote(ea.dtype, eb.dtype, f"the operands of {what} `{ea}` and `{eb}`")
+
+
+def _fits(v: int, dtype: str) -> bool:
+    b = _dt.bits(dtype)
+    if _dt.is_uint(dtype):
+        return 0 <= v < (1 << b)
+    return -(1 << (b - 1)) <= v < (1 << (b - 1))
+
+
+def _wrap(v: int, dtype: str) -> int:
+    b = _dt.bits(dtype)
+    v &= (1 << b) - 1
+    if not _dt.is_uint(dtype) and v >= (1 << (b - 1)):
+        v -= 1 << b
+    return v
+
+
+def binary(op: str, a, b) -> Expr:
+    """Build ``a <op> b`` for op in + - * / // %."""
+    a, b, dt = _operands(a, b, _OPNAME[op])
+    if _dt.is_bool(dt):
+        raise ExprError(f"{_OPNAME[op]} of bool expressions `{a}` and `{b}`; use & | ~ for logic "
+                        "or .astype('int32') for arithmetic")
+    if a.dtype != dt:
+        a = Cast(a, dt)
+    if b.dtype != dt:
+        b = Cast(b, dt)
+    if op == "+":
+        return add(a, b)
+    if op == "-":
+        return sub(a, b)
+    if op == "*":
+        return mul(a, b)
+    if op == "/":
+        if _dt.is_int(dt):
+            raise ExprError(
+                f"`/` on integer expressions `{a}` and `{b}` is ambiguous; use `//` (floor "
+                "division, as Python), tc.truncdiv (round toward zero, as C), or convert to "
+                "float with .astype('float32') for true division")
+        return Div(a, b, dt)
+    if op == "//":
+        return floordiv(a, b) if _dt.is_int(dt) else Call("floor", (Div(a, b, dt),), dt)
+    if op == "%":
+        if _dt.is_int(dt):
+            return floormod(a, b)
+        return Sub(a, Mul(b, Call("floor", (Div(a, b, dt),), dt), dt), dt)
+    raise ExprError(f"unknown operator {op}")
+
+
+def _ci(e):
+    return e.value if isinstance(e, Const) and _dt.is_int(e.dtype) else None
+
+
+def add(a: Expr, b: Expr) -> Expr:
+    a, b = as_expr(a), as_expr(b)
+    ca, cb = _ci(a), _ci(b)
+    if ca is not None and cb is not None and a.dtype == b.dtype:
+        return Const(_wrap(ca + cb, a.dtype), a.dtype)
+    if ca == 0 and a.dtype == b.dtype:
+        return b
+    if cb == 0 and a.dtype == b.dtype:
+        return a
+    return Add(a, b, _dt.promote(a.dtype, b.dtype))
+
+
+def sub(a: Expr, b: Expr) -> Expr:
+    a, b = as_expr(a), as_expr(b)
+    ca, cb = _ci(a), _ci(b)
+    if ca is not None and cb is not None and a.dtype == b.dtype:
+        return Const(_wrap(ca - cb, a.dtype), a.dtype)
+    if cb == 0 and a.dtype == b.dtype:
+        return a
+    return Sub(a, b, _dt.promote(a.dtype, b.dtype))
+
+
+def mul(a: Expr, b: Expr) -> Expr:
+    a, b = as_expr(a), as_expr(b)
+    ca, cb = _ci(a), _ci(b)
+    if ca is not None and cb is not None and a.dtype == b.dtype:
+        return Const(_wrap(ca * cb, a.dtype), a.dtype)
+    if ca == 1 and a.dtype == b.dtype:
+        return b
+    if cb == 1 and a.dtype == b.dtype:
+        return a
+    return Mul(a, b, _dt.promote(a.dtype, b.dtype))
+
+
+def floordiv(a, b) -> Expr:
+    a, b = as_expr(a), as_expr(b)
+    ca, cb = _ci(a), _ci(b)
+    if ca is not None and cb not in (None, 0) and a.dtype == b.dtype:
+        return Const(ca // cb, a.dtype)
+    if cb == 1:
+        return a
+    return FloorDiv(a, b, _dt.promote(a.dtype, b.dtype))
+
+
+def floormod(a, b) -> Expr:
+    a, b = as_expr(a), as_expr(b)
+    ca, cb = _ci(a), _ci(b)
+    if ca is not None and cb not in (None, 0) and a.dtype == b.dtype:
+        return Const(ca % cb, a.dtype)
+    if cb == 1:
+        return Const(0, a.dtype)
+    return FloorMod(a, b, _dt.promote(a.dtype, b.dtype))
+
+
+def _int_div_operands(a, b, what):
+    a, b, dt = _operands(a, b, what)
+    if not _dt.is_int(dt):
+        raise ExprError(f"{what} needs integer operands, got {dt} `{a}` and `{b}`")
+    return (a if a.dtype == dt else Cast(a, dt)), (b if b.dtype == dt else Cast(b, dt)), dt
+
+
+def truncdiv(a, b) -> Expr:
+    """Integer division rounding toward zero (C semantics)."""
+    a, b, dt = _int_div_operands(a, b, "truncdiv")
+    ca, cb = _ci(a), _ci(b)
+    if ca is not None and cb not in (None, 0):
+        return Const(int(ca / cb) if abs(ca) < 2**52 else (abs(ca) // abs(cb)) * (1 if (ca < 0) == (cb < 0) else -1), dt)
+    return TruncDiv(a, b, dt)
+
+
+def truncmod(a, b) -> Expr:
+    """Remainder of truncdiv: has the sign of the dividend (C semantics)."""
+    a, b, dt = _int_div_operands(a, b, "truncmod")
+    ca, cb = _ci(a), _ci(b)
+    if ca is not None and cb not in (None, 0):
+        return Const(int(math.fmod(ca, cb)), dt)
+    return TruncMod(a, b, dt)
+
+
+def floordiv_checked(a, b) -> Expr:
+    a, b, _ = _int_div_operands(a, b, "floordiv")
+    return floordiv(a, b)
+
+
+def floormod_checked(a, b) -> Expr:
+    a, b, _ = _int_div_operands(a, b, "floormod")
+    return floormod(a, b)
+
+
+def minimum(a, b) -> Expr:
+    a, b, dt = _operands(a, b, "min")
+    return Min(a if a.dtype == dt else Cast(a, dt), b if b.dtype == dt else Cast(b, dt), dt)
+
+
+def maximum(a, b) -> Expr:
+    a, b, dt = _operands(a, b, "max")
+    return Max(a if a.dtype == dt else Cast(a, dt), b if b.dtype == dt else Cast(b, dt), dt)
+
+
+def compare(cls, a, b) -> Expr:
+    names = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "==", NE: "!="}
+    a, b, dt = _operands(a, b, f"comparison {names[cls]}")
+    if a.dtype != dt:
+        a = Cast(a, dt)
+    if b.dtype != dt:
+        b = Cast(b, dt)
+    return cls(a, b)
+
+
+def _as_bool(x, what):
+    e = as_expr(x)
+    if not _dt.is_bool(e.dtype):
+        raise ExprError(f"{what} needs bool conditions, got {e.dtype} expression `{e}`; "
+                        "compare it, e.g. `x > 0`")
+    return e
+
+
+def logic(cls, a, b) -> Expr:
+    what = "& (logical and)" if cls is And else "| (logical or)"
+    return cls(_as_bool(a, what), _as_bool(b, what))
+
+
+def all_(*conds) -> Expr:
+    """Logical and of any number of conditions (``tc.all``)."""
+    if len(conds) == 1 and isinstance(conds[0], (list, tuple)):
+        conds = tuple(conds[0])
+    if not conds:
+        return Const(True, "bool")
+    out = _as_bool(conds[0], "tc.all")
+    for c in conds[1:]:
+        out = And(out, _as_bool(c, "tc.all"))
+    return out
+
+
+def any_(*conds) -> Expr:
+    """Logical or of any number of conditions (``tc.any``)."""
+    if len(conds) == 1 and isinstance(conds[0], (list, tuple)):
+        conds = tuple(conds[0])
+    if not conds:
+        return Const(False, "bool")
+    out = _as_bool(conds[0], "tc.any")
+    for c in conds[1:]:
+        out = Or(out, _as_bool(c, "tc.any"))
+    return out
+
+
+def if_then_else(cond, t, f) -> Expr:
+    """``cond ? t : f``, evaluating only the chosen side (so it may guard a load)."""
+    c = _as_bool(cond, "tc.if_then_else")
+    a, b, dt = _operands(t, f, "tc.if_then_else")
+    return Select(c, a if a.dtype == dt else Cast(a, dt), b if b.dtype == dt else Cast(b, dt), dt)
+
+
+def call(op: str, *args) -> Expr:
+    """Apply the math intrinsic ``op``."""
+    n = INTRINSICS.get(op)
+    if n is None:
+        raise ExprError(f"unknown intrinsic {op!r}; known: {', '.join(sorted(INTRINSICS))}")
+    if len(args) != n:
+        raise ExprError(f"tc.{op} takes {n} argument(s), got {len(args)}")
+    if n == 2:
+        a, b, dt = _operands(args[0], args[1], f"tc.{op}")
+        es = (a if a.dtype == dt else Cast(a, dt), b if b.dtype == dt else Cast(b, dt))
+    else:
+        es = (as_expr(args[0]),)
+        dt = es[0].dtype
+    if op == "abs":
+        if _dt.is_bool(dt):
+            raise ExprError("tc.abs of a bool expression")
+        return Call(op, es, dt)
+    if not _dt.is_float(dt):
+        raise DTypeError(f"tc.{op} needs a float argument, got {dt} expression `{es[0]}`; "
+                         f"convert it with .astype('float32')")
+    return Call(op, es, dt)

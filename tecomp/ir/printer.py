@@ -1,0 +1,208 @@
+"""The loop-IR printer: deterministic, one loop per line, close to what a C programmer reads.
+
+* Loops: ``for (i, 0, n) {``; the kind leads for the others: ``parallel (i.outer, 0, 8) {``,
+  ``vectorized (j.inner, 0, 8) {``, ``unrolled (k, 0, 4) {``, and for GPU-bound loops
+  ``blockIdx.x (i.outer, 0, 16) {``.
+* Allocations: ``allocate C.local: float32[8, 8] (local)``; the buffer lives until the end
+  of the enclosing block.
+* Variables and buffers that share a name get suffixes in order of appearance
+  (``i``, ``i_1``); the same program always prints the same text.
+* Constants: int32 plain (``8``), int64 ``8i64``, float32 ``1f``/``0.5f``, float64 ``0.5``,
+  float16 ``0.5h``, other ints ``8i8``, bools ``True``/``False``.
+"""
+from __future__ import annotations
+
+import math
+
+from . import dtype as _dt
+from .expr import (
+    EQ, GE, GT, LE, LT, NE, Add, And, Buffer, BufferLoad, Call, Cast, CommReducer, Const, Div,
+    Expr, FloorDiv, FloorMod, IterVar, Let, Max, Min, Mul, Not, Or, ProducerLoad, Range,
+    Reduce, Select, Sub, TruncDiv, TruncMod, Var,
+)
+from .stmt import (
+    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc,
+    SeqStmt, Stmt,
+)
+
+# precedence: higher binds tighter
+_BIN = {
+    Or: ("||", 1), And: ("&&", 2),
+    EQ: ("==", 3), NE: ("!=", 3), LT: ("<", 4), LE: ("<=", 4), GT: (">", 4), GE: (">=", 4),
+    Add: ("+", 5), Sub: ("-", 5),
+    Mul: ("*", 6), Div: ("/", 6), FloorDiv: ("//", 6), FloorMod: ("%", 6),
+}
+
+
+def format_const(c: Const) -> str:
+    v, dt = c.value, c.dtype
+    if dt == "bool":
+        return "True" if v else "False"
+    if _dt.is_float(dt):
+        if math.isnan(v):
+            s = "nan"
+        elif math.isinf(v):
+            s = "inf" if v > 0 else "-inf"
+        elif v == int(v) and abs(v) < 1e16:
+            s = str(int(v))
+        else:
+            s = repr(float(v))
+        return s + {"float32": "f", "float64": "", "float16": "h"}[dt] if dt != "float64" else (s if "." in s or "e" in s or "n" in s else s + ".0")
+    if dt == "int32":
+        return str(v)
+    return f"{v}{ {'int64': 'i64', 'int8': 'i8', 'int16': 'i16', 'uint8': 'u8'}.get(dt, dt)}".replace(" ", "")
+
+
+class Printer:
+    def __init__(self):
+        self.names = {}  # Var/Buffer -> unique name
+        self.used = {}
+        self.lines = []
+
+    # names -------------------------------------------------------------------
+    def name_of(self, obj) -> str:
+        n = self.names.get(obj)
+        if n is None:
+            base = obj.name
+            k = self.used.get(base, 0)
+            n = base if k == 0 else f"{base}_{k}"
+            while n in self.used and k > 0:
+                k += 1
+                n = f"{base}_{k}"
+            self.used[base] = k + 1
+            self.used.setdefault(n, 1)
+            self.names[obj] = n
+        return n
+
+    # expressions ---------------------------------------------------------------
+    def expr(self, e, parent_prec: int = 0) -> str:
+        t = type(e)
+        if t is Const:
+            s = format_const(e)
+            return f"({s})" if s.startswith("-") and parent_prec > 0 else s
+        if t is Var:
+            return self.name_of(e)
+        if t is IterVar:
+            return self.name_of(e.var)
+        if t in _BIN:
+            op, prec = _BIN[t]
+            if t is Sub and isinstance(e.a, Const) and e.a.value == 0 and not _dt.is_bool(e.dtype):
+                s = "-" + self.expr(e.b, 7)
+                return f"({s})" if parent_prec > 5 else s
+            # left-associative: the right operand needs parens at equal precedence
+            s = f"{self.expr(e.a, prec)} {op} {self.expr(e.b, prec + 1)}"
+            if t in (Mul, Div, FloorDiv, FloorMod):
+                s = f"{self.expr(e.a, prec)}{op}{self.expr(e.b, prec + 1)}" if op == "*" else s
+            return f"({s})" if prec < parent_prec else s
+        if t is Not:
+            return "!" + self.expr(e.a, 7)
+        if t is Min or t is Max:
+            return f"{'min' if t is Min else 'max'}({self.expr(e.a)}, {self.expr(e.b)})"
+        if t is TruncDiv or t is TruncMod:
+            return f"{'truncdiv' if t is TruncDiv else 'truncmod'}({self.expr(e.a)}, {self.expr(e.b)})"
+        if t is Select:
+            return (f"select({self.expr(e.cond)}, {self.expr(e.true_value)}, "
+                    f"{self.expr(e.false_value)})")
+        if t is Cast:
+            return f"{e.dtype}({self.expr(e.value)})"
+        if t is Call:
+            return f"{e.op}({', '.join(self.expr(a) for a in e.args)})"
+        if t is BufferLoad:
+            return f"{self.name_of(e.buffer)}[{', '.join(self.expr(i) for i in e.indices)}]"
+        if t is ProducerLoad:
+            return f"{e.producer.name}[{', '.join(self.expr(i) for i in e.indices)}]"
+        if t is Let:
+            return f"(let {self.name_of(e.var)} = {self.expr(e.value)} in {self.expr(e.body)})"
+        if t is Reduce:
+            axes = ", ".join(
+                f"{self.name_of(iv.var)} in [{self.expr(iv.dom.min)}, {self.expr(iv.dom.extent)})"
+                for iv in e.axis)
+            cond = "" if (isinstance(e.condition, Const) and e.condition.value is True) \
+                else f", where={self.expr(e.condition)}"
+            return f"{e.combiner.name}({self.expr(e.source)}, axis=[{axes}]{cond})"
+        if t is Range:
+            return f"[{self.expr(e.min)}, {self.expr(e.min)} + {self.expr(e.extent)})"
+        if isinstance(e, Stmt):
+            return "\n".join(self.stmt_lines(e, 0))
+        if t is Buffer:
+            return self.buffer_decl(e)
+        if t is CommReducer:
+            return f"comm_reducer {e.name}"
+        return repr(e)
+
+    def buffer_decl(self, b: Buffer) -> str:
+        return f"{self.name_of(b)}: {b.dtype}[{', '.join(self.expr(x) for x in b.shape)}]"
+
+    # statements ----------------------------------------------------------------
+    def stmt_lines(self, s, ind: int) -> list:
+        out = []
+        self._stmt(s, ind, out)
+        return out
+
+    def _stmt(self, s, ind, out):
+        pad = "  " * ind
+        t = type(s)
+        if t is SeqStmt:
+            for x in s.seq:
+                self._stmt(x, ind, out)
+        elif t is For:
+            head = "for" if s.kind == "serial" else (s.thread_tag if s.kind == "thread" else s.kind)
+            rng = f"{self.expr(s.min)}, {self.expr(s.extent)}"
+            out.append(f"{pad}{head} ({self.name_of(s.var)}, {rng}) {{")
+            self._stmt(s.body, ind + 1, out)
+            out.append(pad + "}")
+        elif t is BufferStore:
+            idx = ", ".join(self.expr(i) for i in s.indices)
+            out.append(f"{pad}{self.name_of(s.buffer)}[{idx}] = {self.expr(s.value)}")
+        elif t is IfThenElse:
+            out.append(f"{pad}if ({self.expr(s.cond)}) {{")
+            self._stmt(s.then_case, ind + 1, out)
+            if s.else_case is not None:
+                out.append(pad + "} else {")
+                self._stmt(s.else_case, ind + 1, out)
+            out.append(pad + "}")
+        elif t is Allocate:
+            b = s.buffer
+            out.append(f"{pad}allocate {self.buffer_decl(b)} ({b.scope})")
+            self._stmt(s.body, ind, out)
+        elif t is LetStmt:
+            out.append(f"{pad}let {self.name_of(s.var)} = {self.expr(s.value)}")
+            self._stmt(s.body, ind, out)
+        elif t is AttrStmt:
+            out.append(f"{pad}// attr {s.key} = {self._attr_value(s.value)}")
+            self._stmt(s.body, ind, out)
+        elif t is AssertStmt:
+            out.append(f"{pad}assert({self.expr(s.cond)}, {s.message!r})")
+            self._stmt(s.body, ind, out)
+        elif t is Evaluate:
+            out.append(pad + self.expr(s.value))
+        else:
+            out.append(pad + repr(s))
+
+    def _attr_value(self, v):
+        if isinstance(v, (Expr, Buffer)):
+            return self.expr(v)
+        if isinstance(v, tuple):
+            return "(" + ", ".join(self._attr_value(x) for x in v) + ")"
+        return repr(v) if isinstance(v, str) else str(v)
+
+    def func(self, f: PrimFunc) -> str:
+        params = []
+        for p in f.params:
+            if isinstance(p, Buffer):
+                params.append(self.buffer_decl(p))
+            else:
+                params.append(f"{self.name_of(p)}: {p.dtype}")
+        lines = [f"primfn {f.name}({', '.join(params)}) {{"]
+        lines += self.stmt_lines(f.body, 1)
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def to_str(node) -> str:
+    p = Printer()
+    if isinstance(node, PrimFunc):
+        return p.func(node)
+    if isinstance(node, Stmt):
+        return "\n".join(p.stmt_lines(node, 0))
+    return p.expr(node)

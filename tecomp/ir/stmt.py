@@ -1,0 +1,151 @@
+"""Statement nodes of the loop IR, and PrimFunc."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Tuple
+
+from .expr import Buffer, Expr, Node, Var
+
+
+class Stmt(Node):
+    __slots__ = ()
+
+
+# Loop kinds.  "thread" loops are bound to a GPU thread axis named by ``thread_tag``
+# (``blockIdx.x`` ...): on the GPU the loop does not exist; each thread runs one value.
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread")
+
+
+@dataclass(frozen=True, slots=True)
+class For(Stmt):
+    """``for var in [min, min + extent)`` run ``body``, the way ``kind`` says.
+
+    * ``serial``: in order.
+    * ``parallel``: iterations may run at once on the CPU thread pool; they must not
+      depend on each other (the schedule layer only allows data-parallel axes).
+    * ``vectorized``: iterations run as the lanes of SIMD instructions.
+    * ``unrolled``: the body is repeated ``extent`` times (the extent is constant).
+    * ``thread``: bound to the GPU thread axis ``thread_tag``.
+    """
+
+    var: Var
+    min: Expr
+    extent: Expr
+    kind: str
+    body: Stmt
+    thread_tag: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BufferStore(Stmt):
+    """``buffer[indices] = value``."""
+
+    buffer: Buffer
+    value: Expr
+    indices: Tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IfThenElse(Stmt):
+    """``if cond: then_case else: else_case`` (else_case may be None)."""
+
+    cond: Expr
+    then_case: Stmt
+    else_case: Optional[Stmt] = None
+
+
+@dataclass(frozen=True, slots=True)
+class SeqStmt(Stmt):
+    """Statements run one after another."""
+
+    seq: Tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Allocate(Stmt):
+    """Allocate ``buffer`` (in its scope) for the duration of ``body``."""
+
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class LetStmt(Stmt):
+    """Bind ``var = value`` for ``body``."""
+
+    var: Var
+    value: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluate(Stmt):
+    """Evaluate ``value`` for its effect (e.g. the ``syncthreads`` barrier)."""
+
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class AttrStmt(Stmt):
+    """An annotation ``key = value`` on ``body`` (pragmas, storage alignment)."""
+
+    key: str
+    value: Any
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class AssertStmt(Stmt):
+    """Check ``cond`` at run time; raise with ``message`` when false (checked builds)."""
+
+    cond: Expr
+    message: str
+    body: Stmt
+
+
+def seq(*stmts) -> Stmt:
+    """Flatten nested sequences and drop Nones; one statement is returned as is."""
+    out = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, SeqStmt):
+            out.extend(s.seq)
+        elif isinstance(s, (list, tuple)):
+            inner = seq(*s)
+            if isinstance(inner, SeqStmt):
+                out.extend(inner.seq)
+            elif inner is not None:
+                out.append(inner)
+        else:
+            out.append(s)
+    if not out:
+        return SeqStmt(())
+    if len(out) == 1:
+        return out[0]
+    return SeqStmt(tuple(out))
+
+
+@dataclass(eq=False)
+class PrimFunc(Node):
+    """A lowered function: ``params`` (Buffers and scalar Vars) and a ``body``.
+
+    ``attrs`` holds facts for code generation (``target``, the thread launch sizes
+    for the GPU, ...).  ``str()`` prints the loop IR.
+    """
+
+    name: str
+    params: Tuple[Any, ...]
+    body: Stmt
+    attrs: dict = field(default_factory=dict)
+
+    def with_body(self, body: Stmt) -> "PrimFunc":
+        return PrimFunc(self.name, self.params, body, dict(self.attrs))
+
+    def __repr__(self):
+        return f"PrimFunc({self.name!r}, params={[p.name for p in self.params]})"
+
+    def script(self) -> str:
+        from .printer import to_str
+
+        return to_str(self)

@@ -1,0 +1,1 @@
+from .pipeline import PASSES, lower, run_passes

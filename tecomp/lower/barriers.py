@@ -1,0 +1,87 @@
+"""Barrier insertion for GPU targets.
+
+Rule: inside a kernel, a statement of a sequence that writes a ``shared`` buffer is
+followed by ``syncthreads()`` when a later statement of the sequence reads that buffer
+(read-after-write across threads), and preceded by one when the sequence sits inside a
+serial loop and some statement of it reads the buffer (write-after-read: the previous
+iteration's readers must be done before it is overwritten).  Nowhere else: buffers in
+``local`` scope and ``global`` buffers get no barrier (global memory written by one
+block and read by another needs separate kernels, which the CUDA backend makes per
+root stage).
+"""
+from __future__ import annotations
+
+from ..ir.expr import Call, Const
+from ..ir.functor import Mutator, Visitor
+from ..ir.stmt import Evaluate, For, SeqStmt, seq
+
+
+def _barrier():
+    return Evaluate(Call("syncthreads", (), "int32"))
+
+
+class _Access(Visitor):
+    def __init__(self):
+        self.reads, self.writes = set(), set()
+
+    def visit_BufferLoad(self, e):
+        if e.buffer.scope == "shared":
+            self.reads.add(e.buffer)
+        self.generic_visit(e)
+
+    def visit_BufferStore(self, s):
+        if s.buffer.scope == "shared":
+            self.writes.add(s.buffer)
+        self.generic_visit(s)
+
+
+def _access(stmt):
+    a = _Access()
+    a.visit(stmt)
+    return a
+
+
+class _Insert(Mutator):
+    def __init__(self):
+        self.serial_depth = 0  # serial loops inside thread-bound loops
+        self.in_kernel = 0
+
+    def visit_For(self, s):
+        is_thread = s.kind == "thread"
+        self.in_kernel += is_thread
+        inner_serial = self.in_kernel > 0 and not is_thread
+        self.serial_depth += inner_serial
+        body = self.visit(s.body)
+        self.serial_depth -= inner_serial
+        self.in_kernel -= is_thread
+        return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
+
+    def visit_SeqStmt(self, s):
+        items = [self.visit(x) for x in s.seq]
+        if not self.in_kernel:
+            return s if all(a is b for a, b in zip(items, s.seq)) else seq(*items)
+        acc = [_access(x) for x in items]
+        out = []
+        for i, (x, a) in enumerate(zip(items, acc)):
+            if a.writes:
+                later_reads = any(a.writes & b.reads for b in acc[i + 1:])
+                any_reads = any(a.writes & b.reads for j, b in enumerate(acc) if j != i)
+                if self.serial_depth and any_reads and not (out and _is_barrier(out[-1])):
+                    out.append(_barrier())
+                out.append(x)
+                if later_reads:
+                    out.append(_barrier())
+            else:
+                out.append(x)
+        if len(out) == len(items) and all(a is b for a, b in zip(out, s.seq)):
+            return s
+        return seq(*out)
+
+
+def _is_barrier(s):
+    return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.op == "syncthreads"
+
+
+def insert_barriers(func):
+    body = _Insert().visit(func.body)
+    return func if body is func.body else func.with_body(body)

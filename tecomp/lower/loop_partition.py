@@ -1,0 +1,173 @@
+"""Loop partitioning: split a loop where a guard is known to hold.
+
+Rule: in ``for (v, m, E) { ... if (a*v + r < N) S ... }`` with ``a > 0`` a constant,
+``N`` invariant in the loop and ``r`` an expression of loop counters *inside* the loop
+(range ``[rlo, rhi]``, which must not depend on ``v``), the guard holds for every inner
+iteration while ``v < (N - rhi - 1) // a + 1`` and fails for every one once
+``v >= ceil((N - rlo) / a)``.  (Internally the guard is rewritten ``a*v + (r - N) < 0``.)  The loop
+becomes a main part without the guard and a guarded tail::
+
+    for (v, m, K) { ... S ... }           K = clamp((N - rhi - 1) // a + 1 - m, 0, E)
+    for (v, m + K, E - K) { ... if (a*v + r < N) S ... }
+
+This is what makes a non-divisible split cheap: the vectorized or unrolled inner loop
+of the main part has no guard, so it stays vectorized/unrolled.  Loops bound to GPU
+threads and vectorized loops are not partitioned (their guard is a per-lane mask).
+"""
+from __future__ import annotations
+
+from ..ir import op as _op
+from ..ir.expr import Add, And, Const, LT, Mul, Range, Sub, Var
+from ..ir.functor import Mutator, Visitor, uses_var
+from ..ir.stmt import For, IfThenElse, SeqStmt, seq
+
+
+def _linear(e, v):
+    """(a, rest) with e == a*v + rest, a a Python int and rest free of v; or None."""
+    if e is v:
+        return 1, Const(0, e.dtype)
+    if not uses_var(e, v):
+        return 0, e
+    t = type(e)
+    if t is Add or t is Sub:
+        la, lb = _linear(e.a, v), _linear(e.b, v)
+        if la is None or lb is None:
+            return None
+        if t is Add:
+            return la[0] + lb[0], _op.add(la[1], lb[1])
+        return la[0] - lb[0], _op.sub(la[1], lb[1])
+    if t is Mul:
+        for x, y in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(y, Const):
+                lx = _linear(x, v)
+                if lx is None:
+                    return None
+                return lx[0] * y.value, _op.mul(lx[1], y)
+    return None
+
+
+def _terms(cond):
+    if isinstance(cond, And):
+        return _terms(cond.a) + _terms(cond.b)
+    return [cond]
+
+
+class _FindGuards(Visitor):
+    """Guard terms ``a*v + r < N`` under a loop, with the ranges of inner loop counters."""
+
+    def __init__(self, v):
+        self.v = v
+        self.inner = {}
+        self.found = []
+
+    def visit_For(self, s):
+        self.inner[s.var] = Range(s.min, s.extent)
+        self.generic_visit(s)
+
+    def visit_IfThenElse(self, s):
+        for term in _terms(s.cond):
+            if isinstance(term, LT) and uses_var(term, self.v):
+                # a < b  <=>  coef*v + rest < 0, rest free of v (inner counters are relaxed)
+                lin = _linear(_op.sub(term.a, term.b), self.v)
+                if lin is not None and lin[0] > 0:
+                    self.found.append((term, lin, dict(self.inner)))
+        self.generic_visit(s)
+
+
+class _DropTerm(Mutator):
+    """Replace one guard term by its known value (True or False) in every If condition."""
+
+    def __init__(self, term, value=True):
+        self.term = term
+        self.value = value
+
+    def visit_IfThenElse(self, s):
+        then = self.visit(s.then_case)
+        els = self.visit(s.else_case) if s.else_case is not None else None
+        terms = [t for t in _terms(s.cond) if t != self.term]
+        if len(terms) == len(_terms(s.cond)) and then is s.then_case and els is s.else_case:
+            return s
+        if len(terms) != len(_terms(s.cond)) and not self.value:
+            return els if els is not None else SeqStmt(())
+        if not terms:
+            return then
+        cond = terms[0]
+        for t in terms[1:]:
+            cond = And(cond, t)
+        return IfThenElse(cond, then, els)
+
+
+class LoopPartition(Mutator):
+    def __init__(self, simplify, ranges=None):
+        self.simplify = simplify
+        self.ranges = ranges or {}
+
+    def visit_For(self, s):
+        # Outermost loops first: partitioning i.outer leaves the whole main part guard-free.
+        if s.kind in ("serial", "parallel", "unrolled"):
+            parts = self._partition(s)
+            if parts is not None:
+                # the main part may hold other guards: partition it again; the others
+                # keep this guard, so only their bodies are visited
+                out = [self.visit(parts[0])]
+                for t in parts[1:]:
+                    tbody = self.visit(t.body)
+                    out.append(For(t.var, t.min, t.extent, t.kind, tbody, t.thread_tag))
+                return seq(*out)
+        body = self.visit(s.body)
+        return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
+
+    def _partition(self, s):
+        """(main, tail) where the guard holds in main, or None.  The part of the tail
+        where the guard is always false loses the guarded statement altogether."""
+        from ..ir.arith import eval_interval
+
+        finder = _FindGuards(s.var)
+        finder.visit(s.body)
+        one = Const(1, "int32")
+        for term, (a, rest), inner in finder.found:
+            itv = eval_interval(self.simplify(rest, self.ranges), inner)
+            if itv.hi is None or itv.lo is None or uses_var(itv.hi, s.var) or uses_var(itv.lo, s.var):
+                continue
+            n, ca = Const(0, "int32"), Const(a, "int32")
+            # guard true for all inner values while a*v + hi < n
+            end_true = _op.floordiv(_op.add(_op.sub(_op.sub(n, itv.hi), one), ca), ca)
+            # guard false for all inner values once a*v + lo >= n
+            start_false = _op.floordiv(_op.add(_op.sub(n, itv.lo), _op.sub(ca, one)), ca)
+            k = self._clamp(_op.sub(end_true, s.min), Const(0, "int32"), s.extent)
+            if isinstance(k, Const) and k.value == 0:
+                continue
+            end_true = self.simplify(end_true, self.ranges)
+            sf = self.simplify(_op.sub(start_false, s.min), self.ranges)
+            if self.simplify(start_false, self.ranges) == end_true:
+                k2 = k  # no inner counter moves the guard: no guarded middle part
+            elif sf == s.extent:
+                k2 = s.extent
+            else:
+                k2 = self._clamp(sf, k, s.extent)
+            parts = []
+            body_true = self.simplify(_DropTerm(term, True).visit(s.body), self.ranges)
+            parts.append(For(s.var, s.min, k, s.kind, body_true, s.thread_tag))
+            mid = self.simplify(_op.sub(k2, k), self.ranges)
+            if not (isinstance(mid, Const) and mid.value == 0):
+                parts.append(For(s.var, self.simplify(_op.add(s.min, k), self.ranges), mid, s.kind,
+                                 s.body, s.thread_tag))
+            rest_ext = self.simplify(_op.sub(s.extent, k2), self.ranges)
+            body_false = self.simplify(_DropTerm(term, False).visit(s.body), self.ranges)
+            if not (isinstance(rest_ext, Const) and rest_ext.value == 0) and not _is_empty(body_false):
+                parts.append(For(s.var, self.simplify(_op.add(s.min, k2), self.ranges), rest_ext,
+                                 s.kind, body_false, s.thread_tag))
+            return parts
+        return None
+
+    def _clamp(self, x, lo, hi):
+        return self.simplify(_op.minimum(_op.maximum(x, lo), hi), self.ranges)
+
+
+def _is_empty(s):
+    return isinstance(s, SeqStmt) and not s.seq
+
+
+def loop_partition(func, simplify, ranges=None):
+    body = LoopPartition(simplify, ranges).visit(func.body)
+    return func if body is func.body else func.with_body(body)

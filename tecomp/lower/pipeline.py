@@ -1,0 +1,67 @@
+"""The lowering pipeline: schedule -> loop nest -> an ordered list of passes.
+
+Read it top to bottom: each pass is a pure function ``PrimFunc -> PrimFunc`` in its
+own module.  ``TECOMP_DUMP_IR=1`` prints the IR after every pass that changed it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ..errors import LowerError, TecompError
+from ..ir.stmt import PrimFunc
+from ..schedule.schedule import Schedule
+from .schedule_ops import schedule_to_stmt
+from . import passes as P
+
+# The passes, in order.  (name, function, targets it runs for: None = every target)
+PASSES = [
+    ("simplify", P.simplify_pass, None),
+    ("loop_partition", P.loop_partition_pass, None),
+    ("simplify_after_partition", P.simplify_pass, None),
+    ("unroll_explicit", P.unroll_explicit_pass, None),
+    ("remove_no_op", P.remove_no_op_pass, None),
+    ("insert_barriers", P.insert_barriers_pass, ("cuda", "cuda-emu")),
+    ("verify", P.verify_pass, None),
+]
+
+
+def _dump(title, func):
+    sys.stderr.write(f"// ---- {title} ----\n{func}\n")
+
+
+def lower(s: Schedule, args, name: str = "main", target: str = "llvm", stats: dict | None = None) -> PrimFunc:
+    """Lower a schedule to a PrimFunc; ``str()`` of it is the loop IR."""
+    if not isinstance(s, Schedule):
+        raise LowerError(f"tc.lower takes a schedule made by tc.create_schedule, got {s!r}")
+    if not isinstance(args, (list, tuple)):
+        raise LowerError("tc.lower(s, args): args must be a list of tensors (and scalar vars)")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise LowerError(f"function name {name!r} must be a Python-style identifier")
+    t0 = time.perf_counter()
+    params, body, _ = schedule_to_stmt(s, list(args))
+    func = PrimFunc(name, tuple(params), body, {"target": target})
+    dump = os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")
+    if dump:
+        _dump("schedule_ops", func)
+    func = run_passes(func, target, dump)
+    if stats is not None:
+        stats["lower_seconds"] = time.perf_counter() - t0
+    return func
+
+
+def run_passes(func: PrimFunc, target: str = "llvm", dump: bool = False, check=None) -> PrimFunc:
+    """Run PASSES on ``func``.  ``check(name, before, after)`` is called after each pass
+    that changed the IR (the pass-by-pass checker hooks in here)."""
+    for pname, fn, targets in PASSES:
+        if targets is not None and target not in targets:
+            continue
+        new = fn(func)
+        if new is not func and new.body is not func.body:
+            if dump:
+                _dump(pname, new)
+            if check is not None:
+                check(pname, func, new)
+        func = new
+    return func

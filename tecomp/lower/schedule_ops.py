@@ -1,0 +1,489 @@
+"""Schedule -> loop nest: iteration-variable values, bound inference, and the nests.
+
+How bounds are found (``docs/bounds.md`` says the same for users):
+
+1. Each stage's iteration variables get extents from the root down: a root axis runs
+   over the region of it that is needed (below), ``split`` by ``f`` gives an inner
+   extent ``f`` and an outer extent ``ceil(extent / f)``, ``fuse`` multiplies extents.
+2. Every derived loop counter starts at 0; a root axis's value is
+   ``min + (value derived from the leaf loop counters)``.
+3. Stages are visited consumers first.  An output, or a stage computed at the root,
+   needs its full shape.  A stage computed at ``(P, axis)`` needs, per dimension, the
+   interval hull of the indices at which its consumers read it during ONE iteration of
+   ``P``'s loop over ``axis``: the loop counters outside that loop (and ``axis`` itself)
+   stay symbolic, every loop counter inside it (of ``P`` and of the consumers computed
+   inside it) is relaxed over its range.  The hull is clipped to the tensor's shape.
+4. Over-approximation: the hull is an interval per dimension (a strided read of every
+   other element still gets the whole interval), reads guarded by ``if_then_else`` count
+   as if they were always made (then clipped to the shape), and a buffer whose extent
+   depends on outer loop counters is allocated at the largest extent over their ranges.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from ..errors import InternalError, LowerError, ScheduleError
+from ..ir import dtype as _dt
+from ..ir import op as _op
+from ..ir.expr import (
+    Buffer, BufferLoad, Const, Expr, IterVar, LT, ProducerLoad, Range, Reduce, Var, And,
+)
+from ..ir.functor import Mutator, substitute
+from ..ir.stmt import Allocate, AttrStmt, BufferStore, For, IfThenElse, SeqStmt, seq
+from ..schedule.schedule import Fuse, Schedule, Split, Stage
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+
+
+def _arith():
+    from ..ir import arith
+
+    return arith
+
+
+def _simplify(e, ranges=None):
+    from ..ir.simplify import simplify
+
+    return simplify(e, ranges)
+
+
+def _ceildiv(a: Expr, b: Expr) -> Expr:
+    return _simplify(_op.floordiv(_op.add(a, _op.sub(b, Const(1, b.dtype))), b))
+
+
+class _InlineExpander(Mutator):
+    """Replace reads of inlined stages by their bodies (recursively)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def visit_ProducerLoad(self, e):
+        idx = tuple(self.visit(i) for i in e.indices)
+        st = self.ctx.stage_of_tensor(e.producer)
+        if st is not None and st.attach_type == "inline":
+            op = st.op
+            body = substitute(op.body, {iv.var: x for iv, x in zip(op.axis, idx)})
+            return self.visit(body)
+        if all(a is b for a, b in zip(idx, e.indices)):
+            return e
+        return ProducerLoad(e.producer, idx, e.dtype)
+
+    def visit_Reduce(self, e):
+        src, cond = self.visit(e.source), self.visit(e.condition)
+        if src is e.source and cond is e.condition:
+            return e
+        return Reduce(e.combiner, src, e.axis, cond, e.dtype)
+
+
+class StageInfo:
+    """What lowering learns about one (non-inlined) stage."""
+
+    def __init__(self, stage: Stage, body: Expr):
+        self.stage = stage
+        self.body = body  # inlined producers expanded
+        self.extent: Dict[IterVar, Expr] = {}
+        self.value: Dict[IterVar, Expr] = {}  # root and derived vars, in leaf loop counters
+        self.root_min: Dict[IterVar, Expr] = {}
+        self.guards: List[Expr] = []
+        self.buffer: Buffer = None
+        self.alloc_shape = None
+
+    @property
+    def name(self):
+        return self.stage.name
+
+
+class LowerContext:
+    def __init__(self, sch: Schedule, args: list):
+        self.sch = sch
+        self.stages = [s for s in sch.stages if s.attach_type != "inline"]
+        expander = _InlineExpander(self)
+        self.info: Dict[Stage, StageInfo] = {}
+        for st in self.stages:
+            self.info[st] = StageInfo(st, expander.visit(st.op.body))
+        self.arg_buffers: Dict[int, Buffer] = {}
+        self.params = []
+        self._bind_args(args)
+        self.readers: Dict[Stage, List[Stage]] = {st: [] for st in self.stages}
+        for st in self.stages:
+            for t in _loads_of(self.info[st].body):
+                p = self.stage_of_tensor(t)
+                if p is not None and p in self.readers and st not in self.readers[p]:
+                    self.readers[p].append(st)
+
+    def stage_of_tensor(self, t: Tensor):
+        return self.sch._stage_of.get(id(t.op))
+
+    # -- arguments ---------------------------------------------------------------------
+    def _bind_args(self, args):
+        seen = set()
+        for pos, a in enumerate(args):
+            if isinstance(a, Tensor):
+                if id(a) in seen:
+                    raise LowerError(f"argument {pos} ({a.name}) appears twice in the argument list")
+                seen.add(id(a))
+                st = self.stage_of_tensor(a)
+                if st is not None and st.attach_type != "root":
+                    raise LowerError(
+                        f"argument {pos}: tensor {a.name} is {'inlined' if st.attach_type == 'inline' else 'computed at ' + st.attach_stage.name}; "
+                        f"a tensor in the argument list is written in full: compute_root() it or "
+                        "drop it from the arguments")
+                if st is None and not isinstance(a.op, PlaceholderOp):
+                    raise LowerError(f"argument {pos}: tensor {a.name} is not part of this schedule")
+                buf = Buffer(a.name, tuple(a.shape), a.dtype)
+                self.arg_buffers[id(a.op)] = buf
+                self.params.append(buf)
+            elif isinstance(a, Var):
+                if a in seen:
+                    raise LowerError(f"argument {pos} ({a.name}) appears twice in the argument list")
+                seen.add(a)
+                self.params.append(a)
+            else:
+                raise LowerError(
+                    f"argument {pos} is {a!r}; the argument list holds the input and output "
+                    "tensors (placeholders and computes) and any scalar tc.var parameters")
+        for st in self.stages:
+            if st.is_output and id(st.origin_op) not in self.arg_buffers:
+                raise LowerError(f"output {st.name} is not in the argument list; add it (the "
+                                 "caller passes the array it is written to)")
+            for t in st.op.input_tensors:
+                if isinstance(t.op, PlaceholderOp) and id(t.op) not in self.arg_buffers:
+                    raise LowerError(f"tensor {t.name} is an input of stage {st.name} but is not "
+                                     "in the argument list; add it")
+
+    def buffer_of(self, t: Tensor):
+        b = self.arg_buffers.get(id(t.op))
+        if b is not None:
+            return b, None
+        st = self.stage_of_tensor(t)
+        if st is None or st not in self.info:
+            raise InternalError(f"no buffer for tensor {t.name}")
+        inf = self.info[st]
+        return inf.buffer, inf
+
+    # -- 1+2: extents and values ---------------------------------------------------------
+    def infer_loops(self, st: Stage, root_ranges: Dict[IterVar, Range]):
+        inf = self.info[st]
+        for iv in list(st.op.axis) + list(st.op.reduce_axis):
+            r = root_ranges[iv]
+            inf.root_min[iv] = r.min
+            inf.extent[iv] = r.extent
+        for rel in st.relations:
+            if isinstance(rel, Split):
+                ext = inf.extent[rel.parent]
+                if rel.factor is not None:
+                    inf.extent[rel.inner] = rel.factor
+                    inf.extent[rel.outer] = _ceildiv(ext, rel.factor)
+                else:
+                    inf.extent[rel.outer] = rel.nparts
+                    inf.extent[rel.inner] = _ceildiv(ext, rel.nparts)
+            elif isinstance(rel, Fuse):
+                inf.extent[rel.fused] = _simplify(_op.mul(inf.extent[rel.outer], inf.extent[rel.inner]))
+        for iv in st.leaf_iter_vars:
+            inf.value[iv] = iv.var
+        ranges = self.leaf_ranges(st)
+        for rel in reversed(st.relations):
+            if isinstance(rel, Split):
+                f = inf.extent[rel.inner]
+                val = _op.add(_op.mul(inf.value[rel.outer], f), inf.value[rel.inner])
+                inf.value[rel.parent] = _simplify(val, ranges)
+                cover = _op.mul(inf.extent[rel.outer], f)
+                if not _divides(cover, inf.extent[rel.parent]):
+                    inf.guards.append(_op.compare(LT, inf.value[rel.parent], inf.extent[rel.parent]))
+            elif isinstance(rel, Fuse):
+                ie = inf.extent[rel.inner]
+                inf.value[rel.outer] = _simplify(_op.floordiv(inf.value[rel.fused], ie), ranges)
+                inf.value[rel.inner] = _simplify(_op.floormod(inf.value[rel.fused], ie), ranges)
+        inf.guards = [_simplify(g, ranges) for g in inf.guards]
+        inf.guards = [g for g in inf.guards if not (isinstance(g, Const) and g.value is True)]
+
+    def leaf_ranges(self, st: Stage) -> Dict[Var, Range]:
+        inf = self.info[st]
+        return {iv.var: Range(Const(0, "int32"), inf.extent[iv]) for iv in st.leaf_iter_vars
+                if iv in inf.extent}
+
+    def root_value(self, st: Stage, iv: IterVar) -> Expr:
+        """The value of root axis ``iv`` of ``st`` in its leaf loop counters (absolute)."""
+        inf = self.info[st]
+        return _op.add(inf.root_min[iv], inf.value[iv])
+
+    # -- 3: bound inference -------------------------------------------------------------
+    def infer_bounds(self):
+        for st in reversed(self.stages):
+            op = st.op
+            ranges = {}
+            for iv in op.reduce_axis:
+                ranges[iv] = iv.dom
+            if st.attach_type == "scope":
+                needed = self._needed_region(st)
+                for iv, r in zip(op.axis, needed):
+                    ranges[iv] = r
+            else:
+                for iv in op.axis:
+                    ranges[iv] = iv.dom
+            self.infer_loops(st, ranges)
+            self._check_loop_kinds(st)
+            self._make_buffer(st)
+
+    def _relax_set(self, consumer: Stage, producer: Stage) -> Dict[Var, Range]:
+        """Loop counters to relax for one iteration of producer's attach loop."""
+        target, axis = producer.attach_stage, producer.attach_ivar
+        relax: Dict[Var, Range] = {}
+        x, below = consumer, None  # below: leaf of x under which the chain hangs (None: all)
+        while True:
+            leaves = x.leaf_iter_vars
+            cut = len(leaves) if below is None else leaves.index(below) + 1
+            if x is target:
+                start = leaves.index(axis) + 1
+                for iv in leaves[start:cut]:
+                    relax[iv.var] = Range(Const(0, "int32"), self.info[x].extent[iv])
+                return relax
+            for iv in leaves[:cut]:
+                relax[iv.var] = Range(Const(0, "int32"), self.info[x].extent[iv])
+            if x.attach_type != "scope":
+                raise ScheduleError(
+                    f"compute_at of {producer.name} at {target.name}.{axis.name}: its consumer "
+                    f"{consumer.name} is not computed inside that loop, so {producer.name} would "
+                    f"not be ready for it; compute {consumer.name} inside {target.name}'s loop "
+                    f"too, or compute {producer.name} at a loop enclosing all its consumers")
+            x, below = x.attach_stage, x.attach_ivar
+
+    def _needed_region(self, st: Stage) -> List[Range]:
+        arith = _arith()
+        t = st.op.output(0)
+        shape = st.op.shape
+        ndim = len(shape)
+        los: List[list] = [[] for _ in range(ndim)]
+        his: List[list] = [[] for _ in range(ndim)]
+        consumers = self.readers[st]
+        if not consumers:
+            raise ScheduleError(f"compute_at of {st.name}: no stage reads it")
+        for c in consumers:
+            relax = self._relax_set(c, st)
+            cinf = self.info[c]
+            vmap = {iv.var: self.root_value(c, iv) for iv in list(c.op.axis) + list(c.op.reduce_axis)}
+            for load in _producer_loads(cinf.body, t):
+                for d, idx in enumerate(load.indices):
+                    e = _simplify(substitute(idx, vmap))
+                    itv = arith.eval_interval(e, relax)
+                    if itv.lo is None or itv.hi is None:
+                        los[d].append(Const(0, "int32"))
+                        his[d].append(_op.sub(shape[d], Const(1, "int32")))
+                    else:
+                        los[d].append(itv.lo)
+                        his[d].append(itv.hi)
+        out = []
+        # the loop counters enclosing the attach point have known ranges: simplifying
+        # with them turns e.g. min(io*6 + 5, 479) - max(io*6, 0) + 1 into 6
+        outer = self._outer_ranges(st)
+        for d in range(ndim):
+            lo, hi = los[d][0], his[d][0]
+            for x in los[d][1:]:
+                lo = _op.minimum(lo, x)
+            for x in his[d][1:]:
+                hi = _op.maximum(hi, x)
+            lo, hi = _simplify(lo, outer), _simplify(hi, outer)
+            raw_ext = _simplify(_op.add(_op.sub(hi, lo), Const(1, "int32")), outer)
+            clo = _simplify(_op.maximum(lo, Const(0, "int32")), outer)
+            chi = _simplify(_op.minimum(hi, _op.sub(shape[d], Const(1, "int32"))), outer)
+            ext = _simplify(_op.add(_op.sub(chi, clo), Const(1, "int32")), outer)
+            out.append(Range(clo, ext))
+            self.info[st].__dict__.setdefault("raw_extent", []).append(raw_ext)
+        return out
+
+    def _check_loop_kinds(self, st: Stage):
+        inf = self.info[st]
+        for iv in st.leaf_iter_vars:
+            a = st.iter_attrs.get(iv)
+            if a is None:
+                continue
+            ext = inf.extent[iv]
+            if a.kind in ("vectorized", "unrolled") and not isinstance(ext, Const):
+                verb = "vectorize" if a.kind == "vectorized" else "unroll"
+                raise ScheduleError(
+                    f"{verb} on stage {st.name}: axis {iv.name} has extent {ext}, which is not a "
+                    f"constant; split it by a constant factor and {verb} the inner axis "
+                    f"(the tail is guarded)")
+
+    def _make_buffer(self, st: Stage):
+        inf = self.info[st]
+        t = st.op.output(0)
+        arg = self.arg_buffers.get(id(st.origin_op))
+        if arg is not None:
+            inf.buffer = arg
+            return
+        arith = _arith()
+        shape = []
+        if st.attach_type == "scope":
+            outer = self._outer_ranges(st)
+            raw = inf.__dict__.get("raw_extent", [])
+            for d, iv in enumerate(st.op.axis):
+                ext = inf.extent[iv]
+                if not isinstance(ext, Const):
+                    cands = [ext] + ([raw[d]] if d < len(raw) else [])
+                    best = None
+                    for c in cands:
+                        lo, hi = arith.const_interval(c, outer)
+                        if hi is not None and (best is None or hi < best):
+                            best = hi
+                    full = st.op.shape[d]
+                    if best is not None and isinstance(full, Const):
+                        best = min(best, full.value)
+                    ext = Const(int(best), "int32") if best is not None else full
+                shape.append(ext)
+        else:
+            shape = [inf.extent[iv] for iv in st.op.axis]
+        strides = None
+        if st.storage_aligns:
+            strides = _aligned_strides(shape, st.storage_aligns, st.name)
+        inf.buffer = Buffer(t.name, tuple(shape), t.dtype, strides, st.scope)
+
+    def _outer_ranges(self, st: Stage) -> Dict[Var, Range]:
+        """Ranges of every loop counter that encloses st's attach point."""
+        out = {}
+        x, axis = st.attach_stage, st.attach_ivar
+        while x is not None:
+            leaves = x.leaf_iter_vars
+            cut = leaves.index(axis) + 1 if axis is not None else len(leaves)
+            for iv in leaves[:cut]:
+                out[iv.var] = Range(Const(0, "int32"), self.info[x].extent[iv])
+            x, axis = x.attach_stage, x.attach_ivar
+        return out
+
+    # -- 4: loop nests -------------------------------------------------------------------
+    def make_nest(self, st: Stage):
+        """The loop nest of stage ``st`` with the stages attached to it inside."""
+        inf = self.info[st]
+        op = st.op
+        buf = inf.buffer
+        vmap = {iv.var: self.root_value(st, iv) for iv in list(op.axis) + list(op.reduce_axis)}
+        store_idx = tuple(_simplify(inf.value[iv], self.leaf_ranges(st)) for iv in op.axis)
+        leaves = st.leaf_iter_vars
+        body = inf.body
+        if isinstance(body, Reduce):
+            comb = body.combiner
+            cur = BufferLoad(buf, store_idx, buf.dtype)
+            src = self.lower_expr(substitute(body.source, vmap))
+            update = BufferStore(buf, comb.combine(cur, src), store_idx)
+            cond = self.lower_expr(substitute(body.condition, vmap))
+            if not (isinstance(cond, Const) and cond.value is True):
+                update = IfThenElse(cond, update)
+            init = BufferStore(buf, comb.identity, store_idx)
+            p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
+            dguards = [g for g in inf.guards if not _uses_reduce(g, st, inf)]
+            init_nest = self._loops(st, [iv for iv in leaves[p:] if iv.kind != "reduce"],
+                                    _guard(init, dguards), attach=False)
+            update_nest = self._loops(st, leaves[p:], _guard(update, inf.guards))
+            inner = seq(init_nest, update_nest)
+            return self._loops(st, leaves[:p], inner)
+        value = self.lower_expr(substitute(body, vmap))
+        store = BufferStore(buf, value, store_idx)
+        return self._loops(st, leaves, _guard(store, inf.guards))
+
+    def _loops(self, st: Stage, leaves, body, attach=True):
+        inf = self.info[st]
+        for iv in reversed(leaves):
+            if attach:
+                body = self._attach_here(st, iv, body)
+            a = st.iter_attrs.get(iv)
+            kind = a.kind if a is not None else "serial"
+            tag = a.thread.thread_tag if (a is not None and a.thread is not None) else ""
+            body = For(iv.var, Const(0, "int32"), inf.extent[iv], kind, body, tag)
+            if a is not None:
+                for name, val in reversed(a.pragmas):
+                    body = AttrStmt("pragma_" + name, val, body)
+        return body
+
+    def _attach_here(self, st: Stage, iv: IterVar, body):
+        inner = [s for s in self.stages if s.attach_type == "scope" and s.attach_stage is st
+                 and s.attach_ivar is iv]
+        if not inner:
+            return body
+        nests = [self.make_nest(s) for s in inner]
+        out = seq(*nests, body)
+        for s in reversed(inner):
+            out = Allocate(self.info[s].buffer, out)
+        return out
+
+    def lower_expr(self, e: Expr) -> Expr:
+        return _LoadLowering(self).visit(e)
+
+    def make_body(self):
+        roots = [s for s in self.stages if s.attach_type == "root"]
+        nests = [self.make_nest(s) for s in roots]
+        body = seq(*nests)
+        for s in reversed(roots):
+            if id(s.origin_op) not in self.arg_buffers:
+                body = Allocate(self.info[s].buffer, body)
+        return body
+
+
+class _LoadLowering(Mutator):
+    def __init__(self, ctx: LowerContext):
+        self.ctx = ctx
+
+    def visit_ProducerLoad(self, e):
+        idx = [self.visit(i) for i in e.indices]
+        buf, inf = self.ctx.buffer_of(e.producer)
+        if inf is not None and inf.stage.attach_type == "scope":
+            idx = [_op.sub(i, inf.root_min[iv]) for i, iv in zip(idx, inf.stage.op.axis)]
+        return BufferLoad(buf, tuple(_simplify(i) for i in idx), buf.dtype)
+
+
+def _loads_of(expr) -> list:
+    from ..te.tensor import input_tensors_of
+
+    return input_tensors_of(expr)
+
+
+def _producer_loads(expr, t: Tensor) -> list:
+    from ..ir.functor import collect
+
+    return [n for n in collect(expr, lambda n: isinstance(n, ProducerLoad)) if n.producer is t]
+
+
+def _divides(cover: Expr, ext: Expr) -> bool:
+    """Whether ``cover`` (outer * factor) equals ``ext`` exactly."""
+    c, e = _simplify(cover), _simplify(ext)
+    if isinstance(c, Const) and isinstance(e, Const):
+        return c.value == e.value
+    return _simplify(_op.sub(c, e)) == Const(0, "int32")
+
+
+def _uses_reduce(g: Expr, st: Stage, inf: StageInfo) -> bool:
+    from ..ir.functor import uses_var
+
+    return any(uses_var(g, iv.var) for iv in st.leaf_iter_vars if iv.kind == "reduce")
+
+
+def _guard(stmt, guards):
+    if not guards:
+        return stmt
+    cond = guards[0]
+    for g in guards[1:]:
+        cond = And(cond, g)
+    return IfThenElse(cond, stmt)
+
+
+def _aligned_strides(shape, aligns, name):
+    strides = [None] * len(shape)
+    acc: Expr = Const(1, "int32")
+    for d in range(len(shape) - 1, -1, -1):
+        if d in aligns:
+            factor, offset = aligns[d]
+            if not isinstance(acc, Const):
+                raise ScheduleError(f"storage_align on stage {name}: the stride of dimension {d} "
+                                    f"is {acc}, not a constant; storage_align needs constant "
+                                    "inner extents")
+            v = acc.value
+            v = v + ((offset - v) % factor)
+            acc = Const(v, "int32")
+        strides[d] = acc
+        acc = _simplify(_op.mul(acc, shape[d]))
+    return tuple(strides)
+
+
+def schedule_to_stmt(sch: Schedule, args: list):
+    """Return (params, body) for the schedule: the first step of lowering."""
+    ctx = LowerContext(sch, args)
+    ctx.infer_bounds()
+    return ctx.params, ctx.make_body(), ctx

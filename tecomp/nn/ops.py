@@ -1,0 +1,379 @@
+"""Forward operator definitions: pure compute definitions, no schedules.
+
+Every operator returns a ``tc.compute`` tensor built from its inputs (and helper stages
+named ``<name>.<what>``, e.g. ``conv2d_nchw.pad``); the dtype follows the inputs (float32 or
+float64).  Their backward definitions come from :func:`tecomp.gradient`; tuned schedules
+live in other modules of :mod:`tecomp.nn`.  The names of operators and stages are stable:
+schedules look stages up by them.
+
+Layouts
+-------
+* ``matmul(A, B)``: ``A[M, K] @ B[K, N] -> [M, N]``.
+* ``dense(X, W, bias)``: ``X[B, I]``, ``W[O, I]`` (PyTorch's ``nn.Linear``), ``bias[O]`` -> ``[B, O]``.
+* ``conv2d_nchw``: data ``[N, C, H, W]``, weight ``[O, C, KH, KW]`` (PyTorch's layout).
+* ``conv2d_nhwc``: data ``[N, H, W, C]``, weight ``[KH, KW, C, O]`` (HWIO, TensorFlow's and
+  TVM's NHWC layout); output ``[N, OH, OW, O]``.
+* pooling: NCHW.  ``softmax``, ``log_softmax``, ``layer_norm``: over the last axis.
+* ``cross_entropy``, ``mse_loss``: shape ``(1,)`` (the mean), as a one-element tensor.
+
+Padding is a stage ``<name>.pad`` with ``tc.if_then_else`` (zero for convolutions and average
+pooling, ``-inf`` for max pooling, as PyTorch); autodiff inlines it, so the data gradient
+is one gather over the unpadded input.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence, Tuple
+
+from .. import te as _te
+from ..errors import ShapeError
+from ..ir.expr import Const, Expr
+from ..autodiff.reverse import stop_gradient
+
+__all__ = [
+    "matmul", "dense", "conv2d_nchw", "conv2d_nhwc", "max_pool2d", "avg_pool2d", "relu",
+    "sigmoid", "tanh", "gelu", "bias_add", "softmax", "log_softmax", "cross_entropy",
+    "mse_loss", "batch_norm_train", "layer_norm", "pad", "flatten",
+]
+
+
+# ---------------------------------------------------------------------------------
+# helpers
+
+
+def _pair(v, what: str) -> Tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    if isinstance(v, (tuple, list)) and len(v) == 2 and all(isinstance(x, int) for x in v):
+        return (int(v[0]), int(v[1]))
+    raise ShapeError(f"{what} must be an int or a pair of ints, got {v!r}")
+
+
+def _int(e, what: str) -> int:
+    if isinstance(e, Const):
+        return int(e.value)
+    raise ShapeError(f"{what} must be a constant extent, got {e}")
+
+
+def _c(v, dtype) -> Const:
+    return Const(float(v), dtype)
+
+
+def _elementwise(x, fn, name, tag=""):
+    return _te.compute(x.shape, lambda *i: fn(x[i]), name=name, tag=tag)
+
+
+def pad(data, pad_before: Sequence[int], pad_after: Sequence[int] | None = None, value=0.0,
+        name: str = "pad"):
+    """``data`` padded with ``value`` (``pad_before[d]`` / ``pad_after[d]`` elements per
+    dimension), read through ``tc.if_then_else`` so no out-of-bounds read happens."""
+    pad_after = pad_before if pad_after is None else pad_after
+    if len(pad_before) != data.ndim or len(pad_after) != data.ndim:
+        raise ShapeError(f"pad {name}: give one padding per dimension of {data.name} "
+                         f"({data.ndim})")
+    shape = [e + b + a if (b or a) else e for e, b, a in zip(data.shape, pad_before, pad_after)]
+
+    def f(*i):
+        conds, idx = [], []
+        for d, x in enumerate(i):
+            b, a = pad_before[d], pad_after[d]
+            if b or a:
+                conds.append(x >= b)
+                conds.append(x < data.shape[d] + b)
+                idx.append(x - b)
+            else:
+                idx.append(x)
+        val = data[tuple(idx)]
+        if not conds:
+            return val
+        return _te.if_then_else(_te.all(*conds), val, _c(value, data.dtype))
+
+    return _te.compute(tuple(shape), f, name=name, tag="injective,pad")
+
+
+def flatten(data, name: str = "flatten"):
+    """``[N, d1, d2, ...] -> [N, d1*d2*...]`` (row-major, as ``torch.flatten(x, 1)``)."""
+    dims = [_int(e, f"flatten {name}: extent") for e in data.shape[1:]]
+    total = math.prod(dims)
+    strides = [math.prod(dims[k + 1:]) for k in range(len(dims))]
+
+    def f(n, j):
+        idx = [n]
+        for k, (d, st) in enumerate(zip(dims, strides)):
+            v = j if st == 1 else j // st
+            idx.append(v % d if k > 0 else v)
+        return data[tuple(idx)]
+
+    return _te.compute((data.shape[0], total), f, name=name, tag="injective,reshape")
+
+
+# ---------------------------------------------------------------------------------
+# dense algebra
+
+
+def matmul(A, B, name: str = "matmul"):
+    """``A[M, K] @ B[K, N]``."""
+    if A.ndim != 2 or B.ndim != 2:
+        raise ShapeError(f"matmul {name}: needs 2-d tensors, got {A.name}{A.ndim}-d and "
+                         f"{B.name} {B.ndim}-d")
+    k = _te.reduce_axis(A.shape[1], name="k")
+    return _te.compute((A.shape[0], B.shape[1]),
+                       lambda i, j: _te.sum(A[i, k] * B[k, j], axis=k), name=name, tag="matmul")
+
+
+def dense(X, W, bias=None, name: str = "dense"):
+    """``X[B, I] W[O, I]^T (+ bias[O]) -> [B, O]`` (PyTorch's ``nn.Linear``).  With a bias the
+    product is the stage ``<name>.matmul`` and ``<name>`` adds the bias."""
+    if X.ndim != 2 or W.ndim != 2:
+        raise ShapeError(f"dense {name}: X must be [batch, in] and W [out, in]")
+    k = _te.reduce_axis(X.shape[1], name="k")
+    mm = _te.compute((X.shape[0], W.shape[0]),
+                     lambda b, o: _te.sum(X[b, k] * W[o, k], axis=k),
+                     name=name if bias is None else f"{name}.matmul", tag="dense")
+    if bias is None:
+        return mm
+    return _te.compute(mm.shape, lambda b, o: mm[b, o] + bias[o], name=name, tag="bias_add")
+
+
+# ---------------------------------------------------------------------------------
+# convolution
+
+
+def _out_size(h, k, s, p, d):
+    return (h + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def conv2d_nchw(data, weight, stride=1, padding=0, dilation=1, name: str = "conv2d_nchw"):
+    """2-d convolution (cross-correlation, as PyTorch): data ``[N, C, H, W]``, weight
+    ``[O, C, KH, KW]`` -> ``[N, O, OH, OW]``; ``stride``, ``padding`` (zeros, both sides),
+    ``dilation``: an int or a pair."""
+    sh, sw = _pair(stride, "stride")
+    ph, pw = _pair(padding, "padding")
+    dh, dw = _pair(dilation, "dilation")
+    N, C, H, W = data.shape
+    O, C2, KH, KW = weight.shape
+    H, W, KH, KW = (_int(x, f"conv2d {name}: extent") for x in (H, W, KH, KW))
+    OH, OW = _out_size(H, KH, sh, ph, dh), _out_size(W, KW, sw, pw, dw)
+    if OH <= 0 or OW <= 0:
+        raise ShapeError(f"conv2d {name}: the output would be {OH}x{OW}; the kernel does not fit")
+    src = pad(data, (0, 0, ph, pw), name=f"{name}.pad") if (ph or pw) else data
+    c = _te.reduce_axis(C, name="c")
+    ky = _te.reduce_axis(KH, name="ky")
+    kx = _te.reduce_axis(KW, name="kx")
+    return _te.compute(
+        (N, O, OH, OW),
+        lambda n, o, y, x: _te.sum(src[n, c, y * sh + ky * dh, x * sw + kx * dw] *
+                                   weight[o, c, ky, kx], axis=[c, ky, kx]),
+        name=name, tag="conv2d_nchw")
+
+
+def conv2d_nhwc(data, weight, stride=1, padding=0, dilation=1, name: str = "conv2d_nhwc"):
+    """2-d convolution in NHWC: data ``[N, H, W, C]``, weight ``[KH, KW, C, O]`` (HWIO) ->
+    ``[N, OH, OW, O]``."""
+    sh, sw = _pair(stride, "stride")
+    ph, pw = _pair(padding, "padding")
+    dh, dw = _pair(dilation, "dilation")
+    N, H, W, C = data.shape
+    KH, KW, C2, O = weight.shape
+    H, W, KH, KW = (_int(x, f"conv2d {name}: extent") for x in (H, W, KH, KW))
+    OH, OW = _out_size(H, KH, sh, ph, dh), _out_size(W, KW, sw, pw, dw)
+    if OH <= 0 or OW <= 0:
+        raise ShapeError(f"conv2d {name}: the output would be {OH}x{OW}; the kernel does not fit")
+    src = pad(data, (0, ph, pw, 0), name=f"{name}.pad") if (ph or pw) else data
+    c = _te.reduce_axis(C, name="c")
+    ky = _te.reduce_axis(KH, name="ky")
+    kx = _te.reduce_axis(KW, name="kx")
+    return _te.compute(
+        (N, OH, OW, O),
+        lambda n, y, x, o: _te.sum(src[n, y * sh + ky * dh, x * sw + kx * dw, c] *
+                                   weight[ky, kx, c, o], axis=[ky, kx, c]),
+        name=name, tag="conv2d_nhwc")
+
+
+# ---------------------------------------------------------------------------------
+# pooling (NCHW)
+
+
+def max_pool2d(data, kernel, stride=None, padding=0, name: str = "max_pool2d"):
+    """Max pooling over ``[N, C, H, W]``; padding is ``-inf`` (never the maximum).  The
+    gradient goes to the first maximum of each window in row-major order (PyTorch's rule)."""
+    kh, kw = _pair(kernel, "kernel")
+    sh, sw = _pair(stride if stride is not None else kernel, "stride")
+    ph, pw = _pair(padding, "padding")
+    N, C, H, W = data.shape
+    H, W = _int(H, "height"), _int(W, "width")
+    OH, OW = _out_size(H, kh, sh, ph, 1), _out_size(W, kw, sw, pw, 1)
+    src = pad(data, (0, 0, ph, pw), value=-math.inf, name=f"{name}.pad") if (ph or pw) else data
+    ky = _te.reduce_axis(kh, name="ky")
+    kx = _te.reduce_axis(kw, name="kx")
+    return _te.compute((N, C, OH, OW),
+                       lambda n, c, y, x: _te.max(src[n, c, y * sh + ky, x * sw + kx],
+                                                  axis=[ky, kx]),
+                       name=name, tag="pool_max")
+
+
+def avg_pool2d(data, kernel, stride=None, padding=0, count_include_pad: bool = True,
+               name: str = "avg_pool2d"):
+    """Average pooling over ``[N, C, H, W]`` with zero padding; divides by the window size
+    (``count_include_pad=True``, PyTorch's default) or by the number of unpadded elements."""
+    kh, kw = _pair(kernel, "kernel")
+    sh, sw = _pair(stride if stride is not None else kernel, "stride")
+    ph, pw = _pair(padding, "padding")
+    N, C, H, W = data.shape
+    H, W = _int(H, "height"), _int(W, "width")
+    OH, OW = _out_size(H, kh, sh, ph, 1), _out_size(W, kw, sw, pw, 1)
+    src = pad(data, (0, 0, ph, pw), name=f"{name}.pad") if (ph or pw) else data
+    ky = _te.reduce_axis(kh, name="ky")
+    kx = _te.reduce_axis(kw, name="kx")
+    s = _te.compute((N, C, OH, OW),
+                    lambda n, c, y, x: _te.sum(src[n, c, y * sh + ky, x * sw + kx], axis=[ky, kx]),
+                    name=f"{name}.sum", tag="pool_sum")
+    if count_include_pad or not (ph or pw):
+        return _te.compute(s.shape, lambda n, c, y, x: s[n, c, y, x] * (1.0 / (kh * kw)),
+                           name=name, tag="pool_avg")
+
+    def f(n, c, y, x):
+        y0, x0 = y * sh - ph, x * sw - pw
+        hh = _te.minimum(y0 + kh, H) - _te.maximum(y0, 0)
+        ww = _te.minimum(x0 + kw, W) - _te.maximum(x0, 0)
+        return s[n, c, y, x] / (hh * ww).astype(data.dtype)
+
+    return _te.compute(s.shape, f, name=name, tag="pool_avg")
+
+
+# ---------------------------------------------------------------------------------
+# elementwise
+
+
+def relu(x, name: str = "relu"):
+    """``max(x, 0)``; its gradient is 0 at 0 (PyTorch's)."""
+    return _elementwise(x, lambda v: _te.if_then_else(v > 0, v, _c(0, x.dtype)), name,
+                        "elemwise")
+
+
+def sigmoid(x, name: str = "sigmoid"):
+    return _elementwise(x, _te.sigmoid, name, "elemwise")
+
+
+def tanh(x, name: str = "tanh"):
+    return _elementwise(x, _te.tanh, name, "elemwise")
+
+
+def gelu(x, name: str = "gelu"):
+    """``0.5 * x * (1 + erf(x / sqrt(2)))`` (the exact, erf form)."""
+    return _elementwise(x, lambda v: 0.5 * v * (1.0 + _te.erf(v * (1.0 / math.sqrt(2.0)))),
+                        name, "elemwise")
+
+
+def bias_add(x, bias, axis: int = 1, name: str = "bias_add"):
+    """``x + bias`` broadcast along ``axis`` (the channel axis 1 of NCHW by default; -1 for
+    the last)."""
+    ax = axis % x.ndim
+    return _te.compute(x.shape, lambda *i: x[i] + bias[i[ax]], name=name, tag="bias_add")
+
+
+# ---------------------------------------------------------------------------------
+# softmax and losses
+
+
+def _row_max(x, name):
+    k = _te.reduce_axis(x.shape[-1], name="k")
+    m = _te.compute(x.shape[:-1], lambda *i: _te.max(x[i + (k,)], axis=k), name=name)
+    return stop_gradient(m)  # softmax does not depend on the shift: not differentiated
+
+
+def softmax(x, name: str = "softmax"):
+    """Softmax over the last axis (stages ``.max``, ``.exp``, ``.sum``)."""
+    m = _row_max(x, f"{name}.max")
+    e = _te.compute(x.shape, lambda *i: _te.exp(x[i] - m[i[:-1]]), name=f"{name}.exp")
+    k = _te.reduce_axis(x.shape[-1], name="k")
+    s = _te.compute(x.shape[:-1], lambda *i: _te.sum(e[i + (k,)], axis=k), name=f"{name}.sum")
+    return _te.compute(x.shape, lambda *i: e[i] / s[i[:-1]], name=name, tag="softmax")
+
+
+def log_softmax(x, name: str = "log_softmax"):
+    """Log-softmax over the last axis: ``x - max - log(sum(exp(x - max)))``."""
+    m = _row_max(x, f"{name}.max")
+    e = _te.compute(x.shape, lambda *i: _te.exp(x[i] - m[i[:-1]]), name=f"{name}.exp")
+    k = _te.reduce_axis(x.shape[-1], name="k")
+    s = _te.compute(x.shape[:-1], lambda *i: _te.sum(e[i + (k,)], axis=k), name=f"{name}.sum")
+    return _te.compute(x.shape, lambda *i: x[i] - m[i[:-1]] - _te.log(s[i[:-1]]), name=name,
+                       tag="log_softmax")
+
+
+def cross_entropy(logits, labels_onehot, name: str = "cross_entropy"):
+    """Mean over the batch of ``-sum_c labels[b, c] * log_softmax(logits)[b, c]`` (PyTorch's
+    ``cross_entropy`` with probabilities as targets): ``logits[B, C]`` -> shape ``(1,)``."""
+    if logits.ndim != 2:
+        raise ShapeError(f"cross_entropy {name}: logits must be [batch, classes]")
+    ls = log_softmax(logits, name=f"{name}.log_softmax")
+    B = _int(logits.shape[0], "batch")
+    b = _te.reduce_axis(logits.shape[0], name="b")
+    c = _te.reduce_axis(logits.shape[1], name="c")
+    return _te.compute((1,), lambda i: _te.sum(labels_onehot[b, c] * ls[b, c] * (-1.0 / B),
+                                               axis=[b, c]), name=name, tag="loss")
+
+
+def mse_loss(pred, target, name: str = "mse_loss"):
+    """Mean of ``(pred - target)**2`` over every element -> shape ``(1,)``."""
+    n = math.prod(_int(e, "extent") for e in pred.shape)
+    axes = [_te.reduce_axis(e, name=f"k{d}") for d, e in enumerate(pred.shape)]
+
+    def f(i):
+        idx = tuple(a.var for a in axes)
+        d = pred[idx] - target[idx]
+        return _te.sum(d * d * (1.0 / n), axis=axes)
+
+    return _te.compute((1,), f, name=name, tag="loss")
+
+
+# ---------------------------------------------------------------------------------
+# normalisation
+
+
+def batch_norm_train(x, gamma, beta, eps: float = 1e-5, name: str = "batch_norm",
+                     return_stats: bool = False):
+    """Batch norm in training mode over ``x[N, C, H, W]``: per-channel batch mean and
+    biased variance (stages ``.mean``, ``.var``, ``.invstd``), then
+    ``(x - mean) * invstd * gamma + beta``.  ``return_stats=True`` also returns
+    ``(mean, var)`` (e.g. to update running statistics)."""
+    N, C, H, W = x.shape
+    M = _int(N, "N") * _int(H, "H") * _int(W, "W")
+    n = _te.reduce_axis(N, name="n")
+    h = _te.reduce_axis(H, name="h")
+    w = _te.reduce_axis(W, name="w")
+    mean = _te.compute((C,), lambda c: _te.sum(x[n, c, h, w] * (1.0 / M), axis=[n, h, w]),
+                       name=f"{name}.mean")
+    n2 = _te.reduce_axis(N, name="n")
+    h2 = _te.reduce_axis(H, name="h")
+    w2 = _te.reduce_axis(W, name="w")
+
+    def var_f(c):
+        d = x[n2, c, h2, w2] - mean[c]
+        return _te.sum(d * d * (1.0 / M), axis=[n2, h2, w2])
+
+    var = _te.compute((C,), var_f, name=f"{name}.var")
+    invstd = _te.compute((C,), lambda c: _te.rsqrt(var[c] + eps), name=f"{name}.invstd")
+    out = _te.compute(x.shape, lambda n_, c, y, x_: (x[n_, c, y, x_] - mean[c]) * invstd[c] *
+                      gamma[c] + beta[c], name=name, tag="batch_norm")
+    return (out, mean, var) if return_stats else out
+
+
+def layer_norm(x, gamma, beta, eps: float = 1e-5, name: str = "layer_norm"):
+    """Layer norm over the last axis of ``x[..., D]`` with ``gamma[D]``, ``beta[D]``
+    (biased variance, as PyTorch)."""
+    D = _int(x.shape[-1], "the normalised extent")
+    k = _te.reduce_axis(x.shape[-1], name="k")
+    lead = x.shape[:-1]
+    mean = _te.compute(lead, lambda *i: _te.sum(x[i + (k,)] * (1.0 / D), axis=k),
+                       name=f"{name}.mean")
+    k2 = _te.reduce_axis(x.shape[-1], name="k")
+
+    def var_f(*i):
+        d = x[i + (k2,)] - mean[i]
+        return _te.sum(d * d * (1.0 / D), axis=k2)
+
+    var = _te.compute(lead, var_f, name=f"{name}.var")
+    invstd = _te.compute(lead, lambda *i: _te.rsqrt(var[i] + eps), name=f"{name}.invstd")
+    return _te.compute(x.shape, lambda *i: (x[i] - mean[i[:-1]]) * invstd[i[:-1]] *
+                       gamma[i[-1]] + beta[i[-1]], name=name, tag="layer_norm")

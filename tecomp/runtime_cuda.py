@@ -1,0 +1,299 @@
+"""The CUDA runtime: compile tecomp's CUDA C with pycuda and launch it.
+
+pycuda is an optional dependency (``pip install tecomp[cuda]``).  Without it, or without
+a GPU, :func:`build_cuda` still generates the source (``get_source("cuda")`` works) and
+calling the module raises :class:`~tecomp.errors.RuntimeUnavailableError` saying what
+is missing.
+
+Calls accept, for each buffer parameter:
+
+* a device array: pycuda's ``GPUArray`` or anything with ``__cuda_array_interface__``
+  (CuPy, PyTorch, numba).  The kernel reads and writes it in place; it must be
+  C-contiguous when the buffer is compact.
+* a numpy array: copied to a temporary device buffer before the launch, and, for the
+  buffers the function writes, copied back into the numpy array after it (so
+  non-contiguous numpy arrays work too).  Convenient, not fast: keep data on the device
+  for repeated calls.
+
+The arguments are checked like every tecomp runtime does
+(:func:`tecomp.codegen.argcheck.bind_and_check`); grid and block sizes are computed from
+the symbolic extents at call time and checked against the device (threads per block,
+including the kernel's register limit, block and grid dimensions, shared memory).
+
+The driver work goes through a small :class:`PycudaDriver` object; another object with
+the same methods can stand in for it (``build_cuda(func, driver=...)``), which is how
+the runtime's logic is tested on machines without a GPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from .codegen.argcheck import array_meta, bind_and_check, check_no_alias, eval_host_expr
+from .codegen.cuda import CudaSource, KernelInfo, codegen_cuda, compile_ptx
+from .errors import ArgumentError, BuildError, RuntimeUnavailableError
+from .ir.expr import Buffer
+from .ir.stmt import PrimFunc
+
+# struct format characters of kernel parameters (pycuda's prepared calls)
+_STRUCT = {"int8": "b", "uint8": "B", "int16": "h", "int32": "i", "int64": "q", "bool": "?",
+           "float16": "f", "float32": "f", "float64": "d"}
+_NUMPY_SCALAR = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32,
+                 "int64": np.int64, "bool": np.bool_, "float16": np.float32,
+                 "float32": np.float32, "float64": np.float64}
+
+
+class PycudaDriver:
+    """The driver calls the runtime makes, on pycuda and the device's primary context
+    (shared with CuPy and PyTorch, so their arrays can be passed directly)."""
+
+    def __init__(self, ordinal: int = 0):
+        try:
+            import pycuda.driver as cuda
+        except ImportError:
+            raise RuntimeUnavailableError(
+                "pycuda is not installed: pip install tecomp[cuda] (the generated source is "
+                "still available with get_source('cuda'))") from None
+        try:
+            cuda.init()
+            count = cuda.Device.count()
+        except Exception as exc:  # noqa: BLE001 - pycuda raises its own error types
+            raise RuntimeUnavailableError(
+                f"no CUDA device: the CUDA driver did not start ({exc})") from None
+        if count <= ordinal:
+            raise RuntimeUnavailableError(
+                f"no CUDA device: the driver sees {count} device(s), device {ordinal} was asked for")
+        self.cuda = cuda
+        self.device = cuda.Device(ordinal)
+        self.context = self.device.retain_primary_context()
+        a = cuda.device_attribute
+        get = self.device.get_attribute
+        self.name = self.device.name()
+        self.compute_capability = self.device.compute_capability()
+        self.max_threads_per_block = get(a.MAX_THREADS_PER_BLOCK)
+        self.max_block_dims = (get(a.MAX_BLOCK_DIM_X), get(a.MAX_BLOCK_DIM_Y), get(a.MAX_BLOCK_DIM_Z))
+        self.max_grid_dims = (get(a.MAX_GRID_DIM_X), get(a.MAX_GRID_DIM_Y), get(a.MAX_GRID_DIM_Z))
+        self.max_shared_per_block = get(a.MAX_SHARED_MEMORY_PER_BLOCK)
+        self._modules: Dict[str, object] = {}
+
+    @property
+    def arch(self) -> str:
+        return "sm_%d%d" % self.compute_capability
+
+    @contextlib.contextmanager
+    def active(self):
+        self.context.push()
+        try:
+            yield
+        finally:
+            self.cuda.Context.pop()
+
+    def compile(self, cs: CudaSource):
+        key = hashlib.sha256(cs.source.encode()).hexdigest()
+        mod = self._modules.get(key)
+        if mod is None:
+            from pycuda.compiler import SourceModule
+
+            try:
+                mod = SourceModule(cs.source, no_extern_c=True, options=["-std=c++17"])
+            except Exception as exc:  # noqa: BLE001 - pycuda.driver.CompileError and friends
+                raise BuildError(f"nvcc (through pycuda) failed to compile the generated CUDA C "
+                                 f"for {self.arch}: {exc}") from exc
+            self._modules[key] = mod
+        return mod
+
+    def get_function(self, module, name: str):
+        return module.get_function(name)
+
+    def function_max_threads(self, fn) -> int:
+        return fn.get_attribute(self.cuda.function_attribute.MAX_THREADS_PER_BLOCK)
+
+    def function_registers(self, fn) -> int:
+        return fn.get_attribute(self.cuda.function_attribute.NUM_REGS)
+
+    def alloc(self, nbytes: int):
+        return self.cuda.mem_alloc(max(1, nbytes))
+
+    def htod(self, ptr, host: np.ndarray) -> None:
+        if host.nbytes:
+            self.cuda.memcpy_htod(ptr, host)
+
+    def dtoh(self, host: np.ndarray, ptr) -> None:
+        if host.nbytes:
+            self.cuda.memcpy_dtoh(host, ptr)
+
+    def launch(self, fn, grid, block, shared: int, types: str, args) -> None:
+        if getattr(fn, "_tecomp_types", None) != types:
+            fn.prepare(types)
+            fn._tecomp_types = types
+        fn.prepared_call(tuple(grid), tuple(block), *args, shared_size=shared)
+
+    def synchronize(self) -> None:
+        self.context.synchronize()
+
+
+_DRIVER: Optional[PycudaDriver] = None
+_DRIVER_LOCK = threading.Lock()
+
+
+def default_driver() -> PycudaDriver:
+    """The process's pycuda driver (device 0), started on first use."""
+    global _DRIVER
+    with _DRIVER_LOCK:
+        if _DRIVER is None:
+            _DRIVER = PycudaDriver()
+        return _DRIVER
+
+
+class CudaModule:
+    """A PrimFunc compiled for the GPU.  Call it with device or numpy arrays."""
+
+    def __init__(self, cs: CudaSource, driver=None):
+        self.cuda_source = cs
+        self.func = cs.func
+        self._driver = driver
+        self._functions = None  # (driver, [function per kernel])
+
+    @property
+    def kernels(self) -> List[KernelInfo]:
+        return self.cuda_source.kernels
+
+    @property
+    def source(self) -> str:
+        return self.cuda_source.source
+
+    def get_source(self, fmt: str = "cuda") -> str:
+        """``"cuda"``: the CUDA C; ``"ptx"``: PTX from nvcc for this device (sm_80 without one)."""
+        if fmt in ("cuda", "cu", "c"):
+            return self.cuda_source.source
+        if fmt == "ptx":
+            arch = "sm_80"
+            drv = self._driver or _DRIVER
+            if drv is not None and hasattr(drv, "arch"):
+                arch = drv.arch
+            return compile_ptx(self.cuda_source.source, arch)
+        raise ArgumentError(f"unknown source format {fmt!r}; use 'cuda' or 'ptx'")
+
+    def driver(self):
+        if self._driver is None:
+            self._driver = default_driver()
+        return self._driver
+
+    def _kernel_functions(self, drv):
+        if self._functions is None or self._functions[0] is not drv:
+            mod = drv.compile(self.cuda_source)
+            fns = [drv.get_function(mod, k.name) for k in self.kernels]
+            self._functions = (drv, fns)
+        return self._functions[1]
+
+    def __call__(self, *args) -> None:
+        drv = self.driver()
+        cs, func = self.cuda_source, self.func
+        env = bind_and_check(func.params, args, func_name=func.name, written=cs.written)
+        check_no_alias(func.params, args, cs.written, func_name=func.name)
+        for cond, message in cs.host_asserts:
+            if not eval_host_expr(cond, env):
+                raise ArgumentError(f"{func.name}: {message}")
+        launches = []
+        for k, kern in enumerate(self.kernels):
+            grid = [int(eval_host_expr(d, env)) for d in kern.grid]
+            block = [int(eval_host_expr(d, env)) for d in kern.block]
+            if min(grid + block) > 0:
+                launches.append((k, kern, grid, block))
+        with drv.active():
+            fns = self._kernel_functions(drv)
+            for k, kern, grid, block in launches:
+                _check_device_launch(drv, fns[k], kern, grid, block)
+            pointers: Dict[Buffer, int] = {}
+            temps, copy_back = [], []
+            try:
+                for i, (p, a) in enumerate(zip(func.params, args)):
+                    if not isinstance(p, Buffer):
+                        continue
+                    meta = array_meta(a)
+                    if meta.on_device:
+                        if p.strides is None and not meta.c_contiguous:
+                            raise ArgumentError(
+                                f"argument {i} ({p.name}) is a non-contiguous device array; the "
+                                f"kernel expects a C-contiguous one: pass a contiguous copy")
+                        pointers[p] = meta.pointer
+                    else:
+                        if p.strides is not None and not a.flags.c_contiguous:
+                            raise ArgumentError(
+                                f"argument {i} ({p.name}) is a non-contiguous numpy array for a "
+                                f"buffer with explicit strides; copying it to the device would "
+                                f"change its strides: pass a device array or a contiguous one")
+                        host = np.ascontiguousarray(a)
+                        dev = drv.alloc(host.nbytes)
+                        temps.append(dev)
+                        drv.htod(dev, host)
+                        pointers[p] = int(dev)
+                        if p in cs.written:
+                            copy_back.append((a, host, dev))
+                for w in cs.workspaces:
+                    shape = [int(eval_host_expr(d, env)) for d in w.shape]
+                    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(w.dtype).itemsize
+                    dev = drv.alloc(nbytes)
+                    temps.append(dev)
+                    pointers[w] = int(dev)
+                for k, kern, grid, block in launches:
+                    types = "".join("P" if p.is_buffer else _STRUCT[p.dtype] for p in kern.params)
+                    kargs = [pointers[p.obj] if p.is_buffer else _NUMPY_SCALAR[p.dtype](env[p.obj])
+                             for p in kern.params]
+                    drv.launch(fns[k], grid, block, 0, types, kargs)
+                drv.synchronize()
+                for orig, host, dev in copy_back:
+                    drv.dtoh(host, dev)
+                    if host is not orig:
+                        orig[...] = host
+            finally:
+                for t in temps:
+                    free = getattr(t, "free", None)
+                    if free is not None:
+                        free()
+
+    def __repr__(self):
+        return f"<CudaModule {self.func.name}: {len(self.kernels)} kernel(s)>"
+
+
+def _check_device_launch(drv, fn, kern: KernelInfo, grid, block) -> None:
+    """Check one launch against the device; BuildError when the sizes are constants
+    (the schedule must change), ArgumentError when they come from the arguments."""
+    const_block = kern.constant_block is not None
+    err = BuildError if const_block else ArgumentError
+    where = f"{kern.name} (stage {kern.stage})"
+    dims = "xyz"
+    for i in range(3):
+        if block[i] > drv.max_block_dims[i]:
+            raise err(f"{where}: threadIdx.{dims[i]} has extent {block[i]}, more than the "
+                      f"{drv.max_block_dims[i]} the device allows")
+        if grid[i] > drv.max_grid_dims[i]:
+            raise ArgumentError(f"{where}: blockIdx.{dims[i]} has extent {grid[i]}, more than the "
+                                f"{drv.max_grid_dims[i]} the device allows")
+    n = block[0] * block[1] * block[2]
+    if n > drv.max_threads_per_block:
+        raise err(f"{where}: {n} threads per block, more than the {drv.max_threads_per_block} "
+                  f"the device allows; use smaller threadIdx extents")
+    fmax = drv.function_max_threads(fn)
+    if n > fmax:
+        regs = ""
+        if hasattr(drv, "function_registers"):
+            regs = f" (it uses {drv.function_registers(fn)} registers per thread)"
+        raise err(f"{where}: {n} threads per block, but the compiled kernel{regs} fits at most "
+                  f"{fmax}; use smaller threadIdx extents or less work per thread")
+    if kern.shared_bytes > drv.max_shared_per_block:
+        raise BuildError(f"{where}: {kern.shared_bytes} bytes of shared memory per block, more "
+                         f"than the {drv.max_shared_per_block} the device allows")
+
+
+def build_cuda(func: PrimFunc, driver=None) -> CudaModule:
+    """Generate CUDA C for ``func``; compiling and launching happen at the first call.
+
+    Works without pycuda or a GPU (the source is available); calling then raises
+    RuntimeUnavailableError.  ``driver`` replaces the pycuda driver (tests).
+    """
+    return CudaModule(codegen_cuda(func), driver)

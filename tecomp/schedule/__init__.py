@@ -1,0 +1,1 @@
+from .schedule import SCOPES, Fuse, IterAttr, Schedule, Split, Stage, create_schedule

@@ -1,0 +1,119 @@
+"""``s.rfactor(C, axis)``: factor a reduction into a partial-reduction tensor.
+
+For ``C[i] = sum(A[i, k], k)`` with ``k`` split into ``(ko, ki)``, ``rfactor(C, ki)``
+makes ``C.rf[ki, i] = sum(A[i, ko*f + ki], ko)`` (``ki`` is now a data-parallel axis,
+put at position ``factor_axis``) and ``C[i] = sum(C.rf[ki, i], ki)``.  The other leaf
+axes derived from the reduce axes stay reductions of ``C.rf``; a tail that does not
+divide becomes part of the reduction's ``where=`` condition.  ``C``'s stage is reset
+(its loops are those of the new reduction).
+"""
+from __future__ import annotations
+
+from ..errors import ScheduleError
+from ..ir import op as _op
+from ..ir.expr import Const, IterVar, LT, ProducerLoad, Range, Reduce, Var
+from ..ir.functor import substitute
+from .schedule import Fuse, Split, Stage
+
+
+def rfactor(sch, tensor, axis, factor_axis: int = 0):
+    from ..te.tensor import ComputeOp, Tensor
+    from .schedule import _with_body
+
+    if not isinstance(tensor, Tensor):
+        raise ScheduleError(f"rfactor: tensor must be a Tensor, got {tensor!r}")
+    st: Stage = sch[tensor]
+    op = st.op
+    if not isinstance(op.body, Reduce):
+        raise ScheduleError(f"rfactor on stage {st.name}: it is not a reduction; rfactor splits "
+                            "the reduction of a tc.sum/max/min compute")
+    iv = st._iv(axis, "rfactor")
+    if iv.kind != "reduce":
+        raise ScheduleError(
+            f"rfactor on stage {st.name}: axis {iv.name} is a data-parallel axis; rfactor takes "
+            f"an axis of the reduction ({', '.join(x.name for x in st.leaf_iter_vars if x.kind == 'reduce')})")
+    ndim = len(op.axis)
+    if not isinstance(factor_axis, int) or not 0 <= factor_axis <= ndim:
+        raise ScheduleError(f"rfactor on stage {st.name}: factor_axis={factor_axis!r} must be an "
+                            f"int in [0, {ndim}]")
+    for rel in st.relations:
+        if isinstance(rel, Fuse) and rel.fused.kind == "reduce":
+            raise ScheduleError(f"rfactor on stage {st.name}: fused reduction axes are not "
+                                "supported; split the reduction axis instead of fusing")
+    # extents of every reduce-derived var (constant or symbolic)
+    ext = {r: r.dom.extent for r in op.reduce_axis}
+    for rel in st.relations:
+        if isinstance(rel, Split) and rel.parent in ext:
+            pe = ext[rel.parent]
+            if rel.factor is not None:
+                ext[rel.inner] = rel.factor
+                ext[rel.outer] = _op.floordiv(_op.add(pe, _op.sub(rel.factor, 1)), rel.factor)
+            else:
+                ext[rel.outer] = rel.nparts
+                ext[rel.inner] = _op.floordiv(_op.add(pe, _op.sub(rel.nparts, 1)), rel.nparts)
+    red_leaves = [x for x in st.leaf_iter_vars if x.kind == "reduce"]
+    # new vars: the factored axis becomes data-parallel, the rest reduce axes of C.rf
+    new_var = {}
+    rf_axis_iv = IterVar(Var(iv.name, "int32"), Range(Const(0, "int32"), ext[iv]), "data_par")
+    new_var[iv] = rf_axis_iv.var
+    rf_reduce = []
+    for x in red_leaves:
+        if x is iv:
+            continue
+        nx = IterVar(Var(x.name, "int32"), Range(Const(0, "int32"), ext[x]), "reduce")
+        new_var[x] = nx.var
+        rf_reduce.append(nx)
+    # express the original reduce axes through the leaves
+    value = {x: new_var[x] for x in red_leaves}
+    conds = []
+    for rel in reversed(st.relations):
+        if isinstance(rel, Split) and rel.parent in ext:
+            v = _op.add(_op.mul(value[rel.outer], ext[rel.inner]), value[rel.inner])
+            value[rel.parent] = v
+            cover = _op.mul(ext[rel.outer], ext[rel.inner])
+            if not (isinstance(cover, Const) and isinstance(ext[rel.parent], Const)
+                    and cover.value == ext[rel.parent].value):
+                conds.append(_op.compare(LT, v, ext[rel.parent]))
+    out_axis = [IterVar(Var(a.var.name, a.var.dtype), a.dom, "data_par") for a in op.axis]
+    vmap = {a.var: b.var for a, b in zip(op.axis, out_axis)}
+    for r in op.reduce_axis:
+        vmap[r.var] = _op.add(r.dom.min, value[r])
+    body = op.body
+    cond = substitute(body.condition, vmap)
+    for c in conds:
+        cond = _and(cond, c)
+    src = substitute(body.source, vmap)
+    rf_axes = list(out_axis)
+    rf_axes.insert(factor_axis, rf_axis_iv)
+    if rf_reduce:
+        rf_body = Reduce(body.combiner, src, tuple(rf_reduce), cond, body.dtype)
+    else:
+        from ..ir.op import if_then_else
+
+        rf_body = src if _is_true(cond) else if_then_else(cond, src, body.combiner.identity)
+    rf_op = ComputeOp(f"{op.name}.rf", rf_axes, rf_body, op.tag, op.attrs)
+    rf = rf_op.output(0)
+    rst = Stage(rf_op, sch)
+    sch.stages.insert(sch.stages.index(st), rst)
+    sch._stage_of[id(rf_op)] = rst
+    # C now reduces C.rf over the factored axis
+    k2 = IterVar(Var(iv.name, "int32"), Range(Const(0, "int32"), ext[iv]), "reduce")
+    idx = [a.var for a in op.axis]
+    idx.insert(factor_axis, k2.var)
+    new_body = Reduce(body.combiner, ProducerLoad(rf, tuple(idx), rf.dtype), (k2,),
+                      Const(True, "bool"), body.dtype)
+    sch._replace_op(st, _with_body(op, new_body))
+    st._reset_loops()
+    return rf
+
+
+def _is_true(c):
+    return isinstance(c, Const) and c.value is True
+
+
+def _and(a, b):
+    from ..ir.expr import And
+
+    if _is_true(a):
+        return b
+    return And(a, b)

@@ -1,0 +1,600 @@
+"""Schedules and stages: *how* a compute DAG runs, never *what* it computes.
+
+A ``Stage`` owns the loop structure of one compute: its root iteration variables (the
+compute's axes, then its reduce axes), the relations that derive new ones (split,
+fuse), the current *leaf* order (outermost first), what each leaf loop runs as
+(serial, parallel, vectorized, unrolled, bound to a GPU thread axis) and where the
+stage is computed (at the root, inlined into its consumers, or at a loop of another
+stage).  Every primitive checks its arguments and raises :class:`ScheduleError` naming
+the stage and axis with a fix.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from ..errors import ScheduleError
+from ..ir.expr import Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_index
+from ..ir.functor import Mutator
+from ..te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, THREAD_TAGS
+
+SCOPES = ("global", "shared", "local")
+
+
+# ---------------------------------------------------------------------------------
+# relations between iteration variables
+
+
+@dataclass(eq=False)
+class Split:
+    """``parent = outer * factor + inner`` (``factor`` or ``nparts`` given)."""
+
+    parent: IterVar
+    outer: IterVar
+    inner: IterVar
+    factor: Optional[Expr]
+    nparts: Optional[Expr]
+
+
+@dataclass(eq=False)
+class Fuse:
+    """``fused = outer * extent(inner) + inner``."""
+
+    outer: IterVar
+    inner: IterVar
+    fused: IterVar
+
+
+@dataclass
+class IterAttr:
+    kind: str = "serial"  # serial, parallel, vectorized, unrolled, thread
+    thread: Optional[IterVar] = None
+    pragmas: tuple = ()
+
+
+def _derived(name: str, kind: str) -> IterVar:
+    return IterVar(Var(name, "int32"), None, kind)
+
+
+class Stage:
+    """The schedule of one compute: ``s[C]``."""
+
+    def __init__(self, op: Operation, schedule: "Schedule"):
+        self.op = op
+        self.origin_op = op
+        self.schedule = schedule
+        self._reset_loops()
+        self.attach_type = "root"  # root | inline | scope
+        self.attach_stage: Optional[Stage] = None
+        self.attach_ivar: Optional[IterVar] = None
+        self.scope = "global"
+        self.is_output = False
+        self.storage_aligns: Dict[int, tuple] = {}
+
+    def _reset_loops(self):
+        op = self.op
+        self.all_iter_vars: List[IterVar] = list(op.axis) + list(op.reduce_axis)
+        self.leaf_iter_vars: List[IterVar] = list(self.all_iter_vars)
+        self.relations: list = []
+        self.iter_attrs: Dict[IterVar, IterAttr] = {}
+
+    # -- naming -----------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    def __repr__(self):
+        return f"stage({self.name}, leaves=[{', '.join(iv.name for iv in self.leaf_iter_vars)}])"
+
+    # -- checks -----------------------------------------------------------------
+    def _iv(self, iv, what: str, arg: str = "axis") -> IterVar:
+        if isinstance(iv, Var):
+            for cand in self.all_iter_vars:
+                if cand.var is iv:
+                    iv = cand
+                    break
+        if not isinstance(iv, IterVar):
+            raise ScheduleError(
+                f"{what} on stage {self.name}: {arg} must be an axis of the stage "
+                f"(e.g. s[{self.name}].op.axis[0] or one returned by split/fuse), got {iv!r}")
+        if iv not in self.all_iter_vars:
+            owner = self.schedule._owner_of(iv)
+            where = f"stage {owner.name}" if owner is not None else "no stage of this schedule"
+            hint = "" if iv.kind != "thread" else " (a thread axis is passed to bind, not scheduled)"
+            raise ScheduleError(
+                f"{what} on stage {self.name}: axis {iv.name} belongs to {where}, not to stage "
+                f"{self.name}{hint}; use s[{self.name}].op.axis / op.reduce_axis or the axes "
+                f"returned by this stage's split/fuse")
+        if iv not in self.leaf_iter_vars:
+            raise ScheduleError(
+                f"{what} on stage {self.name}: axis {iv.name} was already split or fused away "
+                f"(current axes: {', '.join(x.name for x in self.leaf_iter_vars)}); schedule "
+                f"the axes that replaced it")
+        return iv
+
+    def _attr(self, iv) -> IterAttr:
+        a = self.iter_attrs.get(iv)
+        if a is None:
+            a = self.iter_attrs[iv] = IterAttr()
+        return a
+
+    def _set_kind(self, iv, kind, what):
+        a = self._attr(iv)
+        if a.kind not in ("serial", kind):
+            raise ScheduleError(
+                f"{what} on stage {self.name}: axis {iv.name} is already {a.kind}"
+                f"{' to ' + a.thread.thread_tag if a.thread is not None else ''}; an axis runs "
+                f"one way: split it to combine kinds")
+        a.kind = kind
+
+    def _not_inlined(self, what):
+        if self.attach_type == "inline":
+            raise ScheduleError(f"{what} on stage {self.name}: the stage is inlined into its "
+                                f"consumers and has no loops; call s[{self.name}].compute_root() "
+                                "first to give it loops again")
+
+    # -- loop structure ---------------------------------------------------------
+    def split(self, parent, factor=None, nparts=None):
+        """Split ``parent`` into ``(outer, inner)`` with ``inner`` of extent ``factor``
+        (or ``outer`` of extent ``nparts``).  A tail that does not divide is guarded."""
+        parent = self._iv(parent, "split")
+        self._not_inlined("split")
+        if (factor is None) == (nparts is None):
+            raise ScheduleError(
+                f"split on stage {self.name}, axis {parent.name}: give exactly one of factor= "
+                f"and nparts= (got {'both' if factor is not None else 'neither'})")
+        arg, val = ("factor", factor) if factor is not None else ("nparts", nparts)
+        if isinstance(val, bool) or not isinstance(val, (int, Expr)) and not hasattr(val, "__index__"):
+            raise ScheduleError(f"split on stage {self.name}, axis {parent.name}: {arg} must be "
+                                f"a positive int, got {val!r}")
+        e = as_index(val)
+        if isinstance(e, Const) and e.value < 1:
+            raise ScheduleError(f"split on stage {self.name}, axis {parent.name}: {arg}={e.value} "
+                                f"must be at least 1")
+        kind = "reduce" if parent.kind == "reduce" else "data_par"
+        outer = _derived(parent.name + ".outer", kind)
+        inner = _derived(parent.name + ".inner", kind)
+        self.relations.append(Split(parent, outer, inner, e if factor is not None else None,
+                                    e if nparts is not None else None))
+        pos = self.leaf_iter_vars.index(parent)
+        self.leaf_iter_vars[pos:pos + 1] = [outer, inner]
+        self.all_iter_vars += [outer, inner]
+        return outer, inner
+
+    def tile(self, x_parent, y_parent, x_factor, y_factor):
+        """Split two axes and order them ``(x.outer, y.outer, x.inner, y.inner)``."""
+        xo, xi = self.split(x_parent, factor=x_factor)
+        yo, yi = self.split(y_parent, factor=y_factor)
+        self.reorder(xo, yo, xi, yi)
+        return xo, yo, xi, yi
+
+    def fuse(self, *axes):
+        """Fuse adjacent axes (outermost first) into one."""
+        if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
+            axes = tuple(axes[0])
+        if not axes:
+            raise ScheduleError(f"fuse on stage {self.name}: give at least one axis")
+        ivs = [self._iv(a, "fuse") for a in axes]
+        self._not_inlined("fuse")
+        if len(set(ivs)) != len(ivs):
+            raise ScheduleError(f"fuse on stage {self.name}: axis repeated in "
+                                f"({', '.join(a.name for a in ivs)})")
+        pos = [self.leaf_iter_vars.index(a) for a in ivs]
+        if pos != list(range(pos[0], pos[0] + len(pos))):
+            order = ", ".join(x.name for x in self.leaf_iter_vars)
+            raise ScheduleError(
+                f"fuse on stage {self.name}: axes ({', '.join(a.name for a in ivs)}) are not "
+                f"adjacent and outermost-first in the loop order ({order}); reorder them first")
+        kinds = {a.kind for a in ivs}
+        if len(kinds) > 1:
+            raise ScheduleError(
+                f"fuse on stage {self.name}: cannot fuse data-parallel and reduction axes "
+                f"({', '.join(f'{a.name}:{a.kind}' for a in ivs)})")
+        for a in ivs:
+            if a in self.iter_attrs and self.iter_attrs[a].kind != "serial":
+                raise ScheduleError(f"fuse on stage {self.name}: axis {a.name} is already "
+                                    f"{self.iter_attrs[a].kind}; fuse before setting loop kinds")
+        cur = ivs[0]
+        for nxt in ivs[1:]:
+            fused = _derived(f"{cur.name}.{nxt.name}.fused", cur.kind)
+            self.relations.append(Fuse(cur, nxt, fused))
+            p = self.leaf_iter_vars.index(cur)
+            self.leaf_iter_vars[p:p + 2] = [fused]
+            self.all_iter_vars.append(fused)
+            cur = fused
+        return cur
+
+    def reorder(self, *axes):
+        """Put ``axes`` in this relative order, in the positions they occupy now."""
+        if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
+            axes = tuple(axes[0])
+        ivs = [self._iv(a, "reorder") for a in axes]
+        seen = set()
+        for a in ivs:
+            if a in seen:
+                raise ScheduleError(f"reorder on stage {self.name}: axis {a.name} is repeated "
+                                    f"in ({', '.join(x.name for x in ivs)}); name each axis once")
+            seen.add(a)
+        pos = sorted(self.leaf_iter_vars.index(a) for a in ivs)
+        for p, a in zip(pos, ivs):
+            self.leaf_iter_vars[p] = a
+
+    # -- loop kinds ---------------------------------------------------------------
+    def unroll(self, axis):
+        """Unroll the loop over ``axis`` (its extent must be constant)."""
+        self._set_kind(self._iv(axis, "unroll"), "unrolled", "unroll")
+
+    def vectorize(self, axis):
+        """Run the loop over ``axis`` as SIMD lanes (constant extent, data-parallel)."""
+        iv = self._iv(axis, "vectorize")
+        if iv.kind == "reduce":
+            raise ScheduleError(
+                f"vectorize on stage {self.name}: axis {iv.name} is a reduction axis, whose "
+                "iterations all update the same element; vectorize a data-parallel axis, or "
+                "rfactor the reduction first")
+        self._set_kind(iv, "vectorized", "vectorize")
+
+    def parallel(self, axis):
+        """Run the loop over ``axis`` on the CPU thread pool (data-parallel axes only)."""
+        iv = self._iv(axis, "parallel")
+        if iv.kind == "reduce":
+            raise ScheduleError(
+                f"parallel on stage {self.name}: axis {iv.name} is a reduction axis; running "
+                "its iterations at once would race on the output; parallelize a data-parallel "
+                "axis, or rfactor the reduction first")
+        self._set_kind(iv, "parallel", "parallel")
+
+    def bind(self, axis, thread_ivar):
+        """Bind ``axis`` to a GPU thread axis made by ``tc.thread_axis``."""
+        iv = self._iv(axis, "bind")
+        if not isinstance(thread_ivar, IterVar) or thread_ivar.kind != "thread":
+            raise ScheduleError(
+                f"bind on stage {self.name}, axis {iv.name}: the second argument must be a "
+                f"thread axis such as tc.thread_axis('threadIdx.x'), got {thread_ivar!r}")
+        for other, a in self.iter_attrs.items():
+            if a.thread is not None and a.thread.thread_tag == thread_ivar.thread_tag \
+                    and other is not iv and thread_ivar.thread_tag != "vthread":
+                raise ScheduleError(
+                    f"bind on stage {self.name}: {thread_ivar.thread_tag} is already bound to "
+                    f"axis {other.name}; each thread axis binds one loop of a stage")
+        a = self._attr(iv)
+        if a.thread is not None:
+            raise ScheduleError(f"bind on stage {self.name}: axis {iv.name} is already bound "
+                                f"to {a.thread.thread_tag}")
+        self._set_kind(iv, "thread", "bind")
+        a.thread = thread_ivar
+
+    def pragma(self, axis, name: str, value=None):
+        """Annotate the loop over ``axis``: ``unroll_explicit`` unrolls it in the IR;
+        ``parallel_grain`` (an int) sets how many iterations a parallel task takes;
+        any other name is kept as a ``// attr pragma_<name>`` comment for the backends."""
+        iv = self._iv(axis, "pragma")
+        if not isinstance(name, str) or not name:
+            raise ScheduleError(f"pragma on stage {self.name}, axis {iv.name}: name must be a "
+                                "non-empty string")
+        a = self._attr(iv)
+        a.pragmas = a.pragmas + ((name, value),)
+        if name == "unroll_explicit":
+            self._set_kind(iv, "unrolled", "pragma unroll_explicit")
+
+    # -- where it is computed -----------------------------------------------------
+    def compute_at(self, parent, axis):
+        """Compute this stage inside ``parent``'s loop over ``axis``: only the region
+        one iteration of that loop reads is computed there, into a buffer that small."""
+        from ..te.tensor import Tensor as _T
+
+        if isinstance(parent, (_T, Operation)):
+            parent = self.schedule[parent]
+        if not isinstance(parent, Stage):
+            raise ScheduleError(f"compute_at on stage {self.name}: parent must be a stage "
+                                f"(s[T]), got {parent!r}")
+        if parent is self:
+            raise ScheduleError(
+                f"compute_at on stage {self.name}: cannot compute a stage at an axis of itself; "
+                f"pick a loop of a stage that consumes {self.name}")
+        iv = parent._iv(axis, f"compute_at of {self.name}", "axis")
+        self._check_attachable("compute_at")
+        if not self.schedule._depends_on(parent, self):
+            raise ScheduleError(
+                f"compute_at on stage {self.name}: stage {parent.name} does not consume "
+                f"{self.name} (directly or through other stages); compute it at a stage that "
+                "reads it")
+        a = parent
+        while a is not None:
+            if a is self:
+                raise ScheduleError(f"compute_at on stage {self.name}: stage {parent.name} is "
+                                    f"itself computed inside {self.name}: that is a cycle")
+            a = a.attach_stage
+        self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, iv
+
+    def compute_inline(self):
+        """Substitute this stage's body into every consumer (no buffer, no loops)."""
+        if isinstance(self.op, ComputeOp) and self.op.reduce_axis:
+            raise ScheduleError(
+                f"compute_inline on stage {self.name}: it is a reduction, which cannot be "
+                "inlined into its consumers; compute_at it at a consumer loop instead")
+        self._check_attachable("compute_inline")
+        for st in self.schedule.stages:
+            if st.attach_stage is self:
+                raise ScheduleError(
+                    f"compute_inline on stage {self.name}: stage {st.name} is computed at one of "
+                    f"its loops; compute_root() that stage first")
+        self.attach_type, self.attach_stage, self.attach_ivar = "inline", None, None
+
+    def compute_root(self):
+        """Compute this stage in its own loop nest at the top of the function (default)."""
+        self.attach_type, self.attach_stage, self.attach_ivar = "root", None, None
+
+    def _check_attachable(self, what):
+        if self.is_output:
+            raise ScheduleError(
+                f"{what} on stage {self.name}: it is an output of the schedule, which must be "
+                "computed in full at the root; only intermediate stages can be moved")
+
+    # -- storage ------------------------------------------------------------------
+    def set_scope(self, scope: str):
+        """Store this stage's buffer in ``scope``: global, shared (GPU) or local."""
+        if scope not in SCOPES:
+            raise ScheduleError(f"set_scope on stage {self.name}: unknown scope {scope!r}; use "
+                                f"one of {', '.join(SCOPES)}")
+        if self.is_output and scope != "global":
+            raise ScheduleError(f"set_scope on stage {self.name}: it is an output, which lives "
+                                "in global memory (the caller's array)")
+        self.scope = scope
+
+    def storage_align(self, axis, factor: int, offset: int = 0):
+        """Pad the buffer so that the stride of ``axis``'s dimension is
+        ``factor * k + offset`` elements (avoids bank / cache-set conflicts)."""
+        if not isinstance(axis, IterVar) or axis not in self.op.axis:
+            raise ScheduleError(
+                f"storage_align on stage {self.name}: axis must be one of its output axes "
+                f"({', '.join(iv.name for iv in self.op.axis)})")
+        if not isinstance(factor, int) or factor < 1 or not isinstance(offset, int) or not 0 <= offset < factor:
+            raise ScheduleError(f"storage_align on stage {self.name}: need an int factor >= 1 "
+                                f"and 0 <= offset < factor, got factor={factor!r}, offset={offset!r}")
+        dim = self.op.axis.index(axis)
+        if dim == len(self.op.axis) - 1:
+            raise ScheduleError(f"storage_align on stage {self.name}: axis {axis.name} is the "
+                                "innermost dimension, whose stride is 1; align an outer axis")
+        self.storage_aligns[dim] = (factor, offset)
+
+
+# ---------------------------------------------------------------------------------
+
+
+class _ReplaceLoads(Mutator):
+    def __init__(self, old: Tensor, new: Tensor):
+        self.old, self.new = old, new
+
+    def visit_ProducerLoad(self, e):
+        idx = tuple(self.visit(i) for i in e.indices)
+        if e.producer is self.old:
+            return ProducerLoad(self.new, idx, e.dtype)
+        return e if all(a is b for a, b in zip(idx, e.indices)) else ProducerLoad(e.producer, idx, e.dtype)
+
+    def visit_Reduce(self, e):
+        src, cond = self.visit(e.source), self.visit(e.condition)
+        if src is e.source and cond is e.condition:
+            return e
+        return Reduce(e.combiner, src, e.axis, cond, e.dtype)
+
+
+def _with_body(op: ComputeOp, body) -> ComputeOp:
+    """A ComputeOp with the same name and axes but another body (a rewritten reader)."""
+    new = ComputeOp.__new__(ComputeOp)
+    new.__dict__.update(op.__dict__)
+    new.body = body
+    new.reduce_axis = tuple(body.axis) if isinstance(body, Reduce) else ()
+    new._out = op._out  # the user's Tensor keeps naming this stage
+    return new
+
+
+class Schedule:
+    """The schedule of a compute DAG: one Stage per compute, producers first."""
+
+    def __init__(self, outputs: List[Operation]):
+        self.outputs = outputs
+        self.stages: List[Stage] = []
+        self._stage_of: Dict[int, Stage] = {}
+        seen = set()
+
+        def visit(op):
+            if id(op) in seen:
+                return
+            seen.add(id(op))
+            for t in op.input_tensors:
+                visit(t.op)
+            if isinstance(op, ComputeOp):
+                st = Stage(op, self)
+                self.stages.append(st)
+                self._stage_of[id(op)] = st
+
+        for op in outputs:
+            visit(op)
+        for op in outputs:
+            self._stage_of[id(op)].is_output = True
+
+    # -- lookup -----------------------------------------------------------------------
+    def __getitem__(self, t) -> Stage:
+        op = t.op if isinstance(t, Tensor) else t
+        if isinstance(op, Stage):
+            return op
+        if isinstance(op, PlaceholderOp):
+            raise ScheduleError(f"{op.name} is a placeholder (an input array): it has no loops "
+                                "to schedule; schedule the computes that read it")
+        st = self._stage_of.get(id(op)) if isinstance(op, Operation) else None
+        if st is None:
+            raise ScheduleError(
+                f"{getattr(op, 'name', op)!r} is not part of this schedule; create the schedule "
+                "from the outputs that (transitively) compute it")
+        return st
+
+    def __contains__(self, t) -> bool:
+        op = t.op if isinstance(t, Tensor) else t
+        return id(op) in self._stage_of
+
+    def _owner_of(self, iv) -> Optional[Stage]:
+        for st in self.stages:
+            if iv in st.all_iter_vars:
+                return st
+        return None
+
+    def consumers(self, stage: Stage) -> List[Stage]:
+        t = stage.op.output(0)
+        return [s for s in self.stages if any(x is t for x in s.op.input_tensors)]
+
+    def _depends_on(self, consumer: Stage, producer: Stage) -> bool:
+        target = producer.op.output(0)
+        seen = set()
+
+        def dfs(op):
+            for t in op.input_tensors:
+                if t is target:
+                    return True
+                if id(t.op) not in seen:
+                    seen.add(id(t.op))
+                    st = self._stage_of.get(id(t.op))
+                    if dfs(st.op if st is not None else t.op):
+                        return True
+            return False
+
+        return dfs(consumer.op)
+
+    def _insert_after(self, new: Stage, anchor: Optional[Stage]):
+        pos = 0 if anchor is None else self.stages.index(anchor) + 1
+        self.stages.insert(pos, new)
+        self._stage_of[id(new.op)] = new
+
+    def _replace_op(self, stage: Stage, new_op: ComputeOp):
+        if stage.op is not stage.origin_op:
+            del self._stage_of[id(stage.op)]
+        stage.op = new_op
+        self._stage_of[id(new_op)] = stage
+        self._stage_of[id(stage.origin_op)] = stage
+
+    # -- primitives -----------------------------------------------------------------
+    def cache_read(self, tensor: Tensor, scope: str, readers) -> Tensor:
+        """A copy of ``tensor`` in ``scope`` that ``readers`` read instead; returns it."""
+        from ..te.tensor import compute
+
+        if not isinstance(tensor, Tensor):
+            raise ScheduleError(f"cache_read: tensor must be a Tensor, got {tensor!r}")
+        if scope not in SCOPES:
+            raise ScheduleError(f"cache_read of {tensor.name}: unknown scope {scope!r}; use "
+                                f"one of {', '.join(SCOPES)}")
+        if isinstance(readers, (Tensor, Stage, Operation)):
+            readers = [readers]
+        rstages = [self[r] for r in readers]
+        if not rstages:
+            raise ScheduleError(f"cache_read of {tensor.name}: give at least one reader")
+        for st in rstages:
+            if not any(t is tensor for t in st.op.input_tensors):
+                raise ScheduleError(
+                    f"cache_read of {tensor.name}: stage {st.name} does not read "
+                    f"{tensor.name}; readers must be stages that index {tensor.name}")
+            if st.attach_type == "inline":
+                raise ScheduleError(f"cache_read of {tensor.name}: reader {st.name} is inlined")
+        cache = compute(tensor.shape, lambda *i: tensor[i], name=f"{tensor.name}.{scope}")
+        cst = Stage(cache.op, self)
+        cst.scope = scope
+        anchor = self[tensor] if tensor in self else None
+        self._insert_after(cst, anchor)
+        for st in rstages:
+            self._replace_op(st, _with_body(st.op, _ReplaceLoads(tensor, cache).visit(st.op.body)))
+        return cache
+
+    def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
+        """Compute ``tensor`` into a ``scope`` buffer first, then copy it out; returns
+        the cache tensor, which takes over the original body (and its reduction)."""
+        from ..ir.functor import substitute
+        from ..te.tensor import ComputeOp as _C
+
+        if not isinstance(tensor, Tensor):
+            raise ScheduleError(f"cache_write: tensor must be a Tensor, got {tensor!r}")
+        if scope not in SCOPES:
+            raise ScheduleError(f"cache_write of {tensor.name}: unknown scope {scope!r}; use "
+                                f"one of {', '.join(SCOPES)}")
+        st = self[tensor]
+        if st.relations or any(a.kind != "serial" for a in st.iter_attrs.values()) \
+                or st.leaf_iter_vars != st.all_iter_vars:
+            raise ScheduleError(
+                f"cache_write of {tensor.name}: stage {st.name} has already been scheduled; "
+                "call cache_write before split/reorder/fuse/... on that stage")
+        op = st.op
+        vmap, new_axis = {}, []
+        for iv in op.axis:
+            nv = IterVar(Var(iv.var.name, iv.var.dtype), iv.dom, iv.kind)
+            vmap[iv.var] = nv.var
+            new_axis.append(nv)
+        body = op.body
+        if isinstance(body, Reduce):
+            new_red = []
+            for iv in body.axis:
+                nv = IterVar(Var(iv.var.name, iv.var.dtype), iv.dom, "reduce")
+                vmap[iv.var] = nv.var
+                new_red.append(nv)
+            body = Reduce(body.combiner, substitute(body.source, vmap), tuple(new_red),
+                          substitute(body.condition, vmap), body.dtype)
+        else:
+            body = substitute(body, vmap)
+        cache_op = _C(f"{op.name}.{scope}", new_axis, body, op.tag, op.attrs)
+        cache = cache_op.output(0)
+        cst = Stage(cache_op, self)
+        cst.scope = scope
+        idx = self.stages.index(st)
+        self.stages.insert(idx, cst)
+        self._stage_of[id(cache_op)] = cst
+        copy_body = ProducerLoad(cache, tuple(iv.var for iv in op.axis), cache.dtype)
+        self._replace_op(st, _with_body(op, copy_body))
+        st._reset_loops()
+        return cache
+
+    def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
+        """Factor the reduction of ``tensor`` over ``axis`` (a leaf axis derived from its
+        reduce axes) into a new tensor with ``axis`` as a data-parallel dimension at
+        position ``factor_axis``; ``tensor`` then reduces that one.  Returns the new tensor."""
+        from .rfactor import rfactor
+
+        return rfactor(self, tensor, axis, factor_axis)
+
+    def normalize(self) -> "Schedule":
+        """For TVM compatibility: tecomp's loops always start at 0 (a reduce axis over
+        ``(lo, hi)`` runs ``k = lo + k'``), so a schedule is always normalized."""
+        return self
+
+    # -- display -------------------------------------------------------------------
+    def __repr__(self):
+        lines = ["schedule("]
+        for st in self.stages:
+            where = {"root": "root", "inline": "inline"}.get(st.attach_type)
+            if where is None:
+                where = f"at {st.attach_stage.name}.{st.attach_ivar.name}"
+            loops = []
+            for iv in st.leaf_iter_vars:
+                a = st.iter_attrs.get(iv)
+                k = "" if a is None or a.kind == "serial" else (
+                    f":{a.thread.thread_tag}" if a.kind == "thread" else f":{a.kind}")
+                loops.append(iv.name + k)
+            scope = "" if st.scope == "global" else f", scope={st.scope}"
+            out = ", output" if st.is_output else ""
+            lines.append(f"  {st.name}: [{', '.join(loops)}] {where}{scope}{out}")
+        lines.append(")")
+        return "\n".join(lines)
+
+
+def create_schedule(ops) -> Schedule:
+    """The default schedule of ``ops`` (operations or tensors): one loop nest per compute."""
+    if isinstance(ops, (Tensor, Operation)):
+        ops = [ops]
+    if not isinstance(ops, (list, tuple)) or not ops:
+        raise ScheduleError("create_schedule takes an output tensor/operation or a list of them")
+    out = []
+    for o in ops:
+        op = o.op if isinstance(o, Tensor) else o
+        if not isinstance(op, Operation):
+            raise ScheduleError(f"create_schedule: {o!r} is not a tensor or an operation")
+        if isinstance(op, PlaceholderOp):
+            raise ScheduleError(f"create_schedule: {op.name} is a placeholder (an input); pass "
+                                "the computes you want as outputs")
+        out.append(op)
+    return Schedule(out)

@@ -1,0 +1,246 @@
+"""The differential runner: one case = a program, a schedule, a value of ``n`` and a seed.
+
+:func:`run_case` lowers and builds the case, runs the reference interpreter on the
+lowered IR, the compiled kernel (LLVM, or the CUDA emulation for GPU schedules) and the
+numpy reference, and compares all three.  It never raises for a finding: it returns an
+:class:`Outcome` whose ``kind`` is ``ok``, ``mismatch`` or ``crash`` (any exception out of
+tecomp for a legal program, including a ``ScheduleError`` for a sequence the docs call
+legal) and whose :meth:`Outcome.report` prints a standalone reproducer.
+"""
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+
+from .program import Program, is_float
+
+# relative tolerance per dtype, against a float64 reference rounded at every stage
+RTOL = {"float16": 3e-2, "float32": 2e-4, "float64": 1e-9}
+
+
+@dataclass
+class Case:
+    program: Program
+    steps: list
+    n: int = 5
+    seed: int = 0
+    target: str = "llvm"
+    name: str = ""
+
+    def source(self) -> str:
+        """A standalone Python reproducer of the case."""
+        from .sched import steps_source
+
+        p = self.program
+        ins = [i for i, s in enumerate(p.tensors) if s.is_placeholder]
+        lines = ["import numpy as np", "import tecomp as tc", "from tecomp.ir import interp", "",
+                 p.source(), "s = tc.create_schedule(outs)", steps_source(self.steps),
+                 f'f = tc.build(s, args, target="{self.target}")',
+                 "print(tc.lower(s, args))", "rng = np.random.default_rng(0)"]
+        n = self.n
+        arrs, outs = [], []
+        for i in p.arg_order():
+            spec = p.tensors[i]
+            shape = p.concrete_shape(i, n)
+            if i in ins:
+                if is_float(spec.dtype):
+                    lines.append(f'a{i} = rng.uniform(-1, 1, size={shape}).astype("{spec.dtype}")')
+                else:
+                    lo = 0 if spec.dtype == "uint8" else -8
+                    lines.append(f'a{i} = rng.integers({lo}, 9, size={shape}).astype("{spec.dtype}")')
+            else:
+                lines.append(f'a{i} = np.zeros({shape}, "{spec.dtype}")')
+                outs.append(f"a{i}")
+            arrs.append(f"a{i}")
+        if p.n_param:
+            arrs.append(str(n))
+        call = ", ".join(arrs)
+        lines.append(f"f({call})")
+        lines.append(f"got = [{', '.join(x + '.copy()' for x in outs)}]")
+        lines.append(f"interp.run(tc.lower(s, args), {call})  # the reference interpreter")
+        lines.append(f"for g, want in zip(got, [{', '.join(outs)}]):")
+        lines.append("    print(np.max(np.abs(g.astype('float64') - want), initial=0))")
+        return "\n".join(x for x in lines if x)
+
+
+@dataclass
+class Outcome:
+    kind: str  # ok | mismatch | crash
+    case: Case
+    stage: str = ""  # where: build/lower/interp/llvm/compare/...
+    detail: str = ""
+    ir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "ok"
+
+    def report(self) -> str:
+        out = [f"== {self.kind} in {self.stage}: {self.case.name} (n={self.case.n}, "
+               f"seed={self.case.seed}, target={self.case.target})", self.detail.rstrip()]
+        if self.ir:
+            out += ["-- lowered IR --", self.ir]
+        out += ["-- reproducer --", self.case.source()]
+        return "\n".join(out)
+
+
+def _fill(shape, dtype):
+    if is_float(dtype):
+        return np.full(shape, np.nan, dtype)
+    if dtype == "bool":
+        return np.zeros(shape, bool)
+    return np.full(shape, np.iinfo(dtype).max // 3, dtype)
+
+
+def compare(got: np.ndarray, ref: np.ndarray, dtype: str, what: str) -> Optional[str]:
+    """None when ``got`` matches ``ref`` (exactly for ints; within RTOL of the largest
+    magnitude for floats, NaN and inf where the reference has them); else a description
+    of the first differences."""
+    if got.shape != ref.shape:
+        return f"{what}: shape {got.shape} != {ref.shape}"
+    if got.size == 0:
+        return None
+    if not is_float(dtype):
+        bad = got != ref
+    else:
+        g = got.astype(np.float64)
+        r = ref.astype(np.float64)
+        fin = np.isfinite(r)
+        scale = max(1.0, float(np.max(np.abs(r[fin]))) if fin.any() else 1.0)
+        tol = RTOL[dtype] * scale
+        with np.errstate(all="ignore"):
+            close = np.abs(g - r) <= tol
+        same_special = (np.isnan(g) & np.isnan(r)) | (np.isinf(r) & (g == r))
+        bad = ~(np.where(fin, close & np.isfinite(g), same_special))
+    if not bad.any():
+        return None
+    idx = np.argwhere(bad)
+    lines = [f"{what}: {int(bad.sum())} of {bad.size} elements differ"]
+    for ix in idx[:5]:
+        t = tuple(int(x) for x in ix)
+        lines.append(f"  at {t}: got {got[t]!r}, expected {ref[t]!r}")
+    return "\n".join(lines)
+
+
+def run_case(case: Case, *, interp: bool = True, check_passes: bool = False) -> Outcome:
+    """Run ``case`` and compare (see the module doc)."""
+    import tecomp as tc
+    from ..ir import interp as _interp
+    from .sched import apply_steps
+
+    prog = case.program
+    stage = "build program"
+    ir = ""
+    try:
+        built, nvar = prog.build()
+        stage = "schedule"
+        r = apply_steps(prog, case.steps, built, nvar)
+        s, args = r.s, r.args
+        stage = "lower"
+        func = tc.lower(s, args)
+        ir = str(func)
+        if check_passes:
+            stage = "check_passes"
+            from .pass_check import check_passes as _cp
+
+            _cp(s, args, sizes={"n": case.n} if nvar is not None else None, seed=case.seed,
+                target=case.target)
+        stage = "build"
+        mod = tc.build(s, args, target=case.target)
+    except Exception as e:  # noqa: BLE001 - a crash is a finding
+        return Outcome("crash", case, stage, _exc_text(e), ir)
+
+    rng = np.random.default_rng(case.seed)
+    inputs = prog.random_inputs(case.n, rng)
+    order = prog.arg_order()
+    try:
+        ref = prog.numpy_outputs(inputs, case.n)
+    except Exception as e:  # noqa: BLE001 - the reference itself failed: a fuzzer bug
+        return Outcome("crash", case, "numpy reference (fuzzer bug)", _exc_text(e), ir)
+
+    def fresh():
+        out = []
+        for i in order:
+            if i in inputs:
+                out.append(inputs[i].copy())
+            else:
+                spec = prog.tensors[i]
+                out.append(_fill(prog.concrete_shape(i, case.n), spec.dtype))
+        if prog.n_param:
+            out.append(case.n)
+        return out
+
+    results = {}
+    stage = case.target
+    try:
+        arrs = fresh()
+        mod(*arrs)
+        results[case.target] = arrs
+        if interp:
+            stage = "interp"
+            arrs = fresh()
+            _interp.run(func, *arrs)
+            results["interp"] = arrs
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", case, stage, _exc_text(e), ir)
+
+    problems = []
+    for pos, i in enumerate(order):
+        if i in inputs:
+            for name, arrs in results.items():
+                if not np.array_equal(arrs[pos], inputs[i], equal_nan=True):
+                    problems.append(f"{name} modified input {prog.tensors[i].name}")
+            continue
+        spec = prog.tensors[i]
+        want = ref[i]
+        for name, arrs in results.items():
+            msg = compare(arrs[pos], want, spec.dtype, f"{name} vs numpy, output {spec.name}")
+            if msg:
+                problems.append(msg)
+        if len(results) == 2:
+            a, b = results[case.target][pos], results["interp"][pos]
+            msg = compare(a, b.astype(np.float64) if is_float(spec.dtype) else b, spec.dtype,
+                          f"{case.target} vs interp, output {spec.name}")
+            if msg:
+                problems.append(msg)
+    if problems:
+        return Outcome("mismatch", case, "compare", "\n".join(problems), ir)
+    return Outcome("ok", case, "", "", ir)
+
+
+def _exc_text(e: BaseException) -> str:
+    tb = traceback.format_exception(type(e), e, e.__traceback__)
+    return "".join(tb[-6:])
+
+
+# ---------------------------------------------------------------------------------
+# drawing whole cases
+
+
+def draw_case(d, *, target: str = "llvm", max_stages: int = 4, max_steps: int = 6,
+              dtypes=None, name: str = "") -> Case:
+    """A random program with a random legal schedule.  If the schedule generator itself
+    hits an error, the case keeps the steps drawn so far plus the failing one (replaying
+    it shows the error)."""
+    from .gen import DTYPES, gen_n, gen_program
+    from .sched import gen_gpu_schedule, gen_schedule
+
+    kw = {"dtypes": dtypes} if dtypes else {"dtypes": DTYPES}
+    if target == "llvm":
+        prog = gen_program(d, max_stages=max_stages, **kw)
+    else:
+        prog = gen_program(d, max_stages=min(max_stages, 2), max_depth=2, **kw)
+    n = gen_n(d) if prog.symbolic else 5
+    seed = d.int(0, 2**16)
+    try:
+        if target == "llvm":
+            steps = gen_schedule(d, prog, max_steps=max_steps)
+        else:
+            steps = gen_gpu_schedule(d, prog)
+    except Exception:  # noqa: BLE001 - replayed (and reported) by run_case
+        fn = gen_schedule if target == "llvm" else gen_gpu_schedule
+        steps = list(getattr(fn, "last_steps", []))
+    return Case(prog, steps, n, seed, target, name)

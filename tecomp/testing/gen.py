@@ -1,0 +1,356 @@
+"""Random programs: elementwise chains, broadcasts, reductions with ``where=``, padding
+through ``if_then_else``, strided and affine indices, several stages, symbolic extents.
+
+``gen_program(draw)`` returns a :class:`~tecomp.testing.program.Program`.  Every index is
+in bounds by construction (see ``program.py``).  ``draw`` is a
+:class:`~tecomp.testing.draw.RandomDraw` or :class:`~tecomp.testing.draw.HypothesisDraw`.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from .program import (
+    AxVal, Ax, CAnd, Cmp, IBin, IC, Load, NVar, Program, ReduceSpec, TSpec, VBin, VCast,
+    VConst, VSel, VUn, is_float,
+)
+
+# first option = what a failing case shrinks to
+DTYPES = ("float32", "int32", "float64", "float32", "int8", "int64", "uint8", "float16")
+SIZES = (4, 1, 2, 3, 5, 7, 8, 13, 16)
+RSIZES = (3, 1, 2, 4, 5, 8)
+N_VALUES = (5, 0, 1, 2, 3, 7, 11, 17)
+MAX_POINTS = 1500  # data points x reduce points of one stage (keeps the interpreter fast)
+
+
+# ---------------------------------------------------------------------------------
+# index intervals
+
+
+def interval(ie, exts):
+    """[lo, hi] of index expression ``ie`` (exact for the forms we generate), or None when
+    it depends on the symbolic extent."""
+    if isinstance(ie, Ax):
+        e = exts[ie.k]
+        if e == "n":
+            return None
+        return (0, e - 1)
+    if isinstance(ie, IC):
+        return (ie.v, ie.v)
+    if isinstance(ie, NVar):
+        return None
+    a = interval(ie.a, exts)
+    b = interval(ie.b, exts)
+    if a is None or b is None:
+        return None
+    if ie.op == "+":
+        return (a[0] + b[0], a[1] + b[1])
+    if ie.op == "-":
+        return (a[0] - b[1], a[1] - b[0])
+    if ie.op == "*":
+        c = [a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1]]
+        return (min(c), max(c))
+    if ie.op == "//":
+        q = b[0]
+        return (a[0] // q, a[1] // q)
+    if ie.op == "%":
+        q = b[0]
+        if a[0] >= 0 and a[1] < q:
+            return a
+        return (0, q - 1)
+    raise ValueError(ie.op)
+
+
+def _and(parts):
+    out = None
+    for p in parts:
+        out = p if out is None else CAnd(out, p)
+    return out
+
+
+class _StageCtx:
+    def __init__(self, draw, prog: Program, exts, nd, dtype, symbolic, allow_new=True):
+        self.d = draw
+        self.prog = prog
+        self.exts = list(exts)  # of every axis (data then reduce)
+        self.nd = nd
+        self.dtype = dtype
+        self.symbolic = symbolic
+        self.allow_new = allow_new
+        self.loads = 0
+
+    @property
+    def int_axes(self):
+        return [k for k, e in enumerate(self.exts) if e != "n"]
+
+    @property
+    def n_axes(self):
+        return [k for k, e in enumerate(self.exts) if e == "n"]
+
+
+def _affine_form(c: _StageCtx, k: int):
+    """A random index expression over int-extent axis k (maybe with a second axis)."""
+    d = c.d
+    form = d.choice(("id", "id", "shift", "stride", "two", "div", "mod", "rev", "affdiv", "const"))
+    e = c.exts[k]
+    x = Ax(k)
+    if form == "id":
+        return x
+    if form == "shift":
+        s = d.choice((1, -1, 2, 3, -2))
+        return IBin("+", x, IC(s)) if s > 0 else IBin("-", x, IC(-s))
+    if form == "stride":
+        return IBin("+", IBin("*", x, IC(d.choice((2, 3)))), IC(d.choice((0, 1))))
+    if form == "two":
+        others = [j for j in c.int_axes if j != k]
+        if not others:
+            return x
+        j = d.choice(others)
+        a = d.choice((1, 2))
+        first = x if a == 1 else IBin("*", x, IC(a))
+        return IBin("+", first, Ax(j))
+    if form == "div":
+        return IBin("//", x, IC(d.choice((2, 3, 4))))
+    if form == "mod":
+        return IBin("%", x, IC(d.choice((2, 3))))
+    if form == "rev":
+        return IBin("-", IC(e - 1), x)
+    if form == "affdiv":
+        return IBin("//", IBin("+", IBin("*", x, IC(d.choice((2, 3)))), IC(d.choice((0, 1)))),
+                    IC(d.choice((2, 4))))
+    return IC(d.int(0, 2))
+
+
+def _fit(c: _StageCtx, ie, size: int):
+    """Make ``ie`` (range known) fit [0, size): returns (ie, guard parts)."""
+    lo, hi = interval(ie, c.exts)
+    if lo >= 0 and hi < size:
+        return ie, []
+    if isinstance(ie, IC):
+        return IC(min(max(ie.v, 0), size - 1)), []
+    if c.d.bool(0.5):
+        parts = []
+        if lo < 0:
+            parts.append(Cmp(">=", ie, IC(0)))
+        if hi >= size:
+            parts.append(Cmp("<", ie, IC(size)))
+        return ie, parts
+    return IBin("%", ie, IC(size)), []
+
+
+def _index_for(c: _StageCtx, size):
+    """An index expression for a dimension of extent ``size`` (int or "n"):
+    (ie, guard parts)."""
+    d = c.d
+    if size == "n":
+        if c.n_axes:
+            k = d.choice(c.n_axes)
+            f = d.choice(("id", "id", "shift", "rev"))
+            if f == "id":
+                return Ax(k), []
+            if f == "shift":
+                ie = IBin("+", Ax(k), IC(d.choice((1, 2))))
+                return ie, [Cmp("<", ie, NVar())]
+            return IBin("-", IBin("-", NVar(), IC(1)), Ax(k)), []
+        return IC(0), [Cmp("<", IC(0), NVar())]
+    if c.int_axes and d.bool(0.9):
+        k = d.choice(c.int_axes)
+        return _fit(c, _affine_form(c, k), size)
+    if c.n_axes and d.bool(0.5):
+        return IBin("%", Ax(d.choice(c.n_axes)), IC(size)), []
+    return IC(d.int(0, size - 1)), []
+
+
+def _new_dim(c: _StageCtx):
+    """An index expression and the extent of a new placeholder's dimension."""
+    d = c.d
+    if c.n_axes and (not c.int_axes or d.bool(0.3)):
+        return Ax(d.choice(c.n_axes)), "n", []
+    if not c.int_axes:
+        return IC(0), 1, []
+    k = d.choice(c.int_axes)
+    ie = _affine_form(c, k)
+    lo, hi = interval(ie, c.exts)
+    parts = []
+    if lo < 0:
+        parts.append(Cmp(">=", ie, IC(0)))
+    size = hi + 1 + d.choice((0, 0, 1, 2))
+    if d.bool(0.2) and hi >= 1 and not isinstance(ie, IC):
+        size = d.int(1, hi)  # padding: part of the range reads zeros
+        parts.append(Cmp("<", ie, IC(size)))
+    return ie, max(size, 1), parts
+
+
+def _new_placeholder(c: _StageCtx):
+    d = c.d
+    prog = c.prog
+    nd = d.int(1, 3)
+    idx, shape, parts = [], [], []
+    for _ in range(nd):
+        ie, size, ps = _new_dim(c)
+        idx.append(ie)
+        shape.append(size)
+        parts += ps
+    dt = c.dtype
+    if d.bool(0.1):
+        dt = d.choice(("int32", "float32", "float64", "int8"))
+    name = f"P{len(prog.tensors)}"
+    prog.tensors.append(TSpec(name, tuple(shape), dt))
+    return Load(len(prog.tensors) - 1, tuple(idx), _and(parts))
+
+
+def _load(c: _StageCtx, prefer: Optional[int] = None):
+    d = c.d
+    prog = c.prog
+    c.loads += 1
+    if prefer is None:
+        existing = list(range(len(prog.tensors)))
+        if not existing or (c.allow_new and d.bool(0.4)):
+            ld = _new_placeholder(c)
+            return _cast_load(c, ld)
+        prefer = d.choice(existing[::-1])
+    t = prog.tensors[prefer]
+    idx, parts = [], []
+    for size in t.shape:
+        ie, ps = _index_for(c, size)
+        idx.append(ie)
+        parts += ps
+    return _cast_load(c, Load(prefer, tuple(idx), _and(parts)))
+
+
+def _cast_load(c: _StageCtx, ld: Load):
+    src = c.prog.tensors[ld.t].dtype
+    if src == c.dtype:
+        return ld
+    return VCast(ld, src)
+
+
+def _index_cond(c: _StageCtx, ks: List[int]):
+    """A condition over the axes ``ks``."""
+    d = c.d
+    ks = [k for k in ks if c.exts[k] != "n"] or ks
+    k = d.choice(ks)
+    f = d.choice(("lt", "mod", "le2", "ge"))
+    e = c.exts[k]
+    if f == "lt":
+        bound = IC(d.int(0, e)) if e != "n" else IBin("-", NVar(), IC(1))
+        return Cmp("<", Ax(k), bound)
+    if f == "mod":
+        return Cmp("==", IBin("%", Ax(k), IC(2)), IC(d.int(0, 1)))
+    if f == "le2":
+        others = [j for j in range(len(c.exts)) if j != k]
+        if others:
+            return Cmp("<=", Ax(k), Ax(d.choice(others)))
+        return Cmp("<=", Ax(k), IC(1))
+    return Cmp(">=", Ax(k), IC(1))
+
+
+def _value(c: _StageCtx, depth: int):
+    d = c.d
+    dt = c.dtype
+    if depth <= 0 or d.bool(0.35):
+        kind = d.choice(("load", "load", "load", "load", "const", "axis"))
+        if kind == "load":
+            return _load(c)
+        if kind == "const":
+            if is_float(dt):
+                return VConst(d.choice((1.0, 0.5, -2.0, 0.25, 3.0)))
+            return VConst(d.choice((1, 2, 3, 7) if dt == "uint8" else (1, 2, 3, -1, 7)))
+        ie = Ax(d.int(0, len(c.exts) - 1))
+        if d.bool(0.3) and c.exts[ie.k] != "n":
+            ie = IBin("%", ie, IC(3))
+        return AxVal(ie)
+    kind = d.choice(("bin", "bin", "un", "sel"))
+    if kind == "bin":
+        if is_float(dt):
+            op = d.choice(("+", "*", "-", "max", "min", "div"))
+        else:
+            op = d.choice(("+", "*", "-", "max", "min", "fdiv", "mod", "tdiv", "tmod"))
+        a = _value(c, depth - 1)
+        if op in ("fdiv", "mod", "tdiv", "tmod"):
+            return VBin(op, a, VConst(d.choice((2, 3, 5))))
+        return VBin(op, a, _value(c, depth - 1))
+    if kind == "un":
+        if is_float(dt):
+            op = d.choice(("neg", "abs", "exp", "tanh", "sigmoid", "sqrt", "leaky"))
+        else:
+            op = d.choice(("neg", "abs"))
+        return VUn(op, _value(c, depth - 1))
+    ks = list(range(len(c.exts)))
+    return VSel(_index_cond(c, ks), _value(c, depth - 1), _value(c, depth - 1))
+
+
+def _points(exts, n_as=8):
+    p = 1
+    for e in exts:
+        p *= n_as if e == "n" else e
+    return p
+
+
+def gen_program(d, *, max_stages: int = 4, dtypes=DTYPES, symbolic: Optional[bool] = None,
+                max_depth: int = 3) -> Program:
+    """A random program with 1..max_stages computes."""
+    dtype = d.choice(dtypes)
+    sym = d.bool(0.2) if symbolic is None else symbolic
+    prog = Program([], [], sym)
+    nstages = d.int(1, max_stages)
+    computes: List[int] = []
+    for si in range(nstages):
+        nd = d.int(1, 3)
+        shape = []
+        for k in range(nd):
+            if sym and d.bool(0.4):
+                shape.append("n")
+            else:
+                shape.append(d.choice(SIZES))
+        red = None
+        if d.bool(0.4):
+            nr = d.choice((1, 1, 2))
+            rex = []
+            for _ in range(nr):
+                rex.append("n" if sym and d.bool(0.2) else d.choice(RSIZES))
+            op = d.choice(("sum", "sum", "max", "min", "prod"))
+            red = ReduceSpec(op, tuple(rex))
+        exts = list(shape) + (list(red.extents) if red else [])
+        while _points(exts) > MAX_POINTS:
+            big = max(range(len(exts)), key=lambda i: 8 if exts[i] == "n" else exts[i])
+            if exts[big] == "n":
+                exts[big] = 2
+            else:
+                exts[big] = max(1, exts[big] // 2)
+        shape = exts[:nd]
+        if red:
+            red.extents = tuple(exts[nd:])
+        c = _StageCtx(d, prog, exts, nd, dtype, sym)
+        body = None
+        if computes and d.bool(0.85):
+            # read the previous stage (keeps the DAG connected)
+            first = _load(c, prefer=computes[-1])
+            body = first
+            if d.bool(0.6):
+                op = d.choice(("+", "*", "max", "-")) if is_float(dtype) else d.choice(("+", "*", "max", "-"))
+                body = VBin(op, first, _value(c, d.int(0, max_depth - 1)))
+            elif d.bool(0.3):
+                body = VUn("neg" if not is_float(dtype) else d.choice(("exp", "neg", "tanh", "abs")), first)
+        else:
+            body = _value(c, d.int(0, max_depth))
+            if c.loads == 0:
+                body = VBin("+", body, _load(c))
+        if red is not None and d.bool(0.35):
+            ks = list(range(nd, len(exts)))
+            red.where = _index_cond(c, ks)
+        name = f"C{len(prog.tensors)}"
+        prog.tensors.append(TSpec(name, tuple(shape), dtype, body, red))
+        computes.append(len(prog.tensors) - 1)
+    read = set()
+    for j, s in enumerate(prog.tensors):
+        if not s.is_placeholder:
+            for i in range(len(prog.tensors)):
+                if prog.readers(i):
+                    read.add(i)
+    prog.outputs = [i for i in computes if i not in read]
+    prog.symbolic = any("n" in s.axis_extents for s in prog.tensors)
+    return prog
+
+
+def gen_n(d) -> int:
+    return d.choice(N_VALUES)

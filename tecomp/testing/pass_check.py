@@ -1,0 +1,190 @@
+"""Pass-by-pass checking: run the reference interpreter on the IR before and after every
+lowering pass, on the same small random inputs, and report the first pass that changes
+a result (with both IRs printed and a diff).
+
+    from tecomp.testing import check_passes
+    func = check_passes(s, [A, B, C])          # the lowered PrimFunc, as tc.lower returns it
+    check_passes(s, args, sizes={"n": 7})      # values of symbolic extents (default: small random)
+
+A pass that changes a result raises :class:`PassCheckError`; its ``pass_name``, ``before``
+and ``after`` (PrimFuncs) and ``detail`` say what changed.  It hooks into
+``tecomp.lower.pipeline.run_passes(..., check=callback)``.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from ..ir import dtype as _dt
+from ..ir.expr import Buffer, Var
+
+
+class PassCheckError(AssertionError):
+    """A lowering pass changed what the program computes (a tecomp bug)."""
+
+    def __init__(self, pass_name: str, before, after, detail: str):
+        self.pass_name = pass_name
+        self.before = before
+        self.after = after
+        self.detail = detail
+        b, a = str(before), str(after)
+        diff = "\n".join(difflib.unified_diff(b.splitlines(), a.splitlines(), "before " + pass_name,
+                                              "after " + pass_name, lineterm="", n=2))
+        super().__init__(
+            f"lowering pass `{pass_name}` changed the result (this is a tecomp bug):\n{detail}\n"
+            f"---- IR before {pass_name} ----\n{b}\n---- IR after {pass_name} ----\n{a}\n"
+            f"---- diff ----\n{diff}")
+
+
+def _shape_env(func, sizes: Optional[dict], rng) -> Dict[Var, int]:
+    """Values for the free variables of the buffer shapes and the scalar parameters."""
+    from ..ir.functor import free_vars
+
+    env: Dict[Var, int] = {}
+    byname = dict(sizes or {})
+    for p in func.params:
+        vs = free_vars(p) if isinstance(p, Var) else [v for e in p.shape for v in free_vars(e)]
+        for v in vs:
+            if v in env:
+                continue
+            if v.name in byname:
+                env[v] = byname[v.name]
+            elif _dt.is_float(v.dtype):
+                env[v] = float(rng.uniform(-1, 1))
+            elif _dt.is_bool(v.dtype):
+                env[v] = bool(rng.integers(0, 2))
+            else:
+                env[v] = int(rng.integers(1, 8))
+    return env
+
+
+def make_args(func, sizes: Optional[dict] = None, seed: int = 0) -> list:
+    """Random arguments for ``func``: every buffer filled with random data (so an output
+    element a pass forgets to write still differs), every scalar a small value."""
+    from ..ir.interp import eval_expr
+
+    rng = np.random.default_rng(seed)
+    env = _shape_env(func, sizes, rng)
+    out = []
+    for p in func.params:
+        if isinstance(p, Var):
+            out.append(env[p])
+            continue
+        shape = tuple(int(eval_expr(e, env)) for e in p.shape)
+        dt = p.dtype
+        if _dt.is_float(dt):
+            a = rng.uniform(-1, 1, size=shape).astype(dt)
+        elif _dt.is_bool(dt):
+            a = rng.integers(0, 2, size=shape).astype(bool)
+        elif _dt.is_uint(dt):
+            a = rng.integers(0, 8, size=shape).astype(dt)
+        else:
+            a = rng.integers(-8, 9, size=shape).astype(dt)
+        out.append(a)
+    return out
+
+
+def _copy(args):
+    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+
+
+def _diff_results(func, r1, r2) -> Optional[str]:
+    lines = []
+    for p, a, b in zip(func.params, r1, r2):
+        if not isinstance(p, Buffer):
+            continue
+        if _dt.is_float(p.dtype):
+            same = np.isclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-5, atol=1e-6,
+                              equal_nan=True)
+        else:
+            same = a == b
+        if not same.all():
+            bad = np.argwhere(~same)
+            lines.append(f"buffer {p.name}: {int((~same).sum())} of {same.size} elements differ")
+            for ix in bad[:4]:
+                t = tuple(int(x) for x in ix)
+                lines.append(f"  {p.name}{list(t)}: before {a[t]!r}, after {b[t]!r}")
+    return "\n".join(lines) if lines else None
+
+
+class _Checker:
+    def __init__(self, args, check_races: bool):
+        self.args = args
+        self.check_races = check_races
+        self.last = None  # (func, results or exception)
+        self.passes_checked: List[str] = []
+
+    def _run(self, func):
+        from ..ir import interp
+
+        a = _copy(self.args)
+        try:
+            interp.run(func, *a, check_races=self.check_races)
+        except Exception as e:  # noqa: BLE001 - compared below
+            return e
+        return a
+
+    def __call__(self, name, before, after):
+        if self.last is None or self.last[0] is not before:
+            self.last = (before, self._run(before))
+        r0 = self.last[1]
+        r1 = self._run(after)
+        self.passes_checked.append(name)
+        if isinstance(r0, Exception):
+            if isinstance(r1, Exception):
+                self.last = (after, r1)
+                return
+            # the IR before the first pass already fails: schedule_ops' output is wrong
+            raise PassCheckError(
+                "schedule_ops" if len(self.passes_checked) == 1 else name, before, after,
+                f"the IR before `{name}` fails in the interpreter: {type(r0).__name__}: {r0}")
+        if isinstance(r1, Exception):
+            raise PassCheckError(name, before, after,
+                                 f"after `{name}` the interpreter raises {type(r1).__name__}: {r1}")
+        d = _diff_results(before, r0, r1)
+        if d is not None:
+            raise PassCheckError(name, before, after, d)
+        self.last = (after, r1)
+
+
+def check_func_passes(func, target: str = "llvm", *, args=None, sizes: Optional[dict] = None,
+                      seed: int = 0, check_races: bool = True):
+    """Run the lowering passes on the PrimFunc ``func`` (the output of schedule_ops, or a
+    hand-made one), checking each; returns the final PrimFunc."""
+    from ..lower.pipeline import run_passes
+
+    if args is None:
+        args = make_args(func, sizes, seed)
+    chk = _Checker(args, check_races)
+    out = run_passes(func, target, False, check=chk)
+    return out
+
+
+def check_passes(s, args, *, name: str = "main", target: str = "llvm",
+                 sizes: Optional[dict] = None, seed: int = 0, check_races: bool = True):
+    """Lower ``s`` like ``tc.lower(s, args)`` while checking every pass (see the module doc).
+    Returns the lowered PrimFunc."""
+    from ..ir.stmt import PrimFunc
+    from ..lower import pipeline
+
+    state = {}
+
+    def hook(pname, before, after):
+        chk = state.get("chk")
+        if chk is None:
+            chk = state["chk"] = _Checker(make_args(before, sizes, seed), check_races)
+        chk(pname, before, after)
+
+    lower = pipeline.lower
+    import inspect
+
+    if "check" in inspect.signature(lower).parameters:
+        return lower(s, args, name=name, target=target, check=hook)
+    # fallback while lower() has no check= keyword: the same two steps it takes
+    from ..lower.schedule_ops import schedule_to_stmt
+
+    params, body, _ = schedule_to_stmt(s, list(args))
+    func = PrimFunc(name, tuple(params), body, {"target": target})
+    return pipeline.run_passes(func, target, False, check=hook)

@@ -1,0 +1,647 @@
+"""Random tensor programs as plain data, with three readings of the same data.
+
+A :class:`Program` is a list of tensors (placeholders and computes) whose compute bodies
+are small expression trees over the compute's axes.  The same tree is
+
+* built into tecomp tensors (:meth:`Program.build`): the program under test,
+* evaluated with numpy on index grids (:meth:`Program.numpy_outputs`): the independent
+  reference, and
+* printed as Python source (:meth:`Program.source`): a standalone reproducer that a
+  failing case turns into a regression test.
+
+Axes of a compute are numbered data axes first, then reduce axes; an extent is an int or
+the string ``"n"`` (the program's one symbolic extent, bound at call time).  Every index
+expression is in bounds *by construction*: the generator (``gen.py``) either picks a form
+whose range fits the dimension, wraps it with ``% extent``, or guards the load with an
+``if_then_else`` (padding).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple, Union
+
+import numpy as np
+
+Size = Union[int, str]  # an int or "n"
+
+FLOAT_DTYPES = ("float16", "float32", "float64")
+INT_DTYPES = ("int8", "int32", "int64", "uint8")
+
+
+def is_float(dt: str) -> bool:
+    return dt.startswith("float")
+
+
+# ---------------------------------------------------------------------------------
+# index expressions (int32): Ax(k) is axis k of the compute (data axes, then reduce)
+
+
+@dataclass(frozen=True)
+class Ax:
+    k: int
+
+
+@dataclass(frozen=True)
+class IC:
+    v: int
+
+
+@dataclass(frozen=True)
+class NVar:
+    """The symbolic extent ``n``."""
+
+
+@dataclass(frozen=True)
+class IBin:
+    op: str  # + - * // %
+    a: object
+    b: object
+
+
+# conditions (bool) over index expressions
+
+
+@dataclass(frozen=True)
+class Cmp:
+    op: str  # < <= >= ==
+    a: object
+    b: object
+
+
+@dataclass(frozen=True)
+class CAnd:
+    a: object
+    b: object
+
+
+# ---------------------------------------------------------------------------------
+# value expressions (of the compute's dtype)
+
+
+@dataclass(frozen=True)
+class Load:
+    t: int                  # tensor index in Program.tensors
+    idx: Tuple[object, ...]  # one index expression per dimension
+    guard: Optional[object] = None  # Cond: read only where it holds, else 0
+
+
+@dataclass(frozen=True)
+class VConst:
+    v: object
+
+
+@dataclass(frozen=True)
+class AxVal:
+    """The value of an index expression, converted to the compute's dtype."""
+
+    ie: object
+
+
+@dataclass(frozen=True)
+class VBin:
+    op: str  # + - * max min div (floats: a / (|b| + 1)) fdiv mod (ints: by a const)
+    a: object
+    b: object
+
+
+@dataclass(frozen=True)
+class VUn:
+    op: str  # neg abs exp tanh sigmoid sqrt leaky
+    a: object
+
+
+@dataclass(frozen=True)
+class VSel:
+    cond: object  # a Cond over index expressions
+    a: object
+    b: object
+
+
+@dataclass(frozen=True)
+class VCast:
+    a: object
+    src: str  # the dtype of a
+
+
+@dataclass
+class ReduceSpec:
+    op: str  # sum max min prod
+    extents: Tuple[Size, ...]
+    where: Optional[object] = None
+
+
+@dataclass
+class TSpec:
+    name: str
+    shape: Tuple[Size, ...]
+    dtype: str
+    body: Optional[object] = None  # None: a placeholder
+    reduce: Optional[ReduceSpec] = None
+
+    @property
+    def is_placeholder(self) -> bool:
+        return self.body is None
+
+    @property
+    def axis_extents(self) -> Tuple[Size, ...]:
+        return tuple(self.shape) + (tuple(self.reduce.extents) if self.reduce else ())
+
+
+def walk_values(e):
+    """Every value node of a value expression (pre-order)."""
+    yield e
+    if isinstance(e, (VBin,)):
+        yield from walk_values(e.a)
+        yield from walk_values(e.b)
+    elif isinstance(e, VSel):
+        yield from walk_values(e.a)
+        yield from walk_values(e.b)
+    elif isinstance(e, (VUn, VCast)):
+        yield from walk_values(e.a)
+
+
+# ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Program:
+    tensors: List[TSpec]
+    outputs: List[int]
+    symbolic: bool = False  # whether "n" occurs
+
+    # -- queries -------------------------------------------------------------------
+    def readers(self, t: int) -> List[int]:
+        out = []
+        for j, s in enumerate(self.tensors):
+            if s.body is None:
+                continue
+            if any(isinstance(x, Load) and x.t == t for x in walk_values(s.body)):
+                out.append(j)
+        return out
+
+    def arg_order(self) -> List[int]:
+        """Placeholders (in order), then the outputs."""
+        return [i for i, s in enumerate(self.tensors) if s.is_placeholder] + list(self.outputs)
+
+    @property
+    def n_param(self) -> bool:
+        """Whether ``n`` must be a scalar parameter (no argument buffer has an extent n)."""
+        return self.symbolic and not any("n" in self.tensors[i].shape for i in self.arg_order())
+
+    def concrete_shape(self, t: int, n: int) -> Tuple[int, ...]:
+        return tuple(n if x == "n" else x for x in self.tensors[t].shape)
+
+    # -- tecomp ----------------------------------------------------------------------
+    def build(self):
+        """Make the tecomp tensors.  Returns ``(tensors, nvar)``: one Tensor per TSpec."""
+        import tecomp as tc
+
+        nvar = tc.var("n") if self.symbolic else None
+        built = []
+        for spec in self.tensors:
+            shape = tuple(nvar if x == "n" else x for x in spec.shape)
+            if spec.is_placeholder:
+                built.append(tc.placeholder(shape, dtype=spec.dtype, name=spec.name))
+                continue
+            built.append(_build_compute(spec, shape, built, self, nvar))
+        return built, nvar
+
+    def args(self, built, nvar=None):
+        out = [built[i] for i in self.arg_order()]
+        if self.n_param:
+            out.append(nvar)
+        return out
+
+    # -- numpy -------------------------------------------------------------------------
+    def random_inputs(self, n: int, rng: np.random.Generator) -> dict:
+        """{tensor index: array} for the placeholders."""
+        out = {}
+        for i, s in enumerate(self.tensors):
+            if not s.is_placeholder:
+                continue
+            shape = self.concrete_shape(i, n)
+            out[i] = random_array(shape, s.dtype, rng)
+        return out
+
+    def numpy_outputs(self, inputs: dict, n: int) -> dict:
+        """{tensor index: array} of every compute, evaluated with numpy (floats in float64,
+        rounded to the tensor's dtype after each stage; ints exactly, wrapping)."""
+        vals = {}
+        for i, s in enumerate(self.tensors):
+            if s.is_placeholder:
+                a = inputs[i]
+                vals[i] = a.astype(np.float64) if is_float(s.dtype) else a
+                continue
+            vals[i] = _np_compute(self, s, vals, n)
+        return vals
+
+    # -- source --------------------------------------------------------------------------
+    def source(self) -> str:
+        """Python source that builds the program (``T0, T1, ...`` and ``args``)."""
+        L = []
+        if self.symbolic:
+            L.append('n = tc.var("n")')
+        for i, s in enumerate(self.tensors):
+            shape = "(" + "".join(f"{'n' if x == 'n' else x}, " for x in s.shape) + ")"
+            if s.is_placeholder:
+                L.append(f'T{i} = tc.placeholder({shape}, dtype="{s.dtype}", name="{s.name}")')
+                continue
+            nd = len(s.shape)
+            names = [f"i{k}" for k in range(nd)]
+            pre = ""
+            if s.reduce is not None:
+                rn = []
+                for r, ext in enumerate(s.reduce.extents):
+                    v = f"r{i}_{r}"
+                    rn.append(v)
+                    L.append(f'{v} = tc.reduce_axis((0, {"n" if ext == "n" else ext}), name="k{r}")')
+                axes = names + rn
+            else:
+                axes = names
+            expr = _src_value(s.body, axes, s.dtype, self)
+            if s.reduce is not None:
+                where = ""
+                if s.reduce.where is not None:
+                    where = f", where={_src_cond(s.reduce.where, axes)}"
+                ax = "[" + ", ".join(axes[nd:]) + "]"
+                expr = f"tc.{s.reduce.op}({expr}, axis={ax}{where})"
+            L.append(f'T{i} = tc.compute({shape}, lambda {", ".join(names)}: {expr}, name="{s.name}")')
+        L.append("args = [" + ", ".join([f"T{i}" for i in self.arg_order()]
+                                        + (["n"] if self.n_param else [])) + "]")
+        L.append("outs = [" + ", ".join(f"T{i}.op" for i in self.outputs) + "]")
+        return "\n".join(L)
+
+
+def random_array(shape, dtype, rng) -> np.ndarray:
+    if is_float(dtype):
+        return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+    if dtype == "uint8":
+        return rng.integers(0, 8, size=shape).astype(dtype)
+    return rng.integers(-8, 9, size=shape).astype(dtype)
+
+
+# ---------------------------------------------------------------------------------
+# building tecomp expressions
+
+
+def _ie_tc(e, axes, nvar):
+    if isinstance(e, Ax):
+        return axes[e.k]
+    if isinstance(e, IC):
+        return e.v
+    if isinstance(e, NVar):
+        return nvar
+    if isinstance(e, IBin):
+        a, b = _ie_tc(e.a, axes, nvar), _ie_tc(e.b, axes, nvar)
+        import tecomp as tc
+
+        if isinstance(a, int) and isinstance(b, int):
+            a = tc.const(a)
+        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
+                "//": lambda: a // b, "%": lambda: a % b}[e.op]()
+    raise TypeError(e)
+
+
+def _cond_tc(c, axes, nvar):
+    import tecomp as tc
+
+    if isinstance(c, CAnd):
+        return tc.all(_cond_tc(c.a, axes, nvar), _cond_tc(c.b, axes, nvar))
+    a, b = _ie_tc(c.a, axes, nvar), _ie_tc(c.b, axes, nvar)
+    if isinstance(a, int):
+        a = tc.const(a)
+    return {"<": lambda: a < b, "<=": lambda: a <= b, ">=": lambda: a >= b,
+            "==": lambda: tc.eq(a, b)}[c.op]()
+
+
+def _val_tc(e, axes, dt, built, prog, nvar):
+    import tecomp as tc
+
+    if isinstance(e, Load):
+        t = built[e.t]
+        v = t[tuple(_ie_tc(x, axes, nvar) for x in e.idx)]
+        if e.guard is not None:
+            zero = tc.const(0, t.dtype)
+            v = tc.if_then_else(_cond_tc(e.guard, axes, nvar), v, zero)
+        return v
+    if isinstance(e, VConst):
+        return tc.const(e.v, dt)
+    if isinstance(e, AxVal):
+        v = _ie_tc(e.ie, axes, nvar)
+        if isinstance(v, int):
+            v = tc.const(v)
+        return v.astype(dt)
+    if isinstance(e, VCast):
+        return _val_tc(e.a, axes, e.src, built, prog, nvar).astype(dt)
+    if isinstance(e, VSel):
+        return tc.if_then_else(_cond_tc(e.cond, axes, nvar), _val_tc(e.a, axes, dt, built, prog, nvar),
+                               _val_tc(e.b, axes, dt, built, prog, nvar))
+    if isinstance(e, VUn):
+        a = _val_tc(e.a, axes, dt, built, prog, nvar)
+        op = e.op
+        if op == "neg":
+            return -a
+        if op == "abs":
+            return tc.abs(a)
+        if op == "exp":
+            return tc.exp(tc.min(a, tc.const(3.0, dt)))
+        if op == "tanh":
+            return tc.tanh(a)
+        if op == "sigmoid":
+            return tc.sigmoid(a)
+        if op == "sqrt":
+            return tc.sqrt(tc.abs(a))
+        if op == "leaky":
+            return tc.if_then_else(a > tc.const(0.0, dt), a, a * tc.const(0.125, dt))
+        raise ValueError(op)
+    if isinstance(e, VBin):
+        a = _val_tc(e.a, axes, dt, built, prog, nvar)
+        if e.op in ("fdiv", "mod", "tdiv", "tmod"):
+            c = e.b.v
+            if e.op == "fdiv":
+                return a // c
+            if e.op == "mod":
+                return a % c
+            if e.op == "tdiv":
+                return tc.truncdiv(a, tc.const(c, dt))
+            return tc.truncmod(a, tc.const(c, dt))
+        b = _val_tc(e.b, axes, dt, built, prog, nvar)
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a - b
+        if e.op == "*":
+            return a * b
+        if e.op == "max":
+            return tc.max(a, b)
+        if e.op == "min":
+            return tc.min(a, b)
+        if e.op == "div":
+            return a / (tc.abs(b) + tc.const(1.0, dt))
+        raise ValueError(e.op)
+    raise TypeError(e)
+
+
+def _build_compute(spec: TSpec, shape, built, prog, nvar):
+    import tecomp as tc
+
+    raxes = []
+    if spec.reduce is not None:
+        for r, ext in enumerate(spec.reduce.extents):
+            raxes.append(tc.reduce_axis((0, nvar if ext == "n" else ext), name=f"k{r}"))
+
+    def fcompute(*idx):
+        axes = list(idx) + [r.var for r in raxes]
+        body = _val_tc(spec.body, axes, spec.dtype, built, prog, nvar)
+        if spec.reduce is None:
+            return body
+        red = getattr(tc, spec.reduce.op)
+        where = None
+        if spec.reduce.where is not None:
+            where = _cond_tc(spec.reduce.where, axes, nvar)
+        return red(body, axis=raxes, where=where)
+
+    names = [f"i{k}" for k in range(len(shape))]
+    # a real lambda with named parameters, so the axes carry readable names
+    ns = {"f": fcompute}
+    lam = eval(f"lambda {', '.join(names)}: f({', '.join(names)})", ns)  # noqa: S307
+    return tc.compute(shape, lam, name=spec.name)
+
+
+# ---------------------------------------------------------------------------------
+# numpy evaluation on index grids
+
+
+def _grids(exts: List[int]):
+    nd = len(exts)
+    out = []
+    for k, e in enumerate(exts):
+        shp = [1] * nd
+        shp[k] = e
+        out.append(np.arange(e, dtype=np.int64).reshape(shp))
+    return out
+
+
+def _ie_np(e, g, n):
+    if isinstance(e, Ax):
+        return g[e.k]
+    if isinstance(e, IC):
+        return np.int64(e.v)
+    if isinstance(e, NVar):
+        return np.int64(n)
+    if isinstance(e, IBin):
+        a, b = _ie_np(e.a, g, n), _ie_np(e.b, g, n)
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a - b
+        if e.op == "*":
+            return a * b
+        if e.op == "//":
+            return a // b
+        if e.op == "%":
+            return a % b
+    raise TypeError(e)
+
+
+def _cond_np(c, g, n):
+    if isinstance(c, CAnd):
+        return np.logical_and(_cond_np(c.a, g, n), _cond_np(c.b, g, n))
+    a, b = _ie_np(c.a, g, n), _ie_np(c.b, g, n)
+    return {"<": np.less, "<=": np.less_equal, ">=": np.greater_equal, "==": np.equal}[c.op](a, b)
+
+
+def _np_dtype(dt):
+    return np.float64 if is_float(dt) else np.dtype(dt)
+
+
+def _val_np(e, g, n, dt, vals, prog, full_shape):
+    ndt = _np_dtype(dt)
+    if isinstance(e, Load):
+        arr = vals[e.t]
+        idx = [np.broadcast_to(np.asarray(_ie_np(x, g, n)), full_shape) for x in e.idx]
+        if e.guard is not None:
+            mask = np.broadcast_to(_cond_np(e.guard, g, n), full_shape)
+            idx = [np.where(mask, ix, 0) for ix in idx]
+            if arr.size == 0:
+                got = np.zeros(full_shape, arr.dtype)
+            else:
+                got = arr[tuple(idx)]
+            return np.where(mask, got, np.zeros((), arr.dtype)).astype(arr.dtype)
+        if any(s == 0 for s in full_shape):
+            return np.zeros(full_shape, arr.dtype)
+        return arr[tuple(idx)]
+    if isinstance(e, VConst):
+        return np.full(full_shape, e.v, ndt)
+    if isinstance(e, AxVal):
+        v = np.broadcast_to(np.asarray(_ie_np(e.ie, g, n)), full_shape)
+        if is_float(dt):
+            return v.astype(np.float64)
+        return v.astype(np.int64).astype(ndt)  # wraps like a C cast
+    if isinstance(e, VCast):
+        a = _val_np(e.a, g, n, e.src, vals, prog, full_shape)
+        if is_float(dt):
+            if is_float(e.src):
+                return a.astype(dt).astype(np.float64)
+            return a.astype(dt).astype(np.float64)
+        if is_float(e.src):
+            return np.trunc(a).astype(np.int64).astype(ndt)
+        return a.astype(ndt)
+    if isinstance(e, VSel):
+        c = np.broadcast_to(_cond_np(e.cond, g, n), full_shape)
+        return np.where(c, _val_np(e.a, g, n, dt, vals, prog, full_shape),
+                        _val_np(e.b, g, n, dt, vals, prog, full_shape))
+    if isinstance(e, VUn):
+        a = _val_np(e.a, g, n, dt, vals, prog, full_shape)
+        op = e.op
+        if op == "neg":
+            return (np.zeros((), ndt) - a).astype(ndt)
+        if op == "abs":
+            return np.abs(a).astype(ndt)
+        if op == "exp":
+            return np.exp(np.minimum(a, 3.0))
+        if op == "tanh":
+            return np.tanh(a)
+        if op == "sigmoid":
+            return 1.0 / (1.0 + np.exp(-a))
+        if op == "sqrt":
+            return np.sqrt(np.abs(a))
+        if op == "leaky":
+            return np.where(a > 0, a, a * 0.125)
+        raise ValueError(op)
+    if isinstance(e, VBin):
+        a = _val_np(e.a, g, n, dt, vals, prog, full_shape)
+        if e.op in ("fdiv", "mod", "tdiv", "tmod"):
+            c = ndt.type(e.b.v)
+            if e.op == "fdiv":
+                return a // c
+            if e.op == "mod":
+                return a % c
+            q = (np.abs(a.astype(np.int64)) // int(c)) * np.sign(a.astype(np.int64))
+            if e.op == "tdiv":
+                return q.astype(ndt)
+            return (a.astype(np.int64) - q * int(c)).astype(ndt)
+        b = _val_np(e.b, g, n, dt, vals, prog, full_shape)
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a - b
+        if e.op == "*":
+            return a * b
+        if e.op == "max":
+            return np.maximum(a, b)
+        if e.op == "min":
+            return np.minimum(a, b)
+        if e.op == "div":
+            return a / (np.abs(b) + 1.0)
+        raise ValueError(e.op)
+    raise TypeError(e)
+
+
+def reduce_identity(op: str, dt: str):
+    if op == "sum":
+        return 0
+    if op == "prod":
+        return 1
+    if is_float(dt):
+        return -np.inf if op == "max" else np.inf
+    info = np.iinfo(dt)
+    return info.min if op == "max" else info.max
+
+
+def _np_compute(prog: Program, s: TSpec, vals, n):
+    exts = [n if x == "n" else x for x in s.axis_extents]
+    g = _grids(exts)
+    full = tuple(exts)
+    with np.errstate(all="ignore"):
+        v = _val_np(s.body, g, n, s.dtype, vals, prog, full)
+        v = np.broadcast_to(v, full)
+        if s.reduce is not None:
+            nd = len(s.shape)
+            axes = tuple(range(nd, len(exts)))
+            ident = reduce_identity(s.reduce.op, s.dtype)
+            ndt = _np_dtype(s.dtype)
+            if s.reduce.where is not None:
+                m = np.broadcast_to(_cond_np(s.reduce.where, g, n), full)
+                v = np.where(m, v, np.asarray(ident).astype(ndt))
+            ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[s.reduce.op]
+            v = ufunc.reduce(v, axis=axes, dtype=ndt, initial=np.asarray(ident).astype(ndt))
+        if is_float(s.dtype):
+            # stored into a buffer of the tensor's dtype
+            v = np.asarray(v, np.float64).astype(s.dtype).astype(np.float64)
+        else:
+            v = np.asarray(v).astype(s.dtype)
+    return np.ascontiguousarray(v)
+
+
+# ---------------------------------------------------------------------------------
+# Python source
+
+
+def _src_ie(e, axes) -> str:
+    if isinstance(e, Ax):
+        return axes[e.k]
+    if isinstance(e, IC):
+        return str(e.v)
+    if isinstance(e, NVar):
+        return "n"
+    if isinstance(e, IBin):
+        a, b = _src_ie(e.a, axes), _src_ie(e.b, axes)
+        if isinstance(e.a, IC) and isinstance(e.b, IC):
+            a = f"tc.const({a})"
+        return f"({a} {e.op} {b})"
+    raise TypeError(e)
+
+
+def _src_cond(c, axes) -> str:
+    if isinstance(c, CAnd):
+        return f"tc.all({_src_cond(c.a, axes)}, {_src_cond(c.b, axes)})"
+    a, b = _src_ie(c.a, axes), _src_ie(c.b, axes)
+    if isinstance(c.a, IC):
+        a = f"tc.const({a})"
+    if c.op == "==":
+        return f"tc.eq({a}, {b})"
+    return f"({a} {c.op} {b})"
+
+
+def _src_value(e, axes, dt, prog) -> str:
+    if isinstance(e, Load):
+        t = prog.tensors[e.t]
+        s = f"T{e.t}[{', '.join(_src_ie(x, axes) for x in e.idx)}]"
+        if e.guard is not None:
+            s = f'tc.if_then_else({_src_cond(e.guard, axes)}, {s}, tc.const(0, "{t.dtype}"))'
+        return s
+    if isinstance(e, VConst):
+        return f'tc.const({e.v!r}, "{dt}")'
+    if isinstance(e, AxVal):
+        v = _src_ie(e.ie, axes)
+        if isinstance(e.ie, IC):
+            v = f"tc.const({v})"
+        return f'{v}.astype("{dt}")'
+    if isinstance(e, VCast):
+        return f'{_src_value(e.a, axes, e.src, prog)}.astype("{dt}")'
+    if isinstance(e, VSel):
+        return (f"tc.if_then_else({_src_cond(e.cond, axes)}, {_src_value(e.a, axes, dt, prog)}, "
+                f"{_src_value(e.b, axes, dt, prog)})")
+    if isinstance(e, VUn):
+        a = _src_value(e.a, axes, dt, prog)
+        return {
+            "neg": f"(-{a})", "abs": f"tc.abs({a})",
+            "exp": f'tc.exp(tc.min({a}, tc.const(3.0, "{dt}")))', "tanh": f"tc.tanh({a})",
+            "sigmoid": f"tc.sigmoid({a})", "sqrt": f"tc.sqrt(tc.abs({a}))",
+            "leaky": f'tc.if_then_else({a} > tc.const(0.0, "{dt}"), {a}, {a} * tc.const(0.125, "{dt}"))',
+        }[e.op]
+    if isinstance(e, VBin):
+        a = _src_value(e.a, axes, dt, prog)
+        if e.op in ("fdiv", "mod"):
+            return f"({a} {'//' if e.op == 'fdiv' else '%'} {e.b.v})"
+        if e.op in ("tdiv", "tmod"):
+            fn = "truncdiv" if e.op == "tdiv" else "truncmod"
+            return f'tc.{fn}({a}, tc.const({e.b.v}, "{dt}"))'
+        b = _src_value(e.b, axes, dt, prog)
+        if e.op in ("max", "min"):
+            return f"tc.{e.op}({a}, {b})"
+        if e.op == "div":
+            return f'({a} / (tc.abs({b}) + tc.const(1.0, "{dt}")))'
+        return f"({a} {e.op} {b})"
+    raise TypeError(e)

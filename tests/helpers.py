@@ -1,0 +1,85 @@
+"""Shared helpers for the test suite."""
+import numpy as np
+
+import tecomp as tc
+
+
+def run(s, args, arrays, backend="llvm"):
+    """Lower/build ``s`` and run it on ``arrays`` (outputs written in place)."""
+    if backend == "interp":
+        from tecomp.ir import interp
+
+        interp.run(tc.lower(s, args), *arrays)
+    else:
+        f = tc.build(s, args, target=backend)
+        f(*arrays)
+    return arrays
+
+
+def matmul(n=32, m=24, K=16, dtype="float32"):
+    A = tc.placeholder((n, K), dtype=dtype, name="A")
+    B = tc.placeholder((K, m), dtype=dtype, name="B")
+    k = tc.reduce_axis((0, K), name="k")
+    C = tc.compute((n, m), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return A, B, C, k
+
+
+def matmul_data(A, B, C, rng=None):
+    rng = rng or np.random.default_rng(0)
+    a = rng.random([int(x.value) for x in A.shape], dtype="float64").astype(A.dtype)
+    b = rng.random([int(x.value) for x in B.shape], dtype="float64").astype(B.dtype)
+    c = np.full([int(x.value) for x in C.shape], np.nan, C.dtype)
+    return a, b, c
+
+
+def conv2d_nchw(N=1, C=3, H=9, W=9, K=4, R=3, stride=1, pad=1, dilation=1):
+    data = tc.placeholder((N, C, H, W), name="data")
+    weight = tc.placeholder((K, C, R, R), name="weight")
+    padded = tc.compute(
+        (N, C, H + 2 * pad, W + 2 * pad),
+        lambda n, c, h, w: tc.if_then_else(
+            tc.all(h >= pad, h < H + pad, w >= pad, w < W + pad), data[n, c, h - pad, w - pad], 0.0),
+        name="pad")
+    Ho = (H + 2 * pad - dilation * (R - 1) - 1) // stride + 1
+    Wo = (W + 2 * pad - dilation * (R - 1) - 1) // stride + 1
+    rc = tc.reduce_axis((0, C), name="rc")
+    ry = tc.reduce_axis((0, R), name="ry")
+    rx = tc.reduce_axis((0, R), name="rx")
+    out = tc.compute(
+        (N, K, Ho, Wo),
+        lambda n, k, y, x: tc.sum(
+            padded[n, rc, y * stride + ry * dilation, x * stride + rx * dilation] * weight[k, rc, ry, rx],
+            axis=[rc, ry, rx]),
+        name="conv")
+    return data, weight, padded, out
+
+
+def conv2d_ref(d, w, stride=1, pad=1, dilation=1):
+    N, C, H, W = d.shape
+    K, _, R, S = w.shape
+    dp = np.pad(d.astype("float64"), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    Ho = (H + 2 * pad - dilation * (R - 1) - 1) // stride + 1
+    Wo = (W + 2 * pad - dilation * (S - 1) - 1) // stride + 1
+    out = np.zeros((N, K, Ho, Wo))
+    for r in range(R):
+        for s_ in range(S):
+            patch = dp[:, :, r * dilation: r * dilation + stride * (Ho - 1) + 1: stride,
+                       s_ * dilation: s_ * dilation + stride * (Wo - 1) + 1: stride]
+            out += np.einsum("nchw,kc->nkhw", patch, w[:, :, r, s_].astype("float64"))
+    return out
+
+
+def softmax(m=8, n=37):
+    X = tc.placeholder((m, n), name="X")
+    k1 = tc.reduce_axis((0, n), name="k1")
+    k2 = tc.reduce_axis((0, n), name="k2")
+    mx = tc.compute((m,), lambda i: tc.max(X[i, k1], axis=k1), name="rowmax")
+    ex = tc.compute((m, n), lambda i, j: tc.exp(X[i, j] - mx[i]), name="exp")
+    sm = tc.compute((m,), lambda i: tc.sum(ex[i, k2], axis=k2), name="rowsum")
+    Y = tc.compute((m, n), lambda i, j: ex[i, j] / sm[i], name="softmax")
+    return X, mx, ex, sm, Y
+
+
+def softmax_ref(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)

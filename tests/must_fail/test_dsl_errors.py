@@ -1,0 +1,127 @@
+"""Programs that must fail: DSL mistakes.  Each asserts the error class and its text."""
+import numpy as np
+import pytest
+
+import tecomp as tc
+
+
+def test_negative_extent():
+    with pytest.raises(tc.ShapeError, match=r"placeholder A: extent 1 is -3; extents must be positive"):
+        tc.placeholder((4, -3), name="A")
+
+
+def test_zero_extent():
+    with pytest.raises(tc.ShapeError, match=r"compute C: extent 0 is 0"):
+        tc.compute((0,), lambda i: i, name="C")
+
+
+def test_non_int_extent():
+    with pytest.raises(tc.ShapeError, match=r"extent 0 is 2.5"):
+        tc.placeholder((2.5,), name="A")
+
+
+def test_unknown_dtype():
+    with pytest.raises(tc.DTypeError, match=r"unknown dtype 'float8'"):
+        tc.placeholder((4,), dtype="float8", name="A")
+
+
+def test_wrong_index_count():
+    A = tc.placeholder((4, 4), name="A")
+    with pytest.raises(tc.ShapeError, match=r"tensor A has 2 dimension\(s\) \(4, 4\) but was indexed with 1"):
+        tc.compute((4,), lambda i: A[i], name="C")
+
+
+def test_constant_index_out_of_range():
+    A = tc.placeholder((4,), name="A")
+    with pytest.raises(tc.ShapeError, match=r"index 4 is out of range for dimension 0 of tensor A"):
+        tc.compute((4,), lambda i: A[4], name="C")
+
+
+def test_fcompute_arity():
+    with pytest.raises(tc.ComputeError, match=r"compute C: the shape has 2 dimension\(s\) but fcompute takes 1"):
+        tc.compute((4, 4), lambda i: i, name="C")
+
+
+def test_nested_reduction():
+    A = tc.placeholder((4, 4), name="A")
+    k = tc.reduce_axis((0, 4), name="k")
+    with pytest.raises(tc.ComputeError, match=r"may only be the whole body of a compute"):
+        tc.compute((4,), lambda i: tc.sum(A[i, k], axis=k) * 2, name="C")
+
+
+def test_reduce_axis_outside_reduction():
+    A = tc.placeholder((4, 4), name="A")
+    k = tc.reduce_axis((0, 4), name="k")
+    with pytest.raises(tc.ComputeError, match=r"reduce axis k is used outside a reduction"):
+        tc.compute((4,), lambda i: A[i, k], name="C")
+
+
+def test_reduce_over_data_axis():
+    A = tc.placeholder((4, 4), name="A")
+    with pytest.raises(tc.ComputeError, match=r"is not a reduce axis"):
+        tc.compute((4,), lambda i: tc.sum(A[i, 0], axis=i), name="C")
+
+
+def test_empty_reduce_axis():
+    with pytest.raises(tc.ShapeError, match=r"reduce_axis k: the range \(3, 3\) is empty"):
+        tc.reduce_axis((3, 3), name="k")
+
+
+def test_bool_of_expression():
+    i = tc.var("i")
+    with pytest.raises(tc.ExprError, match=r"truth value of the symbolic expression `i < 3`.*tc.if_then_else"):
+        if i < 3:
+            pass
+
+
+def test_int_true_division():
+    i, j = tc.var("i"), tc.var("j")
+    with pytest.raises(tc.ExprError, match=r"`/` on integer expressions .* use `//`"):
+        _ = i / j
+
+
+def test_mixed_float_widths():
+    A = tc.placeholder((4,), dtype="float32", name="A")
+    B = tc.placeholder((4,), dtype="float64", name="B")
+    with pytest.raises(tc.DTypeError, match=r"float32 and float64.*astype"):
+        tc.compute((4,), lambda i: A[i] + B[i], name="C")
+
+
+def test_int_plus_float_expression():
+    A = tc.placeholder((4,), dtype="int32", name="A")
+    with pytest.raises(tc.DTypeError, match=r"cannot combine with a int32 expression"):
+        tc.compute((4,), lambda i: A[i] * 2.5, name="C")
+
+
+def test_float_intrinsic_on_int():
+    A = tc.placeholder((4,), dtype="int32", name="A")
+    with pytest.raises(tc.DTypeError, match=r"tc.exp needs a float argument, got int32"):
+        tc.compute((4,), lambda i: tc.exp(A[i]), name="C")
+
+
+def test_whole_tensor_arithmetic():
+    A = tc.placeholder((4,), name="A")
+    with pytest.raises(tc.ExprError, match=r"arithmetic on the whole tensor A is not defined"):
+        _ = A + 1
+
+
+def test_tuple_body():
+    with pytest.raises(tc.ComputeError, match=r"fcompute returned 2 values"):
+        tc.compute((4,), lambda i: (i, i), name="C")
+
+
+def test_condition_not_bool():
+    A = tc.placeholder((4,), name="A")
+    with pytest.raises(tc.ExprError, match=r"tc.if_then_else needs bool conditions"):
+        tc.compute((4,), lambda i: tc.if_then_else(A[i], 1.0, 0.0), name="C")
+
+
+def test_reducer_missing_axis():
+    A = tc.placeholder((4,), name="A")
+    with pytest.raises(tc.ExprError, match=r"tc.sum: missing axis="):
+        tc.sum(A[0])
+
+
+def test_unknown_thread_tag():
+    with pytest.raises(tc.ExprError, match=r"unknown thread tag 'threadIdx.w'"):
+        tc.thread_axis("threadIdx.w")

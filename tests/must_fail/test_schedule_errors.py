@@ -1,0 +1,252 @@
+"""Programs that must fail: illegal schedules.  Each names the stage and axis."""
+import pytest
+
+import tecomp as tc
+
+
+def _mm(n=64):
+    A = tc.placeholder((n, n), name="A")
+    B = tc.placeholder((n, n), name="B")
+    k = tc.reduce_axis((0, n), name="k")
+    C = tc.compute((n, n), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return A, B, C, k
+
+
+def _chain():
+    A = tc.placeholder((64,), name="A")
+    B = tc.compute((64,), lambda i: A[i] + 1, name="B")
+    C = tc.compute((64,), lambda i: B[i] * 2, name="C")
+    D = tc.compute((64,), lambda i: A[i] * 3, name="D")
+    return A, B, C, D
+
+
+def test_axis_of_another_stage():
+    A, B, C, D = _chain()
+    s = tc.create_schedule([C.op, D.op])
+    with pytest.raises(tc.ScheduleError, match=r"split on stage C: axis i belongs to stage D, not to stage C"):
+        s[C].split(D.op.axis[0], factor=4)
+
+
+def test_axis_already_split():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    i = C.op.axis[0]
+    s[C].split(i, factor=8)
+    with pytest.raises(tc.ScheduleError, match=r"split on stage C: axis i was already split or fused away"):
+        s[C].split(i, factor=4)
+
+
+def test_axis_already_fused():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    s[C].fuse(i, j)
+    with pytest.raises(tc.ScheduleError, match=r"vectorize on stage C: axis j was already split or fused away"):
+        s[C].vectorize(j)
+
+
+def test_reorder_repeated_axis():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    with pytest.raises(tc.ScheduleError, match=r"reorder on stage C: axis i is repeated"):
+        s[C].reorder(i, j, i)
+
+
+def test_reorder_non_leaf():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    s[C].split(j, factor=4)
+    with pytest.raises(tc.ScheduleError, match=r"reorder on stage C: axis j was already split"):
+        s[C].reorder(j, i)
+
+
+def test_reorder_not_an_axis():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"reorder on stage C: axis must be an axis of the stage"):
+        s[C].reorder("i", "j")
+
+
+def test_compute_at_non_consumer():
+    A, B, C, D = _chain()
+    s = tc.create_schedule([C.op, D.op])
+    with pytest.raises(tc.ScheduleError, match=r"compute_at on stage B: stage D does not consume B"):
+        s[B].compute_at(s[D], D.op.axis[0])
+
+
+def test_compute_at_self():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"compute_at on stage B: cannot compute a stage at an axis of itself"):
+        s[B].compute_at(s[B], B.op.axis[0])
+
+
+def test_compute_at_axis_of_wrong_stage():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"axis i belongs to stage B, not to stage C"):
+        s[B].compute_at(s[C], B.op.axis[0])
+
+
+def test_compute_inline_reduction():
+    A, B, C, k = _mm()
+    D = tc.compute((64, 64), lambda i, j: C[i, j] + 1, name="D")
+    s = tc.create_schedule(D.op)
+    with pytest.raises(tc.ScheduleError, match=r"compute_inline on stage C: it is a reduction"):
+        s[C].compute_inline()
+
+
+def test_compute_inline_output():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"compute_inline on stage C: it is an output"):
+        s[C].compute_inline()
+
+
+def test_vectorize_reduce_axis():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"vectorize on stage C: axis k is a reduction axis"):
+        s[C].vectorize(k)
+
+
+def test_parallel_reduce_axis():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"parallel on stage C: axis k is a reduction axis"):
+        s[C].parallel(k)
+
+
+def test_vectorize_symbolic_extent():
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    C = tc.compute((n,), lambda i: A[i] * 2, name="C")
+    s = tc.create_schedule(C.op)
+    s[C].vectorize(C.op.axis[0])
+    with pytest.raises(tc.ScheduleError, match=r"vectorize on stage C: axis i has extent n, which is not a constant; split it"):
+        tc.lower(s, [A, C])
+
+
+def test_split_both_factor_and_nparts():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"split on stage C, axis i: give exactly one of factor= and nparts= \(got both\)"):
+        s[C].split(C.op.axis[0], factor=4, nparts=4)
+
+
+def test_split_neither():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"\(got neither\)"):
+        s[C].split(C.op.axis[0])
+
+
+def test_split_factor_zero():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"split on stage C, axis i: factor=0 must be at least 1"):
+        s[C].split(C.op.axis[0], factor=0)
+
+
+def test_rfactor_data_axis():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"rfactor on stage C: axis i is a data-parallel axis"):
+        s.rfactor(C, C.op.axis[0])
+
+
+def test_cache_read_non_reader():
+    A, B, C, D = _chain()
+    s = tc.create_schedule([C.op, D.op])
+    with pytest.raises(tc.ScheduleError, match=r"cache_read of A: stage C does not read A"):
+        s.cache_read(A, "local", [C])
+
+
+def test_cache_read_bad_scope():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"cache_read of A: unknown scope 'texture'"):
+        s.cache_read(A, "texture", [B])
+
+
+def test_cache_write_after_scheduling():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    s[C].split(C.op.axis[0], factor=4)
+    with pytest.raises(tc.ScheduleError, match=r"cache_write of C: stage C has already been scheduled"):
+        s.cache_write(C, "local")
+
+
+def test_fuse_not_adjacent():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    with pytest.raises(tc.ScheduleError, match=r"fuse on stage C: axes \(i, k\) are not adjacent"):
+        s[C].fuse(i, k)
+
+
+def test_fuse_data_and_reduce():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    with pytest.raises(tc.ScheduleError, match=r"cannot fuse data-parallel and reduction axes"):
+        s[C].fuse(j, k)
+
+
+def test_bind_twice():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=8)
+    tx = tc.thread_axis("threadIdx.x")
+    s[C].bind(xi, tx)
+    with pytest.raises(tc.ScheduleError, match=r"bind on stage C: threadIdx.x is already bound to axis i.inner"):
+        s[C].bind(xo, tc.thread_axis("threadIdx.x"))
+
+
+def test_bind_not_thread_axis():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"the second argument must be a thread axis"):
+        s[C].bind(C.op.axis[0], C.op.axis[0])
+
+
+def test_schedule_placeholder():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"A is a placeholder"):
+        s[A].split(A.op.shape[0], factor=2)
+
+
+def test_compute_at_consumer_outside():
+    # B is read by C and by D; computing it at C's loop leaves D without it.
+    A = tc.placeholder((64,), name="A")
+    B = tc.compute((64,), lambda i: A[i] + 1, name="B")
+    C = tc.compute((64,), lambda i: B[i] * 2, name="C")
+    D = tc.compute((64,), lambda i: B[i] * 3, name="D")
+    s = tc.create_schedule([C.op, D.op])
+    s[B].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(tc.ScheduleError, match=r"compute_at of B at C.i: its consumer D is not computed inside that loop"):
+        tc.lower(s, [A, C, D])
+
+
+def test_lower_missing_input():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.LowerError, match=r"tensor A is an input of stage B but is not in the argument list"):
+        tc.lower(s, [C])
+
+
+def test_lower_missing_output():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.LowerError, match=r"output C is not in the argument list"):
+        tc.lower(s, [A])
+
+
+def test_unknown_target():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.BuildError, match=r"unknown target 'opencl'"):
+        tc.build(s, [A, C], target="opencl")

@@ -1,0 +1,1000 @@
+"""The LLVM CPU backend on hand-built PrimFuncs, compared with numpy.
+
+Each test builds loop IR directly from ``tecomp.ir`` nodes (no DSL, no lowering), runs
+it through ``build_llvm`` and checks the result against numpy / Python semantics.
+"""
+import math
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from tecomp.codegen.llvm import build_llvm
+from tecomp.codegen import llvm_runtime
+from tecomp.errors import ArgumentError, BoundsError, BuildError, InternalError
+from tecomp.ir import (
+    Allocate, AssertStmt, Buffer, BufferLoad, BufferStore, Call, Cast, Const, Evaluate, For,
+    IfThenElse, LetStmt, PrimFunc, Select, Var, seq,
+)
+from tecomp.ir import op
+from tecomp.ir.expr import (
+    GE, LT, Add, Div, FloorDiv, FloorMod, Let, Max, Min, Mul, Or, Reduce, Sub, TruncDiv,
+    TruncMod, as_expr,
+)
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+
+
+def buf(name, shape, dtype="float32", scope="global"):
+    return Buffer(name, tuple(as_expr(s) if not isinstance(s, int) else Const(s) for s in shape),
+                  dtype, None, scope)
+
+
+def ld(b, *idx):
+    return BufferLoad(b, tuple(as_expr(i) for i in idx), b.dtype)
+
+
+def st(b, value, *idx):
+    return BufferStore(b, as_expr(value, b.dtype), tuple(as_expr(i) for i in idx))
+
+
+def loop(var, extent, body, kind="serial", lo=0):
+    return For(var, as_expr(lo), as_expr(extent), kind, body)
+
+
+def c(v, dtype):
+    return Const(v, dtype)
+
+
+def elementwise(name, fn, dtype_in="float32", dtype_out=None, n=None, kind="serial"):
+    """B[i] = fn(A[i]) over a symbolic n."""
+    n = Var("n") if n is None else n
+    A = buf("A", (n,), dtype_in)
+    B = buf("B", (n,), dtype_out or dtype_in)
+    i = Var("i")
+    return PrimFunc(name, (A, B), loop(i, n, st(B, fn(ld(A, i)), i), kind))
+
+
+# ---------------------------------------------------------------------------------------
+# basics
+
+
+def test_vector_add_symbolic():
+    n = Var("n")
+    A, B, C = buf("A", (n,)), buf("B", (n,)), buf("C", (n,))
+    i = Var("i")
+    f = PrimFunc("vadd", (A, B, C), loop(i, n, st(C, ld(A, i) + ld(B, i), i)))
+    m = build_llvm(f)
+    for size in (0, 1, 7, 1000):
+        a = np.random.rand(size).astype(np.float32)
+        b = np.random.rand(size).astype(np.float32)
+        out = np.full(size, -1, np.float32)
+        m(a, b, out)
+        np.testing.assert_array_equal(out, a + b)
+    assert m.name == "vadd" and m.params == (A, B, C)
+    assert m.compile_seconds > 0
+
+
+def _matmul(M, N, K, kinds=("serial", "serial", "serial")):
+    A, B, C = buf("A", (M, K)), buf("B", (K, N)), buf("C", (M, N))
+    i, j, k = Var("i"), Var("j"), Var("k")
+    init = st(C, c(0.0, "float32"), i, j)
+    update = loop(k, K, st(C, ld(C, i, j) + ld(A, i, k) * ld(B, k, j), i, j), kinds[2])
+    body = loop(i, M, loop(j, N, seq(init, update), kinds[1]), kinds[0])
+    return PrimFunc("matmul", (A, B, C), body)
+
+
+def test_matmul_reduction_init_update():
+    m = build_llvm(_matmul(33, 17, 65))
+    a = np.random.rand(33, 65).astype(np.float32)
+    b = np.random.rand(65, 17).astype(np.float32)
+    out = np.zeros((33, 17), np.float32)
+    m(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5)
+    assert set(m.compile_stats) >= {"codegen", "optimize", "jit"}
+
+
+def test_matmul_vectorized_inner_axis_with_reduction_inside():
+    # j vectorized with the reduction loop over k inside the widened body
+    M, N, K = 8, 16, 32
+    A, B, C = buf("A", (M, K)), buf("B", (K, N)), buf("C", (M, N))
+    i, j, k = Var("i"), Var("j"), Var("k")
+    body = loop(i, M, loop(j, N, seq(
+        st(C, c(0.0, "float32"), i, j),
+        loop(k, K, st(C, ld(C, i, j) + ld(A, i, k) * ld(B, k, j), i, j))), "vectorized"))
+    m = build_llvm(PrimFunc("mmv", (A, B, C), body))
+    assert any("widened to 16 lanes" in n for n in m.vectorize_notes)
+    a = np.random.rand(M, K).astype(np.float32)
+    b = np.random.rand(K, N).astype(np.float32)
+    out = np.zeros((M, N), np.float32)
+    m(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# dtypes
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "int16", "int32",
+                                   "int64", "uint8", "bool"])
+def test_every_dtype_through_a_store(dtype):
+    n = 37
+    A, B = buf("A", (n,), dtype), buf("B", (n,), dtype)
+    i = Var("i")
+    x = ld(A, i)
+    if dtype == "bool":
+        val = ~x
+    elif dtype.startswith("float"):
+        val = x * 2.5 + 1.0
+    else:
+        val = x * 3 + 1
+    m = build_llvm(PrimFunc("dt_" + dtype, (A, B), loop(i, n, st(B, val, i))))
+    rng = np.random.default_rng(0)
+    if dtype == "bool":
+        a = rng.random(n) > 0.5
+        expect = ~a
+    elif dtype.startswith("float"):
+        a = (rng.random(n) * 100 - 50).astype(dtype)
+        if dtype == "float16":
+            expect = (a.astype(np.float32) * np.float32(2.5) + np.float32(1)).astype(np.float16)
+        else:
+            expect = a * np.asarray(2.5, dtype) + np.asarray(1, dtype)
+    else:
+        info = np.iinfo(dtype)
+        a = rng.integers(info.min, info.max, n, endpoint=True).astype(dtype)
+        with np.errstate(over="ignore"):
+            expect = (a * np.asarray(3, dtype) + np.asarray(1, dtype)).astype(dtype)
+    out = np.zeros(n, dtype)
+    m(a, out)
+    np.testing.assert_array_equal(out, expect)
+
+
+def test_float16_is_storage_only():
+    # (a + b) - a in float32 keeps b's low bits that a float16 intermediate would lose
+    n = 4
+    A, B, C = buf("A", (n,), "float16"), buf("B", (n,), "float16"), buf("C", (n,), "float32")
+    i = Var("i")
+    val = Cast((ld(A, i) + ld(B, i)) - ld(A, i), "float32")
+    m = build_llvm(PrimFunc("h", (A, B, C), loop(i, n, st(C, val, i))))
+    a = np.full(n, 1024, np.float16)
+    b = np.full(n, 0.25, np.float16)
+    out = np.zeros(n, np.float32)
+    m(a, b, out)
+    np.testing.assert_array_equal(out, np.full(n, 0.25, np.float32))
+
+
+# ---------------------------------------------------------------------------------------
+# intrinsics
+
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[x.dtype])(x)
+
+
+_UNARY = {
+    "exp": (np.exp, (-20, 20)), "log": (np.log, (0.01, 100)), "sqrt": (np.sqrt, (0, 100)),
+    "rsqrt": (lambda x: 1 / np.sqrt(x), (0.01, 100)), "tanh": (np.tanh, (-8, 8)),
+    "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), (-30, 30)), "erf": (_erf, (-4, 4)),
+    "abs": (np.abs, (-10, 10)), "floor": (np.floor, (-10, 10)), "ceil": (np.ceil, (-10, 10)),
+    "round": (np.round, (-10, 10)), "sin": (np.sin, (-10, 10)), "cos": (np.cos, (-10, 10)),
+    "fast_exp": (np.exp, (-80, 80)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(_UNARY))
+@pytest.mark.parametrize("kind", ["serial", "vectorized"])
+def test_unary_intrinsics_match_numpy(name, dtype, kind):
+    ref, (lo, hi) = _UNARY[name]
+    n = 301 if kind == "serial" else 64
+    f = elementwise(f"u_{name}", lambda x: op.call(name, x), dtype, n=Const(n), kind=kind)
+    m = build_llvm(f)
+    a = np.linspace(lo, hi, n).astype(dtype)
+    if name == "round":
+        a = (np.arange(n) - n // 2).astype(dtype) / 2  # exact halves: ties go to even
+    out = np.zeros(n, dtype)
+    m(a, out)
+    rtol = 3e-7 if name == "fast_exp" else (2e-6 if dtype == "float32" else 1e-13)
+    np.testing.assert_allclose(out, ref(a), rtol=rtol, atol=1e-30 if name != "sin" else 1e-6)
+
+
+def test_pow_and_int_abs():
+    n = 16
+    A, B, C = buf("A", (n,)), buf("B", (n,)), buf("C", (n,))
+    I, J = buf("I", (n,), "int32"), buf("J", (n,), "int32")
+    i = Var("i")
+    body = loop(i, n, seq(st(C, op.call("pow", ld(A, i), ld(B, i)), i),
+                          st(J, op.call("abs", ld(I, i)), i)))
+    m = build_llvm(PrimFunc("pw", (A, B, C, I, J), body))
+    a = np.linspace(0.5, 3, n).astype(np.float32)
+    b = np.linspace(-2, 2, n).astype(np.float32)
+    ii = np.arange(n, dtype=np.int32) - 8
+    ii[0] = np.iinfo(np.int32).min
+    cc, jj = np.zeros(n, np.float32), np.zeros(n, np.int32)
+    m(a, b, cc, ii, jj)
+    np.testing.assert_allclose(cc, a ** b, rtol=2e-6)
+    np.testing.assert_array_equal(jj, np.abs(ii))
+
+
+def test_fast_exp_error_bound_dense():
+    n = 1 << 16
+    f = elementwise("fexp", lambda x: op.call("fast_exp", x), "float32", n=Const(n),
+                    kind="vectorized")
+    m = build_llvm(f)
+    a = np.linspace(-87.0, 88.5, n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    m(a, out)
+    exact = np.exp(a.astype(np.float64))
+    assert np.max(np.abs(out - exact) / exact) < 3e-7
+    special = np.array([np.nan, np.inf, -np.inf, 100.0, -200.0, 0.0] + [1.0] * 58, np.float32)
+    out = np.zeros(64, np.float32)
+    m2 = build_llvm(elementwise("fexp2", lambda x: op.call("fast_exp", x), "float32",
+                                n=Const(64), kind="vectorized"))
+    m2(special, out)
+    assert np.isnan(out[0]) and out[1] == np.inf and out[2] == 0 and out[3] == np.inf
+    assert out[4] == 0 and out[5] == 1
+
+
+def test_min_max_propagate_nan_like_numpy():
+    n = 8
+    A, B, C, D = buf("A", (n,)), buf("B", (n,)), buf("C", (n,)), buf("D", (n,))
+    i = Var("i")
+    body = loop(i, n, seq(st(C, op.minimum(ld(A, i), ld(B, i)), i),
+                          st(D, op.maximum(ld(A, i), ld(B, i)), i)), "vectorized")
+    m = build_llvm(PrimFunc("mm", (A, B, C, D), body))
+    a = np.array([1, np.nan, 3, -1, np.nan, 5, -np.inf, 2], np.float32)
+    b = np.array([np.nan, 2, 1, -2, np.nan, 7, 0, np.inf], np.float32)
+    cc, dd = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    m(a, b, cc, dd)
+    np.testing.assert_array_equal(cc, np.minimum(a, b))
+    np.testing.assert_array_equal(dd, np.maximum(a, b))
+
+
+# ---------------------------------------------------------------------------------------
+# integer division, casts
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+@pytest.mark.parametrize("kind", ["serial", "vectorized"])
+def test_floor_and_trunc_division_semantics(dtype, kind):
+    vals = [-7, -6, -1, 0, 1, 5, 6, 7]
+    divs = [-3, -2, -1, 1, 2, 3, 0, 4]
+    pairs = [(a, b) for a in vals for b in divs]
+    n = len(pairs)
+    A, B = buf("A", (n,), dtype), buf("B", (n,), dtype)
+    outs = [buf(name, (n,), dtype) for name in ("FD", "FM", "TD", "TM")]
+    i = Var("i")
+    x, y = ld(A, i), ld(B, i)
+    body = loop(i, n, seq(*[st(o, cls(x, y, dtype), i) for o, cls in
+                           zip(outs, (FloorDiv, FloorMod, TruncDiv, TruncMod))]), kind)
+    m = build_llvm(PrimFunc("divs", (A, B, *outs), body))
+    a = np.array([p[0] for p in pairs], dtype)
+    b = np.array([p[1] for p in pairs], dtype)
+    res = [np.zeros(n, dtype) for _ in outs]
+    m(a, b, *res)
+
+    def tdiv(p, q):
+        return 0 if q == 0 else int(p / q)
+
+    for k, (p, q) in enumerate(pairs):
+        assert res[0][k] == (p // q if q else 0), (p, q)
+        assert res[1][k] == (p % q if q else 0), (p, q)
+        assert res[2][k] == tdiv(p, q), (p, q)
+        assert res[3][k] == (p - q * tdiv(p, q) if q else 0), (p, q)
+
+
+def test_division_by_constants_and_int_min_overflow_do_not_trap():
+    n = 4
+    A, B = buf("A", (n,), "int32"), buf("B", (n,), "int32")
+    i = Var("i")
+    x = ld(A, i)
+    # A[3] == -1 at run time: INT_MIN // -1 must wrap (to INT_MIN), not raise SIGFPE
+    body = loop(i, n, st(B, FloorDiv(x, ld(A, 3), "int32") + FloorMod(x, c(-4, "int32"), "int32"),
+                         i))
+    m = build_llvm(PrimFunc("dv", (A, B), body))
+    a = np.array([np.iinfo(np.int32).min, 9, -9, -1], np.int32)
+    out = np.zeros(n, np.int32)
+    m(a, out)
+
+    def wrap32(v):
+        return (v + 2 ** 31) % 2 ** 32 - 2 ** 31
+
+    expect = [wrap32(wrap32(int(v) // -1) + int(v) % -4) for v in a]
+    np.testing.assert_array_equal(out, np.array(expect, np.int32))
+
+
+def test_casts():
+    n = 8
+    F = buf("F", (n,), "float32")
+    D = buf("D", (n,), "float64")
+    I32 = buf("I32", (n,), "int32")
+    outs = {
+        "t_i32": (buf("T1", (n,), "int32"), lambda i: Cast(ld(F, i), "int32")),
+        "t_i8": (buf("T2", (n,), "int8"), lambda i: Cast(ld(I32, i), "int8")),
+        "t_u8": (buf("T3", (n,), "uint8"), lambda i: Cast(ld(I32, i), "uint8")),
+        "f_bool": (buf("T4", (n,), "bool"), lambda i: Cast(ld(F, i), "bool")),
+        "i_bool": (buf("T5", (n,), "bool"), lambda i: Cast(ld(I32, i), "bool")),
+        "d_f16": (buf("T6", (n,), "float16"), lambda i: Cast(ld(D, i), "float16")),
+        "u8_f": (buf("T7", (n,), "float32"), lambda i: Cast(Cast(ld(I32, i), "uint8"), "float32")),
+        "b_i": (buf("T8", (n,), "int32"), lambda i: Cast(Cast(ld(I32, i), "bool"), "int32")),
+        "i64_i16": (buf("T9", (n,), "int16"), lambda i: Cast(Cast(ld(I32, i), "int64") *
+                                                              c(70000, "int64"), "int16")),
+    }
+    i = Var("i")
+    body = loop(i, n, seq(*[st(b, fn(i), i) for b, fn in outs.values()]))
+    bufs = [b for b, _ in outs.values()]
+    m = build_llvm(PrimFunc("casts", (F, D, I32, *bufs), body))
+    f = np.array([1.9, -1.9, 0.0, -0.0, np.nan, 2.5, -2.5, 1e3], np.float32)
+    d = np.array([1.0 + 2 ** -11 + 2 ** -40, 65504.0, 70000.0, -1e-8, np.nan, 0.1, 3.14159, -2.0])
+    i32 = np.array([300, -129, 255, 256, 0, -1, 2 ** 31 - 1, -(2 ** 31)], np.int32)
+    res = [np.zeros(n, b.dtype) for b in bufs]
+    m(f, d, i32, *res)
+    t1, t2, t3, t4, t5, t6, t7, t8, t9 = res
+    ok = ~np.isnan(f)
+    np.testing.assert_array_equal(t1[ok], np.trunc(f[ok]).astype(np.int32))
+    np.testing.assert_array_equal(t2, i32.astype(np.int8))
+    np.testing.assert_array_equal(t3, i32.astype(np.uint8))
+    np.testing.assert_array_equal(t4, f.astype(bool))        # NaN is truthy, -0.0 is not
+    np.testing.assert_array_equal(t5, i32.astype(bool))
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(t6.view(np.uint16), d.astype(np.float16).view(np.uint16))
+    np.testing.assert_array_equal(t7, i32.astype(np.uint8).astype(np.float32))
+    np.testing.assert_array_equal(t8, (i32 != 0).astype(np.int32))
+    np.testing.assert_array_equal(t9, (i32.astype(np.int64) * 70000).astype(np.int16))
+
+
+# ---------------------------------------------------------------------------------------
+# Select laziness, Let, If
+
+
+@pytest.mark.parametrize("kind", ["serial", "vectorized", "parallel"])
+@pytest.mark.parametrize("checks", [False, True])
+def test_select_guards_out_of_range_load(kind, checks):
+    n = 64
+    A, B = buf("A", (n,)), buf("B", (n,))
+    i = Var("i")
+    far = ld(A, i + 100_000_000)  # would crash if executed
+    guarded = Select(i >= 1, ld(A, i - 1), Select(i > 1000, far, c(-1.0, "float32"), "float32"),
+                     "float32")
+    m = build_llvm(PrimFunc("guard", (A, B), loop(i, n, st(B, guarded * 2.0, i), kind)),
+                   checks=checks)
+    a = np.random.rand(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    m(a, out)
+    np.testing.assert_array_equal(out, np.concatenate([[-1], a[:-1]]).astype(np.float32) * 2)
+
+
+def test_let_and_if_then_else_on_lane_in_vectorized_loop():
+    n = 40
+    A, B = buf("A", (n,), "int32"), buf("B", (n,), "int32")
+    i, t = Var("i"), Var("t")
+    body = loop(i, n, LetStmt(t, ld(A, i) * 2, IfThenElse(
+        FloorMod(i, c(3, "int32"), "int32").equal(0), st(B, t + 1, i), st(B, Let(
+            Var("u"), t, t - 1, "int32"), i))), "vectorized")
+    m = build_llvm(PrimFunc("lif", (A, B), body))
+    a = np.arange(n, dtype=np.int32)
+    out = np.zeros(n, np.int32)
+    m(a, out)
+    expect = np.where(np.arange(n) % 3 == 0, a * 2 + 1, a * 2 - 1)
+    np.testing.assert_array_equal(out, expect)
+
+
+def test_vectorized_tail_guard_symbolic_extent():
+    # the non-divisible split pattern: if (i.outer*8 + i.inner < n) inside a vector loop,
+    # plus a vectorized loop with a symbolic extent (masked tail)
+    n = Var("n")
+    A, B, C = buf("A", (n,)), buf("B", (n,)), buf("C", (n,))
+    io, ii, j = Var("i.outer"), Var("i.inner"), Var("j")
+    idx = io * 8 + ii
+    body = seq(
+        loop(io, FloorDiv(n + 7, c(8, "int32"), "int32"),
+             loop(ii, 8, IfThenElse(idx < n, st(B, ld(A, idx) + 1.0, idx)), "vectorized")),
+        loop(j, n, st(C, ld(A, j) * 3.0, j), "vectorized"))
+    m = build_llvm(PrimFunc("tail", (A, B, C), body), checks=True)
+    assert any("masked tail" in x for x in m.vectorize_notes)
+    for size in (0, 1, 5, 8, 13, 100):
+        a = np.random.rand(size).astype(np.float32)
+        b, cc = np.zeros(size, np.float32), np.zeros(size, np.float32)
+        m(a, b, cc)
+        np.testing.assert_array_equal(b, a + 1)
+        np.testing.assert_array_equal(cc, a * 3)
+
+
+# ---------------------------------------------------------------------------------------
+# vectorization
+
+
+def test_vectorized_loop_uses_ymm_and_is_correct():
+    n = 256
+    A, B, C = buf("A", (n,)), buf("B", (n,)), buf("C", (n,))
+    io, ii = Var("io"), Var("ii")
+    idx = io * 16 + ii
+    body = loop(io, n // 16, loop(ii, 16, st(C, ld(A, idx) * ld(B, idx) + 1.0, idx),
+                                  "vectorized"))
+    m = build_llvm(PrimFunc("vmul", (A, B, C), body))
+    asm = m.get_source("asm")
+    assert "ymm" in asm or "zmm" in asm
+    assert any(("vmulps" in l or "vfmadd" in l) and "mm" in l for l in asm.splitlines())
+    a, b = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    m(a, b, out)
+    np.testing.assert_allclose(out, a * b + 1, rtol=1e-6)
+    assert m.vectorize_notes == ["vectorized loop over `ii`: widened to 16 lanes"]
+
+
+def test_vectorized_gather_broadcast_and_scatter():
+    # column access (stride n: gather), broadcast load, strided store (scatter)
+    n = 8
+    A, B = buf("A", (n, n)), buf("B", (n, n))
+    s = buf("s", (1,))
+    i, j = Var("i"), Var("j")
+    body = loop(i, n, loop(j, n, st(B, ld(A, j, i) + ld(s, 0), j, i), "vectorized"))
+    m = build_llvm(PrimFunc("tr", (A, s, B), body))
+    a = np.random.rand(n, n).astype(np.float32)
+    out = np.zeros((n, n), np.float32)
+    m(a, np.array([0.5], np.float32), out)
+    np.testing.assert_array_equal(out, a + 0.5)
+    assert "llvm.masked.gather" in m.get_source("llvm-unopt")
+    assert "llvm.masked.scatter" in m.get_source("llvm-unopt")
+
+
+def test_vectorized_wide_and_odd_extents():
+    for n in (3, 64, 100, 203):
+        f = elementwise("w", lambda x: x * 2.0 - 1.0, "float64", n=Const(n), kind="vectorized")
+        m = build_llvm(f)
+        a = np.random.rand(n)
+        out = np.zeros(n)
+        m(a, out)
+        np.testing.assert_array_equal(out, a * 2 - 1)
+
+
+def test_vectorized_reduction_falls_back_to_serial_with_metadata():
+    n = 64
+    A, S = buf("A", (n,)), buf("S", (1,))
+    k = Var("k")
+    body = seq(st(S, c(0.0, "float32"), 0), loop(k, n, st(S, ld(S, 0) + ld(A, k), 0),
+                                                 "vectorized"))
+    m = build_llvm(PrimFunc("vsum", (A, S), body))
+    assert "not widened" in m.vectorize_notes[0] and "reduction" in m.vectorize_notes[0]
+    assert "llvm.loop.vectorize.enable" in m.get_source("llvm-unopt")
+    a = np.random.rand(n).astype(np.float32)
+    out = np.zeros(1, np.float32)
+    m(a, out)
+    np.testing.assert_allclose(out[0], np.cumsum(a)[-1], rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# shapes, strides, arguments
+
+
+def test_symbolic_shapes_and_compound_extents():
+    n, m_ = Var("n"), Var("m")
+    A = buf("A", (n, m_))
+    B = buf("B", (n * 2, m_ + 1))
+    i, j = Var("i"), Var("j")
+    body = loop(i, n * 2, loop(j, m_ + 1, st(B, Select(
+        (i < n) & (j < m_), ld(A, FloorMod(i, n, "int32"), FloorMod(j, m_, "int32")),
+        c(7.0, "float32"), "float32"), i, j)))
+    mod = build_llvm(PrimFunc("pad", (A, B), body))
+    a = np.random.rand(3, 5).astype(np.float32)
+    out = np.zeros((6, 6), np.float32)
+    mod(a, out)
+    expect = np.full((6, 6), 7, np.float32)
+    expect[:3, :5] = a
+    np.testing.assert_array_equal(out, expect)
+    with pytest.raises(ArgumentError, match=r"B.shape\[0\] = 5 but parameter B \(argument 2\) "
+                                            r"expects n\*2 = 6 \(n = 3 from A.shape\[0\]\)"):
+        mod(a, np.zeros((5, 6), np.float32))
+
+
+def test_var_only_in_compound_shape_must_be_a_param():
+    n = Var("n")
+    A = buf("A", (n * 2,))
+    i = Var("i")
+    f = PrimFunc("bad", (A,), loop(i, n * 2, st(A, c(1.0, "float32"), i)))
+    with pytest.raises(BuildError, match="uses `n` only inside `n\\*2`"):
+        build_llvm(f)
+    g = PrimFunc("good", (A, n), loop(i, n * 2, st(A, c(1.0, "float32"), i)))
+    m = build_llvm(g)
+    a = np.zeros(8, np.float32)
+    m(a, 4)
+    assert (a == 1).all()
+    with pytest.raises(ArgumentError, match=r"A.shape\[0\] = 8 but .* expects n\*2 = 6"):
+        m(a, 3)
+
+
+def test_free_variable_in_body_is_a_build_error():
+    A = buf("A", (4,))
+    i, q = Var("i"), Var("q")
+    with pytest.raises(BuildError, match="variable `q` is used in the body"):
+        build_llvm(PrimFunc("fv", (A,), loop(i, 4, st(A, Cast(q, "float32"), i))))
+
+
+def _strided_kernel():
+    n, m_ = Var("n"), Var("m")
+    A, B, C = buf("A", (n, m_)), buf("B", (n, m_)), buf("C", (n, m_))
+    i, j = Var("i"), Var("j")
+    body = loop(i, n, loop(j, m_, st(C, ld(A, i, j) * 2.0 + ld(B, i, j), i, j), "vectorized"))
+    return build_llvm(PrimFunc("strided", (A, B, C), body))
+
+
+def test_strided_views_without_copies():
+    m = _strided_kernel()
+    base = np.random.rand(12, 10).astype(np.float32)
+    b0 = np.random.rand(10, 12).astype(np.float32)
+    cases = [
+        (base.T, b0),                                  # transpose
+        (base[::2, ::3], b0[:6, :4]),                  # steps
+        (base[::-1, ::-2], b0.T[::-1, :5]),            # negative strides
+        (np.broadcast_to(base[0], (7, 10)), b0[:7, :10]),  # stride 0
+    ]
+    for a, b in cases:
+        expect = a * 2 + b
+        out = np.zeros(a.shape, np.float32)
+        m(a, b, out)
+        np.testing.assert_array_equal(out, expect)
+        # strided output too
+        big = np.zeros((a.shape[1], a.shape[0]), np.float32)
+        m(a, b, big.T)
+        np.testing.assert_array_equal(big.T, expect)
+    assert ("strided", True) in m.variants_compiled
+    assert ("contiguous", True) in m.variants_compiled
+
+
+def test_aliasing_arguments_use_the_safe_variant():
+    n = 50
+    A, B = buf("A", (n,)), buf("B", (n,))
+    i = Var("i")
+    # B[i] = A[i] + A[i + 1] (clamped): in place, a no-alias variant could reorder
+    nxt = op.minimum(i + 1, n - 1)
+    m = build_llvm(PrimFunc("inplace", (A, B), loop(i, n, st(B, ld(A, i) + ld(A, nxt), i))))
+    x = np.random.rand(n).astype(np.float32)
+    expect = x.copy()
+    for k in range(n):
+        expect[k] = expect[k] + expect[min(k + 1, n - 1)]
+    y = x.copy()
+    m(y, y)
+    np.testing.assert_array_equal(y, expect)
+    assert ("contiguous", False) in m.variants_compiled
+
+
+def test_argument_errors():
+    m = _strided_kernel()
+    a = np.zeros((4, 5), np.float32)
+    b = np.zeros((4, 5), np.float32)
+    cc = np.zeros((4, 5), np.float32)
+    with pytest.raises(ArgumentError, match=r"strided expects 3 arguments \(A, B, C\), got 2"):
+        m(a, b)
+    with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\) expects a "
+                                            r"numpy.ndarray of float32 .* got a list"):
+        m([[1.0]], b, cc)
+    with pytest.raises(ArgumentError, match=r"parameter B \(argument 2\) expects float32, got "
+                                            r"float64: convert with b.astype\(np.float32\)"):
+        m(a, b.astype(np.float64), cc)
+    with pytest.raises(ArgumentError, match=r"parameter C \(argument 3\) expects a 2-d array of "
+                                            r"shape \(n, m\), got a 1-d array"):
+        m(a, b, np.zeros(20, np.float32))
+    with pytest.raises(ArgumentError, match=r"n = 4 from A.shape\[0\] but B.shape\[0\] = 3"):
+        m(a, b[:3], cc)
+    with pytest.raises(ArgumentError, match=r"m = 5 from A.shape\[1\] but C.shape\[1\] = 4"):
+        m(a, b, cc[:, :4])
+    ro = cc.copy()
+    ro.flags.writeable = False
+    with pytest.raises(ArgumentError, match=r"parameter C \(argument 3\) is written by strided, "
+                                            r"but the array is read-only"):
+        m(a, b, ro)
+    with pytest.raises(ArgumentError, match="read-only"):
+        m(a, b, np.broadcast_to(np.float32(0), (4, 5)))
+    raw = np.zeros(4 * 5 * 4 + 2, np.uint8)[2:].view(np.float32).reshape(4, 5)
+    with pytest.raises(ArgumentError, match="not aligned"):
+        m(raw, b, cc)
+    odd = np.zeros((4, 5 * 4 + 1), np.uint8)
+    view = np.lib.stride_tricks.as_strided(odd[:, :20].view(np.float32), (4, 5), (21, 4))
+    with pytest.raises(ArgumentError, match="stride of dimension 0 is 21 bytes, not a multiple"):
+        m(view, b, cc)
+    # constant extents and scalar parameters
+    A4, S = buf("A", (4, 3)), Var("alpha", "float32")
+    k, i = Var("k"), Var("i")
+    cnt = Var("count", "int8")
+    g = build_llvm(PrimFunc("consts", (A4, S, cnt), loop(k, 4, loop(i, 3, st(
+        A4, S * Cast(cnt, "float32"), k, i)))))
+    with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\) expects A.shape\[1\] = "
+                                            r"3, got 5"):
+        g(np.zeros((4, 5), np.float32), 1.0, 1)
+    with pytest.raises(ArgumentError, match=r"parameter alpha \(argument 2\) expects a number"):
+        g(np.zeros((4, 3), np.float32), "x", 1)
+    with pytest.raises(ArgumentError, match=r"parameter count \(argument 3\) = 300 does not fit "
+                                            r"int8"):
+        g(np.zeros((4, 3), np.float32), 1.0, 300)
+    with pytest.raises(ArgumentError, match=r"count \(argument 3\) expects an integer"):
+        g(np.zeros((4, 3), np.float32), 1.0, 2.5)
+    out = np.zeros((4, 3), np.float32)
+    g(out, np.float64(1.5), np.int16(-3))
+    assert (out == -4.5).all()
+
+
+# ---------------------------------------------------------------------------------------
+# allocation
+
+
+def test_stack_and_heap_allocations():
+    n = Var("n")
+    A, B = buf("A", (n,)), buf("B", (n,))
+    T = buf("T", (16,), scope="local")       # alloca
+    H = buf("H", (n,), scope="global")       # malloc (symbolic size)
+    i, j = Var("i"), Var("j")
+    body = Allocate(H, seq(
+        loop(i, n, st(H, ld(A, i) + 1.0, i)),
+        loop(i, n, Allocate(T, seq(
+            loop(j, 16, st(T, Cast(j, "float32"), j), "unrolled"),
+            st(B, ld(H, i) * ld(T, FloorMod(i, c(16, "int32"), "int32")), i))))))
+    m = build_llvm(PrimFunc("alloc", (A, B), body))
+    src = m.get_source("llvm-unopt")
+    assert "alloca [16 x float]" in src and "@\"malloc\"" in src and "@\"free\"" in src
+    for size in (0, 5, 1000):
+        a = np.random.rand(size).astype(np.float32)
+        out = np.zeros(size, np.float32)
+        m(a, out)
+        np.testing.assert_allclose(out, (a + 1) * (np.arange(size) % 16), rtol=1e-6)
+
+
+def test_failed_heap_allocation_raises_memory_error():
+    A = buf("A", (1,), "int64")
+    size, pick = Var("size", "int64"), Var("pick", "int64")
+    H = buf("H", (size,), "int64")
+    k = Var("k", "int64")
+    body = Allocate(H, seq(loop(k, size, st(H, k * 3, k)), st(A, ld(H, pick), 0)))
+    m = build_llvm(PrimFunc("big", (A, size, pick), body))
+    out = np.zeros(1, np.int64)
+    m(out, 10, 7)
+    assert out[0] == 21
+    with pytest.raises(llvm_runtime.KernelMemoryError, match="could not allocate "
+                                                             "9223372036854775800 bytes for H"):
+        m(out, (2 ** 63 - 8) // 8, 0)
+
+
+def test_scalar_params_unrolled_attr_and_evaluate():
+    n = Var("n")
+    A, B = buf("A", (n,)), buf("B", (n, 4))
+    alpha, flag = Var("alpha", "float32"), Var("flag", "bool")
+    i, k = Var("i"), Var("k")
+    from tecomp.ir import AttrStmt
+    body = AttrStmt("pragma", "demo", seq(
+        Evaluate(Call("syncthreads", (), "int32")),
+        loop(i, n, loop(k, 4, st(B, Select(flag, ld(A, i) * alpha + Cast(k, "float32"),
+                                           c(0.0, "float32"), "float32"), i, k), "unrolled"))))
+    m = build_llvm(PrimFunc("scal", (A, alpha, flag, B), body))
+    a = np.arange(5, dtype=np.float32)
+    out = np.zeros((5, 4), np.float32)
+    m(a, 0.5, True, out)
+    np.testing.assert_array_equal(out, a[:, None] * 0.5 + np.arange(4))
+    m(a, np.float32(2), np.bool_(False), out)
+    assert (out == 0).all()
+    with pytest.raises(ArgumentError, match=r"parameter flag \(argument 3\) expects a bool"):
+        m(a, 1.0, 1, out)
+
+
+# ---------------------------------------------------------------------------------------
+# parallel
+
+
+def _parallel_kernel():
+    n, m_ = Var("n"), Var("m")
+    A, B = buf("A", (n, m_)), buf("B", (n,))
+    i, j = Var("i"), Var("j")
+    T = buf("acc", (1,), scope="local")
+    body = loop(i, n, Allocate(T, seq(
+        st(T, c(0.0, "float32"), 0),
+        loop(j, m_, st(T, ld(T, 0) + ld(A, i, j) * ld(A, i, j), 0)),
+        st(B, op.call("sqrt", ld(T, 0)), i))), "parallel")
+    return build_llvm(PrimFunc("rownorm", (A, B), body))
+
+
+def test_parallel_loop_correct_and_pool_survives_many_calls():
+    m = _parallel_kernel()
+    assert "tecomp_parallel_for" in m.get_source("llvm")
+    a = np.random.rand(37, 19).astype(np.float32)
+    out = np.zeros(37, np.float32)
+    expect = np.sqrt((a * a).sum(axis=1))
+    for _ in range(3000):
+        m(a, out)
+    np.testing.assert_allclose(out, expect, rtol=1e-5)
+    for rows in (0, 1, 2, 3, 1000):
+        x = np.random.rand(rows, 4).astype(np.float32)
+        y = np.zeros(rows, np.float32)
+        m(x, y)
+        np.testing.assert_allclose(y, np.sqrt((x * x).sum(axis=1)), rtol=1e-5)
+
+
+def test_parallel_captures_outer_loop_vars_offsets_and_symbolic_allocations():
+    n, m_ = Var("n"), Var("m")
+    A, B = buf("A", (n, m_)), buf("B", (n, m_))
+    i, j, k = Var("i"), Var("j"), Var("k")
+    T = buf("row", (m_,), scope="local")   # symbolic size: malloc per task
+    # for i in [0, n): parallel j in [1, m): B[i, j] = A[i, j] - A[i, j-1] (via a row copy)
+    body = loop(i, n, loop(j, m_ - 1, Allocate(T, seq(
+        loop(k, m_, st(T, ld(A, i, k), k)),
+        st(B, ld(T, j) - ld(T, j - 1) + Cast(i, "float32"), i, j))), "parallel", lo=1))
+    mod = build_llvm(PrimFunc("diff", (A, B), body), checks=True)
+    for a in (np.random.rand(5, 9).astype(np.float32),
+              np.random.rand(9, 5).astype(np.float32).T):          # strided variant too
+        out = np.zeros(a.shape, np.float32)
+        mod(a, out)
+        expect = np.zeros_like(out)
+        expect[:, 1:] = np.diff(a, axis=1) + np.arange(a.shape[0])[:, None]
+        np.testing.assert_allclose(out, expect, rtol=1e-6)
+    assert ("strided", True) in mod.variants_compiled
+
+
+def test_nested_parallel_and_thread_count():
+    n = 24
+    A = buf("A", (n, n), "int32")
+    i, j = Var("i"), Var("j")
+    body = loop(i, n, loop(j, n, st(A, i * 100 + j, i, j), "parallel"), "parallel")
+    m = build_llvm(PrimFunc("nest", (A,), body))
+    old = llvm_runtime.get_num_threads()
+    try:
+        for t in (1, 3, old):
+            llvm_runtime.set_num_threads(t)
+            assert llvm_runtime.get_num_threads() == t
+            out = np.zeros((n, n), np.int32)
+            m(out)
+            np.testing.assert_array_equal(out, np.arange(n)[:, None] * 100 + np.arange(n))
+    finally:
+        llvm_runtime.set_num_threads(old)
+    with pytest.raises(Exception, match="positive integer"):
+        llvm_runtime.set_num_threads(0)
+
+
+def test_calls_from_eight_python_threads():
+    pm = _parallel_kernel()
+    sm = _strided_kernel()   # its strided variant compiles lazily, under contention
+    errors = []
+
+    def work(seed):
+        try:
+            rng = np.random.default_rng(seed)
+            for it in range(60):
+                a = rng.random((int(rng.integers(1, 40)), 7), dtype=np.float32)
+                out = np.zeros(a.shape[0], np.float32)
+                pm(a, out)
+                np.testing.assert_allclose(out, np.sqrt((a * a).sum(axis=1)), rtol=1e-5)
+                x = rng.random((6, 9), dtype=np.float32)
+                y = rng.random((9, 6), dtype=np.float32)
+                z = np.zeros((6, 9), np.float32)
+                sm(x, y.T if it % 2 else y.T.copy(), z)
+                np.testing.assert_array_equal(z, x * 2 + y.T)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+# ---------------------------------------------------------------------------------------
+# checks, errors, determinism
+
+
+@pytest.mark.parametrize("kind", ["serial", "vectorized", "parallel"])
+def test_checks_raise_bounds_error_naming_the_buffer(kind):
+    n = 16
+    A, B = buf("A", (n,)), buf("B", (n,))
+    i = Var("i")
+    f = PrimFunc("oob", (A, B), loop(i, n, st(B, ld(A, i + 3), i), kind))
+    m = build_llvm(f, checks=True)
+    with pytest.raises(BoundsError, match=r"buffer A: index 16 is outside \[0, 16\) in "
+                                          r"dimension 0, at `A\[i \+ 3\]` in the statement "
+                                          r"`B\[i\] = A\[i \+ 3\]`"):
+        m(np.zeros(n, np.float32), np.zeros(n, np.float32))
+    g = PrimFunc("oob2", (A, B), loop(i, n, st(B, ld(A, i), i * 2 - 1), kind))
+    with pytest.raises(BoundsError, match=r"store to buffer B: index -1 is outside"):
+        build_llvm(g, checks=True)(np.zeros(n, np.float32), np.zeros(n, np.float32))
+
+
+def test_checked_assert_and_heap_error_paths():
+    n = Var("n")
+    A = buf("A", (n,))
+    i = Var("i")
+    body = AssertStmt(n > 2, "need at least 3 elements", loop(i, n, st(A, c(1.0, "float32"), i)))
+    m = build_llvm(PrimFunc("asrt", (A,), body), checks=True)
+    m(np.zeros(3, np.float32))
+    with pytest.raises(llvm_runtime.KernelAssertionError, match="need at least 3 elements"):
+        m(np.zeros(2, np.float32))
+
+
+def test_gpu_bound_loop_is_a_build_error():
+    A = buf("A", (4,))
+    i = Var("i")
+    f = PrimFunc("gpu", (A,), For(i, Const(0), Const(4), "thread", st(A, c(0.0, "float32"), i),
+                                  "blockIdx.x"))
+    with pytest.raises(BuildError, match="bound to the GPU thread axis blockIdx.x.*target='cuda'"):
+        build_llvm(f)
+
+
+def test_lowering_errors_name_the_node():
+    A = buf("A", (4,))
+    i = Var("i")
+    bad = BufferStore(A, Reduce(None, c(1.0, "float32"), (), c(True, "bool"), "float32"), (i,))
+    with pytest.raises(InternalError, match=r"Reduce reached code generation(.|\n)*while "
+                                            r"lowering Reduce"):
+        build_llvm(PrimFunc("red", (A,), loop(i, 4, bad)))
+
+
+def _det_func():
+    f = _matmul(16, 16, 16, ("parallel", "serial", "serial"))
+    return f
+
+
+_LIFETIME_SCRIPT = """
+import os, sys
+import numpy as np
+sys.path.insert(0, %r)
+import tests.test_codegen_llvm as t
+m = t._parallel_kernel()
+a = np.random.rand(50, 8).astype(np.float32)
+out = np.zeros(50, np.float32)
+m(a, out)
+pid = os.fork()
+if pid == 0:                       # the child has no pool workers: they are restarted
+    out2 = np.zeros(50, np.float32)
+    m(a, out2)
+    os._exit(0 if np.allclose(out2, out) else 3)
+_, status = os.waitpid(pid, 0)
+assert os.WEXITSTATUS(status) == 0, status
+m(a, out)                           # the parent's pool still works
+print("ok")                         # and the interpreter exits with workers spinning
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork()")
+def test_pool_survives_fork_and_interpreter_exit():
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", _LIFETIME_SCRIPT % root], capture_output=True,
+                       text=True, cwd=root, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_get_source_is_deterministic_across_builds_and_processes():
+    s1 = build_llvm(_det_func()).get_source("llvm")
+    s2 = build_llvm(_det_func()).get_source("llvm")
+    assert s1 == s2
+    u1 = build_llvm(_det_func()).get_source("llvm-unopt")
+    code = ("import sys; sys.path.insert(0, %r); import tests.test_codegen_llvm as t; "
+            "from tecomp.codegen.llvm import build_llvm; "
+            "sys.stdout.write(build_llvm(t._det_func()).get_source('llvm-unopt'))")
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code % root], capture_output=True, text=True,
+                         cwd=root, check=True).stdout
+    assert out == u1
+    m = build_llvm(_det_func())
+    assert m.get_source("ll") == m.get_source("llvm")
+    with pytest.raises(ValueError):
+        m.get_source("ptx")
+
+
+# ---------------------------------------------------------------------------------------
+# differential test: random elementwise expressions vs a numpy reference
+
+
+class _RandExpr:
+    """Random int32/float32 expression trees over A[i], B[i] (float32), I[i], J[i]
+    (int32) and i, with a numpy evaluator that follows tecomp's semantics."""
+
+    def __init__(self, rng, bufs, i):
+        self.rng = rng
+        self.A, self.B, self.I, self.J = bufs
+        self.i = i
+
+    def gen(self, dtype, depth):
+        r = self.rng
+        if depth == 0 or r.random() < 0.2:
+            k = r.integers(4)
+            if dtype == "float32":
+                return [ld(self.A, self.i), ld(self.B, self.i), c(float(r.normal() * 4), dtype),
+                        Cast(self.i, dtype)][k]
+            return [ld(self.I, self.i), ld(self.J, self.i), c(int(r.integers(-9, 9)), dtype),
+                    self.i][k]
+        a, b = self.gen(dtype, depth - 1), self.gen(dtype, depth - 1)
+        if dtype == "float32":
+            ops = ["add", "sub", "mul", "div", "min", "max", "select", "floor", "abs", "sqrt",
+                   "cast"]
+        else:
+            ops = ["add", "sub", "mul", "fdiv", "fmod", "tdiv", "tmod", "min", "max", "select",
+                   "cast", "abs"]
+        o = ops[r.integers(len(ops))]
+        simple = {"add": Add, "sub": Sub, "mul": Mul, "div": Div, "min": Min, "max": Max,
+                  "fdiv": FloorDiv, "fmod": FloorMod, "tdiv": TruncDiv, "tmod": TruncMod}
+        if o in simple:
+            return simple[o](a, b, dtype)
+        if o == "select":
+            cond = op.compare([LT, GE][r.integers(2)], a, b)
+            if r.random() < 0.3:
+                cond = op.logic(Or, cond, ~(a.not_equal(a)))
+            return Select(cond, self.gen(dtype, depth - 1), b, dtype)
+        if o == "cast":
+            other = "int32" if dtype == "float32" else "float32"
+            inner = self.gen(other, depth - 1)
+            if other == "float32":  # keep float -> int conversions in range
+                inner = Min(Max(inner, c(-1e6, "float32"), "float32"), c(1e6, "float32"),
+                            "float32")
+            return Cast(inner, dtype)
+        if o in ("floor", "abs", "sqrt"):
+            return Call(o, (a,), dtype)
+        raise AssertionError(o)
+
+    def ev(self, e, env):
+        t = type(e).__name__
+        if t == "BufferLoad":
+            return env[e.buffer.name]
+        if t == "Var":
+            return env["i"]
+        if t == "Const":
+            return np.full(env["n"], e.value, e.dtype)
+        if t == "Cast":
+            v = self.ev(e.value, env)
+            if e.dtype == "int32":
+                return np.trunc(v).astype(np.int32)
+            return v.astype(e.dtype)
+        if t == "Call":
+            v = self.ev(e.args[0], env)
+            return {"floor": np.floor, "abs": np.abs, "sqrt": np.sqrt}[e.op](v)
+        if t == "Select":
+            return np.where(self.ev(e.cond, env), self.ev(e.true_value, env),
+                            self.ev(e.false_value, env))
+        if t == "Not":
+            return ~self.ev(e.a, env)
+        a, b = self.ev(e.a, env), self.ev(e.b, env)
+        if t in ("Add", "Sub", "Mul", "Div", "Min", "Max", "LT", "GE", "NE", "Or"):
+            f = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+                 "Min": np.minimum, "Max": np.maximum, "LT": np.less, "GE": np.greater_equal,
+                 "NE": np.not_equal, "Or": np.logical_or}[t]
+            return f(a, b)
+        a64, b64 = a.astype(np.int64), b.astype(np.int64)
+        safe = np.where(b64 == 0, 1, b64)
+        q = np.abs(a64) // np.abs(safe) * np.sign(a64) * np.sign(safe)
+        res = {"FloorDiv": a64 // safe, "FloorMod": a64 % safe, "TruncDiv": q,
+               "TruncMod": a64 - safe * q}[t]
+        res = np.where(b64 == 0, 0, res)
+        return ((res + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+
+
+@pytest.mark.parametrize("kind", ["serial", "vectorized", "parallel"])
+def test_random_expressions_match_numpy(kind):
+    rng = np.random.default_rng(1234)
+    n = 203  # not a multiple of any vector width
+    A, B, I, J = buf("A", (n,)), buf("B", (n,)), buf("I", (n,), "int32"), buf("J", (n,), "int32")
+    i = Var("i")
+    gen = _RandExpr(rng, (A, B, I, J), i)
+    exprs = [gen.gen(["float32", "int32"][k % 2], 4) for k in range(24)]
+    outs = [buf(f"O{k}", (n,), e.dtype) for k, e in enumerate(exprs)]
+    body = seq(*[st(o, e, i) for o, e in zip(outs, exprs)])
+    if kind == "vectorized":  # split so the widened loop has 8 lanes and a remainder
+        io, ii = Var("i.outer"), Var("i.inner")
+        from tecomp.ir.functor import substitute
+        body = loop(io, (n + 7) // 8, loop(ii, 8, IfThenElse(
+            io * 8 + ii < n, substitute(body, {i: io * 8 + ii})), "vectorized"))
+    else:
+        body = loop(i, n, body, kind)
+    m = build_llvm(PrimFunc("rand_" + kind, (A, B, I, J, *outs), body))
+    env = {"n": n, "i": np.arange(n, dtype=np.int32),
+           "A": rng.normal(size=n).astype(np.float32) * 10,
+           "B": rng.normal(size=n).astype(np.float32) * 10,
+           "I": rng.integers(-50, 50, n).astype(np.int32),
+           "J": rng.integers(-5, 5, n).astype(np.int32)}
+    results = [np.zeros(n, e.dtype) for e in exprs]
+    m(env["A"], env["B"], env["I"], env["J"], *results)
+    with np.errstate(all="ignore"):
+        for e, got in zip(exprs, results):
+            np.testing.assert_array_equal(got, gen.ev(e, env), err_msg=str(e))

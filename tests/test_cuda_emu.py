@@ -1,0 +1,290 @@
+"""The CUDA emulation: the generated CUDA C run on the CPU against numpy, in every
+thread mode; a missing barrier gives a wrong answer; divergent barriers and traps are
+errors; argument checks; the on-disk cache."""
+import dataclasses
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from cuda_examples import (  # noqa: E402
+    ALL_CASES, L, S, SYNC, block_reverse, grid2d, thread, two_kernels_workspace, vector_add,
+)
+
+from tecomp.errors import ArgumentError, BoundsError, BuildError  # noqa: E402
+from tecomp.ir import AssertStmt, Buffer, Const, IfThenElse, PrimFunc, Var, seq  # noqa: E402
+from tecomp.codegen import cuda_emu  # noqa: E402
+from tecomp.codegen.argcheck import bind_and_check  # noqa: E402
+from tecomp.codegen.cuda import codegen_cuda  # noqa: E402
+from tecomp.codegen.cuda_emu import (  # noqa: E402
+    CudaEmuModule, build_cuda_emu, compile_emu_library, find_cxx,
+)
+
+try:
+    find_cxx()
+except Exception:  # noqa: BLE001
+    pytest.skip("no C++ compiler for the CUDA emulation", allow_module_level=True)
+
+MODES = ("threads", "serial", "reverse")
+
+
+@pytest.fixture(scope="module")
+def modules():
+    """Every example compiled once (in parallel: g++ is a separate process)."""
+    cases = [mk() for mk in ALL_CASES]
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        mods = list(pool.map(lambda c: build_cuda_emu(c.func), cases))
+    return {c.name: (c, m) for c, m in zip(cases, mods)}
+
+
+def check(case, args):
+    for k, want in case.expected(args).items():
+        if case.rtol or case.atol:
+            np.testing.assert_allclose(args[k], want, rtol=case.rtol, atol=case.atol)
+        else:
+            np.testing.assert_array_equal(args[k], want)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("index", range(len(ALL_CASES)))
+def test_examples_match_numpy(modules, index, mode):
+    case, mod = modules[ALL_CASES[index]().name]
+    args = case.make_args(np.random.default_rng(index))
+    mod(*args, mode=mode)
+    check(case, args)
+
+
+def test_same_text_as_nvcc_gets(modules):
+    case, mod = modules["matmul"]
+    assert mod.get_source("cuda") == codegen_cuda(case.func).source
+    assert '#include "kernel.cu"' in mod.get_source("emu")
+    with pytest.raises(ArgumentError, match="unknown source format 'ptx'"):
+        mod.get_source("ptx")
+
+
+def test_symbolic_sizes_at_call_time(modules):
+    case, mod = modules["vector_add"]
+    for n in (1, 63, 64, 65, 4097):
+        args = case.make_args(np.random.default_rng(n), n)
+        mod(*args)
+        check(case, args)
+    case, mod = modules["grid2d"]
+    for shape in ((1, 1), (8, 32), (9, 33), (100, 3)):
+        args = case.make_args(np.random.default_rng(0), shape)
+        mod(*args)
+        check(case, args)
+
+
+def test_empty_launch_does_nothing(modules):
+    _, mod = modules["vector_add"]
+    a = np.zeros(0, "float32")
+    mod(a, a.copy(), a.copy())  # grid (0 + 63) // 64 = 0 blocks: no launch
+
+
+# --------------------------------------------------------------------------- barriers
+
+
+@pytest.fixture(scope="module")
+def reverse_modules():
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        good, bad = pool.map(lambda c: (c, build_cuda_emu(c.func)),
+                             [block_reverse(barrier=True), block_reverse(barrier=False)])
+    return good, bad
+
+
+@pytest.mark.parametrize("mode", ["serial", "reverse"])
+def test_missing_barrier_gives_a_wrong_answer(reverse_modules, mode):
+    """Thread t writes S[t] and reads S[63 - t].  In the deterministic modes the threads
+    run one at a time from barrier to barrier, so without the barrier half of them read
+    a slot that its writer has not written yet — every time."""
+    (good, good_mod), (bad, bad_mod) = reverse_modules
+    for _ in range(2):
+        args = bad.make_args(None)
+        bad_mod(*args, mode=mode)
+        want = bad.expected(args)[1]
+        assert np.count_nonzero(args[1] != want) == args[1].size // 2
+        args = good.make_args(None)
+        good_mod(*args, mode=mode)
+        check(good, args)
+
+
+def test_barrier_with_real_threads_many_times(reverse_modules):
+    (good, good_mod), _ = reverse_modules
+    for _ in range(20):
+        args = good.make_args(None)
+        good_mod(*args, mode="threads")
+        check(good, args)
+
+
+def test_full_1024_thread_blocks():
+    case = block_reverse(nblocks=2, nthreads=1024)
+    mod = build_cuda_emu(case.func)
+    for mode in MODES:
+        args = case.make_args(None)
+        mod(*args, mode=mode)
+        check(case, args)
+
+
+def test_divergent_barrier_is_an_error_not_a_hang():
+    """A __syncthreads() that half the threads skip (hand-edited source: tecomp itself
+    refuses to generate one) is reported in every mode instead of deadlocking."""
+    cs = codegen_cuda(block_reverse().func)
+    bad = cs.source.replace("__syncthreads();", "if (threadIdx.x < 32) { __syncthreads(); }")
+    assert bad != cs.source
+    lib = compile_emu_library(dataclasses.replace(cs, source=bad))
+    mod = CudaEmuModule(dataclasses.replace(cs, source=bad), lib)
+    for mode in MODES:
+        args = block_reverse().make_args(None)
+        with pytest.raises(BuildError, match=r"__syncthreads\(\) was not reached by all threads "
+                                             r"of block \(0, 0, 0\)"):
+            mod(*args, mode=mode)
+
+
+def test_failed_kernel_check_traps():
+    n = Var("n")
+    A = Buffer("A", (n,), "float32")
+    bx, tx = Var("bx"), Var("tx")
+    i = bx * 32 + tx
+    body = thread(bx, (n + 31) // 32, "blockIdx.x", thread(tx, 32, "threadIdx.x", IfThenElse(
+        i < n, AssertStmt(L(A, i) < Const(100.0, "float32"), "A[i] < 100", S(A, L(A, i) + 1.0, i)))))
+    mod = build_cuda_emu(PrimFunc("checked", (A,), body))
+    a = np.zeros(70, "float32")
+    mod(a)
+    assert (a == 1).all()
+    a[37] = 500
+    for mode in MODES:
+        with pytest.raises(BoundsError, match=r"trapped in block \(1, 0, 0\), thread \(5, 0, 0\): "
+                                              r"tecomp: check failed .*: A\[i\] < 100"):
+            mod(a.copy(), mode=mode)
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def test_argument_errors(modules):
+    case, mod = modules["vector_add"]
+    a, b, c = case.make_args(np.random.default_rng(0), 100)
+    with pytest.raises(ArgumentError, match=r"vector_add takes 3 arguments \(A, B, C\), got 2"):
+        mod(a, b)
+    with pytest.raises(ArgumentError, match=r"argument 1 \(B\) has dtype float64, expected float32"):
+        mod(a, b.astype("float64"), c)
+    with pytest.raises(ArgumentError, match=r"argument 0 \(A\) has 2 dimensions \(shape \(10, 10\)\), expected 1"):
+        mod(a.reshape(10, 10), b, c)
+    with pytest.raises(ArgumentError, match=r"argument 2 \(C\), dimension 0 is 99, but n = 100 from argument 0 \(A\), dimension 0"):
+        mod(a, b, c[:99])
+    with pytest.raises(ArgumentError, match=r"argument 1 \(B\) must be a numpy.ndarray of float32\[n\], got list"):
+        mod(a, list(b), c)
+    ro = c.copy()
+    ro.flags.writeable = False
+    with pytest.raises(ArgumentError, match=r"argument 2 \(C\) is read-only, but vector_add writes it"):
+        mod(a, b, ro)
+    with pytest.raises(ArgumentError, match=r"argument 0 \(A\) has the non-native byte order"):
+        mod(a.astype(a.dtype.newbyteorder()), b, c)
+    with pytest.raises(ArgumentError, match=r"argument 0 \(A\) and argument 2 \(C\) share memory"):
+        mod(a, b, a)
+    with pytest.raises(ArgumentError, match=r"unknown CUDA emulation mode 'fast'"):
+        mod(a, b, c, mode="fast")
+
+
+def test_constant_shape_and_scalar_errors(modules):
+    case, mod = modules["matmul"]
+    a, b, c = case.make_args(np.random.default_rng(0))
+    with pytest.raises(ArgumentError, match=r"argument 1 \(B\), dimension 1 is 32, expected 64"):
+        mod(a, b[:, :32], c)
+    case, mod = modules["shift_select"]
+    a, b, alpha = case.make_args(np.random.default_rng(0))
+    with pytest.raises(ArgumentError, match=r"argument 2 \(alpha\) must be a number \(float32\), got str"):
+        mod(a, b, "0.5")
+    mod(a, b, np.float32(2))  # numpy scalars are fine
+    n, x = Var("n"), Var("x")
+    A = Buffer("A", (n,), "int32")
+    t = Var("t")
+    f = PrimFunc("addx", (A, x), thread(t, n, "threadIdx.x", S(A, L(A, t) + x, t)))
+    m = build_cuda_emu(f)
+    arr = np.zeros(5, "int32")
+    m(arr, 3)
+    assert (arr == 3).all()
+    with pytest.raises(ArgumentError, match=r"argument 1 \(x\) = 2147483648 does not fit in int32"):
+        m(arr, 2**31)
+    with pytest.raises(ArgumentError, match=r"argument 1 \(x\) must be an integer \(int32\), got float"):
+        m(arr, 1.5)
+    # the launch is checked against CUDA's limits with the sizes the arguments give
+    with pytest.raises(ArgumentError, match=r"threadIdx\.x has extent 2000, more than the 1024"):
+        m(np.zeros(2000, "int32"), 1)
+
+
+def test_bind_and_check_derived_shapes():
+    n = Var("n")
+    A, B = Buffer("A", (n,), "float32"), Buffer("B", (n + 1, 2 * n), "float32")
+    env = bind_and_check((A, B), (np.zeros(3, "float32"), np.zeros((4, 6), "float32")))
+    assert env == {n: 3}
+    with pytest.raises(ArgumentError, match=r"argument 1 \(B\), dimension 1 is 7, expected 2\*n = 6 \(with n = 3\)"):
+        bind_and_check((A, B), (np.zeros(3, "float32"), np.zeros((4, 7), "float32")))
+
+
+def test_non_contiguous_arrays_are_copied_and_written_back(modules):
+    case, mod = modules["grid2d"]
+    big = np.random.default_rng(0).standard_normal((20, 30)).astype("float32")
+    out_big = np.zeros((30, 20), "float32")
+    a = big[::2, ::3]          # strided input
+    out = out_big.T[:10, :10]  # transposed, strided output
+    mod(a, out)
+    np.testing.assert_array_equal(out, a * np.float32(2) + np.float32(1))
+    assert np.count_nonzero(out_big) == 100  # nothing outside the view was touched
+
+
+def test_explicit_strides_run_in_place():
+    n, s0 = Var("n"), Var("s0")
+    A = Buffer("A", (n, Const(4)), "float32", strides=(s0, Const(1)))
+    B = Buffer("B", (n, Const(4)), "float32")
+    bx, tx = Var("bx"), Var("tx")
+    f = PrimFunc("strided", (A, B), thread(bx, n, "blockIdx.x", thread(tx, 4, "threadIdx.x",
+                 S(B, L(A, bx, tx) * 3.0, bx, tx))))
+    mod = build_cuda_emu(f)
+    base = np.arange(60, dtype="float32").reshape(6, 10)
+    b = np.zeros((6, 4), "float32")
+    mod(base[:, 2:6], b)  # rows 10 floats apart
+    np.testing.assert_array_equal(b, base[:, 2:6] * 3)
+
+
+def test_workspace_is_allocated_per_call(modules):
+    case, mod = modules["two_kernels"]
+    for n in (5, 300):
+        args = case.make_args(np.random.default_rng(n), n)
+        mod(*args)
+        check(case, args)
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def test_disk_cache_survives_a_corrupted_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_emu, "_LIBS", {})
+    case = vector_add(symbolic=False, n_const=77)
+    cs = codegen_cuda(case.func)
+    lib = compile_emu_library(cs)
+    files = list((tmp_path / "cuda_emu").iterdir())
+    assert [f.suffix for f in files] == [".so"]  # no temporary files left behind
+    path = files[0]
+    assert lib.path == str(path)
+    path.write_bytes(b"not a shared library")
+    monkeypatch.setattr(cuda_emu, "_LIBS", {})
+    mod = CudaEmuModule(cs, compile_emu_library(cs))
+    args = case.make_args(np.random.default_rng(0), 77)
+    mod(*args)
+    check(case, args)
+    assert path.read_bytes()[:4] == b"\x7fELF"  # rebuilt in place
+
+
+def test_env_mode_default(monkeypatch, modules):
+    monkeypatch.setenv("TECOMP_CUDA_EMU_MODE", "reverse")
+    case, mod = modules["block_reverse"]
+    m2 = CudaEmuModule(mod.cuda_source, mod.lib)
+    assert m2.mode == "reverse"
+    monkeypatch.setenv("TECOMP_CUDA_EMU_MODE", "bogus")
+    with pytest.raises(ArgumentError, match="TECOMP_CUDA_EMU_MODE='bogus'"):
+        CudaEmuModule(mod.cuda_source, mod.lib)

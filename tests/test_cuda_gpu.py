@@ -1,0 +1,332 @@
+"""The pycuda runtime (tecomp.runtime_cuda).
+
+Two halves:
+
+* tests marked ``gpu`` run on a real GPU with pycuda and skip cleanly elsewhere;
+* the others check the runtime's own logic everywhere, with the CUDA emulation standing
+  in for the driver (:class:`EmuDriver`: "device memory" is host memory, and a launch
+  runs the kernel in the emulation), plus the behaviour without pycuda or a device.
+"""
+import contextlib
+import ctypes
+import os
+import sys
+import types
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from cuda_examples import (  # noqa: E402
+    ALL_CASES, L, S, block_reverse, half_storage, thread, tiled_matmul, two_kernels_workspace,
+    vector_add,
+)
+
+from tecomp import runtime_cuda  # noqa: E402
+from tecomp.errors import ArgumentError, BuildError, RuntimeUnavailableError  # noqa: E402
+from tecomp.ir import Buffer, PrimFunc, Var  # noqa: E402
+from tecomp.codegen.cuda import find_nvcc  # noqa: E402
+from tecomp.codegen.cuda_emu import compile_emu_library, find_cxx  # noqa: E402
+from tecomp.runtime_cuda import build_cuda  # noqa: E402
+
+
+def _have_cxx():
+    try:
+        find_cxx()
+        return True
+    except RuntimeUnavailableError:
+        return False
+
+
+needs_cxx = pytest.mark.skipif(not _have_cxx(), reason="no C++ compiler for the emulation")
+
+
+# --------------------------------------------------------------------------- stand-ins
+
+
+class _Alloc:
+    def __init__(self, driver, nbytes):
+        self.buf = np.empty(max(1, nbytes), np.uint8)
+        self.driver = driver
+        driver.live[int(self)] = self
+
+    def __int__(self):
+        return self.buf.ctypes.data
+
+    def free(self):
+        self.driver.live.pop(int(self), None)
+
+
+class EmuDriver:
+    """The PycudaDriver interface over the CUDA emulation, with settable device limits."""
+
+    name = "emulated device"
+    compute_capability = (8, 0)
+    arch = "sm_80"
+
+    def __init__(self, max_threads_per_block=1024, max_block_dims=(1024, 1024, 64),
+                 max_grid_dims=(2**31 - 1, 65535, 65535), max_shared_per_block=48 * 1024,
+                 function_max_threads=1024):
+        self.max_threads_per_block = max_threads_per_block
+        self.max_block_dims = max_block_dims
+        self.max_grid_dims = max_grid_dims
+        self.max_shared_per_block = max_shared_per_block
+        self._fmax = function_max_threads
+        self.live = {}
+        self.launches = []
+        self.copies = 0
+
+    @contextlib.contextmanager
+    def active(self):
+        yield
+
+    def compile(self, cs):
+        return compile_emu_library(cs)
+
+    def get_function(self, lib, name):
+        return lib, [k.name for k in lib.source.kernels].index(name)
+
+    def function_max_threads(self, fn):
+        return self._fmax
+
+    def alloc(self, nbytes):
+        return _Alloc(self, nbytes)
+
+    def htod(self, ptr, host):
+        self.copies += 1
+        ctypes.memmove(int(ptr), host.ctypes.data, host.nbytes)
+
+    def dtoh(self, host, ptr):
+        self.copies += 1
+        ctypes.memmove(host.ctypes.data, int(ptr), host.nbytes)
+
+    def launch(self, fn, grid, block, shared, types_, args):
+        lib, k = fn
+        self.launches.append((lib.source.kernels[k].name, tuple(grid), tuple(block), types_))
+        vals = [int(a) if t == "P" else a.item() for t, a in zip(types_, args)]
+        lib.launch(k, vals, grid, block, "serial")
+
+    def synchronize(self):
+        pass
+
+
+class DeviceArray:
+    """A "device" array for the EmuDriver: host memory behind __cuda_array_interface__."""
+
+    def __init__(self, arr, readonly=False):
+        self.arr = arr
+        self.readonly = readonly
+
+    @property
+    def __cuda_array_interface__(self):
+        a = self.arr
+        return {"shape": a.shape, "typestr": a.dtype.str, "data": (a.ctypes.data, self.readonly),
+                "strides": None if a.flags.c_contiguous else a.strides, "version": 3}
+
+
+def check(case, args, gpu=False):
+    for k, want in case.expected(args).items():
+        got = args[k]
+        if gpu and got.dtype.kind == "f":
+            # nvcc contracts a * b + c into fma and its math library differs by a few ulps
+            tol = 2e-3 if got.dtype == np.float16 else 1e-5
+            np.testing.assert_allclose(got, want, rtol=max(case.rtol, tol),
+                                       atol=max(case.atol, tol))
+        elif case.rtol or case.atol:
+            np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol)
+        else:
+            np.testing.assert_array_equal(got, want)
+
+
+# --------------------------------------------------------------------------- runtime logic
+
+
+@needs_cxx
+@pytest.mark.parametrize("make", [vector_add, tiled_matmul, two_kernels_workspace, half_storage],
+                         ids=["vector_add", "matmul", "workspace", "half"])
+def test_numpy_arguments_round_trip(make):
+    case = make()
+    drv = EmuDriver()
+    mod = build_cuda(case.func, driver=drv)
+    args = case.make_args(np.random.default_rng(1))
+    mod(*args)
+    check(case, args)
+    assert drv.live == {}  # temporaries freed
+    assert len(drv.launches) == len(mod.kernels)
+
+
+@needs_cxx
+def test_launch_dims_are_computed_at_call_time():
+    case = vector_add()
+    drv = EmuDriver()
+    mod = build_cuda(case.func, driver=drv)
+    for n, blocks in ((1000, 16), (1025, 17), (64, 1)):
+        args = case.make_args(np.random.default_rng(n), n)
+        mod(*args)
+        check(case, args)
+        assert drv.launches[-1] == ("vector_add_kernel0", (blocks, 1, 1), (64, 1, 1), "PPPi")
+    mod(*case.make_args(np.random.default_rng(0), 0))  # no blocks: no launch
+    assert len(drv.launches) == 3
+
+
+@needs_cxx
+def test_device_arrays_are_used_in_place():
+    case = vector_add()
+    drv = EmuDriver()
+    mod = build_cuda(case.func, driver=drv)
+    a, b, c = case.make_args(np.random.default_rng(0), 300)
+    mod(DeviceArray(a), DeviceArray(b), DeviceArray(c))
+    check(case, [a, b, c])
+    assert drv.copies == 0
+    with pytest.raises(ArgumentError, match=r"argument 2 \(C\) is read-only"):
+        mod(DeviceArray(a), DeviceArray(b), DeviceArray(c, readonly=True))
+    with pytest.raises(ArgumentError, match=r"argument 0 \(A\) is a non-contiguous device array"):
+        mod(DeviceArray(np.zeros(600, "float32")[::2]), DeviceArray(b), DeviceArray(c))
+    with pytest.raises(ArgumentError, match=r"argument 1 \(B\) has dtype float64"):
+        mod(DeviceArray(a), DeviceArray(b.astype("float64")), DeviceArray(c))
+
+
+@needs_cxx
+def test_non_contiguous_numpy_output_is_written_back():
+    case = vector_add()
+    mod = build_cuda(case.func, driver=EmuDriver())
+    a, b, _ = case.make_args(np.random.default_rng(0), 50)
+    out = np.zeros(100, "float32")
+    mod(a, b, out[::2])
+    np.testing.assert_array_equal(out[::2], a + b)
+    assert not out[1::2].any()
+
+
+@needs_cxx
+def test_launch_must_fit_the_device():
+    mm = tiled_matmul()
+    args = mm.make_args(np.random.default_rng(0))
+    with pytest.raises(BuildError, match=r"matmul_kernel0 \(stage C\): 256 threads per block, more "
+                                         r"than the 128 the device allows"):
+        build_cuda(mm.func, driver=EmuDriver(max_threads_per_block=128))(*args)
+    with pytest.raises(BuildError, match=r"256 threads per block, but the compiled kernel fits at "
+                                         r"most 192"):
+        build_cuda(mm.func, driver=EmuDriver(function_max_threads=192))(*args)
+    with pytest.raises(BuildError, match=r"2048 bytes of shared memory per block, more than the 1024"):
+        build_cuda(mm.func, driver=EmuDriver(max_shared_per_block=1024))(*args)
+    # sizes that come from the arguments are the caller's to fix: ArgumentError
+    n = Var("n")
+    A = Buffer("A", (n,), "float32")
+    t = Var("t")
+    mod = build_cuda(PrimFunc("nthreads", (A,), thread(t, n, "threadIdx.x", S(A, 1.0, t))),
+                     driver=EmuDriver(max_threads_per_block=512))
+    a = np.zeros(512, "float32")
+    mod(a)
+    assert (a == 1).all()
+    with pytest.raises(ArgumentError, match=r"513 threads per block, more than the 512"):
+        mod(np.zeros(513, "float32"))
+
+
+def test_without_pycuda(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pycuda", None)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", None)
+    monkeypatch.setattr(runtime_cuda, "_DRIVER", None)
+    case = vector_add()
+    mod = build_cuda(case.func)  # building works
+    assert mod.get_source("cuda") == mod.source and "vector_add_kernel0" in mod.source
+    with pytest.raises(RuntimeUnavailableError, match=r"pycuda is not installed: pip install tecomp\[cuda\]"):
+        mod(*case.make_args(np.random.default_rng(0), 10))
+
+
+def test_without_a_device(monkeypatch):
+    fake = types.ModuleType("pycuda.driver")
+    fake.init = lambda: None
+    fake.Device = types.SimpleNamespace(count=lambda: 0)
+    pkg = types.ModuleType("pycuda")
+    pkg.driver = fake
+    monkeypatch.setitem(sys.modules, "pycuda", pkg)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", fake)
+    monkeypatch.setattr(runtime_cuda, "_DRIVER", None)
+    case = vector_add()
+    with pytest.raises(RuntimeUnavailableError, match=r"no CUDA device: the driver sees 0 device"):
+        build_cuda(case.func)(*case.make_args(np.random.default_rng(0), 10))
+
+    def broken():
+        raise RuntimeError("cuInit failed: no CUDA-capable device is detected")
+
+    fake.init = broken
+    with pytest.raises(RuntimeUnavailableError, match=r"no CUDA device: the CUDA driver did not start"):
+        build_cuda(case.func)(*case.make_args(np.random.default_rng(0), 10))
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not on PATH")
+def test_get_source_ptx():
+    mod = build_cuda(vector_add().func, driver=EmuDriver())
+    assert ".entry vector_add_kernel0(" in mod.get_source("ptx")
+    with pytest.raises(ArgumentError, match="unknown source format"):
+        mod.get_source("sass")
+
+
+# --------------------------------------------------------------------------- real GPU
+
+
+@pytest.fixture(scope="module")
+def gpu_driver():
+    try:
+        return runtime_cuda.default_driver()
+    except RuntimeUnavailableError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(len(ALL_CASES)))
+def test_gpu_examples_match_numpy(gpu_driver, index):
+    case = ALL_CASES[index]()
+    mod = build_cuda(case.func)
+    args = case.make_args(np.random.default_rng(index))
+    mod(*args)
+    check(case, args, gpu=True)
+
+
+@pytest.mark.gpu
+def test_gpu_device_arrays(gpu_driver):
+    import pycuda.gpuarray as gpuarray
+
+    case = vector_add()
+    mod = build_cuda(case.func)
+    a, b, c = case.make_args(np.random.default_rng(0), 5000)
+    da, db, dc = gpuarray.to_gpu(a), gpuarray.to_gpu(b), gpuarray.to_gpu(c)
+    mod(da, db, dc)
+    np.testing.assert_array_equal(dc.get(), a + b)
+    for lib in ("cupy", "torch"):
+        try:
+            m = __import__(lib)
+        except ImportError:
+            continue
+        if lib == "cupy":
+            x, y, z = m.asarray(a), m.asarray(b), m.zeros(5000, dtype=m.float32)
+            mod(x, y, z)
+            np.testing.assert_array_equal(m.asnumpy(z), a + b)
+        elif m.cuda.is_available():
+            x, y = m.from_numpy(a).cuda(), m.from_numpy(b).cuda()
+            z = m.zeros(5000, dtype=m.float32, device="cuda")
+            mod(x, y, z)
+            np.testing.assert_array_equal(z.cpu().numpy(), a + b)
+
+
+@pytest.mark.gpu
+def test_gpu_barrier_kernels_repeatedly(gpu_driver):
+    case = block_reverse(nblocks=64, nthreads=1024)
+    mod = build_cuda(case.func)
+    for _ in range(5):
+        args = case.make_args(None)
+        mod(*args)
+        check(case, args)
+
+
+@pytest.mark.gpu
+def test_gpu_launch_limits(gpu_driver):
+    n = Var("n")
+    A = Buffer("A", (n,), "float32")
+    t = Var("t")
+    mod = build_cuda(PrimFunc("nthreads", (A,), thread(t, n, "threadIdx.x", S(A, 1.0, t))))
+    a = np.zeros(gpu_driver.max_threads_per_block, "float32")
+    mod(a)
+    assert (a == 1).all()
+    with pytest.raises(ArgumentError, match=r"threads per block|threadIdx\.x has extent"):
+        mod(np.zeros(gpu_driver.max_threads_per_block + 1, "float32"))

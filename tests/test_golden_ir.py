@@ -1,0 +1,164 @@
+"""Golden tests of the printed loop IR: one per primitive.  The printed IR is a product:
+a change here must be deliberate.  On failure the assertion shows a unified diff."""
+import difflib
+
+import tecomp as tc
+from helpers import matmul
+
+
+def check(func, expected):
+    got = str(func)
+    if got != expected:
+        diff = "\n".join(difflib.unified_diff(expected.splitlines(), got.splitlines(),
+                                                "expected", "got", lineterm=""))
+        raise AssertionError("printed IR changed:\n" + diff)
+
+
+
+def test_split():
+    """non-divisible split: the main part has no guard, the tail is peeled"""
+    A, B, C, k = matmul(n=20, m=16, K=8)
+    s = tc.create_schedule(C.op)
+    s[C].split(C.op.axis[0], factor=8)
+    s[C].vectorize(C.op.axis[1])
+    check(tc.lower(s, [A, B, C]), EXPECTED_SPLIT)
+
+
+def test_fuse():
+    """fuse + parallel"""
+    A, B, C, k = matmul(n=8, m=12, K=8)
+    s = tc.create_schedule(C.op)
+    f = s[C].fuse(*C.op.axis)
+    s[C].parallel(f)
+    check(tc.lower(s, [A, B, C]), EXPECTED_FUSE)
+
+
+def test_cache_write():
+    """cache_write + compute_at: a 4x4 local accumulator per tile"""
+    A, B, C, k = matmul(n=16, m=16, K=8)
+    s = tc.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 4)
+    s[CL].compute_at(s[C], jo)
+    s[C].unroll(ii)
+    check(tc.lower(s, [A, B, C]), EXPECTED_CACHE_WRITE)
+
+
+def test_rfactor():
+    """rfactor of a non-divisible split: the tail becomes a shorter reduction"""
+    X = tc.placeholder((6, 50), name="X")
+    kk = tc.reduce_axis((0, 50), name="k")
+    Y = tc.compute((6,), lambda i: tc.sum(X[i, kk], axis=kk), name="Y")
+    s = tc.create_schedule(Y.op)
+    ko, ki = s[Y].split(kk, factor=8)
+    s.rfactor(Y, ki)
+    check(tc.lower(s, [X, Y]), EXPECTED_RFACTOR)
+
+
+def test_bind():
+    """GPU binding: thread loops keep their guard (no partitioning)"""
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    bo, bi = s[B].split(B.op.axis[0], factor=64)
+    s[B].bind(bo, tc.thread_axis("blockIdx.x"))
+    s[B].bind(bi, tc.thread_axis("threadIdx.x"))
+    check(tc.lower(s, [A, B]), EXPECTED_BIND)
+
+
+EXPECTED_SPLIT = """\
+primfn main(A: float32[20, 8], B: float32[8, 16], C: float32[20, 16]) {
+  for (i.outer, 0, 2) {
+    for (i.inner, 0, 8) {
+      vectorized (j, 0, 16) {
+        C[i.outer*8 + i.inner, j] = 0f
+        for (k, 0, 8) {
+          C[i.outer*8 + i.inner, j] = C[i.outer*8 + i.inner, j] + A[i.outer*8 + i.inner, k]*B[k, j]
+        }
+      }
+    }
+  }
+  for (i.inner, 0, 4) {
+    vectorized (j, 0, 16) {
+      C[i.inner + 16, j] = 0f
+      for (k, 0, 8) {
+        C[i.inner + 16, j] = C[i.inner + 16, j] + A[i.inner + 16, k]*B[k, j]
+      }
+    }
+  }
+}"""
+
+
+EXPECTED_FUSE = """\
+primfn main(A: float32[8, 8], B: float32[8, 12], C: float32[8, 12]) {
+  parallel (i.j.fused, 0, 96) {
+    C[i.j.fused // 12, i.j.fused % 12] = 0f
+    for (k, 0, 8) {
+      C[i.j.fused // 12, i.j.fused % 12] = C[i.j.fused // 12, i.j.fused % 12] + A[i.j.fused // 12, k]*B[k, i.j.fused % 12]
+    }
+  }
+}"""
+
+
+EXPECTED_CACHE_WRITE = """\
+primfn main(A: float32[16, 8], B: float32[8, 16], C: float32[16, 16]) {
+  for (i.outer, 0, 4) {
+    for (j.outer, 0, 4) {
+      allocate C.local: float32[4, 4] (local)
+      for (i, 0, 4) {
+        for (j, 0, 4) {
+          C.local[i, j] = 0f
+          for (k, 0, 8) {
+            C.local[i, j] = C.local[i, j] + A[i.outer*4 + i, k]*B[k, j.outer*4 + j]
+          }
+        }
+      }
+      unrolled (i.inner, 0, 4) {
+        for (j.inner, 0, 4) {
+          C[i.outer*4 + i.inner, j.outer*4 + j.inner] = C.local[i.inner, j.inner]
+        }
+      }
+    }
+  }
+}"""
+
+
+EXPECTED_RFACTOR = """\
+primfn main(X: float32[6, 50], Y: float32[6]) {
+  allocate Y.rf: float32[8, 6] (global)
+  for (k.inner, 0, 2) {
+    for (i, 0, 6) {
+      Y.rf[k.inner, i] = 0f
+      for (k.outer, 0, 7) {
+        Y.rf[k.inner, i] = Y.rf[k.inner, i] + X[i, k.outer*8 + k.inner]
+      }
+    }
+  }
+  for (k.inner, 2, 6) {
+    for (i, 0, 6) {
+      Y.rf[k.inner, i] = 0f
+      for (k.outer, 0, 6) {
+        Y.rf[k.inner, i] = Y.rf[k.inner, i] + X[i, k.outer*8 + k.inner]
+      }
+    }
+  }
+  for (i_1, 0, 6) {
+    Y[i_1] = 0f
+    for (k.inner_1, 0, 8) {
+      Y[i_1] = Y[i_1] + Y.rf[k.inner_1, i_1]
+    }
+  }
+}"""
+
+
+EXPECTED_BIND = """\
+primfn main(A: float32[n], B: float32[n]) {
+  blockIdx.x (i.outer, 0, (n + 63) // 64) {
+    threadIdx.x (i.inner, 0, 64) {
+      if (i.outer*64 + i.inner < n) {
+        B[i.outer*64 + i.inner] = A[i.outer*64 + i.inner] + 1f
+      }
+    }
+  }
+}"""

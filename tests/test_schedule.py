@@ -1,0 +1,279 @@
+"""Every schedule primitive lowers to loops that compute the same values (numerics vs
+numpy), through the LLVM build and through the reference interpreter."""
+import numpy as np
+import pytest
+
+import tecomp as tc
+from helpers import conv2d_nchw, conv2d_ref, matmul, matmul_data, run, softmax, softmax_ref
+
+BACKENDS = ["llvm", "interp"]
+
+
+def _check_mm(s, A, B, C, backend, rtol=1e-5):
+    a, b, c = matmul_data(A, B, C)
+    run(s, [A, B, C], [a, b, c], backend)
+    np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=rtol)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("factor", [1, 4, 5, 8, 32, 40])
+def test_split_factor(backend, factor):
+    A, B, C, k = matmul(n=32, m=24, K=16)
+    s = tc.create_schedule(C.op)
+    s[C].split(C.op.axis[0], factor=factor)
+    _check_mm(s, A, B, C, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("nparts", [1, 3, 7])
+def test_split_nparts(backend, nparts):
+    A, B, C, k = matmul(n=20, m=9, K=7)
+    s = tc.create_schedule(C.op)
+    s[C].split(C.op.axis[1], nparts=nparts)
+    _check_mm(s, A, B, C, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_split_reduce_axis_non_divisible(backend):
+    A, B, C, k = matmul(n=8, m=8, K=13)
+    s = tc.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=4)
+    s[C].reorder(ko, C.op.axis[0], ki, C.op.axis[1])
+    _check_mm(s, A, B, C, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tile_reorder_vectorize_parallel_unroll(backend):
+    A, B, C, k = matmul(n=30, m=20, K=12)
+    s = tc.create_schedule(C.op)
+    xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 8, 8)
+    ko, ki = s[C].split(k, factor=4)
+    s[C].reorder(xo, yo, ko, xi, ki, yi)
+    s[C].vectorize(yi)
+    s[C].unroll(ki)
+    s[C].parallel(xo)
+    _check_mm(s, A, B, C, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fuse(backend):
+    A, B, C, k = matmul(n=6, m=10, K=5)
+    s = tc.create_schedule(C.op)
+    f = s[C].fuse(*C.op.axis)
+    fo, fi = s[C].split(f, factor=7)
+    s[C].parallel(fo)
+    _check_mm(s, A, B, C, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fuse_reduce_axes(backend):
+    X = tc.placeholder((5, 6, 7), name="X")
+    r1 = tc.reduce_axis((0, 6), name="r1")
+    r2 = tc.reduce_axis((0, 7), name="r2")
+    Y = tc.compute((5,), lambda i: tc.sum(X[i, r1, r2], axis=[r1, r2]), name="Y")
+    s = tc.create_schedule(Y.op)
+    s[Y].fuse(r1, r2)
+    x = np.random.rand(5, 6, 7).astype("float32")
+    y = np.empty(5, "float32")
+    run(s, [X, Y], [x, y], backend)
+    np.testing.assert_allclose(y, x.sum(axis=(1, 2)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compute_at_pad_conv(backend):
+    data, weight, padded, out = conv2d_nchw(C=3, H=9, W=9, K=4, stride=2, pad=1)
+    s = tc.create_schedule(out.op)
+    n, kk, y, x = out.op.axis
+    yo, yi = s[out].split(y, factor=2)
+    s[padded].compute_at(s[out], yo)
+    d = np.random.rand(1, 3, 9, 9).astype("float32")
+    w = np.random.rand(4, 3, 3, 3).astype("float32")
+    o = np.empty([int(e.value) for e in out.shape], "float32")
+    run(s, [data, weight, out], [d, w, o], backend)
+    np.testing.assert_allclose(o, conv2d_ref(d, w, stride=2, pad=1), rtol=1e-5)
+
+
+def test_compute_at_region_is_tile_plus_halo():
+    data, weight, padded, out = conv2d_nchw(C=2, H=16, W=16, K=2, stride=1, pad=1)
+    s = tc.create_schedule(out.op)
+    n, kk, y, x = out.op.axis
+    yo, xo, yi, xi = s[out].tile(y, x, 4, 4)
+    s[padded].compute_at(s[out], xo)
+    text = str(tc.lower(s, [data, weight, out]))
+    # a 4x4 output tile of a 3x3 conv reads a 6x6 input tile (all channels)
+    assert "allocate pad: float32[1, 2, 6, 6] (global)" in text
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compute_inline(backend):
+    A = tc.placeholder((16,), name="A")
+    B = tc.compute((16,), lambda i: A[i] * 2, name="B")
+    C = tc.compute((16,), lambda i: B[i] + B[15 - i], name="C")
+    s = tc.create_schedule(C.op)
+    s[B].compute_inline()
+    text = str(tc.lower(s, [A, C]))
+    assert "B[" not in text and "allocate" not in text
+    a = np.random.rand(16).astype("float32")
+    c = np.empty(16, "float32")
+    run(s, [A, C], [a, c], backend)
+    np.testing.assert_allclose(c, a * 2 + (a * 2)[::-1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compute_root_after_compute_at(backend):
+    A = tc.placeholder((16,), name="A")
+    B = tc.compute((16,), lambda i: A[i] * 2, name="B")
+    C = tc.compute((16,), lambda i: B[i] + 1, name="C")
+    s = tc.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    s[B].compute_root()
+    a = np.random.rand(16).astype("float32")
+    c = np.empty(16, "float32")
+    run(s, [A, C], [a, c], backend)
+    np.testing.assert_allclose(c, a * 2 + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cache_read_write(backend):
+    A, B, C, k = matmul(n=16, m=16, K=8)
+    s = tc.create_schedule(C.op)
+    AL = s.cache_read(A, "local", [C])
+    CL = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 4)
+    s[CL].compute_at(s[C], jo)
+    s[AL].compute_at(s[CL], s[CL].op.reduce_axis[0])
+    text = str(tc.lower(s, [A, B, C]))
+    assert "allocate C.local: float32[4, 4] (local)" in text
+    _check_mm(s, A, B, C, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("factor_axis", [0, 1])
+def test_rfactor(backend, factor_axis):
+    X = tc.placeholder((6, 50), name="X")
+    k = tc.reduce_axis((0, 50), name="k")
+    Y = tc.compute((6,), lambda i: tc.sum(X[i, k], axis=k), name="Y")
+    s = tc.create_schedule(Y.op)
+    ko, ki = s[Y].split(k, factor=8)
+    YF = s.rfactor(Y, ki, factor_axis=factor_axis)
+    assert tuple(int(e.value) for e in YF.shape) == ((8, 6) if factor_axis == 0 else (6, 8))
+    s[YF].vectorize(s[YF].op.axis[factor_axis])
+    x = np.random.rand(6, 50).astype("float32")
+    y = np.empty(6, "float32")
+    run(s, [X, Y], [x, y], backend)
+    np.testing.assert_allclose(y, x.sum(axis=1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reduce_where_and_multiple_axes(backend):
+    X = tc.placeholder((4, 5, 6), name="X")
+    r1 = tc.reduce_axis((0, 5), name="r1")
+    r2 = tc.reduce_axis((1, 6), name="r2")
+    Y = tc.compute((4,), lambda i: tc.sum(X[i, r1, r2], axis=[r1, r2], where=r1 < r2), name="Y")
+    s = tc.create_schedule(Y.op)
+    x = np.random.rand(4, 5, 6).astype("float32")
+    y = np.empty(4, "float32")
+    run(s, [X, Y], [x, y], backend)
+    mask = np.arange(5)[:, None] < np.arange(6)[None, :]
+    mask[:, 0] = False
+    np.testing.assert_allclose(y, (x * mask).sum(axis=(1, 2)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_min_prod_comm_reducer(backend):
+    X = tc.placeholder((3, 7), name="X")
+    k = tc.reduce_axis((0, 7), name="k")
+    mx = tc.compute((3,), lambda i: tc.max(X[i, k], axis=k), name="mx")
+    k2 = tc.reduce_axis((0, 7), name="k2")
+    mn = tc.compute((3,), lambda i: tc.min(X[i, k2], axis=k2), name="mn")
+    k3 = tc.reduce_axis((0, 7), name="k3")
+    mul = tc.comm_reducer(lambda a, b: a * b, lambda t: tc.const(1, t), name="product")
+    pr = tc.compute((3,), lambda i: mul(X[i, k3], axis=k3), name="pr")
+    s = tc.create_schedule([mx.op, mn.op, pr.op])
+    x = np.random.rand(3, 7).astype("float32") + 0.5
+    outs = [np.empty(3, "float32") for _ in range(3)]
+    run(s, [X, mx, mn, pr], [x] + outs, backend)
+    np.testing.assert_allclose(outs[0], x.max(1))
+    np.testing.assert_allclose(outs[1], x.min(1))
+    np.testing.assert_allclose(outs[2], x.prod(1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_softmax_compute_at(backend):
+    X, mx, ex, sm, Y = softmax(m=5, n=37)
+    s = tc.create_schedule(Y.op)
+    for t in (mx, ex, sm):
+        s[t].compute_at(s[Y], Y.op.axis[0])
+    jo, ji = s[Y].split(Y.op.axis[1], factor=8)
+    s[Y].vectorize(ji)
+    x = np.random.randn(5, 37).astype("float32")
+    y = np.empty_like(x)
+    run(s, [X, Y], [x, y], backend)
+    np.testing.assert_allclose(y, softmax_ref(x), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_storage_align(backend):
+    A = tc.placeholder((8, 10), name="A")
+    B = tc.compute((8, 10), lambda i, j: A[i, j] + 1, name="B")
+    C = tc.compute((8, 10), lambda i, j: B[i, j] * 2, name="C")
+    s = tc.create_schedule(C.op)
+    s[B].storage_align(B.op.axis[0], 16, 4)
+    f = tc.lower(s, [A, C])
+    alloc = [b for b in _allocs(f) if b.name == "B"][0]
+    assert [int(x.value) for x in alloc.strides] == [20, 1]
+    a = np.random.rand(8, 10).astype("float32")
+    c = np.empty_like(a)
+    run(s, [A, C], [a, c], backend)
+    np.testing.assert_allclose(c, (a + 1) * 2, rtol=1e-6)
+
+
+def _allocs(f):
+    from tecomp.ir.functor import collect
+    from tecomp.ir.stmt import Allocate
+
+    return [a.buffer for a in collect(f.body, lambda n: isinstance(n, Allocate))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pragma_unroll_explicit(backend):
+    A = tc.placeholder((4, 3), name="A")
+    B = tc.compute((4, 3), lambda i, j: A[i, j] * 3, name="B")
+    s = tc.create_schedule(B.op)
+    s[B].pragma(B.op.axis[1], "unroll_explicit")
+    text = str(tc.lower(s, [A, B]))
+    assert "B[i, 2] = A[i, 2]*3f" in text and "(j," not in text
+    a = np.random.rand(4, 3).astype("float32")
+    b = np.empty_like(a)
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_allclose(b, a * 3, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_symbolic_extent_split(backend):
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i] * 2 + 1, name="B")
+    s = tc.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=8)
+    s[B].vectorize(xi)
+    for length in (1, 7, 8, 9, 33):
+        a = np.random.rand(length).astype("float32")
+        b = np.empty_like(a)
+        run(s, [A, B], [a, b], backend)
+        np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
+
+
+def test_schedule_repr():
+    A, B, C, k = matmul()
+    s = tc.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=8)
+    s[C].parallel(xo)
+    s[C].vectorize(C.op.axis[1])
+    assert repr(s) == ("schedule(\n  C: [i.outer:parallel, i.inner, j:vectorized, k] root, output\n)")
+
+
+def test_normalize_returns_schedule():
+    A, B, C, k = matmul()
+    s = tc.create_schedule(C.op)
+    assert s.normalize() is s
