@@ -1,10 +1,11 @@
 """Barrier insertion for GPU targets.
 
-Rule: inside a kernel, a statement of a sequence that writes a ``shared`` buffer is
-followed by ``syncthreads()`` when a later statement of the sequence reads that buffer
-(read-after-write across threads), and preceded by one when the sequence sits inside a
-serial loop and some statement of it reads the buffer (write-after-read: the previous
-iteration's readers must be done before it is overwritten).  Nowhere else: buffers in
+Rule: inside a kernel, each sequence of statements is scanned in order, keeping the
+``shared`` buffers read and written since the last barrier.  A ``syncthreads()`` goes
+before a statement that reads a buffer written since then (read-after-write across
+threads) or writes one read since then (write-after-read).  Inside a serial loop the
+accesses of the previous iteration count as well, so a tile loaded at the top of a
+``k.outer`` loop waits for the readers of the previous tile.  Nowhere else: buffers in
 ``local`` scope and ``global`` buffers get no barrier (global memory written by one
 block and read by another needs separate kernels, which the CUDA backend makes per
 root stage).
@@ -61,18 +62,25 @@ class _Insert(Mutator):
         if not self.in_kernel:
             return s if all(a is b for a, b in zip(items, s.seq)) else seq(*items)
         acc = [_access(x) for x in items]
+        # Hazards since the last barrier.  Inside a serial loop the previous iteration's
+        # accesses count too (a loop-carried write-after-read or read-after-write).
+        reads, writes = set(), set()
+        if self.serial_depth:
+            for a in acc:
+                reads |= a.reads
+                writes |= a.writes
         out = []
-        for i, (x, a) in enumerate(zip(items, acc)):
-            if a.writes:
-                later_reads = any(a.writes & b.reads for b in acc[i + 1:])
-                any_reads = any(a.writes & b.reads for j, b in enumerate(acc) if j != i)
-                if self.serial_depth and any_reads and not (out and _is_barrier(out[-1])):
+        for x, a in zip(items, acc):
+            if (a.reads & writes) or (a.writes & reads):
+                if not (out and _is_barrier(out[-1])):
                     out.append(_barrier())
-                out.append(x)
-                if later_reads:
-                    out.append(_barrier())
+                reads, writes = set(), set()
+            out.append(x)
+            if _is_barrier(x):
+                reads, writes = set(), set()
             else:
-                out.append(x)
+                reads |= a.reads
+                writes |= a.writes
         if len(out) == len(items) and all(a is b for a, b in zip(out, s.seq)):
             return s
         return seq(*out)

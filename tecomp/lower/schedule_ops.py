@@ -247,6 +247,28 @@ class LowerContext:
                     f"too, or compute {producer.name} at a loop enclosing all its consumers")
             x, below = x.attach_stage, x.attach_ivar
 
+    def _thread_relax(self, st: Stage) -> Dict[Var, Range]:
+        """Enclosing GPU thread loops over which ``st``'s buffer is shared.
+
+        A ``shared`` buffer serves every thread of a block, so the loops bound to
+        ``threadIdx.*`` around its attach point are relaxed; a ``global`` buffer serves
+        the whole grid (``blockIdx.*`` too); a ``local`` one belongs to a single thread.
+        """
+        tags = {"shared": ("threadIdx", "vthread"), "global": ("threadIdx", "blockIdx", "vthread")}.get(st.scope)
+        out: Dict[Var, Range] = {}
+        if not tags:
+            return out
+        x, axis = st.attach_stage, st.attach_ivar
+        while x is not None:
+            leaves = x.leaf_iter_vars
+            cut = leaves.index(axis) + 1 if axis is not None else len(leaves)
+            for iv in leaves[:cut]:
+                a = x.iter_attrs.get(iv)
+                if a is not None and a.thread is not None and a.thread.thread_tag.startswith(tags):
+                    out[iv.var] = Range(Const(0, "int32"), self.info[x].extent[iv])
+            x, axis = x.attach_stage, x.attach_ivar
+        return out
+
     def _needed_region(self, st: Stage) -> List[Range]:
         arith = _arith()
         t = st.op.output(0)
@@ -257,8 +279,9 @@ class LowerContext:
         consumers = self.readers[st]
         if not consumers:
             raise ScheduleError(f"compute_at of {st.name}: no stage reads it")
+        thread_relax = self._thread_relax(st)
         for c in consumers:
-            relax = self._relax_set(c, st)
+            relax = {**self._relax_set(c, st), **thread_relax}
             cinf = self.info[c]
             vmap = {iv.var: self.root_value(c, iv) for iv in list(c.op.axis) + list(c.op.reduce_axis)}
             for load in _producer_loads(cinf.body, t):
@@ -338,14 +361,17 @@ class LowerContext:
         inf.buffer = Buffer(t.name, tuple(shape), t.dtype, strides, st.scope)
 
     def _outer_ranges(self, st: Stage) -> Dict[Var, Range]:
-        """Ranges of every loop counter that encloses st's attach point."""
+        """Ranges of every loop counter that encloses st's attach point (the ones its
+        region may depend on; relaxed thread loops do not count)."""
         out = {}
+        relaxed = self._thread_relax(st)
         x, axis = st.attach_stage, st.attach_ivar
         while x is not None:
             leaves = x.leaf_iter_vars
             cut = leaves.index(axis) + 1 if axis is not None else len(leaves)
             for iv in leaves[:cut]:
-                out[iv.var] = Range(Const(0, "int32"), self.info[x].extent[iv])
+                if iv.var not in relaxed:
+                    out[iv.var] = Range(Const(0, "int32"), self.info[x].extent[iv])
             x, axis = x.attach_stage, x.attach_ivar
         return out
 
