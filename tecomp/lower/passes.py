@@ -107,3 +107,64 @@ def verify_pass(func: PrimFunc) -> PrimFunc:
 
     _V().visit(func.body)
     return func
+
+
+# Limits every CUDA device of compute capability >= 3.0 shares.
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIM = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
+
+
+def verify_thread_extents_pass(func: PrimFunc) -> PrimFunc:
+    """In each kernel (a top-level statement with GPU-bound loops), every loop bound to
+    the same thread tag has the same extent, and a block fits a CUDA device."""
+    from ..errors import ScheduleError
+    from ..ir.functor import collect
+    from ..ir.stmt import Allocate, BufferStore, LetStmt
+
+    body = func.body
+    while isinstance(body, (Allocate, LetStmt, AttrStmt)):
+        body = body.body
+    kernels = body.seq if isinstance(body, SeqStmt) else (body,)
+    for kern in kernels:
+        loops = _thread_loops_outer_first(kern)
+        by_tag = {}
+        for lp in loops:
+            stores = collect(lp.body, lambda n: isinstance(n, BufferStore))
+            who = f"{stores[0].buffer.name}'s loop {lp.var.name}" if stores else f"loop {lp.var.name}"
+            by_tag.setdefault(lp.thread_tag, []).append((lp.extent, who))
+        for tag, uses in by_tag.items():
+            first_ext, first_who = uses[0]
+            for ext, who in uses[1:]:
+                if ext != first_ext:
+                    raise ScheduleError(
+                        f"{tag} is bound to loops of different extents in one kernel: "
+                        f"{first_who} ({first_ext}) and {who} ({ext}); a thread axis has one "
+                        f"extent per kernel: split the axes so that every loop bound to {tag} "
+                        f"has extent {first_ext}")
+        total = 1
+        for tag, lim in MAX_BLOCK_DIM.items():
+            if tag in by_tag and isinstance(by_tag[tag][0][0], Const):
+                ext = by_tag[tag][0][0].value
+                if ext > lim:
+                    raise ScheduleError(f"{tag} has extent {ext} ({by_tag[tag][0][1]}), above the "
+                                        f"CUDA limit of {lim}; split that axis further")
+                total *= ext
+        if total > MAX_THREADS_PER_BLOCK:
+            dims = ", ".join(f"{t}={by_tag[t][0][0]}" for t in MAX_BLOCK_DIM if t in by_tag)
+            raise ScheduleError(f"a block of {total} threads ({dims}) is above the CUDA limit of "
+                                f"{MAX_THREADS_PER_BLOCK} threads per block; bind smaller axes to "
+                                "threadIdx (split them further)")
+    return func
+
+
+def _thread_loops_outer_first(stmt) -> list:
+    out = []
+
+    class _V(Visitor):
+        def visit_For(self, s):
+            if s.kind == "thread":
+                out.append(s)
+            self.generic_visit(s)
+
+    _V().visit(stmt)
+    return out

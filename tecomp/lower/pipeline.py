@@ -22,6 +22,7 @@ PASSES = [
     ("simplify_after_partition", P.simplify_pass, None),
     ("unroll_explicit", P.unroll_explicit_pass, None),
     ("remove_no_op", P.remove_no_op_pass, None),
+    ("verify_thread_extents", P.verify_thread_extents_pass, None),
     ("insert_barriers", P.insert_barriers_pass, None),
     ("verify", P.verify_pass, None),
 ]

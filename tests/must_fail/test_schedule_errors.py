@@ -250,3 +250,29 @@ def test_unknown_target():
     s = tc.create_schedule(C.op)
     with pytest.raises(tc.BuildError, match=r"unknown target 'opencl'"):
         tc.build(s, [A, C], target="opencl")
+
+
+def test_thread_extent_mismatch_in_one_kernel():
+    A = tc.placeholder((64, 64), name="A")
+    B = tc.compute((64, 64), lambda i, j: A[i, j] * 2, name="B")
+    C = tc.compute((64, 64), lambda i, j: B[i, j] + 1, name="C")
+    s = tc.create_schedule(C.op)
+    bx, tx = tc.thread_axis("blockIdx.x"), tc.thread_axis("threadIdx.x")
+    s[C].bind(C.op.axis[0], bx)
+    s[C].bind(C.op.axis[1], tx)
+    s[B].set_scope("shared")
+    s[B].compute_at(s[C], C.op.axis[0])
+    bo, bi = s[B].split(B.op.axis[1], factor=32)
+    s[B].bind(bi, tc.thread_axis("threadIdx.x"))
+    with pytest.raises(tc.ScheduleError, match=r"threadIdx.x is bound to loops of different extents in one kernel: B's loop j.inner \(32\) and C's loop j \(64\); .* has extent 32"):
+        tc.lower(s, [A, C])
+
+
+def test_block_too_large():
+    A = tc.placeholder((64, 64), name="A")
+    C = tc.compute((64, 64), lambda i, j: A[i, j] * 2, name="C")
+    s = tc.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], tc.thread_axis("threadIdx.y"))
+    s[C].bind(C.op.axis[1], tc.thread_axis("threadIdx.x"))
+    with pytest.raises(tc.ScheduleError, match=r"a block of 4096 threads \(threadIdx.x=64, threadIdx.y=64\) is above the CUDA limit of 1024"):
+        tc.lower(s, [A, C])
