@@ -8,14 +8,14 @@ results computed with numpy.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, List
 
 import numpy as np
 
 from tecomp.ir import (
-    AssertStmt, Allocate, Buffer, BufferLoad, BufferStore, Call, Cast, Const, Evaluate, For,
-    IfThenElse, Let, LetStmt, Max, Min, PrimFunc, Select, Var, seq,
+    Allocate, Buffer, BufferLoad, BufferStore, Call, Cast, Const, Evaluate, For, IfThenElse, Let,
+    LetStmt, PrimFunc, Select, Var, seq,
 )
 from tecomp.ir import op as O
 from tecomp.ir.expr import FloorDiv, FloorMod, TruncDiv, TruncMod, as_expr

@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cuda_examples import (  # noqa: E402
-    ALL_CASES, L, S, block_reverse, half_storage, thread, tiled_matmul, two_kernels_workspace,
+    ALL_CASES, S, block_reverse, half_storage, thread, tiled_matmul, two_kernels_workspace,
     vector_add,
 )
 
@@ -103,7 +103,7 @@ class EmuDriver:
     def launch(self, fn, grid, block, shared, types_, args):
         lib, k = fn
         self.launches.append((lib.source.kernels[k].name, tuple(grid), tuple(block), types_))
-        vals = [int(a) if t == "P" else a.item() for t, a in zip(types_, args)]
+        vals = [int(a) if t == "P" else a for t, a in zip(types_, args)]
         lib.launch(k, vals, grid, block, "serial")
 
     def synchronize(self):
@@ -330,3 +330,14 @@ def test_gpu_launch_limits(gpu_driver):
     assert (a == 1).all()
     with pytest.raises(ArgumentError, match=r"threads per block|threadIdx\.x has extent"):
         mod(np.zeros(gpu_driver.max_threads_per_block + 1, "float32"))
+
+
+@needs_cxx
+def test_aliased_device_arrays_are_rejected():
+    case = vector_add()
+    mod = build_cuda(case.func, driver=EmuDriver())
+    a, b, c = case.make_args(np.random.default_rng(0), 64)
+    big = np.zeros(128, "float32")
+    with pytest.raises(ArgumentError, match=r"argument 1 \(B\) and argument 2 \(C\) share memory"):
+        mod(DeviceArray(a), DeviceArray(big[:64]), DeviceArray(big[32:96]))
+    mod(DeviceArray(a), DeviceArray(big[:64]), DeviceArray(big[64:]))  # adjacent is fine

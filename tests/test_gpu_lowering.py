@@ -87,3 +87,41 @@ def test_emulation_matches_numpy():
     c = np.zeros((64, 64), "float32")
     f(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+
+
+def _row_sum(m, n, threads, rows_per_block=1, reducer="sum"):
+    X = tc.placeholder((m, n), name="X")
+    k = tc.reduce_axis((0, n), name="k")
+    red = tc.sum if reducer == "sum" else tc.max
+    Y = tc.compute((m,), lambda i: red(X[i, k], axis=k), name="Y")
+    s = tc.create_schedule(Y.op)
+    ko, ki = s[Y].split(k, factor=threads)
+    if rows_per_block > 1:
+        io, ii = s[Y].split(Y.op.axis[0], factor=rows_per_block)
+        s[Y].bind(io, tc.thread_axis("blockIdx.x"))
+        s[Y].bind(ii, tc.thread_axis("threadIdx.y"))
+    else:
+        s[Y].bind(Y.op.axis[0], tc.thread_axis("blockIdx.x"))
+    s[Y].bind(ki, tc.thread_axis("threadIdx.x"))
+    return s, [X, Y]
+
+
+@pytest.mark.parametrize("threads,rows,reducer", [(48, 1, "sum"), (32, 4, "sum"), (64, 2, "max")])
+def test_cross_thread_reduction(threads, rows, reducer):
+    m, n = 8, 100
+    s, args = _row_sum(m, n, threads, rows, reducer)
+    f = tc.lower(s, args)
+    text = str(f)
+    assert "allocate Y.red: float32[1] (local)" in text
+    shared_shape = f"[{rows}, {threads}]" if rows > 1 else f"[{threads}]"
+    assert f"allocate Y.red.shared: float32{shared_shape} (shared)" in text
+    x = np.random.rand(m, n).astype("float32")
+    ref = x.sum(1) if reducer == "sum" else x.max(1)
+    y = np.zeros(m, "float32")
+    interp.run(f, x, y)  # checks for races too
+    np.testing.assert_allclose(y, ref, rtol=1e-5)
+    if shutil.which("g++"):
+        y[:] = 0
+        tc.build(s, args, target="cuda-emu")(x, y)
+        np.testing.assert_allclose(y, ref, rtol=1e-5)
+

@@ -395,6 +395,10 @@ class LowerContext:
                 update = IfThenElse(cond, update)
             init = BufferStore(buf, comb.identity, store_idx)
             p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
+            tred = [iv for iv in leaves[p:] if iv.kind == "reduce" and _thread_tag(st, iv)]
+            if tred:
+                return self._loops(st, leaves[:p], self._cross_thread_reduce(
+                    st, leaves, p, tred, comb, src, cond, store_idx))
             dguards = [g for g in inf.guards if not _uses_reduce(g, st, inf)]
             init_nest = self._loops(st, [iv for iv in leaves[p:] if iv.kind != "reduce"],
                                     _guard(init, dguards), attach=False)
@@ -404,6 +408,81 @@ class LowerContext:
         value = self.lower_expr(substitute(body, vmap))
         store = BufferStore(buf, value, store_idx)
         return self._loops(st, leaves, _guard(store, inf.guards))
+
+    def _cross_thread_reduce(self, st, leaves, p, tred, comb, src, cond, store_idx):
+        """A reduction axis bound to a GPU thread axis: each thread folds its share of the
+        other reduction loops into a register, then the block combines the registers
+        through shared memory in a tree (log2(T) steps, one barrier each), and thread 0
+        writes the result."""
+        inf = self.info[st]
+        if len(tred) > 1:
+            raise ScheduleError(
+                f"bind on stage {st.name}: reduction axes {', '.join(iv.name for iv in tred)} are "
+                "all bound to thread axes; a cross-thread reduction takes one thread axis: fuse "
+                "them first and bind the fused axis")
+        rt = tred[0]
+        tag = _thread_tag(st, rt)
+        ext = inf.extent[rt]
+        if not isinstance(ext, Const):
+            raise ScheduleError(f"bind on stage {st.name}: reduction axis {rt.name} bound to {tag} "
+                                f"has extent {ext}; a cross-thread reduction needs a constant "
+                                "extent: split it by a constant and bind the inner axis")
+        late_data = [iv for iv in leaves[p:] if iv.kind != "reduce"]
+        if late_data:
+            raise ScheduleError(
+                f"bind on stage {st.name}: with a reduction over {tag}, the data-parallel axes "
+                f"({', '.join(iv.name for iv in late_data)}) must come before the reduction "
+                "axes: reorder them outward")
+        dt = st.op.output(0).dtype
+        T = ext.value
+        zero = Const(0, "int32")
+        # threads of the block other than rt index separate rows of the shared buffer
+        others = [(v, e) for v, e in self._enclosing_threads(st, leaves[:p]) if v is not rt.var]
+        local = Buffer(f"{st.name}.red", (Const(1, "int32"),), dt, None, "local")
+        shared = Buffer(f"{st.name}.red.shared", tuple(e for _, e in others) + (ext,), dt, None,
+                        "shared")
+        lead = tuple(v for v, _ in others)
+        acc = BufferLoad(local, (zero,), dt)
+        upd = BufferStore(local, comb.combine(acc, src), (zero,))
+        if not (isinstance(cond, Const) and cond.value is True):
+            upd = IfThenElse(cond, upd)
+        serial = [iv for iv in leaves[p:] if iv is not rt]
+        fold = self._loops(st, serial, _guard(upd, inf.guards))
+        sh = lambda i: BufferLoad(shared, lead + (i,), dt)  # noqa: E731
+        steps = []
+        stride = 1
+        while stride * 2 < T:
+            stride *= 2
+        barrier = _barrier()
+        while stride >= 1:
+            take = BufferStore(shared, comb.combine(sh(rt.var), sh(_op.add(rt.var, Const(stride, "int32")))),
+                               lead + (rt.var,))
+            c = _op.compare(LT, rt.var, Const(stride, "int32"))
+            if stride * 2 > T:
+                c = And(c, _op.compare(LT, _op.add(rt.var, Const(stride, "int32")), ext))
+            steps += [IfThenElse(c, take), barrier]
+            stride //= 2
+        write = IfThenElse(rt.var.equal(zero), BufferStore(inf.buffer, sh(zero), store_idx))
+        body = seq(BufferStore(local, comb.identity, (zero,)), fold,
+                   BufferStore(shared, acc, lead + (rt.var,)), barrier, *steps, write)
+        body = Allocate(local, Allocate(shared, body))
+        return For(rt.var, zero, ext, "thread", body, tag)
+
+    def _enclosing_threads(self, st, leaves):
+        """(var, extent) of the threadIdx loops around and among ``leaves`` of ``st``."""
+        out = []
+        x, chain_leaves = st, leaves
+        while x is not None:
+            for iv in chain_leaves:
+                t = _thread_tag(x, iv)
+                if t.startswith("threadIdx"):
+                    out.append((iv.var, self.info[x].extent[iv]))
+            if x.attach_type != "scope":
+                break
+            y = x.attach_stage
+            chain_leaves = y.leaf_iter_vars[:y.leaf_iter_vars.index(x.attach_ivar) + 1]
+            x = y
+        return out
 
     def _loops(self, st: Stage, leaves, body, attach=True):
         inf = self.info[st]
@@ -465,6 +544,18 @@ def _producer_loads(expr, t: Tensor) -> list:
     from ..ir.functor import collect
 
     return [n for n in collect(expr, lambda n: isinstance(n, ProducerLoad)) if n.producer is t]
+
+
+def _thread_tag(st: Stage, iv: IterVar) -> str:
+    a = st.iter_attrs.get(iv)
+    return a.thread.thread_tag if a is not None and a.thread is not None else ""
+
+
+def _barrier():
+    from ..ir.expr import Call
+    from ..ir.stmt import Evaluate
+
+    return Evaluate(Call("syncthreads", (), "int32"))
 
 
 def _divides(cover: Expr, ext: Expr) -> bool:

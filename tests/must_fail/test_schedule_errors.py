@@ -276,3 +276,15 @@ def test_block_too_large():
     s[C].bind(C.op.axis[1], tc.thread_axis("threadIdx.x"))
     with pytest.raises(tc.ScheduleError, match=r"a block of 4096 threads \(threadIdx.x=64, threadIdx.y=64\) is above the CUDA limit of 1024"):
         tc.lower(s, [A, C])
+
+
+def test_cross_thread_reduction_needs_constant_extent():
+    n = tc.var("n")
+    X = tc.placeholder((4, n), name="X")
+    k = tc.reduce_axis((0, n), name="k")
+    Y = tc.compute((4,), lambda i: tc.sum(X[i, k], axis=k), name="Y")
+    s = tc.create_schedule(Y.op)
+    s[Y].bind(Y.op.axis[0], tc.thread_axis("blockIdx.x"))
+    s[Y].bind(k, tc.thread_axis("threadIdx.x"))
+    with pytest.raises(tc.ScheduleError, match=r"reduction axis k bound to threadIdx.x has extent n"):
+        tc.lower(s, [X, Y])
