@@ -85,7 +85,9 @@ class StageInfo:
         self.root_min: Dict[IterVar, Expr] = {}
         self.guards: List[Expr] = []
         self.buffer: Buffer = None
-        self.alloc_shape = None
+        # per dimension, the needed extent before clipping to the shape (compute_at only):
+        # often a constant even where the clipped extent depends on outer loops
+        self.raw_extent: List[Expr] = []
 
     @property
     def name(self):
@@ -310,7 +312,7 @@ class LowerContext:
             chi = _simplify(_op.minimum(hi, _op.sub(shape[d], Const(1, "int32"))), outer)
             ext = _simplify(_op.add(_op.sub(chi, clo), Const(1, "int32")), outer)
             out.append(Range(clo, ext))
-            self.info[st].__dict__.setdefault("raw_extent", []).append(raw_ext)
+            self.info[st].raw_extent.append(raw_ext)
         return out
 
     def _check_loop_kinds(self, st: Stage):
@@ -338,7 +340,7 @@ class LowerContext:
         shape = []
         if st.attach_type == "scope":
             outer = self._outer_ranges(st)
-            raw = inf.__dict__.get("raw_extent", [])
+            raw = inf.raw_extent
             for d, iv in enumerate(st.op.axis):
                 ext = inf.extent[iv]
                 if not isinstance(ext, Const):
