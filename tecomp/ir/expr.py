@@ -8,14 +8,17 @@ Semantics, stated once:
 
 * Integer arithmetic wraps on overflow (two's complement), as LLVM's ``add``/``mul``.
 * ``FloorDiv``/``FloorMod`` round toward negative infinity (Python's ``//`` and ``%``);
-  ``TruncDiv``/``TruncMod`` round toward zero (C's ``/`` and ``%``).  Division by zero
-  is undefined behaviour in a kernel, as in C.
+  ``TruncDiv``/``TruncMod`` round toward zero (C's ``/`` and ``%``).  ``MIN // -1``
+  wraps to ``MIN`` (and ``MIN % -1`` is 0).  Integer division by zero is undefined:
+  the reference interpreter raises, the CPU backend gives 0 rather than trapping.
 * ``Div`` is true division and exists for floats only.
 * ``Select`` is *lazy*: only the chosen operand is evaluated, so it may guard a load
   that would be out of bounds (``tc.if_then_else(i >= 1, A[i - 1], 0)``).
 * ``Cast`` from float to int truncates toward zero; from wider to narrower int wraps;
   to ``bool`` tests ``!= 0``.
-* float16 is a storage type: loads widen to float32, stores narrow (round to nearest).
+* float16 is a storage type: loads widen to float32, stores narrow (round to nearest
+  even); a float16 ``Const`` or ``Cast`` rounds to half precision, then computes in
+  float32.
 * ``Call`` is a pure math intrinsic (``exp``, ``log``, ...) applied elementwise.
 * Comparisons and ``And``/``Or``/``Not`` produce ``bool``; ``And``/``Or`` evaluate
   both operands (they are pure).
@@ -232,7 +235,8 @@ class TruncMod(BinaryOp):
 
 @dataclass(frozen=True, slots=True)
 class Min(BinaryOp):
-    """min(a, b).  For floats, NaN propagates (as numpy's ``minimum``)."""
+    """min(a, b).  For floats, NaN propagates (as numpy's ``minimum``); which zero
+    ``min(0.0, -0.0)`` returns is unspecified."""
 
 
 @dataclass(frozen=True, slots=True)
