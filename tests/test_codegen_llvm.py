@@ -452,6 +452,26 @@ def test_vectorized_wide_and_odd_extents():
         np.testing.assert_array_equal(out, a * 2 - 1)
 
 
+def test_fp_contract_pragma_and_attr():
+    n = 32
+    A, B, C = buf("A", (n,)), buf("B", (n,)), buf("C", (n,))
+    i = Var("i")
+    from tecomp.ir import AttrStmt
+    store = st(C, ld(A, i) * ld(B, i) + ld(C, i), i)
+    strict = PrimFunc("strict", (A, B, C), loop(i, n, store, "vectorized"))
+    pragma = PrimFunc("fma", (A, B, C), AttrStmt("pragma_fp_contract", None,
+                                                 loop(i, n, store, "vectorized")))
+    attr = PrimFunc("fma2", (A, B, C), loop(i, n, store, "vectorized"), {"fp_contract": True})
+    assert "contract" not in build_llvm(strict).get_source("llvm-unopt")
+    a, b = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
+    for f in (pragma, attr):
+        m = build_llvm(f)
+        assert "fmul contract" in m.get_source("llvm-unopt")
+        out = np.ones(n, np.float32)
+        m(a, b, out)
+        np.testing.assert_allclose(out, a * b + 1, rtol=1e-6)
+
+
 def test_vectorized_reduction_falls_back_to_serial_with_metadata():
     n = 64
     A, S = buf("A", (n,)), buf("S", (1,))
@@ -623,6 +643,49 @@ def test_argument_errors():
     out = np.zeros((4, 3), np.float32)
     g(out, np.float64(1.5), np.int16(-3))
     assert (out == -4.5).all()
+
+
+def test_fast_argument_path_agrees_with_generic_checks():
+    """The generated fast binder must never accept what the generic checks reject."""
+    n, m_ = Var("n"), Var("m")
+    A, B, C = buf("A", (n, m_)), buf("B", (n * 2, 3)), buf("C", (n, m_ + 1))
+    alpha = Var("alpha", "float32")
+    i = Var("i")
+    mod = build_llvm(PrimFunc("fast", (A, B, alpha, C), loop(i, n, st(C, ld(A, i, 0) * alpha, i,
+                                                                    0))))
+    assert "def fast" in mod._fast_source
+    sc = llvm_runtime._Scratch(mod._plan)
+    good = (np.zeros((3, 4), np.float32), np.zeros((6, 3), np.float32), 1.5,
+            np.zeros((3, 5), np.float32))
+    assert mod._fast(good, sc) == ("contiguous", True) == mod._prepare(good, sc)
+    ro = np.zeros((3, 5), np.float32)
+    ro.flags.writeable = False
+    bad = [
+        (good[0], np.zeros((5, 3), np.float32), 1.5, good[3]),       # n*2 mismatch
+        (good[0], np.zeros((6, 4), np.float32), 1.5, good[3]),       # constant extent
+        (good[0], good[1], 1.5, np.zeros((3, 4), np.float32)),       # m + 1 mismatch
+        (good[0], good[1], 1.5, np.zeros((2, 5), np.float32)),       # n mismatch
+        (good[0].astype(np.float64), good[1], 1.5, good[3]),         # dtype
+        (good[0][None], good[1], 1.5, good[3]),                      # ndim
+        (good[0], good[1], "x", good[3]),                            # scalar type
+        (good[0], good[1], 1.5, ro),                                 # read-only output
+    ]
+    for args in bad:
+        assert mod._fast(args, sc) is None
+        with pytest.raises(ArgumentError):
+            mod._prepare(args, sc)
+    # views and aliasing go to the generic path, which picks the right variant
+    big = np.zeros((3, 8), np.float32)
+    assert mod._fast((big[:, ::2], good[1], 1.5, good[3]), sc) is None
+    assert mod._prepare((big[:, ::2], good[1], 1.5, good[3]), sc) == ("strided", True)
+    alias = np.zeros((3, 5), np.float32)
+    assert mod._fast((alias[:, :4], good[1], 1.5, alias), sc) is None
+    assert mod._prepare((alias[:, :4], good[1], 1.5, alias), sc) == ("strided", False)
+    same = np.zeros((3, 5), np.float32)
+    D = buf("D", (n, m_))
+    cp = build_llvm(PrimFunc("cp", (A, D), loop(i, n, st(D, ld(A, i, 0), i, 0))))
+    sc2 = llvm_runtime._Scratch(cp._plan)
+    assert cp._fast((same, same), sc2) == ("contiguous", False)
 
 
 # ---------------------------------------------------------------------------------------

@@ -236,7 +236,6 @@ class _CallPlan:
                     pairs.append((o.pos, q.pos))
         self.alias_pairs = pairs
         self.symbolic = bool(sig.shape_var_origin) or bool(self.deferred)
-        self.need_layout_eval = any(p.declared_strides is not None for p in self.bufs)
         self.size = self.nb + sig.num_slots + _ERR_WORDS
         self.err_base = self.nb + sig.num_slots
 
@@ -245,8 +244,8 @@ def _fast_path_source(plan: _CallPlan) -> str:
     """Python source of the fast argument binder of one kernel.
 
     It handles the hot case -- exact ``numpy.ndarray`` arguments of the right dtype and
-    shape, all C-contiguous, plain Python/numpy scalars -- in straight-line code with
-    every constant inlined, and returns the variant key.  On anything else it returns
+    shape, all C-contiguous, plain Python ``int``/``float``/``bool`` scalars -- in
+    straight-line code with every constant inlined, and returns the variant key.  On anything else it returns
     None and the generic :meth:`Module._prepare` runs, which handles views and raises
     the detailed ArgumentError.
     """
@@ -262,7 +261,6 @@ def _fast_path_source(plan: _CallPlan) -> str:
         w(f"    if type({nm}) is not ndarray or {nm}.dtype != dt{p.data_index}: return None")
         w(f"    s{p.data_index} = {nm}.shape")
         w(f"    if len(s{p.data_index}) != {p.ndim}: return None")
-    bound = set()
     scalar_vars = {sp.var for sp in sig.scalars}
     for pos, var, slot, _ in plan.scalars:
         vn = f"v{slot}"
@@ -277,7 +275,6 @@ def _fast_path_source(plan: _CallPlan) -> str:
         else:
             w(f"    if type({vn}) is not float: return None")
             w(f"    floats[{nb + slot}] = {vn}")
-        bound.add(var)
     var_name = {sp.var: f"v{sp.slot}" for sp in sig.scalars}
     # bind the shape variables, then check every dimension
     for var, (bp, d) in sig.shape_var_origin.items():
@@ -298,7 +295,10 @@ def _fast_path_source(plan: _CallPlan) -> str:
                 if sig.shape_var_origin.get(x) != (p.bp, d) or x in scalar_vars:
                     w(f"    if {ref} != {var_name[x]}: return None")
             else:
-                return ""  # compound shape expressions: the generic path checks them
+                py = _py_shape_expr(x, var_name)
+                if py is None:
+                    return ""  # an unusual shape expression: the generic path checks it
+                w(f"    if {ref} != {py}: return None")
     for p in plan.bufs:
         nm = names[p.data_index]
         k = p.data_index
@@ -320,6 +320,29 @@ def _fast_path_source(plan: _CallPlan) -> str:
           f"return ALIASED")
     w("    return NOALIAS")
     return "\n".join(L) + "\n"
+
+
+def _py_shape_expr(e, names) -> "str | None":
+    """Python source for the integer shape expression ``e`` (variables by ``names``), or
+    None when it uses something the fast path does not inline."""
+    t = type(e)
+    if t is Const:
+        return str(int(e.value))
+    if t is Var:
+        return names.get(e)
+    ops = {Add: "+", Sub: "-", Mul: "*"}
+    if t in ops or (t in (FloorDiv, FloorMod) and isinstance(e.b, Const) and e.b.value != 0):
+        a, b = _py_shape_expr(e.a, names), _py_shape_expr(e.b, names)
+        if a is None or b is None:
+            return None
+        op = ops.get(t) or ("//" if t is FloorDiv else "%")
+        return f"({a} {op} {b})"
+    if t in (Min, Max):
+        a, b = _py_shape_expr(e.a, names), _py_shape_expr(e.b, names)
+        if a is None or b is None:
+            return None
+        return f"{'min' if t is Min else 'max'}({a}, {b})"
+    return None
 
 
 def _compile_fast_path(src: str, plan: _CallPlan):
@@ -411,7 +434,12 @@ class Module:
     # -- introspection ---------------------------------------------------------------
     @property
     def vectorize_notes(self) -> List[str]:
-        return list(self._variants[("contiguous", True)].notes)
+        """How each vectorized loop was compiled (repeated notes are counted once, with
+        ``(xN)`` appended), in program order."""
+        counts: Dict[str, int] = {}
+        for n in self._variants[("contiguous", True)].notes:
+            counts[n] = counts.get(n, 0) + 1
+        return [n if k == 1 else f"{n} (x{k})" for n, k in counts.items()]
 
     @property
     def variants_compiled(self) -> List[Tuple[str, bool]]:

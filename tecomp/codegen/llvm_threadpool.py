@@ -46,7 +46,7 @@ import time
 import warnings
 from typing import Optional
 
-from ..errors import TecompError
+from ..errors import InternalError, TecompError
 from . import llvm_jit
 
 #: Symbol kernels call; see the module docstring.
@@ -542,22 +542,26 @@ done:
 def measure_dispatch_overhead(repeats: int = 20000, sleep_repeats: int = 200) -> dict:
     """Microseconds per parallel region with an empty body, measured inside JIT code.
 
-    * ``hot_us``: regions back to back (workers spinning): the cost of publishing a
-      job, every thread claiming its chunk, and the join;
-    * ``sleeping_us``: each region after the workers went to sleep (spin count 0, so
-      every region pays a condition-variable wake-up).
-    ``threads`` is :func:`get_num_threads`.
+    * ``hot_us``: regions back to back with the workers spinning: publishing the job,
+      waking nobody, every thread claiming its chunk, and the join;
+    * ``sleeping_us``: the workers asleep (spin count 0): the caller pays the condition
+      broadcast and, since chunks are claimed dynamically, runs the (empty) chunks
+      itself instead of waiting for the wake-ups.
+    ``threads`` is :func:`get_num_threads`.  The counter the chunks add to checks that
+    every iteration ran exactly once.
     """
     p = pool()
     jm = llvm_jit.compile_ir(_BENCH_IR, ["tecomp_bench_regions"])
     run = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(
         jm.addresses["tecomp_bench_regions"])
     n = get_num_threads()
-    assert run(10, n) == 10 * n  # every iteration ran exactly once
+    if run(10, n) != 10 * n:
+        raise InternalError("the thread pool lost or repeated iterations")
     t0 = time.perf_counter()
     done = run(repeats, n)
     hot = (time.perf_counter() - t0) / repeats
-    assert done == repeats * n
+    if done != repeats * n:
+        raise InternalError("the thread pool lost or repeated iterations")
     spin = _spin_from_env()
     p.set_spin(0)
     try:
