@@ -42,9 +42,9 @@ from .ir.stmt import PrimFunc
 # struct format characters of kernel parameters (pycuda's prepared calls)
 _STRUCT = {"int8": "b", "uint8": "B", "int16": "h", "int32": "i", "int64": "q", "bool": "?",
            "float16": "f", "float32": "f", "float64": "d"}
-_NUMPY_SCALAR = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32,
-                 "int64": np.int64, "bool": np.bool_, "float16": np.float32,
-                 "float32": np.float32, "float64": np.float64}
+# the Python type a scalar argument is packed from (pycuda packs with struct)
+_PY_SCALAR = {"int8": int, "uint8": int, "int16": int, "int32": int, "int64": int, "bool": bool,
+              "float16": float, "float32": float, "float64": float}
 
 
 class PycudaDriver:
@@ -242,7 +242,7 @@ class CudaModule:
                     pointers[w] = int(dev)
                 for k, kern, grid, block in launches:
                     types = "".join("P" if p.is_buffer else _STRUCT[p.dtype] for p in kern.params)
-                    kargs = [pointers[p.obj] if p.is_buffer else _NUMPY_SCALAR[p.dtype](env[p.obj])
+                    kargs = [pointers[p.obj] if p.is_buffer else _PY_SCALAR[p.dtype](env[p.obj])
                              for p in kern.params]
                     drv.launch(fns[k], grid, block, 0, types, kargs)
                 drv.synchronize()

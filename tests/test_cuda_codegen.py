@@ -567,3 +567,18 @@ def test_missing_nvcc_is_runtime_unavailable(monkeypatch):
     monkeypatch.delenv("CUDA_PATH", raising=False)
     with pytest.raises(RuntimeUnavailableError, match=r"nvcc was not found"):
         compile_ptx(VECTOR_ADD)
+
+
+def test_division_by_a_dimension_is_plain_by_a_thread_index_is_not():
+    m, n = Var("m"), Var("n")
+    A = Buffer("A", (m * n,), "float32")
+    B = Buffer("B", (m, n), "float32")
+    bx, tx = Var("bx"), Var("tx")
+    i = bx * 64 + tx
+    body = thread(bx, (m * n + 63) // 64, "blockIdx.x", thread(tx, 64, "threadIdx.x", IfThenElse(
+        i < m * n, seq(S(B, L(A, i), FloorDiv(i, n, "int32"), FloorMod(i, n, "int32")),
+                       S(A, Cast(FloorDiv(Const(7), tx, "int32"), "float32"), i)))))
+    s = codegen_cuda(PrimFunc("unfuse", (A, B), body)).source
+    assert ("B[((((((int)blockIdx.x) * 64) + ((int)threadIdx.x)) / n) * n) + "
+            "(((((int)blockIdx.x) * 64) + ((int)threadIdx.x)) % n)] = A[" in s)
+    assert "tc_floordiv_i32(7, (int)threadIdx.x)" in s  # threadIdx.x may be 0

@@ -301,18 +301,54 @@ def check_no_alias(params: Sequence, args: Sequence, written: Iterable[Buffer], 
     """Reject a written buffer whose array overlaps another argument's memory.
 
     Generated kernels declare their buffers ``__restrict__`` (no aliasing): passing the
-    same memory as input and output is undefined.  numpy arrays only (``may_share_memory``
-    is a cheap bounds test).
+    same memory as input and output is undefined.  A cheap test of the address ranges
+    (numpy's ``may_share_memory`` for numpy arrays), so interleaved views count as
+    overlapping.
     """
     written = set(written)
     arrays = [(i, p, a) for i, (p, a) in enumerate(zip(params, args))
-              if isinstance(p, Buffer) and isinstance(a, np.ndarray) and a.size]
+              if isinstance(p, Buffer) and array_meta(a) is not None and _nbytes(a)]
     for x in range(len(arrays)):
         i, p, a = arrays[x]
         for y in range(x + 1, len(arrays)):
             j, q, b = arrays[y]
-            if (p in written or q in written) and np.may_share_memory(a, b):
+            if (p in written or q in written) and _may_overlap(a, b):
                 raise ArgumentError(
                     f"argument {i} ({p.name}) and argument {j} ({q.name}) share memory, and "
                     f"{func_name} writes {p.name if p in written else q.name}; its buffers must "
                     f"not overlap: pass a copy")
+
+
+def _nbytes(a) -> int:
+    return _nbytes_meta(array_meta(a))
+
+
+def _span(meta: ArrayMeta):
+    """[lo, hi) of the bytes an array's elements occupy."""
+    strides = meta.strides
+    if strides is None:
+        return meta.pointer, meta.pointer + _nbytes_meta(meta)
+    lo = hi = meta.pointer
+    for d, st in zip(meta.shape, strides):
+        if st < 0:
+            lo += (d - 1) * st
+        else:
+            hi += (d - 1) * st
+    return lo, hi + meta.dtype.itemsize
+
+
+def _nbytes_meta(meta: ArrayMeta) -> int:
+    n = meta.dtype.itemsize
+    for d in meta.shape:
+        n *= d
+    return n
+
+
+def _may_overlap(a, b) -> bool:
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return np.may_share_memory(a, b)
+    ma, mb = array_meta(a), array_meta(b)
+    if ma.on_device != mb.on_device:
+        return False
+    (alo, ahi), (blo, bhi) = _span(ma), _span(mb)
+    return alo < bhi and blo < ahi

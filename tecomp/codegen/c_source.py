@@ -44,8 +44,8 @@ from ..errors import BuildError, InternalError, TecompError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
-    EQ, GE, GT, LE, LT, NE, Add, And, Buffer, BufferLoad, Call, Cast, Const, Div, Expr,
-    FloorDiv, FloorMod, Let, Max, Min, Mul, Not, Or, Select, Sub, TruncDiv, TruncMod, Var,
+    Add, Buffer, BufferLoad, Call, Cast, Const, Expr, FloorDiv, FloorMod, Let, Max, Min, Mul,
+    Select, TruncDiv, TruncMod, Var,
 )
 from ..ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, SeqStmt,
@@ -131,47 +131,50 @@ def strip_parens(s: str) -> str:
 
 _HELPERS = {
     "tc_floordiv_i32": (
-        "// Floor division (rounds toward -infinity; C's / rounds toward zero); x / -1 wraps.\n"
+        "// Floor division (rounds toward -infinity; C's / rounds toward zero).  x / -1 wraps\n"
+        "// and x / 0 is 0 (undefined in the IR; this keeps the CPU emulation from trapping).\n"
         "{q} int tc_floordiv_i32(int a, int b) {{\n"
         "  if (b == -1) return (int)(0u - (unsigned int)a);\n"
+        "  if (b == 0) return 0;\n"
         "  int q = a / b;\n"
         "  return ((q * b != a) && ((a < 0) != (b < 0))) ? (q - 1) : q;\n"
         "}}"),
     "tc_floormod_i32": (
         "// Remainder of floor division: has the sign of the divisor (Python's %).\n"
         "{q} int tc_floormod_i32(int a, int b) {{\n"
-        "  if (b == -1) return 0;\n"
+        "  if (b == -1 || b == 0) return 0;\n"
         "  int r = a % b;\n"
         "  return ((r != 0) && ((r < 0) != (b < 0))) ? (r + b) : r;\n"
         "}}"),
     "tc_floordiv_i64": (
         "{q} long long tc_floordiv_i64(long long a, long long b) {{\n"
         "  if (b == -1) return (long long)(0ull - (unsigned long long)a);\n"
+        "  if (b == 0) return 0;\n"
         "  long long q = a / b;\n"
         "  return ((q * b != a) && ((a < 0) != (b < 0))) ? (q - 1) : q;\n"
         "}}"),
     "tc_floormod_i64": (
         "{q} long long tc_floormod_i64(long long a, long long b) {{\n"
-        "  if (b == -1) return 0;\n"
+        "  if (b == -1 || b == 0) return 0;\n"
         "  long long r = a % b;\n"
         "  return ((r != 0) && ((r < 0) != (b < 0))) ? (r + b) : r;\n"
         "}}"),
     "tc_truncdiv_i32": (
-        "// C division, except that x / -1 wraps instead of trapping on INT_MIN.\n"
+        "// C division, except that x / -1 wraps instead of trapping on INT_MIN, and x / 0 is 0.\n"
         "{q} int tc_truncdiv_i32(int a, int b) {{\n"
-        "  return (b == -1) ? (int)(0u - (unsigned int)a) : (a / b);\n"
+        "  return (b == -1) ? (int)(0u - (unsigned int)a) : ((b == 0) ? 0 : (a / b));\n"
         "}}"),
     "tc_truncmod_i32": (
         "{q} int tc_truncmod_i32(int a, int b) {{\n"
-        "  return (b == -1) ? 0 : (a % b);\n"
+        "  return (b == -1 || b == 0) ? 0 : (a % b);\n"
         "}}"),
     "tc_truncdiv_i64": (
         "{q} long long tc_truncdiv_i64(long long a, long long b) {{\n"
-        "  return (b == -1) ? (long long)(0ull - (unsigned long long)a) : (a / b);\n"
+        "  return (b == -1) ? (long long)(0ull - (unsigned long long)a) : ((b == 0) ? 0 : (a / b));\n"
         "}}"),
     "tc_truncmod_i64": (
         "{q} long long tc_truncmod_i64(long long a, long long b) {{\n"
-        "  return (b == -1) ? 0 : (a % b);\n"
+        "  return (b == -1 || b == 0) ? 0 : (a % b);\n"
         "}}"),
     "tc_fminf": (
         "// min/max that propagate NaN like numpy.minimum/maximum (fminf/fmaxf drop it).\n"
@@ -264,6 +267,9 @@ class CSource:
         self.var_text: Dict[Var, str] = {}
         # Vars known to be >= 0 (loop counters from a non-negative start, ...).
         self.nonneg_vars: set = set()
+        # Vars that are dimensions of the function's buffers (>= 0; nonzero wherever a
+        # loop over them runs).
+        self.size_vars: set = set()
         # Vars declared in each open C block (to avoid redeclaring one in the same block).
         self._scopes: List[set] = [set()]
 
@@ -337,6 +343,20 @@ class CSource:
             v = e.value
             return (_dt.is_int(v.dtype) and _dt.is_int(e.dtype)
                     and _dt.bits(e.dtype) >= _dt.bits(v.dtype) and self.is_nonneg(v))
+        return False
+
+    def is_size(self, e: Expr) -> bool:
+        """Whether ``e`` is built from dimensions (``size_vars``) and positive constants."""
+        t = type(e)
+        if t is Const:
+            return e.value > 0
+        if t is Var:
+            return e in self.size_vars
+        if t is Mul:
+            return self.is_size(e.a) and self.is_size(e.b)
+        if t is Add:
+            return (self.is_size(e.a) and self.is_nonneg(e.b)) or (
+                self.is_size(e.b) and self.is_nonneg(e.a))
         return False
 
     # ---------------------------------------------------------------- expressions
@@ -432,11 +452,14 @@ class CSource:
         if not _dt.is_int(e.dtype):
             raise BuildError(f"integer division `{to_str(e)}` on {e.dtype} values")
         b = e.b
-        if floor:
-            plain = self.is_nonneg(e.a) and self.is_nonneg(b)
+        if isinstance(b, Const):
+            if b.value == 0:
+                return self._narrow(e.dtype, "0") if e.dtype != "int64" else "0LL"
+            plain = b.value > 0 and self.is_nonneg(e.a) if floor else b.value != -1
         else:
-            plain = (isinstance(b, Const) and b.value != -1) or self.is_nonneg(b) \
-                or self.is_nonneg(e.a)
+            # a dimension is nonzero wherever a division by it runs (a zero-sized
+            # dimension runs no loop iteration)
+            plain = self.is_size(b) and (self.is_nonneg(e.a) or not floor)
         if plain:
             return self._binary(e, op)
         name = self.helper(f"{helper}_{self._int_suffix(e.dtype)}")

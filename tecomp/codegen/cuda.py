@@ -28,8 +28,21 @@ uses the largest and the smaller loops get ``if (((int)threadIdx.x) < extent)``.
 A statement without thread loops is a BuildError ("did you forget to bind?"); a launch
 extent that depends on something only the kernel knows is a BuildError.
 
+A thread loop nested inside a loop of the same tag (a stage computed at the compute's
+thread loops and bound to the same thread axes, e.g. a cooperative shared-memory load)
+reuses the enclosing loop's threads: its extent must not exceed the enclosing one, and
+its body must not use the enclosing loop's variable (on the GPU the two are one index).
+
 Loops of tag ``vthread`` are emitted as serial loops (one thread runs every virtual
 thread in turn), which is what virtual threads mean when no barrier sits inside them.
+
+``__syncthreads()`` must be reached by all threads of a block: one under a condition
+(or loop bound, or thread-loop guard) that differs between threads is a BuildError.
+
+Cross-thread reduction: ``AttrStmt("cross_thread_reduce", (reducer, source,
+BufferLoad(dest, indices), ("threadIdx.x", ...)), body)`` combines ``source`` over the
+threads that differ only in the given thread axes and stores the result in ``dest``
+for every thread, then runs ``body`` (see :meth:`CudaRenderer.cross_thread_reduce`).
 
 Determinism: the same PrimFunc gives byte-identical source.
 """
@@ -52,7 +65,7 @@ from ..ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc,
     SeqStmt, Stmt,
 )
-from .c_source import CSource, Namer, c_identifier, constant_size, dtype_bytes, strip_parens
+from .c_source import CSource, Namer, c_identifier, constant_size, dtype_bytes
 
 # thread tag -> (launch field, dimension)
 THREAD_TAGS = {
@@ -672,6 +685,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         kname = namer.fresh(f"{fname}_kernel{k}")
         r = CudaRenderer(namer, launch, shared, host_lets, red_bufs)
         r.nonneg_vars |= shape_vars  # a dimension is never negative
+        r.size_vars |= shape_vars
         r.indent = 1
         for b in shared:
             r.emit(f"__shared__ {r.ctype(b.dtype)} {namer(b)}[{constant_size(b)}];")

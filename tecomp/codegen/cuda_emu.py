@@ -45,7 +45,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..errors import ArgumentError, BoundsError, BuildError, RuntimeUnavailableError
-from ..ir.expr import Buffer, Var
+from ..ir.expr import Buffer
 from ..ir.stmt import PrimFunc
 from .argcheck import bind_and_check, check_no_alias, eval_host_expr
 from .cuda import (
@@ -188,6 +188,7 @@ class EmuLibrary:
 
 _LIBS: Dict[str, EmuLibrary] = {}
 _LIBS_LOCK = threading.Lock()
+_KEY_LOCKS: Dict[str, threading.Lock] = {}
 
 
 def compile_emu_library(cs: CudaSource) -> EmuLibrary:
@@ -202,6 +203,11 @@ def compile_emu_library(cs: CudaSource) -> EmuLibrary:
         h.update(b"\0")
     key = h.hexdigest()[:32]
     with _LIBS_LOCK:
+        lib = _LIBS.get(key)
+        if lib is not None:
+            return lib
+        key_lock = _KEY_LOCKS.setdefault(key, threading.Lock())
+    with key_lock:  # one build per library; different libraries build in parallel
         lib = _LIBS.get(key)
         if lib is not None:
             return lib

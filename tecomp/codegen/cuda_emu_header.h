@@ -473,7 +473,11 @@ inline int launch(Entry entry, void** args, const long long* dims, int mode, int
 
 }  // namespace tecomp_emu
 
-inline void __syncthreads() { tecomp_emu::current->sync(); }
+inline void __syncthreads() {
+  __asm__ __volatile__("" ::: "memory");  // no value of shared memory is kept across it
+  tecomp_emu::current->sync();
+  __asm__ __volatile__("" ::: "memory");
+}
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 [[noreturn]] inline void __trap() {
