@@ -727,24 +727,31 @@ def test_ranges_accept_itervars_and_intervals():
 # determinism and cost
 
 
+_DETERMINISM_PROG = textwrap.dedent("""
+    from tecomp.ir import *
+    from tecomp.ir.simplify import simplify
+    a, b, c, d = (Var(s) for s in "abcd")
+    e = ((d*3 + c) % 16 + (b + a*5) // 4 * 7 - (c*b - b*c) + (a*b*d) - (d*a*b*2))
+    print(simplify(e, {c: Range(Const(0), Const(4))}))
+    print(simplify((a*8 + c) // 8 + (b // 4) * 4 + b % 4 - a, {c: Range(Const(0), Const(8))}))
+""")
+
+
 def test_determinism_across_processes():
-    """same input -> same text, whatever the hash seed (no id()/set-order dependence)"""
-    prog = textwrap.dedent("""
-        from tecomp.ir import *
-        from tecomp.ir.simplify import simplify
-        a, b, c, d = (Var(s) for s in "abcd")
-        e = ((d*3 + c) % 16 + (b + a*5) // 4 * 7 - (c*b - b*c) + (a*b*d) - (d*a*b*2))
-        print(simplify(e, {c: Range(Const(0), Const(4))}))
-        print(simplify((a*8 + c) // 8 + (b // 4) * 4 + b % 4 - a, {c: Range(Const(0), Const(8))}))
-    """)
-    outs = set()
+    """same input -> same text, whatever the hash seed (no id()/set-order dependence):
+    a child process with a fixed seed prints what this one (random seed) prints"""
+    import contextlib
+    import io as _io
+
+    buf = _io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(_DETERMINISM_PROG, {})
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for seed in ("1", "2"):
-        env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=root)
-        outs.add(subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True,
-                                text=True, check=True).stdout)
-    assert len(outs) == 1, outs
-    assert outs.pop().splitlines() == ["(a*5 + b) // 4*7 + (d*3 + c) % 16 - a*b*d", "b"]
+    env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=root)
+    child = subprocess.run([sys.executable, "-c", _DETERMINISM_PROG], env=env, capture_output=True,
+                           text=True, check=True).stdout
+    assert child == buf.getvalue()
+    assert child.splitlines() == ["(a*5 + b) // 4*7 + (d*3 + c) % 16 - a*b*d", "b"]
 
 
 def test_structurally_equal_inputs_give_equal_outputs():
@@ -776,36 +783,58 @@ def test_long_sums_are_linear():
 
 DTYPES = ("int32", "int32", "int64", "int8", "uint8")
 
-_SAMPLED: dict = {}
+_STRATS: dict = {}
 
 
-def _one_of(vals):
-    """A cached sampled_from strategy (building strategies per draw is slow)."""
-    s = _SAMPLED.get(vals)
-    if s is None:
-        s = _SAMPLED[vals] = st.sampled_from(vals)
-    return s
+class HypChooser:
+    """Choices drawn through hypothesis (so failing examples shrink)."""
+
+    def __init__(self, draw):
+        self.draw = draw
+
+    def int(self, lo, hi):
+        s = _STRATS.get((lo, hi))
+        if s is None:
+            s = _STRATS[(lo, hi)] = st.integers(lo, hi)
+        return self.draw(s)
+
+    def choice(self, seq):
+        seq = tuple(seq)
+        s = _STRATS.get(seq)
+        if s is None:
+            s = _STRATS[seq] = st.sampled_from(seq)
+        return self.draw(s)
 
 
-_KIND = st.integers(0, 15)
-_SMALL = st.integers(-20, 20)
-_BOOL = st.booleans()
-_CMPS = st.sampled_from([LT, LE, GT, GE, EQ, NE])
+class RandChooser:
+    """Choices from a seeded random.Random (cheap: hypothesis only draws the seed)."""
+
+    def __init__(self, seed):
+        self.rnd = random.Random(seed)
+
+    def int(self, lo, hi):
+        return self.rnd.randint(lo, hi)
+
+    def choice(self, seq):
+        return self.rnd.choice(tuple(seq))
 
 
-def _gen_int(draw, vs, dt, depth):
-    """Random int expressions over vs: every operator the simplifier handles, with the
-    split/fuse/guard shapes lowering produces and constants near the dtype's limits."""
+def _leaves(vs, dt):
+    """Variables (about half of the leaves) and constants, small ones and the dtype's limits."""
     lo, hi = dtype_limits(dt)
-    vs = tuple(vs)
-    if depth <= 0 or draw(_KIND) < 3:
-        if draw(_BOOL):
-            return draw(_one_of(vs))
-        v = draw(_SMALL) if draw(_BOOL) else draw(_one_of((hi, lo, hi // 2, 255, 127, 2**16)))
-        return Const(wrap(v, dt), dt)
-    sub = lambda: _gen_int(draw, vs, dt, depth - 1)  # noqa: E731
-    c = lambda *vals: Const(wrap(draw(_one_of(vals)), dt), dt)  # noqa: E731
-    kind = draw(_KIND)
+    consts = tuple(Const(wrap(v, dt), dt) for v in
+                   (0, 1, 2, 3, 7, 8, 16, -1, -2, -5, 100, hi, lo, hi // 2, 255, 127, 2**16))
+    return tuple(vs) * (len(consts) // len(vs) + 1) + consts
+
+
+def gen_int(ch, vs, dt, depth):
+    """A random int expression over vs: every operator the simplifier handles, with the
+    split/fuse shapes lowering produces and constants near the dtype's limits."""
+    kind = ch.int(0, 20)
+    if depth <= 0 or kind >= 16:
+        return ch.choice(_leaves(vs, dt))
+    sub = lambda: gen_int(ch, vs, dt, depth - 1)  # noqa: E731
+    c = lambda *vals: Const(wrap(ch.choice(vals), dt), dt)  # noqa: E731
     if kind == 0:
         return Add(sub(), sub(), dt)
     if kind == 1:
@@ -819,20 +848,20 @@ def _gen_int(draw, vs, dt, depth):
     if kind == 5:
         return FloorMod(sub(), c(1, 2, 3, 4, 8, 16, -2, -3), dt)
     if kind == 6:
-        return (FloorDiv if draw(_BOOL) else FloorMod)(sub(), sub(), dt)
+        return ch.choice((FloorDiv, FloorMod))(sub(), sub(), dt)
     if kind == 7:
-        return (TruncDiv if draw(_BOOL) else TruncMod)(sub(), c(2, 3, 8, -4), dt)
+        return ch.choice((TruncDiv, TruncMod))(sub(), c(2, 3, 8, -4), dt)
     if kind == 8:
-        return (Min if draw(_BOOL) else Max)(sub(), sub(), dt)
+        return ch.choice((Min, Max))(sub(), sub(), dt)
     if kind == 9:
-        return Select(_gen_bool(draw, vs, dt, depth - 1), sub(), sub(), dt)
+        return Select(gen_bool(ch, vs, dt, depth - 1), sub(), sub(), dt)
     if kind == 10:  # fuse: (v // c)*c + v % c
-        v, cc = draw(_one_of(vs)), c(2, 4, 8, 16)
+        v, cc = ch.choice(vs), c(2, 4, 8, 16)
         return Add(Mul(FloorDiv(v, cc, dt), cc, dt), FloorMod(v, cc, dt), dt)
     if kind == 11:  # split: outer*c + inner
-        return Add(Mul(draw(_one_of(vs)), c(4, 8, 16), dt), sub(), dt)
+        return Add(Mul(ch.choice(vs), c(4, 8, 16), dt), sub(), dt)
     if kind == 12:  # a round trip through another integer type (widening or wrapping)
-        other = draw(_one_of(("int8", "uint8", "int16", "int32", "int64")))
+        other = ch.choice(("int8", "uint8", "int16", "int32", "int64"))
         return Cast(Cast(sub(), other), dt) if other != dt else Add(sub(), c(1, -1, 7), dt)
     if kind == 13:
         t = Var("t", dt)
@@ -842,61 +871,45 @@ def _gen_int(draw, vs, dt, depth):
     return Call("abs", (sub(),), dt)
 
 
-_BKIND = st.integers(0, 5)
-
-
-def _gen_bool(draw, vs, dt, depth):
-    kind = draw(_BKIND)
-    sub = lambda: _gen_int(draw, vs, dt, max(depth - 1, 0))  # noqa: E731
+def gen_bool(ch, vs, dt, depth):
+    kind = ch.int(0, 5)
+    sub = lambda: gen_int(ch, vs, dt, max(depth - 1, 0))  # noqa: E731
     if kind <= 2 or depth <= 0:
-        return draw(_CMPS)(sub(), sub())
+        return ch.choice((LT, LE, GT, GE, EQ, NE))(sub(), sub())
     if kind == 3:
-        return Not(_gen_bool(draw, vs, dt, depth - 1))
-    return (And if draw(_BOOL) else Or)(_gen_bool(draw, vs, dt, depth - 1),
-                                        _gen_bool(draw, vs, dt, depth - 1))
+        return Not(gen_bool(ch, vs, dt, depth - 1))
+    return ch.choice((And, Or))(gen_bool(ch, vs, dt, depth - 1), gen_bool(ch, vs, dt, depth - 1))
 
 
-@st.composite
-def int_exprs(draw, vs, dt, depth):
-    return _gen_int(draw, tuple(vs), dt, depth)
-
-
-@st.composite
-def bool_exprs(draw, vs, dt, depth):
-    return _gen_bool(draw, tuple(vs), dt, depth)
-
-
-_EXT = st.integers(1, 40)
-
-
-@st.composite
-def ranges_for(draw, vs, dt):
+def gen_ranges(ch, vs, dt):
     lo, hi = dtype_limits(dt)
-    starts = _one_of((lo, hi - 40, 0, 2**20))
     out = {}
     for v in vs:
-        start = draw(_SMALL) if draw(_BOOL) else draw(starts)
+        start = ch.int(-20, 20) if ch.int(0, 1) else ch.choice((lo, hi - 40, 0, 2**20))
         start = min(max(start, lo), hi)
-        ext = min(draw(_EXT), hi - start + 1)
+        ext = min(ch.int(1, 40), hi - start + 1)
         out[v] = R(start, ext, dt)
     return out
 
 
-_SEED = st.integers(0, 2**32 - 1)
-
-
-def _points(data, ranges):
-    """The two corners and N_POINTS random points (from one drawn seed: cheap)."""
+def sample_points(ch, ranges, n=N_POINTS):
+    """The two corners and n random points (from one drawn seed: cheap)."""
     vs = list(ranges)
     bounds = [_range_values(ranges[v]) for v in vs]
     pts = [dict(zip(vs, (b[0] for b in bounds))), dict(zip(vs, (b[1] for b in bounds)))]
-    rnd = random.Random(data.draw(_SEED))
-    for _ in range(N_POINTS):
+    rnd = random.Random(ch.int(0, 2**32 - 1))
+    for _ in range(n):
         pts.append({v: rnd.randint(*b) for v, b in zip(vs, bounds)})
     return pts
 
 
-_SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, derandomize=not LONG,
+def _int_case(ch):
+    dt = ch.choice(DTYPES)
+    vs = (Var("x", dt), Var("y", dt), Var("z", dt))
+    return dt, vs, gen_ranges(ch, vs, dt)
+
+
+_SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, derandomize=not LONG, database=None,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -905,14 +918,13 @@ _SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, derandomize=not LON
 def test_property_simplify_preserves_int_values(data):
     """simplify(e, ranges) == e at random points of the ranges (wrapping semantics), the
     result is a fixpoint, and eval_interval(e, ranges) contains every value"""
-    dt = data.draw(_one_of(DTYPES))
-    vs = [Var("x", dt), Var("y", dt), Var("z", dt)]
-    ranges = data.draw(ranges_for(vs, dt))
-    e = data.draw(int_exprs(vs, dt, 4))
+    ch = HypChooser(data.draw)
+    dt, vs, ranges = _int_case(ch)
+    e = gen_int(ch, vs, dt, 4)
     s = simplify(e, ranges)
     assert str(simplify(s, ranges)) == str(s), "simplify is not idempotent"
     itv = eval_interval(e, ranges)
-    for env in _points(data, ranges):
+    for env in sample_points(ch, ranges):
         try:
             want = ev(e, env)
         except UB:
@@ -924,15 +936,14 @@ def test_property_simplify_preserves_int_values(data):
 
 
 @_SETTINGS
-@given(st.data())
-def test_property_simplify_preserves_conditions(data):
+@given(st.integers(0, 2**32 - 1))
+def test_property_simplify_preserves_conditions(seed):
     """random conditions keep their truth value at every sampled point"""
-    dt = data.draw(_one_of(DTYPES))
-    vs = [Var("x", dt), Var("y", dt), Var("z", dt)]
-    ranges = data.draw(ranges_for(vs, dt))
-    e = data.draw(bool_exprs(vs, dt, 3))
+    ch = RandChooser(seed)
+    dt, vs, ranges = _int_case(ch)
+    e = gen_bool(ch, vs, dt, 3)
     s = simplify(e, ranges)
-    for env in _points(data, ranges):
+    for env in sample_points(ch, ranges):
         try:
             want = ev(e, env)
         except UB:
@@ -940,17 +951,20 @@ def test_property_simplify_preserves_conditions(data):
         assert ev(s, env) == want, f"`{e}` -> `{s}` at {({v.name: x for v, x in env.items()})}"
 
 
+_SEEDS = st.integers(0, 2**32 - 1)
+
+
 @_SETTINGS
-@given(st.data())
-def test_property_simplify_without_ranges(data):
+@given(_SEEDS)
+def test_property_simplify_without_ranges(seed):
     """with no ranges (free symbols), the result agrees wherever the original does not
     overflow (the documented assumption for unranged variables)"""
-    vs = [Var("x"), Var("y"), Var("z")]
-    e = data.draw(int_exprs(vs, "int32", 3))
+    ch = RandChooser(seed)
+    vs = (Var("x"), Var("y"), Var("z"))
+    e = gen_int(ch, vs, "int32", 4)
     s = simplify(e)
-    rnd = random.Random(data.draw(_SEED))
     for _ in range(N_POINTS):
-        env = {v: rnd.randint(-1000, 1000) for v in vs}
+        env = {v: ch.int(-1000, 1000) for v in vs}
         try:
             want = ev(e, env)
         except UB:
@@ -994,41 +1008,36 @@ def _overflows(e, env) -> bool:
     return bool(found)
 
 
-_SKIND, _SKIND_LEAF, _EXT03 = st.integers(0, 4), st.integers(3, 4), st.integers(0, 3)
-_LOOP_KINDS = st.sampled_from(["serial", "serial", "unrolled", "parallel"])
-
-
-@st.composite
-def programs(draw, depth=3):
-    """Random loop nests: For (serial/unrolled/parallel, extents 0..3, mins in outer
-    counters), If/else guards, LetStmts, stores B[idx % 128] = value."""
+def gen_program(ch, depth=3):
+    """A random loop nest: For (serial/unrolled/parallel, extents 0..3, mins in outer
+    counters), If/else guards, SeqStmts, stores B[idx % 128] = value."""
     counters = [Var("p"), Var("q"), Var("r")]
 
     def stmt(level, scope):
-        kind = draw(_SKIND) if level < depth else draw(_SKIND_LEAF)
+        kind = ch.int(0, 4) if level < depth else ch.int(3, 4)
         if kind <= 1 and level < len(counters):
             v = counters[level]
-            mn = draw(st.sampled_from([Const(0), Const(2)] + [s * 2 for s in scope]))
-            ext = Const(draw(_EXT03))
-            return For(v, mn, ext, draw(_LOOP_KINDS),
+            mn = ch.choice([Const(0), Const(2)] + [w * 2 for w in scope])
+            return For(v, mn, Const(ch.int(0, 3)), ch.choice(("serial", "serial", "unrolled", "parallel")),
                        stmt(level + 1, scope + [v]))
         if kind == 2:
-            cond = draw(bool_exprs(scope or [Const(1)], "int32", 1)) if scope else Const(True, "bool")
-            els = stmt(level + 1, scope) if draw(st.booleans()) else None
+            cond = gen_bool(ch, tuple(scope), "int32", 1) if scope else Const(True, "bool")
+            els = stmt(level + 1, scope) if ch.int(0, 1) else None
             return IfThenElse(cond, stmt(level + 1, scope), els)
         if kind == 3:
-            return SeqStmt(tuple(stmt(level + 1, scope) for _ in range(draw(st.integers(0, 2)))))
-        idx = draw(int_exprs(scope or [Const(0)], "int32", 2)) if scope else Const(draw(st.integers(0, 9)))
-        val = draw(int_exprs(scope or [Const(0)], "int32", 2)) if scope else Const(1)
+            return SeqStmt(tuple(stmt(level + 1, scope) for _ in range(ch.int(0, 2))))
+        idx = gen_int(ch, tuple(scope), "int32", 2) if scope else Const(ch.int(0, 9))
+        val = gen_int(ch, tuple(scope), "int32", 2) if scope else Const(1)
         return BufferStore(B, val, (FloorMod(idx, Const(128), "int32"),))
 
     return stmt(0, [])
 
 
 @_SETTINGS
-@given(programs())
-def test_property_statements_keep_their_effect(prog):
+@given(_SEEDS)
+def test_property_statements_keep_their_effect(seed):
     """running a random loop nest before and after simplify writes the same memory"""
+    prog = gen_program(RandChooser(seed))
     t = simplify(prog)
     m1, m2 = _mem(), _mem()
     try:

@@ -211,9 +211,9 @@ class Simplifier:
 
     def __init__(self, analyzer: Analyzer | None = None):
         self.an = analyzer if analyzer is not None else Analyzer()
-        self._memo: dict = {}  # id(expr) -> (expr, simplified expr)   (per scope)
-        self._lmemo: dict = {}  # id(expr) -> (expr, LinForm)           (per scope)
-        self._done: dict = {}  # id(expr) -> (expr, LinForm) for expressions this simplifier built
+        # per scope (what is known changes between scopes):
+        self._memo: dict = {}  # id(expr) -> (expr, simplified expr)
+        self._lmemo: dict = {}  # id(expr) -> (expr, LinForm); also the simplifier's own outputs
         self._facts: dict = {}  # key of a bool expr -> its known truth value
         self._relaxing = 0  # > 0 while computing symbolic intervals (no nested relaxation)
         self._var_stack: set = set()
@@ -267,7 +267,7 @@ class Simplifier:
         if f.math:
             f = f.as_ring()
         e = self.an.rebuild(f)
-        self._done[id(e)] = (e, f)
+        self._lmemo[id(e)] = (e, f)
         return e
 
     def atom(self, e: Expr, dtype: str | None = None) -> LinForm:
@@ -279,15 +279,13 @@ class Simplifier:
                 return LinForm(dt, {}, lo)
         f = self.an.atom_form(e, 1, dtype)
         if type(e) is not Const and (dtype is None or dtype == e.dtype):
-            self._done[id(e)] = (e, f)
+            self._lmemo[id(e)] = (e, f)
         return f
 
     def lin(self, e: Expr) -> LinForm:
         """The canonical linear form of the simplified int expression ``e``."""
         i = id(e)
         ent = self._lmemo.get(i)
-        if ent is None or ent[0] is not e:
-            ent = self._done.get(i)
         if ent is not None and ent[0] is e:
             return ent[1]
         f = self._lin(e)
@@ -315,8 +313,7 @@ class Simplifier:
                 x, s = stack.pop()
                 tx = type(x)
                 if (tx is Add or tx is Sub) and x.dtype == dt and (
-                        x is e or (self._lmemo.get(id(x), (None,))[0] is not x
-                                   and self._done.get(id(x), (None,))[0] is not x)):
+                        x is e or self._lmemo.get(id(x), (None,))[0] is not x):
                     stack.append((x.b, s if tx is Add else -s))
                     stack.append((x.a, s))
                 else:
@@ -335,7 +332,7 @@ class Simplifier:
             return self.minmax(t is Min, self._lin_child(e.a, dt), self._lin_child(e.b, dt))
         m = getattr(self, "_v_" + t.__name__, None)
         r = m(e) if m is not None else self._generic(e)
-        ent = self._done.get(id(r))
+        ent = self._lmemo.get(id(r))
         if ent is not None and ent[0] is r:
             return ent[1]
         if type(r) is Const:
