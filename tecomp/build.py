@@ -22,9 +22,9 @@ def build(s_or_func, args=None, target: str = "llvm", name: str = "main", checks
     """
     from .lower.pipeline import lower
 
-    if not isinstance(target, str) or target.split()[0] not in TARGETS:
+    if not isinstance(target, str) or target.strip() not in TARGETS:
         raise BuildError(f"unknown target {target!r}; use one of {', '.join(TARGETS)}")
-    target = target.split()[0]
+    target = target.strip()
     t0 = time.perf_counter()
     stats = {}
     if isinstance(s_or_func, PrimFunc):

@@ -29,6 +29,8 @@ _ALIASES = {"float": "float32", "int": "int32", "double": "float64", "half": "fl
 def canon(dtype) -> str:
     """Return the canonical name of ``dtype`` (a string, numpy dtype or type)."""
     name = dtype
+    if dtype is None:
+        raise DTypeError(f"dtype is None; give one of {', '.join(ALL_DTYPES)}")
     if not isinstance(dtype, str):
         try:
             import numpy as np
