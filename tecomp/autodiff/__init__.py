@@ -1,19 +1,44 @@
-"""Automatic differentiation of compute definitions (reverse mode, gather form).
+"""Automatic differentiation of compute definitions: reverse mode, gather form.
 
-* :func:`gradient` (``tc.gradient``): backward compute definitions of a forward DAG.
-* :func:`gradcheck`: finite differences in float64 and a dot-product test, for your own
-  compute definitions.
-* :func:`register_derivative`: derivatives of new intrinsics, reducers and computes.
+    import tecomp as tc
+    from tecomp import autodiff as ad, nn
+
+    X = tc.placeholder((8, 3, 32, 32), name="X"); W = tc.placeholder((16, 3, 3, 3), name="W")
+    Y = nn.conv2d_nchw(X, W, stride=2, padding=1)
+    H = tc.placeholder(Y.shape, name="H")              # dL/dY, given at call time
+    gX, gW = tc.gradient(Y, [X, W], head=H)          # ordinary computes: X.grad, W.grad
+    print(gX.op.body)  # sum(H[.., (ax2 + 1) // 2 - ky.t, ..]*W[o, ax1, ..], axis=[o, ky.t, kx.t],
+                       #     where=...): a gather over the stride-2 lattice of the kernel
+    s = ad.schedule_backward([gX, gW])                # or any schedule you write
+    f = tc.build(s, [X, W, H, gX, gW])
+    ad.gradcheck(Y, [X, W])                           # finite differences in float64
+
+What is here:
+
+* :func:`gradient` (``tc.gradient``): the reverse walk over the DAG (:mod:`.reverse`).  Each
+  read ``T[h(i, r)]`` of a compute is inverted exactly (:mod:`.inversion`: affine maps with
+  strides, dilations, transposes, diagonals, ``//`` and ``%`` by constants), so a gradient
+  is a *gather* -- a ``tc.sum`` over the few free variables of the map with exact bounds,
+  stride and consistency conditions -- never a Jacobian, a scatter, or a loop over
+  output x input.  Data-dependent or non-affine indices fall back to checking ``h(u) == p``
+  over the variables they use (an embedding's gradient loops over the batch).
+* The rules (:mod:`.rules`): every intrinsic and operator of the DSL; ``sum``, ``max``/``min``
+  (to the first extremum, PyTorch's max-pool rule), ``prod``; :func:`register_derivative`
+  for new intrinsics, ``tc.comm_reducer`` reducers and whole computes (a custom VJP).
+* :func:`gradcheck`: finite differences in float64 and the dot-product test.
+* :func:`schedule_backward`: a default CPU schedule for derived gradients.
 * :func:`stop_gradient`: treat a compute as a constant.
-* :mod:`.inversion`: the exact index-map inversion behind the gather form.
 * :func:`evaluate`: a small numpy evaluator of compute DAGs (a reference, no schedule).
+
+Determinism: the same program gives the same printed gradient, every time.
 """
 from .reverse import gradient, partials, stop_gradient
 from .rules import register_derivative, unregister_derivative
 from .inversion import Inversion, invert
 from .reference import evaluate
 from .gradcheck import GradcheckError, gradcheck
+from .schedule import schedule_backward
 
 __all__ = ["gradient", "gradcheck", "GradcheckError", "register_derivative",
            "unregister_derivative", "stop_gradient", "invert", "Inversion", "evaluate",
-           "partials"]
+           "partials", "schedule_backward"]

@@ -21,9 +21,10 @@ import numpy as np
 
 from ..errors import AutodiffError
 from ..ir import dtype as _dt
-from ..ir.expr import Cast, Const, Expr, ProducerLoad, Reduce, Var
+from ..ir.expr import Cast, Const, Expr, ProducerLoad, Reduce
 from ..ir.functor import Mutator
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, placeholder
+from . import rules as _rules
 from .reference import _topo
 
 
@@ -82,7 +83,11 @@ def to_float64(tensors: List[Tensor]) -> Dict[int, Tensor]:
             tmap[id(t)] = placeholder(op.shape, "float64", op.name) if _dt.is_float(op.dtype) else t
         else:
             body = rt.visit(op.body)
-            tmap[id(t)] = ComputeOp(op.name, op.axis, body, op.tag, dict(op.attrs)).output(0)
+            nt = ComputeOp(op.name, op.axis, body, op.tag, dict(op.attrs)).output(0)
+            rule = _rules.tensor_rule(op)
+            if rule is not None:  # a registered derivative follows its compute
+                _rules.register_derivative(nt, rule, override=True)
+            tmap[id(t)] = nt
     return tmap
 
 

@@ -54,7 +54,7 @@ from ..ir import op as _op
 from ..ir.expr import (
     EQ, GE, LT, Add, Cast, Const, Expr, FloorDiv, FloorMod, IterVar, Mul, Sub, Var,
 )
-from ..ir.functor import free_vars
+from ..ir.functor import Mutator, free_vars
 
 _BIG = 1 << 40  # the weight of a symbolic extent: larger than any constant extent
 
@@ -440,6 +440,18 @@ class Inversion:
     conditions: List[Expr] = field(default_factory=list)
     solved: List[str] = field(default_factory=list)
     opaque: List[int] = field(default_factory=list)
+    _rewrite: object = None
+
+    def apply(self, expr: Expr) -> Expr:
+        """``expr`` (over the domain variables) at the solution.  Integer sub-expressions
+        that are affine (the indices of reads) are rewritten through the exact affine
+        solution, so a read ``X[2*y + ky]`` with ``y = p // 2``, ``ky = p % 2`` becomes
+        ``X[p]``, not ``X[p // 2 * 2 + p % 2]``; everything else is substituted."""
+        from ..ir.functor import substitute
+
+        if self._rewrite is None:
+            return substitute(expr, self.subst)
+        return self._rewrite(expr)
 
     def describe(self) -> str:
         from ..ir.printer import Printer
@@ -649,7 +661,9 @@ def invert(indices: Sequence[Expr], domain: Sequence[IterVar], targets: Sequence
         for c in _conjuncts(g):
             conditions.append(_rewrite_guard(P, c, sol, subst_u, var_subst))
     conditions = _dedup(conditions)
-    return Inversion(axes, var_subst, conditions, solved_desc, opaque)
+    inv = Inversion(axes, var_subst, conditions, solved_desc, opaque)
+    inv._rewrite = _IndexRewriter(P, sol, subst_u, var_subst).visit
+    return inv
 
 
 def _known_div(P: _Parser, R: Lin, G: int, mod: bool) -> Lin:
@@ -795,6 +809,56 @@ def _rewrite_guard(P: _Parser, c: Expr, sol, subst_u, var_subst) -> Expr:
             # an Unknown left in A or B is free: subst_u has its axis
             return _emit(A, B, type(c), subst_u)
     return substitute(c, var_subst)
+
+
+class _IndexRewriter(Mutator):
+    """Substitute the solution; affine integer expressions go through the Lin algebra."""
+
+    def __init__(self, P, sol, subst_u, var_subst):
+        self.P, self.sol, self.subst_u, self.var_subst = P, sol, subst_u, var_subst
+
+    def visit_Var(self, v):
+        r = self.var_subst.get(v)
+        return v if r is None else r
+
+    def visit_Reduce(self, e):
+        from ..ir.functor import substitute
+
+        return substitute(e, self.var_subst)
+
+    def visit_ProducerLoad(self, e):
+        from ..ir.expr import ProducerLoad
+
+        idx = tuple(self._index(i) for i in e.indices)
+        if all(a is b for a, b in zip(idx, e.indices)):
+            return e
+        return ProducerLoad(e.producer, idx, e.dtype)
+
+    def _index(self, i: Expr) -> Expr:
+        L = self.P.parse(i) if _dt.is_int(i.dtype) else None
+        if L is None or any(isinstance(k, Known) and k.expr is not None and
+                            _has_load(k.expr) for k in L.terms):
+            return self.visit(i)
+        out = Lin(const=L.const)
+        for k, c in L.terms.items():
+            if isinstance(k, Unknown) and k in self.sol:
+                num, D = self.sol[k]
+                if D != 1:
+                    return self.visit(i)
+                out = out + num.scale(c)
+            elif isinstance(k, Unknown) and k not in self.subst_u:
+                return self.visit(i)
+            else:
+                out = out + Lin.of(k, c)
+        out = fold_divmod(_int_lin(out))
+        return to_expr(out, self.subst_u, i.dtype)
+
+
+def _has_load(e: Expr) -> bool:
+    from ..ir.expr import ProducerLoad
+    from ..ir.functor import collect
+
+    return bool(collect(e, lambda n: isinstance(n, ProducerLoad)))
 
 
 def _dedup(conds):

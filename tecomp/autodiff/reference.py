@@ -117,18 +117,25 @@ class _Eval:
 
 
 def _topo(outputs):
+    """Every tensor the outputs need, producers first (depth-first post-order, in the order
+    the computes read their inputs; iterative, so deep networks do not hit the recursion
+    limit)."""
     order, seen = [], set()
-
-    def dfs(t):
-        if id(t) in seen:
-            return
-        seen.add(id(t))
-        for d in t.op.input_tensors:
-            dfs(d)
-        order.append(t)
-
-    for t in outputs:
-        dfs(t)
+    for root in outputs:
+        if id(root) in seen:
+            continue
+        seen.add(id(root))
+        stack = [(root, iter(root.op.input_tensors))]
+        while stack:
+            t, it = stack[-1]
+            for d in it:
+                if id(d) not in seen:
+                    seen.add(id(d))
+                    stack.append((d, iter(d.op.input_tensors)))
+                    break
+            else:
+                stack.pop()
+                order.append(t)
     return order
 
 

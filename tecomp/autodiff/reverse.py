@@ -43,7 +43,7 @@ from ..ir.expr import (
 )
 from ..ir.functor import Mutator, Visitor, substitute, uses_var
 from ..te import reduce as _reduce
-from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, compute, reduce_axis
+from ..te.tensor import ComputeOp, Tensor, compute, reduce_axis
 from . import rules as _rules
 from .inversion import invert
 
@@ -135,9 +135,10 @@ class _Partials:
     """Reverse mode over one expression: for every read of the target, the adjoint that
     reaches it and the ``if_then_else`` conditions on its path (outermost first)."""
 
-    def __init__(self, is_target, where: str):
+    def __init__(self, is_target, where: str, expand=None):
         self.is_target = is_target
         self.where = where
+        self.expand = expand  # ProducerLoad -> the read stage's body there (or None)
         self.leaves: Dict[tuple, list] = {}
         self.order: List[tuple] = []
 
@@ -181,6 +182,11 @@ class _Partials:
             self.record(e, s, g)
             return
         t = type(e)
+        if t is ProducerLoad and self.expand is not None:
+            inner = self.expand(e)
+            if inner is not None:  # a data-movement stage on the way to the target
+                self.back(inner, s, g)
+            return
         if t is Const or t is Var or t is ProducerLoad:
             return
         if t is Add:
@@ -244,12 +250,14 @@ def _not(c: Expr) -> Expr:
     return Not(c)
 
 
-def partials(expr: Expr, is_target, seed=None, guards=(), root_value=None, where="expression"):
+def partials(expr: Expr, is_target, seed=None, guards=(), root_value=None, where="expression",
+             expand=None):
     """The reverse-mode partials of ``expr``: a list of ``(leaf, adjoint, guards)``, one per
     distinct read ``leaf`` (a node for which ``is_target`` is true), with the adjoint that
     reaches it (``seed`` times the local derivatives on the path) and the branch conditions
-    of the ``if_then_else``s it sits in (outermost first)."""
-    return _Partials(is_target, where).run(expr, seed, guards, root_value)
+    of the ``if_then_else``s it sits in (outermost first).  ``expand(load)`` may return the
+    body of the read stage at that point, to differentiate through it."""
+    return _Partials(is_target, where, expand).run(expr, seed, guards, root_value)
 
 
 # ---------------------------------------------------------------------------------
@@ -319,6 +327,8 @@ class _Gradient:
         self._body: Dict[ComputeOp, Expr] = {}
         self._inline: set = set()
         self._helpers: Dict[tuple, Tensor] = {}
+        self._leads: Dict[tuple, bool] = {}
+        self._tags: Dict[str, str] = {}
         self._ptemplates: Dict[int, List[Var]] = {}
 
     # -- the graph -----------------------------------------------------------------
@@ -330,17 +340,9 @@ class _Gradient:
 
     def collect(self):
         """Topological order (producers first) and the inlined data-movement stages."""
-        order, seen = [], set()
+        from .reference import _topo
 
-        def dfs(t):  # iterative would be nicer; DAGs are shallow
-            if id(t) in seen:
-                return
-            seen.add(id(t))
-            for d in t.op.input_tensors:
-                dfs(d)
-            order.append(t)
-
-        dfs(self.output)
+        order = _topo([self.output])
         for t in order:
             op = t.op
             if (isinstance(op, ComputeOp) and t is not self.output and id(t) not in self.is_input
@@ -431,9 +433,19 @@ class _Gradient:
         def inst(expr, p):
             return substitute(expr, dict(zip(pt, p)))
 
+        consumers = sorted({cname for _, cname, _ in parts})
+        attrs = {"autodiff.wrt": t.name, "autodiff.from": tuple(consumers)}
+        ctag = self._tags
+        tag = "grad" if len(consumers) != 1 else f"{ctag.get(consumers[0]) or 'compute'}_grad"
         if len(parts) == 1 and parts[0][0] != "tensor":
             expr = parts[0][2]
-            return compute(t.shape, _named(names, lambda *p: inst(expr, p)), name=name)
+            if (id(t) not in self.is_input and isinstance(expr, ProducerLoad)
+                    and len(expr.indices) == len(pt)
+                    and all(a is b for a, b in zip(expr.indices, pt))
+                    and expr.dtype == t.dtype and _same_shape(expr.producer, t)):
+                return expr.producer  # the adjoint passes through unchanged: no copy
+            return compute(t.shape, _named(names, lambda *p: inst(expr, p)), name=name, tag=tag,
+                           attrs=attrs)
         terms = []  # functions p -> Expr
         used_names: Dict[str, int] = {}
         for kind, cname, expr in parts:
@@ -444,7 +456,8 @@ class _Gradient:
                 used_names[cname] = k + 1
                 sname = f"{name}.{cname}" + (f".{k}" if k else "")
                 stage = compute(t.shape, _named(names, lambda *p, _e=expr: inst(_e, p)),
-                                name=sname)
+                                name=sname, tag=f"{ctag.get(cname) or 'compute'}_grad",
+                                attrs={"autodiff.wrt": t.name, "autodiff.from": (cname,)})
                 terms.append(lambda p, _s=stage: _s[tuple(p)])
             else:
                 terms.append(lambda p, _e=expr: inst(_e, p))
@@ -455,7 +468,7 @@ class _Gradient:
                 total = _op.binary("+", total, f(p))
             return total
 
-        return compute(t.shape, _named(names, body), name=name)
+        return compute(t.shape, _named(names, body), name=name, tag=tag, attrs=attrs)
 
     def custom_contribs(self, t: Tensor, rule, adj: _Adjoint, reach, contribs):
         a = adj.tensor
@@ -482,9 +495,27 @@ class _Gradient:
             contribs[id(x)].append(("tensor", t.name, g))
 
     # -- one consumer -> one producer ----------------------------------------------
+    def leads_to(self, op: ComputeOp, t: Tensor) -> bool:
+        """Does the inlined stage ``op`` read ``t``, directly or through inlined stages?"""
+        key = (id(op), id(t))
+        r = self._leads.get(key)
+        if r is None:
+            r = False
+            for d in op.input_tensors:
+                if d is t or (d.op in self._inline and self.leads_to(d.op, t)):
+                    r = True
+                    break
+            self._leads[key] = r
+        return r
+
     def contribs(self, c: Tensor, t: Tensor, adj: _Adjoint) -> list:
+        """The contributions of ``c`` to ``t``'s adjoint.  ``c``'s own body is differentiated;
+        reads of inlined data-movement stages that lead to ``t`` are expanded on the way
+        (so ``t``'s index map is seen through a padding or a reshape), while the other
+        factors keep reading the stages as they are (a convolution's weight gradient reads
+        the padded input, with no bounds test)."""
         op: ComputeOp = c.op
-        body = self.body(op)
+        body = op.body
         domain = list(op.axis) + list(op.reduce_axis)
         ivars = [iv.var for iv in op.axis]
         seed = adj.read(ivars)
@@ -492,6 +523,12 @@ class _Gradient:
 
         def is_target(e):
             return isinstance(e, ProducerLoad) and e.producer is t
+
+        def expand(e):
+            sop = e.producer.op
+            if sop in self._inline and self.leads_to(sop, t):
+                return substitute(sop.body, {iv.var: x for iv, x in zip(sop.axis, e.indices)})
+            return None
 
         if isinstance(body, Reduce):
             kind, rule = _rules.reducer_kind(body.combiner)
@@ -507,16 +544,19 @@ class _Gradient:
                 guards.append(_op.compare(EQ, _lin_index(body.axis), arg[tuple(ivars)]))
             elif kind == "rule":
                 seed = _mul(seed, self.reducer_factor(c, body, rule))
-            leaves = partials(body.source, is_target, seed, tuple(guards), where=where)
+            leaves = partials(body.source, is_target, seed, tuple(guards), where=where,
+                              expand=expand)
         else:
             root_value = c[tuple(ivars)] if isinstance(body, Call) else None
-            leaves = partials(body, is_target, seed, (), root_value=root_value, where=where)
+            leaves = partials(body, is_target, seed, (), root_value=root_value, where=where,
+                              expand=expand)
         out = []
         pt = self.ptemplate(t)
         for leaf, term, guards in leaves:
             expr = _gather(leaf.indices, term, guards, domain, pt, t)
             if expr is not None:
                 out.append(("expr", c.name, expr))
+        self._tags[c.name] = op.tag
         return out
 
     # -- helper stages ---------------------------------------------------------------
@@ -541,7 +581,8 @@ class _Gradient:
             return _reduce.min(val, axis=new_r, where=None if _is_true(cond) else cond)
 
         st = compute(c.shape, _named(_axis_names(c), f),
-                     name=f"{c.name}.{'argmax' if kind == 'max' else 'argmin'}")
+                     name=f"{c.name}.{'argmax' if kind == 'max' else 'argmin'}",
+                     tag="grad_helper", attrs={"autodiff.helper": "argextremum"})
         self._helpers[key] = st
         return st
 
@@ -594,7 +635,8 @@ class _Gradient:
             w = differs if _is_true(cond) else _op.all_(cond, differs)
             return red(src, axis=new_r, where=w)
 
-        st = compute(shape, _named(names, f), name=f"{c.name}.rest")
+        st = compute(shape, _named(names, f), name=f"{c.name}.rest", tag="grad_helper",
+                     attrs={"autodiff.helper": "rest"})
         self._helpers[key] = st
         return st
 
@@ -653,11 +695,11 @@ def _gather(indices, term, guards, domain, pt, t: Tensor) -> Optional[Expr]:
     loaded_g = [g for g in guards if _has_load(g)]
     inv = invert(indices, domain, pt, t.shape, guards=pure_g)
     conds = list(inv.conditions)
-    conds += [substitute(g, inv.subst) for g in loaded_g]
+    conds += [inv.apply(g) for g in loaded_g]
     if any(_is_false(c) for c in conds):
         return None
     conds = [c for c in conds if not _is_true(c)]
-    value = substitute(term, inv.subst)
+    value = inv.apply(term)
     pure = [c for c in conds if not _has_load(c)]
     loaded = [c for c in conds if _has_load(c)]
     zero = Const(0.0, value.dtype)

@@ -9,7 +9,8 @@ schedules look stages up by them.
 Layouts
 -------
 * ``matmul(A, B)``: ``A[M, K] @ B[K, N] -> [M, N]``.
-* ``dense(X, W, bias)``: ``X[B, I]``, ``W[O, I]`` (PyTorch's ``nn.Linear``), ``bias[O]`` -> ``[B, O]``.
+* ``dense(X, W, bias)``: ``X[B, I]``, ``W[O, I]`` (PyTorch's ``nn.Linear``), ``bias[O]``
+  -> ``[B, O]``.
 * ``conv2d_nchw``: data ``[N, C, H, W]``, weight ``[O, C, KH, KW]`` (PyTorch's layout).
 * ``conv2d_nhwc``: data ``[N, H, W, C]``, weight ``[KH, KW, C, O]`` (HWIO, TensorFlow's and
   TVM's NHWC layout); output ``[N, OH, OW, O]``.
@@ -27,7 +28,7 @@ from typing import Sequence, Tuple
 
 from .. import te as _te
 from ..errors import ShapeError
-from ..ir.expr import Const, Expr
+from ..ir.expr import Const
 from ..autodiff.reverse import stop_gradient
 
 __all__ = [

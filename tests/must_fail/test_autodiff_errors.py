@@ -1,0 +1,142 @@
+"""Programs that must fail: autodiff mistakes.  Each asserts the error class and its text."""
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp import autodiff as ad
+from tecomp.ir.expr import Call
+
+
+def _xy():
+    X = tc.placeholder((4,), name="X")
+    Y = tc.compute((4,), lambda i: X[i] * 2.0, name="Y")
+    return X, Y
+
+
+def test_integer_input():
+    ids = tc.placeholder((4,), "int32", name="ids")
+    Y = tc.compute((4,), lambda i: ids[i].astype("float32"), name="Y")
+    with pytest.raises(tc.AutodiffError,
+                       match=r"input ids has dtype int32, which is not differentiable"):
+        tc.gradient(Y, [ids])
+
+
+def test_integer_output():
+    X = tc.placeholder((4,), name="X")
+    Y = tc.compute((4,), lambda i: X[i].astype("int32"), name="Y")
+    with pytest.raises(tc.AutodiffError, match=r"output Y has dtype int32; only a float output"):
+        tc.gradient(Y, X)
+
+
+def test_head_of_the_wrong_shape():
+    X, Y = _xy()
+    H = tc.placeholder((5,), name="H")
+    with pytest.raises(tc.AutodiffError, match=r"head H has shape \(5\) and dtype float32 but "
+                       r"output Y has shape \(4\)"):
+        tc.gradient(Y, X, head=H)
+
+
+def test_head_of_the_wrong_dtype():
+    X, Y = _xy()
+    H = tc.placeholder((4,), "float64", name="H")
+    with pytest.raises(tc.AutodiffError, match=r"the head must match the output exactly"):
+        tc.gradient(Y, X, head=H)
+
+
+def test_head_not_a_tensor():
+    X, Y = _xy()
+    with pytest.raises(tc.AutodiffError, match=r"head must be a tensor of Y's shape"):
+        tc.gradient(Y, X, head=np.ones(4))
+
+
+def test_no_inputs():
+    X, Y = _xy()
+    with pytest.raises(tc.AutodiffError, match=r"inputs must be a tensor or a non-empty list"):
+        tc.gradient(Y, [])
+
+
+def test_user_reducer_without_a_derivative():
+    X = tc.placeholder((4, 4), name="X")
+    hyp = tc.comm_reducer(lambda x, y: tc.sqrt(x * x + y * y), lambda t: tc.const(0, t),
+                          name="hypot")
+    k = tc.reduce_axis(4, name="k")
+    Y = tc.compute((4,), lambda i: hyp(X[i, k], axis=k), name="Y")
+    with pytest.raises(tc.AutodiffError, match=r"compute Y reduces with the comm_reducer "
+                       r"'hypot', which has no derivative; register one with "
+                       r"tecomp.autodiff.register_derivative\(reducer"):
+        tc.gradient(Y, X)
+
+
+def test_intrinsic_without_a_derivative():
+    X = tc.placeholder((4,), name="X")
+    Y = tc.compute((4,), lambda i: Call("softplus", (X[i],), "float32"), name="Y")
+    with pytest.raises(tc.AutodiffError, match=r"no derivative is known for the intrinsic "
+                       r"'softplus' used in compute Y; register one with "
+                       r"tecomp.autodiff.register_derivative\('softplus'"):
+        tc.gradient(Y, X)
+
+
+def test_registering_twice_needs_override():
+    with pytest.raises(tc.AutodiffError, match=r"the intrinsic 'exp' already has a derivative; "
+                       r"pass override=True"):
+        ad.register_derivative("exp", lambda args, out: (out,))
+
+
+def test_registering_a_builtin_reducer_needs_override():
+    with pytest.raises(tc.AutodiffError, match=r"the built-in reducer sum already has a "
+                       r"derivative"):
+        ad.register_derivative(tc.sum, lambda x, rest: 1.0)
+
+
+def test_registering_for_something_else():
+    with pytest.raises(tc.AutodiffError, match=r"cannot register a derivative for 3"):
+        ad.register_derivative(3, lambda *a: None)
+
+
+def test_rule_with_the_wrong_number_of_partials():
+    X = tc.placeholder((4,), name="X")
+    Y = tc.compute((4,), lambda i: Call("twoargs", (X[i],), "float32"), name="Y")
+    ad.register_derivative("twoargs", lambda args, out: (out, out))
+    try:
+        with pytest.raises(tc.AutodiffError, match=r"the derivative rule of 'twoargs' returned "
+                           r"2 partial\(s\) for 1 argument\(s\)"):
+            tc.gradient(Y, X)
+    finally:
+        ad.unregister_derivative("twoargs")
+
+
+def test_custom_vjp_with_the_wrong_count():
+    X, Y = _xy()
+    ad.register_derivative(Y, lambda adj, x: [adj, adj])
+    try:
+        with pytest.raises(tc.AutodiffError, match=r"the registered derivative of Y returned 2 "
+                           r"tensor\(s\) for its 1 input\(s\) \(X\)"):
+            tc.gradient(Y, X)
+    finally:
+        ad.unregister_derivative(Y)
+
+
+def test_custom_vjp_with_the_wrong_shape():
+    X, Y = _xy()
+    ad.register_derivative(Y, lambda adj, x: [tc.compute((3,), lambda i: adj[i], name="g")])
+    try:
+        with pytest.raises(tc.AutodiffError, match=r"returned Tensor\(g, .*\) for input X; "
+                           r"return a tensor of its shape \(4\)"):
+            tc.gradient(Y, X)
+    finally:
+        ad.unregister_derivative(Y)
+
+
+def test_gradcheck_needs_integer_values():
+    X = tc.placeholder((4, 3), "float64", name="X")
+    ids = tc.placeholder((2,), "int32", name="ids")
+    Y = tc.compute((2, 3), lambda b, j: X[ids[b], j], name="Y")
+    with pytest.raises(tc.AutodiffError, match=r"give a value for the integer placeholder ids"):
+        ad.gradcheck(Y, [X], target="reference")
+
+
+def test_gradcheck_inputs_are_placeholders():
+    X, Y = _xy()
+    Z = tc.compute((4,), lambda i: Y[i] + 1.0, name="Z")
+    with pytest.raises(tc.AutodiffError, match=r"gradcheck: inputs must be placeholders"):
+        ad.gradcheck(Z, [Y], target="reference")

@@ -1,0 +1,157 @@
+"""Training ops of tecomp.nn: derived gradients against PyTorch autograd (float64) and
+against finite differences (gradcheck).
+
+The ops' forward and backward definitions are compiled with LLVM (the default schedule) a
+few per kernel in a module-scoped fixture, so the file stays fast; each op is then its own
+test.
+"""
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp import autodiff as ad
+from tecomp import nn
+
+F64 = "float64"
+rng = np.random.default_rng(7)
+
+
+def _onehot(b, c):
+    return np.eye(c)[rng.integers(0, c, b)]
+
+
+def _ties(shape):
+    return rng.integers(0, 3, shape).astype(np.float64)
+
+
+# name, builder(*placeholders), torch function, input shapes, input values (None: random)
+def cases():
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    return [
+        ("matmul", lambda a, b: nn.matmul(a, b), lambda a, b: a @ b, [(3, 4), (4, 5)], None),
+        ("dense", lambda x, w, b: nn.dense(x, w, b), F.linear, [(3, 6), (5, 6), (5,)], None),
+        ("dense_nobias", lambda x, w: nn.dense(x, w), F.linear, [(3, 6), (5, 6)], None),
+        ("conv2d_nchw_s2_p1_d2", lambda x, w: nn.conv2d_nchw(x, w, 2, 1, 2),
+         lambda x, w: F.conv2d(x, w, stride=2, padding=1, dilation=2),
+         [(2, 3, 9, 9), (4, 3, 3, 3)], None),
+        ("conv2d_nchw_s1_p1", lambda x, w: nn.conv2d_nchw(x, w, 1, 1),
+         lambda x, w: F.conv2d(x, w, padding=1), [(2, 3, 6, 6), (4, 3, 3, 3)], None),
+        ("conv2d_nchw_s2_p0_rect", lambda x, w: nn.conv2d_nchw(x, w, (2, 1), (0, 2)),
+         lambda x, w: F.conv2d(x, w, stride=(2, 1), padding=(0, 2)),
+         [(1, 2, 7, 5), (3, 2, 3, 2)], None),
+        ("conv2d_nhwc_s2_p1_d1", lambda x, w: nn.conv2d_nhwc(x, w, 2, 1, 1),
+         lambda x, w: F.conv2d(x.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1), stride=2,
+                               padding=1).permute(0, 2, 3, 1),
+         [(2, 7, 7, 3), (3, 3, 3, 4)], None),
+        ("conv2d_nhwc_s2_p2_d2", lambda x, w: nn.conv2d_nhwc(x, w, 2, 2, 2),
+         lambda x, w: F.conv2d(x.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1), stride=2,
+                               padding=2, dilation=2).permute(0, 2, 3, 1),
+         [(2, 8, 8, 3), (3, 3, 3, 4)], None),
+        ("max_pool2d_2", lambda x: nn.max_pool2d(x, 2), lambda x: F.max_pool2d(x, 2),
+         [(2, 3, 6, 6)], None),
+        ("max_pool2d_3_s2_p1", lambda x: nn.max_pool2d(x, 3, 2, 1),
+         lambda x: F.max_pool2d(x, 3, 2, 1), [(2, 3, 7, 7)], None),
+        ("max_pool2d_ties", lambda x: nn.max_pool2d(x, 3, 1, 1),
+         lambda x: F.max_pool2d(x, 3, 1, 1), [(2, 3, 6, 6)], [_ties((2, 3, 6, 6))]),
+        ("avg_pool2d_3_s2_p1", lambda x: nn.avg_pool2d(x, 3, 2, 1),
+         lambda x: F.avg_pool2d(x, 3, 2, 1), [(2, 3, 7, 7)], None),
+        ("avg_pool2d_exclude_pad", lambda x: nn.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+         lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), [(2, 3, 7, 7)], None),
+        ("relu", nn.relu, F.relu, [(3, 5)], [np.array([[-1.0, 0.0, 2.0, -0.5, 0.0]] * 3)]),
+        ("sigmoid", nn.sigmoid, torch.sigmoid, [(3, 5)], None),
+        ("tanh", nn.tanh, torch.tanh, [(3, 5)], None),
+        ("gelu", nn.gelu, F.gelu, [(3, 5)], None),
+        ("bias_add", nn.bias_add, lambda x, b: x + b.reshape(1, -1, 1, 1),
+         [(2, 3, 4, 4), (3,)], None),
+        ("softmax", nn.softmax, lambda x: F.softmax(x, -1), [(3, 5)], None),
+        ("log_softmax", nn.log_softmax, lambda x: F.log_softmax(x, -1), [(3, 5)], None),
+        ("cross_entropy", nn.cross_entropy, lambda x, y: F.cross_entropy(x, y),
+         [(4, 5), (4, 5)], [rng.standard_normal((4, 5)), _onehot(4, 5)]),
+        ("mse_loss", nn.mse_loss, F.mse_loss, [(3, 5), (3, 5)], None),
+        ("batch_norm_train", nn.batch_norm_train,
+         lambda x, g, b: F.batch_norm(x, None, None, g, b, training=True),
+         [(3, 2, 4, 4), (2,), (2,)], None),
+        ("layer_norm", nn.layer_norm, lambda x, g, b: F.layer_norm(x, (6,), g, b),
+         [(3, 4, 6), (6,), (6,)], None),
+        ("flatten", nn.flatten, lambda x: x.flatten(1), [(2, 3, 4, 5)], None),
+    ]
+
+
+class Case:
+    def __init__(self, name, builder, torch_fn, shapes, vals):
+        self.name = name
+        self.phs = [tc.placeholder(s, F64, name=f"{name}_in{k}") for k, s in enumerate(shapes)]
+        self.out = builder(*self.phs)
+        self.head = tc.placeholder(self.out.shape, F64, name=f"{name}_head")
+        self.grads = tc.gradient(self.out, self.phs, head=self.head)
+        self.vals = vals if vals is not None else [rng.standard_normal(s) for s in shapes]
+        self.h = rng.standard_normal(tuple(int(e.value) for e in self.out.shape))
+        self.torch_fn = torch_fn
+        self.builder = builder
+        self.shapes = shapes
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """Every case's forward output and gradients, compiled with LLVM three cases per kernel
+    (LLVM's optimiser is superlinear in the size of one function: one kernel for all of
+    them takes several times longer than these nine)."""
+    cs = [Case(*c) for c in cases()]
+    got = {}
+    for i in range(0, len(cs), 3):
+        part = cs[i:i + 3]
+        outs = [t for c in part for t in [c.out] + c.grads]
+        params = [p for c in part for p in c.phs + [c.head]]
+        s = tc.create_schedule([t.op for t in outs])
+        f = tc.build(s, params + outs)
+        arrays = [v for c in part for v in c.vals + [c.h]]
+        res = [np.empty(tuple(int(e.value) for e in t.shape), F64) for t in outs]
+        f(*arrays, *res)
+        k = 0
+        for c in part:
+            got[c.name] = (c, res[k:k + 1 + len(c.grads)])
+            k += 1 + len(c.grads)
+    return got
+
+
+def torch_reference(c):
+    import torch
+
+    ts = [torch.tensor(v, requires_grad=True) for v in c.vals]
+    out = c.torch_fn(*ts).reshape(c.h.shape)
+    out.backward(torch.tensor(c.h))
+    return [out.detach().numpy()] + [t.grad.numpy() for t in ts]
+
+
+NAMES = ["matmul", "dense", "dense_nobias", "conv2d_nchw_s2_p1_d2", "conv2d_nchw_s1_p1",
+         "conv2d_nchw_s2_p0_rect", "conv2d_nhwc_s2_p1_d1", "conv2d_nhwc_s2_p2_d2",
+         "max_pool2d_2", "max_pool2d_3_s2_p1", "max_pool2d_ties", "avg_pool2d_3_s2_p1",
+         "avg_pool2d_exclude_pad", "relu", "sigmoid", "tanh", "gelu", "bias_add", "softmax",
+         "log_softmax", "cross_entropy", "mse_loss", "batch_norm_train", "layer_norm", "flatten"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_matches_pytorch_autograd(compiled, name):
+    c, got = compiled[name]
+    want = torch_reference(c)
+    labels = ["output"] + [f"grad of input {k}" for k in range(len(c.phs))]
+    for lab, g, w in zip(labels, got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-11, err_msg=f"{name}: {lab}")
+
+
+GRADCHECK = ["dense", "conv2d_nchw_s2_p1_d2", "conv2d_nhwc_s2_p2_d2", "max_pool2d_3_s2_p1",
+             "avg_pool2d_exclude_pad", "sigmoid", "tanh", "gelu", "softmax", "log_softmax",
+             "cross_entropy", "mse_loss", "batch_norm_train", "layer_norm"]
+
+
+@pytest.mark.parametrize("name", GRADCHECK)
+def test_gradcheck(name):
+    pytest.importorskip("torch")  # the case table uses torch functions
+    c = next(Case(*x) for x in cases() if x[0] == name)
+    diff = list(range(len(c.phs)))
+    if name == "cross_entropy":
+        diff = [0]  # the labels are data
+    ins = [c.phs[k] for k in diff]
+    assert ad.gradcheck(c.out, ins, dict(zip(c.phs, c.vals)), target="reference",
+                        max_points=24)
