@@ -10,7 +10,8 @@
 """
 from .errors import (
     ArgumentError, AutodiffError, BoundsError, BuildError, ComputeError, DTypeError, ExprError,
-    InternalError, LowerError, RuntimeUnavailableError, ScheduleError, ShapeError, TecompError,
+    GPUModelError, InternalError, KernelAssertionError, KernelMemoryError, LowerError, RaceError,
+    RuntimeUnavailableError, ScheduleError, ShapeError, TecompError,
 )
 from .ir import dtype as _dtype_mod
 from .ir.expr import Expr, IterVar, Var

@@ -54,6 +54,25 @@ class AutodiffError(TecompError, ValueError):
     """A compute definition that cannot be differentiated as asked."""
 
 
+class KernelMemoryError(TecompError, MemoryError):
+    """A kernel could not allocate a heap buffer (``malloc`` returned NULL)."""
+
+
+class KernelAssertionError(TecompError, AssertionError):
+    """A checked kernel (``checks=True``) found an ``AssertStmt`` condition false."""
+
+
+class GPUModelError(TecompError):
+    """A GPU program whose behaviour is undefined (a divergent barrier, ...) or a structure
+    the interpreter's GPU model does not cover.  The message names the construct."""
+
+
+class RaceError(GPUModelError):
+    """Two GPU threads (or blocks, or iterations of a parallel/vectorized loop) touch the
+    same element without synchronisation, so the compiled program's answer depends on
+    timing."""
+
+
 class InternalError(RuntimeError):
     """A broken invariant inside tecomp: always a tecomp bug, never the user's fault."""
 

@@ -15,8 +15,8 @@ Calls accept, for each buffer parameter:
   non-contiguous numpy arrays work too).  Convenient, not fast: keep data on the device
   for repeated calls.
 
-The arguments are checked like every tecomp runtime does
-(:func:`tecomp.codegen.argcheck.bind_and_check`); grid and block sizes are computed from
+The arguments are checked as on the CPU, with the same messages
+(:class:`tecomp.codegen.argcheck.ArgChecker`); grid and block sizes are computed from
 the symbolic extents at call time and checked against the device (threads per block,
 including the kernel's register limit, block and grid dimensions, shared memory).
 
@@ -33,7 +33,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .codegen.argcheck import array_meta, bind_and_check, check_no_alias, eval_host_expr
+from .codegen.argcheck import ArgChecker, array_meta, check_no_alias, eval_host_expr, param_label
 from .codegen.cuda import CudaSource, KernelInfo, codegen_cuda, compile_ptx
 from .errors import ArgumentError, BuildError, RuntimeUnavailableError
 from .ir.expr import Buffer
@@ -157,6 +157,8 @@ class CudaModule:
         self.func = cs.func
         self._driver = driver
         self._functions = None  # (driver, [function per kernel])
+        self._checker = ArgChecker(self.func.params, func_name=self.func.name,
+                                   written=cs.written, device=None)
 
     @property
     def kernels(self) -> List[KernelInfo]:
@@ -193,7 +195,7 @@ class CudaModule:
     def __call__(self, *args) -> None:
         drv = self.driver()
         cs, func = self.cuda_source, self.func
-        env = bind_and_check(func.params, args, func_name=func.name, written=cs.written)
+        env = self._checker.check(args)
         check_no_alias(func.params, args, cs.written, func_name=func.name)
         for cond, message in cs.host_asserts:
             if not eval_host_expr(cond, env):
@@ -218,14 +220,14 @@ class CudaModule:
                     if meta.on_device:
                         if p.strides is None and not meta.c_contiguous:
                             raise ArgumentError(
-                                f"argument {i} ({p.name}) is a non-contiguous device array; the "
-                                f"kernel expects a C-contiguous one: pass a contiguous copy")
+                                f"{param_label(p.name, i)} is a non-contiguous device array, but "
+                                f"the kernel expects a C-contiguous one: pass a contiguous copy")
                         pointers[p] = meta.pointer
                     else:
                         if p.strides is not None and not a.flags.c_contiguous:
                             raise ArgumentError(
-                                f"argument {i} ({p.name}) is a non-contiguous numpy array for a "
-                                f"buffer with explicit strides; copying it to the device would "
+                                f"{param_label(p.name, i)} is a non-contiguous numpy array for a "
+                                f"buffer with explicit strides, and copying it to the device would "
                                 f"change its strides: pass a device array or a contiguous one")
                         host = np.ascontiguousarray(a)
                         dev = drv.alloc(host.nbytes)

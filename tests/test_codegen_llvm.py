@@ -951,7 +951,9 @@ def test_get_source_is_deterministic_across_builds_and_processes():
     assert out == u1
     m = build_llvm(_det_func())
     assert m.get_source("ll") == m.get_source("llvm")
-    with pytest.raises(ValueError):
+    from tecomp.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=r"get_source: unknown source kind 'ptx'"):
         m.get_source("ptx")
 
 

@@ -178,11 +178,11 @@ def test_device_arrays_are_used_in_place():
     mod(DeviceArray(a), DeviceArray(b), DeviceArray(c))
     check(case, [a, b, c])
     assert drv.copies == 0
-    with pytest.raises(ArgumentError, match=r"argument 2 \(C\) is read-only"):
+    with pytest.raises(ArgumentError, match=r"parameter C \(argument 3\) is written by vector_add, but the array is read-only \(its __cuda_array_interface__"):
         mod(DeviceArray(a), DeviceArray(b), DeviceArray(c, readonly=True))
-    with pytest.raises(ArgumentError, match=r"argument 0 \(A\) is a non-contiguous device array"):
+    with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\) is a non-contiguous device array"):
         mod(DeviceArray(np.zeros(600, "float32")[::2]), DeviceArray(b), DeviceArray(c))
-    with pytest.raises(ArgumentError, match=r"argument 1 \(B\) has dtype float64"):
+    with pytest.raises(ArgumentError, match=r"parameter B \(argument 2\) expects float32, got float64"):
         mod(DeviceArray(a), DeviceArray(b.astype("float64")), DeviceArray(c))
 
 
@@ -338,6 +338,6 @@ def test_aliased_device_arrays_are_rejected():
     mod = build_cuda(case.func, driver=EmuDriver())
     a, b, c = case.make_args(np.random.default_rng(0), 64)
     big = np.zeros(128, "float32")
-    with pytest.raises(ArgumentError, match=r"argument 1 \(B\) and argument 2 \(C\) share memory"):
+    with pytest.raises(ArgumentError, match=r"parameter B \(argument 2\) and parameter C \(argument 3\) share memory"):
         mod(DeviceArray(a), DeviceArray(big[:64]), DeviceArray(big[32:96]))
     mod(DeviceArray(a), DeviceArray(big[:64]), DeviceArray(big[64:]))  # adjacent is fine

@@ -1,21 +1,33 @@
-"""Argument checks shared by the runtimes: match call arguments to a PrimFunc's params.
+"""Argument checks shared by every runtime: match call arguments to a PrimFunc's params.
 
-:func:`bind_and_check` is the one entry point: it checks the argument count, each
-array's dtype (exactly: tecomp never converts silently), byte order, number of
-dimensions, shape and (for buffers with explicit strides) strides, the writability of
-the buffers the function writes, and scalar parameters; it binds the symbolic
-variables of shapes (``n`` in ``A: float32[n]``) to the values the arguments give and
-returns them.  Every error is an :class:`~tecomp.errors.ArgumentError` that names the
-parameter and says what was expected.
+This module is the single implementation of the checks and of their messages: the CPU
+runtime (:mod:`tecomp.codegen.llvm_runtime`, whose generated fast path only ever
+*accepts* valid calls and hands everything else to these checks), the CUDA emulation
+(:mod:`tecomp.codegen.cuda_emu`) and the pycuda runtime (:mod:`tecomp.runtime_cuda`).
 
-Arrays are numpy arrays or device arrays: anything with ``__cuda_array_interface__``
-(CuPy, PyTorch, pycuda's GPUArray, numba) is described through that interface.
+:class:`ArgChecker` is built once per function; :meth:`ArgChecker.check` checks, in this
+order, every scalar parameter (type; the range of integers), then each array: its type,
+its dtype (exactly: tecomp never converts silently; byte order included), its number of
+dimensions, every constant extent, the range of the symbolic extents it binds, the
+writability of the buffers the function writes (and, where the runtime asks, element
+alignment); then every symbolic extent (``n`` is bound from its scalar parameter, else
+from the first dimension whose extent is exactly ``n``, then every shape expression
+such as ``n*2`` is evaluated and compared) and, where the runtime asks, explicit
+strides.  It returns the values of the variables.  :func:`bind_and_check` is the same
+as a one-shot function.  Every error is an :class:`~tecomp.errors.ArgumentError` that
+names the parameter by name and 1-based argument position (``parameter A (argument
+1)``), says what it expects and what it got, and how to fix it.
+
+Arrays are numpy arrays or, where the runtime takes them (``device=None`` or ``True``),
+device arrays: anything with ``__cuda_array_interface__`` (CuPy, PyTorch, pycuda's
+GPUArray, numba), described through :func:`array_meta`.
 """
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -23,9 +35,16 @@ from ..errors import ArgumentError
 from ..ir import dtype as _dt
 from ..ir.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Buffer, Cast, Const, Div, Expr, FloorDiv, FloorMod, Let,
-    Max, Min, Mul, Not, Or, Select, Sub, TruncDiv, TruncMod, Var,
+    Max, Min, Mul, Not, Or, Select, Sub, TruncDiv, TruncMod, Var, as_index,
 )
+from ..ir.functor import free_vars
 from ..ir.printer import to_str
+
+__all__ = [
+    "ArgChecker", "BufferSpec", "ArrayMeta", "array_meta", "bind_and_check", "check_no_alias",
+    "check_scalar", "compile_shape_expr", "count_error", "element_strides", "eval_host_expr",
+    "int_range", "param_label", "shape_text", "unaligned_error",
+]
 
 
 @dataclass(frozen=True)
@@ -70,10 +89,145 @@ def array_meta(arg) -> Optional[ArrayMeta]:
     return None
 
 
-def _param_desc(p) -> str:
-    if isinstance(p, Buffer):
-        return f"{p.dtype}[{', '.join(to_str(d) for d in p.shape)}]"
-    return f"{p.dtype} scalar"
+
+
+# ---------------------------------------------------------------------------------------
+# how parameters, arrays and values are named in messages
+
+
+def param_label(name: str, pos: int) -> str:
+    """``parameter A (argument 1)``: ``pos`` is the 0-based position in the parameters."""
+    return f"parameter {name} (argument {pos + 1})"
+
+
+def shape_text(shape) -> str:
+    """A shape as Python prints a tuple, with the IR's expressions: ``(n*2, 4)``, ``(8,)``."""
+    return "(" + ", ".join(to_str(x) for x in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def describe(a) -> str:
+    """What the user passed, briefly: ``a list``, ``a 1-d float64 array of shape (3,)``,
+    ``str 'x'``."""
+    if isinstance(a, np.ndarray):
+        return f"a {a.ndim}-d {a.dtype} array of shape {a.shape}"
+    if isinstance(a, (list, tuple)):
+        return f"a {type(a).__name__}"
+    return f"{type(a).__name__} {a!r}"[:120]
+
+
+def dtype_name(dt: np.dtype) -> str:
+    if dt.kind in "biuf" and not dt.isnative:
+        return f"{dt.name} with non-native byte order ({dt.str})"
+    return dt.name
+
+
+def count_error(func_name: str, params: Sequence, nargs: int) -> ArgumentError:
+    n = len(params)
+    names = ", ".join(p.name for p in params)
+    return ArgumentError(f"{func_name} expects {n} argument{'s' if n != 1 else ''} ({names}), "
+                         f"got {nargs}")
+
+
+_ARRAY_KIND = {False: "a numpy.ndarray",
+               None: "a numpy.ndarray or a device array (__cuda_array_interface__)",
+               True: "a device array (__cuda_array_interface__)"}
+
+
+def type_error(spec: "BufferSpec", a, device: Optional[bool] = False) -> ArgumentError:
+    want = spec.np_dtype.name
+    if device is True:
+        fix = (f"pass a device array of {want} (CuPy, PyTorch, pycuda's GPUArray; tecomp does "
+               f"not copy host arrays for this call)")
+    else:
+        fix = f"convert with np.asarray(..., dtype=np.{want})"
+    return ArgumentError(f"{spec.label} expects {_ARRAY_KIND[device]} of {want} with shape "
+                         f"{spec.shape_text}, got {describe(a)}: {fix}")
+
+
+def dtype_error(spec: "BufferSpec", got: np.dtype) -> ArgumentError:
+    want = spec.np_dtype.name
+    return ArgumentError(f"{spec.label} expects {want}, got {dtype_name(got)}: convert with "
+                         f"{spec.name.lower()}.astype(np.{want})")
+
+
+def ndim_error(spec: "BufferSpec", shape) -> ArgumentError:
+    return ArgumentError(f"{spec.label} expects a {spec.ndim}-d array of shape {spec.shape_text}, "
+                         f"got a {len(shape)}-d array of shape {tuple(shape)}")
+
+
+def const_dim_error(spec: "BufferSpec", shape) -> ArgumentError:
+    """The first constant extent of ``spec`` that ``shape`` does not match."""
+    for d, want in spec.consts:
+        if shape[d] != want:
+            return ArgumentError(
+                f"{spec.label} expects {spec.name}.shape[{d}] = {want}, got {shape[d]} (expected "
+                f"shape {spec.shape_text}, got {tuple(shape)})")
+    raise ValueError("const_dim_error: the shape matches every constant extent")
+
+
+def read_only_error(spec: "BufferSpec", func_name: str, on_device: bool = False) -> ArgumentError:
+    why = ("its __cuda_array_interface__ marks it read-only" if on_device else
+           "a broadcast view or an array with flags.writeable=False")
+    return ArgumentError(f"{spec.label} is written by {func_name}, but the array is read-only "
+                         f"({why}): pass a writeable array, e.g. a copy")
+
+
+def unaligned_error(spec: "BufferSpec") -> ArgumentError:
+    return ArgumentError(
+        f"{spec.label}: the array is not aligned to its {spec.itemsize}-byte elements (an "
+        f"unaligned view of a byte buffer); pass np.ascontiguousarray(...) or "
+        f"np.require(..., requirements='A')")
+
+
+def stride_multiple_error(spec: "BufferSpec", d: int, stride: int) -> ArgumentError:
+    return ArgumentError(
+        f"{spec.label}: the stride of dimension {d} is {stride} bytes, not a multiple of the "
+        f"{spec.itemsize}-byte {spec.np_dtype.name} elements (a view of a byte buffer); pass "
+        f"np.ascontiguousarray(...)")
+
+
+def element_strides(spec: "BufferSpec", byte_strides) -> List[int]:
+    """Byte strides (numpy's) as element strides; ArgumentError for one that is not a
+    multiple of the element size."""
+    item = spec.itemsize
+    out = []
+    for d, s in enumerate(byte_strides):
+        q, r = divmod(s, item)
+        if r:
+            raise stride_multiple_error(spec, d, s)
+        out.append(q)
+    return out
+
+
+def check_scalar(v, var: Var, label: str):
+    """Check the value ``v`` of the scalar parameter ``var`` (named ``label``); return it
+    as a Python bool, int or float.  Integers must fit the dtype; 0-d arrays count as
+    their element; bools are not numbers."""
+    dt = var.dtype
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v[()]
+    if dt == "bool":
+        if isinstance(v, (bool, np.bool_)):
+            return bool(v)
+        raise ArgumentError(f"{label} expects a bool, got {describe(v)}")
+    if _dt.is_int(dt):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+            raise ArgumentError(f"{label} expects an integer ({dt}), got {describe(v)}")
+        iv = int(v)
+        lo, hi = int_range(dt)
+        if not lo <= iv <= hi:
+            raise ArgumentError(f"{label} = {iv} does not fit {dt} [{lo}, {hi}]")
+        return iv
+    if _dt.is_float(dt):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+            raise ArgumentError(f"{label} expects a number ({dt}), got {describe(v)}")
+        return float(v)
+    raise ArgumentError(f"{label} has the dtype {dt}, which a scalar parameter cannot have; "
+                        f"use a bool, integer or float dtype")
+
+
+# ---------------------------------------------------------------------------------------
+# evaluating shape expressions on the host
 
 
 def eval_host_expr(e: Expr, env: Dict[Var, Any]):
@@ -161,139 +315,290 @@ def _wrap(v: int, dtype: str) -> int:
     return v
 
 
-def _int_range(dtype: str):
+def int_range(dtype: str) -> Tuple[int, int]:
+    """The smallest and largest value of the integer dtype."""
     b = _dt.bits(dtype)
     if _dt.is_uint(dtype):
         return 0, (1 << b) - 1
     return -(1 << (b - 1)), (1 << (b - 1)) - 1
 
 
-def bind_and_check(params: Sequence, args: Sequence, *, func_name: str = "the function",
-                   written: Iterable[Buffer] = (), device: Optional[bool] = None) -> Dict[Var, Any]:
-    """Check ``args`` against ``params`` and return the values of the symbolic variables.
+_SHAPE_OPS = {
+    Add: lambda x, y: x + y, Sub: lambda x, y: x - y, Mul: lambda x, y: x * y,
+    FloorDiv: lambda x, y: x // y if y else 0, FloorMod: lambda x, y: x % y if y else 0,
+    TruncDiv: lambda x, y: (abs(x) // abs(y)) * (1 if (x < 0) == (y < 0) else -1) if y else 0,
+    TruncMod: lambda x, y: x - y * ((abs(x) // abs(y)) * (1 if (x < 0) == (y < 0) else -1))
+    if y else 0,
+    Min: min, Max: max,
+}
 
-    ``params`` are Buffers and scalar Vars (a PrimFunc's params).  ``written`` are the
-    Buffers the function stores to: their arrays must be writable.  ``device``: None
-    accepts numpy and device arrays; False only numpy arrays; True only device arrays.
-    The result maps every scalar parameter and every Var that appears in a parameter's
-    shape or strides to its value.
+
+def compile_shape_expr(e: Expr) -> Callable[[Dict[Var, Any]], Any]:
+    """A Python function env -> value evaluating the integer shape expression ``e`` as the
+    CPU kernel does (+ - * exact, floor/trunc division as the IR says, 0 for a division by
+    zero, integer casts wrap).  Other nodes are evaluated by :func:`eval_host_expr`.  A
+    variable missing from ``env`` raises KeyError."""
+    t = type(e)
+    if t is Const:
+        v = int(e.value) if _dt.is_int(e.dtype) else e.value
+        return lambda env: v
+    if t is Var:
+        return lambda env: env[e]
+    if t is Cast and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype):
+        f = compile_shape_expr(e.value)
+        dt = e.dtype
+        return lambda env: _wrap(f(env), dt)
+    op = _SHAPE_OPS.get(t)
+    if op is None:
+        return lambda env: eval_host_expr(e, env)
+    fa, fb = compile_shape_expr(e.a), compile_shape_expr(e.b)
+    return lambda env: op(fa(env), fb(env))
+
+
+# ---------------------------------------------------------------------------------------
+# the checker
+
+
+class BufferSpec:
+    """What the checks know about one buffer parameter (built once per function)."""
+
+    __slots__ = ("buffer", "pos", "index", "name", "label", "np_dtype", "itemsize", "shape",
+                 "ndim", "shape_text", "consts", "const_shape", "binds", "written", "strides",
+                 "strides_text")
+
+    def __init__(self, buffer: Buffer, pos: int, index: int, written: bool):
+        self.buffer = buffer
+        self.pos = pos      # among the parameters
+        self.index = index  # among the buffer parameters
+        self.name = buffer.name
+        self.label = param_label(buffer.name, pos)
+        self.np_dtype = _dt.numpy_dtype(buffer.dtype)
+        self.itemsize = self.np_dtype.itemsize
+        self.shape = tuple(x if isinstance(x, Expr) else as_index(x) for x in buffer.shape)
+        self.ndim = len(self.shape)
+        self.shape_text = shape_text(self.shape)
+        #: (dim, extent) of the constant extents
+        self.consts = [(d, int(x.value)) for d, x in enumerate(self.shape)
+                       if isinstance(x, Const)]
+        self.const_shape = tuple(w for _, w in self.consts) \
+            if len(self.consts) == self.ndim else None
+        #: (dim, var, largest value) of the dimensions that bind a variable
+        self.binds: List[Tuple[int, Var, Optional[int]]] = []
+        self.written = written
+        self.strides = None if buffer.strides is None else \
+            tuple(x if isinstance(x, Expr) else as_index(x) for x in buffer.strides)
+        self.strides_text = None if self.strides is None else shape_text(self.strides)
+
+
+class ArgChecker:
+    """The checks of one function's arguments (see the module docstring).
+
+    ``written``: the Buffers the function stores to (their arrays must be writable).
+    ``device``: None accepts numpy and device arrays, False only numpy arrays, True only
+    device arrays.  ``aligned``: also require every numpy array to be aligned to its
+    elements (the CPU kernel reads them in place).  ``exact_strides``: a buffer with
+    explicit IR strides must get an array with exactly those strides (the CUDA kernels
+    use them as given; the CPU runtime instead picks its strided variant).
     """
-    params = tuple(params)
-    names = ", ".join(p.name for p in params)
-    if len(args) != len(params):
-        raise ArgumentError(f"{func_name} takes {len(params)} argument"
-                            f"{'s' if len(params) != 1 else ''} ({names}), got {len(args)}")
-    written = set(written)
-    env: Dict[Var, Any] = {}
-    origin: Dict[Var, str] = {}   # where each variable got its value (for messages)
-    deferred = []                 # (expr, actual, description) checked once all is bound
-    metas = []
 
-    def label(i, p):
-        return f"argument {i} ({p.name})"
+    def __init__(self, params: Sequence, *, func_name: str = "the function",
+                 written: Iterable[Buffer] = (), device: Optional[bool] = None,
+                 aligned: bool = False, exact_strides: bool = True):
+        self.params = params = tuple(params)
+        self.func_name = func_name
+        self.device = device
+        self.aligned = aligned
+        written = set(written)
+        #: (pos, var, label) of the scalar parameters
+        self.scalars = [(i, p, param_label(p.name, i)) for i, p in enumerate(params)
+                        if isinstance(p, Var)]
+        self.buffers = [BufferSpec(p, i, k, p in written) for k, (i, p) in enumerate(
+            (i, p) for i, p in enumerate(params) if isinstance(p, Buffer))]
+        #: where each variable gets its value, for messages
+        self.origin: Dict[Var, str] = {v: f"argument {i + 1} ({v.name})"
+                                       for i, v, _ in self.scalars}
+        bound_at: Dict[Var, Tuple[BufferSpec, int]] = {}
+        for spec in self.buffers:
+            for d, x in enumerate(spec.shape):
+                if isinstance(x, Var) and x not in self.origin:
+                    bound_at[x] = (spec, d)
+                    self.origin[x] = f"{spec.name}.shape[{d}]"
+                    hi = int_range(x.dtype)[1] if _dt.is_int(x.dtype) else None
+                    spec.binds.append((d, x, hi))
+        #: per buffer with checked strides: (spec, [(dim, var)] of the strides binding a
+        #: variable); a variable only a stride gives is bound from the first such stride
+        self.stride_binds: List[Tuple[BufferSpec, List[Tuple[int, Var]]]] = []
+        if exact_strides:
+            for spec in self.buffers:
+                if spec.strides is None:
+                    continue
+                binds = []
+                for k, x in enumerate(spec.strides):
+                    if isinstance(x, Var) and x not in self.origin:
+                        bound_at[x] = (spec, -1 - k)
+                        self.origin[x] = f"{spec.name}.strides[{k}]"
+                        binds.append((k, x))
+                self.stride_binds.append((spec, binds))
+        #: checks that need every variable: (spec, kind, dim, var or None, fn, expr)
+        self.deferred = []
+        for spec in self.buffers:
+            items = [("shape", d, x) for d, x in enumerate(spec.shape)]
+            if exact_strides and spec.strides is not None:
+                items += [("strides", k, x) for k, x in enumerate(spec.strides)]
+            for kind, d, x in items:
+                if isinstance(x, Const) and kind == "shape":
+                    continue  # checked with the array
+                if isinstance(x, Var):
+                    if bound_at.get(x) != (spec, d if kind == "shape" else -1 - d):
+                        self.deferred.append((spec, kind, d, x, None, x))
+                else:
+                    self.deferred.append((spec, kind, d, None, compile_shape_expr(x), x))
 
-    # scalars first: they are the most explicit source of a variable's value
-    for i, (p, a) in enumerate(zip(params, args)):
-        if isinstance(p, Var):
-            env[p] = _check_scalar(label(i, p), p, a)
-            origin[p] = f"{label(i, p)}"
-    for i, (p, a) in enumerate(zip(params, args)):
-        if not isinstance(p, Buffer):
-            continue
-        lab = label(i, p)
-        meta = array_meta(a)
-        want_dt = _dt.numpy_dtype(p.dtype)
-        if meta is None or (device is True and not meta.on_device) or (
-                device is False and meta.on_device):
-            kind = {None: "an array", False: "a numpy.ndarray", True: "a device array"}[device]
-            raise ArgumentError(f"{lab} must be {kind} of {_param_desc(p)}, got "
-                                f"{type(a).__name__}" + (f" {a!r}" if np.isscalar(a) else ""))
-        metas.append((i, p, meta))
-        if meta.dtype.kind in "biuf" and not meta.dtype.isnative:
-            raise ArgumentError(f"{lab} has the non-native byte order {meta.dtype.str}; convert it "
-                                f"with .astype({p.dtype!r})")
-        if meta.dtype != want_dt:
-            raise ArgumentError(f"{lab} has dtype {meta.dtype.name}, expected {p.dtype}; tecomp does "
-                                f"not convert arguments: pass {p.name}.astype({p.dtype!r})")
-        if len(meta.shape) != len(p.shape):
-            raise ArgumentError(f"{lab} has {len(meta.shape)} dimension"
-                                f"{'s' if len(meta.shape) != 1 else ''} (shape {meta.shape}), "
-                                f"expected {len(p.shape)}: {_param_desc(p)}")
-        if p in written and not meta.writable:
-            raise ArgumentError(f"{lab} is read-only, but {func_name} writes it; pass a writable "
-                                f"array (e.g. a copy)")
-        for k, (dim, actual) in enumerate(zip(p.shape, meta.shape)):
-            _bind(dim, actual, f"{lab}, dimension {k}", env, origin, deferred)
-        if p.strides is not None:
-            item = meta.dtype.itemsize
-            actual_strides = meta.strides
-            if actual_strides is None:  # C-contiguous device array
+    def __repr__(self):
+        return f"<ArgChecker {self.func_name}({', '.join(p.name for p in self.params)})>"
+
+    def check(self, args: Sequence) -> Dict[Var, Any]:
+        """Check ``args``; return the value of every scalar parameter and every variable
+        of the parameters' shapes (and checked strides)."""
+        return self.check_with_flags(args)[0]
+
+    def check_with_flags(self, args: Sequence) -> Tuple[Dict[Var, Any], list]:
+        """:meth:`check`, also returning the ``flags`` of each buffer's numpy array (None
+        for a device array, or where neither writability nor alignment is checked), in
+        the order of the buffer parameters."""
+        if len(args) != len(self.params):
+            raise count_error(self.func_name, self.params, len(args))
+        env: Dict[Var, Any] = {}
+        for pos, var, label in self.scalars:
+            env[var] = check_scalar(args[pos], var, label)
+        device = self.device
+        aligned = self.aligned
+        shapes = []           # per buffer: its argument's shape
+        all_flags = []        # per buffer: its numpy array's flags, or None
+        strides = None        # spec -> byte strides (None: a C-contiguous device array)
+        for spec in self.buffers:
+            a = args[spec.pos]
+            if device is not True and isinstance(a, np.ndarray):
+                meta = None
+                dt = a.dtype
+                shape = a.shape
+            else:
+                meta = array_meta(a) if device is not False else None
+                if meta is None or (device is True and not meta.on_device):
+                    raise type_error(spec, a, device)
+                dt = meta.dtype
+                shape = meta.shape
+            if dt != spec.np_dtype:
+                raise dtype_error(spec, dt)
+            if len(shape) != spec.ndim:
+                raise ndim_error(spec, shape)
+            if spec.const_shape is not None:
+                if shape != spec.const_shape:
+                    raise const_dim_error(spec, shape)
+            else:
+                for d, want in spec.consts:
+                    if shape[d] != want:
+                        raise const_dim_error(spec, shape)
+                for d, var, hi in spec.binds:
+                    n = shape[d]
+                    if hi is not None and n > hi:
+                        raise ArgumentError(
+                            f"{spec.name}.shape[{d}] = {n} does not fit the {var.dtype} variable "
+                            f"{var.name}: declare it as tc.var({var.name!r}, 'int64')")
+                    env[var] = n
+            shapes.append(shape)
+            flags = None
+            if meta is None:
+                if spec.written or aligned:
+                    flags = a.flags
+                    if spec.written and not flags.writeable:
+                        raise read_only_error(spec, self.func_name)
+                    if aligned and not flags.aligned:
+                        element_strides(spec, a.strides)
+                        raise unaligned_error(spec)
+                if spec.strides is not None:
+                    if strides is None:
+                        strides = {}
+                    strides[spec] = a.strides
+            else:
+                if spec.written and not meta.writable:
+                    raise read_only_error(spec, self.func_name, True)
+                if spec.strides is not None:
+                    if strides is None:
+                        strides = {}
+                    strides[spec] = meta.strides
+            all_flags.append(flags)
+        elem = self._bind_strides(env, shapes, strides) if self.stride_binds else None
+        if self.deferred:
+            self._check_deferred(env, shapes, elem)
+        return env, all_flags
+
+    def _bind_strides(self, env, shapes, strides):
+        """Element strides of the buffers with checked strides; bind the variables only
+        strides give."""
+        elem = {}
+        for spec, binds in self.stride_binds:
+            st = strides[spec]
+            if st is None:  # a C-contiguous device array
                 acc, out = 1, []
-                for d in reversed(meta.shape):
-                    out.append(acc * item)
-                    acc *= d
-                actual_strides = tuple(reversed(out))
-            for k, (st, actual) in enumerate(zip(p.strides, actual_strides)):
-                if actual % item:
-                    raise ArgumentError(f"{lab} has stride {actual} bytes in dimension {k}, not a "
-                                        f"multiple of its {item}-byte elements")
-                _bind(st, actual // item, f"{lab}, stride {k} (in elements)", env, origin, deferred)
-    for expr, actual, where in deferred:
-        try:
-            want = eval_host_expr(expr, env)
-        except ArgumentError:
-            raise ArgumentError(f"{where}: cannot check it against `{to_str(expr)}`, whose "
-                                f"variables no argument gives") from None
-        if want != actual:
-            vals = ", ".join(f"{v.name} = {env[v]}" for v in _vars(expr) if v in env)
-            raise ArgumentError(f"{where} is {actual}, expected {to_str(expr)}"
-                                + (f" = {want} (with {vals})" if vals else ""))
-    return env
+                for n in reversed(shapes[spec.index]):
+                    out.append(acc)
+                    acc *= n
+                elem[spec] = out[::-1]
+            else:
+                elem[spec] = element_strides(spec, st)
+            for k, var in binds:
+                env[var] = elem[spec][k]
+        return elem
 
+    def _check_deferred(self, env, shapes, elem) -> None:
+        for spec, kind, d, var, fn, expr in self.deferred:
+            if kind == "shape":
+                actual = shapes[spec.index][d]
+            else:
+                actual = elem[spec][d]
+            if var is not None:
+                want = env[var]
+                if actual != want:
+                    raise self._mismatch(spec, kind, d, actual, var, want, None)
+                continue
+            try:
+                want = fn(env)
+            except KeyError:
+                want = None
+            if actual != want:
+                raise self._mismatch(spec, kind, d, actual, None, want, expr, env)
 
-def _vars(e) -> list:
-    from ..ir.functor import free_vars
-
-    return free_vars(e)
-
-
-def _bind(expr: Expr, actual: int, where: str, env, origin, deferred) -> None:
-    if isinstance(expr, Const):
-        if int(expr.value) != actual:
-            raise ArgumentError(f"{where} is {actual}, expected {expr.value}")
-    elif isinstance(expr, Var):
-        if expr in env:
-            if env[expr] != actual:
-                raise ArgumentError(f"{where} is {actual}, but {expr.name} = {env[expr]} from "
-                                    f"{origin[expr]}")
+    def _mismatch(self, spec, kind, d, actual, var, want, expr, env=None) -> ArgumentError:
+        if kind == "shape":
+            what, unit, expected = f"{spec.name}.shape[{d}]", "", f"shape {spec.shape_text}"
         else:
-            env[expr] = actual
-            origin[expr] = where
-    else:
-        deferred.append((expr, actual, where))
+            what, unit = f"{spec.name}.strides[{d}]", " elements"
+            expected = f"strides {spec.strides_text} in elements"
+        if var is not None:
+            return ArgumentError(f"{var.name} = {want} from {self.origin[var]} but {what} = "
+                                 f"{actual}{unit} ({spec.label} expects {expected})")
+        missing = [v for v in free_vars(expr) if v not in env]
+        if missing:
+            return ArgumentError(
+                f"{spec.label}: {what} is `{to_str(expr)}`, but no argument gives the value of "
+                f"{missing[0].name}: pass {missing[0].name} as a scalar parameter")
+        if isinstance(expr, Const):
+            return ArgumentError(f"{spec.label} expects {what} = {want}, got {actual} "
+                                 f"(expected {expected})")
+        vals = ", ".join(f"{v.name} = {env[v]} from {self.origin[v]}" for v in free_vars(expr))
+        return ArgumentError(f"{what} = {actual}{unit} but {spec.label} expects {to_str(expr)} = "
+                             f"{want}" + (f" ({vals})" if vals else ""))
 
 
-def _check_scalar(lab: str, p: Var, a) -> Any:
-    dt = p.dtype
-    if isinstance(a, np.ndarray) and a.ndim == 0:
-        a = a[()]
-    if dt == "bool":
-        if isinstance(a, (bool, np.bool_)):
-            return bool(a)
-        raise ArgumentError(f"{lab} must be a bool, got {type(a).__name__} {a!r}")
-    if _dt.is_int(dt):
-        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
-            raise ArgumentError(f"{lab} must be an integer ({dt}), got {type(a).__name__} {a!r}")
-        lo, hi = _int_range(dt)
-        v = int(a)
-        if not lo <= v <= hi:
-            raise ArgumentError(f"{lab} = {v} does not fit in {dt} [{lo}, {hi}]")
-        return v
-    if _dt.is_float(dt):
-        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, float, np.integer, np.floating)):
-            raise ArgumentError(f"{lab} must be a number ({dt}), got {type(a).__name__} {a!r}")
-        return float(a)
-    raise ArgumentError(f"{lab} has the unsupported dtype {dt}")
+def bind_and_check(params: Sequence, args: Sequence, *, func_name: str = "the function",
+                   written: Iterable[Buffer] = (), device: Optional[bool] = None,
+                   aligned: bool = False, exact_strides: bool = True) -> Dict[Var, Any]:
+    """Check ``args`` against ``params`` (a PrimFunc's Buffers and scalar Vars) and return
+    the values of the variables: ``ArgChecker(params, ...).check(args)``.  A runtime that
+    calls a function repeatedly keeps its :class:`ArgChecker`."""
+    return ArgChecker(params, func_name=func_name, written=written, device=device,
+                      aligned=aligned, exact_strides=exact_strides).check(args)
 
 
 def check_no_alias(params: Sequence, args: Sequence, written: Iterable[Buffer], *,
@@ -314,7 +619,7 @@ def check_no_alias(params: Sequence, args: Sequence, written: Iterable[Buffer], 
             j, q, b = arrays[y]
             if (p in written or q in written) and _may_overlap(a, b):
                 raise ArgumentError(
-                    f"argument {i} ({p.name}) and argument {j} ({q.name}) share memory, and "
+                    f"{param_label(p.name, i)} and {param_label(q.name, j)} share memory, and "
                     f"{func_name} writes {p.name if p in written else q.name}; its buffers must "
                     f"not overlap: pass a copy")
 

@@ -21,8 +21,8 @@ comment documents the mapping.  In short:
 * a barrier not reached by all threads of a block, and a failed run-time check
   (``__trap()``), raise errors instead of hanging or aborting the process.
 
-Calls take numpy arrays and check them exactly like the CPU runtime
-(:func:`tecomp.codegen.argcheck.bind_and_check`).  Non-contiguous numpy arrays are
+Calls take numpy arrays and check them exactly like the CPU runtime, with the same
+messages (:class:`tecomp.codegen.argcheck.ArgChecker`).  Non-contiguous numpy arrays are
 copied to contiguous ones for the call, and the copies of the buffers the function
 writes are copied back afterwards.  Workspaces (global allocations) are allocated per
 call.  Compiled libraries are cached on disk under ``$TECOMP_CACHE_DIR`` (default
@@ -47,7 +47,7 @@ import numpy as np
 from ..errors import ArgumentError, BoundsError, BuildError, RuntimeUnavailableError
 from ..ir.expr import Buffer
 from ..ir.stmt import PrimFunc
-from .argcheck import bind_and_check, check_no_alias, eval_host_expr
+from .argcheck import ArgChecker, check_no_alias, eval_host_expr
 from .cuda import (
     MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaSource, KernelInfo, codegen_cuda,
 )
@@ -162,7 +162,7 @@ class EmuLibrary:
         Python numbers for scalars, in the kernel's parameter order."""
         kern = self.source.kernels[k]
         if len(args) != len(kern.params):
-            raise ArgumentError(f"{kern.name} takes {len(kern.params)} arguments, got {len(args)}")
+            raise ArgumentError(f"{kern.name} expects {len(kern.params)} arguments, got {len(args)}")
         keep = []
         ptrs = (ctypes.c_void_p * max(1, len(args)))()
         for i, (p, a) in enumerate(zip(kern.params, args)):
@@ -214,14 +214,45 @@ def compile_emu_library(cs: CudaSource) -> EmuLibrary:
         d = cache_dir()
         final = d / f"{key}.so"
         loaded = None
-        if final.exists():
+        if final.exists() and _is_complete(final):
             loaded = _try_load(str(final))
         if loaded is None:
-            d.mkdir(parents=True, exist_ok=True)
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise BuildError(
+                    f"cannot use {d} as the CUDA emulation cache ({e.strerror}); point "
+                    "TECOMP_CACHE_DIR at a writable directory") from None
             loaded = _build(cxx, header, launcher, cs.source, d, final)
         lib = EmuLibrary(cs, str(final), loaded)
         _LIBS[key] = lib
         return lib
+
+
+def _digest_file(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _sum_path(final: Path) -> Path:
+    return final.with_name(final.name + ".sha256")
+
+
+def _is_complete(final: Path) -> bool:
+    """Whether the cached library is exactly what a build wrote: its sha256 sidecar
+    matches.  A truncated or corrupted file is rebuilt instead of being handed to
+    dlopen (mapping a truncated library can kill the process with SIGBUS)."""
+    try:
+        return _sum_path(final).read_text().strip() == _digest_file(final)
+    except OSError:
+        return False
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=str(path.parent))
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def _try_load(path: str) -> Optional[ctypes.CDLL]:
@@ -255,7 +286,11 @@ def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Pa
         lib = _try_load(out)
         if lib is None:
             raise BuildError(f"the freshly built CUDA emulation library {out} does not load")
+        digest = _digest_file(out)
         os.replace(out, final)  # atomic: other processes see the old file or the new one
+        # the sidecar is written last: a reader that sees a new library with an old (or no)
+        # sidecar rebuilds, which is only wasted work
+        _write_atomic(_sum_path(final), digest)
         return lib
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -276,6 +311,8 @@ class CudaEmuModule:
         self.func = cs.func
         self.lib = lib
         self.mode = _check_mode(mode)
+        self._checker = ArgChecker(self.func.params, func_name=self.func.name,
+                                   written=cs.written, device=False)
 
     @property
     def kernels(self) -> List[KernelInfo]:
@@ -296,8 +333,7 @@ class CudaEmuModule:
     def __call__(self, *args, mode: Optional[str] = None) -> None:
         mode = _check_mode(mode) if mode is not None else self.mode
         cs, func = self.cuda_source, self.func
-        env = bind_and_check(func.params, args, func_name=func.name, written=cs.written,
-                             device=False)
+        env = self._checker.check(args)
         check_no_alias(func.params, args, cs.written, func_name=func.name)
         for cond, message in cs.host_asserts:
             if not eval_host_expr(cond, env):

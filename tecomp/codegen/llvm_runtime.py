@@ -3,8 +3,10 @@
 Calling
 -------
 ``mod(*args)`` takes numpy arrays for buffer parameters and Python/numpy scalars for
-scalar parameters, in parameter order.  Everything is checked before the kernel runs,
-and every mismatch raises :class:`~tecomp.errors.ArgumentError` naming the parameter
+scalar parameters, in parameter order.  Everything is checked before the kernel runs
+(by :mod:`tecomp.codegen.argcheck`, the checks and messages every runtime shares; a
+generated fast path accepts valid C-contiguous calls without them), and every mismatch
+raises :class:`~tecomp.errors.ArgumentError` naming the parameter
 (by name and 1-based argument position), what it expects and what it got: the
 argument count; the type (``numpy.ndarray``); the dtype (exactly, no silent
 conversion); the number of dimensions; every constant extent; the symbolic extents (a
@@ -55,19 +57,19 @@ failed ``malloc`` raises :class:`KernelMemoryError`; a failed checked assert rai
 from __future__ import annotations
 
 import ctypes
-import numbers
 import threading
-from typing import Any, Dict, List, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 
-from ..errors import ArgumentError, BoundsError, BuildError, InternalError, TecompError
-from ..ir import dtype as _dt
-from ..ir.expr import (
-    Add, Cast, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, TruncDiv, TruncMod, Var,
+# KernelMemoryError, KernelAssertionError: defined in tecomp.errors, importable here
+from ..errors import (
+    ArgumentError, BoundsError, InternalError, KernelAssertionError, KernelMemoryError, internal_assert,
 )
-from ..ir.printer import to_str
+from ..ir import dtype as _dt
+from ..ir.expr import Add, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
 from . import llvm_threadpool
+from .argcheck import ArgChecker, compile_shape_expr, count_error, element_strides, int_range
 
 __all__ = ["Module", "set_num_threads", "get_num_threads", "KernelMemoryError",
            "KernelAssertionError"]
@@ -77,14 +79,6 @@ get_num_threads = llvm_threadpool.get_num_threads
 
 _KERNEL_T = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _ERR_WORDS = 5
-
-
-class KernelMemoryError(TecompError, MemoryError):
-    """A kernel could not allocate a heap buffer (``malloc`` returned NULL)."""
-
-
-class KernelAssertionError(TecompError, AssertionError):
-    """A checked kernel (``checks=True``) found an ``AssertStmt`` condition false."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -120,68 +114,19 @@ def _array_handle(a) -> int:
 
 
 # ---------------------------------------------------------------------------------------
-# host evaluation of shape expressions
-
-
-def _wrap(v: int, dtype: str) -> int:
-    b = _dt.bits(dtype)
-    v &= (1 << b) - 1
-    if not _dt.is_uint(dtype) and v >= 1 << (b - 1):
-        v -= 1 << b
-    return v
-
-
-def _int_range(dtype: str) -> Tuple[int, int]:
-    b = _dt.bits(dtype)
-    if _dt.is_uint(dtype):
-        return 0, (1 << b) - 1
-    return -(1 << (b - 1)), (1 << (b - 1)) - 1
-
-
-def _compile_shape_expr(e):
-    """A Python function env -> int evaluating the integer shape expression ``e`` exactly
-    as the kernel does (64-bit for + - *, floor/trunc division as the IR says)."""
-    t = type(e)
-    if t is Const:
-        v = int(e.value)
-        return lambda env: v
-    if t is Var:
-        return lambda env: env[e]
-    if t is Cast and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype):
-        f = _compile_shape_expr(e.value)
-        dt = e.dtype
-        return lambda env: _wrap(f(env), dt)
-    ops = {
-        Add: lambda x, y: x + y, Sub: lambda x, y: x - y, Mul: lambda x, y: x * y,
-        FloorDiv: lambda x, y: x // y if y else 0, FloorMod: lambda x, y: x % y if y else 0,
-        TruncDiv: lambda x, y: (abs(x) // abs(y)) * (1 if (x < 0) == (y < 0) else -1) if y else 0,
-        TruncMod: lambda x, y: x - y * ((abs(x) // abs(y)) * (1 if (x < 0) == (y < 0) else -1))
-        if y else 0,
-        Min: min, Max: max,
-    }
-    op = ops.get(t)
-    if op is None:
-        raise BuildError(f"the shape expression `{to_str(e)}` uses {t.__name__}, which tecomp "
-                         f"cannot check against array shapes; use + - * // % min max")
-    fa, fb = _compile_shape_expr(e.a), _compile_shape_expr(e.b)
-    return lambda env: op(fa(env), fb(env))
-
-
-# ---------------------------------------------------------------------------------------
 # the call plan
 
 
 class _BufPlan:
-    __slots__ = ("bp", "pos", "name", "label", "np_dtype", "ndim", "const_shape", "binds",
-                 "consts", "is_output", "data_index", "stride_slot", "itemsize", "row_major",
-                 "declared_strides", "shape_text")
+    __slots__ = ("bp", "pos", "name", "spec", "np_dtype", "ndim", "is_output", "data_index",
+                 "stride_slot", "itemsize", "row_major", "declared_strides")
 
-    def __init__(self, bp, sig):
+    def __init__(self, bp, spec):
         b = bp.buffer
         self.bp = bp
         self.pos = bp.pos
         self.name = b.name
-        self.label = f"parameter {b.name} (argument {bp.pos + 1})"
+        self.spec = spec  # argcheck's BufferSpec: names it in messages
         self.np_dtype = _dt.numpy_dtype(b.dtype)
         self.ndim = len(b.shape)
         self.itemsize = self.np_dtype.itemsize
@@ -189,45 +134,31 @@ class _BufPlan:
         self.data_index = bp.data_index
         self.stride_slot = bp.stride_slot
         self.row_major = b.strides is None
-        self.shape_text = "(" + ", ".join(to_str(x) for x in b.shape) + \
-            ("," if len(b.shape) == 1 else "") + ")"
-        consts = []
-        for d, x in enumerate(b.shape):
-            if isinstance(x, Const):
-                consts.append((d, int(x.value)))
-        self.consts = consts
-        self.const_shape = tuple(int(x.value) for x in b.shape) \
-            if all(isinstance(x, Const) for x in b.shape) else None
-        #: dims where a shape variable is bound: (dim, var)
-        self.binds = [(d, v) for v, (obp, d) in sig.shape_var_origin.items() if obp is bp]
-        self.declared_strides = None if b.strides is None else \
-            [(_compile_shape_expr(s), s) for s in b.strides]
+        self.declared_strides = None if spec.strides is None else \
+            [compile_shape_expr(x) for x in spec.strides]
 
 
 class _CallPlan:
     def __init__(self, sig):
         self.sig = sig
+        func = sig.func
         self.nparams = len(sig.params)
         self.param_names = ", ".join(p.name for p in sig.params)
-        self.bufs = [_BufPlan(bp, sig) for bp in sig.buffers]
+        #: the checks of the generic path, and every message (shared with the CUDA runtimes)
+        self.checker = ArgChecker(func.params, func_name=func.name,
+                                  written=[bp.buffer for bp in sig.buffers if bp.is_output],
+                                  device=False, aligned=True, exact_strides=False)
+        specs = {spec.pos: spec for spec in self.checker.buffers}
+        self.bufs = [_BufPlan(bp, specs[bp.pos]) for bp in sig.buffers]
+        internal_assert(all(p.spec.index == p.data_index for p in self.bufs),
+                        "the buffers of the signature and of argcheck are numbered differently")
         self.nb = len(self.bufs)
-        self.scalars = [(sp.pos, sp.var, sp.slot, f"parameter {sp.var.name} (argument "
-                         f"{sp.pos + 1})") for sp in sig.scalars]
+        #: (pos, var, slot, is_float)
+        self.scalars = [(sp.pos, sp.var, sp.slot, _dt.is_float(sp.var.dtype))
+                        for sp in sig.scalars]
         scalar_vars = {sp.var for sp in sig.scalars}
-        # checks that need every variable bound: (plan, dim, var or None, fn, expr)
-        self.deferred = []
-        for p in self.bufs:
-            for d, x in enumerate(p.bp.buffer.shape):
-                if isinstance(x, Const):
-                    continue
-                if isinstance(x, Var):
-                    if (x in scalar_vars) or sig.shape_var_origin[x] != (p.bp, d):
-                        self.deferred.append((p, d, x, None, x))
-                else:
-                    self.deferred.append((p, d, None, _compile_shape_expr(x), x))
         self.shape_slots = [(v, sig.slot_index[v]) for v in sig.slot_vars
                             if v not in scalar_vars]
-        self.bind_ranges = {v: _int_range(v.dtype) for v in sig.shape_var_origin}
         outs = [p for p in self.bufs if p.is_output]
         pairs = []
         for o in outs:
@@ -235,7 +166,6 @@ class _CallPlan:
                 if q is not o and (q.pos, o.pos) not in pairs:
                     pairs.append((o.pos, q.pos))
         self.alias_pairs = pairs
-        self.symbolic = bool(sig.shape_var_origin) or bool(self.deferred)
         self.size = self.nb + sig.num_slots + _ERR_WORDS
         self.err_base = self.nb + sig.num_slots
 
@@ -269,7 +199,7 @@ def _fast_path_source(plan: _CallPlan) -> str:
             w(f"    if type({vn}) is not bool: return None")
             w(f"    ints[{nb + slot}] = {vn}")
         elif _dt.is_int(var.dtype):
-            lo, hi = _int_range(var.dtype)
+            lo, hi = int_range(var.dtype)
             w(f"    if type({vn}) is not int or not {lo} <= {vn} <= {hi}: return None")
             w(f"    ints[{nb + slot}] = {vn}")
         else:
@@ -283,7 +213,7 @@ def _fast_path_source(plan: _CallPlan) -> str:
         vn = f"n{sig.slot_index[var]}"
         var_name[var] = vn
         w(f"    {vn} = s{bp.data_index}[{d}]")
-        lo, hi = _int_range(var.dtype)
+        lo, hi = int_range(var.dtype)
         w(f"    if {vn} > {hi}: return None")
         w(f"    ints[{nb + sig.slot_index[var]}] = {vn}")
     for p in plan.bufs:
@@ -386,20 +316,6 @@ class _Variant:
         self.seconds = seconds
 
 
-def _describe(a) -> str:
-    if isinstance(a, np.ndarray):
-        return f"a {a.ndim}-d {a.dtype} array of shape {a.shape}"
-    if isinstance(a, (list, tuple)):
-        return f"a {type(a).__name__}"
-    return f"{type(a).__name__} {a!r}"[:120]
-
-
-def _dtype_name(dt: np.dtype) -> str:
-    if dt.kind in "biuf" and not dt.isnative:
-        return f"{dt.name} with non-native byte order ({dt.str})"
-    return dt.name
-
-
 # ---------------------------------------------------------------------------------------
 # Module
 
@@ -421,7 +337,6 @@ class Module:
         self.compile_seconds = compile_seconds
         self.compile_stats = dict(jm.timings)
         self.entry_symbol = mb.symbol
-        self._sig = sig
         self._compiler = compiler
         self._plan = _CallPlan(sig)
         self._lock = threading.Lock()
@@ -454,7 +369,7 @@ class Module:
         """The code of one variant: ``"llvm"`` (or ``"ll"``) the optimised LLVM IR,
         ``"llvm-unopt"`` the IR as generated, ``"asm"`` the host assembly."""
         if layout not in ("contiguous", "strided"):
-            raise ValueError(f"layout must be 'contiguous' or 'strided', got {layout!r}")
+            raise ArgumentError(f"get_source: layout must be 'contiguous' or 'strided', got {layout!r}")
         v = self._variant(layout, bool(noalias))
         if kind in ("llvm", "ll"):
             return v.jit.opt_ir
@@ -462,7 +377,7 @@ class Module:
             return v.jit.unopt_ir
         if kind in ("asm", "s", "assembly"):
             return v.jit.asm
-        raise ValueError(f"unknown source kind {kind!r}; use 'llvm', 'llvm-unopt' or 'asm'")
+        raise ArgumentError(f"get_source: unknown source kind {kind!r}; use 'llvm', 'llvm-unopt' or 'asm'")
 
     def _variant(self, layout: str, noalias: bool) -> _Variant:
         key = (layout, noalias)
@@ -477,12 +392,14 @@ class Module:
         return v
 
     # -- calling -------------------------------------------------------------------------
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise ArgumentError(
+                f"{self.name} takes its arguments by position ({', '.join(p.name for p in self.params)}); "
+                f"got keyword argument(s) {', '.join(kwargs)}: pass them in that order")
         plan = self._plan
         if len(args) != plan.nparams:
-            raise ArgumentError(
-                f"{self.name} expects {plan.nparams} argument{'s' if plan.nparams != 1 else ''} "
-                f"({plan.param_names}), got {len(args)}")
+            raise count_error(self.name, self.params, len(args))
         sc = self._tls.__dict__.get("s")
         if sc is None:
             sc = _Scratch(plan)
@@ -496,68 +413,25 @@ class Module:
             self._raise_kernel_error(v, rc, sc)
 
     def _prepare(self, args, sc: _Scratch) -> Tuple[str, bool]:
-        """Check and bind ``args`` into the scratch block; return the variant key."""
+        """Check (argcheck) and bind ``args`` into the scratch block; return the variant
+        key."""
         plan = self._plan
+        env, flags = plan.checker.check_with_flags(args)
         nb = plan.nb
         ints = sc.ints
-        env: Dict[Var, Any] = {}
-        for pos, var, slot, label in plan.scalars:
-            val = self._scalar(args[pos], var, label)
-            env[var] = val
-            if _dt.is_float(var.dtype):
-                sc.floats[nb + slot] = val
+        for pos, var, slot, is_float in plan.scalars:
+            if is_float:
+                sc.floats[nb + slot] = env[var]
             else:
-                ints[nb + slot] = val
+                ints[nb + slot] = env[var]
+        for var, slot in plan.shape_slots:
+            ints[nb + slot] = env[var]
         contiguous = True
         handles = sc.uints
         for p in plan.bufs:
-            a = args[p.pos]
-            if not isinstance(a, np.ndarray):
-                self._type_error(p, a)
-            if a.dtype != p.np_dtype:
-                raise ArgumentError(
-                    f"{p.label} expects {p.np_dtype.name}, got {_dtype_name(a.dtype)}: convert "
-                    f"with {p.name.lower()}.astype(np.{p.np_dtype.name})")
-            shape = a.shape
-            if len(shape) != p.ndim:
-                raise ArgumentError(
-                    f"{p.label} expects a {p.ndim}-d array of shape {p.shape_text}, got a "
-                    f"{len(shape)}-d array of shape {shape}")
-            if p.const_shape is not None:
-                if shape != p.const_shape:
-                    self._const_dim_error(p, shape)
-            else:
-                for d, want in p.consts:
-                    if shape[d] != want:
-                        self._const_dim_error(p, shape)
-                for d, var in p.binds:
-                    n = shape[d]
-                    lo, hi = plan.bind_ranges[var]
-                    if n > hi:
-                        raise ArgumentError(
-                            f"{p.name}.shape[{d}] = {n} does not fit the {var.dtype} variable "
-                            f"{var.name}")
-                    if var not in env:
-                        env[var] = n
-            flags = a.flags
-            if p.is_output and not flags.writeable:
-                raise ArgumentError(
-                    f"{p.label} is written by {self.name}, but the array is read-only (a "
-                    f"broadcast view or an array with flags.writeable=False): pass a writeable "
-                    f"array, e.g. a copy")
-            if not flags.aligned:
-                self._check_stride_multiples(p, a)
-                raise ArgumentError(
-                    f"{p.label}: the array is not aligned to its {p.itemsize}-byte elements "
-                    f"(an unaligned view of a byte buffer); pass np.ascontiguousarray(...) or "
-                    f"np.require(..., requirements='A')")
-            if contiguous and not (p.row_major and flags.c_contiguous):
+            if contiguous and not (p.row_major and flags[p.data_index].c_contiguous):
                 contiguous = False
-            handles[p.data_index] = _array_handle(a)
-        if plan.symbolic:
-            self._check_symbolic(args, env)
-            for var, slot in plan.shape_slots:
-                ints[nb + slot] = env[var]
+            handles[p.data_index] = _array_handle(args[p.pos])
         if not contiguous:
             contiguous = self._fill_strides(args, env, ints)
         noalias = True
@@ -566,76 +440,6 @@ class Module:
                 noalias = False
                 break
         return ("contiguous" if contiguous else "strided"), noalias
-
-    def _scalar(self, v, var: Var, label: str):
-        dt = var.dtype
-        if isinstance(v, np.ndarray) and v.ndim == 0:
-            v = v[()]
-        if dt == "bool":
-            if isinstance(v, (bool, np.bool_)):
-                return int(bool(v))
-            raise ArgumentError(f"{label} expects a bool, got {_describe(v)}")
-        if _dt.is_int(dt):
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
-                raise ArgumentError(f"{label} expects an integer ({dt}), got {_describe(v)}")
-            iv = int(v)
-            lo, hi = _int_range(dt)
-            if not lo <= iv <= hi:
-                raise ArgumentError(f"{label} = {iv} does not fit {dt} [{lo}, {hi}]")
-            return iv
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
-            raise ArgumentError(f"{label} expects a number ({dt}), got {_describe(v)}")
-        return float(v)
-
-    def _type_error(self, p: _BufPlan, a):
-        raise ArgumentError(
-            f"{p.label} expects a numpy.ndarray of {p.np_dtype.name} with shape {p.shape_text}, "
-            f"got {_describe(a)}: convert with np.asarray(..., dtype=np.{p.np_dtype.name})")
-
-    def _const_dim_error(self, p: _BufPlan, shape):
-        for d, want in p.consts:
-            if shape[d] != want:
-                raise ArgumentError(
-                    f"{p.label} expects {p.name}.shape[{d}] = {want}, got {shape[d]} (expected "
-                    f"shape {p.shape_text}, got {shape})")
-        raise InternalError("constant shape mismatch without a mismatching dimension")
-
-    def _origin(self, var: Var) -> str:
-        sig = self._sig
-        for sp in sig.scalars:
-            if sp.var is var:
-                return f"argument {sp.pos + 1} ({var.name})"
-        bp, d = sig.shape_var_origin[var]
-        return f"{bp.name}.shape[{d}]"
-
-    def _check_symbolic(self, args, env):
-        for p, d, var, fn, expr in self._plan.deferred:
-            actual = args[p.pos].shape[d]
-            if var is not None:
-                want = env[var]
-                if actual != want:
-                    raise ArgumentError(
-                        f"{var.name} = {want} from {self._origin(var)} but {p.name}.shape[{d}] = "
-                        f"{actual} ({p.label} expects shape {p.shape_text})")
-            else:
-                want = fn(env)
-                if actual != want:
-                    from ..ir.functor import free_vars
-
-                    vals = ", ".join(f"{v.name} = {env[v]} from {self._origin(v)}"
-                                     for v in free_vars(expr))
-                    raise ArgumentError(
-                        f"{p.name}.shape[{d}] = {actual} but {p.label} expects "
-                        f"{to_str(expr)} = {want} ({vals})")
-
-    @staticmethod
-    def _check_stride_multiples(p: _BufPlan, a):
-        for d, s in enumerate(a.strides):
-            if s % p.itemsize:
-                raise ArgumentError(
-                    f"{p.label}: the stride of dimension {d} is {s} bytes, not a multiple of "
-                    f"the {p.itemsize}-byte {p.np_dtype.name} elements (a view of a byte "
-                    f"buffer); pass np.ascontiguousarray(...)")
 
     def _fill_strides(self, args, env, ints) -> bool:
         """Write every buffer's strides (in elements); return True if, after all, every
@@ -650,13 +454,13 @@ class Module:
             for d, s in enumerate(a.strides):
                 q, r = divmod(s, item)
                 if r:
-                    self._check_stride_multiples(p, a)
+                    element_strides(p.spec, a.strides)  # raises, naming the stride
                 ints[s0 + d] = q
             if p.row_major:
                 if not a.flags.c_contiguous:
                     declared_ok = False
             else:
-                for d, (fn, _) in enumerate(p.declared_strides):
+                for d, fn in enumerate(p.declared_strides):
                     if a.shape[d] > 1 and ints[s0 + d] != fn(env):
                         declared_ok = False
         return declared_ok

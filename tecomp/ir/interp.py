@@ -134,8 +134,9 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
-from ..errors import (
-    ArgumentError, BoundsError, ExprError, InternalError, LowerError, ShapeError, TecompError,
+from ..errors import (  # GPUModelError, RaceError: defined in tecomp.errors, importable here
+    ArgumentError, BoundsError, ExprError, GPUModelError, InternalError, LowerError, RaceError,
+    ShapeError,
 )
 from . import dtype as _dt
 # Node classes are dispatched on by name (``_e_<Class>``/``_s_<Class>``); only the ones
@@ -154,17 +155,6 @@ __all__ = [
     "run", "run_stmt", "eval_expr", "Interpreter", "GPUModelError", "RaceError",
     "poison_value", "THREAD_TAGS",
 ]
-
-
-class GPUModelError(TecompError):
-    """A GPU program whose behaviour is undefined (a divergent barrier, ...) or a structure
-    the interpreter's GPU model does not cover.  The message names the construct."""
-
-
-class RaceError(GPUModelError):
-    """Two GPU threads (or blocks, or iterations of a parallel/vectorized loop) touch the
-    same element without synchronisation, so the compiled program's answer depends on
-    timing."""
 
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
