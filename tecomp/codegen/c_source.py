@@ -757,7 +757,8 @@ def c_string(text: str) -> str:
 
 
 def constant_size(buf: Buffer) -> int:
-    """The number of elements of ``buf``; BuildError when it is not a constant."""
+    """The number of elements ``buf`` spans (with padded strides from ``storage_align``:
+    ``1 + sum((extent - 1) * stride)``); BuildError when it is not a constant."""
     n = 1
     for d in buf.shape:
         if not isinstance(d, Const):
@@ -769,6 +770,11 @@ def constant_size(buf: Buffer) -> int:
         n *= int(d.value)
     if n <= 0:
         raise BuildError(f"buffer {buf.name} has {n} elements")
+    if buf.strides is not None:
+        if not all(isinstance(st, Const) for st in buf.strides):
+            raise BuildError(f"buffer {buf.name} in scope {buf.scope!r} has non-constant "
+                             f"strides; {buf.scope} arrays need a constant size")
+        n = 1 + sum((int(d.value) - 1) * int(st.value) for d, st in zip(buf.shape, buf.strides))
     return n
 
 

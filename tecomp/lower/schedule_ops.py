@@ -17,6 +17,13 @@ How bounds are found (``docs/bounds.md`` says the same for users):
    other element still gets the whole interval), reads guarded by ``if_then_else`` count
    as if they were always made (then clipped to the shape), and a buffer whose extent
    depends on outer loop counters is allocated at the largest extent over their ranges.
+5. GPU tiles are not clipped: a ``shared`` or ``local`` stage computed inside a loop bound
+   to blockIdx/threadIdx whose hull has a constant extent keeps that extent where the
+   hull runs past the tensor's edge (a 64-row tile of a 100-row matrix stays 64 rows in
+   the last block), so its loops and its buffer stay constant (unrollable, registers).
+   Its iterations past the edge compute values no in-bounds result reads; they are
+   guarded (``0 <= index < extent``) only when the stage reads memory that does not
+   extend with it: a global buffer, or a tile that was clipped.
 """
 from __future__ import annotations
 
@@ -26,7 +33,7 @@ from ..errors import InternalError, LowerError, ScheduleError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
-    Buffer, BufferLoad, Const, Expr, IterVar, LT, ProducerLoad, Range, Reduce, Var, And,
+    Buffer, BufferLoad, Const, Expr, GE, IterVar, LT, ProducerLoad, Range, Reduce, Var, And,
 )
 from ..ir.functor import Mutator, substitute
 from ..ir.stmt import Allocate, AttrStmt, BufferStore, For, IfThenElse, SeqStmt, seq
@@ -88,6 +95,16 @@ class StageInfo:
         # per dimension, the needed extent before clipping to the shape (compute_at only):
         # often a constant even where the clipped extent depends on outer loops
         self.raw_extent: List[Expr] = []
+        # GPU tiles past the tensor's edge (rule 5): dimension -> (lo, hi) of the needed
+        # region, which the loops cover unclipped
+        self.unclipped: Dict[int, tuple] = {}
+
+    @property
+    def covers_reads(self) -> bool:
+        """Whether the buffer holds every element its consumers' loops read (no dimension
+        was clipped to the tensor's shape)."""
+        return all(_same(e, r) or d in self.unclipped for d, (e, r) in enumerate(
+            zip((self.extent[iv] for iv in self.stage.op.axis), self.raw_extent)))
 
     @property
     def name(self):
@@ -210,6 +227,14 @@ class LowerContext:
 
     # -- 3: bound inference -------------------------------------------------------------
     def infer_bounds(self):
+        for st in self.stages:
+            tgt, iv = st.attach_stage, st.attach_ivar
+            if st.attach_type == "scope" and iv not in tgt.leaf_iter_vars:
+                raise ScheduleError(
+                    f"compute_at of {st.name} at {tgt.name}.{iv.name}: axis {iv.name} is no "
+                    f"longer a loop of stage {tgt.name} (it was split or fused after compute_at; "
+                    f"its loops are now {', '.join(x.name for x in tgt.leaf_iter_vars)}); call "
+                    f"compute_at with one of those axes")
         for st in reversed(self.stages):
             op = st.op
             ranges = {}
@@ -225,6 +250,8 @@ class LowerContext:
             self.infer_loops(st, ranges)
             self._check_loop_kinds(st)
             self._make_buffer(st)
+        for st in self.stages:
+            self._add_domain_guards(st)
 
     def _relax_set(self, consumer: Stage, producer: Stage) -> Dict[Var, Range]:
         """Loop counters to relax for one iteration of producer's attach loop."""
@@ -282,6 +309,7 @@ class LowerContext:
         if not consumers:
             raise ScheduleError(f"compute_at of {st.name}: no stage reads it")
         thread_relax = self._thread_relax(st)
+        gpu_tile = st.scope in ("shared", "local") and self._in_gpu_kernel(st)
         for c in consumers:
             relax = {**self._relax_set(c, st), **thread_relax}
             cinf = self.info[c]
@@ -310,10 +338,62 @@ class LowerContext:
             raw_ext = _simplify(_op.add(_op.sub(hi, lo), Const(1, "int32")), outer)
             clo = _simplify(_op.maximum(lo, Const(0, "int32")), outer)
             chi = _simplify(_op.minimum(hi, _op.sub(shape[d], Const(1, "int32"))), outer)
-            ext = _simplify(_op.add(_op.sub(chi, clo), Const(1, "int32")), outer)
-            out.append(Range(clo, ext))
+            # an extent is never negative: a region read only under guards can lie wholly
+            # outside the tensor (a negative extent times another, in a fuse, would run)
+            ext = _simplify(_op.maximum(_op.add(_op.sub(chi, clo), Const(1, "int32")),
+                                        Const(0, "int32")), outer)
             self.info[st].raw_extent.append(raw_ext)
+            if gpu_tile and isinstance(raw_ext, Const) and raw_ext.value > 0 \
+                    and not _same(ext, raw_ext):
+                # a GPU tile keeps its constant extent past the tensor's edge (rule 5)
+                self.info[st].unclipped[d] = (lo, hi)
+                out.append(Range(lo, raw_ext))
+            else:
+                out.append(Range(clo, ext))
         return out
+
+    def _in_gpu_kernel(self, st: Stage) -> bool:
+        """Whether ``st`` is computed inside a loop bound to blockIdx/threadIdx."""
+        x, axis = st.attach_stage, st.attach_ivar
+        while x is not None:
+            leaves = x.leaf_iter_vars
+            for iv in leaves[:leaves.index(axis) + 1]:
+                if _thread_tag(x, iv).startswith(("blockIdx", "threadIdx")):
+                    return True
+            x, axis = x.attach_stage, x.attach_ivar
+        return False
+
+    def _add_domain_guards(self, st: Stage):
+        """Rule 5: a GPU tile computed past its tensor's edge guards its iterations there
+        when its body reads memory that does not extend with it (a global buffer, or a
+        tile that was clipped); reads of unclipped tiles stay in their buffers."""
+        inf = self.info[st]
+        if not inf.unclipped:
+            return
+        safe = True
+        for t in _loads_of(inf.body):
+            p = self.stage_of_tensor(t)
+            pinf = self.info.get(p) if p is not None else None
+            if pinf is None or p.attach_type != "scope" or p.scope not in ("shared", "local") \
+                    or not pinf.covers_reads:
+                safe = False
+        if safe:
+            return
+        outer = self._outer_ranges(st)
+        ranges = {**outer, **self.leaf_ranges(st)}
+        zero = Const(0, "int32")
+        for d, (lo, hi) in inf.unclipped.items():
+            iv = st.op.axis[d]
+            v = self.root_value(st, iv)
+            conds = []
+            if not _proved(_op.compare(GE, lo, zero), outer):
+                conds.append(_op.compare(GE, v, zero))
+            if not _proved(_op.compare(LT, hi, st.op.shape[d]), outer):
+                conds.append(_op.compare(LT, v, st.op.shape[d]))
+            for c in conds:
+                c = _simplify(c, ranges)
+                if not (isinstance(c, Const) and c.value is True):
+                    inf.guards.append(c)
 
     def _check_loop_kinds(self, st: Stage):
         inf = self.info[st]
@@ -354,6 +434,9 @@ class LowerContext:
                     if best is not None and isinstance(full, Const):
                         best = min(best, full.value)
                     ext = Const(int(best), "int32") if best is not None else full
+                if isinstance(ext, Const) and ext.value < 0:
+                    # every read of this region is guarded off: the region is empty
+                    ext = Const(0, ext.dtype)
                 shape.append(ext)
         else:
             shape = [inf.extent[iv] for iv in st.op.axis]
@@ -558,6 +641,19 @@ def _barrier():
     from ..ir.stmt import Evaluate
 
     return Evaluate(Call("syncthreads", (), "int32"))
+
+
+def _same(a: Expr, b: Expr) -> bool:
+    """Whether two extents are provably equal."""
+    a, b = _simplify(a), _simplify(b)
+    if isinstance(a, Const) and isinstance(b, Const):
+        return a.value == b.value
+    return _simplify(_op.sub(a, b)) == Const(0, "int32")
+
+
+def _proved(cond: Expr, ranges) -> bool:
+    c = _simplify(cond, ranges)
+    return isinstance(c, Const) and c.value is True
 
 
 def _divides(cover: Expr, ext: Expr) -> bool:

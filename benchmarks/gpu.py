@@ -1,0 +1,459 @@
+#!/usr/bin/env python3
+"""tecomp's GPU benchmarks: one command, one table.
+
+    python3 benchmarks/gpu.py                 # every workload
+    python3 benchmarks/gpu.py --quick         # fewer repetitions
+    python3 benchmarks/gpu.py --only conv     # workloads whose name contains "conv"
+
+Needs a CUDA GPU, pycuda, and for the references PyTorch and/or CuPy (see
+``docs/GPU.md`` / the project's GPU notes for installing the pycuda wheel).  Without a GPU
+or pycuda it says so and exits with status 2.
+
+Workloads (float32, the schedules of ``tecomp.nn.schedule_cuda``):
+
+* GEMM 4096 x 4096 x 4096 against cuBLAS through ``torch.matmul`` and ``cupy.matmul``;
+* the two ResNet 3x3 convolutions (stride 1, padding 1, N = 32): C = K = 64 at 56x56 and
+  C = K = 256 at 14x14, NCHW and NHWC, against cuDNN through ``torch.nn.functional.conv2d``
+  (``cudnn.benchmark`` on, so cuDNN picks its fastest algorithm; NHWC as channels-last);
+* softmax over the rows of a 4096 x 1024 matrix against ``torch.softmax``.
+
+TF32 is off everywhere (``torch.backends.cuda.matmul.allow_tf32 = False``,
+``torch.backends.cudnn.allow_tf32 = False``, ``CUPY_TF32=0``): every tool computes in
+float32.
+
+Method: every tool's result is first checked against a float64 reference (PyTorch in
+float64 on the GPU, numpy without PyTorch).  Times are GPU times from CUDA events on the
+default stream, ``inner`` back-to-back calls per sample, the tools interleaved round
+robin, medians over the samples.  tecomp's kernels are launched directly through pycuda
+with the arguments prepared once (the per-call argument checks of ``CudaModule.__call__``
+are host work, reported separately as "call overhead"); the references are called through
+their Python APIs (their host work overlaps the GPU work when kernels are long).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+os.environ["CUPY_TF32"] = "0"  # before CuPy is imported: no TF32 in cupy.matmul
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import tecomp as tc  # noqa: E402
+from tecomp.errors import RuntimeUnavailableError  # noqa: E402
+from tecomp.nn import ops, schedule_cuda  # noqa: E402
+
+NO_GPU_STATUS = 2
+TOLERANCE = 1e-4  # max error relative to the largest value of the float64 result
+
+
+# ---------------------------------------------------------------------------------
+# the table
+
+
+def ratio(t_ref: Optional[float], t_tecomp: Optional[float]) -> Optional[float]:
+    """How fast tecomp is relative to a reference: ``t_ref / t_tecomp`` (1.00x: as fast,
+    0.50x: twice as slow)."""
+    if t_ref is None or t_tecomp is None or t_tecomp <= 0:
+        return None
+    return t_ref / t_tecomp
+
+
+def _cell(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+@dataclass
+class Row:
+    """One line of the table: median milliseconds per tool, plus the work done."""
+
+    workload: str
+    ms: Dict[str, Optional[float]]     # tool -> median ms per call (None: not run)
+    flops: float = 0.0                 # floating-point operations per call
+    bytes: float = 0.0                 # minimal DRAM traffic per call (memory-bound ops)
+    notes: List[str] = field(default_factory=list)
+
+    def throughput(self) -> str:
+        t = self.ms.get("tecomp")
+        if t is None:
+            return "-"
+        if self.flops:
+            return f"{self.flops / (t * 1e-3) / 1e12:.1f} TFLOP/s"
+        return f"{self.bytes / (t * 1e-3) / 1e9:.0f} GB/s"
+
+
+def format_table(rows: Sequence[Row], refs: Sequence[str]) -> str:
+    """The results as one fixed-width table: the workload, tecomp's median time and
+    throughput, then per reference tool its median time and tecomp's speed relative to it
+    (``ratio``)."""
+    head = ["workload", "tecomp ms", "tecomp"]
+    for r in refs:
+        head += [f"{r} ms", f"vs {r}"]
+    lines = [head]
+    for row in rows:
+        t = row.ms.get("tecomp")
+        cells = [row.workload, _cell(t, ".3f"), row.throughput()]
+        for r in refs:
+            cells += [_cell(row.ms.get(r), ".3f"), _cell(ratio(row.ms.get(r), t), ".2f") +
+                      ("x" if ratio(row.ms.get(r), t) is not None else "")]
+        lines.append(cells)
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
+
+    def fmt(cells):
+        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths)))
+
+    out = [fmt(head), "  ".join("-" * w for w in widths)]
+    out += [fmt(c) for c in lines[1:]]
+    notes = [f"  {row.workload}: {n}" for row in rows for n in row.notes]
+    if notes:
+        out += ["", "notes:"] + notes
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------
+# the machine
+
+
+def gpu_driver():
+    """tecomp's pycuda driver, or a RuntimeUnavailableError saying what is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("pycuda") is None:
+        raise RuntimeUnavailableError("pycuda is not installed (see the project's GPU notes: a "
+                                      "wheel for the GPU machines is provided)") from None
+    from tecomp.runtime_cuda import default_driver
+
+    return default_driver()
+
+
+def _try_import(name):
+    try:
+        return __import__(name)
+    except Exception:  # noqa: BLE001 - a broken install counts as absent
+        return None
+
+
+class Timer:
+    """GPU time of a callable from CUDA events on the default (legacy) stream, which
+    pycuda, PyTorch and CuPy all launch on by default."""
+
+    def __init__(self, drv):
+        self.cuda = drv.cuda
+        self.start, self.end = self.cuda.Event(), self.cuda.Event()
+
+    def sample(self, fn: Callable[[], None], inner: int) -> float:
+        """Milliseconds per call over ``inner`` back-to-back calls."""
+        self.start.record()
+        for _ in range(inner):
+            fn()
+        self.end.record()
+        self.end.synchronize()
+        return self.start.time_till(self.end) / inner
+
+
+def interleaved(timer: Timer, fns: Dict[str, Callable[[], None]], rounds: int, inner: int,
+                warmup: int = 3) -> Dict[str, float]:
+    """Median ms per call of each callable, sampled round robin."""
+    for _ in range(warmup):
+        for f in fns.values():
+            f()
+    samples: Dict[str, List[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            samples[k].append(timer.sample(f, inner))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def device_pointer(a) -> int:
+    """The device address of a PyTorch / CuPy / pycuda array."""
+    return int(a.__cuda_array_interface__["data"][0])
+
+
+class DirectLaunch:
+    """tecomp's kernels for fixed device arrays, launched straight through pycuda (what
+    ``CudaModule.__call__`` does after its argument checks, prepared once)."""
+
+    def __init__(self, mod, arrays: Sequence, drv):
+        from tecomp.ir.expr import Buffer
+
+        self.drv = drv
+        func = mod.func
+        ptrs = {}
+        for p, a in zip(func.params, arrays):
+            if isinstance(p, Buffer):
+                ptrs[p] = device_pointer(a)
+        cmod = drv.compile(mod.cuda_source)
+        self.launches = []
+        for k in mod.kernels:
+            if not all(hasattr(d, "value") for d in k.grid + k.block) or \
+                    not all(p.is_buffer for p in k.params):
+                raise ValueError(f"{k.name}: DirectLaunch takes kernels with constant launch "
+                                 "sizes and buffer parameters only")
+            grid = tuple(int(d.value) for d in k.grid)
+            block = tuple(int(d.value) for d in k.block)
+            types = "".join("P" for p in k.params)
+            args = [ptrs[p.obj] for p in k.params]
+            self.launches.append((drv.get_function(cmod, k.name), grid, block, types, args))
+
+    def __call__(self) -> None:
+        for fn, grid, block, types, args in self.launches:
+            self.drv.launch(fn, grid, block, 0, types, args)
+
+
+# ---------------------------------------------------------------------------------
+# workloads
+
+
+@dataclass
+class Reference:
+    """A reference tool's call, and its last result as a numpy array in tecomp's layout."""
+
+    run: Callable[[], object]
+    result: Callable[[], np.ndarray]
+
+
+@dataclass
+class Setup:
+    host: List[np.ndarray]                 # tecomp's arguments (the output last)
+    refs: Dict[str, Reference]
+    expect: Callable[[], np.ndarray]       # the float64 reference result
+
+
+@dataclass
+class Workload:
+    name: str
+    build: Callable[..., object]           # (target="cuda") -> tecomp module
+    setup: Callable[[object, object], Setup]   # (torch or None, cupy or None) -> Setup
+    flops: float = 0.0
+    bytes: float = 0.0
+
+
+def _np(t) -> np.ndarray:
+    """A torch / CuPy array's values on the host."""
+    return t.cpu().numpy() if hasattr(t, "cpu") else t.get()
+
+
+def gemm_workload(n: int) -> Workload:
+    def build(target="cuda"):
+        A = tc.placeholder((n, n), name="A")
+        B = tc.placeholder((n, n), name="B")
+        C = ops.matmul(A, B)
+        return tc.build(schedule_cuda.schedule_matmul(C, target), [A, B, C], target=target,
+                        name=f"gemm{n}")
+
+    def setup(torch, cupy):
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        refs = {}
+        expect = lambda: a.astype(np.float64) @ b.astype(np.float64)  # noqa: E731
+        if torch is not None:
+            ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+            tout = torch.empty((n, n), device="cuda")
+            refs["torch"] = Reference(lambda: torch.matmul(ta, tb, out=tout), lambda: _np(tout))
+            expect = lambda: torch.matmul(ta.double(), tb.double()).cpu().numpy()  # noqa: E731
+        if cupy is not None:
+            ca, cb = cupy.asarray(a), cupy.asarray(b)
+            cout = cupy.empty((n, n), dtype=cupy.float32)
+            refs["cupy"] = Reference(lambda: cupy.matmul(ca, cb, out=cout), lambda: _np(cout))
+        return Setup([a, b, np.zeros((n, n), np.float32)], refs, expect)
+
+    return Workload(f"gemm {n}^3", build, setup, flops=2.0 * n ** 3)
+
+
+def conv_workload(C: int, HW: int, layout: str, N: int = 32) -> Workload:
+    """3x3, stride 1, padding 1, C input and output channels."""
+    def build(target="cuda"):
+        if layout == "nchw":
+            d = tc.placeholder((N, C, HW, HW), name="data")
+            w = tc.placeholder((C, C, 3, 3), name="weight")
+            y = ops.conv2d_nchw(d, w, 1, 1)
+            s = schedule_cuda.schedule_conv2d_nchw(y, target)
+        else:
+            d = tc.placeholder((N, HW, HW, C), name="data")
+            w = tc.placeholder((3, 3, C, C), name="weight")
+            y = ops.conv2d_nhwc(d, w, 1, 1)
+            s = schedule_cuda.schedule_conv2d_nhwc(y, target)
+        return tc.build(s, [d, w, y], target=target, name=f"conv{C}_{layout}")
+
+    def setup(torch, cupy):
+        rng = np.random.default_rng(0)
+        d = rng.standard_normal((N, C, HW, HW), dtype=np.float32)
+        wt = (rng.standard_normal((C, C, 3, 3)) / math.sqrt(9 * C)).astype(np.float32)
+        nhwc = layout == "nhwc"
+        # tecomp's layouts: NCHW / OIHW, or NHWC / HWIO
+        host = [d, wt] if not nhwc else [np.ascontiguousarray(d.transpose(0, 2, 3, 1)),
+                                         np.ascontiguousarray(wt.transpose(2, 3, 1, 0))]
+        host.append(np.zeros(host[0].shape[:-1] + (C,) if nhwc else (N, C, HW, HW),
+                             np.float32))
+        as_layout = (lambda y: y.transpose(0, 2, 3, 1)) if nhwc else (lambda y: y)
+
+        def numpy_expect():  # float64 (slow: PyTorch's replaces it when present)
+            dp = np.pad(d.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+            out = np.zeros((N, C, HW, HW))
+            for r in range(3):
+                for s_ in range(3):
+                    out += np.einsum("nchw,kc->nkhw", dp[:, :, r:r + HW, s_:s_ + HW],
+                                     wt[:, :, r, s_])
+            return as_layout(out)
+
+        refs, expect = {}, numpy_expect
+        if torch is not None:
+            F = torch.nn.functional
+            td, tw = torch.from_numpy(d).cuda(), torch.from_numpy(wt).cuda()
+            if nhwc:  # cuDNN's NHWC kernels
+                td = td.to(memory_format=torch.channels_last)
+                tw = tw.to(memory_format=torch.channels_last)
+            last = {}
+
+            def run_torch():
+                last["y"] = F.conv2d(td, tw, padding=1)
+
+            refs["torch"] = Reference(run_torch, lambda: as_layout(_np(last["y"])))
+            expect = lambda: as_layout(  # noqa: E731
+                F.conv2d(td.double(), tw.double(), padding=1).cpu().numpy())
+        return Setup(host, refs, expect)
+
+    return Workload(f"conv {layout} N={N} C=K={C} {HW}x{HW}", build, setup,
+                    flops=2.0 * N * C * C * 9 * HW * HW)
+
+
+def softmax_workload(m: int, n: int) -> Workload:
+    def build(target="cuda"):
+        X = tc.placeholder((m, n), name="X")
+        Y = ops.softmax(X)
+        return tc.build(schedule_cuda.schedule_softmax(Y, target), [X, Y], target=target,
+                        name="softmax")
+
+    def setup(torch, cupy):
+        x = np.random.default_rng(0).standard_normal((m, n), dtype=np.float32) * 3
+
+        def expect():
+            e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+            return e / e.sum(-1, keepdims=True)
+
+        refs = {}
+        if torch is not None:
+            tx = torch.from_numpy(x).cuda()
+            last = {}
+
+            def run_torch():
+                last["y"] = torch.softmax(tx, dim=-1)
+
+            refs["torch"] = Reference(run_torch, lambda: _np(last["y"]))
+        return Setup([x, np.zeros((m, n), np.float32)], refs, expect)
+
+    return Workload(f"softmax {m}x{n}", build, setup, bytes=2.0 * 4 * m * n)
+
+
+WORKLOADS = [
+    gemm_workload(4096),
+    conv_workload(64, 56, "nchw"),
+    conv_workload(256, 14, "nchw"),
+    conv_workload(64, 56, "nhwc"),
+    conv_workload(256, 14, "nhwc"),
+    softmax_workload(4096, 1024),
+]
+
+
+def max_rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest absolute error relative to the largest magnitude of the reference."""
+    scale = max(1e-30, float(np.max(np.abs(want))))
+    return float(np.max(np.abs(got.astype(np.float64) - want))) / scale
+
+
+def _to_device(host: Sequence[np.ndarray], torch, cupy):
+    if torch is not None:
+        return [torch.from_numpy(h).cuda() for h in host]
+    if cupy is not None:
+        return [cupy.asarray(h) for h in host]
+    import pycuda.gpuarray as gpuarray
+
+    return [gpuarray.to_gpu(h) for h in host]
+
+
+def run(args) -> int:
+    try:
+        drv = gpu_driver()
+    except RuntimeUnavailableError as exc:
+        sys.stderr.write(f"benchmarks/gpu.py needs a CUDA GPU and pycuda: {exc}\n"
+                         "Nothing was measured (the CPU benchmarks are benchmarks/run.py; the "
+                         "CUDA schedules are checked without a GPU by "
+                         "tests/test_nn_schedule_cuda.py).\n")
+        return NO_GPU_STATUS
+    torch = _try_import("torch")
+    if torch is not None and not torch.cuda.is_available():
+        torch = None
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
+        torch.cuda.init()
+    cupy = _try_import("cupy")
+    if cupy is not None:
+        try:
+            cupy.cuda.runtime.getDeviceCount()
+        except Exception:  # noqa: BLE001
+            cupy = None
+    refs_available = [t for t, mod in (("torch", torch), ("cupy", cupy)) if mod is not None]
+    print(f"device: {drv.name} ({drv.arch}); torch "
+          f"{torch.__version__ if torch else 'absent'}; cupy "
+          f"{cupy.__version__ if cupy else 'absent'}; TF32 off")
+    rounds, inner = (5, 3) if args.quick else (15, 10)
+    rows: List[Row] = []
+    with drv.active():
+        timer = Timer(drv)
+        for w in WORKLOADS:
+            if args.only and args.only not in w.name:
+                continue
+            mod = w.build()
+            st = w.setup(torch, cupy)
+            dev = _to_device(st.host, torch, cupy)
+            mod(*dev)                      # compiles; checks the arguments
+            want = st.expect()
+            errors = {"tecomp": max_rel_error(_np(dev[-1]), want)}
+            for name, ref in st.refs.items():
+                ref.run()
+                errors[name] = max_rel_error(ref.result(), want)
+            bad = {k: e for k, e in errors.items() if not e < TOLERANCE}
+            if bad:
+                raise SystemExit(f"{w.name}: wrong results (max error relative to the largest "
+                                 f"value: {bad}); nothing timed")
+            launch = DirectLaunch(mod, dev, drv)
+            med = interleaved(timer, {"tecomp": launch, **{k: r.run for k, r in st.refs.items()}},
+                              rounds, inner)
+            t0 = time.perf_counter()       # a checked call: argument checks + launch + sync
+            for _ in range(inner):
+                mod(*dev)
+            drv.synchronize()
+            call_ms = (time.perf_counter() - t0) / inner * 1e3
+            k = mod.kernels[0]
+            notes = [f"grid {tuple(int(d.value) for d in k.grid)}, block {k.constant_block}, "
+                     f"{k.shared_bytes} B shared; a checked CudaModule call takes "
+                     f"{call_ms:.3f} ms; errors "
+                     + ", ".join(f"{t} {e:.1e}" for t, e in errors.items())]
+            rows.append(Row(w.name, med, w.flops, w.bytes, notes))
+            print(f"  measured {w.name}", flush=True)
+    print()
+    print(format_table(rows, refs_available))
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="fewer repetitions")
+    p.add_argument("--only", default="", help="run the workloads whose name contains this")
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
