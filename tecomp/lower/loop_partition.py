@@ -12,7 +12,9 @@ becomes a main part without the guard and a guarded tail::
 
 This is what makes a non-divisible split cheap: the vectorized or unrolled inner loop
 of the main part has no guard, so it stays vectorized/unrolled.  Loops bound to GPU
-threads and vectorized loops are not partitioned (their guard is a per-lane mask).
+threads and vectorized loops are not partitioned (their guard is a per-lane mask), nor
+is an unrolled loop inside a GPU kernel at a split point that is not a constant (it
+would no longer unroll, and the register arrays it indexes would go to local memory).
 """
 from __future__ import annotations
 
@@ -101,11 +103,30 @@ class LoopPartition(Mutator):
     def __init__(self, simplify, ranges=None):
         self.simplify = simplify
         self.ranges = ranges or {}
+        self.in_kernel = 0  # GPU thread loops around the visited statement
 
     def visit_For(self, s):
+        if s.kind == "thread":
+            self.in_kernel += 1
+            try:
+                body = self.visit(s.body)
+            finally:
+                self.in_kernel -= 1
+            return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
         # Outermost loops first: partitioning i.outer leaves the whole main part guard-free.
         if s.kind in ("serial", "parallel", "unrolled"):
             parts = self._partition(s)
+            if parts is not None and s.kind == "unrolled" and self.in_kernel \
+                    and not all(isinstance(p.extent, Const) for p in parts):
+                # in a GPU kernel an unrolled loop indexes register arrays (a thread's
+                # micro-tile): split at a run-time point, it would not unroll and the
+                # arrays would go to local memory; the guard is cheaper (predication)
+                parts = None
+            if parts is not None and s.kind == "parallel" and len(parts) > 1:
+                # one parallel region whose body picks its part: splitting it into
+                # several parallel loops would run a short tail region (often a single
+                # iteration) on one thread while the others wait
+                return self._unswitch_parallel(s, parts)
             if parts is not None:
                 # the main part may hold other guards: partition it again; the others
                 # keep this guard, so only their bodies are visited
@@ -159,6 +180,19 @@ class LoopPartition(Mutator):
                                  s.kind, body_false, s.thread_tag))
             return parts
         return None
+
+    def _unswitch_parallel(self, s, parts):
+        """``parallel (v, m, E) { if (v < m + K1) main else if ... tail }``: the parts of
+        a partitioned parallel loop as branches of one loop body."""
+        main = self.visit(parts[0])  # may unswitch again on another guard of v
+        if not (isinstance(main, For) and main.var is s.var):
+            return seq(main, *[For(t.var, t.min, t.extent, t.kind, self.visit(t.body),
+                                   t.thread_tag) for t in parts[1:]])
+        bodies = [main.body] + [self.visit(t.body) for t in parts[1:]]
+        out = bodies[-1]
+        for t, b in zip(reversed(parts[1:]), reversed(bodies[:-1])):
+            out = IfThenElse(_op.compare(LT, s.var, t.min), b, out)
+        return For(s.var, s.min, s.extent, s.kind, out, s.thread_tag)
 
     def _clamp(self, x, lo, hi):
         return self.simplify(_op.minimum(_op.maximum(x, lo), hi), self.ranges)
