@@ -31,9 +31,13 @@ Overflow policy (the semantics say integer arithmetic wraps)
   order (division, modulo, comparison, min/max) looks inside it.  So with constant
   ranges (loop counters, int8/int16/uint8 values, loads) the analysis is exact.
 * A ``Var`` of int32/int64 with *no* range is a symbolic index quantity (a shape
-  parameter, an outer loop counter kept symbolic): an expression that depends on one
-  is assumed not to overflow, as TVM and Halide assume for index arithmetic.  This is
-  what makes ``i_outer*8 + i_inner < i_outer*8 + 8`` provable with ``i_outer`` free.
+  parameter, an outer loop counter kept symbolic): index arithmetic on such symbols is
+  assumed not to overflow -- the input's and the (equal-valued) expressions the
+  simplifier derives from it -- as TVM and Halide assume for index arithmetic.  This
+  is what makes ``i_outer*8 + i_inner < i_outer*8 + 8`` provable with ``i_outer``
+  free.  A linear form whose constant or coefficients had to be reduced modulo
+  ``2**bits`` while it was built (``z - (-2**31)``) is not the expression's integer
+  value, so nothing is assumed about it.
 * Narrow variables (int8, int16, uint8) are always bounded by their dtype.
 * A value read from memory, an intrinsic call or a float->int cast ranges over its
   whole dtype.
@@ -61,7 +65,7 @@ from ..errors import ExprError
 from . import dtype as _dt
 from .functor import node_fields
 from .expr import (
-    Add, Call, Cast, CmpOp, Const, Expr, FloorDiv, FloorMod, IterVar, Let, Max, Min, Mul,
+    Add, Call, Cast, Const, Expr, FloorDiv, FloorMod, IterVar, Let, Max, Min, Mul,
     Range, Select, Sub, TruncDiv, TruncMod, Var, as_expr,
 )
 
@@ -308,15 +312,26 @@ class LinForm:
     first appearance, which makes rebuilt expressions deterministic.  Coefficients and
     the constant are kept as *signed* residues (``-1``, not ``255``, for uint8).
     ``math=True`` forms (used to compare exact values) do not wrap at all.
+
+    ``wrapped`` records that building the form reduced a coefficient or the constant
+    modulo ``2**bits`` (``z - (-2**31)`` is ``z - 2**31`` in int32): such a form equals
+    the expression in the ring, but not as an integer, so nothing may be *assumed*
+    about its exact value when its bounds are unknown.
     """
 
-    __slots__ = ("dtype", "terms", "const", "math", "expr")
+    __slots__ = ("dtype", "terms", "const", "math", "expr", "wrapped")
 
-    def __init__(self, dtype: str, terms=None, const: int = 0, math: bool = False):
+    def __init__(self, dtype: str, terms=None, const: int = 0, math: bool = False,
+                 wrapped: bool = False):
         self.dtype = dtype
         self.terms = {} if terms is None else terms
         self.math = math
-        self.const = const if math else wrap_centered(const, dtype)
+        if math:
+            self.const = const
+        else:
+            self.const = wrap_centered(const, dtype)
+            wrapped = wrapped or self.const != const
+        self.wrapped = wrapped
         self.expr = None  # cached rebuilt Expr (set by the simplifier)
 
     # construction ----------------------------------------------------------------
@@ -329,18 +344,22 @@ class LinForm:
         """``sum(sign * form for form, sign in parts)`` in one pass (long sums stay linear)."""
         terms: dict = {}
         const = 0
+        wrapped = False
         for f, s in parts:
             const += s * f.const
+            wrapped = wrapped or f.wrapped
             for k, (atom, c) in f.terms.items():
                 old = terms.get(k)
                 terms[k] = (atom, s * c) if old is None else (old[0], old[1] + s * c)
         clean = {}
         for k, (atom, c) in terms.items():
             if not math:
-                c = wrap_centered(c, dtype)
+                w = wrap_centered(c, dtype)
+                wrapped = wrapped or w != c
+                c = w
             if c:
                 clean[k] = (atom, c)
-        return LinForm(dtype, clean, const, math)
+        return LinForm(dtype, clean, const, math, wrapped)
 
     def _w(self, v: int) -> int:
         return v if self.math else wrap_centered(v, self.dtype)
@@ -361,26 +380,18 @@ class LinForm:
         return None
 
     def add(self, other: "LinForm", sign: int = 1) -> "LinForm":
-        terms = dict(self.terms)
-        w = self._w
-        for k, (atom, c) in other.terms.items():
-            old = terms.get(k)
-            nc = w((old[1] if old is not None else 0) + sign * c)
-            if nc == 0:
-                if old is not None:
-                    del terms[k]
-            else:
-                terms[k] = (old[0] if old is not None else atom, nc)
-        return LinForm(self.dtype, terms, self.const + sign * other.const, self.math)
+        return LinForm.combine(self.dtype, [(self, 1), (other, sign)], self.math)
 
     def sub(self, other: "LinForm") -> "LinForm":
         return self.add(other, -1)
 
     def add_const(self, c: int) -> "LinForm":
-        return LinForm(self.dtype, dict(self.terms), self.const + c, self.math)
+        return LinForm(self.dtype, dict(self.terms), self.const + c, self.math, self.wrapped)
 
     def scale(self, c: int) -> "LinForm":
-        c = self._w(c)
+        wc = self._w(c)
+        wrapped = self.wrapped or wc != c
+        c = wc
         if c == 0:
             return LinForm(self.dtype, {}, 0, self.math)
         if c == 1:
@@ -389,20 +400,16 @@ class LinForm:
         terms = {}
         for k, (atom, a) in self.terms.items():
             nc = w(a * c)
+            wrapped = wrapped or nc != a * c
             if nc != 0:
                 terms[k] = (atom, nc)
-        return LinForm(self.dtype, terms, self.const * c, self.math)
-
-    def exact_div(self, g: int) -> "LinForm":
-        """Divide every coefficient and the constant by ``g`` (they must be multiples)."""
-        return LinForm(self.dtype, {k: (a, c // g) for k, (a, c) in self.terms.items()},
-                       self.const // g, self.math)
+        return LinForm(self.dtype, terms, self.const * c, self.math, wrapped)
 
     def as_math(self) -> "LinForm":
-        return LinForm(self.dtype, dict(self.terms), self.const, True)
+        return LinForm(self.dtype, dict(self.terms), self.const, True, self.wrapped)
 
     def as_ring(self) -> "LinForm":
-        return LinForm(self.dtype, dict(self.terms), self.const, False)
+        return LinForm(self.dtype, dict(self.terms), self.const, False, self.wrapped)
 
     def same(self, other: "LinForm") -> bool:
         """Structural equality of two forms (same terms, coefficients and constant)."""
@@ -659,11 +666,13 @@ class Analyzer:
             old = terms.get(k)
             terms[k] = (old[0] if old else x, (old[1] if old else 0) + c)
         clean = {}
+        wrapped = False
         for k, (atom, a) in terms.items():
-            a = wrap_centered(a, dt)
-            if a:
-                clean[k] = (atom, a)
-        f = LinForm(dt, clean, const)
+            w = wrap_centered(a, dt)
+            wrapped = wrapped or w != a
+            if w:
+                clean[k] = (atom, w)
+        f = LinForm(dt, clean, const, False, wrapped)
         self._forms[id(e)] = (e, f)
         return f
 
@@ -796,12 +805,26 @@ class Analyzer:
         lo, hi = self.form_mbound(f)
         if f.math:
             return lo, hi
+        if (lo is None or hi is None) and not self._representable(f):
+            return dtype_limits(f.dtype)  # not the input's integer value: assume nothing
         return _fit_wrapped(lo, hi, f.dtype)
 
+    @staticmethod
+    def _representable(f: LinForm) -> bool:
+        """The constant and coefficients of ``f`` are values of its dtype (a form with an
+        unknown bound may only be assumed not to overflow under that condition)."""
+        dlo, dhi = dtype_limits(f.dtype) if not _dt.is_uint(f.dtype) else (-_HALF[f.dtype], _HALF[f.dtype] - 1)
+        if f.wrapped or not dlo <= f.const <= dhi:
+            return False
+        return all(dlo <= c <= dhi for _, c in f.terms.values())
+
     def fits(self, f: LinForm) -> bool:
-        """The exact value of ``f`` provably stays in its dtype (or depends on free symbols)."""
+        """The exact value of ``f`` provably stays in its dtype (or depends on free
+        symbols, and ``f`` is made of representable coefficients that did not wrap)."""
         lo, hi = self.form_mbound(f)
         dlo, dhi = dtype_limits(f.dtype)
+        if (lo is None or hi is None) and not self._representable(f):
+            return False
         return not ((lo is not None and lo < dlo) or (hi is not None and hi > dhi))
 
     def exact(self, f: LinForm) -> Optional[LinForm]:
@@ -809,6 +832,8 @@ class Analyzer:
         value equals the computed (wrapped) value; None when the value may wrap."""
         lo, hi = self.form_mbound(f)
         dlo, dhi = dtype_limits(f.dtype)
+        if (lo is None or hi is None) and not self._representable(f):
+            return None  # nothing to assume: the form is not the expression's integer value
         if (lo is None or lo >= dlo) and (hi is None or hi <= dhi):
             return f.as_math()
         if lo is None or hi is None:

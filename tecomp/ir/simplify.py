@@ -18,9 +18,12 @@ order of first appearance, the constant last, negative coefficients as subtracti
 * like terms combine, ``x - x -> 0``, ``x*0 -> 0``, ``(x*c1)*c2 -> x*(c1*c2)``,
   ``(x + 1)*8 -> x*8 + 8``; products of non-constants are atoms keyed commutatively
   (``x*y - y*x -> 0``);
-* a variable whose range holds one value is that value;
+* a variable whose range holds one value is that value; so is any non-linear
+  sub-expression whose bounds are a single value;
 * fuse identities: ``(f // c)*c + f % c -> f`` (also nested, and for a symbolic
-  divisor ``(f // n)*n + f % n -> f``), and ``x - (x // c)*c -> x % c``.
+  divisor ``(f // n)*n + f % n -> f``), and ``x - (x // c)*c -> x % c``;
+* ``min(a, b) + r -> min(a + r, b + r)`` (and max) when that cancels terms:
+  ``min(i*8 + 8, 100) - i*8 -> min(100 - i*8, 8)``.
 
 Division and modulo (``c > 0`` a constant; exact only when the dividend cannot wrap)
 * ``x // c -> q`` when every value of ``x`` lies in ``[q*c, q*c + c)``, in particular
@@ -34,6 +37,8 @@ Division and modulo (``c > 0`` a constant; exact only when the dividend cannot w
 * ``(x % c1) % c2 -> x % c2`` when ``c2`` divides ``c1`` (inside any sum);
 * a symbolic divisor ``n``: ``(a*n + b) // n -> a + b // n``, ``(a*n + b) % n -> b % n``,
   ``b // n -> 0`` and ``b % n -> b`` when ``0 <= b < n`` is provable;
+* variables with symbolic ranges are relaxed when constant bounds do not decide:
+  in ``for (j, i*8, 8)``, ``j // 8 -> i`` and ``j % 8 -> j - i*8``;
 * TruncDiv/TruncMod of a non-negative dividend by a positive divisor become
   FloorDiv/FloorMod (they agree there); constants fold with C semantics.
 
@@ -45,6 +50,8 @@ Min, Max, Select, comparisons, logic
   ``i`` in ``[0, 64)`` is True; ``i*8 == 100`` is False by divisibility); otherwise they
   are rewritten as ``terms OP constant`` with the coefficients' gcd divided out
   (``i + 1 < 57 -> i < 56``, ``i*8 < 100 -> i < 13``), positive terms on the left;
+  ``==``/``!=`` are exact in the ring, so they are canonicalized (and decided by the
+  bounds of the wrapped difference) even when a side may wrap;
 * ``And``/``Or``/``Not`` with constants, ``a && a -> a``, ``a && !a -> False``, two
   bounds on the same expression merge (``i >= 2 && i < 1 -> False``), ``!(a < b) -> a >=
   b`` (integers), ``!(a == b) -> a != b``, De Morgan when it removes every ``!``;
@@ -58,6 +65,11 @@ Casts and floats
 * float constants fold in float32/float64 with IEEE semantics (float16 is a storage
   type and is not folded); ``x*1``, ``x/1``, ``x - 0.0``, ``x + -0.0`` simplify; nothing
   is reassociated, ``x*0`` and ``x + 0.0`` are kept (NaN, infinities, ``-0.0``).
+
+How it works: int expressions are turned into :class:`~tecomp.ir.arith.LinForm`
+bottom-up (``lin``), every rule works on forms and constant bounds from the
+:class:`~tecomp.ir.arith.Analyzer`, and a form is rebuilt into an Expr only where a
+non-linear node needs it.  Results are memoized per scope (a loop body, a branch).
 
 Statements
 * ``For`` ranges are learned for the body; extent <= 0 removes the loop, a *serial*
@@ -80,14 +92,12 @@ from ..errors import ExprError
 from . import dtype as _dt
 from .arith import Analyzer, LinForm, dtype_limits, wrap, wrap_centered
 from .expr import (
-    EQ, GE, GT, LE, LT, NE, Add, And, BufferLoad, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv,
-    FloorMod, IterVar, Let, Max, Min, Mul, Not, Or, ProducerLoad, Range, Reduce, Select, Sub,
-    TruncDiv, TruncMod, Var, as_expr,
+    EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
+    IterVar, Let, Max, Min, Mul, Not, Or, Reduce, Select, Sub, TruncDiv, TruncMod, Var, as_expr,
 )
 from .functor import Mutator, node_fields, substitute
 from .stmt import (
-    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc,
-    SeqStmt, Stmt,
+    Allocate, AssertStmt, AttrStmt, Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt,
 )
 
 __all__ = ["simplify", "Simplifier", "StmtSimplifier"]
@@ -183,8 +193,8 @@ def _cast_const(v, src: str, dst: str):
         if dst == "float32":
             with np.errstate(all="ignore"):
                 return float(np.float32(v))
-        with np.errstate(all="ignore"):
-            return float(np.float16(np.float32(v) if src != "float64" else v))
+        with np.errstate(all="ignore"):  # one rounding, from the exact source value
+            return float(np.float16(float(v)))
     # to an integer
     if isinstance(v, float):
         if not math.isfinite(v):
@@ -543,7 +553,6 @@ class Simplifier:
 
     # division -----------------------------------------------------------------------------
     def _lin_div(self, t, fa: LinForm, fb: LinForm, dt: str) -> LinForm:
-        an = self.an
         if fb.is_const:
             c = fb.value
             if t is FloorDiv or t is FloorMod:
@@ -572,7 +581,7 @@ class Simplifier:
         if fa.is_const and fa.const == 0:
             return LinForm(dt)  # 0 / d == 0 for every d != 0 (d == 0 is undefined)
         if t is TruncDiv or t is TruncMod:
-            fbe = an.exact(fb)
+            fbe = self.an.exact(fb)
             if self.prove_nonneg(fa) and fbe is not None and self.decide(GT, fbe) is True:
                 t = FloorDiv if t is TruncDiv else FloorMod
             else:
@@ -698,7 +707,7 @@ class Simplifier:
         parts.append((LinForm(dt, {}, e.const, True), 1))
         r = LinForm.combine(dt, parts, math=True)
         r = LinForm(dt, {k: (x, _reduce_mod(a, c)) for k, (x, a) in r.terms.items() if a % c},
-                    r.const % c, True)
+                    _reduce_mod(r.const, c), True)
         if not self.an.fits(r):
             r = e
         lo, hi = self.best_bound(r)
@@ -1025,11 +1034,24 @@ class Simplifier:
     def compare(self, t, fa: LinForm, fb: LinForm) -> Expr:
         """The simplified ``fa OP fb`` of two int forms (see the module doc)."""
         dt = fa.dtype
-        if t is EQ or t is NE:
-            d = LinForm.combine(dt, [(fa, 1), (fb, -1)])
-            if d.is_const:  # equality in the ring is exact even when the sides wrap
-                return _bool((d.const == 0) == (t is EQ))
         ea, eb = self.an.exact(fa), self.an.exact(fb)
+        if t is EQ or t is NE:
+            # a == b  <=>  a - b == 0 in the ring: exact even when the sides wrap
+            d = LinForm.combine(dt, [(fa, 1), (fb, -1)])
+            if d.is_const:
+                return _bool((d.const == 0) == (t is EQ))
+            if ea is None or eb is None:  # split in the ring (no gcd division there)
+                lo, hi = self.an.form_bound(d)  # bounds of the wrapped difference
+                if (lo is not None and lo > 0) or (hi is not None and hi < 0):
+                    return _bool(t is NE)
+                if all(c < 0 for _, c in d.terms.values()):
+                    d = d.scale(-1)
+                left = self._normalize(LinForm(dt, {kk: v for kk, v in d.terms.items() if v[1] > 0}, 0))
+                right = self._normalize(LinForm(dt, {kk: (x, -c) for kk, (x, c) in d.terms.items() if c < 0},
+                                                -d.const))
+                if self.an.exact(left) is not None and self.an.exact(right) is not None:
+                    return self.compare(t, left, right)  # the new sides cannot wrap: decide
+                return t(self.expr(left), self.expr(right))
         if ea is None or eb is None:
             return t(self.expr(fa), self.expr(fb))
         d = LinForm.combine(dt, [(ea, 1), (eb, -1)], math=True)
@@ -1058,6 +1080,7 @@ class Simplifier:
         right = LinForm(dt, {kk: (x, -c) for kk, (x, c) in dd.terms.items() if c < 0}, rhs, True)
         if not (self.an.fits(left) and self.an.fits(right)):
             return orig(self.expr(fa), self.expr(fb))
+        left, right = self._normalize(left.as_ring()), self._normalize(right.as_ring())
         return t(self.expr(left), self.expr(right))
 
     # logic -----------------------------------------------------------------------------
