@@ -78,7 +78,7 @@ def test_relax_selects_the_relaxed_vars():
 
 def test_bounds_of_div_mod_min_max():
     r = {ii: R(0, 8)}
-    assert itv((io * 8 + ii) % 16, r) == "Interval[i.outer % 2*8, i.outer % 2*8 + 7]"
+    assert itv((io * 8 + ii) % 16, r) == "Interval[(i.outer % 2)*8, (i.outer % 2)*8 + 7]"
     assert itv((io * 8 + ii) // 16, r) == "Interval[i.outer // 2, i.outer // 2]"
     assert itv((io * 8 + ii) // 4, r) == "Interval[i.outer*2, i.outer*2 + 1]"
     assert itv(op.minimum(io * 8 + ii, 99), r) == "Interval[min(i.outer*8, 99), min(i.outer*8 + 7, 99)]"

@@ -26,6 +26,9 @@ def _operands(a, b, what: str):
     else:
         eb = as_expr(b)
         ea = as_expr(a, eb.dtype)
+    if ea.dtype == eb.dtype:
+        return ea, eb, ea.dtype
+    # the message (which prints both operands) is only built when the dtypes differ
     return ea, eb, _dt.promote(ea.dtype, eb.dtype, f"the operands of {what} `{ea}` and `{eb}`")
 
 

@@ -8,7 +8,9 @@
 * Variables and buffers that share a name get suffixes in order of appearance
   (``i``, ``i_1``); the same program always prints the same text.
 * Constants: int32 plain (``8``), int64 ``8i64``, float32 ``1f``/``0.5f``, float64 ``0.5``,
-  float16 ``0.5h``, other ints ``8i8``, bools ``True``/``False``.
+  float16 ``0.5h``, other ints ``8i8``, bools ``True``/``False``; non-finite floats
+  ``float32(inf)``, ``float64(nan)``.
+* A division or modulo that is an operand of ``*`` gets parentheses: ``(f // 16)*16``.
 """
 from __future__ import annotations
 
@@ -34,23 +36,22 @@ _BIN = {
 }
 
 
+_FLOAT_SUFFIX = {"float32": "f", "float16": "h", "float64": ""}
+_INT_SUFFIX = {"int32": "", "int64": "i64", "int16": "i16", "int8": "i8", "uint8": "u8"}
+
+
 def format_const(c: Const) -> str:
     v, dt = c.value, c.dtype
     if dt == "bool":
         return "True" if v else "False"
     if _dt.is_float(dt):
-        if math.isnan(v):
-            s = "nan"
-        elif math.isinf(v):
-            s = "inf" if v > 0 else "-inf"
-        elif v == int(v) and abs(v) < 1e16:
+        if math.isnan(v) or math.isinf(v):
+            return f"{dt}({'nan' if math.isnan(v) else ('inf' if v > 0 else '-inf')})"
+        if v == int(v) and abs(v) < 1e16:
             s = str(int(v))
-        else:
-            s = repr(float(v))
-        return s + {"float32": "f", "float64": "", "float16": "h"}[dt] if dt != "float64" else (s if "." in s or "e" in s or "n" in s else s + ".0")
-    if dt == "int32":
-        return str(v)
-    return f"{v}{ {'int64': 'i64', 'int8': 'i8', 'int16': 'i16', 'uint8': 'u8'}.get(dt, dt)}".replace(" ", "")
+            return s + (".0" if dt == "float64" else _FLOAT_SUFFIX[dt])
+        return repr(float(v)) + _FLOAT_SUFFIX[dt]
+    return f"{v}{_INT_SUFFIX.get(dt, dt)}"
 
 
 class Printer:
@@ -90,9 +91,13 @@ class Printer:
                 s = "-" + self.expr(e.b, 7)
                 return f"({s})" if parent_prec > 5 else s
             # left-associative: the right operand needs parens at equal precedence
-            s = f"{self.expr(e.a, prec)} {op} {self.expr(e.b, prec + 1)}"
-            if t in (Mul, Div, FloorDiv, FloorMod):
-                s = f"{self.expr(e.a, prec)}{op}{self.expr(e.b, prec + 1)}" if op == "*" else s
+            if t is Mul:
+                # `a*b` is printed tight; a division operand gets parentheses so that
+                # `(f // 16)*16` does not read as `f // (16*16)`
+                a = self.expr(e.a, 7 if isinstance(e.a, (Div, FloorDiv, FloorMod)) else prec)
+                s = f"{a}*{self.expr(e.b, prec + 1)}"
+            else:
+                s = f"{self.expr(e.a, prec)} {op} {self.expr(e.b, prec + 1)}"
             return f"({s})" if prec < parent_prec else s
         if t is Not:
             return "!" + self.expr(e.a, 7)
