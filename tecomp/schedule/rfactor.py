@@ -80,8 +80,18 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
         vmap[r.var] = _op.add(r.dom.min, value[r])
     body = op.body
     cond = substitute(body.condition, vmap)
+    guard = None
     for c in conds:
-        cond = _and(cond, c)
+        guard = c if guard is None else _and(guard, c)
+    if guard is not None and _reads_memory(cond):
+        # And evaluates both sides: the tail guard must make the where= condition (which
+        # reads a tensor, maybe out of range in the tail) lazy: g && (g ? cond : false)
+        from ..ir.expr import Select
+
+        cond = _and(guard, Select(guard, cond, Const(False, "bool"), "bool"))
+    else:
+        for c in conds:
+            cond = _and(cond, c)
     src = substitute(body.source, vmap)
     rf_axes = list(out_axis)
     rf_axes.insert(factor_axis, rf_axis_iv)
@@ -105,6 +115,12 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     sch._replace_op(st, _with_body(op, new_body))
     st._reset_loops()
     return rf
+
+
+def _reads_memory(e) -> bool:
+    from ..ir.functor import collect
+
+    return bool(collect(e, lambda n: isinstance(n, ProducerLoad)))
 
 
 def _is_true(c):

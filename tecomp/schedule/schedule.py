@@ -209,6 +209,7 @@ class Stage:
         if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
             axes = tuple(axes[0])
         ivs = [self._iv(a, "reorder") for a in axes]
+        self._not_inlined("reorder")
         seen = set()
         for a in ivs:
             if a in seen:
@@ -222,11 +223,14 @@ class Stage:
     # -- loop kinds ---------------------------------------------------------------
     def unroll(self, axis):
         """Unroll the loop over ``axis`` (its extent must be constant)."""
-        self._set_kind(self._iv(axis, "unroll"), "unrolled", "unroll")
+        iv = self._iv(axis, "unroll")
+        self._not_inlined("unroll")
+        self._set_kind(iv, "unrolled", "unroll")
 
     def vectorize(self, axis):
         """Run the loop over ``axis`` as SIMD lanes (constant extent, data-parallel)."""
         iv = self._iv(axis, "vectorize")
+        self._not_inlined("vectorize")
         if iv.kind == "reduce":
             raise ScheduleError(
                 f"vectorize on stage {self.name}: axis {iv.name} is a reduction axis, whose "
@@ -237,6 +241,7 @@ class Stage:
     def parallel(self, axis):
         """Run the loop over ``axis`` on the CPU thread pool (data-parallel axes only)."""
         iv = self._iv(axis, "parallel")
+        self._not_inlined("parallel")
         if iv.kind == "reduce":
             raise ScheduleError(
                 f"parallel on stage {self.name}: axis {iv.name} is a reduction axis; running "
@@ -247,6 +252,7 @@ class Stage:
     def bind(self, axis, thread_ivar):
         """Bind ``axis`` to a GPU thread axis made by ``tc.thread_axis``."""
         iv = self._iv(axis, "bind")
+        self._not_inlined("bind")
         if not isinstance(thread_ivar, IterVar) or thread_ivar.kind != "thread":
             raise ScheduleError(
                 f"bind on stage {self.name}, axis {iv.name}: the second argument must be a "
@@ -269,6 +275,7 @@ class Stage:
         ``parallel_grain`` (an int) sets how many iterations a parallel task takes;
         any other name is kept as a ``// attr pragma_<name>`` comment for the backends."""
         iv = self._iv(axis, "pragma")
+        self._not_inlined("pragma")
         if not isinstance(name, str) or not name:
             raise ScheduleError(f"pragma on stage {self.name}, axis {iv.name}: name must be a "
                                 "non-empty string")

@@ -167,11 +167,26 @@ def const(value, dtype=None) -> Const:
     if dtype is None:
         return as_expr(value)
     d = _dt.canon(dtype)
+    import math
+    import numbers
+
+    if isinstance(value, Expr) or not isinstance(value, numbers.Number) or isinstance(value, complex):
+        raise ExprError(f"tc.const: the value must be a Python or numpy number, got {value!r}; "
+                        "for an expression use .astype(dtype)")
     if _dt.is_bool(d):
         return Const(bool(value), d)
     if _dt.is_float(d):
         return Const(float(value), d)
-    return Const(int(value), d)
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        if not math.isfinite(value) or value != int(value):
+            raise ExprError(f"tc.const: {value!r} is not an integer, so it is not a {d} constant; "
+                            f"round it first or use a float dtype")
+    v = int(value)
+    bits = _dt.bits(d)
+    lo, hi = (0, 2**bits - 1) if _dt.is_uint(d) else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    if not lo <= v <= hi:
+        raise ExprError(f"tc.const: {v} does not fit {d} [{lo}, {hi}]; use a wider dtype")
+    return Const(v, d)
 
 
 def _shape(shape, what: str) -> Tuple[Expr, ...]:
@@ -218,6 +233,8 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     parameters) and returns an expression; a reduction (``tc.sum`` ...) may only be
     the whole body.
     """
+    if not isinstance(name, str):
+        raise ExprError(f"tc.compute: name must be a string, got {name!r}")
     if not callable(fcompute):
         raise ComputeError(f"compute {name}: fcompute must be a function of the indices, "
                            f"got {fcompute!r}")
@@ -238,8 +255,11 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
                            f"return an element, e.g. {body.name}[i, j]")
     body = as_expr(body)
     _check_body(name, body, axis)
+    from .range_check import check_reads_in_range
+
+    check_reads_in_range(name, body, axis)  # a read out of range at some iteration
     for iv in axis:
-        _AXIS_VARS[iv.var] = iv
+        _AXIS_VARS[iv.var] = True  # a value that refers to the key would keep it alive
     return ComputeOp(name, axis, body, tag, attrs).output(0)
 
 
@@ -298,6 +318,8 @@ _AXIS_VARS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def reduce_axis(dom, name: str = "rv") -> IterVar:
     """A reduction axis over ``dom``: ``(lo, hi)`` (half-open) or an extent."""
+    if not isinstance(name, str):
+        raise ExprError(f"tc.reduce_axis: name must be a string, got {name!r}")
     if isinstance(dom, Range):
         rng = dom
     elif isinstance(dom, (tuple, list)) and len(dom) == 2:
@@ -312,7 +334,7 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
     if isinstance(rng.extent, Const) and rng.extent.value <= 0:
         raise ShapeError(f"reduce_axis {name}: the range {dom!r} is empty; give lo < hi")
     iv = IterVar(Var(name, "int32"), rng, "reduce")
-    _REDUCE_VARS[iv.var] = iv
+    _REDUCE_VARS[iv.var] = True  # (not iv: iv.var would never die)
     return iv
 
 

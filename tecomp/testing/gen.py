@@ -11,7 +11,7 @@ from typing import List, Optional
 
 from .program import (
     AxVal, Ax, CAnd, Cmp, IBin, IC, Load, NVar, Program, ReduceSpec, TSpec, VBin, VCast,
-    VConst, VSel, VUn, is_float,
+    VConst, VParam, VPos, VSel, VUn, is_float,
 )
 
 # first option = what a failing case shrinks to
@@ -248,9 +248,15 @@ def _value(c: _StageCtx, depth: int):
     d = c.d
     dt = c.dtype
     if depth <= 0 or d.bool(0.35):
-        kind = d.choice(("load", "load", "load", "load", "const", "axis"))
+        kind = d.choice(("load", "load", "load", "load", "const", "axis", "param"))
         if kind == "load":
             return _load(c)
+        if kind == "param":
+            if c.prog.alpha is None:
+                adt = "float32" if dt == "float16" else dt
+                val = (d.choice((0.75, -1.5, 2.0)) if is_float(adt) else d.choice((3, 1, 5)))
+                c.prog.alpha = (adt, val)
+            return VParam()
         if kind == "const":
             if is_float(dt):
                 return VConst(d.choice((1.0, 0.5, -2.0, 0.25, 3.0)))
@@ -276,7 +282,22 @@ def _value(c: _StageCtx, depth: int):
             op = d.choice(("neg", "abs"))
         return VUn(op, _value(c, depth - 1))
     ks = list(range(len(c.exts)))
-    return VSel(_index_cond(c, ks), _value(c, depth - 1), _value(c, depth - 1))
+    cond = _value_cond(c) if d.bool(0.3) else _index_cond(c, ks)
+    return VSel(cond, _value(c, depth - 1), _value(c, depth - 1))
+
+
+def _value_cond(c: _StageCtx):
+    """``P[idx] > 0`` on a placeholder's value: a data-dependent condition (exact)."""
+    prog = c.prog
+    phs = [i for i, t in enumerate(prog.tensors) if t.is_placeholder]
+    if phs and c.d.bool(0.6):
+        ld = _load(c, prefer=c.d.choice(phs))
+    else:
+        ld = _new_placeholder(c)
+        c.loads += 1
+    if isinstance(ld, VCast):
+        ld = ld.a
+    return VPos(ld)
 
 
 def _points(exts, n_as=8):
@@ -308,7 +329,8 @@ def gen_program(d, *, max_stages: int = 4, dtypes=DTYPES, symbolic: Optional[boo
             rex = []
             for _ in range(nr):
                 rex.append("n" if sym and d.bool(0.2) else d.choice(RSIZES))
-            op = d.choice(("sum", "sum", "max", "min", "prod"))
+            op = d.choice(("sum", "sum", "max", "min", "prod") if dtype != "float16"
+                          else ("sum", "sum", "max", "min"))
             red = ReduceSpec(op, tuple(rex))
         exts = list(shape) + (list(red.extents) if red else [])
         while _points(exts) > MAX_POINTS:
@@ -337,7 +359,7 @@ def gen_program(d, *, max_stages: int = 4, dtypes=DTYPES, symbolic: Optional[boo
                 body = VBin("+", body, _load(c))
         if red is not None and d.bool(0.35):
             ks = list(range(nd, len(exts)))
-            red.where = _index_cond(c, ks)
+            red.where = _value_cond(c) if d.bool(0.3) else _index_cond(c, ks)
         name = f"C{len(prog.tensors)}"
         prog.tensors.append(TSpec(name, tuple(shape), dtype, body, red))
         computes.append(len(prog.tensors) - 1)

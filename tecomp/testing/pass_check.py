@@ -110,28 +110,51 @@ def _diff_results(func, r1, r2) -> Optional[str]:
 
 
 class _Checker:
-    def __init__(self, args, check_races: bool):
+    """Compares the interpreter's results before and after each pass.
+
+    GPU targets: until ``insert_barriers`` has run, a kernel that shares memory between
+    threads *is* racy (adding the barriers is that pass's job), so the interpreter runs
+    without race checks there (its thread order is deterministic, so the passes before
+    can still be compared); ``insert_barriers`` itself is not compared (it may change
+    what a racy program computed), but after it the interpreter must find no race.
+    """
+
+    GPU_TARGETS = ("cuda", "cuda-emu")
+
+    def __init__(self, args, check_races: bool, target: str = "llvm"):
         self.args = args
         self.check_races = check_races
+        self.gpu = target in self.GPU_TARGETS
+        self.barriers_done = not self.gpu
         self.last = None  # (func, results or exception)
         self.passes_checked: List[str] = []
 
-    def _run(self, func):
+    def _run(self, func, races=None):
         from ..ir import interp
 
+        if races is None:
+            races = self.check_races and self.barriers_done
         a = _copy(self.args)
         try:
-            interp.run(func, *a, check_races=self.check_races)
+            interp.run(func, *a, check_races=races)
         except Exception as e:  # noqa: BLE001 - compared below
             return e
         return a
 
     def __call__(self, name, before, after):
+        self.passes_checked.append(name)
+        if self.gpu and name == "insert_barriers":
+            self.barriers_done = True
+            r1 = self._run(after)
+            if isinstance(r1, Exception):
+                raise PassCheckError(name, before, after,
+                                     f"after `{name}` the interpreter raises {type(r1).__name__}: {r1}")
+            self.last = (after, r1)
+            return
         if self.last is None or self.last[0] is not before:
             self.last = (before, self._run(before))
         r0 = self.last[1]
         r1 = self._run(after)
-        self.passes_checked.append(name)
         if isinstance(r0, Exception):
             if isinstance(r1, Exception):
                 self.last = (after, r1)
@@ -157,7 +180,7 @@ def check_func_passes(func, target: str = "llvm", *, args=None, sizes: Optional[
 
     if args is None:
         args = make_args(func, sizes, seed)
-    chk = _Checker(args, check_races)
+    chk = _Checker(args, check_races, target)
     out = run_passes(func, target, False, check=chk)
     return out
 
@@ -174,7 +197,7 @@ def check_passes(s, args, *, name: str = "main", target: str = "llvm",
     def hook(pname, before, after):
         chk = state.get("chk")
         if chk is None:
-            chk = state["chk"] = _Checker(make_args(before, sizes, seed), check_races)
+            chk = state["chk"] = _Checker(make_args(before, sizes, seed), check_races, target)
         chk(pname, before, after)
 
     lower = pipeline.lower

@@ -17,7 +17,7 @@ whose range fits the dimension, wraps it with ``% extent``, or guards the load w
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Optional, Tuple, Union
 
 import numpy as np
@@ -111,6 +111,19 @@ class VUn:
 
 
 @dataclass(frozen=True)
+class VParam:
+    """The program's scalar parameter ``alpha`` (converted to the compute's dtype)."""
+
+
+@dataclass(frozen=True)
+class VPos:
+    """The condition ``load > 0`` on a tensor's value (a data-dependent condition; the
+    load is a Load node of a placeholder, so the comparison is exact everywhere)."""
+
+    load: object
+
+
+@dataclass(frozen=True)
 class VSel:
     cond: object  # a Cond over index expressions
     a: object
@@ -168,6 +181,7 @@ class Program:
     tensors: List[TSpec]
     outputs: List[int]
     symbolic: bool = False  # whether "n" occurs
+    alpha: Optional[tuple] = None  # (dtype, value) of the scalar parameter alpha, if used
 
     # -- queries -------------------------------------------------------------------
     def readers(self, t: int) -> List[int]:
@@ -193,24 +207,32 @@ class Program:
 
     # -- tecomp ----------------------------------------------------------------------
     def build(self):
-        """Make the tecomp tensors.  Returns ``(tensors, nvar)``: one Tensor per TSpec."""
+        """Make the tecomp tensors.  Returns ``(tensors, env)``: one Tensor per TSpec, and
+        ``{"n": Var or None, "alpha": Var or None}``."""
         import tecomp as tc
 
         nvar = tc.var("n") if self.symbolic else None
+        env = {"n": nvar, "alpha": tc.var("alpha", self.alpha[0]) if self.alpha else None}
         built = []
         for spec in self.tensors:
             shape = tuple(nvar if x == "n" else x for x in spec.shape)
             if spec.is_placeholder:
                 built.append(tc.placeholder(shape, dtype=spec.dtype, name=spec.name))
                 continue
-            built.append(_build_compute(spec, shape, built, self, nvar))
-        return built, nvar
+            built.append(_build_compute(spec, shape, built, self, env))
+        return built, env
 
-    def args(self, built, nvar=None):
+    def args(self, built, env):
         out = [built[i] for i in self.arg_order()]
         if self.n_param:
-            out.append(nvar)
+            out.append(env["n"])
+        if self.alpha:
+            out.append(env["alpha"])
         return out
+
+    def scalar_args(self, n: int) -> list:
+        """The values of the scalar parameters, after the arrays."""
+        return ([n] if self.n_param else []) + ([self.alpha[1]] if self.alpha else [])
 
     # -- numpy -------------------------------------------------------------------------
     def random_inputs(self, n: int, rng: np.random.Generator) -> dict:
@@ -241,6 +263,8 @@ class Program:
         L = []
         if self.symbolic:
             L.append('n = tc.var("n")')
+        if self.alpha:
+            L.append(f'alpha = tc.var("alpha", "{self.alpha[0]}")')
         for i, s in enumerate(self.tensors):
             shape = "(" + "".join(f"{'n' if x == 'n' else x}, " for x in s.shape) + ")"
             if s.is_placeholder:
@@ -248,7 +272,6 @@ class Program:
                 continue
             nd = len(s.shape)
             names = [f"i{k}" for k in range(nd)]
-            pre = ""
             if s.reduce is not None:
                 rn = []
                 for r, ext in enumerate(s.reduce.extents):
@@ -262,12 +285,13 @@ class Program:
             if s.reduce is not None:
                 where = ""
                 if s.reduce.where is not None:
-                    where = f", where={_src_cond(s.reduce.where, axes)}"
+                    where = f", where={_src_anycond(s.reduce.where, axes, self)}"
                 ax = "[" + ", ".join(axes[nd:]) + "]"
                 expr = f"tc.{s.reduce.op}({expr}, axis={ax}{where})"
             L.append(f'T{i} = tc.compute({shape}, lambda {", ".join(names)}: {expr}, name="{s.name}")')
         L.append("args = [" + ", ".join([f"T{i}" for i in self.arg_order()]
-                                        + (["n"] if self.n_param else [])) + "]")
+                                        + (["n"] if self.n_param else [])
+                                        + (["alpha"] if self.alpha else [])) + "]")
         L.append("outs = [" + ", ".join(f"T{i}.op" for i in self.outputs) + "]")
         return "\n".join(L)
 
@@ -314,9 +338,12 @@ def _cond_tc(c, axes, nvar):
             "==": lambda: tc.eq(a, b)}[c.op]()
 
 
-def _val_tc(e, axes, dt, built, prog, nvar):
+def _val_tc(e, axes, dt, built, prog, env):
     import tecomp as tc
 
+    nvar = env["n"]
+    if isinstance(e, VParam):
+        return env["alpha"].astype(dt)
     if isinstance(e, Load):
         t = built[e.t]
         v = t[tuple(_ie_tc(x, axes, nvar) for x in e.idx)]
@@ -332,12 +359,12 @@ def _val_tc(e, axes, dt, built, prog, nvar):
             v = tc.const(v)
         return v.astype(dt)
     if isinstance(e, VCast):
-        return _val_tc(e.a, axes, e.src, built, prog, nvar).astype(dt)
+        return _val_tc(e.a, axes, e.src, built, prog, env).astype(dt)
     if isinstance(e, VSel):
-        return tc.if_then_else(_cond_tc(e.cond, axes, nvar), _val_tc(e.a, axes, dt, built, prog, nvar),
-                               _val_tc(e.b, axes, dt, built, prog, nvar))
+        return tc.if_then_else(_anycond_tc(e.cond, axes, built, prog, env), _val_tc(e.a, axes, dt, built, prog, env),
+                               _val_tc(e.b, axes, dt, built, prog, env))
     if isinstance(e, VUn):
-        a = _val_tc(e.a, axes, dt, built, prog, nvar)
+        a = _val_tc(e.a, axes, dt, built, prog, env)
         op = e.op
         if op == "neg":
             return -a
@@ -355,7 +382,7 @@ def _val_tc(e, axes, dt, built, prog, nvar):
             return tc.if_then_else(a > tc.const(0.0, dt), a, a * tc.const(0.125, dt))
         raise ValueError(op)
     if isinstance(e, VBin):
-        a = _val_tc(e.a, axes, dt, built, prog, nvar)
+        a = _val_tc(e.a, axes, dt, built, prog, env)
         if e.op in ("fdiv", "mod", "tdiv", "tmod"):
             c = e.b.v
             if e.op == "fdiv":
@@ -365,7 +392,7 @@ def _val_tc(e, axes, dt, built, prog, nvar):
             if e.op == "tdiv":
                 return tc.truncdiv(a, tc.const(c, dt))
             return tc.truncmod(a, tc.const(c, dt))
-        b = _val_tc(e.b, axes, dt, built, prog, nvar)
+        b = _val_tc(e.b, axes, dt, built, prog, env)
         if e.op == "+":
             return a + b
         if e.op == "-":
@@ -382,9 +409,19 @@ def _val_tc(e, axes, dt, built, prog, nvar):
     raise TypeError(e)
 
 
-def _build_compute(spec: TSpec, shape, built, prog, nvar):
+def _anycond_tc(c, axes, built, prog, env):
     import tecomp as tc
 
+    if isinstance(c, VPos):
+        tdt = prog.tensors[c.load.t].dtype
+        return _val_tc(c.load, axes, tdt, built, prog, env) > tc.const(0, tdt)
+    return _cond_tc(c, axes, env["n"])
+
+
+def _build_compute(spec: TSpec, shape, built, prog, env):
+    import tecomp as tc
+
+    nvar = env["n"]
     raxes = []
     if spec.reduce is not None:
         for r, ext in enumerate(spec.reduce.extents):
@@ -392,13 +429,13 @@ def _build_compute(spec: TSpec, shape, built, prog, nvar):
 
     def fcompute(*idx):
         axes = list(idx) + [r.var for r in raxes]
-        body = _val_tc(spec.body, axes, spec.dtype, built, prog, nvar)
+        body = _val_tc(spec.body, axes, spec.dtype, built, prog, env)
         if spec.reduce is None:
             return body
         red = getattr(tc, spec.reduce.op)
         where = None
         if spec.reduce.where is not None:
-            where = _cond_tc(spec.reduce.where, axes, nvar)
+            where = _anycond_tc(spec.reduce.where, axes, built, prog, env)
         return red(body, axis=raxes, where=where)
 
     names = [f"i{k}" for k in range(len(shape))]
@@ -473,6 +510,12 @@ def _val_np(e, g, n, dt, vals, prog, full_shape):
         return arr[tuple(idx)]
     if isinstance(e, VConst):
         return np.full(full_shape, e.v, ndt)
+    if isinstance(e, VParam):
+        adt, av = prog.alpha
+        v = np.asarray(av, dtype=adt)
+        if is_float(dt):
+            return np.full(full_shape, float(v.astype(dt)) if not is_float(adt) else float(v), np.float64)
+        return np.full(full_shape, np.asarray(int(v)).astype(ndt), ndt)
     if isinstance(e, AxVal):
         v = np.broadcast_to(np.asarray(_ie_np(e.ie, g, n)), full_shape)
         if is_float(dt):
@@ -488,7 +531,7 @@ def _val_np(e, g, n, dt, vals, prog, full_shape):
             return np.trunc(a).astype(np.int64).astype(ndt)
         return a.astype(ndt)
     if isinstance(e, VSel):
-        c = np.broadcast_to(_cond_np(e.cond, g, n), full_shape)
+        c = np.broadcast_to(_anycond_np(e.cond, g, n, vals, prog, full_shape), full_shape)
         return np.where(c, _val_np(e.a, g, n, dt, vals, prog, full_shape),
                         _val_np(e.b, g, n, dt, vals, prog, full_shape))
     if isinstance(e, VUn):
@@ -538,6 +581,13 @@ def _val_np(e, g, n, dt, vals, prog, full_shape):
     raise TypeError(e)
 
 
+def _anycond_np(c, g, n, vals, prog, full_shape):
+    if isinstance(c, VPos):
+        tdt = prog.tensors[c.load.t].dtype
+        return _val_np(c.load, g, n, tdt, vals, prog, full_shape) > 0
+    return _cond_np(c, g, n)
+
+
 def reduce_identity(op: str, dt: str):
     if op == "sum":
         return 0
@@ -562,7 +612,7 @@ def _np_compute(prog: Program, s: TSpec, vals, n):
             ident = reduce_identity(s.reduce.op, s.dtype)
             ndt = _np_dtype(s.dtype)
             if s.reduce.where is not None:
-                m = np.broadcast_to(_cond_np(s.reduce.where, g, n), full)
+                m = np.broadcast_to(_anycond_np(s.reduce.where, g, n, vals, prog, full), full)
                 v = np.where(m, v, np.asarray(ident).astype(ndt))
             ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[s.reduce.op]
             v = ufunc.reduce(v, axis=axes, dtype=ndt, initial=np.asarray(ident).astype(ndt))
@@ -604,6 +654,13 @@ def _src_cond(c, axes) -> str:
     return f"({a} {c.op} {b})"
 
 
+def _src_anycond(c, axes, prog) -> str:
+    if isinstance(c, VPos):
+        tdt = prog.tensors[c.load.t].dtype
+        return f'({_src_value(c.load, axes, tdt, prog)} > tc.const(0, "{tdt}"))'
+    return _src_cond(c, axes)
+
+
 def _src_value(e, axes, dt, prog) -> str:
     if isinstance(e, Load):
         t = prog.tensors[e.t]
@@ -613,6 +670,8 @@ def _src_value(e, axes, dt, prog) -> str:
         return s
     if isinstance(e, VConst):
         return f'tc.const({e.v!r}, "{dt}")'
+    if isinstance(e, VParam):
+        return f'alpha.astype("{dt}")'
     if isinstance(e, AxVal):
         v = _src_ie(e.ie, axes)
         if isinstance(e.ie, IC):
@@ -621,7 +680,7 @@ def _src_value(e, axes, dt, prog) -> str:
     if isinstance(e, VCast):
         return f'{_src_value(e.a, axes, e.src, prog)}.astype("{dt}")'
     if isinstance(e, VSel):
-        return (f"tc.if_then_else({_src_cond(e.cond, axes)}, {_src_value(e.a, axes, dt, prog)}, "
+        return (f"tc.if_then_else({_src_anycond(e.cond, axes, prog)}, {_src_value(e.a, axes, dt, prog)}, "
                 f"{_src_value(e.b, axes, dt, prog)})")
     if isinstance(e, VUn):
         a = _src_value(e.a, axes, dt, prog)

@@ -32,18 +32,36 @@ FACTORS = (4, 2, 3, 5, 8, 16, 1)
 
 
 class Replay:
-    """A schedule being built from steps: ``s``, the handles, the argument list."""
+    """A schedule being built from steps: ``s``, the handles, the argument list.
+
+    Either from a generated program (``Replay(prog, built, nvar)``) or from any tensors
+    (``Replay.of(handles, outputs, args)`` with ``handles`` a dict name -> Tensor).
+    """
 
     def __init__(self, prog, built, nvar):
-        import tecomp as tc
-
         self.prog = prog
         self.built = built
         self.nvar = nvar
-        self.s = tc.create_schedule([built[i].op for i in prog.outputs])
-        self.h: Dict[str, object] = {f"T{i}": t for i, t in enumerate(built)}
+        self._setup({f"T{i}": t for i, t in enumerate(built)},
+                    [built[i] for i in prog.outputs], prog.args(built, nvar))
+
+    @classmethod
+    def of(cls, handles: dict, outputs, args) -> "Replay":
+        r = cls.__new__(cls)
+        r.prog, r.built, r.nvar = None, None, None
+        r._setup(dict(handles), list(outputs), list(args))
+        return r
+
+    def _setup(self, handles, outputs, args):
+        import tecomp as tc
+
+        self.s = tc.create_schedule([t.op for t in outputs])
+        self.h: Dict[str, object] = dict(handles)
         self.ncache = 0
-        self.args = prog.args(built, nvar)
+        self.args = args
+        from ..ir.expr import Const
+
+        self.symbolic = any(not isinstance(e, Const) for t in handles.values() for e in t.shape)
 
     def stage(self, h):
         return self.s[self.h[h]]
@@ -248,21 +266,25 @@ def _handles(r: Replay, pred) -> List[str]:
     return out
 
 
-def _try(r: Replay, steps: list, step) -> bool:
-    """Apply ``step``; keep it.  A ScheduleError here means the generator and the
-    documented rules disagree: the step is kept (so the replay shows the failure)."""
+def _try(r: Replay, steps: list, step) -> None:
+    """Record ``step`` and apply it.  If it raises (the generator and the documented rules
+    disagree: a bug), the step is already recorded, so the replay shows the failure."""
     steps.append(step)
     r.apply(step)
-    return True
 
 
-def gen_schedule(d, prog, *, max_steps: int = 6, allow_cache: bool = True,
-                 allow_rfactor: bool = True, annotate: bool = True, built=None, nvar=None):
-    """Draw a legal schedule for ``prog``.  Returns the list of steps.  Raises whatever
-    a step raises (the caller reports it with the steps so far)."""
-    if built is None:
-        built, nvar = prog.build()
-    r = Replay(prog, built, nvar)
+def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
+                 allow_rfactor: bool = True, annotate: bool = True, built=None, nvar=None,
+                 replay: Optional[Replay] = None):
+    """Draw a legal schedule for ``prog`` (or for the tensors of ``replay``, a fresh
+    :class:`Replay`).  Returns the list of steps.  Raises whatever a step raises (the
+    caller reports it with the steps so far, in ``gen_schedule.last_steps``)."""
+    if replay is not None:
+        r = replay
+    else:
+        if built is None:
+            built, nvar = prog.build()
+        r = Replay(prog, built, nvar)
     steps: list = []
     gen_schedule.last_steps = steps
     s = r.s
@@ -362,6 +384,8 @@ def gen_schedule(d, prog, *, max_steps: int = 6, allow_cache: bool = True,
                 _try(r, steps, ("rfactor", h, p, d.int(0, len(st.op.axis))))
 
     # -- phase 3: loop kinds ------------------------------------------------------------
+    from ..ir.expr import Const
+
     if annotate:
         ext = bound_extents(r)
         if ext is not None:
@@ -378,7 +402,7 @@ def gen_schedule(d, prog, *, max_steps: int = 6, allow_cache: bool = True,
                     if not _serial(st, iv):
                         continue
                     e = ext.get((st, iv))
-                    const = getattr(e, "value", None) if type(e).__name__ == "Const" else None
+                    const = e.value if isinstance(e, Const) else None
                     if kind == "vectorize" and iv.kind != "reduce" and const is not None and const <= 64:
                         cands.append(p)
                     elif kind == "parallel" and iv.kind != "reduce":
@@ -388,7 +412,7 @@ def gen_schedule(d, prog, *, max_steps: int = 6, allow_cache: bool = True,
                     elif kind == "unroll_explicit" and const is not None and const <= 8:
                         cands.append(p)
                 if kind == "storage_align":
-                    if not st.is_output and len(st.op.axis) >= 2 and not prog.symbolic:
+                    if not st.is_output and len(st.op.axis) >= 2 and not r.symbolic:
                         dim = d.int(0, len(st.op.axis) - 2)
                         f = d.choice((4, 8, 16))
                         _try(r, steps, ("storage_align", h, dim, f, d.int(0, f - 1)))
@@ -409,8 +433,10 @@ def gen_schedule(d, prog, *, max_steps: int = 6, allow_cache: bool = True,
 
 def gen_gpu_schedule(d, prog, built=None, nvar=None):
     """Every non-output elementwise stage inlined; every other stage: data axes fused,
-    split, outer bound to blockIdx.x and inner to threadIdx.x; optionally a local cache
-    computed at the thread axis."""
+    split by T, outer bound to blockIdx.x and inner to threadIdx.x; optionally a local
+    cache_write computed at the thread axis, or a shared-memory cache_read of an input
+    computed at the block axis and filled cooperatively by the T threads (which needs a
+    barrier between the fill and the reads)."""
     if built is None:
         built, nvar = prog.build()
     r = Replay(prog, built, nvar)
@@ -423,17 +449,34 @@ def gen_gpu_schedule(d, prog, built=None, nvar=None):
     roots = _handles(r, lambda st: st.attach_type == "root")
     for h in roots:
         st = r.stage(h)
-        cache = None
-        if st.is_output and d.bool(0.3) and not _scheduled(st):
+        T = d.choice((8, 4, 32, 3))
+        cache = shared = None
+        ins = [name for name, t in r.h.items() if name.startswith("T")
+               and prog.tensors[int(name[1:])].is_placeholder
+               and any(u is t for u in st.op.input_tensors)]
+        # shared arrays need a constant size: not with a symbolic extent in the program
+        if ins and not prog.symbolic and d.bool(0.4):
+            src = d.choice(ins)
+            _try(r, steps, ("cache_read", src, "shared", [h]))
+            shared = f"c{r.ncache - 1}"
+        elif st.is_output and d.bool(0.3) and not _scheduled(st):
             _try(r, steps, ("cache_write", h, "local"))
             cache = f"c{r.ncache - 1}"
             st = r.stage(h)
         nd = len(st.op.axis)
         if nd > 1:
             _try(r, steps, ("fuse", h, 0, nd))
-        _try(r, steps, ("split", h, 0, "factor", d.choice((8, 4, 32, 3))))
+        _try(r, steps, ("split", h, 0, "factor", T))
         _try(r, steps, ("bind", h, 0, "blockIdx.x"))
         _try(r, steps, ("bind", h, 1, "threadIdx.x"))
         if cache is not None:
             _try(r, steps, ("compute_at", cache, h, 1))
+        if shared is not None:
+            _try(r, steps, ("compute_at", shared, h, 0))
+            cst = r.stage(shared)
+            cnd = len(cst.op.axis)
+            if cnd > 1:
+                _try(r, steps, ("fuse", shared, 0, cnd))
+            _try(r, steps, ("split", shared, 0, "factor", T))
+            _try(r, steps, ("bind", shared, 1, "threadIdx.x"))
     return steps

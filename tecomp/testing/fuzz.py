@@ -1,0 +1,201 @@
+"""The long-run differential fuzzer.
+
+    python -m tecomp.testing.fuzz --cases 2000              # 2 worker processes by default
+    python -m tecomp.testing.fuzz --cases 500 --seed 10000 --jobs 1 --check-passes
+    python -m tecomp.testing.fuzz --replay 1234              # the report + reproducer of one seed
+
+Case ``k`` is drawn from ``random.Random(k)`` (a program, a legal schedule, dtypes, shapes,
+a value of the symbolic extent); every ``--gpu-every``-th case is a GPU-bound schedule run
+in the CUDA emulation (needs g++; 0 disables).  Cases run in worker subprocesses, so a
+case that kills its process (a segfault in generated code) is recorded as a crash and the
+worker restarts after it.  At the end it prints the cases run, the mismatches and the
+crashes (grouped by their first line), and writes one report with a standalone
+reproducer per failing seed into ``--out`` (default ``$TMPDIR/tecomp-fuzz-reports``).  The exit status is
+1 when anything failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+
+
+def case_for_seed(seed: int, gpu_every: int):
+    from .diff import draw_case
+    from .draw import RandomDraw
+
+    target = "llvm"
+    if gpu_every and seed % gpu_every == gpu_every - 1 and shutil.which(os.environ.get("CXX", "g++")):
+        target = "cuda-emu"
+    return draw_case(RandomDraw(seed), target=target, name=f"fuzz seed {seed}")
+
+
+def _signature(o) -> str:
+    lines = [x for x in o.detail.strip().splitlines() if x.strip()]
+    last = lines[-1] if lines else ""
+    if o.kind == "mismatch":
+        last = lines[0].split(":")[0] if lines else ""
+    return f"{o.kind} in {o.stage}: {last[:200]}"
+
+
+def _worker(args) -> int:
+    """Run seeds start, start+step, ... (count of them); one JSON line per event."""
+    from .diff import run_case
+
+    os.makedirs(args.out, exist_ok=True)
+    seed = args.start
+    for _ in range(args.count):
+        print(json.dumps({"start": seed}), flush=True)
+        t0 = time.perf_counter()
+        try:
+            case = case_for_seed(seed, args.gpu_every)
+            o = run_case(case, check_passes=args.check_passes)
+        except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself
+            print(json.dumps({"seed": seed, "kind": "crash", "target": "?",
+                              "sig": f"fuzzer error: {type(e).__name__}: {e}"[:300]}), flush=True)
+            seed += args.step
+            continue
+        rec = {"seed": seed, "kind": o.kind, "target": case.target,
+               "secs": round(time.perf_counter() - t0, 3)}
+        if not o.ok:
+            rec["sig"] = _signature(o)
+            path = os.path.join(args.out, f"seed{seed}.txt")
+            with open(path, "w") as f:
+                f.write(o.report() + "\n")
+            rec["report"] = path
+        print(json.dumps(rec), flush=True)
+        seed += args.step
+    return 0
+
+
+def _spawn(args, start, count, step):
+    cmd = [sys.executable, "-m", "tecomp.testing.fuzz", "--worker", "--start", str(start),
+           "--count", str(count), "--step", str(step), "--gpu-every", str(args.gpu_every),
+           "--out", args.out]
+    if args.check_passes:
+        cmd.append("--check-passes")
+    env = dict(os.environ)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=env)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tecomp.testing.fuzz", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=200, help="number of cases (default 200)")
+    ap.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument("--gpu-every", type=int, default=25,
+                    help="every k-th case is a GPU schedule in the CUDA emulation (0: none)")
+    ap.add_argument("--check-passes", action="store_true",
+                    help="also run the pass-by-pass checker on every case")
+    ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "tecomp-fuzz-reports"),
+                    help="directory for the failure reports (default: $TMPDIR/tecomp-fuzz-reports)")
+    ap.add_argument("--replay", type=int, default=None, help="run one seed and print its report")
+    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--step", type=int, default=1, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.worker:
+        return _worker(args)
+    if args.replay is not None:
+        from .diff import run_case
+
+        case = case_for_seed(args.replay, args.gpu_every)
+        o = run_case(case, check_passes=args.check_passes)
+        print(o.report() if not o.ok else f"seed {args.replay}: ok\n{case.source()}")
+        return 0 if o.ok else 1
+
+    t0 = time.time()
+    jobs = max(1, min(args.jobs, args.cases))
+    # worker j runs seeds seed+j, seed+j+jobs, ...
+    todo = {j: list(range(args.seed + j, args.seed + args.cases, jobs)) for j in range(jobs)}
+    results = {}
+    kinds = Counter()
+    sigs = defaultdict(list)
+    targets = Counter()
+    procs = {}
+
+    def launch(j):
+        seeds = todo[j]
+        if seeds:
+            procs[j] = _spawn(args, seeds[0], len(seeds), jobs)
+
+    for j in range(jobs):
+        launch(j)
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    for j, p in procs.items():
+        sel.register(p.stdout, selectors.EVENT_READ, j)
+    current = {}
+    while procs:
+        for key, _ in sel.select():
+            j = key.data
+            p = procs[j]
+            line = p.stdout.readline()
+            if line:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if "start" in rec:
+                    current[j] = rec["start"]
+                    continue
+                seed = rec["seed"]
+                results[seed] = rec
+                todo[j].remove(seed)
+                current.pop(j, None)
+                kinds[rec["kind"]] += 1
+                targets[rec["target"]] += 1
+                if rec["kind"] != "ok":
+                    sigs[rec["sig"]].append(seed)
+                    if not args.quiet:
+                        print(f"seed {seed}: {rec['sig']}", flush=True)
+                done = len(results)
+                if not args.quiet and done % 50 == 0:
+                    print(f"... {done}/{args.cases} cases, {kinds['mismatch']} mismatches, "
+                          f"{kinds['crash']} crashes, {time.time() - t0:.0f}s", flush=True)
+                continue
+            # EOF: the worker ended
+            sel.unregister(p.stdout)
+            rc = p.wait()
+            del procs[j]
+            if j in current:  # died in the middle of a case
+                seed = current.pop(j)
+                sig = f"crash in process: the worker died (exit status {rc}) running the case"
+                results[seed] = {"seed": seed, "kind": "crash", "sig": sig, "target": "?"}
+                todo[j].remove(seed)
+                kinds["crash"] += 1
+                sigs[sig].append(seed)
+                print(f"seed {seed}: {sig}", flush=True)
+            if todo[j]:
+                launch(j)
+                if j in procs:
+                    sel.register(procs[j].stdout, selectors.EVENT_READ, j)
+
+    secs = time.time() - t0
+    print(f"\ncases run: {len(results)} ({', '.join(f'{k}: {v}' for k, v in sorted(targets.items()))})"
+          f" in {secs:.0f}s")
+    print(f"mismatches: {kinds['mismatch']}")
+    print(f"crashes: {kinds['crash']}")
+    for sig, seeds in sorted(sigs.items(), key=lambda x: -len(x[1])):
+        print(f"  [{len(seeds)}x] {sig}  (seeds {', '.join(map(str, seeds[:8]))}"
+              f"{', ...' if len(seeds) > 8 else ''})")
+    if sigs:
+        print(f"reports with reproducers: {args.out}/seed<N>.txt; "
+              f"replay one with: python -m tecomp.testing.fuzz --replay <N>")
+    return 1 if sigs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
