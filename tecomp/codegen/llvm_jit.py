@@ -91,13 +91,20 @@ def host() -> Host:
     return _HOST
 
 
-def optimize(mod) -> None:
-    """Run the O3 module pipeline on the llvmlite ``ModuleRef`` in place."""
+def optimize(mod, explicit: bool = False) -> None:
+    """Run the O3 module pipeline on the llvmlite ``ModuleRef`` in place.
+
+    ``explicit``: the schedule already vectorized and unrolled the kernel (every
+    ``vectorized`` loop was widened by tecomp): LLVM's loop vectorizer, SLP vectorizer and
+    loop unroller have nothing left to do but cost about two thirds of the optimisation
+    and JIT time (they re-unroll the widened loops), so they are switched off; the rest
+    of O3 (inlining, LICM's promotion of accumulators to registers, GVN, instcombine,
+    instruction selection with FMA contraction) runs as usual."""
     h = host()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_unrolling = True
+    pto.loop_vectorization = not explicit
+    pto.slp_vectorization = not explicit
+    pto.loop_unrolling = not explicit
     pb = llvm.create_pass_builder(h.tm, pto)
     mpm = pb.getModulePassManager()
     mpm.run(mod, pb)
@@ -107,14 +114,24 @@ class JitModule:
     """One compiled LLVM module: its engine, its IR before and after optimisation, the
     addresses of the requested functions, and how long each step took."""
 
-    def __init__(self, engine, unopt_ir: str, opt_ir: str, addresses: Dict[str, int],
+    def __init__(self, engine, unopt_ir: str, opt_ir, addresses: Dict[str, int],
                  timings: Dict[str, float]):
         self.engine = engine
         self.unopt_ir = unopt_ir
-        self.opt_ir = opt_ir
+        # the optimised module (kept alive by the engine); printed on first request
+        self._opt = opt_ir
         self.addresses = addresses
         self.timings = timings
         self._asm: Optional[str] = None
+
+    @property
+    def opt_ir(self) -> str:
+        """The optimised LLVM IR (printed on first request)."""
+        if not isinstance(self._opt, str):
+            with LLVM_LOCK:
+                if not isinstance(self._opt, str):
+                    self._opt = str(self._opt)
+        return self._opt
 
     @property
     def asm(self) -> str:
@@ -127,8 +144,10 @@ class JitModule:
         return self._asm
 
 
-def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True) -> JitModule:
+def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
+               explicit: bool = False) -> JitModule:
     """Parse, verify, optimise and JIT ``ir_text``; return the addresses of ``symbols``.
+    ``explicit``: see :func:`optimize`.
 
     Raises whatever LLVM raises (``RuntimeError``); the caller wraps it.
     """
@@ -142,8 +161,7 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True) -> Jit
         mod.verify()
         t1 = time.perf_counter()
         if opt:
-            optimize(mod)
-        opt_ir = str(mod)
+            optimize(mod, explicit)
         t2 = time.perf_counter()
         engine = llvm.create_mcjit_compiler(mod, h.new_target_machine())
         engine.finalize_object()
@@ -157,7 +175,7 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True) -> Jit
     timings["parse"] = t1 - t0
     timings["optimize"] = t2 - t1
     timings["jit"] = t3 - t2
-    return JitModule(engine, ir_text, opt_ir, addresses, timings)
+    return JitModule(engine, ir_text, mod, addresses, timings)
 
 
 def add_symbol(name: str, address: int) -> None:

@@ -14,8 +14,11 @@ How it works
   first one after :func:`set_num_threads` changed the count).  The default is
   ``os.cpu_count()``, overridden by the environment variable ``TECOMP_NUM_THREADS`` and
   by :func:`set_num_threads`.
-* **Dispatch.**  The iteration range is cut statically into
-  ``ntasks = min(num_threads, extent)`` contiguous chunks (sizes differ by at most one).
+* **Dispatch.**  The iteration range is cut into ``ntasks = min(8 * num_threads,
+  extent)`` contiguous chunks (sizes differ by at most one), claimed dynamically: on a
+  shared machine a thread that loses its core for a while simply claims fewer chunks
+  (with one chunk per thread the region would wait for it), and the chunk it holds
+  when it loses the core is small.
   The dispatcher publishes the job (task pointer, closure, extent, ntasks), bumps a
   generation counter, wakes sleeping workers if there are any, and then claims chunks
   itself.  Chunks are claimed with a compare-and-swap on one 64-bit word holding
@@ -24,8 +27,10 @@ How it works
   faster thread.  The dispatcher returns when every chunk has finished (a ``pending``
   counter reaches zero), with the first non-zero code any chunk returned.
 * **Waiting.**  Idle workers spin on the generation counter (with ``pause``) for a
-  while (``TECOMP_SPIN``, default 100000 iterations, a few milliseconds), then block on
-  a condition variable; the dispatcher only takes the condition's mutex when someone is
+  while (``TECOMP_SPIN``, default 20000 ``pause`` iterations: 1 to 3 ms, enough to
+  catch the next region of a kernel or the next call from Python; longer spinning only
+  takes the core from other processes on a shared machine), then block on a condition
+  variable; the dispatcher only takes the condition's mutex when someone is
   asleep.  All shared words are accessed with sequentially consistent atomics.
 * **Callers.**  A process-wide dispatch mutex serialises parallel regions: kernels
   called from several Python threads at once are correct, and each region gets the
@@ -73,7 +78,7 @@ _POOL_IR = r"""
 @tp_nworkers = internal global i32 0, align 4
 @tp_threads = internal global ptr null, align 8
 @tp_desired = internal global i32 1, align 4
-@tp_spin = internal global i64 100000, align 8
+@tp_spin = internal global i64 20000, align 8
 
 declare i32 @pthread_create(ptr, ptr, ptr, ptr)
 declare i32 @pthread_join(i64, ptr)
@@ -291,8 +296,9 @@ dispatch:
   %nw2 = load atomic i32, ptr @tp_nworkers seq_cst, align 4
   %nthreads32 = add i32 %nw2, 1
   %nthreads = zext i32 %nthreads32 to i64
-  %fewer = icmp ult i64 %extent, %nthreads
-  %nt = select i1 %fewer, i64 %extent, i64 %nthreads
+  %cap = mul i64 %nthreads, 8
+  %fewer = icmp ult i64 %extent, %cap
+  %nt = select i1 %fewer, i64 %extent, i64 %cap
   %gold = load atomic i64, ptr @tp_gen seq_cst, align 8
   %g = add i64 %gold, 1
   %tag = shl i64 %g, 32
@@ -570,5 +576,5 @@ def measure_dispatch_overhead(repeats: int = 20000, sleep_repeats: int = 200) ->
         run(sleep_repeats, n)
         cold = (time.perf_counter() - t0) / sleep_repeats
     finally:
-        p.set_spin(100000 if spin is None else spin)
+        p.set_spin(20000 if spin is None else spin)
     return {"threads": n, "hot_us": hot * 1e6, "sleeping_us": cold * 1e6}

@@ -14,17 +14,22 @@ GEMM (``schedule_matmul``, ``schedule_dense``, the packed helpers)
     of C (``NR`` = two vectors) held in ``MR * NR / lanes`` vector accumulators over a
     ``KC``-long slice of the reduction: the ``k`` loop is innermost-but-two, the ``MR``
     rows are unrolled, the ``NR`` columns are one widened vector, so each ``k`` step is
-    ``NR/lanes`` vector loads of B, ``MR`` broadcasts of A and ``MR*NR/lanes`` FMAs.  The
-    C block is loaded before and stored after the ``k`` loop (LLVM's LICM promotes it to
-    registers: the buffers are ``noalias``).  B is packed into ``KC x NR`` micro-panels
-    (a compute stage, or a ``cache_read`` computed at the panel loop), so the micro-kernel
-    reads B contiguously from L1.  Loops, outermost first::
+    ``NR/lanes`` vector loads of B, ``MR`` broadcasts of A and ``MR*NR/lanes`` FMAs
+    (``vfmadd231ps``, no spills: check with ``get_source("asm")``).  The C block is
+    loaded before and stored after the ``k`` loop (LLVM's LICM promotes it to registers:
+    the buffers are ``noalias``).  B is packed into ``NR``-wide panels (the compute stage
+    of :func:`matmul_packed`, or a ``cache_read`` copy for plain ``matmul``) per block of
+    ``KC x NC``, sized to half of L2.  Loops, outermost first::
 
-        jc/ic (fused, parallel)   blocks of C columns (NC) x rows (MC), one task each
-          pc                      KC slice of the reduction (pack B's slice here)
-            jr                    NR-wide panel (B micro-panel stays in L1)
-              ir                  MR rows
+        jc                        NC columns: a packed B block of KC x NC fits in L2
+          pc                      KC slice of the reduction; pack B's block here
+                                  (a parallel loop over its panels)
+            ir (parallel)         MR-row panels, handed out in small dynamic chunks
+              jr                  NR-wide panel of the packed block (from L2)
                 k, i (unrolled), j (vector)
+
+    When there are fewer than ``4 x threads`` row panels the tasks are (row block x
+    column block) pairs instead (``GemmParams.par == "blocks"``).
 
 Convolutions (``schedule_conv2d_nchw`` / ``_nhwc``)
     The same idea: a block of outputs held in registers over the whole reduction
@@ -240,16 +245,20 @@ def _parallel_outer(s: Stage, axes: Sequence, extents: Sequence[Optional[int]], 
 class GemmParams:
     mr: int      # rows of the register block (unrolled)
     nr: int      # columns of the register block (one widened vector)
-    kc: int      # reduction slice (a B micro-panel is kc x nr: L1)
+    kc: int      # reduction slice (C is loaded/stored once per slice)
     mc: int      # rows per task block (an A block mc x kc: L2)
-    nc: int      # columns per task block
+    nc: int      # columns per block (a packed B block kc x nc: half of L2)
     lanes: int
+    # how the threads share the work: "rows" (every block is packed by all threads,
+    # then its MR-row panels are handed out in small dynamic chunks) or "blocks" (one
+    # (MC x NC) block per task: when there are too few row panels)
+    par: str = "rows"
 
 
 def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
                 info: Optional[CpuInfo] = None) -> GemmParams:
     """The blocking of an ``M x N x K`` GEMM on this machine (extents may be None when
-    symbolic)."""
+    symbolic).  See the module docstring for the loop nest."""
     info = info or cpu_info()
     L = info.lanes
     # NR: two vectors (one when N is small), never much wider than N
@@ -260,29 +269,52 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
     else:
         nr = 2 * L
     nvec = max(1, -(-nr // L))
-    # MR: as many rows as the accumulators allow (leave room for B and a broadcast)
-    budget = (info.vregs - nvec - 2) // nvec
-    mr = max(1, min(budget, 6 if L <= 8 else 8))
+    # MR: as many rows as the accumulators allow (leave room for B and a broadcast):
+    # 12 x 2 vectors with AVX-512's 32 registers, 6 x 2 with AVX2's 16
+    budget = max(1, min((info.vregs - nvec - 2) // nvec, 12))
+    mr = budget
     if M is not None and M < mr:
         mr = M
-    kc = 256
-    if K is not None and K <= 384:
+    elif M is not None and M % mr:
+        # a row count that divides M avoids a second (tail) micro-kernel: less code to
+        # compile, and the tail rows run at full speed
+        low = -(-budget * 2 // 3) if budget >= 9 else budget - 1
+        for cand in range(budget - 1, max(low, 1) - 1, -1):
+            if M % cand == 0:
+                mr = cand
+                break
+    # KC: the whole reduction in one slice when it is short enough (C's block then
+    # lives in registers from start to end: see _schedule_gemm_write_cache); else
+    # slices whose A micro-panel (MR x KC) takes at most a third of L1, balanced so
+    # that no slice is tiny
+    kmax = 1024 if info.l2_bytes >= (1 << 20) else 512
+    kslice = max(64, min(kmax, (info.l1_bytes // 3) // (4 * mr) // 64 * 64))
+    if K is None:
+        kc = 256
+    elif K <= kmax:
         kc = K
-    elif K is not None:
-        nk = -(-K // 256)
-        kc = -(-K // nk)  # balanced slices, no tiny tail
-    # task blocks: enough column blocks for the threads, rows split when N is narrow
+    else:
+        kc = _ceil(K, _ceil(K, kslice))
+    # NC: the packed B block (kc x nc) fills about half of L2
     T = info.threads
     panels = _ceil(N, nr) if N is not None else 64
-    col_blocks = min(panels, T)
-    nc = nr * _ceil(panels, col_blocks)
+    fit = max(1, (info.l2_bytes // 2) // (4 * kc * nr))   # panels per block
+    col_blocks = _ceil(panels, fit)
     row_panels = _ceil(M, mr) if M is not None else 64
-    row_blocks = min(row_panels, _ceil(T, col_blocks))
-    # an A block of mc x kc should fit in half of L2 (B's micro-panels take the rest)
-    a_rows_l2 = max(mr, (info.l2_bytes // 2) // (4 * kc))
-    row_blocks = max(row_blocks, _ceil(row_panels * mr, a_rows_l2))
+    if T == 1 or row_panels >= 4 * T:
+        # threads split the MR-row panels of each block: many small tasks, handed out
+        # dynamically (a thread that loses its core on a shared machine just takes
+        # fewer), and each core reads the whole packed block into its own L2
+        nc = nr * _ceil(panels, col_blocks)
+        return GemmParams(mr, nr, kc, M if M is not None else mr * 64, nc, L, "rows")
+    # few rows: one task per (row block x column block)
+    col_blocks = max(col_blocks, min(panels, T))
+    if col_blocks > T and col_blocks % T:
+        col_blocks = min(panels, _ceil(col_blocks, T) * T)
+    nc = nr * _ceil(panels, col_blocks)
+    row_blocks = min(row_panels, _ceil(T, min(panels, col_blocks)))
     mc = mr * _ceil(row_panels, row_blocks)
-    return GemmParams(mr, nr, kc, mc, nc, L)
+    return GemmParams(mr, nr, kc, mc, nc, L, "blocks")
 
 
 def _gemm_operands(op: ComputeOp):
@@ -314,18 +346,23 @@ def _schedule_gemm_stage(s: Schedule, C: Tensor, info: CpuInfo, packed: Optional
 
     ``packed``: a compute stage ``P[jo, k, ji]`` holding B in ``NR``-wide panels (from
     :func:`matmul_packed`); it is computed per (column block, k slice).  Without it, B
-    (read as ``B[k, j]``) is copied into a ``KC x NR`` micro-panel at the panel loop."""
+    (read as ``B[k, j]``) is copied into a ``KC x NC`` block (row-major) at the same
+    loop."""
     op = C.op
     M, N = (_cint(e) for e in op.shape)
     K = _cint(op.reduce_axis[0].dom.extent)
-    st = s[C]
     if packed is not None:
         nr = int(op.attrs.get("nr", 0)) or _cint(packed.shape[2])
         p = gemm_params(M, N, K, info)
         p = GemmParams(p.mr if nr >= info.lanes else max(1, min(p.mr * 2, 12)), nr, p.kc,
-                       p.mc, max(nr, (p.nc // nr) * nr) if p.nc >= nr else nr, p.lanes)
+                       p.mc, max(nr, (p.nc // nr) * nr) if p.nc >= nr else nr, p.lanes,
+                       p.par)
     else:
         p = gemm_params(M, N, K, info)
+    if (M is not None and N is not None and K is not None and p.kc == K and M % p.mr == 0
+            and N % p.nr == 0 and M % p.mc == 0 and N % p.nc == 0):
+        return _schedule_gemm_write_cache(s, C, info, packed, p)
+    st = s[C]
     i, j = op.axis
     k = op.reduce_axis[0]
     ic, ir_ = st.split(i, factor=p.mc)
@@ -333,11 +370,14 @@ def _schedule_gemm_stage(s: Schedule, C: Tensor, info: CpuInfo, packed: Optional
     jr, ji = st.split(jr_, factor=p.nr)
     ir, ii = st.split(ir_, factor=p.mr)
     pc, ki = st.split(k, factor=p.kc)
-    st.reorder(ic, jc, pc, jr, ir, ki, ii, ji)
+    st.reorder(ic, jc, pc, ir, jr, ki, ii, ji)
     st.unroll(ii)
     st.vectorize(ji)
-    par = None
-    if info.threads > 1:
+    st.pragma(ki, "unroll_count", 4)  # see _schedule_gemm_write_cache
+    rows_par = info.threads > 1 and p.par == "rows"
+    if rows_par:
+        st.parallel(ir)
+    elif info.threads > 1:
         nic = -(-M // p.mc) if M is not None else None
         njc = -(-N // p.nc) if N is not None else None
         if nic == 1:
@@ -347,18 +387,93 @@ def _schedule_gemm_stage(s: Schedule, C: Tensor, info: CpuInfo, packed: Optional
         else:
             par = st.fuse(ic, jc)
         st.parallel(par)
+    # c + a*b in the micro-kernel: one FMA (see docs/numerics.md)
+    st.pragma(st.leaf_iter_vars[0], "fp_contract")
     if packed is not None:
         ps = s[packed]
         ps.compute_at(st, pc)
         pjo, pk, pji = ps.op.axis
         ps.vectorize(pji)
+        if rows_par:
+            ps.parallel(pjo)   # the threads pack the block's panels together
     else:
         bt, kfirst = _gemm_operands(op)[1]
         if kfirst:
             bb = s.cache_read(bt, "local", [st])
-            s[bb].compute_at(st, jr)
-            _vector_split(s[bb], s[bb].op.axis[1], p.nr, p.nr)
+            s[bb].compute_at(st, pc)
+            # the panel is nr wide, narrower at the right edge: split by nr so the
+            # vector has a constant width (the edge is masked)
+            bk = s[bb].op.axis[0]
+            _, bj = s[bb].split(s[bb].op.axis[1], factor=p.nr)
+            s[bb].vectorize(bj)
+            if rows_par:
+                s[bb].parallel(bk)
         # B read as W[j, k] (dense): read in place (vector over j is a strided gather)
+    return p
+
+
+def _schedule_gemm_write_cache(s: Schedule, C: Tensor, info: CpuInfo, packed, p: GemmParams):
+    """The GEMM schedule when the whole reduction is one slice (``KC == K``) and the
+    blocks divide the shape: each ``MR x NR`` block of C is accumulated in a local
+    buffer (``cache_write``; constant indices after unrolling, so LLVM keeps it in
+    registers), zeroed there and written to C once.  This saves the separate pass that
+    zeroes C and the reload of the C block before the ``k`` loop.  Loops::
+
+        jc                      NC columns; pack B's K x NC block (parallel over panels)
+          ir (parallel)         MR-row panels ("rows" mode; "blocks": ic.jc parallel)
+            jr                  NR-wide panel; C.local[MR, NR] = 0
+              k, i (unrolled), j (vector): C.local += A * B
+            i, j: C = C.local
+    """
+    CC = s.cache_write(C, "local")
+    st = s[C]
+    i, j = st.op.axis
+    ic, ir_ = st.split(i, factor=p.mc)
+    jc, jr_ = st.split(j, factor=p.nc)
+    jr, ji = st.split(jr_, factor=p.nr)
+    ir, ii = st.split(ir_, factor=p.mr)
+    st.reorder(ic, jc, ir, jr, ii, ji)
+    st.unroll(ii)
+    st.vectorize(ji)
+    rows_par = info.threads > 1 and p.par == "rows"
+    if rows_par:
+        st.parallel(ir)
+        pack_at = jc
+    elif info.threads > 1:
+        pack_at = st.fuse(ic, jc)
+        st.parallel(pack_at)
+    else:
+        pack_at = jc
+    cs = s[CC]
+    cs.compute_at(st, jr)
+    ci, cj = cs.op.axis
+    ck, = cs.op.reduce_axis
+    cs.reorder(ck, ci, cj)
+    cs.unroll(ci)
+    cs.vectorize(cj)
+    # four k steps per loop iteration: the loop's own instructions (counter, pointer
+    # bumps, branch) are paid once per 4 x MR x NR/L FMAs (measured +3-10%); LLVM
+    # unrolls it (cheaper to compile than unrolling it in the IR)
+    cs.pragma(ck, "unroll_count", 4)
+    # c + a*b in the micro-kernel: one FMA (see docs/numerics.md)
+    cs.pragma(ck, "fp_contract")
+    if packed is not None:
+        ps = s[packed]
+        ps.compute_at(st, pack_at)
+        pjo, pk, pji = ps.op.axis
+        ps.vectorize(pji)
+        if rows_par:
+            ps.parallel(pjo)
+    else:
+        bt, kfirst = _gemm_operands(CC.op)[1]
+        if kfirst:
+            bb = s.cache_read(bt, "local", [cs])
+            s[bb].compute_at(st, pack_at)
+            bk = s[bb].op.axis[0]
+            _, bj = s[bb].split(s[bb].op.axis[1], factor=p.nr)
+            s[bb].vectorize(bj)
+            if rows_par:
+                s[bb].parallel(bk)
     return p
 
 
@@ -500,3 +615,429 @@ def schedule_elementwise(outs, target: str = "llvm") -> Schedule:
 
 
 schedule_injective = schedule_elementwise
+
+
+# ---------------------------------------------------------------------------------
+# convolution
+
+
+def _conv_parts(outs, tag):
+    """(the conv stage, its padding stage or None, the data and weight tensors)."""
+    convs = _find(outs, lambda op: _has_tag(op, tag) and op.reduce_axis)
+    if len(convs) != 1:
+        raise ScheduleError(f"expected one {tag} stage under the outputs, found {len(convs)}")
+    conv = convs[0]
+    pad = None
+    for t in conv.input_tensors:
+        if isinstance(t.op, ComputeOp) and _has_tag(t.op, "pad"):
+            pad = t
+    return conv.output(0), pad
+
+
+def _divisors(n: int) -> List[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1):
+    """(OB, YB, XB): output channels x rows x columns held in registers.
+
+    A tiny cost model: per input channel and kernel tap, ``OB*YB*ceil(XB/L)`` FMAs,
+    ``YB*ceil(XB/L)`` vector loads of the input and ``OB`` broadcasts of weights, at 2
+    FMAs and 2 loads a cycle plus a little loop overhead; a vector is only partly useful
+    when ``XB`` is not a multiple of the lanes; a block that does not divide the output
+    leaves a tail (a second, smaller kernel): slightly penalised."""
+    L = info.lanes
+    budget = info.vregs - 8 if info.vregs >= 32 else info.vregs - 4
+    best = None
+    # a vector is at most one register or a whole number of them: LLVM legalizes e.g.
+    # 28 or 56 float32 lanes on AVX-512 through the stack (measured 20x slower)
+    if OW is not None:
+        xbs = [d for d in _divisors(OW) if d <= L or (d % L == 0 and d <= 4 * L)]
+        if max(xbs) < min(OW, L) // 2:
+            xbs.append(min(OW, L))  # no good divisor: a tail block (masked)
+    else:
+        xbs = [L]
+    for xb in xbs:
+        nvx = -(-xb // L)
+        util = xb / (nvx * L)
+        for yb in (1, 2, 3, 4):
+            if OH is not None and yb > OH:
+                break
+            top = min(budget // (nvx * yb), K if K is not None else 64)
+            for ob in range(1, top + 1):
+                fmas = ob * yb * nvx
+                loads = yb * nvx + ob
+                cycles = max(fmas, loads) / 2 + 3  # + loop, address and C-block overhead
+                score = util * fmas / cycles
+                if (OH is not None and OH % yb) or (K is not None and K % ob):
+                    score *= 0.9  # a tail block: a second kernel (compile time, and slower)
+                if OW is not None and OW % xb:
+                    score *= 0.85
+                if best is None or score > best[0] + 1e-9:
+                    best = (score, ob, yb, xb)
+    _, ob, yb, xb = best
+    return ob, yb, xb
+
+
+def _schedule_pad_at(s: Schedule, pad: Tensor, st: Stage, axis, info: CpuInfo,
+                     vec_dim: int):
+    """Compute the padding stage at ``st``'s loop ``axis`` (the region one iteration
+    reads, with its halo), the dimension ``vec_dim`` vectorized."""
+    ps = s[pad]
+    ps.compute_at(st, axis)
+    ax = ps.op.axis[vec_dim]
+    ext = _cint(pad.shape[vec_dim])
+    L = info.lanes
+    if ext is not None and ext <= 64:
+        # the region is at most this wide: one (wide) vector, masked where narrower
+        _, vi = ps.split(ax, factor=ext)
+        ps.vectorize(vi)
+    else:
+        _, vi = ps.split(ax, factor=L)
+        ps.vectorize(vi)
+
+
+def _conv_parallel(st: Stage, axes, exts, threads: int, min_tasks: int):
+    """Fuse the leading axes until there are at least ``min_tasks`` tasks (or all are
+    taken) and make the fused axis parallel; returns it."""
+    take, total = [], 1
+    for a, e in zip(axes, exts):
+        take.append(a)
+        total = total * e if (e is not None and total is not None) else None
+        if total is None or total >= min_tasks:
+            break
+    ax = take[0] if len(take) == 1 else st.fuse(*take)
+    if threads > 1:
+        st.parallel(ax)
+    return ax, len(take)
+
+
+def schedule_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
+    """``tecomp.nn.conv2d_nchw`` (plus any elementwise epilogue).
+
+    An ``OB x YB x XB`` block of the output (channels x rows x columns, the columns one
+    widened vector) is accumulated in registers over the input channels (a loop) and
+    the kernel window (unrolled): each tap loads ``YB`` input rows and broadcasts
+    ``OB`` weights.  Tasks and padding: see :func:`_conv_tasks`."""
+    outs = _outs(outs)
+    info = cpu_info(target)
+    conv, pad = _conv_parts(outs, "conv2d_nchw")
+    s = create_schedule([t.op for t in outs])
+    N, K, OH, OW = (_cint(e) for e in conv.shape)
+    ob, yb, xb = _conv_block_nchw(K, OH, OW, info, N)
+    st = s[conv]
+    n, o, y, x = st.op.axis
+    c, ky, kx = st.op.reduce_axis
+    oc, oi = st.split(o, factor=ob)
+    yc, yi = st.split(y, factor=yb)
+    xc, xi = st.split(x, factor=xb)
+    # the input channel is the innermost loop (the register block lives across it);
+    # the taps are the loops around it
+    st.reorder(n, oc, yc, xc, ky, kx, c, oi, yi, xi)
+    st.unroll(oi)
+    st.unroll(yi)
+    st.vectorize(xi)
+    _conv_tasks(s, st, pad, _conv_weight(conv), info, n, oc, yc, N, K, ob, OH, yb,
+                pad_vec_dim=3, weight_vec_dim=None)
+    _epilogue(s, outs, conv, info)
+    return s
+
+
+def _conv_weight(conv: Tensor) -> Tensor:
+    """The weight operand of a convolution stage (the input that is not the data)."""
+    ins = conv.op.input_tensors
+    return ins[1] if len(ins) > 1 else ins[0]
+
+
+def _conv_tasks(s: Schedule, st: Stage, pad, weight, info: CpuInfo, n, oc, yc, N, K, ob,
+                OH, yb, pad_vec_dim: int, weight_vec_dim: Optional[int]):
+    """Tasks, the padded input and the weights of a convolution whose loops start
+    ``n, oc, yc``.
+
+    When the weights fit in a quarter of L2 (the 64-channel case: 147 KB), or there is
+    one output-channel block, the tasks are (batch, row block) and each task pads just
+    the rows it reads (``compute_at``: its tile plus the halo), saving a pass over the
+    input.  Otherwise the padded input is computed once, at the root,
+    in its own parallel pass, and the channel blocks are outer loops.  When a block's
+    weights are strided (HWIO: ``weight_vec_dim`` is their output-channel dimension)
+    each block first copies them into a compact buffer (``cache_read``: sequential
+    reads, L2-resident across the block's rows; the 256-channel case has 2.4 MB of
+    weights, so every row re-reading them from the strided tensor would stream 14x
+    that); the tasks are then the (batch, channel block) pairs, or, when there are
+    fewer than 4 per thread, the row blocks of one channel block at a time.  When they
+    are contiguous already (OIHW) the tasks are (batch, channel block, row block)."""
+    noc = _ceil(K, ob) if K is not None else None
+    nyc = _ceil(OH, yb) if OH is not None else None
+    T = info.threads
+    wbytes = 4
+    for e in weight.shape:
+        wbytes = wbytes * _cint(e) if _cint(e) is not None and wbytes is not None else None
+    small = wbytes is not None and wbytes <= info.l2_bytes // 4
+    enough_rows = (N or 1) * (nyc or 1) >= 2 * T
+    if noc == 1 or (small and enough_rows):
+        # the weights stay in L2 anyway: tasks are (batch, row block), each padding
+        # just the rows it reads; the channel blocks are a loop inside the task
+        st.reorder(n, yc, oc)
+        task, _ = _conv_parallel(st, [n, yc], [N, nyc], T, 4 * T)
+        if pad is not None:
+            _schedule_pad_at(s, pad, st, task, info, pad_vec_dim)
+    elif weight_vec_dim is None:
+        # a block's weights are contiguous already: one parallel loop over (batch,
+        # channel block, row block), channel blocks outer in the fused index so that a
+        # chunk of consecutive tasks shares its weights
+        task = st.fuse(n, oc, yc)
+        if T > 1:
+            st.parallel(task)
+        if pad is not None:
+            _schedule_elementwise_stage(s, pad, info)
+    else:
+        # each channel block copies its weights into a compact buffer once: with enough
+        # blocks they are the tasks (each does all its rows); with few, the blocks run
+        # in turn and their rows are the tasks
+        nob = (N or 1) * noc if noc is not None else None
+        if nob is not None and nob >= 4 * T:
+            task = st.fuse(n, oc)
+            w_at = task
+        else:
+            st.reorder(oc, n, yc)
+            task = st.fuse(n, yc)
+            w_at = oc
+        if T > 1:
+            st.parallel(task)
+        if pad is not None:
+            _schedule_elementwise_stage(s, pad, info)
+        ww = s.cache_read(weight, "local", [st])
+        ws = s[ww]
+        ws.compute_at(st, w_at)
+        _, wv = ws.split(ws.op.axis[weight_vec_dim], factor=ob)
+        ws.vectorize(wv)
+    st.pragma(st.leaf_iter_vars[0], "fp_contract")
+    return task
+
+
+def _epilogue(s: Schedule, outs, main: Tensor, info: CpuInfo):
+    """Inline the injective stages between ``main`` and the outputs and schedule the
+    outputs that are not ``main`` as elementwise loops."""
+    below = set(id(op) for op in _walk([main]))
+    _inline_injective(s, [op for op in _walk(outs) if id(op) not in below])
+    for t in outs:
+        if t.op is not main.op and _is_injective(t.op):
+            _schedule_elementwise_stage(s, t, info)
+
+
+def _conv_block_nhwc(K, OH, OW, info: CpuInfo):
+    """(OB, YB, XB) for NHWC: ``OB`` output channels (vectors) x ``YB*XB`` pixels."""
+    L = info.lanes
+    if K is None or K >= 2 * L:
+        ob = 2 * L
+    elif K > L:
+        ob = K if K <= 2 * L else L
+    else:
+        ob = K
+    nvo = -(-ob // L)
+    # accumulators + the weight vectors + one broadcast register
+    budget = info.vregs - nvo - 2
+    pix = max(1, budget // nvo)
+    yb = 1
+    if OW is not None and OW < pix and OH is not None:
+        yb = max(1, min(OH, pix // OW))
+    xb = min(OW, pix // yb) if OW is not None else pix
+    if OW is not None and OW % xb:
+        # prefer a divisor of the width close to the budget (no tail kernel)
+        ds = [d for d in _divisors(OW) if d <= pix // yb]
+        if ds and max(ds) >= 0.75 * xb:
+            xb = max(ds)
+    return ob, yb, xb
+
+
+def schedule_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
+    """``tecomp.nn.conv2d_nhwc`` (HWIO weights, plus any elementwise epilogue).
+
+    Like a GEMM whose rows are output pixels: ``YB x XB`` pixels x ``OB`` channels (two
+    vectors) in registers; per input channel (the innermost loop) each pixel broadcasts
+    one input value and the weights are ``OB/L`` vector loads.  Tasks and padding: see
+    :func:`_conv_tasks`."""
+    outs = _outs(outs)
+    info = cpu_info(target)
+    conv, pad = _conv_parts(outs, "conv2d_nhwc")
+    s = create_schedule([t.op for t in outs])
+    N, OH, OW, K = (_cint(e) for e in conv.shape)
+    ob, yb, xb = _conv_block_nhwc(K, OH, OW, info)
+    st = s[conv]
+    n, y, x, o = st.op.axis
+    ky, kx, c = st.op.reduce_axis
+    oc, oi = st.split(o, factor=ob)
+    yc, yi = st.split(y, factor=yb)
+    xc, xi = st.split(x, factor=xb)
+    st.reorder(n, oc, yc, xc, ky, kx, c, yi, xi, oi)
+    st.unroll(yi)
+    st.unroll(xi)
+    st.vectorize(oi)
+    _conv_tasks(s, st, pad, _conv_weight(conv), info, n, oc, yc, N, K, ob, OH, yb,
+                pad_vec_dim=3, weight_vec_dim=3)
+    _epilogue(s, outs, conv, info)
+    return s
+
+
+# ---------------------------------------------------------------------------------
+# softmax
+
+
+# The row maximum of softmax_fast only shifts the exponent: ``a > b ? a : b`` (one
+# ``vmaxps``) instead of tc.max's NaN-propagating maximum (about six instructions on
+# x86).  A NaN in a row still makes that row NaN: it reaches the sum through exp.
+_shift_max = _te.comm_reducer(lambda a, b: _te.if_then_else(a > b, a, b),
+                              lambda dt: _te.const(float("-inf"), dt), name="shift_max")
+
+
+def softmax_fast(x: Tensor, name: str = "softmax"):
+    """Softmax over the last axis with :func:`tecomp.fast_exp` and one reciprocal per
+    row: stages ``.max``, ``.exp`` (``fast_exp(x - max)``), ``.sum``, ``.rcp``
+    (``1 / sum``) and the output ``exp * rcp``.  Its error is bounded in
+    ``docs/numerics.md``; ``tecomp.nn.softmax`` is the exact-``exp`` version.  Schedule
+    it with :func:`schedule_softmax`."""
+    k = _te.reduce_axis(x.shape[-1], name="k")
+    m = _te.compute(x.shape[:-1], lambda *i: _shift_max(x[i + (k,)], axis=k),
+                    name=f"{name}.max")
+    e = _te.compute(x.shape, lambda *i: _te.fast_exp(x[i] - m[i[:-1]]), name=f"{name}.exp")
+    k2 = _te.reduce_axis(x.shape[-1], name="k")
+    sm = _te.compute(x.shape[:-1], lambda *i: _te.sum(e[i + (k2,)], axis=k2), name=f"{name}.sum")
+    r = _te.compute(x.shape[:-1], lambda *i: _te.const(1.0, x.dtype) / sm[i], name=f"{name}.rcp")
+    return _te.compute(x.shape, lambda *i: e[i] * r[i[:-1]], name=name, tag="softmax")
+
+
+def _row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, info: CpuInfo):
+    """Compute the last-axis reduction ``red`` at ``st``'s loop ``axis`` with the
+    reduction vectorized: ``rfactor`` into ``4 x lanes`` partial results (four vector
+    accumulators, so four independent add/max chains), those folded into one vector
+    (a second ``rfactor``), then the lanes reduced in order."""
+    rs = s[red]
+    k = rs.op.reduce_axis[0]
+    L = info.lanes
+    K = _cint(k.dom.extent)
+    if K is not None and K < 2 * L:
+        rs.compute_at(st, axis)
+        return
+    F = 4 * L if K is None or K >= 8 * L else L
+    ko, ki = rs.split(k, factor=F)
+    rf = s.rfactor(red, ki, factor_axis=len(rs.op.axis))
+    rfs = s[rf]
+    rfs.compute_at(st, axis)
+    rko, = rfs.op.reduce_axis
+    rki = rfs.op.axis[-1]
+    rfs.reorder(*(list(rfs.op.axis[:-1]) + [rko, rki]))
+    rfs.vectorize(rki)
+    if F > L:
+        kk = s[red].op.reduce_axis[0]
+        _, kki = s[red].split(kk, factor=L)
+        rf2 = s.rfactor(red, kki, factor_axis=len(s[red].op.axis))
+        r2 = s[rf2]
+        r2.compute_at(st, axis)
+        r2ko, = r2.op.reduce_axis
+        r2ki = r2.op.axis[-1]
+        r2.reorder(*(list(r2.op.axis[:-1]) + [r2ko, r2ki]))
+        r2.vectorize(r2ki)
+    s[red].compute_at(st, axis)
+
+
+def _row_stage_at(s: Schedule, t: Tensor, st: Stage, axis, info: CpuInfo):
+    ts = s[t]
+    ts.compute_at(st, axis)
+    _vector_split(ts, ts.op.axis[-1], _cint(t.shape[-1]), info.lanes)
+
+
+def schedule_softmax(outs, target: str = "llvm") -> Schedule:
+    """``tecomp.nn.softmax`` / ``log_softmax`` and :func:`softmax_fast`: one task per
+    block of rows, every stage of a row computed at the row (the row stays in L1), each
+    reduction over the row vectorized (``rfactor`` into one vector accumulator)."""
+    outs = _outs(outs)
+    info = cpu_info(target)
+    s = create_schedule([t.op for t in outs])
+    out = outs[0]
+    st = s[out]
+    rows = list(st.op.axis[:-1])
+    row_exts = [_cint(e) for e in out.shape[:-1]]
+    J = _cint(out.shape[-1])
+    if rows:
+        R = st.fuse(*rows) if len(rows) > 1 else rows[0]
+        nrows = math.prod(row_exts) if all(e is not None for e in row_exts) else None
+    else:
+        R, nrows = None, 1
+    jo = _vector_split(st, st.op.axis[-1], J, info.lanes)
+    if R is not None and info.threads > 1 and (nrows is None or nrows > 1):
+        st.parallel(R)
+    st.pragma(st.leaf_iter_vars[0], "fp_contract")
+    attach = R if R is not None else (jo if jo is not None else None)
+    if attach is None:
+        return s
+    if R is None:
+        # 1-d softmax: no row loop to attach to; stages stay at the root
+        for op in _walk(outs):
+            if op is out.op:
+                continue
+            t = op.output(0)
+            if op.reduce_axis or not op.axis:
+                continue
+            _schedule_elementwise_stage(s, t, info)
+        return s
+    ndim = len(out.shape)
+    for op in _walk([out]):
+        if op is out.op:
+            continue
+        t = op.output(0)
+        if op.reduce_axis and len(op.axis) == ndim - 1:
+            _row_reduce_at(s, t, st, R, info)
+        elif len(op.axis) == ndim - 1:
+            s[t].compute_at(st, R)
+        elif len(op.axis) == ndim:
+            _row_stage_at(s, t, st, R, info)
+    return s
+
+
+# ---------------------------------------------------------------------------------
+# pooling
+
+
+def schedule_pool(outs, target: str = "llvm") -> Schedule:
+    """``max_pool2d`` / ``avg_pool2d`` (NCHW): the padding is inlined (a guarded load),
+    tasks are (batch x channel x output row), the output row is vectorized and the
+    window unrolled around it."""
+    outs = _outs(outs)
+    info = cpu_info(target)
+    s = create_schedule([t.op for t in outs])
+    pools = _find(outs, lambda op: op.reduce_axis and len(op.axis) == 4)
+    if not pools:
+        raise ScheduleError("schedule_pool: no pooling reduction under the outputs")
+    pool = pools[-1]
+    for op in _walk(outs):
+        if _is_injective(op) and op is not outs[0].op and not s[op].is_output:
+            s[op].compute_inline()
+    out = outs[0]
+    st = s[out]
+    L = info.lanes
+    n, c, y, x = st.op.axis
+    OW = _cint(out.shape[3])
+    rows = st.fuse(n, c, y)
+    if OW is not None and OW <= L:
+        xo, xi = None, x
+    else:
+        xo, xi = st.split(x, factor=L)
+    if pool is out.op:
+        ky, kx = st.op.reduce_axis
+        st.reorder(*([rows] + ([xo] if xo is not None else []) + [ky, kx, xi]))
+        st.unroll(ky)
+        st.unroll(kx)
+    st.vectorize(xi)
+    if info.threads > 1:
+        st.parallel(rows)
+    if pool is not out.op:
+        ps = s[pool.output(0)]
+        ps.compute_at(st, xo if xo is not None else rows)
+        pn, pc, py, px = ps.op.axis
+        ky, kx = ps.op.reduce_axis
+        pxo, pxi = ps.split(px, factor=L)  # the region is L wide, narrower at the edge
+        ps.reorder(pn, pc, py, pxo, ky, kx, pxi)
+        ps.unroll(ky)
+        ps.unroll(kx)
+        ps.vectorize(pxi)
+    return s

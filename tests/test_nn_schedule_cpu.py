@@ -1,0 +1,332 @@
+"""Correctness of the tuned CPU schedules of tecomp.nn.schedule_cpu (never their speed).
+
+Every shipped schedule is checked against numpy (float64 references) on small versions of
+the benchmarked shapes and on odd ones (primes, 1s, tails in every blocked dimension),
+with the AVX-512 and the AVX2 blockings (``TECOMP_VECTOR_LANES``) and 1 or 2 threads.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.nn import ops
+from tecomp.nn import schedule_cpu as sc
+
+RNG = np.random.default_rng(1234)
+
+
+@pytest.fixture(params=[16, 8], ids=["lanes16", "lanes8"])
+def lanes(request, monkeypatch):
+    monkeypatch.setenv("TECOMP_VECTOR_LANES", str(request.param))
+    return request.param
+
+
+@pytest.fixture
+def threads():
+    old = tc.get_num_threads()
+    yield
+    tc.set_num_threads(old)
+
+
+def _arr(shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype("float32")
+
+
+def _shape(t):
+    return tuple(int(e.value) for e in t.shape)
+
+
+def _run(s, args, inputs):
+    f = tc.build(s, args, target="llvm")
+    out = np.full(_shape(args[-1]), np.nan, "float32")
+    f(*inputs, out)
+    return out
+
+
+def _close(got, ref, tol=2e-5):
+    """float32 kernels against float64 references, relative to the data's scale."""
+    scale = max(1.0, float(np.abs(ref).max())) if ref.size else 1.0
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * scale)
+
+
+# ---------------------------------------------------------------------------------
+# GEMM
+
+GEMM_SHAPES = [
+    (64, 64, 64),      # the benchmark's 512^3 / 1024^3 / 2048^3, small
+    (96, 160, 600),    # several k slices (kc tail), several column blocks
+    (37, 53, 29),      # primes: row, column and vector tails
+    (1, 1, 1),
+    (1, 17, 5),
+    (7, 200, 3),
+    (130, 33, 1),
+]
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["matmul", "matmul_packed"])
+@pytest.mark.parametrize("M,N,K", GEMM_SHAPES)
+def test_matmul(M, N, K, packed, lanes):
+    A = tc.placeholder((M, K), name="A")
+    B = tc.placeholder((K, N), name="B")
+    C = sc.matmul_packed(A, B) if packed else ops.matmul(A, B)
+    s = sc.schedule_matmul(C)
+    a, b = _arr((M, K)), _arr((K, N))
+    _close(_run(s, [A, B, C], [a, b]), a.astype("float64") @ b)
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_matmul_threads_and_symbolic_rows(nthreads, threads):
+    tc.set_num_threads(nthreads)
+    m = tc.var("m")
+    A = tc.placeholder((m, 40), name="A")
+    B = tc.placeholder((40, 70), name="B")
+    C = sc.matmul_packed(A, B)
+    f = tc.build(sc.schedule_matmul(C), [A, B, C])
+    b = _arr((40, 70))
+    for M in (0, 1, 9, 100):
+        a = _arr((M, 40))
+        c = np.full((M, 70), np.nan, "float32")
+        f(a, b, c)
+        _close(c, a.astype("float64") @ b)
+
+
+@pytest.mark.parametrize("M", [64, 7])
+def test_matmul_schedule_shape(M, threads):
+    """The micro-kernel structure: rows unrolled, columns one vector, FMA pragma, and a
+    parallel loop (over row panels, or over column blocks when rows are few)."""
+    tc.set_num_threads(2)
+    A = tc.placeholder((M, 64), name="A")
+    B = tc.placeholder((64, 64), name="B")
+    C = ops.matmul(A, B)
+    text = str(tc.lower(sc.schedule_matmul(C), [A, B, C]))
+    assert "pragma_fp_contract" in text
+    assert "unrolled (i.inner" in text and "vectorized (j.inner.inner" in text
+    assert "B.local" in text  # the packed block of B
+    assert "parallel (" in text
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "dense_packed"])
+@pytest.mark.parametrize("Bt,I,O", [(16, 48, 40), (3, 7, 5), (1, 1, 1)])
+def test_dense(Bt, I, O, packed, bias):
+    X = tc.placeholder((Bt, I), name="X")
+    W = tc.placeholder((O, I), name="W")
+    bv = tc.placeholder((O,), name="bias") if bias else None
+    Y = (sc.dense_packed if packed else ops.dense)(X, W, bv)
+    Y = ops.relu(Y)
+    s = sc.schedule_dense(Y)
+    x, w, bb = _arr((Bt, I)), _arr((O, I)), _arr((O,))
+    args = [X, W] + ([bv] if bias else []) + [Y]
+    ins = [x, w] + ([bb] if bias else [])
+    ref = x.astype("float64") @ w.T.astype("float64") + (bb if bias else 0)
+    _close(_run(s, args, ins), np.maximum(ref, 0))
+
+
+# ---------------------------------------------------------------------------------
+# convolution
+
+
+def _conv_ref(d, w, stride, pad, dil):
+    """NCHW data, OIHW weights, float64."""
+    N, C, H, W = d.shape
+    O, _, R, S = w.shape
+    dp = np.pad(d.astype("float64"), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    OH = (H + 2 * pad - dil * (R - 1) - 1) // stride + 1
+    OW = (W + 2 * pad - dil * (S - 1) - 1) // stride + 1
+    out = np.zeros((N, O, OH, OW))
+    for r in range(R):
+        for t in range(S):
+            patch = dp[:, :, r * dil: r * dil + stride * (OH - 1) + 1: stride,
+                       t * dil: t * dil + stride * (OW - 1) + 1: stride]
+            out += np.einsum("nchw,oc->nohw", patch, w[:, :, r, t].astype("float64"))
+    return out
+
+
+CONV_CASES = [
+    # N, C, H, W, O, R, stride, pad, dilation
+    (1, 16, 56, 56, 16, 3, 1, 1, 1),   # the 64-channel 56x56 benchmark, fewer channels
+    (1, 32, 14, 14, 48, 3, 1, 1, 1),   # the 256-channel 14x14 benchmark, fewer channels
+    (2, 3, 11, 13, 5, 3, 2, 1, 1),     # odd sizes, stride 2
+    (1, 7, 9, 9, 17, 3, 1, 2, 2),      # dilation, wide padding
+    (1, 5, 8, 8, 33, 1, 1, 0, 1),      # 1x1, channel tail
+    (1, 1, 1, 1, 1, 1, 1, 0, 1),
+    (1, 3, 5, 5, 2, 5, 1, 0, 1),       # kernel as large as the input
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv2d_nchw(case, lanes):
+    N, C, H, W, O, R, st, p, dl = case
+    d = tc.placeholder((N, C, H, W), name="data")
+    w = tc.placeholder((O, C, R, R), name="weight")
+    out = ops.conv2d_nchw(d, w, stride=st, padding=p, dilation=dl)
+    s = sc.schedule_conv2d_nchw(out)
+    dn, wn = _arr((N, C, H, W)), _arr((O, C, R, R))
+    _close(_run(s, [d, w, out], [dn, wn]), _conv_ref(dn, wn, st, p, dl), 5e-5)
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv2d_nhwc(case, lanes):
+    N, C, H, W, O, R, st, p, dl = case
+    d = tc.placeholder((N, H, W, C), name="data")
+    w = tc.placeholder((R, R, C, O), name="weight")
+    out = ops.conv2d_nhwc(d, w, stride=st, padding=p, dilation=dl)
+    s = sc.schedule_conv2d_nhwc(out)
+    dn, wn = _arr((N, H, W, C)), _arr((R, R, C, O))
+    ref = _conv_ref(dn.transpose(0, 3, 1, 2), wn.transpose(3, 2, 0, 1), st, p, dl)
+    _close(_run(s, [d, w, out], [dn, wn]), ref.transpose(0, 2, 3, 1), 5e-5)
+
+
+def test_conv2d_with_epilogue():
+    d = tc.placeholder((1, 8, 10, 10), name="data")
+    w = tc.placeholder((12, 8, 3, 3), name="weight")
+    b = tc.placeholder((12,), name="bias")
+    out = ops.relu(ops.bias_add(ops.conv2d_nchw(d, w, padding=1), b))
+    s = sc.schedule_conv2d_nchw(out)
+    dn, wn, bn = _arr((1, 8, 10, 10)), _arr((12, 8, 3, 3)), _arr((12,))
+    ref = np.maximum(_conv_ref(dn, wn, 1, 1, 1) + bn[None, :, None, None], 0)
+    _close(_run(s, [d, w, b, out], [dn, wn, bn]), ref, 5e-5)
+
+
+def test_conv2d_pad_placement():
+    """Weights that fit in cache: each task pads the rows it reads (allocated inside the
+    task loop); large weights (2.4 MB): the pad is one root pass and the channel blocks
+    are the outer part of the tasks; HWIO weights are copied per channel block."""
+    d = tc.placeholder((1, 8, 28, 28), name="data")
+    w = tc.placeholder((64, 8, 3, 3), name="weight")
+    out = ops.conv2d_nchw(d, w, padding=1)
+    text = str(tc.lower(sc.schedule_conv2d_nchw(out), [d, w, out]))
+    assert text.index("parallel") < text.index("allocate conv2d_nchw.pad")
+    d2 = tc.placeholder((1, 256, 6, 6), name="data")
+    w2 = tc.placeholder((256, 256, 3, 3), name="weight")
+    out2 = ops.conv2d_nchw(d2, w2, padding=1)
+    text2 = str(tc.lower(sc.schedule_conv2d_nchw(out2), [d2, w2, out2]))
+    assert text2.index("allocate conv2d_nchw.pad") < text2.index("parallel")
+    assert "parallel (n.o.outer.fused.y.outer.fused" in text2
+    d3 = tc.placeholder((1, 6, 6, 256), name="data")
+    w3 = tc.placeholder((3, 3, 256, 256), name="weight")
+    out3 = ops.conv2d_nhwc(d3, w3, padding=1)
+    text3 = str(tc.lower(sc.schedule_conv2d_nhwc(out3), [d3, w3, out3]))
+    assert "allocate weight.local" in text3
+
+
+# ---------------------------------------------------------------------------------
+# softmax
+
+
+def _softmax_ref(x):
+    x = x.astype("float64")
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["exp", "fast_exp"])
+@pytest.mark.parametrize("shape", [(64, 1024), (7, 13), (1, 1), (3, 1000), (2, 3, 37), (50,)])
+def test_softmax(shape, fast, lanes):
+    X = tc.placeholder(shape, name="X")
+    Y = sc.softmax_fast(X) if fast else ops.softmax(X)
+    s = sc.schedule_softmax(Y)
+    x = _arr(shape, 4.0)
+    got = _run(s, [X, Y], [x])
+    # float32 row sums of ~1000 terms: ~1e-6 relative; fast_exp adds 3 ulp per element
+    # and one reciprocal per row (docs/numerics.md)
+    np.testing.assert_allclose(got, _softmax_ref(x), rtol=5e-6 if fast else 3e-6, atol=1e-9)
+
+
+def test_softmax_fast_nan_and_inf_rows():
+    """softmax_fast's row maximum ignores NaN ordering, but a NaN or +inf in a row still
+    makes the whole row NaN, as numpy's softmax does (docs/numerics.md)."""
+    X = tc.placeholder((3, 40), name="X")
+    Y = sc.softmax_fast(X)
+    x = _arr((3, 40))
+    x[1, 5] = np.nan
+    x[2, 7] = np.inf
+    got = _run(sc.schedule_softmax(Y), [X, Y], [x])
+    with np.errstate(invalid="ignore"):
+        ref = _softmax_ref(x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_allclose(got[0], ref[0], rtol=5e-6)
+
+
+def test_log_softmax():
+    X = tc.placeholder((9, 70), name="X")
+    Y = ops.log_softmax(X)
+    x = _arr((9, 70), 3.0)
+    got = _run(sc.schedule_softmax(Y), [X, Y], [x])
+    np.testing.assert_allclose(got, np.log(_softmax_ref(x)), rtol=1e-5, atol=1e-5)
+
+
+def test_fast_exp_error_bound():
+    """The bound docs/numerics.md states for tc.fast_exp: max relative error < 2.5e-7
+    over the range where exp is a normal float32 ([-87.3, 88.7])."""
+    n = 1 << 20
+    X = tc.placeholder((n,), name="X")
+    Y = tc.compute((n,), lambda i: tc.fast_exp(X[i]), name="Y")
+    s = sc.schedule_elementwise(Y)
+    x = np.linspace(-87.3, 88.7, n, dtype="float64").astype("float32")
+    y = _run(s, [X, Y], [x])
+    ref = np.exp(x.astype("float64"))
+    rel = np.abs(y.astype("float64") - ref) / ref
+    assert rel.max() < 2.5e-7, rel.max()
+    # and around 0, where softmax's largest terms live
+    x2 = RNG.uniform(-10, 0, n).astype("float32")
+    y2 = _run(s, [X, Y], [x2])
+    ref2 = np.exp(x2.astype("float64"))
+    assert (np.abs(y2 - ref2) / ref2).max() < 2.5e-7
+
+
+# ---------------------------------------------------------------------------------
+# pooling and elementwise
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("case", [(1, 64, 56, 56, 3, 2, 1), (2, 3, 7, 9, 2, 2, 0),
+                                  (1, 5, 13, 11, 3, 1, 1), (1, 1, 1, 1, 1, 1, 0)],
+                         ids=lambda c: "x".join(map(str, c)))
+def test_pool(kind, case):
+    N, C, H, W, k, st, p = case
+    d = tc.placeholder((N, C, H, W), name="data")
+    out = (ops.max_pool2d if kind == "max" else ops.avg_pool2d)(d, k, stride=st, padding=p)
+    s = sc.schedule_pool(out)
+    dn = _arr((N, C, H, W))
+    fill = -np.inf if kind == "max" else 0.0
+    dp = np.pad(dn.astype("float64"), ((0, 0), (0, 0), (p, p), (p, p)), constant_values=fill)
+    OH, OW = (H + 2 * p - k) // st + 1, (W + 2 * p - k) // st + 1
+    wins = np.stack([dp[:, :, a: a + st * (OH - 1) + 1: st, b: b + st * (OW - 1) + 1: st]
+                     for a in range(k) for b in range(k)])
+    ref = wins.max(0) if kind == "max" else wins.sum(0) / (k * k)
+    _close(_run(s, [d, out], [dn]), ref)
+
+
+@pytest.mark.parametrize("shape", [(4, 64, 56, 56), (3, 7), (1,), (2, 3, 5, 17)])
+def test_elementwise(shape):
+    X = tc.placeholder(shape, name="X")
+    b = tc.placeholder((shape[-1],), name="b")
+    Y = ops.relu(ops.bias_add(X, b, axis=-1))
+    s = sc.schedule_elementwise(Y)
+    x, bn = _arr(shape), _arr((shape[-1],))
+    _close(_run(s, [X, b, Y], [x, bn]), np.maximum(x.astype("float64") + bn, 0))
+    assert sc.schedule_injective is sc.schedule_elementwise
+
+
+def test_wrong_target_and_outputs():
+    X = tc.placeholder((4, 4), name="X")
+    with pytest.raises(tc.ScheduleError, match="target='llvm'"):
+        sc.schedule_softmax(ops.softmax(X), target="cuda")
+    with pytest.raises(tc.ScheduleError, match="output tensor"):
+        sc.schedule_matmul("C")
+    with pytest.raises(tc.ScheduleError, match="matmul"):
+        sc.schedule_matmul(ops.relu(X))
+
+
+def test_cpu_info_follows_threads(threads):
+    tc.set_num_threads(1)
+    assert sc.cpu_info().threads == 1
+    assert sc.gemm_params(512, 512, 512).par == "rows"
+    tc.set_num_threads(2)
+    assert sc.cpu_info().threads == 2
+    assert sc.gemm_params(512, 512, 512).par == "rows"   # 2 threads share the row panels
+    assert sc.gemm_params(16, 4096, 256).par == "blocks"  # too few rows: column blocks
+    p = sc.gemm_params(1024, 1024, 1024)
+    assert p.nr % sc.cpu_info().lanes == 0 and 1024 % p.mr == 0  # no row tail
