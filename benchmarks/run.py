@@ -164,6 +164,15 @@ def main():
             print(f"  {w.name}: tecomp / numpy time ratio {med['numpy'] / med['tecomp']:.2f}x, "
                   f"{w.gflops(med['tecomp']) / W.peak_gflops(threads) * 100:.0f}% of the "
                   f"FMA peak measured here ({W.peak_gflops(threads):.0f} GFLOP/s)")
+    fast = [med for w, med, _ in rows if w.kind == "softmax" and w.fast]
+    exact = [med for w, med, _ in rows if w.kind == "softmax" and not w.fast]
+    if fast and exact and "tecomp" in fast[0]:
+        t = fast[0]["tecomp"]
+        parts = [f"{name} {other[k] / t:.2f}x" for name, other, k in
+                 (("PyTorch (exact exp)", exact[0], "torch"), ("Halide (fast exp)", fast[0], "halide"),
+                  ("TVM (fast exp)", fast[0], "tvm")) if k in other]
+        print("  softmax: tecomp fast-exp against " + ", ".join(parts) +
+              " (time ratios, > 1: tecomp faster)")
     print("  checks: " + "; ".join(f"{w.name}: " + ", ".join(n for n in notes)
                                    for w, _, notes in rows))
 

@@ -15,6 +15,10 @@ of the main part has no guard, so it stays vectorized/unrolled.  Loops bound to 
 threads and vectorized loops are not partitioned (their guard is a per-lane mask), nor
 is an unrolled loop inside a GPU kernel at a split point that is not a constant (it
 would no longer unroll, and the register arrays it indexes would go to local memory).
+
+A ``parallel`` loop keeps one parallel region: its parts become the branches of its
+body (``parallel (v, m, E) { if (v < m + K) main else tail }``), so that a short tail
+part (often one iteration) does not run as a region of its own on one thread.
 """
 from __future__ import annotations
 
