@@ -145,20 +145,9 @@ def _cint(e) -> Optional[int]:
 
 def _walk(outs: Sequence[Tensor]) -> List[ComputeOp]:
     """Every compute op reachable from ``outs``, producers first."""
-    seen, order = set(), []
+    from ..te.tensor import compute_ops
 
-    def visit(op):
-        if id(op) in seen:
-            return
-        seen.add(id(op))
-        for t in op.input_tensors:
-            visit(t.op)
-        if isinstance(op, ComputeOp):
-            order.append(op)
-
-    for t in outs:
-        visit(t.op)
-    return order
+    return compute_ops(outs)
 
 
 def _find(outs, pred) -> List[ComputeOp]:

@@ -104,20 +104,9 @@ def _pow2_at_least(n: int) -> int:
 
 def _walk(outs: Sequence[Tensor]) -> List[ComputeOp]:
     """Every compute op reachable from ``outs``, producers first."""
-    seen, order = set(), []
+    from ..te.tensor import compute_ops
 
-    def visit(op):
-        if id(op) in seen:
-            return
-        seen.add(id(op))
-        for t in op.input_tensors:
-            visit(t.op)
-        if isinstance(op, ComputeOp):
-            order.append(op)
-
-    for t in outs:
-        visit(t.op)
-    return order
+    return compute_ops(outs)
 
 
 def _has_tag(op, *tags) -> bool:

@@ -403,21 +403,12 @@ class Schedule:
         self.outputs = outputs
         self.stages: List[Stage] = []
         self._stage_of: Dict[int, Stage] = {}
-        seen = set()
+        from ..te.tensor import compute_ops
 
-        def visit(op):
-            if id(op) in seen:
-                return
-            seen.add(id(op))
-            for t in op.input_tensors:
-                visit(t.op)
-            if isinstance(op, ComputeOp):
-                st = Stage(op, self)
-                self.stages.append(st)
-                self._stage_of[id(op)] = st
-
-        for op in outputs:
-            visit(op)
+        for op in compute_ops(outputs):
+            st = Stage(op, self)
+            self.stages.append(st)
+            self._stage_of[id(op)] = st
         for op in outputs:
             self._stage_of[id(op)].is_output = True
 

@@ -132,6 +132,24 @@ def _shape_str(shape) -> str:
     return "(" + ", ".join(str(x) for x in shape) + ")"
 
 
+def compute_ops(outs) -> list:
+    """Every ComputeOp reachable from ``outs`` (tensors or operations), producers first."""
+    seen, order = set(), []
+
+    def visit(op):
+        if id(op) in seen:
+            return
+        seen.add(id(op))
+        for t in op.input_tensors:
+            visit(t.op)
+        if isinstance(op, ComputeOp):
+            order.append(op)
+
+    for o in outs:
+        visit(o.op if isinstance(o, Tensor) else o)
+    return order
+
+
 def input_tensors_of(expr) -> list:
     """Tensors read in ``expr``, in order of first read."""
     out, seen = [], set()
