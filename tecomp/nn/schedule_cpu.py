@@ -50,6 +50,7 @@ from ..errors import ScheduleError
 from ..ir.expr import Const, Expr, ProducerLoad, Reduce
 from ..schedule.schedule import Schedule, Stage, create_schedule
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+from ._schedule_common import _cint, _outs, _walk
 
 __all__ = [
     "cpu_info", "CpuInfo", "schedule_matmul", "schedule_dense", "schedule_conv2d_nchw",
@@ -127,27 +128,6 @@ def cpu_info(target: str = "llvm") -> CpuInfo:
 
 # ---------------------------------------------------------------------------------
 # small helpers
-
-
-def _outs(outs) -> List[Tensor]:
-    if isinstance(outs, Tensor):
-        return [outs]
-    if isinstance(outs, (list, tuple)) and outs and all(isinstance(t, Tensor) for t in outs):
-        return list(outs)
-    raise ScheduleError(f"a schedule_* function takes an output tensor or a list of them, "
-                        f"got {outs!r}")
-
-
-def _cint(e) -> Optional[int]:
-    """The value of a constant extent, or None when symbolic."""
-    return int(e.value) if isinstance(e, Const) else None
-
-
-def _walk(outs: Sequence[Tensor]) -> List[ComputeOp]:
-    """Every compute op reachable from ``outs``, producers first."""
-    from ..te.tensor import compute_ops
-
-    return compute_ops(outs)
 
 
 def _find(outs, pred) -> List[ComputeOp]:

@@ -57,6 +57,7 @@ from ..errors import ScheduleError
 from ..ir.expr import Const, ProducerLoad, Reduce
 from ..schedule.schedule import Schedule, Stage, create_schedule
 from ..te.tensor import ComputeOp, Tensor, thread_axis
+from ._schedule_common import _cint, _outs, _walk
 
 __all__ = [
     "schedule_matmul", "schedule_dense", "schedule_conv2d_nchw", "schedule_conv2d_nhwc",
@@ -80,33 +81,12 @@ def _check_target(target) -> None:
                             f"got {target!r} (the CPU schedules are in tecomp.nn.schedule_cpu)")
 
 
-def _outs(outs) -> List[Tensor]:
-    if isinstance(outs, Tensor):
-        return [outs]
-    if isinstance(outs, (list, tuple)) and outs and all(isinstance(t, Tensor) for t in outs):
-        return list(outs)
-    raise ScheduleError(f"a schedule_* function takes an output tensor or a list of them, "
-                        f"got {outs!r}")
-
-
-def _cint(e) -> Optional[int]:
-    """The value of a constant extent, or None when symbolic."""
-    return int(e.value) if isinstance(e, Const) else None
-
-
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
 def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
-
-
-def _walk(outs: Sequence[Tensor]) -> List[ComputeOp]:
-    """Every compute op reachable from ``outs``, producers first."""
-    from ..te.tensor import compute_ops
-
-    return compute_ops(outs)
 
 
 def _has_tag(op, *tags) -> bool:

@@ -1,0 +1,27 @@
+"""Helpers shared by the CPU and CUDA operator schedules."""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+from ..errors import ScheduleError
+from ..ir.expr import Const
+from ..te.tensor import ComputeOp, Tensor, compute_ops
+
+
+def _outs(outs) -> List[Tensor]:
+    if isinstance(outs, Tensor):
+        return [outs]
+    if isinstance(outs, (list, tuple)) and outs and all(isinstance(t, Tensor) for t in outs):
+        return list(outs)
+    raise ScheduleError(f"a schedule_* function takes an output tensor or a list of them, "
+                        f"got {outs!r}")
+
+
+def _cint(e) -> Optional[int]:
+    """The value of a constant extent, or None when symbolic."""
+    return int(e.value) if isinstance(e, Const) else None
+
+
+def _walk(outs: Sequence[Tensor]) -> List[ComputeOp]:
+    """Every compute op reachable from ``outs``, producers first."""
+    return compute_ops(outs)
