@@ -43,13 +43,13 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 from .. import te as _te
 from ..errors import ScheduleError
-from ..ir.expr import Const, Expr, ProducerLoad, Reduce
+from ..ir.expr import ProducerLoad, Reduce
 from ..schedule.schedule import Schedule, Stage, create_schedule
-from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..te.tensor import ComputeOp, Tensor
 from ._schedule_common import _cint, _outs, _walk
 
 __all__ = [
