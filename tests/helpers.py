@@ -83,3 +83,19 @@ def softmax(m=8, n=37):
 def softmax_ref(x):
     e = np.exp(x - x.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
+
+
+def gpu_shared_tile():
+    """B[i] = A[63 - i] * 2 on the GPU, A read through a shared tile that one thread writes
+    and another reads: correct only with a barrier between them."""
+    A = tc.placeholder((64,), name="A")
+    B = tc.compute((64,), lambda i: A[63 - i] * 2, name="B")
+    s = tc.create_schedule(B.op)
+    AA = s.cache_read(A, "shared", [B])
+    bo, bi = s[B].split(B.op.axis[0], factor=16)
+    s[B].bind(bo, tc.thread_axis("blockIdx.x"))
+    s[B].bind(bi, tc.thread_axis("threadIdx.x"))
+    s[AA].compute_at(s[B], bo)
+    ao, ai = s[AA].split(AA.op.axis[0], factor=16)
+    s[AA].bind(ai, tc.thread_axis("threadIdx.x"))
+    return s, [A, B]

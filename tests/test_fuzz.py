@@ -100,19 +100,12 @@ def test_a_missing_barrier_is_caught(monkeypatch):
     from tecomp.ir.interp import RaceError
     from tecomp.lower import pipeline
 
-    A = tc.placeholder((64,), name="A")
-    B = tc.compute((64,), lambda i: A[63 - i] * 2, name="B")
-    s = tc.create_schedule(B.op)
-    AA = s.cache_read(A, "shared", [B])
-    bo, bi = s[B].split(B.op.axis[0], factor=16)
-    s[B].bind(bo, tc.thread_axis("blockIdx.x"))
-    s[B].bind(bi, tc.thread_axis("threadIdx.x"))
-    s[AA].compute_at(s[B], bo)
-    ao, ai = s[AA].split(AA.op.axis[0], factor=16)
-    s[AA].bind(ai, tc.thread_axis("threadIdx.x"))
+    from helpers import gpu_shared_tile
+
+    s, args = gpu_shared_tile()
     a = np.arange(64, dtype="float32")
     monkeypatch.setattr(pipeline, "PASSES", [p for p in pipeline.PASSES if p[0] != "insert_barriers"])
-    func = tc.lower(s, [A, B], target="cuda-emu")
+    func = tc.lower(s, args, target="cuda-emu")
     f = tc.build(func, target="cuda-emu")
     wrong = 0
     for mode in ("serial", "reverse"):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from helpers import conv2d_nchw, matmul, softmax
+from helpers import conv2d_nchw, gpu_shared_tile, matmul, softmax
 from tecomp.ir import interp
 from tecomp.ir.expr import Buffer, BufferLoad, Const, Var
 from tecomp.ir.functor import Mutator
@@ -164,26 +164,13 @@ def test_make_args_binds_symbolic_extents():
     assert arrays[0].shape == arrays[1].shape and 1 <= arrays[0].shape[0] <= 7
 
 
-def _gpu_shared_tile():
-    A = tc.placeholder((64,), name="A")
-    B = tc.compute((64,), lambda i: A[63 - i] * 2, name="B")
-    s = tc.create_schedule(B.op)
-    AA = s.cache_read(A, "shared", [B])
-    bo, bi = s[B].split(B.op.axis[0], factor=16)
-    s[B].bind(bo, tc.thread_axis("blockIdx.x"))
-    s[B].bind(bi, tc.thread_axis("threadIdx.x"))
-    s[AA].compute_at(s[B], bo)
-    ao, ai = s[AA].split(AA.op.axis[0], factor=16)
-    s[AA].bind(ai, tc.thread_axis("threadIdx.x"))
-    return s, [A, B]
-
 
 def test_gpu_kernel_is_racy_only_before_insert_barriers():
     """Regression (fuzz with --check-passes, GPU seeds 200219...): the IR before
     insert_barriers shares memory without barriers (adding them is that pass's job); the
     checker reported it as a bug.  Now it checks without races up to that pass and with
     them after."""
-    s, args = _gpu_shared_tile()
+    s, args = gpu_shared_tile()
     func = check_passes(s, args, target="cuda-emu")
     assert "syncthreads()" in str(func)
 
@@ -203,7 +190,7 @@ def test_a_pass_that_drops_barriers_is_reported(monkeypatch):
         return func.with_body(_Drop().visit(func.body))
 
     _with_pass(monkeypatch, "drop_barriers", drop, after="insert_barriers")
-    s, args = _gpu_shared_tile()
+    s, args = gpu_shared_tile()
     with pytest.raises(PassCheckError, match=r"after `drop_barriers` the interpreter raises RaceError"):
         check_passes(s, args, target="cuda-emu")
 
