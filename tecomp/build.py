@@ -26,6 +26,11 @@ def build(s_or_func, args=None, target: str = "llvm", name: str = "main", checks
         raise BuildError(f"unknown target {target!r}; use one of {', '.join(TARGETS)}")
     target = target.strip()
     t0 = time.perf_counter()
+    if target == "llvm":
+        from .codegen import llvm_jit
+
+        # the first build of a process starts the LLVM optimiser worker while it lowers
+        llvm_jit.start_worker()
     stats = {}
     if isinstance(s_or_func, PrimFunc):
         func = s_or_func

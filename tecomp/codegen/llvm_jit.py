@@ -12,7 +12,9 @@ step every CPU module goes through (parse -> verify -> O3 -> MCJIT -> addresses)
   fresh one; creating it costs about a millisecond.
 * **Optimisation.**  llvmlite 0.50 only has LLVM's new pass manager: the default
   ``O3`` module pipeline from ``llvm.create_pass_builder(tm, PipelineTuningOptions)``
-  with loop and SLP vectorisation and unrolling on.
+  with loop and SLP vectorisation and unrolling on.  Each run of it leaks memory in
+  the process that runs it, so it runs in a worker process that sends back bitcode
+  (:mod:`tecomp.codegen.llvm_optproc`); parsing, MCJIT and everything else stay here.
 * **Symbols.**  libm and libpthread functions (``erff``, ``tanhf``, ``pthread_create``,
   ...) resolve from the running process (loaded with ``load_library_permanently``);
   runtime functions written in LLVM IR (the thread pool) are registered by name with
@@ -21,14 +23,21 @@ step every CPU module goes through (parse -> verify -> O3 -> MCJIT -> addresses)
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+import warnings
 from typing import Dict, Iterable, Optional
 
 import llvmlite.binding as llvm
+
+from . import llvm_optproc as _optproc
 
 #: Held around every call into LLVM (see the module docstring).
 LLVM_LOCK = threading.RLock()
@@ -92,22 +101,216 @@ def host() -> Host:
 
 
 def optimize(mod, explicit: bool = False) -> None:
-    """Run the O3 module pipeline on the llvmlite ``ModuleRef`` in place.
+    """Run the O3 module pipeline on the llvmlite ``ModuleRef`` in this process (see
+    :func:`tecomp.codegen.llvm_optproc.run_pipeline` for ``explicit``).  Every run leaves
+    memory behind in llvmlite 0.50; :func:`compile_ir` therefore optimises in the worker
+    process and only falls back to this."""
+    with LLVM_LOCK:
+        _optproc.run_pipeline(mod, host().tm, explicit)
 
-    ``explicit``: the schedule already vectorized and unrolled the kernel (every
-    ``vectorized`` loop was widened by tecomp): LLVM's loop vectorizer, SLP vectorizer and
-    loop unroller have nothing left to do but cost about two thirds of the optimisation
-    and JIT time (they re-unroll the widened loops), so they are switched off; the rest
-    of O3 (inlining, LICM's promotion of accumulators to registers, GVN, instcombine,
-    instruction selection with FMA contraction) runs as usual."""
-    h = host()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = not explicit
-    pto.slp_vectorization = not explicit
-    pto.loop_unrolling = not explicit
-    pb = llvm.create_pass_builder(h.tm, pto)
-    mpm = pb.getModulePassManager()
-    mpm.run(mod, pb)
+
+# -- the optimiser worker process (see tecomp/codegen/llvm_optproc.py) ---------------------
+
+_BOOT = ("import sys\n"
+         "sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
+         "import importlib.util as u\n"
+         "s = u.spec_from_file_location('_tecomp_llvm_optproc', sys.argv[1])\n"
+         "m = u.module_from_spec(s)\n"
+         "s.loader.exec_module(m)\n"
+         "m.serve(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]))\n")
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return default
+    return v.strip().lower() not in ("0", "false", "no", "off")
+
+
+class OptWorker:
+    """One optimiser worker process and its pipes.  Not thread-safe by itself: every
+    use holds :data:`LLVM_LOCK`."""
+
+    def __init__(self, h: Host, max_mb: float):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _BOOT, _optproc.__file__, h.triple, h.cpu, h.features,
+             repr(float(max_mb))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        self.modules = 0
+        self.ready = False  # its start-up message has been read
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def optimize(self, text: str, explicit: bool):
+        """``(status, retiring, payload)`` for one module; ``"nostart"`` when the worker
+        died before it could start, None when it died before replying."""
+        data = text.encode("utf-8")
+        try:
+            self.proc.stdin.write(_optproc._REQ.pack(_optproc._MAGIC, int(explicit), len(data)))
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # read the start-up message below to tell why
+        try:
+            if not self.ready:
+                head = _optproc._read_exact(self.proc.stdout, _optproc._REP.size)
+                if len(head) < _optproc._REP.size or head[0] != _optproc._READY:
+                    return "nostart"
+                self.ready = True
+            head = _optproc._read_exact(self.proc.stdout, _optproc._REP.size)
+            if len(head) < _optproc._REP.size:
+                return None
+            status, retiring, n = _optproc._REP.unpack(head)
+            payload = _optproc._read_exact(self.proc.stdout, n)
+            if len(payload) < n:
+                return None
+        except (BrokenPipeError, OSError, ValueError):
+            return None
+        self.modules += 1
+        return status, bool(retiring), payload
+
+    def exit_status(self) -> str:
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        if rc < 0:
+            try:
+                return f"killed by signal {signal.Signals(-rc).name}"
+            except ValueError:
+                return f"killed by signal {-rc}"
+        return f"exit status {rc}"
+
+    def close(self) -> None:
+        """Ask the worker to exit (end of input) and reap it."""
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a wedged worker
+            self.proc.kill()
+            self.proc.wait()
+
+
+_WORKER: Optional[OptWorker] = None
+#: False once the worker could not be started: optimise in-process from then on
+_WORKER_OK = True
+#: how many workers this process has started (for tests and the resources report)
+worker_starts = 0
+
+
+def worker_enabled() -> bool:
+    """Whether modules are optimised in the worker process (``TECOMP_LLVM_OPT_WORKER``)."""
+    return _WORKER_OK and _env_flag("TECOMP_LLVM_OPT_WORKER", True)
+
+
+def worker_pid() -> Optional[int]:
+    """The pid of the running optimiser worker, if there is one."""
+    w = _WORKER
+    return w.pid if w is not None and w.alive() else None
+
+
+def _get_worker() -> Optional[OptWorker]:
+    """The running worker, started if needed; None where none can run (the caller then
+    optimises in-process).  Call with :data:`LLVM_LOCK` held."""
+    global _WORKER, _WORKER_OK, worker_starts
+    if not worker_enabled():
+        return None
+    if _WORKER is not None and _WORKER.alive():
+        return _WORKER
+    if _WORKER is not None:
+        _WORKER.close()
+        _WORKER = None
+    try:
+        max_mb = float(os.environ.get("TECOMP_LLVM_WORKER_MAX_MB", "256"))
+    except ValueError:
+        max_mb = 256.0
+    try:
+        _WORKER = OptWorker(host(), max_mb)
+    except OSError as exc:  # no subprocesses here: optimise in-process
+        _WORKER_OK = False
+        warnings.warn(f"tecomp: cannot start the LLVM optimiser worker ({exc}); optimising "
+                      f"in-process, where llvmlite leaks memory on every build", RuntimeWarning)
+        return None
+    worker_starts += 1
+    return _WORKER
+
+
+def start_worker() -> None:
+    """Start the optimiser worker now (in the background), so that its start-up overlaps
+    with the lowering of the first kernel."""
+    with LLVM_LOCK:
+        _get_worker()
+
+
+def _stop_worker() -> None:
+    global _WORKER
+    w, _WORKER = _WORKER, None
+    if w is not None:
+        w.close()
+
+
+atexit.register(_stop_worker)
+
+
+def _forget_worker_in_child() -> None:
+    # the child of a fork() must not talk over its parent's pipes; it starts its own
+    global _WORKER
+    w, _WORKER = _WORKER, None
+    if w is not None:
+        _ORPHANS.append(w)  # keep the Popen alive: its __del__ must not reap the parent's child
+        for f in (w.proc.stdin, w.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+_ORPHANS: list = []
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_worker_in_child)
+
+
+def _optimize_in_worker(ir_text: str, explicit: bool):
+    """The optimised module as an llvmlite ``ModuleRef``, optimised by the worker; None
+    when no worker can run.  Call with :data:`LLVM_LOCK` held."""
+    global _WORKER, _WORKER_OK
+    w = _get_worker()
+    if w is None:
+        return None
+    r = w.optimize(ir_text, explicit)
+    if r is None or r == "nostart":
+        why = w.exit_status()
+        _WORKER = None
+        if r == "nostart":
+            _WORKER_OK = False
+            warnings.warn(f"tecomp: the LLVM optimiser worker does not start here ({why}); "
+                          f"optimising in-process, where llvmlite leaks memory on every build",
+                          RuntimeWarning)
+            return None
+        raise RuntimeError(
+            f"LLVM's optimiser crashed on this module (its worker process: {why}). This is "
+            f"a bug in tecomp or LLVM: please report it with the kernel (TECOMP_DUMP_IR=1 "
+            f"prints its IR). The calling process is unharmed; the next build starts a new "
+            f"worker.")
+    status, retiring, payload = r
+    if retiring:
+        w.close()
+        _WORKER = None
+    if status != 0:
+        raise RuntimeError(payload.decode("utf-8", "replace"))
+    mod = llvm.parse_bitcode(payload)
+    mod.name = "<string>"  # as parse_assembly names it: the same printed IR either way
+    return mod
 
 
 class JitModule:
@@ -155,14 +358,24 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
     timings = {}
     with LLVM_LOCK:
         t0 = time.perf_counter()
-        mod = llvm.parse_assembly(ir_text)
-        mod.triple = h.triple
-        mod.data_layout = h.data_layout
-        mod.verify()
+        mod = _optimize_in_worker(ir_text, explicit) if opt else None
         t1 = time.perf_counter()
-        if opt:
-            optimize(mod, explicit)
-        t2 = time.perf_counter()
+        if mod is not None:  # parsed, verified and optimised by the worker
+            mod.triple = h.triple
+            t2 = time.perf_counter()
+            timings["optimize"] = t1 - t0
+            timings["parse"] = t2 - t1
+        else:
+            mod = llvm.parse_assembly(ir_text)
+            mod.triple = h.triple
+            mod.data_layout = h.data_layout
+            mod.verify()
+            t1 = time.perf_counter()
+            if opt:
+                optimize(mod, explicit)
+            t2 = time.perf_counter()
+            timings["parse"] = t1 - t0
+            timings["optimize"] = t2 - t1
         engine = llvm.create_mcjit_compiler(mod, h.new_target_machine())
         engine.finalize_object()
         addresses = {}
@@ -172,8 +385,6 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
                 raise RuntimeError(f"symbol {s!r} not found in the JIT-compiled module")
             addresses[s] = a
         t3 = time.perf_counter()
-    timings["parse"] = t1 - t0
-    timings["optimize"] = t2 - t1
     timings["jit"] = t3 - t2
     return JitModule(engine, ir_text, mod, addresses, timings)
 

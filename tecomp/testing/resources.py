@@ -4,28 +4,31 @@
 
 builds ``--builds`` kernels (a rotation of differently shaped and scheduled programs; every
 module is called once, then dropped), and prints the resident set size after a warm-up
-and at the end, and the growth per build.  ``tests/test_resources.py`` runs it.
+and at the end, and the growth per build; then the same for the LLVM optimiser worker
+process (see :mod:`tecomp.codegen.llvm_optproc`), with how many times it was restarted.
+``tests/test_resources.py`` runs it.
 """
 from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
 import time
 
 
-def rss_bytes() -> int:
-    """The current resident set size of this process."""
-    try:
-        with open("/proc/self/statm") as f:
-            pages = int(f.read().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):  # not Linux: the peak is the best we have
-        import resource
+def rss_bytes(pid=None) -> int:
+    """The resident set size of this process (or of ``pid``; 0 where unknown)."""
+    from ..codegen.llvm_optproc import rss_bytes as _rss
 
-        r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return r if sys.platform == "darwin" else r * 1024
+    return _rss(pid)
+
+
+def worker_rss_bytes() -> int:
+    """The resident set size of the LLVM optimiser worker (0 when none runs)."""
+    from ..codegen import llvm_jit
+
+    pid = llvm_jit.worker_pid()
+    return rss_bytes(pid) if pid else 0
 
 
 def _one_build(i: int):
@@ -65,18 +68,28 @@ def _one_build(i: int):
 
 
 def measure(builds: int, warmup: int = 40) -> dict:
+    from ..codegen import llvm_jit
+
     t0 = time.time()
     for i in range(warmup):
         _one_build(i)
     gc.collect()
     base = rss_bytes()
+    wbase = worker_rss_bytes()
+    starts = llvm_jit.worker_starts
+    wmax = wbase
     for i in range(warmup, warmup + builds):
         _one_build(i)
+        if i % 50 == 0:
+            wmax = max(wmax, worker_rss_bytes())
     gc.collect()
     end = rss_bytes()
+    wend = worker_rss_bytes()
     return {"builds": builds, "rss_start_mb": base / 2**20, "rss_end_mb": end / 2**20,
             "growth_mb": (end - base) / 2**20, "growth_kb_per_build": (end - base) / 1024 / builds,
-            "seconds": time.time() - t0}
+            "worker": llvm_jit.worker_enabled(), "worker_start_mb": wbase / 2**20,
+            "worker_end_mb": wend / 2**20, "worker_max_mb": max(wmax, wend) / 2**20,
+            "worker_restarts": llvm_jit.worker_starts - starts, "seconds": time.time() - t0}
 
 
 def main(argv=None) -> int:
@@ -88,6 +101,12 @@ def main(argv=None) -> int:
     print(f"builds: {r['builds']}  rss after warm-up: {r['rss_start_mb']:.1f} MiB  "
           f"rss at end: {r['rss_end_mb']:.1f} MiB  growth: {r['growth_mb']:.1f} MiB "
           f"({r['growth_kb_per_build']:.1f} KiB/build)  time: {r['seconds']:.0f}s")
+    if r["worker"]:
+        print(f"LLVM optimiser worker: rss {r['worker_start_mb']:.1f} -> {r['worker_end_mb']:.1f} "
+              f"MiB (max {r['worker_max_mb']:.1f}), restarts: {r['worker_restarts']} "
+              f"(it retires after growing TECOMP_LLVM_WORKER_MAX_MB, default 256)")
+    else:
+        print("LLVM optimiser worker: off (TECOMP_LLVM_OPT_WORKER=0): LLVM optimises in-process")
     return 0
 
 

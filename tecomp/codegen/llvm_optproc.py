@@ -1,0 +1,144 @@
+"""LLVM's O3 pipeline, run in a separate worker process.
+
+Why: llvmlite 0.50 exposes only LLVM's new pass manager, and every run of its default
+pipeline leaves memory behind in the process that ran it (about 64 KiB per module, even
+for a ten-line function, and whether or not the PassBuilder is reused; an empty pass
+manager run leaves nothing, nor do parsing, MCJIT and freeing a module).  A process that
+builds thousands of kernels would grow without bound.  So tecomp ships the unoptimised
+IR text to a long-lived worker process, which parses, verifies and optimises it and
+sends back bitcode; the parent parses the bitcode and JIT-compiles it.  The worker
+retires itself once it has grown by ``TECOMP_LLVM_WORKER_MAX_MB`` (default 256 MiB) since
+its first module, and the next build starts a fresh one, so the memory of both
+processes stays bounded.  A
+crash inside LLVM's optimiser kills the worker, not the user's process: the build raises
+an error that says so.
+
+Cost: starting the worker takes about 0.2 s (Python, llvmlite, the target), paid once,
+overlapped with the first build's lowering; each module then pays a pipe round trip and
+a bitcode parse (a few milliseconds for a tuned GEMM).
+
+``TECOMP_LLVM_OPT_WORKER=0`` optimises in the calling process instead (the leak is then
+back); so does a platform where the worker cannot be started.
+
+This file is also the worker's program: it is loaded by file path, so it imports
+nothing from tecomp (only the standard library and llvmlite), and
+:func:`run_pipeline` is the one definition of the pipeline, used by both sides.
+
+Protocol (binary, over the worker's stdin/stdout): a request is ``b"TCO1"``, a flags
+byte (bit 0: ``explicit``) and a little-endian u32 length, then that many bytes of IR
+text; a reply is a status byte (0: bitcode follows; 1: an error message follows), a
+retiring byte (1: the worker exits after this reply) and a u32 length, then the payload.
+Once started, before any request, the worker sends one empty reply with status 2.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import sys
+
+_MAGIC = b"TCO1"
+_REQ = struct.Struct("<4sBI")
+_REP = struct.Struct("<BBI")
+_READY = 2
+
+
+def run_pipeline(mod, tm, explicit: bool) -> None:
+    """Run the O3 module pipeline on the llvmlite ``ModuleRef`` ``mod`` in place.
+
+    ``explicit``: the schedule already vectorized and unrolled the kernel (every
+    ``vectorized`` loop was widened by tecomp): LLVM's loop vectorizer, SLP vectorizer and
+    loop unroller have nothing left to do but cost about two thirds of the optimisation
+    and JIT time (they re-unroll the widened loops), so they are switched off; the rest
+    of O3 (inlining, LICM's promotion of accumulators to registers, GVN, instcombine,
+    instruction selection with FMA contraction) runs as usual."""
+    import llvmlite.binding as llvm
+
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = not explicit
+    pto.slp_vectorization = not explicit
+    pto.loop_unrolling = not explicit
+    pb = llvm.create_pass_builder(tm, pto)
+    mpm = pb.getModulePassManager()
+    mpm.run(mod, pb)
+    mpm.close()
+    pb.close()
+
+
+def rss_bytes(pid=None) -> int:
+    """Resident set size of ``pid`` (default: this process); 0 where unknown."""
+    try:
+        with open(f"/proc/{pid or 'self'}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        if pid is not None:
+            return 0
+        import resource  # not Linux: the peak is the best there is
+
+        r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return r if sys.platform == "darwin" else r * 1024
+
+
+def _read_exact(f, n: int) -> bytes:
+    chunks = []
+    while n:
+        c = f.read(n)
+        if not c:
+            break
+        chunks.append(c)
+        n -= len(c)
+    return b"".join(chunks)
+
+
+def serve(triple: str, cpu: str, features: str, max_mb: float) -> None:
+    """The worker's main loop: optimise modules until stdin closes or it retires."""
+    import signal
+
+    # Ctrl-C in a terminal reaches the whole process group: the parent handles it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the replies get fd 1 to themselves: anything else printing goes to stderr
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    inp = sys.stdin.buffer
+
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    llvm.initialize_native_asmparser()
+    target = llvm.Target.from_triple(triple)
+    tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="default",
+                                      codemodel="jitdefault", jit=True)
+    data_layout = str(tm.target_data)
+    out.write(_REP.pack(_READY, 0, 0))  # started: the parent can tell a crash from a failed start
+    out.flush()
+    base = None  # the size after the first module: code pages and caches are in by then
+    while True:
+        head = _read_exact(inp, _REQ.size)
+        if len(head) < _REQ.size:
+            return  # the parent closed the pipe (or exited)
+        magic, flags, n = _REQ.unpack(head)
+        if magic != _MAGIC:
+            return
+        text = _read_exact(inp, n).decode("utf-8")
+        try:
+            mod = llvm.parse_assembly(text)
+            mod.triple = triple
+            mod.data_layout = data_layout
+            mod.verify()
+            run_pipeline(mod, tm, bool(flags & 1))
+            status, payload = 0, mod.as_bitcode()
+            mod.close()
+        except Exception as e:  # reported to the parent, which raises it
+            status, payload = 1, str(e).encode("utf-8", "replace")
+        if base is None:
+            base = rss_bytes()
+        retiring = (rss_bytes() - base) > max_mb * 2**20
+        out.write(_REP.pack(status, int(retiring), len(payload)))
+        out.write(payload)
+        out.flush()
+        if retiring:
+            return
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]))

@@ -1,0 +1,130 @@
+"""The LLVM optimiser worker process (tecomp/codegen/llvm_optproc.py): same code as
+optimising in-process, a crash in it does not take the caller down, a worker that cannot
+start falls back to in-process optimisation, and forked children get their own."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.codegen import llvm_jit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _kernel(n=67, name="C"):
+    A = tc.placeholder((n,), name="A")
+    C = tc.compute((n,), lambda i: A[i] * 2.0 + 1.0, name=name)
+    s = tc.create_schedule(C.op)
+    _, xi = s[C].split(C.op.axis[0], factor=8)
+    s[C].vectorize(xi)
+    return s, [A, C]
+
+
+def _check(f, n=67):
+    a = np.arange(n, dtype="float32")
+    c = np.zeros(n, "float32")
+    f(a, c)
+    np.testing.assert_array_equal(c, a * 2 + 1)
+
+
+def test_builds_use_the_worker_and_match_in_process_optimisation(monkeypatch):
+    s, args = _kernel()
+    f = tc.build(s, args)
+    _check(f)
+    assert llvm_jit.worker_pid() is not None and llvm_jit.worker_pid() != os.getpid()
+    monkeypatch.setenv("TECOMP_LLVM_OPT_WORKER", "0")
+    g = tc.build(s, args)
+    _check(g)
+    # the same machine code, whichever process ran the pipeline (the printed IR differs
+    # only in the attributes LLVM re-derives for intrinsic declarations read from bitcode)
+    assert f.get_source("asm") == g.get_source("asm")
+    assert "optimize" in g.compile_stats and "optimize" in f.compile_stats
+
+
+def test_a_killed_worker_is_replaced():
+    s, args = _kernel()
+    _check(tc.build(s, args))
+    pid = llvm_jit.worker_pid()
+    os.kill(pid, 9)
+    _check(tc.build(s, args))
+    assert llvm_jit.worker_pid() not in (None, pid)
+
+
+# a worker program that starts, then dies on its first module as a crash in LLVM would
+_CRASHING = ("import os, struct, sys\n"
+             "sys.stdout.buffer.write(struct.pack('<BBI', 2, 0, 0)); sys.stdout.flush()\n"
+             "sys.stdin.buffer.read(9)\n"
+             "os.abort()\n")
+
+
+def test_a_crash_in_the_optimiser_raises_and_the_next_build_works(monkeypatch):
+    llvm_jit._stop_worker()
+    monkeypatch.setattr(llvm_jit, "_BOOT", _CRASHING)
+    s, args = _kernel(name="Crash")
+    with pytest.raises(tc.errors.InternalError) as ei:
+        tc.build(s, args)
+    msg = str(ei.value)
+    assert "LLVM's optimiser crashed" in msg and "SIGABRT" in msg and "generated for main" in msg
+    monkeypatch.undo()
+    _check(tc.build(s, args))
+
+
+def test_a_worker_that_cannot_start_falls_back_in_process(monkeypatch):
+    llvm_jit._stop_worker()
+    monkeypatch.setattr(llvm_jit, "_BOOT", "import sys; sys.exit(3)")
+    monkeypatch.setattr(llvm_jit, "_WORKER_OK", True)
+    s, args = _kernel()
+    with pytest.warns(RuntimeWarning, match="does not start here.*exit status 3"):
+        f = tc.build(s, args)
+    _check(f)
+    assert not llvm_jit.worker_enabled() and llvm_jit.worker_pid() is None
+    g = tc.build(s, args)  # no second warning, no worker: in-process
+    _check(g)
+    monkeypatch.undo()
+    assert llvm_jit.worker_enabled()
+
+
+def test_optimiser_errors_come_back_as_build_errors():
+    with pytest.raises(RuntimeError, match="expected"):
+        llvm_jit.compile_ir("define void @f( {", ["f"])
+    # the worker survives a module it rejects
+    pid = llvm_jit.worker_pid()
+    s, args = _kernel()
+    _check(tc.build(s, args))
+    assert pid is None or llvm_jit.worker_pid() == pid
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_forked_child_gets_its_own_worker():
+    script = textwrap.dedent("""
+        import os, sys
+        import numpy as np
+        import tecomp as tc
+        from tecomp.codegen import llvm_jit
+        sys.path.insert(0, sys.argv[1])
+        from test_llvm_worker import _kernel, _check
+        s, args = _kernel()
+        _check(tc.build(s, args))
+        parent_worker = llvm_jit.worker_pid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _check(tc.build(s, args))
+                ok = llvm_jit.worker_pid() not in (None, parent_worker)
+            except BaseException as e:
+                print(repr(e)); ok = False
+            os._exit(0 if ok else 1)
+        _, st = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(st) == 0, st
+        _check(tc.build(s, args))
+        assert llvm_jit.worker_pid() == parent_worker
+        print("ok")
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", script, os.path.join(ROOT, "tests")],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr
