@@ -33,7 +33,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .codegen.argcheck import ArgChecker, array_meta, check_no_alias, eval_host_expr, param_label
+from .codegen.argcheck import (
+    ArgChecker, array_meta, check_no_alias, eval_host_expr, param_checks_of, param_label,
+)
 from .codegen.cuda import CudaSource, KernelInfo, codegen_cuda, compile_ptx
 from .errors import ArgumentError, BuildError, RuntimeUnavailableError
 from .ir.expr import Buffer
@@ -158,7 +160,8 @@ class CudaModule:
         self._driver = driver
         self._functions = None  # (driver, [function per kernel])
         self._checker = ArgChecker(self.func.params, func_name=self.func.name,
-                                   written=cs.written, device=None)
+                                   written=cs.written, device=None,
+                                   param_checks=param_checks_of(self.func))
 
     @property
     def kernels(self) -> List[KernelInfo]:

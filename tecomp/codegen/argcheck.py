@@ -10,10 +10,14 @@ order, every scalar parameter (type; the range of integers), then each array: it
 its dtype (exactly: tecomp never converts silently; byte order included), its number of
 dimensions, every constant extent, the range of the symbolic extents it binds, the
 writability of the buffers the function writes (and, where the runtime asks, element
-alignment); then every symbolic extent (``n`` is bound from its scalar parameter, else
-from the first dimension whose extent is exactly ``n``, then every shape expression
-such as ``n*2`` is evaluated and compared) and, where the runtime asks, explicit
-strides.  It returns the values of the variables.  :func:`bind_and_check` is the same
+alignment); then the conditions lowering recorded in ``PrimFunc.attrs["param_checks"]``
+(:class:`~tecomp.ir.stmt.ParamCheck`, passed as ``param_checks``: an extent of a stage
+that depends on a variable, such as ``n`` of ``tc.compute((n,), ...)`` with ``n`` a
+scalar parameter, must be ``>= 0``, a symbolic split factor ``>= 1``; a scalar that is
+only a value -- an offset, a multiplier -- may be negative); then every symbolic extent
+(``n`` is bound from its scalar parameter, else from the first dimension whose extent is
+exactly ``n``, then every shape expression such as ``n*2`` is evaluated and compared)
+and, where the runtime asks, explicit strides.  It returns the values of the variables.  :func:`bind_and_check` is the same
 as a one-shot function.  Every error is an :class:`~tecomp.errors.ArgumentError` that
 names the parameter by name and 1-based argument position (``parameter A (argument
 1)``), says what it expects and what it got, and how to fix it.
@@ -42,6 +46,7 @@ from ..ir.printer import to_str
 
 __all__ = [
     "ArgChecker", "BufferSpec", "ArrayMeta", "array_meta", "bind_and_check", "check_no_alias",
+    "param_checks_of",
     "check_scalar", "compile_shape_expr", "count_error", "element_strides", "eval_host_expr",
     "int_range", "param_label", "shape_text", "unaligned_error",
 ]
@@ -399,12 +404,17 @@ class ArgChecker:
     elements (the CPU kernel reads them in place).  ``exact_strides``: a buffer with
     explicit IR strides must get an array with exactly those strides (the CUDA kernels
     use them as given; the CPU runtime instead picks its strided variant).
+    ``param_checks``: the function's :class:`~tecomp.ir.stmt.ParamCheck` conditions
+    (:func:`param_checks_of`).
     """
 
     def __init__(self, params: Sequence, *, func_name: str = "the function",
                  written: Iterable[Buffer] = (), device: Optional[bool] = None,
-                 aligned: bool = False, exact_strides: bool = True):
+                 aligned: bool = False, exact_strides: bool = True, param_checks: Sequence = ()):
         self.params = params = tuple(params)
+        #: (ParamCheck, its value as a function of env, the variables it needs)
+        self.param_checks = [(pc, compile_shape_expr(pc.expr), tuple(free_vars(pc.expr)))
+                             for pc in param_checks]
         self.func_name = func_name
         self.device = device
         self.aligned = aligned
@@ -529,6 +539,8 @@ class ArgChecker:
                     strides[spec] = meta.strides
             all_flags.append(flags)
         elem = self._bind_strides(env, shapes, strides) if self.stride_binds else None
+        if self.param_checks:
+            self._check_params(env)
         if self.deferred:
             self._check_deferred(env, shapes, elem)
         return env, all_flags
@@ -550,6 +562,14 @@ class ArgChecker:
             for k, var in binds:
                 env[var] = elem[spec][k]
         return elem
+
+    def _check_params(self, env) -> None:
+        for pc, fn, needs in self.param_checks:
+            if not all(v in env for v in needs):
+                continue  # a variable no argument gives: the build reports it
+            value = fn(env)
+            if value < pc.lower:
+                raise ArgumentError(pc.message(value, env, self.params))
 
     def _check_deferred(self, env, shapes, elem) -> None:
         for spec, kind, d, var, fn, expr in self.deferred:
@@ -591,14 +611,22 @@ class ArgChecker:
                              f"{want}" + (f" ({vals})" if vals else ""))
 
 
+def param_checks_of(func) -> tuple:
+    """The :class:`~tecomp.ir.stmt.ParamCheck` conditions lowering recorded for the
+    PrimFunc ``func`` (none for a hand-made function)."""
+    return tuple(func.attrs.get("param_checks", ()))
+
+
 def bind_and_check(params: Sequence, args: Sequence, *, func_name: str = "the function",
                    written: Iterable[Buffer] = (), device: Optional[bool] = None,
-                   aligned: bool = False, exact_strides: bool = True) -> Dict[Var, Any]:
+                   aligned: bool = False, exact_strides: bool = True,
+                   param_checks: Sequence = ()) -> Dict[Var, Any]:
     """Check ``args`` against ``params`` (a PrimFunc's Buffers and scalar Vars) and return
     the values of the variables: ``ArgChecker(params, ...).check(args)``.  A runtime that
     calls a function repeatedly keeps its :class:`ArgChecker`."""
     return ArgChecker(params, func_name=func_name, written=written, device=device,
-                      aligned=aligned, exact_strides=exact_strides).check(args)
+                      aligned=aligned, exact_strides=exact_strides,
+                      param_checks=param_checks).check(args)
 
 
 def check_no_alias(params: Sequence, args: Sequence, written: Iterable[Buffer], *,

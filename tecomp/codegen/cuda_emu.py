@@ -47,7 +47,7 @@ import numpy as np
 from ..errors import ArgumentError, BoundsError, BuildError, RuntimeUnavailableError
 from ..ir.expr import Buffer
 from ..ir.stmt import PrimFunc
-from .argcheck import ArgChecker, check_no_alias, eval_host_expr
+from .argcheck import ArgChecker, check_no_alias, eval_host_expr, param_checks_of
 from .cuda import (
     MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaSource, KernelInfo, codegen_cuda,
 )
@@ -312,7 +312,8 @@ class CudaEmuModule:
         self.lib = lib
         self.mode = _check_mode(mode)
         self._checker = ArgChecker(self.func.params, func_name=self.func.name,
-                                   written=cs.written, device=False)
+                                   written=cs.written, device=False,
+                                   param_checks=param_checks_of(self.func))
 
     @property
     def kernels(self) -> List[KernelInfo]:

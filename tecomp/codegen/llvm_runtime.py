@@ -13,8 +13,10 @@ conversion); the number of dimensions; every constant extent; the symbolic exten
 variable such as ``n`` is bound from the first dimension whose extent is exactly
 ``n``, or from its scalar parameter, and every shape expression such as ``n*2`` is then
 evaluated and compared); writability of every buffer the kernel stores to; element
-alignment of data pointers and strides; the range of integer scalars.  Zero-size
-extents are fine (loops simply do not run).  With correct arguments an unchecked
+alignment of data pointers and strides; the range of integer scalars; the conditions
+lowering recorded on the scalars (an extent given by a scalar such as ``n`` must be
+``>= 0``, a symbolic split factor ``>= 1``).  Zero-size extents are fine (loops simply
+do not run).  With correct arguments an unchecked
 kernel stays inside its arrays; ``checks=True`` also guards against wrong IR.
 
 Variants (layout versioning)
@@ -69,7 +71,9 @@ from ..errors import (
 from ..ir import dtype as _dt
 from ..ir.expr import Add, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
 from . import llvm_threadpool
-from .argcheck import ArgChecker, compile_shape_expr, count_error, element_strides, int_range
+from .argcheck import (
+    ArgChecker, compile_shape_expr, count_error, element_strides, int_range, param_checks_of,
+)
 
 __all__ = ["Module", "set_num_threads", "get_num_threads", "KernelMemoryError",
            "KernelAssertionError"]
@@ -147,7 +151,8 @@ class _CallPlan:
         #: the checks of the generic path, and every message (shared with the CUDA runtimes)
         self.checker = ArgChecker(func.params, func_name=func.name,
                                   written=[bp.buffer for bp in sig.buffers if bp.is_output],
-                                  device=False, aligned=True, exact_strides=False)
+                                  device=False, aligned=True, exact_strides=False,
+                                  param_checks=param_checks_of(func))
         specs = {spec.pos: spec for spec in self.checker.buffers}
         self.bufs = [_BufPlan(bp, specs[bp.pos]) for bp in sig.buffers]
         internal_assert(all(p.spec.index == p.data_index for p in self.bufs),
@@ -216,6 +221,12 @@ def _fast_path_source(plan: _CallPlan) -> str:
         lo, hi = int_range(var.dtype)
         w(f"    if {vn} > {hi}: return None")
         w(f"    ints[{nb + sig.slot_index[var]}] = {vn}")
+    # the conditions lowering recorded (a scalar extent >= 0, a split factor >= 1)
+    for pc in param_checks_of(sig.func):
+        py = _py_shape_expr(pc.expr, var_name)
+        if py is None:
+            return ""  # an unusual condition: the generic path checks it
+        w(f"    if {py} < {pc.lower}: return None")
     for p in plan.bufs:
         for d, x in enumerate(p.bp.buffer.shape):
             ref = f"s{p.data_index}[{d}]"

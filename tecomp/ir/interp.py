@@ -1465,6 +1465,13 @@ def _bind_args(comp: _Compiler, func: PrimFunc, args) -> dict:
                     env[ext] = n
                     bound_by[ext] = f"dimension {d} of argument {p.name}"
         env[p] = a
+    # the conditions lowering recorded (an extent given by a scalar >= 0, a symbolic split
+    # factor >= 1): the same checks and messages as every runtime (codegen/argcheck.py)
+    for pc in func.attrs.get("param_checks", ()):
+        if all(v in env for v in free_vars(pc.expr)):
+            value = comp.expr(pc.expr)(env)
+            if value < pc.lower:
+                raise ArgumentError(pc.message(value, env, params))
     for p, a in zip(params, args):
         if not isinstance(p, Buffer):
             continue
@@ -1599,7 +1606,9 @@ def run(func: PrimFunc, *args, check_bounds: bool = True, check_races: bool = Tr
     """Run ``func`` on ``args`` like a compiled kernel (outputs are written in place).
 
     Raises :class:`~tecomp.errors.ArgumentError` on a wrong argument count, dtype, ndim or
-    shape, :class:`~tecomp.errors.BoundsError` on an out-of-bounds access, and
+    shape, or a scalar that breaks a condition lowering recorded in
+    ``func.attrs["param_checks"]`` (a negative extent, a split factor below 1),
+    :class:`~tecomp.errors.BoundsError` on an out-of-bounds access, and
     :class:`RaceError`/:class:`GPUModelError` on unsynchronised or undefined GPU programs.
     """
     _interpreter(check_bounds, check_races).run(func, *args)

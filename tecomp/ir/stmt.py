@@ -126,12 +126,66 @@ def seq(*stmts) -> Stmt:
     return SeqStmt(tuple(out))
 
 
+@dataclass(frozen=True)
+class ParamCheck:
+    """A condition on the values of a PrimFunc's parameters, ``expr >= lower``, that
+    lowering derives from the schedule: an extent of a stage that depends on a variable
+    must be ``>= 0``, a symbolic split factor ``>= 1``.  Kept in
+    ``PrimFunc.attrs["param_checks"]`` (a tuple); every runtime (the shared
+    :mod:`tecomp.codegen.argcheck`) and the interpreter check them before the body runs
+    and raise :class:`~tecomp.errors.ArgumentError` with :meth:`message`.
+
+    ``expr`` uses only the function's scalar parameters and the variables of its buffer
+    parameters' shapes.  ``uses`` says what it is in the program, for the message
+    (``"the extent of axis k of stage C"``, ``"the split factor of axis i of stage C"``).
+    """
+
+    expr: Expr
+    lower: int
+    uses: Tuple[str, ...]
+
+    def message(self, value, env: dict, params) -> str:
+        """Why ``value`` (the value of ``expr`` with ``env``, below ``lower``) is wrong;
+        ``params`` are the function's parameters (they name the variables)."""
+        from .functor import free_vars
+        from .printer import to_str
+
+        uses = list(self.uses)
+        if len(uses) > 3:
+            uses = uses[:3] + [f"{len(self.uses) - 3} more"]
+        used = uses[0] if len(uses) == 1 else ", ".join(uses[:-1]) + " and " + uses[-1]
+        e, lo = self.expr, self.lower
+        if isinstance(e, Var):
+            return (f"{_var_origin(e, params)} = {value} must be >= {lo}: it is {used}; "
+                    f"pass {e.name} >= {lo}")
+        text = to_str(e)
+        vals = ", ".join(f"{v.name} = {env[v]} from {_var_origin(v, params)}"
+                         for v in free_vars(e) if v in env)
+        names = ", ".join(v.name for v in free_vars(e))
+        return (f"{text} = {value} must be >= {lo} ({vals}): it is {used}; pass values of "
+                f"{names} for which {text} >= {lo}")
+
+
+def _var_origin(v: Var, params) -> str:
+    """``parameter n (argument 3)``, or ``n (from A.shape[0])``."""
+    for i, p in enumerate(params):
+        if p is v:
+            return f"parameter {v.name} (argument {i + 1})"
+    for p in params:
+        if isinstance(p, Buffer):
+            for d, x in enumerate(p.shape):
+                if x is v:
+                    return f"{v.name} (from {p.name}.shape[{d}])"
+    return v.name
+
+
 @dataclass(eq=False)
 class PrimFunc(Node):
     """A lowered function: ``params`` (Buffers and scalar Vars) and a ``body``.
 
     ``attrs`` holds facts for code generation (``target``, the thread launch sizes
-    for the GPU, ...).  ``str()`` prints the loop IR.
+    for the GPU, ``param_checks``: the :class:`ParamCheck` conditions on the arguments,
+    ...).  ``str()`` prints the loop IR.
     """
 
     name: str

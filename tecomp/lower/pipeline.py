@@ -41,8 +41,9 @@ def lower(s: Schedule, args, name: str = "main", target: str = "llvm", stats: di
     if not isinstance(name, str) or not name.isidentifier():
         raise LowerError(f"function name {name!r} must be a Python-style identifier")
     t0 = time.perf_counter()
-    params, body, _ = schedule_to_stmt(s, list(args))
-    func = PrimFunc(name, tuple(params), body, {"target": target})
+    params, body, ctx = schedule_to_stmt(s, list(args))
+    func = PrimFunc(name, tuple(params), body,
+                    {"target": target, "param_checks": ctx.param_checks()})
     dump = os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")
     if dump:
         _dump("schedule_ops", func)

@@ -132,6 +132,48 @@ class LowerContext:
     def stage_of_tensor(self, t: Tensor):
         return self.sch._stage_of.get(id(t.op))
 
+    # -- conditions on the arguments ---------------------------------------------------
+    def param_checks(self) -> tuple:
+        """The :class:`~tecomp.ir.stmt.ParamCheck` conditions on the arguments (kept in
+        ``PrimFunc.attrs["param_checks"]``): every extent of a stage (its axes and reduce
+        axes) that depends on a variable is ``>= 0``, every split factor (or ``nparts``)
+        that is not a constant is ``>= 1``.  A condition that already holds because the
+        variables of the buffer parameters' shapes are never negative is left out, so
+        is an extent that is exactly such a variable."""
+        from ..ir.arith import Interval, prove
+        from ..ir.stmt import ParamCheck
+
+        nonneg = {x: Interval(0, None) for p in self.params if isinstance(p, Buffer)
+                  for x in p.shape if isinstance(x, Var)}
+        found: Dict[tuple, list] = {}
+
+        def need(e: Expr, lower: int, use: str):
+            e = _simplify(e)
+            if isinstance(e, Const) and e.value < lower:  # e.g. a shape (n - n - 1,)
+                raise LowerError(f"{use} is {e.value}; it must be >= {lower}: fix the "
+                                 f"shape or the split")
+            if isinstance(e, Const) or prove(GE(e, Const(lower, e.dtype)), nonneg):
+                return
+            uses = found.setdefault((e, lower), [])
+            if use not in uses:
+                uses.append(use)
+
+        for st in self.sch.stages:
+            for iv in st.op.axis:
+                need(iv.dom.extent, 0, f"the extent of axis {iv.var.name} of stage {st.name}")
+            for iv in getattr(st.op, "reduce_axis", ()):
+                need(iv.dom.extent, 0, f"the extent of reduce axis {iv.var.name} of stage "
+                                       f"{st.name}")
+            if st.attach_type == "inline":
+                continue
+            for rel in st.relations:
+                if isinstance(rel, Split):
+                    what = "the split factor" if rel.factor is not None else \
+                        "the nparts of the split"
+                    need(rel.factor if rel.factor is not None else rel.nparts, 1,
+                         f"{what} of axis {rel.parent.var.name} of stage {st.name}")
+        return tuple(ParamCheck(e, lower, tuple(uses)) for (e, lower), uses in found.items())
+
     # -- arguments ---------------------------------------------------------------------
     def _bind_args(self, args):
         seen = set()

@@ -1105,6 +1105,60 @@ def call_0d_array():
     f(np.array(1.0, "float32"), np.zeros(8, "float32"))
 
 
+def _scalar_extent_kernel():
+    """C[0] = sum(A[k % 8] for k < n), B[n] an intermediate: n is a scalar extent."""
+    tc = _tc()
+    n = tc.var("n")
+    A = _vec(8, "A")
+    B = tc.compute((n,), lambda i: A[i % 8] * 2, name="B")
+    k = tc.reduce_axis((0, n), name="k")
+    C = tc.compute((1,), lambda i: tc.sum(B[k], axis=k), name="C")
+    return tc.create_schedule(C.op), [A, C, n]
+
+
+@bad("ArgumentError", r"parameter n \(argument 3\) = -3 must be >= 0: it is the extent of axis i "
+                      r"of stage B and the extent of reduce axis k of stage C; pass n >= 0")
+def call_negative_scalar_extent():
+    s, args = _scalar_extent_kernel()
+    _tc().build(s, args)(np.ones(8, "float32"), np.zeros(1, "float32"), -3)
+
+
+@bad("ArgumentError", r"parameter n \(argument 3\) = -1 must be >= 0: it is the extent")
+def interp_negative_scalar_extent():
+    from tecomp.ir import interp
+
+    s, args = _scalar_extent_kernel()
+    interp.run(_tc().lower(s, args), np.ones(8, "float32"), np.zeros(1, "float32"), -1)
+
+
+def _symbolic_split(f_value, runner="llvm"):
+    tc = _tc()
+    f = tc.var("f")
+    A = _vec(8, "A")
+    C = tc.compute((8,), lambda i: A[i] + 1, name="C")
+    s = tc.create_schedule(C.op)
+    s[C].split(C.op.axis[0], factor=f)
+    args = (np.ones(8, "float32"), np.zeros(8, "float32"), f_value)
+    if runner == "llvm":
+        tc.build(s, [A, C, f])(*args)
+    else:
+        from tecomp.ir import interp
+
+        interp.run(tc.lower(s, [A, C, f]), *args)
+
+
+@bad("ArgumentError", r"parameter f \(argument 3\) = 0 must be >= 1: it is the split factor of "
+                      r"axis i of stage C; pass f >= 1")
+def call_zero_symbolic_split_factor():
+    _symbolic_split(0)
+
+
+@bad("ArgumentError", r"parameter f \(argument 3\) = -2 must be >= 1: it is the split factor of "
+                      r"axis i of stage C")
+def interp_negative_symbolic_split_factor():
+    _symbolic_split(-2, "interp")
+
+
 # ---------------------------------------------------------------------------------
 # the runner
 

@@ -147,19 +147,151 @@ def test_keyword_arguments(int_kernel):
         int_kernel(X=np.zeros(4, "int8"))
 
 
-@pytest.mark.xfail(strict=True, reason="a negative scalar used as an extent (n = -3 for "
-                   "`allocate B: float32[n]` and `for (k, 0, n)`) runs in the LLVM build as if "
-                   "n were 0, while the interpreter raises ShapeError; the CPU runtime "
-                   "(tecomp/codegen/llvm_runtime.py) does not check scalars used as extents")
-def test_negative_scalar_extent():
+def _scalar_extent():
+    """C[0] = sum(B[k] for k < n), B[n] = A[i % 8] * 2: n is a scalar parameter used as
+    an extent (of B's axis and of the reduce axis k), not derived from an array."""
     n = tc.var("n")
     A = tc.placeholder((8,), name="A")
     B = tc.compute((n,), lambda i: A[i % 8] * 2, name="B")
     k = tc.reduce_axis((0, n), name="k")
     C = tc.compute((1,), lambda i: tc.sum(B[k], axis=k), name="C")
-    f = tc.build(tc.create_schedule(C.op), [A, C, n])
-    with pytest.raises(tc.ArgumentError, match=r"n"):
-        f(np.ones(8, "float32"), np.zeros(1, "float32"), -3)
+    return tc.create_schedule(C.op), [A, C, n]
+
+
+_NEGATIVE_N = (r"parameter n \(argument 3\) = -3 must be >= 0: it is the extent of axis i of "
+               r"stage B and the extent of reduce axis k of stage C; pass n >= 0")
+
+
+def test_negative_scalar_extent():
+    """n = -3 (for `allocate B: float32[n]` and `for (k, 0, n)`) used to run in the LLVM
+    build as if n were 0, while the interpreter raised ShapeError from the allocation.
+    Lowering records that the extent n must be >= 0 (PrimFunc.attrs["param_checks"]); the
+    CPU runtime (fast path and generic path) and the interpreter check it first."""
+    s, args = _scalar_extent()
+    f = tc.build(s, args)
+    for n in (-3, np.int64(-3), np.array(-3, "int32")):  # the fast path, then the generic one
+        with pytest.raises(tc.ArgumentError, match=_NEGATIVE_N):
+            f(np.ones(8, "float32"), np.zeros(1, "float32"), n)
+    with pytest.raises(tc.ArgumentError, match=_NEGATIVE_N):
+        interp.run(tc.lower(s, args), np.ones(8, "float32"), np.zeros(1, "float32"), -3)
+    c = np.zeros(1, "float32")
+    f(np.ones(8, "float32"), c, 3)
+    assert c[0] == 6
+
+
+def test_negative_compound_scalar_extent():
+    """A reduce axis (lo, hi) of two scalars: its extent hi - lo must be >= 0; lo alone
+    (an offset) may be negative."""
+    lo, hi = tc.var("lo"), tc.var("hi")
+    A = tc.placeholder((16,), name="A")
+    k = tc.reduce_axis((lo, hi), name="k")
+    C = tc.compute((1,), lambda i: tc.sum(A[k % 16], axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    args = [A, C, lo, hi]
+    f = tc.build(s, args)
+    a = np.arange(16, dtype="float32")
+    msg = (r"hi - lo = -2 must be >= 0 \(hi = 3 from parameter hi \(argument 4\), lo = 5 from "
+           r"parameter lo \(argument 3\)\): it is the extent of reduce axis k of stage C; pass "
+           r"values of hi, lo for which hi - lo >= 0")
+    with pytest.raises(tc.ArgumentError, match=msg):
+        f(a, np.zeros(1, "float32"), 5, 3)
+    with pytest.raises(tc.ArgumentError, match=msg):
+        interp.run(tc.lower(s, args), a, np.zeros(1, "float32"), 5, 3)
+    c = np.zeros(1, "float32")
+    f(a, c, -2, 2)  # k in [-2, 2): A[14] + A[15] + A[0] + A[1]
+    assert c[0] == 14 + 15 + 0 + 1
+
+
+@pytest.mark.parametrize("runner", ["llvm", "interp"])
+def test_negative_scalar_offset_and_multiplier_are_fine(runner):
+    """Scalars that are only values (an offset in an index, a multiplier) are not extents:
+    nothing is recorded for them and negative values run."""
+    off, m = tc.var("off"), tc.var("m")
+    A = tc.placeholder((8,), name="A")
+    C = tc.compute((8,), lambda i: A[(i + off) % 8] * m.astype("float32"), name="C")
+    s = tc.create_schedule(C.op)
+    args = [A, C, off, m]
+    func = tc.lower(s, args)
+    assert func.attrs["param_checks"] == ()
+    a = np.arange(8, dtype="float32")
+    c = np.zeros(8, "float32")
+    if runner == "llvm":
+        tc.build(s, args)(a, c, -3, -2)
+    else:
+        interp.run(func, a, c, -3, -2)
+    np.testing.assert_array_equal(c, np.roll(a, 3) * -2)
+
+
+def _symbolic_split():
+    """C[n] = A[i] + 1 with i split by the scalar parameter f."""
+    n, f = tc.var("n"), tc.var("f")
+    A = tc.placeholder((n,), name="A")
+    C = tc.compute((n,), lambda i: A[i] + 1, name="C")
+    s = tc.create_schedule(C.op)
+    s[C].split(C.op.axis[0], factor=f)
+    return s, [A, C, f]
+
+
+@pytest.mark.parametrize("factor", [0, -2])
+def test_symbolic_split_factor_below_one(factor):
+    """A split by a symbolic factor f given 0 (or a negative value) used to compute nothing
+    silently (the outer loop runs (n - 1) // f + 1 times, 0 with a division by zero)."""
+    s, args = _symbolic_split()
+    msg = (rf"parameter f \(argument 3\) = {factor} must be >= 1: it is the split factor of axis "
+           rf"i of stage C; pass f >= 1")
+    f = tc.build(s, args)
+    with pytest.raises(tc.ArgumentError, match=msg):
+        f(np.ones(10, "float32"), np.zeros(10, "float32"), factor)
+    with pytest.raises(tc.ArgumentError, match=msg):
+        interp.run(tc.lower(s, args), np.ones(10, "float32"), np.zeros(10, "float32"), factor)
+
+
+def test_symbolic_split_nparts_below_one():
+    p = tc.var("p")
+    A = tc.placeholder((10,), name="A")
+    C = tc.compute((10,), lambda i: A[i] + 1, name="C")
+    s = tc.create_schedule(C.op)
+    s[C].split(C.op.axis[0], nparts=p)
+    f = tc.build(s, [A, C, p])
+    with pytest.raises(tc.ArgumentError, match=r"parameter p \(argument 3\) = 0 must be >= 1: it is "
+                                               r"the nparts of the split of axis i of stage C; "
+                                               r"pass p >= 1"):
+        f(np.ones(10, "float32"), np.zeros(10, "float32"), 0)
+    c = np.zeros(10, "float32")
+    f(np.ones(10, "float32"), c, 3)
+    np.testing.assert_array_equal(c, np.full(10, 2, "float32"))
+
+
+@pytest.mark.parametrize("factor", [1, 3, 10, 64])
+def test_symbolic_split_factor_at_least_one_runs(factor):
+    s, args = _symbolic_split()
+    a = np.arange(10, dtype="float32")
+    c = np.zeros(10, "float32")
+    tc.build(s, args)(a, c, factor)
+    np.testing.assert_array_equal(c, a + 1)
+    c = np.zeros(10, "float32")
+    interp.run(tc.lower(s, args), a, c, factor)
+    np.testing.assert_array_equal(c, a + 1)
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None, reason="needs g++")
+def test_negative_scalar_extent_in_the_cuda_emulation():
+    """The CUDA runtimes share the check (tecomp.codegen.argcheck)."""
+    n = tc.var("n")
+    A = tc.placeholder((8,), name="A")
+    k = tc.reduce_axis((0, n), name="k")
+    C = tc.compute((8,), lambda i: tc.sum(A[(i + k) % 8], axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    bx, tx = s[C].split(C.op.axis[0], factor=4)
+    s[C].bind(bx, tc.thread_axis("blockIdx.x"))
+    s[C].bind(tx, tc.thread_axis("threadIdx.x"))
+    f = tc.build(s, [A, C, n], target="cuda-emu")
+    with pytest.raises(tc.ArgumentError, match=r"parameter n \(argument 3\) = -1 must be >= 0: "
+                                               r"it is the extent of reduce axis k of stage C"):
+        f(np.ones(8, "float32"), np.zeros(8, "float32"), -1)
+    c = np.zeros(8, "float32")
+    f(np.ones(8, "float32"), c, 3)
+    np.testing.assert_array_equal(c, np.full(8, 3, "float32"))
 
 
 def test_zero_scalar_extent_is_fine():
