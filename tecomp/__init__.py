@@ -11,7 +11,7 @@
 from .errors import (
     ArgumentError, AutodiffError, BoundsError, BuildError, ComputeError, DTypeError, ExprError,
     GPUModelError, InternalError, KernelAssertionError, KernelMemoryError, LowerError, RaceError,
-    RuntimeUnavailableError, ScheduleError, ShapeError, TecompError,
+    ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError, TecompError,
 )
 from .ir import dtype as _dtype_mod
 from .ir.expr import Expr, IterVar, Var

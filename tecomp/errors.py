@@ -38,6 +38,13 @@ class BuildError(TecompError, RuntimeError):
     """Code generation or compilation failed for a reason the user can act on."""
 
 
+class ResourceLimitError(BuildError):
+    """A schedule that needs more of a fixed, documented resource of the target than it
+    has: CUDA's 48 KiB of static shared memory per block, 1024 threads per block, the block
+    and grid dimensions.  The program and the schedule are legal; the target refuses them
+    (choose smaller tiles).  The fuzzer counts these as rejected schedules, not failures."""
+
+
 class ArgumentError(TecompError, TypeError):
     """A compiled kernel was called with arguments that do not match its parameters."""
 

@@ -402,6 +402,35 @@ def test_error_local_buffer_needs_constant_size():
         codegen_cuda(_func_with(body, A))
 
 
+def test_empty_buffers_are_declared_with_one_element():
+    """A shared or local buffer with an extent of 0 (a tile whose region is empty) spans 0
+    elements; C has no arrays of 0 elements, so it is declared with one, never touched."""
+    from tecomp.codegen.c_source import constant_size, declared_size
+
+    A = Buffer("A", (Const(4),), "float32")
+    Sh = Buffer("A.shared", (Const(0), Const(3)), "float32", scope="shared")
+    Lc = Buffer("A.local", (Const(2), Const(0)), "float32", (Const(5), Const(1)), "local")
+    assert [constant_size(b) for b in (Sh, Lc)] == [0, 0]
+    assert [declared_size(b) for b in (Sh, Lc)] == [1, 1]
+    bx, j = Var("bx"), Var("j")
+    body = thread(bx, 4, "blockIdx.x", Allocate(Sh, Allocate(Lc, seq(
+        loop(j, 0, S(Sh, 1.0, j, 0)), loop(j, 0, S(Lc, 2.0, 0, j)), S(A, 3.0, bx)))))
+    src = codegen_cuda(_func_with(body, A)).source
+    assert "__shared__ float A_shared[1];" in src, src
+    assert "float A_local[1];" in src, src
+
+
+def test_error_negative_buffer_shape():
+    """A hand-made allocation with a negative extent (lowering clamps empty regions at 0)."""
+    A = Buffer("A", (Const(4),), "float32")
+    Sh = Buffer("A.shared", (Const(-2),), "float32", scope="shared")
+    bx = Var("bx")
+    body = thread(bx, 4, "blockIdx.x", Allocate(Sh, S(A, 1.0, bx)))
+    with pytest.raises(BuildError, match=r"buffer A\.shared in scope 'shared' has the negative "
+                                         r"shape \[-2\]; the extents of an allocation must be >= 0"):
+        codegen_cuda(_func_with(body, A))
+
+
 def test_error_launch_extent_not_computable_on_host():
     A = Buffer("A", (Const(16), Const(16)), "float32")
     bx, tx = Var("bx"), Var("tx")

@@ -705,8 +705,7 @@ class CSource:
         self.stmt(s.body)
 
     def declare_local(self, buf: Buffer) -> None:
-        size = constant_size(buf)
-        self.emit(f"{self.ctype(buf.dtype)} {self.name(buf)}[{size}];")
+        self.emit(f"{self.ctype(buf.dtype)} {self.name(buf)}[{declared_size(buf)}];")
 
     def _s_Evaluate(self, s: Evaluate) -> None:
         v = s.value
@@ -758,7 +757,8 @@ def c_string(text: str) -> str:
 
 def constant_size(buf: Buffer) -> int:
     """The number of elements ``buf`` spans (with padded strides from ``storage_align``:
-    ``1 + sum((extent - 1) * stride)``); BuildError when it is not a constant."""
+    ``1 + sum((extent - 1) * stride)``); 0 when an extent is 0 (a tile whose region is
+    empty, e.g. every read of it is guarded off); BuildError when it is not a constant."""
     n = 1
     for d in buf.shape:
         if not isinstance(d, Const):
@@ -768,14 +768,25 @@ def constant_size(buf: Buffer) -> int:
                 f"constant size: split the axes it is computed over by a constant factor "
                 f"so that its bounds are constant")
         n *= int(d.value)
-    if n <= 0:
-        raise BuildError(f"buffer {buf.name} has {n} elements")
+    if any(int(d.value) < 0 for d in buf.shape):
+        raise BuildError(f"buffer {buf.name} in scope {buf.scope!r} has the negative shape "
+                         f"[{', '.join(to_str(x) for x in buf.shape)}]; the extents of an "
+                         f"allocation must be >= 0")
+    if n == 0:
+        return 0
     if buf.strides is not None:
         if not all(isinstance(st, Const) for st in buf.strides):
             raise BuildError(f"buffer {buf.name} in scope {buf.scope!r} has non-constant "
                              f"strides; {buf.scope} arrays need a constant size")
         n = 1 + sum((int(d.value) - 1) * int(st.value) for d, st in zip(buf.shape, buf.strides))
     return n
+
+
+def declared_size(buf: Buffer) -> int:
+    """The number of elements of the C array declared for ``buf``: its
+    :func:`constant_size`, but at least 1 -- C and CUDA C have no arrays of 0 elements; the
+    one element of an empty buffer is never accessed (its loops run 0 times)."""
+    return max(constant_size(buf), 1)
 
 
 def dtype_bytes(dtype: str) -> int:

@@ -26,7 +26,12 @@ becomes ``(min + (int)blockIdx.x)``.  When loops of one tag have different exten
 stages computed at the same block with different ``threadIdx.x`` extents), the launch
 uses the largest and the smaller loops get ``if (((int)threadIdx.x) < extent)``.
 A statement without thread loops is a BuildError ("did you forget to bind?"); a launch
-extent that depends on something only the kernel knows is a BuildError.
+extent that depends on something only the kernel knows is a BuildError.  A kernel whose
+static ``__shared__`` arrays take more than ``MAX_STATIC_SHARED_BYTES`` (48 KiB), or whose
+constant launch exceeds the block, grid or threads-per-block limits, is a
+:class:`~tecomp.errors.ResourceLimitError` (a BuildError: a legal schedule the target
+cannot run).  A shared or local buffer with an extent of 0 (a tile whose region is
+empty) is declared with one element, which its loops never touch.
 
 A thread loop nested inside a loop of the same tag (a stage computed at the compute's
 thread loops and bound to the same thread axes, e.g. a cooperative shared-memory load)
@@ -55,7 +60,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ..errors import BuildError, RuntimeUnavailableError
+from ..errors import BuildError, ResourceLimitError, RuntimeUnavailableError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import LT, Buffer, BufferLoad, Call, CommReducer, Const, Expr, Max, Var
@@ -65,7 +70,7 @@ from ..ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc,
     SeqStmt, Stmt,
 )
-from .c_source import CSource, Namer, c_identifier, constant_size, dtype_bytes
+from .c_source import CSource, Namer, c_identifier, declared_size, dtype_bytes
 
 # thread tag -> (launch field, dimension)
 THREAD_TAGS = {
@@ -653,9 +658,9 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
                     nthreads *= int(d.value)
                 red_bufs[cd] = Buffer("red_buf", (Const(nthreads, "int32"),), cd, scope="shared")
         shared += list(red_bufs.values())
-        shared_bytes = sum(constant_size(b) * dtype_bytes(b.dtype) for b in shared)
+        shared_bytes = sum(declared_size(b) * dtype_bytes(b.dtype) for b in shared)
         if shared_bytes > MAX_STATIC_SHARED_BYTES:
-            raise BuildError(
+            raise ResourceLimitError(
                 f"stage {stage}: the shared buffers {', '.join(b.name for b in shared)} take "
                 f"{shared_bytes} bytes per block, more than the {MAX_STATIC_SHARED_BYTES} bytes "
                 f"of static shared memory a CUDA block may use; use smaller tiles")
@@ -688,7 +693,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         r.size_vars |= shape_vars
         r.indent = 1
         for b in shared:
-            r.emit(f"__shared__ {r.ctype(b.dtype)} {namer(b)}[{constant_size(b)}];")
+            r.emit(f"__shared__ {r.ctype(b.dtype)} {namer(b)}[{declared_size(b)}];")
         r.stmt(stmt)
         helpers |= r.helpers
         uses_half |= r.uses_half
@@ -715,18 +720,18 @@ def _check_constant_launch(stage, grid, block):
     dims = "xyz"
     for i, d in enumerate(block):
         if isinstance(d, Const) and d.value > MAX_BLOCK_DIMS[i]:
-            raise BuildError(f"stage {stage}: threadIdx.{dims[i]} has extent {d.value}, more than "
-                             f"the {MAX_BLOCK_DIMS[i]} a CUDA block allows; split it further")
+            raise ResourceLimitError(f"stage {stage}: threadIdx.{dims[i]} has extent {d.value}, more than "
+                                     f"the {MAX_BLOCK_DIMS[i]} a CUDA block allows; split it further")
     for i, d in enumerate(grid):
         if isinstance(d, Const) and d.value > MAX_GRID_DIMS[i]:
-            raise BuildError(f"stage {stage}: blockIdx.{dims[i]} has extent {d.value}, more than "
-                             f"the {MAX_GRID_DIMS[i]} a CUDA grid allows")
+            raise ResourceLimitError(f"stage {stage}: blockIdx.{dims[i]} has extent {d.value}, more than "
+                                     f"the {MAX_GRID_DIMS[i]} a CUDA grid allows")
     if all(isinstance(d, Const) for d in block):
         n = block[0].value * block[1].value * block[2].value
         if n > MAX_THREADS_PER_BLOCK:
-            raise BuildError(f"stage {stage}: {n} threads per block "
-                             f"({' x '.join(str(d.value) for d in block)}), more than the "
-                             f"{MAX_THREADS_PER_BLOCK} a CUDA block allows")
+            raise ResourceLimitError(f"stage {stage}: {n} threads per block "
+                                     f"({' x '.join(str(d.value) for d in block)}), more than the "
+                                     f"{MAX_THREADS_PER_BLOCK} a CUDA block allows")
 
 
 def _dims_text(dims) -> str:

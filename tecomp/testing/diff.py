@@ -3,9 +3,12 @@
 :func:`run_case` lowers and builds the case, runs the reference interpreter on the
 lowered IR, the compiled kernel (LLVM, or the CUDA emulation for GPU schedules) and the
 numpy reference, and compares all three.  It never raises for a finding: it returns an
-:class:`Outcome` whose ``kind`` is ``ok``, ``mismatch`` or ``crash`` (any exception out of
-tecomp for a legal program, including a ``ScheduleError`` for a sequence the docs call
-legal) and whose :meth:`Outcome.report` prints a standalone reproducer.
+:class:`Outcome` whose ``kind`` is ``ok``, ``rejected`` (the target refused the schedule
+for a documented resource limit: a :class:`~tecomp.errors.ResourceLimitError`, e.g. a
+GPU tile over the 48 KiB of static shared memory; not a failure), ``mismatch`` or
+``crash`` (any other exception out of tecomp for a legal program, including a
+``ScheduleError`` for a sequence the docs call legal) and whose :meth:`Outcome.report`
+prints a standalone reproducer.
 """
 from __future__ import annotations
 
@@ -67,7 +70,7 @@ class Case:
 
 @dataclass
 class Outcome:
-    kind: str  # ok | mismatch | crash
+    kind: str  # ok | rejected | mismatch | crash
     case: Case
     stage: str = ""  # where: build/lower/interp/llvm/compare/...
     detail: str = ""
@@ -75,7 +78,19 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.kind == "ok"
+        """Nothing wrong was found: the case ran and matched, or it was rejected."""
+        return self.kind in ("ok", "rejected")
+
+    @property
+    def rejected(self) -> bool:
+        """The target refused the schedule for a documented resource limit (nothing ran)."""
+        return self.kind == "rejected"
+
+    @property
+    def reason(self) -> str:
+        """The last line of ``detail`` (the exception, for a rejection or a crash)."""
+        lines = [x for x in self.detail.strip().splitlines() if x.strip()]
+        return lines[-1] if lines else ""
 
     def report(self) -> str:
         out = [f"== {self.kind} in {self.stage}: {self.case.name} (n={self.case.n}, "
@@ -155,6 +170,8 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False) -> 
         stage = "build"
         mod = tc.build(func if case.target == "llvm" else tc.lower(s, args, target=case.target),
                        target=case.target)
+    except tc.ResourceLimitError as e:  # a legal schedule the target cannot run: no finding
+        return Outcome("rejected", case, stage, _exc_text(e), ir)
     except Exception as e:  # noqa: BLE001 - a crash is a finding
         return Outcome("crash", case, stage, _exc_text(e), ir)
 

@@ -8,10 +8,13 @@ Case ``k`` is drawn from ``random.Random(k)`` (a program, a legal schedule, dtyp
 a value of the symbolic extent); every ``--gpu-every``-th case is a GPU-bound schedule run
 in the CUDA emulation (needs g++; 0 disables).  Cases run in worker subprocesses, so a
 case that kills its process (a segfault in generated code) is recorded as a crash and the
-worker restarts after it.  At the end it prints the cases run, the mismatches and the
-crashes (grouped by their first line), and writes one report with a standalone
-reproducer per failing seed into ``--out`` (default ``$TMPDIR/tecomp-fuzz-reports``).  The exit status is
-1 when anything failed.
+worker restarts after it.  At the end it prints the cases run, the rejected schedules
+(the target refused them for a documented resource limit -- a
+:class:`~tecomp.errors.ResourceLimitError` such as a GPU tile over the 48 KiB of static
+shared memory; counted apart and not failures), the mismatches and the crashes (any
+other exception; grouped by their first line), and writes one report with a standalone
+reproducer per failing seed into ``--out`` (default ``$TMPDIR/tecomp-fuzz-reports``).
+The exit status is 1 when anything failed.
 """
 from __future__ import annotations
 
@@ -63,7 +66,9 @@ def _worker(args) -> int:
             continue
         rec = {"seed": seed, "kind": o.kind, "target": case.target,
                "secs": round(time.perf_counter() - t0, 3)}
-        if not o.ok:
+        if o.rejected:
+            rec["sig"] = f"{o.stage}: {o.reason}"[:300]
+        elif not o.ok:
             rec["sig"] = _signature(o)
             path = os.path.join(args.out, f"seed{seed}.txt")
             with open(path, "w") as f:
@@ -112,7 +117,11 @@ def main(argv=None) -> int:
 
         case = case_for_seed(args.replay, args.gpu_every)
         o = run_case(case, check_passes=args.check_passes)
-        print(o.report() if not o.ok else f"seed {args.replay}: ok\n{case.source()}")
+        if o.rejected:
+            print(f"seed {args.replay}: rejected in {o.stage} (a resource limit of the target, "
+                  f"not a failure): {o.reason}\n{case.source()}")
+        else:
+            print(o.report() if not o.ok else f"seed {args.replay}: ok\n{case.source()}")
         return 0 if o.ok else 1
 
     t0 = time.time()
@@ -122,6 +131,7 @@ def main(argv=None) -> int:
     results = {}
     kinds = Counter()
     sigs = defaultdict(list)
+    rejects = defaultdict(list)  # reason -> seeds of the rejected schedules
     targets = Counter()
     procs = {}
 
@@ -157,7 +167,9 @@ def main(argv=None) -> int:
                 current.pop(j, None)
                 kinds[rec["kind"]] += 1
                 targets[rec["target"]] += 1
-                if rec["kind"] != "ok":
+                if rec["kind"] == "rejected":
+                    rejects[rec["sig"]].append(seed)
+                elif rec["kind"] != "ok":
                     sigs[rec["sig"]].append(seed)
                     if not args.quiet:
                         print(f"seed {seed}: {rec['sig']}", flush=True)
@@ -186,6 +198,11 @@ def main(argv=None) -> int:
     secs = time.time() - t0
     print(f"\ncases run: {len(results)} ({', '.join(f'{k}: {v}' for k, v in sorted(targets.items()))})"
           f" in {secs:.0f}s")
+    print(f"rejected schedules (a documented resource limit of the target, not failures): "
+          f"{kinds['rejected']}")
+    for sig, seeds in sorted(rejects.items(), key=lambda x: -len(x[1])):
+        print(f"  [{len(seeds)}x] {sig}  (seeds {', '.join(map(str, seeds[:8]))}"
+              f"{', ...' if len(seeds) > 8 else ''})")
     print(f"mismatches: {kinds['mismatch']}")
     print(f"crashes: {kinds['crash']}")
     for sig, seeds in sorted(sigs.items(), key=lambda x: -len(x[1])):

@@ -278,6 +278,44 @@ def test_block_too_large():
         tc.lower(s, [A, C])
 
 
+def test_shared_tile_over_the_shared_memory_limit():
+    """A legal schedule whose shared tile (all of A, 128 x 128 float32 = 64 KiB per block)
+    is over the 48 KiB of static shared memory a CUDA block may use: ResourceLimitError
+    (a BuildError) when the CUDA C is generated, naming the stage and the buffer."""
+    from tecomp.codegen.cuda import codegen_cuda
+
+    A = tc.placeholder((128, 128), name="A")
+    k1, k2 = tc.reduce_axis((0, 128), name="k1"), tc.reduce_axis((0, 128), name="k2")
+    B = tc.compute((32,), lambda i: tc.sum(A[k1, k2] * (i + 1).astype("float32"), axis=[k1, k2]),
+                   name="B")
+    s = tc.create_schedule(B.op)
+    AA = s.cache_read(A, "shared", [B])
+    bo, bi = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(bo, tc.thread_axis("blockIdx.x"))
+    s[B].bind(bi, tc.thread_axis("threadIdx.x"))
+    s[AA].compute_at(s[B], bo)
+    ao, ai = s[AA].split(s[AA].fuse(*s[AA].op.axis), factor=32)
+    s[AA].bind(ai, tc.thread_axis("threadIdx.x"))
+    func = tc.lower(s, [A, B], target="cuda")
+    with pytest.raises(tc.ResourceLimitError, match=r"stage B: the shared buffers A\.shared take "
+                                                    r"65536 bytes per block, more than the 49152 "
+                                                    r"bytes of static shared memory a CUDA block "
+                                                    r"may use; use smaller tiles"):
+        codegen_cuda(func)
+    assert issubclass(tc.ResourceLimitError, tc.BuildError)
+
+
+def test_extent_that_simplifies_to_a_negative_constant():
+    """A shape the DSL could not see is negative (an expression, not an int) is rejected
+    when it is lowered, naming the stage and the axis."""
+    n = tc.var("n")
+    A = tc.placeholder((8,), name="A")
+    B = tc.compute((n - n - 1,), lambda i: A[i % 8], name="B")
+    with pytest.raises(tc.LowerError, match=r"the extent of axis i of stage B is -1; it must be "
+                                            r">= 0: fix the shape or the split"):
+        tc.lower(tc.create_schedule(B.op), [A, B, n])
+
+
 def test_cross_thread_reduction_needs_constant_extent():
     n = tc.var("n")
     X = tc.placeholder((4, n), name="X")
