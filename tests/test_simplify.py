@@ -387,6 +387,30 @@ def test_min_max():
     check(op.maximum(i, i), "i")
 
 
+def test_min_max_of_floor_divisions_with_ordered_numerators():
+    """floor divisions by the same positive constant compare through their numerators:
+    a - b in [lo, hi] puts a // c - b // c in [floor(lo/c), ceil(hi/c)], for every sign of
+    the variables (n in [0, 1000] and n free)"""
+    fd = op.floordiv
+    for rng in ({n: R(0, 1001)}, None):
+        check(op.minimum(fd(n, 32), fd(n + 31, 32)), "n // 32", rng)
+        check(op.maximum(fd(n, 32), fd(n + 31, 32)), "(n + 31) // 32", rng)
+        check(op.minimum(fd(n + 31, 32), fd(n, 32)), "n // 32", rng)
+        check(fd(n, 32) <= fd(n + 31, 32), "True", rng)
+        check(fd(n + 64, 32) >= fd(n, 32) + 2, "True", rng)
+        check(fd(n, 8) < fd(n + 9, 8), "True", rng)
+        check(op.minimum(fd(n, 32) * 3, fd(n + 31, 32) * 3), "(n // 32)*3", rng)
+    # with ranges: i + j <= i + m since j < 8 <= m
+    check(op.minimum(fd(i + j, 16), fd(i + m, 16)), "(i + j) // 16",
+          {i: R(-50, 100), j: R(0, 8), m: R(8, 4)})
+    check(op.minimum(fd(i + j, 16), fd(i + 6, 16)), "min((i + j) // 16, (i + 6) // 16)",
+          {i: R(-50, 100), j: R(0, 8)})
+    # not decided: the order of the numerators is unknown, or the divisors differ
+    check(op.minimum(fd(n, 32), fd(n + m, 32)), "min(n // 32, (n + m) // 32)")
+    check(op.minimum(fd(n, 32), fd(n + 1, 16)), "min(n // 32, (n + 1) // 16)")
+    check(fd(n, 32) < fd(n + 31, 32), "n // 32 < (n + 31) // 32")
+
+
 def test_min_absorbs_linear_rest():
     """min(i.outer*8 + 8, 100) - i.outer*8 -> min(100 - i.outer*8, 8)"""
     check(op.minimum(io * 8 + 8, 100) - io * 8, "min(100 - i.outer*8, 8)", {io: R(0, 13)})

@@ -43,8 +43,9 @@ Division and modulo (``c > 0`` a constant; exact only when the dividend cannot w
   FloorDiv/FloorMod (they agree there); constants fold with C semantics.
 
 Min, Max, Select, comparisons, logic
-* ``min(a, b) -> a`` when ``a <= b`` is provable (the canonical difference's bounds),
-  constants fold, ``min(min(x, c1), c2) -> min(x, min(c1, c2))``, a constant operand
+* ``min(a, b) -> a`` when ``a <= b`` is provable (the canonical difference's bounds;
+  floor divisions by the same positive constant are compared through their numerators:
+  ``min(n // 32, (n + 31) // 32) -> n // 32`` for every ``n``), constants fold, ``min(min(x, c1), c2) -> min(x, min(c1, c2))``, a constant operand
   goes second;
 * comparisons of integers fold when decided by the bounds of ``a - b`` (``i < 100`` with
   ``i`` in ``[0, 64)`` is True; ``i*8 == 100`` is False by divisibility); otherwise they
@@ -535,17 +536,68 @@ class Simplifier:
         g = d.coef_gcd()
         if t in (EQ, NE) and g > 1 and d.const % g:
             return t is NE
-        for attempt in (0, 1):
+        for attempt in (0, 1, 2):
             if attempt == 0:
                 lo, hi = self.an.form_mbound(d)
-            else:
+            elif attempt == 1:
                 if self._relaxing or not self._symbolic_vars(d):
-                    return None
+                    continue
                 lo, hi = self.best_bound(d)
+            else:
+                b = self._div_pair_bound(d)
+                if b is None:
+                    return None
+                lo, hi = b
             r = _decide_bounds(t, lo, hi)
             if r is not None:
                 return r
         return None
+
+    def _div_pair_bound(self, d: LinForm):
+        """Bounds of the exact form ``d`` with its floor divisions by the same positive
+        constant paired: ``c*(a // k) - c*(b // k)`` lies in ``c*[floor(lo/k), ceil(hi/k)]``
+        when ``a - b`` lies in ``[lo, hi]`` (floor division is monotone, and shifting a
+        numerator by ``q*k + r``, ``0 <= r < k``, moves the quotient by ``q`` or ``q + 1``).
+        Term-wise bounds cannot see it: ``n // 32 - (n + 31) // 32`` is in ``[-1, 0]`` for
+        every ``n``.  None when ``d`` has no such pair."""
+        divs = [(key, atom, c) for key, (atom, c) in d.terms.items()
+                if type(atom) is FloorDiv and type(atom.b) is Const and atom.dtype == d.dtype
+                and atom.a.dtype == d.dtype and int(atom.b.value) > 0]
+        if len(divs) < 2:
+            return None
+        an = self.an
+        paired = set()
+        lo = hi = d.const
+        for i, (key1, a1, c1) in enumerate(divs):
+            if key1 in paired:
+                continue
+            k = int(a1.b.value)
+            for key2, a2, c2 in divs[i + 1:]:
+                if key2 in paired or c2 != -c1 or int(a2.b.value) != k:
+                    continue
+                e1, e2 = an.exact(self.lin(a1.a)), an.exact(self.lin(a2.a))
+                if e1 is None or e2 is None:
+                    continue
+                dlo, dhi = self.best_bound(LinForm.combine(d.dtype, [(e1, 1), (e2, -1)], math=True))
+                if dlo is None and dhi is None:
+                    continue
+                qlo = None if dlo is None else dlo // k
+                qhi = None if dhi is None else -(-dhi // k)
+                if c1 < 0:
+                    qlo, qhi = qhi, qlo
+                plo = None if qlo is None else c1 * qlo
+                phi = None if qhi is None else c1 * qhi
+                lo = None if lo is None or plo is None else lo + plo
+                hi = None if hi is None or phi is None else hi + phi
+                paired.update((key1, key2))
+                break
+        if not paired:
+            return None
+        rest = LinForm(d.dtype, {key: v for key, v in d.terms.items() if key not in paired}, 0, True)
+        rlo, rhi = an.form_mbound(rest)
+        lo = None if lo is None or rlo is None else lo + rlo
+        hi = None if hi is None or rhi is None else hi + rhi
+        return lo, hi
 
     def prove_nonneg(self, f: LinForm) -> bool:
         e = self.an.exact(f)
