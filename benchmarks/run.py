@@ -5,6 +5,7 @@
     python3 benchmarks/run.py --quick         # fewer repetitions, no 2048^3
     python3 benchmarks/run.py --threads 1     # everything pinned to one thread
     python3 benchmarks/run.py --only gemm     # workloads whose name contains "gemm"
+    python3 benchmarks/run.py --odd           # odd shapes (benchmarks/odd.py) instead
 
 Workloads: GEMM 512^3 / 1024^3 / 2048^3 (float32), conv2d 3x3 stride 1 pad 1 (N=1,
 C=K=64 at 56x56 and C=K=256 at 14x14, NCHW and NHWC), row softmax of a 4096x1024 matrix
@@ -36,6 +37,9 @@ def _parse():
     p.add_argument("--only", default="", help="run the workloads whose name contains this")
     p.add_argument("--tools", default="", help="comma-separated subset of tools")
     p.add_argument("--no-compile", action="store_true", help="skip the compile-time table")
+    p.add_argument("--odd", action="store_true",
+                   help="odd shapes (benchmarks/odd.py: primes, batch-1 dense, strided and "
+                        "dilated convs, odd channel counts) against numpy and PyTorch")
     return p.parse_args()
 
 
@@ -106,10 +110,17 @@ def main():
     threads = args.threads or os.cpu_count()
     tc.set_num_threads(threads)
     tools = W.available_tools(args.tools.split(",") if args.tools else None)
+    if args.odd:  # TVM's and Halide's schedules in others.py are for the main shapes
+        tools = [t for t in tools if t in ("tecomp", "numpy", "torch")]
     print(f"tecomp benchmarks: {threads} thread(s); tools: {', '.join(tools)}")
     print(f"machine: {W.machine()}")
     print(f"load before: {uptime()}")
-    works = [w for w in W.WORKLOADS if args.only in w.name]
+    if args.odd:
+        import odd
+
+        works = [w for w in odd.ODD_WORKLOADS if args.only in w.name]
+    else:
+        works = [w for w in W.WORKLOADS if args.only in w.name]
     if args.quick:
         works = [w for w in works if "2048" not in w.name]
     rows = []
@@ -176,7 +187,7 @@ def main():
     print("  checks: " + "; ".join(f"{w.name}: " + ", ".join(n for n in notes)
                                    for w, _, notes in rows))
 
-    if not args.no_compile:
+    if not args.no_compile and not args.odd:
         print()
         W.compile_table(tools, threads)
     print()
