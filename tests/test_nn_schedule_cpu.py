@@ -229,8 +229,8 @@ def test_softmax(shape, fast, lanes):
     s = sc.schedule_softmax(Y)
     x = _arr(shape, 4.0)
     got = _run(s, [X, Y], [x])
-    # float32 row sums of ~1000 terms: ~1e-6 relative; fast_exp adds 3 ulp per element
-    # and one reciprocal per row (docs/numerics.md)
+    # float32 row sums of ~1000 terms: ~1e-6 relative; exp (= fast_exp) adds <= 1 ulp per
+    # element, softmax_fast one reciprocal per row (docs/numerics.md)
     np.testing.assert_allclose(got, _softmax_ref(x), rtol=5e-6 if fast else 3e-6, atol=1e-9)
 
 
@@ -258,8 +258,9 @@ def test_log_softmax():
 
 
 def test_fast_exp_error_bound():
-    """The bound docs/numerics.md states for tc.fast_exp: max relative error < 2.5e-7
-    over the range where exp is a normal float32 ([-87.3, 88.7])."""
+    """tc.fast_exp (the same code as float32 tc.exp) in a tuned elementwise schedule:
+    within 1 ulp of the rounded exp, so < 1.8e-7 relative over the range where exp is a
+    normal float32 ([-87.3, 88.7]); the all-inputs check is in test_codegen_llvm.py."""
     n = 1 << 20
     X = tc.placeholder((n,), name="X")
     Y = tc.compute((n,), lambda i: tc.fast_exp(X[i]), name="Y")
@@ -268,12 +269,12 @@ def test_fast_exp_error_bound():
     y = _run(s, [X, Y], [x])
     ref = np.exp(x.astype("float64"))
     rel = np.abs(y.astype("float64") - ref) / ref
-    assert rel.max() < 2.5e-7, rel.max()
+    assert rel.max() < 1.8e-7, rel.max()
     # and around 0, where softmax's largest terms live
     x2 = RNG.uniform(-10, 0, n).astype("float32")
     y2 = _run(s, [X, Y], [x2])
     ref2 = np.exp(x2.astype("float64"))
-    assert (np.abs(y2 - ref2) / ref2).max() < 2.5e-7
+    assert (np.abs(y2 - ref2) / ref2).max() < 1.8e-7
 
 
 # ---------------------------------------------------------------------------------

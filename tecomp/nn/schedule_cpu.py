@@ -863,7 +863,8 @@ def softmax_fast(x: Tensor, name: str = "softmax"):
     """Softmax over the last axis with :func:`tecomp.fast_exp` and one reciprocal per
     row: stages ``.max``, ``.exp`` (``fast_exp(x - max)``), ``.sum``, ``.rcp``
     (``1 / sum``) and the output ``exp * rcp``.  Its error is bounded in
-    ``docs/numerics.md``; ``tecomp.nn.softmax`` is the exact-``exp`` version.  Schedule
+    ``docs/numerics.md``; ``tecomp.nn.softmax`` is the version with ``exp`` (on float32
+    the same vector code as ``fast_exp``) and a division per element.  Schedule
     it with :func:`schedule_softmax`."""
     k = _te.reduce_axis(x.shape[-1], name="k")
     m = _te.compute(x.shape[:-1], lambda *i: _shift_max(x[i + (k,)], axis=k),
