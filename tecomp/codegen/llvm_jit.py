@@ -284,11 +284,13 @@ def _optimize_in_worker(ir_text: str, explicit: bool):
     """The optimised module as an llvmlite ``ModuleRef``, optimised by the worker; None
     when no worker can run.  Call with :data:`LLVM_LOCK` held."""
     global _WORKER, _WORKER_OK
-    w = _get_worker()
-    if w is None:
-        return None
-    r = w.optimize(ir_text, explicit)
-    if r is None or r == "nostart":
+    for attempt in (1, 2):
+        w = _get_worker()
+        if w is None:
+            return None
+        r = w.optimize(ir_text, explicit)
+        if r is not None and r != "nostart":
+            break
         why = w.exit_status()
         _WORKER = None
         if r == "nostart":
@@ -297,11 +299,14 @@ def _optimize_in_worker(ir_text: str, explicit: bool):
                           f"optimising in-process, where llvmlite leaks memory on every build",
                           RuntimeWarning)
             return None
-        raise RuntimeError(
-            f"LLVM's optimiser crashed on this module (its worker process: {why}). This is "
-            f"a bug in tecomp or LLVM: please report it with the kernel (TECOMP_DUMP_IR=1 "
-            f"prints its IR). The calling process is unharmed; the next build starts a new "
-            f"worker.")
+        # died before replying: it may have died before this module reached it (killed
+        # while idle, e.g. by the OOM killer), so a new worker tries once more
+        if attempt == 2:
+            raise RuntimeError(
+                f"LLVM's optimiser crashed on this module, twice (its worker process: "
+                f"{why}). This is a bug in tecomp or LLVM: please report it with the kernel "
+                f"(TECOMP_DUMP_IR=1 prints its IR). The calling process is unharmed; the "
+                f"next build starts a new worker.")
     status, retiring, payload = r
     if retiring:
         w.close()
