@@ -27,11 +27,21 @@ How it works
   faster thread.  The dispatcher returns when every chunk has finished (a ``pending``
   counter reaches zero), with the first non-zero code any chunk returned.
 * **Waiting.**  Idle workers spin on the generation counter (with ``pause``) for a
-  while (``TECOMP_SPIN``, default 20000 ``pause`` iterations: 1 to 3 ms, enough to
-  catch the next region of a kernel or the next call from Python; longer spinning only
-  takes the core from other processes on a shared machine), then block on a condition
-  variable; the dispatcher only takes the condition's mutex when someone is
-  asleep.  All shared words are accessed with sequentially consistent atomics.
+  while (``TECOMP_SPIN``, default 2000 ``pause`` iterations: about 45 us on the
+  project's Xeon, where one ``pause`` measured 22 ns; enough to catch the next region
+  of a kernel or the next call from Python), then block on a condition variable; the
+  dispatcher only takes the condition's mutex when someone is asleep.  The former
+  default, 20000 (0.45 ms), made 2 threads slower than 1 when another process kept
+  the second core of the 2-core VM busy: the worker spent its fair share spinning and
+  was then descheduled while holding a chunk (64x56x56 NHWC conv, interleaved
+  medians: 102 GFLOP/s with 20000, 122 with 2000; with both cores free the two were
+  within 3%).
+  The dispatcher, once it has run out of chunks, spins on the ``pending`` counter
+  for ``TECOMP_WAIT_SPIN`` (default 1024 ``pause``: about 20 us) and then blocks on a
+  second condition variable that the thread finishing the last chunk signals: a chunk
+  still running after that long usually means its thread lost its core to another
+  process, and spinning would only keep this core from it (or from anyone else).
+  All shared words are accessed with sequentially consistent atomics.
 * **Callers.**  A process-wide dispatch mutex serialises parallel regions: kernels
   called from several Python threads at once are correct, and each region gets the
   whole pool in turn (a ctypes call releases the GIL, so a waiting caller blocks in
@@ -65,6 +75,10 @@ _POOL_IR = r"""
 @tp_lock = internal global [128 x i8] zeroinitializer, align 64
 @tp_sleep_lock = internal global [128 x i8] zeroinitializer, align 64
 @tp_sleep_cond = internal global [128 x i8] zeroinitializer, align 64
+@tp_done_lock = internal global [128 x i8] zeroinitializer, align 64
+@tp_done_cond = internal global [128 x i8] zeroinitializer, align 64
+@tp_waiting = internal global i32 0, align 64
+@tp_wait_spin = internal global i64 1024, align 8
 @tp_gen = internal global i64 0, align 64
 @tp_next = internal global i64 0, align 64
 @tp_pending = internal global i64 0, align 64
@@ -78,7 +92,7 @@ _POOL_IR = r"""
 @tp_nworkers = internal global i32 0, align 4
 @tp_threads = internal global ptr null, align 8
 @tp_desired = internal global i32 1, align 4
-@tp_spin = internal global i64 20000, align 8
+@tp_spin = internal global i64 2000, align 8
 
 declare i32 @pthread_create(ptr, ptr, ptr, ptr)
 declare i32 @pthread_join(i64, ptr)
@@ -134,6 +148,17 @@ seterr:
   br label %fin
 fin:
   %old = atomicrmw sub ptr @tp_pending, i64 1 seq_cst
+  %last = icmp eq i64 %old, 1
+  br i1 %last, label %chk_waiter, label %claim
+chk_waiter:
+  ; the last chunk: wake the dispatcher if it blocked waiting for it
+  %wt = load atomic i32, ptr @tp_waiting seq_cst, align 4
+  %blocked = icmp ne i32 %wt, 0
+  br i1 %blocked, label %signal, label %claim
+signal:
+  %sl = call i32 @pthread_mutex_lock(ptr @tp_done_lock)
+  %sb = call i32 @pthread_cond_broadcast(ptr @tp_done_cond)
+  %su = call i32 @pthread_mutex_unlock(ptr @tp_done_lock)
   br label %claim
 done:
   ret void
@@ -314,21 +339,36 @@ dispatch:
   store atomic i64 %g, ptr @tp_gen seq_cst, align 8
   call void @tp_wake_all()
   call void @tp_run_tasks(i64 %g)
+  %wspin = load atomic i64, ptr @tp_wait_spin seq_cst, align 8
   br label %wait
 wait:
-  %k = phi i64 [ 0, %dispatch ], [ %k1, %wait_next ], [ %k1, %do_yield ]
+  %k = phi i64 [ 0, %dispatch ], [ %k1, %wait_next ]
   %p = load atomic i64, ptr @tp_pending seq_cst, align 8
   %fin = icmp eq i64 %p, 0
   br i1 %fin, label %finished, label %wait_next
 wait_next:
   {PAUSE}
   %k1 = add i64 %k, 1
-  %low = and i64 %k1, 4095
-  %yield = icmp eq i64 %low, 0
-  br i1 %yield, label %do_yield, label %wait
-do_yield:
-  %y = call i32 @sched_yield()
-  br label %wait
+  %long = icmp uge i64 %k1, %wspin
+  br i1 %long, label %block, label %wait
+block:
+  ; a chunk is still running elsewhere after a short spin: its thread may have lost
+  ; its core to another process.  Block instead of spinning, so that this core goes
+  ; idle and the kernel can move that thread here; the last chunk signals.
+  %bl = call i32 @pthread_mutex_lock(ptr @tp_done_lock)
+  store atomic i32 1, ptr @tp_waiting seq_cst, align 4
+  br label %block_chk
+block_chk:
+  %p2 = load atomic i64, ptr @tp_pending seq_cst, align 8
+  %fin2 = icmp eq i64 %p2, 0
+  br i1 %fin2, label %block_done, label %block_wait
+block_wait:
+  %bw = call i32 @pthread_cond_wait(ptr @tp_done_cond, ptr @tp_done_lock)
+  br label %block_chk
+block_done:
+  store atomic i32 0, ptr @tp_waiting seq_cst, align 4
+  %bu = call i32 @pthread_mutex_unlock(ptr @tp_done_lock)
+  br label %finished
 finished:
   %r = load atomic i32, ptr @tp_ret seq_cst, align 4
   %ul = call i32 @pthread_mutex_unlock(ptr @tp_lock)
@@ -369,6 +409,12 @@ entry:
   ret void
 }
 
+define void @tecomp_pool_set_wait_spin(i64 %n) nounwind {
+entry:
+  store atomic i64 %n, ptr @tp_wait_spin seq_cst, align 8
+  ret void
+}
+
 define void @tecomp_pool_shutdown() nounwind {
 entry:
   %lk = call i32 @pthread_mutex_lock(ptr @tp_lock)
@@ -384,6 +430,9 @@ entry:
   %a = call i32 @pthread_mutex_init(ptr @tp_lock, ptr null)
   %b = call i32 @pthread_mutex_init(ptr @tp_sleep_lock, ptr null)
   %c = call i32 @pthread_cond_init(ptr @tp_sleep_cond, ptr null)
+  %d = call i32 @pthread_mutex_init(ptr @tp_done_lock, ptr null)
+  %e = call i32 @pthread_cond_init(ptr @tp_done_cond, ptr null)
+  store atomic i32 0, ptr @tp_waiting seq_cst, align 4
   store atomic i32 0, ptr @tp_nworkers seq_cst, align 4
   store atomic i64 0, ptr @tp_sleeping seq_cst, align 8
   store atomic i32 0, ptr @tp_shutdown seq_cst, align 4
@@ -393,7 +442,8 @@ entry:
 """
 
 _ENTRY_POINTS = ("tecomp_parallel_for", "tecomp_pool_set_threads", "tecomp_pool_get_threads",
-                 "tecomp_pool_num_workers", "tecomp_pool_set_spin", "tecomp_pool_shutdown",
+                 "tecomp_pool_num_workers", "tecomp_pool_set_spin", "tecomp_pool_set_wait_spin",
+                 "tecomp_pool_shutdown",
                  "tecomp_pool_after_fork")
 
 
@@ -417,6 +467,8 @@ class _Pool:
         self.get_threads = ctypes.CFUNCTYPE(ctypes.c_int32)(a["tecomp_pool_get_threads"])
         self.num_workers = ctypes.CFUNCTYPE(ctypes.c_int32)(a["tecomp_pool_num_workers"])
         self.set_spin = ctypes.CFUNCTYPE(None, ctypes.c_int64)(a["tecomp_pool_set_spin"])
+        self.set_wait_spin = ctypes.CFUNCTYPE(None, ctypes.c_int64)(
+            a["tecomp_pool_set_wait_spin"])
         self.shutdown = ctypes.CFUNCTYPE(None)(a["tecomp_pool_shutdown"])
         self.after_fork = ctypes.CFUNCTYPE(None)(a["tecomp_pool_after_fork"])
         self.parallel_for = ctypes.CFUNCTYPE(
@@ -444,8 +496,13 @@ def _default_num_threads() -> int:
     return min(n, _MAX_THREADS)
 
 
-def _spin_from_env() -> Optional[int]:
-    env = os.environ.get("TECOMP_SPIN")
+#: the defaults of TECOMP_SPIN and TECOMP_WAIT_SPIN (see the module docstring)
+DEFAULT_SPIN = 2000
+DEFAULT_WAIT_SPIN = 1024
+
+
+def _spin_from_env(name: str = "TECOMP_SPIN") -> Optional[int]:
+    env = os.environ.get(name)
     if env is None or not env.strip():
         return None
     try:
@@ -454,7 +511,7 @@ def _spin_from_env() -> Optional[int]:
             raise ValueError
         return v
     except ValueError:
-        warnings.warn(f"TECOMP_SPIN={env!r} is not a non-negative integer; ignored",
+        warnings.warn(f"{name}={env!r} is not a non-negative integer; ignored",
                       RuntimeWarning, stacklevel=3)
         return None
 
@@ -470,6 +527,9 @@ def pool() -> _Pool:
                 spin = _spin_from_env()
                 if spin is not None:
                     p.set_spin(spin)
+                wspin = _spin_from_env("TECOMP_WAIT_SPIN")
+                if wspin is not None:
+                    p.set_wait_spin(wspin)
                 _POOL = p
                 atexit.register(_shutdown_at_exit)
                 if hasattr(os, "register_at_fork"):
@@ -576,5 +636,5 @@ def measure_dispatch_overhead(repeats: int = 20000, sleep_repeats: int = 200) ->
         run(sleep_repeats, n)
         cold = (time.perf_counter() - t0) / sleep_repeats
     finally:
-        p.set_spin(20000 if spin is None else spin)
+        p.set_spin(DEFAULT_SPIN if spin is None else spin)
     return {"threads": n, "hot_us": hot * 1e6, "sleeping_us": cold * 1e6}
