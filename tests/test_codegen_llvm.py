@@ -1234,3 +1234,82 @@ def test_random_expressions_match_numpy(kind):
     with np.errstate(all="ignore"):
         for e, got in zip(exprs, results):
             np.testing.assert_array_equal(got, gen.ev(e, env), err_msg=str(e))
+
+
+# ---------------------------------------------------------------------------------
+# odd vector widths: one masked access on AVX-512, a power-of-two tail elsewhere
+
+
+def _host_has_avx512():
+    from tecomp.codegen import llvm_jit
+
+    return llvm_jit.host().has_feature("avx512f")
+
+
+@pytest.mark.parametrize("lanes", [3, 5, 7, 12, 14, 20, 29])
+@pytest.mark.parametrize("dtype", ["float32", "int32", "float64"])
+def test_odd_vector_widths_load_and_store_exactly_their_lanes(lanes, dtype):
+    """A contiguous vector access of a width that is not a power of two: correct values,
+    nothing written past the lanes (the element after the array end is in a guard band
+    the kernel must not touch), and on AVX-512 one masked load/store per access."""
+    import tecomp as tc
+
+    n = lanes * 3
+    A = tc.placeholder((n,), name="A", dtype=dtype)
+    B = tc.compute((n,), lambda i: A[i] * 2 + 1, name="B")
+    s = tc.create_schedule(B.op)
+    _, xi = s[B].split(B.op.axis[0], factor=lanes)
+    s[B].vectorize(xi)
+    f = tc.build(s, [A, B])
+    a = (np.arange(n) - 7).astype(dtype)
+    band = np.full(n + 16, 12345, dtype=dtype)
+    out = band[:n]   # the kernel sees n elements; the 16 after them must stay 12345
+    f(a, out)
+    np.testing.assert_array_equal(out, a * 2 + 1)
+    assert (band[n:] == 12345).all()
+    if _host_has_avx512() and lanes & (lanes - 1) and lanes < 16 and dtype != "float64":
+        assert "llvm.masked.load" in f.get_source("llvm-unopt")
+        assert "llvm.masked.store" in f.get_source("llvm-unopt")
+
+
+def test_odd_width_accumulator_is_not_masked():
+    """A buffer stored and read back across a loop (an accumulator) keeps plain vector
+    accesses: LLVM keeps those in registers, not masked ones."""
+    import tecomp as tc
+
+    A = tc.placeholder((14, 64), name="A")
+    k = tc.reduce_axis((0, 64), name="k")
+    B = tc.compute((14,), lambda i: tc.sum(A[i, k], axis=k), name="B")
+    s = tc.create_schedule(B.op)
+    i, = s[B].op.axis
+    kk, = s[B].op.reduce_axis
+    s[B].reorder(kk, i)
+    s[B].vectorize(i)
+    f = tc.build(s, [A, B])
+    a = np.random.default_rng(0).standard_normal((14, 64)).astype("float32")
+    out = np.zeros(14, "float32")
+    f(a, out)
+    np.testing.assert_allclose(out, a.sum(1), rtol=1e-5, atol=1e-5)
+    assert "llvm.masked.store" not in f.get_source("llvm-unopt")
+
+
+def test_guarded_vector_tail_is_partitioned_into_a_power_of_two_width():
+    """A 48-wide vectorized panel of which the last block has 32 valid lanes: the tail
+    becomes an unguarded 32-lane loop instead of a per-lane mask."""
+    import tecomp as tc
+
+    n = 48 * 2 + 32
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    _, xi = s[B].split(B.op.axis[0], factor=48)
+    s[B].vectorize(xi)
+    func = tc.lower(s, [A, B])
+    text = str(func)
+    assert "vectorized (i.inner, 0, 48)" in text and "vectorized (i.inner, 0, 32)" in text
+    assert "if (" not in text, text
+    f = tc.build(s, [A, B])
+    a = np.arange(n, dtype="float32")
+    out = np.zeros(n, "float32")
+    f(a, out)
+    np.testing.assert_array_equal(out, a + 1)

@@ -59,7 +59,13 @@ Lowering
   (vector store / scalar store / ``llvm.masked.scatter``).  An ``if`` whose condition
   depends on the lane, a ``Select`` with loads in its branches, and the tail of a loop
   with a symbolic extent are *predicated*: loads and stores under a lane mask become
-  ``llvm.masked.load``/``store``/``gather``/``scatter``.  A constant extent L up to 64
+  ``llvm.masked.load``/``store``/``gather``/``scatter``.  On AVX-512 an unmasked
+  contiguous load or store whose lane count is not a power of two (14 float32: a
+  56-wide row in 4 blocks) is one ``llvm.masked.load``/``store`` of the next power of
+  two (or whole number of zmm registers) with a constant mask, instead of LLVM's
+  8 + 4 + 2 lane pieces and inserts (``_FnEmitter.pad_lanes``); not for buffers a
+  store reads back (accumulators: LLVM keeps a plain load/store pair in a register
+  across a loop, a masked one not).  A constant extent L up to 64
   is one vector of L lanes (LLVM splits wide vectors into native registers); a larger
   or symbolic extent is strip-mined into chunks of the native width plus a remainder
   (a shorter vector for constant extents, a masked chunk for symbolic ones).  Nested
@@ -137,7 +143,7 @@ from ..ir.expr import (
     Const, Div, Expr, FloorDiv, FloorMod, Let, Max, Min, Mul, Not, Or, ProducerLoad, Reduce,
     Select, Sub, TruncDiv, TruncMod, Var,
 )
-from ..ir.functor import Visitor, free_vars
+from ..ir.functor import Visitor, free_vars, post_order
 from ..ir.printer import to_str
 from ..ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc,
@@ -353,6 +359,23 @@ def _stored_buffers(body) -> set:
     return out
 
 
+def _rmw_buffers(body) -> set:
+    """Buffers some store reads back (``B[i] = B[i] + ...``: accumulators)."""
+    out = set()
+
+    class _V(Visitor):
+        def visit_BufferStore(self, s):
+            if s.buffer not in out:
+                def hit(n):
+                    if isinstance(n, BufferLoad) and n.buffer is s.buffer:
+                        out.add(s.buffer)
+                post_order(s.value, hit)
+            self.generic_visit(s)
+
+    _V().visit(body)
+    return out
+
+
 class _BufferUses(Visitor):
     """Buffers loaded/stored/allocated under a node, in order of first appearance."""
 
@@ -549,6 +572,15 @@ class _ModuleBuilder:
         self._has_load: Dict[int, bool] = {}
         # LLVM prefers 256-bit vectors on AVX2 and on most AVX-512 parts alike
         self.native_vector_bytes = 32
+        # AVX-512: a contiguous access of a lane count that is not a power of two (e.g.
+        # 14 float32) is one masked access of the next power of two (_FnEmitter.pad_lanes)
+        # (not for accumulators: LICM keeps a plain load/store pair in registers across a
+        # loop, but not a masked one)
+        try:
+            self.masked_pad = h.has_feature("avx512f")
+        except Exception:  # noqa: BLE001 - no feature string: keep LLVM's own lowering
+            self.masked_pad = False
+        self.no_pad = _rmw_buffers(func.body) if self.masked_pad else set()
         #: fast-math flags on float +, -, *: "contract" lets LLVM fuse a*b+c into an FMA
         #: (one rounding instead of two); opt in with PrimFunc.attrs["fp_contract"] = True
         self.fp_flags = ("contract",) if func.attrs.get("fp_contract", False) else ()
@@ -1280,6 +1312,31 @@ class _FnEmitter:
     def all_true(self):
         return ir.Constant(ir.VectorType(_I1, self.lanes), [ir.Constant(_I1, 1)] * self.lanes)
 
+    def pad_lanes(self, bi, memty) -> int:
+        """The lane count a contiguous vector access of ``memty`` is widened to: the next
+        power of two when ``self.lanes`` is not one and less than a zmm register, else
+        the next whole number of zmm registers (AVX-512 only, 32- and 64-bit
+        elements).  LLVM otherwise splits e.g. a 14-lane float32 load into 8 + 4 + 2
+        lane loads and two inserts (on port 5, shared with the second FMA unit) and a
+        store into three stores; one masked access (``vmovups`` with a ``k`` mask) is a
+        single instruction.  Returns ``self.lanes`` when no widening applies."""
+        n = self.lanes
+        if (n <= 2 or n & (n - 1) == 0 or n > MAX_WIDEN_LANES or not self.mb.masked_pad
+                or memty not in (_F32, _I32, _F64, _I64) or bi.buffer in self.mb.no_pad):
+            return n
+        per_reg = 64 // (4 if memty in (_F32, _I32) else 8)
+        if n % per_reg == 0:
+            return n        # whole zmm registers (e.g. 48 float32): LLVM splits it cleanly
+        if n > per_reg:
+            return -(-n // per_reg) * per_reg   # e.g. 58 -> 64: whole registers
+        return 1 << (n - 1).bit_length()
+
+    def _pad_mask(self, P: int):
+        """``<P x i1>``: true on the first ``self.lanes`` lanes, false on the rest."""
+        n = self.lanes
+        return ir.Constant(ir.VectorType(_I1, P),
+                           [ir.Constant(_I1, 1 if i < n else 0) for i in range(P)])
+
     def load(self, node: BufferLoad) -> Val:
         bi = self.buf(node.buffer)
         dtype = bi.dtype
@@ -1301,7 +1358,20 @@ class _FnEmitter:
         if self.checks:
             self.bounds_check(bi, idx, node, "load")
         vty = self.vtype(memty)
-        if off.v is None and off.step == 1:
+        P = (self.pad_lanes(bi, memty) if off.v is None and off.step == 1 and self.mask is None
+             else self.lanes)
+        if P != self.lanes:
+            n = self.lanes
+            p = self._elem_ptr(bi, off.s, False)
+            wty = ir.VectorType(memty, P)
+            f = self.mb.intrinsic("llvm.masked.load", wty,
+                                  [_PTR, _I32, ir.VectorType(_I1, P), wty], [wty, _PTR])
+            w = b.call(f, [p, ir.Constant(_I32, align), self._pad_mask(P),
+                           _splat(wty, 0)])
+            x = b.shuffle_vector(w, ir.Constant(wty, ir.Undefined),
+                                 ir.Constant(ir.VectorType(_I32, n),
+                                             [ir.Constant(_I32, i) for i in range(n)]))
+        elif off.v is None and off.step == 1:
             p = self._elem_ptr(bi, off.s, self.mask is None)
             if self.mask is None:
                 x = b.load(p, typ=vty, align=align)
@@ -1340,7 +1410,19 @@ class _FnEmitter:
             self.bounds_check(bi, idx, node, "store")
         vty = self.vtype(memty)
         x = self.to_mem(self.vec(val), dtype)
-        if off.v is None and off.step == 1:
+        P = (self.pad_lanes(bi, memty) if off.v is None and off.step == 1 and self.mask is None
+             else self.lanes)
+        if P != self.lanes:
+            n = self.lanes
+            p = self._elem_ptr(bi, off.s, False)
+            wty = ir.VectorType(memty, P)
+            w = b.shuffle_vector(x, ir.Constant(vty, ir.Undefined),
+                                 ir.Constant(ir.VectorType(_I32, P),
+                                             [ir.Constant(_I32, min(i, n)) for i in range(P)]))
+            f = self.mb.intrinsic("llvm.masked.store", ir.VoidType(),
+                                  [wty, _PTR, _I32, ir.VectorType(_I1, P)], [wty, _PTR])
+            b.call(f, [w, p, ir.Constant(_I32, align), self._pad_mask(P)])
+        elif off.v is None and off.step == 1:
             p = self._elem_ptr(bi, off.s, self.mask is None)
             if self.mask is None:
                 b.store(x, p, align=align)

@@ -12,7 +12,8 @@ becomes a main part without the guard and a guarded tail::
 
 This is what makes a non-divisible split cheap: the vectorized or unrolled inner loop
 of the main part has no guard, so it stays vectorized/unrolled.  Loops bound to GPU
-threads and vectorized loops are not partitioned (their guard is a per-lane mask), nor
+threads are not partitioned, vectorized loops only where every part has a constant
+width (on the CPU: otherwise the guard stays a per-lane mask), nor
 is an unrolled loop inside a GPU kernel at a split point that is not a constant (it
 would no longer unroll, and the register arrays it indexes would go to local memory).
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from ..ir import op as _op
 from ..ir.expr import Add, And, Const, LT, Mul, Range, Sub, Var
-from ..ir.functor import Mutator, Visitor, uses_var
+from ..ir.functor import Mutator, Visitor, substitute, uses_var
 from ..ir.stmt import For, IfThenElse, SeqStmt, seq
 
 
@@ -118,8 +119,18 @@ class LoopPartition(Mutator):
                 self.in_kernel -= 1
             return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
         # Outermost loops first: partitioning i.outer leaves the whole main part guard-free.
-        if s.kind in ("serial", "parallel", "unrolled"):
+        if s.kind in ("serial", "parallel", "unrolled", "vectorized"):
             parts = self._partition(s)
+            if parts is not None and s.kind == "vectorized" and (
+                    self.in_kernel or not all(_vector_width_ok(p.extent) for p in parts)):
+                # a vectorized loop is split only into parts of power-of-two constant
+                # widths (on the CPU): e.g. the 48-lane tail panel whose last 16 lanes
+                # are guarded off becomes a 32-lane loop without the per-lane mask (an
+                # accumulator under a mask is a masked load/store that LLVM cannot keep
+                # in a register across the reduction loop: measured 10x slower than the
+                # unmasked loop); other widths (a 29-lane accumulator) LLVM legalizes
+                # worse than the mask (gemm 127x509x257: 30% slower)
+                parts = None
             if parts is not None and s.kind == "unrolled" and self.in_kernel \
                     and not all(isinstance(p.extent, Const) for p in parts):
                 # in a GPU kernel an unrolled loop indexes register arrays (a thread's
@@ -136,7 +147,13 @@ class LoopPartition(Mutator):
                 # keep this guard, so only their bodies are visited
                 out = [self.visit(parts[0])]
                 for t in parts[1:]:
-                    tbody = self.visit(t.body)
+                    tb = t.body
+                    if isinstance(t.extent, Const) and t.extent.value == 1:
+                        # a one-iteration tail (the last block of a split): its counter
+                        # is a constant, so guards inside it on inner loops become
+                        # constant bounds (a vectorized loop can then be narrowed)
+                        tb = self.simplify(substitute(tb, {t.var: t.min}), self.ranges)
+                    tbody = self.visit(tb)
                     out.append(For(t.var, t.min, t.extent, t.kind, tbody, t.thread_tag))
                 return seq(*out)
         body = self.visit(s.body)
@@ -200,6 +217,14 @@ class LoopPartition(Mutator):
 
     def _clamp(self, x, lo, hi):
         return self.simplify(_op.minimum(_op.maximum(x, lo), hi), self.ranges)
+
+
+def _vector_width_ok(extent) -> bool:
+    """A constant power-of-two lane count (or 0: an empty part)."""
+    if not isinstance(extent, Const):
+        return False
+    n = extent.value
+    return n >= 0 and n & (n - 1) == 0
 
 
 def _is_empty(s):
