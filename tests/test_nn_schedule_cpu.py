@@ -108,7 +108,8 @@ def test_matmul_schedule_shape(M, threads):
 
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "dense_packed"])
-@pytest.mark.parametrize("Bt,I,O", [(16, 48, 40), (3, 7, 5), (1, 1, 1)])
+@pytest.mark.parametrize("Bt,I,O", [(16, 48, 40), (3, 7, 5), (1, 1, 1), (1, 100, 37),
+                                    (7, 33, 9), (5, 64, 6)])
 def test_dense(Bt, I, O, packed, bias):
     X = tc.placeholder((Bt, I), name="X")
     W = tc.placeholder((O, I), name="W")
@@ -121,6 +122,17 @@ def test_dense(Bt, I, O, packed, bias):
     ins = [x, w] + ([bb] if bias else [])
     ref = x.astype("float64") @ w.T.astype("float64") + (bb if bias else 0)
     _close(_run(s, args, ins), np.maximum(ref, 0))
+
+
+def test_dense_in_place_vectorizes_the_reduction():
+    """Plain dense reads W[o, k] in place: the vector runs over k (rfactor), not across
+    the rows of W (a gather)."""
+    X = tc.placeholder((7, 64), name="X")
+    W = tc.placeholder((9, 64), name="W")
+    Y = ops.dense(X, W)
+    text = str(tc.lower(sc.schedule_dense(Y), [X, W, Y]))
+    assert "dense.rf" in text and "vectorized (k.inner" in text
+    assert "unrolled (b.inner" in text and "unrolled (o.inner" in text
 
 
 # ---------------------------------------------------------------------------------
