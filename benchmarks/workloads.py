@@ -5,7 +5,7 @@ import os
 import platform
 import statistics
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
