@@ -292,6 +292,7 @@ def _optimize_in_worker(ir_text: str, explicit: bool):
         if r is not None and r != "nostart":
             break
         why = w.exit_status()
+        w.close()  # reaped already: this only closes the pipes
         _WORKER = None
         if r == "nostart":
             _WORKER_OK = False
