@@ -1312,8 +1312,9 @@ class _FnEmitter:
     def all_true(self):
         return ir.Constant(ir.VectorType(_I1, self.lanes), [ir.Constant(_I1, 1)] * self.lanes)
 
-    def pad_lanes(self, bi, memty) -> int:
-        """The lane count a contiguous vector access of ``memty`` is widened to: the next
+    def pad_lanes(self, bi, memty, off) -> int:
+        """The lane count an unmasked contiguous vector access (offset ``off``) of
+        ``memty`` is widened to: the next
         power of two when ``self.lanes`` is not one and less than a zmm register, else
         the next whole number of zmm registers (AVX-512 only, 32- and 64-bit
         elements).  LLVM otherwise splits e.g. a 14-lane float32 load into 8 + 4 + 2
@@ -1321,6 +1322,8 @@ class _FnEmitter:
         store into three stores; one masked access (``vmovups`` with a ``k`` mask) is a
         single instruction.  Returns ``self.lanes`` when no widening applies."""
         n = self.lanes
+        if off.v is not None or off.step != 1 or self.mask is not None:
+            return n
         if (n <= 2 or n & (n - 1) == 0 or n > MAX_WIDEN_LANES or not self.mb.masked_pad
                 or memty not in (_F32, _I32, _F64, _I64) or bi.buffer in self.mb.no_pad):
             return n
@@ -1358,8 +1361,7 @@ class _FnEmitter:
         if self.checks:
             self.bounds_check(bi, idx, node, "load")
         vty = self.vtype(memty)
-        P = (self.pad_lanes(bi, memty) if off.v is None and off.step == 1 and self.mask is None
-             else self.lanes)
+        P = self.pad_lanes(bi, memty, off)
         if P != self.lanes:
             n = self.lanes
             p = self._elem_ptr(bi, off.s, False)
@@ -1410,8 +1412,7 @@ class _FnEmitter:
             self.bounds_check(bi, idx, node, "store")
         vty = self.vtype(memty)
         x = self.to_mem(self.vec(val), dtype)
-        P = (self.pad_lanes(bi, memty) if off.v is None and off.step == 1 and self.mask is None
-             else self.lanes)
+        P = self.pad_lanes(bi, memty, off)
         if P != self.lanes:
             n = self.lanes
             p = self._elem_ptr(bi, off.s, False)

@@ -136,7 +136,6 @@ class OptWorker:
             [sys.executable, "-c", _BOOT, _optproc.__file__, h.triple, h.cpu, h.features,
              repr(float(max_mb))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
-        self.modules = 0
         self.ready = False  # its start-up message has been read
 
     @property
@@ -171,7 +170,6 @@ class OptWorker:
                 return None
         except (BrokenPipeError, OSError, ValueError):
             return None
-        self.modules += 1
         return status, bool(retiring), payload
 
     def exit_status(self) -> str:
@@ -280,9 +278,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_worker_in_child)
 
 
-def _optimize_in_worker(ir_text: str, explicit: bool):
-    """The optimised module as an llvmlite ``ModuleRef``, optimised by the worker; None
-    when no worker can run.  Call with :data:`LLVM_LOCK` held."""
+def _optimize_in_worker(ir_text: str, explicit: bool) -> Optional[bytes]:
+    """The bitcode of the module, optimised by the worker; None when no worker can run.
+    Call with :data:`LLVM_LOCK` held."""
     global _WORKER, _WORKER_OK
     for attempt in (1, 2):
         w = _get_worker()
@@ -314,9 +312,7 @@ def _optimize_in_worker(ir_text: str, explicit: bool):
         _WORKER = None
     if status != 0:
         raise RuntimeError(payload.decode("utf-8", "replace"))
-    mod = llvm.parse_bitcode(payload)
-    mod.name = "<string>"  # as parse_assembly names it: the same printed IR either way
-    return mod
+    return payload
 
 
 class JitModule:
@@ -364,10 +360,11 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
     timings = {}
     with LLVM_LOCK:
         t0 = time.perf_counter()
-        mod = _optimize_in_worker(ir_text, explicit) if opt else None
+        bitcode = _optimize_in_worker(ir_text, explicit) if opt else None
         t1 = time.perf_counter()
-        if mod is not None:  # parsed, verified and optimised by the worker
-            mod.triple = h.triple
+        if bitcode is not None:  # parsed, verified and optimised by the worker
+            mod = llvm.parse_bitcode(bitcode)
+            mod.name = "<string>"  # as parse_assembly names it: the same printed IR
             t2 = time.perf_counter()
             timings["optimize"] = t1 - t0
             timings["parse"] = t2 - t1

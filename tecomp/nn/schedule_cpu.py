@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import os
+import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
@@ -340,7 +341,7 @@ def _schedule_gemm_stage(s: Schedule, C: Tensor, info: CpuInfo, packed: Optional
         # instead of a k step striding NC floats.  2 threads, interleaved: 1000^3 139.5
         # vs 93.5 GFLOP/s, 512^3 128.3 vs 103.0, 61x1000x1000 97.3 vs 91.5, 333x77x1031
         # 82.3 vs 82.6, 127x509x257 69.6 vs 73.6; 1024^3 132 vs 111 (matmul_packed 140)
-        p = GemmParams(p.mr, p.nr, p.kc, p.mc, p.nr, p.lanes, p.par)
+        p = dataclasses.replace(p, nc=p.nr)
     if M is not None and N is not None and K is not None and p.kc == K:
         # one K slice: the register-blocked nest, also when the blocks do not divide
         # the shape (its edge blocks are guarded and peeled off; measured against the
@@ -797,7 +798,6 @@ def schedule_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
                                   _cint(kx.dom.extent), _conv_x_stride(conv))
     st = s[conv]
     n, o, y, x = st.op.axis
-    c, ky, kx = st.op.reduce_axis
     oc, oi = st.split(o, factor=ob)
     yc, yi = st.split(y, factor=yb)
     xc, xi = st.split(x, factor=xb)
