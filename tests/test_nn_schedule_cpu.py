@@ -356,7 +356,12 @@ def test_cpu_info_follows_threads(threads):
     assert sc.gemm_params(512, 512, 512).par == "rows"
     tc.set_num_threads(2)
     assert sc.cpu_info().threads == 2
-    assert sc.gemm_params(512, 512, 512).par == "rows"   # 2 threads share the row panels
-    assert sc.gemm_params(16, 4096, 256).par == "blocks"  # too few rows: column blocks
+    # 2 threads: (row block x column block) tasks, at least two per thread, each packing
+    # its own B block
+    p = sc.gemm_params(512, 512, 512)
+    assert p.par == "blocks" and (512 // p.nc) * (512 // p.mc) >= 4
+    assert sc.gemm_params(16, 4096, 256).par == "blocks"
+    p = sc.gemm_params(4096, 16, 256)      # one column panel: the rows are split instead
+    assert p.nc == 16 and -(-4096 // p.mc) >= 4
     p = sc.gemm_params(1024, 1024, 1024)
     assert p.nr % sc.cpu_info().lanes == 0 and 1024 % p.mr == 0  # no row tail
