@@ -402,16 +402,22 @@ def test_exp_float64_is_llvm_exp_and_ints_are_rejected():
         build_llvm(elementwise("ei", lambda v: Call("exp", (v,), "int32"), "int32"))
 
 
-def test_min_max_propagate_nan_like_numpy():
-    n = 8
-    A, B, C, D = buf("A", (n,)), buf("B", (n,)), buf("C", (n,)), buf("D", (n,))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kind", ["serial", "vectorized"])
+def test_min_max_propagate_nan_like_numpy(dtype, kind):
+    # every ordered pair of special values, NaN in either operand (the codegen tests
+    # only its first operand for NaN after the compare-select)
+    vals = [np.nan, -np.inf, -2.5, -1, 0, 1, 7, np.inf]
+    pairs = [(x, y) for x in vals for y in vals]
+    n = len(pairs)
+    A, B, C, D = (buf(nm, (n,), dtype) for nm in "ABCD")
     i = Var("i")
     body = loop(i, n, seq(st(C, op.minimum(ld(A, i), ld(B, i)), i),
-                          st(D, op.maximum(ld(A, i), ld(B, i)), i)), "vectorized")
+                          st(D, op.maximum(ld(A, i), ld(B, i)), i)), kind)
     m = build_llvm(PrimFunc("mm", (A, B, C, D), body))
-    a = np.array([1, np.nan, 3, -1, np.nan, 5, -np.inf, 2], np.float32)
-    b = np.array([np.nan, 2, 1, -2, np.nan, 7, 0, np.inf], np.float32)
-    cc, dd = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    a = np.array([p[0] for p in pairs], dtype)
+    b = np.array([p[1] for p in pairs], dtype)
+    cc, dd = np.zeros(n, dtype), np.zeros(n, dtype)
     m(a, b, cc, dd)
     np.testing.assert_array_equal(cc, np.minimum(a, b))
     np.testing.assert_array_equal(dd, np.maximum(a, b))

@@ -154,7 +154,7 @@ def test_layouts_and_names():
                  tc.placeholder((3,), name="b"))
     assert d.name == "dense" and d.op.input_tensors[0].name == "dense.matmul"
     sm = nn.softmax(tc.placeholder((2, 5), name="z"))
-    assert [t.name for t in sm.op.input_tensors] == ["softmax.exp", "softmax.sum"]
+    assert [t.name for t in sm.op.input_tensors] == ["softmax.exp", "softmax.rcp"]
 
 
 def test_bad_arguments():

@@ -88,10 +88,12 @@ Lowering
 * **Numerics**: see ``tecomp/ir/expr.py``.  Integer division by a zero divisor (and
   ``INT_MIN // -1``) does not trap: ``x // 0`` and ``x % 0`` give 0 (as numpy), so a
   kernel never kills the process; divisions by non-zero constants compile to plain
-  LLVM divisions.  Float ``min``/``max`` are ``llvm.minimum``/``llvm.maximum`` (NaN
-  propagates as in numpy).  Float -> int conversion is ``fptosi`` (frozen, so an
-  out-of-range value gives an unspecified number, never poison); to int8/int16/uint8
-  it goes through int32 and wraps, like numpy on x86.  ``float64 -> float16`` rounds
+  LLVM divisions.  Float ``min``/``max`` are a compare and select (x86:
+  ``vminps``/``vmaxps``) plus a NaN test of the first operand: NaN propagates as in
+  numpy, and which zero ``max(0.0, -0.0)`` gives is unspecified.  Float -> int
+  conversion is ``fptosi`` (frozen, so an out-of-range value gives an unspecified
+  number, never poison); to int8/int16/uint8 it goes through int32 and wraps, like
+  numpy on x86.  ``float64 -> float16`` rounds
   once (an odd-rounding step through float32).  ``round`` is ``llvm.roundeven``.
   ``log``, ``sqrt``, ``sin``, ``cos``, ``pow``, ``floor``, ``ceil``, ``abs`` and
   float64 ``exp`` are LLVM intrinsics (libm calls per lane where the CPU has no
@@ -1867,10 +1869,13 @@ class _FnEmitter:
         a, c, dt = self._operands(e)
         b = self.b
         if _dt.is_float(dt):
+            # ``x < y ? x : y`` (x86: one vminps / vmaxps, which gives y when either is
+            # NaN), then x where x is NaN: NaN propagates, the zero of min(0.0, -0.0) is
+            # unspecified (see ir.expr.Min).  Three instructions per vector where
+            # llvm.minimum / llvm.maximum, which also orders -0 below +0, takes six
             def fn(x, y):
-                f = self.mb.intrinsic("llvm.minimum" if is_min else "llvm.maximum", x.type,
-                                      [x.type, x.type], [x.type])
-                return b.call(f, [x, y])
+                r = b.select(b.fcmp_ordered("<" if is_min else ">", x, y), x, y)
+                return b.select(b.fcmp_unordered("uno", x, x), x, r)
         else:
             cmp = b.icmp_unsigned if _unsigned(dt) else b.icmp_signed
 

@@ -241,7 +241,8 @@ class Min(BinaryOp):
 
 @dataclass(frozen=True, slots=True)
 class Max(BinaryOp):
-    """max(a, b).  For floats, NaN propagates (as numpy's ``maximum``)."""
+    """max(a, b).  For floats, NaN propagates (as numpy's ``maximum``); which zero
+    ``max(0.0, -0.0)`` returns is unspecified."""
 
 
 # ---------------------------------------------------------------------------------

@@ -1034,7 +1034,7 @@ def schedule_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
 
 
 # The row maximum of softmax_fast only shifts the exponent: ``a > b ? a : b`` (one
-# ``vmaxps``) instead of tc.max's NaN-propagating maximum (about six instructions on
+# ``vmaxps``) instead of tc.max's NaN-propagating maximum (three instructions on
 # x86).  A NaN in a row still makes that row NaN: it reaches the sum through exp.
 _shift_max = _te.comm_reducer(lambda a, b: _te.if_then_else(a > b, a, b),
                               lambda dt: _te.const(float("-inf"), dt), name="shift_max")
@@ -1045,8 +1045,8 @@ def softmax_fast(x: Tensor, name: str = "softmax"):
     row: stages ``.max``, ``.exp`` (``fast_exp(x - max)``), ``.sum``, ``.rcp``
     (``1 / sum``) and the output ``exp * rcp``.  Its error is bounded in
     ``docs/numerics.md``; ``tecomp.nn.softmax`` is the version with ``exp`` (on float32
-    the same vector code as ``fast_exp``) and a division per element.  Schedule
-    it with :func:`schedule_softmax`."""
+    the same vector code as ``fast_exp``) and ``tc.max`` (NaN-propagating) for the row
+    maximum.  Schedule it with :func:`schedule_softmax`."""
     k = _te.reduce_axis(x.shape[-1], name="k")
     m = _te.compute(x.shape[:-1], lambda *i: _shift_max(x[i + (k,)], axis=k),
                     name=f"{name}.max")

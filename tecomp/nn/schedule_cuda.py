@@ -451,6 +451,11 @@ def schedule_softmax(outs, target: str = "cuda",
         _row_loop(s[ex], T, N)
     else:
         s[ex].compute_inline()
+    rcp = next((op for op in _walk(outs) if op.name == f"{out.name}.rcp"), None)
+    if rcp is not None:
+        # softmax's 1 / sum: inlined (each thread multiplies by 1 / sum[row], the same
+        # rounding as the CPU's per-row reciprocal)
+        s[rcp.output(0)].compute_inline()
     _cross_thread_rows(s, mx, so, row, T)
     _cross_thread_rows(s, sm, so, row, T)
     _row_loop(so, T, N)
