@@ -67,6 +67,19 @@ def test_bind():
     check(tc.lower(s, [A, B]), EXPECTED_BIND)
 
 
+def test_prefetch():
+    """prefetch of the next row at the row loop, with the row's reduction computed there:
+    one prefetch per 64-byte line (16 float32), the row clamped into the loop"""
+    X = tc.placeholder((64, 100), name="X")
+    k = tc.reduce_axis((0, 100), name="k")
+    M = tc.compute((64,), lambda i: tc.max(X[i, k], axis=k), name="M")
+    Y = tc.compute((64, 100), lambda i, j: X[i, j] - M[i], name="Y")
+    s = tc.create_schedule(Y.op)
+    s[M].compute_at(s[Y], Y.op.axis[0])
+    s[Y].prefetch(X, Y.op.axis[0], 1)
+    check(tc.lower(s, [X, Y]), EXPECTED_PREFETCH)
+
+
 EXPECTED_SPLIT = """\
 primfn main(A: float32[20, 8], B: float32[8, 16], C: float32[20, 16]) {
   for (i.outer, 0, 2) {
@@ -159,6 +172,24 @@ primfn main(A: float32[n], B: float32[n]) {
       if (i.outer*64 + i.inner < n) {
         B[i.outer*64 + i.inner] = A[i.outer*64 + i.inner] + 1f
       }
+    }
+  }
+}"""
+
+
+EXPECTED_PREFETCH = """\
+primfn main(X: float32[64, 100], Y: float32[64, 100]) {
+  for (i, 0, 64) {
+    for (X.pf1, 0, 8) {
+      prefetch X[min(i + 1, 63), min(X.pf1*16, 99)]
+    }
+    allocate M: float32[1] (global)
+    M[0] = float32(-inf)
+    for (k, 0, 100) {
+      M[0] = max(M[0], X[i, k])
+    }
+    for (j, 0, 100) {
+      Y[i, j] = X[i, j] - M[0]
     }
   }
 }"""

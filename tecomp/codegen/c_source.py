@@ -28,6 +28,8 @@ How the IR's semantics (``tecomp/ir/expr.py``) map onto C:
   loads widen (``LOAD_HALF``), stores narrow with round-to-nearest-even
   (``STORE_HALF``), and ``Cast(x, "float16")`` rounds to float16 precision.
 * ``round`` is ``rintf`` (half to even under the default rounding mode).
+* ``Prefetch`` (a cache hint) is a comment: ``// prefetch x[...] (cache hint: no-op on
+  this target)``.
 * Names: IR names are made C identifiers (``i.outer`` -> ``i_outer``); two objects with
   the same name get ``_1``, ``_2`` suffixes in order of first appearance, exactly like
   the IR printer, so the generated source reads like ``str(func)``.
@@ -48,8 +50,8 @@ from ..ir.expr import (
     Select, TruncDiv, TruncMod, Var,
 )
 from ..ir.stmt import (
-    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, SeqStmt,
-    Stmt,
+    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, Prefetch,
+    SeqStmt, Stmt,
 )
 from ..ir.printer import to_str
 
@@ -650,7 +652,9 @@ class CSource:
         self.close_block()
 
     def _s_For(self, s: For) -> None:
-        if s.kind == "thread":
+        if _only_prefetches(s):
+            self.prefetch_nest(s)
+        elif s.kind == "thread":
             self.thread_loop(s)
         elif s.kind == "parallel":
             self.parallel_loop(s)
@@ -719,6 +723,17 @@ class CSource:
     def special_call(self, c: Call) -> None:
         raise BuildError(f"`{c.op}()` cannot be generated for this target")
 
+    def _s_Prefetch(self, s: Prefetch) -> None:
+        # a CPU cache hint: nothing to do on the C-like targets; kept as a comment so
+        # that the source reads like the IR
+        self.emit(f"// {to_str(s)} (cache hint: no-op on this target)")
+
+    def prefetch_nest(self, s: For) -> None:
+        """A loop that holds nothing but prefetches: the printed IR as comments."""
+        self.emit("// cache hints (no-op on this target):")
+        for line in to_str(s).splitlines():
+            self.emit("// " + line)
+
     def _s_AttrStmt(self, s: AttrStmt) -> None:
         from ..ir.printer import Printer
 
@@ -733,6 +748,17 @@ class CSource:
         msg = c_string(s.message)
         fail = self.helper("tc_assert_fail")
         self.emit(f"if (!({self.expr_top(s.cond)})) {{ {fail}({msg}); }}")
+
+
+def _only_prefetches(s: Stmt) -> bool:
+    """Whether ``s`` is a serial loop nest whose bodies are only ``Prefetch``es."""
+    if isinstance(s, Prefetch):
+        return True
+    if isinstance(s, For) and s.kind == "serial":
+        return _only_prefetches(s.body)
+    if isinstance(s, SeqStmt):
+        return bool(s.seq) and all(_only_prefetches(x) for x in s.seq)
+    return False
 
 
 def _is_atom(s: str) -> bool:

@@ -85,6 +85,10 @@ Lowering
   the enclosing function (the outlined function inside a parallel body, so each task
   has its own); larger or symbolic ones use ``malloc``/``free`` (NULL -> error code 2;
   an error exit frees every live heap buffer).
+* **Prefetch**: ``llvm.prefetch.p0(ptr, rw, 3, 1)`` on the element's address, computed
+  like a load's (both layouts) through a plain, non-``inbounds`` getelementptr; ``rw`` is
+  1 for a write-intent prefetch (x86 ``prefetchw`` where the CPU has PRFCHW, else
+  ``prefetcht0``), 0 for a read (``prefetcht0``).
 * **Numerics**: see ``tecomp/ir/expr.py``.  Integer division by a zero divisor (and
   ``INT_MIN // -1``) does not trap: ``x // 0`` and ``x % 0`` give 0 (as numpy), so a
   kernel never kills the process; divisions by non-zero constants compile to plain
@@ -148,8 +152,8 @@ from ..ir.expr import (
 from ..ir.functor import Visitor, free_vars, post_order
 from ..ir.printer import to_str
 from ..ir.stmt import (
-    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc,
-    SeqStmt, Stmt,
+    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, Prefetch,
+    PrimFunc, SeqStmt, Stmt,
 )
 from . import llvm_jit
 
@@ -396,6 +400,10 @@ class _BufferUses(Visitor):
         self.generic_visit(e)
 
     def visit_BufferStore(self, s):
+        self._use(s.buffer)
+        self.generic_visit(s)
+
+    def visit_Prefetch(self, s):
         self._use(s.buffer)
         self.generic_visit(s)
 
@@ -1526,6 +1534,28 @@ class _FnEmitter:
             return  # a GPU barrier: nothing to do on the CPU, where no thread axis exists
         self.expr(v)
 
+    def s_prefetch(self, s: Prefetch):
+        """``llvm.prefetch(ptr, rw, locality 3, data cache)`` on the element's address
+        (x86: ``prefetcht0``, or ``prefetchw`` for a write where the CPU has PRFCHW).  The
+        address is flattened like a load's (declared or run-time strides) through a plain
+        getelementptr.  Inside a widened body a lane-dependent address gets one prefetch
+        per lane; under a lane mask nothing is emitted (it is only a hint)."""
+        bi = self.buf(s.buffer)
+        off, _ = self.offset(bi, s.indices)
+        f = self.mb.intrinsic("llvm.prefetch", ir.VoidType(), [_PTR, _I32, _I32, _I32], [_PTR])
+        hint = [ir.Constant(_I32, 1 if s.write else 0), ir.Constant(_I32, 3),
+                ir.Constant(_I32, 1)]
+        b = self.b
+        if off.uniform:
+            b.call(f, [self._elem_ptr(bi, off.s, False)] + hint)
+            return
+        if self.mask is not None:
+            return
+        vec = self.vec(off)
+        for lane in range(self.lanes):
+            o = b.extract_element(vec, ir.Constant(_I32, lane))
+            b.call(f, [self._elem_ptr(bi, o, False)] + hint)
+
     def s_assert(self, s: AssertStmt):
         if self.checks:
             cond = self.expr(s.cond)
@@ -2151,6 +2181,7 @@ _STMT = {
     SeqStmt: _FnEmitter.s_seq, BufferStore: _FnEmitter.s_store, IfThenElse: _FnEmitter.s_if,
     LetStmt: _FnEmitter.s_let, AttrStmt: _FnEmitter.s_attr, Evaluate: _FnEmitter.s_evaluate,
     AssertStmt: _FnEmitter.s_assert, Allocate: _FnEmitter.s_allocate, For: _FnEmitter.s_for,
+    Prefetch: _FnEmitter.s_prefetch,
 }
 _EXPR = {
     Const: _FnEmitter.e_const, Var: _FnEmitter.e_var, Add: _FnEmitter.e_add,

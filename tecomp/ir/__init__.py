@@ -11,7 +11,7 @@ from .expr import (
 )
 from .stmt import (
     LOOP_KINDS, Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt,
-    PrimFunc, SeqStmt, Stmt, seq,
+    Prefetch, PrimFunc, SeqStmt, Stmt, seq,
 )
 from .functor import Mutator, Visitor, collect, free_vars, post_order, substitute, uses_var
 from .printer import to_str

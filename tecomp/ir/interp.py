@@ -82,6 +82,9 @@ Memory
   access outside the whole buffer raises (there is no memory to model there); buffers
   with explicit ``strides`` keep the per-dimension check.
 * ``AssertStmt`` raises ``BoundsError`` with its message when false.
+* ``Prefetch`` reads and writes nothing (it is a cache hint); its indices are evaluated
+  and, with ``check_bounds=True``, checked like an access's (an element outside the
+  buffer would be a tecomp bug: the ``prefetch`` pass clamps every index).
 
 Loops and the GPU model
 -----------------------
@@ -150,8 +153,8 @@ from .expr import (
 from .functor import free_vars, post_order
 from .printer import Printer, to_str
 from .stmt import (
-    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc,
-    SeqStmt, Stmt,
+    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, Prefetch,
+    PrimFunc, SeqStmt, Stmt,
 )
 
 __all__ = [
@@ -864,6 +867,24 @@ class _Compiler:
                     break
             arr[idx] = fv(env)
         return store
+
+    def _s_Prefetch(self, s: Prefetch):
+        # a cache hint: no load, no store, nothing logged for the race checks; the
+        # indices are still evaluated and checked (the pass promises in-bounds elements)
+        buf = s.buffer
+        fidx = self._indexer(buf, s.indices)
+        oob = self._out_of_bounds
+
+        def prefetch(env):
+            idx = fidx(env)
+            arr = env.get(buf)
+            if arr is None:
+                return
+            for i, n in zip(idx, arr.shape):
+                if not 0 <= i < n:
+                    oob("prefetch of", buf, arr, idx, s, s, env)
+                    break
+        return prefetch
 
     def _s_SeqStmt(self, s: SeqStmt):
         fs = tuple(self.stmt(x) for x in s.seq)

@@ -5,6 +5,7 @@
   ``blockIdx.x (i.outer, 0, 16) {``.
 * Allocations: ``allocate C.local: float32[8, 8] (local)``; the buffer lives until the end
   of the enclosing block.
+* Prefetches: ``prefetch x[min(i + 1, 127), j]``, ``prefetch (write) y[...]`` (a cache hint).
 * Variables and buffers that share a name get suffixes in order of appearance
   (``i``, ``i_1``); the same program always prints the same text.
 * Constants: int32 plain (``8``), int64 ``8i64``, float32 ``1f``/``0.5f``, float64 ``0.5``,
@@ -23,8 +24,8 @@ from .expr import (
     Reduce, Select, Sub, TruncDiv, TruncMod, Var,
 )
 from .stmt import (
-    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc,
-    SeqStmt, Stmt,
+    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, Prefetch,
+    PrimFunc, SeqStmt, Stmt,
 )
 
 # precedence: higher binds tighter
@@ -181,6 +182,10 @@ class Printer:
             self._stmt(s.body, ind, out)
         elif t is Evaluate:
             out.append(pad + self.expr(s.value))
+        elif t is Prefetch:
+            idx = ", ".join(self.expr(i) for i in s.indices)
+            how = "prefetch (write)" if s.write else "prefetch"
+            out.append(f"{pad}{how} {self.name_of(s.buffer)}[{idx}]")
         else:
             out.append(pad + repr(s))
 

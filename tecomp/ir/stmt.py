@@ -86,6 +86,24 @@ class Evaluate(Stmt):
 
 
 @dataclass(frozen=True, slots=True)
+class Prefetch(Stmt):
+    """A hint to bring the cache line that holds ``buffer[indices]`` into the cache
+    (``write``: with the intent to write it, x86 ``prefetchw``; else for reading,
+    ``prefetcht0``).
+
+    It has no effect on any result: nothing is read or written, and a backend may emit
+    nothing for it (the CUDA C backends emit a comment).  ``indices`` has one index per
+    dimension, like a load, and the element is always inside the buffer (the
+    ``prefetch`` lowering pass clamps every index into its dimension; the interpreter
+    checks it, and does not load).  Made by ``s[T].prefetch(tensor, axis, offset)``.
+    """
+
+    buffer: Buffer
+    indices: Tuple[Expr, ...]
+    write: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class AttrStmt(Stmt):
     """An annotation ``key = value`` on ``body`` (pragmas, storage alignment)."""
 

@@ -29,6 +29,14 @@ def simplify_pass(func: PrimFunc) -> PrimFunc:
     return func if body is func.body else func.with_body(body)
 
 
+def prefetch_pass(func: PrimFunc) -> PrimFunc:
+    """Expand ``s[T].prefetch(...)`` requests into loop nests of ``Prefetch`` statements
+    at the start of their loops' bodies (see prefetch.py)."""
+    from .prefetch import expand_prefetches
+
+    return expand_prefetches(func)
+
+
 def loop_partition_pass(func: PrimFunc) -> PrimFunc:
     """Remove split-tail guards from the main part of loops (see loop_partition.py)."""
     from ..ir.simplify import simplify
@@ -104,6 +112,16 @@ def verify_pass(func: PrimFunc) -> PrimFunc:
 
         def visit_Reduce(self, e):
             internal_assert(False, f"a reduction survived lowering: {e}")
+
+        def visit_AttrStmt(self, s):
+            internal_assert(s.key != "prefetch", f"a prefetch request survived lowering: {s.value}")
+            self.generic_visit(s)
+
+        def visit_Prefetch(self, s):
+            internal_assert(len(s.indices) == len(s.buffer.shape),
+                            f"a prefetch of {s.buffer.name} has {len(s.indices)} indices for "
+                            f"{len(s.buffer.shape)} dimensions")
+            self.generic_visit(s)
 
     _V().visit(func.body)
     return func

@@ -18,6 +18,7 @@ from . import passes as P
 # The passes, in order.  (name, function, targets it runs for: None = every target)
 PASSES = [
     ("simplify", P.simplify_pass, None),
+    ("prefetch", P.prefetch_pass, None),
     ("loop_partition", P.loop_partition_pass, None),
     ("simplify_after_partition", P.simplify_pass, None),
     ("unroll_explicit", P.unroll_explicit_pass, None),

@@ -37,7 +37,7 @@ from ..ir.expr import (
 )
 from ..ir.functor import Mutator, substitute
 from ..ir.stmt import Allocate, AttrStmt, BufferStore, For, IfThenElse, SeqStmt, seq
-from ..schedule.schedule import Fuse, Schedule, Split, Stage
+from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_problem
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 
 
@@ -269,6 +269,7 @@ class LowerContext:
 
     # -- 3: bound inference -------------------------------------------------------------
     def infer_bounds(self):
+        self._check_prefetch_axes()
         for st in self.stages:
             tgt, iv = st.attach_stage, st.attach_ivar
             if st.attach_type == "scope" and iv not in tgt.leaf_iter_vars:
@@ -617,6 +618,8 @@ class LowerContext:
             if attach:
                 body = self._attach_here(st, iv, body)
             a = st.iter_attrs.get(iv)
+            if attach and a is not None and a.prefetches:
+                body = self._prefetch_attrs(st, iv, a, body)
             kind = a.kind if a is not None else "serial"
             tag = a.thread.thread_tag if (a is not None and a.thread is not None) else ""
             body = For(iv.var, Const(0, "int32"), inf.extent[iv], kind, body, tag)
@@ -624,6 +627,59 @@ class LowerContext:
                 for name, val in reversed(a.pragmas):
                     body = AttrStmt("pragma_" + name, val, body)
         return body
+
+    def _prefetch_attrs(self, st: Stage, iv: IterVar, a, body):
+        """``s[st].prefetch(tensor, iv, offset)``: an ``AttrStmt("prefetch",
+        PrefetchRequest(...))`` directly in the body of the loop over ``iv`` (around the
+        stages attached there), which the ``prefetch`` pass expands (lower/prefetch.py)."""
+        from .prefetch import PrefetchRequest
+
+        for tensor, offset in reversed(a.prefetches):
+            problem = prefetch_kind_problem(st.name, iv, a, tensor)
+            if problem is not None:
+                raise ScheduleError(problem)
+            buf = self._prefetch_buffer(st, iv, tensor)
+            req = PrefetchRequest(buf, iv.var, offset, st.name, iv.name, tensor.name)
+            body = AttrStmt("prefetch", req, body)
+        return body
+
+    def _prefetch_buffer(self, st: Stage, iv: IterVar, t: Tensor) -> Buffer:
+        what = f"prefetch of {t.name} on stage {st.name}, axis {iv.name}"
+        b = self.arg_buffers.get(id(t.op))
+        if b is not None:
+            return b
+        pst = self.stage_of_tensor(t)
+        if pst is None:
+            raise ScheduleError(
+                f"{what}: {t.name} is neither an argument of the function nor a stage of this "
+                "schedule, so the loop cannot access it; prefetch a tensor the loop reads or "
+                "writes")
+        if pst.attach_type == "inline":
+            raise ScheduleError(
+                f"{what}: {t.name} is inlined (compute_inline), so it has no buffer in memory; "
+                f"prefetch the tensors it reads, or s[{t.name}].compute_root() it")
+        return self.info[pst].buffer
+
+    def _check_prefetch_axes(self):
+        """Prefetches recorded on axes that are no loops any more (split or fused
+        afterwards) or on stages that were inlined afterwards."""
+        for st in self.sch.stages:
+            for iv, a in st.iter_attrs.items():
+                if not a.prefetches:
+                    continue
+                t = a.prefetches[0][0]
+                what = f"prefetch of {t.name} on stage {st.name}, axis {iv.name}"
+                if st.attach_type == "inline":
+                    raise ScheduleError(
+                        f"{what}: the stage was inlined into its consumers afterwards and has "
+                        f"no loops; call s[{st.name}].compute_root(), or prefetch at a loop of "
+                        "a stage that reads the inlined body")
+                if iv not in st.leaf_iter_vars:
+                    raise ScheduleError(
+                        f"{what}: axis {iv.name} was split or fused after the prefetch (the "
+                        f"loops of stage {st.name} are now "
+                        f"{', '.join(x.name for x in st.leaf_iter_vars)}); call prefetch with "
+                        "one of those axes")
 
     def _attach_here(self, st: Stage, iv: IterVar, body):
         inner = [s for s in self.stages if s.attach_type == "scope" and s.attach_stage is st

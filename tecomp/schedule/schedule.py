@@ -50,6 +50,26 @@ class IterAttr:
     kind: str = "serial"  # serial, parallel, vectorized, unrolled, thread
     thread: Optional[IterVar] = None
     pragmas: tuple = ()
+    prefetches: tuple = ()  # (tensor, offset) pairs, in the order given
+
+
+def prefetch_kind_problem(stage_name: str, iv: IterVar, a: Optional[IterAttr],
+                          tensor) -> Optional[str]:
+    """Why a prefetch of ``tensor`` cannot run at the start of each iteration of the
+    loop over ``iv`` (vectorized or bound to a GPU thread axis), or None.  Checked by
+    ``Stage.prefetch`` and again at lowering (the kind may be set afterwards)."""
+    if a is None:
+        return None
+    what = f"prefetch of {tensor.name} on stage {stage_name}, axis {iv.name}"
+    if a.kind == "vectorized":
+        return (f"{what}: the axis is vectorized, and a prefetch runs once per loop "
+                f"iteration, not per SIMD lane; prefetch at an outer axis (split {iv.name} "
+                "and vectorize the inner part, or pick the loop around it)")
+    if a.kind == "thread":
+        tag = a.thread.thread_tag if a.thread is not None else "a GPU thread axis"
+        return (f"{what}: the axis is bound to {tag}, which is not a loop that a thread "
+                f"runs; prefetch at a serial, parallel or unrolled loop")
+    return None
 
 
 def _derived(name: str, kind: str) -> IterVar:
@@ -283,6 +303,37 @@ class Stage:
         a.pragmas = a.pragmas + ((name, value),)
         if name == "unroll_explicit":
             self._set_kind(iv, "unrolled", "pragma unroll_explicit")
+
+    def prefetch(self, tensor, axis, offset: int = 1):
+        """Prefetch ``tensor`` in the loop over ``axis``: at the start of every
+        iteration, the elements of ``tensor`` that iteration ``axis + offset`` accesses
+        (every load and store of it in the loop body, stages computed inside included)
+        are brought into the cache, one prefetch per 64-byte line along the innermost
+        dimension.  The iteration is clamped into the loop's range; when the body stores
+        to ``tensor`` the prefetch announces a write.  Results never change."""
+        if not isinstance(tensor, Tensor):
+            where = f", axis {axis.name}" if isinstance(axis, IterVar) else ""
+            raise ScheduleError(
+                f"prefetch on stage {self.name}{where}: tensor must be a Tensor (a placeholder "
+                f"or a compute that the loop reads or writes, e.g. s[{self.name}].prefetch(A, "
+                f"axis, 1)), got {tensor!r}")
+        iv = self._iv(axis, f"prefetch of {tensor.name}")
+        what = f"prefetch of {tensor.name} on stage {self.name}, axis {iv.name}"
+        if isinstance(offset, bool) or not isinstance(offset, int) \
+                or not -2**31 < offset < 2**31:
+            raise ScheduleError(
+                f"{what}: offset must be an int32 (how many iterations ahead: 1 prefetches for "
+                f"the next iteration, -1 for the previous one), got {offset!r}")
+        if self.attach_type == "inline":
+            raise ScheduleError(
+                f"{what}: the stage is inlined into its consumers and has no loops; call "
+                f"s[{self.name}].compute_root() first, or prefetch at a loop of a stage that "
+                "reads the inlined body")
+        problem = prefetch_kind_problem(self.name, iv, self.iter_attrs.get(iv), tensor)
+        if problem is not None:
+            raise ScheduleError(problem)
+        a = self._attr(iv)
+        a.prefetches = a.prefetches + ((tensor, offset),)
 
     # -- where it is computed -----------------------------------------------------
     def compute_at(self, parent, axis):

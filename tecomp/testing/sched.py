@@ -219,7 +219,7 @@ def pinned(s, st) -> set:
 
 def _serial(st, iv) -> bool:
     a = st.iter_attrs.get(iv)
-    return a is None or (a.kind == "serial" and not a.pragmas)
+    return a is None or (a.kind == "serial" and not a.pragmas and not a.prefetches)
 
 
 def _scheduled(st) -> bool:

@@ -326,3 +326,170 @@ def test_cross_thread_reduction_needs_constant_extent():
     s[Y].bind(k, tc.thread_axis("threadIdx.x"))
     with pytest.raises(tc.ScheduleError, match=r"reduction axis k bound to threadIdx.x has extent n"):
         tc.lower(s, [X, Y])
+
+
+# -- s[T].prefetch(tensor, axis, offset): every message names the stage, the axis and
+# -- the tensor (when there is one) and says what to do
+
+
+def test_prefetch_tensor_not_a_tensor():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"prefetch on stage C, axis i: tensor must be a "
+                                               r"Tensor .*got 'A'"):
+        s[C].prefetch("A", C.op.axis[0])
+
+
+def test_prefetch_axis_of_another_stage():
+    A, B, C, D = _chain()
+    s = tc.create_schedule([C.op, D.op])
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage C: axis i belongs to "
+                                               r"stage D, not to stage C"):
+        s[C].prefetch(A, D.op.axis[0])
+
+
+def test_prefetch_axis_split_away():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    s[C].split(C.op.axis[0], factor=8)
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage C: axis i was already "
+                                               r"split or fused away \(current axes: i.outer, "
+                                               r"i.inner\)"):
+        s[C].prefetch(A, C.op.axis[0])
+
+
+@pytest.mark.parametrize("offset", [1.5, True, "1", 2**31])
+def test_prefetch_offset_not_an_int(offset):
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage C, axis i: offset must "
+                                               r"be an int32 \(how many iterations ahead"):
+        s[C].prefetch(A, C.op.axis[0], offset)
+
+
+def test_prefetch_on_inlined_stage():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    s[B].compute_inline()
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage B, axis i: the stage is "
+                                               r"inlined .* s\[B\]\.compute_root\(\)"):
+        s[B].prefetch(A, B.op.axis[0])
+
+
+def test_prefetch_stage_inlined_afterwards():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    s[B].prefetch(A, B.op.axis[0])
+    s[B].compute_inline()
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage B, axis i: the stage was "
+                                               r"inlined into its consumers afterwards"):
+        tc.lower(s, [A, C])
+
+
+def test_prefetch_vectorized_axis():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=8)
+    s[C].vectorize(ii)
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage C, axis i.inner: the axis "
+                                               r"is vectorized, .* not per SIMD lane; prefetch at "
+                                               r"an outer axis"):
+        s[C].prefetch(A, ii)
+
+
+def test_prefetch_axis_vectorized_afterwards():
+    """The kind is checked again when lowering."""
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=8)
+    s[C].prefetch(A, ii)
+    s[C].vectorize(ii)
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage C, axis i.inner: the axis "
+                                               r"is vectorized"):
+        tc.lower(s, [A, C])
+
+
+def test_prefetch_thread_axis():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    bo, bi = s[C].split(C.op.axis[0], factor=16)
+    s[C].bind(bi, tc.thread_axis("threadIdx.x"))
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage C, axis i.inner: the axis "
+                                               r"is bound to threadIdx.x, .* prefetch at a serial, "
+                                               r"parallel or unrolled loop"):
+        s[C].prefetch(A, bi)
+
+
+def test_prefetch_axis_bound_afterwards():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    bo, bi = s[C].split(C.op.axis[0], factor=16)
+    s[C].prefetch(A, bo)
+    s[C].bind(bo, tc.thread_axis("blockIdx.x"))
+    s[C].bind(bi, tc.thread_axis("threadIdx.x"))
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage C, axis i.outer: the axis "
+                                               r"is bound to blockIdx.x"):
+        tc.lower(s, [A, C], target="cuda")
+
+
+def test_prefetch_axis_split_afterwards():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    s[C].prefetch(A, C.op.axis[0])
+    s[C].split(C.op.axis[0], factor=4)
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage C, axis i: axis i was "
+                                               r"split or fused after the prefetch \(the loops of "
+                                               r"stage C are now i.outer, i.inner\)"):
+        tc.lower(s, [A, C])
+
+
+def test_prefetch_inlined_tensor():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    s[C].prefetch(B, C.op.axis[0])
+    s[B].compute_inline()
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of B on stage C, axis i: B is inlined "
+                                               r"\(compute_inline\), so it has no buffer"):
+        tc.lower(s, [A, C])
+
+
+def test_prefetch_tensor_not_in_the_function():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    s[C].prefetch(D, C.op.axis[0])  # D is another output, not part of this schedule
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of D on stage C, axis i: D is neither "
+                                               r"an argument of the function nor a stage"):
+        tc.lower(s, [A, C])
+
+
+def test_prefetch_tensor_not_accessed_in_the_loop():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    s[C].prefetch(A, C.op.axis[0])  # C reads B, which is computed at the root
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage C, axis i: the loop over "
+                                               r"i neither reads nor writes A"):
+        tc.lower(s, [A, C])
+
+
+def test_prefetch_tensor_computed_inside_the_loop():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    s[C].prefetch(B, C.op.axis[0])
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of B on stage C, axis i: B is computed "
+                                               r"inside the loop over i \(compute_at\)"):
+        tc.lower(s, [A, C])
+
+
+def test_prefetch_region_cannot_be_bounded():
+    idx = tc.placeholder((64,), dtype="int32", name="idx")
+    X = tc.placeholder((1000,), name="X")
+    G = tc.compute((64,), lambda i: X[idx[i]], name="G")
+    s = tc.create_schedule(G.op)
+    io, ii = s[G].split(G.op.axis[0], factor=8)
+    s[G].prefetch(X, io)
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of X on stage G, axis i.outer: the "
+                                               r"region of X that one iteration accesses cannot "
+                                               r"be bounded \(dimension 0 is indexed with "
+                                               r"`idx\[i.outer\*8 \+ i.inner\]`\)"):
+        tc.lower(s, [idx, X, G])

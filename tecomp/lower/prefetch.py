@@ -1,0 +1,238 @@
+"""The ``prefetch`` pass: expand ``s[T].prefetch(tensor, axis, offset)`` into ``Prefetch``
+statements.
+
+Lowering (``schedule_ops``) leaves ``AttrStmt("prefetch", PrefetchRequest(...), body)``
+directly in the body of the loop over ``axis``.  This pass, which runs after the first
+``simplify`` (so the indices are in canonical form and one-iteration loops are gone),
+replaces each by a small loop nest at the start of that body:
+
+1. Every load and store of the buffer in the loop body (stages computed inside the loop
+   included) is collected with the ranges of the loops around it inside the body.
+2. Per dimension, the interval of each index over those inner loops
+   (:func:`tecomp.ir.arith.eval_interval`; the loop's own counter and the loops outside
+   stay symbolic); the hull over every access, clipped to the buffer's shape.  Accesses
+   under a condition count as if always made (the clip keeps the region inside the
+   array).
+3. The loop counter ``v`` of ``for (v, m, E)`` is replaced by the iteration to prefetch
+   for, clamped into the loop: ``min(v + offset, m + E - 1)`` (``max(v + offset, m)`` for
+   a negative offset).
+4. The region becomes serial loops over its outer dimensions and, along the innermost
+   one, one ``Prefetch`` per cache line: ``L = 64 // itemsize`` elements apart, at
+   ``lo + min(p*L, hi - lo)`` for ``p`` in ``[0, ceil((hi - lo) / L) + 1)`` (none when
+   ``hi < lo``).  The last point is ``hi`` itself, so every line of ``[lo, hi]`` gets one
+   whatever the array's alignment (at most one prefetch more than the number of lines).
+
+It is a ``Prefetch(write=True)`` when the body stores to the buffer.  A loop of one
+iteration (removed by ``simplify``) has no other iteration to prefetch for: its request
+is dropped.  A region that cannot be bounded raises :class:`ScheduleError`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List
+
+from ..errors import ScheduleError
+from ..ir import dtype as _dt
+from ..ir import op as _op
+from ..ir.arith import eval_interval
+from ..ir.expr import Buffer, Const, Expr, Range, Var
+from ..ir.functor import Mutator, Visitor, free_vars, substitute
+from ..ir.printer import to_str
+from ..ir.simplify import simplify
+from ..ir.stmt import AttrStmt, For, Prefetch, PrimFunc, seq
+
+#: bytes per cache line (x86 and most AArch64 cores)
+CACHE_LINE_BYTES = 64
+
+PREFETCH_ATTR = "prefetch"
+
+
+@dataclass(frozen=True, eq=False)
+class PrefetchRequest:
+    """The value of an ``AttrStmt("prefetch")``: prefetch ``buffer`` for iteration
+    ``loop_var + offset`` of the loop whose body the attribute is (the names are for
+    messages)."""
+
+    buffer: Buffer
+    loop_var: Var
+    offset: int
+    stage: str
+    axis: str
+    tensor: str
+
+    def __str__(self):
+        return f"{self.tensor} at {self.axis} {'+' if self.offset >= 0 else '-'} {abs(self.offset)}"
+
+    def what(self) -> str:
+        return f"prefetch of {self.tensor} on stage {self.stage}, axis {self.axis}"
+
+
+class _Accesses(Visitor):
+    """Loads and stores of one buffer, each with the ranges of the loops around it."""
+
+    def __init__(self, buf: Buffer):
+        self.buf = buf
+        self.inner: Dict[Var, Range] = {}
+        self.bound = set()  # variables bound inside the body (loops, lets)
+        self.found: List[tuple] = []  # (indices, inner ranges)
+        self.stores = False
+        self.allocated = False
+
+    def visit_For(self, s):
+        self.visit(s.min)
+        self.visit(s.extent)
+        old = self.inner.get(s.var)
+        self.inner[s.var] = Range(s.min, s.extent)
+        self.bound.add(s.var)
+        self.visit(s.body)
+        if old is None:
+            del self.inner[s.var]
+        else:
+            self.inner[s.var] = old
+
+    def visit_LetStmt(self, s):
+        self.bound.add(s.var)
+        self.generic_visit(s)
+
+    def visit_Let(self, e):
+        self.bound.add(e.var)
+        self.generic_visit(e)
+
+    def visit_Allocate(self, s):
+        if s.buffer is self.buf:
+            self.allocated = True
+        self.generic_visit(s)
+
+    def visit_BufferLoad(self, e):
+        if e.buffer is self.buf:
+            self.found.append((e.indices, dict(self.inner)))
+        self.generic_visit(e)
+
+    def visit_BufferStore(self, s):
+        if s.buffer is self.buf:
+            self.stores = True
+            self.found.append((s.indices, dict(self.inner)))
+        self.generic_visit(s)
+
+
+def _itemsize(dtype: str) -> int:
+    return 1 if dtype == "bool" else max(1, _dt.bits(dtype) // 8)
+
+
+class _Expand(Mutator):
+    def __init__(self, func: PrimFunc):
+        from .passes import shape_var_ranges
+
+        self.outer: Dict[Var, Range] = dict(shape_var_ranges(func))
+
+    def visit_For(self, s: For):
+        body = s.body
+        reqs = []
+        while isinstance(body, AttrStmt) and body.key == PREFETCH_ATTR:
+            if body.value.loop_var is s.var:
+                reqs.append(body.value)
+            body = body.body
+        old = self.outer.get(s.var)
+        self.outer[s.var] = Range(s.min, s.extent)
+        try:
+            new_body = self.visit(body)
+            nests = [self._expand(s, r, body) for r in reqs]
+        finally:
+            if old is None:
+                del self.outer[s.var]
+            else:
+                self.outer[s.var] = old
+        if not reqs and new_body is s.body:
+            return s
+        return For(s.var, s.min, s.extent, s.kind, seq(*nests, new_body), s.thread_tag)
+
+    def visit_AttrStmt(self, s: AttrStmt):
+        if s.key == PREFETCH_ATTR:
+            # not in the body of its loop: that loop had one iteration and simplify put
+            # its body in its place; there is no other iteration to prefetch for
+            return self.visit(s.body)
+        return self.generic_visit(s)
+
+    def _expand(self, loop: For, req: PrefetchRequest, body):
+        buf = req.buffer
+        acc = _Accesses(buf)
+        acc.visit(body)
+        what = req.what()
+        if acc.allocated:
+            raise ScheduleError(
+                f"{what}: {req.tensor} is computed inside the loop over {req.axis} (compute_at), "
+                "so its buffer exists for one iteration only; prefetch the tensors it reads "
+                "instead, or compute it at an outer loop")
+        if not acc.found:
+            raise ScheduleError(
+                f"{what}: the loop over {req.axis} neither reads nor writes {req.tensor} (nor do "
+                f"the stages computed inside it); prefetch a tensor that the loop body "
+                f"accesses, or pick a loop that accesses {req.tensor}")
+        ndim = len(buf.shape)
+        outer = dict(self.outer)
+        zero, one = Const(0, "int32"), Const(1, "int32")
+        los: List[Expr] = []
+        his: List[Expr] = []
+        for d in range(ndim):
+            lo = hi = None
+            for indices, inner in acc.found:
+                idx = indices[d]
+                itv = eval_interval(idx, {**outer, **inner}, relax=list(inner))
+                bad = itv.lo is None or itv.hi is None or any(
+                    v in acc.bound for x in (itv.lo, itv.hi) for v in free_vars(x))
+                if bad:
+                    raise ScheduleError(
+                        f"{what}: the region of {req.tensor} that one iteration accesses cannot "
+                        f"be bounded (dimension {d} is indexed with `{to_str(idx)}`); prefetch "
+                        "at a loop whose accesses of it are affine in the loop counters, or "
+                        "drop the prefetch")
+                lo = itv.lo if lo is None else _op.minimum(lo, itv.lo)
+                hi = itv.hi if hi is None else _op.maximum(hi, itv.hi)
+            ext = buf.shape[d]
+            los.append(simplify(_op.maximum(lo, zero), outer))
+            his.append(simplify(_op.minimum(hi, _op.sub(ext, one)), outer))
+        # the iteration to prefetch for, clamped into the loop
+        v, off = loop.var, req.offset
+        if isinstance(loop.extent, Const):
+            # an offset beyond the loop's extent prefetches for its first or last
+            # iteration; say so with a small constant (v + off must not wrap)
+            n = int(loop.extent.value)
+            off = max(-n, min(n, off))
+        shifted = _op.add(v, Const(off, v.dtype))
+        if off > 0:
+            last = _op.sub(_op.add(loop.min, loop.extent), Const(1, v.dtype))
+            target = _op.minimum(shifted, last)
+        elif off < 0:
+            target = _op.maximum(shifted, loop.min)
+        else:
+            target = v
+        vmap = {v: target}
+        los = [substitute(x, vmap) for x in los]
+        his = [substitute(x, vmap) for x in his]
+        L = max(1, CACHE_LINE_BYTES // _itemsize(buf.dtype))
+        indices: List[Expr] = []
+        loops = []
+        for d in range(ndim):
+            q = Var(f"{buf.name}.pf{d}" if ndim > 1 else f"{buf.name}.pf", "int32")
+            lo, hi = los[d], his[d]
+            if d < ndim - 1:
+                loops.append((q, _op.add(_op.sub(hi, lo), one)))
+                indices.append(_op.add(lo, q))
+            else:
+                Lc = Const(L, "int32")
+                # ceil((hi - lo) / L) + 1 points, none for an empty region (hi < lo)
+                span = _op.sub(hi, lo)
+                count = _op.minimum(_op.floordiv(_op.add(span, Const(2 * L - 1, "int32")), Lc),
+                                    _op.add(span, one))
+                loops.append((q, count))
+                indices.append(_op.add(lo, _op.minimum(_op.mul(q, Lc), _op.sub(hi, lo))))
+        stmt = Prefetch(buf, tuple(indices), acc.stores)
+        for q, ext in reversed(loops):
+            stmt = For(q, zero, ext, "serial", stmt)
+        return simplify(stmt, outer)
+
+
+def expand_prefetches(func: PrimFunc) -> PrimFunc:
+    """Replace every ``AttrStmt("prefetch")`` by its loop nest of ``Prefetch`` statements."""
+    body = _Expand(func).visit(func.body)
+    return func if body is func.body else func.with_body(body)

@@ -1,0 +1,270 @@
+"""``s[T].prefetch(tensor, axis, offset)``: the printed IR, the numbers (unchanged, through
+LLVM and the interpreter, every pass checked), the instructions in the assembly, symbolic
+shapes, strided arrays and the CUDA C no-op.  No timing here: benchmarks measure speed."""
+import re
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.codegen import llvm_jit
+from tecomp.ir import Buffer, Const, Prefetch, Var, interp, to_str
+from tecomp.ir.simplify import simplify
+from tecomp.testing import check_passes
+from helpers import matmul, matmul_data, run, softmax, softmax_ref
+
+BACKENDS = ["llvm", "interp"]
+
+
+def _prefetch_lines(func):
+    """The prefetches and the loops over their regions (``for (X.pf1, ...``)."""
+    return [ln.strip() for ln in str(func).splitlines()
+            if "prefetch" in ln or re.match(r"\s*for \(\w+\.pf\d*, ", ln)]
+
+
+def _softmax_at_rows(m=16, n=300):
+    """The softmax of helpers.py with every stage computed at the output's row loop."""
+    X, mx, ex, sm, Y = softmax(m, n)
+    s = tc.create_schedule(Y.op)
+    R = Y.op.axis[0]
+    for t in (mx, ex, sm):
+        s[t].compute_at(s[Y], R)
+    jo, ji = s[Y].split(Y.op.axis[1], factor=8)
+    s[Y].vectorize(ji)
+    return s, X, Y, R
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_softmax_rows_prefetch_next_row(backend):
+    s, X, Y, R = _softmax_at_rows()
+    s[Y].prefetch(X, R, 1)
+    func = tc.lower(s, [X, Y])
+    # float32: 16 elements a line; the row of 300 elements spans at most 20 lines
+    assert _prefetch_lines(func) == ["for (X.pf1, 0, 20) {",
+                                     "prefetch X[min(i + 1, 15), min(X.pf1*16, 299)]"]
+    x = np.random.default_rng(0).standard_normal((16, 300)).astype("float32")
+    y = np.full_like(x, np.nan)
+    run(s, [X, Y], [x, y], backend)
+    np.testing.assert_allclose(y, softmax_ref(x.astype("float64")), rtol=1e-5, atol=1e-7)
+
+
+def test_softmax_rows_parallel_asm_and_results_unchanged():
+    s, X, Y, R = _softmax_at_rows(m=33, n=1024)
+    s[Y].parallel(R)
+    x = np.random.default_rng(1).standard_normal((33, 1024)).astype("float32")
+    plain = tc.build(s, [X, Y])
+    want = np.empty_like(x)
+    plain(x, want)
+    s2, X2, Y2, R2 = _softmax_at_rows(m=33, n=1024)
+    s2[Y2].parallel(R2)
+    s2[Y2].prefetch(X2, R2, 1)
+    f = tc.build(s2, [X2, Y2])
+    got = np.empty_like(x)
+    f(x, got)
+    np.testing.assert_array_equal(got, want)  # a hint: the very same bits
+    assert "prefetch" not in plain.get_source("asm")
+    asm = f.get_source("asm")
+    assert "prefetcht0" in asm
+    assert "prefetchw" not in asm  # X is only read
+    assert re.search(r'@"?llvm\.prefetch\.p0"?\(ptr ', f.get_source("llvm-unopt"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tiled_elementwise_outer_tile_loop(backend):
+    A = tc.placeholder((100, 70), name="A")
+    B = tc.compute((100, 70), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    io, jo, ii, ji = s[B].tile(B.op.axis[0], B.op.axis[1], 16, 32)
+    s[B].prefetch(A, io, 1)
+    func = tc.lower(s, [A, B])
+    lines = _prefetch_lines(func)
+    # the next tile row: 16 rows (clipped to the array) of the whole width; loop
+    # partitioning peeled the last tile row off (where the next one is the same row)
+    assert lines == ["for (A.pf0, 0, min(84 - i.outer*16, 16)) {", "for (A.pf1, 0, 6) {",
+                     "prefetch A[i.outer*16 + A.pf0 + 16, min(A.pf1*16, 69)]",
+                     "for (A.pf0, 0, 4) {", "for (A.pf1, 0, 6) {",
+                     "prefetch A[A.pf0 + 96, min(A.pf1*16, 69)]"]
+    a = np.random.default_rng(2).random((100, 70), dtype="float64").astype("float32")
+    b = np.full_like(a, np.nan)
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_array_equal(b, a * np.float32(2) + np.float32(1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reduction_axis_and_negative_offset(backend):
+    A, B, C, k = matmul(n=24, m=20, K=40)
+    s = tc.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=8)
+    s[C].prefetch(A, ko, 2)
+    s[C].prefetch(B, ko, -1)
+    func = tc.lower(s, [A, B, C])
+    text = str(func)
+    # A: 8 elements of row i (two prefetches: they may straddle a line); B: 8 rows of
+    # column j, one prefetch per row
+    assert "prefetch A[i, min(k.outer + 2, 4)*8 + min(A.pf1*16, 7)]" in text
+    assert "prefetch B[max(k.outer - 1, 0)*8 + B.pf0, j]" in text
+    a, b, c = matmul_data(A, B, C)
+    run(s, [A, B, C], [a, b, c], backend)
+    np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-5)
+
+
+def _host_has_prefetchw() -> bool:
+    h = llvm_jit.host()
+    return h.has_feature("prfchw") or h.has_feature("prefetchwt1")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_own_output_is_a_write_prefetch(backend):
+    A = tc.placeholder((64, 48), name="A")
+    B = tc.compute((64, 48), lambda i, j: A[i, j] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=4)
+    s[B].prefetch(B, io, 1)
+    s[B].prefetch(A, io, 1)
+    lines = _prefetch_lines(tc.lower(s, [A, B]))
+    assert [x for x in lines if x.startswith("prefetch")] == [
+        "prefetch (write) B[min(i.outer + 1, 15)*4 + B.pf0, min(B.pf1*16, 47)]",
+        "prefetch A[min(i.outer + 1, 15)*4 + A.pf0, min(A.pf1*16, 47)]"]
+    a = np.random.default_rng(3).random((64, 48), dtype="float64").astype("float32")
+    b = np.full_like(a, np.nan)
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_array_equal(b, a + np.float32(1))
+    if backend == "llvm":
+        f = tc.build(s, [A, B])
+        ll = f.get_source("llvm-unopt")
+        # rw = 1 (write) for B, 0 (read) for A; locality 3, data cache
+        assert re.search(r'@"?llvm\.prefetch\.p0"?\(ptr %[^,]+, i32 1, i32 3, i32 1\)', ll)
+        assert re.search(r'@"?llvm\.prefetch\.p0"?\(ptr %[^,]+, i32 0, i32 3, i32 1\)', ll)
+        asm = f.get_source("asm")
+        assert "prefetcht0" in asm
+        if _host_has_prefetchw():
+            assert "prefetchw" in asm
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_symbolic_shapes(backend):
+    n, m = tc.var("n"), tc.var("m")
+    A = tc.placeholder((n, m), name="A")
+    B = tc.compute((n, m), lambda i, j: A[i, j] - 3.0, name="B")
+    s = tc.create_schedule(B.op)
+    s[B].prefetch(A, B.op.axis[0], 2)
+    # ceil((m - 1) / 16) + 1 lines, none when m = 0 (the interpreter checks that no
+    # prefetched element lies outside the array)
+    assert _prefetch_lines(tc.lower(s, [A, B])) == [
+        "for (A.pf1, 0, min((m + 30) // 16, m)) {",
+        "prefetch A[min(i + 2, n - 1), min(A.pf1*16, m - 1)]"]
+    for shape in [(37, 45), (1, 1), (2, 16), (5, 17), (3, 0), (0, 4)]:
+        a = np.random.default_rng(4).random(shape, dtype="float64").astype("float32")
+        b = np.full_like(a, np.nan)
+        run(s, [A, B], [a, b], backend)
+        np.testing.assert_array_equal(b, a - np.float32(3))
+
+
+def test_strided_arrays():
+    """The strided variant (numpy views) flattens the prefetch address through the
+    run-time strides, as its loads do."""
+    n = tc.var("n")
+    A = tc.placeholder((n, 40), name="A")
+    B = tc.compute((n, 40), lambda i, j: A[i, j] * 3.0, name="B")
+    s = tc.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=3)
+    s[B].prefetch(A, io, 1)
+    s[B].prefetch(B, io, 1)
+    f = tc.build(s, [A, B])
+    big = np.random.default_rng(5).random((50, 90), dtype="float64").astype("float32")
+    a = big[::2, 5::2][:, :40]          # rows 2 apart, columns 2 apart
+    out = np.full((50, 40), np.nan, "float32")
+    b = out[::-2]                        # a negative row stride
+    assert not a.flags.c_contiguous and not b.flags.c_contiguous
+    f(a, b)
+    np.testing.assert_array_equal(b, a * np.float32(3))
+    assert f.get_source("llvm", layout="strided").count("@llvm.prefetch") >= 2
+
+
+def test_every_pass_keeps_the_results():
+    s, X, Y, R = _softmax_at_rows(m=5, n=40)
+    s[Y].prefetch(X, R, 1)
+    s[Y].prefetch(Y, R, -2)
+    func = check_passes(s, [X, Y])
+    lines = _prefetch_lines(func)
+    assert any(ln.startswith("prefetch (write) softmax[max(i - 2, 0)") for ln in lines)
+
+
+def test_prefetch_inside_an_attached_stage_and_guarded_tail():
+    """A prefetch on a loop of a stage computed at another stage's loop, over a split
+    whose tail is guarded: the region is clipped to the array (the interpreter checks
+    every prefetched element is inside it)."""
+    A = tc.placeholder((50, 30), name="A")
+    B = tc.compute((50, 30), lambda i, j: A[i, j] * 2.0, name="B")
+    C = tc.compute((50, 30), lambda i, j: B[i, j] + 1.0, name="C")
+    s = tc.create_schedule(C.op)
+    co, ci = s[C].split(C.op.axis[0], factor=8)
+    s[B].compute_at(s[C], co)
+    bo, bi = s[B].split(B.op.axis[1], factor=7)
+    s[B].prefetch(A, bo, 1)
+    s[C].prefetch(A, co, 1)
+    func = tc.lower(s, [A, C])
+    assert len([x for x in _prefetch_lines(func) if x.startswith("prefetch A")]) >= 2
+    a = np.random.default_rng(6).random((50, 30), dtype="float64").astype("float32")
+    for backend in BACKENDS:
+        c = np.full_like(a, np.nan)
+        run(s, [A, C], [a, c], backend)
+        np.testing.assert_array_equal(c, a * np.float32(2) + np.float32(1))
+
+
+def test_float16_and_offset_zero_and_one_iteration_loop():
+    A = tc.placeholder((4, 200), dtype="float16", name="A")
+    B = tc.compute((4, 200), lambda i, j: A[i, j] * tc.const(2.0, "float16"), name="B")
+    s = tc.create_schedule(B.op)
+    s[B].prefetch(A, B.op.axis[0], 0)
+    assert _prefetch_lines(tc.lower(s, [A, B])) == [
+        "for (A.pf1, 0, 8) {", "prefetch A[i, min(A.pf1*32, 199)]"]  # 32 halves a line
+    # a loop of one iteration has no other iteration: its prefetch is dropped
+    C = tc.compute((1, 200), lambda i, j: A[i, j] + tc.const(1.0, "float16"), name="C")
+    s = tc.create_schedule(C.op)
+    s[C].prefetch(A, C.op.axis[0], 1)
+    assert _prefetch_lines(tc.lower(s, [A, C])) == []
+
+
+def test_cuda_source_has_a_comment_only():
+    from tecomp.codegen.cuda import codegen_cuda
+
+    A, B, C, k = matmul(n=32, m=32, K=64)
+    s = tc.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], tc.thread_axis("blockIdx.x"))
+    s[C].bind(C.op.axis[1], tc.thread_axis("threadIdx.x"))
+    ko, ki = s[C].split(k, factor=8)
+    s[C].prefetch(A, ko, 1)
+    func = tc.lower(s, [A, B, C], target="cuda")
+    assert "prefetch A[i, min(k.outer + 1, 7)*8 + min(A.pf1*16, 7)]" in str(func)
+    src = codegen_cuda(func).source
+    assert "// cache hints (no-op on this target):" in src
+    assert "//   prefetch A[i, min(k.outer + 1, 7)*8 + min(A.pf1*16, 7)]" in src
+    assert "A_pf" not in src  # no loop emitted for it
+    try:
+        from tecomp.codegen.cuda_emu import build_cuda_emu, find_cxx
+
+        find_cxx()
+    except Exception:  # noqa: BLE001 - no C++ compiler: the text check above is enough
+        return
+    m = build_cuda_emu(func)
+    a, b, c = matmul_data(A, B, C)
+    m(a, b, c)
+    np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-5)
+
+
+def test_prefetch_node_print_simplify_interp():
+    """The IR node on its own: printed, simplified, a no-op in the interpreter that still
+    checks its element is inside the buffer."""
+    X = Buffer("X", (Const(4, "int32"), Const(8, "int32")), "float32")
+    i = Var("i", "int32")
+    p = Prefetch(X, (i + 1 - 1, i * 0 + 6), write=True)
+    assert to_str(p) == "prefetch (write) X[i + 1 - 1, i*0 + 6]"
+    assert to_str(simplify(p)) == "prefetch (write) X[i, 6]"
+    assert to_str(Prefetch(X, (i, i))) == "prefetch X[i, i]"
+    x = np.arange(32, dtype="float32").reshape(4, 8)
+    env = {X: x, i: 3}
+    interp.run_stmt(simplify(p), env)
+    np.testing.assert_array_equal(x, np.arange(32, dtype="float32").reshape(4, 8))
+    with pytest.raises(tc.BoundsError, match=r"prefetch of X\[3, 9\] out of bounds"):
+        interp.run_stmt(Prefetch(X, (i, Const(9, "int32"))), env)
