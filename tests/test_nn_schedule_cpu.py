@@ -263,19 +263,46 @@ def test_softmax(shape, fast, lanes):
     np.testing.assert_allclose(got, _softmax_ref(x), rtol=5e-6 if fast else 3e-6, atol=1e-9)
 
 
-def test_softmax_fast_nan_and_inf_rows():
-    """softmax_fast's row maximum ignores NaN ordering, but a NaN or +inf in a row still
-    makes the whole row NaN, as numpy's softmax does (docs/numerics.md)."""
-    X = tc.placeholder((3, 40), name="X")
-    Y = sc.softmax_fast(X)
-    x = _arr((3, 40))
+@pytest.mark.parametrize("which", ["softmax", "softmax_fast", "log_softmax"])
+def test_softmax_nan_and_inf_rows(which):
+    """The row maximum ignores NaN ordering (a > b ? a : b), but a NaN or +inf in a row
+    still makes the whole row NaN, as numpy's softmax does (docs/numerics.md); NaN at
+    the first and the last position too."""
+    X = tc.placeholder((5, 40), name="X")
+    Y = {"softmax": ops.softmax, "softmax_fast": sc.softmax_fast,
+         "log_softmax": ops.log_softmax}[which](X)
+    x = _arr((5, 40))
     x[1, 5] = np.nan
     x[2, 7] = np.inf
+    x[3, 0] = np.nan
+    x[4, 39] = np.nan
     got = _run(sc.schedule_softmax(Y), [X, Y], [x])
     with np.errstate(invalid="ignore"):
         ref = _softmax_ref(x)
+    if which == "log_softmax":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ref = np.log(ref)
+    assert np.isnan(got[1:]).all()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
-    np.testing.assert_allclose(got[0], ref[0], rtol=5e-6)
+    np.testing.assert_allclose(got[0], ref[0], rtol=5e-6, atol=1e-6)
+
+
+def test_softmax_prefetches_rows():
+    """schedule_softmax prefetches the input's next row at the start of each row; not
+    for rows longer than a quarter of L1."""
+    X = tc.placeholder((64, 1024), name="X")
+    Y = ops.softmax(X)
+    s = sc.schedule_softmax(Y)
+    text = str(tc.lower(s, [X, Y]))
+    assert "prefetch X[min(i0 + 1, 63), " in text
+    assert "prefetch (write)" not in text
+    n = sc.cpu_info().l1_bytes // 4 // 4 + 16
+    X2 = tc.placeholder((4, n), name="X2")
+    Y2 = ops.softmax(X2)
+    assert "prefetch" not in str(tc.lower(sc.schedule_softmax(Y2), [X2, Y2]))
+    x = _arr((64, 1024), 4.0)
+    got = _run(s, [X, Y], [x])
+    np.testing.assert_allclose(got, _softmax_ref(x), rtol=3e-6, atol=1e-9)
 
 
 def test_log_softmax():
