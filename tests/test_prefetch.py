@@ -268,3 +268,37 @@ def test_prefetch_node_print_simplify_interp():
     np.testing.assert_array_equal(x, np.arange(32, dtype="float32").reshape(4, 8))
     with pytest.raises(tc.BoundsError, match=r"prefetch of X\[3, 9\] out of bounds"):
         interp.run_stmt(Prefetch(X, (i, Const(9, "int32"))), env)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_along_an_enclosing_loop(backend):
+    """``along=R``: each step of the exp stage's loop prefetches the same columns of
+    the next row (the prefetches spread over the row), clamped at the last row."""
+    s, X, Y, R = _softmax_at_rows(m=10, n=64)
+    ex = [st for st in s.stages if st.name == "exp"][0]
+    jo, ji = ex.split(ex.op.axis[-1], factor=16)
+    ex.vectorize(ji)
+    ex.prefetch(X, jo, 1, along=R)
+    func = tc.lower(s, [X, Y])
+    assert _prefetch_lines(func) == [
+        "for (X.pf1, 0, 2) {", "prefetch X[min(i + 1, 9), j.outer*16 + min(X.pf1*16, 15)]"]
+    x = np.random.default_rng(3).standard_normal((10, 64)).astype("float32")
+    y = np.full_like(x, np.nan)
+    run(s, [X, Y], [x, y], backend)
+    np.testing.assert_allclose(y, softmax_ref(x.astype("float64")), rtol=1e-5, atol=1e-7)
+
+
+def test_along_an_outer_axis_of_the_same_stage():
+    A = tc.placeholder((6, 48), name="A")
+    B = tc.compute((6, 48), lambda i, j: A[i, j] - 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    jo, ji = s[B].split(B.op.axis[1], factor=16)
+    s[B].prefetch(A, jo, -2, along=B.op.axis[0])
+    assert _prefetch_lines(tc.lower(s, [A, B])) == [
+        "for (A.pf1, 0, 2) {", "prefetch A[max(i - 2, 0), j.outer*16 + min(A.pf1*16, 15)]"]
+    s[B].prefetch(A, jo, 1, along=jo)  # along the axis itself: the plain prefetch
+    assert "prefetch A[i, min(j.outer + 1, 2)*16" in str(tc.lower(s, [A, B]))
+    a = np.random.default_rng(4).random((6, 48), dtype="float64").astype("float32")
+    b = np.full_like(a, np.nan)
+    run(s, [A, B], [a, b], "llvm")
+    np.testing.assert_array_equal(b, a - np.float32(1))

@@ -13,9 +13,9 @@ replaces each by a small loop nest at the start of that body:
    stay symbolic); the hull over every access, clipped to the buffer's shape.  Accesses
    under a condition count as if always made (the clip keeps the region inside the
    array).
-3. The loop counter ``v`` of ``for (v, m, E)`` is replaced by the iteration to prefetch
-   for, clamped into the loop: ``min(v + offset, m + E - 1)`` (``max(v + offset, m)`` for
-   a negative offset).
+3. The loop counter ``v`` of ``for (v, m, E)`` (or, with ``along=``, the counter of that
+   enclosing loop) is replaced by the iteration to prefetch for, clamped into its loop:
+   ``min(v + offset, m + E - 1)`` (``max(v + offset, m)`` for a negative offset).
 4. The region becomes serial loops over its outer dimensions and, along the innermost
    one, one ``Prefetch`` per cache line: ``L = 64 // itemsize`` elements apart, at
    ``lo + min(p*L, hi - lo)`` for ``p`` in ``[0, ceil((hi - lo) / L) + 1)`` (none when
@@ -29,7 +29,7 @@ is dropped.  A region that cannot be bounded raises :class:`ScheduleError`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from ..errors import ScheduleError
 from ..ir import dtype as _dt
@@ -59,9 +59,14 @@ class PrefetchRequest:
     stage: str
     axis: str
     tensor: str
+    along: Optional[Var] = None   # the enclosing loop advanced by offset (None: loop_var)
+    along_name: str = ""
 
     def __str__(self):
-        return f"{self.tensor} at {self.axis} {'+' if self.offset >= 0 else '-'} {abs(self.offset)}"
+        sign = '+' if self.offset >= 0 else '-'
+        if self.along is not None:
+            return f"{self.tensor} at {self.axis}, {self.along_name} {sign} {abs(self.offset)}"
+        return f"{self.tensor} at {self.axis} {sign} {abs(self.offset)}"
 
     def what(self) -> str:
         return f"prefetch of {self.tensor} on stage {self.stage}, axis {self.axis}"
@@ -136,7 +141,10 @@ class _Expand(Mutator):
         self.outer[s.var] = Range(s.min, s.extent)
         try:
             new_body = self.visit(body)
-            nests = [self._expand(s, r, body) for r in reqs]
+            # (a request along an enclosing loop of one iteration, which simplify
+            # removed, has no other iteration to prefetch for: dropped)
+            nests = [self._expand(s, r, body) for r in reqs
+                     if r.along is None or r.along in self.outer]
         finally:
             if old is None:
                 del self.outer[s.var]
@@ -191,19 +199,24 @@ class _Expand(Mutator):
             ext = buf.shape[d]
             los.append(simplify(_op.maximum(lo, zero), outer))
             his.append(simplify(_op.minimum(hi, _op.sub(ext, one)), outer))
-        # the iteration to prefetch for, clamped into the loop
+        # the iteration to prefetch for (of this loop, or of the enclosing loop named by
+        # along=), clamped into that loop
         v, off = loop.var, req.offset
-        if isinstance(loop.extent, Const):
+        vmin, vext = loop.min, loop.extent
+        if req.along is not None:
+            v = req.along
+            vmin, vext = self.outer[v].min, self.outer[v].extent
+        if isinstance(vext, Const):
             # an offset beyond the loop's extent prefetches for its first or last
             # iteration; say so with a small constant (v + off must not wrap)
-            n = int(loop.extent.value)
+            n = int(vext.value)
             off = max(-n, min(n, off))
         shifted = _op.add(v, Const(off, v.dtype))
         if off > 0:
-            last = _op.sub(_op.add(loop.min, loop.extent), Const(1, v.dtype))
+            last = _op.sub(_op.add(vmin, vext), Const(1, v.dtype))
             target = _op.minimum(shifted, last)
         elif off < 0:
-            target = _op.maximum(shifted, loop.min)
+            target = _op.maximum(shifted, vmin)
         else:
             target = v
         vmap = {v: target}

@@ -634,12 +634,20 @@ class LowerContext:
         stages attached there), which the ``prefetch`` pass expands (lower/prefetch.py)."""
         from .prefetch import PrefetchRequest
 
-        for tensor, offset in reversed(a.prefetches):
+        for tensor, offset, along in reversed(a.prefetches):
             problem = prefetch_kind_problem(st.name, iv, a, tensor)
             if problem is not None:
                 raise ScheduleError(problem)
             buf = self._prefetch_buffer(st, iv, tensor)
-            req = PrefetchRequest(buf, iv.var, offset, st.name, iv.name, tensor.name)
+            if along is not None and along not in self._enclosing_ivars(st, iv):
+                raise ScheduleError(
+                    f"prefetch of {tensor.name} on stage {st.name}, axis {iv.name}: along="
+                    f"{along.name} is not a loop around {iv.name} (the loops around it are "
+                    f"{', '.join(x.name for x in self._enclosing_ivars(st, iv)) or 'none'}); "
+                    "pass one of those, or leave along out to advance the axis itself")
+            req = PrefetchRequest(buf, iv.var, offset, st.name, iv.name, tensor.name,
+                                  along.var if along is not None else None,
+                                  along.name if along is not None else "")
             body = AttrStmt("prefetch", req, body)
         return body
 
@@ -659,6 +667,18 @@ class LowerContext:
                 f"{what}: {t.name} is inlined (compute_inline), so it has no buffer in memory; "
                 f"prefetch the tensors it reads, or s[{t.name}].compute_root() it")
         return self.info[pst].buffer
+
+    def _enclosing_ivars(self, st: Stage, iv: IterVar):
+        """The IterVars of the loops around ``st``'s loop over ``iv``: its outer leaves,
+        then those of the stages it is computed at, up to their attach points."""
+        leaves = st.leaf_iter_vars
+        out = list(leaves[:leaves.index(iv)])
+        x = st
+        while x.attach_type == "scope":
+            y = x.attach_stage
+            out += y.leaf_iter_vars[:y.leaf_iter_vars.index(x.attach_ivar) + 1]
+            x = y
+        return out
 
     def _check_prefetch_axes(self):
         """Prefetches recorded on axes that are no loops any more (split or fused

@@ -1086,17 +1086,18 @@ def _row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, info: CpuInfo):
 
 
 def _row_stage_at(s: Schedule, t: Tensor, st: Stage, axis, info: CpuInfo):
+    """Compute the full-row stage ``t`` at ``st``'s row loop ``axis``, one vector per
+    step; return its loop over the vectors (None when the row is one vector)."""
     ts = s[t]
     ts.compute_at(st, axis)
-    _vector_split(ts, ts.op.axis[-1], _cint(t.shape[-1]), info.lanes)
+    return _vector_split(ts, ts.op.axis[-1], _cint(t.shape[-1]), info.lanes)
 
 
 def schedule_softmax(outs, target: str = "llvm") -> Schedule:
     """``tecomp.nn.softmax`` / ``log_softmax`` and :func:`softmax_fast`: one task per
     block of rows, every stage of a row computed at the row (the row stays in L1), each
     reduction over the row vectorized (``rfactor`` into one vector accumulator), and
-    at the start of each row a prefetch of the input's next row (``Stage.prefetch``;
-    rows of at most L1 / 4)."""
+    the input's next row prefetched during the exp pass (:func:`_prefetch_next_row`)."""
     outs = _outs(outs)
     info = cpu_info(target)
     s = create_schedule([t.op for t in outs])
@@ -1129,6 +1130,7 @@ def schedule_softmax(outs, target: str = "llvm") -> Schedule:
         return s
     ndim = len(out.shape)
     ops_ = _walk([out])
+    vec_loops = {}   # full-row stage computed at R -> its loop over the row's vectors
     for op in ops_:
         if op is out.op:
             continue
@@ -1138,26 +1140,37 @@ def schedule_softmax(outs, target: str = "llvm") -> Schedule:
         elif len(op.axis) == ndim - 1:
             s[t].compute_at(st, R)
         elif len(op.axis) == ndim:
-            _row_stage_at(s, t, st, R, info)
-    # the input's next row is prefetched at the start of each row (a row of up to 4 KiB
-    # starts a new page, where the hardware prefetcher stops).  Softmax 4096x1024,
-    # interleaved, time against PyTorch's: while the machine was slow (other tenants)
-    # 1 thread 0.87-0.94x without, 0.99-1.05x with, 2 threads 0.88-1.04x, 0.98-1.39x;
-    # while it was quiet (after the shift_max row maximum) 0.95-1.00x against
-    # 0.96-1.01x (1 thread) and 0.94-0.95x against 0.90-0.99x (2 threads).  Prefetching
-    # the output row too (write intent) was 1-6% slower then.  Not for long rows:
-    # prefetching a whole row of more than L1 / 4 at once would evict the current one
+            vec_loops[op] = _row_stage_at(s, t, st, R, info)
+    _prefetch_next_row(s, out, ops_, vec_loops, st, R, J, info)
+    return s
+
+
+def _prefetch_next_row(s: Schedule, out: Tensor, ops_, vec_loops, st: Stage, R, J, info):
+    """Prefetch the next row of each input of a row-wise kernel (softmax), spread over
+    the row: in the vector loop of a full-row stage computed at the row that reads the
+    input (softmax's exp pass, which has the most arithmetic per element), each step
+    prefetches the same columns of the next row (``prefetch(x, j, 1, along=R)``).  A row of up to 4 KiB
+    starts a new page, where the hardware prefetcher stops.  Softmax 4096x1024,
+    interleaved, time against PyTorch's: 1 thread 1.03-1.16x spread over the exp
+    pass, 0.90-0.91x with the whole next row prefetched at the start of each row
+    (the prefetches queue up: 35% of the cpu-clock samples sat on them), 0.88-0.90x
+    without; 2 threads 1.25-1.39x, 0.94-1.09x, 0.92-1.07x.  Without such a loop (rows
+    of one vector), the whole next row at the start of the row, for rows of at most
+    L1 / 4 (more would evict the current row)."""
+    ndim = len(out.shape)
     inside = set(id(op) for op in ops_)
     ins = []
     for op in ops_:
         for t in op.input_tensors:
             if id(t.op) not in inside and len(t.shape) == ndim and t not in ins:
                 ins.append(t)
-    row_bytes = J * 4 if J is not None else None
-    if row_bytes is not None and row_bytes <= info.l1_bytes // 4:
-        for t in ins:
+    for t in ins:
+        reader = next((o for o in reversed(ops_) if o in vec_loops
+                       and vec_loops[o] is not None and t in o.input_tensors), None)
+        if reader is not None:
+            s[reader.output(0)].prefetch(t, vec_loops[reader], 1, along=R)
+        elif J is not None and J * 4 <= info.l1_bytes // 4:
             st.prefetch(t, R, 1)
-    return s
 
 
 # ---------------------------------------------------------------------------------

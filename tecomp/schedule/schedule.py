@@ -50,7 +50,7 @@ class IterAttr:
     kind: str = "serial"  # serial, parallel, vectorized, unrolled, thread
     thread: Optional[IterVar] = None
     pragmas: tuple = ()
-    prefetches: tuple = ()  # (tensor, offset) pairs, in the order given
+    prefetches: tuple = ()  # (tensor, offset, along IterVar or None), in the order given
 
 
 def prefetch_kind_problem(stage_name: str, iv: IterVar, a: Optional[IterAttr],
@@ -304,13 +304,20 @@ class Stage:
         if name == "unroll_explicit":
             self._set_kind(iv, "unrolled", "pragma unroll_explicit")
 
-    def prefetch(self, tensor, axis, offset: int = 1):
+    def prefetch(self, tensor, axis, offset: int = 1, along=None):
         """Prefetch ``tensor`` in the loop over ``axis``: at the start of every
         iteration, the elements of ``tensor`` that iteration ``axis + offset`` accesses
         (every load and store of it in the loop body, stages computed inside included)
         are brought into the cache, one prefetch per 64-byte line along the innermost
         dimension.  The iteration is clamped into the loop's range; when the body stores
-        to ``tensor`` the prefetch announces a write.  Results never change."""
+        to ``tensor`` the prefetch announces a write.  Results never change.
+
+        ``along`` (an IterVar of a loop around ``axis``: an outer loop of this stage or
+        of a stage it is computed at; Halide's ``from``): advance that loop by
+        ``offset`` instead, keeping ``axis`` where it is.  E.g. with a row loop ``R``
+        around a stage whose loop ``j`` walks the row, ``prefetch(x, j, 1, along=R)``
+        prefetches, at each step of ``j``, the same part of the next row: spread over
+        the row rather than all at its start."""
         if not isinstance(tensor, Tensor):
             where = f", axis {axis.name}" if isinstance(axis, IterVar) else ""
             raise ScheduleError(
@@ -332,8 +339,14 @@ class Stage:
         problem = prefetch_kind_problem(self.name, iv, self.iter_attrs.get(iv), tensor)
         if problem is not None:
             raise ScheduleError(problem)
+        if along is not None and not isinstance(along, IterVar):
+            raise ScheduleError(
+                f"{what}: along must be the IterVar of a loop around {iv.name} (e.g. an outer "
+                f"axis of the stage {self.name} is computed at), got {along!r}")
+        if along is iv:
+            along = None
         a = self._attr(iv)
-        a.prefetches = a.prefetches + ((tensor, offset),)
+        a.prefetches = a.prefetches + ((tensor, offset, along),)
 
     # -- where it is computed -----------------------------------------------------
     def compute_at(self, parent, axis):

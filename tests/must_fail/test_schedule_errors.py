@@ -493,3 +493,23 @@ def test_prefetch_region_cannot_be_bounded():
                                                r"be bounded \(dimension 0 is indexed with "
                                                r"`idx\[i.outer\*8 \+ i.inner\]`\)"):
         tc.lower(s, [idx, X, G])
+
+
+def test_prefetch_along_not_an_itervar():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage B, axis i: along must be "
+                                               r"the IterVar of a loop around i"):
+        s[B].prefetch(A, B.op.axis[0], 1, along="i")
+
+
+def test_prefetch_along_a_loop_that_does_not_enclose_the_axis():
+    A = tc.placeholder((8, 64), name="A")
+    B = tc.compute((8, 64), lambda i, j: A[i, j] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    jo, ji = s[B].split(B.op.axis[1], factor=16)
+    s[B].prefetch(A, jo, 1, along=ji)  # ji is inside jo
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage B, axis j.outer: along="
+                                               r"j.inner is not a loop around j.outer \(the loops "
+                                               r"around it are i\)"):
+        tc.lower(s, [A, B])
