@@ -450,8 +450,11 @@ def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuInfo):
     b, o = st.op.axis
     bo, bi = st.split(b, factor=bb)
     oo, oi = st.split(o, factor=ob)
-    st.reorder(bo, oo, bi, oi)
-    tile = st.fuse(bo, oo)
+    # output-channel tiles outer: a tile's OB rows of W stay in L1 while the batch
+    # blocks (X: L2) go by, instead of W streaming from L3 once per batch block
+    # (61x1024 -> 1000, 2 threads, interleaved: 52.7-61.2 against 47.6-53.7 GFLOP/s)
+    st.reorder(oo, bo, bi, oi)
+    tile = st.fuse(oo, bo)
     if info.threads > 1:
         st.parallel(tile)
     rs = s[rf]
