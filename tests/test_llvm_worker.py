@@ -88,14 +88,22 @@ def test_a_worker_that_cannot_start_falls_back_in_process(monkeypatch):
     assert llvm_jit.worker_enabled()
 
 
-def test_optimiser_errors_come_back_as_build_errors():
+def test_optimiser_errors_come_back_as_build_errors(monkeypatch):
+    if not llvm_jit.worker_enabled():
+        pytest.skip("the optimiser worker is turned off (TECOMP_LLVM_OPT_WORKER=0)")
+    # a fresh worker that will not retire for its size during this test
+    llvm_jit._stop_worker()
+    monkeypatch.setenv("TECOMP_LLVM_WORKER_MAX_MB", "100000")
+    s, args = _kernel()
+    _check(tc.build(s, args))          # a worker is running now
+    pid = llvm_jit.worker_pid()
+    assert pid is not None
     with pytest.raises(RuntimeError, match="expected"):
         llvm_jit.compile_ir("define void @f( {", ["f"])
-    # the worker survives a module it rejects
-    pid = llvm_jit.worker_pid()
-    s, args = _kernel()
+    # the worker rejected the module and survived it: the next build uses the same one
+    assert llvm_jit.worker_pid() == pid
     _check(tc.build(s, args))
-    assert pid is None or llvm_jit.worker_pid() == pid
+    assert llvm_jit.worker_pid() == pid
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
