@@ -88,11 +88,13 @@ def test_a_worker_that_cannot_start_falls_back_in_process(monkeypatch):
     assert llvm_jit.worker_enabled()
 
 
-def test_optimiser_errors_come_back_as_build_errors(monkeypatch):
+def test_optimiser_errors_come_back_as_build_errors(monkeypatch, request):
     if not llvm_jit.worker_enabled():
         pytest.skip("the optimiser worker is turned off (TECOMP_LLVM_OPT_WORKER=0)")
-    # a fresh worker that will not retire for its size during this test
+    # a fresh worker that will not retire for its size during this test (and is stopped
+    # after it, so that later tests get one with the default limit)
     llvm_jit._stop_worker()
+    request.addfinalizer(llvm_jit._stop_worker)
     monkeypatch.setenv("TECOMP_LLVM_WORKER_MAX_MB", "100000")
     s, args = _kernel()
     _check(tc.build(s, args))          # a worker is running now
