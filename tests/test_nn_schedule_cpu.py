@@ -408,7 +408,7 @@ def test_cpu_info_follows_threads(threads):
     # 2 threads: (row block x column block) tasks, at least two per thread, each packing
     # its own B block
     p = sc.gemm_params(512, 512, 512)
-    assert p.par == "blocks" and (512 // p.nc) * (512 // p.mc) >= 4
+    assert p.par == "blocks" and -(-512 // p.nc) * -(-512 // p.mc) >= 4
     assert sc.gemm_params(16, 4096, 256).par == "blocks"
     p = sc.gemm_params(4096, 16, 256)      # one column panel: the rows are split instead
     assert p.nc == 16 and -(-4096 // p.mc) >= 4

@@ -11,9 +11,11 @@ thread count of the runtime (``tc.set_num_threads``).
 
 GEMM (``schedule_matmul``, ``schedule_dense``, the packed helpers)
     A register-blocked micro-kernel in the style of GotoBLAS/BLIS: an ``MR x NR`` block
-    of C (``NR`` = two vectors) held in ``MR * NR / lanes`` vector accumulators over a
+    of C (``NR`` = two vectors; ``matmul_packed(nr=...)`` chooses another width) held in
+    ``MR * NR / lanes`` vector accumulators over a
     ``KC``-long slice of the reduction: the ``k`` loop is innermost-but-two, the ``MR``
-    rows are unrolled, the ``NR`` columns are one widened vector, so each ``k`` step is
+    rows are unrolled, the ``NR`` columns are one widened vector (16-lane vectors,
+    unrolled, beyond two), so each ``k`` step is
     ``NR/lanes`` vector loads of B, ``MR`` broadcasts of A and ``MR*NR/lanes`` FMAs
     (``vfmadd231ps``, no spills: check with ``get_source("asm")``).  The C block is
     loaded before and stored after the ``k`` loop (LLVM's LICM promotes it to registers:
@@ -230,13 +232,22 @@ class GemmParams:
 
 
 def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
-                info: Optional[CpuInfo] = None) -> GemmParams:
+                info: Optional[CpuInfo] = None, nr: Optional[int] = None) -> GemmParams:
     """The blocking of an ``M x N x K`` GEMM on this machine (extents may be None when
-    symbolic).  See the module docstring for the loop nest."""
+    symbolic).  See the module docstring for the loop nest.  ``nr``: the panel width to
+    block for (e.g. the ``nr`` of :func:`matmul_packed`); by default chosen here."""
     info = info or cpu_info()
     L = info.lanes
-    # NR: two vectors (one when N is small), never much wider than N
-    if N is not None and N <= L:
+    # NR: two vectors (one when N is small), never much wider than N.  Three vectors
+    # (8 x 48: 24 accumulators, the shape of MKL's kernel) run faster where N is a
+    # multiple of 48 or the edge is cheap (matmul_packed(nr=48) against nr=32, each
+    # blocked for its width, interleaved: 1024^3 +7% on 1 thread, +17-20% on 2; 1000^3
+    # +18% on 2), but a column edge that the panels do not divide makes loop
+    # partitioning copy the parallel nest: 1024^3 then built in 0.43 s against 0.11.
+    # Not the default until the edge is handled without those copies
+    if nr is not None:
+        nr = int(nr)
+    elif N is not None and N <= L:
         nr = N
     elif N is not None and N <= 2 * L:
         nr = L
@@ -244,7 +255,7 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
         nr = 2 * L
     nvec = max(1, -(-nr // L))
     # MR: as many rows as the accumulators allow (leave room for B and a broadcast):
-    # 12 x 2 vectors with AVX-512's 32 registers, 6 x 2 with AVX2's 16
+    # 12 x 2 vectors with AVX-512's 32 registers (9 x 3 for NR = 48), 6 x 2 with AVX2's 16
     budget = max(1, min((info.vregs - nvec - 2) // nvec, 12))
     mr = budget
     if M is not None and M < mr:
@@ -355,10 +366,10 @@ def _schedule_gemm_stage(s: Schedule, C: Tensor, info: CpuInfo, packed: Optional
             return _schedule_dense_nopack(s, C, info)
     if packed is not None:
         nr = int(op.attrs.get("nr", 0)) or _cint(packed.shape[2])
-        p = gemm_params(M, N, K, info)
-        p = GemmParams(p.mr if nr >= info.lanes else max(1, min(p.mr * 2, 12)), nr, p.kc,
-                       p.mc, max(nr, (p.nc // nr) * nr) if p.nc >= nr else nr, p.lanes,
-                       p.par)
+        # blocked for the panels' actual width (column blocks of whole panels)
+        p = gemm_params(M, N, K, info, nr=nr)
+        if nr < info.lanes:
+            p = dataclasses.replace(p, mr=max(1, min(p.mr * 2, 12)))
     else:
         p = gemm_params(M, N, K, info)
         # B is copied into a row-major KC x NC block (cache_read keeps B's index order):
