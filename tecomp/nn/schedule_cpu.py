@@ -1166,8 +1166,8 @@ def _prefetch_next_row(s: Schedule, out: Tensor, ops_, vec_loops, st: Stage, R, 
     """Prefetch the next row of each input of a row-wise kernel (softmax), spread over
     the row: in the vector loop of a full-row stage computed at the row that reads the
     input (softmax's exp pass, which has the most arithmetic per element), each step
-    prefetches the same columns of the next row (``prefetch(x, j, 1, along=R)``).  A row of up to 4 KiB
-    starts a new page, where the hardware prefetcher stops.  Softmax 4096x1024,
+    prefetches the same columns of the next row (``prefetch(x, j, 1, along=R)``).  A
+    row of up to 4 KiB starts a new page, where the hardware prefetcher stops.  Softmax 4096x1024,
     interleaved, time against PyTorch's: 1 thread 1.03-1.16x spread over the exp
     pass, 0.90-0.91x with the whole next row prefetched at the start of each row
     (the prefetches queue up: 35% of the cpu-clock samples sat on them), 0.88-0.90x
