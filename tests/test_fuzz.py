@@ -117,14 +117,19 @@ def test_a_missing_barrier_is_caught(monkeypatch):
         interp.run(func, a, np.zeros(64, "float32"))
 
 
-def test_fuzz_entry_point_prints_figures(tmp_path):
+def _run_fuzz(tmp_path, cases, gpu_every, seed):
+    """``python -m tecomp.testing.fuzz`` in a subprocess, with this checkout importable."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run(
-        [sys.executable, "-m", "tecomp.testing.fuzz", "--cases", "3", "--jobs", "1",
-         "--gpu-every", "0", "--seed", "7", "--out", str(tmp_path), "--quiet"],
+    return subprocess.run(
+        [sys.executable, "-m", "tecomp.testing.fuzz", "--cases", str(cases), "--jobs", "1",
+         "--gpu-every", str(gpu_every), "--seed", str(seed), "--out", str(tmp_path), "--quiet"],
         capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_fuzz_entry_point_prints_figures(tmp_path):
+    p = _run_fuzz(tmp_path, cases=3, gpu_every=0, seed=7)
     assert "cases run: 3" in p.stdout, p.stdout + p.stderr
     assert "mismatches: 0" in p.stdout and "crashes: 0" in p.stdout, p.stdout
     assert "rejected schedules (a documented resource limit of the target, not failures): 0" \
@@ -160,13 +165,7 @@ def test_fuzz_entry_point_reports_rejected_schedules_apart(tmp_path):
     """Seed 50049 (a GPU case) draws a shared tile of 49248 bytes, over the 48 KiB limit:
     the build's correct ResourceLimitError used to be counted as a crash (exit status 1);
     it is now a rejected schedule, reported on its own line, and the run passes."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run(
-        [sys.executable, "-m", "tecomp.testing.fuzz", "--cases", "1", "--jobs", "1",
-         "--gpu-every", "25", "--seed", "50049", "--out", str(tmp_path), "--quiet"],
-        capture_output=True, text=True, env=env, timeout=300)
+    p = _run_fuzz(tmp_path, cases=1, gpu_every=25, seed=50049)
     out = p.stdout
     assert "cases run: 1 (cuda-emu: 1)" in out, out + p.stderr
     assert "rejected schedules (a documented resource limit of the target, not failures): 1" \

@@ -21,8 +21,8 @@ import numpy as np
 
 from ..errors import AutodiffError
 from ..ir import dtype as _dt
-from ..ir.expr import Cast, Const, Expr, ProducerLoad, Reduce
-from ..ir.functor import Mutator
+from ..ir.expr import Cast, CommReducer, Const, Expr, ProducerLoad, Reduce, Var
+from ..ir.functor import Mutator, substitute
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, placeholder
 from . import rules as _rules
 from .reference import _topo
@@ -53,18 +53,25 @@ class _Retype(Mutator):
     def visit_Var(self, e):
         return e
 
+    def float64_combiner(self, c: CommReducer) -> CommReducer:
+        """The float64 version of a reducer: the built-ins' and registered ones' own,
+        else its combiner rewritten over float64 operands (any ``tc.comm_reducer``,
+        e.g. one whose result is under ``stop_gradient``)."""
+        from .rules import reducer_of
+
+        red = reducer_of(c)
+        if red is not None:
+            return red.combiner("float64")
+        x, y = Var(c.lhs.name, "float64"), Var(c.rhs.name, "float64")
+        result = self.visit(substitute(c.result, {c.lhs: x, c.rhs: y}))
+        return CommReducer(c.name, x, y, result, self.visit(c.identity))
+
     def generic_visit(self, node):
         n = super().generic_visit(node)
         if isinstance(n, Reduce):
-            from .rules import reducer_of
-
-            red = reducer_of(n.combiner)
-            if red is None:
-                raise AutodiffError(f"gradcheck: cannot re-type the reducer {n.combiner.name} "
-                                    "to float64; define the computation in float64 and pass "
-                                    "float64=False")
-            n = dataclasses.replace(n, combiner=red.combiner("float64"), dtype="float64") \
-                if _dt.is_float(n.dtype) else n
+            if _dt.is_float(n.dtype):
+                n = dataclasses.replace(n, combiner=self.float64_combiner(n.combiner),
+                                        dtype="float64")
             return n
         if isinstance(n, Expr) and _dt.is_float(getattr(n, "dtype", "")) and n.dtype != "float64":
             n = dataclasses.replace(n, dtype="float64")

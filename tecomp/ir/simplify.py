@@ -80,7 +80,8 @@ Statements
   knowing the condition; ``AssertStmt`` with a provable condition is dropped;
 * ``SeqStmt`` is flattened and empty statements dropped; ``LetStmt`` of a constant or a
   variable is substituted, an unused one removed; empty ``Allocate``/``AttrStmt`` and
-  ``Evaluate`` of a constant are removed; a ``Prefetch`` has its indices simplified.
+  ``Evaluate`` of a constant are removed; other statements (stores, ``Prefetch``) have
+  their expressions simplified.
 """
 from __future__ import annotations
 
@@ -98,8 +99,7 @@ from .expr import (
 )
 from .functor import Mutator, node_fields, substitute
 from .stmt import (
-    Allocate, AssertStmt, AttrStmt, Evaluate, For, IfThenElse, LetStmt, Prefetch, PrimFunc, SeqStmt,
-    Stmt,
+    Allocate, AssertStmt, AttrStmt, Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt,
 )
 
 __all__ = ["simplify", "Simplifier", "StmtSimplifier"]
@@ -1648,12 +1648,6 @@ class StmtSimplifier(Mutator):
         if type(v) is Const:
             return _EMPTY
         return s if v is s.value else Evaluate(v)
-
-    def visit_Prefetch(self, s: Prefetch):
-        idx = tuple(self.ex.visit(i) for i in s.indices)
-        if all(a is b for a, b in zip(idx, s.indices)):
-            return s
-        return Prefetch(s.buffer, idx, s.write)
 
 
 # ---------------------------------------------------------------------------------

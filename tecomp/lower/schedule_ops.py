@@ -596,21 +596,22 @@ class LowerContext:
         body = Allocate(local, Allocate(shared, body))
         return For(rt.var, zero, ext, "thread", body, tag)
 
-    def _enclosing_threads(self, st, leaves):
-        """(var, extent) of the threadIdx loops around and among ``leaves`` of ``st``."""
-        out = []
-        x, chain_leaves = st, leaves
-        while x is not None:
-            for iv in chain_leaves:
-                t = _thread_tag(x, iv)
-                if t.startswith("threadIdx"):
-                    out.append((iv.var, self.info[x].extent[iv]))
-            if x.attach_type != "scope":
-                break
+    @staticmethod
+    def _loops_around(st, leaves):
+        """(stage, IterVar) of ``leaves`` of ``st``, then of the loops of the stages it is
+        computed at, up to their attach points (innermost stage first)."""
+        out = [(st, iv) for iv in leaves]
+        x = st
+        while x.attach_type == "scope":
             y = x.attach_stage
-            chain_leaves = y.leaf_iter_vars[:y.leaf_iter_vars.index(x.attach_ivar) + 1]
+            out += [(y, iv) for iv in y.leaf_iter_vars[:y.leaf_iter_vars.index(x.attach_ivar) + 1]]
             x = y
         return out
+
+    def _enclosing_threads(self, st, leaves):
+        """(var, extent) of the threadIdx loops around and among ``leaves`` of ``st``."""
+        return [(iv.var, self.info[x].extent[iv]) for x, iv in self._loops_around(st, leaves)
+                if _thread_tag(x, iv).startswith("threadIdx")]
 
     def _loops(self, st: Stage, leaves, body, attach=True):
         inf = self.info[st]
@@ -639,11 +640,12 @@ class LowerContext:
             if problem is not None:
                 raise ScheduleError(problem)
             buf = self._prefetch_buffer(st, iv, tensor)
-            if along is not None and along not in self._enclosing_ivars(st, iv):
+            around = self._enclosing_ivars(st, iv) if along is not None else ()
+            if along is not None and along not in around:
                 raise ScheduleError(
                     f"prefetch of {tensor.name} on stage {st.name}, axis {iv.name}: along="
                     f"{along.name} is not a loop around {iv.name} (the loops around it are "
-                    f"{', '.join(x.name for x in self._enclosing_ivars(st, iv)) or 'none'}); "
+                    f"{', '.join(x.name for x in around) or 'none'}); "
                     "pass one of those, or leave along out to advance the axis itself")
             req = PrefetchRequest(buf, iv.var, offset, st.name, iv.name, tensor.name,
                                   along.var if along is not None else None,
@@ -669,16 +671,9 @@ class LowerContext:
         return self.info[pst].buffer
 
     def _enclosing_ivars(self, st: Stage, iv: IterVar):
-        """The IterVars of the loops around ``st``'s loop over ``iv``: its outer leaves,
-        then those of the stages it is computed at, up to their attach points."""
+        """The IterVars of the loops around ``st``'s loop over ``iv``."""
         leaves = st.leaf_iter_vars
-        out = list(leaves[:leaves.index(iv)])
-        x = st
-        while x.attach_type == "scope":
-            y = x.attach_stage
-            out += y.leaf_iter_vars[:y.leaf_iter_vars.index(x.attach_ivar) + 1]
-            x = y
-        return out
+        return [x for _, x in self._loops_around(st, leaves[:leaves.index(iv)])]
 
     def _check_prefetch_axes(self):
         """Prefetches recorded on axes that are no loops any more (split or fused

@@ -12,17 +12,6 @@ from ..ir.expr import CommReducer, Const, Expr, IterVar, Reduce, Var, as_expr
 from ..ir import op as _op
 
 
-# id(CommReducer) -> (that CommReducer, the Reducer that made it): re-typing a compute
-# (autodiff's float64 gradcheck) needs the reducer behind a Reduce's combiner
-_OWNERS = {}
-
-
-def reducer_of_combiner(combiner):
-    """The :class:`Reducer` whose ``combiner(dtype)`` made ``combiner``, or None."""
-    hit = _OWNERS.get(id(combiner))
-    return hit[1] if hit is not None and hit[0] is combiner else None
-
-
 class Reducer:
     def __init__(self, name, fcombine, fidentity, elementwise=None):
         self.name = name
@@ -45,7 +34,6 @@ class Reducer:
                 ident = ident.astype(dtype)
             c = CommReducer(self.name, lhs, rhs, res, ident)
             self._cache[dtype] = c
-            _OWNERS[id(c)] = (c, self)
         return c
 
     def __call__(self, expr, *args, axis=None, where=None, **kw):
