@@ -1319,3 +1319,38 @@ def test_guarded_vector_tail_is_partitioned_into_a_power_of_two_width():
     out = np.zeros(n, "float32")
     f(a, out)
     np.testing.assert_array_equal(out, a + 1)
+
+
+_MAX_REDUCTION_SCRIPT = """
+import sys
+import numpy as np
+sys.path.insert(0, %r)
+import tecomp as tc
+alpha = tc.var("alpha", "float32")
+X = tc.placeholder((13, 5), name="X")
+k0 = tc.reduce_axis((0, 4), name="k0")
+k1 = tc.reduce_axis((0, 8), name="k1")
+Y = tc.compute((5, 1), lambda i, j: tc.max(alpha + X[1, k1 %% 3], axis=[k0, k1]), name="Y")
+f = tc.build(tc.create_schedule(Y.op), [X, Y, alpha])
+x = np.random.default_rng(0).standard_normal((13, 5)).astype("float32")
+x[1, 2] = np.nan
+y = np.zeros((5, 1), "float32")
+f(x, y, 0.5)
+assert np.isnan(y).all(), y
+x[1, 2] = 7.0
+f(x, y, 0.5)
+assert (y == np.float32(7.5)).all(), y
+print("ok")
+"""
+
+
+def test_scalar_float_max_reduction_compiles():
+    """Fuzz seed 940732: with the scalar max written as compare-select, LLVM's loop
+    vectorizer never returned on this module (the build hung).  Run in a subprocess
+    with a time limit, so that a regression fails instead of hanging the suite."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", _MAX_REDUCTION_SCRIPT % root],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

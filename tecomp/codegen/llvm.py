@@ -92,9 +92,11 @@ Lowering
 * **Numerics**: see ``tecomp/ir/expr.py``.  Integer division by a zero divisor (and
   ``INT_MIN // -1``) does not trap: ``x // 0`` and ``x % 0`` give 0 (as numpy), so a
   kernel never kills the process; divisions by non-zero constants compile to plain
-  LLVM divisions.  Float ``min``/``max`` are a compare and select (x86:
-  ``vminps``/``vmaxps``) plus a NaN test of the first operand: NaN propagates as in
-  numpy, and which zero ``max(0.0, -0.0)`` gives is unspecified.  Float -> int
+  LLVM divisions.  Float ``min``/``max`` of vectors are a compare and select (x86:
+  ``vminps``/``vmaxps``) plus a NaN test of the first operand, of scalars
+  ``llvm.minimum``/``llvm.maximum`` (LLVM's loop vectorizer hung on a scalar max
+  reduction in the compare-select form): NaN propagates as in numpy, and which zero
+  ``max(0.0, -0.0)`` gives is unspecified.  Float -> int
   conversion is ``fptosi`` (frozen, so an out-of-range value gives an unspecified
   number, never poison); to int8/int16/uint8 it goes through int32 and wraps, like
   numpy on x86.  ``float64 -> float16`` rounds
@@ -1903,7 +1905,14 @@ class _FnEmitter:
             # NaN), then x where x is NaN: NaN propagates, the zero of min(0.0, -0.0) is
             # unspecified (see ir.expr.Min).  Three instructions per vector where
             # llvm.minimum / llvm.maximum, which also orders -0 below +0, takes six
+            # Scalars use the intrinsic: LLVM's loop vectorizer (it runs on modules that
+            # tecomp did not vectorize) never returned on a max reduction written as
+            # this compare-select (a loop of ``acc = max(acc, alpha + x[k % 3])``)
             def fn(x, y):
+                if not isinstance(x.type, ir.VectorType):
+                    name = "llvm.minimum" if is_min else "llvm.maximum"
+                    return b.call(self.mb.intrinsic(name, x.type, [x.type, x.type], [x.type]),
+                                  [x, y])
                 r = b.select(b.fcmp_ordered("<" if is_min else ">", x, y), x, y)
                 return b.select(b.fcmp_unordered("uno", x, x), x, r)
         else:
