@@ -17,6 +17,11 @@ width (on the CPU: otherwise the guard stays a per-lane mask), nor
 is an unrolled loop inside a GPU kernel at a split point that is not a constant (it
 would no longer unroll, and the register arrays it indexes would go to local memory).
 
+A loop under ``pragma(axis, "no_partition")`` (Halide's ``never_partition``) is not
+split: its guards stay where they are, or are partitioned at the loops inside it.  A
+guard that is tested once per iteration of a big body (whether a block lies inside the
+tensor at all) costs less than a second copy of that body.
+
 A ``parallel`` loop keeps one parallel region: its parts become the branches of its
 body (``parallel (v, m, E) { if (v < m + K) main else tail }``), so that a short tail
 part (often one iteration) does not run as a region of its own on one thread.
@@ -26,7 +31,7 @@ from __future__ import annotations
 from ..ir import op as _op
 from ..ir.expr import Add, And, Const, LT, Mul, Range, Sub, Var
 from ..ir.functor import Mutator, Visitor, substitute, uses_var
-from ..ir.stmt import For, IfThenElse, SeqStmt, seq
+from ..ir.stmt import AttrStmt, For, IfThenElse, SeqStmt, seq
 
 
 def _linear(e, v):
@@ -109,6 +114,16 @@ class LoopPartition(Mutator):
         self.simplify = simplify
         self.ranges = ranges or {}
         self.in_kernel = 0  # GPU thread loops around the visited statement
+        self.held = set()   # ids of the loops under pragma no_partition
+
+    def visit_AttrStmt(self, s):
+        if s.key == "pragma_no_partition":
+            x = s.body
+            while isinstance(x, AttrStmt):
+                x = x.body
+            if isinstance(x, For):
+                self.held.add(id(x))
+        return self.generic_visit(s)
 
     def visit_For(self, s):
         if s.kind == "thread":
@@ -119,7 +134,7 @@ class LoopPartition(Mutator):
                 self.in_kernel -= 1
             return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
         # Outermost loops first: partitioning i.outer leaves the whole main part guard-free.
-        if s.kind in ("serial", "parallel", "unrolled", "vectorized"):
+        if s.kind in ("serial", "parallel", "unrolled", "vectorized") and id(s) not in self.held:
             parts = self._partition(s)
             if parts is not None and s.kind == "vectorized" and (
                     self.in_kernel or not all(_vector_width_ok(p.extent) for p in parts)):

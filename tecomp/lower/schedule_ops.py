@@ -24,6 +24,10 @@ How bounds are found (``docs/bounds.md`` says the same for users):
    Its iterations past the edge compute values no in-bounds result reads; they are
    guarded (``0 <= index < extent``) only when the stage reads memory that does not
    extend with it: a global buffer, or a tile that was clipped.
+6. ``align_bounds(axis, f)`` (any target): the hull along ``axis`` is rounded out to
+   multiples of ``f`` and not clipped; every read of the stage must provably stay inside
+   the memory it reads (else ScheduleError), and the stage's nest is skipped where the
+   region lies wholly past the edge.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ from ..errors import InternalError, LowerError, ScheduleError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
-    Buffer, BufferLoad, Const, Expr, GE, IterVar, LT, ProducerLoad, Range, Reduce, Var, And,
+    Buffer, BufferLoad, Const, Expr, GE, IterVar, LE, LT, ProducerLoad, Range, Reduce, Var, And,
 )
 from ..ir.functor import Mutator, substitute
 from ..ir.stmt import Allocate, AttrStmt, BufferStore, For, IfThenElse, SeqStmt, seq
@@ -98,12 +102,17 @@ class StageInfo:
         # GPU tiles past the tensor's edge (rule 5): dimension -> (lo, hi) of the needed
         # region, which the loops cover unclipped
         self.unclipped: Dict[int, tuple] = {}
+        # align_bounds (rule 6): dimension -> (lo, hi) of the aligned, unclipped region,
+        # and the condition that the region meets the tensor (the stage is skipped where
+        # it does not)
+        self.aligned: Dict[int, tuple] = {}
+        self.region_guard: List[Expr] = []
 
     @property
     def covers_reads(self) -> bool:
         """Whether the buffer holds every element its consumers' loops read (no dimension
         was clipped to the tensor's shape)."""
-        return all(_same(e, r) or d in self.unclipped for d, (e, r) in enumerate(
+        return all(_same(e, r) or d in self.unclipped or d in self.aligned for d, (e, r) in enumerate(
             zip((self.extent[iv] for iv in self.stage.op.axis), self.raw_extent)))
 
     @property
@@ -287,6 +296,12 @@ class LowerContext:
                 needed = self._needed_region(st)
                 for iv, r in zip(op.axis, needed):
                     ranges[iv] = r
+            elif st.bound_aligns:
+                ax = op.axis[min(st.bound_aligns)]
+                raise ScheduleError(
+                    f"align_bounds on stage {st.name}, axis {ax.name}: the stage is computed at "
+                    f"the root, where its region is its whole shape; compute_at it at a loop of "
+                    f"a consumer, where the region one iteration needs is rounded out")
             else:
                 for iv in op.axis:
                     ranges[iv] = iv.dom
@@ -295,6 +310,8 @@ class LowerContext:
             self._make_buffer(st)
         for st in self.stages:
             self._add_domain_guards(st)
+            if self.info[st].aligned:
+                self._check_aligned_reads(st)
 
     def _relax_set(self, consumer: Stage, producer: Stage) -> Dict[Var, Range]:
         """Loop counters to relax for one iteration of producer's attach loop."""
@@ -378,6 +395,22 @@ class LowerContext:
             for x in his[d][1:]:
                 hi = _op.maximum(hi, x)
             lo, hi = _simplify(lo, outer), _simplify(hi, outer)
+            f = st.bound_aligns.get(d)
+            if f is not None:
+                # rule 6: the hull rounded out to multiples of f, not clipped
+                cf = Const(f, "int32")
+                lo = _simplify(_op.mul(_op.floordiv(lo, cf), cf), outer)
+                hi = _simplify(_op.add(_op.mul(_op.floordiv(hi, cf), cf), Const(f - 1, "int32")),
+                               outer)
+                ext = _simplify(_op.add(_op.sub(hi, lo), Const(1, "int32")), outer)
+                self.info[st].raw_extent.append(ext)
+                self.info[st].aligned[d] = (lo, hi)
+                for c in (_op.compare(LT, lo, shape[d]), _op.compare(GE, hi, Const(0, "int32"))):
+                    c = _simplify(c, outer)
+                    if not (isinstance(c, Const) and c.value is True):
+                        self.info[st].region_guard.append(c)
+                out.append(Range(lo, ext))
+                continue
             raw_ext = _simplify(_op.add(_op.sub(hi, lo), Const(1, "int32")), outer)
             clo = _simplify(_op.maximum(lo, Const(0, "int32")), outer)
             chi = _simplify(_op.minimum(hi, _op.sub(shape[d], Const(1, "int32"))), outer)
@@ -438,6 +471,44 @@ class LowerContext:
                 if not (isinstance(c, Const) and c.value is True):
                     inf.guards.append(c)
 
+    def _check_aligned_reads(self, st: Stage):
+        """Rule 6: an ``align_bounds`` stage computes past its tensor's edge, so every
+        read of its body must stay inside the memory it reads (an argument's shape, or
+        the buffer of a stage computed at an enclosing loop) over the whole region; a
+        read that cannot be proved so is an error (it could touch memory outside the
+        arrays).  A read under ``if_then_else(cond, ...)`` may use ``cond``'s comparisons
+        (``B[k, j]`` under ``j < n``)."""
+        inf = self.info[st]
+        # each root axis over its region (aligned: past the edge; the others stay inside
+        # the shape: their splits' guards see to that), the enclosing loops over theirs
+        ranges = self._outer_ranges(st)
+        for iv in list(st.op.axis) + list(st.op.reduce_axis):
+            ranges[iv.var] = Range(inf.root_min[iv], inf.extent[iv])
+        zero = Const(0, "int32")
+        for ld, facts in _guarded_loads(inf.body):
+            buf, pinf = self.buffer_of(ld.producer)
+            for d, idx in enumerate(ld.indices):
+                off = zero
+                if pinf is not None and pinf.stage.attach_type == "scope":
+                    off = pinf.root_min[pinf.stage.op.axis[d]]
+                top = _op.sub(buf.shape[d], Const(1, "int32"))
+                # idx - off in [0, extent - 1], directly or through a fact x <= y
+                up = _proved(_op.compare(LE, _op.sub(idx, off), top), ranges) or any(
+                    _proved(_op.compare(LE, _op.sub(idx, x), zero), ranges)
+                    and _proved(_op.compare(LE, _op.sub(y, off), top), ranges) for x, y in facts)
+                low = _proved(_op.compare(GE, _op.sub(idx, off), zero), ranges) or any(
+                    _proved(_op.compare(GE, _op.sub(idx, y), zero), ranges)
+                    and _proved(_op.compare(GE, _op.sub(x, off), zero), ranges) for x, y in facts)
+                if not (up and low):
+                    dims = ", ".join(st.op.axis[k].name for k in sorted(inf.aligned))
+                    raise ScheduleError(
+                        f"align_bounds on stage {st.name} (axis {dims}): past the edge of "
+                        f"{st.name}, its read of {ld.producer.name} (dimension {d}, index "
+                        f"{idx}) may fall outside {buf.name}'s memory (extent {buf.shape[d]}); "
+                        f"drop align_bounds there, or make {ld.producer.name} cover that region "
+                        f"(a stage computed at an enclosing loop with align_bounds too, or the "
+                        f"read guarded by tc.if_then_else(index < extent, ...))")
+
     def _check_loop_kinds(self, st: Stage):
         inf = self.info[st]
         for iv in st.leaf_iter_vars:
@@ -474,8 +545,18 @@ class LowerContext:
                         if hi is not None and (best is None or hi < best):
                             best = hi
                     full = st.op.shape[d]
-                    if best is not None and isinstance(full, Const):
+                    if best is not None and isinstance(full, Const) and d not in inf.aligned:
                         best = min(best, full.value)
+                    if best is None and d in inf.aligned:
+                        # past the edge the shape does not bound it: its largest value
+                        # over the enclosing loops, in the symbolic shapes
+                        full = arith.eval_interval(ext, outer).hi
+                        if full is None:
+                            raise ScheduleError(
+                                f"align_bounds on stage {st.name}, axis {iv.name}: the aligned "
+                                f"region's extent {ext} has no upper bound over the enclosing "
+                                f"loops, so its buffer cannot be allocated; drop align_bounds "
+                                f"there")
                     ext = Const(int(best), "int32") if best is not None else full
                 if isinstance(ext, Const) and ext.value < 0:
                     # every read of this region is guarded off: the region is empty
@@ -701,7 +782,7 @@ class LowerContext:
                  and s.attach_ivar is iv]
         if not inner:
             return body
-        nests = [self.make_nest(s) for s in inner]
+        nests = [_guard(self.make_nest(s), self.info[s].region_guard) for s in inner]
         out = seq(*nests, body)
         for s in reversed(inner):
             out = Allocate(self.info[s].buffer, out)
@@ -742,6 +823,51 @@ def _producer_loads(expr, t: Tensor) -> list:
     from ..ir.functor import collect
 
     return [n for n in collect(expr, lambda n: isinstance(n, ProducerLoad)) if n.producer is t]
+
+
+def _guarded_loads(expr, facts=()):
+    """``[(load, facts)]`` for every ProducerLoad in ``expr``: ``facts`` are the pairs
+    ``(x, y)`` meaning ``x <= y`` that hold where the load is evaluated (the comparisons
+    of the enclosing ``if_then_else`` conditions, in their chosen branches)."""
+    from ..ir.expr import Select
+
+    out = []
+    if isinstance(expr, ProducerLoad):
+        out.append((expr, facts))
+        for i in expr.indices:
+            out += _guarded_loads(i, facts)
+        return out
+    if isinstance(expr, Select):
+        out += _guarded_loads(expr.cond, facts)
+        out += _guarded_loads(expr.true_value, facts + tuple(_le_facts(expr.cond)))
+        out += _guarded_loads(expr.false_value, facts)
+        return out
+    if isinstance(expr, Reduce):
+        cond = tuple(_le_facts(expr.condition))
+        out += _guarded_loads(expr.source, facts + cond)
+        return out + _guarded_loads(expr.condition, facts)
+    from ..ir.functor import node_fields
+
+    for name in node_fields(type(expr)):
+        v = getattr(expr, name)
+        for x in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(x, Expr) and not isinstance(x, (Var, Const)):
+                out += _guarded_loads(x, facts)
+    return out
+
+
+def _le_facts(cond):
+    """``(x, y)`` pairs with ``x <= y`` implied by the bool expression ``cond``."""
+    from ..ir.expr import GT, LE
+
+    one = Const(1, "int32")
+    if isinstance(cond, And):
+        return _le_facts(cond.a) + _le_facts(cond.b)
+    if isinstance(cond, (LT, LE, GT, GE)) and cond.a.dtype.startswith(("int", "uint")):
+        a, b = cond.a, cond.b
+        return [{LT: (a, _op.sub(b, one)), LE: (a, b), GT: (b, _op.sub(a, one)),
+                 GE: (b, a)}[type(cond)]]
+    return []
 
 
 def _thread_tag(st: Stage, iv: IterVar) -> str:

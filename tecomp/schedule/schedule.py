@@ -90,6 +90,7 @@ class Stage:
         self.scope = "global"
         self.is_output = False
         self.storage_aligns: Dict[int, tuple] = {}
+        self.bound_aligns: Dict[int, int] = {}   # output dimension -> align_bounds factor
 
     def _reset_loops(self):
         op = self.op
@@ -428,6 +429,33 @@ class Stage:
             raise ScheduleError(f"storage_align on stage {self.name}: axis {axis.name} is the "
                                 "innermost dimension, whose stride is 1; align an outer axis")
         self.storage_aligns[dim] = (factor, offset)
+
+    def align_bounds(self, axis, factor: int):
+        """Compute the region of output axis ``axis`` rounded out to whole multiples of
+        ``factor`` (Halide's ``align_bounds``), not clipped at the tensor's edge.
+
+        For a stage computed at a loop (``compute_at``): where the region one iteration
+        needs runs past the end of the tensor, the stage still computes ``factor``-aligned
+        blocks, so its loops and its buffer keep a constant extent (no guard, no tail
+        kernel).  The values past the edge are computed but never reach a result.  Every
+        read in the stage's body must stay inside the memory of what it reads there (an
+        input's shape, or the buffer of a stage computed at an enclosing loop); lowering
+        checks it and raises otherwise.  An iteration whose region lies wholly past the
+        edge skips the stage.  ``factor=1`` keeps the needed region unclipped."""
+        if not isinstance(axis, IterVar) or axis not in self.op.axis:
+            raise ScheduleError(
+                f"align_bounds on stage {self.name}: axis must be one of its output axes "
+                f"({', '.join(iv.name for iv in self.op.axis)}), got {axis!r}")
+        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+            raise ScheduleError(
+                f"align_bounds on stage {self.name}, axis {axis.name}: factor must be an int "
+                f">= 1 (the block the region is rounded out to), got {factor!r}")
+        if self.is_output:
+            raise ScheduleError(
+                f"align_bounds on stage {self.name}: it is an output, whose buffer is the "
+                "caller's array and cannot grow past its shape; align the bounds of an "
+                f"intermediate stage (e.g. s.cache_write({self.name}, 'local'))")
+        self.bound_aligns[self.op.axis.index(axis)] = factor
 
 
 # ---------------------------------------------------------------------------------

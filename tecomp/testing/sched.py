@@ -18,7 +18,9 @@ What "legal" means here (docs/schedule.md):
   rfactor of a split reduce axis;
 * unroll / vectorize / pragma unroll_explicit: a serial leaf whose extent *after bound
   inference* is a constant (vectorize: data-parallel only); parallel: a serial
-  data-parallel leaf.
+  data-parallel leaf; pragma no_partition: any leaf;
+* align_bounds (last, at most one): a stage computed at a loop, kept only where lowering
+  accepts it (its reads provably inside their memory).
 """
 from __future__ import annotations
 
@@ -120,6 +122,9 @@ class Replay:
         elif k == "storage_align":
             _, _, dim, factor, offset = step
             st.storage_align(st.op.axis[dim], factor, offset)
+        elif k == "align_bounds":
+            _, _, dim, factor = step
+            st.align_bounds(st.op.axis[dim], factor)
         elif k == "rfactor":
             _, _, pos, fa = step
             c = self.s.rfactor(self.h[step[1]], leaves[pos], fa)
@@ -179,6 +184,8 @@ def steps_source(steps) -> str:
             L.append(f's[{step[1]}].set_scope("{step[2]}")')
         elif k == "storage_align":
             L.append(f"s[{step[1]}].storage_align(s[{step[1]}].op.axis[{step[2]}], {step[3]}, {step[4]})")
+        elif k == "align_bounds":
+            L.append(f"s[{step[1]}].align_bounds(s[{step[1]}].op.axis[{step[2]}], {step[3]})")
         elif k == "rfactor":
             L.append(f"c{nc} = s.rfactor({step[1]}, {lv(step[1])}[{step[2]}], {step[3]})")
             nc += 1
@@ -271,6 +278,30 @@ def _try(r: Replay, steps: list, step) -> None:
     disagree: a bug), the step is already recorded, so the replay shows the failure."""
     steps.append(step)
     r.apply(step)
+
+
+def _try_align(r: Replay, steps: list, h: str, dim: int, factor: int) -> None:
+    """``align_bounds`` is legal only where lowering can prove every read of the stage
+    inside its memory, and it may turn a vectorized or unrolled loop's constant extent
+    into a symbolic one; the generator cannot tell beforehand, so it lowers once and
+    keeps the step only if lowering accepted it (a refusal is one of those documented
+    ScheduleErrors)."""
+    import tecomp as tc
+    from ..errors import ScheduleError
+
+    st = r.stage(h)
+    before = dict(st.bound_aligns)
+    st.align_bounds(st.op.axis[dim], factor)
+    try:
+        tc.lower(r.s, r.args)
+    except ScheduleError as e:
+        if not (str(e).startswith(f"align_bounds on stage {st.name}")
+                or "which is not a constant" in str(e)):
+            raise
+        st.bound_aligns.clear()
+        st.bound_aligns.update(before)
+        return
+    steps.append(("align_bounds", h, dim, factor))
 
 
 def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
@@ -396,7 +427,7 @@ def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
                 h = d.choice(live)
                 st = r.stage(h)
                 kind = d.choice(("vectorize", "parallel", "unroll", "unroll_explicit",
-                                 "storage_align"))
+                                 "storage_align", "no_partition"))
                 cands = []
                 for p, iv in enumerate(st.leaf_iter_vars):
                     if not _serial(st, iv):
@@ -411,6 +442,8 @@ def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
                         cands.append(p)
                     elif kind == "unroll_explicit" and const is not None and const <= 8:
                         cands.append(p)
+                    elif kind == "no_partition":
+                        cands.append(p)
                 if kind == "storage_align":
                     if not st.is_output and len(st.op.axis) >= 2 and not r.symbolic:
                         dim = d.int(0, len(st.op.axis) - 2)
@@ -420,10 +453,16 @@ def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
                 if not cands:
                     continue
                 p = d.choice(cands)
-                if kind == "unroll_explicit":
-                    _try(r, steps, ("pragma", h, p, "unroll_explicit"))
+                if kind in ("unroll_explicit", "no_partition"):
+                    _try(r, steps, ("pragma", h, p, kind))
                 else:
                     _try(r, steps, (kind, h, p))
+        # last (it changes the extents the loop kinds above were chosen for)
+        at = _handles(r, lambda st: st.attach_type == "scope" and not st.is_output)
+        if at and d.bool(0.3):
+            h = d.choice(at)
+            _try_align(r, steps, h, d.int(0, len(r.stage(h).op.axis) - 1),
+                       d.choice((1, 2, 4, 8, 16)))
     return steps
 
 

@@ -513,3 +513,76 @@ def test_prefetch_along_a_loop_that_does_not_enclose_the_axis():
                                                r"j.inner is not a loop around j.outer \(the loops "
                                                r"around it are i\)"):
         tc.lower(s, [A, B])
+
+
+# -- align_bounds ---------------------------------------------------------------------
+
+
+def _blocked(guarded=True):
+    """C = P + 1, P = 2 * A computed per 16-element block of C."""
+    A = tc.placeholder((100,), name="A")
+    if guarded:
+        P = tc.compute((100,), lambda i: tc.if_then_else(i < 100, A[i], 0.0) * 2, name="P")
+    else:
+        P = tc.compute((100,), lambda i: A[i] * 2, name="P")
+    C = tc.compute((100,), lambda i: P[i] + 1, name="C")
+    s = tc.create_schedule(C.op)
+    xo, _ = s[C].split(C.op.axis[0], factor=16)
+    s[P].compute_at(s[C], xo)
+    return s, A, P, C
+
+
+def test_align_bounds_read_past_an_input():
+    s, A, P, C = _blocked(guarded=False)
+    s[P].align_bounds(P.op.axis[0], 16)
+    with pytest.raises(tc.ScheduleError, match=r"align_bounds on stage P \(axis i\): past the edge "
+                       r"of P, its read of A \(dimension 0, index i\) may fall outside A's memory "
+                       r"\(extent 100\).*if_then_else"):
+        tc.lower(s, [A, C])
+
+
+def test_align_bounds_guard_too_loose():
+    A = tc.placeholder((100,), name="A")
+    P = tc.compute((100,), lambda i: tc.if_then_else(i < 101, A[i], 0.0), name="P")
+    C = tc.compute((100,), lambda i: P[i] + 1, name="C")
+    s = tc.create_schedule(C.op)
+    xo, _ = s[C].split(C.op.axis[0], factor=16)
+    s[P].compute_at(s[C], xo)
+    s[P].align_bounds(P.op.axis[0], 16)
+    with pytest.raises(tc.ScheduleError, match=r"its read of A .* may fall outside A's memory"):
+        tc.lower(s, [A, C])
+
+
+def test_align_bounds_on_a_root_stage():
+    s, A, P, C = _blocked()
+    s[P].compute_root()
+    s[P].align_bounds(P.op.axis[0], 16)
+    with pytest.raises(tc.ScheduleError, match=r"align_bounds on stage P, axis i: the stage is "
+                       r"computed at the root.*compute_at it"):
+        tc.lower(s, [A, C])
+
+
+def test_align_bounds_on_an_output():
+    s, A, P, C = _blocked()
+    with pytest.raises(tc.ScheduleError, match=r"align_bounds on stage C: it is an output.*"
+                       r"cache_write\(C, 'local'\)"):
+        s[C].align_bounds(C.op.axis[0], 16)
+
+
+@pytest.mark.parametrize("factor", [0, -4, 2.5, True, "16"])
+def test_align_bounds_bad_factor(factor):
+    s, A, P, C = _blocked()
+    with pytest.raises(tc.ScheduleError, match=r"align_bounds on stage P, axis i: factor must be "
+                       r"an int >= 1"):
+        s[P].align_bounds(P.op.axis[0], factor)
+
+
+def test_align_bounds_axis_not_an_output_axis():
+    s, A, P, C = _blocked()
+    with pytest.raises(tc.ScheduleError, match=r"align_bounds on stage P: axis must be one of its "
+                       r"output axes \(i\)"):
+        s[P].align_bounds(C.op.axis[0], 16)
+    po, pi = s[P].split(P.op.axis[0], factor=4)
+    with pytest.raises(tc.ScheduleError, match=r"align_bounds on stage P: axis must be one of its "
+                       r"output axes"):
+        s[P].align_bounds(pi, 4)

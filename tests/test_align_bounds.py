@@ -1,0 +1,139 @@
+"""``s[T].align_bounds(axis, factor)`` (a stage computed past its tensor's edge in whole
+blocks) and ``pragma(axis, "no_partition")`` (a loop that loop partitioning leaves
+whole): the printed IR, the numbers through LLVM and the interpreter (which checks every
+access against its buffer), and the GEMM schedule that uses both.  No timing here."""
+import re
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.testing import check_passes
+from helpers import run
+
+BACKENDS = ["llvm", "interp"]
+
+
+def _scaled(n=100, guarded=True):
+    """C = P + 1 with P = 2 * A, P computed per 16-element block of C."""
+    A = tc.placeholder((n,), name="A")
+    if guarded:
+        P = tc.compute((n,), lambda i: tc.if_then_else(i < n, A[i], 0.0) * 2, name="P")
+    else:
+        P = tc.compute((n,), lambda i: A[i] * 2, name="P")
+    C = tc.compute((n,), lambda i: P[i] + 1, name="C")
+    s = tc.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=16)
+    s[P].compute_at(s[C], xo)
+    return s, A, P, C, xo, xi
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_block_computed_whole_at_the_edge(backend):
+    s, A, P, C, xo, xi = _scaled()
+    s[P].align_bounds(P.op.axis[0], 16)
+    s[C].pragma(xo, "no_partition")
+    text = str(tc.lower(s, [A, C]))
+    # one loop over the blocks, P always 16 wide, the read of A guarded by the
+    # definition's if_then_else; C's own loop stops at the edge
+    assert text.count("for (i.outer, 0, 7) {") == 1
+    assert "for (i, 0, 16) {" in text
+    assert "P[i] = select(i.outer*16 + i < 100, A[i.outer*16 + i], 0f)*2f" in text
+    assert "for (i.inner, 0, min(100 - i.outer*16, 16)) {" in text
+    a = np.arange(100, dtype="float32")
+    c = np.full(100, np.nan, "float32")
+    run(s, [A, C], [a, c], backend)
+    np.testing.assert_array_equal(c, a * 2 + 1)
+
+
+def test_without_align_the_block_is_clipped():
+    s, A, P, C, xo, xi = _scaled()
+    s[C].pragma(xo, "no_partition")
+    text = str(tc.lower(s, [A, C]))
+    assert re.search(r"for \(i, 0, min\(100 - i\.outer\*16, 16\)\)", text), text
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("factor", [1, 3, 8])
+def test_factor_rounds_the_region_out(backend, factor):
+    # P's region per block of 5 outputs of C is [5*io, 5*io + 4]; rounded out to
+    # multiples of the factor it may start before and end after it
+    n = 23
+    A = tc.placeholder((n,), name="A")
+    P = tc.compute((n,), lambda i: tc.if_then_else(i < n, A[i], 0.0) + 1, name="P")
+    C = tc.compute((n,), lambda i: P[i] * 3, name="C")
+    s = tc.create_schedule(C.op)
+    xo, _ = s[C].split(C.op.axis[0], factor=5)
+    s[P].compute_at(s[C], xo)
+    s[P].align_bounds(P.op.axis[0], factor)
+    func = tc.lower(s, [A, C])
+    check_passes(s, [A, C])
+    a = np.random.default_rng(1).standard_normal(n).astype("float32")
+    c = np.full(n, np.nan, "float32")
+    run(s, [A, C], [a, c], backend)
+    np.testing.assert_allclose(c, (a + 1) * 3, rtol=1e-6)
+    if factor == 1:
+        assert "allocate P: float32[5]" in str(func)
+
+
+def test_region_wholly_past_the_edge_is_skipped():
+    # blocks of 4 panels of 8 over 52 columns: the last block's panel 3 lies past the
+    # edge; the stage is skipped there, its result never read
+    A = tc.placeholder((52,), name="A")
+    P = tc.compute((52,), lambda i: tc.if_then_else(i < 52, A[i], 0.0) * 2, name="P")
+    C = tc.compute((52,), lambda i: P[i] - 1, name="C")
+    s = tc.create_schedule(C.op)
+    bo, bi = s[C].split(C.op.axis[0], factor=32)
+    po, pi = s[C].split(bi, factor=8)
+    s[P].compute_at(s[C], po)
+    s[P].align_bounds(P.op.axis[0], 8)
+    for ax in (bo, po):
+        s[C].pragma(ax, "no_partition")
+    text = str(tc.lower(s, [A, C]))
+    assert "if (i.outer*4 + i.inner.outer < 7) {" in text, text
+    assert text.count("for (i, 0, 8) {") == 1
+    for backend in BACKENDS:
+        a = np.arange(52, dtype="float32")
+        c = np.full(52, np.nan, "float32")
+        run(s, [A, C], [a, c], backend)
+        np.testing.assert_array_equal(c, a * 2 - 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_symbolic_extent(backend):
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    P = tc.compute((n,), lambda i: tc.if_then_else(i < n, A[i], 0.0) * 2, name="P")
+    C = tc.compute((n,), lambda i: P[i] + 1, name="C")
+    s = tc.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=8)
+    s[P].compute_at(s[C], xo)
+    s[P].align_bounds(P.op.axis[0], 8)
+    assert "allocate P: float32[8]" in str(tc.lower(s, [A, C, n]))
+    for size in (1, 8, 13):
+        a = np.arange(size, dtype="float32")
+        c = np.full(size, np.nan, "float32")
+        run(s, [A, C, n], [a, c, size], backend)
+        np.testing.assert_array_equal(c, a * 2 + 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_partition_keeps_the_guard(backend):
+    A = tc.placeholder((36,), name="A")
+    C = tc.compute((36,), lambda i: A[i] * 2, name="C")
+    s = tc.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=8)
+    s[C].vectorize(xi)
+    plain = str(tc.lower(s, [A, C]))
+    # partitioned: 4 blocks of 8 lanes and a tail of 4, no guard
+    assert "if (" not in plain
+    assert "vectorized (i.inner, 0, 8)" in plain and "vectorized (i.inner, 0, 4)" in plain
+    s[C].pragma(xo, "no_partition")
+    held = str(tc.lower(s, [A, C]))
+    assert "// attr pragma_no_partition = None" in held
+    assert held.count("vectorized (i.inner, 0, 8)") == 1   # one loop, lanes masked
+    assert "if (i.outer*8 + i.inner < 36) {" in held
+    a = np.arange(36, dtype="float32")
+    c = np.full(36, np.nan, "float32")
+    run(s, [A, C], [a, c], backend)
+    np.testing.assert_array_equal(c, a * 2)
