@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
+from tecomp.nn import schedule_cpu as sc
 from tecomp.testing import check_passes
 from helpers import run
 
@@ -137,3 +138,72 @@ def test_no_partition_keeps_the_guard(backend):
     c = np.full(36, np.nan, "float32")
     run(s, [A, C], [a, c], backend)
     np.testing.assert_array_equal(c, a * 2)
+
+
+def _micro_kernels(text):
+    """The update statements of the GEMM register block (one per micro-kernel copy)."""
+    return re.findall(r"matmul\.local\[[^\]]*\] = matmul\.local\[[^\]]*\] \+", text)
+
+
+@pytest.mark.parametrize("shape", [(1000, 1000, 1000), (127, 509, 257), (64, 100, 40),
+                                   (3, 37, 5), (50, 50, 50)])
+@pytest.mark.parametrize("nr", [32, 48])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_gemm_column_edge_is_one_kernel(shape, nr, threads):
+    """matmul_packed with N not a multiple of the panel width: the last panel's block
+    is computed over the zero-padded panel; one micro-kernel for every column panel (a
+    second only for a row tail), the copy to C masked."""
+    m, n, k = shape
+    A = tc.placeholder((m, k), name="A")
+    B = tc.placeholder((k, n), name="B")
+    C = sc.matmul_packed(A, B, nr=nr)
+    old = tc.get_num_threads()
+    tc.set_num_threads(threads)
+    try:
+        s = sc.schedule_matmul(C)
+        text = str(tc.lower(s, [A, B, C]))
+        f = tc.build(s, [A, B, C])
+    finally:
+        tc.set_num_threads(old)
+    p = sc.gemm_params(m, n, k, nr=nr)
+    if n % nr and n > nr:
+        assert len(_micro_kernels(text)) == (1 if m % p.mr == 0 else 2), text
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype("float32")
+    b = rng.standard_normal((k, n)).astype("float32")
+    c = np.full((m, n), np.nan, "float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, a.astype("float64") @ b.astype("float64"), rtol=1e-4, atol=1e-4)
+
+
+def test_packed_gemm_edge_through_the_interpreter():
+    """The interpreter checks every load and store against its buffer: the block past
+    the edge reads only the packed panel (zero there) and writes only C's columns."""
+    from tecomp.ir import interp
+
+    A = tc.placeholder((13, 9), name="A")
+    B = tc.placeholder((9, 70), name="B")
+    C = sc.matmul_packed(A, B, nr=32)
+    s = sc.schedule_matmul(C)
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((13, 9)).astype("float32")
+    b = rng.standard_normal((9, 70)).astype("float32")
+    c = np.full((13, 70), np.nan, "float32")
+    interp.run(tc.lower(s, [A, B, C]), a, b, c)
+    np.testing.assert_allclose(c, a.astype("float64") @ b.astype("float64"), rtol=1e-5, atol=1e-5)
+
+
+def test_dense_packed_with_bias_at_the_edge():
+    X = tc.placeholder((20, 33), name="X")
+    W = tc.placeholder((70, 33), name="W")
+    bias = tc.placeholder((70,), name="bias")
+    Y = sc.dense_packed(X, W, bias, nr=32)
+    f = tc.build(sc.schedule_dense(Y), [X, W, bias, Y])
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((20, 33)).astype("float32")
+    w = rng.standard_normal((70, 33)).astype("float32")
+    bb = rng.standard_normal(70).astype("float32")
+    y = np.full((20, 70), np.nan, "float32")
+    f(x, w, bb, y)
+    np.testing.assert_allclose(y, x.astype("float64") @ w.T.astype("float64") + bb, rtol=1e-4,
+                               atol=1e-4)
