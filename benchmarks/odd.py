@@ -1,6 +1,6 @@
 """Odd shapes: the shipped schedules on sizes nobody tuned them for (``run.py --odd``).
 
-Prime and non-multiple extents, batch-1 dense, a strided first layer with 3 input
+Prime and non-multiple extents (GEMM and dense both plain and packed), batch-1 dense, a strided first layer with 3 input
 channels, channels that are not a multiple of the vector width, a dilated conv and a
 softmax with an odd row length.  tecomp's kernels come from ``tecomp.nn`` with its
 ``schedule_*`` functions and no per-shape tuning; numpy (OpenBLAS) and PyTorch run the
@@ -19,9 +19,10 @@ from workloads import Runner, Skip, Softmax, Workload, _torch
 class OddGemm(Workload):
     kind = "gemm"
 
-    def __init__(self, m, n, k, dense=False):
-        self.m, self.n, self.k, self.dense = m, n, k, dense
-        self.name = (f"dense {m}x{k} -> {n}" if dense else f"gemm {m}x{n}x{k}")
+    def __init__(self, m, n, k, dense=False, packed=False):
+        self.m, self.n, self.k, self.dense, self.packed = m, n, k, dense, packed
+        self.name = (f"dense {m}x{k} -> {n}" if dense else f"gemm {m}x{n}x{k}") + \
+            (" packed" if packed else "")
         self.flops = 2.0 * m * n * k
         rng = np.random.default_rng(m * 7 + n * 3 + k)
         self.a = rng.standard_normal((m, k)).astype("float32")
@@ -40,13 +41,15 @@ class OddGemm(Workload):
         c = np.empty((m, n), "float32")
         if tool == "tecomp":
             A = tc.placeholder((m, k), name="A")
+            # packed: the operand packed into panels by its own stage (dense_packed /
+            # matmul_packed), as in run.py's GEMM; else the plain op, B read in place
             if self.dense:
                 B = tc.placeholder((n, k), name="W")
-                C = ops.dense(A, B)
+                C = sc.dense_packed(A, B) if self.packed else ops.dense(A, B)
                 s = sc.schedule_dense(C)
             else:
                 B = tc.placeholder((k, n), name="B")
-                C = ops.matmul(A, B)
+                C = sc.matmul_packed(A, B) if self.packed else ops.matmul(A, B)
                 s = sc.schedule_matmul(C)
             f = tc.build(s, [A, B, C], name="gemm")
             return Runner(lambda: f(a, b, c), lambda: c)
@@ -132,7 +135,10 @@ class OddConv(Workload):
 
 ODD_WORKLOADS = [
     OddGemm(1000, 1000, 1000), OddGemm(127, 509, 257), OddGemm(333, 77, 1031),
+    OddGemm(1000, 1000, 1000, packed=True), OddGemm(127, 509, 257, packed=True),
+    OddGemm(333, 77, 1031, packed=True),
     OddGemm(1, 1000, 1024, dense=True), OddGemm(61, 1000, 1024, dense=True),
+    OddGemm(61, 1000, 1024, dense=True, packed=True),
     OddConv(3, 32, 224, 224, 3, 2, 1, "NCHW"), OddConv(3, 32, 224, 224, 3, 2, 1, "NHWC"),
     OddConv(96, 96, 27, 27, 3, 1, 1, "NCHW"), OddConv(72, 40, 33, 33, 3, 1, 1, "NHWC"),
     OddConv(64, 64, 28, 28, 3, 1, 2, "NCHW", dilation=2),
