@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
+from tecomp import nn
 from tecomp.nn import schedule_cpu as sc
 from tecomp.testing import check_passes
 from helpers import run
@@ -147,16 +148,21 @@ def _micro_kernels(text):
 
 @pytest.mark.parametrize("shape", [(1000, 1000, 1000), (127, 509, 257), (64, 100, 40),
                                    (3, 37, 5), (50, 50, 50)])
-@pytest.mark.parametrize("nr", [32, 48])
+@pytest.mark.parametrize("nr", [32, 48, "plain"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_packed_gemm_column_edge_is_one_kernel(shape, nr, threads):
-    """matmul_packed with N not a multiple of the panel width: the last panel's block
-    is computed over the zero-padded panel; one micro-kernel for every column panel (a
-    second only for a row tail), the copy to C masked."""
+def test_gemm_column_edge_is_one_kernel(shape, nr, threads):
+    """matmul_packed (and plain matmul, whose copy of B is padded) with N not a multiple
+    of the panel width: the last panel's block is computed over the zero-padded panel;
+    one micro-kernel for every column panel (a second only for a row tail), the copy to
+    C masked."""
     m, n, k = shape
     A = tc.placeholder((m, k), name="A")
     B = tc.placeholder((k, n), name="B")
-    C = sc.matmul_packed(A, B, nr=nr)
+    if nr == "plain":
+        C = nn.matmul(A, B)
+        nr = sc.gemm_params(m, n, k).nr
+    else:
+        C = sc.matmul_packed(A, B, nr=nr)
     old = tc.get_num_threads()
     tc.set_num_threads(threads)
     try:
@@ -176,14 +182,15 @@ def test_packed_gemm_column_edge_is_one_kernel(shape, nr, threads):
     np.testing.assert_allclose(c, a.astype("float64") @ b.astype("float64"), rtol=1e-4, atol=1e-4)
 
 
-def test_packed_gemm_edge_through_the_interpreter():
+@pytest.mark.parametrize("packed", [True, False])
+def test_gemm_edge_through_the_interpreter(packed):
     """The interpreter checks every load and store against its buffer: the block past
     the edge reads only the packed panel (zero there) and writes only C's columns."""
     from tecomp.ir import interp
 
     A = tc.placeholder((13, 9), name="A")
     B = tc.placeholder((9, 70), name="B")
-    C = sc.matmul_packed(A, B, nr=32)
+    C = sc.matmul_packed(A, B, nr=32) if packed else nn.matmul(A, B)
     s = sc.schedule_matmul(C)
     rng = np.random.default_rng(2)
     a = rng.standard_normal((13, 9)).astype("float32")
@@ -207,3 +214,25 @@ def test_dense_packed_with_bias_at_the_edge():
     f(x, w, bb, y)
     np.testing.assert_allclose(y, x.astype("float64") @ w.T.astype("float64") + bb, rtol=1e-4,
                                atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cache_read_pad(backend):
+    """cache_read(..., pad=v): the copy is v past the tensor's edge, so it can be
+    computed there in whole blocks (its read of the tensor is guarded)."""
+    A = tc.placeholder((30,), name="A")
+    C = tc.compute((30,), lambda i: A[i] * 3, name="C")
+    s = tc.create_schedule(C.op)
+    AL = s.cache_read(A, "local", [C], pad=0.0)
+    xo, xi = s[C].split(C.op.axis[0], factor=8)
+    s[AL].compute_at(s[C], xo)
+    s[AL].align_bounds(AL.op.axis[0], 8)
+    text = str(tc.lower(s, [A, C]))
+    assert "allocate A.local: float32[8] (local)" in text
+    # partitioned: 3 whole blocks, then the last one padded past A's 30 elements
+    assert "A.local[i0] = A[i.outer*8 + i0]" in text, text
+    assert "A.local[i0] = select(i0 < 6, A[i0 + 24], 0f)" in text, text
+    a = np.arange(30, dtype="float32")
+    c = np.full(30, np.nan, "float32")
+    run(s, [A, C], [a, c], backend)
+    np.testing.assert_array_equal(c, a * 3)

@@ -552,13 +552,17 @@ def _schedule_gemm_write_cache(s: Schedule, C: Tensor, info: CpuInfo, packed, p:
     cs.unroll(ci)
     _vector_columns(cs, cj, p)
     N = _cint(C.op.shape[1])
-    if packed is not None and N is not None and N % p.nr:
-        # the right edge: the last panel's block is computed whole over the packed panel
-        # (zero past N; align_bounds) and only its copy to C is masked (the loops around
-        # it are not partitioned).  One micro-kernel in the code instead of a narrower
-        # second one and copies of the parallel nest: measured against that, 2 threads,
-        # interleaved, GFLOP/s (build seconds): 1000^3 159.6 vs 148.8 (0.17 vs 0.33),
-        # 127x509x257 144.0 vs 114.7 (0.25 vs 0.70), 333x77x1031 108.4 vs 85.3 (0.13 vs 0.25)
+    b_operand = _gemm_operands(CC.op)[1]   # None for matmul_packed's panels
+    bt, kfirst = b_operand if b_operand is not None else (None, False)
+    # the right edge: the last panel's block is computed whole over the zero-padded
+    # panel (align_bounds; matmul_packed's panels are zero past N, plain matmul's copy
+    # of B is padded) and only its copy to C is masked (the loops around it are not
+    # partitioned).  One micro-kernel in the code instead of a narrower second one and
+    # copies of the parallel nest: measured against that, matmul_packed, 2 threads,
+    # interleaved, GFLOP/s (build seconds): 1000^3 159.6 vs 148.8 (0.17 vs 0.33),
+    # 127x509x257 144.0 vs 114.7 (0.25 vs 0.70), 333x77x1031 108.4 vs 85.3 (0.13 vs 0.25)
+    edge = N is not None and N % p.nr != 0 and (packed is not None or kfirst)
+    if edge:
         cs.align_bounds(cs.op.axis[1], p.nr)
         for ax in (pack_at, jr, copy_vectors):
             if ax is not None:
@@ -577,10 +581,11 @@ def _schedule_gemm_write_cache(s: Schedule, C: Tensor, info: CpuInfo, packed, p:
         if rows_par:
             ps.parallel(pjo)
     else:
-        bt, kfirst = _gemm_operands(CC.op)[1]
         if kfirst:
-            bb = s.cache_read(bt, "local", [cs])
+            bb = s.cache_read(bt, "local", [cs], pad=0.0 if edge else None)
             s[bb].compute_at(st, pack_at)
+            if edge:
+                s[bb].align_bounds(s[bb].op.axis[1], p.nr)
             bk = s[bb].op.axis[0]
             _, bj = s[bb].split(s[bb].op.axis[1], factor=p.nr)
             s[bb].vectorize(bj)

@@ -563,9 +563,14 @@ class Schedule:
         self._stage_of[id(stage.origin_op)] = stage
 
     # -- primitives -----------------------------------------------------------------
-    def cache_read(self, tensor: Tensor, scope: str, readers) -> Tensor:
-        """A copy of ``tensor`` in ``scope`` that ``readers`` read instead; returns it."""
-        from ..te.tensor import compute
+    def cache_read(self, tensor: Tensor, scope: str, readers, pad=None) -> Tensor:
+        """A copy of ``tensor`` in ``scope`` that ``readers`` read instead; returns it.
+
+        ``pad`` (a number): the copy holds ``pad`` past ``tensor``'s edge, so that it
+        can be computed there in whole blocks (``align_bounds``), e.g. a GEMM's panel
+        of B zero-padded to the register block's width."""
+        from ..te.tensor import compute, const as _const
+        from ..ir import op as _op
 
         if not isinstance(tensor, Tensor):
             raise ScheduleError(f"cache_read: tensor must be a Tensor, got {tensor!r}")
@@ -584,7 +589,20 @@ class Schedule:
                     f"{tensor.name}; readers must be stages that index {tensor.name}")
             if st.attach_type == "inline":
                 raise ScheduleError(f"cache_read of {tensor.name}: reader {st.name} is inlined")
-        cache = compute(tensor.shape, lambda *i: tensor[i], name=f"{tensor.name}.{scope}")
+        if pad is None:
+            cache = compute(tensor.shape, lambda *i: tensor[i], name=f"{tensor.name}.{scope}")
+        else:
+            if isinstance(pad, bool) or not isinstance(pad, (int, float)):
+                raise ScheduleError(
+                    f"cache_read of {tensor.name}: pad must be a number (the value the copy "
+                    f"holds past {tensor.name}'s edge, e.g. 0.0), got {pad!r}")
+
+            def padded(*i):
+                inside = [c for d, x in enumerate(i)
+                          for c in (x >= 0, x < tensor.shape[d])]
+                return _op.if_then_else(_op.all_(*inside), tensor[i], _const(pad, tensor.dtype))
+
+            cache = compute(tensor.shape, padded, name=f"{tensor.name}.{scope}")
         cst = Stage(cache.op, self)
         cst.scope = scope
         anchor = self[tensor] if tensor in self else None

@@ -586,3 +586,12 @@ def test_align_bounds_axis_not_an_output_axis():
     with pytest.raises(tc.ScheduleError, match=r"align_bounds on stage P: axis must be one of its "
                        r"output axes"):
         s[P].align_bounds(pi, 4)
+
+
+@pytest.mark.parametrize("pad", ["0", None.__class__, True, [0.0]])
+def test_cache_read_pad_not_a_number(pad):
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"cache_read of B: pad must be a number \(the "
+                       r"value the copy holds past B's edge, e\.g\. 0\.0\)"):
+        s.cache_read(B, "local", [C], pad=pad)
