@@ -172,6 +172,25 @@ def test_dense_in_place_vectorizes_the_reduction():
     assert "unrolled (b.inner" in text and "unrolled (o.inner" in text
 
 
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_dense_in_place_batch_tail_has_constant_extents(nthreads, threads):
+    """Batch 61 in blocks of 4: the blocks are a serial loop inside the parallel loop
+    over output tiles, so the last block is partitioned off and every register block,
+    the tail's too, has constant (unrolled) extents; the lanes' final sums are unrolled
+    (16 independent chains), not a loop over the accumulators in memory."""
+    tc.set_num_threads(nthreads)
+    X = tc.placeholder((61, 64), name="X")
+    W = tc.placeholder((40, 64), name="W")
+    Y = ops.dense(X, W)
+    s = sc.schedule_dense(Y)
+    text = str(tc.lower(s, [X, W, Y]))
+    assert not re.search(r"unrolled \([\w.]+, 0, min\(", text), text
+    assert "for (k.inner" not in text        # the final sums: unrolled
+    assert "unrolled (b.inner, 0, 4)" in text and "unrolled (b.inner, 0, 1)" in text
+    x, w = _arr((61, 64)), _arr((40, 64))
+    _close(_run(s, [X, W, Y], [x, w]), x.astype("float64") @ w.T.astype("float64"))
+
+
 # ---------------------------------------------------------------------------------
 # convolution
 
