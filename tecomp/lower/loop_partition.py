@@ -114,7 +114,7 @@ class LoopPartition(Mutator):
         self.simplify = simplify
         self.ranges = ranges or {}
         self.in_kernel = 0  # GPU thread loops around the visited statement
-        self.held = set()   # ids of the loops under pragma no_partition
+        self.held = {}      # id -> the loops under pragma no_partition (kept alive)
 
     def visit_AttrStmt(self, s):
         if s.key == "pragma_no_partition":
@@ -122,7 +122,7 @@ class LoopPartition(Mutator):
             while isinstance(x, AttrStmt):
                 x = x.body
             if isinstance(x, For):
-                self.held.add(id(x))
+                self.held[id(x)] = x
         return self.generic_visit(s)
 
     def visit_For(self, s):
@@ -134,7 +134,8 @@ class LoopPartition(Mutator):
                 self.in_kernel -= 1
             return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
         # Outermost loops first: partitioning i.outer leaves the whole main part guard-free.
-        if s.kind in ("serial", "parallel", "unrolled", "vectorized") and id(s) not in self.held:
+        if s.kind in ("serial", "parallel", "unrolled", "vectorized") \
+                and self.held.get(id(s)) is not s:
             parts = self._partition(s)
             if parts is not None and s.kind == "vectorized" and (
                     self.in_kernel or not all(_vector_width_ok(p.extent) for p in parts)):

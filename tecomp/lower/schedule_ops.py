@@ -857,13 +857,14 @@ def _guarded_loads(expr, facts=()):
 
 
 def _le_facts(cond):
-    """``(x, y)`` pairs with ``x <= y`` implied by the bool expression ``cond``."""
+    """``(x, y)`` pairs with ``x <= y`` implied by the bool expression ``cond`` (its
+    int32 comparisons: the dtype of indices)."""
     from ..ir.expr import GT, LE
 
     one = Const(1, "int32")
     if isinstance(cond, And):
         return _le_facts(cond.a) + _le_facts(cond.b)
-    if isinstance(cond, (LT, LE, GT, GE)) and cond.a.dtype.startswith(("int", "uint")):
+    if isinstance(cond, (LT, LE, GT, GE)) and cond.a.dtype == cond.b.dtype == "int32":
         a, b = cond.a, cond.b
         return [{LT: (a, _op.sub(b, one)), LE: (a, b), GT: (b, _op.sub(a, one)),
                  GE: (b, a)}[type(cond)]]

@@ -595,3 +595,19 @@ def test_cache_read_pad_not_a_number(pad):
     with pytest.raises(tc.ScheduleError, match=r"cache_read of B: pad must be a number \(the "
                        r"value the copy holds past B's edge, e\.g\. 0\.0\)"):
         s.cache_read(B, "local", [C], pad=pad)
+
+
+def test_align_bounds_read_guarded_by_data_not_by_its_index():
+    # the guard compares int8 data, not the index: it bounds nothing (and is not an error
+    # of the analysis itself)
+    A = tc.placeholder((100,), name="A")
+    M = tc.placeholder((100,), dtype="int8", name="M")
+    P = tc.compute((100,), lambda i: tc.if_then_else(M[i] > 0, A[i], 0.0), name="P")
+    C = tc.compute((100,), lambda i: P[i] + 1, name="C")
+    s = tc.create_schedule(C.op)
+    xo, _ = s[C].split(C.op.axis[0], factor=16)
+    s[P].compute_at(s[C], xo)
+    s[P].align_bounds(P.op.axis[0], 16)
+    with pytest.raises(tc.ScheduleError, match=r"align_bounds on stage P \(axis i\): past the edge "
+                       r"of P, its read of M \(dimension 0, index i\) may fall outside M's memory"):
+        tc.lower(s, [A, M, C])
