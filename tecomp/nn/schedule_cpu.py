@@ -30,9 +30,11 @@ GEMM (``schedule_matmul``, ``schedule_dense``, the packed helpers)
               jr                  NR-wide panel of the packed block (from L2)
                 k, i (unrolled), j (vector)
 
-    At a right edge that the panels do not divide (``matmul_packed``, ``dense_packed``),
-    the last panel's register block is computed over the zero-padded packed panel
-    (``align_bounds``) and only its copy to C is masked: one micro-kernel in the code.
+    At a right edge that the panels do not divide, the last panel's register block is
+    computed over a zero-padded panel (``align_bounds``: the packed panel of
+    ``matmul_packed`` / ``dense_packed``, or plain ``matmul``'s copy of B made with
+    ``cache_read(..., pad=0.0)``) and only its copy to C is masked: one micro-kernel in
+    the code.
 
     With several threads each task packs its own B block (``GemmParams.par ==
     "blocks"``, at least two tasks per thread, claimed dynamically); on one thread

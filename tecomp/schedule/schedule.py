@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from ..errors import ScheduleError
+from ..errors import ScheduleError, TecompError
 from ..ir.expr import Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_index
 from ..ir.functor import Mutator
 from ..te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, THREAD_TAGS
@@ -596,11 +596,17 @@ class Schedule:
                 raise ScheduleError(
                     f"cache_read of {tensor.name}: pad must be a number (the value the copy "
                     f"holds past {tensor.name}'s edge, e.g. 0.0), got {pad!r}")
+            try:
+                fill = _const(pad, tensor.dtype)
+            except TecompError as e:
+                raise ScheduleError(
+                    f"cache_read of {tensor.name}: pad={pad!r} is not a {tensor.dtype} value "
+                    f"({e}); give one of {tensor.name}'s dtype") from None
 
             def padded(*i):
                 inside = [c for d, x in enumerate(i)
                           for c in (x >= 0, x < tensor.shape[d])]
-                return _op.if_then_else(_op.all_(*inside), tensor[i], _const(pad, tensor.dtype))
+                return _op.if_then_else(_op.all_(*inside), tensor[i], fill)
 
             cache = compute(tensor.shape, padded, name=f"{tensor.name}.{scope}")
         cst = Stage(cache.op, self)

@@ -611,3 +611,13 @@ def test_align_bounds_read_guarded_by_data_not_by_its_index():
     with pytest.raises(tc.ScheduleError, match=r"align_bounds on stage P \(axis i\): past the edge "
                        r"of P, its read of M \(dimension 0, index i\) may fall outside M's memory"):
         tc.lower(s, [A, M, C])
+
+
+@pytest.mark.parametrize("pad", [0.5, 2**40])
+def test_cache_read_pad_not_of_the_tensors_dtype(pad):
+    A = tc.placeholder((10,), dtype="int32", name="A")
+    C = tc.compute((10,), lambda i: A[i] + 1, name="C")
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"cache_read of A: pad=.* is not a int32 value "
+                       r".*give one of A's dtype"):
+        s.cache_read(A, "local", [C], pad=pad)
