@@ -16,13 +16,10 @@ from helpers import run
 BACKENDS = ["llvm", "interp"]
 
 
-def _scaled(n=100, guarded=True):
-    """C = P + 1 with P = 2 * A, P computed per 16-element block of C."""
+def _scaled(n=100):
+    """C = P + 1 with P = 2 * A (A's read guarded), P computed per 16-element block of C."""
     A = tc.placeholder((n,), name="A")
-    if guarded:
-        P = tc.compute((n,), lambda i: tc.if_then_else(i < n, A[i], 0.0) * 2, name="P")
-    else:
-        P = tc.compute((n,), lambda i: A[i] * 2, name="P")
+    P = tc.compute((n,), lambda i: tc.if_then_else(i < n, A[i], 0.0) * 2, name="P")
     C = tc.compute((n,), lambda i: P[i] + 1, name="C")
     s = tc.create_schedule(C.op)
     xo, xi = s[C].split(C.op.axis[0], factor=16)
