@@ -16,13 +16,13 @@ from helpers import run
 BACKENDS = ["llvm", "interp"]
 
 
-def _scaled(n=100):
-    """C = P + 1 with P = 2 * A (A's read guarded), P computed per 16-element block of C."""
+def _scaled(n=100, block=16):
+    """C = P + 1 with P = 2 * A (A's read guarded), P computed per block of C."""
     A = tc.placeholder((n,), name="A")
     P = tc.compute((n,), lambda i: tc.if_then_else(i < n, A[i], 0.0) * 2, name="P")
     C = tc.compute((n,), lambda i: P[i] + 1, name="C")
     s = tc.create_schedule(C.op)
-    xo, xi = s[C].split(C.op.axis[0], factor=16)
+    xo, xi = s[C].split(C.op.axis[0], factor=block)
     s[P].compute_at(s[C], xo)
     return s, A, P, C, xo, xi
 
@@ -101,12 +101,7 @@ def test_region_wholly_past_the_edge_is_skipped():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_symbolic_extent(backend):
     n = tc.var("n")
-    A = tc.placeholder((n,), name="A")
-    P = tc.compute((n,), lambda i: tc.if_then_else(i < n, A[i], 0.0) * 2, name="P")
-    C = tc.compute((n,), lambda i: P[i] + 1, name="C")
-    s = tc.create_schedule(C.op)
-    xo, xi = s[C].split(C.op.axis[0], factor=8)
-    s[P].compute_at(s[C], xo)
+    s, A, P, C, xo, xi = _scaled(n, block=8)
     s[P].align_bounds(P.op.axis[0], 8)
     assert "allocate P: float32[8]" in str(tc.lower(s, [A, C, n]))
     for size in (1, 8, 13):

@@ -100,6 +100,7 @@ from .expr import (
 from .functor import Mutator, node_fields, substitute
 from .stmt import (
     Allocate, AssertStmt, AttrStmt, Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt,
+    annotated_loop,
 )
 
 __all__ = ["simplify", "Simplifier", "StmtSimplifier"]
@@ -1639,12 +1640,12 @@ class StmtSimplifier(Mutator):
         body = self.visit(s.body)
         if _is_empty(body):
             return _EMPTY
-        if s.key.startswith("pragma_") and _loop_under(s.body) is not None \
-                and _loop_under(body) is not _loop_under(s.body) \
-                and (_loop_under(body) is None or _loop_under(body).var is not _loop_under(s.body).var):
-            # the annotated loop was removed (one iteration): its pragma must not pass to
-            # whatever loop now comes first
-            return body
+        if s.key.startswith("pragma_"):
+            was, now = annotated_loop(s.body), annotated_loop(body)
+            if was is not None and (now is None or now.var is not was.var):
+                # the annotated loop was removed (one iteration): its pragma must not pass
+                # to whatever loop now comes first
+                return body
         if value is s.value and body is s.body:
             return s
         return AttrStmt(s.key, value, body)
@@ -1654,13 +1655,6 @@ class StmtSimplifier(Mutator):
         if type(v) is Const:
             return _EMPTY
         return s if v is s.value else Evaluate(v)
-
-
-def _loop_under(s):
-    """The For under a chain of AttrStmts (a loop's pragmas), or None."""
-    while isinstance(s, AttrStmt):
-        s = s.body
-    return s if isinstance(s, For) else None
 
 
 # ---------------------------------------------------------------------------------

@@ -121,6 +121,13 @@ class AssertStmt(Stmt):
     body: Stmt
 
 
+def annotated_loop(s: Stmt):
+    """The For under a chain of AttrStmts (a loop and its pragmas), or None."""
+    while isinstance(s, AttrStmt):
+        s = s.body
+    return s if isinstance(s, For) else None
+
+
 def seq(*stmts) -> Stmt:
     """Flatten nested sequences and drop Nones; one statement is returned as is."""
     out = []

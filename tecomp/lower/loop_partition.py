@@ -31,7 +31,7 @@ from __future__ import annotations
 from ..ir import op as _op
 from ..ir.expr import Add, And, Const, LT, Mul, Range, Sub, Var
 from ..ir.functor import Mutator, Visitor, substitute, uses_var
-from ..ir.stmt import AttrStmt, For, IfThenElse, SeqStmt, seq
+from ..ir.stmt import For, IfThenElse, SeqStmt, annotated_loop, seq
 
 
 def _linear(e, v):
@@ -118,10 +118,8 @@ class LoopPartition(Mutator):
 
     def visit_AttrStmt(self, s):
         if s.key == "pragma_no_partition":
-            x = s.body
-            while isinstance(x, AttrStmt):
-                x = x.body
-            if isinstance(x, For):
+            x = annotated_loop(s.body)
+            if x is not None:
                 self.held[id(x)] = x
         return self.generic_visit(s)
 

@@ -825,35 +825,38 @@ def _producer_loads(expr, t: Tensor) -> list:
     return [n for n in collect(expr, lambda n: isinstance(n, ProducerLoad)) if n.producer is t]
 
 
-def _guarded_loads(expr, facts=()):
+def _guarded_loads(expr):
     """``[(load, facts)]`` for every ProducerLoad in ``expr``: ``facts`` are the pairs
     ``(x, y)`` meaning ``x <= y`` that hold where the load is evaluated (the comparisons
     of the enclosing ``if_then_else`` conditions, in their chosen branches)."""
-    from ..ir.expr import Select
+    from ..ir.functor import Visitor
 
-    out = []
-    if isinstance(expr, ProducerLoad):
-        out.append((expr, facts))
-        for i in expr.indices:
-            out += _guarded_loads(i, facts)
-        return out
-    if isinstance(expr, Select):
-        out += _guarded_loads(expr.cond, facts)
-        out += _guarded_loads(expr.true_value, facts + tuple(_le_facts(expr.cond)))
-        out += _guarded_loads(expr.false_value, facts)
-        return out
-    if isinstance(expr, Reduce):
-        cond = tuple(_le_facts(expr.condition))
-        out += _guarded_loads(expr.source, facts + cond)
-        return out + _guarded_loads(expr.condition, facts)
-    from ..ir.functor import node_fields
+    class Walk(Visitor):
+        def __init__(self):
+            self.facts, self.found = (), []
 
-    for name in node_fields(type(expr)):
-        v = getattr(expr, name)
-        for x in (v if isinstance(v, tuple) else (v,)):
-            if isinstance(x, Expr) and not isinstance(x, (Var, Const)):
-                out += _guarded_loads(x, facts)
-    return out
+        def under(self, cond, e):
+            outer = self.facts
+            self.facts = outer + tuple(_le_facts(cond))
+            self.visit(e)
+            self.facts = outer
+
+        def visit_ProducerLoad(self, e):
+            self.found.append((e, self.facts))
+            self.generic_visit(e)
+
+        def visit_Select(self, e):
+            self.visit(e.cond)
+            self.under(e.cond, e.true_value)
+            self.visit(e.false_value)
+
+        def visit_Reduce(self, e):
+            self.visit(e.condition)
+            self.under(e.condition, e.source)
+
+    w = Walk()
+    w.visit(expr)
+    return w.found
 
 
 def _le_facts(cond):
