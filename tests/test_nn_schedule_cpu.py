@@ -257,6 +257,54 @@ def test_conv2d_with_epilogue():
     _close(_run(s, [d, w, b, out], [dn, wn, bn]), ref, 5e-5)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("C,K,H,W", [(8, 12, 10, 10), (5, 40, 13, 17), (16, 64, 28, 28)])
+def test_conv2d_fused_epilogue(layout, C, K, H, W):
+    """relu(bias_add(conv)) is applied to each register tile on its way out: the conv
+    is a local buffer inside the output's tile loop (no second pass over the output),
+    also for tiles cut by the edges."""
+    b = tc.placeholder((K,), name="bias")
+    dn, wn, bn = _arr((1, C, H, W)), _arr((K, C, 3, 3)), _arr((K,))
+    ref = np.maximum(_conv_ref(dn, wn, 1, 1, 1) + bn[None, :, None, None], 0)
+    if layout == "NCHW":
+        d = tc.placeholder((1, C, H, W), name="data")
+        w = tc.placeholder((K, C, 3, 3), name="weight")
+        conv = ops.conv2d_nchw(d, w, padding=1)
+        out = ops.relu(ops.bias_add(conv, b))
+        s = sc.schedule_conv2d_nchw(out)
+        inputs = [dn, wn, bn]
+    else:
+        d = tc.placeholder((1, H, W, C), name="data")
+        w = tc.placeholder((3, 3, C, K), name="weight")
+        conv = ops.conv2d_nhwc(d, w, padding=1)
+        out = ops.relu(ops.bias_add(conv, b, axis=3))
+        s = sc.schedule_conv2d_nhwc(out)
+        inputs = [np.ascontiguousarray(dn.transpose(0, 2, 3, 1)),
+                  np.ascontiguousarray(wn.transpose(2, 3, 1, 0)), bn]
+        ref = ref.transpose(0, 2, 3, 1)
+    text = str(tc.lower(s, [d, w, b, out]))
+    assert re.search(rf"allocate {conv.name}: float32\[[^]]*\] \(local\)", text), text
+    # no buffer for the whole conv: the epilogue has no pass of its own
+    assert all("(local)" in line for line in text.splitlines()
+               if f"allocate {conv.name}:" in line), text
+    _close(_run(s, [d, w, b, out], inputs), ref, 5e-5)
+
+
+def test_conv2d_epilogue_not_fused_when_conv_is_read_elsewhere():
+    """An epilogue that reads the conv at other indices (a transpose) is its own pass
+    over a conv computed in full."""
+    d = tc.placeholder((1, 8, 10, 10), name="data")
+    w = tc.placeholder((8, 8, 3, 3), name="weight")
+    conv = ops.conv2d_nchw(d, w, padding=1)
+    out = tc.compute((1, 8, 10, 10), lambda n, k, y, x: conv[n, k, x, y] * 2.0, name="tr")
+    s = sc.schedule_conv2d_nchw(out)
+    text = str(tc.lower(s, [d, w, out]))
+    assert re.search(rf"allocate {conv.name}: float32\[1, 8, 10, 10\]", text), text
+    dn, wn = _arr((1, 8, 10, 10)), _arr((8, 8, 3, 3))
+    ref = _conv_ref(dn, wn, 1, 1, 1).transpose(0, 1, 3, 2) * 2.0
+    _close(_run(s, [d, w, out], [dn, wn]), ref, 5e-5)
+
+
 def test_conv2d_pad_placement():
     """Weights that fit in cache: each task pads the rows it reads (allocated inside the
     task loop); large weights (2.4 MB): the pad is one root pass and the channel blocks

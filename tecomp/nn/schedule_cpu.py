@@ -44,7 +44,8 @@ Convolutions (``schedule_conv2d_nchw`` / ``_nhwc``)
     The same idea: a block of outputs accumulated in a local buffer (``cache_write``,
     kept in registers) over the whole reduction (channels x kernel window) and stored
     once, the padded input computed per output tile (``compute_at``), see each
-    function.
+    function.  An elementwise epilogue (``relu(bias_add(conv, b))``) is applied to the
+    block on its way out (the conv is then the local buffer of the epilogue's tile).
 
 Softmax, pooling, elementwise: one pass per row / tile, vectorized and parallel (softmax
 prefetches the next row).
@@ -905,8 +906,9 @@ def schedule_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
     c, ky, kx = conv.op.reduce_axis
     ob, yb, xb = _conv_block_nchw(K, OH, OW, info, N, _cint(ky.dom.extent),
                                   _cint(kx.dom.extent), _conv_x_stride(conv))
+    fused = _fusable_epilogue(outs, conv)
     st, (n, oc, yc, xc), cs, (cn, co, cy, cx), tiles = _conv_register_block(
-        s, conv, (1, ob, yb, xb))
+        s, conv, (1, ob, yb, xb), out=fused)
     c, ky, kx = cs.op.reduce_axis
     # the input channel is the loop around the kernel window (unrolled by LLVM: small
     # windows only), the register block lives across both: per channel the taps share
@@ -922,11 +924,11 @@ def schedule_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
     cs.vectorize(cx)
     _conv_tasks(s, st, cs, pad, _conv_weight(conv), info, n, oc, yc, N, K, ob, OH, yb,
                 pad_vec_dim=3, weight_vec_dim=None)
-    _epilogue(s, outs, conv, info)
+    _epilogue(s, outs, conv, info, fused)
     return s
 
 
-def _conv_register_block(s: Schedule, conv: Tensor, block, order=None):
+def _conv_register_block(s: Schedule, conv: Tensor, block, order=None, out=None):
     """Split the convolution ``conv``'s output into ``block``-sized tiles (one factor per
     output axis, the last one vectorized), loop over the tiles with the output axes in
     ``order`` (positions; default: as they are) and accumulate each tile in a local buffer
@@ -940,11 +942,24 @@ def _conv_register_block(s: Schedule, conv: Tensor, block, order=None):
     thread +1%, +7% and +8% in three runs; the other benchmark convolutions and the
     odd ones of ``benchmarks/odd.py`` moved by -6% to +7% (noise), build times too.
 
+    ``out``: an elementwise epilogue over ``conv`` (:func:`_fusable_epilogue`): it is
+    the stage tiled, and ``conv`` itself is the local buffer, so that the epilogue
+    (bias, activation) is applied to the tile in registers on its way out instead of
+    in a second pass over the output.  Measured against that second pass with
+    ``relu(bias_add(conv, b))``, interleaved, two runs: 64-channel 56x56 +4% to +13%
+    (both layouts, 1 and 2 threads); 256-channel 14x14 +1% to +5%, once -11% (NCHW,
+    2 threads; +5% in the other run).
+
     Returns (the output's stage, the output's tile loops, the buffer's stage, its
     loops over the tile (one per output axis; the caller orders them with the
     reduction), its loops over the tiles (one trip each: outermost))."""
-    CC = s.cache_write(conv, "local")
-    st = s[conv]
+    if out is not None:
+        CC = conv
+        s[conv].set_scope("local")
+        st = s[out]
+    else:
+        CC = s.cache_write(conv, "local")
+        st = s[conv]
     outer, inner = [], []
     last = len(block) - 1
     for k, (ax, f) in enumerate(zip(st.op.axis, block)):
@@ -1094,14 +1109,47 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
     return task
 
 
-def _epilogue(s: Schedule, outs, main: Tensor, info: CpuInfo):
+def _epilogue(s: Schedule, outs, main: Tensor, info: CpuInfo, fused=None):
     """Inline the injective stages between ``main`` and the outputs and schedule the
-    outputs that are not ``main`` as elementwise loops."""
+    outputs that are not ``main`` (nor ``fused``, scheduled with it) as elementwise
+    loops."""
     below = set(id(op) for op in _walk([main]))
     _inline_injective(s, [op for op in _walk(outs) if id(op) not in below])
     for t in outs:
-        if t.op is not main.op and _is_injective(t.op):
+        if t.op is not main.op and _is_injective(t.op) and (fused is None
+                                                              or t.op is not fused.op):
             _schedule_elementwise_stage(s, t, info)
+
+
+def _fusable_epilogue(outs, main: Tensor) -> Optional[Tensor]:
+    """The one output when it is an elementwise function of ``main`` (e.g.
+    ``relu(bias_add(conv, b))``): every stage from it down to ``main`` is injective,
+    has ``main``'s shape and reads the stage below it at exactly its own indices, and
+    ``main`` is read by nothing else.  Else None."""
+    if len(outs) != 1 or outs[0].op is main.op:
+        return None
+    out = outs[0]
+    shape = [_cint(e) for e in main.shape]
+    if None in shape:
+        return None
+    below = set(id(o) for o in _walk([main]))
+    chain = [op for op in _walk([out]) if id(op) not in below]
+    ids = set(id(op) for op in chain) | {id(main.op)}
+    for op in chain:
+        if not _is_injective(op) or [_cint(e) for e in op.output(0).shape] != shape:
+            return None
+        axes = [iv.var for iv in op.axis]
+        for t in op.input_tensors:
+            if id(t.op) in ids:
+                for ld in _loads(op.body, t):
+                    if len(ld.indices) != len(axes) or any(
+                            i is not v for i, v in zip(ld.indices, axes)):
+                        return None
+    # main feeds the chain only (not another output or stage)
+    for op in _walk([out]):
+        if id(op) not in ids and any(t.op is main.op for t in op.input_tensors):
+            return None
+    return out
 
 
 def _conv_block_nhwc(K, OH, OW, info: CpuInfo):
@@ -1142,8 +1190,9 @@ def schedule_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
     s = create_schedule([t.op for t in outs])
     N, OH, OW, K = (_cint(e) for e in conv.shape)
     ob, yb, xb = _conv_block_nhwc(K, OH, OW, info)
+    fused = _fusable_epilogue(outs, conv)
     st, (n, oc, yc, xc), cs, (cn, cy, cx, co), tiles = _conv_register_block(
-        s, conv, (1, yb, xb, ob), order=(0, 3, 1, 2))
+        s, conv, (1, yb, xb, ob), order=(0, 3, 1, 2), out=fused)
     ky, kx, c = cs.op.reduce_axis
     cs.reorder(*tiles, cn, ky, kx, c, cy, cx, co)
     cs.unroll(cy)
@@ -1151,7 +1200,7 @@ def schedule_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
     cs.vectorize(co)
     _conv_tasks(s, st, cs, pad, _conv_weight(conv), info, n, oc, yc, N, K, ob, OH, yb,
                 pad_vec_dim=3, weight_vec_dim=3)
-    _epilogue(s, outs, conv, info)
+    _epilogue(s, outs, conv, info, fused)
     return s
 
 
