@@ -290,7 +290,7 @@ def test_conv2d_fused_epilogue(layout, C, K, H, W):
     _close(_run(s, [d, w, b, out], inputs), ref, 5e-5)
 
 
-def test_conv2d_epilogue_not_fused_when_conv_is_read_elsewhere():
+def test_conv2d_epilogue_not_fused_when_read_at_other_indices():
     """An epilogue that reads the conv at other indices (a transpose) is its own pass
     over a conv computed in full."""
     d = tc.placeholder((1, 8, 10, 10), name="data")
