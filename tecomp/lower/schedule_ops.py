@@ -37,9 +37,9 @@ from ..errors import InternalError, LowerError, ScheduleError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
-    Buffer, BufferLoad, Const, Expr, GE, IterVar, LE, LT, ProducerLoad, Range, Reduce, Var, And,
+    Buffer, BufferLoad, Const, Expr, GE, GT, IterVar, LE, LT, ProducerLoad, Range, Reduce, Var, And,
 )
-from ..ir.functor import Mutator, substitute
+from ..ir.functor import Mutator, Visitor, substitute
 from ..ir.stmt import Allocate, AttrStmt, BufferStore, For, IfThenElse, SeqStmt, seq
 from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_problem
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -825,36 +825,37 @@ def _producer_loads(expr, t: Tensor) -> list:
     return [n for n in collect(expr, lambda n: isinstance(n, ProducerLoad)) if n.producer is t]
 
 
+class _GuardedLoads(Visitor):
+    """Collects ``(load, facts)`` for :func:`_guarded_loads`."""
+
+    def __init__(self):
+        self.facts, self.found = (), []
+
+    def under(self, cond, e):
+        outer = self.facts
+        self.facts = outer + tuple(_le_facts(cond))
+        self.visit(e)
+        self.facts = outer
+
+    def visit_ProducerLoad(self, e):
+        self.found.append((e, self.facts))
+        self.generic_visit(e)
+
+    def visit_Select(self, e):
+        self.visit(e.cond)
+        self.under(e.cond, e.true_value)
+        self.visit(e.false_value)
+
+    def visit_Reduce(self, e):
+        self.visit(e.condition)
+        self.under(e.condition, e.source)
+
+
 def _guarded_loads(expr):
     """``[(load, facts)]`` for every ProducerLoad in ``expr``: ``facts`` are the pairs
     ``(x, y)`` meaning ``x <= y`` that hold where the load is evaluated (the comparisons
     of the enclosing ``if_then_else`` conditions, in their chosen branches)."""
-    from ..ir.functor import Visitor
-
-    class Walk(Visitor):
-        def __init__(self):
-            self.facts, self.found = (), []
-
-        def under(self, cond, e):
-            outer = self.facts
-            self.facts = outer + tuple(_le_facts(cond))
-            self.visit(e)
-            self.facts = outer
-
-        def visit_ProducerLoad(self, e):
-            self.found.append((e, self.facts))
-            self.generic_visit(e)
-
-        def visit_Select(self, e):
-            self.visit(e.cond)
-            self.under(e.cond, e.true_value)
-            self.visit(e.false_value)
-
-        def visit_Reduce(self, e):
-            self.visit(e.condition)
-            self.under(e.condition, e.source)
-
-    w = Walk()
+    w = _GuardedLoads()
     w.visit(expr)
     return w.found
 
@@ -862,8 +863,6 @@ def _guarded_loads(expr):
 def _le_facts(cond):
     """``(x, y)`` pairs with ``x <= y`` implied by the bool expression ``cond`` (its
     int32 comparisons: the dtype of indices)."""
-    from ..ir.expr import GT, LE
-
     one = Const(1, "int32")
     if isinstance(cond, And):
         return _le_facts(cond.a) + _le_facts(cond.b)

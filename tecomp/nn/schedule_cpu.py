@@ -1124,8 +1124,9 @@ def _epilogue(s: Schedule, outs, main: Tensor, info: CpuInfo, fused=None):
 def _fusable_epilogue(outs, main: Tensor) -> Optional[Tensor]:
     """The one output when it is an elementwise function of ``main`` (e.g.
     ``relu(bias_add(conv, b))``): every stage from it down to ``main`` is injective,
-    has ``main``'s shape and reads the stage below it at exactly its own indices, and
-    ``main`` is read by nothing else.  Else None."""
+    has ``main``'s shape and reads the stages of the chain (and ``main``) at exactly its
+    own indices.  (Every other stage under the output is a producer of ``main``, so
+    nothing else reads it.)  Else None."""
     if len(outs) != 1 or outs[0].op is main.op:
         return None
     out = outs[0]
@@ -1145,10 +1146,6 @@ def _fusable_epilogue(outs, main: Tensor) -> Optional[Tensor]:
                     if len(ld.indices) != len(axes) or any(
                             i is not v for i, v in zip(ld.indices, axes)):
                         return None
-    # main feeds the chain only (not another output or stage)
-    for op in _walk([out]):
-        if id(op) not in ids and any(t.op is main.op for t in op.input_tensors):
-            return None
     return out
 
 
