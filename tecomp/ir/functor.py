@@ -8,7 +8,7 @@ changed below it, so ``new is old`` is a cheap "did anything change" test.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 from .expr import Buffer, BufferLoad, CommReducer, Expr, IterVar, Node, Range, Reduce, Var
 from .stmt import PrimFunc, Stmt
@@ -27,13 +27,30 @@ def node_fields(cls) -> tuple:
 _WALKED = (Expr, Stmt, Range)
 
 
+#: (visitor class, node class) -> the ``visit_<ClassName>`` function, or None
+_DISPATCH: Dict[tuple, Optional[Callable]] = {}
+
+
+def _handler(vcls: type, ncls: type) -> Optional[Callable]:
+    """The ``visit_<ClassName>`` method of visitor class ``vcls`` for node class ``ncls``
+    (looked up once per pair: the visitors are the hot loops of lowering and codegen)."""
+    key = (vcls, ncls)
+    try:
+        return _DISPATCH[key]
+    except KeyError:
+        f = getattr(vcls, "visit_" + ncls.__name__, None)
+        _DISPATCH[key] = f
+        return f
+
+
 class Visitor:
-    """Read-only walk.  Override ``visit_<ClassName>`` and call ``self.generic_visit``."""
+    """Read-only walk.  Override ``visit_<ClassName>`` and call ``self.generic_visit``.
+    Handlers are looked up on the class (once per node class), not on the instance."""
 
     def visit(self, node):
-        m = getattr(self, "visit_" + type(node).__name__, None)
+        m = _handler(type(self), type(node))
         if m is not None:
-            return m(node)
+            return m(self, node)
         return self.generic_visit(node)
 
     def generic_visit(self, node):
@@ -56,9 +73,9 @@ class Mutator:
     """Rewrite walk.  Override ``visit_<ClassName>``; return a new node or the same one."""
 
     def visit(self, node):
-        m = getattr(self, "visit_" + type(node).__name__, None)
+        m = _handler(type(self), type(node))
         if m is not None:
-            return m(node)
+            return m(self, node)
         return self.generic_visit(node)
 
     def visit_buffer(self, buf: Buffer) -> Buffer:
@@ -106,15 +123,18 @@ def substitute(node, vmap: dict):
     return _Substituter(vmap).visit(node)
 
 
+class _PostOrder(Visitor):
+    def __init__(self, fn: Callable[[Node], None]):
+        self.fn = fn
+
+    def visit(self, n):
+        super().visit(n)
+        self.fn(n)
+
+
 def post_order(node, fn: Callable[[Node], None]) -> None:
     """Call ``fn`` on every Expr/Stmt node of ``node``, children first."""
-
-    class _V(Visitor):
-        def visit(self, n):
-            super().visit(n)
-            fn(n)
-
-    _V().visit(node)
+    _PostOrder(fn).visit(node)
 
 
 def collect(node, pred) -> list:
@@ -124,47 +144,44 @@ def collect(node, pred) -> list:
     return out
 
 
+class _FreeVars(Visitor):
+    """The walk of :func:`free_vars`: every Var used, and every Var bound, in order."""
+
+    def __init__(self):
+        self.bound, self.seen, self.out = set(), set(), []
+
+    def visit_For(self, s):
+        self.bound.add(s.var)
+        self.generic_visit(s)
+
+    visit_LetStmt = visit_Let = visit_For
+
+    def visit_Reduce(self, e):
+        for iv in e.axis:
+            self.bound.add(iv.var)
+        self.generic_visit(e)
+
+    def visit_Var(self, v):
+        if v not in self.seen:
+            self.seen.add(v)
+            self.out.append(v)
+
+    @staticmethod
+    def all_vars(node) -> set:
+        w = _FreeVars()
+        w.visit(node)
+        return w.seen
+
+
 def free_vars(node) -> list:
     """Vars used in ``node`` that it does not bind itself (in first-use order)."""
-    from .stmt import For, LetStmt
-    from .expr import Let
-
-    bound, seen, out = set(), set(), []
-
-    class _V(Visitor):
-        def visit_For(self, s):
-            bound.add(s.var)
-            self.generic_visit(s)
-
-        def visit_LetStmt(self, s):
-            bound.add(s.var)
-            self.generic_visit(s)
-
-        def visit_Let(self, e):
-            bound.add(e.var)
-            self.generic_visit(e)
-
-        def visit_Reduce(self, e):
-            for iv in e.axis:
-                bound.add(iv.var)
-            self.generic_visit(e)
-
-        def visit_Var(self, v):
-            if v not in seen:
-                seen.add(v)
-                out.append(v)
-
-    _V().visit(node)
-    return [v for v in out if v not in bound]
+    if type(node) is Var:
+        return [node]
+    w = _FreeVars()
+    w.visit(node)
+    return [v for v in w.out if v not in w.bound]
 
 
 def uses_var(node, var: Var) -> bool:
-    found = []
-
-    class _V(Visitor):
-        def visit_Var(self, v):
-            if v is var:
-                found.append(v)
-
-    _V().visit(node)
-    return bool(found)
+    """Whether ``node`` reads ``var`` anywhere (bound or not)."""
+    return var in _FreeVars.all_vars(node)
