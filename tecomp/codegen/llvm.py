@@ -232,6 +232,15 @@ def _with_lanes(scalar_ty, like):
     return scalar_ty
 
 
+def _operand_key(v):
+    """A hashable identity of an LLVM operand: scalar integer constants by value (they are
+    built afresh at each use), everything else by object (kept alive by the cache entry's
+    instruction, which uses it)."""
+    if _is_const(v):
+        return (v.type.width, v.constant)
+    return id(v)
+
+
 def _is_const(v) -> bool:
     return isinstance(v, ir.Constant) and isinstance(v.type, ir.IntType) and \
         isinstance(v.constant, int)
@@ -902,13 +911,41 @@ def _int_const_value(value, width: int) -> int:
     return _wrap_signed(int(value), width)
 
 
+class _Lit(ir.Constant):
+    """A vector constant written in LLVM's short forms (``poison``, ``zeroinitializer``,
+    ``splat (float 1.0)``) instead of llvmlite's element list: a 32-lane ``undef`` vector
+    is 32 formatted elements, on every use, in text that LLVM then parses again."""
+
+    def __init__(self, ty, text: str):
+        super().__init__(ty, None)
+        self.text = text
+
+    def _get_reference(self):
+        return self.text
+
+
+_LITS: Dict[Tuple[str, str], _Lit] = {}
+
+
+def _lit(ty, text: str) -> _Lit:
+    key = (str(ty), text)
+    c = _LITS.get(key)
+    if c is None:
+        c = _LITS[key] = _Lit(ty, text)
+    return c
+
+
+def _poison(ty) -> _Lit:
+    return _lit(ty, "poison")
+
+
 def _splat(ty, value):
     """A constant of type ``ty`` (scalar or vector) with every element ``value``."""
     if isinstance(ty, ir.VectorType):
         el = ty.element
         if isinstance(el, ir.IntType):
             value = _int_const_value(value, el.width)
-        return ir.Constant(ty, [ir.Constant(el, value)] * ty.count)
+        return _lit(ty, f"splat ({el} {ir.Constant(el, value).get_reference()})")
     if isinstance(ty, ir.IntType):
         value = _int_const_value(value, ty.width)
     return ir.Constant(ty, value)
@@ -941,6 +978,8 @@ class _FnEmitter:
         self._stmt_stack: List[Stmt] = []
         #: id(For) -> llvm.loop.unroll.count (from pragma "unroll_count")
         self._unroll_count: Dict[int, int] = {}
+        #: (op, operand keys) -> (block, value) for :meth:`_int_op`
+        self._int_cse: Dict[tuple, tuple] = {}
 
     # -- function frame ---------------------------------------------------------------
     def alloca(self, ty, name: str = "", align: Optional[int] = None):
@@ -1081,12 +1120,13 @@ class _FnEmitter:
     def bcast(self, s):
         """Broadcast the scalar ``s`` to a vector of ``self.lanes``."""
         vty = self.vtype(s.type)
-        if isinstance(s, ir.Constant) and not isinstance(s.type, ir.PointerType):
-            return ir.Constant(vty, [s] * self.lanes)
+        if isinstance(s, ir.Constant) and not isinstance(s.type, ir.PointerType) \
+                and not isinstance(s, _Lit):
+            return _lit(vty, f"splat ({s.type} {s.get_reference()})")
         b = self.b
-        v = b.insert_element(ir.Constant(vty, ir.Undefined), s, ir.Constant(_I32, 0))
-        return b.shuffle_vector(v, ir.Constant(vty, ir.Undefined),
-                                ir.Constant(ir.VectorType(_I32, self.lanes), [0] * self.lanes))
+        v = b.insert_element(_poison(vty), s, ir.Constant(_I32, 0))
+        return b.shuffle_vector(v, _poison(vty),
+                                _lit(ir.VectorType(_I32, self.lanes), "zeroinitializer"))
 
     def vec(self, val: Val):
         """Materialise ``val`` as a vector of ``self.lanes``."""
@@ -1143,6 +1183,20 @@ class _FnEmitter:
             self.if_(self.any_lane(mask), run, name="lanes")
 
     # -- integer helpers with folding ----------------------------------------------------------
+    def _int_op(self, op: str, x, y):
+        """``x op y`` emitted once per basic block: the unrolled bodies index every load
+        with the same few products and sums, and each copy is text for llvmlite to print,
+        LLVM to parse and its passes to fold again.  A value from the current block
+        dominates the builder's position (it only ever appends at a block's end)."""
+        blk = self.b.block
+        key = (op, _operand_key(x), _operand_key(y))
+        hit = self._int_cse.get(key)
+        if hit is not None and hit[0] is blk:
+            return hit[1]
+        r = getattr(self.b, op)(x, y)
+        self._int_cse[key] = (blk, r)
+        return r
+
     def iadd(self, x, y):
         if _is_const(x) and _is_const(y):
             return ir.Constant(x.type, _wrap_signed(x.constant + y.constant, x.type.width))
@@ -1150,14 +1204,14 @@ class _FnEmitter:
             return y
         if _is_const(y) and y.constant == 0:
             return x
-        return self.b.add(x, y)
+        return self._int_op("add", x, y)
 
     def isub(self, x, y):
         if _is_const(x) and _is_const(y):
             return ir.Constant(x.type, _wrap_signed(x.constant - y.constant, x.type.width))
         if _is_const(y) and y.constant == 0:
             return x
-        return self.b.sub(x, y)
+        return self._int_op("sub", x, y)
 
     def imul(self, x, y):
         if _is_const(x) and _is_const(y):
@@ -1168,7 +1222,7 @@ class _FnEmitter:
             return x
         if (_is_const(x) and x.constant == 0) or (_is_const(y) and y.constant == 0):
             return ir.Constant(x.type, 0)
-        return self.b.mul(x, y)
+        return self._int_op("mul", x, y)
 
     def vadd(self, a: Val, c: Val, sub: bool = False) -> Val:
         """Integer add/sub keeping affine structure."""
@@ -1201,6 +1255,12 @@ class _FnEmitter:
             return self.map1(val, lambda x: b.icmp_unsigned("!=", x, _splat(x.type, 0)))
         if db == sb:
             return val
+        if val.v is None and _is_const(val.s) and (val.step == 0 or not _unsigned(src)):
+            # fold (unrolled and widened loops bind constants), as the affine case below
+            c = val.s.constant
+            if db > sb and _unsigned(src):
+                c &= (1 << sb) - 1
+            return Val(ir.Constant(ty, _wrap_signed(c, db)), val.step)
         if db < sb:
             f = lambda x: b.trunc(x, _with_lanes(ty, x.type))  # noqa: E731
         elif _unsigned(src):
@@ -1382,7 +1442,7 @@ class _FnEmitter:
                                   [_PTR, _I32, ir.VectorType(_I1, P), wty], [wty, _PTR])
             w = b.call(f, [p, ir.Constant(_I32, align), self._pad_mask(P),
                            _splat(wty, 0)])
-            x = b.shuffle_vector(w, ir.Constant(wty, ir.Undefined),
+            x = b.shuffle_vector(w, _poison(wty),
                                  ir.Constant(ir.VectorType(_I32, n),
                                              [ir.Constant(_I32, i) for i in range(n)]))
         elif off.v is None and off.step == 1:
@@ -1429,7 +1489,7 @@ class _FnEmitter:
             n = self.lanes
             p = self._elem_ptr(bi, off.s, False)
             wty = ir.VectorType(memty, P)
-            w = b.shuffle_vector(x, ir.Constant(vty, ir.Undefined),
+            w = b.shuffle_vector(x, _poison(vty),
                                  ir.Constant(ir.VectorType(_I32, P),
                                              [ir.Constant(_I32, min(i, n)) for i in range(P)]))
             f = self.mb.intrinsic("llvm.masked.store", ir.VoidType(),
@@ -2092,7 +2152,7 @@ class _FnEmitter:
         if val.uniform:
             return Val(b.call(f, [val.s]))
         v = self.vec(val)
-        out = ir.Constant(v.type, ir.Undefined)
+        out = _poison(v.type)
         for lane in range(self.lanes):
             i = ir.Constant(_I32, lane)
             out = b.insert_element(out, b.call(f, [b.extract_element(v, i)]), i)
