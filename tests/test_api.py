@@ -275,3 +275,24 @@ def test_matmul_issue_example():
     f(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5)
     assert "define" in f.get_source("llvm")
+
+
+def test_build_restores_the_garbage_collector_state():
+    """tc.build pauses Python's cyclic collector while it runs and leaves it as it found
+    it: on, or off where the caller turned it off, also when the build fails."""
+    import gc
+
+    A = tc.placeholder((8,), name="A")
+    B = tc.compute((8,), lambda i: A[i] + 1.0, name="B")
+    assert gc.isenabled()
+    tc.build(tc.create_schedule(B.op), [A, B])
+    assert gc.isenabled()
+    with pytest.raises(tc.TecompError):
+        tc.build(tc.create_schedule(B.op), [A, B], target="nope")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        tc.build(tc.create_schedule(B.op), [A, B])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
