@@ -1171,7 +1171,39 @@ def _conv_block_nhwc(K, OH, OW, info: CpuInfo):
         ds = [d for d in _divisors(OW) if d <= pix // yb]
         if ds and max(ds) >= 0.75 * xb:
             xb = max(ds)
+    if OH is not None and OW is not None and 0 < OW % xb * min(yb, OH % yb or yb) < 8 / nvo:
+        # a row that the block leaves a sliver of (15 wide in 14-pixel blocks: a 1-pixel
+        # tail block whose two accumulators wait on the FMA latency) is worth a
+        # different block: the cheapest under _nhwc_block_cost, if clearly cheaper.  Only
+        # blocks at least as wide as tall: at 15x15, 4x3 blocks (cheaper in the model)
+        # ran 2-10% slower than 2x5 in four interleaved runs
+        cur = _nhwc_block_cost(OH, OW, yb, xb, nvo, info.threads)
+        cands = [(_nhwc_block_cost(OH, OW, y, x, nvo, info.threads), -y * x, y, x)
+                 for y in range(1, min(OH, pix) + 1)
+                 for x in range(y, min(OW, pix // y) + 1)]
+        cost, _, y, x = min(cands)
+        if cost < 0.95 * cur:
+            yb, xb = y, x
     return ob, yb, xb
+
+
+def _nhwc_block_cost(OH: int, OW: int, yb: int, xb: int, nvo: int, threads: int) -> float:
+    """Relative time of an ``OH x OW`` output in ``yb x xb``-pixel register blocks (and
+    the smaller blocks at the bottom and right edges): a block of ``p`` pixels costs ``p``
+    FMA steps, but at least ``8 / nvo`` (two FMA ports x 4 cycles of latency need 8
+    independent accumulators), plus 2 for the block's weight loads and loop; times the
+    imbalance of the row blocks over the threads (they are the tasks when there are few
+    channel blocks, see :func:`_conv_tasks`).  128 channels at 15x15, 5x5 window,
+    interleaved, GFLOP/s, 2 threads (six runs): 1x14 blocks (a 1-pixel tail per row)
+    82-118, 3x4 97-118, 2x5 (this model's choice: 8 row blocks) 101-135; 1 thread: 1x14
+    60, 3x4 69, 2x5 68."""
+    floor = -(-8 // nvo)
+    cost = 0.0
+    for ny, y in ((OH // yb, yb), (1 if OH % yb else 0, OH % yb)):
+        for nx, x in ((OW // xb, xb), (1 if OW % xb else 0, OW % xb)):
+            cost += ny * nx * (max(y * x, floor) + 2)
+    rows = -(-OH // yb)
+    return cost * (-(-rows // threads) * threads / rows)
 
 
 def schedule_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
