@@ -221,6 +221,7 @@ CONV_CASES = [
     (1, 1, 1, 1, 1, 1, 1, 0, 1),
     (1, 3, 5, 5, 2, 5, 1, 0, 1),       # kernel as large as the input
     (1, 24, 15, 15, 40, 5, 1, 2, 1),   # 15 wide: NHWC blocks chosen to leave no sliver
+    (1, 128, 9, 9, 64, 5, 1, 2, 1),    # 800 KB of weights, 2 channel blocks: run in turn
 ]
 
 
