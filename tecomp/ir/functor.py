@@ -24,6 +24,22 @@ def node_fields(cls) -> tuple:
     return f
 
 
+#: annotations of fields that never hold a node (names, dtypes, flags)
+_LEAF_FIELD_TYPES = frozenset({"str", "int", "bool", "float", "Tuple[str, ...]"})
+_CHILD_FIELDS: Dict[type, tuple] = {}
+
+
+def child_fields(cls) -> tuple:
+    """The fields of node class ``cls`` that may hold nodes: :func:`node_fields` less
+    those annotated as names, dtypes and flags (the walks skip them)."""
+    f = _CHILD_FIELDS.get(cls)
+    if f is None:
+        f = tuple(x.name for x in dataclasses.fields(cls)
+                  if str(x.type).strip("'\"") not in _LEAF_FIELD_TYPES)
+        _CHILD_FIELDS[cls] = f
+    return f
+
+
 _WALKED = (Expr, Stmt, Range)
 
 
@@ -59,7 +75,7 @@ class Visitor:
             return
         if isinstance(node, (IterVar, CommReducer, Buffer)):
             return
-        for name in node_fields(type(node)):
+        for name in child_fields(type(node)):
             v = getattr(node, name)
             if isinstance(v, _WALKED):
                 self.visit(v)
@@ -89,7 +105,7 @@ class Mutator:
         if isinstance(node, (IterVar, CommReducer, Buffer)):
             return node
         changed = {}
-        for name in node_fields(type(node)):
+        for name in child_fields(type(node)):
             v = getattr(node, name)
             if isinstance(v, _WALKED):
                 nv = self.visit(v)

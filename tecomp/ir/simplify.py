@@ -97,7 +97,7 @@ from .expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
     IterVar, Let, Max, Min, Mul, Not, Or, Reduce, Select, Sub, TruncDiv, TruncMod, Var, as_expr,
 )
-from .functor import Mutator, node_fields, substitute
+from .functor import Mutator, child_fields, substitute
 from .stmt import (
     Allocate, AssertStmt, AttrStmt, Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt,
     annotated_loop,
@@ -1325,7 +1325,7 @@ class Simplifier:
     # other expressions ---------------------------------------------------------------------
     def _generic(self, e: Expr) -> Expr:
         changed = {}
-        for name in node_fields(type(e)):
+        for name in child_fields(type(e)):
             v = getattr(e, name)
             if isinstance(v, Expr):
                 nv = self.visit(v)
