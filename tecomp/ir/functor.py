@@ -43,19 +43,20 @@ def child_fields(cls) -> tuple:
 _WALKED = (Expr, Stmt, Range)
 
 
-#: (visitor class, node class) -> the ``visit_<ClassName>`` function, or None
-_DISPATCH: Dict[tuple, Optional[Callable]] = {}
-
-
 def _handler(vcls: type, ncls: type) -> Optional[Callable]:
     """The ``visit_<ClassName>`` method of visitor class ``vcls`` for node class ``ncls``
-    (looked up once per pair: the visitors are the hot loops of lowering and codegen)."""
-    key = (vcls, ncls)
+    (looked up once per pair: the visitors are the hot loops of lowering and codegen).
+    The cache lives on the visitor class itself, so that a class defined inside a
+    function (one per call) takes its cache with it when it is collected."""
+    cache = vcls.__dict__.get("_handler_cache")
+    if cache is None:
+        cache = {}
+        type.__setattr__(vcls, "_handler_cache", cache)
     try:
-        return _DISPATCH[key]
+        return cache[ncls]
     except KeyError:
         f = getattr(vcls, "visit_" + ncls.__name__, None)
-        _DISPATCH[key] = f
+        cache[ncls] = f
         return f
 
 
