@@ -928,9 +928,14 @@ _LITS: Dict[Tuple[str, str], _Lit] = {}
 
 
 def _lit(ty, text: str) -> _Lit:
+    """The shared constant for ``(ty, text)`` (it caches its own text).  The cache is
+    emptied when it grows past 4096 entries: a process that builds kernels with ever new
+    constants must not grow with them."""
     key = (str(ty), text)
     c = _LITS.get(key)
     if c is None:
+        if len(_LITS) >= 4096:
+            _LITS.clear()
         c = _LITS[key] = _Lit(ty, text)
     return c
 
