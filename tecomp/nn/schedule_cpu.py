@@ -1194,7 +1194,9 @@ def _conv_block_nhwc(K, OH, OW, info: CpuInfo):
         ds = [d for d in _divisors(OW) if d <= pix // yb]
         if ds and max(ds) >= 0.75 * xb:
             xb = max(ds)
-    if OH is not None and OW is not None and 0 < OW % xb * min(yb, OH % yb or yb) < 8 / nvo:
+    # the smallest block the blocking leaves: the right edge's, in the bottom row
+    corner = (OW % xb) * (OH % yb or yb) if OH is not None and OW is not None else 0
+    if 0 < corner < 8 / nvo:
         # a row that the block leaves a sliver of (15 wide in 14-pixel blocks: a 1-pixel
         # tail block whose two accumulators wait on the FMA latency) is worth a
         # different block: the cheapest under _nhwc_block_cost, if clearly cheaper.  Only
