@@ -945,13 +945,18 @@ def _poison(ty) -> _Lit:
     return _lit(ty, "poison")
 
 
+def _splat_const(vty, c) -> _Lit:
+    """The vector of type ``vty`` with every element the scalar constant ``c``."""
+    return _lit(vty, f"splat ({c.type} {c.get_reference()})")
+
+
 def _splat(ty, value):
     """A constant of type ``ty`` (scalar or vector) with every element ``value``."""
     if isinstance(ty, ir.VectorType):
         el = ty.element
         if isinstance(el, ir.IntType):
             value = _int_const_value(value, el.width)
-        return _lit(ty, f"splat ({el} {ir.Constant(el, value).get_reference()})")
+        return _splat_const(ty, ir.Constant(el, value))
     if isinstance(ty, ir.IntType):
         value = _int_const_value(value, ty.width)
     return ir.Constant(ty, value)
@@ -1126,9 +1131,8 @@ class _FnEmitter:
     def bcast(self, s):
         """Broadcast the scalar ``s`` to a vector of ``self.lanes``."""
         vty = self.vtype(s.type)
-        if isinstance(s, ir.Constant) and not isinstance(s.type, ir.PointerType) \
-                and not isinstance(s, _Lit):
-            return _lit(vty, f"splat ({s.type} {s.get_reference()})")
+        if isinstance(s, ir.Constant) and not isinstance(s.type, ir.PointerType):
+            return _splat_const(vty, s)
         b = self.b
         v = b.insert_element(_poison(vty), s, ir.Constant(_I32, 0))
         return b.shuffle_vector(v, _poison(vty),

@@ -1088,9 +1088,7 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             if small:
                 # a serial vector copy: as fast as a parallel one for 147 KB
                 # (interleaved) and 0.014 s less to build (no outlined task)
-                wst = s[ww]
-                _, wv = wst.split(wst.op.axis[-1], factor=info.lanes)
-                wst.vectorize(wv)
+                _vector_split(s[ww], s[ww].op.axis[-1], _cint(ww.shape[-1]), info.lanes)
             else:
                 _schedule_elementwise_stage(s, ww, info)
     elif weight_vec_dim is None:
