@@ -155,3 +155,72 @@ def test_gradcheck(name):
     ins = [c.phs[k] for k in diff]
     assert ad.gradcheck(c.out, ins, dict(zip(c.phs, c.vals)), target="reference",
                         max_points=24)
+
+
+# tecomp.nn's convolutions hand their gradients to conv-shaped computes (nn.ops,
+# _conv_data_grad): a stride-1 data gradient is a forward convolution of the adjoint
+# (flipped kernel, swapped channels), the weight gradient a conv2d_*_wgrad stage; both
+# are scheduled by the conv schedules under schedule_backward.  Other strides and
+# paddings larger than dilation*(k-1) keep the derived gather form for the data.
+CONV_GRAD_CASES = [  # stride, padding, dilation, kernel, data gradient is a convolution
+    (1, 1, 1, 3, True), (1, 0, 1, 3, True), (1, 2, 2, 3, True), (1, (1, 0), 1, 3, True),
+    (1, 2, 1, 5, True), (2, 1, 1, 3, False), (1, 3, 1, 3, False), (2, 1, 2, 3, False),
+]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("stride,padding,dilation,k,as_conv", CONV_GRAD_CASES)
+def test_conv_gradients_are_scheduled_as_convolutions(layout, stride, padding, dilation, k,
+                                                      as_conv):
+    torch = pytest.importorskip("torch")
+    N, C, O, H, W = 2, 5, 18, 9, 11
+    if layout == "nchw":
+        X, Wt = tc.placeholder((N, C, H, W), name="X"), tc.placeholder((O, C, k, k), name="W")
+        Y = nn.conv2d_nchw(X, Wt, stride, padding, dilation)
+    else:
+        X, Wt = tc.placeholder((N, H, W, C), name="X"), tc.placeholder((k, k, C, O), name="W")
+        Y = nn.conv2d_nhwc(X, Wt, stride, padding, dilation)
+    Hd = tc.placeholder(Y.shape, name="H")
+    gX, gW = tc.gradient(Y, [X, Wt], head=Hd)
+    assert (f"conv2d_{layout}" in gX.op.tag.split(",")) == as_conv, gX.op.tag
+    assert gW.op.tag == f"conv2d_{layout}_wgrad" and gX.name == "X.grad" and gW.name == "W.grad"
+    s = ad.schedule_backward([gX, gW])
+    f = tc.build(s, [X, Wt, Hd, gX, gW])
+    shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
+    x = rng.standard_normal(shape(X)).astype("float32")
+    w = rng.standard_normal(shape(Wt)).astype("float32")
+    h = rng.standard_normal(shape(Y)).astype("float32")
+    gx, gw = np.empty_like(x), np.empty_like(w)
+    f(x, w, h, gx, gw)
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    wt = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    ht = torch.tensor(h, dtype=torch.float64)
+    if layout == "nchw":
+        yt = torch.nn.functional.conv2d(xt, wt, stride=stride, padding=padding,
+                                        dilation=dilation)
+    else:
+        yt = torch.nn.functional.conv2d(xt.permute(0, 3, 1, 2), wt.permute(3, 2, 0, 1),
+                                        stride=stride, padding=padding,
+                                        dilation=dilation).permute(0, 2, 3, 1)
+    yt.backward(ht)
+    np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gw, wt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_conv_gradient_with_a_head_of_ones_keeps_the_gather_form():
+    X, Wt = tc.placeholder((1, 3, 6, 6), name="X"), tc.placeholder((4, 3, 3, 3), name="W")
+    gX = tc.gradient(nn.conv2d_nchw(X, Wt, 1, 1), X)
+    assert gX.op.tag == "conv2d_nchw_grad"
+    x = rng.standard_normal((1, 3, 6, 6))
+    w = rng.standard_normal((4, 3, 3, 3))
+    got, = ad.evaluate([gX], {X: x, Wt: w})
+    # d sum(conv) / dx[c, y, x] = sum over o and the taps that land inside
+    want = np.zeros_like(x)
+    for ky in range(3):
+        for kx in range(3):
+            for yy in range(6):
+                for xx in range(6):
+                    iy, ix = yy + ky - 1, xx + kx - 1
+                    if 0 <= iy < 6 and 0 <= ix < 6:
+                        want[0, :, iy, ix] += w[:, :, ky, kx].sum(axis=0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -24,7 +24,9 @@ What is here:
   over the variables they use (an embedding's gradient loops over the batch).
 * The rules (:mod:`.rules`): every intrinsic and operator of the DSL; ``sum``, ``max``/``min``
   (to the first extremum, PyTorch's max-pool rule), ``prod``; :func:`register_derivative`
-  for new intrinsics, ``tc.comm_reducer`` reducers and whole computes (a custom VJP).
+  for new intrinsics, ``tc.comm_reducer`` reducers and whole computes (a custom VJP);
+  :func:`register_tag_derivative` for the computes of a tag (``tecomp.nn``'s convolutions:
+  a stride-1 data gradient is a convolution, the weight gradient a ``conv2d_*_wgrad``).
 * :func:`gradcheck`: finite differences in float64 and the dot-product test.
 * :func:`schedule_backward`: a default CPU schedule for derived gradients.
 * :func:`stop_gradient`: treat a compute as a constant.
@@ -33,12 +35,14 @@ What is here:
 Determinism: the same program gives the same printed gradient, every time.
 """
 from .reverse import gradient, partials, stop_gradient
-from .rules import register_derivative, unregister_derivative
+from .rules import (register_derivative, register_tag_derivative, unregister_derivative,
+                    unregister_tag_derivative)
 from .inversion import Inversion, invert
 from .reference import evaluate
 from .gradcheck import GradcheckError, gradcheck
 from .schedule import schedule_backward
 
 __all__ = ["gradient", "gradcheck", "GradcheckError", "register_derivative",
-           "unregister_derivative", "stop_gradient", "invert", "Inversion", "evaluate",
+           "unregister_derivative", "register_tag_derivative", "unregister_tag_derivative",
+           "stop_gradient", "invert", "Inversion", "evaluate",
            "partials", "schedule_backward"]

@@ -399,8 +399,13 @@ class _Gradient:
             if rule is not None:
                 self.custom_contribs(t, rule, adj, reach, contribs)
                 continue
-            for d in self.deps(t):
-                if reach.get(id(d)):
+            wanted = [d for d in self.deps(t) if reach.get(id(d))]
+            own = self.tag_contribs(t, adj, wanted)
+            for d in wanted:
+                g = own.get(id(d))
+                if g is not None:
+                    contribs[id(d)].append(("own", t.name, g))
+                else:
                     contribs[id(d)].extend(self.contribs(t, d, adj))
         out = []
         for x in self.inputs:
@@ -437,7 +442,9 @@ class _Gradient:
         attrs = {"autodiff.wrt": t.name, "autodiff.from": tuple(consumers)}
         ctag = self._tags
         tag = "grad" if len(consumers) != 1 else f"{ctag.get(consumers[0]) or 'compute'}_grad"
-        if len(parts) == 1 and parts[0][0] != "tensor":
+        if len(parts) == 1 and parts[0][0] == "own":
+            return parts[0][2]  # a compute built for this gradient (a tag rule's), named so
+        if len(parts) == 1 and parts[0][0] not in ("tensor", "own"):
             expr = parts[0][2]
             if (id(t) not in self.is_input and isinstance(expr, ProducerLoad)
                     and len(expr.indices) == len(pt)
@@ -449,7 +456,7 @@ class _Gradient:
         terms = []  # functions p -> Expr
         used_names: Dict[str, int] = {}
         for kind, cname, expr in parts:
-            if kind == "tensor":
+            if kind in ("tensor", "own"):
                 terms.append(lambda p, _g=expr: _g[tuple(p)])
             elif isinstance(expr, Reduce):
                 k = used_names.get(cname, 0)
@@ -469,6 +476,27 @@ class _Gradient:
             return total
 
         return compute(t.shape, _named(names, body), name=name, tag=tag, attrs=attrs)
+
+    def tag_contribs(self, t: Tensor, adj: _Adjoint, wanted: List[Tensor]) -> Dict[int, Tensor]:
+        """The gradients that the rule registered for one of ``t``'s tags
+        (:func:`~tecomp.autodiff.rules.register_tag_derivative`) builds itself, by the id
+        of the input they belong to."""
+        rule = _rules.tag_rule(t.op)
+        if rule is None or not wanted:
+            return {}
+        res = rule(t, adj.tensor, list(wanted)) or {}
+        own: Dict[int, Tensor] = {}
+        ids = {id(d) for d in wanted}
+        for x, g in res.items():
+            if id(x) not in ids or not isinstance(g, Tensor) or not _same_shape(g, x) \
+                    or g.dtype != x.dtype:
+                raise AutodiffError(
+                    f"the derivative rule registered for the tag {t.op.tag!r} of {t.name} "
+                    f"returned {g!r} for {getattr(x, 'name', x)!r}; return a dict mapping some "
+                    f"of the wanted inputs ({', '.join(d.name for d in wanted)}) to tensors of "
+                    "their shape and dtype")
+            own[id(x)] = g
+        return own
 
     def custom_contribs(self, t: Tensor, rule, adj: _Adjoint, reach, contribs):
         a = adj.tensor

@@ -90,6 +90,7 @@ _BUILTIN_INTRINSICS: Dict[str, Callable] = {
 _INTRINSICS: Dict[str, Callable] = dict(_BUILTIN_INTRINSICS)
 _REDUCERS: list = []  # [(Reducer, rule)]
 _TENSORS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # op -> rule
+_TAGS: Dict[str, Callable] = {}  # compute tag -> rule(out, adjoint, wanted) (see tag_rule)
 
 
 def _prod_rule(x, rest):
@@ -189,6 +190,46 @@ def unregister_derivative(target) -> None:
         pass
 
 
+def register_tag_derivative(tag: str, rule: Callable, *, override: bool = False) -> Callable:
+    """Register how the computes carrying ``tag`` (one of the comma-separated tags of
+    ``op.tag``) hand some of their inputs' gradients to ready-made computes, instead of the
+    derived gather form: ``tecomp.nn`` registers its convolutions this way, so that a
+    stride-1 convolution's data gradient is itself a convolution that
+    ``schedule_conv2d_*`` and :func:`~tecomp.autodiff.schedule_backward` run at a forward
+    convolution's speed.
+
+    ``rule(out, adjoint, wanted)`` gets the compute's output tensor, the adjoint of it (a
+    Tensor of its shape; ``None`` for a head of ones) and the tensors whose gradients are
+    wanted (the compute's inputs, seen through inlined padding stages); it returns a dict
+    ``{input tensor: its gradient contribution}`` for the ones it handles, or ``None``.
+    The inputs it leaves out get the derived gather form."""
+    if not isinstance(tag, str) or not tag or not callable(rule):
+        raise AutodiffError("register_tag_derivative(tag, rule): give a tag string and a "
+                            "callable rule(out, adjoint, wanted) -> dict or None")
+    if tag in _TAGS and not override and _TAGS[tag] is not rule:
+        raise AutodiffError(f"the tag {tag!r} already has a derivative rule; pass "
+                            "override=True to replace it")
+    _TAGS[tag] = rule
+    return rule
+
+
+def unregister_tag_derivative(tag: str) -> None:
+    """Remove the rule registered for ``tag`` (the derived gather form is used again)."""
+    _TAGS.pop(tag, None)
+
+
+def tag_rule(op):
+    """The rule registered for one of ``op``'s tags, or None."""
+    tags = getattr(op, "tag", "") or ""
+    if not _TAGS or not tags:
+        return None
+    for t in tags.split(","):
+        r = _TAGS.get(t.strip())
+        if r is not None:
+            return r
+    return None
+
+
 def intrinsic_rule(name: str):
     return _INTRINSICS.get(name)
 
@@ -237,5 +278,5 @@ def reducer_of(combiner):
     return None
 
 
-__all__ = ["register_derivative", "unregister_derivative", "intrinsic_rule", "reducer_kind",
-           "as_expr"]
+__all__ = ["register_derivative", "unregister_derivative", "register_tag_derivative",
+           "unregister_tag_derivative", "intrinsic_rule", "tag_rule", "reducer_kind", "as_expr"]

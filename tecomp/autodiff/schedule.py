@@ -13,6 +13,11 @@ schedule gives each such loop nest the shape a CPU likes, without knowing what i
 * the outermost data-parallel loop (fused with the next when it is short, e.g. a batch of 1)
   runs in parallel.
 
+* the convolutions among the stages (``tecomp.nn``'s gradient rule makes a stride-1
+  convolution's data gradient a ``conv2d_nchw``/``conv2d_nhwc`` of the adjoint and its
+  weight gradient a ``conv2d_*_wgrad`` stage) get ``tecomp.nn``'s conv schedules
+  (:func:`tecomp.nn.schedule_cpu.schedule_conv2d_into`), whatever ``vector`` says;
+
 * a sum whose output rows are too short to vectorize (a convolution's weight gradient,
   ``[O, C, 3, 3]``) is ``rfactor``-ed over ``vector`` lanes of its innermost reduce axis,
   which runs along contiguous memory.
@@ -80,10 +85,18 @@ def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, ti
     if s is None:
         s = create_schedule([t.op for t in outs])
     mine = _reachable(outs)
+    # convolutions (a stride-1 convolution's data gradient is one, see nn.ops): the
+    # forward conv schedules, before the loop below touches their padding or weights
+    from ..nn.schedule_cpu import CONV_TAGS, schedule_conv2d_into
+
+    convs = [st for st in s.stages if _fresh(st, mine) and isinstance(st.op, ComputeOp)
+             and st.op.reduce_axis and CONV_TAGS & set(st.op.tag.split(","))]
+    if convs:
+        for st in convs:
+            schedule_conv2d_into(s, st.op.output(0))
     for st in list(s.stages):
         op = st.op
-        if (not isinstance(op, ComputeOp) or st.attach_type != "root" or id(op) not in mine
-                or st.relations or st.iter_attrs):
+        if not isinstance(op, ComputeOp) or not _fresh(st, mine):
             continue  # not ours, or already scheduled by someone else
         cons = s.consumers(st)
         if (inline and not st.is_output and not op.reduce_axis and _cheap(op.body) and cons
@@ -95,6 +108,12 @@ def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, ti
         else:
             _schedule_stage(st, vector, tile, parallel, min_parallel)
     return s
+
+
+def _fresh(st, mine) -> bool:
+    """A root stage that ``outputs`` need and that nobody scheduled yet."""
+    return (st.attach_type == "root" and id(st.op) in mine and not st.relations
+            and not st.iter_attrs)
 
 
 def _wants_rfactor(st, vector) -> bool:

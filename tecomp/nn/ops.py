@@ -30,6 +30,7 @@ from .. import te as _te
 from ..errors import ShapeError
 from ..ir.expr import Const
 from ..autodiff.reverse import stop_gradient
+from ..autodiff.rules import register_tag_derivative as _register_tag_derivative
 
 __all__ = [
     "matmul", "dense", "conv2d_nchw", "conv2d_nhwc", "max_pool2d", "avg_pool2d", "relu",
@@ -165,7 +166,8 @@ def conv2d_nchw(data, weight, stride=1, padding=0, dilation=1, name: str = "conv
         (N, O, OH, OW),
         lambda n, o, y, x: _te.sum(src[n, c, y * sh + ky * dh, x * sw + kx * dw] *
                                    weight[o, c, ky, kx], axis=[c, ky, kx]),
-        name=name, tag="conv2d_nchw")
+        name=name, tag="conv2d_nchw",
+        attrs={"conv2d": ((sh, sw), (ph, pw), (dh, dw))})
 
 
 def conv2d_nhwc(data, weight, stride=1, padding=0, dilation=1, name: str = "conv2d_nhwc"):
@@ -188,7 +190,86 @@ def conv2d_nhwc(data, weight, stride=1, padding=0, dilation=1, name: str = "conv
         (N, OH, OW, O),
         lambda n, y, x, o: _te.sum(src[n, y * sh + ky * dh, x * sw + kx * dw, c] *
                                    weight[ky, kx, c, o], axis=[ky, kx, c]),
-        name=name, tag="conv2d_nhwc")
+        name=name, tag="conv2d_nhwc",
+        attrs={"conv2d": ((sh, sw), (ph, pw), (dh, dw))})
+
+
+def _conv_weight_grad(op, src, weight, adjoint):
+    """``weight``'s gradient of the convolution ``op`` (which reads ``src``: the data or
+    its padding): ``sum over n, y, x`` of the adjoint times the window of ``src`` -- the
+    derived gather form, as a compute tagged ``conv2d_*_wgrad`` that the conv schedules
+    know (:func:`~tecomp.nn.schedule_cpu.schedule_conv2d_into`)."""
+    (sh, sw), _, (dh, dw) = op.attrs["conv2d"]
+    nchw = "conv2d_nchw" in op.tag.split(",")
+    if nchw:
+        N, _, OH, OW = adjoint.shape
+    else:
+        N, OH, OW, _ = adjoint.shape
+    n = _te.reduce_axis(N, name="n")
+    y = _te.reduce_axis(OH, name="y")
+    x = _te.reduce_axis(OW, name="x")
+    if nchw:
+        body = lambda o, c, ky, kx: _te.sum(  # noqa: E731
+            adjoint[n, o, y, x] * src[n, c, y * sh + ky * dh, x * sw + kx * dw], axis=[n, y, x])
+    else:
+        body = lambda ky, kx, c, o: _te.sum(  # noqa: E731
+            src[n, y * sh + ky * dh, x * sw + kx * dw, c] * adjoint[n, y, x, o], axis=[n, y, x])
+    tag = "conv2d_nchw_wgrad" if nchw else "conv2d_nhwc_wgrad"
+    return _te.compute(weight.shape, body, name=f"{weight.name}.grad", tag=tag,
+                       attrs={"conv2d": op.attrs["conv2d"]})
+
+
+def _conv_data_grad(out, adjoint, wanted):
+    """The data gradient of a stride-1 ``conv2d_nchw``/``conv2d_nhwc`` (the rule that
+    ``tc.gradient`` uses for them, see ``register_tag_derivative``): the adjoint
+    convolved, stride 1 and the same dilation, with the kernel flipped in both spatial
+    dimensions and its channel axes swapped, padded by ``dilation*(k-1) - padding`` --
+    a forward convolution of the data's shape, which the conv schedules run as fast as
+    the forward pass.  For a stride above 1 (the adjoint would have to be dilated by
+    zeros), a padding above ``dilation*(k-1)``, or a head of ones (``adjoint`` None),
+    returns None and the gradient keeps the derived gather form."""
+    op = out.op
+    conf = op.attrs.get("conv2d")
+    if adjoint is None or conf is None or len(op.input_tensors) != 2:
+        return None
+    (sh, sw), (ph, pw), (dh, dw) = conf
+    nchw = "conv2d_nchw" in op.tag.split(",")
+    src, weight = op.input_tensors
+    if weight.ndim != 4 or src.ndim != 4:
+        return None
+    data = src
+    if ph or pw:
+        if "pad" not in (getattr(src.op, "tag", "") or "").split(","):
+            return None
+        data = src.op.input_tensors[0]
+    if data is weight:
+        return None
+    res = {}
+    if any(d is weight for d in wanted):
+        res[weight] = _conv_weight_grad(op, src, weight, adjoint)
+    if (sh, sw) != (1, 1) or not any(d is data for d in wanted):
+        return res
+    KH, KW = (_int(e, f"conv2d {op.name}: extent") for e in
+              ((weight.shape[2], weight.shape[3]) if nchw else (weight.shape[0], weight.shape[1])))
+    qh, qw = dh * (KH - 1) - ph, dw * (KW - 1) - pw
+    if qh < 0 or qw < 0:
+        return res
+    if nchw:   # [O, C, KH, KW] -> [C, O, KH, KW], flipped
+        flip = _te.compute((weight.shape[1], weight.shape[0], KH, KW),
+                           lambda c, o, ky, kx: weight[o, c, KH - 1 - ky, KW - 1 - kx],
+                           name=f"{weight.name}.flip", tag="injective,conv2d_weight_flip")
+        g = conv2d_nchw(adjoint, flip, 1, (qh, qw), (dh, dw), name=f"{data.name}.grad")
+    else:      # HWIO [KH, KW, C, O] -> [KH, KW, O, C], flipped
+        flip = _te.compute((KH, KW, weight.shape[3], weight.shape[2]),
+                           lambda ky, kx, o, c: weight[KH - 1 - ky, KW - 1 - kx, c, o],
+                           name=f"{weight.name}.flip", tag="injective,conv2d_weight_flip")
+        g = conv2d_nhwc(adjoint, flip, 1, (qh, qw), (dh, dw), name=f"{data.name}.grad")
+    res[data] = g
+    return res
+
+
+_register_tag_derivative("conv2d_nchw", _conv_data_grad, override=True)
+_register_tag_derivative("conv2d_nhwc", _conv_data_grad, override=True)
 
 
 # ---------------------------------------------------------------------------------

@@ -787,8 +787,13 @@ schedule_injective = schedule_elementwise
 
 
 def _conv_parts(outs, tag):
-    """(the conv stage, its padding stage or None, the data and weight tensors)."""
-    convs = _find(outs, lambda op: _has_tag(op, tag) and op.reduce_axis)
+    """(the conv stage, its padding stage or None).  ``outs`` of one element that is a
+    convolution itself: that one (schedule_conv2d_into; other convolutions may lie under
+    it, e.g. the forward under a gradient)."""
+    if len(outs) == 1 and _has_tag(outs[0].op, tag) and outs[0].op.reduce_axis:
+        convs = [outs[0].op]
+    else:
+        convs = _find(outs, lambda op: _has_tag(op, tag) and op.reduce_axis)
     if len(convs) != 1:
         raise ScheduleError(f"expected one {tag} stage under the outputs, found {len(convs)}")
     conv = convs[0]
@@ -797,6 +802,15 @@ def _conv_parts(outs, tag):
         if isinstance(t.op, ComputeOp) and _has_tag(t.op, "pad"):
             pad = t
     return conv.output(0), pad
+
+
+def _own_pad(s: Schedule, pad):
+    """``pad`` when the convolution is its only reader, else None: a padded input that
+    another stage reads too (a weight gradient reads the forward's) stays a root stage
+    for whoever schedules that reader, instead of being computed per task."""
+    if pad is not None and len(s.consumers(s[pad])) > 1:
+        return None
+    return pad
 
 
 def _divisors(n: int) -> List[int]:
@@ -899,9 +913,14 @@ def schedule_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
     the kernel window (unrolled): each tap loads ``YB`` input rows and broadcasts
     ``OB`` weights.  Tasks and padding: see :func:`_conv_tasks`."""
     outs = _outs(outs)
-    info = cpu_info(target)
-    conv, pad = _conv_parts(outs, "conv2d_nchw")
     s = create_schedule([t.op for t in outs])
+    _conv2d_nchw_into(s, outs, cpu_info(target))
+    return s
+
+
+def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo):
+    conv, pad = _conv_parts(outs, "conv2d_nchw")
+    pad = _own_pad(s, pad)
     N, K, OH, OW = (_cint(e) for e in conv.shape)
     c, ky, kx = conv.op.reduce_axis
     ob, yb, xb = _conv_block_nchw(K, OH, OW, info, N, _cint(ky.dom.extent),
@@ -925,7 +944,6 @@ def schedule_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
     _conv_tasks(s, st, cs, pad, _conv_weight(conv), info, n, oc, yc, N, K, ob, OH, yb,
                 pad_vec_dim=3, weight_vec_dim=None)
     _epilogue(s, outs, conv, info, fused)
-    return s
 
 
 def _conv_register_block(s: Schedule, conv: Tensor, block, order=None, out=None):
@@ -1237,9 +1255,14 @@ def schedule_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
     one input value and the weights are ``OB/L`` vector loads.  Tasks and padding: see
     :func:`_conv_tasks`."""
     outs = _outs(outs)
-    info = cpu_info(target)
-    conv, pad = _conv_parts(outs, "conv2d_nhwc")
     s = create_schedule([t.op for t in outs])
+    _conv2d_nhwc_into(s, outs, cpu_info(target))
+    return s
+
+
+def _conv2d_nhwc_into(s: Schedule, outs, info: CpuInfo):
+    conv, pad = _conv_parts(outs, "conv2d_nhwc")
+    pad = _own_pad(s, pad)
     N, OH, OW, K = (_cint(e) for e in conv.shape)
     ob, yb, xb = _conv_block_nhwc(K, OH, OW, info)
     fused = _fusable_epilogue(outs, conv)
@@ -1253,7 +1276,102 @@ def schedule_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
     _conv_tasks(s, st, cs, pad, _conv_weight(conv), info, n, oc, yc, N, K, ob, OH, yb,
                 pad_vec_dim=3, weight_vec_dim=3)
     _epilogue(s, outs, conv, info, fused)
-    return s
+
+
+def _conv_wgrad_nchw_into(s: Schedule, outs, info: CpuInfo):
+    """A convolution's weight gradient ``W.grad[o, c, ky, kx] = sum over n, y, x of
+    dY[n, o, y, x] * X[n, c, y*s + ky*d, x*s + kx*d]`` (``conv2d_nchw_wgrad``), NCHW: the
+    reduction runs along the rows of both operands, so ``x`` is split by the lanes and
+    ``rfactor``-ed (``W.grad.rf[o, c, ky, kx, lane]``).  Per kernel row ``ky``, an
+    ``OB x CB x KW`` block of lane vectors stays in registers over the whole reduction:
+    each step loads ``OB`` adjoint vectors and ``CB x KW`` input vectors (the ``KW`` taps
+    of a row are shifted loads) for ``OB*CB*KW`` FMAs, then the lanes are summed."""
+    gw = outs[0]
+    op = gw.op
+    O, C, KH, KW = (_cint(e) for e in gw.shape)
+    n, y, x = op.reduce_axis
+    OW = _cint(x.dom.extent)
+    L = info.lanes
+    if OW is not None and OW % L and OW % (L // 2) == 0:
+        L //= 2   # whole vectors (56 columns: 7 x 8 rather than 3 x 16 and a masked one)
+    st = s[gw]
+    _, xl = st.split(x, factor=L)
+    rf = s.rfactor(gw, xl, factor_axis=4)
+    st = s[gw]
+    o, c, ky, kx = st.op.axis
+    kw = KW if KW is not None and KW <= 5 else 1
+    budget = max(1, (info.vregs - 4) // kw)   # accumulators per kernel row
+    ob = _largest_divisor_at_most(O, 4) if O is not None else 4
+    cb = _largest_divisor_at_most(C, max(1, budget // ob)) if C is not None else 1
+    oo, oi = st.split(o, factor=ob)
+    co, ci = st.split(c, factor=cb)
+    kxo, kxi = st.split(kx, factor=kw)
+    st.reorder(oo, co, ky, kxo, oi, ci, kxi)
+    tile = st.fuse(oo, co)
+    if info.threads > 1:
+        st.parallel(tile)
+    st.unroll(oi)
+    st.unroll(ci)
+    st.unroll(kxi)
+    st.unroll(st.op.reduce_axis[0])
+    rs = s[rf]
+    rs.compute_at(st, kxo)
+    fo, fc, fky, fkx, fl = rs.op.axis
+    rn, ry, rxo = rs.op.reduce_axis
+    rs.reorder(fky, rn, ry, rxo, fo, fc, fkx, fl)
+    rs.unroll(fo)
+    rs.unroll(fc)
+    rs.unroll(fkx)
+    rs.vectorize(fl)
+    rs.pragma(rxo, "fp_contract")
+
+
+def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
+    """A convolution's weight gradient in NHWC (HWIO weights, ``conv2d_nhwc_wgrad``):
+    ``W.grad[ky, kx, c, o] = sum over n, y, x of X[n, y*s + ky*d, x*s + kx*d, c] *
+    dY[n, y, x, o]`` is a GEMM with rows ``(ky, kx, c)``, columns ``o`` and the pixels as
+    its reduction: a ``CB x OB`` block (input channels x output-channel vectors) is
+    accumulated in a local buffer (``cache_write``, registers) over the pixels, each
+    step broadcasting ``CB`` inputs and loading ``OB/L`` adjoint vectors."""
+    gw = outs[0]
+    KH, KW, C, O = (_cint(e) for e in gw.shape)
+    L = info.lanes
+    nr = 2 * L if O is not None and O >= 2 * L else L
+    nvec = max(1, nr // L)
+    cb_max = max(1, min((info.vregs - nvec - 2) // nvec, 12))
+    cb = _largest_divisor_at_most(C, cb_max) if C is not None else 4
+    st = s[gw]
+    ky, kx, c, o = st.op.axis
+    rn, ry, rx = st.op.reduce_axis
+    co, ci = st.split(c, factor=cb)
+    oo, oi = st.split(o, factor=nr)
+    st.reorder(rn, ry, ky, kx, co, oo, rx, ci, oi)
+    tile = st.fuse(ky, kx, co)
+    if info.threads > 1:
+        st.parallel(tile)
+    st.unroll(ci)
+    st.vectorize(oi)
+    st.pragma(rx, "fp_contract")
+
+
+def schedule_conv2d_into(s: Schedule, conv: Tensor, target: str = "llvm") -> None:
+    """Schedule the ``conv2d_nchw``/``conv2d_nhwc`` stage ``conv`` (and its padding), or
+    a convolution's weight gradient (``conv2d_*_wgrad``, from ``tc.gradient``), of an
+    existing schedule ``s``, with ``conv`` as its own output (no epilogue): what
+    :func:`tecomp.autodiff.schedule_backward` uses for the convolutions among gradients."""
+    into = None
+    for tag in conv.op.tag.split(","):
+        into = into or _CONV_INTO.get(tag)
+    if into is None:
+        raise ScheduleError(f"schedule_conv2d_into: {conv.name} is not a conv2d_nchw or "
+                            "conv2d_nhwc stage, nor the weight gradient of one")
+    into(s, [conv], cpu_info(target))
+
+
+_CONV_INTO = {"conv2d_nchw": _conv2d_nchw_into, "conv2d_nhwc": _conv2d_nhwc_into,
+              "conv2d_nchw_wgrad": _conv_wgrad_nchw_into,
+              "conv2d_nhwc_wgrad": _conv_wgrad_nhwc_into}
+CONV_TAGS = frozenset(_CONV_INTO)   # the stages schedule_conv2d_into takes
 
 
 # ---------------------------------------------------------------------------------

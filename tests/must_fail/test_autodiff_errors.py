@@ -140,3 +140,23 @@ def test_gradcheck_inputs_are_placeholders():
     Z = tc.compute((4,), lambda i: Y[i] + 1.0, name="Z")
     with pytest.raises(tc.AutodiffError, match=r"gradcheck: inputs must be placeholders"):
         ad.gradcheck(Z, [Y], target="reference")
+
+
+def test_register_tag_derivative_needs_a_tag_and_a_rule():
+    with pytest.raises(tc.AutodiffError, match=r"register_tag_derivative\(tag, rule\): give a tag"):
+        ad.register_tag_derivative("", lambda out, adj, wanted: None)
+    with pytest.raises(tc.AutodiffError, match=r"already has a derivative rule; pass override"):
+        ad.register_tag_derivative("conv2d_nchw", lambda out, adj, wanted: None)
+
+
+def test_tag_rule_returning_a_wrong_shape():
+    X = tc.placeholder((4,), name="X")
+    Y = tc.compute((4,), lambda i: X[i] * 2.0, name="Y", tag="test_bad_tag_rule")
+    bad = tc.compute((3,), lambda i: X[i], name="bad")
+    ad.register_tag_derivative("test_bad_tag_rule", lambda out, adj, wanted: {X: bad})
+    try:
+        with pytest.raises(tc.AutodiffError, match=r"tag 'test_bad_tag_rule' of Y returned "
+                                                   r".*bad.* for 'X'; return a dict"):
+            tc.gradient(Y, X, head=tc.placeholder((4,), name="H"))
+    finally:
+        ad.unregister_tag_derivative("test_bad_tag_rule")
