@@ -1,0 +1,94 @@
+"""Convolution gradients: tecomp's (``tc.gradient`` + ``schedule_backward``) against
+PyTorch's ``convolution_backward``, interleaved in one process.
+
+    python3 benchmarks/conv_grad.py [--threads 2] [--batch 4] [--layout nchw,nhwc]
+
+The 64-channel 56x56 3x3 stride-1 convolution of the main table; the data and the weight
+gradient are built and timed separately (medians, ms, and GFLOP/s counting
+2*N*K*C*H*W*9 each).  Speed only: the tests check the values.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--layout", default="nchw,nhwc")
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args(argv)
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                "TECOMP_NUM_THREADS"):
+        os.environ[var] = str(args.threads)
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    sys.path.insert(1, os.path.dirname(here))
+    import run  # noqa: F401  (thread settings before numpy/torch load)
+    from run import interleaved
+
+    import numpy as np
+    import tecomp as tc
+    from tecomp import nn
+    from tecomp.autodiff import gradient, schedule_backward
+    try:
+        import torch
+    except ImportError:
+        print("needs torch (pip install torch==2.13.0) for the comparison")
+        return 1
+    torch.set_num_threads(args.threads)
+    N, C, K, H = args.batch, 64, 64, 56
+    flop = 2.0 * N * K * C * H * H * 9
+    rng = np.random.default_rng(0)
+    for layout in args.layout.split(","):
+        nchw = layout == "nchw"
+        xs, ws, ys = ((N, C, H, H), (K, C, 3, 3), (N, K, H, H)) if nchw else \
+            ((N, H, H, C), (3, 3, C, K), (N, H, H, K))
+        X, W = tc.placeholder(xs, name="x"), tc.placeholder(ws, name="w")
+        Y = (nn.conv2d_nchw if nchw else nn.conv2d_nhwc)(X, W, 1, 1)
+        D = tc.placeholder(Y.shape, name="dy")
+        gX, gW = gradient(Y, [X, W], D)
+        fx = tc.build(schedule_backward([gX]), [X, W, D, gX], name="dgrad")
+        fw = tc.build(schedule_backward([gW]), [X, W, D, gW], name="wgrad")
+        x, w, d = (rng.random(s, dtype=np.float32) for s in (xs, ws, ys))
+        gx, gw = np.empty_like(x), np.empty_like(w)
+        if nchw:
+            xt, wt, dt = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(d)
+        else:
+            xt = torch.from_numpy(x).permute(0, 3, 1, 2)
+            wt = torch.from_numpy(w).permute(3, 2, 0, 1).contiguous()
+            dt = torch.from_numpy(d).permute(0, 3, 1, 2)
+
+        def tback(mask):
+            return torch.ops.aten.convolution_backward(
+                dt, xt, wt, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask)
+
+        fx(x, w, d, gx)
+        fw(x, w, d, gw)
+        rx, rw, _ = tback([True, True, False])
+        rx, rw = rx.numpy(), rw.numpy()
+        if not nchw:
+            rx, rw = rx.transpose(0, 2, 3, 1), rw.transpose(2, 3, 1, 0)
+        for name, a, b in (("data", gx, rx), ("weight", gw, rw)):
+            err = np.abs(a - b).max() / np.abs(b).max()
+            if err > 1e-4:
+                print(f"{layout} {name} gradient: wrong result (max rel err {err:.1e})")
+                return 1
+        res = interleaved({
+            "tecomp data": lambda: fx(x, w, d, gx),
+            "torch data": lambda: tback([True, False, False]),
+            "tecomp weight": lambda: fw(x, w, d, gw),
+            "torch weight": lambda: tback([False, True, False]),
+        }, args.rounds)
+        cells = ", ".join(f"{k} {v * 1e3:.2f} ms ({flop / v / 1e9:.1f} GFLOP/s)"
+                          for k, v in res.items())
+        print(f"conv 64x56^2 3x3 {layout.upper()} batch {N}, {args.threads} thread(s): {cells}",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
