@@ -220,14 +220,15 @@ def _conv_weight_grad(op, src, weight, adjoint):
 
 
 def _conv_data_grad(out, adjoint, wanted):
-    """The data gradient of a stride-1 ``conv2d_nchw``/``conv2d_nhwc`` (the rule that
-    ``tc.gradient`` uses for them, see ``register_tag_derivative``): the adjoint
-    convolved, stride 1 and the same dilation, with the kernel flipped in both spatial
-    dimensions and its channel axes swapped, padded by ``dilation*(k-1) - padding`` --
-    a forward convolution of the data's shape, which the conv schedules run as fast as
-    the forward pass.  For a stride above 1 (the adjoint would have to be dilated by
-    zeros), a padding above ``dilation*(k-1)``, or a head of ones (``adjoint`` None),
-    returns None and the gradient keeps the derived gather form."""
+    """The gradients of a ``conv2d_nchw``/``conv2d_nhwc`` (the rule that ``tc.gradient``
+    uses for them, see ``register_tag_derivative``).  The weight gradient, any stride:
+    :func:`_conv_weight_grad`.  The data gradient, stride 1: the adjoint convolved,
+    stride 1 and the same dilation, with the kernel flipped in both spatial dimensions
+    and its channel axes swapped, padded by ``dilation*(k-1) - padding`` -- a forward
+    convolution of the data's shape, which the conv schedules run as fast as the
+    forward pass.  For a stride above 1 (the adjoint would have to be dilated by zeros)
+    or a padding above ``dilation*(k-1)``, the data gradient keeps the derived gather
+    form; for a head of ones (``adjoint`` None) both do."""
     op = out.op
     conf = op.attrs.get("conv2d")
     if adjoint is None or conf is None or len(op.input_tensors) != 2:
