@@ -444,7 +444,7 @@ class _Gradient:
         tag = "grad" if len(consumers) != 1 else f"{ctag.get(consumers[0]) or 'compute'}_grad"
         if len(parts) == 1 and parts[0][0] == "own":
             return parts[0][2]  # a compute built for this gradient (a tag rule's), named so
-        if len(parts) == 1 and parts[0][0] not in ("tensor", "own"):
+        if len(parts) == 1 and parts[0][0] != "tensor":
             expr = parts[0][2]
             if (id(t) not in self.is_input and isinstance(expr, ProducerLoad)
                     and len(expr.indices) == len(pt)

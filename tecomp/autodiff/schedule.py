@@ -91,9 +91,8 @@ def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, ti
 
     convs = [st for st in s.stages if _fresh(st, mine) and isinstance(st.op, ComputeOp)
              and st.op.reduce_axis and CONV_TAGS & set(st.op.tag.split(","))]
-    if convs:
-        for st in convs:
-            schedule_conv2d_into(s, st.op.output(0))
+    for st in convs:
+        schedule_conv2d_into(s, st.op.output(0))
     for st in list(s.stages):
         op = st.op
         if not isinstance(op, ComputeOp) or not _fresh(st, mine):

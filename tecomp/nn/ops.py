@@ -236,8 +236,6 @@ def _conv_data_grad(out, adjoint, wanted):
     (sh, sw), (ph, pw), (dh, dw) = conf
     nchw = "conv2d_nchw" in op.tag.split(",")
     src, weight = op.input_tensors
-    if weight.ndim != 4 or src.ndim != 4:
-        return None
     data = src
     if ph or pw:
         if "pad" not in (getattr(src.op, "tag", "") or "").split(","):
