@@ -159,19 +159,22 @@ def test_gradcheck(name):
 
 # tecomp.nn's convolutions hand their gradients to conv-shaped computes (nn.ops,
 # _conv_data_grad): a stride-1 data gradient is a forward convolution of the adjoint
-# (flipped kernel, swapped channels), the weight gradient a conv2d_*_wgrad stage; both
-# are scheduled by the conv schedules under schedule_backward.  Other strides and
-# paddings larger than dilation*(k-1) keep the derived gather form for the data.
-CONV_GRAD_CASES = [  # stride, padding, dilation, kernel, data gradient is a convolution
-    (1, 1, 1, 3, True), (1, 0, 1, 3, True), (1, 2, 2, 3, True), (1, (1, 0), 1, 3, True),
-    (1, 2, 1, 5, True), (2, 1, 1, 3, False), (1, 3, 1, 3, False), (2, 1, 2, 3, False),
+# (flipped kernel, swapped channels), a strided one a convolution per phase of the data
+# interleaved by a "phases" stage, the weight gradient a conv2d_*_wgrad stage; all are
+# scheduled by the conv schedules under schedule_backward.
+CONV_GRAD_CASES = [  # stride, padding, dilation, kernel, the data gradient's form
+    (1, 1, 1, 3, "conv"), (1, 0, 1, 3, "conv"), (1, 2, 2, 3, "conv"), (1, (1, 0), 1, 3, "conv"),
+    (1, 2, 1, 5, "conv"), (1, 3, 1, 3, "conv"),  # a padding above dilation*(k-1): cropped
+    (2, 1, 1, 3, "phases"), (2, 1, 2, 3, "phases"), (2, 0, 1, 1, "phases"),  # 1x1: 3 zero phases
+    ((2, 1), (1, 0), 1, 3, "phases"), (3, 1, 1, 3, "phases"), (2, 2, 1, 5, "phases"),
+    (3, 0, 1, 2, "phases"), (4, 1, 1, 3, "phases"),  # kernel narrower than the stride
 ]
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-@pytest.mark.parametrize("stride,padding,dilation,k,as_conv", CONV_GRAD_CASES)
+@pytest.mark.parametrize("stride,padding,dilation,k,form", CONV_GRAD_CASES)
 def test_conv_gradients_are_scheduled_as_convolutions(layout, stride, padding, dilation, k,
-                                                      as_conv):
+                                                      form):
     torch = pytest.importorskip("torch")
     N, C, O, H, W = 2, 5, 18, 9, 11
     if layout == "nchw":
@@ -182,7 +185,10 @@ def test_conv_gradients_are_scheduled_as_convolutions(layout, stride, padding, d
         Y = nn.conv2d_nhwc(X, Wt, stride, padding, dilation)
     Hd = tc.placeholder(Y.shape, name="H")
     gX, gW = tc.gradient(Y, [X, Wt], head=Hd)
-    assert (f"conv2d_{layout}" in gX.op.tag.split(",")) == as_conv, gX.op.tag
+    tag = f"conv2d_{layout}" if form == "conv" else f"conv2d_{layout}_phases"
+    assert tag in gX.op.tag.split(","), gX.op.tag
+    if form == "phases":  # every phase that a tap reaches is a convolution
+        assert all(f"conv2d_{layout}" in t.op.tag.split(",") for t in gX.op.input_tensors)
     assert gW.op.tag == f"conv2d_{layout}_wgrad" and gX.name == "X.grad" and gW.name == "W.grad"
     s = ad.schedule_backward([gX, gW])
     f = tc.build(s, [X, Wt, Hd, gX, gW])

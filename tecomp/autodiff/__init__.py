@@ -4,11 +4,14 @@
     from tecomp import autodiff as ad, nn
 
     X = tc.placeholder((8, 3, 32, 32), name="X"); W = tc.placeholder((16, 3, 3, 3), name="W")
-    Y = nn.conv2d_nchw(X, W, stride=2, padding=1)
+    c, ky, kx = (tc.reduce_axis(3, name=v) for v in ("c", "ky", "kx"))
+    Y = tc.compute((8, 16, 15, 15), lambda n, o, y, x: tc.sum(   # a stride-2 convolution
+        X[n, c, 2 * y + ky, 2 * x + kx] * W[o, c, ky, kx], axis=[c, ky, kx]), name="Y")
     H = tc.placeholder(Y.shape, name="H")              # dL/dY, given at call time
     gX, gW = tc.gradient(Y, [X, W], head=H)          # ordinary computes: X.grad, W.grad
-    print(gX.op.body)  # sum(H[.., (ax2 + 1) // 2 - ky.t, ..]*W[o, ax1, ..], axis=[o, ky.t, kx.t],
-                       #     where=...): a gather over the stride-2 lattice of the kernel
+    print(gX.op.body)  # sum(H[ax0, o, ax2 // 2 - ky.t, ..]*W[o, ax1, ax2 % 2 + ky.t*2, ..],
+                       #     axis=[o, ky.t, kx.t], where=...): a gather over the stride-2
+                       #     lattice of the kernel
     s = ad.schedule_backward([gX, gW])                # or any schedule you write
     f = tc.build(s, [X, W, H, gX, gW])
     ad.gradcheck(Y, [X, W])                           # finite differences in float64
@@ -26,7 +29,8 @@ What is here:
   (to the first extremum, PyTorch's max-pool rule), ``prod``; :func:`register_derivative`
   for new intrinsics, ``tc.comm_reducer`` reducers and whole computes (a custom VJP);
   :func:`register_tag_derivative` for the computes of a tag (``tecomp.nn``'s convolutions:
-  a stride-1 data gradient is a convolution, the weight gradient a ``conv2d_*_wgrad``).
+  the data gradient is a convolution, one per phase of the data for a stride above 1, the
+  weight gradient a ``conv2d_*_wgrad``).
 * :func:`gradcheck`: finite differences in float64 and the dot-product test.
 * :func:`schedule_backward`: a default CPU schedule for derived gradients.
 * :func:`stop_gradient`: treat a compute as a constant.

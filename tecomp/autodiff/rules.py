@@ -194,7 +194,8 @@ def register_tag_derivative(tag: str, rule: Callable, *, override: bool = False)
     """Register how the computes carrying ``tag`` (one of the comma-separated tags of
     ``op.tag``) hand some of their inputs' gradients to ready-made computes, instead of the
     derived gather form: ``tecomp.nn`` registers its convolutions this way, so that a
-    stride-1 convolution's data gradient is itself a convolution that
+    convolution's data gradient is itself a convolution (one per phase of the data for
+    a stride above 1) that
     ``schedule_conv2d_*`` and :func:`~tecomp.autodiff.schedule_backward` run at a forward
     convolution's speed.
 

@@ -13,9 +13,9 @@ schedule gives each such loop nest the shape a CPU likes, without knowing what i
 * the outermost data-parallel loop (fused with the next when it is short, e.g. a batch of 1)
   runs in parallel.
 
-* the convolutions among the stages (``tecomp.nn``'s gradient rule makes a stride-1
-  convolution's data gradient a ``conv2d_nchw``/``conv2d_nhwc`` of the adjoint and its
-  weight gradient a ``conv2d_*_wgrad`` stage) get ``tecomp.nn``'s conv schedules
+* the convolutions among the stages (``tecomp.nn``'s gradient rule makes a convolution's
+  data gradient a ``conv2d_nchw``/``conv2d_nhwc`` of the adjoint, one per phase of the data
+  for a stride above 1, and its weight gradient a ``conv2d_*_wgrad`` stage) get ``tecomp.nn``'s conv schedules
   (:func:`tecomp.nn.schedule_cpu.schedule_conv2d_into`), whatever ``vector`` says;
 
 * a sum whose output rows are too short to vectorize (a convolution's weight gradient,
@@ -85,7 +85,7 @@ def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, ti
     if s is None:
         s = create_schedule([t.op for t in outs])
     mine = _reachable(outs)
-    # convolutions (a stride-1 convolution's data gradient is one, see nn.ops): the
+    # convolutions (a convolution's data gradient is one or several, see nn.ops): the
     # forward conv schedules, before the loop below touches their padding or weights
     from ..nn.schedule_cpu import CONV_TAGS, schedule_conv2d_into
 

@@ -145,60 +145,75 @@ def _out_size(h, k, s, p, d):
     return (h + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-def conv2d_nchw(data, weight, stride=1, padding=0, dilation=1, name: str = "conv2d_nchw"):
-    """2-d convolution (cross-correlation, as PyTorch): data ``[N, C, H, W]``, weight
-    ``[O, C, KH, KW]`` -> ``[N, O, OH, OW]``; ``stride``, ``padding`` (zeros, both sides),
-    ``dilation``: an int or a pair."""
+def _conv_compute(nchw: bool, src, weight, out_hw, stride, dilation, name: str, attrs):
+    """The convolution stage itself: ``out_hw`` output rows and columns read from ``src``
+    (the data, already padded) at ``y * stride + ky * dilation`` (and the same in x)."""
+    (sh, sw), (dh, dw) = stride, dilation
+    OH, OW = out_hw
+    if nchw:
+        N, C = src.shape[0], src.shape[1]
+        O, KH, KW = weight.shape[0], weight.shape[2], weight.shape[3]
+    else:
+        N, C = src.shape[0], src.shape[3]
+        KH, KW, O = weight.shape[0], weight.shape[1], weight.shape[3]
+    c = _te.reduce_axis(C, name="c")
+    ky = _te.reduce_axis(KH, name="ky")
+    kx = _te.reduce_axis(KW, name="kx")
+    if nchw:
+        return _te.compute(
+            (N, O, OH, OW),
+            lambda n, o, y, x: _te.sum(src[n, c, y * sh + ky * dh, x * sw + kx * dw] *
+                                       weight[o, c, ky, kx], axis=[c, ky, kx]),
+            name=name, tag="conv2d_nchw", attrs=attrs)
+    return _te.compute(
+        (N, OH, OW, O),
+        lambda n, y, x, o: _te.sum(src[n, y * sh + ky * dh, x * sw + kx * dw, c] *
+                                   weight[ky, kx, c, o], axis=[ky, kx, c]),
+        name=name, tag="conv2d_nhwc", attrs=attrs)
+
+
+def _conv2d(nchw: bool, data, weight, stride, padding, dilation, name: str):
     sh, sw = _pair(stride, "stride")
     ph, pw = _pair(padding, "padding")
     dh, dw = _pair(dilation, "dilation")
-    N, C, H, W = data.shape
-    O, C2, KH, KW = weight.shape
+    if nchw:
+        H, W, KH, KW = data.shape[2], data.shape[3], weight.shape[2], weight.shape[3]
+    else:
+        H, W, KH, KW = data.shape[1], data.shape[2], weight.shape[0], weight.shape[1]
     H, W, KH, KW = (_int(x, f"conv2d {name}: extent") for x in (H, W, KH, KW))
     OH, OW = _out_size(H, KH, sh, ph, dh), _out_size(W, KW, sw, pw, dw)
     if OH <= 0 or OW <= 0:
         raise ShapeError(f"conv2d {name}: the output would be {OH}x{OW}; the kernel does not fit")
-    src = pad(data, (0, 0, ph, pw), name=f"{name}.pad") if (ph or pw) else data
-    c = _te.reduce_axis(C, name="c")
-    ky = _te.reduce_axis(KH, name="ky")
-    kx = _te.reduce_axis(KW, name="kx")
-    return _te.compute(
-        (N, O, OH, OW),
-        lambda n, o, y, x: _te.sum(src[n, c, y * sh + ky * dh, x * sw + kx * dw] *
-                                   weight[o, c, ky, kx], axis=[c, ky, kx]),
-        name=name, tag="conv2d_nchw",
-        attrs={"conv2d": ((sh, sw), (ph, pw), (dh, dw))})
+    src = data
+    if ph or pw:
+        src = pad(data, (0, 0, ph, pw) if nchw else (0, ph, pw, 0), name=f"{name}.pad")
+    return _conv_compute(nchw, src, weight, (OH, OW), (sh, sw), (dh, dw), name,
+                         {"conv2d": ((sh, sw), (ph, pw), (dh, dw))})
+
+
+def conv2d_nchw(data, weight, stride=1, padding=0, dilation=1, name: str = "conv2d_nchw"):
+    """2-d convolution (cross-correlation, as PyTorch): data ``[N, C, H, W]``, weight
+    ``[O, C, KH, KW]`` -> ``[N, O, OH, OW]``; ``stride``, ``padding`` (zeros, both sides),
+    ``dilation``: an int or a pair."""
+    return _conv2d(True, data, weight, stride, padding, dilation, name)
 
 
 def conv2d_nhwc(data, weight, stride=1, padding=0, dilation=1, name: str = "conv2d_nhwc"):
     """2-d convolution in NHWC: data ``[N, H, W, C]``, weight ``[KH, KW, C, O]`` (HWIO) ->
     ``[N, OH, OW, O]``."""
-    sh, sw = _pair(stride, "stride")
-    ph, pw = _pair(padding, "padding")
-    dh, dw = _pair(dilation, "dilation")
-    N, H, W, C = data.shape
-    KH, KW, C2, O = weight.shape
-    H, W, KH, KW = (_int(x, f"conv2d {name}: extent") for x in (H, W, KH, KW))
-    OH, OW = _out_size(H, KH, sh, ph, dh), _out_size(W, KW, sw, pw, dw)
-    if OH <= 0 or OW <= 0:
-        raise ShapeError(f"conv2d {name}: the output would be {OH}x{OW}; the kernel does not fit")
-    src = pad(data, (0, ph, pw, 0), name=f"{name}.pad") if (ph or pw) else data
-    c = _te.reduce_axis(C, name="c")
-    ky = _te.reduce_axis(KH, name="ky")
-    kx = _te.reduce_axis(KW, name="kx")
-    return _te.compute(
-        (N, OH, OW, O),
-        lambda n, y, x, o: _te.sum(src[n, y * sh + ky * dh, x * sw + kx * dw, c] *
-                                   weight[ky, kx, c, o], axis=[ky, kx, c]),
-        name=name, tag="conv2d_nhwc",
-        attrs={"conv2d": ((sh, sw), (ph, pw), (dh, dw))})
+    return _conv2d(False, data, weight, stride, padding, dilation, name)
 
 
 def _conv_weight_grad(op, src, weight, adjoint):
     """``weight``'s gradient of the convolution ``op`` (which reads ``src``: the data or
     its padding): ``sum over n, y, x`` of the adjoint times the window of ``src`` -- the
     derived gather form, as a compute tagged ``conv2d_*_wgrad`` that the conv schedules
-    know (:func:`~tecomp.nn.schedule_cpu.schedule_conv2d_into`)."""
+    know (:func:`~tecomp.nn.schedule_cpu.schedule_conv2d_into`).
+
+    NCHW with a column stride ``s`` above 1: the schedule vectorizes along ``x``, where
+    ``src`` would be read every ``s``-th element (a gather per vector), so ``src`` is first
+    split into its column phases, ``<src>.phases[n, c, row, r, q] = src[.., row, q*s + r]``,
+    and the gradient reads phase ``kx*d % s`` at ``x + kx*d // s``: contiguous."""
     (sh, sw), _, (dh, dw) = op.attrs["conv2d"]
     nchw = "conv2d_nchw" in op.tag.split(",")
     if nchw:
@@ -208,7 +223,18 @@ def _conv_weight_grad(op, src, weight, adjoint):
     n = _te.reduce_axis(N, name="n")
     y = _te.reduce_axis(OH, name="y")
     x = _te.reduce_axis(OW, name="x")
-    if nchw:
+    if nchw and sw > 1:
+        Wp = _int(src.shape[3], f"conv2d {op.name}: extent")
+        zero = _c(0, src.dtype)
+        phases = _te.compute(
+            (src.shape[0], src.shape[1], src.shape[2], sw, -(-Wp // sw)),
+            lambda n_, c, row, r, q: src[n_, c, row, q * sw + r] if Wp % sw == 0 else
+            _te.if_then_else(q * sw + r < Wp, src[n_, c, row, q * sw + r], zero),
+            name=f"{src.name}.phases", tag="injective,conv2d_column_phases")
+        body = lambda o, c, ky, kx: _te.sum(  # noqa: E731
+            adjoint[n, o, y, x] * phases[n, c, y * sh + ky * dh, kx * dw % sw, x + kx * dw // sw],
+            axis=[n, y, x])
+    elif nchw:
         body = lambda o, c, ky, kx: _te.sum(  # noqa: E731
             adjoint[n, o, y, x] * src[n, c, y * sh + ky * dh, x * sw + kx * dw], axis=[n, y, x])
     else:
@@ -219,16 +245,61 @@ def _conv_weight_grad(op, src, weight, adjoint):
                        attrs={"conv2d": op.attrs["conv2d"]})
 
 
+def _phase_taps(k: int, s: int, p: int, d: int, size: int):
+    """One dimension of the data gradient of a stride-``s`` convolution, split by the
+    phase ``r = y % s`` of the data index ``y = s*q + r``: per phase, None when no tap
+    reaches it (or it is empty), else ``(taps, dil, lo, count)`` -- the kernel taps
+    ``ky`` that land on it (``(r + p - ky*d) % s == 0``, increasing, evenly spaced), the
+    dilation of the phase's convolution (``d / gcd(s, d)``), the adjoint index that its
+    first tap reads at ``q = 0``, and the phase's length ``ceil((size - r) / s)``.  The
+    phase's gradient is a stride-1 convolution of the adjoint shifted by ``lo`` (zero
+    outside it) with the taps in reverse order:
+    ``g[q] = sum_j adj[q + lo + j*dil] * w[taps[-1 - j]]``."""
+    res = []
+    dil = d // math.gcd(s, d)
+    for r in range(s):
+        taps = [ky for ky in range(k) if (r + p - ky * d) % s == 0]
+        count = -(-(size - r) // s)
+        if not taps or count <= 0:
+            res.append(None)
+        else:
+            res.append((taps, dil, (r + p - taps[-1] * d) // s, count))
+    return res
+
+
+def _window(adjoint, sp, lo, size, name: str):
+    """``adjoint`` shifted by ``lo`` along its spatial dimensions ``sp`` and cut to
+    ``size`` there, zero outside it (a padding, tagged ``pad``, when ``lo <= 0``); the
+    adjoint itself when that is the same."""
+    ext = [_int(adjoint.shape[i], "adjoint extent") for i in sp]
+    if all(a == 0 and n == e for a, n, e in zip(lo, size, ext)):
+        return adjoint
+
+    def f(*i):
+        idx, conds = list(i), []
+        for d, a, e in zip(sp, lo, ext):
+            idx[d] = i[d] + a
+            conds += [idx[d] >= 0, idx[d] < e]
+        return _te.if_then_else(_te.all(*conds), adjoint[tuple(idx)], _c(0, adjoint.dtype))
+
+    shape = list(adjoint.shape)
+    for d, n in zip(sp, size):
+        shape[d] = n
+    return _te.compute(tuple(shape), f, name=name, tag="injective,pad")
+
+
 def _conv_data_grad(out, adjoint, wanted):
     """The gradients of a ``conv2d_nchw``/``conv2d_nhwc`` (the rule that ``tc.gradient``
     uses for them, see ``register_tag_derivative``).  The weight gradient, any stride:
-    :func:`_conv_weight_grad`.  The data gradient, stride 1: the adjoint convolved,
-    stride 1 and the same dilation, with the kernel flipped in both spatial dimensions
-    and its channel axes swapped, padded by ``dilation*(k-1) - padding`` -- a forward
-    convolution of the data's shape, which the conv schedules run as fast as the
-    forward pass.  For a stride above 1 (the adjoint would have to be dilated by zeros)
-    or a padding above ``dilation*(k-1)``, the data gradient keeps the derived gather
-    form; for a head of ones (``adjoint`` None) both do."""
+    :func:`_conv_weight_grad`.  The data gradient: convolutions of the adjoint with the
+    kernel flipped in both spatial dimensions and its channel axes swapped, which the
+    conv schedules run as fast as a forward pass.  Stride 1: one convolution, stride 1
+    and the same dilation, padded by ``dilation*(k-1) - padding``.  Stride ``s``: one
+    per phase ``(y % s, x % s)`` of the data (:func:`_phase_taps`), each with the taps
+    of the kernel that land on that phase -- 3x3 stride 2 gives 1x1, 1x2, 2x1 and 2x2
+    kernels, no multiplication by an inserted zero -- and a stage ``<data>.grad`` that
+    interleaves them.  For a head of ones (``adjoint`` None) both gradients keep the
+    derived gather form."""
     op = out.op
     conf = op.attrs.get("conv2d")
     if adjoint is None or conf is None or len(op.input_tensors) != 2:
@@ -246,24 +317,62 @@ def _conv_data_grad(out, adjoint, wanted):
     res = {}
     if any(d is weight for d in wanted):
         res[weight] = _conv_weight_grad(op, src, weight, adjoint)
-    if (sh, sw) != (1, 1) or not any(d is data for d in wanted):
+    if not any(d is data for d in wanted):
         return res
+    sp = (2, 3) if nchw else (1, 2)          # the spatial dimensions of data and adjoint
     KH, KW = (_int(e, f"conv2d {op.name}: extent") for e in
               ((weight.shape[2], weight.shape[3]) if nchw else (weight.shape[0], weight.shape[1])))
-    qh, qw = dh * (KH - 1) - ph, dw * (KW - 1) - pw
-    if qh < 0 or qw < 0:
+    H, W = (_int(data.shape[i], f"conv2d {op.name}: extent") for i in sp)
+    OH, OW = (_int(adjoint.shape[i], f"conv2d {op.name}: extent") for i in sp)
+    rows, cols = _phase_taps(KH, sh, ph, dh, H), _phase_taps(KW, sw, pw, dw, W)
+    name = f"{data.name}.grad"
+    phases = {}
+    for ry, py in enumerate(rows):
+        for rx, px in enumerate(cols):
+            if py is None or px is None:
+                continue
+            (ty, ddy, ly, qy), (tx, ddx, lx, qx) = py, px
+            sy, sx = ty[1] - ty[0] if len(ty) > 1 else 1, tx[1] - tx[0] if len(tx) > 1 else 1
+            y0, x0 = ty[-1], tx[-1]
+            tag = "" if sh == sw == 1 else f".p{ry}{rx}"
+            if nchw:   # [O, C, KH, KW] -> [C, O, len(ty), len(tx)], flipped
+                flip = _te.compute(
+                    (weight.shape[1], weight.shape[0], len(ty), len(tx)),
+                    lambda c, o, ky, kx: weight[o, c, y0 - ky * sy, x0 - kx * sx],
+                    name=f"{weight.name}.flip{tag}", tag="injective,conv2d_weight_flip")
+            else:      # HWIO [KH, KW, C, O] -> [len(ty), len(tx), O, C], flipped
+                flip = _te.compute(
+                    (len(ty), len(tx), weight.shape[3], weight.shape[2]),
+                    lambda ky, kx, o, c: weight[y0 - ky * sy, x0 - kx * sx, c, o],
+                    name=f"{weight.name}.flip{tag}", tag="injective,conv2d_weight_flip")
+            g = name + tag
+            size = (qy + (len(ty) - 1) * ddy, qx + (len(tx) - 1) * ddx)
+            src = _window(adjoint, sp, (ly, lx), size, f"{g}.pad")
+            # a second derivative (this convolution's own gradient rule) reads the
+            # padding from ``attrs``: given for a symmetric one only, else the gather form
+            sym = all(a <= 0 and n == e - 2 * a for a, n, e in zip((ly, lx), size, (OH, OW)))
+            attrs = {"conv2d": ((1, 1), (-ly, -lx), (ddy, ddx))} if sym else {}
+            phases[ry, rx] = _conv_compute(nchw, src, flip, (qy, qx), (1, 1), (ddy, ddx),
+                                           g, attrs)
+    if sh == sw == 1:
+        res[data] = phases[0, 0]
         return res
-    if nchw:   # [O, C, KH, KW] -> [C, O, KH, KW], flipped
-        flip = _te.compute((weight.shape[1], weight.shape[0], KH, KW),
-                           lambda c, o, ky, kx: weight[o, c, KH - 1 - ky, KW - 1 - kx],
-                           name=f"{weight.name}.flip", tag="injective,conv2d_weight_flip")
-        g = conv2d_nchw(adjoint, flip, 1, (qh, qw), (dh, dw), name=f"{data.name}.grad")
-    else:      # HWIO [KH, KW, C, O] -> [KH, KW, O, C], flipped
-        flip = _te.compute((KH, KW, weight.shape[3], weight.shape[2]),
-                           lambda ky, kx, o, c: weight[KH - 1 - ky, KW - 1 - kx, c, o],
-                           name=f"{weight.name}.flip", tag="injective,conv2d_weight_flip")
-        g = conv2d_nhwc(adjoint, flip, 1, (qh, qw), (dh, dw), name=f"{data.name}.grad")
-    res[data] = g
+    zero = _c(0, data.dtype)
+
+    def interleave(*i):
+        y, x = i[sp[0]], i[sp[1]]
+        val = zero
+        for (ry, rx), g in sorted(phases.items(), reverse=True):
+            idx = list(i)
+            idx[sp[0]], idx[sp[1]] = y // sh, x // sw
+            conds = (([(y % sh).equal(ry)] if sh > 1 else [])
+                     + ([(x % sw).equal(rx)] if sw > 1 else []))
+            val = _te.if_then_else(_te.all(*conds), g[tuple(idx)], val) \
+                if val is not zero or len(phases) < sh * sw else g[tuple(idx)]
+        return val
+
+    res[data] = _te.compute(data.shape, interleave, name=name,
+                            tag=f"injective,conv2d_{'nchw' if nchw else 'nhwc'}_phases")
     return res
 
 
