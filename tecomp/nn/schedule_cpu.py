@@ -1330,9 +1330,15 @@ def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
     """A convolution's weight gradient in NHWC (HWIO weights, ``conv2d_nhwc_wgrad``):
     ``W.grad[ky, kx, c, o] = sum over n, y, x of X[n, y*s + ky*d, x*s + kx*d, c] *
     dY[n, y, x, o]`` is a GEMM with rows ``(ky, kx, c)``, columns ``o`` and the pixels as
-    its reduction: a ``CB x OB`` block (input channels x output-channel vectors) is
-    accumulated in a local buffer (``cache_write``, registers) over the pixels, each
-    step broadcasting ``CB`` inputs and loading ``OB/L`` adjoint vectors."""
+    its reduction.  The output rows ``y`` are split between the threads (``rfactor``:
+    ``W.grad.rf[t, ky, kx, c, o]``, one partial gradient per thread, then summed); in
+    each, per image row, every ``CB x OB`` block (input channels x output-channel
+    vectors) is accumulated in registers along the row, each step broadcasting ``CB``
+    inputs and loading ``OB/L`` adjoint vectors, so a row's inputs and adjoint stay in
+    L1 while all the blocks use them (one thread: the same nest, no ``rfactor``).
+    Against the same nest with the blocks as the parallel loop inside each row (a
+    parallel region per row), 64-channel 56x56 3x3, 2 threads, interleaved, ms: batch 4
+    6.1 vs 8.5 (stride 2: 2.5 vs 4.6), batch 1 1.75 vs 2.30; PyTorch 6.0, 2.5, 1.87."""
     gw = outs[0]
     KH, KW, C, O = (_cint(e) for e in gw.shape)
     L = info.lanes
@@ -1341,14 +1347,26 @@ def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
     cb_max = max(1, min((info.vregs - nvec - 2) // nvec, 12))
     cb = _largest_divisor_at_most(C, cb_max) if C is not None else 4
     st = s[gw]
-    ky, kx, c, o = st.op.axis
     rn, ry, rx = st.op.reduce_axis
+    OH = _cint(ry.dom.extent)
+    parts = max(1, min(info.threads, OH if OH is not None else info.threads))
+    if parts > 1:
+        yo, _ = st.split(ry, nparts=parts)
+        rf = s.rfactor(gw, yo, factor_axis=0)
+        # the sum of the partial gradients: a serial vector loop (a 64x64 3x3 gradient
+        # is 147 KB per part)
+        _vector_split(st, st.op.axis[-1], O, L)
+        st = s[rf]
+        t, ky, kx, c, o = st.op.axis
+        rn, ry, rx = st.op.reduce_axis
+        st.parallel(t)
+        outer = [t]
+    else:
+        ky, kx, c, o = st.op.axis
+        outer = []
     co, ci = st.split(c, factor=cb)
     oo, oi = st.split(o, factor=nr)
-    st.reorder(rn, ry, ky, kx, co, oo, rx, ci, oi)
-    tile = st.fuse(ky, kx, co)
-    if info.threads > 1:
-        st.parallel(tile)
+    st.reorder(*outer, rn, ry, ky, kx, co, oo, rx, ci, oi)
     st.unroll(ci)
     st.vectorize(oi)
     st.pragma(rx, "fp_contract")
