@@ -206,43 +206,79 @@ def conv2d_nhwc(data, weight, stride=1, padding=0, dilation=1, name: str = "conv
 
 def _conv_weight_grad(op, src, weight, adjoint):
     """``weight``'s gradient of the convolution ``op`` (which reads ``src``: the data or
-    its padding): ``sum over n, y, x`` of the adjoint times the window of ``src`` -- the
-    derived gather form, as a compute tagged ``conv2d_*_wgrad`` that the conv schedules
-    know (:func:`~tecomp.nn.schedule_cpu.schedule_conv2d_into`).
+    its padding): ``sum over n, y, x`` of the adjoint times the window of ``src``, as a
+    compute tagged ``conv2d_*_wgrad`` that the conv schedules know
+    (:func:`~tecomp.nn.schedule_cpu.schedule_conv2d_into`).
 
-    NCHW with a column stride ``s`` above 1: the schedule vectorizes along ``x``, where
-    ``src`` would be read every ``s``-th element (a gather per vector), so ``src`` is first
-    split into its column phases, ``<src>.phases[n, c, row, r, q] = src[.., row, q*s + r]``,
-    and the gradient reads phase ``kx*d % s`` at ``x + kx*d // s``: contiguous."""
+    NCHW: the schedule vectorizes the reduction along the rows of both operands, which
+    wastes lanes when a row is not a multiple of 16 (56 columns: 8-lane vectors, or a
+    masked tail) and gathers when the stride is above 1.  Then both operands are first
+    copied into flat rows of one pitch ``E`` (:func:`_flat_rows`): the gradient is a sum
+    over ``n`` and the pixel ``p = y*E + x`` (``p`` up to a multiple of 16, the adjoint
+    zero for ``x >= OW``), every tap reading the input at ``p`` plus a constant."""
     (sh, sw), _, (dh, dw) = op.attrs["conv2d"]
     nchw = "conv2d_nchw" in op.tag.split(",")
+    tag = "conv2d_nchw_wgrad" if nchw else "conv2d_nhwc_wgrad"
+    attrs = {"conv2d": op.attrs["conv2d"]}
     if nchw:
         N, _, OH, OW = adjoint.shape
+        if (sh, sw) != (1, 1) or _int(OW, "adjoint extent") % 16:
+            body = _flat_rows(op, src, adjoint)
+            return _te.compute(weight.shape, body, name=f"{weight.name}.grad", tag=tag,
+                               attrs=attrs)
     else:
         N, OH, OW, _ = adjoint.shape
     n = _te.reduce_axis(N, name="n")
     y = _te.reduce_axis(OH, name="y")
     x = _te.reduce_axis(OW, name="x")
-    if nchw and sw > 1:
-        Wp = _int(src.shape[3], f"conv2d {op.name}: extent")
-        zero = _c(0, src.dtype)
-        phases = _te.compute(
-            (src.shape[0], src.shape[1], src.shape[2], sw, -(-Wp // sw)),
-            lambda n_, c, row, r, q: src[n_, c, row, q * sw + r] if Wp % sw == 0 else
-            _te.if_then_else(q * sw + r < Wp, src[n_, c, row, q * sw + r], zero),
-            name=f"{src.name}.phases", tag="injective,conv2d_column_phases")
-        body = lambda o, c, ky, kx: _te.sum(  # noqa: E731
-            adjoint[n, o, y, x] * phases[n, c, y * sh + ky * dh, kx * dw % sw, x + kx * dw // sw],
-            axis=[n, y, x])
-    elif nchw:
+    if nchw:
         body = lambda o, c, ky, kx: _te.sum(  # noqa: E731
             adjoint[n, o, y, x] * src[n, c, y * sh + ky * dh, x * sw + kx * dw], axis=[n, y, x])
     else:
         body = lambda ky, kx, c, o: _te.sum(  # noqa: E731
             src[n, y * sh + ky * dh, x * sw + kx * dw, c] * adjoint[n, y, x, o], axis=[n, y, x])
-    tag = "conv2d_nchw_wgrad" if nchw else "conv2d_nhwc_wgrad"
-    return _te.compute(weight.shape, body, name=f"{weight.name}.grad", tag=tag,
-                       attrs={"conv2d": op.attrs["conv2d"]})
+    return _te.compute(weight.shape, body, name=f"{weight.name}.grad", tag=tag, attrs=attrs)
+
+
+def _flat_rows(op, src, adjoint):
+    """The body of an NCHW weight gradient over flat rows (see :func:`_conv_weight_grad`):
+
+    * ``<src>.rows[n, c, a, b, t]``: ``src`` split into its row and column phases
+      (``a < sh``, ``b < sw``: one of each at stride 1), each phase plane ``E = ceil(Wp /
+      sw)`` wide and stored flat: ``t = i*E + j`` holds ``src[n, c, i*sh + a, j*sw + b]``
+      (zero past the edges);
+    * ``<adjoint>.rows[n, o, p]``: the adjoint at the same pitch, ``p = y*E + x``, zero for
+      ``x >= OW`` and past the last row;
+    * the tap ``(ky, kx)`` reads phase ``(ky*dh % sh, kx*dw % sw)`` at
+      ``p + (ky*dh // sh)*E + kx*dw // sw``: contiguous in ``p``.
+
+    Both stages carry ``attrs["pitch"] = E`` for the schedule."""
+    (sh, sw), _, (dh, dw) = op.attrs["conv2d"]
+    N, C, Hp, Wp = src.shape
+    Hp, Wp = (_int(e, f"conv2d {op.name}: extent") for e in (Hp, Wp))
+    _, O, OH, OW = adjoint.shape
+    OH, OW = (_int(e, f"conv2d {op.name}: extent") for e in (OH, OW))
+    KH, KW = (_int(e, f"conv2d {op.name}: extent") for e in op.input_tensors[1].shape[2:])
+    E = -(-Wp // sw)
+    P = -(-OH * E // 16) * 16
+    T = P + ((KH - 1) * dh // sh) * E + (KW - 1) * dw // sw
+    zero = _c(0, src.dtype)
+
+    def rows(n_, c, a, b, t):
+        r, q = (t // E) * sh + a, (t % E) * sw + b
+        return _te.if_then_else(_te.all(r < Hp, q < Wp), src[n_, c, r, q], zero)
+
+    srows = _te.compute((N, C, sh, sw, T), rows, name=f"{src.name}.rows",
+                        tag="injective,conv2d_wgrad_rows", attrs={"pitch": E})
+    arows = _te.compute(
+        (N, O, P), lambda n_, o, p: _te.if_then_else(
+            _te.all(p % E < OW, p // E < OH), adjoint[n_, o, p // E, p % E], zero),
+        name=f"{adjoint.name}.rows", tag="injective,conv2d_wgrad_rows", attrs={"pitch": E})
+    n = _te.reduce_axis(N, name="n")
+    p = _te.reduce_axis(P, name="p")
+    return lambda o, c, ky, kx: _te.sum(
+        arows[n, o, p] * srows[n, c, ky * dh % sh, kx * dw % sw,
+                               p + (ky * dh // sh) * E + kx * dw // sw], axis=[n, p])
 
 
 def _phase_taps(k: int, s: int, p: int, d: int, size: int):
