@@ -2,10 +2,11 @@
 PyTorch's ``convolution_backward``, interleaved in one process.
 
     python3 benchmarks/conv_grad.py [--threads 2] [--batch 4] [--layout nchw,nhwc]
+                                    [--stride 1,2]
 
-The 64-channel 56x56 3x3 stride-1 convolution of the main table; the data and the weight
-gradient are built and timed separately (medians, ms, and GFLOP/s counting
-2*N*K*C*H*W*9 each).  Speed only: the tests check the values.
+The 64-channel 56x56 3x3 convolution of the main table (padding 1), at stride 1 and 2;
+the data and the weight gradient are built and timed separately (medians, ms, and
+GFLOP/s counting 2*N*K*C*OH*OW*9 each).  Speed only: the tests check the values.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--layout", default="nchw,nhwc")
+    ap.add_argument("--stride", default="1,2")
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
@@ -41,14 +43,16 @@ def main(argv=None) -> int:
         return 1
     torch.set_num_threads(args.threads)
     N, C, K, H = args.batch, 64, 64, 56
-    flop = 2.0 * N * K * C * H * H * 9
     rng = np.random.default_rng(0)
-    for layout in args.layout.split(","):
+    for layout, S in ((a, int(b)) for b in args.stride.split(",")
+                      for a in args.layout.split(",")):
+        OH = (H + 2 - 3) // S + 1
+        flop = 2.0 * N * K * C * OH * OH * 9
         nchw = layout == "nchw"
-        xs, ws, ys = ((N, C, H, H), (K, C, 3, 3), (N, K, H, H)) if nchw else \
-            ((N, H, H, C), (3, 3, C, K), (N, H, H, K))
+        xs, ws, ys = ((N, C, H, H), (K, C, 3, 3), (N, K, OH, OH)) if nchw else \
+            ((N, H, H, C), (3, 3, C, K), (N, OH, OH, K))
         X, W = tc.placeholder(xs, name="x"), tc.placeholder(ws, name="w")
-        Y = (nn.conv2d_nchw if nchw else nn.conv2d_nhwc)(X, W, 1, 1)
+        Y = (nn.conv2d_nchw if nchw else nn.conv2d_nhwc)(X, W, S, 1)
         D = tc.placeholder(Y.shape, name="dy")
         gX, gW = gradient(Y, [X, W], D)
         fx = tc.build(schedule_backward([gX]), [X, W, D, gX], name="dgrad")
@@ -64,7 +68,7 @@ def main(argv=None) -> int:
 
         def tback(mask):
             return torch.ops.aten.convolution_backward(
-                dt, xt, wt, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask)
+                dt, xt, wt, None, [S, S], [1, 1], [1, 1], False, [0, 0], 1, mask)
 
         fx(x, w, d, gx)
         fw(x, w, d, gw)
@@ -75,7 +79,7 @@ def main(argv=None) -> int:
         for name, a, b in (("data", gx, rx), ("weight", gw, rw)):
             err = np.abs(a - b).max() / np.abs(b).max()
             if err > 1e-4:
-                print(f"{layout} {name} gradient: wrong result (max rel err {err:.1e})")
+                print(f"{layout} stride {S} {name} gradient: wrong result (max rel err {err:.1e})")
                 return 1
         res = interleaved({
             "tecomp data": lambda: fx(x, w, d, gx),
@@ -85,7 +89,8 @@ def main(argv=None) -> int:
         }, args.rounds)
         cells = ", ".join(f"{k} {v * 1e3:.2f} ms ({flop / v / 1e9:.1f} GFLOP/s)"
                           for k, v in res.items())
-        print(f"conv 64x56^2 3x3 {layout.upper()} batch {N}, {args.threads} thread(s): {cells}",
+        print(f"conv 64x56^2 3x3 stride {S} {layout.upper()} batch {N}, {args.threads} "
+              f"thread(s): {cells}",
               flush=True)
     return 0
 
