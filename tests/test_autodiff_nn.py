@@ -230,3 +230,16 @@ def test_conv_gradient_with_a_head_of_ones_keeps_the_gather_form():
                     if 0 <= iy < 6 and 0 <= ix < 6:
                         want[0, :, iy, ix] += w[:, :, ky, kx].sum(axis=0)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_strided_conv_gradients_differentiate_again(layout):
+    # the phase convolutions have asymmetric paddings (no conv2d attrs: their own
+    # gradients take the gather form) and the weight gradient reads flat rows
+    xs, ws = ((1, 2, 7, 7), (3, 2, 3, 3)) if layout == "nchw" else ((1, 7, 7, 2), (3, 3, 2, 3))
+    X, Wt = tc.placeholder(xs, "float64", name="X"), tc.placeholder(ws, "float64", name="W")
+    Y = (nn.conv2d_nchw if layout == "nchw" else nn.conv2d_nhwc)(X, Wt, 2, 1)
+    Hd = tc.placeholder(Y.shape, "float64", name="H")
+    gX, gW = tc.gradient(Y, [X, Wt], head=Hd)
+    assert ad.gradcheck(gX, [Wt, Hd])
+    assert ad.gradcheck(gW, [X, Hd])
