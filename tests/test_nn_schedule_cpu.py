@@ -222,6 +222,7 @@ CONV_CASES = [
     (1, 3, 5, 5, 2, 5, 1, 0, 1),       # kernel as large as the input
     (1, 24, 15, 15, 40, 5, 1, 2, 1),   # 15 wide: NHWC blocks chosen to leave no sliver
     (1, 128, 9, 9, 64, 5, 1, 2, 1),    # 800 KB of weights, 2 channel blocks: run in turn
+    (2, 64, 7, 7, 64, 3, 1, 1, 1),     # 7 rows: a 7-row register block (ResNet's last stage)
 ]
 
 
@@ -263,6 +264,18 @@ def test_conv2d_nhwc_blocks_leave_no_sliver(hw, lanes):
             assert y * x > 1, (hw, yb, xb)
     if hw == 56 and info.lanes == 16:
         assert (yb, xb) == (1, 14)
+
+
+@pytest.mark.parametrize("oh", [5, 7, 11, 49])
+def test_conv2d_nchw_block_leaves_no_row_tail(oh, lanes):
+    """No 2- to 4-row block divides 5, 7 or 49 rows: the NCHW block then takes a divisor
+    up to 8 (or single rows) rather than a tail, which lies in the parallel loop and kept
+    every block under a guard (512 channels at 7x7: 57 ms against 8.9 with 7-row blocks;
+    PyTorch 6.0)."""
+    info = sc.cpu_info()
+    ob, yb, xb = sc._conv_block_nchw(512, oh, oh, info, 1, 3, 3)
+    assert oh % yb == 0, (oh, ob, yb, xb)
+    assert ob * yb * -(-xb // info.lanes) <= info.vregs
 
 
 def test_conv2d_with_epilogue():

@@ -850,7 +850,12 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
     for xb in xbs:
         nvx = -(-xb // L)
         util = xb / (nvx * L)
-        for yb in (1, 2, 3, 4):
+        ybs = [1, 2, 3, 4]
+        if OH is not None and all(OH % y for y in (2, 3, 4)):
+            # no small row block divides the rows (7x7: every 2- to 4-row block leaves a
+            # tail, which is in the parallel loop): the divisors up to 8 too
+            ybs += [d for d in _divisors(OH) if 4 < d <= 8]
+        for yb in ybs:
             if OH is not None and yb > OH:
                 break
             top = min(budget // (nvx * yb), K if K is not None else 64)
@@ -862,8 +867,15 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
                     loads = 4 * R * S * yb * nvx + R * S * ob
                 cycles = max(fmas / 2, loads) + 3  # + loop, address and C-block overhead
                 score = util * fmas / cycles
-                if (OH is not None and OH % yb) or (K is not None and K % ob):
+                if K is not None and K % ob:
                     score *= 0.5  # a tail block: see above
+                if OH is not None and OH % yb:
+                    # a row tail is always in the parallel loop.  Batch 4, 2 threads,
+                    # ms: 512 channels at 7x7, 3-row blocks 57, 7-row blocks 8.9
+                    # (PyTorch 6.0); 256 at 11x11, 3-row blocks 25.4, single rows 9.7
+                    # (PyTorch 3.4-4.9: a weight broadcast per FMA); 64 at 13x13, 1.67
+                    # and 0.49 (PyTorch 0.37-0.61)
+                    score *= 0.2
                 if OW is not None and OW % xb:
                     score *= 0.85
                 if best is None or score > best[0] + 1e-9:
