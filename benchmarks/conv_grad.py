@@ -2,9 +2,10 @@
 PyTorch's ``convolution_backward``, interleaved in one process.
 
     python3 benchmarks/conv_grad.py [--threads 2] [--batch 4] [--layout nchw,nhwc]
-                                    [--stride 1,2]
+                                    [--stride 1,2] [--shape 64x56]
 
-The 64-channel 56x56 3x3 convolution of the main table (padding 1), at stride 1 and 2;
+The 64-channel 56x56 3x3 convolution of the main table (padding 1; ``--shape 256x14``: the
+other one), at stride 1 and 2;
 the data and the weight gradient are built and timed separately (medians, ms, and
 GFLOP/s counting 2*N*K*C*OH*OW*9 each).  Speed only: the tests check the values.
 """
@@ -21,6 +22,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--layout", default="nchw,nhwc")
     ap.add_argument("--stride", default="1,2")
+    ap.add_argument("--shape", default="64x56", help="channels x size, e.g. 256x14")
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
@@ -42,7 +44,8 @@ def main(argv=None) -> int:
         print("needs torch (pip install torch==2.13.0) for the comparison")
         return 1
     torch.set_num_threads(args.threads)
-    N, C, K, H = args.batch, 64, 64, 56
+    C, H = (int(v) for v in args.shape.split("x"))
+    N, K = args.batch, C
     rng = np.random.default_rng(0)
     for layout, S in ((a, int(b)) for b in args.stride.split(",")
                       for a in args.layout.split(",")):
@@ -89,7 +92,7 @@ def main(argv=None) -> int:
         }, args.rounds)
         cells = ", ".join(f"{k} {v * 1e3:.2f} ms ({flop / v / 1e9:.1f} GFLOP/s)"
                           for k, v in res.items())
-        print(f"conv 64x56^2 3x3 stride {S} {layout.upper()} batch {N}, {args.threads} "
+        print(f"conv {C}x{H}^2 3x3 stride {S} {layout.upper()} batch {N}, {args.threads} "
               f"thread(s): {cells}",
               flush=True)
     return 0
