@@ -1279,6 +1279,52 @@ def test_odd_vector_widths_load_and_store_exactly_their_lanes(lanes, dtype):
         assert "llvm.masked.store" in f.get_source("llvm-unopt")
 
 
+_STRIDED_CHILD = r"""
+import ctypes, mmap, sys
+import numpy as np
+import tecomp as tc
+
+step, dtype, lanes = int(sys.argv[1]), sys.argv[2], 16
+n = lanes * 4
+m = step * (n - 1) + 1     # the last lane of the last vector reads the last element
+A = tc.placeholder((m,), name="A", dtype=dtype)
+B = tc.compute((n,), lambda i: A[i * step] + 1, name="B")
+s = tc.create_schedule(B.op)
+_, xi = s[B].split(B.op.axis[0], factor=lanes)
+s[B].vectorize(xi)
+f = tc.build(s, [A, B])
+assert "llvm.masked.gather" not in f.get_source("llvm-unopt")
+page = mmap.PAGESIZE
+size = -(-m * np.dtype(dtype).itemsize // page) * page
+buf = mmap.mmap(-1, size + page)
+base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+assert libc.mprotect(base + size, page, 0) == 0   # PROT_NONE: reading it faults
+a = np.frombuffer(buf, dtype=dtype, count=m, offset=size - m * np.dtype(dtype).itemsize)
+a[:] = np.arange(m) % 1000
+out = np.empty(n, dtype)
+f(a, out)
+np.testing.assert_array_equal(out, a[::step] + 1)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("step", [2, 3, 4])
+@pytest.mark.parametrize("dtype", ["float32", "int32", "float64"])
+def test_strided_vector_loads_read_only_their_lanes(step, dtype):
+    """A vector load of every ``step``-th element (a strided convolution's input row) is
+    one wide load and a shuffle, not a gather: the right values, and nothing read past the
+    last element the lanes use (the array ends where an unreadable page begins; in a
+    child process, so that a fault fails the test instead of ending the run)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _STRIDED_CHILD, str(step), dtype],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
+
+
 def test_odd_width_accumulator_is_not_masked():
     """A buffer stored and read back across a loop (an accumulator) keeps plain vector
     accesses: LLVM keeps those in registers, not masked ones."""

@@ -55,8 +55,10 @@ Lowering
   as the vector ``<base, base+1, ..., base+L-1>``.  Values are tracked as uniform
   (scalar), affine (``base + lane*step``, integers) or general vectors: a load whose
   flattened offset is affine with step 1 is a vector load, a lane-invariant one a
-  scalar load (+ broadcast), anything else a ``llvm.masked.gather``; stores likewise
-  (vector store / scalar store / ``llvm.masked.scatter``).  An ``if`` whose condition
+  scalar load (+ broadcast), affine with a small constant step (2-4: a strided
+  convolution's input row) one wider masked load and a shuffle (``strided_load``),
+  anything else a ``llvm.masked.gather``; a store is a vector store, a scalar store
+  or a ``llvm.masked.scatter``.  An ``if`` whose condition
   depends on the lane, a ``Select`` with loads in its branches, and the tail of a loop
   with a symbolic extent are *predicated*: loads and stores under a lane mask become
   ``llvm.masked.load``/``store``/``gather``/``scatter``.  On AVX-512 an unmasked
@@ -183,6 +185,7 @@ _SIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8,
          "float16": 2, "float32": 4, "float64": 8}
 
 #: a vectorized loop with a constant extent up to this many lanes becomes one vector
+MAX_STRIDED_STEP = 4   # strided vector loads up to this step: a wide load + shuffle
 MAX_WIDEN_LANES = 64
 #: an unrolled loop with a constant extent up to this is unrolled at code generation
 MAX_FULL_UNROLL = 1024
@@ -1463,6 +1466,10 @@ class _FnEmitter:
                 f = self.mb.intrinsic("llvm.masked.load", vty,
                                       [_PTR, _I32, self.vtype(_I1), vty], [vty, _PTR])
                 x = b.call(f, [p, ir.Constant(_I32, align), self.mask, _splat(vty, 0)])
+        elif (off.v is None and 2 <= off.step <= MAX_STRIDED_STEP and self.mask is None
+              and off.step * self.lanes <= MAX_WIDEN_LANES
+              and memty in (_F32, _I32, _F64, _I64)):
+            x = self.strided_load(bi, off, memty, align)
         else:
             ptrs = self._vec_ptrs(bi, self.vec(off))
             pty = ir.VectorType(_PTR, self.lanes)
@@ -1471,6 +1478,24 @@ class _FnEmitter:
             m = self.mask if self.mask is not None else self.all_true()
             x = b.call(f, [ptrs, ir.Constant(_I32, align), m, _splat(vty, 0)])
         return Val(v=self.from_mem(x, dtype))
+
+    def strided_load(self, bi, off, memty, align):
+        """The lanes ``base + i*step`` (a small constant step: a stride-2 convolution's
+        input row) as one contiguous load of ``step*lanes`` elements and a shuffle that
+        keeps every ``step``-th, instead of a gather (16 lanes: two loads and a
+        ``vpermt2ps`` against a 16-element ``vgatherdps``).  The load is masked past the
+        last element the lanes use, so it reads nothing they would not."""
+        n, k = self.lanes, off.step
+        W = k * n
+        wty = ir.VectorType(memty, W)
+        mask = ir.Constant(ir.VectorType(_I1, W),
+                           [ir.Constant(_I1, 1 if i <= k * (n - 1) else 0) for i in range(W)])
+        f = self.mb.intrinsic("llvm.masked.load", wty,
+                              [_PTR, _I32, ir.VectorType(_I1, W), wty], [wty, _PTR])
+        w = self.b.call(f, [self._elem_ptr(bi, off.s, False), ir.Constant(_I32, align),
+                            mask, _splat(wty, 0)])
+        return self.b.shuffle_vector(w, _poison(wty), ir.Constant(
+            ir.VectorType(_I32, n), [ir.Constant(_I32, i * k) for i in range(n)]))
 
     def store(self, node: BufferStore, val: Val):
         bi = self.buf(node.buffer)
