@@ -832,8 +832,10 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
     cannot be partitioned off, the accumulators stay under a guard in every task and
     the kernel runs 5 to 10 times slower (measured: 256-channel 14x14 with 4x4 blocks,
     12 GFLOP/s against 80 with 8x2).  With a column stride (``x_stride`` > 1) an input
-    vector is a gather, about 4 loads' worth, and the taps share none (a 3->32-channel
-    stride-2 224x224 conv: 8x2 blocks 59 GFLOP/s, 4x4 34)."""
+    vector is counted as 4 loads and the taps share none (a 3->32-channel stride-2
+    224x224 conv: 8x2 blocks 59 GFLOP/s, 4x4 34); it was a gather then, it is now a
+    wider load and a shuffle (codegen's ``strided_load``), but counting it as 2 loads
+    picks the same blocks for the stride-2 convs of ResNet's shapes."""
     L = info.lanes
     R = R if R is not None else 3
     S = S if S is not None else 3
