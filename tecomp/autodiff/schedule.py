@@ -15,8 +15,9 @@ schedule gives each such loop nest the shape a CPU likes, without knowing what i
 
 * the convolutions among the stages (``tecomp.nn``'s gradient rule makes a convolution's
   data gradient a ``conv2d_nchw``/``conv2d_nhwc`` of the adjoint, one per phase of the data
-  for a stride above 1, and its weight gradient a ``conv2d_*_wgrad`` stage) get ``tecomp.nn``'s conv schedules
-  (:func:`tecomp.nn.schedule_cpu.schedule_conv2d_into`), whatever ``vector`` says;
+  for a stride above 1, and its weight gradient a ``conv2d_*_wgrad`` stage) get
+  ``tecomp.nn``'s conv schedules (:func:`tecomp.nn.schedule_cpu.schedule_conv2d_into`),
+  whatever ``vector`` says;
 
 * a sum whose output rows are too short to vectorize (a convolution's weight gradient,
   ``[O, C, 3, 3]``) is ``rfactor``-ed over ``vector`` lanes of its innermost reduce axis,

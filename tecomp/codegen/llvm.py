@@ -185,8 +185,10 @@ _SIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8,
          "float16": 2, "float32": 4, "float64": 8}
 
 #: a vectorized loop with a constant extent up to this many lanes becomes one vector
-MAX_STRIDED_STEP = 4   # strided vector loads up to this step: a wide load + shuffle
 MAX_WIDEN_LANES = 64
+#: a vector load of every 2nd, ..., MAX_STRIDED_STEP-th element is a wider load and a
+#: shuffle (``_FnEmitter.strided_load``), a larger step a gather
+MAX_STRIDED_STEP = 4
 #: an unrolled loop with a constant extent up to this is unrolled at code generation
 MAX_FULL_UNROLL = 1024
 #: allocations up to this many bytes (constant size) live on the stack
