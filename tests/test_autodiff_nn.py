@@ -189,7 +189,11 @@ def test_conv_gradients_are_scheduled_as_convolutions(layout, stride, padding, d
     assert tag in gX.op.tag.split(","), gX.op.tag
     if form == "phases":  # every phase that a tap reaches is a convolution
         assert all(f"conv2d_{layout}" in t.op.tag.split(",") for t in gX.op.input_tensors)
-    assert gW.op.tag == f"conv2d_{layout}_wgrad" and gX.name == "X.grad" and gW.name == "W.grad"
+    assert gX.name == "X.grad" and gW.name == "W.grad"
+    # an NCHW weight gradient whose rows are not a multiple of 16 (all of these) is the
+    # NHWC one transposed, when it is small (as here)
+    wg = gW if layout == "nhwc" else gW.op.input_tensors[0]
+    assert wg.op.tag == "conv2d_nhwc_wgrad"
     s = ad.schedule_backward([gX, gW])
     f = tc.build(s, [X, Wt, Hd, gX, gW])
     shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
@@ -243,3 +247,30 @@ def test_strided_conv_gradients_differentiate_again(layout):
     gX, gW = tc.gradient(Y, [X, Wt], head=Hd)
     assert ad.gradcheck(gX, [Wt, Hd])
     assert ad.gradcheck(gW, [X, Hd])
+
+
+@pytest.mark.parametrize("k,stride", [(3, 1), (3, 2)])
+def test_large_nchw_weight_gradients(k, stride):
+    # 256 channels: at stride 1 the weight gradient (590K elements) runs over flat rows
+    # (nn.ops._flat_rows), at stride 2 through NHWC like the small ones
+    torch = pytest.importorskip("torch")
+    X, Wt = tc.placeholder((2, 256, 6, 6), name="X"), tc.placeholder((256, 256, k, k), name="W")
+    Y = nn.conv2d_nchw(X, Wt, stride, 1)
+    Hd = tc.placeholder(Y.shape, name="H")
+    gW = tc.gradient(Y, Wt, head=Hd)
+    readers = {t.op.tag for t in gW.op.input_tensors}
+    if stride == 1:
+        assert gW.op.tag == "conv2d_nchw_wgrad" and readers == {"injective,conv2d_wgrad_rows"}
+    else:
+        assert gW.op.input_tensors[0].op.tag == "conv2d_nhwc_wgrad"
+    f = tc.build(ad.schedule_backward([gW]), [X, Hd, gW])
+    shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
+    x = rng.standard_normal(shape(X)).astype("float32")
+    h = rng.standard_normal(shape(Y)).astype("float32")
+    gw = np.empty(shape(Wt), "float32")
+    f(x, h, gw)
+    xt = torch.tensor(x, dtype=torch.float64)
+    wt = torch.zeros(shape(Wt), dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.conv2d(xt, wt, stride=stride, padding=1).backward(
+        torch.tensor(h, dtype=torch.float64))
+    np.testing.assert_allclose(gw, wt.grad.numpy(), rtol=1e-4, atol=1e-4)

@@ -60,6 +60,7 @@ from typing import List, Optional, Sequence
 
 from .. import te as _te
 from ..errors import ScheduleError
+from ..ir import dtype as _dt
 from ..ir.expr import ProducerLoad, Reduce
 from ..schedule.schedule import Schedule, Stage, create_schedule
 from ..te.tensor import ComputeOp, Tensor
@@ -1081,9 +1082,7 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
     noc = _ceil(K, ob) if K is not None else None
     nyc = _ceil(OH, yb) if OH is not None else None
     T = info.threads
-    wbytes = 4
-    for e in weight.shape:
-        wbytes = wbytes * _cint(e) if _cint(e) is not None and wbytes is not None else None
+    wbytes = _bytes(weight)
     small = wbytes is not None and wbytes <= info.l2_bytes // 4
     enough_rows = (N or 1) * (nyc or 1) >= 2 * T
     if noc == 1 or (small and enough_rows):
@@ -1301,14 +1300,13 @@ def _conv_wgrad_nchw_into(s: Schedule, outs, info: CpuInfo):
     each step loads ``OB`` adjoint vectors and ``CB x KW`` input vectors (the ``KW`` taps
     of a row are shifted loads) for ``OB*CB*KW`` FMAs, then the lanes are summed.
 
-    When the rows are not a multiple of 16 or the stride is above 1, ``tecomp.nn``
-    writes the gradient over flat rows (``nn.ops._flat_rows``: a reduction over
-    ``(n, p)``, both operands copied to one row pitch first, here in parallel passes):
-    whole 16-lane vectors and no gathers.  64-channel 56x56 3x3, batch 4, interleaved
-    against the row form (8-lane vectors; at stride 2 gathers), ms: 2 threads 6.9 vs 9.0,
-    stride 2 3.1 vs 8.4, 1 thread 13.3 vs 15.8, batch 1 2.0 vs 2.6; PyTorch 7.3, 2.6,
-    13.9, 2.7.  (256-channel 14x14: 10.2 vs 17.1, PyTorch 6.5: a reduction of 4 x 224
-    pixels is too short for lane sums; a GEMM with the pixels packed would do better.)"""
+    When the rows are not a multiple of 16 (or the stride is above 1), ``tecomp.nn``
+    gives this stage only large gradients (256 channels and more; the others go through
+    NHWC, see ``nn.ops._conv_weight_grad``), written over flat rows
+    (``nn.ops._flat_rows``: a reduction over ``(n, p)``, both operands copied to one row
+    pitch first, here in parallel passes): whole 16-lane vectors.  256-channel 14x14,
+    batch 4, 2 threads, interleaved against the row form (8-lane vectors): 10.2 vs 17.1
+    ms (PyTorch 6.5: a reduction of 4 x 224 pixels is short for lane sums)."""
     gw = outs[0]
     op = gw.op
     O, C, KH, KW = (_cint(e) for e in gw.shape)
@@ -1367,6 +1365,17 @@ def _schedule_flat_rows(s: Schedule, t: Tensor, info: CpuInfo):
         st.parallel(par)
 
 
+def _bytes(t: Tensor) -> Optional[int]:
+    """The size of ``t`` in bytes, or None when its shape is symbolic."""
+    n = _dt.bits(t.dtype) // 8
+    for e in t.shape:
+        e = _cint(e)
+        if e is None:
+            return None
+        n *= e
+    return n
+
+
 def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
     """A convolution's weight gradient in NHWC (HWIO weights, ``conv2d_nhwc_wgrad``):
     ``W.grad[ky, kx, c, o] = sum over n, y, x of X[n, y*s + ky*d, x*s + kx*d, c] *
@@ -1391,6 +1400,25 @@ def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
     rn, ry, rx = st.op.reduce_axis
     OH = _cint(ry.dom.extent)
     parts = max(1, min(info.threads, OH if OH is not None else info.threads))
+    if _bytes(gw) is not None and _bytes(gw) > info.l2_bytes and all(
+            b is not None and b <= info.l2_bytes for b in map(_bytes, gw.op.input_tensors)):
+        # a gradient larger than L2 over images that fit in it (512 channels at 7x7): the
+        # blocks are the parallel loop, each accumulated over all the pixels at once --
+        # per row, the blocks would be loaded and stored from L3 every few pixels.
+        # 2 threads, batch 4, ms: 512 at 7x7 9.8 vs 20.4 (PyTorch 23.1), 256 at 14x14
+        # stride 2 2.6 vs 5.5 (4.9), stride 1 11.1 vs 11.1 (9.4); with the images in
+        # L3 it loses (128 at 28x28: 14.5 vs 7.2)
+        ky, kx, c, o = st.op.axis
+        co, ci = st.split(c, factor=cb)
+        oo, oi = st.split(o, factor=nr)
+        st.reorder(ky, kx, co, oo, rn, ry, rx, ci, oi)
+        tile = st.fuse(ky, kx, co)
+        if info.threads > 1:
+            st.parallel(tile)
+        st.unroll(ci)
+        st.vectorize(oi)
+        st.pragma(rx, "fp_contract")
+        return
     if parts > 1:
         yo, _ = st.split(ry, nparts=parts)
         rf = s.rfactor(gw, yo, factor_axis=0)
