@@ -160,8 +160,9 @@ def test_gradcheck(name):
 # tecomp.nn's convolutions hand their gradients to conv-shaped computes (nn.ops,
 # _conv_data_grad): a stride-1 data gradient is a forward convolution of the adjoint
 # (flipped kernel, swapped channels), a strided one a convolution per phase of the data
-# interleaved by a "phases" stage, the weight gradient a conv2d_*_wgrad stage; all are
-# scheduled by the conv schedules under schedule_backward.
+# interleaved by a "phases" stage, the weight gradient a conv2d_*_wgrad stage (in NCHW
+# possibly the NHWC one, transposed); all are scheduled by the conv schedules under
+# schedule_backward.
 CONV_GRAD_CASES = [  # stride, padding, dilation, kernel, the data gradient's form
     (1, 1, 1, 3, "conv"), (1, 0, 1, 3, "conv"), (1, 2, 2, 3, "conv"), (1, (1, 0), 1, 3, "conv"),
     (1, 2, 1, 5, "conv"), (1, 3, 1, 3, "conv"),  # a padding above dilation*(k-1): cropped
@@ -239,7 +240,7 @@ def test_conv_gradient_with_a_head_of_ones_keeps_the_gather_form():
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_strided_conv_gradients_differentiate_again(layout):
     # the phase convolutions have asymmetric paddings (no conv2d attrs: their own
-    # gradients take the gather form) and the weight gradient reads flat rows
+    # gradients take the gather form); the NCHW weight gradient goes through NHWC
     xs, ws = ((1, 2, 7, 7), (3, 2, 3, 3)) if layout == "nchw" else ((1, 7, 7, 2), (3, 3, 2, 3))
     X, Wt = tc.placeholder(xs, "float64", name="X"), tc.placeholder(ws, "float64", name="W")
     Y = (nn.conv2d_nchw if layout == "nchw" else nn.conv2d_nhwc)(X, Wt, 2, 1)
@@ -249,12 +250,12 @@ def test_strided_conv_gradients_differentiate_again(layout):
     assert ad.gradcheck(gW, [X, Hd])
 
 
-@pytest.mark.parametrize("k,stride", [(3, 1), (3, 2)])
-def test_large_nchw_weight_gradients(k, stride):
+@pytest.mark.parametrize("stride", [1, 2])
+def test_large_nchw_weight_gradients(stride):
     # 256 channels: at stride 1 the weight gradient (590K elements) runs over flat rows
     # (nn.ops._flat_rows), at stride 2 through NHWC like the small ones
     torch = pytest.importorskip("torch")
-    X, Wt = tc.placeholder((2, 256, 6, 6), name="X"), tc.placeholder((256, 256, k, k), name="W")
+    X, Wt = tc.placeholder((2, 256, 6, 6), name="X"), tc.placeholder((256, 256, 3, 3), name="W")
     Y = nn.conv2d_nchw(X, Wt, stride, 1)
     Hd = tc.placeholder(Y.shape, name="H")
     gW = tc.gradient(Y, Wt, head=Hd)

@@ -268,7 +268,7 @@ def test_conv2d_nhwc_blocks_leave_no_sliver(hw, lanes):
 
 @pytest.mark.parametrize("oh", [5, 7, 11, 49])
 def test_conv2d_nchw_block_leaves_no_row_tail(oh, lanes):
-    """No 2- to 4-row block divides 5, 7 or 49 rows: the NCHW block then takes a divisor
+    """No 2- to 4-row block divides 5, 7, 11 or 49 rows: the NCHW block then takes a divisor
     up to 8 (or single rows) rather than a tail, which lies in the parallel loop and kept
     every block under a guard (512 channels at 7x7: 57 ms against 8.9 with 7-row blocks;
     PyTorch 6.0)."""
