@@ -275,3 +275,35 @@ def test_large_nchw_weight_gradients(stride):
     torch.nn.functional.conv2d(xt, wt, stride=stride, padding=1).backward(
         torch.tensor(h, dtype=torch.float64))
     np.testing.assert_allclose(gw, wt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv_gradients_with_symbolic_batch_and_channels(layout, stride):
+    torch = pytest.importorskip("torch")
+    n, c = tc.var("n"), tc.var("c")
+    if layout == "nchw":
+        X, Wt = tc.placeholder((n, c, 9, 11), name="X"), tc.placeholder((6, c, 3, 3), name="W")
+        Y = nn.conv2d_nchw(X, Wt, stride, 1)
+    else:
+        X, Wt = tc.placeholder((n, 9, 11, c), name="X"), tc.placeholder((3, 3, c, 6), name="W")
+        Y = nn.conv2d_nhwc(X, Wt, stride, 1)
+    Hd = tc.placeholder(Y.shape, name="H")
+    gX, gW = tc.gradient(Y, [X, Wt], head=Hd)
+    f = tc.build(ad.schedule_backward([gX, gW]), [X, Wt, Hd, gX, gW])
+    x = rng.standard_normal((2, 4, 9, 11)).astype("float32")
+    w = rng.standard_normal((6, 4, 3, 3)).astype("float32")
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    wt = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    yt = torch.nn.functional.conv2d(xt, wt, stride=stride, padding=1)
+    h = rng.standard_normal(tuple(yt.shape)).astype("float32")
+    yt.backward(torch.tensor(h, dtype=torch.float64))
+    gx, gw = xt.grad.numpy(), wt.grad.numpy()
+    if layout == "nhwc":
+        x, w, h = x.transpose(0, 2, 3, 1), w.transpose(2, 3, 1, 0), h.transpose(0, 2, 3, 1)
+        gx, gw = gx.transpose(0, 2, 3, 1), gw.transpose(2, 3, 1, 0)
+    x, w, h = (np.ascontiguousarray(a) for a in (x, w, h))
+    got_x, got_w = np.empty_like(x), np.empty_like(w)
+    f(x, w, h, got_x, got_w)
+    np.testing.assert_allclose(got_x, gx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got_w, gw, rtol=1e-4, atol=1e-4)

@@ -238,10 +238,9 @@ def _conv_weight_grad(op, src, weight, adjoint):
         return _nhwc_weight_grad(src, adjoint, weight.shape, op.attrs["conv2d"], name)
     N, _, OH, OW = adjoint.shape
     if (sh, sw) != (1, 1) or _int(OW, "adjoint extent") % 16:
-        size = 1
-        for e in weight.shape:
-            size *= _int(e, "weight extent")
-        if (sh, sw) == (1, 1) and size > _WGRAD_NHWC_MAX:
+        ext = [int(e.value) if isinstance(e, Const) else None for e in weight.shape]
+        large = None not in ext and math.prod(ext) > _WGRAD_NHWC_MAX   # (symbolic: NHWC)
+        if (sh, sw) == (1, 1) and large:
             return _te.compute(weight.shape, _flat_rows(op, src, adjoint), name=name,
                                tag="conv2d_nchw_wgrad", attrs=attrs)
         O, C, KH, KW = weight.shape
