@@ -56,7 +56,7 @@ Lowering
   (scalar), affine (``base + lane*step``, integers) or general vectors: a load whose
   flattened offset is affine with step 1 is a vector load, a lane-invariant one a
   scalar load (+ broadcast), affine with a small constant step (2-4: a strided
-  convolution's input row) one wider masked load and a shuffle (``strided_load``),
+  convolution's input row) one wider masked load and a shuffle (``wide_load``),
   anything else a ``llvm.masked.gather``; a store is a vector store, a scalar store
   or a ``llvm.masked.scatter``.  An ``if`` whose condition
   depends on the lane, a ``Select`` with loads in its branches, and the tail of a loop
@@ -187,7 +187,7 @@ _SIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8,
 #: a vectorized loop with a constant extent up to this many lanes becomes one vector
 MAX_WIDEN_LANES = 64
 #: a vector load of every 2nd, ..., MAX_STRIDED_STEP-th element is a wider load and a
-#: shuffle (``_FnEmitter.strided_load``), a larger step a gather
+#: shuffle (``_FnEmitter.wide_load``), a larger step a gather
 MAX_STRIDED_STEP = 4
 #: an unrolled loop with a constant extent up to this is unrolled at code generation
 MAX_FULL_UNROLL = 1024
@@ -1421,9 +1421,10 @@ class _FnEmitter:
             return -(-n // per_reg) * per_reg   # e.g. 58 -> 64: whole registers
         return 1 << (n - 1).bit_length()
 
-    def _pad_mask(self, P: int):
-        """``<P x i1>``: true on the first ``self.lanes`` lanes, false on the rest."""
-        n = self.lanes
+    def _pad_mask(self, P: int, used: Optional[int] = None):
+        """``<P x i1>``: true on the first ``used`` lanes (default ``self.lanes``), false
+        on the rest."""
+        n = self.lanes if used is None else used
         return ir.Constant(ir.VectorType(_I1, P),
                            [ir.Constant(_I1, 1 if i < n else 0) for i in range(P)])
 
@@ -1450,16 +1451,7 @@ class _FnEmitter:
         vty = self.vtype(memty)
         P = self.pad_lanes(bi, memty, off)
         if P != self.lanes:
-            n = self.lanes
-            p = self._elem_ptr(bi, off.s, False)
-            wty = ir.VectorType(memty, P)
-            f = self.mb.intrinsic("llvm.masked.load", wty,
-                                  [_PTR, _I32, ir.VectorType(_I1, P), wty], [wty, _PTR])
-            w = b.call(f, [p, ir.Constant(_I32, align), self._pad_mask(P),
-                           _splat(wty, 0)])
-            x = b.shuffle_vector(w, _poison(wty),
-                                 ir.Constant(ir.VectorType(_I32, n),
-                                             [ir.Constant(_I32, i) for i in range(n)]))
+            x = self.wide_load(bi, off, memty, align, P, 1)
         elif off.v is None and off.step == 1:
             p = self._elem_ptr(bi, off.s, self.mask is None)
             if self.mask is None:
@@ -1471,7 +1463,10 @@ class _FnEmitter:
         elif (off.v is None and 2 <= off.step <= MAX_STRIDED_STEP and self.mask is None
               and off.step * self.lanes <= MAX_WIDEN_LANES
               and memty in (_F32, _I32, _F64, _I64)):
-            x = self.strided_load(bi, off, memty, align)
+            # a small constant step (a stride-2 convolution's input row): one contiguous
+            # load of step*lanes elements and a shuffle, instead of a gather (16 lanes:
+            # two loads and a vpermt2ps against a 16-element vgatherdps)
+            x = self.wide_load(bi, off, memty, align, off.step * self.lanes, off.step)
         else:
             ptrs = self._vec_ptrs(bi, self.vec(off))
             pty = ir.VectorType(_PTR, self.lanes)
@@ -1481,23 +1476,20 @@ class _FnEmitter:
             x = b.call(f, [ptrs, ir.Constant(_I32, align), m, _splat(vty, 0)])
         return Val(v=self.from_mem(x, dtype))
 
-    def strided_load(self, bi, off, memty, align):
-        """The lanes ``base + i*step`` (a small constant step: a stride-2 convolution's
-        input row) as one contiguous load of ``step*lanes`` elements and a shuffle that
-        keeps every ``step``-th, instead of a gather (16 lanes: two loads and a
-        ``vpermt2ps`` against a 16-element ``vgatherdps``).  The load is masked past the
-        last element the lanes use, so it reads nothing they would not."""
-        n, k = self.lanes, off.step
-        W = k * n
-        wty = ir.VectorType(memty, W)
-        mask = ir.Constant(ir.VectorType(_I1, W),
-                           [ir.Constant(_I1, 1 if i <= k * (n - 1) else 0) for i in range(W)])
+    def wide_load(self, bi, off, memty, align, width: int, step: int):
+        """The lanes ``base + i*step`` as one ``llvm.masked.load`` of ``width`` contiguous
+        elements and a shuffle that keeps every ``step``-th: an odd lane count padded to
+        a whole register (``pad_lanes``, step 1) or a load of every 2nd to
+        ``MAX_STRIDED_STEP``-th element.  The load is masked past the last element the
+        lanes use, so it reads nothing they would not."""
+        n = self.lanes
+        wty = ir.VectorType(memty, width)
         f = self.mb.intrinsic("llvm.masked.load", wty,
-                              [_PTR, _I32, ir.VectorType(_I1, W), wty], [wty, _PTR])
+                              [_PTR, _I32, ir.VectorType(_I1, width), wty], [wty, _PTR])
         w = self.b.call(f, [self._elem_ptr(bi, off.s, False), ir.Constant(_I32, align),
-                            mask, _splat(wty, 0)])
+                            self._pad_mask(width, step * (n - 1) + 1), _splat(wty, 0)])
         return self.b.shuffle_vector(w, _poison(wty), ir.Constant(
-            ir.VectorType(_I32, n), [ir.Constant(_I32, i * k) for i in range(n)]))
+            ir.VectorType(_I32, n), [ir.Constant(_I32, i * step) for i in range(n)]))
 
     def store(self, node: BufferStore, val: Val):
         bi = self.buf(node.buffer)

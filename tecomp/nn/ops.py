@@ -421,17 +421,20 @@ def _conv_data_grad(out, adjoint, wanted):
         res[data] = phases[0, 0]
         return res
     zero = _c(0, data.dtype)
+    items = sorted(phases.items())
 
     def interleave(*i):
         y, x = i[sp[0]], i[sp[1]]
-        val = zero
-        for (ry, rx), g in sorted(phases.items(), reverse=True):
-            idx = list(i)
-            idx[sp[0]], idx[sp[1]] = y // sh, x // sw
+        idx = list(i)
+        idx[sp[0]], idx[sp[1]] = y // sh, x // sw
+        idx = tuple(idx)
+        rest = list(items)
+        # with every phase present, the last one needs no test
+        val = rest.pop()[1][idx] if len(rest) == sh * sw else zero
+        for (ry, rx), g in reversed(rest):
             conds = (([(y % sh).equal(ry)] if sh > 1 else [])
                      + ([(x % sw).equal(rx)] if sw > 1 else []))
-            val = _te.if_then_else(_te.all(*conds), g[tuple(idx)], val) \
-                if val is not zero or len(phases) < sh * sw else g[tuple(idx)]
+            val = _te.if_then_else(_te.all(*conds), g[idx], val)
         return val
 
     res[data] = _te.compute(data.shape, interleave, name=name,

@@ -835,7 +835,7 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
     12 GFLOP/s against 80 with 8x2).  With a column stride (``x_stride`` > 1) an input
     vector is counted as 4 loads and the taps share none (a 3->32-channel stride-2
     224x224 conv: 8x2 blocks 59 GFLOP/s, 4x4 34); it was a gather then, it is now a
-    wider load and a shuffle (codegen's ``strided_load``), but counting it as 2 loads
+    wider load and a shuffle (codegen's ``wide_load``), but counting it as 2 loads
     picks the same blocks for the stride-2 convs of ResNet's shapes."""
     L = info.lanes
     R = R if R is not None else 3
@@ -1400,26 +1400,16 @@ def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
     rn, ry, rx = st.op.reduce_axis
     OH = _cint(ry.dom.extent)
     parts = max(1, min(info.threads, OH if OH is not None else info.threads))
-    if _bytes(gw) is not None and _bytes(gw) > info.l2_bytes and all(
-            b is not None and b <= info.l2_bytes for b in map(_bytes, gw.op.input_tensors)):
-        # a gradient larger than L2 over images that fit in it (512 channels at 7x7): the
-        # blocks are the parallel loop, each accumulated over all the pixels at once --
-        # per row, the blocks would be loaded and stored from L3 every few pixels.
-        # 2 threads, batch 4, ms: 512 at 7x7 9.8 vs 20.4 (PyTorch 23.1), 256 at 14x14
-        # stride 2 2.6 vs 5.5 (4.9), stride 1 11.1 vs 11.1 (9.4); with the images in
-        # L3 it loses (128 at 28x28: 14.5 vs 7.2)
-        ky, kx, c, o = st.op.axis
-        co, ci = st.split(c, factor=cb)
-        oo, oi = st.split(o, factor=nr)
-        st.reorder(ky, kx, co, oo, rn, ry, rx, ci, oi)
-        tile = st.fuse(ky, kx, co)
-        if info.threads > 1:
-            st.parallel(tile)
-        st.unroll(ci)
-        st.vectorize(oi)
-        st.pragma(rx, "fp_contract")
-        return
-    if parts > 1:
+    # a gradient larger than L2 over images that fit in it (512 channels at 7x7): the
+    # blocks are the parallel loop, each accumulated over all the pixels at once -- per
+    # row, the blocks would be loaded and stored from L3 every few pixels.  2 threads,
+    # batch 4, ms: 512 at 7x7 9.8 vs 20.4 (PyTorch 23.1), 256 at 14x14 stride 2 2.6 vs
+    # 5.5 (4.9), stride 1 11.1 vs 11.1 (9.4); with the images in L3 it loses (128 at
+    # 28x28: 14.5 vs 7.2)
+    tiles_outer = _bytes(gw) is not None and _bytes(gw) > info.l2_bytes and all(
+        b is not None and b <= info.l2_bytes for b in map(_bytes, gw.op.input_tensors))
+    outer = []
+    if parts > 1 and not tiles_outer:
         yo, _ = st.split(ry, nparts=parts)
         rf = s.rfactor(gw, yo, factor_axis=0)
         # the sum of the partial gradients: a serial vector loop (a 64x64 3x3 gradient
@@ -1432,10 +1422,15 @@ def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
         outer = [t]
     else:
         ky, kx, c, o = st.op.axis
-        outer = []
     co, ci = st.split(c, factor=cb)
     oo, oi = st.split(o, factor=nr)
-    st.reorder(*outer, rn, ry, ky, kx, co, oo, rx, ci, oi)
+    if tiles_outer:
+        st.reorder(ky, kx, co, oo, rn, ry, rx, ci, oi)
+        tile = st.fuse(ky, kx, co)
+        if info.threads > 1:
+            st.parallel(tile)
+    else:
+        st.reorder(*outer, rn, ry, ky, kx, co, oo, rx, ci, oi)
     st.unroll(ci)
     st.vectorize(oi)
     st.pragma(rx, "fp_contract")
