@@ -1,10 +1,11 @@
 """Odd shapes: the shipped schedules on sizes nobody tuned them for (``run.py --odd``).
 
-Prime and non-multiple extents (GEMM and dense both plain and packed), batch-1 dense, a strided first layer with 3 input
-channels, channels that are not a multiple of the vector width, a dilated conv and a
-softmax with an odd row length.  tecomp's kernels come from ``tecomp.nn`` with its
-``schedule_*`` functions and no per-shape tuning; numpy (OpenBLAS) and PyTorch run the
-same computation.  Every result is checked against a float64 reference first.
+Prime and non-multiple extents (GEMM and dense both plain and packed), batch-1 dense, a
+strided first layer with 3 input channels, channels that are not a multiple of the vector
+width, 13x13 rows (AlexNet's last layers), a dilated conv and a softmax with an odd row
+length.  tecomp's kernels come from ``tecomp.nn`` with its ``schedule_*`` functions and no
+per-shape tuning; numpy (OpenBLAS) and PyTorch run the same computation.  Every result
+is checked against a float64 reference first.
 """
 from __future__ import annotations
 
@@ -141,6 +142,7 @@ ODD_WORKLOADS = [
     OddGemm(61, 1000, 1024, dense=True, packed=True),
     OddConv(3, 32, 224, 224, 3, 2, 1, "NCHW"), OddConv(3, 32, 224, 224, 3, 2, 1, "NHWC"),
     OddConv(96, 96, 27, 27, 3, 1, 1, "NCHW"), OddConv(72, 40, 33, 33, 3, 1, 1, "NHWC"),
+    OddConv(384, 256, 13, 13, 3, 1, 1, "NCHW"),
     OddConv(64, 64, 28, 28, 3, 1, 2, "NCHW", dilation=2),
     OddConv(128, 128, 15, 15, 5, 1, 2, "NHWC"),
     Softmax(1000, 1001, fast=False),

@@ -819,7 +819,7 @@ def _divisors(n: int) -> List[int]:
 
 
 def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
-                     S: Optional[int] = 3, x_stride: int = 1):
+                     S: Optional[int] = 3, x_stride: int = 1, small_weights: bool = False):
     """(OB, YB, XB): output channels x rows x columns held in registers.
 
     A tiny cost model of one input channel (the loop around the ``R x S`` window, see
@@ -832,7 +832,11 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
     penalised: when the tail dimension is part of the fused parallel loop the tail
     cannot be partitioned off, the accumulators stay under a guard in every task and
     the kernel runs 5 to 10 times slower (measured: 256-channel 14x14 with 4x4 blocks,
-    12 GFLOP/s against 80 with 8x2).  With a column stride (``x_stride`` > 1) an input
+    12 GFLOP/s against 80 with 8x2).  Where the row blocks can be a serial loop in each
+    task instead (:func:`_rows_peeled`), a row tail is peeled off that loop and costed as
+    the smaller block it is: 13 or 11 rows then take 3- or 4-row blocks rather than single
+    rows, whose weight broadcast per FMA held 256 channels at 13x13 to 76 GFLOP/s (122
+    with 6x4 blocks, 1 image, 2 threads).  With a column stride (``x_stride`` > 1) an input
     vector is counted as 4 loads and the taps share none (a 3->32-channel stride-2
     224x224 conv: 8x2 blocks 59 GFLOP/s, 4x4 34); it was a gather then, it is now a
     wider load and a shuffle (codegen's ``wide_load``), but counting it as 2 loads
@@ -850,41 +854,83 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
             xbs.append(min(OW, L))  # no good divisor: a tail block (masked)
     else:
         xbs = [L]
+    def cycles(ob, yb, nvx):
+        fmas = R * S * ob * yb * nvx
+        if x_stride == 1:
+            loads = (yb + R - 1) * S * nvx + R * S * ob
+        else:
+            loads = 4 * R * S * yb * nvx + R * S * ob
+        # + loop, address and C-block overhead; and a little per load, since they share
+        # the ports with the FMAs' broadcasts (6x4 blocks against 8x3, both 24
+        # accumulators, at the same modelled cycles: 256 channels at 14x14 126 against
+        # 108 GFLOP/s, at 13x13 130 against 125; 1 image, 2 threads, interleaved)
+        return fmas, max(fmas / 2, loads) + 3 + loads / 8
+
     for xb in xbs:
         nvx = -(-xb // L)
         util = xb / (nvx * L)
         ybs = [1, 2, 3, 4]
         if OH is not None and all(OH % y for y in (2, 3, 4)):
             # no small row block divides the rows (7x7: every 2- to 4-row block leaves a
-            # tail, which is in the parallel loop): the divisors up to 8 too
+            # tail): the divisors up to 8 too
             ybs += [d for d in _divisors(OH) if 4 < d <= 8]
         for yb in ybs:
             if OH is not None and yb > OH:
                 break
             top = min(budget // (nvx * yb), K if K is not None else 64)
             for ob in range(1, top + 1):
-                fmas = R * S * ob * yb * nvx
-                if x_stride == 1:
-                    loads = (yb + R - 1) * S * nvx + R * S * ob
+                fmas, cyc = cycles(ob, yb, nvx)
+                score = util * fmas / cyc
+                if _rows_peeled(N, K, ob, OH, yb, info):
+                    # the rows are a serial loop in each task, its tail peeled off; with
+                    # one image the tasks are the channel blocks alone, and a channel
+                    # tail is peeled off the parallel loop too
+                    obs = [(ob, K // ob), (K % ob, 1)] if N == 1 else [(ob, K // ob)]
+                    parts = [(no * ny, cycles(o, y, nvx)) for o, no in obs
+                             for y, ny in ((yb, OH // yb), (OH % yb, 1)) if o and no]
+                    score = util * sum(n_ * f for n_, (f, _) in parts) / \
+                        sum(n_ * c for n_, (_, c) in parts)
+                    # small weights would have had tasks of rows that pad their own
+                    # input rows (see _conv_tasks), which these tasks lose: 64 channels
+                    # at 56x56, 8x3 blocks with a 2-row tail 72 GFLOP/s against 110 for
+                    # 4x4 blocks at nearly the same model score, 64->128 channels
+                    # stride 2, 8x3 blocks 54 against 63 for 8x2 (1 image, 2 threads,
+                    # interleaved)
+                    score *= 0.7 if small_weights else 0.9
+                    if N != 1 and K % ob:
+                        score *= 0.5
                 else:
-                    loads = 4 * R * S * yb * nvx + R * S * ob
-                cycles = max(fmas / 2, loads) + 3  # + loop, address and C-block overhead
-                score = util * fmas / cycles
-                if K is not None and K % ob:
-                    score *= 0.5  # a tail block: see above
-                if OH is not None and OH % yb:
-                    # a row tail is always in the parallel loop.  Batch 4, 2 threads,
-                    # ms: 512 channels at 7x7, 3-row blocks 57, 7-row blocks 8.9
-                    # (PyTorch 6.0); 256 at 11x11, 3-row blocks 25.4, single rows 9.7
-                    # (PyTorch 3.4-4.9: a weight broadcast per FMA); 64 at 13x13, 1.67
-                    # and 0.49 (PyTorch 0.37-0.61)
-                    score *= 0.2
+                    if K is not None and K % ob:
+                        score *= 0.5  # a tail block: see above
+                    if OH is not None and OH % yb:
+                        # a row tail in the parallel loop.  Batch 4, 2 threads, ms:
+                        # 512 channels at 7x7, 3-row blocks 57, 7-row blocks 8.9
+                        # (PyTorch 6.0); 256 at 11x11, 3-row blocks 25.4, single rows
+                        # 9.7 (PyTorch 3.4-4.9); 64 at 13x13, 1.67 and 0.49 (PyTorch
+                        # 0.37-0.61)
+                        score *= 0.2
                 if OW is not None and OW % xb:
                     score *= 0.85
                 if best is None or score > best[0] + 1e-9:
                     best = (score, ob, yb, xb)
     _, ob, yb, xb = best
     return ob, yb, xb
+
+
+def _small_weights(weight: Tensor, info: CpuInfo) -> bool:
+    """Whether a convolution's weights fit in a quarter of L2 (see :func:`_conv_tasks`)."""
+    wbytes = _bytes(weight)
+    return wbytes is not None and wbytes <= info.l2_bytes // 4
+
+
+def _rows_peeled(N, K, ob, OH, yb, info: CpuInfo) -> bool:
+    """Whether an NCHW convolution with ``OB x YB`` blocks runs its row blocks as a serial
+    loop inside (batch, channel block) tasks, so that a row tail (``OH % YB`` rows) is
+    peeled off that loop instead of guarding every block of the parallel loop: when the
+    rows leave a tail and there are at least 4 such tasks per thread."""
+    if OH is None or K is None or OH % yb == 0:
+        return False
+    return (N or 1) * _ceil(K, ob) >= 4 * info.threads
 
 
 def _schedule_pad_at(s: Schedule, pad: Tensor, st: Stage, axis, info: CpuInfo,
@@ -939,7 +985,8 @@ def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo):
     N, K, OH, OW = (_cint(e) for e in conv.shape)
     c, ky, kx = conv.op.reduce_axis
     ob, yb, xb = _conv_block_nchw(K, OH, OW, info, N, _cint(ky.dom.extent),
-                                  _cint(kx.dom.extent), _conv_x_stride(conv))
+                                  _cint(kx.dom.extent), _conv_x_stride(conv),
+                                  _small_weights(_conv_weight(conv), info))
     fused = _fusable_epilogue(outs, conv)
     st, (n, oc, yc, xc), cs, (cn, co, cy, cx), tiles = _conv_register_block(
         s, conv, (1, ob, yb, xb), out=fused)
@@ -1082,10 +1129,10 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
     noc = _ceil(K, ob) if K is not None else None
     nyc = _ceil(OH, yb) if OH is not None else None
     T = info.threads
-    wbytes = _bytes(weight)
-    small = wbytes is not None and wbytes <= info.l2_bytes // 4
+    small = _small_weights(weight, info)
     enough_rows = (N or 1) * (nyc or 1) >= 2 * T
-    if noc == 1 or (small and enough_rows):
+    peel_rows = weight_vec_dim is None and _rows_peeled(N, K, ob, OH, yb, info)
+    if not peel_rows and (noc == 1 or (small and enough_rows)):
         # the weights stay in L2 anyway: tasks are (batch, row block), each padding
         # just the rows it reads; the channel blocks are a loop inside the task.  A
         # task takes several (R) row blocks while there are still 8 tasks per thread:
@@ -1125,8 +1172,10 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
     elif weight_vec_dim is None:
         # a block's weights are contiguous already: one parallel loop over (batch,
         # channel block, row block), channel blocks outer in the fused index so that a
-        # chunk of consecutive tasks shares its weights
-        task = st.fuse(n, oc, yc)
+        # chunk of consecutive tasks shares its weights.  When the row blocks leave a
+        # tail, they are a serial loop in each (batch, channel block) task instead,
+        # where loop partitioning peels the tail off (see _rows_peeled)
+        task = st.fuse(n, oc) if peel_rows else st.fuse(n, oc, yc)
         if T > 1:
             st.parallel(task)
         if pad is not None:
