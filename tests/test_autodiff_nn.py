@@ -16,6 +16,12 @@ F64 = "float64"
 rng = np.random.default_rng(7)
 
 
+@pytest.fixture(params=[16, 8], ids=["lanes16", "lanes8"])
+def lanes(request, monkeypatch):
+    monkeypatch.setenv("TECOMP_VECTOR_LANES", str(request.param))
+    return request.param
+
+
 def _onehot(b, c):
     return np.eye(c)[rng.integers(0, c, b)]
 
@@ -250,31 +256,92 @@ def test_strided_conv_gradients_differentiate_again(layout):
     assert ad.gradcheck(gW, [X, Hd])
 
 
+def _with_l2(monkeypatch, nbytes):
+    """Have the CPU schedules (and the gradient definitions that consult them) see an L2
+    of ``nbytes``: which form a weight gradient takes depends on it."""
+    import dataclasses
+
+    from tecomp.nn import schedule_cpu as sc
+
+    real = sc.cpu_info
+    monkeypatch.setattr(sc, "cpu_info",
+                        lambda target="llvm": dataclasses.replace(real(target), l2_bytes=nbytes))
+
+
+def _check_weight_gradient(torch, X, Wt, Y, Hd, gW, layout, stride):
+    f = tc.build(ad.schedule_backward([gW]), [X, Hd, gW])
+    shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
+    x = rng.standard_normal(shape(X)).astype(X.dtype)
+    h = rng.standard_normal(shape(Y)).astype(X.dtype)
+    gw = np.empty(shape(Wt), X.dtype)
+    f(x, h, gw)
+    xt = torch.tensor(x, dtype=torch.float64)
+    ht = torch.tensor(h, dtype=torch.float64)
+    ws = shape(Wt) if layout == "nchw" else tuple(shape(Wt)[i] for i in (3, 2, 0, 1))
+    wt = torch.zeros(ws, dtype=torch.float64, requires_grad=True)
+    if layout == "nchw":
+        torch.nn.functional.conv2d(xt, wt, stride=stride, padding=1).backward(ht)
+        want = wt.grad.numpy()
+    else:
+        torch.nn.functional.conv2d(xt.permute(0, 3, 1, 2), wt, stride=stride,
+                                   padding=1).backward(ht.permute(0, 3, 1, 2))
+        want = wt.grad.numpy().transpose(2, 3, 1, 0)
+    np.testing.assert_allclose(gw, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("stride", [1, 2])
-def test_large_nchw_weight_gradients(stride):
-    # 256 channels: at stride 1 the weight gradient (590K elements) runs over flat rows
-    # (nn.ops._flat_rows), at stride 2 through NHWC like the small ones
+@pytest.mark.parametrize("hw,form", [(6, "panels"), (15, "rows")])
+def test_large_nchw_weight_gradients(stride, hw, form, monkeypatch):
+    # 256 channels (a 2.4 MB gradient) with a 512 KB L2: over small images (6x6: operands
+    # in L2) the NHWC gradient transposed, read from panels; over larger ones (15x15, a
+    # 578 KB padded input) over flat rows at stride 1 (nn.ops._flat_rows), at stride 2
+    # through NHWC without panels
     torch = pytest.importorskip("torch")
-    X, Wt = tc.placeholder((2, 256, 6, 6), name="X"), tc.placeholder((256, 256, 3, 3), name="W")
+    _with_l2(monkeypatch, 512 << 10)
+    X, Wt = tc.placeholder((2, 256, hw, hw), name="X"), tc.placeholder((256, 256, 3, 3), name="W")
     Y = nn.conv2d_nchw(X, Wt, stride, 1)
     Hd = tc.placeholder(Y.shape, name="H")
     gW = tc.gradient(Y, Wt, head=Hd)
     readers = {t.op.tag for t in gW.op.input_tensors}
-    if stride == 1:
+    if form == "rows" and stride == 1:
         assert gW.op.tag == "conv2d_nchw_wgrad" and readers == {"injective,conv2d_wgrad_rows"}
     else:
-        assert gW.op.input_tensors[0].op.tag == "conv2d_nhwc_wgrad"
-    f = tc.build(ad.schedule_backward([gW]), [X, Hd, gW])
-    shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
-    x = rng.standard_normal(shape(X)).astype("float32")
-    h = rng.standard_normal(shape(Y)).astype("float32")
-    gw = np.empty(shape(Wt), "float32")
-    f(x, h, gw)
-    xt = torch.tensor(x, dtype=torch.float64)
-    wt = torch.zeros(shape(Wt), dtype=torch.float64, requires_grad=True)
-    torch.nn.functional.conv2d(xt, wt, stride=stride, padding=1).backward(
-        torch.tensor(h, dtype=torch.float64))
-    np.testing.assert_allclose(gw, wt.grad.numpy(), rtol=1e-4, atol=1e-4)
+        hwio = gW.op.input_tensors[0]
+        assert hwio.op.tag == "conv2d_nhwc_wgrad"
+        assert ("nr" in hwio.op.attrs) == (form == "panels")
+    _check_weight_gradient(torch, X, Wt, Y, Hd, gW, "nchw", stride)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_weight_gradients_over_panels(layout, stride, dtype, lanes, monkeypatch):
+    # a gradient larger than L2 (48 KB in float32, with the L2 said to be 40 KB; twice
+    # both in float64) over operands that fit in it: both are copied into panels
+    # (nn.ops._wgrad_panels) of three vectors -- 56 output channels leave a last panel
+    # of 8 (16 float32 lanes) or 8 of 24, or 8 of 12 (4 float64 lanes), computed whole
+    # over its zeros and copied out masked
+    torch = pytest.importorskip("torch")
+    wide = dtype == "float64"
+    _with_l2(monkeypatch, (80 if wide else 40) << 10)
+    N, C, O, H = 2, 24, 56, 9
+    if layout == "nchw":
+        X = tc.placeholder((N, C, H, H), dtype, name="X")
+        Wt = tc.placeholder((O, C, 3, 3), dtype, name="W")
+        Y = nn.conv2d_nchw(X, Wt, stride, 1)
+    else:
+        X = tc.placeholder((N, H, H, C), dtype, name="X")
+        Wt = tc.placeholder((3, 3, C, O), dtype, name="W")
+        Y = nn.conv2d_nhwc(X, Wt, stride, 1)
+    Hd = tc.placeholder(Y.shape, dtype, name="H")
+    gW = tc.gradient(Y, Wt, head=Hd)
+    g = gW if layout == "nhwc" else gW.op.input_tensors[0]
+    assert g.op.tag == "conv2d_nhwc_wgrad"
+    nr, cb = g.op.attrs["nr"], g.op.attrs["cb"]
+    vregs = 32 if lanes == 16 else 16
+    assert nr == 3 * lanes // (2 if wide else 1) and C % cb == 0 and 3 * cb + 5 <= vregs
+    assert {t.op.tag for t in g.op.input_tensors} == {"conv2d_wgrad_panels"}
+    _check_weight_gradient(torch, X, Wt, Y, Hd, gW, layout, stride)
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])

@@ -219,17 +219,20 @@ def _conv_weight_grad(op, src, weight, adjoint):
     wastes lanes when a row is not a multiple of 16 (56 columns: 8-lane vectors, or a
     masked tail) and gathers when the stride is above 1.  In those cases:
 
-    * with a stride above 1, or a gradient of at most ``_WGRAD_NHWC_MAX`` elements (64
-      or 128 channels, 3x3), both operands are first transposed to NHWC and the
-      gradient is the NHWC one (a GEMM over the pixels, vectorized over the output
-      channels), transposed back: ``<W>.grad.hwio`` (:func:`_nhwc_weight_grad`);
-    * else (256 channels and more: the transposed gradient alone is 2.4 MB) both
-      operands are copied into flat rows of one pitch (:func:`_flat_rows`).
+    * with a stride above 1, a gradient of at most ``_WGRAD_NHWC_MAX`` elements (64
+      or 128 channels, 3x3), or one that the NHWC form reads from panels (256 channels
+      and more at 14x14 and below: :func:`_wgrad_panels`), both operands are first
+      transposed to NHWC and the gradient is the NHWC one (a GEMM over the pixels,
+      vectorized over the output channels), transposed back: ``<W>.grad.hwio``
+      (:func:`_nhwc_weight_grad`);
+    * else (256 channels and more on larger images: the transposed gradient alone is
+      2.4 MB) both operands are copied into flat rows of one pitch (:func:`_flat_rows`).
 
     Interleaved, 2 threads, batch 4, ms, flat rows against NHWC (PyTorch): 64 channels
     at 56x56 7.5 vs 7.2 (8.6), stride 2 3.3 vs 2.5 (2.7); 128 at 28x28 8.7 vs 7.2 (8.2);
     256 at 14x14 9.7 vs 11.4 (6.8), stride 2 6.1 vs 4.1 (3.4); 512 at 7x7 19.9 vs 22.4
-    (18.0)."""
+    (18.0).  With the panels: 256 at 14x14 9.6 vs 6.9 (6.5); 512 at 7x7 19.7 vs 13.5
+    (17.6)."""
     (sh, sw), _, (dh, dw) = op.attrs["conv2d"]
     nchw = "conv2d_nchw" in op.tag.split(",")
     attrs = {"conv2d": op.attrs["conv2d"]}
@@ -240,10 +243,11 @@ def _conv_weight_grad(op, src, weight, adjoint):
     if (sh, sw) != (1, 1) or _int(OW, "adjoint extent") % 16:
         ext = [int(e.value) if isinstance(e, Const) else None for e in weight.shape]
         large = None not in ext and math.prod(ext) > _WGRAD_NHWC_MAX   # (symbolic: NHWC)
-        if (sh, sw) == (1, 1) and large:
+        O, C, KH, KW = weight.shape
+        if (sh, sw) == (1, 1) and large and \
+                _wgrad_panels(src, adjoint, (KH, KW, C, O)) is None:
             return _te.compute(weight.shape, _flat_rows(op, src, adjoint), name=name,
                                tag="conv2d_nchw_wgrad", attrs=attrs)
-        O, C, KH, KW = weight.shape
         xt = _te.compute((src.shape[0], src.shape[2], src.shape[3], src.shape[1]),
                          lambda n_, i, j, c: src[n_, c, i, j], name=f"{src.name}.nhwc",
                          tag="injective,layout_transform")
@@ -262,15 +266,65 @@ def _conv_weight_grad(op, src, weight, adjoint):
 
 def _nhwc_weight_grad(src, adjoint, shape, conf, name: str):
     """The NHWC weight gradient ``[KH, KW, C, O]``: ``sum over n, y, x of src[n, y*sh +
-    ky*dh, x*sw + kx*dw, c] * adjoint[n, y, x, o]`` (``conv2d_nhwc_wgrad``)."""
+    ky*dh, x*sw + kx*dw, c] * adjoint[n, y, x, o]`` (``conv2d_nhwc_wgrad``).
+
+    A gradient larger than L2 over operands that fit in it (256 channels and more at
+    14x14 and below) reads them from panels (:func:`_wgrad_panels`): the schedule
+    accumulates each block of the gradient over all the pixels, and the panels make
+    those pixels one contiguous stream per operand."""
     (sh, sw), _, (dh, dw) = conf
     N, OH, OW, _ = adjoint.shape
     n = _te.reduce_axis(N, name="n")
     y = _te.reduce_axis(OH, name="y")
     x = _te.reduce_axis(OW, name="x")
+    panels = _wgrad_panels(src, adjoint, shape)
+    if panels is not None:
+        nr, cb = panels
+        O, C = shape[3], shape[2]
+        ap = _te.compute(
+            ((O + nr - 1) // nr, N, OH, OW, nr), lambda b, n_, i, j, oi: _te.if_then_else(
+                b * nr + oi < O, adjoint[n_, i, j, b * nr + oi], _c(0, adjoint.dtype)),
+            name=f"{adjoint.name}.panels", tag="conv2d_wgrad_panels")
+        sp = _te.compute(
+            (C // cb, N, src.shape[1], src.shape[2], cb),
+            lambda b, n_, i, j, ci: src[n_, i, j, b * cb + ci],
+            name=f"{src.name}.panels", tag="conv2d_wgrad_panels")
+        return _te.compute(shape, lambda ky, kx, c, o: _te.sum(
+            sp[c // cb, n, y * sh + ky * dh, x * sw + kx * dw, c % cb]
+            * ap[o // nr, n, y, x, o % nr], axis=[n, y, x]),
+            name=name, tag="conv2d_nhwc_wgrad", attrs={"conv2d": conf, "nr": nr, "cb": cb})
     return _te.compute(shape, lambda ky, kx, c, o: _te.sum(
         src[n, y * sh + ky * dh, x * sw + kx * dw, c] * adjoint[n, y, x, o], axis=[n, y, x]),
         name=name, tag="conv2d_nhwc_wgrad", attrs={"conv2d": conf})
+
+
+def _wgrad_panels(src, adjoint, shape):
+    """``(NR, CB)`` when the NHWC weight gradient ``shape`` (``[KH, KW, C, O]``) of
+    ``src`` and ``adjoint`` should read them from panels, else None: when every extent is
+    constant and the gradient is larger than L2 while both operands fit in it (the
+    schedule then runs the gradient's blocks as its parallel loop, each over all the
+    pixels).  The panels are ``adjoint.panels[O/NR, N, OH, OW, NR]`` (zero past ``O``)
+    and ``src.panels[C/CB, N, H, W, CB]``: a block of ``CB`` input channels by ``NR``
+    output channels then reads ``NR`` contiguous adjoint values and ``CB`` contiguous
+    inputs per pixel, pixel after pixel.  ``NR``: three vectors (24 accumulators with
+    ``CB`` = 8); ``CB``: the largest divisor of ``C`` that fits the registers."""
+    from ..ir import dtype as _dt
+    from .schedule_cpu import _bytes, _largest_divisor_at_most, cpu_info
+
+    sizes = [_bytes(t) for t in (src, adjoint)]
+    ext = [int(e.value) if isinstance(e, Const) else None for e in shape]
+    if None in sizes or None in ext or adjoint.dtype not in ("float32", "float64"):
+        return None
+    info = cpu_info()
+    bits = _dt.bits(adjoint.dtype)
+    grad = math.prod(ext) * bits // 8
+    if grad <= info.l2_bytes or max(sizes) > info.l2_bytes:
+        return None
+    L = info.lanes * 32 // bits   # elements per vector register
+    C, O = ext[2], ext[3]
+    nvec = 3 if O >= 3 * L else max(1, -(-O // L))
+    cb = _largest_divisor_at_most(C, max(1, min((info.vregs - nvec - 2) // nvec, 12)))
+    return nvec * L, cb
 
 
 def _flat_rows(op, src, adjoint):

@@ -1437,8 +1437,15 @@ def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
     L1 while all the blocks use them (one thread: the same nest, no ``rfactor``).
     Against the same nest with the blocks as the parallel loop inside each row (a
     parallel region per row), 64-channel 56x56 3x3, 2 threads, interleaved, ms: batch 4
-    6.1 vs 8.5 (stride 2: 2.5 vs 4.6), batch 1 1.75 vs 2.30; PyTorch 6.0, 2.5, 1.87."""
+    6.1 vs 8.5 (stride 2: 2.5 vs 4.6), batch 1 1.75 vs 2.30; PyTorch 6.0, 2.5, 1.87.
+
+    A gradient larger than L2 over operands that fit in it (256 channels and more at
+    14x14 and below) is defined over panels of its operands and scheduled by
+    :func:`_conv_wgrad_panels_into` instead: per image row, its blocks would be loaded
+    and stored from L3 every few pixels."""
     gw = outs[0]
+    if "nr" in gw.op.attrs:
+        return _conv_wgrad_panels_into(s, gw, info)
     KH, KW, C, O = (_cint(e) for e in gw.shape)
     L = info.lanes
     nr = 2 * L if O is not None and O >= 2 * L else L
@@ -1449,16 +1456,8 @@ def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
     rn, ry, rx = st.op.reduce_axis
     OH = _cint(ry.dom.extent)
     parts = max(1, min(info.threads, OH if OH is not None else info.threads))
-    # a gradient larger than L2 over images that fit in it (512 channels at 7x7): the
-    # blocks are the parallel loop, each accumulated over all the pixels at once -- per
-    # row, the blocks would be loaded and stored from L3 every few pixels.  2 threads,
-    # batch 4, ms: 512 at 7x7 9.8 vs 20.4 (PyTorch 23.1), 256 at 14x14 stride 2 2.6 vs
-    # 5.5 (4.9), stride 1 11.1 vs 11.1 (9.4); with the images in L3 it loses (128 at
-    # 28x28: 14.5 vs 7.2)
-    tiles_outer = _bytes(gw) is not None and _bytes(gw) > info.l2_bytes and all(
-        b is not None and b <= info.l2_bytes for b in map(_bytes, gw.op.input_tensors))
     outer = []
-    if parts > 1 and not tiles_outer:
+    if parts > 1:
         yo, _ = st.split(ry, nparts=parts)
         rf = s.rfactor(gw, yo, factor_axis=0)
         # the sum of the partial gradients: a serial vector loop (a 64x64 3x3 gradient
@@ -1473,16 +1472,75 @@ def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
         ky, kx, c, o = st.op.axis
     co, ci = st.split(c, factor=cb)
     oo, oi = st.split(o, factor=nr)
-    if tiles_outer:
-        st.reorder(ky, kx, co, oo, rn, ry, rx, ci, oi)
-        tile = st.fuse(ky, kx, co)
-        if info.threads > 1:
-            st.parallel(tile)
-    else:
-        st.reorder(*outer, rn, ry, ky, kx, co, oo, rx, ci, oi)
+    st.reorder(*outer, rn, ry, ky, kx, co, oo, rx, ci, oi)
     st.unroll(ci)
     st.vectorize(oi)
     st.pragma(rx, "fp_contract")
+
+
+def _conv_wgrad_panels_into(s: Schedule, gw: Tensor, info: CpuInfo):
+    """An NHWC weight gradient over panels (``tecomp.nn.ops._wgrad_panels``: larger than
+    L2, its operands in L2).  Each ``CB x NR`` block (input channels x output-channel
+    vectors) is a task of the parallel loop and is accumulated over all the pixels in
+    registers (``cache_write``), reading ``NR`` contiguous adjoint values and
+    broadcasting ``CB`` contiguous inputs per pixel.  The output-channel panel is the
+    outer part of the task index, so consecutive tasks share it (in L2).  A last panel
+    narrower than ``NR`` is computed whole over its zeros; only its copy out is masked.
+
+    Batch 4, 2 threads, interleaved, ms, against the blocks accumulated in the gradient
+    itself from the tensors in place (which replaced the rows nest above for these
+    shapes: 512 channels at 7x7, 9.8 against 20.4): 256 channels at 14x14 6.3 against
+    10.5 (PyTorch 8.7), stride 2 2.1 against 2.3 (3.9); 512 at 7x7 6.9 against 10.1
+    (27.6)."""
+    nr, cb = int(gw.op.attrs["nr"]), int(gw.op.attrs["cb"])
+    O = _cint(gw.shape[3])
+    L = info.lanes * 32 // _dt.bits(gw.dtype)   # elements per vector register
+    p = GemmParams(cb, nr, 1, cb, nr, L)
+    CC = s.cache_write(gw, "local")
+    st = s[gw]
+    ky, kx, c, o = st.op.axis
+    co, ci = st.split(c, factor=cb)
+    oo, oi = st.split(o, factor=nr)
+    st.reorder(oo, ky, kx, co, ci, oi)
+    tile = st.fuse(oo, ky, kx, co)
+    if info.threads > 1:
+        st.parallel(tile)
+    st.unroll(ci)
+    copy_vectors = _vector_columns(st, oi, p)
+    cs = s[CC]
+    cs.compute_at(st, tile)
+    cky, ckx, cc, cod = cs.op.axis
+    rn, ry, rx = cs.op.reduce_axis
+    cco, cci = cs.split(cc, factor=cb)
+    coo, coi = cs.split(cod, factor=nr)
+    cs.reorder(cky, ckx, cco, coo, rn, ry, rx, cci, coi)
+    if O % nr:
+        # the last panel's block over its zeros (see _schedule_gemm_write_cache)
+        cs.align_bounds(cs.op.axis[3], nr)
+        for ax in (tile, copy_vectors):
+            if ax is not None:
+                st.pragma(ax, "no_partition")
+    cs.unroll(cci)
+    _vector_columns(cs, coi, p)
+    cs.pragma(rx, "fp_contract")
+    for cons in s.consumers(st):
+        if _has_tag(cons.op, "layout_transform") and len(cons.op.axis) == 4 and \
+                not cons.relations:
+            # the NCHW gradient (OIHW) from this HWIO one: in blocks of L output
+            # channels, each read as one vector and stored to L rows
+            oo, oi = cons.split(cons.op.axis[0], factor=L)
+            cons.reorder(oo, *cons.op.axis[1:], oi)
+            if info.threads > 1:
+                cons.parallel(oo)
+            cons.vectorize(oi)
+    for t in gw.op.input_tensors:
+        if isinstance(t.op, ComputeOp) and _has_tag(t.op, "conv2d_wgrad_panels"):
+            ps = s[t]
+            b, n = ps.op.axis[:2]
+            task = ps.fuse(b, n)
+            if info.threads > 1:
+                ps.parallel(task)
+            _vector_split(ps, ps.op.axis[-1], _cint(t.shape[-1]), L)
 
 
 def schedule_conv2d_into(s: Schedule, conv: Tensor, target: str = "llvm") -> None:
