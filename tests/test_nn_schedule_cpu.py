@@ -282,8 +282,8 @@ def test_conv2d_nchw_block_leaves_no_row_tail_in_the_parallel_loop(oh, lanes):
 @pytest.mark.parametrize("N,K", [(1, 64), (2, 48)])
 def test_conv2d_nchw_peeled_row_tail_runs_unguarded(N, K, lanes):
     """13 rows (AlexNet's 13x13 layers) take 3- or 4-row blocks with a tail, not single rows
-    (which need a weight broadcast per FMA: 256 channels at 13x13 ran at 76 GFLOP/s
-    against 122 with 6x4 blocks).  The tail is peeled off the serial row loop, and with one
+    (which need a weight broadcast per FMA: 256 channels at 13x13 ran at 76-85 GFLOP/s
+    against 121-125 with 8x3 blocks).  The tail is peeled off the serial row loop, and with one
     image a channel tail off the parallel loop: no guard is left inside the reduction over
     the input channels (but the masked lanes of a column tail), and the result is right."""
     from tecomp.ir.functor import collect, free_vars

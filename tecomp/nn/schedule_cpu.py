@@ -835,8 +835,8 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
     12 GFLOP/s against 80 with 8x2).  Where the row blocks can be a serial loop in each
     task instead (:func:`_rows_peeled`), a row tail is peeled off that loop and costed as
     the smaller block it is: 13 or 11 rows then take 3- or 4-row blocks rather than single
-    rows, whose weight broadcast per FMA held 256 channels at 13x13 to 76 GFLOP/s (122
-    with 6x4 blocks, 1 image, 2 threads).  With a column stride (``x_stride`` > 1) an input
+    rows, whose weight broadcast per FMA held 256 channels at 13x13 to 76-85 GFLOP/s
+    (121-125 with 8x3 blocks, 1 image, 2 threads).  With a column stride (``x_stride`` > 1) an input
     vector is counted as 4 loads and the taps share none (a 3->32-channel stride-2
     224x224 conv: 8x2 blocks 59 GFLOP/s, 4x4 34); it was a gather then, it is now a
     wider load and a shuffle (codegen's ``wide_load``), but counting it as 2 loads
@@ -881,34 +881,29 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
             for ob in range(1, top + 1):
                 fmas, cyc = cycles(ob, yb, nvx)
                 score = util * fmas / cyc
-                if _rows_peeled(N, K, ob, OH, yb, info):
-                    # the rows are a serial loop in each task, its tail peeled off; with
-                    # one image the tasks are the channel blocks alone, and a channel
-                    # tail is peeled off the parallel loop too
-                    obs = [(ob, K // ob), (K % ob, 1)] if N == 1 else [(ob, K // ob)]
-                    parts = [(no * ny, cycles(o, y, nvx)) for o, no in obs
-                             for y, ny in ((yb, OH // yb), (OH % yb, 1)) if o and no]
-                    score = util * sum(n_ * f for n_, (f, _) in parts) / \
-                        sum(n_ * c for n_, (_, c) in parts)
-                    # small weights would have had tasks of rows that pad their own
-                    # input rows (see _conv_tasks), which these tasks lose: 64 channels
-                    # at 56x56, 8x3 blocks with a 2-row tail 72 GFLOP/s against 110 for
-                    # 4x4 blocks at nearly the same model score, 64->128 channels
-                    # stride 2, 8x3 blocks 54 against 63 for 8x2 (1 image, 2 threads,
-                    # interleaved)
-                    score *= 0.7 if small_weights else 0.9
-                    if N != 1 and K % ob:
-                        score *= 0.5
-                else:
-                    if K is not None and K % ob:
-                        score *= 0.5  # a tail block: see above
-                    if OH is not None and OH % yb:
-                        # a row tail in the parallel loop.  Batch 4, 2 threads, ms:
-                        # 512 channels at 7x7, 3-row blocks 57, 7-row blocks 8.9
-                        # (PyTorch 6.0); 256 at 11x11, 3-row blocks 25.4, single rows
-                        # 9.7 (PyTorch 3.4-4.9); 64 at 13x13, 1.67 and 0.49 (PyTorch
-                        # 0.37-0.61)
-                        score *= 0.2
+                if K is not None and K % ob:
+                    score *= 0.5  # a tail block: see above
+                if x_stride == 1 and _rows_peeled(N, K, ob, OH, yb, info):
+                    # the rows are a serial loop in each task, its last block peeled off
+                    # (with a column stride not measured better: 256->512 channels
+                    # stride 2 to 7x7, 8x3 blocks 2.17 ms against 1.95 for 16x1)
+                    tf, tc_ = cycles(ob, OH % yb, nvx)
+                    full = OH // yb
+                    score *= (full * fmas + tf) / (full * cyc + tc_) / (fmas / cyc)
+                    # the peeled block is a second copy of the unrolled kernel (256
+                    # channels at 14x14: 6x4 blocks build in 0.59 s, 8x3 in 0.32, 8x2
+                    # in 0.21) and the tasks no longer pad their own rows (small
+                    # weights: see _conv_tasks): a divisor block is kept unless the
+                    # peeled one is clearly better.  64 channels at 56x56, 8x3 blocks
+                    # 72 GFLOP/s against 110 for 4x4; 64->128 channels stride 2, 8x3
+                    # 54 against 63 for 8x2 (1 image, 2 threads, interleaved)
+                    score *= 0.65 if small_weights else 0.8
+                elif OH is not None and OH % yb:
+                    # a row tail in the parallel loop.  Batch 4, 2 threads, ms: 512
+                    # channels at 7x7, 3-row blocks 57, 7-row blocks 8.9 (PyTorch 6.0);
+                    # 256 at 11x11, 3-row blocks 25.4, single rows 9.7 (PyTorch 3.4-4.9);
+                    # 64 at 13x13, 1.67 and 0.49 (PyTorch 0.37-0.61)
+                    score *= 0.2
                 if OW is not None and OW % xb:
                     score *= 0.85
                 if best is None or score > best[0] + 1e-9:
