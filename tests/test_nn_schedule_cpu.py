@@ -223,6 +223,7 @@ CONV_CASES = [
     (1, 24, 15, 15, 40, 5, 1, 2, 1),   # 15 wide: NHWC blocks chosen to leave no sliver
     (1, 128, 9, 9, 64, 5, 1, 2, 1),    # 800 KB of weights, 2 channel blocks: run in turn
     (2, 64, 7, 7, 64, 3, 1, 1, 1),     # 7 rows: a 7-row register block (ResNet's last stage)
+    (2, 64, 5, 5, 256, 3, 1, 1, 1),    # 590 KB of weights, 8 channel blocks: the tasks (NHWC)
 ]
 
 
