@@ -224,6 +224,45 @@ def test_conv_gradients_are_scheduled_as_convolutions(layout, stride, padding, d
     np.testing.assert_allclose(gw, wt.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("stride,padding,dilation,k", [
+    (1, 1, 1, 3), (1, 2, 2, 3), (2, 1, 1, 3), (2, 0, 1, 1), ((2, 1), (1, 0), 1, 3),
+    (3, 1, 1, 3)])
+def test_narrow_nchw_data_gradients_run_as_nhwc_convolutions(stride, padding, dilation, k,
+                                                             lanes):
+    # half a vector of columns (or phases of them): with a vector of channels, the
+    # phases are NHWC convolutions of the transposed adjoint, and the interleave (or, at
+    # stride 1, a transpose) writes the NCHW gradient
+    torch = pytest.importorskip("torch")
+    N, C, O, H = 2, lanes, 6, lanes // 2
+    X, Wt = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((O, C, k, k), name="W")
+    Y = nn.conv2d_nchw(X, Wt, stride, padding, dilation)
+    Hd = tc.placeholder(Y.shape, name="H")
+    gX = tc.gradient(Y, X, head=Hd)
+    assert all("conv2d_nhwc" in t.op.tag.split(",") for t in gX.op.input_tensors)
+    f = tc.build(ad.schedule_backward([gX]), [Wt, Hd, gX])
+    shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
+    w = rng.standard_normal(shape(Wt)).astype("float32")
+    h = rng.standard_normal(shape(Y)).astype("float32")
+    gx = np.empty(shape(X), "float32")
+    f(w, h, gx)
+    xt = torch.zeros(shape(X), dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.conv2d(xt, torch.tensor(w, dtype=torch.float64), stride=stride,
+                               padding=padding, dilation=dilation).backward(
+        torch.tensor(h, dtype=torch.float64))
+    np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_narrow_nchw_data_gradient_differentiates_again(monkeypatch):
+    monkeypatch.setenv("TECOMP_VECTOR_LANES", "8")
+    X = tc.placeholder((1, 8, 5, 5), "float64", name="X")
+    Wt = tc.placeholder((2, 8, 3, 3), "float64", name="W")
+    Y = nn.conv2d_nchw(X, Wt, 2, 1)
+    Hd = tc.placeholder(Y.shape, "float64", name="H")
+    gX = tc.gradient(Y, X, head=Hd)
+    assert all("conv2d_nhwc" in t.op.tag.split(",") for t in gX.op.input_tensors)
+    assert ad.gradcheck(gX, [Wt, Hd])
+
+
 def test_conv_gradient_with_a_head_of_ones_keeps_the_gather_form():
     X, Wt = tc.placeholder((1, 3, 6, 6), name="X"), tc.placeholder((4, 3, 3, 3), name="W")
     gX = tc.gradient(nn.conv2d_nchw(X, Wt, 1, 1), X)
