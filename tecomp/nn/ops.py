@@ -417,8 +417,8 @@ def _conv_data_grad(out, adjoint, wanted):
     kernels, no multiplication by an inserted zero -- and a stage ``<data>.grad`` that
     interleaves them.  In NCHW, phases at most half a vector wide are NHWC convolutions
     of the transposed adjoint (:func:`_narrow_phases`; then ``<data>.grad`` also
-    transposes, at stride 1 too).  For a head of ones (``adjoint`` None) both gradients keep the
-    derived gather form."""
+    transposes, at stride 1 too).  For a head of ones (``adjoint`` None) both gradients
+    keep the derived gather form."""
     op = out.op
     conf = op.attrs.get("conv2d")
     if adjoint is None or conf is None or len(op.input_tensors) != 2:
