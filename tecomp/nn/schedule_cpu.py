@@ -836,8 +836,8 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
     task instead (:func:`_rows_peeled`), a row tail is peeled off that loop and costed as
     the smaller block it is: 13 or 11 rows then take 3- or 4-row blocks rather than single
     rows, whose weight broadcast per FMA held 256 channels at 13x13 to 76-85 GFLOP/s
-    (121-125 with 8x3 blocks, 1 image, 2 threads).  With a column stride (``x_stride`` > 1) an input
-    vector is counted as 4 loads and the taps share none (a 3->32-channel stride-2
+    (121-125 with 8x3 blocks, 1 image, 2 threads).  With a column stride (``x_stride`` >
+    1) an input vector is counted as 4 loads and the taps share none (a 3->32-channel stride-2
     224x224 conv: 8x2 blocks 59 GFLOP/s, 4x4 34); it was a gather then, it is now a
     wider load and a shuffle (codegen's ``wide_load``), but counting it as 2 loads
     picks the same blocks for the stride-2 convs of ResNet's shapes."""
@@ -854,6 +854,7 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
             xbs.append(min(OW, L))  # no good divisor: a tail block (masked)
     else:
         xbs = [L]
+
     def cycles(ob, yb, nvx):
         fmas = R * S * ob * yb * nvx
         if x_stride == 1:
@@ -1119,8 +1120,8 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
     that); the tasks are then the channel blocks (each over all the images) when there
     are at least 4 per thread, else the (batch, channel block) pairs, or, when there
     are still fewer than 4 per thread, the row blocks of one channel block at a time
-    (all the threads copying the block's weights first).  Small strided weights are copied once,
-    at the root, into an aligned buffer (see the comment there).  When they
+    (all the threads copying the block's weights first).  Small strided weights are
+    copied once, at the root, into an aligned buffer (see the comment there).  When they
     are contiguous already (OIHW) the tasks are (batch, channel block, row block)."""
     noc = _ceil(K, ob) if K is not None else None
     nyc = _ceil(OH, yb) if OH is not None else None
@@ -1184,9 +1185,9 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
         if noc is not None and noc >= 4 * T:
             # the channel blocks alone are enough tasks: each copies its weights once
             # for all the images (as (image, block) tasks, each image copied them
-            # again: 512 channels at 7x7, batch 4, 2 threads, back to back, 9.1 -> 7.5
-            # ms; 256 at 7x7 2.3 -> 1.35; 256->512 stride 2 4.9 -> 3.8; PyTorch 6.4,
-            # 1.4, 4.1-4.5)
+            # again: batch 4, 2 threads, interleaved, ms: 512 channels at 7x7 10.7 ->
+            # 8.4, 256 at 7x7 1.9 -> 1.8, 256->512 stride 2 6.8 -> 6.1; PyTorch 8.1,
+            # 2.4, 7.8 in that run)
             st.reorder(oc, n, yc)
             task = oc
             w_at = oc
