@@ -281,15 +281,17 @@ def test_conv2d_nchw_block_leaves_no_row_tail_in_the_parallel_loop(oh, lanes):
 
 
 @pytest.mark.parametrize("N,K", [(1, 64), (2, 48)])
-def test_conv2d_nchw_peeled_row_tail_runs_unguarded(N, K, lanes):
-    """13 rows (AlexNet's 13x13 layers) take 3- or 4-row blocks with a tail, not single rows
-    (which need a weight broadcast per FMA: 256 channels at 13x13 ran at 76-85 GFLOP/s
-    against 121-125 with 8x3 blocks).  The tail is peeled off the serial row loop, and with one
-    image a channel tail off the parallel loop: no guard is left inside the reduction over
-    the input channels (but the masked lanes of a column tail), and the result is right."""
+def test_conv2d_nchw_peeled_row_tail_runs_unguarded(N, K, lanes, threads):
+    """13 rows (AlexNet's 13x13 layers) take 3- or 4-row blocks with a tail, not single
+    rows (which need a weight broadcast per FMA: 256 channels at 13x13 ran at 76-85
+    GFLOP/s against 121-125 with 8x3 blocks).  The tail is peeled off the serial row
+    loop: no guard is left inside the reduction over the input channels (but the masked
+    lanes of a column tail), and the result is right.  (2 threads: with 8 channel blocks,
+    4 tasks per thread.)"""
     from tecomp.ir.functor import collect, free_vars
     from tecomp.ir.stmt import For, IfThenElse
 
+    tc.set_num_threads(2)
     C, H = 24, 13
     d = tc.placeholder((N, C, H, H), name="data")
     w = tc.placeholder((K, C, 3, 3), name="weight")
