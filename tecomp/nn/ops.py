@@ -444,6 +444,7 @@ def _conv_data_grad(out, adjoint, wanted):
     H, W = (_int(data.shape[i], f"conv2d {op.name}: extent") for i in sp)
     OH, OW = (_int(adjoint.shape[i], f"conv2d {op.name}: extent") for i in sp)
     rows, cols = _phase_taps(KH, sh, ph, dh, H), _phase_taps(KW, sw, pw, dw, W)
+    O, C = (weight.shape[0], weight.shape[1]) if nchw else (weight.shape[3], weight.shape[2])
     name = f"{data.name}.grad"
     # NCHW phases at most half a vector wide run as NHWC convolutions (vectorized over
     # the data's channels instead of a row that fills half a vector or less) between
@@ -464,21 +465,18 @@ def _conv_data_grad(out, adjoint, wanted):
             sy, sx = ty[1] - ty[0] if len(ty) > 1 else 1, tx[1] - tx[0] if len(tx) > 1 else 1
             y0, x0 = ty[-1], tx[-1]
             tag = "" if sh == sw == 1 else f".p{ry}{rx}"
-            if nchw and not via_nhwc:   # [O, C, KH, KW] -> [C, O, len(ty), len(tx)], flipped
-                flip = _te.compute(
-                    (weight.shape[1], weight.shape[0], len(ty), len(tx)),
-                    lambda c, o, ky, kx: weight[o, c, y0 - ky * sy, x0 - kx * sx],
-                    name=f"{weight.name}.flip{tag}", tag="injective,conv2d_weight_flip")
-            elif nchw:  # [O, C, KH, KW] -> [len(ty), len(tx), O, C], flipped
-                flip = _te.compute(
-                    (len(ty), len(tx), weight.shape[0], weight.shape[1]),
-                    lambda ky, kx, o, c: weight[o, c, y0 - ky * sy, x0 - kx * sx],
-                    name=f"{weight.name}.flip{tag}", tag="injective,conv2d_weight_flip")
-            else:      # HWIO [KH, KW, C, O] -> [len(ty), len(tx), O, C], flipped
-                flip = _te.compute(
-                    (len(ty), len(tx), weight.shape[3], weight.shape[2]),
-                    lambda ky, kx, o, c: weight[y0 - ky * sy, x0 - kx * sx, c, o],
-                    name=f"{weight.name}.flip{tag}", tag="injective,conv2d_weight_flip")
+            # the taps of this phase, flipped, with the channel axes swapped: OIHW ->
+            # [C, O, len(ty), len(tx)] for an NCHW phase, else [len(ty), len(tx), O, C]
+            def tap(o, c, ky, kx, y0=y0, x0=x0, sy=sy, sx=sx):
+                i, j = y0 - ky * sy, x0 - kx * sx
+                return weight[o, c, i, j] if nchw else weight[i, j, c, o]
+
+            if nchw and not via_nhwc:
+                fshape, fbody = (C, O, len(ty), len(tx)), lambda c, o, ky, kx: tap(o, c, ky, kx)
+            else:
+                fshape, fbody = (len(ty), len(tx), O, C), lambda ky, kx, o, c: tap(o, c, ky, kx)
+            flip = _te.compute(fshape, fbody, name=f"{weight.name}.flip{tag}",
+                               tag="injective,conv2d_weight_flip")
             g = name + tag + (".nhwc" if via_nhwc else "")
             size = (qy + (len(ty) - 1) * ddy, qx + (len(tx) - 1) * ddx)
             src = _window(adjoint, sp, (ly, lx), size, f"{g}.pad")

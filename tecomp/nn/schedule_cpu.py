@@ -881,16 +881,19 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
             top = min(budget // (nvx * yb), K if K is not None else 64)
             for ob in range(1, top + 1):
                 fmas, cyc = cycles(ob, yb, nvx)
-                score = util * fmas / cyc
-                if K is not None and K % ob:
-                    score *= 0.5  # a tail block: see above
-                if x_stride == 1 and _rows_peeled(N, K, ob, OH, yb, info):
+                # with a column stride not measured better: 256->512 channels stride 2 to
+                # 7x7, 8x3 blocks 2.17 ms against 1.95 for 16x1
+                peeled = x_stride == 1 and _rows_peeled(N, K, ob, OH, yb, info)
+                if peeled:
                     # the rows are a serial loop in each task, its last block peeled off
-                    # (with a column stride not measured better: 256->512 channels
-                    # stride 2 to 7x7, 8x3 blocks 2.17 ms against 1.95 for 16x1)
                     tf, tc_ = cycles(ob, OH % yb, nvx)
                     full = OH // yb
-                    score *= (full * fmas + tf) / (full * cyc + tc_) / (fmas / cyc)
+                    score = util * (full * fmas + tf) / (full * cyc + tc_)
+                else:
+                    score = util * fmas / cyc
+                if K is not None and K % ob:
+                    score *= 0.5  # a tail block: see above
+                if peeled:
                     # the peeled block is a second copy of the unrolled kernel (256
                     # channels at 14x14: 6x4 blocks build in 0.59 s, 8x3 in 0.32, 8x2
                     # in 0.21) and the tasks no longer pad their own rows (small
