@@ -353,7 +353,7 @@ def test_odd_gemm_tiles_keep_their_size():
     multiply-adds are not."""
     cfg = GEMM_8X8
     text = _lower_text(matmul_case(70, 150, 19, config=cfg))
-    assert "allocate A.shared: float32[64, 8] (shared)" in text
+    assert "allocate A.shared: float32[64, 8] (shared, strides [9, 1])" in text  # storage_align
     assert "allocate B.shared: float32[8, 32] (shared)" in text
     assert "allocate matmul.local: float32[8, 8] (local)" in text
     assert "< 70" in text and "< 150" in text  # the guards of the copies and stores

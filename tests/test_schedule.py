@@ -228,6 +228,77 @@ def test_storage_align(backend):
     np.testing.assert_allclose(c, (a + 1) * 2, rtol=1e-6)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_storage_order(backend):
+    """storage_order lays a buffer out in another order of its dimensions (indices and
+    values stay): the strides follow the order, storage_align pads within it, and the
+    printed IR shows the strides."""
+    A = tc.placeholder((4, 6, 3), name="A")
+    B = tc.compute((4, 6, 3), lambda i, j, k: A[i, j, k] * 2.0, name="B")
+    C = tc.compute((4, 6, 3), lambda i, j, k: B[i, j, k] + 1.0, name="C")
+    a = np.random.rand(4, 6, 3).astype("float32")
+    for align, strides in ((None, [6, 1, 24]), (8, [8, 1, 32])):
+        s = tc.create_schedule(C.op)
+        i, j, k = B.op.axis
+        s[B].storage_order(k, i, j)
+        if align:
+            s[B].storage_align(i, align, 0)
+        f = tc.lower(s, [A, C])
+        alloc = [b for b in _allocs(f) if b.name == "B"][0]
+        assert [int(x.value) for x in alloc.strides] == strides
+        assert f"allocate B: float32[4, 6, 3] (global, strides {strides})" in str(f)
+        c = np.empty_like(a)
+        run(s, [A, C], [a, c], backend)
+        np.testing.assert_allclose(c, a * 2 + 1, rtol=1e-6)
+    s = tc.create_schedule(C.op)
+    s[B].storage_order(*B.op.axis)   # the identity: row major, printed as before
+    assert "allocate B: float32[4, 6, 3] (global)" in str(tc.lower(s, [A, C]))
+
+
+def test_storage_order_makes_a_transposing_copy_contiguous():
+    """A copy of W[o, c] read along o, stored c-major: the vector along o is one
+    contiguous load instead of a gather."""
+    W = tc.placeholder((32, 5), name="W")
+    C = tc.compute((5, 32), lambda c, o: W[o, c] * 2.0, name="C")
+    w = np.random.rand(32, 5).astype("float32")
+    for order in (False, True):
+        s = tc.create_schedule(C.op)
+        Wc = s.cache_read(W, "global", [C])
+        if order:
+            s[Wc].storage_order(Wc.op.axis[1], Wc.op.axis[0])
+        s[C].vectorize(C.op.axis[1])
+        f = tc.build(s, [W, C])
+        ir = f.get_source("llvm-unopt")
+        assert ("llvm.masked.gather" in ir) != order
+        c = np.empty((5, 32), "float32")
+        f(w, c)
+        np.testing.assert_allclose(c, w.T * 2, rtol=1e-6)
+
+
+def test_storage_order_of_a_shared_buffer_in_cuda():
+    """The CUDA C indexes (and sizes) a shared array through its storage order: a tile
+    of A read transposed, stored so that the threads of a warp read consecutive words."""
+    A = tc.placeholder((64, 32), name="A")
+    C = tc.compute((32, 64), lambda i, j: A[j, i] + 1.0, name="C")
+    s = tc.create_schedule(C.op)
+    As = s.cache_read(A, "shared", [C])
+    s[As].storage_order(As.op.axis[1], As.op.axis[0])
+    io, ii = s[C].split(C.op.axis[0], factor=8)
+    s[C].bind(io, tc.thread_axis("blockIdx.x"))
+    s[C].bind(C.op.axis[1], tc.thread_axis("threadIdx.x"))
+    s[As].compute_at(s[C], io)
+    s[As].bind(As.op.axis[0], tc.thread_axis("threadIdx.x"))
+    f = tc.build(s, [A, C], target="cuda-emu")
+    src = f.get_source("cuda")
+    # stored [i1][i0]: consecutive threads (i0) touch consecutive words (no bank conflict)
+    assert "__shared__ float A_shared[512];" in src
+    assert "A_shared[((int)threadIdx.x) + (i_inner * 64)]" in src, src
+    a = np.random.rand(64, 32).astype("float32")
+    c = np.empty((32, 64), "float32")
+    f(a, c)
+    np.testing.assert_allclose(c, a.T + 1, rtol=1e-6)
+
+
 def _allocs(f):
     from tecomp.ir.functor import collect
     from tecomp.ir.stmt import Allocate

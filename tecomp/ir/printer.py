@@ -169,7 +169,12 @@ class Printer:
             out.append(pad + "}")
         elif t is Allocate:
             b = s.buffer
-            out.append(f"{pad}allocate {self.buffer_decl(b)} ({b.scope})")
+            how = b.scope
+            rm = [self.expr(x) for x in b.row_major_strides()]
+            if b.strides is not None and [self.expr(x) for x in b.strides] != rm:
+                # storage_order / storage_align: the layout is not row major
+                how += ", strides [" + ", ".join(self.expr(x) for x in b.strides) + "]"
+            out.append(f"{pad}allocate {self.buffer_decl(b)} ({how})")
             self._stmt(s.body, ind, out)
         elif t is LetStmt:
             out.append(f"{pad}let {self.name_of(s.var)} = {self.expr(s.value)}")

@@ -124,6 +124,12 @@ class LowerContext:
     def __init__(self, sch: Schedule, args: list):
         self.sch = sch
         self.stages = [s for s in sch.stages if s.attach_type != "inline"]
+        for st in sch.stages:
+            if st.attach_type == "inline" and st.storage_perm is not None:
+                raise ScheduleError(
+                    f"storage_order on stage {st.name}: the stage is inlined (compute_inline), "
+                    "so it has no buffer to lay out; drop the storage_order or the "
+                    "compute_inline")
         expander = _InlineExpander(self)
         self.info: Dict[Stage, StageInfo] = {}
         for st in self.stages:
@@ -565,8 +571,8 @@ class LowerContext:
         else:
             shape = [inf.extent[iv] for iv in st.op.axis]
         strides = None
-        if st.storage_aligns:
-            strides = _aligned_strides(shape, st.storage_aligns, st.name)
+        if st.storage_aligns or st.storage_perm:
+            strides = _aligned_strides(shape, st.storage_aligns, st.name, st.storage_perm)
         inf.buffer = Buffer(t.name, tuple(shape), t.dtype, strides, st.scope)
 
     def _outer_ranges(self, st: Stage) -> Dict[Var, Range]:
@@ -921,10 +927,18 @@ def _guard(stmt, guards):
     return IfThenElse(cond, stmt)
 
 
-def _aligned_strides(shape, aligns, name):
+def _aligned_strides(shape, aligns, name, order=None):
+    """The strides of a buffer of ``shape`` laid out with its dimensions in ``order``
+    (outermost first; default: as they are, row major), each dimension in ``aligns``
+    padded to ``factor * k + offset`` elements (``storage_align``)."""
+    order = tuple(order) if order is not None else tuple(range(len(shape)))
     strides = [None] * len(shape)
     acc: Expr = Const(1, "int32")
-    for d in range(len(shape) - 1, -1, -1):
+    for d in reversed(order):
+        if d in aligns and d == order[-1]:
+            raise ScheduleError(f"storage_align on stage {name}: dimension {d} is the "
+                                "innermost one in its storage_order, whose stride is 1; align "
+                                "an outer dimension")
         if d in aligns:
             factor, offset = aligns[d]
             if not isinstance(acc, Const):

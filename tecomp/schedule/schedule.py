@@ -90,6 +90,7 @@ class Stage:
         self.scope = "global"
         self.is_output = False
         self.storage_aligns: Dict[int, tuple] = {}
+        self.storage_perm: Optional[tuple] = None   # storage_order: dims, outermost first
         self.bound_aligns: Dict[int, int] = {}   # output dimension -> align_bounds factor
 
     def _reset_loops(self):
@@ -429,6 +430,35 @@ class Stage:
             raise ScheduleError(f"storage_align on stage {self.name}: axis {axis.name} is the "
                                 "innermost dimension, whose stride is 1; align an outer axis")
         self.storage_aligns[dim] = (factor, offset)
+
+    def storage_order(self, *axes):
+        """Lay this stage's buffer out with its dimensions in the order of ``axes`` (every
+        output axis once, outermost first) instead of the order of the axes; the
+        stage's indices, loops and values stay the same (Halide's ``reorder_storage``,
+        listed outermost first as loops are).  E.g. a ``cache_read`` copy of
+        ``w[o, c, ky, kx]`` stored ``c, ky, kx, o``: a vector along ``o`` is then
+        contiguous.  The printed IR shows the strides this gives.  Not for outputs,
+        whose buffer is the caller's array."""
+        if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
+            axes = tuple(axes[0])
+        names = ", ".join(iv.name for iv in self.op.axis)
+        if self.is_output:
+            raise ScheduleError(
+                f"storage_order on stage {self.name}: it is an output, whose buffer is the "
+                "caller's array in its own layout; reorder the storage of an intermediate "
+                f"stage (e.g. s.cache_write({self.name}, 'local'))")
+        for ax in axes:
+            if not isinstance(ax, IterVar) or ax not in self.op.axis:
+                raise ScheduleError(
+                    f"storage_order on stage {self.name}: {getattr(ax, 'name', ax)!r} is not "
+                    f"one of its output axes ({names}); give each of them once (the "
+                    "stage's op.axis, not split or fused loops)")
+        dims = tuple(self.op.axis.index(ax) for ax in axes)
+        if sorted(dims) != list(range(len(self.op.axis))):
+            raise ScheduleError(
+                f"storage_order on stage {self.name}: got {', '.join(a.name for a in axes)}; "
+                f"give every output axis ({names}) exactly once, outermost first")
+        self.storage_perm = None if dims == tuple(range(len(dims))) else dims
 
     def align_bounds(self, axis, factor: int):
         """Compute the region of output axis ``axis`` rounded out to whole multiples of

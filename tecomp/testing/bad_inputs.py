@@ -836,6 +836,40 @@ def storage_align_innermost():
     s[B].storage_align(B.op.axis[1], 8, 0)
 
 
+@bad("ScheduleError", r"storage_order on stage B: got i; give every output axis \(i, j\) "
+     r"exactly once")
+def storage_order_missing_axis():
+    A, B, C = _chain()
+    s = _tc().create_schedule(C.op)
+    s[B].storage_order(B.op.axis[0])
+
+
+@bad("ScheduleError", r"storage_order on stage B: 'j.inner' is not one of its output axes")
+def storage_order_split_axis():
+    A, B, C = _chain()
+    s = _tc().create_schedule(C.op)
+    _, ji = s[B].split(B.op.axis[1], factor=4)
+    s[B].storage_order(ji, B.op.axis[0])
+
+
+@bad("ScheduleError", r"storage_order on stage C: it is an output, whose buffer is the caller's "
+     r"array")
+def storage_order_of_output():
+    A, B, C = _chain()
+    s = _tc().create_schedule(C.op)
+    s[C].storage_order(C.op.axis[1], C.op.axis[0])
+
+
+@bad("ScheduleError", r"storage_order on stage B: the stage is inlined \(compute_inline\)")
+def storage_order_inlined():
+    A, B, C = _chain()
+    tc = _tc()
+    s = tc.create_schedule(C.op)
+    s[B].storage_order(B.op.axis[1], B.op.axis[0])
+    s[B].compute_inline()
+    tc.lower(s, [A, C])
+
+
 @bad("ScheduleError", r"storage_align on stage B: axis must be one of its output axes")
 def storage_align_axis_of_other_stage():
     A, B, C = _chain()

@@ -621,3 +621,63 @@ def test_cache_read_pad_not_of_the_tensors_dtype(pad):
     with pytest.raises(tc.ScheduleError, match=r"cache_read of A: pad=.* is not a int32 value "
                        r".*give one of A's dtype"):
         s.cache_read(A, "local", [C], pad=pad)
+
+
+def _grid():
+    A = tc.placeholder((4, 6), name="A")
+    B = tc.compute((4, 6), lambda i, j: A[i, j] + 1, name="B")
+    C = tc.compute((4, 6), lambda i, j: B[i, j] * 2, name="C")
+    return A, B, C
+
+
+def test_storage_order_not_every_axis():
+    A, B, C = _grid()
+    s = tc.create_schedule(C.op)
+    i, j = B.op.axis
+    with pytest.raises(tc.ScheduleError, match=r"storage_order on stage B: got i, i; give every "
+                       r"output axis \(i, j\) exactly once, outermost first"):
+        s[B].storage_order(i, i)
+    with pytest.raises(tc.ScheduleError, match=r"storage_order on stage B: got j; give every"):
+        s[B].storage_order(j)
+
+
+def test_storage_order_split_axis():
+    A, B, C = _grid()
+    s = tc.create_schedule(C.op)
+    i, j = B.op.axis
+    jo, ji = s[B].split(j, factor=2)
+    with pytest.raises(tc.ScheduleError, match=r"storage_order on stage B: 'j.inner' is not one "
+                       r"of its output axes \(i, j\); give each of them once \(the stage's "
+                       r"op.axis, not split or fused loops\)"):
+        s[B].storage_order(ji, i)
+
+
+def test_storage_order_of_an_output():
+    A, B, C = _grid()
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    with pytest.raises(tc.ScheduleError, match=r"storage_order on stage C: it is an output, whose "
+                       r"buffer is the caller's array"):
+        s[C].storage_order(j, i)
+
+
+def test_storage_order_of_an_inlined_stage():
+    A, B, C = _grid()
+    s = tc.create_schedule(C.op)
+    i, j = B.op.axis
+    s[B].storage_order(j, i)
+    s[B].compute_inline()
+    with pytest.raises(tc.ScheduleError, match=r"storage_order on stage B: the stage is inlined "
+                       r"\(compute_inline\), so it has no buffer to lay out"):
+        tc.lower(s, [A, C])
+
+
+def test_storage_align_of_the_innermost_stored_dimension():
+    A, B, C = _grid()
+    s = tc.create_schedule(C.op)
+    i, j = B.op.axis
+    s[B].storage_align(i, 8, 0)
+    s[B].storage_order(j, i)
+    with pytest.raises(tc.ScheduleError, match=r"storage_align on stage B: dimension 0 is the "
+                       r"innermost one in its storage_order"):
+        tc.lower(s, [A, C])
