@@ -25,25 +25,19 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", default="64x56", help="channels x size, e.g. 256x14")
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                "TECOMP_NUM_THREADS"):
-        os.environ[var] = str(args.threads)
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, here)
-    sys.path.insert(1, os.path.dirname(here))
-    import run  # noqa: F401  (thread settings before numpy/torch load)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from common import pin_threads, torch_or_none
+
+    pin_threads(args.threads)   # before numpy and torch load
     from run import interleaved
 
     import numpy as np
     import tecomp as tc
     from tecomp import nn
     from tecomp.autodiff import gradient, schedule_backward
-    try:
-        import torch
-    except ImportError:
-        print("needs torch (pip install torch==2.13.0) for the comparison")
+    torch = torch_or_none(args.threads)
+    if torch is None:
         return 1
-    torch.set_num_threads(args.threads)
     C, H = (int(v) for v in args.shape.split("x"))
     N, K = args.batch, C
     rng = np.random.default_rng(0)

@@ -99,3 +99,16 @@ def gpu_shared_tile():
     ao, ai = s[AA].split(AA.op.axis[0], factor=16)
     s[AA].bind(ai, tc.thread_axis("threadIdx.x"))
     return s, [A, B]
+
+
+def with_l2(monkeypatch, nbytes):
+    """Have the CPU schedules (and the gradient definitions that consult them) see an L2
+    of ``nbytes`` (through pytest's ``monkeypatch``): which form a weight gradient or a
+    convolution's schedule takes depends on it, so a test pins it instead of the host's."""
+    import dataclasses
+
+    from tecomp.nn import schedule_cpu as sc
+
+    real = sc.cpu_info
+    monkeypatch.setattr(sc, "cpu_info",
+                        lambda target="llvm": dataclasses.replace(real(target), l2_bytes=nbytes))

@@ -12,6 +12,8 @@ import tecomp as tc
 from tecomp import autodiff as ad
 from tecomp import nn
 
+from helpers import with_l2 as _with_l2
+
 F64 = "float64"
 rng = np.random.default_rng(7)
 
@@ -252,6 +254,31 @@ def test_narrow_nchw_data_gradients_run_as_nhwc_convolutions(stride, padding, di
     np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_training_step_with_a_channel_vector_forward_conv(monkeypatch, lanes):
+    # a narrow NCHW forward convolution with large weights takes the channel-vector
+    # schedule in schedule_backward too, beside its own gradients
+    from tecomp.nn import schedule_cpu as sc
+
+    torch = pytest.importorskip("torch")
+    _with_l2(monkeypatch, 16 << 10)
+    N, C, O, H = 2, 8, 2 * lanes, lanes // 2
+    X, Wt = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((O, C, 3, 3), name="W")
+    Y = nn.conv2d_nchw(X, Wt, 1, 1)
+    assert sc._nchw_by_channels(Y, sc.cpu_info()) is not None
+    Hd = tc.placeholder(Y.shape, name="H")
+    gX, gW = tc.gradient(Y, [X, Wt], head=Hd)
+    f = tc.build(ad.schedule_backward([Y, gX, gW]), [X, Wt, Hd, Y, gX, gW])
+    shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
+    x, w, h = (rng.standard_normal(shape(t)).astype("float32") for t in (X, Wt, Y))
+    y, gx, gw = (np.empty(shape(t), "float32") for t in (Y, X, Wt))
+    f(x, w, h, y, gx, gw)
+    xt, wt = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w))
+    yt = torch.nn.functional.conv2d(xt, wt, padding=1)
+    yt.backward(torch.tensor(h, dtype=torch.float64))
+    for got, want in ((y, yt), (gx, xt.grad), (gw, wt.grad)):
+        np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_narrow_nchw_data_gradient_differentiates_again(monkeypatch):
     monkeypatch.setenv("TECOMP_VECTOR_LANES", "8")
     X = tc.placeholder((1, 8, 5, 5), "float64", name="X")
@@ -293,18 +320,6 @@ def test_strided_conv_gradients_differentiate_again(layout):
     gX, gW = tc.gradient(Y, [X, Wt], head=Hd)
     assert ad.gradcheck(gX, [Wt, Hd])
     assert ad.gradcheck(gW, [X, Hd])
-
-
-def _with_l2(monkeypatch, nbytes):
-    """Have the CPU schedules (and the gradient definitions that consult them) see an L2
-    of ``nbytes``: which form a weight gradient takes depends on it."""
-    import dataclasses
-
-    from tecomp.nn import schedule_cpu as sc
-
-    real = sc.cpu_info
-    monkeypatch.setattr(sc, "cpu_info",
-                        lambda target="llvm": dataclasses.replace(real(target), l2_bytes=nbytes))
 
 
 def _check_weight_gradient(torch, X, Wt, Y, Hd, gW, layout, stride):

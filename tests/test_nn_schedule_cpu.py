@@ -14,6 +14,8 @@ import tecomp as tc
 from tecomp.nn import ops
 from tecomp.nn import schedule_cpu as sc
 
+from helpers import with_l2
+
 RNG = np.random.default_rng(1234)
 
 
@@ -311,6 +313,66 @@ def test_conv2d_nchw_peeled_row_tail_runs_unguarded(N, K, lanes, threads):
     _close(_run(s, [d, w, out], [dn, wn]), _conv_ref(dn, wn, 1, 1, 1), 5e-5)
 
 
+BY_CHANNELS_CASES = [
+    # N, C, H, W, O, R, stride, pad, dilation
+    (2, 16, 7, 7, 32, 3, 1, 1, 1),    # ResNet's last stage, fewer channels; one channel block
+    (1, 8, 14, 14, 64, 3, 2, 1, 1),   # stride 2 to 7x7
+    (3, 24, 7, 7, 64, 1, 1, 0, 1),    # 1x1
+    (1, 5, 9, 6, 32, 3, 1, 2, 2),     # dilation, wide padding, odd input channels
+    (2, 16, 4, 3, 64, 3, 1, 1, 1),    # 3-wide rows: blocks of 2 rows
+    (1, 16, 8, 4, 32, 3, 2, 1, 1),    # stride 2 to 4x2: blocks of 4 rows
+    (1, 9, 6, 4, 16, 3, 1, 1, 1),     # 16 channels: whole blocks on AVX2 only
+    (1, 16, 7, 7, 48, 3, 1, 1, 1),    # 48 channels: no whole 2-vector blocks on AVX-512
+]
+
+
+@pytest.mark.parametrize("case", BY_CHANNELS_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv2d_nchw_by_channels(case, lanes, monkeypatch):
+    """NCHW rows at most half a vector wide with large weights (an L2 of 16 KiB makes
+    every weight tensor here large) run with the vectors across output channels: the
+    weight copy and the register block are stored channels innermost (stride 1), and
+    the result is right for strides, dilation, 1x1 and blocks of several rows.  Else
+    (rows wider, or channels that make no whole 2-vector blocks) the row vectors."""
+    with_l2(monkeypatch, 16 << 10)
+    N, C, H, W, O, R, st, p, dl = case
+    d = tc.placeholder((N, C, H, W), name="data")
+    w = tc.placeholder((O, C, R, R), name="weight")
+    out = ops.conv2d_nchw(d, w, stride=st, padding=p, dilation=dl)
+    OW = _shape(out)[3]
+    block = sc._nchw_by_channels(out, sc.cpu_info())
+    assert (block is not None) == (OW <= lanes // 2 and O % (2 * lanes) == 0), block
+    s = sc.schedule_conv2d_nchw(out)
+    text = str(tc.lower(s, [d, w, out]))
+    if block is not None:
+        ob, yb, xb = block
+        assert xb == OW and yb * xb <= 8 and _shape(out)[2] % yb == 0
+        assert re.search(r"allocate weight\.\w+: float32\[[^]]*\] \(\w+, strides \[1, ", text), text
+        assert re.search(r"allocate conv2d_nchw\.local: float32\[[^]]*\] \(local, strides "
+                         r"\[\d+, 1, ", text), text
+    else:
+        assert "strides" not in text
+    dn, wn = _arr((N, C, H, W)), _arr((O, C, R, R))
+    _close(_run(s, [d, w, out], [dn, wn]), _conv_ref(dn, wn, st, p, dl), 5e-5)
+
+
+def test_conv2d_nchw_by_channels_fused_epilogue(monkeypatch):
+    """relu(bias_add(conv)) on the channel-vector schedule: applied to the register block
+    on its way out (the conv is only a local buffer)."""
+    with_l2(monkeypatch, 16 << 10)
+    d = tc.placeholder((2, 24, 14, 14), name="data")
+    w = tc.placeholder((64, 24, 3, 3), name="weight")
+    b = tc.placeholder((64,), name="bias")
+    conv = ops.conv2d_nchw(d, w, stride=2, padding=1)
+    out = ops.relu(ops.bias_add(conv, b))
+    s = sc.schedule_conv2d_nchw(out)
+    text = str(tc.lower(s, [d, w, b, out]))
+    assert all("(local" in line for line in text.splitlines() if f"allocate {conv.name}:" in line)
+    assert sc._nchw_by_channels(conv, sc.cpu_info()) is not None or sc.cpu_info().lanes < 16
+    dn, wn, bn = _arr((2, 24, 14, 14)), _arr((64, 24, 3, 3)), _arr((64,))
+    ref = np.maximum(_conv_ref(dn, wn, 2, 1, 1) + bn[None, :, None, None], 0)
+    _close(_run(s, [d, w, b, out], [dn, wn, bn]), ref, 5e-5)
+
+
 def test_conv2d_with_epilogue():
     d = tc.placeholder((1, 8, 10, 10), name="data")
     w = tc.placeholder((12, 8, 3, 3), name="weight")
@@ -379,7 +441,7 @@ def test_conv2d_pad_placement():
     out = ops.conv2d_nchw(d, w, padding=1)
     text = str(tc.lower(sc.schedule_conv2d_nchw(out), [d, w, out]))
     assert text.index("parallel") < text.index("allocate conv2d_nchw.pad")
-    d2 = tc.placeholder((1, 256, 6, 6), name="data")
+    d2 = tc.placeholder((1, 256, 16, 16), name="data")
     w2 = tc.placeholder((256, 256, 3, 3), name="weight")
     out2 = ops.conv2d_nchw(d2, w2, padding=1)
     text2 = str(tc.lower(sc.schedule_conv2d_nchw(out2), [d2, w2, out2]))

@@ -56,7 +56,7 @@ import math
 import os
 import dataclasses
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from .. import te as _te
 from ..errors import ScheduleError
@@ -971,7 +971,13 @@ def schedule_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
     An ``OB x YB x XB`` block of the output (channels x rows x columns, the columns one
     widened vector) is accumulated in registers over the input channels (a loop) and
     the kernel window (unrolled): each tap loads ``YB`` input rows and broadcasts
-    ``OB`` weights.  Tasks and padding: see :func:`_conv_tasks`."""
+    ``OB`` weights.  Rows at most half a vector wide (7x7 layers, strides to 7x7) with
+    large weights have the vectors across output channels instead, the NHWC kernel's
+    shape (:func:`_nchw_by_channels`): ``OB`` is 2 vectors of channels, the block's
+    pixels broadcast one input value each per tap (any layout, any stride), the weights
+    are 2 vector loads from a copy stored ``[C, KH, KW, O]`` and the block is stored
+    channels innermost (``storage_order``), scattered to the NCHW output once.  Tasks
+    and padding: see :func:`_conv_tasks`."""
     outs = _outs(outs)
     s = create_schedule([t.op for t in outs])
     _conv2d_nchw_into(s, outs, cpu_info(target))
@@ -983,12 +989,16 @@ def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo):
     pad = _own_pad(s, pad)
     N, K, OH, OW = (_cint(e) for e in conv.shape)
     c, ky, kx = conv.op.reduce_axis
-    ob, yb, xb = _conv_block_nchw(K, OH, OW, info, N, _cint(ky.dom.extent),
-                                  _cint(kx.dom.extent), _conv_x_stride(conv),
-                                  _small_weights(_conv_weight(conv), info))
+    by_channels = _nchw_by_channels(conv, info)
+    if by_channels is not None:
+        ob, yb, xb = by_channels
+    else:
+        ob, yb, xb = _conv_block_nchw(K, OH, OW, info, N, _cint(ky.dom.extent),
+                                      _cint(kx.dom.extent), _conv_x_stride(conv),
+                                      _small_weights(_conv_weight(conv), info))
     fused = _fusable_epilogue(outs, conv)
     st, (n, oc, yc, xc), cs, (cn, co, cy, cx), tiles = _conv_register_block(
-        s, conv, (1, ob, yb, xb), out=fused)
+        s, conv, (1, ob, yb, xb), out=fused, vec=1 if by_channels else None)
     c, ky, kx = cs.op.reduce_axis
     # the input channel is the loop around the kernel window (unrolled by LLVM: small
     # windows only), the register block lives across both: per channel the taps share
@@ -996,18 +1006,47 @@ def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo):
     # and the channel's input rows and weights stay in L1 (with the channel innermost,
     # every tap swept all the channels' rows: 59 KB for the 64-channel 56x56 case);
     # measured on one thread, interleaved medians, same 8x2 blocks: +13% (64-channel
-    # 56x56) and +45% (256-channel 14x14)
-    cs.reorder(*tiles, cn, c, ky, kx, co, cy, cx)
+    # 56x56) and +45% (256-channel 14x14).  Across channels, the weight copy is then
+    # read in order too
+    if by_channels:
+        cs.reorder(*tiles, cn, c, ky, kx, cy, cx, co)
+        unrolled, vec = (cy, cx), co
+    else:
+        cs.reorder(*tiles, cn, c, ky, kx, co, cy, cx)
+        unrolled, vec = (co, cy), cx
     _unroll_window(cs, ky, kx)
-    cs.unroll(co)
-    cs.unroll(cy)
-    cs.vectorize(cx)
+    for ax in unrolled:
+        cs.unroll(ax)
+    cs.vectorize(vec)
     _conv_tasks(s, st, cs, pad, _conv_weight(conv), info, n, oc, yc, N, K, ob, OH, yb,
-                pad_vec_dim=3, weight_vec_dim=None)
+                pad_vec_dim=3, weight_vec_dim=0 if by_channels else None)
     _epilogue(s, outs, conv, info, fused)
 
 
-def _conv_register_block(s: Schedule, conv: Tensor, block, order=None, out=None):
+def _nchw_by_channels(conv: Tensor, info: CpuInfo) -> Optional[Tuple[int, int, int]]:
+    """The register block (OB, YB, XB) when an NCHW convolution runs with its vectors
+    across output channels (see :func:`schedule_conv2d_nchw`), else None: when its
+    rows fill at most half a vector, its output channels make whole 2-vector blocks and
+    its weights are not small (more than a quarter of L2; small ones stay in L2 for the
+    row-vector schedule, which was as fast or faster there).  A block is one output row
+    (or the fewest rows that make 8 pixels) by 2 vectors of channels: at most 16
+    accumulators (2 x 7 rows spilled them with the unrolled window, and ran 10-30%
+    slower).  Batch 4, 2 threads, ms, row vectors -> channel vectors (PyTorch):
+    512->512 7x7 7.4 -> 4.3 (4.7), 256->512 14x14 stride 2 5.9 -> 3.2 (3.9), 256->256
+    7x7 1.9-2.3 -> 1.1-1.3 (1.4-1.7), 2048->512 7x7 1x1 5.7 -> 3.3 (3.8), 512->2048 7x7
+    1x1 5.7 -> 3.7 (3.9)."""
+    N, K, OH, OW = (_cint(e) for e in conv.shape)
+    L = info.lanes
+    ob = 2 * L
+    if None in (N, K, OH, OW) or OW > L // 2 or K % ob or _small_weights(_conv_weight(conv), info):
+        return None
+    pix = min(8, (info.vregs - 4) // 2)
+    yb = max(d for d in _divisors(OH) if d == 1 or d * OW <= pix)
+    return ob, yb, OW
+
+
+def _conv_register_block(s: Schedule, conv: Tensor, block, order=None, out=None,
+                         vec: Optional[int] = None):
     """Split the convolution ``conv``'s output into ``block``-sized tiles (one factor per
     output axis, the last one vectorized), loop over the tiles with the output axes in
     ``order`` (positions; default: as they are) and accumulate each tile in a local buffer
@@ -1040,19 +1079,23 @@ def _conv_register_block(s: Schedule, conv: Tensor, block, order=None, out=None)
         CC = s.cache_write(conv, "local")
         st = s[conv]
     outer, inner = [], []
-    last = len(block) - 1
+    last = len(block) - 1 if vec is None else vec
+    vloop = None
     for k, (ax, f) in enumerate(zip(st.op.axis, block)):
-        if f == 1 and k < last:
+        if f == 1 and k != last:
             outer.append(ax)
             continue
         o, i = st.split(ax, factor=f)
         outer.append(o)
-        inner.append(i)
+        if k == last:
+            vloop = i
+        else:
+            inner.append(i)
     outer = [outer[k] for k in (order or range(len(outer)))]
-    st.reorder(*(outer + inner))
-    for i in inner[:-1]:
+    st.reorder(*(outer + inner + [vloop]))
+    for i in inner:
         st.unroll(i)
-    st.vectorize(inner[-1])
+    st.vectorize(vloop)
     cs = s[CC]
     cs.compute_at(st, outer[-1])
     c_outer, c_inner = [], []
@@ -1061,6 +1104,11 @@ def _conv_register_block(s: Schedule, conv: Tensor, block, order=None, out=None)
             o, ax = cs.split(ax, factor=f)
             c_outer.append(o)
         c_inner.append(ax)
+    if vec is not None and vec != len(block) - 1:
+        # the vector axis innermost in the buffer too (contiguous accumulators, which
+        # LLVM keeps in registers; a strided vector of a local buffer is a gather)
+        axes = list(cs.op.axis)
+        cs.storage_order(*(axes[:vec] + axes[vec + 1:] + [axes[vec]]))
     return st, outer, cs, c_inner, c_outer
 
 
@@ -1163,7 +1211,9 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             # thread 81.5 -> 88.5-89.5 GFLOP/s, 2 threads 142.9 -> 154.9; aligned
             # weights: 89.2-91.0 against 90.5-91.2 in place
             ww = s.cache_read(weight, "global", [cs])
-            if small:
+            if weight_vec_dim != len(ww.shape) - 1:
+                _weight_copy(s[ww], weight_vec_dim, ob)
+            elif small:
                 # a serial vector copy: as fast as a parallel one for 147 KB
                 # (interleaved) and 0.014 s less to build (no outlined task)
                 _vector_split(s[ww], s[ww].op.axis[-1], _cint(ww.shape[-1]), info.lanes)
@@ -1208,15 +1258,31 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
         ww = s.cache_read(weight, "local", [cs])
         ws = s[ww]
         ws.compute_at(st, w_at)
-        _, wv = ws.split(ws.op.axis[weight_vec_dim], factor=ob)
-        ws.vectorize(wv)
+        loops = _weight_copy(ws, weight_vec_dim, ob)
         if T > 1 and w_at is oc and task is not oc:
             # the blocks run in turn: copy each one's weights with all the threads
             # (128 channels at 15x15, 5x5 window, 400 KB a block: +10-20%, three
             # interleaved runs at 2 threads)
-            ws.parallel(ws.fuse(*ws.op.axis[:2]))
+            ws.parallel(ws.fuse(*loops[:2]))
     st.pragma(st.leaf_iter_vars[0], "fp_contract")
     return task
+
+
+def _weight_copy(ws: Stage, vec_dim: int, ob: int):
+    """Schedule ``ws``, a copy of a convolution's weights read as vectors of ``ob``
+    output channels along dimension ``vec_dim``: that dimension vectorized in blocks of
+    ``ob``.  When it is not the last one (OIHW read along O), the copy is stored with it
+    innermost (``storage_order``) and made in the source's order: each of the block's
+    rows is read sequentially, one gather across them per vector.  Returns the other
+    axes, outermost first."""
+    axes = list(ws.op.axis)
+    rest = axes[:vec_dim] + axes[vec_dim + 1:]
+    wo, wv = ws.split(axes[vec_dim], factor=ob)
+    if vec_dim != len(axes) - 1:
+        ws.storage_order(*(rest + [axes[vec_dim]]))
+        ws.reorder(wo, *rest, wv)
+    ws.vectorize(wv)
+    return rest
 
 
 def _epilogue(s: Schedule, outs, main: Tensor, info: CpuInfo, fused=None):

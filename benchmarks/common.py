@@ -1,0 +1,27 @@
+"""Set-up shared by the benchmark scripts that compare tecomp with PyTorch."""
+from __future__ import annotations
+
+import os
+import sys
+
+
+def pin_threads(threads: int) -> None:
+    """Every tool on ``threads`` threads (set before numpy, OpenBLAS or PyTorch load), and
+    tecomp and ``benchmarks/`` importable."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                "TECOMP_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    sys.path.insert(1, os.path.dirname(here))
+
+
+def torch_or_none(threads: int):
+    """PyTorch on ``threads`` threads, or None (with a message) when it is not installed."""
+    try:
+        import torch
+    except ImportError:
+        print("needs torch (pip install torch==2.13.0) for the comparison")
+        return None
+    torch.set_num_threads(threads)
+    return torch
