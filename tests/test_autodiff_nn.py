@@ -255,16 +255,16 @@ def test_narrow_nchw_data_gradients_run_as_nhwc_convolutions(stride, padding, di
 
 
 def test_training_step_with_a_channel_vector_forward_conv(monkeypatch, lanes):
-    # a narrow NCHW forward convolution with large weights takes the channel-vector
-    # schedule in schedule_backward too, beside its own gradients
+    # a narrow NCHW forward convolution takes the channel-vector schedule in
+    # schedule_backward too, beside its own gradients (with large weights: per task)
     from tecomp.nn import schedule_cpu as sc
 
     torch = pytest.importorskip("torch")
     _with_l2(monkeypatch, 16 << 10)
-    N, C, O, H = 2, 8, 2 * lanes, lanes // 2
+    N, C, O, H = 2, 32, 2 * lanes, lanes // 2
     X, Wt = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((O, C, 3, 3), name="W")
     Y = nn.conv2d_nchw(X, Wt, 1, 1)
-    assert sc._nchw_by_channels(Y, sc.cpu_info()) is not None
+    assert sc._nchw_by_channels(Y, sc.cpu_info(), H) is not None
     Hd = tc.placeholder(Y.shape, name="H")
     gX, gW = tc.gradient(Y, [X, Wt], head=Hd)
     f = tc.build(ad.schedule_backward([Y, gX, gW]), [X, Wt, Hd, Y, gX, gW])

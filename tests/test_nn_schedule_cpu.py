@@ -314,38 +314,48 @@ def test_conv2d_nchw_peeled_row_tail_runs_unguarded(N, K, lanes, threads):
 
 
 BY_CHANNELS_CASES = [
-    # N, C, H, W, O, R, stride, pad, dilation
-    (2, 16, 7, 7, 32, 3, 1, 1, 1),    # ResNet's last stage, fewer channels; one channel block
-    (1, 8, 14, 14, 64, 3, 2, 1, 1),   # stride 2 to 7x7
-    (3, 24, 7, 7, 64, 1, 1, 0, 1),    # 1x1
-    (1, 5, 9, 6, 32, 3, 1, 2, 2),     # dilation, wide padding, odd input channels
-    (2, 16, 4, 3, 64, 3, 1, 1, 1),    # 3-wide rows: blocks of 2 rows
-    (1, 16, 8, 4, 32, 3, 2, 1, 1),    # stride 2 to 4x2: blocks of 4 rows
-    (1, 9, 6, 4, 16, 3, 1, 1, 1),     # 16 channels: whole blocks on AVX2 only
-    (1, 16, 7, 7, 48, 3, 1, 1, 1),    # 48 channels: no whole 2-vector blocks on AVX-512
+    # N, C, H, W, O, R, stride, pad, dilation; channel vectors with 16 lanes, with 8
+    ((2, 32, 7, 7, 32, 3, 1, 1, 1), True, False),     # ResNet's last stage, fewer channels
+    ((1, 32, 14, 14, 64, 3, 2, 1, 1), True, False),   # stride 2 to 7x7
+    ((3, 256, 7, 7, 64, 1, 1, 0, 1), True, False),    # 1x1
+    ((1, 29, 9, 6, 32, 3, 1, 2, 2), True, False),     # dilation, wide padding, odd channels
+    ((2, 32, 4, 3, 64, 3, 1, 1, 1), True, True),      # 3-wide rows: blocks of 2 rows
+    ((1, 32, 8, 4, 32, 3, 2, 1, 1), True, True),      # stride 2 to 4x2: blocks of 4 or 2 rows
+    ((1, 29, 6, 4, 16, 3, 1, 1, 1), False, True),     # 16 channels: whole blocks on AVX2 only
+    ((1, 32, 7, 7, 48, 3, 1, 1, 1), False, False),    # 48: no whole 2-vector blocks on AVX-512
+    ((1, 32, 14, 14, 32, 3, 1, 1, 1), True, False),   # 14 of 16 lanes: 7-pixel blocks
+    ((1, 32, 13, 13, 64, 3, 1, 1, 1), True, False),   # 13 of 16 lanes: 8 pixels and a tail of 5
+    ((1, 32, 16, 16, 32, 3, 1, 1, 1), False, False),  # rows that fill their vectors
+    ((1, 2, 7, 7, 32, 3, 1, 1, 1), False, False),     # 18 reduction steps per scattered block
 ]
 
 
-@pytest.mark.parametrize("case", BY_CHANNELS_CASES, ids=lambda c: "x".join(map(str, c)))
-def test_conv2d_nchw_by_channels(case, lanes, monkeypatch):
-    """NCHW rows at most half a vector wide with large weights (an L2 of 16 KiB makes
-    every weight tensor here large) run with the vectors across output channels: the
-    weight copy and the register block are stored channels innermost (stride 1), and
-    the result is right for strides, dilation, 1x1 and blocks of several rows.  Else
-    (rows wider, or channels that make no whole 2-vector blocks) the row vectors."""
-    with_l2(monkeypatch, 16 << 10)
+@pytest.mark.parametrize("l2", [16 << 10, 4 << 20], ids=["large_weights", "small_weights"])
+@pytest.mark.parametrize("case,on16,on8", BY_CHANNELS_CASES,
+                         ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else None)
+def test_conv2d_nchw_by_channels(case, on16, on8, l2, lanes, monkeypatch):
+    """NCHW rows that leave a tenth of the lanes or more idle (at most half a vector on
+    AVX2), with output channels that make whole 2-vector blocks and a reduction of at
+    least 256 steps, run with the vectors across output channels: the weight copy
+    (per channel-block task for large weights, at the root for small ones) and the
+    register block are stored channels innermost (stride 1), and the result is right
+    for strides, dilation, 1x1, row tails and blocks of several rows.  The others keep
+    the row vectors."""
+    with_l2(monkeypatch, l2)
     N, C, H, W, O, R, st, p, dl = case
     d = tc.placeholder((N, C, H, W), name="data")
     w = tc.placeholder((O, C, R, R), name="weight")
     out = ops.conv2d_nchw(d, w, stride=st, padding=p, dilation=dl)
-    OW = _shape(out)[3]
-    block = sc._nchw_by_channels(out, sc.cpu_info())
-    assert (block is not None) == (OW <= lanes // 2 and O % (2 * lanes) == 0), block
+    OH, OW = _shape(out)[2:]
+    info = sc.cpu_info()
+    row_xb = sc._conv_block_nchw(O, OH, OW, info, N, R, R, st)[2]
+    block = sc._nchw_by_channels(out, info, row_xb)
+    assert (block is not None) == (on16 if lanes == 16 else on8), block
     s = sc.schedule_conv2d_nchw(out)
     text = str(tc.lower(s, [d, w, out]))
     if block is not None:
         ob, yb, xb = block
-        assert xb == OW and yb * xb <= 8 and _shape(out)[2] % yb == 0
+        assert ob == 2 * lanes and yb * xb <= 8 and OH % yb == 0 and (yb == 1 or xb == OW)
         assert re.search(r"allocate weight\.\w+: float32\[[^]]*\] \(\w+, strides \[1, ", text), text
         assert re.search(r"allocate conv2d_nchw\.local: float32\[[^]]*\] \(local, strides "
                          r"\[\d+, 1, ", text), text
@@ -355,20 +365,19 @@ def test_conv2d_nchw_by_channels(case, lanes, monkeypatch):
     _close(_run(s, [d, w, out], [dn, wn]), _conv_ref(dn, wn, st, p, dl), 5e-5)
 
 
-def test_conv2d_nchw_by_channels_fused_epilogue(monkeypatch):
+def test_conv2d_nchw_by_channels_fused_epilogue():
     """relu(bias_add(conv)) on the channel-vector schedule: applied to the register block
     on its way out (the conv is only a local buffer)."""
-    with_l2(monkeypatch, 16 << 10)
-    d = tc.placeholder((2, 24, 14, 14), name="data")
-    w = tc.placeholder((64, 24, 3, 3), name="weight")
+    d = tc.placeholder((2, 32, 14, 14), name="data")
+    w = tc.placeholder((64, 32, 3, 3), name="weight")
     b = tc.placeholder((64,), name="bias")
     conv = ops.conv2d_nchw(d, w, stride=2, padding=1)
     out = ops.relu(ops.bias_add(conv, b))
     s = sc.schedule_conv2d_nchw(out)
     text = str(tc.lower(s, [d, w, b, out]))
     assert all("(local" in line for line in text.splitlines() if f"allocate {conv.name}:" in line)
-    assert sc._nchw_by_channels(conv, sc.cpu_info()) is not None or sc.cpu_info().lanes < 16
-    dn, wn, bn = _arr((2, 24, 14, 14)), _arr((64, 24, 3, 3)), _arr((64,))
+    assert sc._nchw_by_channels(conv, sc.cpu_info(), 7) is not None or sc.cpu_info().lanes < 16
+    dn, wn, bn = _arr((2, 32, 14, 14)), _arr((64, 32, 3, 3)), _arr((64,))
     ref = np.maximum(_conv_ref(dn, wn, 2, 1, 1) + bn[None, :, None, None], 0)
     _close(_run(s, [d, w, b, out], [dn, wn, bn]), ref, 5e-5)
 

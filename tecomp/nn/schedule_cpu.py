@@ -971,9 +971,9 @@ def schedule_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
     An ``OB x YB x XB`` block of the output (channels x rows x columns, the columns one
     widened vector) is accumulated in registers over the input channels (a loop) and
     the kernel window (unrolled): each tap loads ``YB`` input rows and broadcasts
-    ``OB`` weights.  Rows at most half a vector wide (7x7 layers, strides to 7x7) with
-    large weights have the vectors across output channels instead, the NHWC kernel's
-    shape (:func:`_nchw_by_channels`): ``OB`` is 2 vectors of channels, the block's
+    ``OB`` weights.  Rows that leave a tenth of the lanes or more idle (7, 13, 14 or 56
+    of 16) have the vectors across output channels instead, the NHWC kernel's shape
+    (:func:`_nchw_by_channels`): ``OB`` is 2 vectors of channels, the block's
     pixels broadcast one input value each per tap (any layout, any stride), the weights
     are 2 vector loads from a copy stored ``[C, KH, KW, O]`` and the block is stored
     channels innermost (``storage_order``), scattered to the NCHW output once.  Tasks
@@ -989,13 +989,12 @@ def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo):
     pad = _own_pad(s, pad)
     N, K, OH, OW = (_cint(e) for e in conv.shape)
     c, ky, kx = conv.op.reduce_axis
-    by_channels = _nchw_by_channels(conv, info)
+    ob, yb, xb = _conv_block_nchw(K, OH, OW, info, N, _cint(ky.dom.extent),
+                                  _cint(kx.dom.extent), _conv_x_stride(conv),
+                                  _small_weights(_conv_weight(conv), info))
+    by_channels = _nchw_by_channels(conv, info, xb)
     if by_channels is not None:
         ob, yb, xb = by_channels
-    else:
-        ob, yb, xb = _conv_block_nchw(K, OH, OW, info, N, _cint(ky.dom.extent),
-                                      _cint(kx.dom.extent), _conv_x_stride(conv),
-                                      _small_weights(_conv_weight(conv), info))
     fused = _fusable_epilogue(outs, conv)
     st, (n, oc, yc, xc), cs, (cn, co, cy, cx), tiles = _conv_register_block(
         s, conv, (1, ob, yb, xb), out=fused, vec=1 if by_channels else None)
@@ -1023,26 +1022,48 @@ def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo):
     _epilogue(s, outs, conv, info, fused)
 
 
-def _nchw_by_channels(conv: Tensor, info: CpuInfo) -> Optional[Tuple[int, int, int]]:
+def _nchw_by_channels(conv: Tensor, info: CpuInfo,
+                      row_xb: int) -> Optional[Tuple[int, int, int]]:
     """The register block (OB, YB, XB) when an NCHW convolution runs with its vectors
-    across output channels (see :func:`schedule_conv2d_nchw`), else None: when its
-    rows fill at most half a vector, its output channels make whole 2-vector blocks and
-    its weights are not small (more than a quarter of L2; small ones stay in L2 for the
-    row-vector schedule, which was as fast or faster there).  A block is one output row
-    (or the fewest rows that make 8 pixels) by 2 vectors of channels: at most 16
-    accumulators (2 x 7 rows spilled them with the unrolled window, and ran 10-30%
-    slower).  Batch 4, 2 threads, ms, row vectors -> channel vectors (PyTorch):
-    512->512 7x7 7.4 -> 4.3 (4.7), 256->512 14x14 stride 2 5.9 -> 3.2 (3.9), 256->256
-    7x7 1.9-2.3 -> 1.1-1.3 (1.4-1.7), 2048->512 7x7 1x1 5.7 -> 3.3 (3.8), 512->2048 7x7
-    1x1 5.7 -> 3.7 (3.9)."""
+    across output channels (see :func:`schedule_conv2d_nchw`), else None.  ``row_xb``:
+    the columns of the row-vector block (:func:`_conv_block_nchw`).
+
+    Channel vectors are always full when the output channels make whole 2-vector blocks;
+    row vectors are not when the row does not fill them: 7 of 16 lanes at 7x7, 14 of 16
+    at 14x14 or 56x56, 13 at 13x13.  So channel vectors when the rows would leave more
+    than a tenth of the lanes idle, and the reduction (``C*KH*KW``) is at least 256
+    steps long: each block is scattered to NCHW once, 2 x ``XB`` scattered vectors
+    against ``C*KH*KW`` steps of ``2 x XB`` FMAs (with 3 input channels, 27 steps, the
+    row vectors ran 1.5x faster).  A block is one output row of at most 8 pixels (or, for
+    rows of fewer, the fewest rows that make 8) by 2 vectors: at most 16 accumulators
+    (2 x 7 pixels spilled them with the unrolled window, and ran 10-30% slower).  Not
+    measured on AVX2 (16 registers): there, only rows of at most half a vector change.
+
+    1 image, 2 threads, interleaved, GFLOP/s, row vectors -> channel vectors (PyTorch):
+    64->64 56x56 150.7 -> 178.1 (116.5), 256->256 14x14 180.6 -> 194.2 (163.7), 96->256
+    27x27 5x5 90.1 -> 176.3 (144.1), 384->256 13x13 142.9 -> 162.8 (125.6); rows that
+    fill their vectors better stay: 128->128 15x15 5x5 182.5 against 141.0 (5-pixel
+    blocks), 32->64 112x112 168.6 against 154.8.  Batch 4, ms: 512->512 7x7 7.4 -> 4.3
+    (4.7), 256->512 14x14 stride 2 5.9 -> 3.2 (3.9), 2048->512 7x7 1x1 5.7 -> 3.3
+    (3.8)."""
     N, K, OH, OW = (_cint(e) for e in conv.shape)
     L = info.lanes
     ob = 2 * L
-    if None in (N, K, OH, OW) or OW > L // 2 or K % ob or _small_weights(_conv_weight(conv), info):
+    red = 1
+    for r in conv.op.reduce_axis:
+        e = _cint(r.dom.extent)
+        red = None if e is None or red is None else red * e
+    if None in (N, K, OH, OW, red) or K % ob or red < 256:
         return None
     pix = min(8, (info.vregs - 4) // 2)
-    yb = max(d for d in _divisors(OH) if d == 1 or d * OW <= pix)
-    return ob, yb, OW
+    if OW <= L // 2:
+        yb = max(d for d in _divisors(OH) if d == 1 or d * OW <= pix)
+        return ob, yb, OW
+    lanes_used = OW / (_ceil(OW, row_xb) * _ceil(row_xb, L) * L)
+    if info.vregs < 32 or lanes_used >= 0.9:
+        return None
+    ds = [d for d in _divisors(OW) if pix - 2 <= d <= pix]
+    return ob, 1, max(ds) if ds else pix
 
 
 def _conv_register_block(s: Schedule, conv: Tensor, block, order=None, out=None,
