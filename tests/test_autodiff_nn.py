@@ -279,6 +279,35 @@ def test_training_step_with_a_channel_vector_forward_conv(monkeypatch, lanes):
         np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_narrow_nchw_data_gradient_phases_with_channel_vectors(stride, lanes):
+    # narrow phases whose output channels (the data's) make whole 2-vector blocks, and a
+    # reduction of 256 adjoint channels or more: they stay NCHW convolutions, which the
+    # NCHW schedule vectorizes across channels (no transposes)
+    from tecomp.nn import schedule_cpu as sc
+
+    torch = pytest.importorskip("torch")
+    N, C, O, H = 1, 2 * lanes, 256, lanes // 2 * stride
+    X, Wt = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((O, C, 3, 3), name="W")
+    Y = nn.conv2d_nchw(X, Wt, stride, 1)
+    Hd = tc.placeholder(Y.shape, name="H")
+    gX = tc.gradient(Y, X, head=Hd)
+    phases = [gX] if stride == 1 else list(gX.op.input_tensors)
+    assert all("conv2d_nchw" in t.op.tag.split(",") for t in phases)
+    info = sc.cpu_info()
+    assert all(sc._nchw_by_channels(t, info, info.lanes) is not None for t in phases)
+    f = tc.build(ad.schedule_backward([gX]), [Wt, Hd, gX])
+    shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
+    w = rng.standard_normal(shape(Wt)).astype("float32")
+    h = rng.standard_normal(shape(Y)).astype("float32")
+    gx = np.empty(shape(X), "float32")
+    f(w, h, gx)
+    xt = torch.zeros(shape(X), dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.conv2d(xt, torch.tensor(w, dtype=torch.float64), stride=stride,
+                               padding=1).backward(torch.tensor(h, dtype=torch.float64))
+    np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_narrow_nchw_data_gradient_differentiates_again(monkeypatch):
     monkeypatch.setenv("TECOMP_VECTOR_LANES", "8")
     X = tc.placeholder((1, 8, 5, 5), "float64", name="X")

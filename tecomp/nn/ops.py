@@ -415,9 +415,10 @@ def _conv_data_grad(out, adjoint, wanted):
     per phase ``(y % s, x % s)`` of the data (:func:`_phase_taps`), each with the taps
     of the kernel that land on that phase -- 3x3 stride 2 gives 1x1, 1x2, 2x1 and 2x2
     kernels, no multiplication by an inserted zero -- and a stage ``<data>.grad`` that
-    interleaves them.  In NCHW, phases at most half a vector wide are NHWC convolutions
-    of the transposed adjoint (:func:`_narrow_phases`; then ``<data>.grad`` also
-    transposes, at stride 1 too).  For a head of ones (``adjoint`` None) both gradients
+    interleaves them.  In NCHW, phases at most half a vector wide that the NCHW schedule
+    cannot vectorize across their output channels are NHWC convolutions of the
+    transposed adjoint (:func:`_narrow_phases`; then ``<data>.grad`` also transposes, at
+    stride 1 too).  For a head of ones (``adjoint`` None) both gradients
     keep the derived gather form."""
     op = out.op
     conf = op.attrs.get("conv2d")
@@ -448,8 +449,9 @@ def _conv_data_grad(out, adjoint, wanted):
     name = f"{data.name}.grad"
     # NCHW phases at most half a vector wide run as NHWC convolutions (vectorized over
     # the data's channels instead of a row that fills half a vector or less) between
-    # transposes of the adjoint and of the result
-    via_nhwc = nchw and _narrow_phases(rows, cols, data.shape[1])
+    # transposes of the adjoint and of the result, unless the NCHW schedule can
+    # vectorize them across the data's channels itself
+    via_nhwc = nchw and _narrow_phases(rows, cols, data.shape[1], weight.shape[0])
     if via_nhwc:
         adjoint = _te.compute(
             (adjoint.shape[0], OH, OW, adjoint.shape[1]),
@@ -516,20 +518,28 @@ def _conv_data_grad(out, adjoint, wanted):
     return res
 
 
-def _narrow_phases(rows, cols, channels) -> bool:
+def _narrow_phases(rows, cols, channels, adjoint_channels) -> bool:
     """Whether the phases of an NCHW data gradient (:func:`_phase_taps` of its rows and
-    columns) are all at most half a vector wide while the data has a vector of channels
-    or more: they then run as NHWC convolutions.  Batch 4, 2 threads, interleaved, ms,
-    against NCHW phases (PyTorch): 512 channels at 7x7 7.1 vs 12.6 (6.4); 256 at 14x14
-    stride 2 3.8 vs 5.1 (3.8); 512 at 14x14 stride 2 9.2 vs 21.7 (9.8); one thread,
-    13.4 vs 23.5 (11.8) and 4.4 vs 8.8 (5.3)."""
+    columns) run as NHWC convolutions: when they are all at most half a vector wide
+    while the data has a vector of channels or more, and the NCHW schedule cannot put
+    its vectors across their output channels instead (the data's channels do not make
+    whole 2-vector blocks, or a single-tap phase would reduce over fewer than 256 adjoint
+    channels; see ``schedule_cpu._nchw_by_channels``).  Batch 4, 2 threads, interleaved,
+    ms, against NCHW phases with row vectors (PyTorch): 512 channels at 7x7 7.1 vs 12.6
+    (6.4); 256 at 14x14 stride 2 3.8 vs 5.1 (3.8); 512 at 14x14 stride 2 9.2 vs 21.7
+    (9.8); one thread, 13.4 vs 23.5 (11.8) and 4.4 vs 8.8 (5.3).  NCHW phases with
+    channel vectors, against these NHWC ones: 512 at 7x7 7.0 vs 8.3, 512 at 14x14
+    stride 2 9.7 vs 10.6, 256 at 14x14 stride 2 3.3 vs 3.7 (PyTorch 8.4, 14.0, 4.6)."""
     from .schedule_cpu import cpu_info
 
     C = channels.value if isinstance(channels, Const) else None
+    O = adjoint_channels.value if isinstance(adjoint_channels, Const) else None
     L = cpu_info().lanes
     widths = [p[3] for p in cols if p is not None]
-    return C is not None and C >= L and bool(widths) and max(widths) <= L // 2 and \
+    narrow = C is not None and C >= L and bool(widths) and max(widths) <= L // 2 and \
         any(p is not None for p in rows)
+    by_channels = C is not None and O is not None and C % (2 * L) == 0 and O >= 256
+    return narrow and not by_channels
 
 
 _register_tag_derivative("conv2d_nchw", _conv_data_grad, override=True)
