@@ -241,6 +241,12 @@ def test_narrow_nchw_data_gradients_run_as_nhwc_convolutions(stride, padding, di
     Hd = tc.placeholder(Y.shape, name="H")
     gX = tc.gradient(Y, X, head=Hd)
     assert all("conv2d_nhwc" in t.op.tag.split(",") for t in gX.op.input_tensors)
+    _check_nchw_data_gradient(torch, X, Wt, Y, Hd, gX, stride, padding, dilation)
+
+
+def _check_nchw_data_gradient(torch, X, Wt, Y, Hd, gX, stride, padding, dilation=1):
+    """gX (the data gradient of Y = conv2d_nchw(X, Wt), head Hd) built with
+    schedule_backward, against PyTorch in float64."""
     f = tc.build(ad.schedule_backward([gX]), [Wt, Hd, gX])
     shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
     w = rng.standard_normal(shape(Wt)).astype("float32")
@@ -296,16 +302,7 @@ def test_narrow_nchw_data_gradient_phases_with_channel_vectors(stride, lanes):
     assert all("conv2d_nchw" in t.op.tag.split(",") for t in phases)
     info = sc.cpu_info()
     assert all(sc._nchw_by_channels(t, info, info.lanes) is not None for t in phases)
-    f = tc.build(ad.schedule_backward([gX]), [Wt, Hd, gX])
-    shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
-    w = rng.standard_normal(shape(Wt)).astype("float32")
-    h = rng.standard_normal(shape(Y)).astype("float32")
-    gx = np.empty(shape(X), "float32")
-    f(w, h, gx)
-    xt = torch.zeros(shape(X), dtype=torch.float64, requires_grad=True)
-    torch.nn.functional.conv2d(xt, torch.tensor(w, dtype=torch.float64), stride=stride,
-                               padding=1).backward(torch.tensor(h, dtype=torch.float64))
-    np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+    _check_nchw_data_gradient(torch, X, Wt, Y, Hd, gX, stride, 1)
 
 
 def test_narrow_nchw_data_gradient_differentiates_again(monkeypatch):
