@@ -318,6 +318,7 @@ BY_CHANNELS_CASES = [
     ((2, 32, 7, 7, 32, 3, 1, 1, 1), True, False),     # ResNet's last stage, fewer channels
     ((1, 32, 14, 14, 64, 3, 2, 1, 1), True, False),   # stride 2 to 7x7
     ((3, 256, 7, 7, 64, 1, 1, 0, 1), True, False),    # 1x1
+    ((2, 256, 14, 13, 64, 1, 2, 0, 1), True, False),  # 1x1 stride 2: input planes prefetched
     ((1, 29, 9, 6, 32, 3, 1, 2, 2), True, False),     # dilation, wide padding, odd channels
     ((2, 32, 4, 3, 64, 3, 1, 1, 1), True, True),      # 3-wide rows: blocks of 2 rows
     ((1, 32, 8, 4, 32, 3, 2, 1, 1), True, True),      # stride 2 to 4x2: blocks of 4 or 2 rows
@@ -338,9 +339,9 @@ def test_conv2d_nchw_by_channels(case, on16, on8, l2, lanes, monkeypatch):
     AVX2), with output channels that make whole 2-vector blocks and a reduction of at
     least 256 steps, run with the vectors across output channels: the weight copy
     (per channel-block task for large weights, at the root for small ones) and the
-    register block are stored channels innermost (stride 1), and the result is right
-    for strides, dilation, 1x1, row tails and blocks of several rows.  The others keep
-    the row vectors."""
+    register block are stored channels innermost (stride 1), a strided 1x1 window
+    prefetches its input planes, and the result is right for strides, dilation, 1x1, row
+    tails and blocks of several rows.  The others keep the row vectors."""
     with_l2(monkeypatch, l2)
     N, C, H, W, O, R, st, p, dl = case
     d = tc.placeholder((N, C, H, W), name="data")
@@ -361,6 +362,7 @@ def test_conv2d_nchw_by_channels(case, on16, on8, l2, lanes, monkeypatch):
                          r"\[\d+, 1, ", text), text
     else:
         assert "strides" not in text
+    assert ("prefetch data[" in text) == (block is not None and R == 1 and st > 1), text
     dn, wn = _arr((N, C, H, W)), _arr((O, C, R, R))
     _close(_run(s, [d, w, out], [dn, wn]), _conv_ref(dn, wn, st, p, dl), 5e-5)
 
