@@ -317,8 +317,10 @@ BY_CHANNELS_CASES = [
     # N, C, H, W, O, R, stride, pad, dilation; channel vectors with 16 lanes, with 8
     ((2, 32, 7, 7, 32, 3, 1, 1, 1), True, False),     # ResNet's last stage, fewer channels
     ((1, 32, 14, 14, 64, 3, 2, 1, 1), True, False),   # stride 2 to 7x7
-    ((3, 256, 7, 7, 64, 1, 1, 0, 1), True, False),    # 1x1
-    ((2, 256, 14, 13, 64, 1, 2, 0, 1), True, False),  # 1x1 stride 2: input planes prefetched
+    ((3, 512, 7, 7, 64, 1, 1, 0, 1), True, False),    # 1x1
+    ((2, 512, 14, 13, 64, 1, 2, 0, 1), True, False),  # 1x1 stride 2: input planes prefetched
+    ((1, 256, 7, 7, 64, 1, 1, 0, 1), False, False),   # 1x1 over fewer than 512 channels
+    ((1, 512, 14, 14, 64, 1, 1, 0, 1), False, False),  # 1x1 on rows wider than half a vector
     ((1, 29, 9, 6, 32, 3, 1, 2, 2), True, False),     # dilation, wide padding, odd channels
     ((2, 32, 4, 3, 64, 3, 1, 1, 1), True, True),      # 3-wide rows: blocks of 2 rows
     ((1, 32, 8, 4, 32, 3, 2, 1, 1), True, True),      # stride 2 to 4x2: blocks of 4 or 2 rows

@@ -1057,11 +1057,14 @@ def _nchw_by_channels(conv: Tensor, info: CpuInfo,
     N, K, OH, OW = (_cint(e) for e in conv.shape)
     L = info.lanes
     ob = 2 * L
-    red = 1
-    for r in conv.op.reduce_axis:
-        e = _cint(r.dom.extent)
-        red = None if e is None or red is None else red * e
-    if None in (N, K, OH, OW, red) or K % ob or red < 256:
+    C, KH, KW = (_cint(r.dom.extent) for r in conv.op.reduce_axis)
+    if None in (N, K, OH, OW, C, KH, KW) or K % ob or C * KH * KW < 256:
+        return None
+    if KH * KW == 1 and (OW > L // 2 or C < 512):
+        # a 1x1 window: only rows at most half a vector wide with 512 input channels or
+        # more (1 image, 2 threads, ms, row -> channel vectors: 2048->512 7x7 1.52 ->
+        # 1.08, 1024->2048 14x14 stride 2 5.42 -> 3.00; but 1024->256 14x14 0.84 -> 0.97,
+        # 256->256 7x7 0.076 -> 0.134)
         return None
     pix = min(8, (info.vregs - 4) // 2)
     if OW <= L // 2:
@@ -1193,16 +1196,19 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
     the rows it reads (``compute_at``: its tile plus the halo), saving a pass over the
     input.  Otherwise the padded input is computed once, at the root,
     in its own parallel pass, and the channel blocks are outer loops.  When a block's
-    weights are strided (HWIO: ``weight_vec_dim`` is their output-channel dimension)
-    each block first copies them into a compact buffer (``cache_read``: sequential
-    reads, L2-resident across the block's rows; the 256-channel case has 2.4 MB of
-    weights, so every row re-reading them from the strided tensor would stream 14x
-    that); the tasks are then the channel blocks (each over all the images) when there
+    weights are strided (``weight_vec_dim`` is their output-channel dimension: HWIO,
+    or OIHW read across output channels, whose copy is stored with them innermost, see
+    :func:`_weight_copy`) each block first copies them into a compact buffer
+    (``cache_read``: sequential reads, L2-resident across the block's rows; the
+    256-channel case has 2.4 MB of weights, so every row re-reading them from the
+    strided tensor would stream 14x that); the tasks are then the channel blocks (each
+    over all the images) when there
     are at least 4 per thread, else the (batch, channel block) pairs, or, when there
     are still fewer than 4 per thread, the row blocks of one channel block at a time
     (all the threads copying the block's weights first).  Small strided weights are
     copied once, at the root, into an aligned buffer (see the comment there).  When they
-    are contiguous already (OIHW) the tasks are (batch, channel block, row block)."""
+    are contiguous already (OIHW read as broadcasts) the tasks are (batch, channel block,
+    row block)."""
     noc = _ceil(K, ob) if K is not None else None
     nyc = _ceil(OH, yb) if OH is not None else None
     T = info.threads
@@ -1241,7 +1247,11 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             # weights: 89.2-91.0 against 90.5-91.2 in place
             ww = s.cache_read(weight, "global", [cs])
             if weight_vec_dim != len(ww.shape) - 1:
-                _weight_copy(s[ww], weight_vec_dim, ob)
+                # (gathers: copied in parallel; 256->512 channels 14x14 1x1 stride 2,
+                # batch 4, 0.80 -> 0.74 ms, 64->64 7x7 0.245 -> 0.213)
+                blocks, _ = _weight_copy(s[ww], weight_vec_dim, ob)
+                if T > 1:
+                    s[ww].parallel(blocks)
             elif small:
                 # a serial vector copy: as fast as a parallel one for 147 KB
                 # (interleaved) and 0.014 s less to build (no outlined task)
@@ -1287,7 +1297,7 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
         ww = s.cache_read(weight, "local", [cs])
         ws = s[ww]
         ws.compute_at(st, w_at)
-        loops = _weight_copy(ws, weight_vec_dim, ob)
+        _, loops = _weight_copy(ws, weight_vec_dim, ob)
         if T > 1 and w_at is oc and task is not oc:
             # the blocks run in turn: copy each one's weights with all the threads
             # (128 channels at 15x15, 5x5 window, 400 KB a block: +10-20%, three
@@ -1302,8 +1312,8 @@ def _weight_copy(ws: Stage, vec_dim: int, ob: int):
     output channels along dimension ``vec_dim``: that dimension vectorized in blocks of
     ``ob``.  When it is not the last one (OIHW read along O), the copy is stored with it
     innermost (``storage_order``) and made in the source's order: each of the block's
-    rows is read sequentially, one gather across them per vector.  Returns the other
-    axes, outermost first."""
+    rows is read sequentially, one gather across them per vector.  Returns the loop over
+    the blocks and the other axes, outermost first."""
     axes = list(ws.op.axis)
     rest = axes[:vec_dim] + axes[vec_dim + 1:]
     wo, wv = ws.split(axes[vec_dim], factor=ob)
@@ -1311,7 +1321,7 @@ def _weight_copy(ws: Stage, vec_dim: int, ob: int):
         ws.storage_order(*(rest + [axes[vec_dim]]))
         ws.reorder(wo, *rest, wv)
     ws.vectorize(wv)
-    return rest
+    return wo, rest
 
 
 def _epilogue(s: Schedule, outs, main: Tensor, info: CpuInfo, fused=None):
