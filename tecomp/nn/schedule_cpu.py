@@ -1247,8 +1247,10 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             # weights: 89.2-91.0 against 90.5-91.2 in place
             ww = s.cache_read(weight, "global", [cs])
             if weight_vec_dim != len(ww.shape) - 1:
-                # (gathers: copied in parallel; 256->512 channels 14x14 1x1 stride 2,
-                # batch 4, 0.80 -> 0.74 ms, 64->64 7x7 0.245 -> 0.213)
+                # (gathers: copied in parallel; 2 threads, interleaved, ms: 64->64
+                # 56x56 1.14 -> 1.12, 64->128 stride 2 0.75 -> 0.71, 128->128 28x28 1.42
+                # -> 1.38, 64->64 7x7 batch 4 0.245 -> 0.213; within the noise of a
+                # busier moment, 10 pairs later)
                 blocks, _ = _weight_copy(s[ww], weight_vec_dim, ob)
                 if T > 1:
                     s[ww].parallel(blocks)
