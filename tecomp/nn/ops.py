@@ -523,13 +523,15 @@ def _narrow_phases(rows, cols, channels, adjoint_channels) -> bool:
     columns) run as NHWC convolutions: when they are all at most half a vector wide
     while the data has a vector of channels or more, and the NCHW schedule cannot put
     its vectors across their output channels instead (the data's channels do not make
-    whole 2-vector blocks, or a phase reduces over fewer than 256 steps, or a single-tap
-    phase over fewer than 512 adjoint channels; see ``schedule_cpu._nchw_by_channels``).  Batch 4, 2 threads, interleaved,
-    ms, against NCHW phases with row vectors (PyTorch): 512 channels at 7x7 7.1 vs 12.6
-    (6.4); 256 at 14x14 stride 2 3.8 vs 5.1 (3.8); 512 at 14x14 stride 2 9.2 vs 21.7
-    (9.8); one thread, 13.4 vs 23.5 (11.8) and 4.4 vs 8.8 (5.3).  NCHW phases with
-    channel vectors, against these NHWC ones: 512 at 7x7 7.0 vs 8.3, 512 at 14x14
-    stride 2 9.7 vs 10.6, 256 at 14x14 stride 2 3.3 vs 3.7 (PyTorch 8.4, 14.0, 4.6)."""
+    whole 2-vector blocks, or there are fewer than 256 adjoint channels; see
+    ``schedule_cpu._nchw_by_channels``).  Batch 4, 2 threads, interleaved, ms, against
+    NCHW phases with row vectors (PyTorch): 512 channels at 7x7 7.1 vs 12.6 (6.4); 256
+    at 14x14 stride 2 3.8 vs 5.1 (3.8); 512 at 14x14 stride 2 9.2 vs 21.7 (9.8); one
+    thread, 13.4 vs 23.5 (11.8) and 4.4 vs 8.8 (5.3).  NCHW phases with channel
+    vectors, against these NHWC ones: 512 at 7x7 7.0 vs 8.3, 512 at 14x14 stride 2 9.7
+    vs 10.6, 256 at 14x14 stride 2 3.3 vs 3.7 (PyTorch 8.4, 14.0, 4.6); 256 at 7x7
+    stride 2 1.25-1.29 vs 1.46-1.47, though its single-tap phase (fewer than 512
+    channels) keeps row vectors."""
     from .schedule_cpu import cpu_info
 
     C = channels.value if isinstance(channels, Const) else None
@@ -538,14 +540,8 @@ def _narrow_phases(rows, cols, channels, adjoint_channels) -> bool:
     widths = [p[3] for p in cols if p is not None]
     narrow = C is not None and C >= L and bool(widths) and max(widths) <= L // 2 and \
         any(p is not None for p in rows)
-    if not narrow:
-        return False
-    # the fewest taps of a phase: its reduction is O times that
-    taps = min(len(p[0]) for p in rows if p is not None) * \
-        min(len(p[0]) for p in cols if p is not None)
-    by_channels = O is not None and C % (2 * L) == 0 and O * taps >= 256 and \
-        (taps > 1 or O >= 512)
-    return not by_channels
+    by_channels = C is not None and O is not None and C % (2 * L) == 0 and O >= 256
+    return narrow and not by_channels
 
 
 _register_tag_derivative("conv2d_nchw", _conv_data_grad, override=True)
