@@ -1080,7 +1080,8 @@ def _nchw_by_channels(conv: Tensor, info: CpuInfo,
 def _conv_register_block(s: Schedule, conv: Tensor, block, order=None, out=None,
                          vec: Optional[int] = None):
     """Split the convolution ``conv``'s output into ``block``-sized tiles (one factor per
-    output axis, the last one vectorized), loop over the tiles with the output axes in
+    output axis; the last one vectorized, or the one at position ``vec``, which the
+    tile's buffer then stores innermost), loop over the tiles with the output axes in
     ``order`` (positions; default: as they are) and accumulate each tile in a local buffer
     (``cache_write``) computed at the tile loop: constant indices after unrolling, so
     LLVM keeps the tile in registers across the whole reduction (input channels and
@@ -1202,13 +1203,12 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
     (``cache_read``: sequential reads, L2-resident across the block's rows; the
     256-channel case has 2.4 MB of weights, so every row re-reading them from the
     strided tensor would stream 14x that); the tasks are then the channel blocks (each
-    over all the images) when there
-    are at least 4 per thread, else the (batch, channel block) pairs, or, when there
-    are still fewer than 4 per thread, the row blocks of one channel block at a time
-    (all the threads copying the block's weights first).  Small strided weights are
-    copied once, at the root, into an aligned buffer (see the comment there).  When they
-    are contiguous already (OIHW read as broadcasts) the tasks are (batch, channel block,
-    row block)."""
+    over all the images) when there are at least 4 per thread, else the (batch, channel
+    block) pairs, or, when there are still fewer than 4 per thread, the row blocks of
+    one channel block at a time (all the threads copying the block's weights first).
+    Small strided weights are copied once, at the root, into an aligned buffer (see the
+    comment there).  When they are contiguous already (OIHW read as broadcasts) the
+    tasks are (batch, channel block, row block)."""
     noc = _ceil(K, ob) if K is not None else None
     nyc = _ceil(OH, yb) if OH is not None else None
     T = info.threads
