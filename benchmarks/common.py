@@ -1,8 +1,20 @@
 """Set-up shared by the benchmark scripts that compare tecomp with PyTorch."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+
+
+def parser(doc: str, rounds: int) -> argparse.ArgumentParser:
+    """The options every such script takes: ``--threads``, ``--batch``, ``--layout`` and
+    ``--rounds``; its description is the first paragraph of ``doc``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--layout", default="nchw,nhwc")
+    ap.add_argument("--rounds", type=int, default=rounds)
+    return ap
 
 
 def pin_threads(threads: int) -> None:

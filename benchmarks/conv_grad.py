@@ -11,23 +11,18 @@ GFLOP/s counting 2*N*K*C*OH*OW*9 each).  Speed only: the tests check the values.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--layout", default="nchw,nhwc")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from common import parser, pin_threads, torch_or_none
+
+    ap = parser(__doc__, rounds=7)
     ap.add_argument("--stride", default="1,2")
     ap.add_argument("--shape", default="64x56", help="channels x size, e.g. 256x14")
-    ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from common import pin_threads, torch_or_none
-
     pin_threads(args.threads)   # before numpy and torch load
     from run import interleaved
 

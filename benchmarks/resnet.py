@@ -12,7 +12,6 @@ tests check the values (each result is compared with PyTorch's here too).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -26,16 +25,12 @@ LAYERS = [
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--layout", default="nchw,nhwc")
-    ap.add_argument("--only", default="", help="the layers whose name contains this")
-    ap.add_argument("--rounds", type=int, default=9)
-    args = ap.parse_args(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from common import pin_threads, torch_or_none
+    from common import parser, pin_threads, torch_or_none
 
+    ap = parser(__doc__, rounds=9)
+    ap.add_argument("--only", default="", help="the layers whose name contains this")
+    args = ap.parse_args(argv)
     pin_threads(args.threads)   # before numpy and torch load
     from run import interleaved
 

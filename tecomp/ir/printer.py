@@ -170,10 +170,10 @@ class Printer:
         elif t is Allocate:
             b = s.buffer
             how = b.scope
-            rm = [self.expr(x) for x in b.row_major_strides()]
-            if b.strides is not None and [self.expr(x) for x in b.strides] != rm:
+            strides = None if b.strides is None else [self.expr(x) for x in b.strides]
+            if strides is not None and strides != [self.expr(x) for x in b.row_major_strides()]:
                 # storage_order / storage_align: the layout is not row major
-                how += ", strides [" + ", ".join(self.expr(x) for x in b.strides) + "]"
+                how += ", strides [" + ", ".join(strides) + "]"
             out.append(f"{pad}allocate {self.buffer_decl(b)} ({how})")
             self._stmt(s.body, ind, out)
         elif t is LetStmt:
