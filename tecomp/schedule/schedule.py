@@ -17,6 +17,7 @@ from ..errors import ScheduleError, TecompError
 from ..ir.expr import Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_index
 from ..ir.functor import Mutator
 from ..te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, THREAD_TAGS
+from .trace import SCHEDULE_PRIMITIVES, STAGE_PRIMITIVES, Trace, traced
 
 SCOPES = ("global", "shared", "local")
 
@@ -533,6 +534,8 @@ class Schedule:
             self._stage_of[id(op)] = st
         for op in outputs:
             self._stage_of[id(op)].is_output = True
+        #: every primitive called on this schedule, replayable and printable as Python
+        self.trace = Trace(self, outputs)
 
     # -- lookup -----------------------------------------------------------------------
     def __getitem__(self, t) -> Stage:
@@ -724,6 +727,13 @@ class Schedule:
             lines.append(f"  {st.name}: [{', '.join(loops)}] {where}{scope}{out}")
         lines.append(")")
         return "\n".join(lines)
+
+
+for _name in STAGE_PRIMITIVES:
+    setattr(Stage, _name, traced(getattr(Stage, _name)))
+for _name in SCHEDULE_PRIMITIVES:
+    setattr(Schedule, _name, traced(getattr(Schedule, _name)))
+del _name
 
 
 def create_schedule(ops) -> Schedule:

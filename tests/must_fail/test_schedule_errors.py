@@ -681,3 +681,32 @@ def test_storage_align_of_the_innermost_stored_dimension():
     with pytest.raises(tc.ScheduleError, match=r"storage_align on stage B: dimension 0 is the "
                        r"innermost one in its storage_order"):
         tc.lower(s, [A, C])
+
+
+# traces (s.trace): replaying steps that do not fit
+
+
+def test_replay_of_a_trace_recorded_on_another_compute():
+    from tecomp.schedule.trace import replay
+
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    s[C].tile(C.op.axis[0], C.op.axis[1], 8, 8)
+    steps = s.trace.to_json()
+    X = tc.placeholder((64,), name="X")
+    Y = tc.compute((64,), lambda i: X[i] + 1, name="Y")
+    with pytest.raises(tc.ScheduleError, match=r"trace step 0 \(tile\) names something this "
+                                               r"DAG does not have .*recorded on another compute"):
+        replay(steps, [Y])
+
+
+def test_replay_refuses_what_is_not_a_primitive():
+    from tecomp.schedule.trace import replay
+
+    A, B, C, k = _mm()
+    with pytest.raises(tc.ScheduleError, match=r"trace step 0: '__init__' is not a schedule "
+                                               r"primitive"):
+        replay([["__init__", {"s": 0}, [], {}]], [C])
+    with pytest.raises(tc.ScheduleError, match=r"a trace is a list of \[primitive, stage, args, "
+                                               r"kwargs\] steps"):
+        replay([["split"]], [C])

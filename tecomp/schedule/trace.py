@@ -1,0 +1,374 @@
+"""Every schedule records the primitive calls made on it: ``s.trace``.
+
+A trace is data: a list of steps ``[primitive, on, args, kwargs]`` in JSON (MetaSchedule's
+habit), so that a schedule found by the auto-scheduler, a template or a user can be
+stored in a tuning log, replayed on a fresh schedule of the same compute DAG in any
+process, and printed as the Python that a user would write to make it.
+
+How objects are named in a step (all positions, so names never matter):
+
+* ``{"t": n}`` a tensor: the tensors of the DAG at ``create_schedule`` time in a fixed
+  order (the outputs in the order given, then every tensor reachable from them, each
+  after its consumer in a depth-first walk), then the tensors returned by
+  ``cache_read`` / ``cache_write`` / ``rfactor`` in the order they were made;
+* ``{"s": n}`` the stage at position ``n`` of ``s.stages`` when the step ran;
+* ``{"ax": [n, p]}`` the axis at position ``p`` of ``s.stages[n].all_iter_vars``;
+* ``{"thread": tag}`` a ``tc.thread_axis(tag)``;
+* lists, ints, floats, strings, booleans and None as themselves.
+
+Only the outermost primitive of a nested call is recorded (``tile`` is one step, not its
+two splits and a reorder).  A call that raises records nothing.  A call whose arguments
+have no such name (a symbolic split factor, an expression as a pragma value) still runs,
+but the trace is then marked not replayable (``trace.replayable`` is False and
+``trace.problem`` says why).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import keyword
+import re
+from typing import Any, Dict, List, Optional
+
+from ..errors import ScheduleError
+
+#: the primitives that are recorded: (owner, name)
+STAGE_PRIMITIVES = (
+    "split", "tile", "fuse", "reorder", "unroll", "vectorize", "parallel", "bind", "pragma",
+    "prefetch", "compute_at", "compute_inline", "compute_root", "set_scope",
+    "storage_align", "storage_order", "align_bounds",
+)
+SCHEDULE_PRIMITIVES = ("cache_read", "cache_write", "rfactor")
+_MAKES_TENSOR = ("cache_read", "cache_write", "rfactor")
+
+
+def traced(fn):
+    """Decorate a Stage or Schedule primitive so that its call is recorded in the
+    schedule's trace (see the module docstring)."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        sched = getattr(self, "schedule", self)
+        tr = getattr(sched, "trace", None)
+        if tr is None or tr._depth:
+            return fn(self, *args, **kwargs)
+        step = tr._encode_step(name, self, args, kwargs)
+        tr._depth += 1
+        try:
+            out = fn(self, *args, **kwargs)
+        finally:
+            tr._depth -= 1
+        tr._append(name, step, out)
+        return out
+
+    return wrapper
+
+
+class _Unnamed(Exception):
+    pass
+
+
+class Trace:
+    """The recorded primitive calls of one schedule (``s.trace``)."""
+
+    def __init__(self, sched, outputs: List = ()):
+        self._sched = sched
+        self.steps: List[list] = []
+        self.tensors: List = _dag_tensors(outputs)
+        self.n_outputs = len(outputs)
+        self.problem: Optional[str] = None
+        self._depth = 0
+
+    @property
+    def replayable(self) -> bool:
+        return self.problem is None
+
+    def __len__(self):
+        return len(self.steps)
+
+    def __repr__(self):
+        return f"Trace({len(self.steps)} steps{'' if self.replayable else ', not replayable'})"
+
+    # -- recording ---------------------------------------------------------------------
+    def _encode_step(self, name, owner, args, kwargs):
+        from .schedule import Stage
+
+        try:
+            on = self._enc(owner) if isinstance(owner, Stage) else None
+            return [name, on, [self._enc(a) for a in args],
+                    {k: self._enc(v) for k, v in sorted(kwargs.items())}]
+        except _Unnamed as e:
+            if self.problem is None:
+                self.problem = f"{name}: {e}"
+            return None
+
+    def _append(self, name, step, out):
+        if step is not None:
+            self.steps.append(step)
+        if name in _MAKES_TENSOR:
+            self.tensors.append(out)
+
+    def _enc(self, x) -> Any:
+        from ..ir.expr import IterVar, Var
+        from ..te.tensor import Operation, Tensor
+        from .schedule import Stage
+
+        s = self._sched
+        if x is None or isinstance(x, (bool, str)):
+            return x
+        if isinstance(x, int):
+            return int(x)
+        if isinstance(x, float):
+            if x != x or x in (float("inf"), float("-inf")):
+                raise _Unnamed(f"the value {x!r} has no JSON form")
+            return x
+        if isinstance(x, (list, tuple)):
+            return [self._enc(v) for v in x]
+        if isinstance(x, Stage):
+            return {"s": s.stages.index(x)}
+        if isinstance(x, Operation):
+            x = x.output(0)
+        if isinstance(x, Tensor):
+            for n, t in enumerate(self.tensors):
+                if t is x:
+                    return {"t": n}
+            raise _Unnamed(f"tensor {x.name} is not part of this schedule's DAG")
+        if isinstance(x, Var) and not isinstance(x, IterVar):
+            for n, st in enumerate(s.stages):
+                for p, iv in enumerate(st.all_iter_vars):
+                    if iv.var is x:
+                        return {"ax": [n, p]}
+            raise _Unnamed(f"the variable {x.name} is not an axis of a stage (a symbolic "
+                           "value cannot be stored in a trace)")
+        if isinstance(x, IterVar):
+            if x.kind == "thread":
+                return {"thread": x.thread_tag}
+            for n, st in enumerate(s.stages):
+                for p, iv in enumerate(st.all_iter_vars):
+                    if iv is x:
+                        return {"ax": [n, p]}
+            raise _Unnamed(f"axis {x.name} belongs to no stage of this schedule")
+        raise _Unnamed(f"{type(x).__name__} {x!r:.60} has no name in a trace")
+
+    # -- replay -------------------------------------------------------------------------
+    def _dec(self, s, tensors, x):
+        from ..te.tensor import thread_axis
+
+        if isinstance(x, list):
+            return [self._dec(s, tensors, v) for v in x]
+        if isinstance(x, dict):
+            ((k, v),) = x.items()
+            if k == "t":
+                return tensors[v]
+            if k == "s":
+                return s.stages[v]
+            if k == "ax":
+                return s.stages[v[0]].all_iter_vars[v[1]]
+            if k == "thread":
+                return thread_axis(v)
+            raise ValueError(f"unknown reference {k!r}")
+        return x
+
+    def to_json(self) -> List[list]:
+        """The steps as plain JSON data (a copy)."""
+        if not self.replayable:
+            raise ScheduleError(f"this schedule's trace cannot be stored: {self.problem}")
+        return json.loads(json.dumps(self.steps))
+
+    # -- printing ------------------------------------------------------------------------
+    def python(self, args=None, name: str = "schedule") -> str:
+        """The trace as Python a user can paste: a function of the schedule's tensors
+        (``args``: the list given to ``tc.build``; by default the outputs) that returns
+        the schedule."""
+        outputs = self.tensors[:self.n_outputs]
+        return steps_python(self.to_json(), outputs, args, name)
+
+
+def _dag_tensors(outputs) -> list:
+    """The tensors of the DAG under ``outputs``, in the trace's fixed order."""
+    from ..te.tensor import Tensor
+
+    order, seen = [], set()
+    outs = [o if isinstance(o, Tensor) else o.output(0) for o in outputs]
+    for t in outs:
+        if id(t.op) not in seen:
+            seen.add(id(t.op))
+            order.append(t)
+    stack = list(reversed(outs))
+    while stack:
+        t = stack.pop()
+        for x in reversed(list(t.op.input_tensors)):
+            if id(x.op) not in seen:
+                seen.add(id(x.op))
+                order.append(x)
+                stack.append(x)
+    return order
+
+
+def _check_steps(steps) -> None:
+    if not isinstance(steps, list) or not all(
+            isinstance(st, list) and len(st) == 4 and isinstance(st[0], str)
+            and isinstance(st[2], list) and isinstance(st[3], dict) for st in steps):
+        raise ScheduleError("a trace is a list of [primitive, stage, args, kwargs] steps "
+                            "(Trace.to_json()); got something else")
+
+
+def replay(steps, outputs):
+    """A fresh schedule of ``outputs`` (the tensors, in the order ``create_schedule`` got
+    them when the trace was recorded) with ``steps`` (``Trace.to_json()``) applied.
+    Raises ``ScheduleError`` for a step that does not fit this DAG."""
+    from .schedule import create_schedule
+
+    _check_steps(steps)
+    s = create_schedule(list(outputs))
+    tr = s.trace
+    for n, (name, on, args, kwargs) in enumerate(steps):
+        if name not in STAGE_PRIMITIVES + SCHEDULE_PRIMITIVES or (on is None) != (
+                name in SCHEDULE_PRIMITIVES):
+            raise ScheduleError(f"trace step {n}: {name!r} is not a schedule primitive")
+        try:
+            tensors = list(tr.tensors)
+            owner = s if on is None else tr._dec(s, tensors, on)
+            a = [tr._dec(s, tensors, x) for x in args]
+            kw = {str(k): tr._dec(s, tensors, v) for k, v in kwargs.items()}
+        except (IndexError, KeyError, TypeError, ValueError) as e:
+            raise ScheduleError(f"trace step {n} ({name}) names something this DAG does not "
+                                f"have ({type(e).__name__}: {e}); the trace was recorded on "
+                                "another compute") from None
+        getattr(owner, name)(*a, **kw)
+    return s
+
+
+# ---------------------------------------------------------------------------------------
+# printing as Python
+
+
+_IDENT = re.compile(r"[^0-9A-Za-z_]+")
+
+
+class _Names:
+    def __init__(self):
+        self.used = set()
+
+    def fresh(self, base: str) -> str:
+        b = _IDENT.sub("_", base).strip("_") or "t"
+        if b[0].isdigit():
+            b = "t_" + b
+        if keyword.iskeyword(b) or b in ("s", "tc"):
+            b += "_"
+        cand, k = b, 1
+        while cand in self.used:
+            cand, k = f"{b}_{k}", k + 1
+        self.used.add(cand)
+        return cand
+
+
+def steps_python(steps, outputs, args=None, name: str = "schedule") -> str:
+    """``steps`` (a trace's JSON) as a Python function of ``args`` that makes the schedule
+    (replaying the steps on ``outputs`` to name every object)."""
+    from ..te.tensor import Tensor
+    from .schedule import create_schedule
+
+    _check_steps(steps)
+    outputs = list(outputs)
+    args = [a for a in (args if args is not None else outputs)]
+    names = _Names()
+    lines: List[str] = []
+    tname: Dict[int, str] = {}
+    params = []
+    for a in args:
+        nm = names.fresh(getattr(a, "name", "arg"))
+        params.append(nm)
+        if isinstance(a, Tensor):
+            tname[id(a.op)] = nm
+    s = create_schedule(outputs)
+    tr = s.trace
+    out_names = []
+    for t in outputs:
+        if id(t.op) not in tname:
+            tname[id(t.op)] = names.fresh(t.name)
+            lines.append(f"{tname[id(t.op)]} = ...  # the output {t.name!r}")
+        out_names.append(tname[id(t.op)])
+    lines.append(f"s = tc.create_schedule([{', '.join(n + '.op' for n in out_names)}])")
+
+    def tensor(t) -> str:
+        if id(t.op) in tname:
+            return tname[id(t.op)]
+        # an intermediate: reached from a named consumer
+        for c in list(tr.tensors):
+            if id(c.op) in tname:
+                for i, x in enumerate(c.op.input_tensors):
+                    if x is t:
+                        nm = names.fresh(t.name)
+                        lines.append(f"{nm} = {tname[id(c.op)]}.op.input_tensors[{i}]")
+                        tname[id(t.op)] = nm
+                        return nm
+        # a deeper one: name its consumers first
+        for c in tr.tensors:
+            if any(x is t for x in c.op.input_tensors):
+                tensor(c)
+                return tensor(t)
+        return repr(t.name)  # pragma: no cover - every DAG tensor has a consumer path
+
+    axname: Dict[int, str] = {}
+
+    def stage_ref(st) -> str:
+        return f"s[{tensor(st.origin_op.output(0))}]"
+
+    def axis(iv) -> str:
+        if iv.kind == "thread":
+            return f"tc.thread_axis({iv.thread_tag!r})"
+        if id(iv) in axname:
+            return axname[id(iv)]
+        for st in s.stages:
+            for field in ("axis", "reduce_axis"):
+                ivs = getattr(st.op, field)
+                for p, x in enumerate(ivs):
+                    if x is iv:
+                        nm = names.fresh(iv.name)
+                        lines.append(f"{nm} = {stage_ref(st)}.op.{field}[{p}]")
+                        axname[id(iv)] = nm
+                        return nm
+        return repr(iv.name)  # pragma: no cover
+
+    def show(x) -> str:
+        from ..ir.expr import IterVar
+        from .schedule import Stage
+
+        if isinstance(x, list):
+            return "[" + ", ".join(show(v) for v in x) + "]"
+        if isinstance(x, Stage):
+            return stage_ref(x)
+        if isinstance(x, Tensor):
+            return tensor(x)
+        if isinstance(x, IterVar):
+            return axis(x)
+        return repr(x)
+
+    for name_, on, a, kw in steps:
+        tensors = list(tr.tensors)
+        owner = s if on is None else tr._dec(s, tensors, on)
+        av = [tr._dec(s, tensors, x) for x in a]
+        kv = {str(k): tr._dec(s, tensors, v) for k, v in kw.items()}
+        call_args = ", ".join([show(x) for x in av] + [f"{k}={show(v)}" for k, v in kv.items()])
+        target = "s" if on is None else stage_ref(owner)
+        out = getattr(owner, name_)(*av, **kv)
+        call = f"{target}.{name_}({call_args})"
+        if name_ in _MAKES_TENSOR:
+            nm = names.fresh(out.name)
+            tname[id(out.op)] = nm
+            lines.append(f"{nm} = {call}")
+        elif name_ in ("split", "fuse", "tile"):
+            outs = out if isinstance(out, tuple) else (out,)
+            ns = []
+            for iv in outs:
+                nm = names.fresh(iv.name.replace(".outer", "_o").replace(".inner", "_i")
+                                 .replace(".fused", "_f"))
+                axname[id(iv)] = nm
+                ns.append(nm)
+            lines.append(f"{', '.join(ns)} = {call}")
+        else:
+            lines.append(call)
+    body = "\n".join("    " + ln for ln in lines + ["return s"])
+    return f"def {name}({', '.join(params)}):\n{body}\n"
