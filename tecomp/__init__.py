@@ -9,7 +9,7 @@
     f = tc.build(s, [A, B, C], target="llvm")
 """
 from .errors import (
-    ArgumentError, AutodiffError, BoundsError, BuildError, ComputeError, DTypeError, ExprError,
+    ArgumentError, AutodiffError, AutoScheduleError, BoundsError, BuildError, ComputeError, DTypeError, ExprError,
     GPUModelError, InternalError, KernelAssertionError, KernelMemoryError, LowerError, RaceError,
     ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError, TecompError,
 )
@@ -43,3 +43,4 @@ def get_num_threads() -> int:
 
 
 from .autodiff import gradient  # noqa: E402  (tc.gradient; tecomp.autodiff has the rest)
+from .autoschedule import auto_schedule  # noqa: E402  (tc.auto_schedule)

@@ -80,6 +80,11 @@ class RaceError(GPUModelError):
     timing."""
 
 
+class AutoScheduleError(TecompError, ValueError):
+    """The auto-scheduler cannot work on what it was given (an argument list, a tuning
+    log, a runner), or a search found no candidate that ran correctly."""
+
+
 class InternalError(RuntimeError):
     """A broken invariant inside tecomp: always a tecomp bug, never the user's fault."""
 

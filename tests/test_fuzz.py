@@ -43,6 +43,16 @@ def test_fuzz_gpu_schedules_in_cuda_emulation(data):
     assert out.ok, out.report()
 
 
+@settings(max_examples=400 if LONG else 25, **_SETTINGS)
+@given(st.data())
+def test_fuzz_auto_schedule(data):
+    """The auto-scheduler's schedules (analytic, and its rules with random knobs) of random
+    programs agree with the interpreter and numpy."""
+    case = draw_case(HypothesisDraw(data), name="hypothesis auto_schedule", auto=True)
+    out = run_case(case)
+    assert out.ok, out.report()
+
+
 @pytest.mark.parametrize("seed", range(200 if LONG else 8))
 def test_fuzz_seeds_with_pass_checking(seed):
     """The long-run fuzzer's cases (random.Random seeds), with the pass-by-pass checker on."""

@@ -71,16 +71,21 @@ def _extent(iv):
 
 def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, tile: int = 4,
                       inline: bool = True, parallel: bool = True,
-                      min_parallel: int = 4096) -> Schedule:
+                      min_parallel: int = 4096, auto: bool = True) -> Schedule:
     """Schedule ``outputs`` (gradient tensors, or any computes) for the CPU; returns the
     schedule (``s`` if given, else a new ``tc.create_schedule(outputs)``).  Only the stages
     that ``outputs`` need and that nobody scheduled yet are touched, so a tuned schedule of
     some stages can come first.
 
-    ``vector``: SIMD lanes for the innermost data-parallel axis (8 float32 lanes = AVX2);
-    ``tile``: how many rows of the next axis to unroll around it; ``inline``: inline cheap
-    elementwise helper stages; ``parallel``: run the outer loop on the thread pool when the
-    stage has at least ``min_parallel`` output elements.
+    ``auto`` (the default): the stages without a template (every one but the
+    convolutions) get the auto-scheduler's rules (:mod:`tecomp.autoschedule.rules`:
+    register blocks sized to the machine, row reductions vectorized, per-row values
+    computed at their row, outer loops parallel).  ``auto=False`` gives them the plain
+    scheme described above instead, with these options: ``vector``: SIMD lanes for the
+    innermost data-parallel axis (8 float32 lanes = AVX2); ``tile``: how many rows of the
+    next axis to unroll around it; ``inline``: inline cheap elementwise helper stages;
+    ``parallel``: run the outer loop on the thread pool when the stage has at least
+    ``min_parallel`` output elements.
     """
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     if s is None:
@@ -94,6 +99,13 @@ def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, ti
              and st.op.reduce_axis and CONV_TAGS & set(st.op.tag.split(","))]
     for st in convs:
         schedule_conv2d_into(s, st.op.output(0))
+    if auto:
+        from ..autoschedule.rules import schedule_stages
+        from ..nn.schedule_cpu import cpu_info
+
+        fresh = {id(st.op) for st in s.stages if isinstance(st.op, ComputeOp)
+                 and _fresh(st, mine) and st not in convs}
+        return schedule_stages(s, outs, cpu_info(), only=fresh)
     for st in list(s.stages):
         op = st.op
         if not isinstance(op, ComputeOp) or not _fresh(st, mine):

@@ -52,8 +52,10 @@ prefetches the next row).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import threading
 import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
@@ -71,6 +73,7 @@ __all__ = [
     "cpu_info", "CpuInfo", "schedule_matmul", "schedule_dense", "schedule_conv2d_nchw",
     "schedule_conv2d_nhwc", "schedule_softmax", "schedule_elementwise", "schedule_injective",
     "schedule_pool", "matmul_packed", "dense_packed", "softmax_fast", "gemm_params",
+    "gemm_overrides",
 ]
 
 
@@ -334,6 +337,52 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
     return GemmParams(mr, nr, kc, M, nc, L, "rows")
 
 
+class _NoTemplate(ScheduleError):
+    """The DAG is not what a template schedules (the public schedule_* functions then
+    use the auto-scheduler's rules)."""
+
+
+_GEMM_OVERRIDES = threading.local()
+
+
+@contextlib.contextmanager
+def gemm_overrides(values: dict):
+    """Within the ``with`` block, the GEMM schedules use ``values`` (fields of
+    :class:`GemmParams`: ``mr``, ``nr``, ``kc``, ``mc``, ``nc``, ``par``) instead of their
+    heuristic choices: the knobs the auto-scheduler searches (``tc.auto_schedule``)."""
+    bad = set(values) - {f.name for f in dataclasses.fields(GemmParams)}
+    if bad:
+        raise ScheduleError(f"gemm_overrides: unknown GEMM parameters {sorted(bad)}; use "
+                            f"{', '.join(f.name for f in dataclasses.fields(GemmParams))}")
+    old = getattr(_GEMM_OVERRIDES, "values", None)
+    _GEMM_OVERRIDES.values = dict(values)
+    try:
+        yield
+    finally:
+        _GEMM_OVERRIDES.values = old
+
+
+def _overridden(p: GemmParams, M, N, K, info: CpuInfo, packed_nr=None) -> GemmParams:
+    over = getattr(_GEMM_OVERRIDES, "values", None)
+    if not over:
+        return p
+    if "nr" in over and over["nr"] != p.nr and packed_nr is None:
+        # the other blocking follows the panel width unless given too
+        q = gemm_params(M, N, K, info, nr=over["nr"])
+        p = dataclasses.replace(q, nc=q.nr if p.nc == p.nr else q.nc)
+    p = dataclasses.replace(p, **{k: v for k, v in over.items() if k != "nr" or packed_nr is None})
+    if p.par == "rows" and info.threads > 1 and M is not None:
+        p = dataclasses.replace(p, mc=M)
+    if ("mr" in over or "mc" in over) and M is not None and p.mc < M and (
+            p.mc % p.mr or M % p.mc):
+        # row blocks are whole MR-row panels that divide M (a ragged row block guards
+        # every micro-kernel, and its edge panels do not lower): the nearest such
+        # block, or all the rows
+        ok = [m for m in range(p.mr, M, p.mr) if M % m == 0]
+        p = dataclasses.replace(p, mc=min(ok, key=lambda m: abs(m - p.mc)) if ok else M)
+    return p
+
+
 def _gemm_operands(op: ComputeOp):
     """For ``C[i, j] = sum_k X[.., ..] * Y[.., ..]``: (a, a_kfirst, b, b_kfirst) where
     ``a`` is the operand indexed by ``i`` and ``b`` the one indexed by ``j``; ``*_kfirst``
@@ -386,6 +435,7 @@ def _schedule_gemm_stage(s: Schedule, C: Tensor, info: CpuInfo, packed: Optional
         # vs 93.5 GFLOP/s, 512^3 128.3 vs 103.0, 61x1000x1000 97.3 vs 91.5, 333x77x1031
         # 82.3 vs 82.6, 127x509x257 69.6 vs 73.6; 1024^3 132 vs 111 (matmul_packed 140)
         p = dataclasses.replace(p, nc=p.nr)
+    p = _overridden(p, M, N, K, info, nr if packed is not None else None)
     if M is not None and N is not None and K is not None and p.kc == K:
         # one K slice: the register-blocked nest, also when the blocks do not divide
         # the shape (its edge blocks are guarded and peeled off; measured against the
@@ -699,8 +749,9 @@ def _schedule_gemm_like(outs, target, tags) -> Schedule:
     s = create_schedule([t.op for t in outs])
     gemms = _find(outs, lambda op: _has_tag(op, *tags) and op.reduce_axis)
     if not gemms:
-        raise ScheduleError(f"no {'/'.join(tags)} stage found under the outputs "
-                            f"{', '.join(t.name for t in outs)}")
+        # no template for this DAG (e.g. a batched matmul written as a compute): the
+        # auto-scheduler's rules
+        return _auto_rest(s, outs, info)
     packs = {id(op): op for op in _find(outs, lambda op: _has_tag(op, "gemm_pack"))}
     for g in gemms:
         C = g.output(0)
@@ -718,7 +769,33 @@ def _schedule_gemm_like(outs, target, tags) -> Schedule:
     for t in outs:
         if id(t.op) not in keep and _is_injective(t.op):
             _schedule_elementwise_stage(s, t, info)
+    return _auto_rest(s, outs, info)
+
+
+def _auto_rest(s: Schedule, outs, info: CpuInfo) -> Schedule:
+    """The stages a template left alone (other reductions under the outputs, or all of
+    them when the template found nothing to schedule) get the auto-scheduler's rules
+    (:func:`tecomp.autoschedule.rules.schedule_stages`)."""
+    from ..autoschedule.rules import schedule_stages
+
+    fresh = {id(st.op) for st in s.stages if isinstance(st.op, ComputeOp)
+             and st.attach_type == "root" and not st.relations and not st.iter_attrs}
+    if fresh:
+        schedule_stages(s, outs, info, only=fresh)
     return s
+
+
+def _template_or_rules(into, outs, target) -> Schedule:
+    """A new schedule of ``outs`` with ``into(s, outs, info)`` (a template); where it
+    finds nothing it schedules, or for the stages it leaves alone, the rules."""
+    outs = _outs(outs)
+    info = cpu_info(target)
+    s = create_schedule([t.op for t in outs])
+    try:
+        into(s, outs, info)
+    except _NoTemplate:
+        s = create_schedule([t.op for t in outs])
+    return _auto_rest(s, outs, info)
 
 
 def schedule_matmul(outs, target: str = "llvm") -> Schedule:
@@ -796,7 +873,7 @@ def _conv_parts(outs, tag):
     else:
         convs = _find(outs, lambda op: _has_tag(op, tag) and op.reduce_axis)
     if len(convs) != 1:
-        raise ScheduleError(f"expected one {tag} stage under the outputs, found {len(convs)}")
+        raise _NoTemplate(f"expected one {tag} stage under the outputs, found {len(convs)}")
     conv = convs[0]
     pad = None
     for t in conv.input_tensors:
@@ -978,10 +1055,7 @@ def schedule_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
     are 2 vector loads from a copy stored ``[C, KH, KW, O]`` and the block is stored
     channels innermost (``storage_order``), scattered to the NCHW output once.  Tasks
     and padding: see :func:`_conv_tasks`."""
-    outs = _outs(outs)
-    s = create_schedule([t.op for t in outs])
-    _conv2d_nchw_into(s, outs, cpu_info(target))
-    return s
+    return _template_or_rules(_conv2d_nchw_into, outs, target)
 
 
 def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo):
@@ -1434,10 +1508,7 @@ def schedule_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
     vectors) in registers; per input channel (the innermost loop) each pixel broadcasts
     one input value and the weights are ``OB/L`` vector loads.  Tasks and padding: see
     :func:`_conv_tasks`."""
-    outs = _outs(outs)
-    s = create_schedule([t.op for t in outs])
-    _conv2d_nhwc_into(s, outs, cpu_info(target))
-    return s
+    return _template_or_rules(_conv2d_nhwc_into, outs, target)
 
 
 def _conv2d_nhwc_into(s: Schedule, outs, info: CpuInfo):
@@ -1845,7 +1916,7 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
     s = create_schedule([t.op for t in outs])
     pools = _find(outs, lambda op: op.reduce_axis and len(op.axis) == 4)
     if not pools:
-        raise ScheduleError("schedule_pool: no pooling reduction under the outputs")
+        return _auto_rest(s, outs, info)
     pool = pools[-1]
     for op in _walk(outs):
         if _is_injective(op) and op is not outs[0].op and not s[op].is_output:

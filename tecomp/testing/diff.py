@@ -32,6 +32,9 @@ class Case:
     seed: int = 0
     target: str = "llvm"
     name: str = ""
+    # the auto-scheduler writes the schedule instead of ``steps``: -1 its analytic
+    # schedule, k >= 0 its rules with every knob drawn from random.Random(k)
+    auto: Optional[int] = None
 
     def source(self) -> str:
         """A standalone Python reproducer of the case."""
@@ -39,8 +42,15 @@ class Case:
 
         p = self.program
         ins = [i for i, s in enumerate(p.tensors) if s.is_placeholder]
+        if self.auto is None:
+            sched = ["s = tc.create_schedule(outs)", steps_source(self.steps)]
+        else:
+            sched = ["import random", "from tecomp.autoschedule.rules import Knobs, apply_rules",
+                     "from tecomp.nn.schedule_cpu import cpu_info",
+                     f"s = apply_rules(args, Knobs(rng={_auto_rng_src(self.auto)}), cpu_info(), "
+                     f"{{'n': {self.n}}})"]
         lines = ["import numpy as np", "import tecomp as tc", "from tecomp.ir import interp", "",
-                 p.source(), "s = tc.create_schedule(outs)", steps_source(self.steps),
+                 p.source(), *sched,
                  f'f = tc.build(s, args, target="{self.target}")',
                  "print(tc.lower(s, args))", "rng = np.random.default_rng(0)"]
         n = self.n
@@ -101,6 +111,21 @@ class Outcome:
         return "\n".join(out)
 
 
+def _auto_rng_src(auto: int) -> str:
+    return "None" if auto < 0 else f"random.Random({auto})"
+
+
+def auto_schedule_case(case: Case, args):
+    """The auto-scheduler's schedule of a case with ``case.auto`` set."""
+    import random
+
+    from ..autoschedule.rules import Knobs, apply_rules
+    from ..nn.schedule_cpu import cpu_info
+
+    rng = None if case.auto < 0 else random.Random(case.auto)
+    return apply_rules(args, Knobs(rng=rng), cpu_info(), {"n": case.n})
+
+
 def _fill(shape, dtype):
     if is_float(dtype):
         return np.full(shape, np.nan, dtype)
@@ -156,8 +181,13 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False) -> 
     try:
         built, nvar = prog.build()
         stage = "schedule"
-        r = apply_steps(prog, case.steps, built, nvar)
-        s, args = r.s, r.args
+        if case.auto is None:
+            r = apply_steps(prog, case.steps, built, nvar)
+            s, args = r.s, r.args
+        else:
+            stage = "auto_schedule"
+            args = prog.args(built, nvar)
+            s = auto_schedule_case(case, args)
         stage = "lower"
         func = tc.lower(s, args)
         ir = str(func)
@@ -248,10 +278,11 @@ def _exc_text(e: BaseException) -> str:
 
 
 def draw_case(d, *, target: str = "llvm", max_stages: int = 4, max_steps: int = 6,
-              dtypes=None, name: str = "") -> Case:
+              dtypes=None, name: str = "", auto: bool = False) -> Case:
     """A random program with a random legal schedule.  If the schedule generator itself
     hits an error, the case keeps the steps drawn so far plus the failing one (replaying
-    it shows the error)."""
+    it shows the error).  ``auto``: the schedule is the auto-scheduler's instead, its
+    analytic one or (three times in four) its rules with random knobs."""
     from .gen import DTYPES, gen_n, gen_program
     from .sched import gen_gpu_schedule, gen_schedule
 
@@ -262,6 +293,9 @@ def draw_case(d, *, target: str = "llvm", max_stages: int = 4, max_steps: int = 
         prog = gen_program(d, max_stages=min(max_stages, 2), max_depth=2, **kw)
     n = gen_n(d) if prog.symbolic else 5
     seed = d.int(0, 2**16)
+    if auto:
+        pick = d.int(0, 3)
+        return Case(prog, [], n, seed, "llvm", name, auto=-1 if pick == 0 else d.int(0, 2**16))
     try:
         if target == "llvm":
             steps = gen_schedule(d, prog, max_steps=max_steps)

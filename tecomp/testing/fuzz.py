@@ -5,7 +5,9 @@
     python -m tecomp.testing.fuzz --replay 1234              # the report + reproducer of one seed
 
 Case ``k`` is drawn from ``random.Random(k)`` (a program, a legal schedule, dtypes, shapes,
-a value of the symbolic extent); every ``--gpu-every``-th case is a GPU-bound schedule run
+a value of the symbolic extent); every ``--auto-every``-th case has the auto-scheduler's
+schedule instead (its analytic one, or its rules with random knobs); every
+``--gpu-every``-th case is a GPU-bound schedule run
 in the CUDA emulation (needs g++; 0 disables).  Cases run in worker subprocesses, so a
 case that kills its process (a segfault in generated code) is recorded as a crash and the
 worker restarts after it.  At the end it prints the cases run, the rejected schedules
@@ -29,13 +31,15 @@ import time
 from collections import Counter, defaultdict
 
 
-def case_for_seed(seed: int, gpu_every: int):
+def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0):
     from .diff import draw_case
     from .draw import RandomDraw
 
     target = "llvm"
     if gpu_every and seed % gpu_every == gpu_every - 1 and shutil.which(os.environ.get("CXX", "g++")):
         target = "cuda-emu"
+    elif auto_every and seed % auto_every == auto_every // 2:
+        return draw_case(RandomDraw(seed), name=f"fuzz seed {seed} (auto_schedule)", auto=True)
     return draw_case(RandomDraw(seed), target=target, name=f"fuzz seed {seed}")
 
 
@@ -57,7 +61,7 @@ def _worker(args) -> int:
         print(json.dumps({"start": seed}), flush=True)
         t0 = time.perf_counter()
         try:
-            case = case_for_seed(seed, args.gpu_every)
+            case = case_for_seed(seed, args.gpu_every, args.auto_every)
             o = run_case(case, check_passes=args.check_passes)
         except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself
             print(json.dumps({"seed": seed, "kind": "crash", "target": "?",
@@ -82,6 +86,7 @@ def _worker(args) -> int:
 def _spawn(args, start, count, step):
     cmd = [sys.executable, "-m", "tecomp.testing.fuzz", "--worker", "--start", str(start),
            "--count", str(count), "--step", str(step), "--gpu-every", str(args.gpu_every),
+           "--auto-every", str(args.auto_every),
            "--out", args.out]
     if args.check_passes:
         cmd.append("--check-passes")
@@ -98,6 +103,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--gpu-every", type=int, default=25,
                     help="every k-th case is a GPU schedule in the CUDA emulation (0: none)")
+    ap.add_argument("--auto-every", type=int, default=5,
+                    help="every k-th case has the auto-scheduler's schedule (0: none)")
     ap.add_argument("--check-passes", action="store_true",
                     help="also run the pass-by-pass checker on every case")
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "tecomp-fuzz-reports"),
@@ -115,7 +122,7 @@ def main(argv=None) -> int:
     if args.replay is not None:
         from .diff import run_case
 
-        case = case_for_seed(args.replay, args.gpu_every)
+        case = case_for_seed(args.replay, args.gpu_every, args.auto_every)
         o = run_case(case, check_passes=args.check_passes)
         if o.rejected:
             print(f"seed {args.replay}: rejected in {o.stage} (a resource limit of the target, "

@@ -1,0 +1,159 @@
+"""``tc.auto_schedule``: a schedule for any compute definition, without writing one.
+
+::
+
+    s = tc.auto_schedule([Q, K, S])                          # analytic, no measurement
+    s = tc.auto_schedule([Q, K, S], trials=200, log="attn.jsonl")   # measured search
+    s = tc.auto_schedule([Q, K, S], log="attn.jsonl")        # the best record, no search
+    print(s.trace.python([Q, K, S]))                         # the schedule as Python
+
+The result is an ordinary :class:`~tecomp.schedule.Schedule`: ``tc.build(s, args)``
+compiles it, ``tc.lower`` prints it.  See :mod:`tecomp.autoschedule.rules` for the rules
+and their knobs, :mod:`~tecomp.autoschedule.search` for the search,
+:mod:`~tecomp.autoschedule.measure` for the runners and
+:mod:`~tecomp.autoschedule.records` for the log.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Optional
+
+from ..errors import AutoScheduleError, TecompError
+
+__all__ = ["auto_schedule", "AutoScheduleWarning"]
+
+
+class AutoScheduleWarning(UserWarning):
+    """The auto-scheduler fell back to something other than what was asked (a record
+    that no longer replays, a search that was cut short)."""
+
+
+def _check_args(args):
+    from ..ir.expr import Var
+    from ..te.tensor import Tensor
+
+    if isinstance(args, Tensor) or not isinstance(args, (list, tuple)):
+        raise AutoScheduleError(
+            f"auto_schedule: args must be the list you pass to tc.build (e.g. [A, B, C]), "
+            f"got {type(args).__name__}")
+    for n, a in enumerate(args):
+        if not isinstance(a, (Tensor, Var)):
+            raise AutoScheduleError(
+                f"auto_schedule: args[{n}] is a {type(a).__name__}, not a tensor or a "
+                "tc.var; pass the placeholders and computes you give tc.build")
+    return list(args)
+
+
+def _check_shapes(args, shapes):
+    from ..ir.expr import Const, Var
+    from ..ir.functor import collect
+    from ..te.tensor import Tensor, compute_ops
+
+    if shapes is None:
+        shapes = {}
+    if not isinstance(shapes, dict):
+        raise AutoScheduleError(f"auto_schedule: shapes must be a dict of symbolic extent "
+                                f"names to ints (e.g. {{'n': 1024}}), got {shapes!r:.60}")
+    names = set()
+    for t in args:
+        if isinstance(t, Tensor):
+            for op in [t.op] + [x.op for x in t.op.input_tensors] + compute_ops([t.op]):
+                for e in op.shape:
+                    names |= {v.name for v in collect(e, lambda n: isinstance(n, Var))}
+    for k, v in shapes.items():
+        if not isinstance(k, str) or k not in names:
+            raise AutoScheduleError(
+                f"auto_schedule: shapes names {k!r:.60}, which is no symbolic extent of these "
+                f"tensors ({', '.join(sorted(names)) or 'they have none'})")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise AutoScheduleError(f"auto_schedule: shapes[{k!r}] must be a positive int, "
+                                    f"got {v!r:.60}")
+    return dict(shapes)
+
+
+def auto_schedule(args, target: str = "llvm", trials: int = 0, log=None, seed: int = 0,
+                  timeout: Optional[float] = None, progress: Optional[bool] = None,
+                  shapes: Optional[dict] = None, runner="local", search: str = "model"):
+    """A schedule for the computes in ``args`` (the list you give ``tc.build``).
+
+    * ``trials=0``: the rule-based schedule (:mod:`tecomp.autoschedule.rules`), read from
+      the compute DAG and the machine; no measurement.  With ``log=``, the best record of
+      this workload in the log instead, when there is one that replays.
+    * ``trials=N``: a measured search of N candidates (``search="model"``: guided by a
+      cost model trained on the measurements; ``"random"``: random sampling), each run
+      in a child process by ``runner`` (``"local"``, ``"dask"`` or a runner object);
+      every measurement is appended to ``log`` (JSON lines) when given.  ``timeout``
+      (seconds) stops the search early.  ``progress`` shows a progress bar (default:
+      when stderr is a terminal).
+    * ``shapes={"n": 1024}`` binds symbolic extents for the decisions and the
+      measurements; the schedule stays correct for any value.
+
+    Returns an ordinary Schedule; ``s.trace.python(args)`` prints it as Python."""
+    from ..nn.schedule_cpu import cpu_info
+    from .rules import Knobs, apply_rules
+
+    args = _check_args(args)
+    if not isinstance(target, str) or target.split()[0] != "llvm":
+        raise AutoScheduleError(
+            f"auto_schedule: target={target!r:.60} is not supported yet; the auto-scheduler "
+            "writes CPU schedules (target='llvm'); for the GPU use tecomp.nn.schedule_cuda "
+            "or write the schedule")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+        raise AutoScheduleError(f"auto_schedule: trials must be an int >= 0 (0: no "
+                                f"measurement), got {trials!r:.60}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise AutoScheduleError(f"auto_schedule: seed must be an int, got {seed!r:.60}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(
+            timeout, (int, float)) or not timeout > 0):
+        raise AutoScheduleError(f"auto_schedule: timeout must be a positive number of "
+                                f"seconds or None, got {timeout!r:.60}")
+    if log is not None and not isinstance(log, (str, os.PathLike)):
+        raise AutoScheduleError(f"auto_schedule: log must be a file path (str or Path) or "
+                                f"None, got {type(log).__name__}")
+    shapes = _check_shapes(args, shapes)
+    info = cpu_info(target)
+    key = None
+    if log is not None:
+        from . import records
+
+        key = records.workload_key(args, target, shapes)
+    if trials == 0:
+        if log is not None:
+            s = _from_log(args, log, key)
+            if s is not None:
+                return s
+        return apply_rules(args, Knobs(), info, shapes)
+    from .search import tune
+
+    res = tune(args, info, trials=trials, shapes=shapes, seed=seed, runner=runner, log=log,
+               key=key, timeout=timeout, progress=progress, strategy=search)
+    if res.best is None:
+        errors = sorted({t.error for t in res.trials if t.error})
+        raise AutoScheduleError(
+            f"auto_schedule: none of the {len(res.trials)} candidates ran correctly "
+            f"({'; '.join(e[:120] for e in errors[:3])}); check the computes with "
+            "tc.create_schedule first")
+    from ..schedule.trace import replay
+    from .rules import outputs_of
+
+    s = replay(res.best.trace, outputs_of(args))
+    s.tune_result = res
+    return s
+
+
+def _from_log(args, log, key):
+    from ..schedule.trace import replay
+    from . import records
+    from .rules import outputs_of
+
+    rec = records.best_record(log, key)
+    if rec is None:
+        return None
+    try:
+        return replay(rec["trace"], outputs_of(args))
+    except TecompError as e:
+        warnings.warn(f"auto_schedule: the best record in {os.fspath(log)!r} does not replay on "
+                      f"this compute ({e}); using the analytic schedule", AutoScheduleWarning,
+                      stacklevel=3)
+        return None

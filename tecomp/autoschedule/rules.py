@@ -1,0 +1,792 @@
+"""The auto-scheduler's rules: a schedule for any compute DAG, read from its structure.
+
+:func:`apply_rules` writes the schedule with ordinary schedule primitives, so the result
+is a trace a user could have written (``s.trace.python()``).  Every decision it makes is
+a *knob* (:class:`Knobs`): a name, the values it may take, and the value the analytic
+model picks.  With no measurement the defaults are the schedule (``trials=0``); the search
+(:mod:`tecomp.autoschedule.search`) samples and mutates the same knobs, so there is one
+home for every decision.
+
+The rules, in the order they run (Ansor's sketch rules and Halide's Mullapudi2016 model
+in spirit):
+
+1. **Templates.**  A DAG that is one of ``tecomp.nn``'s operators with a tuned template
+   (matmul / dense, conv2d NCHW/NHWC with an elementwise epilogue, softmax) gets that
+   template; the GEMM template's blocking (``mr``, ``nr``, ``kc``, ``mc``, ``nc``, how the
+   threads share it) is knobs whose defaults are the template's heuristics.
+2. **Inline** every elementwise (reduction-free) intermediate whose readers are elementwise
+   and which is not read with broadcast reuse (a per-row value read by every column is
+   computed once per row instead); an elementwise stage read by a reduction (a padded
+   input) is computed per task of that reduction, not inlined into its inner loop.
+3. **Reductions with a vectorizable output axis** (GEMM-like: batched matmul, ``A^T B``,
+   convolutions written as plain computes, most gradients): a register block of
+   ``mr`` rows of one axis (``u``) by ``nv`` vectors of the output's innermost axis
+   (``v``), sized to the vector registers, accumulated over the whole reduction in a
+   ``local`` buffer (``cache_write``, or the reduction itself when an elementwise epilogue
+   reads it: the epilogue is applied to each block on its way out).  Operands read with a
+   stride along ``v`` are packed per panel into a copy stored ``v`` innermost
+   (``cache_read`` + ``storage_order``).  Outer loops are fused and run in parallel.
+4. **Row reductions** (the reduction runs along contiguous memory and the output has no
+   axis worth vectorizing: a row sum, the mean and variance of layer norm): the
+   reduction is split by the lane count and ``rfactor``-ed into vector accumulators; it is
+   computed at the row loop of the elementwise stage that reads it when there is one.
+5. **Elementwise outputs**: innermost axis vectorized, outer axes fused and parallel.
+
+Extents are read from the DAG (or from ``shapes=`` for symbolic ones); the machine (vector
+width, vector registers, L1 / L2 sizes, threads) from :func:`tecomp.nn.schedule_cpu.cpu_info`.
+"""
+from __future__ import annotations
+
+import math
+import random
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..errors import AutoScheduleError
+from ..ir.expr import Call, Const, Div, Expr, ProducerLoad, Reduce, Var
+from ..ir.functor import collect, substitute, uses_var
+from ..schedule.schedule import Schedule, Stage, create_schedule
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+
+
+# ---------------------------------------------------------------------------------------
+# knobs
+
+
+class Knobs:
+    """The decisions of one schedule: ``choose(name, choices, default)`` returns the value
+    of knob ``name``.
+
+    * analytic (no ``rng``, no ``values``): the default;
+    * given ``values`` (a dict from an earlier schedule or a mutation): that value when it
+      is still among ``choices``, else the default (``rng``: a random choice);
+    * ``rng`` (a ``random.Random``) and no value: a random choice (sampling a candidate).
+
+    ``space`` records every knob met with its choices, ``values`` what was chosen."""
+
+    def __init__(self, values: Optional[dict] = None, rng: Optional[random.Random] = None):
+        self.given = dict(values or {})
+        self.rng = rng
+        self.values: Dict[str, object] = {}
+        self.space: Dict[str, list] = {}
+        self.defaults: Dict[str, object] = {}
+
+    def choose(self, name: str, choices: Sequence, default):
+        choices = list(dict.fromkeys(choices))
+        if default not in choices:
+            choices.append(default)
+        self.space[name] = choices
+        self.defaults[name] = default
+        if name in self.given and self.given[name] in choices:
+            v = self.given[name]
+        elif self.rng is not None:
+            v = self.rng.choice(choices)
+        else:
+            v = default
+        self.values[name] = v
+        return v
+
+
+# ---------------------------------------------------------------------------------------
+# DAG analysis
+
+
+def _cint(e, shapes: Optional[dict] = None) -> Optional[int]:
+    if isinstance(e, Const):
+        return int(e.value)
+    if shapes and isinstance(e, Expr):
+        from ..ir.simplify import simplify
+
+        vm = {}
+        for v in collect(e, lambda n: isinstance(n, Var)):
+            if v.name in shapes:
+                vm[v] = Const(int(shapes[v.name]), v.dtype)
+        r = simplify(substitute(e, vm)) if vm else e
+        if isinstance(r, Const):
+            return int(r.value)
+    return None
+
+
+def _loads(expr) -> List[ProducerLoad]:
+    return collect(expr, lambda n: isinstance(n, ProducerLoad))
+
+
+def _is_injective(op) -> bool:
+    return isinstance(op, ComputeOp) and not op.reduce_axis
+
+
+def _cheap(body) -> bool:
+    """No call to an intrinsic, no division: worth recomputing where it is read."""
+    return not collect(body, lambda n: isinstance(n, (Call, Div)))
+
+
+def _stride_along(idx: Sequence[Expr], var: Var) -> str:
+    """How a load with indices ``idx`` moves along ``var``: ``"bcast"`` (not at all),
+    ``"unit"`` (only the last index moves, by one), or ``"strided"``."""
+    from ..ir.simplify import simplify
+
+    moving = [d for d, e in enumerate(idx) if uses_var(e, var)]
+    if not moving:
+        return "bcast"
+    if moving != [len(idx) - 1]:
+        return "strided"
+    e = idx[-1]
+    step = simplify(substitute(e, {var: var + 1}) - e)
+    return "unit" if isinstance(step, Const) and int(step.value) == 1 else "strided"
+
+
+def _elems(t: Tensor, shapes) -> Optional[int]:
+    n = 1
+    for e in t.shape:
+        c = _cint(e, shapes)
+        if c is None:
+            return None
+        n *= c
+    return n
+
+
+# ---------------------------------------------------------------------------------------
+# the entry point
+
+
+def outputs_of(args) -> List[Tensor]:
+    """The compute tensors of a ``tc.build`` argument list (its outputs)."""
+    outs = [a for a in args if isinstance(a, Tensor) and isinstance(a.op, ComputeOp)]
+    if not outs:
+        raise AutoScheduleError(
+            "auto_schedule: the argument list has no compute tensor to schedule; pass the "
+            "list you give tc.build, e.g. [A, B, C] with C = tc.compute(...)")
+    return outs
+
+
+def apply_rules(args, knobs: Knobs, info, shapes: Optional[dict] = None) -> Schedule:
+    """The rule-based schedule of ``args`` (see the module docstring), its decisions taken
+    from ``knobs``."""
+    outs = outputs_of(args)
+    s = _template(outs, knobs, info)
+    if s is not None:
+        return s
+    s = create_schedule([t.op for t in outs])
+    _Rules(s, outs, knobs, info, shapes or {}).run()
+    return s
+
+
+# ---------------------------------------------------------------------------------------
+# 1. templates
+
+
+def _template(outs, knobs: Knobs, info) -> Optional[Schedule]:
+    from ..nn import schedule_cpu as cpu
+
+    ops = [op for op in _walk(outs)]
+    tags = [set(t.strip() for t in (op.tag or "").split(",")) for op in ops]
+    reductions = [op for op in ops if op.reduce_axis]
+    if not knobs.choose("template", [True, False], True):
+        return None
+    try:
+        if len(reductions) == 1 and {"matmul", "dense", "matmul_packed"} & _tags(reductions[0]):
+            return _gemm_template(outs, reductions[0], knobs, info)
+        if len(outs) == 1 and any("softmax" in t for t in tags) and outs[0].op.tag == "softmax":
+            return cpu.schedule_softmax(outs)
+        convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _tags(op)]
+        if len(convs) == 1 and len(reductions) == 1:
+            if "conv2d_nchw" in _tags(convs[0]):
+                return cpu.schedule_conv2d_nchw(outs)
+            return cpu.schedule_conv2d_nhwc(outs)
+    except AutoScheduleError:
+        raise
+    except Exception:  # noqa: BLE001 - a template that does not fit: the generic rules
+        return None
+    for d in (knobs.space, knobs.values, knobs.defaults):
+        d.pop("template", None)
+    return None
+
+
+def _tags(op) -> set:
+    return set(t.strip() for t in (op.tag or "").split(",") if t.strip())
+
+
+def _walk(outs) -> List[ComputeOp]:
+    from ..te.tensor import compute_ops
+
+    return compute_ops([t.op for t in outs])
+
+
+def _gemm_template(outs, gemm, knobs: Knobs, info):
+    """``schedule_matmul`` / ``schedule_dense`` with the blocking as knobs."""
+    from ..nn import schedule_cpu as cpu
+
+    C = gemm.output(0)
+    M, N = (_cint(e) for e in gemm.shape)
+    K = _cint(gemm.reduce_axis[0].dom.extent)
+    packed_nr = int(gemm.attrs.get("nr", 0)) or None
+    p = cpu.gemm_params(M, N, K, info, nr=packed_nr)
+    L = info.lanes
+    over = {}
+    nr_choices = [p.nr] if packed_nr else sorted({p.nr, L, 2 * L, 3 * L})
+    over["nr"] = knobs.choose("gemm.nr", nr_choices, p.nr)
+    nv = max(1, -(-over["nr"] // L))
+    budget = max(1, (info.vregs - nv - 2) // nv)
+    over["mr"] = knobs.choose("gemm.mr", sorted({p.mr} | {m for m in (4, 6, 8, 9, 10, 12, 14)
+                                                            if m <= budget}), p.mr)
+    if K is not None:
+        kcs = {p.kc} | {k for k in (128, 256, 384, 512, 768, 1024, 2048) if k < K} | {K}
+        over["kc"] = knobs.choose("gemm.kc", sorted(kcs), p.kc)
+    if info.threads > 1:
+        over["par"] = knobs.choose("gemm.par", ["blocks", "rows"], p.par)
+    ncm = knobs.choose("gemm.nc_panels", [0, 1, 2, 4, 8, 16], 0)
+    if ncm:
+        over["nc"] = ncm * over["nr"]
+    mcm = knobs.choose("gemm.mc_rows", [0, 48, 96, 192, 384], 0)
+    if mcm:
+        over["mc"] = max(over["mr"], mcm // over["mr"] * over["mr"])
+    tag = "dense" if "dense" in _tags(gemm) else "matmul"
+    with cpu.gemm_overrides(over):
+        return cpu.schedule_dense(outs) if tag == "dense" else cpu.schedule_matmul(outs)
+
+
+# ---------------------------------------------------------------------------------------
+# 2-5. the generic rules
+
+
+def schedule_stages(s: Schedule, outs, info, only=None, knobs: Optional[Knobs] = None,
+                    shapes: Optional[dict] = None) -> Schedule:
+    """Apply the generic rules (2-5) to the stages of an existing schedule ``s`` whose
+    operations are in ``only`` (a set of ``id(op)``; None: every stage): how
+    :func:`tecomp.autodiff.schedule_backward` and the ``tecomp.nn`` schedules schedule
+    the stages they have no template for."""
+    _Rules(s, list(outs), knobs or Knobs(), info, shapes or {}, only).run()
+    return s
+
+
+class _Rules:
+    def __init__(self, s: Schedule, outs, knobs: Knobs, info, shapes, only=None):
+        self.s, self.outs, self.k, self.info, self.shapes = s, outs, knobs, info, shapes
+        self.L = info.lanes
+        # ids of ops scheduled (or attached) already; with ``only``, every other stage
+        self.done = set() if only is None else {
+            id(st.op) for st in s.stages if id(st.op) not in only}
+
+    def ext(self, e) -> Optional[int]:
+        return _cint(e, self.shapes)
+
+    def readers(self, op) -> List[ComputeOp]:
+        t = op.output(0)
+        return [st.op for st in self.s.stages if any(x is t for x in st.op.input_tensors)]
+
+    # -- 2. inlining ----------------------------------------------------------------------
+    def inline(self):
+        for st in list(self.s.stages):
+            op = st.op
+            if st.is_output or not _is_injective(op) or id(op) in self.done:
+                continue
+            rd = self.readers(op)
+            if not rd:
+                continue
+            if any(r.reduce_axis for r in rd):
+                continue   # read by a reduction: computed per task (see attach_producers)
+            n_me = _elems(op.output(0), self.shapes)
+            n_rd = max((_elems(r.output(0), self.shapes) or 0) for r in rd)
+            reused = n_me is not None and n_rd > 2 * n_me
+            if reused and not _cheap(op.body):
+                continue   # a per-row value read by every column: once per row
+            name = f"inline.{op.name}"
+            if self.k.choose(f"{name}", [True, False], True):
+                st.compute_inline()
+
+    def run(self):
+        self.inline()
+        s = self.s
+        # consumers first: an output decides the loops its producers attach to
+        for st in reversed(list(s.stages)):
+            op = st.op
+            if id(op) in self.done or st.attach_type != "root":
+                continue
+            if op.reduce_axis:
+                self.reduction(st)
+            else:
+                self.elementwise(st)
+            self.done.add(id(op))
+
+    # -- 5. elementwise ------------------------------------------------------------------
+    def elementwise(self, st: Stage):
+        """Vector over the innermost axis; outer axes fused and parallel; the row
+        reductions and per-row values it reads computed at its row loop."""
+        op = st.op
+        # an epilogue of one GEMM-like reduction: tile it like the reduction
+        red = self._epilogue_of(op)
+        if red is not None and self.k.choose(f"fuse_epilogue.{op.name}", [True, False], True):
+            self.tile_reduction(self.s[red], st, red)
+            self.done.add(id(red))
+            return
+        axes = list(op.axis)
+        exts = [self.ext(iv.dom.extent) for iv in axes]
+        if not axes:
+            return
+        L = self.L
+        inner, ie = axes[-1], exts[-1]
+        vec_f = self.k.choose(f"vec.{op.name}", [1, L, 2 * L, 4 * L],
+                              L if ie is None or ie >= L else 1)
+        outer_axes = axes[:-1]
+        ce = _cint(inner.dom.extent)   # (a whole axis is vectorized only when constant)
+        if vec_f > 1 and ce is not None and ce <= vec_f:
+            if ce > 1:
+                st.vectorize(inner)
+        elif vec_f > 1:
+            vo, vi = st.split(inner, factor=vec_f)
+            if vec_f > L:
+                vv, vl = st.split(vi, factor=L)
+                st.unroll(vv)
+                st.vectorize(vl)
+            else:
+                st.vectorize(vi)
+            outer_axes = outer_axes + [vo]
+        row = None
+        if outer_axes:
+            row = self.parallel(st, outer_axes, [self.ext(self._leaf_extent(st, a)) for a in
+                                                 outer_axes])
+        # producers that are per row (fewer axes, indexed by our leading axes)
+        lead = axes[:-1]
+        if lead and row is not None:
+            self.attach_rows(st, lead, row if len(axes[:-1]) and row is not None else None)
+
+    def _leaf_extent(self, st, iv):
+        # extent of a leaf axis made by a split of an op axis (for task counting)
+        from ..schedule.schedule import Split
+
+        for rel in st.relations:
+            if isinstance(rel, Split) and rel.outer is iv:
+                pe = self.ext(rel.parent.dom.extent) if rel.parent.dom is not None else None
+                f = self.ext(rel.factor) if rel.factor is not None else None
+                if pe is not None and f:
+                    return Const(-(-pe // f), "int32")
+                return Var("?", "int32")
+        return iv.dom.extent
+
+    def parallel(self, st: Stage, axes, exts, min_tasks: Optional[int] = None):
+        """Fuse the leading ``axes`` until they make enough tasks and run them in
+        parallel; returns the fused axis (the "row" loop) or None."""
+        T = self.info.threads
+        want = self.k.choose(f"tasks.{st.op.name}", [1, 2, 4, 8, 16], 4) * T
+        if min_tasks is not None:
+            want = max(want, min_tasks)
+        take, total = [], 1
+        for ax, e in zip(axes, exts):
+            take.append(ax)
+            total = None if (e is None or total is None) else total * e
+            if total is None or total >= want:
+                break
+        if len(take) < len(axes) and False:
+            pass
+        fused = take[0] if len(take) == 1 else st.fuse(*take)
+        if T > 1 and (total is None or total >= 2):
+            st.parallel(fused)
+        return fused if len(take) == len(axes) else fused if len(take) == 1 and len(axes) == 1 \
+            else fused
+
+    def attach_rows(self, st: Stage, lead, row):
+        """Compute at ``st``'s row loop every root producer with one value per row (a
+        per-row mean, variance, 1/sqrt) whose readers are ``st`` or stages computed at
+        that row already; row reductions are vectorized there."""
+        s = self.s
+        if row is None or any(a in st.leaf_iter_vars for a in lead[1:]) or (
+                len(lead) == 1 and row is not lead[0] and lead[0] in st.leaf_iter_vars):
+            return   # the row loop does not cover exactly the leading axes
+        want = [self.ext(a.dom.extent) for a in lead]
+        changed = True
+        while changed:
+            changed = False
+            for pst in reversed(list(s.stages)):
+                pop = pst.op
+                if not isinstance(pop, ComputeOp) or id(pop) in self.done or pst.is_output \
+                        or pst.attach_type != "root" or len(pop.axis) != len(lead):
+                    continue
+                if [self.ext(e) for e in pop.shape] != want:
+                    continue
+                at_row = {id(st.op)} | {id(x.op) for x in s.stages if x.attach_stage is st
+                                        and x.attach_ivar is row}
+                rd = self.readers(pop)
+                if not rd or not all(id(r) in at_row for r in rd):
+                    continue
+                if not self.k.choose(f"at_row.{pop.name}", [True, False], True):
+                    continue
+                if pop.reduce_axis and self._row_reducible(pop):
+                    self.attach_row_reduction(pop, st, row)
+                else:
+                    pst.compute_at(st, row)
+                self.done.add(id(pop))
+                changed = True
+
+    def attach_row_reduction(self, op, st, row):
+        from ..nn.schedule_cpu import _row_reduce_at
+
+        _row_reduce_at(self.s, op.output(0), st, row, self.info)
+
+    def _indexed_by(self, reader, t, lead):
+        for ld in _loads(reader.body):
+            if ld.producer is t:
+                yield len(ld.indices) == len(lead) and all(
+                    i is a.var for i, a in zip(ld.indices, lead))
+
+    def _row_reducible(self, op) -> bool:
+        """A sum/max/min whose last reduce axis runs along contiguous memory in every load
+        that moves with it, with at least two vectors' worth of steps."""
+        if len(op.reduce_axis) != 1:
+            return False
+        r = op.reduce_axis[-1]
+        e = self.ext(r.dom.extent)
+        if e is None or e < 2 * self.L:
+            return False
+        kinds = [_stride_along(ld.indices, r.var) for ld in _loads(op.body.source)]
+        return "strided" not in kinds and "unit" in kinds
+
+    def _epilogue_of(self, op) -> Optional[ComputeOp]:
+        """The one reduction ``op`` reads at its own indices (an elementwise epilogue of a
+        GEMM-like stage), when only ``op`` reads it and the reduction can be tiled."""
+        reds = []
+        for t in op.input_tensors:
+            if isinstance(t.op, ComputeOp) and t.op.reduce_axis:
+                reds.append(t.op)
+        if len(reds) != 1:
+            return None
+        red = reds[0]
+        if id(red) in self.done:
+            return None
+        rst = self.s[red]
+        if rst.is_output or rst.attach_type != "root" or len(self.readers(red)) != 1:
+            return None
+        if [self.ext(e) for e in red.shape] != [self.ext(e) for e in op.shape]:
+            return None
+        if not all(self._indexed_by(op, red.output(0), list(op.axis))):
+            return None
+        if self._plan_block(red) is None:
+            return None
+        return red
+
+    # -- 3/4. reductions ---------------------------------------------------------------
+    def reduction(self, st: Stage):
+        op = st.op
+        plan = self._plan_block(op)
+        if plan is not None and self.k.choose(f"tile.{op.name}", [True, False], True):
+            cache = self.s.cache_write(op.output(0), "local")
+            self.tile_reduction(self.s[cache], st, cache.op, origin=op)
+            return
+        if self._row_reducible(op) and op.axis:
+            self.row_reduction_root(st)
+            return
+        self.fallback(st)
+
+    def _plan_block(self, op):
+        """(u, v) axes of a register block for reduction ``op``, or None: ``v`` is the
+        innermost output axis, wide enough to vectorize, along which every operand is
+        contiguous, broadcast, or strided but packable (it then does not move with
+        ``u``); ``u`` another output axis (the innermost one with extent > 1 that some
+        operand moving with ``v`` does not depend on, else the innermost)."""
+        if not op.axis or not isinstance(op.body, Reduce):
+            return None
+        v = op.axis[-1]
+        ev = self.ext(v.dom.extent)
+        if ev is not None and ev < max(4, self.L // 2):
+            return None
+        loads = _loads(op.body.source)
+        kinds = [(ld, _stride_along(ld.indices, v.var)) for ld in loads]
+        if not any(k == "unit" or k == "strided" for _, k in kinds):
+            return None
+        us = [a for a in op.axis[:-1] if (self.ext(a.dom.extent) or 2) > 1]
+        u = None
+        movers = [ld for ld, k in kinds if k != "bcast"]
+        for a in reversed(us):
+            if any(not any(uses_var(i, a.var) for i in ld.indices) for ld in movers):
+                u = a
+                break
+        if u is None and us:
+            u = us[-1]
+        # a strided operand is packed per panel: it must not move with u
+        for ld, k in kinds:
+            if k == "strided" and (u is None or any(uses_var(i, u.var) for i in ld.indices)):
+                return None   # (without rows to reuse it, a packed panel is a transpose)
+        return u, v
+
+    def tile_reduction(self, inner: Stage, outer: Stage, red_op, origin=None):
+        """The register-blocked nest: ``outer`` (the copy out of the local buffer, or an
+        elementwise epilogue) loops over blocks; ``inner`` (the reduction into a local
+        buffer) is computed at the block's loop."""
+        s, k, L, info = self.s, self.k, self.L, self.info
+        name = (origin or red_op).name
+        plan = self._plan_block(origin or red_op)
+        u_red, v_red = plan
+        # the same positions in outer's axes
+        pos_v = len(red_op.axis) - 1
+        pos_u = list((origin or red_op).axis).index(u_red) if u_red is not None else None
+        if inner.scope != "local":
+            inner.set_scope("local")
+        oaxes = list(outer.op.axis)
+        ev = self.ext(oaxes[pos_v].dom.extent)
+        eu = self.ext(oaxes[pos_u].dom.extent) if pos_u is not None else 1
+        red_exts = [self.ext(r.dom.extent) for r in red_op.reduce_axis]
+        mr0, nr0 = self._register_block(ev, eu)
+        nr = k.choose(f"{name}.nr", sorted({nr0, L, 2 * L, 3 * L, 4 * L} | (
+            {ev} if ev is not None and ev < L else set())), nr0)
+        nv = max(1, -(-nr // L))
+        budget = max(1, (info.vregs - nv - 2) // nv)
+        mr_choices = sorted({mr0} | {m for m in (1, 2, 3, 4, 6, 8, 12, 16) if m <= budget})
+        mr = k.choose(f"{name}.mr", mr_choices, mr0) if pos_u is not None else 1
+        order = k.choose(f"{name}.order", ["vu", "uv"], self._order_default(
+            red_op, origin, u_red, v_red, nr, mr))
+        # outer's loops: others (outer), then the panel loops, then the block
+        others = [a for d, a in enumerate(oaxes) if d != pos_v and d != pos_u]
+        vo, vi = outer.split(oaxes[pos_v], factor=nr)
+        if pos_u is not None:
+            uo, ui = outer.split(oaxes[pos_u], factor=mr)
+            first, second = (vo, uo) if order == "vu" else (uo, vo)
+            outer.reorder(*others, first, second, ui, vi)
+            outer.unroll(ui)
+        else:
+            first, second, ui = vo, None, None
+            outer.reorder(*others, vo, vi)
+        self._vector(outer, vi, nr)
+        # parallel over the others and the first panel loop
+        par_axes = others + [first]
+        par_exts = [self.ext(a.dom.extent) for a in others] + [
+            -(-(ev if order == "vu" or pos_u is None else eu) // (nr if order == "vu" or
+              pos_u is None else mr)) if (ev if order == "vu" or pos_u is None else eu)
+            is not None else None]
+        block_loop = second if second is not None else first
+        fused = self.parallel(outer, par_axes, par_exts)
+        if first not in outer.leaf_iter_vars:
+            first = fused            # (fused into the parallel loop)
+        if second is None:
+            block_loop = fused
+        # the reduction at the block
+        inner.compute_at(outer, block_loop)
+        iaxes = list(inner.op.axis)
+        ivo, ivi = inner.split(iaxes[pos_v], factor=nr)
+        rax = list(inner.op.reduce_axis)
+        if pos_u is not None:
+            iuo, iui = inner.split(iaxes[pos_u], factor=mr)
+            inner.reorder(*rax, iui, ivi)
+            inner.unroll(iui)
+        else:
+            inner.reorder(*rax, ivi)
+        self._vector(inner, ivi, nr)
+        # small windows unrolled (a conv's taps)
+        for r, e in zip(rax[1:], red_exts[1:]):
+            if _cint(r.dom.extent) is not None and e <= 7 and k.choose(f"{name}.unroll_{r.name}",
+                                                     [True, False], True):
+                inner.unroll(r)
+        last = rax[-1]
+        if red_exts[-1] is None or red_exts[-1] > 7 or len(rax) == 1:
+            inner.pragma(last if len(rax) == 1 else rax[0], "unroll_count",
+                         k.choose(f"{name}.unroll_count", [1, 2, 4, 8], 4))
+        inner.pragma(rax[0], "fp_contract")
+        # pack operands read with a stride along v (and large row strides on request)
+        self._pack(inner, outer, red_op, red_op.axis[pos_v],
+                   red_op.axis[pos_u] if pos_u is not None else None,
+                   first if order == "vu" else block_loop,
+                   block_loop if pos_u is not None else None, name)
+        # producers read by the reduction (a padded input): per task
+        self._attach_producers(red_op, outer, fused)
+
+    def _vector(self, st, axis, nr):
+        L = self.L
+        if nr > 2 * L and nr % L == 0:
+            a, b = st.split(axis, factor=L)
+            st.unroll(a)
+            st.vectorize(b)
+        else:
+            st.vectorize(axis)
+
+    def _register_block(self, ev, eu) -> Tuple[int, int]:
+        """(mr, nr) maximising the modelled FMA rate of one block (see
+        :func:`block_rate`)."""
+        L, info = self.L, self.info
+        best, arg = -1.0, (1, L)
+        nrs = [n * L for n in (1, 2, 3, 4)]
+        if ev is not None and ev < L:
+            nrs = [ev]
+        for nr in nrs:
+            nv = -(-nr // L)
+            if ev is not None and nv > 1 and (nv - 1) * L >= ev:
+                continue
+            budget = max(1, (info.vregs - nv - 2) // nv)
+            for mr in range(1, min(budget, 16) + 1):
+                if eu is not None and mr > eu:
+                    break
+                r = block_rate(mr, nr, L, ev, eu)
+                if r > best + 1e-9:
+                    best, arg = r, (mr, nr)
+        return arg
+
+    def _order_default(self, red_op, origin, u, v, nr, mr) -> str:
+        """``vu`` (a panel of the operand that moves with ``v`` stays in cache while the
+        rows go by) unless that panel is larger than half of L2."""
+        op = origin or red_op
+        panel = self._panel_bytes(op, v, u, nr)
+        return "vu" if panel <= self.info.l2_bytes // 2 else "uv"
+
+    def _panel_bytes(self, op, v, u, nr) -> int:
+        total = 0
+        for ld in _loads(op.body.source):
+            if _stride_along(ld.indices, v.var) == "bcast":
+                continue
+            if u is not None and any(uses_var(i, u.var) for i in ld.indices):
+                continue
+            n = nr
+            for r in op.reduce_axis:
+                if any(uses_var(i, r.var) for i in ld.indices):
+                    n *= self.ext(r.dom.extent) or 256
+            total += n * 4
+        return total
+
+    def _pack(self, inner, outer, red_op, v, u, at, block, name):
+        """Copy operands into panels laid out for the block's loads:
+
+        * one that moves with ``v`` (not ``u``), strided along ``v`` or a narrow slice of
+          long rows: its panel, at loop ``at`` of ``outer``, stored ``v`` innermost;
+        * one that moves with ``u`` (not ``v``) with a stride along the reduction (``A[k,
+          i]``): its ``mr``-row panel, at the block loop ``block``, stored ``u``
+          innermost, so that each reduction step's broadcasts are consecutive."""
+        s = self.s
+        src = red_op.body.source
+        last_r = red_op.reduce_axis[-1].var if red_op.reduce_axis else None
+        for t in list(red_op.input_tensors):
+            lds = [ld for ld in _loads(src) if ld.producer is t]
+            if len(lds) != 1 or not all(isinstance(i, Var) for i in lds[0].indices):
+                continue   # read twice, or windowed / offset: not packed
+            idx = lds[0].indices
+            mv = _stride_along(idx, v.var) != "bcast"
+            mu = u is not None and _stride_along(idx, u.var) != "bcast"
+            if mv and not mu:
+                kind = _stride_along(idx, v.var)
+                row = self.ext(t.shape[-1]) or 4096
+                eu = self.ext(u.dom.extent) if u is not None else 1
+                default = kind == "strided" or (row > 2 * self.L * 4 and (eu or 64) >= 16)
+                key, where, lane = v, at, v.var
+            elif mu and not mv and last_r is not None:
+                default = _stride_along(idx, last_r) == "strided"
+                key, where, lane = u, block, u.var
+            else:
+                continue
+            if where is None or not self.k.choose(f"{name}.pack_{t.name}", [True, False],
+                                                  default):
+                continue
+            c = s.cache_read(t, "local", [inner])
+            cs = s[c]
+            if key is u:
+                self._transposed_copy(cs, idx, last_r)
+                continue
+            cs.compute_at(outer, where)
+            # the dimension indexed by the lane axis innermost in the copy
+            vdim = [d for d, i in enumerate(idx) if i is lane]
+            ax = list(cs.op.axis)
+            if vdim and vdim[0] != len(idx) - 1:
+                order = [a for d, a in enumerate(ax) if d != vdim[0]] + [ax[vdim[0]]]
+                cs.storage_order(*order)
+                cs.reorder(*order)
+                e = self.ext(t.shape[vdim[0]])
+                if e is not None and key is v:
+                    _, vi = cs.split(order[-1], factor=min(self.L, e))
+                    cs.vectorize(vi)
+            elif key is v:
+                e = self.ext(t.shape[-1])
+                if e is not None and e >= self.L:
+                    _, vi = cs.split(ax[-1], factor=self.L)
+                    cs.vectorize(vi)
+
+    def _transposed_copy(self, cs, idx, r):
+        """A copy of a whole operand at the root, stored with the dimension the
+        reduction ``r`` walks innermost (``A[k, i]`` becomes rows of ``k``), made in
+        16 x 16 tiles (both sides stay in L1) by parallel tasks."""
+        ax = list(cs.op.axis)
+        rd = [d for d, i in enumerate(idx) if i is r][0]
+        order = [a for d, a in enumerate(ax) if d != rd] + [ax[rd]]
+        cs.storage_order(*order)
+        inner_d = len(ax) - 1
+        if rd == inner_d:
+            return
+        e_r, e_i = self.ext(ax[rd].dom.extent), self.ext(ax[inner_d].dom.extent)
+        t = 16
+        ro, io, ri, ii = cs.tile(ax[rd], ax[inner_d], t, t)
+        cs.reorder(*[a for d, a in enumerate(ax) if d not in (rd, inner_d)], io, ro, ii, ri)
+        cs.unroll(ii)
+        lead = [a for d, a in enumerate(ax) if d not in (rd, inner_d)] + [io]
+        self.parallel(cs, lead, [self.ext(a.dom.extent) for a in lead[:-1]] + [
+            -(-e_i // t) if e_i is not None else None])
+
+    def _attach_producers(self, red_op, outer, task_loop):
+        """Root elementwise stages read by the reduction (a padded input): computed at
+        the task loop (the region one task reads), vectorized along their last axis."""
+        s = self.s
+        for t in red_op.input_tensors:
+            pop = t.op
+            if not isinstance(pop, ComputeOp) or id(pop) in self.done:
+                continue
+            pst = s[pop]
+            if pst.is_output or pst.attach_type != "root" or pop.reduce_axis:
+                continue
+            if len(self.readers(pop)) != 1:
+                continue
+            if self.k.choose(f"at_task.{pop.name}", [True, False], True) and task_loop is not None:
+                pst.compute_at(outer, task_loop)
+                last = pst.op.axis[-1]
+                e = self.ext(last.dom.extent)
+                if e is not None and e >= self.L:
+                    _, vi = pst.split(last, factor=self.L)
+                    pst.vectorize(vi)
+                self.done.add(id(pop))
+
+    def row_reduction_root(self, st: Stage):
+        """A row reduction at the root (a row sum as an output): blocks of rows in
+        parallel, each row's reduction vectorized (``rfactor``)."""
+        from ..nn.schedule_cpu import _row_reduce_at
+
+        s = self.s
+        op = st.op
+        cache = s.cache_write(op.output(0), "local")
+        st = s[op.output(0)]
+        axes = list(st.op.axis)
+        exts = [self.ext(a.dom.extent) for a in axes]
+        row = axes[0] if len(axes) == 1 else st.fuse(*axes)
+        total = math.prod(exts) if None not in exts else None
+        rb = self.k.choose(f"{op.name}.rows_per_task", [1, 4, 16, 64], 16 if (
+            total or 0) >= 64 * self.info.threads else 1)
+        if rb > 1:
+            ro, ri = st.split(row, factor=rb)
+        else:
+            ro = ri = row
+        if self.info.threads > 1 and (total is None or total >= 2):
+            st.parallel(ro)
+        _row_reduce_at(s, cache, st, ri, self.info)
+
+    def fallback(self, st: Stage):
+        """Neither blocked nor a row reduction: the outer axes in parallel, the
+        innermost output axis vectorized when its reads allow."""
+        op = st.op
+        axes = list(op.axis)
+        if not axes:
+            return
+        exts = [self.ext(a.dom.extent) for a in axes]
+        self.parallel(st, axes[:-1] or axes, exts[:-1] or exts)
+
+
+def block_rate(mr: int, nr: int, L: int, ev: Optional[int], eu: Optional[int]) -> float:
+    """Modelled useful FMAs per cycle of an ``mr x nr`` register block (two FMA and two
+    load ports; an FMA's latency of 4 cycles needs 8 independent accumulators), times
+    the fraction of lanes and rows that do useful work at the edges."""
+    nv = -(-nr // L)
+    cycles = max(mr * nv / 2.0, (mr + nv) / 2.0, 4.0)
+    # (ties between blocks that all keep the FMA ports busy: fewer loads per FMA
+    # leave the caches more room, so the larger block wins)
+    # (ties between blocks that all keep the FMA ports busy: fewer loads per FMA leave
+    # the caches more room, and a narrower panel keeps more reduction steps in L1, so
+    # 12 x 2 vectors wins over 6 x 4: A^T B 1024x1024x512, 2 threads, 3.6 against 6.4 ms)
+    rate = mr * nv / cycles * (1.0 - 0.05 * (mr + nv) / (mr * nv) - 0.04 * nv)
+    if ev is not None:
+        rate *= ev / (nv * L * -(-ev // nr) if nr >= L else max(ev, 1))
+        if nr < L:
+            rate *= nr / L
+    if eu is not None:
+        tail = eu % mr
+        full = eu // mr
+        # a tail block runs its own (smaller) kernel: rows wasted only by its lower rate
+        rate *= (full * mr + tail * (0.7 if tail else 0)) / eu if eu else 1.0
+    return rate
