@@ -1,0 +1,199 @@
+"""Programs that must fail: the auto-scheduler's mistakes to name.  Each message names
+the value and says what to do."""
+import sys
+
+import pytest
+
+import tecomp as tc
+from tecomp.errors import AutoScheduleError
+
+
+# measure
+
+def _sym():
+    n = tc.var("n")
+    A = tc.placeholder((n, 4), name="A")
+    C = tc.compute((n, 4), lambda i, j: A[i, j] * 2, name="C")
+    return [A, C], n
+
+
+def _build_default(args, payload):
+    return tc.create_schedule(args[-1].op)
+
+
+def test_measure_unbound_symbolic_extent():
+    from tecomp.autoschedule.measure import LocalRunner
+
+    args, _ = _sym()
+    with pytest.raises(AutoScheduleError, match=r"LocalRunner\.run: dimension 0 of tensor A "
+                       r"is symbolic \(n\) and has no value; pass shapes=\{'n': \.\.\.\} with "
+                       r"the value to measure at"):
+        LocalRunner().run(args, _build_default, [{}])
+
+
+def test_make_inputs_unbound_symbolic_extent():
+    from tecomp.autoschedule.measure import make_inputs
+
+    args, _ = _sym()
+    with pytest.raises(AutoScheduleError, match=r"make_inputs: dimension 0 of tensor A is "
+                       r"symbolic \(n\) and has no value; pass shapes=\{'n': \.\.\.\}"):
+        make_inputs(args, shapes={"m": 3})
+
+
+def test_make_inputs_unbound_scalar_argument():
+    from tecomp.autoschedule.measure import make_inputs
+
+    n = tc.var("n")
+    A = tc.placeholder((4,), name="A")
+    C = tc.compute((4,), lambda i: A[i] * n.astype("float32"), name="C")
+    with pytest.raises(AutoScheduleError, match=r"make_inputs: the scalar argument n \(argument "
+                       r"3\) has no value; pass shapes=\{'n': \.\.\.\}"):
+        make_inputs([A, C, n])
+
+
+def test_make_inputs_not_an_argument_list():
+    from tecomp.autoschedule.measure import make_inputs
+
+    args, _ = _sym()
+    with pytest.raises(AutoScheduleError, match=r"make_inputs: args must be the list you pass "
+                       r"to tc\.build \(e\.g\. \[A, B, C\]\), got Tensor"):
+        make_inputs(args[0])
+    with pytest.raises(AutoScheduleError, match=r"make_inputs: args\[1\] is a int, not a "
+                       r"tensor or a tc\.var"):
+        make_inputs([args[0], 3], shapes={"n": 3})
+
+
+def test_measure_reference_of_the_wrong_length():
+    import numpy as np
+
+    from tecomp.autoschedule.measure import LocalRunner
+
+    args, _ = _sym()
+    with pytest.raises(AutoScheduleError, match=r"LocalRunner\.run: reference has 2 array\(s\) "
+                       r"but args has 1 output\(s\) \(C\)"):
+        LocalRunner().run(args, _build_default, [{}], shapes={"n": 3},
+                          reference=[np.zeros((3, 4)), np.zeros((3, 4))])
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(timeout=0), r"LocalRunner: timeout must be a positive number of seconds, got 0"),
+    (dict(number=0), r"LocalRunner: number must be an int >= 1 or None"),
+    (dict(repeat=0), r"LocalRunner: repeat must be an int >= 1, got 0"),
+    (dict(min_repeat_seconds=-1), r"LocalRunner: min_repeat_seconds must be a number of "
+                                  r"seconds >= 0, got -1"),
+    (dict(rtol="x"), r"LocalRunner: rtol must be a number >= 0 or None"),
+    (dict(num_threads=0), r"LocalRunner: num_threads must be an int >= 1 or None"),
+])
+def test_measure_runner_options(kw, msg):
+    from tecomp.autoschedule.measure import LocalRunner
+
+    with pytest.raises(AutoScheduleError, match=msg):
+        LocalRunner(**kw)
+
+
+def test_measure_build_fn_not_callable():
+    from tecomp.autoschedule.measure import LocalRunner
+
+    args, _ = _sym()
+    with pytest.raises(AutoScheduleError, match=r"LocalRunner\.run: build_fn must be a "
+                       r"module-level function build_fn\(args, payload\), got str"):
+        LocalRunner().run(args, "build", [{}], shapes={"n": 3})
+
+
+def test_get_runner_unknown():
+    from tecomp.autoschedule.measure import get_runner
+
+    with pytest.raises(AutoScheduleError, match=r"runner='ray' is not a runner; use 'local', "
+                       r"'dask' \(needs pip install \"tecomp\[distributed\]\"\) or an object "
+                       r"with a \.run\(args, build_fn, payloads, shapes=None\) method"):
+        get_runner("ray")
+    with pytest.raises(AutoScheduleError, match=r"runner=3 is not a runner"):
+        get_runner(3)
+
+
+def test_dask_runner_without_dask(monkeypatch):
+    from tecomp.autoschedule.measure import DaskRunner
+
+    monkeypatch.setitem(sys.modules, "dask", None)
+    monkeypatch.setitem(sys.modules, "dask.distributed", None)
+    with pytest.raises(AutoScheduleError, match=r"DaskRunner needs dask\.distributed, which is "
+                       r"not installed \(.*\); install it with: "
+                       r"pip install \"tecomp\[distributed\]\""):
+        DaskRunner()
+
+
+# auto_schedule
+
+def _mm():
+    A = tc.placeholder((16, 8), name="A")
+    B = tc.placeholder((8, 12), name="B")
+    k = tc.reduce_axis((0, 8), name="k")
+    C = tc.compute((16, 12), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return [A, B, C]
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (lambda a: a[-1], r"auto_schedule: args must be the list you pass to tc\.build \(e\.g\. "
+                      r"\[A, B, C\]\), got Tensor"),
+    (lambda a: a + ["C"], r"auto_schedule: args\[3\] is a str, not a tensor or a tc\.var; pass "
+                          r"the placeholders and computes you give tc\.build"),
+    (lambda a: a[:2], r"auto_schedule: the argument list has no compute tensor to schedule"),
+])
+def test_auto_schedule_bad_args(bad, msg):
+    with pytest.raises(AutoScheduleError, match=msg):
+        tc.auto_schedule(bad(_mm()))
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(target="cuda"), r"auto_schedule: target='cuda' is not supported yet; the "
+                          r"auto-scheduler writes CPU schedules \(target='llvm'\)"),
+    (dict(trials=-1), r"auto_schedule: trials must be an int >= 0 \(0: no measurement\), got -1"),
+    (dict(trials=2.5), r"trials must be an int >= 0 \(0: no measurement\), got 2\.5"),
+    (dict(seed="x"), r"auto_schedule: seed must be an int, got 'x'"),
+    (dict(timeout=0), r"auto_schedule: timeout must be a positive number of seconds or None"),
+    (dict(log=3), r"auto_schedule: log must be a file path \(str or Path\) or None, got int"),
+    (dict(shapes={"m": 3}), r"auto_schedule: shapes names 'm', which is no symbolic extent of "
+                            r"these tensors \(they have none\)"),
+    (dict(shapes=[1]), r"auto_schedule: shapes must be a dict of symbolic extent names to "
+                       r"ints"),
+    (dict(trials=1, search="annealing"), r"auto_schedule: search='annealing' is not a search; "
+                                         r"use 'model' \(cost-model guided\) or 'random'"),
+    (dict(trials=1, runner="ssh"), r"runner"),
+])
+def test_auto_schedule_bad_options(kw, msg):
+    with pytest.raises(AutoScheduleError, match=msg):
+        tc.auto_schedule(_mm(), **kw)
+
+
+def test_auto_schedule_shapes_value():
+    n = tc.var("n")
+    A = tc.placeholder((n, 4), name="A")
+    C = tc.compute((n, 4), lambda i, j: A[i, j] * 2, name="C")
+    with pytest.raises(AutoScheduleError, match=r"auto_schedule: shapes\['n'\] must be a "
+                                                r"positive int, got 0"):
+        tc.auto_schedule([A, C], shapes={"n": 0})
+
+
+# records
+
+def test_log_is_a_directory(tmp_path):
+    with pytest.raises(AutoScheduleError, match=r"load_records: .* is a directory; give a file "
+                                                r"path for the log, e\.g\. .*tuning\.jsonl"):
+        tc.auto_schedule(_mm(), log=str(tmp_path))
+
+
+def test_record_with_a_time_json_cannot_store(tmp_path):
+    from tecomp.autoschedule import records
+
+    rec = records.make_record(records.workload_key(_mm()), [], [float("nan")])
+    with pytest.raises(AutoScheduleError, match=r"append_record: the record for .* holds a "
+                                                r"value JSON cannot store .*times must be finite"):
+        records.append_record(str(tmp_path / "l.jsonl"), rec)
+
+
+def test_workload_key_of_something_else():
+    from tecomp.autoschedule import records
+
+    with pytest.raises(AutoScheduleError, match=r"workload_key: str 'A' is not a tensor or a "
+                                                r"tc\.var; pass the list you give tc\.build"):
+        records.workload_key(["A"])
