@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import time
 from typing import Callable
@@ -22,18 +21,10 @@ class Skip(Exception):
 
 
 def machine() -> str:
-    name = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    name = sc.cpu_name()
     info = sc.cpu_info()
     isa = {16: "AVX-512", 8: "AVX2", 4: "SSE"}.get(info.lanes, "?")
-    return (f"{name or platform.processor()}, {os.cpu_count()} cores, {isa} "
+    return (f"{name}, {os.cpu_count()} cores, {isa} "
             f"({info.lanes} float32 lanes, {info.vregs} vector registers), "
             f"L1d {info.l1_bytes // 1024} KiB, L2 {info.l2_bytes // 1024} KiB")
 

@@ -466,7 +466,7 @@ class _Rules:
     def reduction(self, st: Stage):
         op = st.op
         plan = self._plan_block(op)
-        if plan is not None and self.k.choose(f"tile.{op.name}", [True, False], True):
+        if plan is not None:
             cache = self.s.cache_write(op.output(0), "local")
             self.tile_reduction(self.s[cache], st, cache.op, origin=op)
             return

@@ -122,6 +122,20 @@ def _cache_size(level: int, default: int) -> int:
     return default
 
 
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or what ``platform`` says."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
 def cpu_info(target: str = "llvm") -> CpuInfo:
     """The vector width, register count and thread count the schedules use.
 

@@ -1,0 +1,254 @@
+"""Tuning records: one JSON object per line, appended by the search, read by
+``tc.auto_schedule(..., log=...)``.
+
+A record::
+
+    {"v": 1, "workload": {"hash": ..., "shapes": {...}, "target": "llvm", "cpu": ...},
+     "trace": [...], "times": [seconds, ...] or null, "error": null or "...",
+     "ok": true, "at": unix time, ...extra (knobs, trial, search)}
+
+* ``workload`` is :func:`workload_key`: a structural hash of the compute DAG (names do not
+  count, structure, shapes, dtypes and constants do), the bound symbolic extents, the
+  target and the CPU model.  A record is used only for an equal key.
+* ``trace`` is a schedule trace (:mod:`tecomp.schedule.trace`): data that names schedule
+  primitives and positions, replayed by :func:`tecomp.schedule.trace.replay`.  Nothing in
+  a log is ever executed or unpickled: lines are read with ``json.loads`` only.
+* Appending is one ``write`` of the whole line under an exclusive ``flock`` on a file
+  opened with ``O_APPEND`` (created ``0600``), so several processes can share a log.
+* A line that is not a valid record is skipped with a :class:`RecordWarning` naming the
+  file and line (and at most 60 characters of it, escaped).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import statistics
+import time
+import warnings
+from typing import List, Optional
+
+from ..errors import AutoScheduleError
+
+__all__ = ["workload_key", "make_record", "append_record", "load_records", "best_record",
+           "RecordWarning", "cpu_model"]
+
+VERSION = 1
+
+
+class RecordWarning(UserWarning):
+    """A line of a tuning log that is not a valid record (it is skipped)."""
+
+
+# ---------------------------------------------------------------------------------------
+# the workload key
+
+
+def cpu_model() -> str:
+    """The CPU model name and the vector width the schedules use."""
+    from ..nn.schedule_cpu import cpu_info, cpu_name
+
+    try:
+        return f"{cpu_name()} ({cpu_info().lanes} x float32 lanes)"
+    except Exception:  # noqa: BLE001 - no LLVM: the name alone
+        return cpu_name()
+
+
+class _Canon:
+    """A canonical, name-free text of a compute DAG."""
+
+    def __init__(self):
+        self.vars = {}
+        self.tensors = {}
+        self.order = []
+
+    def tensor(self, t) -> str:
+        k = id(t.op)
+        if k not in self.tensors:
+            self.tensors[k] = len(self.tensors)
+            self.order.append(t)
+        return f"T{self.tensors[k]}"
+
+    def var(self, v) -> str:
+        k = id(v)
+        if k not in self.vars:
+            self.vars[k] = len(self.vars)
+        return f"v{self.vars[k]}"
+
+    def __call__(self, x):
+        from ..ir.expr import CommReducer, Var
+        from ..te.tensor import Tensor
+
+        if x is None or isinstance(x, (bool, int, str)):
+            return repr(x)
+        if isinstance(x, float):
+            return repr(x) if math.isfinite(x) else f"float({x!r})"
+        if isinstance(x, Var):
+            return f"{self.var(x)}:{x.dtype}"
+        if isinstance(x, Tensor):
+            return self.tensor(x)
+        if isinstance(x, (list, tuple)):
+            return "[" + ",".join(self(v) for v in x) + "]"
+        if isinstance(x, dict):
+            return "{" + ",".join(f"{k!r}:{self(x[k])}" for k in sorted(x, key=repr)) + "}"
+        if dataclasses.is_dataclass(x):
+            skip = ("name",) if isinstance(x, CommReducer) else ()
+            inner = ",".join(f"{f.name}={self(getattr(x, f.name))}"
+                             for f in dataclasses.fields(x) if f.name not in skip)
+            return f"{type(x).__name__}({inner})"
+        return f"<{type(x).__name__}>"
+
+    def op(self, t) -> str:
+        from ..te.tensor import ComputeOp
+
+        op = t.op
+        shape = self(tuple(op.shape))
+        if isinstance(op, ComputeOp):
+            return (f"compute {op.dtype} {shape} axis={self(op.axis)} body={self(op.body)} "
+                    f"attrs={self(op.attrs)}")
+        return f"placeholder {op.dtype} {shape}"
+
+
+def workload_key(args, target: str = "llvm", shapes: Optional[dict] = None) -> dict:
+    """The key of the workload ``args`` (the list given to ``tc.build``): ``{"hash": sha256
+    of the DAG's canonical text, "shapes": the bound symbolic extents, "target", "cpu"}``.
+    Two DAGs built the same way with other names have the same hash."""
+    from ..ir.expr import Var
+    from ..te.tensor import Tensor
+
+    c = _Canon()
+    head = []
+    for a in args:
+        if isinstance(a, Tensor):
+            head.append(c.tensor(a))
+        elif isinstance(a, Var):
+            head.append(c(a))
+        else:
+            raise AutoScheduleError(f"workload_key: {type(a).__name__} {a!r:.40} is not a "
+                                    "tensor or a tc.var; pass the list you give tc.build")
+    lines = ["args " + " ".join(head)]
+    n = 0
+    while n < len(c.order):          # every tensor reachable, in first-seen order
+        t = c.order[n]
+        lines.append(f"T{n} = {c.op(t)}")
+        for x in t.op.input_tensors:
+            c.tensor(x)
+        n += 1
+    text = "\n".join(lines)
+    return {"hash": hashlib.sha256(text.encode()).hexdigest(),
+            "shapes": {k: int(shapes[k]) for k in sorted(shapes or {})},
+            "target": str(target), "cpu": cpu_model()}
+
+
+# ---------------------------------------------------------------------------------------
+# records
+
+
+def make_record(key: dict, trace: list, times: Optional[List[float]], error: Optional[str] = None,
+                **extra) -> dict:
+    """A record of one measured candidate (see the module docstring)."""
+    rec = {"v": VERSION, "workload": key, "trace": trace,
+           "times": None if times is None else [float(t) for t in times], "error": error,
+           "ok": error is None and bool(times), "at": round(time.time(), 3)}
+    rec.update(extra)
+    return rec
+
+
+def _check_path(path, what: str) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise AutoScheduleError(f"{what}: the log must be a file path, got "
+                                f"{type(path).__name__}")
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        raise AutoScheduleError(f"{what}: {p!r} is a directory; give a file path for the log, "
+                                f"e.g. {os.path.join(p, 'tuning.jsonl')!r}")
+    return p
+
+
+def append_record(path, record: dict) -> None:
+    """Append ``record`` as one line of the log at ``path`` (created 0600, with its
+    folders); safe when several processes append to the same log."""
+    import fcntl
+
+    p = _check_path(path, "append_record")
+    try:
+        line = json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except ValueError as e:
+        raise AutoScheduleError(f"append_record: the record for {p!r} holds a value JSON "
+                                f"cannot store ({e}): times must be finite") from None
+    d = os.path.dirname(p)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise AutoScheduleError(f"append_record: cannot open the log {p!r} for appending "
+                                f"({e.strerror}); give a writable file path") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        data = (line + "\n").encode()
+        while data:
+            n = os.write(fd, data)
+            data = data[n:]
+    finally:
+        os.close(fd)   # (releases the lock)
+
+
+def _valid(rec) -> Optional[str]:
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not a record"
+    for k, typ in (("workload", dict), ("trace", list)):
+        if not isinstance(rec.get(k), typ):
+            return f"no {k!r} {typ.__name__}"
+    times = rec.get("times")
+    if times is not None and (not isinstance(times, list) or not all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
+            and t >= 0 for t in times)):
+        return "'times' is not a list of seconds"
+    if not isinstance(rec.get("ok", False), bool):
+        return "'ok' is not a boolean"
+    return None
+
+
+def load_records(path, key: Optional[dict] = None) -> List[dict]:
+    """The valid records of the log at ``path`` (those of workload ``key`` when given); a
+    missing file has none."""
+    p = _check_path(path, "load_records")
+    try:
+        with open(p, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise AutoScheduleError(f"load_records: cannot read the log {p!r} ({e.strerror})") \
+            from None
+    out = []
+    for n, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line.decode("utf-8"))
+            why = _valid(rec)
+        except (UnicodeDecodeError, ValueError) as e:
+            why = f"not JSON ({type(e).__name__})"
+        if why is not None:
+            warnings.warn(f"{p}:{n}: {why}; line skipped: {line[:60]!r}", RecordWarning,
+                          stacklevel=2)
+            continue
+        if key is None or rec["workload"] == key:
+            out.append(rec)
+    return out
+
+
+def best_record(path, key: dict) -> Optional[dict]:
+    """The fastest (median time) record of workload ``key`` that ran correctly, or None;
+    of equal ones, the first in the log."""
+    best, best_t = None, math.inf
+    for rec in load_records(path, key):
+        if rec.get("ok") and rec.get("times"):
+            t = statistics.median(rec["times"])
+            if t < best_t:
+                best, best_t = rec, t
+    return best
