@@ -160,15 +160,21 @@ class Trace:
         if isinstance(x, dict):
             ((k, v),) = x.items()
             if k == "t":
-                return tensors[v]
+                return tensors[_index(v)]
             if k == "s":
-                return s.stages[v]
+                return s.stages[_index(v)]
             if k == "ax":
-                return s.stages[v[0]].all_iter_vars[v[1]]
+                if not isinstance(v, list) or len(v) != 2:
+                    raise ValueError("an axis is [stage, position]")
+                return s.stages[_index(v[0])].all_iter_vars[_index(v[1])]
             if k == "thread":
+                if not isinstance(v, str):
+                    raise ValueError("a thread axis is named by its tag")
                 return thread_axis(v)
-            raise ValueError(f"unknown reference {k!r}")
-        return x
+            raise ValueError(f"unknown reference {k!r:.40}")
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        raise ValueError(f"a {type(x).__name__} is no trace value")
 
     def to_json(self) -> List[list]:
         """The steps as plain JSON data (a copy)."""
@@ -206,6 +212,12 @@ def _dag_tensors(outputs) -> list:
     return order
 
 
+def _index(v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"{v!r:.40} is not a position")
+    return v
+
+
 def _check_steps(steps) -> None:
     if not isinstance(steps, list) or not all(
             isinstance(st, list) and len(st) == 4 and isinstance(st[0], str)
@@ -236,7 +248,11 @@ def replay(steps, outputs):
             raise ScheduleError(f"trace step {n} ({name}) names something this DAG does not "
                                 f"have ({type(e).__name__}: {e}); the trace was recorded on "
                                 "another compute") from None
-        getattr(owner, name)(*a, **kw)
+        try:
+            getattr(owner, name)(*a, **kw)
+        except TypeError as e:      # wrong arguments for the primitive
+            raise ScheduleError(f"trace step {n} ({name}): arguments the primitive does not "
+                                f"take ({str(e)[:120]}); the trace is damaged") from None
     return s
 
 

@@ -710,3 +710,18 @@ def test_replay_refuses_what_is_not_a_primitive():
     with pytest.raises(tc.ScheduleError, match=r"a trace is a list of \[primitive, stage, args, "
                                                r"kwargs\] steps"):
         replay([["split"]], [C])
+
+
+@pytest.mark.parametrize("step, msg", [
+    (["split", {"s": -1}, [{"ax": [0, 0]}], {"factor": 4}], r"-1 is not a position"),
+    (["split", {"s": 0}, [{"ax": [0, True]}], {"factor": 4}], r"True is not a position"),
+    (["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": {"eval": "1"}}], r"unknown reference 'eval'"),
+    (["split", {"s": 0}, [{"ax": [0, 0]}], {"fctor": 4}], r"trace step 0 \(split\): arguments "
+                                                          r"the primitive does not take"),
+])
+def test_replay_of_a_damaged_step(step, msg):
+    from tecomp.schedule.trace import replay
+
+    A, B, C, k = _mm()
+    with pytest.raises(tc.ScheduleError, match=msg):
+        replay([step], [C])
