@@ -163,3 +163,20 @@ def test_a_failing_primitive_records_nothing():
     with pytest.raises(tc.ScheduleError):
         s[C].vectorize(C.op.reduce_axis[0])
     assert len(s.trace) == 0
+
+
+def test_printed_trace_survives_freed_axes():
+    """rfactor replaces a stage's op, freeing the old axes; a new axis that got a freed
+    axis's id() must not be printed under the old axis's name (it was, about one time in
+    ten, depending on what else the process had allocated)."""
+    junk = []
+    for i in range(120):
+        junk.append([tc.placeholder((i % 7 + 1,), name="j") for _ in range(i % 13)])
+        if len(junk) > 20:
+            junk.pop(0)
+        X = tc.placeholder((16, 64), name="X")
+        W = tc.placeholder((40, 64), name="W")
+        out = nn.dense(X, W)
+        args = [X, W, out]
+        s = sc.schedule_dense(out)
+        _same(s, _python_schedule(s.trace.python(args), *args), args)

@@ -292,6 +292,9 @@ def steps_python(steps, outputs, args=None, name: str = "schedule") -> str:
     names = _Names()
     lines: List[str] = []
     tname: Dict[int, str] = {}
+    # every object named by id() is kept alive here: an IterVar freed by a later split
+    # would otherwise hand its id (and its name) to a new, different axis
+    keep: list = list(args) + outputs
     params = []
     for a in args:
         nm = names.fresh(getattr(a, "name", "arg"))
@@ -304,6 +307,7 @@ def steps_python(steps, outputs, args=None, name: str = "schedule") -> str:
     for t in outputs:
         if id(t.op) not in tname:
             tname[id(t.op)] = names.fresh(t.name)
+            keep.append(t)
             lines.append(f"{tname[id(t.op)]} = ...  # the output {t.name!r}")
         out_names.append(tname[id(t.op)])
     lines.append(f"s = tc.create_schedule([{', '.join(n + '.op' for n in out_names)}])")
@@ -319,6 +323,7 @@ def steps_python(steps, outputs, args=None, name: str = "schedule") -> str:
                         nm = names.fresh(t.name)
                         lines.append(f"{nm} = {tname[id(c.op)]}.op.input_tensors[{i}]")
                         tname[id(t.op)] = nm
+                        keep.append(t)
                         return nm
         # a deeper one: name its consumers first
         for c in tr.tensors:
@@ -345,6 +350,7 @@ def steps_python(steps, outputs, args=None, name: str = "schedule") -> str:
                         nm = names.fresh(iv.name)
                         lines.append(f"{nm} = {stage_ref(st)}.op.{field}[{p}]")
                         axname[id(iv)] = nm
+                        keep.append(iv)
                         return nm
         return repr(iv.name)  # pragma: no cover
 
@@ -374,6 +380,7 @@ def steps_python(steps, outputs, args=None, name: str = "schedule") -> str:
         if name_ in _MAKES_TENSOR:
             nm = names.fresh(out.name)
             tname[id(out.op)] = nm
+            keep.append(out)
             lines.append(f"{nm} = {call}")
         elif name_ in ("split", "fuse", "tile"):
             outs = out if isinstance(out, tuple) else (out,)
@@ -382,6 +389,7 @@ def steps_python(steps, outputs, args=None, name: str = "schedule") -> str:
                 nm = names.fresh(iv.name.replace(".outer", "_o").replace(".inner", "_i")
                                  .replace(".fused", "_f"))
                 axname[id(iv)] = nm
+                keep.append(iv)
                 ns.append(nm)
             lines.append(f"{', '.join(ns)} = {call}")
         else:
