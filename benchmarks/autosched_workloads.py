@@ -8,9 +8,13 @@ Each workload gives the same computation to every tool:
 * ``halide(hl)``: the pipeline written in Halide (fresh Funcs each call, with estimates
   for the autoscheduler): ``(input ImageParams, output Funcs)``; Halide's dimensions are
   listed innermost first, so ``C[j, i]`` is numpy's ``C[i, j]``;
-* ``te(te)``: the pipeline as TVM TE tensors (inputs, then outputs) for MetaSchedule.
+* ``te(te)``: the pipeline as TVM TE tensors (inputs, then outputs) for MetaSchedule, or,
+  where MetaSchedule cannot take it as one function, a dict of kernels run in order
+  (:func:`te_kernels`).
 """
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 
@@ -22,7 +26,8 @@ class W:
     def __init__(self, name, flops, shapes, tecomp, ref, torch=None, halide=None, te=None,
                  note=""):
         self.name, self.flops, self.note = name, flops, note
-        rng = np.random.default_rng(abs(hash(name)) % 2**32)
+        # a stable seed (str hashes change from one process to the next)
+        rng = np.random.default_rng(zlib.crc32(name.encode()))
         self.inputs = [rng.uniform(-1, 1, s).astype("float32") for s in shapes]
         self._tecomp, self._ref = tecomp, ref
         self.torch, self.halide, self.te = torch, halide, te
@@ -33,6 +38,21 @@ class W:
     def reference(self):
         out = self._ref(*[x.astype("float64") for x in self.inputs])
         return list(out) if isinstance(out, tuple) else [out]
+
+
+def te_kernels(w, te):
+    """The TVM version of ``w`` as kernels run in order: ``([[(key, tensor), ...], ...],
+    input keys, output keys)``, a kernel's arguments listed as ``te.create_prim_func``
+    takes them.  ``w.te`` gives one kernel's tensors (the workload's inputs, then its
+    outputs), or ``{"kernels": [[tensors], ...], "inputs": [names], "outputs": [names]}``,
+    where the kernels pass tensors to each other by name."""
+    spec = w.te(te)
+    if isinstance(spec, dict):
+        return ([[(t.op.name, t) for t in k] for k in spec["kernels"]], spec["inputs"],
+                spec["outputs"])
+    n = len(w.inputs)
+    keys = [f"in{i}" for i in range(n)] + [f"out{i}" for i in range(len(spec) - n)]
+    return [list(zip(keys, spec))], keys[:n], keys[n:]
 
 
 def _rdom(hl, *extents):
@@ -281,10 +301,12 @@ def conv_relu(C=64, K=64, H=56, Wd=56):
         return [X, Wt, b, nn.relu(nn.bias_add(nn.conv2d_nchw(X, Wt, padding=1), b))]
 
     def ref(x, w, b):
-        import torch
-
-        return torch.relu(torch.nn.functional.conv2d(
-            torch.tensor(x), torch.tensor(w), torch.tensor(b), padding=1)).numpy()
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        o = np.zeros((1, K, H, Wd)) + b[None, :, None, None]
+        for a in range(3):
+            for c in range(3):
+                o += np.einsum("ncyx,kc->nkyx", xp[:, :, a:a + H, c:c + Wd], w[:, :, a, c])
+        return np.maximum(o, 0.0)
 
     def torch_(x, w, b):
         import torch
@@ -331,12 +353,42 @@ def conv_relu(C=64, K=64, H=56, Wd=56):
 # row-wise
 
 
+def _layer_norm_tc(X, g, b, R, C, eps):
+    """Layer norm over rows as a user writes it: plain computes, no tecomp.nn."""
+    k = tc.reduce_axis((0, C), name="k")
+    mean = tc.compute((R,), lambda i: tc.sum(X[i, k] * (1.0 / C), axis=k), name="mean")
+    k2 = tc.reduce_axis((0, C), name="k2")
+    var = tc.compute((R,), lambda i: tc.sum((X[i, k2] - mean[i]) * (X[i, k2] - mean[i])
+                                            * (1.0 / C), axis=k2), name="var")
+    rstd = tc.compute((R,), lambda i: tc.rsqrt(var[i] + eps), name="rstd")
+    return tc.compute((R, C), lambda i, j: (X[i, j] - mean[i]) * rstd[i] * g[j] + b[j],
+                      name="Y")
+
+
+def _layer_norm_halide(hl, X, g, bb, C, eps, name):
+    """Layer norm over the rows of ``X[j, i]`` (j the C columns) as Halide Funcs: the
+    output Func and its two Vars."""
+    j, i = hl.Var("j"), hl.Var("i")
+    r = _rdom(hl, C)
+    mean = hl.Func("mean")
+    mean[i] = 0.0
+    mean[i] += X[r.x, i] * hl.f32(1.0 / C)
+    var = hl.Func("var")
+    var[i] = 0.0
+    var[i] += (X[r.x, i] - mean[i]) * (X[r.x, i] - mean[i]) * hl.f32(1.0 / C)
+    invstd = hl.Func("invstd")
+    invstd[i] = 1.0 / hl.sqrt(var[i] + hl.f32(eps))
+    out = hl.Func(name)
+    out[j, i] = (X[j, i] - mean[i]) * invstd[i] * g[j] + bb[j]
+    return out, j, i
+
+
 def layer_norm(R=4096, C=768, eps=1e-5):
     def tecomp():
         X = tc.placeholder((R, C), name="X")
         g = tc.placeholder((C,), name="g")
         b = tc.placeholder((C,), name="b")
-        return [X, g, b, nn.layer_norm(X, g, b, eps)]
+        return [X, g, b, _layer_norm_tc(X, g, b, R, C, eps)]
 
     def ref(x, g, b):
         m = x.mean(1, keepdims=True)
@@ -352,18 +404,7 @@ def layer_norm(R=4096, C=768, eps=1e-5):
         X = hl.ImageParam(hl.Float(32), 2, "X")
         g = hl.ImageParam(hl.Float(32), 1, "g")
         bb = hl.ImageParam(hl.Float(32), 1, "b")
-        j, i = hl.Var("j"), hl.Var("i")
-        r = _rdom(hl, C)
-        mean = hl.Func("mean")
-        mean[i] = 0.0
-        mean[i] += X[r.x, i] * (1.0 / C)
-        var = hl.Func("var")
-        var[i] = 0.0
-        var[i] += (X[r.x, i] - mean[i]) * (X[r.x, i] - mean[i]) * (1.0 / C)
-        invstd = hl.Func("invstd")
-        invstd[i] = 1.0 / hl.sqrt(var[i] + eps)
-        O = hl.Func("O")
-        O[j, i] = (X[j, i] - mean[i]) * invstd[i] * g[j] + bb[j]
+        O, j, i = _layer_norm_halide(hl, X, g, bb, C, eps, "O")
         X.set_estimates([(0, C), (0, R)])
         g.set_estimates([(0, C)])
         bb.set_estimates([(0, C)])
@@ -408,7 +449,7 @@ def row_reduce(R=4096, C=1024, mean=False):
         r = _rdom(hl, C)
         S = hl.Func("S")
         S[i] = 0.0
-        S[i] += X[r.x, i] * s if mean else X[r.x, i]
+        S[i] += X[r.x, i] * hl.f32(s) if mean else X[r.x, i]
         X.set_estimates([(0, C), (0, R)])
         S.set_estimates([(0, R)])
         return [X], [S]
@@ -483,7 +524,7 @@ def layer_norm_grad(R=4096, C=768, eps=1e-5):
         X = tc.placeholder((R, C), name="X")
         g = tc.placeholder((C,), name="g")
         b = tc.placeholder((C,), name="b")
-        Y = nn.layer_norm(X, g, b, eps)
+        Y = _layer_norm_tc(X, g, b, R, C, eps)
         dY = tc.placeholder(Y.shape, name="dY")
         dX, dg, db = tc.gradient(Y, [X, g, b], head=dY)
         return [X, g, b, dY, dX, dg, db]
@@ -500,14 +541,73 @@ def layer_norm_grad(R=4096, C=768, eps=1e-5):
     def torch_(x, g, b, dy):
         import torch
 
-        x = x.detach().requires_grad_()
-        g = g.detach().requires_grad_()
-        b = b.detach().requires_grad_()
-        y = torch.nn.functional.layer_norm(x, (C,), g, b, eps)
-        return torch.autograd.grad(y, [x, g, b], dy)
+        with torch.enable_grad():      # whatever the caller's grad mode
+            x = x.detach().requires_grad_()
+            g = g.detach().requires_grad_()
+            b = b.detach().requires_grad_()
+            y = torch.nn.functional.layer_norm(x, (C,), g, b, eps)
+            return torch.autograd.grad(y, [x, g, b], dy)
+
+    def halide(hl):
+        # Halide derives the gradient itself (propagate_adjoints), as tecomp does; Li2018
+        # is its autoscheduler for such pipelines.  The inputs are read through boundary
+        # conditions: the derived stages read past the edges.
+        Xp = hl.ImageParam(hl.Float(32), 2, "X")
+        gp = hl.ImageParam(hl.Float(32), 1, "g")
+        bp = hl.ImageParam(hl.Float(32), 1, "b")
+        dYp = hl.ImageParam(hl.Float(32), 2, "dY")
+        ext = hl.BoundaryConditions.constant_exterior
+        X, g, bb = ext(Xp, 0.0, [(0, C), (0, R)]), ext(gp, 0.0, [(0, C)]), ext(bp, 0.0, [(0, C)])
+        Y, j, i = _layer_norm_halide(hl, X, g, bb, C, eps, "Y")
+        d = hl.propagate_adjoints(Y, ext(dYp, 0.0, [(0, C), (0, R)]), [(0, C), (0, R)])
+        dX, dg, db = hl.Func("dX"), hl.Func("dg"), hl.Func("db")
+        dX[j, i] = d[X][j, i]
+        dg[j] = d[g][j]
+        db[j] = d[bb][j]
+        for ip, e in ((Xp, [(0, C), (0, R)]), (gp, [(0, C)]), (bp, [(0, C)]),
+                      (dYp, [(0, C), (0, R)]), (dX, [(0, C), (0, R)]), (dg, [(0, C)]),
+                      (db, [(0, C)])):
+            ip.set_estimates(e)
+        return [Xp, gp, bp, dYp], [dX, dg, db]
+
+    def te_(te):
+        # TVM has no gradient for TE: the backward pass written by hand, as two kernels
+        # (the row statistics, then dX, dg and db): MetaSchedule's design space fails on
+        # dX with its row reductions in one function ("The primitive requires all the
+        # producer(s) of the given block to be present under the target loop", from
+        # ReverseComputeAt), as Relax would split the graph anyway
+        import tvm
+
+        def rsum(f, n, name):
+            k = te.reduce_axis((0, n), name=name)
+            return lambda *i: te.sum(f(*i, k), axis=k)
+
+        def ins():
+            return (te.placeholder((R, C), name="X"), te.placeholder((C,), name="g"),
+                    te.placeholder((R, C), name="dY"))
+        X, g, dY = ins()
+        mean = te.compute((R,), rsum(lambda i, k: X[i, k] * (1.0 / C), C, "k0"), name="mean")
+        var = te.compute((R,), rsum(lambda i, k: (X[i, k] - mean[i]) * (X[i, k] - mean[i])
+                                    * (1.0 / C), C, "k1"), name="var")
+        rs = te.compute((R,), lambda i: tvm.tirx.rsqrt(var[i] + eps), name="rs")
+        m1 = te.compute((R,), rsum(lambda i, k: dY[i, k] * g[k] * (1.0 / C), C, "k2"),
+                        name="m1")
+        m2 = te.compute((R,), rsum(lambda i, k: dY[i, k] * g[k] * (X[i, k] - mean[i]) * rs[i]
+                                   * (1.0 / C), C, "k3"), name="m2")
+        stats = [X, g, dY, mean, rs, m1, m2]
+        X, g, dY = ins()
+        mean, rs, m1, m2 = [te.placeholder((R,), name=n) for n in ("mean", "rs", "m1", "m2")]
+        dX = te.compute((R, C), lambda i, j: rs[i] * (dY[i, j] * g[j] - m1[i] - (
+            X[i, j] - mean[i]) * rs[i] * m2[i]), name="dX")
+        dg = te.compute((C,), rsum(lambda j, r: dY[r, j] * (X[r, j] - mean[r]) * rs[r], R,
+                                   "r0"), name="dg")
+        db = te.compute((C,), rsum(lambda j, r: dY[r, j], R, "r1"), name="db")
+        return {"kernels": [stats, [X, g, dY, mean, rs, m1, m2, dX, dg, db]],
+                "inputs": ["X", "g", "b", "dY"], "outputs": ["dX", "dg", "db"]}
 
     return W(f"grad of layer norm {R}x{C}", 16.0 * R * C, [(R, C), (C,), (C,), (R, C)],
-             tecomp, ref, torch_, note="PyTorch: forward + backward (it saves the statistics); "
+             tecomp, ref, torch_, halide, te_,
+             note="PyTorch: forward + backward (it saves the statistics); "
              "GFLOP/s counts 16 flops per element")
 
 

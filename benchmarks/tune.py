@@ -6,6 +6,7 @@ tecomp.nn ops whose templates are the auto-scheduler's starting points).
     python3 benchmarks/tune.py --trials 200          # + tecomp's measured search (model-guided)
     python3 benchmarks/tune.py --trials 200 --plot tune.png   # + random search, and the plot
     python3 benchmarks/tune.py --tvm-trials 200 --only bmm    # + TVM MetaSchedule (slow)
+    python3 benchmarks/tune.py --trials 200 --tvm-trials 200 --tvm-only "conv"  # TVM on some
     python3 benchmarks/tune.py --quick --only "row"
 
 Columns (every tool's output is checked against a float64 reference first; the tools take
@@ -21,9 +22,10 @@ turns in one process, the order rotating every round, and the table shows median
 * ``tvm-ms``: TVM MetaSchedule (``tvm.s_tir.meta_schedule.tune_tir``) with ``--tvm-trials``.
 
 Ratios are tecomp's speed over the other's (> 1: tecomp is faster).  ``--plot`` runs the
-search twice per workload (random and model-guided, same trial count) and draws the best
-time against trials (matplotlib), and prints how many trials each needed to come within
-10% of its final best.
+search twice per workload (random and model-guided, same trial count), reads the best
+time against trials back from the JSON-lines logs in ``--log-dir``, draws it (matplotlib)
+and prints how many trials each mode needed to reach 90% of its final best speed; without
+``--trials`` it plots the logs already in ``--log-dir``.
 """
 from __future__ import annotations
 
@@ -51,6 +53,16 @@ class Skip(Exception):
 
 def _outputs(args):
     return [a for a in args if isinstance(a.op, tc.te.tensor.ComputeOp)]
+
+
+def auto_schedule(args, **kw):
+    """``tc.auto_schedule(args, **kw)``; a tecomp without it gets the default schedule
+    (``tc.create_schedule``), so that the other columns still run."""
+    if hasattr(tc, "auto_schedule"):
+        return tc.auto_schedule(args, **kw)
+    if kw.get("trials"):
+        raise Skip("this tecomp has no tc.auto_schedule")
+    return tc.create_schedule([t.op for t in _outputs(args)])
 
 
 def _check(got, ref, what):
@@ -143,23 +155,43 @@ def halide_fns(w, threads):
     return out, errors
 
 
+# one tune_tir over all the workload's kernels (one MetaSchedule task each, the trial
+# budget shared by its task scheduler, as for a Relax model), each kernel exported
 _TVM_TUNE = r"""
-import sys, pickle
+import os, sys
 sys.path.insert(0, {bench!r})
 import tvm
 from tvm import te
 from tvm.s_tir import meta_schedule as ms
-from autosched_workloads import all_workloads
+from autosched_workloads import all_workloads, te_kernels
 w = [w for w in all_workloads() if w.name == {name!r}][0]
 target = tvm.target.Target({target!r})
-mod = tvm.IRModule({{"main": te.create_prim_func(w.te(te))}})
+kernels, _, _ = te_kernels(w, te)
+mod = tvm.IRModule({{f"k{{i}}": te.create_prim_func([t for _, t in k]).with_attr(
+    "global_symbol", f"k{{i}}") for i, k in enumerate(kernels)}})
 db = ms.tune_tir(mod, target, {work!r}, max_trials_global={trials},
-                 num_trials_per_iter=min(64, {trials}))
-sch = ms.tir_integration.compile_tir(db, mod, target)
-if sch is None:
-    sys.exit(3)
-tvm.compile(sch.mod, target=target).export_library({lib!r})
+                 num_trials_per_iter=max(1, min(64, {trials} // len(kernels))))
+for i in range(len(kernels)):
+    sch = ms.tir_integration.compile_tir(db, mod[f"k{{i}}"], target)
+    if sch is None:
+        print(f"no tuning record for kernel {{i}} of {{len(kernels)}}")
+        sys.exit(3)
+    tvm.compile(sch.mod, target=target).export_library(os.path.join({work!r}, f"k{{i}}.so"))
 """
+
+
+def _tvm_hint(out):
+    """What fixes the failures met with the PyPI wheels (apache-tvm 0.27.0.post1)."""
+    if "ToJSONGraph" in out or "Segfault" in out:
+        # the wheel asks for apache-tvm-ffi>=0.1.14.post0, and pip takes 0.1.15.post2,
+        # which crashes in tvm.ir.save_json of any TIR function (MetaSchedule's builder
+        # and database serialize every candidate); 0.1.14.post1 works
+        return (" -- apache-tvm 0.27.0.post1 with apache-tvm-ffi 0.1.15 segfaults "
+                "serializing TIR: pip install apache-tvm-ffi==0.1.14.post1")
+    if "No module named 'xgboost'" in out:
+        return (" -- MetaSchedule's cost model (XGBModel) needs xgboost: "
+                "pip install xgboost-cpu")
+    return ""
 
 
 def tvm_fn(w, threads, trials, work_dir):
@@ -179,22 +211,36 @@ def tvm_fn(w, threads, trials, work_dir):
     lb.initialize_native_target()
     target = {"kind": "llvm", "mcpu": lb.get_host_cpu_name(), "num-cores": threads}
     os.makedirs(work_dir, exist_ok=True)
-    lib = os.path.join(work_dir, "tuned.so")
     code = _TVM_TUNE.format(bench=os.path.dirname(os.path.abspath(__file__)), name=w.name,
-                            target=target, work=work_dir, trials=trials, lib=lib)
+                            target=target, work=work_dir, trials=trials)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if r.returncode != 0:
         tail = [x for x in (r.stdout + r.stderr).splitlines()
                 if x.strip() and not x.startswith("  File")][-2:]
         why = f"signal {-r.returncode}" if r.returncode < 0 else f"exit {r.returncode}"
-        raise Skip(f"MetaSchedule's tuning process failed ({why}): {' | '.join(tail)[:200]}")
-    f = tvm.runtime.load_module(lib)["main"]
+        raise Skip(f"MetaSchedule's tuning process failed ({why}): {' | '.join(tail)[:200]}"
+                   + _tvm_hint(r.stdout + r.stderr))
+    from tvm import te
+
+    from autosched_workloads import te_kernels
+
+    kernels, ins, outs = te_kernels(w, te)
     dev = tvm.cpu()
-    targs = [tvm.runtime.tensor(x, dev) for x in w.inputs]
-    touts = [tvm.runtime.empty(r_.shape, "float32", dev) for r_ in w.reference()]
-    f(*targs, *touts)
-    _check([t.numpy() for t in touts], w.reference(), "tvm-ms")
-    return lambda: f(*targs, *touts)
+    bufs = {k: tvm.runtime.tensor(x, dev) for k, x in zip(ins, w.inputs)}
+    calls = []
+    for i, kern in enumerate(kernels):
+        for k, t in kern:
+            if k not in bufs:       # an output, or a tensor from one kernel to the next
+                bufs[k] = tvm.runtime.empty([int(d) for d in t.shape], t.dtype, dev)
+        f = tvm.runtime.load_module(os.path.join(work_dir, f"k{i}.so"))[f"k{i}"]
+        calls.append((f, [bufs[k] for k, _ in kern]))
+
+    def run():
+        for f, a in calls:
+            f(*a)
+    run()
+    _check([bufs[k].numpy() for k in outs], w.reference(), "tvm-ms")
+    return run
 
 
 # ---------------------------------------------------------------------------------------
@@ -229,16 +275,62 @@ def _rounds(w, quick):
     return 3 if quick else 7
 
 
+def read_histories(logs):
+    """Best time against trials from JSON-lines tuning logs: ``logs`` maps a workload's
+    name to its log files; the result maps it to ``{search mode: [(trial, best seconds
+    so far), ...]}``, trials counted from 1.  A record is a dict with "times" (seconds
+    or null), "ok", "trial" (its index in the search) and "search" ("model" or
+    "random"); the candidate's time is the median of its times, as the search takes it.
+    Lines that are not such records are skipped."""
+    out = {}
+    for name, paths in logs.items():
+        per_mode = {}
+        for path in paths:
+            with open(path) as f:
+                for line in f:
+                    try:
+                        rec = json.loads(line)
+                        trial = int(rec["trial"])
+                        times = rec.get("times") if rec.get("ok") is True else None
+                        secs = float(statistics.median(times)) if times else math.inf
+                    except (ValueError, KeyError, TypeError, AttributeError):
+                        continue
+                    mode = str(rec.get("search") or os.path.basename(path).split(".")[-2])
+                    per_mode.setdefault(mode, []).append((trial, secs))
+        for mode, recs in per_mode.items():
+            best, hist = math.inf, []
+            for trial, secs in sorted(recs):
+                best = min(best, secs)
+                hist.append((trial + 1, best))
+            out.setdefault(name, {})[mode] = hist
+    return out
+
+
 def to90(history):
-    """Trials needed to come within 10% of the final best time (1-based)."""
-    fin = [h for h in history if math.isfinite(h)]
+    """Trials needed to come within 10% of the final best time: the first trial whose
+    best is at most best/0.9 (the speed at least 90% of the final best's)."""
+    fin = [(n, b) for n, b in history if math.isfinite(b)]
     if not fin:
         return None
-    best = fin[-1]
-    for i, h in enumerate(history):
-        if h <= best / 0.9:
-            return i + 1
-    return None
+    best = fin[-1][1]
+    return next(n for n, b in fin if b <= best / 0.9)
+
+
+def _slug(name):
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
+def _logs_in(log_dir, works):
+    """{workload name: [its tuning logs in log_dir]} (files ``<slug>.<mode>.jsonl``)."""
+    out = {}
+    if not os.path.isdir(log_dir):
+        return out
+    for w in works:
+        paths = sorted(os.path.join(log_dir, f) for f in os.listdir(log_dir)
+                       if f.startswith(_slug(w.name) + ".") and f.endswith(".jsonl"))
+        if paths:
+            out[w.name] = paths
+    return out
 
 
 def main(argv=None):
@@ -249,13 +341,16 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="fewer rounds, no GEMM 2048")
     p.add_argument("--trials", type=int, default=0, help="tecomp's measured search (0: none)")
     p.add_argument("--tvm-trials", type=int, default=0, help="TVM MetaSchedule (0: none)")
+    p.add_argument("--tvm-only", default="",
+                   help="with --tvm-trials: tune TVM only on workloads whose name contains this")
     p.add_argument("--no-halide", action="store_true")
     p.add_argument("--log-dir", default=None, help="tuning logs (default: a temp folder)")
     p.add_argument("--plot", default=None, help="PNG of best time against trials")
     a = p.parse_args(argv)
     threads = a.threads or tc.get_num_threads()
     tc.set_num_threads(threads)
-    os.environ.setdefault("HL_NUM_THREADS", str(threads))
+    os.environ.setdefault("HL_NUM_THREADS", str(threads))     # Halide's thread pool
+    os.environ.setdefault("TVM_NUM_THREADS", str(threads))    # TVM's (set before import)
     # (PyTorch keeps its default OpenMP spinning: OMP_WAIT_POLICY=PASSIVE, which run.py
     # sets, made its 0.08 ms batched matmul take 0.15 ms here: its best is without it)
     log_dir = a.log_dir or tempfile.mkdtemp(prefix="tecomp-tune-")
@@ -265,34 +360,37 @@ def main(argv=None):
     works = [w for w in all_workloads() if a.only in w.name]
     if a.quick:
         works = [w for w in works if "2048" not in w.name]
-    rows, histories, skipped = [], {}, {}
+    rows, skipped = [], {}
     for w in works:
         args = w.tecomp()
         fns, notes = {}, []
         t0 = time.perf_counter()
-        s0 = tc.auto_schedule(args)
+        s0 = auto_schedule(args)
         gen = time.perf_counter() - t0
         fns["tc a0"] = tecomp_fn(w, s0, args)
         tune_secs = None
-        if a.trials:
-            slug = "".join(c if c.isalnum() else "_" for c in w.name)
-            for mode in (("random", "model") if a.plot else ("model",)):
-                log = os.path.join(log_dir, f"{slug}.{mode}.jsonl")
-                if os.path.exists(log):
-                    os.remove(log)
-                t0 = time.perf_counter()
-                s = tc.auto_schedule(args, trials=a.trials, log=log, search=mode, seed=0,
-                                     progress=sys.stderr.isatty())
-                secs = time.perf_counter() - t0
-                histories.setdefault(w.name, {})[mode] = s.tune_result.history
-                if mode == "model":
-                    tune_secs = secs
-                    fns[f"tc {a.trials}"] = tecomp_fn(w, s, args)
-        for col, make in (("torch", lambda: torch_fn(w, threads)),):
+        for mode in (("random", "model") if a.plot else ("model",)) if a.trials else ():
+            log = os.path.join(log_dir, f"{_slug(w.name)}.{mode}.jsonl")
+            if os.path.exists(log):
+                os.remove(log)
+            t0 = time.perf_counter()
             try:
-                fns[col] = make()
+                s = auto_schedule(args, trials=a.trials, log=log, search=mode, seed=0,
+                                  progress=sys.stderr.isatty())
             except Skip as e:
-                skipped.setdefault(col, str(e))
+                skipped.setdefault(f"tc {a.trials}", str(e))
+                break
+            secs = time.perf_counter() - t0
+            if mode == "model":
+                tune_secs = secs
+                fns[f"tc {a.trials}"] = tecomp_fn(w, s, args)
+        try:
+            fns["torch"] = torch_fn(w, threads)
+        except Skip as e:
+            if str(e).startswith("not installed"):
+                skipped.setdefault("torch", str(e))
+            else:
+                notes.append(f"torch skipped: {e}")
         if not a.no_halide:
             try:
                 hfns, herr = halide_fns(w, threads)
@@ -302,60 +400,91 @@ def main(argv=None):
                 notes.append(f"halide: {best}" + (f" ({len(herr)} autoscheduler(s) failed: "
                                                   f"{'; '.join(herr)})" if herr else ""))
             except Skip as e:
-                notes.append(f"halide skipped: {e}")
-        if a.tvm_trials:
+                if str(e).startswith("not installed"):
+                    skipped.setdefault("halide", str(e))
+                else:
+                    notes.append(f"halide skipped: {e}")
+        if a.tvm_trials and a.tvm_only in w.name:
             try:
-                wd = os.path.join(log_dir, "tvm-" + "".join(c if c.isalnum() else "_"
-                                                           for c in w.name))
+                wd = os.path.join(log_dir, "tvm-" + _slug(w.name))
                 t0 = time.perf_counter()
                 fns["tvm-ms"] = tvm_fn(w, threads, a.tvm_trials, wd)
                 notes.append(f"tvm-ms tuned in {time.perf_counter() - t0:.0f} s")
             except Skip as e:
-                notes.append(f"tvm-ms skipped: {e}")
+                if str(e).startswith("not installed"):
+                    skipped.setdefault("tvm-ms", str(e))
+                else:
+                    notes.append(f"tvm-ms skipped: {e}")
             except Exception as e:  # noqa: BLE001
                 notes.append(f"tvm-ms failed: {type(e).__name__}: {str(e)[:120]}")
         med = interleaved(fns, _rounds(w, a.quick))
         rows.append((w, med, gen, tune_secs, notes))
-        _print_row(w, med, gen, tune_secs, notes, a.trials)
-    print(f"load after: {os.popen('uptime').read().strip()}")
+        print(f"  done: {w.name}: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in med.items()),
+              file=sys.stderr, flush=True)
+    print(f"load after: {os.popen('uptime').read().strip()}\n")
+    _table(rows, a.trials)
     for k, v in skipped.items():
         print(f"{k} skipped: {v}")
+    # best time against trials, read back from the tuning logs (also without --trials:
+    # the logs already in --log-dir, e.g. of an earlier run, are plotted)
+    histories = read_histories(_logs_in(log_dir, works))
     if histories:
-        print("\ntrials to come within 10% of the final best (random / model-guided):")
+        print("\ntrials to reach 90% of the final best speed (random / model-guided):")
         for name, h in histories.items():
             r, m = to90(h.get("random", [])), to90(h.get("model", []))
+            n = max((len(v) for v in h.values()), default=0)
             print(f"  {name:40s} {r if r is not None else '-':>5} / "
-                  f"{m if m is not None else '-':>5}")
+                  f"{m if m is not None else '-':>5}   (of {n})")
         with open(os.path.join(log_dir, "histories.json"), "w") as f:
             json.dump(histories, f)
         print(f"logs: {log_dir}")
-    if a.plot and histories:
-        _plot(histories, a.plot, a.trials)
+    if a.plot:
+        if histories:
+            _plot(histories, a.plot)
+        else:
+            print(f"--plot: no tuning logs in {log_dir} (give --trials N)")
 
 
-def _print_row(w, med, gen, tune_secs, notes, trials):
-    base = med["tc a0"] if f"tc {trials}" not in med else min(med["tc a0"], med[f"tc {trials}"])
-    cols = []
-    for k, v in med.items():
-        cols.append(f"{k} {w.flops / v / 1e9:7.1f} GF/s ({v * 1e3:.3f} ms)")
-    ratios = []
-    for other in ("torch", "halide", "tvm-ms"):
-        if other in med:
-            ratios.append(f"x{other} a0 {med[other] / med['tc a0']:.2f}" + (
-                f", tuned {med[other] / med[f'tc {trials}']:.2f}" if f"tc {trials}" in med
-                else ""))
-    print(f"{w.name}\n    " + "\n    ".join(cols))
-    print(f"    ratios (tecomp speed / other's): {'; '.join(ratios)}")
-    print(f"    schedule generation {gen:.2f} s" + (f", tuning {tune_secs:.0f} s" if tune_secs
-                                                     else ""))
-    for n in notes:
-        print(f"    {n}")
-    if w.note:
-        print(f"    ({w.note})")
+def _table(rows, trials):
+    """One table: GFLOP/s (ms) per column, then tecomp's speed over the others' (for
+    trials=0, and for the tuned schedule after a slash when there is one)."""
+    tuned = f"tc {trials}"
+    cols = [c for c in ("tc a0", tuned, "torch", "halide", "tvm-ms")
+            if any(c in med for _, med, *_ in rows)]
+    others = [c for c in ("torch", "halide", "tvm-ms") if c in cols]
+    nw = max([len("workload")] + [len(w.name) for w, *_ in rows])
+    head = f"{'workload':{nw}s}  {'gen s':>5s}" + "".join(f"  {c:>17s}" for c in cols) + \
+        "".join(f"  {'tc/' + o:>11s}" for o in others)
+    print("GFLOP/s (ms), medians; tc/X: tecomp's speed over X's "
+          f"(trials=0{' / tuned' if tuned in cols else ''})")
+    print(head)
+    print("-" * len(head))
+    for w, med, gen, tune_secs, notes in rows:
+        line = f"{w.name:{nw}s}  {gen:5.2f}"
+        for c in cols:
+            v = med.get(c)
+            line += f"  {w.flops / v / 1e9:7.1f} ({v * 1e3:7.3f})" if v else f"  {'-':>17s}"
+        for o in others:
+            if o not in med:
+                line += f"  {'-':>11s}"
+                continue
+            r = f"{med[o] / med['tc a0']:.2f}"
+            if tuned in med:
+                r += f"/{med[o] / med[tuned]:.2f}"
+            line += f"  {r:>11s}"
+        print(line)
+    notes = [(w, tune_secs, n) for w, med, gen, tune_secs, n in rows
+             if n or tune_secs or w.note]
+    if notes:
+        print()
+    for w, tune_secs, ns in notes:
+        extra = ([f"tuning {tune_secs:.0f} s"] if tune_secs else []) + ns + (
+            [w.note] if w.note else [])
+        print(f"  {w.name}: " + "; ".join(extra))
     sys.stdout.flush()
 
 
-def _plot(histories, path, trials):
+def _plot(histories, path):
     try:
         import matplotlib
 
@@ -371,11 +500,15 @@ def _plot(histories, path, trials):
     for ax, (name, h) in zip(axes.flat, histories.items()):
         for mode, style in (("random", "--"), ("model", "-")):
             if mode in h:
-                ys = [v * 1e3 if math.isfinite(v) else np.nan for v in h[mode]]
-                ax.plot(range(1, len(ys) + 1), ys, style, label=mode)
+                xs = [n for n, _ in h[mode]]
+                ys = [b * 1e3 if math.isfinite(b) else np.nan for _, b in h[mode]]
+                n90 = to90(h[mode])
+                ax.plot(xs, ys, style, label=("model-guided" if mode == "model" else mode)
+                        + (f" (90% at {n90})" if n90 else ""))
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("trials")
-        ax.set_ylabel("best ms")
+        ax.set_ylabel("best time so far (ms)")
+        ax.set_yscale("log")
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
