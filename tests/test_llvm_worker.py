@@ -138,3 +138,25 @@ def test_forked_child_gets_its_own_worker():
     p = subprocess.run([sys.executable, "-c", script, os.path.join(ROOT, "tests")],
                        capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr
+
+
+def test_a_first_build_that_fails_leaves_no_traceback_at_exit():
+    """The worker starts while the first kernel is lowered; when that lowering fails
+    (caught by the user) and the process exits, the worker's start-up message finds its
+    pipe closed: it ends quietly, it does not print a BrokenPipeError traceback."""
+    script = textwrap.dedent("""
+        import tecomp as tc
+        A = tc.placeholder((10,), name="A")
+        B = tc.compute((10,), lambda i: A[i] + 1.0, name="B")
+        s = tc.create_schedule(B.op)
+        try:
+            tc.build(s, [B])            # A is missing: a LowerError
+        except tc.LowerError:
+            print("caught")
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for _ in range(3):      # a race with the worker's start-up: try it a few times
+        p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=300, env=env)
+        assert p.returncode == 0 and p.stdout.strip() == "caught", p.stdout + p.stderr
+        assert p.stderr == "", p.stderr

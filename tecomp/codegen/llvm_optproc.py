@@ -89,6 +89,18 @@ def _read_exact(f, n: int) -> bytes:
     return b"".join(chunks)
 
 
+def _reply(out, *parts: bytes) -> None:
+    """Write a reply; a parent that closed the pipe (it exited, or its first build failed
+    before it sent a module and the worker's start-up message found nobody reading) ends
+    the worker quietly, with no traceback on the terminal the two share."""
+    try:
+        for p in parts:
+            out.write(p)
+        out.flush()
+    except (BrokenPipeError, ValueError):
+        os._exit(0)
+
+
 def serve(triple: str, cpu: str, features: str, max_mb: float) -> None:
     """The worker's main loop: optimise modules until stdin closes or it retires."""
     import signal
@@ -109,8 +121,8 @@ def serve(triple: str, cpu: str, features: str, max_mb: float) -> None:
     tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="default",
                                       codemodel="jitdefault", jit=True)
     data_layout = str(tm.target_data)
-    out.write(_REP.pack(_READY, 0, 0))  # started: the parent can tell a crash from a failed start
-    out.flush()
+    # started: the parent can tell a crash from a failed start
+    _reply(out, _REP.pack(_READY, 0, 0))
     base = None  # the size after the first module: code pages and caches are in by then
     while True:
         head = _read_exact(inp, _REQ.size)
@@ -133,9 +145,7 @@ def serve(triple: str, cpu: str, features: str, max_mb: float) -> None:
         if base is None:
             base = rss_bytes()
         retiring = (rss_bytes() - base) > max_mb * 2**20
-        out.write(_REP.pack(status, int(retiring), len(payload)))
-        out.write(payload)
-        out.flush()
+        _reply(out, _REP.pack(status, int(retiring), len(payload)), payload)
         if retiring:
             return
 
