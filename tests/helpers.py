@@ -16,6 +16,20 @@ def run(s, args, arrays, backend="llvm"):
     return arrays
 
 
+def triangular_sum(n=10):
+    """``B[i] = sum(A[i, r] for r < i)``: a reduction whose range depends on the output;
+    returns A, B, an input and the expected B."""
+    A = tc.placeholder((n, n), name="A")
+
+    def f(i):
+        r = tc.reduce_axis((0, i), name="r")
+        return tc.sum(A[i, r], axis=r)
+
+    B = tc.compute((n,), f, name="B")
+    a = np.random.default_rng(0).random((n, n)).astype("float32")
+    return A, B, a, np.array([a[i, :i].sum() for i in range(n)])
+
+
 def matmul(n=32, m=24, K=16, dtype="float32"):
     A = tc.placeholder((n, K), dtype=dtype, name="A")
     B = tc.placeholder((K, m), dtype=dtype, name="B")

@@ -106,9 +106,13 @@ def _row_sum(m, n, threads, rows_per_block=1, reducer="sum"):
     return s, [X, Y]
 
 
-@pytest.mark.parametrize("threads,rows,reducer", [(48, 1, "sum"), (32, 4, "sum"), (64, 2, "max")])
-def test_cross_thread_reduction(threads, rows, reducer):
-    m, n = 8, 100
+@pytest.mark.parametrize("threads,rows,reducer,m", [
+    (48, 1, "sum", 8), (32, 4, "sum", 8), (64, 2, "max", 8),
+    # 40 rows split by 32 onto threadIdx.y: the last block's rows 40..63 are past Y (the
+    # final store was unguarded: 24 floats written past the end)
+    (32, 32, "sum", 40), (16, 3, "max", 7)])
+def test_cross_thread_reduction(threads, rows, reducer, m):
+    n = 100
     s, args = _row_sum(m, n, threads, rows, reducer)
     f = tc.lower(s, args)
     text = str(f)
@@ -121,7 +125,38 @@ def test_cross_thread_reduction(threads, rows, reducer):
     interp.run(f, x, y)  # checks for races too
     np.testing.assert_allclose(y, ref, rtol=1e-5)
     if shutil.which("g++"):
-        y[:] = 0
-        tc.build(s, args, target="cuda-emu")(x, y)
-        np.testing.assert_allclose(y, ref, rtol=1e-5)
+        canary = np.full(m + 64, 7.0, "float32")    # Y, then 64 floats that must stay 7
+        tc.build(s, args, target="cuda-emu")(x, canary[:m])
+        np.testing.assert_allclose(canary[:m], ref, rtol=1e-5)
+        assert (canary[m:] == 7.0).all(), "the kernel wrote past the end of Y"
 
+
+
+@pytest.mark.parametrize("thread_outer", [False, True])
+def test_stage_computed_at_the_thread_axis_of_a_cross_thread_reduction(thread_outer):
+    """``s[A2].compute_at(s[B], ki)`` with ``ki`` the reduce axis bound to threadIdx.x: the
+    stage was dropped (the IR read A.local, never computed).  It is computed where ki was
+    among the reduction's loops: per element inside k.outer, or for all of k.outer when
+    the thread axis came first."""
+    A = tc.placeholder((16, 64), name="A")
+    k = tc.reduce_axis((0, 64), name="k")
+    B = tc.compute((16,), lambda i: tc.sum(A[i, k] * 2.0, axis=k), name="B")
+    s = tc.create_schedule(B.op)
+    A2 = s.cache_read(A, "local", [B])
+    ko, ki = s[B].split(k, factor=32)
+    if thread_outer:
+        s[B].reorder(ki, ko)
+    s[B].bind(B.op.axis[0], tc.thread_axis("blockIdx.x"))
+    s[B].bind(ki, tc.thread_axis("threadIdx.x"))
+    s[A2].compute_at(s[B], ki)
+    f = tc.lower(s, [A, B])
+    text = str(f)
+    assert "A.local[" in text and "] = A[i, " in text, text
+    a = np.random.default_rng(1).random((16, 64)).astype("float32")
+    b = np.zeros(16, "float32")
+    interp.run(f, a, b)
+    np.testing.assert_allclose(b, 2 * a.sum(1), rtol=1e-5)
+    if shutil.which("g++"):
+        b[:] = 0
+        tc.build(s, [A, B], target="cuda-emu")(a, b)
+        np.testing.assert_allclose(b, 2 * a.sum(1), rtol=1e-5)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from helpers import conv2d_nchw, conv2d_ref, matmul, matmul_data, run, softmax, softmax_ref
+from helpers import (conv2d_nchw, conv2d_ref, matmul, matmul_data, run, softmax, softmax_ref,
+                     triangular_sum)
 
 BACKENDS = ["llvm", "interp"]
 
@@ -348,3 +349,25 @@ def test_normalize_returns_schedule():
     A, B, C, k = matmul()
     s = tc.create_schedule(C.op)
     assert s.normalize() is s
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cache_write_rebinds_a_dependent_reduce_extent(backend):
+    A, B, a, want = triangular_sum()
+    s = tc.create_schedule(B.op)
+    BL = s.cache_write(B, "local")
+    ko, ki = s[BL].split(s[BL].op.reduce_axis[0], factor=3)
+    b = np.zeros(10, "float32")
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_allclose(b, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rfactor_of_a_dependent_reduce_extent(backend):
+    A, B, a, want = triangular_sum()
+    s = tc.create_schedule(B.op)
+    ro, ri = s[B].split(B.op.reduce_axis[0], factor=4)
+    s.rfactor(B, ri)
+    b = np.zeros(10, "float32")
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_allclose(b, want, rtol=1e-5)

@@ -661,8 +661,14 @@ class LowerContext:
         upd = BufferStore(local, comb.combine(acc, src), (zero,))
         if not (isinstance(cond, Const) and cond.value is True):
             upd = IfThenElse(cond, upd)
-        serial = [iv for iv in leaves[p:] if iv is not rt]
-        fold = self._loops(st, serial, _guard(upd, inf.guards))
+        # the thread loop becomes the outermost of the reduction's loops; a stage computed
+        # at it (s[A2].compute_at(s[B], rt)) stays where rt was among the serial loops:
+        # inside those that came before it, around those that came after
+        red = leaves[p:]
+        before = [iv for iv in red[:red.index(rt)]]
+        after = [iv for iv in red[red.index(rt) + 1:]]
+        fold = self._loops(st, before, self._attach_here(
+            st, rt, self._loops(st, after, _guard(upd, inf.guards))))
         sh = lambda i: BufferLoad(shared, lead + (i,), dt)  # noqa: E731
         steps = []
         stride = 1
@@ -677,7 +683,11 @@ class LowerContext:
                 c = And(c, _op.compare(LT, _op.add(rt.var, Const(stride, "int32")), ext))
             steps += [IfThenElse(c, take), barrier]
             stride //= 2
-        write = IfThenElse(rt.var.equal(zero), BufferStore(inf.buffer, sh(zero), store_idx))
+        # the result is stored by thread 0 under the data guards (rows of a split that
+        # does not divide them, e.g. 40 rows by 32 onto threadIdx.y, are past the output)
+        dguards = [g for g in inf.guards if not _uses_reduce(g, st, inf)]
+        write = IfThenElse(rt.var.equal(zero),
+                           _guard(BufferStore(inf.buffer, sh(zero), store_idx), dguards))
         body = seq(BufferStore(local, comb.identity, (zero,)), fold,
                    BufferStore(shared, acc, lead + (rt.var,)), barrier, *steps, write)
         body = Allocate(local, Allocate(shared, body))

@@ -52,6 +52,13 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
                 ext[rel.outer] = rel.nparts
                 ext[rel.inner] = _op.floordiv(_op.add(pe, _op.sub(rel.nparts, 1)), rel.nparts)
     red_leaves = [x for x in st.leaf_iter_vars if x.kind == "reduce"]
+    data_vars = {a.var for a in op.axis}
+    if _uses(ext[iv], data_vars):
+        raise ScheduleError(
+            f"rfactor on stage {st.name}: the extent of {iv.name} depends on an output index "
+            f"(the reduction's range is not the same for every output), so it cannot become "
+            f"an axis of {op.name}.rf; split the reduction by a constant factor and rfactor "
+            "the inner axis")
     # new vars: the factored axis becomes data-parallel, the rest reduce axes of C.rf
     new_var = {}
     rf_axis_iv = IterVar(Var(iv.name, "int32"), Range(Const(0, "int32"), ext[iv]), "data_par")
@@ -76,6 +83,11 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
                 conds.append(_op.compare(LT, v, ext[rel.parent]))
     out_axis = [IterVar(Var(a.var.name, a.var.dtype), a.dom, "data_par") for a in op.axis]
     vmap = {a.var: b.var for a, b in zip(op.axis, out_axis)}
+    # a reduction whose range depends on an output index (a triangular sum over
+    # range(n)): the extents and tail guards name C.rf's own output axes
+    conds = [substitute(c, vmap) for c in conds]
+    rf_reduce = [IterVar(x.var, Range(x.dom.min, substitute(x.dom.extent, vmap)), "reduce")
+                 for x in rf_reduce]
     for r in op.reduce_axis:
         vmap[r.var] = _op.add(r.dom.min, value[r])
     body = op.body
@@ -115,6 +127,12 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     sch._replace_op(st, _with_body(op, new_body))
     st._reset_loops()
     return rf
+
+
+def _uses(e, variables) -> bool:
+    from ..ir.functor import collect
+
+    return bool(collect(e, lambda n: isinstance(n, Var) and n in variables))
 
 
 def _reads_memory(e) -> bool:

@@ -677,7 +677,10 @@ class Schedule:
         if isinstance(body, Reduce):
             new_red = []
             for iv in body.axis:
-                nv = IterVar(Var(iv.var.name, iv.var.dtype), iv.dom, "reduce")
+                # a reduction's extent may depend on an output index (a triangular
+                # sum over range(n)): its range is rebound to the cache's own axes
+                dom = Range(substitute(iv.dom.min, vmap), substitute(iv.dom.extent, vmap))
+                nv = IterVar(Var(iv.var.name, iv.var.dtype), dom, "reduce")
                 vmap[iv.var] = nv.var
                 new_red.append(nv)
             body = Reduce(body.combiner, substitute(body.source, vmap), tuple(new_red),

@@ -1,7 +1,13 @@
 """Programs that must fail: illegal schedules.  Each names the stage and axis."""
+import os
+import sys
+
 import pytest
 
 import tecomp as tc
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from helpers import triangular_sum  # noqa: E402  (tests/helpers.py)
 
 
 def _mm(n=64):
@@ -725,3 +731,12 @@ def test_replay_of_a_damaged_step(step, msg):
     A, B, C, k = _mm()
     with pytest.raises(tc.ScheduleError, match=msg):
         replay([step], [C])
+
+
+def test_rfactor_of_an_axis_whose_extent_depends_on_the_output():
+    A, B, _, _ = triangular_sum()
+    s = tc.create_schedule(B.op)
+    ro, ri = s[B].split(B.op.reduce_axis[0], factor=4)
+    with pytest.raises(tc.ScheduleError, match=r"rfactor on stage B: the extent of r.outer "
+                                            r"depends on an output index"):
+        s.rfactor(B, ro)
