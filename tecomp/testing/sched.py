@@ -470,8 +470,39 @@ def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
 # GPU schedules (few and small: each emulated build costs a g++ run)
 
 
+def _gpu_cross_thread(d, prog, r, steps, h):
+    """A reduction across the threads of a block: the data axes fused and split by R
+    rows (a factor that often does not divide them), outer on blockIdx.x and inner on
+    threadIdx.y; the reduce axes fused and split by T, inner on threadIdx.x (the block
+    combines its threads' partial results in shared memory); optionally a local copy of
+    an input computed at that thread axis."""
+    st = r.stage(h)
+    ins = [name for name, t in r.h.items() if name.startswith("T")
+           and prog.tensors[int(name[1:])].is_placeholder
+           and any(u is t for u in st.op.input_tensors)]
+    local = None
+    if ins and d.bool(0.5):
+        _try(r, steps, ("cache_read", d.choice(ins), "local", [h]))
+        local = f"c{r.ncache - 1}"
+        st = r.stage(h)
+    nd, nr = len(st.op.axis), len(st.op.reduce_axis)
+    if nd > 1:
+        _try(r, steps, ("fuse", h, 0, nd))
+    if nr > 1:
+        _try(r, steps, ("fuse", h, 1, nr))
+    T, R = d.choice((32, 8, 3, 16)), d.choice((3, 4, 32, 1))
+    _try(r, steps, ("split", h, 1, "factor", T))
+    _try(r, steps, ("split", h, 0, "factor", R))
+    _try(r, steps, ("bind", h, 0, "blockIdx.x"))
+    _try(r, steps, ("bind", h, 1, "threadIdx.y"))
+    _try(r, steps, ("bind", h, 3, "threadIdx.x"))
+    if local is not None:
+        _try(r, steps, ("compute_at", local, h, 3))
+
+
 def gen_gpu_schedule(d, prog, built=None, nvar=None):
-    """Every non-output elementwise stage inlined; every other stage: data axes fused,
+    """Every non-output elementwise stage inlined; a reduction, sometimes, across the
+    threads of a block (:func:`_gpu_cross_thread`); every other stage: data axes fused,
     split by T, outer bound to blockIdx.x and inner to threadIdx.x; optionally a local
     cache_write computed at the thread axis, or a shared-memory cache_read of an input
     computed at the block axis and filled cooperatively by the T threads (which needs a
@@ -488,6 +519,9 @@ def gen_gpu_schedule(d, prog, built=None, nvar=None):
     roots = _handles(r, lambda st: st.attach_type == "root")
     for h in roots:
         st = r.stage(h)
+        if _is_reduce_stage(st) and st.op.axis and d.bool(0.35):
+            _gpu_cross_thread(d, prog, r, steps, h)
+            continue
         T = d.choice((8, 4, 32, 3))
         cache = shared = None
         ins = [name for name, t in r.h.items() if name.startswith("T")
