@@ -53,6 +53,7 @@ from ..ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, Prefetch,
     SeqStmt, Stmt,
 )
+from ..ir.names import comment as _comment, display, identifier
 from ..ir.printer import to_str
 
 # Names a generated identifier must never take: C/C++ keywords, CUDA built-ins, the math
@@ -72,17 +73,10 @@ ceil ceilf rint rintf sin sinf cos cosf pow powf min max fmin fminf fmax fmaxf p
 INFINITY NAN
 """.split())
 
-_IDENT_BAD = re.compile(r"[^0-9A-Za-z_]")
-
-
 def c_identifier(name: str) -> str:
-    """Make ``name`` a valid C identifier (``i.outer`` -> ``i_outer``)."""
-    s = _IDENT_BAD.sub("_", name) or "v"
-    if s[0].isdigit():
-        s = "v" + s
-    if s.startswith("__"):  # reserved to the implementation in C and C++
-        s = "v" + s
-    return s
+    """Make ``name`` a valid C identifier (``i.outer`` -> ``i_outer``): see
+    :mod:`tecomp.ir.names`, the one place where user names become generated text."""
+    return identifier(name)
 
 
 class Namer:
@@ -674,7 +668,7 @@ class CSource:
         if self.is_nonneg(s.min):
             self.nonneg_vars.add(s.var)
         if comment:
-            self.emit(f"// {comment}")
+            self.emit(_comment(comment))
         if s.kind == "unrolled":
             self.emit("#pragma unroll")
         self.open_block(f"for ({t} {v} = {lo}; {v} < {strip_parens(end)}; ++{v})")
@@ -726,18 +720,18 @@ class CSource:
     def _s_Prefetch(self, s: Prefetch) -> None:
         # a CPU cache hint: nothing to do on the C-like targets; kept as a comment so
         # that the source reads like the IR
-        self.emit(f"// {to_str(s)} (cache hint: no-op on this target)")
+        self.emit(_comment(f"{to_str(s)} (cache hint: no-op on this target)"))
 
     def prefetch_nest(self, s: For) -> None:
         """A loop that holds nothing but prefetches: the printed IR as comments."""
         self.emit("// cache hints (no-op on this target):")
         for line in to_str(s).splitlines():
-            self.emit("// " + line)
+            self.emit(_comment(line))
 
     def _s_AttrStmt(self, s: AttrStmt) -> None:
         from ..ir.printer import Printer
 
-        self.emit(f"// attr {s.key} = {Printer()._attr_value(s.value)}")
+        self.emit(_comment(f"attr {s.key} = {Printer()._attr_value(s.value)}"))
         self.stmt(s.body)
 
     def _s_AssertStmt(self, s: AssertStmt) -> None:

@@ -155,6 +155,7 @@ from ..ir.expr import (
     Select, Sub, TruncDiv, TruncMod, Var,
 )
 from ..ir.functor import Visitor, free_vars, post_order
+from ..ir.names import identifier
 from ..ir.printer import to_str
 from ..ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, Prefetch,
@@ -264,8 +265,7 @@ class _Freeze(ir.Instruction):
 
 
 def _sanitize(name: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    return s or "kernel"
+    return identifier(name, "kernel", c=False)
 
 
 # ---------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from .expr import (
     Expr, FloorDiv, FloorMod, IterVar, Let, Max, Min, Mul, Not, Or, ProducerLoad, Range,
     Reduce, Select, Sub, TruncDiv, TruncMod, Var,
 )
+from .names import display
 from .stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, Prefetch,
     PrimFunc, SeqStmt, Stmt,
@@ -65,7 +66,7 @@ class Printer:
     def name_of(self, obj) -> str:
         n = self.names.get(obj)
         if n is None:
-            base = obj.name
+            base = display(obj.name)
             k = self.used.get(base, 0)
             n = base if k == 0 else f"{base}_{k}"
             while n in self.used and k > 0:
@@ -116,7 +117,7 @@ class Printer:
         if t is BufferLoad:
             return f"{self.name_of(e.buffer)}[{', '.join(self.expr(i) for i in e.indices)}]"
         if t is ProducerLoad:
-            return f"{e.producer.name}[{', '.join(self.expr(i) for i in e.indices)}]"
+            return f"{display(e.producer.name)}[{', '.join(self.expr(i) for i in e.indices)}]"
         if t is Let:
             return f"(let {self.name_of(e.var)} = {self.expr(e.value)} in {self.expr(e.body)})"
         if t is Reduce:
@@ -125,7 +126,7 @@ class Printer:
                 for iv in e.axis)
             cond = "" if (isinstance(e.condition, Const) and e.condition.value is True) \
                 else f", where={self.expr(e.condition)}"
-            return f"{e.combiner.name}({self.expr(e.source)}, axis=[{axes}]{cond})"
+            return f"{display(e.combiner.name)}({self.expr(e.source)}, axis=[{axes}]{cond})"
         if t is Range:
             return f"[{self.expr(e.min)}, {self.expr(e.min)} + {self.expr(e.extent)})"
         if isinstance(e, Stmt):
@@ -133,7 +134,7 @@ class Printer:
         if t is Buffer:
             return self.buffer_decl(e)
         if t is CommReducer:
-            return f"comm_reducer {e.name}"
+            return f"comm_reducer {display(e.name)}"
         return repr(e)
 
     def buffer_decl(self, b: Buffer) -> str:
@@ -180,7 +181,7 @@ class Printer:
             out.append(f"{pad}let {self.name_of(s.var)} = {self.expr(s.value)}")
             self._stmt(s.body, ind, out)
         elif t is AttrStmt:
-            out.append(f"{pad}// attr {s.key} = {self._attr_value(s.value)}")
+            out.append(f"{pad}// attr {display(s.key)} = {self._attr_value(s.value)}")
             self._stmt(s.body, ind, out)
         elif t is AssertStmt:
             out.append(f"{pad}assert({self.expr(s.cond)}, {s.message!r})")
@@ -208,7 +209,7 @@ class Printer:
                 params.append(self.buffer_decl(p))
             else:
                 params.append(f"{self.name_of(p)}: {p.dtype}")
-        lines = [f"primfn {f.name}({', '.join(params)}) {{"]
+        lines = [f"primfn {display(f.name)}({', '.join(params)}) {{"]
         lines += self.stmt_lines(f.body, 1)
         lines.append("}")
         return "\n".join(lines)

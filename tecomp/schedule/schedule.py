@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 from ..errors import ScheduleError, TecompError
 from ..ir.expr import Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_index
 from ..ir.functor import Mutator
+from ..ir.names import display, is_pragma_name
 from ..te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, THREAD_TAGS
 from .trace import SCHEDULE_PRIMITIVES, STAGE_PRIMITIVES, Trace, traced
 
@@ -299,9 +300,10 @@ class Stage:
         any other name is kept as a ``// attr pragma_<name>`` comment for the backends."""
         iv = self._iv(axis, "pragma")
         self._not_inlined("pragma")
-        if not isinstance(name, str) or not name:
-            raise ScheduleError(f"pragma on stage {self.name}, axis {iv.name}: name must be a "
-                                "non-empty string")
+        if not is_pragma_name(name):
+            raise ScheduleError(f"pragma on stage {display(self.name)}, axis {display(iv.name)}: "
+                                f"the name must be an identifier (letters, digits, _), e.g. "
+                                f"'unroll_explicit'; got {name!r:.60}")
         a = self._attr(iv)
         a.pragmas = a.pragmas + ((name, value),)
         if name == "unroll_explicit":

@@ -877,18 +877,28 @@ def storage_align_axis_of_other_stage():
     s[B].storage_align(C.op.axis[0], 8, 0)
 
 
-@bad("ScheduleError", r"pragma on stage C, axis i: name must be a non-empty string")
+@bad("ScheduleError", r"pragma on stage C, axis i: the name must be an identifier .*got ''")
 def pragma_empty_name():
     A, B, C = _chain()
     s = _tc().create_schedule(C.op)
     s[C].pragma(C.op.axis[0], "")
 
 
-@bad("ScheduleError", r"pragma on stage C, axis i: name must be a non-empty string")
+@bad("ScheduleError", r"pragma on stage C, axis i: the name must be an identifier .*got 3")
 def pragma_int_name():
     A, B, C = _chain()
     s = _tc().create_schedule(C.op)
     s[C].pragma(C.op.axis[0], 3)
+
+
+@bad("ScheduleError", r"pragma on stage C, axis i: the name must be an identifier \(letters, "
+                      r"digits, _\), e.g. 'unroll_explicit'; got 'x\\n#include")
+def pragma_name_injection():
+    # the name is printed in a // comment of the IR and of the generated C: a newline in
+    # it would end the comment (issue 20)
+    A, B, C = _chain()
+    s = _tc().create_schedule(C.op)
+    s[C].pragma(C.op.axis[0], 'x\n#include <cstdlib>\nint y = system("id");')
 
 
 @bad("ScheduleError", r"cache_read of A: give at least one reader")
