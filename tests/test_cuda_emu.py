@@ -284,6 +284,15 @@ def test_disk_cache_survives_a_corrupted_library(tmp_path, monkeypatch):
     assert path.read_bytes()[:4] == b"\x7fELF"  # rebuilt in place
 
 
+def test_cache_directory_is_created_private(tmp_path, monkeypatch):
+    """0700: the cache holds libraries this process loads and runs (one that other users
+    may write to is refused: tests/must_fail/test_call_errors.py)."""
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path / "new"))
+    monkeypatch.setattr(cuda_emu, "_LIBS", {})
+    compile_emu_library(codegen_cuda(vector_add(symbolic=False, n_const=78).func))
+    assert (tmp_path / "new" / "cuda_emu").stat().st_mode & 0o777 == 0o700
+
+
 def test_env_mode_default(monkeypatch, modules):
     monkeypatch.setenv("TECOMP_CUDA_EMU_MODE", "reverse")
     case, mod = modules["block_reverse"]

@@ -26,7 +26,8 @@ messages (:class:`tecomp.codegen.argcheck.ArgChecker`).  Non-contiguous numpy ar
 copied to contiguous ones for the call, and the copies of the buffers the function
 writes are copied back afterwards.  Workspaces (global allocations) are allocated per
 call.  Compiled libraries are cached on disk under ``$TECOMP_CACHE_DIR`` (default
-``~/.cache/tecomp``) in ``cuda_emu/``, by a hash of everything that goes into them;
+``~/.cache/tecomp``) in ``cuda_emu/`` (created ``0700``; one that other users may write
+to is refused), by a hash of everything that goes into them;
 files are written atomically (a temporary file, then ``os.replace``), and a cached
 library that fails to load is rebuilt.
 """
@@ -211,22 +212,36 @@ def compile_emu_library(cs: CudaSource) -> EmuLibrary:
         lib = _LIBS.get(key)
         if lib is not None:
             return lib
-        d = cache_dir()
+        d = _private_dir(cache_dir())
         final = d / f"{key}.so"
         loaded = None
         if final.exists() and _is_complete(final):
             loaded = _try_load(str(final))
         if loaded is None:
-            try:
-                d.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise BuildError(
-                    f"cannot use {d} as the CUDA emulation cache ({e.strerror}); point "
-                    "TECOMP_CACHE_DIR at a writable directory") from None
             loaded = _build(cxx, header, launcher, cs.source, d, final)
         lib = EmuLibrary(cs, str(final), loaded)
         _LIBS[key] = lib
         return lib
+
+
+def _private_dir(d: Path) -> Path:
+    """``d``, created ``0700`` if missing; a BuildError unless it belongs to this user and
+    nobody else may write to it.  The cache holds libraries this process loads and runs:
+    whoever can write there could plant one (with a matching sha256 sidecar)."""
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = d.stat()
+    except OSError as e:
+        raise BuildError(
+            f"cannot use {d} as the CUDA emulation cache ({e.strerror}); point "
+            "TECOMP_CACHE_DIR at a writable directory") from None
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise BuildError(
+            f"the CUDA emulation cache {d} is writable by other users (mode "
+            f"{st.st_mode & 0o777:o}, owner uid {st.st_uid}): a library planted there would "
+            f"be loaded and run; make it private (chmod 700 {d}) or point TECOMP_CACHE_DIR "
+            "at a directory of your own")
+    return d
 
 
 def _digest_file(path) -> str:

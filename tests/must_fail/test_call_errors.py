@@ -335,3 +335,20 @@ def test_cuda_emulation_checks_arguments_like_the_cpu_runtime():
     b = np.zeros(5, "float32")
     f(np.arange(5, dtype="float32"), b)
     np.testing.assert_array_equal(b, np.arange(5) + 1)
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None, reason="needs g++")
+def test_cuda_emulation_refuses_a_cache_others_can_write(tmp_path, monkeypatch):
+    """A library planted in a shared cache (with a matching sha256 sidecar) would be
+    loaded and run: a cache directory other users may write to is refused."""
+    shared = tmp_path / "shared"
+    (shared / "cuda_emu").mkdir(parents=True)
+    (shared / "cuda_emu").chmod(0o777)
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(shared))
+    A = tc.placeholder((8,), name="A")
+    C = tc.compute((8,), lambda i: A[i] * 3.0, name="C")
+    s = tc.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], tc.thread_axis("threadIdx.x"))
+    with pytest.raises(tc.BuildError, match=r"the CUDA emulation cache .*cuda_emu is writable "
+                                            r"by other users \(mode 777.*chmod 700"):
+        tc.build(s, [A, C], target="cuda-emu")
