@@ -45,7 +45,8 @@ from ..ir.functor import free_vars
 from ..ir.printer import to_str
 
 __all__ = [
-    "ArgChecker", "BufferSpec", "ArrayMeta", "array_meta", "bind_and_check", "check_no_alias",
+    "ArgChecker", "BufferSpec", "ArrayMeta", "array_meta", "bind_and_check", "check_memory",
+    "check_no_alias",
     "param_checks_of",
     "check_scalar", "compile_shape_expr", "count_error", "element_strides", "eval_host_expr",
     "int_range", "param_label", "shape_text", "unaligned_error",
@@ -518,6 +519,8 @@ class ArgChecker:
                     env[var] = n
             shapes.append(shape)
             flags = None
+            if meta is None and a.base is not None:
+                check_memory(spec, a)
             if meta is None:
                 if spec.written or aligned:
                     flags = a.flags
@@ -650,6 +653,57 @@ def check_no_alias(params: Sequence, args: Sequence, written: Iterable[Buffer], 
                     f"{param_label(p.name, i)} and {param_label(q.name, j)} share memory, and "
                     f"{func_name} writes {p.name if p in written else q.name}; its buffers must "
                     f"not overlap: pass a copy")
+
+
+def _memory_of(owner) -> Optional[Tuple[int, int]]:
+    """[lo, hi) of the memory ``owner`` (the end of an array's ``base`` chain) holds, or
+    None when it cannot tell (a raw pointer handed over by ``__array_interface__`` or a
+    DLPack capsule)."""
+    if isinstance(owner, np.ndarray):
+        lo = owner.__array_interface__["data"][0]
+        return lo, lo + owner.nbytes
+    try:
+        view = np.frombuffer(owner, dtype=np.uint8)  # bytes, bytearray, memoryview, mmap
+    except (TypeError, ValueError, BufferError):
+        view = None
+    if view is not None:
+        lo = view.__array_interface__["data"][0]
+        return lo, lo + view.nbytes
+    storage = getattr(owner, "untyped_storage", None)  # a torch tensor's memory
+    if callable(storage) and type(owner).__module__.startswith("torch"):
+        st = storage()
+        return st.data_ptr(), st.data_ptr() + st.nbytes()
+    return None
+
+
+def check_memory(spec: "BufferSpec", a: np.ndarray) -> None:
+    """Raise unless the memory ``a`` comes from holds all of its elements: an array made
+    by ``as_strided`` past its base, or by an ``__array_interface__`` that claims more
+    than its buffer, would make the kernel read or write outside it."""
+    owner, b = a, a.base
+    while b is not None:
+        if isinstance(owner, np.ndarray) and owner.flags.owndata:
+            break
+        owner, b = b, getattr(b, "base", None)
+    if owner is a:
+        return
+    mem = _memory_of(owner)
+    what = f"{type(owner).__module__}.{type(owner).__qualname__}"
+    if mem is None:
+        raise ArgumentError(
+            f"{spec.label}: the array's memory comes from a {what} object through a raw "
+            f"pointer (__array_interface__ or DLPack), whose size tecomp cannot check; pass "
+            f"an array that owns its memory (np.array(x) copies it)")
+    if a.size == 0:
+        return
+    lo, hi = _span(ArrayMeta(tuple(a.shape), a.dtype, tuple(a.strides), True, False,
+                             a.__array_interface__["data"][0]))
+    if lo < mem[0] or hi > mem[1]:
+        raise ArgumentError(
+            f"{spec.label}: the array's elements span bytes [{lo:#x}, {hi:#x}) but the "
+            f"{what} its memory comes from holds [{mem[0]:#x}, {mem[1]:#x}) ({mem[1] - mem[0]} "
+            f"bytes): it was made (by as_strided or an __array_interface__) larger than its "
+            f"memory; pass a copy that owns its memory (np.array(x))")
 
 
 def _nbytes(a) -> int:

@@ -194,6 +194,11 @@ def _fast_path_source(plan: _CallPlan) -> str:
         names.append(nm)
         w(f"    {nm} = args[{p.pos}]")
         w(f"    if type({nm}) is not ndarray or {nm}.dtype != dt{p.data_index}: return None")
+        # memory that is not an ndarray's own (as_strided, __array_interface__, a buffer
+        # object): the generic path checks that it holds the elements
+        w(f"    b = {nm}.base")
+        w("    if b is not None and (type(b) is not ndarray or not b.flags.owndata): "
+          "return None")
         w(f"    s{p.data_index} = {nm}.shape")
         w(f"    if len(s{p.data_index}) != {p.ndim}: return None")
     scalar_vars = {sp.var for sp in sig.scalars}

@@ -352,3 +352,61 @@ def test_cuda_emulation_refuses_a_cache_others_can_write(tmp_path, monkeypatch):
     with pytest.raises(tc.BuildError, match=r"the CUDA emulation cache .*cuda_emu is writable "
                                             r"by other users \(mode 777.*chmod 700"):
         tc.build(s, [A, C], target="cuda-emu")
+
+
+def _double():
+    A = tc.placeholder((64,), name="A")
+    C = tc.compute((64,), lambda i: A[i] * 2.0, name="C")
+    return tc.build(tc.create_schedule(C.op), [A, C])
+
+
+class _Claims:
+    """An object whose __array_interface__ claims 64 floats over a buffer of 4."""
+
+    def __init__(self, small):
+        self.small = small
+        self.__array_interface__ = {"shape": (64,), "typestr": "<f4", "version": 3,
+                                    "data": (small.__array_interface__["data"][0], False)}
+
+
+def test_array_interface_claiming_more_than_its_buffer():
+    f = _double()
+    small = np.ones(4, "float32")
+    with pytest.raises(tc.ArgumentError, match=r"A \(argument 1\): the array's memory comes from "
+                                               r"a .*_Claims object through a raw pointer"):
+        f(np.asarray(_Claims(small)), np.zeros(64, "float32"))
+
+
+def test_as_strided_past_its_base():
+    f = _double()
+    x = np.ones(16, "float32")
+    big = np.lib.stride_tricks.as_strided(x, shape=(64,), strides=(4,))
+    with pytest.raises(tc.ArgumentError, match=r"A \(argument 1\): the array's elements span "
+                                               r"bytes .* but the numpy.ndarray its memory comes "
+                                               r"from holds .* \(64 bytes\)"):
+        f(big, np.zeros(64, "float32"))
+    out = np.lib.stride_tricks.as_strided(np.zeros(16, "float32"), shape=(64,), strides=(4,))
+    with pytest.raises(tc.ArgumentError, match=r"C \(argument 2\): the array's elements span"):
+        f(np.ones(64, "float32"), out)
+
+
+def test_views_that_stay_inside_their_memory_are_accepted():
+    f = _double()
+    x = np.arange(128, dtype="float32")
+    c = np.zeros(64, "float32")
+    for a in (x[64:], x.reshape(2, 64)[1], x[::2],
+              np.lib.stride_tricks.as_strided(x, shape=(64,), strides=(8,)),
+              np.frombuffer(bytearray(x[:64].tobytes()), "float32"),
+              np.asarray(memoryview(x[:64]))):
+        f(a, c)
+        np.testing.assert_array_equal(c, a * 2)
+
+
+def test_torch_backed_arrays_are_accepted():
+    torch = pytest.importorskip("torch")
+    f = _double()
+    t = torch.arange(128, dtype=torch.float32)
+    c = np.zeros(64, "float32")
+    a = t[64:].numpy()
+    f(a, c)
+    np.testing.assert_array_equal(c, a * 2)
