@@ -84,6 +84,11 @@ def build(args, payload):
         def accumulate(a, b, c):
             c += a @ b   # correct from zeros, wrong on every later call
         return accumulate
+    if kind == "hog":
+        def hog(*arrays):
+            # 2 GiB, touched: over a child's memory_limit_mb=256 -> MemoryError
+            np.ones(2**31, np.uint8)
+        return hog
     if kind == "threads":
         def threads(c):
             c[0] = tc.get_num_threads()
@@ -180,6 +185,15 @@ def test_crash_is_recorded_and_the_next_candidate_runs():
     assert res[1].error == "crashed: exit code 3"
     assert res[0].times == [] and res[0].outputs is None
     _check_ok(res[2])
+
+
+def test_memory_hog_fails_in_its_child():
+    """A candidate that would exhaust memory fails in its child (address space capped at
+    memory_limit_mb over the child's size when forked); the next one runs."""
+    res = LocalRunner(memory_limit_mb=256, **FAST).run(matmul(), build, ["hog", "default"])
+    assert [r.ok for r in res] == [False, True]
+    assert res[0].error.startswith("crashed: MemoryError"), res[0].error
+    _check_ok(res[1])
 
 
 def test_hang_is_killed_with_its_process_group(tmp_path):

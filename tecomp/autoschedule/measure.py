@@ -20,7 +20,10 @@ the outputs back through a pipe.  The measuring process never calls generated co
 
 * A child that dies (a signal, ``os._exit``, ``sys.exit``, a ``MemoryError``):
   ``error="crashed: SIGSEGV"`` (or ``"crashed: exit code 3"``,
-  ``"crashed: MemoryError: ..."``).
+  ``"crashed: MemoryError: ..."``).  A child's address space is capped
+  (``RLIMIT_AS``) at its size when forked plus ``memory_limit_mb`` (by default three
+  quarters of the memory available then): a candidate that would exhaust the machine's
+  memory fails in its child, not by the OOM killer's choice of process.
 * One that takes more than ``timeout`` seconds (build and run together) is killed with
   SIGKILL, with its process group (the child makes one, so that whatever it started
   goes too): ``error="timed out after 10s"``.
@@ -330,6 +333,7 @@ class _Job:
     num_threads: int
     rtol: Optional[float] = None
     atol: Optional[float] = None
+    memory_limit_mb: Optional[float] = None
 
 
 def _first_line(e: BaseException) -> str:
@@ -459,6 +463,7 @@ def _child_main(conn, job: _Job) -> int:
         os.close(fd)
     except OSError:
         pass
+    _limit_memory(job.memory_limit_mb)
     try:
         try:
             msg = ("ok",) + _measure_here(job)
@@ -478,6 +483,45 @@ def _child_main(conn, job: _Job) -> int:
         conn.send(("error", "could not send the result: " + _first_line(e)))
     conn.close()
     return 0
+
+
+def _proc_kib(path: str, key: str) -> Optional[int]:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _limit_memory(limit_mb: Optional[float]) -> None:
+    """Cap the child's address space at its size now plus ``limit_mb`` MiB (by default
+    three quarters of the memory available now): a candidate that would exhaust the
+    machine's memory fails with a MemoryError (or a kernel's failed allocation) in its
+    child, instead of waking the OOM killer, which may pick the measuring process."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Linux/macOS
+        return
+    if limit_mb is None:
+        avail = _proc_kib("/proc/meminfo", "MemAvailable")
+        if avail is None:
+            return
+        limit_mb = 0.75 * avail / 1024
+    vsize = _proc_kib("/proc/self/status", "VmSize")
+    if vsize is None:
+        return
+    cap = int((vsize / 1024 + limit_mb) * 2**20)
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)
+        if soft == resource.RLIM_INFINITY or cap < soft:
+            resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    except (ValueError, OSError):
+        pass
 
 
 def _spawn_entry(conn, job: _Job) -> None:
@@ -678,7 +722,7 @@ def measure_candidate(job: _Job) -> MeasureResult:
 
 
 def _check_options(cls: str, timeout, number, repeat, min_repeat_seconds, rtol, atol, seed,
-                   num_threads) -> None:
+                   num_threads, memory_limit_mb=None) -> None:
     def bad(name, value, want):
         raise AutoScheduleError(f"{cls}: {name} must be {want}, got {value!r:.60}")
 
@@ -703,6 +747,9 @@ def _check_options(cls: str, timeout, number, repeat, min_repeat_seconds, rtol, 
         bad("seed", seed, "an int")
     if num_threads is not None and (not is_int(num_threads) or num_threads < 1):
         bad("num_threads", num_threads, "an int >= 1 or None (this process's thread count)")
+    if memory_limit_mb is not None and (not is_num(memory_limit_mb) or memory_limit_mb <= 0):
+        bad("memory_limit_mb", memory_limit_mb,
+            "a positive number of MiB or None (three quarters of the available memory)")
 
 
 class _Runner:
@@ -711,9 +758,10 @@ class _Runner:
     _name = "runner"
 
     def __init__(self, timeout, number, repeat, min_repeat_seconds, rtol, atol, seed,
-                 num_threads):
+                 num_threads, memory_limit_mb=None):
         _check_options(type(self).__name__, timeout, number, repeat, min_repeat_seconds,
-                       rtol, atol, seed, num_threads)
+                       rtol, atol, seed, num_threads, memory_limit_mb)
+        self.memory_limit_mb = memory_limit_mb
         self.timeout = float(timeout)
         self.number = None if number is None else int(number)
         self.repeat = int(repeat)
@@ -769,7 +817,8 @@ class _Runner:
         results = []
         for payload in payloads:
             job = _Job(args, build_fn, payload, shapes, self.seed, self.timeout, self.number,
-                       self.repeat, self.min_repeat_seconds, threads, self.rtol, self.atol)
+                       self.repeat, self.min_repeat_seconds, threads, self.rtol, self.atol,
+                       self.memory_limit_mb)
             r = self._measure(job)
             if r.ok:
                 if ref is None:
@@ -796,9 +845,9 @@ class LocalRunner(_Runner):
     def __init__(self, timeout: float = 10.0, number: Optional[int] = None, repeat: int = 5,
                  min_repeat_seconds: float = 0.02, rtol: Optional[float] = None,
                  atol: Optional[float] = None, seed: int = 0,
-                 num_threads: Optional[int] = None):
+                 num_threads: Optional[int] = None, memory_limit_mb: Optional[float] = None):
         super().__init__(timeout, number, repeat, min_repeat_seconds, rtol, atol, seed,
-                         num_threads)
+                         num_threads, memory_limit_mb)
 
     def _measure(self, job: _Job) -> MeasureResult:
         return measure_candidate(job)
@@ -844,9 +893,9 @@ class DaskRunner(_Runner):
                  number: Optional[int] = None, repeat: int = 5,
                  min_repeat_seconds: float = 0.02, rtol: Optional[float] = None,
                  atol: Optional[float] = None, seed: int = 0,
-                 num_threads: Optional[int] = None):
+                 num_threads: Optional[int] = None, memory_limit_mb: Optional[float] = None):
         super().__init__(timeout, number, repeat, min_repeat_seconds, rtol, atol, seed,
-                         num_threads)
+                         num_threads, memory_limit_mb)
         try:
             from dask.distributed import Client, LocalCluster
         except ImportError as e:

@@ -83,6 +83,8 @@ def test_measure_reference_of_the_wrong_length():
                                   r"seconds >= 0, got -1"),
     (dict(rtol="x"), r"LocalRunner: rtol must be a number >= 0 or None"),
     (dict(num_threads=0), r"LocalRunner: num_threads must be an int >= 1 or None"),
+    (dict(memory_limit_mb=-5), r"LocalRunner: memory_limit_mb must be a positive number of "
+                               r"MiB or None"),
 ])
 def test_measure_runner_options(kw, msg):
     from tecomp.autoschedule.measure import LocalRunner
