@@ -15,65 +15,14 @@ import tecomp as tc
 from helpers import matmul
 from tecomp.ir import interp
 from tecomp.testing import RandomDraw, draw_case, run_case
+from tecomp.testing.load import check_call, kernels as load_kernels
 
 THREADS = 16
 CALLS = 40
 
 
-def _kernels():
-    out = {}
-    # GEMM with parallel + vectorized loops
-    A, B, C, k = matmul(n=32, m=24, K=16)
-    s = tc.create_schedule(C.op)
-    xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 8, 8)
-    s[C].reorder(xo, yo, k, xi, yi)
-    s[C].vectorize(yi)
-    s[C].parallel(xo)
-    out["gemm"] = (tc.build(s, [A, B, C]), lambda r: _gemm_args(r), lambda a: a[0].astype("float64") @ a[1])
-    # symbolic elementwise: the shape changes from call to call
-    n = tc.var("n")
-    X = tc.placeholder((n,), name="X")
-    Y = tc.compute((n,), lambda i: tc.exp(X[i]) * 2 - X[i], name="Y")
-    s = tc.create_schedule(Y.op)
-    xo, xi = s[Y].split(Y.op.axis[0], factor=8)
-    s[Y].vectorize(xi)
-    out["elementwise"] = (tc.build(s, [X, Y]), _ew_args, lambda a: np.exp(a[0].astype("float64")) * 2 - a[0])
-    # reduction with a scalar parameter
-    alpha = tc.var("alpha", "float32")
-    M = tc.placeholder((17, 33), name="M")
-    r = tc.reduce_axis((0, 33), name="r")
-    R = tc.compute((17,), lambda i: tc.sum(M[i, r] * alpha, axis=r), name="R")
-    s = tc.create_schedule(R.op)
-    s[R].parallel(R.op.axis[0])
-    out["reduce"] = (tc.build(s, [M, R, alpha]), _red_args, lambda a: (a[0].astype("float64") * a[2]).sum(1))
-    # int kernel with wrapping arithmetic
-    P = tc.placeholder((64,), dtype="int8", name="P")
-    Q = tc.compute((64,), lambda i: P[i] * 3 + P[63 - i], name="Q")
-    s = tc.create_schedule(Q.op)
-    out["int8"] = (tc.build(s, [P, Q]), _int_args, lambda a: a[0] * np.int8(3) + a[0][::-1])
-    return out
-
-
-def _gemm_args(rng):
-    return [rng.random((32, 16), dtype="float32"), rng.random((16, 24), dtype="float32"),
-            np.zeros((32, 24), "float32")]
-
-
-def _ew_args(rng):
-    n = int(rng.integers(0, 100))
-    return [rng.random(n, dtype="float32"), np.zeros(n, "float32")]
-
-
-def _red_args(rng):
-    return [rng.random((17, 33), dtype="float32"), np.zeros(17, "float32"), float(rng.random())]
-
-
-def _int_args(rng):
-    return [rng.integers(-128, 128, 64).astype("int8"), np.zeros(64, "int8")]
-
-
 def test_kernels_called_from_many_threads_at_once():
-    kernels = _kernels()
+    kernels = load_kernels()
     names = sorted(kernels)
     barrier = threading.Barrier(THREADS)
     errors = []
@@ -83,17 +32,7 @@ def test_kernels_called_from_many_threads_at_once():
         barrier.wait()
         for c in range(CALLS):
             name = names[(t + c) % len(names)]
-            f, make, ref = kernels[name]
-            args = make(rng)
-            f(*args)
-            outpos = 1 if name != "gemm" else 2
-            got = args[outpos]
-            want = ref(args)
-            if name == "int8":
-                ok = np.array_equal(got, want)
-            else:
-                ok = np.allclose(got, want, rtol=1e-4, atol=1e-5)
-            if not ok:
+            if not check_call(name, kernels[name], rng):
                 errors.append(f"thread {t} call {c} ({name}): wrong result")
         return CALLS
 
@@ -162,3 +101,19 @@ def test_interpreter_from_several_threads():
 
     with ThreadPoolExecutor(8) as ex:
         assert all(ex.map(worker, range(8)))
+
+
+def test_callers_builders_and_a_tuner_in_one_process():
+    """tecomp.testing.load for a few seconds (the 10-minute run with 16 callers, 4 builders
+    and a tuner: TECOMP_LONG_TESTS=1, or python -m tecomp.testing.load): every result
+    right, no thread stuck, candidates forked from a busy multithreaded process."""
+    import io
+    import os
+
+    from tecomp.testing.load import run
+
+    long = os.environ.get("TECOMP_LONG_TESTS") == "1"
+    r = run(600 if long else 6, callers=16 if long else 4, builders=4 if long else 2,
+            tuner=True, trials=4, every=60 if long else 3, out=io.StringIO())
+    assert not r["errors"], r["errors"][:3]
+    assert r["calls"] > 0 and r["builds"] > 0
