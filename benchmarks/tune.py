@@ -346,6 +346,9 @@ def main(argv=None):
     p.add_argument("--no-halide", action="store_true")
     p.add_argument("--log-dir", default=None, help="tuning logs (default: a temp folder)")
     p.add_argument("--plot", default=None, help="PNG of best time against trials")
+    p.add_argument("--from-logs", action="store_true",
+                   help="with --trials N: no search; the tuned column is the best record of "
+                        "the model-guided logs already in --log-dir (to re-time a tuning)")
     a = p.parse_args(argv)
     threads = a.threads or tc.get_num_threads()
     tc.set_num_threads(threads)
@@ -369,7 +372,12 @@ def main(argv=None):
         gen = time.perf_counter() - t0
         fns["tc a0"] = tecomp_fn(w, s0, args)
         tune_secs = None
-        for mode in (("random", "model") if a.plot else ("model",)) if a.trials else ():
+        if a.trials and a.from_logs:
+            log = os.path.join(log_dir, f"{_slug(w.name)}.model.jsonl")
+            if os.path.exists(log):
+                fns[f"tc {a.trials}"] = tecomp_fn(w, auto_schedule(args, log=log), args)
+        for mode in (("random", "model") if a.plot else ("model",)) \
+                if a.trials and not a.from_logs else ():
             log = os.path.join(log_dir, f"{_slug(w.name)}.{mode}.jsonl")
             if os.path.exists(log):
                 os.remove(log)
