@@ -174,6 +174,27 @@ def test_dense_in_place_vectorizes_the_reduction():
     assert "unrolled (b.inner" in text and "unrolled (o.inner" in text
 
 
+@pytest.mark.parametrize("offset", [0, 1, 4])
+def test_dense_in_place_reads_aligned_copies(offset):
+    """X is copied once (root) and W's rows once per output tile into buffers of their
+    own, for operands at any offset from a cache line (numpy's large arrays start 16
+    bytes past one); a batch of one block reads both in place."""
+    X = tc.placeholder((13, 70), name="X")
+    W = tc.placeholder((21, 70), name="W")
+    Y = ops.dense(X, W)
+    s = sc.schedule_dense(Y)
+    text = str(tc.lower(s, [X, W, Y]))
+    assert "allocate X.global" in text and "allocate W.local" in text, text
+    buf = _arr(13 * 70 + 21 * 70 + 8)
+    x = buf[offset:offset + 13 * 70].reshape(13, 70)
+    w = buf[offset + 13 * 70 + 3:offset + 13 * 70 + 3 + 21 * 70].reshape(21, 70)
+    _close(_run(s, [X, W, Y], [x, w]), x.astype("float64") @ w.T.astype("float64"))
+    X1 = tc.placeholder((3, 70), name="X")
+    Y1 = ops.dense(X1, W)
+    text = str(tc.lower(sc.schedule_dense(Y1), [X1, W, Y1]))
+    assert "X.global" not in text and "W.local" not in text
+
+
 @pytest.mark.parametrize("nthreads", [1, 2])
 def test_dense_in_place_batch_tail_has_constant_extents(nthreads, threads):
     """Batch 61 in blocks of 4: the blocks are a serial loop inside the parallel loop
