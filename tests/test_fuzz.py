@@ -127,15 +127,31 @@ def test_a_missing_barrier_is_caught(monkeypatch):
         interp.run(func, a, np.zeros(64, "float32"))
 
 
-def _run_fuzz(tmp_path, cases, gpu_every, seed):
+def _run_fuzz(tmp_path, cases, gpu_every, seed, extra=(), env_extra=None):
     """``python -m tecomp.testing.fuzz`` in a subprocess, with this checkout importable."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra or {})
     return subprocess.run(
         [sys.executable, "-m", "tecomp.testing.fuzz", "--cases", str(cases), "--jobs", "1",
-         "--gpu-every", str(gpu_every), "--seed", str(seed), "--out", str(tmp_path), "--quiet"],
+         "--gpu-every", str(gpu_every), "--seed", str(seed), "--out", str(tmp_path), "--quiet",
+         *extra],
         capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_fuzz_entry_point_records_a_hang_and_goes_on(tmp_path):
+    """A case that never ends (seed 8 sleeps, by the test hook) has its worker killed
+    after --case-timeout: recorded as a hang with its seed, the run fails, and the cases
+    after it run in a new worker."""
+    p = _run_fuzz(tmp_path, cases=3, gpu_every=0, seed=7, extra=("--case-timeout", "3"),
+                  env_extra={"TECOMP_FUZZ_TEST_HANG": "8"})
+    out = p.stdout
+    assert "cases run: 3" in out, out + p.stderr
+    assert "hangs (over --case-timeout): 1" in out and "crashes: 0" in out, out
+    assert "[1x] hang: the case ran over 3s (compile or run); its worker was killed  " \
+        "(seeds 8)" in out, out
+    assert p.returncode == 1
 
 
 def test_fuzz_entry_point_prints_figures(tmp_path):

@@ -10,7 +10,8 @@ schedule instead (its analytic one, or its rules with random knobs); every
 ``--gpu-every``-th case is a GPU-bound schedule run
 in the CUDA emulation (needs g++; 0 disables).  Cases run in worker subprocesses, so a
 case that kills its process (a segfault in generated code) is recorded as a crash and the
-worker restarts after it.  At the end it prints the cases run, the rejected schedules
+worker restarts after it; a case that runs longer than ``--case-timeout`` seconds has its
+worker killed and is recorded as a hang.  At the end it prints the cases run, the rejected schedules
 (the target refused them for a documented resource limit -- a
 :class:`~tecomp.errors.ResourceLimitError` such as a GPU tile over the 48 KiB of static
 shared memory; counted apart and not failures), the mismatches and the crashes (any
@@ -60,6 +61,8 @@ def _worker(args) -> int:
     for _ in range(args.count):
         print(json.dumps({"start": seed}), flush=True)
         t0 = time.perf_counter()
+        if os.environ.get("TECOMP_FUZZ_TEST_HANG") == str(seed):
+            time.sleep(3600)   # the test of --case-timeout: a case that never ends
         try:
             case = case_for_seed(seed, args.gpu_every, args.auto_every)
             o = run_case(case, check_passes=args.check_passes)
@@ -91,8 +94,7 @@ def _spawn(args, start, count, step):
     if args.check_passes:
         cmd.append("--check-passes")
     env = dict(os.environ)
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=env)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
 
 
 def main(argv=None) -> int:
@@ -109,6 +111,9 @@ def main(argv=None) -> int:
                     help="also run the pass-by-pass checker on every case")
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "tecomp-fuzz-reports"),
                     help="directory for the failure reports (default: $TMPDIR/tecomp-fuzz-reports)")
+    ap.add_argument("--case-timeout", type=float, default=300.0,
+                    help="seconds one case may take before its worker is killed and the case "
+                         "is recorded as a hang (default 300)")
     ap.add_argument("--replay", type=int, default=None, help="run one seed and print its report")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -155,46 +160,71 @@ def main(argv=None) -> int:
     for j, p in procs.items():
         sel.register(p.stdout, selectors.EVENT_READ, j)
     current = {}
+    started = {}
+    hung = set()   # workers killed for a hang: their EOF records the case as one
+    pending = {}   # the bytes of each worker's unfinished last line
+
+    def on_line(j, line):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            return
+        if "start" in rec:
+            current[j] = rec["start"]
+            started[j] = time.time()
+            return
+        seed = rec["seed"]
+        results[seed] = rec
+        todo[j].remove(seed)
+        current.pop(j, None)
+        kinds[rec["kind"]] += 1
+        targets[rec["target"]] += 1
+        if rec["kind"] == "rejected":
+            rejects[rec["sig"]].append(seed)
+        elif rec["kind"] != "ok":
+            sigs[rec["sig"]].append(seed)
+            if not args.quiet:
+                print(f"seed {seed}: {rec['sig']}", flush=True)
+        done = len(results)
+        if not args.quiet and done % 50 == 0:
+            print(f"... {done}/{args.cases} cases, {kinds['mismatch']} mismatches, "
+                  f"{kinds['crash']} crashes, {kinds['hang']} hangs, "
+                  f"{time.time() - t0:.0f}s", flush=True)
+
     while procs:
-        for key, _ in sel.select():
+        now = time.time()
+        for j, seed in list(current.items()):
+            if j not in hung and now - started[j] > args.case_timeout:
+                hung.add(j)
+                procs[j].kill()   # its EOF comes next
+        for key, _ in sel.select(timeout=1.0):
             j = key.data
             p = procs[j]
-            line = p.stdout.readline()
-            if line:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if "start" in rec:
-                    current[j] = rec["start"]
-                    continue
-                seed = rec["seed"]
-                results[seed] = rec
-                todo[j].remove(seed)
-                current.pop(j, None)
-                kinds[rec["kind"]] += 1
-                targets[rec["target"]] += 1
-                if rec["kind"] == "rejected":
-                    rejects[rec["sig"]].append(seed)
-                elif rec["kind"] != "ok":
-                    sigs[rec["sig"]].append(seed)
-                    if not args.quiet:
-                        print(f"seed {seed}: {rec['sig']}", flush=True)
-                done = len(results)
-                if not args.quiet and done % 50 == 0:
-                    print(f"... {done}/{args.cases} cases, {kinds['mismatch']} mismatches, "
-                          f"{kinds['crash']} crashes, {time.time() - t0:.0f}s", flush=True)
+            # the pipe's bytes as they come (a buffered readline could keep a line the
+            # selector no longer reports, e.g. the start of a case that hangs)
+            chunk = os.read(p.stdout.fileno(), 1 << 16)
+            if chunk:
+                *lines, pending[j] = (pending.get(j, b"") + chunk).split(b"\n")
+                for line in lines:
+                    on_line(j, line)
                 continue
             # EOF: the worker ended
+            pending.pop(j, None)
             sel.unregister(p.stdout)
             rc = p.wait()
             del procs[j]
             if j in current:  # died in the middle of a case
                 seed = current.pop(j)
-                sig = f"crash in process: the worker died (exit status {rc}) running the case"
-                results[seed] = {"seed": seed, "kind": "crash", "sig": sig, "target": "?"}
+                kind = "hang" if j in hung else "crash"
+                hung.discard(j)
+                if kind == "hang":
+                    sig = (f"hang: the case ran over {args.case_timeout:g}s (compile or run); "
+                           f"its worker was killed")
+                else:
+                    sig = f"crash in process: the worker died (exit status {rc}) running the case"
+                results[seed] = {"seed": seed, "kind": kind, "sig": sig, "target": "?"}
                 todo[j].remove(seed)
-                kinds["crash"] += 1
+                kinds[kind] += 1
                 sigs[sig].append(seed)
                 print(f"seed {seed}: {sig}", flush=True)
             if todo[j]:
@@ -212,6 +242,7 @@ def main(argv=None) -> int:
               f"{', ...' if len(seeds) > 8 else ''})")
     print(f"mismatches: {kinds['mismatch']}")
     print(f"crashes: {kinds['crash']}")
+    print(f"hangs (over --case-timeout): {kinds['hang']}")
     for sig, seeds in sorted(sigs.items(), key=lambda x: -len(x[1])):
         print(f"  [{len(seeds)}x] {sig}  (seeds {', '.join(map(str, seeds[:8]))}"
               f"{', ...' if len(seeds) > 8 else ''})")
