@@ -11,7 +11,8 @@
 from .errors import (
     ArgumentError, AutodiffError, AutoScheduleError, BoundsError, BuildError, ComputeError, DTypeError, ExprError,
     GPUModelError, InternalError, KernelAssertionError, KernelMemoryError, LowerError, RaceError,
-    ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError, TecompError,
+    ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError, TargetError,
+    TecompError,
 )
 from .ir import dtype as _dtype_mod
 from .ir.expr import Expr, IterVar, Var
@@ -22,6 +23,7 @@ from .te import (
     thread_axis, truncdiv, truncmod, var,
 )
 from .schedule import Schedule, Stage, create_schedule
+from .target import Target
 from .lower import lower
 from .build import build
 

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from .errors import BuildError, LowerError
 from .ir.stmt import PrimFunc
 
-TARGETS = ("llvm", "cuda", "cuda-emu")
+from .target import KINDS as TARGETS  # noqa: E402,F401  (the target kinds)
 
 
 @contextmanager
@@ -27,10 +27,12 @@ def _gc_paused():
             gc.enable()
 
 
-def build(s_or_func, args=None, target: str = "llvm", name: str = "main", checks: bool = False):
-    """Compile a schedule (or a lowered PrimFunc) for ``target``.
+def build(s_or_func, args=None, target="llvm", name: str = "main", checks: bool = False):
+    """Compile a schedule (or a lowered PrimFunc) for ``target``: a
+    :class:`~tecomp.target.Target` or its string.
 
-    * ``"llvm"``: the CPU, through llvmlite (AVX2/FMA on this project's machines).
+    * ``"llvm"``: the host CPU, through llvmlite; ``"llvm -mcpu=haswell"``,
+      ``"llvm -mattr=+avx2,+fma"``: another x86 CPU (see :mod:`tecomp.target`).
     * ``"cuda"``: CUDA C run through pycuda (building and ``get_source`` work without it).
     * ``"cuda-emu"``: the same CUDA C compiled for the CPU with the machine's C++
       compiler, one block at a time; for checking GPU schedules without a GPU.
@@ -45,9 +47,10 @@ def build(s_or_func, args=None, target: str = "llvm", name: str = "main", checks
 def _build(s_or_func, args, target, name, checks):
     from .lower.pipeline import lower
 
-    if not isinstance(target, str) or target.strip() not in TARGETS:
-        raise BuildError(f"unknown target {target!r}; use one of {', '.join(TARGETS)}")
-    target = target.strip()
+    from .target import as_target
+
+    tgt = as_target(target)
+    target = tgt.kind
     t0 = time.perf_counter()
     if target == "llvm":
         from .codegen import llvm_jit
@@ -63,15 +66,15 @@ def _build(s_or_func, args, target, name, checks):
     else:
         if args is None:
             raise LowerError("tc.build(s, args): give the argument list (input and output tensors)")
-        func = lower(s_or_func, args, name=name, target=target, stats=stats)
+        func = lower(s_or_func, args, name=name, target=tgt, stats=stats)
     if target == "llvm":
         from .codegen.llvm import build_llvm
 
-        mod = build_llvm(func, checks=checks)
+        mod = build_llvm(func, checks=checks, target=tgt)
     elif target == "cuda":
         from .runtime_cuda import build_cuda
 
-        mod = build_cuda(func)
+        mod = build_cuda(func, target=tgt)
     else:
         from .codegen.cuda_emu import build_cuda_emu
 

@@ -30,6 +30,12 @@ class ScheduleError(TecompError, ValueError):
     """An illegal schedule primitive: names the stage and axis and says how to fix it."""
 
 
+class TargetError(TecompError, ValueError):
+    """A target string or :class:`~tecomp.target.Target` that is not valid (an unknown
+    kind, option, CPU or architecture), or a module built for a CPU feature this machine
+    lacks being called."""
+
+
 class LowerError(TecompError, ValueError):
     """A schedule or argument list that cannot be lowered."""
 

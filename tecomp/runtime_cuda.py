@@ -94,17 +94,21 @@ class PycudaDriver:
         finally:
             self.cuda.Context.pop()
 
-    def compile(self, cs: CudaSource):
-        key = hashlib.sha256(cs.source.encode()).hexdigest()
+    def compile(self, cs: CudaSource, arch: Optional[str] = None):
+        """The module of ``cs``, compiled for ``arch`` (a target's ``-arch``; by default
+        this device's)."""
+        arch = arch or self.arch
+        key = hashlib.sha256((arch + "\n" + cs.source).encode()).hexdigest()
         mod = self._modules.get(key)
         if mod is None:
             from pycuda.compiler import SourceModule
 
             try:
-                mod = SourceModule(cs.source, no_extern_c=True, options=["-std=c++17"])
+                mod = SourceModule(cs.source, no_extern_c=True, options=["-std=c++17"],
+                                   arch=arch)
             except Exception as exc:  # noqa: BLE001 - pycuda.driver.CompileError and friends
                 raise BuildError(f"nvcc (through pycuda) failed to compile the generated CUDA C "
-                                 f"for {self.arch}: {exc}") from exc
+                                 f"for {arch} (this device: {self.arch}): {exc}") from exc
             self._modules[key] = mod
         return mod
 
@@ -154,8 +158,11 @@ def default_driver() -> PycudaDriver:
 class CudaModule:
     """A PrimFunc compiled for the GPU.  Call it with device or numpy arrays."""
 
-    def __init__(self, cs: CudaSource, driver=None):
+    def __init__(self, cs: CudaSource, driver=None, target=None):
         self.cuda_source = cs
+        #: the :class:`~tecomp.target.Target` (``cuda -arch=...``: compiled for that
+        #: architecture; without ``-arch``, for the device's)
+        self.target = target
         self.func = cs.func
         self._driver = driver
         self._functions = None  # (driver, [function per kernel])
@@ -172,13 +179,15 @@ class CudaModule:
         return self.cuda_source.source
 
     def get_source(self, fmt: str = "cuda") -> str:
-        """``"cuda"``: the CUDA C; ``"ptx"``: PTX from nvcc for this device (sm_80 without one)."""
+        """``"cuda"``: the CUDA C; ``"ptx"``: PTX from nvcc for the target's ``-arch``, else
+        this device's architecture (sm_80 without one)."""
         if fmt in ("cuda", "cu", "c"):
             return self.cuda_source.source
         if fmt == "ptx":
-            arch = "sm_80"
+            arch = getattr(self.target, "arch", None) or "sm_80"
             drv = self._driver or _DRIVER
-            if drv is not None and hasattr(drv, "arch"):
+            if getattr(self.target, "arch", None) is None and drv is not None and \
+                    hasattr(drv, "arch"):
                 arch = drv.arch
             return compile_ptx(self.cuda_source.source, arch)
         raise ArgumentError(f"unknown source format {fmt!r}; use 'cuda' or 'ptx'")
@@ -190,7 +199,7 @@ class CudaModule:
 
     def _kernel_functions(self, drv):
         if self._functions is None or self._functions[0] is not drv:
-            mod = drv.compile(self.cuda_source)
+            mod = drv.compile(self.cuda_source, getattr(self.target, "arch", None))
             fns = [drv.get_function(mod, k.name) for k in self.kernels]
             self._functions = (drv, fns)
         return self._functions[1]
@@ -295,10 +304,10 @@ def _check_device_launch(drv, fn, kern: KernelInfo, grid, block) -> None:
                          f"than the {drv.max_shared_per_block} the device allows")
 
 
-def build_cuda(func: PrimFunc, driver=None) -> CudaModule:
+def build_cuda(func: PrimFunc, driver=None, target=None) -> CudaModule:
     """Generate CUDA C for ``func``; compiling and launching happen at the first call.
 
     Works without pycuda or a GPU (the source is available); calling then raises
     RuntimeUnavailableError.  ``driver`` replaces the pycuda driver (tests).
     """
-    return CudaModule(codegen_cuda(func), driver)
+    return CudaModule(codegen_cuda(func), driver, target)

@@ -116,13 +116,16 @@ def gpu_shared_tile():
 
 
 def with_l2(monkeypatch, nbytes):
-    """Have the CPU schedules (and the gradient definitions that consult them) see an L2
-    of ``nbytes`` (through pytest's ``monkeypatch``): which form a weight gradient or a
-    convolution's schedule takes depends on it, so a test pins it instead of the host's."""
+    """Have the CPU schedules see an L2 of ``nbytes``, and the gradient definitions' fixed
+    machine model (``tecomp.nn.ops._GRAD_L2_BYTES``) hold the same (through pytest's
+    ``monkeypatch``): which form a weight gradient or a convolution's schedule takes
+    depends on it, so a test pins it instead of the host's."""
     import dataclasses
 
+    from tecomp.nn import ops
     from tecomp.nn import schedule_cpu as sc
 
     real = sc.cpu_info
     monkeypatch.setattr(sc, "cpu_info",
                         lambda target="llvm": dataclasses.replace(real(target), l2_bytes=nbytes))
+    monkeypatch.setattr(ops, "_GRAD_L2_BYTES", nbytes)

@@ -80,7 +80,7 @@ class EmuDriver:
     def active(self):
         yield
 
-    def compile(self, cs):
+    def compile(self, cs, arch=None):
         return compile_emu_library(cs)
 
     def get_function(self, lib, name):

@@ -71,8 +71,10 @@ def _extent(iv):
 
 def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, tile: int = 4,
                       inline: bool = True, parallel: bool = True,
-                      min_parallel: int = 4096, auto: bool = True) -> Schedule:
-    """Schedule ``outputs`` (gradient tensors, or any computes) for the CPU; returns the
+                      min_parallel: int = 4096, auto: bool = True,
+                      target="llvm") -> Schedule:
+    """Schedule ``outputs`` (gradient tensors, or any computes) for the CPU ``target`` (a
+    :class:`~tecomp.target.Target` or its string; the host by default); returns the
     schedule (``s`` if given, else a new ``tc.create_schedule(outputs)``).  Only the stages
     that ``outputs`` need and that nobody scheduled yet are touched, so a tuned schedule of
     some stages can come first.
@@ -98,14 +100,14 @@ def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, ti
     convs = [st for st in s.stages if _fresh(st, mine) and isinstance(st.op, ComputeOp)
              and st.op.reduce_axis and CONV_TAGS & set(st.op.tag.split(","))]
     for st in convs:
-        schedule_conv2d_into(s, st.op.output(0))
+        schedule_conv2d_into(s, st.op.output(0), target)
     if auto:
         from ..autoschedule.rules import schedule_stages
         from ..nn.schedule_cpu import cpu_info
 
         fresh = {id(st.op) for st in s.stages if isinstance(st.op, ComputeOp)
                  and _fresh(st, mine) and st not in convs}
-        return schedule_stages(s, outs, cpu_info(), only=fresh)
+        return schedule_stages(s, outs, cpu_info(target), only=fresh)
     for st in list(s.stages):
         op = st.op
         if not isinstance(op, ComputeOp) or not _fresh(st, mine):

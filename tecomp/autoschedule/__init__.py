@@ -72,7 +72,7 @@ def _check_shapes(args, shapes):
     return dict(shapes)
 
 
-def auto_schedule(args, target: str = "llvm", trials: int = 0, log=None, seed: int = 0,
+def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
                   timeout: Optional[float] = None, progress: Optional[bool] = None,
                   shapes: Optional[dict] = None, runner="local", search: str = "model"):
     """A schedule for the computes in ``args`` (the list you give ``tc.build``).
@@ -93,12 +93,19 @@ def auto_schedule(args, target: str = "llvm", trials: int = 0, log=None, seed: i
     from ..nn.schedule_cpu import cpu_info
     from .rules import Knobs, apply_rules
 
+    from ..errors import TargetError
+    from ..target import as_target
+
     args = _check_args(args)
-    if not isinstance(target, str) or target.split()[0] != "llvm":
+    try:
+        target = as_target(target)
+    except TargetError as exc:
+        raise AutoScheduleError(f"auto_schedule: {exc}") from None
+    if target.kind != "llvm":
         raise AutoScheduleError(
-            f"auto_schedule: target={target!r:.60} is not supported yet; the auto-scheduler "
-            "writes CPU schedules (target='llvm'); for the GPU use tecomp.nn.schedule_cuda "
-            "or write the schedule")
+            f"auto_schedule: target={str(target)!r:.60} is not supported yet; the "
+            "auto-scheduler writes CPU schedules (target='llvm', or 'llvm -mcpu=...'); for "
+            "the GPU use tecomp.nn.schedule_cuda or write the schedule")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
         raise AutoScheduleError(f"auto_schedule: trials must be an int >= 0 (0: no "
                                 f"measurement), got {trials!r:.60}")
@@ -112,6 +119,10 @@ def auto_schedule(args, target: str = "llvm", trials: int = 0, log=None, seed: i
         raise AutoScheduleError(f"auto_schedule: log must be a file path (str or Path) or "
                                 f"None, got {type(log).__name__}")
     shapes = _check_shapes(args, shapes)
+    if trials and target.runs_here() is not None:
+        raise AutoScheduleError(f"auto_schedule: cannot measure here: {target.runs_here()}; "
+                                f"use trials=0 (the analytic schedule) or a log measured on "
+                                f"such a machine")
     info = cpu_info(target)
     key = None
     if log is not None:
@@ -127,7 +138,7 @@ def auto_schedule(args, target: str = "llvm", trials: int = 0, log=None, seed: i
     from .search import tune
 
     res = tune(args, info, trials=trials, shapes=shapes, seed=seed, runner=runner, log=log,
-               key=key, timeout=timeout, progress=progress, strategy=search)
+               key=key, timeout=timeout, progress=progress, strategy=search, target=target)
     if res.best is None:
         errors = sorted({t.error for t in res.trials if t.error})
         raise AutoScheduleError(

@@ -334,6 +334,7 @@ class _Job:
     rtol: Optional[float] = None
     atol: Optional[float] = None
     memory_limit_mb: Optional[float] = None
+    target: str = "llvm"            # the tc.Target's string a Schedule is built for
 
 
 def _first_line(e: BaseException) -> str:
@@ -410,7 +411,7 @@ def _measure_here(job: _Job):
     t0 = time.perf_counter()
     obj = job.build_fn(job.args, job.payload)
     if isinstance(obj, Schedule):
-        f = build(obj, job.args, target="llvm")
+        f = build(obj, job.args, target=job.target)
     elif callable(obj):
         f = obj
     else:
@@ -784,8 +785,11 @@ class _Runner:
                 and k[2] == self.seed)
 
     def run(self, args, build_fn, payloads: Sequence, shapes: Optional[dict] = None,
-            reference: Optional[Sequence[np.ndarray]] = None) -> List[MeasureResult]:
+            reference: Optional[Sequence[np.ndarray]] = None,
+            target="llvm") -> List[MeasureResult]:
         """Measure each payload (one at a time, in order); one MeasureResult each.
+        A Schedule that ``build_fn`` returns is built for ``target`` (an ``llvm``
+        :class:`~tecomp.target.Target` that runs on the machines that measure).
 
         ``reference``: output arrays (one per compute in ``args``, in order) to compare
         every candidate with; by default the reference of the last ``run`` on the same
@@ -818,7 +822,7 @@ class _Runner:
         for payload in payloads:
             job = _Job(args, build_fn, payload, shapes, self.seed, self.timeout, self.number,
                        self.repeat, self.min_repeat_seconds, threads, self.rtol, self.atol,
-                       self.memory_limit_mb)
+                       self.memory_limit_mb, str(target))
             r = self._measure(job)
             if r.ok:
                 if ref is None:

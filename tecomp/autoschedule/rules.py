@@ -186,12 +186,12 @@ def _template(outs, knobs: Knobs, info) -> Optional[Schedule]:
         if len(reductions) == 1 and {"matmul", "dense", "matmul_packed"} & _tags(reductions[0]):
             return _gemm_template(outs, reductions[0], knobs, info)
         if len(outs) == 1 and any("softmax" in t for t in tags) and outs[0].op.tag == "softmax":
-            return cpu.schedule_softmax(outs)
+            return cpu.schedule_softmax(outs, info.target)
         convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _tags(op)]
         if len(convs) == 1 and len(reductions) == 1:
             if "conv2d_nchw" in _tags(convs[0]):
-                return cpu.schedule_conv2d_nchw(outs)
-            return cpu.schedule_conv2d_nhwc(outs)
+                return cpu.schedule_conv2d_nchw(outs, info.target)
+            return cpu.schedule_conv2d_nhwc(outs, info.target)
     except AutoScheduleError:
         raise
     except Exception:  # noqa: BLE001 - a template that does not fit: the generic rules
@@ -241,7 +241,8 @@ def _gemm_template(outs, gemm, knobs: Knobs, info):
         over["mc"] = max(over["mr"], mcm // over["mr"] * over["mr"])
     tag = "dense" if "dense" in _tags(gemm) else "matmul"
     with cpu.gemm_overrides(over):
-        return cpu.schedule_dense(outs) if tag == "dense" else cpu.schedule_matmul(outs)
+        return (cpu.schedule_dense(outs, info.target) if tag == "dense" else
+                cpu.schedule_matmul(outs, info.target))
 
 
 # ---------------------------------------------------------------------------------------

@@ -113,7 +113,7 @@ class _Progress:
 
 def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
          log=None, key=None, timeout: Optional[float] = None, progress=None,
-         strategy: str = "model") -> TuneResult:
+         strategy: str = "model", target="llvm") -> TuneResult:
     """Measure up to ``trials`` candidates of ``args``; the best one that ran correctly
     and the history."""
     from . import measure
@@ -212,7 +212,8 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
         if not pending:
             break   # the space is exhausted
         batch, pending = pending, []
-        res = run.run(args, build_candidate, [{"trace": c[1]} for c in batch], shapes=shapes)
+        res = run.run(args, build_candidate, [{"trace": c[1]} for c in batch], shapes=shapes,
+                      **({} if str(target) == "llvm" else {"target": str(target)}))
         for c, r in zip(batch, res):
             secs = float(np.median(r.times)) if r.ok and r.times else math.inf
             t = Trial(len(result.trials), c[0], c[1], secs, None if r.ok else r.error)

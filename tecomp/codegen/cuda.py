@@ -80,10 +80,10 @@ THREAD_TAGS = {
 }
 # AttrStmt key of a cross-thread reduction (see CudaRenderer.cross_thread_reduce)
 CROSS_THREAD_REDUCE = "cross_thread_reduce"
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK_DIMS = (1024, 1024, 64)
-MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
-MAX_STATIC_SHARED_BYTES = 48 * 1024  # a kernel's static __shared__ arrays, on every GPU
+# the CUDA limits (their one home is tecomp.target)
+from ..target import (  # noqa: E402,F401
+    MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK,
+)
 
 
 def is_vthread(tag: str) -> bool:

@@ -580,8 +580,11 @@ class _ModuleBuilder:
     """Builds the LLVM module of one variant of one PrimFunc."""
 
     def __init__(self, func: PrimFunc, sig: Signature, layout: str, noalias: bool,
-                 checks: bool):
+                 checks: bool, target=None):
+        from ..target import as_target
+
         h = llvm_jit.host()
+        self.target = as_target(target if target is not None else "llvm")
         self.func = func
         self.sig = sig
         self.layout = layout
@@ -603,10 +606,9 @@ class _ModuleBuilder:
         # 14 float32) is one masked access of the next power of two (_FnEmitter.pad_lanes)
         # (not for accumulators: LICM keeps a plain load/store pair in registers across a
         # loop, but not a masked one)
-        try:
-            self.masked_pad = h.has_feature("avx512f")
-        except Exception:  # noqa: BLE001 - no feature string: keep LLVM's own lowering
-            self.masked_pad = False
+        self.masked_pad = self.target.has_feature("avx512f")
+        #: fused multiply-adds in hardware (exp_f32's polynomial uses them)
+        self.has_fma = self.target.has_feature("fma")
         self.no_pad = _rmw_buffers(func.body) if self.masked_pad else set()
         #: fast-math flags on float +, -, *: "contract" lets LLVM fuse a*b+c into an FMA
         #: (one rounding instead of two); opt in with PrimFunc.attrs["fp_contract"] = True
@@ -772,6 +774,16 @@ class _ModuleBuilder:
 
     def text(self) -> str:
         s = str(self.module)
+        if not self.target.is_host:
+            # every function compiled for the target's CPU: LLVM takes the subtarget (the
+            # instructions, the vector width its cost model assumes) from these
+            # attributes instead of the host's TargetMachine defaults
+            # (both: a function without "target-features" would get the host's, AVX-512
+            # included, on top of the CPU's own)
+            attrs = (f' "target-cpu"="{self.target.cpu}"'
+                     f' "target-features"="{self.target.llvm_features}"')
+            s = re.sub(r"^(define [^\n]*?)\s*\{$", lambda m: m.group(1) + attrs + " {", s,
+                       flags=re.M)
         # llvmlite cannot build self-referential metadata: loop ids are emitted as
         # !{!"tecomp.loopid.K", ...} and patched into distinct !{!N, ...} here.
         return re.sub(r'^(!\d+) = !\{\s*!"tecomp\.loopid\.\d+"\s*,\s*',
@@ -2210,7 +2222,7 @@ class _FnEmitter:
         Every step is one IEEE operation, never marked ``contract`` (whatever the
         function's ``fp_contract``): the result depends only on ``x``, so vectorized,
         scalar, unrolled and lane-invariant evaluations give bit-identical results.
-        Where the host has fused multiply-adds (:func:`_exp_uses_fma`) the reduction
+        Where the target has fused multiply-adds (``_ModuleBuilder.has_fma``) the reduction
         and the polynomial use explicit ``llvm.fma`` calls (one rounding each, about
         15% faster), else separate multiplies and adds; both variants were checked on
         *every* float32 input to be within 1 ulp of the correctly rounded exp
@@ -2221,7 +2233,7 @@ class _FnEmitter:
         ity = _with_lanes(_I32, ty)
         C = lambda v: _splat(ty, v)  # noqa: E731
         I = lambda v: _splat(ity, v)  # noqa: E731
-        if _exp_uses_fma():
+        if self.mb.has_fma:
             fma = self.mb.intrinsic("llvm.fma", ty, [ty, ty, ty], [ty])
             madd = lambda u, v, w: b.call(fma, [u, v, w])  # noqa: E731  u*v + w
         else:
@@ -2245,14 +2257,6 @@ class _FnEmitter:
         s2 = b.bitcast(b.shl(b.add(lo, I(127)), I(23)), ty)
         res = b.fmul(b.fmul(p, s1), s2)
         return b.select(b.fcmp_unordered("uno", x, x), x, res)
-
-
-def _exp_uses_fma() -> bool:
-    """Whether :meth:`_FnEmitter.exp_f32` evaluates with fused multiply-adds: when the
-    host CPU has them in hardware (x86 with FMA3, AArch64).  Without them ``llvm.fma``
-    would be a libm ``fmaf`` call per lane, so the multiplies and adds stay separate."""
-    h = llvm_jit.host()
-    return h.is_aarch64 or (h.is_x86 and h.has_feature("fma"))
 
 
 def _free_vars_with_allocations(stmt) -> List[Var]:
@@ -2351,13 +2355,14 @@ def _widen_blocker(loop: For) -> Optional[str]:
 class VariantCompiler:
     """Generates and compiles the variants of one PrimFunc (used by the runtime)."""
 
-    def __init__(self, func: PrimFunc, sig: Signature, checks: bool):
+    def __init__(self, func: PrimFunc, sig: Signature, checks: bool, target=None):
         self.func = func
         self.sig = sig
         self.checks = checks
+        self.target = target
 
     def generate(self, layout: str, noalias: bool) -> _ModuleBuilder:
-        mb = _ModuleBuilder(self.func, self.sig, layout, noalias, self.checks)
+        mb = _ModuleBuilder(self.func, self.sig, layout, noalias, self.checks, self.target)
         try:
             mb.build()
         except (TecompError, InternalError) as exc:
@@ -2397,8 +2402,9 @@ def _with_func(exc, func: PrimFunc):
         return exc
 
 
-def build_llvm(func: PrimFunc, *, checks: bool = False):
-    """Compile ``func`` for the host CPU; return a callable
+def build_llvm(func: PrimFunc, *, checks: bool = False, target=None):
+    """Compile ``func`` for ``target`` (an ``llvm`` :class:`~tecomp.target.Target`, by
+    default the one it was lowered for, else the host CPU); return a callable
     :class:`~tecomp.codegen.llvm_runtime.Module`.
 
     The contiguous, no-alias variant is compiled now; the strided and aliasing variants
@@ -2411,7 +2417,13 @@ def build_llvm(func: PrimFunc, *, checks: bool = False):
     t0 = time.perf_counter()
     sig = Signature(func)
     _check_func(func, sig)
-    vc = VariantCompiler(func, sig, checks)
+    from ..target import as_target
+
+    tgt = as_target(target if target is not None else func.attrs.get("target", "llvm"))
+    if tgt.kind != "llvm":
+        raise BuildError(f"build_llvm: {func.name} was lowered for target {str(tgt)!r}; "
+                         f"build it with tc.build(..., target={tgt.kind!r})")
+    vc = VariantCompiler(func, sig, checks, tgt)
     jm, mb, _ = vc.compile("contiguous", True)
     seconds = time.perf_counter() - t0
-    return Module(func, sig, vc, jm, mb, checks=checks, compile_seconds=seconds)
+    return Module(func, sig, vc, jm, mb, checks=checks, compile_seconds=seconds, target=tgt)

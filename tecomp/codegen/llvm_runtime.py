@@ -66,7 +66,8 @@ import numpy as np
 
 # KernelMemoryError, KernelAssertionError: defined in tecomp.errors, importable here
 from ..errors import (
-    ArgumentError, BoundsError, InternalError, KernelAssertionError, KernelMemoryError, internal_assert,
+    ArgumentError, BoundsError, InternalError, KernelAssertionError, KernelMemoryError, TargetError,
+    internal_assert,
 )
 from ..ir import dtype as _dt
 from ..ir.expr import Add, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
@@ -345,8 +346,11 @@ class Module:
     loop was compiled), ``entry_symbol`` (the exported C function).
     """
 
-    def __init__(self, func, sig, compiler, jm, mb, *, checks: bool, compile_seconds: float):
+    def __init__(self, func, sig, compiler, jm, mb, *, checks: bool, compile_seconds: float,
+                 target=None):
         self.name = func.name
+        #: the :class:`~tecomp.target.Target` it was compiled for
+        self.target = target
         self.params = tuple(func.params)
         self.prim_func = func
         self.checks = bool(checks)
@@ -361,6 +365,15 @@ class Module:
             ("contiguous", True): _Variant(jm, mb, compile_seconds)}
         self._fast_source = _fast_path_source(self._plan)
         self._fast = _compile_fast_path(self._fast_source, self._plan)
+        why = target.runs_here() if target is not None else None
+        if why is not None:
+            # compiled for a CPU feature this one lacks: a call would execute an illegal
+            # instruction, so every call raises instead (the source is still there)
+            def refuse(args, sc, _why=why, _name=self.name):
+                raise TargetError(f"{_name} cannot run on this machine: {_why}; inspect it "
+                                  f"with get_source('asm'), or build it for target='llvm' "
+                                  f"(this CPU) or one this CPU has every feature of")
+            self._fast = refuse
 
     # -- introspection ---------------------------------------------------------------
     @property

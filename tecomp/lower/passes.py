@@ -127,9 +127,10 @@ def verify_pass(func: PrimFunc) -> PrimFunc:
     return func
 
 
-# Limits every CUDA device of compute capability >= 3.0 shares.
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK_DIM = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
+# Limits every CUDA device of compute capability >= 3.0 shares (from tecomp.target).
+from ..target import MAX_BLOCK_DIMS as _MAX_BLOCK_DIMS, MAX_THREADS_PER_BLOCK  # noqa: E402
+
+MAX_BLOCK_DIM = dict(zip(("threadIdx.x", "threadIdx.y", "threadIdx.z"), _MAX_BLOCK_DIMS))
 
 
 def verify_thread_extents_pass(func: PrimFunc) -> PrimFunc:

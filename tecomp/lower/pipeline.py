@@ -33,8 +33,14 @@ def _dump(title, func):
     sys.stderr.write(f"// ---- {title} ----\n{func}\n")
 
 
-def lower(s: Schedule, args, name: str = "main", target: str = "llvm", stats: dict | None = None) -> PrimFunc:
-    """Lower a schedule to a PrimFunc; ``str()`` of it is the loop IR."""
+def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | None = None) -> PrimFunc:
+    """Lower a schedule to a PrimFunc; ``str()`` of it is the loop IR.  ``target``: a
+    :class:`~tecomp.target.Target` or its string; its kind chooses the passes (the GPU
+    ones for ``cuda``/``cuda-emu``) and it is kept in ``func.attrs["target"]``."""
+    from ..target import as_target
+
+    tgt = as_target(target)
+    target = tgt.kind
     if not isinstance(s, Schedule):
         raise LowerError(f"tc.lower takes a schedule made by tc.create_schedule, got {s!r}")
     if not isinstance(args, (list, tuple)):
@@ -44,7 +50,7 @@ def lower(s: Schedule, args, name: str = "main", target: str = "llvm", stats: di
     t0 = time.perf_counter()
     params, body, ctx = schedule_to_stmt(s, list(args))
     func = PrimFunc(name, tuple(params), body,
-                    {"target": target, "param_checks": ctx.param_checks()})
+                    {"target": tgt, "param_checks": ctx.param_checks()})
     dump = os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")
     if dump:
         _dump("schedule_ops", func)

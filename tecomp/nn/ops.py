@@ -204,6 +204,15 @@ def conv2d_nhwc(data, weight, stride=1, padding=0, dilation=1, name: str = "conv
     return _conv2d(False, data, weight, stride, padding, dilation, name)
 
 
+# The gradients below choose between reformulations of a convolution's gradient (NHWC,
+# panels, flat rows) for a fixed vector model, never for the machine: ``tc.gradient``
+# gives the same compute definitions on every target (AVX2 or AVX-512, this machine or
+# another), and the schedules adapt them to the target.  The model is an AVX-512 core with
+# 2 MiB of L2 (the machine these choices were measured on).
+_GRAD_LANES = 16          # float32 lanes of a vector
+_GRAD_VREGS = 32          # vector registers
+_GRAD_L2_BYTES = 2 << 20  # L2 per core
+
 #: an NCHW weight gradient of at most this many elements (with a row that is not a
 #: multiple of 16, or any stride above 1) is computed in NHWC; larger ones over flat rows
 _WGRAD_NHWC_MAX = 1 << 18
@@ -240,7 +249,7 @@ def _conv_weight_grad(op, src, weight, adjoint):
     if not nchw:
         return _nhwc_weight_grad(src, adjoint, weight.shape, op.attrs["conv2d"], name)
     N, _, OH, OW = adjoint.shape
-    if (sh, sw) != (1, 1) or _int(OW, "adjoint extent") % 16:
+    if (sh, sw) != (1, 1) or _int(OW, "adjoint extent") % _GRAD_LANES:
         ext = [int(e.value) if isinstance(e, Const) else None for e in weight.shape]
         large = None not in ext and math.prod(ext) > _WGRAD_NHWC_MAX   # (symbolic: NHWC)
         O, C, KH, KW = weight.shape
@@ -309,21 +318,20 @@ def _wgrad_panels(src, adjoint, shape):
     inputs per pixel, pixel after pixel.  ``NR``: three vectors (24 accumulators with
     ``CB`` = 8); ``CB``: the largest divisor of ``C`` that fits the registers."""
     from ..ir import dtype as _dt
-    from .schedule_cpu import _bytes, _largest_divisor_at_most, cpu_info
+    from .schedule_cpu import _bytes, _largest_divisor_at_most
 
     sizes = [_bytes(t) for t in (src, adjoint)]
     ext = [int(e.value) if isinstance(e, Const) else None for e in shape]
     if None in sizes or None in ext or adjoint.dtype not in ("float32", "float64"):
         return None
-    info = cpu_info()
     bits = _dt.bits(adjoint.dtype)
     grad = math.prod(ext) * bits // 8
-    if grad <= info.l2_bytes or max(sizes) > info.l2_bytes:
+    if grad <= _GRAD_L2_BYTES or max(sizes) > _GRAD_L2_BYTES:
         return None
-    L = info.lanes * 32 // bits   # elements per vector register
+    L = _GRAD_LANES * 32 // bits   # elements per vector register
     C, O = ext[2], ext[3]
     nvec = 3 if O >= 3 * L else max(1, -(-O // L))
-    cb = _largest_divisor_at_most(C, max(1, min((info.vregs - nvec - 2) // nvec, 12)))
+    cb = _largest_divisor_at_most(C, max(1, min((_GRAD_VREGS - nvec - 2) // nvec, 12)))
     return nvec * L, cb
 
 
@@ -532,11 +540,9 @@ def _narrow_phases(rows, cols, channels, adjoint_channels) -> bool:
     vs 10.6, 256 at 14x14 stride 2 3.3 vs 3.7 (PyTorch 8.4, 14.0, 4.6); 256 at 7x7
     stride 2 1.25-1.29 vs 1.46-1.47, though its single-tap phase (fewer than 512
     channels) keeps row vectors."""
-    from .schedule_cpu import cpu_info
-
     C = channels.value if isinstance(channels, Const) else None
     O = adjoint_channels.value if isinstance(adjoint_channels, Const) else None
-    L = cpu_info().lanes
+    L = _GRAD_LANES
     widths = [p[3] for p in cols if p is not None]
     narrow = C is not None and C >= L and bool(widths) and max(widths) <= L // 2 and \
         any(p is not None for p in rows)

@@ -90,36 +90,15 @@ class CpuInfo:
     threads: int        # threads of the parallel runtime
     l1_bytes: int = 32 * 1024
     l2_bytes: int = 512 * 1024
-
-
-def _host_features():
-    try:
-        from ..codegen import llvm_jit
-
-        h = llvm_jit.host()
-        return h.has_feature
-    except Exception:  # noqa: BLE001 - no LLVM: assume a plain AVX2 machine
-        return lambda name: name in ("avx2", "fma")
+    target: str = "llvm"   # the tc.Target (its string) these facts are from
 
 
 def _cache_size(level: int, default: int) -> int:
-    """L1d / L2 size of cpu0 from sysfs (per core), or ``default``."""
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for d in sorted(os.listdir(base)):
-            p = os.path.join(base, d)
-            with open(os.path.join(p, "level")) as f:
-                lvl = int(f.read())
-            with open(os.path.join(p, "type")) as f:
-                typ = f.read().strip()
-            if lvl == level and typ in ("Data", "Unified"):
-                with open(os.path.join(p, "size")) as f:
-                    txt = f.read().strip()
-                mult = {"K": 1024, "M": 1024 * 1024}.get(txt[-1], 1)
-                return int(txt.rstrip("KM")) * mult
-    except (OSError, ValueError):
-        pass
-    return default
+    """L1d / L2 / L3 size of cpu0 (per core, sysfs), or ``default`` (see
+    :mod:`tecomp.target`, which reads them once)."""
+    from ..target import _host_cache
+
+    return _host_cache(level, default)
 
 
 def cpu_name() -> str:
@@ -136,26 +115,29 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown cpu"
 
 
-def cpu_info(target: str = "llvm") -> CpuInfo:
-    """The vector width, register count and thread count the schedules use.
+def cpu_info(target="llvm") -> CpuInfo:
+    """The vector width, register count, caches and thread count the schedules use, from
+    the :class:`~tecomp.target.Target` (a string is parsed: ``"llvm"`` is the host,
+    ``"llvm -mcpu=haswell"`` gives the AVX2 schedules on any machine).
 
-    ``TECOMP_VECTOR_LANES`` (8 or 16) overrides the detected width (e.g. to produce the
-    AVX2 schedules on an AVX-512 machine)."""
-    if not isinstance(target, str) or target.split()[0] != "llvm":
-        raise ScheduleError(f"the tecomp.nn CPU schedules are for target='llvm', got {target!r}")
-    has = _host_features()
-    lanes = 16 if has("avx512f") else 8 if has("avx") else 4
-    env = os.environ.get("TECOMP_VECTOR_LANES")
-    if env:
-        lanes = int(env)
-    vregs = 32 if lanes == 16 else 16
+    ``TECOMP_VECTOR_LANES`` (8 or 16) overrides the width of the host target (the AVX2
+    blockings compiled for this CPU; cross-targeting compiles them for an AVX2 one)."""
+    from ..errors import TargetError
+    from ..target import as_target
+
     try:
-        from ..codegen.llvm_runtime import get_num_threads
-
-        threads = max(1, int(get_num_threads()))
-    except Exception:  # noqa: BLE001
-        threads = os.cpu_count() or 1
-    return CpuInfo(lanes, vregs, threads, _cache_size(1, 32 * 1024), _cache_size(2, 512 * 1024))
+        t = as_target(target)
+    except TargetError as exc:
+        raise ScheduleError(f"the tecomp.nn CPU schedules: {exc}") from None
+    if t.kind != "llvm":
+        raise ScheduleError(f"the tecomp.nn CPU schedules are for target='llvm', got {str(t)!r}")
+    lanes = t.lanes
+    vregs = t.vregs
+    env = os.environ.get("TECOMP_VECTOR_LANES")
+    if env and t.is_host:
+        lanes = int(env)
+        vregs = 32 if lanes == 16 else 16
+    return CpuInfo(lanes, vregs, t.threads, t.l1_bytes, t.l2_bytes, str(t))
 
 
 # ---------------------------------------------------------------------------------
@@ -737,16 +719,18 @@ def _schedule_gemm_write_cache(s: Schedule, C: Tensor, info: CpuInfo, packed, p:
     return p
 
 
-def matmul_packed(A: Tensor, B: Tensor, nr: Optional[int] = None, name: str = "matmul"):
+def matmul_packed(A: Tensor, B: Tensor, nr: Optional[int] = None, name: str = "matmul",
+                  target="llvm"):
     """``A[M, K] @ B[K, N]`` with B packed into ``NR``-column panels by a compute stage
     ``<name>.packB[N/NR, K, NR] = B[k, jo*NR + ji]`` (zero beyond N), the array packing of
     the GEMM tutorials: each ``KC x NR`` micro-panel is contiguous.  Same result as
-    ``tecomp.nn.matmul``; schedule it with :func:`schedule_matmul`."""
+    ``tecomp.nn.matmul``; schedule it with :func:`schedule_matmul`.  A layout for a
+    target: ``nr`` by default from ``target``'s vector width (two vectors)."""
     if A.ndim != 2 or B.ndim != 2:
         raise ScheduleError(f"matmul_packed {name}: needs 2-d tensors")
     N = _cint(B.shape[1])
     if nr is None:
-        nr = gemm_params(None, N, None).nr
+        nr = gemm_params(None, N, None, cpu_info(target)).nr
     K = B.shape[0]
     nb = (B.shape[1] + (nr - 1)) // nr
     Nn = B.shape[1]
@@ -764,12 +748,13 @@ def matmul_packed(A: Tensor, B: Tensor, nr: Optional[int] = None, name: str = "m
 
 
 def dense_packed(X: Tensor, W: Tensor, bias: Optional[Tensor] = None, nr: Optional[int] = None,
-                 name: str = "dense"):
+                 name: str = "dense", target="llvm"):
     """``X[B, I] @ W[O, I]^T (+ bias)`` (``tecomp.nn.dense``) with W transposed into
-    ``NR``-wide panels by a compute stage ``<name>.packW[O/NR, I, NR]``."""
+    ``NR``-wide panels by a compute stage ``<name>.packW[O/NR, I, NR]`` (``nr``: as
+    :func:`matmul_packed`)."""
     O = _cint(W.shape[0])
     if nr is None:
-        nr = gemm_params(None, O, None).nr
+        nr = gemm_params(None, O, None, cpu_info(target)).nr
     nb = (W.shape[0] + (nr - 1)) // nr
     On = W.shape[0]
     if O is not None and O % nr == 0:

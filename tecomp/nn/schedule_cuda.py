@@ -76,9 +76,17 @@ MIN_BLOCKS = 128
 
 
 def _check_target(target) -> None:
-    if not isinstance(target, str) or target.split()[0] not in TARGETS:
+    from ..errors import TargetError
+    from ..target import as_target
+
+    try:
+        kind = as_target(target).kind
+    except TargetError as exc:
+        raise ScheduleError(f"the tecomp.nn CUDA schedules: {exc}") from None
+    if kind not in TARGETS:
         raise ScheduleError(f"the tecomp.nn CUDA schedules are for target 'cuda' or 'cuda-emu', "
-                            f"got {target!r} (the CPU schedules are in tecomp.nn.schedule_cpu)")
+                            f"got {str(target)!r} (the CPU schedules are in "
+                            f"tecomp.nn.schedule_cpu)")
 
 
 def _ceil(a: int, b: int) -> int:

@@ -1018,25 +1018,63 @@ def lower_symbolic_var_not_bound():
     tc.build(s, [A, C])
 
 
-@bad("BuildError", r"unknown target 5")
+@bad("TargetError", r"a target is a string or a tc\.Target, got int")
 def build_target_int():
     A, B, C = _chain()
     s = _tc().create_schedule(C.op)
     _tc().build(s, [A, C], target=5)
 
 
-@bad("BuildError", r"unknown target 'gpu'")
+@bad("TargetError", r"unknown target kind 'gpu'")
 def build_target_unknown():
     A, B, C = _chain()
     s = _tc().create_schedule(C.op)
     _tc().build(s, [A, C], target="gpu")
 
 
-@bad("BuildError", r"unknown target ''")
+@bad("TargetError", r"the target string is empty")
 def build_target_empty():
     A, B, C = _chain()
     s = _tc().create_schedule(C.op)
     _tc().build(s, [A, C], target="")
+
+
+@bad("TargetError", r"unknown -mcpu='pentium9'.*give its features with -mattr")
+def target_unknown_cpu():
+    _tc().Target("llvm -mcpu=pentium9")
+
+
+@bad("TargetError", r"-mattr entry 'avx2' is not \+feature or -feature")
+def target_mattr_without_sign():
+    _tc().Target("llvm -mattr=avx2,+fma")
+
+
+@bad("TargetError", r"target llvm: unknown option '-arch=sm_90'")
+def target_option_of_another_kind():
+    _tc().Target("llvm -arch=sm_90")
+
+
+@bad("TargetError", r"target cuda: unknown -arch='sm_9'")
+def target_unknown_arch():
+    _tc().Target("cuda -arch=sm_9")
+
+
+@bad("TargetError", r"-num-cores must be an integer in 1\.\.1024, got '0'")
+def target_zero_cores():
+    _tc().Target("llvm -num-cores=0")
+
+
+@bad("TargetError", r"cannot run on this machine: code for llvm -mattr=\+fma4 uses fma4")
+def call_module_built_for_a_missing_feature():
+    # AMD's FMA4: no Intel CPU has it (on a CPU that has it, this entry is skipped)
+    tc = _tc()
+    from tecomp.target import Target
+    if Target("llvm -mattr=+fma4").runs_here() is None:
+        raise tc.TargetError("cannot run on this machine: code for llvm -mattr=+fma4 uses "
+                             "fma4 (skipped: this CPU has fma4)")
+    A, B, C = _chain()
+    f = tc.build(tc.create_schedule(C.op), [A, C], target="llvm -mattr=+fma4")
+    f(np.ones((16, 8), "float32"), np.zeros((16, 8), "float32"))
 
 
 @bad("LowerError", r"tc\.build\(s, args\): give the argument list")

@@ -148,7 +148,10 @@ def test_auto_schedule_bad_args(bad, msg):
 
 @pytest.mark.parametrize("kw, msg", [
     (dict(target="cuda"), r"auto_schedule: target='cuda' is not supported yet; the "
-                          r"auto-scheduler writes CPU schedules \(target='llvm'\)"),
+                          r"auto-scheduler writes CPU schedules \(target='llvm', or "
+                          r"'llvm -mcpu=\.\.\.'\)"),
+    (dict(target="llvm -mcpu=pentium9"), r"auto_schedule: target llvm: unknown "
+                                         r"-mcpu='pentium9'"),
     (dict(trials=-1), r"auto_schedule: trials must be an int >= 0 \(0: no measurement\), got -1"),
     (dict(trials=2.5), r"trials must be an int >= 0 \(0: no measurement\), got 2\.5"),
     (dict(seed="x"), r"auto_schedule: seed must be an int, got 'x'"),

@@ -254,7 +254,7 @@ def test_lower_missing_output():
 def test_unknown_target():
     A, B, C, D = _chain()
     s = tc.create_schedule(C.op)
-    with pytest.raises(tc.BuildError, match=r"unknown target 'opencl'"):
+    with pytest.raises(tc.TargetError, match=r"unknown target kind 'opencl'"):
         tc.build(s, [A, C], target="opencl")
 
 

@@ -1,0 +1,271 @@
+"""tc.Target: parsing, the machine facts it holds, cross-targeting (AVX2 and SSE code built
+and run on this machine), and compute definitions that do not depend on it."""
+import pickle
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+import tecomp.nn as nn
+from tecomp.nn import schedule_cpu as sc
+from tecomp.target import Target
+
+RNG = np.random.default_rng(7)
+
+
+def _arr(*shape):
+    return RNG.standard_normal(shape).astype("float32")
+
+
+# ---------------------------------------------------------------------------------------
+# parsing
+
+
+@pytest.mark.parametrize("text,canon", [
+    ("llvm", "llvm"),
+    ("  llvm  ", "llvm"),
+    ("llvm -mcpu=haswell", "llvm -mcpu=haswell"),
+    ("llvm --mcpu=haswell", "llvm -mcpu=haswell"),
+    ("llvm -mattr=+avx2,+fma", "llvm -mattr=+avx2,+fma"),
+    ("llvm -num-cores=4 -mcpu=znver4", "llvm -mcpu=znver4 -num-cores=4"),
+    ("cuda -arch=sm_90", "cuda -arch=sm_90"),
+    ("cuda", "cuda"),
+    ("cuda-emu", "cuda-emu"),
+])
+def test_parse_and_print(text, canon):
+    t = tc.Target(text)
+    assert str(t) == canon
+    assert t == canon and t == tc.Target(canon) and hash(t) == hash(tc.Target(canon))
+    assert tc.Target(t) == t
+    assert pickle.loads(pickle.dumps(t)) == t
+    assert repr(t) == f"tc.Target({canon!r})"
+
+
+def test_immutable():
+    t = tc.Target("llvm")
+    with pytest.raises(AttributeError, match="immutable"):
+        t.mcpu = "haswell"
+
+
+@pytest.mark.parametrize("text,lanes,vregs,fma", [
+    ("llvm -mcpu=haswell", 8, 16, True),
+    ("llvm -mcpu=sandybridge", 8, 16, False),
+    ("llvm -mcpu=x86-64", 4, 16, False),
+    ("llvm -mattr=+avx2,+fma", 8, 16, True),
+    ("llvm -mcpu=skylake-avx512", 16, 32, True),
+    ("llvm -mcpu=skylake-avx512 -mattr=-avx512f", 8, 16, True),
+    ("llvm -mcpu=haswell -mattr=+avx512f", 16, 32, True),
+    ("llvm -mcpu=znver4", 16, 32, True),
+])
+def test_vector_facts_of_named_cpus(text, lanes, vregs, fma):
+    t = tc.Target(text)
+    assert (t.lanes, t.vregs, t.has_feature("fma")) == (lanes, vregs, fma)
+    assert not t.is_host
+    info = sc.cpu_info(t)
+    assert (info.lanes, info.vregs, info.target) == (lanes, vregs, str(t))
+
+
+def test_caches_of_named_cpus_and_cores():
+    z4 = tc.Target("llvm -mcpu=znver4 -num-cores=8")
+    assert (z4.l1_bytes, z4.l2_bytes, z4.threads) == (32 << 10, 1 << 20, 8)
+    hw = tc.Target("llvm -mcpu=haswell")
+    assert hw.l2_bytes == 256 << 10
+    assert hw.threads == tc.get_num_threads()
+    info = sc.cpu_info("llvm -mcpu=znver4 -num-cores=8")
+    assert (info.l2_bytes, info.threads) == (1 << 20, 8)
+
+
+def test_host_is_read_from_the_machine():
+    from tecomp.codegen import llvm_jit
+
+    h = tc.Target("llvm")
+    assert h.is_host and h.cpu == llvm_jit.host().cpu
+    assert h.has_feature("avx512f") == llvm_jit.host().has_feature("avx512f")
+    assert h.lanes == (16 if h.has_feature("avx512f") else 8 if h.has_feature("avx") else 4)
+    # the host by name is the host
+    assert tc.Target(f"llvm -mcpu={h.cpu}").is_host
+    assert h.runs_here() is None
+
+
+def test_cuda_limits_have_one_home():
+    from tecomp.codegen import cuda
+    from tecomp.lower import passes
+
+    t = tc.Target("cuda -arch=sm_90")
+    assert t.arch == "sm_90" and t.max_threads_per_block == 1024 and t.warp_size == 32
+    assert cuda.MAX_THREADS_PER_BLOCK is passes.MAX_THREADS_PER_BLOCK is t.max_threads_per_block
+    assert cuda.MAX_STATIC_SHARED_BYTES == t.max_static_shared_bytes == 48 * 1024
+    assert tuple(passes.MAX_BLOCK_DIM.values()) == cuda.MAX_BLOCK_DIMS == t.max_block_dims
+    with pytest.raises(tc.TargetError, match="lanes|property of llvm targets"):
+        t.l2_bytes
+
+
+# ---------------------------------------------------------------------------------------
+# cross-targeting: the AVX2 / SSE schedules, compiled for those CPUs, run here
+
+CROSS = ["llvm -mcpu=haswell", "llvm -mattr=+avx2,+fma", "llvm -mcpu=x86-64"]
+
+
+def _ops_of_target(target):
+    """(name, args, inputs, reference, schedule) for the tecomp.nn templates."""
+    A = tc.placeholder((45, 70), name="A")
+    B = tc.placeholder((70, 37), name="B")
+    C = nn.matmul(A, B)
+    a, b = _arr(45, 70), _arr(70, 37)
+    yield "matmul", [A, B, C], [a, b], a.astype("float64") @ b, sc.schedule_matmul(C, target)
+    X = tc.placeholder((13, 70), name="X")
+    W = tc.placeholder((21, 70), name="W")
+    D = nn.dense(X, W)
+    x, w = _arr(13, 70), _arr(21, 70)
+    yield "dense", [X, W, D], [x, w], x.astype("float64") @ w.T, sc.schedule_dense(D, target)
+    I = tc.placeholder((2, 8, 12, 12), name="I")
+    K = tc.placeholder((16, 8, 3, 3), name="K")
+    O = nn.relu(nn.conv2d_nchw(I, K, stride=1, padding=1))
+    i, k = _arr(2, 8, 12, 12), _arr(16, 8, 3, 3)
+    ref = np.zeros((2, 16, 12, 12))
+    ip = np.pad(i.astype("float64"), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    for dy in range(3):
+        for dx in range(3):
+            ref += np.einsum("nchw,oc->nohw", ip[:, :, dy:dy + 12, dx:dx + 12], k[:, :, dy, dx])
+    yield "conv", [I, K, O], [i, k], np.maximum(ref, 0), sc.schedule_conv2d_nchw(O, target)
+    S = tc.placeholder((9, 50), name="S")
+    Y = nn.softmax(S)
+    s_ = _arr(9, 50).astype("float64")
+    e = np.exp(s_ - s_.max(1, keepdims=True))
+    yield "softmax", [S, Y], [s_.astype("float32")], e / e.sum(1, keepdims=True), \
+        sc.schedule_softmax(Y, target)
+
+
+@pytest.mark.parametrize("target", CROSS)
+def test_cross_target_schedules_run_here(target):
+    t = tc.Target(target)
+    assert t.runs_here() is None  # every x86-64 machine tecomp runs on has these
+    for name, args, ins, ref, s in _ops_of_target(target):
+        f = tc.build(s, args, target=target)
+        assert f.target == t
+        out = np.full([int(e.value) for e in args[-1].shape], np.nan, "float32")
+        f(*ins, out)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1, np.abs(ref).max()),
+                                   err_msg=f"{name} for {target}")
+        asm = f.get_source("asm")
+        assert "zmm" not in asm, f"{name} for {target}: AVX-512 registers in the code"
+        if t.lanes == 4:
+            assert "ymm" not in asm, f"{name} for {target}: AVX registers in the code"
+        else:
+            assert "ymm" in asm, f"{name} for {target}: no AVX vectors"
+        ir = f.get_source("llvm-unopt")
+        assert f'"target-cpu"="{t.cpu}"' in ir
+
+
+def test_host_target_keeps_its_code():
+    """The host target's modules carry no target attributes (LLVM's host TargetMachine
+    compiles them, AVX-512 where the host has it)."""
+    A = tc.placeholder((64, 64), name="A")
+    B = tc.compute((64, 64), lambda i, j: A[i, j] * 2, name="B")
+    s = tc.create_schedule(B.op)
+    s[B].vectorize(s[B].op.axis[1])
+    f = tc.build(s, [A, B])
+    assert f.target == tc.Target("llvm") and "target-cpu" not in f.get_source("llvm-unopt")
+
+
+def test_schedules_follow_the_target_not_the_host():
+    """The same matmul scheduled for Haswell and for Skylake-AVX512: 8- and 16-lane
+    register blocks, in the IR and in the code."""
+    A = tc.placeholder((64, 64), name="A")
+    B = tc.placeholder((64, 64), name="B")
+    C = nn.matmul(A, B)
+    texts = {}
+    for t in ("llvm -mcpu=haswell", "llvm -mcpu=skylake-avx512"):
+        s = sc.schedule_matmul(C, t)
+        texts[t] = str(tc.lower(s, [A, B, C], target=t))
+        assert tc.lower(s, [A, B, C], target=t).attrs["target"] == tc.Target(t)
+    assert "vectorized (j.inner.inner, 0, 16)" in texts["llvm -mcpu=haswell"]
+    assert "vectorized (j.inner.inner, 0, 32)" in texts["llvm -mcpu=skylake-avx512"]
+
+
+def test_auto_schedule_for_a_target():
+    A = tc.placeholder((48, 96), name="A")
+    B = tc.placeholder((96, 40), name="B")
+    k = tc.reduce_axis((0, 96), name="k")
+    C = tc.compute((48, 40), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    a, b = _arr(48, 96), _arr(96, 40)
+    for t in ("llvm -mcpu=haswell", "llvm -mcpu=x86-64"):
+        s = tc.auto_schedule([A, B, C], target=t)
+        f = tc.build(s, [A, B, C], target=t)
+        out = np.zeros((48, 40), "float32")
+        f(a, b, out)
+        np.testing.assert_allclose(out, a.astype("float64") @ b, rtol=1e-4, atol=1e-3)
+        assert "zmm" not in f.get_source("asm")
+
+
+def test_module_for_a_missing_feature_refuses_to_run():
+    t = tc.Target("llvm -mattr=+fma4")   # AMD's FMA4: no Intel or Zen CPU has it
+    if t.runs_here() is None:
+        pytest.skip("this CPU has FMA4")
+    A = tc.placeholder((64,), name="A")
+    B = tc.compute((64,), lambda i: A[i] * A[i] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    s[B].vectorize(s[B].op.axis[0])
+    f = tc.build(s, [A, B], target=t)
+    assert f.get_source("asm")                          # the code is there
+    with pytest.raises(tc.TargetError, match="cannot run on this machine.*fma4"):
+        f(np.ones(64, "float32"), np.zeros(64, "float32"))
+    with pytest.raises(tc.AutoScheduleError, match="cannot measure here"):
+        tc.auto_schedule([A, B], target=t, trials=2)
+
+
+# ---------------------------------------------------------------------------------------
+# compute definitions and gradients do not depend on the target
+
+
+def _conv_grad_text(lanes, monkeypatch):
+    """The printed gradients of convolutions whose gradients have several formulations:
+    narrow phases as NHWC convolutions (16 channels, stride 2 on 5x5), the weight gradient
+    over panels (512 channels at 7x7), through NHWC (stride 2), over flat rows (256 at
+    30x30)."""
+    monkeypatch.setenv("TECOMP_VECTOR_LANES", str(lanes))
+    texts = []
+    for (C, H, stride, O) in [(16, 5, 2, 2), (512, 7, 1, 512), (64, 28, 2, 64),
+                              (256, 30, 1, 256)]:
+        X = tc.placeholder((1, C, H, H), name="X")
+        W = tc.placeholder((O, C, 3, 3), name="W")
+        Y = nn.conv2d_nchw(X, W, stride=stride, padding=1)
+        Hd = tc.placeholder(Y.shape, name="H")
+        gx, gw = tc.gradient(Y, [X, W], head=Hd)
+        s = tc.create_schedule([gx.op, gw.op])
+        texts.append(str(tc.lower(s, [X, W, Hd, gx, gw])))
+    return texts
+
+
+def test_gradients_are_the_same_for_every_vector_width(monkeypatch):
+    """tc.gradient of convolutions whose gradients have several formulations (NHWC,
+    panels, flat rows, phases): the same printed IR whatever width the schedules see,
+    and no machine query on the way."""
+    avx512 = _conv_grad_text(16, monkeypatch)
+    avx2 = _conv_grad_text(8, monkeypatch)
+    assert avx512 == avx2
+
+    def no_machine(*a, **k):
+        raise AssertionError("tc.gradient asked about the machine")
+
+    monkeypatch.setattr(sc, "cpu_info", no_machine)
+    assert _conv_grad_text(8, monkeypatch) == avx2
+
+
+def test_schedule_backward_for_a_target():
+    from tecomp.autodiff import schedule_backward
+
+    X = tc.placeholder((8, 40), name="X")
+    W = tc.placeholder((24, 40), name="W")
+    Y = nn.dense(X, W)
+    gx, gw = tc.gradient(Y, [X, W])
+    t = "llvm -mcpu=haswell"
+    s = schedule_backward([gx, gw], target=t)
+    f = tc.build(s, [X, W, gx, gw], target=t)
+    x, w = _arr(8, 40), _arr(24, 40)
+    ox, ow = np.zeros((8, 40), "float32"), np.zeros((24, 40), "float32")
+    f(x, w, ox, ow)
+    ones = np.ones((8, 24))
+    np.testing.assert_allclose(ox, ones @ w, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ow, ones.T @ x, rtol=1e-4, atol=1e-4)
+    assert "zmm" not in f.get_source("asm")
