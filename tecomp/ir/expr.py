@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Tuple
 
-from ..errors import DTypeError, ExprError
+from ..errors import DTypeError, ExprError, ShapeError
 from . import dtype as _dt
 
 
@@ -483,6 +483,12 @@ class ProducerLoad(Expr):
     producer: Any
     indices: Tuple[Expr, ...]
     dtype: str
+
+    def __getitem__(self, more):
+        name = getattr(self.producer, "name", "?")
+        raise ShapeError(f"{name}[{', '.join(str(i) for i in self.indices)}] indexes all "
+                         f"{len(self.indices)} dimension(s) of tensor {name} already: it is a "
+                         f"value, not a tensor; drop the extra [...]")
 
 
 # ---------------------------------------------------------------------------------

@@ -61,8 +61,42 @@ class ComputeOp(Operation):
         return input_tensors_of(self.body)
 
 
+class TensorSlice:
+    """``T[i]`` of a tensor with more dimensions: index it again (``T[i][j]`` is
+    ``T[i, j]``).  Not a value until every dimension is indexed."""
+
+    __slots__ = ("tensor", "indices")
+
+    def __init__(self, tensor: "Tensor", indices: tuple):
+        self.tensor = tensor
+        self.indices = indices
+
+    def __getitem__(self, more):
+        if not isinstance(more, tuple):
+            more = (more,)
+        return self.tensor[self.indices + more]
+
+    def _as_expr(self):
+        # used as a value with dimensions left: the same error as T[i] always gave
+        raise self.tensor._index_count_error(len(self.indices))
+
+    def _partial(self, *_):
+        self._as_expr()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _partial
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _partial
+    __neg__ = __lt__ = __le__ = __gt__ = __ge__ = _partial
+
+    def __bool__(self):
+        self._as_expr()
+
+    def __repr__(self):
+        return f"TensorSlice({self.tensor.name}, {len(self.indices)} of {self.tensor.ndim} indices)"
+
+
 class Tensor:
-    """A multi-dimensional value: ``T[i, j]`` reads it inside a compute definition."""
+    """A multi-dimensional value: ``T[i, j]`` (or ``T[i][j]``) reads it inside a compute
+    definition."""
 
     def __init__(self, op: Operation):
         self.op = op
@@ -86,10 +120,11 @@ class Tensor:
     def __getitem__(self, indices) -> Expr:
         if not isinstance(indices, tuple):
             indices = (indices,)
+        if 0 < len(indices) < self.ndim:
+            # chained indexing, as TVM's TensorSlice: A[i][j] is A[i, j]
+            return TensorSlice(self, indices)
         if len(indices) != self.ndim:
-            raise ShapeError(
-                f"tensor {self.name} has {self.ndim} dimension(s) {_shape_str(self.shape)} but "
-                f"was indexed with {len(indices)} index(es)")
+            raise self._index_count_error(len(indices))
         idx = []
         for d, x in enumerate(indices):
             if isinstance(x, slice):
@@ -107,6 +142,13 @@ class Tensor:
 
     def __call__(self, *indices):
         return self[indices]
+
+    def _index_count_error(self, given: int) -> ShapeError:
+        return ShapeError(
+            f"tensor {self.name} has {self.ndim} dimension(s) {_shape_str(self.shape)} but "
+            f"was indexed with {given} index(es); index every dimension, e.g. "
+            f"{self.name}[{', '.join('ijklmn'[d % 6] for d in range(self.ndim))}] or "
+            f"{self.name}{''.join('[' + 'ijklmn'[d % 6] + ']' for d in range(self.ndim))}")
 
     def __repr__(self):
         return f"Tensor({self.name}, shape={_shape_str(self.shape)}, dtype={self.dtype})"

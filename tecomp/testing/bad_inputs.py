@@ -267,6 +267,21 @@ def index_too_many():
     _tc().compute((8,), lambda i: A[i, i], name="C")
 
 
+@bad("ShapeError", r"tensor M has 2 dimension\(s\) \(4, 4\) but was indexed with 1 "
+                   r"index\(es\); index every dimension, e.g. M\[i, j\] or M\[i\]\[j\]")
+def index_chain_left_partial():
+    tc = _tc()
+    M = tc.placeholder((4, 4), name="M")
+    tc.compute((4,), lambda i: M[i] * 2, name="C")
+
+
+@bad("ShapeError", r"M\[i, 0\] indexes all 2 dimension\(s\) of tensor M already")
+def index_chain_too_long():
+    tc = _tc()
+    M = tc.placeholder((4, 4), name="M")
+    tc.compute((4,), lambda i: M[i][0][1], name="C")
+
+
 @bad("ComputeError", r"index variable i belongs to another compute")
 def index_variable_of_another_compute():
     tc = _tc()
