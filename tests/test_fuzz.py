@@ -309,3 +309,75 @@ def _allocations(func):
     from tecomp.ir.stmt import Allocate
 
     return [a.buffer for a in collect(func.body, lambda n: isinstance(n, Allocate))]
+
+
+def test_campaign_seeds_3010333_and_3011210_loop_partition_stays_bounded():
+    """Six splits of a symbolic extent, each with a run-time tail: partitioning every
+    copy again grew 2.5 KB of IR into 2.4 MB, and the case ran for minutes (the campaign
+    recorded two such hangs).  The nodes partitioning adds are now budgeted
+    (loop_partition.GROWTH x the function's, at least MIN_BUDGET); the main parts come
+    first, what is left over keeps its guards, and the result is still right."""
+    import importlib
+
+    lp = importlib.import_module("tecomp.lower.loop_partition")
+    n = tc.var("n")
+    P0 = tc.placeholder((n, n), dtype="float64", name="P0")
+    P1 = tc.placeholder((n, n), dtype="float64", name="P1")
+    C = tc.compute((n, n), lambda i, j: P0[i, j] * P1[i, i], name="C")
+    s = tc.create_schedule(C.op)
+    st_ = s[C]
+    st_.tile(st_.leaf_iter_vars[0], st_.leaf_iter_vars[1], 8, 5)
+    st_.fuse(*st_.leaf_iter_vars[2:4])
+    st_.tile(st_.leaf_iter_vars[0], st_.leaf_iter_vars[1], 5, 16)
+    st_.tile(st_.leaf_iter_vars[0], st_.leaf_iter_vars[3], 8, 5)
+    st_.split(st_.leaf_iter_vars[0], factor=8)
+    st_.split(st_.leaf_iter_vars[1], nparts=4)
+    func = tc.lower(s, [P0, P1, C])
+    assert lp._size(func.body) < lp.MIN_BUDGET * 3, lp._size(func.body)
+    f = tc.build(s, [P0, P1, C])
+    for N in (1, 2, 37, 83):
+        a0, a1 = np.random.rand(N, N), np.random.rand(N, N)
+        out = np.zeros((N, N))
+        f(a0, a1, out)
+        np.testing.assert_allclose(out, a0 * np.diag(a1)[:, None], rtol=1e-12)
+    out = np.zeros((5, 5))
+    a0, a1 = np.random.rand(5, 5), np.random.rand(5, 5)
+    interp.run(func, a0, a1, out)
+    np.testing.assert_allclose(out, a0 * np.diag(a1)[:, None], rtol=1e-12)
+
+
+def test_campaign_seed_3016817_pack_of_an_operand_the_reduction_does_not_index():
+    """The auto-scheduler's rules with random knobs packed (transposed copy) an operand
+    read along the block's row axis but not along the last reduction axis: nothing to
+    transpose, and an IndexError.  Such an operand is not packed now."""
+    import random
+
+    from tecomp.autoschedule.rules import Knobs, apply_rules
+    from tecomp.nn.schedule_cpu import cpu_info
+
+    T0 = tc.placeholder((2,), name="P0")
+    k0 = tc.reduce_axis((0, 8), name="k0")
+    k1 = tc.reduce_axis((0, 2), name="k1")
+    T1 = tc.compute((13,), lambda i0: tc.prod(T0[k1 % 2], axis=[k0, k1], where=(
+        tc.if_then_else(k0 * 3 < 2, T0[k0 * 3], tc.const(0, "float32")) > tc.const(0, "float32"))),
+        name="C1")
+    k2 = tc.reduce_axis((0, 1), name="k0")
+    T2 = tc.compute((16, 16), lambda i0, i1: tc.max(
+        tc.if_then_else(i0 < 13, T1[i0], tc.const(0, "float32"))
+        - tc.if_then_else(i1 // 3 < 2, T0[i1 // 3], tc.const(0, "float32")), axis=[k2]),
+        name="C2")
+    T3 = tc.placeholder((8, 3, 29), name="P3")
+    T4 = tc.compute((13, 8), lambda i0, i1: T2[(i0 * 2 + i1) % 16, 12 - i0] * tc.if_then_else(
+        T0[(i1 * 2) % 2] > tc.const(0, "float32"),
+        tc.if_then_else(i1 // 3 < 2, T0[i1 // 3], tc.const(0, "float32")),
+        T3[i1, i1 // 3, i1 * 2 + i0]), name="C4")
+    args = [T0, T3, T4]
+    s = apply_rules(args, Knobs(rng=random.Random(41966)), cpu_info(), {})
+    f = tc.build(s, args)
+    rng = np.random.default_rng(0)
+    a0 = rng.uniform(-1, 1, 2).astype("float32")
+    a3 = rng.uniform(-1, 1, (8, 3, 29)).astype("float32")
+    got, want = np.zeros((13, 8), "float32"), np.zeros((13, 8), "float32")
+    f(a0, a3, got)
+    interp.run(tc.lower(s, args), a0, a3, want)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

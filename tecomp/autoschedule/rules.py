@@ -662,7 +662,10 @@ class _Rules:
                 eu = self.ext(u.dom.extent) if u is not None else 1
                 default = kind == "strided" or (row > 2 * self.L * 4 and (eu or 64) >= 16)
                 key, where, lane = v, at, v.var
-            elif mu and not mv and last_r is not None:
+            elif mu and not mv and last_r is not None and \
+                    _stride_along(idx, last_r) != "bcast":
+                # (an operand the last reduction axis does not index has no dimension
+                # to transpose: not packed, whatever the knob says -- fuzz seed 3016817)
                 default = _stride_along(idx, last_r) == "strided"
                 key, where, lane = u, block, u.var
             else:

@@ -22,6 +22,14 @@ split: its guards stay where they are, or are partitioned at the loops inside it
 guard that is tested once per iteration of a big body (whether a block lies inside the
 tensor at all) costs less than a second copy of that body.
 
+Partitioning copies loop bodies, and each copy may be partitioned again: a deep nest of
+splits with run-time tails (six on a symbolic extent) grew 2.5 KB of IR into 2.4 MB, which
+the passes after it and LLVM then took minutes over (found by the fuzzing campaign,
+seeds 3010333 and 3011210).  So the IR nodes it adds are budgeted: at most
+``GROWTH`` times the function's nodes (and at least ``MIN_BUDGET``).  Loops are
+visited outermost first and each main part before its tails, so the budget goes to the
+guard-free main parts; what is left over keeps its guards (correct, just not partitioned).
+
 A ``parallel`` loop keeps one parallel region: its parts become the branches of its
 body (``parallel (v, m, E) { if (v < m + K) main else tail }``), so that a short tail
 part (often one iteration) does not run as a region of its own on one thread.
@@ -109,12 +117,39 @@ class _DropTerm(Mutator):
         return IfThenElse(cond, then, els)
 
 
+#: the IR nodes partitioning may add, as a multiple of the function's
+GROWTH = 4
+#: ... and at least this many
+MIN_BUDGET = 2000
+
+
+class _Count(Visitor):
+    """The nodes of a tree (statements and the expressions in them)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def visit(self, node):
+        self.n += 1
+        return super().visit(node)
+
+
+def _size(stmt) -> int:
+    c = _Count()
+    c.visit(stmt)
+    return c.n
+
+
 class LoopPartition(Mutator):
-    def __init__(self, simplify, ranges=None):
+    def __init__(self, simplify, ranges=None, budget=None):
         self.simplify = simplify
         self.ranges = ranges or {}
         self.in_kernel = 0  # GPU thread loops around the visited statement
         self.held = {}      # id -> the loops under pragma no_partition (kept alive)
+        #: IR nodes partitioning may still add (None: unlimited)
+        self.budget = budget
+        #: partitions not made for the budget
+        self.refused = 0
 
     def visit_AttrStmt(self, s):
         if s.key == "pragma_no_partition":
@@ -151,6 +186,13 @@ class LoopPartition(Mutator):
                 # micro-tile): split at a run-time point, it would not unroll and the
                 # arrays would go to local memory; the guard is cheaper (predication)
                 parts = None
+            if parts is not None and self.budget is not None:
+                extra = _size(s.body) * (len(parts) - 1)
+                if extra > self.budget:
+                    parts = None   # over budget: this loop keeps its guards
+                    self.refused += 1
+                else:
+                    self.budget -= extra
             if parts is not None and s.kind == "parallel" and len(parts) > 1:
                 # one parallel region whose body picks its part: splitting it into
                 # several parallel loops would run a short tail region (often a single
@@ -245,6 +287,10 @@ def _is_empty(s):
     return isinstance(s, SeqStmt) and not s.seq
 
 
-def loop_partition(func, simplify, ranges=None):
-    body = LoopPartition(simplify, ranges).visit(func.body)
+def loop_partition(func, simplify, ranges=None, budget="auto"):
+    """``budget``: the IR nodes partitioning may add ("auto": ``GROWTH`` times the
+    function's, at least ``MIN_BUDGET``; None: unlimited)."""
+    if budget == "auto":
+        budget = max(MIN_BUDGET, GROWTH * _size(func.body))
+    body = LoopPartition(simplify, ranges, budget).visit(func.body)
     return func if body is func.body else func.with_body(body)
