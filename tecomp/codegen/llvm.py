@@ -195,9 +195,9 @@ MAX_FULL_UNROLL = 1024
 #: allocations up to this many bytes (constant size) live on the stack
 MAX_STACK_ALLOC = 64 * 1024
 
-#: offset of the data pointer in a numpy array object (after the CPython object header);
-#: the runtime checks it against ``a.ctypes.data`` before using the ``_pyarrays`` entry
-PYOBJECT_DATA_OFFSET = object.__basicsize__
+#: offset of the data pointer in a numpy array object (defined by the runtime, which checks
+#: it against ``a.ctypes.data`` before using the ``_pyarrays`` entry)
+from .llvm_runtime import PYOBJECT_DATA_OFFSET  # noqa: E402
 
 ERR_BOUNDS = 1
 ERR_MALLOC = 2

@@ -72,6 +72,10 @@ from ..errors import (
 from ..ir import dtype as _dt
 from ..ir.expr import Add, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
 from . import llvm_threadpool
+
+#: offset of the data pointer in a numpy array object (after the CPython object header):
+#: the ``_pyarrays`` entry of a kernel reads it there (see :func:`_probe_pyobj_layout`)
+PYOBJECT_DATA_OFFSET = object.__basicsize__
 from .argcheck import (
     ArgChecker, compile_shape_expr, count_error, element_strides, int_range, param_checks_of,
 )
@@ -97,8 +101,6 @@ def _probe_pyobj_layout() -> bool:
     nanoseconds where ``a.ctypes.data`` costs microseconds.  Use it only if a probe
     confirms the layout on this interpreter; else pass ``a.ctypes.data`` to the plain
     entry."""
-    from .llvm import PYOBJECT_DATA_OFFSET
-
     read = ctypes.c_uint64.from_address
     try:
         base = np.arange(24, dtype=np.float64).reshape(4, 6)

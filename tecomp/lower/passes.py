@@ -5,20 +5,7 @@ from ..errors import ScheduleError
 from ..ir.expr import Const
 from ..ir.functor import Mutator, Visitor, substitute
 from ..ir.stmt import AttrStmt, For, PrimFunc, SeqStmt, seq
-
-
-def shape_var_ranges(func: PrimFunc) -> dict:
-    """Symbolic extents are non-negative: ``n`` in ``[0, 2**31 - 1)``."""
-    from ..ir.expr import Buffer, Range, Var
-    from ..ir.functor import free_vars
-
-    out = {}
-    for p in func.params:
-        if isinstance(p, Buffer):
-            for e in p.shape:
-                for v in free_vars(e):
-                    out[v] = Range(Const(0, "int32"), Const(2**31 - 1, "int32"))
-    return out
+from .ranges import shape_var_ranges  # noqa: F401  (re-exported)
 
 
 def simplify_pass(func: PrimFunc) -> PrimFunc:

@@ -126,7 +126,7 @@ def _itemsize(dtype: str) -> int:
 
 class _Expand(Mutator):
     def __init__(self, func: PrimFunc):
-        from .passes import shape_var_ranges
+        from .ranges import shape_var_ranges
 
         self.outer: Dict[Var, Range] = dict(shape_var_ranges(func))
 

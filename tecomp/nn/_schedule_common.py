@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from ..errors import ScheduleError
+from ..ir import dtype as _dt
 from ..ir.expr import Const
 from ..te.tensor import ComputeOp, Tensor, compute_ops
 
@@ -25,3 +26,21 @@ def _cint(e) -> Optional[int]:
 def _walk(outs: Sequence[Tensor]) -> List[ComputeOp]:
     """Every compute op reachable from ``outs``, producers first."""
     return compute_ops(outs)
+
+
+def _bytes(t: Tensor) -> Optional[int]:
+    """The size of ``t`` in bytes, or None when its shape is symbolic."""
+    n = _dt.bits(t.dtype) // 8
+    for e in t.shape:
+        e = _cint(e)
+        if e is None:
+            return None
+        n *= e
+    return n
+
+
+def _largest_divisor_at_most(n: int, cap: int) -> int:
+    for d in range(min(n, cap), 0, -1):
+        if n % d == 0:
+            return d
+    return 1

@@ -318,7 +318,7 @@ def _wgrad_panels(src, adjoint, shape):
     inputs per pixel, pixel after pixel.  ``NR``: three vectors (24 accumulators with
     ``CB`` = 8); ``CB``: the largest divisor of ``C`` that fits the registers."""
     from ..ir import dtype as _dt
-    from .schedule_cpu import _bytes, _largest_divisor_at_most
+    from ._schedule_common import _bytes, _largest_divisor_at_most
 
     sizes = [_bytes(t) for t in (src, adjoint)]
     ext = [int(e.value) if isinstance(e, Const) else None for e in shape]

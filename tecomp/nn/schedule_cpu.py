@@ -66,7 +66,7 @@ from ..ir import dtype as _dt
 from ..ir.expr import ProducerLoad, Reduce
 from ..schedule.schedule import Schedule, Stage, create_schedule
 from ..te.tensor import ComputeOp, Tensor
-from ._schedule_common import _cint, _outs, _walk
+from ._schedule_common import _bytes, _cint, _largest_divisor_at_most, _outs, _walk
 from .ops import shift_max as _shift_max  # softmax's row maximum (see there)
 
 __all__ = [
@@ -178,13 +178,6 @@ def _loads(expr, tensor) -> List[ProducerLoad]:
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _largest_divisor_at_most(n: int, cap: int) -> int:
-    for d in range(min(n, cap), 0, -1):
-        if n % d == 0:
-            return d
-    return 1
 
 
 def _vector_split(s: Stage, axis, extent: Optional[int], lanes: int):
@@ -1632,17 +1625,6 @@ def _schedule_flat_rows(s: Schedule, t: Tensor, info: CpuInfo):
     par = lead[0] if len(lead) == 1 else st.fuse(*lead)
     if info.threads > 1:
         st.parallel(par)
-
-
-def _bytes(t: Tensor) -> Optional[int]:
-    """The size of ``t`` in bytes, or None when its shape is symbolic."""
-    n = _dt.bits(t.dtype) // 8
-    for e in t.shape:
-        e = _cint(e)
-        if e is None:
-            return None
-        n *= e
-    return n
 
 
 def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
