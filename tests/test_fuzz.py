@@ -381,3 +381,44 @@ def test_campaign_seed_3016817_pack_of_an_operand_the_reduction_does_not_index()
     f(a0, a3, got)
     interp.run(tc.lower(s, args), a0, a3, want)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_campaign_seed_3024733_llvm_optimiser_time_limit(monkeypatch):
+    """LLVM's O3 with both its loop vectorizer and its unroller did not finish, in
+    minutes, on this small kernel of float64 reductions under selects (each alone: 0.1-0.4
+    s).  The optimiser worker now has a time limit (TECOMP_LLVM_OPT_TIMEOUT); past it the
+    kernel is optimised without them, with a warning, and runs right."""
+    import warnings
+
+    monkeypatch.setenv("TECOMP_LLVM_OPT_TIMEOUT", "3")
+    T0 = tc.placeholder((2,), dtype="float64", name="P0")
+    k0, k1 = tc.reduce_axis((0, 5), name="k0"), tc.reduce_axis((0, 5), name="k1")
+    T1 = tc.compute((5, 1, 4), lambda i0, i1, i2: tc.sum(tc.if_then_else(
+        4 - k0 < 2, T0[4 - k0], tc.const(0, "float64")), axis=[k0, k1], where=(k1 <= i0)),
+        name="C1")
+    r0, r1 = tc.reduce_axis((0, 8), name="k0"), tc.reduce_axis((0, 2), name="k1")
+    T2 = tc.compute((2, 13), lambda i0, i1: tc.sum(tc.exp(tc.min(
+        T1[(r0 - 1) % 5, (i0 * 2 + 1) // 4, r1 * 2 + i0], tc.const(3.0, "float64"))),
+        axis=[r0, r1], where=(r0 <= i0)), name="C2")
+    T3 = tc.placeholder((5, 4), dtype="int32", name="P3")
+    q0, q1 = tc.reduce_axis((0, 8), name="k0"), tc.reduce_axis((0, 4), name="k1")
+    T4 = tc.compute((3, 1, 5), lambda i0, i1, i2: tc.sum(
+        T2[i1, 2] - tc.exp(tc.min(T2[i1 + 1, 2], tc.const(3.0, "float64"))), axis=[q0, q1],
+        where=(T3[q1, 2 - i0] > tc.const(0, "int32"))), name="C4")
+    args = [T0, T3, T4]
+    s = tc.create_schedule([T4.op])
+    s[T1].tile(s[T1].leaf_iter_vars[2], s[T1].leaf_iter_vars[3], 16, 2)
+    s[T2].pragma(s[T2].leaf_iter_vars[0], "unroll_explicit")
+    s[T1].pragma(s[T1].leaf_iter_vars[0], "unroll_explicit")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f = tc.build(s, args)
+    for w in caught:   # (a future LLVM may finish in time: then there is none)
+        assert "did not finish within 3 s on this kernel" in str(w.message)
+    rng = np.random.default_rng(0)
+    a0 = rng.uniform(-1, 1, 2)
+    a3 = rng.integers(-8, 9, (5, 4)).astype("int32")
+    got, want = np.zeros((3, 1, 5)), np.zeros((3, 1, 5))
+    f(a0, a3, got)
+    interp.run(tc.lower(s, args), a0, a3, want)
+    np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -145,9 +145,10 @@ class OptWorker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def optimize(self, text: str, explicit: bool):
+    def optimize(self, text: str, explicit: bool, timeout: Optional[float] = None):
         """``(status, retiring, payload)`` for one module; ``"nostart"`` when the worker
-        died before it could start, None when it died before replying."""
+        died before it could start, None when it died before replying, ``"timeout"``
+        when it did not reply within ``timeout`` seconds (it is then still working)."""
         data = text.encode("utf-8")
         try:
             self.proc.stdin.write(_optproc._REQ.pack(_optproc._MAGIC, int(explicit), len(data)))
@@ -161,6 +162,12 @@ class OptWorker:
                 if len(head) < _optproc._REP.size or head[0] != _optproc._READY:
                     return "nostart"
                 self.ready = True
+            if timeout is not None:
+                import select
+
+                ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+                if not ready:
+                    return "timeout"
             head = _optproc._read_exact(self.proc.stdout, _optproc._REP.size)
             if len(head) < _optproc._REP.size:
                 return None
@@ -278,15 +285,44 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_worker_in_child)
 
 
+def _opt_timeout() -> float:
+    try:
+        return float(os.environ.get("TECOMP_LLVM_OPT_TIMEOUT", "60"))
+    except ValueError:
+        return 60.0
+
+
 def _optimize_in_worker(ir_text: str, explicit: bool) -> Optional[bytes]:
     """The bitcode of the module, optimised by the worker; None when no worker can run.
-    Call with :data:`LLVM_LOCK` held."""
+    Call with :data:`LLVM_LOCK` held.
+
+    A module the full O3 pipeline does not finish within ``TECOMP_LLVM_OPT_TIMEOUT``
+    seconds (default 60; builds take well under a second) is optimised again without
+    LLVM's loop vectorizer, SLP vectorizer and loop unroller (the pipeline of a kernel
+    the schedule vectorized itself), with a warning: LLVM 20's loop vectorizer and
+    unroller together did not finish, in minutes, on a 3 KB kernel of scalar float64
+    reductions under selects (fuzz seed 3024733); each alone takes 0.1-0.4 s."""
     global _WORKER, _WORKER_OK
     for attempt in (1, 2):
         w = _get_worker()
         if w is None:
             return None
-        r = w.optimize(ir_text, explicit)
+        r = w.optimize(ir_text, explicit, _opt_timeout())
+        if r == "timeout":
+            w.proc.kill()
+            w.close()
+            _WORKER = None
+            if explicit:
+                raise RuntimeError(
+                    f"LLVM's optimiser did not finish within {_opt_timeout():g} s, even "
+                    f"without its loop vectorizer and unroller. This is a bug in tecomp or "
+                    f"LLVM: please report it with the kernel (TECOMP_DUMP_IR=1 prints its "
+                    f"IR); TECOMP_LLVM_OPT_TIMEOUT sets the limit.")
+            warnings.warn(f"tecomp: LLVM's O3 pipeline did not finish within "
+                          f"{_opt_timeout():g} s on this kernel; compiling it without LLVM's "
+                          f"loop vectorizer and unroller (vectorize and unroll it in the "
+                          f"schedule instead)", RuntimeWarning, stacklevel=4)
+            return _optimize_in_worker(ir_text, True)
         if r is not None and r != "nostart":
             break
         why = w.exit_status()
