@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 import sys
 
 _MAGIC = b"TCO1"
@@ -101,12 +102,34 @@ def _reply(out, *parts: bytes) -> None:
         os._exit(0)
 
 
+def _die_with_parent() -> None:
+    """Exit when the process that started this worker dies.  Without it, a worker whose
+    parent was killed in the middle of a build (a fuzzing worker over its time limit, a
+    measuring child) went on optimising a module that LLVM takes minutes or forever over,
+    with nobody to read the result: the fuzzing campaign found two such orphans
+    spinning.  A watchdog thread (llvmlite's calls into LLVM release the GIL) checks the
+    parent once a second; Linux's parent-death signal would fire when the parent's
+    *thread* that started the worker ends, which a builder thread may do any time."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="tecomp-parent-watch", daemon=True).start()
+
+
 def serve(triple: str, cpu: str, features: str, max_mb: float) -> None:
     """The worker's main loop: optimise modules until stdin closes or it retires."""
     import signal
 
     # Ctrl-C in a terminal reaches the whole process group: the parent handles it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
     # the replies get fd 1 to themselves: anything else printing goes to stderr
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
