@@ -46,6 +46,7 @@ from ..ir.expr import Call, Const, Div, Expr, ProducerLoad, Reduce, Var
 from ..ir.functor import collect, substitute, uses_var
 from ..schedule.schedule import Schedule, Stage, create_schedule
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+from .rows import row_reduce_at
 
 
 # ---------------------------------------------------------------------------------------
@@ -174,28 +175,30 @@ def apply_rules(args, knobs: Knobs, info, shapes: Optional[dict] = None) -> Sche
 # 1. templates
 
 
-def _template(outs, knobs: Knobs, info) -> Optional[Schedule]:
-    from ..nn import schedule_cpu as cpu
+#: template functions ``fn(outs, knobs, info) -> Schedule or None`` (None: the DAG is
+#: not theirs), in the order they are tried; the tecomp.nn templates register theirs
+#: when tecomp.nn.schedule_cpu is imported
+_TEMPLATES: list = []
 
-    ops = [op for op in _walk(outs)]
-    tags = [set(t.strip() for t in (op.tag or "").split(",")) for op in ops]
-    reductions = [op for op in ops if op.reduce_axis]
-    if not knobs.choose("template", [True, False], True):
+
+def register_template(fn) -> None:
+    """Add a template function (see ``_TEMPLATES``); registering one twice is a no-op."""
+    if fn not in _TEMPLATES:
+        _TEMPLATES.append(fn)
+
+
+def _template(outs, knobs: Knobs, info) -> Optional[Schedule]:
+    if _TEMPLATES and not knobs.choose("template", [True, False], True):
         return None
-    try:
-        if len(reductions) == 1 and {"matmul", "dense", "matmul_packed"} & _tags(reductions[0]):
-            return _gemm_template(outs, reductions[0], knobs, info)
-        if len(outs) == 1 and any("softmax" in t for t in tags) and outs[0].op.tag == "softmax":
-            return cpu.schedule_softmax(outs, info.target)
-        convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _tags(op)]
-        if len(convs) == 1 and len(reductions) == 1:
-            if "conv2d_nchw" in _tags(convs[0]):
-                return cpu.schedule_conv2d_nchw(outs, info.target)
-            return cpu.schedule_conv2d_nhwc(outs, info.target)
-    except AutoScheduleError:
-        raise
-    except Exception:  # noqa: BLE001 - a template that does not fit: the generic rules
-        return None
+    for fn in _TEMPLATES:
+        try:
+            s = fn(outs, knobs, info)
+        except AutoScheduleError:
+            raise
+        except Exception:  # noqa: BLE001 - a template that does not fit: the generic rules
+            return None
+        if s is not None:
+            return s
     for d in (knobs.space, knobs.values, knobs.defaults):
         d.pop("template", None)
     return None
@@ -209,40 +212,6 @@ def _walk(outs) -> List[ComputeOp]:
     from ..te.tensor import compute_ops
 
     return compute_ops([t.op for t in outs])
-
-
-def _gemm_template(outs, gemm, knobs: Knobs, info):
-    """``schedule_matmul`` / ``schedule_dense`` with the blocking as knobs."""
-    from ..nn import schedule_cpu as cpu
-
-    C = gemm.output(0)
-    M, N = (_cint(e) for e in gemm.shape)
-    K = _cint(gemm.reduce_axis[0].dom.extent)
-    packed_nr = int(gemm.attrs.get("nr", 0)) or None
-    p = cpu.gemm_params(M, N, K, info, nr=packed_nr)
-    L = info.lanes
-    over = {}
-    nr_choices = [p.nr] if packed_nr else sorted({p.nr, L, 2 * L, 3 * L})
-    over["nr"] = knobs.choose("gemm.nr", nr_choices, p.nr)
-    nv = max(1, -(-over["nr"] // L))
-    budget = max(1, (info.vregs - nv - 2) // nv)
-    over["mr"] = knobs.choose("gemm.mr", sorted({p.mr} | {m for m in (4, 6, 8, 9, 10, 12, 14)
-                                                            if m <= budget}), p.mr)
-    if K is not None:
-        kcs = {p.kc} | {k for k in (128, 256, 384, 512, 768, 1024, 2048) if k < K} | {K}
-        over["kc"] = knobs.choose("gemm.kc", sorted(kcs), p.kc)
-    if info.threads > 1:
-        over["par"] = knobs.choose("gemm.par", ["blocks", "rows"], p.par)
-    ncm = knobs.choose("gemm.nc_panels", [0, 1, 2, 4, 8, 16], 0)
-    if ncm:
-        over["nc"] = ncm * over["nr"]
-    mcm = knobs.choose("gemm.mc_rows", [0, 48, 96, 192, 384], 0)
-    if mcm:
-        over["mc"] = max(over["mr"], mcm // over["mr"] * over["mr"])
-    tag = "dense" if "dense" in _tags(gemm) else "matmul"
-    with cpu.gemm_overrides(over):
-        return (cpu.schedule_dense(outs, info.target) if tag == "dense" else
-                cpu.schedule_matmul(outs, info.target))
 
 
 # ---------------------------------------------------------------------------------------
@@ -418,9 +387,7 @@ class _Rules:
                 changed = True
 
     def attach_row_reduction(self, op, st, row):
-        from ..nn.schedule_cpu import _row_reduce_at
-
-        _row_reduce_at(self.s, op.output(0), st, row, self.info)
+        row_reduce_at(self.s, op.output(0), st, row, self.info.lanes)
 
     def _indexed_by(self, reader, t, lead):
         for ld in _loads(reader.body):
@@ -741,7 +708,6 @@ class _Rules:
     def row_reduction_root(self, st: Stage):
         """A row reduction at the root (a row sum as an output): blocks of rows in
         parallel, each row's reduction vectorized (``rfactor``)."""
-        from ..nn.schedule_cpu import _row_reduce_at
 
         s = self.s
         op = st.op
@@ -759,7 +725,7 @@ class _Rules:
             ro = ri = row
         if self.info.threads > 1 and (total is None or total >= 2):
             st.parallel(ro)
-        _row_reduce_at(s, cache, st, ri, self.info)
+        row_reduce_at(s, cache, st, ri, self.info.lanes)
 
     def fallback(self, st: Stage):
         """Neither blocked nor a row reduction: the outer axes in parallel, the

@@ -68,6 +68,8 @@ from ..schedule.schedule import Schedule, Stage, create_schedule
 from ..te.tensor import ComputeOp, Tensor
 from ._schedule_common import _bytes, _cint, _largest_divisor_at_most, _outs, _walk
 from .ops import shift_max as _shift_max  # softmax's row maximum (see there)
+from ..autoschedule import rules as _rules
+from ..autoschedule.rows import row_reduce_at
 
 __all__ = [
     "cpu_info", "CpuInfo", "schedule_matmul", "schedule_dense", "schedule_conv2d_nchw",
@@ -800,12 +802,10 @@ def _auto_rest(s: Schedule, outs, info: CpuInfo) -> Schedule:
     """The stages a template left alone (other reductions under the outputs, or all of
     them when the template found nothing to schedule) get the auto-scheduler's rules
     (:func:`tecomp.autoschedule.rules.schedule_stages`)."""
-    from ..autoschedule.rules import schedule_stages
-
     fresh = {id(st.op) for st in s.stages if isinstance(st.op, ComputeOp)
              and st.attach_type == "root" and not st.relations and not st.iter_attrs}
     if fresh:
-        schedule_stages(s, outs, info, only=fresh)
+        _rules.schedule_stages(s, outs, info, only=fresh)
     return s
 
 
@@ -1794,40 +1794,6 @@ def softmax_fast(x: Tensor, name: str = "softmax"):
     return _te.compute(x.shape, lambda *i: e[i] * r[i[:-1]], name=name, tag="softmax")
 
 
-def _row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, info: CpuInfo):
-    """Compute the last-axis reduction ``red`` at ``st``'s loop ``axis`` with the
-    reduction vectorized: ``rfactor`` into ``4 x lanes`` partial results (four vector
-    accumulators, so four independent add/max chains), those folded into one vector
-    (a second ``rfactor``), then the lanes reduced in order."""
-    rs = s[red]
-    k = rs.op.reduce_axis[0]
-    L = info.lanes
-    K = _cint(k.dom.extent)
-    if K is not None and K < 2 * L:
-        rs.compute_at(st, axis)
-        return
-    F = 4 * L if K is None or K >= 8 * L else L
-    ko, ki = rs.split(k, factor=F)
-    rf = s.rfactor(red, ki, factor_axis=len(rs.op.axis))
-    rfs = s[rf]
-    rfs.compute_at(st, axis)
-    rko, = rfs.op.reduce_axis
-    rki = rfs.op.axis[-1]
-    rfs.reorder(*(list(rfs.op.axis[:-1]) + [rko, rki]))
-    rfs.vectorize(rki)
-    if F > L:
-        kk = s[red].op.reduce_axis[0]
-        _, kki = s[red].split(kk, factor=L)
-        rf2 = s.rfactor(red, kki, factor_axis=len(s[red].op.axis))
-        r2 = s[rf2]
-        r2.compute_at(st, axis)
-        r2ko, = r2.op.reduce_axis
-        r2ki = r2.op.axis[-1]
-        r2.reorder(*(list(r2.op.axis[:-1]) + [r2ko, r2ki]))
-        r2.vectorize(r2ki)
-    s[red].compute_at(st, axis)
-
-
 def _row_stage_at(s: Schedule, t: Tensor, st: Stage, axis, info: CpuInfo):
     """Compute the full-row stage ``t`` at ``st``'s row loop ``axis``, one vector per
     step; return its loop over the vectors (None when the row is one vector)."""
@@ -1879,7 +1845,7 @@ def schedule_softmax(outs, target: str = "llvm") -> Schedule:
             continue
         t = op.output(0)
         if op.reduce_axis and len(op.axis) == ndim - 1:
-            _row_reduce_at(s, t, st, R, info)
+            row_reduce_at(s, t, st, R, info.lanes)
         elif len(op.axis) == ndim - 1:
             s[t].compute_at(st, R)
         elif len(op.axis) == ndim:
@@ -1963,3 +1929,66 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
         ps.unroll(kx)
         ps.vectorize(pxi)
     return s
+
+
+# ---------------------------------------------------------------------------------
+# the templates as the auto-scheduler's starting points
+
+
+def _op_tags(op) -> set:
+    return set(t.strip() for t in (op.tag or "").split(",") if t.strip())
+
+
+def _gemm_template(outs, gemm, knobs, info: CpuInfo) -> Schedule:
+    """``schedule_matmul`` / ``schedule_dense`` with the blocking as knobs (their
+    defaults: :func:`gemm_params`, the heuristic)."""
+    M, N = (_cint(e) for e in gemm.shape)
+    K = _cint(gemm.reduce_axis[0].dom.extent)
+    packed_nr = int(gemm.attrs.get("nr", 0)) or None
+    p = gemm_params(M, N, K, info, nr=packed_nr)
+    L = info.lanes
+    over = {}
+    nr_choices = [p.nr] if packed_nr else sorted({p.nr, L, 2 * L, 3 * L})
+    over["nr"] = knobs.choose("gemm.nr", nr_choices, p.nr)
+    nv = max(1, -(-over["nr"] // L))
+    budget = max(1, (info.vregs - nv - 2) // nv)
+    over["mr"] = knobs.choose("gemm.mr", sorted({p.mr} | {m for m in (4, 6, 8, 9, 10, 12, 14)
+                                                            if m <= budget}), p.mr)
+    if K is not None:
+        kcs = {p.kc} | {k for k in (128, 256, 384, 512, 768, 1024, 2048) if k < K} | {K}
+        over["kc"] = knobs.choose("gemm.kc", sorted(kcs), p.kc)
+    if info.threads > 1:
+        over["par"] = knobs.choose("gemm.par", ["blocks", "rows"], p.par)
+    ncm = knobs.choose("gemm.nc_panels", [0, 1, 2, 4, 8, 16], 0)
+    if ncm:
+        over["nc"] = ncm * over["nr"]
+    mcm = knobs.choose("gemm.mc_rows", [0, 48, 96, 192, 384], 0)
+    if mcm:
+        over["mc"] = max(over["mr"], mcm // over["mr"] * over["mr"])
+    with gemm_overrides(over):
+        if "dense" in _op_tags(gemm):
+            return schedule_dense(outs, info.target)
+        return schedule_matmul(outs, info.target)
+
+
+def _auto_template(outs, knobs, info: CpuInfo) -> Optional[Schedule]:
+    """The template of a DAG that is one of tecomp.nn's operators (matmul/dense, softmax,
+    conv2d NCHW/NHWC with an elementwise epilogue), for the auto-scheduler's rules
+    (registered with :func:`tecomp.autoschedule.rules.register_template`); None for any
+    other DAG."""
+    ops = _walk(outs)
+    reductions = [op for op in ops if op.reduce_axis]
+    if len(reductions) == 1 and {"matmul", "dense", "matmul_packed"} & _op_tags(reductions[0]):
+        return _gemm_template(outs, reductions[0], knobs, info)
+    if len(outs) == 1 and any("softmax" in _op_tags(op) for op in ops) and \
+            outs[0].op.tag == "softmax":
+        return schedule_softmax(outs, info.target)
+    convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _op_tags(op)]
+    if len(convs) == 1 and len(reductions) == 1:
+        if "conv2d_nchw" in _op_tags(convs[0]):
+            return schedule_conv2d_nchw(outs, info.target)
+        return schedule_conv2d_nhwc(outs, info.target)
+    return None
+
+
+_rules.register_template(_auto_template)

@@ -25,8 +25,6 @@ KNOWN = [
     {"tecomp.ir.arith", "tecomp.ir.simplify"},
     # schedule primitives record themselves in traces, which replay through them
     {"tecomp.schedule.rfactor", "tecomp.schedule.schedule", "tecomp.schedule.trace"},
-    # the tecomp.nn templates are the auto-scheduler's starting points and fall back to it
-    {"tecomp.autoschedule.rules", "tecomp.nn.schedule_cpu"},
 ]
 
 
