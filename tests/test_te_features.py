@@ -32,3 +32,48 @@ def test_partial_index_is_not_a_value():
         with pytest.raises(tc.ShapeError, match=r"indexed with 1 index\(es\); index every "
                                                 r"dimension, e.g. A\[i, j\] or A\[i\]\[j\]"):
             use()
+
+
+def test_split_disable_predication_drops_the_guard():
+    from tecomp.ir import interp
+
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i] * 2, name="B")
+    s = tc.create_schedule(B.op)
+    _, xi = s[B].split(B.op.axis[0], factor=8, disable_predication=True)
+    s[B].vectorize(xi)
+    text = str(tc.lower(s, [A, B]))
+    assert "if (" not in text and "min(" not in text, text        # no guard, no tail
+    assert "vectorized (i.inner, 0, 8)" in text, text
+    # the same split with the guard: a partitioned tail
+    s2 = tc.create_schedule(B.op)
+    s2[B].split(B.op.axis[0], factor=8)
+    assert "min(" in str(tc.lower(s2, [A, B]))
+    f = tc.build(s, [A, B])
+    a = np.arange(24, dtype="float32")
+    b = np.zeros(24, "float32")
+    f(a, b)
+    np.testing.assert_array_equal(b, 2 * a)
+    # an extent the split does not divide is refused at the call, by every runtime
+    msg = r"split of axis i of stage B with disable_predication=True \(its extent n must " \
+          r"be a multiple of 8\)"
+    with pytest.raises(tc.ArgumentError, match=msg):
+        f(np.zeros(13, "float32"), np.zeros(13, "float32"))
+    with pytest.raises(tc.ArgumentError, match=msg):
+        interp.run(tc.lower(s, [A, B]), np.zeros(13, "float32"), np.zeros(13, "float32"))
+    # replayable
+    assert "disable_predication=True" in s.trace.python([A, B])
+
+
+def test_split_disable_predication_with_constant_extents():
+    C = tc.placeholder((12,), name="C")
+    D = tc.compute((12,), lambda i: C[i] + 1, name="D")
+    s = tc.create_schedule(D.op)
+    s[D].split(D.op.axis[0], nparts=3, disable_predication=True)   # divides: nothing to do
+    assert "if (" not in str(tc.lower(s, [C, D]))
+    s = tc.create_schedule(D.op)
+    s[D].split(D.op.axis[0], factor=5, disable_predication=True)
+    with pytest.raises(tc.ScheduleError, match=r"the inner extent 5 does not divide the "
+                                               r"axis' extent 12"):
+        tc.lower(s, [C, D])

@@ -136,6 +136,8 @@ class LowerContext:
             self.info[st] = StageInfo(st, expander.visit(st.op.body))
         self.arg_buffers: Dict[int, Buffer] = {}
         self.params = []
+        #: (expr, use): splits with disable_predication that must divide (expr >= 0)
+        self.unpredicated: List[tuple] = []
         self._bind_args(args)
         self.readers: Dict[Stage, List[Stage]] = {st: [] for st in self.stages}
         for st in self.stages:
@@ -187,6 +189,8 @@ class LowerContext:
                         "the nparts of the split"
                     need(rel.factor if rel.factor is not None else rel.nparts, 1,
                          f"{what} of axis {rel.parent.var.name} of stage {st.name}")
+        for e, use in self.unpredicated:
+            need(e, 0, use)
         return tuple(ParamCheck(e, lower, tuple(uses)) for (e, lower), uses in found.items())
 
     # -- arguments ---------------------------------------------------------------------
@@ -264,13 +268,41 @@ class LowerContext:
                 inf.value[rel.parent] = _simplify(val, ranges)
                 cover = _op.mul(inf.extent[rel.outer], f)
                 if not _divides(cover, inf.extent[rel.parent]):
-                    inf.guards.append(_op.compare(LT, inf.value[rel.parent], inf.extent[rel.parent]))
+                    if rel.disable_predication:
+                        self._unpredicated_split(st, rel, inf.extent[rel.parent], f)
+                    else:
+                        inf.guards.append(_op.compare(LT, inf.value[rel.parent],
+                                                      inf.extent[rel.parent]))
             elif isinstance(rel, Fuse):
                 ie = inf.extent[rel.inner]
                 inf.value[rel.outer] = _simplify(_op.floordiv(inf.value[rel.fused], ie), ranges)
                 inf.value[rel.inner] = _simplify(_op.floormod(inf.value[rel.fused], ie), ranges)
         inf.guards = [_simplify(g, ranges) for g in inf.guards]
         inf.guards = [g for g in inf.guards if not (isinstance(g, Const) and g.value is True)]
+
+    def _unpredicated_split(self, st: Stage, rel, ext: Expr, f: Expr) -> None:
+        """A split with ``disable_predication`` that is not known to divide its axis: a
+        ScheduleError for a constant extent, else a condition on the arguments (the
+        extent a multiple of the inner extent ``f``) checked at every call."""
+        what = (f"split of axis {rel.parent.var.name} of stage {st.name} with "
+                f"disable_predication=True")
+        ext, f = _simplify(ext), _simplify(f)
+        if isinstance(ext, Const) and isinstance(f, Const):
+            raise ScheduleError(
+                f"{what}: the inner extent {f.value} does not divide the axis' extent "
+                f"{ext.value}; the last iterations would run past the axis (outside the "
+                f"arrays); drop disable_predication or split by a divisor of {ext.value}")
+        from ..ir.functor import free_vars
+
+        known = {x for p in self.params for x in (
+            [p] if isinstance(p, Var) else [v for e in p.shape for v in free_vars(e)])}
+        if not all(v in known for v in free_vars(ext) + free_vars(f)):
+            raise ScheduleError(
+                f"{what}: its extent {ext} is not known when the kernel is called (it "
+                f"depends on a loop), so that the split divides it cannot be checked; drop "
+                f"disable_predication")
+        self.unpredicated.append((_op.sub(Const(0, "int32"), _op.floormod(ext, f)),
+                                  f"{what} (its extent {ext} must be a multiple of {f})"))
 
     def leaf_ranges(self, st: Stage) -> Dict[Var, Range]:
         inf = self.info[st]

@@ -36,6 +36,8 @@ class Split:
     inner: IterVar
     factor: Optional[Expr]
     nparts: Optional[Expr]
+    #: no guard for the tail: the split must divide the axis (checked, see Stage.split)
+    disable_predication: bool = False
 
 
 @dataclass(eq=False)
@@ -158,10 +160,20 @@ class Stage:
                                 "first to give it loops again")
 
     # -- loop structure ---------------------------------------------------------
-    def split(self, parent, factor=None, nparts=None):
+    def split(self, parent, factor=None, nparts=None, disable_predication=False):
         """Split ``parent`` into ``(outer, inner)`` with ``inner`` of extent ``factor``
-        (or ``outer`` of extent ``nparts``).  A tail that does not divide is guarded."""
+        (or ``outer`` of extent ``nparts``).  A tail that does not divide is guarded.
+
+        ``disable_predication=True`` (TVM's): no guard, because the split divides the
+        axis.  Where that is not known when lowering, it is checked: a constant extent
+        the split does not divide is a ScheduleError at lowering, a symbolic one is
+        checked when the kernel is called (an ArgumentError naming the split), so the
+        iterations past the axis never run outside the arrays."""
         parent = self._iv(parent, "split")
+        if not isinstance(disable_predication, bool):
+            raise ScheduleError(f"split on stage {self.name}, axis {parent.name}: "
+                                f"disable_predication must be True or False, got "
+                                f"{disable_predication!r:.40}")
         self._not_inlined("split")
         if (factor is None) == (nparts is None):
             raise ScheduleError(
@@ -179,7 +191,7 @@ class Stage:
         outer = _derived(parent.name + ".outer", kind)
         inner = _derived(parent.name + ".inner", kind)
         self.relations.append(Split(parent, outer, inner, e if factor is not None else None,
-                                    e if nparts is not None else None))
+                                    e if nparts is not None else None, disable_predication))
         pos = self.leaf_iter_vars.index(parent)
         self.leaf_iter_vars[pos:pos + 1] = [outer, inner]
         self.all_iter_vars += [outer, inner]

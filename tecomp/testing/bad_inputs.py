@@ -282,6 +282,25 @@ def index_chain_too_long():
     tc.compute((4,), lambda i: M[i][0][1], name="C")
 
 
+@bad("ScheduleError", r"split of axis i of stage C with disable_predication=True: the inner "
+                      r"extent 3 does not divide the axis' extent 8")
+def split_disable_predication_not_dividing():
+    tc = _tc()
+    A = _vec(8)
+    C = tc.compute((8,), lambda i: A[i] + 1, name="C")
+    s = tc.create_schedule(C.op)
+    s[C].split(C.op.axis[0], factor=3, disable_predication=True)
+    tc.lower(s, [A, C])
+
+
+@bad("ScheduleError", r"disable_predication must be True or False, got 'yes'")
+def split_disable_predication_not_bool():
+    tc = _tc()
+    A = _vec(8)
+    C = tc.compute((8,), lambda i: A[i] + 1, name="C")
+    tc.create_schedule(C.op)[C].split(C.op.axis[0], factor=2, disable_predication="yes")
+
+
 @bad("ComputeError", r"index variable i belongs to another compute")
 def index_variable_of_another_compute():
     tc = _tc()
