@@ -13,16 +13,15 @@ from ..errors import ScheduleError
 from ..ir import op as _op
 from ..ir.expr import Const, IterVar, LT, ProducerLoad, Range, Reduce, Var
 from ..ir.functor import substitute
-from .schedule import Fuse, Split, Stage
+from .relations import Fuse, Split, _with_body
 
 
 def rfactor(sch, tensor, axis, factor_axis: int = 0):
     from ..te.tensor import ComputeOp, Tensor
-    from .schedule import _with_body
 
     if not isinstance(tensor, Tensor):
         raise ScheduleError(f"rfactor: tensor must be a Tensor, got {tensor!r}")
-    st: Stage = sch[tensor]
+    st = sch[tensor]
     op = st.op
     if not isinstance(op.body, Reduce):
         raise ScheduleError(f"rfactor on stage {st.name}: it is not a reduction; rfactor splits "
@@ -115,7 +114,7 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
         rf_body = src if _is_true(cond) else if_then_else(cond, src, body.combiner.identity)
     rf_op = ComputeOp(f"{op.name}.rf", rf_axes, rf_body, op.tag, op.attrs)
     rf = rf_op.output(0)
-    rst = Stage(rf_op, sch)
+    rst = type(st)(rf_op, sch)   # a Stage (this module does not import schedule.py)
     sch.stages.insert(sch.stages.index(st), rst)
     sch._stage_of[id(rf_op)] = rst
     # C now reduces C.rf over the factored axis

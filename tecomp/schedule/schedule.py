@@ -18,35 +18,15 @@ from ..ir.expr import Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as
 from ..ir.functor import Mutator
 from ..ir.names import display, is_pragma_name
 from ..te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, THREAD_TAGS
-from .trace import SCHEDULE_PRIMITIVES, STAGE_PRIMITIVES, Trace, traced
+from .relations import Fuse, Split, _derived, _with_body  # noqa: F401  (re-exported)
+from . import trace as _trace
+from .trace import SCHEDULE_PRIMITIVES, STAGE_PRIMITIVES, Trace, TracedStage, traced
 
 SCOPES = ("global", "shared", "local")
 
 
 # ---------------------------------------------------------------------------------
 # relations between iteration variables
-
-
-@dataclass(eq=False)
-class Split:
-    """``parent = outer * factor + inner`` (``factor`` or ``nparts`` given)."""
-
-    parent: IterVar
-    outer: IterVar
-    inner: IterVar
-    factor: Optional[Expr]
-    nparts: Optional[Expr]
-    #: no guard for the tail: the split must divide the axis (checked, see Stage.split)
-    disable_predication: bool = False
-
-
-@dataclass(eq=False)
-class Fuse:
-    """``fused = outer * extent(inner) + inner``."""
-
-    outer: IterVar
-    inner: IterVar
-    fused: IterVar
 
 
 @dataclass
@@ -76,11 +56,7 @@ def prefetch_kind_problem(stage_name: str, iv: IterVar, a: Optional[IterAttr],
     return None
 
 
-def _derived(name: str, kind: str) -> IterVar:
-    return IterVar(Var(name, "int32"), None, kind)
-
-
-class Stage:
+class Stage(TracedStage):
     """The schedule of one compute: ``s[C]``."""
 
     def __init__(self, op: Operation, schedule: "Schedule"):
@@ -523,16 +499,6 @@ class _ReplaceLoads(Mutator):
         return Reduce(e.combiner, src, e.axis, cond, e.dtype)
 
 
-def _with_body(op: ComputeOp, body) -> ComputeOp:
-    """A ComputeOp with the same name and axes but another body (a rewritten reader)."""
-    new = ComputeOp.__new__(ComputeOp)
-    new.__dict__.update(op.__dict__)
-    new.body = body
-    new.reduce_axis = tuple(body.axis) if isinstance(body, Reduce) else ()
-    new._out = op._out  # the user's Tensor keeps naming this stage
-    return new
-
-
 class Schedule:
     """The schedule of a compute DAG: one Stage per compute, producers first."""
 
@@ -769,3 +735,6 @@ def create_schedule(ops) -> Schedule:
                                 "the computes you want as outputs")
         out.append(op)
     return Schedule(out)
+
+
+_trace._create_schedule = create_schedule   # for replay (trace.py cannot import this module)

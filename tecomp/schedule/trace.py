@@ -42,6 +42,18 @@ SCHEDULE_PRIMITIVES = ("cache_read", "cache_write", "rfactor")
 _MAKES_TENSOR = ("cache_read", "cache_write", "rfactor")
 
 
+#: ``tecomp.schedule.schedule.create_schedule``, set when that module is imported (it
+#: imports this one; replaying makes schedules with it)
+_create_schedule = None
+
+
+class TracedStage:
+    """What a trace records a stage primitive on (``tecomp.schedule.Stage`` derives from
+    it, so that this module need not import the schedule that imports it)."""
+
+    __slots__ = ()
+
+
 def traced(fn):
     """Decorate a Stage or Schedule primitive so that its call is recorded in the
     schedule's trace (see the module docstring)."""
@@ -92,10 +104,9 @@ class Trace:
 
     # -- recording ---------------------------------------------------------------------
     def _encode_step(self, name, owner, args, kwargs):
-        from .schedule import Stage
 
         try:
-            on = self._enc(owner) if isinstance(owner, Stage) else None
+            on = self._enc(owner) if isinstance(owner, TracedStage) else None
             return [name, on, [self._enc(a) for a in args],
                     {k: self._enc(v) for k, v in sorted(kwargs.items())}]
         except _Unnamed as e:
@@ -112,7 +123,6 @@ class Trace:
     def _enc(self, x) -> Any:
         from ..ir.expr import IterVar, Var
         from ..te.tensor import Operation, Tensor
-        from .schedule import Stage
 
         s = self._sched
         if x is None or isinstance(x, (bool, str)):
@@ -125,7 +135,7 @@ class Trace:
             return x
         if isinstance(x, (list, tuple)):
             return [self._enc(v) for v in x]
-        if isinstance(x, Stage):
+        if isinstance(x, TracedStage):
             return {"s": s.stages.index(x)}
         if isinstance(x, Operation):
             x = x.output(0)
@@ -230,10 +240,8 @@ def replay(steps, outputs):
     """A fresh schedule of ``outputs`` (the tensors, in the order ``create_schedule`` got
     them when the trace was recorded) with ``steps`` (``Trace.to_json()``) applied.
     Raises ``ScheduleError`` for a step that does not fit this DAG."""
-    from .schedule import create_schedule
-
     _check_steps(steps)
-    s = create_schedule(list(outputs))
+    s = _create_schedule(list(outputs))
     tr = s.trace
     for n, (name, on, args, kwargs) in enumerate(steps):
         if name not in STAGE_PRIMITIVES + SCHEDULE_PRIMITIVES or (on is None) != (
@@ -284,8 +292,8 @@ def steps_python(steps, outputs, args=None, name: str = "schedule") -> str:
     """``steps`` (a trace's JSON) as a Python function of ``args`` that makes the schedule
     (replaying the steps on ``outputs`` to name every object)."""
     from ..te.tensor import Tensor
-    from .schedule import create_schedule
 
+    create_schedule = _create_schedule
     _check_steps(steps)
     outputs = list(outputs)
     args = [a for a in (args if args is not None else outputs)]
@@ -356,11 +364,10 @@ def steps_python(steps, outputs, args=None, name: str = "schedule") -> str:
 
     def show(x) -> str:
         from ..ir.expr import IterVar
-        from .schedule import Stage
 
         if isinstance(x, list):
             return "[" + ", ".join(show(v) for v in x) + "]"
-        if isinstance(x, Stage):
+        if isinstance(x, TracedStage):
             return stage_ref(x)
         if isinstance(x, Tensor):
             return tensor(x)

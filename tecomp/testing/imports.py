@@ -23,8 +23,6 @@ KNOWN = [
      "tecomp.ir.stmt"},
     # the simplifier bounds with arith's intervals, which simplify their bounds
     {"tecomp.ir.arith", "tecomp.ir.simplify"},
-    # schedule primitives record themselves in traces, which replay through them
-    {"tecomp.schedule.rfactor", "tecomp.schedule.schedule", "tecomp.schedule.trace"},
 ]
 
 
