@@ -47,7 +47,7 @@ class BuildError(TecompError, RuntimeError):
 class ResourceLimitError(BuildError):
     """A schedule that needs more of a fixed, documented resource of the target than it
     has: CUDA's 48 KiB of static shared memory per block, 1024 threads per block, the block
-    and grid dimensions.  The program and the schedule are legal; the target refuses them
+    and grid dimensions, a local or shared array of constant size.  The program and the schedule are legal; the target refuses them
     (choose smaller tiles).  The fuzzer counts these as rejected schedules, not failures."""
 
 

@@ -422,3 +422,17 @@ def test_campaign_seed_3024733_llvm_optimiser_time_limit(monkeypatch):
     f(a0, a3, got)
     interp.run(tc.lower(s, args), a0, a3, want)
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_campaign_seed_3046424_non_constant_local_array_is_a_rejected_schedule(tmp_path):
+    """A GPU case caches an input in a local array over a region that depends on the
+    symbolic extent: CUDA C cannot declare it, and the BuildError saying so was counted as
+    a crash.  It is a ResourceLimitError now (the target's limit, like 48 KiB of shared
+    memory): a rejected schedule, not a failure."""
+    p = _run_fuzz(tmp_path, cases=1, gpu_every=25, seed=3046424)
+    out = p.stdout
+    assert "rejected schedules (a documented resource limit of the target, not failures): 1" \
+        in out, out + p.stderr
+    assert "ResourceLimitError: buffer P0.local in scope 'local' has the non-constant shape" \
+        in out, out
+    assert "crashes: 0" in out and p.returncode == 0, out

@@ -42,7 +42,7 @@ import math
 import re
 from typing import Dict, Iterable, List, Optional
 
-from ..errors import BuildError, InternalError, TecompError
+from ..errors import BuildError, InternalError, ResourceLimitError, TecompError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
@@ -782,7 +782,9 @@ def constant_size(buf: Buffer) -> int:
     n = 1
     for d in buf.shape:
         if not isinstance(d, Const):
-            raise BuildError(
+            # a limit of the target (a C or CUDA array has a constant size), not a bug of
+            # the schedule: the fuzzer counts it as a rejected schedule (seed 3046424)
+            raise ResourceLimitError(
                 f"buffer {buf.name} in scope {buf.scope!r} has the non-constant shape "
                 f"[{', '.join(to_str(x) for x in buf.shape)}]; {buf.scope} arrays need a "
                 f"constant size: split the axes it is computed over by a constant factor "
