@@ -436,3 +436,13 @@ def test_campaign_seed_3046424_non_constant_local_array_is_a_rejected_schedule(t
     assert "ResourceLimitError: buffer P0.local in scope 'local' has the non-constant shape" \
         in out, out
     assert "crashes: 0" in out and p.returncode == 0, out
+
+
+def test_fuzz_entry_point_cross_target(tmp_path):
+    """--cpu-target builds the CPU cases for another CPU (here AVX2 code, which runs on
+    this machine): the same programs and schedules, checked against the interpreter."""
+    p = _run_fuzz(tmp_path, cases=4, gpu_every=0, seed=7,
+                  extra=("--cpu-target", "llvm -mcpu=haswell"))
+    out = p.stdout
+    assert "cases run: 4 (llvm -mcpu=haswell: 4)" in out, out + p.stderr
+    assert "mismatches: 0" in out and "crashes: 0" in out and p.returncode == 0, out

@@ -47,7 +47,8 @@ class Case:
         else:
             sched = ["import random", "from tecomp.autoschedule.rules import Knobs, apply_rules",
                      "from tecomp.nn.schedule_cpu import cpu_info",
-                     f"s = apply_rules(args, Knobs(rng={_auto_rng_src(self.auto)}), cpu_info(), "
+                     f"s = apply_rules(args, Knobs(rng={_auto_rng_src(self.auto)}), "
+                     f"cpu_info({self.target!r}), "
                      f"{{'n': {self.n}}})"]
         lines = ["import numpy as np", "import tecomp as tc", "from tecomp.ir import interp", "",
                  p.source(), *sched,
@@ -123,7 +124,7 @@ def auto_schedule_case(case: Case, args):
     from ..nn.schedule_cpu import cpu_info
 
     rng = None if case.auto < 0 else random.Random(case.auto)
-    return apply_rules(args, Knobs(rng=rng), cpu_info(), {"n": case.n})
+    return apply_rules(args, Knobs(rng=rng), cpu_info(case.target), {"n": case.n})
 
 
 def _fill(shape, dtype):
@@ -196,10 +197,10 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False) -> 
             from .pass_check import check_passes as _cp
 
             _cp(s, args, sizes={"n": case.n} if nvar is not None else None, seed=case.seed,
-                target=case.target)
+                target=tc.Target(case.target).kind)
         stage = "build"
         mod = tc.build(func if case.target == "llvm" else tc.lower(s, args, target=case.target),
-                       target=case.target)
+                       target=case.target)   # (an llvm target for another CPU: cross-compiled)
     except tc.ResourceLimitError as e:  # a legal schedule the target cannot run: no finding
         return Outcome("rejected", case, stage, _exc_text(e), ir)
     except Exception as e:  # noqa: BLE001 - a crash is a finding

@@ -32,16 +32,25 @@ import time
 from collections import Counter, defaultdict
 
 
-def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0):
+def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: str = "llvm"):
+    """Case ``seed``.  ``cpu_target``: the llvm target its CPU cases are built for (the
+    same program and schedule as with ``"llvm"``; e.g. ``"llvm -mcpu=haswell"`` runs AVX2
+    code built on this machine)."""
+    import dataclasses
+
     from .diff import draw_case
     from .draw import RandomDraw
 
     target = "llvm"
     if gpu_every and seed % gpu_every == gpu_every - 1 and shutil.which(os.environ.get("CXX", "g++")):
         target = "cuda-emu"
-    elif auto_every and seed % auto_every == auto_every // 2:
-        return draw_case(RandomDraw(seed), name=f"fuzz seed {seed} (auto_schedule)", auto=True)
-    return draw_case(RandomDraw(seed), target=target, name=f"fuzz seed {seed}")
+    if target == "llvm" and auto_every and seed % auto_every == auto_every // 2:
+        case = draw_case(RandomDraw(seed), name=f"fuzz seed {seed} (auto_schedule)", auto=True)
+    else:
+        case = draw_case(RandomDraw(seed), target=target, name=f"fuzz seed {seed}")
+    if target == "cuda-emu" or cpu_target == "llvm":
+        return case
+    return dataclasses.replace(case, target=cpu_target)
 
 
 def _signature(o) -> str:
@@ -64,7 +73,7 @@ def _worker(args) -> int:
         if os.environ.get("TECOMP_FUZZ_TEST_HANG") == str(seed):
             time.sleep(3600)   # the test of --case-timeout: a case that never ends
         try:
-            case = case_for_seed(seed, args.gpu_every, args.auto_every)
+            case = case_for_seed(seed, args.gpu_every, args.auto_every, args.cpu_target)
             o = run_case(case, check_passes=args.check_passes)
         except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself
             print(json.dumps({"seed": seed, "kind": "crash", "target": "?",
@@ -89,7 +98,7 @@ def _worker(args) -> int:
 def _spawn(args, start, count, step):
     cmd = [sys.executable, "-m", "tecomp.testing.fuzz", "--worker", "--start", str(start),
            "--count", str(count), "--step", str(step), "--gpu-every", str(args.gpu_every),
-           "--auto-every", str(args.auto_every),
+           "--auto-every", str(args.auto_every), "--cpu-target", args.cpu_target,
            "--out", args.out]
     if args.check_passes:
         cmd.append("--check-passes")
@@ -114,6 +123,9 @@ def main(argv=None) -> int:
     ap.add_argument("--case-timeout", type=float, default=300.0,
                     help="seconds one case may take before its worker is killed and the case "
                          "is recorded as a hang (default 300)")
+    ap.add_argument("--cpu-target", default="llvm",
+                    help="the tc.Target the CPU cases are built for (default: this machine; "
+                         "e.g. 'llvm -mcpu=haswell' for AVX2 code)")
     ap.add_argument("--replay", type=int, default=None, help="run one seed and print its report")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -127,7 +139,7 @@ def main(argv=None) -> int:
     if args.replay is not None:
         from .diff import run_case
 
-        case = case_for_seed(args.replay, args.gpu_every, args.auto_every)
+        case = case_for_seed(args.replay, args.gpu_every, args.auto_every, args.cpu_target)
         o = run_case(case, check_passes=args.check_passes)
         if o.rejected:
             print(f"seed {args.replay}: rejected in {o.stage} (a resource limit of the target, "
