@@ -446,3 +446,34 @@ def test_fuzz_entry_point_cross_target(tmp_path):
     out = p.stdout
     assert "cases run: 4 (llvm -mcpu=haswell: 4)" in out, out + p.stderr
     assert "mismatches: 0" in out and "crashes: 0" in out and p.returncode == 0, out
+
+
+def test_campaign_seed_3055292_producer_of_a_root_copy_stays_at_the_root():
+    """The auto-scheduler's analytic schedule computed an elementwise producer (C3) at
+    the reduction's task loop while its only reader was a transposed copy of it made at
+    the root: lowering refused the schedule (ScheduleError).  A producer read through a
+    copy made outside the task loop is left at the root now."""
+    n = tc.var("n")
+    T0 = tc.placeholder((2, 1, 1), name="P0")
+    r0, r1 = tc.reduce_axis((0, n), name="k0"), tc.reduce_axis((0, n), name="k1")
+    T1 = tc.compute((n, 1), lambda i0, i1: tc.sum(T0[i1, i1 // 2, i1 * 2], axis=[r0, r1]),
+                    name="C1")
+    T2 = tc.placeholder((3, 10), name="P2")
+    T3 = tc.compute((n, 8, n), lambda i0, i1, i2: T1[i2, 0] * tc.if_then_else(
+        i1 // 2 < 3, T2[i1 // 2, i1], tc.const(0, "float32")), name="C3")
+    T4 = tc.placeholder((16, 11, 4), name="P4")
+    q = tc.reduce_axis((0, 2), name="k0")
+    T5 = tc.compute((8, n, 8), lambda i0, i1, i2: tc.min(
+        T3[i1, q, i1] + T4[i0 * 2 + q, q + i2, q], axis=[q]), name="C5")
+    args = [T0, T2, T4, T5]
+    s = tc.auto_schedule(args, shapes={"n": 2})
+    f = tc.build(s, args)
+    rng = np.random.default_rng(0)
+    for N in (2, 5):
+        ins = [rng.uniform(-1, 1, (2, 1, 1)).astype("float32"),
+               rng.uniform(-1, 1, (3, 10)).astype("float32"),
+               rng.uniform(-1, 1, (16, 11, 4)).astype("float32")]
+        got, want = np.zeros((8, N, 8), "float32"), np.zeros((8, N, 8), "float32")
+        f(*ins, got)
+        interp.run(tc.lower(s, args), *ins, want)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -694,7 +694,10 @@ class _Rules:
             pst = s[pop]
             if pst.is_output or pst.attach_type != "root" or pop.reduce_axis:
                 continue
-            if len(self.readers(pop)) != 1:
+            readers = [st for st in s.stages if any(x is t for x in st.op.input_tensors)]
+            if len(readers) != 1 or not self._inside(readers[0], outer, task_loop):
+                # read through a copy made elsewhere (a transposed copy at the root, fuzz
+                # seed 3055292): computed at the task loop it would not be ready for it
                 continue
             if self.k.choose(f"at_task.{pop.name}", [True, False], True) and task_loop is not None:
                 pst.compute_at(outer, task_loop)
@@ -704,6 +707,18 @@ class _Rules:
                     _, vi = pst.split(last, factor=self.L)
                     pst.vectorize(vi)
                 self.done.add(id(pop))
+
+    @staticmethod
+    def _inside(st: Stage, outer: Stage, loop) -> bool:
+        """Whether stage ``st`` runs inside ``outer``'s loop ``loop``: it is ``outer``, or
+        computed at that loop or one inside it."""
+        if st is outer:
+            return True
+        if loop is None or st.attach_type != "scope" or st.attach_stage is not outer:
+            return False
+        leaves = outer.leaf_iter_vars
+        return (st.attach_ivar in leaves and loop in leaves
+                and leaves.index(st.attach_ivar) >= leaves.index(loop))
 
     def row_reduction_root(self, st: Stage):
         """A row reduction at the root (a row sum as an output): blocks of rows in
