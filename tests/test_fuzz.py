@@ -477,3 +477,21 @@ def test_campaign_seed_3055292_producer_of_a_root_copy_stays_at_the_root():
         f(*ins, got)
         interp.run(tc.lower(s, args), *ins, want)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_campaign_seed_3060755_slp_vectorizer_is_off():
+    """LLVM 20's SLP vectorizer turned the 8 unrolled loads of a reversed column (stride 13
+    bytes) into one masked load of 92 bytes that read zeros on this project's Emerald
+    Rapids machine: wrong results with no error.  It is off for every kernel now."""
+    A = tc.placeholder((2,), dtype="uint8", name="A")
+    C = tc.placeholder((8, 13), dtype="uint8", name="C")
+    B = tc.compute((13, 8), lambda i, j: A[(12 - i) % 2] * (C[7 - j, i % 3] // 3), name="B")
+    f = tc.build(tc.create_schedule(B.op), [A, C, B])
+    a = np.array([4, 7], "uint8")
+    c = np.arange(104, dtype="uint8").reshape(8, 13)
+    b = np.zeros((13, 8), "uint8")
+    f(a, c, b)
+    i, j = np.meshgrid(np.arange(13), np.arange(8), indexing="ij")
+    want = (a[(12 - i) % 2].astype(np.int64) * (c[7 - j, i % 3] // 3)).astype("uint8")
+    np.testing.assert_array_equal(b, want)
+    assert "masked.load" not in f.get_source("llvm")

@@ -135,7 +135,11 @@ class OptWorker:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _BOOT, _optproc.__file__, h.triple, h.cpu, h.features,
              repr(float(max_mb))],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+            # unbuffered: a reply already read into a buffer (with the start-up message)
+            # would be invisible to the select() of the time limit, which then waited
+            # out the whole limit
+            bufsize=0)
         self.ready = False  # its start-up message has been read
 
     @property
