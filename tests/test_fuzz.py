@@ -495,3 +495,12 @@ def test_campaign_seed_3060755_slp_vectorizer_is_off():
     want = (a[(12 - i) % 2].astype(np.int64) * (c[7 - j, i % 3] // 3)).astype("uint8")
     np.testing.assert_array_equal(b, want)
     assert "masked.load" not in f.get_source("llvm")
+
+
+def test_campaign_seed_3063566_reference_truncmod_of_the_most_negative_int(tmp_path):
+    """An empty min-reduction (identity 2**63 - 1) plus 1 wraps to -2**63, then truncmod by
+    3: LLVM and the interpreter gave C's -2, the fuzzer's numpy reference computed |a|,
+    which overflows, and disagreed.  The reference uses np.fmod now."""
+    p = _run_fuzz(tmp_path, cases=1, gpu_every=25, seed=3063566)
+    assert "cases run: 1" in p.stdout and "mismatches: 0" in p.stdout, p.stdout + p.stderr
+    assert p.returncode == 0

@@ -560,10 +560,14 @@ def _val_np(e, g, n, dt, vals, prog, full_shape):
                 return a // c
             if e.op == "mod":
                 return a % c
-            q = (np.abs(a.astype(np.int64)) // int(c)) * np.sign(a.astype(np.int64))
+            # C's truncating division: the remainder has the sign of a (np.fmod); the
+            # quotient is exact from it.  (|a| overflowed for the most negative value:
+            # -2**63 % 3 came out wrong, and the reference disagreed with LLVM and the
+            # interpreter, which were right -- campaign seed 3063566.)
+            r = np.fmod(a, c)
             if e.op == "tdiv":
-                return q.astype(ndt)
-            return (a.astype(np.int64) - q * int(c)).astype(ndt)
+                return ((a - r) // c).astype(ndt)
+            return r.astype(ndt)
         b = _val_np(e.b, g, n, dt, vals, prog, full_shape)
         if e.op == "+":
             return a + b
