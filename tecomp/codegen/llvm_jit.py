@@ -127,6 +127,16 @@ def _env_flag(name: str, default: bool) -> bool:
     return v.strip().lower() not in ("0", "false", "no", "off")
 
 
+def _write_all(f, data: bytes) -> None:
+    """Write all of ``data`` to the unbuffered pipe ``f`` (a raw write may be partial)."""
+    view = memoryview(data)
+    while view:
+        n = f.write(view)
+        if not n:
+            raise BrokenPipeError("the LLVM worker's pipe accepted no data")
+        view = view[n:]
+
+
 class OptWorker:
     """One optimiser worker process and its pipes.  Not thread-safe by itself: every
     use holds :data:`LLVM_LOCK`."""
@@ -155,9 +165,8 @@ class OptWorker:
         when it did not reply within ``timeout`` seconds (it is then still working)."""
         data = text.encode("utf-8")
         try:
-            self.proc.stdin.write(_optproc._REQ.pack(_optproc._MAGIC, int(explicit), len(data)))
-            self.proc.stdin.write(data)
-            self.proc.stdin.flush()
+            _write_all(self.proc.stdin, _optproc._REQ.pack(_optproc._MAGIC, int(explicit),
+                                                           len(data)) + data)
         except (BrokenPipeError, OSError, ValueError):
             pass  # read the start-up message below to tell why
         try:
