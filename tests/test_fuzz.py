@@ -504,3 +504,12 @@ def test_campaign_seed_3063566_reference_truncmod_of_the_most_negative_int(tmp_p
     p = _run_fuzz(tmp_path, cases=1, gpu_every=25, seed=3063566)
     assert "cases run: 1" in p.stdout and "mismatches: 0" in p.stdout, p.stdout + p.stderr
     assert p.returncode == 0
+
+
+def test_campaign_seed_3085194_generator_keeps_only_legal_storage_align(tmp_path):
+    """The schedule generator put storage_align on a stage that rfactor made from a
+    symbolic reduction (an inner extent of (n + 2) // 3), which lowering rightly refuses;
+    the generator now keeps such a step only if lowering accepts it."""
+    p = _run_fuzz(tmp_path, cases=1, gpu_every=25, seed=3085194)
+    assert "cases run: 1" in p.stdout and "crashes: 0" in p.stdout, p.stdout + p.stderr
+    assert p.returncode == 0

@@ -304,6 +304,29 @@ def _try_align(r: Replay, steps: list, h: str, dim: int, factor: int) -> None:
     steps.append(("align_bounds", h, dim, factor))
 
 
+def _try_storage_align(r: Replay, steps: list, h: str, dim: int, factor: int,
+                       offset: int) -> None:
+    """``storage_align`` needs the stage's inner extents constant, which a stage that
+    ``rfactor`` made from a symbolic reduction, or one computed at a loop, may not have;
+    the generator lowers once and keeps the step only if lowering accepted it (campaign
+    seed 3085194: the generator's step, not the compiler, was wrong)."""
+    import tecomp as tc
+    from ..errors import ScheduleError
+
+    st = r.stage(h)
+    before = dict(st.storage_aligns)
+    st.storage_align(st.op.axis[dim], factor, offset)
+    try:
+        tc.lower(r.s, r.args)
+    except ScheduleError as e:
+        if not str(e).startswith(f"storage_align on stage {st.name}"):
+            raise
+        st.storage_aligns.clear()
+        st.storage_aligns.update(before)
+        return
+    steps.append(("storage_align", h, dim, factor, offset))
+
+
 def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
                  allow_rfactor: bool = True, annotate: bool = True, built=None, nvar=None,
                  replay: Optional[Replay] = None):
@@ -448,7 +471,7 @@ def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
                     if not st.is_output and len(st.op.axis) >= 2 and not r.symbolic:
                         dim = d.int(0, len(st.op.axis) - 2)
                         f = d.choice((4, 8, 16))
-                        _try(r, steps, ("storage_align", h, dim, f, d.int(0, f - 1)))
+                        _try_storage_align(r, steps, h, dim, f, d.int(0, f - 1))
                     continue
                 if not cands:
                     continue
