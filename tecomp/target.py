@@ -171,7 +171,7 @@ class Target:
         set_(self, "mattr", mattr)
         set_(self, "num_cores", num_cores)
         set_(self, "arch", arch)
-        set_(self, "_host", kind == "llvm" and not mattr and mcpu in (None, _host_cpu()))
+        set_(self, "_host", kind == "llvm" and not mattr and (mcpu is None or mcpu == _host_cpu()))
         set_(self, "_feats", None)
         set_(self, "_caches", None)
 

@@ -129,3 +129,29 @@ def with_l2(monkeypatch, nbytes):
     monkeypatch.setattr(sc, "cpu_info",
                         lambda target="llvm": dataclasses.replace(real(target), l2_bytes=nbytes))
     monkeypatch.setattr(ops, "_GRAD_L2_BYTES", nbytes)
+
+
+def llvm_o3_hang_program():
+    """``(schedule, args)`` of fuzz seed 3024733: a small kernel of float64 reductions under
+    selects on which LLVM 20's O3, with both its loop vectorizer and its unroller, does not
+    finish (args: P0 float64[2], P3 int32[5, 4], C4 float64[3, 1, 5])."""
+    T0 = tc.placeholder((2,), dtype="float64", name="P0")
+    k0, k1 = tc.reduce_axis((0, 5), name="k0"), tc.reduce_axis((0, 5), name="k1")
+    T1 = tc.compute((5, 1, 4), lambda i0, i1, i2: tc.sum(tc.if_then_else(
+        4 - k0 < 2, T0[4 - k0], tc.const(0, "float64")), axis=[k0, k1], where=(k1 <= i0)),
+        name="C1")
+    r0, r1 = tc.reduce_axis((0, 8), name="k0"), tc.reduce_axis((0, 2), name="k1")
+    T2 = tc.compute((2, 13), lambda i0, i1: tc.sum(tc.exp(tc.min(
+        T1[(r0 - 1) % 5, (i0 * 2 + 1) // 4, r1 * 2 + i0], tc.const(3.0, "float64"))),
+        axis=[r0, r1], where=(r0 <= i0)), name="C2")
+    T3 = tc.placeholder((5, 4), dtype="int32", name="P3")
+    q0, q1 = tc.reduce_axis((0, 8), name="k0"), tc.reduce_axis((0, 4), name="k1")
+    T4 = tc.compute((3, 1, 5), lambda i0, i1, i2: tc.sum(
+        T2[i1, 2] - tc.exp(tc.min(T2[i1 + 1, 2], tc.const(3.0, "float64"))), axis=[q0, q1],
+        where=(T3[q1, 2 - i0] > tc.const(0, "int32"))), name="C4")
+    s = tc.create_schedule([T4.op])
+    s[T1].tile(s[T1].leaf_iter_vars[2], s[T1].leaf_iter_vars[3], 16, 2)
+    s[T2].pragma(s[T2].leaf_iter_vars[0], "unroll_explicit")
+    s[T1].pragma(s[T1].leaf_iter_vars[0], "unroll_explicit")
+    return s, [T0, T3, T4]
+

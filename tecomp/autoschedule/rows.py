@@ -23,22 +23,20 @@ def row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, lanes: int):
         rs.compute_at(st, axis)
         return
     F = 4 * L if K is None or K >= 8 * L else L
-    ko, ki = rs.split(k, factor=F)
-    rf = s.rfactor(red, ki, factor_axis=len(rs.op.axis))
-    rfs = s[rf]
-    rfs.compute_at(st, axis)
-    rko, = rfs.op.reduce_axis
-    rki = rfs.op.axis[-1]
-    rfs.reorder(*(list(rfs.op.axis[:-1]) + [rko, rki]))
-    rfs.vectorize(rki)
+    _vector_partials_at(s, red, F, st, axis)
     if F > L:
-        kk = s[red].op.reduce_axis[0]
-        _, kki = s[red].split(kk, factor=L)
-        rf2 = s.rfactor(red, kki, factor_axis=len(s[red].op.axis))
-        r2 = s[rf2]
-        r2.compute_at(st, axis)
-        r2ko, = r2.op.reduce_axis
-        r2ki = r2.op.axis[-1]
-        r2.reorder(*(list(r2.op.axis[:-1]) + [r2ko, r2ki]))
-        r2.vectorize(r2ki)
+        _vector_partials_at(s, red, L, st, axis)
     s[red].compute_at(st, axis)
+
+
+def _vector_partials_at(s: Schedule, red: Tensor, factor: int, st: Stage, axis) -> None:
+    """``rfactor`` the innermost ``factor`` steps of ``red``'s reduction into a stage of
+    ``factor`` partial results, computed at ``st``'s loop ``axis``, vectorized."""
+    rs = s[red]
+    _, ki = rs.split(rs.op.reduce_axis[0], factor=factor)
+    rf = s[s.rfactor(red, ki, factor_axis=len(rs.op.axis))]
+    rf.compute_at(st, axis)
+    rko, = rf.op.reduce_axis
+    rki = rf.op.axis[-1]
+    rf.reorder(*(list(rf.op.axis[:-1]) + [rko, rki]))
+    rf.vectorize(rki)

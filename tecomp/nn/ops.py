@@ -31,6 +31,7 @@ from ..errors import ShapeError
 from ..ir.expr import Const
 from ..autodiff.reverse import stop_gradient
 from ..autodiff.rules import register_tag_derivative as _register_tag_derivative
+from ._schedule_common import _bytes, _largest_divisor_at_most
 
 __all__ = [
     "matmul", "dense", "conv2d_nchw", "conv2d_nhwc", "max_pool2d", "avg_pool2d", "relu",
@@ -318,7 +319,6 @@ def _wgrad_panels(src, adjoint, shape):
     inputs per pixel, pixel after pixel.  ``NR``: three vectors (24 accumulators with
     ``CB`` = 8); ``CB``: the largest divisor of ``C`` that fits the registers."""
     from ..ir import dtype as _dt
-    from ._schedule_common import _bytes, _largest_divisor_at_most
 
     sizes = [_bytes(t) for t in (src, adjoint)]
     ext = [int(e.value) if isinstance(e, Const) else None for e in shape]

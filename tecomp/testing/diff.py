@@ -199,8 +199,10 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False) -> 
             _cp(s, args, sizes={"n": case.n} if nvar is not None else None, seed=case.seed,
                 target=tc.Target(case.target).kind)
         stage = "build"
-        mod = tc.build(func if case.target == "llvm" else tc.lower(s, args, target=case.target),
-                       target=case.target)   # (an llvm target for another CPU: cross-compiled)
+        # (an llvm target for another CPU builds the same lowered function, cross-compiled)
+        llvm = tc.Target(case.target).kind == "llvm"
+        mod = tc.build(func if llvm else tc.lower(s, args, target=case.target),
+                       target=case.target)
     except tc.ResourceLimitError as e:  # a legal schedule the target cannot run: no finding
         return Outcome("rejected", case, stage, _exc_text(e), ir)
     except Exception as e:  # noqa: BLE001 - a crash is a finding
