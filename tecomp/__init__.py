@@ -10,9 +10,9 @@
 """
 from .errors import (
     ArgumentError, AutodiffError, AutoScheduleError, BoundsError, BuildError, ComputeError, DTypeError, ExprError,
-    GPUModelError, InternalError, KernelAssertionError, KernelMemoryError, LowerError, RaceError,
-    ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError, TargetError,
-    TecompError,
+    GPUModelError, InternalError, KernelAssertionError, KernelMemoryError, LoadError, LowerError,
+    RaceError, ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError,
+    TargetError, TecompError,
 )
 from .ir import dtype as _dtype_mod
 from .ir.expr import Expr, IterVar, Var
@@ -26,8 +26,9 @@ from .schedule import Schedule, Stage, create_schedule
 from .target import Target
 from .lower import lower
 from .build import build
+from .runtime.aot import load_module  # noqa: E402  (exported libraries: Module.export_library)
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402
 
 
 def set_num_threads(n: int) -> None:

@@ -63,6 +63,13 @@ class RuntimeUnavailableError(TecompError, RuntimeError):
     """The runtime that a target needs (pycuda, a GPU, a C++ compiler) is not available."""
 
 
+class LoadError(TecompError, OSError):
+    """A library given to ``tc.load_module`` that cannot be loaded: missing, truncated, not
+    a library ``Module.export_library`` wrote, its sha256 sidecar missing or not matching,
+    written by an incompatible tecomp, or needing a CPU feature this machine lacks.  The
+    message names the file and says how to fix it; nothing of the library has run."""
+
+
 class AutodiffError(TecompError, ValueError):
     """A compute definition that cannot be differentiated as asked."""
 

@@ -300,7 +300,7 @@ class Target:
         if self.num_cores is not None:
             return self.num_cores
         try:
-            from .codegen.llvm_runtime import get_num_threads
+            from .codegen.threads import get_num_threads
 
             return max(1, int(get_num_threads()))
         except Exception:  # noqa: BLE001 - no runtime: the cores

@@ -52,6 +52,7 @@ from .argcheck import ArgChecker, check_no_alias, eval_host_expr, param_checks_o
 from .cuda import (
     MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaSource, KernelInfo, codegen_cuda,
 )
+from .libfiles import digest_file, sidecar_matches, write_sidecar
 
 ABI_VERSION = 1
 MODES = {"threads": 0, "serial": 1, "reverse": 2}
@@ -215,7 +216,9 @@ def compile_emu_library(cs: CudaSource) -> EmuLibrary:
         d = _private_dir(cache_dir())
         final = d / f"{key}.so"
         loaded = None
-        if final.exists() and _is_complete(final):
+        # loaded only when its sha256 sidecar matches (tecomp/codegen/libfiles.py): a
+        # truncated or replaced file is rebuilt instead of being handed to dlopen
+        if final.exists() and sidecar_matches(final):
             loaded = _try_load(str(final))
         if loaded is None:
             loaded = _build(cxx, header, launcher, cs.source, d, final)
@@ -242,32 +245,6 @@ def _private_dir(d: Path) -> Path:
             f"be loaded and run; make it private (chmod 700 {d}) or point TECOMP_CACHE_DIR "
             "at a directory of your own")
     return d
-
-
-def _digest_file(path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def _sum_path(final: Path) -> Path:
-    return final.with_name(final.name + ".sha256")
-
-
-def _is_complete(final: Path) -> bool:
-    """Whether the cached library is exactly what a build wrote: its sha256 sidecar
-    matches.  A truncated or corrupted file is rebuilt instead of being handed to
-    dlopen (mapping a truncated library can kill the process with SIGBUS)."""
-    try:
-        return _sum_path(final).read_text().strip() == _digest_file(final)
-    except OSError:
-        return False
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=str(path.parent))
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def _try_load(path: str) -> Optional[ctypes.CDLL]:
@@ -301,11 +278,11 @@ def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Pa
         lib = _try_load(out)
         if lib is None:
             raise BuildError(f"the freshly built CUDA emulation library {out} does not load")
-        digest = _digest_file(out)
+        digest = digest_file(out)
         os.replace(out, final)  # atomic: other processes see the old file or the new one
         # the sidecar is written last: a reader that sees a new library with an old (or no)
         # sidecar rebuilds, which is only wasted work
-        _write_atomic(_sum_path(final), digest)
+        write_sidecar(final, digest)
         return lib
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

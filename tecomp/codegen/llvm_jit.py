@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, Optional, Tuple
 
 import llvmlite.binding as llvm
 
@@ -398,6 +398,34 @@ class JitModule:
         return self._asm
 
 
+def _optimized_module(ir_text: str, opt: bool, explicit: bool, timings: Dict[str, float]):
+    """Parse and verify ``ir_text`` and (``opt``) run the O3 pipeline on it, in the
+    worker when there is one; return the llvmlite ``ModuleRef``.  Call with
+    :data:`LLVM_LOCK` held."""
+    h = host()
+    t0 = time.perf_counter()
+    bitcode = _optimize_in_worker(ir_text, explicit) if opt else None
+    t1 = time.perf_counter()
+    if bitcode is not None:  # parsed, verified and optimised by the worker
+        mod = llvm.parse_bitcode(bitcode)
+        mod.name = "<string>"  # as parse_assembly names it: the same printed IR
+        t2 = time.perf_counter()
+        timings["optimize"] = t1 - t0
+        timings["parse"] = t2 - t1
+    else:
+        mod = llvm.parse_assembly(ir_text)
+        mod.triple = h.triple
+        mod.data_layout = h.data_layout
+        mod.verify()
+        t1 = time.perf_counter()
+        if opt:
+            optimize(mod, explicit)
+        t2 = time.perf_counter()
+        timings["parse"] = t1 - t0
+        timings["optimize"] = t2 - t1
+    return mod
+
+
 def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
                explicit: bool = False) -> JitModule:
     """Parse, verify, optimise and JIT ``ir_text``; return the addresses of ``symbols``.
@@ -406,28 +434,10 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
     Raises whatever LLVM raises (``RuntimeError``); the caller wraps it.
     """
     h = host()
-    timings = {}
+    timings: Dict[str, float] = {}
     with LLVM_LOCK:
-        t0 = time.perf_counter()
-        bitcode = _optimize_in_worker(ir_text, explicit) if opt else None
-        t1 = time.perf_counter()
-        if bitcode is not None:  # parsed, verified and optimised by the worker
-            mod = llvm.parse_bitcode(bitcode)
-            mod.name = "<string>"  # as parse_assembly names it: the same printed IR
-            t2 = time.perf_counter()
-            timings["optimize"] = t1 - t0
-            timings["parse"] = t2 - t1
-        else:
-            mod = llvm.parse_assembly(ir_text)
-            mod.triple = h.triple
-            mod.data_layout = h.data_layout
-            mod.verify()
-            t1 = time.perf_counter()
-            if opt:
-                optimize(mod, explicit)
-            t2 = time.perf_counter()
-            timings["parse"] = t1 - t0
-            timings["optimize"] = t2 - t1
+        mod = _optimized_module(ir_text, opt, explicit, timings)
+        t2 = time.perf_counter()
         engine = llvm.create_mcjit_compiler(mod, h.new_target_machine())
         engine.finalize_object()
         addresses = {}
@@ -439,6 +449,43 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
         t3 = time.perf_counter()
     timings["jit"] = t3 - t2
     return JitModule(engine, ir_text, mod, addresses, timings)
+
+
+def emit_object(parts: Iterable[Tuple[str, bool, Dict[str, str]]], target=None) -> bytes:
+    """Position-independent object code (ELF on Linux) of several modules linked into
+    one, for a shared library.
+
+    ``parts``: ``(ir_text, optimise, renames)``: LLVM IR (optimised by the O3 pipeline
+    first where ``optimise`` is true; the code of a compiled kernel variant is already
+    optimised), and the functions to rename before linking (the variants of one kernel
+    all define ``tecomp_<name>``).  ``target``: the :class:`~tecomp.target.Target` the
+    code is for (None or a host target: this CPU, with every feature it has, as the JIT
+    compiles); functions carrying their own ``target-cpu``/``target-features``
+    attributes keep them.
+
+    Raises whatever LLVM raises (``RuntimeError``); the caller wraps it.
+    """
+    h = host()
+    if target is None or target.is_host:
+        cpu, features = h.cpu, h.features
+    else:
+        cpu, features = target.cpu, target.llvm_features
+    with LLVM_LOCK:
+        linked = None
+        for text, opt, renames in parts:
+            mod = _optimized_module(text, opt, False, {})
+            for old, new in renames.items():
+                mod.get_function(old).name = new
+            if linked is None:
+                linked = mod
+            else:
+                linked.link_in(mod)
+        if linked is None:
+            raise RuntimeError("emit_object: no modules")
+        linked.verify()
+        tm = h.target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
+                                            codemodel="default")
+        return tm.emit_object(linked)
 
 
 def add_symbol(name: str, address: int) -> None:

@@ -48,6 +48,14 @@ through ctypes (the GIL is released while it runs), and the per-call argument bl
 loops share the process-wide thread pool (see ``llvm_threadpool``), which runs one
 parallel region at a time.
 
+Ahead of time
+-------------
+``mod.export_library(path)`` writes the module as a shared library
+(:mod:`tecomp.codegen.llvm_export`); ``tc.load_module(path)``
+(:mod:`tecomp.runtime.aot`) makes a Module of it through this same constructor, its
+variants looked up in the library instead of compiled: the same checks, messages and
+variants, without llvmlite.
+
 Errors from inside the kernel
 -----------------------------
 The kernel returns an error code and fills error words (see ``tecomp.codegen.llvm``):
@@ -71,7 +79,7 @@ from ..errors import (
 )
 from ..ir import dtype as _dt
 from ..ir.expr import Add, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
-from . import llvm_threadpool
+from . import threads as _threads
 
 #: offset of the data pointer in a numpy array object (after the CPython object header):
 #: the ``_pyarrays`` entry of a kernel reads it there (see :func:`_probe_pyobj_layout`)
@@ -83,8 +91,8 @@ from .argcheck import (
 __all__ = ["Module", "set_num_threads", "get_num_threads", "KernelMemoryError",
            "KernelAssertionError"]
 
-set_num_threads = llvm_threadpool.set_num_threads
-get_num_threads = llvm_threadpool.get_num_threads
+set_num_threads = _threads.set_num_threads
+get_num_threads = _threads.get_num_threads
 
 _KERNEL_T = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _ERR_WORDS = 5
@@ -421,6 +429,17 @@ class Module:
                     v = _Variant(jm, mb, seconds)
                     self._variants[key] = v
         return v
+
+    # -- ahead of time --------------------------------------------------------------------
+    def export_library(self, path) -> None:
+        """Write this kernel as a shared library at ``path`` (and its sha256 sidecar
+        ``path + ".sha256"``): every call variant, the thread pool and the metadata
+        that ``tc.load_module(path)`` needs to call it with the same checks, or C code
+        to call it (docs/runtime.md, "Ahead-of-time compiled kernels").  Needs llvmlite
+        and a C compiler to link with (``cc``, or ``$CC``); loading needs neither."""
+        from .llvm_export import export_library
+
+        export_library(self, path, pyobject_data_offset=PYOBJECT_DATA_OFFSET)
 
     # -- calling -------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):

@@ -5,7 +5,10 @@ Kernels call ``i32 tecomp_parallel_for(ptr task, ptr closure, i64 extent)``, whe
 iterations ``[begin, end)`` and returns 0 or an error code.  The pool is written here as
 textual LLVM IR (no C compiler is needed), JIT-compiled once per process in its own
 MCJIT engine, and its entry points are registered with ``llvm.add_symbol`` so kernels
-refer to them by name (their IR is the same in every process).
+refer to them by name (their IR is the same in every process).  A library written by
+``Module.export_library`` carries its own copy, compiled with it (``pool_ir(for_library=
+True)``); every copy in a process is controlled through the same C functions, by
+:mod:`tecomp.codegen.threads` (``tc.set_num_threads`` applies to all of them).
 
 How it works
 ------------
@@ -13,7 +16,8 @@ How it works
   ``num_threads - 1`` persistent pthreads, started on the first parallel region (or the
   first one after :func:`set_num_threads` changed the count).  The default is
   ``os.cpu_count()``, overridden by the environment variable ``TECOMP_NUM_THREADS`` and
-  by :func:`set_num_threads`.
+  by :func:`set_num_threads`.  (A library's pool called from C without
+  ``tecomp_pool_set_threads`` takes the same default on its first region.)
 * **Dispatch.**  The iteration range is cut into ``ntasks = min(8 * num_threads,
   extent)`` contiguous chunks (sizes differ by at most one), claimed dynamically: on a
   shared machine a thread that loses its core for a while simply claims fewer chunks
@@ -47,22 +51,24 @@ How it works
   whole pool in turn (a ctypes call releases the GIL, so a waiting caller blocks in
   pthread_mutex_lock, not in Python).  Parallel loops nested inside a parallel loop are
   compiled as serial loops, so a worker never dispatches.
-* **Lifetime.**  An ``atexit`` hook joins the workers before the interpreter tears the
-  JIT memory down; after ``fork()`` the child resets the pool (its workers did not
-  survive the fork) and starts new ones on its first parallel region.
+* **Lifetime.**  An ``atexit`` hook (:mod:`tecomp.codegen.threads`) joins the workers
+  before the interpreter tears the JIT memory down; after ``fork()`` the child resets
+  the pool (its workers did not survive the fork) and starts new ones on its first
+  parallel region.
 """
 from __future__ import annotations
 
-import atexit
 import ctypes
-import os
 import threading
 import time
-import warnings
 from typing import Optional
 
-from ..errors import InternalError, TecompError
+from ..errors import InternalError
 from . import llvm_jit
+from .threads import (  # noqa: F401  (set_num_threads, get_num_threads: the public names)
+    DEFAULT_SPIN, DEFAULT_WAIT_SPIN, POOL_FUNCTIONS, PoolControls, default_num_threads,
+    get_num_threads, register, set_num_threads, spin_from_env,
+)
 
 #: Symbol kernels call; see the module docstring.
 PARALLEL_FOR = "tecomp_parallel_for"
@@ -91,7 +97,7 @@ _POOL_IR = r"""
 @tp_shutdown = internal global i32 0, align 4
 @tp_nworkers = internal global i32 0, align 4
 @tp_threads = internal global ptr null, align 8
-@tp_desired = internal global i32 1, align 4
+@tp_desired = internal global i32 {DESIRED0}, align 4
 @tp_spin = internal global i64 2000, align 8
 
 declare i32 @pthread_create(ptr, ptr, ptr, ptr)
@@ -106,6 +112,7 @@ declare i32 @sched_yield()
 declare ptr @malloc(i64)
 declare void @free(ptr)
 {PAUSE_DECL}
+{WANTED}
 
 ; Claim and run chunks of the job of generation %g until none is left.
 define internal void @tp_run_tasks(i64 %g) nounwind {
@@ -299,7 +306,7 @@ entry:
 ret0:
   ret i32 0
 go:
-  %want = load atomic i32, ptr @tp_desired seq_cst, align 4
+  %want = call i32 @tp_wanted()
   %one = icmp sle i32 %want, 1
   %ext1 = icmp eq i64 %extent, 1
   %single = or i1 %one, %ext1
@@ -393,7 +400,7 @@ done:
 
 define i32 @tecomp_pool_get_threads() nounwind {
 entry:
-  %n = load atomic i32, ptr @tp_desired seq_cst, align 4
+  %n = call i32 @tp_wanted()
   ret i32 %n
 }
 
@@ -441,14 +448,80 @@ entry:
 }
 """
 
-_ENTRY_POINTS = ("tecomp_parallel_for", "tecomp_pool_set_threads", "tecomp_pool_get_threads",
-                 "tecomp_pool_num_workers", "tecomp_pool_set_spin", "tecomp_pool_set_wait_spin",
-                 "tecomp_pool_shutdown",
-                 "tecomp_pool_after_fork")
+_ENTRY_POINTS = (PARALLEL_FOR,) + tuple(POOL_FUNCTIONS)
+
+# How many threads a region wants (``tp_desired``).  The JIT's pool is always told by
+# Python (tecomp.codegen.threads); a library's pool may be called from C without being
+# told, so there 0 means "not set yet": the first region (or tecomp_pool_get_threads)
+# takes TECOMP_NUM_THREADS if it is a positive integer, else the online CPUs, at most
+# 1024, as Python's default does.
+_WANTED_JIT = r"""
+define internal i32 @tp_wanted() nounwind alwaysinline {
+entry:
+  %n = load atomic i32, ptr @tp_desired seq_cst, align 4
+  ret i32 %n
+}
+"""
+
+_WANTED_LIBRARY = r"""
+@tp_env_name = private unnamed_addr constant [19 x i8] c"TECOMP_NUM_THREADS\00"
+declare ptr @getenv(ptr)
+declare i64 @strtol(ptr, ptr, i32)
+declare i32 @get_nprocs()
+
+define internal i32 @tp_wanted() nounwind {
+entry:
+  %n = load atomic i32, ptr @tp_desired seq_cst, align 4
+  %unset = icmp eq i32 %n, 0
+  br i1 %unset, label %init, label %done
+init:
+  %d = call i32 @tp_default_threads()
+  %pair = cmpxchg ptr @tp_desired, i32 0, i32 %d seq_cst seq_cst
+  %old = extractvalue { i32, i1 } %pair, 0
+  %won = extractvalue { i32, i1 } %pair, 1
+  %r = select i1 %won, i32 %d, i32 %old
+  ret i32 %r
+done:
+  ret i32 %n
+}
+
+define internal i32 @tp_default_threads() nounwind {
+entry:
+  %end = alloca ptr, align 8
+  %env = call ptr @getenv(ptr @tp_env_name)
+  %noenv = icmp eq ptr %env, null
+  br i1 %noenv, label %cpus, label %parse
+parse:
+  %v = call i64 @strtol(ptr %env, ptr %end, i32 10)
+  %e = load ptr, ptr %end, align 8
+  %empty = icmp eq ptr %e, %env
+  br i1 %empty, label %cpus, label %chkend
+chkend:
+  %c = load i8, ptr %e, align 1
+  %trailing = icmp ne i8 %c, 0
+  %small = icmp slt i64 %v, 1
+  %bad = or i1 %trailing, %small
+  br i1 %bad, label %cpus, label %fromenv
+fromenv:
+  %big = icmp sgt i64 %v, 1024
+  %v2 = select i1 %big, i64 1024, i64 %v
+  %v32 = trunc i64 %v2 to i32
+  ret i32 %v32
+cpus:
+  %np = call i32 @get_nprocs()
+  %lt1 = icmp slt i32 %np, 1
+  %np1 = select i1 %lt1, i32 1, i32 %np
+  %gt = icmp sgt i32 %np1, 1024
+  %np2 = select i1 %gt, i32 1024, i32 %np1
+  ret i32 %np2
+}
+"""
 
 
-def pool_ir() -> str:
-    """The pool's LLVM IR text for the host (only the spin-wait hint differs by CPU)."""
+def pool_ir(for_library: bool = False) -> str:
+    """The pool's LLVM IR text for the host (only the spin-wait hint differs by CPU).
+    ``for_library``: the copy an exported library carries, whose thread count defaults
+    as Python's does when C code calls it without setting one."""
     h = llvm_jit.host()
     if h.is_x86:
         pause, decl = _PAUSE_X86, "declare void @llvm.x86.sse2.pause()"
@@ -456,21 +529,24 @@ def pool_ir() -> str:
         pause, decl = _PAUSE_ARM, ""
     else:  # pragma: no cover - other hosts spin without a hint
         pause, decl = "", ""
-    return _POOL_IR.replace("{PAUSE_DECL}", decl).replace("{PAUSE}", pause)
+    return (_POOL_IR.replace("{PAUSE_DECL}", decl).replace("{PAUSE}", pause)
+            .replace("{WANTED}", _WANTED_LIBRARY if for_library else _WANTED_JIT)
+            .replace("{DESIRED0}", "0" if for_library else "1"))
 
 
 class _Pool:
+    """The JIT-compiled pool: its engine, its control functions (registered with
+    :mod:`tecomp.codegen.threads`) and ``parallel_for``."""
+
     def __init__(self):
         self.jit = llvm_jit.compile_ir(pool_ir(), _ENTRY_POINTS)
         a = self.jit.addresses
-        self.set_threads = ctypes.CFUNCTYPE(None, ctypes.c_int32)(a["tecomp_pool_set_threads"])
-        self.get_threads = ctypes.CFUNCTYPE(ctypes.c_int32)(a["tecomp_pool_get_threads"])
-        self.num_workers = ctypes.CFUNCTYPE(ctypes.c_int32)(a["tecomp_pool_num_workers"])
-        self.set_spin = ctypes.CFUNCTYPE(None, ctypes.c_int64)(a["tecomp_pool_set_spin"])
-        self.set_wait_spin = ctypes.CFUNCTYPE(None, ctypes.c_int64)(
-            a["tecomp_pool_set_wait_spin"])
-        self.shutdown = ctypes.CFUNCTYPE(None)(a["tecomp_pool_shutdown"])
-        self.after_fork = ctypes.CFUNCTYPE(None)(a["tecomp_pool_after_fork"])
+        self.controls = PoolControls(a.__getitem__, owner=self.jit)
+        c = self.controls
+        self.set_threads, self.get_threads, self.num_workers = \
+            c.set_threads, c.get_threads, c.num_workers
+        self.set_spin, self.set_wait_spin = c.set_spin, c.set_wait_spin
+        self.shutdown, self.after_fork = c.shutdown, c.after_fork
         self.parallel_for = ctypes.CFUNCTYPE(
             ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(a[PARALLEL_FOR])
         llvm_jit.add_symbol(PARALLEL_FOR, a[PARALLEL_FOR])
@@ -478,96 +554,28 @@ class _Pool:
 
 _POOL: Optional[_Pool] = None
 _POOL_LOCK = threading.Lock()
-_MAX_THREADS = 1024
 
-
-def _default_num_threads() -> int:
-    n = os.cpu_count() or 1
-    env = os.environ.get("TECOMP_NUM_THREADS")
-    if env is not None and env.strip():
-        try:
-            v = int(env)
-            if v < 1:
-                raise ValueError
-            n = v
-        except ValueError:
-            warnings.warn(f"TECOMP_NUM_THREADS={env!r} is not a positive integer; "
-                          f"using {n} threads (os.cpu_count())", RuntimeWarning, stacklevel=3)
-    return min(n, _MAX_THREADS)
-
-
-#: the defaults of TECOMP_SPIN and TECOMP_WAIT_SPIN (see the module docstring)
-DEFAULT_SPIN = 2000
-DEFAULT_WAIT_SPIN = 1024
-
-
-def _spin_from_env(name: str = "TECOMP_SPIN") -> Optional[int]:
-    env = os.environ.get(name)
-    if env is None or not env.strip():
-        return None
-    try:
-        v = int(env)
-        if v < 0:
-            raise ValueError
-        return v
-    except ValueError:
-        warnings.warn(f"{name}={env!r} is not a non-negative integer; ignored",
-                      RuntimeWarning, stacklevel=3)
-        return None
+# the settings every pool shares live in tecomp.codegen.threads (no llvmlite there)
+_default_num_threads = default_num_threads
+_spin_from_env = spin_from_env
 
 
 def pool() -> _Pool:
-    """The process-wide pool, compiled (not started: workers start lazily) on first use."""
+    """The process-wide JIT pool, compiled (not started: workers start lazily) on first
+    use, and registered with :mod:`tecomp.codegen.threads`."""
     global _POOL
     if _POOL is None:
         with _POOL_LOCK:
             if _POOL is None:
                 p = _Pool()
-                p.set_threads(_default_num_threads())
-                spin = _spin_from_env()
-                if spin is not None:
-                    p.set_spin(spin)
-                wspin = _spin_from_env("TECOMP_WAIT_SPIN")
-                if wspin is not None:
-                    p.set_wait_spin(wspin)
+                register(p.controls)
                 _POOL = p
-                atexit.register(_shutdown_at_exit)
-                if hasattr(os, "register_at_fork"):
-                    os.register_at_fork(after_in_child=_after_fork_in_child)
     return _POOL
 
 
 def ensure_pool() -> None:
     """Compile the pool and register ``tecomp_parallel_for`` (before JIT-linking kernels)."""
     pool()
-
-
-def set_num_threads(n: int) -> None:
-    """Use ``n`` threads (the calling thread included) for parallel loops from now on.
-
-    Waits for a parallel region running in another thread to finish; the workers are
-    restarted lazily by the next parallel region.
-    """
-    import numbers
-
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or int(n) < 1:
-        raise TecompError(f"set_num_threads expects a positive integer, got {n!r}")
-    pool().set_threads(min(int(n), _MAX_THREADS))
-
-
-def get_num_threads() -> int:
-    """The number of threads parallel loops use (the calling thread included)."""
-    return int(pool().get_threads())
-
-
-def _shutdown_at_exit() -> None:
-    if _POOL is not None:
-        _POOL.shutdown()
-
-
-def _after_fork_in_child() -> None:
-    if _POOL is not None:
-        _POOL.after_fork()
 
 
 _BENCH_IR = r"""

@@ -1,0 +1,475 @@
+"""The format of a library ``Module.export_library`` writes and ``tc.load_module`` reads.
+
+A library is an ELF shared object with
+
+* the kernel, once per call variant (``layout`` contiguous/strided x ``noalias``),
+  each with two entries: ``<symbol>(data, args, err)`` (data pointers: the C ABI,
+  docs/runtime.md) and ``<symbol>_pyarrays`` (numpy array objects: the Python
+  runtime's fast entry), where ``<symbol>`` is :func:`variant_symbol` of the module's
+  entry symbol ``tecomp_<name>``;
+* the thread pool (``tecomp_parallel_for``, ``tecomp_pool_*``: see
+  :mod:`tecomp.codegen.threads`);
+* the metadata: one JSON document, NUL-terminated, in the global constant
+  ``tecomp_metadata_json`` in its own section :data:`SECTION` (the loader reads it from
+  the file as data, before anything of the library is mapped or run), also returned by
+  the C function ``const char *tecomp_metadata(void)``;
+* no constructors or destructors (``DT_INIT``, ``DT_INIT_ARRAY``, ...): loading the
+  library runs none of its code.
+
+The metadata (format :data:`FORMAT_VERSION`) holds everything the runtime's argument
+checks and calls need, as data: the parameters (names, dtypes, shapes and strides as
+integer expressions of the variables in ``vars``), which buffers the kernel writes, the
+ABI positions (data index of each buffer, value slot of each scalar and shape variable,
+first stride slot of each buffer), where each shape variable is bound from, the
+conditions lowering recorded on the scalars (``param_checks``), each variant's symbol
+and error sites (the texts of BoundsError messages), the target, the CPU features the
+code needs, the tecomp version and the numpy array object layout the ``_pyarrays``
+entries read.  Expressions are JSON lists (``["var", 0]``, ``["const", 4, "int32"]``,
+``["mul", a, b, "int32"]``, ...): :class:`_ExprEncoder` writes them, :class:`_Reader`
+reads them and rejects anything else, naming the file.
+
+This module imports no llvmlite: the loader (:mod:`tecomp.runtime.aot`) uses it.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+from .._version import __version__
+from ..errors import BuildError, LoadError
+from ..ir import dtype as _dt
+from ..ir.expr import (
+    Add, Buffer, Cast, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, Sub, TruncDiv, TruncMod,
+    Var, as_index,
+)
+from ..ir.printer import to_str
+from ..ir.stmt import ParamCheck
+from .signature import CheckSite, Signature
+from .threads import POOL_FUNCTIONS
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "SECTION", "METADATA_SYMBOL", "METADATA_FUNCTION",
+           "VARIANTS", "variant_symbol", "reserved_symbols", "build_metadata",
+           "parse_metadata", "LibraryInfo", "check_signature", "needed_features",
+           "host_cpu_features", "CHECKED_FEATURES"]
+
+FORMAT = "tecomp-aot-library"
+#: the metadata format this tecomp writes and reads; a library of another is refused
+FORMAT_VERSION = 1
+#: the ELF section that holds the metadata JSON
+SECTION = ".tecomp_meta"
+METADATA_SYMBOL = "tecomp_metadata_json"
+METADATA_FUNCTION = "tecomp_metadata"
+#: every call variant, in the order the metadata lists them
+VARIANTS: Tuple[Tuple[str, bool], ...] = (
+    ("contiguous", True), ("contiguous", False), ("strided", True), ("strided", False))
+#: the error words after each call (``[code, site, dim, index, extent]``)
+ERR_WORDS = 5
+#: metadata larger than this is not tecomp's
+MAX_METADATA_BYTES = 64 << 20
+
+#: what the thread pool defines: the function kernels call, and its controls
+_POOL_SYMBOLS = ("tecomp_parallel_for",) + tuple(POOL_FUNCTIONS)
+
+
+def variant_symbol(entry: str, layout: str, noalias: bool) -> str:
+    """The exported name of one variant of the kernel whose entry symbol is ``entry``:
+    ``tecomp_<name>`` (contiguous, no aliasing: the one C code usually calls),
+    ``tecomp_<name>_mayalias``, ``tecomp_<name>_strided``,
+    ``tecomp_<name>_strided_mayalias``."""
+    return entry + ("_strided" if layout == "strided" else "") + ("" if noalias else "_mayalias")
+
+
+def reserved_symbols() -> FrozenSet[str]:
+    """The names a library defines besides its kernel (a kernel may not take one)."""
+    return frozenset(_POOL_SYMBOLS + (METADATA_SYMBOL, METADATA_FUNCTION))
+
+
+# ---------------------------------------------------------------------------------------
+# CPU features
+
+#: LLVM's name of each x86 feature whose use the loader checks -> its flag in
+#: /proc/cpuinfo: the instruction-set extensions code generation may use for a kernel
+#: (system features such as rtm or xsave are never emitted for arithmetic, and
+#: /proc/cpuinfo and LLVM may disagree about them: they are not checked)
+CHECKED_FEATURES: Dict[str, str] = {
+    "64bit": "lm", "cmov": "cmov", "cx8": "cx8", "cx16": "cx16", "mmx": "mmx", "fxsr": "fxsr",
+    "sahf": "lahf_lm", "popcnt": "popcnt", "lzcnt": "abm", "movbe": "movbe", "bmi": "bmi1",
+    "bmi2": "bmi2", "adx": "adx", "prfchw": "3dnowprefetch", "sse": "sse", "sse2": "sse2",
+    "sse3": "pni", "ssse3": "ssse3", "sse4.1": "sse4_1", "sse4.2": "sse4_2", "crc32": "sse4_2",
+    "sse4a": "sse4a", "avx": "avx", "avx2": "avx2", "fma": "fma", "fma4": "fma4", "xop": "xop",
+    "f16c": "f16c", "avx512f": "avx512f", "avx512cd": "avx512cd", "avx512bw": "avx512bw",
+    "avx512dq": "avx512dq", "avx512vl": "avx512vl", "avx512ifma": "avx512ifma",
+    "avx512vbmi": "avx512vbmi", "avx512vbmi2": "avx512_vbmi2", "avx512bitalg": "avx512_bitalg",
+    "avx512vpopcntdq": "avx512_vpopcntdq", "avx512vnni": "avx512_vnni",
+    "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16", "avxvnni": "avx_vnni",
+    "gfni": "gfni", "vaes": "vaes", "vpclmulqdq": "vpclmulqdq",
+}
+
+
+def needed_features(features) -> Tuple[List[str], List[str]]:
+    """``(checked, unchecked)``: the features a target compiles for, split into those
+    the loader checks (:data:`CHECKED_FEATURES`) and the others, each sorted."""
+    feats = set(features)
+    return sorted(feats & CHECKED_FEATURES.keys()), sorted(feats - CHECKED_FEATURES.keys())
+
+
+def host_cpu_features() -> Optional[FrozenSet[str]]:
+    """This CPU's features among :data:`CHECKED_FEATURES` (LLVM's names), from the flags
+    of /proc/cpuinfo (no LLVM needed); None where they cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    flags = set(value.split())
+                    return frozenset(k for k, flag in CHECKED_FEATURES.items() if flag in flags)
+    except OSError:
+        pass
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# expressions
+
+_BINARY = {"add": Add, "sub": Sub, "mul": Mul, "floordiv": FloorDiv, "floormod": FloorMod,
+           "truncdiv": TruncDiv, "truncmod": TruncMod, "min": Min, "max": Max}
+_BINARY_NAME = {cls: name for name, cls in _BINARY.items()}
+_INT_DTYPES = tuple(d for d in _dt.ALL_DTYPES if _dt.is_int(d))
+_MAX_DEPTH = 64
+
+
+class _ExprEncoder:
+    """Integer shape expressions as JSON lists; each variable once, in ``vars``."""
+
+    def __init__(self, func_name: str):
+        self.func_name = func_name
+        self.vars: List[Var] = []
+        self._index: Dict[Var, int] = {}
+
+    def var(self, v: Var) -> int:
+        i = self._index.get(v)
+        if i is None:
+            i = self._index[v] = len(self.vars)
+            self.vars.append(v)
+        return i
+
+    def expr(self, e) -> list:
+        if not isinstance(e, Expr):
+            e = as_index(e)
+        t = type(e)
+        if t is Var:
+            return ["var", self.var(e)]
+        if t is Const and e.dtype in _INT_DTYPES:
+            return ["const", int(e.value), e.dtype]
+        if t in _BINARY_NAME and e.dtype in _INT_DTYPES:
+            return [_BINARY_NAME[t], self.expr(e.a), self.expr(e.b), e.dtype]
+        if t is Cast and e.dtype in _INT_DTYPES:
+            return ["cast", self.expr(e.value), e.dtype]
+        raise BuildError(
+            f"cannot export {self.func_name}: the shape expression `{to_str(e)}` uses "
+            f"{t.__name__} ({e.dtype}), which an exported library cannot describe (integer "
+            f"+ - * // % min max and integer casts of variables and constants); give the "
+            f"buffer a simpler shape, or pass the extent as a scalar parameter")
+
+
+# ---------------------------------------------------------------------------------------
+# writing
+
+
+def build_metadata(*, func, sig: Signature, checks: bool, entry: str, target, cpu: str,
+                   variants: Dict[Tuple[str, bool], Tuple[Sequence[CheckSite], Sequence[str]]],
+                   pyobject_data_offset: int) -> str:
+    """The metadata JSON of a library (see the module docstring).  ``variants`` maps each
+    of :data:`VARIANTS` to its check sites and vectorization notes."""
+    enc = _ExprEncoder(func.name)
+    params = []
+    for p in sig.params:
+        if hasattr(p, "buffer"):
+            b = p.buffer
+            params.append({
+                "kind": "buffer", "name": b.name, "dtype": b.dtype,
+                "shape": [enc.expr(x) for x in b.shape],
+                "strides": None if b.strides is None else [enc.expr(x) for x in b.strides],
+                "data_index": p.data_index, "stride_slot": p.stride_slot,
+                "written": bool(p.is_output)})
+        else:
+            params.append({"kind": "scalar", "var": enc.var(p.var), "slot": p.slot})
+    param_checks = [{"expr": enc.expr(pc.expr), "lower": int(pc.lower), "uses": list(pc.uses)}
+                    for pc in func.attrs.get("param_checks", ())]
+    checked, unchecked = needed_features(target.features)
+    doc = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "tecomp_version": __version__,
+        "name": func.name,
+        "entry": entry,
+        "target": str(target),
+        "cpu": cpu,
+        "features": checked,
+        "features_unchecked": unchecked,
+        "checks": bool(checks),
+        "pyobject_data_offset": int(pyobject_data_offset),
+        "params": params,
+        "slots": {"count": sig.num_slots, "vars": [enc.var(v) for v in sig.slot_vars]},
+        "shape_var_origin": [[enc.var(v), bp.data_index, d]
+                             for v, (bp, d) in sig.shape_var_origin.items()],
+        "param_checks": param_checks,
+        "err_words": ERR_WORDS,
+        "variants": [{"layout": layout, "noalias": noalias,
+                      "symbol": variant_symbol(entry, layout, noalias),
+                      "sites": [[s.kind, s.buffer, s.text, s.stmt]
+                                for s in variants[(layout, noalias)][0]],
+                      "notes": list(variants[(layout, noalias)][1])}
+                     for layout, noalias in VARIANTS],
+        # last: every variable the entries above used
+        "vars": None,
+    }
+    doc["vars"] = [{"name": v.name, "dtype": v.dtype} for v in enc.vars]
+    return json.dumps(doc, ensure_ascii=True, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------------------------------
+# reading
+
+
+@dataclass
+class LibraryVariant:
+    layout: str
+    noalias: bool
+    symbol: str
+    sites: List[CheckSite]
+    notes: List[str]
+
+
+@dataclass
+class LibraryInfo:
+    """The metadata of a library, checked and turned back into IR objects."""
+
+    name: str
+    entry: str
+    vars: Tuple[Var, ...]            # the variables of the ``vars`` table, in its order
+    params: Tuple[Any, ...]          # Buffers and Vars, in parameter order
+    written: Tuple[Buffer, ...]      # the buffers the kernel stores to
+    param_checks: Tuple[ParamCheck, ...]
+    checks: bool
+    target: str
+    cpu: str
+    features: Tuple[str, ...]
+    pyobject_data_offset: int
+    variants: Dict[Tuple[str, bool], LibraryVariant]
+    tecomp_version: str
+    raw: Dict[str, Any]              # the JSON document as read
+
+
+_NAME_MAX = 4096
+#: the kinds of check sites a kernel reports (CheckSite.kind)
+SITE_KINDS = ("load", "store", "assert", "malloc")
+_TEXT_MAX = 1 << 20
+_SYMBOL = re.compile(r"tecomp_[A-Za-z0-9_]{1,200}")
+
+
+class _Reader:
+    """Checks every field of the metadata JSON (anything unexpected is a LoadError naming
+    the file) and builds the IR objects."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.vars: List[Var] = []
+
+    def fail(self, what: str) -> LoadError:
+        return LoadError(
+            f"{self.where}: its tecomp metadata is damaged or not tecomp's ({what}); export "
+            f"the library again with Module.export_library, or load the file it was exported "
+            f"to")
+
+    def get(self, d: dict, key: str, kind, what: str = ""):
+        if not isinstance(d, dict) or key not in d:
+            raise self.fail(f"no field {key!r}{what}")
+        v = d[key]
+        ok = (isinstance(v, kind) and not (kind is int and isinstance(v, bool))) \
+            if kind is not None else True
+        if not ok:
+            raise self.fail(f"field {key!r}{what} is a {type(v).__name__}")
+        return v
+
+    def text(self, d: dict, key: str, limit: int = _NAME_MAX, what: str = "") -> str:
+        v = self.get(d, key, str, what)
+        if len(v) > limit:
+            raise self.fail(f"field {key!r}{what} is {len(v)} characters long")
+        return v
+
+    def items(self, d: dict, key: str, limit: int, what: str = "") -> list:
+        v = self.get(d, key, list, what)
+        if len(v) > limit:
+            raise self.fail(f"field {key!r}{what} has {len(v)} entries")
+        return v
+
+    def dtype(self, v, allowed=_dt.ALL_DTYPES) -> str:
+        if not isinstance(v, str) or v not in allowed:
+            raise self.fail(f"dtype {str(v)[:40]!r}")
+        return v
+
+    def index(self, v, n: int, what: str) -> int:
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < n:
+            raise self.fail(f"{what} {str(v)[:40]} is out of range")
+        return v
+
+    def expr(self, j, depth: int = 0) -> Expr:
+        if depth > _MAX_DEPTH:
+            raise self.fail("an expression nested too deeply")
+        if not isinstance(j, list) or not j or not isinstance(j[0], str):
+            raise self.fail(f"an expression {str(j)[:60]}")
+        op = j[0]
+        if op == "var" and len(j) == 2:
+            return self.vars[self.index(j[1], len(self.vars), "variable")]
+        if op == "const" and len(j) == 3:
+            v = j[1]
+            if not isinstance(v, int) or isinstance(v, bool) or not -2**63 <= v < 2**63:
+                raise self.fail(f"the constant {str(v)[:40]}")
+            return Const(v, self.dtype(j[2], _INT_DTYPES))
+        if op in _BINARY and len(j) == 4:
+            a, b = self.expr(j[1], depth + 1), self.expr(j[2], depth + 1)
+            return _BINARY[op](a, b, self.dtype(j[3], _INT_DTYPES))
+        if op == "cast" and len(j) == 3:
+            return Cast(self.expr(j[1], depth + 1), self.dtype(j[2], _INT_DTYPES))
+        raise self.fail(f"an expression of kind {op[:40]!r}")
+
+    def exprs(self, j, limit: int, what: str) -> Tuple[Expr, ...]:
+        if not isinstance(j, list) or len(j) > limit:
+            raise self.fail(what)
+        return tuple(self.expr(x) for x in j)
+
+    def sites(self, j) -> List[CheckSite]:
+        if not isinstance(j, list):
+            raise self.fail("the error sites")
+        out = []
+        for s in j:
+            if not (isinstance(s, list) and len(s) == 4 and all(isinstance(x, str) for x in s)
+                    and s[0] in SITE_KINDS
+                    and all(len(x) <= _TEXT_MAX for x in s)):
+                raise self.fail(f"an error site {str(s)[:60]}")
+            out.append(CheckSite(*s))
+        return out
+
+
+def parse_metadata(raw: bytes, where: str) -> LibraryInfo:
+    """Read and check the metadata bytes of the library ``where`` (for messages)."""
+    r = _Reader(where)
+    if len(raw) > MAX_METADATA_BYTES:
+        raise r.fail(f"{len(raw)} bytes of metadata")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise r.fail(f"not JSON: {str(exc)[:80]}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise r.fail("no tecomp library format tag")
+    version = r.get(doc, "format_version", int)
+    made_by = r.text(doc, "tecomp_version", 64)
+    if version != FORMAT_VERSION:
+        raise LoadError(
+            f"{where} was exported by tecomp {made_by!r:.70} in library format {version}; this "
+            f"tecomp ({__version__}) reads format {FORMAT_VERSION}: export it again with this "
+            f"tecomp, or load it with the tecomp that exported it")
+    name = r.text(doc, "name", 256)
+    if not name.isidentifier():
+        raise r.fail(f"the kernel name {name[:60]!r}")
+    entry = r.text(doc, "entry", 256)
+    if not _SYMBOL.fullmatch(entry) or entry in reserved_symbols():
+        raise r.fail(f"the entry symbol {entry[:60]!r}")
+    # variables, then parameters
+    for k, v in enumerate(r.items(doc, "vars", 100000)):
+        r.vars.append(Var(r.text(v, "name", what=f" of variable {k}"),
+                          r.dtype(r.get(v, "dtype", str, f" of variable {k}"))))
+    params: List[Any] = []
+    written: List[Buffer] = []
+    for k, p in enumerate(r.items(doc, "params", 100000)):
+        what = f" of parameter {k + 1}"
+        kind = r.get(p, "kind", str, what)
+        if kind == "buffer":
+            shape = r.exprs(r.get(p, "shape", list, what), 64, f"the shape{what}")
+            st = p.get("strides") if isinstance(p, dict) else None
+            strides = None if st is None else r.exprs(st, 64, f"the strides{what}")
+            if strides is not None and len(strides) != len(shape):
+                raise r.fail(f"the strides{what} do not match its shape")
+            b = Buffer(r.text(p, "name", what=what), shape,
+                       r.dtype(r.get(p, "dtype", str, what)), strides, "global")
+            params.append(b)
+            if r.get(p, "written", bool, what):
+                written.append(b)
+        elif kind == "scalar":
+            params.append(r.vars[r.index(r.get(p, "var", int, what), len(r.vars), "variable")])
+        else:
+            raise r.fail(f"parameter kind {kind[:40]!r}")
+    checks_ = []
+    for k, pc in enumerate(r.items(doc, "param_checks", 100000)):
+        what = f" of parameter check {k}"
+        uses = tuple(r.items(pc, "uses", 1000, what))
+        if not all(isinstance(u, str) and len(u) <= _TEXT_MAX for u in uses):
+            raise r.fail(f"the uses{what}")
+        checks_.append(ParamCheck(r.expr(r.get(pc, "expr", list, what)),
+                                  r.get(pc, "lower", int, what), uses))
+    variants: Dict[Tuple[str, bool], LibraryVariant] = {}
+    for v in r.items(doc, "variants", len(VARIANTS)):
+        key = (r.get(v, "layout", str), r.get(v, "noalias", bool))
+        if key not in VARIANTS or key in variants:
+            raise r.fail(f"variant {key!r:.60}")
+        sym = r.text(v, "symbol", 256)
+        if sym != variant_symbol(entry, *key):
+            raise r.fail(f"the symbol {sym[:60]!r} of variant {key}")
+        notes = r.items(v, "notes", 100000)
+        if not all(isinstance(n, str) and len(n) <= _TEXT_MAX for n in notes):
+            raise r.fail("the vectorization notes")
+        variants[key] = LibraryVariant(key[0], key[1], sym, r.sites(v.get("sites")), notes)
+    if len(variants) != len(VARIANTS):
+        raise r.fail(f"{len(variants)} call variants instead of {len(VARIANTS)}")
+    if r.get(doc, "err_words", int) != ERR_WORDS:
+        raise r.fail("the number of error words")
+    features = r.items(doc, "features", 1000)
+    if not all(isinstance(f, str) and len(f) <= 64 for f in features):
+        raise r.fail("the CPU features")
+    return LibraryInfo(
+        name=name, entry=entry, vars=tuple(r.vars), params=tuple(params),
+        written=tuple(written),
+        param_checks=tuple(checks_), checks=r.get(doc, "checks", bool),
+        target=r.text(doc, "target", 1024), cpu=r.text(doc, "cpu", 256),
+        features=tuple(features),
+        pyobject_data_offset=r.get(doc, "pyobject_data_offset", int), variants=variants,
+        tecomp_version=made_by, raw=doc)
+
+
+def check_signature(info: LibraryInfo, sig: Signature, where: str) -> None:
+    """Raise LoadError unless the ABI positions ``sig`` derives from the parameters (as
+    this tecomp's code generator would) are those the library was compiled with."""
+    raw = info.raw
+    r = _Reader(where)
+    index = {v: i for i, v in enumerate(info.vars)}
+    derived = {
+        "params": [{"data_index": p.data_index, "stride_slot": p.stride_slot,
+                    "written": bool(p.is_output)} if hasattr(p, "buffer") else {"slot": p.slot}
+                   for p in sig.params],
+        "slots": {"count": sig.num_slots, "vars": [index.get(v) for v in sig.slot_vars]},
+        "shape_var_origin": sorted([index.get(v), bp.data_index, d]
+                                   for v, (bp, d) in sig.shape_var_origin.items()),
+    }
+    try:
+        recorded = {
+            "params": [{k: p[k] for k in ("data_index", "stride_slot", "written")}
+                       if p["kind"] == "buffer" else {"slot": p["slot"]} for p in raw["params"]],
+            "slots": {"count": raw["slots"]["count"], "vars": list(raw["slots"]["vars"])},
+            "shape_var_origin": sorted(list(x) for x in raw["shape_var_origin"]),
+        }
+    except (KeyError, TypeError) as exc:
+        raise r.fail(f"the argument layout ({type(exc).__name__} {str(exc)[:40]})") from None
+    if json.dumps(derived, sort_keys=True) != json.dumps(recorded, sort_keys=True):
+        raise LoadError(
+            f"{where}: the argument layout it was compiled with is not the one this tecomp "
+            f"({__version__}) derives from its parameters (it was exported by tecomp "
+            f"{info.tecomp_version!r:.70}): export it again with this tecomp")
+
+
+def library_description(info: LibraryInfo) -> str:
+    """One line about a library, for messages: its kernel, target and tecomp version."""
+    return (f"kernel {info.name} for target {info.target!r:.80} (cpu {info.cpu!r:.40}), "
+            f"exported by tecomp {info.tecomp_version!r:.40}")

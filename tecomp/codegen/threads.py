@@ -1,0 +1,165 @@
+"""The thread count and spin settings of every CPU thread pool in the process.
+
+Parallel loops run on a pool written in LLVM IR (:mod:`tecomp.codegen.llvm_threadpool`
+describes it).  A process may hold several copies of it: the one JIT-compiled for the
+kernels ``tc.build`` makes, and one inside each library ``tc.load_module`` loaded (an
+exported library carries its own pool, so that it runs where LLVM is not installed).
+Each is controlled through the same C functions (``tecomp_pool_set_threads``, ...);
+this module keeps the list of them and applies every setting to all:
+
+* ``set_num_threads(n)`` sets every pool's thread count, now and for pools registered
+  later; ``get_num_threads()`` is that count.  The default is ``os.cpu_count()``, or the
+  environment variable ``TECOMP_NUM_THREADS``, read when the first pool is registered.
+* ``TECOMP_SPIN`` and ``TECOMP_WAIT_SPIN`` (see ``llvm_threadpool``) apply to every pool.
+* At exit every pool's workers are joined; in a ``fork()``ed child every pool forgets its
+  workers (they did not survive the fork) and starts new ones when it next needs them.
+
+It imports no llvmlite: loading a library needs only numpy and this runtime.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import numbers
+import os
+import threading
+import warnings
+from typing import Callable, List, Optional
+
+from ..errors import TecompError
+
+__all__ = ["PoolControls", "register", "set_num_threads", "get_num_threads",
+           "default_num_threads", "spin_from_env", "DEFAULT_SPIN", "DEFAULT_WAIT_SPIN",
+           "MAX_THREADS", "POOL_FUNCTIONS"]
+
+#: the most threads a pool runs
+MAX_THREADS = 1024
+#: the defaults of TECOMP_SPIN and TECOMP_WAIT_SPIN (see ``llvm_threadpool``)
+DEFAULT_SPIN = 2000
+DEFAULT_WAIT_SPIN = 1024
+
+#: the C functions that control a pool: name -> (restype, argtypes)
+POOL_FUNCTIONS = {
+    "tecomp_pool_set_threads": (None, (ctypes.c_int32,)),
+    "tecomp_pool_get_threads": (ctypes.c_int32, ()),
+    "tecomp_pool_num_workers": (ctypes.c_int32, ()),
+    "tecomp_pool_set_spin": (None, (ctypes.c_int64,)),
+    "tecomp_pool_set_wait_spin": (None, (ctypes.c_int64,)),
+    "tecomp_pool_shutdown": (None, ()),
+    "tecomp_pool_after_fork": (None, ()),
+}
+
+
+class PoolControls:
+    """The control functions of one pool, as ctypes callables: ``set_threads(n)``,
+    ``get_threads()``, ``num_workers()``, ``set_spin(n)``, ``set_wait_spin(n)``,
+    ``shutdown()``, ``after_fork()``."""
+
+    __slots__ = ("set_threads", "get_threads", "num_workers", "set_spin", "set_wait_spin",
+                 "shutdown", "after_fork", "owner")
+
+    def __init__(self, lookup: Callable[[str], int], owner: object = None):
+        """``lookup(name)`` gives the address of the C function ``name``; ``owner`` is
+        kept alive as long as the controls (the JIT engine or the loaded library)."""
+        for name, (restype, argtypes) in POOL_FUNCTIONS.items():
+            fn = ctypes.CFUNCTYPE(restype, *argtypes)(lookup(name))
+            setattr(self, name[len("tecomp_pool_"):], fn)
+        self.owner = owner
+
+
+_LOCK = threading.Lock()
+_POOLS: List[PoolControls] = []
+#: the thread count every pool uses; None until set or until the first pool registers
+_desired: Optional[int] = None
+_hooks_installed = False
+
+
+def default_num_threads() -> int:
+    """``TECOMP_NUM_THREADS`` if it is a positive integer (a warning otherwise), else
+    ``os.cpu_count()``; at most :data:`MAX_THREADS`."""
+    n = os.cpu_count() or 1
+    env = os.environ.get("TECOMP_NUM_THREADS")
+    if env is not None and env.strip():
+        try:
+            v = int(env)
+            if v < 1:
+                raise ValueError
+            n = v
+        except ValueError:
+            warnings.warn(f"TECOMP_NUM_THREADS={env!r} is not a positive integer; "
+                          f"using {n} threads (os.cpu_count())", RuntimeWarning, stacklevel=3)
+    return min(n, MAX_THREADS)
+
+
+def spin_from_env(name: str = "TECOMP_SPIN") -> Optional[int]:
+    """The non-negative integer in the environment variable ``name``, or None (unset,
+    or not such an integer: then with a warning)."""
+    env = os.environ.get(name)
+    if env is None or not env.strip():
+        return None
+    try:
+        v = int(env)
+        if v < 0:
+            raise ValueError
+        return v
+    except ValueError:
+        warnings.warn(f"{name}={env!r} is not a non-negative integer; ignored",
+                      RuntimeWarning, stacklevel=3)
+        return None
+
+
+def register(pool: PoolControls) -> None:
+    """Add ``pool`` to the pools every setting applies to, and give it the current
+    thread count and the spin settings of the environment."""
+    global _desired, _hooks_installed
+    with _LOCK:
+        if _desired is None:
+            _desired = default_num_threads()
+        pool.set_threads(_desired)
+        spin = spin_from_env()
+        if spin is not None:
+            pool.set_spin(spin)
+        wspin = spin_from_env("TECOMP_WAIT_SPIN")
+        if wspin is not None:
+            pool.set_wait_spin(wspin)
+        _POOLS.append(pool)
+        if not _hooks_installed:
+            _hooks_installed = True
+            atexit.register(_shutdown_at_exit)
+            if hasattr(os, "register_at_fork"):
+                os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def set_num_threads(n: int) -> None:
+    """Use ``n`` threads (the calling thread included) for parallel loops from now on,
+    in every pool (the JIT's and every loaded library's).
+
+    Waits for a parallel region running in another thread to finish; the workers are
+    restarted lazily by the next parallel region.
+    """
+    global _desired
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or int(n) < 1:
+        raise TecompError(f"set_num_threads expects a positive integer, got {n!r}")
+    n = min(int(n), MAX_THREADS)
+    with _LOCK:
+        _desired = n
+        for p in _POOLS:
+            p.set_threads(n)
+
+
+def get_num_threads() -> int:
+    """The number of threads parallel loops use (the calling thread included)."""
+    d = _desired
+    return d if d is not None else default_num_threads()
+
+
+def _shutdown_at_exit() -> None:
+    for p in list(_POOLS):
+        p.shutdown()
+
+
+def _after_fork_in_child() -> None:
+    global _LOCK
+    _LOCK = threading.Lock()  # a fork() while another thread held it would leave it held
+    for p in _POOLS:
+        p.after_fork()

@@ -1,0 +1,387 @@
+"""Ahead-of-time compiled kernels: ``Module.export_library`` and ``tc.load_module``.
+
+A loaded module must behave exactly like the module that was exported: the same results
+(contiguous arrays, strided views, aliased arguments, every dtype, symbolic shapes,
+scalars, parallel loops), the same ArgumentError, BoundsError and KernelMemoryError
+messages; loading must not import llvmlite; C code calls the library through the
+documented ABI (examples/aot/).  The files that must not load are in
+tests/must_fail/test_load_errors.py.
+"""
+import ctypes
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.ir import Allocate, Buffer, BufferLoad, BufferStore, Const, For, PrimFunc, Var, seq
+from tecomp.ir import dtype as _dt
+from tecomp.ir.expr import as_expr
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def libdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("aot")
+
+
+def roundtrip(f, libdir, name):
+    """Export ``f`` to ``libdir/name.so`` and load it back."""
+    path = str(libdir / f"{name}.so")
+    f.export_library(path)
+    return tc.load_module(path)
+
+
+def same_error(f, g, *args):
+    """Both modules raise the same error, with the same message; return it."""
+    errors = []
+    for m in (f, g):
+        with pytest.raises(tc.TecompError) as info:
+            m(*args)
+        errors.append(info.value)
+    assert type(errors[0]) is type(errors[1])
+    assert str(errors[0]) == str(errors[1])
+    return errors[1]
+
+
+def example():
+    """examples/aot/export.py, whose ``build()`` makes ``C = alpha * A + B`` over a
+    symbolic n: parallel chunks of 4096, vectorized."""
+    spec = importlib.util.spec_from_file_location(
+        "tecomp_aot_example", os.path.join(ROOT, "examples", "aot", "export.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def saxpy_pair(libdir):
+    f = example().build()
+    return f, roundtrip(f, libdir, "saxpy")
+
+
+def _ld(b, *idx):
+    return BufferLoad(b, tuple(as_expr(i) for i in idx), b.dtype)
+
+
+def _st(b, value, *idx):
+    return BufferStore(b, as_expr(value, b.dtype), tuple(as_expr(i) for i in idx))
+
+
+def _buf(name, shape, dtype="float32"):
+    return Buffer(name, tuple(Const(s) if isinstance(s, int) else s for s in shape), dtype)
+
+
+def oob_kernel():
+    """B[i] = A[i + 3]: out of bounds for the last three i, caught with checks=True."""
+    A, B = _buf("A", (16,)), _buf("B", (16,))
+    i = Var("i")
+    return PrimFunc("oob", (A, B), For(i, as_expr(0), as_expr(16), "parallel",
+                                        _st(B, _ld(A, i + 3), i)))
+
+
+# ---------------------------------------------------------------------------------------
+# round trips
+
+
+def test_saxpy_contiguous_views_and_aliasing(saxpy_pair):
+    f, g = saxpy_pair
+    assert g.name == "saxpy" and g.entry_symbol == "tecomp_saxpy"
+    assert [p.name for p in g.params] == ["A", "B", "C", "alpha"]
+    rng = np.random.default_rng(0)
+    a = rng.random(10001).astype("float32")  # three parallel chunks
+    b = rng.random(10001).astype("float32")
+    want, got = np.empty_like(a), np.empty_like(a)
+    f(a, b, want, 2.5)
+    g(a, b, got, 2.5)
+    np.testing.assert_array_equal(got, want)
+    # a strided view of every argument (negative steps too): the strided variant
+    want, got = np.empty(5001, "float32"), np.empty((5001, 2), "float32")[:, 1]
+    f(a[::2], b[::-2], want, -1.0)
+    g(a[::2], b[::-2], got, -1.0)
+    np.testing.assert_array_equal(got, want)
+    # the output is an input: the aliasing-safe variant
+    a1, a2 = a.copy(), a.copy()
+    f(a1, b, a1, 3.0)
+    g(a2, b, a2, 3.0)
+    np.testing.assert_array_equal(a2, a1)
+    # (f has compiled every variant: export_library puts them all in the library)
+    assert g.variants_compiled == [("contiguous", False), ("contiguous", True),
+                                   ("strided", True)]
+    assert g.vectorize_notes == f.vectorize_notes
+
+
+def test_same_argument_errors(saxpy_pair):
+    f, g = saxpy_pair
+    a = np.ones(8, "float32")
+    same_error(f, g, a, a)
+    same_error(f, g, a, a, np.ones(9, "float32"), 1.0)
+    same_error(f, g, a, a, a.astype("float64"), 1.0)
+    same_error(f, g, a, a, np.ones((8, 1), "float32"), 1.0)
+    same_error(f, g, a, a, a, "x")
+    same_error(f, g, [1.0] * 8, a, a, 1.0)
+    ro = np.ones(8, "float32")
+    ro.flags.writeable = False
+    e = same_error(f, g, a, a, ro, 1.0)
+    assert "parameter C (argument 3) is written by saxpy" in str(e)
+
+
+def test_symbolic_shape_expression(libdir):
+    n = tc.var("n")
+    alpha = tc.var("alpha", "float32")
+    A = tc.placeholder((n, 4), name="A")
+    B = tc.compute((n * 2, 4), lambda i, j: A[i // 2, j] * alpha, name="B")
+    f = tc.build(tc.create_schedule(B.op), [A, B, alpha])
+    g = roundtrip(f, libdir, "scaled")
+    a = np.arange(12, dtype="float32").reshape(3, 4)
+    out = np.empty((6, 4), "float32")
+    g(a, out, 2.0)
+    np.testing.assert_array_equal(out, np.repeat(a, 2, axis=0) * 2)
+    e = same_error(f, g, a, np.empty((5, 4), "float32"), 2.0)
+    assert "B.shape[0] = 5 but parameter B (argument 2) expects n*2 = 6" in str(e)
+
+
+def test_scalar_extent_conditions(libdir):
+    k = tc.var("k")
+    A = tc.placeholder((4, 8), name="A")
+    r = tc.reduce_axis((0, k), name="r")
+    S = tc.compute((4,), lambda i: tc.sum(A[i, r], axis=r), name="S")
+    f = tc.build(tc.create_schedule(S.op), [A, S, k], name="rowsum")
+    g = roundtrip(f, libdir, "rowsum")
+    a = np.arange(32, dtype="float32").reshape(4, 8)
+    out = np.empty(4, "float32")
+    g(a, out, 5)
+    np.testing.assert_array_equal(out, a[:, :5].sum(axis=1))
+    e = same_error(f, g, a, out, -3)
+    assert "parameter k (argument 3) = -3 must be >= 0" in str(e)
+
+
+def test_bounds_error_message_matches(libdir):
+    f = tc.build(oob_kernel(), checks=True)
+    g = roundtrip(f, libdir, "oob")
+    assert g.checks
+    a, b = np.zeros(16, "float32"), np.zeros(16, "float32")
+    e = same_error(f, g, a, b)
+    assert isinstance(e, tc.BoundsError)
+    assert "load from buffer A: index 16 is outside [0, 16) in dimension 0" in str(e)
+    # views take the strided variant, which reports the same sites
+    same_error(f, g, np.zeros(32, "float32")[::2], b)
+
+
+def test_kernel_memory_error_matches(libdir):
+    A = _buf("A", (1,), "int64")
+    size, pick = Var("size", "int64"), Var("pick", "int64")
+    H = _buf("H", (size,), "int64")
+    k = Var("k", "int64")
+    body = Allocate(H, seq(For(k, as_expr(0, "int64"), size, "serial", _st(H, k * 3, k)),
+                           _st(A, _ld(H, pick), 0)))
+    f = tc.build(PrimFunc("big", (A, size, pick), body))
+    g = roundtrip(f, libdir, "big")
+    out = np.zeros(1, np.int64)
+    g(out, 10, 7)
+    assert out[0] == 21
+    e = same_error(f, g, out, (2 ** 63 - 8) // 8, 0)
+    assert isinstance(e, tc.KernelMemoryError)
+
+
+def test_every_dtype(libdir):
+    n = tc.var("n")
+    ins, outs, scalars = [], [], []
+    for d in _dt.ALL_DTYPES:
+        X = tc.placeholder((n,), dtype=d, name=f"X_{d}")
+        s = tc.var(f"s_{d}", d)
+
+        def body(X=X, s=s, d=d):
+            return (lambda i: tc.all(X[i], s)) if d == "bool" else (lambda i: X[i] + s)
+        ins.append(X)
+        scalars.append(s)
+        outs.append(tc.compute((n,), body(), name=f"Y_{d}"))
+    f = tc.build(tc.create_schedule([Y.op for Y in outs]), ins + outs + scalars,
+                 name="alltypes")
+    g = roundtrip(f, libdir, "alltypes")
+    rng = np.random.default_rng(1)
+    xs = [rng.random(9) > 0.5 if d == "bool" else (rng.random(9) * 50).astype(d)
+          for d in _dt.ALL_DTYPES]
+    vals = [True if d == "bool" else 3 if _dt.is_int(d) else -1.25 for d in _dt.ALL_DTYPES]
+    want = [np.empty_like(x) for x in xs]
+    got = [np.empty_like(x) for x in xs]
+    f(*xs, *want, *vals)
+    g(*xs, *got, *vals)
+    for d, w, o in zip(_dt.ALL_DTYPES, want, got):
+        assert o.dtype == np.dtype(_dt.numpy_dtype(d))
+        np.testing.assert_array_equal(o, w, err_msg=d)
+    same_error(f, g, *xs, *want, *vals[:-1], 300.5j)
+
+
+def test_hostile_names_round_trip(libdir):
+    """Names are data in the metadata (JSON, then an LLVM string): quotes, backslashes,
+    newlines, NULs and non-ASCII come back as they were, in the same messages."""
+    weird = ['A"\\n\n\x00', "B\u202e\u00e9\U0001f600", "}];{\"kind\":\"x\"}"]
+    n = tc.var("n\n\"")
+    X = tc.placeholder((n,), name=weird[0])
+    Y = tc.placeholder((n,), name=weird[1])
+    Z = tc.compute((n,), lambda i: X[i] + Y[i], name=weird[2])
+    f = tc.build(tc.create_schedule(Z.op), [X, Y, Z], name="weird")
+    g = roundtrip(f, libdir, "weird")
+    assert [p.name for p in g.params] == [p.name for p in f.params]
+    a = np.ones(3, "float32")
+    same_error(f, g, a, a, np.ones(4, "float32"))
+    same_error(f, g, a, a.astype("float64"), a)
+    c = np.empty(3, "float32")
+    g(a, a, c)
+    assert (c == 2).all()
+
+
+def test_thread_count_applies_to_the_library(saxpy_pair, libdir):
+    f, g = saxpy_pair
+    lib = ctypes.CDLL(g.library_path)  # the same loaded copy
+    lib.tecomp_pool_get_threads.restype = ctypes.c_int32
+    old = tc.get_num_threads()
+    try:
+        assert lib.tecomp_pool_get_threads() == old
+        tc.set_num_threads(1)
+        assert lib.tecomp_pool_get_threads() == 1
+        a = np.ones(5000, "float32")
+        c = np.empty_like(a)
+        g(a, a, c, 1.0)
+        assert (c == 2).all()
+    finally:
+        tc.set_num_threads(old)
+    assert lib.tecomp_pool_get_threads() == old
+
+
+def test_loaded_module_reports_what_it_is(saxpy_pair, libdir):
+    f, g = saxpy_pair
+    assert g.metadata["name"] == "saxpy" and g.metadata["format_version"] == 1
+    assert g.metadata["tecomp_version"] == tc.__version__
+    assert g.prim_func is None and g.library_path.endswith("saxpy.so")
+    with pytest.raises(tc.LoadError, match="has no source .* call get_source on the module "
+                                           "tc.build returned"):
+        g.get_source("asm")
+    with pytest.raises(tc.BuildError, match="that file is its library already"):
+        g.export_library(str(libdir / "again.so"))
+    again = tc.load_module(g.library_path)  # loading twice: one loaded copy, two Modules
+    c = np.empty(3, "float32")
+    again(np.ones(3, "float32"), np.ones(3, "float32"), c, 1.0)
+    assert (c == 2).all()
+
+
+def test_export_writes_a_matching_sidecar(saxpy_pair):
+    import hashlib
+
+    path = saxpy_pair[1].library_path
+    with open(path, "rb") as fh:
+        digest = hashlib.sha256(fh.read()).hexdigest()
+    with open(path + ".sha256") as fh:
+        assert fh.read() == f"{digest}  saxpy.so\n"  # sha256sum's format
+
+
+def test_shape_expressions_survive_the_round_trip():
+    """Every kind of integer expression the format describes comes back equal, its
+    variables shared (one Var per entry of ``vars``)."""
+    from tecomp.codegen.aot_format import _ExprEncoder, _Reader
+    from tecomp.ir.expr import (
+        Add, Cast, FloorDiv, FloorMod, Max, Min, Mul, Sub, TruncDiv, TruncMod,
+    )
+
+    n, m = Var("n"), Var("m", "int64")
+    c = Const(3)
+    exprs = [Add(n, c, "int32"), Sub(n, c, "int32"), Mul(n, c, "int32"),
+             FloorDiv(n, c, "int32"), FloorMod(n, c, "int32"), TruncDiv(n, c, "int32"),
+             TruncMod(n, c, "int32"), Min(n, c, "int32"), Max(Cast(n, "int64"), m, "int64"),
+             Const(-2 ** 63, "int64"), n]
+    enc = _ExprEncoder("f")
+    encoded = json.loads(json.dumps([enc.expr(e) for e in exprs]))
+    r = _Reader("a library")
+    r.vars = [Var(v.name, v.dtype) for v in enc.vars]
+    back = [r.expr(j) for j in encoded]
+    env = {n: 17, m: -5}
+    env_back = {r.vars[enc.vars.index(v)]: x for v, x in env.items()}
+    from tecomp.codegen.argcheck import eval_host_expr
+
+    for e, b in zip(exprs, back):
+        assert type(b) is type(e) and b.dtype == e.dtype
+        assert eval_host_expr(b, env_back) == eval_host_expr(e, env)
+    assert back[0].a is back[1].a  # one variable n
+
+
+# ---------------------------------------------------------------------------------------
+# a deployment without llvmlite
+
+_NO_LLVMLITE = r"""
+import json, sys
+
+class Block:
+    attempts = []
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "llvmlite" or name.startswith("llvmlite."):
+            self.attempts.append(name)
+            raise ImportError("llvmlite is not installed here")
+        return None
+
+sys.meta_path.insert(0, Block())
+import numpy as np
+import tecomp as tc
+
+g = tc.load_module(sys.argv[1])
+a = np.arange(10000, dtype="float32")
+c = np.empty_like(a)
+g(a, a, c, 2.0)
+tc.set_num_threads(2)
+g(a[::2], a[::2], c[:5000], 1.0)
+checked = tc.load_module(sys.argv[2])
+try:
+    checked(np.zeros(16, "float32"), np.zeros(16, "float32"))
+    bounds = None
+except tc.BoundsError as e:
+    bounds = str(e)
+print(json.dumps({"ok": bool((c[:5000] == 2 * a[::2]).all()), "threads": tc.get_num_threads(),
+                  "attempts": Block.attempts, "bounds": bounds,
+                  "llvm": sorted(m for m in sys.modules if m.split(".")[0] == "llvmlite")}))
+"""
+
+
+def test_load_and_call_without_llvmlite(saxpy_pair, libdir):
+    f = tc.build(oob_kernel(), checks=True)
+    oob = str(libdir / "oob_nollvm.so")
+    f.export_library(oob)
+    with pytest.raises(tc.BoundsError) as info:
+        f(np.zeros(16, "float32"), np.zeros(16, "float32"))
+    proc = subprocess.run([sys.executable, "-c", _NO_LLVMLITE, saxpy_pair[1].library_path, oob],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"ok": True, "threads": 2, "attempts": [], "bounds": str(info.value),
+                   "llvm": []}
+
+
+# ---------------------------------------------------------------------------------------
+# C
+
+
+def test_c_example(tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler (cc, gcc or clang) on the PATH to build examples/aot/main.c")
+    lib = str(tmp_path / "saxpy.so")
+    env = {**os.environ, "PYTHONPATH": ROOT, "TECOMP_NUM_THREADS": "3"}
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "aot", "export.py"),
+                           lib], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    exe = str(tmp_path / "main")
+    proc = subprocess.run([cc, "-O2", "-Wall", "-Werror", "-o", exe,
+                           os.path.join(ROOT, "examples", "aot", "main.c"), "-ldl", "-lm"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([exe, lib], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    # the library's pool takes TECOMP_NUM_THREADS when C code does not set a count
+    assert proc.stdout.split() == ["threads", "3", "OK"]
