@@ -27,6 +27,7 @@ from .target import Target
 from .lower import lower
 from .build import build
 from .runtime.aot import load_module  # noqa: E402  (exported libraries: Module.export_library)
+from . import utils  # noqa: E402  (tc.utils.get_const_tuple, as tvm.topi.utils)
 
 from ._version import __version__  # noqa: E402
 

@@ -40,6 +40,7 @@ from .codegen.cuda import CudaSource, KernelInfo, codegen_cuda, compile_ptx
 from .errors import ArgumentError, BuildError, RuntimeUnavailableError
 from .ir.expr import Buffer
 from .ir.stmt import PrimFunc
+from .runtime.timing import Timed
 
 # struct format characters of kernel parameters (pycuda's prepared calls)
 _STRUCT = {"int8": "b", "uint8": "B", "int16": "h", "int32": "i", "int64": "q", "bool": "?",
@@ -155,7 +156,7 @@ def default_driver() -> PycudaDriver:
         return _DRIVER
 
 
-class CudaModule:
+class CudaModule(Timed):
     """A PrimFunc compiled for the GPU.  Call it with device or numpy arrays."""
 
     def __init__(self, cs: CudaSource, driver=None, target=None):
@@ -207,6 +208,7 @@ class CudaModule:
     def __call__(self, *args) -> None:
         drv = self.driver()
         cs, func = self.cuda_source, self.func
+        args = self._checker.host_arrays(args)
         env = self._checker.check(args)
         check_no_alias(func.params, args, cs.written, func_name=func.name)
         for cond, message in cs.host_asserts:

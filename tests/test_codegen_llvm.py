@@ -768,8 +768,8 @@ def test_argument_errors():
     cc = np.zeros((4, 5), np.float32)
     with pytest.raises(ArgumentError, match=r"strided expects 3 arguments \(A, B, C\), got 2"):
         m(a, b)
-    with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\) expects a "
-                                            r"numpy.ndarray of float32 .* got a list"):
+    with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\) expects an "
+                                            r"array \(numpy.ndarray, .*\) of float32 .* got a list"):
         m([[1.0]], b, cc)
     with pytest.raises(ArgumentError, match=r"parameter B \(argument 2\) expects float32, got "
                                             r"float64: convert with b.astype\(np.float32\)"):

@@ -175,7 +175,7 @@ def test_argument_errors(modules):
         mod(a.reshape(10, 10), b, c)
     with pytest.raises(ArgumentError, match=r"n = 100 from A\.shape\[0\] but C\.shape\[0\] = 99 \(parameter C \(argument 3\) expects shape \(n,\)\)"):
         mod(a, b, c[:99])
-    with pytest.raises(ArgumentError, match=r"parameter B \(argument 2\) expects a numpy\.ndarray of float32 with shape \(n,\), got a list: convert with np\.asarray"):
+    with pytest.raises(ArgumentError, match=r"parameter B \(argument 2\) expects an array \(numpy\.ndarray, [^)]*\) of float32 with shape \(n,\), got a list: convert with np\.asarray"):
         mod(a, list(b), c)
     ro = c.copy()
     ro.flags.writeable = False

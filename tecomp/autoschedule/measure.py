@@ -86,6 +86,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..errors import AutoScheduleError
+from ..runtime.timing import calls_per_repeat, time_calls
 
 __all__ = ["MeasureResult", "make_inputs", "LocalRunner", "DaskRunner", "get_runner"]
 
@@ -376,28 +377,9 @@ def _use_threads(n: int) -> None:
 
 
 def _time_calls(f, arrays, number: Optional[int], repeat: int, min_s: float) -> List[float]:
-    clock = time.perf_counter
-
-    def timed(n: int) -> float:
-        t0 = clock()
-        for _ in range(n):
-            f(*arrays)
-        return clock() - t0
-
-    if number is None:
-        number = 1
-        if min_s > 0:
-            n = 1
-            while True:
-                t = timed(n)
-                if t >= min_s / 5 or n >= 10 ** 7:
-                    number = max(1, math.ceil(n * min_s / t)) if t > 0 else n
-                    break
-                n *= 2 if t * 2 >= min_s / 5 else 10
-    times = []
-    for _ in range(repeat):
-        times.append(timed(number) / number)
-    return times
+    """``number=None``: the smallest count that makes a repetition last ``min_s``."""
+    n = calls_per_repeat(f, arrays, 1, min_s) if number is None else number
+    return time_calls(f, arrays, n, repeat)
 
 
 def _measure_here(job: _Job):

@@ -45,7 +45,8 @@ from ..ir.functor import free_vars
 from ..ir.printer import to_str
 
 __all__ = [
-    "ArgChecker", "BufferSpec", "ArrayMeta", "array_meta", "bind_and_check", "check_memory",
+    "ArgChecker", "BufferSpec", "ArrayMeta", "array_meta", "as_host_array", "bind_and_check",
+    "check_memory",
     "check_no_alias",
     "param_checks_of",
     "check_scalar", "compile_shape_expr", "count_error", "element_strides", "eval_host_expr",
@@ -95,6 +96,62 @@ def array_meta(arg) -> Optional[ArrayMeta]:
     return None
 
 
+# ---------------------------------------------------------------------------------------
+# host arrays that are not numpy arrays: torch tensors, DLPack, the array interface
+
+
+def _is_torch_tensor(a) -> bool:
+    t = type(a)
+    return t.__module__.startswith("torch") and hasattr(a, "untyped_storage") \
+        and hasattr(a, "requires_grad")
+
+
+def as_host_array(a, label: str):
+    """``a`` as a numpy array sharing its memory (nothing is copied), or ``a`` itself
+    when it is not an array the host runtimes take (the checks then say what is
+    expected).
+
+    * a ``numpy.ndarray``: itself;
+    * a torch tensor on the CPU: ``a.numpy()``, a view of the tensor's storage (strides
+      included); its extent is later checked against the storage
+      (:func:`check_memory`).  A tensor that requires grad is refused, as
+      ``Tensor.numpy()`` refuses it (pass ``x.detach()``, or use
+      :func:`tecomp.torch.op`, which is differentiable);
+    * anything else with ``__dlpack__`` on the CPU: ``np.from_dlpack(a)``;
+    * anything with ``__array_interface__``: ``np.asarray(a)``.
+
+    ``label`` names the parameter in the ArgumentError raised for an array on another
+    device, of a dtype numpy has no type for (bfloat16), or one its producer refuses to
+    export.
+    """
+    if type(a) is np.ndarray or isinstance(a, np.generic):
+        return a  # a numpy scalar speaks DLPack too, but it is no array: the checks say so
+    try:
+        if _is_torch_tensor(a):
+            if a.requires_grad:
+                raise ArgumentError(
+                    f"{label}: the torch tensor requires grad, and tecomp reads and writes its "
+                    f"memory directly, outside autograd: pass x.detach(), or wrap the "
+                    f"computation with tecomp.torch.op(...) to make it differentiable")
+            if a.device.type != "cpu":
+                return a  # a device tensor: a GPU runtime takes it, a CPU one refuses it
+            return a.numpy()
+        if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
+            dev = getattr(a, "__dlpack_device__", None)
+            if callable(dev) and int(dev()[0]) != 1:  # kDLCPU
+                return a
+            return np.from_dlpack(a)
+        if hasattr(a, "__array_interface__") and not isinstance(a, np.ndarray):
+            return np.asarray(a)
+    except ArgumentError:
+        raise
+    except (TypeError, ValueError, RuntimeError, BufferError) as e:
+        raise ArgumentError(
+            f"{label}: cannot view the {type(a).__module__}.{type(a).__qualname__} argument as "
+            f"an array without copying ({type(e).__name__}: {e}); tecomp takes numpy arrays, "
+            f"torch CPU tensors and CPU arrays with __dlpack__ or __array_interface__ of the "
+            f"dtypes numpy has (no bfloat16): convert it, e.g. x.float()") from None
+    return a
 
 
 # ---------------------------------------------------------------------------------------
@@ -134,8 +191,10 @@ def count_error(func_name: str, params: Sequence, nargs: int) -> ArgumentError:
                          f"got {nargs}")
 
 
-_ARRAY_KIND = {False: "a numpy.ndarray",
-               None: "a numpy.ndarray or a device array (__cuda_array_interface__)",
+_ARRAY_KIND = {False: "an array (numpy.ndarray, torch CPU tensor, __dlpack__ or "
+                      "__array_interface__)",
+               None: "an array (numpy.ndarray, torch tensor, __dlpack__ or "
+                     "__array_interface__) or a device array (__cuda_array_interface__)",
                True: "a device array (__cuda_array_interface__)"}
 
 
@@ -472,6 +531,26 @@ class ArgChecker:
         """Check ``args``; return the value of every scalar parameter and every variable
         of the parameters' shapes (and checked strides)."""
         return self.check_with_flags(args)[0]
+
+    def host_arrays(self, args: Sequence) -> Sequence:
+        """``args`` with every buffer argument that is a host array but not a
+        ``numpy.ndarray`` (a torch CPU tensor, ``__dlpack__``, ``__array_interface__``)
+        replaced by a numpy view of its memory (:func:`as_host_array`; nothing is
+        copied).  Returns ``args`` itself when there is nothing to replace.  The caller
+        keeps the result alive while the kernel runs."""
+        if len(args) != len(self.params):
+            raise count_error(self.func_name, self.params, len(args))
+        out = None
+        for spec in self.buffers:
+            a = args[spec.pos]
+            if type(a) is np.ndarray:
+                continue
+            h = as_host_array(a, spec.label)
+            if h is not a:
+                if out is None:
+                    out = list(args)
+                out[spec.pos] = h
+        return args if out is None else out
 
     def check_with_flags(self, args: Sequence) -> Tuple[Dict[Var, Any], list]:
         """:meth:`check`, also returning the ``flags`` of each buffer's numpy array (None

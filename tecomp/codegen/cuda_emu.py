@@ -53,6 +53,7 @@ from .cuda import (
     MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaSource, KernelInfo, codegen_cuda,
 )
 from .libfiles import digest_file, sidecar_matches, write_sidecar
+from ..runtime.timing import Timed
 
 ABI_VERSION = 1
 MODES = {"threads": 0, "serial": 1, "reverse": 2}
@@ -292,7 +293,7 @@ def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Pa
 # the module
 
 
-class CudaEmuModule:
+class CudaEmuModule(Timed):
     """A PrimFunc compiled for the CUDA emulation: call it with numpy arrays.
 
     ``mode`` is the default thread mode of its calls (see the module doc).
@@ -326,6 +327,7 @@ class CudaEmuModule:
     def __call__(self, *args, mode: Optional[str] = None) -> None:
         mode = _check_mode(mode) if mode is not None else self.mode
         cs, func = self.cuda_source, self.func
+        args = self._checker.host_arrays(args)
         env = self._checker.check(args)
         check_no_alias(func.params, args, cs.written, func_name=func.name)
         for cond, message in cs.host_asserts:

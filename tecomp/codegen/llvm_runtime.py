@@ -87,6 +87,7 @@ PYOBJECT_DATA_OFFSET = object.__basicsize__
 from .argcheck import (
     ArgChecker, compile_shape_expr, count_error, element_strides, int_range, param_checks_of,
 )
+from ..runtime.timing import Timed
 
 __all__ = ["Module", "set_num_threads", "get_num_threads", "KernelMemoryError",
            "KernelAssertionError"]
@@ -186,7 +187,7 @@ class _CallPlan:
         self.err_base = self.nb + sig.num_slots
 
 
-def _fast_path_source(plan: _CallPlan) -> str:
+def _fast_path_source(plan: _CallPlan, tensors: bool = False) -> str:
     """Python source of the fast argument binder of one kernel.
 
     It handles the hot case -- exact ``numpy.ndarray`` arguments of the right dtype and
@@ -194,6 +195,11 @@ def _fast_path_source(plan: _CallPlan) -> str:
     straight-line code with every constant inlined, and returns the variant key.  On anything else it returns
     None and the generic :meth:`Module._prepare` runs, which handles views and raises
     the detailed ArgumentError.
+
+    ``tensors=True``: the same for exact ``torch.Tensor`` arguments (contiguous, on the
+    CPU, not requiring grad), which it passes by data pointer (``tensor.data_ptr()``)
+    to the kernel's plain entry; torch keeps every tensor inside its storage, and two
+    contiguous tensors overlap exactly when their byte ranges do.
     """
     L = ["def fast(args, sc):"]
     w = L.append
@@ -204,12 +210,16 @@ def _fast_path_source(plan: _CallPlan) -> str:
         nm = f"a{p.data_index}"
         names.append(nm)
         w(f"    {nm} = args[{p.pos}]")
-        w(f"    if type({nm}) is not ndarray or {nm}.dtype != dt{p.data_index}: return None")
-        # memory that is not an ndarray's own (as_strided, __array_interface__, a buffer
-        # object): the generic path checks that it holds the elements
-        w(f"    b = {nm}.base")
-        w("    if b is not None and (type(b) is not ndarray or not b.flags.owndata): "
-          "return None")
+        if tensors:
+            w(f"    if type({nm}) is not Tensor or {nm}.dtype is not tdt{p.data_index} or "
+              f"not {nm}.is_cpu or {nm}.requires_grad: return None")
+        else:
+            w(f"    if type({nm}) is not ndarray or {nm}.dtype != dt{p.data_index}: return None")
+            # memory that is not an ndarray's own (as_strided, __array_interface__, a buffer
+            # object): the generic path checks that it holds the elements
+            w(f"    b = {nm}.base")
+            w("    if b is not None and (type(b) is not ndarray or not b.flags.owndata): "
+              "return None")
         w(f"    s{p.data_index} = {nm}.shape")
         w(f"    if len(s{p.data_index}) != {p.ndim}: return None")
     scalar_vars = {sp.var for sp in sig.scalars}
@@ -259,22 +269,33 @@ def _fast_path_source(plan: _CallPlan) -> str:
     for p in plan.bufs:
         nm = names[p.data_index]
         k = p.data_index
+        if not p.row_major:
+            return ""
+        aliased = any(p.pos in pair for pair in plan.alias_pairs)
+        if tensors:
+            w(f"    if not {nm}.is_contiguous(): return None")
+            w(f"    d{k} = ints[{k}] = {nm}.data_ptr()")
+            if aliased:
+                w(f"    e{k} = d{k} + {nm}.nbytes")
+            continue
         w(f"    f = {nm}.flags")
         cond = "f.c_contiguous and f.aligned"
         if p.is_output:
             cond += " and f.writeable"
-        if not p.row_major:
-            return ""
         w(f"    if not ({cond}): return None")
-        if any(p.pos in pair for pair in plan.alias_pairs):
+        if aliased:
             w(f"    o{k} = f.owndata")
         w(f"    ints[{k}] = id({nm})")
     # two distinct arrays that both own their memory cannot overlap; otherwise ask numpy
+    # (contiguous tensors: compare their byte ranges)
     for i, j in plan.alias_pairs:
         x = next(p for p in plan.bufs if p.pos == i).data_index
         y = next(p for p in plan.bufs if p.pos == j).data_index
-        w(f"    if a{x} is a{y} or not (o{x} and o{y}) and may_share(a{x}, a{y}): "
-          f"return ALIASED")
+        if tensors:
+            w(f"    if d{x} < e{y} and d{y} < e{x}: return ALIASED")
+        else:
+            w(f"    if a{x} is a{y} or not (o{x} and o{y}) and may_share(a{x}, a{y}): "
+              f"return ALIASED")
     w("    return NOALIAS")
     return "\n".join(L) + "\n"
 
@@ -302,17 +323,39 @@ def _py_shape_expr(e, names) -> "str | None":
     return None
 
 
-def _compile_fast_path(src: str, plan: _CallPlan):
-    if not src or not _PYOBJ:
-        return lambda args, sc: None
+def _compile_fast_path(src: str, plan: _CallPlan, tensors: bool = False):
+    if not src or not (_PYOBJ or tensors):
+        return None
     ns = {"ndarray": np.ndarray, "may_share": np.may_share_memory,
           "NOALIAS": ("contiguous", True), "ALIASED": ("contiguous", False)}
+    if tensors:
+        import torch
+
+        ns["Tensor"] = torch.Tensor
+        for p in plan.bufs:
+            tdt = getattr(torch, p.np_dtype.name, None) if p.np_dtype.isnative else None
+            if not isinstance(tdt, torch.dtype):
+                return None  # a dtype torch has no tensors of: the generic path refuses it
+            ns[f"tdt{p.data_index}"] = tdt
     for p in plan.bufs:
         ns[f"dt{p.data_index}"] = p.np_dtype
     code = src.replace("def fast(args, sc):",
                        "def fast(args, sc):\n    ints = sc.ints; floats = sc.floats", 1)
     exec(compile(code, "<tecomp fast argument binder>", "exec"), ns)  # noqa: S102
     return ns["fast"]
+
+
+def _no_fast_path(args, sc):
+    return None
+
+
+def _has_torch_tensor(args) -> bool:
+    """Whether a call passes a torch tensor (torch is only imported if the caller did)."""
+    for a in args:
+        t = type(a)
+        if t.__module__.startswith("torch"):
+            return True
+    return False
 
 
 class _Scratch:
@@ -340,6 +383,8 @@ class _Variant:
         # the entry the runtime calls: array objects (fast) or data pointers (portable)
         sym = mb.symbol + "_pyarrays" if _PYOBJ else mb.symbol
         self.fn = _KERNEL_T(jm.addresses[sym])
+        #: the entry that takes data pointers (torch tensors' fast path)
+        self.fn_ptr = self.fn if sym == mb.symbol else _KERNEL_T(jm.addresses[mb.symbol])
         self.seconds = seconds
 
 
@@ -347,7 +392,7 @@ class _Variant:
 # Module
 
 
-class Module:
+class Module(Timed):
     """A compiled CPU kernel: call it with numpy arrays (see the module docstring).
 
     Attributes: ``name``, ``params`` (the PrimFunc's parameters), ``checks``,
@@ -374,7 +419,8 @@ class Module:
         self._variants: Dict[Tuple[str, bool], _Variant] = {
             ("contiguous", True): _Variant(jm, mb, compile_seconds)}
         self._fast_source = _fast_path_source(self._plan)
-        self._fast = _compile_fast_path(self._fast_source, self._plan)
+        self._fast = _compile_fast_path(self._fast_source, self._plan) or _no_fast_path
+        self._fast_tensors = None  # the torch binder: made when a call first passes a tensor
         why = target.runs_here() if target is not None else None
         if why is not None:
             # compiled for a CPU feature this one lacks: a call would execute an illegal
@@ -455,12 +501,31 @@ class Module:
             sc = _Scratch(plan)
             self._tls.s = sc
         key = self._fast(args, sc)
+        fn = "fn"
         if key is None:
-            key = self._prepare(args, sc)
+            ft = self._fast_tensors
+            if ft is None and args and _has_torch_tensor(args):
+                ft = self._fast_tensors = self._tensor_binder()
+            key = ft(args, sc) if ft is not None else None
+            if key is not None:
+                fn = "fn_ptr"  # data pointers, not array objects
+            else:
+                # torch tensors, DLPack, the array interface: numpy views of their memory,
+                # kept alive by ``args`` until the kernel returns
+                args = plan.checker.host_arrays(args)
+                key = self._prepare(args, sc)
         v = self._variants.get(key) or self._variant(*key)
-        rc = v.fn(sc.base, sc.args_addr, sc.err_addr)
+        rc = getattr(v, fn)(sc.base, sc.args_addr, sc.err_addr)
         if rc:
             self._raise_kernel_error(v, rc, sc)
+
+    def _tensor_binder(self):
+        """The fast binder for torch tensors (see :func:`_fast_path_source`), or a function
+        that always says no when this kernel has no such binder."""
+        if self._fast.__name__ == "refuse":
+            return self._fast  # compiled for a CPU this one is not: every call raises
+        return _compile_fast_path(_fast_path_source(self._plan, tensors=True), self._plan,
+                                  tensors=True) or _no_fast_path
 
     def _prepare(self, args, sc: _Scratch) -> Tuple[str, bool]:
         """Check (argcheck) and bind ``args`` into the scratch block; return the variant

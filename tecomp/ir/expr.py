@@ -145,6 +145,19 @@ class Expr(Node):
             "to combine conditions, and where= to restrict a reduction"
         )
 
+    def __int__(self):
+        raise ExprError(
+            f"`{self}` is a symbolic {self.dtype} expression, not a constant, so it has no "
+            f"Python value: bind its variables when the kernel is called, or use "
+            f"tc.utils.get_const_tuple(shape), which keeps symbolic extents as expressions")
+
+    __index__ = __int__
+
+    def __float__(self):
+        raise ExprError(
+            f"`{self}` is a symbolic {self.dtype} expression, not a constant, so it has no "
+            f"Python value")
+
     def astype(self, dtype) -> "Expr":
         """Convert to ``dtype`` (see the module doc for the conversion rules)."""
         d = _dt.canon(dtype)
@@ -163,6 +176,18 @@ class Const(Expr):
 
     value: Any
     dtype: str = "int32"
+
+    # int(C.shape[0]), range(C.shape[0]), np.zeros(C.shape): a constant extent is its value
+    def __int__(self):
+        if _dt.is_int(self.dtype) or _dt.is_bool(self.dtype):
+            return int(self.value)
+        raise ExprError(f"int() of the {self.dtype} constant {self.value!r}: only integer "
+                        f"constants convert; use float(...), or round it in the expression")
+
+    __index__ = __int__
+
+    def __float__(self):
+        return float(self.value)
 
 
 @dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)

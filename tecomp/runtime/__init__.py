@@ -1,7 +1,8 @@
 """tecomp's runtime: what running compiled kernels needs (no llvmlite).
 
-``tc.load_module`` (:mod:`.aot`).  The package imports nothing itself, so that the code
-generators can use its modules without importing the loader.
+``tc.load_module`` (:mod:`.aot`) and ``time_evaluator`` (:mod:`.timing`).  The package
+imports nothing itself, so that the code generators can use :mod:`.timing` without
+importing the loader.
 """
 
 

@@ -6,10 +6,24 @@ elementwise maximum/minimum (as in TVM); ``tc.maximum``/``tc.minimum`` are alias
 """
 from __future__ import annotations
 
+import weakref
+
 from ..errors import ComputeError, ExprError
 from ..ir import dtype as _dt
 from ..ir.expr import CommReducer, Const, Expr, IterVar, Reduce, Var, as_expr
 from ..ir import op as _op
+
+
+#: every Reducer made (the built-ins and tc.comm_reducer's), for :func:`reducer_of`
+_REDUCERS: "weakref.WeakSet[Reducer]" = weakref.WeakSet()
+
+
+def reducer_of(combiner: CommReducer):
+    """The Reducer whose combiner (for some dtype) ``combiner`` is, or None."""
+    for red in list(_REDUCERS):
+        if any(c is combiner for c in red._cache.values()):
+            return red
+    return None
 
 
 class Reducer:
@@ -19,6 +33,7 @@ class Reducer:
         self.fidentity = fidentity
         self.elementwise = elementwise
         self._cache = {}
+        _REDUCERS.add(self)
 
     def combiner(self, dtype: str) -> CommReducer:
         c = self._cache.get(dtype)

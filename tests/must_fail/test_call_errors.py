@@ -59,7 +59,7 @@ def test_no_arguments(scaled):
 
 
 def test_list_instead_of_array(scaled):
-    with pytest.raises(tc.ArgumentError, match=r"parameter A \(argument 1\) expects a numpy\.ndarray "
+    with pytest.raises(tc.ArgumentError, match=r"parameter A \(argument 1\) expects an array \(numpy\.ndarray, [^)]*\) "
                                                r"of float32 with shape \(n, 4\), got a list: convert with np\.asarray"):
         scaled[0]([[1.0] * 4] * 3, _b(), 1.0)
 

@@ -78,11 +78,11 @@ CASES = {
         r"main expects 5 arguments \(A, W, B, alpha, k\), got 6"),
     "a list for an array": (
         lambda: ([[1.0] * 4] * 3, _w(), _b(), 1.0, 2),
-        r"parameter A \(argument 1\) expects a numpy\.ndarray of float32 with shape \(n, 4\), "
+        r"parameter A \(argument 1\) expects an array \(numpy\.ndarray, [^)]*\) of float32 with shape \(n, 4\), "
         r"got a list: convert with np\.asarray\(\.\.\., dtype=np\.float32\)"),
     "a numpy scalar for an array": (
         lambda: (np.float32(1), _w(), _b(), 1.0, 2),
-        r"parameter A \(argument 1\) expects a numpy\.ndarray of float32 with shape \(n, 4\), "
+        r"parameter A \(argument 1\) expects an array \(numpy\.ndarray, [^)]*\) of float32 with shape \(n, 4\), "
         r"got float32 np\.float32\(1\.0\)"),
     "dtype": (
         lambda: (_a(dtype="float64"), _w(), _b(), 1.0, 2),

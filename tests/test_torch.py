@@ -1,0 +1,331 @@
+"""tecomp and PyTorch: torch tensors in every call, tecomp.torch.op (autograd, gradcheck,
+torch.compile), and the TVM habits (int() of extents, get_const_tuple, time_evaluator)."""
+import operator
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import tecomp as tc  # noqa: E402
+import tecomp.nn as nn  # noqa: E402
+import tecomp.torch as tct  # noqa: E402
+from tecomp.codegen.argcheck import as_host_array  # noqa: E402
+from tecomp.errors import ArgumentError  # noqa: E402
+
+
+def _axpy(dtype="float32"):
+    n = tc.var("n")
+    A = tc.placeholder((n, 8), dtype, name="A")
+    B = tc.placeholder((n, 8), dtype, name="B")
+    C = tc.compute((n, 8), lambda i, j: A[i, j] * 2 + B[i, j], name="C")
+    return tc.build(tc.create_schedule(C.op), [A, B, C])
+
+
+# ---------------------------------------------------------------------------------------
+# torch tensors (and DLPack, the array interface) as kernel arguments
+
+
+def test_torch_tensors_are_written_in_place():
+    f = _axpy()
+    a, b = torch.randn(5, 8), torch.randn(5, 8)
+    c = torch.zeros(5, 8)
+    f(a, b, c)
+    torch.testing.assert_close(c, a * 2 + b)
+
+
+@pytest.mark.parametrize("view", ["contiguous", "transposed", "sliced"])
+def test_zero_copy_same_data_pointer(view):
+    base = torch.arange(96, dtype=torch.float32).reshape(12, 8)
+    t = {"contiguous": base, "transposed": base.reshape(8, 12).t(), "sliced": base[::2, 1:]}[view]
+    a = as_host_array(t, "x")
+    assert a.ctypes.data == t.data_ptr()
+    assert a.strides == tuple(s * 4 for s in t.stride())
+    # the kernel writes through the view into the base tensor's memory
+    f = _axpy()
+    out = torch.zeros(16, 16)[::2, 2:10]
+    x, y = torch.randn(8, 8), torch.randn(8, 8).t()
+    f(x, y, out)
+    torch.testing.assert_close(out, x * 2 + y)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "int16", "int32",
+                                   "int64", "uint8"])
+def test_every_dtype(dtype):
+    f = _axpy(dtype)
+    td = getattr(torch, dtype)
+    a = torch.arange(40).reshape(5, 8).to(td)
+    b = torch.ones(5, 8, dtype=td)
+    c = torch.zeros(5, 8, dtype=td)
+    f(a, b, c)                        # the torch binder (contiguous)
+    assert torch.equal(c, a * 2 + b)
+    c2 = torch.zeros(8, 5, dtype=td).t()
+    f(a, b, c2)                       # the generic path (a strided view)
+    assert torch.equal(c2, a * 2 + b)
+
+
+def test_tensor_aliasing():
+    f = _axpy()
+    x = torch.randn(4, 8)
+    want = x * 3
+    f(x, x, x)                        # in place: the aliasing-safe variant
+    torch.testing.assert_close(x, want)
+
+
+def test_array_interface_backed_by_a_buffer():
+    f = _axpy()
+
+    class Interface:  # the array interface backed by a buffer object: checked and used
+        def __init__(self, arr, shape):
+            self._arr = arr
+            self.__array_interface__ = dict(arr.__array_interface__, shape=shape,
+                                            data=arr.data)
+
+    base = np.arange(24, dtype=np.float32).reshape(3, 8)
+    out = np.zeros((3, 8), np.float32)
+    f(Interface(base, (3, 8)), base, out)
+    np.testing.assert_array_equal(out, base * 3)
+
+
+# ---------------------------------------------------------------------------------------
+# tecomp.torch.op
+
+
+def _ffn(n=None, dim=16, hidden=24):
+    n = n or tc.var("n")
+    X = tc.placeholder((n, dim), name="X")
+    W = tc.placeholder((hidden, dim), name="W")
+    b = tc.placeholder((hidden,), name="b")
+    Y = nn.gelu(nn.bias_add(nn.dense(X, W), b, axis=1))
+    return [X, W, b], Y
+
+
+def test_op_forward_backward_matches_torch():
+    ins, Y = _ffn()
+    ffn = tct.op(ins, [Y])
+    x = torch.randn(5, 16, requires_grad=True)
+    w = torch.randn(24, 16, requires_grad=True)
+    b = torch.randn(24, requires_grad=True)
+    y = ffn(x, w, b)
+    assert isinstance(y, torch.Tensor) and y.shape == (5, 24)
+    g = torch.randn(5, 24)
+    y.backward(g)
+    got = [t.grad.clone() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    ref = F.gelu(F.linear(x, w, b))
+    ref.backward(g)
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+    for a, t in zip(got, (x, w, b)):
+        torch.testing.assert_close(a, t.grad, rtol=1e-4, atol=1e-4)
+    # another batch size: the symbolic extent n is bound from the tensors
+    y7 = ffn(torch.randn(7, 16), w.detach(), b.detach())
+    assert y7.shape == (7, 24)
+
+
+def test_op_gradcheck_float64():
+    ins, Y = _ffn(dim=6, hidden=5)
+    ffn = tct.op(ins, [Y])  # declared float32, compiled again for float64 tensors
+    args = (torch.randn(3, 6, dtype=torch.float64, requires_grad=True),
+            torch.randn(5, 6, dtype=torch.float64, requires_grad=True),
+            torch.randn(5, dtype=torch.float64, requires_grad=True))
+    assert torch.autograd.gradcheck(ffn, args)
+
+
+def test_op_multiple_outputs_and_int_inputs():
+    n = tc.var("n")
+    X = tc.placeholder((n, 4), name="X")
+    M = tc.placeholder((n, 4), "int32", name="M")  # an integer mask: no gradient
+    k = tc.reduce_axis((0, 4), name="k")
+    S = tc.compute((n,), lambda i: tc.sum(X[i, k] * M[i, k].astype("float32"), axis=k), name="S")
+    Q = tc.compute((n, 4), lambda i, j: X[i, j] * X[i, j], name="Q")
+    o = tct.op([X, M], [S, Q])
+    x = torch.randn(3, 4, requires_grad=True)
+    m = torch.randint(0, 2, (3, 4), dtype=torch.int32)
+    s, q = o(x, m)
+    (s.sum() * 2 + q.sum()).backward()
+    torch.testing.assert_close(x.grad, 2 * m.float() + 2 * x.detach())
+
+
+_NN_CASES = {
+    "dense": (lambda: _ops_dense(), lambda x, w, b: F.linear(x, w, b)),
+    "conv2d_nchw": (lambda: _ops_conv(), lambda x, w: F.conv2d(x, w, stride=2, padding=1)),
+    "max_pool2d": (lambda: _ops_unary((2, 3, 6, 6), lambda x: nn.max_pool2d(x, 2)),
+                   lambda x: F.max_pool2d(x, 2)),
+    "avg_pool2d": (lambda: _ops_unary((2, 3, 6, 6), lambda x: nn.avg_pool2d(x, 3, 2, 1)),
+                   lambda x: F.avg_pool2d(x, 3, 2, 1)),
+    "relu": (lambda: _ops_unary((4, 5), nn.relu), F.relu),
+    "sigmoid": (lambda: _ops_unary((4, 5), nn.sigmoid), torch.sigmoid),
+    "tanh": (lambda: _ops_unary((4, 5), nn.tanh), torch.tanh),
+    "gelu": (lambda: _ops_unary((4, 5), nn.gelu), F.gelu),
+    "softmax": (lambda: _ops_unary((4, 7), nn.softmax), lambda x: F.softmax(x, -1)),
+    "log_softmax": (lambda: _ops_unary((4, 7), nn.log_softmax), lambda x: F.log_softmax(x, -1)),
+    "layer_norm": (lambda: _ops_norm("layer"),
+                   lambda x, g, b: F.layer_norm(x, (6,), g, b)),
+    "batch_norm_train": (lambda: _ops_norm("batch"),
+                         lambda x, g, b: F.batch_norm(x, None, None, g, b, training=True)),
+    "mse_loss": (lambda: _ops_binary((3, 4), nn.mse_loss),
+                 lambda a, b: F.mse_loss(a, b).reshape(1)),
+}
+
+
+def _ops_dense():
+    X, W, b = (tc.placeholder(s, name=nm) for s, nm in (((3, 5), "X"), ((4, 5), "W"), ((4,), "b")))
+    return [X, W, b], nn.dense(X, W, b)
+
+
+def _ops_conv():
+    X = tc.placeholder((2, 3, 7, 7), name="X")
+    W = tc.placeholder((4, 3, 3, 3), name="W")
+    return [X, W], nn.conv2d_nchw(X, W, stride=2, padding=1)
+
+
+def _ops_unary(shape, fn):
+    X = tc.placeholder(shape, name="X")
+    return [X], fn(X)
+
+
+def _ops_binary(shape, fn):
+    A, B = tc.placeholder(shape, name="A"), tc.placeholder(shape, name="B")
+    return [A, B], fn(A, B)
+
+
+def _ops_norm(kind):
+    if kind == "layer":
+        X, g, b = (tc.placeholder(s, name=nm) for s, nm in (((3, 6), "X"), ((6,), "g"), ((6,), "b")))
+        return [X, g, b], nn.layer_norm(X, g, b)
+    X, g, b = (tc.placeholder(s, name=nm) for s, nm in (((2, 3, 4, 4), "X"), ((3,), "g"), ((3,), "b")))
+    return [X, g, b], nn.batch_norm_train(X, g, b)
+
+
+@pytest.mark.parametrize("name", sorted(_NN_CASES))
+def test_nn_op_gradients_equal_torch_autograd_float64(name):
+    make, ref_fn = _NN_CASES[name]
+    ins, out = make()
+    o = tct.op(ins, [out])
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.randn([int(e) for e in x.shape], generator=gen, dtype=torch.float64,
+                      requires_grad=True) for x in ins]
+    y = o(*xs)
+    ref = ref_fn(*xs)
+    torch.testing.assert_close(y, ref, rtol=1e-9, atol=1e-9)
+    head = torch.randn(ref.shape, generator=gen, dtype=torch.float64)
+    got = torch.autograd.grad(y, xs, head)
+    want = torch.autograd.grad(ref, xs, head)
+    for x, a, b in zip(ins, got, want):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-9, msg=f"gradient of {x.name}")
+
+
+def test_torch_compile_fullgraph():
+    ins, Y = _ffn()
+    ffn = tct.op(ins, [Y], name="ffn")
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(24, 16) * 0.2)
+            self.b = torch.nn.Parameter(torch.zeros(24))
+            self.head = torch.nn.Linear(24, 3)
+
+        def forward(self, x):
+            return self.head(ffn(x, self.w, self.b)).tanh()
+
+    m = Block()
+    cm = torch.compile(m, fullgraph=True, backend="aot_eager")
+    x = torch.randn(6, 16)
+    y = cm(x)
+    torch.testing.assert_close(y, torch.tanh(m.head(F.gelu(F.linear(x, m.w, m.b)))),
+                               rtol=1e-5, atol=1e-5)
+    y.sum().backward()
+    gw = m.w.grad.clone()
+    m.w.grad = None
+    torch.tanh(m.head(F.gelu(F.linear(x, m.w, m.b)))).sum().backward()
+    torch.testing.assert_close(gw, m.w.grad, rtol=1e-4, atol=1e-5)
+    assert "tecomp" in str(torch.ops.tecomp.__dict__.get(ffn.name, ffn.name))
+
+
+def test_op_schedule_options():
+    ins, Y = _ffn(n=4)
+    s = tc.create_schedule(Y.op)
+    o = tct.op(ins, Y, schedule=s)
+    x, w, b = torch.randn(4, 16), torch.randn(24, 16), torch.randn(24)
+    torch.testing.assert_close(o(x, w, b), F.gelu(F.linear(x, w, b)), rtol=1e-5, atol=1e-5)
+    o2 = tct.op(ins, Y, schedule=lambda outs: tc.create_schedule([t.op for t in outs]))
+    torch.testing.assert_close(o2(x, w, b), F.gelu(F.linear(x, w, b)), rtol=1e-5, atol=1e-5)
+
+
+def test_hostile_op_name_is_an_identifier():
+    ins, Y = _ffn(n=2)
+    o = tct.op(ins, Y, name='x) -> Tensor; import os #\n"')
+    assert o.name.isidentifier()
+    x, w, b = torch.randn(2, 16), torch.randn(24, 16), torch.randn(24)
+    torch.testing.assert_close(o(x, w, b), F.gelu(F.linear(x, w, b)), rtol=1e-5, atol=1e-5)
+
+
+def test_op_specialises_then_goes_generic(monkeypatch):
+    monkeypatch.setattr(tct, "SPECIALIZATIONS", 2)
+    ins, Y = _ffn()
+    o = tct.op(ins, Y)
+    w, b = torch.randn(24, 16), torch.randn(24)
+    for n in (1, 2, 3, 4, 2):
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(o(x, w, b), F.gelu(F.linear(x, w, b)), rtol=1e-5, atol=1e-5)
+    keys = sorted(str(k[1]) for k in o._compiled)
+    assert keys == ["(1,)", "(2,)", "None"]  # two specialised kernels, then one for every n
+    dyn = tct.op(ins, Y, dynamic=True)
+    dyn(torch.randn(3, 16), w, b)
+    assert [k[1] for k in dyn._compiled] == [None]
+
+
+# ---------------------------------------------------------------------------------------
+# TVM habits
+
+
+def test_int_and_index_of_constant_extents():
+    n = tc.var("n")
+    A = tc.placeholder((4, n, 2 * 3), name="A")
+    assert int(A.shape[0]) == 4 and operator.index(A.shape[0]) == 4
+    assert list(range(A.shape[0])) == [0, 1, 2, 3]
+    assert np.zeros((A.shape[0], A.shape[2])).shape == (4, 6)
+    assert float(tc.const(2.5, "float32")) == 2.5
+
+
+def test_get_const_tuple():
+    from tecomp.utils import get_const_int, get_const_tuple
+
+    n = tc.var("n")
+    A = tc.placeholder((4, n, n * 2), name="A")
+    t = get_const_tuple(A.shape)
+    assert t[0] == 4 and isinstance(t[0], int) and t[1] is n
+    assert str(t[2]) == "n*2"
+    assert get_const_tuple((tc.const(3) + 4, 5)) == (7, 5)
+    assert get_const_int(A.shape[0] * 2) == 8
+    assert tc.utils.get_const_tuple is get_const_tuple
+
+
+def test_time_evaluator():
+    f = _axpy()
+    a, b, c = (np.ones((64, 8), np.float32) for _ in range(3))
+    r = f.time_evaluator(number=4, repeat=3)(a, b, c)
+    assert len(r.results) == 3 and r.number == 4
+    assert min(r.results) <= r.median <= max(r.results) and r.mean > 0
+    np.testing.assert_array_equal(c, a * 2 + b)   # it really ran the kernel
+    r2 = f.time_evaluator(number=1, repeat=2, min_repeat_ms=2)(a, b, c)
+    assert r2.number > 1                           # raised until a repetition lasts 2 ms
+    assert "median=" in repr(r2)
+
+
+def test_example_torch_bert_ffn_trains_like_pytorch(capsys):
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", "torch_bert_ffn.py")
+    spec = importlib.util.spec_from_file_location("torch_bert_ffn", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rc = mod.main(["--steps", "25", "--tokens", "16", "--hidden", "32", "--ffn", "64",
+                   "--plot", ""])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "OK: the loss curves agree" in out
