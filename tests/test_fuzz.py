@@ -61,6 +61,16 @@ def test_fuzz_seeds_with_pass_checking(seed):
     assert out.ok, out.report()
 
 
+@pytest.mark.parametrize("seed", range(40 if LONG else 6))
+def test_fuzz_seeds_with_torch_tensors_and_exported_libraries(seed):
+    """The same kernels called with torch tensors over the arrays' memory, and exported
+    with export_library and loaded with tc.load_module: the same outputs."""
+    pytest.importorskip("torch")
+    case = draw_case(RandomDraw(20_000 + seed), name=f"seed {20_000 + seed}")
+    out = run_case(case, interp=False, also=("torch", "aot"))
+    assert out.ok, out.report()
+
+
 # ---------------------------------------------------------------------------------
 # the fuzzer itself
 

@@ -12,9 +12,11 @@ prints a standalone reproducer.
 """
 from __future__ import annotations
 
+import os
+import tempfile
 import traceback
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -170,8 +172,13 @@ def compare(got: np.ndarray, ref: np.ndarray, dtype: str, what: str) -> Optional
     return "\n".join(lines)
 
 
-def run_case(case: Case, *, interp: bool = True, check_passes: bool = False) -> Outcome:
-    """Run ``case`` and compare (see the module doc)."""
+def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
+             also: Tuple[str, ...] = ()) -> Outcome:
+    """Run ``case`` and compare (see the module doc).  ``also`` (CPU cases that run
+    here): ``"torch"`` calls the kernel once more with torch tensors sharing the arrays'
+    memory (``torch.from_numpy``: the torch binder or the DLPack path), ``"aot"`` exports
+    it with ``export_library``, loads it with ``tc.load_module`` and calls the loaded
+    module; their outputs are compared like the others."""
     import tecomp as tc
     from ..ir import interp as _interp
     from .sched import apply_steps
@@ -239,6 +246,20 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False) -> 
             arrs = fresh()
             mod(*arrs, mode="reverse")
             results["cuda-emu reverse"] = arrs
+        if case.target == "llvm" and "torch" in also:
+            stage = "llvm with torch tensors"
+            arrs = fresh()
+            mod(*_as_tensors(arrs))  # the tensors share the arrays' memory
+            results["llvm torch"] = arrs
+        if case.target == "llvm" and "aot" in also:
+            stage = "llvm exported and loaded"
+            with tempfile.TemporaryDirectory(prefix="tecomp-fuzz-aot-") as d:
+                path = os.path.join(d, "kernel.so")
+                mod.export_library(path)
+                loaded = tc.load_module(path)
+                arrs = fresh()
+                loaded(*arrs)
+            results["llvm aot"] = arrs
         if interp:
             stage = "interp"
             arrs = fresh()
@@ -269,6 +290,22 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False) -> 
     if problems:
         return Outcome("mismatch", case, "compare", "\n".join(problems), ir)
     return Outcome("ok", case, "", "", ir)
+
+
+def _as_tensors(arrs):
+    """Each numpy array as a torch tensor over the same memory (arrays of a dtype torch
+    lacks, and scalars, as they are)."""
+    import torch
+
+    out = []
+    for a in arrs:
+        if isinstance(a, np.ndarray):
+            try:
+                a = torch.from_numpy(a)
+            except TypeError:  # a dtype torch has no tensors of
+                pass
+        out.append(a)
+    return out
 
 
 def _exc_text(e: BaseException) -> str:

@@ -8,7 +8,9 @@ Case ``k`` is drawn from ``random.Random(k)`` (a program, a legal schedule, dtyp
 a value of the symbolic extent); every ``--auto-every``-th case has the auto-scheduler's
 schedule instead (its analytic one, or its rules with random knobs); every
 ``--gpu-every``-th case is a GPU-bound schedule run
-in the CUDA emulation (needs g++; 0 disables).  Cases run in worker subprocesses, so a
+in the CUDA emulation (needs g++; 0 disables); every ``--torch-every``-th CPU case also
+runs with torch tensors for its arrays, and every ``--aot-every``-th exported with
+``export_library`` and loaded with ``tc.load_module``.  Cases run in worker subprocesses, so a
 case that kills its process (a segfault in generated code) is recorded as a crash and the
 worker restarts after it; a case that runs longer than ``--case-timeout`` seconds has its
 worker killed and is recorded as a hang.  At the end it prints the cases run, the rejected schedules
@@ -53,6 +55,24 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
     return dataclasses.replace(case, target=cpu_target)
 
 
+def also_for_seed(seed: int, args) -> tuple:
+    """The extra ways case ``seed`` is run (CPU cases; see ``run_case``): with torch tensors
+    every ``--torch-every``-th case (when torch is installed), exported and loaded every
+    ``--aot-every``-th."""
+    also = []
+    if args.torch_every and seed % args.torch_every == 1 % args.torch_every and _has_torch():
+        also.append("torch")
+    if args.aot_every and seed % args.aot_every == 2 % args.aot_every:
+        also.append("aot")
+    return tuple(also)
+
+
+def _has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
 def _signature(o) -> str:
     lines = [x for x in o.detail.strip().splitlines() if x.strip()]
     last = lines[-1] if lines else ""
@@ -74,7 +94,7 @@ def _worker(args) -> int:
             time.sleep(3600)   # the test of --case-timeout: a case that never ends
         try:
             case = case_for_seed(seed, args.gpu_every, args.auto_every, args.cpu_target)
-            o = run_case(case, check_passes=args.check_passes)
+            o = run_case(case, check_passes=args.check_passes, also=also_for_seed(seed, args))
         except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself
             print(json.dumps({"seed": seed, "kind": "crash", "target": "?",
                               "sig": f"fuzzer error: {type(e).__name__}: {e}"[:300]}), flush=True)
@@ -99,6 +119,7 @@ def _spawn(args, start, count, step):
     cmd = [sys.executable, "-m", "tecomp.testing.fuzz", "--worker", "--start", str(start),
            "--count", str(count), "--step", str(step), "--gpu-every", str(args.gpu_every),
            "--auto-every", str(args.auto_every), "--cpu-target", args.cpu_target,
+           "--torch-every", str(args.torch_every), "--aot-every", str(args.aot_every),
            "--out", args.out]
     if args.check_passes:
         cmd.append("--check-passes")
@@ -126,6 +147,10 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu-target", default="llvm",
                     help="the tc.Target the CPU cases are built for (default: this machine; "
                          "e.g. 'llvm -mcpu=haswell' for AVX2 code)")
+    ap.add_argument("--torch-every", type=int, default=4,
+                    help="every N-th CPU case also runs with torch tensors (0 disables)")
+    ap.add_argument("--aot-every", type=int, default=20,
+                    help="every N-th CPU case also runs exported and loaded (0 disables)")
     ap.add_argument("--replay", type=int, default=None, help="run one seed and print its report")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -140,7 +165,7 @@ def main(argv=None) -> int:
         from .diff import run_case
 
         case = case_for_seed(args.replay, args.gpu_every, args.auto_every, args.cpu_target)
-        o = run_case(case, check_passes=args.check_passes)
+        o = run_case(case, check_passes=args.check_passes, also=also_for_seed(args.replay, args))
         if o.rejected:
             print(f"seed {args.replay}: rejected in {o.stage} (a resource limit of the target, "
                   f"not a failure): {o.reason}\n{case.source()}")
