@@ -385,35 +385,29 @@ class Op:
         self._check_call(tensors)
         return self._run(tensors)
 
-    def _run(self, tensors) -> List[torch.Tensor]:
+    def _run(self, tensors, training: bool = False):
+        """The forward kernel on ``tensors``: the outputs; with ``training``, (outputs,
+        saved intermediates, the :class:`_Training`) from the forward that also writes
+        what the backward reads."""
         env = self._env(tensors) if self._binds else None
         c = self.compiled([t.dtype for t in tensors], env)
         if self.single and self.device_type == "cpu":
             outs = [torch.empty(self._out_shapes[0](env), dtype=c.out_dtypes[0])]
-        elif self.device_type == "cpu":
-            outs = [torch.empty(f(env), dtype=dt)
-                    for f, dt in zip(self._out_shapes, c.out_dtypes)]
         else:
-            dev = tensors[0].device
+            dev = tensors[0].device if tensors else torch.device(self.device_type)
             outs = [torch.empty(f(env), dtype=dt, device=dev)
                     for f, dt in zip(self._out_shapes, c.out_dtypes)]
-        c.fwd(*tensors, *outs)
-        return outs
-
-    def _run_training(self, tensors):
-        """The forward for autograd: (outputs, saved intermediates)."""
-        env = self._env(tensors) if self._binds else None
-        c = self.compiled([t.dtype for t in tensors], env)
-        tr = self._training(c)
-        dev = tensors[0].device if tensors else None
-        outs = [torch.empty(f(env), dtype=dt, device=dev)
-                for f, dt in zip(self._out_shapes, c.out_dtypes)]
-        if tr.fwd is c.fwd:
+        if not training:
             c.fwd(*tensors, *outs)
-            return outs, []
+            return outs
+        tr = c.training or self._training(c)
+        if tr.fwd is c.fwd:  # nothing to save but (perhaps) the outputs
+            c.fwd(*tensors, *outs)
+            return outs, (), tr
+        dev = outs[0].device
         saved = [torch.empty(f(env), dtype=dt, device=dev) for f, dt in tr.saved]
         tr.fwd(*tensors, *outs, *saved)
-        return outs, saved
+        return outs, saved, tr
 
     def _heads(self, c, env, tensors, grad_outputs):
         heads = []
@@ -441,13 +435,13 @@ class Op:
         return grads
 
     def _backward_saved(self, tensors, saved, outputs, grad_outputs) -> List[torch.Tensor]:
-        """:meth:`backward` from what :meth:`_run_training` saved."""
+        """:meth:`backward` from what ``_run(..., training=True)`` saved."""
         env = self._env(tensors)
         c = self.compiled([t.dtype for t in tensors], env)
         tr = self._training(c)
         heads = self._heads(c, env, tensors, grad_outputs)
         grads = self._grads_like(tensors)
-        read = [outputs[k] for k in tr.outputs_read]
+        read = [outputs[k] for k in tr.outputs_read]  # saved only when some are read
         tr.bwd(*tensors, *heads, *saved, *read, *grads)
         return grads
 
@@ -490,10 +484,13 @@ class _Function(torch.autograd.Function):
         ctx.op = op
         ctx.n = len(tensors)
         # Op.__call__ checked the tensors
-        if any(ctx.needs_input_grad[1 + i] for i in op._diff):
-            outs, saved = op._run_training(detached)
+        if any(ctx.needs_input_grad):  # (integer tensors never require grad)
+            outs, saved, tr = op._run(detached, training=True)
             ctx.nsaved = len(saved)
-            ctx.save_for_backward(*detached, *saved, *outs)
+            if tr.outputs_read:
+                ctx.save_for_backward(*detached, *saved, *outs)
+            else:
+                ctx.save_for_backward(*detached, *saved)
         else:
             outs = op._run(detached)
             ctx.nsaved = -1
