@@ -31,6 +31,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--n", type=int, default=128)
+    ap.add_argument("--trials", type=int, default=0,
+                    help="tune the FFN's forward kernels (tct.op trials=N); 0: analytic")
     args = ap.parse_args()
     pin_threads(args.threads)
     import torch
@@ -82,7 +84,8 @@ def main() -> int:
     X = tc.placeholder((tc.var("n"), d), name="X")
     W = tc.placeholder((h, d), name="W")
     b = tc.placeholder((h,), name="b")
-    ffn = tct.op([X, W, b], [nn.gelu(nn.bias_add(nn.dense(X, W), b, axis=1))], name="ffn")
+    ffn = tct.op([X, W, b], [nn.gelu(nn.bias_add(nn.dense(X, W), b, axis=1))], name="ffn",
+                 trials=args.trials)
     gen = torch.Generator().manual_seed(0)
     xs = torch.randn(n, d, generator=gen, requires_grad=True)
     ws = (torch.randn(h, d, generator=gen) * 0.03).requires_grad_()
@@ -114,7 +117,8 @@ def main() -> int:
     t = interleaved({"tecomp fwd+bwd": tc_step, "torch fwd+bwd": pt_step,
                      "tecomp fwd": tc_fwd, "torch fwd": pt_fwd}, args.rounds)
     flops = 2 * n * d * h
-    print(f"\n## FFN gelu(x W^T + b), x [{n}, {d}], W [{h}, {d}] (max |diff| {err:.1e})")
+    print(f"\n## FFN gelu(x W^T + b), x [{n}, {d}], W [{h}, {d}], tecomp trials={args.trials} "
+          f"(max |diff| {err:.1e})")
     for k, v in t.items():
         gf = flops * (3 if "bwd" in k else 1) / v / 1e9
         print(f"{k:16s} {v * 1e3:8.2f} ms  {gf:6.1f} GFLOP/s")

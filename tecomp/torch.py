@@ -31,8 +31,9 @@
 ``schedule=`` is a :class:`~tecomp.schedule.Schedule` of the declared outputs (used for
 the declared dtypes; other dtypes get the default), a function ``outputs -> Schedule``
 (called with the outputs of each dtype combination), or None: tecomp's default, the
-auto-scheduler's analytic schedule (``tc.auto_schedule(args)``), whose rules use the
-``tecomp.nn`` templates where an op has one.
+auto-scheduler's schedule (``tc.auto_schedule(args, trials=trials, log=log)``: analytic
+with ``trials=0``, whose rules use the ``tecomp.nn`` templates where an op has one; a
+measured search of the forward kernels with ``trials > 0``, its records in ``log``).
 """
 from __future__ import annotations
 
@@ -72,10 +73,12 @@ _LIB_LOCK = threading.Lock()
 
 
 def op(inputs: Sequence[Tensor], outputs, *, target="llvm", schedule=None,
-       name: Optional[str] = None, dynamic: Optional[bool] = None) -> "Op":
+       name: Optional[str] = None, dynamic: Optional[bool] = None, trials: int = 0,
+       log=None) -> "Op":
     """A differentiable torch op computing ``outputs`` from the placeholders ``inputs``
     (see the module docstring)."""
-    return Op(inputs, outputs, target=target, schedule=schedule, name=name, dynamic=dynamic)
+    return Op(inputs, outputs, target=target, schedule=schedule, name=name, dynamic=dynamic,
+              trials=trials, log=log)
 
 
 class _Compiled:
@@ -122,7 +125,7 @@ class Op:
     """
 
     def __init__(self, inputs, outputs, *, target="llvm", schedule=None, name=None,
-                 dynamic: Optional[bool] = None):
+                 dynamic: Optional[bool] = None, trials: int = 0, log=None):
         self.inputs = _placeholders(inputs)
         outs = [outputs] if isinstance(outputs, Tensor) else list(outputs) if isinstance(outputs, (list, tuple)) \
             else None
@@ -147,6 +150,9 @@ class Op:
             raise ComputeError(f"tecomp.torch.op: dynamic must be None, True or False, got "
                                f"{dynamic!r}")
         self.dynamic = dynamic
+        if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+            raise ComputeError(f"tecomp.torch.op: trials must be an int >= 0, got {trials!r}")
+        self.trials, self.log = trials, log
         self._check_reads()
         self._binds = _shape_binds(self.inputs)
         self._out_shapes = [self._shape_fn(t) for t in outs]
@@ -275,7 +281,8 @@ class Op:
                 f"Schedule or a function outputs -> Schedule (e.g. tecomp.nn's CUDA schedules)")
         from .autoschedule import auto_schedule
 
-        return auto_schedule(list(ins) + list(outs), target=self.target)
+        return auto_schedule(list(ins) + list(outs), target=self.target, trials=self.trials,
+                             log=self.log, progress=False)
 
     def _backward_module(self, c: _Compiled):
         if c.bwd is None:
@@ -365,8 +372,9 @@ class Op:
             from .autoschedule import auto_schedule
 
             fargs = list(c.inputs) + list(c.outputs) + saved
-            fwd = build(auto_schedule(fargs, target=self.target), fargs, target=self.target,
-                        name=f"{self.name}_train")
+            fwd = build(auto_schedule(fargs, target=self.target, trials=self.trials,
+                                      log=self.log, progress=False),
+                        fargs, target=self.target, name=f"{self.name}_train")
         else:
             fwd = c.fwd
         shapes = [(lambda env, _f=[compile_shape_expr(x) for x in t.shape]:
