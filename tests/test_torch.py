@@ -167,7 +167,23 @@ _NN_CASES = {
                          lambda x, g, b: F.batch_norm(x, None, None, g, b, training=True)),
     "mse_loss": (lambda: _ops_binary((3, 4), nn.mse_loss),
                  lambda a, b: F.mse_loss(a, b).reshape(1)),
+    "batch_matmul": (lambda: _ops_two((2, 3, 4), (2, 4, 5), nn.batch_matmul), torch.bmm),
+    "batch_matmul_tb": (lambda: _ops_two((2, 3, 4), (2, 5, 4), lambda a, b: nn.batch_matmul(
+        a, b, transpose_b=True)), lambda a, b: a @ b.transpose(1, 2)),
+    "batch_matmul_ta_bcast": (lambda: _ops_two((1, 4, 3), (2, 4, 5), lambda a, b: nn.batch_matmul(
+        a, b, transpose_a=True)), lambda a, b: a.transpose(1, 2) @ b),
+    "transpose": (lambda: _ops_unary((2, 3, 4), lambda x: nn.transpose(x, (2, 0, 1))),
+                  lambda x: x.permute(2, 0, 1)),
+    "reshape": (lambda: _ops_unary((2, 3, 4), lambda x: nn.reshape(x, (4, -1))),
+                lambda x: x.reshape(4, -1)),
+    "concatenate": (lambda: _ops_two((2, 3), (2, 5), lambda a, b: nn.concatenate([a, b, a], 1)),
+                    lambda a, b: torch.cat([a, b, a], 1)),
 }
+
+
+def _ops_two(sa, sb, fn):
+    A, B = tc.placeholder(sa, name="A"), tc.placeholder(sb, name="B")
+    return [A, B], fn(A, B)
 
 
 def _ops_dense():
@@ -215,6 +231,22 @@ def test_nn_op_gradients_equal_torch_autograd_float64(name):
     want = torch.autograd.grad(ref, xs, head)
     for x, a, b in zip(ins, got, want):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-9, msg=f"gradient of {x.name}")
+
+
+def test_split_is_several_outputs_with_gradients():
+    X = tc.placeholder((3, 7), name="X")
+    parts = nn.split(X, [2, 3], axis=1)
+    o = tct.op([X], parts)
+    x = torch.randn(3, 7, dtype=torch.float64, requires_grad=True)
+    got = o(x)
+    want = torch.tensor_split(x, [2, 3], dim=1)
+    assert len(got) == 3
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    heads = [torch.randn(p.shape, dtype=torch.float64) for p in want]
+    g1 = torch.autograd.grad(got, x, heads)[0]
+    g2 = torch.autograd.grad(want, x, heads)[0]
+    torch.testing.assert_close(g1, g2)
 
 
 def test_torch_compile_fullgraph():

@@ -8,7 +8,9 @@ schedules look stages up by them.
 
 Layouts
 -------
-* ``matmul(A, B)``: ``A[M, K] @ B[K, N] -> [M, N]``.
+* ``matmul(A, B)``: ``A[M, K] @ B[K, N] -> [M, N]``; ``batch_matmul(A, B, transpose_a,
+  transpose_b)``: ``[b, m, k] x [b, k, n] -> [b, m, n]`` (``torch.bmm``).
+* ``transpose``, ``reshape``, ``concatenate``, ``split``: as numpy's.
 * ``dense(X, W, bias)``: ``X[B, I]``, ``W[O, I]`` (PyTorch's ``nn.Linear``), ``bias[O]``
   -> ``[B, O]``.
 * ``conv2d_nchw``: data ``[N, C, H, W]``, weight ``[O, C, KH, KW]`` (PyTorch's layout).
@@ -36,7 +38,8 @@ from ._schedule_common import _bytes, _largest_divisor_at_most
 __all__ = [
     "matmul", "dense", "conv2d_nchw", "conv2d_nhwc", "max_pool2d", "avg_pool2d", "relu",
     "sigmoid", "tanh", "gelu", "bias_add", "softmax", "log_softmax", "cross_entropy",
-    "mse_loss", "batch_norm_train", "layer_norm", "pad", "flatten",
+    "mse_loss", "batch_norm_train", "layer_norm", "pad", "flatten", "batch_matmul",
+    "transpose", "reshape", "concatenate", "split",
 ]
 
 
@@ -136,6 +139,187 @@ def dense(X, W, bias=None, name: str = "dense"):
     if bias is None:
         return mm
     return _te.compute(mm.shape, lambda b, o: mm[b, o] + bias[o], name=name, tag="bias_add")
+
+
+def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False,
+                 name: str = "batch_matmul"):
+    """``A[b, m, k] @ B[b, k, n] -> [b, m, n]`` (``torch.bmm``); ``transpose_a`` reads A as
+    ``[b, k, m]``, ``transpose_b`` reads B as ``[b, n, k]`` (attention's ``Q K^T``).  A batch
+    extent of 1 on one side broadcasts to the other's (as TVM's ``batch_matmul``)."""
+    if A.ndim != 3 or B.ndim != 3:
+        raise ShapeError(f"batch_matmul {name}: needs 3-d tensors [batch, rows, cols], got "
+                         f"{A.name} {A.ndim}-d and {B.name} {B.ndim}-d")
+    ka = A.shape[1] if transpose_a else A.shape[2]
+    kb = B.shape[2] if transpose_b else B.shape[1]
+    if _same(ka, kb) is False:
+        raise ShapeError(f"batch_matmul {name}: the reduced extents differ: {A.name} gives {ka}, "
+                         f"{B.name} gives {kb} (transpose_a={transpose_a}, "
+                         f"transpose_b={transpose_b})")
+    ba, bb = A.shape[0], B.shape[0]
+    one_a, one_b = _is_one(ba), _is_one(bb)
+    if not (one_a or one_b) and _same(ba, bb) is False:
+        raise ShapeError(f"batch_matmul {name}: batch extents {ba} ({A.name}) and {bb} "
+                         f"({B.name}) differ; one of them may be 1 (broadcast)")
+    batch = bb if one_a and not one_b else ba
+    m = A.shape[2] if transpose_a else A.shape[1]
+    n = B.shape[1] if transpose_b else B.shape[2]
+    k = _te.reduce_axis(ka, name="k")
+
+    def f(b, i, j):
+        pa = 0 if one_a and not one_b else b
+        pb = 0 if one_b and not one_a else b
+        a = A[pa, k, i] if transpose_a else A[pa, i, k]
+        c = B[pb, j, k] if transpose_b else B[pb, k, j]
+        return _te.sum(a * c, axis=k)
+
+    return _te.compute((batch, m, n), f, name=name, tag="batch_matmul")
+
+
+def _same(a, b):
+    """True / False when two extents are known equal / different, None when unknown."""
+    if isinstance(a, Const) and isinstance(b, Const):
+        return int(a.value) == int(b.value)
+    return True if a is b else None
+
+
+def _is_one(e) -> bool:
+    return isinstance(e, Const) and int(e.value) == 1
+
+
+# ---------------------------------------------------------------------------------
+# layout: transpose, reshape, concatenate, split
+
+
+def transpose(x, axes=None, name: str = "transpose"):
+    """``x`` with its dimensions permuted: output dimension ``d`` is input dimension
+    ``axes[d]`` (``numpy.transpose``; ``None`` reverses them)."""
+    nd = x.ndim
+    axes = tuple(range(nd))[::-1] if axes is None else tuple(axes)
+    ok = all(isinstance(a, int) and not isinstance(a, bool) and -nd <= a < nd for a in axes)
+    if not ok or sorted(a % nd for a in axes) != list(range(nd)):
+        raise ShapeError(f"transpose {name}: axes must be a permutation of 0..{nd - 1} for "
+                         f"{x.name} ({nd}-d), got {axes!r}")
+    axes = tuple(a % nd for a in axes)
+    inv = [0] * nd
+    for d, a in enumerate(axes):
+        inv[a] = d
+    return _te.compute(tuple(x.shape[a] for a in axes),
+                       lambda *i: x[tuple(i[inv[a]] for a in range(nd))],
+                       name=name, tag="injective,transpose")
+
+
+def reshape(x, shape, name: str = "reshape"):
+    """``x`` with a new shape, elements in row-major order (``numpy.reshape``); one extent
+    may be -1 (inferred).  Extents must be constants."""
+    dims = [_int(e, f"reshape {name}: an extent of {x.name}") for e in x.shape]
+    total = math.prod(dims)
+    want = [int(v) for v in shape] if all(isinstance(v, int) or isinstance(v, Const)
+                                           for v in shape) else None
+    if want is None:
+        raise ShapeError(f"reshape {name}: the new shape must be ints, got {shape!r}")
+    if want.count(-1) > 1 or any(v < -1 for v in want):
+        raise ShapeError(f"reshape {name}: at most one extent may be -1, the others >= 0; "
+                         f"got {tuple(want)}")
+    if -1 in want:
+        rest = math.prod(v for v in want if v != -1)
+        if rest == 0 or total % rest:
+            raise ShapeError(f"reshape {name}: cannot infer -1 in {tuple(want)} for "
+                             f"{total} elements")
+        want[want.index(-1)] = total // rest
+    if math.prod(want) != total:
+        raise ShapeError(f"reshape {name}: {x.name} has {total} elements (shape "
+                         f"{tuple(dims)}), the new shape {tuple(want)} has {math.prod(want)}")
+    out_strides = [math.prod(want[k + 1:]) for k in range(len(want))]
+    in_strides = [math.prod(dims[k + 1:]) for k in range(len(dims))]
+
+    def f(*i):
+        flat = None
+        for v, st in zip(i, out_strides):
+            t = v * st if st != 1 else v
+            flat = t if flat is None else flat + t
+        if flat is None:
+            flat = 0
+        idx = []
+        for k, (d, st) in enumerate(zip(dims, in_strides)):
+            v = flat // st if st != 1 else flat
+            idx.append(v % d if k > 0 else v)
+        return x[tuple(idx)]
+
+    return _te.compute(tuple(want), f, name=name, tag="injective,reshape")
+
+
+def concatenate(tensors, axis: int = 0, name: str = "concatenate"):
+    """The tensors joined along ``axis`` (``numpy.concatenate``): the same shape elsewhere,
+    constant extents along ``axis``."""
+    ts = list(tensors)
+    if not ts:
+        raise ShapeError(f"concatenate {name}: give at least one tensor")
+    nd = ts[0].ndim
+    if not -nd <= axis < nd:
+        raise ShapeError(f"concatenate {name}: axis {axis} is out of range for {nd}-d tensors")
+    ax = axis % nd
+    for t in ts[1:]:
+        if t.ndim != nd or t.dtype != ts[0].dtype:
+            raise ShapeError(f"concatenate {name}: {t.name} is {t.ndim}-d {t.dtype}, "
+                             f"{ts[0].name} is {nd}-d {ts[0].dtype}; they must agree")
+        for d in range(nd):
+            if d != ax and _same(t.shape[d], ts[0].shape[d]) is False:
+                raise ShapeError(f"concatenate {name}: {t.name}.shape[{d}] = {t.shape[d]} but "
+                                 f"{ts[0].name}.shape[{d}] = {ts[0].shape[d]}")
+    sizes = [_int(t.shape[ax], f"concatenate {name}: the extent along axis {axis}") for t in ts]
+    offsets = [sum(sizes[:k]) for k in range(len(ts))]
+    shape = list(ts[0].shape)
+    shape[ax] = sum(sizes)
+
+    def f(*i):
+        def read(k):
+            idx = list(i)
+            idx[ax] = i[ax] - offsets[k] if offsets[k] else i[ax]
+            return ts[k][tuple(idx)]
+
+        val = read(len(ts) - 1)
+        for k in range(len(ts) - 2, -1, -1):
+            val = _te.if_then_else(i[ax] < offsets[k] + sizes[k], read(k), val)
+        return val
+
+    return _te.compute(tuple(shape), f, name=name, tag="injective,concatenate")
+
+
+def split(x, sections, axis: int = 0, name: str = "split"):
+    """``x`` cut along ``axis`` (``numpy.split``): ``sections`` an int (that many equal
+    parts) or the sorted indices where parts begin.  Returns a list of tensors
+    ``<name>.0``, ``<name>.1``, ..."""
+    nd = x.ndim
+    if not -nd <= axis < nd:
+        raise ShapeError(f"split {name}: axis {axis} is out of range for {x.name} ({nd}-d)")
+    ax = axis % nd
+    ext = _int(x.shape[ax], f"split {name}: the extent of {x.name} along axis {axis}")
+    if isinstance(sections, int) and not isinstance(sections, bool):
+        if sections < 1 or ext % sections:
+            raise ShapeError(f"split {name}: {ext} elements along axis {axis} do not divide "
+                             f"into {sections} equal parts")
+        starts = [ext // sections * k for k in range(sections)]
+    elif isinstance(sections, (list, tuple)) and all(isinstance(v, int) for v in sections):
+        starts = [0] + [int(v) for v in sections]
+        if any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > ext:
+            raise ShapeError(f"split {name}: the indices {list(sections)} must be sorted and "
+                             f"at most {ext}")
+    else:
+        raise ShapeError(f"split {name}: sections must be an int or a list of ints, got "
+                         f"{sections!r}")
+    ends = starts[1:] + [ext]
+    out = []
+    for k, (a, b) in enumerate(zip(starts, ends)):
+        shape = list(x.shape)
+        shape[ax] = b - a
+
+        def f(*i, _a=a):
+            idx = list(i)
+            idx[ax] = i[ax] + _a if _a else i[ax]
+            return x[tuple(idx)]
+
+        out.append(_te.compute(tuple(shape), f, name=f"{name}.{k}", tag="injective,split"))
+    return out
 
 
 # ---------------------------------------------------------------------------------

@@ -125,3 +125,48 @@ def test_reducer_missing_axis():
 def test_unknown_thread_tag():
     with pytest.raises(tc.ExprError, match=r"unknown thread tag 'threadIdx.w'"):
         tc.thread_axis("threadIdx.w")
+
+
+# ---------------------------------------------------------------------------------------
+# tecomp.nn layout operators and batch_matmul: shapes that do not fit
+
+
+def test_nn_layout_shape_errors():
+    import tecomp.nn as nn
+    from tecomp.errors import ShapeError
+
+    A = tc.placeholder((2, 3, 4), name="A")
+    B = tc.placeholder((2, 5, 4), name="B")
+    C = tc.placeholder((3, 4, 5), name="C")
+    with pytest.raises(ShapeError, match=r"batch_matmul batch_matmul: the reduced extents "
+                                         r"differ: A gives 4, B gives 5"):
+        nn.batch_matmul(A, B)
+    with pytest.raises(ShapeError, match=r"batch extents 2 \(A\) and 3 \(C\) differ; one of "
+                                         r"them may be 1"):
+        nn.batch_matmul(A, C)
+    with pytest.raises(ShapeError, match=r"needs 3-d tensors"):
+        nn.batch_matmul(tc.placeholder((3, 4), name="M"), B)
+    with pytest.raises(ShapeError, match=r"transpose transpose: axes must be a permutation of "
+                                         r"0..2 for A \(3-d\), got \(0, 0, 1\)"):
+        nn.transpose(A, (0, 0, 1))
+    with pytest.raises(ShapeError, match=r"reshape reshape: A has 24 elements \(shape \(2, 3, "
+                                         r"4\)\), the new shape \(5, 5\) has 25"):
+        nn.reshape(A, (5, 5))
+    with pytest.raises(ShapeError, match=r"at most one extent may be -1"):
+        nn.reshape(A, (-1, -1))
+    with pytest.raises(ShapeError, match=r"cannot infer -1 in \(5, -1\) for 24 elements"):
+        nn.reshape(A, (5, -1))
+    with pytest.raises(ShapeError, match=r"must be a constant extent"):
+        nn.reshape(tc.placeholder((tc.var("n"), 4), name="V"), (-1,))
+    with pytest.raises(ShapeError, match=r"concatenate concatenate: B.shape\[1\] = 5 but "
+                                         r"A.shape\[1\] = 3"):
+        nn.concatenate([A, B], axis=2)
+    with pytest.raises(ShapeError, match=r"axis 3 is out of range for 3-d tensors"):
+        nn.concatenate([A, A], axis=3)
+    with pytest.raises(ShapeError, match=r"give at least one tensor"):
+        nn.concatenate([])
+    with pytest.raises(ShapeError, match=r"split split: 4 elements along axis 2 do not divide "
+                                         r"into 3 equal parts"):
+        nn.split(A, 3, axis=2)
+    with pytest.raises(ShapeError, match=r"the indices \[3, 1\] must be sorted"):
+        nn.split(A, [3, 1], axis=2)
