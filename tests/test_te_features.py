@@ -77,3 +77,41 @@ def test_split_disable_predication_with_constant_extents():
     with pytest.raises(tc.ScheduleError, match=r"the inner extent 5 does not divide the "
                                                r"axis' extent 12"):
         tc.lower(s, [C, D])
+
+
+# ---------------------------------------------------------------------------------------
+# tc.fma: a * b + c rounded once
+
+
+def test_fma_rounds_once_on_every_backend():
+    from tecomp.ir import interp
+
+    n = 4096
+    A, B, C = (tc.placeholder((n,), name=nm) for nm in "ABC")
+    D = tc.compute((n,), lambda i: tc.fma(A[i], B[i], C[i]), name="D")
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    c[:100] = -(a[:100].astype(np.float64) * b[:100]).astype(np.float32)  # cancellation
+    want = (a.astype(np.float64) * b + c).astype(np.float32)  # exact product in float64
+    s = tc.create_schedule(D.op)
+    xo, xi = s[D].split(D.op.axis[0], factor=16)
+    s[D].vectorize(xi)
+    f = tc.build(s, [A, B, C, D])
+    d = np.empty(n, np.float32)
+    f(a, b, c, d)
+    np.testing.assert_array_equal(d, want)
+    assert np.count_nonzero(d[:100]) > 50   # the product's rounding error, kept
+    d2 = np.empty(n, np.float32)
+    interp.run(tc.lower(s, [A, B, C, D]), a, b, c, d2)
+    np.testing.assert_array_equal(d2, want)
+    s2 = tc.create_schedule(D.op)
+    bx, tx = s2[D].split(D.op.axis[0], factor=64)
+    s2[D].bind(bx, tc.thread_axis("blockIdx.x"))
+    s2[D].bind(tx, tc.thread_axis("threadIdx.x"))
+    assert "fmaf(" in tc.build(s2, [A, B, C, D], target="cuda").get_source("cuda")
+    gA, gB, gC = tc.gradient(D, [A, B, C])
+    assert (str(gA.op.body), str(gB.op.body), str(gC.op.body)) == ("B[ax0]", "A[ax0]", "1f")
+    with pytest.raises(tc.DTypeError, match=r"tc.fma needs a float argument"):
+        tc.fma(tc.var("i"), 2, 3)
+    with pytest.raises(tc.ExprError, match=r"tc.fma takes 3 argument\(s\), got 2"):
+        tc.te.intrin._op.call("fma", A[0], B[0])

@@ -30,6 +30,7 @@ _CALLS = {
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "erf": lambda x: _erf(x).astype(np.asarray(x).dtype), "abs": np.abs, "floor": np.floor,
     "ceil": np.ceil, "round": np.round, "sin": np.sin, "cos": np.cos, "pow": np.power,
+    "fma": lambda a, b, c: a * b + c,  # the reference rounds twice (a float64 evaluator)
 }
 _CMP = {EQ: np.equal, NE: np.not_equal, LT: np.less, LE: np.less_equal, GT: np.greater,
         GE: np.greater_equal}

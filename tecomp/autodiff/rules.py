@@ -81,6 +81,7 @@ _BUILTIN_INTRINSICS: Dict[str, Callable] = {
     "cos": lambda a, out: (-_op.call("sin", a[0]),),
     "abs": lambda a, out: (_sign(a[0]),),
     "pow": _pow_rule,
+    "fma": lambda a, out: (a[1], a[0], _c(1, a[2])),
     "floor": lambda a, out: (None,),
     "ceil": lambda a, out: (None,),
     "round": lambda a, out: (None,),

@@ -2054,6 +2054,14 @@ class _FnEmitter:
         if op == "pow":
             return self.map2(args[0], args[1], lambda x, y: b.call(
                 self.mb.intrinsic("llvm.pow", x.type, [x.type, x.type], [x.type]), [x, y]))
+        if op == "fma":  # one rounding: llvm.fma (an instruction with FMA, else libm fma)
+            x, y, z = args
+            if x.uniform and y.uniform and z.uniform:
+                return Val(b.call(self.mb.intrinsic("llvm.fma", x.s.type, [x.s.type] * 3,
+                                                    [x.s.type]), [x.s, y.s, z.s]))
+            vx, vy, vz = self.vec(x), self.vec(y), self.vec(z)
+            return Val(v=b.call(self.mb.intrinsic("llvm.fma", vx.type, [vx.type] * 3,
+                                                  [vx.type]), [vx, vy, vz]))
         if op == "rsqrt":
             return self.map1(args[0], lambda v: b.fdiv(_splat(v.type, 1.0), b.call(
                 self.mb.intrinsic("llvm.sqrt", v.type, [v.type], [v.type]), [v])))

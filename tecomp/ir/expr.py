@@ -361,7 +361,7 @@ class Cast(Expr):
 INTRINSICS = {
     "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "sigmoid": 1, "erf": 1,
     "abs": 1, "floor": 1, "ceil": 1, "round": 1, "sin": 1, "cos": 1, "pow": 2,
-    "fast_exp": 1,
+    "fast_exp": 1, "fma": 3,
 }
 # Calls that are not math: statements in an Evaluate.
 SPECIAL_CALLS = {"syncthreads": 0}
@@ -372,6 +372,7 @@ class Call(Expr):
     """A call of the intrinsic ``op`` (see ``INTRINSICS``) on ``args``.
 
     ``round`` rounds half to even (numpy's ``round``); ``abs`` of an int is an int;
+    ``fma(a, b, c)`` is ``a * b + c`` rounded once (IEEE fusedMultiplyAdd);
     ``exp`` and ``fast_exp`` are the exponential up to a documented error: ``fast_exp``
     may be a faster approximation; on float32 the LLVM backend evaluates both with the
     same vector code, within 1 ulp (docs/numerics.md).  ``syncthreads`` is the GPU block barrier (an Evaluate only).

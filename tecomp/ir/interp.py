@@ -273,8 +273,20 @@ _MATH = {
     "sin": _np1(np.sin),
     "cos": _np1(np.cos),
     "pow": lambda a, b: float(np.power(np.float64(a), np.float64(b))),
+    "fma": lambda a, b, c: _fma(a, b, c),
 }
 assert set(_MATH) == set(INTRINSICS), "every IR intrinsic needs an interpreter rule"
+
+
+def _fma(a, b, c) -> float:
+    """``a * b + c`` with one rounding (to float64: exact through fractions; the result
+    of a float32 fma is then rounded once more, to float32, by the caller)."""
+    from fractions import Fraction
+
+    a, b, c = float(a), float(b), float(c)
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
+        return a * b + c
+    return float(Fraction(a) * Fraction(b) + Fraction(c))
 
 
 def _vkey(v):
@@ -691,8 +703,11 @@ class _Compiler:
         if len(fs) == 1:
             f0 = fs[0]
             return lambda env: rnd(fn(f0(env)))
-        f0, f1 = fs
-        return lambda env: rnd(fn(f0(env), f1(env)))
+        if len(fs) == 2:
+            f0, f1 = fs
+            return lambda env: rnd(fn(f0(env), f1(env)))
+        f0, f1, f2 = fs
+        return lambda env: rnd(fn(f0(env), f1(env), f2(env)))
 
     def _e_Let(self, e: Let):
         fv = self._let_value(e.var, e.value, e)

@@ -246,6 +246,10 @@ def call(op: str, *args) -> Expr:
     if n == 2:
         a, b, dt = _operands(args[0], args[1], f"tc.{op}")
         es = (a if a.dtype == dt else Cast(a, dt), b if b.dtype == dt else Cast(b, dt))
+    elif n == 3:
+        a, b, dt = _operands(args[0], args[1], f"tc.{op}")
+        _, c, dt = _operands(Cast(a, dt) if a.dtype != dt else a, args[2], f"tc.{op}")
+        es = tuple(x if x.dtype == dt else Cast(x, dt) for x in (a, b, c))
     else:
         es = (as_expr(args[0]),)
         dt = es[0].dtype

@@ -5,7 +5,7 @@ from .tensor import (
 )
 from .reduce import Reducer, comm_reducer, max, min, prod, sum  # noqa: A004
 from .intrin import (
-    abs, all, any, cast, ceil, cos, eq, erf, exp, fast_exp, floor, floordiv, floormod,
+    abs, all, any, cast, ceil, cos, eq, erf, exp, fast_exp, floor, floordiv, floormod, fma,
     if_then_else, log, maximum, minimum, ne, pow, round, rsqrt, sigmoid, sin, sqrt, tanh,
     truncdiv, truncmod,
 )

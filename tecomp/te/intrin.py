@@ -35,6 +35,12 @@ def pow(x, y):  # noqa: A001
     return _op.call("pow", x, y)
 
 
+def fma(a, b, c):
+    """``a * b + c`` rounded once (IEEE fused multiply-add), for float expressions: an
+    FMA instruction where the CPU has one (``llvm.fma``; ``fmaf`` in CUDA C)."""
+    return _op.call("fma", a, b, c)
+
+
 def if_then_else(cond, t, f):
     """``t`` where ``cond`` holds, else ``f``; only the chosen side is evaluated."""
     return _op.if_then_else(cond, t, f)
