@@ -170,3 +170,33 @@ def test_nn_layout_shape_errors():
         nn.split(A, 3, axis=2)
     with pytest.raises(ShapeError, match=r"the indices \[3, 1\] must be sorted"):
         nn.split(A, [3, 1], axis=2)
+
+
+def test_quantization_parameter_errors():
+    from tecomp.errors import ComputeError
+    from tecomp.nn import quant
+
+    X = tc.placeholder((8,), name="X")
+    Q = tc.placeholder((8,), "uint8", name="Q")
+    I = tc.placeholder((8,), "int8", name="I")
+    with pytest.raises(ComputeError, match=r"quantize quantize: scale must be a finite number "
+                                           r"> 0, got 0"):
+        quant.quantize(X, 0, 3)
+    with pytest.raises(ComputeError, match=r"zero_point must be an int in \[0, 255\] for uint8, "
+                                           r"got 300"):
+        quant.quantize(X, 0.1, 300)
+    with pytest.raises(ComputeError, match=r"the quantized dtype must be one of uint8, int8, "
+                                           r"int32, got 'int16'"):
+        quant.quantize(X, 0.1, 0, "int16")
+    with pytest.raises(ComputeError, match=r"Q is uint8; quantize float32 values"):
+        quant.quantize(Q, 0.1, 0)
+    with pytest.raises(ComputeError, match=r"dequantize dequantize: X is float32, not a "
+                                           r"quantized dtype"):
+        quant.dequantize(X, 0.1, 0)
+    with pytest.raises(ComputeError, match=r"Q is uint8 but I is int8"):
+        quant.quantized_add(Q, 0.1, 0, I, 0.1, 0, 0.1, 0)
+    with pytest.raises(ComputeError, match=r"scale must be a finite number > 0, got nan"):
+        quant.requantize(Q, float("nan"), 0, 0.1, 0)
+    with pytest.raises(ComputeError, match=r"inputs must be a non-empty list of \(tensor, "
+                                           r"scale, zero_point\) tuples"):
+        quant.quantized_concatenate([Q], 0, 0.1, 0)

@@ -1,0 +1,102 @@
+"""tecomp.nn.quant against PyTorch's quantized ops: bit for bit, on random values, at
+the rounding boundaries and with saturation."""
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.nn import quant
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.filterwarnings("ignore:.*are deprecated")
+_TQ = {"uint8": torch.quint8, "int8": torch.qint8, "int32": torch.qint32}
+
+
+def _build(ins, out, auto):
+    args = list(ins) + [out]
+    s = tc.auto_schedule(args) if auto else tc.create_schedule(out.op)
+    return tc.build(s, args)
+
+
+def _values(rng, n, scale):
+    x = (rng.standard_normal(n) * 100 * scale).astype(np.float32)
+    x[:2000] = ((np.arange(2000) - 1000) + 0.5).astype(np.float32) * np.float32(scale)  # halves
+    x[2000:2100] = np.float32(1e9)   # saturation
+    x[2100:2200] = np.float32(-1e9)
+    return x
+
+
+def _tq(q, scale, zp, dtype):
+    return torch._make_per_tensor_quantized_tensor(torch.from_numpy(q), scale, zp)
+
+
+@pytest.mark.parametrize("dtype,scale,zp", [("uint8", 0.1, 3), ("int8", 0.0237, -5),
+                                            ("uint8", 1 / 3, 128), ("int32", 0.05, 7)])
+@pytest.mark.parametrize("auto", [False, True], ids=["plain", "auto_schedule"])
+def test_quantize_dequantize_match_torch(dtype, scale, zp, auto):
+    rng = np.random.default_rng(0)
+    n = 300_007
+    x = _values(rng, n, scale)
+    X = tc.placeholder((n,), name="X")
+    Q = quant.quantize(X, scale, zp, dtype)
+    q = np.empty(n, dtype)
+    _build([X], Q, auto)(x, q)
+    want = torch.quantize_per_tensor(torch.from_numpy(x), scale, zp, _TQ[dtype])
+    np.testing.assert_array_equal(q, want.int_repr().numpy())
+    P = tc.placeholder((n,), dtype, name="P")
+    D = quant.dequantize(P, scale, zp)
+    d = np.empty(n, np.float32)
+    _build([P], D, auto)(q, d)
+    np.testing.assert_array_equal(d, want.dequantize().numpy())
+
+
+def test_requantize_matches_torch():
+    rng = np.random.default_rng(1)
+    n = 100_003
+    q = rng.integers(0, 256, n).astype(np.uint8)
+    P = tc.placeholder((n,), "uint8", name="P")
+    R = quant.requantize(P, 0.05, 120, 0.013, -3, out_dtype="int8")
+    r = np.empty(n, np.int8)
+    _build([P], R, True)(q, r)
+    deq = torch._make_per_tensor_quantized_tensor(torch.from_numpy(q), 0.05, 120).dequantize()
+    want = torch.quantize_per_tensor(deq, 0.013, -3, torch.qint8).int_repr().numpy()
+    np.testing.assert_array_equal(r, want)
+
+
+@pytest.mark.parametrize("params", [(0.05, 120, 0.08, 100, 0.1, 128),
+                                    (0.013, 3, 0.2, 250, 0.07, 17),
+                                    (0.3, 0, 0.3, 0, 0.25, 5)])
+@pytest.mark.parametrize("auto", [False, True], ids=["plain", "auto_schedule"])
+def test_quantized_add_matches_torch(params, auto):
+    """Against PyTorch's vector kernel: one thread and a multiple of 64 elements, so that
+    no element goes through its scalar tail (which rounds differently, see quant.py)."""
+    sa, za, sb, zb, so, zo = params
+    rng = np.random.default_rng(2)
+    n = 64 * 3125
+    qa = rng.integers(0, 256, n).astype(np.uint8)
+    qb = rng.integers(0, 256, n).astype(np.uint8)
+    A = tc.placeholder((n,), "uint8", name="A")
+    B = tc.placeholder((n,), "uint8", name="B")
+    C = quant.quantized_add(A, sa, za, B, sb, zb, so, zo)
+    c = np.empty(n, np.uint8)
+    _build([A, B], C, auto)(qa, qb, c)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        want = torch.ops.quantized.add(_tq(qa, sa, za, "uint8"), _tq(qb, sb, zb, "uint8"), so, zo)
+    finally:
+        torch.set_num_threads(threads)
+    np.testing.assert_array_equal(c, want.int_repr().numpy())
+
+
+def test_quantized_concatenate_matches_torch():
+    rng = np.random.default_rng(3)
+    qa = rng.integers(0, 256, (64, 100)).astype(np.uint8)
+    qb = rng.integers(0, 256, (64, 37)).astype(np.uint8)
+    A = tc.placeholder((64, 100), "uint8", name="A")
+    B = tc.placeholder((64, 37), "uint8", name="B")
+    C = quant.quantized_concatenate([(A, 0.05, 120), (B, 0.2, 7)], 1, 0.1, 128)
+    c = np.empty((64, 137), np.uint8)
+    _build([A, B], C, True)(qa, qb, c)
+    want = torch.ops.quantized.cat([_tq(qa, 0.05, 120, "uint8"), _tq(qb, 0.2, 7, "uint8")],
+                                   1, 0.1, 128)
+    np.testing.assert_array_equal(c, want.int_repr().numpy())
