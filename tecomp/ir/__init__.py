@@ -15,3 +15,4 @@ from .stmt import (
 )
 from .functor import Mutator, Visitor, collect, free_vars, post_order, substitute, uses_var
 from .printer import to_str
+from . import simplify as _simplify  # noqa: F401  (registers itself with ir.arith)

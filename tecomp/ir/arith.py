@@ -61,13 +61,29 @@ from collections import Counter
 from contextlib import contextmanager
 from typing import Dict, Optional, Tuple
 
-from ..errors import ExprError
+from ..errors import ExprError, InternalError
 from . import dtype as _dt
 from .functor import node_fields
 from .expr import (
     Add, Call, Cast, Const, Expr, FloorDiv, FloorMod, IterVar, Let, Max, Min, Mul,
     Range, Select, Sub, TruncDiv, TruncMod, Var, as_expr,
 )
+
+
+class _Simplify:
+    """The simplifier, which builds on this module's intervals: :mod:`.simplify` registers
+    ``simplify`` and ``Simplifier`` here when it loads (``tecomp.ir`` imports it), so this
+    module does not import it back."""
+
+    __slots__ = ("simplify", "Simplifier")
+
+    def __getattr__(self, name):
+        raise InternalError(f"tecomp.ir.arith.SIMPLIFY.{name} is not registered: import "
+                            f"tecomp.ir (it loads tecomp.ir.simplify); this is a tecomp bug")
+
+
+#: see :class:`_Simplify`
+SIMPLIFY = _Simplify()
 
 __all__ = [
     "Interval", "LinForm", "Analyzer", "eval_interval", "const_interval", "prove", "disprove",
@@ -185,8 +201,7 @@ class Interval:
     @staticmethod
     def from_range(r: Range) -> "Interval":
         """``[min, min + extent - 1]`` of a half-open Range."""
-        from .simplify import simplify
-
+        simplify = SIMPLIFY.simplify
         mn = as_expr(r.min)
         hi = simplify(Sub(Add(mn, as_expr(r.extent, mn.dtype), mn.dtype), Const(1, mn.dtype), mn.dtype))
         return Interval(simplify(mn), hi)
@@ -237,8 +252,7 @@ class Interval:
         a, b = self.lo_value, self.hi_value
         if a is not None and b is not None:
             return b - a + 1
-        from .simplify import simplify
-
+        simplify = SIMPLIFY.simplify
         lo, hi = as_expr(self.lo), as_expr(self.hi)
         dt = hi.dtype if _is_int(hi.dtype) else lo.dtype
         lo, hi = as_expr(self.lo, dt), as_expr(self.hi, dt)
@@ -1098,8 +1112,7 @@ def eval_interval(expr, ranges=None, relax=None) -> Interval:
     ``[0, 1]`` (or a point when decided); a float expression gives a point when it
     folds to a constant and ``[None, None]`` otherwise.
     """
-    from .simplify import Simplifier
-
+    Simplifier = SIMPLIFY.Simplifier
     e = as_expr(expr)
     sim = Simplifier(Analyzer(ranges))
     relaxed = _relax_set(ranges, relax)
@@ -1130,8 +1143,7 @@ def eval_interval(expr, ranges=None, relax=None) -> Interval:
 def const_interval(expr, ranges=None) -> Tuple[Optional[int], Optional[int]]:
     """Constant bounds ``(lo, hi)`` of the int expression ``expr`` over every variable of
     ``ranges`` (None for a side that depends on an unranged variable)."""
-    from .simplify import Simplifier
-
+    Simplifier = SIMPLIFY.Simplifier
     e = as_expr(expr)
     sim = Simplifier(Analyzer(ranges))
     s = sim.visit(e)
@@ -1152,8 +1164,7 @@ def prove(cond, ranges=None) -> bool:
     """True only when the bool expression ``cond`` holds for every value of the
     variables in their ``ranges`` (comparisons, And/Or/Not, with symbolic variables
     compared through the canonical form of their difference)."""
-    from .simplify import Simplifier
-
+    Simplifier = SIMPLIFY.Simplifier
     c = as_expr(cond)
     if c.dtype != "bool":
         raise ExprError(f"prove() needs a bool condition, got {c.dtype} `{c}`")
@@ -1163,8 +1174,7 @@ def prove(cond, ranges=None) -> bool:
 
 def disprove(cond, ranges=None) -> bool:
     """True only when ``cond`` is false for every value of the variables in ``ranges``."""
-    from .simplify import Simplifier
-
+    Simplifier = SIMPLIFY.Simplifier
     c = as_expr(cond)
     if c.dtype != "bool":
         raise ExprError(f"disprove() needs a bool condition, got {c.dtype} `{c}`")

@@ -29,8 +29,28 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Tuple
 
-from ..errors import DTypeError, ExprError, ShapeError
+from ..errors import DTypeError, ExprError, InternalError, ShapeError
 from . import dtype as _dt
+
+
+class _Services:
+    """What expressions need from the modules built on this one: the printer
+    (``to_str``), the expression builders of :mod:`.op` (``binary``, ``compare``,
+    ``logic``, ``mul``) and the walks of :mod:`.functor` (``substitute``,
+    ``free_vars``).  Each of those modules registers its functions here when it loads
+    (``tecomp.ir`` imports them all), so this module imports none of them: the IR's
+    modules form no import cycle (``python -m tecomp.testing.imports``)."""
+
+    __slots__ = ("to_str", "binary", "compare", "logic", "mul", "substitute", "free_vars")
+
+    def __getattr__(self, name):  # a slot not filled: the registering module never loaded
+        raise InternalError(f"tecomp.ir.expr.SERVICES.{name} is not registered: import "
+                            f"tecomp.ir (it loads the printer, op and functor modules); "
+                            f"this is a tecomp bug")
+
+
+#: see :class:`_Services`
+SERVICES = _Services()
 
 
 class Node:
@@ -39,9 +59,7 @@ class Node:
     __slots__ = ()
 
     def __str__(self) -> str:
-        from .printer import to_str
-
-        return to_str(self)
+        return SERVICES.to_str(self)
 
 
 class Expr(Node):
@@ -482,9 +500,7 @@ class CommReducer(Node):
     __hash__ = object.__hash__
 
     def combine(self, a: Expr, b: Expr) -> Expr:
-        from .functor import substitute
-
-        return substitute(self.result, {self.lhs: a, self.rhs: b})
+        return SERVICES.substitute(self.result, {self.lhs: a, self.rhs: b})
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,8 +561,7 @@ class Buffer(Node):
         return len(self.shape)
 
     def row_major_strides(self) -> Tuple[Expr, ...]:
-        from .op import mul
-
+        mul = SERVICES.mul
         out = []
         acc: Expr = Const(1, "int32")
         for ext in reversed(self.shape):
@@ -619,18 +634,12 @@ def _bad_bool_arith(op):
 
 
 def _make_arith(op: str, a, b):
-    from . import op as _op
-
-    return _op.binary(op, a, b)
+    return SERVICES.binary(op, a, b)
 
 
 def _make_cmp(cls, a, b):
-    from . import op as _op
-
-    return _op.compare(cls, a, b)
+    return SERVICES.compare(cls, a, b)
 
 
 def _make_logic(cls, a, b):
-    from . import op as _op
-
-    return _op.logic(cls, a, b)
+    return SERVICES.logic(cls, a, b)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Dict, Optional
 
-from .expr import Buffer, BufferLoad, CommReducer, Expr, IterVar, Node, Range, Reduce, Var
+from .expr import (
+    SERVICES, Buffer, BufferLoad, CommReducer, Expr, IterVar, Node, Range, Reduce, Var,
+)
 from .stmt import PrimFunc, Stmt
 
 _FIELDS: Dict[type, tuple] = {}
@@ -202,3 +204,8 @@ def free_vars(node) -> list:
 def uses_var(node, var: Var) -> bool:
     """Whether ``node`` reads ``var`` anywhere (bound or not)."""
     return var in _FreeVars.all_vars(node)
+
+
+# what expressions and statements use from this module (tecomp.ir.expr.SERVICES)
+SERVICES.substitute = substitute
+SERVICES.free_vars = free_vars

@@ -10,7 +10,7 @@ import math
 from ..errors import DTypeError, ExprError
 from . import dtype as _dt
 from .expr import (
-    EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
+    SERVICES, EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
     INTRINSICS, Max, Min, Mul, Not, Or, Select, Sub, TruncDiv, TruncMod, as_expr,
 )
 
@@ -261,3 +261,10 @@ def call(op: str, *args) -> Expr:
         raise DTypeError(f"tc.{op} needs a float argument, got {dt} expression `{es[0]}`; "
                          f"convert it with .astype('float32')")
     return Call(op, es, dt)
+
+
+# what expressions and statements use from this module (tecomp.ir.expr.SERVICES)
+SERVICES.binary = binary
+SERVICES.compare = compare
+SERVICES.logic = logic
+SERVICES.mul = mul

@@ -19,7 +19,7 @@ import math
 
 from . import dtype as _dt
 from .expr import (
-    EQ, GE, GT, LE, LT, NE, Add, And, Buffer, BufferLoad, Call, Cast, CommReducer, Const, Div,
+    SERVICES, EQ, GE, GT, LE, LT, NE, Add, And, Buffer, BufferLoad, Call, Cast, CommReducer, Const, Div,
     Expr, FloorDiv, FloorMod, IterVar, Let, Max, Min, Mul, Not, Or, ProducerLoad, Range,
     Reduce, Select, Sub, TruncDiv, TruncMod, Var,
 )
@@ -222,3 +222,7 @@ def to_str(node) -> str:
     if isinstance(node, Stmt):
         return "\n".join(p.stmt_lines(node, 0))
     return p.expr(node)
+
+
+# what expressions and statements use from this module (tecomp.ir.expr.SERVICES)
+SERVICES.to_str = to_str

@@ -92,7 +92,7 @@ import numpy as np
 
 from ..errors import ExprError
 from . import dtype as _dt
-from .arith import Analyzer, LinForm, dtype_limits, wrap, wrap_centered
+from .arith import SIMPLIFY, Analyzer, LinForm, dtype_limits, wrap, wrap_centered
 from .expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
     IterVar, Let, Max, Min, Mul, Not, Or, Reduce, Select, Sub, TruncDiv, TruncMod, Var, as_expr,
@@ -1678,3 +1678,8 @@ def simplify(node, ranges=None):
     if isinstance(node, (Stmt, PrimFunc)):
         return StmtSimplifier(ex).visit(node)
     raise ExprError(f"simplify() takes an Expr, a Stmt or a PrimFunc, got {type(node).__name__}")
+
+
+# what the interval analysis uses from this module (tecomp.ir.arith.SIMPLIFY)
+SIMPLIFY.simplify = simplify
+SIMPLIFY.Simplifier = Simplifier

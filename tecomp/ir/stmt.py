@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Tuple
 
-from .expr import Buffer, Expr, Node, Var
+from .expr import SERVICES, Buffer, Expr, Node, Var
 
 
 class Stmt(Node):
@@ -172,9 +172,7 @@ class ParamCheck:
     def message(self, value, env: dict, params) -> str:
         """Why ``value`` (the value of ``expr`` with ``env``, below ``lower``) is wrong;
         ``params`` are the function's parameters (they name the variables)."""
-        from .functor import free_vars
-        from .printer import to_str
-
+        free_vars, to_str = SERVICES.free_vars, SERVICES.to_str
         uses = list(self.uses)
         if len(uses) > 3:
             uses = uses[:3] + [f"{len(self.uses) - 3} more"]
@@ -225,6 +223,4 @@ class PrimFunc(Node):
         return f"PrimFunc({self.name!r}, params={[p.name for p in self.params]})"
 
     def script(self) -> str:
-        from .printer import to_str
-
-        return to_str(self)
+        return SERVICES.to_str(self)

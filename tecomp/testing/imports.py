@@ -17,13 +17,7 @@ from collections import defaultdict
 from typing import Dict, List, Set
 
 #: cycles not broken yet (each a set of modules); a cycle that is not one of these fails
-KNOWN = [
-    # expressions print themselves and build through ir.op, which builds expressions
-    {"tecomp.ir.expr", "tecomp.ir.functor", "tecomp.ir.op", "tecomp.ir.printer",
-     "tecomp.ir.stmt"},
-    # the simplifier bounds with arith's intervals, which simplify their bounds
-    {"tecomp.ir.arith", "tecomp.ir.simplify"},
-]
+KNOWN: list = []  # none left: the IR core registers its services instead (ir.expr.SERVICES, ir.arith.SIMPLIFY)
 
 
 def _modules(root: str) -> Dict[str, str]:
