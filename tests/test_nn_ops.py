@@ -163,3 +163,55 @@ def test_bad_arguments():
         nn.conv2d_nchw(X, tc.placeholder((2, 3, 3, 3), name="W"), stride="2")
     with pytest.raises(tc.ShapeError, match="the kernel does not fit"):
         nn.conv2d_nchw(X, tc.placeholder((2, 3, 5, 5), name="W"))
+
+
+# ---------------------------------------------------------------------------------------
+# dropout: the Squares counter-based generator
+
+
+def _squares_reference(counter):
+    """The Squares generator in uint64 arithmetic (Widynski 2020), 32 bits per counter."""
+    key = np.uint64(0xC8E4FD154CE32F6D)
+    s32 = np.uint64(32)
+    with np.errstate(over="ignore"):
+        x = y = counter.astype(np.uint64) * key
+        z = y + key
+        for add in (y, z, y):
+            x = x * x + add
+            x = (x >> s32) | (x << s32)
+        return ((x * x + z) >> s32).astype(np.int64)
+
+
+def test_dropout_mask_is_the_squares_generator_under_every_schedule():
+    seed = tc.var("seed", "int64")
+    X = tc.placeholder((48, 80), name="X")
+    D = nn.dropout(X, 0.25, seed)
+    x = np.random.default_rng(0).standard_normal((48, 80)).astype(np.float32)
+    counter = np.arange(48 * 80, dtype=np.int64) + (11 << 40)
+    keep = (_squares_reference(counter) >= int(0.25 * 2 ** 32)).reshape(48, 80)
+    want = np.where(keep, x * np.float32(1 / 0.75), np.float32(0))
+    plain = tc.build(tc.create_schedule(D.op), [X, D, seed])
+    auto = tc.build(tc.auto_schedule([X, D, seed]), [X, D, seed])
+    for f in (plain, auto):
+        d = np.empty_like(x)
+        f(x, d, 11)
+        np.testing.assert_array_equal(d, want)
+    assert 0.72 < keep.mean() < 0.78
+    d12 = np.empty_like(x)
+    auto(x, d12, 12)                      # another seed, another mask
+    assert 0.3 < (d12 != want).mean() < 0.5
+    g, = tc.gradient(D, [X])              # the gradient draws the same mask
+    gf = tc.build(tc.create_schedule(g.op), [X, seed, g])
+    gv = np.empty_like(x)
+    gf(x, 11, gv)
+    np.testing.assert_array_equal(gv, np.where(keep, np.float32(1 / 0.75), np.float32(0)))
+
+
+def test_dropout_edges():
+    X = tc.placeholder((4, 4), name="X")
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    for p, want in ((0.0, x), (1.0, np.zeros_like(x))):
+        D = nn.dropout(X, p, seed=3)
+        d = np.empty_like(x)
+        tc.build(tc.create_schedule(D.op), [X, D])(x, d)
+        np.testing.assert_array_equal(d, want)

@@ -11,6 +11,8 @@ Layouts
 * ``matmul(A, B)``: ``A[M, K] @ B[K, N] -> [M, N]``; ``batch_matmul(A, B, transpose_a,
   transpose_b)``: ``[b, m, k] x [b, k, n] -> [b, m, n]`` (``torch.bmm``).
 * ``transpose``, ``reshape``, ``concatenate``, ``split``: as numpy's.
+* ``dropout(x, p, seed)``: a counter-based mask (:func:`squares32`), the same in the
+  gradient and under every schedule.
 * ``dense(X, W, bias)``: ``X[B, I]``, ``W[O, I]`` (PyTorch's ``nn.Linear``), ``bias[O]``
   -> ``[B, O]``.
 * ``conv2d_nchw``: data ``[N, C, H, W]``, weight ``[O, C, KH, KW]`` (PyTorch's layout).
@@ -28,9 +30,11 @@ from __future__ import annotations
 import math
 from typing import Sequence, Tuple
 
+import numpy as np
+
 from .. import te as _te
 from ..errors import ShapeError
-from ..ir.expr import Const
+from ..ir.expr import Const, Var
 from ..autodiff.reverse import stop_gradient
 from ..autodiff.rules import register_tag_derivative as _register_tag_derivative
 from ._schedule_common import _bytes, _largest_divisor_at_most
@@ -39,7 +43,7 @@ __all__ = [
     "matmul", "dense", "conv2d_nchw", "conv2d_nhwc", "max_pool2d", "avg_pool2d", "relu",
     "sigmoid", "tanh", "gelu", "bias_add", "softmax", "log_softmax", "cross_entropy",
     "mse_loss", "batch_norm_train", "layer_norm", "pad", "flatten", "batch_matmul",
-    "transpose", "reshape", "concatenate", "split",
+    "transpose", "reshape", "concatenate", "split", "dropout", "squares32",
 ]
 
 
@@ -320,6 +324,72 @@ def split(x, sections, axis: int = 0, name: str = "split"):
 
         out.append(_te.compute(tuple(shape), f, name=f"{name}.{k}", tag="injective,split"))
     return out
+
+
+# ---------------------------------------------------------------------------------
+# dropout: a counter-based random mask
+
+
+#: the key of the Squares generator (Widynski 2020): an odd 64-bit constant whose hex digits
+#: are all different, as the paper asks of a key
+SQUARES_KEY = int(np.uint64(0xC8E4FD154CE32F6D).view(np.int64))
+_T32 = 1 << 32
+
+
+def squares32(counter):
+    """32 random bits (an int64 in [0, 2**32)) of the int64 expression ``counter``: the
+    Squares counter-based generator -- four rounds of ``x*x + y`` and a swap of the
+    32-bit halves -- in int64 arithmetic that wraps as uint64 does (the swap through
+    ``//`` and ``%`` by 2**32).  The same counter gives the same bits under every
+    schedule, so a forward pass and its gradient draw the same mask."""
+    key = Const(SQUARES_KEY, "int64")
+    t32 = Const(_T32, "int64")
+
+    def rot(v):
+        return (v % t32) * t32 + (v // t32) % t32
+
+    x = y = counter * key
+    z = y + key
+    x = rot(x * x + y)
+    x = rot(x * x + z)
+    x = rot(x * x + y)
+    return ((x * x + z) // t32) % t32
+
+
+def dropout(x, p: float, seed=0, name: str = "dropout"):
+    """``x`` with each element zeroed with probability ``p`` and the others scaled by
+    ``1 / (1 - p)`` (``F.dropout`` in training mode).  The mask is a function of the
+    element's row-major index and ``seed`` only (:func:`squares32` of ``seed * 2**40 +
+    index``): deterministic, the same in the gradient, whatever the schedule.  ``seed``
+    is an int or an int64 ``tc.var`` (a new mask per call without recompiling).  Not
+    PyTorch's generator: the same distribution, other draws."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= float(p) <= 1.0:
+        raise ShapeError(f"dropout {name}: p must be a probability in [0, 1], got {p!r}")
+    if isinstance(seed, bool) or not (isinstance(seed, int) or
+                                      (isinstance(seed, Var) and seed.dtype == "int64")):
+        raise ShapeError(f"dropout {name}: seed must be an int or an int64 tc.var, got "
+                         f"{seed!r}")
+    p = float(p)
+    if p == 0.0:
+        return _te.compute(x.shape, lambda *i: x[i], name=name, tag="elemwise,dropout")
+    scale = _c(0.0 if p == 1.0 else 1.0 / (1.0 - p), x.dtype)
+    threshold = min(int(p * _T32), _T32)  # keep where the 32 bits are >= p * 2**32
+    strides = []  # row-major strides of x, as int64 expressions
+    acc = Const(1, "int64")
+    for e in reversed(x.shape):
+        strides.append(acc)
+        acc = acc * e.astype("int64")
+    strides = strides[::-1]
+    base = (Const(int(seed), "int64") if isinstance(seed, int) else seed) * Const(1 << 40, "int64")
+
+    def f(*i):
+        flat = base
+        for v, st in zip(i, strides):
+            flat = flat + v.astype("int64") * st
+        keep = squares32(flat) >= Const(threshold, "int64")
+        return _te.if_then_else(keep, x[i] * scale, _c(0.0, x.dtype))
+
+    return _te.compute(x.shape, f, name=name, tag="elemwise,dropout")
 
 
 # ---------------------------------------------------------------------------------

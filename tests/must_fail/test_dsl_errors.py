@@ -200,3 +200,16 @@ def test_quantization_parameter_errors():
     with pytest.raises(ComputeError, match=r"inputs must be a non-empty list of \(tensor, "
                                            r"scale, zero_point\) tuples"):
         quant.quantized_concatenate([Q], 0, 0.1, 0)
+
+
+def test_dropout_parameter_errors():
+    import tecomp.nn as nn
+    from tecomp.errors import ShapeError
+
+    X = tc.placeholder((4,), name="X")
+    with pytest.raises(ShapeError, match=r"dropout dropout: p must be a probability in \[0, 1\], "
+                                         r"got 1.5"):
+        nn.dropout(X, 1.5)
+    with pytest.raises(ShapeError, match=r"seed must be an int or an int64 tc.var, got "
+                                         r"Var\('s', 'int32'\)"):
+        nn.dropout(X, 0.5, tc.var("s"))
