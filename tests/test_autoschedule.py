@@ -252,3 +252,31 @@ def test_nn_schedule_falls_back_to_the_rules():
     s = sc.schedule_matmul(args[-1])        # no matmul stage: the rules
     _check(s, args, ref)
     assert "cache_write" in s.trace.python(args)
+
+
+def test_a_producer_every_task_reads_whole_stays_at_the_root():
+    """An elementwise producer read by a GEMM whose tasks are column blocks (the GELU
+    between BERT's two FFN GEMMs): each task reads all of it, so it is computed once at
+    the root, not at the task loop, once per task (it was: BERT-base's layer forward
+    took 18.0 ms, then 10.5 ms, batch 1, seq 128, 2 threads)."""
+    import tecomp.nn as nn
+
+    X = tc.placeholder((32, 48), name="X")
+    W1 = tc.placeholder((96, 48), name="W1")
+    b1 = tc.placeholder((96,), name="b1")
+    W2 = tc.placeholder((64, 96), name="W2")
+    b2 = tc.placeholder((64,), name="b2")
+    G = nn.gelu(nn.dense(X, W1, b1, name="up"), name="g")
+    D = nn.dense(G, W2, b2, name="down")
+    args = [X, W1, b1, W2, b2, D]
+    s = tc.auto_schedule(args)
+    assert s[G.op].attach_type == "root"
+    rng = np.random.default_rng(0)
+    vals = [rng.standard_normal([int(e) for e in t.shape]).astype(np.float32) for t in args[:-1]]
+    d = np.empty((32, 64), np.float32)
+    tc.build(s, args)(*vals, d)
+    from math import erf
+    x, w1, bb1, w2, bb2 = vals
+    h = x @ w1.T + bb1
+    g = 0.5 * h * (1 + np.vectorize(erf)(h / np.sqrt(2)))
+    np.testing.assert_allclose(d, g @ w2.T + bb2, rtol=1e-4, atol=1e-4)

@@ -699,6 +699,10 @@ class _Rules:
                 # read through a copy made elsewhere (a transposed copy at the root, fuzz
                 # seed 3055292): computed at the task loop it would not be ready for it
                 continue
+            if task_loop is not None and not self._narrows(red_op, t, outer, task_loop):
+                # every task reads all of it (the A of a GEMM whose tasks are column
+                # blocks): at the task loop it would be computed once per task
+                continue
             if self.k.choose(f"at_task.{pop.name}", [True, False], True) and task_loop is not None:
                 pst.compute_at(outer, task_loop)
                 last = pst.op.axis[-1]
@@ -707,6 +711,32 @@ class _Rules:
                     _, vi = pst.split(last, factor=self.L)
                     pst.vectorize(vi)
                 self.done.add(id(pop))
+
+    @staticmethod
+    def _narrows(red_op, t, outer: Stage, loop) -> bool:
+        """Whether the region of ``t`` that ``red_op`` reads depends on ``outer``'s loop
+        ``loop``: one of the output axes the loop is made of indexes ``t``."""
+        parents = {}
+        for rel in outer.relations:
+            if hasattr(rel, "parent"):
+                parents[rel.outer] = parents[rel.inner] = [rel.parent]
+            else:
+                parents[rel.fused] = [rel.outer, rel.inner]
+        roots, todo = set(), [loop]
+        while todo:
+            iv = todo.pop()
+            if iv in parents:
+                todo.extend(parents[iv])
+            else:
+                roots.add(iv)
+        dims = [d for d, iv in enumerate(outer.op.axis) if iv in roots]
+        if len(red_op.axis) != len(outer.op.axis):
+            return True  # no positional correspondence to check: keep the old behaviour
+        vars_ = {red_op.axis[d].var for d in dims}
+        for ld in collect(red_op.body, lambda n: isinstance(n, ProducerLoad) and n.producer is t):
+            if any(uses_var(i, v) for i in ld.indices for v in vars_):
+                return True
+        return False
 
     @staticmethod
     def _inside(st: Stage, outer: Stage, loop) -> bool:
