@@ -361,3 +361,20 @@ def test_example_torch_bert_ffn_trains_like_pytorch(capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "OK: the loss curves agree" in out
+
+
+def test_example_bert_layer_forward_and_backward_match_pytorch(capsys):
+    """examples/bert_layer.py at a small size (the structure of BERT-base: attention with a
+    padding mask, post-layer-norm, GELU FFN), forward and tc.gradient of the whole layer."""
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", "bert_layer.py")
+    spec = importlib.util.spec_from_file_location("bert_layer", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rc = mod.main(["--batch", "2", "--seq", "16", "--hidden", "32", "--heads", "4", "--ffn", "64",
+                   "--backward", "--rounds", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "OK" in out.splitlines()[-1]

@@ -12,9 +12,12 @@ map ``h`` exactly (:mod:`tecomp.autodiff.inversion`)::
 
 The adjoints of a tensor read by several computes are summed; tensors that do not lead to
 an input are skipped; tensors that are pure data movement (a padding, a transpose, a
-reshape: no arithmetic, no intrinsic) are inlined into their readers first, so that a padded
-convolution's data gradient is one gather over the padded index, not a gradient of the
-padded tensor followed by a crop.
+crop: no arithmetic, no intrinsic, each index one axis moved by a constant) are inlined
+into their readers first, so that a padded convolution's data gradient is one gather over
+the padded index, not a gradient of the padded tensor followed by a crop.  A reshape
+across dimensions (an index that combines axes, or uses ``//`` or ``%``: a flatten,
+attention's head split and merge) stays a stage: its gradient is a gather of its own, and
+the reduction that reads it keeps indices a schedule can block.
 
 Every result is an ordinary ``tc.compute`` named after what it holds (``A.grad``; helper
 stages ``X.grad.conv`` when a tensor has several contributions, ``pool.argmax`` for a max
@@ -38,10 +41,10 @@ from ..errors import AutodiffError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
-    EQ, GT, NE, Add, Call, Cast, Const, Div, Expr, Let, Max, Min, Mul, Not, ProducerLoad,
-    Reduce, Select, Sub, Var,
+    EQ, GT, NE, Add, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod, Let, Max, Min, Mul, Not,
+    ProducerLoad, Reduce, Select, Sub, TruncDiv, TruncMod, Var,
 )
-from ..ir.functor import Mutator, Visitor, substitute, uses_var
+from ..ir.functor import Mutator, Visitor, collect, substitute, uses_var
 from ..te import reduce as _reduce
 from ..te.tensor import ComputeOp, Tensor, compute, reduce_axis
 from . import rules as _rules
@@ -312,6 +315,15 @@ def _data_movement(body: Expr) -> bool:
 
         def visit_ProducerLoad(self, n):
             for i in n.indices:
+                if collect(i, lambda x: isinstance(x, (FloorDiv, FloorMod, TruncDiv, TruncMod))) \
+                        or len({id(v) for v in collect(i, lambda x: isinstance(x, Var))}) > 1:
+                    # a reshape across dimensions (BERT's head split or merge, a flatten):
+                    # inlined into a reading reduction it would leave that reduction, or
+                    # the gradient's inverse map, with // and % indices that no schedule
+                    # blocks (the attention's K gradient ran as a scalar strided loop);
+                    # kept, its gradient is a gather of its own
+                    ok[0] = False
+                    return
                 self.visit(i)
 
     _V().visit(body)
