@@ -100,3 +100,27 @@ def test_quantized_concatenate_matches_torch():
     want = torch.ops.quantized.cat([_tq(qa, 0.05, 120, "uint8"), _tq(qb, 0.2, 7, "uint8")],
                                    1, 0.1, 128)
     np.testing.assert_array_equal(c, want.int_repr().numpy())
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_quantized_dense_matches_torch_linear(trial):
+    torch.backends.quantized.engine = "fbgemm"
+    rng = np.random.default_rng(10 + trial)
+    M, K, N = 64, int(rng.integers(64, 600)), 80
+    xs, ws, ys = (float(rng.uniform(a, b)) for a, b in ((0.005, 0.1), (0.001, 0.02), (0.01, 0.5)))
+    xz, yz = int(rng.integers(0, 256)), int(rng.integers(0, 256))
+    xq = rng.integers(0, 256, (M, K)).astype(np.uint8)
+    wq = rng.integers(-128, 128, (N, K)).astype(np.int8)
+    bias = (rng.standard_normal(N) * 2).astype(np.float32)
+    lin = torch.ao.nn.quantized.Linear(K, N)
+    lin.set_weight_bias(torch._make_per_tensor_quantized_tensor(torch.from_numpy(wq), ws, 0),
+                        torch.from_numpy(bias))
+    lin.scale, lin.zero_point = ys, yz
+    want = lin(_tq(xq, xs, xz, "uint8")).int_repr().numpy()
+    X = tc.placeholder((M, K), "uint8", name="X")
+    W = tc.placeholder((N, K), "int8", name="W")
+    B = tc.placeholder((N,), name="B")
+    Y = quant.quantized_dense(X, xs, xz, W, ws, 0, B, ys, yz)
+    y = np.empty((M, N), np.uint8)
+    _build([X, W, B], Y, True)(xq, wq, bias, y)
+    np.testing.assert_array_equal(y, want)

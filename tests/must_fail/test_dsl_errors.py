@@ -213,3 +213,20 @@ def test_dropout_parameter_errors():
     with pytest.raises(ShapeError, match=r"seed must be an int or an int64 tc.var, got "
                                          r"Var\('s', 'int32'\)"):
         nn.dropout(X, 0.5, tc.var("s"))
+
+
+def test_quantized_dense_errors():
+    from tecomp.errors import ComputeError
+    from tecomp.nn import quant
+
+    X = tc.placeholder((4, 8), "uint8", name="X")
+    W = tc.placeholder((3, 8), "int8", name="W")
+    with pytest.raises(ComputeError, match=r"x and w must be 2-d"):
+        quant.quantized_dense(tc.placeholder((8,), "uint8", name="V"), 0.1, 0, W, 0.1, 0, None,
+                              0.1, 0)
+    with pytest.raises(ComputeError, match=r"bias must be a 1-d float32 or int32 tensor, got "
+                                           r"1-d float64"):
+        quant.quantized_dense(X, 0.1, 0, W, 0.1, 0, tc.placeholder((3,), "float64", name="B"),
+                              0.1, 0)
+    with pytest.raises(ComputeError, match=r"w_zp must be an int in \[-128, 127\] for int8"):
+        quant.quantized_dense(X, 0.1, 0, W, 0.1, 200, None, 0.1, 0)
