@@ -371,3 +371,23 @@ def test_rfactor_of_a_dependent_reduce_extent(backend):
     b = np.zeros(10, "float32")
     run(s, [A, B], [a, b], backend)
     np.testing.assert_allclose(b, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cache_write_after_the_output_axes_were_scheduled(backend):
+    """TVM code splits and annotates a stage, then caches its accumulation: the loops made
+    of the output axes stay on the copy-out stage, the reduction moves to the cache, and
+    the cache is computed at one of those loops (TVM itself drops the earlier split)."""
+    A, B, C, k = matmul()
+    s = tc.create_schedule(C.op)
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 4)
+    s[C].reorder(io, jo, k, ii, ji)      # the reduce axis among them: dropped with it
+    s[C].parallel(io)
+    CL = s.cache_write(C, "local")
+    s[CL].compute_at(s[C], jo)
+    assert [iv.name for iv in s[C].leaf_iter_vars] == ["i.outer", "j.outer", "i.inner",
+                                                       "j.inner"]
+    a, b, c = matmul_data(A, B, C)
+    run(s, [A, B, C], [a, b, c], backend)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    assert "C.local[" in str(tc.lower(s, [A, B, C]))

@@ -642,11 +642,7 @@ class Schedule:
             raise ScheduleError(f"cache_write of {tensor.name}: unknown scope {scope!r}; use "
                                 f"one of {', '.join(SCOPES)}")
         st = self[tensor]
-        if st.relations or any(a.kind != "serial" for a in st.iter_attrs.values()) \
-                or st.leaf_iter_vars != st.all_iter_vars:
-            raise ScheduleError(
-                f"cache_write of {tensor.name}: stage {st.name} has already been scheduled; "
-                "call cache_write before split/reorder/fuse/... on that stage")
+        kept = self._loops_without_reduction(st, tensor)
         op = st.op
         vmap, new_axis = {}, []
         for iv in op.axis:
@@ -677,7 +673,41 @@ class Schedule:
         copy_body = ProducerLoad(cache, tuple(iv.var for iv in op.axis), cache.dtype)
         self._replace_op(st, _with_body(op, copy_body))
         st._reset_loops()
+        if kept is not None:
+            # the loops already made of the output axes stay: the copy-out stage runs
+            # them, and the cache can be computed at one of them
+            st.all_iter_vars, st.leaf_iter_vars, st.relations, st.iter_attrs = kept
         return cache
+
+    def _loops_without_reduction(self, st: "Stage", tensor: Tensor):
+        """For cache_write of a stage already split, reordered, fused or annotated: its
+        loop structure less the reduce axes (they move to the cache), or None when it
+        has none.  A ScheduleError when a transform involved a reduce axis, or another
+        stage is computed at one."""
+        if not st.relations and not st.iter_attrs and st.leaf_iter_vars == st.all_iter_vars:
+            return None
+        red = set(st.op.reduce_axis)  # (fuse never mixes reduce and output axes)
+        for rel in st.relations:
+            srcs = [rel.parent] if hasattr(rel, "parent") else [rel.outer, rel.inner]
+            if any(x in red for x in srcs):
+                red.update([rel.outer, rel.inner] if hasattr(rel, "parent") else [rel.fused])
+        touched = [iv for iv in red if iv not in st.op.reduce_axis or iv in st.iter_attrs
+                   or any(getattr(r, "parent", None) is iv for r in st.relations)]
+        if touched:
+            raise ScheduleError(
+                f"cache_write of {tensor.name}: stage {st.name} has already split, fused or "
+                f"annotated its reduce axis {touched[0].name}; the reduction moves to the "
+                f"cache, so call cache_write first and schedule the reduction on the cache "
+                f"(or only transform the output axes before cache_write)")
+        for other in self.stages:
+            if other.attach_stage is st and other.attach_ivar in red:
+                raise ScheduleError(
+                    f"cache_write of {tensor.name}: stage {other.name} is computed at the "
+                    f"reduce axis {other.attach_ivar.name} of {st.name}, which moves to the "
+                    f"cache; compute it at an output axis")
+        leaves = [iv for iv in st.leaf_iter_vars if iv not in red]
+        alls = [iv for iv in st.all_iter_vars if iv not in red]
+        return alls, leaves, list(st.relations), dict(st.iter_attrs)
 
     def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
         """Factor the reduction of ``tensor`` over ``axis`` (a leaf axis derived from its

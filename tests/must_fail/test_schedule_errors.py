@@ -177,11 +177,25 @@ def test_cache_read_bad_scope():
         s.cache_read(A, "texture", [B])
 
 
-def test_cache_write_after_scheduling():
+def test_cache_write_after_scheduling_the_reduction():
+    """cache_write after the output axes were split is fine (see test_schedule.py); after
+    the reduce axis was, it is refused: the reduction moves to the cache."""
     A, B, C, k = _mm()
     s = tc.create_schedule(C.op)
-    s[C].split(C.op.axis[0], factor=4)
-    with pytest.raises(tc.ScheduleError, match=r"cache_write of C: stage C has already been scheduled"):
+    s[C].split(k, factor=4)
+    with pytest.raises(tc.ScheduleError, match=r"cache_write of C: stage C has already split, "
+                                               r"fused or annotated its reduce axis k"):
+        s.cache_write(C, "local")
+    s = tc.create_schedule(C.op)
+    s[C].unroll(k)
+    with pytest.raises(tc.ScheduleError, match=r"annotated its reduce axis k"):
+        s.cache_write(C, "local")
+    s = tc.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=4)
+    s[C].reorder(io, k, ii)
+    ko, ki = s[C].split(k, factor=2)
+    with pytest.raises(tc.ScheduleError, match=r"already split, fused or annotated its reduce "
+                                               r"axis k"):
         s.cache_write(C, "local")
 
 
