@@ -115,3 +115,46 @@ def test_fma_rounds_once_on_every_backend():
         tc.fma(tc.var("i"), 2, 3)
     with pytest.raises(tc.ExprError, match=r"tc.fma takes 3 argument\(s\), got 2"):
         tc.te.intrin._op.call("fma", A[0], B[0])
+
+
+# ---------------------------------------------------------------------------------------
+# create_group
+
+
+def _chain():
+    A = tc.placeholder((32, 32), name="A")
+    B = tc.compute((32, 32), lambda i, j: A[i, j] + 1.0, name="B")
+    C = tc.compute((32, 32), lambda i, j: B[i, j] * 2.0, name="C")
+    D = tc.compute((32, 32), lambda i, j: C[i, j] - 1.0, name="D")
+    return A, B, C, D
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_create_group_computes_its_stages_together(backend):
+    from tecomp.ir import interp
+
+    A, B, C, D = _chain()
+    s = tc.create_schedule(D.op)
+    xo, yo, xi, yi = s[D].tile(D.op.axis[0], D.op.axis[1], 8, 8)
+    g = s.create_group(outputs=C, inputs=A)
+    assert [st.name for st in g.stages] == ["B", "C"]
+    s[B].compute_at(s[C], s[C].op.axis[0])        # a member inside another stays there
+    g.compute_at(s[D], yo)
+    assert (s[C].attach_stage, s[C].attach_ivar) == (s[D], yo)
+    assert s[B].attach_stage is s[C]
+    a = np.random.default_rng(0).random((32, 32), dtype=np.float32)
+    d = np.empty_like(a)
+    if backend == "llvm":
+        tc.build(s, [A, D])(a, d)
+    else:
+        interp.run(tc.lower(s, [A, D]), a, d)
+    np.testing.assert_allclose(d, (a + 1) * 2 - 1, rtol=1e-6)
+    assert "compute_at" in s.trace.python([A, D])  # replayable: the members' calls
+    g.compute_root()
+    assert s[C].attach_type == "root"
+    s2 = tc.create_schedule(D.op)
+    s2.create_group(outputs=C, inputs=A).compute_inline()
+    assert s2[B].attach_type == s2[C].attach_type == "inline"
+    g2 = s2.create_group(outputs=C, inputs=B, include_inputs=True)
+    assert [st.name for st in g2.stages] == ["B", "C"]
+

@@ -709,6 +709,41 @@ class Schedule:
         alls = [iv for iv in st.all_iter_vars if iv not in red]
         return alls, leaves, list(st.relations), dict(st.iter_attrs)
 
+    def create_group(self, outputs, inputs, include_inputs: bool = False) -> "StageGroup":
+        """The stages from ``inputs`` (exclusive, unless ``include_inputs``) to
+        ``outputs`` (inclusive), scheduled as one (TVM's ``create_group``):
+        ``group.compute_at(s[C], axis)`` computes every member that is not computed
+        inside another member at that loop, ``compute_root()`` and ``compute_inline()``
+        apply to each.  The group is a view: it changes the member stages, whose calls
+        the schedule's trace records."""
+        outs = [outputs] if isinstance(outputs, (Tensor, Operation)) else list(outputs)
+        ins = [inputs] if isinstance(inputs, (Tensor, Operation)) else list(inputs)
+        for t in outs + ins:
+            if not isinstance(t, (Tensor, Operation)):
+                raise ScheduleError(f"create_group: outputs and inputs must be tensors, got "
+                                    f"{t!r:.60}")
+        stop = {id(t.op if isinstance(t, Tensor) else t) for t in ins}
+        members, seen = [], set()
+        todo = [t.op if isinstance(t, Tensor) else t for t in outs]
+        while todo:
+            op = todo.pop()
+            if id(op) in seen:
+                continue
+            seen.add(id(op))
+            if id(op) in stop:
+                if include_inputs and isinstance(op, ComputeOp):
+                    members.append(self[op])
+                continue
+            if not isinstance(op, ComputeOp):
+                raise ScheduleError(
+                    f"create_group: {op.name} is a placeholder reached from the outputs "
+                    f"without passing an input of the group; list the tensors the group "
+                    f"starts from in inputs")
+            members.append(self[op])
+            todo.extend(t.op for t in op.input_tensors)
+        order = [st for st in self.stages if any(st is m for m in members)]
+        return StageGroup(self, order)
+
     def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
         """Factor the reduction of ``tensor`` over ``axis`` (a leaf axis derived from its
         reduce axes) into a new tensor with ``axis`` as a data-parallel dimension at
@@ -740,6 +775,46 @@ class Schedule:
             lines.append(f"  {st.name}: [{', '.join(loops)}] {where}{scope}{out}")
         lines.append(")")
         return "\n".join(lines)
+
+
+class StageGroup:
+    """Stages scheduled as one (:meth:`Schedule.create_group`)."""
+
+    def __init__(self, schedule: Schedule, stages):
+        self.schedule = schedule
+        self.stages = list(stages)
+
+    def __repr__(self):
+        return f"StageGroup({', '.join(st.name for st in self.stages)})"
+
+    def _free(self):
+        """The members not computed inside another member."""
+        inside = {id(st) for st in self.stages}
+        return [st for st in self.stages
+                if not (st.attach_type == "scope" and id(st.attach_stage) in inside)]
+
+    def compute_at(self, parent, axis) -> "StageGroup":
+        """Compute the group inside ``parent``'s loop over ``axis``."""
+        from ..te.tensor import Tensor as _T
+
+        if isinstance(parent, (_T, Operation)):
+            parent = self.schedule[parent]
+        if any(parent is st for st in self.stages):
+            raise ScheduleError(f"compute_at of {self!r}: the parent {parent.name} is a member "
+                                f"of the group; compute the group at a stage outside it")
+        for st in self._free():
+            st.compute_at(parent, axis)
+        return self
+
+    def compute_root(self) -> "StageGroup":
+        for st in self._free():
+            st.compute_root()
+        return self
+
+    def compute_inline(self) -> "StageGroup":
+        for st in self.stages:
+            st.compute_inline()
+        return self
 
 
 for _name in STAGE_PRIMITIVES:

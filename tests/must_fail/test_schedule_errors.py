@@ -754,3 +754,19 @@ def test_rfactor_of_an_axis_whose_extent_depends_on_the_output():
     with pytest.raises(tc.ScheduleError, match=r"rfactor on stage B: the extent of r.outer "
                                             r"depends on an output index"):
         s.rfactor(B, ro)
+
+
+def test_create_group_errors():
+    A = tc.placeholder((32, 32), name="A")
+    B = tc.compute((32, 32), lambda i, j: A[i, j] + 1.0, name="B")
+    C = tc.compute((32, 32), lambda i, j: B[i, j] * 2.0, name="C")
+    D = tc.compute((32, 32), lambda i, j: C[i, j] - 1.0, name="D")
+    s = tc.create_schedule(D.op)
+    g = s.create_group(outputs=D, inputs=A)
+    with pytest.raises(tc.ScheduleError, match=r"the parent D is a member of the group"):
+        g.compute_at(s[D], D.op.axis[0])
+    with pytest.raises(tc.ScheduleError, match=r"A is a placeholder reached from the outputs "
+                                               r"without passing an input of the group"):
+        s.create_group(outputs=C, inputs=[])
+    with pytest.raises(tc.ScheduleError, match=r"outputs and inputs must be tensors"):
+        s.create_group(outputs="C", inputs=A)
