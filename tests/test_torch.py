@@ -178,6 +178,17 @@ _NN_CASES = {
                 lambda x: x.reshape(4, -1)),
     "concatenate": (lambda: _ops_two((2, 3), (2, 5), lambda a, b: nn.concatenate([a, b, a], 1)),
                     lambda a, b: torch.cat([a, b, a], 1)),
+    "matmul": (lambda: _ops_two((3, 4), (4, 5), nn.matmul), torch.matmul),
+    "conv2d_nhwc": (lambda: _ops_two((2, 7, 7, 3), (3, 3, 3, 4), lambda x, w: nn.conv2d_nhwc(
+        x, w, stride=2, padding=1)), lambda x, w: F.conv2d(
+            x.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1), stride=2, padding=1).permute(0, 2, 3, 1)),
+    "bias_add": (lambda: _ops_two((2, 3, 4, 4), (3,), nn.bias_add),
+                 lambda x, b: x + b.view(1, -1, 1, 1)),
+    "cross_entropy": (lambda: _ops_two((4, 5), (4, 5), nn.cross_entropy),
+                      lambda x, t: F.cross_entropy(x, t).reshape(1)),
+    "flatten": (lambda: _ops_unary((2, 3, 4), nn.flatten), lambda x: x.flatten(1)),
+    "pad": (lambda: _ops_unary((2, 3), lambda x: nn.pad(x, (1, 0), (2, 1))),
+            lambda x: F.pad(x, (0, 1, 1, 2))),
 }
 
 
