@@ -280,3 +280,30 @@ def test_a_producer_every_task_reads_whole_stays_at_the_root():
     h = x @ w1.T + bb1
     g = 0.5 * h * (1 + np.vectorize(erf)(h / np.sqrt(2)))
     np.testing.assert_allclose(d, g @ w2.T + bb2, rtol=1e-4, atol=1e-4)
+
+
+def test_dense_template_only_for_few_rows():
+    """The dense_nopack template (vectors along the reduction) for a dense of few rows; the
+    register-blocked rules from DENSE_NOPACK_MAX_ROWS + 1 rows on (1024x768 -> 768: 3.9
+    against 10.3 ms); a knob either way, so the search can flip it."""
+    import tecomp.nn as nn
+    from tecomp.autoschedule.rules import Knobs
+    from tecomp.nn.schedule_cpu import DENSE_NOPACK_MAX_ROWS
+
+    for rows, template in ((61, True), (DENSE_NOPACK_MAX_ROWS + 1, False)):
+        X = tc.placeholder((rows, 96), name="X")
+        W = tc.placeholder((64, 96), name="W")
+        D = nn.dense(X, W)
+        args = [X, W, D]
+        s = tc.auto_schedule(args)
+        assert ("rfactor" in s.trace.python(args)) == template, rows
+        x = np.random.default_rng(0).random((rows, 96), dtype=np.float32)
+        w = np.random.default_rng(1).random((64, 96), dtype=np.float32)
+        d = np.empty((rows, 64), np.float32)
+        tc.build(s, args)(x, w, d)
+        np.testing.assert_allclose(d, x @ w.T, rtol=1e-4)
+    from tecomp.nn.schedule_cpu import _dense_rows_for_generic_rules
+
+    knobs = Knobs({"dense.generic_rules": True})   # what a search may try
+    assert _dense_rows_for_generic_rules(D.op, knobs) is True  # D: the dense, no bias
+    assert knobs.space["dense.generic_rules"] == [True, False]

@@ -1939,6 +1939,28 @@ def _op_tags(op) -> set:
     return set(t.strip() for t in (op.tag or "").split(",") if t.strip())
 
 
+#: from this many rows on, a ``dense`` that reads W[O, I] in place (the ``dense_nopack``
+#: template: vectors along the reduction) is left to the auto-scheduler's register-blocked
+#: rules (W copied in panels along the output, blocks of rows x 32 outputs), which were
+#: faster at every such shape measured: 128x768 -> 768 1.09 against 1.27 ms, 1024x768 ->
+#: 768 3.9 against 10.3 ms, 128x768 -> 3072 2.26 against 3.26 ms, 256x1024 -> 1000 equal;
+#: below it the template was (61x1024 -> 1000 0.56 against 1.0 ms; 2 threads, Xeon)
+DENSE_NOPACK_MAX_ROWS = 127
+
+
+def _dense_rows_for_generic_rules(gemm, knobs) -> bool:
+    """Whether the auto-scheduler schedules this dense with its generic rules rather than
+    the ``dense_nopack`` template (a knob; see :data:`DENSE_NOPACK_MAX_ROWS`)."""
+    if "dense" not in _op_tags(gemm) or gemm.attrs.get("nr"):
+        return False
+    operands = _gemm_operands(gemm)
+    if operands[1] is None or operands[1][1]:
+        return False  # B read as B[k, j]: the GEMM template, not dense_nopack
+    M = _cint(gemm.shape[0])
+    generic = M is not None and M > DENSE_NOPACK_MAX_ROWS
+    return knobs.choose("dense.generic_rules", [True, False], generic)
+
+
 def _gemm_template(outs, gemm, knobs, info: CpuInfo) -> Schedule:
     """``schedule_matmul`` / ``schedule_dense`` with the blocking as knobs (their
     defaults: :func:`gemm_params`, the heuristic)."""
@@ -1979,6 +2001,8 @@ def _auto_template(outs, knobs, info: CpuInfo) -> Optional[Schedule]:
     ops = _walk(outs)
     reductions = [op for op in ops if op.reduce_axis]
     if len(reductions) == 1 and {"matmul", "dense", "matmul_packed"} & _op_tags(reductions[0]):
+        if _dense_rows_for_generic_rules(reductions[0], knobs):
+            return None
         return _gemm_template(outs, reductions[0], knobs, info)
     if len(outs) == 1 and any("softmax" in _op_tags(op) for op in ops) and \
             outs[0].op.tag == "softmax":
