@@ -389,3 +389,22 @@ def test_example_bert_layer_forward_and_backward_match_pytorch(capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "OK" in out.splitlines()[-1]
+
+
+def test_embedding_and_its_gradient_match_torch():
+    W = tc.placeholder((11, 6), name="W")
+    ids = tc.placeholder((tc.var("n"), 5), "int64", name="ids")
+    o = tct.op([W, ids], nn.embedding(W, ids))
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(11, 6, dtype=torch.float64, generator=gen, requires_grad=True)
+    i = torch.randint(0, 11, (4, 5), generator=gen)
+    y = o(w, i)
+    ref = F.embedding(i, w)
+    torch.testing.assert_close(y, ref)
+    head = torch.randn(4, 5, 6, dtype=torch.float64, generator=gen)
+    torch.testing.assert_close(torch.autograd.grad(y, w, head)[0],
+                               torch.autograd.grad(ref, w, head)[0])
+    bad = i.clone()
+    bad[0, 0], bad[1, 1] = 11, -1         # outside [0, 11): zeros, no memory read
+    out = o(w.detach(), bad)
+    assert torch.count_nonzero(out[0, 0]) == 0 and torch.count_nonzero(out[1, 1]) == 0

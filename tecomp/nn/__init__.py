@@ -2,7 +2,7 @@
 :func:`tecomp.gradient` (see :mod:`tecomp.nn.ops` for layouts and conventions)."""
 from .ops import (  # noqa: F401
     avg_pool2d, batch_matmul, batch_norm_train, bias_add, concatenate, conv2d_nchw, conv2d_nhwc,
-    cross_entropy, dense, dropout, flatten, gelu, layer_norm, log_softmax, matmul, max_pool2d, mse_loss,
+    cross_entropy, dense, dropout, embedding, flatten, gelu, layer_norm, log_softmax, matmul, max_pool2d, mse_loss,
     pad, relu, reshape, sigmoid, softmax, split, tanh, transpose,
 )
 # the CPU templates register themselves as the auto-scheduler's starting points

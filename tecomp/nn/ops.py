@@ -12,7 +12,7 @@ Layouts
   transpose_b)``: ``[b, m, k] x [b, k, n] -> [b, m, n]`` (``torch.bmm``).
 * ``transpose``, ``reshape``, ``concatenate``, ``split``: as numpy's.
 * ``dropout(x, p, seed)``: a counter-based mask (:func:`squares32`), the same in the
-  gradient and under every schedule.
+  gradient and under every schedule.  ``embedding(weight[V, D], ids)``: rows of weight.
 * ``dense(X, W, bias)``: ``X[B, I]``, ``W[O, I]`` (PyTorch's ``nn.Linear``), ``bias[O]``
   -> ``[B, O]``.
 * ``conv2d_nchw``: data ``[N, C, H, W]``, weight ``[O, C, KH, KW]`` (PyTorch's layout).
@@ -43,7 +43,7 @@ __all__ = [
     "matmul", "dense", "conv2d_nchw", "conv2d_nhwc", "max_pool2d", "avg_pool2d", "relu",
     "sigmoid", "tanh", "gelu", "bias_add", "softmax", "log_softmax", "cross_entropy",
     "mse_loss", "batch_norm_train", "layer_norm", "pad", "flatten", "batch_matmul",
-    "transpose", "reshape", "concatenate", "split", "dropout", "squares32",
+    "transpose", "reshape", "concatenate", "split", "dropout", "squares32", "embedding",
 ]
 
 
@@ -324,6 +324,30 @@ def split(x, sections, axis: int = 0, name: str = "split"):
 
         out.append(_te.compute(tuple(shape), f, name=f"{name}.{k}", tag="injective,split"))
     return out
+
+
+def embedding(weight, ids, name: str = "embedding"):
+    """Rows of ``weight[V, D]`` picked by the integer tensor ``ids`` (any shape, int32 or
+    int64): ``out[..., d] = weight[ids[...], d]`` (``F.embedding``).  An id outside
+    ``[0, V)`` reads no memory: its row is zeros (PyTorch raises an IndexError there).
+    Its gradient with respect to ``weight`` comes from ``tc.gradient``, which today loops
+    over every id for each row of ``weight`` (``V * len(ids) * D`` work, not the
+    ``len(ids) * D`` of a scatter-add)."""
+    if weight.ndim != 2:
+        raise ShapeError(f"embedding {name}: weight must be [num_embeddings, dim], got "
+                         f"{weight.ndim}-d {weight.name}")
+    if ids.dtype not in ("int32", "int64"):
+        raise ShapeError(f"embedding {name}: ids must be int32 or int64, got {ids.dtype} "
+                         f"{ids.name}")
+    V = weight.shape[0]
+
+    def f(*i):
+        v = ids[i[:-1]]
+        inside = _te.all(v >= 0, v < V.astype(v.dtype))
+        safe = _te.if_then_else(inside, v, Const(0, v.dtype))
+        return _te.if_then_else(inside, weight[safe, i[-1]], _c(0.0, weight.dtype))
+
+    return _te.compute(tuple(ids.shape) + (weight.shape[1],), f, name=name, tag="embedding")
 
 
 # ---------------------------------------------------------------------------------

@@ -230,3 +230,15 @@ def test_quantized_dense_errors():
                               0.1, 0)
     with pytest.raises(ComputeError, match=r"w_zp must be an int in \[-128, 127\] for int8"):
         quant.quantized_dense(X, 0.1, 0, W, 0.1, 200, None, 0.1, 0)
+
+
+def test_embedding_errors():
+    import tecomp.nn as nn
+    from tecomp.errors import ShapeError
+
+    W = tc.placeholder((10, 4), name="W")
+    with pytest.raises(ShapeError, match=r"embedding embedding: ids must be int32 or int64, got "
+                                         r"float32 ids"):
+        nn.embedding(W, tc.placeholder((3,), name="ids"))
+    with pytest.raises(ShapeError, match=r"weight must be \[num_embeddings, dim\], got 1-d V"):
+        nn.embedding(tc.placeholder((10,), name="V"), tc.placeholder((3,), "int32", name="ids"))
