@@ -234,9 +234,9 @@ class Op:
         made = sum(1 for k in self._compiled if k[0] == dtypes)
         return made >= SPECIALIZATIONS
 
-    def _compile(self, dtypes, values: Optional[dict]) -> _Compiled:
-        from .build import build
-
+    def _dtype_map(self, dtypes) -> Dict[str, str]:
+        """The declared float types to compile in another one, for input tensors of torch
+        dtypes ``dtypes``; an ArgumentError for a dtype that cannot stand in."""
         dmap = {}
         for x, td in zip(self.inputs, dtypes):
             want = _TC_DTYPE.get(td)
@@ -252,6 +252,12 @@ class Op:
                 ("; a float op is compiled for other float dtypes only when every input of "
                  "one declared float type gets the same one" if want and _dt.is_float(want)
                  else ""))
+        return dmap
+
+    def _compile(self, dtypes, values: Optional[dict]) -> _Compiled:
+        from .build import build
+
+        dmap = self._dtype_map(dtypes)
         if dmap or values:
             from .te.retype import retype
 
@@ -596,11 +602,10 @@ def _register(o: Op, name: str) -> str:
         def fake(*tensors):
             o._check_call(tensors)
             env = o._env(tensors)
-            dts = _out_dtypes(o, tensors)
-            outs = [t.new_empty(f(env), dtype=dt) if tensors else
-                    torch.empty(f(env), dtype=dt, device=o.device_type)
-                    for f, dt, t in zip(o._out_shapes, dts, itertools.repeat(
-                        tensors[0] if tensors else None))]
+            dmap = o._dtype_map([t.dtype for t in tensors])
+            dev = tensors[0].device if tensors else torch.device(o.device_type)
+            outs = [torch.empty(f(env), dtype=_TORCH_DTYPE[dmap.get(t.dtype, t.dtype)],
+                                device=dev) for f, t in zip(o._out_shapes, o.outputs)]
             return outs[0] if len(outs) == 1 else tuple(outs)
 
         def bwd_impl(*args):
@@ -632,12 +637,3 @@ def _register(o: Op, name: str) -> str:
                                         setup_context=setup_context, lib=lib)
         return opname
 
-
-def _out_dtypes(o: Op, tensors) -> List[torch.dtype]:
-    """The output dtypes for input tensors of these dtypes (without compiling)."""
-    dmap = {}
-    for x, t in zip(o.inputs, tensors):
-        td = _TC_DTYPE.get(t.dtype)
-        if td is not None and td != x.dtype and _dt.is_float(td) and _dt.is_float(x.dtype):
-            dmap[x.dtype] = td
-    return [_TORCH_DTYPE[dmap.get(t.dtype, t.dtype)] for t in o.outputs]

@@ -94,6 +94,17 @@ def _round_clamp(t, dtype: str):
                        Const(float(hi), "float64")).astype(dtype)
 
 
+def _add_zero_point(v, zero_point: int, dtype: str):
+    """``clamp(rint(v) + zero_point)`` as ``dtype``, ``v`` float32, the zero point added in
+    int32 (the rounded value is first clamped to +-2**30 in float32, which keeps saturated
+    values saturated)."""
+    lo, hi = QDTYPES[dtype]
+    r = _te.round(v)
+    r = _te.minimum(_te.maximum(r, Const(-2.0 ** 30, "float32")), Const(2.0 ** 30, "float32"))
+    r = r.astype("int32") + zero_point
+    return _te.minimum(_te.maximum(r, lo), hi).astype(dtype)
+
+
 def _quantize_expr(x, scale: float, zero_point: int, dtype: str):
     inv = _f32(np.float32(1.0) / np.float32(scale))
     if dtype == "int32":
@@ -172,16 +183,9 @@ def quantized_add(a, a_scale, a_zp, b, b_scale, b_zp, out_scale, out_zp,
         pre = _f32(np.float32(s) * np.float32(-z))
         return _te.fma(q.astype("float32"), Const(_f32(s), "float32"), Const(pre, "float32"))
 
-    lo, hi = QDTYPES[dtype]
-
     def f(*i):
         c = deq(a[i], sa, za) + deq(b[i], sb, zb)
-        # rint(c * inv) + zp, clamped: in int32 (the rounded product is far inside it,
-        # after a clamp in float32 that keeps saturated values saturated)
-        r = _te.round(c * Const(inv, "float32"))
-        r = _te.minimum(_te.maximum(r, Const(-2.0 ** 30, "float32")), Const(2.0 ** 30, "float32"))
-        r = r.astype("int32") + zo
-        return _te.minimum(_te.maximum(r, lo), hi).astype(dtype)
+        return _add_zero_point(c * Const(inv, "float32"), zo, dtype)  # rint(c * inv) + zp
 
     return _te.compute(a.shape, f, name=name, tag="elemwise,quantized_add")
 
@@ -238,7 +242,6 @@ def quantized_dense(x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp,
         q(x[i, k], xz) * q(w[j, k], wz), axis=k), name=f"{name}.acc", tag="quantized_dense")
     s = np.float32(xs) * np.float32(ws)
     m = Const(_f32(s / np.float32(ys)), "float32")
-    lo, hi = QDTYPES[out_dtype]
 
     def f(i, j):
         a = acc[i, j]
@@ -248,9 +251,6 @@ def quantized_dense(x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp,
             v = a.astype("float32") + bias[j] / Const(float(s), "float32")
         else:
             v = a.astype("float32")
-        r = _te.round(v * m)
-        r = _te.minimum(_te.maximum(r, Const(-2.0 ** 30, "float32")), Const(2.0 ** 30, "float32"))
-        r = r.astype("int32") + yz
-        return _te.minimum(_te.maximum(r, lo), hi).astype(out_dtype)
+        return _add_zero_point(v * m, yz, out_dtype)
 
     return _te.compute(acc.shape, f, name=name, tag="elemwise,requantize")
