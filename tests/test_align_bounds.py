@@ -146,7 +146,7 @@ def test_gemm_column_edge_is_one_kernel(shape, nr, threads):
     """matmul_packed (and plain matmul, whose copy of B is padded) with N not a multiple
     of the panel width: the last panel's block is computed over the zero-padded panel;
     one micro-kernel for every column panel (a second only for a row tail), the copy to
-    C masked."""
+    C masked, wherever the reduction is one slice."""
     m, n, k = shape
     A = tc.placeholder((m, k), name="A")
     B = tc.placeholder((k, n), name="B")
@@ -164,7 +164,9 @@ def test_gemm_column_edge_is_one_kernel(shape, nr, threads):
     finally:
         tc.set_num_threads(old)
     p = sc.gemm_params(m, n, k, nr=nr)
-    if n % nr and n > nr:
+    # (a reduction longer than one slice, as K=1000 with a 512 KiB L2, accumulates in C
+    # itself: its edge panel cannot be computed past C's edge, so it keeps an edge kernel)
+    if n % nr and n > nr and p.kc == k:
         assert len(_micro_kernels(text)) == (1 if m % p.mr == 0 else 2), text
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k)).astype("float32")

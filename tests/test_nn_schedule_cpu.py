@@ -205,11 +205,14 @@ def test_dense_in_place_batch_tail_has_constant_extents(nthreads, threads):
     X = tc.placeholder((61, 64), name="X")
     W = tc.placeholder((40, 64), name="W")
     Y = ops.dense(X, W)
+    # blocks of 4 rows with AVX-512's 32 registers, 3 with AVX2's 16 (61 = 20*3 + 1):
+    # both lowered on any machine
+    for target, bb in (("llvm -mcpu=skylake-avx512", 4), ("llvm -mcpu=haswell", 3)):
+        text = str(tc.lower(sc.schedule_dense(Y, target=target), [X, W, Y], target=target))
+        assert not re.search(r"unrolled \([\w.]+, 0, min\(", text), text
+        assert "for (k.inner" not in text        # the final sums: unrolled
+        assert f"unrolled (b.inner, 0, {bb})" in text and "unrolled (b.inner, 0, 1)" in text
     s = sc.schedule_dense(Y)
-    text = str(tc.lower(s, [X, W, Y]))
-    assert not re.search(r"unrolled \([\w.]+, 0, min\(", text), text
-    assert "for (k.inner" not in text        # the final sums: unrolled
-    assert "unrolled (b.inner, 0, 4)" in text and "unrolled (b.inner, 0, 1)" in text
     x, w = _arr((61, 64)), _arr((40, 64))
     _close(_run(s, [X, W, Y], [x, w]), x.astype("float64") @ w.T.astype("float64"))
 
@@ -543,16 +546,22 @@ def test_softmax_prefetches_rows():
     while it is at most a quarter of L1."""
     X = tc.placeholder((64, 1024), name="X")
     Y = ops.softmax(X)
-    s = sc.schedule_softmax(Y)
-    text = str(tc.lower(s, [X, Y]))
-    pf = [ln.strip() for ln in text.splitlines() if "prefetch" in ln]
-    assert pf == ["prefetch X[min(i0 + 1, 63), i1.outer*16 + min(X.pf1*16, 15)]"], pf
-    assert "prefetch (write)" not in text
     X2 = tc.placeholder((8, 12), name="X2")
     Y2 = ops.log_softmax(X2)
-    pf = [ln.strip() for ln in str(tc.lower(sc.schedule_softmax(Y2), [X2, Y2])).splitlines()
-          if "prefetch" in ln]
-    assert pf == ["prefetch X2[min(i0 + 1, 7), min(X2.pf1*16, 11)]"], pf
+    # 16 lanes (AVX-512) and 8 (AVX2), lowered on any machine: one prefetch per vector
+    # step, which covers a line (16 floats) in one step or in two
+    short = {16: ["prefetch X2[min(i0 + 1, 7), min(X2.pf1*16, 11)]"],
+             8: ["prefetch X2[min(i0 + 1, 7), min(X2.pf1*16, 7)]",       # 12 = 8 + 4
+                 "prefetch X2[min(i0 + 1, 7), min(X2.pf1*16, 3) + 8]"]}
+    for target, L in (("llvm -mcpu=skylake-avx512", 16), ("llvm -mcpu=haswell", 8)):
+        text = str(tc.lower(sc.schedule_softmax(Y, target=target), [X, Y], target=target))
+        pf = [ln.strip() for ln in text.splitlines() if "prefetch" in ln]
+        assert pf == [f"prefetch X[min(i0 + 1, 63), i1.outer*{L} + min(X.pf1*16, {L - 1})]"], pf
+        assert "prefetch (write)" not in text
+        text = str(tc.lower(sc.schedule_softmax(Y2, target=target), [X2, Y2], target=target))
+        pf = [ln.strip() for ln in text.splitlines() if "prefetch" in ln]
+        assert pf == short[L], pf
+    s = sc.schedule_softmax(Y)
     x = _arr((64, 1024), 4.0)
     got = _run(s, [X, Y], [x])
     np.testing.assert_allclose(got, _softmax_ref(x), rtol=3e-6, atol=1e-9)
@@ -643,7 +652,14 @@ def test_cpu_info_follows_threads(threads):
     p = sc.gemm_params(512, 512, 512)
     assert p.par == "blocks" and -(-512 // p.nc) * -(-512 // p.mc) >= 4
     assert sc.gemm_params(16, 4096, 256).par == "blocks"
-    p = sc.gemm_params(4096, 16, 256)      # one column panel: the rows are split instead
-    assert p.nc == 16 and -(-4096 // p.mc) >= 4
+    L = sc.cpu_info().lanes
+    p = sc.gemm_params(4096, L, 256)       # one column panel: the rows are split instead
+    assert p.nc == L and -(-4096 // p.mc) >= 4
     p = sc.gemm_params(1024, 1024, 1024)
-    assert p.nr % sc.cpu_info().lanes == 0 and 1024 % p.mr == 0  # no row tail
+    assert p.nr % sc.cpu_info().lanes == 0
+    # AVX-512's 32 registers: 8 x 32 (12 rows would leave a row tail); AVX2's 16: 6 x 16
+    # (12 accumulators; the 4-row tail is a second micro-kernel)
+    p = sc.gemm_params(1024, 1024, 1024, sc.cpu_info("llvm -mcpu=skylake-avx512"))
+    assert (p.mr, p.nr) == (8, 32)
+    p = sc.gemm_params(1024, 1024, 1024, sc.cpu_info("llvm -mcpu=haswell"))
+    assert (p.mr, p.nr) == (6, 16)

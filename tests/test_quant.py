@@ -102,25 +102,49 @@ def test_quantized_concatenate_matches_torch():
     np.testing.assert_array_equal(c, want.int_repr().numpy())
 
 
-@pytest.mark.parametrize("trial", range(4))
-def test_quantized_dense_matches_torch_linear(trial):
-    torch.backends.quantized.engine = "fbgemm"
+def _dense_case(trial, x_high):
     rng = np.random.default_rng(10 + trial)
     M, K, N = 64, int(rng.integers(64, 600)), 80
     xs, ws, ys = (float(rng.uniform(a, b)) for a, b in ((0.005, 0.1), (0.001, 0.02), (0.01, 0.5)))
-    xz, yz = int(rng.integers(0, 256)), int(rng.integers(0, 256))
-    xq = rng.integers(0, 256, (M, K)).astype(np.uint8)
+    xz, yz = int(rng.integers(0, x_high)), int(rng.integers(0, 256))
+    xq = rng.integers(0, x_high, (M, K)).astype(np.uint8)
     wq = rng.integers(-128, 128, (N, K)).astype(np.int8)
     bias = (rng.standard_normal(N) * 2).astype(np.float32)
-    lin = torch.ao.nn.quantized.Linear(K, N)
-    lin.set_weight_bias(torch._make_per_tensor_quantized_tensor(torch.from_numpy(wq), ws, 0),
-                        torch.from_numpy(bias))
-    lin.scale, lin.zero_point = ys, yz
-    want = lin(_tq(xq, xs, xz, "uint8")).int_repr().numpy()
     X = tc.placeholder((M, K), "uint8", name="X")
     W = tc.placeholder((N, K), "int8", name="W")
     B = tc.placeholder((N,), name="B")
     Y = quant.quantized_dense(X, xs, xz, W, ws, 0, B, ys, yz)
     y = np.empty((M, N), np.uint8)
     _build([X, W, B], Y, True)(xq, wq, bias, y)
+    return (xq, xs, xz), (wq, ws), bias, (ys, yz), y
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_quantized_dense_matches_torch_linear(trial):
+    """Bit-exact against ``torch.ao.nn.quantized.Linear`` (fbgemm) with 7-bit activations,
+    as PyTorch's x86 recipes quantize them (``reduce_range``): without VNNI, fbgemm sums
+    pairs of u8 x s8 products in saturating int16 (``vpmaddubsw``), so with full-range
+    activations its result is not the exact one (off by up to 128 on an AVX2 Zen 3);
+    full range is checked against an exact reference below."""
+    torch.backends.quantized.engine = "fbgemm"
+    (xq, xs, xz), (wq, ws), bias, (ys, yz), y = _dense_case(trial, 128)
+    lin = torch.ao.nn.quantized.Linear(xq.shape[1], wq.shape[0])
+    lin.set_weight_bias(torch._make_per_tensor_quantized_tensor(torch.from_numpy(wq), ws, 0),
+                        torch.from_numpy(bias))
+    lin.scale, lin.zero_point = ys, yz
+    want = lin(_tq(xq, xs, xz, "uint8")).int_repr().numpy()
+    np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_quantized_dense_is_exact_in_full_range(trial):
+    """Full-range uint8 activations: the int32 accumulator is exact (checked against int64)
+    and requantized as fbgemm does, in float32: acc + bias / (xs*ws), times
+    xs*ws/ys, rounded half to even, plus the zero point, clamped."""
+    (xq, xs, xz), (wq, ws), bias, (ys, yz), y = _dense_case(trial, 256)
+    acc = (xq.astype(np.int64) - xz) @ wq.astype(np.int64).T
+    assert np.abs(acc).max() < 2 ** 31
+    s = np.float32(xs) * np.float32(ws)
+    v = (acc.astype(np.float32) + bias / s) * np.float32(s / np.float32(ys))
+    want = np.clip(np.rint(v).astype(np.int64) + yz, 0, 255)
     np.testing.assert_array_equal(y, want)

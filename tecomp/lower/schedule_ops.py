@@ -37,12 +37,22 @@ from ..errors import InternalError, LowerError, ScheduleError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
-    Buffer, BufferLoad, Const, Expr, GE, GT, IterVar, LE, LT, ProducerLoad, Range, Reduce, Var, And,
+    Buffer, BufferLoad, Const, Expr, GE, GT, IterVar, LE, LT, Max, ProducerLoad, Range, Reduce, Var,
+    And,
 )
 from ..ir.functor import Mutator, Visitor, substitute
 from ..ir.stmt import Allocate, AttrStmt, BufferStore, For, IfThenElse, SeqStmt, seq
 from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_problem
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+
+
+def _when_nonempty(extent: Expr) -> Expr:
+    """``e`` for an extent ``max(e, 0)``: a loop body runs only where its extent is
+    positive, so a bound proved for its iterations may assume ``e > 0`` (a region that
+    lies past a tensor's edge is then empty, not ``[min, min - 1]`` clamped to zero)."""
+    if isinstance(extent, Max) and isinstance(extent.b, Const) and extent.b.value == 0:
+        return extent.a
+    return extent
 
 
 def _arith():
@@ -519,9 +529,10 @@ class LowerContext:
         inf = self.info[st]
         # each root axis over its region (aligned: past the edge; the others stay inside
         # the shape: their splits' guards see to that), the enclosing loops over theirs
-        ranges = self._outer_ranges(st)
+        ranges = {v: Range(r.min, _when_nonempty(r.extent))
+                  for v, r in self._outer_ranges(st).items()}
         for iv in list(st.op.axis) + list(st.op.reduce_axis):
-            ranges[iv.var] = Range(inf.root_min[iv], inf.extent[iv])
+            ranges[iv.var] = Range(inf.root_min[iv], _when_nonempty(inf.extent[iv]))
         zero = Const(0, "int32")
         for ld, facts in _guarded_loads(inf.body):
             buf, pinf = self.buffer_of(ld.producer)
