@@ -52,9 +52,16 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
 # shared 2-core VM that collapses its 2-thread convolutions (measured 7 GFLOP/s against
 # 42 with OMP_WAIT_POLICY=PASSIVE): give it its best configuration.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-if ARGS is not None and ARGS.threads:
-    # must happen before numpy / torch / TVM / Halide start their thread pools
-    n = str(ARGS.threads)
+# TVM's pool spins after every parallel region before its workers sleep; with two threads
+# (see below) its default spin took the other tools' cores: numpy's GEMM 512^3 ran at
+# 17 GFLOP/s right after TVM's (AMD EPYC Zen 3).  Short, as every other pool here.
+os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "2000")
+if ARGS is not None:
+    # must happen before numpy / torch / TVM / Halide start their thread pools.  Set for
+    # all cores too: TVM's runtime otherwise takes half of the logical CPUs (it assumes
+    # two hyperthreads per core), one thread on a 2-core VM without SMT (AMD EPYC Zen 3:
+    # its GEMM 1024^3 ran at 80 GFLOP/s on "2 threads", the same as on one)
+    n = str(ARGS.threads or os.cpu_count())
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                 "TVM_NUM_THREADS", "HL_NUM_THREADS", "TECOMP_NUM_THREADS"):
         os.environ[var] = n

@@ -270,21 +270,23 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
             if M % cand == 0:
                 mr = cand
                 break
-    # KC: the whole reduction in one slice when it is short enough (C's block then
-    # lives in registers from start to end: see _schedule_gemm_write_cache); else
-    # slices whose A micro-panel (MR x KC) takes at most a third of L1, balanced so
-    # that no slice is tiny.  With a 2 MB L2, K up to 2048 is one slice: for 2048^3 on
-    # one thread (interleaved medians) 102 GFLOP/s against 92 with 512-slices (each
-    # slice reloads and re-stores the C block, 8 rows 8 KB apart, from L3), numpy 105
-    kmax = 2048 if info.l2_bytes >= (2 << 20) else 1024 if info.l2_bytes >= (1 << 20) \
-        else 512
-    kslice = max(64, min(kmax, (info.l1_bytes // 3) // (4 * mr) // 64 * 64))
+    # KC: the whole reduction in one slice (C's block then lives in registers from start
+    # to end: see _schedule_gemm_write_cache) up to K = 8192, whatever the caches; longer
+    # reductions in equal slices of at most that.  With several slices the block is
+    # accumulated in C itself, loaded and stored around every FMA, and it lost everywhere
+    # it was measured, its L1/L2-sized slices included.  2 threads, interleaved, packed B,
+    # GFLOP/s, one slice against the slices chosen from the caches before: AMD EPYC Zen 3
+    # (AVX2, 512 KiB L2) 1024^3 176.6 vs 129.8 (kc 342), 2048^3 176.3 vs 118.2 (kc 410),
+    # 1024x1024x4096 174.9 vs 113.9, 1024x1024x8192 155.5 vs 114.4 (numpy 187, 181, 181,
+    # 162); the Zen 4 of issue 19 (1 MiB L2, then 2 slices at 2048) ran 2048^3 at 0.70x
+    # numpy; Intel Xeon (2 MiB L2) 2048^3 1 thread 102 vs 92 with 512-slices
+    kmax = 8192
     if K is None:
         kc = 256
     elif K <= kmax:
         kc = K
     else:
-        kc = _ceil(K, _ceil(K, kslice))
+        kc = _ceil(K, _ceil(K, kmax))
     # NC: the packed B block (kc x nc) fills about half of L2
     T = info.threads
     panels = _ceil(N, nr) if N is not None else 64
