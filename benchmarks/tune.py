@@ -354,6 +354,7 @@ def main(argv=None):
     tc.set_num_threads(threads)
     os.environ.setdefault("HL_NUM_THREADS", str(threads))     # Halide's thread pool
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))    # TVM's (set before import)
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "2000")  # short, as in run.py
     # (PyTorch keeps its default OpenMP spinning: OMP_WAIT_POLICY=PASSIVE, which run.py
     # sets, made its 0.08 ms batched matmul take 0.15 ms here: its best is without it)
     log_dir = a.log_dir or tempfile.mkdtemp(prefix="tecomp-tune-")

@@ -307,3 +307,27 @@ def test_dense_template_only_for_few_rows():
     knobs = Knobs({"dense.generic_rules": True})   # what a search may try
     assert _dense_rows_for_generic_rules(D.op, knobs) is True  # D: the dense, no bias
     assert knobs.space["dense.generic_rules"] == [True, False]
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=haswell", "llvm -mattr=+avx2,+fma",
+                                    "llvm -mcpu=skylake-avx512"])
+def test_block_vector_covers_a_short_row_unguarded(target):
+    """A 1x1 conv over rows of 14 pixels: with AVX2 (8 lanes) the register block's vector
+    is the whole row (14 lanes), not 16 lanes guarded past the row's end (run lane by
+    lane); with AVX-512 the row fits one register.  Run where the target runs."""
+    X = tc.placeholder((1, 32, 14, 14), name="X")
+    W = tc.placeholder((24, 32), name="W")
+    c = tc.reduce_axis((0, 32), name="c")
+    O = tc.compute((1, 24, 14, 14), lambda n, k, y, x: tc.sum(X[n, c, y, x] * W[k, c], axis=c),
+                   name="O")
+    s = tc.auto_schedule([X, W, O], target=target)
+    text = str(tc.lower(s, [X, W, O], target=target))
+    assert "vectorized (x.inner, 0, 14)" in text and "x.inner < 14" not in text, text
+    if tc.Target(target).runs_here() is not None:
+        return
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 32, 14, 14)).astype("float32")
+    w = rng.standard_normal((24, 32)).astype("float32")
+    o = np.empty((1, 24, 14, 14), "float32")
+    tc.build(s, [X, W, O], target=target)(x, w, o)
+    np.testing.assert_allclose(o, np.einsum("ncyx,kc->nkyx", x, w), rtol=1e-4, atol=1e-4)
