@@ -304,19 +304,27 @@ _PEAK = {}
 
 def peak_gflops(threads: int) -> float:
     """GFLOP/s of a tecomp kernel that is nothing but independent FMAs in registers:
-    per thread, R x 2 vector accumulators and as many input vectors, all in registers
-    (R = 7 with AVX-512's 32 registers, 3 with 16), one broadcast load per 2R FMAs.
-    (The former 6 x 4 layout needed 48 registers: LLVM kept the inputs on the stack and
-    the kernel measured half the peak, 83 against 152 GFLOP/s on one thread here.)"""
+    per thread, R x 2 vector accumulators, two input vectors kept in registers and one
+    broadcast load per 2 FMAs, as in a GEMM micro-kernel (R = 7 with AVX-512's 32
+    registers, 6 with AVX2's 16: 12 accumulators, more than the 8 that two FMA ports of
+    4 cycles' latency need), 200000 k steps a call (calls of 50 us measured 65-73
+    GFLOP/s per core on a Zen 3 where 0.5 ms calls of the same loop measure 103).  (The
+    former layout, one input vector per accumulator and 20000 steps, fit only 6
+    accumulators in AVX2's registers: it measured 116-131 GFLOP/s on the 2-core Zen 3
+    where the GEMM ran at 186; the older 6 x 4 one needed 48 registers: LLVM kept the
+    inputs on the stack, 83 against 152 GFLOP/s on one thread on the Xeon.)"""
     if threads in _PEAK:
         return _PEAK[threads]
     L = sc.cpu_info().lanes
-    R, V, KK = (7 if sc.cpu_info().vregs >= 32 else 3), 2 * L, 20000
+    R, V, KK = (7 if sc.cpu_info().vregs >= 32 else 6), 2 * L, 200000
     P = max(1, threads)
-    X = tc.placeholder((P, R, V), name="X")
-    Wt = tc.placeholder((KK,), name="W")
+    X = tc.placeholder((P, V), name="X")
+    # the R broadcasts of a k step from one row of a 64-row table in L1 (W streamed from
+    # L2/L3 held it to 65-70 GFLOP/s per core on the Zen 3)
+    Wt = tc.placeholder((64, R), name="W")
     k = tc.reduce_axis((0, KK), name="k")
-    Y = tc.compute((P, R, V), lambda p, r, v: tc.sum(X[p, r, v] * Wt[k], axis=k), name="Y")
+    Y = tc.compute((P, R, V), lambda p, r, v: tc.sum(X[p, v] * Wt[k % 64, r], axis=k),
+                   name="Y")
     s = tc.create_schedule(Y.op)
     # the accumulators in a local block (registers after LLVM's SROA), as in the GEMM
     # micro-kernel: accumulating into Y itself would load and store it every k step
@@ -333,9 +341,9 @@ def peak_gflops(threads: int) -> float:
     if P > 1:
         s[Y].parallel(p)
     f = tc.build(s, [X, Wt, Y], name="peak")
-    x = np.ones((P, R, V), "float32")
-    w = np.full((KK,), 1e-6, "float32")
-    y = np.empty_like(x)
+    x = np.ones((P, V), "float32")
+    w = np.full((64, R), 1e-6, "float32")
+    y = np.empty((P, R, V), "float32")
     f(x, w, y)
     best = 0.0
     for _ in range(3):   # the best of three bursts: the machine is shared
