@@ -403,7 +403,7 @@ def _tecomp_builds():
 def compile_table(tools, threads, reps: int = 3):
     print("Compile times, warm process (median of %d builds; seconds):" % reps)
     print("  %-28s %8s %9s %9s  %s" % ("kernel", "tc.build", "lowering", "LLVM",
-                                      "LLVM split (IR codegen / bitcode parse / worker: parse+O3 / JIT)"))
+                                      "LLVM split (IR codegen / parse / worker: parse+O3+machine code / JIT link)"))
     for name, thunk in _tecomp_builds():
         thunk()  # warm: imports, the thread pool, first-use caches
         mods = [thunk() for _ in range(reps)]

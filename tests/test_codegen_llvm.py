@@ -1480,3 +1480,30 @@ def test_erf_float32_error_everywhere(exp_variant):
                target=exp_variant)(special, out)
     np.testing.assert_array_equal(out, [1, -1, 0, -0.0, 1, 1, -1])
     assert np.signbit(out[3])
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_masked_load_wider_than_a_register_with_a_dead_half(target):
+    """A select reads C1 under a lane mask whose upper half is always false: an 8-lane
+    float64 masked load, two AVX2 registers.  LLVM's code generator split it and aborted
+    the process on the all-false half (an assertion in its alias analysis; a fuzzed
+    program on a Zen 3); tecomp splits such loads into register-wide pieces itself, and
+    generates machine code in its worker process, where a crash of LLVM is an error."""
+    import tecomp as tc
+
+    P = tc.placeholder((2, 4), dtype="float64", name="P")
+    C1 = tc.compute((2, 4), lambda i, j: P[i, j] * 2.0, name="C1")
+    C2 = tc.compute((3, 8), lambda i, j: tc.if_then_else(tc.all(i < 1, j < 4), C1[i, j],
+                                                         tc.const(0, "float64")), name="C2")
+    s = tc.create_schedule(C2.op)
+    s[C2].vectorize(C2.op.axis[1])
+    s[C2].parallel(C2.op.axis[0])
+    if tc.Target(target).runs_here() is not None:
+        pytest.skip(tc.Target(target).runs_here())
+    f = tc.build(s, [P, C2], target=target)
+    p = np.arange(8, dtype="float64").reshape(2, 4)
+    c = np.full((3, 8), np.nan)
+    f(p, c)
+    want = np.zeros((3, 8))
+    want[0, :4] = p[0] * 2
+    np.testing.assert_array_equal(c, want)

@@ -68,9 +68,13 @@ Lowering
   8 + 4 + 2 lane pieces and inserts (``_FnEmitter.pad_lanes``); not for buffers a
   store reads back (accumulators: LLVM keeps a plain load/store pair in a register
   across a loop, a masked one not).  A constant extent L up to 64
-  is one vector of L lanes (LLVM splits wide vectors into native registers); a larger
+  is one vector of L lanes (LLVM splits wide vectors into native registers), except
+  without AVX-512 when L is not a whole number of 256-bit registers (14 float32 on AVX2):
+  then register-wide pieces and a shorter last one, in sequence; a larger
   or symbolic extent is strip-mined into chunks of the native width plus a remainder
-  (a shorter vector for constant extents, a masked chunk for symbolic ones).  Nested
+  (a shorter vector for constant extents, a masked chunk for symbolic ones).  A masked
+  load wider than a register is emitted as register-wide masked loads
+  (``_FnEmitter.masked_load``: LLVM aborted on one whose upper half was masked off).  Nested
   loops inside a widened body run serially with lane-invariant bounds.  Widening
   assumes, as TVM does, that the iterations are independent.  It is not possible -- and
   the loop becomes a serial loop tagged ``llvm.loop.vectorize.enable`` for LLVM's own
@@ -187,6 +191,9 @@ _MEM = {"bool": _I8, "int8": _I8, "uint8": _I8, "int16": _I16, "int32": _I32, "i
         "float16": _F16, "float32": _F32, "float64": _F64}
 _SIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8,
          "float16": 2, "float32": 4, "float64": 8}
+
+#: bytes of each LLVM element type
+_IR_SIZE = {_I8: 1, _I16: 2, _I32: 4, _I64: 8, _F16: 2, _F32: 4, _F64: 8}
 
 #: a vectorized loop with a constant extent up to this many lanes becomes one vector
 MAX_WIDEN_LANES = 64
@@ -486,6 +493,8 @@ class _ModuleBuilder:
         self._has_load: Dict[int, bool] = {}
         # LLVM prefers 256-bit vectors on AVX2 and on most AVX-512 parts alike
         self.native_vector_bytes = 32
+        #: bytes of one vector register (masked loads wider than it are split: masked_load)
+        self.register_bytes = 64 if self.target.has_feature("avx512f") else 32
         # AVX-512: a contiguous access of a lane count that is not a power of two (e.g.
         # 14 float32) is one masked access of the next power of two (_FnEmitter.pad_lanes)
         # (not for accumulators: LICM keeps a plain load/store pair in registers across a
@@ -1353,9 +1362,7 @@ class _FnEmitter:
             if self.mask is None:
                 x = b.load(p, typ=vty, align=align)
             else:
-                f = self.mb.intrinsic("llvm.masked.load", vty,
-                                      [_PTR, _I32, self.vtype(_I1), vty], [vty, _PTR])
-                x = b.call(f, [p, ir.Constant(_I32, align), self.mask, _splat(vty, 0)])
+                x = self.masked_load(p, vty, align, self.mask)
         elif (off.v is None and 2 <= off.step <= MAX_STRIDED_STEP and self.mask is None
               and off.step * self.lanes <= MAX_WIDEN_LANES
               and memty in (_F32, _I32, _F64, _I64)):
@@ -1380,12 +1387,51 @@ class _FnEmitter:
         lanes use, so it reads nothing they would not."""
         n = self.lanes
         wty = ir.VectorType(memty, width)
-        f = self.mb.intrinsic("llvm.masked.load", wty,
-                              [_PTR, _I32, ir.VectorType(_I1, width), wty], [wty, _PTR])
-        w = self.b.call(f, [self._elem_ptr(bi, off.s, False), ir.Constant(_I32, align),
-                            self._pad_mask(width, step * (n - 1) + 1), _splat(wty, 0)])
+        w = self.masked_load(self._elem_ptr(bi, off.s, False), wty, align,
+                             self._pad_mask(width, step * (n - 1) + 1))
         return self.b.shuffle_vector(w, _poison(wty), ir.Constant(
             ir.VectorType(_I32, n), [ir.Constant(_I32, i * step) for i in range(n)]))
+
+    def masked_load(self, p, vty, align: int, mask):
+        """``llvm.masked.load`` of ``vty`` at ``p`` (zero where ``mask`` is false), as
+        register-wide pieces where ``vty`` is wider than a register.  LLVM's backend
+        splits a wider one itself, and aborts the process (an assertion in its alias
+        analysis, llvmlite 0.50 on an AVX2 Zen 3) when a piece's mask is all false:
+        ``<8 x double>`` masked to its first 4 lanes, from a fuzzed program."""
+        b = self.b
+        n, et = vty.count, vty.element
+        per = max(1, self.mb.register_bytes // _IR_SIZE[et])
+        if n <= per:
+            f = self.mb.intrinsic("llvm.masked.load", vty,
+                                  [_PTR, _I32, ir.VectorType(_I1, n), vty], [vty, _PTR])
+            return b.call(f, [p, ir.Constant(_I32, align), mask, _splat(vty, 0)])
+        pty = ir.VectorType(et, per)
+        pieces = []
+        for start in range(0, n, per):
+            k = min(per, n - start)
+            m = b.shuffle_vector(mask, _poison(mask.type), ir.Constant(
+                ir.VectorType(_I32, per), [ir.Constant(_I32, start + i if i < k else start)
+                                           for i in range(per)]))
+            if k < per:   # past the end: lanes off
+                m = b.and_(m, ir.Constant(ir.VectorType(_I1, per),
+                                          [ir.Constant(_I1, int(i < k)) for i in range(per)]))
+            q = b.gep(p, [ir.Constant(_I64, start)], source_etype=et)
+            f = self.mb.intrinsic("llvm.masked.load", pty,
+                                  [_PTR, _I32, ir.VectorType(_I1, per), pty], [pty, _PTR])
+            pieces.append(b.call(f, [q, ir.Constant(_I32, align), m, _splat(pty, 0)]))
+        while len(pieces) & (len(pieces) - 1):
+            pieces.append(_splat(pieces[0].type, 0))
+        while len(pieces) > 1:
+            w = pieces[0].type.count
+            idx = ir.Constant(ir.VectorType(_I32, 2 * w), [ir.Constant(_I32, i)
+                                                          for i in range(2 * w)])
+            pieces = [b.shuffle_vector(pieces[i], pieces[i + 1], idx)
+                      for i in range(0, len(pieces), 2)]
+        whole = pieces[0]
+        if whole.type.count == n:
+            return whole
+        return b.shuffle_vector(whole, _poison(whole.type), ir.Constant(
+            ir.VectorType(_I32, n), [ir.Constant(_I32, i) for i in range(n)]))
 
     def store(self, node: BufferStore, val: Val):
         bi = self.buf(node.buffer)
@@ -1687,11 +1733,29 @@ class _FnEmitter:
             if L == 1:
                 self.with_loop_var(s.var, Val(lo), lambda: self.stmt(s.body))
                 return
-            if L <= MAX_WIDEN_LANES:
+            W = self.chunk_lanes(s)
+            if L <= MAX_WIDEN_LANES and (self.mb.masked_pad or L <= W or L % W == 0):
                 self.mb.notes.append(f"vectorized loop over `{name}`: widened to {L} lanes")
                 self.widened(s, lo, L, None)
                 return
-            W = self.chunk_lanes(s)
+            if L <= MAX_WIDEN_LANES:
+                # without AVX-512: L lanes that are not whole registers (14 float32 on
+                # AVX2) as register-wide pieces and a shorter last one, in sequence.  As
+                # one vector, LLVM rebuilt a 14-lane accumulator carried around a loop
+                # from the stack in every iteration (vinsertps): 1x1 conv 256 -> 256 on
+                # 14x14 rows, AMD EPYC Zen 3, 2 threads, interleaved: 0.48 ms against 1.00
+                # (PyTorch 0.33)
+                nchunks, rem = divmod(L, W)
+                self.mb.notes.append(f"vectorized loop over `{name}`: {nchunks} pieces of "
+                                     f"{W} lanes + {rem}")
+                for c in range(nchunks):
+                    self.widened(s, self.iadd(lo, ir.Constant(_I64, c * W)), W, None)
+                last = self.iadd(lo, ir.Constant(_I64, nchunks * W))
+                if rem == 1:
+                    self.with_loop_var(s.var, Val(last), lambda: self.stmt(s.body))
+                else:
+                    self.widened(s, last, rem, None)
+                return
             nchunks, rem = divmod(L, W)
             self.mb.notes.append(f"vectorized loop over `{name}`: {nchunks} chunks of {W} lanes"
                                  + (f" + {rem}" if rem else ""))

@@ -38,6 +38,7 @@ from typing import Dict, Iterable, Optional, Tuple
 import llvmlite.binding as llvm
 
 from . import llvm_optproc as _optproc
+from .llvm_optproc import _LEN
 
 #: Held around every call into LLVM (see the module docstring).
 LLVM_LOCK = threading.RLock()
@@ -383,6 +384,8 @@ class JitModule:
         """The optimised LLVM IR (printed on first request)."""
         if not isinstance(self._opt, str):
             with LLVM_LOCK:
+                if isinstance(self._opt, bytes):
+                    self._opt = _parse_bitcode(self._opt)
                 if not isinstance(self._opt, str):
                     self._opt = str(self._opt)
         return self._opt
@@ -398,20 +401,25 @@ class JitModule:
         return self._asm
 
 
+def _parse_bitcode(bitcode: bytes):
+    mod = llvm.parse_bitcode(bitcode)
+    mod.name = "<string>"  # as parse_assembly names it: the same printed IR
+    return mod
+
+
 def _optimized_module(ir_text: str, opt: bool, explicit: bool, timings: Dict[str, float]):
     """Parse and verify ``ir_text`` and (``opt``) run the O3 pipeline on it, in the
-    worker when there is one; return the llvmlite ``ModuleRef``.  Call with
-    :data:`LLVM_LOCK` held."""
+    worker when there is one; return the llvmlite ``ModuleRef``, or ``(bitcode, object
+    code)`` from the worker.  Call with :data:`LLVM_LOCK` held."""
     h = host()
     t0 = time.perf_counter()
-    bitcode = _optimize_in_worker(ir_text, explicit) if opt else None
+    reply = _optimize_in_worker(ir_text, explicit) if opt else None
     t1 = time.perf_counter()
-    if bitcode is not None:  # parsed, verified and optimised by the worker
-        mod = llvm.parse_bitcode(bitcode)
-        mod.name = "<string>"  # as parse_assembly names it: the same printed IR
-        t2 = time.perf_counter()
+    if reply is not None:  # parsed, verified, optimised and compiled by the worker
+        n, = _LEN.unpack_from(reply)
         timings["optimize"] = t1 - t0
-        timings["parse"] = t2 - t1
+        timings["parse"] = 0.0
+        return reply[_LEN.size:_LEN.size + n], reply[_LEN.size + n:]
     else:
         mod = llvm.parse_assembly(ir_text)
         mod.triple = h.triple
@@ -438,7 +446,16 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
     with LLVM_LOCK:
         mod = _optimized_module(ir_text, opt, explicit, timings)
         t2 = time.perf_counter()
-        engine = llvm.create_mcjit_compiler(mod, h.new_target_machine())
+        if isinstance(mod, tuple):
+            # the worker's machine code, linked into an engine of its own
+            mod, obj = mod
+            empty = llvm.parse_assembly("")
+            empty.triple = h.triple
+            empty.data_layout = h.data_layout
+            engine = llvm.create_mcjit_compiler(empty, h.new_target_machine())
+            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        else:
+            engine = llvm.create_mcjit_compiler(mod, h.new_target_machine())
         engine.finalize_object()
         addresses = {}
         for s in symbols:
@@ -474,6 +491,8 @@ def emit_object(parts: Iterable[Tuple[str, bool, Dict[str, str]]], target=None) 
         linked = None
         for text, opt, renames in parts:
             mod = _optimized_module(text, opt, False, {})
+            if isinstance(mod, tuple):   # (bitcode, the worker's JIT object code)
+                mod = _parse_bitcode(mod[0])
             for old, new in renames.items():
                 mod.get_function(old).name = new
             if linked is None:

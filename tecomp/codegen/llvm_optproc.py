@@ -5,17 +5,22 @@ pipeline leaves memory behind in the process that ran it (about 64 KiB per modul
 for a ten-line function, and whether or not the PassBuilder is reused; an empty pass
 manager run leaves nothing, nor do parsing, MCJIT and freeing a module).  A process that
 builds thousands of kernels would grow without bound.  So tecomp ships the unoptimised
-IR text to a long-lived worker process, which parses, verifies and optimises it and
-sends back bitcode; the parent parses the bitcode and JIT-compiles it.  The worker
+IR text to a long-lived worker process, which parses, verifies and optimises it,
+generates its machine code and sends back the bitcode and the object code; the parent
+loads the object code into its JIT (and parses the bitcode only to print the optimised
+IR).  The worker
 retires itself once it has grown by ``TECOMP_LLVM_WORKER_MAX_MB`` (default 256 MiB) since
 its first module, and the next build starts a fresh one, so the memory of both
 processes stays bounded.  A
-crash inside LLVM's optimiser kills the worker, not the user's process: the build raises
-an error that says so.
+crash inside LLVM's optimiser or its code generator kills the worker, not the user's
+process: the build raises an error that says so.  (The code generator aborted the
+process on an ``<8 x double>`` masked load on an AVX2 machine, an assertion in its alias
+analysis; the code generator now splits such loads, and a crash of the kind stays in
+the worker.)
 
 Cost: starting the worker takes about 0.2 s (Python, llvmlite, the target), paid once,
-overlapped with the first build's lowering; each module then pays a pipe round trip and
-a bitcode parse (a few milliseconds for a tuned GEMM).
+overlapped with the first build's lowering; each module then pays a pipe round trip (the
+machine code is generated once, in the worker, instead of by the parent's JIT).
 
 ``TECOMP_LLVM_OPT_WORKER=0`` optimises in the calling process instead (the leak is then
 back); so does a platform where the worker cannot be started.
@@ -27,7 +32,8 @@ nothing from tecomp (only the standard library and llvmlite), and
 Protocol (binary, over the worker's stdin/stdout): a request is ``b"TCO1"``, a flags
 byte (bit 0: ``explicit``) and a little-endian u32 length, then that many bytes of IR
 text; a reply is a status byte (0: bitcode follows; 1: an error message follows), a
-retiring byte (1: the worker exits after this reply) and a u32 length, then the payload.
+retiring byte (1: the worker exits after this reply) and a u32 length, then the payload
+(status 0: a u32 length, that many bytes of bitcode, then the object code).
 Once started, before any request, the worker sends one empty reply with status 2.
 """
 from __future__ import annotations
@@ -40,6 +46,7 @@ import sys
 _MAGIC = b"TCO1"
 _REQ = struct.Struct("<4sBI")
 _REP = struct.Struct("<BBI")
+_LEN = struct.Struct("<I")
 _READY = 2
 
 
@@ -166,7 +173,10 @@ def serve(triple: str, cpu: str, features: str, max_mb: float) -> None:
             mod.data_layout = data_layout
             mod.verify()
             run_pipeline(mod, tm, bool(flags & 1))
-            status, payload = 0, mod.as_bitcode()
+            # the machine code too: an LLVM backend that aborts (an assertion) kills
+            # this worker, not the caller
+            bitcode = mod.as_bitcode()
+            status, payload = 0, _LEN.pack(len(bitcode)) + bitcode + tm.emit_object(mod)
             mod.close()
         except Exception as e:  # reported to the parent, which raises it
             status, payload = 1, str(e).encode("utf-8", "replace")
