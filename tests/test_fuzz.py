@@ -507,3 +507,15 @@ def test_campaign_seed_3085194_generator_keeps_only_legal_storage_align(tmp_path
     p = _run_fuzz(tmp_path, cases=1, gpu_every=25, seed=3085194)
     assert "cases run: 1" in p.stdout and "crashes: 0" in p.stdout, p.stdout + p.stderr
     assert p.returncode == 0
+
+
+@pytest.mark.skipif(not HAVE_CXX, reason="the CUDA emulation needs a C++ compiler")
+def test_campaign_seed_6002174_local_buffer_allocated_twice_in_one_c_block():
+    """Loop partitioning copied a body with its allocation of a local buffer (P2.local),
+    so the generated CUDA C declared the same array twice in one block and did not
+    compile (the 4000-case campaign on the AVX2 Zen 3, seeds 6000000-6003999, default
+    --gpu-every 25)."""
+    from tecomp.testing.fuzz import case_for_seed
+
+    out = run_case(case_for_seed(6002174, 25, 3))
+    assert out.ok, out.report()

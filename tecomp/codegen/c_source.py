@@ -701,11 +701,24 @@ class CSource:
         self.stmt(s.body)
 
     def _s_Allocate(self, s: Allocate) -> None:
-        self.declare_local(s.buffer)
-        self.stmt(s.body)
+        self.local_allocate(s)
 
     def declare_local(self, buf: Buffer) -> None:
+        self._scopes[-1].add(buf)
         self.emit(f"{self.ctype(buf.dtype)} {self.name(buf)}[{declared_size(buf)}];")
+
+    def local_allocate(self, s: Allocate) -> None:
+        """``s.buffer`` declared as a local array and ``s.body``; a buffer allocated a
+        second time in one C block (loop partitioning copies a body with its allocations:
+        fuzz seed 6002174) gets its own block, as a Var bound twice does."""
+        if s.buffer in self._scopes[-1]:
+            self.open_block("")
+            self.declare_local(s.buffer)
+            self.stmt(s.body)
+            self.close_block()
+        else:
+            self.declare_local(s.buffer)
+            self.stmt(s.body)
 
     def _s_Evaluate(self, s: Evaluate) -> None:
         v = s.value

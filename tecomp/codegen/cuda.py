@@ -358,8 +358,7 @@ class CudaRenderer(CSource):
                 raise BuildError(f"shared buffer {s.buffer.name} is allocated twice")
             self.stmt(s.body)
         elif scope == "local":
-            self.declare_local(s.buffer)
-            self.stmt(s.body)
+            self.local_allocate(s)
         elif scope == "global":
             raise BuildError(
                 f"buffer {s.buffer.name} is allocated in global memory inside a kernel; use "
