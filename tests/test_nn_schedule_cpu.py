@@ -315,7 +315,7 @@ def test_conv2d_nchw_peeled_row_tail_runs_unguarded(N, K, lanes, threads):
     lanes of a column tail), and the result is right.  (2 threads: with 8 channel blocks,
     4 tasks per thread.)  Without AVX-512's masks (AVX2) the 13 columns are one
     unguarded vector of 8 + 5 lanes instead (a guarded 5-lane tail ran lane by lane: 24
-    -> 64 channels 98.1 GFLOP/s against 11.8 on a Zen 3): nothing is guarded at all."""
+    -> 64 channels 107.2 GFLOP/s against 12.4 on a Zen 3): nothing is guarded at all."""
     from tecomp.ir.functor import collect, free_vars
     from tecomp.ir.stmt import For, IfThenElse
 
@@ -674,8 +674,8 @@ def test_cpu_info_follows_threads(threads):
 def test_conv2d_nchw_row_vector_without_masks_divides_the_row(OW):
     """AVX2 has no mask registers: an NCHW block's columns divide the row (a 13- or
     27-wide row as one vector of register-wide pieces, up to four registers) instead of
-    8 lanes and a guarded tail run lane by lane (Zen 3: 384 -> 256 channels at 13x13 94.8
-    against 12.5 GFLOP/s).  AVX-512 keeps its masked tails.  Lowered for both targets on
+    8 lanes and a guarded tail run lane by lane (Zen 3: 384 -> 256 channels at 13x13 106.9
+    against 12.8 GFLOP/s).  AVX-512 keeps its masked tails.  Lowered for both targets on
     any machine and run through the interpreter."""
     from tecomp.ir import interp
 

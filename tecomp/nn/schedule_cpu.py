@@ -274,12 +274,13 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
     # to end: see _schedule_gemm_write_cache) up to K = 8192, whatever the caches; longer
     # reductions in equal slices of at most that.  With several slices the block is
     # accumulated in C itself, loaded and stored around every FMA, and it lost everywhere
-    # it was measured, its L1/L2-sized slices included.  2 threads, interleaved, packed B,
-    # GFLOP/s, one slice against the slices chosen from the caches before: AMD EPYC Zen 3
-    # (AVX2, 512 KiB L2) 1024^3 176.6 vs 129.8 (kc 342), 2048^3 176.3 vs 118.2 (kc 410),
-    # 1024x1024x4096 174.9 vs 113.9, 1024x1024x8192 155.5 vs 114.4 (numpy 187, 181, 181,
-    # 162); the Zen 4 of issue 19 (1 MiB L2, then 2 slices at 2048) ran 2048^3 at 0.70x
-    # numpy; Intel Xeon (2 MiB L2) 2048^3 1 thread 102 vs 92 with 512-slices
+    # it was measured, its L1/L2-sized slices included.  AMD EPYC Zen 3 (AVX2, 512 KiB L2),
+    # 2 threads, packed B, GFLOP/s: benchmarks/run.py, 1024^3 132.6 (kc 342) and 2048^3
+    # 117.0 (kc 410) before, 185.9 and 180.4 after (numpy 184-185, 183); interleaved, one
+    # slice against two: 2048^3 176.3 vs 133.2 (kc 1024), 1024x1024x4096 174.9 vs 133.6
+    # (kc 2048), 1024x1024x8192 155.5 vs 126.2 (kc 4096).  The Zen 4 of issue 19 (1 MiB
+    # L2, then 2 slices at 2048) ran 2048^3 at 0.70x numpy; Intel Xeon (2 MiB L2) 2048^3
+    # 1 thread 102 vs 92 with 512-slices
     kmax = 8192
     if K is None:
         kc = 256
@@ -966,9 +967,9 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
             # without AVX-512's masks a tail block runs its guarded lanes one by one: a
             # divisor up to four registers instead, emitted as register-wide pieces and
             # a shorter one (a 13-wide row as 8 + 5).  AMD EPYC Zen 3, 2 threads,
-            # interleaved, 1 image: 384 -> 256 channels at 13x13 94.8 GFLOP/s against
-            # 12.5 with an 8-lane block and a guarded 5-lane tail, 96 -> 96 at 27x27 103.0
-            # against 19.8 (PyTorch 148, 147); 256 at 14x14 90.2 against 88.9
+            # interleaved, 1 image, GFLOP/s: 384 -> 256 channels at 13x13 106.9 against
+            # 12.8 with an 8-lane block and a guarded 5-lane tail, 96 -> 96 at 27x27 98.7
+            # against 24.0 (PyTorch 146, 139); 256 at 14x14 137.3 against 129.6
             xbs = sorted(set(xbs) | {d for d in _divisors(OW) if d <= 4 * L})
         if max(xbs) < min(OW, L) // 2:
             xbs.append(min(OW, L))  # no good divisor: a tail block (masked)
