@@ -572,10 +572,12 @@ class _Rules:
         whole axis (extent ``ev``) in one or two vectors: the vector is then the axis,
         unguarded, instead of ``nr`` lanes with a guard past ``ev`` in every vector
         statement, which AVX2 runs lane by lane.  A 1x1 conv over rows of 14 pixels
-        (256 -> 256 channels, 14x14), AMD EPYC Zen 3, 2 threads, interleaved: 1.00 ms
-        against 3.53 as a guarded 16-lane block (0.48 once the code generator emitted the
-        14 lanes as 8 + 6 instead of one 14-lane vector; PyTorch 0.32-0.33).  With AVX-512
-        a guarded lane is a masked one, and the panel stays as it was."""
+        (256 -> 256 channels, 14x14), AMD EPYC Zen 3, 2 threads, interleaved (each
+        after PyTorch's spinning threads, so each a little slow): 1.00 ms against 3.53 as
+        a guarded 16-lane block, 0.48 once the code generator emitted the 14 lanes as 8 +
+        6 instead of one 14-lane vector; ``benchmarks/tune.py --quick``: 1.98 ms before
+        both, 0.20 after (PyTorch 0.33).  With AVX-512 a guarded lane is a masked one, and
+        the panel stays as it was."""
         if ev is not None and ev <= nr and ev <= 2 * self.L and not self.masked:
             return ev
         return nr

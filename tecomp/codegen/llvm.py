@@ -1744,7 +1744,7 @@ class _FnEmitter:
                 # one vector, LLVM rebuilt a 14-lane accumulator carried around a loop
                 # from the stack in every iteration (vinsertps): 1x1 conv 256 -> 256 on
                 # 14x14 rows, AMD EPYC Zen 3, 2 threads, interleaved: 0.48 ms against 1.00
-                # (PyTorch 0.33)
+                # (see autoschedule.rules._Rules._whole)
                 nchunks, rem = divmod(L, W)
                 self.mb.notes.append(f"vectorized loop over `{name}`: {nchunks} pieces of "
                                      f"{W} lanes + {rem}")
