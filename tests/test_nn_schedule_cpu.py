@@ -327,14 +327,14 @@ def test_conv2d_nchw_peeled_row_tail_runs_unguarded(N, K, lanes, threads):
     s = sc.schedule_conv2d_nchw(out)
     f = tc.lower(s, [d, w, out])
     reductions = collect(f.body, lambda n: isinstance(n, For) and n.var.name == "c")
-    if sc._has_masks(sc.cpu_info()):
+    if sc.cpu_info().masks:
         assert len(reductions) >= 2   # the main blocks and the peeled tail
     for loop in reductions:
         for g in collect(loop.body, lambda n: isinstance(n, IfThenElse)):
             # only the masked lanes of a column tail (13 columns in 8-lane vectors)
-            assert sc._has_masks(sc.cpu_info()), g.cond
+            assert sc.cpu_info().masks, g.cond
             assert {v.name for v in free_vars(g.cond)} == {"x.inner"}, g.cond
-    if sc._has_masks(sc.cpu_info()):
+    if sc.cpu_info().masks:
         rows = [n for n in collect(f.body, lambda n: isinstance(n, For) and n.kind == "serial")
                 if n.var.name.startswith("y")]
         assert rows, "the row blocks are a serial loop"

@@ -45,7 +45,6 @@ from ..errors import AutoScheduleError
 from ..ir.expr import Call, Const, Div, Expr, ProducerLoad, Reduce, Var
 from ..ir.functor import collect, substitute, uses_var
 from ..schedule.schedule import Schedule, Stage, create_schedule
-from ..target import as_target
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .rows import row_reduce_at
 
@@ -233,8 +232,6 @@ class _Rules:
     def __init__(self, s: Schedule, outs, knobs: Knobs, info, shapes, only=None):
         self.s, self.outs, self.k, self.info, self.shapes = s, outs, knobs, info, shapes
         self.L = info.lanes
-        # mask registers (AVX-512): a vector guarded past a tensor's edge is cheap
-        self.masked = as_target(info.target).has_feature("avx512f")
         # ids of ops scheduled (or attached) already; with ``only``, every other stage
         self.done = set() if only is None else {
             id(st.op) for st in s.stages if id(st.op) not in only}
@@ -578,7 +575,7 @@ class _Rules:
         6 instead of one 14-lane vector; ``benchmarks/tune.py --quick``: 1.98 ms before
         both, 0.20 after (PyTorch 0.33).  With AVX-512 a guarded lane is a masked one, and
         the panel stays as it was."""
-        if ev is not None and ev <= nr and ev <= 2 * self.L and not self.masked:
+        if ev is not None and ev <= nr and ev <= 2 * self.L and not self.info.masks:
             return ev
         return nr
 

@@ -711,14 +711,13 @@ class CSource:
         """``s.buffer`` declared as a local array and ``s.body``; a buffer allocated a
         second time in one C block (loop partitioning copies a body with its allocations:
         fuzz seed 6002174) gets its own block, as a Var bound twice does."""
-        if s.buffer in self._scopes[-1]:
+        again = s.buffer in self._scopes[-1]
+        if again:
             self.open_block("")
-            self.declare_local(s.buffer)
-            self.stmt(s.body)
+        self.declare_local(s.buffer)
+        self.stmt(s.body)
+        if again:
             self.close_block()
-        else:
-            self.declare_local(s.buffer)
-            self.stmt(s.body)
 
     def _s_Evaluate(self, s: Evaluate) -> None:
         v = s.value

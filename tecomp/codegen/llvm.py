@@ -193,7 +193,7 @@ _SIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8,
          "float16": 2, "float32": 4, "float64": 8}
 
 #: bytes of each LLVM element type
-_IR_SIZE = {_I8: 1, _I16: 2, _I32: 4, _I64: 8, _F16: 2, _F32: 4, _F64: 8}
+_IR_SIZE = {_MEM[d]: _SIZE[d] for d in _MEM}
 
 #: a vectorized loop with a constant extent up to this many lanes becomes one vector
 MAX_WIDEN_LANES = 64
@@ -493,13 +493,13 @@ class _ModuleBuilder:
         self._has_load: Dict[int, bool] = {}
         # LLVM prefers 256-bit vectors on AVX2 and on most AVX-512 parts alike
         self.native_vector_bytes = 32
-        #: bytes of one vector register (masked loads wider than it are split: masked_load)
-        self.register_bytes = 64 if self.target.has_feature("avx512f") else 32
         # AVX-512: a contiguous access of a lane count that is not a power of two (e.g.
         # 14 float32) is one masked access of the next power of two (_FnEmitter.pad_lanes)
         # (not for accumulators: LICM keeps a plain load/store pair in registers across a
         # loop, but not a masked one)
         self.masked_pad = self.target.has_feature("avx512f")
+        #: bytes of one vector register (masked loads wider than it are split: masked_load)
+        self.register_bytes = 64 if self.masked_pad else 32
         #: fused multiply-adds in hardware (exp_f32's polynomial uses them)
         self.has_fma = self.target.has_feature("fma")
         self.no_pad = _rmw_buffers(func.body) if self.masked_pad else set()
@@ -1733,11 +1733,12 @@ class _FnEmitter:
             if L == 1:
                 self.with_loop_var(s.var, Val(lo), lambda: self.stmt(s.body))
                 return
-            W = self.chunk_lanes(s)
-            if L <= MAX_WIDEN_LANES and (self.mb.masked_pad or L <= W or L % W == 0):
+            W = None if L <= MAX_WIDEN_LANES and self.mb.masked_pad else self.chunk_lanes(s)
+            if L <= MAX_WIDEN_LANES and (W is None or L <= W or L % W == 0):
                 self.mb.notes.append(f"vectorized loop over `{name}`: widened to {L} lanes")
                 self.widened(s, lo, L, None)
                 return
+            nchunks, rem = divmod(L, W)
             if L <= MAX_WIDEN_LANES:
                 # without AVX-512: L lanes that are not whole registers (14 float32 on
                 # AVX2) as register-wide pieces and a shorter last one, in sequence.  As
@@ -1745,24 +1746,17 @@ class _FnEmitter:
                 # from the stack in every iteration (vinsertps): 1x1 conv 256 -> 256 on
                 # 14x14 rows, AMD EPYC Zen 3, 2 threads, interleaved: 0.48 ms against 1.00
                 # (see autoschedule.rules._Rules._whole)
-                nchunks, rem = divmod(L, W)
                 self.mb.notes.append(f"vectorized loop over `{name}`: {nchunks} pieces of "
                                      f"{W} lanes + {rem}")
                 for c in range(nchunks):
                     self.widened(s, self.iadd(lo, ir.Constant(_I64, c * W)), W, None)
-                last = self.iadd(lo, ir.Constant(_I64, nchunks * W))
-                if rem == 1:
-                    self.with_loop_var(s.var, Val(last), lambda: self.stmt(s.body))
-                else:
-                    self.widened(s, last, rem, None)
-                return
-            nchunks, rem = divmod(L, W)
-            self.mb.notes.append(f"vectorized loop over `{name}`: {nchunks} chunks of {W} lanes"
-                                 + (f" + {rem}" if rem else ""))
-            self.loop(_sanitize(name) + ".chunk", ir.Constant(_I64, 0),
-                      ir.Constant(_I64, nchunks),
-                      lambda c: self.widened(
-                          s, self.iadd(lo, self.b.mul(c, ir.Constant(_I64, W))), W, None))
+            else:
+                self.mb.notes.append(f"vectorized loop over `{name}`: {nchunks} chunks of "
+                                     f"{W} lanes" + (f" + {rem}" if rem else ""))
+                self.loop(_sanitize(name) + ".chunk", ir.Constant(_I64, 0),
+                          ir.Constant(_I64, nchunks),
+                          lambda c: self.widened(
+                              s, self.iadd(lo, self.b.mul(c, ir.Constant(_I64, W))), W, None))
             if rem == 1:
                 self.with_loop_var(s.var, Val(self.iadd(lo, ir.Constant(_I64, nchunks * W))),
                                    lambda: self.stmt(s.body))

@@ -94,6 +94,15 @@ class CpuInfo:
     l2_bytes: int = 512 * 1024
     target: str = "llvm"   # the tc.Target (its string) these facts are from
 
+    @property
+    def masks(self) -> bool:
+        """Whether the target has AVX-512's mask registers (a vector guarded past a
+        tensor's edge is then masked instructions; without them, AVX2 runs its lanes one
+        by one)."""
+        from ..target import as_target
+
+        return as_target(self.target).has_feature("avx512f")
+
 
 def _cache_size(level: int, default: int) -> int:
     """L1d / L2 / L3 size of cpu0 (per core, sysfs), or ``default`` (see
@@ -922,14 +931,6 @@ def _divisors(n: int) -> List[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _has_masks(info: CpuInfo) -> bool:
-    """Whether the target has AVX-512's mask registers (a vector guarded past a tensor's
-    edge is then masked instructions; without them, AVX2 runs its lanes one by one)."""
-    from ..target import as_target
-
-    return as_target(info.target).has_feature("avx512f")
-
-
 def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
                      S: Optional[int] = 3, x_stride: int = 1, small_weights: bool = False):
     """(OB, YB, XB): output channels x rows x columns held in registers.
@@ -960,17 +961,16 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
     best = None
     # a vector is at most one register or a whole number of them: LLVM legalizes e.g.
     # 28 or 56 float32 lanes on AVX-512 through the stack (measured 20x slower)
-    masked = _has_masks(info)
+    # Without AVX-512's masks a tail block runs its guarded lanes one by one: any divisor
+    # up to four registers instead, emitted as register-wide pieces and a shorter one (a
+    # 13-wide row as 8 + 5).  AMD EPYC Zen 3, 2 threads, interleaved, 1 image, GFLOP/s:
+    # 384 -> 256 channels at 13x13 106.9 against 12.8 with an 8-lane block and a guarded
+    # 5-lane tail, 96 -> 96 at 27x27 98.7 against 24.0 (PyTorch 146, 139); 256 at 14x14
+    # 137.3 against 129.6
+    masks = info.masks
     if OW is not None:
-        xbs = [d for d in _divisors(OW) if d <= L or (d % L == 0 and d <= 4 * L)]
-        if not masked:
-            # without AVX-512's masks a tail block runs its guarded lanes one by one: a
-            # divisor up to four registers instead, emitted as register-wide pieces and
-            # a shorter one (a 13-wide row as 8 + 5).  AMD EPYC Zen 3, 2 threads,
-            # interleaved, 1 image, GFLOP/s: 384 -> 256 channels at 13x13 106.9 against
-            # 12.8 with an 8-lane block and a guarded 5-lane tail, 96 -> 96 at 27x27 98.7
-            # against 24.0 (PyTorch 146, 139); 256 at 14x14 137.3 against 129.6
-            xbs = sorted(set(xbs) | {d for d in _divisors(OW) if d <= 4 * L})
+        xbs = [d for d in _divisors(OW)
+               if d <= L or (d <= 4 * L and (d % L == 0 or not masks))]
         if max(xbs) < min(OW, L) // 2:
             xbs.append(min(OW, L))  # no good divisor: a tail block (masked)
     else:
