@@ -12,7 +12,8 @@ has gone through one of these:
   source): one line of printable characters.  Letters, digits and marks of any script and
   printable ASCII stay as they are; everything else (newlines, control and format
   characters such as bidi overrides, backslashes, which continue a ``//`` comment onto
-  the next line) is written ``<U+XXXX>``.  ``A\\n#include`` -> ``A<U+000A>#include``.
+  the next line) is written ``<U+XXXX>``, and so is a space at either end (it would read
+  as indentation).  ``A\\n#include`` -> ``A<U+000A>#include``.
 * :func:`comment` -- a ``//`` comment line of :func:`display` text.
 
 Pragma names are checked where they are given (``Stage.pragma``): an identifier or a
@@ -51,7 +52,7 @@ def identifier(name: str, default: str = "v", c: bool = True) -> str:
 def display(text: str) -> str:
     """``text`` as one line of printable characters (see the module doc)."""
     text = str(text)
-    if _PLAIN.fullmatch(text):
+    if _PLAIN.fullmatch(text) and not text.startswith(" ") and not text.endswith(" "):
         return text
     out = []
     for ch in text:
@@ -61,6 +62,10 @@ def display(text: str) -> str:
             out.append(ch)
         else:
             out.append(f"<U+{o:04X}>")
+    # a space at either end would read as indentation or run into its neighbour
+    for end in (0, -1):
+        if out and out[end] == " ":
+            out[end] = "<U+0020>"
     return "".join(out)
 
 

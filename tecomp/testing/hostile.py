@@ -48,6 +48,8 @@ HOSTILE: List[str] = [
     "\U0001f600",
     "a" * 3000,
     "A B\tC",
+    " ",                                     # a leading space read as indentation (hypothesis)
+    "  A  ",
 ]
 
 BACKENDS = ("ir", "llvm", "cuda", "cuda-emu")
