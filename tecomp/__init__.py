@@ -18,7 +18,8 @@ from .ir import dtype as _dtype_mod
 from .ir.expr import Expr, IterVar, Var
 from .te import (
     Tensor, abs, all, any, cast, ceil, comm_reducer, compute, const, cos, eq, erf, exp,
-    fast_exp, floor, floordiv, floormod, fma, if_then_else, log, max, maximum, min, minimum, ne,
+    fast_exp, floor, floordiv, floormod, fma, if_then_else, log, max, max_value, maximum, min,
+    min_value, minimum, ne,
     placeholder, pow, prod, reduce_axis, round, rsqrt, sigmoid, sin, sqrt, sum, tanh,
     thread_axis, truncdiv, truncmod, var,
 )

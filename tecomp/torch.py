@@ -133,7 +133,7 @@ class Op:
                                for t in outs):
             raise ComputeError(f"tecomp.torch.op: outputs must be a compute tensor or a list of "
                                f"them, got {outputs!r:.80}")
-        if len({id(t.op) for t in outs}) != len(outs):
+        if len({id(t) for t in outs}) != len(outs):
             raise ComputeError("tecomp.torch.op: an output is listed twice")
         self.outputs = outs
         self.single = len(outs) == 1  # one output: a tensor, not a 1-tuple

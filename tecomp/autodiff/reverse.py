@@ -796,6 +796,17 @@ def gradient(output: Tensor, inputs, head: Optional[Tensor] = None):
                 f"tc.gradient: head {head.name} has shape {_shape_str(head)} and dtype "
                 f"{head.dtype} but output {output.name} has shape {_shape_str(output)} and dtype "
                 f"{output.dtype}; the head must match the output exactly")
+    from ..te.tensor import compute_ops
+
+    for op in compute_ops([output]):
+        if len(op.bodies) > 1 and not op.attrs.get(STOP_GRADIENT):
+            raise AutodiffError(
+                f"tc.gradient: {output.name} depends on {op.name}, a multi-output compute "
+                f"({len(op.bodies)} outputs, e.g. a tuple reduction such as argmax), and "
+                "tecomp derives no gradient through one; compute its outputs in separate "
+                f"tc.compute calls, or mark it constant with "
+                f"tecomp.autodiff.stop_gradient({op.name}.v0) if it does not depend on the "
+                "inputs")
     seen, uniq = set(), []
     for x in ins:
         if id(x) not in seen:

@@ -78,7 +78,7 @@ class _Canon:
         return f"v{self.vars[k]}"
 
     def __call__(self, x):
-        from ..ir.expr import CommReducer, Var
+        from ..ir.expr import CommReducer, TupleCommReducer, Var
         from ..te.tensor import Tensor
 
         if x is None or isinstance(x, (bool, int, str)):
@@ -94,7 +94,7 @@ class _Canon:
         if isinstance(x, dict):
             return "{" + ",".join(f"{k!r}:{self(x[k])}" for k in sorted(x, key=repr)) + "}"
         if dataclasses.is_dataclass(x):
-            skip = ("name",) if isinstance(x, CommReducer) else ()
+            skip = ("name",) if isinstance(x, (CommReducer, TupleCommReducer)) else ()
             inner = ",".join(f"{f.name}={self(getattr(x, f.name))}"
                              for f in dataclasses.fields(x) if f.name not in skip)
             return f"{type(x).__name__}({inner})"
@@ -106,6 +106,9 @@ class _Canon:
         op = t.op
         shape = self(tuple(op.shape))
         if isinstance(op, ComputeOp):
+            if len(op.bodies) > 1:   # a multi-output compute; t is one of its outputs
+                return (f"compute[{t.value_index}] {self(op.dtypes)} {shape} "
+                        f"axis={self(op.axis)} bodies={self(op.bodies)} attrs={self(op.attrs)}")
             return (f"compute {op.dtype} {shape} axis={self(op.axis)} body={self(op.body)} "
                     f"attrs={self(op.attrs)}")
         return f"placeholder {op.dtype} {shape}"

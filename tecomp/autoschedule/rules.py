@@ -240,8 +240,9 @@ class _Rules:
         return _cint(e, self.shapes)
 
     def readers(self, op) -> List[ComputeOp]:
-        t = op.output(0)
-        return [st.op for st in self.s.stages if any(x is t for x in st.op.input_tensors)]
+        outs = op._outs
+        return [st.op for st in self.s.stages
+                if any(x is t for x in st.op.input_tensors for t in outs)]
 
     # -- 2. inlining ----------------------------------------------------------------------
     def inline(self):
@@ -257,7 +258,7 @@ class _Rules:
             n_me = _elems(op.output(0), self.shapes)
             n_rd = max((_elems(r.output(0), self.shapes) or 0) for r in rd)
             reused = n_me is not None and n_rd > 2 * n_me
-            if reused and not _cheap(op.body):
+            if reused and not all(_cheap(b) for b in op.bodies):
                 continue   # a per-row value read by every column: once per row
             name = f"inline.{op.name}"
             if self.k.choose(f"{name}", [True, False], True):
@@ -390,7 +391,7 @@ class _Rules:
         row_reduce_at(self.s, op.output(0), st, row, self.info.lanes)
 
     def _indexed_by(self, reader, t, lead):
-        for ld in _loads(reader.body):
+        for ld in (x for b in reader.bodies for x in _loads(b)):
             if ld.producer is t:
                 yield len(ld.indices) == len(lead) and all(
                     i is a.var for i, a in zip(ld.indices, lead))
@@ -398,8 +399,8 @@ class _Rules:
     def _row_reducible(self, op) -> bool:
         """A sum/max/min whose last reduce axis runs along contiguous memory in every load
         that moves with it, with at least two vectors' worth of steps."""
-        if len(op.reduce_axis) != 1:
-            return False
+        if len(op.reduce_axis) != 1 or len(op.bodies) != 1:
+            return False   # (a tuple reduction: the fallback's parallel rows)
         r = op.reduce_axis[-1]
         e = self.ext(r.dom.extent)
         if e is None or e < 2 * self.L:
@@ -417,7 +418,7 @@ class _Rules:
         if len(reds) != 1:
             return None
         red = reds[0]
-        if id(red) in self.done:
+        if id(red) in self.done or len(red.bodies) > 1 or len(op.bodies) > 1:
             return None
         rst = self.s[red]
         if rst.is_output or rst.attach_type != "root" or len(self.readers(red)) != 1:
@@ -449,7 +450,7 @@ class _Rules:
         contiguous, broadcast, or strided but packable (it then does not move with
         ``u``); ``u`` another output axis (the innermost one with extent > 1 that some
         operand moving with ``v`` does not depend on, else the innermost)."""
-        if not op.axis or not isinstance(op.body, Reduce):
+        if not op.axis or len(op.bodies) != 1 or not isinstance(op.body, Reduce):
             return None
         v = op.axis[-1]
         ev = self.ext(v.dom.extent)

@@ -503,6 +503,39 @@ class CommReducer(Node):
         return SERVICES.substitute(self.result, {self.lhs: a, self.rhs: b})
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class TupleCommReducer(Node):
+    """A commutative reducer over tuples (argmax, or a sum and a sum of squares in one
+    pass): ``combine(lhs, rhs) -> result`` element by element, each a tuple of the same
+    length.  ``result[i]`` may read every element of ``lhs`` and ``rhs``."""
+
+    name: str
+    lhs: Tuple[Var, ...]
+    rhs: Tuple[Var, ...]
+    result: Tuple[Expr, ...]
+    identity: Tuple[Expr, ...]
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    @property
+    def arity(self) -> int:
+        return len(self.result)
+
+    @property
+    def independent(self) -> bool:
+        """Whether each element of the result reads only its own element of ``lhs`` and
+        ``rhs`` (a sum and a sum of squares, not an argmax)."""
+        fv = SERVICES.free_vars
+        return all(set(fv(r)) <= {x, y} for r, x, y in zip(self.result, self.lhs, self.rhs))
+
+    def combine(self, a, b) -> tuple:
+        """The combined tuple of the tuples ``a`` and ``b`` (every element computed from
+        the old values: a caller storing them binds them first)."""
+        vmap = {**dict(zip(self.lhs, a)), **dict(zip(self.rhs, b))}
+        return tuple(SERVICES.substitute(r, vmap) for r in self.result)
+
+
 @dataclass(frozen=True, slots=True)
 class Reduce(Expr):
     """``combiner`` over ``source`` for every point of ``axis`` where ``condition`` holds.
@@ -516,6 +549,9 @@ class Reduce(Expr):
     axis: Tuple[IterVar, ...]
     condition: Expr
     dtype: str
+    #: with a TupleCommReducer: which element of the tuple this output is (``source`` is
+    #: that element's source; the other outputs of the same compute hold the others)
+    value_index: int = 0
 
 
 @dataclass(frozen=True, slots=True)

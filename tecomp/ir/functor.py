@@ -11,7 +11,8 @@ import dataclasses
 from typing import Callable, Dict, Optional
 
 from .expr import (
-    SERVICES, Buffer, BufferLoad, CommReducer, Expr, IterVar, Node, Range, Reduce, Var,
+    SERVICES, Buffer, BufferLoad, CommReducer, Expr, IterVar, Node, Range, Reduce,
+    TupleCommReducer, Var,
 )
 from .stmt import PrimFunc, Stmt
 
@@ -76,7 +77,7 @@ class Visitor:
         if isinstance(node, PrimFunc):
             self.visit(node.body)
             return
-        if isinstance(node, (IterVar, CommReducer, Buffer)):
+        if isinstance(node, (IterVar, CommReducer, TupleCommReducer, Buffer)):
             return
         for name in child_fields(type(node)):
             v = getattr(node, name)
@@ -105,7 +106,7 @@ class Mutator:
         if isinstance(node, PrimFunc):
             body = self.visit(node.body)
             return node if body is node.body else node.with_body(body)
-        if isinstance(node, (IterVar, CommReducer, Buffer)):
+        if isinstance(node, (IterVar, CommReducer, TupleCommReducer, Buffer)):
             return node
         changed = {}
         for name in child_fields(type(node)):

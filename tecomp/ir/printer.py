@@ -21,7 +21,7 @@ from . import dtype as _dt
 from .expr import (
     SERVICES, EQ, GE, GT, LE, LT, NE, Add, And, Buffer, BufferLoad, Call, Cast, CommReducer, Const, Div,
     Expr, FloorDiv, FloorMod, IterVar, Let, Max, Min, Mul, Not, Or, ProducerLoad, Range,
-    Reduce, Select, Sub, TruncDiv, TruncMod, Var,
+    Reduce, Select, Sub, TruncDiv, TruncMod, TupleCommReducer, Var,
 )
 from .names import display
 from .stmt import (
@@ -126,14 +126,15 @@ class Printer:
                 for iv in e.axis)
             cond = "" if (isinstance(e.condition, Const) and e.condition.value is True) \
                 else f", where={self.expr(e.condition)}"
-            return f"{display(e.combiner.name)}({self.expr(e.source)}, axis=[{axes}]{cond})"
+            part = f".v{e.value_index}" if isinstance(e.combiner, TupleCommReducer) else ""
+            return f"{display(e.combiner.name)}{part}({self.expr(e.source)}, axis=[{axes}]{cond})"
         if t is Range:
             return f"[{self.expr(e.min)}, {self.expr(e.min)} + {self.expr(e.extent)})"
         if isinstance(e, Stmt):
             return "\n".join(self.stmt_lines(e, 0))
         if t is Buffer:
             return self.buffer_decl(e)
-        if t is CommReducer:
+        if t is CommReducer or t is TupleCommReducer:
             return f"comm_reducer {display(e.name)}"
         return repr(e)
 

@@ -1424,7 +1424,7 @@ class Simplifier:
             cond = self.visit(e.condition)
         if src is e.source and cond is e.condition:
             return e
-        return Reduce(e.combiner, src, e.axis, cond, e.dtype)
+        return Reduce(e.combiner, src, e.axis, cond, e.dtype, e.value_index)
 
     # float / bool arithmetic (int arithmetic goes through lin()) ----------------------------
     def _v_arith(self, e) -> Expr:

@@ -31,9 +31,9 @@ How bounds are found (``docs/bounds.md`` says the same for users):
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
-from ..errors import InternalError, LowerError, ScheduleError
+from ..errors import InternalError, LowerError, ScheduleError, internal_assert
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
@@ -41,7 +41,7 @@ from ..ir.expr import (
     And,
 )
 from ..ir.functor import Mutator, Visitor, substitute
-from ..ir.stmt import Allocate, AttrStmt, BufferStore, For, IfThenElse, SeqStmt, seq
+from ..ir.stmt import Allocate, AttrStmt, BufferStore, For, IfThenElse, LetStmt, SeqStmt, seq
 from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_problem
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 
@@ -82,7 +82,8 @@ class _InlineExpander(Mutator):
         st = self.ctx.stage_of_tensor(e.producer)
         if st is not None and st.attach_type == "inline":
             op = st.op
-            body = substitute(op.body, {iv.var: x for iv, x in zip(op.axis, idx)})
+            body = substitute(op.bodies[e.producer.value_index],
+                              {iv.var: x for iv, x in zip(op.axis, idx)})
             return self.visit(body)
         if all(a is b for a, b in zip(idx, e.indices)):
             return e
@@ -92,20 +93,20 @@ class _InlineExpander(Mutator):
         src, cond = self.visit(e.source), self.visit(e.condition)
         if src is e.source and cond is e.condition:
             return e
-        return Reduce(e.combiner, src, e.axis, cond, e.dtype)
+        return Reduce(e.combiner, src, e.axis, cond, e.dtype, e.value_index)
 
 
 class StageInfo:
     """What lowering learns about one (non-inlined) stage."""
 
-    def __init__(self, stage: Stage, body: Expr):
+    def __init__(self, stage: Stage, bodies: Tuple[Expr, ...]):
         self.stage = stage
-        self.body = body  # inlined producers expanded
+        self.bodies = bodies  # one per output, inlined producers expanded
         self.extent: Dict[IterVar, Expr] = {}
         self.value: Dict[IterVar, Expr] = {}  # root and derived vars, in leaf loop counters
         self.root_min: Dict[IterVar, Expr] = {}
         self.guards: List[Expr] = []
-        self.buffer: Buffer = None
+        self.buffers: List[Buffer] = []  # one per output
         # per dimension, the needed extent before clipping to the shape (compute_at only):
         # often a constant even where the clipped extent depends on outer loops
         self.raw_extent: List[Expr] = []
@@ -117,6 +118,25 @@ class StageInfo:
         # it does not)
         self.aligned: Dict[int, tuple] = {}
         self.region_guard: List[Expr] = []
+
+    @property
+    def body(self) -> Expr:
+        """The body of a single-output stage."""
+        internal_assert(len(self.bodies) == 1, f"stage {self.name} has {len(self.bodies)} "
+                        "outputs; this step takes one body")
+        return self.bodies[0]
+
+    @property
+    def buffer(self) -> Buffer:
+        """The buffer of a single-output stage (of output 0 of the others)."""
+        return self.buffers[0]
+
+    def loads(self) -> list:
+        """Tensors the stage's bodies read, in order of first read."""
+        out = []
+        for b in self.bodies:
+            out += [t for t in _loads_of(b) if not any(t is x for x in out)]
+        return out
 
     @property
     def covers_reads(self) -> bool:
@@ -143,7 +163,7 @@ class LowerContext:
         expander = _InlineExpander(self)
         self.info: Dict[Stage, StageInfo] = {}
         for st in self.stages:
-            self.info[st] = StageInfo(st, expander.visit(st.op.body))
+            self.info[st] = StageInfo(st, tuple(expander.visit(b) for b in st.op.bodies))
         self.arg_buffers: Dict[int, Buffer] = {}
         self.params = []
         #: (expr, use): splits with disable_predication that must divide (expr >= 0)
@@ -151,7 +171,7 @@ class LowerContext:
         self._bind_args(args)
         self.readers: Dict[Stage, List[Stage]] = {st: [] for st in self.stages}
         for st in self.stages:
-            for t in _loads_of(self.info[st].body):
+            for t in self.info[st].loads():
                 p = self.stage_of_tensor(t)
                 if p is not None and p in self.readers and st not in self.readers[p]:
                     self.readers[p].append(st)
@@ -220,7 +240,7 @@ class LowerContext:
                 if st is None and not isinstance(a.op, PlaceholderOp):
                     raise LowerError(f"argument {pos}: tensor {a.name} is not part of this schedule")
                 buf = Buffer(a.name, tuple(a.shape), a.dtype)
-                self.arg_buffers[id(a.op)] = buf
+                self.arg_buffers[_key(a)] = buf
                 self.params.append(buf)
             elif isinstance(a, Var):
                 if a in seen:
@@ -232,23 +252,25 @@ class LowerContext:
                     f"argument {pos} is {a!r}; the argument list holds the input and output "
                     "tensors (placeholders and computes) and any scalar tc.var parameters")
         for st in self.stages:
-            if st.is_output and id(st.origin_op) not in self.arg_buffers:
-                raise LowerError(f"output {st.name} is not in the argument list; add it (the "
-                                 "caller passes the array it is written to)")
+            outs = st.origin_op._outs
+            if st.is_output and not any(_key(t) in self.arg_buffers for t in outs):
+                raise LowerError(
+                    f"output {' and '.join(t.name for t in outs)} is not in the argument list; "
+                    "add it (the caller passes the array it is written to)")
             for t in st.op.input_tensors:
-                if isinstance(t.op, PlaceholderOp) and id(t.op) not in self.arg_buffers:
+                if isinstance(t.op, PlaceholderOp) and _key(t) not in self.arg_buffers:
                     raise LowerError(f"tensor {t.name} is an input of stage {st.name} but is not "
                                      "in the argument list; add it")
 
     def buffer_of(self, t: Tensor):
-        b = self.arg_buffers.get(id(t.op))
+        b = self.arg_buffers.get(_key(t))
         if b is not None:
             return b, None
         st = self.stage_of_tensor(t)
         if st is None or st not in self.info:
             raise InternalError(f"no buffer for tensor {t.name}")
         inf = self.info[st]
-        return inf.buffer, inf
+        return inf.buffers[t.value_index], inf
 
     # -- 1+2: extents and values ---------------------------------------------------------
     def infer_loops(self, st: Stage, root_ranges: Dict[IterVar, Range]):
@@ -408,7 +430,7 @@ class LowerContext:
 
     def _needed_region(self, st: Stage) -> List[Range]:
         arith = _arith()
-        t = st.op.output(0)
+        outs = st.op._outs
         shape = st.op.shape
         ndim = len(shape)
         los: List[list] = [[] for _ in range(ndim)]
@@ -422,7 +444,7 @@ class LowerContext:
             relax = {**self._relax_set(c, st), **thread_relax}
             cinf = self.info[c]
             vmap = {iv.var: self.root_value(c, iv) for iv in list(c.op.axis) + list(c.op.reduce_axis)}
-            for load in _producer_loads(cinf.body, t):
+            for load in (ld for t in outs for b in cinf.bodies for ld in _producer_loads(b, t)):
                 for d, idx in enumerate(load.indices):
                     e = _simplify(substitute(idx, vmap))
                     itv = arith.eval_interval(e, relax)
@@ -495,7 +517,7 @@ class LowerContext:
         if not inf.unclipped:
             return
         safe = True
-        for t in _loads_of(inf.body):
+        for t in inf.loads():
             p = self.stage_of_tensor(t)
             pinf = self.info.get(p) if p is not None else None
             if pinf is None or p.attach_type != "scope" or p.scope not in ("shared", "local") \
@@ -534,7 +556,7 @@ class LowerContext:
         for iv in list(st.op.axis) + list(st.op.reduce_axis):
             ranges[iv.var] = Range(inf.root_min[iv], _when_nonempty(inf.extent[iv]))
         zero = Const(0, "int32")
-        for ld, facts in _guarded_loads(inf.body):
+        for ld, facts in (x for b in inf.bodies for x in _guarded_loads(b)):
             buf, pinf = self.buffer_of(ld.producer)
             for d, idx in enumerate(ld.indices):
                 off = zero
@@ -574,10 +596,10 @@ class LowerContext:
 
     def _make_buffer(self, st: Stage):
         inf = self.info[st]
-        t = st.op.output(0)
-        arg = self.arg_buffers.get(id(st.origin_op))
-        if arg is not None:
-            inf.buffer = arg
+        outs = st.origin_op._outs
+        args = [self.arg_buffers.get(_key(t)) for t in outs]
+        if all(a is not None for a in args):
+            inf.buffers = args
             return
         arith = _arith()
         shape = []
@@ -616,7 +638,10 @@ class LowerContext:
         strides = None
         if st.storage_aligns or st.storage_perm:
             strides = _aligned_strides(shape, st.storage_aligns, st.name, st.storage_perm)
-        inf.buffer = Buffer(t.name, tuple(shape), t.dtype, strides, st.scope)
+        # an output of a multi-output root stage that is not an argument (an argmax's
+        # value, when only the index is wanted) gets a buffer of its own
+        inf.buffers = [a if a is not None else Buffer(t.name, tuple(shape), t.dtype, strides, st.scope)
+                       for t, a in zip(outs, args)]
 
     def _outer_ranges(self, st: Stage) -> Dict[Var, Range]:
         """Ranges of every loop counter that encloses st's attach point (the ones its
@@ -638,33 +663,57 @@ class LowerContext:
         """The loop nest of stage ``st`` with the stages attached to it inside."""
         inf = self.info[st]
         op = st.op
-        buf = inf.buffer
+        bufs = inf.buffers
         vmap = {iv.var: self.root_value(st, iv) for iv in list(op.axis) + list(op.reduce_axis)}
         store_idx = tuple(_simplify(inf.value[iv], self.leaf_ranges(st)) for iv in op.axis)
         leaves = st.leaf_iter_vars
-        body = inf.body
+        body = inf.bodies[0]
         if isinstance(body, Reduce):
             comb = body.combiner
-            cur = BufferLoad(buf, store_idx, buf.dtype)
-            src = self.lower_expr(substitute(body.source, vmap))
-            update = BufferStore(buf, comb.combine(cur, src), store_idx)
+            srcs = [self.lower_expr(substitute(b.source, vmap)) for b in inf.bodies]
             cond = self.lower_expr(substitute(body.condition, vmap))
+            if len(bufs) == 1:
+                buf = bufs[0]
+                cur = BufferLoad(buf, store_idx, buf.dtype)
+                update = BufferStore(buf, comb.combine(cur, srcs[0]), store_idx)
+                init = BufferStore(buf, comb.identity, store_idx)
+            elif comb.independent:
+                # a tuple reduction whose elements each read only their own old value
+                # (a sum and a sum of squares): one update per element
+                curs = tuple(BufferLoad(b, store_idx, b.dtype) for b in bufs)
+                update = seq(*[BufferStore(b, v, store_idx)
+                               for b, v in zip(bufs, comb.combine(curs, tuple(srcs)))])
+                init = seq(*[BufferStore(b, x, store_idx) for b, x in zip(bufs, comb.identity)])
+            else:
+                # a tuple reduction: every element combined from the old values, bound
+                # first, then stored
+                curs = tuple(BufferLoad(b, store_idx, b.dtype) for b in bufs)
+                tmps = [Var(f"{b.name}.new", b.dtype) for b in bufs]
+                update = seq(*[BufferStore(b, t, store_idx) for b, t in zip(bufs, tmps)])
+                for t, v in reversed(list(zip(tmps, comb.combine(curs, tuple(srcs))))):
+                    update = LetStmt(t, v, update)
+                init = seq(*[BufferStore(b, x, store_idx) for b, x in zip(bufs, comb.identity)])
             if not (isinstance(cond, Const) and cond.value is True):
                 update = IfThenElse(cond, update)
-            init = BufferStore(buf, comb.identity, store_idx)
             p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
             tred = [iv for iv in leaves[p:] if iv.kind == "reduce" and _thread_tag(st, iv)]
             if tred:
+                if len(bufs) > 1:
+                    raise ScheduleError(
+                        f"bind on stage {st.name}: reduction axis {tred[0].name} is bound to "
+                        f"{_thread_tag(st, tred[0])}, but the stage is a tuple reduction "
+                        f"({comb.name}); a cross-thread reduction takes a single-output "
+                        "reducer: bind only its data-parallel axes")
                 return self._loops(st, leaves[:p], self._cross_thread_reduce(
-                    st, leaves, p, tred, comb, src, cond, store_idx))
+                    st, leaves, p, tred, comb, srcs[0], cond, store_idx))
             dguards = [g for g in inf.guards if not _uses_reduce(g, st, inf)]
             init_nest = self._loops(st, [iv for iv in leaves[p:] if iv.kind != "reduce"],
                                     _guard(init, dguards), attach=False)
             update_nest = self._loops(st, leaves[p:], _guard(update, inf.guards))
             inner = seq(init_nest, update_nest)
             return self._loops(st, leaves[:p], inner)
-        value = self.lower_expr(substitute(body, vmap))
-        store = BufferStore(buf, value, store_idx)
+        store = seq(*[BufferStore(buf, self.lower_expr(substitute(b, vmap)), store_idx)
+                      for buf, b in zip(bufs, inf.bodies)])
         return self._loops(st, leaves, _guard(store, inf.guards))
 
     def _cross_thread_reduce(self, st, leaves, p, tred, comb, src, cond, store_idx):
@@ -795,7 +844,7 @@ class LowerContext:
 
     def _prefetch_buffer(self, st: Stage, iv: IterVar, t: Tensor) -> Buffer:
         what = f"prefetch of {t.name} on stage {st.name}, axis {iv.name}"
-        b = self.arg_buffers.get(id(t.op))
+        b = self.arg_buffers.get(_key(t))
         if b is not None:
             return b
         pst = self.stage_of_tensor(t)
@@ -808,7 +857,7 @@ class LowerContext:
             raise ScheduleError(
                 f"{what}: {t.name} is inlined (compute_inline), so it has no buffer in memory; "
                 f"prefetch the tensors it reads, or s[{t.name}].compute_root() it")
-        return self.info[pst].buffer
+        return self.info[pst].buffers[t.value_index]
 
     def _enclosing_ivars(self, st: Stage, iv: IterVar):
         """The IterVars of the loops around ``st``'s loop over ``iv``."""
@@ -844,7 +893,8 @@ class LowerContext:
         nests = [_guard(self.make_nest(s), self.info[s].region_guard) for s in inner]
         out = seq(*nests, body)
         for s in reversed(inner):
-            out = Allocate(self.info[s].buffer, out)
+            for b in reversed(self.info[s].buffers):
+                out = Allocate(b, out)
         return out
 
     def lower_expr(self, e: Expr) -> Expr:
@@ -855,8 +905,9 @@ class LowerContext:
         nests = [self.make_nest(s) for s in roots]
         body = seq(*nests)
         for s in reversed(roots):
-            if id(s.origin_op) not in self.arg_buffers:
-                body = Allocate(self.info[s].buffer, body)
+            for t, b in reversed(list(zip(s.origin_op._outs, self.info[s].buffers))):
+                if _key(t) not in self.arg_buffers:
+                    body = Allocate(b, body)
         return body
 
 
@@ -870,6 +921,11 @@ class _LoadLowering(Mutator):
         if inf is not None and inf.stage.attach_type == "scope":
             idx = [_op.sub(i, inf.root_min[iv]) for i, iv in zip(idx, inf.stage.op.axis)]
         return BufferLoad(buf, tuple(_simplify(i) for i in idx), buf.dtype)
+
+
+def _key(t: Tensor) -> tuple:
+    """The key of a tensor's argument buffer (an operation may have several outputs)."""
+    return id(t.op), t.value_index
 
 
 def _loads_of(expr) -> list:

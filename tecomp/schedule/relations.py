@@ -36,10 +36,12 @@ def _derived(name: str, kind: str) -> IterVar:
 
 
 def _with_body(op: ComputeOp, body) -> ComputeOp:
-    """A ComputeOp with the same name and axes but another body (a rewritten reader)."""
+    """A ComputeOp with the same name and axes but another body (a rewritten reader);
+    ``body`` is a tuple of them for a multi-output compute."""
     new = ComputeOp.__new__(ComputeOp)
     new.__dict__.update(op.__dict__)
-    new.body = body
-    new.reduce_axis = tuple(body.axis) if isinstance(body, Reduce) else ()
-    new._out = op._out  # the user's Tensor keeps naming this stage
+    new.bodies = tuple(body) if isinstance(body, tuple) else (body,)
+    first = new.bodies[0]
+    new.reduce_axis = tuple(first.axis) if isinstance(first, Reduce) else ()
+    new._outs = op._outs  # the user's Tensors keep naming this stage
     return new

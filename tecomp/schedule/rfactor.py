@@ -23,6 +23,7 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
         raise ScheduleError(f"rfactor: tensor must be a Tensor, got {tensor!r}")
     st = sch[tensor]
     op = st.op
+    st._single_output("rfactor")
     if not isinstance(op.body, Reduce):
         raise ScheduleError(f"rfactor on stage {st.name}: it is not a reduction; rfactor splits "
                             "the reduction of a tc.sum/max/min compute")

@@ -385,6 +385,15 @@ class Stage(TracedStage):
                     f"its loops; compute_root() that stage first")
         self.attach_type, self.attach_stage, self.attach_ivar = "inline", None, None
 
+    def _single_output(self, what):
+        """Refuse ``what`` on a multi-output compute (it rewrites one body)."""
+        n = len(getattr(self.op, "bodies", ()))
+        if n > 1:
+            raise ScheduleError(
+                f"{what} on stage {self.name}: it computes {n} outputs in one loop nest (a "
+                f"multi-output compute), and {what} takes a single-output compute; compute "
+                "the outputs in separate tc.compute calls to use it")
+
     def compute_root(self):
         """Compute this stage in its own loop nest at the top of the function (default)."""
         self.attach_type, self.attach_stage, self.attach_ivar = "root", None, None
@@ -496,7 +505,7 @@ class _ReplaceLoads(Mutator):
         src, cond = self.visit(e.source), self.visit(e.condition)
         if src is e.source and cond is e.condition:
             return e
-        return Reduce(e.combiner, src, e.axis, cond, e.dtype)
+        return Reduce(e.combiner, src, e.axis, cond, e.dtype, e.value_index)
 
 
 class Schedule:
@@ -627,7 +636,8 @@ class Schedule:
         anchor = self[tensor] if tensor in self else None
         self._insert_after(cst, anchor)
         for st in rstages:
-            self._replace_op(st, _with_body(st.op, _ReplaceLoads(tensor, cache).visit(st.op.body)))
+            bodies = tuple(_ReplaceLoads(tensor, cache).visit(b) for b in st.op.bodies)
+            self._replace_op(st, _with_body(st.op, bodies if len(bodies) > 1 else bodies[0]))
         return cache
 
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
@@ -642,6 +652,7 @@ class Schedule:
             raise ScheduleError(f"cache_write of {tensor.name}: unknown scope {scope!r}; use "
                                 f"one of {', '.join(SCOPES)}")
         st = self[tensor]
+        st._single_output("cache_write")
         kept = self._loops_without_reduction(st, tensor)
         op = st.op
         vmap, new_axis = {}, []

@@ -3,7 +3,7 @@ from .tensor import (
     ComputeOp, Operation, PlaceholderOp, Tensor, THREAD_TAGS, compute, const, placeholder,
     reduce_axis, thread_axis, var,
 )
-from .reduce import Reducer, comm_reducer, max, min, prod, sum  # noqa: A004
+from .reduce import Reducer, comm_reducer, max, max_value, min, min_value, prod, sum  # noqa: A004
 from .intrin import (
     abs, all, any, cast, ceil, cos, eq, erf, exp, fast_exp, floor, floordiv, floormod, fma,
     if_then_else, log, maximum, minimum, ne, pow, round, rsqrt, sigmoid, sin, sqrt, tanh,

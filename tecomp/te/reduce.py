@@ -10,7 +10,7 @@ import weakref
 
 from ..errors import ComputeError, ExprError
 from ..ir import dtype as _dt
-from ..ir.expr import CommReducer, Const, Expr, IterVar, Reduce, Var, as_expr
+from ..ir.expr import CommReducer, Const, Expr, IterVar, Reduce, TupleCommReducer, Var, as_expr
 from ..ir import op as _op
 
 
@@ -27,13 +27,49 @@ def reducer_of(combiner: CommReducer):
 
 
 class Reducer:
-    def __init__(self, name, fcombine, fidentity, elementwise=None):
+    def __init__(self, name, fcombine, fidentity, elementwise=None, scalar_only=False):
         self.name = name
         self.fcombine = fcombine
         self.fidentity = fidentity
         self.elementwise = elementwise
+        self.scalar_only = scalar_only
         self._cache = {}
         _REDUCERS.add(self)
+
+    def tuple_combiner(self, dtypes: tuple) -> TupleCommReducer:
+        """The combiner over tuples of ``dtypes``: ``fcombine(x, y)`` gets two tuples of
+        variables and returns a tuple; ``fidentity(*dtypes)`` returns the identity tuple
+        (TVM's signatures)."""
+        c = self._cache.get(dtypes)
+        if c is None:
+            n = len(dtypes)
+            lhs = tuple(Var(f"x{i}", t) for i, t in enumerate(dtypes))
+            rhs = tuple(Var(f"y{i}", t) for i, t in enumerate(dtypes))
+            try:
+                res = self.fcombine(lhs, rhs)
+                ident = self.fidentity(*dtypes)
+            except (TypeError, IndexError) as e:
+                raise ExprError(
+                    f"reducer {self.name} on {n} values: fcombine(x, y) must take two tuples "
+                    f"of {n} and return a tuple of {n}, and fidentity({', '.join(f't{i}' for i in range(n))}) "
+                    f"a tuple of {n} identities: {e}") from None
+            for what, v in (("fcombine", res), ("fidentity", ident)):
+                if not isinstance(v, (tuple, list)) or len(v) != n:
+                    raise ExprError(
+                        f"reducer {self.name} on {n} values: {what} returned {v!r:.80}; it "
+                        f"must return a tuple of {n} expressions, one per value")
+            res = tuple(as_expr(r) for r in res)
+            ident = tuple(as_expr(x, t) for x, t in zip(ident, dtypes))
+            ident = tuple(x if x.dtype == t else x.astype(t) for x, t in zip(ident, dtypes))
+            for i, (r, t) in enumerate(zip(res, dtypes)):
+                if r.dtype != t:
+                    raise ExprError(
+                        f"reducer {self.name}: element {i} of fcombine's result is {r.dtype} "
+                        f"but value {i} is {t}; combine each element into its own dtype "
+                        f"(tc.cast it)")
+            c = TupleCommReducer(self.name, lhs, rhs, res, ident)
+            self._cache[dtypes] = c
+        return c
 
     def combiner(self, dtype: str) -> CommReducer:
         c = self._cache.get(dtype)
@@ -78,13 +114,39 @@ class Reducer:
         if len(set(axes)) != len(axes):
             raise ComputeError(f"tc.{self.name}: axis {', '.join(a.name for a in axes)} "
                                "repeats an axis")
+        if isinstance(where, bool):
+            raise ExprError(
+                f"tc.{self.name}: where= is the Python bool {where}, not a condition on the "
+                "axes; Python evaluates == and != between an expression and a value itself: "
+                "write the condition with tc.eq(a, b) / tc.ne(a, b) (or <, <=, >, >=), or leave "
+                "where= out")
+        cond = Const(True, "bool") if where is None else _op._as_bool(where, f"tc.{self.name} where=")
+        if isinstance(expr, (tuple, list)):
+            return self._tuple_call(expr, axes, cond)
         src = as_expr(expr)
         if isinstance(src, Reduce):
             raise ComputeError(
                 f"tc.{self.name}: the reduced expression is itself a reduction; nested "
                 "reductions are not allowed: reduce over several axes at once with axis=[k1, k2]")
-        cond = Const(True, "bool") if where is None else _op._as_bool(where, f"tc.{self.name} where=")
         return Reduce(self.combiner(src.dtype), src, axes, cond, src.dtype)
+
+    def _tuple_call(self, exprs, axes, cond):
+        """``reducer((a, b), axis=k)``: a tuple reduction, one Reduce per value (return
+        them all from a compute: it then has one output per value)."""
+        if self.scalar_only or not exprs:
+            raise ExprError(
+                f"tc.{self.name} reduces one expression, got {'an empty' if not exprs else 'a'} "
+                f"{type(exprs).__name__}; to reduce several in one pass, return a tuple of "
+                f"reductions from the compute (lambda i: (tc.{self.name}(a, axis=k), "
+                f"tc.{self.name}(b, axis=k))), or make a tuple reducer with tc.comm_reducer")
+        srcs = tuple(as_expr(e) for e in exprs)
+        for s in srcs:
+            if isinstance(s, Reduce):
+                raise ComputeError(
+                    f"{self.name}: a reduced expression is itself a reduction; nested "
+                    "reductions are not allowed")
+        comb = self.tuple_combiner(tuple(s.dtype for s in srcs))
+        return tuple(Reduce(comb, s, axes, cond, s.dtype, i) for i, s in enumerate(srcs))
 
     def __repr__(self):
         return f"<reducer {self.name}>"
@@ -113,13 +175,36 @@ def _min_value(dtype):
 def comm_reducer(fcombine, fidentity, name: str = "reduce") -> Reducer:
     """A user reducer: ``fcombine(x, y)`` must be commutative and associative, and
     ``fidentity(dtype)`` its identity (e.g. ``comm_reducer(lambda x, y: x*y,
-    lambda t: tc.const(1, t), name="prod")``)."""
+    lambda t: tc.const(1, t), name="prod")``).
+
+    A tuple reducer (as TVM's): called on a tuple, ``reducer((a, b), axis=k)``, it gets
+    tuples, ``fcombine((x0, x1), (y0, y1)) -> (z0, z1)`` and ``fidentity(t0, t1) -> (i0,
+    i1)``, and gives one reduction per element; return them all from a compute, which
+    then has one output per element::
+
+        argmax = tc.comm_reducer(
+            lambda x, y: (tc.if_then_else(x[1] >= y[1], x[0], y[0]), tc.max(x[1], y[1])),
+            lambda t0, t1: (tc.const(-1, t0), tc.min_value(t1)), name="argmax")
+        idx, val = tc.compute((n,), lambda i: argmax((k, A[i, k]), axis=k), name="am")
+    """
     if not callable(fcombine) or not callable(fidentity):
         raise ExprError("tc.comm_reducer(fcombine, fidentity, name): both must be callables")
     return Reducer(name, fcombine, fidentity)
 
 
-sum = Reducer("sum", lambda x, y: x + y, lambda t: Const(0, t) if not _dt.is_float(t) else Const(0.0, t))  # noqa: A001
-max = Reducer("max", lambda x, y: _op.maximum(x, y), _min_value, _op.maximum)  # noqa: A001
-min = Reducer("min", lambda x, y: _op.minimum(x, y), _max_value, _op.minimum)  # noqa: A001
-prod = Reducer("prod", lambda x, y: x * y, lambda t: Const(1, t) if not _dt.is_float(t) else Const(1.0, t))
+sum = Reducer("sum", lambda x, y: x + y, lambda t: Const(0, t) if not _dt.is_float(t) else Const(0.0, t),  # noqa: A001
+             scalar_only=True)
+max = Reducer("max", lambda x, y: _op.maximum(x, y), _min_value, _op.maximum, scalar_only=True)  # noqa: A001
+min = Reducer("min", lambda x, y: _op.minimum(x, y), _max_value, _op.minimum, scalar_only=True)  # noqa: A001
+prod = Reducer("prod", lambda x, y: x * y, lambda t: Const(1, t) if not _dt.is_float(t) else Const(1.0, t),
+               scalar_only=True)
+
+
+def min_value(dtype):
+    """The smallest value of ``dtype`` (-inf for floats), e.g. an argmax's identity."""
+    return _min_value(_dt.canon(dtype))
+
+
+def max_value(dtype):
+    """The largest value of ``dtype`` (+inf for floats)."""
+    return _max_value(_dt.canon(dtype))

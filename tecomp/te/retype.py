@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ComputeError
 from ..ir import dtype as _dt
-from ..ir.expr import CommReducer, Const, Expr, IterVar, Range, Var
+from ..ir.expr import CommReducer, Const, Expr, IterVar, Range, TupleCommReducer, Var
 from ..ir.functor import node_fields
 from ..ir.simplify import simplify
 from .reduce import reducer_of
@@ -52,7 +52,7 @@ def retype(outputs: Sequence[Tensor], inputs: Sequence[Tensor],
         vals[var] = Const(x, var.dtype)
     r = _Retyper(dmap, vals)
     for old_t, new_t in (replace or {}).items():
-        r.memo[id(old_t.op)] = new_t
+        r.replaced[id(old_t)] = new_t
     new_inputs = [r.tensor(t) for t in inputs]
     r.inputs_done = True
     return [r.tensor(t) for t in outputs], new_inputs
@@ -63,6 +63,7 @@ class _Retyper:
         self.dmap = dmap
         self.vals = vals
         self.memo: Dict[int, object] = {}
+        self.replaced: Dict[int, Tensor] = {}   # id(tensor) -> the tensor standing for it
         self.inputs_done = False
 
     def dtype(self, d: str) -> str:
@@ -74,10 +75,12 @@ class _Retyper:
         return simplify(n) if n is not e else n
 
     def tensor(self, t: Tensor) -> Tensor:
-        key = id(t.op)
-        hit = self.memo.get(key)
+        hit = self.replaced.get(id(t))
         if hit is not None:
             return hit
+        hit = self.memo.get(id(t.op))
+        if hit is not None:
+            return hit.op.output(t.value_index)
         op = t.op
         if isinstance(op, PlaceholderOp):
             if self.inputs_done:
@@ -86,12 +89,13 @@ class _Retyper:
             shape = tuple(self.index(x) for x in op.shape)
             new = PlaceholderOp(op.name, shape, self.dtype(op.dtype)).output(0)
         elif isinstance(op, ComputeOp):
-            new = ComputeOp(op.name, tuple(self.node(iv) for iv in op.axis), self.node(op.body),
-                            op.tag, op.attrs).output(0)
+            bodies = tuple(self.node(b) for b in op.bodies)
+            new = ComputeOp(op.name, tuple(self.node(iv) for iv in op.axis),
+                            bodies if len(bodies) > 1 else bodies[0], op.tag, op.attrs).output(0)
         else:  # pragma: no cover - every operation is one of the two
             raise ComputeError(f"retype: cannot copy operation {op!r}")
-        self.memo[key] = new
-        return new
+        self.memo[id(op)] = new
+        return new.op.output(t.value_index)
 
     def node(self, n):
         if isinstance(n, Tensor):
@@ -129,6 +133,16 @@ class _Retyper:
                 hit = self.memo[id(n)] = red.combiner(self.dtype(n.lhs.dtype))
             if hit is None:
                 hit = self.memo[id(n)] = CommReducer(
+                    n.name, self.node(n.lhs), self.node(n.rhs), self.node(n.result),
+                    self.node(n.identity))
+            return hit
+        if isinstance(n, TupleCommReducer):
+            hit = self.memo.get(id(n))
+            red = reducer_of(n)
+            if hit is None and red is not None:
+                hit = self.memo[id(n)] = red.tuple_combiner(tuple(self.dtype(x.dtype) for x in n.lhs))
+            if hit is None:   # (the tuple of single reducers a multi-output compute made)
+                hit = self.memo[id(n)] = TupleCommReducer(
                     n.name, self.node(n.lhs), self.node(n.rhs), self.node(n.result),
                     self.node(n.identity))
             return hit

@@ -17,14 +17,21 @@ from ..ir.functor import Visitor
 
 
 class Operation:
-    """Base of operations.  ``output(0)`` is the tensor it produces."""
+    """Base of operations.  ``output(i)`` is the ``i``-th tensor it produces (one for a
+    placeholder; a compute whose function returns a tuple has one per element)."""
 
     name: str
+    _outs: tuple
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self._outs)
 
     def output(self, i: int = 0) -> "Tensor":
-        if i != 0:
-            raise ExprError(f"operation {self.name} has one output; asked for output {i}")
-        return self._out
+        if not isinstance(i, int) or not 0 <= i < len(self._outs):
+            raise ExprError(f"operation {self.name} has {len(self._outs)} output(s); asked for "
+                            f"output {i!r}")
+        return self._outs[i]
 
     @property
     def input_tensors(self) -> list:
@@ -39,26 +46,54 @@ class PlaceholderOp(Operation):
         self.name = name
         self.shape = shape
         self.dtype = dtype
-        self._out = Tensor(self)
+        self._outs = (Tensor(self),)
 
 
 class ComputeOp(Operation):
-    """``name[axis] = body``; ``body`` may be a ``Reduce`` at its top level only."""
+    """``name[axis] = body``; ``body`` may be a ``Reduce`` at its top level only.
+
+    A multi-output compute (its function returned a tuple) has ``bodies``, one per output,
+    computed in one loop nest; if they are reductions, they are the elements of one tuple
+    reduction (same axes and condition, ``value_index`` 0, 1, ...).  ``body`` and
+    ``dtype`` are those of a single-output compute."""
 
     def __init__(self, name, axis, body, tag="", attrs=None):
         self.name = name
         self.axis = tuple(axis)
-        self.body = body
-        self.reduce_axis = tuple(body.axis) if isinstance(body, Reduce) else ()
+        self.bodies = tuple(body) if isinstance(body, (tuple, list)) else (body,)
+        first = self.bodies[0]
+        self.reduce_axis = tuple(first.axis) if isinstance(first, Reduce) else ()
         self.tag = tag
         self.attrs = dict(attrs or {})
         self.shape = tuple(iv.dom.extent for iv in self.axis)
-        self.dtype = body.dtype
-        self._out = Tensor(self)
+        self.dtypes = tuple(b.dtype for b in self.bodies)
+        self._outs = tuple(Tensor(self, i) for i in range(len(self.bodies)))
+
+    def _single(self, what):
+        if len(self.bodies) != 1:
+            raise ComputeError(
+                f"compute {self.name} has {len(self.bodies)} outputs (a multi-output compute), "
+                f"and this step reads its {what} as one expression; it supports single-output "
+                "computes only: compute each output in its own tc.compute")
+
+    @property
+    def body(self):
+        self._single("body")
+        return self.bodies[0]
+
+    @property
+    def dtype(self) -> str:
+        self._single("dtype")
+        return self.dtypes[0]
 
     @property
     def input_tensors(self) -> list:
-        return input_tensors_of(self.body)
+        if len(self.bodies) == 1:
+            return input_tensors_of(self.bodies[0])
+        out = []
+        for b in self.bodies:
+            out += [t for t in input_tensors_of(b) if not any(t is x for x in out)]
+        return out
 
 
 class TensorSlice:
@@ -98,12 +133,16 @@ class Tensor:
     """A multi-dimensional value: ``T[i, j]`` (or ``T[i][j]``) reads it inside a compute
     definition."""
 
-    def __init__(self, op: Operation):
+    def __init__(self, op: Operation, value_index: int = 0):
         self.op = op
+        self.value_index = value_index
 
     @property
     def name(self) -> str:
-        return self.op.name
+        op = self.op
+        if len(op._outs) == 1:
+            return op.name
+        return f"{op.name}.v{self.value_index}"   # as TVM names the outputs of one op
 
     @property
     def shape(self) -> Tuple[Expr, ...]:
@@ -111,7 +150,8 @@ class Tensor:
 
     @property
     def dtype(self) -> str:
-        return self.op.dtype
+        op = self.op
+        return op.dtypes[self.value_index] if isinstance(op, ComputeOp) else op.dtype
 
     @property
     def ndim(self) -> int:
@@ -307,20 +347,102 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     axis = tuple(IterVar(Var(n, "int32"), Range(Const(0, "int32"), e), "data_par")
                  for n, e in zip(names, shp))
     body = fcompute(*[iv.var for iv in axis])
-    if isinstance(body, (list, tuple)):
-        raise ComputeError(f"compute {name}: fcompute returned {len(body)} values; tecomp "
-                           "computes one tensor per compute (split it into several)")
-    if isinstance(body, Tensor):
-        raise ComputeError(f"compute {name}: fcompute returned the tensor {body.name}; "
-                           f"return an element, e.g. {body.name}[i, j]")
-    body = as_expr(body)
-    _check_body(name, body, axis)
+    multi = isinstance(body, (list, tuple))
+    bodies = list(body) if multi else [body]
+    if multi and not bodies:
+        raise ComputeError(f"compute {name}: fcompute returned an empty {type(body).__name__}; "
+                           "return one expression, or a tuple of them (one per output)")
+    for n, b in enumerate(bodies):
+        if isinstance(b, Tensor):
+            raise ComputeError(f"compute {name}: fcompute returned the tensor {b.name}"
+                               f"{f' as value {n}' if multi else ''}; return an element, "
+                               f"e.g. {b.name}[i, j]")
+        if isinstance(b, (list, tuple)):
+            raise ComputeError(f"compute {name}: value {n} of what fcompute returned is itself "
+                               f"a {type(b).__name__}; return a flat tuple of expressions")
+    bodies = [as_expr(b) for b in bodies]
     from .range_check import check_reads_in_range
 
-    check_reads_in_range(name, body, axis)  # a read out of range at some iteration
+    for b in bodies:
+        _check_body(name, b, axis)
+        check_reads_in_range(name, b, axis)  # a read out of range at some iteration
+    if multi:
+        bodies = _tuple_bodies(name, bodies)
+    elif isinstance(bodies[0], Reduce) and _is_tuple_reduce(bodies[0]):
+        raise ComputeError(
+            f"compute {name}: the body is one element of the tuple reduction "
+            f"{bodies[0].combiner.name}, which gives {bodies[0].combiner.arity} values; return "
+            "all of them from fcompute (e.g. lambda i: argmax((k, A[i, k]), axis=k)), which "
+            "makes one output tensor each")
     for iv in axis:
         _AXIS_VARS[iv.var] = True  # a value that refers to the key would keep it alive
-    return ComputeOp(name, axis, body, tag, attrs).output(0)
+    op = ComputeOp(name, axis, tuple(bodies) if multi else bodies[0], tag, attrs)
+    return op._outs if multi else op.output(0)
+
+
+def _is_tuple_reduce(e) -> bool:
+    from ..ir.expr import TupleCommReducer
+
+    return isinstance(e.combiner, TupleCommReducer)
+
+
+def _tuple_bodies(name, bodies) -> list:
+    """The bodies of a multi-output compute, checked: all elementwise, or all the elements
+    of one tuple reduction in order.  Single-value reductions over the same axes and
+    condition (``tc.sum(x, axis=k), tc.sum(x * x, axis=k)``) become the elements of one
+    tuple reduction made of their combiners, so they run in one pass."""
+    reds = [isinstance(b, Reduce) for b in bodies]
+    if not any(reds):
+        return bodies
+    if not all(reds):
+        n = reds.index(False)
+        raise ComputeError(
+            f"compute {name}: value {n} is not a reduction but value {reds.index(True)} is; "
+            "the values of a multi-output compute are all reductions over the same axes or "
+            "none is: compute the others in their own tc.compute")
+    first = bodies[0]
+    for n, b in enumerate(bodies[1:], 1):
+        if tuple(b.axis) != tuple(first.axis):
+            raise ComputeError(
+                f"compute {name}: value {n} reduces over "
+                f"({', '.join(iv.name for iv in b.axis)}) but value 0 over "
+                f"({', '.join(iv.name for iv in first.axis)}); the reductions of one compute "
+                "share their axes")
+        if not _same_expr(b.condition, first.condition):
+            raise ComputeError(
+                f"compute {name}: value {n} reduces where {b.condition} but value 0 where "
+                f"{first.condition}; the reductions of one compute share their where= "
+                "condition")
+    if any(_is_tuple_reduce(b) for b in bodies):
+        comb = first.combiner
+        ok = (all(b.combiner is comb for b in bodies) and len(bodies) == comb.arity
+              and all(b.value_index == n for n, b in enumerate(bodies)))
+        if not ok:
+            raise ComputeError(
+                f"compute {name}: a tuple reduction ({comb.name if _is_tuple_reduce(first) else next(b for b in bodies if _is_tuple_reduce(b)).combiner.name}) "
+                "must be returned whole and alone: return exactly the values it gave, in "
+                "order (e.g. lambda i: argmax((k, A[i, k]), axis=k))")
+        return bodies
+    from ..ir.expr import TupleCommReducer
+    from ..ir.functor import substitute
+
+    lhs, rhs, res, ident = [], [], [], []
+    for n, b in enumerate(bodies):
+        c = b.combiner
+        x, y = Var(f"{c.lhs.name}{n}", c.lhs.dtype), Var(f"{c.rhs.name}{n}", c.rhs.dtype)
+        lhs.append(x)
+        rhs.append(y)
+        res.append(substitute(c.result, {c.lhs: x, c.rhs: y}))
+        ident.append(c.identity)
+    comb = TupleCommReducer("+".join(b.combiner.name for b in bodies), tuple(lhs), tuple(rhs),
+                            tuple(res), tuple(ident))
+    return [Reduce(comb, b.source, b.axis, first.condition, b.dtype, n)
+            for n, b in enumerate(bodies)]
+
+
+def _same_expr(a, b) -> bool:
+    """Structurally equal (the IR's nodes compare by value, its variables by identity)."""
+    return a is b or a == b
 
 
 def _check_body(name, body, axis):

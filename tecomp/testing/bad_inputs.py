@@ -315,7 +315,7 @@ def iterate_tensor():
     list(_vec(4))
 
 
-@bad("ExprError", r"operation A has one output")
+@bad("ExprError", r"operation A has 1 output\(s\); asked for output 1")
 def op_output_index():
     _vec(4).op.output(1)
 

@@ -162,3 +162,15 @@ def test_tag_rule_returning_a_wrong_shape():
             tc.gradient(Y, X, head=tc.placeholder((4,), name="H"))
     finally:
         ad.unregister_tag_derivative("test_bad_tag_rule")
+
+
+def test_gradient_through_a_multi_output_compute():
+    X = tc.placeholder((4, 6), name="X")
+    k = tc.reduce_axis((0, 6), name="k")
+    S, Q = tc.compute((4,), lambda i: (tc.sum(X[i, k], axis=k), tc.sum(X[i, k] * X[i, k], axis=k)),
+                      name="mom")
+    V = tc.compute((4,), lambda i: Q[i] - S[i] * S[i], name="V")
+    with pytest.raises(tc.AutodiffError, match=r"tc.gradient: V depends on mom, a multi-output "
+                                               r"compute \(2 outputs.*compute its outputs in "
+                                               r"separate tc.compute calls"):
+        tc.gradient(V, [X])

@@ -105,9 +105,107 @@ def test_whole_tensor_arithmetic():
         _ = A + 1
 
 
-def test_tuple_body():
-    with pytest.raises(tc.ComputeError, match=r"fcompute returned 2 values"):
-        tc.compute((4,), lambda i: (i, i), name="C")
+# -- multi-output computes and tuple reducers ------------------------------------------
+
+
+def _argmax():
+    return tc.comm_reducer(
+        lambda x, y: (tc.if_then_else(x[1] >= y[1], x[0], y[0]), tc.max(x[1], y[1])),
+        lambda t0, t1: (tc.const(-1, t0), tc.min_value(t1)), name="argmax")
+
+
+def test_empty_tuple_body():
+    with pytest.raises(tc.ComputeError, match=r"compute C: fcompute returned an empty tuple"):
+        tc.compute((4,), lambda i: (), name="C")
+
+
+def test_nested_tuple_body():
+    with pytest.raises(tc.ComputeError, match=r"compute C: value 1 of what fcompute returned is "
+                                              r"itself a tuple"):
+        tc.compute((4,), lambda i: (i, (i, i)), name="C")
+
+
+def test_multi_output_mixing_reduction_and_elementwise():
+    A = tc.placeholder((4, 5), name="A")
+    k = tc.reduce_axis((0, 5), name="k")
+    with pytest.raises(tc.ComputeError, match=r"compute C: value 1 is not a reduction but value "
+                                              r"0 is"):
+        tc.compute((4,), lambda i: (tc.sum(A[i, k], axis=k), A[i, 0]), name="C")
+
+
+def test_multi_output_reductions_over_different_axes():
+    A = tc.placeholder((4, 5), name="A")
+    k, k2 = tc.reduce_axis((0, 5), name="k"), tc.reduce_axis((0, 5), name="k2")
+    with pytest.raises(tc.ComputeError, match=r"value 1 reduces over \(k2\) but value 0 over "
+                                              r"\(k\); the reductions of one compute share"):
+        tc.compute((4,), lambda i: (tc.sum(A[i, k], axis=k), tc.max(A[i, k2], axis=k2)), name="C")
+
+
+def test_multi_output_reductions_with_different_conditions():
+    A = tc.placeholder((4, 5), name="A")
+    k = tc.reduce_axis((0, 5), name="k")
+    with pytest.raises(tc.ComputeError, match=r"share their where= condition"):
+        tc.compute((4,), lambda i: (tc.sum(A[i, k], axis=k, where=k < 3),
+                                    tc.sum(A[i, k], axis=k)), name="C")
+
+
+def test_one_element_of_a_tuple_reduction():
+    A = tc.placeholder((4, 5), name="A")
+    k = tc.reduce_axis((0, 5), name="k")
+    with pytest.raises(tc.ComputeError, match=r"compute C: the body is one element of the tuple "
+                                              r"reduction argmax, which gives 2 values; return "
+                                              r"all of them"):
+        tc.compute((4,), lambda i: _argmax()((k, A[i, k]), axis=k)[0], name="C")
+
+
+def test_tuple_reduction_with_another_value():
+    A = tc.placeholder((4, 5), name="A")
+    k = tc.reduce_axis((0, 5), name="k")
+    with pytest.raises(tc.ComputeError, match=r"a tuple reduction \(argmax\) must be returned "
+                                              r"whole and alone"):
+        tc.compute((4,), lambda i: (*_argmax()((k, A[i, k]), axis=k), tc.sum(A[i, k], axis=k)),
+                   name="C")
+
+
+def test_builtin_reducer_on_a_tuple():
+    A = tc.placeholder((4, 5), name="A")
+    k = tc.reduce_axis((0, 5), name="k")
+    with pytest.raises(tc.ExprError, match=r"tc.sum reduces one expression, got a tuple; to "
+                                           r"reduce several in one pass"):
+        tc.compute((4,), lambda i: tc.sum((A[i, k], A[i, k]), axis=k), name="C")
+
+
+def test_tuple_reducer_returning_the_wrong_length():
+    A = tc.placeholder((4, 5), name="A")
+    k = tc.reduce_axis((0, 5), name="k")
+    bad = tc.comm_reducer(lambda x, y: (x[0] + y[0],), lambda t0, t1: (0, 0), name="bad")
+    with pytest.raises(tc.ExprError, match=r"reducer bad on 2 values: fcombine returned .*; it "
+                                           r"must return a tuple of 2 expressions"):
+        tc.compute((4,), lambda i: bad((A[i, k], A[i, k]), axis=k), name="C")
+
+
+def test_tuple_reducer_changing_an_element_dtype():
+    A = tc.placeholder((4, 5), name="A")
+    k = tc.reduce_axis((0, 5), name="k")
+    bad = tc.comm_reducer(lambda x, y: (x[0] + y[0], tc.cast(x[1] + y[1], "float64")),
+                          lambda t0, t1: (0, 0), name="bad")
+    with pytest.raises(tc.ExprError, match=r"reducer bad: element 1 of fcombine's result is "
+                                           r"float64 but value 1 is float32"):
+        tc.compute((4,), lambda i: bad((k, A[i, k]), axis=k), name="C")
+
+
+def test_where_is_a_python_bool():
+    A = tc.placeholder((4, 5), name="A")
+    k = tc.reduce_axis((0, 5), name="k")
+    with pytest.raises(tc.ExprError, match=r"tc.sum: where= is the Python bool True, not a "
+                                           r"condition.*tc.ne\(a, b\)"):
+        tc.compute((4,), lambda i: tc.sum(A[i, k], axis=k, where=k % 3 != 1), name="C")
+
+
+def test_output_index_out_of_range():
+    B0, B1 = tc.compute((4,), lambda i: (i, i + 1), name="B")
+    with pytest.raises(tc.ExprError, match=r"operation B has 2 output\(s\); asked for output 2"):
+        B0.op.output(2)
 
 
 def test_condition_not_bool():

@@ -770,3 +770,48 @@ def test_create_group_errors():
         s.create_group(outputs=C, inputs=[])
     with pytest.raises(tc.ScheduleError, match=r"outputs and inputs must be tensors"):
         s.create_group(outputs="C", inputs=A)
+
+
+# -- multi-output computes -----------------------------------------------------------
+
+
+def _argmax_rows():
+    A = tc.placeholder((8, 6), name="A")
+    k = tc.reduce_axis((0, 6), name="k")
+    argmax = tc.comm_reducer(
+        lambda x, y: (tc.if_then_else(x[1] >= y[1], x[0], y[0]), tc.max(x[1], y[1])),
+        lambda t0, t1: (tc.const(-1, t0), tc.min_value(t1)), name="argmax")
+    idx, val = tc.compute((8,), lambda i: argmax((k, A[i, k]), axis=k), name="am")
+    return A, idx, val
+
+
+def test_cache_write_of_a_multi_output_compute():
+    A, idx, val = _argmax_rows()
+    s = tc.create_schedule(idx.op)
+    with pytest.raises(tc.ScheduleError, match=r"cache_write on stage am: it computes 2 outputs "
+                                               r"in one loop nest \(a multi-output compute\)"):
+        s.cache_write(val, "local")
+
+
+def test_rfactor_of_a_multi_output_compute():
+    A, idx, val = _argmax_rows()
+    s = tc.create_schedule(idx.op)
+    with pytest.raises(tc.ScheduleError, match=r"rfactor on stage am: it computes 2 outputs"):
+        s.rfactor(idx, s[idx].op.reduce_axis[0])
+
+
+def test_tuple_reduction_across_threads():
+    A, idx, val = _argmax_rows()
+    s = tc.create_schedule(idx.op)
+    s[idx].bind(idx.op.axis[0], tc.thread_axis("blockIdx.x"))
+    s[idx].bind(idx.op.reduce_axis[0], tc.thread_axis("threadIdx.x"))
+    with pytest.raises(tc.ScheduleError, match=r"bind on stage am: reduction axis k is bound to "
+                                               r"threadIdx.x, but the stage is a tuple reduction"):
+        tc.lower(s, [A, idx, val])
+
+
+def test_no_output_of_a_multi_output_compute_in_the_arguments():
+    A, idx, val = _argmax_rows()
+    s = tc.create_schedule(idx.op)
+    with pytest.raises(tc.LowerError, match=r"output am.v0 and am.v1 is not in the argument list"):
+        tc.lower(s, [A])
