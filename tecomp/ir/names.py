@@ -12,8 +12,9 @@ has gone through one of these:
   source): one line of printable characters.  Letters, digits and marks of any script and
   printable ASCII stay as they are; everything else (newlines, control and format
   characters such as bidi overrides, backslashes, which continue a ``//`` comment onto
-  the next line) is written ``<U+XXXX>``, and so is a space at either end (it would read
-  as indentation).  ``A\\n#include`` -> ``A<U+000A>#include``.
+  the next line) is written ``<U+XXXX>``.  ``A\\n#include`` -> ``A<U+000A>#include``.
+  :func:`display_name` also writes a space at either end so (the printed IR's names, where
+  a leading space would read as indentation).
 * :func:`comment` -- a ``//`` comment line of :func:`display` text.
 
 Pragma names are checked where they are given (``Stage.pragma``): an identifier or a
@@ -52,7 +53,7 @@ def identifier(name: str, default: str = "v", c: bool = True) -> str:
 def display(text: str) -> str:
     """``text`` as one line of printable characters (see the module doc)."""
     text = str(text)
-    if _PLAIN.fullmatch(text) and not text.startswith(" ") and not text.endswith(" "):
+    if _PLAIN.fullmatch(text):
         return text
     out = []
     for ch in text:
@@ -62,11 +63,19 @@ def display(text: str) -> str:
             out.append(ch)
         else:
             out.append(f"<U+{o:04X}>")
-    # a space at either end would read as indentation or run into its neighbour
-    for end in (0, -1):
-        if out and out[end] == " ":
-            out[end] = "<U+0020>"
     return "".join(out)
+
+
+def display_name(name: str) -> str:
+    """A name as :func:`display` shows it, with a space at either end written
+    ``<U+0020>``: a name begins statements of the printed IR, where a leading space would
+    read as indentation."""
+    d = display(name)
+    if d.startswith(" "):
+        d = "<U+0020>" + d[1:]
+    if d.endswith(" "):
+        d = d[:-1] + "<U+0020>"
+    return d
 
 
 def comment(text: str) -> str:

@@ -23,10 +23,10 @@ from .expr import (
     Expr, FloorDiv, FloorMod, IterVar, Let, Max, Min, Mul, Not, Or, ProducerLoad, Range,
     Reduce, Select, Sub, TruncDiv, TruncMod, TupleCommReducer, Var,
 )
-from .names import display
+from .names import display, display_name
 from .stmt import (
-    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, Prefetch,
-    PrimFunc, SeqStmt, Stmt,
+    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
+    Prefetch, PrimFunc, SeqStmt, Stmt,
 )
 
 # precedence: higher binds tighter
@@ -66,7 +66,7 @@ class Printer:
     def name_of(self, obj) -> str:
         n = self.names.get(obj)
         if n is None:
-            base = display(obj.name)
+            base = display_name(obj.name)
             k = self.used.get(base, 0)
             n = base if k == 0 else f"{base}_{k}"
             while n in self.used and k > 0:
@@ -117,7 +117,7 @@ class Printer:
         if t is BufferLoad:
             return f"{self.name_of(e.buffer)}[{', '.join(self.expr(i) for i in e.indices)}]"
         if t is ProducerLoad:
-            return f"{display(e.producer.name)}[{', '.join(self.expr(i) for i in e.indices)}]"
+            return f"{display_name(e.producer.name)}[{', '.join(self.expr(i) for i in e.indices)}]"
         if t is Let:
             return f"(let {self.name_of(e.var)} = {self.expr(e.value)} in {self.expr(e.body)})"
         if t is Reduce:
@@ -127,7 +127,7 @@ class Printer:
             cond = "" if (isinstance(e.condition, Const) and e.condition.value is True) \
                 else f", where={self.expr(e.condition)}"
             part = f".v{e.value_index}" if isinstance(e.combiner, TupleCommReducer) else ""
-            return f"{display(e.combiner.name)}{part}({self.expr(e.source)}, axis=[{axes}]{cond})"
+            return f"{display_name(e.combiner.name)}{part}({self.expr(e.source)}, axis=[{axes}]{cond})"
         if t is Range:
             return f"[{self.expr(e.min)}, {self.expr(e.min)} + {self.expr(e.extent)})"
         if isinstance(e, Stmt):
@@ -135,7 +135,7 @@ class Printer:
         if t is Buffer:
             return self.buffer_decl(e)
         if t is CommReducer or t is TupleCommReducer:
-            return f"comm_reducer {display(e.name)}"
+            return f"comm_reducer {display_name(e.name)}"
         return repr(e)
 
     def buffer_decl(self, b: Buffer) -> str:
@@ -189,6 +189,11 @@ class Printer:
             self._stmt(s.body, ind, out)
         elif t is Evaluate:
             out.append(pad + self.expr(s.value))
+        elif t is ExternCall:
+            bufs, scal = iter(s.buffers), iter(s.scalars)
+            args = ", ".join(self.name_of(next(bufs)) if k == "b" else self.expr(next(scal))
+                             for k in s.order)
+            out.append(f"{pad}call_extern {display_name(s.name)}({args})")
         elif t is Prefetch:
             idx = ", ".join(self.expr(i) for i in s.indices)
             how = "prefetch (write)" if s.write else "prefetch"
@@ -210,7 +215,7 @@ class Printer:
                 params.append(self.buffer_decl(p))
             else:
                 params.append(f"{self.name_of(p)}: {p.dtype}")
-        lines = [f"primfn {display(f.name)}({', '.join(params)}) {{"]
+        lines = [f"primfn {display_name(f.name)}({', '.join(params)}) {{"]
         lines += self.stmt_lines(f.body, 1)
         lines.append("}")
         return "\n".join(lines)
