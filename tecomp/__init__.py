@@ -23,6 +23,7 @@ from .te import (
     placeholder, pow, prod, reduce_axis, round, rsqrt, sigmoid, sin, sqrt, sum, tanh,
     thread_axis, truncdiv, truncmod, var,
 )
+from .te import ExternOp, call_packed, extern, get_global_func, register_func  # noqa: E402
 from .schedule import Schedule, Stage, create_schedule
 from .target import Target
 from .lower import lower

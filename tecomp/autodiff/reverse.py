@@ -46,7 +46,7 @@ from ..ir.expr import (
 )
 from ..ir.functor import Mutator, Visitor, collect, substitute, uses_var
 from ..te import reduce as _reduce
-from ..te.tensor import ComputeOp, Tensor, compute, reduce_axis
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, compute, reduce_axis
 from . import rules as _rules
 from .inversion import invert
 
@@ -799,6 +799,13 @@ def gradient(output: Tensor, inputs, head: Optional[Tensor] = None):
     from ..te.tensor import compute_ops
 
     for op in compute_ops([output]):
+        call = getattr(op, "call", None)
+        if call is not None and not op.attrs.get(STOP_GRADIENT):
+            raise AutodiffError(
+                f"tc.gradient: {output.name} depends on {op.name}, an extern stage (a call to "
+                f"{call.name}), whose derivative tecomp cannot see; differentiate the computes "
+                f"around it, or mark it constant with tecomp.autodiff.stop_gradient("
+                f"{op.output(0).name}) if it does not depend on the inputs")
         if len(op.bodies) > 1 and not op.attrs.get(STOP_GRADIENT):
             raise AutodiffError(
                 f"tc.gradient: {output.name} depends on {op.name}, a multi-output compute "
@@ -821,6 +828,6 @@ def gradient(output: Tensor, inputs, head: Optional[Tensor] = None):
 def stop_gradient(t: Tensor) -> Tensor:
     """Mark the compute ``t`` as a constant for differentiation (returns ``t``).  Used by the
     softmax of :mod:`tecomp.nn` for its row maximum, which does not change the result."""
-    if isinstance(t.op, ComputeOp):
+    if not isinstance(t.op, PlaceholderOp):   # a compute, or an extern stage
         t.op.attrs[STOP_GRADIENT] = True
     return t

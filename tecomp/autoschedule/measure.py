@@ -151,7 +151,7 @@ def _plan(args, shapes, what: str = "measure") -> _Plan:
     from ..codegen.argcheck import eval_host_expr
     from ..ir import dtype as _dt
     from ..ir.expr import Var
-    from ..te.tensor import ComputeOp, Tensor, compute_ops
+    from ..te.tensor import PlaceholderOp, Tensor, compute_ops
 
     if isinstance(args, Tensor) or not isinstance(args, (list, tuple)):
         raise AutoScheduleError(f"{what}: args must be the list you pass to tc.build (e.g. "
@@ -197,7 +197,7 @@ def _plan(args, shapes, what: str = "measure") -> _Plan:
                 raise AutoScheduleError(f"{what}: dimension {d} of tensor {a.name} is {n} with "
                                         f"shapes={shapes!r:.80}; extents must be >= 0")
             dims.append(n)
-        kind = "output" if isinstance(a.op, ComputeOp) else "input"
+        kind = "input" if isinstance(a.op, PlaceholderOp) else "output"
         if kind == "output":
             outputs.append(pos)
         out.append(_Arg(kind, a.name, tuple(dims), a.dtype))

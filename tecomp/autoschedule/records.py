@@ -65,7 +65,7 @@ class _Canon:
         self.order = []
 
     def tensor(self, t) -> str:
-        k = id(t.op)
+        k = (id(t.op), t.value_index)   # (the outputs of one operation differ)
         if k not in self.tensors:
             self.tensors[k] = len(self.tensors)
             self.order.append(t)
@@ -111,6 +111,12 @@ class _Canon:
                         f"axis={self(op.axis)} bodies={self(op.bodies)} attrs={self(op.attrs)}")
             return (f"compute {op.dtype} {shape} axis={self(op.axis)} body={self(op.body)} "
                     f"attrs={self(op.attrs)}")
+        call = getattr(op, "call", None)
+        if call is not None:   # an extern stage: its function's name and arguments
+            args = ",".join(self.tensor(a.tensor) if hasattr(a, "tensor") else self(a)
+                            for a in call.args)
+            return (f"extern[{t.value_index}] {self(op.dtypes)} {self(op.shapes)} "
+                    f"call={call.name!r}({args}) inputs={self(op.inputs)}")
         return f"placeholder {op.dtype} {shape}"
 
 

@@ -151,7 +151,7 @@ def _elems(t: Tensor, shapes) -> Optional[int]:
 
 def outputs_of(args) -> List[Tensor]:
     """The compute tensors of a ``tc.build`` argument list (its outputs)."""
-    outs = [a for a in args if isinstance(a, Tensor) and isinstance(a.op, ComputeOp)]
+    outs = [a for a in args if isinstance(a, Tensor) and not isinstance(a.op, PlaceholderOp)]
     if not outs:
         raise AutoScheduleError(
             "auto_schedule: the argument list has no compute tensor to schedule; pass the "
@@ -255,6 +255,8 @@ class _Rules:
                 continue
             if any(r.reduce_axis for r in rd):
                 continue   # read by a reduction: computed per task (see attach_producers)
+            if any(not isinstance(r, ComputeOp) for r in rd):
+                continue   # read by an extern stage's function: it stays in memory
             n_me = _elems(op.output(0), self.shapes)
             n_rd = max((_elems(r.output(0), self.shapes) or 0) for r in rd)
             reused = n_me is not None and n_rd > 2 * n_me
@@ -270,8 +272,8 @@ class _Rules:
         # consumers first: an output decides the loops its producers attach to
         for st in reversed(list(s.stages)):
             op = st.op
-            if id(op) in self.done or st.attach_type != "root":
-                continue
+            if id(op) in self.done or st.attach_type != "root" or not isinstance(op, ComputeOp):
+                continue   # (an extern stage is a call: nothing to schedule)
             if op.reduce_axis:
                 self.reduction(st)
             else:

@@ -164,8 +164,8 @@ from ..ir.functor import Visitor, free_vars, post_order
 from ..ir.names import identifier
 from ..ir.printer import to_str
 from ..ir.stmt import (
-    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, Prefetch,
-    PrimFunc, SeqStmt, Stmt,
+    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
+    Prefetch, PrimFunc, SeqStmt, Stmt,
 )
 from . import llvm_jit
 from .signature import BufferParam, CheckSite, ScalarParam, Signature  # noqa: F401
@@ -212,6 +212,7 @@ from .llvm_runtime import PYOBJECT_DATA_OFFSET  # noqa: E402
 ERR_BOUNDS = 1
 ERR_MALLOC = 2
 ERR_ASSERT = 3
+ERR_EXTERN = 4   # an extern stage's function raised (tecomp.runtime.extern keeps it)
 ERR_WORDS = 5
 
 
@@ -319,6 +320,11 @@ class _BufferUses(Visitor):
 
     def visit_BufferStore(self, s):
         self._use(s.buffer)
+        self.generic_visit(s)
+
+    def visit_ExternCall(self, s):
+        for b in s.buffers:
+            self._use(b)
         self.generic_visit(s)
 
     def visit_Prefetch(self, s):
@@ -1589,6 +1595,40 @@ class _FnEmitter:
             o = b.extract_element(vec, ir.Constant(_I32, lane))
             b.call(f, [self._elem_ptr(bi, o, False)] + hint)
 
+    def s_extern_call(self, s: ExternCall):
+        """``tecomp_extern_call(site, data, ints, floats)`` (see tecomp.runtime.extern):
+        the buffers' data pointers, their extents and strides (elements) then the integer
+        scalars, and the float scalars, in stack arrays; a nonzero return is error 4."""
+        from ..runtime import extern as _ext
+
+        _register_extern_symbol()
+        if self.mask is not None or self.lanes > 1:
+            raise InternalError(f"the extern call {s.name} is inside a vectorized loop")
+        b = self.b
+        bis = [self.buf(x) for x in s.buffers]
+        ints, floats = [], []
+        for bi in bis:
+            ints += list(bi.extents) + list(bi.strides)
+        for e in s.scalars:
+            if _dt.is_float(e.dtype):
+                floats.append(self.cast_value(self.expr(e).s, e.dtype, "float64"))
+            else:
+                ints.append(self.scalar_index(e))
+        data = self.alloca(ir.ArrayType(_PTR, max(len(bis), 1)), name="extern.data", align=8)
+        iarr = self.alloca(ir.ArrayType(_I64, max(len(ints), 1)), name="extern.ints", align=8)
+        farr = self.alloca(ir.ArrayType(_F64, max(len(floats), 1)), name="extern.floats", align=8)
+        zero = ir.Constant(_I32, 0)
+        for arr, vals, ty in ((data, [bi.ptr for bi in bis], _PTR), (iarr, ints, _I64),
+                              (farr, floats, _F64)):
+            for n, v in enumerate(vals):
+                b.store(v, b.gep(arr, [zero, ir.Constant(_I32, n)],
+                                 source_etype=arr.allocated_type), align=8)
+        fn = self.mb.declare(_ext.SYMBOL, _I32, [_I64, _PTR, _PTR, _PTR])
+        rc = b.call(fn, [ir.Constant(_I64, s.site), data, iarr, farr], name="extern.rc")
+        site = self.mb.add_site("extern", "", s.name, _node_text(s))
+        self.guard(b.icmp_signed("!=", rc, zero), lambda: self.report(ERR_EXTERN, site),
+                   name="extern")
+
     def s_assert(self, s: AssertStmt):
         if self.checks:
             cond = self.expr(s.cond)
@@ -2287,6 +2327,18 @@ def _free_vars_with_allocations(stmt) -> List[Var]:
     return out
 
 
+_EXTERN_SYMBOL_DONE = []
+
+
+def _register_extern_symbol() -> None:
+    """Make ``tecomp_extern_call`` resolve to the extern calls' entry point in the JIT."""
+    if not _EXTERN_SYMBOL_DONE:
+        from ..runtime import extern as _ext
+
+        llvm_jit.add_symbol(_ext.SYMBOL, _ext.address())
+        _EXTERN_SYMBOL_DONE.append(True)
+
+
 def _restore(d: dict, k, old):
     if old is None:
         d.pop(k, None)
@@ -2298,7 +2350,7 @@ _STMT = {
     SeqStmt: _FnEmitter.s_seq, BufferStore: _FnEmitter.s_store, IfThenElse: _FnEmitter.s_if,
     LetStmt: _FnEmitter.s_let, AttrStmt: _FnEmitter.s_attr, Evaluate: _FnEmitter.s_evaluate,
     AssertStmt: _FnEmitter.s_assert, Allocate: _FnEmitter.s_allocate, For: _FnEmitter.s_for,
-    Prefetch: _FnEmitter.s_prefetch,
+    Prefetch: _FnEmitter.s_prefetch, ExternCall: _FnEmitter.s_extern_call,
 }
 _EXPR = {
     Const: _FnEmitter.e_const, Var: _FnEmitter.e_var, Add: _FnEmitter.e_add,

@@ -90,6 +90,17 @@ def export_library(mod, path, *, pyobject_data_offset: int) -> None:
     from .llvm_threadpool import pool_ir
 
     name = mod.name
+    func = getattr(mod, "prim_func", None)
+    if func is not None:
+        from ..ir.functor import collect
+        from ..ir.stmt import ExternCall
+
+        calls = collect(func.body, lambda n: isinstance(n, ExternCall))
+        if calls:
+            raise BuildError(
+                f"cannot export {name}: it calls {calls[0].name} through an extern stage "
+                "(tc.extern), a function of this Python process, which a library loaded "
+                "elsewhere cannot call; export the kernels around it instead")
     dest = _destination(path, name)
     if getattr(mod, "library_path", None) is not None:
         raise BuildError(f"{name} was loaded from {mod.library_path!r:.200}: that file is its "

@@ -596,6 +596,12 @@ class Module(Timed):
             s = v.sites[site] if 0 <= site < len(v.sites) else None
             what = f" for {s.buffer}" if s else ""
             raise KernelMemoryError(f"kernel {self.name} could not allocate {extent} bytes{what}")
+        if code == 4:
+            from ..runtime.extern import take_error
+
+            e = take_error()
+            if e is not None:
+                raise e
         if code == 3 and 0 <= site < len(v.sites):
             s = v.sites[site]
             raise KernelAssertionError(f"{s.text} (assert `{s.stmt}` failed in kernel "

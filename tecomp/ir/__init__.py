@@ -12,7 +12,7 @@ from .expr import (
 )
 from .stmt import (
     LOOP_KINDS, Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt,
-    Prefetch, PrimFunc, SeqStmt, Stmt, seq,
+    Prefetch, PrimFunc, SeqStmt, Stmt, seq, ExternCall,
 )
 from .functor import Mutator, Visitor, collect, free_vars, post_order, substitute, uses_var
 from .printer import to_str

@@ -153,8 +153,8 @@ from .expr import (
 from .functor import free_vars, post_order
 from .printer import Printer, to_str
 from .stmt import (
-    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, Prefetch,
-    PrimFunc, SeqStmt, Stmt,
+    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
+    Prefetch, PrimFunc, SeqStmt, Stmt,
 )
 
 __all__ = [
@@ -1046,6 +1046,30 @@ class _Compiler:
             body(env)
             _restore(env, buf, old)
         return alloc
+
+    def _s_ExternCall(self, s: ExternCall):
+        """The extern stage's function on the buffers' arrays (inputs read-only)."""
+        from ..runtime.extern import site
+
+        st = site(s.site)
+        fscal = [self.expr(e) for e in s.scalars]
+
+        def call(env):
+            args, bi, si = [], 0, 0
+            for k in s.order:
+                if k == "b":
+                    arr = env[s.buffers[bi]]
+                    if not st.buffers[bi][2]:
+                        arr = arr.view()
+                        arr.flags.writeable = False
+                    args.append(arr)
+                    bi += 1
+                else:
+                    v = fscal[si](env)
+                    args.append(float(v) if st.scalars[si] else int(v))
+                    si += 1
+            st.fn(*args)
+        return call
 
     def _s_LetStmt(self, s: LetStmt):
         fv = self._let_value(s.var, s.value, s)

@@ -86,6 +86,20 @@ class Evaluate(Stmt):
 
 
 @dataclass(frozen=True, slots=True)
+class ExternCall(Stmt):
+    """Call the function of an extern stage (``tc.extern``): ``site`` is its entry in
+    :mod:`tecomp.runtime.extern` (the function and how its arguments are laid out),
+    ``name`` the function's name for display; the arguments, in ``order`` (``"b"`` a
+    buffer, ``"s"`` a scalar), are ``buffers`` (passed as arrays) and ``scalars``."""
+
+    site: int
+    name: str
+    buffers: Tuple[Buffer, ...]
+    scalars: Tuple[Expr, ...]
+    order: str
+
+
+@dataclass(frozen=True, slots=True)
 class Prefetch(Stmt):
     """A hint to bring the cache line that holds ``buffer[indices]`` into the cache
     (``write``: with the intent to write it, x86 ``prefetchw``; else for reading,

@@ -49,6 +49,16 @@ def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | No
         raise LowerError(f"function name {name!r} must be a Python-style identifier")
     t0 = time.perf_counter()
     params, body, ctx = schedule_to_stmt(s, list(args))
+    if target != "llvm":
+        from ..ir.functor import collect
+        from ..ir.stmt import ExternCall
+
+        calls = collect(body, lambda n: isinstance(n, ExternCall))
+        if calls:
+            raise LowerError(
+                f"the schedule has an extern stage calling {calls[0].name} (tc.extern): it runs "
+                f"on the CPU, and target {tgt} cannot call it; build for llvm, or compute that "
+                "stage with tc.compute")
     func = PrimFunc(name, tuple(params), body,
                     {"target": tgt, "param_checks": ctx.param_checks()})
     dump = os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")

@@ -41,8 +41,11 @@ from ..ir.expr import (
     And,
 )
 from ..ir.functor import Mutator, Visitor, substitute
-from ..ir.stmt import Allocate, AttrStmt, BufferStore, For, IfThenElse, LetStmt, SeqStmt, seq
+from ..ir.stmt import (
+    Allocate, AttrStmt, BufferStore, ExternCall, For, IfThenElse, LetStmt, SeqStmt, seq,
+)
 from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_problem
+from ..te.extern import ExternOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 
 
@@ -132,7 +135,10 @@ class StageInfo:
         return self.buffers[0]
 
     def loads(self) -> list:
-        """Tensors the stage's bodies read, in order of first read."""
+        """Tensors the stage's bodies read, in order of first read (an extern stage's
+        inputs)."""
+        if isinstance(self.stage.op, ExternOp):
+            return list(self.stage.op.inputs)
         out = []
         for b in self.bodies:
             out += [t for t in _loads_of(b) if not any(t is x for x in out)]
@@ -601,6 +607,10 @@ class LowerContext:
         if all(a is not None for a in args):
             inf.buffers = args
             return
+        if isinstance(st.op, ExternOp):   # whole, at the root
+            inf.buffers = [a if a is not None else Buffer(t.name, tuple(t.shape), t.dtype)
+                           for t, a in zip(outs, args)]
+            return
         arith = _arith()
         shape = []
         if st.attach_type == "scope":
@@ -661,6 +671,8 @@ class LowerContext:
     # -- 4: loop nests -------------------------------------------------------------------
     def make_nest(self, st: Stage):
         """The loop nest of stage ``st`` with the stages attached to it inside."""
+        if isinstance(st.op, ExternOp):
+            return self._extern_call(st)
         inf = self.info[st]
         op = st.op
         bufs = inf.buffers
@@ -715,6 +727,33 @@ class LowerContext:
         store = seq(*[BufferStore(buf, self.lower_expr(substitute(b, vmap)), store_idx)
                       for buf, b in zip(bufs, inf.bodies)])
         return self._loops(st, leaves, _guard(store, inf.guards))
+
+    def _extern_call(self, st: Stage) -> ExternCall:
+        """An extern stage: one call of its function on whole buffers."""
+        from ..runtime.extern import Site, register_site
+
+        op = st.op
+        for t in op.inputs:
+            p = self.stage_of_tensor(t)
+            if p is not None and p.attach_type != "root":
+                raise ScheduleError(
+                    f"extern stage {st.name} reads {t.name}, which is "
+                    f"{'inlined' if p.attach_type == 'inline' else 'computed at ' + p.attach_stage.name}; "
+                    f"its function ({op.call.name}) reads {t.name} whole from memory: "
+                    f"compute_root() {t.name}")
+        bufs, scalars, order, binfo, kinds = [], [], "", [], []
+        for a in op.call.args:
+            if isinstance(a, Expr):
+                scalars.append(a)
+                kinds.append(_dt.is_float(a.dtype))
+                order += "s"
+            else:
+                buf, _ = self.buffer_of(a.tensor)
+                bufs.append(buf)
+                binfo.append((buf.dtype, len(buf.shape), a.is_output))
+                order += "b"
+        site = register_site(Site(op.call.func, op.call.name, order, tuple(binfo), tuple(kinds)))
+        return ExternCall(site, op.call.name, tuple(bufs), tuple(scalars), order)
 
     def _cross_thread_reduce(self, st, leaves, p, tred, comb, src, cond, store_idx):
         """A reduction axis bound to a GPU thread axis: each thread folds its share of the

@@ -379,6 +379,13 @@ class Stage(TracedStage):
                 "inlined into its consumers; compute_at it at a consumer loop instead")
         self._check_attachable("compute_inline")
         for st in self.schedule.stages:
+            if getattr(st.op, "call", None) is not None and any(
+                    t.op is self.origin_op or t.op is self.op for t in st.op.input_tensors):
+                raise ScheduleError(
+                    f"compute_inline on stage {self.name}: the extern stage {st.name} reads it, "
+                    f"and its function ({st.op.call.name}) reads memory: keep {self.name} "
+                    "computed at the root")
+        for st in self.schedule.stages:
             if st.attach_stage is self:
                 raise ScheduleError(
                     f"compute_inline on stage {self.name}: stage {st.name} is computed at one of "
@@ -399,6 +406,12 @@ class Stage(TracedStage):
         self.attach_type, self.attach_stage, self.attach_ivar = "root", None, None
 
     def _check_attachable(self, what):
+        call = getattr(self.op, "call", None)
+        if call is not None:
+            raise ScheduleError(
+                f"{what} on stage {self.name}: it is an extern stage (computed by a call to "
+                f"{call.name}), which runs once, whole, at the root; it has no loops or body to "
+                "move")
         if self.is_output:
             raise ScheduleError(
                 f"{what} on stage {self.name}: it is an output of the schedule, which must be "

@@ -9,3 +9,4 @@ from .intrin import (
     if_then_else, log, maximum, minimum, ne, pow, round, rsqrt, sigmoid, sin, sqrt, tanh,
     truncdiv, truncmod,
 )
+from .extern import ExternOp, call_packed, extern, get_global_func, register_func  # noqa: E402

@@ -24,6 +24,7 @@ from ..ir.expr import CommReducer, Const, Expr, IterVar, Range, TupleCommReducer
 from ..ir.functor import node_fields
 from ..ir.simplify import simplify
 from .reduce import reducer_of
+from .extern import ExternOp
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 
 __all__ = ["retype"]
@@ -92,7 +93,13 @@ class _Retyper:
             bodies = tuple(self.node(b) for b in op.bodies)
             new = ComputeOp(op.name, tuple(self.node(iv) for iv in op.axis),
                             bodies if len(bodies) > 1 else bodies[0], op.tag, op.attrs).output(0)
-        else:  # pragma: no cover - every operation is one of the two
+        elif isinstance(op, ExternOp):
+            # the same function on the copied inputs (in the new dtypes)
+            new = ExternOp(op.name, [self.tensor(t) for t in op.inputs],
+                           [tuple(self.index(x) for x in shp) for shp in op.shapes],
+                           [self.dtype(d) for d in op.dtypes], op.fcompute, op.tag,
+                           op.attrs).output(0)
+        else:  # pragma: no cover - every operation is one of these
             raise ComputeError(f"retype: cannot copy operation {op!r}")
         self.memo[id(op)] = new
         return new.op.output(t.value_index)

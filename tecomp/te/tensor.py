@@ -146,12 +146,13 @@ class Tensor:
 
     @property
     def shape(self) -> Tuple[Expr, ...]:
-        return self.op.shape
+        shapes = getattr(self.op, "shapes", None)   # an extern's outputs: one shape each
+        return self.op.shape if shapes is None else shapes[self.value_index]
 
     @property
     def dtype(self) -> str:
-        op = self.op
-        return op.dtypes[self.value_index] if isinstance(op, ComputeOp) else op.dtype
+        dts = getattr(self.op, "dtypes", None)
+        return self.op.dtype if dts is None else dts[self.value_index]
 
     @property
     def ndim(self) -> int:
@@ -215,7 +216,8 @@ def _shape_str(shape) -> str:
 
 
 def compute_ops(outs) -> list:
-    """Every ComputeOp reachable from ``outs`` (tensors or operations), producers first."""
+    """Every ComputeOp (and ExternOp: every operation with a stage) reachable from ``outs``
+    (tensors or operations), producers first."""
     seen, order = set(), []
 
     def visit(op):
@@ -224,7 +226,7 @@ def compute_ops(outs) -> list:
         seen.add(id(op))
         for t in op.input_tensors:
             visit(t.op)
-        if isinstance(op, ComputeOp):
+        if not isinstance(op, PlaceholderOp):
             order.append(op)
 
     for o in outs:
