@@ -24,6 +24,7 @@ from .te import (
     thread_axis, truncdiv, truncmod, var,
 )
 from .te import ExternOp, call_packed, extern, get_global_func, register_func  # noqa: E402
+from .te import ScanOp, scan  # noqa: E402
 from .schedule import Schedule, Stage, create_schedule
 from .target import Target
 from .lower import lower

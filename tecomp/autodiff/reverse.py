@@ -799,6 +799,13 @@ def gradient(output: Tensor, inputs, head: Optional[Tensor] = None):
     from ..te.tensor import compute_ops
 
     for op in compute_ops([output]):
+        if hasattr(op, "scan_axis") and not op.attrs.get(STOP_GRADIENT):
+            raise AutodiffError(
+                f"tc.gradient: {output.name} "
+                f"{'is' if op is output.op else 'depends on ' + op.name + ','} a scan (tc.scan), and tecomp "
+                "derives no gradient through a recurrence yet; unroll the steps as computes, or "
+                f"mark it constant with tecomp.autodiff.stop_gradient({op.name}) if it does not "
+                "depend on the inputs")
         call = getattr(op, "call", None)
         if call is not None and not op.attrs.get(STOP_GRADIENT):
             raise AutodiffError(

@@ -111,6 +111,9 @@ class _Canon:
                         f"axis={self(op.axis)} bodies={self(op.bodies)} attrs={self(op.attrs)}")
             return (f"compute {op.dtype} {shape} axis={self(op.axis)} body={self(op.body)} "
                     f"attrs={self(op.attrs)}")
+        if hasattr(op, "scan_axis"):   # a scan: its init, update and state
+            return (f"scan {op.dtype} {shape} init={self.tensor(op.init)} "
+                    f"update={self.tensor(op.update)} state={self.tensor(op.state)}")
         call = getattr(op, "call", None)
         if call is not None:   # an extern stage: its function's name and arguments
             args = ",".join(self.tensor(a.tensor) if hasattr(a, "tensor") else self(a)

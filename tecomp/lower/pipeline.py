@@ -53,6 +53,12 @@ def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | No
         from ..ir.functor import collect
         from ..ir.stmt import ExternCall
 
+        scans = [st.name for st in s.stages if hasattr(st.op, "scan_axis")]
+        if scans:
+            raise LowerError(
+                f"the schedule has the scan {scans[0]} (tc.scan): tecomp runs scans on the CPU "
+                f"(llvm), and target {tgt} has no loop over steps outside its kernels yet; build "
+                "for llvm")
         calls = collect(body, lambda n: isinstance(n, ExternCall))
         if calls:
             raise LowerError(

@@ -46,6 +46,7 @@ from ..ir.stmt import (
 )
 from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_problem
 from ..te.extern import ExternOp
+from ..te.scan import ScanOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 
 
@@ -171,6 +172,9 @@ class LowerContext:
         for st in self.stages:
             self.info[st] = StageInfo(st, tuple(expander.visit(b) for b in st.op.bodies))
         self.arg_buffers: Dict[int, Buffer] = {}
+        #: id(state placeholder) -> the scan stage whose output it stands for
+        self.scan_of_state: Dict[int, Stage] = {
+            id(st.op.state.op): st for st in self.stages if isinstance(st.op, ScanOp)}
         self.params = []
         #: (expr, use): splits with disable_predication that must divide (expr >= 0)
         self.unpredicated: List[tuple] = []
@@ -264,7 +268,8 @@ class LowerContext:
                     f"output {' and '.join(t.name for t in outs)} is not in the argument list; "
                     "add it (the caller passes the array it is written to)")
             for t in st.op.input_tensors:
-                if isinstance(t.op, PlaceholderOp) and _key(t) not in self.arg_buffers:
+                if isinstance(t.op, PlaceholderOp) and _key(t) not in self.arg_buffers \
+                        and id(t.op) not in self.scan_of_state:
                     raise LowerError(f"tensor {t.name} is an input of stage {st.name} but is not "
                                      "in the argument list; add it")
 
@@ -272,6 +277,9 @@ class LowerContext:
         b = self.arg_buffers.get(_key(t))
         if b is not None:
             return b, None
+        sst = self.scan_of_state.get(id(t.op))
+        if sst is not None:   # a scan's state: the scan's own output, as computed so far
+            return self.info[sst].buffer, None
         st = self.stage_of_tensor(t)
         if st is None or st not in self.info:
             raise InternalError(f"no buffer for tensor {t.name}")
@@ -673,11 +681,51 @@ class LowerContext:
         """The loop nest of stage ``st`` with the stages attached to it inside."""
         if isinstance(st.op, ExternOp):
             return self._extern_call(st)
+        if isinstance(st.op, ScanOp):
+            return seq(self._scan_init(st), self._make_nest(st))
+        return self._make_nest(st)
+
+    def _scan_init(self, st: Stage):
+        """A scan's first steps (``S[0:m] = init``), after checking that its time loop
+        stays the outermost serial loop and its body runs inside it."""
+        op = st.op
+        t = op.scan_axis
+        a = st.iter_attrs.get(t)
+        if t not in st.leaf_iter_vars or st.leaf_iter_vars[0] is not t or (
+                a is not None and a.kind != "serial"):
+            raise ScheduleError(
+                f"scan {st.name}: its time axis {t.name} must stay its outermost loop, serial "
+                f"and whole (step t reads the steps before it); its loops are "
+                f"{', '.join(iv.name for iv in st.leaf_iter_vars)}: schedule the other axes only")
+        for bop in op.body_ops():
+            x = self.stage_of_tensor(bop.output(0))
+            while x is not None and x.attach_type == "scope" and x.attach_stage is not st:
+                x = x.attach_stage
+            if x is None or (x.attach_type != "inline" and x.attach_stage is not st):
+                raise ScheduleError(
+                    f"scan {st.name}: {bop.name} reads the state {op.state.name}, so it must run "
+                    f"inside the scan's time loop, one step at a time; keep it computed at "
+                    f"s[{st.name}]'s axis {t.name} (or a loop inside it), or inline it")
+        inf = self.info[st]
+        buf = inf.buffer
+        idx = [Var(f"{st.name}.init{d}", "int32") for d in range(len(op.shape))]
+        value = self.lower_expr(_InlineExpander(self).visit(
+            ProducerLoad(op.init, tuple(idx), op.init.dtype)))
+        body = BufferStore(buf, value, tuple(idx))
+        exts = [op.init.shape[0]] + list(op.shape[1:])
+        for v, e in reversed(list(zip(idx, exts))):
+            body = For(v, Const(0, "int32"), e, "serial", body)
+        return body
+
+    def _make_nest(self, st: Stage):
         inf = self.info[st]
         op = st.op
         bufs = inf.buffers
         vmap = {iv.var: self.root_value(st, iv) for iv in list(op.axis) + list(op.reduce_axis)}
-        store_idx = tuple(_simplify(inf.value[iv], self.leaf_ranges(st)) for iv in op.axis)
+        # (a buffer holds a stage's region from its start; a scan's time axis starts at
+        # its first computed step, in the scan's whole output)
+        where = self.root_value if isinstance(op, ScanOp) else lambda _, iv: inf.value[iv]
+        store_idx = tuple(_simplify(where(st, iv), self.leaf_ranges(st)) for iv in op.axis)
         leaves = st.leaf_iter_vars
         body = inf.bodies[0]
         if isinstance(body, Reduce):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from ..errors import ScheduleError, TecompError
+from ..errors import ScheduleError, ShapeError, TecompError
 from ..ir.expr import Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_index
 from ..ir.functor import Mutator
 from ..ir.names import display, is_pragma_name
@@ -406,6 +406,10 @@ class Stage(TracedStage):
         self.attach_type, self.attach_stage, self.attach_ivar = "root", None, None
 
     def _check_attachable(self, what):
+        if hasattr(self.op, "scan_axis"):
+            raise ScheduleError(
+                f"{what} on stage {self.name}: it is a scan, which runs its steps in order in "
+                "its own loop nest at the root; schedule the computes of its body instead")
         call = getattr(self.op, "call", None)
         if call is not None:
             raise ScheduleError(
@@ -531,11 +535,20 @@ class Schedule:
         from ..te.tensor import compute_ops
 
         for op in compute_ops(outputs):
+            deferred = getattr(op, "range_deferred", None)
+            if deferred:   # a read before a placeholder's start, not a scan's state
+                raise ShapeError(deferred[0][2])
             st = Stage(op, self)
             self.stages.append(st)
             self._stage_of[id(op)] = st
         for op in outputs:
             self._stage_of[id(op)].is_output = True
+        # a scan's body (the computes that read its state) runs inside its time loop
+        for st in list(self.stages):
+            if hasattr(st.op, "scan_axis"):
+                for op in st.op.body_ops():
+                    b = self._stage_of[id(op)]
+                    b.attach_type, b.attach_stage, b.attach_ivar = "scope", st, st.op.scan_axis
         #: every primitive called on this schedule, replayable and printable as Python
         self.trace = Trace(self, outputs)
 

@@ -10,3 +10,4 @@ from .intrin import (
     truncdiv, truncmod,
 )
 from .extern import ExternOp, call_packed, extern, get_global_func, register_func  # noqa: E402
+from .scan import ScanOp, scan  # noqa: E402

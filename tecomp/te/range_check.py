@@ -65,9 +65,14 @@ class _UnguardedLoads(Visitor):
             self.visit(e.source)
 
 
-def check_reads_in_range(name: str, body, axis) -> None:
+def check_reads_in_range(name: str, body, axis, defer=None, deferrable=None) -> None:
     """Raise ShapeError if an always-evaluated read of ``body`` is out of range at a corner
-    of the domain of ``axis`` (and of the reduction's axes)."""
+    of the domain of ``axis`` (and of the reduction's axes).
+
+    With ``defer`` (a list): a read below 0 in the first dimension of a tensor for which
+    ``deferrable(tensor)`` holds (a placeholder: it may be the state of a scan,
+    ``state[t - 1, i]``, read only for ``t`` past the scan's first steps) is appended as
+    ``(load, domains, message)`` instead, for ``tc.scan`` or ``create_schedule`` to judge."""
     doms = {iv.var: iv.dom for iv in axis}
     if isinstance(body, Reduce):
         for iv in body.axis:
@@ -75,33 +80,47 @@ def check_reads_in_range(name: str, body, axis) -> None:
     v = _UnguardedLoads()
     v.visit(body)
     for load in v.loads:
-        t = load.producer
-        for d, idx in enumerate(load.indices):
-            ext = t.shape[d]
-            if not isinstance(ext, Const) or isinstance(idx, Const):
-                continue
-            vs = free_vars(idx)
-            if not vs or len(vs) > _MAX_VARS:
-                continue
-            corners = []
-            for x in vs:
-                dom = doms.get(x)
-                if dom is None or not isinstance(dom.min, Const) or not isinstance(dom.extent, Const):
-                    break
-                lo = dom.min.value
-                corners.append((lo, lo + dom.extent.value - 1))
-            else:
-                for point in itertools.product(*corners):
-                    env = dict(zip(vs, point))
-                    val = _eval(idx, env)
-                    if val is None:
-                        break
-                    if not 0 <= val < ext.value:
-                        from ..ir.printer import to_str
+        err = load_error(name, load, doms)
+        if err is None:
+            continue
+        d, val, msg = err
+        if defer is not None and d == 0 and val < 0 and deferrable(load.producer):
+            defer.append((load, doms, msg))
+            continue
+        raise ShapeError(msg)
 
-                        at = ", ".join(f"{x.name} = {p}" for x, p in zip(vs, point))
-                        raise ShapeError(
-                            f"compute {name}: the read {to_str(load)} is out of range: index "
-                            f"{d} ({to_str(idx)}) is {val} at {at}, but dimension {d} of tensor "
-                            f"{t.name} has extent {ext.value}; fix the index, or guard the read "
-                            f"with tc.if_then_else(cond, {t.name}[...], 0) (padding)")
+
+def load_error(name: str, load, doms):
+    """``(dimension, value, message)`` of the first index of ``load`` out of range at a
+    corner of ``doms``, or None."""
+    t = load.producer
+    for d, idx in enumerate(load.indices):
+        ext = t.shape[d]
+        if not isinstance(ext, Const) or isinstance(idx, Const):
+            continue
+        vs = free_vars(idx)
+        if not vs or len(vs) > _MAX_VARS:
+            continue
+        corners = []
+        for x in vs:
+            dom = doms.get(x)
+            if dom is None or not isinstance(dom.min, Const) or not isinstance(dom.extent, Const):
+                break
+            lo = dom.min.value
+            corners.append((lo, lo + dom.extent.value - 1))
+        else:
+            for point in itertools.product(*corners):
+                env = dict(zip(vs, point))
+                val = _eval(idx, env)
+                if val is None:
+                    break
+                if not 0 <= val < ext.value:
+                    from ..ir.printer import to_str
+
+                    at = ", ".join(f"{x.name} = {p}" for x, p in zip(vs, point))
+                    return d, val, (
+                        f"compute {name}: the read {to_str(load)} is out of range: index "
+                        f"{d} ({to_str(idx)}) is {val} at {at}, but dimension {d} of tensor "
+                        f"{t.name} has extent {ext.value}; fix the index, or guard the read "
+                        f"with tc.if_then_else(cond, {t.name}[...], 0) (padding)")
+    return None

@@ -99,6 +99,11 @@ class _Retyper:
                            [tuple(self.index(x) for x in shp) for shp in op.shapes],
                            [self.dtype(d) for d in op.dtypes], op.fcompute, op.tag,
                            op.attrs).output(0)
+        elif hasattr(op, "scan_axis"):
+            raise ComputeError(
+                f"scan {op.name}: this step copies the compute DAG (for other dtypes or shapes, "
+                "as tecomp.torch.op does), and cannot copy a scan yet; build the scan with "
+                "tc.build and call it directly")
         else:  # pragma: no cover - every operation is one of these
             raise ComputeError(f"retype: cannot copy operation {op!r}")
         self.memo[id(op)] = new

@@ -365,9 +365,11 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     bodies = [as_expr(b) for b in bodies]
     from .range_check import check_reads_in_range
 
+    deferred = []   # reads of a placeholder before its start: a scan's state, or an error
     for b in bodies:
         _check_body(name, b, axis)
-        check_reads_in_range(name, b, axis)  # a read out of range at some iteration
+        check_reads_in_range(name, b, axis, deferred,   # a read out of range at some iteration
+                             lambda t: isinstance(t.op, PlaceholderOp))
     if multi:
         bodies = _tuple_bodies(name, bodies)
     elif isinstance(bodies[0], Reduce) and _is_tuple_reduce(bodies[0]):
@@ -379,6 +381,7 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     for iv in axis:
         _AXIS_VARS[iv.var] = True  # a value that refers to the key would keep it alive
     op = ComputeOp(name, axis, tuple(bodies) if multi else bodies[0], tag, attrs)
+    op.range_deferred = deferred   # tc.scan clears its state's; create_schedule raises the rest
     return op._outs if multi else op.output(0)
 
 

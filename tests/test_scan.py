@@ -1,0 +1,129 @@
+"""tc.scan (TVM's te.scan): recurrences over the first axis -- a cumulative sum and an RNN
+cell -- against numpy, through the LLVM build and the reference interpreter, with the
+body inlined, moved and scheduled, and through the auto-scheduler."""
+import numpy as np
+import pytest
+
+import tecomp as tc
+from helpers import run
+
+BACKENDS = ["llvm", "interp"]
+
+
+def _cumsum(T=None, n=16):
+    T = T if T is not None else tc.var("T")
+    X = tc.placeholder((T, n), name="X")
+    state = tc.placeholder((T, n), name="state")
+    init = tc.compute((1, n), lambda _, i: X[0, i], name="init")
+    update = tc.compute((T, n), lambda t, i: state[t - 1, i] + X[t, i], name="update")
+    return X, update, tc.scan(init, update, state, inputs=[X], name="S")
+
+
+def test_scan_tensor_and_axes():
+    X, update, S = _cumsum(T=10)
+    assert S.shape[0].value == 10 and S.dtype == "float32" and S.name == "S"
+    t = S.op.scan_axis
+    assert (t.dom.min.value, t.dom.extent.value) == (1, 9)
+    s = tc.create_schedule(S.op)
+    assert s[update].attach_type == "scope" and s[update].attach_stage is s[S]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("inline", [False, True])
+def test_cumulative_sum(backend, inline):
+    X, update, S = _cumsum()
+    s = tc.create_schedule(S.op)
+    if inline:
+        s[update].compute_inline()
+    x = np.random.default_rng(0).random((10, 16)).astype("float32")
+    out = np.zeros_like(x)
+    run(s, [X, S], [x, out], backend)
+    np.testing.assert_allclose(out, np.cumsum(x, 0), rtol=1e-5)
+
+
+def test_printed_ir_of_the_inlined_cumulative_sum():
+    X, update, S = _cumsum(T=6, n=4)
+    s = tc.create_schedule(S.op)
+    s[update].compute_inline()
+    assert str(tc.lower(s, [X, S])) == """\
+primfn main(X: float32[6, 4], S: float32[6, 4]) {
+  allocate init: float32[1, 4] (global)
+  for (i, 0, 4) {
+    init[0, i] = X[0, i]
+  }
+  for (S.init1, 0, 4) {
+    S[0, S.init1] = init[0, S.init1]
+  }
+  for (S.t, 0, 5) {
+    for (S.i1, 0, 4) {
+      S[S.t + 1, S.i1] = S[S.t, S.i1] + X[S.t + 1, S.i1]
+    }
+  }
+}"""
+
+
+def _rnn(T=12, B=4, n=32, d=24):
+    """h[t] = tanh(U h[t-1] + W x[t]); W x[t] for every t beforehand (no state)."""
+    X = tc.placeholder((T, B, d), name="X")
+    W = tc.placeholder((n, d), name="W")
+    U = tc.placeholder((n, n), name="U")
+    h0 = tc.placeholder((B, n), name="h0")
+    kd = tc.reduce_axis((0, d), name="kd")
+    XW = tc.compute((T, B, n), lambda t, b, i: tc.sum(X[t, b, kd] * W[i, kd], axis=kd), name="XW")
+    state = tc.placeholder((T, B, n), name="h")
+    init = tc.compute((1, B, n), lambda _, b, i: h0[b, i], name="init")
+    kn = tc.reduce_axis((0, n), name="kn")
+    UH = tc.compute((T, B, n), lambda t, b, i: tc.sum(U[i, kn] * state[t - 1, b, kn], axis=kn),
+                    name="UH")
+    upd = tc.compute((T, B, n), lambda t, b, i: tc.tanh(UH[t, b, i] + XW[t, b, i]), name="upd")
+    H = tc.scan(init, upd, state, inputs=[X], name="H")
+    rng = np.random.default_rng(0)
+    data = [rng.standard_normal((T, B, d)).astype("float32"),
+            (rng.standard_normal((n, d)) * 0.2).astype("float32"),
+            (rng.standard_normal((n, n)) * 0.2).astype("float32"),
+            rng.standard_normal((B, n)).astype("float32")]
+    x, w, u, hh = data
+    ref = np.zeros((T, B, n))
+    ref[0] = hh
+    for t in range(1, T):
+        ref[t] = np.tanh(ref[t - 1] @ u.T + x[t] @ w.T)
+    return (X, W, U, h0, H), (XW, UH, upd), data, ref
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("variant", ["default", "inline", "scheduled", "auto"])
+def test_rnn_cell(backend, variant):
+    args, (XW, UH, upd), data, ref = _rnn()
+    H = args[-1]
+    s = tc.create_schedule(H.op)
+    if variant in ("inline", "scheduled"):
+        s[upd].compute_inline()
+    if variant == "scheduled":
+        s[UH].parallel(UH.op.axis[1])            # inside the time loop
+        io, ii = s[H].split(H.op.axis[2], factor=8)
+        s[H].vectorize(ii)
+        s[UH].compute_at(s[H], H.op.axis[1])     # one batch row of U h per row of H
+    if variant == "auto":
+        s = tc.auto_schedule(list(args))
+    out = np.zeros(ref.shape, "float32")
+    run(s, list(args), data + [out], backend)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_a_read_two_steps_back_with_two_initial_steps():
+    """fib-like: S[t] = S[t-1] + S[t-2], S[0:2] from init; update's reads start at t = 2."""
+    T, n = 9, 3
+    X = tc.placeholder((2, n), name="X")
+    state = tc.placeholder((T, n), name="state")
+    init = tc.compute((2, n), lambda t, i: X[t, i], name="init")
+    update = tc.compute((T, n), lambda t, i: state[t - 1, i] + state[t - 2, i], name="update")
+    S = tc.scan(init, update, state, name="S")
+    s = tc.create_schedule(S.op)
+    x = np.array([[1, 2, 3], [1, 3, 5]], "float32")
+    out = np.zeros((T, n), "float32")
+    run(s, [X, S], [x, out])
+    ref = np.zeros((T, n), "float32")
+    ref[:2] = x
+    for t in range(2, T):
+        ref[t] = ref[t - 1] + ref[t - 2]
+    np.testing.assert_array_equal(out, ref)
