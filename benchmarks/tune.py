@@ -6,7 +6,7 @@ tecomp.nn ops whose templates are the auto-scheduler's starting points).
     python3 benchmarks/tune.py --trials 200          # + tecomp's measured search (model-guided)
     python3 benchmarks/tune.py --trials 200 --plot tune.png   # + random search, and the plot
     python3 benchmarks/tune.py --tvm-trials 200 --only bmm    # + TVM MetaSchedule (slow)
-    python3 benchmarks/tune.py --trials 200 --tvm-trials 200 --tvm-only "conv"  # TVM on some
+    python3 benchmarks/tune.py --trials 200 --tvm-trials 200 --tvm-only "conv,gemm"  # TVM on some
     python3 benchmarks/tune.py --quick --only "row"
 
 Columns (every tool's output is checked against a float64 reference first; the tools take
@@ -342,7 +342,8 @@ def main(argv=None):
     p.add_argument("--trials", type=int, default=0, help="tecomp's measured search (0: none)")
     p.add_argument("--tvm-trials", type=int, default=0, help="TVM MetaSchedule (0: none)")
     p.add_argument("--tvm-only", default="",
-                   help="with --tvm-trials: tune TVM only on workloads whose name contains this")
+                   help="with --tvm-trials: tune TVM only on workloads whose name contains this "
+                        "(several: separated by commas)")
     p.add_argument("--no-halide", action="store_true")
     p.add_argument("--log-dir", default=None, help="tuning logs (default: a temp folder)")
     p.add_argument("--plot", default=None, help="PNG of best time against trials")
@@ -413,7 +414,7 @@ def main(argv=None):
                     skipped.setdefault("halide", str(e))
                 else:
                     notes.append(f"halide skipped: {e}")
-        if a.tvm_trials and a.tvm_only in w.name:
+        if a.tvm_trials and any(x in w.name for x in a.tvm_only.split(",")):
             try:
                 wd = os.path.join(log_dir, "tvm-" + _slug(w.name))
                 t0 = time.perf_counter()

@@ -55,7 +55,8 @@ from .te.tensor import ComputeOp, PlaceholderOp, Tensor
 __all__ = ["Op", "op"]
 
 _TORCH_DTYPE = {
-    "float16": torch.float16, "float32": torch.float32, "float64": torch.float64,
+    "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+    "float64": torch.float64,
     "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
     "uint8": torch.uint8, "bool": torch.bool,
 }

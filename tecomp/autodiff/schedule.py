@@ -134,7 +134,7 @@ def _wants_rfactor(st, vector) -> bool:
     """A reduction whose output rows are too short to vectorize (a convolution's weight
     gradient, ``[O, C, 3, 3]``) but whose innermost reduce axis is long: vectorize that."""
     op = st.op
-    if not op.reduce_axis or not _dt.is_float(op.dtype) or op.dtype == "float16":
+    if not op.reduce_axis or not _dt.is_float(op.dtype) or _dt.is_storage_float(op.dtype):
         return False
     from . import rules as _rules
 
@@ -186,7 +186,7 @@ def _schedule_stage(st, vector, tile, parallel, min_parallel):
     outer = axes[:]
     inner = []
     vec_ok = (exts[-1] is not None and exts[-1] >= vector and _dt.is_float(op.dtype)
-              and op.dtype != "float16")
+              and not _dt.is_storage_float(op.dtype))
     if vec_ok:
         last = outer.pop()
         lo, li = st.split(last, factor=vector)

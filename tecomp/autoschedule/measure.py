@@ -91,7 +91,7 @@ from ..runtime.timing import calls_per_repeat, time_calls
 __all__ = ["MeasureResult", "make_inputs", "LocalRunner", "DaskRunner", "get_runner"]
 
 #: default (rtol, atol) per float dtype; atol is scaled, see the module docstring
-DEFAULT_TOLERANCE = {"float16": (1e-2, 1e-3), "float32": (1e-3, 1e-5),
+DEFAULT_TOLERANCE = {"float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2), "float32": (1e-3, 1e-5),
                      "float64": (1e-7, 1e-12)}
 #: extra seconds DaskRunner waits for a worker's answer beyond ``timeout`` (sending the
 #: job, a worker's first import of tecomp, sending the outputs back)

@@ -121,8 +121,8 @@ def as_host_array(a, label: str):
     * anything with ``__array_interface__``: ``np.asarray(a)``.
 
     ``label`` names the parameter in the ArgumentError raised for an array on another
-    device, of a dtype numpy has no type for (bfloat16), or one its producer refuses to
-    export.
+    device, of a dtype numpy has no type for, or one its producer refuses to export.  A
+    torch bfloat16 tensor becomes an ``ml_dtypes.bfloat16`` view of its memory.
     """
     if type(a) is np.ndarray or isinstance(a, np.generic):
         return a  # a numpy scalar speaks DLPack too, but it is no array: the checks say so
@@ -135,6 +135,13 @@ def as_host_array(a, label: str):
                     f"computation with tecomp.torch.op(...) to make it differentiable")
             if a.device.type != "cpu":
                 return a  # a device tensor: a GPU runtime takes it, a CPU one refuses it
+            if str(a.dtype) == "torch.bfloat16":
+                # numpy has no bfloat16: the same memory as int16, seen as ml_dtypes' type
+                from ..ir.dtype import numpy_dtype
+
+                import torch
+
+                return a.view(torch.int16).numpy().view(numpy_dtype("bfloat16"))
             return a.numpy()
         if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
             dev = getattr(a, "__dlpack_device__", None)
@@ -150,7 +157,8 @@ def as_host_array(a, label: str):
             f"{label}: cannot view the {type(a).__module__}.{type(a).__qualname__} argument as "
             f"an array without copying ({type(e).__name__}: {e}); tecomp takes numpy arrays, "
             f"torch CPU tensors and CPU arrays with __dlpack__ or __array_interface__ of the "
-            f"dtypes numpy has (no bfloat16): convert it, e.g. x.float()") from None
+            f"dtypes numpy has (bfloat16 as torch tensors or ml_dtypes arrays): convert it, "
+            f"e.g. x.float()") from None
     return a
 
 

@@ -185,12 +185,13 @@ _PTR = ir.PointerType()
 
 #: register (compute) type of each dtype: float16 computes in float32, bool is i1
 _REG = {"bool": _I1, "int8": _I8, "uint8": _I8, "int16": _I16, "int32": _I32, "int64": _I64,
-        "float16": _F32, "float32": _F32, "float64": _F64}
-#: memory type of each dtype: bool is a byte (numpy's layout), float16 is half
+        "float16": _F32, "bfloat16": _F32, "float32": _F32, "float64": _F64}
+#: memory type of each dtype: bool is a byte (numpy's layout), float16 is half, bfloat16
+#: the upper 16 bits of a float32 (converted by integer code: no bfloat instruction needed)
 _MEM = {"bool": _I8, "int8": _I8, "uint8": _I8, "int16": _I16, "int32": _I32, "int64": _I64,
-        "float16": _F16, "float32": _F32, "float64": _F64}
+        "float16": _F16, "bfloat16": _I16, "float32": _F32, "float64": _F64}
 _SIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8,
-         "float16": 2, "float32": 4, "float64": 8}
+         "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 #: bytes of each LLVM element type
 _IR_SIZE = {_MEM[d]: _SIZE[d] for d in _MEM}
@@ -783,8 +784,30 @@ def _slot_to_value(b: ir.IRBuilder, raw, dtype: str, name: str):
         return d
     if dtype == "float32":
         return b.fptrunc(d, _F32, name=name)
+    if dtype == "bfloat16":   # through float32, then to nearest bfloat16
+        return _bf16_to_f32(b, _f32_to_bf16(b, b.fptrunc(d, _F32)))
     # float16: round once to half, compute in float32
     return b.fpext(_f64_to_f16(b, d), _F32, name=name)
+
+
+def _bf16_to_f32(b: ir.IRBuilder, x):
+    """The float32 whose upper half is the bfloat16 bits ``x`` (i16, scalar or vector)."""
+    i32 = _with_lanes(_I32, x.type)
+    w = b.shl(b.zext(x, i32), _splat(i32, 16))
+    return b.bitcast(w, _with_lanes(_F32, x.type))
+
+
+def _f32_to_bf16(b: ir.IRBuilder, x):
+    """float32 ``x`` rounded to the nearest bfloat16 (ties to even), as i16 bits; a NaN
+    stays a (quiet) NaN of the same sign."""
+    i32 = _with_lanes(_I32, x.type)
+    i16 = _with_lanes(_I16, x.type)
+    u = b.bitcast(x, i32)
+    hi = b.lshr(u, _splat(i32, 16))
+    bias = b.add(_splat(i32, 0x7FFF), b.and_(hi, _splat(i32, 1)))
+    rounded = b.trunc(b.lshr(b.add(u, bias), _splat(i32, 16)), i16)
+    quiet = b.trunc(b.or_(hi, _splat(i32, 0x40)), i16)
+    return b.select(b.fcmp_unordered("uno", x, x), quiet, rounded)
 
 
 def _f64_to_f16(b: ir.IRBuilder, x):
@@ -1295,6 +1318,8 @@ class _FnEmitter:
         b = self.b
         if dtype == "float16":
             return b.fpext(x, _with_lanes(_F32, x.type))
+        if dtype == "bfloat16":
+            return _bf16_to_f32(b, x)
         if dtype == "bool":
             return b.icmp_unsigned("!=", x, _splat(x.type, 0))
         return x
@@ -1303,6 +1328,8 @@ class _FnEmitter:
         b = self.b
         if dtype == "float16":
             return b.fptrunc(x, _with_lanes(_F16, x.type))
+        if dtype == "bfloat16":
+            return _f32_to_bf16(b, x)
         if dtype == "bool":
             return b.zext(x, _with_lanes(_I8, x.type))
         return x
@@ -1885,9 +1912,8 @@ class _FnEmitter:
             return ir.Constant(_I1, 1 if value else 0)
         if _dt.is_float(dtype):
             v = float(value)
-            if dtype == "float16":
-                with np.errstate(over="ignore"):
-                    v = float(np.float16(v))
+            if _dt.is_storage_float(dtype):
+                v = _dt.round_storage(dtype, v)
             return ir.Constant(ty, v)
         return ir.Constant(ty, _wrap_signed(int(value), ty.width))
 
@@ -2083,6 +2109,12 @@ class _FnEmitter:
             if _dt.is_float(src):
                 return b.fcmp_unordered("!=", x, _splat(x.type, 0.0))
             return b.icmp_unsigned("!=", x, _splat(x.type, 0))
+        if dst == "bfloat16":
+            if src == "float64":
+                x = b.fptrunc(x, T(_F32))
+            elif not _dt.is_float(src):
+                x = (b.uitofp if _unsigned(src) else b.sitofp)(x, T(_F32))
+            return _bf16_to_f32(b, _f32_to_bf16(b, x))   # (a storage float's value is f32)
         if _dt.is_float(dst):
             if _dt.is_float(src):
                 if dst == "float16":

@@ -1,7 +1,13 @@
 """Data types.
 
-A dtype is a plain string: ``float16`` (storage only: arithmetic runs in float32),
-``float32``, ``float64``, ``int8``, ``int16``, ``int32``, ``int64``, ``uint8``, ``bool``.
+A dtype is a plain string: ``float16`` and ``bfloat16`` (storage only: arithmetic runs in
+float32), ``float32``, ``float64``, ``int8``, ``int16``, ``int32``, ``int64``, ``uint8``,
+``bool``.
+
+``bfloat16`` is float32's upper half (8 exponent bits, 7 mantissa bits).  A value becomes
+bfloat16 by rounding its float32 value to nearest even (a float64 or an int goes through
+float32 first, as the CPU code does; NaN stays a NaN).  numpy has no bfloat16: arrays of it
+come from the ``ml_dtypes`` package (``ml_dtypes.bfloat16``) or are torch tensors.
 
 Promotion rules (stated once, here):
 
@@ -19,11 +25,14 @@ from __future__ import annotations
 
 from ..errors import DTypeError
 
-ALL_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
-_BITS = {"float16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16, "int32": 32,
-         "int64": 64, "uint8": 8, "bool": 1}
+ALL_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
+              "uint8", "bool")
+_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16,
+         "int32": 32, "int64": 64, "uint8": 8, "bool": 1}
 _ALIASES = {"float": "float32", "int": "int32", "double": "float64", "half": "float16",
-            "bool_": "bool", "uint8_t": "uint8"}
+            "bool_": "bool", "uint8_t": "uint8", "bf16": "bfloat16"}
+#: the storage-only floats: loads widen to float32, stores round, arithmetic is float32
+STORAGE_FLOATS = ("float16", "bfloat16")
 
 
 def canon(dtype) -> str:
@@ -49,7 +58,37 @@ def bits(dtype: str) -> int:
 
 
 def is_float(dtype: str) -> bool:
-    return dtype.startswith("float")
+    return dtype.startswith("float") or dtype == "bfloat16"
+
+
+def is_storage_float(dtype: str) -> bool:
+    """float16 or bfloat16: stored narrow, computed in float32."""
+    return dtype in STORAGE_FLOATS
+
+
+def round_bf16(x: float) -> float:
+    """``x`` rounded to the nearest bfloat16 (through float32, ties to even)."""
+    import struct
+
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        f = float(np.float32(x))
+    if f != f:
+        return f
+    (u,) = struct.unpack("<I", struct.pack("<f", f))
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return struct.unpack("<f", struct.pack("<I", u & 0xFFFFFFFF))[0]
+
+
+def round_storage(dtype: str, x: float) -> float:
+    """``x`` rounded to the storage float ``dtype`` (float16: once, from ``x``)."""
+    if dtype == "bfloat16":
+        return round_bf16(x)
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        return float(np.float16(x))
 
 
 def is_int(dtype: str) -> bool:
@@ -66,8 +105,9 @@ def is_bool(dtype: str) -> bool:
 
 
 def compute_dtype(dtype: str) -> str:
-    """The dtype arithmetic runs in: float16 is storage only and computes in float32."""
-    return "float32" if dtype == "float16" else dtype
+    """The dtype arithmetic runs in: float16 and bfloat16 are storage only and compute in
+    float32."""
+    return "float32" if dtype in STORAGE_FLOATS else dtype
 
 
 def promote(a: str, b: str, what: str = "operands") -> str:
@@ -90,4 +130,11 @@ def promote(a: str, b: str, what: str = "operands") -> str:
 def numpy_dtype(dtype: str):
     import numpy as np
 
+    if dtype == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise DTypeError("bfloat16 arrays need the ml_dtypes package (numpy has no "
+                             "bfloat16): pip install ml_dtypes, or pass torch tensors") from None
+        return np.dtype(ml_dtypes.bfloat16)
     return np.dtype("bool" if dtype == "bool" else dtype)

@@ -32,7 +32,8 @@ each step, as compiled code without fast-math does.  ``float16`` is storage only
 from a float16 buffer widens to float32, a store to it rounds to nearest float16, and an
 Expr whose dtype is ``float16`` computes in float32 (:func:`tecomp.ir.dtype.compute_dtype`):
 ``Add(a, b, "float16")`` is a float32 addition.  Two float16 nodes do round to half
-precision (the value they give is still used as a float32): a ``Const`` of dtype float16
+precision (the value they give is still used as a float32; ``bfloat16`` is the same with its
+own rounding, through float32): a ``Const`` of dtype float16
 has the nearest float16 value, and ``Cast(x, "float16")`` rounds ``x`` to the nearest
 float16 (from float64 directly; an int goes through float32 first, as C's
 ``(half)(float)i``).
@@ -215,8 +216,8 @@ def _value_of(dtype: str, x):
         return _wrapper(dtype)(int(x))
     if dtype == "float64":
         return float(x)
-    if dtype == "float16":
-        return _r16(float(x))
+    if _dt.is_storage_float(dtype):
+        return _dt.round_storage(dtype, float(x))
     return _r32(float(x))
 
 
@@ -657,6 +658,13 @@ class _Compiler:
             if src == "bool":
                 return float
             return lambda x: _r16(_int_to_f32(int(x)))  # (half)(float)i, as C does
+        if dst == "bfloat16":
+            # through float32 (the int as C converts it), then to nearest bfloat16
+            if src == "bool":
+                return float
+            if _dt.is_float(src):
+                return _dt.round_bf16
+            return lambda x: _dt.round_bf16(_int_to_f32(int(x)))
         s, d = _dt.compute_dtype(src), _dt.compute_dtype(dst)
         if s == d:
             return None

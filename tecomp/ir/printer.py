@@ -38,7 +38,7 @@ _BIN = {
 }
 
 
-_FLOAT_SUFFIX = {"float32": "f", "float16": "h", "float64": ""}
+_FLOAT_SUFFIX = {"float32": "f", "float16": "h", "bfloat16": "bf", "float64": ""}
 _INT_SUFFIX = {"int32": "", "int64": "i64", "int16": "i16", "int8": "i8", "uint8": "u8"}
 
 

@@ -196,6 +196,9 @@ def _cast_const(v, src: str, dst: str):
         if dst == "float32":
             with np.errstate(all="ignore"):
                 return float(np.float32(v))
+        if dst == "bfloat16":   # through float32, as every backend converts
+            return _dt.round_bf16(float(v)) if isinstance(v, float) else _dt.round_bf16(
+                float(np.float32(v)))
         with np.errstate(all="ignore"):  # one rounding, from the exact source value
             return float(np.float16(float(v)))
     # to an integer
@@ -1384,7 +1387,7 @@ class Simplifier:
                 if type(a) is Const:
                     if _is_int(dt):
                         return Const(wrap(abs(int(a.value)), dt), dt)
-                    if _dt.is_float(dt) and dt != "float16":
+                    if _dt.is_float(dt) and not _dt.is_storage_float(dt):
                         return Const(abs(float(a.value)), dt)
                 elif _is_int(dt) and self.prove_nonneg(self.lin(a)):
                     return a

@@ -340,3 +340,45 @@ def test_embedding_errors():
         nn.embedding(W, tc.placeholder((3,), name="ids"))
     with pytest.raises(ShapeError, match=r"weight must be \[num_embeddings, dim\], got 1-d V"):
         nn.embedding(tc.placeholder((10,), name="V"), tc.placeholder((3,), "int32", name="ids"))
+
+
+# -- bfloat16 ------------------------------------------------------------------------
+
+
+def test_bfloat16_mixed_with_float32():
+    A = tc.placeholder((4,), dtype="bfloat16", name="A")
+    B = tc.placeholder((4,), dtype="float32", name="B")
+    with pytest.raises(tc.DTypeError, match=r"have dtypes bfloat16 and float32, which tecomp does "
+                                            r"not mix implicitly"):
+        tc.compute((4,), lambda i: A[i] + B[i], name="C")
+
+
+def test_bfloat16_for_a_cuda_target():
+    A = tc.placeholder((64,), dtype="bfloat16", name="A")
+    C = tc.compute((64,), lambda i: A[i] * 2, name="C")
+    s = tc.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], tc.thread_axis("threadIdx.x"))
+    with pytest.raises(tc.LowerError, match=r"A is bfloat16, which the CUDA C backends do not "
+                                            r"generate yet"):
+        tc.lower(s, [A, C], target="cuda")
+
+
+def test_bfloat16_kernel_given_a_float32_array():
+    A = tc.placeholder((4,), dtype="bfloat16", name="A")
+    C = tc.compute((4,), lambda i: A[i] * 2, name="C")
+    f = tc.build(tc.create_schedule(C.op), [A, C])
+    pytest.importorskip("ml_dtypes")
+    import ml_dtypes
+
+    with pytest.raises(tc.ArgumentError, match=r"parameter A .*bfloat16"):
+        f(np.zeros(4, "float32"), np.zeros(4, ml_dtypes.bfloat16))
+
+
+def test_bfloat16_arrays_without_ml_dtypes(monkeypatch):
+    import sys
+
+    from tecomp.ir.dtype import numpy_dtype
+
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)
+    with pytest.raises(tc.DTypeError, match=r"bfloat16 arrays need the ml_dtypes package"):
+        numpy_dtype("bfloat16")

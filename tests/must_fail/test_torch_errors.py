@@ -40,7 +40,12 @@ def test_tensor_that_requires_grad(axpy):
 def test_tensor_of_a_dtype_numpy_lacks(axpy):
     x = torch.randn(4, 8)
     with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\): cannot view the "
-                                            r"torch.Tensor argument.*BFloat16.*x.float\(\)"):
+                                            r"torch.Tensor argument.*Float8_e4m3fn.*x.float\(\)"):
+        axpy(x.to(torch.float8_e4m3fn), x, x.clone())
+    # bfloat16 is viewed (as ml_dtypes' type), and checked like any other dtype
+    pytest.importorskip("ml_dtypes")
+    with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\) expects float32, got "
+                                            r"bfloat16"):
         axpy(x.bfloat16(), x, x.clone())
 
 
