@@ -211,7 +211,7 @@ def _tags(op) -> set:
 def _walk(outs) -> List[ComputeOp]:
     from ..te.tensor import compute_ops
 
-    return compute_ops([t.op for t in outs])
+    return [op for op in compute_ops([t.op for t in outs]) if isinstance(op, ComputeOp)]
 
 
 # ---------------------------------------------------------------------------------------

@@ -24,8 +24,9 @@ def _cint(e) -> Optional[int]:
 
 
 def _walk(outs: Sequence[Tensor]) -> List[ComputeOp]:
-    """Every compute op reachable from ``outs``, producers first."""
-    return compute_ops(outs)
+    """Every compute op reachable from ``outs``, producers first (no extern stage or scan:
+    they have no body to schedule)."""
+    return [op for op in compute_ops(outs) if isinstance(op, ComputeOp)]
 
 
 def _bytes(t: Tensor) -> Optional[int]:
