@@ -171,7 +171,7 @@ class LowerContext:
         self.info: Dict[Stage, StageInfo] = {}
         for st in self.stages:
             self.info[st] = StageInfo(st, tuple(expander.visit(b) for b in st.op.bodies))
-        self.arg_buffers: Dict[int, Buffer] = {}
+        self.arg_buffers: Dict[tuple, Buffer] = {}   # _key(tensor) -> its buffer
         #: id(state placeholder) -> the scan stage whose output it stands for
         self.scan_of_state: Dict[int, Stage] = {
             id(st.op.state.op): st for st in self.stages if isinstance(st.op, ScanOp)}
@@ -249,6 +249,11 @@ class LowerContext:
                         "drop it from the arguments")
                 if st is None and not isinstance(a.op, PlaceholderOp):
                     raise LowerError(f"argument {pos}: tensor {a.name} is not part of this schedule")
+                if id(a.op) in self.scan_of_state:
+                    sc = self.scan_of_state[id(a.op)].name
+                    raise LowerError(
+                        f"argument {pos}: {a.name} is the state of the scan {sc}, which stands for "
+                        f"{sc}'s own output as its update reads it; pass {sc} instead")
                 buf = Buffer(a.name, tuple(a.shape), a.dtype)
                 self.arg_buffers[_key(a)] = buf
                 self.params.append(buf)

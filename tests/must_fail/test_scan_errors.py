@@ -124,3 +124,11 @@ def test_gradient_through_a_scan():
     with pytest.raises(tc.AutodiffError, match=r"tc.gradient: S is a scan \(tc.scan\), and tecomp "
                                                r"derives no gradient through a recurrence yet"):
         tc.gradient(S, X)
+
+
+def test_the_state_passed_as_an_argument():
+    X, state, init, update = _parts()
+    S = tc.scan(init, update, state, name="S")
+    with pytest.raises(tc.LowerError, match=r"argument 1: state is the state of the scan S, which "
+                                            r"stands for S's own output.*pass S instead"):
+        tc.lower(tc.create_schedule(S.op), [X, state, S])
