@@ -116,6 +116,12 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
     if not isinstance(name, str):
         raise ComputeError(f"tc.scan: name must be a string, got {name!r:.60}")
     op = ScanOp(name, init, update, state, inputs, tag, attrs)
+    for b in op.body_ops():
+        if getattr(b, "call", None) is not None or hasattr(b, "scan_axis"):
+            raise ComputeError(
+                f"scan {name}: {b.name} reads the state and is "
+                f"{'an extern stage' if hasattr(b, 'call') else 'a scan'}; a scan's body is made "
+                "of computes (they run one step at a time)")
     _recheck_state_reads(op)
     return op.output(0)
 

@@ -132,3 +132,13 @@ def test_the_state_passed_as_an_argument():
     with pytest.raises(tc.LowerError, match=r"argument 1: state is the state of the scan S, which "
                                             r"stands for S's own output.*pass S instead"):
         tc.lower(tc.create_schedule(S.op), [X, state, S])
+
+
+def test_an_extern_stage_in_the_body():
+    X, state, init, _ = _parts()
+    E = tc.extern((8, 4), [state], lambda ins, outs: tc.call_packed(
+        lambda a, b: None, ins[0], outs[0]), name="E")
+    update = tc.compute((8, 4), lambda t, i: E[t, i] + X[t, i], name="update")
+    with pytest.raises(tc.ComputeError, match=r"scan S: E reads the state and is an extern stage; "
+                                              r"a scan's body is made of computes"):
+        tc.scan(init, update, state, name="S")
