@@ -204,6 +204,14 @@ def _template(outs, knobs: Knobs, info) -> Optional[Schedule]:
     return None
 
 
+def _in_scan_step(st: Stage) -> bool:
+    """Whether ``st`` is a stage of a scan's body at its time loop: scheduled as a root
+    stage is (its loops run once per step)."""
+    a = st.attach_stage
+    return (st.attach_type == "scope" and a is not None and hasattr(a.op, "scan_axis")
+            and st.attach_ivar is a.op.scan_axis)
+
+
 def _tags(op) -> set:
     return set(t.strip() for t in (op.tag or "").split(",") if t.strip())
 
@@ -255,7 +263,7 @@ class _Rules:
                 continue
             if any(r.reduce_axis for r in rd):
                 continue   # read by a reduction: computed per task (see attach_producers)
-            if any(not isinstance(r, ComputeOp) for r in rd):
+            if any(getattr(r, "call", None) is not None for r in rd):
                 continue   # read by an extern stage's function: it stays in memory
             n_me = _elems(op.output(0), self.shapes)
             n_rd = max((_elems(r.output(0), self.shapes) or 0) for r in rd)
@@ -272,13 +280,30 @@ class _Rules:
         # consumers first: an output decides the loops its producers attach to
         for st in reversed(list(s.stages)):
             op = st.op
-            if id(op) in self.done or st.attach_type != "root" or not isinstance(op, ComputeOp):
-                continue   # (an extern stage is a call: nothing to schedule)
+            if hasattr(op, "scan_axis") and id(op) not in self.done:
+                self.scan_step(st)
+                self.done.add(id(op))
+            if id(op) in self.done or not isinstance(op, ComputeOp):
+                continue   # (an extern stage is a call, a scan a loop over steps)
+            if st.attach_type != "root" and not _in_scan_step(st):
+                continue
             if op.reduce_axis:
                 self.reduction(st)
             else:
                 self.elementwise(st)
             self.done.add(id(op))
+
+    def scan_step(self, st: Stage):
+        """A scan's own loops: the time loop stays serial and outermost; the innermost
+        state axis is vectorized (its body stages, at the time loop, are scheduled as root
+        stages are, less their time axis)."""
+        axes = list(st.op.spatial_axis)
+        if not axes:
+            return
+        L, ie = self.L, self.ext(axes[-1].dom.extent)
+        if ie is not None and ie >= L and self.k.choose(f"vec.{st.op.name}", [True, False], True):
+            _, vi = st.split(axes[-1], factor=L)
+            st.vectorize(vi)
 
     # -- 5. elementwise ------------------------------------------------------------------
     def elementwise(self, st: Stage):
@@ -342,6 +367,11 @@ class _Rules:
         want = self.k.choose(f"tasks.{st.op.name}", [1, 2, 4, 8, 16], 4) * T
         if min_tasks is not None:
             want = max(want, min_tasks)
+        if _in_scan_step(st) and axes and axes[0] is st.op.axis[0]:
+            # a scan's body: its time axis covers one step (extent 1 in its region)
+            axes, exts = axes[1:], exts[1:]
+            if not axes:
+                return None
         take, total = [], 1
         for ax, e in zip(axes, exts):
             take.append(ax)
