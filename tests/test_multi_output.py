@@ -241,3 +241,44 @@ def test_auto_schedule_of_elementwise_outputs_reading_a_tuple_reduction():
     mm = (a - a.sum(1, keepdims=True) / m) * (a * a).sum(1, keepdims=True)
     np.testing.assert_allclose(b0, mm + 1, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(b1, mm * 2, rtol=1e-4, atol=1e-3)
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 40), m=st.integers(1, 40), f=st.integers(1, 9), fk=st.integers(1, 9),
+       vec=st.booleans(), par=st.booleans(), unroll=st.booleans(), reorder=st.booleans(),
+       dtype=st.sampled_from(["float32", "int32", "float64"]), seed=st.integers(0, 99))
+def test_tuple_reductions_under_random_schedules(n, m, f, fk, vec, par, unroll, reorder, dtype,
+                                                 seed):
+    """argmax and (sum, sum of squares) under split / reorder / vectorize / parallel /
+    unroll of both axes, through LLVM, against numpy."""
+    A = tc.placeholder((n, m), dtype=dtype, name="A")
+    k = tc.reduce_axis((0, m), name="k")
+    k2 = tc.reduce_axis((0, m), name="k2")
+    idx, val = tc.compute((n,), lambda i: _argmax()((k, A[i, k]), axis=k), name="am")
+    S, Q = tc.compute((n,), lambda i: (tc.sum(A[i, k2], axis=k2),
+                                       tc.sum(A[i, k2] * A[i, k2], axis=k2)), name="mom")
+    s = tc.create_schedule([idx.op, S.op])
+    for T, red in ((idx, k), (S, k2)):
+        io, ii = s[T].split(T.op.axis[0], factor=f)
+        ko, ki = s[T].split(red, factor=fk)
+        if reorder:
+            s[T].reorder(io, ko, ii, ki)
+        if unroll:
+            s[T].unroll(ki)
+        if vec:
+            s[T].vectorize(ii)     # (the lanes run the reduction loops inside it)
+        if par:
+            s[T].parallel(io)
+    a = _data(n, m, dtype, seed)
+    i, v = np.zeros(n, "int32"), np.zeros(n, dtype)
+    sm, sq = np.zeros(n, dtype), np.zeros(n, dtype)
+    tc.build(s, [A, idx, val, S, Q])(a, i, v, sm, sq)
+    np.testing.assert_array_equal(i, a.argmax(1))
+    np.testing.assert_array_equal(v, a.max(1))
+    tol = dict(rtol=1e-5) if dtype != "int32" else {}
+    np.testing.assert_allclose(sm, a.sum(1, dtype=dtype), **tol)
+    np.testing.assert_allclose(sq, (a * a).sum(1, dtype=dtype), **tol)
