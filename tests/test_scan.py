@@ -127,3 +127,40 @@ def test_a_read_two_steps_back_with_two_initial_steps():
     for t in range(2, T):
         ref[t] = ref[t - 1] + ref[t - 2]
     np.testing.assert_array_equal(out, ref)
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(T=st.integers(3, 12), n=st.integers(1, 20), m=st.integers(1, 2), f=st.integers(1, 9),
+       inline=st.booleans(), vec=st.booleans(), par=st.booleans(), at_row=st.booleans(),
+       backend=st.sampled_from(BACKENDS))
+def test_random_recurrences_under_random_schedules(T, n, m, f, inline, vec, par, at_row, backend):
+    """S[t] = 0.5 S[t-1] + 0.25 S[t-m] + X[t] (m initial steps), with a body stage P
+    between the state and update, through random schedules of the body and the scan."""
+    X = tc.placeholder((T, n), name="X")
+    state = tc.placeholder((T, n), name="state")
+    init = tc.compute((m, n), lambda t, i: X[t, i], name="init")
+    P = tc.compute((T, n), lambda t, i: state[t - 1, i] * 0.5 + state[t - m, i] * 0.25, name="P")
+    update = tc.compute((T, n), lambda t, i: P[t, i] + X[t, i], name="update")
+    S = tc.scan(init, update, state, inputs=[X], name="S")
+    s = tc.create_schedule(S.op)
+    if inline:
+        s[update].compute_inline()
+    io, ii = s[S].split(S.op.axis[1], factor=f)
+    if vec:
+        s[S].vectorize(ii)
+    if par:
+        s[P].parallel(P.op.axis[1])
+    if at_row and inline:   # (S itself reads P then; an update at S.t would read it first)
+        s[P].compute_at(s[S], io)
+    x = np.random.default_rng(T * 100 + n).random((T, n)).astype("float32")
+    out = np.zeros_like(x)
+    run(s, [X, S], [x, out], backend)
+    ref = np.zeros((T, n), "float64")
+    ref[:m] = x[:m]
+    for t in range(m, T):
+        ref[t] = 0.5 * ref[t - 1] + 0.25 * ref[t - m] + x[t]
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)

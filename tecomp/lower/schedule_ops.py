@@ -410,14 +410,17 @@ class LowerContext:
         while True:
             leaves = x.leaf_iter_vars
             cut = len(leaves) if below is None else leaves.index(below) + 1
-            if x is target:
+            # the chain must hang inside the producer's loop: at it or at a loop inside it
+            # (a consumer computed at an enclosing loop of the same stage runs before it)
+            outside = x is target and cut <= leaves.index(axis)
+            if x is target and not outside:
                 start = leaves.index(axis) + 1
                 for iv in leaves[start:cut]:
                     relax[iv.var] = Range(Const(0, "int32"), self.info[x].extent[iv])
                 return relax
             for iv in leaves[:cut]:
                 relax[iv.var] = Range(Const(0, "int32"), self.info[x].extent[iv])
-            if x.attach_type != "scope":
+            if outside or x.attach_type != "scope":
                 raise ScheduleError(
                     f"compute_at of {producer.name} at {target.name}.{axis.name}: its consumer "
                     f"{consumer.name} is not computed inside that loop, so {producer.name} would "

@@ -815,3 +815,19 @@ def test_no_output_of_a_multi_output_compute_in_the_arguments():
     s = tc.create_schedule(idx.op)
     with pytest.raises(tc.LowerError, match=r"output am.v0 and am.v1 is not in the argument list"):
         tc.lower(s, [A])
+
+
+def test_producer_computed_inside_a_loop_its_consumer_runs_before():
+    """B is computed at C's outer loop and reads A, computed at C's inner loop: A would
+    not be ready when B reads it (found by the scan property test)."""
+    A0 = tc.placeholder((16,), name="A0")
+    A = tc.compute((16,), lambda i: A0[i] + 1, name="A")
+    B = tc.compute((16,), lambda i: A[i] * 2, name="B")
+    C = tc.compute((16,), lambda i: B[i] + 3, name="C")
+    s = tc.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=4)
+    s[B].compute_at(s[C], io)
+    s[A].compute_at(s[C], ii)
+    with pytest.raises(tc.ScheduleError, match=r"compute_at of A at C.i.inner: its consumer B is "
+                                               r"not computed inside that loop"):
+        tc.lower(s, [A0, C])
