@@ -20,24 +20,6 @@ sys.path.insert(0, HERE)
 from common import pin_threads  # noqa: E402
 
 
-def rnn(T, B, n, d):
-    import tecomp as tc
-
-    X = tc.placeholder((T, B, d), name="X")
-    W = tc.placeholder((n, d), name="W")
-    U = tc.placeholder((n, n), name="U")
-    h0 = tc.placeholder((B, n), name="h0")
-    kd = tc.reduce_axis((0, d), name="kd")
-    XW = tc.compute((T, B, n), lambda t, b, i: tc.sum(X[t, b, kd] * W[i, kd], axis=kd), name="XW")
-    state = tc.placeholder((T, B, n), name="h")
-    init = tc.compute((1, B, n), lambda _, b, i: h0[b, i], name="init")
-    kn = tc.reduce_axis((0, n), name="kn")
-    UH = tc.compute((T, B, n), lambda t, b, i: tc.sum(U[i, kn] * state[t - 1, b, kn], axis=kn),
-                    name="UH")
-    upd = tc.compute((T, B, n), lambda t, b, i: tc.tanh(UH[t, b, i] + XW[t, b, i]), name="upd")
-    return [X, W, U, h0, tc.scan(init, upd, state, inputs=[X], name="H")]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -54,6 +36,7 @@ def main() -> int:
     import torch
 
     import tecomp as tc
+    from tecomp.testing.rnn import rnn_scan
 
     torch.set_num_threads(args.threads)
     T, B, n = args.T, args.batch, args.hidden
@@ -65,7 +48,7 @@ def main() -> int:
     u = (rng.standard_normal((n, n)) / np.sqrt(n) * 0.5).astype("float32")
     h0 = np.zeros((B, n), "float32")
     out = np.zeros((T, B, n), "float32")
-    targs = rnn(T, B, n, d)
+    targs, _ = rnn_scan(T, B, n, d)
     t0 = time.perf_counter()
     s = tc.auto_schedule(targs)
     f = tc.build(s, targs)

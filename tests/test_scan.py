@@ -6,6 +6,7 @@ import pytest
 
 import tecomp as tc
 from helpers import run
+from tecomp.testing.rnn import rnn_scan
 
 BACKENDS = ["llvm", "interp"]
 
@@ -63,20 +64,8 @@ primfn main(X: float32[6, 4], S: float32[6, 4]) {
 
 
 def _rnn(T=12, B=4, n=32, d=24):
-    """h[t] = tanh(U h[t-1] + W x[t]); W x[t] for every t beforehand (no state)."""
-    X = tc.placeholder((T, B, d), name="X")
-    W = tc.placeholder((n, d), name="W")
-    U = tc.placeholder((n, n), name="U")
-    h0 = tc.placeholder((B, n), name="h0")
-    kd = tc.reduce_axis((0, d), name="kd")
-    XW = tc.compute((T, B, n), lambda t, b, i: tc.sum(X[t, b, kd] * W[i, kd], axis=kd), name="XW")
-    state = tc.placeholder((T, B, n), name="h")
-    init = tc.compute((1, B, n), lambda _, b, i: h0[b, i], name="init")
-    kn = tc.reduce_axis((0, n), name="kn")
-    UH = tc.compute((T, B, n), lambda t, b, i: tc.sum(U[i, kn] * state[t - 1, b, kn], axis=kn),
-                    name="UH")
-    upd = tc.compute((T, B, n), lambda t, b, i: tc.tanh(UH[t, b, i] + XW[t, b, i]), name="upd")
-    H = tc.scan(init, upd, state, inputs=[X], name="H")
+    """h[t] = tanh(U h[t-1] + W x[t]) (tecomp.testing.rnn), its data and a float64 reference."""
+    args, body = rnn_scan(T, B, n, d)
     rng = np.random.default_rng(0)
     data = [rng.standard_normal((T, B, d)).astype("float32"),
             (rng.standard_normal((n, d)) * 0.2).astype("float32"),
@@ -87,7 +76,7 @@ def _rnn(T=12, B=4, n=32, d=24):
     ref[0] = hh
     for t in range(1, T):
         ref[t] = np.tanh(ref[t - 1] @ u.T + x[t] @ w.T)
-    return (X, W, U, h0, H), (XW, UH, upd), data, ref
+    return tuple(args), body, data, ref
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

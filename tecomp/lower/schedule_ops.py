@@ -745,22 +745,19 @@ class LowerContext:
                 cur = BufferLoad(buf, store_idx, buf.dtype)
                 update = BufferStore(buf, comb.combine(cur, srcs[0]), store_idx)
                 init = BufferStore(buf, comb.identity, store_idx)
-            elif comb.independent:
-                # a tuple reduction whose elements each read only their own old value
-                # (a sum and a sum of squares): one update per element
-                curs = tuple(BufferLoad(b, store_idx, b.dtype) for b in bufs)
-                update = seq(*[BufferStore(b, v, store_idx)
-                               for b, v in zip(bufs, comb.combine(curs, tuple(srcs)))])
-                init = seq(*[BufferStore(b, x, store_idx) for b, x in zip(bufs, comb.identity)])
             else:
-                # a tuple reduction: every element combined from the old values, bound
-                # first, then stored
+                # a tuple reduction: every element is combined from the old values; unless
+                # each reads only its own (a sum and a sum of squares), they are bound first
                 curs = tuple(BufferLoad(b, store_idx, b.dtype) for b in bufs)
-                tmps = [Var(f"{b.name}.new", b.dtype) for b in bufs]
-                update = seq(*[BufferStore(b, t, store_idx) for b, t in zip(bufs, tmps)])
-                for t, v in reversed(list(zip(tmps, comb.combine(curs, tuple(srcs))))):
-                    update = LetStmt(t, v, update)
+                new = comb.combine(curs, tuple(srcs))
                 init = seq(*[BufferStore(b, x, store_idx) for b, x in zip(bufs, comb.identity)])
+                if comb.independent:
+                    update = seq(*[BufferStore(b, v, store_idx) for b, v in zip(bufs, new)])
+                else:
+                    tmps = [Var(f"{b.name}.new", b.dtype) for b in bufs]
+                    update = seq(*[BufferStore(b, t, store_idx) for b, t in zip(bufs, tmps)])
+                    for t, v in reversed(list(zip(tmps, new))):
+                        update = LetStmt(t, v, update)
             if not (isinstance(cond, Const) and cond.value is True):
                 update = IfThenElse(cond, update)
             p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")

@@ -221,9 +221,5 @@ def extern(shape, inputs, fcompute, name: str = "extern", dtype=None, tag: str =
     return list(op._outs) if multi else op._outs[0]
 
 
-def is_extern(op) -> bool:
-    return isinstance(op, ExternOp)
-
-
 __all__ = ["ExternBuffer", "ExternOp", "PackedCall", "call_packed", "extern",
            "get_global_func", "register_func"]

@@ -77,9 +77,8 @@ class ScanOp(Operation):
 def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: str = "",
          attrs=None) -> Tensor:
     """A recurrence over the first axis (see the module doc); returns its output."""
-    one = lambda x, what: x[0] if isinstance(x, (list, tuple)) and len(x) == 1 else x  # noqa: E731
-    init, update, state = (one(init, "init"), one(update, "update"),
-                           one(state_placeholder, "state_placeholder"))
+    one = lambda x: x[0] if isinstance(x, (list, tuple)) and len(x) == 1 else x  # noqa: E731
+    init, update, state = one(init), one(update), one(state_placeholder)
     for what, t in (("init", init), ("update", update), ("state_placeholder", state)):
         if isinstance(t, (list, tuple)):
             raise ComputeError(f"scan {name}: {len(t)} {what} tensors; tecomp scans one state "

@@ -418,13 +418,14 @@ def _tuple_bodies(name, bodies) -> list:
                 f"compute {name}: value {n} reduces where {b.condition} but value 0 where "
                 f"{first.condition}; the reductions of one compute share their where= "
                 "condition")
-    if any(_is_tuple_reduce(b) for b in bodies):
-        comb = first.combiner
+    tuple_red = next((b for b in bodies if _is_tuple_reduce(b)), None)
+    if tuple_red is not None:
+        comb = tuple_red.combiner
         ok = (all(b.combiner is comb for b in bodies) and len(bodies) == comb.arity
               and all(b.value_index == n for n, b in enumerate(bodies)))
         if not ok:
             raise ComputeError(
-                f"compute {name}: a tuple reduction ({comb.name if _is_tuple_reduce(first) else next(b for b in bodies if _is_tuple_reduce(b)).combiner.name}) "
+                f"compute {name}: a tuple reduction ({comb.name}) "
                 "must be returned whole and alone: return exactly the values it gave, in "
                 "order (e.g. lambda i: argmax((k, A[i, k]), axis=k))")
         return bodies
