@@ -6,14 +6,20 @@ import os
 import sys
 
 
-def parser(doc: str, rounds: int) -> argparse.ArgumentParser:
-    """The options every such script takes: ``--threads``, ``--batch``, ``--layout`` and
-    ``--rounds``; its description is the first paragraph of ``doc``."""
+def base_parser(doc: str, rounds: int) -> argparse.ArgumentParser:
+    """``--threads`` and ``--rounds``; the description is the first paragraph of ``doc``."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--rounds", type=int, default=rounds)
+    return ap
+
+
+def parser(doc: str, rounds: int) -> argparse.ArgumentParser:
+    """The options every conv script takes: :func:`base_parser`'s, ``--batch`` and
+    ``--layout``."""
+    ap = base_parser(doc, rounds)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--layout", default="nchw,nhwc")
-    ap.add_argument("--rounds", type=int, default=rounds)
     return ap
 
 

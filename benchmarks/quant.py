@@ -5,7 +5,6 @@ quantized ops (fbgemm), interleaved in one process, medians.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import warnings
@@ -13,13 +12,11 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from common import pin_threads  # noqa: E402
+from common import base_parser, pin_threads  # noqa: E402
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--rounds", type=int, default=25)
+    ap = base_parser(__doc__, 25)
     ap.add_argument("--n", type=int, default=1 << 20)
     args = ap.parse_args()
     pin_threads(args.threads)

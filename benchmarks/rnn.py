@@ -9,7 +9,6 @@ Every tool's output is checked against the others first.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -17,13 +16,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from common import pin_threads  # noqa: E402
+from common import base_parser, pin_threads  # noqa: E402
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--rounds", type=int, default=15)
+    ap = base_parser(__doc__, 15)
     ap.add_argument("--T", type=int, default=64)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=256)

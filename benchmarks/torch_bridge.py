@@ -16,20 +16,17 @@ first.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from common import pin_threads  # noqa: E402
+from common import base_parser, pin_threads  # noqa: E402
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--rounds", type=int, default=15)
+    ap = base_parser(__doc__, 15)
     ap.add_argument("--n", type=int, default=128)
     ap.add_argument("--trials", type=int, default=0,
                     help="tune the FFN's forward kernels (tct.op trials=N); 0: analytic")

@@ -32,6 +32,9 @@ in spirit):
    computed at the row loop of the elementwise stage that reads it when there is one.
 5. **Elementwise outputs**: innermost axis vectorized, outer axes fused and parallel.
 
+Before rule 3, an int8 GEMM (uint8 x int8 summed in int32) is tensorized with the
+target's dot-product intrinsic (:mod:`tecomp.autoschedule.tensorize`).
+
 Extents are read from the DAG (or from ``shapes=`` for symbolic ones); the machine (vector
 width, vector registers, L1 / L2 sizes, threads) from :func:`tecomp.nn.schedule_cpu.cpu_info`.
 """
@@ -465,6 +468,10 @@ class _Rules:
 
     # -- 3/4. reductions ---------------------------------------------------------------
     def reduction(self, st: Stage):
+        from .tensorize import tensorize_reduction
+
+        if tensorize_reduction(self, st):
+            return
         op = st.op
         plan = self._plan_block(op)
         if plan is not None:

@@ -742,6 +742,11 @@ class CSource:
         for line in to_str(s).splitlines():
             self.emit(_comment(line))
 
+    def _s_TensorIntrinCall(self, s) -> None:
+        # no C code for the intrinsic: the declared computation, on the same regions
+        self.emit(_comment(f"tensorize {display(s.intrin.name)}: its declared computation"))
+        self.stmt(s.fallback)
+
     def _s_AttrStmt(self, s: AttrStmt) -> None:
         from ..ir.printer import Printer
 

@@ -165,7 +165,7 @@ from ..ir.names import identifier
 from ..ir.printer import to_str
 from ..ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
-    Prefetch, PrimFunc, SeqStmt, Stmt,
+    Prefetch, PrimFunc, SeqStmt, Stmt, TensorIntrinCall,
 )
 from . import llvm_jit
 from .signature import BufferParam, CheckSite, ScalarParam, Signature  # noqa: F401
@@ -1622,6 +1622,48 @@ class _FnEmitter:
             o = b.extract_element(vec, ir.Constant(_I32, lane))
             b.call(f, [self._elem_ptr(bi, o, False)] + hint)
 
+    def s_tensor_intrin_call(self, s: TensorIntrinCall):
+        """The intrinsic's ``llvm`` function, given each operand's region as an
+        :class:`~tecomp.codegen.llvm_intrin.IntrinView`; an intrinsic without one runs the
+        loops it replaced.  Checked builds test the first and last element of each region."""
+        from .llvm_intrin import IntrinBuilder, IntrinView
+
+        intrin = s.intrin
+        if intrin.llvm is None:
+            self.stmt(s.fallback)
+            return
+        intrin.check_target(self.mb.target, s.stage)
+        if self.mask is not None or self.lanes > 1:
+            raise InternalError(f"the tensor intrinsic {intrin.name} is inside a vectorized loop")
+        views = []
+        for n, (ph, buf) in enumerate(zip([intrin.output] + list(intrin.inputs), s.buffers)):
+            bi = self.buf(buf)
+            base = s.base(n)
+            off, idx = self.offset(bi, base)
+            shape = tuple(int(x.value) for x in ph.shape)
+            if self.checks:
+                self.bounds_check(bi, idx, s, "tensorize")
+                self.bounds_check(bi, [self.vadd(ix, Val(ir.Constant(_I64, sum(
+                    s.coefs[n][d][e] * (shape[d] - 1) for d in range(len(shape))))))
+                    for e, ix in enumerate(idx)], s, "tensorize")
+            strides = []
+            for d in range(len(shape)):
+                acc = 0
+                for e, c in enumerate(s.coefs[n][d]):
+                    if c:
+                        st = bi.strides[e]
+                        if not isinstance(st, ir.Constant):
+                            raise BuildError(
+                                f"tensorize on stage {s.stage} with {intrin.name}: operand "
+                                f"{ph.name} steps through {buf.name}'s dimension {e}, whose "
+                                "stride is known only at run time; the intrinsic needs constant "
+                                "strides (give that tensor a constant shape)")
+                        acc += c * int(st.constant)
+                strides.append(acc)
+            views.append(IntrinView(ph.name, buf.name, ph.dtype, shape, tuple(strides),
+                                    self._elem_ptr(bi, off.s, False), _MEM[bi.dtype]))
+        intrin.llvm(IntrinBuilder(self, intrin.name), views[1:], views[:1])
+
     def s_extern_call(self, s: ExternCall):
         """``tecomp_extern_call(site, data, ints, floats)`` (see tecomp.runtime.extern):
         the buffers' data pointers, their extents and strides (elements) then the integer
@@ -2383,6 +2425,7 @@ _STMT = {
     LetStmt: _FnEmitter.s_let, AttrStmt: _FnEmitter.s_attr, Evaluate: _FnEmitter.s_evaluate,
     AssertStmt: _FnEmitter.s_assert, Allocate: _FnEmitter.s_allocate, For: _FnEmitter.s_for,
     Prefetch: _FnEmitter.s_prefetch, ExternCall: _FnEmitter.s_extern_call,
+    TensorIntrinCall: _FnEmitter.s_tensor_intrin_call,
 }
 _EXPR = {
     Const: _FnEmitter.e_const, Var: _FnEmitter.e_var, Add: _FnEmitter.e_add,

@@ -155,6 +155,7 @@ from .functor import free_vars, post_order
 from .printer import Printer, to_str
 from .stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
+    TensorIntrinCall,
     Prefetch, PrimFunc, SeqStmt, Stmt,
 )
 
@@ -1054,6 +1055,10 @@ class _Compiler:
             body(env)
             _restore(env, buf, old)
         return alloc
+
+    def _s_TensorIntrinCall(self, s: TensorIntrinCall):
+        """A tensorized region runs its declared computation (the loops it replaced)."""
+        return self.stmt(s.fallback)
 
     def _s_ExternCall(self, s: ExternCall):
         """The extern stage's function on the buffers' arrays (inputs read-only)."""

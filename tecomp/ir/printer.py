@@ -26,6 +26,7 @@ from .expr import (
 from .names import display, display_name
 from .stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
+    TensorIntrinCall,
     Prefetch, PrimFunc, SeqStmt, Stmt,
 )
 
@@ -194,12 +195,38 @@ class Printer:
             args = ", ".join(self.name_of(next(bufs)) if k == "b" else self.expr(next(scal))
                              for k in s.order)
             out.append(f"{pad}call_extern {display_name(s.name)}({args})")
+        elif t is TensorIntrinCall:
+            how = "accumulate" if s.reduce else "store"
+            out.append(f"{pad}tensorize {display_name(s.intrin.name)} ({how}) {{")
+            names = [s.intrin.output] + list(s.intrin.inputs)
+            for n, (ph, buf) in enumerate(zip(names, s.buffers)):
+                role = "out" if n == 0 else "in"
+                out.append(f"{pad}  // {role} {display_name(ph.name)}: "
+                           f"{self.name_of(buf)}[{self._region(s, n, len(ph.shape))}]")
+            self._stmt(s.fallback, ind + 1, out)
+            out.append(pad + "}")
         elif t is Prefetch:
             idx = ", ".join(self.expr(i) for i in s.indices)
             how = "prefetch (write)" if s.write else "prefetch"
             out.append(f"{pad}{how} {self.name_of(s.buffer)}[{idx}]")
         else:
             out.append(pad + repr(s))
+
+    def _region(self, s, n: int, rank: int) -> str:
+        """Operand ``n`` of a tensorize as indices of its buffer, with ``x0``, ``x1``, ...
+        the indices into the declared placeholder."""
+        parts = []
+        for e, base in enumerate(s.base(n)):
+            text = self.expr(base)
+            terms = []
+            for d in range(rank):
+                c = s.coefs[n][d][e]
+                if c:
+                    terms.append(f"x{d}" if c == 1 else f"{c}*x{d}")
+            if terms:
+                text = " + ".join(([] if text == "0" else [text]) + terms)
+            parts.append(text)
+        return ", ".join(parts)
 
     def _attr_value(self, v):
         if isinstance(v, (Expr, Buffer)):

@@ -100,6 +100,34 @@ class ExternCall(Stmt):
 
 
 @dataclass(frozen=True, slots=True)
+class TensorIntrinCall(Stmt):
+    """A loop nest run as the tensor intrinsic ``intrin`` (``s[C].tensorize``).
+
+    Its operands are the outputs then the inputs of the declared computation
+    (``intrin.output``, ``intrin.inputs``); operand ``n`` is the region of ``buffers[n]``
+    whose first element is at ``base(n)`` (one index per buffer dimension: ``bases`` holds
+    them all, operand after operand) and whose element ``x`` (one index per dimension of
+    the declared placeholder) is at ``base(n)[e] + sum_d coefs[n][d][e] * x[d]``.  ``reduce``: the intrinsic adds into
+    the output (it was written with the reducer's identity first); else it overwrites it.
+    ``fallback`` is the loop nest it replaces, the declared computation on the same
+    regions: what the interpreter and the backends without code for ``intrin`` run.
+    ``stage`` names the stage, for messages."""
+
+    intrin: Any
+    stage: str
+    buffers: Tuple[Buffer, ...]
+    bases: Tuple[Expr, ...]
+    coefs: Any
+    reduce: bool
+    fallback: "Stmt"
+
+    def base(self, n: int) -> Tuple[Expr, ...]:
+        """The indices of operand ``n``'s first element in ``buffers[n]``."""
+        start = sum(len(b.shape) for b in self.buffers[:n])
+        return self.bases[start:start + len(self.buffers[n].shape)]
+
+
+@dataclass(frozen=True, slots=True)
 class Prefetch(Stmt):
     """A hint to bring the cache line that holds ``buffer[indices]`` into the cache
     (``write``: with the intent to write it, x86 ``prefetchw``; else for reading,

@@ -48,6 +48,7 @@ from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_prob
 from ..te.extern import ExternOp
 from ..te.scan import ScanOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+from .tensorize import tensorize_call
 
 
 def _when_nonempty(extent: Expr) -> Expr:
@@ -772,14 +773,51 @@ class LowerContext:
                 return self._loops(st, leaves[:p], self._cross_thread_reduce(
                     st, leaves, p, tred, comb, srcs[0], cond, store_idx))
             dguards = [g for g in inf.guards if not _uses_reduce(g, st, inf)]
+            t = self._tensorized_at(st)
+            if t is not None:
+                # the intrinsic adds into the output: the reducer's identity is stored first
+                # (around the region, or inside it over its data loops)
+                call = _guard(tensorize_call(self, st, leaves, t, srcs[0], store_idx, self._loops(
+                    st, leaves[t:], _guard(update, inf.guards)), True), inf.guards)
+                if t >= p:
+                    init_nest = self._loops(st, [iv for iv in leaves[p:] if iv.kind != "reduce"],
+                                            _guard(init, dguards), attach=False)
+                    return self._loops(st, leaves[:p], seq(init_nest, self._loops(
+                        st, leaves[p:t], call)))
+                init_nest = self._loops(st, [iv for iv in leaves[t:] if iv.kind != "reduce"],
+                                        _guard(init, dguards), attach=False)
+                return self._loops(st, leaves[:t], seq(init_nest, call))
             init_nest = self._loops(st, [iv for iv in leaves[p:] if iv.kind != "reduce"],
                                     _guard(init, dguards), attach=False)
             update_nest = self._loops(st, leaves[p:], _guard(update, inf.guards))
             inner = seq(init_nest, update_nest)
             return self._loops(st, leaves[:p], inner)
-        store = seq(*[BufferStore(buf, self.lower_expr(substitute(b, vmap)), store_idx)
-                      for buf, b in zip(bufs, inf.bodies)])
+        values = [self.lower_expr(substitute(b, vmap)) for b in inf.bodies]
+        store = seq(*[BufferStore(buf, v, store_idx) for buf, v in zip(bufs, values)])
+        t = self._tensorized_at(st)
+        if t is not None:
+            return self._loops(st, leaves[:t], _guard(tensorize_call(
+                self, st, leaves, t, values[0], store_idx,
+                self._loops(st, leaves[t:], _guard(store, inf.guards)), False), inf.guards))
         return self._loops(st, leaves, _guard(store, inf.guards))
+
+    @staticmethod
+    def _tensorized_at(st: Stage):
+        """The position among ``st``'s loops of its tensorized one, or None."""
+        if st.tensorized is None:
+            return None
+        iv, intrin = st.tensorized
+        if iv not in st.leaf_iter_vars:
+            raise ScheduleError(
+                f"tensorize on stage {st.name} with {intrin.name}: axis {iv.name} was split or "
+                f"fused after tensorize (the loops are now "
+                f"{', '.join(x.name for x in st.leaf_iter_vars)}); call tensorize last, on one "
+                "of those loops")
+        if len(st.op.bodies) != 1:
+            raise ScheduleError(
+                f"tensorize on stage {st.name}: the stage is a multi-output compute; an "
+                "intrinsic computes one output: tensorize a single-output stage")
+        return st.leaf_iter_vars.index(iv)
 
     def _extern_call(self, st: Stage) -> ExternCall:
         """An extern stage: one call of its function on whole buffers."""

@@ -72,6 +72,7 @@ class Stage(TracedStage):
         self.storage_aligns: Dict[int, tuple] = {}
         self.storage_perm: Optional[tuple] = None   # storage_order: dims, outermost first
         self.bound_aligns: Dict[int, int] = {}   # output dimension -> align_bounds factor
+        self.tensorized: Optional[tuple] = None  # (IterVar, TensorIntrin): tensorize
 
     def _reset_loops(self):
         op = self.op
@@ -297,6 +298,33 @@ class Stage(TracedStage):
         if name == "unroll_explicit":
             self._set_kind(iv, "unrolled", "pragma unroll_explicit")
 
+    def tensorize(self, axis, intrin):
+        """Run the loops from ``axis`` inward as the tensor intrinsic ``intrin``
+        (``tc.decl_tensor_intrin`` or a built-in ``tc.tensor_intrin(name)``).
+
+        The loops from ``axis`` inward must compute the intrinsic's declared computation:
+        their data-parallel loops are its axes and their reduction loops its reduce axes,
+        in order, with the same extents; lowering checks the expression and each operand's
+        memory layout and raises ``ScheduleError`` naming what differs.  Call it after the
+        splits and reorders that shape those loops."""
+        from ..te.tensor_intrin import TensorIntrin
+
+        iv = self._iv(axis, "tensorize")
+        self._not_inlined("tensorize")
+        if not isinstance(intrin, TensorIntrin):
+            raise ScheduleError(
+                f"tensorize on stage {display(self.name)}, axis {display(iv.name)}: the second "
+                f"argument must be a tensor intrinsic (tc.decl_tensor_intrin(...) or "
+                f"tc.tensor_intrin(name)), got {intrin!r:.60}")
+        if not isinstance(self.op, ComputeOp) or type(self.op) is not ComputeOp:
+            raise ScheduleError(f"tensorize on stage {display(self.name)}: only a tc.compute "
+                                "stage can be tensorized")
+        if self.tensorized is not None and self.tensorized[0] is not iv:
+            raise ScheduleError(
+                f"tensorize on stage {display(self.name)}: the stage is already tensorized at "
+                f"axis {display(self.tensorized[0].name)}; a stage runs one intrinsic")
+        self.tensorized = (iv, intrin)
+
     def prefetch(self, tensor, axis, offset: int = 1, along=None):
         """Prefetch ``tensor`` in the loop over ``axis``: at the start of every
         iteration, the elements of ``tensor`` that iteration ``axis + offset`` accesses
@@ -509,13 +537,13 @@ class Stage(TracedStage):
 
 
 class _ReplaceLoads(Mutator):
-    def __init__(self, old: Tensor, new: Tensor):
-        self.old, self.new = old, new
+    def __init__(self, old: Tensor, new: Tensor, remap=None):
+        self.old, self.new, self.remap = old, new, remap
 
     def visit_ProducerLoad(self, e):
         idx = tuple(self.visit(i) for i in e.indices)
         if e.producer is self.old:
-            return ProducerLoad(self.new, idx, e.dtype)
+            return ProducerLoad(self.new, self.remap(idx) if self.remap else idx, e.dtype)
         return e if all(a is b for a, b in zip(idx, e.indices)) else ProducerLoad(e.producer, idx, e.dtype)
 
     def visit_Reduce(self, e):
@@ -611,12 +639,19 @@ class Schedule:
         self._stage_of[id(stage.origin_op)] = stage
 
     # -- primitives -----------------------------------------------------------------
-    def cache_read(self, tensor: Tensor, scope: str, readers, pad=None) -> Tensor:
+    def cache_read(self, tensor: Tensor, scope: str, readers, pad=None, blocks=None) -> Tensor:
         """A copy of ``tensor`` in ``scope`` that ``readers`` read instead; returns it.
 
         ``pad`` (a number): the copy holds ``pad`` past ``tensor``'s edge, so that it
         can be computed there in whole blocks (``align_bounds``), e.g. a GEMM's panel
-        of B zero-padded to the register block's width."""
+        of B zero-padded to the register block's width.
+
+        ``blocks`` (a list of ``(dimension, factor)``): the copy is stored blocked, as
+        ``NCHW16c`` is: each listed dimension is split by its factor (which must divide
+        it); the copy's dimensions are the outer parts, in ``tensor``'s order, then the
+        inner parts in the order listed.  ``blocks=[(1, 16), (0, 4)]`` stores ``B[K, N]``
+        as ``[K/4, N/16, 16, 4]`` (what VNNI's dot product reads); the readers read
+        ``copy[k // 4, n // 16, n % 16, k % 4]``."""
         from ..te.tensor import compute, const as _const
         from ..ir import op as _op
 
@@ -637,7 +672,11 @@ class Schedule:
                     f"{tensor.name}; readers must be stages that index {tensor.name}")
             if st.attach_type == "inline":
                 raise ScheduleError(f"cache_read of {tensor.name}: reader {st.name} is inlined")
-        if pad is None:
+        if blocks is not None:
+            if pad is not None:
+                raise ScheduleError(f"cache_read of {tensor.name}: give pad= or blocks=, not both")
+            cache, remap = self._blocked_copy(tensor, scope, blocks)
+        elif pad is None:
             cache = compute(tensor.shape, lambda *i: tensor[i], name=f"{tensor.name}.{scope}")
         else:
             if isinstance(pad, bool) or not isinstance(pad, (int, float)):
@@ -662,9 +701,57 @@ class Schedule:
         anchor = self[tensor] if tensor in self else None
         self._insert_after(cst, anchor)
         for st in rstages:
-            bodies = tuple(_ReplaceLoads(tensor, cache).visit(b) for b in st.op.bodies)
+            rep = _ReplaceLoads(tensor, cache, remap if blocks is not None else None)
+            bodies = tuple(rep.visit(b) for b in st.op.bodies)
             self._replace_op(st, _with_body(st.op, bodies if len(bodies) > 1 else bodies[0]))
         return cache
+
+    @staticmethod
+    def _blocked_copy(tensor: Tensor, scope: str, blocks):
+        """The blocked copy of ``cache_read(..., blocks=)`` and the map from an index of
+        ``tensor`` to the copy's."""
+        from ..te.tensor import compute
+        from ..ir import op as _op
+
+        nd = len(tensor.shape)
+        what = f"cache_read of {tensor.name}"
+        if not isinstance(blocks, (list, tuple)) or not blocks or not all(
+                isinstance(b, (list, tuple)) and len(b) == 2 for b in blocks):
+            raise ScheduleError(f"{what}: blocks must be a list of (dimension, factor) pairs, "
+                                f"e.g. [(1, 16), (0, 4)]; got {blocks!r:.80}")
+        dims = []
+        for d, f in blocks:
+            if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < nd or d in dims:
+                raise ScheduleError(f"{what}: blocks: {d!r:.20} is not a dimension of the "
+                                    f"{nd}-d tensor (or is listed twice)")
+            ext = tensor.shape[d]
+            if isinstance(f, bool) or not isinstance(f, int) or f < 1 or not isinstance(
+                    ext, Const) or ext.value % f:
+                raise ScheduleError(
+                    f"{what}: blocks: dimension {d} has extent {ext}, which a factor of "
+                    f"{f!r:.20} does not divide; give a positive factor that divides it")
+            dims.append(d)
+        fac = {d: f for d, f in blocks}
+        shape = [Const(tensor.shape[d].value // fac[d], "int32") if d in fac else tensor.shape[d]
+                 for d in range(nd)] + [Const(f, "int32") for _, f in blocks]
+
+        def fcompute(*p):
+            idx = []
+            for d in range(nd):
+                if d in fac:
+                    inner = p[nd + dims.index(d)]
+                    idx.append(p[d] * fac[d] + inner)
+                else:
+                    idx.append(p[d])
+            return tensor[tuple(idx)]
+
+        def remap(idx):
+            outer = [_op.floordiv(i, Const(fac[d], i.dtype)) if d in fac else i
+                     for d, i in enumerate(idx)]
+            return tuple(outer) + tuple(_op.floormod(idx[d], Const(f, idx[d].dtype))
+                                        for d, f in blocks)
+
+        return compute(tuple(shape), fcompute, name=f"{tensor.name}.{scope}"), remap
 
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
         """Compute ``tensor`` into a ``scope`` buffer first, then copy it out; returns

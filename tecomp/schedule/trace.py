@@ -36,7 +36,7 @@ from ..errors import ScheduleError
 STAGE_PRIMITIVES = (
     "split", "tile", "fuse", "reorder", "unroll", "vectorize", "parallel", "bind", "pragma",
     "prefetch", "compute_at", "compute_inline", "compute_root", "set_scope",
-    "storage_align", "storage_order", "align_bounds",
+    "storage_align", "storage_order", "align_bounds", "tensorize",
 )
 SCHEDULE_PRIMITIVES = ("cache_read", "cache_write", "rfactor")
 _MAKES_TENSOR = ("cache_read", "cache_write", "rfactor")
@@ -159,6 +159,14 @@ class Trace:
                     if iv is x:
                         return {"ax": [n, p]}
             raise _Unnamed(f"axis {x.name} belongs to no stage of this schedule")
+        from ..te.tensor_intrin import TensorIntrin, builtin_name
+
+        if isinstance(x, TensorIntrin):
+            nm = builtin_name(x)
+            if nm is None:
+                raise _Unnamed(f"the tensor intrinsic {x.name!r:.60} is not a built-in (a trace "
+                               "names intrinsics, it does not store their code)")
+            return {"intrin": nm}
         raise _Unnamed(f"{type(x).__name__} {x!r:.60} has no name in a trace")
 
     # -- replay -------------------------------------------------------------------------
@@ -181,6 +189,12 @@ class Trace:
                 if not isinstance(v, str):
                     raise ValueError("a thread axis is named by its tag")
                 return thread_axis(v)
+            if k == "intrin":
+                from ..te.tensor_intrin import builtin_intrins
+
+                if not isinstance(v, str) or v not in builtin_intrins():
+                    raise ValueError(f"{v!r:.60} is no built-in tensor intrinsic")
+                return builtin_intrins()[v]
             raise ValueError(f"unknown reference {k!r:.40}")
         if x is None or isinstance(x, (bool, int, float, str)):
             return x
@@ -373,6 +387,8 @@ def steps_python(steps, outputs, args=None, name: str = "schedule") -> str:
             return tensor(x)
         if isinstance(x, IterVar):
             return axis(x)
+        if type(x).__name__ == "TensorIntrin":
+            return f"tc.tensor_intrin({x.name!r})"
         return repr(x)
 
     for name_, on, a, kw in steps:

@@ -1,0 +1,263 @@
+"""``s[C].tensorize(axis, intrin)``: check that the loops from ``axis`` inward compute the
+intrinsic's declared computation, and describe each operand's region for the backends.
+
+The loops of the region map onto the declared computation's axes in order: its
+data-parallel loops onto the intrinsic's axes, its reduction loops onto the intrinsic's
+reduce axes, with the same constant extents.  Under that map the stage's expression must
+be the declared one, node for node, with each read of a declared placeholder matched by a
+read of one buffer whose indices are affine in the region's loops.  The region of that
+buffer is then: the element read when every region loop is 0 (``base``), and how many
+elements each placeholder dimension steps in each buffer dimension (``coefs``).  Any
+difference is a :class:`ScheduleError` that names the loop and what differed.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List
+
+from ..errors import ScheduleError
+from ..ir.expr import Add, BufferLoad, Const, Expr, Max, Min, Mul, ProducerLoad, Reduce, Var
+from ..ir.functor import free_vars, substitute
+from ..ir.names import display
+from ..ir.printer import to_str
+from ..ir.simplify import simplify
+from ..ir.stmt import TensorIntrinCall
+
+
+def tensorize_call(ctx, st, leaves, t: int, value: Expr, store_idx, fallback, reduce: bool):
+    """The :class:`TensorIntrinCall` for stage ``st`` tensorized at ``leaves[t]``.
+
+    ``value``: the lowered expression the region computes per point (a reduction's
+    source); ``store_idx``: where it is stored; ``fallback``: the region's loop nest."""
+    iv0, intrin = st.tensorized
+    inf = ctx.info[st]
+    region = leaves[t:]
+    what = f"tensorize on stage {display(st.name)} at loop {display(iv0.name)} with {display(intrin.name)}"
+    _check_region(ctx, st, leaves, t, what)
+    iop = intrin.op
+    if reduce != intrin.reduce:
+        raise ScheduleError(
+            f"{what}: the stage {'is' if reduce else 'is not'} a reduction and the intrinsic's "
+            f"computation {'is' if intrin.reduce else 'is not'}; tensorize a stage that computes "
+            "what the intrinsic declares")
+    if reduce:
+        body = st.op.bodies[0]
+        ibody = iop.body
+        if len(st.op.bodies) != 1 or body.combiner.name != ibody.combiner.name or not _same_consts(
+                body.combiner.identity, ibody.combiner.identity):
+            raise ScheduleError(f"{what}: the stage reduces with {display(body.combiner.name)} and "
+                                f"the intrinsic with {display(ibody.combiner.name)}")
+        if not (isinstance(body.condition, Const) and body.condition.value is True):
+            raise ScheduleError(f"{what}: the stage's reduction has a where= condition, which "
+                                "the intrinsic does not compute; tensorize a reduction without one")
+        isrc = ibody.source
+    else:
+        isrc = iop.body
+    # region loops -> declared axes, in order
+    data = [iv for iv in region if iv.kind != "reduce"]
+    red = [iv for iv in region if iv.kind == "reduce"]
+    vmap: Dict[Var, Var] = {}
+    for kind, mine, theirs in (("data-parallel", data, iop.axis), ("reduction", red, iop.reduce_axis)):
+        if len(mine) != len(theirs):
+            raise ScheduleError(
+                f"{what}: the region has {len(mine)} {kind} loop(s) "
+                f"({', '.join(display(x.name) for x in mine) or 'none'}) and the intrinsic "
+                f"{len(theirs)} ({', '.join(display(x.name) for x in theirs) or 'none'}); split and "
+                "reorder the stage so that the loops from the tensorized one inward are the "
+                "intrinsic's axes")
+        for a, b in zip(mine, theirs):
+            ext = inf.extent[a]
+            if not (isinstance(ext, Const) and ext.value == b.dom.extent.value):
+                raise ScheduleError(
+                    f"{what}: loop {display(a.name)} runs {to_str(ext)} times, and the intrinsic's "
+                    f"axis {display(b.name)} that it maps to {b.dom.extent.value}; split the "
+                    f"stage's axis by {b.dom.extent.value}")
+            vmap[b.var] = a.var
+    mine_expr = value
+    theirs_expr = substitute(isrc, vmap)
+    binds: Dict[int, tuple] = {}
+    _match(mine_expr, theirs_expr, binds, what)
+    rvars = [iv.var for iv in region]
+    ranges = ctx.leaf_ranges(st)
+    buffers, bases, coefs = [], [], []
+    out_place = tuple(vmap[iv.var] for iv in iop.axis)
+    operands = [(intrin.output, inf.buffers[0], tuple(store_idx), out_place)]
+    for ph in intrin.inputs:
+        got = binds.get(id(ph.op))
+        if got is None:   # pragma: no cover - every placeholder of the body is matched
+            raise ScheduleError(f"{what}: operand {display(ph.name)} is not read by the stage")
+        operands.append((ph,) + got)
+    for ph, buf, idx, place in operands:
+        base, cf = _region(ph, buf, idx, place, rvars, ranges, what)
+        if intrin.dense:
+            _check_dense(ph, buf, cf, what)
+        buffers.append(buf)
+        bases += list(base)
+        coefs.append(cf)
+    return TensorIntrinCall(intrin, st.name, tuple(buffers), tuple(bases), tuple(coefs), reduce,
+                            fallback)
+
+
+def _check_region(ctx, st, leaves, t, what):
+    inf = ctx.info[st]
+    region = leaves[t:]
+    rset = {iv.var for iv in region}
+    for iv in leaves:
+        a = st.iter_attrs.get(iv)
+        kind = a.kind if a is not None else "serial"
+        if iv in region and kind in ("parallel", "thread"):
+            raise ScheduleError(f"{what}: loop {display(iv.name)} inside the region is {kind}; "
+                                "the intrinsic runs the region as one step: make it serial")
+        if iv not in region and kind == "vectorized":
+            raise ScheduleError(f"{what}: loop {display(iv.name)} around the region is "
+                                "vectorized; the intrinsic is already vector code: run the "
+                                "loops around it as serial, unrolled or parallel")
+    for s in ctx.stages:
+        if s.attach_type == "scope" and s.attach_stage is st and s.attach_ivar in region:
+            raise ScheduleError(
+                f"{what}: stage {display(s.name)} is computed at loop {display(s.attach_ivar.name)}, "
+                "inside the region the intrinsic replaces; compute it at a loop outside it")
+    for g in inf.guards:
+        if any(v in rset for v in free_vars(g)):
+            raise ScheduleError(
+                f"{what}: the region has a bounds guard ({to_str(g)}): a split there does not "
+                "divide its axis, and the intrinsic computes whole blocks; pick factors that "
+                "divide the extents (or pad the tensor to a multiple)")
+
+
+def _same_consts(a, b) -> bool:
+    return getattr(a, "value", object()) == getattr(b, "value", None) and a.dtype == b.dtype
+
+
+_COMMUTATIVE = (Add, Mul, Min, Max)
+
+
+def _match(mine, theirs, binds, what):
+    """Compare the stage's lowered expression with the declared one (after the axis map);
+    a declared placeholder read matches any buffer read, bound on first sight."""
+    if isinstance(theirs, ProducerLoad):
+        if not isinstance(mine, BufferLoad) or mine.dtype != theirs.dtype:
+            _differ(mine, theirs, what)
+        place = tuple(theirs.indices)
+        got = binds.get(id(theirs.producer.op))
+        if got is None:
+            binds[id(theirs.producer.op)] = (mine.buffer, tuple(mine.indices), place)
+            return
+        if got[0] is not mine.buffer or got[2] != place or not all(
+                _eq(a, b) for a, b in zip(got[1], mine.indices)):
+            raise ScheduleError(
+                f"{what}: the intrinsic reads {display(theirs.producer.name)} twice at the same "
+                f"element, and the stage reads {display(got[0].name)} and "
+                f"{display(mine.buffer.name)} there ({_show(mine)})")
+        return
+    if type(mine) is not type(theirs):
+        _differ(mine, theirs, what)
+    if isinstance(mine, _COMMUTATIVE):
+        # a * b matches b * a: try the operands as written, then swapped
+        for x, y in ((mine.a, mine.b), (mine.b, mine.a)):
+            trial = dict(binds)
+            try:
+                _match(x, theirs.a, trial, what)
+                _match(y, theirs.b, trial, what)
+            except ScheduleError:
+                continue
+            binds.update(trial)
+            return
+        # neither way: report the first difference of the operands as written
+        _match(mine.a, theirs.a, dict(binds), what)
+        _match(mine.b, theirs.b, dict(binds), what)
+        _differ(mine, theirs, what)   # pragma: no cover
+    if isinstance(mine, Var):
+        if mine is not theirs:
+            _differ(mine, theirs, what)
+        return
+    if isinstance(mine, Reduce):   # pragma: no cover - a nested reduction is refused earlier
+        _differ(mine, theirs, what)
+    for f in dataclasses.fields(mine):
+        a, b = getattr(mine, f.name), getattr(theirs, f.name)
+        if isinstance(a, Expr):
+            _match(a, b, binds, what)
+        elif isinstance(a, tuple) and a and isinstance(a[0], Expr):
+            if len(a) != len(b):
+                _differ(mine, theirs, what)
+            for x, y in zip(a, b):
+                _match(x, y, binds, what)
+        elif a != b:
+            _differ(mine, theirs, what)
+
+
+def _eq(a, b) -> bool:
+    d = simplify(a - b)
+    return isinstance(d, Const) and d.value == 0
+
+
+def _show(e) -> str:
+    return to_str(e)[:160]
+
+
+def _differ(mine, theirs, what):
+    dm, dt = getattr(mine, "dtype", None), getattr(theirs, "dtype", None)
+    types = (f" ({dm})", f" ({dt})") if dm != dt else ("", "")
+    raise ScheduleError(f"{what}: the stage computes `{_show(mine)}`{types[0]} where the intrinsic "
+                        f"computes `{_show(theirs)}`{types[1]}; tensorize a stage whose expression "
+                        "is the declared one (same operations, casts and dtypes)")
+
+
+def _region(ph, buf, idx, place, rvars, ranges, what):
+    """(base, coefs) of buffer ``buf`` read at ``idx`` where the placeholder ``ph`` is read
+    at ``place`` (region loop vars, one per dimension of ``ph``)."""
+    zero = {v: Const(0, v.dtype) for v in rvars}
+    base = [simplify(substitute(e, zero), ranges) for e in idx]
+    cf: List[tuple] = []
+    for v in place:
+        at = dict(zero)
+        at[v] = Const(1, v.dtype)
+        row = []
+        for e, b in zip(idx, base):
+            c = simplify(substitute(e, at) - b, ranges)
+            if not isinstance(c, Const):
+                raise _not_affine(ph, buf, idx, what)
+            row.append(int(c.value))
+        cf.append(tuple(row))
+    for e, b, d in zip(idx, base, range(len(idx))):
+        rest = e - b
+        for v, row in zip(place, cf):
+            if row[d]:
+                rest = rest - Const(row[d], v.dtype) * v
+        r = simplify(rest, ranges)
+        if not (isinstance(r, Const) and r.value == 0):
+            raise _not_affine(ph, buf, idx, what)
+    return base, tuple(cf)
+
+
+def _not_affine(ph, buf, idx, what):
+    return ScheduleError(
+        f"{what}: operand {display(ph.name)} is {display(buf.name)}"
+        f"[{', '.join(to_str(e) for e in idx)}], which does not step by a constant along the "
+        "region's loops; the intrinsic needs a strided block of memory per operand (pack the "
+        "tensor with a tc.compute so that the block is contiguous)")
+
+
+def _check_dense(ph, buf, cf, what):
+    """The region of ``buf`` must be laid out as the placeholder: row major, contiguous."""
+    strides = buf.effective_strides()
+    want, acc = [], 1
+    for n in reversed([int(x.value) for x in ph.shape]):
+        want.append(acc)
+        acc *= n
+    want.reverse()
+    got = []
+    for row in cf:
+        s = Const(0, "int32")
+        for c, bs in zip(row, strides):
+            if c:
+                s = s + Const(c, "int32") * bs
+        got.append(simplify(s))
+    for d, (g, w) in enumerate(zip(got, want)):
+        if ph.shape[d].value > 1 and not (isinstance(g, Const) and g.value == w):
+            raise ScheduleError(
+                f"{what}: operand {display(ph.name)} (shape {[int(x.value) for x in ph.shape]}) is a "
+                f"block of {display(buf.name)} with element strides "
+                f"[{', '.join(to_str(x) for x in got)}], and the intrinsic reads it row major "
+                f"and contiguous (strides {want}); pack {display(buf.name)} with a tc.compute "
+                f"whose innermost dimensions are the block (e.g. [.., {', '.join(str(int(x.value)) for x in ph.shape)}])")

@@ -1,0 +1,192 @@
+"""Tensor intrinsics: a small declared computation that a backend runs as one instruction
+sequence, and the ``s[C].tensorize(axis, intrin)`` that puts one in place of a loop nest.
+
+An intrinsic is declared as TVM users know it: a ``tc.compute`` over placeholders (the
+pattern), plus what to emit for it.  ``tc.decl_tensor_intrin(C, llvm=emit, requires=...)``:
+
+* ``C`` -- the declared computation, e.g. 16 lanes of a 4-element u8 x s8 dot product::
+
+      a = tc.placeholder((4,), "uint8", name="a")
+      b = tc.placeholder((16, 4), "int8", name="b")
+      r = tc.reduce_axis((0, 4), name="r")
+      c = tc.compute((16,), lambda i: tc.sum(a[r].astype("int32") * b[i, r].astype("int32"),
+                                             axis=r), name="c")
+
+  Every placeholder is indexed by distinct axes of ``C`` (no arithmetic), shapes and
+  extents are constants, and ``C`` reads nothing but placeholders.
+* ``llvm(ib, ins, outs)`` -- what the LLVM backend emits in place of the loops, given an
+  :class:`~tecomp.codegen.llvm_intrin.IntrinBuilder` ``ib`` and one
+  :class:`~tecomp.codegen.llvm_intrin.IntrinView` per operand (the region of the stage's
+  buffer that the declared placeholder stands for: its pointer, element strides).  For a
+  reduction it *accumulates* into ``outs`` (TVM's ``update``); tecomp writes the reducer's
+  identity itself before the first update.
+* ``requires`` -- the CPU features the emitted code needs (``"avx512vnni"``); building
+  for a target without them raises :class:`~tecomp.errors.TargetError`.
+* ``dense`` (default True) -- each operand's region must be laid out as the declared
+  placeholder: row major and contiguous (lowering checks the strides and says which
+  operand to pack); ``dense=False`` hands any constant strides to ``llvm``.
+
+The interpreter and the CUDA C backends run the loops of the declared computation (the
+``fallback`` of :class:`~tecomp.ir.stmt.TensorIntrinCall`), so a tensorized schedule
+gives the same result everywhere.  Built-in intrinsics (``tc.tensor_intrin(name)``) live
+in :mod:`tecomp.te.intrin_x86`; only those can be named in a stored trace or tuning
+record (a record names an intrinsic, it never carries code).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Dict, Optional
+
+from ..errors import ComputeError, ScheduleError, TargetError
+from ..ir.expr import ProducerLoad, Reduce, Var
+from ..ir.functor import collect
+from ..ir.names import display
+from .tensor import ComputeOp, PlaceholderOp, Tensor
+
+
+class TensorIntrin:
+    """A declared tensor intrinsic (made by :func:`decl_tensor_intrin`)."""
+
+    def __init__(self, name, op, inputs, llvm, requires, dense):
+        self.name = name
+        self.op = op
+        self.inputs = inputs                 # the placeholders, in the order ins[] gets them
+        self.output = op.output(0)
+        self.llvm = llvm
+        self.requires = requires
+        self.dense = dense
+        self.reduce = isinstance(op.body, Reduce)
+
+    def __repr__(self):
+        return f"TensorIntrin({display(self.name)})"
+
+    def missing_features(self, target) -> list:
+        """The features of ``requires`` that ``target`` (an llvm Target) lacks."""
+        return sorted(f for f in self.requires if not target.has_feature(f))
+
+    def check_target(self, target, stage: str) -> None:
+        """Raise TargetError when code for ``target`` cannot use this intrinsic (LLVM
+        would abort the process on an instruction the target lacks)."""
+        missing = self.missing_features(target) if self.llvm is not None else []
+        if missing:
+            raise TargetError(
+                f"tensorize on stage {display(stage)} with {display(self.name)}: the intrinsic "
+                f"needs {', '.join(missing)}, which target {target} does not have; build for a "
+                "target with them (e.g. 'llvm -mcpu=cascadelake' for avx512vnni), or tensorize "
+                "with an intrinsic this target has (tc.tensor_intrins_for(target))")
+
+
+def decl_tensor_intrin(op, llvm: Optional[Callable] = None, name: Optional[str] = None,
+                       requires=(), dense: bool = True) -> TensorIntrin:
+    """Declare a tensor intrinsic (see the module docstring)."""
+    if isinstance(op, Tensor):
+        op = op.op
+    if not isinstance(op, ComputeOp):
+        raise ComputeError(f"decl_tensor_intrin: the first argument is the declared computation "
+                           f"(a tensor made by tc.compute over placeholders), got {op!r:.80}")
+    if len(op.bodies) != 1:
+        raise ComputeError(f"decl_tensor_intrin: {display(op.name)} has {len(op.bodies)} "
+                           "outputs; an intrinsic declares one output tensor")
+    if name is None:
+        name = op.name
+    if not isinstance(name, str) or not name:
+        raise ComputeError(f"decl_tensor_intrin: name must be a non-empty string, got {name!r:.60}")
+    what = f"decl_tensor_intrin {display(name)}"
+    if llvm is not None and not callable(llvm):
+        raise ComputeError(f"{what}: llvm must be a function (ib, ins, outs) that emits the "
+                           f"intrinsic, or None; got {llvm!r:.60}")
+    if isinstance(requires, str):
+        requires = (requires,)
+    try:
+        requires = frozenset(requires)
+    except TypeError:
+        raise ComputeError(f"{what}: requires must be CPU feature names such as "
+                           f"('avx512vnni',), got {requires!r:.60}") from None
+    bad = [f for f in requires if not isinstance(f, str) or not f.replace("_", "").replace(
+        ".", "").isalnum()]
+    if bad:
+        raise ComputeError(f"{what}: requires must be CPU feature names such as "
+                           f"('avx512vnni',), got {bad[0]!r:.60}")
+    axes = {iv.var: iv for iv in list(op.axis) + list(op.reduce_axis)}
+    for iv in axes.values():
+        if not _const_int(iv.dom.extent) or getattr(iv.dom.min, "value", None) != 0:
+            raise ComputeError(f"{what}: axis {display(iv.name)} has extent {iv.dom.extent}; the "
+                               "declared computation's extents must be constants")
+    inputs = []
+    for t in op.input_tensors:
+        if not isinstance(t.op, PlaceholderOp):
+            raise ComputeError(
+                f"{what}: the declared computation reads {display(t.name)}, which is a compute; "
+                "an intrinsic's computation reads placeholders only (declare one per operand)")
+        if not all(_const_int(x) for x in t.shape):
+            raise ComputeError(f"{what}: operand {display(t.name)} has shape {t.shape}; the "
+                               "operands of an intrinsic have constant shapes")
+        inputs.append(t)
+    for ld in collect(op.body, lambda n: isinstance(n, ProducerLoad)):
+        idx = ld.indices
+        if not all(isinstance(i, Var) and i in axes for i in idx) or len(set(idx)) != len(idx):
+            raise ComputeError(
+                f"{what}: {display(ld.producer.name)} is read at "
+                f"[{', '.join(str(i) for i in idx)}]; each operand of an intrinsic is indexed by "
+                "distinct axes of the computation, with no arithmetic (put offsets and "
+                "strides in the stage that is tensorized, not in the intrinsic)")
+        for i, ext in zip(idx, ld.producer.shape):
+            if axes[i].dom.extent.value != ext.value:
+                raise ComputeError(
+                    f"{what}: {display(ld.producer.name)} has extent {ext.value} in the "
+                    f"dimension read with axis {display(axes[i].name)}, which runs "
+                    f"{axes[i].dom.extent.value} times; make the shapes agree")
+    body = op.body
+    if isinstance(body, Reduce) and not (getattr(body.condition, "value", None) is True):
+        raise ComputeError(f"{what}: the declared reduction has a where= condition; an "
+                           "intrinsic computes whole blocks (leave out where=)")
+    return TensorIntrin(name, op, tuple(inputs), llvm, requires, bool(dense))
+
+
+def _const_int(e) -> bool:
+    return isinstance(getattr(e, "value", None), int) and not isinstance(e.value, bool)
+
+
+# ---------------------------------------------------------------------------------------
+# the built-in intrinsics, by name (what a trace or a tuning record may name)
+
+_BUILTIN: Dict[str, TensorIntrin] = {}
+_LOCK = threading.Lock()
+
+
+def builtin_intrins() -> Dict[str, TensorIntrin]:
+    """Every built-in intrinsic by name (declared once, on first use)."""
+    with _LOCK:
+        if not _BUILTIN:
+            from . import intrin_x86
+
+            for op, emit, name, requires in intrin_x86.declarations():
+                _BUILTIN[name] = decl_tensor_intrin(op, llvm=emit, name=name, requires=requires)
+    return _BUILTIN
+
+
+def tensor_intrin(name: str) -> TensorIntrin:
+    """The built-in tensor intrinsic called ``name`` (``tc.tensor_intrin("x86.vnni_u8s8s32_16x4")``)."""
+    found = builtin_intrins().get(name) if isinstance(name, str) else None
+    if found is None:
+        raise ScheduleError(f"tensor_intrin: no built-in intrinsic is called {display(str(name))!r:.80}; "
+                            f"the built-ins are {', '.join(sorted(builtin_intrins()))}")
+    return found
+
+
+def builtin_name(intrin) -> Optional[str]:
+    """The name of ``intrin`` when it is a built-in (the very object), else None."""
+    if isinstance(intrin, TensorIntrin) and builtin_intrins().get(intrin.name) is intrin:
+        return intrin.name
+    return None
+
+
+def tensor_intrins_for(target="llvm") -> list:
+    """The built-in intrinsics that code for ``target`` may use, widest first."""
+    from ..target import as_target
+
+    tgt = as_target(target)
+    if tgt.kind != "llvm":
+        return []
+    found = [t for t in builtin_intrins().values() if not t.missing_features(tgt)]
+    return sorted(found, key=lambda t: -int(t.output.shape[0].value))

@@ -1,0 +1,219 @@
+"""Programs that must fail: tensor intrinsics (tc.decl_tensor_intrin, s[C].tensorize,
+tc.tensor_intrin, cache_read(blocks=)).  Each asserts the error class and its text."""
+import pytest
+
+import tecomp as tc
+
+AVX2 = "x86.avx2_u8s8s32_8x4"
+
+
+def _gemm(M=8, N=16, K=16, dtype_a="uint8", dtype_b="int8"):
+    A = tc.placeholder((M, K), dtype_a, name="A")
+    B = tc.placeholder((K, N), dtype_b, name="B")
+    k = tc.reduce_axis((0, K), name="k")
+    C = tc.compute((M, N), lambda i, j: tc.sum(A[i, k].astype("int32") * B[k, j].astype("int32"),
+                                               axis=k), name="C")
+    return A, B, C
+
+
+def _sched(A, B, C, jf=8, kf=4, pack=True, order=None):
+    s = tc.create_schedule(C.op)
+    if pack:
+        s.cache_read(B, "global", [C], blocks=[(1, jf), (0, kf)])
+    i, j = s[C].op.axis
+    (k,) = s[C].op.reduce_axis
+    jo, ji = s[C].split(j, factor=jf)
+    ko, ki = s[C].split(k, factor=kf)
+    s[C].reorder(*(order(i, jo, ko, ji, ki) if order else (i, jo, ko, ji, ki)))
+    return s, (i, jo, ko, ji, ki)
+
+
+def _lower(s, args):
+    return tc.lower(s, list(args))
+
+
+def _tensorized(intrin=AVX2, at=3, **kw):
+    """The GEMM of _gemm scheduled by _sched (keywords of both), tensorized at loop ``at``
+    of (i, jo, ko, ji, ki)."""
+    gk = {k: kw.pop(k) for k in ("M", "N", "K", "dtype_a", "dtype_b") if k in kw}
+    A, B, C = _gemm(**gk)
+    s, loops = _sched(A, B, C, **kw)
+    s[C].tensorize(loops[at], tc.tensor_intrin(intrin))
+    return s, [A, B, C]
+
+
+def test_the_stage_computes_something_else():
+    A, B, _ = _gemm()
+    k = tc.reduce_axis((0, 16), name="k")
+    E = tc.compute((8, 16), lambda i, j: tc.sum(A[i, k].astype("int32") + B[k, j].astype("int32"),
+                                                axis=k), name="E")
+    s, (i, jo, ko, ji, ki) = _sched(A, B, E)
+    s[E].tensorize(ji, tc.tensor_intrin(AVX2))
+    with pytest.raises(tc.ScheduleError, match=r"tensorize on stage E at loop j.inner with "
+                                               r"x86.avx2_u8s8s32_8x4: the stage computes `.*\+.*` "
+                                               r"where the intrinsic computes `.*\*.*`"):
+        _lower(s, [A, B, E])
+
+
+def test_an_operand_of_another_dtype():
+    s, args = _tensorized(dtype_a="int8")
+    with pytest.raises(tc.ScheduleError, match=r"the stage computes `A\[i, k.outer\*4 \+ k.inner\]` "
+                                               r"\(int8\) where the intrinsic computes `a\[k.inner\]` "
+                                               r"\(uint8\)"):
+        _lower(s, args)
+
+
+def test_a_loop_of_the_wrong_extent():
+    s, args = _tensorized(jf=16)
+    with pytest.raises(tc.ScheduleError, match=r"loop j.inner runs 16 times, and the intrinsic's "
+                                               r"axis i that it maps to 8; split the stage's axis by 8"):
+        _lower(s, args)
+
+
+def test_too_few_loops_in_the_region():
+    s, args = _tensorized(at=2)
+    with pytest.raises(tc.ScheduleError, match=r"the region has 2 reduction loop\(s\) \(k.outer, "
+                                               r"k.inner\) and the intrinsic 1 \(r\)"):
+        _lower(s, args)
+
+
+def test_an_operand_that_is_not_packed():
+    s, args = _tensorized(pack=False)
+    with pytest.raises(tc.ScheduleError, match=r"operand b \(shape \[8, 4\]\) is a block of B with "
+                                               r"element strides \[1, 16\].*contiguous \(strides "
+                                               r"\[4, 1\]\); pack B"):
+        _lower(s, args)
+
+
+def test_a_guard_inside_the_region():
+    s, args = _tensorized(N=20, pack=False)   # 20 columns in vectors of 8
+    with pytest.raises(tc.ScheduleError, match=r"the region has a bounds guard .*: a split there "
+                                               r"does not divide its axis"):
+        _lower(s, args)
+
+
+def test_split_after_tensorize():
+    s, args = _tensorized()
+    st = s[args[2]]
+    st.split(st.leaf_iter_vars[3], factor=2)
+    with pytest.raises(tc.ScheduleError, match=r"axis j.inner was split or fused after tensorize"):
+        _lower(s, args)
+
+
+def test_not_an_intrinsic():
+    A, B, C = _gemm()
+    s, (i, jo, ko, ji, ki) = _sched(A, B, C)
+    with pytest.raises(tc.ScheduleError, match=r"the second argument must be a tensor intrinsic"):
+        s[C].tensorize(ji, "x86.avx2_u8s8s32_8x4")
+
+
+def test_unknown_builtin_name():
+    with pytest.raises(tc.ScheduleError, match=r"no built-in intrinsic is called 'x86.amx'; the "
+                                               r"built-ins are x86.avx2_u8s8s32_8x4"):
+        tc.tensor_intrin("x86.amx")
+
+
+def test_vectorized_loop_around_the_region():
+    s, args = _tensorized()
+    s[args[2]].vectorize(s[args[2]].leaf_iter_vars[1])
+    with pytest.raises(tc.ScheduleError, match=r"loop j.outer around the region is vectorized"):
+        _lower(s, args)
+
+
+def test_a_stage_computed_inside_the_region():
+    A, B, C = _gemm()
+    s, (i, jo, ko, ji, ki) = _sched(A, B, C, pack=False)
+    Bp = s.cache_read(B, "global", [C], blocks=[(1, 8), (0, 4)])
+    s[Bp].compute_at(s[C], ji)
+    s[C].tensorize(ji, tc.tensor_intrin(AVX2))
+    with pytest.raises(tc.ScheduleError, match=r"stage B.global is computed at loop j.inner, "
+                                               r"inside the region the intrinsic replaces"):
+        _lower(s, [A, B, C])
+
+
+def test_missing_cpu_features():
+    s, args = _tensorized(intrin="x86.vnni_u8s8s32_16x4", jf=16)
+    with pytest.raises(tc.TargetError, match=r"needs avx512vnni, which target llvm -mcpu=haswell "
+                                             r"does not have"):
+        tc.build(s, args, target="llvm -mcpu=haswell")
+
+
+def test_hostile_intrinsic_name_is_escaped_in_messages():
+    a = tc.placeholder((4,), name="a")
+    c = tc.compute((4,), lambda i: a[i] + 1.0, name="c")
+    intrin = tc.decl_tensor_intrin(c, name="x\n#include <evil>")
+    X = tc.placeholder((8,), name="X")
+    Y = tc.compute((8,), lambda i: X[i] * 2.0, name="Y")
+    s = tc.create_schedule(Y.op)
+    _, xi = s[Y].split(Y.op.axis[0], factor=4)
+    s[Y].tensorize(xi, intrin)
+    with pytest.raises(tc.ScheduleError) as e:
+        tc.lower(s, [X, Y])
+    assert "\n" not in str(e.value) and "x<U+000A>#include <evil>" in str(e.value)
+
+
+# -- declarations -----------------------------------------------------------------------------
+
+
+def test_decl_with_index_arithmetic():
+    a = tc.placeholder((8,), name="a")
+    c = tc.compute((4,), lambda i: a[i * 2], name="c")
+    with pytest.raises(tc.ComputeError, match=r"a is read at \[i\*2\]; each operand of an intrinsic "
+                                              r"is indexed by distinct axes"):
+        tc.decl_tensor_intrin(c)
+
+
+def test_decl_reading_a_compute():
+    a = tc.placeholder((4,), name="a")
+    b = tc.compute((4,), lambda i: a[i] + 1.0, name="b")
+    c = tc.compute((4,), lambda i: b[i] * 2.0, name="c")
+    with pytest.raises(tc.ComputeError, match=r"reads b, which is a compute; an intrinsic's "
+                                              r"computation reads placeholders only"):
+        tc.decl_tensor_intrin(c)
+
+
+def test_decl_with_symbolic_extent():
+    n = tc.var("n")
+    a = tc.placeholder((n,), name="a")
+    c = tc.compute((n,), lambda i: a[i] + 1.0, name="c")
+    with pytest.raises(tc.ComputeError, match=r"axis i has extent n; the declared computation's "
+                                              r"extents must be constants"):
+        tc.decl_tensor_intrin(c)
+
+
+def test_decl_with_a_bad_emitter_or_features():
+    a = tc.placeholder((4,), name="a")
+    c = tc.compute((4,), lambda i: a[i] + 1.0, name="c")
+    with pytest.raises(tc.ComputeError, match=r"llvm must be a function \(ib, ins, outs\)"):
+        tc.decl_tensor_intrin(c, llvm="vpdpbusd")
+    with pytest.raises(tc.ComputeError, match=r"requires must be CPU feature names"):
+        tc.decl_tensor_intrin(c, requires=("avx2; rm -rf /",))
+    with pytest.raises(tc.ComputeError, match=r"the first argument is the declared computation"):
+        tc.decl_tensor_intrin(a.op.name)
+
+
+def test_cache_read_blocks_that_do_not_divide():
+    A, B, C = _gemm(N=20)
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"blocks: dimension 1 has extent 20, which a factor "
+                                               r"of 8 does not divide"):
+        s.cache_read(B, "global", [C], blocks=[(1, 8)])
+    with pytest.raises(tc.ScheduleError, match=r"blocks: 2 is not a dimension of the 2-d tensor"):
+        s.cache_read(B, "global", [C], blocks=[(2, 4)])
+    with pytest.raises(tc.ScheduleError, match=r"blocks must be a list of \(dimension, factor\) pairs"):
+        s.cache_read(B, "global", [C], blocks=4)
+    with pytest.raises(tc.ScheduleError, match=r"give pad= or blocks=, not both"):
+        s.cache_read(B, "global", [C], pad=0, blocks=[(0, 4)])
+
+
+def test_forged_record_naming_an_unknown_intrinsic():
+    from tecomp.schedule.trace import replay
+
+    A, B, C = _gemm()
+    s, (i, jo, ko, ji, ki) = _sched(A, B, C)
+    s[C].tensorize(ji, tc.tensor_intrin(AVX2))
+    steps = s.trace.to_json()
+    steps[-1][2][1] = {"intrin": "__import__('os').system('true')"}
+    with pytest.raises(tc.ScheduleError, match=r"trace step .* \(tensorize\) names something this "
+                                               r"DAG does not have"):
+        replay(steps, [C])

@@ -1,0 +1,322 @@
+"""tensorize (TVM's s[C].tensorize with te.decl_tensor_intrin): the built-in u8 x s8 -> s32
+dot products (VNNI, AVX2), a user's own intrinsics, blocked copies (cache_read(blocks=)),
+the interpreter and the CUDA emulation running the declared computation, traces, and the
+auto-scheduler tensorizing an int8 GEMM written in plain TE.  Every result is exact
+against an int64 reference."""
+import numpy as np
+import pytest
+
+import tecomp as tc
+from helpers import run
+
+AVX2 = "x86.avx2_u8s8s32_8x4"
+VNNI16 = "x86.vnni_u8s8s32_16x4"
+VNNI8 = "x86.vnni_u8s8s32_8x4"
+HOST = tc.Target("llvm")
+HOST_BACKENDS = (["llvm"] if HOST.has_feature("avx2") else []) + ["interp"]
+
+
+def _data(M, N, K, seed=0, extremes=True):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 256, (M, K)).astype(np.uint8)
+    b = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    if extremes:   # the largest products: 255 * -128 everywhere in the first row / column
+        a[0, :] = 255
+        b[:, 0] = -128
+    return a, b
+
+
+def _ref(a, b):
+    return a.astype(np.int64) @ b.astype(np.int64)
+
+
+def _gemm(M, N, K, swap=False):
+    A = tc.placeholder((M, K), "uint8", name="A")
+    B = tc.placeholder((K, N), "int8", name="B")
+    k = tc.reduce_axis((0, K), name="k")
+    if swap:
+        f = lambda i, j: tc.sum(B[k, j].astype("int32") * A[i, k].astype("int32"), axis=k)  # noqa: E731
+    else:
+        f = lambda i, j: tc.sum(A[i, k].astype("int32") * B[k, j].astype("int32"), axis=k)  # noqa: E731
+    return A, B, tc.compute((M, N), f, name="C")
+
+
+def _hand(M, N, K, name=AVX2, swap=False, mr=None):
+    """The GEMM with B copied into the intrinsic's panels and C tensorized."""
+    L = int(tc.tensor_intrin(name).output.shape[0].value)
+    A, B, C = _gemm(M, N, K, swap)
+    s = tc.create_schedule(C.op)
+    s.cache_read(B, "global", [C], blocks=[(1, L), (0, 4)])
+    i, j = s[C].op.axis
+    (k,) = s[C].op.reduce_axis
+    jo, ji = s[C].split(j, factor=L)
+    ko, ki = s[C].split(k, factor=4)
+    if mr:
+        io, ii = s[C].split(i, factor=mr)
+        s[C].reorder(io, jo, ko, ii, ji, ki)
+        s[C].unroll(ii)
+    else:
+        s[C].reorder(i, jo, ko, ji, ki)
+    s[C].tensorize(ji, tc.tensor_intrin(name))
+    return s, [A, B, C]
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+@pytest.mark.parametrize("swap", [False, True])
+def test_avx2_dot_product_gemm_is_exact(backend, swap):
+    s, args = _hand(12, 24, 32, swap=swap)
+    a, b = _data(12, 24, 32)
+    c = np.full((12, 24), 7, np.int32)
+    run(s, args, [a, b, c], backend)
+    np.testing.assert_array_equal(c, _ref(a, b))
+
+
+def test_avx2_code_uses_pmaddwd_and_rows_outside_the_region_may_be_guarded():
+    if not HOST.has_feature("avx2"):
+        pytest.skip("this CPU has no AVX2")
+    s, args = _hand(13, 16, 64, mr=4)          # 13 rows in blocks of 4: a guard around the call
+    f = tc.build(s, args)
+    assert "vpmaddwd" in f.get_source("asm")
+    a, b = _data(13, 16, 64, seed=3)
+    c = np.zeros((13, 16), np.int32)
+    f(a, b, c)
+    np.testing.assert_array_equal(c, _ref(a, b))
+    fc = tc.build(s, args, checks=True)        # checked build: bounds of each region tested
+    c[:] = 0
+    fc(a, b, c)
+    np.testing.assert_array_equal(c, _ref(a, b))
+
+
+@pytest.mark.parametrize("name,target", [(VNNI16, "llvm -mcpu=cascadelake"),
+                                         (VNNI8, "llvm -mcpu=cascadelake"),
+                                         (VNNI16, "llvm -mcpu=znver4")])
+def test_vnni_code_for_a_target_with_avx512_vnni(name, target):
+    s, args = _hand(16, 32, 64, name=name)
+    f = tc.build(s, args, target=target)
+    asm = f.get_source("asm")
+    assert "vpdpbusd" in asm
+    if tc.Target(target).runs_here() is None:
+        a, b = _data(16, 32, 64)
+        c = np.zeros((16, 32), np.int32)
+        f(a, b, c)
+        np.testing.assert_array_equal(c, _ref(a, b))
+
+
+def test_vnni_on_a_target_without_it_is_a_clear_error():
+    s, args = _hand(16, 32, 64, name=VNNI16)
+    with pytest.raises(tc.TargetError, match="needs avx512vnni, which target llvm -mcpu=haswell"):
+        tc.build(s, args, target="llvm -mcpu=haswell")
+
+
+def test_printed_ir_names_the_intrinsic_and_each_region():
+    s, args = _hand(4, 16, 8)
+    text = str(tc.lower(s, args))
+    assert """\
+      for (k.outer, 0, 2) {
+        tensorize x86.avx2_u8s8s32_8x4 (accumulate) {
+          // out c: C[i, j.outer*8 + x0]
+          // in a: A[i, k.outer*4 + x0]
+          // in b: B.global[k.outer, j.outer, x0, x1]
+          for (j.inner, 0, 8) {
+            for (k.inner, 0, 4) {
+              C[i, j.outer*8 + j.inner] = C[i, j.outer*8 + j.inner] + int32(A[i, k.outer*4 + k.inner])*int32(B.global[k.outer, j.outer, j.inner, k.inner])
+            }
+          }
+        }
+      }""" in text
+    assert "allocate B.global: int8[2, 2, 8, 4] (global)" in text
+
+
+def test_cuda_emulation_runs_the_declared_computation():
+    from tecomp.codegen.cuda_emu import find_cxx
+
+    try:
+        find_cxx()
+    except Exception:  # noqa: BLE001
+        pytest.skip("no C++ compiler for the CUDA emulation")
+    s, args = _hand(8, 16, 16)
+    C = args[2]
+    for st in (s[C], s.stages[[x.name for x in s.stages].index("B.global")]):
+        st.bind(st.leaf_iter_vars[0], tc.thread_axis("blockIdx.x"))
+    f = tc.build(s, args, target="cuda-emu")
+    a, b = _data(8, 16, 16)
+    c = np.zeros((8, 16), np.int32)
+    f(a, b, c)
+    np.testing.assert_array_equal(c, _ref(a, b))
+
+
+def test_trace_replays_and_prints_the_builtin_by_name():
+    from tecomp.schedule.trace import replay
+
+    s, args = _hand(8, 16, 16)
+    steps = s.trace.to_json()
+    assert ["tensorize"] == [st[0] for st in steps if st[0] == "tensorize"]
+    assert f"tc.tensor_intrin('{AVX2}')" in s.trace.python(args)
+    s2 = replay(steps, [args[2]])
+    a, b = _data(8, 16, 16)
+    c = np.zeros((8, 16), np.int32)
+    run(s2, args, [a, b, c], HOST_BACKENDS[0])
+    np.testing.assert_array_equal(c, _ref(a, b))
+
+
+# -- a user's own intrinsics ---------------------------------------------------------------
+
+
+def _fma8():
+    """c[i] += sum_r a[r] * b[r, i] in float32, 8 lanes x 2, with vector FMAs; b's rows may
+    lie anywhere (dense=False: ib.ptr steps by the region's strides), each row contiguous."""
+    a = tc.placeholder((2,), name="a")
+    b = tc.placeholder((2, 8), name="b")      # stored r-major: b[r, i]
+    r = tc.reduce_axis((0, 2), name="r")
+    c = tc.compute((8,), lambda i: tc.sum(a[r] * b[r, i], axis=r), name="c")
+
+    def emit(ib, ins, outs):
+        assert ins[1].strides[1] == 1 and outs[0].strides == (1,)
+        acc = ib.load(outs[0], "<8 x float>")
+        for rr in range(2):
+            av = ib.splat(ib.load(ins[0], "float", (rr,)), 8)
+            bv = ib.load(ins[1], "<8 x float>", (rr, 0))
+            acc = ib.call("llvm.fma.v8f32", "<8 x float>", av, bv, acc)
+        ib.store(outs[0], acc)
+    return tc.decl_tensor_intrin(c, llvm=emit, name="my.fma8x2", requires=("avx2", "fma"),
+                                 dense=False)
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_a_user_declared_float_intrinsic(backend):
+    if backend == "llvm" and not HOST.has_feature("fma"):
+        pytest.skip("this CPU has no FMA")
+    intrin = _fma8()
+    X = tc.placeholder((6, 10), name="X")
+    W = tc.placeholder((10, 16), name="W")
+    k = tc.reduce_axis((0, 10), name="k")
+    Y = tc.compute((6, 16), lambda i, j: tc.sum(X[i, k] * W[k, j], axis=k), name="Y")
+    s = tc.create_schedule(Y.op)
+    i, j = Y.op.axis
+    jo, ji = s[Y].split(j, factor=8)
+    ko, ki = s[Y].split(k, factor=2)
+    s[Y].reorder(i, jo, ko, ki, ji)        # the region's loops: ki (reduction) then ji
+    s[Y].tensorize(ki, intrin)
+    rng = np.random.default_rng(1)
+    x, w = rng.random((6, 10), np.float32), rng.random((10, 16), np.float32)
+    y = np.zeros((6, 16), np.float32)
+    run(s, [X, W, Y], [x, w, y], backend)
+    np.testing.assert_allclose(y, x.astype(np.float64) @ w, rtol=1e-5)
+    if backend == "llvm":   # a user intrinsic is no built-in: the trace says so
+        assert not s.trace.replayable and "not a built-in" in s.trace.problem
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_an_elementwise_intrinsic_with_strides_it_reads_itself(backend):
+    """A non-reduction intrinsic that overwrites its output, declared dense=False: it gets
+    the region's strides (a column of a row-major matrix here) and handles them."""
+    a = tc.placeholder((4,), name="a")
+    c = tc.compute((4,), lambda i: a[i] * 2.0 + 1.0, name="c")
+    seen = []
+
+    def emit(ib, ins, outs):
+        seen.append((ins[0].strides, outs[0].strides))
+        for i in range(4):
+            v = ib.load(ins[0], "float", (i,))
+            v = ib.b.fadd(ib.b.fmul(v, ib.type("float")(2.0)), ib.type("float")(1.0))
+            ib.store(outs[0], v, (i,))
+
+    intrin = tc.decl_tensor_intrin(c, llvm=emit, name="my.affine4", dense=False)
+    X = tc.placeholder((8, 5), name="X")
+    Y = tc.compute((5, 8), lambda i, j: X[j, i] * 2.0 + 1.0, name="Y")   # a transpose
+    s = tc.create_schedule(Y.op)
+    jo, ji = s[Y].split(Y.op.axis[1], factor=4)
+    s[Y].tensorize(ji, intrin)
+    x = np.random.default_rng(2).random((8, 5), np.float32)
+    y = np.zeros((5, 8), np.float32)
+    run(s, [X, Y], [x, y], backend)
+    np.testing.assert_allclose(y, x.T * 2 + 1, rtol=1e-6)
+    if backend == "llvm":
+        assert seen and seen[0] == ((5,), (1,))
+
+
+# -- the auto-scheduler -----------------------------------------------------------------------
+
+
+def _plain(shape_x, shape_w, fx, fw, M, N, K, batch=None):
+    X = tc.placeholder(shape_x, "uint8", name="X")
+    W = tc.placeholder(shape_w, "int8", name="W")
+    k = tc.reduce_axis((0, K), name="k")
+    if batch:
+        C = tc.compute((batch, M, N), lambda q, i, j: tc.sum(
+            X[fx(q, i, k)].astype("int32") * W[fw(q, k, j)].astype("int32"), axis=k), name="C")
+    else:
+        C = tc.compute((M, N), lambda i, j: tc.sum(
+            X[fx(None, i, k)].astype("int32") * W[fw(None, k, j)].astype("int32"), axis=k),
+            name="C")
+    return X, W, C
+
+
+CASES = {
+    "gemm": ((13, 64), (64, 24), lambda q, i, k: (i, k), lambda q, k, j: (k, j), 13, 24, 64, None),
+    "dense W[j, k]": ((5, 32), (16, 32), lambda q, i, k: (i, k), lambda q, k, j: (j, k),
+                      5, 16, 32, None),
+    "batched": ((2, 6, 16), (2, 16, 8), lambda q, i, k: (q, i, k), lambda q, k, j: (q, k, j),
+                6, 8, 16, 2),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_auto_schedule_tensorizes_an_int8_gemm_written_in_plain_te(case):
+    sx, sw, fx, fw, M, N, K, batch = CASES[case]
+    X, W, C = _plain(sx, sw, fx, fw, M, N, K, batch)
+    s = tc.auto_schedule([X, W, C])
+    steps = s.trace.to_json()
+    if HOST.has_feature("avx2"):
+        assert any(st[0] == "tensorize" for st in steps)
+    f = tc.build(s, [X, W, C])
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 256, sx).astype(np.uint8)
+    w = rng.integers(-128, 128, sw).astype(np.int8)
+    out = np.zeros(C.shape if False else tuple(int(e.value) for e in C.shape), np.int32)
+    f(x, w, out)
+    x64, w64 = x.astype(np.int64), w.astype(np.int64)
+    if case == "gemm":
+        ref = x64 @ w64
+    elif case == "dense W[j, k]":
+        ref = x64 @ w64.T
+    else:
+        ref = x64 @ w64
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_auto_schedule_picks_vnni_where_the_target_has_it():
+    X, W, C = _plain((32, 64), (64, 32), lambda q, i, k: (i, k), lambda q, k, j: (k, j),
+                     32, 32, 64)
+    t = "llvm -mcpu=cascadelake"
+    s = tc.auto_schedule([X, W, C], target=t)
+    assert f"tc.tensor_intrin('{VNNI16}')" in s.trace.python([X, W, C])
+    assert "vpdpbusd" in tc.build(s, [X, W, C], target=t).get_source("asm")
+    assert [x.name for x in tc.tensor_intrins_for(t)] == [VNNI16, VNNI8, AVX2]
+    assert [x.name for x in tc.tensor_intrins_for("llvm -mcpu=haswell")] == [AVX2]
+
+
+def test_auto_schedule_leaves_what_does_not_fit_untensorized():
+    # 20 columns: no multiple of 8; an int32 x int8 product: not u8 x s8
+    for dx, N in (("uint8", 20), ("int32", 16)):
+        X = tc.placeholder((8, 16), dx, name="X")
+        W = tc.placeholder((16, N), "int8", name="W")
+        k = tc.reduce_axis((0, 16), name="k")
+        C = tc.compute((8, N), lambda i, j: tc.sum(X[i, k].astype("int32") * W[k, j].astype("int32"),
+                                                   axis=k), name="C")
+        s = tc.auto_schedule([X, W, C])
+        assert not any(st[0] == "tensorize" for st in s.trace.to_json())
+
+
+def test_cache_read_blocks_alone():
+    """A blocked copy without tensorize: the readers read it through the index map."""
+    A = tc.placeholder((8, 12), name="A")
+    B = tc.compute((8, 12), lambda i, j: A[i, j] * 3.0, name="B")
+    s = tc.create_schedule(B.op)
+    Ab = s.cache_read(A, "global", [B], blocks=[(1, 4), (0, 2)])
+    assert [int(e.value) for e in Ab.shape] == [4, 3, 4, 2]
+    a = np.random.default_rng(0).random((8, 12), np.float32)
+    for backend in ("llvm", "interp"):
+        out = np.zeros((8, 12), np.float32)
+        run(s, [A, B], [a, out], backend)
+        np.testing.assert_allclose(out, a * 3)
