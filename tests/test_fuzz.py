@@ -71,6 +71,33 @@ def test_fuzz_seeds_with_torch_tensors_and_exported_libraries(seed):
     assert out.ok, out.report()
 
 
+@settings(max_examples=150 if LONG else 10, **_SETTINGS)
+@given(st.data())
+def test_fuzz_tensorized_int8_gemms(data):
+    """Int8 GEMMs over the whole 8-bit ranges, auto-scheduled (tensorized with the target's
+    dot-product intrinsic where the shape allows, random knobs), exported and loaded too:
+    exact against numpy and the interpreter (which runs the declared computation)."""
+    from tecomp.testing.diff import draw_int8_gemm_case
+
+    case = draw_int8_gemm_case(HypothesisDraw(data), name="hypothesis int8 gemm")
+    out = run_case(case, also=("aot",))
+    assert out.ok, out.report()
+
+
+def test_fuzzer_int8_gemm_cases_are_tensorized_often():
+    from tecomp.testing.diff import auto_schedule_case, draw_int8_gemm_case
+
+    if not tc.Target("llvm").has_feature("avx2"):
+        pytest.skip("no dot-product intrinsic for this CPU")
+    hits = 0
+    for seed in range(40):
+        case = draw_int8_gemm_case(RandomDraw(seed))
+        built, nvar = case.program.build()
+        s = auto_schedule_case(case, case.program.args(built, nvar))
+        hits += any(step[0] == "tensorize" for step in s.trace.to_json())
+    assert 8 <= hits <= 32
+
+
 # ---------------------------------------------------------------------------------
 # the fuzzer itself
 

@@ -320,3 +320,34 @@ def test_cache_read_blocks_alone():
         out = np.zeros((8, 12), np.float32)
         run(s, [A, B], [a, out], backend)
         np.testing.assert_allclose(out, a * 3)
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_strided_arrays_run_the_intrinsic_or_the_declared_loops(step):
+    """Strided arrays run the variant whose strides are known only at run time: the
+    intrinsic where the regions are laid out as declared (rows apart, elements
+    contiguous: step 1), the loops it replaced where not (every other element: step 2)."""
+    s, args = _hand(8, 16, 32, mr=4)
+    f = tc.build(s, args) if HOST.has_feature("avx2") else None
+    a, b = _data(8, 16, 32, seed=5)
+    wide = np.zeros((8, 40 * step), np.uint8)
+    av = wide[:, : 32 * step : step]
+    av[:] = a
+    outw = np.zeros((8, 20 * step), np.int32)
+    cv = outw[:, : 16 * step : step]
+    if f is None:
+        pytest.skip("this CPU has no AVX2")
+    f(av, b, cv)
+    np.testing.assert_array_equal(cv, _ref(a, b))
+    export = f.export_library if step == 1 else None   # the exported variants build too
+    if export is not None:
+        import os
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "k.so")
+            export(p)
+            g = tc.load_module(p)
+            cv[:] = 0
+            g(av, b, cv)
+            np.testing.assert_array_equal(cv, _ref(a, b))

@@ -1625,7 +1625,11 @@ class _FnEmitter:
     def s_tensor_intrin_call(self, s: TensorIntrinCall):
         """The intrinsic's ``llvm`` function, given each operand's region as an
         :class:`~tecomp.codegen.llvm_intrin.IntrinView`; an intrinsic without one runs the
-        loops it replaced.  Checked builds test the first and last element of each region."""
+        loops it replaced.  Where a region's strides are known only at run time (the
+        variant for strided arrays), a dense intrinsic runs when they are the declared
+        layout's and the loops it replaced otherwise; any other intrinsic runs those loops.
+        Checked builds test the first and last element of each region."""
+        from ..te.tensor_intrin import row_major
         from .llvm_intrin import IntrinBuilder, IntrinView
 
         intrin = s.intrin
@@ -1635,34 +1639,45 @@ class _FnEmitter:
         intrin.check_target(self.mb.target, s.stage)
         if self.mask is not None or self.lanes > 1:
             raise InternalError(f"the tensor intrinsic {intrin.name} is inside a vectorized loop")
-        views = []
+        b = self.b
+        views, known, checks = [], True, []
         for n, (ph, buf) in enumerate(zip([intrin.output] + list(intrin.inputs), s.buffers)):
             bi = self.buf(buf)
-            base = s.base(n)
-            off, idx = self.offset(bi, base)
+            off, idx = self.offset(bi, s.base(n))
             shape = tuple(int(x.value) for x in ph.shape)
             if self.checks:
                 self.bounds_check(bi, idx, s, "tensorize")
                 self.bounds_check(bi, [self.vadd(ix, Val(ir.Constant(_I64, sum(
                     s.coefs[n][d][e] * (shape[d] - 1) for d in range(len(shape))))))
                     for e, ix in enumerate(idx)], s, "tensorize")
-            strides = []
+            strides, want = [], row_major(shape)
             for d in range(len(shape)):
-                acc = 0
+                acc = ir.Constant(_I64, 0)
                 for e, c in enumerate(s.coefs[n][d]):
                     if c:
-                        st = bi.strides[e]
-                        if not isinstance(st, ir.Constant):
-                            raise BuildError(
-                                f"tensorize on stage {s.stage} with {intrin.name}: operand "
-                                f"{ph.name} steps through {buf.name}'s dimension {e}, whose "
-                                "stride is known only at run time; the intrinsic needs constant "
-                                "strides (give that tensor a constant shape)")
-                        acc += c * int(st.constant)
-                strides.append(acc)
+                        acc = self.iadd(acc, self.imul(ir.Constant(_I64, c), bi.strides[e]))
+                if isinstance(acc, ir.Constant):
+                    strides.append(int(acc.constant))
+                else:
+                    known = False
+                    strides.append(want[d])
+                    if shape[d] > 1:
+                        checks.append(b.icmp_signed("==", acc, ir.Constant(_I64, want[d])))
             views.append(IntrinView(ph.name, buf.name, ph.dtype, shape, tuple(strides),
                                     self._elem_ptr(bi, off.s, False), _MEM[bi.dtype]))
-        intrin.llvm(IntrinBuilder(self, intrin.name), views[1:], views[:1])
+
+        def emit():
+            intrin.llvm(IntrinBuilder(self, intrin.name), views[1:], views[:1])
+
+        if known or (intrin.dense and not checks):
+            emit()
+        elif not intrin.dense:
+            self.stmt(s.fallback)
+        else:
+            ok = checks[0]
+            for c in checks[1:]:
+                ok = b.and_(ok, c)
+            self.if_(ok, emit, lambda: self.stmt(s.fallback), name="tensorize.layout")
 
     def s_extern_call(self, s: ExternCall):
         """``tecomp_extern_call(site, data, ints, floats)`` (see tecomp.runtime.extern):

@@ -240,12 +240,10 @@ def _not_affine(ph, buf, idx, what):
 
 def _check_dense(ph, buf, cf, what):
     """The region of ``buf`` must be laid out as the placeholder: row major, contiguous."""
+    from ..te.tensor_intrin import row_major
+
     strides = buf.effective_strides()
-    want, acc = [], 1
-    for n in reversed([int(x.value) for x in ph.shape]):
-        want.append(acc)
-        acc *= n
-    want.reverse()
+    want = row_major(int(x.value) for x in ph.shape)
     got = []
     for row in cf:
         s = Const(0, "int32")

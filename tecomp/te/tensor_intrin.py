@@ -143,6 +143,15 @@ def decl_tensor_intrin(op, llvm: Optional[Callable] = None, name: Optional[str] 
     return TensorIntrin(name, op, tuple(inputs), llvm, requires, bool(dense))
 
 
+def row_major(shape) -> list:
+    """Row-major strides (in elements) of ``shape`` (ints): a dense operand's layout."""
+    out, acc = [], 1
+    for n in reversed(list(shape)):
+        out.append(acc)
+        acc *= int(n)
+    return out[::-1]
+
+
 def _const_int(e) -> bool:
     return isinstance(getattr(e, "value", None), int) and not isinstance(e.value, bool)
 

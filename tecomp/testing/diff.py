@@ -64,6 +64,9 @@ class Case:
             if i in ins:
                 if is_float(spec.dtype):
                     lines.append(f'a{i} = rng.uniform(-1, 1, size={shape}).astype("{spec.dtype}")')
+                elif p.full_range and spec.dtype in ("uint8", "int8"):
+                    lo, hi = (0, 256) if spec.dtype == "uint8" else (-128, 128)
+                    lines.append(f'a{i} = rng.integers({lo}, {hi}, size={shape}).astype("{spec.dtype}")')
                 else:
                     lo = 0 if spec.dtype == "uint8" else -8
                     lines.append(f'a{i} = rng.integers({lo}, 9, size={shape}).astype("{spec.dtype}")')
@@ -315,6 +318,18 @@ def _exc_text(e: BaseException) -> str:
 
 # ---------------------------------------------------------------------------------
 # drawing whole cases
+
+
+def draw_int8_gemm_case(d, *, name: str = "", target: str = "llvm") -> Case:
+    """An int8 GEMM (``gen.gen_int8_gemm``) with the auto-scheduler's schedule: its rules
+    tensorize it with the target's dot-product intrinsic where the shape allows, with
+    random knobs (which intrinsic or none, the block) three times in four."""
+    from .gen import gen_int8_gemm
+
+    prog = gen_int8_gemm(d)
+    seed = d.int(0, 2**16)
+    pick = d.int(0, 3)
+    return Case(prog, [], 5, seed, target, name, auto=-1 if pick == 0 else d.int(0, 2**16))
 
 
 def draw_case(d, *, target: str = "llvm", max_stages: int = 4, max_steps: int = 6,

@@ -7,6 +7,9 @@
 Case ``k`` is drawn from ``random.Random(k)`` (a program, a legal schedule, dtypes, shapes,
 a value of the symbolic extent); every ``--auto-every``-th case has the auto-scheduler's
 schedule instead (its analytic one, or its rules with random knobs); every
+``--tensorize-every``-th case is an int8 GEMM (8-bit inputs over their whole range) that
+the auto-scheduler tensorizes with the target's u8 x s8 dot-product intrinsic where its
+shape allows (random knobs: which intrinsic or none, the register block); every
 ``--gpu-every``-th case is a GPU-bound schedule run
 in the CUDA emulation (needs g++; 0 disables); every ``--torch-every``-th CPU case also
 runs with torch tensors for its arrays, and every ``--aot-every``-th exported with
@@ -34,19 +37,23 @@ import time
 from collections import Counter, defaultdict
 
 
-def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: str = "llvm"):
+def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: str = "llvm",
+                  tensorize_every: int = 0):
     """Case ``seed``.  ``cpu_target``: the llvm target its CPU cases are built for (the
     same program and schedule as with ``"llvm"``; e.g. ``"llvm -mcpu=haswell"`` runs AVX2
     code built on this machine)."""
     import dataclasses
 
-    from .diff import draw_case
+    from .diff import draw_case, draw_int8_gemm_case
     from .draw import RandomDraw
 
     target = "llvm"
     if gpu_every and seed % gpu_every == gpu_every - 1 and shutil.which(os.environ.get("CXX", "g++")):
         target = "cuda-emu"
-    if target == "llvm" and auto_every and seed % auto_every == auto_every // 2:
+    if target == "llvm" and tensorize_every and seed % tensorize_every == 3 % tensorize_every:
+        case = draw_int8_gemm_case(RandomDraw(seed), name=f"fuzz seed {seed} (int8 GEMM, "
+                                   "auto_schedule: tensorize)")
+    elif target == "llvm" and auto_every and seed % auto_every == auto_every // 2:
         case = draw_case(RandomDraw(seed), name=f"fuzz seed {seed} (auto_schedule)", auto=True)
     else:
         case = draw_case(RandomDraw(seed), target=target, name=f"fuzz seed {seed}")
@@ -93,7 +100,8 @@ def _worker(args) -> int:
         if os.environ.get("TECOMP_FUZZ_TEST_HANG") == str(seed):
             time.sleep(3600)   # the test of --case-timeout: a case that never ends
         try:
-            case = case_for_seed(seed, args.gpu_every, args.auto_every, args.cpu_target)
+            case = case_for_seed(seed, args.gpu_every, args.auto_every, args.cpu_target,
+                                 args.tensorize_every)
             o = run_case(case, check_passes=args.check_passes, also=also_for_seed(seed, args))
         except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself
             print(json.dumps({"seed": seed, "kind": "crash", "target": "?",
@@ -120,7 +128,7 @@ def _spawn(args, start, count, step):
            "--count", str(count), "--step", str(step), "--gpu-every", str(args.gpu_every),
            "--auto-every", str(args.auto_every), "--cpu-target", args.cpu_target,
            "--torch-every", str(args.torch_every), "--aot-every", str(args.aot_every),
-           "--out", args.out]
+           "--tensorize-every", str(args.tensorize_every), "--out", args.out]
     if args.check_passes:
         cmd.append("--check-passes")
     env = dict(os.environ)
@@ -137,6 +145,9 @@ def main(argv=None) -> int:
                     help="every k-th case is a GPU schedule in the CUDA emulation (0: none)")
     ap.add_argument("--auto-every", type=int, default=5,
                     help="every k-th case has the auto-scheduler's schedule (0: none)")
+    ap.add_argument("--tensorize-every", type=int, default=10,
+                    help="every k-th case is an int8 GEMM the auto-scheduler tensorizes with "
+                         "the target's dot-product intrinsic (0: none)")
     ap.add_argument("--check-passes", action="store_true",
                     help="also run the pass-by-pass checker on every case")
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "tecomp-fuzz-reports"),
@@ -164,7 +175,8 @@ def main(argv=None) -> int:
     if args.replay is not None:
         from .diff import run_case
 
-        case = case_for_seed(args.replay, args.gpu_every, args.auto_every, args.cpu_target)
+        case = case_for_seed(args.replay, args.gpu_every, args.auto_every, args.cpu_target,
+                             args.tensorize_every)
         o = run_case(case, check_passes=args.check_passes, also=also_for_seed(args.replay, args))
         if o.rejected:
             print(f"seed {args.replay}: rejected in {o.stage} (a resource limit of the target, "

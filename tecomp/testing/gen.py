@@ -376,3 +376,40 @@ def gen_program(d, *, max_stages: int = 4, dtypes=DTYPES, symbolic: Optional[boo
 
 def gen_n(d) -> int:
     return d.choice(N_VALUES)
+
+
+def gen_int8_gemm(d) -> Program:
+    """An int8 GEMM, ``C[(b,) i, j] = sum(int32(A[(b,) i, k]) * int32(W[...]), k)`` with A
+    uint8 and W int8 over their whole ranges: the shape the dot-product intrinsics take
+    (columns a multiple of 8 or 16, the reduction of 4) most of the time, but not always;
+    W as ``[K, N]`` or ``[N, K]``, the operands in either order, maybe batched, maybe with
+    an elementwise epilogue."""
+    batch = d.choice((0, 0, 2))
+    M = d.choice((3, 1, 2, 4, 5, 7))
+    N = d.choice((8, 16, 16, 24, 12, 32))
+    K = d.choice((8, 4, 12, 16, 6, 20))
+    while M * N * K * max(batch, 1) > MAX_POINTS and M > 1:
+        M -= 1
+    while M * N * K * max(batch, 1) > MAX_POINTS:
+        K = max(4, K // 2)
+    lead = (batch,) if batch else ()
+    nb = len(lead)
+    b = [Ax(0)] if batch else []
+    i, j, k = Ax(nb), Ax(nb + 1), Ax(nb + 2)
+    wt = d.bool(0.4)     # W[N, K], as a dense layer stores it
+    prog = Program([TSpec("A", lead + (M, K), "uint8"),
+                    TSpec("W", lead + ((N, K) if wt else (K, N)), "int8")], [],
+                   full_range=True)
+    xa = VCast(Load(0, tuple(b + [i, k])), "uint8")
+    xw = VCast(Load(1, tuple(b + ([j, k] if wt else [k, j]))), "int8")
+    body = VBin("*", xw, xa) if d.bool(0.5) else VBin("*", xa, xw)
+    prog.tensors.append(TSpec("C", lead + (M, N), "int32", body, ReduceSpec("sum", (K,))))
+    out = 2
+    if d.bool(0.3):
+        axes = b + [Ax(nb), Ax(nb + 1)]
+        prog.tensors.append(TSpec("D", lead + (M, N), "int32",
+                                  VBin(d.choice(("+", "-", "max")), Load(2, tuple(axes)),
+                                       VConst(d.int(-9, 9)))))
+        out = 3
+    prog.outputs = [out]
+    return prog

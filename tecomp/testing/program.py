@@ -182,6 +182,7 @@ class Program:
     outputs: List[int]
     symbolic: bool = False  # whether "n" occurs
     alpha: Optional[tuple] = None  # (dtype, value) of the scalar parameter alpha, if used
+    full_range: bool = False  # 8-bit inputs over their whole range (else small values)
 
     # -- queries -------------------------------------------------------------------
     def readers(self, t: int) -> List[int]:
@@ -242,7 +243,7 @@ class Program:
             if not s.is_placeholder:
                 continue
             shape = self.concrete_shape(i, n)
-            out[i] = random_array(shape, s.dtype, rng)
+            out[i] = random_array(shape, s.dtype, rng, self.full_range)
         return out
 
     def numpy_outputs(self, inputs: dict, n: int) -> dict:
@@ -296,9 +297,12 @@ class Program:
         return "\n".join(L)
 
 
-def random_array(shape, dtype, rng) -> np.ndarray:
+def random_array(shape, dtype, rng, full_range: bool = False) -> np.ndarray:
     if is_float(dtype):
         return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+    if full_range and dtype in ("uint8", "int8"):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max + 1, size=shape).astype(dtype)
     if dtype == "uint8":
         return rng.integers(0, 8, size=shape).astype(dtype)
     return rng.integers(-8, 9, size=shape).astype(dtype)
