@@ -143,8 +143,139 @@ def test_quantized_dense_is_exact_in_full_range(trial):
     xs*ws/ys, rounded half to even, plus the zero point, clamped."""
     (xq, xs, xz), (wq, ws), bias, (ys, yz), y = _dense_case(trial, 256)
     acc = (xq.astype(np.int64) - xz) @ wq.astype(np.int64).T
+    np.testing.assert_array_equal(y, _requantize_ref(acc, bias, xs, ws, ys, yz))
+
+
+def _requantize_ref(acc, bias, xs, ws, ys, yz):
+    """fbgemm's requantization of the exact accumulator ``acc`` (int64, channels on axis
+    1), in float32: acc + bias / (xs*ws) (or acc + bias for an int32 bias), times
+    xs*ws/ys, rounded half to even, plus the zero point, clamped to uint8."""
     assert np.abs(acc).max() < 2 ** 31
+    b = np.zeros(acc.shape[1], np.float32) if bias is None else bias
+    b = b.reshape((-1,) + (1,) * (acc.ndim - 2))
     s = np.float32(xs) * np.float32(ws)
-    v = (acc.astype(np.float32) + bias / s) * np.float32(s / np.float32(ys))
-    want = np.clip(np.rint(v).astype(np.int64) + yz, 0, 255)
-    np.testing.assert_array_equal(y, want)
+    if b.dtype == np.int32:
+        v = (acc + b).astype(np.float32) * np.float32(s / np.float32(ys))
+    else:
+        v = (acc.astype(np.float32) + b / s) * np.float32(s / np.float32(ys))
+    return np.clip(np.rint(v).astype(np.int64) + yz, 0, 255)
+
+
+def _conv_ref(xq, xz, wq, wz, stride, pad, dilation, groups):
+    """The exact int64 accumulator of a quantized NCHW convolution: x padded with its zero
+    point (the real 0), both operands less their zero points."""
+    x = np.pad(xq.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)),
+               constant_values=xz) - xz
+    w = wq.astype(np.int64) - wz
+    (N, C, H, W), (O, I, KH, KW) = x.shape, w.shape
+    OH, OW = ((n - dilation * (k - 1) - 1) // stride + 1 for n, k in ((H, KH), (W, KW)))
+    acc = np.zeros((N, O, OH, OW), np.int64)
+    per = O // groups
+    for g in range(groups):
+        for ky in range(KH):
+            for kx in range(KW):
+                win = x[:, g * I:(g + 1) * I, ky * dilation:ky * dilation + stride * (OH - 1) + 1:
+                        stride, kx * dilation:kx * dilation + stride * (OW - 1) + 1:stride]
+                acc[:, g * per:(g + 1) * per] += np.einsum(
+                    "nchw,oc->nohw", win, w[g * per:(g + 1) * per, :, ky, kx])
+    return acc
+
+
+#: (N, C, H, W, O, K, stride, padding, dilation, groups)
+_CONV_SHAPES = {
+    "3x3_pad1": (1, 16, 14, 14, 24, 3, 1, 1, 1, 1),
+    "3x3_stride2_odd": (2, 5, 7, 7, 6, 3, 2, 1, 1, 1),
+    "1x1": (1, 32, 9, 11, 16, 1, 1, 0, 1, 1),
+    "5x5_stride2_pad2": (1, 3, 13, 12, 8, 5, 2, 2, 1, 1),
+    "3x3_dilation2": (1, 8, 10, 10, 8, 3, 1, 1, 2, 1),
+    "depthwise": (1, 8, 10, 10, 8, 3, 1, 1, 1, 8),
+    "groups4": (1, 8, 10, 10, 12, 3, 1, 1, 1, 4),
+}
+
+
+def _conv_case(shape, seed, x_high, sched="auto", w_zp=0, bias_dtype="float32", sat=1.0):
+    """A random quantized conv of ``shape`` (see _CONV_SHAPES) built with ``sched``
+    ("auto": tc.auto_schedule, "plain": the default schedule, "interp": the default
+    schedule in the interpreter).  The output scale puts about 1% of the outputs in
+    saturation (``sat`` < 1: more).  Returns the arguments, the exact int64 accumulator
+    and tecomp's result."""
+    N, C, H, W, O, K, st, pd, dl, g = shape
+    rng = np.random.default_rng(seed)
+    xs, ws = float(rng.uniform(0.005, 0.1)), float(rng.uniform(0.001, 0.02))
+    xz = int(rng.integers(0, x_high))
+    xq = rng.integers(0, x_high, (N, C, H, W)).astype(np.uint8)
+    wq = rng.integers(-128, 128, (O, C // g, K, K)).astype(np.int8)
+    acc = _conv_ref(xq, xz, wq, w_zp, st, pd, dl, g)
+    ys = float(xs * ws * acc.std() / 50 * rng.uniform(0.8, 1.25) * sat)
+    yz = int(rng.integers(0, 256))
+    bias = {"float32": (rng.standard_normal(O) * ys * 20).astype(np.float32),
+            "int32": rng.integers(-5000, 5000, O).astype(np.int32), None: None}[bias_dtype]
+    X = tc.placeholder(xq.shape, "uint8", name="X")
+    Wt = tc.placeholder(wq.shape, "int8", name="W")
+    args, arrays = [X, Wt], [xq, wq]
+    B = None
+    if bias is not None:
+        B = tc.placeholder((O,), bias_dtype, name="B")
+        args, arrays = args + [B], arrays + [bias]
+    Y = quant.quantized_conv2d(X, xs, xz, Wt, ws, w_zp, B, ys, yz, st, pd, dl,
+                                groups=g)
+    y = np.empty(acc.shape, np.uint8)
+    if sched == "interp":
+        from tecomp.ir import interp
+        interp.run(tc.lower(tc.create_schedule(Y.op), args + [Y]), *arrays, y)
+    else:
+        _build(args, Y, sched == "auto")(*arrays, y)
+    return (xq, xs, xz), (wq, ws, w_zp), bias, (ys, yz), acc, y
+
+
+def _torch_conv(shape, x, w, bias, out):
+    """``torch.ao.nn.quantized.Conv2d`` (fbgemm) of the _conv_case arguments."""
+    torch.backends.quantized.engine = "fbgemm"
+    N, C, H, W, O, K, st, pd, dl, g = shape
+    (xq, xs, xz), (wq, ws, wz), (ys, yz) = x, w, out
+    conv = torch.ao.nn.quantized.Conv2d(C, O, K, stride=st, padding=pd, dilation=dl, groups=g)
+    conv.set_weight_bias(torch._make_per_tensor_quantized_tensor(torch.from_numpy(wq), ws, wz),
+                         torch.from_numpy(bias))
+    conv.scale, conv.zero_point = ys, yz
+    return conv(_tq(xq, xs, xz, "uint8")).int_repr().numpy()
+
+
+@pytest.mark.parametrize("shape", list(_CONV_SHAPES.values()), ids=list(_CONV_SHAPES))
+def test_quantized_conv2d_matches_torch_conv(shape):
+    """Bit-exact against ``torch.ao.nn.quantized.Conv2d`` (fbgemm) with 7-bit activations
+    (fbgemm's AVX2 path saturates u8 x s8 pair sums at int16, as for dense above), under
+    tc.auto_schedule; the exact accumulator requantized as fbgemm does agrees too."""
+    seed = 20 + list(_CONV_SHAPES.values()).index(shape)
+    x, w, bias, out, acc, y = _conv_case(shape, seed, 128)
+    np.testing.assert_array_equal(y, _torch_conv(shape, x, w, bias, out))
+    np.testing.assert_array_equal(y, _requantize_ref(acc, bias, x[1], w[1], *out))
+
+
+@pytest.mark.parametrize("shape", ["3x3_pad1", "3x3_stride2_odd", "depthwise"])
+def test_quantized_conv2d_is_exact_in_full_range(shape):
+    """Full-range uint8 activations against the exact int64 reference, the same under
+    tc.auto_schedule and the default schedule (fbgemm differs here on AVX2 machines)."""
+    shape = _CONV_SHAPES[shape]
+    x, w, bias, out, acc, y = _conv_case(shape, 30, 256)
+    np.testing.assert_array_equal(y, _requantize_ref(acc, bias, x[1], w[1], *out))
+    np.testing.assert_array_equal(_conv_case(shape, 30, 256, "plain")[-1], y)
+
+
+def test_quantized_conv2d_saturates_and_takes_a_weight_zero_point():
+    """A small output scale: most outputs clamp to 0 or 255; a nonzero weight zero point."""
+    shape = _CONV_SHAPES["3x3_pad1"]
+    x, w, bias, out, acc, y = _conv_case(shape, 31, 128, w_zp=-7, sat=0.05)
+    assert (y == 0).mean() > 0.2 and (y == 255).mean() > 0.2
+    np.testing.assert_array_equal(y, _torch_conv(shape, x, w, bias, out))
+    np.testing.assert_array_equal(y, _requantize_ref(acc, bias, x[1], w[1], *out))
+
+
+@pytest.mark.parametrize("bias_dtype", ["int32", None])
+def test_quantized_conv2d_int32_or_no_bias_and_interpreter(bias_dtype):
+    """An int32 bias (added to the accumulator) or none, against the exact reference, and
+    the interpreter on the default schedule gives the same."""
+    shape = (1, 3, 6, 5, 4, 3, 2, 1, 1, 1)
+    x, w, bias, out, acc, y = _conv_case(shape, 32, 256, bias_dtype=bias_dtype)
+    np.testing.assert_array_equal(y, _requantize_ref(acc, bias, x[1], w[1], *out))
+    yi = _conv_case(shape, 32, 256, "interp", bias_dtype=bias_dtype)[-1]
+    np.testing.assert_array_equal(yi, y)

@@ -25,7 +25,15 @@ millions of random values, every boundary included):
   x_zp)(w - w_zp)`` in int32, then ``clamp(rint((float(acc) + bias / s) * m) + out_zp)`` with
   ``s = x_scale * w_scale`` and ``m = s / out_scale`` in float32 (found by comparing
   formulas: the only one of eight that matched on 1.3M outputs).  An int32 ``bias`` (TVM's
-  QNN convention) is added to ``acc`` instead.
+  QNN convention) is added to ``acc`` instead;
+* :func:`quantized_conv2d` -- ``torch.ao.nn.quantized.Conv2d`` (fbgemm), NCHW: the same
+  int32 accumulator over the window (and the input channels of its group), the input
+  padded with its zero point (the real 0), requantized as :func:`quantized_dense`.
+
+Both are exact: without VNNI, fbgemm sums pairs of ``u8 x s8`` products in saturating
+int16 (AVX2's ``vpmaddubsw``), so with activations of more than 7 bits its result can
+differ from these (and from the exact sum); with 7-bit activations (PyTorch's x86
+``reduce_range``) they agree bit for bit.
 
 Quantized dtypes: ``uint8`` (PyTorch's ``quint8``), ``int8`` (``qint8``), ``int32``
 (``qint32``).
@@ -41,10 +49,10 @@ import numpy as np
 from .. import te as _te
 from ..errors import ComputeError
 from ..ir.expr import Const
-from .ops import concatenate
+from .ops import _conv_compute, _out_size as _conv_out, concatenate, pad as _pad
 
 __all__ = ["quantize", "dequantize", "requantize", "quantized_add", "quantized_concatenate",
-           "quantized_dense", "QDTYPES"]
+           "quantized_dense", "quantized_conv2d", "QDTYPES"]
 
 #: the quantized dtypes and their ranges
 QDTYPES = {"uint8": (0, 255), "int8": (-128, 127), "int32": (-2 ** 31, 2 ** 31 - 1)}
@@ -73,13 +81,24 @@ def _qdtype(dtype, what: str) -> str:
 def _qtensor(q, what: str) -> str:
     if q.dtype not in QDTYPES:
         raise ComputeError(f"{what}: {q.name} is {q.dtype}, not a quantized dtype "
-                           f"({', '.join(QDTYPES)})")
+                           f"({', '.join(QDTYPES)}); quantize it first (quant.quantize)")
     return q.dtype
 
 
 def _f32(v: float) -> float:
     """``v`` rounded to float32 (as the C++ kernels hold their parameters)."""
     return float(np.float32(v))
+
+
+def _cint(e):
+    """``e`` as an int when it is a constant extent, else None."""
+    return int(e.value) if isinstance(e, Const) else None
+
+
+def _shape(t) -> str:
+    """``t``'s shape as the user wrote it: ``(4, 72)``, ``(n, 8)``."""
+    dims = [str(e.value) if isinstance(e, Const) else str(e) for e in t.shape]
+    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
 
 
 def _round_clamp(t, dtype: str):
@@ -169,7 +188,7 @@ def quantized_add(a, a_scale, a_zp, b, b_scale, b_zp, out_scale, out_zp,
             isinstance(x, Const) and isinstance(y, Const) and int(x.value) != int(y.value)
             for x, y in zip(a.shape, b.shape)):
         raise ComputeError(f"quantized_add {name}: {a.name} and {b.name} have different shapes "
-                           f"{tuple(a.shape)} and {tuple(b.shape)}")
+                           f"{_shape(a)} and {_shape(b)}")
     sa = _scale(a_scale, f"quantized_add {name}: a_scale")
     sb = _scale(b_scale, f"quantized_add {name}: b_scale")
     so = _scale(out_scale, f"quantized_add {name}: out_scale")
@@ -209,48 +228,157 @@ def quantized_concatenate(inputs: Sequence[Tuple], axis: int, out_scale, out_zp,
     return concatenate(parts, axis, name=name)
 
 
+def _q(v, zero_point: int):
+    """``v - zero_point`` in int32 (the real value over the scale, exactly)."""
+    v = v.astype("int32")
+    return v - zero_point if zero_point else v
+
+
+def _qmm_args(what: str, x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp,
+              out_dtype, x_layout: str, w_layout: str):
+    """Check the arguments shared by :func:`quantized_dense` and :func:`quantized_conv2d`
+    (``x``/``w`` of the layouts given, channels on axis 1 of both, ``w``'s outputs on
+    axis 0); return ``(x_zp, w_zp, requantization parameters)``."""
+    for t, arg, layout in ((x, "x", x_layout), (w, "w", w_layout)):
+        rank = layout.count(",") + 1
+        if t.ndim != rank:
+            raise ComputeError(f"{what}: {arg} ({t.name}) must be {rank}-d {layout}, got "
+                               f"{t.ndim}-d {_shape(t)}; reshape it (tecomp.nn.reshape)")
+    xd, wd = _qtensor(x, what), _qtensor(w, what)
+    if xd == "int32" or wd == "int32":
+        raise ComputeError(f"{what}: x and w are 8-bit (uint8 activations, int8 weights), got "
+                           f"{x.name} {xd} and {w.name} {wd}; requantize them to 8 bits")
+    out_dtype = _qdtype(out_dtype, f"{what}: out_dtype")
+    scales = [_scale(v, f"{what}: {arg}") for v, arg in ((x_scale, "x_scale"),
+                                                         (w_scale, "w_scale"),
+                                                         (out_scale, "out_scale"))]
+    xz = _zp(x_zp, xd, f"{what}: x_zp")
+    wz = _zp(w_zp, wd, f"{what}: w_zp")
+    yz = _zp(out_zp, out_dtype, f"{what}: out_zp")
+    if bias is not None:
+        if bias.ndim != 1 or bias.dtype not in ("float32", "int32"):
+            raise ComputeError(f"{what}: bias must be a 1-d float32 or int32 tensor, got "
+                               f"{bias.ndim}-d {bias.dtype} ({bias.name}); give one value per "
+                               f"output, or None")
+        n, o = _cint(bias.shape[0]), _cint(w.shape[0])
+        if n is not None and o is not None and n != o:
+            raise ComputeError(f"{what}: bias ({bias.name}) has {n} elements but w ({w.name}) "
+                               f"has {o} outputs (axis 0); give one bias per output")
+    return xz, wz, (scales, yz, out_dtype)
+
+
+def _requantize_acc(acc, bias, out_axis: int, requant, name: str):
+    """The int32 accumulator ``acc`` of a quantized matmul/conv plus ``bias`` (indexed by
+    ``acc``'s axis ``out_axis``), requantized as fbgemm does (see the module docstring)."""
+    (xs, ws, ys), yz, out_dtype = requant
+    s = np.float32(xs) * np.float32(ws)
+    m = Const(_f32(s / np.float32(ys)), "float32")
+
+    def f(*i):
+        a = acc[i]
+        if bias is not None and bias.dtype == "int32":
+            v = (a + bias[i[out_axis]]).astype("float32")
+        elif bias is not None:
+            v = a.astype("float32") + bias[i[out_axis]] / Const(float(s), "float32")
+        else:
+            v = a.astype("float32")
+        return _add_zero_point(v * m, yz, out_dtype)
+
+    return _te.compute(acc.shape, f, name=name, tag="elemwise,requantize")
+
+
 def quantized_dense(x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp,
                     out_dtype="uint8", name: str = "quantized_dense"):
     """``x[B, I]`` (uint8) times ``w[O, I]^T`` (int8), accumulated in int32, plus ``bias[O]``
     (float32, as ``torch.ao.nn.quantized.Linear``; or int32, added to the accumulator; or
     None), requantized to ``out_scale``/``out_zp`` (see the module docstring)."""
     what = f"quantized_dense {name}"
-    if x.ndim != 2 or w.ndim != 2:
-        raise ComputeError(f"{what}: x and w must be 2-d ([batch, in] and [out, in]), got "
-                           f"{x.ndim}-d and {w.ndim}-d")
-    xd, wd = _qtensor(x, what), _qtensor(w, what)
-    if xd == "int32" or wd == "int32":
-        raise ComputeError(f"{what}: x and w are 8-bit (uint8 activations, int8 weights), got "
-                           f"{xd} and {wd}")
-    out_dtype = _qdtype(out_dtype, what)
-    xs = _scale(x_scale, f"{what}: x_scale")
-    ws = _scale(w_scale, f"{what}: w_scale")
-    ys = _scale(out_scale, f"{what}: out_scale")
-    xz = _zp(x_zp, xd, f"{what}: x_zp")
-    wz = _zp(w_zp, wd, f"{what}: w_zp")
-    yz = _zp(out_zp, out_dtype, f"{what}: out_zp")
-    if bias is not None and (bias.ndim != 1 or bias.dtype not in ("float32", "int32")):
-        raise ComputeError(f"{what}: bias must be a 1-d float32 or int32 tensor, got "
-                           f"{bias.ndim}-d {bias.dtype}")
+    xz, wz, requant = _qmm_args(what, x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale,
+                                out_zp, out_dtype, "[batch, in]", "[out, in]")
+    ci, cw = _cint(x.shape[1]), _cint(w.shape[1])
+    if ci is not None and cw is not None and ci != cw:
+        raise ComputeError(f"{what}: x ({x.name}) has {ci} input features (axis 1) but w "
+                           f"({w.name}) has {cw}; w is [out, in], as nn.Linear's weight")
     k = _te.reduce_axis(x.shape[1], name="k")
-
-    def q(v, z):
-        v = v.astype("int32")
-        return v - z if z else v
-
     acc = _te.compute((x.shape[0], w.shape[0]), lambda i, j: _te.sum(
-        q(x[i, k], xz) * q(w[j, k], wz), axis=k), name=f"{name}.acc", tag="quantized_dense")
-    s = np.float32(xs) * np.float32(ws)
-    m = Const(_f32(s / np.float32(ys)), "float32")
+        _q(x[i, k], xz) * _q(w[j, k], wz), axis=k), name=f"{name}.acc", tag="quantized_dense")
+    return _requantize_acc(acc, bias, 1, requant, name)
 
-    def f(i, j):
-        a = acc[i, j]
-        if bias is not None and bias.dtype == "int32":
-            v = (a + bias[j]).astype("float32")
-        elif bias is not None:
-            v = a.astype("float32") + bias[j] / Const(float(s), "float32")
-        else:
-            v = a.astype("float32")
-        return _add_zero_point(v * m, yz, out_dtype)
 
-    return _te.compute(acc.shape, f, name=name, tag="elemwise,requantize")
+def _conv_pair(v, what: str, low: int) -> Tuple[int, int]:
+    pair = (v, v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
+    if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
+            isinstance(e, numbers.Integral) and not isinstance(e, bool) and e >= low
+            for e in pair)):
+        raise ComputeError(f"{what} must be an int >= {low} or a pair of them "
+                           f"(rows, columns), got {v!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def quantized_conv2d(x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp, stride=1,
+                     padding=0, dilation=1, out_dtype="uint8", name: str = "quantized_conv2d",
+                     *, groups=1):
+    """2-d convolution of ``x[N, C, H, W]`` (uint8) with ``w[O, C // groups, KH, KW]``
+    (int8), accumulated in int32, plus ``bias[O]`` (float32, as
+    ``torch.ao.nn.quantized.Conv2d``; or int32, added to the accumulator; or None),
+    requantized to ``out_scale``/``out_zp`` exactly as :func:`quantized_dense` ->
+    ``[N, O, OH, OW]`` of ``out_dtype``.  ``stride``, ``padding`` (both sides),
+    ``dilation``: an int or a pair; a padded pixel is the real value 0 (``x``'s zero
+    point).  ``groups``: ``C`` and ``O`` split into that many independent convolutions
+    (``groups == C``: depthwise).
+
+    Stages: ``<name>.shift`` (``x - x_zp`` in int32), ``<name>.pad`` (with 0) and
+    ``<name>.acc``; for ``groups == 1`` also ``<name>.weight`` (``w - w_zp``), and the
+    accumulator is :func:`tecomp.nn.conv2d_nchw`'s own stage (tag ``conv2d_nchw``), so that
+    ``tc.auto_schedule`` gives it the tuned conv schedule with the requantization as its
+    epilogue; grouped ones get the generic rules."""
+    what = f"quantized_conv2d {name}"
+    xz, wz, requant = _qmm_args(what, x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale,
+                                out_zp, out_dtype, "NCHW [batch, channels, height, width]",
+                                "[out, in // groups, kh, kw]")
+    (sh, sw), (ph, pw), (dh, dw) = (_conv_pair(v, f"{what}: {arg}", low) for v, arg, low in (
+        (stride, "stride", 1), (padding, "padding", 0), (dilation, "dilation", 1)))
+    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
+        raise ComputeError(f"{what}: groups must be an int >= 1, got {groups!r}")
+    dims = {}
+    for t, arg, axes in ((x, "x", "NCHW"), (w, "w", "OIRS")):
+        for d, a in enumerate(axes):
+            dims[arg + a] = _cint(t.shape[d])
+            if dims[arg + a] is None:
+                raise ComputeError(f"{what}: {arg} ({t.name}) has a symbolic extent "
+                                   f"{t.shape[d]} on axis {d}; give it a constant extent")
+    C, O = dims["xC"], dims["wO"]
+    if C % groups or O % groups or dims["wI"] * groups != C:
+        raise ComputeError(
+            f"{what}: x ({x.name}) has {C} channels (axis 1) and w ({w.name}) is "
+            f"{tuple(dims[k] for k in ('wO', 'wI', 'wR', 'wS'))} with groups={groups}; w must "
+            f"be [out, {C} // groups, kh, kw] and groups must divide {C} channels and {O} "
+            f"outputs")
+    OH, OW = (_conv_out(n, k, s, p, d) for n, k, s, p, d in (
+        (dims["xH"], dims["wR"], sh, ph, dh), (dims["xW"], dims["wS"], sw, pw, dw)))
+    if OH <= 0 or OW <= 0:
+        raise ComputeError(f"{what}: the output would be {OH}x{OW}: the {dims['wR']}x"
+                           f"{dims['wS']} kernel (dilation {dh}x{dw}) does not fit the "
+                           f"{dims['xH']}x{dims['xW']} input padded by {ph}x{pw}; pad more "
+                           f"or use a smaller kernel")
+    # the activations less their zero point, padded with 0 (x padded with x_zp, the real
+    # 0, as PyTorch pads), times the weights less theirs, summed in int32
+    src = _te.compute(x.shape, lambda *i: _q(x[i], xz), name=f"{name}.shift", tag="elemwise")
+    if ph or pw:
+        src = _pad(src, (0, 0, ph, pw), value=0, name=f"{name}.pad")
+    conf = ((sh, sw), (ph, pw), (dh, dw))
+    if groups == 1:
+        wq = _te.compute(w.shape, lambda *i: _q(w[i], wz), name=f"{name}.weight",
+                         tag="elemwise")
+        acc = _conv_compute(True, src, wq, (OH, OW), conf[0], conf[2], f"{name}.acc",
+                            {"conv2d": conf})
+    else:
+        per = O // groups
+        c = _te.reduce_axis(dims["wI"], name="c")
+        ky = _te.reduce_axis(dims["wR"], name="ky")
+        kx = _te.reduce_axis(dims["wS"], name="kx")
+        acc = _te.compute((dims["xN"], O, OH, OW), lambda n, o, y, xx: _te.sum(
+            src[n, o // per * dims["wI"] + c, y * sh + ky * dh, xx * sw + kx * dw] *
+            _q(w[o, c, ky, kx], wz), axis=[c, ky, kx]), name=f"{name}.acc",
+            tag="quantized_conv2d_grouped")
+    return _requantize_acc(acc, bias, 1, requant, name)

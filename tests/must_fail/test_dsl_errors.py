@@ -319,7 +319,7 @@ def test_quantized_dense_errors():
 
     X = tc.placeholder((4, 8), "uint8", name="X")
     W = tc.placeholder((3, 8), "int8", name="W")
-    with pytest.raises(ComputeError, match=r"x and w must be 2-d"):
+    with pytest.raises(ComputeError, match=r"x \(V\) must be 2-d \[batch, in\], got 1-d"):
         quant.quantized_dense(tc.placeholder((8,), "uint8", name="V"), 0.1, 0, W, 0.1, 0, None,
                               0.1, 0)
     with pytest.raises(ComputeError, match=r"bias must be a 1-d float32 or int32 tensor, got "
@@ -328,6 +328,84 @@ def test_quantized_dense_errors():
                               0.1, 0)
     with pytest.raises(ComputeError, match=r"w_zp must be an int in \[-128, 127\] for int8"):
         quant.quantized_dense(X, 0.1, 0, W, 0.1, 200, None, 0.1, 0)
+    with pytest.raises(ComputeError, match=r"x \(X\) has 8 input features \(axis 1\) but w "
+                                           r"\(V\) has 5; w is \[out, in\]"):
+        quant.quantized_dense(X, 0.1, 0, tc.placeholder((3, 5), "int8", name="V"), 0.1, 0,
+                              None, 0.1, 0)
+    with pytest.raises(ComputeError, match=r"bias \(B\) has 4 elements but w \(W\) has 3 "
+                                           r"outputs"):
+        quant.quantized_dense(X, 0.1, 0, W, 0.1, 0, tc.placeholder((4,), name="B"), 0.1, 0)
+
+
+def test_quantized_conv2d_errors():
+    from tecomp.errors import ComputeError
+    from tecomp.nn import quant
+
+    X = tc.placeholder((1, 8, 10, 10), "uint8", name="X")
+    W = tc.placeholder((4, 8, 3, 3), "int8", name="W")
+
+    def conv(x=X, w=W, bias=None, **kw):
+        args = dict(x_scale=0.1, x_zp=3, w_scale=0.01, w_zp=0, out_scale=0.2, out_zp=5)
+        args.update(kw)
+        return quant.quantized_conv2d(x, args.pop("x_scale"), args.pop("x_zp"), w,
+                                      args.pop("w_scale"), args.pop("w_zp"), bias,
+                                      args.pop("out_scale"), args.pop("out_zp"), **args)
+
+    where = r"quantized_conv2d quantized_conv2d: "
+    with pytest.raises(ComputeError, match=where + r"x \(V\) must be 4-d NCHW \[batch, "
+                                                   r"channels, height, width\], got 3-d"):
+        conv(tc.placeholder((8, 10, 10), "uint8", name="V"))
+    with pytest.raises(ComputeError, match=r"w \(V\) must be 4-d \[out, in // groups, kh, kw\]"
+                                           r", got 2-d \(4, 72\); reshape it"):
+        conv(w=tc.placeholder((4, 72), "int8", name="V"))
+    with pytest.raises(ComputeError, match=r"x \(X\) has 8 channels \(axis 1\) and w \(V\) is "
+                                           r"\(4, 6, 3, 3\) with groups=1; w must be "
+                                           r"\[out, 8 // groups, kh, kw\]"):
+        conv(w=tc.placeholder((4, 6, 3, 3), "int8", name="V"))
+    with pytest.raises(ComputeError, match=r"with groups=3; .* groups must divide 8 channels "
+                                           r"and 4 outputs"):
+        conv(groups=3)
+    with pytest.raises(ComputeError, match=r"groups must be an int >= 1, got 0"):
+        conv(groups=0)
+    with pytest.raises(ComputeError, match=where + r"F is float32, not a quantized dtype "
+                                                   r".*; quantize it first"):
+        conv(tc.placeholder((1, 8, 10, 10), name="F"))
+    with pytest.raises(ComputeError, match=r"x and w are 8-bit \(uint8 activations, int8 "
+                                           r"weights\), got X uint8 and V int32; requantize"):
+        conv(w=tc.placeholder((4, 8, 3, 3), "int32", name="V"))
+    with pytest.raises(ComputeError, match=where + r"x_scale must be a finite number > 0, "
+                                                   r"got -0.1"):
+        conv(x_scale=-0.1)
+    with pytest.raises(ComputeError, match=r"out_scale must be a finite number > 0, got inf"):
+        conv(out_scale=float("inf"))
+    with pytest.raises(ComputeError, match=r"x_zp must be an int in \[0, 255\] for uint8, "
+                                           r"got -1"):
+        conv(x_zp=-1)
+    with pytest.raises(ComputeError, match=r"w_zp must be an int in \[-128, 127\] for int8, "
+                                           r"got 0.5"):
+        conv(w_zp=0.5)
+    with pytest.raises(ComputeError, match=r"out_zp must be an int in \[-128, 127\] for int8"):
+        conv(out_zp=200, out_dtype="int8")
+    with pytest.raises(ComputeError, match=r"out_dtype: the quantized dtype must be one of "
+                                           r"uint8, int8, int32, got 'float32'"):
+        conv(out_dtype="float32")
+    with pytest.raises(ComputeError, match=r"bias must be a 1-d float32 or int32 tensor, got "
+                                           r"2-d float32 \(B\); give one value per output"):
+        conv(bias=tc.placeholder((4, 1), name="B"))
+    with pytest.raises(ComputeError, match=r"bias \(B\) has 8 elements but w \(W\) has 4 "
+                                           r"outputs \(axis 0\)"):
+        conv(bias=tc.placeholder((8,), "int32", name="B"))
+    with pytest.raises(ComputeError, match=where + r"stride must be an int >= 1 or a pair of "
+                                                   r"them \(rows, columns\), got \(1, 0\)"):
+        conv(stride=(1, 0))
+    with pytest.raises(ComputeError, match=r"padding must be an int >= 0 or a pair"):
+        conv(padding=-1)
+    with pytest.raises(ComputeError, match=r"the output would be 0x0: the 3x3 kernel \(dilation "
+                                           r"5x5\) does not fit the 10x10 input padded by 0x0"):
+        conv(dilation=5)
+    with pytest.raises(ComputeError, match=r"x \(S\) has a symbolic extent n on axis 2; give "
+                                           r"it a constant extent"):
+        conv(tc.placeholder((1, 8, tc.var("n"), 10), "uint8", name="S"))
 
 
 def test_embedding_errors():
