@@ -25,6 +25,7 @@ from .te import (
 )
 from .te import ExternOp, call_packed, extern, get_global_func, register_func  # noqa: E402
 from .te import ScanOp, scan  # noqa: E402
+from .te import ScatterOp, scatter_add  # noqa: E402
 from .te.tensor_intrin import (  # noqa: E402
     TensorIntrin, decl_tensor_intrin, tensor_intrin, tensor_intrins_for,
 )

@@ -20,6 +20,7 @@ from ..ir.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, FloorDiv, FloorMod, Let, Max,
     Min, Mul, Not, Or, ProducerLoad, Reduce, Select, Sub, TruncDiv, TruncMod, Var,
 )
+from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -168,6 +169,9 @@ def evaluate(outputs, feed: Dict, scalars: Dict | None = None):
     for t in order:
         if isinstance(t.op, PlaceholderOp):
             continue
+        if isinstance(t.op, ScatterOp):
+            values[id(t)] = _scatter(t.op, values, env)
+            continue
         op: ComputeOp = t.op
         shape = [_int(x, env) for x in op.shape]
         body = op.body
@@ -200,6 +204,30 @@ def evaluate(outputs, feed: Dict, scalars: Dict | None = None):
         values[id(t)] = np.ascontiguousarray(val.astype(dt))
     res = [values[id(t)] for t in outs]
     return res[0] if single else res
+
+
+def _scatter(op, values, env):
+    """A scatter-add: the domain's points as a grid, ``np.add.at`` of the values at the
+    indices that are inside the output and whose condition holds."""
+    shape = tuple(_int(x, env) for x in op.shape)
+    dom = [(_int(iv.dom.min, env), _int(iv.dom.extent, env)) for iv in op.domain]
+    lenv = dict(env)
+    for k, (iv, (m, n)) in enumerate(zip(op.domain, dom)):
+        s = [1] * len(dom)
+        s[k] = n
+        lenv[iv.var] = (np.arange(n, dtype=np.int64) + m).reshape(s)
+    E = _Eval(values, lenv)
+    full = tuple(n for _, n in dom)
+    dt = _npdt(op.dtype)
+    with np.errstate(all="ignore"):
+        idx = [np.broadcast_to(np.asarray(E.ev(i), dtype=np.int64), full) for i in op.index]
+        val = np.broadcast_to(np.asarray(E.ev(op.value), dtype=dt), full)
+        ok = np.broadcast_to(np.asarray(E.ev(op.condition), dtype=bool), full)
+    for i, n in zip(idx, shape):
+        ok = ok & (i >= 0) & (i < n)
+    out = np.zeros(shape, dt)
+    np.add.at(out, tuple(i[ok] for i in idx), val[ok])
+    return out
 
 
 def _reduce(body, x, axes, ident, shape):

@@ -27,10 +27,11 @@ program always gives the same printed gradient.
 
 Costs (per element of the gradient): the product of the extents of the free variables
 (for a convolution's data gradient, ``C_out * KH * KW``; for its weight gradient,
-``N * OH * OW``); an index that is not affine (``X[i*j]``) or data-dependent (an embedding
-``E[ids[b], j]``) leaves the variables it alone uses free and checks ``h(u) == p`` as a
-condition: for an embedding, ``E.grad[v, j]`` loops over the batch (``B`` iterations per
-element of ``E``), instead of scattering.
+``N * OH * OW``); an index that is not affine (``X[i*j]``) leaves the variables it alone
+uses free and checks ``h(u) == p`` as a condition.  An index that reads a tensor (an
+embedding ``E[ids[b], j]``) is transposed into a scatter-add instead
+(:mod:`tecomp.te.scatter`): ``E.grad[ids[b], j] += C.grad[b, j] * dC/dE`` over ``C``'s
+points, ``B * J`` additions instead of a loop over the batch for every element of ``E``.
 """
 from __future__ import annotations
 
@@ -41,11 +42,12 @@ from ..errors import AutodiffError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
-    EQ, GT, NE, Add, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod, Let, Max, Min, Mul, Not,
-    ProducerLoad, Reduce, Select, Sub, TruncDiv, TruncMod, Var,
+    EQ, GT, NE, Add, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod, IterVar, Let, Max, Min, Mul,
+    Not, ProducerLoad, Reduce, Select, Sub, TruncDiv, TruncMod, Var,
 )
 from ..ir.functor import Mutator, Visitor, collect, substitute, uses_var
 from ..te import reduce as _reduce
+from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, compute, reduce_axis
 from . import rules as _rules
 from .inversion import invert
@@ -456,6 +458,8 @@ class _Gradient:
         tag = "grad" if len(consumers) != 1 else f"{ctag.get(consumers[0]) or 'compute'}_grad"
         if len(parts) == 1 and parts[0][0] == "own":
             return parts[0][2]  # a compute built for this gradient (a tag rule's), named so
+        if len(parts) == 1 and parts[0][0] == "scatter":
+            return parts[0][2](name, attrs)
         if len(parts) == 1 and parts[0][0] != "tensor":
             expr = parts[0][2]
             if (id(t) not in self.is_input and isinstance(expr, ProducerLoad)
@@ -468,6 +472,12 @@ class _Gradient:
         terms = []  # functions p -> Expr
         used_names: Dict[str, int] = {}
         for kind, cname, expr in parts:
+            if kind == "scatter":
+                k = used_names.get(cname, 0)
+                used_names[cname] = k + 1
+                expr = expr(f"{name}.{cname}" + (f".{k}" if k else ""),
+                            {"autodiff.wrt": t.name, "autodiff.from": (cname,)})
+                kind = "tensor"
             if kind in ("tensor", "own"):
                 terms.append(lambda p, _g=expr: _g[tuple(p)])
             elif isinstance(expr, Reduce):
@@ -593,6 +603,13 @@ class _Gradient:
         out = []
         pt = self.ptemplate(t)
         for leaf, term, guards in leaves:
+            if any(_has_load(i) for i in leaf.indices):
+                # a read through an index tensor (an embedding): its transpose is a
+                # scatter-add over c's domain, len(domain) work instead of a gather that
+                # tests every point of c's domain for every element of t
+                out.append(("scatter", c.name, _scatter_spec(leaf.indices, term, guards,
+                                                             domain, t, c.name)))
+                continue
             expr = _gather(leaf.indices, term, guards, domain, pt, t)
             if expr is not None:
                 out.append(("expr", c.name, expr))
@@ -720,6 +737,23 @@ def _hoist(term: Expr):
     return term, []
 
 
+def _scatter_spec(indices, term, guards, domain, t: Tensor, cname: str):
+    """A function ``(name, attrs) -> Tensor``: the scatter-add of ``term`` at ``t[indices]``
+    over ``domain`` (fresh copies of its axes), where ``guards`` hold."""
+    axes = [IterVar(Var(iv.var.name, iv.var.dtype), iv.dom, "data_par") for iv in domain]
+    vmap = {iv.var: a.var for iv, a in zip(domain, axes)}
+    index = tuple(substitute(i, vmap) for i in indices)
+    value = substitute(term, vmap)
+    if value.dtype != t.dtype:
+        value = value.astype(t.dtype)
+    cond = substitute(_op.all_(*guards), vmap) if guards else Const(True, "bool")
+
+    def make(name, attrs):
+        return ScatterOp(name, t.shape, t.dtype, axes, index, value, cond,
+                         tag="scatter_grad", attrs=attrs).output(0)
+    return make
+
+
 def _gather(indices, term, guards, domain, pt, t: Tensor) -> Optional[Expr]:
     """The contribution ``sum_{u : h(u) = p} term(u)`` (where guards hold) as an expression
     over the template variables ``pt`` of ``t``'s axes: a ``tc.sum`` over the free variables,
@@ -806,6 +840,12 @@ def gradient(output: Tensor, inputs, head: Optional[Tensor] = None):
                 "derives no gradient through a recurrence yet; unroll the steps as computes, or "
                 f"mark it constant with tecomp.autodiff.stop_gradient({op.name}) if it does not "
                 "depend on the inputs")
+        if isinstance(op, ScatterOp) and not op.attrs.get(STOP_GRADIENT):
+            raise AutodiffError(
+                f"tc.gradient: {output.name} depends on {op.name}, a scatter-add, and tecomp "
+                "derives no gradient through a scatter yet; write it as a tc.compute (a gather), "
+                f"or mark it constant with tecomp.autodiff.stop_gradient({op.name}) if it does "
+                "not depend on the inputs")
         call = getattr(op, "call", None)
         if call is not None and not op.attrs.get(STOP_GRADIENT):
             raise AutodiffError(

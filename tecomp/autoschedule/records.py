@@ -101,6 +101,7 @@ class _Canon:
         return f"<{type(x).__name__}>"
 
     def op(self, t) -> str:
+        from ..te.scatter import ScatterOp
         from ..te.tensor import ComputeOp
 
         op = t.op
@@ -114,6 +115,9 @@ class _Canon:
         if hasattr(op, "scan_axis"):   # a scan: its init, update and state
             return (f"scan {op.dtype} {shape} init={self.tensor(op.init)} "
                     f"update={self.tensor(op.update)} state={self.tensor(op.state)}")
+        if isinstance(op, ScatterOp):   # a scatter-add
+            return (f"scatter {op.dtype} {shape} domain={self(op.domain)} index={self(op.index)} "
+                    f"value={self(op.value)} where={self(op.condition)}")
         call = getattr(op, "call", None)
         if call is not None:   # an extern stage: its function's name and arguments
             args = ",".join(self.tensor(a.tensor) if hasattr(a, "tensor") else self(a)

@@ -48,6 +48,7 @@ from ..errors import AutoScheduleError
 from ..ir.expr import Call, Const, Div, Expr, ProducerLoad, Reduce, Var
 from ..ir.functor import collect, substitute, uses_var
 from ..schedule.schedule import Schedule, Stage, create_schedule
+from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .rows import row_reduce_at
 
@@ -266,8 +267,8 @@ class _Rules:
                 continue
             if any(r.reduce_axis for r in rd):
                 continue   # read by a reduction: computed per task (see attach_producers)
-            if any(getattr(r, "call", None) is not None for r in rd):
-                continue   # read by an extern stage's function: it stays in memory
+            if any(getattr(r, "call", None) is not None or isinstance(r, ScatterOp) for r in rd):
+                continue   # read by an extern stage's function or a scatter: it stays in memory
             n_me = _elems(op.output(0), self.shapes)
             n_rd = max((_elems(r.output(0), self.shapes) or 0) for r in rd)
             reused = n_me is not None and n_rd > 2 * n_me

@@ -54,6 +54,15 @@ def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | No
         from ..ir.stmt import ExternCall
 
         scans = [st.name for st in s.stages if hasattr(st.op, "scan_axis")]
+        from ..te.scatter import ScatterOp
+
+        scatters = [st.name for st in s.stages if isinstance(st.op, ScatterOp)]
+        if scatters:
+            raise LowerError(
+                f"the schedule has the scatter-add {scatters[0]} (tc.scatter_add, or the "
+                f"gradient of a read through an index tensor such as an embedding's): tecomp "
+                f"runs scatters on the CPU (llvm), and target {tgt} cannot generate them yet "
+                "(points may add to one element: they need atomics); build for llvm")
         if scans:
             raise LowerError(
                 f"the schedule has the scan {scans[0]} (tc.scan): tecomp runs scans on the CPU "

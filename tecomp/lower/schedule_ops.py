@@ -46,6 +46,7 @@ from ..ir.stmt import (
 )
 from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_problem
 from ..te.extern import ExternOp
+from ..te.scatter import ScatterOp
 from ..te.scan import ScanOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .tensorize import tensorize_call
@@ -139,8 +140,8 @@ class StageInfo:
     def loads(self) -> list:
         """Tensors the stage's bodies read, in order of first read (an extern stage's
         inputs)."""
-        if isinstance(self.stage.op, ExternOp):
-            return list(self.stage.op.inputs)
+        if isinstance(self.stage.op, (ExternOp, ScatterOp)):
+            return list(self.stage.op.input_tensors)
         out = []
         for b in self.bodies:
             out += [t for t in _loads_of(b) if not any(t is x for x in out)]
@@ -624,7 +625,7 @@ class LowerContext:
         if all(a is not None for a in args):
             inf.buffers = args
             return
-        if isinstance(st.op, ExternOp):   # whole, at the root
+        if isinstance(st.op, (ExternOp, ScatterOp)):   # whole, at the root
             inf.buffers = [a if a is not None else Buffer(t.name, tuple(t.shape), t.dtype)
                            for t, a in zip(outs, args)]
             return
@@ -690,6 +691,8 @@ class LowerContext:
         """The loop nest of stage ``st`` with the stages attached to it inside."""
         if isinstance(st.op, ExternOp):
             return self._extern_call(st)
+        if isinstance(st.op, ScatterOp):
+            return self._scatter_nest(st)
         if isinstance(st.op, ScanOp):
             return seq(self._scan_init(st), self._make_nest(st))
         return self._make_nest(st)
@@ -818,6 +821,38 @@ class LowerContext:
                 f"tensorize on stage {st.name}: the stage is a multi-output compute; an "
                 "intrinsic computes one output: tensorize a single-output stage")
         return st.leaf_iter_vars.index(iv)
+
+    def _scatter_nest(self, st: Stage):
+        """A scatter-add: its output set to 0, then one loop nest over its domain adding
+        each point's value at its index (where the index is inside the output and the
+        condition holds), serial: two points may add to the same element."""
+        op = st.op
+        buf = self.info[st].buffer
+        for t in op.input_tensors:
+            p = self.stage_of_tensor(t)
+            if p is not None and p.attach_type == "scope":
+                raise ScheduleError(
+                    f"scatter-add {st.name} reads {t.name}, which is computed at "
+                    f"{p.attach_stage.name}; the scatter reads it at data-dependent indices, "
+                    f"whole: compute_root() {t.name}")
+        zero = Const(0, "int32")
+        idx = [Var(f"{st.name}.i{d}", "int32") for d in range(len(op.shape))]
+        fill = BufferStore(buf, Const(0.0 if _dt.is_float(op.dtype) else 0, op.dtype), tuple(idx))
+        for v, e in reversed(list(zip(idx, op.shape))):
+            fill = For(v, zero, e, "serial", fill)
+        lower = lambda e: self.lower_expr(_InlineExpander(self).visit(e))  # noqa: E731
+        index = tuple(lower(e) for e in op.index)
+        inside = [op.condition] if not (isinstance(op.condition, Const)
+                                        and op.condition.value is True) else []
+        for d, (i, n) in enumerate(zip(op.index, op.shape)):
+            inside += [_op.compare(GE, i, Const(0, i.dtype)),
+                       _op.compare(LT, i, n if n.dtype == i.dtype else n.astype(i.dtype))]
+        cond = lower(_op.all_(*inside))
+        cur = BufferLoad(buf, index, buf.dtype)
+        upd = IfThenElse(cond, BufferStore(buf, _op.add(cur, lower(op.value)), index))
+        for iv in reversed(op.domain):
+            upd = For(iv.var, iv.dom.min, iv.dom.extent, "serial", upd)
+        return seq(fill, upd)
 
     def _extern_call(self, st: Stage) -> ExternCall:
         """An extern stage: one call of its function on whole buffers."""

@@ -330,9 +330,8 @@ def embedding(weight, ids, name: str = "embedding"):
     """Rows of ``weight[V, D]`` picked by the integer tensor ``ids`` (any shape, int32 or
     int64): ``out[..., d] = weight[ids[...], d]`` (``F.embedding``).  An id outside
     ``[0, V)`` reads no memory: its row is zeros (PyTorch raises an IndexError there).
-    Its gradient with respect to ``weight`` comes from ``tc.gradient``, which today loops
-    over every id for each row of ``weight`` (``V * len(ids) * D`` work, not the
-    ``len(ids) * D`` of a scatter-add)."""
+    Its gradient with respect to ``weight`` comes from ``tc.gradient``: a scatter-add
+    (``tc.scatter_add``) of the output's gradient at the ids' rows, ``len(ids) * D`` work."""
     if weight.ndim != 2:
         raise ShapeError(f"embedding {name}: weight must be [num_embeddings, dim], got "
                          f"{weight.ndim}-d {weight.name}")

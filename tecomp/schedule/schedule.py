@@ -17,6 +17,7 @@ from ..errors import ScheduleError, ShapeError, TecompError
 from ..ir.expr import Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_index
 from ..ir.functor import Mutator
 from ..ir.names import display, is_pragma_name
+from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, THREAD_TAGS
 from .relations import Fuse, Split, _derived, _with_body  # noqa: F401  (re-exported)
 from . import trace as _trace
@@ -414,6 +415,12 @@ class Stage(TracedStage):
                     f"and its function ({st.op.call.name}) reads memory: keep {self.name} "
                     "computed at the root")
         for st in self.schedule.stages:
+            if isinstance(st.op, ScatterOp) and any(
+                    t.op is self.origin_op or t.op is self.op for t in st.op.input_tensors):
+                raise ScheduleError(
+                    f"compute_inline on stage {self.name}: the scatter-add {st.name} reads it "
+                    f"(at data-dependent indices): keep {self.name} computed at the root")
+        for st in self.schedule.stages:
             if st.attach_stage is self:
                 raise ScheduleError(
                     f"compute_inline on stage {self.name}: stage {st.name} is computed at one of "
@@ -444,6 +451,11 @@ class Stage(TracedStage):
                 f"{what} on stage {self.name}: it is an extern stage (computed by a call to "
                 f"{call.name}), which runs once, whole, at the root; it has no loops or body to "
                 "move")
+        if isinstance(self.op, ScatterOp):
+            raise ScheduleError(
+                f"{what} on stage {self.name}: it is a scatter-add (tc.scatter_add, or the "
+                "gradient of a read through an index tensor), which runs once, whole, at the "
+                "root; it has no loops or body to move")
         if self.is_output:
             raise ScheduleError(
                 f"{what} on stage {self.name}: it is an output of the schedule, which must be "

@@ -11,3 +11,4 @@ from .intrin import (
 )
 from .extern import ExternOp, call_packed, extern, get_global_func, register_func  # noqa: E402
 from .scan import ScanOp, scan  # noqa: E402
+from .scatter import ScatterOp, scatter_add  # noqa: E402

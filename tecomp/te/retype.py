@@ -25,6 +25,7 @@ from ..ir.functor import node_fields
 from ..ir.simplify import simplify
 from .reduce import reducer_of
 from .extern import ExternOp
+from .scatter import ScatterOp
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 
 __all__ = ["retype"]
@@ -99,6 +100,11 @@ class _Retyper:
                            [tuple(self.index(x) for x in shp) for shp in op.shapes],
                            [self.dtype(d) for d in op.dtypes], op.fcompute, op.tag,
                            op.attrs).output(0)
+        elif isinstance(op, ScatterOp):
+            new = ScatterOp(op.name, tuple(self.index(x) for x in op.shape), self.dtype(op.dtype),
+                            tuple(self.node(iv) for iv in op.domain),
+                            tuple(self.node(i) for i in op.index), self.node(op.value),
+                            self.node(op.condition), op.tag, op.attrs).output(0)
         elif hasattr(op, "scan_axis"):
             raise ComputeError(
                 f"scan {op.name}: this step copies the compute DAG (for other dtypes or shapes, "
