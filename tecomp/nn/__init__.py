@@ -3,7 +3,7 @@
 from .ops import (  # noqa: F401
     avg_pool2d, batch_matmul, batch_norm_train, bias_add, concatenate, conv2d_nchw, conv2d_nhwc,
     cross_entropy, dense, dropout, embedding, flatten, gelu, layer_norm, log_softmax, matmul, max_pool2d, mse_loss,
-    pad, relu, reshape, sigmoid, softmax, split, tanh, transpose,
+    pad, relu, reshape, scaled_dot_product_attention, sigmoid, softmax, split, tanh, transpose,
 )
 # the CPU templates register themselves as the auto-scheduler's starting points
 from . import schedule_cpu as _schedule_cpu  # noqa: E402,F401

@@ -44,6 +44,7 @@ __all__ = [
     "sigmoid", "tanh", "gelu", "bias_add", "softmax", "log_softmax", "cross_entropy",
     "mse_loss", "batch_norm_train", "layer_norm", "pad", "flatten", "batch_matmul",
     "transpose", "reshape", "concatenate", "split", "dropout", "squares32", "embedding",
+    "scaled_dot_product_attention",
 ]
 
 
@@ -955,6 +956,140 @@ def log_softmax(x, name: str = "log_softmax"):
     s = _te.compute(x.shape[:-1], lambda *i: _te.sum(e[i + (k,)], axis=k), name=f"{name}.sum")
     return _te.compute(x.shape, lambda *i: x[i] - m[i[:-1]] - _te.log(s[i[:-1]]), name=name,
                        tag="log_softmax")
+
+
+# ---------------------------------------------------------------------------------
+# attention
+
+
+def _attention_args(q, k, v, mask, scale, name):
+    """Check :func:`scaled_dot_product_attention`'s arguments; return the scale (a float)."""
+    from ..ir import dtype as _dt
+    from ..errors import DTypeError
+    from ..te.tensor import Tensor
+
+    where = f"scaled_dot_product_attention {name}"
+    for what, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise ShapeError(f"{where}: {what} must be a tensor (tc.placeholder or a compute), "
+                             f"got {t!r}")
+        if t.ndim != 4:
+            raise ShapeError(f"{where}: {what} ({t.name}) must be 4-d (batch, heads, seq, dim), "
+                             f"got {t.ndim}-d; reshape it (tecomp.nn.reshape) or add the "
+                             "missing axes as extents of 1")
+        if not _dt.is_float(t.dtype):
+            raise DTypeError(f"{where}: {what} ({t.name}) has dtype {t.dtype}; attention needs "
+                             "a float tensor (float32 or float64)")
+    for what, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise DTypeError(f"{where}: {what} ({t.name}) is {t.dtype} but q ({q.name}) is "
+                             f"{q.dtype}; give q, k and v one dtype (astype one of them)")
+    for d, label in ((0, "batch"), (1, "heads")):
+        for what, t in (("k", k), ("v", v)):
+            if _same(t.shape[d], q.shape[d]) is False:
+                raise ShapeError(f"{where}: the {label} extent (axis {d}) of {what} "
+                                 f"({t.name}) is {t.shape[d]}, q's ({q.name}) is "
+                                 f"{q.shape[d]}; they must be equal")
+    if _same(k.shape[3], q.shape[3]) is False:
+        raise ShapeError(f"{where}: k ({k.name}) has dim {k.shape[3]} (axis 3), q ({q.name}) "
+                         f"has {q.shape[3]}; the scores q.k need the same dim")
+    if _same(v.shape[2], k.shape[2]) is False:
+        raise ShapeError(f"{where}: v ({v.name}) has {v.shape[2]} keys (axis 2), k ({k.name}) "
+                         f"has {k.shape[2]}; give v one row per key")
+    if mask is not None:
+        if not isinstance(mask, Tensor):
+            raise ShapeError(f"{where}: mask must be a tensor or None, got {mask!r}")
+        if mask.dtype != "bool" and mask.dtype != q.dtype:
+            raise DTypeError(f"{where}: mask ({mask.name}) is {mask.dtype}; give an additive "
+                             f"mask of q's dtype {q.dtype} or a bool mask (True: attend)")
+        full = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        if not 2 <= mask.ndim <= 4:
+            raise ShapeError(f"{where}: mask ({mask.name}) is {mask.ndim}-d; it must broadcast "
+                             f"to (batch, heads, Lq, Lk) = {_shape_text(full)} with 2 to 4 "
+                             "dimensions, aligned on the right (PyTorch's rule; a mask over "
+                             "the keys alone is (1, Lk))")
+        for d in range(mask.ndim):
+            e, want = mask.shape[-1 - d], full[-1 - d]
+            if not (_is_one(e) or _same(e, want)):
+                raise ShapeError(
+                    f"{where}: mask ({mask.name}) has shape {_shape_text(mask.shape)}, which "
+                    f"does not broadcast to (batch, heads, Lq, Lk) = {_shape_text(full)}: "
+                    f"its axis {mask.ndim - 1 - d} is {e}, expected {want} or 1 (e.g. "
+                    "(batch, 1, 1, Lk) for padding, (Lq, Lk) for a causal mask)")
+    if scale is None:
+        if not isinstance(q.shape[3], Const):
+            raise ShapeError(f"{where}: q's dim ({q.name}.shape[3] = {q.shape[3]}) is "
+                             "symbolic, so the default scale 1/sqrt(dim) is unknown; give "
+                             "scale= explicitly")
+        return 1.0 / math.sqrt(int(q.shape[3].value))
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or \
+            not math.isfinite(float(scale)):
+        raise ShapeError(f"{where}: scale must be a finite number (or None for "
+                         f"1/sqrt(dim)), got {scale!r}")
+    return float(scale)
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(str(e) for e in shape) + ")"
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, scale=None, name: str = "sdpa"):
+    """``softmax(q k^T * scale + mask) v`` per batch and head
+    (``F.scaled_dot_product_attention``): ``q[b, h, Lq, d]``, ``k[b, h, Lk, d]``,
+    ``v[b, h, Lk, dv]`` -> ``[b, h, Lq, dv]``.
+
+    ``scale`` defaults to ``1/sqrt(d)`` (any finite number is taken).  ``mask`` broadcasts
+    to ``(b, h, Lq, Lk)``: 2 to 4 dimensions aligned on the right, each the full extent or
+    1 (``(b, 1, 1, Lk)``, ``(Lq, Lk)``, ``(1, Lk)``, ...).  Of q's dtype it is added to
+    the scores (``-inf`` excludes a key); a bool mask keeps the keys where it is True
+    (PyTorch's conventions).  A row with no key left is 0, as PyTorch's.
+
+    Stages, all ordinary computes (``tc.gradient`` differentiates them):
+    ``<name>.scores`` (``sum_d q k``), ``<name>.max`` (the row maximum of the scaled,
+    masked scores, a constant for autodiff), ``<name>.exp`` (``exp(scores * scale + mask -
+    max)``), ``<name>.sum``, ``<name>.rcp`` (``1 / sum``), ``<name>.pv`` (``exp @ v``) and
+    the output ``pv * rcp``.  As written they hold ``Lq x Lk`` scores;
+    :func:`tecomp.nn.schedule_cpu.schedule_attention` (what ``tc.auto_schedule`` gives
+    this op) computes them per block of rows of the output, FlashAttention's way, so
+    only ``rows x Lk`` of them exist at a time."""
+    scale = _attention_args(q, k, v, mask, scale, name)
+    B, H, Lq, D = q.shape
+    Lk, Dv = k.shape[2], v.shape[3]
+    dt = q.dtype
+    full = (B, H, Lq, Lk)
+    rd = _te.reduce_axis(D, name="d")
+    sc = _te.compute(full, lambda b, h, i, j: _te.sum(q[b, h, i, rd] * k[b, h, j, rd], axis=rd),
+                     name=f"{name}.scores", tag="sdpa_scores")
+
+    def logit(b, h, i, j):
+        s = sc[b, h, i, j] * _c(scale, dt)
+        if mask is None:
+            return s
+        idx = tuple(0 if _is_one(e) else x
+                    for e, x in zip(mask.shape, (b, h, i, j)[4 - mask.ndim:]))
+        if mask.dtype == "bool":
+            return _te.if_then_else(mask[idx], s, _c(-math.inf, dt))
+        return s + mask[idx]
+
+    rj = _te.reduce_axis(Lk, name="j")
+    mx = stop_gradient(_te.compute(
+        (B, H, Lq), lambda b, h, i: shift_max(logit(b, h, i, rj), axis=rj),
+        name=f"{name}.max"))
+    # a row whose every key is masked out (max -inf) gets exps of 0 and then output 0,
+    # as PyTorch's, instead of exp(-inf - -inf) = NaN
+    ex = _te.compute(full, lambda b, h, i, j: _te.exp(logit(b, h, i, j) - _te.if_then_else(
+        mx[b, h, i] > _c(-math.inf, dt), mx[b, h, i], _c(0.0, dt))), name=f"{name}.exp")
+    rj2 = _te.reduce_axis(Lk, name="j")
+    sm = _te.compute((B, H, Lq), lambda b, h, i: _te.sum(ex[b, h, i, rj2], axis=rj2),
+                     name=f"{name}.sum")
+    rc = _te.compute((B, H, Lq), lambda b, h, i: _te.if_then_else(
+        sm[b, h, i] > _c(0.0, dt), _c(1.0, dt) / sm[b, h, i], _c(0.0, dt)), name=f"{name}.rcp")
+    rj3 = _te.reduce_axis(Lk, name="j")
+    pv = _te.compute((B, H, Lq, Dv),
+                     lambda b, h, i, e: _te.sum(ex[b, h, i, rj3] * v[b, h, rj3, e], axis=rj3),
+                     name=f"{name}.pv", tag="sdpa_pv")
+    return _te.compute((B, H, Lq, Dv), lambda b, h, i, e: pv[b, h, i, e] * rc[b, h, i],
+                       name=name, tag="sdpa")
 
 
 def cross_entropy(logits, labels_onehot, name: str = "cross_entropy"):

@@ -1,0 +1,99 @@
+"""Mistakes in calling tecomp.nn.scaled_dot_product_attention: each raises a TecompError
+subclass naming the tensor and saying how to fix it."""
+import pytest
+
+import tecomp as tc
+from tecomp import nn
+
+
+def _qkv(q=(2, 4, 13, 24), k=(2, 4, 37, 24), v=(2, 4, 37, 16), dtype="float32"):
+    return (tc.placeholder(q, dtype, name="Q"), tc.placeholder(k, dtype, name="K"),
+            tc.placeholder(v, dtype, name="V"))
+
+
+def test_wrong_rank():
+    q, k, v = _qkv(q=(4, 13, 24))
+    with pytest.raises(tc.ShapeError, match=r"scaled_dot_product_attention sdpa: q \(Q\) must "
+                                            r"be 4-d \(batch, heads, seq, dim\), got 3-d; "
+                                            r"reshape it"):
+        nn.scaled_dot_product_attention(q, k, v)
+
+
+def test_not_a_tensor():
+    _, k, v = _qkv()
+    with pytest.raises(tc.ShapeError, match=r"q must be a tensor \(tc.placeholder or a "
+                                            r"compute\), got 3"):
+        nn.scaled_dot_product_attention(3, k, v)
+
+
+def test_mismatched_dtypes():
+    q, _, v = _qkv()
+    k = tc.placeholder((2, 4, 37, 24), "float64", name="K")
+    with pytest.raises(tc.DTypeError, match=r"k \(K\) is float64 but q \(Q\) is float32; give "
+                                            r"q, k and v one dtype"):
+        nn.scaled_dot_product_attention(q, k, v)
+
+
+def test_integer_dtype():
+    q, k, v = _qkv(dtype="int32")
+    with pytest.raises(tc.DTypeError, match=r"q \(Q\) has dtype int32; attention needs a float "
+                                            r"tensor"):
+        nn.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("shapes,msg", [
+    (dict(k=(3, 4, 37, 24)), r"the batch extent \(axis 0\) of k \(K\) is 3, q's \(Q\) is 2; "
+                             r"they must be equal"),
+    (dict(v=(2, 5, 37, 16)), r"the heads extent \(axis 1\) of v \(V\) is 5, q's \(Q\) is 4"),
+    (dict(k=(2, 4, 37, 32)), r"k \(K\) has dim 32 \(axis 3\), q \(Q\) has 24; the scores q.k "
+                             r"need the same dim"),
+    (dict(v=(2, 4, 36, 16)), r"v \(V\) has 36 keys \(axis 2\), k \(K\) has 37; give v one row "
+                             r"per key"),
+])
+def test_mismatched_extents(shapes, msg):
+    q, k, v = _qkv(**shapes)
+    with pytest.raises(tc.ShapeError, match=msg):
+        nn.scaled_dot_product_attention(q, k, v)
+
+
+def test_mask_that_does_not_broadcast():
+    q, k, v = _qkv()
+    m = tc.placeholder((2, 1, 12, 37), name="M")
+    with pytest.raises(tc.ShapeError, match=r"mask \(M\) has shape \(2, 1, 12, 37\), which does "
+                                            r"not broadcast to \(batch, heads, Lq, Lk\) = "
+                                            r"\(2, 4, 13, 37\): its axis 2 is 12, expected 13 "
+                                            r"or 1"):
+        nn.scaled_dot_product_attention(q, k, v, m)
+
+
+def test_mask_of_one_dimension():
+    q, k, v = _qkv()
+    m = tc.placeholder((37,), name="M")
+    with pytest.raises(tc.ShapeError, match=r"mask \(M\) is 1-d; .*a mask over the keys alone "
+                                            r"is \(1, Lk\)"):
+        nn.scaled_dot_product_attention(q, k, v, m)
+
+
+def test_mask_of_another_float_dtype():
+    q, k, v = _qkv()
+    m = tc.placeholder((13, 37), "float64", name="M")
+    with pytest.raises(tc.DTypeError, match=r"mask \(M\) is float64; give an additive mask of "
+                                            r"q's dtype float32 or a bool mask"):
+        nn.scaled_dot_product_attention(q, k, v, m)
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), "0.1", True])
+def test_bad_scale(scale):
+    q, k, v = _qkv()
+    with pytest.raises(tc.ShapeError, match=r"scale must be a finite number \(or None for "
+                                            r"1/sqrt\(dim\)\)"):
+        nn.scaled_dot_product_attention(q, k, v, scale=scale)
+
+
+def test_default_scale_of_a_symbolic_dim():
+    d = tc.var("d")
+    q, k, v = _qkv(q=(2, 4, 13, d), k=(2, 4, 37, d))
+    with pytest.raises(tc.ShapeError, match=r"q's dim \(Q.shape\[3\] = d\) is symbolic, so the "
+                                            r"default scale 1/sqrt\(dim\) is unknown; give "
+                                            r"scale= explicitly"):
+        nn.scaled_dot_product_attention(q, k, v)
