@@ -3,7 +3,10 @@ forward at batch 1 and 8, forward + backward at batch 8, sequence 128, on each t
 count of ``--threads`` (each in a fresh process, so that both tools start their thread
 pools with that count).
 
-    python3 benchmarks/bert.py [--threads 1,2] [--rounds 10]
+    python3 benchmarks/bert.py [--threads 1,2] [--rounds 10] [--attention fused,unfused]
+
+``--attention``: the layer's attention as ``nn.scaled_dot_product_attention`` (fused, the
+default) and/or as two batched matmuls around a softmax (unfused).
 
 Prints one line per configuration: medians in ms and tecomp's speed relative to PyTorch,
 and the CPU model first.
@@ -23,6 +26,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--attention", default="fused")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
     sys.path.insert(1, os.path.dirname(HERE))
@@ -35,14 +39,16 @@ def main() -> int:
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                     "TECOMP_NUM_THREADS"):
             env[var] = str(threads)
-        for batch, backward in configs:
+        for (batch, backward), att in ((c, a) for c in configs
+                                       for a in args.attention.split(",")):
             cmd = [sys.executable, EXAMPLE, "--batch", str(batch), "--seq", "128",
-                   "--rounds", str(args.rounds)] + (["--backward"] if backward else [])
+                   "--rounds", str(args.rounds), "--attention", att] + (
+                       ["--backward"] if backward else [])
             out = subprocess.run(cmd, capture_output=True, text=True, env=env)
             lines = [ln for ln in out.stdout.splitlines() if "ms (" in ln or "MISMATCH" in ln]
             status = "" if out.returncode == 0 else f" (exit {out.returncode}: " \
                 f"{(out.stderr or out.stdout).strip().splitlines()[-1:]})"
-            print(f"threads {threads}: {lines[0] if lines else '?'}{status}", flush=True)
+            print(f"threads {threads}, {att}: {lines[0] if lines else '?'}{status}", flush=True)
     return 0
 
 

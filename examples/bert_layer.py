@@ -45,29 +45,43 @@ def shapes(hidden: int, ffn: int):
             "w2": (h, f), "b2": (h,), "g2": (h,), "be2": (h,)}
 
 
-def bert_layer(batch: int, seq: int, hidden: int = 768, heads: int = 12, ffn: int = 3072):
+def bert_layer(batch: int, seq: int, hidden: int = 768, heads: int = 12, ffn: int = 3072,
+               fused: bool = True):
     """(inputs, output): the placeholders (x, mask, then the parameters of PARAMS) and the
-    layer's output [batch*seq, hidden]."""
+    layer's output [batch*seq, hidden].  ``fused``: the attention is
+    ``nn.scaled_dot_product_attention`` (one fused kernel per block of query rows); else
+    two batched matmuls around a softmax."""
     dh = hidden // heads
     n = batch * seq
     X = tc.placeholder((n, hidden), name="x")
     M = tc.placeholder((batch, seq), name="mask")
     P = {k: tc.placeholder(s, name=k) for k, s in shapes(hidden, ffn).items()}
 
-    def heads_of(t, name):  # [n, hidden] -> [batch*heads, seq, dh]
-        return tc.compute((batch * heads, seq, dh), lambda bh, s, d: t[
-            (bh // heads) * seq + s, (bh % heads) * dh + d], name=name)
+    if fused:
+        def heads_of(t, name):  # [n, hidden] -> [batch, heads, seq, dh]
+            return tc.compute((batch, heads, seq, dh), lambda b, h, s, d: t[
+                b * seq + s, h * dh + d], name=name)
+    else:
+        def heads_of(t, name):  # [n, hidden] -> [batch*heads, seq, dh]
+            return tc.compute((batch * heads, seq, dh), lambda bh, s, d: t[
+                (bh // heads) * seq + s, (bh % heads) * dh + d], name=name)
 
     q = heads_of(nn.dense(X, P["wq"], P["bq"], name="q"), "qh")
     k = heads_of(nn.dense(X, P["wk"], P["bk"], name="k"), "kh")
     v = heads_of(nn.dense(X, P["wv"], P["bv"], name="v"), "vh")
-    scores = nn.batch_matmul(q, k, transpose_b=True, name="scores")
-    masked = tc.compute(scores.shape, lambda bh, i, j: scores[bh, i, j] * (1.0 / math.sqrt(dh))
-                        + M[bh // heads, j], name="masked")
-    p = nn.softmax(masked, name="probs")
-    ctx = nn.batch_matmul(p, v, name="ctx")
-    merged = tc.compute((n, hidden), lambda r, c: ctx[(r // seq) * heads + c // dh, r % seq,
-                                                       c % dh], name="merged")
+    if fused:
+        keys = tc.compute((batch, 1, 1, seq), lambda b, _h, _i, j: M[b, j], name="keymask")
+        ctx = nn.scaled_dot_product_attention(q, k, v, keys, name="attn")
+        merged = tc.compute((n, hidden), lambda r, c: ctx[r // seq, c // dh, r % seq, c % dh],
+                            name="merged")
+    else:
+        scores = nn.batch_matmul(q, k, transpose_b=True, name="scores")
+        masked = tc.compute(scores.shape, lambda bh, i, j: scores[bh, i, j] * (
+            1.0 / math.sqrt(dh)) + M[bh // heads, j], name="masked")
+        p = nn.softmax(masked, name="probs")
+        ctx = nn.batch_matmul(p, v, name="ctx")
+        merged = tc.compute((n, hidden), lambda r, c: ctx[(r // seq) * heads + c // dh, r % seq,
+                                                           c % dh], name="merged")
     attn = nn.dense(merged, P["wo"], P["bo"], name="attn_out")
     res1 = tc.compute((n, hidden), lambda r, c: attn[r, c] + X[r, c], name="res1")
     h = nn.layer_norm(res1, P["g1"], P["be1"], eps=1e-12, name="ln1")
@@ -120,11 +134,14 @@ def main(argv=None) -> int:
     ap.add_argument("--ffn", type=int, default=3072)
     ap.add_argument("--backward", action="store_true", help="also check and time the backward")
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--attention", choices=["fused", "unfused"], default="fused",
+                    help="nn.scaled_dot_product_attention, or batched matmuls and a softmax")
     args = ap.parse_args(argv)
     b, s = args.batch, args.seq
     gen = torch.Generator().manual_seed(0)
     x, mask, p = random_inputs(b, s, args.hidden, args.ffn, gen)
-    ins, y = bert_layer(b, s, args.hidden, args.heads, args.ffn)
+    ins, y = bert_layer(b, s, args.hidden, args.heads, args.ffn,
+                        fused=args.attention == "fused")
     layer = tct.op(ins, y, name="bert_layer")
     t0 = time.perf_counter()
     params = [p[k] for k in PARAMS]

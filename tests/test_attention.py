@@ -202,3 +202,34 @@ def test_float64_rows_are_float64_vectors():
     out = nn.scaled_dot_product_attention(q, k, v)
     info = cpu_info("llvm -mcpu=haswell")
     assert attention_params(out, info)["lanes"] == 4   # 256-bit vectors of float64
+
+
+def test_attention_inside_a_larger_dag_keeps_its_fused_schedule():
+    """tc.auto_schedule of a DAG with an attention between other stages (the projections
+    and the head split of a transformer layer): the attention template schedules its part
+    (rules.register_part_template), so no Lq x Lk buffer there either."""
+    hidden, heads, seq = 64, 4, 96
+    dh = hidden // heads
+    X = tc.placeholder((seq, hidden), name="X")
+    W = [tc.placeholder((hidden, hidden), name=f"w{c}") for c in "qkv"]
+
+    def split(t, name):
+        return tc.compute((1, heads, seq, dh), lambda b, h, s, d: t[s, h * dh + d], name=name)
+
+    q, k, v = (split(nn.dense(X, w, name=f"{c}.proj"), c) for w, c in zip(W, "qkv"))
+    ctx = nn.scaled_dot_product_attention(q, k, v)
+    merged = tc.compute((seq, hidden), lambda s, c: ctx[0, c // dh, s, c % dh], name="merged")
+    args = [X, *W, merged]
+    s = tc.auto_schedule(args)
+    allocs = _allocations(s, args)
+    assert allocs["sdpa.scores"][-1] == seq and math.prod(allocs["sdpa.scores"]) < seq * seq
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((seq, hidden)).astype("float32")
+    ws = [(rng.standard_normal((hidden, hidden)) / 8).astype("float32") for _ in range(3)]
+    out = np.empty((seq, hidden), "float32")
+    tc.build(s, args)(x, *ws, out)
+    import torch
+
+    qq, kk, vv = (torch.from_numpy(x @ w.T).view(seq, heads, dh).transpose(0, 1) for w in ws)
+    ref = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv).transpose(0, 1)
+    np.testing.assert_allclose(out, ref.reshape(seq, hidden).numpy(), rtol=1e-4, atol=1e-5)

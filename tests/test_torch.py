@@ -374,9 +374,11 @@ def test_example_torch_bert_ffn_trains_like_pytorch(capsys):
     assert "OK: the loss curves agree" in out
 
 
-def test_example_bert_layer_forward_and_backward_match_pytorch(capsys):
+@pytest.mark.parametrize("attention", ["fused", "unfused"])
+def test_example_bert_layer_forward_and_backward_match_pytorch(capsys, attention):
     """examples/bert_layer.py at a small size (the structure of BERT-base: attention with a
-    padding mask, post-layer-norm, GELU FFN), forward and tc.gradient of the whole layer."""
+    padding mask, post-layer-norm, GELU FFN), forward and tc.gradient of the whole layer;
+    the attention as nn.scaled_dot_product_attention or as batched matmuls."""
     import importlib.util
     import os
 
@@ -385,7 +387,7 @@ def test_example_bert_layer_forward_and_backward_match_pytorch(capsys):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     rc = mod.main(["--batch", "2", "--seq", "16", "--hidden", "32", "--heads", "4", "--ffn", "64",
-                   "--backward", "--rounds", "1"])
+                   "--backward", "--rounds", "1", "--attention", attention])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "OK" in out.splitlines()[-1]

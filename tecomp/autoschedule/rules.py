@@ -191,6 +191,17 @@ def register_template(fn) -> None:
         _TEMPLATES.append(fn)
 
 
+#: templates of an operator inside a larger DAG, by the tag of its output stage:
+#: ``fn(s, out, knobs, info) -> set of id(op)`` scheduled (None: it does not fit)
+_PART_TEMPLATES: Dict[str, object] = {}
+
+
+def register_part_template(tag: str, fn) -> None:
+    """Schedule every stage tagged ``tag`` (an operator's output, with the stages under it
+    that belong to it) with ``fn`` wherever it occurs in a DAG the rules schedule."""
+    _PART_TEMPLATES[tag] = fn
+
+
 def _template(outs, knobs: Knobs, info) -> Optional[Schedule]:
     if _TEMPLATES and not knobs.choose("template", [True, False], True):
         return None
@@ -278,7 +289,26 @@ class _Rules:
             if self.k.choose(f"{name}", [True, False], True):
                 st.compute_inline()
 
+    def part_templates(self):
+        """Operators with a template of their own inside a larger DAG (attention in a
+        transformer layer): scheduled by it before anything is inlined, and left alone."""
+        if not _PART_TEMPLATES:
+            return
+        for st in reversed(list(self.s.stages)):
+            op = st.op
+            if id(op) in self.done or not isinstance(op, ComputeOp) or st.attach_type != "root":
+                continue
+            for tag in _tags(op):
+                fn = _PART_TEMPLATES.get(tag)
+                if fn is None or not self.k.choose(f"part.{op.name}", [True, False], True):
+                    continue
+                got = fn(self.s, op.output(0), self.k, self.info)
+                if got:
+                    self.done |= set(got)
+                break
+
     def run(self):
+        self.part_templates()
         self.inline()
         s = self.s
         # consumers first: an output decides the loops its producers attach to

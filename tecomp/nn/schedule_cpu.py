@@ -2230,3 +2230,21 @@ def _auto_template(outs, knobs, info: CpuInfo) -> Optional[Schedule]:
 
 
 _rules.register_template(_auto_template)
+
+
+def _attention_part(s: Schedule, out: Tensor, knobs, info: CpuInfo):
+    """The attention template for an attention inside a larger DAG: the ids of the
+    operations it scheduled (its own stages and the copies it made), or None."""
+    try:
+        parts = _attention_parts(out)
+    except _NoTemplate:
+        return None
+    if any(s[parts[n]].is_output for n in ("scores", "max", "exp", "sum", "rcp", "pv")):
+        return None   # (a training forward keeps them for the backward: in memory, whole)
+    before = {id(st.op) for st in s.stages}
+    _attention_into(s, [out], info, knobs)
+    mine = {id(s[parts[n]].op) for n in ("scores", "max", "exp", "sum", "rcp", "pv")}
+    return mine | {id(s[out].op)} | {id(st.op) for st in s.stages if id(st.op) not in before}
+
+
+_rules.register_part_template("sdpa", _attention_part)
