@@ -2137,7 +2137,9 @@ class _FnEmitter:
         c = self.vec(cond)
         if safe:
             t, f = self.expr(e.true_value), self.expr(e.false_value)
-        else:
+            return Val(v=b.select(c, self.vec(t), self.vec(f)))
+
+        def masked():
             old = self.mask
             try:
                 self.mask = self.and_mask(c)
@@ -2147,7 +2149,21 @@ class _FnEmitter:
                 f = self.expr(e.false_value)
             finally:
                 self.mask = old
-        return Val(v=b.select(c, self.vec(t), self.vec(f)))
+            return Val(v=b.select(c, self.vec(t), self.vec(f)))
+
+        if self.mask is not None:
+            return masked()
+        # where every lane takes the same side (a concatenation's inputs, a padded read
+        # away from the edge) that side alone runs, unmasked: masked loads are slow on
+        # AVX2 (bytes go one by one); the lanes that differ take the masked path
+        # (inside it a mask is set, so nested selects add one copy each, not three)
+        ity = ir.IntType(self.lanes)
+        bits = b.bitcast(c, ity)
+        all_true = b.icmp_unsigned("==", bits, ir.Constant(ity, (1 << self.lanes) - 1))
+        none_true = b.icmp_unsigned("==", bits, ir.Constant(ity, 0))
+        return self.if_value(all_true, lambda: self.expr(e.true_value), lambda: self.if_value(
+            none_true, lambda: self.expr(e.false_value), masked, name="sel.none"),
+            name="sel.all")
 
     def e_cast(self, e: Cast) -> Val:
         src, dst = e.value.dtype, e.dtype
