@@ -279,3 +279,27 @@ def test_quantized_conv2d_int32_or_no_bias_and_interpreter(bias_dtype):
     np.testing.assert_array_equal(y, _requantize_ref(acc, bias, x[1], w[1], *out))
     yi = _conv_case(shape, 32, 256, "interp", bias_dtype=bias_dtype)[-1]
     np.testing.assert_array_equal(yi, y)
+
+
+@pytest.mark.parametrize("wz", [0, -7])
+def test_quantized_dense_runs_on_the_dot_product_intrinsic(wz):
+    """The accumulator is a plain u8 x s8 GEMM plus row sums for the zero points, so the
+    auto-scheduler tensorizes it (VNNI where the target has it: vpdpbusd in the code for a
+    Cascade Lake; AVX2 here) and the result stays exact, weight zero point included."""
+    rng = np.random.default_rng(5)
+    M, K, N = 12, 64, 32
+    xq = rng.integers(0, 256, (M, K)).astype(np.uint8)
+    wq = rng.integers(-128, 128, (N, K)).astype(np.int8)
+    X = tc.placeholder((M, K), "uint8", name="X")
+    W = tc.placeholder((N, K), "int8", name="W")
+    Y = quant.quantized_dense(X, 0.02, 131, W, 0.01, wz, None, 0.3, 90)
+    args = [X, W, Y]
+    vnni = "llvm -mcpu=cascadelake"
+    s = tc.auto_schedule(args, target=vnni)
+    assert any(step[0] == "tensorize" for step in s.trace.to_json())
+    assert "vpdpbusd" in tc.build(s, args, target=vnni).get_source("asm")
+    s = tc.auto_schedule(args)
+    y = np.empty((M, N), np.uint8)
+    tc.build(s, args)(xq, wq, y)
+    acc = (xq.astype(np.int64) - 131) @ (wq.astype(np.int64) - wz).T
+    np.testing.assert_array_equal(y, _requantize_ref(acc, None, 0.02, 0.01, 0.3, 90))

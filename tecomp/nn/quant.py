@@ -30,6 +30,11 @@ millions of random values, every boundary included):
   int32 accumulator over the window (and the input channels of its group), the input
   padded with its zero point (the real 0), requantized as :func:`quantized_dense`.
 
+The dense accumulator is computed as ``sum x w - w_zp sum x - x_zp sum w + K x_zp w_zp``
+(int32 wraps, so this is the same value bit for bit): its first term is a plain u8 x s8
+GEMM, which ``tc.auto_schedule`` runs on the target's dot-product intrinsic (VNNI's
+``vpdpbusd`` where the CPU has it, see ``tecomp.te.intrin_x86``).
+
 Both are exact: without VNNI, fbgemm sums pairs of ``u8 x s8`` products in saturating
 int16 (AVX2's ``vpmaddubsw``), so with activations of more than 7 bits its result can
 differ from these (and from the exact sum); with 7-bit activations (PyTorch's x86
@@ -267,15 +272,18 @@ def _qmm_args(what: str, x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, ou
     return xz, wz, (scales, yz, out_dtype)
 
 
-def _requantize_acc(acc, bias, out_axis: int, requant, name: str):
-    """The int32 accumulator ``acc`` of a quantized matmul/conv plus ``bias`` (indexed by
-    ``acc``'s axis ``out_axis``), requantized as fbgemm does (see the module docstring)."""
+def _requantize_acc(acc, bias, out_axis: int, requant, name: str, correction=None):
+    """The int32 accumulator ``acc`` of a quantized matmul/conv (plus ``correction(*i)``, an
+    int32 expression, when given) plus ``bias`` (indexed by ``acc``'s axis ``out_axis``),
+    requantized as fbgemm does (see the module docstring)."""
     (xs, ws, ys), yz, out_dtype = requant
     s = np.float32(xs) * np.float32(ws)
     m = Const(_f32(s / np.float32(ys)), "float32")
 
     def f(*i):
         a = acc[i]
+        if correction is not None:
+            a = a + correction(*i)
         if bias is not None and bias.dtype == "int32":
             v = (a + bias[i[out_axis]]).astype("float32")
         elif bias is not None:
@@ -299,10 +307,36 @@ def quantized_dense(x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp,
     if ci is not None and cw is not None and ci != cw:
         raise ComputeError(f"{what}: x ({x.name}) has {ci} input features (axis 1) but w "
                            f"({w.name}) has {cw}; w is [out, in], as nn.Linear's weight")
+    # sum_k (x - xz)(w - wz) = sum_k x w - wz sum_k x - xz sum_k w + K xz wz: the first
+    # term is a plain 8-bit GEMM, which the auto-scheduler runs on the target's dot-product
+    # intrinsic (VNNI, AVX2); the others are a row sum of each operand (int32 arithmetic
+    # wraps, so the identity holds bit for bit)
     k = _te.reduce_axis(x.shape[1], name="k")
     acc = _te.compute((x.shape[0], w.shape[0]), lambda i, j: _te.sum(
-        _q(x[i, k], xz) * _q(w[j, k], wz), axis=k), name=f"{name}.acc", tag="quantized_dense")
-    return _requantize_acc(acc, bias, 1, requant, name)
+        x[i, k].astype("int32") * w[j, k].astype("int32"), axis=k), name=f"{name}.acc",
+        tag="quantized_dense")
+    terms = []
+    if wz:
+        kx = _te.reduce_axis(x.shape[1], name="k")
+        xsum = _te.compute((x.shape[0],), lambda i: _te.sum(x[i, kx].astype("int32"), axis=kx),
+                           name=f"{name}.xsum")
+        terms.append(lambda i, j: xsum[i] * Const(-wz, "int32"))
+    if xz:
+        kw = _te.reduce_axis(w.shape[1], name="k")
+        wsum = _te.compute((w.shape[0],), lambda j: _te.sum(w[j, kw].astype("int32"), axis=kw),
+                           name=f"{name}.wsum")
+        terms.append(lambda i, j: wsum[j] * Const(-xz, "int32"))
+    if xz and wz:
+        kk = x.shape[1] if x.shape[1].dtype == "int32" else x.shape[1].astype("int32")
+        terms.append(lambda i, j: kk * Const(xz * wz, "int32"))
+
+    def correction(i, j):
+        total = terms[0](i, j)
+        for t in terms[1:]:
+            total = total + t(i, j)
+        return total
+
+    return _requantize_acc(acc, bias, 1, requant, name, correction if terms else None)
 
 
 def _conv_pair(v, what: str, low: int) -> Tuple[int, int]:
