@@ -23,7 +23,7 @@ import numpy as np
 from .program import Program, is_float
 
 # relative tolerance per dtype, against a float64 reference rounded at every stage
-RTOL = {"float16": 3e-2, "float32": 2e-4, "float64": 1e-9}
+RTOL = {"float16": 3e-2, "bfloat16": 3e-2, "float32": 2e-4, "float64": 1e-9}
 
 
 @dataclass
@@ -52,7 +52,9 @@ class Case:
                      f"s = apply_rules(args, Knobs(rng={_auto_rng_src(self.auto)}), "
                      f"cpu_info({self.target!r}), "
                      f"{{'n': {self.n}}})"]
-        lines = ["import numpy as np", "import tecomp as tc", "from tecomp.ir import interp", "",
+        bf16 = any(t.dtype == "bfloat16" for t in p.tensors)
+        lines = ["import numpy as np", "import ml_dtypes  # noqa: F401" if bf16 else "",
+                 "import tecomp as tc", "from tecomp.ir import interp", "",
                  p.source(), *sched,
                  f'f = tc.build(s, args, target="{self.target}")',
                  "print(tc.lower(s, args))", "rng = np.random.default_rng(0)"]
@@ -140,10 +142,27 @@ def _fill(shape, dtype):
     return np.full(shape, np.iinfo(dtype).max // 3, dtype)
 
 
-def compare(got: np.ndarray, ref: np.ndarray, dtype: str, what: str) -> Optional[str]:
-    """None when ``got`` matches ``ref`` (exactly for ints; within RTOL of the largest
-    magnitude for floats, NaN and inf where the reference has them); else a description
-    of the first differences."""
+def _accumulation_factor(prog, n: int) -> float:
+    """How much wider the tolerance against numpy is for 16-bit floats: a reduction of
+    a bfloat16 or float16 tensor accumulates in its output buffer, rounded at every step
+    (as in TVM and Halide; cast to float32 to accumulate in float32), where the numpy
+    reference sums in float64 and rounds once; its error grows with the terms summed
+    (and flows into the stages that read it)."""
+    worst = 1.0
+    for t in prog.tensors:
+        if t.reduce is not None and t.dtype in ("bfloat16", "float16"):
+            pts = 1
+            for e in t.reduce.extents:
+                pts *= n if e == "n" else e
+            worst = max(worst, pts / 8)
+    return worst
+
+
+def compare(got: np.ndarray, ref: np.ndarray, dtype: str, what: str,
+            widen: float = 1.0) -> Optional[str]:
+    """None when ``got`` matches ``ref`` (exactly for ints; within RTOL (times ``widen``)
+    of the largest magnitude for floats, NaN and inf where the reference has them); else
+    a description of the first differences."""
     if got.shape != ref.shape:
         return f"{what}: shape {got.shape} != {ref.shape}"
     if got.size == 0:
@@ -160,7 +179,7 @@ def compare(got: np.ndarray, ref: np.ndarray, dtype: str, what: str) -> Optional
             r = np.where(big & np.isinf(g), g, r)
         fin = np.isfinite(r)
         scale = max(1.0, float(np.max(np.abs(r[fin]))) if fin.any() else 1.0)
-        tol = RTOL[dtype] * scale
+        tol = RTOL[dtype] * scale * widen
         with np.errstate(all="ignore"):
             close = np.abs(g - r) <= tol
         same_special = (np.isnan(g) & np.isnan(r)) | (np.isinf(r) & (g == r))
@@ -272,6 +291,7 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
         return Outcome("crash", case, stage, _exc_text(e), ir)
 
     problems = []
+    widen = _accumulation_factor(prog, case.n)
     for pos, i in enumerate(order):
         if i in inputs:
             for name, arrs in results.items():
@@ -281,7 +301,8 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
         spec = prog.tensors[i]
         want = ref[i]
         for name, arrs in results.items():
-            msg = compare(arrs[pos], want, spec.dtype, f"{name} vs numpy, output {spec.name}")
+            msg = compare(arrs[pos], want, spec.dtype, f"{name} vs numpy, output {spec.name}",
+                          widen if spec.dtype in ("bfloat16", "float16") else 1.0)
             if msg:
                 problems.append(msg)
         if "interp" in results:
@@ -338,10 +359,10 @@ def draw_case(d, *, target: str = "llvm", max_stages: int = 4, max_steps: int = 
     hits an error, the case keeps the steps drawn so far plus the failing one (replaying
     it shows the error).  ``auto``: the schedule is the auto-scheduler's instead, its
     analytic one or (three times in four) its rules with random knobs."""
-    from .gen import DTYPES, gen_n, gen_program
+    from .gen import DTYPES, GPU_DTYPES, gen_n, gen_program
     from .sched import gen_gpu_schedule, gen_schedule
 
-    kw = {"dtypes": dtypes} if dtypes else {"dtypes": DTYPES}
+    kw = {"dtypes": dtypes} if dtypes else {"dtypes": DTYPES if target == "llvm" else GPU_DTYPES}
     if target == "llvm":
         prog = gen_program(d, max_stages=max_stages, **kw)
     else:

@@ -16,6 +16,13 @@ from .program import (
 
 # first option = what a failing case shrinks to
 DTYPES = ("float32", "int32", "float64", "float32", "int8", "int64", "uint8", "float16")
+try:   # bfloat16 arrays are ml_dtypes' (the test extra); the CUDA C backends have none
+    import ml_dtypes  # noqa: F401
+    DTYPES = DTYPES + ("bfloat16",)
+except ImportError:  # pragma: no cover
+    pass
+#: the dtypes of the programs run in the CUDA emulation
+GPU_DTYPES = tuple(d for d in DTYPES if d != "bfloat16")
 SIZES = (4, 1, 2, 3, 5, 7, 8, 13, 16)
 RSIZES = (3, 1, 2, 4, 5, 8)
 N_VALUES = (5, 0, 1, 2, 3, 7, 11, 17)
@@ -253,7 +260,7 @@ def _value(c: _StageCtx, depth: int):
             return _load(c)
         if kind == "param":
             if c.prog.alpha is None:
-                adt = "float32" if dt == "float16" else dt
+                adt = "float32" if dt in ("float16", "bfloat16") else dt
                 val = (d.choice((0.75, -1.5, 2.0)) if is_float(adt) else d.choice((3, 1, 5)))
                 c.prog.alpha = (adt, val)
             return VParam()

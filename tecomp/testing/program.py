@@ -24,12 +24,12 @@ import numpy as np
 
 Size = Union[int, str]  # an int or "n"
 
-FLOAT_DTYPES = ("float16", "float32", "float64")
+FLOAT_DTYPES = ("float16", "float32", "float64", "bfloat16")
 INT_DTYPES = ("int8", "int32", "int64", "uint8")
 
 
 def is_float(dt: str) -> bool:
-    return dt.startswith("float")
+    return dt in FLOAT_DTYPES
 
 
 # ---------------------------------------------------------------------------------
@@ -299,6 +299,8 @@ class Program:
 
 def random_array(shape, dtype, rng, full_range: bool = False) -> np.ndarray:
     if is_float(dtype):
+        if dtype == "bfloat16":
+            import ml_dtypes  # noqa: F401  (numpy's "bfloat16")
         return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
     if full_range and dtype in ("uint8", "int8"):
         info = np.iinfo(dtype)
