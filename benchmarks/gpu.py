@@ -129,7 +129,7 @@ def gpu_driver():
     if importlib.util.find_spec("pycuda") is None:
         raise RuntimeUnavailableError("pycuda is not installed (see the project's GPU notes: a "
                                       "wheel for the GPU machines is provided)") from None
-    from tecomp.runtime_cuda import default_driver
+    from tecomp.runtime.cuda import default_driver
 
     return default_driver()
 

@@ -18,7 +18,7 @@ from tecomp.nn import ops, schedule_cuda
 
 def gpu_or_none():
     try:
-        from tecomp.runtime_cuda import default_driver
+        from tecomp.runtime.cuda import default_driver
 
         return default_driver()
     except RuntimeUnavailableError as exc:

@@ -22,7 +22,7 @@ from tecomp.nn import ops, schedule_cuda
 def gpu_or_none():
     """The pycuda driver of device 0, or None (with the reason printed)."""
     try:
-        from tecomp.runtime_cuda import default_driver
+        from tecomp.runtime.cuda import default_driver
 
         return default_driver()
     except RuntimeUnavailableError as exc:

@@ -72,7 +72,7 @@ def _build(s_or_func, args, target, name, checks):
 
         mod = build_llvm(func, checks=checks, target=tgt)
     elif target == "cuda":
-        from .runtime_cuda import build_cuda
+        from .runtime.cuda import build_cuda
 
         mod = build_cuda(func, target=tgt)
     else:

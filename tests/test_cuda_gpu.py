@@ -1,4 +1,4 @@
-"""The pycuda runtime (tecomp.runtime_cuda).
+"""The pycuda runtime (tecomp.runtime.cuda).
 
 Two halves:
 
@@ -22,12 +22,12 @@ from cuda_examples import (  # noqa: E402
     vector_add,
 )
 
-from tecomp import runtime_cuda  # noqa: E402
+from tecomp.runtime import cuda as runtime_cuda  # noqa: E402
 from tecomp.errors import ArgumentError, BuildError, RuntimeUnavailableError  # noqa: E402
 from tecomp.ir import Buffer, PrimFunc, Var  # noqa: E402
 from tecomp.codegen.cuda import find_nvcc  # noqa: E402
 from tecomp.codegen.cuda_emu import compile_emu_library, find_cxx  # noqa: E402
-from tecomp.runtime_cuda import build_cuda  # noqa: E402
+from tecomp.runtime.cuda import build_cuda  # noqa: E402
 
 
 def _have_cxx():

@@ -600,7 +600,7 @@ def test_nvcc_compiles_every_case_and_keeps_tiles_in_registers():
 
 @pytest.fixture(scope="module")
 def gpu_driver():
-    from tecomp import runtime_cuda
+    from tecomp.runtime import cuda as runtime_cuda
 
     try:
         return runtime_cuda.default_driver()

@@ -3,7 +3,7 @@
 This module is the single implementation of the checks and of their messages: the CPU
 runtime (:mod:`tecomp.codegen.llvm_runtime`, whose generated fast path only ever
 *accepts* valid calls and hands everything else to these checks), the CUDA emulation
-(:mod:`tecomp.codegen.cuda_emu`) and the pycuda runtime (:mod:`tecomp.runtime_cuda`).
+(:mod:`tecomp.codegen.cuda_emu`) and the pycuda runtime (:mod:`tecomp.runtime.cuda`).
 
 :class:`ArgChecker` is built once per function; :meth:`ArgChecker.check` checks, in this
 order, every scalar parameter (type; the range of integers), then each array: its type,

@@ -33,14 +33,14 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .codegen.argcheck import (
+from ..codegen.argcheck import (
     ArgChecker, array_meta, check_no_alias, eval_host_expr, param_checks_of, param_label,
 )
-from .codegen.cuda import CudaSource, KernelInfo, codegen_cuda, compile_ptx
-from .errors import ArgumentError, BuildError, RuntimeUnavailableError
-from .ir.expr import Buffer
-from .ir.stmt import PrimFunc
-from .runtime.timing import Timed
+from ..codegen.cuda import CudaSource, KernelInfo, codegen_cuda, compile_ptx
+from ..errors import ArgumentError, BuildError, RuntimeUnavailableError
+from ..ir.expr import Buffer
+from ..ir.stmt import PrimFunc
+from .timing import Timed
 
 # struct format characters of kernel parameters (pycuda's prepared calls)
 _STRUCT = {"int8": "b", "uint8": "B", "int16": "h", "int32": "i", "int64": "q", "bool": "?",
