@@ -441,7 +441,7 @@ class _Rules:
                     continue
                 at_row = {id(st.op)} | {id(x.op) for x in s.stages if x.attach_stage is st
                                         and x.attach_ivar is row}
-                rd = self.readers(pop)
+                rd = self._readers_through_inline(pop)
                 if not rd or not all(id(r) in at_row for r in rd):
                     continue
                 if not self.k.choose(f"at_row.{pop.name}", [True, False], True):
@@ -452,6 +452,23 @@ class _Rules:
                     pst.compute_at(st, row)
                 self.done.add(id(pop))
                 changed = True
+
+    def _readers_through_inline(self, op) -> List[ComputeOp]:
+        """The stages that read ``op``, a reader that is inlined replaced by its own
+        readers (the gradient of layer norm sums two per-row terms in an inlined
+        ``mean.grad``: the reductions under it are read at the row of the stage it is
+        inlined into)."""
+        out, seen, todo = [], set(), list(self.readers(op))
+        while todo:
+            r = todo.pop()
+            if id(r) in seen:
+                continue
+            seen.add(id(r))
+            if self.s[r.output(0)].attach_type == "inline":
+                todo.extend(self.readers(r))
+            else:
+                out.append(r)
+        return out
 
     def attach_row_reduction(self, op, st, row):
         row_reduce_at(self.s, op.output(0), st, row, self.info.lanes)
