@@ -146,16 +146,19 @@ def _accumulation_factor(prog, n: int) -> float:
     """How much wider the tolerance against numpy is for 16-bit floats: a reduction of
     a bfloat16 or float16 tensor accumulates in its output buffer, rounded at every step
     (as in TVM and Halide; cast to float32 to accumulate in float32), where the numpy
-    reference sums in float64 and rounds once; its error grows with the terms summed
-    (and flows into the stages that read it)."""
-    worst = 1.0
+    reference sums in float64 and rounds once; its error grows with the terms combined
+    (half an ulp per step: a product of 11 bfloat16 terms was off by 5.7%, campaign seed
+    6203552) and flows into the stages that read it, so the terms of every such
+    reduction add up.  (LLVM and the interpreter, which round alike, are still compared
+    with the plain tolerance.)"""
+    widen = 1.0
     for t in prog.tensors:
         if t.reduce is not None and t.dtype in ("bfloat16", "float16"):
             pts = 1
             for e in t.reduce.extents:
                 pts *= n if e == "n" else e
-            worst = max(worst, pts / 8)
-    return worst
+            widen += pts / 4
+    return widen
 
 
 def compare(got: np.ndarray, ref: np.ndarray, dtype: str, what: str,
