@@ -18,14 +18,13 @@ also holds the probabilities) is printed too.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from common import pin_threads  # noqa: E402
+from common import base_parser, pin_threads  # noqa: E402
 
 
 def _scratch_bytes(func) -> int:
@@ -55,9 +54,7 @@ def _torch_scratch_bytes(torch, fn, out_bytes: int) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--rounds", type=int, default=10)
+    ap = base_parser(__doc__, 10)
     ap.add_argument("--seq", default="512,2048", help="sequence lengths, comma-separated")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--heads", type=int, default=12)

@@ -84,12 +84,6 @@ def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | No
                 f"the schedule has an extern stage calling {calls[0].name} (tc.extern): it runs "
                 f"on the CPU, and target {tgt} cannot call it; build for llvm, or compute that "
                 "stage with tc.compute")
-    if target == "llvm":
-        from ..ir.functor import collect
-        from ..ir.stmt import TensorIntrinCall
-
-        for call in collect(body, lambda n: isinstance(n, TensorIntrinCall)):
-            call.intrin.check_target(tgt, call.stage)
     func = PrimFunc(name, tuple(params), body,
                     {"target": tgt, "param_checks": ctx.param_checks()})
     dump = os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")

@@ -1030,7 +1030,9 @@ def _attention_args(q, k, v, mask, scale, name):
 
 
 def _shape_text(shape) -> str:
-    return "(" + ", ".join(str(e) for e in shape) + ")"
+    """A shape as the user wrote it: ``(4, 72)``, ``(n, 8)``, ``(5,)``."""
+    dims = [str(e) for e in shape]
+    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, scale=None, name: str = "sdpa"):

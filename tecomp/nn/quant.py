@@ -54,7 +54,8 @@ import numpy as np
 from .. import te as _te
 from ..errors import ComputeError
 from ..ir.expr import Const
-from .ops import _conv_compute, _out_size as _conv_out, concatenate, pad as _pad
+from ._schedule_common import _cint
+from .ops import _conv_compute, _out_size as _conv_out, _shape_text, concatenate, pad as _pad
 
 __all__ = ["quantize", "dequantize", "requantize", "quantized_add", "quantized_concatenate",
            "quantized_dense", "quantized_conv2d", "QDTYPES"]
@@ -95,15 +96,8 @@ def _f32(v: float) -> float:
     return float(np.float32(v))
 
 
-def _cint(e):
-    """``e`` as an int when it is a constant extent, else None."""
-    return int(e.value) if isinstance(e, Const) else None
-
-
 def _shape(t) -> str:
-    """``t``'s shape as the user wrote it: ``(4, 72)``, ``(n, 8)``."""
-    dims = [str(e.value) if isinstance(e, Const) else str(e) for e in t.shape]
-    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+    return _shape_text(t.shape)
 
 
 def _round_clamp(t, dtype: str):

@@ -317,7 +317,7 @@ class Stage(TracedStage):
                 f"tensorize on stage {display(self.name)}, axis {display(iv.name)}: the second "
                 f"argument must be a tensor intrinsic (tc.decl_tensor_intrin(...) or "
                 f"tc.tensor_intrin(name)), got {intrin!r:.60}")
-        if not isinstance(self.op, ComputeOp) or type(self.op) is not ComputeOp:
+        if type(self.op) is not ComputeOp:
             raise ScheduleError(f"tensorize on stage {display(self.name)}: only a tc.compute "
                                 "stage can be tensorized")
         if self.tensorized is not None and self.tensorized[0] is not iv:
