@@ -71,6 +71,8 @@ NAMESPACE = "tecomp"
 _LIB: Optional[torch.library.Library] = None
 _NAMES = itertools.count()
 _LIB_LOCK = threading.Lock()
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
 
 
 def op(inputs: Sequence[Tensor], outputs, *, target="llvm", schedule=None,
@@ -407,7 +409,10 @@ class Op:
         env = self._env(tensors) if self._binds else None
         c = self.compiled([t.dtype for t in tensors], env)
         if self.single and self.device_type == "cpu":
-            outs = [torch.empty(self._out_shapes[0](env), dtype=c.out_dtypes[0])]
+            shape = self._out_shapes[0](env)
+            # (sizes as arguments: torch parses them faster than a tuple)
+            outs = [torch.empty(*shape, dtype=c.out_dtypes[0]) if shape else
+                    torch.empty(shape, dtype=c.out_dtypes[0])]
         else:
             dev = tensors[0].device if tensors else torch.device(self.device_type)
             outs = [torch.empty(f(env), dtype=dt, device=dev)
@@ -415,13 +420,14 @@ class Op:
         if not training:
             c.fwd(*tensors, *outs)
             return outs
+        # inside the autograd function: inputs that require grad are read in place
         tr = c.training or self._training(c)
         if tr.fwd is c.fwd:  # nothing to save but (perhaps) the outputs
-            c.fwd(*tensors, *outs)
+            _call_grad_inputs(c.fwd, tensors, outs)
             return outs, (), tr
         dev = outs[0].device
         saved = [torch.empty(f(env), dtype=dt, device=dev) for f, dt in tr.saved]
-        tr.fwd(*tensors, *outs, *saved)
+        _call_grad_inputs(tr.fwd, tensors, outs + saved)
         return outs, saved, tr
 
     def _heads(self, c, env, tensors, grad_outputs):
@@ -482,12 +488,20 @@ class Op:
                     f".to({self.device_type!r})")
 
     def __call__(self, *tensors):
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             out = self._torch_op(*tensors)
             return out[0] if self.single and isinstance(out, (list, tuple)) else out
         self._check_call(tensors)
-        out = _Function.apply(self, *tensors)
-        return out[0] if self.single else out
+        for t in tensors:
+            if t.requires_grad:
+                break
+        else:  # nothing to differentiate: no autograd node
+            outs = self._run(tensors)
+            return outs[0] if self.single else tuple(outs)
+        if _grad_enabled():
+            return _Function.apply(self, *tensors)  # one output: the tensor itself
+        outs = self._run([t.detach() for t in tensors])  # under no_grad
+        return outs[0] if self.single else tuple(outs)
 
 
 class _Function(torch.autograd.Function):
@@ -495,36 +509,36 @@ class _Function(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, op: Op, *tensors):
-        detached = [t.detach() if t.requires_grad else t for t in tensors]
-        ctx.op = op
-        ctx.n = len(tensors)
-        # Op.__call__ checked the tensors
-        if any(ctx.needs_input_grad):  # (integer tensors never require grad)
-            outs, saved, tr = op._run(detached, training=True)
-            ctx.nsaved = len(saved)
-            if tr.outputs_read:
-                ctx.save_for_backward(*detached, *saved, *outs)
-            else:
-                ctx.save_for_backward(*detached, *saved)
+        # Op.__call__ checked the tensors, and calls this only with grad mode on and some
+        # input requiring grad; the kernels read the inputs in place
+        outs, saved, tr = op._run(tensors, training=True)
+        ctx.state = (op, len(tensors), len(saved))
+        if tr.outputs_read:
+            ctx.save_for_backward(*tensors, *saved, *outs)
         else:
-            outs = op._run(detached)
-            ctx.nsaved = -1
-        return tuple(outs)
+            ctx.save_for_backward(*tensors, *saved)
+        return outs[0] if op.single else tuple(outs)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, *grad_outputs):
-        op = ctx.op
-        n = ctx.n
+        op, n, nsaved = ctx.state
         result = [None] * (1 + n)
-        if ctx.nsaved < 0:
-            return tuple(result)
         st = [t.detach() if t.requires_grad else t for t in ctx.saved_tensors]  # outputs do
-        tensors, saved, outs = st[:n], st[n:n + ctx.nsaved], st[n + ctx.nsaved:]
+        tensors, saved, outs = st[:n], st[n:n + nsaved], st[n + nsaved:]
         for i, g in zip(op._diff, op._backward_saved(tensors, saved, outs, grad_outputs)):
             if ctx.needs_input_grad[1 + i]:
                 result[1 + i] = g
         return tuple(result)
+
+
+def _call_grad_inputs(module, tensors, outs):
+    """``module(*tensors, *outs)``, where input tensors may require grad."""
+    call = getattr(module, "call_grad_inputs", None)
+    if call is not None:
+        call(*tensors, *outs)
+    else:  # a GPU module
+        module(*[t.detach() if t.requires_grad else t for t in tensors], *outs)
 
 
 def _sum_at(terms, idx):

@@ -124,6 +124,31 @@ def test_op_forward_backward_matches_torch():
     assert y7.shape == (7, 24)
 
 
+def test_op_records_an_autograd_node_only_when_one_is_needed():
+    ins, Y = _ffn()
+    ffn = tct.op(ins, [Y])
+    x = torch.randn(5, 16, requires_grad=True)
+    w, b = torch.randn(24, 16), torch.randn(24)
+    ref = F.gelu(F.linear(x.detach(), w, b))
+    with torch.no_grad():  # grad mode off: a plain call, whatever the inputs say
+        y = ffn(x, w, b)
+    assert y.grad_fn is None and not y.requires_grad
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+    y = ffn(x.detach(), w, b)  # no input requires grad
+    assert y.grad_fn is None and not y.requires_grad
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+    y = ffn(x, w, b)  # only x requires grad: only x gets a gradient
+    assert y.grad_fn is not None
+    y.sum().backward()
+    assert x.grad is not None and w.grad is None and b.grad is None
+    x2 = x.detach().clone().requires_grad_()
+    F.gelu(F.linear(x2, w, b)).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-4, atol=1e-4)
+    with torch.inference_mode():
+        y = ffn(x.detach(), w, b)
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_op_gradcheck_float64():
     ins, Y = _ffn(dim=6, hidden=5)
     ffn = tct.op(ins, [Y])  # declared float32, compiled again for float64 tensors
@@ -410,3 +435,20 @@ def test_embedding_and_its_gradient_match_torch():
     bad[0, 0], bad[1, 1] = 11, -1         # outside [0, 11): zeros, no memory read
     out = o(w.detach(), bad)
     assert torch.count_nonzero(out[0, 0]) == 0 and torch.count_nonzero(out[1, 1]) == 0
+
+
+def test_call_grad_inputs_reads_inputs_that_require_grad_and_refuses_such_outputs():
+    f = _axpy()
+    a = torch.randn(5, 8, requires_grad=True)
+    b, c = torch.randn(5, 8), torch.zeros(5, 8)
+    with pytest.raises(ArgumentError, match="requires grad"):
+        f(a, b, c)  # the public call refuses it, as Tensor.numpy() does
+    f.call_grad_inputs(a, b, c)  # tecomp.torch's forward: read in place
+    torch.testing.assert_close(c, a.detach() * 2 + b)
+    c.zero_()
+    f.call_grad_inputs(a, b.t().contiguous().t(), c)  # a strided input: the generic path
+    torch.testing.assert_close(c, a.detach() * 2 + b)
+    out = torch.zeros(5, 8, requires_grad=True)
+    with pytest.raises(ArgumentError, match="requires grad"):
+        f.call_grad_inputs(a, b, out)  # an output is written: never one that requires grad
+    assert not out.detach().any()

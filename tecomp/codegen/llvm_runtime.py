@@ -183,11 +183,12 @@ class _CallPlan:
                 if q is not o and (q.pos, o.pos) not in pairs:
                     pairs.append((o.pos, q.pos))
         self.alias_pairs = pairs
+        self.output_positions = frozenset(p.pos for p in outs)
         self.size = self.nb + sig.num_slots + _ERR_WORDS
         self.err_base = self.nb + sig.num_slots
 
 
-def _fast_path_source(plan: _CallPlan, tensors: bool = False) -> str:
+def _fast_path_source(plan: _CallPlan, tensors: bool = False, grad_inputs: bool = False) -> str:
     """Python source of the fast argument binder of one kernel.
 
     It handles the hot case -- exact ``numpy.ndarray`` arguments of the right dtype and
@@ -199,7 +200,9 @@ def _fast_path_source(plan: _CallPlan, tensors: bool = False) -> str:
     ``tensors=True``: the same for exact ``torch.Tensor`` arguments (contiguous, on the
     CPU, not requiring grad), which it passes by data pointer (``tensor.data_ptr()``)
     to the kernel's plain entry; torch keeps every tensor inside its storage, and two
-    contiguous tensors overlap exactly when their byte ranges do.
+    contiguous tensors overlap exactly when their byte ranges do.  ``grad_inputs=True``
+    (tecomp.torch's forward, inside an autograd function): input tensors may require
+    grad (the kernel only reads them); outputs still may not.
     """
     L = ["def fast(args, sc):"]
     w = L.append
@@ -211,8 +214,9 @@ def _fast_path_source(plan: _CallPlan, tensors: bool = False) -> str:
         names.append(nm)
         w(f"    {nm} = args[{p.pos}]")
         if tensors:
+            grad = "" if grad_inputs and not p.is_output else f" or {nm}.requires_grad"
             w(f"    if type({nm}) is not Tensor or {nm}.dtype is not tdt{p.data_index} or "
-              f"not {nm}.is_cpu or {nm}.requires_grad: return None")
+              f"not {nm}.is_cpu{grad}: return None")
         else:
             w(f"    if type({nm}) is not ndarray or {nm}.dtype != dt{p.data_index}: return None")
             # memory that is not an ndarray's own (as_strided, __array_interface__, a buffer
@@ -421,6 +425,7 @@ class Module(Timed):
         self._fast_source = _fast_path_source(self._plan)
         self._fast = _compile_fast_path(self._fast_source, self._plan) or _no_fast_path
         self._fast_tensors = None  # the torch binder: made when a call first passes a tensor
+        self._fast_grad = None  # the same for call_grad_inputs
         why = target.runs_here() if target is not None else None
         if why is not None:
             # compiled for a CPU feature this one lacks: a call would execute an illegal
@@ -519,13 +524,36 @@ class Module(Timed):
         if rc:
             self._raise_kernel_error(v, rc, sc)
 
-    def _tensor_binder(self):
+    def _tensor_binder(self, grad_inputs: bool = False):
         """The fast binder for torch tensors (see :func:`_fast_path_source`), or a function
         that always says no when this kernel has no such binder."""
         if self._fast.__name__ == "refuse":
             return self._fast  # compiled for a CPU this one is not: every call raises
-        return _compile_fast_path(_fast_path_source(self._plan, tensors=True), self._plan,
-                                  tensors=True) or _no_fast_path
+        return _compile_fast_path(_fast_path_source(self._plan, tensors=True,
+                                                    grad_inputs=grad_inputs),
+                                  self._plan, tensors=True) or _no_fast_path
+
+    def call_grad_inputs(self, *args):
+        """Call with torch tensors whose inputs may require grad (tecomp.torch's forward,
+        inside its autograd function, where the kernel's reads are not recorded anyway):
+        the tensor binder without the detach; anything it does not take goes through
+        :meth:`__call__` with the inputs detached."""
+        sc = self._tls.__dict__.get("s")
+        if sc is None:
+            sc = _Scratch(self._plan)
+            self._tls.s = sc
+        fg = self._fast_grad
+        if fg is None:
+            fg = self._fast_grad = self._tensor_binder(grad_inputs=True)
+        key = fg(args, sc) if len(args) == self._plan.nparams else None
+        if key is None:  # (an output that requires grad is refused there)
+            outs = self._plan.output_positions
+            return self(*[a.detach() if k not in outs and getattr(a, "requires_grad", False)
+                          else a for k, a in enumerate(args)])
+        v = self._variants.get(key) or self._variant(*key)
+        rc = v.fn_ptr(sc.base, sc.args_addr, sc.err_addr)
+        if rc:
+            self._raise_kernel_error(v, rc, sc)
 
     def _prepare(self, args, sc: _Scratch) -> Tuple[str, bool]:
         """Check (argcheck) and bind ``args`` into the scratch block; return the variant
