@@ -64,7 +64,11 @@ def test_requantize_matches_torch():
 
 @pytest.mark.parametrize("params", [(0.05, 120, 0.08, 100, 0.1, 128),
                                     (0.013, 3, 0.2, 250, 0.07, 17),
-                                    (0.3, 0, 0.3, 0, 0.25, 5)])
+                                    (0.3, 0, 0.3, 0, 0.25, 5),
+                                    # saturating: without the float clamp (|v| <= 2**29
+                                    # from the scales), and with it (|v| up to 2**30.3)
+                                    (0.05, 120, 0.08, 100, 1e-6, 128),
+                                    (0.05, 120, 0.08, 100, 1e-8, 128)])
 @pytest.mark.parametrize("auto", [False, True], ids=["plain", "auto_schedule"])
 def test_quantized_add_matches_torch(params, auto):
     """Against PyTorch's vector kernel: one thread and a multiple of 64 elements, so that
@@ -86,6 +90,25 @@ def test_quantized_add_matches_torch(params, auto):
     finally:
         torch.set_num_threads(threads)
     np.testing.assert_array_equal(c, want.int_repr().numpy())
+
+
+def test_quantized_add_saturates_past_int32():
+    """|v| past 2**31 (out_scale 1e-9): every output saturates by the sign of the real
+    sum. (PyTorch's vector kernel converts such a value to INT_MIN, so a large positive
+    sum comes out 0 there: tecomp does not copy that.)"""
+    rng = np.random.default_rng(5)
+    n = 4096
+    qa = rng.integers(0, 256, n).astype(np.uint8)
+    qb = rng.integers(0, 256, n).astype(np.uint8)
+    A = tc.placeholder((n,), "uint8", name="A")
+    B = tc.placeholder((n,), "uint8", name="B")
+    C = quant.quantized_add(A, 0.05, 120, B, 0.08, 100, 1e-9, 128)
+    c = np.empty(n, np.uint8)
+    _build([A, B], C, True)(qa, qb, c)
+    real = (qa.astype(np.float64) - 120) * 0.05 + (qb.astype(np.float64) - 100) * 0.08
+    far = np.abs(real) > 1e-3  # (a real sum of 0 comes out of float32 as +-1e-9 or 0)
+    assert far.sum() > n * 0.9
+    np.testing.assert_array_equal(c[far], np.where(real[far] > 0, 255, 0))
 
 
 def test_quantized_concatenate_matches_torch():

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -112,13 +112,16 @@ def _round_clamp(t, dtype: str):
                        Const(float(hi), "float64")).astype(dtype)
 
 
-def _add_zero_point(v, zero_point: int, dtype: str):
+def _add_zero_point(v, zero_point: int, dtype: str, bound: Optional[float] = None):
     """``clamp(rint(v) + zero_point)`` as ``dtype``, ``v`` float32, the zero point added in
     int32 (the rounded value is first clamped to +-2**30 in float32, which keeps saturated
-    values saturated)."""
+    values saturated; left out when ``bound``, a bound of ``|v|`` known from the inputs'
+    dtypes and the scales, is below 2**29)."""
     lo, hi = QDTYPES[dtype]
     r = _te.round(v)
-    r = _te.minimum(_te.maximum(r, Const(-2.0 ** 30, "float32")), Const(2.0 ** 30, "float32"))
+    if bound is None or not bound < 2.0 ** 29:
+        r = _te.minimum(_te.maximum(r, Const(-2.0 ** 30, "float32")),
+                        Const(2.0 ** 30, "float32"))
     r = r.astype("int32") + zero_point
     return _te.minimum(_te.maximum(r, lo), hi).astype(dtype)
 
@@ -201,9 +204,13 @@ def quantized_add(a, a_scale, a_zp, b, b_scale, b_zp, out_scale, out_zp,
         pre = _f32(np.float32(s) * np.float32(-z))
         return _te.fma(q.astype("float32"), Const(_f32(s), "float32"), Const(pre, "float32"))
 
+    # |q - z| <= the dtype's span, so |c * inv| is bounded (float32 rounding included)
+    span = QDTYPES[dtype][1] - QDTYPES[dtype][0]
+    bound = 1.01 * span * (float(sa) + float(sb)) * float(inv)
+
     def f(*i):
         c = deq(a[i], sa, za) + deq(b[i], sb, zb)
-        return _add_zero_point(c * Const(inv, "float32"), zo, dtype)  # rint(c * inv) + zp
+        return _add_zero_point(c * Const(inv, "float32"), zo, dtype, bound)  # rint(c*inv)+zp
 
     return _te.compute(a.shape, f, name=name, tag="elemwise,quantized_add")
 
