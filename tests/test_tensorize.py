@@ -345,3 +345,132 @@ def test_strided_arrays_run_the_intrinsic_or_the_declared_loops(step):
             cv[:] = 0
             g(av, b, cv)
             np.testing.assert_array_equal(cv, _ref(a, b))
+
+
+# -- CUDA: dp4a, and a user's CUDA C emitter ---------------------------------------------------
+
+
+def _needs_cxx():
+    from tecomp.codegen.cuda_emu import find_cxx
+
+    try:
+        find_cxx()
+    except Exception:  # noqa: BLE001
+        pytest.skip("no C++ compiler for the CUDA emulation")
+
+
+def _dp4a_gemm(M, N, K, a_dtype="uint8", offset=0, gpu=True):
+    """C[i, j] = sum_k A[i, k + offset] * B[j, k] (B as [N, K], both int8 rows read 4
+    bytes at a time), one element per CUDA thread, the reduction split by 4 and the
+    4-element step run as dp4a."""
+    A = tc.placeholder((M, K + offset), a_dtype, name="A")
+    B = tc.placeholder((N, K), "int8", name="B")
+    k = tc.reduce_axis((0, K), name="k")
+    C = tc.compute((M, N), lambda i, j: tc.sum(
+        A[i, k + offset].astype("int32") * B[j, k].astype("int32"), axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    io, ii = s[C].split(i, factor=4)
+    jo, ji = s[C].split(j, factor=8)
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=4)
+    s[C].reorder(io, jo, ii, ji, ko, ki)
+    if gpu:
+        for ax, tag in ((io, "blockIdx.y"), (jo, "blockIdx.x"), (ii, "threadIdx.y"),
+                        (ji, "threadIdx.x")):
+            s[C].bind(ax, tc.thread_axis(tag))
+    name = "cuda.dp4a_u8s8s32" if a_dtype == "uint8" else "cuda.dp4a_s8s8s32"
+    s[C].tensorize(ki, tc.tensor_intrin(name))
+    return s, [A, B, C]
+
+
+def _dp4a_data(M, N, K, a_dtype, offset=0, seed=3):
+    rng = np.random.default_rng(seed)
+    lo, hi = (0, 256) if a_dtype == "uint8" else (-128, 128)
+    a = rng.integers(lo, hi, (M, K + offset)).astype(a_dtype)
+    b = rng.integers(-128, 128, (N, K)).astype(np.int8)
+    a[0, :] = hi - 1 if a_dtype == "uint8" else -128   # the extreme products
+    b[0, :] = -128
+    want = a[:, offset:].astype(np.int64) @ b.astype(np.int64).T
+    return a, b, want
+
+
+@pytest.mark.parametrize("a_dtype,offset", [("uint8", 0), ("int8", 0), ("uint8", 1)],
+                         ids=["u8s8", "s8s8", "u8s8-unaligned"])
+def test_cuda_dp4a_gemm_in_the_emulation(a_dtype, offset):
+    """The CUDA C emitter's code (tc_dp4a_us / tc_dp4a_ss on words read by tc_ld_b32, byte
+    by byte where a row starts off a 4-byte boundary) run by the CUDA emulation."""
+    _needs_cxx()
+    s, args = _dp4a_gemm(8, 16, 20, a_dtype, offset)
+    f = tc.build(s, args, target="cuda-emu")
+    src = f.get_source("cuda")
+    helper = "tc_dp4a_us" if a_dtype == "uint8" else "tc_dp4a_ss"
+    assert f"= {helper}(tc_a, tc_b, C[" in src and "tc_ld_b32(" in src
+    a, b, want = _dp4a_data(8, 16, 20, a_dtype, offset)
+    c = np.zeros((8, 16), np.int32)
+    f(a, b, c)
+    np.testing.assert_array_equal(c, want)
+
+
+@pytest.mark.parametrize("a_dtype,ptx", [("uint8", "dp4a.u32.s32"), ("int8", "dp4a.s32.s32")])
+def test_cuda_dp4a_compiles_to_the_ptx_instruction(a_dtype, ptx):
+    from tecomp.codegen.cuda import codegen_cuda, compile_ptx, find_nvcc
+
+    if find_nvcc() is None:
+        pytest.skip("nvcc is not on PATH")
+    s, args = _dp4a_gemm(8, 16, 20, a_dtype)
+    text = compile_ptx(str(codegen_cuda(tc.lower(s, args))), "sm_90")
+    assert ptx in text
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_a_cuda_intrinsic_on_the_cpu_runs_its_loops(backend):
+    """An intrinsic with only a CUDA emitter, in a CPU schedule: the declared loops."""
+    s, args = _dp4a_gemm(8, 16, 12, gpu=False)
+    a, b, want = _dp4a_data(8, 16, 12, "uint8")
+    c = np.zeros((8, 16), np.int32)
+    run(s, args, [a, b, c], backend)
+    np.testing.assert_array_equal(c, want)
+
+
+def test_tensor_intrins_for_a_cuda_target():
+    names = [t.name for t in tc.tensor_intrins_for("cuda")]
+    assert names == ["cuda.dp4a_s8s8s32", "cuda.dp4a_u8s8s32"]
+    assert names == [t.name for t in tc.tensor_intrins_for("cuda-emu")]
+    assert not any(n.startswith("cuda.") for n in
+                   (t.name for t in tc.tensor_intrins_for("llvm")))
+
+
+def test_a_user_declared_cuda_intrinsic():
+    """A float32 4-element dot product written as CUDA C through the builder: views'
+    elements (at), temporaries (tmp) and the block it gets of its own."""
+    _needs_cxx()
+    a = tc.placeholder((4,), name="a")
+    b = tc.placeholder((4,), name="b")
+    r = tc.reduce_axis((0, 4), name="r")
+    c = tc.compute((1,), lambda i: tc.sum(a[r] * b[r], axis=r), name="c")
+    seen = []
+
+    def emit(cb, ins, outs):
+        seen.append((ins[0].strides, ins[1].strides, outs[0].shape))
+        terms = " + ".join(f"{ins[0].at(q)} * {ins[1].at(q)}" for q in range(4))
+        t = cb.tmp("float", f"({terms})", "dot")
+        cb.emit(f"{outs[0].at(0)} += {t};  // my.dot4")
+
+    intrin = tc.decl_tensor_intrin(c, cuda=emit, name="my.dot4")
+    X = tc.placeholder((6, 8), name="X")
+    W = tc.placeholder((5, 8), name="W")
+    k = tc.reduce_axis((0, 8), name="k")
+    Y = tc.compute((6, 5), lambda i, j: tc.sum(X[i, k] * W[j, k], axis=k), name="Y")
+    s = tc.create_schedule(Y.op)
+    i, j = Y.op.axis
+    ko, ki = s[Y].split(k, factor=4)
+    s[Y].bind(i, tc.thread_axis("blockIdx.x"))
+    s[Y].bind(j, tc.thread_axis("threadIdx.x"))
+    s[Y].tensorize(ki, intrin)
+    f = tc.build(s, [X, W, Y], target="cuda-emu")
+    assert "// my.dot4" in f.get_source("cuda") and seen == [((1,), (1,), (1,))]
+    rng = np.random.default_rng(4)
+    x, w = rng.random((6, 8), np.float32), rng.random((5, 8), np.float32)
+    y = np.zeros((6, 5), np.float32)
+    f(x, w, y)
+    np.testing.assert_allclose(y, x.astype(np.float64) @ w.T, rtol=1e-5)

@@ -164,6 +164,42 @@ class CudaRenderer(CSource):
             "         (int)threadIdx.x, (int)threadIdx.y, (int)threadIdx.z, msg);\n"
             "  __trap();\n"
             "}}"),
+        # tensor intrinsics (tecomp.te.intrin_cuda): 4 bytes as one word, and dp4a, in
+        # PTX on the device and in portable C in the emulation
+        "tc_ld_b32": (
+            "// 4 bytes at p as one little-endian word (one load where p is 4-byte aligned).\n"
+            "{q} unsigned int tc_ld_b32(const void* p) {{\n"
+            "  const unsigned char* b = (const unsigned char*)p;\n"
+            "  if ((((unsigned long long)b) & 3ull) == 0) return *(const unsigned int*)b;\n"
+            "  return (unsigned int)b[0] | ((unsigned int)b[1] << 8) | ((unsigned int)b[2] << 16)\n"
+            "         | ((unsigned int)b[3] << 24);\n"
+            "}}"),
+        "tc_dp4a_us": (
+            "// c + the dot product of the 4 unsigned bytes of a and the 4 signed bytes of b.\n"
+            "{q} int tc_dp4a_us(unsigned int a, unsigned int b, int c) {{\n"
+            "#if defined(__CUDA_ARCH__)\n"
+            "  int d;\n"
+            "  asm(\"dp4a.u32.s32 %0, %1, %2, %3;\" : \"=r\"(d) : \"r\"(a), \"r\"(b), \"r\"(c));\n"
+            "  return d;\n"
+            "#else\n"
+            "  unsigned int acc = (unsigned int)c;\n"
+            "  for (int k = 0; k < 4; ++k)\n"
+            "    acc += (unsigned int)((int)((a >> (8 * k)) & 255u) * (int)(signed char)(b >> (8 * k)));\n"
+            "  return (int)acc;\n"
+            "#endif\n"
+            "}}"),
+        "tc_dp4a_ss": (
+            "// c + the dot product of the 4 signed bytes of a and of b.\n"
+            "{q} int tc_dp4a_ss(unsigned int a, unsigned int b, int c) {{\n"
+            "#if defined(__CUDA_ARCH__)\n"
+            "  return __dp4a((int)a, (int)b, c);\n"
+            "#else\n"
+            "  unsigned int acc = (unsigned int)c;\n"
+            "  for (int k = 0; k < 4; ++k)\n"
+            "    acc += (unsigned int)((int)(signed char)(a >> (8 * k)) * (int)(signed char)(b >> (8 * k)));\n"
+            "  return (int)acc;\n"
+            "#endif\n"
+            "}}"),
     }
 
     def __init__(self, namer: Namer, launch: Dict[str, Expr], shared: List[Buffer],
@@ -367,6 +403,58 @@ class CudaRenderer(CSource):
         else:
             raise BuildError(f"buffer {s.buffer.name} has the unknown scope {scope!r}; "
                              "use 'global', 'shared' or 'local'")
+
+    # tensor intrinsics ----------------------------------------------------------------
+    def _s_TensorIntrinCall(self, s) -> None:
+        """The intrinsic's ``cuda`` emitter, given each operand's region as a
+        :class:`~tecomp.codegen.cuda_intrin.CudaIntrinView`; without one, the loops it
+        replaced.  Strides known only when the kernel runs: a dense intrinsic runs when
+        they are the declared layout's and the loops otherwise; any other intrinsic gets
+        them as C text."""
+        from ..ir.simplify import simplify
+        from ..te.tensor_intrin import row_major
+        from .cuda_intrin import CudaIntrinBuilder, CudaIntrinView
+
+        intrin = s.intrin
+        if intrin.cuda is None:
+            super()._s_TensorIntrinCall(s)
+            return
+        views, checks = [], []
+        for n, (ph, buf) in enumerate(zip([intrin.output] + list(intrin.inputs), s.buffers)):
+            shape = tuple(int(x.value) for x in ph.shape)
+            bstrides = buf.effective_strides()
+            strides, want = [], row_major(shape)
+            for d in range(len(shape)):
+                acc = None
+                for c, bs in zip(s.coefs[n][d], bstrides):
+                    if c:
+                        t = _op.mul(Const(c, bs.dtype), bs)
+                        acc = t if acc is None else _op.add(acc, t)
+                acc = simplify(acc) if acc is not None else Const(0, "int32")
+                if isinstance(acc, Const):
+                    strides.append(int(acc.value))
+                elif intrin.dense:
+                    strides.append(want[d])
+                    if shape[d] > 1:
+                        checks.append(f"({self.expr_top(acc)}) == {want[d]}")
+                else:
+                    strides.append(f"({self.expr_top(acc)})")
+            views.append(CudaIntrinView(ph.name, buf.name, buf.dtype, self.ctype(buf.dtype),
+                                        shape, tuple(strides), self.buffer_ref(buf),
+                                        self.flat_index(buf, s.base(n))))
+        self.emit(_comment(f"tensorize {intrin.name} (stage {s.stage})"))
+        if checks:
+            self.open_block("if (" + " && ".join(checks) + ")")
+        else:  # a block of its own: the emitter's temporaries
+            self.emit("{")
+            self.indent += 1
+            self._scopes.append(set())
+        intrin.cuda(CudaIntrinBuilder(self, intrin.name), views[1:], views[:1])
+        self.close_block()
+        if checks:
+            self.open_block("else")
+            self.stmt(s.fallback)
+            self.close_block()
 
     # calls ------------------------------------------------------------------------
     def special_call(self, c: Call) -> None:

@@ -23,29 +23,22 @@ from typing import Sequence, Tuple
 from llvmlite import ir
 
 from ..errors import BuildError
+from ..te.tensor_intrin import IntrinOperand
 
 _PTR = ir.PointerType()
 _I64 = ir.IntType(64)
 _TYPE = re.compile(r"\s*(?:<\s*(\d+)\s*x\s*)?(i\d+|float|double|half)\s*>?\s*")
 
 
-class IntrinView:
-    """One operand of a tensor intrinsic: the region of buffer ``buffer_name`` that the
-    declared placeholder ``name`` (``shape``, ``dtype``) stands for; ``strides`` in
-    elements, one per dimension of ``shape``."""
+class IntrinView(IntrinOperand):
+    """One operand of a tensor intrinsic for LLVM (see
+    :class:`~tecomp.te.tensor_intrin.IntrinOperand`): ``strides`` are ints."""
 
     def __init__(self, name: str, buffer_name: str, dtype: str, shape: Tuple[int, ...],
                  strides: Tuple[int, ...], ptr, mem_type):
-        self.name = name
-        self.buffer_name = buffer_name
-        self.dtype = dtype
-        self.shape = shape
-        self.strides = strides
+        super().__init__(name, buffer_name, dtype, shape, strides)
         self._ptr = ptr
         self._mem = mem_type
-
-    def __repr__(self):
-        return f"IntrinView({self.name} -> {self.buffer_name}, {self.dtype}{list(self.shape)}, strides={list(self.strides)})"
 
 
 class IntrinBuilder:

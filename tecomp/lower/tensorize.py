@@ -58,6 +58,14 @@ def tensorize_call(ctx, st, leaves, t: int, value: Expr, store_idx, fallback, re
     red = [iv for iv in region if iv.kind == "reduce"]
     vmap: Dict[Var, Var] = {}
     for kind, mine, theirs in (("data-parallel", data, iop.axis), ("reduction", red, iop.reduce_axis)):
+        if len(mine) != len(theirs) and kind == "data-parallel":
+            # the intrinsic's axes of extent 1 may have no loop in the region (one output
+            # element per thread, as CUDA's dp4a): they are 0 there
+            ones = [b for b in theirs if b.dom.extent.value == 1]
+            if ones and len(mine) == len(theirs) - len(ones):
+                for b in ones:
+                    vmap[b.var] = Const(0, b.var.dtype)
+                theirs = [b for b in theirs if b.dom.extent.value != 1]
         if len(mine) != len(theirs):
             raise ScheduleError(
                 f"{what}: the region has {len(mine)} {kind} loop(s) "
@@ -210,6 +218,9 @@ def _region(ph, buf, idx, place, rvars, ranges, what):
     base = [simplify(substitute(e, zero), ranges) for e in idx]
     cf: List[tuple] = []
     for v in place:
+        if not isinstance(v, Var):  # an axis of extent 1 with no loop in the region
+            cf.append((0,) * len(idx))
+            continue
         at = dict(zero)
         at[v] = Const(1, v.dtype)
         row = []
@@ -222,7 +233,7 @@ def _region(ph, buf, idx, place, rvars, ranges, what):
     for e, b, d in zip(idx, base, range(len(idx))):
         rest = e - b
         for v, row in zip(place, cf):
-            if row[d]:
+            if row[d] and isinstance(v, Var):
                 rest = rest - Const(row[d], v.dtype) * v
         r = simplify(rest, ranges)
         if not (isinstance(r, Const) and r.value == 0):

@@ -20,17 +20,25 @@ pattern), plus what to emit for it.  ``tc.decl_tensor_intrin(C, llvm=emit, requi
   buffer that the declared placeholder stands for: its pointer, element strides).  For a
   reduction it *accumulates* into ``outs`` (TVM's ``update``); tecomp writes the reducer's
   identity itself before the first update.
+* ``cuda(cb, ins, outs)`` -- what the CUDA C backends (``cuda`` and ``cuda-emu``, one
+  text for both) emit in its place, given a
+  :class:`~tecomp.codegen.cuda_intrin.CudaIntrinBuilder` ``cb`` (statements, temporaries,
+  tecomp's device helpers such as ``tc_dp4a_us``) and one
+  :class:`~tecomp.codegen.cuda_intrin.CudaIntrinView` per operand (C pointer text,
+  element strides); it accumulates like ``llvm``.  A backend without an emitter for the
+  intrinsic runs the loops it replaced.
 * ``requires`` -- the CPU features the emitted code needs (``"avx512vnni"``); building
   for a target without them raises :class:`~tecomp.errors.TargetError`.
 * ``dense`` (default True) -- each operand's region must be laid out as the declared
   placeholder: row major and contiguous (lowering checks the strides and says which
   operand to pack); ``dense=False`` hands any constant strides to ``llvm``.
 
-The interpreter and the CUDA C backends run the loops of the declared computation (the
-``fallback`` of :class:`~tecomp.ir.stmt.TensorIntrinCall`), so a tensorized schedule
-gives the same result everywhere.  Built-in intrinsics (``tc.tensor_intrin(name)``) live
-in :mod:`tecomp.te.intrin_x86`; only those can be named in a stored trace or tuning
-record (a record names an intrinsic, it never carries code).
+The interpreter, and a backend the intrinsic has no emitter for, run the loops of the
+declared computation (the ``fallback`` of :class:`~tecomp.ir.stmt.TensorIntrinCall`), so a
+tensorized schedule gives the same result everywhere.  Built-in intrinsics
+(``tc.tensor_intrin(name)``) live in :mod:`tecomp.te.intrin_x86` and
+:mod:`tecomp.te.intrin_cuda`; only those can be named in a stored trace or tuning record
+(a record names an intrinsic, it never carries code).
 """
 from __future__ import annotations
 
@@ -47,12 +55,13 @@ from .tensor import ComputeOp, PlaceholderOp, Tensor
 class TensorIntrin:
     """A declared tensor intrinsic (made by :func:`decl_tensor_intrin`)."""
 
-    def __init__(self, name, op, inputs, llvm, requires, dense):
+    def __init__(self, name, op, inputs, llvm, requires, dense, cuda=None):
         self.name = name
         self.op = op
         self.inputs = inputs                 # the placeholders, in the order ins[] gets them
         self.output = op.output(0)
         self.llvm = llvm
+        self.cuda = cuda
         self.requires = requires
         self.dense = dense
         self.reduce = isinstance(op.body, Reduce)
@@ -76,8 +85,27 @@ class TensorIntrin:
                 "with an intrinsic this target has (tc.tensor_intrins_for(target))")
 
 
+class IntrinOperand:
+    """What a backend's emitter knows of one operand of a tensor intrinsic: the region of
+    buffer ``buffer_name`` that the declared placeholder ``name`` (``shape``, ``dtype``)
+    stands for, ``strides`` in elements, one per dimension of ``shape`` (the backends'
+    views add how to address it)."""
+
+    def __init__(self, name: str, buffer_name: str, dtype: str, shape, strides):
+        self.name = name
+        self.buffer_name = buffer_name
+        self.dtype = dtype
+        self.shape = tuple(shape)
+        self.strides = tuple(strides)
+
+    def __repr__(self):
+        return (f"{type(self).__name__}({self.name} -> {self.buffer_name}, {self.dtype}"
+                f"{list(self.shape)}, strides={list(self.strides)})")
+
+
 def decl_tensor_intrin(op, llvm: Optional[Callable] = None, name: Optional[str] = None,
-                       requires=(), dense: bool = True) -> TensorIntrin:
+                       requires=(), dense: bool = True,
+                       cuda: Optional[Callable] = None) -> TensorIntrin:
     """Declare a tensor intrinsic (see the module docstring)."""
     if isinstance(op, Tensor):
         op = op.op
@@ -95,6 +123,9 @@ def decl_tensor_intrin(op, llvm: Optional[Callable] = None, name: Optional[str] 
     if llvm is not None and not callable(llvm):
         raise ComputeError(f"{what}: llvm must be a function (ib, ins, outs) that emits the "
                            f"intrinsic, or None; got {llvm!r:.60}")
+    if cuda is not None and not callable(cuda):
+        raise ComputeError(f"{what}: cuda must be a function (cb, ins, outs) that emits the "
+                           f"intrinsic as CUDA C, or None; got {cuda!r:.60}")
     if isinstance(requires, str):
         requires = (requires,)
     try:
@@ -140,7 +171,7 @@ def decl_tensor_intrin(op, llvm: Optional[Callable] = None, name: Optional[str] 
     if isinstance(body, Reduce) and not (getattr(body.condition, "value", None) is True):
         raise ComputeError(f"{what}: the declared reduction has a where= condition; an "
                            "intrinsic computes whole blocks (leave out where=)")
-    return TensorIntrin(name, op, tuple(inputs), llvm, requires, bool(dense))
+    return TensorIntrin(name, op, tuple(inputs), llvm, requires, bool(dense), cuda)
 
 
 def row_major(shape) -> list:
@@ -167,10 +198,12 @@ def builtin_intrins() -> Dict[str, TensorIntrin]:
     """Every built-in intrinsic by name (declared once, on first use)."""
     with _LOCK:
         if not _BUILTIN:
-            from . import intrin_x86
+            from . import intrin_cuda, intrin_x86
 
             for op, emit, name, requires in intrin_x86.declarations():
                 _BUILTIN[name] = decl_tensor_intrin(op, llvm=emit, name=name, requires=requires)
+            for op, emit, name in intrin_cuda.declarations():
+                _BUILTIN[name] = decl_tensor_intrin(op, cuda=emit, name=name)
     return _BUILTIN
 
 
@@ -195,7 +228,11 @@ def tensor_intrins_for(target="llvm") -> list:
     from ..target import as_target
 
     tgt = as_target(target)
+    if tgt.kind in ("cuda", "cuda-emu"):
+        return sorted((t for t in builtin_intrins().values() if t.cuda is not None),
+                      key=lambda t: t.name)
     if tgt.kind != "llvm":
         return []
-    found = [t for t in builtin_intrins().values() if not t.missing_features(tgt)]
+    found = [t for t in builtin_intrins().values()
+             if t.llvm is not None and not t.missing_features(tgt)]
     return sorted(found, key=lambda t: -int(t.output.shape[0].value))

@@ -109,7 +109,8 @@ def test_not_an_intrinsic():
 
 def test_unknown_builtin_name():
     with pytest.raises(tc.ScheduleError, match=r"no built-in intrinsic is called 'x86.amx'; the "
-                                               r"built-ins are x86.avx2_u8s8s32_8x4"):
+                                               r"built-ins are cuda.dp4a_s8s8s32, cuda.dp4a_u8s8s32, "
+                                               r"x86.avx2_u8s8s32_8x4"):
         tc.tensor_intrin("x86.amx")
 
 
@@ -217,3 +218,57 @@ def test_forged_record_naming_an_unknown_intrinsic():
     with pytest.raises(tc.ScheduleError, match=r"trace step .* \(tensorize\) names something this "
                                                r"DAG does not have"):
         replay(steps, [C])
+
+
+# -- CUDA emitters -------------------------------------------------------------------------
+
+
+def _dot4(cuda):
+    a = tc.placeholder((4,), "int8", name="a")
+    b = tc.placeholder((4,), "int8", name="b")
+    r = tc.reduce_axis((0, 4), name="r")
+    c = tc.compute((1,), lambda i: tc.sum(a[r].astype("int32") * b[r].astype("int32"), axis=r),
+                   name="c")
+    return tc.decl_tensor_intrin(c, cuda=cuda, name="my.dot4")
+
+
+def _cuda_gemm(intrin, at_j=False):
+    A = tc.placeholder((8, 16), "int8", name="A")
+    B = tc.placeholder((16, 16), "int8", name="B")   # [N, K]: rows of k contiguous
+    k = tc.reduce_axis((0, 16), name="k")
+    C = tc.compute((8, 16), lambda i, j: tc.sum(A[i, k].astype("int32") * B[j, k].astype("int32"),
+                                                axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=4)
+    s[C].reorder(i, ko, j, ki) if at_j else s[C].reorder(i, j, ko, ki)
+    s[C].bind(i, tc.thread_axis("blockIdx.x"))
+    s[C].tensorize(j if at_j else ki, intrin)
+    return s, [A, B, C]
+
+
+def test_decl_with_a_cuda_emitter_that_is_not_a_function():
+    with pytest.raises(tc.ComputeError, match=r"decl_tensor_intrin my.dot4: cuda must be a function "
+                                              r"\(cb, ins, outs\) that emits the intrinsic as CUDA C"):
+        _dot4("dp4a(a, b, c)")
+
+
+@pytest.mark.parametrize("body,match", [
+    (lambda cb, ins, outs: cb.helper("system"), r"tensor intrinsic my.dot4: no device helper "
+                                                r"'system'; the helpers are tc_ld_b32"),
+    (lambda cb, ins, outs: outs[0].at(1), r"tensor intrinsic operand c: index \(1,\) is outside "
+                                          r"its shape \(1,\)"),
+    (lambda cb, ins, outs: cb.emit("x;\n#include <cstdlib>"), r"tensor intrinsic my.dot4: emit\(\) "
+                                                             r"takes one line of C text"),
+], ids=["unknown-helper", "element-outside", "two-lines"])
+def test_cuda_emitter_mistakes(body, match):
+    s, args = _cuda_gemm(_dot4(body))
+    with pytest.raises(tc.BuildError, match=match):
+        tc.build(s, args, target="cuda-emu")
+
+
+def test_dp4a_at_a_loop_with_a_data_parallel_loop_inside():
+    s, args = _cuda_gemm(tc.tensor_intrin("cuda.dp4a_s8s8s32"), at_j=True)
+    with pytest.raises(tc.ScheduleError, match=r"with cuda.dp4a_s8s8s32: loop j runs 16 times, and "
+                                               r"the intrinsic's axis i that it maps to 1"):
+        _lower(s, args)

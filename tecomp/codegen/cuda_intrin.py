@@ -1,0 +1,99 @@
+"""What a tensor intrinsic's ``cuda`` function gets: the operands' regions as
+:class:`CudaIntrinView` and a :class:`CudaIntrinBuilder` over the kernel being written.
+
+The emitter writes CUDA C statements; the same text is compiled by nvcc and, in the
+CUDA emulation, by a C++ compiler::
+
+    def dp4a(cb, ins, outs):                              # c[0] += a[0:4] . b[0:4]
+        ld = cb.helper("tc_ld_b32")                       # 4 bytes as one word
+        a = cb.tmp("unsigned int", f"{ld}({ins[0].ptr})")
+        b = cb.tmp("unsigned int", f"{ld}({ins[1].ptr})")
+        cb.emit(f"{outs[0].at(0)} = {cb.helper('tc_dp4a_us')}({a}, {b}, {outs[0].at(0)});")
+
+``view.ptr`` is a C expression of a pointer to the region's first element (of the
+buffer's element type), ``view.at(i, j, ...)`` the C lvalue of one element.  The region
+is as large as the declared placeholder; what the emitter reads or writes beyond it is
+its own bug.  The statements go into a block of their own, so temporaries never clash.
+"""
+from __future__ import annotations
+
+from typing import Sequence, Tuple, Union
+
+from ..errors import BuildError
+from ..ir.expr import Var
+from ..te.tensor_intrin import IntrinOperand
+
+#: tecomp's device helpers an emitter may call (defined in tecomp.codegen.cuda)
+HELPERS = ("tc_ld_b32", "tc_dp4a_us", "tc_dp4a_ss")
+
+
+class CudaIntrinView(IntrinOperand):
+    """One operand of a tensor intrinsic in CUDA C (see
+    :class:`~tecomp.te.tensor_intrin.IntrinOperand`): ``ptr`` C text of a pointer to its
+    first element, ``ctype`` the C type of an element, ``strides`` ints, or C text where
+    they are known only when the kernel runs."""
+
+    def __init__(self, name: str, buffer_name: str, dtype: str, ctype: str,
+                 shape: Tuple[int, ...], strides: Tuple[Union[int, str], ...], array: str,
+                 base: str):
+        super().__init__(name, buffer_name, dtype, shape, strides)
+        self.ctype = ctype
+        self._array = array   # C name of the buffer
+        self._base = base     # C text: the element offset of the region's first element
+        self.ptr = f"({array} + {base})" if base != "0" else array
+
+    def offset(self, index: Sequence[int] = ()) -> str:
+        """C text of the element offset of ``self[index]`` from the region's first."""
+        index = tuple(index) or (0,) * len(self.shape)
+        if len(index) != len(self.shape) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
+                for i, n in zip(index, self.shape)):
+            raise BuildError(f"tensor intrinsic operand {self.name}: index {index!r:.60} is "
+                             f"outside its shape {self.shape}")
+        const, terms = 0, []
+        for i, s in zip(index, self.strides):
+            if i == 0:
+                continue
+            if isinstance(s, int):
+                const += i * s
+            else:
+                terms.append(f"{i} * ({s})")
+        if const or not terms:
+            terms.append(str(const))
+        return " + ".join(terms)
+
+    def at(self, *index: int) -> str:
+        """C lvalue of element ``index`` (ints, default all 0) of the region."""
+        off = self.offset(index)
+        if off == "0":
+            return f"{self._array}[{self._base}]"
+        return f"{self._array}[{self._base} + {off}]"
+
+
+class CudaIntrinBuilder:
+    """Emits one tensor intrinsic into the CUDA C kernel being written."""
+
+    def __init__(self, renderer, intrin_name: str):
+        self._r = renderer
+        self.name = intrin_name
+
+    def emit(self, line: str) -> None:
+        """Append one line of C (a statement)."""
+        if not isinstance(line, str) or "\n" in line or "\r" in line:
+            raise BuildError(f"tensor intrinsic {self.name}: emit() takes one line of C "
+                             f"text, got {line!r:.60}")
+        self._r.emit(line)
+
+    def tmp(self, ctype: str, value: str, hint: str = "t") -> str:
+        """Declare ``const ctype NAME = value;`` with a fresh name, and return the name."""
+        name = self._r.name(Var(f"tc_{hint}" if hint.isidentifier() else "tc_t", "int32"))
+        self.emit(f"const {ctype} {name} = {value};")
+        return name
+
+    def helper(self, name: str) -> str:
+        """The name of tecomp's device helper ``name`` (one of :data:`HELPERS`), whose
+        definition is then emitted with the kernel."""
+        if name not in HELPERS:
+            raise BuildError(f"tensor intrinsic {self.name}: no device helper {name!r:.40}; "
+                             f"the helpers are {', '.join(HELPERS)}")
+        return self._r.helper(name)
