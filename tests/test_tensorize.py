@@ -474,3 +474,23 @@ def test_a_user_declared_cuda_intrinsic():
     y = np.zeros((6, 5), np.float32)
     f(x, w, y)
     np.testing.assert_allclose(y, x.astype(np.float64) @ w.T, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("a_dtype,offset", [("uint8", 0), ("int8", 0), ("uint8", 1)],
+                         ids=["u8s8", "s8s8", "u8s8-unaligned"])
+def test_gpu_dp4a_gemm(a_dtype, offset):
+    """The dp4a GEMM on a real GPU (``pytest -m gpu``): the PTX instruction itself."""
+    from tecomp.errors import RuntimeUnavailableError
+    from tecomp.runtime import cuda as runtime_cuda
+
+    try:
+        runtime_cuda.default_driver()
+    except RuntimeUnavailableError as exc:
+        pytest.skip(str(exc))
+    s, args = _dp4a_gemm(64, 96, 132, a_dtype, offset)
+    f = tc.build(s, args, target="cuda")
+    a, b, want = _dp4a_data(64, 96, 132, a_dtype, offset)
+    c = np.zeros((64, 96), np.int32)
+    f(a, b, c)
+    np.testing.assert_array_equal(c, want)
