@@ -98,6 +98,32 @@ def test_fuzzer_int8_gemm_cases_are_tensorized_often():
     assert 8 <= hits <= 32
 
 
+@pytest.mark.parametrize("seed", range(60 if LONG else 8))
+def test_fuzz_gpu_int8_gemms_with_dp4a(seed):
+    """Int8 GEMMs in the CUDA emulation, the reduction run as cuda.dp4a_u8s8s32 where the
+    layout allows (sometimes into a local accumulator): exact against numpy and the
+    interpreter; the reproducer names the intrinsic."""
+    import shutil
+
+    from tecomp.testing.diff import draw_gpu_int8_gemm_case
+
+    if not shutil.which("g++"):
+        pytest.skip("no C++ compiler for the CUDA emulation")
+    case = draw_gpu_int8_gemm_case(RandomDraw(30_000 + seed), name=f"seed {30_000 + seed}")
+    out = run_case(case)
+    assert out.ok, out.report()
+    if any(st[0] == "tensorize" for st in case.steps):
+        assert 'tc.tensor_intrin("cuda.dp4a_u8s8s32")' in case.source()
+
+
+def test_fuzzer_gpu_int8_gemm_cases_are_tensorized_often():
+    from tecomp.testing.diff import draw_gpu_int8_gemm_case
+
+    hits = sum(any(st[0] == "tensorize" for st in draw_gpu_int8_gemm_case(
+        RandomDraw(seed)).steps) for seed in range(60))
+    assert 6 <= hits <= 40
+
+
 # ---------------------------------------------------------------------------------
 # the fuzzer itself
 

@@ -356,6 +356,21 @@ def draw_int8_gemm_case(d, *, name: str = "", target: str = "llvm") -> Case:
     return Case(prog, [], 5, seed, target, name, auto=-1 if pick == 0 else d.int(0, 2**16))
 
 
+def draw_gpu_int8_gemm_case(d, *, name: str = "") -> Case:
+    """An int8 GEMM (``gen.gen_int8_gemm``) in the CUDA emulation, its reduction run as
+    ``cuda.dp4a_u8s8s32`` where the layout allows (``sched.gen_gpu_int8_gemm_schedule``)."""
+    from .gen import gen_int8_gemm
+    from .sched import gen_gpu_int8_gemm_schedule
+
+    prog = gen_int8_gemm(d)
+    seed = d.int(0, 2**16)
+    try:
+        steps = gen_gpu_int8_gemm_schedule(d, prog)
+    except Exception:  # noqa: BLE001 - replayed (and reported) by run_case
+        steps = list(getattr(gen_gpu_int8_gemm_schedule, "last_steps", []))
+    return Case(prog, steps, 5, seed, "cuda-emu", name)
+
+
 def draw_case(d, *, target: str = "llvm", max_stages: int = 4, max_steps: int = 6,
               dtypes=None, name: str = "", auto: bool = False) -> Case:
     """A random program with a random legal schedule.  If the schedule generator itself

@@ -11,7 +11,8 @@ schedule instead (its analytic one, or its rules with random knobs); every
 the auto-scheduler tensorizes with the target's u8 x s8 dot-product intrinsic where its
 shape allows (random knobs: which intrinsic or none, the register block); every
 ``--gpu-every``-th case is a GPU-bound schedule run
-in the CUDA emulation (needs g++; 0 disables); every ``--torch-every``-th CPU case also
+in the CUDA emulation (needs g++; 0 disables), a quarter of them (with
+``--tensorize-every``) int8 GEMMs whose reduction runs as CUDA's dp4a; every ``--torch-every``-th CPU case also
 runs with torch tensors for its arrays, and every ``--aot-every``-th exported with
 ``export_library`` and loaded with ``tc.load_module``.  Cases run in worker subprocesses, so a
 case that kills its process (a segfault in generated code) is recorded as a crash and the
@@ -44,13 +45,16 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
     code built on this machine)."""
     import dataclasses
 
-    from .diff import draw_case, draw_int8_gemm_case
+    from .diff import draw_case, draw_gpu_int8_gemm_case, draw_int8_gemm_case
     from .draw import RandomDraw
 
     target = "llvm"
     if gpu_every and seed % gpu_every == gpu_every - 1 and shutil.which(os.environ.get("CXX", "g++")):
         target = "cuda-emu"
-    if target == "llvm" and tensorize_every and seed % tensorize_every == 3 % tensorize_every:
+    if target == "cuda-emu" and tensorize_every and (seed // gpu_every) % 4 == 3:
+        case = draw_gpu_int8_gemm_case(RandomDraw(seed), name=f"fuzz seed {seed} (int8 GEMM, "
+                                       "cuda-emu: dp4a)")
+    elif target == "llvm" and tensorize_every and seed % tensorize_every == 3 % tensorize_every:
         case = draw_int8_gemm_case(RandomDraw(seed), name=f"fuzz seed {seed} (int8 GEMM, "
                                    "auto_schedule: tensorize)")
     elif target == "llvm" and auto_every and seed % auto_every == auto_every // 2:

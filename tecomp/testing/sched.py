@@ -133,6 +133,9 @@ class Replay:
         elif k == "bind":
             _, _, pos, tag = step
             st.bind(leaves[pos], tc.thread_axis(tag))
+        elif k == "tensorize":
+            _, _, pos, name = step
+            st.tensorize(leaves[pos], tc.tensor_intrin(name))
         else:
             raise ValueError(f"unknown step {step!r}")
 
@@ -191,6 +194,9 @@ def steps_source(steps) -> str:
             nc += 1
         elif k == "bind":
             L.append(f's[{step[1]}].bind({lv(step[1])}[{step[2]}], tc.thread_axis("{step[3]}"))')
+        elif k == "tensorize":
+            L.append(f's[{step[1]}].tensorize({lv(step[1])}[{step[2]}], '
+                     f'tc.tensor_intrin("{step[3]}"))')
     return "\n".join(L)
 
 
@@ -523,6 +529,61 @@ def _gpu_cross_thread(d, prog, r, steps, h):
         _try(r, steps, ("compute_at", local, h, 3))
 
 
+def _gpu_flat(r: Replay, steps: list, h: str, T: int) -> None:
+    """Stage ``h``'s data axes fused, split by ``T``, the outer loop bound to blockIdx.x
+    and the inner to threadIdx.x."""
+    nd = len(r.stage(h).op.axis)
+    if nd > 1:
+        _try(r, steps, ("fuse", h, 0, nd))
+    _try(r, steps, ("split", h, 0, "factor", T))
+    _try(r, steps, ("bind", h, 0, "blockIdx.x"))
+    _try(r, steps, ("bind", h, 1, "threadIdx.x"))
+
+
+def gen_gpu_int8_gemm_schedule(d, prog, built=None, nvar=None):
+    """The int8 GEMM of :func:`tecomp.testing.gen.gen_int8_gemm` on the GPU: every root
+    stage's data axes fused, split by T, bound to blockIdx.x and threadIdx.x; the GEMM's
+    reduction split by 4 and, where each operand's 4 bytes are contiguous (W as [N, K])
+    and the draw says so (three times in four), its inner loop tensorized with
+    ``cuda.dp4a_u8s8s32``; sometimes the GEMM accumulates in a local cache_write
+    computed at the thread axis (the intrinsic then adds into a register array)."""
+    from ..ir.expr import ProducerLoad
+    from ..ir.functor import collect
+
+    if built is None:
+        built, nvar = prog.build()
+    r = Replay(prog, built, nvar)
+    steps: list = []
+    gen_gpu_int8_gemm_schedule.last_steps = steps
+    gemm = next(h for h in _handles(r, lambda st: _is_reduce_stage(st)))
+    op = r.stage(gemm).op
+    (rk,) = op.reduce_axis
+    K = int(rk.dom.extent.value)
+    reads = collect(op.body, lambda e: isinstance(e, ProducerLoad))
+    dense = all(ld.indices[-1] is rk.var for ld in reads)
+    for h in _handles(r, lambda st: st.attach_type == "root"):
+        st = r.stage(h)
+        T = d.choice((8, 4, 32, 3))
+        cache = None
+        if h == gemm and st.is_output and d.bool(0.4):
+            _try(r, steps, ("cache_write", h, "local"))
+            cache = f"c{r.ncache - 1}"
+            st = r.stage(h)
+        _gpu_flat(r, steps, h, T)
+        red = None
+        if cache is not None:
+            _try(r, steps, ("compute_at", cache, h, 1))
+            red = (cache, len(r.stage(cache).op.axis))  # its data axes, then k
+        elif h == gemm:
+            red = (h, 2)                                 # (fused outer, inner), then k
+        if red is not None and K % 4 == 0:
+            rh, pos = red
+            _try(r, steps, ("split", rh, pos, "factor", 4))
+            if dense and d.bool(0.75):
+                _try(r, steps, ("tensorize", rh, pos + 1, "cuda.dp4a_u8s8s32"))
+    return steps
+
+
 def gen_gpu_schedule(d, prog, built=None, nvar=None):
     """Every non-output elementwise stage inlined; a reduction, sometimes, across the
     threads of a block (:func:`_gpu_cross_thread`); every other stage: data axes fused,
@@ -559,12 +620,7 @@ def gen_gpu_schedule(d, prog, built=None, nvar=None):
             _try(r, steps, ("cache_write", h, "local"))
             cache = f"c{r.ncache - 1}"
             st = r.stage(h)
-        nd = len(st.op.axis)
-        if nd > 1:
-            _try(r, steps, ("fuse", h, 0, nd))
-        _try(r, steps, ("split", h, 0, "factor", T))
-        _try(r, steps, ("bind", h, 0, "blockIdx.x"))
-        _try(r, steps, ("bind", h, 1, "threadIdx.x"))
+        _gpu_flat(r, steps, h, T)
         if cache is not None:
             _try(r, steps, ("compute_at", cache, h, 1))
         if shared is not None:
