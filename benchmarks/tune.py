@@ -281,7 +281,8 @@ def read_histories(logs):
     so far), ...]}``, trials counted from 1.  A record is a dict with "times" (seconds
     or null), "ok", "trial" (its index in the search) and "search" ("model" or
     "random"); the candidate's time is the median of its times, as the search takes it.
-    Lines that are not such records are skipped."""
+    Lines that are not such records, and the search's "final" re-measurements, are
+    skipped."""
     out = {}
     for name, paths in logs.items():
         per_mode = {}
@@ -296,6 +297,8 @@ def read_histories(logs):
                     except (ValueError, KeyError, TypeError, AttributeError):
                         continue
                     mode = str(rec.get("search") or os.path.basename(path).split(".")[-2])
+                    if mode == "final":
+                        continue  # the finalists measured again after the search
                     per_mode.setdefault(mode, []).append((trial, secs))
         for mode, recs in per_mode.items():
             best, hist = math.inf, []

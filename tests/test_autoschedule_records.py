@@ -130,3 +130,18 @@ def test_cost_model_ranks_candidates():
     def ranks(v):
         return np.argsort(np.argsort(v))
     assert np.corrcoef(ranks(score), ranks(-secs[150:]))[0, 1] > 0.7   # Spearman
+
+
+def test_best_record_prefers_the_final_measurements(tmp_path):
+    """A search's finalists, measured again at its end (search "final"), outrank a
+    single lucky early measurement of another candidate."""
+    log = tmp_path / "r.jsonl"
+    key = {"hash": "k", "shapes": {}, "target": "llvm", "cpu": "x"}
+    lucky = [["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": 4}]]
+    steady = [["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": 8}]]
+    records.append_record(log, records.make_record(key, lucky, [0.9], search="model"))
+    records.append_record(log, records.make_record(key, steady, [1.0], search="model"))
+    assert records.best_record(log, key)["trace"] == lucky
+    records.append_record(log, records.make_record(key, lucky, [0.9, 1.3, 1.3], search="final"))
+    records.append_record(log, records.make_record(key, steady, [1.0, 1.0, 1.1], search="final"))
+    assert records.best_record(log, key)["trace"] == steady

@@ -260,11 +260,14 @@ def load_records(path, key: Optional[dict] = None) -> List[dict]:
 
 def best_record(path, key: dict) -> Optional[dict]:
     """The fastest (median time) record of workload ``key`` that ran correctly, or None;
-    of equal ones, the first in the log."""
+    of equal ones, the first in the log.  Where a search ended with its finalists measured
+    again (records with ``"search": "final"``: every timing of a candidate, interleaved
+    with the others), only those records compete."""
+    recs = [r for r in load_records(path, key) if r.get("ok") and r.get("times")]
+    final = [r for r in recs if r.get("search") == "final"]
     best, best_t = None, math.inf
-    for rec in load_records(path, key):
-        if rec.get("ok") and rec.get("times"):
-            t = statistics.median(rec["times"])
-            if t < best_t:
-                best, best_t = rec, t
+    for rec in final or recs:
+        t = statistics.median(rec["times"])
+        if t < best_t:
+            best, best_t = rec, t
     return best
