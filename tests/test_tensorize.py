@@ -8,6 +8,7 @@ import pytest
 
 import tecomp as tc
 from helpers import run
+from tecomp.testing.hostile import HOSTILE
 
 AVX2 = "x86.avx2_u8s8s32_8x4"
 VNNI16 = "x86.vnni_u8s8s32_16x4"
@@ -494,3 +495,42 @@ def test_gpu_dp4a_gemm(a_dtype, offset):
     c = np.zeros((64, 96), np.int32)
     f(a, b, c)
     np.testing.assert_array_equal(c, want)
+
+
+def _named_dp4a(names):
+    """The dp4a GEMM of _dp4a_gemm with every tensor and axis named by ``names``."""
+    A = tc.placeholder((8, 20), "uint8", name=names[0])
+    B = tc.placeholder((16, 20), "int8", name=names[1])
+    k = tc.reduce_axis((0, 20), name=names[2])
+    C = tc.compute((8, 16), lambda i, j: tc.sum(A[i, k].astype("int32") * B[j, k].astype("int32"),
+                                                axis=k), name=names[3])
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    ko, ki = s[C].split(k, factor=4)
+    s[C].bind(i, tc.thread_axis("blockIdx.x"))
+    s[C].bind(j, tc.thread_axis("threadIdx.x"))
+    s[C].tensorize(ki, tc.tensor_intrin("cuda.dp4a_u8s8s32"))
+    return s, [A, B, C]
+
+
+@pytest.mark.parametrize("index", range(len(HOSTILE)))
+def test_hostile_names_in_a_tensorized_cuda_kernel(index):
+    """Every name of a dp4a kernel a hostile string (tecomp.testing.hostile): the CUDA C
+    has the same structure as with plain names (identifiers, comments and strings
+    blanked), and where the emulation can build it, the same results."""
+    from tecomp.codegen.cuda import codegen_cuda
+    from tecomp.testing.hostile import skeleton
+
+    name = HOSTILE[index]
+    plain = _named_dp4a(["A", "B", "k", "C"])
+    evil = _named_dp4a([name, name + "b", name + "k", name + "c"])
+    texts = [codegen_cuda(tc.lower(s, args, target="cuda")).source for s, args in (plain, evil)]
+    assert skeleton(texts[0], "cuda") == skeleton(texts[1], "cuda")
+    assert "tc_dp4a_us(" in texts[1]
+    if index < 3:
+        _needs_cxx()
+        f = tc.build(*evil, target="cuda-emu")
+        a, b, want = _dp4a_data(8, 16, 20, "uint8")
+        c = np.zeros((8, 16), np.int32)
+        f(a, b, c)
+        np.testing.assert_array_equal(c, want)
