@@ -889,16 +889,25 @@ class _Rules:
 
 def block_rate(mr: int, nr: int, L: int, ev: Optional[int], eu: Optional[int]) -> float:
     """Modelled useful FMAs per cycle of an ``mr x nr`` register block (two FMA and two
-    load ports; an FMA's latency of 4 cycles needs 8 independent accumulators), times
-    the fraction of lanes and rows that do useful work at the edges."""
+    load ports), times the fraction of lanes and rows that do useful work at the edges.
+    An FMA's latency of 4 cycles needs 8 independent accumulators in theory; a step takes
+    at least 6 cycles here, so that blocks of 12 accumulators win over those of 8 (BLIS's
+    6 x 16 on AVX2: a 3x3 conv over rows of 56, 64 channels, AMD EPYC Zen 3, 1 thread,
+    6 x 16 blocks 2.68-2.94 ms, 4 x 16 3.20-3.29, 12 x 8 3.21-3.32, PyTorch 2.69-2.94)."""
     nv = -(-nr // L)
-    cycles = max(mr * nv / 2.0, (mr + nv) / 2.0, 4.0)
+    cycles = max(mr * nv / 2.0, (mr + nv) / 2.0, 6.0)
     # (ties between blocks that all keep the FMA ports busy: fewer loads per FMA leave
     # the caches more room, and a narrower panel keeps more reduction steps in L1, so
     # 12 x 2 vectors wins over 6 x 4: A^T B 1024x1024x512, 2 threads, 3.6 against 6.4 ms)
     rate = mr * nv / cycles * (1.0 - 0.05 * (mr + nv) / (mr * nv) - 0.04 * nv)
     if ev is not None:
-        rate *= ev / (nv * L * -(-ev // nr) if nr >= L else max(ev, 1))
+        if nr >= L and ev % nr and ev % L == 0:
+            # a tail of whole vectors: the last block is a narrower one of its own, at a
+            # lower rate, not a block of wasted lanes (the 56-wide rows above: 3 blocks
+            # of 16 and one of 8)
+            rate *= (ev - ev % nr * 0.15) / ev
+        else:
+            rate *= ev / (nv * L * -(-ev // nr) if nr >= L else max(ev, 1))
         if nr < L:
             rate *= nr / L
     if eu is not None:
