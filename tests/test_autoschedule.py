@@ -309,6 +309,36 @@ def test_dense_template_only_for_few_rows():
     assert knobs.space["dense.generic_rules"] == [True, False]
 
 
+@pytest.mark.parametrize("width,block", [(56, (6, 16)), (28, (2, 28))])
+def test_register_blocks_on_avx2(width, block):
+    """The generic rules' block for a 3x3 conv (64 channels, rows of ``width``) on an AVX2
+    target (16 registers, no masks): 12 accumulators where the registers allow (6 output
+    channels x 2 vectors, the 56-wide rows' last 8 lanes a narrower block), and a 28-wide
+    row as one block of 8 + 8 + 8 + 4 lanes rather than 16-lane blocks whose 12-lane tail
+    would run lane by lane.  The results are right where the target runs."""
+    import tecomp.nn as tnn
+    from tecomp.autoschedule.rules import Knobs, apply_rules
+    from tecomp.nn.schedule_cpu import cpu_info
+
+    target = "llvm -mcpu=haswell"
+    X = tc.placeholder((1, 64, width, width), name="X")
+    W = tc.placeholder((64, 64, 3, 3), name="W")
+    Y = tnn.conv2d_nchw(X, W, padding=1)
+    knobs = Knobs({"template": False})   # the generic rules, as a search may try them
+    s = apply_rules([X, W, Y], knobs, cpu_info(target), {})
+    assert (knobs.values["conv2d_nchw.mr"], knobs.values["conv2d_nchw.nr"]) == block
+    if tc.Target(target).runs_here() is not None:
+        return
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 64, width, width)).astype("float32")
+    w = rng.standard_normal((64, 64, 3, 3)).astype("float32")
+    y = np.empty((1, 64, width, width), "float32")
+    tc.build(s, [X, W, Y], target=target)(x, w, y)
+    torch = pytest.importorskip("torch")
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1)
+    np.testing.assert_allclose(y, want.numpy(), rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("target", ["llvm -mcpu=haswell", "llvm -mattr=+avx2,+fma",
                                     "llvm -mcpu=skylake-avx512"])
 def test_block_vector_covers_a_short_row_unguarded(target):

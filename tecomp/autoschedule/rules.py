@@ -654,16 +654,18 @@ class _Rules:
 
     def _whole(self, nr: int, ev: Optional[int]) -> int:
         """Without AVX-512's mask registers, ``ev`` for a panel ``nr`` that covers the
-        whole axis (extent ``ev``) in one or two vectors: the vector is then the axis,
+        whole axis (extent ``ev``) in one to four vectors: the vector is then the axis,
         unguarded, instead of ``nr`` lanes with a guard past ``ev`` in every vector
         statement, which AVX2 runs lane by lane.  A 1x1 conv over rows of 14 pixels
         (256 -> 256 channels, 14x14), AMD EPYC Zen 3, 2 threads, interleaved (each
         after PyTorch's spinning threads, so each a little slow): 1.00 ms against 3.53 as
         a guarded 16-lane block, 0.48 once the code generator emitted the 14 lanes as 8 +
         6 instead of one 14-lane vector; ``benchmarks/tune.py --quick``: 1.98 ms before
-        both, 0.20 after (PyTorch 0.33).  With AVX-512 a guarded lane is a masked one, and
+        both, 0.20 after (PyTorch 0.33).  A 3x3 conv over rows of 28 (128 channels, Zen
+        3, 1 thread): one 28-wide block (8 + 8 + 8 + 4 lanes) 3.4 ms, 16-wide blocks with
+        a guarded 12-lane tail 20.4.  With AVX-512 a guarded lane is a masked one, and
         the panel stays as it was."""
-        if ev is not None and ev <= nr and ev <= 2 * self.L and not self.info.masks:
+        if ev is not None and ev <= nr and ev <= 4 * self.L and not self.info.masks:
             return ev
         return nr
 
@@ -683,7 +685,7 @@ class _Rules:
             for mr in range(1, min(budget, 16) + 1):
                 if eu is not None and mr > eu:
                     break
-                r = block_rate(mr, nr, L, ev, eu)
+                r = block_rate(mr, nr, L, ev, eu, info.masks)
                 if r > best + 1e-9:
                     best, arg = r, (mr, nr)
         return arg
@@ -887,7 +889,8 @@ class _Rules:
         self.parallel(st, axes[:-1] or axes, exts[:-1] or exts)
 
 
-def block_rate(mr: int, nr: int, L: int, ev: Optional[int], eu: Optional[int]) -> float:
+def block_rate(mr: int, nr: int, L: int, ev: Optional[int], eu: Optional[int],
+               masks: bool = True) -> float:
     """Modelled useful FMAs per cycle of an ``mr x nr`` register block (two FMA and two
     load ports), times the fraction of lanes and rows that do useful work at the edges.
     An FMA's latency of 4 cycles needs 8 independent accumulators in theory; a step takes
@@ -901,7 +904,13 @@ def block_rate(mr: int, nr: int, L: int, ev: Optional[int], eu: Optional[int]) -
     # 12 x 2 vectors wins over 6 x 4: A^T B 1024x1024x512, 2 threads, 3.6 against 6.4 ms)
     rate = mr * nv / cycles * (1.0 - 0.05 * (mr + nv) / (mr * nv) - 0.04 * nv)
     if ev is not None:
-        if nr >= L and ev % nr and ev % L == 0:
+        if nr >= L and ev % nr and ev % nr % L and not masks:
+            # without AVX-512's masks the guarded lanes of a tail that is not whole
+            # vectors run one by one (a 3x3 conv over rows of 28, 128 channels, Zen 3, 1
+            # thread: 6 x 16 blocks 20.4 ms, the row as one 28-wide block of 8 + 8 + 8 + 4
+            # lanes 3.4, PyTorch 3.0)
+            rate *= 0.25 * ev / (nv * L * -(-ev // nr))
+        elif nr >= L and ev % nr and ev % L == 0:
             # a tail of whole vectors: the last block is a narrower one of its own, at a
             # lower rate, not a block of wasted lanes (the 56-wide rows above: 3 blocks
             # of 16 and one of 8)
