@@ -339,6 +339,40 @@ def test_register_blocks_on_avx2(width, block):
     np.testing.assert_allclose(y, want.numpy(), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("target,window,generic", [
+    ("llvm -mcpu=haswell", 3, True), ("llvm -mcpu=haswell", 1, False),
+    ("llvm -mcpu=skylake-avx512", 3, False)])
+def test_nchw_conv_template_or_generic_rules(target, window, generic):
+    """On a CPU without AVX-512's masks the auto-scheduler gives a 3x3 NCHW conv (with its
+    epilogue) the generic rules by default, a 1x1 the template; with AVX-512 the template.
+    The knob is in the space, so a search tries the other."""
+    import tecomp.nn as tnn
+    from tecomp.autoschedule.rules import Knobs, apply_rules
+    from tecomp.nn.schedule_cpu import cpu_info
+
+    X = tc.placeholder((1, 16, 12, 12), name="X")
+    W = tc.placeholder((16, 16, window, window), name="W")
+    b = tc.placeholder((16,), name="b")
+    Y = tnn.relu(tnn.bias_add(tnn.conv2d_nchw(X, W, padding=window // 2), b))
+    knobs = Knobs()
+    s = apply_rules([X, W, b, Y], knobs, cpu_info(target), {})
+    assert knobs.values["conv2d_nchw.generic_rules"] is generic
+    assert knobs.space["conv2d_nchw.generic_rules"] == [True, False]
+    assert ("conv2d_nchw.mr" in knobs.values) is generic   # the generic rules' block knob
+    if tc.Target(target).runs_here() is not None:
+        return
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 16, 12, 12)).astype("float32")
+    w = rng.standard_normal((16, 16, window, window)).astype("float32")
+    bb = rng.standard_normal(16).astype("float32")
+    y = np.empty((1, 16, 12, 12), "float32")
+    tc.build(s, [X, W, b, Y], target=target)(x, w, bb, y)
+    torch = pytest.importorskip("torch")
+    want = torch.relu(torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w),
+                                                 torch.from_numpy(bb), padding=window // 2))
+    np.testing.assert_allclose(y, want.numpy(), rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("target", ["llvm -mcpu=haswell", "llvm -mattr=+avx2,+fma",
                                     "llvm -mcpu=skylake-avx512"])
 def test_block_vector_covers_a_short_row_unguarded(target):
