@@ -2235,10 +2235,11 @@ def _conv_for_generic_rules(conv, knobs, info: CpuInfo) -> bool:
     """Whether the auto-scheduler schedules this NCHW convolution with its generic rules
     rather than the template (a knob).  By default on a CPU without AVX-512's masks, for
     a window larger than 1x1: there the rules' register blocks (12 accumulators, a row of
-    up to four vectors as one block) beat the template's on every 3x3 layer of ResNet
-    measured, and lose on a 1x1 (AMD EPYC Zen 3, 1 thread, batch 1, + bias + relu, ms:
-    64->64 56x56 2.98 against 3.81, 128->128 28x28 3.30 / 4.59, 256->256 14x14 3.33 / 3.62,
-    512->512 7x7 4.67 / 6.79, the stride-2 3x3s 1.00-1.22x; 2048->512 7x7 1x1 5.60 / 2.82)."""
+    up to four vectors as one block) beat the template's on the 3x3 layers of ResNet
+    measured, and lose on a 1x1 (AMD EPYC Zen 3, quiet, 2 threads, batch 1, + bias +
+    relu, ms: 64->64 56x56 1.61 against 2.39, 128->128 28x28 1.79 / 2.58, 256->256 14x14
+    1.80 / 2.02, 512->512 7x7 2.62 / 3.28, the stride-2 3x3s 1.03-1.28x; 1 thread
+    0.98-1.41x; 2048->512 7x7 1x1 3.42 / 1.52)."""
     weight = _conv_weight(conv.output(0))
     window = 1
     for e in weight.shape[2:]:
