@@ -170,7 +170,8 @@ kernels, _, _ = te_kernels(w, te)
 mod = tvm.IRModule({{f"k{{i}}": te.create_prim_func([t for _, t in k]).with_attr(
     "global_symbol", f"k{{i}}") for i, k in enumerate(kernels)}})
 db = ms.tune_tir(mod, target, {work!r}, max_trials_global={trials},
-                 num_trials_per_iter=max(1, min(64, {trials} // len(kernels))))
+                 num_trials_per_iter=max(1, min(64, {trials} // len(kernels))),
+                 builder=ms.builder.LocalBuilder(timeout_sec={build_timeout}))
 for i in range(len(kernels)):
     sch = ms.tir_integration.compile_tir(db, mod[f"k{{i}}"], target)
     if sch is None:
@@ -194,7 +195,7 @@ def _tvm_hint(out):
     return ""
 
 
-def tvm_fn(w, threads, trials, work_dir):
+def tvm_fn(w, threads, trials, work_dir, build_timeout=30.0):
     """TVM MetaSchedule: tuned in a subprocess (a crash there skips the column instead of
     ending the benchmark), the library it exports loaded and timed here."""
     try:
@@ -212,7 +213,8 @@ def tvm_fn(w, threads, trials, work_dir):
     target = {"kind": "llvm", "mcpu": lb.get_host_cpu_name(), "num-cores": threads}
     os.makedirs(work_dir, exist_ok=True)
     code = _TVM_TUNE.format(bench=os.path.dirname(os.path.abspath(__file__)), name=w.name,
-                            target=target, work=work_dir, trials=trials)
+                            target=target, work=work_dir, trials=trials,
+                            build_timeout=float(build_timeout))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if r.returncode != 0:
         tail = [x for x in (r.stdout + r.stderr).splitlines()
@@ -344,6 +346,9 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="fewer rounds, no GEMM 2048")
     p.add_argument("--trials", type=int, default=0, help="tecomp's measured search (0: none)")
     p.add_argument("--tvm-trials", type=int, default=0, help="TVM MetaSchedule (0: none)")
+    p.add_argument("--tvm-build-timeout", type=float, default=30.0,
+                   help="seconds MetaSchedule's LocalBuilder may take per candidate (its "
+                        "default, 30, timed out every candidate of bmm Q.K^T on the Zen 3)")
     p.add_argument("--tvm-only", default="",
                    help="with --tvm-trials: tune TVM only on workloads whose name contains this "
                         "(several: separated by commas)")
@@ -421,7 +426,7 @@ def main(argv=None):
             try:
                 wd = os.path.join(log_dir, "tvm-" + _slug(w.name))
                 t0 = time.perf_counter()
-                fns["tvm-ms"] = tvm_fn(w, threads, a.tvm_trials, wd)
+                fns["tvm-ms"] = tvm_fn(w, threads, a.tvm_trials, wd, a.tvm_build_timeout)
                 notes.append(f"tvm-ms tuned in {time.perf_counter() - t0:.0f} s")
             except Skip as e:
                 if str(e).startswith("not installed"):
