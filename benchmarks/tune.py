@@ -19,7 +19,9 @@ turns in one process, the order rotating every round, and the table shows median
   ships (Mullapudi2016, Adams2019 with its bundled weights, Li2018), each given the
   machine (parallelism = threads, last-level cache from sysfs); the column shows the
   fastest of them and names it;
-* ``tvm-ms``: TVM MetaSchedule (``tvm.s_tir.meta_schedule.tune_tir``) with ``--tvm-trials``.
+* ``tvm-ms``: TVM MetaSchedule (``tvm.s_tir.meta_schedule.tune_tir``) with ``--tvm-trials``
+  (its LocalBuilder given ``--tvm-build-timeout`` seconds, default 600: with its own 30
+  every candidate timed out on a 2-core VM).
 
 Ratios are tecomp's speed over the other's (> 1: tecomp is faster).  ``--plot`` runs the
 search twice per workload (random and model-guided, same trial count), reads the best
@@ -195,7 +197,7 @@ def _tvm_hint(out):
     return ""
 
 
-def tvm_fn(w, threads, trials, work_dir, build_timeout=30.0):
+def tvm_fn(w, threads, trials, work_dir, build_timeout=600.0):
     """TVM MetaSchedule: tuned in a subprocess (a crash there skips the column instead of
     ending the benchmark), the library it exports loaded and timed here."""
     try:
@@ -346,9 +348,9 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="fewer rounds, no GEMM 2048")
     p.add_argument("--trials", type=int, default=0, help="tecomp's measured search (0: none)")
     p.add_argument("--tvm-trials", type=int, default=0, help="TVM MetaSchedule (0: none)")
-    p.add_argument("--tvm-build-timeout", type=float, default=30.0,
-                   help="seconds MetaSchedule's LocalBuilder may take per candidate (its "
-                        "default, 30, timed out every candidate of bmm Q.K^T on the Zen 3)")
+    p.add_argument("--tvm-build-timeout", type=float, default=600.0,
+                   help="seconds MetaSchedule's LocalBuilder may take (its own default, 30, "
+                        "timed out every candidate of bmm Q.K^T on the 2-core Zen 3)")
     p.add_argument("--tvm-only", default="",
                    help="with --tvm-trials: tune TVM only on workloads whose name contains this "
                         "(several: separated by commas)")
