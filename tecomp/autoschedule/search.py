@@ -15,8 +15,9 @@ lines, :mod:`tecomp.autoschedule.records`) when there is one.
 
 At the end the :data:`FINALISTS` fastest candidates and the analytic one are measured
 again, :data:`FINAL_ROUNDS` times, in an order that rotates every round (unless the
-search used up its ``timeout``), and the fastest median over all of each one's timings wins (``Trial.final_seconds``; logged as records
-with ``"search": "final"``, which ``log=`` replays first).  One measurement per candidate,
+search used up its ``timeout``), and the fastest median over all of each one's timings
+wins (``Trial.final_seconds``; logged as records with ``"search": "final"``, which
+``log=`` replays first).  One measurement per candidate,
 minutes apart on a busy machine, picked slower schedules than the analytic one where a
 few percent separated them (conv 1x1, GEMM 127x509x257 on the Zen 3; RESULTS.md).
 """

@@ -60,7 +60,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ..errors import BuildError, ResourceLimitError, RuntimeUnavailableError
+from ..errors import BuildError, InternalError, ResourceLimitError, RuntimeUnavailableError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import LT, Buffer, BufferLoad, Call, CommReducer, Const, Expr, Max, Var
@@ -407,54 +407,41 @@ class CudaRenderer(CSource):
     # tensor intrinsics ----------------------------------------------------------------
     def _s_TensorIntrinCall(self, s) -> None:
         """The intrinsic's ``cuda`` emitter, given each operand's region as a
-        :class:`~tecomp.codegen.cuda_intrin.CudaIntrinView`; without one, the loops it
-        replaced.  Strides known only when the kernel runs: a dense intrinsic runs when
-        they are the declared layout's and the loops otherwise; any other intrinsic gets
-        them as C text."""
-        from ..ir.simplify import simplify
-        from ..te.tensor_intrin import row_major
+        :class:`~tecomp.codegen.cuda_intrin.CudaIntrinView` (in a C block of its own, for
+        its temporaries); without one, the loops it replaced.  A CUDA buffer's strides
+        are the ones lowering saw, which checked a dense intrinsic's layout; any other
+        intrinsic gets strides that are not constants as C text."""
+        from ..lower.tensorize import operand_strides
         from .cuda_intrin import CudaIntrinBuilder, CudaIntrinView
 
         intrin = s.intrin
         if intrin.cuda is None:
             super()._s_TensorIntrinCall(s)
             return
-        views, checks = [], []
+        views = []
         for n, (ph, buf) in enumerate(zip([intrin.output] + list(intrin.inputs), s.buffers)):
             shape = tuple(int(x.value) for x in ph.shape)
-            bstrides = buf.effective_strides()
-            strides, want = [], row_major(shape)
-            for d in range(len(shape)):
-                acc = None
-                for c, bs in zip(s.coefs[n][d], bstrides):
-                    if c:
-                        t = _op.mul(Const(c, bs.dtype), bs)
-                        acc = t if acc is None else _op.add(acc, t)
-                acc = simplify(acc) if acc is not None else Const(0, "int32")
-                if isinstance(acc, Const):
-                    strides.append(int(acc.value))
+            strides = []
+            for d, e in enumerate(operand_strides(buf, s.coefs[n])):
+                if isinstance(e, Const):
+                    strides.append(int(e.value))
+                elif shape[d] == 1:
+                    strides.append(0)   # never stepped
                 elif intrin.dense:
-                    strides.append(want[d])
-                    if shape[d] > 1:
-                        checks.append(f"({self.expr_top(acc)}) == {want[d]}")
+                    raise InternalError(f"tensorize {intrin.name} on stage {s.stage}: operand "
+                                        f"{ph.name} has stride {e} after lowering checked "
+                                        "its dense layout")
                 else:
-                    strides.append(f"({self.expr_top(acc)})")
+                    strides.append(f"({self.expr_top(e)})")
             views.append(CudaIntrinView(ph.name, buf.name, buf.dtype, self.ctype(buf.dtype),
                                         shape, tuple(strides), self.buffer_ref(buf),
                                         self.flat_index(buf, s.base(n))))
         self.emit(_comment(f"tensorize {intrin.name} (stage {s.stage})"))
-        if checks:
-            self.open_block("if (" + " && ".join(checks) + ")")
-        else:  # a block of its own: the emitter's temporaries
-            self.emit("{")
-            self.indent += 1
-            self._scopes.append(set())
+        self.emit("{")
+        self.indent += 1
+        self._scopes.append(set())
         intrin.cuda(CudaIntrinBuilder(self, intrin.name), views[1:], views[:1])
         self.close_block()
-        if checks:
-            self.open_block("else")
-            self.stmt(s.fallback)
-            self.close_block()
 
     # calls ------------------------------------------------------------------------
     def special_call(self, c: Call) -> None:

@@ -249,12 +249,11 @@ def _not_affine(ph, buf, idx, what):
         "tensor with a tc.compute so that the block is contiguous)")
 
 
-def _check_dense(ph, buf, cf, what):
-    """The region of ``buf`` must be laid out as the placeholder: row major, contiguous."""
-    from ..te.tensor_intrin import row_major
-
+def operand_strides(buf, cf) -> List[Expr]:
+    """The element strides of an operand's region in ``buf`` (one per dimension of the
+    declared placeholder, ``cf`` its rows of :attr:`TensorIntrinCall.coefs`), from the
+    buffer's strides, simplified (constants where the buffer's shape is)."""
     strides = buf.effective_strides()
-    want = row_major(int(x.value) for x in ph.shape)
     got = []
     for row in cf:
         s = Const(0, "int32")
@@ -262,6 +261,15 @@ def _check_dense(ph, buf, cf, what):
             if c:
                 s = s + Const(c, "int32") * bs
         got.append(simplify(s))
+    return got
+
+
+def _check_dense(ph, buf, cf, what):
+    """The region of ``buf`` must be laid out as the placeholder: row major, contiguous."""
+    from ..te.tensor_intrin import row_major
+
+    want = row_major(int(x.value) for x in ph.shape)
+    got = operand_strides(buf, cf)
     for d, (g, w) in enumerate(zip(got, want)):
         if ph.shape[d].value > 1 and not (isinstance(g, Const) and g.value == w):
             raise ScheduleError(

@@ -12,8 +12,8 @@ the auto-scheduler tensorizes with the target's u8 x s8 dot-product intrinsic wh
 shape allows (random knobs: which intrinsic or none, the register block); every
 ``--gpu-every``-th case is a GPU-bound schedule run
 in the CUDA emulation (needs g++; 0 disables), a quarter of them (with
-``--tensorize-every``) int8 GEMMs whose reduction runs as CUDA's dp4a; every ``--torch-every``-th CPU case also
-runs with torch tensors for its arrays, and every ``--aot-every``-th exported with
+``--tensorize-every``) int8 GEMMs whose reduction runs as CUDA's dp4a; every
+``--torch-every``-th CPU case also runs with torch tensors for its arrays, and every ``--aot-every``-th exported with
 ``export_library`` and loaded with ``tc.load_module``.  Cases run in worker subprocesses, so a
 case that kills its process (a segfault in generated code) is recorded as a crash and the
 worker restarts after it; a case that runs longer than ``--case-timeout`` seconds has its
