@@ -1,7 +1,8 @@
 """Each lowering pass on its own, as TVM tests its passes: the IR before the pass and the
 IR it must give.  The `before` IR is written by hand where that is short, else made by
 the schedule that needs the pass; the `after` IR is pinned as printed.  Every pass of
-``tecomp.lower.pipeline.PASSES`` has a test here (the last test checks it)."""
+``tecomp.lower.pipeline.PASSES`` and ``CODEGEN_PASSES`` has a test here (the last test
+checks it)."""
 import importlib
 
 import pytest
@@ -169,6 +170,113 @@ def test_verify():
     assert P.verify_pass(ok) is ok
 
 
+def _codegen_phase(name, s, args, target="llvm"):
+    """(before, after) of codegen-phase pass ``name`` when ``s`` is lowered for ``target``."""
+    func = tc.lower(s, args, target=target)
+    got = {}
+    pipeline.run_passes(func, tc.Target(target).kind, passes=pipeline.CODEGEN_PASSES,
+                        check=lambda n, b, a: got.setdefault(n, (to_str(b), to_str(a))))
+    return got[name]
+
+
+def _vector_loops(lanes_of_b=64, factor=None):
+    """B[i, j] = A[i, j] + 1 on 4 x ``lanes_of_b``, j vectorized (split by ``factor``)."""
+    A = tc.placeholder((4, lanes_of_b), name="A")
+    B = tc.compute((4, lanes_of_b), lambda i, j: A[i, j] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    j = B.op.axis[1]
+    if factor:
+        _, j = s[B].split(j, factor=factor)
+    s[B].vectorize(j)
+    return s, [A, B]
+
+
+@pytest.mark.parametrize("target, extent, plan", [
+    ("llvm -mcpu=haswell", 16, "widen 16 lanes"),            # two whole AVX2 registers
+    ("llvm -mcpu=haswell", 14, "pieces 1 x 8 lanes + 6"),    # no masks: 8 lanes, then 6
+    ("llvm -mcpu=skylake-avx512", 14, "widen 14 lanes"),     # masks: one 14-lane vector
+    ("llvm -mcpu=haswell", 100, "chunks 12 x 8 lanes + 4"),  # over 64 lanes: a chunk loop
+])
+def test_vector_plan(target, extent, plan):
+    s, args = _vector_loops(extent)
+    before, after = _codegen_phase("vector_plan", s, args, target)
+    assert "vector_plan" not in before
+    assert after == _text(f"""
+    primfn main(A: float32[4, {extent}], B: float32[4, {extent}]) {{
+      for (i, 0, 4) {{
+        // attr vector_plan = {plan}
+        vectorized (j, 0, {extent}) {{
+          B[i, j] = A[i, j] + 1f
+        }}
+      }}
+    }}""")
+
+
+def test_vector_plan_of_a_loop_that_cannot_be_widened():
+    # every lane stores to B[0]: a serial loop, left to LLVM's loop vectorizer
+    from tecomp.lower.vectorize import vector_plan_pass
+
+    store = BufferStore(B16, BufferLoad(A16, (I,), "float32"), (Const(0),))
+    func = PrimFunc("f", (A16, B16), For(I, Const(0), Const(16), "vectorized", store),
+                    {"target": tc.Target("llvm")})
+    assert to_str(vector_plan_pass(func)) == _text("""
+    primfn f(A: float32[16], B: float32[16]) {
+      // attr vector_plan = serial (`B[0] = A[i]` stores a lane-dependent value to a lane-invariant address (a reduction along the vectorized axis))
+      vectorized (i, 0, 16) {
+        B[0] = A[i]
+      }
+    }""")
+
+
+def test_parallel_plan():
+    s, args = _vector_loops(64, factor=16)
+    B = args[1]
+    io, _ = s[B].op.axis[0], None
+    inner = s[B].split(io, factor=2)[1]
+    s[B].parallel(s[B].leaf_iter_vars[0])
+    s[B].parallel(inner)  # nested in the outer parallel loop: runs serially
+    before, after = _codegen_phase("parallel_plan", s, args)
+    assert "parallel_plan" not in before
+    assert after == _text("""
+    primfn main(A: float32[4, 64], B: float32[4, 64]) {
+      // attr parallel_plan = task captures (), buffers (B, A)
+      parallel (i.outer, 0, 2) {
+        // attr parallel_plan = serial (nested in a parallel loop)
+        parallel (i.inner, 0, 2) {
+          for (j.outer, 0, 4) {
+            // attr vector_plan = widen 16 lanes
+            vectorized (j.inner, 0, 16) {
+              B[i.outer*2 + i.inner, j.outer*16 + j.inner] = A[i.outer*2 + i.inner, j.outer*16 + j.inner] + 1f
+            }
+          }
+        }
+      }
+    }""")
+
+
+def test_split_host_device():
+    s, args = gpu_shared_tile()
+    before, after = _codegen_phase("split_host_device", s, args, "cuda")
+    assert "device_kernel" not in before  # `before` is test_insert_barriers' result
+    lines = before.splitlines()
+    assert after.splitlines() == lines[:1] + [
+        "  // attr device_kernel = kernel 0 (B): grid (4, 1, 1), block (16, 1, 1), 64 bytes "
+        "shared; takes A, B"] + lines[1:]
+
+
+def test_the_codegen_phase_is_what_tc_build_renders():
+    """tc.lower(..., phase="codegen") runs the codegen passes; the code generators take a
+    function lowered either way and give the same code."""
+    from tecomp.codegen.cuda import codegen_cuda
+
+    s, args = gpu_shared_tile()
+    lowered = tc.lower(s, args, target="cuda")
+    prepared = tc.lower(s, args, target="cuda", phase="codegen")
+    assert "device_kernel" in str(prepared) and "device_kernel" not in str(lowered)
+    assert pipeline.prepare_for_codegen(prepared) is prepared
+    assert codegen_cuda(lowered).source == codegen_cuda(prepared).source
+
+
 #: the test of each pass
 PASS_TESTS = {
     "simplify": test_simplify, "simplify_after_partition": test_simplify,
@@ -176,10 +284,12 @@ PASS_TESTS = {
     "unroll_explicit": test_unroll_explicit, "remove_no_op": test_remove_no_op,
     "verify_thread_extents": test_verify_thread_extents,
     "insert_barriers": test_insert_barriers, "verify": test_verify,
+    "vector_plan": test_vector_plan, "parallel_plan": test_parallel_plan,
+    "split_host_device": test_split_host_device,
 }
 
 
 def test_every_pass_has_a_test_here():
-    names = {name for name, _, _ in pipeline.PASSES}
+    names = {name for name, _, _ in pipeline.PASSES + pipeline.CODEGEN_PASSES}
     assert names == set(PASS_TESTS), (
         f"passes without a before/after test here: {sorted(names - set(PASS_TESTS))}")

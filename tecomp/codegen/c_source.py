@@ -55,6 +55,7 @@ from ..ir.stmt import (
 )
 from ..ir.names import comment as _comment, display, identifier
 from ..ir.printer import to_str
+from ..lower.device_split import constant_size, declared_size, dtype_bytes  # noqa: F401
 
 # Names a generated identifier must never take: C/C++ keywords, CUDA built-ins, the math
 # functions the generated code calls, and the helpers below.
@@ -792,43 +793,3 @@ def c_string(text: str) -> str:
             out.append("".join(f"\\x{b:02x}\"\"" for b in ch.encode("utf-8")))
     out.append('"')
     return "".join(out)
-
-
-def constant_size(buf: Buffer) -> int:
-    """The number of elements ``buf`` spans (with padded strides from ``storage_align``:
-    ``1 + sum((extent - 1) * stride)``); 0 when an extent is 0 (a tile whose region is
-    empty, e.g. every read of it is guarded off); BuildError when it is not a constant."""
-    n = 1
-    for d in buf.shape:
-        if not isinstance(d, Const):
-            # a limit of the target (a C or CUDA array has a constant size), not a bug of
-            # the schedule: the fuzzer counts it as a rejected schedule (seed 3046424)
-            raise ResourceLimitError(
-                f"buffer {buf.name} in scope {buf.scope!r} has the non-constant shape "
-                f"[{', '.join(to_str(x) for x in buf.shape)}]; {buf.scope} arrays need a "
-                f"constant size: split the axes it is computed over by a constant factor "
-                f"so that its bounds are constant")
-        n *= int(d.value)
-    if any(int(d.value) < 0 for d in buf.shape):
-        raise BuildError(f"buffer {buf.name} in scope {buf.scope!r} has the negative shape "
-                         f"[{', '.join(to_str(x) for x in buf.shape)}]; the extents of an "
-                         f"allocation must be >= 0")
-    if n == 0:
-        return 0
-    if buf.strides is not None:
-        if not all(isinstance(st, Const) for st in buf.strides):
-            raise BuildError(f"buffer {buf.name} in scope {buf.scope!r} has non-constant "
-                             f"strides; {buf.scope} arrays need a constant size")
-        n = 1 + sum((int(d.value) - 1) * int(st.value) for d, st in zip(buf.shape, buf.strides))
-    return n
-
-
-def declared_size(buf: Buffer) -> int:
-    """The number of elements of the C array declared for ``buf``: its
-    :func:`constant_size`, but at least 1 -- C and CUDA C have no arrays of 0 elements; the
-    one element of an empty buffer is never accessed (its loops run 0 times)."""
-    return max(constant_size(buf), 1)
-
-
-def dtype_bytes(dtype: str) -> int:
-    return 1 if dtype == "bool" else _dt.bits(dtype) // 8

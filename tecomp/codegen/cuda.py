@@ -5,33 +5,17 @@ strings (``half`` and its conversions, ``__expf``, ``rsqrtf``, ``__int_as_float`
 infinities, ``__device__ __forceinline__`` helpers) and a few overrides: thread loops,
 ``__shared__`` arrays, ``__syncthreads()``, the kernel signature.
 
-The kernel-splitting rule (the contract with the lowering)
-----------------------------------------------------------
-``func.body`` is a sequence of top-level statements, possibly wrapped in ``Allocate``,
-``LetStmt``, ``AttrStmt`` and ``AssertStmt``.  The wrappers are peeled:
-
-* ``Allocate`` of scope ``global``: a device *workspace* the host runtime allocates
-  (its shape must be computable from the arguments) and passes to the kernels that use
-  it as a parameter.
-* ``Allocate`` of scope ``shared``/``local``, ``LetStmt``, ``AttrStmt``: kept around each
-  kernel that uses them (a shared array cannot outlive a kernel anyway).  A ``LetStmt``
-  whose value is computable on the host is also substituted into launch dimensions.
-* ``AssertStmt`` whose condition is computable on the host: checked by the host
-  runtime before launching; otherwise kept in the kernels (``__trap()`` when false).
-
-Every statement left is ONE ``__global__`` kernel, launched in order.  Its grid and
-block sizes are the extents of the ``thread`` loops inside it (``For(kind="thread",
-thread_tag="blockIdx.x")`` ...).  Such a loop does not exist on the GPU: its variable
+Kernels
+-------
+The lowering's codegen phase splits the function into the host's part and its kernels
+(:mod:`tecomp.lower.device_split`: the rule, the launch sizes, the parameters, the
+resource limits); this module renders each ``device_kernel`` as ONE ``__global__``
+function, launched in order.  A thread loop does not exist on the GPU: its variable
 becomes ``(min + (int)blockIdx.x)``.  When loops of one tag have different extents (two
 stages computed at the same block with different ``threadIdx.x`` extents), the launch
-uses the largest and the smaller loops get ``if (((int)threadIdx.x) < extent)``.
-A statement without thread loops is a BuildError ("did you forget to bind?"); a launch
-extent that depends on something only the kernel knows is a BuildError.  A kernel whose
-static ``__shared__`` arrays take more than ``MAX_STATIC_SHARED_BYTES`` (48 KiB), or whose
-constant launch exceeds the block, grid or threads-per-block limits, is a
-:class:`~tecomp.errors.ResourceLimitError` (a BuildError: a legal schedule the target
-cannot run).  A shared or local buffer with an extent of 0 (a tile whose region is
-empty) is declared with one element, which its loops never touch.
+uses the largest and the smaller loops get ``if (((int)threadIdx.x) < extent)``.  A
+shared or local buffer with an extent of 0 (a tile whose region is empty) is declared
+with one element, which its loops never touch.
 
 A thread loop nested inside a loop of the same tag (a stage computed at the compute's
 thread loops and bound to the same thread axes, e.g. a cooperative shared-memory load)
@@ -71,23 +55,21 @@ from ..ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc,
     SeqStmt, Stmt,
 )
-from .c_source import CSource, Namer, c_identifier, declared_size, dtype_bytes
+from ..lower.device_split import (  # noqa: F401  (is_vthread, CROSS_THREAD_REDUCE: re-exported)
+    CROSS_THREAD_REDUCE, buffers_in, dims_text, is_vthread, kernels_of, stored_buffers,
+    unpack_cross_thread_reduce,
+)
+from .c_source import CSource, Namer, c_identifier, declared_size
 
 # thread tag -> (launch field, dimension)
 THREAD_TAGS = {
     "blockIdx.x": ("grid", 0), "blockIdx.y": ("grid", 1), "blockIdx.z": ("grid", 2),
     "threadIdx.x": ("block", 0), "threadIdx.y": ("block", 1), "threadIdx.z": ("block", 2),
 }
-# AttrStmt key of a cross-thread reduction (see CudaRenderer.cross_thread_reduce)
-CROSS_THREAD_REDUCE = "cross_thread_reduce"
 # the CUDA limits (their one home is tecomp.target)
 from ..target import (  # noqa: E402,F401
     MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK,
 )
-
-
-def is_vthread(tag: str) -> bool:
-    return tag == "vthread" or tag.startswith("vthread.")
 
 
 @dataclass(frozen=True)
@@ -484,19 +466,6 @@ def _has_barrier(s) -> bool:
     return f.found
 
 
-def unpack_cross_thread_reduce(s: AttrStmt):
-    """Check and return (reducer, source, dest BufferLoad, tags) of a cross-thread reduction."""
-    v = s.value
-    ok = (isinstance(v, tuple) and len(v) == 4 and isinstance(v[0], CommReducer)
-          and isinstance(v[1], Expr) and isinstance(v[2], BufferLoad)
-          and isinstance(v[3], tuple) and v[3] and all(isinstance(t, str) for t in v[3]))
-    if not ok:
-        raise BuildError(
-            "a cross_thread_reduce AttrStmt needs the value (reducer: CommReducer, source: Expr, "
-            "dest: BufferLoad, thread tags: tuple of str); got " + repr(v))
-    return v
-
-
 def _uses_any(e, vars_: set) -> bool:
     if not vars_:
         return False
@@ -515,266 +484,49 @@ def _fits_in(inner: Expr, outer: Expr, lets: Dict[Var, Expr]) -> bool:
     return isinstance(i, Const) and isinstance(o, Const) and i.value <= o.value
 
 
-def _thread_loops(s: Stmt) -> List[For]:
-    return collect(s, lambda n: isinstance(n, For) and n.kind == "thread"
-                   and not is_vthread(n.thread_tag))
-
-
-def _buffers_in(s: Stmt) -> List[Buffer]:
-    """Buffers loaded or stored in ``s``, in order of first appearance (pre-order)."""
-    seen: Dict[Buffer, None] = {}
-
-    class _V(Visitor):
-        def visit_BufferStore(self, st):
-            seen.setdefault(st.buffer, None)
-            self.generic_visit(st)
-
-        def visit_BufferLoad(self, e):
-            seen.setdefault(e.buffer, None)
-            self.generic_visit(e)
-
-        def visit_Allocate(self, st):
-            seen.setdefault(st.buffer, None)
-            self.generic_visit(st)
-
-    _V().visit(s)
-    return list(seen)
-
-
-def _stored_buffers(s) -> List[Buffer]:
-    out: Dict[Buffer, None] = {}
-    for st in collect(s, lambda n: isinstance(n, BufferStore)):
-        out.setdefault(st.buffer, None)
-    return list(out)
-
-
-def host_vars_of(func: PrimFunc) -> List[Var]:
-    """The Vars the host knows at call time: scalar parameters, then shape/stride vars."""
-    out: Dict[Var, None] = {}
-    for p in func.params:
-        if isinstance(p, Var):
-            out.setdefault(p, None)
-    for p in func.params:
-        if isinstance(p, Buffer):
-            for e in tuple(p.shape) + tuple(p.strides or ()):
-                for v in free_vars(e):
-                    out.setdefault(v, None)
-    return list(out)
-
-
-@dataclass
-class _Plan:
-    stmt: Stmt                    # the kernel statement
-    wrappers: Tuple[Stmt, ...]    # enclosing LetStmt/Allocate/AttrStmt/AssertStmt, outer first
-
-
-def _split(func: PrimFunc, host: set):
-    """Peel the top level of ``func.body`` into kernel plans (see the module doc)."""
-    plans: List[_Plan] = []
-    workspaces: List[Buffer] = []
-    host_asserts: List[Tuple[Expr, str]] = []
-    host_lets: Dict[Var, Expr] = {}
-    known = set(host)
-
-    def computable(e) -> bool:
-        return all(v in known for v in free_vars(e)) and not collect(
-            e, lambda n: isinstance(n, (BufferLoad, Call)))
-
-    def walk(s: Stmt, ctx: Tuple[Stmt, ...]):
-        if isinstance(s, SeqStmt):
-            for x in s.seq:
-                walk(x, ctx)
-        elif isinstance(s, Allocate) and s.buffer.scope == "global":
-            for d in s.buffer.shape:
-                if not computable(substitute(d, host_lets)):
-                    raise BuildError(
-                        f"workspace {s.buffer.name} has shape "
-                        f"[{', '.join(to_str(x) for x in s.buffer.shape)}], which the host "
-                        f"cannot compute from the arguments")
-            workspaces.append(s.buffer)
-            walk(s.body, ctx)
-        elif isinstance(s, (Allocate, AttrStmt)):
-            walk(s.body, ctx + (s,))
-        elif isinstance(s, LetStmt):
-            value = substitute(s.value, host_lets)
-            if computable(value):
-                host_lets[s.var] = value
-                known.add(s.var)
-            walk(s.body, ctx + (s,))
-        elif isinstance(s, AssertStmt):
-            cond = substitute(s.cond, host_lets)
-            if computable(cond):
-                host_asserts.append((cond, s.message))
-                walk(s.body, ctx)
-            else:
-                walk(s.body, ctx + (s,))
-        elif isinstance(s, Evaluate) and isinstance(s.value, Const):
-            return
-        else:
-            plans.append(_Plan(s, ctx))
-
-    walk(func.body, ())
-    return plans, workspaces, host_asserts, host_lets
-
-
-def _wrap(plan: _Plan) -> Stmt:
-    """The kernel statement inside the wrappers it needs (lets/allocations it uses)."""
-    body = plan.stmt
-    for w in reversed(plan.wrappers):
-        if isinstance(w, LetStmt):
-            if w.var not in free_vars(body):
-                continue
-        elif isinstance(w, Allocate):
-            if w.buffer not in _buffers_in(body):
-                continue
-        body = _replace_body(w, body)
-    return body
-
-
-def _replace_body(w: Stmt, body: Stmt) -> Stmt:
-    import dataclasses
-
-    return dataclasses.replace(w, body=body)
-
-
-def _stage_name(s: Stmt) -> str:
-    stored = [b for b in _stored_buffers(s) if b.scope == "global"] or _stored_buffers(s)
-    return ", ".join(b.name for b in stored) or "(no stores)"
-
-
-def _launch_dims(plan_stmt: Stmt, host_lets, known: set, stage: str):
-    """tag -> launch extent (host Expr), checking computability."""
-    by_tag: Dict[str, List[Expr]] = {}
-    for loop in _thread_loops(plan_stmt):
-        ext = substitute(loop.extent, host_lets)
-        bad = [v for v in free_vars(ext) if v not in known]
-        if bad or collect(ext, lambda n: isinstance(n, (BufferLoad, Call))):
-            why = (f"depends on {', '.join(v.name for v in bad)}, known only inside the kernel"
-                   if bad else "reads memory")
-            raise BuildError(
-                f"stage {stage}: the extent `{to_str(loop.extent)}` of loop {loop.var.name} bound "
-                f"to {loop.thread_tag} {why}; launch dimensions must be computable from the "
-                f"arguments and their shapes (split the axis by a constant factor before binding)")
-        lst = by_tag.setdefault(loop.thread_tag, [])
-        if not any(ext == x for x in lst):
-            lst.append(ext)
-    launch: Dict[str, Expr] = {}
-    for tag, exts in by_tag.items():
-        if len(exts) == 1:
-            launch[tag] = exts[0]
-        elif all(isinstance(x, Const) for x in exts):
-            launch[tag] = max(exts, key=lambda c: c.value)
-        else:
-            m = exts[0]
-            for x in exts[1:]:
-                m = Max(m, x, m.dtype if _dt.bits(m.dtype) >= _dt.bits(x.dtype) else x.dtype)
-            launch[tag] = m
-    return launch
-
-
 def codegen_cuda(func: PrimFunc) -> CudaSource:
     """Generate CUDA C for ``func``: one ``__global__`` kernel per top-level statement."""
     if not isinstance(func, PrimFunc):
         raise TypeError(f"codegen_cuda takes a PrimFunc, got {type(func).__name__}")
-    host = host_vars_of(func)
-    plans, workspaces, host_asserts, host_lets = _split(func, set(host))
-    known = set(host) | set(host_lets)
+    from ..lower.pipeline import prepare_for_codegen
+    from ..target import as_target
+
+    tgt = func.attrs.get("target")
+    if tgt is None or as_target(tgt).kind not in ("cuda", "cuda-emu"):
+        tgt = "cuda"  # a function lowered for another target: the same split
+    split = prepare_for_codegen(func, tgt)
+    hp = split.attrs["host"]
     params_buffers = [p for p in func.params if isinstance(p, Buffer)]
-    for b in params_buffers:
-        if b.scope != "global":
-            raise BuildError(f"parameter buffer {b.name} has scope {b.scope!r}; parameters "
-                             "live in global memory")
+    workspaces = list(hp.workspaces)
     fname = c_identifier(func.name)
     shape_vars = {d for b in params_buffers for d in b.shape if isinstance(d, Var)}
     kernels: List[KernelInfo] = []
     texts: List[str] = []
     helpers: set = set()
     uses_half = any(b.dtype == "float16" for b in params_buffers + workspaces)
-    written = set()
 
-    for k, plan in enumerate(plans):
-        stmt = _wrap(plan)
-        stage = _stage_name(plan.stmt)
-        first = stage.split(",")[0]
-        if not _thread_loops(plan.stmt):
-            raise BuildError(
-                f"stage {stage}: its loop nest has no axis bound to a GPU thread, so it cannot "
-                f"run as a CUDA kernel. Bind its outer axes, e.g. "
-                f"bx, tx = s[{first}].split(axis, factor=64); "
-                f"s[{first}].bind(bx, tc.thread_axis('blockIdx.x')); "
-                f"s[{first}].bind(tx, tc.thread_axis('threadIdx.x')). Did you forget to bind?")
-        launch = _launch_dims(plan.stmt, host_lets, known, stage)
-        grid = tuple(launch.get(f"blockIdx.{d}", Const(1, "int32")) for d in "xyz")
-        block = tuple(launch.get(f"threadIdx.{d}", Const(1, "int32")) for d in "xyz")
-        _check_constant_launch(stage, grid, block)
-
-        # buffers: parameters, workspaces, kernel-local allocations
-        used = _buffers_in(stmt)
-        allocated = {a.buffer for a in collect(stmt, lambda n: isinstance(n, Allocate))}
-        for b in used:
-            if b not in allocated and b not in params_buffers and b not in workspaces:
-                raise BuildError(f"stage {stage}: buffer {b.name} is used but is neither a "
-                                 f"parameter of {func.name} nor allocated")
-        shared = [b for b in used if b in allocated and b.scope == "shared"]
-        red_bufs: Dict[str, Buffer] = {}
-        reductions = collect(stmt, lambda n: isinstance(n, AttrStmt)
-                             and n.key == CROSS_THREAD_REDUCE)
-        red_dest = set()
-        for a in reductions:
-            _, source, dest, _ = unpack_cross_thread_reduce(a)
-            red_dest.add(dest.buffer)
-            cd = _dt.compute_dtype(source.dtype)
-            if cd not in red_bufs:
-                nthreads = 1
-                for d in block:
-                    if not isinstance(d, Const):
-                        raise BuildError(f"stage {stage}: a cross-thread reduction needs a block of "
-                                         f"constant size, got ({_dims_text(block)})")
-                    nthreads *= int(d.value)
-                red_bufs[cd] = Buffer("red_buf", (Const(nthreads, "int32"),), cd, scope="shared")
-        shared += list(red_bufs.values())
-        shared_bytes = sum(declared_size(b) * dtype_bytes(b.dtype) for b in shared)
-        if shared_bytes > MAX_STATIC_SHARED_BYTES:
-            raise ResourceLimitError(
-                f"stage {stage}: the shared buffers {', '.join(b.name for b in shared)} take "
-                f"{shared_bytes} bytes per block, more than the {MAX_STATIC_SHARED_BYTES} bytes "
-                f"of static shared memory a CUDA block may use; use smaller tiles")
-        kstored = set(_stored_buffers(stmt)) | red_dest
-        gbufs = [b for b in params_buffers if b in used] + [b for b in workspaces if b in used]
-        written |= {b for b in params_buffers if b in kstored}
-
-        # scalar parameters: host vars used by the body or by the strides of its buffers
-        needed = set(free_vars(stmt))
-        for b in gbufs:
-            for st in b.effective_strides():
-                needed |= set(free_vars(st))
-        lets_inside = {w.var for w in collect(stmt, lambda n: isinstance(n, LetStmt))}
-        for v in needed:
-            if v not in host and v not in lets_inside:
-                raise BuildError(f"stage {stage}: variable {v.name} is used in the kernel but is "
-                                 f"bound by no parameter of {func.name} (a scalar parameter or "
-                                 f"a dimension of a parameter's shape)")
-        scalars = [v for v in host if v in needed]
-
+    for attr in kernels_of(split):
+        kern = attr.value
         namer = Namer()
         params = []
-        for b in gbufs:
-            params.append(KernelParam(namer(b), b, b.dtype, True, is_const=b not in kstored))
-        for v in scalars:
+        for b in kern.buffers:
+            params.append(KernelParam(namer(b), b, b.dtype, True, is_const=b in kern.read_only))
+        for v in kern.scalars:
             params.append(KernelParam(namer(v), v, v.dtype, False))
-        kname = namer.fresh(f"{fname}_kernel{k}")
-        r = CudaRenderer(namer, launch, shared, host_lets, red_bufs)
+        kname = namer.fresh(f"{fname}_kernel{kern.index}")
+        r = CudaRenderer(namer, kern.launch, list(kern.shared), hp.lets, kern.red_bufs)
         r.nonneg_vars |= shape_vars  # a dimension is never negative
         r.size_vars |= shape_vars
         r.indent = 1
-        for b in shared:
+        for b in kern.shared:
             r.emit(f"__shared__ {r.ctype(b.dtype)} {namer(b)}[{declared_size(b)}];")
-        r.stmt(stmt)
+        r.stmt(attr.body)
         helpers |= r.helpers
         uses_half |= r.uses_half
-        info = KernelInfo(kname, tuple(params), grid, block, shared_bytes, stage, r.has_barrier)
+        info = KernelInfo(kname, tuple(params), kern.grid, kern.block, kern.shared_bytes,
+                          kern.stage, r.has_barrier)
         kernels.append(info)
-        texts.append(_kernel_text(k, info, r.lines, plan.stmt))
+        texts.append(_kernel_text(kern.index, info, r.lines, kern.stmt))
 
     head = [_comment(f"Generated by tecomp: CUDA C for `{func.name}` "
                      f"({len(kernels)} kernel{'s' if len(kernels) != 1 else ''}).")]
@@ -788,39 +540,17 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         parts.append(helper_text)
     parts.extend(texts)
     source = "\n\n".join(parts) + "\n"
-    return CudaSource(func, source, kernels, workspaces, host_asserts, frozenset(written))
-
-
-def _check_constant_launch(stage, grid, block):
-    dims = "xyz"
-    for i, d in enumerate(block):
-        if isinstance(d, Const) and d.value > MAX_BLOCK_DIMS[i]:
-            raise ResourceLimitError(f"stage {stage}: threadIdx.{dims[i]} has extent {d.value}, more than "
-                                     f"the {MAX_BLOCK_DIMS[i]} a CUDA block allows; split it further")
-    for i, d in enumerate(grid):
-        if isinstance(d, Const) and d.value > MAX_GRID_DIMS[i]:
-            raise ResourceLimitError(f"stage {stage}: blockIdx.{dims[i]} has extent {d.value}, more than "
-                                     f"the {MAX_GRID_DIMS[i]} a CUDA grid allows")
-    if all(isinstance(d, Const) for d in block):
-        n = block[0].value * block[1].value * block[2].value
-        if n > MAX_THREADS_PER_BLOCK:
-            raise ResourceLimitError(f"stage {stage}: {n} threads per block "
-                                     f"({' x '.join(str(d.value) for d in block)}), more than the "
-                                     f"{MAX_THREADS_PER_BLOCK} a CUDA block allows")
-
-
-def _dims_text(dims) -> str:
-    return ", ".join(to_str(d) for d in dims)
+    return CudaSource(func, source, kernels, workspaces, list(hp.asserts), hp.written)
 
 
 def _kernel_text(k: int, info: KernelInfo, body_lines: List[str], stmt: Stmt) -> str:
-    reads = [b.name for b in _buffers_in(stmt)
-             if b.scope == "global" and b not in set(_stored_buffers(stmt))]
+    reads = [b.name for b in buffers_in(stmt)
+             if b.scope == "global" and b not in set(stored_buffers(stmt))]
     text = f"kernel {k}: stage {info.stage}"
     if reads:
         text += f" (reads {', '.join(reads)})"
     lines = [_comment(text),
-             _comment(f"launch: grid ({_dims_text(info.grid)}), block ({_dims_text(info.block)})"
+             _comment(f"launch: grid ({dims_text(info.grid)}), block ({dims_text(info.block)})"
                       + (f", {info.shared_bytes} bytes of shared memory" if info.shared_bytes
                          else ""))]
     bounds = ""

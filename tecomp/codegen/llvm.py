@@ -80,13 +80,17 @@ Lowering
   the loop becomes a serial loop tagged ``llvm.loop.vectorize.enable`` for LLVM's own
   loop vectorizer -- when the body allocates a buffer, a nested loop's bounds depend on
   the lane, or a lane-dependent value is stored to a lane-invariant address (a
-  reduction along the vectorized axis).  ``Module.vectorize_notes`` says what happened
-  to each vectorized loop.
+  reduction along the vectorized axis).  Which of these a loop gets (and why) is the
+  lowering's decision: the ``vector_plan`` pass (``tecomp/lower/vectorize.py``) leaves a
+  plan on every vectorized loop, and this module only follows it.
+  ``Module.vectorize_notes`` says what happened to each vectorized loop.
 * **parallel** loops are outlined into ``tecomp_<name>.par<k>(closure, begin, end)``
   (every captured non-constant value travels in a stack closure struct; constants such
   as compile-time strides stay constants) and dispatched with
   ``tecomp_parallel_for`` (see ``llvm_threadpool``).  A parallel loop inside another
-  parallel loop's body, or inside a widened body, runs serially.
+  parallel loop's body, or inside a widened body, runs serially.  What a task captures,
+  and which loops are nested, is the ``parallel_plan`` pass's
+  (``tecomp/lower/parallel.py``).
 * **Allocate**: constant-size buffers up to 64 KiB are ``alloca``s in the entry block of
   the enclosing function (the outlined function inside a parallel body, so each task
   has its own); larger or symbolic ones use ``aligned_alloc`` (64 bytes, as the
@@ -167,6 +171,9 @@ from ..ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
     Prefetch, PrimFunc, SeqStmt, Stmt, TensorIntrinCall,
 )
+from ..lower import parallel as _par
+from ..lower import vectorize as _vec
+from ..lower.vectorize import MAX_WIDEN_LANES, buffer_uses, node_text
 from . import llvm_jit
 from .signature import BufferParam, CheckSite, ScalarParam, Signature  # noqa: F401
 
@@ -196,8 +203,6 @@ _SIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8,
 #: bytes of each LLVM element type
 _IR_SIZE = {_MEM[d]: _SIZE[d] for d in _MEM}
 
-#: a vectorized loop with a constant extent up to this many lanes becomes one vector
-MAX_WIDEN_LANES = 64
 #: a vector load of every 2nd, ..., MAX_STRIDED_STEP-th element is a wider load and a
 #: shuffle (``_FnEmitter.wide_load``), a larger step a gather
 MAX_STRIDED_STEP = 4
@@ -302,41 +307,6 @@ def _rmw_buffers(body) -> set:
     return out
 
 
-class _BufferUses(Visitor):
-    """Buffers loaded/stored/allocated under a node, in order of first appearance."""
-
-    def __init__(self):
-        self.used: List[Buffer] = []
-        self._seen = set()
-        self.allocated = set()
-
-    def _use(self, b):
-        if b not in self._seen:
-            self._seen.add(b)
-            self.used.append(b)
-
-    def visit_BufferLoad(self, e):
-        self._use(e.buffer)
-        self.generic_visit(e)
-
-    def visit_BufferStore(self, s):
-        self._use(s.buffer)
-        self.generic_visit(s)
-
-    def visit_ExternCall(self, s):
-        for b in s.buffers:
-            self._use(b)
-        self.generic_visit(s)
-
-    def visit_Prefetch(self, s):
-        self._use(s.buffer)
-        self.generic_visit(s)
-
-    def visit_Allocate(self, s):
-        self.allocated.add(s.buffer)
-        self.generic_visit(s)
-
-
 def _check_func(func: PrimFunc, sig: Signature) -> None:
     """Build-time checks of things the CPU target cannot run or the IR gets wrong."""
     known = set(sig.slot_vars)
@@ -347,8 +317,7 @@ def _check_func(func: PrimFunc, sig: Signature) -> None:
                 f"scalar parameter nor the extent of a buffer parameter's dimension; add it "
                 f"to the parameters")
     params = {bp.buffer for bp in sig.buffers}
-    uses = _BufferUses()
-    uses.visit(func.body)
+    uses = buffer_uses(func.body)
     for b in uses.used:
         if b not in params and b not in uses.allocated:
             raise BuildError(f"buffer {b.name} is used in {func.name} but is neither a parameter "
@@ -425,17 +394,6 @@ class _Annotated:
     attr = "_tecomp_lowering_context"
 
 
-def _node_text(node, limit: int = 300) -> str:
-    try:
-        s = to_str(node)
-    except Exception:  # noqa: BLE001 - printing must not mask the real error
-        s = repr(node)
-    s = s.strip()
-    if "\n" in s:
-        s = s.splitlines()[0] + " ..."
-    return s if len(s) <= limit else s[:limit] + " ..."
-
-
 _INTERNAL_PREFIX = str(InternalError(""))
 
 
@@ -448,9 +406,9 @@ def _internal_message(exc: InternalError) -> str:
 def _annotate(exc: BaseException, node, stmt) -> BaseException:
     if getattr(exc, _Annotated.attr, False):
         return exc
-    where = f"{type(node).__name__} `{_node_text(node)}`"
+    where = f"{type(node).__name__} `{node_text(node)}`"
     if stmt is not None and stmt is not node:
-        where += f" in the statement `{_node_text(stmt)}`"
+        where += f" in the statement `{node_text(stmt)}`"
     if isinstance(exc, InternalError):
         new = InternalError(f"{_internal_message(exc)}\n  while lowering {where}")
     elif isinstance(exc, TecompError):
@@ -498,8 +456,6 @@ class _ModuleBuilder:
         self._loop_ids = 0
         self._par_count = 0
         self._has_load: Dict[int, bool] = {}
-        # LLVM prefers 256-bit vectors on AVX2 and on most AVX-512 parts alike
-        self.native_vector_bytes = 32
         # AVX-512: a contiguous access of a lane count that is not a power of two (e.g.
         # 14 float32) is one masked access of the next power of two (_FnEmitter.pad_lanes)
         # (not for accumulators: LICM keeps a plain load/store pair in registers across a
@@ -1243,14 +1199,14 @@ class _FnEmitter:
                 and _dt.bits(e.value.dtype) <= _dt.bits(e.dtype):
             return self.index64(e.value)
         if not (_dt.is_int(e.dtype) or e.dtype == "bool"):
-            raise InternalError(f"an index must be an integer, got {e.dtype} `{_node_text(e)}`")
+            raise InternalError(f"an index must be an integer, got {e.dtype} `{node_text(e)}`")
         return self.int_convert(self.expr(e), e.dtype, "int64")
 
     def scalar_index(self, e: Expr):
         """A lane-invariant i64 index value (loop bounds, extents, sizes)."""
         v = self.index64(e)
         if not v.uniform:
-            raise InternalError(f"`{_node_text(e)}` must not depend on a vectorized lane here")
+            raise InternalError(f"`{node_text(e)}` must not depend on a vectorized lane here")
         return v.s
 
     def declared_strides(self, buf: Buffer, extents) -> List[object]:
@@ -1282,7 +1238,7 @@ class _FnEmitter:
 
     def bounds_check(self, bi: _Buf, idx: List[Val], node, kind: str):
         stmt = self._stmt_stack[-1] if self._stmt_stack else node
-        site = self.mb.add_site(kind, bi.buffer.name, _node_text(node), _node_text(stmt))
+        site = self.mb.add_site(kind, bi.buffer.name, node_text(node), node_text(stmt))
         b = self.b
         for d, (ix, ext) in enumerate(zip(idx, bi.extents)):
             if ix.uniform:
@@ -1572,6 +1528,10 @@ class _FnEmitter:
             _restore(self.env64, s.var, old64)
 
     def s_attr(self, s: AttrStmt):
+        if s.key in (_vec.KEY, _par.KEY):
+            # the lowering's plan of the loop below (lower/vectorize.py, lower/parallel.py)
+            self.s_for(s.body, s.value)
+            return
         if s.key == "pragma_unroll_count" and isinstance(s.value, int) and s.value > 1:
             # s[T].pragma(axis, "unroll_count", n): LLVM unrolls the loop n times (its
             # unroller honours the count even when it does not unroll on its own); the
@@ -1709,14 +1669,14 @@ class _FnEmitter:
                                  source_etype=arr.allocated_type), align=8)
         fn = self.mb.declare(_ext.SYMBOL, _I32, [_I64, _PTR, _PTR, _PTR])
         rc = b.call(fn, [ir.Constant(_I64, s.site), data, iarr, farr], name="extern.rc")
-        site = self.mb.add_site("extern", "", s.name, _node_text(s))
+        site = self.mb.add_site("extern", "", s.name, node_text(s))
         self.guard(b.icmp_signed("!=", rc, zero), lambda: self.report(ERR_EXTERN, site),
                    name="extern")
 
     def s_assert(self, s: AssertStmt):
         if self.checks:
             cond = self.expr(s.cond)
-            site = self.mb.add_site("assert", "", s.message, _node_text(s.cond))
+            site = self.mb.add_site("assert", "", s.message, node_text(s.cond))
             b = self.b
             if cond.uniform:
                 fail = b.xor(cond.s, ir.Constant(_I1, 1))
@@ -1772,7 +1732,7 @@ class _FnEmitter:
         p = b.call(self.mb.declare("aligned_alloc", _PTR, [_I64, _I64]),
                    [ir.Constant(_I64, 64), rounded], name=name)
         site = self.mb.add_site("malloc", buf.name, f"allocate {buf.name}",
-                                _node_text(s))
+                                node_text(s))
         self.guard(b.icmp_unsigned("==", p, ir.Constant(_PTR, None)),
                    lambda: self.report(ERR_MALLOC, site, None, None, nbytes), name="malloc")
         b.store(p, slot, align=8)
@@ -1785,7 +1745,7 @@ class _FnEmitter:
         b.store(ir.Constant(_PTR, None), slot, align=8)
 
     # -- loops --------------------------------------------------------------------------
-    def s_for(self, s: For):
+    def s_for(self, s: For, plan=None):
         kind = s.kind
         if kind == "thread":
             raise BuildError(
@@ -1806,14 +1766,19 @@ class _FnEmitter:
         elif kind == "unrolled":
             self.unrolled(s)
         elif kind == "vectorized":
-            self.vectorized(s)
+            if not isinstance(plan, _vec.VectorPlan):
+                raise InternalError(f"the vectorized loop over `{s.var.name}` has no vector "
+                                    f"plan (lower.vectorize.vector_plan_pass did not run)")
+            self.vectorized(s, plan)
         else:
-            if self.in_parallel:
-                self.mb.notes.append(f"parallel loop over `{s.var.name}` nested in a parallel "
-                                     f"loop runs serially")
+            if not isinstance(plan, _par.ParallelPlan) or plan.nested != self.in_parallel:
+                raise InternalError(f"the parallel loop over `{s.var.name}` has no plan that "
+                                    f"fits where it is (lower.parallel.parallel_plan_pass)")
+            if plan.nested:
+                self.mb.notes.append(plan.note(s.var.name))
                 self.serial(s)
             else:
-                self.parallel(s)
+                self.parallel(s, plan)
 
     def _bounds(self, s: For):
         return self.scalar_index(s.min), self.scalar_index(s.extent)
@@ -1835,67 +1800,53 @@ class _FnEmitter:
             self.with_loop_var(s.var, Val(self.iadd(lo, ir.Constant(_I64, k))),
                                lambda: self.stmt(s.body))
 
-    def chunk_lanes(self, s: For) -> int:
-        uses = _BufferUses()
-        uses.visit(s.body)
-        widest = max((_SIZE[b.dtype] for b in uses.used), default=4)
-        return max(4, min(32, self.mb.native_vector_bytes // widest))
-
-    def vectorized(self, s: For):
-        reason = _widen_blocker(s)
+    def vectorized(self, s: For, plan):
+        """Emit ``s`` as its plan says (lower/vectorize.py decides)."""
         name = s.var.name
-        if reason is not None:
-            self.mb.notes.append(f"vectorized loop over `{name}`: not widened ({reason}); "
-                                 f"emitted as a serial loop with llvm.loop.vectorize.enable")
+        how = plan.how
+        if how == "serial":
+            self.mb.notes.append(plan.note(name))
             self.serial(s, self.mb.loop_md(("llvm.loop.vectorize.enable", True)))
             return
         lo = self.scalar_index(s.min)
-        if isinstance(s.extent, Const):
-            L = int(s.extent.value)
-            if L <= 0:
-                return
-            if L == 1:
-                self.with_loop_var(s.var, Val(lo), lambda: self.stmt(s.body))
-                return
-            W = None if L <= MAX_WIDEN_LANES and self.mb.masked_pad else self.chunk_lanes(s)
-            if L <= MAX_WIDEN_LANES and (W is None or L <= W or L % W == 0):
-                self.mb.notes.append(f"vectorized loop over `{name}`: widened to {L} lanes")
-                self.widened(s, lo, L, None)
-                return
-            nchunks, rem = divmod(L, W)
-            if L <= MAX_WIDEN_LANES:
-                # without AVX-512: L lanes that are not whole registers (14 float32 on
-                # AVX2) as register-wide pieces and a shorter last one, in sequence.  As
-                # one vector, LLVM rebuilt a 14-lane accumulator carried around a loop
-                # from the stack in every iteration (vinsertps): 1x1 conv 256 -> 256 on
-                # 14x14 rows, AMD EPYC Zen 3, 2 threads, interleaved: 0.48 ms against 1.00
-                # (see autoschedule.rules._Rules._whole)
-                self.mb.notes.append(f"vectorized loop over `{name}`: {nchunks} pieces of "
-                                     f"{W} lanes + {rem}")
-                for c in range(nchunks):
-                    self.widened(s, self.iadd(lo, ir.Constant(_I64, c * W)), W, None)
-            else:
-                self.mb.notes.append(f"vectorized loop over `{name}`: {nchunks} chunks of "
-                                     f"{W} lanes" + (f" + {rem}" if rem else ""))
-                self.loop(_sanitize(name) + ".chunk", ir.Constant(_I64, 0),
-                          ir.Constant(_I64, nchunks),
-                          lambda c: self.widened(
-                              s, self.iadd(lo, self.b.mul(c, ir.Constant(_I64, W))), W, None))
-            if rem == 1:
-                self.with_loop_var(s.var, Val(self.iadd(lo, ir.Constant(_I64, nchunks * W))),
-                                   lambda: self.stmt(s.body))
-            elif rem:
-                self.widened(s, self.iadd(lo, ir.Constant(_I64, nchunks * W)), rem, None)
+        if how == "empty":
             return
-        # symbolic extent: chunks of W lanes, then one masked chunk for the tail
+        if how == "scalar":
+            self.with_loop_var(s.var, Val(lo), lambda: self.stmt(s.body))
+            return
+        if how == "masked":
+            self._masked_chunks(s, lo, plan)
+            return
+        self.mb.notes.append(plan.note(name))
+        if how == "widen":
+            self.widened(s, lo, plan.lanes, None)
+            return
+        W, nchunks, rem = plan.lanes, plan.chunks, plan.rem
+        if how == "pieces":
+            for c in range(nchunks):
+                self.widened(s, self.iadd(lo, ir.Constant(_I64, c * W)), W, None)
+        elif how == "chunks":
+            self.loop(_sanitize(name) + ".chunk", ir.Constant(_I64, 0),
+                      ir.Constant(_I64, nchunks),
+                      lambda c: self.widened(
+                          s, self.iadd(lo, self.b.mul(c, ir.Constant(_I64, W))), W, None))
+        else:
+            raise InternalError(f"unknown vector plan {how!r} for the loop over `{name}`")
+        if rem == 1:
+            self.with_loop_var(s.var, Val(self.iadd(lo, ir.Constant(_I64, nchunks * W))),
+                               lambda: self.stmt(s.body))
+        elif rem:
+            self.widened(s, self.iadd(lo, ir.Constant(_I64, nchunks * W)), rem, None)
+
+    def _masked_chunks(self, s: For, lo, plan):
+        """A symbolic extent: chunks of W lanes, then one masked chunk for the tail."""
         b = self.b
-        W = self.chunk_lanes(s)
-        self.mb.notes.append(f"vectorized loop over `{name}`: chunks of {W} lanes + a masked "
-                             f"tail (symbolic extent)")
+        W = plan.lanes
+        self.mb.notes.append(plan.note(s.var.name))
         n = self.scalar_index(s.extent)
         n = b.select(b.icmp_signed("<", n, ir.Constant(_I64, 0)), ir.Constant(_I64, 0), n)
         nchunks = b.sdiv(n, ir.Constant(_I64, W))
-        self.loop(_sanitize(name) + ".chunk", ir.Constant(_I64, 0), nchunks,
+        self.loop(_sanitize(s.var.name) + ".chunk", ir.Constant(_I64, 0), nchunks,
                   lambda c: self.widened(
                       s, self.iadd(lo, b.mul(c, ir.Constant(_I64, W))), W, None))
         done = b.mul(nchunks, ir.Constant(_I64, W))
@@ -1920,13 +1871,11 @@ class _FnEmitter:
         finally:
             self.lanes, self.mask = old
 
-    def parallel(self, s: For):
+    def parallel(self, s: For, plan):
+        """Outline ``s`` into a task capturing what its plan lists (lower/parallel.py)."""
         lo, n = self._bounds(s)
-        captured = [v for v in _free_vars_with_allocations(s.body)
-                    if v is not s.var and v in self.env]
-        uses = _BufferUses()
-        uses.visit(s.body)
-        used = [b for b in uses.used if b not in uses.allocated]
+        captured = [v for v in plan.captured if v in self.env]
+        used = list(plan.buffers)
         for v in captured:
             if not self.env[v].uniform:
                 raise InternalError("a parallel loop inside a widened body")
@@ -2413,25 +2362,6 @@ class _FnEmitter:
         return b.select(b.fcmp_unordered("uno", x, x), x, res)
 
 
-def _free_vars_with_allocations(stmt) -> List[Var]:
-    """``free_vars(stmt)`` plus the variables in the shapes and strides of the buffers
-    it allocates (the generic visitor does not walk into Buffers)."""
-    out = list(free_vars(stmt))
-    seen = set(out)
-
-    class _V(Visitor):
-        def visit_Allocate(self, a):
-            for e in tuple(a.buffer.shape) + tuple(a.buffer.strides or ()):
-                for v in free_vars(e):
-                    if v not in seen:
-                        seen.add(v)
-                        out.append(v)
-            self.generic_visit(a)
-
-    _V().visit(stmt)
-    return out
-
-
 _EXTERN_SYMBOL_DONE = []
 
 
@@ -2472,50 +2402,6 @@ _EXPR = {
 
 
 # ---------------------------------------------------------------------------------------
-# widening legality
-
-
-def _widen_blocker(loop: For) -> Optional[str]:
-    """Why the vectorized ``loop`` cannot be widened, or None (see the module doc)."""
-
-    def dep(e, varying) -> bool:
-        return any(v in varying for v in free_vars(e))
-
-    def walk(s, varying) -> Optional[str]:
-        t = type(s)
-        if t is SeqStmt:
-            for x in s.seq:
-                r = walk(x, varying)
-                if r:
-                    return r
-            return None
-        if t is For:
-            if dep(s.min, varying) or dep(s.extent, varying):
-                return f"the bounds of the nested loop over `{s.var.name}` depend on the lane"
-            return walk(s.body, varying)
-        if t is BufferStore:
-            vi = any(dep(i, varying) for i in s.indices)
-            if dep(s.value, varying) and not vi:
-                return (f"`{_node_text(s)}` stores a lane-dependent value to a lane-invariant "
-                        f"address (a reduction along the vectorized axis)")
-            return None
-        if t is IfThenElse:
-            return walk(s.then_case, varying) or (
-                walk(s.else_case, varying) if s.else_case is not None else None)
-        if t is LetStmt:
-            if dep(s.value, varying):
-                varying = varying | {s.var}
-            return walk(s.body, varying)
-        if t is Allocate:
-            return f"the body allocates {s.buffer.name}"
-        if t in (AttrStmt, AssertStmt):
-            return walk(s.body, varying)
-        return None
-
-    return walk(loop.body, frozenset([loop.var]))
-
-
-# ---------------------------------------------------------------------------------------
 # entry point
 
 
@@ -2523,10 +2409,14 @@ class VariantCompiler:
     """Generates and compiles the variants of one PrimFunc (used by the runtime)."""
 
     def __init__(self, func: PrimFunc, sig: Signature, checks: bool, target=None):
-        self.func = func
+        from ..lower.pipeline import prepare_for_codegen
+        from ..target import as_target
+
+        self.target = as_target(target if target is not None else "llvm")
+        #: ``func`` after the target's codegen passes (vector plans, parallel tasks)
+        self.func = prepare_for_codegen(func, self.target)
         self.sig = sig
         self.checks = checks
-        self.target = target
 
     def generate(self, layout: str, noalias: bool) -> _ModuleBuilder:
         mb = _ModuleBuilder(self.func, self.sig, layout, noalias, self.checks, self.target)

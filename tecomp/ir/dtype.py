@@ -57,6 +57,11 @@ def bits(dtype: str) -> int:
     return _BITS[dtype]
 
 
+def nbytes(dtype: str) -> int:
+    """Bytes of one element of ``dtype`` in memory (``bool``: 1)."""
+    return 1 if dtype == "bool" else bits(dtype) // 8
+
+
 def is_float(dtype: str) -> bool:
     return dtype.startswith("float") or dtype == "bfloat16"
 

@@ -14,6 +14,9 @@ from ..ir.stmt import PrimFunc
 from ..schedule.schedule import Schedule
 from .schedule_ops import schedule_to_stmt
 from . import passes as P
+from .device_split import split_host_device_pass
+from .parallel import parallel_plan_pass
+from .vectorize import vector_plan_pass
 
 # The passes, in order.  (name, function, targets it runs for: None = every target)
 PASSES = [
@@ -28,15 +31,29 @@ PASSES = [
     ("verify", P.verify_pass, None),
 ]
 
+# The codegen phase: what the code generators used to decide themselves, as passes of
+# the target.  tc.lower stops before it (its IR is the target-independent loop nest);
+# tc.build runs it (prepare_for_codegen), TECOMP_DUMP_IR=1 shows it, and
+# ``tc.lower(..., phase="codegen")`` returns the IR the code generator renders.
+CODEGEN_PASSES = [
+    ("vector_plan", vector_plan_pass, ("llvm",)),
+    ("parallel_plan", parallel_plan_pass, ("llvm",)),
+    ("split_host_device", split_host_device_pass, ("cuda", "cuda-emu")),
+]
+
 
 def _dump(title, func):
     sys.stderr.write(f"// ---- {title} ----\n{func}\n")
 
 
-def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | None = None) -> PrimFunc:
+def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | None = None,
+          phase: str = "lower") -> PrimFunc:
     """Lower a schedule to a PrimFunc; ``str()`` of it is the loop IR.  ``target``: a
     :class:`~tecomp.target.Target` or its string; its kind chooses the passes (the GPU
-    ones for ``cuda``/``cuda-emu``) and it is kept in ``func.attrs["target"]``."""
+    ones for ``cuda``/``cuda-emu``) and it is kept in ``func.attrs["target"]``.
+    ``phase="codegen"``: also run the target's :data:`CODEGEN_PASSES` (vector plans and
+    parallel tasks for llvm, the host/device split for the GPU): the IR that the code
+    generator renders."""
     from ..target import as_target
 
     tgt = as_target(target)
@@ -45,6 +62,8 @@ def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | No
         raise LowerError(f"tc.lower takes a schedule made by tc.create_schedule, got {s!r}")
     if not isinstance(args, (list, tuple)):
         raise LowerError("tc.lower(s, args): args must be a list of tensors (and scalar vars)")
+    if phase not in ("lower", "codegen"):
+        raise LowerError(f"tc.lower: phase must be 'lower' or 'codegen', got {phase!r:.40}")
     if not isinstance(name, str) or not name.isidentifier():
         raise LowerError(f"function name {name!r} must be a Python-style identifier")
     t0 = time.perf_counter()
@@ -90,15 +109,38 @@ def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | No
     if dump:
         _dump("schedule_ops", func)
     func = run_passes(func, target, dump)
+    if phase == "codegen":
+        func = prepare_for_codegen(func, tgt)
     if stats is not None:
         stats["lower_seconds"] = time.perf_counter() - t0
     return func
 
 
-def run_passes(func: PrimFunc, target: str = "llvm", dump: bool = False, check=None) -> PrimFunc:
-    """Run PASSES on ``func``.  ``check(name, before, after)`` is called after each pass
-    that changed the IR (the pass-by-pass checker hooks in here)."""
-    for pname, fn, targets in PASSES:
+def prepare_for_codegen(func: PrimFunc, target=None) -> PrimFunc:
+    """Run the :data:`CODEGEN_PASSES` of ``target`` (default: the one ``func`` was lowered
+    for) on a lowered ``func``; a function prepared for that target already comes back
+    as it is.  The code generators call it on what they are given."""
+    from ..target import as_target
+
+    tgt = as_target(target if target is not None else func.attrs.get("target", "llvm"))
+    if func.attrs.get("codegen_target") == str(tgt):
+        return func
+    if "codegen_target" in func.attrs:
+        raise LowerError(f"{func.name} was prepared for code generation for target "
+                         f"{func.attrs['codegen_target']!r:.60}, not {str(tgt)!r:.60}: build "
+                         f"the function tc.lower returns (phase='lower') instead")
+    func = PrimFunc(func.name, func.params, func.body,
+                    {**func.attrs, "target": tgt, "codegen_target": str(tgt)})
+    dump = os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")
+    return run_passes(func, tgt.kind, dump, passes=CODEGEN_PASSES)
+
+
+def run_passes(func: PrimFunc, target: str = "llvm", dump: bool = False, check=None,
+               passes=None) -> PrimFunc:
+    """Run ``passes`` (default :data:`PASSES`) on ``func``.  ``check(name, before,
+    after)`` is called after each pass that changed the IR (the pass-by-pass checker
+    hooks in here)."""
+    for pname, fn, targets in (PASSES if passes is None else passes):
         if targets is not None and target not in targets:
             continue
         new = fn(func)

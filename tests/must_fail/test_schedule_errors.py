@@ -831,3 +831,22 @@ def test_producer_computed_inside_a_loop_its_consumer_runs_before():
     with pytest.raises(tc.ScheduleError, match=r"compute_at of A at C.i.inner: its consumer B is "
                                                r"not computed inside that loop"):
         tc.lower(s, [A0, C])
+
+
+def test_lower_with_an_unknown_phase():
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.LowerError, match=r"phase must be 'lower' or 'codegen', got 'asm'"):
+        tc.lower(s, [A, C], phase="asm")
+
+
+def test_build_a_function_prepared_for_another_target():
+    # the codegen phase's plans depend on the target (AVX-512 masks or not)
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    s[C].vectorize(C.op.axis[0])
+    f = tc.lower(s, [A, C], target="llvm -mcpu=skylake-avx512", phase="codegen")
+    with pytest.raises(tc.LowerError, match=r"prepared for code generation for target "
+                       r"'llvm -mcpu=skylake-avx512', not 'llvm -mcpu=haswell': build the "
+                       r"function tc.lower returns \(phase='lower'\)"):
+        tc.build(f, target="llvm -mcpu=haswell")
