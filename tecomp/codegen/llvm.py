@@ -157,7 +157,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import llvmlite.ir as ir
 import numpy as np
 
-from ..errors import BuildError, InternalError, TecompError
+from ..errors import BuildError, InternalError, ResourceLimitError, TecompError
 from ..ir import dtype as _dt
 from ..ir.expr import (
     EQ, GE, GT, LE, LT, NE, SPECIAL_CALLS, Add, And, Buffer, BufferLoad, Call, Cast, CmpOp,
@@ -1696,14 +1696,7 @@ class _FnEmitter:
         extents = [self.scalar_index(x) for x in buf.shape]
         strides = self.declared_strides(buf, extents)
         elem = _SIZE[buf.dtype]
-        count = ir.Constant(_I64, 1)
-        if buf.strides is None:
-            for e in extents:
-                count = self.imul(count, e)
-        else:
-            # padded strides (storage_align): the span is 1 + sum((extent - 1) * stride)
-            for e, st in zip(extents, strides):
-                count = self.iadd(count, self.imul(self.isub(e, ir.Constant(_I64, 1)), st))
+        count, overflow = self.alloc_count(buf, extents, strides)
         name = _sanitize(buf.name)
         if _is_const(count) and count.constant * elem <= MAX_STACK_ALLOC:
             n = max(count.constant, 1)
@@ -1718,7 +1711,16 @@ class _FnEmitter:
         slot = self.alloca(_PTR, name=name + ".slot", align=8)
         self.ab.store(ir.Constant(_PTR, None), slot, align=8)
         self.heap_slots.append(slot)
-        nbytes = self.imul(count, ir.Constant(_I64, elem))
+        site = self.mb.add_site("malloc", buf.name, f"allocate {buf.name}",
+                                node_text(s))
+        if overflow is not None:
+            nbytes, o = self.umul_overflow(count, ir.Constant(_I64, elem))
+            overflow = b.or_(overflow, o)
+            # a size past 64 bits: the error, with -1 for the byte count
+            self.guard(overflow, lambda: self.report(ERR_MALLOC, site, None, None, -1),
+                       name="size")
+        else:
+            nbytes = self.imul(count, ir.Constant(_I64, elem))
         if not _is_const(nbytes):
             nbytes = b.select(b.icmp_signed("<", nbytes, ir.Constant(_I64, 1)),
                               ir.Constant(_I64, 1), nbytes)
@@ -1731,8 +1733,6 @@ class _FnEmitter:
             ir.Constant(_I64, rounded.constant & -64)
         p = b.call(self.mb.declare("aligned_alloc", _PTR, [_I64, _I64]),
                    [ir.Constant(_I64, 64), rounded], name=name)
-        site = self.mb.add_site("malloc", buf.name, f"allocate {buf.name}",
-                                node_text(s))
         self.guard(b.icmp_unsigned("==", p, ir.Constant(_PTR, None)),
                    lambda: self.report(ERR_MALLOC, site, None, None, nbytes), name="malloc")
         b.store(p, slot, align=8)
@@ -1743,6 +1743,52 @@ class _FnEmitter:
             del self.bufs[buf]
         b.call(self.mb.declare("free", ir.VoidType(), [_PTR]), [p])
         b.store(ir.Constant(_PTR, None), slot, align=8)
+
+    def umul_overflow(self, x, y):
+        """``(x * y, overflowed)`` of two non-negative i64: overflowed when the product
+        does not fit a signed i64 (``llvm.smul.with.overflow``)."""
+        b = self.b
+        f = self.mb.intrinsic("llvm.smul.with.overflow",
+                              ir.LiteralStructType([_I64, _I1]), [_I64, _I64], [_I64])
+        r = b.call(f, [x, y])
+        return b.extract_value(r, 0), b.extract_value(r, 1)
+
+    def alloc_count(self, buf: Buffer, extents, strides):
+        """Elements of an allocation of ``buf``: ``(count, None)`` for a constant size
+        (a ResourceLimitError past 2^62 bytes), else ``(count, overflowed)``, computed
+        without wrapping (a negative extent counts as 0; the loops over it run 0 times)."""
+        if all(_is_const(e) for e in extents) and all(_is_const(x) for x in strides):
+            if buf.strides is None:
+                n = 1
+                for e in extents:
+                    n *= max(int(e.constant), 0)
+            else:
+                n = 1 + sum((max(int(e.constant), 1) - 1) * int(st.constant)
+                            for e, st in zip(extents, strides))
+            if n * _SIZE[buf.dtype] >= 2 ** 62:
+                raise ResourceLimitError(
+                    f"buffer {buf.name} would take {n * _SIZE[buf.dtype]} bytes, more than "
+                    f"any machine's memory; compute it in smaller tiles (compute_at)")
+            return ir.Constant(_I64, n), None
+        b = self.b
+        zero, one = ir.Constant(_I64, 0), ir.Constant(_I64, 1)
+        overflow = ir.Constant(_I1, 0)
+        count = one
+        for k, e in enumerate(extents):
+            if buf.strides is None:
+                e = b.select(b.icmp_signed("<", e, zero), zero, e)
+                count, o = self.umul_overflow(count, e)
+            else:
+                # padded strides (storage_align): the span is 1 + sum((extent - 1) * stride)
+                e = b.select(b.icmp_signed("<", e, one), one, e)
+                term, o = self.umul_overflow(b.sub(e, one), strides[k])
+                overflow = b.or_(overflow, o)
+                f = self.mb.intrinsic("llvm.sadd.with.overflow",
+                                      ir.LiteralStructType([_I64, _I1]), [_I64, _I64], [_I64])
+                r = b.call(f, [count, term])
+                count, o = b.extract_value(r, 0), b.extract_value(r, 1)
+            overflow = b.or_(overflow, o)
+        return count, overflow
 
     # -- loops --------------------------------------------------------------------------
     def s_for(self, s: For, plan=None):

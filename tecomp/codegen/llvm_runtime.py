@@ -623,6 +623,10 @@ class Module(Timed):
         if code == 2:
             s = v.sites[site] if 0 <= site < len(v.sites) else None
             what = f" for {s.buffer}" if s else ""
+            if extent == -1:
+                raise KernelMemoryError(
+                    f"kernel {self.name} could not allocate {s.buffer if s else 'a buffer'}: its "
+                    f"size in bytes does not fit 64 bits (check the sizes passed)")
             raise KernelMemoryError(f"kernel {self.name} could not allocate {extent} bytes{what}")
         if code == 4:
             from ..runtime.extern import take_error

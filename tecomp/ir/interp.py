@@ -142,8 +142,8 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 from ..errors import (  # GPUModelError, RaceError: defined in tecomp.errors, importable here
-    ArgumentError, BoundsError, ExprError, GPUModelError, InternalError, LowerError, RaceError,
-    ShapeError,
+    ArgumentError, BoundsError, ExprError, GPUModelError, InternalError, KernelMemoryError,
+    LowerError, RaceError, ShapeError,
 )
 from . import dtype as _dt
 # Node classes are dispatched on by name (``_e_<Class>``/``_s_<Class>``); only the ones
@@ -1033,7 +1033,12 @@ class _Compiler:
             if any(n < 0 for n in shape):
                 raise ShapeError(f"allocation of {buf.name} with negative shape {shape} in "
                                  f"`{_line(s)}`")
-            return np.full(shape, poison, dtype=npd)
+            try:
+                return np.full(shape, poison, dtype=npd)
+            except (MemoryError, ValueError) as e:  # numpy: out of memory, or past 64 bits
+                raise KernelMemoryError(
+                    f"could not allocate {buf.name} of shape {shape} in `{_line(s)}`: "
+                    f"{str(e).splitlines()[0][:120]} (check the sizes passed)") from None
         return buf, make
 
     def _s_Allocate(self, s: Allocate):

@@ -410,3 +410,58 @@ def test_torch_backed_arrays_are_accepted():
     a = t[64:].numpy()
     f(a, c)
     np.testing.assert_array_equal(c, a * 2)
+
+
+def _scratch_of_n():
+    """C[i] = T[i] + 1 with T[n] a scratch buffer of the scalar extent n (int64)."""
+    n = tc.var("n", "int64")
+    A = tc.placeholder((4,), name="A")
+    T = tc.compute((n,), lambda i: A[i % 4] * 2.0, name="T")
+    C = tc.compute((4,), lambda i: T[i] + 1.0, name="C")
+    return tc.create_schedule(C.op), [A, C, n]
+
+
+@pytest.mark.parametrize("n", [2 ** 61, 2 ** 63 - 1])
+def test_scratch_size_past_64_bits(n):
+    """n * 4 bytes past 2^63 used to wrap to a small allocation that the loop then wrote
+    past (a segfault); the size is computed without wrapping, and the call fails."""
+    s, args = _scratch_of_n()
+    f = tc.build(s, args)
+    with pytest.raises(tc.KernelMemoryError, match=r"kernel main could not allocate T: its "
+                       r"size in bytes does not fit 64 bits \(check the sizes passed\)"):
+        f(np.ones(4, "float32"), np.zeros(4, "float32"), n)
+    with pytest.raises(tc.KernelMemoryError, match=r"could not allocate T of shape "
+                       rf"\({n},\) in `allocate T: float32\[n\] \(global\)`"):
+        interp.run(tc.lower(s, args), np.ones(4, "float32"), np.zeros(4, "float32"), n)
+    c = np.zeros(4, "float32")
+    f(np.ones(4, "float32"), c, 4)
+    np.testing.assert_array_equal(c, np.full(4, 3.0, "float32"))
+
+
+def test_scratch_too_large_for_memory():
+    s, args = _scratch_of_n()
+    # 2^62 bytes: more than any address space, so malloc fails whatever the overcommit policy
+    with pytest.raises(tc.KernelMemoryError, match=r"kernel main could not allocate "
+                       r"4611686018427387904 bytes for T"):
+        tc.build(s, args)(np.ones(4, "float32"), np.zeros(4, "float32"), 2 ** 60)
+
+
+def test_a_2d_scratch_whose_element_count_overflows():
+    m, k = tc.var("m", "int64"), tc.var("k", "int64")
+    A = tc.placeholder((4,), name="A")
+    T = tc.compute((m, k), lambda i, j: A[(i + j) % 4], name="T")
+    C = tc.compute((4,), lambda i: T[i, i] + 1.0, name="C")
+    f = tc.build(tc.create_schedule(C.op), [A, C, m, k])
+    with pytest.raises(tc.KernelMemoryError, match=r"could not allocate T: its size in bytes "
+                       r"does not fit 64 bits"):
+        f(np.ones(4, "float32"), np.zeros(4, "float32"), 2 ** 31, 2 ** 31)
+
+
+def test_constant_scratch_past_any_memory():
+    A = tc.placeholder((4,), name="A")
+    N = 2 ** 31 - 1
+    T = tc.compute((N, N), lambda i, j: A[(i + j) % 4], name="T")
+    C = tc.compute((4,), lambda i: T[i, i] + 1.0, name="C")
+    with pytest.raises(tc.ResourceLimitError, match=r"buffer T would take 18446744056529682436 "
+                       r"bytes, more than any machine's memory; compute it in smaller tiles"):
+        tc.build(tc.create_schedule(C.op), [A, C])
