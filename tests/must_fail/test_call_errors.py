@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
+import small_programs as sp  # tests/must_fail/small_programs.py
 from tecomp.ir import interp
 
 
@@ -410,6 +411,64 @@ def test_torch_backed_arrays_are_accepted():
     a = t[64:].numpy()
     f(a, c)
     np.testing.assert_array_equal(c, a * 2)
+
+
+# ---------------------------------------------------------------------------------
+# calling compiled kernels (once tecomp.testing.bad_inputs)
+
+
+def test_call_too_few():
+    with pytest.raises(tc.ArgumentError, match=r"main expects 2 arguments \(A, B\), got 1"):
+        f, A, B = sp.add_kernel()
+        f(np.zeros(8, "float32"))
+
+
+def test_call_list_argument():
+    with pytest.raises(tc.ArgumentError,
+                       match=r"expects an array \(numpy\.ndarray, [^)]*\) of float32"):
+        f, A, B = sp.add_kernel()
+        f([0.0] * 8, np.zeros(8, "float32"))
+
+
+def test_call_none_argument():
+    with pytest.raises(tc.ArgumentError,
+                       match=r"expects an array \(numpy\.ndarray, [^)]*\) of float32"):
+        f, A, B = sp.add_kernel()
+        f(None, np.zeros(8, "float32"))
+
+
+def test_call_wrong_dtype():
+    with pytest.raises(tc.ArgumentError, match=r"expects float32, got float64"):
+        f, A, B = sp.add_kernel()
+        f(np.zeros(8), np.zeros(8, "float32"))
+
+
+def test_call_empty_array():
+    with pytest.raises(tc.ArgumentError, match=r"expects B\.shape\[0\] = 8, got 0"):
+        f, A, B = sp.add_kernel()
+        f(np.zeros(8, "float32"), np.zeros(0, "float32"))
+
+
+def test_call_readonly_output():
+    with pytest.raises(tc.ArgumentError, match=r"read-only"):
+        f, A, B = sp.add_kernel()
+        out = np.zeros(8, "float32")
+        out.flags.writeable = False
+        f(np.zeros(8, "float32"), out)
+
+
+def test_call_numpy_scalar():
+    with pytest.raises(tc.ArgumentError,
+                       match=r"parameter A \(argument 1\) expects an array \(numpy\.ndarray, [^)]*\) of float32 with shape \(8,\), got float32"):
+        f, A, B = sp.add_kernel()
+        f(np.float32(1.0), np.zeros(8, "float32"))
+
+
+def test_call_0d_array():
+    with pytest.raises(tc.ArgumentError,
+                       match=r"A \(argument 1\) expects a 1-d array|expects a 1-d array"):
+        f, A, B = sp.add_kernel()
+        f(np.array(1.0, "float32"), np.zeros(8, "float32"))
 
 
 def _scratch_of_n():

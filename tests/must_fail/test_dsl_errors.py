@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
+import small_programs as sp  # tests/must_fail/small_programs.py
 
 
 def test_negative_extent():
@@ -460,3 +461,457 @@ def test_bfloat16_arrays_without_ml_dtypes(monkeypatch):
     monkeypatch.setitem(sys.modules, "ml_dtypes", None)
     with pytest.raises(tc.DTypeError, match=r"bfloat16 arrays need the ml_dtypes package"):
         numpy_dtype("bfloat16")
+
+
+# ---------------------------------------------------------------------------------
+# the DSL: vars, consts, placeholders, compute, indexing, reductions (once tecomp.testing.bad_inputs)
+
+
+def test_var_name_not_string():
+    with pytest.raises(tc.ExprError, match=r"tc\.var takes the variable's name"):
+        tc.var(3)
+
+
+def test_var_unknown_dtype():
+    with pytest.raises(tc.DTypeError, match=r"unknown dtype 'float8'"):
+        tc.var("n", "float8")
+
+
+def test_const_of_string():
+    with pytest.raises(tc.ExprError, match=r"cannot use 'abc'"):
+        tc.const("abc")
+
+
+def test_const_unknown_dtype():
+    with pytest.raises(tc.DTypeError, match=r"dtype"):
+        tc.const(1, "complex64")
+
+
+def test_const_out_of_range():
+    with pytest.raises(tc.ExprError,
+                       match=r"tc\.const: 1099511627776 does not fit int32 \[-2147483648, 2147483647\]"):
+        tc.const(2**40, "int32")
+
+
+def test_const_negative_uint8():
+    with pytest.raises(tc.ExprError, match=r"tc\.const: -1 does not fit uint8 \[0, 255\]"):
+        tc.const(-1, "uint8")
+
+
+def test_const_nan_as_int():
+    with pytest.raises(tc.ExprError, match=r"tc\.const: nan is not an integer"):
+        tc.const(float("nan"), "int32")
+
+
+def test_const_fraction_as_int():
+    with pytest.raises(tc.ExprError, match=r"tc\.const: 2\.5 is not an integer"):
+        tc.const(2.5, "int64")
+
+
+def test_const_string_with_dtype():
+    with pytest.raises(tc.ExprError,
+                       match=r"tc\.const: the value must be a Python or numpy number, got 'abc'"):
+        tc.const("abc", "float32")
+
+
+def test_const_of_expression():
+    with pytest.raises(tc.ExprError,
+                       match=r"tc\.const: the value must be a Python or numpy number"):
+        tc.const(tc.var("i"), "float32")
+
+
+def test_placeholder_shape_string():
+    with pytest.raises(tc.ShapeError, match=r"placeholder A: shape must be a tuple"):
+        tc.placeholder("abc", name="A")
+
+
+def test_placeholder_shape_none():
+    with pytest.raises(tc.ShapeError, match=r"placeholder A: shape must be a tuple"):
+        tc.placeholder(None, name="A")
+
+
+def test_placeholder_extent_none():
+    with pytest.raises(tc.ShapeError, match=r"placeholder A: extent 1 is None"):
+        tc.placeholder((4, None), name="A")
+
+
+def test_placeholder_extent_bool():
+    with pytest.raises(tc.ShapeError, match=r"placeholder A: extent 0 is True"):
+        tc.placeholder((True,), name="A")
+
+
+def test_placeholder_extent_zero():
+    with pytest.raises(tc.ShapeError, match=r"placeholder A: extent 0 is 0"):
+        tc.placeholder((0, 3), name="A")
+
+
+def test_placeholder_float_var_extent():
+    with pytest.raises(tc.ExprError, match=r"index or extent must be an integer expression"):
+        tc.placeholder((tc.var("x", "float32"),), name="A")
+
+
+def test_placeholder_name_not_string():
+    with pytest.raises(tc.ExprError, match=r"tc\.placeholder: name must be a string"):
+        tc.placeholder((4,), name=7)
+
+
+def test_placeholder_dtype_object():
+    with pytest.raises(tc.DTypeError, match=r"is not a dtype|unknown dtype"):
+        tc.placeholder((4,), dtype=object(), name="A")
+
+
+def test_placeholder_dtype_none():
+    with pytest.raises(tc.DTypeError, match=r"dtype is None; give one of float16"):
+        tc.placeholder((4,), dtype=None, name="A")
+
+
+def test_placeholder_dtype_complex():
+    with pytest.raises(tc.DTypeError, match=r"unknown dtype 'complex64'"):
+        tc.placeholder((4,), dtype="complex64", name="A")
+
+
+def test_compute_fcompute_not_callable():
+    with pytest.raises(tc.ComputeError, match=r"compute C: fcompute must be a function"):
+        tc.compute((4,), "i + 1", name="C")
+
+
+def test_compute_name_not_string():
+    with pytest.raises(tc.ExprError, match=r"tc\.compute: name must be a string, got 5"):
+        tc.compute((4,), lambda i: i, name=5)
+
+
+def test_compute_returns_string():
+    with pytest.raises(tc.ExprError, match=r"cannot use 'x'"):
+        tc.compute((4,), lambda i: "x", name="C")
+
+
+def test_compute_returns_none():
+    with pytest.raises(tc.ExprError, match=r"cannot use None"):
+        tc.compute((4,), lambda i: None, name="C")
+
+
+def test_compute_returns_tensor():
+    with pytest.raises(tc.ComputeError, match=r"compute C: fcompute returned the tensor A"):
+        A = sp.vec(4)
+        tc.compute((4,), lambda i: A, name="C")
+
+
+def test_compute_negative_extent():
+    with pytest.raises(tc.ShapeError,
+                       match=r"compute C: extent 1 is -2; extents must be positive"):
+        tc.compute((4, -2), lambda i, j: i + j, name="C")
+
+
+def test_compute_lambda_with_default_arg():
+    with pytest.raises(tc.ComputeError,
+                       match=r"compute C: the shape has 1 dimension\(s\) but fcompute takes 2"):
+        tc.compute((4,), lambda i, j=0: i, name="C")
+
+
+def test_index_float_literal():
+    with pytest.raises(tc.DTypeError,
+                       match=r"the float literal 1.5 cannot combine with a int32 expression"):
+        A = sp.vec(4)
+        tc.compute((4,), lambda i: A[1.5], name="C")
+
+
+def test_index_string():
+    with pytest.raises(tc.ExprError, match=r"cannot use 'x'"):
+        A = sp.vec(4)
+        tc.compute((4,), lambda i: A["x"], name="C")
+
+
+def test_index_slice():
+    with pytest.raises(tc.ExprError, match=r"tensor A: slices are not supported"):
+        A = sp.vec(4)
+        tc.compute((4,), lambda i: A[0:2], name="C")
+
+
+def test_index_negative_constant():
+    with pytest.raises(tc.ShapeError,
+                       match=r"index -1 is out of range for dimension 0 of tensor A"):
+        A = sp.vec(4)
+        tc.compute((4,), lambda i: A[-1], name="C")
+
+
+def test_index_bool_expression():
+    with pytest.raises(tc.ExprError,
+                       match=r"index or extent must be an integer expression, got bool"):
+        A = sp.vec(4)
+        tc.compute((4,), lambda i: A[i < 2], name="C")
+
+
+def test_index_float_expression():
+    with pytest.raises(tc.ExprError,
+                       match=r"index or extent must be an integer expression, got float32"):
+        A = sp.vec(4)
+        X = sp.vec(4, "X")
+        tc.compute((4,), lambda i: A[X[i]], name="C")
+
+
+def test_index_too_many():
+    with pytest.raises(tc.ShapeError,
+                       match=r"tensor A has 1 dimension\(s\) \(8\) but was indexed with 2"):
+        A = sp.vec(8)
+        tc.compute((8,), lambda i: A[i, i], name="C")
+
+
+def test_index_chain_left_partial():
+    with pytest.raises(tc.ShapeError, match=(
+            r"tensor M has 2 dimension\(s\) \(4, 4\) but was indexed with 1 "
+            r"index\(es\); index every dimension, e.g. M\[i, j\] or M\[i\]\[j\]")):
+        M = tc.placeholder((4, 4), name="M")
+        tc.compute((4,), lambda i: M[i] * 2, name="C")
+
+
+def test_index_chain_too_long():
+    with pytest.raises(tc.ShapeError,
+                       match=r"M\[i, 0\] indexes all 2 dimension\(s\) of tensor M already"):
+        M = tc.placeholder((4, 4), name="M")
+        tc.compute((4,), lambda i: M[i][0][1], name="C")
+
+
+def test_split_disable_predication_not_dividing():
+    with pytest.raises(tc.ScheduleError, match=(
+            r"split of axis i of stage C with disable_predication=True: the inner "
+            r"extent 3 does not divide the axis' extent 8")):
+        A = sp.vec(8)
+        C = tc.compute((8,), lambda i: A[i] + 1, name="C")
+        s = tc.create_schedule(C.op)
+        s[C].split(C.op.axis[0], factor=3, disable_predication=True)
+        tc.lower(s, [A, C])
+
+
+def test_split_disable_predication_not_bool():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"disable_predication must be True or False, got 'yes'"):
+        A = sp.vec(8)
+        C = tc.compute((8,), lambda i: A[i] + 1, name="C")
+        tc.create_schedule(C.op)[C].split(C.op.axis[0], factor=2, disable_predication="yes")
+
+
+def test_index_variable_of_another_compute():
+    with pytest.raises(tc.ComputeError, match=r"index variable i belongs to another compute"):
+        A = sp.vec(8)
+        B = tc.compute((8,), lambda i: A[i], name="B")
+        iv = B.op.axis[0].var
+        tc.compute((8,), lambda j: A[iv], name="C")
+
+
+def test_iterate_tensor():
+    with pytest.raises(tc.ExprError, match=r"tensor A cannot be iterated"):
+        list(sp.vec(4))
+
+
+def test_op_output_index():
+    with pytest.raises(tc.ExprError, match=r"operation A has 1 output\(s\); asked for output 1"):
+        sp.vec(4).op.output(1)
+
+
+def test_negate_tensor():
+    with pytest.raises(tc.ExprError, match=r"arithmetic on the whole tensor A"):
+        _ = -sp.vec(4)
+
+
+def test_python_if_on_compare_in_compute():
+    with pytest.raises(tc.ExprError, match=r"truth value of the symbolic expression"):
+        A = sp.vec(4)
+        tc.compute((4,), lambda i: A[i] if i > 1 else 0.0, name="C")
+
+
+def test_python_and_on_conditions():
+    with pytest.raises(tc.ExprError, match=r"truth value of the symbolic expression"):
+        i = tc.var("i")
+        _ = (i > 1) and (i < 3)
+
+
+def test_python_chained_comparison():
+    with pytest.raises(tc.ExprError, match=r"truth value of the symbolic expression"):
+        i = tc.var("i")
+        _ = 0 < i < 3
+
+
+def test_python_min_builtin():
+    with pytest.raises(tc.ExprError, match=r"truth value of the symbolic expression"):
+        import builtins
+
+        i = tc.var("i")
+        builtins.min(i, 3)
+
+
+def test_negate_bool():
+    with pytest.raises(tc.ExprError, match=r"arithmetic `-` on a bool expression"):
+        i = tc.var("i")
+        _ = -(i < 3)
+
+
+def test_add_bools():
+    with pytest.raises(tc.ExprError, match=r"addition of bool expressions"):
+        i = tc.var("i")
+        _ = (i < 3) + (i > 1)
+
+
+def test_invert_int():
+    with pytest.raises(tc.ExprError, match=r"~ needs a bool expression"):
+        _ = ~tc.var("i")
+
+
+def test_if_then_else_mismatched_branches():
+    with pytest.raises(tc.DTypeError,
+                       match=r"operands of tc\.if_then_else `A\[i\]` and `B\[i\]` have dtypes float32 and int32"):
+        A = sp.vec(4)
+        B = sp.vec(4, "B", "int32")
+        tc.compute((4,), lambda i: tc.if_then_else(i < 2, A[i], B[i]), name="C")
+
+
+def test_all_of_int():
+    with pytest.raises(tc.ExprError, match=r"tc\.all needs bool conditions, got int32"):
+        tc.all(tc.var("i"), tc.var("j") < 2)
+
+
+def test_truncdiv_float():
+    with pytest.raises(tc.ExprError, match=r"truncdiv needs integer operands, got float32"):
+        A = sp.vec(4)
+        tc.compute((4,), lambda i: tc.truncdiv(A[i], A[i]), name="C")
+
+
+def test_floordiv_float_intrinsic():
+    with pytest.raises(tc.ExprError, match=r"floordiv needs integer operands"):
+        A = sp.vec(4)
+        tc.compute((4,), lambda i: tc.floordiv(A[i], 2.0), name="C")
+
+
+def test_astype_unknown():
+    with pytest.raises(tc.DTypeError, match=r"unknown dtype 'int3'"):
+        _ = tc.var("i").astype("int3")
+
+
+def test_intrinsic_of_object():
+    with pytest.raises(tc.ExprError, match=r"cannot use <object"):
+        tc.exp(object())
+
+
+def test_intrinsic_of_tensor():
+    with pytest.raises(tc.ExprError, match=r"cannot use Tensor\(A"):
+        tc.exp(sp.vec(4))
+
+
+def test_intrinsic_sqrt_int():
+    with pytest.raises(tc.DTypeError, match=r"tc\.sqrt needs a float argument, got int32"):
+        tc.sqrt(tc.var("i"))
+
+
+def test_pow_mixed_widths():
+    with pytest.raises(tc.DTypeError, match=r"float32 and float64"):
+        A = sp.vec(4)
+        B = sp.vec(4, "B", "float64")
+        tc.compute((4,), lambda i: tc.pow(A[i], B[i]), name="C")
+
+
+def test_abs_bool():
+    with pytest.raises(tc.ExprError, match=r"tc\.abs of a bool"):
+        tc.abs(tc.var("i") < 2)
+
+
+def test_cast_list():
+    with pytest.raises(tc.ExprError, match=r"cannot use \[1, 2\]"):
+        tc.cast([1, 2], "int32")
+
+
+def test_reduce_axis_name_not_string():
+    with pytest.raises(tc.ExprError, match=r"tc\.reduce_axis: name must be a string, got 3"):
+        tc.reduce_axis((0, 4), name=3)
+
+
+def test_reduce_axis_string():
+    with pytest.raises(tc.ShapeError, match=r"reduce_axis k: dom must be \(lo, hi\) or an extent"):
+        tc.reduce_axis("abc", name="k")
+
+
+def test_reduce_axis_one_tuple():
+    with pytest.raises(tc.ShapeError, match=r"reduce_axis k: dom must be \(lo, hi\) or an extent"):
+        tc.reduce_axis((4,), name="k")
+
+
+def test_reduce_axis_reversed():
+    with pytest.raises(tc.ShapeError, match=r"reduce_axis k: the range \(5, 2\) is empty"):
+        tc.reduce_axis((5, 2), name="k")
+
+
+def test_reduce_axis_zero_extent():
+    with pytest.raises(tc.ShapeError, match=r"reduce_axis k: the range 0 is empty"):
+        tc.reduce_axis(0, name="k")
+
+
+def test_reduce_axis_float_bound():
+    with pytest.raises(tc.DTypeError, match=r"the float literal 2.5 cannot combine"):
+        tc.reduce_axis((0, 2.5), name="k")
+
+
+def test_reduce_where_not_bool():
+    with pytest.raises(tc.ExprError, match=r"tc\.sum where= needs bool conditions"):
+        A = sp.vec(4)
+        k = tc.reduce_axis(4, name="k")
+        tc.compute((1,), lambda i: tc.sum(A[k], axis=k, where=1.0), name="C")
+
+
+def test_reduce_repeated_axis():
+    with pytest.raises(tc.ComputeError, match=r"tc\.sum: axis k, k repeats an axis"):
+        A = sp.vec(4)
+        k = tc.reduce_axis(4, name="k")
+        tc.compute((1,), lambda i: tc.sum(A[k], axis=[k, k]), name="C")
+
+
+def test_reduce_empty_axis_list():
+    with pytest.raises(tc.ExprError, match=r"tc\.sum: axis= is empty"):
+        A = sp.vec(4)
+        tc.compute((1,), lambda i: tc.sum(A[i], axis=[]), name="C")
+
+
+def test_reduce_axis_given_as_string():
+    with pytest.raises(tc.ComputeError, match=r"tc\.sum: axis 'k' is not a reduce axis"):
+        A = sp.vec(4)
+        tc.compute((1,), lambda i: tc.sum(A[i], axis="k"), name="C")
+
+
+def test_reduce_unknown_keyword():
+    with pytest.raises(tc.ExprError, match=r"tc\.sum: unexpected keyword\(s\) axes"):
+        A = sp.vec(4)
+        k = tc.reduce_axis(4, name="k")
+        tc.compute((1,), lambda i: tc.sum(A[k], axes=k), name="C")
+
+
+def test_reduce_of_reduce():
+    with pytest.raises(tc.ComputeError, match=r"nested reductions are not allowed"):
+        A = tc.placeholder((4, 4), name="A")
+        k = tc.reduce_axis(4, name="k")
+        r = tc.reduce_axis(4, name="r")
+        tc.compute((1,), lambda i: tc.sum(tc.max(A[k, r], axis=r), axis=k), name="C")
+
+
+def test_reduce_axis_in_where_of_other_reduction():
+    with pytest.raises(tc.ComputeError,
+                       match=r"compute C: reduce axis k is used outside a reduction over it"):
+        A = sp.vec(4)
+        k = tc.reduce_axis(4, name="k")
+        r = tc.reduce_axis(4, name="r")
+        tc.compute((1,), lambda i: tc.sum(A[r], axis=r, where=k < 2), name="C")
+
+
+def test_comm_reducer_not_callable():
+    with pytest.raises(tc.ExprError,
+                       match=r"tc\.comm_reducer\(fcombine, fidentity, name\): both must be callables"):
+        tc.comm_reducer(1, 2)
+
+
+def test_comm_reducer_combine_returns_string():
+    with pytest.raises(tc.ExprError, match=r"cannot use 'bad'"):
+        red = tc.comm_reducer(lambda x, y: "bad", lambda t: tc.const(0, t), name="bad")
+        A = sp.vec(4)
+        k = tc.reduce_axis(4, name="k")
+        tc.compute((1,), lambda i: red(A[k], axis=k), name="C")
+
+
+def test_thread_axis_int():
+    with pytest.raises(tc.ExprError, match=r"unknown thread tag"):
+        tc.thread_axis(5)

@@ -2,9 +2,11 @@
 import os
 import sys
 
+import numpy as np
 import pytest
 
 import tecomp as tc
+import small_programs as sp  # tests/must_fail/small_programs.py
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from helpers import triangular_sum  # noqa: E402  (tests/helpers.py)
@@ -643,15 +645,8 @@ def test_cache_read_pad_not_of_the_tensors_dtype(pad):
         s.cache_read(A, "local", [C], pad=pad)
 
 
-def _grid():
-    A = tc.placeholder((4, 6), name="A")
-    B = tc.compute((4, 6), lambda i, j: A[i, j] + 1, name="B")
-    C = tc.compute((4, 6), lambda i, j: B[i, j] * 2, name="C")
-    return A, B, C
-
-
 def test_storage_order_not_every_axis():
-    A, B, C = _grid()
+    A, B, C = sp.chain3()
     s = tc.create_schedule(C.op)
     i, j = B.op.axis
     with pytest.raises(tc.ScheduleError, match=r"storage_order on stage B: got i, i; give every "
@@ -662,7 +657,7 @@ def test_storage_order_not_every_axis():
 
 
 def test_storage_order_split_axis():
-    A, B, C = _grid()
+    A, B, C = sp.chain3()
     s = tc.create_schedule(C.op)
     i, j = B.op.axis
     jo, ji = s[B].split(j, factor=2)
@@ -673,7 +668,7 @@ def test_storage_order_split_axis():
 
 
 def test_storage_order_of_an_output():
-    A, B, C = _grid()
+    A, B, C = sp.chain3()
     s = tc.create_schedule(C.op)
     i, j = C.op.axis
     with pytest.raises(tc.ScheduleError, match=r"storage_order on stage C: it is an output, whose "
@@ -682,7 +677,7 @@ def test_storage_order_of_an_output():
 
 
 def test_storage_order_of_an_inlined_stage():
-    A, B, C = _grid()
+    A, B, C = sp.chain3()
     s = tc.create_schedule(C.op)
     i, j = B.op.axis
     s[B].storage_order(j, i)
@@ -693,7 +688,7 @@ def test_storage_order_of_an_inlined_stage():
 
 
 def test_storage_align_of_the_innermost_stored_dimension():
-    A, B, C = _grid()
+    A, B, C = sp.chain3()
     s = tc.create_schedule(C.op)
     i, j = B.op.axis
     s[B].storage_align(i, 8, 0)
@@ -850,3 +845,430 @@ def test_build_a_function_prepared_for_another_target():
                        r"'llvm -mcpu=skylake-avx512', not 'llvm -mcpu=haswell': build the "
                        r"function tc.lower returns \(phase='lower'\)"):
         tc.build(f, target="llvm -mcpu=haswell")
+
+
+# ---------------------------------------------------------------------------------
+# schedules (once tecomp.testing.bad_inputs)
+
+
+def test_create_schedule_int():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"create_schedule takes an output tensor/operation"):
+        tc.create_schedule(5)
+
+
+def test_create_schedule_empty():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"create_schedule takes an output tensor/operation"):
+        tc.create_schedule([])
+
+
+def test_create_schedule_placeholder():
+    with pytest.raises(tc.ScheduleError, match=r"create_schedule: A is a placeholder"):
+        tc.create_schedule(sp.vec(4))
+
+
+def test_create_schedule_string_in_list():
+    with pytest.raises(tc.ScheduleError, match=r"create_schedule: 'C' is not a tensor"):
+        tc.create_schedule(["C"])
+
+
+def test_schedule_getitem_string():
+    with pytest.raises(tc.ScheduleError, match=r"'C' is not part of this schedule"):
+        A, B, C = sp.chain3()
+        tc.create_schedule(C.op)["C"]
+
+
+def test_schedule_getitem_other_tensor():
+    with pytest.raises(tc.ScheduleError, match=r"'X' is not part of this schedule"):
+        A, B, C = sp.chain3()
+        X = tc.compute((4,), lambda i: i, name="X")
+        tc.create_schedule(C.op)[X]
+
+
+def _two_reductions():
+    A = tc.placeholder((8, 8), name="A")
+    k = tc.reduce_axis((0, 8), name="k")
+    r = tc.reduce_axis((0, 8), name="r")
+    C = tc.compute((8,), lambda i: tc.sum(A[i, k], axis=k), name="C")
+    D = tc.compute((8,), lambda i: tc.max(A[r, i] + C[i], axis=r), name="D")
+    return tc.create_schedule(D.op), C, D, k, r
+
+
+def test_split_reduce_axis_of_another_stage():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"split on stage D: axis k belongs to stage C, not to stage D"):
+        s, C, D, k, r = _two_reductions()
+        s[D].split(k, factor=2)
+
+
+def test_reorder_with_reduce_axis_of_another_stage():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"reorder on stage C: axis r belongs to stage D, not to stage C"):
+        s, C, D, k, r = _two_reductions()
+        s[C].reorder(r, C.op.axis[0])
+
+
+def test_rfactor_reduce_axis_of_another_stage():
+    with pytest.raises(tc.ScheduleError, match=r"rfactor on stage D: axis k belongs to stage C"):
+        s, C, D, k, r = _two_reductions()
+        s.rfactor(D, k)
+
+
+def test_compute_at_own_reduce_axis_given_for_consumer():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"compute_at of C on stage D: axis k belongs to stage C, not to stage D"):
+        s, C, D, k, r = _two_reductions()
+        s[C].compute_at(s[D], k)
+
+
+def test_split_float_factor():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"split on stage C, axis i: factor must be a positive int, got 2.5"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].split(C.op.axis[0], factor=2.5)
+
+
+def test_split_negative_factor():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"split on stage C, axis i: factor=-4 must be at least 1"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].split(C.op.axis[0], factor=-4)
+
+
+def test_split_bool_nparts():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"split on stage C, axis i: nparts must be a positive int, got True"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].split(C.op.axis[0], nparts=True)
+
+
+def test_split_string_axis():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"split on stage C: axis must be an axis of the stage"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].split("i", factor=2)
+
+
+def test_tile_same_axis_twice():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"split on stage C: axis i was already split or fused away"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].tile(C.op.axis[0], C.op.axis[0], 2, 2)
+
+
+def test_fuse_nothing():
+    with pytest.raises(tc.ScheduleError, match=r"fuse on stage C: give at least one axis"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].fuse()
+
+
+def test_fuse_same_axis():
+    with pytest.raises(tc.ScheduleError, match=r"fuse on stage C: axis repeated"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].fuse(C.op.axis[0], C.op.axis[0])
+
+
+def test_fuse_after_parallel():
+    with pytest.raises(tc.ScheduleError, match=r"fuse on stage C: axis i is already parallel"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].parallel(C.op.axis[0])
+        s[C].fuse(*C.op.axis)
+
+
+def test_vectorize_after_parallel():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"vectorize on stage C: axis j is already parallel"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].parallel(C.op.axis[1])
+        s[C].vectorize(C.op.axis[1])
+
+
+def test_unroll_symbolic_extent():
+    with pytest.raises(tc.ScheduleError, match=r"unroll on stage C: axis .* has extent n"):
+        n = tc.var("n")
+        A = tc.placeholder((n,), name="A")
+        C = tc.compute((n,), lambda i: A[i] + 1, name="C")
+        s = tc.create_schedule(C.op)
+        s[C].unroll(C.op.axis[0])
+        tc.lower(s, [A, C])
+
+
+def test_bind_string_tag():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"bind on stage C, axis i: the second argument must be a thread axis"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].bind(C.op.axis[0], "threadIdx.x")
+
+
+def _inlined_b():
+    A, B, C = sp.chain3()
+    s = tc.create_schedule(C.op)
+    s[B].compute_inline()
+    return s, B
+
+
+def test_vectorize_inlined_stage():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"vectorize on stage B: the stage is inlined into its consumers"):
+        s, B = _inlined_b()
+        s[B].vectorize(B.op.axis[1])
+
+
+def test_parallel_inlined_stage():
+    with pytest.raises(tc.ScheduleError, match=r"parallel on stage B: the stage is inlined"):
+        s, B = _inlined_b()
+        s[B].parallel(B.op.axis[0])
+
+
+def test_unroll_inlined_stage():
+    with pytest.raises(tc.ScheduleError, match=r"unroll on stage B: the stage is inlined"):
+        s, B = _inlined_b()
+        s[B].unroll(B.op.axis[0])
+
+
+def test_reorder_inlined_stage():
+    with pytest.raises(tc.ScheduleError, match=r"reorder on stage B: the stage is inlined"):
+        s, B = _inlined_b()
+        s[B].reorder(B.op.axis[1], B.op.axis[0])
+
+
+def test_pragma_inlined_stage():
+    with pytest.raises(tc.ScheduleError, match=r"pragma on stage B: the stage is inlined"):
+        s, B = _inlined_b()
+        s[B].pragma(B.op.axis[0], "unroll_explicit")
+
+
+def test_bind_inlined_stage():
+    with pytest.raises(tc.ScheduleError, match=r"bind on stage B: the stage is inlined"):
+        s, B = _inlined_b()
+        s[B].bind(B.op.axis[0], tc.thread_axis("blockIdx.x"))
+
+
+def test_tile_inlined_stage():
+    with pytest.raises(tc.ScheduleError, match=r"split on stage B: the stage is inlined"):
+        s, B = _inlined_b()
+        s[B].tile(B.op.axis[0], B.op.axis[1], 2, 2)
+
+
+def test_rfactor_fused_reduce_axes():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"rfactor on stage Y: fused reduction axes are not supported"):
+        X = tc.placeholder((4, 6, 5), name="X")
+        r1 = tc.reduce_axis((0, 6), name="r1")
+        r2 = tc.reduce_axis((0, 5), name="r2")
+        Y = tc.compute((4,), lambda i: tc.sum(X[i, r1, r2], axis=[r1, r2]), name="Y")
+        s = tc.create_schedule(Y.op)
+        s.rfactor(Y, s[Y].fuse(r1, r2))
+
+
+def test_storage_align_symbolic_stride():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"storage_align on stage B: the stride of dimension 0 is n, not a constant"):
+        n = tc.var("n")
+        X = tc.placeholder((4, n), name="X")
+        B = tc.compute((4, n), lambda i, j: X[i, j] + 1, name="B")
+        C = tc.compute((4, n), lambda i, j: B[i, j] * 2, name="C")
+        s = tc.create_schedule(C.op)
+        s[B].storage_align(B.op.axis[0], 8, 0)
+        tc.lower(s, [X, C])
+
+
+def test_gpu_schedule_built_for_the_cpu():
+    with pytest.raises(tc.BuildError, match=(
+            r"the loop over `i\.outer` is bound to the GPU thread axis blockIdx\.x; the llvm "
+            r"\(CPU\) target cannot run GPU-bound loops")):
+        A = sp.vec(16)
+        B = tc.compute((16,), lambda i: A[i] + 1, name="B")
+        s = tc.create_schedule(B.op)
+        xo, xi = s[B].split(B.op.axis[0], factor=4)
+        s[B].bind(xo, tc.thread_axis("blockIdx.x"))
+        s[B].bind(xi, tc.thread_axis("threadIdx.x"))
+        tc.build(s, [A, B])
+
+
+def test_cpu_schedule_built_for_the_cuda_emulation():
+    with pytest.raises(tc.BuildError,
+                       match=r"stage B: its loop nest has no axis bound to a GPU thread"):
+        A = sp.vec(16)
+        B = tc.compute((16,), lambda i: A[i] + 1, name="B")
+        tc.build(tc.create_schedule(B.op), [A, B], target="cuda-emu")
+
+
+def test_get_source_unknown_kind():
+    with pytest.raises(tc.ArgumentError,
+                       match=r"get_source: unknown source kind 'foo'; use 'llvm', 'llvm-unopt' or 'asm'"):
+        f, A, B = sp.add_kernel()
+        f.get_source("foo")
+
+
+def test_compute_at_string_parent():
+    with pytest.raises(tc.ScheduleError, match=r"compute_at on stage B: parent must be a stage"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[B].compute_at("C", C.op.axis[0])
+
+
+def test_compute_at_int_axis():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"compute_at of B on stage C: axis must be an axis of the stage"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[B].compute_at(s[C], 0)
+
+
+def test_compute_at_axis_split_afterwards():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"compute_at of B at C\.i: .*(split|fused|no longer)"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[B].compute_at(s[C], C.op.axis[0])
+        s[C].split(C.op.axis[0], factor=4)
+        tc.lower(s, [A, C])
+
+
+def test_compute_inline_with_attached_stage():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"compute_inline on stage B: stage .* is computed at one of its loops"):
+        A = sp.vec(8)
+        X = tc.compute((8,), lambda i: A[i] + 1, name="X")
+        B = tc.compute((8,), lambda i: X[i] * 2, name="B")
+        C = tc.compute((8,), lambda i: B[i] - 1, name="C")
+        s = tc.create_schedule(C.op)
+        s[X].compute_at(s[B], B.op.axis[0])
+        s[B].compute_inline()
+
+
+def test_set_scope_unknown():
+    with pytest.raises(tc.ScheduleError, match=r"set_scope on stage B: unknown scope 'register'"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[B].set_scope("register")
+
+
+def test_set_scope_output_local():
+    with pytest.raises(tc.ScheduleError, match=r"set_scope on stage C: it is an output"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].set_scope("local")
+
+
+def test_storage_align_zero_factor():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"storage_align on stage B: need an int factor >= 1"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[B].storage_align(B.op.axis[0], 0, 0)
+
+
+def test_storage_align_innermost():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"storage_align on stage B: axis j is the innermost dimension"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[B].storage_align(B.op.axis[1], 8, 0)
+
+
+def test_storage_order_missing_axis():
+    with pytest.raises(tc.ScheduleError, match=(
+            r"storage_order on stage B: got i; give every output axis \(i, j\) "
+            r"exactly once")):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[B].storage_order(B.op.axis[0])
+
+
+def test_storage_align_axis_of_other_stage():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"storage_align on stage B: axis must be one of its output axes"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[B].storage_align(C.op.axis[0], 8, 0)
+
+
+def test_pragma_empty_name():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"pragma on stage C, axis i: the name must be an identifier .*got ''"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].pragma(C.op.axis[0], "")
+
+
+def test_pragma_int_name():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"pragma on stage C, axis i: the name must be an identifier .*got 3"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].pragma(C.op.axis[0], 3)
+
+
+def test_pragma_name_injection():
+    with pytest.raises(tc.ScheduleError, match=(
+            r"pragma on stage C, axis i: the name must be an identifier \(letters, "
+            r"digits, _\), e.g. 'unroll_explicit'; got 'x\\n#include")):
+        # the name is printed in a // comment of the IR and of the generated C: a newline in
+        # it would end the comment (issue 20)
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].pragma(C.op.axis[0], 'x\n#include <cstdlib>\nint y = system("id");')
+
+
+def test_cache_read_no_readers():
+    with pytest.raises(tc.ScheduleError, match=r"cache_read of A: give at least one reader"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s.cache_read(A, "local", [])
+
+
+def test_cache_read_string_tensor():
+    with pytest.raises(tc.ScheduleError, match=r"cache_read: tensor must be a Tensor, got 'A'"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s.cache_read("A", "local", [B])
+
+
+def test_cache_write_placeholder():
+    with pytest.raises(tc.ScheduleError, match=r"cache_write of A|A is a placeholder"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s.cache_write(A, "local")
+
+
+def test_cache_write_bad_scope():
+    with pytest.raises(tc.ScheduleError, match=r"cache_write of B: unknown scope 'tmp'"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s.cache_write(B, "tmp")
+
+
+def test_rfactor_bad_factor_axis():
+    with pytest.raises(tc.ScheduleError,
+                       match=r"rfactor on stage C: factor_axis=5 must be an int in \[0, 2\]"):
+        A, B, C, k = sp.mm_small()
+        s = tc.create_schedule(C.op)
+        ko, ki = s[C].split(k, factor=2)
+        s.rfactor(C, ki, factor_axis=5)
+
+
+def test_rfactor_elementwise():
+    with pytest.raises(tc.ScheduleError, match=r"rfactor on stage B: it is not a reduction"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s.rfactor(B, B.op.axis[0])
+
+
+def test_rfactor_string():
+    with pytest.raises(tc.ScheduleError, match=r"rfactor: tensor must be a Tensor"):
+        A, B, C, k = sp.mm_small()
+        s = tc.create_schedule(C.op)
+        s.rfactor("C", k)

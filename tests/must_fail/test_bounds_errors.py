@@ -1,0 +1,112 @@
+"""A bounds-checked build (``tc.build(..., checks=True)``) names the buffer, the index and
+the statement of an out-of-bounds access (BoundsError) instead of touching memory
+outside the arrays."""
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.ir.expr import Buffer, BufferLoad, Const, Var
+from tecomp.ir.stmt import BufferStore, For, IfThenElse, PrimFunc
+
+
+def _vec_bufs(n=8):
+    return Buffer("A", (Const(n),), "float32"), Buffer("B", (Const(n),), "float32"), Var("i")
+
+
+def _call(func):
+    m = tc.build(func, checks=True)
+    a, b = np.arange(8, dtype="float32"), np.zeros(8, "float32")
+    m(a, b)
+    return b
+
+
+def test_checked_build_catches_out_of_bounds_store():
+    A, B, i = _vec_bufs()
+    body = For(i, Const(0), Const(8), "serial", BufferStore(B, BufferLoad(A, (i,), "float32"), (i * 2,)))
+    with pytest.raises(tc.BoundsError, match=r"out-of-bounds store to buffer B: index 8 is outside "
+                                              r"\[0, 8\) in dimension 0.*`B\[i\*2\] = A\[i\]`"):
+        _call(PrimFunc("hand", (A, B), body, {"target": "llvm"}))
+
+
+@pytest.mark.parametrize("kind", ["serial", "vectorized", "parallel", "unrolled"])
+def test_checked_build_catches_out_of_bounds_load(kind):
+    A, B, i = _vec_bufs()
+    body = For(i, Const(0), Const(8), kind, BufferStore(B, BufferLoad(A, (i - 1,), "float32"), (i,)))
+    with pytest.raises(tc.BoundsError, match=r"out-of-bounds load from buffer A: index -1 is outside "
+                                              r"\[0, 8\) in dimension 0, at `A\[i - 1\]` in the statement "
+                                              r"`B\[i\] = A\[i - 1\]`"):
+        _call(PrimFunc("hand", (A, B), body, {"target": "llvm"}))
+
+
+def test_checked_build_names_the_dimension_of_a_2d_buffer():
+    A = Buffer("A", (Const(4), Const(3)), "float32")
+    B = Buffer("B", (Const(4), Const(3)), "float32")
+    i, j = Var("i"), Var("j")
+    body = For(i, Const(0), Const(4), "serial", For(j, Const(0), Const(3), "serial", BufferStore(
+        B, BufferLoad(A, (i, j + 1), "float32"), (i, j))))
+    m = tc.build(PrimFunc("two_d", (A, B), body, {"target": "llvm"}), checks=True)
+    with pytest.raises(tc.BoundsError, match=r"buffer A: index 3 is outside \[0, 3\) in dimension 1"):
+        m(np.zeros((4, 3), "float32"), np.zeros((4, 3), "float32"))
+
+
+def test_checked_build_of_a_schedule_wrong_on_purpose():
+    """A compute whose read is out of range only for some value of a scalar parameter
+    (so it cannot be rejected when defined): an unchecked build would read past the end;
+    the checked one names A, the index and the statement."""
+    off = tc.var("off")
+    A = tc.placeholder((8,), name="A")
+    C = tc.compute((8,), lambda i: A[i + off] * 2, name="C")
+    s = tc.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=4)
+    f = tc.build(s, [A, C, off], checks=True)
+    c = np.zeros(8, "float32")
+    f(np.arange(8, dtype="float32"), c, 0)
+    np.testing.assert_array_equal(c, np.arange(8) * 2)
+    with pytest.raises(tc.BoundsError, match=r"load from buffer A: index 8 is outside \[0, 8\).*"
+                                              r"`C\[i\.outer\*4 \+ i\.inner\] = A\[i\.outer\*4 \+ i\.inner \+ off\]\*2f`"):
+        f(np.zeros(8, "float32"), np.zeros(8, "float32"), 1)
+
+
+def test_index_provably_out_of_range_is_rejected_when_defined():
+    """The same read with a constant offset is rejected by tc.compute (ShapeError)."""
+    A = tc.placeholder((8,), name="A")
+    with pytest.raises(tc.ShapeError, match=r"compute C: the read A\[i \+ 1\] is out of range"):
+        tc.compute((8,), lambda i: A[i + 1] * 2, name="C")
+    # guarded, it is fine
+    tc.compute((8,), lambda i: tc.if_then_else(i < 7, A[i + 1], 0.0), name="C")
+
+
+def test_checked_build_symbolic_extent():
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    C = tc.compute((n,), lambda i: A[n - 1 - i + 1], name="C")
+    s = tc.create_schedule(C.op)
+    f = tc.build(s, [A, C], checks=True)
+    with pytest.raises(tc.BoundsError, match=r"buffer A: index 5 is outside \[0, 5\)"):
+        f(np.zeros(5, "float32"), np.zeros(5, "float32"))
+
+
+def test_checked_build_guarded_access_is_fine_and_results_match():
+    """Guards (if_then_else padding, split tails) keep every access in bounds: the checked
+    build runs and agrees with the unchecked one."""
+    A = tc.placeholder((10,), name="A")
+    C = tc.compute((13,), lambda i: tc.if_then_else(tc.all(i >= 2, i < 12), A[i - 2], -1.0), name="C")
+    s = tc.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=4)
+    s[C].vectorize(xi)
+    a = np.arange(10, dtype="float32")
+    outs = []
+    for checks in (False, True):
+        c = np.zeros(13, "float32")
+        tc.build(s, [A, C], checks=checks)(a, c)
+        outs.append(c)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[1][2:12], a)
+
+
+def test_checked_build_condition_guarding_a_store():
+    A, B, i = _vec_bufs()
+    body = For(i, Const(0), Const(10), "serial", IfThenElse(
+        i < Const(8), BufferStore(B, BufferLoad(A, (i,), "float32"), (i,))))
+    b = _call(PrimFunc("guarded", (A, B), body, {"target": "llvm"}))
+    np.testing.assert_array_equal(b, np.arange(8, dtype="float32"))

@@ -1,0 +1,189 @@
+"""Programs that must fail in tc.lower and tc.build: each names the object at fault."""
+import numpy as np
+import pytest
+
+import tecomp as tc
+import small_programs as sp  # tests/must_fail/small_programs.py
+
+
+# ---------------------------------------------------------------------------------
+# lower and build (once tecomp.testing.bad_inputs)
+
+
+def test_lower_args_not_list():
+    with pytest.raises(tc.LowerError, match=r"tc\.lower\(s, args\): args must be a list"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        tc.lower(s, C)
+
+
+def test_lower_not_a_schedule():
+    with pytest.raises(tc.LowerError,
+                       match=r"tc\.lower takes a schedule made by tc\.create_schedule"):
+        A, B, C = sp.chain3()
+        tc.lower("s", [A, C])
+
+
+def test_lower_bad_name():
+    with pytest.raises(tc.LowerError,
+                       match=r"function name 'my func' must be a Python-style identifier"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        tc.lower(s, [A, C], name="my func")
+
+
+def test_lower_int_argument():
+    with pytest.raises(tc.LowerError, match=r"argument 2 is 5"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        tc.lower(s, [A, C, 5])
+
+
+def test_lower_repeated_argument():
+    with pytest.raises(tc.LowerError, match=r"argument 1 \(A\) appears twice"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        tc.lower(s, [A, A, C])
+
+
+def test_lower_foreign_tensor():
+    with pytest.raises(tc.LowerError, match=r"tensor X is not part of this schedule"):
+        A, B, C = sp.chain3()
+        X = tc.compute((4,), lambda i: i, name="X")
+        s = tc.create_schedule(C.op)
+        tc.lower(s, [A, C, X])
+
+
+def test_lower_inlined_argument():
+    with pytest.raises(tc.LowerError, match=r"tensor B is inlined"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[B].compute_inline()
+        tc.lower(s, [A, B, C])
+
+
+def test_lower_symbolic_var_not_bound():
+    with pytest.raises((tc.LowerError, tc.BuildError), match=r"variable `?n`? "):
+        n = tc.var("n")
+        A = tc.placeholder((8,), name="A")
+        k = tc.reduce_axis((0, n), name="k")
+        C = tc.compute((1,), lambda i: tc.sum(A[k], axis=k), name="C")
+        s = tc.create_schedule(C.op)
+        tc.build(s, [A, C])
+
+
+def test_build_target_int():
+    with pytest.raises(tc.TargetError, match=r"a target is a string or a tc\.Target, got int"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        tc.build(s, [A, C], target=5)
+
+
+def test_build_target_unknown():
+    with pytest.raises(tc.TargetError, match=r"unknown target kind 'gpu'"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        tc.build(s, [A, C], target="gpu")
+
+
+def test_build_target_empty():
+    with pytest.raises(tc.TargetError, match=r"the target string is empty"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        tc.build(s, [A, C], target="")
+
+
+def test_target_unknown_cpu():
+    with pytest.raises(tc.TargetError,
+                       match=r"unknown -mcpu='pentium9'.*give its features with -mattr"):
+        tc.Target("llvm -mcpu=pentium9")
+
+
+def test_target_mattr_without_sign():
+    with pytest.raises(tc.TargetError, match=r"-mattr entry 'avx2' is not \+feature or -feature"):
+        tc.Target("llvm -mattr=avx2,+fma")
+
+
+def test_target_option_of_another_kind():
+    with pytest.raises(tc.TargetError, match=r"target llvm: unknown option '-arch=sm_90'"):
+        tc.Target("llvm -arch=sm_90")
+
+
+def test_target_unknown_arch():
+    with pytest.raises(tc.TargetError, match=r"target cuda: unknown -arch='sm_9'"):
+        tc.Target("cuda -arch=sm_9")
+
+
+def test_target_zero_cores():
+    with pytest.raises(tc.TargetError,
+                       match=r"-num-cores must be an integer in 1\.\.1024, got '0'"):
+        tc.Target("llvm -num-cores=0")
+
+
+def test_call_module_built_for_a_missing_feature():
+    with pytest.raises(tc.TargetError,
+                       match=r"cannot run on this machine: code for llvm -mattr=\+fma4 uses fma4"):
+        # AMD's FMA4: no Intel CPU has it (on a CPU that has it, this entry is skipped)
+        from tecomp.target import Target
+        if Target("llvm -mattr=+fma4").runs_here() is None:
+            raise tc.TargetError("cannot run on this machine: code for llvm -mattr=+fma4 uses "
+                                 "fma4 (skipped: this CPU has fma4)")
+        A, B, C = sp.chain3()
+        f = tc.build(tc.create_schedule(C.op), [A, C], target="llvm -mattr=+fma4")
+        f(np.ones((16, 8), "float32"), np.zeros((16, 8), "float32"))
+
+
+def test_build_without_args():
+    with pytest.raises(tc.LowerError, match=r"tc\.build\(s, args\): give the argument list"):
+        A, B, C = sp.chain3()
+        tc.build(tc.create_schedule(C.op))
+
+
+def test_build_func_with_args():
+    with pytest.raises(tc.LowerError, match=r"a lowered PrimFunc already has its parameters"):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        f = tc.lower(s, [A, C])
+        tc.build(f, [A, C])
+
+
+def test_build_of_tensor():
+    with pytest.raises(tc.LowerError, match=r"tc\.lower takes a schedule"):
+        A, B, C = sp.chain3()
+        tc.build(C, [A, C])
+
+
+def test_index_provably_out_of_range():
+    with pytest.raises(tc.ShapeError, match=(
+            r"compute C: the read A\[i \+ 1\] is out of range: index 0 \(i \+ 1\) is 8 at "
+            r"i = 7, but dimension 0 of tensor A has extent 8; .*tc\.if_then_else")):
+        A = sp.vec(8)
+        tc.compute((8,), lambda i: A[i + 1], name="C")
+
+
+def test_index_provably_out_of_range_in_reduction():
+    with pytest.raises(tc.ShapeError, match=(
+            r"compute C: the read A\[i, k \+ 2\] is out of range: index 1 \(k \+ 2\) is -1 at "
+            r"k = -3, but dimension 1 of tensor A has extent 6")):
+        A = tc.placeholder((4, 6), name="A")
+        k = tc.reduce_axis((-3, 3), name="k")
+        tc.compute((4,), lambda i: tc.sum(A[i, k + 2], axis=k), name="C")
+
+
+def test_index_provably_out_of_range_of_a_compute():
+    with pytest.raises(tc.ShapeError,
+                       match=r"compute C: the read B\[i // 2 \+ 3\] is out of range"):
+        A = sp.vec(8)
+        B = tc.compute((6,), lambda i: A[i], name="B")
+        tc.compute((8,), lambda i: B[i // 2 + 3], name="C")
+
+
+def test_set_num_threads_zero():
+    with pytest.raises(tc.TecompError, match=r"set_num_threads expects a positive integer, got 0"):
+        tc.set_num_threads(0)
+
+
+def test_set_num_threads_string():
+    with pytest.raises(tc.TecompError,
+                       match=r"set_num_threads expects a positive integer, got '4'"):
+        tc.set_num_threads("4")
