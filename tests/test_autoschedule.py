@@ -395,3 +395,31 @@ def test_block_vector_covers_a_short_row_unguarded(target):
     o = np.empty((1, 24, 14, 14), "float32")
     tc.build(s, [X, W, O], target=target)(x, w, o)
     np.testing.assert_allclose(o, np.einsum("ncyx,kc->nkyx", x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_default_config_is_the_analytic_schedule_and_a_set_knob_is_applied():
+    """AutoTVM's template shape: default_config records every knob with its choices and
+    the heuristic's value; apply_config builds what a config says, and only that."""
+    A = tc.placeholder((96, 80), name="A")
+    B = tc.placeholder((80, 72), name="B")
+    C = nn.matmul(A, B)
+    args = [A, B, C]
+    target = "llvm -mcpu=haswell"
+    cfg = tc.autoschedule.default_config(args, target)
+    assert cfg.values == cfg.defaults and cfg["gemm.nr"] == 16
+    assert set(cfg.space) >= {"gemm.nr", "gemm.mr", "gemm.kc", "gemm.par"}
+    assert apply_config_trace(args, cfg) == tc.auto_schedule(args, target).trace.python(args)
+    mr = [m for m in cfg.space["gemm.mr"] if m != cfg["gemm.mr"]][0]
+    cfg2 = cfg.set("gemm.mr", mr)
+    assert "* gemm.mr" in str(cfg2) and cfg2["gemm.mr"] == mr
+    s = tc.autoschedule.apply_config(args, cfg2)
+    assert s.trace.python(args) != apply_config_trace(args, cfg)
+    a = np.random.default_rng(0).random((96, 80), dtype=np.float32)
+    b = np.random.default_rng(1).random((80, 72), dtype=np.float32)
+    c = np.zeros((96, 72), np.float32)
+    tc.build(s, args, target=target)(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+
+
+def apply_config_trace(args, cfg):
+    return tc.autoschedule.apply_config(args, cfg).trace.python(args)

@@ -20,56 +20,14 @@ import warnings
 from typing import Optional
 
 from ..errors import AutoScheduleError, TecompError
+from .checks import check_args, check_shapes, cpu_target
 
-__all__ = ["auto_schedule", "AutoScheduleWarning"]
+__all__ = ["auto_schedule", "AutoScheduleWarning", "Config", "default_config", "apply_config"]
 
 
 class AutoScheduleWarning(UserWarning):
     """The auto-scheduler fell back to something other than what was asked (a record
     that no longer replays, a search that was cut short)."""
-
-
-def _check_args(args):
-    from ..ir.expr import Var
-    from ..te.tensor import Tensor
-
-    if isinstance(args, Tensor) or not isinstance(args, (list, tuple)):
-        raise AutoScheduleError(
-            f"auto_schedule: args must be the list you pass to tc.build (e.g. [A, B, C]), "
-            f"got {type(args).__name__}")
-    for n, a in enumerate(args):
-        if not isinstance(a, (Tensor, Var)):
-            raise AutoScheduleError(
-                f"auto_schedule: args[{n}] is a {type(a).__name__}, not a tensor or a "
-                "tc.var; pass the placeholders and computes you give tc.build")
-    return list(args)
-
-
-def _check_shapes(args, shapes):
-    from ..ir.expr import Const, Var
-    from ..ir.functor import collect
-    from ..te.tensor import Tensor, compute_ops
-
-    if shapes is None:
-        shapes = {}
-    if not isinstance(shapes, dict):
-        raise AutoScheduleError(f"auto_schedule: shapes must be a dict of symbolic extent "
-                                f"names to ints (e.g. {{'n': 1024}}), got {shapes!r:.60}")
-    names = set()
-    for t in args:
-        if isinstance(t, Tensor):
-            for op in [t.op] + [x.op for x in t.op.input_tensors] + compute_ops([t.op]):
-                for e in op.shape:
-                    names |= {v.name for v in collect(e, lambda n: isinstance(n, Var))}
-    for k, v in shapes.items():
-        if not isinstance(k, str) or k not in names:
-            raise AutoScheduleError(
-                f"auto_schedule: shapes names {k!r:.60}, which is no symbolic extent of these "
-                f"tensors ({', '.join(sorted(names)) or 'they have none'})")
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise AutoScheduleError(f"auto_schedule: shapes[{k!r}] must be a positive int, "
-                                    f"got {v!r:.60}")
-    return dict(shapes)
 
 
 def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
@@ -93,19 +51,8 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
     from ..nn.schedule_cpu import cpu_info
     from .rules import Knobs, apply_rules
 
-    from ..errors import TargetError
-    from ..target import as_target
-
-    args = _check_args(args)
-    try:
-        target = as_target(target)
-    except TargetError as exc:
-        raise AutoScheduleError(f"auto_schedule: {exc}") from None
-    if target.kind != "llvm":
-        raise AutoScheduleError(
-            f"auto_schedule: target={str(target)!r:.60} is not supported yet; the "
-            "auto-scheduler writes CPU schedules (target='llvm', or 'llvm -mcpu=...'); for "
-            "the GPU use tecomp.nn.schedule_cuda or write the schedule")
+    args = check_args(args)
+    target = cpu_target(target, "auto_schedule")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
         raise AutoScheduleError(f"auto_schedule: trials must be an int >= 0 (0: no "
                                 f"measurement), got {trials!r:.60}")
@@ -118,7 +65,7 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
     if log is not None and not isinstance(log, (str, os.PathLike)):
         raise AutoScheduleError(f"auto_schedule: log must be a file path (str or Path) or "
                                 f"None, got {type(log).__name__}")
-    shapes = _check_shapes(args, shapes)
+    shapes = check_shapes(args, shapes)
     if trials and target.runs_here() is not None:
         raise AutoScheduleError(f"auto_schedule: cannot measure here: {target.runs_here()}; "
                                 f"use trials=0 (the analytic schedule) or a log measured on "
@@ -168,3 +115,6 @@ def _from_log(args, log, key):
                       f"this compute ({e}); using the analytic schedule", AutoScheduleWarning,
                       stacklevel=3)
         return None
+
+
+from .config import Config, apply_config, default_config  # noqa: E402

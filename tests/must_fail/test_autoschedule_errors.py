@@ -202,3 +202,42 @@ def test_workload_key_of_something_else():
     with pytest.raises(AutoScheduleError, match=r"workload_key: str 'A' is not a tensor or a "
                                                 r"tc\.var; pass the list you give tc\.build"):
         records.workload_key(["A"])
+
+
+def _gemm_args():
+    A = tc.placeholder((64, 48), name="A")
+    B = tc.placeholder((48, 32), name="B")
+    k = tc.reduce_axis((0, 48), name="k")
+    C = tc.compute((64, 32), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C",
+                   tag="matmul")
+    return [A, B, C]
+
+
+def test_config_unknown_knob():
+    cfg = tc.autoschedule.default_config(_gemm_args(), "llvm -mcpu=haswell")
+    with pytest.raises(tc.AutoScheduleError, match=r"config: no knob 'gemm.tile' in this "
+                       r"workload's schedule; its knobs: .*gemm.mr"):
+        cfg.set("gemm.tile", 4)
+
+
+def test_config_value_outside_the_choices():
+    cfg = tc.autoschedule.default_config(_gemm_args(), "llvm -mcpu=haswell")
+    with pytest.raises(tc.AutoScheduleError, match=r"config: knob gemm.nr cannot be 7; its "
+                       r"choices: 8, 16, 24"):
+        cfg.set("gemm.nr", 7)
+
+
+def test_config_knob_that_the_other_values_remove():
+    # the generic rules instead of the GEMM template: its knobs are no decision any more
+    args = _gemm_args()
+    cfg = tc.autoschedule.default_config(args, "llvm -mcpu=haswell")
+    cfg = cfg.set("gemm.mr", cfg.space["gemm.mr"][0]).set("template", False)
+    with pytest.raises(tc.AutoScheduleError, match=r"apply_config: knob gemm.mr was set, but "
+                       r"this schedule has no such decision"):
+        tc.autoschedule.apply_config(args, cfg)
+
+
+def test_apply_config_of_something_else():
+    with pytest.raises(tc.AutoScheduleError, match=r"apply_config: config must be a Config "
+                       r"from default_config, got dict"):
+        tc.autoschedule.apply_config(_gemm_args(), {"gemm.mr": 4})

@@ -1,0 +1,108 @@
+"""A schedule as a config of named knobs, in AutoTVM's manner.
+
+Every decision the auto-scheduler's rules and the ``tecomp.nn`` templates take (a GEMM's
+register block and cache blocks, a convolution's choice between its template and the
+generic rules, a tile size, an unroll) is a named knob with its choices and a default:
+the heuristic, read from the target and the shapes.  :func:`default_config` records
+them for one workload; :func:`apply_config` builds the schedule a config says, and only
+that::
+
+    cfg = tc.autoschedule.default_config([A, B, C])
+    print(cfg)                                  # every knob, its choices, its value
+    cfg = cfg.set("gemm.mr", 4).set("gemm.kc", 256)
+    s = tc.autoschedule.apply_config([A, B, C], cfg)
+
+The search (``tc.auto_schedule(..., trials=N)``) samples and mutates these same knobs.
+Knobs depend on each other (a GEMM's row block is chosen among the ones its column block
+leaves registers for; the generic rules' knobs exist only when a template is not used), so
+:meth:`Config.set` checks a value against the choices recorded with the other values,
+and :func:`apply_config` checks that every knob set by hand was met and honoured.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, Optional, Tuple
+
+from ..errors import AutoScheduleError
+from .checks import check_args, check_shapes, cpu_target
+
+
+@dataclass(frozen=True)
+class Config:
+    """The knobs of one workload's schedule: ``values`` (name -> value), ``space`` (name ->
+    its choices), ``defaults`` (name -> the heuristic's value), for ``target``."""
+
+    target: str
+    values: Dict[str, object]
+    space: Dict[str, Tuple]
+    defaults: Dict[str, object]
+    shapes: Dict[str, int] = field(default_factory=dict)
+    explicit: FrozenSet[str] = frozenset()   # the knobs set with :meth:`set`
+
+    def set(self, name: str, value) -> "Config":
+        """A copy with knob ``name`` set to ``value`` (one of its choices)."""
+        if name not in self.space:
+            raise AutoScheduleError(
+                f"config: no knob {name!r:.80} in this workload's schedule; its knobs: "
+                f"{', '.join(sorted(self.space)) or '(none)'}")
+        if value not in self.space[name]:
+            raise AutoScheduleError(
+                f"config: knob {name} cannot be {value!r:.60}; its choices: "
+                f"{', '.join(repr(c) for c in self.space[name])}")
+        values = dict(self.values)
+        values[name] = value
+        return Config(self.target, values, self.space, self.defaults, self.shapes,
+                      self.explicit | {name})
+
+    def __getitem__(self, name: str):
+        return self.values[name]
+
+    def __str__(self):
+        if not self.values:
+            return f"config for {self.target}: no knobs"
+        w = max(len(k) for k in self.values)
+        lines = [f"config for {self.target} ({len(self.values)} knobs; * = not the default)"]
+        for k in self.values:
+            mark = " " if self.values[k] == self.defaults.get(k) else "*"
+            choices = ", ".join(repr(c) for c in self.space[k])
+            lines.append(f" {mark} {k:{w}s} = {self.values[k]!r}   of [{choices}]")
+        return "\n".join(lines)
+
+
+def _run(args, target, shapes, values):
+    from ..nn.schedule_cpu import cpu_info
+    from .rules import Knobs, apply_rules
+
+    args = check_args(args)
+    tgt = cpu_target(target, "config")
+    shapes = check_shapes(args, shapes)
+    knobs = Knobs(values)
+    s = apply_rules(args, knobs, cpu_info(tgt), shapes)
+    return s, knobs, str(tgt), shapes
+
+
+def default_config(args, target="llvm", shapes: Optional[dict] = None) -> Config:
+    """The knobs of ``args``' schedule (the list you give ``tc.build``) at their defaults:
+    the schedule ``tc.auto_schedule(args, target)`` gives."""
+    _, knobs, tgt, shapes = _run(args, target, shapes, None)
+    return Config(tgt, dict(knobs.values), {k: tuple(v) for k, v in knobs.space.items()},
+                  dict(knobs.defaults), shapes)
+
+
+def apply_config(args, config: Config):
+    """The schedule of ``args`` that ``config`` says (for its target and shapes)."""
+    if not isinstance(config, Config):
+        raise AutoScheduleError(f"apply_config: config must be a Config from default_config, "
+                                f"got {type(config).__name__}")
+    s, knobs, _, _ = _run(args, config.target, config.shapes, config.values)
+    for name in sorted(config.explicit):
+        if name not in knobs.values:
+            raise AutoScheduleError(
+                f"apply_config: knob {name} was set, but this schedule has no such decision "
+                f"with the other knobs' values (its knobs: {', '.join(sorted(knobs.values))})")
+        if knobs.values[name] != config.values[name]:
+            raise AutoScheduleError(
+                f"apply_config: knob {name} = {config.values[name]!r:.60} is not one of its "
+                f"choices with the other knobs' values: "
+                f"{', '.join(repr(c) for c in knobs.space[name])}")
+    return s
