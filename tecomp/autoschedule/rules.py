@@ -656,15 +656,9 @@ class _Rules:
         """Without AVX-512's mask registers, ``ev`` for a panel ``nr`` that covers the
         whole axis (extent ``ev``) in one to four vectors: the vector is then the axis,
         unguarded, instead of ``nr`` lanes with a guard past ``ev`` in every vector
-        statement, which AVX2 runs lane by lane.  A 1x1 conv over rows of 14 pixels
-        (256 -> 256 channels, 14x14), AMD EPYC Zen 3, 2 threads, interleaved (each
-        after PyTorch's spinning threads, so each a little slow): 1.00 ms against 3.53 as
-        a guarded 16-lane block, 0.48 once the code generator emitted the 14 lanes as 8 +
-        6 instead of one 14-lane vector; ``benchmarks/tune.py --quick``: 1.98 ms before
-        both, 0.20 after (PyTorch 0.33).  A 3x3 conv over rows of 28 (128 channels, Zen
-        3, 1 thread): one 28-wide block (8 + 8 + 8 + 4 lanes) 3.4 ms, 16-wide blocks with
-        a guarded 12-lane tail 20.4.  With AVX-512 a guarded lane is a masked one, and
-        the panel stays as it was."""
+        statement, which AVX2 runs lane by lane (several times slower on the convolutions
+        measured).  With AVX-512 a guarded lane is a masked one, and the panel stays as it
+        was.  (measurements: benchmarks/DECISIONS.md, "Rules: the whole axis as the panel")"""
         if ev is not None and ev <= nr and ev <= 4 * self.L and not self.info.masks:
             return ev
         return nr
@@ -895,20 +889,20 @@ def block_rate(mr: int, nr: int, L: int, ev: Optional[int], eu: Optional[int],
     load ports), times the fraction of lanes and rows that do useful work at the edges.
     An FMA's latency of 4 cycles needs 8 independent accumulators in theory; a step takes
     at least 6 cycles here, so that blocks of 12 accumulators win over those of 8 (BLIS's
-    6 x 16 on AVX2: a 3x3 conv over rows of 56, 64 channels, AMD EPYC Zen 3, 1 thread,
-    6 x 16 blocks 2.68-2.94 ms, 4 x 16 3.20-3.29, 12 x 8 3.21-3.32, PyTorch 2.69-2.94)."""
+    6 x 16 on AVX2, which beat 4 x 16 and 12 x 8 on a 3x3 conv over rows of 56).
+    (measurements: benchmarks/DECISIONS.md, "Rules: at least 6 cycles a step")"""
     nv = -(-nr // L)
     cycles = max(mr * nv / 2.0, (mr + nv) / 2.0, 6.0)
     # (ties between blocks that all keep the FMA ports busy: fewer loads per FMA leave
     # the caches more room, and a narrower panel keeps more reduction steps in L1, so
-    # 12 x 2 vectors wins over 6 x 4: A^T B 1024x1024x512, 2 threads, 3.6 against 6.4 ms)
+    # 12 x 2 vectors wins over 6 x 4)
+    # (measurements: benchmarks/DECISIONS.md, "Rules: ties between busy blocks")
     rate = mr * nv / cycles * (1.0 - 0.05 * (mr + nv) / (mr * nv) - 0.04 * nv)
     if ev is not None:
         if nr >= L and ev % nr and ev % nr % L and not masks:
             # without AVX-512's masks the guarded lanes of a tail that is not whole
-            # vectors run one by one (a 3x3 conv over rows of 28, 128 channels, Zen 3, 1
-            # thread: 6 x 16 blocks 20.4 ms, the row as one 28-wide block of 8 + 8 + 8 + 4
-            # lanes 3.4, PyTorch 3.0)
+            # vectors run one by one, several times slower
+            # (measurements: benchmarks/DECISIONS.md, "Rules: a guarded tail without masks")
             rate *= 0.25 * ev / (nv * L * -(-ev // nr))
         elif nr >= L and ev % nr and ev % L == 0:
             # a tail of whole vectors: the last block is a narrower one of its own, at a

@@ -1727,7 +1727,8 @@ class _FnEmitter:
         elif nbytes.constant < 1:
             nbytes = ir.Constant(_I64, 1)
         # 64-byte aligned, as the stack buffers: a 16-lane vector at a 16-byte offset
-        # straddles two cache lines (the packed GEMM's B panels: +4% at 2048^3, 1 thread)
+        # straddles two cache lines (the packed GEMM's B panels ran faster aligned)
+        # (measurements: benchmarks/DECISIONS.md, "Code generator: aligned heap buffers")
         rounded = self.iadd(nbytes, ir.Constant(_I64, 63))
         rounded = b.and_(rounded, ir.Constant(_I64, -64)) if not _is_const(rounded) else \
             ir.Constant(_I64, rounded.constant & -64)
@@ -2368,7 +2369,8 @@ class _FnEmitter:
 
     def erf_f32(self, x):
         """erf(x) for float32 (scalar or vector) in plain vector instructions (libm's
-        ``erff`` would be one call per lane: GELU spent 2.6 of its 5.1 ms in it).
+        ``erff`` would be one call per lane, where GELU spent about half its time)
+        (measurements: benchmarks/DECISIONS.md, "Code generator: erf in vector instructions").
 
         Both branches are computed and one is selected per lane.  ``|x| < 1``:
         ``x * (c0 + z*P(z))`` with ``z = x*x``, a degree-6 ``P`` and ``c0 = 2/sqrt(pi)``

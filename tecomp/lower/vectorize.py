@@ -14,8 +14,9 @@ how the code generator emits it; the code generator only follows the plan:
 * ``pieces``: without masks, ``L <= MAX_WIDEN_LANES`` that is not a whole number of
   chunks (14 float32 on AVX2) runs as ``chunks`` register-wide pieces and a shorter
   last one, in sequence (as one 14-lane vector, LLVM rebuilt an accumulator carried
-  around a loop from the stack in every iteration: a 1x1 conv 256 -> 256 on 14x14 rows
-  took 1.00 ms against 0.48 on a Zen 3 -- see ``autoschedule.rules._Rules._whole``);
+  around a loop from the stack in every iteration, much slower -- see
+  ``autoschedule.rules._Rules._whole``;
+  measurements: benchmarks/DECISIONS.md, "Vectorizer: pieces without masks");
 * ``chunks``: a larger constant extent is a loop over ``chunks`` chunks of ``lanes``
   lanes, then the remainder (one scalar iteration, or one shorter vector);
 * ``masked``: a symbolic extent is a loop over chunks of ``lanes`` lanes and one

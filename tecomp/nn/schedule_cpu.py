@@ -256,9 +256,9 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
     # NR: two vectors (one when N is small), never much wider than N.  Three vectors
     # (8 x 48: 24 accumulators, the shape of MKL's kernel; matmul_packed(nr=48)) are not
     # the default: with the column edge computed over the padded panel (no edge kernel)
-    # they build in 0.17-0.31 s against 0.09-0.13 (24 unrolled statements per k step
-    # instead of 8 widened ones), and 2 threads, interleaved, three runs against nr=32:
-    # 2048^3 +4/+6/+4%, 1024^3 +13/-4/-4%, 512^3 -2/+6/-6%, 1000^3 -8/-2%
+    # they take about twice as long to build (24 unrolled statements per k step instead
+    # of 8 widened ones) and are not consistently faster (a few percent either way)
+    # (measurements: benchmarks/DECISIONS.md, "GEMM: NR, two vectors")
     if nr is not None:
         nr = int(nr)
     elif N is not None and N <= L:
@@ -286,13 +286,8 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
     # to end: see _schedule_gemm_write_cache) up to K = 8192, whatever the caches; longer
     # reductions in equal slices of at most that.  With several slices the block is
     # accumulated in C itself, loaded and stored around every FMA, and it lost everywhere
-    # it was measured, its L1/L2-sized slices included.  AMD EPYC Zen 3 (AVX2, 512 KiB L2),
-    # 2 threads, packed B, GFLOP/s: benchmarks/run.py, 1024^3 132.6 (kc 342) and 2048^3
-    # 117.0 (kc 410) before, 185.9 and 180.4 after (numpy 184-185, 183); interleaved, one
-    # slice against two: 2048^3 176.3 vs 133.2 (kc 1024), 1024x1024x4096 174.9 vs 133.6
-    # (kc 2048), 1024x1024x8192 155.5 vs 126.2 (kc 4096).  The Zen 4 of issue 19 (1 MiB
-    # L2, then 2 slices at 2048) ran 2048^3 at 0.70x numpy; Intel Xeon (2 MiB L2) 2048^3
-    # 1 thread 102 vs 92 with 512-slices
+    # it was measured, its L1/L2-sized slices included, on machines with small and large
+    # L2 alike (measurements: benchmarks/DECISIONS.md, "GEMM: KC, one slice")
     kmax = 8192
     if K is None:
         kc = 256
@@ -312,13 +307,13 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
         nc = nr * _ceil(panels, col_blocks)
         return GemmParams(mr, nr, kc, M if M is not None else mr * 64, nc, L, "rows")
     # several threads: one task per (row block x column block), each packing its own B
-    # block into its own L2.  Measured against all threads packing each block together
-    # and then sharing its row panels (half of the block then comes from the other
-    # core's cache, and a barrier per block waits for the slower core), 2 threads,
-    # interleaved, as a fraction of numpy: 1024^3 0.95-1.04 vs 0.84-0.98, 2048^3
-    # 0.82-0.97 vs 0.63-0.73, 512^3 0.95-1.11 vs 0.95-1.08.  At least two tasks per
-    # thread where there are enough panels (they are claimed dynamically: a thread
-    # that loses its core takes fewer), a multiple of the thread count
+    # block into its own L2; at least two tasks per thread where there are enough panels
+    # (they are claimed dynamically: a thread that loses its core takes fewer), a
+    # multiple of the thread count.  One task per block is faster on large shapes than
+    # all threads packing each block together and then sharing its row panels (half of
+    # the block then comes from the other core's cache, and a barrier per block waits
+    # for the slower core), as fast on small ones
+    # (measurements: benchmarks/DECISIONS.md, "GEMM: one packed B block per task")
     col_blocks = max(col_blocks, min(panels, 2 * T))
     if col_blocks > T and col_blocks % T:
         col_blocks = min(panels, _ceil(col_blocks, T) * T)
@@ -328,7 +323,8 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
         return GemmParams(mr, nr, kc, M, nc, L, "blocks")
     # too few column panels: split the rows too, into equal blocks of whole MR-row
     # panels (a ragged row block would guard every micro-kernel of the fused parallel
-    # loop: 333x77x1031 ran at half speed)
+    # loop, which then runs much slower)
+    # (measurements: benchmarks/DECISIONS.md, "GEMM: equal row blocks")
     need = _ceil(2 * T, col_blocks)
     if M % mr == 0:
         for row_blocks in range(need, min(row_panels, 8 * need) + 1):
@@ -437,16 +433,15 @@ def _schedule_gemm_stage(s: Schedule, C: Tensor, info: CpuInfo, packed: Optional
         p = gemm_params(M, N, K, info)
         # B is copied into a row-major KC x NC block (cache_read keeps B's index order):
         # with NC = NR that block is one contiguous panel, as matmul_packed's layout,
-        # instead of a k step striding NC floats.  2 threads, interleaved: 1000^3 139.5
-        # vs 93.5 GFLOP/s, 512^3 128.3 vs 103.0, 61x1000x1000 97.3 vs 91.5, 333x77x1031
-        # 82.3 vs 82.6, 127x509x257 69.6 vs 73.6; 1024^3 132 vs 111 (matmul_packed 140)
+        # instead of a k step striding NC floats: faster on large shapes, about even on
+        # small ones (measurements: benchmarks/DECISIONS.md, "GEMM: B copied as one panel")
         p = dataclasses.replace(p, nc=p.nr)
     p = _overridden(p, M, N, K, info, nr if packed is not None else None)
     if M is not None and N is not None and K is not None and p.kc == K:
         # one K slice: the register-blocked nest, also when the blocks do not divide
-        # the shape (its edge blocks are guarded and peeled off; measured against the
-        # general nest below, 2 threads, interleaved: 127x509x257 88.0 vs 66.4 GFLOP/s,
-        # 333x77x1031 91.6 vs 64.3, 61x1000x1000 101.5 vs 91.0, 1000^3 122.1 vs 118.6)
+        # the shape (its edge blocks are guarded and peeled off): faster than the general
+        # nest below at every shape measured
+        # (measurements: benchmarks/DECISIONS.md, "GEMM: the one-slice nest at any shape")
         return _schedule_gemm_write_cache(s, C, info, packed, p)
     st = s[C]
     i, j = op.axis
@@ -504,10 +499,10 @@ def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuInfo):
     over ``k``.  The reduction is split by the lane count and ``rfactor``-ed into
     ``C.rf[b, o, kl]``; each ``BB x OB`` tile of C accumulates ``BB*OB`` vectors over
     ``K/L`` steps (per step ``BB + OB`` vector loads for ``BB*OB`` FMAs), then sums their
-    lanes.  Parallel over the tiles.  Measured against the in-place read across ``o``
-    (a strided gather) on 61x1024 -> 1000: 13.5 against 1.5 GFLOP/s (2 threads, loaded
-    machine); :func:`dense_packed` (W packed into panels) is still faster for large
-    batches.  Returns None (no GemmParams)."""
+    lanes.  Parallel over the tiles.  Many times faster than the in-place read across
+    ``o`` (a strided gather); :func:`dense_packed` (W packed into panels) is still faster
+    for large batches.  Returns None (no GemmParams).
+    (measurements: benchmarks/DECISIONS.md, "Dense: vectors along the reduction")"""
     op = C.op
     L = info.lanes
     M, N = (_cint(e) for e in op.shape)
@@ -523,9 +518,9 @@ def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuInfo):
     rf = s.rfactor(C, kl, factor_axis=2)
     # the L lanes of each accumulator are summed as a tree: L/2 + L/2, then L/4 + L/4,
     # ... (one rfactor per level: each a vector add of two halves of a register)
-    # instead of L - 1 scalar adds in a row with a shuffle each (2 threads, interleaved,
-    # GFLOP/s: 64x1024 -> 1000 70.0-74.8 against 65.2-65.5, batch 1 17.6-18.0 against
-    # 10.1-13.4; 1 thread 61 and 64: 49.4-61.0 against 41.3-50.5)
+    # instead of L - 1 scalar adds in a row with a shuffle each: faster at every batch
+    # and thread count measured
+    # (measurements: benchmarks/DECISIONS.md, "Dense: lane sums as a tree")
     halves = []
     w = L
     while w > 2:
@@ -538,14 +533,14 @@ def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuInfo):
     oo, oi = st.split(o, factor=ob)
     # output-channel tiles outer: a tile's OB rows of W stay in L1 while the batch
     # blocks (X: L2) go by, instead of W streaming from L3 once per batch block
-    # (61x1024 -> 1000, 2 threads, interleaved: 52.7-61.2 against 47.6-53.7 GFLOP/s)
+    # (measurements: benchmarks/DECISIONS.md, "Dense: output-channel tiles outer")
     st.reorder(oo, bo, bi, oi)
     # parallel over the output-channel tiles, the batch blocks a serial loop inside:
     # its tail (a batch that 4 does not divide) is then partitioned off with constant
     # extents, where a fused (tile, block) loop left the unrolled loops a symbolic
-    # extent in every tile (2 threads, interleaved, GFLOP/s: 61x1024 -> 1000 57-85
-    # against 52-64, 250x1024 -> 1000 68 against 53, 64x1024 -> 1000 75-81 against
-    # 76-82).  Fused only when there are too few output tiles for the threads
+    # extent in every tile: faster with a batch tail, about even without one.  Fused
+    # only when there are too few output tiles for the threads
+    # (measurements: benchmarks/DECISIONS.md, "Dense: parallel over the tiles")
     noo = _ceil(N, ob) if N is not None else None
     if info.threads > 1 and noo is not None and noo < 2 * info.threads:
         tile = st.fuse(oo, bo)
@@ -556,9 +551,9 @@ def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuInfo):
             st.parallel(oo)
     # the tile's final sums unrolled: BB*OB independent additions, the accumulators
     # read from registers (as loops, one output at a time through the stack, the sums
-    # over 16 lanes were chains of dependent adds, by the asm's latencies about twice
-    # the k loop's cycles at K = 1024: 64x1024 -> 1000, 2 threads, interleaved, 47.2
-    # against 40.5 GFLOP/s unrolled, before the tree below)
+    # over 16 lanes were chains of dependent adds, by the asm's latencies longer than
+    # the k loop itself; unrolled ran faster)
+    # (measurements: benchmarks/DECISIONS.md, "Dense: final sums unrolled")
     st.unroll(bi)
     st.unroll(oi)
     st.unroll(st.op.reduce_axis[0])
@@ -600,9 +595,9 @@ def _dense_aligned_copies(s: Schedule, op: ComputeOp, rf: Tensor, st: Stage, oo,
     about every vector load of the operands in place straddles two lines.  X (re-read
     once per output-channel tile) is copied once, in parallel, at the root; W's ``OB``
     rows once per output-channel tile, where the batch blocks re-read them.  Not for a
-    batch of one block.  61x1024 -> 1000, 2 threads, interleaved, operands 16 bytes past
-    a line (as numpy's large arrays): 1.71-1.83x faster; on aligned operands 1.08-1.20x;
-    256x768 -> 3072: 1.39x and 1.14x (Intel Xeon, AVX-512)."""
+    batch of one block.  Much faster with operands 16 bytes past a line (as numpy's large
+    arrays), and still faster with aligned ones.
+    (measurements: benchmarks/DECISIONS.md, "Dense: aligned copies of X and W")"""
     if M is None or K is None or K < L or M <= bb:
         return  # one batch block: each row of X and W is read once per tile, from L1
     x_op, w_op = _gemm_operands(op)
@@ -663,7 +658,8 @@ def _schedule_gemm_write_cache(s: Schedule, C: Tensor, info: CpuInfo, packed, p:
     st.unroll(ii)
     # the copy out of C.local in the same vectors as the micro-kernel's accumulators: a
     # 48-wide vector over 3 x 16-lane accumulators kept LLVM from promoting C.local to
-    # registers (NR = 48: 11 against 86 GFLOP/s for NR = 32, 1024^3, 1 thread)
+    # registers, many times slower
+    # (measurements: benchmarks/DECISIONS.md, "GEMM: copy-out vectors")
     copy_vectors = _vector_columns(st, ji, p)
     rows_par = info.threads > 1 and p.par == "rows"
     if rows_par:
@@ -693,9 +689,8 @@ def _schedule_gemm_write_cache(s: Schedule, C: Tensor, info: CpuInfo, packed, p:
     # panel (align_bounds; matmul_packed's panels are zero past N, plain matmul's copy
     # of B is padded) and only its copy to C is masked (the loops around it are not
     # partitioned).  One micro-kernel in the code instead of a narrower second one and
-    # copies of the parallel nest: measured against that, matmul_packed, 2 threads,
-    # interleaved, GFLOP/s (build seconds): 1000^3 159.6 vs 148.8 (0.17 vs 0.33),
-    # 127x509x257 144.0 vs 114.7 (0.25 vs 0.70), 333x77x1031 108.4 vs 85.3 (0.13 vs 0.25)
+    # copies of the parallel nest: faster to run and to build (measurements:
+    # benchmarks/DECISIONS.md, "GEMM: the right edge over the padded panel")
     edge = N is not None and N % p.nr != 0 and (packed is not None or kfirst)
     if edge:
         cs.align_bounds(cs.op.axis[1], p.nr)
@@ -703,8 +698,9 @@ def _schedule_gemm_write_cache(s: Schedule, C: Tensor, info: CpuInfo, packed, p:
             if ax is not None:
                 st.pragma(ax, "no_partition")
     # four k steps per loop iteration: the loop's own instructions (counter, pointer
-    # bumps, branch) are paid once per 4 x MR x NR/L FMAs (measured +3-10%); LLVM
+    # bumps, branch) are paid once per 4 x MR x NR/L FMAs (measurably faster); LLVM
     # unrolls it (cheaper to compile than unrolling it in the IR)
+    # (measurements: benchmarks/DECISIONS.md, "GEMM: four k steps per iteration")
     cs.pragma(ck, "unroll_count", 4)
     # c + a*b in the micro-kernel: one FMA (see docs/numerics.md)
     cs.pragma(ck, "fp_contract")
@@ -941,35 +937,32 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
     A tiny cost model of one input channel (the loop around the ``R x S`` window, see
     :func:`schedule_conv2d_nchw`): ``R*S*OB*YB*ceil(XB/L)`` FMAs; loads: the input
     vectors the taps share, ``(YB + R - 1) * S * ceil(XB/L)``, and ``R*S*OB`` weight
-    broadcasts, at 2 FMAs and 1 load a cycle (what fits the measurements: 4x4 blocks
-    beat 8x2 by 5% on the 64-channel 56x56 case, one thread, interleaved), plus a
+    broadcasts, at 2 FMAs and 1 load a cycle (what fits the measurements), plus a
     little loop overhead; a vector is only partly useful when ``XB`` is not a multiple
     of the lanes.  A block that does not divide the output leaves a tail, heavily
     penalised: when the tail dimension is part of the fused parallel loop the tail
     cannot be partitioned off, the accumulators stay under a guard in every task and
-    the kernel runs 5 to 10 times slower (measured: 256-channel 14x14 with 4x4 blocks,
-    12 GFLOP/s against 80 with 8x2).  Where the row blocks can be a serial loop in each
-    task instead (:func:`_rows_peeled`), a row tail is peeled off that loop and costed as
-    the smaller block it is: 13 or 11 rows then take 3- or 4-row blocks rather than single
-    rows, whose weight broadcast per FMA held 256 channels at 13x13 to 76-85 GFLOP/s
-    (121-125 with 8x3 blocks, 1 image, 2 threads).  With a column stride (``x_stride`` >
-    1) an input vector is counted as 4 loads and the taps share none (a 3->32-channel stride-2
-    224x224 conv: 8x2 blocks 59 GFLOP/s, 4x4 34); it was a gather then, it is now a
-    wider load and a shuffle (codegen's ``wide_load``), but counting it as 2 loads
-    picks the same blocks for the stride-2 convs of ResNet's shapes."""
+    the kernel runs several times slower.  Where the row blocks can be a serial loop in
+    each task instead (:func:`_rows_peeled`), a row tail is peeled off that loop and
+    costed as the smaller block it is: 13 or 11 rows then take 3- or 4-row blocks rather
+    than single rows, whose weight broadcast per FMA ran well below larger blocks.  With
+    a column stride (``x_stride`` > 1) an input vector is counted as 4 loads and the taps
+    share none (what fit the measurements of a strided first layer); it was a gather
+    then, it is now a wider load and a shuffle (codegen's ``wide_load``), but counting it
+    as 2 loads picks the same blocks for the stride-2 convs of ResNet's shapes.
+    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the block cost model")"""
     L = info.lanes
     R = R if R is not None else 3
     S = S if S is not None else 3
     budget = info.vregs - 8 if info.vregs >= 32 else info.vregs - 4
     best = None
     # a vector is at most one register or a whole number of them: LLVM legalizes e.g.
-    # 28 or 56 float32 lanes on AVX-512 through the stack (measured 20x slower)
+    # 28 or 56 float32 lanes on AVX-512 through the stack, many times slower
+    # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: whole registers per vector")
     # Without AVX-512's masks a tail block runs its guarded lanes one by one: any divisor
     # up to four registers instead, emitted as register-wide pieces and a shorter one (a
-    # 13-wide row as 8 + 5).  AMD EPYC Zen 3, 2 threads, interleaved, 1 image, GFLOP/s:
-    # 384 -> 256 channels at 13x13 106.9 against 12.8 with an 8-lane block and a guarded
-    # 5-lane tail, 96 -> 96 at 27x27 98.7 against 24.0 (PyTorch 146, 139); 256 at 14x14
-    # 137.3 against 129.6
+    # 13-wide row as 8 + 5), much faster than a block and a guarded tail
+    # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: divisor blocks without masks")
     masks = info.masks
     if OW is not None:
         xbs = [d for d in _divisors(OW)
@@ -986,9 +979,9 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
         else:
             loads = 4 * R * S * yb * nvx + R * S * ob
         # + loop, address and C-block overhead; and a little per load, since they share
-        # the ports with the FMAs' broadcasts (6x4 blocks against 8x3, both 24
-        # accumulators, at the same modelled cycles: 256 channels at 14x14 126 against
-        # 108 GFLOP/s, at 13x13 130 against 125; 1 image, 2 threads, interleaved)
+        # the ports with the FMAs' broadcasts (of two blocks with as many accumulators
+        # at the same modelled cycles, the one with fewer loads ran faster)
+        # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: a cost per load")
         return fmas, max(fmas / 2, loads) + 3 + loads / 8
 
     for xb in xbs:
@@ -1005,8 +998,8 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
             top = min(budget // (nvx * yb), K if K is not None else 64)
             for ob in range(1, top + 1):
                 fmas, cyc = cycles(ob, yb, nvx)
-                # with a column stride not measured better: 256->512 channels stride 2 to
-                # 7x7, 8x3 blocks 2.17 ms against 1.95 for 16x1
+                # with a column stride not measured better
+                # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: strided rows not peeled")
                 peeled = x_stride == 1 and _rows_peeled(N, K, ob, OH, yb, info)
                 if peeled:
                     # the rows are a serial loop in each task, its last block peeled off
@@ -1018,19 +1011,17 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
                 if K is not None and K % ob:
                     score *= 0.5  # a tail block: see above
                 if peeled:
-                    # the peeled block is a second copy of the unrolled kernel (256
-                    # channels at 14x14: 6x4 blocks build in 0.59 s, 8x3 in 0.32, 8x2
-                    # in 0.21) and the tasks no longer pad their own rows (small
-                    # weights: see _conv_tasks): a divisor block is kept unless the
-                    # peeled one is clearly better.  64 channels at 56x56, 8x3 blocks
-                    # 72 GFLOP/s against 110 for 4x4; 64->128 channels stride 2, 8x3
-                    # 54 against 63 for 8x2 (1 image, 2 threads, interleaved)
+                    # the peeled block is a second copy of the unrolled kernel (the
+                    # build takes longer, the more so the larger the block) and the
+                    # tasks no longer pad their own rows (small weights: see
+                    # _conv_tasks): a divisor block is kept unless the peeled one is
+                    # clearly better (peeled blocks ran slower on small-weight layers)
+                    # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: peeled blocks")
                     score *= 0.65 if small_weights else 0.8
                 elif OH is not None and OH % yb:
-                    # a row tail in the parallel loop.  Batch 4, 2 threads, ms: 512
-                    # channels at 7x7, 3-row blocks 57, 7-row blocks 8.9 (PyTorch 6.0);
-                    # 256 at 11x11, 3-row blocks 25.4, single rows 9.7 (PyTorch 3.4-4.9);
-                    # 64 at 13x13, 1.67 and 0.49 (PyTorch 0.37-0.61)
+                    # a row tail in the parallel loop: a guard in every block, several
+                    # times slower than blocks that leave no tail
+                    # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: a row tail")
                     score *= 0.2
                 if OW is not None and OW % xb:
                     score *= 0.85
@@ -1125,10 +1116,9 @@ def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo):
     # windows only), the register block lives across both: per channel the taps share
     # their input vectors (a 3x3 window with YB = 2 loads 4 rows x 3 shifts, not 9 x 2)
     # and the channel's input rows and weights stay in L1 (with the channel innermost,
-    # every tap swept all the channels' rows: 59 KB for the 64-channel 56x56 case);
-    # measured on one thread, interleaved medians, same 8x2 blocks: +13% (64-channel
-    # 56x56) and +45% (256-channel 14x14).  Across channels, the weight copy is then
-    # read in order too
+    # every tap swept all the channels' rows: 59 KB for the 64-channel 56x56 case),
+    # faster on both cases measured.  Across channels, the weight copy is then read in
+    # order too (measurements: benchmarks/DECISIONS.md, "Conv NCHW: channel loop outside")
     if by_channels:
         cs.reorder(*tiles, cn, c, ky, kx, cy, cx, co)
         unrolled, vec = (cy, cx), co
@@ -1145,9 +1135,9 @@ def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo):
             _conv_x_stride(conv) > 1:
         # a strided 1x1 window reads one line of a new input plane per channel step (7
         # or 8 cycles of FMAs), half of it used and a plane apart: the hardware
-        # prefetcher loses that stream at page boundaries.  Prefetched 8 channels ahead,
-        # batch 4, 2 threads, interleaved, ms: 1024->2048 14x14 stride 2 11.8 -> 9.5,
-        # 512->1024 14x14 stride 2 2.35 -> 1.97 (PyTorch 7.3, 2.2); stride 1 unchanged
+        # prefetcher loses that stream at page boundaries.  Prefetched 8 channels ahead:
+        # faster with a stride, unchanged without one
+        # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: prefetch, strided 1x1")
         # (the convolution's own input: the block reads the weights from their copy)
         cs.prefetch([t for t in conv.op.input_tensors if t is not weight][0], c, 8)
     _epilogue(s, outs, conv, info, fused)
@@ -1165,18 +1155,14 @@ def _nchw_by_channels(conv: Tensor, info: CpuInfo,
     than a tenth of the lanes idle, and the reduction (``C*KH*KW``) is at least 256
     steps long: each block is scattered to NCHW once, 2 x ``XB`` scattered vectors
     against ``C*KH*KW`` steps of ``2 x XB`` FMAs (with 3 input channels, 27 steps, the
-    row vectors ran 1.5x faster).  A block is one output row of at most 8 pixels (or, for
+    row vectors ran faster).  A block is one output row of at most 8 pixels (or, for
     rows of fewer, the fewest rows that make 8) by 2 vectors: at most 16 accumulators
-    (2 x 7 pixels spilled them with the unrolled window, and ran 10-30% slower).  Not
+    (2 x 7 pixels spilled them with the unrolled window, and ran slower).  Not
     measured on AVX2 (16 registers): there, only rows of at most half a vector change.
 
-    1 image, 2 threads, interleaved, GFLOP/s, row vectors -> channel vectors (PyTorch):
-    64->64 56x56 150.7 -> 178.1 (116.5), 256->256 14x14 180.6 -> 194.2 (163.7), 96->256
-    27x27 5x5 90.1 -> 176.3 (144.1), 384->256 13x13 142.9 -> 162.8 (125.6); rows that
-    fill their vectors better stay: 128->128 15x15 5x5 182.5 against 141.0 (5-pixel
-    blocks), 32->64 112x112 168.6 against 154.8.  Batch 4, ms: 512->512 7x7 7.4 -> 4.3
-    (4.7), 256->512 14x14 stride 2 5.9 -> 3.2 (3.9), 2048->512 7x7 1x1 5.7 -> 3.3
-    (3.8)."""
+    Channel vectors ran faster on every such row measured, at batch 1 and 4; rows that
+    fill their vectors better stay faster as row vectors.
+    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: vectors across output channels")"""
     N, K, OH, OW = (_cint(e) for e in conv.shape)
     L = info.lanes
     ob = 2 * L
@@ -1185,9 +1171,8 @@ def _nchw_by_channels(conv: Tensor, info: CpuInfo,
         return None
     if KH * KW == 1 and (OW > L // 2 or C < 512):
         # a 1x1 window: only rows at most half a vector wide with 512 input channels or
-        # more (1 image, 2 threads, ms, row -> channel vectors: 2048->512 7x7 1.52 ->
-        # 1.08, 1024->2048 14x14 stride 2 5.42 -> 3.00; but 1024->256 14x14 0.84 -> 0.97,
-        # 256->256 7x7 0.076 -> 0.134)
+        # more (faster there, slower on the other 1x1 shapes measured)
+        # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: channel vectors for a 1x1")
         return None
     pix = min(8, (info.vregs - 4) // 2)
     if OW <= L // 2:
@@ -1211,18 +1196,15 @@ def _conv_register_block(s: Schedule, conv: Tensor, block, order=None, out=None,
     window), zeroes it there and stores it to ``conv`` once, where accumulating in
     ``conv`` itself loaded and stored the tile around every loop of the reduction that
     is not innermost.  The tile has a constant size at the output's edges too (there it
-    is guarded, and loop partitioning peels the edge tiles off).  Measured against
-    accumulating in ``conv``, same blocks, interleaved: 64-channel 56x56 NHWC on one
-    thread +1%, +7% and +8% in three runs; the other benchmark convolutions and the
-    odd ones of ``benchmarks/odd.py`` moved by -6% to +7% (noise), build times too.
+    is guarded, and loop partitioning peels the edge tiles off).  A little faster than
+    accumulating in ``conv`` on one case, within the noise on the others, build times
+    too (measurements: benchmarks/DECISIONS.md, "Conv: the block in a local buffer").
 
     ``out``: an elementwise epilogue over ``conv`` (:func:`_fusable_epilogue`): it is
     the stage tiled, and ``conv`` itself is the local buffer, so that the epilogue
     (bias, activation) is applied to the tile in registers on its way out instead of
-    in a second pass over the output.  Measured against that second pass with
-    ``relu(bias_add(conv, b))``, interleaved, two runs: 64-channel 56x56 +4% to +13%
-    (both layouts, 1 and 2 threads); 256-channel 14x14 +1% to +5%, once -11% (NCHW,
-    2 threads; +5% in the other run).
+    in a second pass over the output: faster than that second pass in all but one run
+    (measurements: benchmarks/DECISIONS.md, "Conv: the epilogue on the block").
 
     Returns (the output's stage, the output's tile loops, the buffer's stage, its
     loops over the tile (one per output axis; the caller orders them with the
@@ -1343,8 +1325,8 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
         # just the rows it reads; the channel blocks are a loop inside the task.  A
         # task takes several (R) row blocks while there are still 8 tasks per thread:
         # it pads R*YB + KH - 1 input rows for R*YB output rows (with one 3x3 NHWC row
-        # per task, 3 padded rows per output row; measured on the 64-channel 56x56
-        # case, interleaved: 2 or 4 rows per task 0 to 6% faster)
+        # per task, 3 padded rows per output row; several rows per task were as fast or
+        # a little faster) (measurements: benchmarks/DECISIONS.md, "Conv tasks: rows per task")
         rpt = 1
         if nyc is not None:
             want = 8 * T
@@ -1365,21 +1347,19 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             # the weight vectors are read in place from the caller's array, which numpy
             # allocates at 16 bytes past a cache line when it is large: every 16-lane
             # load then straddles two lines.  A copy into tecomp's own (64-byte
-            # aligned) buffer first: 64x56x56, interleaved, weights at +16 bytes: 1
-            # thread 81.5 -> 88.5-89.5 GFLOP/s, 2 threads 142.9 -> 154.9; aligned
-            # weights: 89.2-91.0 against 90.5-91.2 in place
+            # aligned) buffer first: faster for such weights, about even for aligned
+            # ones (measurements: benchmarks/DECISIONS.md, "Conv tasks: aligned weights")
             ww = s.cache_read(weight, "global", [cs])
             if weight_vec_dim != len(ww.shape) - 1:
-                # (gathers: copied in parallel; 2 threads, interleaved, ms: 64->64
-                # 56x56 1.14 -> 1.12, 64->128 stride 2 0.75 -> 0.71, 128->128 28x28 1.42
-                # -> 1.38, 64->64 7x7 batch 4 0.245 -> 0.213; within the noise of a
-                # busier moment, 10 pairs later)
+                # (gathers: copied in parallel, a little faster or within the noise)
+                # (measurements: benchmarks/DECISIONS.md, "Conv tasks: parallel weight gathers")
                 blocks, _ = _weight_copy(s[ww], weight_vec_dim, ob)
                 if T > 1:
                     s[ww].parallel(blocks)
             elif small:
-                # a serial vector copy: as fast as a parallel one for 147 KB
-                # (interleaved) and 0.014 s less to build (no outlined task)
+                # a serial vector copy: as fast as a parallel one for small weights and
+                # quicker to build (no outlined task)
+                # (measurements: benchmarks/DECISIONS.md, "Conv tasks: serial weight copy")
                 _vector_split(s[ww], s[ww].op.axis[-1], _cint(ww.shape[-1]), info.lanes)
             else:
                 _schedule_elementwise_stage(s, ww, info)
@@ -1402,9 +1382,8 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
         if noc is not None and noc >= 4 * T:
             # the channel blocks alone are enough tasks: each copies its weights once
             # for all the images (as (image, block) tasks, each image copied them
-            # again: batch 4, 2 threads, interleaved, ms: 512 channels at 7x7 10.7 ->
-            # 8.4, 256 at 7x7 1.9 -> 1.8, 256->512 stride 2 6.8 -> 6.1; PyTorch 8.1,
-            # 2.4, 7.8 in that run)
+            # again, which ran slower)
+            # (measurements: benchmarks/DECISIONS.md, "Conv tasks: channel blocks")
             st.reorder(oc, n, yc)
             task = oc
             w_at = oc
@@ -1425,8 +1404,8 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
         _, loops = _weight_copy(ws, weight_vec_dim, ob)
         if T > 1 and w_at is oc and task is not oc:
             # the blocks run in turn: copy each one's weights with all the threads
-            # (128 channels at 15x15, 5x5 window, 400 KB a block: +10-20%, three
-            # interleaved runs at 2 threads)
+            # (faster with large blocks of weights)
+            # (measurements: benchmarks/DECISIONS.md, "Conv tasks: block weights, all threads")
             ws.parallel(ws.fuse(*loops[:2]))
     st.pragma(st.leaf_iter_vars[0], "fp_contract")
     return task
@@ -1517,8 +1496,8 @@ def _conv_block_nhwc(K, OH, OW, info: CpuInfo):
         # a row that the block leaves a sliver of (15 wide in 14-pixel blocks: a 1-pixel
         # tail block whose two accumulators wait on the FMA latency) is worth a
         # different block: the cheapest under _nhwc_block_cost, if clearly cheaper.  Only
-        # blocks at least as wide as tall: at 15x15, 4x3 blocks (cheaper in the model)
-        # ran 2-10% slower than 2x5 in four interleaved runs
+        # blocks at least as wide as tall: taller ones, cheaper in the model, ran slower
+        # (measurements: benchmarks/DECISIONS.md, "Conv NHWC: blocks as wide as tall")
         cur = _nhwc_block_cost(OH, OW, yb, xb, nvo, info.threads)
         cands = [(_nhwc_block_cost(OH, OW, y, x, nvo, info.threads), -y * x, y, x)
                  for y in range(1, min(OH, pix) + 1)
@@ -1535,10 +1514,9 @@ def _nhwc_block_cost(OH: int, OW: int, yb: int, xb: int, nvo: int, threads: int)
     FMA steps, but at least ``8 / nvo`` (two FMA ports x 4 cycles of latency need 8
     independent accumulators), plus 2 for the block's weight loads and loop; times the
     imbalance of the row blocks over the threads (they are the tasks when there are few
-    channel blocks, see :func:`_conv_tasks`).  128 channels at 15x15, 5x5 window,
-    interleaved, GFLOP/s, 2 threads (six runs): 1x14 blocks (a 1-pixel tail per row)
-    82-118, 3x4 97-118, 2x5 (this model's choice: 8 row blocks) 101-135; 1 thread: 1x14
-    60, 3x4 69, 2x5 68."""
+    channel blocks, see :func:`_conv_tasks`).  The model's choice ran fastest on two
+    threads, about even with the best on one.
+    (measurements: benchmarks/DECISIONS.md, "Conv NHWC: the block cost model")"""
     floor = -(-8 // nvo)
     cost = 0.0
     for ny, y in ((OH // yb, yb), (1 if OH % yb else 0, OH % yb)):
@@ -1589,9 +1567,9 @@ def _conv_wgrad_nchw_into(s: Schedule, outs, info: CpuInfo):
     gives this stage only large gradients (256 channels and more; the others go through
     NHWC, see ``nn.ops._conv_weight_grad``), written over flat rows
     (``nn.ops._flat_rows``: a reduction over ``(n, p)``, both operands copied to one row
-    pitch first, here in parallel passes): whole 16-lane vectors.  256-channel 14x14,
-    batch 4, 2 threads, interleaved against the row form (8-lane vectors): 10.2 vs 17.1
-    ms (PyTorch 6.5: a reduction of 4 x 224 pixels is short for lane sums)."""
+    pitch first, here in parallel passes): whole 16-lane vectors, faster than the row
+    form's 8-lane vectors.
+    (measurements: benchmarks/DECISIONS.md, "NCHW weight gradient: whole vectors")"""
     gw = outs[0]
     op = gw.op
     O, C, KH, KW = (_cint(e) for e in gw.shape)
@@ -1599,7 +1577,8 @@ def _conv_wgrad_nchw_into(s: Schedule, outs, info: CpuInfo):
     OW = _cint(x.dom.extent)
     L = info.lanes
     if OW is not None and OW % L and OW % (L // 2) == 0:
-        L //= 2   # whole vectors (a masked tail vector ran 1.5x slower)
+        # (measurements: benchmarks/DECISIONS.md, "NCHW weight gradient: whole vectors")
+        L //= 2   # whole vectors (a masked tail vector ran slower)
     for t in op.input_tensors:
         if isinstance(t.op, ComputeOp) and _has_tag(t.op, "conv2d_wgrad_rows"):
             _schedule_flat_rows(s, t, info)
@@ -1660,9 +1639,9 @@ def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
     vectors) is accumulated in registers along the row, each step broadcasting ``CB``
     inputs and loading ``OB/L`` adjoint vectors, so a row's inputs and adjoint stay in
     L1 while all the blocks use them (one thread: the same nest, no ``rfactor``).
-    Against the same nest with the blocks as the parallel loop inside each row (a
-    parallel region per row), 64-channel 56x56 3x3, 2 threads, interleaved, ms: batch 4
-    6.1 vs 8.5 (stride 2: 2.5 vs 4.6), batch 1 1.75 vs 2.30; PyTorch 6.0, 2.5, 1.87.
+    Faster than the same nest with the blocks as the parallel loop inside each row (a
+    parallel region per row).
+    (measurements: benchmarks/DECISIONS.md, "NHWC weight gradient: rows per thread")
 
     A gradient larger than L2 over operands that fit in it (256 channels and more at
     14x14 and below) is defined over panels of its operands and scheduled by
@@ -1712,11 +1691,9 @@ def _conv_wgrad_panels_into(s: Schedule, gw: Tensor, info: CpuInfo):
     outer part of the task index, so consecutive tasks share it (in L2).  A last panel
     narrower than ``NR`` is computed whole over its zeros; only its copy out is masked.
 
-    Batch 4, 2 threads, interleaved, ms, against the blocks accumulated in the gradient
-    itself from the tensors in place (which replaced the rows nest above for these
-    shapes: 512 channels at 7x7, 9.8 against 20.4): 256 channels at 14x14 6.3 against
-    10.5 (PyTorch 8.7), stride 2 2.1 against 2.3 (3.9); 512 at 7x7 6.9 against 10.1
-    (27.6)."""
+    Faster than the blocks accumulated in the gradient itself from the tensors in place
+    (which replaced the rows nest above for these shapes, being faster than it).
+    (measurements: benchmarks/DECISIONS.md, "NHWC weight gradient: panels")"""
     nr, cb = int(gw.op.attrs["nr"]), int(gw.op.attrs["cb"])
     O = _cint(gw.shape[3])
     L = info.lanes * 32 // _dt.bits(gw.dtype)   # elements per vector register
@@ -1726,10 +1703,8 @@ def _conv_wgrad_panels_into(s: Schedule, gw: Tensor, info: CpuInfo):
             len(cons[0].op.axis) == 4 and not cons[0].relations:
         # the NCHW gradient (OIHW), this HWIO one transposed: each block is stored
         # straight from the registers to its place there (a vector of output channels
-        # to as many rows), with no HWIO gradient in memory.  Batch 4, 2 threads,
-        # back to back against a transposing pass (with the tile order below), ms:
-        # 512 channels at 7x7 7.5-9.3 vs 10.9-11.4, stride 2 5.2-5.3 vs 7.4-8.6
-        # (PyTorch 10.7-17.1, noisy host)
+        # to as many rows), with no HWIO gradient in memory: faster than a transposing
+        # pass (measurements: benchmarks/DECISIONS.md, "NHWC weight gradient: OIHW store")
         CC = gw
         s[gw].set_scope("local")
         st = cons[0]
@@ -1742,8 +1717,8 @@ def _conv_wgrad_panels_into(s: Schedule, gw: Tensor, info: CpuInfo):
     oo, oi = st.split(o, factor=nr)
     # consecutive tasks write neighbouring memory: in HWIO the next channel block, in
     # OIHW the next tap of the same channels (with the taps outer, each line of the
-    # OIHW gradient was written in 9 passes over the whole panel: 512 channels at 7x7,
-    # stride 2, 7.9 ms against 6.3)
+    # OIHW gradient was written in 9 passes over the whole panel, slower)
+    # (measurements: benchmarks/DECISIONS.md, "NHWC weight gradient: tile order")
     tiles = (oo, co, ky, kx) if CC is gw else (oo, ky, kx, co)
     st.reorder(*tiles, ci, oi)
     tile = st.fuse(*tiles)
@@ -1882,13 +1857,12 @@ def _prefetch_next_row(s: Schedule, out: Tensor, ops_, vec_loops, st: Stage, R, 
     the row: in the vector loop of a full-row stage computed at the row that reads the
     input (softmax's exp pass, which has the most arithmetic per element), each step
     prefetches the same columns of the next row (``prefetch(x, j, 1, along=R)``).  A
-    row of up to 4 KiB starts a new page, where the hardware prefetcher stops.  Softmax 4096x1024,
-    interleaved, time against PyTorch's: 1 thread 1.03-1.16x spread over the exp
-    pass, 0.90-0.91x with the whole next row prefetched at the start of each row
-    (the prefetches queue up: 35% of the cpu-clock samples sat on them), 0.88-0.90x
-    without; 2 threads 1.25-1.39x, 0.94-1.09x, 0.92-1.07x.  Without such a loop (rows
-    of one vector), the whole next row at the start of the row, for rows of at most
-    L1 / 4 (more would evict the current row)."""
+    row of up to 4 KiB starts a new page, where the hardware prefetcher stops.  Spread
+    over the exp pass, it measured best, ahead of the whole next row prefetched at the
+    start of each row (the prefetches queue up) and of no prefetch.  Without such a loop
+    (rows of one vector), the whole next row at the start of the row, for rows of at
+    most L1 / 4 (more would evict the current row).
+    (measurements: benchmarks/DECISIONS.md, "Softmax: next row prefetched")"""
     ndim = len(out.shape)
     inside = set(id(op) for op in ops_)
     ins = []
@@ -2152,9 +2126,8 @@ def _op_tags(op) -> set:
 #: from this many rows on, a ``dense`` that reads W[O, I] in place (the ``dense_nopack``
 #: template: vectors along the reduction) is left to the auto-scheduler's register-blocked
 #: rules (W copied in panels along the output, blocks of rows x 32 outputs), which were
-#: faster at every such shape measured: 128x768 -> 768 1.09 against 1.27 ms, 1024x768 ->
-#: 768 3.9 against 10.3 ms, 128x768 -> 3072 2.26 against 3.26 ms, 256x1024 -> 1000 equal;
-#: below it the template was (61x1024 -> 1000 0.56 against 1.0 ms; 2 threads, Xeon)
+#: faster or as fast at every such shape measured; below it the template was faster
+#: (measurements: benchmarks/DECISIONS.md, "Dense: the rules for larger batches")
 DENSE_NOPACK_MAX_ROWS = 127
 
 
@@ -2236,10 +2209,8 @@ def _conv_for_generic_rules(conv, knobs, info: CpuInfo) -> bool:
     rather than the template (a knob).  By default on a CPU without AVX-512's masks, for
     a window larger than 1x1: there the rules' register blocks (12 accumulators, a row of
     up to four vectors as one block) beat the template's on the 3x3 layers of ResNet
-    measured, and lose on a 1x1 (AMD EPYC Zen 3, quiet, 2 threads, batch 1, + bias +
-    relu, ms: 64->64 56x56 1.61 against 2.39, 128->128 28x28 1.79 / 2.58, 256->256 14x14
-    1.80 / 2.02, 512->512 7x7 2.62 / 3.28, the stride-2 3x3s 1.03-1.28x; 1 thread
-    0.98-1.41x; 2048->512 7x7 1x1 3.42 / 1.52)."""
+    measured, and lose on a 1x1.
+    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the rules without masks")"""
     weight = _conv_weight(conv.output(0))
     window = 1
     for e in weight.shape[2:]:
