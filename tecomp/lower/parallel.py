@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Tuple
 
+from ..errors import LowerError
 from ..ir.expr import Buffer, Var
 from ..ir.functor import Mutator, Visitor, free_vars
 from ..ir.stmt import AttrStmt, For, PrimFunc
@@ -90,8 +91,11 @@ class _Plan(Mutator):
         return AttrStmt(KEY, plan, loop)
 
     def visit_AttrStmt(self, s):
-        if s.key == KEY:  # planned already
-            return s
+        if s.key == KEY:
+            if isinstance(s.value, ParallelPlan) and isinstance(s.body, For):
+                return s  # planned already
+            raise LowerError(f"the AttrStmt key {KEY!r} is the lowering's own (a "
+                             f"ParallelPlan on a loop); name the attribute differently")
         return self.generic_visit(s)
 
 

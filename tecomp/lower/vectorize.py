@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
+from ..errors import LowerError
 from ..ir import dtype as _dt
 from ..ir.expr import Buffer, Const
 from ..ir.functor import Mutator, Visitor, free_vars
@@ -225,8 +226,11 @@ class _Plan(Mutator):
         return AttrStmt(KEY, plan_vector_loop(loop, self.masks), loop)
 
     def visit_AttrStmt(self, s):
-        if s.key == KEY:  # planned already
-            return s
+        if s.key == KEY:
+            if isinstance(s.value, VectorPlan) and isinstance(s.body, For):
+                return s  # planned already
+            raise LowerError(f"the AttrStmt key {KEY!r} is the lowering's own (a "
+                             f"VectorPlan on a loop); name the attribute differently")
         return self.generic_visit(s)
 
 

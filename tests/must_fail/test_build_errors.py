@@ -187,3 +187,18 @@ def test_set_num_threads_string():
     with pytest.raises(tc.TecompError,
                        match=r"set_num_threads expects a positive integer, got '4'"):
         tc.set_num_threads("4")
+
+
+@pytest.mark.parametrize("key", ["vector_plan", "parallel_plan"])
+def test_hand_written_ir_using_a_codegen_plan_key(key):
+    from tecomp.ir import Buffer, BufferStore, Const, For, PrimFunc, Var
+    from tecomp.ir.stmt import AttrStmt
+
+    A = Buffer("A", (Const(16),), "float32")
+    i = Var("i", "int32")
+    kind = "vectorized" if key == "vector_plan" else "parallel"
+    loop = For(i, Const(0), Const(16), kind, BufferStore(A, Const(1.0, "float32"), (i,)))
+    f = PrimFunc("f", (A,), AttrStmt(key, "mine", loop), {"target": tc.Target("llvm")})
+    with pytest.raises(tc.LowerError, match=rf"the AttrStmt key '{key}' is the lowering's "
+                       r"own \(a \w+Plan on a loop\); name the attribute differently"):
+        tc.build(f)
