@@ -155,3 +155,13 @@ def llvm_o3_hang_program():
     s[T1].pragma(s[T1].leaf_iter_vars[0], "unroll_explicit")
     return s, [T0, T3, T4]
 
+
+def build_and_interp(s, args, make_arrays):
+    """Run ``s`` compiled (LLVM) and in the interpreter, each on fresh arrays from
+    ``make_arrays()``; return both argument lists after the runs."""
+    from tecomp.ir import interp
+
+    compiled, interpreted = make_arrays(), make_arrays()
+    tc.build(s, args)(*compiled)
+    interp.run(tc.lower(s, args), *interpreted)
+    return compiled, interpreted

@@ -405,7 +405,7 @@ def test_error_local_buffer_needs_constant_size():
 def test_empty_buffers_are_declared_with_one_element():
     """A shared or local buffer with an extent of 0 (a tile whose region is empty) spans 0
     elements; C has no arrays of 0 elements, so it is declared with one, never touched."""
-    from tecomp.codegen.c_source import constant_size, declared_size
+    from tecomp.lower.device_split import constant_size, declared_size
 
     A = Buffer("A", (Const(4),), "float32")
     Sh = Buffer("A.shared", (Const(0), Const(3)), "float32", scope="shared")

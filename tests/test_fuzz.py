@@ -19,6 +19,8 @@ import tecomp as tc
 from tecomp.ir import interp
 from tecomp.testing import HypothesisDraw, RandomDraw, draw_case, run_case
 
+from helpers import build_and_interp
+
 LONG = os.environ.get("TECOMP_LONG_FUZZ", "") not in ("", "0")
 HAVE_CXX = shutil.which(os.environ.get("CXX", "g++")) is not None
 
@@ -272,16 +274,6 @@ def test_fuzz_entry_point_reports_rejected_schedules_apart(tmp_path):
 # regression tests: one per bug the fuzzer found (minimized by hand)
 
 
-def _run_both(s, args, arrays_fn):
-    """LLVM and interpreter results of ``s`` on fresh arrays from ``arrays_fn()``."""
-    f = tc.build(s, args)
-    a1 = arrays_fn()
-    f(*a1)
-    a2 = arrays_fn()
-    interp.run(tc.lower(s, args), *a2)
-    return a1, a2
-
-
 def test_regression_region_read_entirely_outside_the_tensor():
     """Fuzz seed 1358: a stage computed at a loop where every read of it is guarded off
     (the region lies outside its shape) got an allocation with a *negative* extent
@@ -295,7 +287,7 @@ def test_regression_region_read_entirely_outside_the_tensor():
     func = tc.lower(s, [A, C])
     for buf in _allocations(func):
         assert all(getattr(e, "value", 0) >= 0 for e in buf.shape), str(func)
-    r1, r2 = _run_both(s, [A, C], lambda: [np.ones(4, "float32"), np.full(3, np.nan, "float32")])
+    r1, r2 = build_and_interp(s, [A, C], lambda: [np.ones(4, "float32"), np.full(3, np.nan, "float32")])
     np.testing.assert_array_equal(r1[1], np.zeros(3, "float32"))
     np.testing.assert_array_equal(r2[1], np.zeros(3, "float32"))
 

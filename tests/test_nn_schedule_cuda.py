@@ -496,7 +496,7 @@ def test_wrong_target_and_wrong_operator():
 def test_constant_size_counts_padded_strides():
     """A shared array with a padded row stride (storage_align) spans
     1 + sum((extent - 1) * stride) elements."""
-    from tecomp.codegen.c_source import constant_size
+    from tecomp.lower.device_split import constant_size
     from tecomp.ir import Buffer
     from tecomp.ir.expr import Const
 

@@ -3,20 +3,12 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.ir import interp
+
+from helpers import build_and_interp
 
 
 SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 3.0e38, -2.5, np.nan],
                     dtype="float32")
-
-
-def _both(s, args, make):
-    f = tc.build(s, args)
-    r1 = make()
-    f(*r1)
-    r2 = make()
-    interp.run(tc.lower(s, args), *r2)
-    return r1, r2
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -41,7 +33,7 @@ def test_nan_inf_elementwise_like_numpy(dtype):
     for name, (fe, fn) in ops.items():
         C = tc.compute((n,), lambda i: fe(A[i], B[i]), name="C")
         s = tc.create_schedule(C.op)
-        r1, r2 = _both(s, [A, B, C], lambda: [a.copy(), b.copy(), np.zeros(n, dtype)])
+        r1, r2 = build_and_interp(s, [A, B, C], lambda: [a.copy(), b.copy(), np.zeros(n, dtype)])
         with np.errstate(all="ignore"):
             want = fn(a, b).astype(dtype)
         for got, who in ((r1[2], "llvm"), (r2[2], "interp")):
@@ -58,7 +50,7 @@ def test_nan_inf_reductions_like_numpy(red, npf):
     k = tc.reduce_axis((0, rows.shape[1]), name="k")
     Y = tc.compute((rows.shape[0],), lambda i: getattr(tc, red)(X[i, k], axis=k), name="Y")
     s = tc.create_schedule(Y.op)
-    r1, r2 = _both(s, [X, Y], lambda: [rows.copy(), np.zeros(rows.shape[0], "float32")])
+    r1, r2 = build_and_interp(s, [X, Y], lambda: [rows.copy(), np.zeros(rows.shape[0], "float32")])
     with np.errstate(all="ignore"):
         want = npf(rows, axis=1)
     np.testing.assert_array_equal(r1[1], want)
@@ -73,7 +65,7 @@ def test_nan_propagates_through_a_vectorized_max():
     s = tc.create_schedule(Y.op)
     xo, xi = s[Y].split(Y.op.axis[0], factor=8)
     s[Y].vectorize(xi)
-    r1, r2 = _both(s, [X, Y], lambda: [x.copy(), np.zeros(32, "float32")])
+    r1, r2 = build_and_interp(s, [X, Y], lambda: [x.copy(), np.zeros(32, "float32")])
     want = np.maximum(x, np.float32(10.0))
     np.testing.assert_array_equal(r1[1], want)
     np.testing.assert_array_equal(r2[1], want)

@@ -22,7 +22,7 @@ def check_args(args):
 
 
 def check_shapes(args, shapes):
-    from ..ir.expr import Const, Var
+    from ..ir.expr import Var
     from ..ir.functor import collect
     from ..te.tensor import Tensor, compute_ops
 

@@ -42,7 +42,7 @@ import math
 import re
 from typing import Dict, Iterable, List, Optional
 
-from ..errors import BuildError, InternalError, ResourceLimitError, TecompError
+from ..errors import BuildError, InternalError, TecompError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
@@ -55,7 +55,7 @@ from ..ir.stmt import (
 )
 from ..ir.names import comment as _comment, display, identifier
 from ..ir.printer import to_str
-from ..lower.device_split import constant_size, declared_size, dtype_bytes  # noqa: F401
+from ..lower.device_split import declared_size
 
 # Names a generated identifier must never take: C/C++ keywords, CUDA built-ins, the math
 # functions the generated code calls, and the helpers below.

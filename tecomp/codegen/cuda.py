@@ -44,16 +44,15 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ..errors import BuildError, InternalError, ResourceLimitError, RuntimeUnavailableError
+from ..errors import BuildError, InternalError, RuntimeUnavailableError
 from ..ir import dtype as _dt
 from ..ir import op as _op
-from ..ir.expr import LT, Buffer, BufferLoad, Call, CommReducer, Const, Expr, Max, Var
-from ..ir.functor import Visitor, collect, free_vars, substitute
+from ..ir.expr import LT, Buffer, BufferLoad, Call, Const, Expr, Var
+from ..ir.functor import Visitor, free_vars, substitute
 from ..ir.names import comment as _comment
 from ..ir.printer import to_str
 from ..ir.stmt import (
-    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc,
-    SeqStmt, Stmt,
+    Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc, Stmt,
 )
 from ..lower.device_split import (  # noqa: F401  (is_vthread, CROSS_THREAD_REDUCE: re-exported)
     CROSS_THREAD_REDUCE, buffers_in, dims_text, is_vthread, kernels_of, stored_buffers,

@@ -166,7 +166,6 @@ from ..ir.expr import (
 )
 from ..ir.functor import Visitor, free_vars, post_order
 from ..ir.names import identifier
-from ..ir.printer import to_str
 from ..ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
     Prefetch, PrimFunc, SeqStmt, Stmt, TensorIntrinCall,
@@ -1714,7 +1713,7 @@ class _FnEmitter:
         site = self.mb.add_site("malloc", buf.name, f"allocate {buf.name}",
                                 node_text(s))
         if overflow is not None:
-            nbytes, o = self.umul_overflow(count, ir.Constant(_I64, elem))
+            nbytes, o = self.checked("smul", count, ir.Constant(_I64, elem))
             overflow = b.or_(overflow, o)
             # a size past 64 bits: the error, with -1 for the byte count
             self.guard(overflow, lambda: self.report(ERR_MALLOC, site, None, None, -1),
@@ -1745,11 +1744,11 @@ class _FnEmitter:
         b.call(self.mb.declare("free", ir.VoidType(), [_PTR]), [p])
         b.store(ir.Constant(_PTR, None), slot, align=8)
 
-    def umul_overflow(self, x, y):
-        """``(x * y, overflowed)`` of two non-negative i64: overflowed when the product
-        does not fit a signed i64 (``llvm.smul.with.overflow``)."""
+    def checked(self, op: str, x, y):
+        """``(x op y, overflowed)`` of i64 values, ``op`` "smul" or "sadd": overflowed when
+        the result does not fit a signed i64 (``llvm.<op>.with.overflow``)."""
         b = self.b
-        f = self.mb.intrinsic("llvm.smul.with.overflow",
+        f = self.mb.intrinsic(f"llvm.{op}.with.overflow",
                               ir.LiteralStructType([_I64, _I1]), [_I64, _I64], [_I64])
         r = b.call(f, [x, y])
         return b.extract_value(r, 0), b.extract_value(r, 1)
@@ -1778,16 +1777,13 @@ class _FnEmitter:
         for k, e in enumerate(extents):
             if buf.strides is None:
                 e = b.select(b.icmp_signed("<", e, zero), zero, e)
-                count, o = self.umul_overflow(count, e)
+                count, o = self.checked("smul", count, e)
             else:
                 # padded strides (storage_align): the span is 1 + sum((extent - 1) * stride)
                 e = b.select(b.icmp_signed("<", e, one), one, e)
-                term, o = self.umul_overflow(b.sub(e, one), strides[k])
+                term, o = self.checked("smul", b.sub(e, one), strides[k])
                 overflow = b.or_(overflow, o)
-                f = self.mb.intrinsic("llvm.sadd.with.overflow",
-                                      ir.LiteralStructType([_I64, _I1]), [_I64, _I64], [_I64])
-                r = b.call(f, [count, term])
-                count, o = b.extract_value(r, 0), b.extract_value(r, 1)
+                count, o = self.checked("sadd", count, term)
             overflow = b.or_(overflow, o)
         return count, overflow
 

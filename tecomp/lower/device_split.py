@@ -95,10 +95,6 @@ def declared_size(buf: Buffer) -> int:
     return max(constant_size(buf), 1)
 
 
-def dtype_bytes(dtype: str) -> int:
-    return _dt.nbytes(dtype)
-
-
 @dataclass(frozen=True, eq=False)
 class DeviceKernel:
     """One kernel of the split: what to launch and what it takes."""
@@ -361,7 +357,7 @@ def _kernel(k: int, plan: _Plan, func: PrimFunc, host: List[Var], host_lets, kno
                 nthreads *= int(d.value)
             red_bufs[cd] = Buffer("red_buf", (Const(nthreads, "int32"),), cd, scope="shared")
     shared += list(red_bufs.values())
-    shared_bytes = sum(declared_size(b) * dtype_bytes(b.dtype) for b in shared)
+    shared_bytes = sum(declared_size(b) * _dt.nbytes(b.dtype) for b in shared)
     if shared_bytes > MAX_STATIC_SHARED_BYTES:
         raise ResourceLimitError(
             f"stage {stage}: the shared buffers {', '.join(b.name for b in shared)} take "

@@ -19,11 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Tuple
 
-from ..errors import LowerError
 from ..ir.expr import Buffer, Var
-from ..ir.functor import Mutator, Visitor, free_vars
-from ..ir.stmt import AttrStmt, For, PrimFunc
-from .vectorize import buffer_uses
+from ..ir.functor import Visitor, free_vars
+from ..ir.stmt import For, PrimFunc
+from .vectorize import LoopPlanner, buffer_uses
 
 KEY = "parallel_plan"
 
@@ -73,30 +72,22 @@ def plan_parallel_loop(loop: For) -> ParallelPlan:
     return ParallelPlan(False, captured, tuple(b for b in uses.used if b not in uses.allocated))
 
 
-class _Plan(Mutator):
-    def __init__(self):
-        self.depth = 0
+class _Plan(LoopPlanner):
+    key, kind, plan_type = KEY, "parallel", ParallelPlan
 
-    def visit_For(self, s):
+    def __init__(self):
+        self.depth = 0   # parallel loops around the one being visited
+
+    def visit_body(self, s: For):
         par = s.kind == "parallel"
         self.depth += par
         try:
-            body = self.visit(s.body)
+            return self.visit(s.body)
         finally:
             self.depth -= par
-        loop = s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
-        if not par:
-            return loop
-        plan = ParallelPlan(nested=True) if self.depth else plan_parallel_loop(loop)
-        return AttrStmt(KEY, plan, loop)
 
-    def visit_AttrStmt(self, s):
-        if s.key == KEY:
-            if isinstance(s.value, ParallelPlan) and isinstance(s.body, For):
-                return s  # planned already
-            raise LowerError(f"the AttrStmt key {KEY!r} is the lowering's own (a "
-                             f"ParallelPlan on a loop); name the attribute differently")
-        return self.generic_visit(s)
+    def plan(self, loop: For) -> ParallelPlan:
+        return ParallelPlan(nested=True) if self.depth else plan_parallel_loop(loop)
 
 
 def parallel_plan_pass(func: PrimFunc) -> PrimFunc:

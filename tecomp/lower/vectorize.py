@@ -214,24 +214,44 @@ def plan_vector_loop(loop: For, masks: bool) -> VectorPlan:
     return VectorPlan("pieces" if L <= MAX_WIDEN_LANES else "chunks", W, nchunks, rem)
 
 
-class _Plan(Mutator):
+class LoopPlanner(Mutator):
+    """Wraps every loop of kind ``kind`` in ``AttrStmt(key, plan(loop), loop)`` (the
+    codegen-phase plan passes); a loop planned already is kept, and a hand-written
+    AttrStmt using ``key`` is a LowerError."""
+
+    key, kind, plan_type = "", "", object
+
+    def plan(self, loop: For):
+        raise NotImplementedError
+
+    def visit_body(self, s: For):
+        return self.visit(s.body)
+
+    def visit_For(self, s):
+        body = self.visit_body(s)
+        loop = s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
+        if s.kind != self.kind:
+            return loop
+        return AttrStmt(self.key, self.plan(loop), loop)
+
+    def visit_AttrStmt(self, s):
+        if s.key == self.key:
+            if isinstance(s.value, self.plan_type) and isinstance(s.body, For):
+                return s  # planned already
+            raise LowerError(f"the AttrStmt key {self.key!r} is the lowering's own (a "
+                             f"{self.plan_type.__name__} on a loop); name the attribute "
+                             f"differently")
+        return self.generic_visit(s)
+
+
+class _Plan(LoopPlanner):
+    key, kind, plan_type = KEY, "vectorized", VectorPlan
+
     def __init__(self, masks: bool):
         self.masks = masks
 
-    def visit_For(self, s):
-        body = self.visit(s.body)
-        loop = s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
-        if s.kind != "vectorized":
-            return loop
-        return AttrStmt(KEY, plan_vector_loop(loop, self.masks), loop)
-
-    def visit_AttrStmt(self, s):
-        if s.key == KEY:
-            if isinstance(s.value, VectorPlan) and isinstance(s.body, For):
-                return s  # planned already
-            raise LowerError(f"the AttrStmt key {KEY!r} is the lowering's own (a "
-                             f"VectorPlan on a loop); name the attribute differently")
-        return self.generic_visit(s)
+    def plan(self, loop: For) -> VectorPlan:
+        return plan_vector_loop(loop, self.masks)
 
 
 def vector_plan_pass(func: PrimFunc) -> PrimFunc:
