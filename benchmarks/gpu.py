@@ -9,7 +9,7 @@ Needs a CUDA GPU, pycuda, and for the references PyTorch and/or CuPy (see
 ``docs/GPU.md`` / the project's GPU notes for installing the pycuda wheel).  Without a GPU
 or pycuda it says so and exits with status 2.
 
-Workloads (float32, the schedules of ``tecomp.nn.schedule_cuda``):
+Workloads (float32, the schedules of ``tecomp.nn.cuda``):
 
 * GEMM 4096 x 4096 x 4096 against cuBLAS through ``torch.matmul`` and ``cupy.matmul``;
 * the two ResNet 3x3 convolutions (stride 1, padding 1, N = 32): C = K = 64 at 56x56 and
@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import tecomp as tc  # noqa: E402
 from tecomp.errors import RuntimeUnavailableError  # noqa: E402
-from tecomp.nn import ops, schedule_cuda  # noqa: E402
+from tecomp.nn import cuda as nn_cuda, ops  # noqa: E402
 
 NO_GPU_STATUS = 2
 TOLERANCE = 1e-4  # max error relative to the largest value of the float64 result
@@ -246,7 +246,7 @@ def gemm_workload(n: int) -> Workload:
         A = tc.placeholder((n, n), name="A")
         B = tc.placeholder((n, n), name="B")
         C = ops.matmul(A, B)
-        return tc.build(schedule_cuda.schedule_matmul(C, target), [A, B, C], target=target,
+        return tc.build(nn_cuda.schedule_matmul(C, target), [A, B, C], target=target,
                         name=f"gemm{n}")
 
     def setup(torch, cupy):
@@ -276,12 +276,12 @@ def conv_workload(C: int, HW: int, layout: str, N: int = 32) -> Workload:
             d = tc.placeholder((N, C, HW, HW), name="data")
             w = tc.placeholder((C, C, 3, 3), name="weight")
             y = ops.conv2d_nchw(d, w, 1, 1)
-            s = schedule_cuda.schedule_conv2d_nchw(y, target)
+            s = nn_cuda.schedule_conv2d_nchw(y, target)
         else:
             d = tc.placeholder((N, HW, HW, C), name="data")
             w = tc.placeholder((3, 3, C, C), name="weight")
             y = ops.conv2d_nhwc(d, w, 1, 1)
-            s = schedule_cuda.schedule_conv2d_nhwc(y, target)
+            s = nn_cuda.schedule_conv2d_nhwc(y, target)
         return tc.build(s, [d, w, y], target=target, name=f"conv{C}_{layout}")
 
     def setup(torch, cupy):
@@ -330,7 +330,7 @@ def softmax_workload(m: int, n: int) -> Workload:
     def build(target="cuda"):
         X = tc.placeholder((m, n), name="X")
         Y = ops.softmax(X)
-        return tc.build(schedule_cuda.schedule_softmax(Y, target), [X, Y], target=target,
+        return tc.build(nn_cuda.schedule_softmax(Y, target), [X, Y], target=target,
                         name="softmax")
 
     def setup(torch, cupy):

@@ -30,7 +30,7 @@ def main() -> int:
 
     import tecomp as tc
     from tecomp.autoschedule.rules import Knobs, apply_rules
-    from tecomp.nn.schedule_cpu import cpu_info
+    from tecomp.nn.cpu import cpu_info
     from run import interleaved, uptime
     from workloads import machine
 

@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import numpy as np
     import tecomp as tc
-    from tecomp.nn import schedule_cpu as sc
+    from tecomp.nn import cpu as sc
     from run import interleaved
 
     if sc.cpu_info().lanes != 16:

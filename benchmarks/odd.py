@@ -13,7 +13,7 @@ import numpy as np
 
 import tecomp as tc
 from tecomp.nn import ops
-from tecomp.nn import schedule_cpu as sc
+from tecomp.nn import cpu as sc
 from workloads import Runner, Skip, Softmax, Workload, _torch
 
 

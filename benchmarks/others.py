@@ -25,7 +25,7 @@ from workloads import Runner, Skip
 
 
 def _lanes():
-    from tecomp.nn.schedule_cpu import cpu_info
+    from tecomp.nn.cpu import cpu_info
 
     return cpu_info().lanes
 

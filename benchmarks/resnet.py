@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     import numpy as np
     import tecomp as tc
     from tecomp.nn import ops
-    from tecomp.nn import schedule_cpu as sc
+    from tecomp.nn import cpu as sc
     torch = torch_or_none(args.threads)
     if torch is None:
         return 1

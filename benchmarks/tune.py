@@ -114,7 +114,7 @@ def torch_fn(w, threads):
 
 
 def _l3_bytes():
-    from tecomp.nn.schedule_cpu import _cache_size
+    from tecomp.nn.cpu.machine import _cache_size
 
     return _cache_size(3, 32 << 20)
 

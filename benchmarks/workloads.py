@@ -10,7 +10,7 @@ import numpy as np
 
 import tecomp as tc
 from tecomp.nn import ops
-from tecomp.nn import schedule_cpu as sc
+from tecomp.nn import cpu as sc
 
 UNIT_NOTE = "GFLOP/s (higher is better; conv counts 2*N*K*C*H*W*9) or ms (softmax, lower " \
     "is better)"

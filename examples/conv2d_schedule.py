@@ -7,7 +7,7 @@ image made up front.
 
 Prints the loop IR (look for ``allocate conv2d_nchw.pad`` inside the parallel loop), checks
 the result against numpy and compares the speed with the tuned library schedule
-(``tecomp.nn.schedule_conv2d_nchw``) and with PyTorch when installed.
+(``tecomp.nn.cpu.schedule_conv2d_nchw``) and with PyTorch when installed.
 """
 import os
 import sys
@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import tecomp as tc  # noqa: E402
-from tecomp.nn import ops, schedule_cpu  # noqa: E402
+from tecomp.nn import cpu as nn_cpu, ops  # noqa: E402
 
 N, C, H, W, K = 1, 64, 56, 56, 64
 data = tc.placeholder((N, C, H, W), name="data")
@@ -75,7 +75,7 @@ def bench(fn, reps=20):
 
 
 flops = 2.0 * N * K * C * H * W * 9
-lib = tc.build(schedule_cpu.schedule_conv2d_nchw(out), [data, weight, out], name="conv2d_lib")
+lib = tc.build(nn_cpu.schedule_conv2d_nchw(out), [data, weight, out], name="conv2d_lib")
 o2 = np.empty_like(o)
 print(f"this schedule:            {flops / bench(lambda: f(d, w, o)) / 1e9:6.1f} GFLOP/s")
 print(f"schedule_conv2d_nchw:     {flops / bench(lambda: lib(d, w, o2)) / 1e9:6.1f} GFLOP/s")

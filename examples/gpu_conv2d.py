@@ -13,7 +13,7 @@ import numpy as np
 
 import tecomp as tc
 from tecomp.errors import RuntimeUnavailableError
-from tecomp.nn import ops, schedule_cuda
+from tecomp.nn import cuda as nn_cuda, ops
 
 
 def gpu_or_none():
@@ -52,7 +52,7 @@ def build(layout, N, C, H, K, target):
         axis = -1
     bias = tc.placeholder((K,), name="bias")
     out = ops.relu(ops.bias_add(conv, bias, axis=axis))
-    sched = getattr(schedule_cuda, f"schedule_conv2d_{layout}")
+    sched = getattr(nn_cuda, f"schedule_conv2d_{layout}")
     s = sched(out, target=target)
     return tc.build(s, [data, weight, bias, out], target=target, name=f"conv_{layout}")
 
@@ -61,7 +61,7 @@ def main():
     driver = gpu_or_none()
     target = "cuda" if driver is not None else "cuda-emu"
     N, C, H, K = (32, 64, 56, 64) if driver is not None else (2, 8, 14, 16)
-    cfg = schedule_cuda.conv_config(K, H, H, C, (3, 3), lambda th, tw: (th + 2, tw + 2))
+    cfg = nn_cuda.conv_config(K, H, H, C, (3, 3), lambda th, tw: (th + 2, tw + 2))
     print(f"# conv {N}x{C}x{H}x{H}, {K} filters 3x3, padding 1: blocks of {cfg.block_k} "
           f"channels x {cfg.block_y}x{cfg.block_x} pixels ({cfg.threads} threads), "
           f"{cfg.regs_k} x {cfg.regs_y}x{cfg.regs_x} outputs per thread, {cfg.c_tile} input "

@@ -16,7 +16,7 @@ import numpy as np
 
 import tecomp as tc
 from tecomp.errors import RuntimeUnavailableError
-from tecomp.nn import ops, schedule_cuda
+from tecomp.nn import cuda as nn_cuda, ops
 
 
 def gpu_or_none():
@@ -38,13 +38,13 @@ def main(argv):
     else:
         M, N, K = (2048, 2048, 2048) if driver is not None else (300, 260, 70)
     # emulated: the tiling of a large GEMM (the one a small size would pick has 1x1 tiles)
-    cfg = schedule_cuda.gemm_config(M, N, K) if driver is not None else \
-        schedule_cuda.gemm_config(4096, 4096, 4096)
+    cfg = nn_cuda.gemm_config(M, N, K) if driver is not None else \
+        nn_cuda.gemm_config(4096, 4096, 4096)
 
     A = tc.placeholder((M, K), name="A")
     B = tc.placeholder((K, N), name="B")
     C = ops.matmul(A, B)
-    s = schedule_cuda.schedule_matmul(C, target=target, config=cfg)
+    s = nn_cuda.schedule_matmul(C, target=target, config=cfg)
     print(f"# {M} x {N} x {K}: blocks of {cfg.block_m} x {cfg.block_n} ({cfg.threads_m} x "
           f"{cfg.threads_n} threads), {cfg.regs_m} x {cfg.regs_n} registers per thread, "
           f"k steps of {cfg.k_tile}")

@@ -120,14 +120,10 @@ def with_l2(monkeypatch, nbytes):
     machine model (``tecomp.nn.ops._GRAD_L2_BYTES``) hold the same (through pytest's
     ``monkeypatch``): which form a weight gradient or a convolution's schedule takes
     depends on it, so a test pins it instead of the host's."""
-    import dataclasses
-
     from tecomp.nn import ops
-    from tecomp.nn import schedule_cpu as sc
+    from tecomp.target import Target
 
-    real = sc.cpu_info
-    monkeypatch.setattr(sc, "cpu_info",
-                        lambda target="llvm": dataclasses.replace(real(target), l2_bytes=nbytes))
+    monkeypatch.setattr(Target, "l2_bytes", property(lambda self: nbytes))
     monkeypatch.setattr(ops, "_GRAD_L2_BYTES", nbytes)
 
 

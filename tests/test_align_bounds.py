@@ -9,7 +9,7 @@ import pytest
 
 import tecomp as tc
 from tecomp import nn
-from tecomp.nn import schedule_cpu as sc
+from tecomp.nn import cpu as sc
 from tecomp.testing import check_passes
 from helpers import run
 

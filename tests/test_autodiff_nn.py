@@ -267,14 +267,14 @@ def _check_nchw_data_gradient(torch, X, Wt, Y, Hd, gX, stride, padding, dilation
 def test_training_step_with_a_channel_vector_forward_conv(monkeypatch, lanes):
     # a narrow NCHW forward convolution takes the channel-vector schedule in
     # schedule_backward too, beside its own gradients (with large weights: per task)
-    from tecomp.nn import schedule_cpu as sc
+    from tecomp.nn import cpu as sc
 
     torch = pytest.importorskip("torch")
     _with_l2(monkeypatch, 16 << 10)
     N, C, O, H = 2, 32, 2 * lanes, lanes // 2
     X, Wt = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((O, C, 3, 3), name="W")
     Y = nn.conv2d_nchw(X, Wt, 1, 1)
-    assert sc._nchw_by_channels(Y, sc.cpu_info(), H) is not None
+    assert sc.conv2d._nchw_by_channels(Y, sc.cpu_info(), H) is not None
     Hd = tc.placeholder(Y.shape, name="H")
     gX, gW = tc.gradient(Y, [X, Wt], head=Hd)
     f = tc.build(ad.schedule_backward([Y, gX, gW]), [X, Wt, Hd, Y, gX, gW])
@@ -295,7 +295,7 @@ def test_narrow_nchw_data_gradient_phases_with_channel_vectors(stride, lanes):
     # 256 adjoint channels or more: they stay NCHW convolutions, which the NCHW schedule
     # vectorizes across channels (no transposes; the single-tap phase of a stride of 2
     # only with 512)
-    from tecomp.nn import schedule_cpu as sc
+    from tecomp.nn import cpu as sc
 
     torch = pytest.importorskip("torch")
     L = nn_ops._GRAD_LANES
@@ -312,7 +312,7 @@ def test_narrow_nchw_data_gradient_phases_with_channel_vectors(stride, lanes):
     # with AVX-512 the schedule puts its vectors across the channels; with AVX2 a row
     # of 8 (stride 1) fills a vector and either may be chosen
     if info.lanes == L:
-        assert all(sc._nchw_by_channels(t, info, info.lanes) is not None
+        assert all(sc.conv2d._nchw_by_channels(t, info, info.lanes) is not None
                    for t in phases if t not in single)
     _check_nchw_data_gradient(torch, X, Wt, Y, Hd, gX, stride, 1)
 

@@ -9,7 +9,7 @@ import pytest
 import tecomp as tc
 import tecomp.nn as nn
 from tecomp.autoschedule.rules import Knobs, apply_rules
-from tecomp.nn.schedule_cpu import cpu_info
+from tecomp.nn.cpu import cpu_info
 from tecomp.schedule.trace import replay
 
 
@@ -247,7 +247,7 @@ def test_schedule_backward_uses_the_rules_for_stages_without_template():
 
 def test_nn_schedule_falls_back_to_the_rules():
     args, ref = bmm_scores()
-    from tecomp.nn import schedule_cpu as sc
+    from tecomp.nn import cpu as sc
 
     s = sc.schedule_matmul(args[-1])        # no matmul stage: the rules
     _check(s, args, ref)
@@ -288,7 +288,7 @@ def test_dense_template_only_for_few_rows():
     against 10.3 ms); a knob either way, so the search can flip it."""
     import tecomp.nn as nn
     from tecomp.autoschedule.rules import Knobs
-    from tecomp.nn.schedule_cpu import DENSE_NOPACK_MAX_ROWS
+    from tecomp.nn.cpu.gemm import DENSE_NOPACK_MAX_ROWS
 
     for rows, template in ((61, True), (DENSE_NOPACK_MAX_ROWS + 1, False)):
         X = tc.placeholder((rows, 96), name="X")
@@ -302,7 +302,7 @@ def test_dense_template_only_for_few_rows():
         d = np.empty((rows, 64), np.float32)
         tc.build(s, args)(x, w, d)
         np.testing.assert_allclose(d, x @ w.T, rtol=1e-4)
-    from tecomp.nn.schedule_cpu import _dense_rows_for_generic_rules
+    from tecomp.nn.cpu.gemm import _dense_rows_for_generic_rules
 
     knobs = Knobs({"dense.generic_rules": True})   # what a search may try
     assert _dense_rows_for_generic_rules(D.op, knobs) is True  # D: the dense, no bias
@@ -318,7 +318,7 @@ def test_register_blocks_on_avx2(width, block):
     would run lane by lane.  The results are right where the target runs."""
     import tecomp.nn as tnn
     from tecomp.autoschedule.rules import Knobs, apply_rules
-    from tecomp.nn.schedule_cpu import cpu_info
+    from tecomp.nn.cpu import cpu_info
 
     target = "llvm -mcpu=haswell"
     X = tc.placeholder((1, 64, width, width), name="X")
@@ -348,7 +348,7 @@ def test_nchw_conv_template_or_generic_rules(target, window, generic):
     The knob is in the space, so a search tries the other."""
     import tecomp.nn as tnn
     from tecomp.autoschedule.rules import Knobs, apply_rules
-    from tecomp.nn.schedule_cpu import cpu_info
+    from tecomp.nn.cpu import cpu_info
 
     X = tc.placeholder((1, 16, 12, 12), name="X")
     W = tc.placeholder((16, 16, window, window), name="W")

@@ -409,7 +409,7 @@ def test_campaign_seed_3016817_pack_of_an_operand_the_reduction_does_not_index()
     import random
 
     from tecomp.autoschedule.rules import Knobs, apply_rules
-    from tecomp.nn.schedule_cpu import cpu_info
+    from tecomp.nn.cpu import cpu_info
 
     T0 = tc.placeholder((2,), name="P0")
     k0 = tc.reduce_axis((0, 8), name="k0")

@@ -1,4 +1,4 @@
-"""Correctness of the tuned CPU schedules of tecomp.nn.schedule_cpu (never their speed).
+"""Correctness of the tuned CPU schedules of tecomp.nn.cpu (never their speed).
 
 Every shipped schedule is checked against numpy (float64 references) on small versions of
 the benchmarked shapes and on odd ones (primes, 1s, tails in every blocked dimension),
@@ -12,7 +12,7 @@ import pytest
 
 import tecomp as tc
 from tecomp.nn import ops
-from tecomp.nn import schedule_cpu as sc
+from tecomp.nn import cpu as sc
 
 from helpers import with_l2
 
@@ -283,7 +283,7 @@ def test_conv2d_nhwc_blocks_leave_no_sliver(hw, lanes):
     10-20% slower), keeps the benchmark's 14-pixel rows at 56, and stays within the
     registers."""
     info = sc.cpu_info()
-    ob, yb, xb = sc._conv_block_nhwc(128, hw, hw, info)
+    ob, yb, xb = sc.conv2d._conv_block_nhwc(128, hw, hw, info)
     nvo = -(-ob // info.lanes)
     assert nvo * yb * xb <= info.vregs - nvo - 2
     for y in {yb, hw % yb} - {0}:
@@ -301,8 +301,8 @@ def test_conv2d_nchw_block_leaves_no_row_tail_in_the_parallel_loop(oh, lanes):
     8.9 with 7-row blocks; PyTorch 6.0)."""
     info = sc.cpu_info()
     for n in (1, 4):
-        ob, yb, xb = sc._conv_block_nchw(512, oh, oh, info, n, 3, 3)
-        assert oh % yb == 0 or sc._rows_peeled(n, 512, ob, oh, yb, info), (n, oh, ob, yb)
+        ob, yb, xb = sc.conv2d._conv_block_nchw(512, oh, oh, info, n, 3, 3)
+        assert oh % yb == 0 or sc.conv2d._rows_peeled(n, 512, ob, oh, yb, info), (n, oh, ob, yb)
         assert ob * yb * -(-xb // info.lanes) <= info.vregs
 
 
@@ -380,8 +380,8 @@ def test_conv2d_nchw_by_channels(case, on16, on8, l2, lanes, monkeypatch):
     out = ops.conv2d_nchw(d, w, stride=st, padding=p, dilation=dl)
     OH, OW = _shape(out)[2:]
     info = sc.cpu_info()
-    row_xb = sc._conv_block_nchw(O, OH, OW, info, N, R, R, st)[2]
-    block = sc._nchw_by_channels(out, info, row_xb)
+    row_xb = sc.conv2d._conv_block_nchw(O, OH, OW, info, N, R, R, st)[2]
+    block = sc.conv2d._nchw_by_channels(out, info, row_xb)
     assert (block is not None) == (on16 if lanes == 16 else on8), block
     s = sc.schedule_conv2d_nchw(out)
     text = str(tc.lower(s, [d, w, out]))
@@ -411,7 +411,7 @@ def test_conv2d_nchw_by_channels_fused_epilogue(monkeypatch):
     s = sc.schedule_conv2d_nchw(out)
     text = str(tc.lower(s, [d, w, b, out]))
     assert all("(local" in line for line in text.splitlines() if f"allocate {conv.name}:" in line)
-    assert sc._nchw_by_channels(conv, sc.cpu_info(), 7) is not None
+    assert sc.conv2d._nchw_by_channels(conv, sc.cpu_info(), 7) is not None
     dn, wn, bn = _arr((2, 32, 14, 14)), _arr((64, 32, 3, 3)), _arr((64,))
     ref = np.maximum(_conv_ref(dn, wn, 2, 1, 1) + bn[None, :, None, None], 0)
     _close(_run(s, [d, w, b, out], [dn, wn, bn]), ref, 5e-5)
@@ -680,7 +680,7 @@ def test_conv2d_nchw_row_vector_without_masks_divides_the_row(OW):
     from tecomp.ir import interp
 
     info = sc.cpu_info("llvm -mcpu=haswell")
-    ob, yb, xb = sc._conv_block_nchw(64, OW, OW, info)
+    ob, yb, xb = sc.conv2d._conv_block_nchw(64, OW, OW, info)
     assert OW % xb == 0 and xb <= 4 * info.lanes, (ob, yb, xb)
     if OW not in (13, 27):
         return
@@ -692,3 +692,25 @@ def test_conv2d_nchw_row_vector_without_masks_divides_the_row(OW):
     s = sc.schedule_conv2d_nchw(out, target="llvm -mcpu=haswell")
     interp.run(tc.lower(s, [d, w, out], target="llvm -mcpu=haswell"), dn, wn, got)
     _close(got, _conv_ref(dn, wn, 1, 1, 1), 5e-5)
+
+
+def test_matmul_config_is_applied_and_defaults_to_the_heuristic():
+    """``schedule_matmul(outs, target, config)``: the template's config (GemmParams, or a
+    dict of some of its fields) is what the schedule applies; the heuristic's own config
+    gives the default schedule, another one another schedule with the same result."""
+    M, N, K = 70, 45, 64
+    A, B = tc.placeholder((M, K), name="A"), tc.placeholder((K, N), name="B")
+    C = ops.matmul(A, B)
+    args = [A, B, C]
+    default = str(tc.lower(sc.schedule_matmul(C), args))
+    p = sc.gemm_params(M, N, K)
+    assert p.nc == p.nr  # (plain matmul's B is copied as one panel: the default's NC)
+    assert str(tc.lower(sc.schedule_matmul(C, config=p), args)) == default
+    assert str(tc.lower(sc.schedule_matmul(C, config={}), args)) == default
+    other = str(tc.lower(sc.schedule_matmul(C, config={"mr": 2, "kc": 16}), args))
+    # two rows in the micro-kernel, the reduction in slices of 16
+    assert "unrolled (i.inner.inner, 0, 2)" in other and "for (k.inner, 0, 16)" in other
+    a, b = _arr((M, K)), _arr((K, N))
+    ref = a.astype("float64") @ b.astype("float64")
+    for cfg in ({"mr": 2, "kc": 16}, {"nr": sc.cpu_info().lanes, "mr": 3}, {"par": "rows"}, p):
+        _close(_run(sc.schedule_matmul(C, config=cfg), args, [a, b]), ref)

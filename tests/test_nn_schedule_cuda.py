@@ -1,4 +1,4 @@
-"""The CUDA schedules of tecomp.nn (tecomp/nn/schedule_cuda.py).
+"""The CUDA schedules of tecomp.nn (tecomp/nn/cuda/).
 
 * every schedule, on small and odd shapes (tails in every tiled dimension, symbolic
   extents, epilogues), in the CUDA emulation against numpy, in two thread orders (a
@@ -31,7 +31,7 @@ from tecomp.codegen.cuda import compile_ptx, find_nvcc
 from tecomp.errors import RuntimeUnavailableError, ScheduleError
 from tecomp.ir import interp
 from tecomp.nn import ops
-from tecomp.nn import schedule_cuda as sc
+from tecomp.nn import cuda as sc
 
 needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
                                reason="the CUDA emulation needs a C++ compiler")

@@ -7,7 +7,7 @@ import pytest
 
 import tecomp as tc
 import tecomp.nn as nn
-from tecomp.nn import schedule_cpu as sc
+from tecomp.nn import cpu as sc
 from tecomp.target import Target
 
 RNG = np.random.default_rng(7)
@@ -248,7 +248,9 @@ def test_gradients_are_the_same_for_every_vector_width(monkeypatch):
     def no_machine(*a, **k):
         raise AssertionError("tc.gradient asked about the machine")
 
-    monkeypatch.setattr(sc, "cpu_info", no_machine)
+    monkeypatch.setattr(sc.machine, "cpu_info", no_machine)
+    for fact in ("lanes", "vregs", "l1_bytes", "l2_bytes", "l3_bytes", "threads"):
+        monkeypatch.setattr(Target, fact, property(no_machine))
     assert _conv_grad_text(8, monkeypatch) == avx2
 
 

@@ -16,7 +16,7 @@ schedule gives each such loop nest the shape a CPU likes, without knowing what i
 * the convolutions among the stages (``tecomp.nn``'s gradient rule makes a convolution's
   data gradient a ``conv2d_nchw``/``conv2d_nhwc`` of the adjoint, one per phase of the data
   for a stride above 1, and its weight gradient a ``conv2d_*_wgrad`` stage) get
-  ``tecomp.nn``'s conv schedules (:func:`tecomp.nn.schedule_cpu.schedule_conv2d_into`),
+  ``tecomp.nn``'s conv schedules (:func:`tecomp.nn.cpu.schedule_conv2d_into`),
   whatever ``vector`` says;
 
 * a sum whose output rows are too short to vectorize (a convolution's weight gradient,
@@ -95,7 +95,7 @@ def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, ti
     mine = _reachable(outs)
     # convolutions (a convolution's data gradient is one or several, see nn.ops): the
     # forward conv schedules, before the loop below touches their padding or weights
-    from ..nn.schedule_cpu import CONV_TAGS, schedule_conv2d_into
+    from ..nn.cpu import CONV_TAGS, schedule_conv2d_into
 
     convs = [st for st in s.stages if _fresh(st, mine) and isinstance(st.op, ComputeOp)
              and st.op.reduce_axis and CONV_TAGS & set(st.op.tag.split(","))]
@@ -103,7 +103,7 @@ def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, ti
         schedule_conv2d_into(s, st.op.output(0), target)
     if auto:
         from ..autoschedule.rules import schedule_stages
-        from ..nn.schedule_cpu import cpu_info
+        from ..nn.cpu.machine import cpu_info
 
         fresh = {id(st.op) for st in s.stages if isinstance(st.op, ComputeOp)
                  and _fresh(st, mine) and st not in convs}

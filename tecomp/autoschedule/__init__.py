@@ -48,7 +48,7 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
       measurements; the schedule stays correct for any value.
 
     Returns an ordinary Schedule; ``s.trace.python(args)`` prints it as Python."""
-    from ..nn.schedule_cpu import cpu_info
+    from ..nn.cpu.machine import cpu_info
     from .rules import Knobs, apply_rules
 
     args = check_args(args)

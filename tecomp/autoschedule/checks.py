@@ -61,5 +61,5 @@ def cpu_target(target, who: str):
         raise AutoScheduleError(
             f"{who}: target={str(target)!r:.60} is not supported yet; the "
             "auto-scheduler writes CPU schedules (target='llvm', or 'llvm -mcpu=...'); for "
-            "the GPU use tecomp.nn.schedule_cuda or write the schedule")
+            "the GPU use tecomp.nn.cuda or write the schedule")
     return target

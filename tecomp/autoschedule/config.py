@@ -70,7 +70,7 @@ class Config:
 
 
 def _run(args, target, shapes, values):
-    from ..nn.schedule_cpu import cpu_info
+    from ..nn.cpu.machine import cpu_info
     from .rules import Knobs, apply_rules
 
     args = check_args(args)

@@ -48,7 +48,7 @@ class RecordWarning(UserWarning):
 
 def cpu_model() -> str:
     """The CPU model name and the vector width the schedules use."""
-    from ..nn.schedule_cpu import cpu_info, cpu_name
+    from ..nn.cpu.machine import cpu_info, cpu_name
 
     try:
         return f"{cpu_name()} ({cpu_info().lanes} x float32 lanes)"

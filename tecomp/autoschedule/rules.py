@@ -36,7 +36,7 @@ Before rule 3, an int8 GEMM (uint8 x int8 summed in int32) is tensorized with th
 target's dot-product intrinsic (:mod:`tecomp.autoschedule.tensorize`).
 
 Extents are read from the DAG (or from ``shapes=`` for symbolic ones); the machine (vector
-width, vector registers, L1 / L2 sizes, threads) from :func:`tecomp.nn.schedule_cpu.cpu_info`.
+width, vector registers, L1 / L2 sizes, threads) from :func:`tecomp.nn.cpu.cpu_info`.
 """
 from __future__ import annotations
 
@@ -181,7 +181,7 @@ def apply_rules(args, knobs: Knobs, info, shapes: Optional[dict] = None) -> Sche
 
 #: template functions ``fn(outs, knobs, info) -> Schedule or None`` (None: the DAG is
 #: not theirs), in the order they are tried; the tecomp.nn templates register theirs
-#: when tecomp.nn.schedule_cpu is imported
+#: when tecomp.nn.cpu is imported
 _TEMPLATES: list = []
 
 

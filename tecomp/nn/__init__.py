@@ -6,4 +6,4 @@ from .ops import (  # noqa: F401
     pad, relu, reshape, scaled_dot_product_attention, sigmoid, softmax, split, tanh, transpose,
 )
 # the CPU templates register themselves as the auto-scheduler's starting points
-from . import schedule_cpu as _schedule_cpu  # noqa: E402,F401
+from . import cpu as _cpu  # noqa: E402,F401

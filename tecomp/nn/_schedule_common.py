@@ -5,7 +5,9 @@ from typing import List, Optional, Sequence
 
 from ..errors import ScheduleError
 from ..ir import dtype as _dt
-from ..ir.expr import Const
+from ..ir.expr import Const, ProducerLoad, Reduce
+from ..ir.functor import collect
+from ..schedule.schedule import Schedule
 from ..te.tensor import ComputeOp, Tensor, compute_ops
 
 
@@ -45,3 +47,54 @@ def _largest_divisor_at_most(n: int, cap: int) -> int:
         if n % d == 0:
             return d
     return 1
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _has_tag(op, *tags) -> bool:
+    """Whether ``op``'s comma-separated tag holds one of ``tags``."""
+    mine = {t.strip() for t in (op.tag or "").split(",")}
+    return any(t in mine for t in tags)
+
+
+def _is_injective(op) -> bool:
+    return isinstance(op, ComputeOp) and not op.reduce_axis
+
+
+def _inline_injective(s: Schedule, ops, keep=()) -> None:
+    """Inline every injective (reduction-free) stage of ``ops`` that is not an output,
+    not attached somewhere, and not in ``keep``."""
+    for op in ops:
+        if any(op is k for k in keep) or not _is_injective(op):
+            continue
+        st = s[op]
+        if not st.is_output and st.attach_type == "root":
+            st.compute_inline()
+
+
+def _gemm_operands(op: ComputeOp, required: bool = False):
+    """For ``C[i, j] = sum_k X[., .] * Y[., .]``: ``((a, a_kfirst), (b, b_kfirst))`` with
+    ``a`` the operand indexed by ``(i, k)`` (or ``(k, i)``) and ``b`` by ``(k, j)`` (or
+    ``(j, k)``); ``*_kfirst`` says whether the reduction index comes first (``B[k, j]``)
+    or last (``W[j, k]``).  An operand not read that way (``matmul_packed``'s panels) is
+    None, or a ScheduleError when ``required``."""
+    body = op.body
+    if not isinstance(body, Reduce) or len(op.axis) != 2 or len(op.reduce_axis) != 1:
+        raise ScheduleError(f"{op.name} is not a 2-d GEMM (C[i, j] = sum_k A[., .] * B[., .])")
+    i, j = (iv.var for iv in op.axis)
+    k = op.reduce_axis[0].var
+    a = b = None
+    for ld in collect(body.source, lambda n: isinstance(n, ProducerLoad)):
+        idx = ld.indices
+        if len(idx) != 2:
+            continue
+        if (idx[0] is i and idx[1] is k) or (idx[0] is k and idx[1] is i):
+            a = (ld.producer, idx[0] is k)
+        elif (idx[0] is k and idx[1] is j) or (idx[0] is j and idx[1] is k):
+            b = (ld.producer, idx[0] is k)
+    if required and (a is None or b is None):
+        raise ScheduleError(f"{op.name}: could not find the two operands of the GEMM (each "
+                            "indexed by one output axis and the reduction axis)")
+    return a, b

@@ -501,7 +501,7 @@ def _conv_weight_grad(op, src, weight, adjoint):
     """``weight``'s gradient of the convolution ``op`` (which reads ``src``: the data or
     its padding): ``sum over n, y, x`` of the adjoint times the window of ``src``, as a
     compute tagged ``conv2d_*_wgrad`` that the conv schedules know
-    (:func:`~tecomp.nn.schedule_cpu.schedule_conv2d_into`).
+    (:func:`~tecomp.nn.cpu.schedule_conv2d_into`).
 
     NCHW: that schedule vectorizes the reduction along the rows of both operands, which
     wastes lanes when a row is not a multiple of 16 (56 columns: 8-lane vectors, or a
@@ -810,7 +810,7 @@ def _narrow_phases(rows, cols, channels, adjoint_channels) -> bool:
     while the data has a vector of channels or more, and the NCHW schedule cannot put
     its vectors across their output channels instead (the data's channels do not make
     whole 2-vector blocks, or there are fewer than 256 adjoint channels; see
-    ``schedule_cpu._nchw_by_channels``).  Batch 4, 2 threads, interleaved, ms, against
+    ``tecomp.nn.cpu.conv2d._nchw_by_channels``).  Batch 4, 2 threads, interleaved, ms, against
     NCHW phases with row vectors (PyTorch): 512 channels at 7x7 7.1 vs 12.6 (6.4); 256
     at 14x14 stride 2 3.8 vs 5.1 (3.8); 512 at 14x14 stride 2 9.2 vs 21.7 (9.8); one
     thread, 13.4 vs 23.5 (11.8) and 4.4 vs 8.8 (5.3).  NCHW phases with channel
@@ -1051,7 +1051,7 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, name: str = "sd
     masked scores, a constant for autodiff), ``<name>.exp`` (``exp(scores * scale + mask -
     max)``), ``<name>.sum``, ``<name>.rcp`` (``1 / sum``), ``<name>.pv`` (``exp @ v``) and
     the output ``pv * rcp``.  As written they hold ``Lq x Lk`` scores;
-    :func:`tecomp.nn.schedule_cpu.schedule_attention` (what ``tc.auto_schedule`` gives
+    :func:`tecomp.nn.cpu.schedule_attention` (what ``tc.auto_schedule`` gives
     this op) computes them per block of rows of the output, FlashAttention's way, so
     only ``rows x Lk`` of them exist at a time."""
     scale = _attention_args(q, k, v, mask, scale, name)

@@ -48,7 +48,7 @@ class Case:
             sched = ["s = tc.create_schedule(outs)", steps_source(self.steps)]
         else:
             sched = ["import random", "from tecomp.autoschedule.rules import Knobs, apply_rules",
-                     "from tecomp.nn.schedule_cpu import cpu_info",
+                     "from tecomp.nn.cpu import cpu_info",
                      f"s = apply_rules(args, Knobs(rng={_auto_rng_src(self.auto)}), "
                      f"cpu_info({self.target!r}), "
                      f"{{'n': {self.n}}})"]
@@ -128,7 +128,7 @@ def auto_schedule_case(case: Case, args):
     import random
 
     from ..autoschedule.rules import Knobs, apply_rules
-    from ..nn.schedule_cpu import cpu_info
+    from ..nn.cpu.machine import cpu_info
 
     rng = None if case.auto < 0 else random.Random(case.auto)
     return apply_rules(args, Knobs(rng=rng), cpu_info(case.target), {"n": case.n})

@@ -4,7 +4,7 @@ without a GPU.
     python -m tecomp.testing.gpu_resources                 # sm_80 and sm_90
     python -m tecomp.testing.gpu_resources --arch sm_90
 
-The kernels are those of ``benchmarks/gpu.py`` and the other ``tecomp.nn.schedule_cuda``
+The kernels are those of ``benchmarks/gpu.py`` and the other ``tecomp.nn.cuda``
 templates (GEMM and dense, conv2d NCHW/NHWC, softmax, an elementwise epilogue), at the
 benchmark's sizes.  Each is compiled with ``nvcc -cubin -arch=... -Xptxas -v``; the table
 gives, per kernel, the registers per thread, the bytes of spill stores and loads, the
@@ -86,7 +86,7 @@ def parse_ptxas(text: str) -> Dict[str, dict]:
 def shipped_kernels() -> List[Tuple[str, Callable]]:
     """(name, build) for the shipped GPU schedules; ``build()`` returns a CUDA module."""
     import tecomp as tc
-    from ..nn import ops, schedule_cuda as sc
+    from ..nn import cuda as sc, ops
 
     def gemm(n):
         def build():

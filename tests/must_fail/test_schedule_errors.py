@@ -1272,3 +1272,18 @@ def test_rfactor_string():
         A, B, C, k = sp.mm_small()
         s = tc.create_schedule(C.op)
         s.rfactor("C", k)
+
+
+@pytest.mark.parametrize("config, match", [
+    ({"mx": 4}, r"unknown GEMM parameters \['mx'\]; use mr, nr"),
+    ({"mr": 0}, "mr must be a positive int, got 0"),
+    ({"kc": 2.5}, "kc must be a positive int"),
+    ({"par": "cols"}, "par must be 'rows' or 'blocks'"),
+    ([("mr", 4)], "config must be a GemmParams"),
+])
+def test_cpu_gemm_template_bad_config(config, match):
+    from tecomp.nn import cpu, ops
+
+    A, B = tc.placeholder((8, 8), name="A"), tc.placeholder((8, 8), name="B")
+    with pytest.raises(tc.ScheduleError, match=match):
+        cpu.schedule_matmul(ops.matmul(A, B), config=config)

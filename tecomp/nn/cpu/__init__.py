@@ -1,0 +1,46 @@
+"""Tuned CPU schedules (templates) for the operators of :mod:`tecomp.nn.ops`
+(``target="llvm"``), one module per operator, in the manner of TVM's ``topi.x86``.
+
+Every ``schedule_*(outs, target="llvm")`` takes the output tensor(s) of an operator (or a
+list of them) and returns a :class:`~tecomp.schedule.schedule.Schedule`; the shapes decide
+the blocking, and any shape is correct (tails are guarded, and loop partitioning gives
+the full blocks guard-free code and the tail its own smaller unrolled kernel).
+
+The machine model (:func:`cpu_info`, :mod:`.machine`) comes from the
+:class:`~tecomp.target.Target`: the SIMD width (16 float32 lanes with AVX-512, 8 with
+AVX2), the number of vector registers (32 / 16), the caches, and the thread count of the
+runtime (``tc.set_num_threads``).
+
+=====================  ===========================================================
+:mod:`.gemm`           matmul, dense, the packed layouts; :class:`GemmParams` config
+:mod:`.microkernel`    the register-blocked GEMM micro-kernel the templates share
+:mod:`.conv2d`         conv2d NCHW / NHWC with an elementwise epilogue
+:mod:`.conv2d_grad`    the convolutions' weight gradients (``schedule_conv2d_into``)
+:mod:`.softmax`        softmax, ``softmax_fast``
+:mod:`.pool`           max / average pooling
+:mod:`.attention`      ``scaled_dot_product_attention``, FlashAttention's way
+:mod:`.elementwise`    injective operators and epilogues
+:mod:`.templates`      the templates as the auto-scheduler's starting points
+=====================  ===========================================================
+
+Where a template finds nothing it schedules (or for the stages it leaves alone), the
+auto-scheduler's rules schedule the rest.
+"""
+from .attention import attention_params, schedule_attention
+from .conv2d import schedule_conv2d_nchw, schedule_conv2d_nhwc
+from .conv2d_grad import CONV_TAGS, schedule_conv2d_into
+from .elementwise import schedule_elementwise, schedule_injective
+from .gemm import (GemmParams, dense_packed, gemm_knobs, gemm_params, matmul_packed,
+                   schedule_dense, schedule_matmul)
+from .machine import CpuInfo, cpu_info, cpu_name
+from .pool import schedule_pool
+from .softmax import schedule_softmax, softmax_fast
+from . import templates as _templates  # noqa: F401  (registers the templates)
+
+__all__ = [
+    "cpu_info", "cpu_name", "CpuInfo", "schedule_matmul", "schedule_dense",
+    "schedule_conv2d_nchw", "schedule_conv2d_nhwc", "schedule_conv2d_into", "schedule_softmax",
+    "schedule_elementwise", "schedule_injective", "schedule_pool", "matmul_packed",
+    "dense_packed", "softmax_fast", "GemmParams", "gemm_params", "gemm_knobs",
+    "schedule_attention", "attention_params", "CONV_TAGS",
+]

@@ -1,0 +1,90 @@
+"""Helpers of the CPU templates: finding stages, vector splits, parallel outer loops, and the
+auto-scheduler's rules for the stages a template leaves alone."""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+from ...autoschedule import rules as _rules
+from ...errors import ScheduleError
+from ...ir.expr import ProducerLoad
+from ...schedule.schedule import Schedule, Stage, create_schedule
+from ...te.tensor import ComputeOp
+from .._schedule_common import _outs, _walk
+from .machine import CpuInfo, cpu_info
+
+
+def _find(outs, pred) -> List[ComputeOp]:
+    return [op for op in _walk(outs) if pred(op)]
+
+
+def _loads(expr, tensor) -> List[ProducerLoad]:
+    from ...ir.functor import collect
+
+    return [n for n in collect(expr, lambda n: isinstance(n, ProducerLoad))
+            if n.producer is tensor]
+
+
+def _vector_split(s: Stage, axis, extent: Optional[int], lanes: int):
+    """Split ``axis`` so that the inner part is one vector (whole extent when it fits)
+    and vectorize it; return the outer axis (or None when the axis is all vector)."""
+    if extent is not None and extent <= lanes:
+        s.vectorize(axis)
+        return None
+    o, i = s.split(axis, factor=lanes)
+    s.vectorize(i)
+    return o
+
+
+def _parallel_outer(s: Stage, axes: Sequence, extents: Sequence[Optional[int]], threads: int,
+                    min_tasks: int = 1):
+    """Fuse the leading ``axes`` until there are enough iterations for the threads and
+    make the result parallel.  Returns the parallel axis (or None)."""
+    if threads <= 1 or not axes:
+        return None
+    take, total = [], 1
+    for ax, ext in zip(axes, extents):
+        take.append(ax)
+        if ext is None:
+            total = None
+            break
+        total *= ext
+        if total >= max(threads * 4, min_tasks):
+            break
+    if total is not None and total < 2:
+        return None
+    ax = take[0] if len(take) == 1 else s.fuse(*take)
+    s.parallel(ax)
+    return ax
+
+
+class _NoTemplate(ScheduleError):
+    """The DAG is not what a template schedules (the public schedule_* functions then
+    use the auto-scheduler's rules)."""
+
+
+def _auto_rest(s: Schedule, outs, info: CpuInfo) -> Schedule:
+    """The stages a template left alone (other reductions under the outputs, or all of
+    them when the template found nothing to schedule) get the auto-scheduler's rules
+    (:func:`tecomp.autoschedule.rules.schedule_stages`)."""
+    fresh = {id(st.op) for st in s.stages if isinstance(st.op, ComputeOp)
+             and st.attach_type == "root" and not st.relations and not st.iter_attrs}
+    if fresh:
+        _rules.schedule_stages(s, outs, info, only=fresh)
+    return s
+
+
+def _template_or_rules(into, outs, target) -> Schedule:
+    """A new schedule of ``outs`` with ``into(s, outs, info)`` (a template); where it
+    finds nothing it schedules, or for the stages it leaves alone, the rules."""
+    outs = _outs(outs)
+    info = cpu_info(target)
+    s = create_schedule([t.op for t in outs])
+    try:
+        into(s, outs, info)
+    except _NoTemplate:
+        s = create_schedule([t.op for t in outs])
+    return _auto_rest(s, outs, info)
+
+
+def _op_tags(op) -> set:
+    return set(t.strip() for t in (op.tag or "").split(",") if t.strip())

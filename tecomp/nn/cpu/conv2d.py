@@ -1,0 +1,648 @@
+"""Convolutions (``schedule_conv2d_nchw`` / ``schedule_conv2d_nhwc``).
+
+A block of outputs accumulated in a local buffer (``cache_write``, kept in registers) over
+the whole reduction (channels x kernel window) and stored once, the padded input computed
+per output tile (``compute_at``), see each function.  An elementwise epilogue
+(``relu(bias_add(conv, b))``) is applied to the block on its way out (the conv is then the
+local buffer of the epilogue's tile)."""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+from ...ir.expr import Reduce
+from ...schedule.schedule import Schedule, Stage
+from ...te.tensor import ComputeOp, Tensor
+from .._schedule_common import _bytes, _ceil, _cint, _has_tag
+from .common import _NoTemplate, _find, _loads, _template_or_rules, _vector_split
+from .elementwise import _epilogue, _fusable_epilogue, _schedule_elementwise_stage
+from .machine import CpuInfo
+
+
+def _conv_parts(outs, tag):
+    """(the conv stage, its padding stage or None).  ``outs`` of one element that is a
+    convolution itself: that one (schedule_conv2d_into; other convolutions may lie under
+    it, e.g. the forward under a gradient)."""
+    if len(outs) == 1 and _has_tag(outs[0].op, tag) and outs[0].op.reduce_axis:
+        convs = [outs[0].op]
+    else:
+        convs = _find(outs, lambda op: _has_tag(op, tag) and op.reduce_axis)
+    if len(convs) != 1:
+        raise _NoTemplate(f"expected one {tag} stage under the outputs, found {len(convs)}")
+    conv = convs[0]
+    pad = None
+    for t in conv.input_tensors:
+        if isinstance(t.op, ComputeOp) and _has_tag(t.op, "pad"):
+            pad = t
+    return conv.output(0), pad
+
+
+def _own_pad(s: Schedule, pad):
+    """``pad`` when the convolution is its only reader, else None: a padded input that
+    another stage reads too (a weight gradient reads the forward's) stays a root stage
+    for whoever schedules that reader, instead of being computed per task."""
+    if pad is not None and len(s.consumers(s[pad])) > 1:
+        return None
+    return pad
+
+
+def _divisors(n: int) -> List[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
+                     S: Optional[int] = 3, x_stride: int = 1, small_weights: bool = False):
+    """(OB, YB, XB): output channels x rows x columns held in registers.
+
+    A tiny cost model of one input channel (the loop around the ``R x S`` window, see
+    :func:`schedule_conv2d_nchw`): ``R*S*OB*YB*ceil(XB/L)`` FMAs; loads: the input
+    vectors the taps share, ``(YB + R - 1) * S * ceil(XB/L)``, and ``R*S*OB`` weight
+    broadcasts, at 2 FMAs and 1 load a cycle (what fits the measurements), plus a
+    little loop overhead; a vector is only partly useful when ``XB`` is not a multiple
+    of the lanes.  A block that does not divide the output leaves a tail, heavily
+    penalised: when the tail dimension is part of the fused parallel loop the tail
+    cannot be partitioned off, the accumulators stay under a guard in every task and
+    the kernel runs several times slower.  Where the row blocks can be a serial loop in
+    each task instead (:func:`_rows_peeled`), a row tail is peeled off that loop and
+    costed as the smaller block it is: 13 or 11 rows then take 3- or 4-row blocks rather
+    than single rows, whose weight broadcast per FMA ran well below larger blocks.  With
+    a column stride (``x_stride`` > 1) an input vector is counted as 4 loads and the taps
+    share none (what fit the measurements of a strided first layer); it was a gather
+    then, it is now a wider load and a shuffle (codegen's ``wide_load``), but counting it
+    as 2 loads picks the same blocks for the stride-2 convs of ResNet's shapes.
+    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the block cost model")"""
+    L = info.lanes
+    R = R if R is not None else 3
+    S = S if S is not None else 3
+    budget = info.vregs - 8 if info.vregs >= 32 else info.vregs - 4
+    best = None
+    # a vector is at most one register or a whole number of them: LLVM legalizes e.g.
+    # 28 or 56 float32 lanes on AVX-512 through the stack, many times slower
+    # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: whole registers per vector")
+    # Without AVX-512's masks a tail block runs its guarded lanes one by one: any divisor
+    # up to four registers instead, emitted as register-wide pieces and a shorter one (a
+    # 13-wide row as 8 + 5), much faster than a block and a guarded tail
+    # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: divisor blocks without masks")
+    masks = info.masks
+    if OW is not None:
+        xbs = [d for d in _divisors(OW)
+               if d <= L or (d <= 4 * L and (d % L == 0 or not masks))]
+        if max(xbs) < min(OW, L) // 2:
+            xbs.append(min(OW, L))  # no good divisor: a tail block (masked)
+    else:
+        xbs = [L]
+
+    def cycles(ob, yb, nvx):
+        fmas = R * S * ob * yb * nvx
+        if x_stride == 1:
+            loads = (yb + R - 1) * S * nvx + R * S * ob
+        else:
+            loads = 4 * R * S * yb * nvx + R * S * ob
+        # + loop, address and C-block overhead; and a little per load, since they share
+        # the ports with the FMAs' broadcasts (of two blocks with as many accumulators
+        # at the same modelled cycles, the one with fewer loads ran faster)
+        # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: a cost per load")
+        return fmas, max(fmas / 2, loads) + 3 + loads / 8
+
+    for xb in xbs:
+        nvx = -(-xb // L)
+        util = xb / (nvx * L)
+        ybs = [1, 2, 3, 4]
+        if OH is not None and all(OH % y for y in (2, 3, 4)):
+            # no small row block divides the rows (7x7: every 2- to 4-row block leaves a
+            # tail): the divisors up to 8 too
+            ybs += [d for d in _divisors(OH) if 4 < d <= 8]
+        for yb in ybs:
+            if OH is not None and yb > OH:
+                break
+            top = min(budget // (nvx * yb), K if K is not None else 64)
+            for ob in range(1, top + 1):
+                fmas, cyc = cycles(ob, yb, nvx)
+                # with a column stride not measured better
+                # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: strided rows not peeled")
+                peeled = x_stride == 1 and _rows_peeled(N, K, ob, OH, yb, info)
+                if peeled:
+                    # the rows are a serial loop in each task, its last block peeled off
+                    tf, tc_ = cycles(ob, OH % yb, nvx)
+                    full = OH // yb
+                    score = util * (full * fmas + tf) / (full * cyc + tc_)
+                else:
+                    score = util * fmas / cyc
+                if K is not None and K % ob:
+                    score *= 0.5  # a tail block: see above
+                if peeled:
+                    # the peeled block is a second copy of the unrolled kernel (the
+                    # build takes longer, the more so the larger the block) and the
+                    # tasks no longer pad their own rows (small weights: see
+                    # _conv_tasks): a divisor block is kept unless the peeled one is
+                    # clearly better (peeled blocks ran slower on small-weight layers)
+                    # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: peeled blocks")
+                    score *= 0.65 if small_weights else 0.8
+                elif OH is not None and OH % yb:
+                    # a row tail in the parallel loop: a guard in every block, several
+                    # times slower than blocks that leave no tail
+                    # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: a row tail")
+                    score *= 0.2
+                if OW is not None and OW % xb:
+                    score *= 0.85
+                if best is None or score > best[0] + 1e-9:
+                    best = (score, ob, yb, xb)
+    _, ob, yb, xb = best
+    return ob, yb, xb
+
+
+def _small_weights(weight: Tensor, info: CpuInfo) -> bool:
+    """Whether a convolution's weights fit in a quarter of L2 (see :func:`_conv_tasks`)."""
+    wbytes = _bytes(weight)
+    return wbytes is not None and wbytes <= info.l2_bytes // 4
+
+
+def _rows_peeled(N, K, ob, OH, yb, info: CpuInfo) -> bool:
+    """Whether an NCHW convolution with ``OB x YB`` blocks runs its row blocks as a serial
+    loop inside (batch, channel block) tasks, so that a row tail (``OH % YB`` rows) is
+    peeled off that loop instead of guarding every block of the parallel loop: when the
+    rows leave a tail and there are at least 4 such tasks per thread."""
+    if OH is None or K is None or OH % yb == 0:
+        return False
+    return (N or 1) * _ceil(K, ob) >= 4 * info.threads
+
+
+def _schedule_pad_at(s: Schedule, pad: Tensor, st: Stage, axis, info: CpuInfo,
+                     vec_dim: int):
+    """Compute the padding stage at ``st``'s loop ``axis`` (the region one iteration
+    reads, with its halo), the dimension ``vec_dim`` vectorized."""
+    ps = s[pad]
+    ps.compute_at(st, axis)
+    ax = ps.op.axis[vec_dim]
+    ext = _cint(pad.shape[vec_dim])
+    L = info.lanes
+    if ext is not None and ext <= 64:
+        # the region is at most this wide: one (wide) vector, masked where narrower
+        _, vi = ps.split(ax, factor=ext)
+        ps.vectorize(vi)
+    else:
+        _, vi = ps.split(ax, factor=L)
+        ps.vectorize(vi)
+
+
+def _conv_parallel(st: Stage, axes, exts, threads: int, min_tasks: int):
+    """Fuse the leading axes until there are at least ``min_tasks`` tasks (or all are
+    taken) and make the fused axis parallel; returns it."""
+    take, total = [], 1
+    for a, e in zip(axes, exts):
+        take.append(a)
+        total = total * e if (e is not None and total is not None) else None
+        if total is None or total >= min_tasks:
+            break
+    ax = take[0] if len(take) == 1 else st.fuse(*take)
+    if threads > 1:
+        st.parallel(ax)
+    return ax, len(take)
+
+
+def schedule_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
+    """``tecomp.nn.conv2d_nchw`` (plus any elementwise epilogue).
+
+    An ``OB x YB x XB`` block of the output (channels x rows x columns, the columns one
+    widened vector) is accumulated in registers over the input channels (a loop) and
+    the kernel window (unrolled): each tap loads ``YB`` input rows and broadcasts
+    ``OB`` weights.  Rows that leave a tenth of the lanes or more idle (7, 13, 14 or 56
+    of 16) have the vectors across output channels instead, the NHWC kernel's shape
+    (:func:`_nchw_by_channels`): ``OB`` is 2 vectors of channels, the block's
+    pixels broadcast one input value each per tap (any layout, any stride), the weights
+    are 2 vector loads from a copy stored ``[C, KH, KW, O]`` and the block is stored
+    channels innermost (``storage_order``), scattered to the NCHW output once.  Tasks
+    and padding: see :func:`_conv_tasks`."""
+    return _template_or_rules(_conv2d_nchw_into, outs, target)
+
+
+def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo):
+    conv, pad = _conv_parts(outs, "conv2d_nchw")
+    pad = _own_pad(s, pad)
+    N, K, OH, OW = (_cint(e) for e in conv.shape)
+    c, ky, kx = conv.op.reduce_axis
+    weight = _conv_weight(conv)
+    ob, yb, xb = _conv_block_nchw(K, OH, OW, info, N, _cint(ky.dom.extent),
+                                  _cint(kx.dom.extent), _conv_x_stride(conv),
+                                  _small_weights(weight, info))
+    by_channels = _nchw_by_channels(conv, info, xb)
+    if by_channels is not None:
+        ob, yb, xb = by_channels
+    fused = _fusable_epilogue(outs, conv)
+    st, (n, oc, yc, xc), cs, (cn, co, cy, cx), tiles = _conv_register_block(
+        s, conv, (1, ob, yb, xb), out=fused, vec=1 if by_channels else None)
+    c, ky, kx = cs.op.reduce_axis
+    # the input channel is the loop around the kernel window (unrolled by LLVM: small
+    # windows only), the register block lives across both: per channel the taps share
+    # their input vectors (a 3x3 window with YB = 2 loads 4 rows x 3 shifts, not 9 x 2)
+    # and the channel's input rows and weights stay in L1 (with the channel innermost,
+    # every tap swept all the channels' rows: 59 KB for the 64-channel 56x56 case),
+    # faster on both cases measured.  Across channels, the weight copy is then read in
+    # order too (measurements: benchmarks/DECISIONS.md, "Conv NCHW: channel loop outside")
+    if by_channels:
+        cs.reorder(*tiles, cn, c, ky, kx, cy, cx, co)
+        unrolled, vec = (cy, cx), co
+    else:
+        cs.reorder(*tiles, cn, c, ky, kx, co, cy, cx)
+        unrolled, vec = (co, cy), cx
+    _unroll_window(cs, ky, kx)
+    for ax in unrolled:
+        cs.unroll(ax)
+    cs.vectorize(vec)
+    _conv_tasks(s, st, cs, pad, weight, info, n, oc, yc, N, K, ob, OH, yb,
+                pad_vec_dim=3, weight_vec_dim=0 if by_channels else None)
+    if by_channels and _cint(ky.dom.extent) == _cint(kx.dom.extent) == 1 and \
+            _conv_x_stride(conv) > 1:
+        # a strided 1x1 window reads one line of a new input plane per channel step (7
+        # or 8 cycles of FMAs), half of it used and a plane apart: the hardware
+        # prefetcher loses that stream at page boundaries.  Prefetched 8 channels ahead:
+        # faster with a stride, unchanged without one
+        # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: prefetch, strided 1x1")
+        # (the convolution's own input: the block reads the weights from their copy)
+        cs.prefetch([t for t in conv.op.input_tensors if t is not weight][0], c, 8)
+    _epilogue(s, outs, conv, info, fused)
+
+
+def _nchw_by_channels(conv: Tensor, info: CpuInfo,
+                      row_xb: int) -> Optional[Tuple[int, int, int]]:
+    """The register block (OB, YB, XB) when an NCHW convolution runs with its vectors
+    across output channels (see :func:`schedule_conv2d_nchw`), else None.  ``row_xb``:
+    the columns of the row-vector block (:func:`_conv_block_nchw`).
+
+    Channel vectors are always full when the output channels make whole 2-vector blocks;
+    row vectors are not when the row does not fill them: 7 of 16 lanes at 7x7, 14 of 16
+    at 14x14 or 56x56, 13 at 13x13.  So channel vectors when the rows would leave more
+    than a tenth of the lanes idle, and the reduction (``C*KH*KW``) is at least 256
+    steps long: each block is scattered to NCHW once, 2 x ``XB`` scattered vectors
+    against ``C*KH*KW`` steps of ``2 x XB`` FMAs (with 3 input channels, 27 steps, the
+    row vectors ran faster).  A block is one output row of at most 8 pixels (or, for
+    rows of fewer, the fewest rows that make 8) by 2 vectors: at most 16 accumulators
+    (2 x 7 pixels spilled them with the unrolled window, and ran slower).  Not
+    measured on AVX2 (16 registers): there, only rows of at most half a vector change.
+
+    Channel vectors ran faster on every such row measured, at batch 1 and 4; rows that
+    fill their vectors better stay faster as row vectors.
+    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: vectors across output channels")"""
+    N, K, OH, OW = (_cint(e) for e in conv.shape)
+    L = info.lanes
+    ob = 2 * L
+    C, KH, KW = (_cint(r.dom.extent) for r in conv.op.reduce_axis)
+    if None in (N, K, OH, OW, C, KH, KW) or K % ob or C * KH * KW < 256:
+        return None
+    if KH * KW == 1 and (OW > L // 2 or C < 512):
+        # a 1x1 window: only rows at most half a vector wide with 512 input channels or
+        # more (faster there, slower on the other 1x1 shapes measured)
+        # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: channel vectors for a 1x1")
+        return None
+    pix = min(8, (info.vregs - 4) // 2)
+    if OW <= L // 2:
+        yb = max(d for d in _divisors(OH) if d == 1 or d * OW <= pix)
+        return ob, yb, OW
+    lanes_used = OW / (_ceil(OW, row_xb) * _ceil(row_xb, L) * L)
+    if info.vregs < 32 or lanes_used >= 0.9:
+        return None
+    ds = [d for d in _divisors(OW) if pix - 2 <= d <= pix]
+    return ob, 1, max(ds) if ds else pix
+
+
+def _conv_register_block(s: Schedule, conv: Tensor, block, order=None, out=None,
+                         vec: Optional[int] = None):
+    """Split the convolution ``conv``'s output into ``block``-sized tiles (one factor per
+    output axis; the last one vectorized, or the one at position ``vec``, which the
+    tile's buffer then stores innermost), loop over the tiles with the output axes in
+    ``order`` (positions; default: as they are) and accumulate each tile in a local buffer
+    (``cache_write``) computed at the tile loop: constant indices after unrolling, so
+    LLVM keeps the tile in registers across the whole reduction (input channels and
+    window), zeroes it there and stores it to ``conv`` once, where accumulating in
+    ``conv`` itself loaded and stored the tile around every loop of the reduction that
+    is not innermost.  The tile has a constant size at the output's edges too (there it
+    is guarded, and loop partitioning peels the edge tiles off).  A little faster than
+    accumulating in ``conv`` on one case, within the noise on the others, build times
+    too (measurements: benchmarks/DECISIONS.md, "Conv: the block in a local buffer").
+
+    ``out``: an elementwise epilogue over ``conv`` (:func:`_fusable_epilogue`): it is
+    the stage tiled, and ``conv`` itself is the local buffer, so that the epilogue
+    (bias, activation) is applied to the tile in registers on its way out instead of
+    in a second pass over the output: faster than that second pass in all but one run
+    (measurements: benchmarks/DECISIONS.md, "Conv: the epilogue on the block").
+
+    Returns (the output's stage, the output's tile loops, the buffer's stage, its
+    loops over the tile (one per output axis; the caller orders them with the
+    reduction), its loops over the tiles (one trip each: outermost))."""
+    if out is not None:
+        CC = conv
+        s[conv].set_scope("local")
+        st = s[out]
+    else:
+        CC = s.cache_write(conv, "local")
+        st = s[conv]
+    outer, inner = [], []
+    last = len(block) - 1 if vec is None else vec
+    vloop = None
+    for k, (ax, f) in enumerate(zip(st.op.axis, block)):
+        if f == 1 and k != last:
+            outer.append(ax)
+            continue
+        o, i = st.split(ax, factor=f)
+        outer.append(o)
+        if k == last:
+            vloop = i
+        else:
+            inner.append(i)
+    outer = [outer[k] for k in (order or range(len(outer)))]
+    st.reorder(*(outer + inner + [vloop]))
+    for i in inner:
+        st.unroll(i)
+    st.vectorize(vloop)
+    cs = s[CC]
+    cs.compute_at(st, outer[-1])
+    c_outer, c_inner = [], []
+    for k, (ax, f) in enumerate(zip(list(cs.op.axis), block)):
+        if f > 1 or k == last:
+            o, ax = cs.split(ax, factor=f)
+            c_outer.append(o)
+        c_inner.append(ax)
+    if vec is not None and vec != len(block) - 1:
+        # the vector axis innermost in the buffer too (contiguous accumulators, which
+        # LLVM keeps in registers; a strided vector of a local buffer is a gather)
+        axes = list(cs.op.axis)
+        cs.storage_order(*(axes[:vec] + axes[vec + 1:] + [axes[vec]]))
+    return st, outer, cs, c_inner, c_outer
+
+
+def _conv_x_stride(conv: Tensor) -> int:
+    """How far the data index of the last dimension moves per output column (the
+    convolution's stride along x; 0 when it cannot be read off the body)."""
+    from ...ir.functor import substitute
+    from ...ir.simplify import simplify
+    from ...ir.expr import Const
+
+    op = conv.op
+    x = op.axis[-1].var
+    weight = _conv_weight(conv)
+    data = [t for t in op.input_tensors if t is not weight]
+    if not data or not isinstance(op.body, Reduce):
+        return 0
+    loads = _loads(op.body.source, data[0])
+    if not loads:
+        return 0
+    e = loads[0].indices[-1]
+    zero = {iv.var: Const(0, iv.var.dtype) for iv in list(op.axis) + list(op.reduce_axis)}
+    one = dict(zero)
+    one[x] = Const(1, x.dtype)
+    d = simplify(substitute(e, one) - substitute(e, zero))
+    return int(d.value) if isinstance(d, Const) else 0
+
+
+def _unroll_window(st: Stage, ky, kx):
+    """Have LLVM unroll the kernel-window loops (``unroll_count`` pragmas: cheaper to
+    compile than unrolling them in the IR): ``kx`` up to 8 taps, ``ky`` too when the
+    whole window is at most 16 taps."""
+    ey, ex = _cint(ky.dom.extent), _cint(kx.dom.extent)
+    if ex is not None and 1 < ex <= 8:
+        st.pragma(kx, "unroll_count", ex)
+        if ey is not None and 1 < ey and ey * ex <= 16:
+            st.pragma(ky, "unroll_count", ey)
+
+
+def _conv_weight(conv: Tensor) -> Tensor:
+    """The weight operand of a convolution stage (the input that is not the data)."""
+    ins = conv.op.input_tensors
+    return ins[1] if len(ins) > 1 else ins[0]
+
+
+def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n, oc, yc,
+                N, K, ob, OH, yb, pad_vec_dim: int, weight_vec_dim: Optional[int]):
+    """Tasks, the padded input and the weights of a convolution whose output stage
+    ``st`` has the loops ``n, oc, yc`` outermost and whose register block ``cs`` (the
+    stage that reads the weights) is computed inside them.
+
+    When the weights fit in a quarter of L2 (the 64-channel case: 147 KB), or there is
+    one output-channel block, the tasks are (batch, row block) and each task pads just
+    the rows it reads (``compute_at``: its tile plus the halo), saving a pass over the
+    input.  Otherwise the padded input is computed once, at the root,
+    in its own parallel pass, and the channel blocks are outer loops.  When a block's
+    weights are strided (``weight_vec_dim`` is their output-channel dimension: HWIO,
+    or OIHW read across output channels, whose copy is stored with them innermost, see
+    :func:`_weight_copy`) each block first copies them into a compact buffer
+    (``cache_read``: sequential reads, L2-resident across the block's rows; the
+    256-channel case has 2.4 MB of weights, so every row re-reading them from the
+    strided tensor would stream 14x that); the tasks are then the channel blocks (each
+    over all the images) when there are at least 4 per thread, else the (batch, channel
+    block) pairs, or, when there are still fewer than 4 per thread, the row blocks of
+    one channel block at a time (all the threads copying the block's weights first).
+    Small strided weights are copied once, at the root, into an aligned buffer (see the
+    comment there).  When they are contiguous already (OIHW read as broadcasts) the
+    tasks are (batch, channel block, row block)."""
+    noc = _ceil(K, ob) if K is not None else None
+    nyc = _ceil(OH, yb) if OH is not None else None
+    T = info.threads
+    small = _small_weights(weight, info)
+    enough_rows = (N or 1) * (nyc or 1) >= 2 * T
+    peel_rows = weight_vec_dim is None and _rows_peeled(N, K, ob, OH, yb, info)
+    if not peel_rows and (noc == 1 or (small and enough_rows)):
+        # the weights stay in L2 anyway: tasks are (batch, row block), each padding
+        # just the rows it reads; the channel blocks are a loop inside the task.  A
+        # task takes several (R) row blocks while there are still 8 tasks per thread:
+        # it pads R*YB + KH - 1 input rows for R*YB output rows (with one 3x3 NHWC row
+        # per task, 3 padded rows per output row; several rows per task were as fast or
+        # a little faster) (measurements: benchmarks/DECISIONS.md, "Conv tasks: rows per task")
+        rpt = 1
+        if nyc is not None:
+            want = 8 * T
+            for r in range(min(8, nyc), 1, -1):
+                if nyc % r == 0 and (nyc // r) * (N or 1) >= want:
+                    rpt = r
+                    break
+        if rpt > 1:
+            yt, yr = st.split(yc, factor=rpt)
+            st.reorder(n, yt, yr, oc)
+            task, _ = _conv_parallel(st, [n, yt], [N, nyc // rpt], T, 4 * T)
+        else:
+            st.reorder(n, yc, oc)
+            task, _ = _conv_parallel(st, [n, yc], [N, nyc], T, 4 * T)
+        if pad is not None:
+            _schedule_pad_at(s, pad, st, task, info, pad_vec_dim)
+        if weight_vec_dim is not None:
+            # the weight vectors are read in place from the caller's array, which numpy
+            # allocates at 16 bytes past a cache line when it is large: every 16-lane
+            # load then straddles two lines.  A copy into tecomp's own (64-byte
+            # aligned) buffer first: faster for such weights, about even for aligned
+            # ones (measurements: benchmarks/DECISIONS.md, "Conv tasks: aligned weights")
+            ww = s.cache_read(weight, "global", [cs])
+            if weight_vec_dim != len(ww.shape) - 1:
+                # (gathers: copied in parallel, a little faster or within the noise)
+                # (measurements: benchmarks/DECISIONS.md, "Conv tasks: parallel weight gathers")
+                blocks, _ = _weight_copy(s[ww], weight_vec_dim, ob)
+                if T > 1:
+                    s[ww].parallel(blocks)
+            elif small:
+                # a serial vector copy: as fast as a parallel one for small weights and
+                # quicker to build (no outlined task)
+                # (measurements: benchmarks/DECISIONS.md, "Conv tasks: serial weight copy")
+                _vector_split(s[ww], s[ww].op.axis[-1], _cint(ww.shape[-1]), info.lanes)
+            else:
+                _schedule_elementwise_stage(s, ww, info)
+    elif weight_vec_dim is None:
+        # a block's weights are contiguous already: one parallel loop over (batch,
+        # channel block, row block), channel blocks outer in the fused index so that a
+        # chunk of consecutive tasks shares its weights.  When the row blocks leave a
+        # tail, they are a serial loop in each (batch, channel block) task instead,
+        # where loop partitioning peels the tail off (see _rows_peeled)
+        task = st.fuse(n, oc) if peel_rows else st.fuse(n, oc, yc)
+        if T > 1:
+            st.parallel(task)
+        if pad is not None:
+            _schedule_elementwise_stage(s, pad, info)
+    else:
+        # each channel block copies its weights into a compact buffer once: with enough
+        # blocks they are the tasks (each does all its rows); with few, the blocks run
+        # in turn and their rows are the tasks
+        nob = (N or 1) * noc if noc is not None else None
+        if noc is not None and noc >= 4 * T:
+            # the channel blocks alone are enough tasks: each copies its weights once
+            # for all the images (as (image, block) tasks, each image copied them
+            # again, which ran slower)
+            # (measurements: benchmarks/DECISIONS.md, "Conv tasks: channel blocks")
+            st.reorder(oc, n, yc)
+            task = oc
+            w_at = oc
+        elif nob is not None and nob >= 4 * T:
+            task = st.fuse(n, oc)
+            w_at = task
+        else:
+            st.reorder(oc, n, yc)
+            task = st.fuse(n, yc)
+            w_at = oc
+        if T > 1:
+            st.parallel(task)
+        if pad is not None:
+            _schedule_elementwise_stage(s, pad, info)
+        ww = s.cache_read(weight, "local", [cs])
+        ws = s[ww]
+        ws.compute_at(st, w_at)
+        _, loops = _weight_copy(ws, weight_vec_dim, ob)
+        if T > 1 and w_at is oc and task is not oc:
+            # the blocks run in turn: copy each one's weights with all the threads
+            # (faster with large blocks of weights)
+            # (measurements: benchmarks/DECISIONS.md, "Conv tasks: block weights, all threads")
+            ws.parallel(ws.fuse(*loops[:2]))
+    st.pragma(st.leaf_iter_vars[0], "fp_contract")
+    return task
+
+
+def _weight_copy(ws: Stage, vec_dim: int, ob: int):
+    """Schedule ``ws``, a copy of a convolution's weights read as vectors of ``ob``
+    output channels along dimension ``vec_dim``: that dimension vectorized in blocks of
+    ``ob``.  When it is not the last one (OIHW read along O), the copy is stored with it
+    innermost (``storage_order``) and made in the source's order: each of the block's
+    rows is read sequentially, one gather across them per vector.  Returns the loop over
+    the blocks and the other axes, outermost first."""
+    axes = list(ws.op.axis)
+    rest = axes[:vec_dim] + axes[vec_dim + 1:]
+    wo, wv = ws.split(axes[vec_dim], factor=ob)
+    if vec_dim != len(axes) - 1:
+        ws.storage_order(*(rest + [axes[vec_dim]]))
+        ws.reorder(wo, *rest, wv)
+    ws.vectorize(wv)
+    return wo, rest
+
+
+def _conv_block_nhwc(K, OH, OW, info: CpuInfo):
+    """(OB, YB, XB) for NHWC: ``OB`` output channels (vectors) x ``YB*XB`` pixels."""
+    L = info.lanes
+    if K is None or K >= 2 * L:
+        ob = 2 * L
+    elif K > L:
+        ob = K if K <= 2 * L else L
+    else:
+        ob = K
+    nvo = -(-ob // L)
+    # accumulators + the weight vectors + one broadcast register
+    budget = info.vregs - nvo - 2
+    pix = max(1, budget // nvo)
+    yb = 1
+    if OW is not None and OW < pix and OH is not None:
+        yb = max(1, min(OH, pix // OW))
+    xb = min(OW, pix // yb) if OW is not None else pix
+    if OW is not None and OW % xb:
+        # prefer a divisor of the width close to the budget (no tail kernel)
+        ds = [d for d in _divisors(OW) if d <= pix // yb]
+        if ds and max(ds) >= 0.75 * xb:
+            xb = max(ds)
+    # the smallest block the blocking leaves: the right edge's, in the bottom row
+    corner = (OW % xb) * (OH % yb or yb) if OH is not None and OW is not None else 0
+    if 0 < corner < 8 / nvo:
+        # a row that the block leaves a sliver of (15 wide in 14-pixel blocks: a 1-pixel
+        # tail block whose two accumulators wait on the FMA latency) is worth a
+        # different block: the cheapest under _nhwc_block_cost, if clearly cheaper.  Only
+        # blocks at least as wide as tall: taller ones, cheaper in the model, ran slower
+        # (measurements: benchmarks/DECISIONS.md, "Conv NHWC: blocks as wide as tall")
+        cur = _nhwc_block_cost(OH, OW, yb, xb, nvo, info.threads)
+        cands = [(_nhwc_block_cost(OH, OW, y, x, nvo, info.threads), -y * x, y, x)
+                 for y in range(1, min(OH, pix) + 1)
+                 for x in range(y, min(OW, pix // y) + 1)]
+        cost, _, y, x = min(cands)
+        if cost < 0.95 * cur:
+            yb, xb = y, x
+    return ob, yb, xb
+
+
+def _nhwc_block_cost(OH: int, OW: int, yb: int, xb: int, nvo: int, threads: int) -> float:
+    """Relative time of an ``OH x OW`` output in ``yb x xb``-pixel register blocks (and
+    the smaller blocks at the bottom and right edges): a block of ``p`` pixels costs ``p``
+    FMA steps, but at least ``8 / nvo`` (two FMA ports x 4 cycles of latency need 8
+    independent accumulators), plus 2 for the block's weight loads and loop; times the
+    imbalance of the row blocks over the threads (they are the tasks when there are few
+    channel blocks, see :func:`_conv_tasks`).  The model's choice ran fastest on two
+    threads, about even with the best on one.
+    (measurements: benchmarks/DECISIONS.md, "Conv NHWC: the block cost model")"""
+    floor = -(-8 // nvo)
+    cost = 0.0
+    for ny, y in ((OH // yb, yb), (1 if OH % yb else 0, OH % yb)):
+        for nx, x in ((OW // xb, xb), (1 if OW % xb else 0, OW % xb)):
+            cost += ny * nx * (max(y * x, floor) + 2)
+    rows = -(-OH // yb)
+    return cost * (-(-rows // threads) * threads / rows)
+
+
+def schedule_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
+    """``tecomp.nn.conv2d_nhwc`` (HWIO weights, plus any elementwise epilogue).
+
+    Like a GEMM whose rows are output pixels: ``YB x XB`` pixels x ``OB`` channels (two
+    vectors) in registers; per input channel (the innermost loop) each pixel broadcasts
+    one input value and the weights are ``OB/L`` vector loads.  Tasks and padding: see
+    :func:`_conv_tasks`."""
+    return _template_or_rules(_conv2d_nhwc_into, outs, target)
+
+
+def _conv2d_nhwc_into(s: Schedule, outs, info: CpuInfo):
+    conv, pad = _conv_parts(outs, "conv2d_nhwc")
+    pad = _own_pad(s, pad)
+    N, OH, OW, K = (_cint(e) for e in conv.shape)
+    ob, yb, xb = _conv_block_nhwc(K, OH, OW, info)
+    fused = _fusable_epilogue(outs, conv)
+    st, (n, oc, yc, xc), cs, (cn, cy, cx, co), tiles = _conv_register_block(
+        s, conv, (1, yb, xb, ob), order=(0, 3, 1, 2), out=fused)
+    ky, kx, c = cs.op.reduce_axis
+    cs.reorder(*tiles, cn, ky, kx, c, cy, cx, co)
+    cs.unroll(cy)
+    cs.unroll(cx)
+    cs.vectorize(co)
+    _conv_tasks(s, st, cs, pad, _conv_weight(conv), info, n, oc, yc, N, K, ob, OH, yb,
+                pad_vec_dim=3, weight_vec_dim=3)
+    _epilogue(s, outs, conv, info, fused)
+
+
+def _conv_for_generic_rules(conv, knobs, info: CpuInfo) -> bool:
+    """Whether the auto-scheduler schedules this NCHW convolution with its generic rules
+    rather than the template (a knob).  By default on a CPU without AVX-512's masks, for
+    a window larger than 1x1: there the rules' register blocks (12 accumulators, a row of
+    up to four vectors as one block) beat the template's on the 3x3 layers of ResNet
+    measured, and lose on a 1x1.
+    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the rules without masks")"""
+    weight = _conv_weight(conv.output(0))
+    window = 1
+    for e in weight.shape[2:]:
+        window *= _cint(e) or 2
+    return knobs.choose("conv2d_nchw.generic_rules", [True, False],
+                        not info.masks and window > 1)

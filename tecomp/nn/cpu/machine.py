@@ -1,0 +1,76 @@
+"""What the CPU templates adapt to: :class:`CpuInfo` (vector width, vector registers,
+caches, threads), read from a :class:`~tecomp.target.Target`, never assumed."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ...errors import ScheduleError
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """What the schedules adapt to."""
+
+    lanes: int          # float32 lanes of one vector register
+    vregs: int          # architectural vector registers
+    threads: int        # threads of the parallel runtime
+    l1_bytes: int = 32 * 1024
+    l2_bytes: int = 512 * 1024
+    target: str = "llvm"   # the tc.Target (its string) these facts are from
+
+    @property
+    def masks(self) -> bool:
+        """Whether the target has AVX-512's mask registers (a vector guarded past a
+        tensor's edge is then masked instructions; without them, AVX2 runs its lanes one
+        by one)."""
+        from ...target import as_target
+
+        return as_target(self.target).has_feature("avx512f")
+
+
+def _cache_size(level: int, default: int) -> int:
+    """L1d / L2 / L3 size of cpu0 (per core, sysfs), or ``default`` (see
+    :mod:`tecomp.target`, which reads them once)."""
+    from ...target import _host_cache
+
+    return _host_cache(level, default)
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or what ``platform`` says."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def cpu_info(target="llvm") -> CpuInfo:
+    """The vector width, register count, caches and thread count the schedules use, from
+    the :class:`~tecomp.target.Target` (a string is parsed: ``"llvm"`` is the host,
+    ``"llvm -mcpu=haswell"`` gives the AVX2 schedules on any machine).
+
+    ``TECOMP_VECTOR_LANES`` (8 or 16) overrides the width of the host target (the AVX2
+    blockings compiled for this CPU; cross-targeting compiles them for an AVX2 one)."""
+    from ...errors import TargetError
+    from ...target import as_target
+
+    try:
+        t = as_target(target)
+    except TargetError as exc:
+        raise ScheduleError(f"the tecomp.nn CPU schedules: {exc}") from None
+    if t.kind != "llvm":
+        raise ScheduleError(f"the tecomp.nn CPU schedules are for target='llvm', got {str(t)!r}")
+    lanes = t.lanes
+    vregs = t.vregs
+    env = os.environ.get("TECOMP_VECTOR_LANES")
+    if env and t.is_host:
+        lanes = int(env)
+        vregs = 32 if lanes == 16 else 16
+    return CpuInfo(lanes, vregs, t.threads, t.l1_bytes, t.l2_bytes, str(t))

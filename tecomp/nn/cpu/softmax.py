@@ -1,0 +1,118 @@
+"""Softmax: one pass per row, vectorized and parallel, prefetching the next row;
+:func:`softmax_fast` is the same with ``fast_exp`` and one reciprocal per row."""
+from __future__ import annotations
+
+import math
+
+from ... import te as _te
+from ...autoschedule.rows import row_reduce_at
+from ...schedule.schedule import Schedule, Stage, create_schedule
+from ...te.tensor import Tensor
+from .._schedule_common import _cint, _outs, _walk
+from ..ops import shift_max as _shift_max
+from .common import _vector_split
+from .elementwise import _schedule_elementwise_stage
+from .machine import CpuInfo, cpu_info
+
+
+def softmax_fast(x: Tensor, name: str = "softmax"):
+    """Softmax over the last axis with :func:`tecomp.fast_exp` and one reciprocal per
+    row: stages ``.max``, ``.exp`` (``fast_exp(x - max)``), ``.sum``, ``.rcp``
+    (``1 / sum``) and the output ``exp * rcp``.  Its error is bounded in
+    ``docs/numerics.md``; ``tecomp.nn.softmax`` is the same with ``exp`` (on float32
+    the same vector code as ``fast_exp``).  Schedule it with :func:`schedule_softmax`."""
+    k = _te.reduce_axis(x.shape[-1], name="k")
+    m = _te.compute(x.shape[:-1], lambda *i: _shift_max(x[i + (k,)], axis=k),
+                    name=f"{name}.max")
+    e = _te.compute(x.shape, lambda *i: _te.fast_exp(x[i] - m[i[:-1]]), name=f"{name}.exp")
+    k2 = _te.reduce_axis(x.shape[-1], name="k")
+    sm = _te.compute(x.shape[:-1], lambda *i: _te.sum(e[i + (k2,)], axis=k2), name=f"{name}.sum")
+    r = _te.compute(x.shape[:-1], lambda *i: _te.const(1.0, x.dtype) / sm[i], name=f"{name}.rcp")
+    return _te.compute(x.shape, lambda *i: e[i] * r[i[:-1]], name=name, tag="softmax")
+
+
+def _row_stage_at(s: Schedule, t: Tensor, st: Stage, axis, info: CpuInfo):
+    """Compute the full-row stage ``t`` at ``st``'s row loop ``axis``, one vector per
+    step; return its loop over the vectors (None when the row is one vector)."""
+    ts = s[t]
+    ts.compute_at(st, axis)
+    return _vector_split(ts, ts.op.axis[-1], _cint(t.shape[-1]), info.lanes)
+
+
+def schedule_softmax(outs, target: str = "llvm") -> Schedule:
+    """``tecomp.nn.softmax`` / ``log_softmax`` and :func:`softmax_fast`: one task per
+    block of rows, every stage of a row computed at the row (the row stays in L1), each
+    reduction over the row vectorized (``rfactor`` into one vector accumulator), and
+    the input's next row prefetched during the exp pass (:func:`_prefetch_next_row`)."""
+    outs = _outs(outs)
+    info = cpu_info(target)
+    s = create_schedule([t.op for t in outs])
+    out = outs[0]
+    st = s[out]
+    rows = list(st.op.axis[:-1])
+    row_exts = [_cint(e) for e in out.shape[:-1]]
+    J = _cint(out.shape[-1])
+    if rows:
+        R = st.fuse(*rows) if len(rows) > 1 else rows[0]
+        nrows = math.prod(row_exts) if all(e is not None for e in row_exts) else None
+    else:
+        R, nrows = None, 1
+    jo = _vector_split(st, st.op.axis[-1], J, info.lanes)
+    if R is not None and info.threads > 1 and (nrows is None or nrows > 1):
+        st.parallel(R)
+    st.pragma(st.leaf_iter_vars[0], "fp_contract")
+    attach = R if R is not None else (jo if jo is not None else None)
+    if attach is None:
+        return s
+    if R is None:
+        # 1-d softmax: no row loop to attach to; stages stay at the root
+        for op in _walk(outs):
+            if op is out.op:
+                continue
+            t = op.output(0)
+            if op.reduce_axis or not op.axis:
+                continue
+            _schedule_elementwise_stage(s, t, info)
+        return s
+    ndim = len(out.shape)
+    ops_ = _walk([out])
+    vec_loops = {}   # full-row stage computed at R -> its loop over the row's vectors
+    for op in ops_:
+        if op is out.op:
+            continue
+        t = op.output(0)
+        if op.reduce_axis and len(op.axis) == ndim - 1:
+            row_reduce_at(s, t, st, R, info.lanes)
+        elif len(op.axis) == ndim - 1:
+            s[t].compute_at(st, R)
+        elif len(op.axis) == ndim:
+            vec_loops[op] = _row_stage_at(s, t, st, R, info)
+    _prefetch_next_row(s, out, ops_, vec_loops, st, R, J, info)
+    return s
+
+
+def _prefetch_next_row(s: Schedule, out: Tensor, ops_, vec_loops, st: Stage, R, J, info):
+    """Prefetch the next row of each input of a row-wise kernel (softmax), spread over
+    the row: in the vector loop of a full-row stage computed at the row that reads the
+    input (softmax's exp pass, which has the most arithmetic per element), each step
+    prefetches the same columns of the next row (``prefetch(x, j, 1, along=R)``).  A
+    row of up to 4 KiB starts a new page, where the hardware prefetcher stops.  Spread
+    over the exp pass, it measured best, ahead of the whole next row prefetched at the
+    start of each row (the prefetches queue up) and of no prefetch.  Without such a loop
+    (rows of one vector), the whole next row at the start of the row, for rows of at
+    most L1 / 4 (more would evict the current row).
+    (measurements: benchmarks/DECISIONS.md, "Softmax: next row prefetched")"""
+    ndim = len(out.shape)
+    inside = set(id(op) for op in ops_)
+    ins = []
+    for op in ops_:
+        for t in op.input_tensors:
+            if id(t.op) not in inside and len(t.shape) == ndim and t not in ins:
+                ins.append(t)
+    for t in ins:
+        reader = next((o for o in reversed(ops_) if o in vec_loops
+                       and vec_loops[o] is not None and t in o.input_tensors), None)
+        if reader is not None:
+            s[reader.output(0)].prefetch(t, vec_loops[reader], 1, along=R)
+        elif J is not None and J * 4 <= info.l1_bytes // 4:
+            st.prefetch(t, R, 1)

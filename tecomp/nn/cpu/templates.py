@@ -1,0 +1,49 @@
+"""The templates as the auto-scheduler's starting points: a DAG that is one of
+``tecomp.nn``'s operators (matmul/dense, softmax, attention, a convolution with an
+elementwise epilogue) is scheduled by its template, with the template's decisions as
+knobs (:mod:`tecomp.autoschedule.config`); an attention inside a larger DAG too."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ...autoschedule import rules as _rules
+from ...schedule.schedule import Schedule, create_schedule
+from .._schedule_common import _walk
+from .attention import _attention_into, _attention_part
+from .common import _auto_rest, _op_tags
+from .conv2d import _conv_for_generic_rules, schedule_conv2d_nchw, schedule_conv2d_nhwc
+from .gemm import _dense_rows_for_generic_rules, _gemm_template
+from .machine import CpuInfo
+from .softmax import schedule_softmax
+
+
+def _auto_template(outs, knobs, info: CpuInfo) -> Optional[Schedule]:
+    """The template of a DAG that is one of tecomp.nn's operators (matmul/dense, softmax,
+    scaled_dot_product_attention, conv2d NCHW/NHWC with an elementwise epilogue), for the
+    auto-scheduler's rules (registered with
+    :func:`tecomp.autoschedule.rules.register_template`); None for any other DAG."""
+    ops = _walk(outs)
+    reductions = [op for op in ops if op.reduce_axis]
+    if len(reductions) == 1 and {"matmul", "dense", "matmul_packed"} & _op_tags(reductions[0]):
+        if _dense_rows_for_generic_rules(reductions[0], knobs):
+            return None
+        return _gemm_template(outs, reductions[0], knobs, info)
+    if len(outs) == 1 and any("softmax" in _op_tags(op) for op in ops) and \
+            outs[0].op.tag == "softmax":
+        return schedule_softmax(outs, info.target)
+    if len(outs) == 1 and "sdpa" in _op_tags(outs[0].op):
+        s = create_schedule([outs[0].op])
+        _attention_into(s, outs, info, knobs)
+        return _auto_rest(s, outs, info)
+    convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _op_tags(op)]
+    if len(convs) == 1 and len(reductions) == 1:
+        if "conv2d_nchw" in _op_tags(convs[0]):
+            if _conv_for_generic_rules(convs[0], knobs, info):
+                return None
+            return schedule_conv2d_nchw(outs, info.target)
+        return schedule_conv2d_nhwc(outs, info.target)
+    return None
+
+
+_rules.register_template(_auto_template)
+_rules.register_part_template("sdpa", _attention_part)

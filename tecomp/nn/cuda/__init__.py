@@ -1,0 +1,33 @@
+"""CUDA schedules for the operators of :mod:`tecomp.nn.ops` (``target="cuda"`` or
+``"cuda-emu"``), in the manner of TVM's classic topi CUDA schedules.
+
+Every ``schedule_*(outs, target="cuda")`` takes the output tensor(s) of an operator (or a
+list of them) and returns a :class:`~tecomp.schedule.schedule.Schedule`.  The shapes pick
+the tiling (:func:`gemm_config`, :func:`conv_config`, :func:`softmax_config`); any shape
+is correct: a tile that runs past a tensor's edge keeps its constant size (its shared and
+local buffers too, see ``docs/bounds.md``, rule 5), its global loads and stores are
+guarded, and the reduction tail is guarded and partitioned off.
+
+=================  ==========================================================
+:mod:`.gemm`       matmul, dense; :class:`GemmConfig`
+:mod:`.conv2d`     conv2d NCHW / NHWC; :class:`ConvConfig`
+:mod:`.softmax`    softmax, log_softmax; :class:`SoftmaxConfig`
+:mod:`.injective`  elementwise / injective operators
+=================  ==========================================================
+
+Not here because the CUDA backend has no support for them (yet): vector loads
+(``float4``), virtual threads that interleave a thread's micro-tile (TVM's ``vthread``;
+without them a thread's micro-tile is contiguous, and the reads of the B tile in shared
+memory have 2- to 4-way bank conflicts), double buffering (the shared tiles of the next
+step are loaded after the barrier, not during the current step).
+"""
+from .conv2d import ConvConfig, conv_config, schedule_conv2d_nchw, schedule_conv2d_nhwc
+from .gemm import GemmConfig, gemm_config, schedule_dense, schedule_matmul
+from .injective import schedule_elementwise, schedule_injective
+from .softmax import SoftmaxConfig, schedule_softmax, softmax_config
+
+__all__ = [
+    "schedule_matmul", "schedule_dense", "schedule_conv2d_nchw", "schedule_conv2d_nhwc",
+    "schedule_softmax", "schedule_injective", "schedule_elementwise",
+    "GemmConfig", "gemm_config", "ConvConfig", "conv_config", "SoftmaxConfig", "softmax_config",
+]

@@ -1,0 +1,62 @@
+"""Helpers of the CUDA templates: the targets they take, thread binding, cooperative
+copies into shared memory."""
+from __future__ import annotations
+
+from typing import Sequence, Tuple
+
+from ...errors import ScheduleError
+from ...schedule.schedule import Stage
+from ...te.tensor import thread_axis
+from .._schedule_common import _ceil
+
+
+TARGETS = ("cuda", "cuda-emu")
+
+
+ELEMENTWISE_THREADS = 256
+
+
+# a GEMM with fewer blocks than this uses smaller tiles (about two waves on 60-130 SMs)
+MIN_BLOCKS = 128
+
+
+def _check_target(target) -> None:
+    from ...errors import TargetError
+    from ...target import as_target
+
+    try:
+        kind = as_target(target).kind
+    except TargetError as exc:
+        raise ScheduleError(f"the tecomp.nn CUDA schedules: {exc}") from None
+    if kind not in TARGETS:
+        raise ScheduleError(f"the tecomp.nn CUDA schedules are for target 'cuda' or 'cuda-emu', "
+                            f"got {str(target)!r} (the CPU schedules are in "
+                            f"tecomp.nn.cpu)")
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _bind(st: Stage, axis, tag: str) -> None:
+    st.bind(axis, thread_axis(tag))
+
+
+def _cooperative_copy(st: Stage, threads: Sequence[Tuple[str, int]], tile_elems: int) -> None:
+    """Spread the copy into a shared tile of ``tile_elems`` elements over the block: the
+    tile's axes fused, split by the thread extents (innermost first: ``threadIdx.x`` on
+    consecutive elements, so consecutive threads touch consecutive addresses) and bound;
+    the remaining outer loop (each thread's share) is unrolled when short, so that the
+    share's global loads are in flight together."""
+    axis = st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0]
+    bound, nthreads = [], 1
+    for tag, ext in threads:  # innermost first
+        if ext == 1:
+            continue
+        axis, inner = st.split(axis, factor=ext)
+        bound.append((inner, tag))
+        nthreads *= ext
+    for inner, tag in bound:
+        _bind(st, inner, tag)
+    if _ceil(tile_elems, nthreads) <= 8:
+        st.unroll(axis)

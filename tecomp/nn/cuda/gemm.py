@@ -1,0 +1,211 @@
+"""GEMM (``schedule_matmul``, ``schedule_dense``).
+
+A ``BM x BN`` block of C per CUDA block of ``TM x TN`` threads; each thread owns an
+``RM x RN`` micro-tile (``BM = TM*RM``) held in registers (a ``local`` stage,
+unrolled).  The reduction runs in ``KT``-long steps: per step the block copies an
+``A`` tile (``BM x KT``) and a ``B`` tile (``KT x BN``) to shared memory, every
+thread taking a share of each copy with consecutive threads on consecutive
+addresses (coalesced), between two barriers; then each of the ``KT`` inner steps
+loads ``RM`` values of A and ``RN`` of B from shared memory into registers and does
+``RM*RN`` multiply-adds.  With 4096x4096 operands: 128x128 blocks, 16x16 threads,
+8x8 registers per thread (64 accumulators + 16 operands), ``KT = 8``.  An
+elementwise epilogue (``dense``'s bias, an activation) is computed from the
+registers when C is stored."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from ...errors import ScheduleError
+from ...ir.expr import ProducerLoad
+from ...schedule.schedule import Schedule, create_schedule
+from ...te.tensor import ComputeOp, Tensor
+from .._schedule_common import (_ceil, _cint, _gemm_operands, _has_tag, _inline_injective,
+                               _is_injective, _outs, _walk)
+from .common import MIN_BLOCKS, _bind, _check_target, _cooperative_copy, _pow2_at_least
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """The tiling of a GEMM: a block of ``threads_m x threads_n`` threads computes a
+    ``block_m x block_n`` tile of C, each thread ``regs_m x regs_n`` of it in registers;
+    the reduction advances ``k_tile`` at a time through shared memory."""
+
+    threads_m: int
+    threads_n: int
+    regs_m: int
+    regs_n: int
+    k_tile: int
+
+    @property
+    def block_m(self) -> int:
+        return self.threads_m * self.regs_m
+
+    @property
+    def block_n(self) -> int:
+        return self.threads_n * self.regs_n
+
+    @property
+    def threads(self) -> int:
+        return self.threads_m * self.threads_n
+
+
+def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int]) -> GemmConfig:
+    """The tiling of an ``M x N x K`` GEMM (extents may be None when symbolic).
+
+    16 x 16 threads (fewer along an extent below 16); the largest micro-tile of 8x8, 4x4,
+    2x2 or 1x1 registers that still gives :data:`MIN_BLOCKS` blocks (a micro-tile side is
+    also cut while its block would be more than twice the extent); ``k_tile`` 8 with 8x8
+    micro-tiles (a 128 x 8 A tile: 4 loads per thread), else 16; never more than K."""
+    def threads(E):
+        return 16 if E is None else max(1, min(16, _pow2_at_least(E)))
+
+    tm, tn = threads(M), threads(N)
+
+    def regs(E, t, r):
+        while r > 1 and E is not None and t * r >= 2 * E:
+            r //= 2
+        return r
+
+    for r in (8, 4, 2, 1):
+        rm, rn = regs(M, tm, r), regs(N, tn, r)
+        if M is None or N is None or r == 1:
+            break
+        if _ceil(M, tm * rm) * _ceil(N, tn * rn) >= MIN_BLOCKS:
+            break
+    kt = 8 if max(rm, rn) >= 8 else 16
+    if K is not None:
+        kt = max(1, min(kt, K))
+    return GemmConfig(tm, tn, rm, rn, kt)
+
+
+def _epilogue_of(outs: List[Tensor], main: Tensor) -> Optional[Tensor]:
+    """The output to tile when ``main`` (a GEMM or convolution) is followed by an
+    elementwise chain of the same shape that reads it at the same index (bias,
+    activation); None when ``main`` is itself the output."""
+    if any(t.op is main.op for t in outs):
+        return None
+    if len(outs) != 1:
+        raise ScheduleError(f"{main.name} with several outputs "
+                            f"({', '.join(t.name for t in outs)}): schedule one output at a time")
+    out = outs[0]
+    if not _is_injective(out.op) or len(out.shape) != len(main.shape) or any(
+            _cint(a) != _cint(b) or _cint(a) is None and a is not b
+            for a, b in zip(out.shape, main.shape)):
+        raise ScheduleError(
+            f"the output {out.name} is not an elementwise function of {main.name} of the same "
+            f"shape; schedule {main.name} on its own and {out.name} with schedule_injective")
+    return out
+
+
+def _check_same_index_reads(s: Schedule, out: Tensor, main: Tensor) -> None:
+    """Every read of ``main`` by the (inlined) epilogue is at the output's own index (else
+    each thread would need more of ``main`` than its own micro-tile in registers)."""
+    from ...ir.functor import Mutator, collect, substitute
+
+    class _Expand(Mutator):  # the epilogue's body with the inlined stages substituted
+        def visit_ProducerLoad(self, e):
+            idx = tuple(self.visit(i) for i in e.indices)
+            t = e.producer
+            if isinstance(t.op, ComputeOp) and t in s and s[t].attach_type == "inline":
+                op = s[t].op
+                return self.visit(substitute(op.body, {iv.var: x for iv, x in zip(op.axis, idx)}))
+            return ProducerLoad(t, idx, e.dtype)
+
+    body = _Expand().visit(s[out].op.body)
+    axes = [iv.var for iv in s[out].op.axis]
+    for ld in collect(body, lambda n: isinstance(n, ProducerLoad)):
+        if ld.producer is main and not all(a is b for a, b in zip(ld.indices, axes)):
+            raise ScheduleError(f"the epilogue {out.name} reads {main.name} at another index "
+                                "than its own; schedule them separately")
+
+
+def _schedule_gemm(s: Schedule, gemm: Tensor, out: Tensor, cfg: GemmConfig) -> None:
+    """Tile ``out`` (the GEMM itself, or an elementwise epilogue reading it) over blocks
+    and threads and compute the GEMM in registers inside each thread."""
+    (a, a_kfirst), (b, b_kfirst) = _gemm_operands(gemm.op, required=True)
+    if out.op is gemm.op:
+        acc = s.cache_write(gemm, "local")
+    else:
+        acc = gemm
+        s[acc].set_scope("local")
+    AS = s.cache_read(a, "shared", [acc])
+    BS = s.cache_read(b, "shared", [acc])
+    AL = s.cache_read(AS, "local", [acc])
+    BL = s.cache_read(BS, "local", [acc])
+
+    TM, TN, RM, RN, KT = cfg.threads_m, cfg.threads_n, cfg.regs_m, cfg.regs_n, cfg.k_tile
+    st = s[out]
+    i, j = st.op.axis
+    by, yi = st.split(i, factor=cfg.block_m)
+    bx, xi = st.split(j, factor=cfg.block_n)
+    ty, yi = st.split(yi, factor=RM)
+    tx, xi = st.split(xi, factor=RN)
+    st.reorder(by, bx, ty, tx, yi, xi)
+    _bind(st, by, "blockIdx.y")
+    _bind(st, bx, "blockIdx.x")
+    _bind(st, ty, "threadIdx.y")
+    _bind(st, tx, "threadIdx.x")
+    for ax, r in ((yi, RM), (xi, RN)):
+        if r > 1:
+            st.unroll(ax)
+
+    # the micro-tile: k outermost, the RM x RN multiply-adds unrolled innermost
+    sa = s[acc]
+    sa.compute_at(st, tx)
+    ai, aj = sa.op.axis
+    ko, ki = sa.split(sa.op.reduce_axis[0], factor=KT)
+    sa.reorder(ko, ki, ai, aj)
+    for ax, r in ((ai, RM), (aj, RN)):
+        if r > 1:
+            sa.unroll(ax)
+
+    # shared tiles per k step, registers per k
+    threads = [("threadIdx.x", TN), ("threadIdx.y", TM)]
+    for S, L, kfirst, rows in ((AS, AL, a_kfirst, cfg.block_m), (BS, BL, b_kfirst, cfg.block_n)):
+        s[S].compute_at(sa, ko)
+        if not kfirst and KT > 1:
+            # [rows][KT] tile read down a column: pad the rows so that the threads of a
+            # warp (rows RM or RN apart) fall in different banks
+            s[S].storage_align(s[S].op.axis[0], KT, 1)
+        _cooperative_copy(s[S], threads, rows * KT)
+        # this thread's RM (RN) values of the current k: registers
+        s[L].compute_at(sa, ki)
+        s[L].unroll(s[L].op.axis[1 if kfirst else 0])
+
+
+def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
+    _check_target(target)
+    outs = _outs(outs)
+    s = create_schedule([t.op for t in outs])
+    gemms = [op for op in _walk(outs) if _has_tag(op, *tags) and op.reduce_axis]
+    if len(gemms) != 1:
+        raise ScheduleError(f"expected one {'/'.join(tags)} stage under the outputs "
+                            f"{', '.join(t.name for t in outs)}, found {len(gemms)}")
+    gemm = gemms[0].output(0)
+    out = _epilogue_of(outs, gemm) or gemm
+    _inline_injective(s, _walk(outs), keep=[gemm.op])
+    if out is not gemm:
+        _check_same_index_reads(s, out, gemm)
+    M, N = (_cint(e) for e in gemm.shape)
+    K = _cint(gemm.op.reduce_axis[0].dom.extent)
+    cfg = config if config is not None else gemm_config(M, N, K)
+    if not isinstance(cfg, GemmConfig):
+        raise ScheduleError(f"config must be a GemmConfig, got {cfg!r}")
+    _schedule_gemm(s, gemm, out, cfg)
+    return s
+
+
+def schedule_matmul(outs, target: str = "cuda", config: Optional[GemmConfig] = None) -> Schedule:
+    """The CUDA schedule of ``tecomp.nn.matmul`` (``A[M, K] @ B[K, N]``), with any
+    elementwise epilogue on top (see the module docstring for the tiling).  ``config``
+    overrides the tiling :func:`gemm_config` picks."""
+    return _schedule_gemm_like(outs, target, ("matmul",), config)
+
+
+def schedule_dense(outs, target: str = "cuda", config: Optional[GemmConfig] = None) -> Schedule:
+    """The CUDA schedule of ``tecomp.nn.dense`` (``X[B, I] W[O, I]^T``, with or without a
+    bias, plus any elementwise epilogue): the GEMM schedule with ``W`` tiles ``[BN][KT]``
+    (rows padded against bank conflicts); the bias is added when C is stored.
+    ``config`` overrides the tiling :func:`gemm_config` picks."""
+    return _schedule_gemm_like(outs, target, ("dense",), config)
