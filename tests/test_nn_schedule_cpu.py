@@ -714,3 +714,64 @@ def test_matmul_config_is_applied_and_defaults_to_the_heuristic():
     ref = a.astype("float64") @ b.astype("float64")
     for cfg in ({"mr": 2, "kc": 16}, {"nr": sc.cpu_info().lanes, "mr": 3}, {"par": "rows"}, p):
         _close(_run(sc.schedule_matmul(C, config=cfg), args, [a, b]), ref)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_conv2d_config_is_applied_and_defaults_to_the_heuristic(layout):
+    """``schedule_conv2d_*(outs, target, config)``: the heuristic's ConvParams gives the
+    default schedule; other register blocks (the model's other candidates, channel
+    vectors forced on an NCHW shape whose heuristic runs row vectors, blocks with tails)
+    compute the same convolution."""
+    N, C, H, O, R = 1, 16, 13, 24, 3
+    if layout == "nchw":
+        d, w = tc.placeholder((N, C, H, H), name="data"), tc.placeholder((O, C, R, R), name="w")
+        out = ops.conv2d_nchw(d, w, padding=1)
+        sched, params = sc.schedule_conv2d_nchw, sc.conv2d_nchw_params
+        dn, wn = _arr((N, C, H, H)), _arr((O, C, R, R))
+        ref = _conv_ref(dn, wn, 1, 1, 1)
+    else:
+        d, w = tc.placeholder((N, H, H, C), name="data"), tc.placeholder((R, R, C, O), name="w")
+        out = ops.conv2d_nhwc(d, w, padding=1)
+        sched, params = sc.schedule_conv2d_nhwc, sc.conv2d_nhwc_params
+        dn, wn = _arr((N, H, H, C)), _arr((R, R, C, O))
+        ref = _conv_ref(dn.transpose(0, 3, 1, 2), wn.transpose(3, 2, 0, 1), 1, 1, 1)
+        ref = ref.transpose(0, 2, 3, 1)
+    args = [d, w, out]
+    p = params(out)
+    assert isinstance(p, sc.ConvParams) and not (layout == "nhwc" and p.by_channels)
+    default = str(tc.lower(sched(out), args))
+    assert str(tc.lower(sched(out, config=p), args)) == default
+    configs = [{"ob": 3, "yb": 2, "xb": 5}, {"yb": 1, "xb": 1}]
+    if layout == "nchw":
+        configs.append({"ob": 8, "yb": 1, "xb": 4, "by_channels": True})
+    for cfg in configs:
+        s = sched(out, config=cfg)
+        assert str(tc.lower(s, args)) != default
+        _close(_run(s, args, [dn, wn]), ref, 5e-5)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_conv2d_block_knob_searches_the_models_candidates(layout):
+    """tc.autoschedule.default_config of a convolution records the block knob (rank 0: the
+    heuristic); another rank gives another schedule with the same result."""
+    N, C, H, O = 1, 8, 12, 16
+    if layout == "nchw":
+        d, w = tc.placeholder((N, C, H, H), name="data"), tc.placeholder((O, C, 1, 1), name="w")
+        out = ops.conv2d_nchw(d, w)   # 1x1: the template also without AVX-512's masks
+        dn, wn = _arr((N, C, H, H)), _arr((O, C, 1, 1))
+        ref = _conv_ref(dn, wn, 1, 0, 1)
+    else:
+        d, w = tc.placeholder((N, H, H, C), name="data"), tc.placeholder((3, 3, C, O), name="w")
+        out = ops.conv2d_nhwc(d, w, padding=1)
+        dn, wn = _arr((N, H, H, C)), _arr((3, 3, C, O))
+        ref = _conv_ref(dn.transpose(0, 3, 1, 2), wn.transpose(3, 2, 0, 1), 1, 1, 1)
+        ref = ref.transpose(0, 2, 3, 1)
+    args = [d, w, out]
+    cfg = tc.autoschedule.default_config(args)
+    knob = f"conv2d_{layout}.block"
+    assert cfg[knob] == 0 and len(cfg.space[knob]) > 2
+    default = str(tc.lower(tc.autoschedule.apply_config(args, cfg), args))
+    assert default == str(tc.lower(tc.auto_schedule(args), args))
+    s = tc.autoschedule.apply_config(args, cfg.set(knob, 2))
+    assert str(tc.lower(s, args)) != default
+    _close(_run(s, args, [dn, wn]), ref, 5e-5)

@@ -1287,3 +1287,23 @@ def test_cpu_gemm_template_bad_config(config, match):
     A, B = tc.placeholder((8, 8), name="A"), tc.placeholder((8, 8), name="B")
     with pytest.raises(tc.ScheduleError, match=match):
         cpu.schedule_matmul(ops.matmul(A, B), config=config)
+
+
+@pytest.mark.parametrize("layout, config, match", [
+    ("nchw", {"block": 4}, r"unknown parameters \['block'\]; use ob, yb, xb, by_channels"),
+    ("nchw", {"ob": -1}, "ob must be a positive int, got -1"),
+    ("nchw", {"by_channels": 1}, "by_channels must be True or False"),
+    ("nhwc", {"by_channels": True}, "by_channels must be False"),
+    ("nhwc", (4, 1, 8), "config must be a ConvParams"),
+])
+def test_cpu_conv_template_bad_config(layout, config, match):
+    from tecomp.nn import cpu, ops
+
+    if layout == "nchw":
+        d, w = tc.placeholder((1, 4, 6, 6), name="d"), tc.placeholder((8, 4, 3, 3), name="w")
+        out, sched = ops.conv2d_nchw(d, w), cpu.schedule_conv2d_nchw
+    else:
+        d, w = tc.placeholder((1, 6, 6, 4), name="d"), tc.placeholder((3, 3, 4, 8), name="w")
+        out, sched = ops.conv2d_nhwc(d, w), cpu.schedule_conv2d_nhwc
+    with pytest.raises(tc.ScheduleError, match=match):
+        sched(out, config=config)

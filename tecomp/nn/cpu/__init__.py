@@ -11,23 +11,24 @@ The machine model (:func:`cpu_info`, :mod:`.machine`) comes from the
 AVX2), the number of vector registers (32 / 16), the caches, and the thread count of the
 runtime (``tc.set_num_threads``).
 
-=====================  ===========================================================
+=====================  =====================================================================
 :mod:`.gemm`           matmul, dense, the packed layouts; :class:`GemmParams` config
 :mod:`.microkernel`    the register-blocked GEMM micro-kernel the templates share
-:mod:`.conv2d`         conv2d NCHW / NHWC with an elementwise epilogue
+:mod:`.conv2d`         conv2d NCHW / NHWC with an elementwise epilogue; :class:`ConvParams`
 :mod:`.conv2d_grad`    the convolutions' weight gradients (``schedule_conv2d_into``)
 :mod:`.softmax`        softmax, ``softmax_fast``
 :mod:`.pool`           max / average pooling
 :mod:`.attention`      ``scaled_dot_product_attention``, FlashAttention's way
 :mod:`.elementwise`    injective operators and epilogues
 :mod:`.templates`      the templates as the auto-scheduler's starting points
-=====================  ===========================================================
+=====================  =====================================================================
 
 Where a template finds nothing it schedules (or for the stages it leaves alone), the
 auto-scheduler's rules schedule the rest.
 """
 from .attention import attention_params, schedule_attention
-from .conv2d import schedule_conv2d_nchw, schedule_conv2d_nhwc
+from .conv2d import (ConvParams, conv2d_knobs, conv2d_nchw_params, conv2d_nhwc_params,
+                     schedule_conv2d_nchw, schedule_conv2d_nhwc)
 from .conv2d_grad import CONV_TAGS, schedule_conv2d_into
 from .elementwise import schedule_elementwise, schedule_injective
 from .gemm import (GemmParams, dense_packed, gemm_knobs, gemm_params, matmul_packed,
@@ -42,5 +43,6 @@ __all__ = [
     "schedule_conv2d_nchw", "schedule_conv2d_nhwc", "schedule_conv2d_into", "schedule_softmax",
     "schedule_elementwise", "schedule_injective", "schedule_pool", "matmul_packed",
     "dense_packed", "softmax_fast", "GemmParams", "gemm_params", "gemm_knobs",
-    "schedule_attention", "attention_params", "CONV_TAGS",
+    "schedule_attention", "attention_params", "CONV_TAGS", "ConvParams", "conv2d_nchw_params",
+    "conv2d_nhwc_params", "conv2d_knobs",
 ]

@@ -7,15 +7,18 @@ per output tile (``compute_at``), see each function.  An elementwise epilogue
 local buffer of the epilogue's tile)."""
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
+from ...errors import ScheduleError
 from ...ir.expr import Reduce
 from ...schedule.schedule import Schedule, Stage
 from ...te.tensor import ComputeOp, Tensor
 from .._schedule_common import _bytes, _ceil, _cint, _has_tag
-from .common import _NoTemplate, _find, _loads, _template_or_rules, _vector_split
+from .common import _NoTemplate, _find, _loads, _op_tags, _template_or_rules, _vector_split
 from .elementwise import _epilogue, _fusable_epilogue, _schedule_elementwise_stage
-from .machine import CpuInfo
+from .machine import CpuInfo, cpu_info
 
 
 def _conv_parts(outs, tag):
@@ -51,7 +54,16 @@ def _divisors(n: int) -> List[int]:
 
 def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
                      S: Optional[int] = 3, x_stride: int = 1, small_weights: bool = False):
-    """(OB, YB, XB): output channels x rows x columns held in registers.
+    """(OB, YB, XB): output channels x rows x columns held in registers: the best of
+    :func:`_conv_blocks_nchw`."""
+    return _conv_blocks_nchw(K, OH, OW, info, N, R, S, x_stride, small_weights)[0]
+
+
+def _conv_blocks_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
+                      S: Optional[int] = 3, x_stride: int = 1, small_weights: bool = False,
+                      count: int = 1) -> List[Tuple[int, int, int]]:
+    """The ``count`` best (OB, YB, XB) blocks (output channels x rows x columns held in
+    registers) by the model below, the best first.
 
     A tiny cost model of one input channel (the loop around the ``R x S`` window, see
     :func:`schedule_conv2d_nchw`): ``R*S*OB*YB*ceil(XB/L)`` FMAs; loads: the input
@@ -75,6 +87,7 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
     S = S if S is not None else 3
     budget = info.vregs - 8 if info.vregs >= 32 else info.vregs - 4
     best = None
+    scored = []
     # a vector is at most one register or a whole number of them: LLVM legalizes e.g.
     # 28 or 56 float32 lanes on AVX-512 through the stack, many times slower
     # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: whole registers per vector")
@@ -144,10 +157,11 @@ def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
                     score *= 0.2
                 if OW is not None and OW % xb:
                     score *= 0.85
+                scored.append((score, ob, yb, xb))
                 if best is None or score > best[0] + 1e-9:
                     best = (score, ob, yb, xb)
-    _, ob, yb, xb = best
-    return ob, yb, xb
+    rest = sorted((c for c in scored if c is not best), key=lambda c: -c[0])
+    return [c[1:] for c in [best] + rest[:count - 1]]
 
 
 def _small_weights(weight: Tensor, info: CpuInfo) -> bool:
@@ -199,7 +213,7 @@ def _conv_parallel(st: Stage, axes, exts, threads: int, min_tasks: int):
     return ax, len(take)
 
 
-def schedule_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
+def schedule_conv2d_nchw(outs, target: str = "llvm", config=None) -> Schedule:
     """``tecomp.nn.conv2d_nchw`` (plus any elementwise epilogue).
 
     An ``OB x YB x XB`` block of the output (channels x rows x columns, the columns one
@@ -211,22 +225,99 @@ def schedule_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
     pixels broadcast one input value each per tap (any layout, any stride), the weights
     are 2 vector loads from a copy stored ``[C, KH, KW, O]`` and the block is stored
     channels innermost (``storage_order``), scattered to the NCHW output once.  Tasks
-    and padding: see :func:`_conv_tasks`."""
-    return _template_or_rules(_conv2d_nchw_into, outs, target)
+    and padding: see :func:`_conv_tasks`.
+
+    ``config``: the register block, a :class:`ConvParams` or a dict of some of its fields
+    (``ob``, ``yb``, ``xb``, ``by_channels``); by default :func:`conv2d_nchw_params`, the
+    heuristic.  Any block is correct (edge blocks are guarded)."""
+    return _template_or_rules(
+        lambda s, o, info: _conv2d_nchw_into(s, o, info, config), outs, target)
 
 
-def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo):
+@dataclass(frozen=True)
+class ConvParams:
+    """The CPU convolution templates' config: the register block of ``ob`` output channels
+    x ``yb`` rows x ``xb`` columns accumulated in registers over the whole reduction and,
+    for NCHW, whether its vectors run across the output channels (``by_channels``: the
+    NHWC kernel's shape) instead of along the rows.  NHWC's vectors always run across the
+    channels (``by_channels`` is False there and means nothing)."""
+
+    ob: int
+    yb: int
+    xb: int
+    by_channels: bool = False
+
+
+#: how many of the NCHW block model's best blocks the auto-scheduler may search
+CONV_BLOCK_CHOICES = 8
+
+
+def _nchw_blocks(conv: Tensor, info: CpuInfo, count: int = 1) -> List[Tuple[int, int, int]]:
+    N, K, OH, OW = (_cint(e) for e in conv.shape)
+    c, ky, kx = conv.op.reduce_axis
+    return _conv_blocks_nchw(K, OH, OW, info, N, _cint(ky.dom.extent), _cint(kx.dom.extent),
+                             _conv_x_stride(conv), _small_weights(_conv_weight(conv), info),
+                             count)
+
+
+def conv2d_nchw_params(conv: Tensor, info: Optional[CpuInfo] = None) -> ConvParams:
+    """The heuristic's config for the ``conv2d_nchw`` stage ``conv`` on ``info``'s machine
+    (the block model of :func:`_conv_blocks_nchw`, or channel vectors where
+    :func:`_nchw_by_channels` takes them)."""
+    info = info or cpu_info()
+    ob, yb, xb = _nchw_blocks(conv, info)[0]
+    by_channels = _nchw_by_channels(conv, info, xb)
+    if by_channels is not None:
+        return ConvParams(*by_channels, True)
+    return ConvParams(ob, yb, xb)
+
+
+def conv2d_nhwc_params(conv: Tensor, info: Optional[CpuInfo] = None) -> ConvParams:
+    """The heuristic's config for the ``conv2d_nhwc`` stage ``conv`` (see
+    :func:`_conv_block_nhwc`)."""
+    info = info or cpu_info()
+    N, OH, OW, K = (_cint(e) for e in conv.shape)
+    return ConvParams(*_conv_block_nhwc(K, OH, OW, info))
+
+
+def _conv_config(default: ConvParams, config, layout: str) -> ConvParams:
+    """``config`` (None, a :class:`ConvParams` or a dict of some of its fields) over the
+    heuristic's ``default``, checked."""
+    if config is None:
+        return default
+    if isinstance(config, ConvParams):
+        p = config
+    elif isinstance(config, dict):
+        names = [f.name for f in dataclasses.fields(ConvParams)]
+        bad = sorted(str(k) for k in config if k not in names)
+        if bad:
+            raise ScheduleError(f"conv2d_{layout} schedule: unknown parameters {bad}; use "
+                                f"{', '.join(names)}")
+        p = dataclasses.replace(default, **config)
+    else:
+        raise ScheduleError(f"conv2d_{layout} schedule: config must be a ConvParams or a dict "
+                            f"of some of its fields, got {type(config).__name__}")
+    for k in ("ob", "yb", "xb"):
+        v = getattr(p, k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ScheduleError(f"conv2d_{layout} schedule: {k} must be a positive int, got "
+                                f"{v!r:.40}")
+    if not isinstance(p.by_channels, bool) or (layout == "nhwc" and p.by_channels):
+        want = "False (NHWC's vectors run across channels already)" if layout == "nhwc" \
+            else "True or False"
+        raise ScheduleError(f"conv2d_{layout} schedule: by_channels must be {want}, got "
+                            f"{p.by_channels!r:.40}")
+    return p
+
+
+def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo, config=None):
     conv, pad = _conv_parts(outs, "conv2d_nchw")
     pad = _own_pad(s, pad)
     N, K, OH, OW = (_cint(e) for e in conv.shape)
     c, ky, kx = conv.op.reduce_axis
     weight = _conv_weight(conv)
-    ob, yb, xb = _conv_block_nchw(K, OH, OW, info, N, _cint(ky.dom.extent),
-                                  _cint(kx.dom.extent), _conv_x_stride(conv),
-                                  _small_weights(weight, info))
-    by_channels = _nchw_by_channels(conv, info, xb)
-    if by_channels is not None:
-        ob, yb, xb = by_channels
+    p = _conv_config(conv2d_nchw_params(conv, info), config, "nchw")
+    ob, yb, xb, by_channels = p.ob, p.yb, p.xb, p.by_channels
     fused = _fusable_epilogue(outs, conv)
     st, (n, oc, yc, xc), cs, (cn, co, cy, cx), tiles = _conv_register_block(
         s, conv, (1, ob, yb, xb), out=fused, vec=1 if by_channels else None)
@@ -605,21 +696,24 @@ def _nhwc_block_cost(OH: int, OW: int, yb: int, xb: int, nvo: int, threads: int)
     return cost * (-(-rows // threads) * threads / rows)
 
 
-def schedule_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
+def schedule_conv2d_nhwc(outs, target: str = "llvm", config=None) -> Schedule:
     """``tecomp.nn.conv2d_nhwc`` (HWIO weights, plus any elementwise epilogue).
 
     Like a GEMM whose rows are output pixels: ``YB x XB`` pixels x ``OB`` channels (two
     vectors) in registers; per input channel (the innermost loop) each pixel broadcasts
     one input value and the weights are ``OB/L`` vector loads.  Tasks and padding: see
-    :func:`_conv_tasks`."""
-    return _template_or_rules(_conv2d_nhwc_into, outs, target)
+    :func:`_conv_tasks`.  ``config``: the register block (``ob``, ``yb``, ``xb``), as
+    :func:`schedule_conv2d_nchw`'s; by default :func:`conv2d_nhwc_params`."""
+    return _template_or_rules(
+        lambda s, o, info: _conv2d_nhwc_into(s, o, info, config), outs, target)
 
 
-def _conv2d_nhwc_into(s: Schedule, outs, info: CpuInfo):
+def _conv2d_nhwc_into(s: Schedule, outs, info: CpuInfo, config=None):
     conv, pad = _conv_parts(outs, "conv2d_nhwc")
     pad = _own_pad(s, pad)
     N, OH, OW, K = (_cint(e) for e in conv.shape)
-    ob, yb, xb = _conv_block_nhwc(K, OH, OW, info)
+    p = _conv_config(conv2d_nhwc_params(conv, info), config, "nhwc")
+    ob, yb, xb = p.ob, p.yb, p.xb
     fused = _fusable_epilogue(outs, conv)
     st, (n, oc, yc, xc), cs, (cn, cy, cx, co), tiles = _conv_register_block(
         s, conv, (1, yb, xb, ob), order=(0, 3, 1, 2), out=fused)
@@ -631,6 +725,44 @@ def _conv2d_nhwc_into(s: Schedule, outs, info: CpuInfo):
     _conv_tasks(s, st, cs, pad, _conv_weight(conv), info, n, oc, yc, N, K, ob, OH, yb,
                 pad_vec_dim=3, weight_vec_dim=3)
     _epilogue(s, outs, conv, info, fused)
+
+
+def conv2d_knobs(conv, knobs, info: CpuInfo) -> ConvParams:
+    """The convolution template's config for the ``conv2d_nchw``/``conv2d_nhwc`` stage
+    ``conv``, its knobs chosen through ``knobs``: ``conv2d_nchw.by_channels`` (where the
+    heuristic takes channel vectors) and ``conv2d_nchw.block`` / ``conv2d_nhwc.block``,
+    the rank of the register block among the block model's best
+    (:data:`CONV_BLOCK_CHOICES`; 0, the default, is the heuristic's).  Applied by
+    ``schedule_conv2d_*(outs, target, config)``."""
+    out = conv.output(0)
+    if "conv2d_nhwc" in _op_tags(conv):
+        default = conv2d_nhwc_params(out, info)
+        blocks = [(default.yb, default.xb)] + [
+            b for b in _nhwc_blocks(out, info, CONV_BLOCK_CHOICES)
+            if b != (default.yb, default.xb)][:CONV_BLOCK_CHOICES - 1]
+        r = knobs.choose("conv2d_nhwc.block", list(range(len(blocks))), 0)
+        return dataclasses.replace(default, yb=blocks[r][0], xb=blocks[r][1])
+    default = conv2d_nchw_params(out, info)
+    if default.by_channels and knobs.choose("conv2d_nchw.by_channels", [True, False], True):
+        return default
+    blocks = _nchw_blocks(out, info, CONV_BLOCK_CHOICES)
+    r = knobs.choose("conv2d_nchw.block", list(range(len(blocks))), 0)
+    return ConvParams(*blocks[r])
+
+
+def _nhwc_blocks(conv: Tensor, info: CpuInfo, count: int) -> List[Tuple[int, int]]:
+    """The ``count`` cheapest ``(YB, XB)`` pixel blocks of an NHWC convolution under
+    :func:`_nhwc_block_cost` (its channel block as the heuristic's), as wide as tall."""
+    N, OH, OW, K = (_cint(e) for e in conv.shape)
+    if OH is None or OW is None:
+        return []
+    ob = _conv_block_nhwc(K, OH, OW, info)[0]
+    nvo = -(-ob // info.lanes)
+    pix = max(1, (info.vregs - nvo - 2) // nvo)
+    cands = sorted((_nhwc_block_cost(OH, OW, y, x, nvo, info.threads), -y * x, y, x)
+                   for y in range(1, min(OH, pix) + 1)
+                   for x in range(y, min(OW, pix // y) + 1))
+    return [(y, x) for _, _, y, x in cands[:count]]
 
 
 def _conv_for_generic_rules(conv, knobs, info: CpuInfo) -> bool:

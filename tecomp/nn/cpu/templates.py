@@ -11,7 +11,8 @@ from ...schedule.schedule import Schedule, create_schedule
 from .._schedule_common import _walk
 from .attention import _attention_into, _attention_part
 from .common import _auto_rest, _op_tags
-from .conv2d import _conv_for_generic_rules, schedule_conv2d_nchw, schedule_conv2d_nhwc
+from .conv2d import (_conv_for_generic_rules, conv2d_knobs, schedule_conv2d_nchw,
+                     schedule_conv2d_nhwc)
 from .gemm import _dense_rows_for_generic_rules, _gemm_template
 from .machine import CpuInfo
 from .softmax import schedule_softmax
@@ -40,8 +41,8 @@ def _auto_template(outs, knobs, info: CpuInfo) -> Optional[Schedule]:
         if "conv2d_nchw" in _op_tags(convs[0]):
             if _conv_for_generic_rules(convs[0], knobs, info):
                 return None
-            return schedule_conv2d_nchw(outs, info.target)
-        return schedule_conv2d_nhwc(outs, info.target)
+            return schedule_conv2d_nchw(outs, info.target, conv2d_knobs(convs[0], knobs, info))
+        return schedule_conv2d_nhwc(outs, info.target, conv2d_knobs(convs[0], knobs, info))
     return None
 
 
