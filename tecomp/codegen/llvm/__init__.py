@@ -8,7 +8,8 @@ The modules of this package:
 
 * ``compiler`` -- :class:`VariantCompiler`, :func:`build_llvm` and the build-time checks;
 * ``module`` -- ``_ModuleBuilder``: the LLVM module of one variant (the body function,
-  declarations, loop metadata, check sites, outlined parallel tasks);
+  declarations, loop metadata, check sites, outlined parallel tasks) and
+  ``policy_for``, which picks the target policy;
 * ``abi`` -- the kernel ABI: the exported entry points, the error words, the variants
   (``(layout, noalias)``);
 * ``emitter`` -- ``_FnEmitter``: statements and expressions into one LLVM function, and
@@ -18,6 +19,11 @@ The modules of this package:
   function sees them, constants;
 * ``intrinsics`` -- intrinsic name mangling, the float16/bfloat16 conversions, and what
   a tensor intrinsic's ``llvm`` function gets (``IntrinView``, ``IntrinBuilder``);
+* ``policy`` and ``x86`` -- the hook between the emitter and the CPU: the emitter asks
+  its ``TargetPolicy`` (``self.policy``) every question whose answer depends on the CPU
+  rather than on LLVM's semantics (register width, lane padding, strided loads, FMA,
+  vector min/max); ``X86Policy`` answers for x86, the generic ``TargetPolicy`` for any
+  other LLVM target;
 * ``jit`` (parse, verify, O3, MCJIT; the host's target machine), ``optproc`` (the O3
   pipeline in a worker process), ``threadpool`` (the thread pool parallel loops run on,
   in LLVM IR), ``runtime`` (the callable :class:`Module`: argument checks, variants,

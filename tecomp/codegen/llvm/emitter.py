@@ -15,28 +15,28 @@ Lowering
   as the vector ``<base, base+1, ..., base+L-1>``.  Values are tracked as uniform
   (scalar), affine (``base + lane*step``, integers) or general vectors: a load whose
   flattened offset is affine with step 1 is a vector load, a lane-invariant one a
-  scalar load (+ broadcast), affine with a small constant step (2-4: a strided
-  convolution's input row) one wider masked load and a shuffle (``wide_load``),
-  anything else a ``llvm.masked.gather``; a store is a vector store, a scalar store
-  or a ``llvm.masked.scatter``.  An ``if`` whose condition
+  scalar load (+ broadcast), affine with a small constant step (x86: 2-4, a strided
+  convolution's input row; ``policy.strided_wide_load``) one wider masked load and a
+  shuffle (``wide_load``), anything else a ``llvm.masked.gather``; a store is a vector
+  store, a scalar store or a ``llvm.masked.scatter``.  An ``if`` whose condition
   depends on the lane, a ``Select`` with loads in its branches, and the tail of a loop
   with a symbolic extent are *predicated*: loads and stores under a lane mask become
-  ``llvm.masked.load``/``store``/``gather``/``scatter``.  On AVX-512 an unmasked
-  contiguous load or store whose lane count is not a power of two (14 float32: a
-  56-wide row in 4 blocks) is one ``llvm.masked.load``/``store`` of the next power of
-  two (or whole number of zmm registers) with a constant mask, instead of LLVM's
-  8 + 4 + 2 lane pieces and inserts (``_FnEmitter.pad_lanes``); not for buffers a
-  store reads back (accumulators: LLVM keeps a plain load/store pair in a register
-  across a loop, a masked one not).  A constant extent L up to 64
+  ``llvm.masked.load``/``store``/``gather``/``scatter``.  On AVX-512 (the x86 policy's
+  ``pad_lanes``) an unmasked contiguous load or store whose lane count is not a power
+  of two (14 float32: a 56-wide row in 4 blocks) is one ``llvm.masked.load``/``store``
+  of the next power of two (or whole number of zmm registers) with a constant mask,
+  instead of LLVM's 8 + 4 + 2 lane pieces and inserts (``_FnEmitter.pad_lanes``); not
+  for buffers a store reads back (accumulators: LLVM keeps a plain load/store pair in a
+  register across a loop, a masked one not).  A constant extent L up to 64
   is one vector of L lanes (LLVM splits wide vectors into native registers), except
   without AVX-512 when L is not a whole number of 256-bit registers (14 float32 on AVX2):
   then register-wide pieces and a shorter last one, in sequence; a larger
   or symbolic extent is strip-mined into chunks of the native width plus a remainder
   (a shorter vector for constant extents, a masked chunk for symbolic ones).  A masked
-  load wider than a register is emitted as register-wide masked loads
-  (``_FnEmitter.masked_load``: LLVM aborted on one whose upper half was masked off).
-  Nested loops inside a widened body run serially with lane-invariant bounds.
-  Widening assumes, as TVM does, that the iterations are independent.  It is
+  load wider than a register (``policy.register_bytes``) is emitted as register-wide
+  masked loads (``_FnEmitter.masked_load``: LLVM aborted on one whose upper half was
+  masked off).  Nested loops inside a widened body run serially with lane-invariant
+  bounds.  Widening assumes, as TVM does, that the iterations are independent.  It is
   not possible -- and the loop becomes a serial loop tagged
   ``llvm.loop.vectorize.enable`` for LLVM's own loop vectorizer -- when the body
   allocates a buffer, a nested loop's bounds depend on the lane, or a lane-dependent
@@ -63,8 +63,9 @@ Lowering
 * **Numerics**: see ``tecomp/ir/expr.py``.  Integer division by a zero divisor (and
   ``INT_MIN // -1``) does not trap: ``x // 0`` and ``x % 0`` give 0 (as numpy), so a
   kernel never kills the process; divisions by non-zero constants compile to plain
-  LLVM divisions.  Float ``min``/``max`` of vectors are a compare and select (x86:
-  ``vminps``/``vmaxps``) plus a NaN test of the first operand, of scalars
+  LLVM divisions.  Float ``min``/``max`` of vectors are, on x86
+  (``policy.vector_minmax_select``), a compare and select (``vminps``/``vmaxps``) plus a
+  NaN test of the first operand; of scalars, and of vectors elsewhere,
   ``llvm.minimum``/``llvm.maximum`` (LLVM's loop vectorizer hung on a scalar max
   reduction in the compare-select form): NaN propagates as in numpy, and which zero
   ``max(0.0, -0.0)`` gives is unspecified.  Float -> int
@@ -81,8 +82,8 @@ Lowering
   would be one libm ``expf`` call per lane): a Cephes-style range reduction
   (``n = roundeven(x*log2 e)``, two-constant ``ln 2``), a degree-6 polynomial and an
   exponent scaling split in two steps, in plain vector instructions, with explicit
-  ``llvm.fma`` where the host has FMA (x86 FMA3, AArch64) and separate multiplies and
-  adds elsewhere.  No step is ever contracted, so the schedule never
+  ``llvm.fma`` where the target has FMA (``policy.has_fma``: x86 FMA3) and separate
+  multiplies and adds elsewhere.  No step is ever contracted, so the schedule never
   changes the result (vectorized, scalar, unrolled, lane-invariant code: identical
   bits).  Both variants were run on all 2^32 float32 inputs against numpy's float64
   exp rounded to float32: at most **1 ulp** from it (FMA: 0.40% of inputs 1 ulp off,
@@ -99,6 +100,11 @@ Lowering
 * **checks=True**: every load and store checks each index against its dimension's
   extent (one unsigned compare); a failure records the site and returns code 1.  Check
   sites carry precomputed messages naming the buffer and the printed IR.
+
+Where the instructions for a construct depend on the CPU rather than on LLVM's
+semantics (register width, lane padding, strided loads, FMA, vector min/max), the
+emitter asks its target policy, ``self.policy`` (:mod:`tecomp.codegen.llvm.policy`;
+x86: :mod:`tecomp.codegen.llvm.x86`).
 
 Errors while lowering a node are re-raised naming that node and its statement (the way
 numba reports lowering errors): user-fixable problems as :class:`BuildError`, broken
@@ -123,7 +129,7 @@ from ...ir.stmt import (
 )
 from ...lower import parallel as _par
 from ...lower import vectorize as _vec
-from ...lower.vectorize import MAX_WIDEN_LANES, node_text
+from ...lower.vectorize import node_text
 from ...te.tensor_intrin import row_major
 from . import jit as llvm_jit
 from .abi import ERR_ASSERT, ERR_BOUNDS, ERR_EXTERN, ERR_MALLOC
@@ -134,9 +140,6 @@ from .values import (
     _with_lanes, _wrap_signed,
 )
 
-#: a vector load of every 2nd, ..., MAX_STRIDED_STEP-th element is a wider load and a
-#: shuffle (``_FnEmitter.wide_load``), a larger step a gather
-MAX_STRIDED_STEP = 4
 #: an unrolled loop with a constant extent up to this is unrolled at code generation
 MAX_FULL_UNROLL = 1024
 #: allocations up to this many bytes (constant size) live on the stack
@@ -193,6 +196,7 @@ class _FnEmitter:
 
     def __init__(self, mb, fn: ir.Function, err, *, in_parallel: bool):
         self.mb = mb              # the module's _ModuleBuilder
+        self.policy = mb.policy   # the target's decisions (policy.py, x86.py)
         self.fn = fn
         self.err = err
         self.in_parallel = in_parallel
@@ -622,25 +626,16 @@ class _FnEmitter:
 
     def pad_lanes(self, bi, memty, off) -> int:
         """The lane count an unmasked contiguous vector access (offset ``off``) of
-        ``memty`` is widened to: the next
-        power of two when ``self.lanes`` is not one and less than a zmm register, else
-        the next whole number of zmm registers (AVX-512 only, 32- and 64-bit
-        elements).  LLVM otherwise splits e.g. a 14-lane float32 load into 8 + 4 + 2
-        lane loads and two inserts (on port 5, shared with the second FMA unit) and a
-        store into three stores; one masked access (``vmovups`` with a ``k`` mask) is a
-        single instruction.  Returns ``self.lanes`` when no widening applies."""
+        ``memty`` is widened to, as one masked access with a constant mask: the policy's
+        :meth:`~tecomp.codegen.llvm.policy.TargetPolicy.pad_lanes` (AVX-512: the next
+        power of two or whole number of zmm registers), never for a buffer a store reads
+        back (``_ModuleBuilder.no_pad``).  Returns ``self.lanes`` when no widening
+        applies."""
         n = self.lanes
-        if off.v is not None or off.step != 1 or self.mask is not None:
+        if (off.v is not None or off.step != 1 or self.mask is not None
+                or bi.buffer in self.mb.no_pad):
             return n
-        if (n <= 2 or n & (n - 1) == 0 or n > MAX_WIDEN_LANES or not self.mb.masked_pad
-                or memty not in (_F32, _I32, _F64, _I64) or bi.buffer in self.mb.no_pad):
-            return n
-        per_reg = 64 // (4 if memty in (_F32, _I32) else 8)
-        if n % per_reg == 0:
-            return n        # whole zmm registers (e.g. 48 float32): LLVM splits it cleanly
-        if n > per_reg:
-            return -(-n // per_reg) * per_reg   # e.g. 58 -> 64: whole registers
-        return 1 << (n - 1).bit_length()
+        return self.policy.pad_lanes(n, memty)
 
     def _pad_mask(self, P: int, used: Optional[int] = None):
         """``<P x i1>``: true on the first ``used`` lanes (default ``self.lanes``), false
@@ -679,12 +674,10 @@ class _FnEmitter:
                 x = b.load(p, typ=vty, align=align)
             else:
                 x = self.masked_load(p, vty, align, self.mask)
-        elif (off.v is None and 2 <= off.step <= MAX_STRIDED_STEP and self.mask is None
-              and off.step * self.lanes <= MAX_WIDEN_LANES
-              and memty in (_F32, _I32, _F64, _I64)):
-            # a small constant step (a stride-2 convolution's input row): one contiguous
-            # load of step*lanes elements and a shuffle, instead of a gather (16 lanes:
-            # two loads and a vpermt2ps against a 16-element vgatherdps)
+        elif (off.v is None and self.mask is None
+              and self.policy.strided_wide_load(off.step, self.lanes, memty)):
+            # a small constant step (x86: a stride-2 convolution's input row): one
+            # contiguous load of step*lanes elements and a shuffle, instead of a gather
             x = self.wide_load(bi, off, memty, align, off.step * self.lanes, off.step)
         else:
             ptrs = self._vec_ptrs(bi, self.vec(off))
@@ -698,8 +691,8 @@ class _FnEmitter:
     def wide_load(self, bi, off, memty, align, width: int, step: int):
         """The lanes ``base + i*step`` as one ``llvm.masked.load`` of ``width`` contiguous
         elements and a shuffle that keeps every ``step``-th: an odd lane count padded to
-        a whole register (``pad_lanes``, step 1) or a load of every 2nd to
-        ``MAX_STRIDED_STEP``-th element.  The load is masked past the last element the
+        a whole register (``pad_lanes``, step 1) or a load of every ``step``-th element
+        (``policy.strided_wide_load``).  The load is masked past the last element the
         lanes use, so it reads nothing they would not."""
         n = self.lanes
         wty = ir.VectorType(memty, width)
@@ -710,13 +703,14 @@ class _FnEmitter:
 
     def masked_load(self, p, vty, align: int, mask):
         """``llvm.masked.load`` of ``vty`` at ``p`` (zero where ``mask`` is false), as
-        register-wide pieces where ``vty`` is wider than a register.  LLVM's backend
-        splits a wider one itself, and aborts the process (an assertion in its alias
-        analysis, llvmlite 0.50 on an AVX2 Zen 3) when a piece's mask is all false:
-        ``<8 x double>`` masked to its first 4 lanes, from a fuzzed program."""
+        register-wide pieces where ``vty`` is wider than a register
+        (``policy.register_bytes``).  LLVM's backend splits a wider one itself, and
+        aborts the process (an assertion in its alias analysis, llvmlite 0.50 on an AVX2
+        Zen 3) when a piece's mask is all false: ``<8 x double>`` masked to its first 4
+        lanes, from a fuzzed program."""
         b = self.b
         n, et = vty.count, vty.element
-        per = max(1, self.mb.register_bytes // _IR_SIZE[et])
+        per = max(1, self.policy.register_bytes // _IR_SIZE[et])
         if n <= per:
             f = self.mb.intrinsic("llvm.masked.load", vty,
                                   [_PTR, _I32, ir.VectorType(_I1, n), vty], [vty, _PTR])
@@ -1390,15 +1384,18 @@ class _FnEmitter:
         a, c, dt = self._operands(e)
         b = self.b
         if _dt.is_float(dt):
-            # ``x < y ? x : y`` (x86: one vminps / vmaxps, which gives y when either is
-            # NaN), then x where x is NaN: NaN propagates, the zero of min(0.0, -0.0) is
-            # unspecified (see ir.expr.Min).  Three instructions per vector where
-            # llvm.minimum / llvm.maximum, which also orders -0 below +0, takes six
+            # vectors where the policy says so (x86): ``x < y ? x : y`` (one vminps /
+            # vmaxps, which gives y when either is NaN), then x where x is NaN: NaN
+            # propagates, the zero of min(0.0, -0.0) is unspecified (see ir.expr.Min).
+            # Three instructions per vector where llvm.minimum / llvm.maximum, which also
+            # orders -0 below +0, takes six.
             # Scalars use the intrinsic: LLVM's loop vectorizer (it runs on modules that
             # tecomp did not vectorize) never returned on a max reduction written as
             # this compare-select (a loop of ``acc = max(acc, alpha + x[k % 3])``)
+            select = self.policy.vector_minmax_select
+
             def fn(x, y):
-                if not isinstance(x.type, ir.VectorType):
+                if not (select and isinstance(x.type, ir.VectorType)):
                     name = "llvm.minimum" if is_min else "llvm.maximum"
                     return b.call(self.mb.intrinsic(name, x.type, [x.type, x.type], [x.type]),
                                   [x, y])
@@ -1621,10 +1618,11 @@ class _FnEmitter:
 
     def _madd(self, ty):
         """``madd(u, v, w) = u*v + w`` on values of type ``ty``: an explicit ``llvm.fma``
-        where the target has fused multiply-adds, else a multiply and an add (never
-        contracted: the vector math functions give the same bits under every schedule)."""
+        where the target has fused multiply-adds (``policy.has_fma``), else a multiply and
+        an add (never contracted: the vector math functions give the same bits under every
+        schedule)."""
         b = self.b
-        if self.mb.has_fma:
+        if self.policy.has_fma:
             fma = self.mb.intrinsic("llvm.fma", ty, [ty, ty, ty], [ty])
             return lambda u, v, w: b.call(fma, [u, v, w])
         return lambda u, v, w: b.fadd(b.fmul(u, v), w)
@@ -1646,7 +1644,7 @@ class _FnEmitter:
         Every step is one IEEE operation, never marked ``contract`` (whatever the
         function's ``fp_contract``): the result depends only on ``x``, so vectorized,
         scalar, unrolled and lane-invariant evaluations give bit-identical results.
-        Where the target has fused multiply-adds (``_ModuleBuilder.has_fma``) the reduction
+        Where the target has fused multiply-adds (``policy.has_fma``) the reduction
         and the polynomial use explicit ``llvm.fma`` calls (one rounding each, about
         15% faster), else separate multiplies and adds; both variants were checked on
         *every* float32 input to be within 1 ulp of the correctly rounded exp

@@ -1,6 +1,7 @@
 """The LLVM module of one variant of one PrimFunc (:class:`_ModuleBuilder`): the body
 function and the ABI entry points (:mod:`tecomp.codegen.llvm.abi`), declarations, loop
-metadata, check sites and the tasks of parallel loops.
+metadata, check sites, the tasks of parallel loops, and the target's code-generation
+policy (:func:`policy_for`).
 """
 from __future__ import annotations
 
@@ -17,7 +18,19 @@ from . import jit as llvm_jit
 from .abi import body_params, emit_entry, emit_pyarrays_entry
 from .emitter import _FnEmitter
 from .intrinsics import _mangle
+from .policy import TargetPolicy
 from .values import _I1, _I32, _I64, _PTR, Val, _Buf, _sanitize
+from .x86 import X86Policy, is_x86
+
+
+def policy_for(target) -> TargetPolicy:
+    """The code-generation policy for the llvm ``target``: :class:`X86Policy` for x86
+    code, else the generic :class:`TargetPolicy`.  Every module is compiled for this
+    machine's triple (``tc.Target`` accepts x86-64 triples only), with the target's CPU
+    and features (``_ModuleBuilder.text``)."""
+    if is_x86(llvm_jit.host().triple):
+        return X86Policy(target)
+    return TargetPolicy(target)
 
 
 def _rmw_buffers(body) -> set:
@@ -61,16 +74,11 @@ class _ModuleBuilder:
         self._loop_ids = 0
         self._par_count = 0
         self._has_load: Dict[int, bool] = {}
-        # AVX-512: a contiguous access of a lane count that is not a power of two (e.g.
-        # 14 float32) is one masked access of the next power of two (_FnEmitter.pad_lanes)
-        # (not for accumulators: LICM keeps a plain load/store pair in registers across a
-        # loop, but not a masked one)
-        self.masked_pad = self.target.has_feature("avx512f")
-        #: bytes of one vector register (masked loads wider than it are split: masked_load)
-        self.register_bytes = 64 if self.masked_pad else 32
-        #: fused multiply-adds in hardware (exp_f32's polynomial uses them)
-        self.has_fma = self.target.has_feature("fma")
-        self.no_pad = _rmw_buffers(func.body) if self.masked_pad else set()
+        #: the target's decisions the emitter asks about (policy.py, x86.py)
+        self.policy = policy_for(self.target)
+        #: buffers never padded to a masked access (_FnEmitter.pad_lanes): accumulators,
+        #: which LICM keeps in registers across a loop as a plain load/store pair only
+        self.no_pad = _rmw_buffers(func.body) if self.policy.pads_lanes else set()
         #: fast-math flags on float +, -, *: "contract" lets LLVM fuse a*b+c into an FMA
         #: (one rounding instead of two); opt in with PrimFunc.attrs["fp_contract"] = True
         self.fp_flags = ("contract",) if func.attrs.get("fp_contract", False) else ()
