@@ -469,7 +469,7 @@ def dispatch_table(threads):
     t_call = per_call(lambda x, y: tiny(a1, b1), 20000)
     print(f"Runtime overheads ({T} thread(s)):")
     try:
-        from tecomp.codegen.llvm_threadpool import measure_dispatch_overhead
+        from tecomp.codegen.llvm.threadpool import measure_dispatch_overhead
 
         d = measure_dispatch_overhead()
         print(f"  empty parallel region, measured in JIT code ({d['threads']} threads): "

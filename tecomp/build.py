@@ -53,7 +53,7 @@ def _build(s_or_func, args, target, name, checks):
     target = tgt.kind
     t0 = time.perf_counter()
     if target == "llvm":
-        from .codegen import llvm_jit
+        from .codegen.llvm import jit as llvm_jit
 
         # the first build of a process starts the LLVM optimiser worker while it lowers
         llvm_jit.start_worker()

@@ -352,7 +352,7 @@ def _read_host() -> None:
         if "features" in _HOST_INFO:
             return
         try:
-            from .codegen import llvm_jit
+            from .codegen.llvm import jit as llvm_jit
 
             h = llvm_jit.host()
             cpu = h.cpu

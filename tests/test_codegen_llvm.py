@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tecomp.codegen.llvm import build_llvm
-from tecomp.codegen import llvm_runtime
+from tecomp.codegen.llvm import runtime as llvm_runtime
 from tecomp.errors import ArgumentError, BoundsError, BuildError, InternalError
 from tecomp.ir import (
     Allocate, AssertStmt, Buffer, BufferLoad, BufferStore, Call, Cast, Const, Evaluate, For,
@@ -220,9 +220,10 @@ def test_pow_and_int_abs():
     np.testing.assert_array_equal(jj, np.abs(ii))
 
 
-# float32 exp (and fast_exp, sigmoid) is tecomp's own vector code (llvm.py, exp_f32); its
-# two variants (with fused multiply-adds where the host has them, else without) are
-# within 1 ulp of the correctly rounded exp on every float32 input (docs/numerics.md)
+# float32 exp (and fast_exp, sigmoid) is tecomp's own vector code (codegen/llvm/emitter.py,
+# exp_f32); its two variants (with fused multiply-adds where the host has them, else
+# without) are within 1 ulp of the correctly rounded exp on every float32 input
+# (docs/numerics.md)
 
 def _exp_inputs():
     """Every 509th float32 bit pattern, every pattern in windows around the edges
@@ -1250,7 +1251,7 @@ def test_random_expressions_match_numpy(kind):
 
 
 def _host_has_avx512():
-    from tecomp.codegen import llvm_jit
+    from tecomp.codegen.llvm import jit as llvm_jit
 
     return llvm_jit.host().has_feature("avx512f")
 
@@ -1435,9 +1436,10 @@ def test_unrolled_index_arithmetic_is_emitted_once_per_block():
     assert "undef" not in src and "poison" in src
 
 
-# float32 erf is tecomp's own vector code too (llvm.py, erf_f32): a polynomial below 1, 1 -
-# exp(-x^2) * Q(1/x) above, both fitted for it; measured on every float32 input against
-# float64 erf (docs/numerics.md): at most 1.62 ulp with FMA, 2.36 without
+# float32 erf is tecomp's own vector code too (codegen/llvm/emitter.py, erf_f32): a
+# polynomial below 1, 1 - exp(-x^2) * Q(1/x) above, both fitted for it; measured on every
+# float32 input against float64 erf (docs/numerics.md): at most 1.62 ulp with FMA, 2.36
+# without
 
 def _erf_inputs():
     bits = [np.arange(0, 1 << 32, 509, dtype=np.uint64).astype(np.uint32)]

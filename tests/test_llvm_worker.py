@@ -1,4 +1,4 @@
-"""The LLVM optimiser worker process (tecomp/codegen/llvm_optproc.py): same code as
+"""The LLVM optimiser worker process (tecomp/codegen/llvm/optproc.py): same code as
 optimising in-process, a crash in it does not take the caller down, a worker that cannot
 start falls back to in-process optimisation, and forked children get their own."""
 import os
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.codegen import llvm_jit
+from tecomp.codegen.llvm import jit as llvm_jit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -114,7 +114,7 @@ def test_forked_child_gets_its_own_worker():
         import os, sys
         import numpy as np
         import tecomp as tc
-        from tecomp.codegen import llvm_jit
+        from tecomp.codegen.llvm import jit as llvm_jit
         sys.path.insert(0, sys.argv[1])
         from test_llvm_worker import _kernel, _check
         s, args = _kernel()
@@ -174,7 +174,7 @@ def test_a_busy_worker_exits_when_its_parent_is_killed():
     script = textwrap.dedent("""
         import sys
         import tecomp as tc
-        from tecomp.codegen import llvm_jit
+        from tecomp.codegen.llvm import jit as llvm_jit
         sys.path.insert(0, sys.argv[1])
         from helpers import llvm_o3_hang_program
         s, args = llvm_o3_hang_program()

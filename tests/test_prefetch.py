@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.codegen import llvm_jit
+from tecomp.codegen.llvm import jit as llvm_jit
 from tecomp.ir import Buffer, Const, Prefetch, Var, interp, to_str
 from tecomp.ir.simplify import simplify
 from tecomp.testing import check_passes

@@ -1,5 +1,5 @@
 """Resources: memory stays bounded over many builds in one process (LLVM's optimiser
-runs in a worker process that retires itself, see tecomp/codegen/llvm_optproc.py), and
+runs in a worker process that retires itself, see tecomp/codegen/llvm/optproc.py), and
 the CUDA emulation's on-disk cache of compiled libraries survives concurrent writers and
 corrupted files.
 

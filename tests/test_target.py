@@ -76,7 +76,7 @@ def test_caches_of_named_cpus_and_cores():
 
 
 def test_host_is_read_from_the_machine():
-    from tecomp.codegen import llvm_jit
+    from tecomp.codegen.llvm import jit as llvm_jit
 
     h = tc.Target("llvm")
     assert h.is_host and h.cpu == llvm_jit.host().cpu

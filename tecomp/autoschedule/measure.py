@@ -359,7 +359,7 @@ def _exit_text(code: Optional[int]) -> str:
 
 def _parent_threads() -> int:
     """The thread count of this process, without compiling the thread pool for it."""
-    from ..codegen import llvm_threadpool as tp
+    from ..codegen.llvm import threadpool as tp
 
     if tp._POOL is not None:
         return tp.get_num_threads()
@@ -367,7 +367,7 @@ def _parent_threads() -> int:
 
 
 def _use_threads(n: int) -> None:
-    from ..codegen import llvm_threadpool as tp
+    from ..codegen.llvm import threadpool as tp
 
     if tp._POOL is not None:
         if tp.get_num_threads() != n:
@@ -634,8 +634,8 @@ def _prewarm() -> None:
         return
     import numpy.random  # noqa: F401  (numpy imports it lazily: 8 ms in every child)
 
-    from ..codegen import llvm as _llvm  # noqa: F401
-    from ..codegen import llvm_jit, llvm_runtime  # noqa: F401
+    from ..codegen.llvm import compiler as _compiler  # noqa: F401
+    from ..codegen.llvm import jit as llvm_jit, runtime as _runtime  # noqa: F401
     from ..lower.pipeline import lower
     from ..schedule import create_schedule, trace  # noqa: F401
     from ..te.tensor import compute, placeholder

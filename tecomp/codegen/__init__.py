@@ -1,6 +1,6 @@
-"""Code generation and runtimes: LLVM for the CPU (``llvm``, ``llvm_runtime``,
-``llvm_threadpool``, ``llvm_jit``; ``signature``: the kernel ABI; ``threads``: every
-thread pool's settings), exported libraries (``llvm_export``, ``aot_format``,
+"""Code generation and runtimes: LLVM for the CPU (the ``llvm`` package: the code
+generator, its runtime, thread pool and JIT; ``signature``: the kernel ABI; ``threads``:
+every thread pool's settings), exported libraries (``llvm.export``, ``aot_format``,
 ``libfiles``), CUDA C (``cuda``, ``c_source``), its CPU emulation (``cuda_emu``), and the
 argument checks every runtime shares (``argcheck``).
 

@@ -1,9 +1,9 @@
 """How a PrimFunc's parameters map onto the CPU kernel ABI, and the check sites a kernel
 reports errors at.
 
-Shared by the LLVM code generator (:mod:`tecomp.codegen.llvm`, whose module docstring
-describes the ABI), the runtime (:mod:`tecomp.codegen.llvm_runtime`) and the loader of
-exported libraries (:mod:`tecomp.runtime.aot`): this module imports no llvmlite, so a
+Shared by the LLVM code generator (:mod:`tecomp.codegen.llvm`; the ABI is described in
+:mod:`tecomp.codegen.llvm.abi`), the runtime (:mod:`tecomp.codegen.llvm.runtime`) and the
+loader of exported libraries (:mod:`tecomp.runtime.aot`): this module imports no llvmlite, so a
 library can be loaded and called where LLVM is not installed.
 """
 from __future__ import annotations
@@ -52,7 +52,8 @@ class ScalarParam:
 
 
 class Signature:
-    """How a PrimFunc's parameters map onto the kernel ABI (see :mod:`tecomp.codegen.llvm`).
+    """How a PrimFunc's parameters map onto the kernel ABI (see
+    :mod:`tecomp.codegen.llvm.abi`).
 
     ``written``: the buffers the function stores to; by default read from its body (a
     loaded library, whose function has no body, passes them).

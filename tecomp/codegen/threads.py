@@ -1,6 +1,6 @@
 """The thread count and spin settings of every CPU thread pool in the process.
 
-Parallel loops run on a pool written in LLVM IR (:mod:`tecomp.codegen.llvm_threadpool`
+Parallel loops run on a pool written in LLVM IR (:mod:`tecomp.codegen.llvm.threadpool`
 describes it).  A process may hold several copies of it: the one JIT-compiled for the
 kernels ``tc.build`` makes, and one inside each library ``tc.load_module`` loaded (an
 exported library carries its own pool, so that it runs where LLVM is not installed).
@@ -10,7 +10,7 @@ this module keeps the list of them and applies every setting to all:
 * ``set_num_threads(n)`` sets every pool's thread count, now and for pools registered
   later; ``get_num_threads()`` is that count.  The default is ``os.cpu_count()``, or the
   environment variable ``TECOMP_NUM_THREADS``, read when the first pool is registered.
-* ``TECOMP_SPIN`` and ``TECOMP_WAIT_SPIN`` (see ``llvm_threadpool``) apply to every pool.
+* ``TECOMP_SPIN`` and ``TECOMP_WAIT_SPIN`` (see ``llvm.threadpool``) apply to every pool.
 * At exit every pool's workers are joined; in a ``fork()``ed child every pool forgets its
   workers (they did not survive the fork) and starts new ones when it next needs them.
 
@@ -34,7 +34,7 @@ __all__ = ["PoolControls", "register", "set_num_threads", "get_num_threads",
 
 #: the most threads a pool runs
 MAX_THREADS = 1024
-#: the defaults of TECOMP_SPIN and TECOMP_WAIT_SPIN (see ``llvm_threadpool``)
+#: the defaults of TECOMP_SPIN and TECOMP_WAIT_SPIN (see ``llvm.threadpool``)
 DEFAULT_SPIN = 2000
 DEFAULT_WAIT_SPIN = 1024
 

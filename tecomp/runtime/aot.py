@@ -4,7 +4,7 @@
     g = tc.load_module("kernels.so")                               # anywhere: numpy + tecomp
     g(a, b, c)                                                     # as f(a, b, c)
 
-The module it returns is the runtime's own :class:`~tecomp.codegen.llvm_runtime.Module`,
+The module it returns is the runtime's own :class:`~tecomp.codegen.llvm.runtime.Module`,
 made from the library's metadata: the same argument checks and messages
 (:mod:`tecomp.codegen.argcheck`), the same variants (views and aliased arguments run
 as they do on ``f``: the library holds every variant), the same BoundsError and
@@ -51,7 +51,7 @@ import time
 from typing import Dict, Tuple
 
 from ..codegen import aot_format as _fmt
-from ..codegen import llvm_runtime as _rt
+from ..codegen.llvm import runtime as _rt
 from ..codegen import threads as _threads
 from ..codegen.libfiles import digest_bytes, file_path, read_sidecar, sidecar_path
 from ..codegen.signature import Signature
@@ -272,8 +272,8 @@ def _address(lib: ctypes.CDLL, name: str, where: str) -> int:
 
 class _LibraryCode:
     """One variant's entries in a loaded library, where the runtime's Module reads a
-    JIT-compiled variant (``llvm_jit.JitModule``): their ``addresses``.  There is no
-    source: the library holds machine code only."""
+    JIT-compiled variant (``tecomp.codegen.llvm.jit.JitModule``): their ``addresses``.
+    There is no source: the library holds machine code only."""
 
     def __init__(self, addresses: Dict[str, int], where: str):
         self.addresses = addresses

@@ -15,11 +15,11 @@ pattern), plus what to emit for it.  ``tc.decl_tensor_intrin(C, llvm=emit, requi
   Every placeholder is indexed by distinct axes of ``C`` (no arithmetic), shapes and
   extents are constants, and ``C`` reads nothing but placeholders.
 * ``llvm(ib, ins, outs)`` -- what the LLVM backend emits in place of the loops, given an
-  :class:`~tecomp.codegen.llvm_intrin.IntrinBuilder` ``ib`` and one
-  :class:`~tecomp.codegen.llvm_intrin.IntrinView` per operand (the region of the stage's
-  buffer that the declared placeholder stands for: its pointer, element strides).  For a
-  reduction it *accumulates* into ``outs`` (TVM's ``update``); tecomp writes the reducer's
-  identity itself before the first update.
+  :class:`~tecomp.codegen.llvm.intrinsics.IntrinBuilder` ``ib`` and one
+  :class:`~tecomp.codegen.llvm.intrinsics.IntrinView` per operand (the region of the
+  stage's buffer that the declared placeholder stands for: its pointer, element
+  strides).  For a reduction it *accumulates* into ``outs`` (TVM's ``update``); tecomp
+  writes the reducer's identity itself before the first update.
 * ``cuda(cb, ins, outs)`` -- what the CUDA C backends (``cuda`` and ``cuda-emu``, one
   text for both) emit in its place, given a
   :class:`~tecomp.codegen.cuda_intrin.CudaIntrinBuilder` ``cb`` (statements, temporaries,

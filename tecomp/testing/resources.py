@@ -5,7 +5,7 @@
 builds ``--builds`` kernels (a rotation of differently shaped and scheduled programs; every
 module is called once, then dropped), and prints the resident set size after a warm-up
 and at the end, and the growth per build; then the same for the LLVM optimiser worker
-process (see :mod:`tecomp.codegen.llvm_optproc`), with how many times it was restarted.
+process (see :mod:`tecomp.codegen.llvm.optproc`), with how many times it was restarted.
 ``tests/test_resources.py`` runs it.
 """
 from __future__ import annotations
@@ -18,14 +18,14 @@ import time
 
 def rss_bytes(pid=None) -> int:
     """The resident set size of this process (or of ``pid``; 0 where unknown)."""
-    from ..codegen.llvm_optproc import rss_bytes as _rss
+    from ..codegen.llvm.optproc import rss_bytes as _rss
 
     return _rss(pid)
 
 
 def worker_rss_bytes() -> int:
     """The resident set size of the LLVM optimiser worker (0 when none runs)."""
-    from ..codegen import llvm_jit
+    from ..codegen.llvm import jit as llvm_jit
 
     pid = llvm_jit.worker_pid()
     return rss_bytes(pid) if pid else 0
@@ -68,7 +68,7 @@ def _one_build(i: int):
 
 
 def measure(builds: int, warmup: int = 40) -> dict:
-    from ..codegen import llvm_jit
+    from ..codegen.llvm import jit as llvm_jit
 
     t0 = time.time()
     for i in range(warmup):

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.codegen import aot_format, llvm_runtime
+from tecomp.codegen import aot_format
+from tecomp.codegen.llvm import runtime as llvm_runtime
 from tecomp.codegen.libfiles import write_sidecar
 
 

@@ -1,45 +1,5 @@
-"""CPU code generation: ``PrimFunc`` -> LLVM IR (llvmlite's IRBuilder) -> O3 -> MCJIT.
-
-Entry point: :func:`build_llvm` returns a callable
-:class:`tecomp.codegen.llvm_runtime.Module`.
-
-Kernel ABI
-----------
-Every kernel variant exports the C function::
-
-    int32_t tecomp_<name>(void **data, int64_t *args, int64_t *err);
-
-* ``data[k]``: the data pointer of the k-th *buffer* parameter (in parameter order).
-* ``args``: 64-bit slots.  First one slot per "value variable": the scalar parameters in
-  parameter order, then the symbolic shape variables that are not parameters, in order
-  of first appearance (``n`` of ``A: float32[n]``).  Integers are stored sign-extended,
-  ``bool`` as 0/1, floats as the bits of a ``double``.  Then, for each buffer parameter,
-  ``ndim`` strides *in elements* (read only by the strided variant).
-* ``err``: five int64 the kernel fills on failure: ``[code, site, dim, index, extent]``.
-  Codes: 1 bounds check failed (``site`` indexes the check sites of the module, ``dim``,
-  ``index`` and ``extent`` say which), 2 ``malloc`` returned NULL (``extent`` holds the
-  byte count), 3 a checked ``AssertStmt`` failed (``site``).
-* returns 0 on success, else the code.
-
-It unpacks the ABI and calls ``tecomp_<name>.body``, an internal function taking every
-buffer pointer, value variable and stride as a typed argument.  Buffer pointers are
-marked ``noalias`` when the variant allows it; the O3 inliner turns that into scoped
-alias metadata.  A second export, ``tecomp_<name>_pyarrays``, takes in ``data[k]`` the
-address of the k-th numpy array *object* instead, reads its data pointer (the field
-``PyArray_DATA`` reads, right after the CPython object header) and calls the first:
-the Python runtime uses it because ``id(a)`` is much cheaper than ``a.ctypes.data``.
-
-Variants (versioning by memory layout and aliasing)
----------------------------------------------------
-A variant is ``(layout, noalias)``.  ``layout="contiguous"`` indexes every buffer
-parameter with the strides the IR declares (compact row-major when ``strides`` is None),
-so for constant shapes they are compile-time constants, exactly as fast as a kernel
-that never heard of strides; ``layout="strided"`` reads each array's strides from
-``args`` at run time, so any numpy view (transposes, steps, negative and zero strides)
-runs without a copy.  ``noalias=True`` promises that no written array overlaps another
-argument.  The contiguous no-alias variant is compiled eagerly by :func:`build_llvm`;
-the others are compiled on the first call that needs them and cached (see
-``llvm_runtime``).
+"""The function emitter: lowers a PrimFunc's statements and expressions into one LLVM
+function (:class:`_FnEmitter`; the module around it: :mod:`tecomp.codegen.llvm.module`).
 
 Lowering
 --------
@@ -55,42 +15,42 @@ Lowering
   as the vector ``<base, base+1, ..., base+L-1>``.  Values are tracked as uniform
   (scalar), affine (``base + lane*step``, integers) or general vectors: a load whose
   flattened offset is affine with step 1 is a vector load, a lane-invariant one a
-  scalar load (+ broadcast), affine with a small constant step (2-4: a strided
-  convolution's input row) one wider masked load and a shuffle (``wide_load``),
-  anything else a ``llvm.masked.gather``; a store is a vector store, a scalar store
-  or a ``llvm.masked.scatter``.  An ``if`` whose condition
+  scalar load (+ broadcast), affine with a small constant step (x86: 2-4, a strided
+  convolution's input row; ``policy.strided_wide_load``) one wider masked load and a
+  shuffle (``wide_load``), anything else a ``llvm.masked.gather``; a store is a vector
+  store, a scalar store or a ``llvm.masked.scatter``.  An ``if`` whose condition
   depends on the lane, a ``Select`` with loads in its branches, and the tail of a loop
   with a symbolic extent are *predicated*: loads and stores under a lane mask become
-  ``llvm.masked.load``/``store``/``gather``/``scatter``.  On AVX-512 an unmasked
-  contiguous load or store whose lane count is not a power of two (14 float32: a
-  56-wide row in 4 blocks) is one ``llvm.masked.load``/``store`` of the next power of
-  two (or whole number of zmm registers) with a constant mask, instead of LLVM's
-  8 + 4 + 2 lane pieces and inserts (``_FnEmitter.pad_lanes``); not for buffers a
-  store reads back (accumulators: LLVM keeps a plain load/store pair in a register
-  across a loop, a masked one not).  A constant extent L up to 64
+  ``llvm.masked.load``/``store``/``gather``/``scatter``.  On AVX-512 (the x86 policy's
+  ``pad_lanes``) an unmasked contiguous load or store whose lane count is not a power
+  of two (14 float32: a 56-wide row in 4 blocks) is one ``llvm.masked.load``/``store``
+  of the next power of two (or whole number of zmm registers) with a constant mask,
+  instead of LLVM's 8 + 4 + 2 lane pieces and inserts (``_FnEmitter.pad_lanes``); not
+  for buffers a store reads back (accumulators: LLVM keeps a plain load/store pair in a
+  register across a loop, a masked one not).  A constant extent L up to 64
   is one vector of L lanes (LLVM splits wide vectors into native registers), except
   without AVX-512 when L is not a whole number of 256-bit registers (14 float32 on AVX2):
   then register-wide pieces and a shorter last one, in sequence; a larger
   or symbolic extent is strip-mined into chunks of the native width plus a remainder
   (a shorter vector for constant extents, a masked chunk for symbolic ones).  A masked
-  load wider than a register is emitted as register-wide masked loads
-  (``_FnEmitter.masked_load``: LLVM aborted on one whose upper half was masked off).  Nested
-  loops inside a widened body run serially with lane-invariant bounds.  Widening
-  assumes, as TVM does, that the iterations are independent.  It is not possible -- and
-  the loop becomes a serial loop tagged ``llvm.loop.vectorize.enable`` for LLVM's own
-  loop vectorizer -- when the body allocates a buffer, a nested loop's bounds depend on
-  the lane, or a lane-dependent value is stored to a lane-invariant address (a
-  reduction along the vectorized axis).  Which of these a loop gets (and why) is the
-  lowering's decision: the ``vector_plan`` pass (``tecomp/lower/vectorize.py``) leaves a
-  plan on every vectorized loop, and this module only follows it.
+  load wider than a register (``policy.register_bytes``) is emitted as register-wide
+  masked loads (``_FnEmitter.masked_load``: LLVM aborted on one whose upper half was
+  masked off).  Nested loops inside a widened body run serially with lane-invariant
+  bounds.  Widening assumes, as TVM does, that the iterations are independent.  It is
+  not possible -- and the loop becomes a serial loop tagged
+  ``llvm.loop.vectorize.enable`` for LLVM's own loop vectorizer -- when the body
+  allocates a buffer, a nested loop's bounds depend on the lane, or a lane-dependent
+  value is stored to a lane-invariant address (a reduction along the vectorized axis).
+  Which of these a loop gets (and why) is the lowering's decision: the ``vector_plan``
+  pass (``tecomp/lower/vectorize.py``) leaves a plan on every vectorized loop, and this
+  module only follows it.
   ``Module.vectorize_notes`` says what happened to each vectorized loop.
 * **parallel** loops are outlined into ``tecomp_<name>.par<k>(closure, begin, end)``
   (every captured non-constant value travels in a stack closure struct; constants such
-  as compile-time strides stay constants) and dispatched with
-  ``tecomp_parallel_for`` (see ``llvm_threadpool``).  A parallel loop inside another
-  parallel loop's body, or inside a widened body, runs serially.  What a task captures,
-  and which loops are nested, is the ``parallel_plan`` pass's
-  (``tecomp/lower/parallel.py``).
+  as compile-time strides stay constants) and dispatched with ``tecomp_parallel_for``
+  (see :mod:`tecomp.codegen.llvm.threadpool`).  A parallel loop inside another parallel
+  loop's body, or inside a widened body, runs serially.  What a task captures, and which
+  loops are nested, is the ``parallel_plan`` pass's (``tecomp/lower/parallel.py``).
 * **Allocate**: constant-size buffers up to 64 KiB are ``alloca``s in the entry block of
   the enclosing function (the outlined function inside a parallel body, so each task
   has its own); larger or symbolic ones use ``aligned_alloc`` (64 bytes, as the
@@ -103,8 +63,9 @@ Lowering
 * **Numerics**: see ``tecomp/ir/expr.py``.  Integer division by a zero divisor (and
   ``INT_MIN // -1``) does not trap: ``x // 0`` and ``x % 0`` give 0 (as numpy), so a
   kernel never kills the process; divisions by non-zero constants compile to plain
-  LLVM divisions.  Float ``min``/``max`` of vectors are a compare and select (x86:
-  ``vminps``/``vmaxps``) plus a NaN test of the first operand, of scalars
+  LLVM divisions.  Float ``min``/``max`` of vectors are, on x86
+  (``policy.vector_minmax_select``), a compare and select (``vminps``/``vmaxps``) plus a
+  NaN test of the first operand; of scalars, and of vectors elsewhere,
   ``llvm.minimum``/``llvm.maximum`` (LLVM's loop vectorizer hung on a scalar max
   reduction in the compare-select form): NaN propagates as in numpy, and which zero
   ``max(0.0, -0.0)`` gives is unspecified.  Float -> int
@@ -121,12 +82,13 @@ Lowering
   would be one libm ``expf`` call per lane): a Cephes-style range reduction
   (``n = roundeven(x*log2 e)``, two-constant ``ln 2``), a degree-6 polynomial and an
   exponent scaling split in two steps, in plain vector instructions, with explicit
-  ``llvm.fma`` where the host has FMA (x86 FMA3, AArch64) and separate multiplies and
-  adds elsewhere.  No step is ever contracted, so the schedule never changes the
-  result (vectorized, scalar, unrolled, lane-invariant code: identical bits).  Both
-  variants were run on all 2^32 float32 inputs against numpy's float64 exp rounded to
-  float32: at most **1 ulp** from it (FMA: 0.40% of inputs 1 ulp off, largest error
-  1.02 ulp of the exact value; no FMA: 0.42%, 0.99 ulp), subnormal results included;
+  ``llvm.fma`` where the target has FMA (``policy.has_fma``: x86 FMA3) and separate
+  multiplies and adds elsewhere.  No step is ever contracted, so the schedule never
+  changes the result (vectorized, scalar, unrolled, lane-invariant code: identical
+  bits).  Both variants were run on all 2^32 float32 inputs against numpy's float64
+  exp rounded to float32: at most **1 ulp** from it (FMA: 0.40% of inputs 1 ulp off,
+  largest error 1.02 ulp of the exact value; no FMA: 0.42%, 0.99 ulp), subnormal results
+  included;
   ``inf`` from 88.72284 up, 0 from -103.97209 down, NaN kept, ``exp(-0.0) = 1``.
   ``fast_exp`` is the same code (an alias kept for TVM's ``topi.fast_exp`` users);
   ``sigmoid`` is ``1/(1+exp(-x))`` with that exp (relative error < 3e-7, measured
@@ -139,9 +101,10 @@ Lowering
   extent (one unsigned compare); a failure records the site and returns code 1.  Check
   sites carry precomputed messages naming the buffer and the printed IR.
 
-Determinism: names come from the IR (loop variables, buffers) and counters in
-emission order, never from ``id()`` or hashes; the same PrimFunc gives byte-identical
-LLVM IR in every process.
+Where the instructions for a construct depend on the CPU rather than on LLVM's
+semantics (register width, lane padding, strided loads, FMA, vector min/max), the
+emitter asks its target policy, ``self.policy`` (:mod:`tecomp.codegen.llvm.policy`;
+x86: :mod:`tecomp.codegen.llvm.x86`).
 
 Errors while lowering a node are re-raised naming that node and its statement (the way
 numba reports lowering errors): user-fixable problems as :class:`BuildError`, broken
@@ -149,242 +112,38 @@ invariants as :class:`InternalError`.
 """
 from __future__ import annotations
 
-import re
-import time
-from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 import llvmlite.ir as ir
-import numpy as np
 
-from ..errors import BuildError, InternalError, ResourceLimitError, TecompError
-from ..ir import dtype as _dt
-from ..ir.expr import (
+from ...errors import BuildError, InternalError, ResourceLimitError, TecompError
+from ...ir import dtype as _dt
+from ...ir.expr import (
     EQ, GE, GT, LE, LT, NE, SPECIAL_CALLS, Add, And, Buffer, BufferLoad, Call, Cast, CmpOp,
     Const, Div, Expr, FloorDiv, FloorMod, Let, Max, Min, Mul, Not, Or, ProducerLoad, Reduce,
     Select, Sub, TruncDiv, TruncMod, Var,
 )
-from ..ir.functor import Visitor, free_vars, post_order
-from ..ir.names import identifier
-from ..ir.stmt import (
+from ...ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
-    Prefetch, PrimFunc, SeqStmt, Stmt, TensorIntrinCall,
+    Prefetch, SeqStmt, Stmt, TensorIntrinCall,
 )
-from ..lower import parallel as _par
-from ..lower import vectorize as _vec
-from ..lower.vectorize import MAX_WIDEN_LANES, buffer_uses, node_text
-from . import llvm_jit
-from .signature import BufferParam, CheckSite, ScalarParam, Signature  # noqa: F401
+from ...lower import parallel as _par
+from ...lower import vectorize as _vec
+from ...lower.vectorize import node_text
+from ...te.tensor_intrin import row_major
+from . import jit as llvm_jit
+from .abi import ERR_ASSERT, ERR_BOUNDS, ERR_EXTERN, ERR_MALLOC
+from .intrinsics import IntrinBuilder, IntrinView, _bf16_to_f32, _f32_to_bf16, _f64_to_f16, _Freeze
+from .values import (
+    _F16, _F32, _F64, _I1, _I8, _I32, _I64, _IR_SIZE, _MEM, _PTR, _REG, _SIZE, Val, _Buf,
+    _is_const, _lit, _operand_key, _poison, _sanitize, _splat, _splat_const, _unsigned,
+    _with_lanes, _wrap_signed,
+)
 
-# ---------------------------------------------------------------------------------------
-# types
-
-_I1 = ir.IntType(1)
-_I8 = ir.IntType(8)
-_I16 = ir.IntType(16)
-_I32 = ir.IntType(32)
-_I64 = ir.IntType(64)
-_F16 = ir.HalfType()
-_F32 = ir.FloatType()
-_F64 = ir.DoubleType()
-_PTR = ir.PointerType()
-
-#: register (compute) type of each dtype: float16 computes in float32, bool is i1
-_REG = {"bool": _I1, "int8": _I8, "uint8": _I8, "int16": _I16, "int32": _I32, "int64": _I64,
-        "float16": _F32, "bfloat16": _F32, "float32": _F32, "float64": _F64}
-#: memory type of each dtype: bool is a byte (numpy's layout), float16 is half, bfloat16
-#: the upper 16 bits of a float32 (converted by integer code: no bfloat instruction needed)
-_MEM = {"bool": _I8, "int8": _I8, "uint8": _I8, "int16": _I16, "int32": _I32, "int64": _I64,
-        "float16": _F16, "bfloat16": _I16, "float32": _F32, "float64": _F64}
-_SIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8,
-         "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-
-#: bytes of each LLVM element type
-_IR_SIZE = {_MEM[d]: _SIZE[d] for d in _MEM}
-
-#: a vector load of every 2nd, ..., MAX_STRIDED_STEP-th element is a wider load and a
-#: shuffle (``_FnEmitter.wide_load``), a larger step a gather
-MAX_STRIDED_STEP = 4
 #: an unrolled loop with a constant extent up to this is unrolled at code generation
 MAX_FULL_UNROLL = 1024
 #: allocations up to this many bytes (constant size) live on the stack
 MAX_STACK_ALLOC = 64 * 1024
-
-#: offset of the data pointer in a numpy array object (defined by the runtime, which checks
-#: it against ``a.ctypes.data`` before using the ``_pyarrays`` entry)
-from .llvm_runtime import PYOBJECT_DATA_OFFSET  # noqa: E402
-
-ERR_BOUNDS = 1
-ERR_MALLOC = 2
-ERR_ASSERT = 3
-ERR_EXTERN = 4   # an extern stage's function raised (tecomp.runtime.extern keeps it)
-ERR_WORDS = 5
-
-
-def _unsigned(dtype: str) -> bool:
-    return dtype == "bool" or _dt.is_uint(dtype)
-
-
-def _wrap_signed(v: int, bits: int) -> int:
-    v &= (1 << bits) - 1
-    if v >= 1 << (bits - 1):
-        v -= 1 << bits
-    return v
-
-
-def _mangle(ty) -> str:
-    if isinstance(ty, ir.VectorType):
-        return f"v{ty.count}{_mangle(ty.element)}"
-    if isinstance(ty, ir.HalfType):
-        return "f16"
-    if isinstance(ty, ir.FloatType):
-        return "f32"
-    if isinstance(ty, ir.DoubleType):
-        return "f64"
-    if isinstance(ty, ir.IntType):
-        return f"i{ty.width}"
-    if isinstance(ty, ir.PointerType):
-        return "p0"
-    raise InternalError(f"no intrinsic mangling for type {ty}")
-
-
-def _with_lanes(scalar_ty, like):
-    """``scalar_ty``, or a vector of it with as many lanes as the type ``like``."""
-    if isinstance(like, ir.VectorType):
-        return ir.VectorType(scalar_ty, like.count)
-    return scalar_ty
-
-
-def _operand_key(v):
-    """A hashable identity of an LLVM operand: scalar integer constants by value (they are
-    built afresh at each use), everything else by object (kept alive by the cache entry's
-    instruction, which uses it)."""
-    if _is_const(v):
-        return (v.type.width, v.constant)
-    return id(v)
-
-
-def _is_const(v) -> bool:
-    return isinstance(v, ir.Constant) and isinstance(v.type, ir.IntType) and \
-        isinstance(v.constant, int)
-
-
-class _Freeze(ir.Instruction):
-    """``freeze``: turns poison (e.g. an out-of-range fptosi) into an arbitrary value."""
-
-    def __init__(self, parent, value, name=""):
-        super().__init__(parent, value.type, "freeze", [value], name=name)
-
-    def descr(self, buf):
-        v, = self.operands
-        buf.append(f"freeze {v.type} {v.get_reference()}\n")
-
-
-def _sanitize(name: str) -> str:
-    return identifier(name, "kernel", c=False)
-
-
-# ---------------------------------------------------------------------------------------
-# signature analysis: tecomp/codegen/signature.py (shared with the runtime and the loader
-# of exported libraries, which must not import llvmlite)
-
-
-def _rmw_buffers(body) -> set:
-    """Buffers some store reads back (``B[i] = B[i] + ...``: accumulators)."""
-    out = set()
-
-    class _V(Visitor):
-        def visit_BufferStore(self, s):
-            if s.buffer not in out:
-                def hit(n):
-                    if isinstance(n, BufferLoad) and n.buffer is s.buffer:
-                        out.add(s.buffer)
-                post_order(s.value, hit)
-            self.generic_visit(s)
-
-    _V().visit(body)
-    return out
-
-
-def _check_func(func: PrimFunc, sig: Signature) -> None:
-    """Build-time checks of things the CPU target cannot run or the IR gets wrong."""
-    known = set(sig.slot_vars)
-    for v in free_vars(func.body):
-        if v not in known:
-            raise BuildError(
-                f"variable `{v.name}` is used in the body of {func.name} but is neither a "
-                f"scalar parameter nor the extent of a buffer parameter's dimension; add it "
-                f"to the parameters")
-    params = {bp.buffer for bp in sig.buffers}
-    uses = buffer_uses(func.body)
-    for b in uses.used:
-        if b not in params and b not in uses.allocated:
-            raise BuildError(f"buffer {b.name} is used in {func.name} but is neither a parameter "
-                             f"nor allocated in the body; add it to the arguments")
-
-    class _Threads(Visitor):
-        def visit_For(self, s):
-            if s.kind == "thread":
-                raise BuildError(
-                    f"the loop over `{s.var.name}` is bound to the GPU thread axis "
-                    f"{s.thread_tag or '(unnamed)'}; the llvm (CPU) target cannot run GPU-bound "
-                    f"loops: build with target='cuda' or remove the bind")
-            self.generic_visit(s)
-
-    _Threads().visit(func.body)
-
-
-# ---------------------------------------------------------------------------------------
-# values
-
-
-class Val:
-    """The value of an IR expression in the current lane context.
-
-    * uniform: ``s`` is a scalar LLVM value, the same in every lane (``step == 0``);
-    * affine (integers only): lane ``l`` holds ``s + l*step``;
-    * vector: ``v`` is an LLVM vector with one element per lane.
-    Outside widened loops every value is uniform.
-    """
-
-    __slots__ = ("s", "step", "v")
-
-    def __init__(self, s=None, step: int = 0, v=None):
-        self.s = s
-        self.step = step
-        self.v = v
-
-    @property
-    def uniform(self) -> bool:
-        return self.v is None and self.step == 0
-
-    @property
-    def lane_affine(self) -> bool:
-        """Uniform or affine (no materialised vector)."""
-        return self.v is None
-
-    @property
-    def type(self):
-        return self.s.type if self.v is None else self.v.type.element
-
-    def __repr__(self):  # pragma: no cover - debugging aid
-        if self.v is not None:
-            return f"Val(vec {self.v.type})"
-        return f"Val({self.s.type}, step={self.step})"
-
-
-@dataclass
-class _Buf:
-    """A buffer as the current function sees it."""
-
-    buffer: Buffer
-    ptr: object                 # ir.Value (ptr)
-    strides: List[object]       # i64 ir.Values (ir.Constant when known)
-    extents: List[object]       # i64 ir.Values (for bounds checks)
-
-    @property
-    def dtype(self) -> str:
-        return self.buffer.dtype
 
 
 class _Annotated:
@@ -427,434 +186,6 @@ def _annotate(exc: BaseException, node, stmt) -> BaseException:
     return new
 
 
-# ---------------------------------------------------------------------------------------
-# module builder
-
-
-class _ModuleBuilder:
-    """Builds the LLVM module of one variant of one PrimFunc."""
-
-    def __init__(self, func: PrimFunc, sig: Signature, layout: str, noalias: bool,
-                 checks: bool, target=None):
-        from ..target import as_target
-
-        h = llvm_jit.host()
-        self.target = as_target(target if target is not None else "llvm")
-        self.func = func
-        self.sig = sig
-        self.layout = layout
-        self.noalias = noalias
-        self.checks = checks
-        self.symbol = "tecomp_" + _sanitize(func.name)
-        self.module = ir.Module(name=self.symbol)
-        self.module.triple = h.triple
-        self.module.data_layout = h.data_layout
-        self.decls: Dict[str, ir.Function] = {}
-        self.sites: List[CheckSite] = []
-        self.notes: List[str] = []
-        self._loop_ids = 0
-        self._par_count = 0
-        self._has_load: Dict[int, bool] = {}
-        # AVX-512: a contiguous access of a lane count that is not a power of two (e.g.
-        # 14 float32) is one masked access of the next power of two (_FnEmitter.pad_lanes)
-        # (not for accumulators: LICM keeps a plain load/store pair in registers across a
-        # loop, but not a masked one)
-        self.masked_pad = self.target.has_feature("avx512f")
-        #: bytes of one vector register (masked loads wider than it are split: masked_load)
-        self.register_bytes = 64 if self.masked_pad else 32
-        #: fused multiply-adds in hardware (exp_f32's polynomial uses them)
-        self.has_fma = self.target.has_feature("fma")
-        self.no_pad = _rmw_buffers(func.body) if self.masked_pad else set()
-        #: fast-math flags on float +, -, *: "contract" lets LLVM fuse a*b+c into an FMA
-        #: (one rounding instead of two); opt in with PrimFunc.attrs["fp_contract"] = True
-        self.fp_flags = ("contract",) if func.attrs.get("fp_contract", False) else ()
-
-    # -- declarations ----------------------------------------------------------------
-    def declare(self, name: str, ret, args) -> ir.Function:
-        f = self.decls.get(name)
-        if f is None:
-            f = self.module.globals.get(name)
-            if f is None:
-                f = ir.Function(self.module, ir.FunctionType(ret, list(args)), name=name)
-            self.decls[name] = f
-        return f
-
-    def intrinsic(self, base: str, ret, args, mangle_types) -> ir.Function:
-        name = base + "".join("." + _mangle(t) for t in mangle_types)
-        return self.declare(name, ret, args)
-
-    def loop_md(self, *props):
-        """A distinct ``llvm.loop`` node carrying ``props`` (pairs of name, value)."""
-        self._loop_ids += 1
-        ops = [ir.MetaDataString(self.module, f"tecomp.loopid.{self._loop_ids}")]
-        for key, val in props:
-            if isinstance(val, bool):
-                c = ir.Constant(_I1, 1 if val else 0)
-            else:
-                c = ir.Constant(_I32, int(val))
-            ops.append(self.module.add_metadata([ir.MetaDataString(self.module, key), c]))
-        return self.module.add_metadata(ops)
-
-    def has_load(self, e) -> bool:
-        k = id(e)
-        r = self._has_load.get(k)
-        if r is None:
-            found = []
-
-            class _V(Visitor):
-                def visit_BufferLoad(self, x):
-                    found.append(x)
-
-            _V().visit(e)
-            r = bool(found)
-            self._has_load[k] = r
-        return r
-
-    def explicitly_vectorized(self) -> bool:
-        """Whether the schedule vectorized the kernel itself: at least one loop was
-        widened and none was left to LLVM's loop vectorizer (then the optimiser skips
-        its own vectorizers and unroller, see ``llvm_jit.optimize``)."""
-        widened = any(n.startswith("vectorized loop") and "not widened" not in n
-                      for n in self.notes)
-        fallback = any("not widened" in n for n in self.notes)
-        return widened and not fallback
-
-    def add_site(self, kind, buffer, text, stmt) -> int:
-        self.sites.append(CheckSite(kind, buffer, text, stmt))
-        return len(self.sites) - 1
-
-    # -- the kernel -----------------------------------------------------------------
-    def build(self) -> str:
-        sig = self.sig
-        # the body function: typed arguments
-        arg_types, arg_names = [], []
-        for bp in sig.buffers:
-            arg_types.append(_PTR)
-            arg_names.append(_sanitize(bp.name))
-        for v in sig.slot_vars:
-            arg_types.append(_REG[v.dtype])
-            arg_names.append(_sanitize(v.name))
-        if self.layout == "strided":
-            for bp in sig.buffers:
-                for d in range(bp.ndim):
-                    arg_types.append(_I64)
-                    arg_names.append(f"{_sanitize(bp.name)}_stride{d}")
-        arg_types.append(_PTR)
-        arg_names.append("err")
-        body_fn = ir.Function(self.module, ir.FunctionType(_I32, arg_types),
-                              name=self.symbol + ".body")
-        body_fn.linkage = "internal"
-        body_fn.attributes.add("nounwind")
-        body_fn.attributes.add("alwaysinline")
-        for a, n in zip(body_fn.args, arg_names):
-            a.name = n
-        nb = len(sig.buffers)
-        for k in range(nb):
-            if self.noalias:
-                body_fn.args[k].add_attribute("noalias")
-        body_fn.args[-1].add_attribute("noalias")
-
-        em = _FnEmitter(self, body_fn, body_fn.args[-1], in_parallel=False)
-        args = list(body_fn.args)
-        for i, v in enumerate(sig.slot_vars):
-            em.env[v] = Val(args[nb + i])
-        stride_args = args[nb + len(sig.slot_vars):-1]
-        si = 0
-        for k, bp in enumerate(sig.buffers):
-            b = bp.buffer
-            extents = [em.scalar_index(x) for x in b.shape]
-            if self.layout == "strided":
-                strides = list(stride_args[si:si + bp.ndim])
-                si += bp.ndim
-            else:
-                strides = em.declared_strides(b, extents)
-            em.bufs[b] = _Buf(b, args[k], strides, extents)
-        em.stmt(self.func.body)
-        em.finish_ok()
-
-        main = self._emit_entry(body_fn)
-        self._emit_pyarrays_entry(main)
-
-    def _emit_entry(self, body_fn) -> ir.Function:
-        """The exported function ``tecomp_<name>(data, args, err)``: unpack the ABI and
-        call the body (which the optimiser inlines here)."""
-        sig = self.sig
-        entry = ir.Function(self.module, ir.FunctionType(_I32, [_PTR, _PTR, _PTR]),
-                            name=self.symbol)
-        entry.attributes.add("nounwind")
-        entry.attributes.add("noinline")
-        data, slots, err = entry.args
-        data.name, slots.name, err.name = "data", "args", "err"
-        b = ir.IRBuilder(entry.append_basic_block("entry"))
-        for w in range(ERR_WORDS):
-            b.store(ir.Constant(_I64, 0), b.gep(err, [ir.Constant(_I64, w)], source_etype=_I64),
-                    align=8)
-        vals = []
-        for bp in sig.buffers:
-            p = b.gep(data, [ir.Constant(_I64, bp.data_index)], source_etype=_PTR)
-            vals.append(b.load(p, typ=_PTR, align=8, name=_sanitize(bp.name)))
-        for i, v in enumerate(sig.slot_vars):
-            p = b.gep(slots, [ir.Constant(_I64, i)], source_etype=_I64)
-            raw = b.load(p, typ=_I64, align=8)
-            vals.append(_slot_to_value(b, raw, v.dtype, _sanitize(v.name)))
-        if self.layout == "strided":
-            for bp in sig.buffers:
-                for d in range(bp.ndim):
-                    p = b.gep(slots, [ir.Constant(_I64, bp.stride_slot + d)], source_etype=_I64)
-                    vals.append(b.load(p, typ=_I64, align=8))
-        vals.append(err)
-        b.ret(b.call(body_fn, vals))
-        return entry
-
-    def _emit_pyarrays_entry(self, main: ir.Function) -> None:
-        """``tecomp_<name>_pyarrays(objs, args, err)``: ``objs[k]`` is the address of a
-        numpy array object; read each data pointer from it (the field ``PyArray_DATA``
-        reads, at ``PYOBJECT_DATA_OFFSET``) and call the main entry."""
-        nb = len(self.sig.buffers)
-        entry = ir.Function(self.module, ir.FunctionType(_I32, [_PTR, _PTR, _PTR]),
-                            name=self.symbol + "_pyarrays")
-        entry.attributes.add("nounwind")
-        objs, slots, err = entry.args
-        objs.name, slots.name, err.name = "objs", "args", "err"
-        b = ir.IRBuilder(entry.append_basic_block("entry"))
-        data = b.alloca(ir.ArrayType(_PTR, max(nb, 1)), name="data")
-        data.type = _PTR
-        for k in range(nb):
-            idx = ir.Constant(_I64, k)
-            obj = b.load(b.gep(objs, [idx], source_etype=_PTR), typ=_PTR, align=8)
-            field = b.gep(obj, [ir.Constant(_I64, PYOBJECT_DATA_OFFSET)], source_etype=_I8)
-            ptr = b.load(field, typ=_PTR, align=8)
-            b.store(ptr, b.gep(data, [idx], source_etype=_PTR), align=8)
-        b.ret(b.call(main, [data, slots, err]))
-
-    def text(self) -> str:
-        s = str(self.module)
-        if not self.target.is_host:
-            # every function compiled for the target's CPU: LLVM takes the subtarget (the
-            # instructions, the vector width its cost model assumes) from these
-            # attributes instead of the host's TargetMachine defaults
-            # (both: a function without "target-features" would get the host's, AVX-512
-            # included, on top of the CPU's own)
-            attrs = (f' "target-cpu"="{self.target.cpu}"'
-                     f' "target-features"="{self.target.llvm_features}"')
-            s = re.sub(r"^(define [^\n]*?)\s*\{$", lambda m: m.group(1) + attrs + " {", s,
-                       flags=re.M)
-        # llvmlite cannot build self-referential metadata: loop ids are emitted as
-        # !{!"tecomp.loopid.K", ...} and patched into distinct !{!N, ...} here.
-        return re.sub(r'^(!\d+) = !\{\s*!"tecomp\.loopid\.\d+"\s*,\s*',
-                      lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}, ",
-                      s, flags=re.M)
-
-    # -- parallel outlining ---------------------------------------------------------
-    def outline_parallel(self, parent: "_FnEmitter", loop: For, lo, captured_vars,
-                         used_bufs) -> Tuple[ir.Function, List[object]]:
-        """Emit the task function of ``loop``; return it and the captured values."""
-        k = self._par_count
-        self._par_count += 1
-        name = f"{self.symbol}.par{k}"
-        captures: List[object] = []
-        index: Dict[int, int] = {}
-
-        def cap(v):
-            if isinstance(v, ir.Constant):
-                return v
-            i = index.get(id(v))
-            if i is None:
-                i = len(captures)
-                index[id(v)] = i
-                captures.append(v)
-            return ("cap", i)
-
-        var_plan = []
-        for var in captured_vars:
-            val = parent.env[var]
-            v64 = parent.env64.get(var)
-            var_plan.append((var, cap(val.s), cap(v64.s) if v64 is not None else None))
-        buf_plan = []
-        param_bufs = {bp.buffer for bp in self.sig.buffers}
-        for b in used_bufs:
-            bi = parent.bufs[b]
-            buf_plan.append((b, cap(bi.ptr), [cap(s) for s in bi.strides],
-                             [cap(e) for e in bi.extents],
-                             self.noalias or b not in param_bufs))
-        lo_ref = cap(lo)
-        err_ref = cap(parent.err)
-
-        # body function: typed, noalias pointers; inlined into the task wrapper
-        types = [v.type for v in captures] + [_I64, _I64]
-        body = ir.Function(self.module, ir.FunctionType(_I32, types), name=name + ".body")
-        body.linkage = "internal"
-        body.attributes.add("nounwind")
-        body.attributes.add("alwaysinline")
-        for b, pref, _, _, na in buf_plan:
-            if na and isinstance(pref, tuple):
-                body.args[pref[1]].add_attribute("noalias")
-        for i, a in enumerate(body.args[:len(captures)]):
-            a.name = f"c{i}"
-        begin, end = body.args[-2], body.args[-1]
-        begin.name, end.name = "begin", "end"
-
-        def get(ref):
-            return body.args[ref[1]] if isinstance(ref, tuple) else ref
-
-        em = _FnEmitter(self, body, get(err_ref), in_parallel=True)
-        for var, sref, s64ref in var_plan:
-            em.env[var] = Val(get(sref))
-            if s64ref is not None:
-                em.env64[var] = Val(get(s64ref))
-        for b, pref, srefs, erefs, _ in buf_plan:
-            em.bufs[b] = _Buf(b, get(pref), [get(r) for r in srefs], [get(r) for r in erefs])
-        lo_v = get(lo_ref)
-        start = em.iadd(lo_v, begin)
-        stop_n = em.b.sub(end, begin)
-        em.loop(_sanitize(loop.var.name), start, stop_n,
-                lambda iv: em.with_loop_var(loop.var, Val(iv), lambda: em.stmt(loop.body)))
-        em.finish_ok()
-
-        # task wrapper: i32 (ptr closure, i64 begin, i64 end)
-        task = ir.Function(self.module, ir.FunctionType(_I32, [_PTR, _I64, _I64]), name=name)
-        task.linkage = "internal"
-        task.attributes.add("nounwind")
-        cl, tb, te = task.args
-        cl.name, tb.name, te.name = "closure", "begin", "end"
-        bb = ir.IRBuilder(task.append_basic_block("entry"))
-        st = ir.LiteralStructType([v.type for v in captures])
-        vals = []
-        for i, v in enumerate(captures):
-            p = bb.gep(cl, [ir.Constant(_I32, 0), ir.Constant(_I32, i)], inbounds=True,
-                       source_etype=st)
-            vals.append(bb.load(p, typ=v.type))
-        bb.ret(bb.call(body, vals + [tb, te]))
-        return task, captures
-
-
-def _slot_to_value(b: ir.IRBuilder, raw, dtype: str, name: str):
-    """Convert a 64-bit ABI slot into a value of ``dtype`` (its register type)."""
-    if dtype == "bool":
-        return b.icmp_unsigned("!=", raw, ir.Constant(_I64, 0), name=name)
-    if _dt.is_int(dtype):
-        return raw if dtype == "int64" else b.trunc(raw, _REG[dtype], name=name)
-    d = b.bitcast(raw, _F64)
-    if dtype == "float64":
-        return d
-    if dtype == "float32":
-        return b.fptrunc(d, _F32, name=name)
-    if dtype == "bfloat16":   # through float32, then to nearest bfloat16
-        return _bf16_to_f32(b, _f32_to_bf16(b, b.fptrunc(d, _F32)))
-    # float16: round once to half, compute in float32
-    return b.fpext(_f64_to_f16(b, d), _F32, name=name)
-
-
-def _bf16_to_f32(b: ir.IRBuilder, x):
-    """The float32 whose upper half is the bfloat16 bits ``x`` (i16, scalar or vector)."""
-    i32 = _with_lanes(_I32, x.type)
-    w = b.shl(b.zext(x, i32), _splat(i32, 16))
-    return b.bitcast(w, _with_lanes(_F32, x.type))
-
-
-def _f32_to_bf16(b: ir.IRBuilder, x):
-    """float32 ``x`` rounded to the nearest bfloat16 (ties to even), as i16 bits; a NaN
-    stays a (quiet) NaN of the same sign."""
-    i32 = _with_lanes(_I32, x.type)
-    i16 = _with_lanes(_I16, x.type)
-    u = b.bitcast(x, i32)
-    hi = b.lshr(u, _splat(i32, 16))
-    bias = b.add(_splat(i32, 0x7FFF), b.and_(hi, _splat(i32, 1)))
-    rounded = b.trunc(b.lshr(b.add(u, bias), _splat(i32, 16)), i16)
-    quiet = b.trunc(b.or_(hi, _splat(i32, 0x40)), i16)
-    return b.select(b.fcmp_unordered("uno", x, x), quiet, rounded)
-
-
-def _f64_to_f16(b: ir.IRBuilder, x):
-    """``fptrunc double -> half`` rounding once, without a libcall (x: scalar or vector).
-
-    x86 without AVX512-FP16 has no direct instruction and the compiler-rt helper is not
-    in the process.  Round to float32 *to odd* (truncate, then set the last bit when
-    inexact), then to half: the odd bit keeps the second rounding correct.
-    """
-    f32 = _with_lanes(_F32, x.type)
-    i32 = _with_lanes(_I32, x.type)
-    r = b.fptrunc(x, f32)
-    back = b.fpext(r, x.type)
-    # truncate toward zero: if |r| > |x|, step r one ulp toward zero
-    ar = b.call(_fabs_decl(b, back.type), [back])
-    ax = b.call(_fabs_decl(b, x.type), [x])
-    too_big = b.fcmp_ordered(">", ar, ax)
-    bits = b.bitcast(r, i32)
-    one = _splat(i32, 1)
-    bits = b.select(too_big, b.sub(bits, one), bits)
-    inexact = b.fcmp_ordered("!=", b.fpext(b.bitcast(bits, f32), x.type), x)
-    bits = b.select(inexact, b.or_(bits, one), bits)
-    odd = b.bitcast(bits, f32)
-    isnan = b.fcmp_unordered("uno", x, x)
-    odd = b.select(isnan, r, odd)
-    return b.fptrunc(odd, _with_lanes(_F16, x.type))
-
-
-def _fabs_decl(b: ir.IRBuilder, ty):
-    mod = b.module
-    name = "llvm.fabs." + _mangle(ty)
-    f = mod.globals.get(name)
-    if f is None:
-        f = ir.Function(mod, ir.FunctionType(ty, [ty]), name=name)
-    return f
-
-
-def _int_const_value(value, width: int) -> int:
-    if width == 1:
-        return int(value) & 1
-    return _wrap_signed(int(value), width)
-
-
-class _Lit(ir.Constant):
-    """A vector constant written in LLVM's short forms (``poison``, ``zeroinitializer``,
-    ``splat (float 1.0)``) instead of llvmlite's element list: a 32-lane ``undef`` vector
-    is 32 formatted elements, on every use, in text that LLVM then parses again."""
-
-    def __init__(self, ty, text: str):
-        super().__init__(ty, None)
-        self.text = text
-
-    def _get_reference(self):
-        return self.text
-
-
-_LITS: Dict[Tuple[str, str], _Lit] = {}
-
-
-def _lit(ty, text: str) -> _Lit:
-    """The shared constant for ``(ty, text)`` (it caches its own text).  The cache is
-    emptied when it grows past 4096 entries: a process that builds kernels with ever new
-    constants must not grow with them."""
-    key = (str(ty), text)
-    c = _LITS.get(key)
-    if c is None:
-        if len(_LITS) >= 4096:
-            _LITS.clear()
-        c = _LITS[key] = _Lit(ty, text)
-    return c
-
-
-def _poison(ty) -> _Lit:
-    return _lit(ty, "poison")
-
-
-def _splat_const(vty, c) -> _Lit:
-    """The vector of type ``vty`` with every element the scalar constant ``c``."""
-    return _lit(vty, f"splat ({c.type} {c.get_reference()})")
-
-
-def _splat(ty, value):
-    """A constant of type ``ty`` (scalar or vector) with every element ``value``."""
-    if isinstance(ty, ir.VectorType):
-        el = ty.element
-        if isinstance(el, ir.IntType):
-            value = _int_const_value(value, el.width)
-        return _splat_const(ty, ir.Constant(el, value))
-    if isinstance(ty, ir.IntType):
-        value = _int_const_value(value, ty.width)
-    return ir.Constant(ty, value)
-
 
 # ---------------------------------------------------------------------------------------
 # function emitter
@@ -863,8 +194,9 @@ def _splat(ty, value):
 class _FnEmitter:
     """Lowers statements and expressions into one LLVM function."""
 
-    def __init__(self, mb: _ModuleBuilder, fn: ir.Function, err, *, in_parallel: bool):
-        self.mb = mb
+    def __init__(self, mb, fn: ir.Function, err, *, in_parallel: bool):
+        self.mb = mb              # the module's _ModuleBuilder
+        self.policy = mb.policy   # the target's decisions (policy.py, x86.py)
         self.fn = fn
         self.err = err
         self.in_parallel = in_parallel
@@ -1294,25 +626,16 @@ class _FnEmitter:
 
     def pad_lanes(self, bi, memty, off) -> int:
         """The lane count an unmasked contiguous vector access (offset ``off``) of
-        ``memty`` is widened to: the next
-        power of two when ``self.lanes`` is not one and less than a zmm register, else
-        the next whole number of zmm registers (AVX-512 only, 32- and 64-bit
-        elements).  LLVM otherwise splits e.g. a 14-lane float32 load into 8 + 4 + 2
-        lane loads and two inserts (on port 5, shared with the second FMA unit) and a
-        store into three stores; one masked access (``vmovups`` with a ``k`` mask) is a
-        single instruction.  Returns ``self.lanes`` when no widening applies."""
+        ``memty`` is widened to, as one masked access with a constant mask: the policy's
+        :meth:`~tecomp.codegen.llvm.policy.TargetPolicy.pad_lanes` (AVX-512: the next
+        power of two or whole number of zmm registers), never for a buffer a store reads
+        back (``_ModuleBuilder.no_pad``).  Returns ``self.lanes`` when no widening
+        applies."""
         n = self.lanes
-        if off.v is not None or off.step != 1 or self.mask is not None:
+        if (off.v is not None or off.step != 1 or self.mask is not None
+                or bi.buffer in self.mb.no_pad):
             return n
-        if (n <= 2 or n & (n - 1) == 0 or n > MAX_WIDEN_LANES or not self.mb.masked_pad
-                or memty not in (_F32, _I32, _F64, _I64) or bi.buffer in self.mb.no_pad):
-            return n
-        per_reg = 64 // (4 if memty in (_F32, _I32) else 8)
-        if n % per_reg == 0:
-            return n        # whole zmm registers (e.g. 48 float32): LLVM splits it cleanly
-        if n > per_reg:
-            return -(-n // per_reg) * per_reg   # e.g. 58 -> 64: whole registers
-        return 1 << (n - 1).bit_length()
+        return self.policy.pad_lanes(n, memty)
 
     def _pad_mask(self, P: int, used: Optional[int] = None):
         """``<P x i1>``: true on the first ``used`` lanes (default ``self.lanes``), false
@@ -1351,12 +674,10 @@ class _FnEmitter:
                 x = b.load(p, typ=vty, align=align)
             else:
                 x = self.masked_load(p, vty, align, self.mask)
-        elif (off.v is None and 2 <= off.step <= MAX_STRIDED_STEP and self.mask is None
-              and off.step * self.lanes <= MAX_WIDEN_LANES
-              and memty in (_F32, _I32, _F64, _I64)):
-            # a small constant step (a stride-2 convolution's input row): one contiguous
-            # load of step*lanes elements and a shuffle, instead of a gather (16 lanes:
-            # two loads and a vpermt2ps against a 16-element vgatherdps)
+        elif (off.v is None and self.mask is None
+              and self.policy.strided_wide_load(off.step, self.lanes, memty)):
+            # a small constant step (x86: a stride-2 convolution's input row): one
+            # contiguous load of step*lanes elements and a shuffle, instead of a gather
             x = self.wide_load(bi, off, memty, align, off.step * self.lanes, off.step)
         else:
             ptrs = self._vec_ptrs(bi, self.vec(off))
@@ -1370,8 +691,8 @@ class _FnEmitter:
     def wide_load(self, bi, off, memty, align, width: int, step: int):
         """The lanes ``base + i*step`` as one ``llvm.masked.load`` of ``width`` contiguous
         elements and a shuffle that keeps every ``step``-th: an odd lane count padded to
-        a whole register (``pad_lanes``, step 1) or a load of every 2nd to
-        ``MAX_STRIDED_STEP``-th element.  The load is masked past the last element the
+        a whole register (``pad_lanes``, step 1) or a load of every ``step``-th element
+        (``policy.strided_wide_load``).  The load is masked past the last element the
         lanes use, so it reads nothing they would not."""
         n = self.lanes
         wty = ir.VectorType(memty, width)
@@ -1382,13 +703,14 @@ class _FnEmitter:
 
     def masked_load(self, p, vty, align: int, mask):
         """``llvm.masked.load`` of ``vty`` at ``p`` (zero where ``mask`` is false), as
-        register-wide pieces where ``vty`` is wider than a register.  LLVM's backend
-        splits a wider one itself, and aborts the process (an assertion in its alias
-        analysis, llvmlite 0.50 on an AVX2 Zen 3) when a piece's mask is all false:
-        ``<8 x double>`` masked to its first 4 lanes, from a fuzzed program."""
+        register-wide pieces where ``vty`` is wider than a register
+        (``policy.register_bytes``).  LLVM's backend splits a wider one itself, and
+        aborts the process (an assertion in its alias analysis, llvmlite 0.50 on an AVX2
+        Zen 3) when a piece's mask is all false: ``<8 x double>`` masked to its first 4
+        lanes, from a fuzzed program."""
         b = self.b
         n, et = vty.count, vty.element
-        per = max(1, self.mb.register_bytes // _IR_SIZE[et])
+        per = max(1, self.policy.register_bytes // _IR_SIZE[et])
         if n <= per:
             f = self.mb.intrinsic("llvm.masked.load", vty,
                                   [_PTR, _I32, ir.VectorType(_I1, n), vty], [vty, _PTR])
@@ -1583,14 +905,11 @@ class _FnEmitter:
 
     def s_tensor_intrin_call(self, s: TensorIntrinCall):
         """The intrinsic's ``llvm`` function, given each operand's region as an
-        :class:`~tecomp.codegen.llvm_intrin.IntrinView`; an intrinsic without one runs the
+        :class:`~tecomp.codegen.llvm.intrinsics.IntrinView`; an intrinsic without one runs the
         loops it replaced.  Where a region's strides are known only at run time (the
         variant for strided arrays), a dense intrinsic runs when they are the declared
         layout's and the loops it replaced otherwise; any other intrinsic runs those loops.
         Checked builds test the first and last element of each region."""
-        from ..te.tensor_intrin import row_major
-        from .llvm_intrin import IntrinBuilder, IntrinView
-
         intrin = s.intrin
         if intrin.llvm is None:
             self.stmt(s.fallback)
@@ -1642,7 +961,7 @@ class _FnEmitter:
         """``tecomp_extern_call(site, data, ints, floats)`` (see tecomp.runtime.extern):
         the buffers' data pointers, their extents and strides (elements) then the integer
         scalars, and the float scalars, in stack arrays; a nonzero return is error 4."""
-        from ..runtime import extern as _ext
+        from ...runtime import extern as _ext
 
         _register_extern_symbol()
         if self.mask is not None or self.lanes > 1:
@@ -2065,15 +1384,18 @@ class _FnEmitter:
         a, c, dt = self._operands(e)
         b = self.b
         if _dt.is_float(dt):
-            # ``x < y ? x : y`` (x86: one vminps / vmaxps, which gives y when either is
-            # NaN), then x where x is NaN: NaN propagates, the zero of min(0.0, -0.0) is
-            # unspecified (see ir.expr.Min).  Three instructions per vector where
-            # llvm.minimum / llvm.maximum, which also orders -0 below +0, takes six
+            # vectors where the policy says so (x86): ``x < y ? x : y`` (one vminps /
+            # vmaxps, which gives y when either is NaN), then x where x is NaN: NaN
+            # propagates, the zero of min(0.0, -0.0) is unspecified (see ir.expr.Min).
+            # Three instructions per vector where llvm.minimum / llvm.maximum, which also
+            # orders -0 below +0, takes six.
             # Scalars use the intrinsic: LLVM's loop vectorizer (it runs on modules that
             # tecomp did not vectorize) never returned on a max reduction written as
             # this compare-select (a loop of ``acc = max(acc, alpha + x[k % 3])``)
+            select = self.policy.vector_minmax_select
+
             def fn(x, y):
-                if not isinstance(x.type, ir.VectorType):
+                if not (select and isinstance(x.type, ir.VectorType)):
                     name = "llvm.minimum" if is_min else "llvm.maximum"
                     return b.call(self.mb.intrinsic(name, x.type, [x.type, x.type], [x.type]),
                                   [x, y])
@@ -2296,10 +1618,11 @@ class _FnEmitter:
 
     def _madd(self, ty):
         """``madd(u, v, w) = u*v + w`` on values of type ``ty``: an explicit ``llvm.fma``
-        where the target has fused multiply-adds, else a multiply and an add (never
-        contracted: the vector math functions give the same bits under every schedule)."""
+        where the target has fused multiply-adds (``policy.has_fma``), else a multiply and
+        an add (never contracted: the vector math functions give the same bits under every
+        schedule)."""
         b = self.b
-        if self.mb.has_fma:
+        if self.policy.has_fma:
             fma = self.mb.intrinsic("llvm.fma", ty, [ty, ty, ty], [ty])
             return lambda u, v, w: b.call(fma, [u, v, w])
         return lambda u, v, w: b.fadd(b.fmul(u, v), w)
@@ -2321,7 +1644,7 @@ class _FnEmitter:
         Every step is one IEEE operation, never marked ``contract`` (whatever the
         function's ``fp_contract``): the result depends only on ``x``, so vectorized,
         scalar, unrolled and lane-invariant evaluations give bit-identical results.
-        Where the target has fused multiply-adds (``_ModuleBuilder.has_fma``) the reduction
+        Where the target has fused multiply-adds (``policy.has_fma``) the reduction
         and the polynomial use explicit ``llvm.fma`` calls (one rounding each, about
         15% faster), else separate multiplies and adds; both variants were checked on
         *every* float32 input to be within 1 ulp of the correctly rounded exp
@@ -2412,7 +1735,7 @@ _EXTERN_SYMBOL_DONE = []
 def _register_extern_symbol() -> None:
     """Make ``tecomp_extern_call`` resolve to the extern calls' entry point in the JIT."""
     if not _EXTERN_SYMBOL_DONE:
-        from ..runtime import extern as _ext
+        from ...runtime import extern as _ext
 
         llvm_jit.add_symbol(_ext.SYMBOL, _ext.address())
         _EXTERN_SYMBOL_DONE.append(True)
@@ -2447,84 +1770,3 @@ _EXPR = {
 
 # ---------------------------------------------------------------------------------------
 # entry point
-
-
-class VariantCompiler:
-    """Generates and compiles the variants of one PrimFunc (used by the runtime)."""
-
-    def __init__(self, func: PrimFunc, sig: Signature, checks: bool, target=None):
-        from ..lower.pipeline import prepare_for_codegen
-        from ..target import as_target
-
-        self.target = as_target(target if target is not None else "llvm")
-        #: ``func`` after the target's codegen passes (vector plans, parallel tasks)
-        self.func = prepare_for_codegen(func, self.target)
-        self.sig = sig
-        self.checks = checks
-
-    def generate(self, layout: str, noalias: bool) -> _ModuleBuilder:
-        mb = _ModuleBuilder(self.func, self.sig, layout, noalias, self.checks, self.target)
-        try:
-            mb.build()
-        except (TecompError, InternalError) as exc:
-            raise _with_func(exc, self.func) from exc
-        except Exception as exc:  # noqa: BLE001 - anything else is our bug
-            raise InternalError(f"LLVM code generation of {self.func.name} failed: "
-                                f"{type(exc).__name__}: {exc}") from exc
-        return mb
-
-    def compile(self, layout: str, noalias: bool):
-        """Return ``(JitModule, _ModuleBuilder, seconds)`` for the variant."""
-        from .llvm_threadpool import ensure_pool
-
-        t0 = time.perf_counter()
-        mb = self.generate(layout, noalias)
-        text = mb.text()
-        t1 = time.perf_counter()
-        if "tecomp_parallel_for" in text:
-            ensure_pool()
-        try:
-            jm = llvm_jit.compile_ir(text, [mb.symbol, mb.symbol + "_pyarrays"],
-                                     explicit=mb.explicitly_vectorized())
-        except RuntimeError as exc:
-            raise InternalError(f"LLVM rejected the module generated for {self.func.name} "
-                                f"({layout}, noalias={noalias}): {exc}") from exc
-        jm.timings["codegen"] = t1 - t0
-        return jm, mb, time.perf_counter() - t0
-
-
-def _with_func(exc, func: PrimFunc):
-    """``exc`` again, its message ending with the name of the function being built."""
-    if isinstance(exc, InternalError):
-        return InternalError(f"{_internal_message(exc)}\n  in primfn {func.name}")
-    try:
-        return type(exc)(f"{exc}\n  in primfn {func.name}")
-    except Exception:  # noqa: BLE001 - an exotic constructor: keep the original
-        return exc
-
-
-def build_llvm(func: PrimFunc, *, checks: bool = False, target=None):
-    """Compile ``func`` for ``target`` (an ``llvm`` :class:`~tecomp.target.Target`, by
-    default the one it was lowered for, else the host CPU); return a callable
-    :class:`~tecomp.codegen.llvm_runtime.Module`.
-
-    The contiguous, no-alias variant is compiled now; the strided and aliasing variants
-    when a call first needs them.  ``checks=True`` bounds-checks every load and store.
-    """
-    from .llvm_runtime import Module
-
-    if not isinstance(func, PrimFunc):
-        raise BuildError(f"build_llvm expects a PrimFunc, got {type(func).__name__}")
-    t0 = time.perf_counter()
-    sig = Signature(func)
-    _check_func(func, sig)
-    from ..target import as_target
-
-    tgt = as_target(target if target is not None else func.attrs.get("target", "llvm"))
-    if tgt.kind != "llvm":
-        raise BuildError(f"build_llvm: {func.name} was lowered for target {str(tgt)!r}; "
-                         f"build it with tc.build(..., target={tgt.kind!r})")
-    vc = VariantCompiler(func, sig, checks, tgt)
-    jm, mb, _ = vc.compile("contiguous", True)
-    seconds = time.perf_counter() - t0
-    return Module(func, sig, vc, jm, mb, checks=checks, compile_seconds=seconds, target=tgt)

@@ -45,20 +45,20 @@ Threads
 A Module may be called from several Python threads at once: the kernel is called
 through ctypes (the GIL is released while it runs), and the per-call argument block
 (data pointers, scalar and stride slots, error words) is thread-local.  Parallel
-loops share the process-wide thread pool (see ``llvm_threadpool``), which runs one
-parallel region at a time.
+loops share the process-wide thread pool (see ``tecomp.codegen.llvm.threadpool``),
+which runs one parallel region at a time.
 
 Ahead of time
 -------------
 ``mod.export_library(path)`` writes the module as a shared library
-(:mod:`tecomp.codegen.llvm_export`); ``tc.load_module(path)``
+(:mod:`tecomp.codegen.llvm.export`); ``tc.load_module(path)``
 (:mod:`tecomp.runtime.aot`) makes a Module of it through this same constructor, its
 variants looked up in the library instead of compiled: the same checks, messages and
 variants, without llvmlite.
 
 Errors from inside the kernel
 -----------------------------
-The kernel returns an error code and fills error words (see ``tecomp.codegen.llvm``):
+The kernel returns an error code and fills error words (see ``tecomp.codegen.llvm.abi``):
 a failed bounds check raises :class:`~tecomp.errors.BoundsError` naming the buffer,
 the index, the dimension and its extent, and the printed IR access and statement; a
 failed ``malloc`` raises :class:`KernelMemoryError`; a failed checked assert raises
@@ -73,21 +73,21 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 # KernelMemoryError, KernelAssertionError: defined in tecomp.errors, importable here
-from ..errors import (
+from ...errors import (
     ArgumentError, BoundsError, InternalError, KernelAssertionError, KernelMemoryError, TargetError,
     internal_assert,
 )
-from ..ir import dtype as _dt
-from ..ir.expr import Add, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
-from . import threads as _threads
+from ...ir import dtype as _dt
+from ...ir.expr import Add, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
+from .. import threads as _threads
 
 #: offset of the data pointer in a numpy array object (after the CPython object header):
 #: the ``_pyarrays`` entry of a kernel reads it there (see :func:`_probe_pyobj_layout`)
 PYOBJECT_DATA_OFFSET = object.__basicsize__
-from .argcheck import (
+from ..argcheck import (
     ArgChecker, compile_shape_expr, count_error, element_strides, int_range, param_checks_of,
 )
-from ..runtime.timing import Timed
+from ...runtime.timing import Timed
 
 __all__ = ["Module", "set_num_threads", "get_num_threads", "KernelMemoryError",
            "KernelAssertionError"]
@@ -488,7 +488,7 @@ class Module(Timed):
         that ``tc.load_module(path)`` needs to call it with the same checks, or C code
         to call it (docs/runtime.md, "Ahead-of-time compiled kernels").  Needs llvmlite
         and a C compiler to link with (``cc``, or ``$CC``); loading needs neither."""
-        from .llvm_export import export_library
+        from .export import export_library
 
         export_library(self, path, pyobject_data_offset=PYOBJECT_DATA_OFFSET)
 
@@ -629,7 +629,7 @@ class Module(Timed):
                     f"size in bytes does not fit 64 bits (check the sizes passed)")
             raise KernelMemoryError(f"kernel {self.name} could not allocate {extent} bytes{what}")
         if code == 4:
-            from ..runtime.extern import take_error
+            from ...runtime.extern import take_error
 
             e = take_error()
             if e is not None:

@@ -63,9 +63,9 @@ import threading
 import time
 from typing import Optional
 
-from ..errors import InternalError
-from . import llvm_jit
-from .threads import (  # noqa: F401  (set_num_threads, get_num_threads: the public names)
+from ...errors import InternalError
+from . import jit as llvm_jit
+from ..threads import (  # noqa: F401  (set_num_threads, get_num_threads: the public names)
     DEFAULT_SPIN, DEFAULT_WAIT_SPIN, POOL_FUNCTIONS, PoolControls, default_num_threads,
     get_num_threads, register, set_num_threads, spin_from_env,
 )
@@ -77,7 +77,7 @@ _PAUSE_X86 = "call void @llvm.x86.sse2.pause()"
 _PAUSE_ARM = 'call void asm sideeffect "yield", ""()'
 
 _POOL_IR = r"""
-; tecomp CPU thread pool (see tecomp/codegen/llvm_threadpool.py)
+; tecomp CPU thread pool (see tecomp/codegen/llvm/threadpool.py)
 @tp_lock = internal global [128 x i8] zeroinitializer, align 64
 @tp_sleep_lock = internal global [128 x i8] zeroinitializer, align 64
 @tp_sleep_cond = internal global [128 x i8] zeroinitializer, align 64

@@ -1,5 +1,18 @@
-"""What a tensor intrinsic's ``llvm`` function gets: the operands' regions as
-:class:`IntrinView` and an :class:`IntrinBuilder` over the function being generated.
+"""LLVM intrinsics, the instruction sequences that stand in for conversions the CPU
+lacks, and what a tensor intrinsic's ``llvm`` function gets.
+
+* :func:`_mangle`: the type suffix of an overloaded intrinsic's name (``llvm.fabs.v8f32``,
+  used by ``_ModuleBuilder.intrinsic``); :func:`_fabs_decl` declares ``llvm.fabs`` in a
+  builder's module.
+* :class:`_Freeze`: the ``freeze`` instruction, which llvmlite lacks.
+* float16 and bfloat16 conversions in plain integer and float instructions (no libcall,
+  no bfloat16 instruction needed): :func:`_bf16_to_f32`, :func:`_f32_to_bf16`,
+  :func:`_f64_to_f16`.
+
+Tensor intrinsics
+-----------------
+A tensor intrinsic's ``llvm`` function gets the operands' regions as :class:`IntrinView`
+and an :class:`IntrinBuilder` over the function being generated.
 
 An emitter is plain Python over these (no llvmlite import needed); types are written
 as LLVM writes them (``"i32"``, ``"<16 x i32>"``, ``"<32 x i8>"``)::
@@ -22,12 +35,97 @@ from typing import Sequence, Tuple
 
 from llvmlite import ir
 
-from ..errors import BuildError
-from ..te.tensor_intrin import IntrinOperand
+from ...errors import BuildError, InternalError
+from ...te.tensor_intrin import IntrinOperand
+from .values import _F16, _F32, _I16, _I32, _I64, _splat, _with_lanes
 
-_PTR = ir.PointerType()
-_I64 = ir.IntType(64)
 _TYPE = re.compile(r"\s*(?:<\s*(\d+)\s*x\s*)?(i\d+|float|double|half)\s*>?\s*")
+
+
+def _mangle(ty) -> str:
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{_mangle(ty.element)}"
+    if isinstance(ty, ir.HalfType):
+        return "f16"
+    if isinstance(ty, ir.FloatType):
+        return "f32"
+    if isinstance(ty, ir.DoubleType):
+        return "f64"
+    if isinstance(ty, ir.IntType):
+        return f"i{ty.width}"
+    if isinstance(ty, ir.PointerType):
+        return "p0"
+    raise InternalError(f"no intrinsic mangling for type {ty}")
+
+
+class _Freeze(ir.Instruction):
+    """``freeze``: turns poison (e.g. an out-of-range fptosi) into an arbitrary value."""
+
+    def __init__(self, parent, value, name=""):
+        super().__init__(parent, value.type, "freeze", [value], name=name)
+
+    def descr(self, buf):
+        v, = self.operands
+        buf.append(f"freeze {v.type} {v.get_reference()}\n")
+
+
+def _bf16_to_f32(b: ir.IRBuilder, x):
+    """The float32 whose upper half is the bfloat16 bits ``x`` (i16, scalar or vector)."""
+    i32 = _with_lanes(_I32, x.type)
+    w = b.shl(b.zext(x, i32), _splat(i32, 16))
+    return b.bitcast(w, _with_lanes(_F32, x.type))
+
+
+def _f32_to_bf16(b: ir.IRBuilder, x):
+    """float32 ``x`` rounded to the nearest bfloat16 (ties to even), as i16 bits; a NaN
+    stays a (quiet) NaN of the same sign."""
+    i32 = _with_lanes(_I32, x.type)
+    i16 = _with_lanes(_I16, x.type)
+    u = b.bitcast(x, i32)
+    hi = b.lshr(u, _splat(i32, 16))
+    bias = b.add(_splat(i32, 0x7FFF), b.and_(hi, _splat(i32, 1)))
+    rounded = b.trunc(b.lshr(b.add(u, bias), _splat(i32, 16)), i16)
+    quiet = b.trunc(b.or_(hi, _splat(i32, 0x40)), i16)
+    return b.select(b.fcmp_unordered("uno", x, x), quiet, rounded)
+
+
+def _f64_to_f16(b: ir.IRBuilder, x):
+    """``fptrunc double -> half`` rounding once, without a libcall (x: scalar or vector).
+
+    x86 without AVX512-FP16 has no direct instruction and the compiler-rt helper is not
+    in the process.  Round to float32 *to odd* (truncate, then set the last bit when
+    inexact), then to half: the odd bit keeps the second rounding correct.
+    """
+    f32 = _with_lanes(_F32, x.type)
+    i32 = _with_lanes(_I32, x.type)
+    r = b.fptrunc(x, f32)
+    back = b.fpext(r, x.type)
+    # truncate toward zero: if |r| > |x|, step r one ulp toward zero
+    ar = b.call(_fabs_decl(b, back.type), [back])
+    ax = b.call(_fabs_decl(b, x.type), [x])
+    too_big = b.fcmp_ordered(">", ar, ax)
+    bits = b.bitcast(r, i32)
+    one = _splat(i32, 1)
+    bits = b.select(too_big, b.sub(bits, one), bits)
+    inexact = b.fcmp_ordered("!=", b.fpext(b.bitcast(bits, f32), x.type), x)
+    bits = b.select(inexact, b.or_(bits, one), bits)
+    odd = b.bitcast(bits, f32)
+    isnan = b.fcmp_unordered("uno", x, x)
+    odd = b.select(isnan, r, odd)
+    return b.fptrunc(odd, _with_lanes(_F16, x.type))
+
+
+def _fabs_decl(b: ir.IRBuilder, ty):
+    mod = b.module
+    name = "llvm.fabs." + _mangle(ty)
+    f = mod.globals.get(name)
+    if f is None:
+        f = ir.Function(mod, ir.FunctionType(ty, [ty]), name=name)
+    return f
+
+
+# ---------------------------------------------------------------------------------------
+# tensor intrinsics
 
 
 class IntrinView(IntrinOperand):

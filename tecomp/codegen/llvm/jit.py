@@ -14,7 +14,7 @@ step every CPU module goes through (parse -> verify -> O3 -> MCJIT -> addresses)
   ``O3`` module pipeline from ``llvm.create_pass_builder(tm, PipelineTuningOptions)``
   with loop and SLP vectorisation and unrolling on.  Each run of it leaks memory in
   the process that runs it, so it runs in a worker process that sends back bitcode
-  (:mod:`tecomp.codegen.llvm_optproc`); parsing, MCJIT and everything else stay here.
+  (:mod:`tecomp.codegen.llvm.optproc`); parsing, MCJIT and everything else stay here.
 * **Symbols.**  libm and libpthread functions (``erff``, ``tanhf``, ``pthread_create``,
   ...) resolve from the running process (loaded with ``load_library_permanently``);
   runtime functions written in LLVM IR (the thread pool) are registered by name with
@@ -37,8 +37,8 @@ from typing import Dict, Iterable, Optional, Tuple
 
 import llvmlite.binding as llvm
 
-from . import llvm_optproc as _optproc
-from .llvm_optproc import _LEN
+from . import optproc as _optproc
+from .optproc import _LEN
 
 #: Held around every call into LLVM (see the module docstring).
 LLVM_LOCK = threading.RLock()
@@ -103,14 +103,14 @@ def host() -> Host:
 
 def optimize(mod, explicit: bool = False) -> None:
     """Run the O3 module pipeline on the llvmlite ``ModuleRef`` in this process (see
-    :func:`tecomp.codegen.llvm_optproc.run_pipeline` for ``explicit``).  Every run leaves
+    :func:`tecomp.codegen.llvm.optproc.run_pipeline` for ``explicit``).  Every run leaves
     memory behind in llvmlite 0.50; :func:`compile_ir` therefore optimises in the worker
     process and only falls back to this."""
     with LLVM_LOCK:
         _optproc.run_pipeline(mod, host().tm, explicit)
 
 
-# -- the optimiser worker process (see tecomp/codegen/llvm_optproc.py) ---------------------
+# -- the optimiser worker process (see tecomp/codegen/llvm/optproc.py) ---------------------
 
 _BOOT = ("import sys\n"
          "sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"

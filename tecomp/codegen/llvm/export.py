@@ -5,7 +5,7 @@ The library (its format: :mod:`tecomp.codegen.aot_format`) is made of
 * the optimised LLVM IR of every call variant of the kernel -- the code the module runs
   in this process, compiled on demand here if a call has not needed it yet -- each
   variant's entries renamed to its own symbol;
-* the thread pool (:func:`tecomp.codegen.llvm_threadpool.pool_ir`, the copy whose thread
+* the thread pool (:func:`tecomp.codegen.llvm.threadpool.pool_ir`, the copy whose thread
   count defaults as Python's does when C code calls it);
 * the metadata JSON, in a section of its own and behind ``tecomp_metadata()``;
 
@@ -26,10 +26,10 @@ import subprocess
 import sys
 import tempfile
 
-from ..errors import ArgumentError, BuildError, InternalError, LoadError, RuntimeUnavailableError
-from . import aot_format as fmt
-from . import llvm_jit
-from .libfiles import digest_bytes, file_path, write_atomic, write_sidecar
+from ...errors import ArgumentError, BuildError, InternalError, LoadError, RuntimeUnavailableError
+from .. import aot_format as fmt
+from . import jit as llvm_jit
+from ..libfiles import digest_bytes, file_path, write_atomic, write_sidecar
 
 __all__ = ["export_library", "find_c_compiler", "LINK_FLAGS"]
 
@@ -81,19 +81,19 @@ def _metadata_ir(doc: str) -> str:
 
 
 def export_library(mod, path, *, pyobject_data_offset: int) -> None:
-    """Write ``mod`` (an llvm :class:`~tecomp.codegen.llvm_runtime.Module`) as a shared
+    """Write ``mod`` (an llvm :class:`~tecomp.codegen.llvm.runtime.Module`) as a shared
     library at ``path`` and its sidecar at ``path + ".sha256"``: see the module
     docstring.  ``pyobject_data_offset``: where the kernels' ``_pyarrays`` entries read
-    a numpy array's data pointer (``llvm_runtime.PYOBJECT_DATA_OFFSET``)."""
-    from ..runtime.elf import check_plain, inspect_library
-    from ..target import Target
-    from .llvm_threadpool import pool_ir
+    a numpy array's data pointer (``runtime.PYOBJECT_DATA_OFFSET``)."""
+    from ...runtime.elf import check_plain, inspect_library
+    from ...target import Target
+    from .threadpool import pool_ir
 
     name = mod.name
     func = getattr(mod, "prim_func", None)
     if func is not None:
-        from ..ir.functor import collect
-        from ..ir.stmt import ExternCall
+        from ...ir.functor import collect
+        from ...ir.stmt import ExternCall
 
         calls = collect(func.body, lambda n: isinstance(n, ExternCall))
         if calls:

@@ -1,0 +1,59 @@
+"""CPU code generation: ``PrimFunc`` -> LLVM IR (llvmlite's IRBuilder) -> O3 -> MCJIT.
+
+Entry point: :func:`build_llvm` returns a callable :class:`Module`
+(:class:`tecomp.codegen.llvm.runtime.Module`); :class:`VariantCompiler` generates and
+compiles the variants of one PrimFunc.
+
+The modules of this package:
+
+* ``compiler`` -- :class:`VariantCompiler`, :func:`build_llvm` and the build-time checks;
+* ``module`` -- ``_ModuleBuilder``: the LLVM module of one variant (the body function,
+  declarations, loop metadata, check sites, outlined parallel tasks) and
+  ``policy_for``, which picks the target policy;
+* ``abi`` -- the kernel ABI: the exported entry points, the error words, the variants
+  (``(layout, noalias)``);
+* ``emitter`` -- ``_FnEmitter``: statements and expressions into one LLVM function, and
+  the lowering rules (index arithmetic, loops, widening, parallel tasks, allocation,
+  numerics);
+* ``values`` -- the LLVM types of each dtype, the lane-context value ``Val``, buffers as a
+  function sees them, constants;
+* ``intrinsics`` -- intrinsic name mangling, the float16/bfloat16 conversions, and what
+  a tensor intrinsic's ``llvm`` function gets (``IntrinView``, ``IntrinBuilder``);
+* ``policy`` and ``x86`` -- the hook between the emitter and the CPU: the emitter asks
+  its ``TargetPolicy`` (``self.policy``) every question whose answer depends on the CPU
+  rather than on LLVM's semantics (register width, lane padding, strided loads, FMA,
+  vector min/max); ``X86Policy`` answers for x86, the generic ``TargetPolicy`` for any
+  other LLVM target;
+* ``jit`` (parse, verify, O3, MCJIT; the host's target machine), ``optproc`` (the O3
+  pipeline in a worker process), ``threadpool`` (the thread pool parallel loops run on,
+  in LLVM IR), ``runtime`` (the callable :class:`Module`: argument checks, variants,
+  errors from inside the kernel), ``export`` (``Module.export_library``).
+
+Determinism: names come from the IR (loop variables, buffers) and counters in
+emission order, never from ``id()`` or hashes; the same PrimFunc gives byte-identical
+LLVM IR in every process.
+
+Submodules are imported on use: ``runtime`` (which a library loaded by
+:func:`tecomp.load_module` runs on) needs neither llvmlite nor the code generator, so
+this package imports nothing itself and gives :func:`build_llvm`,
+:class:`VariantCompiler` and :class:`Module` when they are first asked for.
+"""
+from __future__ import annotations
+
+__all__ = ["VariantCompiler", "build_llvm", "Module"]
+
+
+def __getattr__(name: str):
+    if name in ("VariantCompiler", "build_llvm"):
+        from . import compiler
+
+        return getattr(compiler, name)
+    if name == "Module":
+        from .runtime import Module
+
+        return Module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

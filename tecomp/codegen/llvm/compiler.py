@@ -1,0 +1,127 @@
+"""Compiling a PrimFunc for the CPU: :class:`VariantCompiler` generates a variant's module
+(:mod:`tecomp.codegen.llvm.module`) and compiles it (:mod:`tecomp.codegen.llvm.jit`);
+:func:`build_llvm` checks the function and returns the callable
+:class:`~tecomp.codegen.llvm.runtime.Module`, its contiguous no-alias variant compiled.
+"""
+from __future__ import annotations
+
+import time
+
+from ...errors import BuildError, InternalError, TecompError
+from ...ir.functor import Visitor, free_vars
+from ...ir.stmt import PrimFunc
+from ...lower.vectorize import buffer_uses
+from ..signature import Signature
+from . import jit as llvm_jit
+from .emitter import _internal_message
+from .module import _ModuleBuilder
+
+
+def _check_func(func: PrimFunc, sig: Signature) -> None:
+    """Build-time checks of things the CPU target cannot run or the IR gets wrong."""
+    known = set(sig.slot_vars)
+    for v in free_vars(func.body):
+        if v not in known:
+            raise BuildError(
+                f"variable `{v.name}` is used in the body of {func.name} but is neither a "
+                f"scalar parameter nor the extent of a buffer parameter's dimension; add it "
+                f"to the parameters")
+    params = {bp.buffer for bp in sig.buffers}
+    uses = buffer_uses(func.body)
+    for b in uses.used:
+        if b not in params and b not in uses.allocated:
+            raise BuildError(f"buffer {b.name} is used in {func.name} but is neither a parameter "
+                             f"nor allocated in the body; add it to the arguments")
+
+    class _Threads(Visitor):
+        def visit_For(self, s):
+            if s.kind == "thread":
+                raise BuildError(
+                    f"the loop over `{s.var.name}` is bound to the GPU thread axis "
+                    f"{s.thread_tag or '(unnamed)'}; the llvm (CPU) target cannot run GPU-bound "
+                    f"loops: build with target='cuda' or remove the bind")
+            self.generic_visit(s)
+
+    _Threads().visit(func.body)
+
+
+
+class VariantCompiler:
+    """Generates and compiles the variants of one PrimFunc (used by the runtime)."""
+
+    def __init__(self, func: PrimFunc, sig: Signature, checks: bool, target=None):
+        from ...lower.pipeline import prepare_for_codegen
+        from ...target import as_target
+
+        self.target = as_target(target if target is not None else "llvm")
+        #: ``func`` after the target's codegen passes (vector plans, parallel tasks)
+        self.func = prepare_for_codegen(func, self.target)
+        self.sig = sig
+        self.checks = checks
+
+    def generate(self, layout: str, noalias: bool) -> _ModuleBuilder:
+        mb = _ModuleBuilder(self.func, self.sig, layout, noalias, self.checks, self.target)
+        try:
+            mb.build()
+        except (TecompError, InternalError) as exc:
+            raise _with_func(exc, self.func) from exc
+        except Exception as exc:  # noqa: BLE001 - anything else is our bug
+            raise InternalError(f"LLVM code generation of {self.func.name} failed: "
+                                f"{type(exc).__name__}: {exc}") from exc
+        return mb
+
+    def compile(self, layout: str, noalias: bool):
+        """Return ``(JitModule, _ModuleBuilder, seconds)`` for the variant."""
+        from .threadpool import ensure_pool
+
+        t0 = time.perf_counter()
+        mb = self.generate(layout, noalias)
+        text = mb.text()
+        t1 = time.perf_counter()
+        if "tecomp_parallel_for" in text:
+            ensure_pool()
+        try:
+            jm = llvm_jit.compile_ir(text, [mb.symbol, mb.symbol + "_pyarrays"],
+                                     explicit=mb.explicitly_vectorized())
+        except RuntimeError as exc:
+            raise InternalError(f"LLVM rejected the module generated for {self.func.name} "
+                                f"({layout}, noalias={noalias}): {exc}") from exc
+        jm.timings["codegen"] = t1 - t0
+        return jm, mb, time.perf_counter() - t0
+
+
+def _with_func(exc, func: PrimFunc):
+    """``exc`` again, its message ending with the name of the function being built."""
+    if isinstance(exc, InternalError):
+        return InternalError(f"{_internal_message(exc)}\n  in primfn {func.name}")
+    try:
+        return type(exc)(f"{exc}\n  in primfn {func.name}")
+    except Exception:  # noqa: BLE001 - an exotic constructor: keep the original
+        return exc
+
+
+def build_llvm(func: PrimFunc, *, checks: bool = False, target=None):
+    """Compile ``func`` for ``target`` (an ``llvm`` :class:`~tecomp.target.Target`, by
+    default the one it was lowered for, else the host CPU); return a callable
+    :class:`~tecomp.codegen.llvm.runtime.Module`.
+
+    The contiguous, no-alias variant is compiled now; the strided and aliasing variants
+    when a call first needs them.  ``checks=True`` bounds-checks every load and store.
+    """
+    from .runtime import Module
+
+    if not isinstance(func, PrimFunc):
+        raise BuildError(f"build_llvm expects a PrimFunc, got {type(func).__name__}")
+    t0 = time.perf_counter()
+    sig = Signature(func)
+    _check_func(func, sig)
+    from ...target import as_target
+
+    tgt = as_target(target if target is not None else func.attrs.get("target", "llvm"))
+    if tgt.kind != "llvm":
+        raise BuildError(f"build_llvm: {func.name} was lowered for target {str(tgt)!r}; "
+                         f"build it with tc.build(..., target={tgt.kind!r})")
+    vc = VariantCompiler(func, sig, checks, tgt)
+    jm, mb, _ = vc.compile("contiguous", True)
+    seconds = time.perf_counter() - t0
+    return Module(func, sig, vc, jm, mb, checks=checks, compile_seconds=seconds, target=tgt)

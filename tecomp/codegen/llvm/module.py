@@ -1,0 +1,277 @@
+"""The LLVM module of one variant of one PrimFunc (:class:`_ModuleBuilder`): the body
+function and the ABI entry points (:mod:`tecomp.codegen.llvm.abi`), declarations, loop
+metadata, check sites, the tasks of parallel loops, and the target's code-generation
+policy (:func:`policy_for`).
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Tuple
+
+import llvmlite.ir as ir
+
+from ...ir.expr import BufferLoad
+from ...ir.functor import Visitor, post_order
+from ...ir.stmt import For, PrimFunc
+from ..signature import CheckSite, Signature
+from . import jit as llvm_jit
+from .abi import body_params, emit_entry, emit_pyarrays_entry
+from .emitter import _FnEmitter
+from .intrinsics import _mangle
+from .policy import TargetPolicy
+from .values import _I1, _I32, _I64, _PTR, Val, _Buf, _sanitize
+from .x86 import X86Policy, is_x86
+
+
+def policy_for(target) -> TargetPolicy:
+    """The code-generation policy for the llvm ``target``: :class:`X86Policy` for x86
+    code, else the generic :class:`TargetPolicy`.  Every module is compiled for this
+    machine's triple (``tc.Target`` accepts x86-64 triples only), with the target's CPU
+    and features (``_ModuleBuilder.text``)."""
+    if is_x86(llvm_jit.host().triple):
+        return X86Policy(target)
+    return TargetPolicy(target)
+
+
+def _rmw_buffers(body) -> set:
+    """Buffers some store reads back (``B[i] = B[i] + ...``: accumulators)."""
+    out = set()
+
+    class _V(Visitor):
+        def visit_BufferStore(self, s):
+            if s.buffer not in out:
+                def hit(n):
+                    if isinstance(n, BufferLoad) and n.buffer is s.buffer:
+                        out.add(s.buffer)
+                post_order(s.value, hit)
+            self.generic_visit(s)
+
+    _V().visit(body)
+    return out
+
+
+class _ModuleBuilder:
+    """Builds the LLVM module of one variant of one PrimFunc."""
+
+    def __init__(self, func: PrimFunc, sig: Signature, layout: str, noalias: bool,
+                 checks: bool, target=None):
+        from ...target import as_target
+
+        h = llvm_jit.host()
+        self.target = as_target(target if target is not None else "llvm")
+        self.func = func
+        self.sig = sig
+        self.layout = layout
+        self.noalias = noalias
+        self.checks = checks
+        self.symbol = "tecomp_" + _sanitize(func.name)
+        self.module = ir.Module(name=self.symbol)
+        self.module.triple = h.triple
+        self.module.data_layout = h.data_layout
+        self.decls: Dict[str, ir.Function] = {}
+        self.sites: List[CheckSite] = []
+        self.notes: List[str] = []
+        self._loop_ids = 0
+        self._par_count = 0
+        self._has_load: Dict[int, bool] = {}
+        #: the target's decisions the emitter asks about (policy.py, x86.py)
+        self.policy = policy_for(self.target)
+        #: buffers never padded to a masked access (_FnEmitter.pad_lanes): accumulators,
+        #: which LICM keeps in registers across a loop as a plain load/store pair only
+        self.no_pad = _rmw_buffers(func.body) if self.policy.pads_lanes else set()
+        #: fast-math flags on float +, -, *: "contract" lets LLVM fuse a*b+c into an FMA
+        #: (one rounding instead of two); opt in with PrimFunc.attrs["fp_contract"] = True
+        self.fp_flags = ("contract",) if func.attrs.get("fp_contract", False) else ()
+
+    # -- declarations ----------------------------------------------------------------
+    def declare(self, name: str, ret, args) -> ir.Function:
+        f = self.decls.get(name)
+        if f is None:
+            f = self.module.globals.get(name)
+            if f is None:
+                f = ir.Function(self.module, ir.FunctionType(ret, list(args)), name=name)
+            self.decls[name] = f
+        return f
+
+    def intrinsic(self, base: str, ret, args, mangle_types) -> ir.Function:
+        name = base + "".join("." + _mangle(t) for t in mangle_types)
+        return self.declare(name, ret, args)
+
+    def loop_md(self, *props):
+        """A distinct ``llvm.loop`` node carrying ``props`` (pairs of name, value)."""
+        self._loop_ids += 1
+        ops = [ir.MetaDataString(self.module, f"tecomp.loopid.{self._loop_ids}")]
+        for key, val in props:
+            if isinstance(val, bool):
+                c = ir.Constant(_I1, 1 if val else 0)
+            else:
+                c = ir.Constant(_I32, int(val))
+            ops.append(self.module.add_metadata([ir.MetaDataString(self.module, key), c]))
+        return self.module.add_metadata(ops)
+
+    def has_load(self, e) -> bool:
+        k = id(e)
+        r = self._has_load.get(k)
+        if r is None:
+            found = []
+
+            class _V(Visitor):
+                def visit_BufferLoad(self, x):
+                    found.append(x)
+
+            _V().visit(e)
+            r = bool(found)
+            self._has_load[k] = r
+        return r
+
+    def explicitly_vectorized(self) -> bool:
+        """Whether the schedule vectorized the kernel itself: at least one loop was
+        widened and none was left to LLVM's loop vectorizer (then the optimiser skips
+        its own vectorizers and unroller, see ``jit.optimize``)."""
+        widened = any(n.startswith("vectorized loop") and "not widened" not in n
+                      for n in self.notes)
+        fallback = any("not widened" in n for n in self.notes)
+        return widened and not fallback
+
+    def add_site(self, kind, buffer, text, stmt) -> int:
+        self.sites.append(CheckSite(kind, buffer, text, stmt))
+        return len(self.sites) - 1
+
+    # -- the kernel -----------------------------------------------------------------
+    def build(self) -> str:
+        sig = self.sig
+        # the body function: typed arguments
+        arg_types, arg_names = body_params(sig, self.layout)
+        body_fn = ir.Function(self.module, ir.FunctionType(_I32, arg_types),
+                              name=self.symbol + ".body")
+        body_fn.linkage = "internal"
+        body_fn.attributes.add("nounwind")
+        body_fn.attributes.add("alwaysinline")
+        for a, n in zip(body_fn.args, arg_names):
+            a.name = n
+        nb = len(sig.buffers)
+        for k in range(nb):
+            if self.noalias:
+                body_fn.args[k].add_attribute("noalias")
+        body_fn.args[-1].add_attribute("noalias")
+
+        em = _FnEmitter(self, body_fn, body_fn.args[-1], in_parallel=False)
+        args = list(body_fn.args)
+        for i, v in enumerate(sig.slot_vars):
+            em.env[v] = Val(args[nb + i])
+        stride_args = args[nb + len(sig.slot_vars):-1]
+        si = 0
+        for k, bp in enumerate(sig.buffers):
+            b = bp.buffer
+            extents = [em.scalar_index(x) for x in b.shape]
+            if self.layout == "strided":
+                strides = list(stride_args[si:si + bp.ndim])
+                si += bp.ndim
+            else:
+                strides = em.declared_strides(b, extents)
+            em.bufs[b] = _Buf(b, args[k], strides, extents)
+        em.stmt(self.func.body)
+        em.finish_ok()
+
+        main = emit_entry(self.module, self.symbol, sig, self.layout, body_fn)
+        emit_pyarrays_entry(self.module, self.symbol, len(sig.buffers), main)
+
+    def text(self) -> str:
+        s = str(self.module)
+        if not self.target.is_host:
+            # every function compiled for the target's CPU: LLVM takes the subtarget (the
+            # instructions, the vector width its cost model assumes) from these
+            # attributes instead of the host's TargetMachine defaults
+            # (both: a function without "target-features" would get the host's, AVX-512
+            # included, on top of the CPU's own)
+            attrs = (f' "target-cpu"="{self.target.cpu}"'
+                     f' "target-features"="{self.target.llvm_features}"')
+            s = re.sub(r"^(define [^\n]*?)\s*\{$", lambda m: m.group(1) + attrs + " {", s,
+                       flags=re.M)
+        # llvmlite cannot build self-referential metadata: loop ids are emitted as
+        # !{!"tecomp.loopid.K", ...} and patched into distinct !{!N, ...} here.
+        return re.sub(r'^(!\d+) = !\{\s*!"tecomp\.loopid\.\d+"\s*,\s*',
+                      lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}, ",
+                      s, flags=re.M)
+
+    # -- parallel outlining ---------------------------------------------------------
+    def outline_parallel(self, parent: "_FnEmitter", loop: For, lo, captured_vars,
+                         used_bufs) -> Tuple[ir.Function, List[object]]:
+        """Emit the task function of ``loop``; return it and the captured values."""
+        k = self._par_count
+        self._par_count += 1
+        name = f"{self.symbol}.par{k}"
+        captures: List[object] = []
+        index: Dict[int, int] = {}
+
+        def cap(v):
+            if isinstance(v, ir.Constant):
+                return v
+            i = index.get(id(v))
+            if i is None:
+                i = len(captures)
+                index[id(v)] = i
+                captures.append(v)
+            return ("cap", i)
+
+        var_plan = []
+        for var in captured_vars:
+            val = parent.env[var]
+            v64 = parent.env64.get(var)
+            var_plan.append((var, cap(val.s), cap(v64.s) if v64 is not None else None))
+        buf_plan = []
+        param_bufs = {bp.buffer for bp in self.sig.buffers}
+        for b in used_bufs:
+            bi = parent.bufs[b]
+            buf_plan.append((b, cap(bi.ptr), [cap(s) for s in bi.strides],
+                             [cap(e) for e in bi.extents],
+                             self.noalias or b not in param_bufs))
+        lo_ref = cap(lo)
+        err_ref = cap(parent.err)
+
+        # body function: typed, noalias pointers; inlined into the task wrapper
+        types = [v.type for v in captures] + [_I64, _I64]
+        body = ir.Function(self.module, ir.FunctionType(_I32, types), name=name + ".body")
+        body.linkage = "internal"
+        body.attributes.add("nounwind")
+        body.attributes.add("alwaysinline")
+        for b, pref, _, _, na in buf_plan:
+            if na and isinstance(pref, tuple):
+                body.args[pref[1]].add_attribute("noalias")
+        for i, a in enumerate(body.args[:len(captures)]):
+            a.name = f"c{i}"
+        begin, end = body.args[-2], body.args[-1]
+        begin.name, end.name = "begin", "end"
+
+        def get(ref):
+            return body.args[ref[1]] if isinstance(ref, tuple) else ref
+
+        em = _FnEmitter(self, body, get(err_ref), in_parallel=True)
+        for var, sref, s64ref in var_plan:
+            em.env[var] = Val(get(sref))
+            if s64ref is not None:
+                em.env64[var] = Val(get(s64ref))
+        for b, pref, srefs, erefs, _ in buf_plan:
+            em.bufs[b] = _Buf(b, get(pref), [get(r) for r in srefs], [get(r) for r in erefs])
+        lo_v = get(lo_ref)
+        start = em.iadd(lo_v, begin)
+        stop_n = em.b.sub(end, begin)
+        em.loop(_sanitize(loop.var.name), start, stop_n,
+                lambda iv: em.with_loop_var(loop.var, Val(iv), lambda: em.stmt(loop.body)))
+        em.finish_ok()
+
+        # task wrapper: i32 (ptr closure, i64 begin, i64 end)
+        task = ir.Function(self.module, ir.FunctionType(_I32, [_PTR, _I64, _I64]), name=name)
+        task.linkage = "internal"
+        task.attributes.add("nounwind")
+        cl, tb, te = task.args
+        cl.name, tb.name, te.name = "closure", "begin", "end"
+        bb = ir.IRBuilder(task.append_basic_block("entry"))
+        st = ir.LiteralStructType([v.type for v in captures])
+        vals = []
+        for i, v in enumerate(captures):
+            p = bb.gep(cl, [ir.Constant(_I32, 0), ir.Constant(_I32, i)], inbounds=True,
+                       source_etype=st)
+            vals.append(bb.load(p, typ=v.type))
+        bb.ret(bb.call(body, vals + [tb, te]))
+        return task, captures

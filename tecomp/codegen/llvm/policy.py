@@ -1,0 +1,61 @@
+"""The hook between the function emitter and the target: :class:`TargetPolicy`.
+
+The emitter (:mod:`tecomp.codegen.llvm.emitter`) asks its policy (``self.policy``) every
+question whose answer depends on the CPU rather than on LLVM's semantics: how wide a
+vector register is, whether an odd lane count is padded into one masked access, whether
+a small constant stride is one wide load and a shuffle, whether the CPU has fused
+multiply-adds, how a vector float min/max is written.  The module builder picks the
+policy once per module (:func:`tecomp.codegen.llvm.module.policy_for`).
+
+:class:`TargetPolicy` is what any LLVM target gets: no special cases, the plain LLVM
+operation everywhere (LLVM legalises it for the CPU).  :class:`X86Policy`
+(:mod:`tecomp.codegen.llvm.x86`) overrides it for x86, the CPUs tecomp generates code
+for today.  A policy for another architecture subclasses :class:`TargetPolicy` and is
+returned by ``policy_for`` for its targets.
+"""
+from __future__ import annotations
+
+
+class TargetPolicy:
+    """The emitter's target-dependent decisions for an LLVM target with no special cases.
+
+    Facts (attributes, set once per module):
+
+    * ``register_bytes``: bytes of one vector register; a masked load wider than this is
+      emitted as register-wide masked loads (``_FnEmitter.masked_load``).  16 here (the
+      narrowest SIMD registers among LLVM's vector targets; smaller pieces are always
+      correct).
+    * ``has_fma``: fused multiply-adds in hardware, so tecomp's vector ``exp`` and ``erf``
+      use explicit ``llvm.fma`` (``_FnEmitter._madd``).  False here: a multiply and an
+      add (``llvm.fma`` without the instruction is a libm call per lane).
+    * ``pads_lanes``: whether :meth:`pad_lanes` may widen an access (the module builder
+      then finds the buffers a store reads back, which are never padded).
+    * ``vector_minmax_select``: float ``min``/``max`` of vectors as a compare and select
+      plus a NaN test of the first operand; False here: ``llvm.minimum`` /
+      ``llvm.maximum``, as for scalars (both propagate NaN; which zero ``max(0.0, -0.0)``
+      gives is unspecified either way).
+    """
+
+    def __init__(self, target):
+        #: the :class:`~tecomp.target.Target` the module is generated for
+        self.target = target
+        self.register_bytes = 16
+        self.has_fma = False
+        self.pads_lanes = False
+        self.vector_minmax_select = False
+
+    def pad_lanes(self, lanes: int, memty) -> int:
+        """The lane count an unmasked contiguous vector access of ``lanes`` elements of
+        the LLVM type ``memty`` (not of a buffer a store reads back) is widened to, as one
+        masked access with a constant mask; ``lanes`` for none.  Here: none."""
+        return lanes
+
+    def strided_wide_load(self, step: int, lanes: int, memty) -> bool:
+        """Whether an unmasked load of the lanes ``base + i*step`` (``step`` a constant
+        other than 0 and 1) of ``memty`` is one contiguous masked load of
+        ``step * lanes`` elements and a shuffle (``_FnEmitter.wide_load``) instead of a
+        ``llvm.masked.gather``.  Here: no (a gather, which LLVM lowers for any CPU)."""
+        return False
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.target})"

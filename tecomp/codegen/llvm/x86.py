@@ -1,0 +1,86 @@
+"""The x86 policy of the LLVM code generator (see :mod:`tecomp.codegen.llvm.policy`).
+
+What the emitter does differently for x86 CPUs (SSE, AVX2, AVX-512), each decision
+measured or forced by LLVM's x86 backend:
+
+* **Lane padding** (AVX-512): an unmasked contiguous load or store whose lane count is
+  not a power of two (14 float32: a 56-wide row in 4 blocks) is one
+  ``llvm.masked.load``/``store`` of the next power of two, or of the next whole number
+  of zmm registers, with a constant mask (:meth:`X86Policy.pad_lanes`), instead of
+  LLVM's 8 + 4 + 2 lane pieces and inserts.
+* **Register width**: masked loads wider than a register (64 bytes with AVX-512, else
+  32) are split into register-wide masked loads: LLVM's backend, splitting one itself,
+  aborted the process (an assertion in its alias analysis, on an AVX2 Zen 3) on an
+  ``<8 x double>`` masked load whose upper half was masked off.
+* **Strided loads**: the lanes ``base + i*step`` for a constant step of 2 to
+  :data:`MAX_STRIDED_STEP` (a stride-2 convolution's input row) are one wider masked load
+  and a shuffle, not a gather (16 lanes: two loads and a ``vpermt2ps`` against a
+  16-element ``vgatherdps``).
+* **FMA**: tecomp's vector ``exp``/``erf`` use ``llvm.fma`` where the CPU has FMA3.
+* **Float min/max of vectors**: ``x < y ? x : y`` is one ``vminps``/``vmaxps`` (which
+  gives ``y`` when either is NaN), then ``x`` where ``x`` is NaN: three instructions per
+  vector where ``llvm.minimum``/``llvm.maximum`` take six.
+
+The vectorizer's plan (``tecomp/lower/vectorize.py``: whether a loop is widened whole,
+in register-wide pieces or in chunks, and the chunk width) is the lowering's decision,
+made before code generation; this policy only shapes the instructions of a plan.
+"""
+from __future__ import annotations
+
+from ...lower.vectorize import MAX_WIDEN_LANES
+from .policy import TargetPolicy
+from .values import _F32, _F64, _I32, _I64
+
+#: a vector load of every 2nd, ..., MAX_STRIDED_STEP-th element is a wider load and a
+#: shuffle (``_FnEmitter.wide_load``), a larger step a gather
+MAX_STRIDED_STEP = 4
+
+#: the first word of the LLVM triples of x86 code
+X86_ARCHS = ("x86_64", "i386", "i486", "i586", "i686")
+
+
+def is_x86(triple: str) -> bool:
+    """Whether the LLVM target triple ``triple`` is an x86 one."""
+    return triple.split("-", 1)[0] in X86_ARCHS
+
+
+class X86Policy(TargetPolicy):
+    """The emitter's decisions for x86 CPUs (see the module docstring)."""
+
+    def __init__(self, target):
+        super().__init__(target)
+        #: AVX-512: zmm registers and ``k`` masks for loads and stores
+        self.avx512 = target.has_feature("avx512f")
+        # AVX-512: a contiguous access of a lane count that is not a power of two (e.g.
+        # 14 float32) is one masked access of the next power of two (pad_lanes)
+        # (not for accumulators: LICM keeps a plain load/store pair in registers across a
+        # loop, but not a masked one)
+        self.pads_lanes = self.avx512
+        self.register_bytes = 64 if self.avx512 else 32
+        self.has_fma = target.has_feature("fma")
+        self.vector_minmax_select = True
+
+    def pad_lanes(self, lanes: int, memty) -> int:
+        """The next power of two when ``lanes`` is not one and less than a zmm register,
+        else the next whole number of zmm registers (AVX-512 only, 32- and 64-bit
+        elements).  LLVM otherwise splits e.g. a 14-lane float32 load into 8 + 4 + 2
+        lane loads and two inserts (on port 5, shared with the second FMA unit) and a
+        store into three stores; one masked access (``vmovups`` with a ``k`` mask) is a
+        single instruction."""
+        n = lanes
+        if (n <= 2 or n & (n - 1) == 0 or n > MAX_WIDEN_LANES or not self.pads_lanes
+                or memty not in (_F32, _I32, _F64, _I64)):
+            return n
+        per_reg = 64 // (4 if memty in (_F32, _I32) else 8)
+        if n % per_reg == 0:
+            return n        # whole zmm registers (e.g. 48 float32): LLVM splits it cleanly
+        if n > per_reg:
+            return -(-n // per_reg) * per_reg   # e.g. 58 -> 64: whole registers
+        return 1 << (n - 1).bit_length()
+
+    def strided_wide_load(self, step: int, lanes: int, memty) -> bool:
+        """A small constant step (a stride-2 convolution's input row): one contiguous
+        load of ``step * lanes`` elements and a shuffle, instead of a gather (16 lanes:
+        two loads and a vpermt2ps against a 16-element vgatherdps)."""
+        return (2 <= step <= MAX_STRIDED_STEP and step * lanes <= MAX_WIDEN_LANES
+                and memty in (_F32, _I32, _F64, _I64))
