@@ -226,9 +226,11 @@ def test_cache_read_pad(backend):
     s[AL].align_bounds(AL.op.axis[0], 8)
     text = str(tc.lower(s, [A, C]))
     assert "allocate A.local: float32[8] (local)" in text
-    # partitioned: 3 whole blocks, then the last one padded past A's 30 elements
+    # partitioned: 3 whole blocks, then the last one padded past A's 30 elements (its
+    # copy partitioned too: 6 elements copied, 2 zeros, no select)
     assert "A.local[i0] = A[i.outer*8 + i0]" in text, text
-    assert "A.local[i0] = select(i0 < 6, A[i0 + 24], 0f)" in text, text
+    assert "for (i0, 0, 6) {\n    A.local[i0] = A[i0 + 24]" in text, text
+    assert "for (i0, 6, 2) {\n    A.local[i0] = 0f" in text, text
     a = np.arange(30, dtype="float32")
     c = np.full(30, np.nan, "float32")
     run(s, [A, C], [a, c], backend)

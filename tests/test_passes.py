@@ -5,6 +5,7 @@ the schedule that needs the pass; the `after` IR is pinned as printed.  Every pa
 checks it)."""
 import importlib
 
+import numpy as np
 import pytest
 
 import tecomp as tc
@@ -87,6 +88,55 @@ def test_loop_partition():
         }
       }
     }""")
+
+
+def test_loop_partition_of_a_padded_input():
+    """A stored select's bounds partition its own loops either way (the border rows and
+    columns store zeros, the inside copies with no test); a loop that also stores
+    another stage is left whole."""
+    A = tc.placeholder((2, 4), name="A")
+    P = tc.compute((4, 6), lambda y, x: tc.if_then_else(
+        tc.all(y >= 1, y <= 2, x >= 1, x <= 4), A[y - 1, x - 1], 0.0), name="P")
+    s = tc.create_schedule(P.op)
+    before, after = _through("loop_partition", s, [A, P])
+    assert "select(y >= 1 && y <= 2 && x >= 1 && x <= 4" in before
+    assert after == _text("""
+    primfn main(A: float32[2, 4], P: float32[4, 6]) {
+      for (y, 0, 1) {
+        for (x, 0, 6) {
+          P[0, x] = 0f
+        }
+      }
+      for (y, 1, 2) {
+        for (x, 0, 1) {
+          P[y, 0] = 0f
+        }
+        for (x, 1, 4) {
+          P[y, x] = A[y - 1, x - 1]
+        }
+        for (x, 5, 1) {
+          P[y, 5] = 0f
+        }
+      }
+      for (y, 3, 1) {
+        for (x, 0, 6) {
+          P[3, x] = 0f
+        }
+      }
+    }""")
+    # the padding computed per row of a consumer: the consumer's loop is not split
+    Q = tc.compute((2, 4), lambda y, x: P[y + 1, x] + P[y + 1, x + 2], name="Q")
+    s = tc.create_schedule(Q.op)
+    s[P].compute_at(s[Q], Q.op.axis[0])
+    _, after = _through("loop_partition", s, [A, Q])
+    assert after.count("Q[y, x_1] =") == 1 and after.count("for (y, ") == 1
+    assert "P[0, x] = A[y, x - 1]" in after   # (P's own loop partitioned)
+    f = tc.build(s, [A, Q])
+    a = np.arange(8, dtype="float32").reshape(2, 4)
+    q = np.zeros((2, 4), "float32")
+    f(a, q)
+    p = np.pad(a, ((1, 1), (1, 1)))
+    np.testing.assert_array_equal(q, p[1:3, 0:4] + p[1:3, 2:6])
 
 
 def test_unroll_explicit():

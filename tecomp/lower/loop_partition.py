@@ -17,6 +17,14 @@ width (on the CPU: otherwise the guard stays a per-lane mask), nor
 is an unrolled loop inside a GPU kernel at a split point that is not a constant (it
 would no longer unroll, and the register arrays it indexes would go to local memory).
 
+The same for the condition of a ``select`` that is a stored value, bounding the loop's
+counter either way (a padded input ``P[y, x] = select(y >= 1 && y <= H && ..., X[y - 1,
+...], 0)``): a lower bound ``rest < c*v`` gives a part where it is false (the select is
+its false value), a part where it depends on the inner counters, and the main part
+without it; an upper bound, as the rule above.  Only for loops that store into no other
+buffer than the select's (the padding's own loops): a convolution's task loop around the
+padding it computes per task would otherwise be copied whole per part.
+
 A loop under ``pragma(axis, "no_partition")`` (Halide's ``never_partition``) is not
 split: its guards stay where they are, or are partitioned at the loops inside it.  A
 guard that is tested once per iteration of a big body (whether a block lies inside the
@@ -37,7 +45,7 @@ part (often one iteration) does not run as a region of its own on one thread.
 from __future__ import annotations
 
 from ..ir import op as _op
-from ..ir.expr import Add, And, Const, LT, Mul, Range, Sub, Var
+from ..ir.expr import GE, GT, LE, LT, Add, And, Const, Mul, Range, Select, Sub, Var
 from ..ir.functor import Mutator, Visitor, substitute, uses_var
 from ..ir.stmt import For, IfThenElse, SeqStmt, annotated_loop, seq
 
@@ -72,13 +80,39 @@ def _terms(cond):
     return [cond]
 
 
+def _normalized(term, v):
+    """``term`` (a comparison) as ``coef*v + rest < 0`` over the integers: (coef, rest),
+    or None when it is not linear in ``v``."""
+    t = type(term)
+    if t is LT or t is LE:
+        d = _op.sub(term.a, term.b)              # a - b < 0  /  a - b <= 0
+    elif t is GT or t is GE:
+        d = _op.sub(term.b, term.a)              # b - a < 0  /  b - a <= 0
+    else:
+        return None
+    if d.dtype not in ("int32", "int64"):
+        return None
+    lin = _linear(d, v)
+    if lin is None or lin[0] == 0:
+        return None
+    if t is LE or t is GE:                       # x <= 0  <=>  x - 1 < 0
+        return lin[0], _op.sub(lin[1], Const(1, lin[1].dtype))
+    return lin
+
+
 class _FindGuards(Visitor):
-    """Guard terms ``a*v + r < N`` under a loop, with the ranges of inner loop counters."""
+    """Guard terms ``a*v + r < N`` under a loop, with the ranges of inner loop counters:
+    the ``a < b`` terms (``a > 0``) of ``if`` conditions, and every comparison linear in
+    the loop's counter of the condition of a ``select`` that is a stored value (a padded
+    input: ``P[y, x] = select(1 <= y && y <= H, X[y - 1, x], 0)``), whichever way it
+    bounds the counter."""
 
     def __init__(self, v):
         self.v = v
         self.inner = {}
         self.found = []
+        self.selects = []
+        self.stored = set()
 
     def visit_For(self, s):
         self.inner[s.var] = Range(s.min, s.extent)
@@ -93,13 +127,45 @@ class _FindGuards(Visitor):
                     self.found.append((term, lin, dict(self.inner)))
         self.generic_visit(s)
 
+    def visit_BufferStore(self, s):
+        self.stored.add(s.buffer)
+        if isinstance(s.value, Select):
+            for term in _terms(s.value.cond):
+                if uses_var(term, self.v):
+                    lin = _normalized(term, self.v)
+                    if lin is not None:
+                        self.selects.append((term, lin, dict(self.inner)))
+        self.generic_visit(s)
+
+    def guards(self):
+        """The guards found; a select's only under a loop that stores nothing else than
+        the stage the select is stored into (the padded input's own loops: partitioning
+        a loop around other stages, e.g. a convolution's task loop around the padding
+        it computes per task, would copy them whole for each part)."""
+        return self.found + (self.selects if len(self.stored) == 1 else [])
+
 
 class _DropTerm(Mutator):
-    """Replace one guard term by its known value (True or False) in every If condition."""
+    """Replace one guard term by its known value (True or False) in every If and Select
+    condition."""
 
     def __init__(self, term, value=True):
         self.term = term
         self.value = value
+
+    def visit_Select(self, e):
+        terms = _terms(e.cond)
+        kept = [t for t in terms if t != self.term]
+        if len(kept) == len(terms):
+            return self.generic_visit(e)
+        if not self.value:
+            return self.visit(e.false_value)
+        if not kept:
+            return self.visit(e.true_value)
+        cond = kept[0]
+        for t in kept[1:]:
+            cond = And(cond, t)
+        return Select(cond, self.visit(e.true_value), self.visit(e.false_value), e.dtype)
 
     def visit_IfThenElse(self, s):
         then = self.visit(s.then_case)
@@ -169,7 +235,8 @@ class LoopPartition(Mutator):
         # Outermost loops first: partitioning i.outer leaves the whole main part guard-free.
         if s.kind in ("serial", "parallel", "unrolled", "vectorized") \
                 and self.held.get(id(s)) is not s:
-            parts = self._partition(s)
+            found = self._partition(s)
+            parts, main = found if found is not None else (None, 0)
             if parts is not None and s.kind == "vectorized" and (
                     self.in_kernel or not all(_vector_width_ok(p.extent) for p in parts)):
                 # a vectorized loop is split only into parts of power-of-two constant
@@ -197,12 +264,15 @@ class LoopPartition(Mutator):
                 # one parallel region whose body picks its part: splitting it into
                 # several parallel loops would run a short tail region (often a single
                 # iteration) on one thread while the others wait
-                return self._unswitch_parallel(s, parts)
+                return self._unswitch_parallel(s, parts, main)
             if parts is not None:
                 # the main part may hold other guards: partition it again; the others
                 # keep this guard, so only their bodies are visited
-                out = [self.visit(parts[0])]
-                for t in parts[1:]:
+                out = []
+                for i, t in enumerate(parts):
+                    if i == main:
+                        out.append(self.visit(t))
+                        continue
                     tb = t.body
                     if isinstance(t.extent, Const) and t.extent.value == 1:
                         # a one-iteration tail (the last block of a split): its counter
@@ -223,10 +293,15 @@ class LoopPartition(Mutator):
         finder = _FindGuards(s.var)
         finder.visit(s.body)
         one = Const(1, "int32")
-        for term, (a, rest), inner in finder.found:
+        for term, (a, rest), inner in finder.guards():
             itv = eval_interval(self.simplify(rest, self.ranges), inner)
             if itv.hi is None or itv.lo is None or uses_var(itv.hi, s.var) or uses_var(itv.lo, s.var):
                 continue
+            if a < 0:
+                parts = self._partition_lower(s, term, -a, itv)
+                if parts is None:
+                    continue
+                return parts
             n, ca = Const(0, "int32"), Const(a, "int32")
             # guard true for all inner values while a*v + hi < n
             end_true = _op.floordiv(_op.add(_op.sub(_op.sub(n, itv.hi), one), ca), ca)
@@ -255,17 +330,53 @@ class LoopPartition(Mutator):
             if not (isinstance(rest_ext, Const) and rest_ext.value == 0) and not _is_empty(body_false):
                 parts.append(For(s.var, self.simplify(_op.add(s.min, k2), self.ranges), rest_ext,
                                  s.kind, body_false, s.thread_tag))
-            return parts
+            return parts, 0
         return None
 
-    def _unswitch_parallel(self, s, parts):
+    def _partition_lower(self, s, term, c, itv):
+        """The parts of loop ``s`` for a guard ``rest < c*v`` (``c > 0``; ``rest`` in
+        ``itv`` over the inner counters), false for small ``v`` and true from some
+        point on: a part where it is false for every inner value (its statement
+        gone), a part where it depends on them (the guard kept), and the main part
+        without it.  ((parts, index of the main part), or None.)"""
+        one, cc = Const(1, "int32"), Const(c, "int32")
+        # false for every inner value while c*v <= lo; true for every one once c*v > hi
+        end_false = _op.add(_op.floordiv(itv.lo, cc), one)
+        start_true = _op.add(_op.floordiv(itv.hi, cc), one)
+        kf = self._clamp(_op.sub(end_false, s.min), Const(0, "int32"), s.extent)
+        if self.simplify(end_false, self.ranges) == self.simplify(start_true, self.ranges):
+            kt = kf   # no inner counter moves the guard: no part where it depends on them
+        else:
+            kt = self._clamp(_op.sub(start_true, s.min), kf, s.extent)
+        if isinstance(kt, Const) and isinstance(s.extent, Const) and kt.value == s.extent.value:
+            return None   # no iteration where the guard is sure to hold
+        parts = []
+        if not (isinstance(kf, Const) and kf.value == 0):
+            body_false = self.simplify(_DropTerm(term, False).visit(s.body), self.ranges)
+            if not _is_empty(body_false):
+                parts.append(For(s.var, s.min, kf, s.kind, body_false, s.thread_tag))
+        mid = self.simplify(_op.sub(kt, kf), self.ranges)
+        if not (isinstance(mid, Const) and mid.value == 0):
+            parts.append(For(s.var, self.simplify(_op.add(s.min, kf), self.ranges), mid, s.kind,
+                             s.body, s.thread_tag))
+        if not parts:
+            return None   # the guard holds everywhere already: nothing to split off
+        body_true = self.simplify(_DropTerm(term, True).visit(s.body), self.ranges)
+        parts.append(For(s.var, self.simplify(_op.add(s.min, kt), self.ranges),
+                         self.simplify(_op.sub(s.extent, kt), self.ranges), s.kind, body_true,
+                         s.thread_tag))
+        return parts, len(parts) - 1
+
+    def _unswitch_parallel(self, s, parts, index=0):
         """``parallel (v, m, E) { if (v < m + K1) main else if ... tail }``: the parts of
-        a partitioned parallel loop as branches of one loop body."""
-        main = self.visit(parts[0])  # may unswitch again on another guard of v
+        a partitioned parallel loop as branches of one loop body (``index``: the main
+        part's)."""
+        main = self.visit(parts[index])  # may unswitch again on another guard of v
         if not (isinstance(main, For) and main.var is s.var):
-            return seq(main, *[For(t.var, t.min, t.extent, t.kind, self.visit(t.body),
-                                   t.thread_tag) for t in parts[1:]])
-        bodies = [main.body] + [self.visit(t.body) for t in parts[1:]]
+            return seq(*[main if i == index else For(t.var, t.min, t.extent, t.kind,
+                                                     self.visit(t.body), t.thread_tag)
+                         for i, t in enumerate(parts)])
+        bodies = [main.body if i == index else self.visit(t.body) for i, t in enumerate(parts)]
         out = bodies[-1]
         for t, b in zip(reversed(parts[1:]), reversed(bodies[:-1])):
             out = IfThenElse(_op.compare(LT, s.var, t.min), b, out)
