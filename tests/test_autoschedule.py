@@ -423,3 +423,30 @@ def test_default_config_is_the_analytic_schedule_and_a_set_knob_is_applied():
 
 def apply_config_trace(args, cfg):
     return tc.autoschedule.apply_config(args, cfg).trace.python(args)
+
+
+def test_small_window_is_unrolled_whole_and_correct():
+    """A depthwise 3x3 convolution: the rules unroll the whole window (both kernel axes)
+    so the taps share their row loads; the knob turns it off; both compute the same."""
+    C, H = 8, 13
+    X = tc.placeholder((C, H + 2, H + 2), name="X")
+    Wt = tc.placeholder((C, 3, 3), name="W")
+    ry, rx = tc.reduce_axis((0, 3), name="ry"), tc.reduce_axis((0, 3), name="rx")
+    O = tc.compute((C, H, H), lambda c, y, x: tc.sum(X[c, y + ry, x + rx] * Wt[c, ry, rx],
+                                                     axis=[ry, rx]), name="O")
+    args = [X, Wt, O]
+
+    def ref(x, w):
+        return sum(x[:, a:a + H, b:b + H] * w[:, a, b, None, None]
+                   for a in range(3) for b in range(3))
+
+    cfg = tc.autoschedule.default_config(args)
+    assert cfg["O.unroll_window"] is True
+    s = tc.auto_schedule(args)
+    text = str(tc.lower(s, args))
+    assert "unrolled (ry, 0, 3)" in text and "unrolled (rx, 0, 3)" in text
+    _check(s, args, ref)
+    off = tc.autoschedule.apply_config(args, cfg.set("O.unroll_window", False))
+    assert "for (ry, 0, 3)" in str(tc.lower(off, args))
+    _check(off, args, ref)
+

@@ -625,7 +625,16 @@ class _Rules:
         else:
             inner.reorder(*rax, ivi)
         self._vector(inner, ivi, nr)
-        # small windows unrolled (a conv's taps)
+        # small windows unrolled (a conv's taps); a whole window of at most 16 taps
+        # (depthwise 3x3) its first axis too: the rows' loads are then shared by the
+        # taps that read them (benchmarks/DECISIONS.md, "Rules: the whole window
+        # unrolled")
+        taps = 1
+        for e in red_exts:
+            taps = taps * e if e is not None and taps is not None and e <= 7 else None
+        if len(rax) > 1 and _cint(rax[0].dom.extent) is not None and taps is not None and \
+                k.choose(f"{name}.unroll_window", [True, False], taps <= 16):
+            inner.unroll(rax[0])
         for r, e in zip(rax[1:], red_exts[1:]):
             if _cint(r.dom.extent) is not None and e <= 7 and k.choose(f"{name}.unroll_{r.name}",
                                                      [True, False], True):
