@@ -42,13 +42,13 @@ from ._version import __version__  # noqa: E402
 def set_num_threads(n: int) -> None:
     """Set how many CPU threads parallel loops use (default: the number of cores, or
     the environment variable TECOMP_NUM_THREADS)."""
-    from .codegen.llvm.runtime import set_num_threads as _s
+    from .runtime.llvm import set_num_threads as _s
 
     _s(n)
 
 
 def get_num_threads() -> int:
-    from .codegen.llvm.runtime import get_num_threads as _g
+    from .runtime.llvm import get_num_threads as _g
 
     return _g()
 

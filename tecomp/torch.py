@@ -188,7 +188,7 @@ class Op:
                 stack.extend(t.op for t in o.input_tensors)
 
     def _shape_fn(self, t: Tensor) -> Callable:
-        from .codegen.argcheck import compile_shape_expr
+        from .runtime.argcheck import compile_shape_expr
 
         fns = []
         for d, x in enumerate(t.shape):
@@ -337,7 +337,7 @@ class Op:
     def _compile_training(self, c: _Compiled) -> _Training:
         from .autodiff import schedule_backward
         from .build import build
-        from .codegen.argcheck import compile_shape_expr
+        from .runtime.argcheck import compile_shape_expr
         from .te import placeholder
         from .te.retype import retype
 

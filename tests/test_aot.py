@@ -303,7 +303,7 @@ def test_shape_expressions_survive_the_round_trip():
     back = [r.expr(j) for j in encoded]
     env = {n: 17, m: -5}
     env_back = {r.vars[enc.vars.index(v)]: x for v, x in env.items()}
-    from tecomp.codegen.argcheck import eval_host_expr
+    from tecomp.runtime.argcheck import eval_host_expr
 
     for e, b in zip(exprs, back):
         assert type(b) is type(e) and b.dtype == e.dtype

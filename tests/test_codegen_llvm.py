@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tecomp.codegen.llvm import build_llvm
-from tecomp.codegen.llvm import runtime as llvm_runtime
+from tecomp.runtime import llvm as llvm_runtime
 from tecomp.errors import ArgumentError, BoundsError, BuildError, InternalError
 from tecomp.ir import (
     Allocate, AssertStmt, Buffer, BufferLoad, BufferStore, Call, Cast, Const, Evaluate, For,

@@ -19,7 +19,7 @@ from tecomp.ir import (  # noqa: E402
     LetStmt, PrimFunc, Var, seq,
 )
 from tecomp.ir.expr import FloorDiv, FloorMod  # noqa: E402
-from tecomp.codegen.argcheck import eval_host_expr  # noqa: E402
+from tecomp.runtime.argcheck import eval_host_expr  # noqa: E402
 from tecomp.codegen.c_source import c_identifier, strip_parens  # noqa: E402
 from tecomp.codegen.cuda import codegen_cuda, compile_ptx, find_nvcc  # noqa: E402
 

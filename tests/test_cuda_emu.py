@@ -17,7 +17,7 @@ from cuda_examples import (  # noqa: E402
 from tecomp.errors import ArgumentError, BoundsError, BuildError  # noqa: E402
 from tecomp.ir import AssertStmt, Buffer, Const, IfThenElse, PrimFunc, Var  # noqa: E402
 from tecomp.codegen import cuda_emu  # noqa: E402
-from tecomp.codegen.argcheck import bind_and_check  # noqa: E402
+from tecomp.runtime.argcheck import bind_and_check  # noqa: E402
 from tecomp.codegen.cuda import codegen_cuda  # noqa: E402
 from tecomp.codegen.cuda_emu import (  # noqa: E402
     CudaEmuModule, build_cuda_emu, compile_emu_library, find_cxx,

@@ -11,7 +11,7 @@ import torch.nn.functional as F  # noqa: E402
 import tecomp as tc  # noqa: E402
 import tecomp.nn as nn  # noqa: E402
 import tecomp.torch as tct  # noqa: E402
-from tecomp.codegen.argcheck import as_host_array  # noqa: E402
+from tecomp.runtime.argcheck import as_host_array  # noqa: E402
 from tecomp.errors import ArgumentError  # noqa: E402
 
 

@@ -148,7 +148,7 @@ def _vars_in(e) -> list:
 def _plan(args, shapes, what: str = "measure") -> _Plan:
     """Every argument's kind, concrete shape and dtype (or a scalar's value), from
     ``shapes``; an AutoScheduleError for anything unbound."""
-    from ..codegen.argcheck import eval_host_expr
+    from ..runtime.argcheck import eval_host_expr
     from ..ir import dtype as _dt
     from ..ir.expr import Var
     from ..te.tensor import PlaceholderOp, Tensor, compute_ops

@@ -22,7 +22,7 @@ comment documents the mapping.  In short:
   (``__trap()``), raise errors instead of hanging or aborting the process.
 
 Calls take numpy arrays and check them exactly like the CPU runtime, with the same
-messages (:class:`tecomp.codegen.argcheck.ArgChecker`).  Non-contiguous numpy arrays are
+messages (:class:`tecomp.runtime.argcheck.ArgChecker`).  Non-contiguous numpy arrays are
 copied to contiguous ones for the call, and the copies of the buffers the function
 writes are copied back afterwards.  Workspaces (global allocations) are allocated per
 call.  Compiled libraries are cached on disk under ``$TECOMP_CACHE_DIR`` (default
@@ -48,7 +48,7 @@ import numpy as np
 from ..errors import ArgumentError, BoundsError, BuildError, RuntimeUnavailableError
 from ..ir.expr import Buffer
 from ..ir.stmt import PrimFunc
-from .argcheck import ArgChecker, check_no_alias, eval_host_expr, param_checks_of
+from ..runtime.argcheck import ArgChecker, check_no_alias, eval_host_expr, param_checks_of
 from .cuda import (
     MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaSource, KernelInfo, codegen_cuda,
 )

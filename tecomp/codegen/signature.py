@@ -2,7 +2,7 @@
 reports errors at.
 
 Shared by the LLVM code generator (:mod:`tecomp.codegen.llvm`; the ABI is described in
-:mod:`tecomp.codegen.llvm.abi`), the runtime (:mod:`tecomp.codegen.llvm.runtime`) and the
+:mod:`tecomp.codegen.llvm.abi`), the runtime (:mod:`tecomp.runtime.llvm`) and the
 loader of exported libraries (:mod:`tecomp.runtime.aot`): this module imports no llvmlite, so a
 library can be loaded and called where LLVM is not installed.
 """

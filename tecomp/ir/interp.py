@@ -1547,7 +1547,7 @@ def _bind_args(comp: _Compiler, func: PrimFunc, args) -> dict:
                     bound_by[ext] = f"dimension {d} of argument {p.name}"
         env[p] = a
     # the conditions lowering recorded (an extent given by a scalar >= 0, a symbolic split
-    # factor >= 1): the same checks and messages as every runtime (codegen/argcheck.py)
+    # factor >= 1): the same checks and messages as every runtime (runtime/argcheck.py)
     for pc in func.attrs.get("param_checks", ()):
         if all(v in env for v in free_vars(pc.expr)):
             value = comp.expr(pc.expr)(env)

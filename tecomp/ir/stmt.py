@@ -199,7 +199,7 @@ class ParamCheck:
     lowering derives from the schedule: an extent of a stage that depends on a variable
     must be ``>= 0``, a symbolic split factor ``>= 1``.  Kept in
     ``PrimFunc.attrs["param_checks"]`` (a tuple); every runtime (the shared
-    :mod:`tecomp.codegen.argcheck`) and the interpreter check them before the body runs
+    :mod:`tecomp.runtime.argcheck`) and the interpreter check them before the body runs
     and raise :class:`~tecomp.errors.ArgumentError` with :meth:`message`.
 
     ``expr`` uses only the function's scalar parameters and the variables of its buffer

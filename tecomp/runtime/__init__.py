@@ -1,9 +1,13 @@
 """tecomp's runtime: what running compiled kernels needs (no llvmlite).
 
-``tc.load_module`` (:mod:`.aot`) and ``time_evaluator`` (:mod:`.timing`).  The package
-imports nothing itself, so that the code generators can use :mod:`.timing` without
-importing the loader.
+:class:`Module` (:mod:`.module`), the protocol every compiled module follows; the LLVM
+module (:mod:`.llvm`), the CUDA one (:mod:`.cuda`); the argument checks every runtime and
+the interpreter share (:mod:`.argcheck`); ``tc.load_module`` (:mod:`.aot`);
+``time_evaluator`` (:mod:`.timing`); extern stages' calls (:mod:`.extern`).  The package
+imports nothing but the protocol itself, so that the code generators can use
+:mod:`.timing` without importing the loader.
 """
+from .module import Module
 
 
 def __getattr__(name):

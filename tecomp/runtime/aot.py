@@ -4,9 +4,9 @@
     g = tc.load_module("kernels.so")                               # anywhere: numpy + tecomp
     g(a, b, c)                                                     # as f(a, b, c)
 
-The module it returns is the runtime's own :class:`~tecomp.codegen.llvm.runtime.Module`,
+The module it returns is the runtime's own :class:`~tecomp.runtime.llvm.Module`,
 made from the library's metadata: the same argument checks and messages
-(:mod:`tecomp.codegen.argcheck`), the same variants (views and aliased arguments run
+(:mod:`tecomp.runtime.argcheck`), the same variants (views and aliased arguments run
 as they do on ``f``: the library holds every variant), the same BoundsError and
 KernelMemoryError messages.  Loading imports no llvmlite.
 
@@ -51,7 +51,7 @@ import time
 from typing import Dict, Tuple
 
 from ..codegen import aot_format as _fmt
-from ..codegen.llvm import runtime as _rt
+from . import llvm as _rt
 from ..codegen import threads as _threads
 from ..codegen.libfiles import digest_bytes, file_path, read_sidecar, sidecar_path
 from ..codegen.signature import Signature

@@ -16,7 +16,7 @@ Calls accept, for each buffer parameter:
   for repeated calls.
 
 The arguments are checked as on the CPU, with the same messages
-(:class:`tecomp.codegen.argcheck.ArgChecker`); grid and block sizes are computed from
+(:class:`tecomp.runtime.argcheck.ArgChecker`); grid and block sizes are computed from
 the symbolic extents at call time and checked against the device (threads per block,
 including the kernel's register limit, block and grid dimensions, shared memory).
 
@@ -33,7 +33,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from ..codegen.argcheck import (
+from .argcheck import (
     ArgChecker, array_meta, check_no_alias, eval_host_expr, param_checks_of, param_label,
 )
 from ..codegen.cuda import CudaSource, KernelInfo, codegen_cuda, compile_ptx

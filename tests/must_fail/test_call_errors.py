@@ -277,7 +277,7 @@ def test_symbolic_split_factor_at_least_one_runs(factor):
 
 @pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None, reason="needs g++")
 def test_negative_scalar_extent_in_the_cuda_emulation():
-    """The CUDA runtimes share the check (tecomp.codegen.argcheck)."""
+    """The CUDA runtimes share the check (tecomp.runtime.argcheck)."""
     n = tc.var("n")
     A = tc.placeholder((8,), name="A")
     k = tc.reduce_axis((0, n), name="k")

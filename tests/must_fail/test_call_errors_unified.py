@@ -1,7 +1,7 @@
 """Calls that must fail the same way on every runtime: the CPU (llvm) build and the CUDA
 emulation build of one computation get the same bad arguments, and both raise the same
 ArgumentError with the same message -- the checks and their wording live in one place,
-tecomp.codegen.argcheck.  (The CUDA half is skipped without a C++ compiler.)"""
+tecomp.runtime.argcheck.  (The CUDA half is skipped without a C++ compiler.)"""
 import re
 
 import numpy as np

@@ -19,7 +19,7 @@ import pytest
 
 import tecomp as tc
 from tecomp.codegen import aot_format
-from tecomp.codegen.llvm import runtime as llvm_runtime
+from tecomp.runtime import llvm as llvm_runtime
 from tecomp.codegen.libfiles import write_sidecar
 
 

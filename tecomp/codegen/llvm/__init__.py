@@ -1,7 +1,7 @@
 """CPU code generation: ``PrimFunc`` -> LLVM IR (llvmlite's IRBuilder) -> O3 -> MCJIT.
 
 Entry point: :func:`build_llvm` returns a callable :class:`Module`
-(:class:`tecomp.codegen.llvm.runtime.Module`); :class:`VariantCompiler` generates and
+(:class:`tecomp.runtime.llvm.Module`); :class:`VariantCompiler` generates and
 compiles the variants of one PrimFunc.
 
 The modules of this package:
@@ -26,17 +26,17 @@ The modules of this package:
   other LLVM target;
 * ``jit`` (parse, verify, O3, MCJIT; the host's target machine), ``optproc`` (the O3
   pipeline in a worker process), ``threadpool`` (the thread pool parallel loops run on,
-  in LLVM IR), ``runtime`` (the callable :class:`Module`: argument checks, variants,
-  errors from inside the kernel), ``export`` (``Module.export_library``).
+  in LLVM IR), ``export`` (``Module.export_library``).  The callable :class:`Module` it
+  returns (argument checks, variants, errors from inside the kernel) is the runtime's,
+  :mod:`tecomp.runtime.llvm`.
 
 Determinism: names come from the IR (loop variables, buffers) and counters in
 emission order, never from ``id()`` or hashes; the same PrimFunc gives byte-identical
 LLVM IR in every process.
 
-Submodules are imported on use: ``runtime`` (which a library loaded by
-:func:`tecomp.load_module` runs on) needs neither llvmlite nor the code generator, so
-this package imports nothing itself and gives :func:`build_llvm`,
-:class:`VariantCompiler` and :class:`Module` when they are first asked for.
+Submodules are imported on use (llvmlite only when code is generated): this package
+imports nothing itself and gives :func:`build_llvm`, :class:`VariantCompiler` and
+:class:`Module` when they are first asked for.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def __getattr__(name: str):
 
         return getattr(compiler, name)
     if name == "Module":
-        from .runtime import Module
+        from ...runtime.llvm import Module
 
         return Module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """The kernel ABI of the LLVM code generator: the exported entry points and the error
-words (the runtime, :mod:`tecomp.codegen.llvm.runtime`, and the loader of exported
+words (the runtime, :mod:`tecomp.runtime.llvm`, and the loader of exported
 libraries, :mod:`tecomp.runtime.aot`, call kernels through it).
 
 Kernel ABI
@@ -40,7 +40,7 @@ that never heard of strides; ``layout="strided"`` reads each array's strides fro
 runs without a copy.  ``noalias=True`` promises that no written array overlaps another
 argument.  The contiguous no-alias variant is compiled eagerly by
 :func:`~tecomp.codegen.llvm.compiler.build_llvm`; the others are compiled on the first
-call that needs them and cached (see :mod:`tecomp.codegen.llvm.runtime`).
+call that needs them and cached (see :mod:`tecomp.runtime.llvm`).
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ from ..signature import Signature
 from .intrinsics import _bf16_to_f32, _f32_to_bf16, _f64_to_f16
 # the offset of the data pointer in a numpy array object is the runtime's (it checks it
 # against ``a.ctypes.data`` before using the ``_pyarrays`` entry)
-from .runtime import PYOBJECT_DATA_OFFSET
+from ...runtime.llvm import PYOBJECT_DATA_OFFSET
 from .values import _F32, _F64, _I8, _I32, _I64, _PTR, _REG, _sanitize
 
 ERR_BOUNDS = 1

@@ -1,7 +1,7 @@
 """Compiling a PrimFunc for the CPU: :class:`VariantCompiler` generates a variant's module
 (:mod:`tecomp.codegen.llvm.module`) and compiles it (:mod:`tecomp.codegen.llvm.jit`);
 :func:`build_llvm` checks the function and returns the callable
-:class:`~tecomp.codegen.llvm.runtime.Module`, its contiguous no-alias variant compiled.
+:class:`~tecomp.runtime.llvm.Module`, its contiguous no-alias variant compiled.
 """
 from __future__ import annotations
 
@@ -103,12 +103,12 @@ def _with_func(exc, func: PrimFunc):
 def build_llvm(func: PrimFunc, *, checks: bool = False, target=None):
     """Compile ``func`` for ``target`` (an ``llvm`` :class:`~tecomp.target.Target`, by
     default the one it was lowered for, else the host CPU); return a callable
-    :class:`~tecomp.codegen.llvm.runtime.Module`.
+    :class:`~tecomp.runtime.llvm.Module`.
 
     The contiguous, no-alias variant is compiled now; the strided and aliasing variants
     when a call first needs them.  ``checks=True`` bounds-checks every load and store.
     """
-    from .runtime import Module
+    from ...runtime.llvm import Module
 
     if not isinstance(func, PrimFunc):
         raise BuildError(f"build_llvm expects a PrimFunc, got {type(func).__name__}")

@@ -81,7 +81,7 @@ def _metadata_ir(doc: str) -> str:
 
 
 def export_library(mod, path, *, pyobject_data_offset: int) -> None:
-    """Write ``mod`` (an llvm :class:`~tecomp.codegen.llvm.runtime.Module`) as a shared
+    """Write ``mod`` (an llvm :class:`~tecomp.runtime.llvm.Module`) as a shared
     library at ``path`` and its sidecar at ``path + ".sha256"``: see the module
     docstring.  ``pyobject_data_offset``: where the kernels' ``_pyarrays`` entries read
     a numpy array's data pointer (``runtime.PYOBJECT_DATA_OFFSET``)."""

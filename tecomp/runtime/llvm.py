@@ -4,7 +4,7 @@ Calling
 -------
 ``mod(*args)`` takes numpy arrays for buffer parameters and Python/numpy scalars for
 scalar parameters, in parameter order.  Everything is checked before the kernel runs
-(by :mod:`tecomp.codegen.argcheck`, the checks and messages every runtime shares; a
+(by :mod:`tecomp.runtime.argcheck`, the checks and messages every runtime shares; a
 generated fast path accepts valid C-contiguous calls without them), and every mismatch
 raises :class:`~tecomp.errors.ArgumentError` naming the parameter
 (by name and 1-based argument position), what it expects and what it got: the
@@ -73,21 +73,21 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 # KernelMemoryError, KernelAssertionError: defined in tecomp.errors, importable here
-from ...errors import (
+from ..errors import (
     ArgumentError, BoundsError, InternalError, KernelAssertionError, KernelMemoryError, TargetError,
     internal_assert,
 )
-from ...ir import dtype as _dt
-from ...ir.expr import Add, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
-from .. import threads as _threads
+from ..ir import dtype as _dt
+from ..ir.expr import Add, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
+from ..codegen import threads as _threads
 
 #: offset of the data pointer in a numpy array object (after the CPython object header):
 #: the ``_pyarrays`` entry of a kernel reads it there (see :func:`_probe_pyobj_layout`)
 PYOBJECT_DATA_OFFSET = object.__basicsize__
-from ..argcheck import (
+from .argcheck import (
     ArgChecker, compile_shape_expr, count_error, element_strides, int_range, param_checks_of,
 )
-from ...runtime.timing import Timed
+from .timing import Timed
 
 __all__ = ["Module", "set_num_threads", "get_num_threads", "KernelMemoryError",
            "KernelAssertionError"]
@@ -488,7 +488,7 @@ class Module(Timed):
         that ``tc.load_module(path)`` needs to call it with the same checks, or C code
         to call it (docs/runtime.md, "Ahead-of-time compiled kernels").  Needs llvmlite
         and a C compiler to link with (``cc``, or ``$CC``); loading needs neither."""
-        from .export import export_library
+        from ..codegen.llvm.export import export_library
 
         export_library(self, path, pyobject_data_offset=PYOBJECT_DATA_OFFSET)
 
@@ -629,7 +629,7 @@ class Module(Timed):
                     f"size in bytes does not fit 64 bits (check the sizes passed)")
             raise KernelMemoryError(f"kernel {self.name} could not allocate {extent} bytes{what}")
         if code == 4:
-            from ...runtime.extern import take_error
+            from .extern import take_error
 
             e = take_error()
             if e is not None:

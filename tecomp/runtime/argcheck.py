@@ -1,7 +1,7 @@
 """Argument checks shared by every runtime: match call arguments to a PrimFunc's params.
 
 This module is the single implementation of the checks and of their messages: the CPU
-runtime (:mod:`tecomp.codegen.llvm.runtime`, whose generated fast path only ever
+runtime (:mod:`tecomp.runtime.llvm`, whose generated fast path only ever
 *accepts* valid calls and hands everything else to these checks), the CUDA emulation
 (:mod:`tecomp.codegen.cuda_emu`) and the pycuda runtime (:mod:`tecomp.runtime.cuda`).
 

@@ -1,0 +1,47 @@
+"""Every compiled module follows one protocol, tc.runtime.Module: called with the arrays,
+get_source, time_evaluator (tecomp/runtime/module.py)."""
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.codegen.cuda_emu import CudaEmuModule
+from tecomp.nn import cuda as nn_cuda, ops
+from tecomp.runtime import Module
+from tecomp.runtime.cuda import CudaModule
+from tecomp.runtime.llvm import Module as LlvmModule
+
+
+def _relu():
+    X = tc.placeholder((4, 33), name="X")
+    return X, ops.relu(X)
+
+
+def _check(f, src_kind):
+    assert isinstance(f, Module)
+    x = np.linspace(-1, 1, 4 * 33, dtype="float32").reshape(4, 33)
+    y = np.full((4, 33), np.nan, "float32")
+    f(x, y)
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    if src_kind is not None:
+        assert f.get_source(src_kind)
+    else:   # a loaded library holds machine code only: the protocol's error, not a crash
+        with pytest.raises(tc.TecompError, match="machine code only"):
+            f.get_source()
+    r = f.time_evaluator(number=1, repeat=1)(x, y)
+    assert r.median > 0
+
+
+def test_every_module_class_follows_the_protocol():
+    for cls in (LlvmModule, CudaModule, CudaEmuModule):
+        assert issubclass(cls, Module), cls
+
+
+def test_llvm_cuda_emu_and_loaded_modules(tmp_path):
+    X, Y = _relu()
+    _check(tc.build(tc.create_schedule(Y.op), [X, Y]), "llvm")
+    _check(tc.build(nn_cuda.schedule_injective(Y, "cuda-emu"), [X, Y], target="cuda-emu"),
+           "cuda")
+    f = tc.build(tc.create_schedule(Y.op), [X, Y])
+    path = str(tmp_path / "relu.so")
+    f.export_library(path)
+    _check(tc.load_module(path), None)
