@@ -45,3 +45,24 @@ def test_llvm_cuda_emu_and_loaded_modules(tmp_path):
     path = str(tmp_path / "relu.so")
     f.export_library(path)
     _check(tc.load_module(path), None)
+
+
+def test_one_integer_semantics_on_the_host_and_in_kernels():
+    """The host evaluator (grids, workspace sizes), compiled shape expressions (argument
+    checks) and the generated code agree on integer division and remainder, by zero
+    (0, as numpy) and by negative numbers (floor and trunc)."""
+    from tecomp.ir.expr import FloorDiv, FloorMod, TruncDiv, TruncMod
+    from tecomp.runtime.argcheck import compile_shape_expr, eval_host_expr
+
+    x, y = tc.var("x"), tc.var("y")
+    for node in (FloorDiv, FloorMod, TruncDiv, TruncMod):
+        e = node(x, y, "int32")
+        compiled = compile_shape_expr(e)
+        out = tc.compute((1,), lambda i: e + i, name="out")
+        f = tc.build(tc.create_schedule(out.op), [x, y, out])
+        for a in (-7, -1, 0, 5, 9):
+            for b in (-2, 0, 1, 3):
+                host = eval_host_expr(e, {x: a, y: b})
+                o = np.zeros(1, "int32")
+                f(a, b, o)
+                assert host == compiled({x: a, y: b}) == o[0], (node.__name__, a, b)

@@ -335,28 +335,13 @@ def eval_host_expr(e: Expr, env: Dict[Var, Any]):
         return eval_host_expr(e.body, env2)
     a = eval_host_expr(e.a, env)
     b = eval_host_expr(e.b, env)
-    if t is Add:
-        r = a + b
-    elif t is Sub:
-        r = a - b
-    elif t is Mul:
-        r = a * b
+    op = _SHAPE_OPS.get(t)
+    if op is not None:
+        # the arithmetic of compiled shape expressions and of the generated code: an
+        # integer division or remainder by zero is 0 (as numpy's), never an exception
+        r = op(a, b)
     elif t is Div:
-        return a / b
-    elif t is FloorDiv:
-        r = a // b
-    elif t is FloorMod:
-        r = a % b
-    elif t is TruncDiv:
-        q = abs(a) // abs(b)
-        r = q if (a < 0) == (b < 0) else -q
-    elif t is TruncMod:
-        q = abs(a) // abs(b)
-        r = a - (q if (a < 0) == (b < 0) else -q) * b
-    elif t is Min:
-        r = min(a, b)
-    elif t is Max:
-        r = max(a, b)
+        return _ieee_div(a, b)
     elif t is EQ:
         return a == b
     elif t is NE:
@@ -378,6 +363,15 @@ def eval_host_expr(e: Expr, env: Dict[Var, Any]):
     if _dt.is_int(e.dtype):
         return _wrap(int(r), e.dtype)
     return r
+
+
+def _ieee_div(a, b):
+    """``a / b`` as IEEE floats divide (Python raises on a zero divisor)."""
+    if b:
+        return a / b
+    if a != a or a == 0:
+        return math.nan
+    return math.copysign(math.inf, a) * math.copysign(1.0, b)
 
 
 def _wrap(v: int, dtype: str) -> int:
