@@ -233,3 +233,21 @@ def test_attention_inside_a_larger_dag_keeps_its_fused_schedule():
     qq, kk, vv = (torch.from_numpy(x @ w.T).view(seq, heads, dh).transpose(0, 1) for w in ws)
     ref = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv).transpose(0, 1)
     np.testing.assert_allclose(out, ref.reshape(seq, hidden).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_schedule_attention_applies_a_config():
+    """schedule_attention(out, config=...): the blocking given (here the auto-scheduler's
+    other choices) is what is built, and computes the same; the heuristic's own values
+    give the default schedule."""
+    q, k, v, m = _placeholders(1, 2, 40, 29, 16, 16, "float32", (40, 29))
+    out = nn.scaled_dot_product_attention(q, k, v, m)
+    args = [q, k, v, m, out]
+    p = attention_params(out, cpu_info())
+    default = str(tc.lower(schedule_attention(out), args))
+    same = {n: p[n] for n in ("rows", "keys", "values", "chunk")}
+    assert str(tc.lower(schedule_attention(out, config=same), args)) == default
+    cfg = {"rows": 1, "keys": 4, "values": 8, "chunk": 32}
+    res, want = _run(lambda a, o: schedule_attention(o, config=cfg), 1, 2, 40, 29, 16, 16,
+                     mask=(40, 29))
+    np.testing.assert_allclose(res, want, rtol=2e-5, atol=2e-5)
+    assert str(tc.lower(schedule_attention(out, config=cfg), args)) != default

@@ -635,7 +635,8 @@ def _prewarm() -> None:
     import numpy.random  # noqa: F401  (numpy imports it lazily: 8 ms in every child)
 
     from ..codegen.llvm import compiler as _compiler  # noqa: F401
-    from ..codegen.llvm import jit as llvm_jit, runtime as _runtime  # noqa: F401
+    from ..codegen.llvm import jit as llvm_jit
+    from ..runtime import llvm as _runtime  # noqa: F401
     from ..lower.pipeline import lower
     from ..schedule import create_schedule, trace  # noqa: F401
     from ..te.tensor import compute, placeholder

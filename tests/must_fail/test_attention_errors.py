@@ -97,3 +97,17 @@ def test_default_scale_of_a_symbolic_dim():
                                             r"default scale 1/sqrt\(dim\) is unknown; give "
                                             r"scale= explicitly"):
         nn.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("config, match", [
+    ({"rows": 5}, r"rows cannot be 5; its choices here: 1, 2, 3"),
+    ({"block": 2}, r"unknown parameters \['block'\]; use rows, keys, values, chunk"),
+    ([("rows", 1)], "config must be a dict"),
+])
+def test_schedule_attention_bad_config(config, match):
+    from tecomp.nn import cpu
+
+    q, k, v = (tc.placeholder((1, 2, 16, 8), name=n) for n in "qkv")
+    out = tc.nn.scaled_dot_product_attention(q, k, v)
+    with pytest.raises(tc.ScheduleError, match=match):
+        cpu.schedule_attention(out, config=config)

@@ -1275,7 +1275,7 @@ def test_rfactor_string():
 
 
 @pytest.mark.parametrize("config, match", [
-    ({"mx": 4}, r"unknown GEMM parameters \['mx'\]; use mr, nr"),
+    ({"mx": 4}, r"unknown parameters \['mx'\]; use mr, nr"),
     ({"mr": 0}, "mr must be a positive int, got 0"),
     ({"kc": 2.5}, "kc must be a positive int"),
     ({"par": "cols"}, "par must be 'rows' or 'blocks'"),

@@ -3,11 +3,14 @@ computed per block of query rows inside one parallel task, FlashAttention's way:
 ``rows x Lk`` scratch, never ``Lq x Lk``."""
 from __future__ import annotations
 
+from typing import Optional
+
+from ...errors import ScheduleError
 from ...ir import dtype as _dt
 from ...schedule.schedule import Schedule, Stage
 from ...te.tensor import ComputeOp, Tensor
 from .._schedule_common import _cint, _has_tag
-from .common import _NoTemplate, _template_or_rules, _vector_split
+from .common import _NoTemplate, _template_or_rules, _vector_split, config_fields
 from .machine import CpuInfo
 
 
@@ -74,7 +77,11 @@ def _attention_lanes(out: Tensor, info: CpuInfo) -> int:
     return max(1, info.lanes * 32 // _dt.bits(out.dtype))
 
 
-def schedule_attention(outs, target: str = "llvm") -> Schedule:
+#: the fields of :func:`attention_params` a config may set
+ATTENTION_KNOBS = ("rows", "keys", "values", "chunk")
+
+
+def schedule_attention(outs, target: str = "llvm", config: Optional[dict] = None) -> Schedule:
     """``tecomp.nn.scaled_dot_product_attention``, fused in the manner of FlashAttention:
     one task per (batch, head, block of query rows), parallel, and every stage of the op
     computed for that block inside the task (``compute_at``): the block's scores, their
@@ -95,8 +102,34 @@ def schedule_attention(outs, target: str = "llvm") -> Schedule:
     A symbolic query length gives tasks of (batch, head) with the blocks a loop inside;
     a symbolic number of keys, stages over the block's rows one by one (``exp @ v``
     vectorized), and with both symbolic the scores' scratch is not bounded to the block
-    (lowering's bounds of the clipped block are not simplified): give one a constant."""
-    return _template_or_rules(lambda s, o, info: _attention_into(s, o, info), outs, target)
+    (lowering's bounds of the clipped block are not simplified): give one a constant.
+
+    ``config``: a dict of some of :func:`attention_params`' ``rows``, ``keys``, ``values``,
+    ``chunk`` (each one of the choices the auto-scheduler has for it); by default the
+    heuristic's."""
+    knobs = None
+    if config is not None:
+        config = config_fields(config, "schedule_attention", ATTENTION_KNOBS)
+        knobs = _Checked({f"sdpa.{k}": v for k, v in config.items()})
+    return _template_or_rules(lambda s, o, info: _attention_into(s, o, info, knobs), outs,
+                              target)
+
+
+class _Checked:
+    """Knobs that take the values given and refuse one that is not among the choices."""
+
+    def __init__(self, values: dict):
+        from ...autoschedule.rules import Knobs
+
+        self.knobs = Knobs(values)
+
+    def choose(self, name, choices, default):
+        v = self.knobs.choose(name, choices, default)
+        given = self.knobs.given.get(name)
+        if name in self.knobs.given and v != given:
+            raise ScheduleError(f"schedule_attention: {name[5:]} cannot be {given!r:.40}; its "
+                                f"choices here: {', '.join(map(repr, self.knobs.space[name]))}")
+        return v
 
 
 def _attention_into(s: Schedule, outs, info: CpuInfo, knobs=None):

@@ -88,3 +88,28 @@ def _template_or_rules(into, outs, target) -> Schedule:
 
 def _op_tags(op) -> set:
     return set(t.strip() for t in (op.tag or "").split(",") if t.strip())
+
+
+def config_fields(config, who: str, names, cls=None) -> dict:
+    """The fields a template's ``config`` sets, as a dict: None sets none, an instance of
+    the template's config class ``cls`` (a dataclass) all of ``names``, a dict some of
+    them (any other key is a ScheduleError naming ``who`` and the fields)."""
+    if config is None:
+        return {}
+    if cls is not None and isinstance(config, cls):
+        return {k: getattr(config, k) for k in names}
+    if not isinstance(config, dict):
+        what = f"a {cls.__name__} or " if cls is not None else ""
+        raise ScheduleError(f"{who}: config must be {what}a dict of some of "
+                            f"{', '.join(names)}, got {type(config).__name__}")
+    bad = sorted(str(k) for k in config if k not in names)
+    if bad:
+        raise ScheduleError(f"{who}: unknown parameters {bad}; use {', '.join(names)}")
+    return dict(config)
+
+
+def check_positive_int(who: str, name: str, v) -> None:
+    """A config's block size: an int >= 1 (a ScheduleError naming ``who`` otherwise)."""
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ScheduleError(f"{who}: {name} must be a positive int, got {v!r:.40}")
+

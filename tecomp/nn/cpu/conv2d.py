@@ -16,7 +16,8 @@ from ...ir.expr import Reduce
 from ...schedule.schedule import Schedule, Stage
 from ...te.tensor import ComputeOp, Tensor
 from .._schedule_common import _bytes, _ceil, _cint, _has_tag
-from .common import _NoTemplate, _find, _loads, _op_tags, _template_or_rules, _vector_split
+from .common import (_NoTemplate, _find, _loads, _op_tags, _template_or_rules, _vector_split,
+                     check_positive_int, config_fields)
 from .elementwise import _epilogue, _fusable_epilogue, _schedule_elementwise_stage
 from .machine import CpuInfo, cpu_info
 
@@ -285,23 +286,11 @@ def _conv_config(default: ConvParams, config, layout: str) -> ConvParams:
     heuristic's ``default``, checked."""
     if config is None:
         return default
-    if isinstance(config, ConvParams):
-        p = config
-    elif isinstance(config, dict):
-        names = [f.name for f in dataclasses.fields(ConvParams)]
-        bad = sorted(str(k) for k in config if k not in names)
-        if bad:
-            raise ScheduleError(f"conv2d_{layout} schedule: unknown parameters {bad}; use "
-                                f"{', '.join(names)}")
-        p = dataclasses.replace(default, **config)
-    else:
-        raise ScheduleError(f"conv2d_{layout} schedule: config must be a ConvParams or a dict "
-                            f"of some of its fields, got {type(config).__name__}")
+    p = dataclasses.replace(default, **config_fields(
+        config, f"conv2d_{layout} schedule", [f.name for f in dataclasses.fields(ConvParams)],
+        ConvParams))
     for k in ("ob", "yb", "xb"):
-        v = getattr(p, k)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ScheduleError(f"conv2d_{layout} schedule: {k} must be a positive int, got "
-                                f"{v!r:.40}")
+        check_positive_int(f"conv2d_{layout} schedule", k, getattr(p, k))
     if not isinstance(p.by_channels, bool) or (layout == "nhwc" and p.by_channels):
         want = "False (NHWC's vectors run across channels already)" if layout == "nhwc" \
             else "True or False"

@@ -44,7 +44,7 @@ from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import ComputeOp, Tensor
 from .._schedule_common import (_ceil, _cint, _gemm_operands, _has_tag, _inline_injective,
                                _is_injective, _outs, _walk)
-from .common import _auto_rest, _find, _op_tags
+from .common import _auto_rest, _find, _op_tags, check_positive_int, config_fields
 from .elementwise import _schedule_elementwise_stage
 from .machine import CpuInfo, cpu_info
 from .microkernel import accumulate_block, copy_out, vector_columns
@@ -164,23 +164,14 @@ _PARAMS = tuple(f.name for f in dataclasses.fields(GemmParams))
 def _config_values(config) -> dict:
     """``config`` (None, a :class:`GemmParams` or a dict of some of its fields) as a dict
     of the fields it sets, checked."""
-    if config is None:
-        return {}
-    if isinstance(config, GemmParams):
-        return {k: getattr(config, k) for k in _PARAMS if k != "lanes"}
-    if not isinstance(config, dict):
-        raise ScheduleError(f"GEMM schedule: config must be a GemmParams (gemm_params(...)) or "
-                            f"a dict of some of its fields, got {type(config).__name__}")
-    bad = sorted(str(k) for k in config if k not in _PARAMS)
-    if bad:
-        raise ScheduleError(f"GEMM schedule: unknown GEMM parameters {bad}; use "
-                            f"{', '.join(_PARAMS)}")
+    config = config_fields(config, "GEMM schedule", [k for k in _PARAMS if k != "lanes"],
+                           GemmParams)
     for k, v in config.items():
         if k == "par":
             if v not in ("rows", "blocks"):
                 raise ScheduleError(f"GEMM schedule: par must be 'rows' or 'blocks', got {v!r:.40}")
-        elif not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ScheduleError(f"GEMM schedule: {k} must be a positive int, got {v!r:.40}")
+        else:
+            check_positive_int("GEMM schedule", k, v)
     return dict(config)
 
 
