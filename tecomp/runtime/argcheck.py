@@ -42,6 +42,7 @@ from ..ir.expr import (
     Max, Min, Mul, Not, Or, Select, Sub, TruncDiv, TruncMod, Var, as_index,
 )
 from ..ir.functor import free_vars
+from ..ir.op import _wrap
 from ..ir.printer import to_str
 
 __all__ = [
@@ -372,14 +373,6 @@ def _ieee_div(a, b):
     if a != a or a == 0:
         return math.nan
     return math.copysign(math.inf, a) * math.copysign(1.0, b)
-
-
-def _wrap(v: int, dtype: str) -> int:
-    b = _dt.bits(dtype)
-    v &= (1 << b) - 1
-    if not _dt.is_uint(dtype) and v >= (1 << (b - 1)):
-        v -= 1 << b
-    return v
 
 
 def int_range(dtype: str) -> Tuple[int, int]:

@@ -658,13 +658,19 @@ def _conv_block_nhwc(K, OH, OW, info: CpuInfo):
         # blocks at least as wide as tall: taller ones, cheaper in the model, ran slower
         # (measurements: benchmarks/DECISIONS.md, "Conv NHWC: blocks as wide as tall")
         cur = _nhwc_block_cost(OH, OW, yb, xb, nvo, info.threads)
-        cands = [(_nhwc_block_cost(OH, OW, y, x, nvo, info.threads), -y * x, y, x)
-                 for y in range(1, min(OH, pix) + 1)
-                 for x in range(y, min(OW, pix // y) + 1)]
-        cost, _, y, x = min(cands)
+        cost, _, y, x = _nhwc_candidates(OH, OW, nvo, pix, info.threads)[0]
         if cost < 0.95 * cur:
             yb, xb = y, x
     return ob, yb, xb
+
+
+def _nhwc_candidates(OH: int, OW: int, nvo: int, pix: int, threads: int):
+    """Every ``(cost, -pixels, YB, XB)`` NHWC pixel block of at most ``pix`` pixels, at
+    least as wide as tall, cheapest first under :func:`_nhwc_block_cost` (the larger block
+    first among equal costs)."""
+    return sorted((_nhwc_block_cost(OH, OW, y, x, nvo, threads), -y * x, y, x)
+                  for y in range(1, min(OH, pix) + 1)
+                  for x in range(y, min(OW, pix // y) + 1))
 
 
 def _nhwc_block_cost(OH: int, OW: int, yb: int, xb: int, nvo: int, threads: int) -> float:
@@ -727,7 +733,7 @@ def conv2d_knobs(conv, knobs, info: CpuInfo) -> ConvParams:
     if "conv2d_nhwc" in _op_tags(conv):
         default = conv2d_nhwc_params(out, info)
         blocks = [(default.yb, default.xb)] + [
-            b for b in _nhwc_blocks(out, info, CONV_BLOCK_CHOICES)
+            b for b in _nhwc_blocks(out, info, default.ob, CONV_BLOCK_CHOICES)
             if b != (default.yb, default.xb)][:CONV_BLOCK_CHOICES - 1]
         r = knobs.choose("conv2d_nhwc.block", list(range(len(blocks))), 0)
         return dataclasses.replace(default, yb=blocks[r][0], xb=blocks[r][1])
@@ -739,19 +745,15 @@ def conv2d_knobs(conv, knobs, info: CpuInfo) -> ConvParams:
     return ConvParams(*blocks[r])
 
 
-def _nhwc_blocks(conv: Tensor, info: CpuInfo, count: int) -> List[Tuple[int, int]]:
-    """The ``count`` cheapest ``(YB, XB)`` pixel blocks of an NHWC convolution under
-    :func:`_nhwc_block_cost` (its channel block as the heuristic's), as wide as tall."""
+def _nhwc_blocks(conv: Tensor, info: CpuInfo, ob: int, count: int) -> List[Tuple[int, int]]:
+    """The ``count`` cheapest ``(YB, XB)`` pixel blocks of an NHWC convolution with ``ob``
+    output channels per block (:func:`_nhwc_candidates`)."""
     N, OH, OW, K = (_cint(e) for e in conv.shape)
     if OH is None or OW is None:
         return []
-    ob = _conv_block_nhwc(K, OH, OW, info)[0]
     nvo = -(-ob // info.lanes)
     pix = max(1, (info.vregs - nvo - 2) // nvo)
-    cands = sorted((_nhwc_block_cost(OH, OW, y, x, nvo, info.threads), -y * x, y, x)
-                   for y in range(1, min(OH, pix) + 1)
-                   for x in range(y, min(OW, pix // y) + 1))
-    return [(y, x) for _, _, y, x in cands[:count]]
+    return [(y, x) for _, _, y, x in _nhwc_candidates(OH, OW, nvo, pix, info.threads)[:count]]
 
 
 def _conv_for_generic_rules(conv, knobs, info: CpuInfo) -> bool:

@@ -172,7 +172,7 @@ def _config_values(config) -> dict:
                 raise ScheduleError(f"GEMM schedule: par must be 'rows' or 'blocks', got {v!r:.40}")
         else:
             check_positive_int("GEMM schedule", k, v)
-    return dict(config)
+    return config
 
 
 def _overridden(p: GemmParams, M, N, K, info: CpuInfo, packed_nr=None,
