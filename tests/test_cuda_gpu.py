@@ -310,6 +310,32 @@ def test_gpu_device_arrays(gpu_driver):
 
 
 @pytest.mark.gpu
+def test_gpu_driver_takes_the_context_current_on_its_thread(gpu_driver):
+    """A context the caller made current (pycuda.autoinit's way) is the one a driver
+    started then runs in, so the caller's GPUArrays are valid arguments; the primary
+    context the default driver left current is back on top afterwards."""
+    import pycuda.driver as cuda
+    import pycuda.gpuarray as gpuarray
+
+    assert cuda.Context.get_current() == gpu_driver.context   # left current on this thread
+    ctx = gpu_driver.device.make_context()
+    try:
+        drv = runtime_cuda.PycudaDriver()
+        assert drv.context == ctx and drv.context != gpu_driver.context
+        case = vector_add()
+        mod = build_cuda(case.func, driver=drv)
+        a, b, c = case.make_args(np.random.default_rng(1), 3000)
+        da, db, dc = gpuarray.to_gpu(a), gpuarray.to_gpu(b), gpuarray.to_gpu(c)
+        mod(da, db, dc)
+        np.testing.assert_array_equal(dc.get(), a + b)
+        del da, db, dc
+    finally:
+        cuda.Context.pop()
+        ctx.detach()
+    assert cuda.Context.get_current() == gpu_driver.context
+
+
+@pytest.mark.gpu
 def test_gpu_barrier_kernels_repeatedly(gpu_driver):
     case = block_reverse(nblocks=64, nthreads=1024)
     mod = build_cuda(case.func)

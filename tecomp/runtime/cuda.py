@@ -26,6 +26,7 @@ the runtime's logic is tested on machines without a GPU.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import threading
@@ -51,8 +52,12 @@ _PY_SCALAR = {"int8": int, "uint8": int, "int16": int, "int32": int, "int64": in
 
 
 class PycudaDriver:
-    """The driver calls the runtime makes, on pycuda and the device's primary context
-    (shared with CuPy and PyTorch, so their arrays can be passed directly)."""
+    """The driver calls the runtime makes, on pycuda and one context of the device: the
+    context current on the thread that starts the driver, if there is one (a
+    ``pycuda.autoinit`` user's: their GPUArrays live there), else the device's primary
+    context (shared with CuPy and PyTorch, so their arrays can be passed directly), which
+    is then left current on that thread, as PyTorch and CuPy leave it, so that pycuda
+    arrays made afterwards live in it too; it is popped at exit."""
 
     def __init__(self, ordinal: int = 0):
         try:
@@ -72,7 +77,13 @@ class PycudaDriver:
                 f"no CUDA device: the driver sees {count} device(s), device {ordinal} was asked for")
         self.cuda = cuda
         self.device = cuda.Device(ordinal)
-        self.context = self.device.retain_primary_context()
+        current = cuda.Context.get_current()
+        if current is not None and current.get_device() == self.device:
+            self.context = current
+        else:
+            self.context = self.device.retain_primary_context()
+            self.context.push()
+            atexit.register(self._pop_primary)
         a = cuda.device_attribute
         get = self.device.get_attribute
         self.name = self.device.name()
@@ -86,6 +97,13 @@ class PycudaDriver:
     @property
     def arch(self) -> str:
         return "sm_%d%d" % self.compute_capability
+
+    def _pop_primary(self) -> None:
+        try:
+            if self.cuda.Context.get_current() == self.context:
+                self.cuda.Context.pop()
+        except Exception:  # noqa: BLE001 - the driver may be shutting down already
+            pass
 
     @contextlib.contextmanager
     def active(self):
