@@ -159,12 +159,11 @@ def test_a_record_that_no_longer_replays_warns_and_falls_back(tmp_path):
     assert s.trace.to_json() == tc.auto_schedule(args).trace.to_json()
 
 
-dask = pytest.importorskip("dask.distributed", reason="dask[distributed] is not installed")
-
-
 def test_dask_runner_measures_what_the_local_runner_measures():
     """A local dask cluster of 2 worker processes: the same candidates for a fixed seed,
     the same ones succeed, and a clear winner is the same."""
+    # (skipped here, not at module level: that skipped every test of this file)
+    pytest.importorskip("dask.distributed", reason="dask[distributed] is not installed")
     args = _atb(64, 64, 256)
     local = tc.auto_schedule(args, trials=6, search="random", seed=5).tune_result
     with measure.DaskRunner(n_workers=2) as runner:
