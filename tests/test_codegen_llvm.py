@@ -644,6 +644,30 @@ def test_fp_contract_pragma_and_attr():
         np.testing.assert_allclose(out, a * b + 1, rtol=1e-6)
 
 
+def test_fp_contract_on_a_one_iteration_loop_holds_for_its_nest():
+    """``fp_contract`` is a pragma of the nest under its loop: when that loop has one
+    iteration and goes away, the nest keeps it (it was dropped with the loop, so the
+    multi-slice GEMM template's micro-kernel ran a multiply and an add per FMA); a
+    pragma of the loop itself (``unroll_count``) goes with the loop."""
+    import tecomp as tc
+
+    A = tc.placeholder((1, 64), "float32", name="A")
+    B = tc.placeholder((1, 64), "float32", name="B")
+    C = tc.compute((1, 64), lambda i, j: A[i, j] * B[i, j] + 1.0, name="C")
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    s[C].pragma(i, "fp_contract")
+    s[C].pragma(i, "unroll_count", 4)
+    text = str(tc.lower(s, [A, B, C]))
+    assert "pragma_fp_contract" in text and "pragma_unroll_count" not in text
+    m = tc.build(s, [A, B, C])
+    assert "fmul contract" in m.get_source("llvm-unopt")
+    a, b = np.random.rand(1, 64).astype(np.float32), np.random.rand(1, 64).astype(np.float32)
+    out = np.zeros((1, 64), np.float32)
+    m(a, b, out)
+    np.testing.assert_allclose(out, a * b + 1, rtol=1e-6)
+
+
 def test_vectorized_reduction_falls_back_to_serial_with_metadata():
     n = 64
     A, S = buf("A", (n,)), buf("S", (1,))

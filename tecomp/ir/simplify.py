@@ -1528,6 +1528,13 @@ def _decide_bounds(t, lo, hi):
 # statements
 
 
+#: pragmas that hold for the whole nest under their loop, not for the loop itself
+#: (``fp_contract``: ``a*b + c`` anywhere in it may be one FMA): they stay when that
+#: loop is removed for having one iteration (a pragma on a loop's own behaviour, such as
+#: ``unroll_count``, goes with it)
+NEST_PRAGMAS = frozenset({"pragma_fp_contract"})
+
+
 class StmtSimplifier(Mutator):
     """Simplifies statements, learning loop ranges and branch conditions on the way."""
 
@@ -1643,11 +1650,11 @@ class StmtSimplifier(Mutator):
         body = self.visit(s.body)
         if _is_empty(body):
             return _EMPTY
-        if s.key.startswith("pragma_"):
+        if s.key.startswith("pragma_") and s.key not in NEST_PRAGMAS:
             was, now = annotated_loop(s.body), annotated_loop(body)
             if was is not None and (now is None or now.var is not was.var):
                 # the annotated loop was removed (one iteration): its pragma must not pass
-                # to whatever loop now comes first
+                # to whatever loop now comes first (a pragma of the whole nest stays)
                 return body
         if value is s.value and body is s.body:
             return s
