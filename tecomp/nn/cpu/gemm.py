@@ -104,9 +104,10 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
     # KC: the whole reduction in one slice (C's block then lives in registers from start
     # to end: see _schedule_gemm_write_cache) up to K = 8192, whatever the caches; longer
     # reductions in equal slices of at most that.  With several slices the block is
-    # accumulated in C itself, loaded and stored around every FMA, and it lost everywhere
-    # it was measured, its L1/L2-sized slices included, on machines with small and large
-    # L2 alike (measurements: benchmarks/DECISIONS.md, "GEMM: KC, one slice")
+    # accumulated in C (loaded before each slice, stored after it, C zeroed first), and
+    # it lost wherever it was measured, its L1/L2-sized slices included, on machines
+    # with small and large L2 alike (measurements: benchmarks/DECISIONS.md, "GEMM: KC,
+    # one slice")
     kmax = 8192
     if K is None:
         kc = 256
