@@ -41,19 +41,19 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 
 from ..errors import ArgumentError, BoundsError, BuildError, RuntimeUnavailableError
 from ..ir.expr import Buffer
 from ..ir.stmt import PrimFunc
-from ..runtime.argcheck import ArgChecker, check_no_alias, eval_host_expr, param_checks_of
+from ..runtime.argcheck import eval_host_expr
 from .cuda import (
     MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaSource, KernelInfo, codegen_cuda,
 )
 from .libfiles import digest_file, sidecar_matches, write_sidecar
-from ..runtime.timing import Timed
+from ..runtime.cuda import CudaSourceModule
 
 ABI_VERSION = 1
 MODES = {"threads": 0, "serial": 1, "reverse": 2}
@@ -293,28 +293,16 @@ def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Pa
 # the module
 
 
-class CudaEmuModule(Timed):
+class CudaEmuModule(CudaSourceModule):
     """A PrimFunc compiled for the CUDA emulation: call it with numpy arrays.
 
     ``mode`` is the default thread mode of its calls (see the module doc).
     """
 
     def __init__(self, cs: CudaSource, lib: EmuLibrary, mode: Optional[str] = None):
-        self.cuda_source = cs
-        self.func = cs.func
+        super().__init__(cs, device=False)
         self.lib = lib
         self.mode = _check_mode(mode)
-        self._checker = ArgChecker(self.func.params, func_name=self.func.name,
-                                   written=cs.written, device=False,
-                                   param_checks=param_checks_of(self.func))
-
-    @property
-    def kernels(self) -> List[KernelInfo]:
-        return self.cuda_source.kernels
-
-    @property
-    def source(self) -> str:
-        return self.cuda_source.source
 
     def get_source(self, fmt: str = "cuda") -> str:
         """``"cuda"``: the CUDA C; ``"emu"``: the C++ launcher compiled around it."""
@@ -327,12 +315,7 @@ class CudaEmuModule(Timed):
     def __call__(self, *args, mode: Optional[str] = None) -> None:
         mode = _check_mode(mode) if mode is not None else self.mode
         cs, func = self.cuda_source, self.func
-        args = self._checker.host_arrays(args)
-        env = self._checker.check(args)
-        check_no_alias(func.params, args, cs.written, func_name=func.name)
-        for cond, message in cs.host_asserts:
-            if not eval_host_expr(cond, env):
-                raise ArgumentError(f"{func.name}: {message}")
+        args, env = self._checked(args)
         # the memory each buffer lives in for the call
         memory: Dict[Buffer, np.ndarray] = {}
         copy_back = []
@@ -349,11 +332,7 @@ class CudaEmuModule(Timed):
         for w in cs.workspaces:
             shape = tuple(int(eval_host_expr(d, env)) for d in w.shape)
             memory[w] = np.empty(shape, dtype=np.dtype(w.dtype))
-        for k, kern in enumerate(cs.kernels):
-            grid = [int(eval_host_expr(d, env)) for d in kern.grid]
-            block = [int(eval_host_expr(d, env)) for d in kern.block]
-            if min(grid + block) <= 0:
-                continue  # an empty launch: nothing to compute
+        for k, kern, grid, block in self._launches(env):
             _check_launch(kern, grid, block)
             kargs = [memory[p.obj].ctypes.data if p.is_buffer else env[p.obj]
                      for p in kern.params]

@@ -174,19 +174,15 @@ def default_driver() -> PycudaDriver:
         return _DRIVER
 
 
-class CudaModule(Timed):
-    """A PrimFunc compiled for the GPU.  Call it with device or numpy arrays."""
+class CudaSourceModule(Timed):
+    """What the CUDA module and its CPU emulation share: the generated source and its
+    kernels, the argument checks of a call, and each kernel's launch sizes."""
 
-    def __init__(self, cs: CudaSource, driver=None, target=None):
+    def __init__(self, cs: CudaSource, device: Optional[bool]):
         self.cuda_source = cs
-        #: the :class:`~tecomp.target.Target` (``cuda -arch=...``: compiled for that
-        #: architecture; without ``-arch``, for the device's)
-        self.target = target
         self.func = cs.func
-        self._driver = driver
-        self._functions = None  # (driver, [function per kernel])
         self._checker = ArgChecker(self.func.params, func_name=self.func.name,
-                                   written=cs.written, device=None,
+                                   written=cs.written, device=device,
                                    param_checks=param_checks_of(self.func))
 
     @property
@@ -196,6 +192,42 @@ class CudaModule(Timed):
     @property
     def source(self) -> str:
         return self.cuda_source.source
+
+    def _checked(self, args):
+        """``(args, env)``: the call's arguments checked (the same messages as on the CPU),
+        aliasing and the source's host assertions included; ``env`` binds the symbolic
+        extents."""
+        cs, func = self.cuda_source, self.func
+        args = self._checker.host_arrays(args)
+        env = self._checker.check(args)
+        check_no_alias(func.params, args, cs.written, func_name=func.name)
+        for cond, message in cs.host_asserts:
+            if not eval_host_expr(cond, env):
+                raise ArgumentError(f"{func.name}: {message}")
+        return args, env
+
+    def _launches(self, env):
+        """``(index, kernel, grid, block)`` of each kernel to launch with ``env``'s sizes (an
+        empty launch, with nothing to compute, is left out)."""
+        out = []
+        for k, kern in enumerate(self.kernels):
+            grid = [int(eval_host_expr(d, env)) for d in kern.grid]
+            block = [int(eval_host_expr(d, env)) for d in kern.block]
+            if min(grid + block) > 0:
+                out.append((k, kern, grid, block))
+        return out
+
+
+class CudaModule(CudaSourceModule):
+    """A PrimFunc compiled for the GPU.  Call it with device or numpy arrays."""
+
+    def __init__(self, cs: CudaSource, driver=None, target=None):
+        super().__init__(cs, device=None)
+        #: the :class:`~tecomp.target.Target` (``cuda -arch=...``: compiled for that
+        #: architecture; without ``-arch``, for the device's)
+        self.target = target
+        self._driver = driver
+        self._functions = None  # (driver, [function per kernel])
 
     def get_source(self, fmt: str = "cuda") -> str:
         """``"cuda"``: the CUDA C; ``"ptx"``: PTX from nvcc for the target's ``-arch``, else
@@ -226,18 +258,8 @@ class CudaModule(Timed):
     def __call__(self, *args) -> None:
         drv = self.driver()
         cs, func = self.cuda_source, self.func
-        args = self._checker.host_arrays(args)
-        env = self._checker.check(args)
-        check_no_alias(func.params, args, cs.written, func_name=func.name)
-        for cond, message in cs.host_asserts:
-            if not eval_host_expr(cond, env):
-                raise ArgumentError(f"{func.name}: {message}")
-        launches = []
-        for k, kern in enumerate(self.kernels):
-            grid = [int(eval_host_expr(d, env)) for d in kern.grid]
-            block = [int(eval_host_expr(d, env)) for d in kern.block]
-            if min(grid + block) > 0:
-                launches.append((k, kern, grid, block))
+        args, env = self._checked(args)
+        launches = self._launches(env)
         with drv.active():
             fns = self._kernel_functions(drv)
             for k, kern, grid, block in launches:
