@@ -425,6 +425,39 @@ def apply_config_trace(args, cfg):
     return tc.autoschedule.apply_config(args, cfg).trace.python(args)
 
 
+def test_inlined_padding_is_partitioned_and_correct():
+    """A padded input read by a blocked reduction is computed per task, or (knob
+    ``P.inline_padding``) inlined into the reduction with the block loops under
+    ``pragma partition``: the blocks inside the image read X with no test, the border
+    blocks keep it; both compute the same, at several block sizes."""
+    args, ref = depthwise(C=16, H=19, W=37)
+    cfg = tc.autoschedule.default_config(args)
+    assert cfg["P.inline_padding"] is True        # no output axis reuses the padding
+    assert "pragma(y_o, 'partition')" in tc.autoschedule.apply_config(
+        args, cfg.set("P.inline_padding", True)).trace.python(args)
+    for mr, nr in ((4, 8), (3, 16), (6, 16)):
+        c = cfg.set("P.inline_padding", True).set("O.mr", mr).set("O.nr", nr)
+        s = tc.autoschedule.apply_config(args, c)
+        text = str(tc.lower(s, args))
+        assert "allocate P" not in text
+        inner = [line for line in text.splitlines() if "O.local[" in line and "X[" in line]
+        assert any("select(" not in line for line in inner)     # the inside blocks
+        assert any("select(" in line for line in inner)         # the border blocks
+        _check(s, args, ref)
+    s = tc.autoschedule.apply_config(args, cfg.set("P.inline_padding", False))
+    assert "allocate P" in str(tc.lower(s, args))
+    _check(s, args, ref)
+    # a convolution over input channels: every output channel reads the padded input
+    # again, so it keeps its copy per task by default
+    X = tc.placeholder((1, 4, 12, 20), name="X")
+    Wt = tc.placeholder((8, 4, 3, 3), name="W")
+    c, ry, rx = (tc.reduce_axis((0, e), name=n) for e, n in ((4, "c"), (3, "ry"), (3, "rx")))
+    P = _pad_nchw(X, 1)
+    O = tc.compute((1, 8, 12, 20), lambda n, k, y, x: tc.sum(
+        P[n, c, y + ry, x + rx] * Wt[k, c, ry, rx], axis=[c, ry, rx]), name="O")
+    assert tc.autoschedule.default_config([X, Wt, O])["P.inline_padding"] is False
+
+
 def test_small_window_is_unrolled_whole_and_correct():
     """A depthwise 3x3 convolution: the rules unroll the whole window (both kernel axes)
     so the taps share their row loads; the knob turns it off; both compute the same."""

@@ -17,7 +17,7 @@ from tecomp.ir.expr import Add, FloorDiv, Mul
 from tecomp.lower import passes as P
 from tecomp.lower.schedule_ops import schedule_to_stmt
 
-from helpers import gpu_shared_tile
+from helpers import gpu_shared_tile, run
 
 pipeline = importlib.import_module("tecomp.lower.pipeline")  # tc.lower is the function
 
@@ -137,6 +137,39 @@ def test_loop_partition_of_a_padded_input():
     f(a, q)
     p = np.pad(a, ((1, 1), (1, 1)))
     np.testing.assert_array_equal(q, p[1:3, 0:4] + p[1:3, 2:6])
+
+
+def test_loop_partition_pragma_splits_on_an_inlined_padding():
+    """``pragma(axis, "partition")`` (Halide's ``Partition::Always``): the loop is split
+    on the conditions of selects anywhere in what its body stores, a padding inlined into
+    a 3-tap sum here: the inner columns read A with no test, the two border columns keep
+    it.  Without the pragma the select stays in every iteration."""
+    A = tc.placeholder((8,), name="A")
+    P = tc.compute((10,), lambda x: tc.if_then_else(tc.all(x >= 1, x <= 8), A[x - 1], 0.0),
+                   name="P")
+    r = tc.reduce_axis((0, 3), name="r")
+    Q = tc.compute((8,), lambda x: tc.sum(P[x + r] * 2.0, axis=r), name="Q")
+
+    def sched(pragma):
+        s = tc.create_schedule(Q.op)
+        s[P].compute_inline()
+        if pragma:
+            s[Q].pragma(Q.op.axis[0], "partition")
+        return s
+
+    before, after = _through("loop_partition", sched(True), [A, Q])
+    assert before.count("select(") == 1
+    assert after.count("select(") == 2            # the first and the last column
+    assert "for (x, 1, 6) {" in after             # the inner ones, without it
+    assert "Q[x] = Q[x] + A[x + r - 1]*2f" in after
+    plain = str(tc.lower(sched(False), [A, Q]))
+    assert plain.count("select(") == 1 and "for (x, 0, 8) {" in plain
+    a = np.arange(1, 9, dtype="float32")
+    ref = np.convolve(np.pad(a, 1), np.ones(3), "valid") * 2
+    for backend in ("llvm", "interp"):
+        q = np.zeros(8, "float32")
+        run(sched(True), [A, Q], [a, q], backend)
+        np.testing.assert_array_equal(q, ref)
 
 
 def test_unroll_explicit():

@@ -115,6 +115,31 @@ def _loads(expr) -> List[ProducerLoad]:
     return collect(expr, lambda n: isinstance(n, ProducerLoad))
 
 
+def _reused_across_outputs(red_op, t) -> bool:
+    """Whether ``red_op`` reads each element of ``t`` for more outputs than its window
+    covers: some output axis indexes none of ``t``'s loads (a convolution's output
+    channels, each reading every input channel), so a copy of ``t`` made once per task
+    serves all of them.  (A depthwise convolution's padded input: every output axis
+    indexes it.)"""
+    loads = [ld for ld in _loads(red_op.body.source) if ld.producer is t]
+    return any(not any(uses_var(i, a.var) for ld in loads for i in ld.indices)
+               for a in red_op.axis)
+
+
+def _is_padding(op) -> bool:
+    """Whether ``op`` is a padding: one output, each element a ``select`` on its own
+    position between a load of one input and a constant
+    (``P[y, x] = select(1 <= y && y <= H && ..., X[y - 1, x - 1], 0)``)."""
+    from ..ir.expr import Select
+
+    if not isinstance(op, ComputeOp) or op.reduce_axis or len(op.bodies) != 1:
+        return False
+    b = op.body
+    if not isinstance(b, Select) or not isinstance(b.false_value, Const):
+        return False
+    return isinstance(b.true_value, ProducerLoad) and len(op.input_tensors) == 1
+
+
 def _is_injective(op) -> bool:
     return isinstance(op, ComputeOp) and not op.reduce_axis
 
@@ -649,8 +674,11 @@ class _Rules:
                    red_op.axis[pos_u] if pos_u is not None else None,
                    first if order == "vu" else block_loop,
                    block_loop if pos_u is not None else None, name)
-        # producers read by the reduction (a padded input): per task
-        self._attach_producers(red_op, outer, fused)
+        # producers read by the reduction (a padded input): per task, or inlined with
+        # the block loops split where the padding's test is known
+        self._attach_producers(red_op, outer, fused,
+                               [a for a in (first, second) if a is not None and a is not fused
+                                and a in outer.leaf_iter_vars])
 
     def _vector(self, st, axis, nr):
         L = self.L
@@ -792,9 +820,16 @@ class _Rules:
         self.parallel(cs, lead, [self.ext(a.dom.extent) for a in lead[:-1]] + [
             -(-e_i // t) if e_i is not None else None])
 
-    def _attach_producers(self, red_op, outer, task_loop):
+    def _attach_producers(self, red_op, outer, task_loop, block_loops=()):
         """Root elementwise stages read by the reduction (a padded input): computed at
-        the task loop (the region one task reads), vectorized along their last axis."""
+        the task loop (the region one task reads), vectorized along their last axis.  A
+        padding (knob ``<stage>.inline_padding``) may instead be inlined into the
+        reduction, with ``pragma partition`` on ``block_loops`` (``outer``'s serial
+        loops over blocks): the blocks inside the image then read the input with no
+        test and no copy, the border blocks with the padding's test.  The default where
+        no output axis reuses the padded input (a depthwise convolution); a convolution
+        over input channels keeps its copy per task, which every output channel reads
+        (measurements: benchmarks/DECISIONS.md, "Rules: an inlined padding")."""
         s = self.s
         for t in red_op.input_tensors:
             pop = t.op
@@ -811,6 +846,14 @@ class _Rules:
             if task_loop is not None and not self._narrows(red_op, t, outer, task_loop):
                 # every task reads all of it (the A of a GEMM whose tasks are column
                 # blocks): at the task loop it would be computed once per task
+                continue
+            if block_loops and _is_padding(pop) and self.k.choose(
+                    f"{pop.name}.inline_padding", [True, False],
+                    not _reused_across_outputs(red_op, t)):
+                pst.compute_inline()
+                for lp in block_loops:
+                    outer.pragma(lp, "partition")
+                self.done.add(id(pop))
                 continue
             if self.k.choose(f"at_task.{pop.name}", [True, False], True) and task_loop is not None:
                 pst.compute_at(outer, task_loop)

@@ -25,6 +25,13 @@ without it; an upper bound, as the rule above.  Only for loops that store into n
 buffer than the select's (the padding's own loops): a convolution's task loop around the
 padding it computes per task would otherwise be copied whole per part.
 
+A loop under ``pragma(axis, "partition")`` (Halide's ``Partition::Always``) is also
+split on the conditions of the selects anywhere in the values its body stores, whatever
+else it stores: a padded input inlined into a convolution
+(``O += select(1 <= y + ry && ..., X[y + ry - 1, ...], 0) * W``) is then read without a
+test in the blocks inside the image, with one in the border blocks.  The pragma is the
+schedule's word that the copies of the body are worth it.
+
 A loop under ``pragma(axis, "no_partition")`` (Halide's ``never_partition``) is not
 split: its guards stay where they are, or are partitioned at the loops inside it.  A
 guard that is tested once per iteration of a big body (whether a block lies inside the
@@ -47,7 +54,7 @@ from __future__ import annotations
 from ..ir import op as _op
 from ..ir.expr import GE, GT, LE, LT, Add, And, Const, Mul, Range, Select, Sub, Var
 from ..ir.functor import Mutator, Visitor, substitute, uses_var
-from ..ir.stmt import For, IfThenElse, SeqStmt, annotated_loop, seq
+from ..ir.stmt import AttrStmt, For, IfThenElse, SeqStmt, annotated_loop, seq
 
 
 def _linear(e, v):
@@ -100,18 +107,32 @@ def _normalized(term, v):
     return lin
 
 
+class _Selects(Visitor):
+    """The selects in an expression (outermost first)."""
+
+    def __init__(self):
+        self.found = []
+
+    def visit_Select(self, e):
+        self.found.append(e)
+        self.generic_visit(e)
+
+
 class _FindGuards(Visitor):
     """Guard terms ``a*v + r < N`` under a loop, with the ranges of inner loop counters:
     the ``a < b`` terms (``a > 0``) of ``if`` conditions, and every comparison linear in
     the loop's counter of the condition of a ``select`` that is a stored value (a padded
     input: ``P[y, x] = select(1 <= y && y <= H, X[y - 1, x], 0)``), whichever way it
-    bounds the counter."""
+    bounds the counter; ``nested``: of every select in a stored value (the loop's
+    ``partition`` pragma)."""
 
-    def __init__(self, v):
+    def __init__(self, v, nested=False):
         self.v = v
+        self.nested = nested
         self.inner = {}
         self.found = []
         self.selects = []
+        self.nested_selects = []
         self.stored = set()
 
     def visit_For(self, s):
@@ -130,18 +151,31 @@ class _FindGuards(Visitor):
     def visit_BufferStore(self, s):
         self.stored.add(s.buffer)
         if isinstance(s.value, Select):
-            for term in _terms(s.value.cond):
-                if uses_var(term, self.v):
-                    lin = _normalized(term, self.v)
-                    if lin is not None:
-                        self.selects.append((term, lin, dict(self.inner)))
+            self.selects += self._select_terms(s.value)
+        if self.nested:
+            finder = _Selects()
+            finder.visit(s.value)
+            for e in finder.found:
+                self.nested_selects += self._select_terms(e)
         self.generic_visit(s)
+
+    def _select_terms(self, e):
+        out = []
+        for term in _terms(e.cond):
+            if uses_var(term, self.v):
+                lin = _normalized(term, self.v)
+                if lin is not None:
+                    out.append((term, lin, dict(self.inner)))
+        return out
 
     def guards(self):
         """The guards found; a select's only under a loop that stores nothing else than
         the stage the select is stored into (the padded input's own loops: partitioning
         a loop around other stages, e.g. a convolution's task loop around the padding
-        it computes per task, would copy them whole for each part)."""
+        it computes per task, would copy them whole for each part), or, under the
+        ``partition`` pragma, any select's."""
+        if self.nested:
+            return self.found + self.nested_selects
         return self.found + (self.selects if len(self.stored) == 1 else [])
 
 
@@ -212,17 +246,22 @@ class LoopPartition(Mutator):
         self.ranges = ranges or {}
         self.in_kernel = 0  # GPU thread loops around the visited statement
         self.held = {}      # id -> the loops under pragma no_partition (kept alive)
+        self.always = {}    # id -> the loops under pragma partition (kept alive)
         #: IR nodes partitioning may still add (None: unlimited)
         self.budget = budget
         #: partitions not made for the budget
         self.refused = 0
 
     def visit_AttrStmt(self, s):
-        if s.key == "pragma_no_partition":
+        if s.key in ("pragma_no_partition", "pragma_partition"):
             x = annotated_loop(s.body)
             if x is not None:
-                self.held[id(x)] = x
-        return self.generic_visit(s)
+                (self.held if s.key == "pragma_no_partition" else self.always)[id(x)] = x
+        out = self.generic_visit(s)
+        if s.key == "pragma_partition" and isinstance(out, AttrStmt) and \
+                annotated_loop(out.body) is None:
+            return out.body   # the loop was split into its parts: the pragma is spent
+        return out
 
     def visit_For(self, s):
         if s.kind == "thread":
@@ -260,6 +299,9 @@ class LoopPartition(Mutator):
                     self.refused += 1
                 else:
                     self.budget -= extra
+            if parts is not None and self.always.get(id(s)) is s:
+                for t in parts:   # each part may be split again on another select
+                    self.always[id(t)] = t
             if parts is not None and s.kind == "parallel" and len(parts) > 1:
                 # one parallel region whose body picks its part: splitting it into
                 # several parallel loops would run a short tail region (often a single
@@ -290,7 +332,7 @@ class LoopPartition(Mutator):
         where the guard is always false loses the guarded statement altogether."""
         from ..ir.arith import eval_interval
 
-        finder = _FindGuards(s.var)
+        finder = _FindGuards(s.var, nested=self.always.get(id(s)) is s)
         finder.visit(s.body)
         one = Const(1, "int32")
         for term, (a, rest), inner in finder.guards():

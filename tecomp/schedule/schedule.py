@@ -287,7 +287,10 @@ class Stage(TracedStage):
     def pragma(self, axis, name: str, value=None):
         """Annotate the loop over ``axis``: ``unroll_explicit`` unrolls it in the IR;
         ``parallel_grain`` (an int) sets how many iterations a parallel task takes;
-        any other name is kept as a ``// attr pragma_<name>`` comment for the backends."""
+        ``no_partition`` / ``partition``: loop partitioning leaves the loop whole / also
+        splits it on the selects in what its body stores (docs/schedule.md); ``fp_contract``
+        lets ``a*b + c`` in the nest be one FMA (docs/numerics.md); any other name is kept
+        as a ``// attr pragma_<name>`` comment for the backends."""
         iv = self._iv(axis, "pragma")
         self._not_inlined("pragma")
         if not is_pragma_name(name):

@@ -18,7 +18,7 @@ What "legal" means here (docs/schedule.md):
   rfactor of a split reduce axis;
 * unroll / vectorize / pragma unroll_explicit: a serial leaf whose extent *after bound
   inference* is a constant (vectorize: data-parallel only); parallel: a serial
-  data-parallel leaf; pragma no_partition: any leaf;
+  data-parallel leaf; pragma no_partition or partition: any leaf;
 * align_bounds (last, at most one): a stage computed at a loop, kept only where lowering
   accepts it (its reads provably inside their memory).
 """
@@ -482,7 +482,10 @@ def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
                 if not cands:
                     continue
                 p = d.choice(cands)
-                if kind in ("unroll_explicit", "no_partition"):
+                if kind == "no_partition":
+                    # or its opposite: split also on the selects in what the body stores
+                    kind = d.choice(("no_partition", "partition"))
+                if kind in ("unroll_explicit", "no_partition", "partition"):
                     _try(r, steps, ("pragma", h, p, kind))
                 else:
                     _try(r, steps, (kind, h, p))
