@@ -197,11 +197,28 @@ def _tvm_hint(out):
     return ""
 
 
-def tvm_fn(w, threads, trials, work_dir, build_timeout=600.0):
-    """TVM MetaSchedule: tuned in a subprocess (a crash there skips the column instead of
-    ending the benchmark), the library it exports loaded and timed here."""
+def _tvm_libraries_ready(w, work_dir) -> bool:
+    """Whether ``work_dir`` holds the libraries a MetaSchedule tuning of ``w`` exported (one
+    per kernel: ``k0.so``, ...)."""
+    if not os.path.isdir(work_dir):
+        return False
     try:
-        import tvm
+        from tvm import te
+
+        from autosched_workloads import te_kernels
+    except ImportError:
+        return False
+    kernels, _, _ = te_kernels(w, te)
+    return all(os.path.exists(os.path.join(work_dir, f"k{i}.so")) for i in range(len(kernels)))
+
+
+def tvm_fn(w, threads, trials, work_dir, build_timeout=600.0, reuse=False):
+    """TVM MetaSchedule: tuned in a subprocess (a crash there skips the column instead of
+    ending the benchmark), the library it exports loaded and timed here.  ``reuse``: the
+    libraries an earlier tuning exported into ``work_dir``, when they are all there, are
+    timed again without tuning (``--from-logs``)."""
+    try:
+        import tvm  # noqa: F401
         from tvm.s_tir import meta_schedule  # noqa: F401
     except ImportError as e:
         raise Skip(f"not installed ({e})")
@@ -214,6 +231,8 @@ def tvm_fn(w, threads, trials, work_dir, build_timeout=600.0):
     lb.initialize_native_target()
     target = {"kind": "llvm", "mcpu": lb.get_host_cpu_name(), "num-cores": threads}
     os.makedirs(work_dir, exist_ok=True)
+    if reuse and _tvm_libraries_ready(w, work_dir):
+        return _tvm_load(w, work_dir)
     code = _TVM_TUNE.format(bench=os.path.dirname(os.path.abspath(__file__)), name=w.name,
                             target=target, work=work_dir, trials=trials,
                             build_timeout=float(build_timeout))
@@ -224,6 +243,13 @@ def tvm_fn(w, threads, trials, work_dir, build_timeout=600.0):
         why = f"signal {-r.returncode}" if r.returncode < 0 else f"exit {r.returncode}"
         raise Skip(f"MetaSchedule's tuning process failed ({why}): {' | '.join(tail)[:200]}"
                    + _tvm_hint(r.stdout + r.stderr))
+    return _tvm_load(w, work_dir)
+
+
+def _tvm_load(w, work_dir):
+    """The libraries MetaSchedule's tuning of ``w`` exported into ``work_dir``, loaded and
+    checked against the reference: a function running them."""
+    import tvm
     from tvm import te
 
     from autosched_workloads import te_kernels
@@ -359,7 +385,9 @@ def main(argv=None):
     p.add_argument("--plot", default=None, help="PNG of best time against trials")
     p.add_argument("--from-logs", action="store_true",
                    help="with --trials N: no search; the tuned column is the best record of "
-                        "the model-guided logs already in --log-dir (to re-time a tuning)")
+                        "the model-guided logs already in --log-dir (to re-time a tuning); "
+                        "with --tvm-trials: MetaSchedule's libraries exported there by an "
+                        "earlier run are timed again, untuned (tuned where they are missing)")
     a = p.parse_args(argv)
     threads = a.threads or tc.get_num_threads()
     tc.set_num_threads(threads)
@@ -428,8 +456,11 @@ def main(argv=None):
             try:
                 wd = os.path.join(log_dir, "tvm-" + _slug(w.name))
                 t0 = time.perf_counter()
-                fns["tvm-ms"] = tvm_fn(w, threads, a.tvm_trials, wd, a.tvm_build_timeout)
-                notes.append(f"tvm-ms tuned in {time.perf_counter() - t0:.0f} s")
+                reused = a.from_logs and _tvm_libraries_ready(w, wd)
+                fns["tvm-ms"] = tvm_fn(w, threads, a.tvm_trials, wd, a.tvm_build_timeout,
+                                       reuse=a.from_logs)
+                notes.append(f"tvm-ms re-timed from {wd}" if reused else
+                             f"tvm-ms tuned in {time.perf_counter() - t0:.0f} s")
             except Skip as e:
                 if str(e).startswith("not installed"):
                     skipped.setdefault("tvm-ms", str(e))
