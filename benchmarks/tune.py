@@ -215,8 +215,8 @@ def _tvm_libraries_ready(w, work_dir) -> bool:
 def tvm_fn(w, threads, trials, work_dir, build_timeout=600.0, reuse=False):
     """TVM MetaSchedule: tuned in a subprocess (a crash there skips the column instead of
     ending the benchmark), the library it exports loaded and timed here.  ``reuse``: the
-    libraries an earlier tuning exported into ``work_dir``, when they are all there, are
-    timed again without tuning (``--from-logs``)."""
+    libraries an earlier tuning exported into ``work_dir`` (all there:
+    :func:`_tvm_libraries_ready`) are timed again without tuning (``--from-logs``)."""
     try:
         import tvm  # noqa: F401
         from tvm.s_tir import meta_schedule  # noqa: F401
@@ -231,7 +231,7 @@ def tvm_fn(w, threads, trials, work_dir, build_timeout=600.0, reuse=False):
     lb.initialize_native_target()
     target = {"kind": "llvm", "mcpu": lb.get_host_cpu_name(), "num-cores": threads}
     os.makedirs(work_dir, exist_ok=True)
-    if reuse and _tvm_libraries_ready(w, work_dir):
+    if reuse:
         return _tvm_load(w, work_dir)
     code = _TVM_TUNE.format(bench=os.path.dirname(os.path.abspath(__file__)), name=w.name,
                             target=target, work=work_dir, trials=trials,
@@ -458,7 +458,7 @@ def main(argv=None):
                 t0 = time.perf_counter()
                 reused = a.from_logs and _tvm_libraries_ready(w, wd)
                 fns["tvm-ms"] = tvm_fn(w, threads, a.tvm_trials, wd, a.tvm_build_timeout,
-                                       reuse=a.from_logs)
+                                       reuse=reused)
                 notes.append(f"tvm-ms re-timed from {wd}" if reused else
                              f"tvm-ms tuned in {time.perf_counter() - t0:.0f} s")
             except Skip as e:

@@ -47,6 +47,16 @@ def _wrap(v: int, dtype: str) -> int:
     return v
 
 
+#: the comparison node types and what each computes on two values
+COMPARE = {LT: lambda a, b: a < b, LE: lambda a, b: a <= b, GT: lambda a, b: a > b,
+           GE: lambda a, b: a >= b, EQ: lambda a, b: a == b, NE: lambda a, b: a != b}
+
+
+def compare_values(t, a, b) -> bool:
+    """``a <t> b`` for a comparison node type ``t`` (``LT``, ``EQ``, ...) on two values."""
+    return COMPARE[t](a, b)
+
+
 def binary(op: str, a, b) -> Expr:
     """Build ``a <op> b`` for op in + - * / // %."""
     a, b, dt = _operands(a, b, _OPNAME[op])

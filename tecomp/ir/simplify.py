@@ -98,6 +98,7 @@ from .expr import (
     IterVar, Let, Max, Min, Mul, Not, Or, Reduce, Select, Sub, TruncDiv, TruncMod, Var, as_expr,
 )
 from .functor import Mutator, child_fields, substitute
+from .op import compare_values
 from .stmt import (
     Allocate, AssertStmt, AttrStmt, Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt,
     annotated_loop,
@@ -1073,9 +1074,9 @@ class Simplifier:
             va, vb = sa.value, sb.value
             if isinstance(va, float) or isinstance(vb, float):
                 if sa.dtype == sb.dtype and sa.dtype in ("float32", "float64"):
-                    return _bool(_cmp_values(t, float(va), float(vb)))
+                    return _bool(compare_values(t, float(va), float(vb)))
             elif sa.dtype == sb.dtype:
-                return _bool(_cmp_values(t, int(va), int(vb)))
+                return _bool(compare_values(t, int(va), int(vb)))
         if sa.dtype == sb.dtype and sa.dtype == "bool" and t in (EQ, NE):
             if type(sb) is Const and type(sa) is not Const:
                 sa, sb = sb, sa
@@ -1480,18 +1481,6 @@ def _tdiv(a: int, b: int) -> int:
     return q if (a >= 0) == (b > 0) else -q
 
 
-def _cmp_values(t, a, b) -> bool:
-    if t is LT:
-        return a < b
-    if t is LE:
-        return a <= b
-    if t is GT:
-        return a > b
-    if t is GE:
-        return a >= b
-    if t is EQ:
-        return a == b
-    return a != b
 
 
 def _decide_bounds(t, lo, hi):

@@ -52,8 +52,8 @@ part (often one iteration) does not run as a region of its own on one thread.
 from __future__ import annotations
 
 from ..ir import op as _op
-from ..ir.expr import GE, GT, LE, LT, Add, And, Const, Mul, Range, Select, Sub, Var
-from ..ir.functor import Mutator, Visitor, substitute, uses_var
+from ..ir.expr import GE, GT, LE, LT, Add, And, Const, Mul, Range, Select, Sub
+from ..ir.functor import Mutator, Visitor, collect, substitute, uses_var
 from ..ir.stmt import AttrStmt, For, IfThenElse, SeqStmt, annotated_loop, seq
 
 
@@ -107,17 +107,6 @@ def _normalized(term, v):
     return lin
 
 
-class _Selects(Visitor):
-    """The selects in an expression (outermost first)."""
-
-    def __init__(self):
-        self.found = []
-
-    def visit_Select(self, e):
-        self.found.append(e)
-        self.generic_visit(e)
-
-
 class _FindGuards(Visitor):
     """Guard terms ``a*v + r < N`` under a loop, with the ranges of inner loop counters:
     the ``a < b`` terms (``a > 0``) of ``if`` conditions, and every comparison linear in
@@ -150,12 +139,10 @@ class _FindGuards(Visitor):
 
     def visit_BufferStore(self, s):
         self.stored.add(s.buffer)
-        if isinstance(s.value, Select):
+        if isinstance(s.value, Select) and not self.nested:
             self.selects += self._select_terms(s.value)
         if self.nested:
-            finder = _Selects()
-            finder.visit(s.value)
-            for e in finder.found:
+            for e in collect(s.value, lambda n: isinstance(n, Select)):
                 self.nested_selects += self._select_terms(e)
         self.generic_visit(s)
 

@@ -38,11 +38,11 @@ import numpy as np
 from ..errors import ArgumentError
 from ..ir import dtype as _dt
 from ..ir.expr import (
-    EQ, GE, GT, LE, LT, NE, Add, And, Buffer, Cast, Const, Div, Expr, FloorDiv, FloorMod, Let,
-    Max, Min, Mul, Not, Or, Select, Sub, TruncDiv, TruncMod, Var, as_index,
+    Add, And, Buffer, Cast, Const, Div, Expr, FloorDiv, FloorMod, Let, Max, Min, Mul, Not, Or,
+    Select, Sub, TruncDiv, TruncMod, Var, as_index,
 )
 from ..ir.functor import free_vars
-from ..ir.op import _wrap
+from ..ir.op import COMPARE, _wrap
 from ..ir.printer import to_str
 
 __all__ = [
@@ -343,18 +343,8 @@ def eval_host_expr(e: Expr, env: Dict[Var, Any]):
         r = op(a, b)
     elif t is Div:
         return _ieee_div(a, b)
-    elif t is EQ:
-        return a == b
-    elif t is NE:
-        return a != b
-    elif t is LT:
-        return a < b
-    elif t is LE:
-        return a <= b
-    elif t is GT:
-        return a > b
-    elif t is GE:
-        return a >= b
+    elif t in COMPARE:
+        return COMPARE[t](a, b)
     elif t is And:
         return bool(a) and bool(b)
     elif t is Or:
