@@ -4,6 +4,7 @@
     python3 benchmarks/gpu.py                 # every workload
     python3 benchmarks/gpu.py --quick         # fewer repetitions
     python3 benchmarks/gpu.py --only conv     # workloads whose name contains "conv"
+    python3 benchmarks/gpu.py --sweep         # each schedule under several tilings
 
 Needs a CUDA GPU, pycuda, and for the references PyTorch and/or CuPy (see
 ``docs/GPU.md`` / the project's GPU notes for installing the pycuda wheel).  Without a GPU
@@ -21,6 +22,12 @@ TF32 is off everywhere (``torch.backends.cuda.matmul.allow_tf32 = False``,
 ``torch.backends.cudnn.allow_tf32 = False``, ``CUPY_TF32=0``): every tool computes in
 float32.
 
+``--sweep`` times each workload's schedule under a list of tilings (its ``GemmConfig``,
+``ConvConfig`` or ``SoftmaxConfig``; the default that ``gemm_config`` etc. pick first),
+every one checked against the float64 reference, interleaved with the references in one
+process: the data the defaults are chosen from (a tiling that does not build or launch,
+e.g. too much shared memory or too many registers, is reported, not timed).
+
 Method: every tool's result is first checked against a float64 reference (PyTorch in
 float64 on the GPU, numpy without PyTorch).  Times are GPU times from CUDA events on the
 default stream, ``inner`` back-to-back calls per sample, the tools interleaved round
@@ -37,7 +44,7 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Sequence
 
 os.environ["CUPY_TF32"] = "0"  # before CuPy is imported: no TF32 in cupy.matmul
@@ -234,19 +241,22 @@ class Workload:
     setup: Callable[[object, object], Setup]   # (torch or None, cupy or None) -> Setup
     flops: float = 0.0
     bytes: float = 0.0
+    configs: Callable[[], List[object]] = lambda: []  # --sweep's tilings, the default first
 
 
 def _np(t) -> np.ndarray:
     """A torch / CuPy array's values on the host."""
+    if isinstance(t, np.ndarray):
+        return t
     return t.cpu().numpy() if hasattr(t, "cpu") else t.get()
 
 
 def gemm_workload(n: int) -> Workload:
-    def build(target="cuda"):
+    def build(target="cuda", config=None):
         A = tc.placeholder((n, n), name="A")
         B = tc.placeholder((n, n), name="B")
         C = ops.matmul(A, B)
-        return tc.build(nn_cuda.schedule_matmul(C, target), [A, B, C], target=target,
+        return tc.build(nn_cuda.schedule_matmul(C, target, config), [A, B, C], target=target,
                         name=f"gemm{n}")
 
     def setup(torch, cupy):
@@ -266,22 +276,23 @@ def gemm_workload(n: int) -> Workload:
             refs["cupy"] = Reference(lambda: cupy.matmul(ca, cb, out=cout), lambda: _np(cout))
         return Setup([a, b, np.zeros((n, n), np.float32)], refs, expect)
 
-    return Workload(f"gemm {n}^3", build, setup, flops=2.0 * n ** 3)
+    return Workload(f"gemm {n}^3", build, setup, flops=2.0 * n ** 3,
+                    configs=lambda: gemm_sweep(nn_cuda.gemm_config(n, n, n)))
 
 
 def conv_workload(C: int, HW: int, layout: str, N: int = 32) -> Workload:
     """3x3, stride 1, padding 1, C input and output channels."""
-    def build(target="cuda"):
+    def build(target="cuda", config=None):
         if layout == "nchw":
             d = tc.placeholder((N, C, HW, HW), name="data")
             w = tc.placeholder((C, C, 3, 3), name="weight")
             y = ops.conv2d_nchw(d, w, 1, 1)
-            s = nn_cuda.schedule_conv2d_nchw(y, target)
+            s = nn_cuda.schedule_conv2d_nchw(y, target, config)
         else:
             d = tc.placeholder((N, HW, HW, C), name="data")
             w = tc.placeholder((3, 3, C, C), name="weight")
             y = ops.conv2d_nhwc(d, w, 1, 1)
-            s = nn_cuda.schedule_conv2d_nhwc(y, target)
+            s = nn_cuda.schedule_conv2d_nhwc(y, target, config)
         return tc.build(s, [d, w, y], target=target, name=f"conv{C}_{layout}")
 
     def setup(torch, cupy):
@@ -323,14 +334,17 @@ def conv_workload(C: int, HW: int, layout: str, N: int = 32) -> Workload:
         return Setup(host, refs, expect)
 
     return Workload(f"conv {layout} N={N} C=K={C} {HW}x{HW}", build, setup,
-                    flops=2.0 * N * C * C * 9 * HW * HW)
+                    flops=2.0 * N * C * C * 9 * HW * HW,
+                    configs=lambda: conv_sweep(
+                        nn_cuda.conv_config(C, HW, HW, C, (3, 3), lambda th, tw: (th + 2, tw + 2),
+                                            channels_last=layout == "nhwc"), C))
 
 
 def softmax_workload(m: int, n: int) -> Workload:
-    def build(target="cuda"):
+    def build(target="cuda", config=None):
         X = tc.placeholder((m, n), name="X")
         Y = ops.softmax(X)
-        return tc.build(nn_cuda.schedule_softmax(Y, target), [X, Y], target=target,
+        return tc.build(nn_cuda.schedule_softmax(Y, target, config), [X, Y], target=target,
                         name="softmax")
 
     def setup(torch, cupy):
@@ -351,7 +365,55 @@ def softmax_workload(m: int, n: int) -> Workload:
             refs["torch"] = Reference(run_torch, lambda: _np(last["y"]))
         return Setup([x, np.zeros((m, n), np.float32)], refs, expect)
 
-    return Workload(f"softmax {m}x{n}", build, setup, bytes=2.0 * 4 * m * n)
+    return Workload(f"softmax {m}x{n}", build, setup, bytes=2.0 * 4 * m * n,
+                    configs=lambda: softmax_sweep(nn_cuda.softmax_config(n)))
+
+
+def _unique(cfgs) -> List[object]:
+    out: List[object] = []
+    for c in cfgs:
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def gemm_sweep(d) -> List[object]:
+    """GEMM tilings around the default ``d``: other block shapes, k tiles and micro-tiles,
+    the A tile padded, and the tiling that was the default before the H100 sweeps (8 k
+    steps, rolled, padded)."""
+    G, R = nn_cuda.GemmConfig, replace
+    half_m, half_n = max(1, d.threads_m // 2), max(1, d.threads_n // 2)
+    return _unique([
+        d, R(d, threads_m=half_m), R(d, threads_n=half_n),
+        R(d, threads_m=half_m, threads_n=half_n), R(d, k_tile=2 * d.k_tile),
+        R(d, threads_m=half_m, k_tile=2 * d.k_tile), R(d, k_tile=max(1, d.k_tile // 2)),
+        R(d, pad=True), R(d, threads_m=half_m, regs_m=2 * d.regs_m),
+        G(d.threads_m, d.threads_n, d.regs_m, d.regs_n, min(8, d.k_tile), False, True),
+    ])
+
+
+def conv_sweep(d, K: int) -> List[object]:
+    """Convolution tilings around the default ``d``: the channel steps rolled, other
+    channel tiles, 4 or 8 output channels per thread, wider pixel tiles per thread."""
+    R = replace
+    cands = [d, R(d, unroll_c=False), R(d, c_tile=max(1, d.c_tile // 2)),
+             R(d, c_tile=2 * d.c_tile)]
+    if d.regs_k >= 8:
+        other = [R(d, regs_k=d.regs_k // 2)]
+        if d.threads * 2 <= 256:
+            other.append(R(d, regs_k=d.regs_k // 2, threads_k=2 * d.threads_k))
+    else:
+        other = [R(d, regs_k=2 * d.regs_k, threads_k=max(1, d.threads_k // 2))]
+    cands += other + [R(o, c_tile=max(1, d.c_tile // 2)) for o in other]
+    if d.threads_x % 2 == 0:
+        cands.append(R(d, regs_x=2 * d.regs_x, threads_x=d.threads_x // 2))
+    return _unique(c for c in cands if c.block_k <= 2 * K)
+
+
+def softmax_sweep(d) -> List[object]:
+    S = nn_cuda.SoftmaxConfig
+    return _unique([d] + [S(t, row, False) for t in (32, 64, 128, 256) for row in (False, True)]
+                   + [S(d.threads, True, True)])
 
 
 WORKLOADS = [
@@ -409,6 +471,7 @@ def run(args) -> int:
           f"{cupy.__version__ if cupy else 'absent'}; TF32 off")
     rounds, inner = (5, 3) if args.quick else (15, 10)
     rows: List[Row] = []
+    sweeps: List[str] = []
     with drv.active():
         timer = Timer(drv)
         for w in WORKLOADS:
@@ -442,9 +505,77 @@ def run(args) -> int:
                      + ", ".join(f"{t} {e:.1e}" for t, e in errors.items())]
             rows.append(Row(w.name, med, w.flops, w.bytes, notes))
             print(f"  measured {w.name}", flush=True)
+            if args.sweep:
+                try:
+                    sweeps.append(sweep(w, st, dev, want, timer, drv, rounds, inner))
+                except Exception:  # noqa: BLE001 - keep the table of the other workloads
+                    import traceback
+
+                    sweeps.append(f"sweep of {w.name} broke:\n{traceback.format_exc()}")
+                print(sweeps[-1], flush=True)
     print()
     print(format_table(rows, refs_available))
+    for text in sweeps:
+        print()
+        print(text)
     return 0
+
+
+_SHORT = {"threads_": "t_", "regs_": "r_", "k_tile": "kt", "c_tile": "ct", "unroll_": "unroll_",
+          "row_in_shared": "row_sh", "exp_in_shared": "exp_sh"}
+
+
+def config_text(c) -> str:
+    """A tiling in one short line: its fields, the names abbreviated."""
+    text = ", ".join(f"{k}={int(v) if isinstance(v, bool) else v}"
+                     for k, v in vars(c).items())
+    for long, short in _SHORT.items():
+        text = text.replace(long, short)
+    return text
+
+
+def _fill_nan(a) -> None:
+    """Poison an output array on the device, so a kernel that skips an element fails."""
+    if hasattr(a, "fill_"):
+        a.fill_(float("nan"))
+    else:
+        a.fill(np.float32(np.nan))
+
+
+def sweep(w: Workload, st: Setup, dev, want, timer: Timer, drv, rounds: int,
+          inner: int) -> str:
+    """``w``'s schedule under each tiling of ``w.configs()``: checked, then timed round
+    robin with the references; one line per tiling (ms, speed relative to the default
+    and to each reference)."""
+    launches: Dict[str, Callable[[], None]] = {}
+    lines, failed = [], []
+    for i, cfg in enumerate(w.configs()):
+        label = f"{'default ' if i == 0 else ''}{config_text(cfg)}"
+        try:
+            mod = w.build(config=cfg)
+            _fill_nan(dev[-1])
+            mod(*dev)
+            drv.synchronize()
+            err = max_rel_error(_np(dev[-1]), want)
+            if not err < TOLERANCE:
+                failed.append(f"{label}: WRONG (error {err:.1e})")
+                continue
+            launches[label] = DirectLaunch(mod, dev, drv)
+        except Exception as exc:  # noqa: BLE001 - a tiling that does not build or launch
+            failed.append(f"{label}: failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+    refs = {k: r.run for k, r in st.refs.items()}
+    med = interleaved(timer, {**launches, **refs}, rounds, inner) if launches or refs else {}
+    default = next(iter(launches), None)
+    width = max([len(k) for k in launches] + [10])
+    head = f"{'tiling'.ljust(width)}  {'ms':>7}  {'vs default':>10}" + "".join(
+        f"  {'vs ' + k:>10}" for k in refs)
+    lines += [f"sweep: {w.name} (" + ", ".join(f"{k} {med[k]:.3f} ms" for k in refs) + ")",
+              head, "-" * len(head)]
+    for label in sorted(launches, key=lambda k: med[k]):
+        lines.append(f"{label.ljust(width)}  {med[label]:7.3f}  "
+                     f"{ratio(med[default], med[label]):9.2f}x"
+                     + "".join(f"  {ratio(med[k], med[label]):9.2f}x" for k in refs))
+    return "\n".join(lines + failed)
 
 
 def main(argv=None) -> int:
@@ -452,6 +583,8 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     p.add_argument("--only", default="", help="run the workloads whose name contains this")
+    p.add_argument("--sweep", action="store_true",
+                   help="also time each schedule under several tilings (the default first)")
     return run(p.parse_args(argv))
 
 

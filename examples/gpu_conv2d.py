@@ -62,7 +62,7 @@ def main():
     target = "cuda" if driver is not None else "cuda-emu"
     N, C, H, K = (32, 64, 56, 64) if driver is not None else (2, 8, 14, 16)
     cfg = nn_cuda.conv_config(K, H, H, C, (3, 3), lambda th, tw: (th + 2, tw + 2))
-    print(f"# conv {N}x{C}x{H}x{H}, {K} filters 3x3, padding 1: blocks of {cfg.block_k} "
+    print(f"# conv {N}x{C}x{H}x{H}, {K} filters 3x3, padding 1 (NCHW): blocks of {cfg.block_k} "
           f"channels x {cfg.block_y}x{cfg.block_x} pixels ({cfg.threads} threads), "
           f"{cfg.regs_k} x {cfg.regs_y}x{cfg.regs_x} outputs per thread, {cfg.c_tile} input "
           f"channels per shared-memory step")

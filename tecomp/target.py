@@ -87,6 +87,7 @@ MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIMS = (1024, 1024, 64)
 MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
 MAX_STATIC_SHARED_BYTES = 48 * 1024   # a kernel's static __shared__ arrays, on every GPU
+SHARED_ALIGN = 16  # bytes: each __shared__ array starts on this boundary (16-byte vector loads)
 WARP_SIZE = 32
 CUDA_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
               "sm_100", "sm_120")

@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import shutil
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, List
 
@@ -109,7 +110,7 @@ def matmul_case(M, N, K, epilogue=False, name=None, config=None):
                 lambda a: (a[0].shape[0], N), config=config)
 
 
-def dense_case(Bt, O, I, bias=True, config=None):
+def dense_case(Bt, O, I, bias=True, config=None, name=None):
     X = tc.placeholder((Bt, I), name="X")
     W = tc.placeholder((O, I), name="W")
     args = [X, W]
@@ -120,13 +121,14 @@ def dense_case(Bt, O, I, bias=True, config=None):
     else:
         Y = ops.dense(X, W)
     args.append(Y)
-    return Case(f"dense_{Bt}x{O}x{I}{'_bias' if bias else ''}", sc.schedule_dense, args,
+    return Case(name or f"dense_{Bt}x{O}x{I}{'_bias' if bias else ''}", sc.schedule_dense, args,
                 lambda r: [_rand(r, Bt, I), _rand(r, O, I)] + ([_rand(r, O)] if bias else []),
                 lambda a: a[0] @ a[1].T + (a[2] if bias else 0), lambda a: (Bt, O),
                 config=config)
 
 
-def conv_case(layout, N, C, H, W, K, R, stride, pad, dil, epilogue=False, config=None):
+def conv_case(layout, N, C, H, W, K, R, stride, pad, dil, epilogue=False, config=None,
+              name=None):
     if layout == "nchw":
         D = tc.placeholder((N, C, H, W), name="data")
         Wt = tc.placeholder((K, C, R, R), name="weight")
@@ -150,7 +152,7 @@ def conv_case(layout, N, C, H, W, K, R, stride, pad, dil, epilogue=False, config
             out = np.maximum(out + (a[2][None, :, None, None] if layout == "nchw" else a[2]), 0)
         return out
 
-    name = (f"conv_{layout}_{N}x{C}x{H}x{W}_k{K}r{R}s{stride}p{pad}d{dil}"
+    name = name or (f"conv_{layout}_{N}x{C}x{H}x{W}_k{K}r{R}s{stride}p{pad}d{dil}"
             f"{'_bias_relu' if epilogue else ''}{'_cfg' if config else ''}")
     return Case(name, getattr(sc, f"schedule_conv2d_{layout}"), args,
                 lambda r: [_rand(r, *dshape), _rand(r, *wshape)]
@@ -191,6 +193,9 @@ def injective_cases():
 GEMM_8X8 = sc.GemmConfig(threads_m=8, threads_n=4, regs_m=8, regs_n=8, k_tile=8)
 CONV_4X2X2 = sc.ConvConfig(threads_k=2, threads_y=2, threads_x=3, regs_k=4, regs_y=2, regs_x=2,
                            c_tile=4)
+# the k steps / channel steps unrolled, the A tile unpadded (what benchmarks/gpu.py --sweep tries)
+GEMM_8X8_UNROLLED = dataclasses.replace(GEMM_8X8, unroll_k=True, pad=False)
+CONV_UNROLLED = dataclasses.replace(CONV_4X2X2, unroll_c=True)
 
 
 def all_cases() -> List[Case]:
@@ -205,6 +210,8 @@ def all_cases() -> List[Case]:
         dense_case(19, 45, 33),
         dense_case(8, 16, 70, bias=False),
         dense_case(37, 70, 21, config=GEMM_8X8),
+        matmul_case(70, 150, 19, name="matmul_70x150x19_8x8_unrolled", config=GEMM_8X8_UNROLLED),
+        dense_case(37, 70, 21, config=GEMM_8X8_UNROLLED, name="dense_37x70x21_bias_unrolled"),
         conv_case("nchw", 1, 3, 9, 9, 4, 3, 1, 1, 1),
         conv_case("nchw", 2, 5, 11, 13, 7, 3, 2, 1, 1),
         conv_case("nchw", 1, 4, 10, 10, 6, 3, 1, 2, 2),
@@ -216,6 +223,10 @@ def all_cases() -> List[Case]:
         conv_case("nhwc", 1, 4, 10, 10, 6, 3, 1, 2, 2),
         conv_case("nhwc", 2, 3, 7, 6, 5, 3, 1, 1, 1, epilogue=True),
         conv_case("nhwc", 1, 11, 9, 7, 10, 3, 2, 1, 1, config=CONV_4X2X2),
+        conv_case("nchw", 2, 11, 9, 7, 10, 3, 1, 1, 1, config=CONV_UNROLLED,
+                  name="conv_nchw_2x11x9x7_k10_unrolled"),
+        conv_case("nhwc", 1, 11, 9, 7, 10, 3, 2, 1, 1, config=CONV_UNROLLED,
+                  name="conv_nhwc_1x11x9x7_k10s2_unrolled"),
         softmax_case((5, 37)),
         softmax_case((3, 4, 100), log=True),
         softmax_case((3, 12000)),
@@ -325,26 +336,31 @@ def _lower_text(case):
 
 def test_gemm_structure_4096():
     cfg = sc.gemm_config(4096, 4096, 4096)
-    assert (cfg.threads_m, cfg.threads_n, cfg.regs_m, cfg.regs_n, cfg.k_tile) == (16, 16, 8, 8, 8)
-    assert (cfg.block_m, cfg.block_n, cfg.threads) == (128, 128, 256)
+    assert (cfg.threads_m, cfg.threads_n, cfg.regs_m, cfg.regs_n, cfg.k_tile) == (8, 16, 8, 8, 32)
+    assert cfg.unroll_k and not cfg.pad
+    assert (cfg.block_m, cfg.block_n, cfg.threads) == (64, 128, 128)
     f = _bench()["gemm"]
     src = f.get_source("cuda")
     kern = f.kernels[0]
-    assert [int(d.value) for d in kern.grid] == [32, 32, 1]
-    assert kern.constant_block == (16, 16, 1)
+    assert [int(d.value) for d in kern.grid] == [32, 64, 1]
+    assert kern.constant_block == (16, 8, 1)
     assert "float matmul_local[64];" in src
-    # A tile 128 x 8, rows padded to 9 against bank conflicts; B tile 8 x 128
-    assert "__shared__ float A_shared[1151];" in src and "__shared__ float B_shared[1024];" in src
+    # A tile 64 x 32, B tile 32 x 128, 16-byte aligned (vector loads)
+    assert "__shared__ __align__(16) float A_shared[2048];" in src
+    assert "__shared__ __align__(16) float B_shared[4096];" in src
     assert src.count("__syncthreads();") == 2
-    # four coalesced loads per thread per tile, unrolled
-    assert re.search(r"#pragma unroll\n\s*for \(int \w+ = 0; \w+ < 4; ", src)
+    # 16 and 32 coalesced loads per thread per tile; the 32 k steps unrolled
+    assert re.search(r"for \(int \w+ = 0; \w+ < 16; ", src)
+    assert re.search(r"for \(int \w+ = 0; \w+ < 32; ", src)
+    assert re.search(r"#pragma unroll\n\s*for \(int k_inner = 0; k_inner < 32; ", src)
 
 
 def test_small_gemms_use_smaller_tiles():
-    assert sc.gemm_config(1024, 1024, 1024).regs_m == 4       # 256 blocks of 64x64
-    assert sc.gemm_config(5, 3, 7) == sc.GemmConfig(8, 4, 1, 1, 7)
+    assert sc.gemm_config(1024, 1024, 1024).regs_m == 8       # 128 blocks of 64x128
+    assert sc.gemm_config(512, 512, 512).regs_n == 4          # 128 blocks of 32x64
+    assert sc.gemm_config(5, 3, 7) == sc.GemmConfig(8, 4, 1, 1, 7, True, False)
     cfg = sc.gemm_config(None, 40, None)
-    assert cfg.block_n <= 64 and cfg.threads == 256
+    assert cfg.block_n <= 64 and cfg.threads == 128
 
 
 def test_odd_gemm_tiles_keep_their_size():
@@ -430,14 +446,20 @@ def test_conv_configs_for_the_resnet_layers():
     # 4 channels x 2x2 pixels per thread, 8 input channels per step
     c = _conv_cfg(64, 56, 56, 64)
     assert (c.block_k, c.block_y, c.block_x, c.threads) == (64, 8, 8, 256)
-    assert (c.regs_k, c.regs_y, c.regs_x, c.c_tile) == (4, 2, 2, 8)
-    # C = K = 256, 14x14: the whole 14x14 image per block, 16 channels
+    assert (c.regs_k, c.regs_y, c.regs_x, c.c_tile) == (4, 2, 2, 4)
+    # NHWC: 8 channels per step (the copy's contiguous runs are c_tile channels long)
+    assert _conv_cfg(64, 56, 56, 64, channels_last=True).c_tile == 8
+    assert c.unroll_c
+    # C = K = 256, 14x14: the whole 14x14 image per block, 32 channels (8 per thread)
     c = _conv_cfg(256, 14, 14, 256)
-    assert (c.block_k, c.block_y, c.block_x) == (16, 14, 14) and c.threads <= 256
+    assert (c.block_k, c.block_y, c.block_x) == (32, 14, 14) and c.threads <= 256
+    assert (c.regs_k, c.c_tile) == (8, 4)
+    assert _conv_cfg(256, 14, 14, 256, channels_last=True).c_tile == 8
 
 
-def _conv_cfg(K, OH, OW, C):
-    return sc.conv_config(K, OH, OW, C, (3, 3), lambda th, tw: (th + 2, tw + 2))
+def _conv_cfg(K, OH, OW, C, channels_last=False):
+    return sc.conv_config(K, OH, OW, C, (3, 3), lambda th, tw: (th + 2, tw + 2),
+                          channels_last=channels_last)
 
 
 def test_conv_pads_during_the_copy():
@@ -446,21 +468,28 @@ def test_conv_pads_during_the_copy():
     f = tc.build(case.build_schedule("cuda"), case.args, target="cuda")
     assert len(f.kernels) == 1
     src = f.get_source("cuda")
-    assert "__shared__ float conv2d_nchw_pad[" in src and "__shared__ float weight_shared[" in src
+    assert "__shared__ __align__(16) float conv2d_nchw_pad[" in src and "__shared__ __align__(16) float weight_shared[" in src
     assert "? data[" in src  # select(in image, data[...], 0) while copying
 
 
 def test_softmax_configs_and_one_kernel():
-    assert sc.softmax_config(1024) == sc.SoftmaxConfig(256, True, True)
-    assert sc.softmax_config(37) == sc.SoftmaxConfig(32, True, True)
+    assert sc.softmax_config(1024) == sc.SoftmaxConfig(64, False, False)
+    assert sc.softmax_config(37) == sc.SoftmaxConfig(32, False, False)
     assert sc.softmax_config(12000) == sc.SoftmaxConfig(256, False, False)
     assert sc.softmax_config(None) == sc.SoftmaxConfig(256, False, False)
     f = _bench()["softmax"]
     src = f.get_source("cuda")
     kern = f.kernels[0]
-    assert len(f.kernels) == 1 and kern.constant_block == (256, 1, 1)
+    assert len(f.kernels) == 1 and kern.constant_block == (64, 1, 1)
     assert int(kern.grid[0].value) == 4096
-    # the row is read from global memory once and written once
+    # three passes over the row in global memory (three statements read X); written once
+    assert len([ln for ln in src.splitlines() if "X[" in ln]) == 3
+    assert src.count("softmax[") == 1
+    # with the row and exp in shared memory: read once
+    X = tc.placeholder((64, 1024), name="X")
+    Y = ops.softmax(X)
+    s = sc.schedule_softmax(Y, "cuda", sc.SoftmaxConfig(256, True, True))
+    src = tc.build(s, [X, Y], target="cuda").get_source("cuda")
     assert src.count("X[") == 1 and src.count("softmax[") == 1
     assert src.count("expf(") == 1
 
@@ -580,6 +609,56 @@ def test_gpu_benchmark_workloads_check_out(w):
     st = w.setup(None, None)
     mod(*st.host, mode="serial")
     assert BENCH.max_rel_error(st.host[-1], st.expect()) < BENCH.TOLERANCE
+
+
+@needs_cxx
+def test_gpu_benchmark_sweep_checks_and_times_every_tiling(monkeypatch):
+    """``benchmarks/gpu.py --sweep``'s table, run in the emulation (the launches and the
+    GPU timer replaced): every tiling checked and timed, the default first and labelled,
+    one that does not build reported with its reason."""
+    w = BENCH.gemm_workload(40)
+    build = w.build
+    default = sc.gemm_config(40, 40, 40)
+    too_big = sc.GemmConfig(32, 32, 8, 8, 64)  # 2 x 256 x 64 floats of shared memory
+    w = dataclasses.replace(w, build=lambda config=None: build("cuda-emu", config),
+                            configs=lambda: [default, GEMM_8X8_UNROLLED, too_big])
+    st = w.setup(None, None)
+    launches = []
+    monkeypatch.setattr(BENCH, "DirectLaunch",
+                        lambda mod, dev, drv: launches.append(
+                            lambda: mod(*dev, mode="serial")) or launches[-1])
+
+    class Clock:  # the default takes 2 ms, the other tiling 1 ms
+        def sample(self, fn, inner):
+            fn()
+            return 2.0 if fn is launches[0] else 1.0
+
+
+    class Drv:
+        def synchronize(self):
+            pass
+
+    text = BENCH.sweep(w, st, st.host, st.expect(), Clock(), Drv(), rounds=2, inner=1)
+    lines = text.splitlines()
+    assert lines[0] == "sweep: gemm 40^3 ()"
+    assert lines[1].split()[:4] == ["tiling", "ms", "vs", "default"]
+    fast, slow = lines[3], lines[4]  # fastest first
+    assert fast.startswith(BENCH.config_text(GEMM_8X8_UNROLLED)) and fast.split()[-2:] == \
+        ["1.000", "2.00x"]
+    assert slow.startswith("default " + BENCH.config_text(default)) and \
+        slow.split()[-2:] == ["2.000", "1.00x"]
+    assert lines[5].startswith(BENCH.config_text(too_big) + ": failed: ResourceLimitError")
+    assert len(lines) == 6
+    assert BENCH.config_text(GEMM_8X8_UNROLLED) == \
+        "t_m=8, t_n=4, r_m=8, r_n=8, kt=8, unroll_k=1, pad=0"
+
+
+def test_gpu_benchmark_sweeps_start_with_the_default():
+    for w in BENCH.WORKLOADS:
+        cfgs = w.configs()
+        assert len(cfgs) >= 5 and len(set(cfgs)) == len(cfgs), w.name
+    gemm = BENCH.WORKLOADS[0]
+    assert gemm.configs()[0] == sc.gemm_config(4096, 4096, 4096)
 
 
 @needs_nvcc

@@ -67,7 +67,7 @@ THREAD_TAGS = {
 }
 # the CUDA limits (their one home is tecomp.target)
 from ..target import (  # noqa: E402,F401
-    MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK,
+    MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK, SHARED_ALIGN,
 )
 
 
@@ -518,7 +518,8 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         r.size_vars |= shape_vars
         r.indent = 1
         for b in kern.shared:
-            r.emit(f"__shared__ {r.ctype(b.dtype)} {namer(b)}[{declared_size(b)}];")
+            r.emit(f"__shared__ __align__({SHARED_ALIGN}) {r.ctype(b.dtype)} {namer(b)}"
+                   f"[{declared_size(b)}];")
         r.stmt(attr.body)
         helpers |= r.helpers
         uses_half |= r.uses_half

@@ -6,6 +6,7 @@
 //
 //   __global__, __device__, __forceinline__, __launch_bounds__  -> nothing / inline
 //   __restrict__                   -> __restrict
+//   __align__(n)                   -> __attribute__((aligned(n)))
 //   __shared__                     -> static.  Blocks run one at a time, so a
 //                                     function-scope static array is exactly "one copy
 //                                     per block, seen by all the block's threads".  Like
@@ -58,6 +59,7 @@
 #define __restrict__ __restrict
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 
 struct uint3 { unsigned int x, y, z; };
 struct dim3 { unsigned int x, y, z; };

@@ -47,7 +47,7 @@ from ..ir.stmt import (
     Stmt, seq,
 )
 from ..target import (
-    MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK,
+    MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK, SHARED_ALIGN,
 )
 
 KEY = "device_kernel"
@@ -357,7 +357,9 @@ def _kernel(k: int, plan: _Plan, func: PrimFunc, host: List[Var], host_lets, kno
                 nthreads *= int(d.value)
             red_bufs[cd] = Buffer("red_buf", (Const(nthreads, "int32"),), cd, scope="shared")
     shared += list(red_bufs.values())
-    shared_bytes = sum(declared_size(b) * _dt.nbytes(b.dtype) for b in shared)
+    # each array rounded up to SHARED_ALIGN: what the aligned declarations can take
+    shared_bytes = sum(-(-declared_size(b) * _dt.nbytes(b.dtype) // SHARED_ALIGN) * SHARED_ALIGN
+                       for b in shared)
     if shared_bytes > MAX_STATIC_SHARED_BYTES:
         raise ResourceLimitError(
             f"stage {stage}: the shared buffers {', '.join(b.name for b in shared)} take "

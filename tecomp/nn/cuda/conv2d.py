@@ -27,7 +27,8 @@ class ConvConfig:
     """The tiling of a direct convolution: a block of ``threads_k x threads_y x
     threads_x`` threads computes ``block_k`` output channels x a ``block_y x block_x``
     patch of one image, each thread ``regs_k x regs_y x regs_x`` outputs in registers;
-    the reduction advances ``c_tile`` input channels at a time through shared memory."""
+    the reduction advances ``c_tile`` input channels at a time through shared memory;
+    ``unroll_c`` unrolls those ``c_tile`` channels too (the window is always unrolled)."""
 
     threads_k: int
     threads_y: int
@@ -36,6 +37,7 @@ class ConvConfig:
     regs_y: int
     regs_x: int
     c_tile: int
+    unroll_c: bool = False
 
     @property
     def block_k(self) -> int:
@@ -73,14 +75,20 @@ def _spatial_tile(E: Optional[int]) -> Tuple[int, int]:
 
 
 def conv_config(K: Optional[int], OH: Optional[int], OW: Optional[int], C: Optional[int],
-                window: Tuple[int, int], in_patch: Callable, dtype_bytes: int = 4) -> ConvConfig:
+                window: Tuple[int, int], in_patch: Callable, dtype_bytes: int = 4,
+                channels_last: bool = False) -> ConvConfig:
     """The tiling of a convolution with ``K`` output channels, an ``OH x OW`` output,
     ``C`` input channels and a ``KH x KW`` ``window``; ``in_patch(th, tw)`` gives the
     input rows/columns an output patch of ``th x tw`` reads.
 
-    Spatial: per axis, :func:`_spatial_tile`.  Channels: 4 per thread (fewer when K is
-    small), as many threads as keep the block at 256 threads or below.  ``c_tile``: the
-    largest of 16, 8, 4, 2, 1 (at most C) whose shared tiles fit in 24 KiB."""
+    Spatial: per axis, :func:`_spatial_tile`.  Channels: as many threads as keep the
+    block at 256 threads or below, 8 channels per thread where the block's channels still
+    fit in K, else 4 (fewer when K is small).  ``c_tile``: the largest of 16, 8, 4, 2, 1
+    (at most 4 in NCHW, at most C) whose shared tiles fit in 24 KiB, its channels
+    unrolled.  ``channels_last``: NHWC, where a copy's contiguous runs are ``c_tile``
+    channels long (4 channels, 16 bytes, copy slowly there).  (Measurements:
+    benchmarks/DECISIONS.md, "CUDA convolution: channels unrolled, 8 per thread, 4 per
+    NCHW step".)"""
     ty, ry = _spatial_tile(OH)
     tx, rx = _spatial_tile(OW)
     rk = 4 if K is None else max(1, min(4, K))
@@ -88,16 +96,18 @@ def conv_config(K: Optional[int], OH: Optional[int], OW: Optional[int], C: Optio
     while cap * 2 * ty * tx <= 256:
         cap *= 2
     tk = cap if K is None else max(1, min(cap, _pow2_at_least(_ceil(K, rk))))
+    if K is not None and rk == 4 and tk * 8 <= K:
+        rk = 8
     kh, kw = window
     ph, pw = in_patch(ty * ry, tx * rx)
     ct = 1
     for c in (16, 8, 4, 2):
-        if C is not None and c > C:
+        if (C is not None and c > C) or (not channels_last and c > 4):
             continue
         if dtype_bytes * c * (ph * pw + tk * rk * kh * kw) <= 24 * 1024:
             ct = c
             break
-    return ConvConfig(tk, ty, tx, rk, ry, rx, ct)
+    return ConvConfig(tk, ty, tx, rk, ry, rx, ct, unroll_c=True)
 
 
 # layout -> (output axis of (n, k, y, x), thread tag of (k, y, x), block tag of (n*k, y, x))
@@ -189,7 +199,7 @@ def _schedule_conv(outs, target: str, layout: str, config: Optional[ConvConfig])
     cfg = config if config is not None else conv_config(
         K, OH, OW, C, (KH, KW),
         lambda th, tw: ((th - 1) * sh + (KH - 1) * dh + 1, (tw - 1) * sw + (KW - 1) * dw + 1),
-        8 if conv.dtype == "float64" else 4)
+        8 if conv.dtype == "float64" else 4, channels_last=layout == "conv2d_nhwc")
     if not isinstance(cfg, ConvConfig):
         raise ScheduleError(f"config must be a ConvConfig, got {cfg!r}")
 
@@ -237,6 +247,8 @@ def _schedule_conv(outs, target: str, layout: str, config: Optional[ConvConfig])
     if layout == "conv2d_nhwc":
         micro = [micro[1], micro[2], micro[0]]
     sa.reorder(rco, rci, rky, rkx, *micro)
+    if cfg.unroll_c and cfg.c_tile > 1:
+        sa.unroll(rci)
     if KH is not None and KW is not None and KH * KW <= 25:
         sa.unroll(rky)
         sa.unroll(rkx)

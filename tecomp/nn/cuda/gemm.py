@@ -7,8 +7,9 @@ unrolled).  The reduction runs in ``KT``-long steps: per step the block copies a
 thread taking a share of each copy with consecutive threads on consecutive
 addresses (coalesced), between two barriers; then each of the ``KT`` inner steps
 loads ``RM`` values of A and ``RN`` of B from shared memory into registers and does
-``RM*RN`` multiply-adds.  With 4096x4096 operands: 128x128 blocks, 16x16 threads,
-8x8 registers per thread (64 accumulators + 16 operands), ``KT = 8``.  An
+``RM*RN`` multiply-adds.  With 4096x4096 operands: 64x128 blocks, 8x16 threads, 8x8
+registers per thread (64 accumulators + 16 operands), ``KT = 32`` with its steps
+unrolled (a thread's reads of the shared tiles become 16-byte vector loads).  An
 elementwise epilogue (``dense``'s bias, an activation) is computed from the
 registers when C is stored."""
 from __future__ import annotations
@@ -29,13 +30,18 @@ from .common import MIN_BLOCKS, _bind, _check_target, _cooperative_copy, _pow2_a
 class GemmConfig:
     """The tiling of a GEMM: a block of ``threads_m x threads_n`` threads computes a
     ``block_m x block_n`` tile of C, each thread ``regs_m x regs_n`` of it in registers;
-    the reduction advances ``k_tile`` at a time through shared memory."""
+    the reduction advances ``k_tile`` at a time through shared memory.  ``unroll_k``
+    unrolls the ``k_tile`` steps inside a shared tile (nvcc can then merge a thread's
+    shared-memory reads into 16-byte vector loads); ``pad`` pads the rows of a tile read
+    down its columns by one element (fewer bank conflicts, but no vector loads)."""
 
     threads_m: int
     threads_n: int
     regs_m: int
     regs_n: int
     k_tile: int
+    unroll_k: bool = False
+    pad: bool = True
 
     @property
     def block_m(self) -> int:
@@ -53,14 +59,16 @@ class GemmConfig:
 def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int]) -> GemmConfig:
     """The tiling of an ``M x N x K`` GEMM (extents may be None when symbolic).
 
-    16 x 16 threads (fewer along an extent below 16); the largest micro-tile of 8x8, 4x4,
-    2x2 or 1x1 registers that still gives :data:`MIN_BLOCKS` blocks (a micro-tile side is
-    also cut while its block would be more than twice the extent); ``k_tile`` 8 with 8x8
-    micro-tiles (a 128 x 8 A tile: 4 loads per thread), else 16; never more than K."""
-    def threads(E):
-        return 16 if E is None else max(1, min(16, _pow2_at_least(E)))
+    8 x 16 threads (``threads_m x threads_n``; fewer along an extent below 8 or 16); the
+    largest micro-tile of 8x8, 4x4, 2x2 or 1x1 registers that still gives
+    :data:`MIN_BLOCKS` blocks (a micro-tile side is also cut while its block would be
+    more than twice the extent); ``k_tile`` 32 (never more than K), its steps unrolled,
+    the tiles unpadded: the fastest of the H100 sweeps (measurements:
+    benchmarks/DECISIONS.md, "CUDA GEMM: 8 x 16 threads, 32 k steps unrolled")."""
+    def threads(E, most):
+        return most if E is None else max(1, min(most, _pow2_at_least(E)))
 
-    tm, tn = threads(M), threads(N)
+    tm, tn = threads(M, 8), threads(N, 16)
 
     def regs(E, t, r):
         while r > 1 and E is not None and t * r >= 2 * E:
@@ -73,10 +81,8 @@ def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int]) -> GemmCon
             break
         if _ceil(M, tm * rm) * _ceil(N, tn * rn) >= MIN_BLOCKS:
             break
-    kt = 8 if max(rm, rn) >= 8 else 16
-    if K is not None:
-        kt = max(1, min(kt, K))
-    return GemmConfig(tm, tn, rm, rn, kt)
+    kt = 32 if K is None else max(1, min(32, K))
+    return GemmConfig(tm, tn, rm, rn, kt, unroll_k=True, pad=False)
 
 
 def _epilogue_of(outs: List[Tensor], main: Tensor) -> Optional[Tensor]:
@@ -156,6 +162,8 @@ def _schedule_gemm(s: Schedule, gemm: Tensor, out: Tensor, cfg: GemmConfig) -> N
     ai, aj = sa.op.axis
     ko, ki = sa.split(sa.op.reduce_axis[0], factor=KT)
     sa.reorder(ko, ki, ai, aj)
+    if cfg.unroll_k and KT > 1:
+        sa.unroll(ki)
     for ax, r in ((ai, RM), (aj, RN)):
         if r > 1:
             sa.unroll(ax)
@@ -164,7 +172,7 @@ def _schedule_gemm(s: Schedule, gemm: Tensor, out: Tensor, cfg: GemmConfig) -> N
     threads = [("threadIdx.x", TN), ("threadIdx.y", TM)]
     for S, L, kfirst, rows in ((AS, AL, a_kfirst, cfg.block_m), (BS, BL, b_kfirst, cfg.block_n)):
         s[S].compute_at(sa, ko)
-        if not kfirst and KT > 1:
+        if not kfirst and KT > 1 and cfg.pad:
             # [rows][KT] tile read down a column: pad the rows so that the threads of a
             # warp (rows RM or RN apart) fall in different banks
             s[S].storage_align(s[S].op.axis[0], KT, 1)

@@ -1,10 +1,12 @@
 """Softmax (``schedule_softmax``; ``log_softmax`` too).
 
-One row per block.  When the row fits, it is copied to shared memory once; the
-maximum and the sum are cross-thread reductions (every thread folds its share of the
-row, then a tree in shared memory), ``exp`` is computed once into shared memory, and
-the normalized row is written out: one read and one write of global memory.  Rows
-too long for shared memory (or of symbolic length) read the input three times."""
+One row per block; the maximum and the sum are cross-thread reductions (every thread
+folds its share of the row, then a tree in shared memory).  By default each of the
+three passes (max, sum of exp, normalization) reads the row from global memory (the
+second and third from the cache) and exp is recomputed: the fastest on an H100 (see
+:func:`softmax_config`).  With ``SoftmaxConfig.row_in_shared`` the row is copied to shared memory once,
+with ``exp_in_shared`` exp is computed once into shared memory: one read and one write
+of global memory."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,18 +32,16 @@ class SoftmaxConfig:
 
 
 def softmax_config(N: Optional[int], dtype_bytes: int = 4) -> SoftmaxConfig:
-    """Threads: a quarter of the row rounded up to a power of two, between 32 (a warp)
-    and 256.  Shared memory: the row and exp(row) when both fit in 32 KiB, the row alone
-    when it fits in 40 KiB, else nothing (a row of symbolic length: nothing)."""
+    """Threads: a sixteenth of the row rounded up to a power of two, between 32 (a warp)
+    and 256; the row is read from global memory by each of the three passes (max, sum,
+    normalization; the later passes hit the cache) and exp is recomputed, nothing in
+    shared memory; the shared variants stay as configs.  (Measurements:
+    benchmarks/DECISIONS.md, "CUDA softmax: a sixteenth of the row in threads, no shared
+    memory".)"""
+    del dtype_bytes  # (the size of the shared variants is checked when they are built)
     if N is None:
         return SoftmaxConfig(256, False, False)
-    t = max(32, min(256, _pow2_at_least(_ceil(N, 4))))
-    row = N * dtype_bytes
-    if 2 * row <= 32 * 1024:
-        return SoftmaxConfig(t, True, True)
-    if row <= 40 * 1024:
-        return SoftmaxConfig(t, True, False)
-    return SoftmaxConfig(t, False, False)
+    return SoftmaxConfig(max(32, min(256, _pow2_at_least(_ceil(N, 16)))), False, False)
 
 
 def _softmax_parts(outs):
