@@ -8,7 +8,13 @@ millions of random values, every boundary included):
 * :func:`quantize` -- ``torch.quantize_per_tensor``: ``clamp(rint(x * inv + zp))`` with
   ``inv = 1.0f / scale``, rounded half to even; for ``uint8``/``int8`` the multiply-add is
   rounded once (fbgemm's: ``tc.fma``), for ``int32`` the product and the sum are each
-  rounded to float32 (as PyTorch does);
+  rounded to float32 (as PyTorch does).  That is the pinned torch 2.13.0 (CPU build).
+  Another build rounds before adding the zero point, ``clamp(rint(float32(x * inv)) +
+  zp)``: torch 2.11.0+cu130 on an Intel Xeon (measured with its AVX-512 kernels and with
+  ``ATEN_CPU_CAPABILITY=avx2``, so it is the build, not the CPU).  Against it tecomp
+  differs by 1 where ``x * inv`` is within rounding of a half (218 of 300,007 values at
+  scale 0.1, zero point 3, where 2,000 are exact halves); requantize and concatenate
+  follow;
 * :func:`dequantize` -- ``Tensor.dequantize()``: ``float(q - zp) * scale`` in float32;
 * :func:`requantize` -- ``quantize_per_tensor(q.dequantize(), out_scale, out_zp)``;
 * :func:`quantized_add` -- ``torch.ops.quantized.add``: each input dequantized as
