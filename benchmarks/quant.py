@@ -7,6 +7,13 @@ The conv: NCHW, batch 1, C input and C output channels of SxS pixels (``--conv C
 padding 1, uint8 x int8 -> uint8, against ``torch.ops.quantized.conv2d`` with prepacked
 weights; 7-bit activations, so that both are bit for bit equal (checked) even where fbgemm
 saturates pair sums at int16 (AVX2).
+
+The tools take turns of about 0.1 s of back-to-back calls, the first quarter of each turn
+not counted (common.interleaved_turns, as in tune.py): PyTorch keeps its OpenMP threads'
+default spinning, its fastest (with ``OMP_WAIT_POLICY=PASSIVE`` its add took 0.195-0.204
+ms against 0.176-0.187), and the spinning that outlasts its turn is not charged to the
+next tool (timed three calls at a time, tecomp's add took 0.26-0.35 ms after PyTorch's
+turns against 0.134-0.139 with PyTorch passive).
 """
 from __future__ import annotations
 
@@ -17,7 +24,7 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from common import base_parser, pin_threads  # noqa: E402
+from common import base_parser, interleaved_turns, pin_threads  # noqa: E402
 
 
 def main() -> int:
@@ -31,12 +38,13 @@ def main() -> int:
 
     import tecomp as tc
     from tecomp.nn import quant
-    from run import interleaved, uptime
+    from run import uptime
     from workloads import machine
 
     warnings.filterwarnings("ignore", message=".*deprecated")
     torch.set_num_threads(args.threads)
-    print(f"# {machine()}; {args.threads} threads; torch {torch.__version__}; {uptime()}")
+    print(f"# {machine()}; {args.threads} threads; torch {torch.__version__}, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}; {uptime()}")
     n = args.n
     rng = np.random.default_rng(0)
     qa = rng.integers(0, 256, n).astype(np.uint8)
@@ -57,7 +65,7 @@ def main() -> int:
     tb2 = torch._make_per_tensor_quantized_tensor(torch.from_numpy(qb[:h].copy()), 0.2, 7)
     a2, b2 = qa[:h].copy(), qb[:h].copy()
     conv, conv_torch, conv_shape = _conv(args.conv, rng)
-    t = interleaved({
+    t = interleaved_turns({
         "tecomp add": lambda: add(qa, qb, c),
         "torch add": lambda: torch.ops.quantized.add(ta, tb, 0.1, 128),
         "tecomp cat": lambda: cat(a2, b2, c),

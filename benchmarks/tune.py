@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tecomp as tc  # noqa: E402
 from autosched_workloads import all_workloads  # noqa: E402
 from workloads import machine  # noqa: E402
+from common import interleaved_turns as interleaved  # noqa: E402
 
 
 class Skip(Exception):
@@ -275,30 +276,6 @@ def _tvm_load(w, work_dir):
 
 # ---------------------------------------------------------------------------------------
 # timing
-
-
-def interleaved(fns: dict, rounds: int, turn_seconds: float = 0.1) -> dict:
-    """Median seconds per call of each function.  The tools take turns (the order
-    rotating every round); a turn is a block of back-to-back calls lasting about
-    ``turn_seconds`` (at least four), of which the first quarter is not counted: on a
-    2-core VM a tool's first calls after another tool's pay for waking its own sleeping
-    threads and for the other's threads still spinning (PyTorch's OpenMP workers spin
-    after each call), which would otherwise be charged to whichever tool runs second."""
-    names = list(fns)
-    times = {n: [] for n in names}
-    for n in names:       # warm up
-        fns[n]()
-    for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for n in order:
-            block = []
-            t_end = time.perf_counter() + turn_seconds
-            while len(block) < 4 or time.perf_counter() < t_end:
-                t0 = time.perf_counter()
-                fns[n]()
-                block.append(time.perf_counter() - t0)
-            times[n].extend(block[len(block) // 4:])
-    return {n: statistics.median(v) for n, v in times.items()}
 
 
 def _rounds(w, quick):
