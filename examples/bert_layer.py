@@ -171,28 +171,33 @@ def main(argv=None) -> int:
         print(f"backward: largest gradient difference, relative to the largest gradient "
               f"element: {worst:.2e}")
         ok = ok and worst < 1e-3
-    # timing, interleaved
-    times = {"tecomp": [], "torch": []}
-    for _ in range(args.rounds):
-        for name in ("tecomp", "torch"):
-            if args.backward:
-                xs.grad = None
-                for t in ps:
-                    t.grad = None
-                for t in pr.values():
-                    t.grad = None
-                t0 = time.perf_counter()
-                if name == "tecomp":
-                    layer(xs, mask, *ps).backward(g)
-                else:
-                    torch_layer(xr, mask, pr, b, s, args.heads).backward(g)
+    # timing, interleaved: each tool's turn is an untimed call, then a timed one (the first
+    # absorbs the other tool's threads still spinning after its call -- PyTorch's OpenMP
+    # workers spin for a while by default -- and wakes this tool's own threads)
+    def step(name):
+        if args.backward:
+            xs.grad = None
+            for t in ps:
+                t.grad = None
+            for t in pr.values():
+                t.grad = None
+            if name == "tecomp":
+                layer(xs, mask, *ps).backward(g)
             else:
-                t0 = time.perf_counter()
-                with torch.no_grad():
-                    if name == "tecomp":
-                        layer(x, mask, *params)
-                    else:
-                        torch_layer(x, mask, p, b, s, args.heads)
+                torch_layer(xr, mask, pr, b, s, args.heads).backward(g)
+        else:
+            with torch.no_grad():
+                if name == "tecomp":
+                    layer(x, mask, *params)
+                else:
+                    torch_layer(x, mask, p, b, s, args.heads)
+
+    times = {"tecomp": [], "torch": []}
+    for r in range(args.rounds):
+        for name in (("tecomp", "torch") if r % 2 == 0 else ("torch", "tecomp")):
+            step(name)
+            t0 = time.perf_counter()
+            step(name)
             times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
     what = "forward + backward" if args.backward else "forward"
