@@ -415,9 +415,12 @@ def test_empty_buffers_are_declared_with_one_element():
     bx, j = Var("bx"), Var("j")
     body = thread(bx, 4, "blockIdx.x", Allocate(Sh, Allocate(Lc, seq(
         loop(j, 0, S(Sh, 1.0, j, 0)), loop(j, 0, S(Lc, 2.0, 0, j)), S(A, 3.0, bx)))))
-    src = codegen_cuda(_func_with(body, A)).source
+    cs = codegen_cuda(_func_with(body, A))
+    src = cs.source
     assert "__shared__ __align__(16) float A_shared[1];" in src, src
     assert "float A_local[1];" in src, src
+    # one float of shared memory, counted as the 16 bytes its aligned declaration may take
+    assert cs.kernels[0].shared_bytes == 16
 
 
 def test_error_negative_buffer_shape():
