@@ -562,7 +562,8 @@ def sweep(w: Workload, st: Setup, dev, want, timer: Timer, drv, rounds: int,
                 continue
             launches[label] = DirectLaunch(mod, dev, drv)
         except Exception as exc:  # noqa: BLE001 - a tiling that does not build or launch
-            failed.append(f"{label}: failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            first = str(exc).splitlines()[0][:160] if str(exc) else ""
+            failed.append(f"{label}: failed: {type(exc).__name__}: {first}")
     refs = {k: r.run for k, r in st.refs.items()}
     med = interleaved(timer, {**launches, **refs}, rounds, inner) if launches or refs else {}
     default = next(iter(launches), None)

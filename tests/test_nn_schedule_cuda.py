@@ -468,7 +468,8 @@ def test_conv_pads_during_the_copy():
     f = tc.build(case.build_schedule("cuda"), case.args, target="cuda")
     assert len(f.kernels) == 1
     src = f.get_source("cuda")
-    assert "__shared__ __align__(16) float conv2d_nchw_pad[" in src and "__shared__ __align__(16) float weight_shared[" in src
+    assert "__shared__ __align__(16) float conv2d_nchw_pad[" in src
+    assert "__shared__ __align__(16) float weight_shared[" in src
     assert "? data[" in src  # select(in image, data[...], 0) while copying
 
 

@@ -86,7 +86,7 @@ def conv_config(K: Optional[int], OH: Optional[int], OW: Optional[int], C: Optio
     fit in K, else 4 (fewer when K is small).  ``c_tile``: the largest of 16, 8, 4, 2, 1
     (at most 4 in NCHW, at most C) whose shared tiles fit in 24 KiB, its channels
     unrolled.  ``channels_last``: NHWC, where a copy's contiguous runs are ``c_tile``
-    channels long (4 channels, 16 bytes, copy slowly there).  (Measurements:
+    channels long (runs of 4 channels, 16 bytes, copied more slowly there).  (Measurements:
     benchmarks/DECISIONS.md, "CUDA convolution: channels unrolled, 8 per thread, 4 per
     NCHW step".)"""
     ty, ry = _spatial_tile(OH)

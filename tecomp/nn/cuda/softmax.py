@@ -4,9 +4,9 @@ One row per block; the maximum and the sum are cross-thread reductions (every th
 folds its share of the row, then a tree in shared memory).  By default each of the
 three passes (max, sum of exp, normalization) reads the row from global memory (the
 second and third from the cache) and exp is recomputed: the fastest on an H100 (see
-:func:`softmax_config`).  With ``SoftmaxConfig.row_in_shared`` the row is copied to shared memory once,
-with ``exp_in_shared`` exp is computed once into shared memory: one read and one write
-of global memory."""
+:func:`softmax_config`).  With ``SoftmaxConfig.row_in_shared`` the row is copied to
+shared memory once, with ``exp_in_shared`` exp is computed once into shared memory: one
+read and one write of global memory."""
 from __future__ import annotations
 
 from dataclasses import dataclass
