@@ -370,11 +370,8 @@ def softmax_workload(m: int, n: int) -> Workload:
 
 
 def _unique(cfgs) -> List[object]:
-    out: List[object] = []
-    for c in cfgs:
-        if c not in out:
-            out.append(c)
-    return out
+    """The tilings in order, each once (the configs are frozen dataclasses: hashable)."""
+    return list(dict.fromkeys(cfgs))
 
 
 def gemm_sweep(d) -> List[object]:

@@ -634,7 +634,6 @@ def test_gpu_benchmark_sweep_checks_and_times_every_tiling(monkeypatch):
             fn()
             return 2.0 if fn is launches[0] else 1.0
 
-
     class Drv:
         def synchronize(self):
             pass

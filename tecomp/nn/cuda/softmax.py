@@ -38,7 +38,7 @@ def softmax_config(N: Optional[int], dtype_bytes: int = 4) -> SoftmaxConfig:
     shared memory; the shared variants stay as configs.  (Measurements:
     benchmarks/DECISIONS.md, "CUDA softmax: a sixteenth of the row in threads, no shared
     memory".)"""
-    del dtype_bytes  # (the size of the shared variants is checked when they are built)
+    del dtype_bytes  # (kept for callers; nothing in shared memory depends on it now)
     if N is None:
         return SoftmaxConfig(256, False, False)
     return SoftmaxConfig(max(32, min(256, _pow2_at_least(_ceil(N, 16)))), False, False)
@@ -91,7 +91,7 @@ def schedule_softmax(outs, target: str = "cuda",
     outs = _outs(outs)
     out, x, mx, ex, sm = _softmax_parts(outs)
     N = _cint(out.shape[-1])
-    cfg = config if config is not None else softmax_config(N, 8 if out.dtype == "float64" else 4)
+    cfg = config if config is not None else softmax_config(N)
     if not isinstance(cfg, SoftmaxConfig):
         raise ScheduleError(f"config must be a SoftmaxConfig, got {cfg!r}")
     if N is None and (cfg.row_in_shared or cfg.exp_in_shared):
