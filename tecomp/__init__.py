@@ -53,5 +53,29 @@ def get_num_threads() -> int:
     return _g()
 
 
+def release_workspace() -> int:
+    """Free the temporaries that compiled CPU kernels keep for their next call (each
+    thread pool's workspace cache: docs/runtime.md, "Workspace"); returns the bytes
+    freed."""
+    from .codegen.threads import release_workspace as _r
+
+    return _r()
+
+
+def set_workspace_limit(nbytes: int) -> None:
+    """Keep at most ``nbytes`` of freed kernel temporaries for reuse, per thread pool
+    (default 1 GiB, or the environment variable TECOMP_WORKSPACE_LIMIT); 0 keeps none."""
+    from .codegen.threads import set_workspace_limit as _s
+
+    _s(nbytes)
+
+
+def workspace_cached() -> int:
+    """Bytes of freed kernel temporaries kept for reuse now, over every thread pool."""
+    from .codegen.threads import workspace_cached as _w
+
+    return _w()
+
+
 from .autodiff import gradient  # noqa: E402  (tc.gradient; tecomp.autodiff has the rest)
 from .autoschedule import auto_schedule  # noqa: E402  (tc.auto_schedule)

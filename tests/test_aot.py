@@ -258,7 +258,7 @@ def test_thread_count_applies_to_the_library(saxpy_pair, libdir):
 
 def test_loaded_module_reports_what_it_is(saxpy_pair, libdir):
     f, g = saxpy_pair
-    assert g.metadata["name"] == "saxpy" and g.metadata["format_version"] == 1
+    assert g.metadata["name"] == "saxpy" and g.metadata["format_version"] == 2
     assert g.metadata["tecomp_version"] == tc.__version__
     assert g.prim_func is None and g.library_path.endswith("saxpy.so")
     with pytest.raises(tc.LoadError, match="has no source .* call get_source on the module "

@@ -892,7 +892,7 @@ def test_stack_and_heap_allocations():
     n = Var("n")
     A, B = buf("A", (n,)), buf("B", (n,))
     T = buf("T", (16,), scope="local")       # alloca
-    H = buf("H", (n,), scope="global")       # aligned_alloc (symbolic size)
+    H = buf("H", (n,), scope="global")       # tecomp_ws_alloc (symbolic size)
     i, j = Var("i"), Var("j")
     body = Allocate(H, seq(
         loop(i, n, st(H, ld(A, i) + 1.0, i)),
@@ -901,8 +901,8 @@ def test_stack_and_heap_allocations():
             st(B, ld(H, i) * ld(T, FloorMod(i, c(16, "int32"), "int32")), i))))))
     m = build_llvm(PrimFunc("alloc", (A, B), body))
     src = m.get_source("llvm-unopt")
-    assert "alloca [16 x float]" in src and "@\"aligned_alloc\"(i64 64," in src \
-        and "@\"free\"" in src
+    assert "alloca [16 x float]" in src and "@\"tecomp_ws_alloc\"(i64" in src \
+        and "@\"tecomp_ws_free\"" in src
     for size in (0, 5, 1000):
         a = np.random.rand(size).astype(np.float32)
         out = np.zeros(size, np.float32)

@@ -56,7 +56,7 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "SECTION", "METADATA_SYMBOL", "METADATA_F
 
 FORMAT = "tecomp-aot-library"
 #: the metadata format this tecomp writes and reads; a library of another is refused
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: the pool defines the workspace cache (tecomp_ws_*, tecomp_pool_ws_*)
 #: the ELF section that holds the metadata JSON
 SECTION = ".tecomp_meta"
 METADATA_SYMBOL = "tecomp_metadata_json"
@@ -70,7 +70,7 @@ ERR_WORDS = 5
 MAX_METADATA_BYTES = 64 << 20
 
 #: what the thread pool defines: the function kernels call, and its controls
-_POOL_SYMBOLS = ("tecomp_parallel_for",) + tuple(POOL_FUNCTIONS)
+_POOL_SYMBOLS = ("tecomp_parallel_for", "tecomp_ws_alloc", "tecomp_ws_free") + tuple(POOL_FUNCTIONS)
 
 
 def variant_symbol(entry: str, layout: str, noalias: bool) -> str:

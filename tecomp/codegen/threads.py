@@ -30,13 +30,16 @@ from ..errors import TecompError
 
 __all__ = ["PoolControls", "register", "set_num_threads", "get_num_threads",
            "default_num_threads", "spin_from_env", "DEFAULT_SPIN", "DEFAULT_WAIT_SPIN",
-           "MAX_THREADS", "POOL_FUNCTIONS"]
+           "MAX_THREADS", "POOL_FUNCTIONS", "DEFAULT_WORKSPACE_LIMIT", "set_workspace_limit",
+           "release_workspace", "workspace_cached", "workspace_limit_from_env"]
 
 #: the most threads a pool runs
 MAX_THREADS = 1024
 #: the defaults of TECOMP_SPIN and TECOMP_WAIT_SPIN (see ``llvm.threadpool``)
 DEFAULT_SPIN = 2000
 DEFAULT_WAIT_SPIN = 1024
+#: the default of TECOMP_WORKSPACE_LIMIT: the most bytes each pool's workspace cache keeps
+DEFAULT_WORKSPACE_LIMIT = 1 << 30
 
 #: the C functions that control a pool: name -> (restype, argtypes)
 POOL_FUNCTIONS = {
@@ -47,16 +50,20 @@ POOL_FUNCTIONS = {
     "tecomp_pool_set_wait_spin": (None, (ctypes.c_int64,)),
     "tecomp_pool_shutdown": (None, ()),
     "tecomp_pool_after_fork": (None, ()),
+    "tecomp_pool_ws_release": (ctypes.c_int64, ()),
+    "tecomp_pool_ws_set_limit": (None, (ctypes.c_int64,)),
+    "tecomp_pool_ws_cached": (ctypes.c_int64, ()),
 }
 
 
 class PoolControls:
     """The control functions of one pool, as ctypes callables: ``set_threads(n)``,
     ``get_threads()``, ``num_workers()``, ``set_spin(n)``, ``set_wait_spin(n)``,
-    ``shutdown()``, ``after_fork()``."""
+    ``shutdown()``, ``after_fork()``, and the workspace cache's ``ws_release()``,
+    ``ws_set_limit(n)``, ``ws_cached()``."""
 
     __slots__ = ("set_threads", "get_threads", "num_workers", "set_spin", "set_wait_spin",
-                 "shutdown", "after_fork", "owner")
+                 "shutdown", "after_fork", "ws_release", "ws_set_limit", "ws_cached", "owner")
 
     def __init__(self, lookup: Callable[[str], int], owner: object = None):
         """``lookup(name)`` gives the address of the C function ``name``; ``owner`` is
@@ -71,6 +78,8 @@ _LOCK = threading.Lock()
 _POOLS: List[PoolControls] = []
 #: the thread count every pool uses; None until set or until the first pool registers
 _desired: Optional[int] = None
+#: the workspace limit every pool uses; None until set (TECOMP_WORKSPACE_LIMIT then)
+_ws_limit: Optional[int] = None
 _hooks_installed = False
 
 
@@ -122,6 +131,7 @@ def register(pool: PoolControls) -> None:
         wspin = spin_from_env("TECOMP_WAIT_SPIN")
         if wspin is not None:
             pool.set_wait_spin(wspin)
+        pool.ws_set_limit(_ws_limit if _ws_limit is not None else workspace_limit_from_env())
         _POOLS.append(pool)
         if not _hooks_installed:
             _hooks_installed = True
@@ -145,6 +155,40 @@ def set_num_threads(n: int) -> None:
         _desired = n
         for p in _POOLS:
             p.set_threads(n)
+
+
+def workspace_limit_from_env() -> int:
+    """``TECOMP_WORKSPACE_LIMIT`` (bytes; a warning if it is not a non-negative
+    integer), else :data:`DEFAULT_WORKSPACE_LIMIT`."""
+    v = spin_from_env("TECOMP_WORKSPACE_LIMIT")
+    return DEFAULT_WORKSPACE_LIMIT if v is None else min(v, 1 << 62)
+
+
+def set_workspace_limit(nbytes: int) -> None:
+    """Keep at most ``nbytes`` of freed kernel temporaries for reuse, in each pool (the
+    JIT's and every loaded library's); 0 keeps none.  Cached blocks over the new limit
+    are freed."""
+    global _ws_limit
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or int(nbytes) < 0:
+        raise TecompError(f"set_workspace_limit expects a byte count >= 0 (an int; 0 keeps "
+                          f"none), got {nbytes!r:.60}")
+    n = min(int(nbytes), 1 << 62)
+    with _LOCK:
+        _ws_limit = n
+        for p in _POOLS:
+            p.ws_set_limit(n)
+
+
+def release_workspace() -> int:
+    """Free the kernel temporaries every pool keeps for reuse; returns the bytes freed."""
+    with _LOCK:
+        return sum(int(p.ws_release()) for p in _POOLS)
+
+
+def workspace_cached() -> int:
+    """Bytes of kernel temporaries the pools keep for reuse now."""
+    with _LOCK:
+        return sum(int(p.ws_cached()) for p in _POOLS)
 
 
 def get_num_threads() -> int:

@@ -189,6 +189,15 @@ def test_set_num_threads_string():
         tc.set_num_threads("4")
 
 
+@pytest.mark.parametrize("value, shown", [(-1, "-1"), ("1G", "'1G'"), (True, "True"),
+                                          (2.5, "2.5")])
+def test_set_workspace_limit_not_a_byte_count(value, shown):
+    with pytest.raises(tc.TecompError,
+                       match=rf"set_workspace_limit expects a byte count >= 0 \(an int; 0 keeps "
+                             rf"none\), got {shown}"):
+        tc.set_workspace_limit(value)
+
+
 @pytest.mark.parametrize("key", ["vector_plan", "parallel_plan"])
 def test_hand_written_ir_using_a_codegen_plan_key(key):
     from tecomp.ir import Buffer, BufferStore, Const, For, PrimFunc, Var

@@ -244,8 +244,8 @@ def test_unreadable_cpu_features(good, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("old, new, match", [
     (b'"fma",', b'"zzz",', r"needs the CPU feature\(s\) zzz, which this tecomp cannot check"),
-    (b'"format_version":1,', b'"format_version":7,',
-     r"was exported by tecomp '.*' in library format 7; this tecomp .* reads format 1: export "
+    (b'"format_version":2,', b'"format_version":7,',
+     r"was exported by tecomp '.*' in library format 7; this tecomp .* reads format 2: export "
      r"it again"),
     (b'"stride_slot":2,', b'"stride_slot":3,',
      r"the argument layout it was compiled with is not the one this tecomp .* derives from "
@@ -259,7 +259,7 @@ def test_metadata_this_tecomp_does_not_accept(good, tmp_path, old, new, match):
 @pytest.mark.parametrize("old, new, match", [
     (b'["var",0]', b'["vax",0]', r"an expression of kind 'vax'"),
     (b'"dtype":"float32"', b'"dtype":"float99"', r"dtype 'float99'"),
-    (b'"format_version":1,', b'"format_version":1}', r"not JSON"),
+    (b'"format_version":2,', b'"format_version":2}', r"not JSON"),
     (b'"kind":"buffer"', b'"kind":"tensor"', r"parameter kind 'tensor'"),
     (b'"symbol":"tecomp_vadd_strided"', b'"symbol":"tecomp_vadd_STRIDED"',
      r"the symbol 'tecomp_vadd_STRIDED' of variant"),

@@ -78,7 +78,7 @@ class VariantCompiler:
         mb = self.generate(layout, noalias)
         text = mb.text()
         t1 = time.perf_counter()
-        if "tecomp_parallel_for" in text:
+        if "tecomp_parallel_for" in text or "tecomp_ws_" in text:
             ensure_pool()
         try:
             jm = llvm_jit.compile_ir(text, [mb.symbol, mb.symbol + "_pyarrays"],

@@ -53,9 +53,10 @@ Lowering
   loops are nested, is the ``parallel_plan`` pass's (``tecomp/lower/parallel.py``).
 * **Allocate**: constant-size buffers up to 64 KiB are ``alloca``s in the entry block of
   the enclosing function (the outlined function inside a parallel body, so each task
-  has its own); larger or symbolic ones use ``aligned_alloc`` (64 bytes, as the
-  ``alloca``s) and ``free`` (NULL -> error code 2; an error exit frees every live heap
-  buffer).
+  has its own); larger or symbolic ones use ``tecomp_ws_alloc`` (64-byte aligned, as
+  the ``alloca``s) and ``tecomp_ws_free``, the thread pool's workspace cache, which keeps
+  large freed blocks for the next call (NULL -> error code 2; an error exit frees every
+  live heap buffer).
 * **Prefetch**: ``llvm.prefetch.p0(ptr, rw, 3, 1)`` on the element's address, computed
   like a load's (both layouts) through a plain, non-``inbounds`` getelementptr; ``rw`` is
   1 for a write-intent prefetch (x86 ``prefetchw`` where the CPU has PRFCHW, else
@@ -133,6 +134,7 @@ from ...lower.vectorize import node_text
 from ...te.tensor_intrin import row_major
 from . import jit as llvm_jit
 from .abi import ERR_ASSERT, ERR_BOUNDS, ERR_EXTERN, ERR_MALLOC
+from .threadpool import WS_ALLOC, WS_FREE
 from .intrinsics import IntrinBuilder, IntrinView, _bf16_to_f32, _f32_to_bf16, _f64_to_f16, _Freeze
 from .values import (
     _F16, _F32, _F64, _I1, _I8, _I32, _I64, _IR_SIZE, _MEM, _PTR, _REG, _SIZE, Val, _Buf,
@@ -239,7 +241,7 @@ class _FnEmitter:
             b = ir.IRBuilder(self._err_block)
             for slot in self.heap_slots:
                 p = b.load(slot, typ=_PTR, align=8)
-                b.call(self.mb.declare("free", ir.VoidType(), [_PTR]), [p])
+                b.call(self.mb.declare(WS_FREE, ir.VoidType(), [_PTR]), [p])
             code = b.load(self.err, typ=_I64, align=8)
             b.ret(b.trunc(code, _I32))
 
@@ -1047,11 +1049,9 @@ class _FnEmitter:
         # 64-byte aligned, as the stack buffers: a 16-lane vector at a 16-byte offset
         # straddles two cache lines (the packed GEMM's B panels ran faster aligned)
         # (measurements: benchmarks/DECISIONS.md, "Code generator: aligned heap buffers")
-        rounded = self.iadd(nbytes, ir.Constant(_I64, 63))
-        rounded = b.and_(rounded, ir.Constant(_I64, -64)) if not _is_const(rounded) else \
-            ir.Constant(_I64, rounded.constant & -64)
-        p = b.call(self.mb.declare("aligned_alloc", _PTR, [_I64, _I64]),
-                   [ir.Constant(_I64, 64), rounded], name=name)
+        # (tecomp_ws_alloc: the thread pool's workspace cache, which keeps large freed
+        # blocks for the next call instead of giving them back to the system)
+        p = b.call(self.mb.declare(WS_ALLOC, _PTR, [_I64]), [nbytes], name=name)
         self.guard(b.icmp_unsigned("==", p, ir.Constant(_PTR, None)),
                    lambda: self.report(ERR_MALLOC, site, None, None, nbytes), name="malloc")
         b.store(p, slot, align=8)
@@ -1060,7 +1060,7 @@ class _FnEmitter:
             self.stmt(s.body)
         finally:
             del self.bufs[buf]
-        b.call(self.mb.declare("free", ir.VoidType(), [_PTR]), [p])
+        b.call(self.mb.declare(WS_FREE, ir.VoidType(), [_PTR]), [p])
         b.store(ir.Constant(_PTR, None), slot, align=8)
 
     def checked(self, op: str, x, y):

@@ -51,6 +51,20 @@ How it works
   whole pool in turn (a ctypes call releases the GIL, so a waiting caller blocks in
   pthread_mutex_lock, not in Python).  Parallel loops nested inside a parallel loop are
   compiled as serial loops, so a worker never dispatches.
+* **Workspace.**  Kernels take their heap buffers (temporaries over 64 KiB, or of
+  symbolic size) from ``tecomp_ws_alloc`` and give them back with ``tecomp_ws_free``.
+  Blocks of at least ``WS_MIN`` bytes (256 KiB) are kept in a small cache (``WS_SLOTS``
+  slots under one mutex) instead of being freed; a later request of at least
+  ``WS_MIN`` takes the smallest kept block that holds it and is at most twice its
+  size.  Without the cache, glibc gave the top of the heap back to the system after
+  every call that freed large blocks, and the next call took a page fault on every
+  4 KiB it wrote: BERT-base's backward at batch 8 (about 100 MB of temporaries) ran
+  244 ms a call, 198 ms with the cache (measurements: benchmarks/DECISIONS.md,
+  "Runtime: the workspace cache").  The cache keeps at most ``ws_limit`` bytes
+  (default 1 GiB; ``TECOMP_WORKSPACE_LIMIT``, ``tc.set_workspace_limit``), freeing the
+  oldest blocks to make room; ``tc.release_workspace()`` frees them all.  Smaller
+  blocks go to ``aligned_alloc`` and ``free`` directly.  Each block carries its size in
+  a 64-byte header before the (64-byte aligned) address the kernel gets.
 * **Lifetime.**  An ``atexit`` hook (:mod:`tecomp.codegen.threads`) joins the workers
   before the interpreter tears the JIT memory down; after ``fork()`` the child resets
   the pool (its workers did not survive the fork) and starts new ones on its first
@@ -66,12 +80,17 @@ from typing import Optional
 from ...errors import InternalError
 from . import jit as llvm_jit
 from ..threads import (  # noqa: F401  (set_num_threads, get_num_threads: the public names)
-    DEFAULT_SPIN, DEFAULT_WAIT_SPIN, POOL_FUNCTIONS, PoolControls, default_num_threads,
-    get_num_threads, register, set_num_threads, spin_from_env,
+    DEFAULT_SPIN, DEFAULT_WAIT_SPIN, DEFAULT_WORKSPACE_LIMIT, POOL_FUNCTIONS, PoolControls,
+    default_num_threads, get_num_threads, register, set_num_threads, spin_from_env,
 )
 
 #: Symbol kernels call; see the module docstring.
 PARALLEL_FOR = "tecomp_parallel_for"
+#: The workspace allocator kernels call for their heap buffers (see "Workspace" above).
+WS_ALLOC, WS_FREE = "tecomp_ws_alloc", "tecomp_ws_free"
+#: the slots of the workspace cache, and the smallest block it keeps (bytes)
+WS_SLOTS = 64
+WS_MIN = 256 * 1024
 
 _PAUSE_X86 = "call void @llvm.x86.sse2.pause()"
 _PAUSE_ARM = 'call void asm sideeffect "yield", ""()'
@@ -99,6 +118,12 @@ _POOL_IR = r"""
 @tp_threads = internal global ptr null, align 8
 @tp_desired = internal global i32 {DESIRED0}, align 4
 @tp_spin = internal global i64 2000, align 8
+@ws_lock = internal global [128 x i8] zeroinitializer, align 64
+@ws_ptr = internal global [{WS_SLOTS} x ptr] zeroinitializer, align 8
+@ws_size = internal global [{WS_SLOTS} x i64] zeroinitializer, align 8
+@ws_cached = internal global i64 0, align 8
+@ws_limit = internal global i64 {WS_LIMIT}, align 8
+@ws_next = internal global i64 0, align 8
 
 declare i32 @pthread_create(ptr, ptr, ptr, ptr)
 declare i32 @pthread_join(i64, ptr)
@@ -111,6 +136,7 @@ declare i32 @pthread_cond_broadcast(ptr)
 declare i32 @sched_yield()
 declare ptr @malloc(i64)
 declare void @free(ptr)
+declare ptr @aligned_alloc(i64, i64)
 {PAUSE_DECL}
 {WANTED}
 
@@ -430,6 +456,194 @@ entry:
   ret void
 }
 
+; ---- the workspace cache (see "Workspace" in the module docstring) ----
+; A block is a 64-byte header holding its payload's size (a multiple of 64), then the
+; payload, 64-byte aligned.  %n: the bytes wanted (at most 2^62: the kernel checks).
+define ptr @tecomp_ws_alloc(i64 %n) nounwind {
+entry:
+  %n63 = add i64 %n, 63
+  %nr = and i64 %n63, -64
+  %big = icmp uge i64 %nr, {WS_MIN}
+  br i1 %big, label %lookup, label %fresh
+lookup:
+  %l = call i32 @pthread_mutex_lock(ptr @ws_lock)
+  %twice = shl i64 %nr, 1
+  br label %scan
+scan:
+  ; the smallest cached block of at least %nr and at most twice that
+  %i = phi i64 [ 0, %lookup ], [ %i1, %scan ]
+  %bi = phi i64 [ -1, %lookup ], [ %bi1, %scan ]
+  %bs = phi i64 [ -1, %lookup ], [ %bs1, %scan ]
+  %pp = getelementptr [{WS_SLOTS} x ptr], ptr @ws_ptr, i64 0, i64 %i
+  %p = load ptr, ptr %pp, align 8
+  %sp = getelementptr [{WS_SLOTS} x i64], ptr @ws_size, i64 0, i64 %i
+  %s = load i64, ptr %sp, align 8
+  %has = icmp ne ptr %p, null
+  %ge = icmp uge i64 %s, %nr
+  %le = icmp ule i64 %s, %twice
+  %lt = icmp ult i64 %s, %bs
+  %a1 = and i1 %has, %ge
+  %a2 = and i1 %a1, %le
+  %a3 = and i1 %a2, %lt
+  %bi1 = select i1 %a3, i64 %i, i64 %bi
+  %bs1 = select i1 %a3, i64 %s, i64 %bs
+  %i1 = add i64 %i, 1
+  %more = icmp ult i64 %i1, {WS_SLOTS}
+  br i1 %more, label %scan, label %scanned
+scanned:
+  %found = icmp ne i64 %bi1, -1
+  br i1 %found, label %take, label %miss
+take:
+  %tp = getelementptr [{WS_SLOTS} x ptr], ptr @ws_ptr, i64 0, i64 %bi1
+  %blk = load ptr, ptr %tp, align 8
+  store ptr null, ptr %tp, align 8
+  %c0 = atomicrmw sub ptr @ws_cached, i64 %bs1 seq_cst
+  %u0 = call i32 @pthread_mutex_unlock(ptr @ws_lock)
+  %q = getelementptr i8, ptr %blk, i64 64
+  ret ptr %q
+miss:
+  %u1 = call i32 @pthread_mutex_unlock(ptr @ws_lock)
+  br label %fresh
+fresh:
+  %tot = add i64 %nr, 64
+  %blk2 = call ptr @aligned_alloc(i64 64, i64 %tot)
+  %null = icmp eq ptr %blk2, null
+  br i1 %null, label %fail, label %ok
+fail:
+  ret ptr null
+ok:
+  store i64 %nr, ptr %blk2, align 8
+  %q2 = getelementptr i8, ptr %blk2, i64 64
+  ret ptr %q2
+}
+
+; Free slot %i's block (caller holds ws_lock).
+define internal void @ws_evict_locked(i64 %i) nounwind {
+entry:
+  %pp = getelementptr [{WS_SLOTS} x ptr], ptr @ws_ptr, i64 0, i64 %i
+  %p = load ptr, ptr %pp, align 8
+  %has = icmp ne ptr %p, null
+  br i1 %has, label %evict, label %done
+evict:
+  %sp = getelementptr [{WS_SLOTS} x i64], ptr @ws_size, i64 0, i64 %i
+  %s = load i64, ptr %sp, align 8
+  call void @free(ptr %p)
+  store ptr null, ptr %pp, align 8
+  %c = atomicrmw sub ptr @ws_cached, i64 %s seq_cst
+  br label %done
+done:
+  ret void
+}
+
+; Give back a block of tecomp_ws_alloc (null: nothing).  A large one is kept for the
+; next tecomp_ws_alloc, the oldest ones evicted while the cache would exceed its limit.
+define void @tecomp_ws_free(ptr %q) nounwind {
+entry:
+  %isnull = icmp eq ptr %q, null
+  br i1 %isnull, label %done, label %chk
+chk:
+  %blk = getelementptr i8, ptr %q, i64 -64
+  %s = load i64, ptr %blk, align 8
+  %big = icmp uge i64 %s, {WS_MIN}
+  %lim = load atomic i64, ptr @ws_limit seq_cst, align 8
+  %fits = icmp ule i64 %s, %lim
+  %keep = and i1 %big, %fits
+  br i1 %keep, label %locked, label %release
+locked:
+  %l = call i32 @pthread_mutex_lock(ptr @ws_lock)
+  %start = load i64, ptr @ws_next, align 8
+  br label %room
+room:
+  ; evict from the oldest slot on (a ring: ws_next is where the next block goes) while
+  ; the block would not fit under the limit, then take the first empty slot from there
+  %k = phi i64 [ 0, %locked ], [ %k1, %room_next ]
+  %pos = add i64 %start, %k
+  %slot = urem i64 %pos, {WS_SLOTS}
+  %c = load atomic i64, ptr @ws_cached seq_cst, align 8
+  %need = add i64 %c, %s
+  %over = icmp ugt i64 %need, %lim
+  br i1 %over, label %evict, label %find
+evict:
+  call void @ws_evict_locked(i64 %slot)
+  br label %room_next
+room_next:
+  %k1 = add i64 %k, 1
+  %again = icmp ult i64 %k1, {WS_SLOTS}
+  br i1 %again, label %room, label %find
+find:
+  %j = phi i64 [ 0, %room ], [ 0, %room_next ], [ %j1, %find_next ]
+  %fpos = add i64 %start, %j
+  %fslot = urem i64 %fpos, {WS_SLOTS}
+  %fpp = getelementptr [{WS_SLOTS} x ptr], ptr @ws_ptr, i64 0, i64 %fslot
+  %fp = load ptr, ptr %fpp, align 8
+  %empty = icmp eq ptr %fp, null
+  br i1 %empty, label %store, label %find_next
+find_next:
+  %j1 = add i64 %j, 1
+  %fmore = icmp ult i64 %j1, {WS_SLOTS}
+  br i1 %fmore, label %find, label %full
+full:
+  ; every slot taken: the oldest block makes room
+  %oslot = urem i64 %start, {WS_SLOTS}
+  call void @ws_evict_locked(i64 %oslot)
+  br label %store
+store:
+  %dst = phi i64 [ %fslot, %find ], [ %oslot, %full ]
+  %dpp = getelementptr [{WS_SLOTS} x ptr], ptr @ws_ptr, i64 0, i64 %dst
+  store ptr %blk, ptr %dpp, align 8
+  %dsp = getelementptr [{WS_SLOTS} x i64], ptr @ws_size, i64 0, i64 %dst
+  store i64 %s, ptr %dsp, align 8
+  %c2 = atomicrmw add ptr @ws_cached, i64 %s seq_cst
+  %nx = add i64 %dst, 1
+  %nxm = urem i64 %nx, {WS_SLOTS}
+  store i64 %nxm, ptr @ws_next, align 8
+  %u = call i32 @pthread_mutex_unlock(ptr @ws_lock)
+  br label %done
+release:
+  call void @free(ptr %blk)
+  br label %done
+done:
+  ret void
+}
+
+; Free every cached block; returns the bytes freed.
+define i64 @tecomp_pool_ws_release() nounwind {
+entry:
+  %l = call i32 @pthread_mutex_lock(ptr @ws_lock)
+  %before = load atomic i64, ptr @ws_cached seq_cst, align 8
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
+  call void @ws_evict_locked(i64 %i)
+  %i1 = add i64 %i, 1
+  %more = icmp ult i64 %i1, {WS_SLOTS}
+  br i1 %more, label %loop, label %done
+done:
+  %u = call i32 @pthread_mutex_unlock(ptr @ws_lock)
+  ret i64 %before
+}
+
+; The most bytes the cache keeps (0: none); blocks over a lower limit are freed.
+define void @tecomp_pool_ws_set_limit(i64 %n) nounwind {
+entry:
+  store atomic i64 %n, ptr @ws_limit seq_cst, align 8
+  %c = load atomic i64, ptr @ws_cached seq_cst, align 8
+  %over = icmp ugt i64 %c, %n
+  br i1 %over, label %trim, label %done
+trim:
+  %r = call i64 @tecomp_pool_ws_release()
+  br label %done
+done:
+  ret void
+}
+
+; The bytes the cache holds now.
+define i64 @tecomp_pool_ws_cached() nounwind {
+entry:
+  %c = load atomic i64, ptr @ws_cached seq_cst, align 8
+  ret i64 %c
+}
+
 ; In a forked child: the workers are gone and the locks may be held by threads that
 ; do not exist there.  Forget the workers (their pthread_t array leaks) and re-init.
 define void @tecomp_pool_after_fork() nounwind {
@@ -439,6 +653,7 @@ entry:
   %c = call i32 @pthread_cond_init(ptr @tp_sleep_cond, ptr null)
   %d = call i32 @pthread_mutex_init(ptr @tp_done_lock, ptr null)
   %e = call i32 @pthread_cond_init(ptr @tp_done_cond, ptr null)
+  %f = call i32 @pthread_mutex_init(ptr @ws_lock, ptr null)
   store atomic i32 0, ptr @tp_waiting seq_cst, align 4
   store atomic i32 0, ptr @tp_nworkers seq_cst, align 4
   store atomic i64 0, ptr @tp_sleeping seq_cst, align 8
@@ -448,7 +663,7 @@ entry:
 }
 """
 
-_ENTRY_POINTS = (PARALLEL_FOR,) + tuple(POOL_FUNCTIONS)
+_ENTRY_POINTS = (PARALLEL_FOR, WS_ALLOC, WS_FREE) + tuple(POOL_FUNCTIONS)
 
 # How many threads a region wants (``tp_desired``).  The JIT's pool is always told by
 # Python (tecomp.codegen.threads); a library's pool may be called from C without being
@@ -531,7 +746,9 @@ def pool_ir(for_library: bool = False) -> str:
         pause, decl = "", ""
     return (_POOL_IR.replace("{PAUSE_DECL}", decl).replace("{PAUSE}", pause)
             .replace("{WANTED}", _WANTED_LIBRARY if for_library else _WANTED_JIT)
-            .replace("{DESIRED0}", "0" if for_library else "1"))
+            .replace("{DESIRED0}", "0" if for_library else "1")
+            .replace("{WS_SLOTS}", str(WS_SLOTS)).replace("{WS_MIN}", str(WS_MIN))
+            .replace("{WS_LIMIT}", str(DEFAULT_WORKSPACE_LIMIT)))
 
 
 class _Pool:
@@ -549,7 +766,8 @@ class _Pool:
         self.shutdown, self.after_fork = c.shutdown, c.after_fork
         self.parallel_for = ctypes.CFUNCTYPE(
             ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(a[PARALLEL_FOR])
-        llvm_jit.add_symbol(PARALLEL_FOR, a[PARALLEL_FOR])
+        for name in (PARALLEL_FOR, WS_ALLOC, WS_FREE):
+            llvm_jit.add_symbol(name, a[name])
 
 
 _POOL: Optional[_Pool] = None
