@@ -102,14 +102,36 @@ class _Compiled:
         self.lock = threading.Lock()
 
 
+#: intrinsics whose evaluation costs tens of instructions a vector (docs/numerics.md)
+_TRANSCENDENTAL = frozenset({"exp", "fast_exp", "log", "erf", "tanh", "sigmoid", "pow",
+                             "sin", "cos"})
+
+
+def _transcendental(op) -> bool:
+    """Whether compute ``op`` calls a transcendental intrinsic."""
+    from .ir.expr import Call
+    from .ir.functor import collect
+
+    if not isinstance(op, ComputeOp):
+        return False
+    return any(collect(b, lambda n: isinstance(n, Call) and n.op in _TRANSCENDENTAL)
+               for b in op.bodies)
+
+
 class _Training:
     """The forward that also writes the intermediates the gradient needs, and the
     backward that reads them instead of computing them again.
 
     Saved: every compute of the forward with a reduction (a GEMM, a convolution, a row
-    statistic) that the gradient reads; the forward's outputs, where the gradient reads
-    them, come for free.  Elementwise intermediates are recomputed from those inside the
-    backward kernel (cheaper than a round trip through memory)."""
+    statistic) that the gradient reads, and every elementwise one that calls a
+    transcendental function (``exp``, ``erf``, ``tanh``, ...: GELU's output, a softmax's
+    exponentials), as PyTorch's autograd saves them; the forward's outputs, where the
+    gradient reads them, come for free.  Other elementwise intermediates are recomputed
+    from those inside the backward kernel (cheaper than a round trip through memory).
+    A transcendental one recomputed where a GEMM reads it costs more than it saves:
+    BERT-base's FFN weight gradient with GELU recomputed in its B panels ran at 0.8x the
+    speed of the same GEMM reading GELU's saved output (benchmarks/DECISIONS.md, "Torch
+    bridge: transcendental intermediates saved")."""
 
     __slots__ = ("fwd", "saved", "outputs_read", "bwd")
 
@@ -362,7 +384,8 @@ class Op:
             seen.add(id(t.op))
             if id(t.op) in outs:
                 outputs_read.append(outs[id(t.op)])
-            elif save_inner and id(t.op) in forward and t.op.reduce_axis:
+            elif save_inner and id(t.op) in forward and (t.op.reduce_axis or
+                                                          _transcendental(t.op)):
                 saved.append(t)
             elif isinstance(t.op, ComputeOp):
                 stack.extend(t.op.input_tensors)

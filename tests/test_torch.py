@@ -124,6 +124,32 @@ def test_op_forward_backward_matches_torch():
     assert y7.shape == (7, 24)
 
 
+def test_training_saves_reductions_and_transcendental_intermediates():
+    # two layers: the first's GELU output is read by the second's weight gradient; it is
+    # saved by the forward (as PyTorch's autograd does), not recomputed in the backward,
+    # while the cheap bias add is recomputed from the saved GEMM
+    n = tc.var("n")
+    X = tc.placeholder((n, 16), name="X")
+    W1, b1 = tc.placeholder((24, 16), name="W1"), tc.placeholder((24,), name="b1")
+    W2 = tc.placeholder((8, 24), name="W2")
+    H = nn.gelu(nn.bias_add(nn.dense(X, W1, name="up"), b1, axis=1, name="biased"),
+                name="act")
+    Y = nn.dense(H, W2, name="down")
+    op = tct.op([X, W1, b1, W2], [Y])
+    x, w1, b1_, w2 = (torch.randn(*s, requires_grad=True) for s in ((6, 16), (24, 16), (24,),
+                                                                    (8, 24)))
+    g = torch.randn(6, 8)
+    op(x, w1, b1_, w2).backward(g)
+    got = [t.grad.clone() for t in (x, w1, b1_, w2)]
+    saved = sorted(p.name for p in op._last[1].training.bwd.params if p.name.endswith("_saved"))
+    assert saved == ["act_saved", "up_saved"]
+    for t in (x, w1, b1_, w2):
+        t.grad = None
+    F.linear(F.gelu(F.linear(x, w1, b1_)), w2).backward(g)
+    for a, t in zip(got, (x, w1, b1_, w2)):
+        torch.testing.assert_close(a, t.grad, rtol=1e-4, atol=1e-4)
+
+
 def test_op_records_an_autograd_node_only_when_one_is_needed():
     ins, Y = _ffn()
     ffn = tct.op(ins, [Y])
