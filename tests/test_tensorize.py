@@ -13,6 +13,7 @@ from tecomp.testing.hostile import HOSTILE
 AVX2 = "x86.avx2_u8s8s32_8x4"
 VNNI16 = "x86.vnni_u8s8s32_16x4"
 VNNI8 = "x86.vnni_u8s8s32_8x4"
+T8, T16 = "x86.transpose_f32_8x8", "x86.transpose_f32_16x16"
 HOST = tc.Target("llvm")
 HOST_BACKENDS = (["llvm"] if HOST.has_feature("avx2") else []) + ["interp"]
 
@@ -287,8 +288,8 @@ def test_auto_schedule_picks_vnni_where_the_target_has_it():
     s = tc.auto_schedule([X, W, C], target=t)
     assert f"tc.tensor_intrin('{VNNI16}')" in s.trace.python([X, W, C])
     assert "vpdpbusd" in tc.build(s, [X, W, C], target=t).get_source("asm")
-    assert [x.name for x in tc.tensor_intrins_for(t)] == [VNNI16, VNNI8, AVX2]
-    assert [x.name for x in tc.tensor_intrins_for("llvm -mcpu=haswell")] == [AVX2]
+    assert [x.name for x in tc.tensor_intrins_for(t)] == [VNNI16, T16, VNNI8, AVX2, T8]
+    assert [x.name for x in tc.tensor_intrins_for("llvm -mcpu=haswell")] == [AVX2, T8]
 
 
 def test_auto_schedule_leaves_what_does_not_fit_untensorized():
@@ -346,6 +347,77 @@ def test_strided_arrays_run_the_intrinsic_or_the_declared_loops(step):
             cv[:] = 0
             g(av, b, cv)
             np.testing.assert_array_equal(cv, _ref(a, b))
+
+
+# -- float32 transposes: the panel copy of a dense layer's weight ------------------------------
+
+
+def _transposed_copy(n, k, rows_apart=True):
+    """T[kk, o] = W[o, kk] (W: n x k) tiled by 8 and tensorized with the 8x8 transpose;
+    ``rows_apart=False`` declares the tile the other way round (T = W, both row major):
+    the intrinsic's ``a`` then steps 1 across its rows and k along them, and the
+    emitter copies element by element."""
+    W = tc.placeholder((n, k), name="W")
+    if rows_apart:
+        T = tc.compute((k, n), lambda kk, o: W[o, kk], name="T")
+    else:
+        T = tc.compute((n, k), lambda o, kk: W[o, kk], name="T")
+    s = tc.create_schedule(T.op)
+    x, y = T.op.axis
+    xo, yo, xi, yi = s[T].tile(x, y, 8, 8)
+    s[T].tensorize(xi, tc.tensor_intrin(T8))
+    return s, [W, T]
+
+
+@pytest.mark.parametrize("rows_apart", [True, False])
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_transpose_intrinsic_copies_tiles(backend, rows_apart):
+    s, args = _transposed_copy(16, 24, rows_apart)
+    w = np.random.default_rng(1).standard_normal((16, 24)).astype(np.float32)
+    out = np.zeros((24, 16) if rows_apart else (16, 24), np.float32)
+    run(s, args, [w, out], backend)
+    np.testing.assert_array_equal(out, w.T if rows_apart else w)
+    if backend == "llvm":
+        ir = tc.build(s, args).get_source("llvm")
+        # registers: row loads and shuffles (log2(8) rounds), no element-wise inserts
+        assert ("shufflevector" in ir) == rows_apart
+    if backend == "llvm" and rows_apart:
+        # a strided view of W: its row stride is known only at run time, and the copy
+        # runs the loops the intrinsic replaced
+        f = tc.build(s, args)
+        wide = np.zeros((16, 40), np.float32)
+        wide[:, :24] = w
+        out[:] = 0
+        f(wide[:, :24], out)
+        np.testing.assert_array_equal(out, w.T)
+
+
+@pytest.mark.parametrize("K", [64, 36])
+def test_auto_schedule_transposes_dense_weight_panels_in_registers(K):
+    """C = X W^T (W read across its rows): its panels are copied with the transpose
+    where tiles of the vector width divide the panel and K (64), not where they do not
+    (36); the results are right either way, and with W a strided view."""
+    L = HOST.lanes
+    X = tc.placeholder((40, K), name="X")
+    W = tc.placeholder((48, K), name="W")
+    k = tc.reduce_axis((0, K), name="k")
+    C = tc.compute((40, 48), lambda i, j: tc.sum(X[i, k] * W[j, k], axis=k), name="C")
+    s = tc.auto_schedule([X, W, C])
+    used = any(st[0] == "tensorize" for st in s.trace.to_json())
+    have = any(t.name == f"x86.transpose_f32_{L}x{L}" for t in tc.tensor_intrins_for("llvm"))
+    assert used == (have and K % L == 0 and 48 % L == 0)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((40, K)).astype(np.float32)
+    w = rng.standard_normal((48, K)).astype(np.float32)
+    f = tc.build(s, [X, W, C])
+    out = np.zeros((40, 48), np.float32)
+    f(x, w, out)
+    np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-4)
+    wide = np.zeros((48, K + 8), np.float32)
+    wide[:, :K] = w
+    out[:] = 0
+    f(x, wide[:, :K], out)
+    np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-4)
 
 
 # -- CUDA: dp4a, and a user's CUDA C emitter ---------------------------------------------------

@@ -280,6 +280,7 @@ class _Rules:
     def __init__(self, s: Schedule, outs, knobs: Knobs, info, shapes, only=None):
         self.s, self.outs, self.k, self.info, self.shapes = s, outs, knobs, info, shapes
         self.L = info.lanes
+        self._panel_width = {}   # id(reduction op) -> its panels' width along v (tile_reduction)
         # ids of ops scheduled (or attached) already; with ``only``, every other stage
         self.done = set() if only is None else {
             id(st.op) for st in s.stages if id(st.op) not in only}
@@ -670,6 +671,7 @@ class _Rules:
                          k.choose(f"{name}.unroll_count", [1, 2, 4, 8], 4))
         inner.pragma(rax[0], "fp_contract")
         # pack operands read with a stride along v (and large row strides on request)
+        self._panel_width[id(red_op)] = nr
         self._pack(inner, outer, red_op, red_op.axis[pos_v],
                    red_op.axis[pos_u] if pos_u is not None else None,
                    first if order == "vu" else block_loop,
@@ -791,6 +793,8 @@ class _Rules:
                 cs.storage_order(*order)
                 cs.reorder(*order)
                 e = self.ext(t.shape[vdim[0]])
+                if key is v and self._transpose_panel(cs, t, order, vdim[0], red_op, v, name):
+                    continue
                 if e is not None and key is v:
                     _, vi = cs.split(order[-1], factor=min(self.L, e))
                     cs.vectorize(vi)
@@ -799,6 +803,35 @@ class _Rules:
                 if e is not None and e >= self.L:
                     _, vi = cs.split(ax[-1], factor=self.L)
                     cs.vectorize(vi)
+
+    def _transpose_panel(self, cs, t, order, vd, red_op, v, name) -> bool:
+        """The panel copy ``cs`` (stored ``v`` innermost, read from ``t`` along its last
+        dimension) in ``L x L`` tiles, each one ``x86.transpose_f32_LxL`` (rows loaded,
+        transposed in registers, stored), where the tiles divide the panel and ``t``:
+        instead of a strided vector load (an insert per lane) per ``L`` elements.
+        (measurements: benchmarks/DECISIONS.md, "Rules: weight panels transposed in
+        registers")"""
+        from ..te.tensor_intrin import tensor_intrins_for
+
+        L = self.L
+        intrin = {t.name: t for t in tensor_intrins_for(self.info.target)}.get(
+            f"x86.transpose_f32_{L}x{L}")
+        if intrin is None or \
+                t.dtype != "float32" or len(order) < 2 or vd == len(t.shape) - 1:
+            return False
+        exts = [self.ext(x) for x in t.shape]
+        ev = self.ext(v.dom.extent)
+        # whole tiles: along the reduction (t's last dimension) and across the panel (its
+        # width along v, which must divide v: no ragged last panel)
+        width = self._panel_width.get(id(red_op))
+        if any(e is None for e in exts) or exts[-1] % L or ev is None or width is None or \
+                width % L or ev % width:
+            return False
+        if not self.k.choose(f"{name}.pack_{t.name}.transpose", [True, False], True):
+            return False
+        ko, oo, ki, oi = cs.tile(order[-2], order[-1], L, L)
+        cs.tensorize(ki, intrin)
+        return True
 
     def _transposed_copy(self, cs, idx, r):
         """A copy of a whole operand at the root, stored with the dimension the

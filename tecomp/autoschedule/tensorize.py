@@ -66,7 +66,7 @@ def tensorize_reduction(rules, st) -> bool:
     if ev is None or ek is None or ek % 4:
         return False
     fits = [t for t in tensor_intrins_for(rules.info.target)
-            if ev % int(t.output.shape[0].value) == 0]
+            if t.reduce and t.output.dtype == "int32" and ev % int(t.output.shape[0].value) == 0]
     if not fits:
         return False
     name = f"tensorize.{op.name}"

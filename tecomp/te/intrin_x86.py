@@ -1,4 +1,5 @@
-"""The built-in x86 tensor intrinsics: u8 x s8 -> s32 dot products of 4-element groups.
+"""The built-in x86 tensor intrinsics: u8 x s8 -> s32 dot products of 4-element groups,
+and float32 transposes of square tiles.
 
 Each computes ``c[i] += sum_r a[r] * b[i, r]`` for ``r`` in 0..3 (``a`` uint8, ``b`` int8,
 ``c`` int32, products and sums exact, the int32 sum wrapping like any int32 addition):
@@ -11,6 +12,18 @@ rows (``Bp[j // L, k // 4, j % L, k % 4]``, see ``tecomp.nn.quant``).
 * ``x86.avx2_u8s8s32_8x4`` -- AVX2 without VNNI: both operands widened to int16 and
   multiplied with ``vpmaddwd`` (exact for every input; ``vpmaddubsw``, which fbgemm uses
   there, saturates pairs of products at int16 and is not).
+
+The transposes compute ``c[i, j] = a[j, i]`` on ``L x L`` float32 tiles whose rows may lie
+at any constant stride (``dense=False``): ``L`` row loads, ``log2(L)`` rounds of two-input
+shuffles, ``L`` row stores, instead of ``L*L`` element copies (a strided vector load is
+one insert per lane).  They are the copy of a GEMM's B panel from ``W[o, k]`` (a dense
+layer's weight) into ``k``-major panels, which took a quarter of BERT-base's FFN GEMMs at
+batch 1 (benchmarks/DECISIONS.md, "Rules: weight panels transposed in registers").
+
+* ``x86.transpose_f32_8x8`` -- 256-bit registers (AVX).
+* ``x86.transpose_f32_16x16`` -- 512-bit registers (AVX-512F).
+
+Where an operand's last stride is not 1 the emitter copies element by element.
 """
 from __future__ import annotations
 
@@ -53,11 +66,45 @@ def _avx2_emit(ib, ins, outs):
     ib.store(outs[0], ib.add(acc, ib.add(even, odd)))
 
 
+def _transpose_decl(lanes: int):
+    a = placeholder((lanes, lanes), "float32", name="a")
+    return compute((lanes, lanes), lambda i, j: a[j, i], name="c")
+
+
+def _transpose(lanes: int):
+    vec = f"<{lanes} x float>"
+
+    def emit(ib, ins, outs):
+        a, c = ins[0], outs[0]
+        if a.strides[-1] != 1 or c.strides[-1] != 1:
+            for i in range(lanes):
+                for j in range(lanes):
+                    ib.store(c, ib.load(a, "float", (j, i)), (i, j))
+            return
+        rows = [ib.load(a, vec, (r, 0)) for r in range(lanes)]
+        # round d swaps the off-diagonal d x d blocks of every 2d x 2d block
+        d = 1
+        while d < lanes:
+            new = list(rows)
+            for i in range(lanes):
+                if not i & d:
+                    new[i] = ib.shuffle(rows[i], rows[i + d], [
+                        j if not j & d else lanes + j - d for j in range(lanes)])
+                    new[i + d] = ib.shuffle(rows[i], rows[i + d], [
+                        j + d if not j & d else lanes + j for j in range(lanes)])
+            rows, d = new, 2 * d
+        for i in range(lanes):
+            ib.store(c, rows[i], (i, 0))
+    return emit
+
+
 def declarations():
     """The built-in x86 intrinsics, as ``tc.decl_tensor_intrin`` arguments: (computation,
-    emitter, name, required features); a fresh computation each call."""
+    emitter, name, required features, dense); a fresh computation each call."""
     return [
-        (_dot_decl(16, "c"), _vnni(16), "x86.vnni_u8s8s32_16x4", ("avx512vnni",)),
-        (_dot_decl(8, "c"), _vnni(8), "x86.vnni_u8s8s32_8x4", ("avx512vnni", "avx512vl")),
-        (_dot_decl(8, "c"), _avx2_emit, "x86.avx2_u8s8s32_8x4", ("avx2",)),
+        (_dot_decl(16, "c"), _vnni(16), "x86.vnni_u8s8s32_16x4", ("avx512vnni",), True),
+        (_dot_decl(8, "c"), _vnni(8), "x86.vnni_u8s8s32_8x4", ("avx512vnni", "avx512vl"), True),
+        (_dot_decl(8, "c"), _avx2_emit, "x86.avx2_u8s8s32_8x4", ("avx2",), True),
+        (_transpose_decl(16), _transpose(16), "x86.transpose_f32_16x16", ("avx512f",), False),
+        (_transpose_decl(8), _transpose(8), "x86.transpose_f32_8x8", ("avx",), False),
     ]

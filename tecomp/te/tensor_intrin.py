@@ -200,8 +200,9 @@ def builtin_intrins() -> Dict[str, TensorIntrin]:
         if not _BUILTIN:
             from . import intrin_cuda, intrin_x86
 
-            for op, emit, name, requires in intrin_x86.declarations():
-                _BUILTIN[name] = decl_tensor_intrin(op, llvm=emit, name=name, requires=requires)
+            for op, emit, name, requires, dense in intrin_x86.declarations():
+                _BUILTIN[name] = decl_tensor_intrin(op, llvm=emit, name=name, requires=requires,
+                                                    dense=dense)
             for op, emit, name in intrin_cuda.declarations():
                 _BUILTIN[name] = decl_tensor_intrin(op, cuda=emit, name=name)
     return _BUILTIN
