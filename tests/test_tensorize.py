@@ -392,20 +392,27 @@ def test_transpose_intrinsic_copies_tiles(backend, rows_apart):
         np.testing.assert_array_equal(out, w.T)
 
 
+def _auto_transposed(args, *extents):
+    """``tc.auto_schedule(args)``, checked to tensorize with the host's transpose exactly
+    when it has one and tiles of its width divide every one of ``extents``."""
+    L = HOST.lanes
+    s = tc.auto_schedule(args)
+    used = any(st[0] == "tensorize" for st in s.trace.to_json())
+    have = any(t.name == f"x86.transpose_f32_{L}x{L}" for t in tc.tensor_intrins_for("llvm"))
+    assert used == (have and all(e % L == 0 for e in extents))
+    return s
+
+
 @pytest.mark.parametrize("K", [64, 36])
 def test_auto_schedule_transposes_dense_weight_panels_in_registers(K):
     """C = X W^T (W read across its rows): its panels are copied with the transpose
     where tiles of the vector width divide the panel and K (64), not where they do not
     (36); the results are right either way, and with W a strided view."""
-    L = HOST.lanes
     X = tc.placeholder((40, K), name="X")
     W = tc.placeholder((48, K), name="W")
     k = tc.reduce_axis((0, K), name="k")
     C = tc.compute((40, 48), lambda i, j: tc.sum(X[i, k] * W[j, k], axis=k), name="C")
-    s = tc.auto_schedule([X, W, C])
-    used = any(st[0] == "tensorize" for st in s.trace.to_json())
-    have = any(t.name == f"x86.transpose_f32_{L}x{L}" for t in tc.tensor_intrins_for("llvm"))
-    assert used == (have and K % L == 0 and 48 % L == 0)
+    s = _auto_transposed([X, W, C], K, 48)
     rng = np.random.default_rng(2)
     x = rng.standard_normal((40, K)).astype(np.float32)
     w = rng.standard_normal((48, K)).astype(np.float32)
@@ -418,6 +425,24 @@ def test_auto_schedule_transposes_dense_weight_panels_in_registers(K):
     out[:] = 0
     f(x, wide[:, :K], out)
     np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("M", [64, 36])
+def test_auto_schedule_transposes_a_transposed_operand_in_registers(M):
+    """C = A^T B (A read down its columns): A is copied with its rows of k innermost, in
+    transposed tiles where tiles of the vector width divide it (64), else element by
+    element (36); right either way."""
+    A = tc.placeholder((40, M), name="A")
+    B = tc.placeholder((40, 48), name="B")
+    k = tc.reduce_axis((0, 40), name="k")
+    C = tc.compute((M, 48), lambda i, j: tc.sum(A[k, i] * B[k, j], axis=k), name="C")
+    s = _auto_transposed([A, B, C], M, 40)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((40, M)).astype(np.float32)
+    b = rng.standard_normal((40, 48)).astype(np.float32)
+    out = np.zeros((M, 48), np.float32)
+    tc.build(s, [A, B, C])(a, b, out)
+    np.testing.assert_allclose(out, a.T @ b, rtol=1e-5, atol=1e-4)
 
 
 # -- CUDA: dp4a, and a user's CUDA C emitter ---------------------------------------------------

@@ -811,13 +811,9 @@ class _Rules:
         instead of a strided vector load (an insert per lane) per ``L`` elements.
         (measurements: benchmarks/DECISIONS.md, "Rules: weight panels transposed in
         registers")"""
-        from ..te.tensor_intrin import tensor_intrins_for
-
         L = self.L
-        intrin = {t.name: t for t in tensor_intrins_for(self.info.target)}.get(
-            f"x86.transpose_f32_{L}x{L}")
-        if intrin is None or \
-                t.dtype != "float32" or len(order) < 2 or vd == len(t.shape) - 1:
+        intrin = self._transpose_intrin(t)
+        if intrin is None or len(order) < 2 or vd == len(t.shape) - 1:
             return False
         exts = [self.ext(x) for x in t.shape]
         ev = self.ext(v.dom.extent)
@@ -833,10 +829,21 @@ class _Rules:
         cs.tensorize(ki, intrin)
         return True
 
+    def _transpose_intrin(self, t):
+        """The target's ``L x L`` transpose intrinsic for tensor ``t``, or None."""
+        from ..te.tensor_intrin import tensor_intrins_for
+
+        if t.dtype != "float32":
+            return None
+        name = f"x86.transpose_f32_{self.L}x{self.L}"
+        return next((x for x in tensor_intrins_for(self.info.target) if x.name == name), None)
+
     def _transposed_copy(self, cs, idx, r):
         """A copy of a whole operand at the root, stored with the dimension the
         reduction ``r`` walks innermost (``A[k, i]`` becomes rows of ``k``), made in
-        16 x 16 tiles (both sides stay in L1) by parallel tasks."""
+        16 x 16 tiles (both sides stay in L1) by parallel tasks; in ``L x L`` tiles, each
+        one ``x86.transpose_f32_LxL``, where those divide both dimensions (see
+        :meth:`_transpose_panel`)."""
         ax = list(cs.op.axis)
         rd = [d for d, i in enumerate(idx) if i is r][0]
         order = [a for d, a in enumerate(ax) if d != rd] + [ax[rd]]
@@ -845,10 +852,19 @@ class _Rules:
         if rd == inner_d:
             return
         e_r, e_i = self.ext(ax[rd].dom.extent), self.ext(ax[inner_d].dom.extent)
-        t = 16
+        intrin = self._transpose_intrin(cs.op.output(0))
+        if intrin is not None and e_r is not None and e_i is not None and \
+                not e_r % self.L and not e_i % self.L and \
+                self.k.choose(f"{cs.op.name}.transpose", [True, False], True):
+            t = self.L
+        else:
+            intrin, t = None, 16
         ro, io, ri, ii = cs.tile(ax[rd], ax[inner_d], t, t)
         cs.reorder(*[a for d, a in enumerate(ax) if d not in (rd, inner_d)], io, ro, ii, ri)
-        cs.unroll(ii)
+        if intrin is not None:
+            cs.tensorize(ii, intrin)
+        else:
+            cs.unroll(ii)
         lead = [a for d, a in enumerate(ax) if d not in (rd, inner_d)] + [io]
         self.parallel(cs, lead, [self.ext(a.dom.extent) for a in lead[:-1]] + [
             -(-e_i // t) if e_i is not None else None])
