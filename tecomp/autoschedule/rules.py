@@ -793,7 +793,8 @@ class _Rules:
                 cs.storage_order(*order)
                 cs.reorder(*order)
                 e = self.ext(t.shape[vdim[0]])
-                if key is v and self._transpose_panel(cs, t, order, vdim[0], red_op, v, name):
+                if key is v and self._transpose_panel(cs, t, idx, order, vdim[0], red_op, v,
+                                                      name):
                     continue
                 if e is not None and key is v:
                     _, vi = cs.split(order[-1], factor=min(self.L, e))
@@ -804,16 +805,18 @@ class _Rules:
                     _, vi = cs.split(ax[-1], factor=self.L)
                     cs.vectorize(vi)
 
-    def _transpose_panel(self, cs, t, order, vd, red_op, v, name) -> bool:
-        """The panel copy ``cs`` (stored ``v`` innermost, read from ``t`` along its last
-        dimension) in ``L x L`` tiles, each one ``x86.transpose_f32_LxL`` (rows loaded,
-        transposed in registers, stored), where the tiles divide the panel and ``t``:
-        instead of a strided vector load (an insert per lane) per ``L`` elements.
+    def _transpose_panel(self, cs, t, idx, order, vd, red_op, v, name) -> bool:
+        """The panel copy ``cs`` (stored ``v`` innermost; ``t`` read at ``idx``, its last
+        dimension walked by a reduction axis, so that the copy covers it whole) in
+        ``L x L`` tiles, each one ``x86.transpose_f32_LxL`` (rows loaded, transposed in
+        registers, stored), where the tiles divide the panel and ``t``: instead of a
+        strided vector load (an insert per lane) per ``L`` elements.
         (measurements: benchmarks/DECISIONS.md, "Rules: weight panels transposed in
         registers")"""
         L = self.L
         intrin = self._transpose_intrin(t)
-        if intrin is None or len(order) < 2 or vd == len(t.shape) - 1:
+        if intrin is None or len(order) < 2 or vd == len(t.shape) - 1 or \
+                not any(idx[-1] is r.var for r in red_op.reduce_axis):
             return False
         exts = [self.ext(x) for x in t.shape]
         ev = self.ext(v.dom.extent)
