@@ -427,6 +427,27 @@ def test_auto_schedule_transposes_dense_weight_panels_in_registers(K):
     np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-4)
 
 
+def test_auto_schedule_transposes_16x16_tiles_for_avx512():
+    """Built (not run: this CPU may lack AVX-512) for an AVX-512 target: 16 x 16 tiles in
+    zmm registers; the same schedule checked in the interpreter."""
+    t = "llvm -mcpu=skylake-avx512"
+    X = tc.placeholder((40, 64), name="X")
+    W = tc.placeholder((64, 64), name="W")
+    k = tc.reduce_axis((0, 64), name="k")
+    C = tc.compute((40, 64), lambda i, j: tc.sum(X[i, k] * W[j, k], axis=k), name="C")
+    s = tc.auto_schedule([X, W, C], target=t)
+    assert f"tc.tensor_intrin('{T16}')" in s.trace.python([X, W, C])
+    asm = tc.build(s, [X, W, C], target=t).get_source("asm")
+    assert any("zmm" in ln and ("shuf" in ln or "unpck" in ln or "perm" in ln)
+               for ln in asm.splitlines())
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((40, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 64)).astype(np.float32)
+    out = np.zeros((40, 64), np.float32)
+    run(s, [X, W, C], [x, w, out], "interp")
+    np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("M", [64, 36])
 def test_auto_schedule_transposes_a_transposed_operand_in_registers(M):
     """C = A^T B (A read down its columns): A is copied with its rows of k innermost, in
