@@ -166,8 +166,8 @@ def workspace_limit_from_env() -> int:
 
 def set_workspace_limit(nbytes: int) -> None:
     """Keep at most ``nbytes`` of freed kernel temporaries for reuse, in each pool (the
-    JIT's and every loaded library's); 0 keeps none.  Cached blocks over the new limit
-    are freed."""
+    JIT's and every loaded library's); 0 keeps none.  A pool that keeps more than the
+    new limit frees everything it keeps."""
     global _ws_limit
     if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or int(nbytes) < 0:
         raise TecompError(f"set_workspace_limit expects a byte count >= 0 (an int; 0 keeps "

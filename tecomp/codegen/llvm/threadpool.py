@@ -623,7 +623,7 @@ done:
   ret i64 %before
 }
 
-; The most bytes the cache keeps (0: none); blocks over a lower limit are freed.
+; The most bytes the cache keeps (0: none); below what it keeps, everything is freed.
 define void @tecomp_pool_ws_set_limit(i64 %n) nounwind {
 entry:
   store atomic i64 %n, ptr @ws_limit seq_cst, align 8
