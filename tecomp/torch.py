@@ -46,8 +46,8 @@ import torch
 
 from .errors import ArgumentError, ComputeError, ScheduleError
 from .ir import dtype as _dt
-from .ir.expr import Var
-from .ir.functor import free_vars
+from .ir.expr import Call, Var
+from .ir.functor import collect, free_vars
 from .schedule import Schedule
 from .target import as_target
 from .te.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -109,9 +109,6 @@ _TRANSCENDENTAL = frozenset({"exp", "fast_exp", "log", "erf", "tanh", "sigmoid",
 
 def _transcendental(op) -> bool:
     """Whether compute ``op`` calls a transcendental intrinsic."""
-    from .ir.expr import Call
-    from .ir.functor import collect
-
     if not isinstance(op, ComputeOp):
         return False
     return any(collect(b, lambda n: isinstance(n, Call) and n.op in _TRANSCENDENTAL)

@@ -280,7 +280,6 @@ class _Rules:
     def __init__(self, s: Schedule, outs, knobs: Knobs, info, shapes, only=None):
         self.s, self.outs, self.k, self.info, self.shapes = s, outs, knobs, info, shapes
         self.L = info.lanes
-        self._panel_width = {}   # id(reduction op) -> its panels' width along v (tile_reduction)
         # ids of ops scheduled (or attached) already; with ``only``, every other stage
         self.done = set() if only is None else {
             id(st.op) for st in s.stages if id(st.op) not in only}
@@ -671,11 +670,10 @@ class _Rules:
                          k.choose(f"{name}.unroll_count", [1, 2, 4, 8], 4))
         inner.pragma(rax[0], "fp_contract")
         # pack operands read with a stride along v (and large row strides on request)
-        self._panel_width[id(red_op)] = nr
         self._pack(inner, outer, red_op, red_op.axis[pos_v],
                    red_op.axis[pos_u] if pos_u is not None else None,
                    first if order == "vu" else block_loop,
-                   block_loop if pos_u is not None else None, name)
+                   block_loop if pos_u is not None else None, name, nr)
         # producers read by the reduction (a padded input): per task, or inlined with
         # the block loops split where the padding's test is known
         self._attach_producers(red_op, outer, fused,
@@ -744,11 +742,12 @@ class _Rules:
             total += n * 4
         return total
 
-    def _pack(self, inner, outer, red_op, v, u, at, block, name):
+    def _pack(self, inner, outer, red_op, v, u, at, block, name, nr):
         """Copy operands into panels laid out for the block's loads:
 
         * one that moves with ``v`` (not ``u``), strided along ``v`` or a narrow slice of
-          long rows: its panel, at loop ``at`` of ``outer``, stored ``v`` innermost;
+          long rows: its panel (``nr`` wide), at loop ``at`` of ``outer``, stored ``v``
+          innermost;
         * one that moves with ``u`` (not ``v``) with a stride along the reduction (``A[k,
           i]``): its ``mr``-row panel, at the block loop ``block``, stored ``u``
           innermost, so that each reduction step's broadcasts are consecutive."""
@@ -793,8 +792,7 @@ class _Rules:
                 cs.storage_order(*order)
                 cs.reorder(*order)
                 e = self.ext(t.shape[vdim[0]])
-                if key is v and self._transpose_panel(cs, t, idx, order, vdim[0], red_op, v,
-                                                      name):
+                if key is v and self._transpose_panel(cs, t, idx, order, red_op, v, nr, name):
                     continue
                 if e is not None and key is v:
                     _, vi = cs.split(order[-1], factor=min(self.L, e))
@@ -805,26 +803,23 @@ class _Rules:
                     _, vi = cs.split(ax[-1], factor=self.L)
                     cs.vectorize(vi)
 
-    def _transpose_panel(self, cs, t, idx, order, vd, red_op, v, name) -> bool:
-        """The panel copy ``cs`` (stored ``v`` innermost; ``t`` read at ``idx``, its last
-        dimension walked by a reduction axis, so that the copy covers it whole) in
-        ``L x L`` tiles, each one ``x86.transpose_f32_LxL`` (rows loaded, transposed in
-        registers, stored), where the tiles divide the panel and ``t``: instead of a
-        strided vector load (an insert per lane) per ``L`` elements.
+    def _transpose_panel(self, cs, t, idx, order, red_op, v, nr, name) -> bool:
+        """The panel copy ``cs`` (``nr`` wide, stored ``v`` innermost: ``order``; ``t``
+        read at ``idx``, its last dimension walked by a reduction axis, so that the copy
+        covers it whole) in ``L x L`` tiles, each one ``x86.transpose_f32_LxL`` (rows
+        loaded, transposed in registers, stored), where the tiles divide the panel and
+        ``t``: instead of a strided vector load (an insert per lane) per ``L`` elements.
         (measurements: benchmarks/DECISIONS.md, "Rules: weight panels transposed in
         registers")"""
         L = self.L
         intrin = self._transpose_intrin(t)
-        if intrin is None or len(order) < 2 or vd == len(t.shape) - 1 or \
-                not any(idx[-1] is r.var for r in red_op.reduce_axis):
+        if intrin is None or not any(idx[-1] is r.var for r in red_op.reduce_axis):
             return False
         exts = [self.ext(x) for x in t.shape]
         ev = self.ext(v.dom.extent)
-        # whole tiles: along the reduction (t's last dimension) and across the panel (its
-        # width along v, which must divide v: no ragged last panel)
-        width = self._panel_width.get(id(red_op))
-        if any(e is None for e in exts) or exts[-1] % L or ev is None or width is None or \
-                width % L or ev % width:
+        # whole tiles: along the reduction (t's last dimension) and across the panel (nr,
+        # which must divide v: no ragged last panel); constant strides for the intrinsic
+        if any(e is None for e in exts) or exts[-1] % L or ev is None or nr % L or ev % nr:
             return False
         if not self.k.choose(f"{name}.pack_{t.name}.transpose", [True, False], True):
             return False
