@@ -376,8 +376,9 @@ def _unique(cfgs) -> List[object]:
 
 def gemm_sweep(d) -> List[object]:
     """GEMM tilings around the default ``d``: other block shapes, k tiles and micro-tiles,
-    the A tile padded, and the tiling that was the default before the H100 sweeps (8 k
-    steps, rolled, padded)."""
+    the A tile padded, the tiling that was the default before the H100 sweeps (8 k
+    steps, rolled, padded), and the tiles' rows copied 4 floats at a time and/or
+    double-buffered, with some of the shapes above."""
     G, R = nn_cuda.GemmConfig, replace
     half_m, half_n = max(1, d.threads_m // 2), max(1, d.threads_n // 2)
     return _unique([
@@ -386,6 +387,14 @@ def gemm_sweep(d) -> List[object]:
         R(d, threads_m=half_m, k_tile=2 * d.k_tile), R(d, k_tile=max(1, d.k_tile // 2)),
         R(d, pad=True), R(d, threads_m=half_m, regs_m=2 * d.regs_m),
         G(d.threads_m, d.threads_n, d.regs_m, d.regs_n, min(8, d.k_tile), False, True),
+        # tile rows copied 4 floats at a time; the tiles double-buffered (cp.async)
+        R(d, vector=4, double_buffer=False), R(d, vector=1, double_buffer=True),
+        R(d, vector=4, double_buffer=True),
+        R(d, vector=4, double_buffer=True, k_tile=max(1, d.k_tile // 2)),
+        R(d, vector=4, double_buffer=True, threads_m=2 * d.threads_m,
+          k_tile=max(1, d.k_tile // 2)),
+        R(d, vector=4, double_buffer=True, threads_m=half_m, regs_m=2 * d.regs_m,
+          k_tile=max(1, d.k_tile // 2)),
     ])
 
 
@@ -519,7 +528,8 @@ def run(args) -> int:
 
 
 _SHORT = {"threads_": "t_", "regs_": "r_", "k_tile": "kt", "c_tile": "ct", "unroll_": "unroll_",
-          "row_in_shared": "row_sh", "exp_in_shared": "exp_sh"}
+          "row_in_shared": "row_sh", "exp_in_shared": "exp_sh", "vector": "vec",
+          "double_buffer": "db"}
 
 
 def config_text(c) -> str:

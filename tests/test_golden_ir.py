@@ -80,6 +80,24 @@ def test_prefetch():
     check(tc.lower(s, [X, Y]), EXPECTED_PREFETCH)
 
 
+def test_double_buffer():
+    """double_buffer: two buffers, the first tile copied before k.outer, the next one
+    (asynchronously) after the loop's one barrier"""
+    A, B, C, k = matmul(n=16, m=16, K=16)
+    s = tc.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    CL = s.cache_write(C, "local")
+    io, ii = s[C].split(C.op.axis[0], factor=4)
+    s[C].bind(io, tc.thread_axis("blockIdx.x"))
+    s[C].bind(ii, tc.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], ii)
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=8)
+    s[AS].compute_at(s[CL], ko)
+    s[AS].bind(s[AS].op.axis[0], tc.thread_axis("threadIdx.x"))
+    s[AS].double_buffer()
+    check(tc.lower(s, [A, B, C], target="cuda"), EXPECTED_DOUBLE_BUFFER)
+
+
 EXPECTED_SPLIT = """\
 primfn main(A: float32[20, 8], B: float32[8, 16], C: float32[20, 16]) {
   for (i.outer, 0, 2) {
@@ -190,6 +208,43 @@ primfn main(X: float32[64, 100], Y: float32[64, 100]) {
     }
     for (j, 0, 100) {
       Y[i, j] = X[i, j] - M[0]
+    }
+  }
+}"""
+
+EXPECTED_DOUBLE_BUFFER = """\
+primfn main(A: float32[16, 16], B: float32[16, 16], C: float32[16, 16]) {
+  blockIdx.x (i.outer, 0, 4) {
+    threadIdx.x (i.inner, 0, 4) {
+      allocate C.local: float32[1, 16] (local)
+      for (j, 0, 16) {
+        C.local[0, j] = 0f
+        syncthreads()
+        allocate A.shared: float32[2, 4, 8] (shared)
+        // attr async_copy = k.outer
+        threadIdx.x (i0, 0, 4) {
+          for (i1, 0, 8) {
+            A.shared[0, i0, i1] = A[i.outer*4 + i0, i1]
+          }
+        }
+        for (k.outer, 0, 2) {
+          syncthreads()
+          if (k.outer + 1 < 2) {
+            // attr async_copy = k.outer
+            threadIdx.x (i0, 0, 4) {
+              for (i1, 0, 8) {
+                A.shared[(k.outer + 1) % 2, i0, i1] = A[i.outer*4 + i0, k.outer*8 + i1 + 8]
+              }
+            }
+          }
+          for (k.inner, 0, 8) {
+            C.local[0, j] = C.local[0, j] + A.shared[k.outer % 2, i.inner, k.inner]*B[k.outer*8 + k.inner, j]
+          }
+        }
+      }
+      for (j_1, 0, 16) {
+        C[i.outer*4 + i.inner, j_1] = C.local[0, j_1]
+      }
     }
   }
 }"""

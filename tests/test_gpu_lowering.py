@@ -1,6 +1,7 @@
 """GPU schedules through lowering: shared-memory bounds cover the block, barriers go
 exactly where threads exchange data, and results match numpy in the CUDA emulation and
 in the reference interpreter (which also reports data races)."""
+import json
 import shutil
 
 import numpy as np
@@ -11,6 +12,7 @@ from tecomp.ir import interp
 from tecomp.lower import PASSES, run_passes
 from tecomp.lower.schedule_ops import schedule_to_stmt
 from tecomp.ir.stmt import PrimFunc
+from tecomp.schedule.trace import replay
 
 
 def tiled_matmul(n=64, tile=16):
@@ -51,13 +53,19 @@ def test_shared_tiles_cover_the_block_and_barriers_are_minimal():
     assert body.index("A.shared[i0_1, i1_1] =") < body.rindex("syncthreads()") < body.index("for (k.inner")
 
 
+def _interp_matches_numpy(f, n=32):
+    """The interpreter (threads interleaved between barriers; a race raises) runs the
+    lowered n x n matmul ``f`` and gets numpy's result."""
+    a, b = np.random.rand(n, n).astype("float32"), np.random.rand(n, n).astype("float32")
+    c = np.zeros((n, n), "float32")
+    interp.run(f, a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+
+
 def test_interpreter_matches_and_finds_no_race():
     s, args = tiled_matmul(32, 8)
     f = tc.lower(s, args)
-    a, b = np.random.rand(32, 32).astype("float32"), np.random.rand(32, 32).astype("float32")
-    c = np.zeros((32, 32), "float32")
-    interp.run(f, a, b, c)
-    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    _interp_matches_numpy(f)
 
 
 def test_without_barriers_the_interpreter_reports_a_race():
@@ -75,6 +83,47 @@ def test_without_barriers_the_interpreter_reports_a_race():
     c = np.zeros((32, 32), "float32")
     with pytest.raises(interp.RaceError):
         interp.run(f, a, b, c)
+
+
+def _double_buffered(n, tile):
+    s, args = tiled_matmul(n, tile)
+    for st in s.stages:
+        if st.scope == "shared":
+            st.double_buffer()
+    return s, args
+
+
+def test_double_buffered_tiles_one_barrier_per_step_no_race():
+    """Each tile in two buffers: the first copied before k.outer, the next one after the
+    loop's one barrier; the interpreter (which interleaves threads between barriers and
+    reports races) gets numpy's result."""
+    s, args = _double_buffered(32, 8)
+    f = tc.lower(s, args, target="cuda")
+    text = str(f)
+    assert "allocate A.shared: float32[2, 8, 8] (shared)" in text
+    assert "allocate B.shared: float32[2, 8, 8] (shared)" in text
+    loop = text[text.index("for (k.outer"):]
+    assert loop.count("syncthreads()") == 1
+    assert "if (k.outer + 1 < 4) {" in loop
+    assert "A.shared[(k.outer + 1) % 2, i0_1, i1_1] = A[i.outer*8 + i0_1, k.outer*8 + i1_1 + 8]" in loop
+    assert "A.shared[k.outer % 2, " in loop
+    _interp_matches_numpy(f)
+
+
+def test_double_buffer_is_traced_and_replays():
+    s, args = _double_buffered(32, 8)
+    code = s.trace.python(args)
+    assert code.count(".double_buffer()") == 2
+    again = replay(json.loads(json.dumps(s.trace.to_json())), args[-1:])
+    assert str(tc.lower(again, args, target="cuda")) == str(tc.lower(s, args, target="cuda"))
+
+
+def test_double_buffer_where_the_loop_is_gone():
+    """One k.outer iteration (K = the tile): no loop to pipeline, one buffer per tile."""
+    s, args = _double_buffered(16, 16)
+    text = str(tc.lower(s, args, target="cuda"))
+    assert "allocate A.shared: float32[16, 16] (shared)" in text
+    assert "async_copy" not in text
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the CUDA emulation needs g++")

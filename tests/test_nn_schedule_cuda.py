@@ -196,6 +196,8 @@ CONV_4X2X2 = sc.ConvConfig(threads_k=2, threads_y=2, threads_x=3, regs_k=4, regs
 # the k steps / channel steps unrolled, the A tile unpadded (what benchmarks/gpu.py --sweep tries)
 GEMM_8X8_UNROLLED = dataclasses.replace(GEMM_8X8, unroll_k=True, pad=False)
 CONV_UNROLLED = dataclasses.replace(CONV_4X2X2, unroll_c=True)
+# tile rows copied 4 floats at a time, the tiles double-buffered (cp.async on the device)
+GEMM_8X8_PIPELINED = dataclasses.replace(GEMM_8X8_UNROLLED, vector=4, double_buffer=True)
 
 
 def all_cases() -> List[Case]:
@@ -212,6 +214,9 @@ def all_cases() -> List[Case]:
         dense_case(37, 70, 21, config=GEMM_8X8),
         matmul_case(70, 150, 19, name="matmul_70x150x19_8x8_unrolled", config=GEMM_8X8_UNROLLED),
         dense_case(37, 70, 21, config=GEMM_8X8_UNROLLED, name="dense_37x70x21_bias_unrolled"),
+        matmul_case(70, 150, 19, name="matmul_70x150x19_8x8_pipelined", config=GEMM_8X8_PIPELINED),
+        matmul_case(64, 96, 48, name="matmul_64x96x48_8x8_pipelined", config=GEMM_8X8_PIPELINED),
+        dense_case(40, 64, 36, config=GEMM_8X8_PIPELINED, name="dense_40x64x36_bias_pipelined"),
         conv_case("nchw", 1, 3, 9, 9, 4, 3, 1, 1, 1),
         conv_case("nchw", 2, 5, 11, 13, 7, 3, 2, 1, 1),
         conv_case("nchw", 1, 4, 10, 10, 6, 3, 1, 2, 2),
@@ -307,6 +312,10 @@ def test_symbolic_sizes_take_several_shapes(emu_modules):
 
 
 @pytest.mark.parametrize("case", [matmul_case(6, 7, 5),
+                                  matmul_case(20, 36, 24, name="matmul_pipelined",
+                                              config=dataclasses.replace(
+                                                  GEMM_8X8_PIPELINED, threads_m=2, threads_n=4,
+                                                  regs_m=2, regs_n=4)),
                                   conv_case("nchw", 1, 2, 5, 5, 3, 3, 1, 1, 1),
                                   conv_case("nhwc", 1, 3, 4, 5, 2, 3, 1, 1, 1),
                                   softmax_case((3, 37)), dense_case(3, 5, 9)],
@@ -353,6 +362,37 @@ def test_gemm_structure_4096():
     assert re.search(r"for \(int \w+ = 0; \w+ < 16; ", src)
     assert re.search(r"for \(int \w+ = 0; \w+ < 32; ", src)
     assert re.search(r"#pragma unroll\n\s*for \(int k_inner = 0; k_inner < 32; ", src)
+
+
+def test_pipelined_gemm_structure():
+    """vector=4 and double_buffer: each tile row is copied 4 floats at a time, as one
+    16-byte cp.async where both addresses are aligned (else 4 of 4 bytes); the tiles
+    take two buffers; one barrier per k step, after the wait for this thread's copies."""
+    case = matmul_case(64, 96, 48, config=GEMM_8X8_PIPELINED)
+    src = tc.build(case.build_schedule("cuda"), case.args, target="cuda").get_source("cuda")
+    # [2][64][8] and [2][8][32]: two buffers each
+    assert "__shared__ __align__(16) float A_shared[1024];" in src
+    assert "__shared__ __align__(16) float B_shared[512];" in src
+    assert src.count("tc_cp_async16(&") == 4 and src.count("tc_cp_async4(&") == 4
+    loop = src[src.index("for (int k_outer"):]
+    assert loop.count("__syncthreads();") == 1
+    assert "tc_cp_async_wait();\n    __syncthreads();" in loop
+    assert "if ((k_outer + 1) < 6)" in loop
+
+
+@needs_cxx
+def test_pipelined_gemm_takes_operands_off_16_byte_boundaries():
+    """Operands 4 bytes past a 16-byte boundary: the copies take the element path."""
+    case = matmul_case(64, 96, 48, config=GEMM_8X8_PIPELINED)
+    f = tc.build(case.build_schedule("cuda-emu"), case.args, target="cuda-emu")
+    a, b, _ = case.arrays()
+    for shift in (1, 2):
+        a2 = np.zeros(a.size + shift, np.float32)[shift:].reshape(a.shape)
+        b2 = np.zeros(b.size + shift, np.float32)[shift:].reshape(b.shape)
+        a2[...], b2[...] = a, b
+        c = np.full((64, 96), np.nan, np.float32)
+        f(a2, b2, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_small_gemms_use_smaller_tiles():
@@ -650,7 +690,7 @@ def test_gpu_benchmark_sweep_checks_and_times_every_tiling(monkeypatch):
     assert lines[5].startswith(BENCH.config_text(too_big) + ": failed: ResourceLimitError")
     assert len(lines) == 6
     assert BENCH.config_text(GEMM_8X8_UNROLLED) == \
-        "t_m=8, t_n=4, r_m=8, r_n=8, kt=8, unroll_k=1, pad=0"
+        "t_m=8, t_n=4, r_m=8, r_n=8, kt=8, unroll_k=1, pad=0, vec=1, db=0"
 
 
 def test_gpu_benchmark_sweeps_start_with_the_default():

@@ -175,6 +175,19 @@ def test_gpu_kernel_is_racy_only_before_insert_barriers():
     assert "syncthreads()" in str(func)
 
 
+def test_double_buffered_tiles_check_out_pass_by_pass():
+    """double_buffer rewrites the tiles after insert_barriers: every pass up to the end
+    keeps the interpreter's result, with no race."""
+    from test_gpu_lowering import tiled_matmul
+
+    s, args = tiled_matmul(24, 8)
+    for st in s.stages:
+        if st.scope == "shared":
+            st.double_buffer()
+    func = check_passes(s, args, target="cuda-emu")
+    assert "allocate A.shared: float32[2, 8, 8] (shared)" in str(func)
+
+
 def test_a_pass_that_drops_barriers_is_reported(monkeypatch):
     from tecomp.ir.expr import Call
     from tecomp.ir.stmt import Evaluate, SeqStmt

@@ -229,6 +229,53 @@ def test_insert_barriers():
     }""")
 
 
+def test_double_buffer():
+    A = tc.placeholder((8, 8), name="A")
+    k = tc.reduce_axis((0, 8), name="k")
+    C = tc.compute((8,), lambda i: tc.sum(A[i, k], axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    CL = s.cache_write(C, "local")
+    s[C].bind(C.op.axis[0], tc.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], C.op.axis[0])
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=4)
+    s[AS].compute_at(s[CL], ko)
+    s[AS].bind(s[AS].op.axis[0], tc.thread_axis("threadIdx.x"))
+    s[AS].double_buffer()
+    before, after = _through("double_buffer", s, [A, C], "cuda")
+    assert "// attr double_buffer = A.shared: float32[8, 4]" in before
+    assert before.count("syncthreads()") == 2
+    assert after == _text("""
+    primfn main(A: float32[8, 8], C: float32[8]) {
+      threadIdx.x (i, 0, 8) {
+        allocate C.local: float32[1] (local)
+        C.local[0] = 0f
+        allocate A.shared: float32[2, 8, 4] (shared)
+        // attr async_copy = k.outer
+        threadIdx.x (i0, 0, 8) {
+          for (i1, 0, 4) {
+            A.shared[0, i0, i1] = A[i0, i1]
+          }
+        }
+        for (k.outer, 0, 2) {
+          syncthreads()
+          if (k.outer + 1 < 2) {
+            // attr async_copy = k.outer
+            threadIdx.x (i0, 0, 8) {
+              for (i1, 0, 4) {
+                A.shared[(k.outer + 1) % 2, i0, i1] = A[i0, k.outer*4 + i1 + 4]
+              }
+            }
+          }
+          for (k.inner, 0, 4) {
+            C.local[0] = C.local[0] + A.shared[k.outer % 2, i, k.inner]
+          }
+        }
+        C[i] = C.local[0]
+      }
+    }""")
+
+
 def test_verify_thread_extents():
     A = tc.placeholder((64,), name="A")
     B = tc.compute((64,), lambda i: A[i] * 2.0, name="B")
@@ -366,7 +413,8 @@ PASS_TESTS = {
     "prefetch": test_prefetch, "loop_partition": test_loop_partition,
     "unroll_explicit": test_unroll_explicit, "remove_no_op": test_remove_no_op,
     "verify_thread_extents": test_verify_thread_extents,
-    "insert_barriers": test_insert_barriers, "verify": test_verify,
+    "insert_barriers": test_insert_barriers, "double_buffer": test_double_buffer,
+    "verify": test_verify,
     "vector_plan": test_vector_plan, "parallel_plan": test_parallel_plan,
     "split_host_device": test_split_host_device,
 }

@@ -581,20 +581,23 @@ class CSource:
         """The C name by which ``buf`` is accessed."""
         return self.name(buf)
 
-    def flat_index(self, buf: Buffer, indices) -> str:
-        """The element offset of ``buf[indices]`` through its strides, as C text."""
+    def flat_expr(self, buf: Buffer, indices) -> Expr:
+        """The element offset of ``buf[indices]`` through its strides."""
         if len(indices) != len(buf.shape):
             raise BuildError(f"buffer {buf.name} has {len(buf.shape)} dimension(s) but is "
                              f"indexed with {len(indices)} index(es)")
-        if not indices:
-            return "0"
         flat = None
         for idx, stride in zip(indices, buf.effective_strides()):
             if isinstance(idx, Const) and idx.value == 0:
                 continue  # a zero index adds nothing
             term = _op.mul(idx, stride)
             flat = term if flat is None else _op.add(flat, term)
-        return "0" if flat is None else self.expr_top(flat)
+        return Const(0, "int32") if flat is None else flat
+
+    def flat_index(self, buf: Buffer, indices) -> str:
+        """The element offset of ``buf[indices]`` through its strides, as C text."""
+        flat = self.flat_expr(buf, indices)
+        return "0" if isinstance(flat, Const) and flat.value == 0 else self.expr_top(flat)
 
     # ---------------------------------------------------------------- statements
     def stmt(self, s: Stmt) -> None:

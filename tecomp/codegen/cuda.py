@@ -33,6 +33,15 @@ BufferLoad(dest, indices), ("threadIdx.x", ...)), body)`` combines ``source`` ov
 threads that differ only in the given thread axes and stores the result in ``dest``
 for every thread, then runs ``body`` (see :meth:`CudaRenderer.cross_thread_reduce`).
 
+Copies: a vectorized loop that copies 8 or 16 contiguous bytes between global and shared
+memory becomes one move (``tc_move16``: a ``uint4``) where both addresses are aligned at
+run time, else its element loop.  Inside ``AttrStmt("async_copy")`` (the copies of a
+double-buffered tile, :mod:`tecomp.lower.double_buffer`) a copy from global to shared
+memory is a ``cp.async`` on sm_80+ (``tc_cp_async4/8/16``), and in a kernel that issues
+them every ``__syncthreads()`` is preceded by ``tc_cp_async_wait()`` (``cp.async.wait_all``),
+so a barrier still means the shared memory written before it is there.  Before sm_80 and
+in the emulation they are plain copies.
+
 Determinism: the same PrimFunc gives byte-identical source.
 """
 from __future__ import annotations
@@ -48,12 +57,14 @@ from ..errors import BuildError, InternalError, RuntimeUnavailableError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import LT, Buffer, BufferLoad, Call, Const, Expr, Var
-from ..ir.functor import Visitor, free_vars, substitute
+from ..ir.functor import Visitor, collect, free_vars, substitute
+from ..ir.simplify import simplify
 from ..ir.names import comment as _comment
 from ..ir.printer import to_str
 from ..ir.stmt import (
     Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc, Stmt,
 )
+from ..lower.double_buffer import ASYNC_COPY
 from ..lower.device_split import (  # noqa: F401  (is_vthread, CROSS_THREAD_REDUCE: re-exported)
     CROSS_THREAD_REDUCE, buffers_in, dims_text, is_vthread, kernels_of, stored_buffers,
     unpack_cross_thread_reduce,
@@ -181,6 +192,52 @@ class CudaRenderer(CSource):
             "  return (int)acc;\n"
             "#endif\n"
             "}}"),
+        # vector moves and asynchronous copies (vectorized copy loops, double-buffered
+        # tiles): one instruction on the device, memcpy in the emulation
+        "tc_aligned2": (
+            "// Whether a and b are both n-byte aligned (n a power of two).\n"
+            "{q} bool tc_aligned2(const void* a, const void* b, unsigned long long n) {{\n"
+            "  return ((((unsigned long long)a) | ((unsigned long long)b)) & (n - 1ull)) == 0;\n"
+            "}}"),
+        "tc_move8": (
+            "// 8 bytes from s to d, both 8-byte aligned, as one move.\n"
+            "{q} void tc_move8(void* d, const void* s) {{\n"
+            "#if defined(__CUDA_ARCH__)\n"
+            "  *(uint2*)d = *(const uint2*)s;\n"
+            "#else\n"
+            "  __builtin_memcpy(d, s, 8);\n"
+            "#endif\n"
+            "}}"),
+        "tc_move16": (
+            "// 16 bytes from s to d, both 16-byte aligned, as one move.\n"
+            "{q} void tc_move16(void* d, const void* s) {{\n"
+            "#if defined(__CUDA_ARCH__)\n"
+            "  *(uint4*)d = *(const uint4*)s;\n"
+            "#else\n"
+            "  __builtin_memcpy(d, s, 16);\n"
+            "#endif\n"
+            "}}"),
+        **{f"tc_cp_async{n}": (
+            f"// {n} bytes from global s to shared d, both {n}-byte aligned: an asynchronous\n"
+            f"// copy on sm_80+ (tc_cp_async_wait waits for this thread's), else a plain one.\n"
+            f"{{q}} void tc_cp_async{n}(void* d, const void* s) {{{{\n"
+            f"#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n"
+            f"  asm volatile(\"cp.async.{'cg' if n == 16 else 'ca'}.shared.global [%0], [%1], {n};\" "
+            f":: \"r\"((unsigned)__cvta_generic_to_shared(d)), \"l\"(s) : \"memory\");\n"
+            f"#elif defined(__CUDA_ARCH__)\n"
+            f"  *({ {4: 'unsigned int', 8: 'uint2', 16: 'uint4'}[n]}*)d = "
+            f"*(const { {4: 'unsigned int', 8: 'uint2', 16: 'uint4'}[n]}*)s;\n"
+            f"#else\n"
+            f"  __builtin_memcpy(d, s, {n});\n"
+            f"#endif\n"
+            f"}}}}") for n in (4, 8, 16)},
+        "tc_cp_async_wait": (
+            "// Wait for this thread's asynchronous copies (before a barrier makes them visible).\n"
+            "{q} void tc_cp_async_wait() {{\n"
+            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n"
+            "  asm volatile(\"cp.async.wait_all;\" ::: \"memory\");\n"
+            "#endif\n"
+            "}}"),
     }
 
     def __init__(self, namer: Namer, launch: Dict[str, Expr], shared: List[Buffer],
@@ -196,6 +253,8 @@ class CudaRenderer(CSource):
         self.shadowed: Dict[Var, For] = {}  # outer thread vars -> the inner loop of their tag
         self.tid_vars: set = set()      # vars whose value differs between threads of a block
         self.has_barrier = False
+        self.async_depth = 0            # inside AttrStmt("async_copy"): copies may be cp.async
+        self.waits_async = False        # the kernel issues cp.async: wait before each barrier
 
     # thread loops -------------------------------------------------------------
     def thread_loop(self, s: For) -> None:
@@ -258,6 +317,8 @@ class CudaRenderer(CSource):
             f"blockIdx/threadIdx instead (or make it serial)")
 
     def serial_loop(self, s: For, comment: str = "") -> None:
+        if s.kind == "vectorized" and not comment and self.vector_copy(s):
+            return
         if (_uses_any(s.min, self.tid_vars) or _uses_any(s.extent, self.tid_vars)):
             self.tid_vars.add(s.var)
             self._no_barrier_in(s.body, f"loop {s.var.name}, whose bounds differ between threads")
@@ -294,11 +355,71 @@ class CudaRenderer(CSource):
                 f"block: its bounds are inferred with the thread axes relaxed)")
         return super()._e_Var(e)
 
+    # copies: vector moves, asynchronous copies ---------------------------------------
+    def vector_copy(self, s: For) -> bool:
+        """A vectorized loop that copies 8 or 16 contiguous bytes between global and
+        shared memory: one move (or, in an ``async_copy`` region from global to shared,
+        one ``cp.async``) where both addresses are aligned at run time, else the
+        element loop.  False (not handled) for any other vectorized loop."""
+        st = s.body
+        if not (isinstance(s.extent, Const) and isinstance(s.min, Const) and s.min.value == 0
+                and isinstance(st, BufferStore)
+                and isinstance(st.value, BufferLoad) and st.value.dtype == st.buffer.dtype):
+            return False
+        src = st.value
+        nbytes = int(s.extent.value) * _dt.bits(st.buffer.dtype) // 8
+        scopes = ("global", "shared")
+        if nbytes not in (8, 16) or st.buffer.scope not in scopes or src.buffer.scope not in scopes:
+            return False
+        ptrs = []
+        for buf, idx in ((st.buffer, st.indices), (src.buffer, src.indices)):
+            flat = self.flat_expr(buf, idx)
+            base = simplify(substitute(flat, {s.var: Const(0, s.var.dtype)}))
+            if simplify(_op.sub(flat, base)) is not s.var:  # not contiguous in the loop
+                return False
+            ptrs.append(f"&{self.buffer_ref(buf)}[{self.expr_top(base)}]")
+        asynchronous = (self.async_depth and st.buffer.scope == "shared"
+                        and src.buffer.scope == "global")
+        move = self.helper(f"tc_cp_async{nbytes}" if asynchronous else f"tc_move{nbytes}")
+        self.waits_async |= bool(asynchronous)
+        self.emit(_comment(f"vectorized {s.var.name}: {s.extent.value} elements in one "
+                           f"{nbytes}-byte {'asynchronous copy' if asynchronous else 'move'} "
+                           f"where both addresses are aligned"))
+        self.open_block(f"if ({self.helper('tc_aligned2')}({ptrs[0]}, {ptrs[1]}, {nbytes}))")
+        self.emit(f"{move}({ptrs[0]}, {ptrs[1]});")
+        self.indent -= 1
+        self._scopes.pop()
+        self.emit("} else {")
+        self.indent += 1
+        self._scopes.append(set())
+        super().serial_loop(s)
+        self.close_block()
+        return True
+
+    def _s_BufferStore(self, s: BufferStore) -> None:
+        v = s.value
+        if (self.async_depth and s.buffer.scope == "shared" and isinstance(v, BufferLoad)
+                and v.buffer.scope == "global" and v.dtype == s.buffer.dtype
+                and _dt.bits(v.dtype) in (32, 64)):
+            # one element of a double-buffered tile: an asynchronous copy (naturally aligned)
+            n = _dt.bits(v.dtype) // 8
+            self.waits_async = True
+            self.emit(f"{self.helper(f'tc_cp_async{n}')}("
+                      f"&{self.buffer_ref(s.buffer)}[{self.flat_index(s.buffer, s.indices)}], "
+                      f"&{self.buffer_ref(v.buffer)}[{self.flat_index(v.buffer, v.indices)}]);")
+            return
+        super()._s_BufferStore(s)
+
     # cross-thread reduction ---------------------------------------------------------
     def _s_AttrStmt(self, s: AttrStmt) -> None:
         if s.key == CROSS_THREAD_REDUCE:
             self.cross_thread_reduce(s)
             self.stmt(s.body)
+            return
+        if s.key == ASYNC_COPY:
+            self.async_depth += 1
+            self.stmt(s.body)
+            self.async_depth -= 1
             return
         super()._s_AttrStmt(s)
 
@@ -428,6 +549,8 @@ class CudaRenderer(CSource):
     def special_call(self, c: Call) -> None:
         if c.op == "syncthreads":
             self.has_barrier = True
+            if self.waits_async:
+                self.emit(f"{self.helper('tc_cp_async_wait')}();")
             self.emit("__syncthreads();")
             return
         super().special_call(c)
@@ -457,6 +580,10 @@ class _BarrierFinder(Visitor):
 
     def visit_BufferLoad(self, e):  # no barrier in an expression; skip indices quickly
         return
+
+
+def _has_async_copy(s) -> bool:
+    return bool(collect(s, lambda n: isinstance(n, AttrStmt) and n.key == ASYNC_COPY))
 
 
 def _has_barrier(s) -> bool:
@@ -517,6 +644,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         r.nonneg_vars |= shape_vars  # a dimension is never negative
         r.size_vars |= shape_vars
         r.indent = 1
+        r.waits_async = _has_async_copy(attr.body)  # (a barrier may come before the copy)
         for b in kern.shared:
             r.emit(f"__shared__ __align__({SHARED_ALIGN}) {r.ctype(b.dtype)} {namer(b)}"
                    f"[{declared_size(b)}];")

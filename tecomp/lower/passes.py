@@ -88,6 +88,14 @@ def insert_barriers_pass(func: PrimFunc) -> PrimFunc:
     return insert_barriers(func)
 
 
+def double_buffer_pass(func: PrimFunc) -> PrimFunc:
+    """Pipeline the loops whose shared tiles are double-buffered (GPU targets;
+    ``s[S].double_buffer()``): the next iteration's copy before this one's reads."""
+    from .double_buffer import double_buffer
+
+    return double_buffer(func)
+
+
 def verify_pass(func: PrimFunc) -> PrimFunc:
     """Check invariants the backends rely on; a failure is a tecomp bug."""
     from ..errors import internal_assert

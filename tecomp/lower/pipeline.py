@@ -28,6 +28,7 @@ PASSES = [
     ("remove_no_op", P.remove_no_op_pass, None),
     ("verify_thread_extents", P.verify_thread_extents_pass, None),
     ("insert_barriers", P.insert_barriers_pass, None),
+    ("double_buffer", P.double_buffer_pass, None),
     ("verify", P.verify_pass, None),
 ]
 

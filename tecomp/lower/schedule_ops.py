@@ -41,6 +41,7 @@ from ..ir.expr import (
     And,
 )
 from ..ir.functor import Mutator, Visitor, substitute
+from ..ir.names import display
 from ..ir.stmt import (
     Allocate, AttrStmt, BufferStore, ExternCall, For, IfThenElse, LetStmt, SeqStmt, seq,
 )
@@ -1060,12 +1061,23 @@ class LowerContext:
         for s in reversed(inner):
             for b in reversed(self.info[s].buffers):
                 out = Allocate(b, out)
+                if s.double_buffered:
+                    # lower.double_buffer splits the loop's copies from its reads
+                    out = AttrStmt("double_buffer", b, out)
         return out
 
     def lower_expr(self, e: Expr) -> Expr:
         return _LoadLowering(self).visit(e)
 
     def make_body(self):
+        for st in self.stages:
+            if st.double_buffered and (st.attach_type != "scope" or st.scope != "shared"):
+                where = ("is inlined" if st.attach_type == "inline" else "is computed at the root"
+                         if st.attach_type == "root" else f"has scope {st.scope}")
+                raise ScheduleError(
+                    f"double_buffer on stage {display(st.name)}: the stage {where}; double "
+                    "buffering needs a shared-memory stage computed at a serial loop of a GPU "
+                    f"kernel (s[{display(st.name)}].compute_at(s[C], k_outer))")
         roots = [s for s in self.stages if s.attach_type == "root"]
         nests = [self.make_nest(s) for s in roots]
         body = seq(*nests)

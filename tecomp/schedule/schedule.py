@@ -74,6 +74,7 @@ class Stage(TracedStage):
         self.storage_perm: Optional[tuple] = None   # storage_order: dims, outermost first
         self.bound_aligns: Dict[int, int] = {}   # output dimension -> align_bounds factor
         self.tensorized: Optional[tuple] = None  # (IterVar, TensorIntrin): tensorize
+        self.double_buffered = False  # double_buffer
 
     def _reset_loops(self):
         op = self.op
@@ -519,6 +520,28 @@ class Stage(TracedStage):
                 f"storage_order on stage {self.name}: got {', '.join(a.name for a in axes)}; "
                 f"give every output axis ({names}) exactly once, outermost first")
         self.storage_perm = None if dims == tuple(range(len(dims))) else dims
+
+    def double_buffer(self):
+        """Give this shared-memory stage two buffers, so that a GPU block copies the tile
+        of the next iteration into one while it computes from the other (TVM's
+        ``double_buffer``).
+
+        For a ``shared`` stage computed at a serial loop of a kernel (``compute_at``)
+        whose iteration first copies the stage (every thread a share, e.g. a GEMM's
+        tiles at its ``k.outer`` loop) and then reads it: lowering copies the first
+        iteration's tile before the loop, and in each iteration, after its one barrier,
+        issues the copy of the next iteration's tile into the other buffer before the
+        reads of the current one.  One barrier an iteration instead of two; the
+        buffer takes twice the shared memory.  On the GPU a copy of global memory
+        into the tile is asynchronous (``cp.async`` on sm_80 and later), so the next
+        tile's loads are in flight while the block computes.  Every shared stage
+        copied in the same iteration must be double-buffered too."""
+        if self.scope != "shared":
+            raise ScheduleError(
+                f"double_buffer on stage {display(self.name)}: its scope is {self.scope}; "
+                "double buffering is for a GPU tile in shared memory (s.cache_read(t, "
+                "'shared', readers) or set_scope('shared') first)")
+        self.double_buffered = True
 
     def align_bounds(self, axis, factor: int):
         """Compute the region of output axis ``axis`` rounded out to whole multiples of

@@ -36,7 +36,7 @@ from ..errors import ScheduleError
 STAGE_PRIMITIVES = (
     "split", "tile", "fuse", "reorder", "unroll", "vectorize", "parallel", "bind", "pragma",
     "prefetch", "compute_at", "compute_inline", "compute_root", "set_scope",
-    "storage_align", "storage_order", "align_bounds", "tensorize",
+    "storage_align", "storage_order", "align_bounds", "tensorize", "double_buffer",
 )
 SCHEDULE_PRIMITIVES = ("cache_read", "cache_write", "rfactor")
 _MAKES_TENSOR = ("cache_read", "cache_write", "rfactor")

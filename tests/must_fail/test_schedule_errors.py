@@ -1307,3 +1307,72 @@ def test_cpu_conv_template_bad_config(layout, config, match):
         out, sched = ops.conv2d_nhwc(d, w), cpu.schedule_conv2d_nhwc
     with pytest.raises(tc.ScheduleError, match=match):
         sched(out, config=config)
+
+
+def _tiled_gpu_gemm(n=64, kt=8, double=("A.shared", "B.shared"), at="ko", bind=True):
+    """A GEMM with A and B copied to shared tiles at its k.outer loop (or ``at`` another
+    loop); ``double``: the tiles that are double-buffered."""
+    A, B, C, k = _mm(n)
+    s = tc.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    AS = s.cache_read(A, "shared", [CL])
+    BS = s.cache_read(B, "shared", [CL])
+    i, j = s[C].op.axis
+    bi, ti = s[C].split(i, factor=8)
+    bj, tj = s[C].split(j, factor=8)
+    s[C].reorder(bi, bj, ti, tj)
+    if bind:
+        s[C].bind(bi, tc.thread_axis("blockIdx.y"))
+        s[C].bind(bj, tc.thread_axis("blockIdx.x"))
+        s[C].bind(ti, tc.thread_axis("threadIdx.y"))
+        s[C].bind(tj, tc.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], tj)
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=kt)
+    for T in (AS, BS):
+        s[T].compute_at(s[CL], ko if at == "ko" else ki)
+        f = s[T].fuse(*s[T].op.axis)
+        fo, fi = s[T].split(f, factor=8)
+        if bind:
+            s[T].bind(fi, tc.thread_axis("threadIdx.x"))
+        if T.name in double:
+            s[T].double_buffer()
+    return s, [A, B, C]
+
+
+def test_double_buffer_of_a_global_stage():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    AA = s.cache_read(A, "global", [C])
+    with pytest.raises(tc.ScheduleError,
+                       match=r"double_buffer on stage A.global: its scope is global; double "
+                             r"buffering is for a GPU tile in shared memory"):
+        s[AA].double_buffer()
+
+
+def test_double_buffer_of_a_stage_at_the_root():
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    s[AS].double_buffer()
+    with pytest.raises(tc.ScheduleError, match=r"double_buffer on stage A.shared: the stage is "
+                                               r"computed at the root; double buffering needs a "
+                                               r"shared-memory stage computed at a serial loop"):
+        tc.lower(s, [A, B, C], target="cuda")
+
+
+def test_double_buffer_of_one_of_two_tiles_copied_together():
+    s, args = _tiled_gpu_gemm(double=("A.shared",))
+    with pytest.raises(tc.ScheduleError, match=r"double_buffer on stage A.shared: B.shared is "
+                                               r"copied in the same iteration of loop k.outer "
+                                               r"but not double-buffered.*"
+                                               r"s\[B.shared\].double_buffer\(\) too"):
+        tc.lower(s, args, target="cuda")
+
+
+def test_double_buffer_outside_a_gpu_kernel():
+    """The same tiles with no thread binding (a CPU schedule): no kernel to pipeline."""
+    s, args = _tiled_gpu_gemm(bind=False)
+    with pytest.raises(tc.ScheduleError, match=r"double_buffer on stages .*: computed at loop "
+                                               r"k.outer, which is outside any GPU kernel"):
+        tc.lower(s, args)
+

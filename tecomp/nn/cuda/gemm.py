@@ -33,7 +33,12 @@ class GemmConfig:
     the reduction advances ``k_tile`` at a time through shared memory.  ``unroll_k``
     unrolls the ``k_tile`` steps inside a shared tile (nvcc can then merge a thread's
     shared-memory reads into 16-byte vector loads); ``pad`` pads the rows of a tile read
-    down its columns by one element (fewer bank conflicts, but no vector loads)."""
+    down its columns by one element (fewer bank conflicts, but no vector loads).
+    ``vector`` (1, 2 or 4): each thread copies that many consecutive elements of a tile
+    row at a time (16-byte global loads and shared stores where aligned; a tile whose
+    row it does not divide is copied element by element).  ``double_buffer``: two
+    buffers per tile, the next k step's tile copied (asynchronously, ``cp.async`` on
+    sm_80+) while the block computes from the current one."""
 
     threads_m: int
     threads_n: int
@@ -42,6 +47,8 @@ class GemmConfig:
     k_tile: int
     unroll_k: bool = False
     pad: bool = True
+    vector: int = 1
+    double_buffer: bool = False
 
     @property
     def block_m(self) -> int:
@@ -176,7 +183,13 @@ def _schedule_gemm(s: Schedule, gemm: Tensor, out: Tensor, cfg: GemmConfig) -> N
             # [rows][KT] tile read down a column: pad the rows so that the threads of a
             # warp (rows RM or RN apart) fall in different banks
             s[S].storage_align(s[S].op.axis[0], KT, 1)
-        _cooperative_copy(s[S], threads, rows * KT)
+        # the tile's innermost extent: rows when k comes first in the operand, else KT
+        inner = rows if kfirst else KT
+        vec = cfg.vector if cfg.vector > 1 and inner % cfg.vector == 0 and not (
+            not kfirst and cfg.pad) else 1
+        _cooperative_copy(s[S], threads, rows * KT, vec)
+        if cfg.double_buffer:
+            s[S].double_buffer()
         # this thread's RM (RN) values of the current k: registers
         s[L].compute_at(sa, ki)
         s[L].unroll(s[L].op.axis[1 if kfirst else 0])
@@ -200,6 +213,9 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
     cfg = config if config is not None else gemm_config(M, N, K)
     if not isinstance(cfg, GemmConfig):
         raise ScheduleError(f"config must be a GemmConfig, got {cfg!r}")
+    if cfg.vector not in (1, 2, 4):
+        raise ScheduleError(f"GemmConfig.vector must be 1, 2 or 4 (elements a thread copies "
+                            f"at a time), got {cfg.vector!r}")
     _schedule_gemm(s, gemm, out, cfg)
     return s
 

@@ -1,0 +1,212 @@
+"""Double buffering of shared-memory tiles (``s[S].double_buffer()``), a GPU pass.
+
+Runs after barrier insertion.  ``schedule_ops`` marks the allocation of a
+double-buffered stage with ``AttrStmt("double_buffer", buffer, Allocate(buffer, ...))``
+where the stage is computed, inside a serial loop ``ko`` of a kernel.  After barrier
+insertion the loop's body has the shape the cooperative copies of a tiled GEMM give::
+
+    for ko:                           allocate S[2, ...]
+      allocate S                      copies(ko = 0) into S[0]
+        syncthreads()                 for ko:
+        copies into S          ==>      syncthreads()
+        syncthreads()                   if ko + 1 < n: copies(ko + 1) into S[(ko + 1) % 2]
+        reads of S                      reads of S[ko % 2]
+
+Where the loop is gone (an extent of 1, or an iteration that loop partitioning peeled
+off the main loop), the tile keeps one buffer.
+
+The copies of iteration ``ko + 1`` write the buffer that iteration ``ko - 1`` read, and
+the one barrier at the top of an iteration is after every thread finished those reads
+and after every thread's copy of the current tile; so one barrier an iteration is
+enough.  The copies are wrapped in ``AttrStmt("async_copy", ko, ...)``: a code
+generator may issue them asynchronously (CUDA: ``cp.async`` on sm_80+) provided it
+waits for them before the next barrier, which the CUDA renderer does.
+
+What does not have that shape is a ScheduleError naming the stage: a copy that reads
+what the rest of the iteration writes, a shared stage copied in the same iteration but
+not double-buffered (it would be overwritten while read), a stage not copied at the
+top of its loop.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from ..errors import ScheduleError
+from ..ir import op as _op
+from ..ir.expr import LT, Buffer, BufferLoad, Call, Const
+from ..ir.functor import Mutator, Visitor, substitute
+from ..ir.names import display
+from ..ir.simplify import simplify
+from ..ir.stmt import Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, SeqStmt, seq
+
+DOUBLE_BUFFER = "double_buffer"
+ASYNC_COPY = "async_copy"
+
+
+def _is_barrier(s) -> bool:
+    return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.op == "syncthreads"
+
+
+class _Access(Visitor):
+    """Buffers read and written by a statement (every scope)."""
+
+    def __init__(self):
+        self.reads, self.writes = set(), set()
+        self.other: List = []  # nodes that name a buffer otherwise (tensorize, prefetch)
+
+    def visit_BufferLoad(self, e):
+        self.reads.add(e.buffer)
+        self.generic_visit(e)
+
+    def visit_BufferStore(self, s):
+        self.writes.add(s.buffer)
+        self.generic_visit(s)
+
+    def visit_TensorIntrinCall(self, s):
+        self.other.extend(s.buffers)
+        self.generic_visit(s)
+
+
+def _access(s) -> _Access:
+    a = _Access()
+    a.visit(s)
+    return a
+
+
+class _Retarget(Mutator):
+    """Accesses of each old buffer go to slot ``slot`` of its doubled buffer."""
+
+    def __init__(self, bufs: Dict[Buffer, Buffer], slot):
+        self.bufs, self.slot = bufs, slot
+
+    def visit_BufferLoad(self, e):
+        idx = tuple(self.visit(i) for i in e.indices)
+        nb = self.bufs.get(e.buffer)
+        if nb is None:
+            return e if all(a is b for a, b in zip(idx, e.indices)) else BufferLoad(e.buffer, idx, e.dtype)
+        return BufferLoad(nb, (self.slot,) + idx, e.dtype)
+
+    def visit_BufferStore(self, s):
+        idx = tuple(self.visit(i) for i in s.indices)
+        val = self.visit(s.value)
+        nb = self.bufs.get(s.buffer)
+        if nb is None:
+            if val is s.value and all(a is b for a, b in zip(idx, s.indices)):
+                return s
+            return BufferStore(s.buffer, val, idx)
+        return BufferStore(nb, val, (self.slot,) + idx)
+
+
+def _doubled(b: Buffer) -> Buffer:
+    from .device_split import declared_size
+
+    inner = b.strides if b.strides is not None else b.row_major_strides()
+    span = Const(declared_size(b), "int32")
+    return Buffer(b.name, (Const(2, "int32"),) + tuple(b.shape), b.dtype,
+                  (span,) + tuple(inner), b.scope)
+
+
+class _DoubleBuffer(Mutator):
+    def __init__(self):
+        self.kernel_depth = 0
+
+    def visit_For(self, s):
+        is_thread = s.kind == "thread"
+        self.kernel_depth += is_thread
+        chain, inner = [], s.body
+        while isinstance(inner, Allocate) or (isinstance(inner, AttrStmt)
+                                               and inner.key == DOUBLE_BUFFER):
+            chain.append(inner)
+            inner = inner.body
+        marked = [c.value for c in chain if isinstance(c, AttrStmt)]
+        if marked:
+            out = self._transform(s, chain, self.visit(inner), marked)
+            self.kernel_depth -= is_thread
+            return out
+        body = self.visit(s.body)
+        self.kernel_depth -= is_thread
+        return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
+
+    def visit_AttrStmt(self, s):
+        if s.key == DOUBLE_BUFFER:
+            # its loop is gone (an extent of 1, or a part that loop partitioning peeled
+            # off): one iteration has nothing to overlap, one buffer is enough
+            return self.visit(s.body)
+        return self.generic_visit(s)
+
+    def _transform(self, loop: For, chain, inner, marked) -> For:
+        names = ", ".join(display(b.name) for b in marked)
+        what = f"double_buffer on stage{'s' if len(marked) > 1 else ''} {names}"
+        if loop.kind != "serial" or not self.kernel_depth:
+            raise ScheduleError(
+                f"{what}: computed at loop {display(loop.var.name)}, which is "
+                f"{'a ' + loop.kind + ' loop' if loop.kind != 'serial' else 'outside any GPU kernel'}"
+                f"; double buffering pipelines a serial loop inside the thread loops of a GPU "
+                f"kernel (build for cuda or cuda-emu, compute the stage at e.g. k.outer)")
+        items = list(inner.seq) if isinstance(inner, SeqStmt) else [inner]
+        n = 0
+        while n < len(items) and _is_barrier(items[n]):
+            n += 1
+        copies = []
+        while n < len(items) and not _is_barrier(items[n]):
+            copies.append(items[n])
+            n += 1
+        rest = items[n + 1:]
+        marked_set = set(marked)
+        acc_c = [_access(c) for c in copies]
+        acc_r = _access(seq(*rest)) if rest else _Access()
+        written = set().union(*(a.writes for a in acc_c)) if acc_c else set()
+        if not copies or not rest or not marked_set <= written:
+            missing = [b for b in marked if b not in written]
+            raise ScheduleError(
+                f"{what}: the iteration of loop {display(loop.var.name)} does not first copy "
+                f"{', '.join(display(b.name) for b in (missing or marked))} and then read it "
+                f"(the shape double buffering pipelines: every thread's share of the tile "
+                f"copied, a barrier, the reads)")
+        shared_written = {b for b in written if b.scope == "shared"}
+        others = [b for b in shared_written if b not in marked_set]
+        if others:
+            raise ScheduleError(
+                f"{what}: {display(others[0].name)} is copied in the same iteration of loop "
+                f"{display(loop.var.name)} but not double-buffered, so the early copy of the "
+                f"next tile would overwrite it while it is read; call "
+                f"s[{display(others[0].name)}].double_buffer() too")
+        reads_c = set().union(*(a.reads for a in acc_c))
+        clash = ((reads_c & acc_r.writes) | (written & (acc_r.writes | reads_c))
+                 | ((written - marked_set) & acc_r.reads))
+        if clash or any(b in marked_set for a in acc_c + [acc_r] for b in a.other):
+            b = next(iter(clash)) if clash else marked[0]
+            raise ScheduleError(
+                f"{what}: the copies of loop {display(loop.var.name)}'s iteration and the rest "
+                f"of it both use {display(b.name)}, so the next iteration's copy cannot run "
+                f"before this iteration's reads")
+        bufs = {b: _doubled(b) for b in marked}
+        ko, lo, ext = loop.var, loop.min, loop.extent
+
+        def slot_of(it):
+            rel = it if isinstance(lo, Const) and lo.value == 0 else _op.sub(it, lo)
+            return _op.floormod(rel, Const(2, ko.dtype))
+
+        def copies_at(it, slot):
+            body = _Retarget(bufs, slot).visit(simplify(substitute(seq(*copies), {ko: it})))
+            return AttrStmt(ASYNC_COPY, ko, body)
+
+        nxt = _op.add(ko, Const(1, ko.dtype))
+        body = seq(
+            Evaluate(Call("syncthreads", (), "int32")),
+            IfThenElse(_op.compare(LT, nxt, _op.add(lo, ext)), copies_at(nxt, slot_of(nxt)), None),
+            _Retarget(bufs, slot_of(ko)).visit(seq(*rest)),
+        )
+        for c in reversed(chain):  # allocations of other stages stay in the loop
+            if isinstance(c, Allocate) and c.buffer not in marked_set:
+                body = Allocate(c.buffer, body)
+        out = seq(copies_at(lo, Const(0, ko.dtype)),
+                  For(ko, lo, ext, loop.kind, body, loop.thread_tag))
+        for b in reversed(marked):
+            out = Allocate(bufs[b], out)
+        return out
+
+
+def double_buffer(func):
+    body = _DoubleBuffer().visit(func.body)
+    return func if body is func.body else func.with_body(body)
