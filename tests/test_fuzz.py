@@ -488,6 +488,139 @@ def test_fuzz_entry_point_cross_target(tmp_path):
     assert "mismatches: 0" in out and "crashes: 0" in out and p.returncode == 0, out
 
 
+# --gpu-target cuda: the GPU cases on the real GPU, compared with the interpreter and with
+# the emulation
+
+
+def _gpu_seeds(gpu_every, count):
+    """The first ``count`` seeds the fuzzer draws as GPU cases with ``--gpu-every``."""
+    return [s for s in range(gpu_every * count) if s % gpu_every == gpu_every - 1]
+
+
+@pytest.mark.skipif(not HAVE_CXX, reason="the CUDA emulation needs a C++ compiler")
+def test_fuzzer_gpu_cases_are_the_same_whatever_the_gpu_target():
+    """--gpu-target picks only what a GPU case is built for: the program, the schedule,
+    the size and the data seed are those of the emulation's case (int8 GEMMs run as dp4a
+    among them); CPU cases are not changed."""
+    from tecomp.testing.fuzz import case_for_seed
+
+    seen_dp4a = False
+    for seed in _gpu_seeds(3, 8):
+        emu = case_for_seed(seed, 3, 5, "llvm", 10)
+        gpu = case_for_seed(seed, 3, 5, "llvm", 10, gpu_target="cuda")
+        assert (emu.target, gpu.target) == ("cuda-emu", "cuda")
+        assert gpu.program.source() == emu.program.source()
+        assert (gpu.steps, gpu.n, gpu.seed, gpu.auto) == (emu.steps, emu.n, emu.seed, emu.auto)
+        seen_dp4a |= "int8 GEMM" in gpu.name
+        assert 'target="cuda")' in gpu.source()
+    assert seen_dp4a
+    for seed in (0, 1, 3):
+        emu, gpu = case_for_seed(seed, 3, 5), case_for_seed(seed, 3, 5, gpu_target="cuda")
+        assert emu.target == gpu.target == "llvm" and emu.source() == gpu.source()
+
+
+def _wrong_gpu_driver():
+    """A stand-in GPU driver (the emulation, as in test_cuda_gpu.py) whose copies back to
+    the host are off by one: a GPU that disagrees with the emulation."""
+    from test_cuda_gpu import EmuDriver
+
+    class WrongGpu(EmuDriver):
+        def dtoh(self, host, ptr):
+            super().dtoh(host, ptr)
+            if host.dtype == bool:
+                np.logical_not(host, out=host)
+            else:
+                host += np.ones((), host.dtype)
+
+    return WrongGpu()
+
+
+@pytest.mark.skipif(not HAVE_CXX, reason="the CUDA emulation needs a C++ compiler")
+def test_gpu_target_cuda_compares_the_gpu_with_the_emulation(monkeypatch):
+    """A cuda case runs on the GPU (here the emulation standing in for the driver) and in
+    the emulation; outputs that differ are a mismatch led by 'cuda vs cuda-emu', and the
+    report's reproducer builds for target="cuda"."""
+    from test_cuda_gpu import EmuDriver
+
+    from tecomp.runtime import cuda as runtime_cuda
+    from tecomp.testing.diff import compare as _compare
+    from tecomp.testing import diff
+    from tecomp.testing.fuzz import case_for_seed
+
+    seed = _gpu_seeds(3, 1)[0]
+    case = case_for_seed(seed, 3, 5, "llvm", 10, gpu_target="cuda")
+    whats = []
+
+    def compare(got, ref, dtype, what, widen=1.0):
+        whats.append(what.split(",")[0])
+        return _compare(got, ref, dtype, what, widen)
+
+    monkeypatch.setattr(diff, "compare", compare)
+    monkeypatch.setattr(runtime_cuda, "_DRIVER", EmuDriver())
+    out = run_case(case)
+    assert out.kind == "ok", out.report()
+    assert {"cuda vs numpy", "cuda-emu vs numpy", "cuda-emu reverse vs numpy", "cuda vs interp",
+            "cuda-emu vs interp", "cuda vs cuda-emu"} <= set(whats), whats
+
+    monkeypatch.setattr(runtime_cuda, "_DRIVER", _wrong_gpu_driver())
+    out = run_case(case)
+    assert out.kind == "mismatch" and out.stage == "compare", out.report()
+    assert out.detail.startswith("cuda vs cuda-emu, output "), out.detail
+    assert "cuda vs interp" in out.detail and "cuda-emu vs interp" not in out.detail
+    report = out.report()
+    assert f"seed={case.seed}, target=cuda)" in report.splitlines()[0]
+    src = report.split("-- reproducer --\n", 1)[1]
+    assert 'f = tc.build(s, args, target="cuda")' in src
+    assert 'emu = tc.build(s, args, target="cuda-emu")' in src
+    compile(src, "<reproducer>", "exec")
+
+
+@pytest.mark.parametrize("extra", [("--cases", "3"), ("--replay", "2")], ids=["run", "replay"])
+def test_gpu_target_cuda_without_a_gpu_exits_2_at_once(tmp_path, extra):
+    """Where pycuda or a GPU is missing, --gpu-target cuda stops at the start with exit
+    status 2 and one line saying why (no traceback, no case run)."""
+    from tecomp.testing.fuzz import cuda_unavailable
+
+    if HAVE_CXX and cuda_unavailable() is None:
+        pytest.skip("a GPU is here: the fuzzer runs")
+    p = _run_fuzz(tmp_path, cases=3, gpu_every=1, seed=0, extra=("--gpu-target", "cuda", *extra))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stdout == "", p.stdout
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("python -m tecomp.testing.fuzz: --gpu-target cuda needs a CUDA "
+                               "GPU with pycuda and nvcc: "), lines[0]
+
+
+@pytest.fixture
+def cuda_gpu():
+    from tecomp.errors import RuntimeUnavailableError
+    from tecomp.runtime import cuda as runtime_cuda
+
+    if not HAVE_CXX:
+        pytest.skip("the CUDA emulation needs a C++ compiler")
+    try:
+        return runtime_cuda.default_driver()
+    except RuntimeUnavailableError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.mark.gpu
+def test_fuzz_entry_point_gpu_target_cuda(tmp_path, cuda_gpu):
+    """12 GPU cases (3 of them int8 GEMMs as dp4a) on the GPU: each agrees with the
+    interpreter, numpy and the emulation (or is a rejected schedule); a seed replays."""
+    p = _run_fuzz(tmp_path, cases=12, gpu_every=1, seed=0,
+                  extra=("--gpu-target", "cuda", "--jobs", "4"))
+    out = p.stdout
+    assert "cases run: 12 (cuda: 12)" in out, out + p.stderr
+    assert "of which the GPU and the emulation disagree (cuda vs cuda-emu): 0" in out, out
+    assert p.returncode == 0, out
+    p = _run_fuzz(tmp_path, cases=1, gpu_every=1, seed=0,
+                  extra=("--gpu-target", "cuda", "--replay", "3"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert 'target="cuda")' in p.stdout, p.stdout
+
+
 def test_campaign_seed_3055292_producer_of_a_root_copy_stays_at_the_root():
     """The auto-scheduler's analytic schedule computed an elementwise producer (C3) at
     the reduction's task loop while its only reader was a transposed copy of it made at

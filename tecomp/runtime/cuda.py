@@ -38,7 +38,7 @@ from .argcheck import (
     ArgChecker, array_meta, check_no_alias, eval_host_expr, param_checks_of, param_label,
 )
 from ..codegen.cuda import CudaSource, KernelInfo, codegen_cuda, compile_ptx
-from ..errors import ArgumentError, BuildError, RuntimeUnavailableError
+from ..errors import ArgumentError, BuildError, ResourceLimitError, RuntimeUnavailableError
 from ..ir.expr import Buffer
 from ..ir.stmt import PrimFunc
 from .timing import Timed
@@ -317,10 +317,11 @@ class CudaModule(CudaSourceModule):
 
 
 def _check_device_launch(drv, fn, kern: KernelInfo, grid, block) -> None:
-    """Check one launch against the device; BuildError when the sizes are constants
-    (the schedule must change), ArgumentError when they come from the arguments."""
+    """Check one launch against the device; ResourceLimitError (a BuildError) when the
+    sizes are constants (the schedule must change), ArgumentError when they come from the
+    arguments."""
     const_block = kern.constant_block is not None
-    err = BuildError if const_block else ArgumentError
+    err = ResourceLimitError if const_block else ArgumentError
     where = f"{kern.name} (stage {kern.stage})"
     dims = "xyz"
     for i in range(3):
@@ -342,8 +343,9 @@ def _check_device_launch(drv, fn, kern: KernelInfo, grid, block) -> None:
         raise err(f"{where}: {n} threads per block, but the compiled kernel{regs} fits at most "
                   f"{fmax}; use smaller threadIdx extents or less work per thread")
     if kern.shared_bytes > drv.max_shared_per_block:
-        raise BuildError(f"{where}: {kern.shared_bytes} bytes of shared memory per block, more "
-                         f"than the {drv.max_shared_per_block} the device allows")
+        raise ResourceLimitError(f"{where}: {kern.shared_bytes} bytes of shared memory per "
+                                 f"block, more than the {drv.max_shared_per_block} the device "
+                                 f"allows")
 
 
 def build_cuda(func: PrimFunc, driver=None, target=None) -> CudaModule:

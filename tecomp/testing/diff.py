@@ -2,13 +2,14 @@
 
 :func:`run_case` lowers and builds the case, runs the reference interpreter on the
 lowered IR, the compiled kernel (LLVM, or the CUDA emulation for GPU schedules) and the
-numpy reference, and compares all three.  It never raises for a finding: it returns an
-:class:`Outcome` whose ``kind`` is ``ok``, ``rejected`` (the target refused the schedule
-for a documented resource limit: a :class:`~tecomp.errors.ResourceLimitError`, e.g. a
-GPU tile over the 48 KiB of static shared memory; not a failure), ``mismatch`` or
-``crash`` (any other exception out of tecomp for a legal program, including a
-``ScheduleError`` for a sequence the docs call legal) and whose :meth:`Outcome.report`
-prints a standalone reproducer.
+numpy reference, and compares all three.  A case for target ``"cuda"`` runs on the GPU
+and in the emulation, and the GPU's outputs are also compared with the emulation's.  It
+never raises for a finding: it returns an :class:`Outcome` whose ``kind`` is ``ok``,
+``rejected`` (the target refused the schedule for a documented resource limit: a
+:class:`~tecomp.errors.ResourceLimitError`, e.g. a GPU tile over the 48 KiB of static
+shared memory; not a failure), ``mismatch`` or ``crash`` (any other exception out of
+tecomp for a legal program, including a ``ScheduleError`` for a sequence the docs call
+legal) and whose :meth:`Outcome.report` prints a standalone reproducer.
 """
 from __future__ import annotations
 
@@ -83,6 +84,12 @@ class Case:
         lines.append(f"interp.run(tc.lower(s, args), {call})  # the reference interpreter")
         lines.append(f"for g, want in zip(got, [{', '.join(outs)}]):")
         lines.append("    print(np.max(np.abs(g.astype('float64') - want), initial=0))")
+        if _target_kind(self.target) == "cuda":
+            # the fuzzer compares the GPU's outputs with the emulation's too
+            lines.append('emu = tc.build(s, args, target="cuda-emu")  # the CUDA emulation')
+            lines.append(f"emu({call})")
+            lines.append(f"for g, want in zip(got, [{', '.join(outs)}]):")
+            lines.append("    print(np.max(np.abs(g.astype('float64') - want), initial=0))")
         return "\n".join(x for x in lines if x)
 
 
@@ -117,6 +124,13 @@ class Outcome:
             out += ["-- lowered IR --", self.ir]
         out += ["-- reproducer --", self.case.source()]
         return "\n".join(out)
+
+
+def _target_kind(target: str) -> str:
+    """The kind of a target string: ``llvm``, ``cuda`` or ``cuda-emu``."""
+    import tecomp as tc
+
+    return tc.Target(target).kind
 
 
 def _auto_rng_src(auto: int) -> str:
@@ -232,9 +246,14 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
                 target=tc.Target(case.target).kind)
         stage = "build"
         # (an llvm target for another CPU builds the same lowered function, cross-compiled)
-        llvm = tc.Target(case.target).kind == "llvm"
-        mod = tc.build(func if llvm else tc.lower(s, args, target=case.target),
+        kind = tc.Target(case.target).kind
+        mod = tc.build(func if kind == "llvm" else tc.lower(s, args, target=case.target),
                        target=case.target)
+        emu = None
+        if kind == "cuda":
+            # the real GPU is compared with the emulation of the same schedule too
+            stage = "build cuda-emu"
+            emu = tc.build(tc.lower(s, args, target="cuda-emu"), target="cuda-emu")
     except tc.ResourceLimitError as e:  # a legal schedule the target cannot run: no finding
         return Outcome("rejected", case, stage, _exc_text(e), ir)
     except Exception as e:  # noqa: BLE001 - a crash is a finding
@@ -265,11 +284,16 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
         arrs = fresh()
         mod(*arrs)
         results[case.target] = arrs
-        if case.target == "cuda-emu":
+        if emu is not None:
+            stage = "cuda-emu"
+            arrs = fresh()
+            emu(*arrs)
+            results["cuda-emu"] = arrs
+        if case.target == "cuda-emu" or emu is not None:
             # deterministic thread order, last thread first: a missing barrier shows
             stage = "cuda-emu (mode=reverse)"
             arrs = fresh()
-            mod(*arrs, mode="reverse")
+            (emu or mod)(*arrs, mode="reverse")
             results["cuda-emu reverse"] = arrs
         if case.target == "llvm" and "torch" in also:
             stage = "llvm with torch tensors"
@@ -290,10 +314,18 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
             arrs = fresh()
             _interp.run(func, *arrs)
             results["interp"] = arrs
+    except tc.ResourceLimitError as e:
+        # a limit only the device knows, checked at the launch (e.g. the threads per
+        # block that the compiled kernel's registers allow): no finding
+        return Outcome("rejected", case, stage, _exc_text(e), ir)
     except Exception as e:  # noqa: BLE001
         return Outcome("crash", case, stage, _exc_text(e), ir)
 
+    # the compiled kernels compared with the interpreter: the case's target, and the
+    # emulation of a case run on the GPU
+    compiled = [case.target] + (["cuda-emu"] if emu is not None else [])
     problems = []
+    hw_vs_emu = []  # the GPU against the emulation: a finding of its own (listed first)
     widen = _accumulation_factor(prog, case.n)
     for pos, i in enumerate(order):
         if i in inputs:
@@ -308,14 +340,20 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
                           widen if spec.dtype in ("bfloat16", "float16") else 1.0)
             if msg:
                 problems.append(msg)
-        if "interp" in results:
-            a, b = results[case.target][pos], results["interp"][pos]
+        for name in compiled if "interp" in results else ():
+            a, b = results[name][pos], results["interp"][pos]
             msg = compare(a, b.astype(np.float64) if is_float(spec.dtype) else b, spec.dtype,
-                          f"{case.target} vs interp, output {spec.name}")
+                          f"{name} vs interp, output {spec.name}")
             if msg:
                 problems.append(msg)
-    if problems:
-        return Outcome("mismatch", case, "compare", "\n".join(problems), ir)
+        if emu is not None:
+            a, b = results[case.target][pos], results["cuda-emu"][pos]
+            msg = compare(a, b.astype(np.float64) if is_float(spec.dtype) else b, spec.dtype,
+                          f"{case.target} vs cuda-emu, output {spec.name}")
+            if msg:
+                hw_vs_emu.append(msg)
+    if hw_vs_emu or problems:
+        return Outcome("mismatch", case, "compare", "\n".join(hw_vs_emu + problems), ir)
     return Outcome("ok", case, "", "", ir)
 
 

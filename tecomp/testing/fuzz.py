@@ -3,6 +3,7 @@
     python -m tecomp.testing.fuzz --cases 2000              # 2 worker processes by default
     python -m tecomp.testing.fuzz --cases 500 --seed 10000 --jobs 1 --check-passes
     python -m tecomp.testing.fuzz --replay 1234              # the report + reproducer of one seed
+    python -m tecomp.testing.fuzz --cases 500 --gpu-every 1 --gpu-target cuda   # on a GPU
 
 Case ``k`` is drawn from ``random.Random(k)`` (a program, a legal schedule, dtypes, shapes,
 a value of the symbolic extent); every ``--auto-every``-th case has the auto-scheduler's
@@ -12,7 +13,14 @@ the auto-scheduler tensorizes with the target's u8 x s8 dot-product intrinsic wh
 shape allows (random knobs: which intrinsic or none, the register block); every
 ``--gpu-every``-th case is a GPU-bound schedule run
 in the CUDA emulation (needs g++; 0 disables), a quarter of them (with
-``--tensorize-every``) int8 GEMMs whose reduction runs as CUDA's dp4a; every
+``--tensorize-every``) int8 GEMMs whose reduction runs as CUDA's dp4a.  With
+``--gpu-target cuda`` the same GPU cases (the same programs, schedules and data) run on
+the GPU through pycuda (device 0, kernels compiled by nvcc) and in the emulation too: the
+GPU's outputs are compared with numpy, the interpreter (the emulation's tolerances) and
+the emulation's outputs; a disagreement with the emulation is a mismatch whose report
+leads with ``cuda vs cuda-emu``, counted apart in the summary, and the reproducer builds
+for ``target="cuda"``.  Where pycuda, a GPU, nvcc or g++ is missing the run stops at the
+start with exit status 2 and one line saying why.  Every
 ``--torch-every``-th CPU case also runs with torch tensors for its arrays, and every ``--aot-every``-th exported with
 ``export_library`` and loaded with ``tc.load_module``.  Cases run in worker subprocesses, so a
 case that kills its process (a segfault in generated code) is recorded as a crash and the
@@ -23,7 +31,7 @@ worker killed and is recorded as a hang.  At the end it prints the cases run, th
 shared memory; counted apart and not failures), the mismatches and the crashes (any
 other exception; grouped by their first line), and writes one report with a standalone
 reproducer per failing seed into ``--out`` (default ``$TMPDIR/tecomp-fuzz-reports``).
-The exit status is 1 when anything failed.
+The exit status is 1 when anything failed (2: ``--gpu-target cuda`` cannot run here).
 """
 from __future__ import annotations
 
@@ -38,22 +46,35 @@ import time
 from collections import Counter, defaultdict
 
 
+GPU_TARGETS = ("cuda-emu", "cuda")
+
+
+def _have_cxx() -> bool:
+    """Whether the C++ compiler the CUDA emulation needs is there (without it, no case is
+    a GPU case)."""
+    return shutil.which(os.environ.get("CXX", "g++")) is not None
+
+
 def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: str = "llvm",
-                  tensorize_every: int = 0):
+                  tensorize_every: int = 0, gpu_target: str = "cuda-emu"):
     """Case ``seed``.  ``cpu_target``: the llvm target its CPU cases are built for (the
     same program and schedule as with ``"llvm"``; e.g. ``"llvm -mcpu=haswell"`` runs AVX2
-    code built on this machine)."""
+    code built on this machine).  ``gpu_target``: the target its GPU cases are built for,
+    ``"cuda-emu"`` (the emulation) or ``"cuda"`` (the GPU, and the emulation beside it; see
+    ``run_case``): the same program and schedule either way."""
     import dataclasses
 
     from .diff import draw_case, draw_gpu_int8_gemm_case, draw_int8_gemm_case
     from .draw import RandomDraw
 
+    if gpu_target not in GPU_TARGETS:
+        raise ValueError(f"gpu_target must be one of {GPU_TARGETS}, not {gpu_target!r}")
     target = "llvm"
-    if gpu_every and seed % gpu_every == gpu_every - 1 and shutil.which(os.environ.get("CXX", "g++")):
+    if gpu_every and seed % gpu_every == gpu_every - 1 and _have_cxx():
         target = "cuda-emu"
     if target == "cuda-emu" and tensorize_every and (seed // gpu_every) % 4 == 3:
         case = draw_gpu_int8_gemm_case(RandomDraw(seed), name=f"fuzz seed {seed} (int8 GEMM, "
-                                       "cuda-emu: dp4a)")
+                                       f"{gpu_target}: dp4a)")
     elif target == "llvm" and tensorize_every and seed % tensorize_every == 3 % tensorize_every:
         case = draw_int8_gemm_case(RandomDraw(seed), name=f"fuzz seed {seed} (int8 GEMM, "
                                    "auto_schedule: tensorize)")
@@ -61,9 +82,31 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
         case = draw_case(RandomDraw(seed), name=f"fuzz seed {seed} (auto_schedule)", auto=True)
     else:
         case = draw_case(RandomDraw(seed), target=target, name=f"fuzz seed {seed}")
-    if target == "cuda-emu" or cpu_target == "llvm":
+    if target == "cuda-emu":
+        # drawn for the emulation whatever gpu_target is: only the target differs
+        return case if gpu_target == "cuda-emu" else dataclasses.replace(case, target=gpu_target)
+    if cpu_target == "llvm":
         return case
     return dataclasses.replace(case, target=cpu_target)
+
+
+def cuda_unavailable() -> "str | None":
+    """Why ``--gpu-target cuda`` cannot run here (None when it can): its GPU cases run on
+    device 0 through pycuda (compiled by nvcc) and in the CUDA emulation (a C++ compiler)."""
+    from ..errors import RuntimeUnavailableError
+
+    if not _have_cxx():
+        return (f"no C++ compiler ({os.environ.get('CXX', 'g++')}) for the CUDA emulation, "
+                "which the GPU's outputs are compared with")
+    try:
+        from ..runtime.cuda import default_driver
+
+        default_driver()
+    except RuntimeUnavailableError as e:
+        return str(e)
+    if shutil.which("nvcc") is None:
+        return "nvcc is not on PATH (pycuda compiles the generated CUDA C with it)"
+    return None
 
 
 def also_for_seed(seed: int, args) -> tuple:
@@ -105,7 +148,7 @@ def _worker(args) -> int:
             time.sleep(3600)   # the test of --case-timeout: a case that never ends
         try:
             case = case_for_seed(seed, args.gpu_every, args.auto_every, args.cpu_target,
-                                 args.tensorize_every)
+                                 args.tensorize_every, args.gpu_target)
             o = run_case(case, check_passes=args.check_passes, also=also_for_seed(seed, args))
         except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself
             print(json.dumps({"seed": seed, "kind": "crash", "target": "?",
@@ -132,7 +175,8 @@ def _spawn(args, start, count, step):
            "--count", str(count), "--step", str(step), "--gpu-every", str(args.gpu_every),
            "--auto-every", str(args.auto_every), "--cpu-target", args.cpu_target,
            "--torch-every", str(args.torch_every), "--aot-every", str(args.aot_every),
-           "--tensorize-every", str(args.tensorize_every), "--out", args.out]
+           "--tensorize-every", str(args.tensorize_every), "--gpu-target", args.gpu_target,
+           "--out", args.out]
     if args.check_passes:
         cmd.append("--check-passes")
     env = dict(os.environ)
@@ -147,6 +191,10 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--gpu-every", type=int, default=25,
                     help="every k-th case is a GPU schedule in the CUDA emulation (0: none)")
+    ap.add_argument("--gpu-target", choices=GPU_TARGETS, default="cuda-emu",
+                    help="what the GPU cases run on: cuda-emu (default), the emulation; cuda, "
+                         "the GPU through pycuda, compared with the interpreter and with the "
+                         "emulation (exit status 2 at once where there is no GPU)")
     ap.add_argument("--auto-every", type=int, default=5,
                     help="every k-th case has the auto-scheduler's schedule (0: none)")
     ap.add_argument("--tensorize-every", type=int, default=10,
@@ -176,11 +224,17 @@ def main(argv=None) -> int:
 
     if args.worker:
         return _worker(args)
+    if args.gpu_target == "cuda":
+        why = cuda_unavailable()
+        if why is not None:
+            print(f"{ap.prog}: --gpu-target cuda needs a CUDA GPU with pycuda and nvcc: "
+                  f"{' '.join(why.split())}", file=sys.stderr)
+            return 2
     if args.replay is not None:
         from .diff import run_case
 
         case = case_for_seed(args.replay, args.gpu_every, args.auto_every, args.cpu_target,
-                             args.tensorize_every)
+                             args.tensorize_every, args.gpu_target)
         o = run_case(case, check_passes=args.check_passes, also=also_for_seed(args.replay, args))
         if o.rejected:
             print(f"seed {args.replay}: rejected in {o.stage} (a resource limit of the target, "
@@ -294,6 +348,10 @@ def main(argv=None) -> int:
         print(f"  [{len(seeds)}x] {sig}  (seeds {', '.join(map(str, seeds[:8]))}"
               f"{', ...' if len(seeds) > 8 else ''})")
     print(f"mismatches: {kinds['mismatch']}")
+    if args.gpu_target == "cuda":
+        hw = sum(len(v) for k, v in sigs.items()
+                 if k.startswith("mismatch in compare: cuda vs cuda-emu"))
+        print(f"  of which the GPU and the emulation disagree (cuda vs cuda-emu): {hw}")
     print(f"crashes: {kinds['crash']}")
     print(f"hangs (over --case-timeout): {kinds['hang']}")
     for sig, seeds in sorted(sigs.items(), key=lambda x: -len(x[1])):
