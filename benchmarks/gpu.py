@@ -16,7 +16,9 @@ Workloads (float32, the schedules of ``tecomp.nn.cuda``):
 * the two ResNet 3x3 convolutions (stride 1, padding 1, N = 32): C = K = 64 at 56x56 and
   C = K = 256 at 14x14, NCHW and NHWC, against cuDNN through ``torch.nn.functional.conv2d``
   (``cudnn.benchmark`` on, so cuDNN picks its fastest algorithm; NHWC as channels-last);
-* softmax over the rows of a 4096 x 1024 matrix against ``torch.softmax``.
+* softmax over the rows of a 4096 x 1024 matrix against ``torch.softmax``;
+* attention's scores as a batched matmul (96 x 512 x 512 x 64) written in plain TE and
+  scheduled by ``tc.auto_schedule(args, target="cuda")``, against ``torch.bmm``.
 
 TF32 is off everywhere (``torch.backends.cuda.matmul.allow_tf32 = False``,
 ``torch.backends.cudnn.allow_tf32 = False``, ``CUPY_TF32=0``): every tool computes in
@@ -280,6 +282,40 @@ def gemm_workload(n: int) -> Workload:
                     configs=lambda: gemm_sweep(nn_cuda.gemm_config(n, n, n)))
 
 
+def bmm_workload(B: int, n: int, d: int) -> Workload:
+    """Attention's scores ``S[b, i, j] = sum_k Q[b, i, k] K[b, j, k]``, written in plain TE
+    and scheduled by ``tc.auto_schedule(args, target="cuda")`` (no template has it);
+    ``--sweep`` tries GEMM tilings through the same rules."""
+    def build(target="cuda", config=None):
+        from tecomp.autoschedule.cuda_rules import apply_cuda_rules
+
+        Q = tc.placeholder((B, n, d), name="Q")
+        K = tc.placeholder((B, n, d), name="K")
+        k = tc.reduce_axis((0, d), name="k")
+        S = tc.compute((B, n, n), lambda b, i, j: tc.sum(Q[b, i, k] * K[b, j, k], axis=k),
+                       name="S")
+        s = apply_cuda_rules([Q, K, S], gemm=config)
+        return tc.build(s, [Q, K, S], target=target, name=f"bmm{B}x{n}x{d}")
+
+    def setup(torch, cupy):
+        rng = np.random.default_rng(0)
+        q = rng.standard_normal((B, n, d), dtype=np.float32)
+        kk = rng.standard_normal((B, n, d), dtype=np.float32)
+        refs = {}
+        expect = lambda: q.astype(np.float64) @ kk.astype(np.float64).transpose(0, 2, 1)  # noqa: E731
+        if torch is not None:
+            tq, tk = torch.from_numpy(q).cuda(), torch.from_numpy(kk).cuda()
+            tout = torch.empty((B, n, n), device="cuda")
+            refs["torch"] = Reference(lambda: torch.bmm(tq, tk.transpose(1, 2), out=tout),
+                                      lambda: _np(tout))
+            expect = lambda: torch.bmm(tq.double(), tk.double().transpose(1, 2)).cpu().numpy()  # noqa: E731
+        return Setup([q, kk, np.zeros((B, n, n), np.float32)], refs, expect)
+
+    return Workload(f"bmm {B}x{n}x{n}x{d} (auto_schedule)", build, setup,
+                    flops=2.0 * B * n * n * d,
+                    configs=lambda: gemm_sweep(nn_cuda.gemm_config(n, n, d, B)))
+
+
 def conv_workload(C: int, HW: int, layout: str, N: int = 32) -> Workload:
     """3x3, stride 1, padding 1, C input and output channels."""
     def build(target="cuda", config=None):
@@ -429,6 +465,7 @@ WORKLOADS = [
     conv_workload(64, 56, "nhwc"),
     conv_workload(256, 14, "nhwc"),
     softmax_workload(4096, 1024),
+    bmm_workload(96, 512, 64),
 ]
 
 

@@ -1,5 +1,6 @@
 """Shared helpers for the test suite."""
 import numpy as np
+import pytest
 
 import tecomp as tc
 
@@ -161,3 +162,16 @@ def build_and_interp(s, args, make_arrays):
     tc.build(s, args)(*compiled)
     interp.run(tc.lower(s, args), *interpreted)
     return compiled, interpreted
+
+
+@pytest.fixture(scope="module")
+def gpu_driver():
+    """The pycuda driver of device 0 (a module's GPU tests share it); the test is skipped
+    where there is no GPU or no pycuda."""
+    from tecomp.errors import RuntimeUnavailableError
+    from tecomp.runtime import cuda as runtime_cuda
+
+    try:
+        return runtime_cuda.default_driver()
+    except RuntimeUnavailableError as exc:
+        pytest.skip(str(exc))

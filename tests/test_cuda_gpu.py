@@ -28,6 +28,7 @@ from tecomp.ir import Buffer, PrimFunc, Var  # noqa: E402
 from tecomp.codegen.cuda import find_nvcc  # noqa: E402
 from tecomp.codegen.cuda_emu import compile_emu_library, find_cxx  # noqa: E402
 from tecomp.runtime.cuda import build_cuda  # noqa: E402
+from helpers import gpu_driver  # noqa: F401  (a fixture)
 
 
 def _have_cxx():
@@ -263,14 +264,6 @@ def test_get_source_ptx():
 
 
 # --------------------------------------------------------------------------- real GPU
-
-
-@pytest.fixture(scope="module")
-def gpu_driver():
-    try:
-        return runtime_cuda.default_driver()
-    except RuntimeUnavailableError as exc:
-        pytest.skip(str(exc))
 
 
 @pytest.mark.gpu

@@ -710,3 +710,19 @@ def test_campaign_seed_6203552_bfloat16_product_within_the_widened_tolerance():
 
     out = run_case(case_for_seed(6203552, 25, 3))
     assert out.ok, out.report()
+
+
+@pytest.mark.skipif(not HAVE_CXX, reason="the CUDA emulation needs a C++ compiler")
+def test_fuzzer_gpu_cases_include_the_gpu_rules():
+    """A quarter of the GPU cases have the auto-scheduler's GPU schedule
+    (auto_schedule(target="cuda")'s rules) of a random program; they run in the
+    emulation against the interpreter and numpy, and their reproducer calls the rules."""
+    from tecomp.testing.fuzz import case_for_seed
+
+    seeds = [s for s in range(40) if s % 2 == 1 and (s // 2) % 4 == 1]
+    for seed in seeds[:4]:
+        case = case_for_seed(seed, 2, 5, "llvm", 10)
+        assert case.target == "cuda-emu" and case.auto == -1 and "auto_schedule" in case.name
+        assert "apply_cuda_rules(args" in case.source()
+        out = run_case(case)
+        assert out.ok, out.report()

@@ -33,6 +33,7 @@ from tecomp.errors import RuntimeUnavailableError, ScheduleError
 from tecomp.ir import interp
 from tecomp.nn import ops
 from tecomp.nn import cuda as sc
+from helpers import gpu_driver  # noqa: F401  (a fixture)
 
 needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
                                reason="the CUDA emulation needs a C++ compiler")
@@ -642,7 +643,8 @@ def test_gpu_benchmark_script_exits_cleanly_without_pycuda():
 @needs_cxx
 @pytest.mark.parametrize("w", [BENCH.gemm_workload(40), BENCH.conv_workload(5, 6, "nchw", N=2),
                                BENCH.conv_workload(6, 5, "nhwc", N=2),
-                               BENCH.softmax_workload(3, 50)], ids=lambda w: w.name)
+                               BENCH.softmax_workload(3, 50), BENCH.bmm_workload(2, 40, 16)],
+                         ids=lambda w: w.name)
 def test_gpu_benchmark_workloads_check_out(w):
     """The benchmark's own data layouts and float64 references (numpy, as without PyTorch)
     agree with its tecomp kernels, here at small sizes in the emulation."""
@@ -715,16 +717,6 @@ def test_nvcc_compiles_every_case_and_keeps_tiles_in_registers():
 
 
 # --------------------------------------------------------------------------- real GPU
-
-
-@pytest.fixture(scope="module")
-def gpu_driver():
-    from tecomp.runtime import cuda as runtime_cuda
-
-    try:
-        return runtime_cuda.default_driver()
-    except RuntimeUnavailableError as exc:
-        pytest.skip(str(exc))
 
 
 @pytest.mark.gpu

@@ -30,6 +30,18 @@ class AutoScheduleWarning(UserWarning):
     that no longer replays, a search that was cut short)."""
 
 
+def _gpu_kind(target) -> bool:
+    """Whether ``target`` names the GPU (cuda or cuda-emu); a bad target is left to
+    ``cpu_target``'s message."""
+    from ..errors import TargetError
+    from ..target import as_target
+
+    try:
+        return as_target(target).kind in ("cuda", "cuda-emu")
+    except TargetError:
+        return False
+
+
 def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
                   timeout: Optional[float] = None, progress: Optional[bool] = None,
                   shapes: Optional[dict] = None, runner="local", search: str = "model"):
@@ -47,11 +59,19 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
     * ``shapes={"n": 1024}`` binds symbolic extents for the decisions and the
       measurements; the schedule stays correct for any value.
 
+    For ``target="cuda"`` (or ``"cuda-emu"``): the rule-based GPU schedule
+    (:mod:`tecomp.autoschedule.cuda_rules`; ``trials=0`` only, no records yet).
+
     Returns an ordinary Schedule; ``s.trace.python(args)`` prints it as Python."""
     from ..nn.cpu.machine import cpu_info
     from .rules import Knobs, apply_rules
 
     args = check_args(args)
+    if _gpu_kind(target):
+        from .cuda_rules import apply_cuda_rules, check_cuda_request
+
+        check_cuda_request(trials, log)
+        return apply_cuda_rules(args, check_shapes(args, shapes))
     target = cpu_target(target, "auto_schedule")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
         raise AutoScheduleError(f"auto_schedule: trials must be an int >= 0 (0: no "

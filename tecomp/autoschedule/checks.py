@@ -59,7 +59,7 @@ def cpu_target(target, who: str):
         raise AutoScheduleError(f"{who}: {exc}") from None
     if target.kind != "llvm":
         raise AutoScheduleError(
-            f"{who}: target={str(target)!r:.60} is not supported yet; the "
-            "auto-scheduler writes CPU schedules (target='llvm', or 'llvm -mcpu=...'); for "
-            "the GPU use tecomp.nn.cuda or write the schedule")
+            f"{who}: target={str(target)!r:.60} is not supported yet; this part of the "
+            "auto-scheduler is for CPU schedules (target='llvm', or 'llvm -mcpu=...'); for "
+            "the GPU, tc.auto_schedule(args, target='cuda') gives the rule-based schedule")
     return target

@@ -74,6 +74,37 @@ def _inline_injective(s: Schedule, ops, keep=()) -> None:
             st.compute_inline()
 
 
+def _contraction_operands(op: ComputeOp):
+    """For a (batched) GEMM ``C[b.., i, j] = sum_k X[b.., i, k] * Y[b.., k, j]`` (either
+    operand's last two indices in either order, its leading indices batch axes of C or
+    none -- a broadcast operand): ``(nbatch, (a, a_kfirst), (b, b_kfirst))``, as
+    :func:`_gemm_operands` with ``nbatch`` leading batch axes; None when ``op`` is not
+    one (two data axes or more, one reduction axis, a sum of a product of the two
+    operands read that way)."""
+    body = op.body
+    if not isinstance(body, Reduce) or len(op.axis) < 2 or len(op.reduce_axis) != 1 \
+            or body.combiner.name != "sum":
+        return None
+    *batch, i, j = (iv.var for iv in op.axis)
+    k = op.reduce_axis[0].var
+    loads = collect(body.source, lambda n: isinstance(n, ProducerLoad))
+    if len(loads) != 2:
+        return None
+    a = b = None
+    for ld in loads:
+        idx = ld.indices
+        if len(idx) < 2 or not all(x in batch for x in idx[:-2]):
+            return None
+        last = idx[-2:]
+        if (last[0] is i and last[1] is k) or (last[0] is k and last[1] is i):
+            a = (ld.producer, last[0] is k)
+        elif (last[0] is k and last[1] is j) or (last[0] is j and last[1] is k):
+            b = (ld.producer, last[0] is k)
+    if a is None or b is None:
+        return None
+    return len(batch), a, b
+
+
 def _gemm_operands(op: ComputeOp, required: bool = False):
     """For ``C[i, j] = sum_k X[., .] * Y[., .]``: ``((a, a_kfirst), (b, b_kfirst))`` with
     ``a`` the operand indexed by ``(i, k)`` (or ``(k, i)``) and ``b`` by ``(k, j)`` (or

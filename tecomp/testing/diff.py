@@ -47,6 +47,9 @@ class Case:
         ins = [i for i, s in enumerate(p.tensors) if s.is_placeholder]
         if self.auto is None:
             sched = ["s = tc.create_schedule(outs)", steps_source(self.steps)]
+        elif _target_kind(self.target) != "llvm":
+            sched = ["from tecomp.autoschedule.cuda_rules import apply_cuda_rules",
+                     f"s = apply_cuda_rules(args, {{'n': {self.n}}})"]
         else:
             sched = ["import random", "from tecomp.autoschedule.rules import Knobs, apply_rules",
                      "from tecomp.nn.cpu import cpu_info",
@@ -144,6 +147,10 @@ def auto_schedule_case(case: Case, args):
     from ..autoschedule.rules import Knobs, apply_rules
     from ..nn.cpu.machine import cpu_info
 
+    if _target_kind(case.target) != "llvm":
+        from ..autoschedule.cuda_rules import apply_cuda_rules
+
+        return apply_cuda_rules(args, {"n": case.n})
     rng = None if case.auto < 0 else random.Random(case.auto)
     return apply_rules(args, Knobs(rng=rng), cpu_info(case.target), {"n": case.n})
 
@@ -414,7 +421,8 @@ def draw_case(d, *, target: str = "llvm", max_stages: int = 4, max_steps: int = 
     """A random program with a random legal schedule.  If the schedule generator itself
     hits an error, the case keeps the steps drawn so far plus the failing one (replaying
     it shows the error).  ``auto``: the schedule is the auto-scheduler's instead, its
-    analytic one or (three times in four) its rules with random knobs."""
+    analytic one or (three times in four, on the CPU) its rules with random knobs; for a
+    GPU target its GPU rules (``auto_schedule(target="cuda")``)."""
     from .gen import DTYPES, GPU_DTYPES, gen_n, gen_program
     from .sched import gen_gpu_schedule, gen_schedule
 
@@ -426,6 +434,8 @@ def draw_case(d, *, target: str = "llvm", max_stages: int = 4, max_steps: int = 
     n = gen_n(d) if prog.symbolic else 5
     seed = d.int(0, 2**16)
     if auto:
+        if target != "llvm":
+            return Case(prog, [], n, seed, target, name, auto=-1)
         pick = d.int(0, 3)
         return Case(prog, [], n, seed, "llvm", name, auto=-1 if pick == 0 else d.int(0, 2**16))
     try:

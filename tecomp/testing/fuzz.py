@@ -13,7 +13,8 @@ the auto-scheduler tensorizes with the target's u8 x s8 dot-product intrinsic wh
 shape allows (random knobs: which intrinsic or none, the register block); every
 ``--gpu-every``-th case is a GPU-bound schedule run
 in the CUDA emulation (needs g++; 0 disables), a quarter of them (with
-``--tensorize-every``) int8 GEMMs whose reduction runs as CUDA's dp4a.  With
+``--tensorize-every``) int8 GEMMs whose reduction runs as CUDA's dp4a and a quarter
+(with ``--auto-every``) the auto-scheduler's GPU schedule of a random program.  With
 ``--gpu-target cuda`` the same GPU cases (the same programs, schedules and data) run on
 the GPU through pycuda (device 0, kernels compiled by nvcc) and in the emulation too: the
 GPU's outputs are compared with numpy, the interpreter (the emulation's tolerances) and
@@ -75,6 +76,9 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
     if target == "cuda-emu" and tensorize_every and (seed // gpu_every) % 4 == 3:
         case = draw_gpu_int8_gemm_case(RandomDraw(seed), name=f"fuzz seed {seed} (int8 GEMM, "
                                        f"{gpu_target}: dp4a)")
+    elif target == "cuda-emu" and auto_every and (seed // gpu_every) % 4 == 1:
+        case = draw_case(RandomDraw(seed), target=target, auto=True,
+                         name=f"fuzz seed {seed} (auto_schedule, {gpu_target})")
     elif target == "llvm" and tensorize_every and seed % tensorize_every == 3 % tensorize_every:
         case = draw_int8_gemm_case(RandomDraw(seed), name=f"fuzz seed {seed} (int8 GEMM, "
                                    "auto_schedule: tensorize)")

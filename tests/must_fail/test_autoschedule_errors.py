@@ -147,9 +147,8 @@ def test_auto_schedule_bad_args(bad, msg):
 
 
 @pytest.mark.parametrize("kw, msg", [
-    (dict(target="cuda"), r"auto_schedule: target='cuda' is not supported yet; the "
-                          r"auto-scheduler writes CPU schedules \(target='llvm', or "
-                          r"'llvm -mcpu=\.\.\.'\)"),
+    (dict(target="cuda", trials=3), r"auto_schedule\(target='cuda'\): the measured search "
+                                    r"\(trials > 0\) is not built for the GPU yet"),
     (dict(target="llvm -mcpu=pentium9"), r"auto_schedule: target llvm: unknown "
                                          r"-mcpu='pentium9'"),
     (dict(trials=-1), r"auto_schedule: trials must be an int >= 0 \(0: no measurement\), got -1"),
@@ -241,3 +240,26 @@ def test_apply_config_of_something_else():
     with pytest.raises(tc.AutoScheduleError, match=r"apply_config: config must be a Config "
                        r"from default_config, got dict"):
         tc.autoschedule.apply_config(_gemm_args(), {"gemm.mr": 4})
+
+
+# the GPU rules
+
+def _gpu_mm():
+    A = tc.placeholder((16, 8), name="A")
+    B = tc.placeholder((8, 12), name="B")
+    k = tc.reduce_axis((0, 8), name="k")
+    C = tc.compute((16, 12), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return [A, B, C]
+
+
+def test_gpu_measured_search_is_not_built_yet():
+    with pytest.raises(AutoScheduleError, match=r"auto_schedule\(target='cuda'\): the measured "
+                       r"search \(trials > 0\) is not built for the GPU yet.*trials=0 gives the "
+                       r"rule-based GPU schedule"):
+        tc.auto_schedule(_gpu_mm(), target="cuda", trials=10)
+
+
+def test_gpu_records_are_not_built_yet(tmp_path):
+    with pytest.raises(AutoScheduleError, match=r"auto_schedule\(target='cuda'\): tuning "
+                       r"records \(log=\) come with the GPU's measured search"):
+        tc.auto_schedule(_gpu_mm(), target="cuda-emu", log=str(tmp_path / "x.jsonl"))

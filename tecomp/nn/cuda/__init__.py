@@ -15,11 +15,12 @@ guarded, and the reduction tail is guarded and partitioned off.
 :mod:`.injective`  elementwise / injective operators
 =================  ==========================================================
 
-Not here because the CUDA backend has no support for them (yet): vector loads
-(``float4``), virtual threads that interleave a thread's micro-tile (TVM's ``vthread``;
+The GEMM's tiles can be copied 4 floats at a time (``GemmConfig.vector``: 16-byte moves)
+and double-buffered (``GemmConfig.double_buffer``: ``cp.async`` on sm_80+); both are off
+by default until a GPU measures them (``benchmarks/gpu.py --sweep`` tries them).  Not
+here yet: virtual threads that interleave a thread's micro-tile (TVM's ``vthread``;
 without them a thread's micro-tile is contiguous, and the reads of the B tile in shared
-memory have 2- to 4-way bank conflicts), double buffering (the shared tiles of the next
-step are loaded after the barrier, not during the current step).
+memory have 2- to 4-way bank conflicts), tensor cores.
 """
 from .conv2d import ConvConfig, conv_config, schedule_conv2d_nchw, schedule_conv2d_nhwc
 from .gemm import GemmConfig, gemm_config, schedule_dense, schedule_matmul

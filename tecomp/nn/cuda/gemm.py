@@ -21,8 +21,8 @@ from ...errors import ScheduleError
 from ...ir.expr import ProducerLoad
 from ...schedule.schedule import Schedule, create_schedule
 from ...te.tensor import ComputeOp, Tensor
-from .._schedule_common import (_ceil, _cint, _gemm_operands, _has_tag, _inline_injective,
-                               _is_injective, _outs, _walk)
+from .._schedule_common import (_ceil, _cint, _contraction_operands, _gemm_operands, _has_tag,
+                               _inline_injective, _is_injective, _outs, _walk)
 from .common import MIN_BLOCKS, _bind, _check_target, _cooperative_copy, _pow2_at_least
 
 
@@ -63,13 +63,15 @@ class GemmConfig:
         return self.threads_m * self.threads_n
 
 
-def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int]) -> GemmConfig:
+def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int],
+                batch: Optional[int] = 1) -> GemmConfig:
     """The tiling of an ``M x N x K`` GEMM (extents may be None when symbolic).
 
     8 x 16 threads (``threads_m x threads_n``; fewer along an extent below 8 or 16); the
     largest micro-tile of 8x8, 4x4, 2x2 or 1x1 registers that still gives
     :data:`MIN_BLOCKS` blocks (a micro-tile side is also cut while its block would be
-    more than twice the extent); ``k_tile`` 32 (never more than K), its steps unrolled,
+    more than twice the extent; ``batch`` GEMMs of that size count their blocks
+    together); ``k_tile`` 32 (never more than K), its steps unrolled,
     the tiles unpadded: the fastest of the H100 sweeps (measurements:
     benchmarks/DECISIONS.md, "CUDA GEMM: 8 x 16 threads, 32 k steps unrolled")."""
     def threads(E, most):
@@ -86,7 +88,7 @@ def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int]) -> GemmCon
         rm, rn = regs(M, tm, r), regs(N, tn, r)
         if M is None or N is None or r == 1:
             break
-        if _ceil(M, tm * rm) * _ceil(N, tn * rn) >= MIN_BLOCKS:
+        if (batch or 1) * _ceil(M, tm * rm) * _ceil(N, tn * rn) >= MIN_BLOCKS:
             break
     kt = 32 if K is None else max(1, min(32, K))
     return GemmConfig(tm, tn, rm, rn, kt, unroll_k=True, pad=False)
@@ -114,9 +116,28 @@ def _epilogue_of(outs: List[Tensor], main: Tensor) -> Optional[Tensor]:
 def _check_same_index_reads(s: Schedule, out: Tensor, main: Tensor) -> None:
     """Every read of ``main`` by the (inlined) epilogue is at the output's own index (else
     each thread would need more of ``main`` than its own micro-tile in registers)."""
+    if not reads_at_own_index(s, out, main):
+        raise ScheduleError(f"the epilogue {out.name} reads {main.name} at another index "
+                            "than its own; schedule them separately")
+
+
+def reads_at_own_index(s: Schedule, out: Tensor, main: Tensor, ndim: Optional[int] = None) -> bool:
+    """Whether every read of ``main`` in ``out``'s body, with the stages inlined into it
+    substituted, is at ``out``'s own leading ``ndim`` indices (default: all of them)."""
+    axes = [iv.var for iv in s[out].op.axis]
+    axes = axes if ndim is None else axes[:ndim]
+    for ld in expanded_loads(s, out):
+        if ld.producer is main and not (len(ld.indices) == len(axes) and all(
+                a is b for a, b in zip(ld.indices, axes))):
+            return False
+    return True
+
+
+def expanded_loads(s: Schedule, out: Tensor) -> List[ProducerLoad]:
+    """The reads in ``out``'s body once the stages inlined into it are substituted."""
     from ...ir.functor import Mutator, collect, substitute
 
-    class _Expand(Mutator):  # the epilogue's body with the inlined stages substituted
+    class _Expand(Mutator):  # the body with the inlined stages substituted
         def visit_ProducerLoad(self, e):
             idx = tuple(self.visit(i) for i in e.indices)
             t = e.producer
@@ -126,17 +147,19 @@ def _check_same_index_reads(s: Schedule, out: Tensor, main: Tensor) -> None:
             return ProducerLoad(t, idx, e.dtype)
 
     body = _Expand().visit(s[out].op.body)
-    axes = [iv.var for iv in s[out].op.axis]
-    for ld in collect(body, lambda n: isinstance(n, ProducerLoad)):
-        if ld.producer is main and not all(a is b for a, b in zip(ld.indices, axes)):
-            raise ScheduleError(f"the epilogue {out.name} reads {main.name} at another index "
-                                "than its own; schedule them separately")
+    return collect(body, lambda n: isinstance(n, ProducerLoad))
 
 
 def _schedule_gemm(s: Schedule, gemm: Tensor, out: Tensor, cfg: GemmConfig) -> None:
     """Tile ``out`` (the GEMM itself, or an elementwise epilogue reading it) over blocks
-    and threads and compute the GEMM in registers inside each thread."""
-    (a, a_kfirst), (b, b_kfirst) = _gemm_operands(gemm.op, required=True)
+    and threads and compute the GEMM in registers inside each thread.  A batched GEMM
+    (``C[b.., i, j]``, :func:`_contraction_operands`) has its batch axes fused and bound
+    to ``blockIdx.z``: one batch element's tile per block."""
+    found = _contraction_operands(gemm.op)
+    if found is None:
+        _gemm_operands(gemm.op, required=True)  # raises, saying what is missing
+        raise ScheduleError(f"{gemm.name} is not a (batched) GEMM")
+    nbatch, (a, a_kfirst), (b, b_kfirst) = found
     if out.op is gemm.op:
         acc = s.cache_write(gemm, "local")
     else:
@@ -149,12 +172,17 @@ def _schedule_gemm(s: Schedule, gemm: Tensor, out: Tensor, cfg: GemmConfig) -> N
 
     TM, TN, RM, RN, KT = cfg.threads_m, cfg.threads_n, cfg.regs_m, cfg.regs_n, cfg.k_tile
     st = s[out]
-    i, j = st.op.axis
+    *batch, i, j = st.op.axis
     by, yi = st.split(i, factor=cfg.block_m)
     bx, xi = st.split(j, factor=cfg.block_n)
     ty, yi = st.split(yi, factor=RM)
     tx, xi = st.split(xi, factor=RN)
-    st.reorder(by, bx, ty, tx, yi, xi)
+    if batch:
+        bz = st.fuse(*batch) if len(batch) > 1 else batch[0]
+        st.reorder(bz, by, bx, ty, tx, yi, xi)
+        _bind(st, bz, "blockIdx.z")
+    else:
+        st.reorder(by, bx, ty, tx, yi, xi)
     _bind(st, by, "blockIdx.y")
     _bind(st, bx, "blockIdx.x")
     _bind(st, ty, "threadIdx.y")
@@ -166,7 +194,7 @@ def _schedule_gemm(s: Schedule, gemm: Tensor, out: Tensor, cfg: GemmConfig) -> N
     # the micro-tile: k outermost, the RM x RN multiply-adds unrolled innermost
     sa = s[acc]
     sa.compute_at(st, tx)
-    ai, aj = sa.op.axis
+    ai, aj = sa.op.axis[-2:]
     ko, ki = sa.split(sa.op.reduce_axis[0], factor=KT)
     sa.reorder(ko, ki, ai, aj)
     if cfg.unroll_k and KT > 1:
@@ -192,7 +220,7 @@ def _schedule_gemm(s: Schedule, gemm: Tensor, out: Tensor, cfg: GemmConfig) -> N
             s[S].double_buffer()
         # this thread's RM (RN) values of the current k: registers
         s[L].compute_at(sa, ki)
-        s[L].unroll(s[L].op.axis[1 if kfirst else 0])
+        s[L].unroll(s[L].op.axis[-1 if kfirst else -2])
 
 
 def _schedule_gemm_like(outs, target, tags, config) -> Schedule:

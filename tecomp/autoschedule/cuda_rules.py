@@ -1,0 +1,260 @@
+"""The auto-scheduler's rules for the GPU (``tc.auto_schedule(args, target="cuda")``).
+
+The analytic schedule (``trials=0``) of any compute DAG, read from its structure, with the
+tilings of :mod:`tecomp.nn.cuda` as the building blocks; no measurement:
+
+0. **Templates**: a DAG that is one of tecomp.nn.cuda's operators (a convolution with its
+   elementwise epilogue, a softmax) gets its template.
+1. **Inline** every elementwise stage that is not an output and does not feed a
+   contraction's operand (a GEMM's shared tiles copy a tensor in memory).
+2. **Contractions**: a (batched) GEMM, ``C[b.., i, j] = sum_k X[.., i|k, k|i] *
+   Y[.., k|j, j|k]``, with any layout of either operand (``A B``, ``A B^T``, ``A^T B``),
+   runs the GEMM template: blocks of ``gemm_config``'s tiling (the batch axes fused on
+   ``blockIdx.z``), shared tiles per k step, a register micro-tile per thread.  An
+   elementwise output that reads the GEMM only at its own index (a bias, an activation)
+   is computed from the registers when C is stored.
+3. **Row reductions fused into their output**: an elementwise output whose reductions
+   (after inlining) all reduce over the output's last axis per row, read at the row's
+   own index (softmax, layer norm, a row-wise normalisation): one block per row (the
+   leading axes fused on ``blockIdx.x``), each reduction a cross-thread reduction into
+   shared memory computed at the row, then the row's elements across the threads.
+4. **Other reductions**: one block per output element with the reduction across its
+   threads when the reduction is long (32 or more, or symbolic), else one thread per
+   output element.
+5. **Elementwise outputs**: axes fused over 256-thread blocks.
+
+Threads per block are a power of two up to 256, no more than the work needs.  What is
+measured and searched on the CPU (``trials > 0``, records) is not built for the GPU yet:
+it needs a GPU to measure on.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional
+
+from ..errors import AutoScheduleError, ScheduleError
+from ..ir.expr import Reduce
+from ..schedule.schedule import Schedule, create_schedule
+from ..te.tensor import ComputeOp, Tensor
+
+#: a reduction at least this long (or symbolic) runs across a block's threads
+CROSS_THREAD_MIN = 32
+#: the most threads a block gets from these rules
+MAX_THREADS = 256
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _threads_for(n: Optional[int]) -> int:
+    return MAX_THREADS if n is None else max(1, min(MAX_THREADS, _pow2_at_least(n)))
+
+
+def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None) -> Schedule:
+    """The rule-based GPU schedule of ``args`` (the list given to ``tc.build``).
+    ``gemm``: a :class:`~tecomp.nn.cuda.GemmConfig` for every contraction instead of
+    ``gemm_config``'s (what ``benchmarks/gpu.py --sweep`` tries)."""
+    from .rules import outputs_of
+
+    outs = outputs_of(args)
+    s = _template(outs)
+    if s is not None:
+        return s
+    s = create_schedule([t.op for t in outs])
+    try:
+        _CudaRules(s, outs, shapes or {}, gemm).run()
+    except ScheduleError as exc:
+        raise AutoScheduleError(
+            f"auto_schedule(target='cuda'): no GPU schedule for these computes ({exc}); "
+            "schedule them by hand or with tecomp.nn.cuda") from None
+    return s
+
+
+def _template(outs: List[Tensor]) -> Optional[Schedule]:
+    """The tecomp.nn.cuda template of a DAG that is one of its operators (a convolution
+    with its epilogue, a softmax), or None."""
+    from ..nn import cuda as nn_cuda
+    from ..nn._schedule_common import _has_tag, _walk
+
+    ops = _walk(outs)
+    for tag, fn in (("conv2d_nchw", nn_cuda.schedule_conv2d_nchw),
+                    ("conv2d_nhwc", nn_cuda.schedule_conv2d_nhwc),
+                    ("softmax", nn_cuda.schedule_softmax),
+                    ("log_softmax", nn_cuda.schedule_softmax)):
+        if any(_has_tag(op, tag) for op in ops):
+            try:
+                return fn(outs, target="cuda")
+            except ScheduleError:
+                return None  # not the operator alone: the rules
+    return None
+
+
+class _CudaRules:
+    def __init__(self, s: Schedule, outs: List[Tensor], shapes: Dict[str, int], gemm=None):
+        from ..nn._schedule_common import _walk
+
+        self.s, self.outs, self.shapes, self.gemm = s, outs, shapes, gemm
+        self.ops = _walk(outs)
+        self.out_ops = {id(t.op) for t in outs}
+        self.done = set()  # ids of the ops scheduled already
+
+    def cint(self, e) -> Optional[int]:
+        from .rules import _cint
+
+        return _cint(e, self.shapes)
+
+    def elems(self, extents) -> Optional[int]:
+        vals = [self.cint(e) for e in extents]
+        return None if any(v is None for v in vals) else math.prod(vals)
+
+    def run(self) -> None:
+        from ..nn._schedule_common import _contraction_operands, _inline_injective
+
+        s = self.s
+        contractions = [op for op in self.ops if _contraction_operands(op) is not None]
+        operands = []
+        for op in contractions:
+            _, (a, _), (b, _) = _contraction_operands(op)
+            operands += [a.op, b.op]
+        _inline_injective(s, self.ops, keep=operands)
+        for op in contractions:
+            self.contraction(op)
+        for t in self.outs:
+            if id(t.op) not in self.done and not t.op.reduce_axis:
+                self.fused_rows(t)
+        for op in reversed(self.ops):  # consumers first: what is left runs at the root
+            st = s[op]
+            if id(op) in self.done or st.attach_type != "root":
+                continue
+            if op.reduce_axis:
+                self.reduction(op.output(0))
+            else:
+                self.elementwise(op.output(0))
+
+    # -- 2. contractions ----------------------------------------------------------------
+    def contraction(self, op: ComputeOp) -> None:
+        from ..nn.cuda.gemm import _schedule_gemm, gemm_config, reads_at_own_index
+
+        s, gemm = self.s, op.output(0)
+        out = gemm
+        if id(op) not in self.out_ops:
+            via = [c for c in self.ops if id(c) in self.out_ops and not c.reduce_axis
+                   and self._reads(c, op)]
+            if len(via) == 1 and self._only_reader(op, via[0]):
+                cand = via[0].output(0)
+                if (len(cand.shape) == len(gemm.shape)
+                        and all(self.cint(a) is not None and self.cint(a) == self.cint(b)
+                                or a is b for a, b in zip(cand.shape, gemm.shape))
+                        and reads_at_own_index(s, cand, gemm)):
+                    out = cand  # the epilogue, computed from the registers
+        *batch, M, N = (self.cint(e) for e in gemm.shape)
+        K = self.cint(op.reduce_axis[0].dom.extent)
+        nb = None if any(b is None for b in batch) else math.prod(batch)
+        _schedule_gemm(s, gemm, out, self.gemm or gemm_config(M, N, K, nb))
+        self.done |= {id(op), id(out.op)}
+
+    def _reads(self, consumer: ComputeOp, producer: ComputeOp) -> bool:
+        from ..nn.cuda.gemm import expanded_loads
+
+        return any(ld.producer.op is producer for ld in expanded_loads(self.s, consumer.output(0)))
+
+    def _only_reader(self, op: ComputeOp, reader: ComputeOp) -> bool:
+        """Whether ``reader`` is the only stage that is not inlined and reads ``op``."""
+        return all(c is reader or not self._reads(c, op) for c in self.ops
+                   if self.s[c].attach_type != "inline" and c is not op)
+
+    # -- 3. row reductions fused into their elementwise output ------------------------
+    def fused_rows(self, out: Tensor) -> None:
+        from ..nn.cuda.gemm import expanded_loads, reads_at_own_index
+        from ..nn.cuda.softmax import _cross_thread_rows, _row_loop
+
+        s = self.s
+        lead = len(out.shape) - 1
+        if lead < 1:
+            return
+        reds = []
+        for ld in expanded_loads(s, out):
+            p = ld.producer.op
+            if isinstance(p, ComputeOp) and p.reduce_axis and p not in reds \
+                    and id(p) not in self.done and s[p].attach_type == "root":
+                reds.append(p)
+        if not reds:
+            return
+        # every reduction: one value per row, over the row's elements (its own inputs read
+        # at the row only, with the reductions it reads among ``reds``); read at the row
+        N = self.cint(out.shape[-1])
+        todo, seen = list(reds), []
+        while todo:
+            r = todo.pop()
+            if r in seen:
+                continue
+            seen.append(r)
+            if (id(r) in self.out_ops or len(r.axis) != lead or len(r.reduce_axis) != 1
+                    or r.num_outputs != 1 or not isinstance(r.body, Reduce)
+                    or self.cint(r.reduce_axis[0].dom.extent) != N
+                    or any(self.cint(a) != self.cint(b) for a, b in zip(r.axis, out.op.axis))):
+                return
+            for ld in expanded_loads(s, r.output(0)):
+                p = ld.producer.op
+                if isinstance(p, ComputeOp) and p.reduce_axis:
+                    if s[p].attach_type != "root" or id(p) in self.done:
+                        return
+                    todo.append(p)
+        if not all(reads_at_own_index(s, out, r.output(0), lead) for r in seen):
+            return
+        T = _threads_for(None if N is None else max(32, N // 4))
+        so = s[out]
+        row_axes = list(so.op.axis[:-1])
+        row = so.fuse(*row_axes) if len(row_axes) > 1 else row_axes[0]
+        so.bind(row, _thread("blockIdx.x"))
+        for r in (op for op in self.ops if op in seen):  # producers first
+            _cross_thread_rows(s, r.output(0), so, row, T)
+            self.done.add(id(r))
+        _row_loop(so, T, N)
+        self.done.add(id(out.op))
+
+    # -- 4. other reductions ---------------------------------------------------------------
+    def reduction(self, t: Tensor) -> None:
+        st = self.s[t]
+        R = self.elems([iv.dom.extent for iv in st.op.reduce_axis])
+        if st.op.num_outputs == 1 and (R is None or R >= CROSS_THREAD_MIN or not st.op.axis):
+            red = st.fuse(*st.op.reduce_axis) if len(st.op.reduce_axis) > 1 \
+                else st.op.reduce_axis[0]
+            _, ki = st.split(red, factor=_threads_for(R))
+            if st.op.axis:
+                data = st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0]
+                st.bind(data, _thread("blockIdx.x"))
+            st.bind(ki, _thread("threadIdx.x"))
+        else:
+            self.elementwise(t)
+        self.done.add(id(t.op))
+
+    # -- 5. elementwise -------------------------------------------------------------------
+    def elementwise(self, t: Tensor) -> None:
+        from ..nn.cuda.injective import _schedule_injective_stage
+
+        st = self.s[t]
+        if not st.op.axis:
+            return
+        _schedule_injective_stage(st, self.elems(t.shape))
+        self.done.add(id(t.op))
+
+
+def _thread(tag: str):
+    from ..te.tensor import thread_axis
+
+    return thread_axis(tag)
+
+
+def check_cuda_request(trials: int, log) -> None:
+    """What ``tc.auto_schedule`` cannot do for the GPU yet, as an AutoScheduleError."""
+    if trials:
+        raise AutoScheduleError(
+            "auto_schedule(target='cuda'): the measured search (trials > 0) is not built for "
+            "the GPU yet (it needs a GPU to measure on); trials=0 gives the rule-based GPU "
+            "schedule")
+    if log is not None:
+        raise AutoScheduleError(
+            "auto_schedule(target='cuda'): tuning records (log=) come with the GPU's measured "
+            "search, which is not built yet; call it without log=")

@@ -1,0 +1,180 @@
+"""tc.auto_schedule(args, target="cuda"): the rule-based GPU schedule of any compute DAG
+(tecomp.autoschedule.cuda_rules), run in the CUDA emulation (and on a GPU where there is
+one) against numpy; the interpreter finds no race; nvcc compiles every schedule."""
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.codegen.cuda import compile_ptx, find_nvcc
+from tecomp.ir import interp
+from tecomp.nn import ops
+from helpers import gpu_driver  # noqa: F401  (a fixture)
+
+needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
+                               reason="the CUDA emulation needs a C++ compiler")
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not on PATH")
+
+
+def _rand(rng, *shape):
+    return rng.standard_normal(shape).astype("float32")
+
+
+def bmm_qk():
+    Q = tc.placeholder((3, 20, 16), name="Q")
+    K = tc.placeholder((3, 24, 16), name="K")
+    k = tc.reduce_axis((0, 16), name="k")
+    S = tc.compute((3, 20, 24), lambda b, i, j: tc.sum(Q[b, i, k] * K[b, j, k], axis=k),
+                   name="S")
+    return [Q, K, S], lambda q, kk: q @ kk.transpose(0, 2, 1)
+
+
+def bmm_pv():
+    P = tc.placeholder((2, 2, 12, 33), name="P")
+    V = tc.placeholder((2, 2, 33, 8), name="V")
+    k = tc.reduce_axis((0, 33), name="k")
+    O = tc.compute((2, 2, 12, 8), lambda b, h, i, j: tc.sum(P[b, h, i, k] * V[b, h, k, j],
+                                                             axis=k), name="O")
+    return [P, V, O], lambda p, v: p @ v
+
+
+def at_b():
+    A = tc.placeholder((30, 40), name="A")
+    B = tc.placeholder((30, 50), name="B")
+    k = tc.reduce_axis((0, 30), name="k")
+    C = tc.compute((40, 50), lambda i, j: tc.sum(A[k, i] * B[k, j], axis=k), name="C")
+    return [A, B, C], lambda a, b: a.T @ b
+
+
+def gemm_bias_relu():
+    X = tc.placeholder((33, 20), name="X")
+    W = tc.placeholder((20, 17), name="W")
+    b = tc.placeholder((17,), name="b")
+    k = tc.reduce_axis((0, 20), name="k")
+    G = tc.compute((33, 17), lambda i, j: tc.sum(X[i, k] * W[k, j], axis=k), name="G")
+    Y = tc.compute((33, 17), lambda i, j: tc.max(G[i, j] + b[j], 0.0), name="Y")
+    return [X, W, b, Y], lambda x, w, bb: np.maximum(x @ w + bb, 0)
+
+
+def layer_norm():
+    X = tc.placeholder((10, 77), name="X")
+    g = tc.placeholder((77,), name="g")
+    be = tc.placeholder((77,), name="be")
+
+    def ref(x, gv, bv):
+        mu, var = x.mean(1, keepdims=True), x.var(1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5) * gv + bv
+    return [X, g, be, ops.layer_norm(X, g, be)], ref
+
+
+def row_sum():
+    X = tc.placeholder((9, 300), name="X")
+    r = tc.reduce_axis((0, 300), name="r")
+    return [X, tc.compute((9,), lambda i: tc.sum(X[i, r], axis=r), name="S")], \
+        lambda x: x.sum(1)
+
+
+def full_sum():
+    X = tc.placeholder((1000,), name="X")
+    r = tc.reduce_axis((0, 1000), name="r")
+    return [X, tc.compute((1,), lambda i: tc.sum(X[r], axis=r), name="S")], \
+        lambda x: np.array([x.sum()])
+
+
+def short_sum():
+    X = tc.placeholder((100, 3), name="X")
+    r = tc.reduce_axis((0, 3), name="r")
+    return [X, tc.compute((100,), lambda i: tc.sum(X[i, r] * 2.0, axis=r), name="S")], \
+        lambda x: 2 * x.sum(1)
+
+
+def softmax():
+    X = tc.placeholder((7, 50), name="X")
+
+    def ref(x):
+        e = np.exp(x - x.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+    return [X, ops.softmax(X)], ref
+
+
+def grad_of_bmm():
+    """The derived gradient of the batched matmul's Q (no template has it)."""
+    args, _ = bmm_qk()
+    Q, K, S = args
+    dS = tc.placeholder(S.shape, name="dS")
+    dQ = tc.gradient(S, [Q], head=dS)[0]
+    return [Q, K, dS, dQ], lambda q, kk, ds: ds @ kk
+
+
+CASES = [bmm_qk, bmm_pv, at_b, gemm_bias_relu, layer_norm, row_sum, full_sum, short_sum,
+         softmax, grad_of_bmm]
+
+
+def _arrays(args, seed=0):
+    rng = np.random.default_rng(seed)
+    ins = [_rand(rng, *[int(d.value) for d in t.shape]) for t in args[:-1]]
+    out = np.full([int(d.value) for d in args[-1].shape], np.nan, "float32")
+    return ins, out
+
+
+@needs_cxx
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__)
+def test_gpu_rules_match_numpy_in_the_emulation(case):
+    args, ref = case()
+    s = tc.auto_schedule(args, target="cuda-emu")
+    f = tc.build(s, args, target="cuda-emu")
+    ins, out = _arrays(args)
+    for mode in ("serial", "reverse"):
+        out[...] = np.nan
+        f(*ins, out, mode=mode)
+        np.testing.assert_allclose(out, ref(*ins), rtol=1e-4, atol=1e-4)
+    # the schedule is an ordinary one: its trace replays as Python
+    assert "tc.thread_axis('threadIdx.x')" in s.trace.python(args)
+
+
+@pytest.mark.parametrize("case", [bmm_qk, layer_norm, short_sum, gemm_bias_relu],
+                         ids=lambda c: c.__name__)
+def test_gpu_rules_have_no_race(case):
+    args, ref = case()
+    s = tc.auto_schedule(args, target="cuda")
+    ins, out = _arrays(args)
+    interp.run(tc.lower(s, args, target="cuda"), *ins, out)
+    np.testing.assert_allclose(out, ref(*ins), rtol=1e-4, atol=1e-4)
+
+
+def _source(case):
+    args, _ = case()
+    return tc.build(tc.auto_schedule(args, target="cuda"), args, target="cuda",
+                    name=case.__name__).get_source("cuda")
+
+
+def test_gpu_rules_structure():
+    """One kernel each: the batched GEMM's batch on blockIdx.z with shared tiles, the
+    epilogue from the registers, layer norm's reductions across a row's threads."""
+    bmm = _source(bmm_qk)
+    assert bmm.count("__global__") == 1 and "blockIdx.z" in bmm and "__shared__" in bmm
+    ep = _source(gemm_bias_relu)
+    assert ep.count("__global__") == 1 and "max(" in ep or "fmaxf(" in ep
+    ln = _source(layer_norm)
+    assert ln.count("__global__") == 1 and "__syncthreads();" in ln
+    assert _source(short_sum).count("__shared__") == 0  # a thread per output
+
+
+@needs_nvcc
+def test_nvcc_compiles_every_gpu_rule_schedule():
+    srcs = "\n".join(_source(c) for c in CASES)
+    ptx = compile_ptx(srcs, "sm_80", options=("-diag-suppress", "550"))
+    assert len(re.findall(r"\.entry (\w+)\(", ptx)) >= len(CASES)
+    assert "__local_depot" not in ptx, "a kernel keeps an array in local memory"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__)
+def test_gpu_rules_on_the_gpu(gpu_driver, case):
+    args, ref = case()
+    f = tc.build(tc.auto_schedule(args, target="cuda"), args, target="cuda")
+    ins, out = _arrays(args, seed=1)
+    f(*ins, out)
+    np.testing.assert_allclose(out, ref(*ins), rtol=1e-4, atol=1e-4)
