@@ -1,6 +1,7 @@
 """tc.auto_schedule(args, target="cuda"): the rule-based GPU schedule of any compute DAG
 (tecomp.autoschedule.cuda_rules), run in the CUDA emulation (and on a GPU where there is
 one) against numpy; the interpreter finds no race; nvcc compiles every schedule."""
+import json
 import re
 import shutil
 
@@ -176,5 +177,42 @@ def test_gpu_rules_on_the_gpu(gpu_driver, case):
     args, ref = case()
     f = tc.build(tc.auto_schedule(args, target="cuda"), args, target="cuda")
     ins, out = _arrays(args, seed=1)
+    f(*ins, out)
+    np.testing.assert_allclose(out, ref(*ins), rtol=1e-4, atol=1e-4)
+
+
+@needs_cxx
+def test_gpu_search_in_the_emulation(tmp_path):
+    """trials > 0 for a GPU target: candidates from the GPU rules' knobs (GEMM tilings,
+    threads per block), each checked against the first and timed in a child process --
+    here in the emulation (target cuda-emu: its times say nothing of a GPU, the search's
+    plumbing is what is checked); the records replay."""
+    args, ref = bmm_qk()
+    log = str(tmp_path / "bmm.jsonl")
+    s = tc.auto_schedule(args, target="cuda-emu", trials=6, seed=1, log=log)
+    res = s.tune_result
+    assert len(res.trials) == 6 and res.best is not None
+    assert not res.trials[0].error, res.trials[0].error
+    knobs = res.trials[0].knobs
+    assert {"S.threads_m", "S.regs_n", "S.k_tile", "S.double_buffer"} <= set(knobs)
+    assert len({json.dumps(t.knobs, sort_keys=True) for t in res.trials}) == 6
+    f = tc.build(s, args, target="cuda-emu")
+    ins, out = _arrays(args)
+    f(*ins, out)
+    np.testing.assert_allclose(out, ref(*ins), rtol=1e-4, atol=1e-4)
+    again = tc.auto_schedule(args, target="cuda-emu", log=log)
+    assert again.trace.to_json() == s.trace.to_json()
+
+
+@pytest.mark.gpu
+def test_gpu_search_on_the_gpu(gpu_driver):
+    """A short measured search on the GPU: every candidate built by nvcc in its own child
+    (with its own CUDA context), timed on device arrays; the best one is right."""
+    args, ref = bmm_qk()
+    s = tc.auto_schedule(args, target="cuda", trials=8)
+    assert sum(1 for t in s.tune_result.trials if not t.error) >= 4, \
+        [t.error for t in s.tune_result.trials]
+    f = tc.build(s, args, target="cuda")
+    ins, out = _arrays(args, seed=2)
     f(*ins, out)
     np.testing.assert_allclose(out, ref(*ins), rtol=1e-4, atol=1e-4)

@@ -59,20 +59,25 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
     * ``shapes={"n": 1024}`` binds symbolic extents for the decisions and the
       measurements; the schedule stays correct for any value.
 
-    For ``target="cuda"`` (or ``"cuda-emu"``): the rule-based GPU schedule
-    (:mod:`tecomp.autoschedule.cuda_rules`; ``trials=0`` only, no records yet).
+    For ``target="cuda"`` (or ``"cuda-emu"``): the GPU rules
+    (:mod:`tecomp.autoschedule.cuda_rules`), and with ``trials=N`` a search over their
+    knobs measured on the GPU (``"cuda-emu"``: in the emulation, which checks the
+    search but says nothing of a GPU's speed).
 
     Returns an ordinary Schedule; ``s.trace.python(args)`` prints it as Python."""
     from ..nn.cpu.machine import cpu_info
     from .rules import Knobs, apply_rules
 
     args = check_args(args)
-    if _gpu_kind(target):
-        from .cuda_rules import apply_cuda_rules, check_cuda_request
+    gpu = _gpu_kind(target)
+    if gpu:
+        from ..target import as_target
+        from .cuda_rules import gpu_rules as rules, measure_unavailable
 
-        check_cuda_request(trials, log)
-        return apply_cuda_rules(args, check_shapes(args, shapes))
-    target = cpu_target(target, "auto_schedule")
+        target = as_target(target)
+    else:
+        rules = apply_rules
+        target = cpu_target(target, "auto_schedule")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
         raise AutoScheduleError(f"auto_schedule: trials must be an int >= 0 (0: no "
                                 f"measurement), got {trials!r:.60}")
@@ -86,11 +91,12 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
         raise AutoScheduleError(f"auto_schedule: log must be a file path (str or Path) or "
                                 f"None, got {type(log).__name__}")
     shapes = check_shapes(args, shapes)
-    if trials and target.runs_here() is not None:
-        raise AutoScheduleError(f"auto_schedule: cannot measure here: {target.runs_here()}; "
+    why = (measure_unavailable(target) if gpu else target.runs_here()) if trials else None
+    if why is not None:
+        raise AutoScheduleError(f"auto_schedule: cannot measure here: {why}; "
                                 f"use trials=0 (the analytic schedule) or a log measured on "
                                 f"such a machine")
-    info = cpu_info(target)
+    info = None if gpu else cpu_info(target)
     key = None
     if log is not None:
         from . import records
@@ -101,11 +107,12 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
             s = _from_log(args, log, key)
             if s is not None:
                 return s
-        return apply_rules(args, Knobs(), info, shapes)
+        return rules(args, Knobs(), info, shapes)
     from .search import tune
 
     res = tune(args, info, trials=trials, shapes=shapes, seed=seed, runner=runner, log=log,
-               key=key, timeout=timeout, progress=progress, strategy=search, target=target)
+               key=key, timeout=timeout, progress=progress, strategy=search, target=target,
+               rules=rules)
     if res.best is None:
         errors = sorted({t.error for t in res.trials if t.error})
         raise AutoScheduleError(

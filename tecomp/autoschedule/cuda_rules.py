@@ -23,9 +23,12 @@ tilings of :mod:`tecomp.nn.cuda` as the building blocks; no measurement:
    output element.
 5. **Elementwise outputs**: axes fused over 256-thread blocks.
 
-Threads per block are a power of two up to 256, no more than the work needs.  What is
-measured and searched on the CPU (``trials > 0``, records) is not built for the GPU yet:
-it needs a GPU to measure on.
+Threads per block are a power of two up to 256, no more than the work needs.
+
+Each decision is a knob (:class:`~tecomp.autoschedule.rules.Knobs`): per contraction its
+GEMM tiling (threads, registers, k tile, k steps unrolled, vector copies, double
+buffering), per other kernel its threads per block, so that the measured search
+(``trials > 0``) samples, mutates and ranks them as it does the CPU rules' knobs.
 """
 from __future__ import annotations
 
@@ -51,11 +54,14 @@ def _threads_for(n: Optional[int]) -> int:
     return MAX_THREADS if n is None else max(1, min(MAX_THREADS, _pow2_at_least(n)))
 
 
-def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None) -> Schedule:
+def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None, knobs=None) -> Schedule:
     """The rule-based GPU schedule of ``args`` (the list given to ``tc.build``).
     ``gemm``: a :class:`~tecomp.nn.cuda.GemmConfig` for every contraction instead of
-    ``gemm_config``'s (what ``benchmarks/gpu.py --sweep`` tries)."""
-    from .rules import outputs_of
+    ``gemm_config``'s (what ``benchmarks/gpu.py --sweep`` tries).  ``knobs``: a
+    :class:`~tecomp.autoschedule.rules.Knobs` that takes the decisions (the search's
+    candidates; by default the analytic ones): per contraction its GEMM tiling, per
+    reduction or elementwise kernel its threads per block."""
+    from .rules import Knobs, outputs_of
 
     outs = outputs_of(args)
     s = _template(outs)
@@ -63,7 +69,7 @@ def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None) -> Schedule
         return s
     s = create_schedule([t.op for t in outs])
     try:
-        _CudaRules(s, outs, shapes or {}, gemm).run()
+        _CudaRules(s, outs, shapes or {}, gemm, knobs if knobs is not None else Knobs()).run()
     except ScheduleError as exc:
         raise AutoScheduleError(
             f"auto_schedule(target='cuda'): no GPU schedule for these computes ({exc}); "
@@ -91,10 +97,10 @@ def _template(outs: List[Tensor]) -> Optional[Schedule]:
 
 
 class _CudaRules:
-    def __init__(self, s: Schedule, outs: List[Tensor], shapes: Dict[str, int], gemm=None):
+    def __init__(self, s: Schedule, outs: List[Tensor], shapes: Dict[str, int], gemm, knobs):
         from ..nn._schedule_common import _walk
 
-        self.s, self.outs, self.shapes, self.gemm = s, outs, shapes, gemm
+        self.s, self.outs, self.shapes, self.gemm, self.knobs = s, outs, shapes, gemm, knobs
         self.ops = _walk(outs)
         self.out_ops = {id(t.op) for t in outs}
         self.done = set()  # ids of the ops scheduled already
@@ -151,8 +157,28 @@ class _CudaRules:
         *batch, M, N = (self.cint(e) for e in gemm.shape)
         K = self.cint(op.reduce_axis[0].dom.extent)
         nb = None if any(b is None for b in batch) else math.prod(batch)
-        _schedule_gemm(s, gemm, out, self.gemm or gemm_config(M, N, K, nb))
+        _schedule_gemm(s, gemm, out, self.gemm or self.gemm_knobs(
+            op.name, gemm_config(M, N, K, nb)))
         self.done |= {id(op), id(out.op)}
+
+    def gemm_knobs(self, name: str, d):
+        """The GEMM tiling of contraction ``name``: ``d`` (``gemm_config``'s) by default."""
+        from dataclasses import replace
+
+        k = self.knobs.choose
+        return replace(
+            d, threads_m=k(f"{name}.threads_m", [4, 8, 16], d.threads_m),
+            threads_n=k(f"{name}.threads_n", [8, 16, 32], d.threads_n),
+            regs_m=k(f"{name}.regs_m", [1, 2, 4, 8], d.regs_m),
+            regs_n=k(f"{name}.regs_n", [1, 2, 4, 8], d.regs_n),
+            k_tile=k(f"{name}.k_tile", [8, 16, 32], d.k_tile),
+            unroll_k=k(f"{name}.unroll_k", [True, False], d.unroll_k),
+            vector=k(f"{name}.vector", [1, 4], d.vector),
+            double_buffer=k(f"{name}.double_buffer", [False, True], d.double_buffer))
+
+    def threads(self, name: str, default: int) -> int:
+        """Threads per block of kernel ``name``."""
+        return self.knobs.choose(f"{name}.threads", [32, 64, 128, 256, 512], default)
 
     def _reads(self, consumer: ComputeOp, producer: ComputeOp) -> bool:
         from ..nn.cuda.gemm import expanded_loads
@@ -203,7 +229,7 @@ class _CudaRules:
                     todo.append(p)
         if not all(reads_at_own_index(s, out, r.output(0), lead) for r in seen):
             return
-        T = _threads_for(None if N is None else max(32, N // 4))
+        T = self.threads(out.name, _threads_for(None if N is None else max(32, N // 4)))
         so = s[out]
         row_axes = list(so.op.axis[:-1])
         row = so.fuse(*row_axes) if len(row_axes) > 1 else row_axes[0]
@@ -221,7 +247,7 @@ class _CudaRules:
         if st.op.num_outputs == 1 and (R is None or R >= CROSS_THREAD_MIN or not st.op.axis):
             red = st.fuse(*st.op.reduce_axis) if len(st.op.reduce_axis) > 1 \
                 else st.op.reduce_axis[0]
-            _, ki = st.split(red, factor=_threads_for(R))
+            _, ki = st.split(red, factor=self.threads(t.name, _threads_for(R)))
             if st.op.axis:
                 data = st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0]
                 st.bind(data, _thread("blockIdx.x"))
@@ -237,7 +263,8 @@ class _CudaRules:
         st = self.s[t]
         if not st.op.axis:
             return
-        _schedule_injective_stage(st, self.elems(t.shape))
+        _schedule_injective_stage(st, self.elems(t.shape),
+                                  self.threads(t.name, MAX_THREADS))
         self.done.add(id(t.op))
 
 
@@ -247,14 +274,22 @@ def _thread(tag: str):
     return thread_axis(tag)
 
 
-def check_cuda_request(trials: int, log) -> None:
-    """What ``tc.auto_schedule`` cannot do for the GPU yet, as an AutoScheduleError."""
-    if trials:
-        raise AutoScheduleError(
-            "auto_schedule(target='cuda'): the measured search (trials > 0) is not built for "
-            "the GPU yet (it needs a GPU to measure on); trials=0 gives the rule-based GPU "
-            "schedule")
-    if log is not None:
-        raise AutoScheduleError(
-            "auto_schedule(target='cuda'): tuning records (log=) come with the GPU's measured "
-            "search, which is not built yet; call it without log=")
+def gpu_rules(args, knobs, info, shapes) -> Schedule:
+    """The search's view of the GPU rules (``apply_rules``'s signature; ``info`` unused)."""
+    return apply_cuda_rules(args, shapes, knobs=knobs)
+
+
+def measure_unavailable(target) -> Optional[str]:
+    """Why candidates for ``target`` (cuda or cuda-emu) cannot be measured from here, or
+    None.  Checked without initialising CUDA in this process (the measuring children are
+    forked from it): a GPU that is missing makes every candidate fail in its child."""
+    import shutil
+
+    if target.kind == "cuda-emu":
+        cxx = __import__("os").environ.get("CXX", "g++")
+        return None if shutil.which(cxx) else f"no C++ compiler ({cxx}) for the emulation"
+    from importlib.util import find_spec
+
+    if find_spec("pycuda") is None:
+        return "pycuda is not installed: pip install tecomp[cuda]"
+    return None if shutil.which("nvcc") else "nvcc is not on PATH"

@@ -38,6 +38,13 @@ memory that LLVM leaks goes away with the child).  The measuring process imports
 code generator and initialises LLVM's native target once, so that every child inherits
 them instead of paying for them.
 
+**The GPU.**  For target ``cuda`` the child builds the module (nvcc through pycuda, in a
+CUDA context of its own: the measuring process never initialises CUDA, which does not
+survive a fork), rejects a kernel that keeps anything in local memory (spilled
+registers), copies the inputs to the GPU once, and times calls on the device arrays (each
+call waits for its kernels).  Target ``cuda-emu`` runs the emulation on numpy arrays (its
+times say nothing about a GPU; it checks the search's plumbing).
+
 **Timing.**  ``repeat`` repetitions of ``number`` calls each, timed with
 ``time.perf_counter`` with Python's garbage collector off; ``times`` holds each
 repetition's mean seconds per call.  ``number=None`` picks the smallest count that makes
@@ -399,16 +406,18 @@ def _measure_here(job: _Job):
     else:
         raise TypeError(f"build_fn returned {obj!r:.40} ({type(obj).__name__}), not a "
                         "Schedule or a callable")
-    build_seconds = time.perf_counter() - t0
     arrays = _inputs_from_plan(plan, job.seed)
-    f(*arrays)
-    outputs = [np.array(arrays[i], copy=True) for i in plan.outputs]
+    call, fetch = _call_on(f, arrays, job.target)
+    build_seconds = time.perf_counter() - t0
+    call(*arrays)
+    outputs = [np.array(fetch()[i], copy=True) for i in plan.outputs]
     gc.disable()
-    times = _time_calls(f, arrays, job.number, job.repeat, job.min_repeat_seconds)
+    times = _time_calls(call, arrays, job.number, job.repeat, job.min_repeat_seconds)
     gc.enable()
+    after = fetch()
     for k, i in enumerate(plan.outputs):
         a = plan.args[i]
-        err = _compare(arrays[i], outputs[k], a.name, a.dtype, plan.reduce_terms, job.rtol,
+        err = _compare(after[i], outputs[k], a.name, a.dtype, plan.reduce_terms, job.rtol,
                        job.atol, what="wrong result: repeated calls disagree")
         if err is not None:
             raise _WrongResult(err + "; does the kernel read its output before writing it?")
@@ -417,6 +426,36 @@ def _measure_here(job: _Job):
 
 class _WrongResult(Exception):
     pass
+
+
+def _call_on(f, arrays, target):
+    """``(call, fetch)``: ``call(*arrays)`` runs the kernel, ``fetch()`` gives the argument
+    arrays on the host as they are now.  For a CUDA module (target ``cuda``) the arrays
+    are copied to the GPU once (pycuda GPUArrays, so a timed call is the launch and its
+    wait, no copies), and a kernel that keeps anything in local memory (spilled registers,
+    an array indexed at run time) is rejected before it is timed."""
+    from ..target import as_target
+
+    if as_target(target).kind != "cuda":
+        return f, lambda: arrays
+    import pycuda.gpuarray as gpuarray
+
+    drv = f.driver()
+    with drv.active():
+        for k, fn in zip(f.kernels, f._kernel_functions(drv)):
+            local = int(getattr(fn, "local_size_bytes", 0) or 0)
+            if local:
+                raise ValueError(f"kernel {k.name} keeps {local} bytes per thread in local "
+                                 "memory (spilled registers): rejected before timing")
+        dev = [gpuarray.to_gpu(a) if isinstance(a, np.ndarray) else a for a in arrays]
+
+    def call(*_):
+        f(*dev)
+
+    def fetch():
+        with drv.active():
+            return [d.get() if hasattr(d, "get") else d for d in dev]
+    return call, fetch
 
 
 def _flush_stdio() -> None:

@@ -1,6 +1,7 @@
 """Measured search over the rules' knobs (``tc.auto_schedule(..., trials=N)``).
 
-Candidates are the rules of :mod:`tecomp.autoschedule.rules` with other knob values: the
+Candidates are the rules of :mod:`tecomp.autoschedule.rules` (for a cuda target, those of
+:mod:`tecomp.autoschedule.cuda_rules`) with other knob values: the
 analytic schedule first, then batches of candidates made by sampling every knob at random
 (``search="random"``), or (the default, ``search="model"``) by mutating the best measured
 ones and crossing them, ranked by a cost model trained on every measurement so far
@@ -126,9 +127,10 @@ class _Progress:
 
 def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
          log=None, key=None, timeout: Optional[float] = None, progress=None,
-         strategy: str = "model", target="llvm") -> TuneResult:
+         strategy: str = "model", target="llvm", rules=apply_rules) -> TuneResult:
     """Measure up to ``trials`` candidates of ``args``; the best one that ran correctly
-    and the history."""
+    and the history.  ``rules(args, knobs, info, shapes)`` makes a candidate's schedule
+    (the CPU rules by default; the GPU rules for a cuda target)."""
     from . import measure
 
     if strategy not in ("model", "random"):
@@ -138,7 +140,8 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
     run = measure.get_runner(runner)
     start = time.monotonic()
     base = Knobs()
-    apply_rules(args, base, info, shapes)
+    rules(args, base, info, shapes)
+    gpu = _kind(target) != "llvm"
     space: Dict[str, list] = dict(base.space)
     seen: Dict[str, Optional[Trial]] = {}
     result = TuneResult(None)
@@ -153,11 +156,16 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
         primitives or lowering refuse it (checked before anything is measured)."""
         k = Knobs(values, rng=rng if values is None else None)
         try:
-            s = apply_rules(args, k, info, shapes)
+            s = rules(args, k, info, shapes)
             tr = s.trace.to_json()
             sig = json.dumps(tr, sort_keys=True)
             if sig not in lowered:
-                lower(s, args)
+                if gpu:  # CUDA C too: a tile over the shared memory is refused here
+                    from ..codegen.cuda import codegen_cuda
+
+                    codegen_cuda(lower(s, args, target=target))
+                else:
+                    lower(s, args)
                 lowered.add(sig)
         except TecompError:
             return None
@@ -258,6 +266,12 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
     if timeout is None or time.monotonic() - start <= timeout:
         _final(result, run, args, shapes, target, log, key)
     return result
+
+
+def _kind(target) -> str:
+    from ..target import as_target
+
+    return as_target(target).kind
 
 
 def _final(result: TuneResult, run, args, shapes, target, log, key) -> None:
