@@ -216,3 +216,18 @@ def test_gpu_search_on_the_gpu(gpu_driver):
     ins, out = _arrays(args, seed=2)
     f(*ins, out)
     np.testing.assert_allclose(out, ref(*ins), rtol=1e-4, atol=1e-4)
+
+
+def test_gpu_candidates_run_in_fresh_processes():
+    """CUDA does not survive a fork of a process that initialised it (pytest's GPU tests
+    have): a cuda candidate's child is spawned, a CPU or emulation candidate's forked."""
+    from tecomp.autoschedule.measure import _forks, _Job
+
+    def job(target):
+        return _Job(args=[], build_fn=None, payload=None, shapes={}, seed=0, timeout=1.0,
+                    number=1, repeat=1, min_repeat_seconds=0.0, rtol=None, atol=None,
+                    num_threads=1, memory_limit_mb=None, target=target)
+    fork = hasattr(__import__("os"), "fork")
+    assert _forks(job("cuda")) is False
+    assert _forks(job("cuda -arch=sm_90")) is False
+    assert _forks(job("llvm")) is fork and _forks(job("cuda-emu")) is fork

@@ -38,9 +38,9 @@ memory that LLVM leaks goes away with the child).  The measuring process imports
 code generator and initialises LLVM's native target once, so that every child inherits
 them instead of paying for them.
 
-**The GPU.**  For target ``cuda`` the child builds the module (nvcc through pycuda, in a
-CUDA context of its own: the measuring process never initialises CUDA, which does not
-survive a fork), rejects a kernel that keeps anything in local memory (spilled
+**The GPU.**  For target ``cuda`` the child is a fresh process ("spawn": CUDA does not
+survive a fork of a process that initialised it, and the measuring process may have), which
+builds the module (nvcc through pycuda, in a CUDA context of its own), rejects a kernel that keeps anything in local memory (spilled
 registers), copies the inputs to the GPU once, and times calls on the device arrays (each
 call waits for its kernels).  Target ``cuda-emu`` runs the emulation on numpy arrays (its
 times say nothing about a GPU; it checks the search's plumbing).
@@ -552,8 +552,19 @@ def _spawn_entry(conn, job: _Job) -> None:
     sys.exit(code)
 
 
+def _forks(job: _Job) -> bool:
+    """Whether ``job``'s child is forked: where the platform can, except for the GPU
+    (target ``cuda``): CUDA does not survive a fork of a process that initialised it, so
+    that child is a fresh ("spawn") process with a CUDA context of its own."""
+    if not hasattr(os, "fork"):
+        return False
+    from ..target import as_target
+
+    return as_target(job.target).kind != "cuda"
+
+
 class _Child:
-    """One child process running ``_child_main``; forked where possible."""
+    """One child process running ``_child_main``; forked where possible (:func:`_forks`)."""
 
     def __init__(self, job: _Job):
         import multiprocessing as mp
@@ -563,7 +574,7 @@ class _Child:
         self.pid = None
         self.status: Optional[int] = None     # multiprocessing convention: -signal
         self._reaped = False
-        if hasattr(os, "fork"):
+        if _forks(job):
             _flush_stdio()   # what is buffered now must not be written twice
             with warnings.catch_warnings():
                 # Python 3.12+ warns about fork() in a process with threads: the child
@@ -584,7 +595,7 @@ class _Child:
                 os.setpgid(pid, pid)   # also done by the child: whichever runs first
             except OSError:
                 pass
-        else:  # platforms without fork (tested with os.fork removed)
+        else:  # platforms without fork (tested with os.fork removed), and the GPU
             self.proc = mp.get_context("spawn").Process(target=_spawn_entry, args=(send, job))
             self.proc.start()
             self.pid = self.proc.pid
