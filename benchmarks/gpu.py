@@ -5,6 +5,7 @@
     python3 benchmarks/gpu.py --quick         # fewer repetitions
     python3 benchmarks/gpu.py --only conv     # workloads whose name contains "conv"
     python3 benchmarks/gpu.py --sweep         # each schedule under several tilings
+    python3 benchmarks/gpu.py --only bmm --tune 40   # the GPU search, 40 candidates
 
 Needs a CUDA GPU, pycuda, and for the references PyTorch and/or CuPy (see
 ``docs/GPU.md`` / the project's GPU notes for installing the pycuda wheel).  Without a GPU
@@ -244,6 +245,7 @@ class Workload:
     flops: float = 0.0
     bytes: float = 0.0
     configs: Callable[[], List[object]] = lambda: []  # --sweep's tilings, the default first
+    search: Optional[Callable[[], list]] = None  # --tune: fresh args for tc.auto_schedule
 
 
 def _np(t) -> np.ndarray:
@@ -286,16 +288,20 @@ def bmm_workload(B: int, n: int, d: int) -> Workload:
     """Attention's scores ``S[b, i, j] = sum_k Q[b, i, k] K[b, j, k]``, written in plain TE
     and scheduled by ``tc.auto_schedule(args, target="cuda")`` (no template has it);
     ``--sweep`` tries GEMM tilings through the same rules."""
-    def build(target="cuda", config=None):
-        from tecomp.autoschedule.cuda_rules import apply_cuda_rules
-
+    def args():
         Q = tc.placeholder((B, n, d), name="Q")
         K = tc.placeholder((B, n, d), name="K")
         k = tc.reduce_axis((0, d), name="k")
         S = tc.compute((B, n, n), lambda b, i, j: tc.sum(Q[b, i, k] * K[b, j, k], axis=k),
                        name="S")
-        s = apply_cuda_rules([Q, K, S], gemm=config)
-        return tc.build(s, [Q, K, S], target=target, name=f"bmm{B}x{n}x{d}")
+        return [Q, K, S]
+
+    def build(target="cuda", config=None):
+        from tecomp.autoschedule.cuda_rules import apply_cuda_rules
+
+        a = args()
+        return tc.build(apply_cuda_rules(a, gemm=config), a, target=target,
+                        name=f"bmm{B}x{n}x{d}")
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
@@ -313,7 +319,7 @@ def bmm_workload(B: int, n: int, d: int) -> Workload:
 
     return Workload(f"bmm {B}x{n}x{n}x{d} (auto_schedule)", build, setup,
                     flops=2.0 * B * n * n * d,
-                    configs=lambda: gemm_sweep(nn_cuda.gemm_config(n, n, d, B)))
+                    configs=lambda: gemm_sweep(nn_cuda.gemm_config(n, n, d, B)), search=args)
 
 
 def conv_workload(C: int, HW: int, layout: str, N: int = 32) -> Workload:
@@ -548,6 +554,15 @@ def run(args) -> int:
                      + ", ".join(f"{t} {e:.1e}" for t, e in errors.items())]
             rows.append(Row(w.name, med, w.flops, w.bytes, notes))
             print(f"  measured {w.name}", flush=True)
+            if args.tune and w.search is not None:
+                try:
+                    sweeps.append(tune(w, st, dev, want, timer, drv, rounds, inner,
+                                       args.tune))
+                except Exception:  # noqa: BLE001 - keep the table of the other workloads
+                    import traceback
+
+                    sweeps.append(f"tuning {w.name} broke:\n{traceback.format_exc()}")
+                print(sweeps[-1], flush=True)
             if args.sweep:
                 try:
                     sweeps.append(sweep(w, st, dev, want, timer, drv, rounds, inner))
@@ -623,6 +638,37 @@ def sweep(w: Workload, st: Setup, dev, want, timer: Timer, drv, rounds: int,
     return "\n".join(lines + failed)
 
 
+def tune(w: Workload, st: Setup, dev, want, timer: Timer, drv, rounds: int, inner: int,
+         trials: int, target: str = "cuda") -> str:
+    """``tc.auto_schedule(args, target="cuda", trials=trials)`` on ``w``'s computes (every
+    candidate measured in a child process of its own), then its best schedule timed
+    round robin with the analytic one and the references: one line."""
+    args = w.search()
+    t0 = time.perf_counter()
+    s = tc.auto_schedule(args, target=target, trials=trials)
+    seconds = time.perf_counter() - t0
+    res = s.tune_result
+    failed = sum(1 for t in res.trials if t.error)
+    mod = tc.build(s, args, target=target, name="tuned")
+    _fill_nan(dev[-1])
+    mod(*dev)
+    drv.synchronize()
+    err = max_rel_error(_np(dev[-1]), want)
+    if not err < TOLERANCE:
+        return f"tune: {w.name}: the tuned schedule is WRONG (error {err:.1e})"
+    fns = {"analytic": DirectLaunch(w.build(), dev, drv), "tuned": DirectLaunch(mod, dev, drv)}
+    refs = {k: r.run for k, r in st.refs.items()}
+    med = interleaved(timer, {**fns, **refs}, rounds, inner)
+    best = min(h for h in res.history)
+    at90 = next((i + 1 for i, h in enumerate(res.history) if h <= best / 0.9), len(res.history))
+    knobs = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(res.best.knobs.items()))
+    return (f"tune: {w.name}: {trials} trials in {seconds:.0f} s ({failed} failed), 90% of "
+            f"the best after {at90}; tuned {med['tuned']:.3f} ms, analytic "
+            f"{med['analytic']:.3f} ms ({ratio(med['analytic'], med['tuned']):.2f}x)"
+            + "".join(f", {k} {med[k]:.3f} ms ({ratio(med[k], med['tuned']):.2f}x)"
+                      for k in refs) + f"\n  best knobs: {knobs}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -630,6 +676,9 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="", help="run the workloads whose name contains this")
     p.add_argument("--sweep", action="store_true",
                    help="also time each schedule under several tilings (the default first)")
+    p.add_argument("--tune", type=int, default=0, metavar="N",
+                   help="also run tc.auto_schedule(target='cuda', trials=N) on the workloads "
+                        "written in plain TE and time its best against the analytic schedule")
     return run(p.parse_args(argv))
 
 

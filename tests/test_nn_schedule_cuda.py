@@ -744,3 +744,34 @@ def test_gpu_benchmark_sizes(gpu_driver, which):
     arrays = case.arrays()
     f(*arrays)
     _check(case, arrays)
+
+
+@needs_cxx
+def test_gpu_benchmark_tune_line(monkeypatch):
+    """``benchmarks/gpu.py --tune N``'s line, run in the emulation (the search with target
+    cuda-emu; launches and timer replaced): the tuned schedule checked, then timed against
+    the analytic one."""
+    w = BENCH.bmm_workload(2, 40, 16)
+    build = w.build
+    w = dataclasses.replace(w, build=lambda config=None: build("cuda-emu", config))
+    st = w.setup(None, None)
+    launches = []
+    monkeypatch.setattr(BENCH, "DirectLaunch",
+                        lambda mod, dev, drv: launches.append(
+                            lambda: mod(*dev, mode="serial")) or launches[-1])
+
+    class Clock:  # the analytic schedule 2 ms, the tuned one 1 ms
+        def sample(self, fn, inner):
+            fn()
+            return 2.0 if fn is launches[0] else 1.0
+
+    class Drv:
+        def synchronize(self):
+            pass
+
+    text = BENCH.tune(w, st, st.host, st.expect(), Clock(), Drv(), rounds=2, inner=1,
+                      trials=3, target="cuda-emu")
+    first, knobs = text.splitlines()
+    assert first.startswith("tune: bmm 2x40x40x16 (auto_schedule): 3 trials in ")
+    assert "tuned 1.000 ms, analytic 2.000 ms (2.00x)" in first, first
+    assert knobs.startswith("  best knobs: ") and "threads_m=" in knobs

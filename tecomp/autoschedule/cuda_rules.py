@@ -169,7 +169,7 @@ class _CudaRules:
         return replace(
             d, threads_m=k(f"{name}.threads_m", [4, 8, 16], d.threads_m),
             threads_n=k(f"{name}.threads_n", [8, 16, 32], d.threads_n),
-            regs_m=k(f"{name}.regs_m", [1, 2, 4, 8], d.regs_m),
+            regs_m=k(f"{name}.regs_m", [1, 2, 4, 8, 16], d.regs_m),
             regs_n=k(f"{name}.regs_n", [1, 2, 4, 8], d.regs_n),
             k_tile=k(f"{name}.k_tile", [8, 16, 32], d.k_tile),
             unroll_k=k(f"{name}.unroll_k", [True, False], d.unroll_k),
