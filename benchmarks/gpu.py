@@ -429,6 +429,7 @@ def gemm_sweep(d) -> List[object]:
         R(d, threads_m=half_m, k_tile=2 * d.k_tile), R(d, k_tile=max(1, d.k_tile // 2)),
         R(d, pad=True), R(d, threads_m=half_m, regs_m=2 * d.regs_m),
         G(d.threads_m, d.threads_n, d.regs_m, d.regs_n, min(8, d.k_tile), False, True),
+        G(8, 16, 8, 8, 32, True, False),  # the default of the H100 sweeps
         # tile rows copied 4 floats at a time; the tiles double-buffered (cp.async)
         R(d, vector=4, double_buffer=False), R(d, vector=1, double_buffer=True),
         R(d, vector=4, double_buffer=True),

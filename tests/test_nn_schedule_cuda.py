@@ -345,24 +345,35 @@ def _lower_text(case):
 
 
 def test_gemm_structure_4096():
+    """The full 64 x 128 block: 4 x 16 threads of 16 x 8 registers, 16 k steps, the
+    tiles copied 16 bytes at a time (cp.async) into two buffers each (the H200 sweeps)."""
     cfg = sc.gemm_config(4096, 4096, 4096)
-    assert (cfg.threads_m, cfg.threads_n, cfg.regs_m, cfg.regs_n, cfg.k_tile) == (8, 16, 8, 8, 32)
-    assert cfg.unroll_k and not cfg.pad
-    assert (cfg.block_m, cfg.block_n, cfg.threads) == (64, 128, 128)
+    assert (cfg.threads_m, cfg.threads_n, cfg.regs_m, cfg.regs_n, cfg.k_tile) == (4, 16, 16, 8, 16)
+    assert cfg.unroll_k and not cfg.pad and cfg.vector == 4 and cfg.double_buffer
+    assert (cfg.block_m, cfg.block_n, cfg.threads) == (64, 128, 64)
     f = _bench()["gemm"]
     src = f.get_source("cuda")
     kern = f.kernels[0]
     assert [int(d.value) for d in kern.grid] == [32, 64, 1]
-    assert kern.constant_block == (16, 8, 1)
-    assert "float matmul_local[64];" in src
-    # A tile 64 x 32, B tile 32 x 128, 16-byte aligned (vector loads)
+    assert kern.constant_block == (16, 4, 1)
+    assert "float matmul_local[128];" in src
+    # A tile 64 x 16, B tile 16 x 128, two of each, 16-byte aligned (vector loads)
     assert "__shared__ __align__(16) float A_shared[2048];" in src
     assert "__shared__ __align__(16) float B_shared[4096];" in src
-    assert src.count("__syncthreads();") == 2
-    # 16 and 32 coalesced loads per thread per tile; the 32 k steps unrolled
-    assert re.search(r"for \(int \w+ = 0; \w+ < 16; ", src)
-    assert re.search(r"for \(int \w+ = 0; \w+ < 32; ", src)
-    assert re.search(r"#pragma unroll\n\s*for \(int k_inner = 0; k_inner < 32; ", src)
+    # one barrier per k step, after the wait for this thread's asynchronous copies
+    loop = src[src.index("for (int k_outer"):]
+    assert loop.count("__syncthreads();") == 1 and "tc_cp_async_wait();" in loop
+    assert "tc_cp_async16(&" in loop
+    # the 16 k steps unrolled
+    assert re.search(r"#pragma unroll\n\s*for \(int k_inner = 0; k_inner < 16; ", src)
+
+
+def test_gemm_below_the_full_block_keeps_the_h100_tiling():
+    """Fewer blocks than MIN_BLOCKS with 8 x 8 registers: the smaller micro-tiles of the
+    H100 sweeps, 32 k steps, no double buffering."""
+    cfg = sc.gemm_config(512, 512, 512)
+    assert (cfg.threads_m, cfg.threads_n, cfg.regs_m, cfg.regs_n, cfg.k_tile) == (8, 16, 4, 4, 32)
+    assert cfg.vector == 1 and not cfg.double_buffer
 
 
 def test_pipelined_gemm_structure():
@@ -397,7 +408,7 @@ def test_pipelined_gemm_takes_operands_off_16_byte_boundaries():
 
 
 def test_small_gemms_use_smaller_tiles():
-    assert sc.gemm_config(1024, 1024, 1024).regs_m == 8       # 128 blocks of 64x128
+    assert sc.gemm_config(1024, 1024, 1024).regs_m == 16      # 128 blocks of 64x128
     assert sc.gemm_config(512, 512, 512).regs_n == 4          # 128 blocks of 32x64
     assert sc.gemm_config(5, 3, 7) == sc.GemmConfig(8, 4, 1, 1, 7, True, False)
     cfg = sc.gemm_config(None, 40, None)

@@ -9,7 +9,10 @@ addresses (coalesced), between two barriers; then each of the ``KT`` inner steps
 loads ``RM`` values of A and ``RN`` of B from shared memory into registers and does
 ``RM*RN`` multiply-adds.  With 4096x4096 operands: 64x128 blocks, 8x16 threads, 8x8
 registers per thread (64 accumulators + 16 operands), ``KT = 32`` with its steps
-unrolled (a thread's reads of the shared tiles become 16-byte vector loads).  An
+unrolled (a thread's reads of the shared tiles become 16-byte vector loads) was the
+tiling of the H100 sweeps; since the H200 sweeps the same 64x128 block runs on 4x16
+threads of 16x8 registers with ``KT = 16``, the tiles copied 16 bytes at a time and
+double-buffered (``cp.async``).  An
 elementwise epilogue (``dense``'s bias, an activation) is computed from the
 registers when C is stored."""
 from __future__ import annotations
@@ -73,7 +76,11 @@ def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int],
     more than twice the extent; ``batch`` GEMMs of that size count their blocks
     together); ``k_tile`` 32 (never more than K), its steps unrolled,
     the tiles unpadded: the fastest of the H100 sweeps (measurements:
-    benchmarks/DECISIONS.md, "CUDA GEMM: 8 x 16 threads, 32 k steps unrolled")."""
+    benchmarks/DECISIONS.md, "CUDA GEMM: 8 x 16 threads, 32 k steps unrolled").  The full
+    64 x 128 block (8 x 8 registers on 8 x 16 threads) runs instead as 4 x 16 threads of
+    16 x 8 registers with 16 k steps, its tile rows copied 16 bytes at a time and
+    double-buffered: the fastest of two H200 sweeps (SGEMM 4096^3 3.24 against 3.38 ms;
+    DECISIONS.md, "CUDA GEMM (GemmConfig.vector, .double_buffer)")."""
     def threads(E, most):
         return most if E is None else max(1, min(most, _pow2_at_least(E)))
 
@@ -90,6 +97,12 @@ def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int],
             break
         if (batch or 1) * _ceil(M, tm * rm) * _ceil(N, tn * rn) >= MIN_BLOCKS:
             break
+    if (tm, tn, rm, rn) == (8, 16, 8, 8):
+        # the full 64 x 128 block: 4 x 16 threads of 16 x 8 registers, 16 k steps, the
+        # tile rows copied 16 bytes at a time and double-buffered (cp.async)
+        kt = 16 if K is None else max(1, min(16, K))
+        return GemmConfig(4, 16, 16, 8, kt, unroll_k=True, pad=False, vector=4,
+                          double_buffer=True)
     kt = 32 if K is None else max(1, min(32, K))
     return GemmConfig(tm, tn, rm, rn, kt, unroll_k=True, pad=False)
 
