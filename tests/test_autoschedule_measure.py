@@ -270,6 +270,44 @@ def test_spawned_child_where_there_is_no_fork(monkeypatch):
     assert res[2].error.startswith("wrong result: output C")
 
 
+def test_persistent_worker_measures_in_turn_and_is_replaced_after_a_failure(tmp_path):
+    """LocalRunner(persistent=True) (the GPU's default): one spawned process measures the
+    candidates one after another; a crash, a hang (killed with its process group) or an
+    exception ends that worker and the next candidate gets a fresh one; the results are
+    those of a child per candidate."""
+    from tecomp.autoschedule import measure
+
+    pid_file = tmp_path / "pids"
+    args = matmul()
+    runner = LocalRunner(timeout=20, persistent=True, **FAST)
+    res = runner.run(args, build, ["default", "tiled", "segv", "default", "wrong",
+                                   "bad_split", "tiled"])
+    assert [r.ok for r in res] == [True, True, False, True, False, False, True]
+    assert res[2].error == "crashed: SIGSEGV"
+    assert res[4].error.startswith("wrong result: output C")
+    assert "factor=0 must be at least 1" in res[5].error
+    for r in (res[0], res[1], res[3], res[6]):
+        _check_ok(r)
+    (worker,) = measure._WORKERS.values()
+    first = worker.proc.pid
+    runner.run(args, build, ["default"])
+    assert worker.proc.pid == first, "a worker serves one candidate after another"
+    res = LocalRunner(timeout=3, persistent=True, **FAST).run(
+        args, build, [{"kind": "hang", "pid_file": str(pid_file)}, "default"])
+    assert [r.ok for r in res] == [False, True]
+    assert res[0].error == "timed out after 3s"
+    child, grandchild = map(int, pid_file.read_text().split())
+    assert _gone(child) and _gone(grandchild)
+    measure._close_workers()
+    assert not measure._WORKERS
+
+
+def test_persistent_option_is_checked():
+    with pytest.raises(tc.AutoScheduleError, match=r"LocalRunner: persistent must be True, "
+                                                   r"False or None \(for the GPU only\), got 'yes'"):
+        LocalRunner(persistent="yes")
+
+
 # -- inputs ------------------------------------------------------------------------------
 
 

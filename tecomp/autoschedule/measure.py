@@ -38,9 +38,16 @@ memory that LLVM leaks goes away with the child).  The measuring process imports
 code generator and initialises LLVM's native target once, so that every child inherits
 them instead of paying for them.
 
-**The GPU.**  For target ``cuda`` the child is a fresh process ("spawn": CUDA does not
-survive a fork of a process that initialised it, and the measuring process may have), which
-builds the module (nvcc through pycuda, in a CUDA context of its own), rejects a kernel that keeps anything in local memory (spilled
+**The persistent worker.**  ``LocalRunner(persistent=True)`` (the default for target
+``cuda``) measures in one long-lived spawned process instead, candidate after candidate
+(a fresh Python and CUDA context per candidate cost seconds each on the GPU).  A crash,
+a hang (the worker is killed with its process group after ``timeout``) or any failure of a
+candidate ends that worker, and the next candidate gets a fresh one, so a fault cannot
+outlive the candidate that caused it; the failures read as above.
+
+**The GPU.**  For target ``cuda`` the measuring process is a fresh one ("spawn": CUDA does
+not survive a fork of a process that initialised it, and the measuring process may have),
+which builds the module (nvcc through pycuda, in a CUDA context of its own), rejects a kernel that keeps anything in local memory (spilled
 registers), copies the inputs to the GPU once, and times calls on the device arrays (each
 call waits for its kernels).  Target ``cuda-emu`` runs the emulation on numpy arrays (its
 times say nothing about a GPU; it checks the search's plumbing).
@@ -343,6 +350,7 @@ class _Job:
     atol: Optional[float] = None
     memory_limit_mb: Optional[float] = None
     target: str = "llvm"            # the tc.Target's string a Schedule is built for
+    persistent: bool = False        # measured by the persistent worker (see _Worker)
 
 
 def _first_line(e: BaseException) -> str:
@@ -469,6 +477,20 @@ def _flush_stdio() -> None:
 def _child_main(conn, job: _Job) -> int:
     """The body of the child: measure, send one message, return the exit code.  The
     parent may kill the child as soon as the message has arrived."""
+    _child_setup(job.memory_limit_mb)
+    try:
+        msg = _measure_message(job)
+    except SystemExit as e:
+        _flush_stdio()
+        return e.code if isinstance(e.code, int) else 1
+    _send(conn, msg)
+    conn.close()
+    return 0
+
+
+def _child_setup(memory_limit_mb: Optional[float]) -> None:
+    """A measuring process's own process group (killed whole), no crash dumps, no stdin,
+    its address space capped."""
     try:
         os.setpgid(0, 0)
     except (OSError, AttributeError):
@@ -485,26 +507,139 @@ def _child_main(conn, job: _Job) -> int:
         os.close(fd)
     except OSError:
         pass
-    _limit_memory(job.memory_limit_mb)
+    _limit_memory(memory_limit_mb)
+
+
+def _measure_message(job: _Job) -> tuple:
+    """``("ok", times, outputs, build_seconds)`` or ``("error", text)`` (SystemExit
+    passes: the candidate ended the process)."""
     try:
-        try:
-            msg = ("ok",) + _measure_here(job)
-        except _WrongResult as e:
-            msg = ("error", str(e))
-        except MemoryError as e:
-            msg = ("error", "crashed: " + _first_line(e))
-        except Exception as e:  # noqa: BLE001 - the candidate's failure, reported
-            msg = ("error", _first_line(e))
-    except SystemExit as e:
-        _flush_stdio()
-        return e.code if isinstance(e.code, int) else 1
+        return ("ok",) + _measure_here(job)
+    except _WrongResult as e:
+        return ("error", str(e))
+    except MemoryError as e:
+        return ("error", "crashed: " + _first_line(e))
+    except Exception as e:  # noqa: BLE001 - the candidate's failure, reported
+        return ("error", _first_line(e))
+
+
+def _send(conn, msg: tuple) -> None:
     _flush_stdio()
     try:
         conn.send(msg)
     except Exception as e:  # noqa: BLE001 - e.g. an output that does not pickle
         conn.send(("error", "could not send the result: " + _first_line(e)))
-    conn.close()
-    return 0
+
+
+# -- the persistent worker: one long-lived process measures candidates in turn --------
+
+#: seconds a new worker may take to start (a fresh Python importing tecomp)
+WORKER_START_SECONDS = 120.0
+
+
+def _worker_main(conn, memory_limit_mb: Optional[float]) -> None:
+    """The persistent worker's loop: a job in, its message out, until the pipe closes."""
+    _child_setup(memory_limit_mb)
+    import tecomp  # noqa: F401  (imported before "ready": the first job's timeout is its own)
+
+    conn.send(("ready",))
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            break
+        try:
+            msg = _measure_message(job)
+        except SystemExit as e:
+            _flush_stdio()
+            sys.exit(e.code if isinstance(e.code, int) else 1)
+        _send(conn, msg)
+
+
+class _Worker:
+    """A spawned process that measures candidates one after another (for the GPU: a
+    fresh process and CUDA context per candidate cost seconds, one process costs them
+    once).  After a candidate fails in any way the worker is replaced (a GPU fault leaves
+    its context unusable)."""
+
+    def __init__(self, memory_limit_mb: Optional[float]):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.conn, theirs = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=_worker_main, args=(theirs, memory_limit_mb),
+                                daemon=True)
+        self.proc.start()
+        theirs.close()
+        self.ready = False
+
+    def _wait(self, deadline: float):
+        """``("message", msg)``, ``("timeout", None)`` or ``("died", None)``."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout", None
+            if self.conn.poll(min(remaining, 0.25)):
+                try:
+                    return "message", self.conn.recv()
+                except (EOFError, OSError):
+                    return "died", None
+            if not self.proc.is_alive():
+                return "died", None
+
+    def measure(self, job: _Job):
+        """(outcome, message) of one job, as ``measure_candidate`` reads a child's."""
+        if not self.ready:
+            outcome, msg = self._wait(time.monotonic() + WORKER_START_SECONDS)
+            if outcome != "message":
+                return "died", None
+            self.ready = True
+        self.conn.send(job)
+        return self._wait(time.monotonic() + job.timeout)
+
+    def close(self) -> Optional[int]:
+        """Kill the worker and its process group; its exit status."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+        self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
+        return self.proc.exitcode
+
+
+_WORKERS: Dict[tuple, _Worker] = {}
+
+
+def _close_workers() -> None:
+    for w in list(_WORKERS.values()):
+        w.close()
+    _WORKERS.clear()
+
+
+import atexit  # noqa: E402
+
+atexit.register(_close_workers)
+
+
+def _measure_in_worker(job: _Job) -> MeasureResult:
+    key = (job.target, job.memory_limit_mb)
+    start = time.monotonic()
+    w = _WORKERS.get(key)
+    if w is None or not w.proc.is_alive():
+        w = _WORKERS[key] = _Worker(job.memory_limit_mb)
+    outcome, msg = w.measure(job)
+    total = time.monotonic() - start
+    if outcome == "message" and msg[0] == "ok":
+        _, times, outputs, build_seconds = msg
+        return MeasureResult(True, list(times), None, build_seconds, outputs, total)
+    status = _WORKERS.pop(key).close()   # whatever went wrong, the next job gets a fresh one
+    if outcome == "timeout":
+        return MeasureResult(False, [], f"timed out after {job.timeout:g}s", total_seconds=total)
+    if outcome != "message":
+        return MeasureResult(False, [], f"crashed: {_exit_text(status)}", total_seconds=total)
+    return MeasureResult(False, [], msg[1], total_seconds=total)
 
 
 def _proc_kib(path: str, key: str) -> Optional[int]:
@@ -701,9 +836,12 @@ def _prewarm() -> None:
 
 
 def measure_candidate(job: _Job) -> MeasureResult:
-    """Measure one candidate in a child process (see the module docstring); the result
-    still has its ``outputs`` (None when it failed), not compared with anything.  Both
-    runners call this: LocalRunner in its own process, DaskRunner in a dask worker."""
+    """Measure one candidate in a child process (see the module docstring), or in the
+    persistent worker (``job.persistent``); the result still has its ``outputs`` (None
+    when it failed), not compared with anything.  Both runners call this: LocalRunner in
+    its own process, DaskRunner in a dask worker."""
+    if job.persistent:
+        return _measure_in_worker(job)
     if hasattr(os, "fork"):
         _prewarm()
     start = time.monotonic()
@@ -786,10 +924,18 @@ def _check_options(cls: str, timeout, number, repeat, min_repeat_seconds, rtol, 
             "a positive number of MiB or None (three quarters of the available memory)")
 
 
+def _is_cuda(target) -> bool:
+    from ..target import as_target
+
+    return as_target(target).kind == "cuda"
+
+
 class _Runner:
     """What both runners share: the options, the reference, the comparison."""
 
     _name = "runner"
+    #: measure in the persistent worker: None = for the GPU (target cuda) only
+    persistent: Optional[bool] = False
 
     def __init__(self, timeout, number, repeat, min_repeat_seconds, rtol, atol, seed,
                  num_threads, memory_limit_mb=None):
@@ -851,11 +997,12 @@ class _Runner:
         else:
             ref = None
         threads = self.num_threads if self.num_threads is not None else _parent_threads()
+        persistent = self.persistent if self.persistent is not None else _is_cuda(target)
         results = []
         for payload in payloads:
             job = _Job(args, build_fn, payload, shapes, self.seed, self.timeout, self.number,
                        self.repeat, self.min_repeat_seconds, threads, self.rtol, self.atol,
-                       self.memory_limit_mb, str(target))
+                       self.memory_limit_mb, str(target), persistent)
             r = self._measure(job)
             if r.ok:
                 if ref is None:
@@ -877,14 +1024,21 @@ class _Runner:
 
 class LocalRunner(_Runner):
     """Measures each candidate in a child process of this one (see the module docstring
-    for what a child does, the failures, the timing and the comparison)."""
+    for what a child does, the failures, the timing and the comparison), or with
+    ``persistent=True`` in one long-lived worker process (default ``None``: for target
+    ``cuda`` only; see "The persistent worker")."""
 
     def __init__(self, timeout: float = 10.0, number: Optional[int] = None, repeat: int = 5,
                  min_repeat_seconds: float = 0.02, rtol: Optional[float] = None,
                  atol: Optional[float] = None, seed: int = 0,
-                 num_threads: Optional[int] = None, memory_limit_mb: Optional[float] = None):
+                 num_threads: Optional[int] = None, memory_limit_mb: Optional[float] = None,
+                 persistent: Optional[bool] = None):
         super().__init__(timeout, number, repeat, min_repeat_seconds, rtol, atol, seed,
                          num_threads, memory_limit_mb)
+        if persistent not in (None, True, False):
+            raise AutoScheduleError(f"LocalRunner: persistent must be True, False or None "
+                                    f"(for the GPU only), got {persistent!r:.60}")
+        self.persistent = persistent
 
     def _measure(self, job: _Job) -> MeasureResult:
         return measure_candidate(job)
