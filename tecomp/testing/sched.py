@@ -136,6 +136,8 @@ class Replay:
         elif k == "tensorize":
             _, _, pos, name = step
             st.tensorize(leaves[pos], tc.tensor_intrin(name))
+        elif k == "double_buffer":
+            st.double_buffer()
         else:
             raise ValueError(f"unknown step {step!r}")
 
@@ -197,6 +199,8 @@ def steps_source(steps) -> str:
         elif k == "tensorize":
             L.append(f's[{step[1]}].tensorize({lv(step[1])}[{step[2]}], '
                      f'tc.tensor_intrin("{step[3]}"))')
+        elif k == "double_buffer":
+            L.append(f"s[{step[1]}].double_buffer()")
     return "\n".join(L)
 
 
@@ -593,7 +597,8 @@ def gen_gpu_schedule(d, prog, built=None, nvar=None):
     split by T, outer bound to blockIdx.x and inner to threadIdx.x; optionally a local
     cache_write computed at the thread axis, or a shared-memory cache_read of an input
     computed at the block axis and filled cooperatively by the T threads (which needs a
-    barrier between the fill and the reads)."""
+    barrier between the fill and the reads) -- for a reduction, sometimes at the outer
+    loop of its reduction split in steps instead, and then sometimes double-buffered."""
     if built is None:
         built, nvar = prog.build()
     r = Replay(prog, built, nvar)
@@ -615,7 +620,7 @@ def gen_gpu_schedule(d, prog, built=None, nvar=None):
                and prog.tensors[int(name[1:])].is_placeholder
                and any(u is t for u in st.op.input_tensors)]
         # shared arrays need a constant size: not with a symbolic extent in the program
-        if ins and not prog.symbolic and d.bool(0.4):
+        if ins and not prog.symbolic and d.bool(0.7 if st.op.reduce_axis else 0.4):
             src = d.choice(ins)
             _try(r, steps, ("cache_read", src, "shared", [h]))
             shared = f"c{r.ncache - 1}"
@@ -626,7 +631,22 @@ def gen_gpu_schedule(d, prog, built=None, nvar=None):
         _gpu_flat(r, steps, h, T)
         if cache is not None:
             _try(r, steps, ("compute_at", cache, h, 1))
-        if shared is not None:
+        st = r.stage(h)
+        if shared is not None and st.op.reduce_axis and d.bool(0.7):
+            # the tile per step of the reduction: its outer loop (serial, inside the
+            # threads) carries the copy, sometimes double-buffered
+            nlead = len(st.leaf_iter_vars) - len(st.op.reduce_axis)
+            _try(r, steps, ("split", h, nlead, "factor", d.choice((2, 3, 4))))
+            _try(r, steps, ("compute_at", shared, h, nlead))
+            cst = r.stage(shared)
+            cnd = len(cst.op.axis)
+            if cnd > 1:
+                _try(r, steps, ("fuse", shared, 0, cnd))
+            _try(r, steps, ("split", shared, 0, "factor", T))
+            _try(r, steps, ("bind", shared, 1, "threadIdx.x"))
+            if d.bool(0.6):
+                _try(r, steps, ("double_buffer", shared))
+        elif shared is not None:
             _try(r, steps, ("compute_at", shared, h, 0))
             cst = r.stage(shared)
             cnd = len(cst.op.axis)
