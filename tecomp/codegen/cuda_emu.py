@@ -315,7 +315,7 @@ class CudaEmuModule(CudaSourceModule):
     def __call__(self, *args, mode: Optional[str] = None) -> None:
         mode = _check_mode(mode) if mode is not None else self.mode
         cs, func = self.cuda_source, self.func
-        args, env = self._checked(args)
+        args, env, _ = self._checked(args)
         # the memory each buffer lives in for the call
         memory: Dict[Buffer, np.ndarray] = {}
         copy_back = []

@@ -512,10 +512,11 @@ class ArgChecker:
     def __repr__(self):
         return f"<ArgChecker {self.func_name}({', '.join(p.name for p in self.params)})>"
 
-    def check(self, args: Sequence) -> Dict[Var, Any]:
+    def check(self, args: Sequence, metas: Optional[Sequence] = None) -> Dict[Var, Any]:
         """Check ``args``; return the value of every scalar parameter and every variable
-        of the parameters' shapes (and checked strides)."""
-        return self.check_with_flags(args)[0]
+        of the parameters' shapes (and checked strides).  ``metas``: each argument's
+        :func:`array_meta`, when the caller has them (one description per array a call)."""
+        return self.check_with_flags(args, metas)[0]
 
     def host_arrays(self, args: Sequence) -> Sequence:
         """``args`` with every buffer argument that is a host array but not a
@@ -537,7 +538,8 @@ class ArgChecker:
                 out[spec.pos] = h
         return args if out is None else out
 
-    def check_with_flags(self, args: Sequence) -> Tuple[Dict[Var, Any], list]:
+    def check_with_flags(self, args: Sequence,
+                         metas: Optional[Sequence] = None) -> Tuple[Dict[Var, Any], list]:
         """:meth:`check`, also returning the ``flags`` of each buffer's numpy array (None
         for a device array, or where neither writability nor alignment is checked), in
         the order of the buffer parameters."""
@@ -558,7 +560,8 @@ class ArgChecker:
                 dt = a.dtype
                 shape = a.shape
             else:
-                meta = array_meta(a) if device is not False else None
+                meta = None if device is False else (
+                    metas[spec.pos] if metas is not None else array_meta(a))
                 if meta is None or (device is True and not meta.on_device):
                     raise type_error(spec, a, device)
                 dt = meta.dtype
@@ -697,22 +700,25 @@ def bind_and_check(params: Sequence, args: Sequence, *, func_name: str = "the fu
 
 
 def check_no_alias(params: Sequence, args: Sequence, written: Iterable[Buffer], *,
-                   func_name: str = "the function") -> None:
+                   func_name: str = "the function", metas: Optional[Sequence] = None) -> None:
     """Reject a written buffer whose array overlaps another argument's memory.
 
     Generated kernels declare their buffers ``__restrict__`` (no aliasing): passing the
     same memory as input and output is undefined.  A cheap test of the address ranges
     (numpy's ``may_share_memory`` for numpy arrays), so interleaved views count as
-    overlapping.
+    overlapping.  ``metas``: each argument's :func:`array_meta`, when the caller has them.
     """
     written = set(written)
-    arrays = [(i, p, a) for i, (p, a) in enumerate(zip(params, args))
-              if isinstance(p, Buffer) and array_meta(a) is not None and _nbytes(a)]
+    if metas is None:
+        metas = [array_meta(a) if isinstance(p, Buffer) else None
+                 for p, a in zip(params, args)]
+    arrays = [(i, p, a, m) for i, (p, a, m) in enumerate(zip(params, args, metas))
+              if isinstance(p, Buffer) and m is not None and _nbytes_meta(m)]
     for x in range(len(arrays)):
-        i, p, a = arrays[x]
+        i, p, a, ma = arrays[x]
         for y in range(x + 1, len(arrays)):
-            j, q, b = arrays[y]
-            if (p in written or q in written) and _may_overlap(a, b):
+            j, q, b, mb = arrays[y]
+            if (p in written or q in written) and _may_overlap(a, b, ma, mb):
                 raise ArgumentError(
                     f"{param_label(p.name, i)} and {param_label(q.name, j)} share memory, and "
                     f"{func_name} writes {p.name if p in written else q.name}; its buffers must "
@@ -770,10 +776,6 @@ def check_memory(spec: "BufferSpec", a: np.ndarray) -> None:
             f"memory; pass a copy that owns its memory (np.array(x))")
 
 
-def _nbytes(a) -> int:
-    return _nbytes_meta(array_meta(a))
-
-
 def _span(meta: ArrayMeta):
     """[lo, hi) of the bytes an array's elements occupy."""
     strides = meta.strides
@@ -795,10 +797,9 @@ def _nbytes_meta(meta: ArrayMeta) -> int:
     return n
 
 
-def _may_overlap(a, b) -> bool:
+def _may_overlap(a, b, ma: ArrayMeta, mb: ArrayMeta) -> bool:
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return np.may_share_memory(a, b)
-    ma, mb = array_meta(a), array_meta(b)
     if ma.on_device != mb.on_device:
         return False
     (alo, ahi), (blo, bhi) = _span(ma), _span(mb)
