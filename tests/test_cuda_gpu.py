@@ -188,6 +188,31 @@ def test_device_arrays_are_used_in_place():
 
 
 @needs_cxx
+def test_a_call_describes_each_array_once_and_checks_a_launch_size_once(monkeypatch):
+    """The host work of a call: each argument's __cuda_array_interface__ read once (the
+    checks, the alias test and the launch share it), the device limits checked once per
+    launch size (no timing here: counts)."""
+    from tecomp.runtime import argcheck
+
+    case = vector_add()
+    drv = EmuDriver()
+    mod = build_cuda(case.func, driver=drv)
+    a, b, c = case.make_args(np.random.default_rng(0), 300)
+    reads, checks = [], []
+    real_meta, real_check = argcheck.array_meta, runtime_cuda._check_device_launch
+    monkeypatch.setattr(runtime_cuda, "array_meta", lambda x: reads.append(x) or real_meta(x))
+    monkeypatch.setattr(runtime_cuda, "_check_device_launch",
+                        lambda *a: checks.append(a[3:]) or real_check(*a))
+    for _ in range(3):
+        mod(DeviceArray(a), DeviceArray(b), DeviceArray(c))
+    assert len(reads) == 9 and len(checks) == 1
+    a2, b2, c2 = case.make_args(np.random.default_rng(1), 1000)
+    mod(DeviceArray(a2), DeviceArray(b2), DeviceArray(c2))   # another grid: checked
+    assert len(checks) == 2
+    check(case, [a2, b2, c2])
+
+
+@needs_cxx
 def test_non_contiguous_numpy_output_is_written_back():
     case = vector_add()
     mod = build_cuda(case.func, driver=EmuDriver())
