@@ -157,7 +157,7 @@ def test_gpu_rules_structure():
     bmm = _source(bmm_qk)
     assert bmm.count("__global__") == 1 and "blockIdx.z" in bmm and "__shared__" in bmm
     ep = _source(gemm_bias_relu)
-    assert ep.count("__global__") == 1 and "max(" in ep or "fmaxf(" in ep
+    assert ep.count("__global__") == 1 and ("max(" in ep or "fmaxf(" in ep)
     ln = _source(layer_norm)
     assert ln.count("__global__") == 1 and "__syncthreads();" in ln
     assert _source(short_sum).count("__shared__") == 0  # a thread per output

@@ -665,6 +665,26 @@ def test_gpu_benchmark_workloads_check_out(w):
     assert BENCH.max_rel_error(st.host[-1], st.expect()) < BENCH.TOLERANCE
 
 
+def _emulated_timing(monkeypatch):
+    """(clock, driver) for benchmarks/gpu.py's sweep and tune lines in the emulation: its
+    launches run the emulation; the first launch made "takes" 2 ms, every other 1 ms."""
+    launches = []
+    monkeypatch.setattr(BENCH, "DirectLaunch",
+                        lambda mod, dev, drv: launches.append(
+                            lambda: mod(*dev, mode="serial")) or launches[-1])
+
+    class Clock:
+        def sample(self, fn, inner):
+            fn()
+            return 2.0 if fn is launches[0] else 1.0
+
+    class Drv:
+        def synchronize(self):
+            pass
+
+    return Clock(), Drv()
+
+
 @needs_cxx
 def test_gpu_benchmark_sweep_checks_and_times_every_tiling(monkeypatch):
     """``benchmarks/gpu.py --sweep``'s table, run in the emulation (the launches and the
@@ -677,21 +697,8 @@ def test_gpu_benchmark_sweep_checks_and_times_every_tiling(monkeypatch):
     w = dataclasses.replace(w, build=lambda config=None: build("cuda-emu", config),
                             configs=lambda: [default, GEMM_8X8_UNROLLED, too_big])
     st = w.setup(None, None)
-    launches = []
-    monkeypatch.setattr(BENCH, "DirectLaunch",
-                        lambda mod, dev, drv: launches.append(
-                            lambda: mod(*dev, mode="serial")) or launches[-1])
-
-    class Clock:  # the default takes 2 ms, the other tiling 1 ms
-        def sample(self, fn, inner):
-            fn()
-            return 2.0 if fn is launches[0] else 1.0
-
-    class Drv:
-        def synchronize(self):
-            pass
-
-    text = BENCH.sweep(w, st, st.host, st.expect(), Clock(), Drv(), rounds=2, inner=1)
+    clock, drv = _emulated_timing(monkeypatch)  # the default takes 2 ms, the others 1 ms
+    text = BENCH.sweep(w, st, st.host, st.expect(), clock, drv, rounds=2, inner=1)
     lines = text.splitlines()
     assert lines[0] == "sweep: gemm 40^3 ()"
     assert lines[1].split()[:4] == ["tiling", "ms", "vs", "default"]
@@ -766,21 +773,8 @@ def test_gpu_benchmark_tune_line(monkeypatch):
     build = w.build
     w = dataclasses.replace(w, build=lambda config=None: build("cuda-emu", config))
     st = w.setup(None, None)
-    launches = []
-    monkeypatch.setattr(BENCH, "DirectLaunch",
-                        lambda mod, dev, drv: launches.append(
-                            lambda: mod(*dev, mode="serial")) or launches[-1])
-
-    class Clock:  # the analytic schedule 2 ms, the tuned one 1 ms
-        def sample(self, fn, inner):
-            fn()
-            return 2.0 if fn is launches[0] else 1.0
-
-    class Drv:
-        def synchronize(self):
-            pass
-
-    text = BENCH.tune(w, st, st.host, st.expect(), Clock(), Drv(), rounds=2, inner=1,
+    clock, drv = _emulated_timing(monkeypatch)  # the analytic schedule 2 ms, the tuned 1 ms
+    text = BENCH.tune(w, st, st.host, st.expect(), clock, drv, rounds=2, inner=1,
                       trials=3, target="cuda-emu")
     first, knobs = text.splitlines()
     assert first.startswith("tune: bmm 2x40x40x16 (auto_schedule): 3 trials in ")

@@ -33,21 +33,19 @@ buffering), per other kernel its threads per block, so that the measured search
 from __future__ import annotations
 
 import math
+import os
 from typing import Dict, List, Optional
 
 from ..errors import AutoScheduleError, ScheduleError
 from ..ir.expr import Reduce
 from ..schedule.schedule import Schedule, create_schedule
-from ..te.tensor import ComputeOp, Tensor
+from ..nn.cuda.common import _pow2_at_least
+from ..te.tensor import ComputeOp, Tensor, thread_axis
 
 #: a reduction at least this long (or symbolic) runs across a block's threads
 CROSS_THREAD_MIN = 32
 #: the most threads a block gets from these rules
 MAX_THREADS = 256
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def _threads_for(n: Optional[int]) -> int:
@@ -233,7 +231,7 @@ class _CudaRules:
         so = s[out]
         row_axes = list(so.op.axis[:-1])
         row = so.fuse(*row_axes) if len(row_axes) > 1 else row_axes[0]
-        so.bind(row, _thread("blockIdx.x"))
+        so.bind(row, thread_axis("blockIdx.x"))
         for r in (op for op in self.ops if op in seen):  # producers first
             _cross_thread_rows(s, r.output(0), so, row, T)
             self.done.add(id(r))
@@ -250,8 +248,8 @@ class _CudaRules:
             _, ki = st.split(red, factor=self.threads(t.name, _threads_for(R)))
             if st.op.axis:
                 data = st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0]
-                st.bind(data, _thread("blockIdx.x"))
-            st.bind(ki, _thread("threadIdx.x"))
+                st.bind(data, thread_axis("blockIdx.x"))
+            st.bind(ki, thread_axis("threadIdx.x"))
         else:
             self.elementwise(t)
         self.done.add(id(t.op))
@@ -268,12 +266,6 @@ class _CudaRules:
         self.done.add(id(t.op))
 
 
-def _thread(tag: str):
-    from ..te.tensor import thread_axis
-
-    return thread_axis(tag)
-
-
 def gpu_rules(args, knobs, info, shapes) -> Schedule:
     """The search's view of the GPU rules (``apply_rules``'s signature; ``info`` unused)."""
     return apply_cuda_rules(args, shapes, knobs=knobs)
@@ -286,7 +278,7 @@ def measure_unavailable(target) -> Optional[str]:
     import shutil
 
     if target.kind == "cuda-emu":
-        cxx = __import__("os").environ.get("CXX", "g++")
+        cxx = os.environ.get("CXX", "g++")
         return None if shutil.which(cxx) else f"no C++ compiler ({cxx}) for the emulation"
     from importlib.util import find_spec
 

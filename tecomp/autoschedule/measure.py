@@ -442,9 +442,7 @@ def _call_on(f, arrays, target):
     are copied to the GPU once (pycuda GPUArrays, so a timed call is the launch and its
     wait, no copies), and a kernel that keeps anything in local memory (spilled registers,
     an array indexed at run time) is rejected before it is timed."""
-    from ..target import as_target
-
-    if as_target(target).kind != "cuda":
+    if not _is_cuda(target):
         return f, lambda: arrays
     import pycuda.gpuarray as gpuarray
 
@@ -691,11 +689,7 @@ def _forks(job: _Job) -> bool:
     """Whether ``job``'s child is forked: where the platform can, except for the GPU
     (target ``cuda``): CUDA does not survive a fork of a process that initialised it, so
     that child is a fresh ("spawn") process with a CUDA context of its own."""
-    if not hasattr(os, "fork"):
-        return False
-    from ..target import as_target
-
-    return as_target(job.target).kind != "cuda"
+    return hasattr(os, "fork") and not _is_cuda(job.target)
 
 
 class _Child:

@@ -637,21 +637,20 @@ def gen_gpu_schedule(d, prog, built=None, nvar=None):
             # threads) carries the copy, sometimes double-buffered
             nlead = len(st.leaf_iter_vars) - len(st.op.reduce_axis)
             _try(r, steps, ("split", h, nlead, "factor", d.choice((2, 3, 4))))
-            _try(r, steps, ("compute_at", shared, h, nlead))
-            cst = r.stage(shared)
-            cnd = len(cst.op.axis)
-            if cnd > 1:
-                _try(r, steps, ("fuse", shared, 0, cnd))
-            _try(r, steps, ("split", shared, 0, "factor", T))
-            _try(r, steps, ("bind", shared, 1, "threadIdx.x"))
+            _gpu_shared_copy(r, steps, shared, h, nlead, T)
             if d.bool(0.6):
                 _try(r, steps, ("double_buffer", shared))
         elif shared is not None:
-            _try(r, steps, ("compute_at", shared, h, 0))
-            cst = r.stage(shared)
-            cnd = len(cst.op.axis)
-            if cnd > 1:
-                _try(r, steps, ("fuse", shared, 0, cnd))
-            _try(r, steps, ("split", shared, 0, "factor", T))
-            _try(r, steps, ("bind", shared, 1, "threadIdx.x"))
+            _gpu_shared_copy(r, steps, shared, h, 0, T)
     return steps
+
+
+def _gpu_shared_copy(r: Replay, steps: list, shared: str, h: str, at: int, T: int) -> None:
+    """The shared copy ``shared`` computed at loop ``at`` of stage ``h``, its axes fused and
+    split by ``T``, the inner part bound to threadIdx.x (the block's threads fill it)."""
+    _try(r, steps, ("compute_at", shared, h, at))
+    cnd = len(r.stage(shared).op.axis)
+    if cnd > 1:
+        _try(r, steps, ("fuse", shared, 0, cnd))
+    _try(r, steps, ("split", shared, 0, "factor", T))
+    _try(r, steps, ("bind", shared, 1, "threadIdx.x"))
