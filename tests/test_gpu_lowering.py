@@ -126,6 +126,28 @@ def test_double_buffer_where_the_loop_is_gone():
     assert "async_copy" not in text
 
 
+def test_double_buffer_of_a_tile_nobody_reads():
+    """Fuzz seed 4 (on Zen 4): the only read of the double-buffered tile is in a branch
+    that simplification proves dead (there the copy went too; here it stays, unread):
+    double buffering is then a no-op, not a ScheduleError about the loop's shape."""
+    P = tc.placeholder((2, 4), name="P")
+    k = tc.reduce_axis((0, 8), name="k")
+    C = tc.compute((4,), lambda i: tc.sum(tc.if_then_else(i * 2 + 1 < 1, P[k // 4, i],
+                                                          tc.const(0, "float32")), axis=k),
+                   name="C")
+    s = tc.create_schedule(C.op)
+    PS = s.cache_read(P, "shared", [C])
+    s[C].bind(s[C].op.axis[0], tc.thread_axis("threadIdx.x"))
+    ko, _ = s[C].split(s[C].op.reduce_axis[0], factor=2)
+    s[PS].compute_at(s[C], ko)
+    s[PS].double_buffer()
+    text = str(tc.lower(s, [P, C], target="cuda"))
+    assert "allocate P.shared: float32[1, 4] (shared)" in text and "async_copy" not in text
+    got = np.full(4, 7, "float32")
+    interp.run(tc.lower(s, [P, C], target="cuda"), np.ones((2, 4), "float32"), got)
+    np.testing.assert_array_equal(got, 0)
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the CUDA emulation needs g++")
 def test_emulation_matches_numpy():
     s, args = tiled_matmul(64, 16)

@@ -143,6 +143,20 @@ class _DoubleBuffer(Mutator):
                 f"{'a ' + loop.kind + ' loop' if loop.kind != 'serial' else 'outside any GPU kernel'}"
                 f"; double buffering pipelines a serial loop inside the thread loops of a GPU "
                 f"kernel (build for cuda or cuda-emu, compute the stage at e.g. k.outer)")
+        used = _access(inner)
+        unread = {b for b in marked if b not in used.reads and b not in used.other}
+        if unread:
+            # simplification removed every read of the tile (a branch proven dead): its
+            # copy, if still there, has no reader to overlap with; nothing to pipeline
+            if len(unread) == len(marked):
+                body = inner
+                for c in reversed(chain):
+                    if isinstance(c, Allocate):
+                        body = Allocate(c.buffer, body)
+                return For(loop.var, loop.min, loop.extent, loop.kind, body, loop.thread_tag)
+            gone = {b for b in unread if b not in used.writes}
+            marked = [b for b in marked if b not in gone]
+            chain = [c for c in chain if not (isinstance(c, Allocate) and c.buffer in gone)]
         items = list(inner.seq) if isinstance(inner, SeqStmt) else [inner]
         n = 0
         while n < len(items) and _is_barrier(items[n]):
