@@ -435,7 +435,11 @@ def test_inlined_padding_is_partitioned_and_correct():
     assert cfg["P.inline_padding"] is True        # no output axis reuses the padding
     assert "pragma(y_o, 'partition')" in tc.autoschedule.apply_config(
         args, cfg.set("P.inline_padding", True)).trace.python(args)
-    for mr, nr in ((4, 8), (3, 16), (6, 16)):
+    # register blocks from the machine's choices (nr: multiples of its vector width),
+    # narrow enough for blocks inside the image's 37 columns
+    mrs = cfg.space["O.mr"]
+    nrs = [nr for nr in cfg.space["O.nr"] if nr <= 17]
+    for mr, nr in ((mrs[0], nrs[0]), (mrs[len(mrs) // 2], nrs[-1]), (mrs[-1], nrs[-1])):
         c = cfg.set("P.inline_padding", True).set("O.mr", mr).set("O.nr", nr)
         s = tc.autoschedule.apply_config(args, c)
         text = str(tc.lower(s, args))
