@@ -593,6 +593,30 @@ def test_nvcc_reports_errors():
         compile_ptx('extern "C" __global__ void k() { undefined_thing(); }')
 
 
+@needs_nvcc
+def test_cubins_are_cached_on_disk_and_checked(tmp_path, monkeypatch):
+    """compile_cubin: nvcc once per (nvcc, arch, options, source); the cache is private;
+    a cubin whose sidecar does not match (truncated, replaced) is compiled again."""
+    import tecomp.codegen.cuda as cg
+
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
+    runs = []
+    real = cg._run_nvcc
+    monkeypatch.setattr(cg, "_run_nvcc", lambda *a: runs.append(a[3]) or real(*a))
+    a = cg.compile_cubin(VECTOR_ADD, "sm_80")
+    assert a[:4] == b"\x7fELF" and runs == ["cubin"]
+    d = tmp_path / "cuda"
+    (path,) = d.glob("*.cubin")
+    assert cg.compile_cubin(VECTOR_ADD, "sm_80") == a and len(runs) == 1
+    cg.compile_cubin(VECTOR_ADD, "sm_90")
+    cg.compile_cubin(VECTOR_ADD + "\n", "sm_80")
+    assert len(runs) == 3
+    assert d.stat().st_mode & 0o777 == 0o700
+    path.write_bytes(a[:100])
+    assert cg.compile_cubin(VECTOR_ADD, "sm_80") == a and len(runs) == 4
+    assert path.read_bytes() == a
+
+
 def test_missing_nvcc_is_runtime_unavailable(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("CUDA_HOME", raising=False)

@@ -52,7 +52,8 @@ from ..runtime.argcheck import eval_host_expr
 from .cuda import (
     MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaSource, KernelInfo, codegen_cuda,
 )
-from .libfiles import digest_file, sidecar_matches, write_sidecar
+from .libfiles import (cache_root, digest_file, private_dir, sidecar_matches, tool_identity,
+                       write_sidecar)
 from ..runtime.cuda import CudaSourceModule
 
 ABI_VERSION = 1
@@ -75,9 +76,7 @@ def header_text() -> str:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("TECOMP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                              "tecomp")
-    return Path(root) / "cuda_emu"
+    return cache_root() / "cuda_emu"
 
 
 def default_mode() -> str:
@@ -95,9 +94,6 @@ def _check_mode(mode: Optional[str]) -> str:
     return mode
 
 
-_CXX_ID: Dict[str, str] = {}
-
-
 def find_cxx() -> str:
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
     if not cxx or not shutil.which(cxx):
@@ -105,17 +101,6 @@ def find_cxx() -> str:
             "no C++ compiler found (g++ on PATH, or $CXX): the cuda-emu target compiles the "
             "generated CUDA C for the CPU with a C++17 compiler")
     return cxx
-
-
-def _cxx_identity(cxx: str) -> str:
-    ident = _CXX_ID.get(cxx)
-    if ident is None:
-        try:
-            out = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-        except OSError:
-            out = ""
-        ident = _CXX_ID[cxx] = f"{cxx}\n{out.splitlines()[0] if out else ''}"
-    return ident
 
 
 def launcher_source(cs: CudaSource) -> str:
@@ -194,58 +179,48 @@ _LIBS_LOCK = threading.Lock()
 _KEY_LOCKS: Dict[str, threading.Lock] = {}
 
 
-def compile_emu_library(cs: CudaSource) -> EmuLibrary:
-    """Compile (or load from the cache) the emulation library of ``cs``."""
+def _library_key(cs: CudaSource):
     cxx = find_cxx()
     header = header_text()
     launcher = launcher_source(cs)
     h = hashlib.sha256()
-    for part in (str(ABI_VERSION), _cxx_identity(cxx), " ".join(CXX_FLAGS), header, launcher,
+    for part in (str(ABI_VERSION), tool_identity(cxx), " ".join(CXX_FLAGS), header, launcher,
                  cs.source):
         h.update(part.encode())
         h.update(b"\0")
-    key = h.hexdigest()[:32]
+    return h.hexdigest()[:32], cxx, header, launcher
+
+
+def compile_emu_library(cs: CudaSource, load: bool = True) -> Optional[EmuLibrary]:
+    """Compile (or load from the cache) the emulation library of ``cs``.  ``load=False``
+    only makes sure the cache holds it (a search compiles its candidates in parallel so,
+    for the process that measures them to load): None."""
+    key, cxx, header, launcher = _library_key(cs)
     with _LIBS_LOCK:
         lib = _LIBS.get(key)
         if lib is not None:
-            return lib
+            return lib if load else None
         key_lock = _KEY_LOCKS.setdefault(key, threading.Lock())
     with key_lock:  # one build per library; different libraries build in parallel
         lib = _LIBS.get(key)
         if lib is not None:
-            return lib
-        d = _private_dir(cache_dir())
+            return lib if load else None
+        d = private_dir(cache_dir(), "the CUDA emulation cache", BuildError)
         final = d / f"{key}.so"
         loaded = None
         # loaded only when its sha256 sidecar matches (tecomp/codegen/libfiles.py): a
         # truncated or replaced file is rebuilt instead of being handed to dlopen
         if final.exists() and sidecar_matches(final):
+            if not load:
+                return None
             loaded = _try_load(str(final))
         if loaded is None:
-            loaded = _build(cxx, header, launcher, cs.source, d, final)
+            loaded = _build(cxx, header, launcher, cs.source, d, final, load)
+        if not load:
+            return None
         lib = EmuLibrary(cs, str(final), loaded)
         _LIBS[key] = lib
         return lib
-
-
-def _private_dir(d: Path) -> Path:
-    """``d``, created ``0700`` if missing; a BuildError unless it belongs to this user and
-    nobody else may write to it.  The cache holds libraries this process loads and runs:
-    whoever can write there could plant one (with a matching sha256 sidecar)."""
-    try:
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = d.stat()
-    except OSError as e:
-        raise BuildError(
-            f"cannot use {d} as the CUDA emulation cache ({e.strerror}); point "
-            "TECOMP_CACHE_DIR at a writable directory") from None
-    if st.st_uid != os.getuid() or st.st_mode & 0o022:
-        raise BuildError(
-            f"the CUDA emulation cache {d} is writable by other users (mode "
-            f"{st.st_mode & 0o777:o}, owner uid {st.st_uid}): a library planted there would "
-            f"be loaded and run; make it private (chmod 700 {d}) or point TECOMP_CACHE_DIR "
-            "at a directory of your own")
-    return d
 
 
 def _try_load(path: str) -> Optional[ctypes.CDLL]:
@@ -260,7 +235,8 @@ def _try_load(path: str) -> Optional[ctypes.CDLL]:
         return None
 
 
-def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Path) -> ctypes.CDLL:
+def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Path,
+           load: bool = True) -> Optional[ctypes.CDLL]:
     tmp = tempfile.mkdtemp(prefix="build-", dir=str(d))
     try:
         files = {HEADER_NAME: header, "cuda_fp16.h": f'#include "{HEADER_NAME}"\n',
@@ -276,8 +252,8 @@ def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Pa
                 "compiling the CUDA emulation library failed (this is likely a tecomp bug; "
                 f"please report it with the generated source):\n{' '.join(cmd)}\n"
                 f"{(proc.stderr or proc.stdout).strip()[:8000]}")
-        lib = _try_load(out)
-        if lib is None:
+        lib = _try_load(out) if load else None
+        if load and lib is None:
             raise BuildError(f"the freshly built CUDA emulation library {out} does not load")
         digest = digest_file(out)
         os.replace(out, final)  # atomic: other processes see the old file or the new one

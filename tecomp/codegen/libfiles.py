@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import tempfile
+import threading
 from pathlib import Path
 from typing import Optional, Type, Union
 
 __all__ = ["file_path", "digest_bytes", "digest_file", "sidecar_path", "read_sidecar",
-           "sidecar_matches", "write_atomic", "write_sidecar"]
+           "sidecar_matches", "write_atomic", "write_sidecar", "cache_root", "private_dir",
+           "tool_identity"]
 
 #: a sidecar larger than this is not one (read no further)
 _MAX_SIDECAR_BYTES = 4096
@@ -117,3 +120,49 @@ def write_sidecar(library: PathLike, digest: Optional[str] = None) -> None:
     line = f"{digest}  {name}\n" if name.isprintable() and name.strip() == name else \
         f"{digest}\n"
     write_atomic(sidecar_path(library), line)
+
+
+def cache_root() -> Path:
+    """Where tecomp caches what it compiles: ``$TECOMP_CACHE_DIR``, by default
+    ``~/.cache/tecomp``."""
+    root = os.environ.get("TECOMP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                              "tecomp")
+    return Path(root)
+
+
+def private_dir(d: Path, what: str, error: Type[Exception]) -> Path:
+    """``d``, created ``0700`` if missing; ``error`` unless it belongs to this user and
+    nobody else may write to it.  A cache of ``what`` holds code this process loads and
+    runs: whoever can write there could plant some (with a matching sha256 sidecar)."""
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = d.stat()
+    except OSError as e:
+        raise error(f"cannot use {d} as {what} ({e.strerror}); point TECOMP_CACHE_DIR at a "
+                    "writable directory") from None
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise error(
+            f"{what} {d} is writable by other users (mode {st.st_mode & 0o777:o}, owner uid "
+            f"{st.st_uid}): code planted there would be loaded and run; make it private "
+            f"(chmod 700 {d}) or point TECOMP_CACHE_DIR at a directory of your own")
+    return d
+
+
+_IDENTITY: dict = {}
+_IDENTITY_LOCK = threading.Lock()
+
+
+def tool_identity(exe: str) -> str:
+    """``exe`` and what its ``--version`` prints (asked once per process): part of the
+    cache key of what it compiles."""
+    with _IDENTITY_LOCK:
+        ident = _IDENTITY.get(exe)
+    if ident is None:
+        try:
+            out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+        except OSError:
+            out = ""
+        ident = f"{exe}\n{out.strip()}"
+        with _IDENTITY_LOCK:
+            _IDENTITY[exe] = ident
+    return ident

@@ -120,14 +120,19 @@ class PycudaDriver:
         key = hashlib.sha256((arch + "\n" + cs.source).encode()).hexdigest()
         mod = self._modules.get(key)
         if mod is None:
-            from pycuda.compiler import SourceModule
+            from ..codegen.cuda import compile_cubin
 
             try:
-                mod = SourceModule(cs.source, no_extern_c=True, options=["-std=c++17"],
-                                   arch=arch)
-            except Exception as exc:  # noqa: BLE001 - pycuda.driver.CompileError and friends
-                raise BuildError(f"nvcc (through pycuda) failed to compile the generated CUDA C "
-                                 f"for {arch} (this device: {self.arch}): {exc}") from exc
+                cubin = compile_cubin(cs.source, arch)
+            except BuildError as exc:
+                raise BuildError(f"nvcc failed to compile the generated CUDA C for {arch} "
+                                 f"(this device: {self.arch}): {exc}") from None
+            try:
+                mod = self.cuda.module_from_buffer(cubin)
+            except Exception as exc:  # noqa: BLE001 - pycuda.driver.Error and friends
+                raise BuildError(f"the CUDA driver did not load the module compiled for {arch} "
+                                 f"(this device: {self.arch}; build for cuda without -arch to "
+                                 f"compile for it): {exc}") from None
             self._modules[key] = mod
         return mod
 

@@ -355,6 +355,22 @@ def test_cuda_emulation_refuses_a_cache_others_can_write(tmp_path, monkeypatch):
         tc.build(s, [A, C], target="cuda-emu")
 
 
+def test_cubin_cache_others_may_write_to(tmp_path, monkeypatch):
+    """The cubin cache holds code that is loaded and run: one that other users may write
+    to is refused, as the emulation's is."""
+    from tecomp.codegen.cuda import compile_cubin, find_nvcc
+
+    if find_nvcc() is None:
+        pytest.skip("nvcc is not on PATH")
+    shared = tmp_path / "shared"
+    (shared / "cuda").mkdir(parents=True)
+    (shared / "cuda").chmod(0o777)
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(shared))
+    with pytest.raises(tc.BuildError, match=r"the CUDA compile cache .*cuda is writable by "
+                                            r"other users \(mode 777.*chmod 700"):
+        compile_cubin('extern "C" __global__ void k() {}', "sm_80")
+
+
 def _double():
     A = tc.placeholder((64,), name="A")
     C = tc.compute((64,), lambda i: A[i] * 2.0, name="C")
