@@ -646,7 +646,7 @@ def tune(w: Workload, st: Setup, dev, want, timer: Timer, drv, rounds: int, inne
     round robin with the analytic one and the references: one line."""
     args = w.search()
     t0 = time.perf_counter()
-    s = tc.auto_schedule(args, target=target, trials=trials)
+    s = tc.auto_schedule(args, target=target, trials=trials, progress=True)
     seconds = time.perf_counter() - t0
     res = s.tune_result
     failed = sum(1 for t in res.trials if t.error)

@@ -308,6 +308,70 @@ def test_persistent_option_is_checked():
         LocalRunner(persistent="yes")
 
 
+def _gpu_build(args, payload):
+    """CUDA schedules of ``matmul()``: ``("tiles", t)`` a t x t block of threads, one
+    output each; ``"bad_split"`` fails to schedule."""
+    C = args[-1]
+    s = tc.create_schedule(C.op)
+    if payload == "bad_split":
+        s[C].split(C.op.axis[0], factor=0)
+        return s
+    t = payload[1]
+    i, j = C.op.axis
+    bi, ti = s[C].split(i, factor=t)
+    bj, tj = s[C].split(j, factor=t)
+    s[C].reorder(bi, bj, ti, tj)
+    s[C].bind(bi, tc.thread_axis("blockIdx.y"))
+    s[C].bind(bj, tc.thread_axis("blockIdx.x"))
+    s[C].bind(ti, tc.thread_axis("threadIdx.y"))
+    s[C].bind(tj, tc.thread_axis("threadIdx.x"))
+    return s
+
+
+def test_cuda_candidates_compile_in_parallel_before_they_are_measured(tmp_path, monkeypatch):
+    """LocalRunner(precompile=None) on cuda-emu: every candidate of a run is lowered here
+    and compiled into the emulation's cache (the child finds its library there); one that
+    fails to schedule is skipped and reported by its measurement, as without it."""
+    pytest.importorskip("tecomp.codegen.cuda_emu")
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("the CUDA emulation needs g++")
+    from tecomp.codegen import cuda_emu
+
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_emu, "_LIBS", {})
+    args = matmul()
+    payloads = [("tiles", 4), "bad_split", ("tiles", 8)]
+    assert measure._precompile(args, _gpu_build, payloads, "cuda-emu") == 2
+    def libs(d):
+        return {p.name: p.stat().st_ino for p in (d / "cuda_emu").glob("*.so")}
+
+    before = libs(tmp_path)
+    assert len(before) == 2 and not cuda_emu._LIBS, "compiled into the cache, not loaded here"
+    res = LocalRunner(timeout=60, **FAST).run(args, _gpu_build, payloads, target="cuda-emu")
+    assert [r.ok for r in res] == [True, False, True], [r.error for r in res]
+    assert "factor=0 must be at least 1" in res[1].error
+    assert libs(tmp_path) == before, "the child loaded the libraries, it rebuilt none"
+    calls = []
+    real = measure._precompile
+    monkeypatch.setattr(measure, "_precompile", lambda *a: calls.append(a[2]) or real(*a))
+    LocalRunner(timeout=60, **FAST).run(args, _gpu_build, payloads[:2], target="cuda-emu")
+    assert calls == [payloads[:2]], "the default compiles a CUDA run's candidates ahead"
+    LocalRunner(timeout=60, **FAST).run(args, build, ["default", "tiled"])
+    assert len(calls) == 2 and calls[1] == ["default", "tiled"]  # (and compiles nothing)
+    # off: the child compiles (a fresh cache stays empty until then)
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path / "off"))
+    res = LocalRunner(timeout=60, precompile=False, **FAST).run(
+        args, _gpu_build, [("tiles", 4), ("tiles", 2)], target="cuda-emu")
+    assert [r.ok for r in res] == [True, True]
+    assert len(libs(tmp_path / "off")) == 2 and len(calls) == 2
+    with pytest.raises(tc.AutoScheduleError, match=r"precompile must be True, False or None"):
+        LocalRunner(precompile=1)
+    # a CPU target has nothing to compile ahead
+    assert measure._precompile(args, build, ["default", "tiled"], "llvm") == 0
+
+
 # -- inputs ------------------------------------------------------------------------------
 
 

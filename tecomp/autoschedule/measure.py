@@ -47,9 +47,21 @@ outlive the candidate that caused it; the failures read as above.
 
 **The GPU.**  For target ``cuda`` the measuring process is a fresh one ("spawn": CUDA does
 not survive a fork of a process that initialised it, and the measuring process may have),
-which builds the module (nvcc through pycuda, in a CUDA context of its own), rejects a kernel that keeps anything in local memory (spilled
-registers), copies the inputs to the GPU once, and times calls on the device arrays (each
-call waits for its kernels).  Target ``cuda-emu`` runs the emulation on numpy arrays (its
+which builds the module (its cubin loaded in a CUDA context of its own), rejects a kernel
+that keeps anything in local memory (spilled registers), copies the inputs to the GPU
+once, and times calls on the device arrays (each call waits for its kernels).
+
+**Compiling in parallel.**  For targets ``cuda`` and ``cuda-emu`` ``LocalRunner`` first
+lowers each candidate of a ``run`` in this process and compiles them all at once, one
+compiler per core (:data:`COMPILE_JOBS`): nvcc into tecomp's cubin cache
+(:func:`tecomp.codegen.cuda.compile_cubin`; the device's architecture is read here
+through the driver, without a context), g++ into the emulation's library cache.  The
+measuring process then loads what it builds from those caches, so candidates are
+measured one after another while their compilers ran side by side (nvcc takes seconds
+per kernel; one candidate after the other, compiling dominated a GPU search).  This is
+best effort: a candidate that fails to lower or compile here is left alone, and fails,
+with its own message, where it is measured.  ``LocalRunner(precompile=False)`` turns it
+off (``build_fn`` is then called only in the measuring process).  Target ``cuda-emu`` runs the emulation on numpy arrays (its
 times say nothing about a GPU; it checks the search's plumbing).
 
 **Timing.**  ``repeat`` repetitions of ``number`` calls each, timed with
@@ -282,6 +294,41 @@ def _index_text(idx) -> str:
     return str(tuple(int(i) for i in idx))
 
 
+#: elements per slice when comparing large outputs (float64 temporaries stay in cache)
+_SLICE = 1 << 16
+
+
+def _slices(a: np.ndarray):
+    flat = a.reshape(-1)
+    for i in range(0, flat.size, _SLICE):
+        yield flat[i:i + _SLICE]
+
+
+def _finite_abs_max(ref: np.ndarray) -> float:
+    """The largest finite ``|ref|`` (0 when there is none)."""
+    m = 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        for r in _slices(np.ascontiguousarray(ref)):
+            r = np.abs(r.astype(np.float64))
+            m = max(m, float(np.max(r, where=np.isfinite(r), initial=0.0)))
+    return m
+
+
+def _all_close(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> bool:
+    """``np.isclose(out, ref, rtol, atol, equal_nan=True).all()`` in float64, a slice at a
+    time (no full-size temporaries)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        for o, r in zip(_slices(np.ascontiguousarray(out)), _slices(np.ascontiguousarray(ref))):
+            o, r = o.astype(np.float64), r.astype(np.float64)
+            ok = np.abs(o - r) <= atol + rtol * np.abs(r)
+            ok &= np.isfinite(r)   # (an infinite reference matches only itself, below)
+            if not ok.all():
+                ok |= (o == r) | (np.isnan(o) & np.isnan(r))
+                if not ok.all():
+                    return False
+    return True
+
+
 def _compare(out, ref, name: str, dtype: str, terms: int, rtol=None, atol=None,
              what: str = "wrong result") -> Optional[str]:
     """None when ``out`` matches ``ref``, else the error message."""
@@ -293,15 +340,15 @@ def _compare(out, ref, name: str, dtype: str, terms: int, rtol=None, atol=None,
     if out.size == 0:
         return None
     if out.dtype.kind == "f":
-        o = out.astype(np.float64)
-        r = ref.astype(np.float64)
         d_rtol, d_atol = DEFAULT_TOLERANCE.get(dtype, DEFAULT_TOLERANCE["float32"])
         if rtol is None:
             rtol = d_rtol
         if atol is None:
-            finite = np.abs(r[np.isfinite(r)])
-            scale = max(1.0, float(finite.max())) if finite.size else 1.0
-            atol = d_atol * math.sqrt(terms) * scale
+            atol = d_atol * math.sqrt(terms) * max(1.0, _finite_abs_max(ref))
+        if np.array_equal(out, ref) or _all_close(out, ref, rtol, atol):
+            return None   # (the common case, in slices: outputs of 100 MB and more)
+        o = out.astype(np.float64)
+        r = ref.astype(np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
             bad = ~np.isclose(o, r, rtol=rtol, atol=atol, equal_nan=True)
             if not bad.any():
@@ -930,6 +977,8 @@ class _Runner:
     _name = "runner"
     #: measure in the persistent worker: None = for the GPU (target cuda) only
     persistent: Optional[bool] = False
+    #: compile a run's candidates in parallel first: None = for cuda and cuda-emu
+    precompile: Optional[bool] = False
 
     def __init__(self, timeout, number, repeat, min_repeat_seconds, rtol, atol, seed,
                  num_threads, memory_limit_mb=None):
@@ -975,6 +1024,7 @@ class _Runner:
         if isinstance(payloads, (str, bytes, dict)) or not hasattr(payloads, "__iter__"):
             raise AutoScheduleError(f"{cls}.run: payloads must be a list of candidates, got "
                                     f"{type(payloads).__name__}")
+        payloads = list(payloads)
         shapes = dict(shapes or {}) if isinstance(shapes, dict) or shapes is None else shapes
         plan = _plan(args, shapes, f"{cls}.run")
         args = list(args)
@@ -992,6 +1042,8 @@ class _Runner:
             ref = None
         threads = self.num_threads if self.num_threads is not None else _parent_threads()
         persistent = self.persistent if self.persistent is not None else _is_cuda(target)
+        if self.precompile is not False and len(payloads) > 1:
+            _precompile(args, build_fn, payloads, target)
         results = []
         for payload in payloads:
             job = _Job(args, build_fn, payload, shapes, self.seed, self.timeout, self.number,
@@ -1016,23 +1068,100 @@ class _Runner:
         return results
 
 
+#: compilers a LocalRunner runs at once for CUDA candidates (None: one per core)
+COMPILE_JOBS: Optional[int] = None
+
+_ARCH: Optional[str] = None
+
+
+def _device_arch() -> Optional[str]:
+    """``sm_XY`` of GPU 0, through the driver (no context is made), or None."""
+    global _ARCH
+    if _ARCH is None:
+        try:
+            import pycuda.driver as cuda
+
+            cuda.init()
+            _ARCH = "sm_%d%d" % cuda.Device(0).compute_capability()
+        except Exception:  # noqa: BLE001 - no pycuda, no driver, no device
+            _ARCH = ""
+    return _ARCH or None
+
+
+def _precompile(args, build_fn, payloads: Sequence, target) -> int:
+    """Lower each payload's schedule here and compile them all in parallel into the
+    caches the measuring process loads from (see "Compiling in parallel"); how many
+    compiled.  Failures are left to the measuring process to report."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..codegen.cuda import codegen_cuda, compile_cubin, find_nvcc
+    from ..lower.pipeline import lower
+    from ..schedule import Schedule
+    from ..target import as_target
+
+    tgt = as_target(target)
+    if tgt.kind == "cuda":
+        arch = getattr(tgt, "arch", None) or _device_arch()
+        if arch is None or find_nvcc() is None:
+            return 0
+
+        def compile_one(cs):
+            compile_cubin(cs.source, arch)
+    elif tgt.kind == "cuda-emu":
+        from ..codegen.cuda_emu import compile_emu_library
+
+        def compile_one(cs):
+            compile_emu_library(cs, load=False)
+    else:
+        return 0
+    try:
+        jobs = COMPILE_JOBS or len(os.sched_getaffinity(0))
+    except AttributeError:
+        jobs = os.cpu_count() or 1
+    futures = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for payload in payloads:
+            try:
+                obj = build_fn(args, payload)
+                if not isinstance(obj, Schedule):
+                    continue
+                cs = codegen_cuda(lower(obj, args, target=tgt))
+            except Exception:  # noqa: BLE001 - the candidate's failure, reported when measured
+                continue
+            futures.append(pool.submit(compile_one, cs))
+    done = 0
+    for f in futures:
+        try:
+            f.result()
+            done += 1
+        except Exception:  # noqa: BLE001 - as above
+            pass
+    return done
+
+
 class LocalRunner(_Runner):
     """Measures each candidate in a child process of this one (see the module docstring
     for what a child does, the failures, the timing and the comparison), or with
     ``persistent=True`` in one long-lived worker process (default ``None``: for target
-    ``cuda`` only; see "The persistent worker")."""
+    ``cuda`` only; see "The persistent worker").  ``precompile`` (default ``None``: for
+    targets ``cuda`` and ``cuda-emu``) compiles each ``run``'s candidates in parallel
+    first (see "Compiling in parallel")."""
 
     def __init__(self, timeout: float = 10.0, number: Optional[int] = None, repeat: int = 5,
                  min_repeat_seconds: float = 0.02, rtol: Optional[float] = None,
                  atol: Optional[float] = None, seed: int = 0,
                  num_threads: Optional[int] = None, memory_limit_mb: Optional[float] = None,
-                 persistent: Optional[bool] = None):
+                 persistent: Optional[bool] = None, precompile: Optional[bool] = None):
         super().__init__(timeout, number, repeat, min_repeat_seconds, rtol, atol, seed,
                          num_threads, memory_limit_mb)
-        if persistent not in (None, True, False):
+        if not (persistent is None or isinstance(persistent, bool)):
             raise AutoScheduleError(f"LocalRunner: persistent must be True, False or None "
                                     f"(for the GPU only), got {persistent!r:.60}")
+        if not (precompile is None or isinstance(precompile, bool)):
+            raise AutoScheduleError(f"LocalRunner: precompile must be True, False or None "
+                                    f"(for the CUDA targets), got {precompile!r:.60}")
         self.persistent = persistent
+        self.precompile = precompile
 
     def _measure(self, job: _Job) -> MeasureResult:
         return measure_candidate(job)
