@@ -415,6 +415,19 @@ def test_small_gemms_use_smaller_tiles():
     assert cfg.block_n <= 64 and cfg.threads == 128
 
 
+def test_short_reductions_use_64x32_blocks():
+    """K <= 64 where the full 64 x 128 block would be chosen: 4 x 16 threads of 16 x 2
+    registers, 8 k steps (the H200 search's best for attention's scores)."""
+    short = sc.GemmConfig(4, 16, 16, 2, 8, unroll_k=True, pad=False, vector=4,
+                          double_buffer=True)
+    assert sc.gemm_config(512, 512, 64, 96) == short
+    assert sc.gemm_config(4096, 4096, 64) == short
+    assert sc.gemm_config(4096, 4096, 4) == dataclasses.replace(short, k_tile=4)
+    assert sc.gemm_config(512, 512, 65, 96).block_n == 128
+    assert sc.gemm_config(4096, 4096, None).block_n == 128
+    assert sc.gemm_config(64, 64, 64) == sc.gemm_config(64, 64, 4096)  # small: as before
+
+
 def test_odd_gemm_tiles_keep_their_size():
     """Rule 5 of docs/bounds.md: past the matrix edge a GPU tile keeps its constant size;
     only the copies from global memory and the final stores are guarded, the

@@ -66,6 +66,11 @@ class GemmConfig:
         return self.threads_m * self.threads_n
 
 
+#: the longest reduction for which ``gemm_config`` prefers many small blocks over the
+#: full 64 x 128 one (measured at K = 64 only)
+SHORT_K = 64
+
+
 def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int],
                 batch: Optional[int] = 1) -> GemmConfig:
     """The tiling of an ``M x N x K`` GEMM (extents may be None when symbolic).
@@ -80,7 +85,11 @@ def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int],
     64 x 128 block (8 x 8 registers on 8 x 16 threads) runs instead as 4 x 16 threads of
     16 x 8 registers with 16 k steps, its tile rows copied 16 bytes at a time and
     double-buffered: the fastest of two H200 sweeps (SGEMM 4096^3 3.24 against 3.38 ms;
-    DECISIONS.md, "CUDA GEMM (GemmConfig.vector, .double_buffer)")."""
+    DECISIONS.md, "CUDA GEMM (GemmConfig.vector, .double_buffer)").  Where that block
+    would meet a reduction of at most :data:`SHORT_K` it is a 64 x 32 block instead, 4 x
+    16 threads of 16 x 2 registers, 8 k steps: the best of a search on an H200 (batched
+    96 x 512 x 512 x 64: 0.133 against 0.259 ms; DECISIONS.md, "CUDA GEMM: short
+    reductions")."""
     def threads(E, most):
         return most if E is None else max(1, min(most, _pow2_at_least(E)))
 
@@ -97,6 +106,13 @@ def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int],
             break
         if (batch or 1) * _ceil(M, tm * rm) * _ceil(N, tn * rn) >= MIN_BLOCKS:
             break
+    if (tm, tn, rm, rn) == (8, 16, 8, 8) and K is not None and K <= SHORT_K:
+        # a short reduction (attention's scores: K = 64): a block has a few k steps
+        # to hide its first tile's load behind, so many small blocks in flight beat a
+        # big block's register reuse: 64 x 32 tiles, 4 x 16 threads of 16 x 2 registers,
+        # 8 k steps (what a 40-trial search found on an H200 for 96 x 512 x 512 x 64)
+        return GemmConfig(4, 16, 16, 2, max(1, min(8, K)), unroll_k=True, pad=False,
+                          vector=4, double_buffer=True)
     if (tm, tn, rm, rn) == (8, 16, 8, 8):
         # the full 64 x 128 block: 4 x 16 threads of 16 x 8 registers, 16 k steps, the
         # tile rows copied 16 bytes at a time and double-buffered (cp.async)
