@@ -14,6 +14,7 @@ AVX2 = "x86.avx2_u8s8s32_8x4"
 VNNI16 = "x86.vnni_u8s8s32_16x4"
 VNNI8 = "x86.vnni_u8s8s32_8x4"
 T8, T16 = "x86.transpose_f32_8x8", "x86.transpose_f32_16x16"
+I8, I16 = "x86.interleave_s8_4x8", "x86.interleave_s8_4x16"
 HOST = tc.Target("llvm")
 HOST_BACKENDS = (["llvm"] if HOST.has_feature("avx2") else []) + ["interp"]
 
@@ -271,6 +272,9 @@ def test_auto_schedule_tensorizes_an_int8_gemm_written_in_plain_te(case):
     steps = s.trace.to_json()
     if HOST.has_feature("avx2"):
         assert any(st[0] == "tensorize" for st in steps)
+        # W[k, j] is packed by interleaving 4 rows in registers; W[j, k] needs no shuffle
+        code = s.trace.python([X, W, C])
+        assert ("x86.interleave_s8_4x" in code) == (case != "dense W[j, k]"), code
     f = tc.build(s, [X, W, C])
     rng = np.random.default_rng(4)
     x = rng.integers(0, 256, sx).astype(np.uint8)
@@ -288,8 +292,9 @@ def test_auto_schedule_picks_vnni_where_the_target_has_it():
     s = tc.auto_schedule([X, W, C], target=t)
     assert f"tc.tensor_intrin('{VNNI16}')" in s.trace.python([X, W, C])
     assert "vpdpbusd" in tc.build(s, [X, W, C], target=t).get_source("asm")
-    assert [x.name for x in tc.tensor_intrins_for(t)] == [VNNI16, T16, VNNI8, AVX2, T8]
-    assert [x.name for x in tc.tensor_intrins_for("llvm -mcpu=haswell")] == [AVX2, T8]
+    assert [x.name for x in tc.tensor_intrins_for(t)] == [VNNI16, T16, I16, VNNI8, AVX2, T8,
+                                                           I8]
+    assert [x.name for x in tc.tensor_intrins_for("llvm -mcpu=haswell")] == [I16, AVX2, T8, I8]
 
 
 def test_auto_schedule_leaves_what_does_not_fit_untensorized():
@@ -390,6 +395,36 @@ def test_transpose_intrinsic_copies_tiles(backend, rows_apart):
         out[:] = 0
         f(wide[:, :24], out)
         np.testing.assert_array_equal(out, w.T)
+
+
+def _packed_copy(K, N, L):
+    """B[k, j] copied into the dot products' panels, each 4 x L block interleaved."""
+    B = tc.placeholder((K, N), "int8", name="B")
+    P = tc.compute((K // 4, N // L, L, 4), lambda a, b, c, d: B[a * 4 + d, b * L + c],
+                   name="P")
+    s = tc.create_schedule(P.op)
+    s[P].tensorize(s[P].op.axis[2], tc.tensor_intrin(I16 if L == 16 else I8))
+    return s, [B, P]
+
+
+@pytest.mark.parametrize("L", [16, 8])
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_interleave_intrinsic_packs_groups_of_four_rows(backend, L):
+    s, args = _packed_copy(12, 2 * L, L)
+    b = np.random.default_rng(2).integers(-128, 128, (12, 2 * L)).astype(np.int8)
+    want = b.reshape(3, 4, 2, L).transpose(0, 2, 3, 1)
+    out = np.zeros(want.shape, np.int8)
+    run(s, args, [b, out], backend)
+    np.testing.assert_array_equal(out, want)
+    if backend == "llvm":
+        assert "shufflevector" in tc.build(s, args).get_source("llvm")
+        # a strided view of B (its row stride known only at run time): the same result
+        f = tc.build(s, args)
+        wide = np.zeros((12, 3 * L), np.int8)
+        wide[:, :2 * L] = b
+        out[:] = 0
+        f(wide[:, :2 * L], out)
+        np.testing.assert_array_equal(out, want)
 
 
 def _auto_transposed(args, *extents):

@@ -4,7 +4,8 @@ int8 (any order of ``W``'s indices), runs on the target's u8 x s8 -> s32 dot-pro
 intrinsic (:mod:`tecomp.te.intrin_x86`: VNNI where the CPU has it, else AVX2).
 
 The schedule: ``W`` is copied into panels of ``L`` columns by 4 rows
-(``cache_read(..., blocks=)``, the layout the intrinsic reads); ``C`` is computed in
+(``cache_read(..., blocks=)``, the layout the intrinsic reads; from ``W[k, j]`` each 4 x
+``L`` block interleaved in registers, ``x86.interleave_s8_4xL``); ``C`` is computed in
 blocks of ``mr`` rows by ``nv`` vectors of ``L`` columns, the reduction in steps of 4, one
 intrinsic per row and vector (both loops unrolled, so that LLVM keeps the accumulators in
 registers across the reduction), blocks in parallel.  ``X`` must run along ``k`` in
@@ -84,9 +85,10 @@ def tensorize_reduction(rules, st) -> bool:
     pax = list(ps.op.axis)
     nd = len(wt.shape)
     rules.parallel(ps, pax[:nd], [rules.ext(a.dom.extent) for a in pax[:nd]])
+    _interleave_pack(rules, ps, pax, wt, dv, L, name)
     rules.done.add(id(packed.op))
     # the block: mr rows (the axis before j) by nv vectors; registers: AVX2's 16 hold
-    # 8 accumulators and the widened operands, AVX-512's 32 hold 16
+    # 8 accumulators and the widened operands, AVX-512's 32 hold 24
     wide = rules.info.vregs >= 32
     u_iv = op.axis[-2] if len(op.axis) >= 2 else None
     eu = rules.ext(u_iv.dom.extent) if u_iv is not None else 1
@@ -95,7 +97,8 @@ def tensorize_reduction(rules, st) -> bool:
                         min(nv_max, 4 if wide else 2))
     while (ev // L) % nv:
         nv -= 1
-    mr = rules.k.choose(f"{name}.mr", [1, 2, 3, 4, 6], 4)
+    # AVX-512: 6 rows x 4 vectors = 24 accumulators (DECISIONS.md, "Tensorize rule")
+    mr = rules.k.choose(f"{name}.mr", [1, 2, 3, 4, 6], 6 if wide and nv == 4 else 4)
     if eu is not None:
         mr = max(1, min(mr, eu))
     vo, vi = st.split(v_iv, factor=L * nv)
@@ -117,3 +120,18 @@ def tensorize_reduction(rules, st) -> bool:
     st.tensorize(vii, intrin)
     rules.parallel(st, outer, exts)
     return True
+
+
+def _interleave_pack(rules, ps, pax, wt, dv: int, L: int, name: str) -> None:
+    """The packing of ``W[.., k, j]`` (``j`` last: rows of ``L`` bytes) as one
+    ``x86.interleave_s8_4xL`` per panel block (4 row loads, shuffles, one store) instead
+    of ``4 L`` one-byte copies (DECISIONS.md, "Tensorize rule")."""
+    from ..te.tensor_intrin import tensor_intrins_for
+
+    if dv != len(wt.shape) - 1:
+        return   # W[.., j, k]: the copy moves 4 contiguous bytes at a time already
+    want = f"x86.interleave_s8_4x{L}"
+    intrin = next((t for t in tensor_intrins_for(rules.info.target) if t.name == want), None)
+    if intrin is None or not rules.k.choose(f"{name}.pack_interleave", [True, False], True):
+        return
+    ps.tensorize(pax[-2], intrin)

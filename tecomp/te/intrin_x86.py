@@ -1,5 +1,6 @@
 """The built-in x86 tensor intrinsics: u8 x s8 -> s32 dot products of 4-element groups,
-and float32 transposes of square tiles.
+float32 transposes of square tiles, and the int8 interleave that packs the dot products'
+B operand.
 
 Each computes ``c[i] += sum_r a[r] * b[i, r]`` for ``r`` in 0..3 (``a`` uint8, ``b`` int8,
 ``c`` int32, products and sums exact, the int32 sum wrapping like any int32 addition):
@@ -22,6 +23,13 @@ batch 1 (benchmarks/DECISIONS.md, "Rules: weight panels transposed in registers"
 
 * ``x86.transpose_f32_8x8`` -- 256-bit registers (AVX).
 * ``x86.transpose_f32_16x16`` -- 512-bit registers (AVX-512F).
+
+The interleaves compute ``c[i, r] = a[r, i]`` for 4 rows of ``L`` int8 values at any row
+stride: the dot products' packing of B (``B[k, j]`` into groups of 4 consecutive ``k``
+per column), 4 row loads, byte shuffles, one ``4L``-byte store, instead of ``4L``
+one-byte copies.
+
+* ``x86.interleave_s8_4x16``, ``x86.interleave_s8_4x8`` -- SSE2 and later.
 
 Where an operand's last stride is not 1 the emitter copies element by element.
 """
@@ -98,6 +106,29 @@ def _transpose(lanes: int):
     return emit
 
 
+def _interleave_decl(lanes: int):
+    a = placeholder((4, lanes), "int8", name="a")
+    return compute((lanes, 4), lambda i, r: a[r, i], name="c")
+
+
+def _interleave(lanes: int):
+    vec = f"<{lanes} x i8>"
+
+    def emit(ib, ins, outs):
+        a, c = ins[0], outs[0]
+        if a.strides[-1] != 1:
+            for i in range(lanes):
+                for r in range(4):
+                    ib.store(c, ib.load(a, "i8", (r, i)), (i, r))
+            return
+        rows = [ib.load(a, vec, (r, 0)) for r in range(4)]
+        lo = ib.shuffle(rows[0], rows[1], range(2 * lanes))
+        hi = ib.shuffle(rows[2], rows[3], range(2 * lanes))
+        # output byte 4 i + r is row r's byte i (the rows concatenated: r * lanes + i)
+        ib.store(c, ib.shuffle(lo, hi, [r * lanes + i for i in range(lanes) for r in range(4)]))
+    return emit
+
+
 def declarations():
     """The built-in x86 intrinsics, as ``tc.decl_tensor_intrin`` arguments: (computation,
     emitter, name, required features, dense); a fresh computation each call."""
@@ -107,4 +138,6 @@ def declarations():
         (_dot_decl(8, "c"), _avx2_emit, "x86.avx2_u8s8s32_8x4", ("avx2",), True),
         (_transpose_decl(16), _transpose(16), "x86.transpose_f32_16x16", ("avx512f",), False),
         (_transpose_decl(8), _transpose(8), "x86.transpose_f32_8x8", ("avx",), False),
+        (_interleave_decl(16), _interleave(16), "x86.interleave_s8_4x16", ("sse2",), False),
+        (_interleave_decl(8), _interleave(8), "x86.interleave_s8_4x8", ("sse2",), False),
     ]
