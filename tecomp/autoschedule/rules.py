@@ -604,7 +604,7 @@ class _Rules:
         ev = self.ext(oaxes[pos_v].dom.extent)
         eu = self.ext(oaxes[pos_u].dom.extent) if pos_u is not None else 1
         red_exts = [self.ext(r.dom.extent) for r in red_op.reduce_axis]
-        mr0, nr0 = self._register_block(ev, eu)
+        mr0, nr0 = self._register_block(ev, eu, self._l2_fit(origin or red_op, u_red, v_red))
         nr = k.choose(f"{name}.nr", sorted({self._whole(n, ev) for n in (
             nr0, L, 2 * L, 3 * L, 4 * L)} | ({ev} if ev is not None and ev < L else set())),
             nr0)
@@ -700,9 +700,23 @@ class _Rules:
             return ev
         return nr
 
-    def _register_block(self, ev, eu) -> Tuple[int, int]:
+    def _l2_fit(self, op, u, v):
+        """``fit(mr, nr)``: whether a panel of ``nr`` columns of the operands that do not
+        move with ``u`` and ``mr`` rows of those that do, each over the whole reduction,
+        take at most half of L2 (the panel stays there while the rows stream by; a long
+        reduction with a tall block evicts it: DECISIONS.md, "Rules: register blocks that
+        fit L2"); None when the footprint does not depend on the block."""
+        col = self._panel_bytes(op, v, u, 1)
+        row = sum(self._reduction_span(op, ld) * 4 for ld in _loads(op.body.source)
+                  if u is not None and any(uses_var(i, u.var) for i in ld.indices))
+        if not col or not row:
+            return None
+        half = self.info.l2_bytes // 2
+        return lambda mr, nr: col * nr + row * mr <= half
+
+    def _register_block(self, ev, eu, fit=None) -> Tuple[int, int]:
         """(mr, nr) maximising the modelled FMA rate of one block (see
-        :func:`block_rate`)."""
+        :func:`block_rate`), among those that ``fit`` (when given; 1 row always does)."""
         L, info = self.L, self.info
         best, arg = -1.0, (1, L)
         nrs = sorted({self._whole(n * L, ev) for n in (1, 2, 3, 4)})
@@ -715,6 +729,8 @@ class _Rules:
             budget = max(1, (info.vregs - nv - 2) // nv)
             for mr in range(1, min(budget, 16) + 1):
                 if eu is not None and mr > eu:
+                    break
+                if fit is not None and mr > 1 and not fit(mr, nr):
                     break
                 r = block_rate(mr, nr, L, ev, eu, info.masks)
                 if r > best + 1e-9:
@@ -735,12 +751,17 @@ class _Rules:
                 continue
             if u is not None and any(uses_var(i, u.var) for i in ld.indices):
                 continue
-            n = nr
-            for r in op.reduce_axis:
-                if any(uses_var(i, r.var) for i in ld.indices):
-                    n *= self.ext(r.dom.extent) or 256
-            total += n * 4
+            total += nr * self._reduction_span(op, ld) * 4
         return total
+
+    def _reduction_span(self, op, ld) -> int:
+        """Elements of ``ld`` one output point reads over the whole reduction (a
+        symbolic extent counts 256)."""
+        n = 1
+        for r in op.reduce_axis:
+            if any(uses_var(i, r.var) for i in ld.indices):
+                n *= self.ext(r.dom.extent) or 256
+        return n
 
     def _pack(self, inner, outer, red_op, v, u, at, block, name, nr):
         """Copy operands into panels laid out for the block's loads:
