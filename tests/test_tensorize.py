@@ -485,20 +485,30 @@ def test_auto_schedule_transposes_16x16_tiles_for_avx512():
 
 @pytest.mark.parametrize("M", [64, 36])
 def test_auto_schedule_transposes_a_transposed_operand_in_registers(M):
-    """C = A^T B (A read down its columns): A is copied with its rows of k innermost, in
-    transposed tiles where tiles of the vector width divide it (64), else element by
-    element (36); right either way."""
-    A = tc.placeholder((40, M), name="A")
-    B = tc.placeholder((40, 48), name="B")
-    k = tc.reduce_axis((0, 40), name="k")
+    """C = A^T B (A read down its columns): by default A is read in place (a reduction
+    step's broadcasts A[k, i:i+mr] are consecutive); with knob C.pack_A (the search's)
+    it is copied with its rows of k innermost, in transposed tiles where tiles of the
+    vector width divide it (64, and 48 rows), else element by element (36); right every
+    way."""
+    L = HOST.lanes
+    A = tc.placeholder((48, M), name="A")
+    B = tc.placeholder((48, 48), name="B")
+    k = tc.reduce_axis((0, 48), name="k")
     C = tc.compute((M, 48), lambda i, j: tc.sum(A[k, i] * B[k, j], axis=k), name="C")
-    s = _auto_transposed([A, B, C], M, 40)
+    args = [A, B, C]
+    cfg = tc.autoschedule.default_config(args)
+    assert cfg["C.pack_A"] is False
+    packed = tc.autoschedule.apply_config(args, cfg.set("C.pack_A", True))
+    used = any(st[0] == "tensorize" for st in packed.trace.to_json())
+    have = any(t.name == f"x86.transpose_f32_{L}x{L}" for t in tc.tensor_intrins_for("llvm"))
+    assert used == (have and M % L == 0 and 48 % L == 0)
     rng = np.random.default_rng(3)
-    a = rng.standard_normal((40, M)).astype(np.float32)
-    b = rng.standard_normal((40, 48)).astype(np.float32)
-    out = np.zeros((M, 48), np.float32)
-    tc.build(s, [A, B, C])(a, b, out)
-    np.testing.assert_allclose(out, a.T @ b, rtol=1e-5, atol=1e-4)
+    a = rng.standard_normal((48, M)).astype(np.float32)
+    b = rng.standard_normal((48, 48)).astype(np.float32)
+    for s in (tc.auto_schedule(args), packed):
+        out = np.zeros((M, 48), np.float32)
+        tc.build(s, args)(a, b, out)
+        np.testing.assert_allclose(out, a.T @ b, rtol=1e-5, atol=1e-4)
 
 
 # -- CUDA: dp4a, and a user's CUDA C emitter ---------------------------------------------------

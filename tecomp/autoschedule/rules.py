@@ -792,7 +792,11 @@ class _Rules:
                     _stride_along(idx, last_r) != "bcast":
                 # (an operand the last reduction axis does not index has no dimension
                 # to transpose: not packed, whatever the knob says -- fuzz seed 3016817)
-                default = _stride_along(idx, last_r) == "strided"
+                # Where u runs along its rows (A[k, i], u = i) a step's mr broadcasts are
+                # consecutive already: the transposed copy only costs (DECISIONS.md,
+                # "Rules: A^T B without the transposed copy")
+                default = _stride_along(idx, last_r) == "strided" and \
+                    _stride_along(idx, u.var) != "unit"
                 key, where, lane = u, block, u.var
             else:
                 continue
