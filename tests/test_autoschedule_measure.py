@@ -372,6 +372,25 @@ def test_cuda_candidates_compile_in_parallel_before_they_are_measured(tmp_path, 
     assert measure._precompile(args, build, ["default", "tiled"], "llvm") == 0
 
 
+def test_sliced_comparison_is_numpys_isclose():
+    """The comparison of large outputs runs in slices: the same verdict as
+    ``np.isclose(..., equal_nan=True).all()`` on infinities, NaNs and near misses, and
+    across a slice boundary."""
+    rng = np.random.default_rng(5)
+    vals = np.array([0, 1, -1, np.inf, -np.inf, np.nan, 1e-7, 1 + 1e-4, 1e30])
+    for _ in range(500):
+        o, r = rng.choice(vals, 7), rng.choice(vals, 7)
+        for rtol, atol in ((1e-3, 1e-5), (0.0, 0.0), (1e-3, 1.0)):
+            assert measure._all_close(o, r, rtol, atol) == \
+                np.isclose(o, r, rtol=rtol, atol=atol, equal_nan=True).all(), (o, r)
+    big = rng.random(3 * measure._SLICE + 5).astype(np.float32)
+    assert measure._all_close(big, big.copy(), 0.0, 0.0)
+    bad = big.copy()
+    bad[measure._SLICE + 1] += 1
+    assert not measure._all_close(big, bad, 1e-3, 1e-5)
+    assert measure._finite_abs_max(np.array([np.inf, -3.0, np.nan, 2.0])) == 3.0
+
+
 # -- inputs ------------------------------------------------------------------------------
 
 

@@ -61,8 +61,9 @@ measured one after another while their compilers ran side by side (nvcc takes se
 per kernel; one candidate after the other, compiling dominated a GPU search).  This is
 best effort: a candidate that fails to lower or compile here is left alone, and fails,
 with its own message, where it is measured.  ``LocalRunner(precompile=False)`` turns it
-off (``build_fn`` is then called only in the measuring process).  Target ``cuda-emu`` runs the emulation on numpy arrays (its
-times say nothing about a GPU; it checks the search's plumbing).
+off (``build_fn`` is then called only in the measuring process).  Target ``cuda-emu``
+runs the emulation on numpy arrays (its times say nothing about a GPU; it checks the
+search's plumbing).
 
 **Timing.**  ``repeat`` repetitions of ``number`` calls each, timed with
 ``time.perf_counter`` with Python's garbage collector off; ``times`` holds each
