@@ -854,11 +854,14 @@ class _Rules:
 
     def _transpose_intrin(self, t):
         """The target's ``L x L`` transpose intrinsic for tensor ``t``, or None."""
-        from ..te.tensor_intrin import tensor_intrins_for
-
         if t.dtype != "float32":
             return None
-        name = f"x86.transpose_f32_{self.L}x{self.L}"
+        return self.target_intrin(f"x86.transpose_f32_{self.L}x{self.L}")
+
+    def target_intrin(self, name: str):
+        """The built-in tensor intrinsic ``name`` where the target has it, else None."""
+        from ..te.tensor_intrin import tensor_intrins_for
+
         return next((x for x in tensor_intrins_for(self.info.target) if x.name == name), None)
 
     def _transposed_copy(self, cs, idx, r):

@@ -126,12 +126,9 @@ def _interleave_pack(rules, ps, pax, wt, dv: int, L: int, name: str) -> None:
     """The packing of ``W[.., k, j]`` (``j`` last: rows of ``L`` bytes) as one
     ``x86.interleave_s8_4xL`` per panel block (4 row loads, shuffles, one store) instead
     of ``4 L`` one-byte copies (DECISIONS.md, "Tensorize rule")."""
-    from ..te.tensor_intrin import tensor_intrins_for
-
     if dv != len(wt.shape) - 1:
         return   # W[.., j, k]: the copy moves 4 contiguous bytes at a time already
-    want = f"x86.interleave_s8_4x{L}"
-    intrin = next((t for t in tensor_intrins_for(rules.info.target) if t.name == want), None)
+    intrin = rules.target_intrin(f"x86.interleave_s8_4x{L}")
     if intrin is None or not rules.k.choose(f"{name}.pack_interleave", [True, False], True):
         return
     ps.tensorize(pax[-2], intrin)

@@ -21,23 +21,32 @@ def _barrier():
     return Evaluate(Call("syncthreads", (), "int32"))
 
 
-class _Access(Visitor):
-    def __init__(self):
+class Access(Visitor):
+    """Buffers read and written under a statement (only those of ``scope`` when given);
+    ``other``: buffers a node names otherwise (a tensorized region's operands)."""
+
+    def __init__(self, scope=None):
+        self.scope = scope
         self.reads, self.writes = set(), set()
+        self.other = []
 
     def visit_BufferLoad(self, e):
-        if e.buffer.scope == "shared":
+        if self.scope is None or e.buffer.scope == self.scope:
             self.reads.add(e.buffer)
         self.generic_visit(e)
 
     def visit_BufferStore(self, s):
-        if s.buffer.scope == "shared":
+        if self.scope is None or s.buffer.scope == self.scope:
             self.writes.add(s.buffer)
         self.generic_visit(s)
 
+    def visit_TensorIntrinCall(self, s):
+        self.other.extend(s.buffers)
+        self.generic_visit(s)
 
-def _access(stmt):
-    a = _Access()
+
+def access(stmt, scope=None) -> Access:
+    a = Access(scope)
     a.visit(stmt)
     return a
 
@@ -61,7 +70,7 @@ class _Insert(Mutator):
         items = [self.visit(x) for x in s.seq]
         if not self.in_kernel:
             return s if all(a is b for a, b in zip(items, s.seq)) else seq(*items)
-        acc = [_access(x) for x in items]
+        acc = [access(x, "shared") for x in items]
         # Hazards since the last barrier.  Inside a serial loop the previous iteration's
         # accesses count too (a loop-carried write-after-read or read-after-write).
         reads, writes = set(), set()

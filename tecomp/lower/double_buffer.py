@@ -29,15 +29,16 @@ top of its loop.
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict
 
 from ..errors import ScheduleError
 from ..ir import op as _op
 from ..ir.expr import LT, Buffer, BufferLoad, Call, Const
-from ..ir.functor import Mutator, Visitor, substitute
+from ..ir.functor import Mutator, substitute
 from ..ir.names import display
 from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, SeqStmt, seq
+from .barriers import Access, access
 
 DOUBLE_BUFFER = "double_buffer"
 ASYNC_COPY = "async_copy"
@@ -45,32 +46,6 @@ ASYNC_COPY = "async_copy"
 
 def _is_barrier(s) -> bool:
     return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.op == "syncthreads"
-
-
-class _Access(Visitor):
-    """Buffers read and written by a statement (every scope)."""
-
-    def __init__(self):
-        self.reads, self.writes = set(), set()
-        self.other: List = []  # nodes that name a buffer otherwise (tensorize, prefetch)
-
-    def visit_BufferLoad(self, e):
-        self.reads.add(e.buffer)
-        self.generic_visit(e)
-
-    def visit_BufferStore(self, s):
-        self.writes.add(s.buffer)
-        self.generic_visit(s)
-
-    def visit_TensorIntrinCall(self, s):
-        self.other.extend(s.buffers)
-        self.generic_visit(s)
-
-
-def _access(s) -> _Access:
-    a = _Access()
-    a.visit(s)
-    return a
 
 
 class _Retarget(Mutator):
@@ -143,7 +118,7 @@ class _DoubleBuffer(Mutator):
                 f"{'a ' + loop.kind + ' loop' if loop.kind != 'serial' else 'outside any GPU kernel'}"
                 f"; double buffering pipelines a serial loop inside the thread loops of a GPU "
                 f"kernel (build for cuda or cuda-emu, compute the stage at e.g. k.outer)")
-        used = _access(inner)
+        used = access(inner)
         unread = {b for b in marked if b not in used.reads and b not in used.other}
         if unread:
             # simplification removed every read of the tile (a branch proven dead): its
@@ -167,8 +142,8 @@ class _DoubleBuffer(Mutator):
             n += 1
         rest = items[n + 1:]
         marked_set = set(marked)
-        acc_c = [_access(c) for c in copies]
-        acc_r = _access(seq(*rest)) if rest else _Access()
+        acc_c = [access(c) for c in copies]
+        acc_r = access(seq(*rest)) if rest else Access()
         written = set().union(*(a.writes for a in acc_c)) if acc_c else set()
         if not copies or not rest or not marked_set <= written:
             missing = [b for b in marked if b not in written]

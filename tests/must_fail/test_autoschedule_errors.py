@@ -242,17 +242,9 @@ def test_apply_config_of_something_else():
 
 # the GPU rules
 
-def _gpu_mm():
-    A = tc.placeholder((16, 8), name="A")
-    B = tc.placeholder((8, 12), name="B")
-    k = tc.reduce_axis((0, 8), name="k")
-    C = tc.compute((16, 12), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
-    return [A, B, C]
-
-
 @pytest.mark.skipif(__import__("importlib").util.find_spec("pycuda") is not None,
                     reason="pycuda is installed here")
 def test_gpu_search_without_pycuda():
     with pytest.raises(AutoScheduleError, match=r"auto_schedule: cannot measure here: pycuda "
                        r"is not installed: pip install tecomp\[cuda\]; use trials=0"):
-        tc.auto_schedule(_gpu_mm(), target="cuda", trials=10)
+        tc.auto_schedule(_mm(), target="cuda", trials=10)
