@@ -6,6 +6,7 @@
     python3 benchmarks/gpu.py --only conv     # workloads whose name contains "conv"
     python3 benchmarks/gpu.py --sweep         # each schedule under several tilings
     python3 benchmarks/gpu.py --only bmm --tune 40   # the GPU search, 40 candidates
+    python3 benchmarks/gpu.py --only C=K=256 --tune 48   # the 14x14 convolutions' tilings
 
 Needs a CUDA GPU, pycuda, and for the references PyTorch and/or CuPy (see
 ``docs/GPU.md`` / the project's GPU notes for installing the pycuda wheel).  Without a GPU
@@ -30,6 +31,11 @@ float32.
 every one checked against the float64 reference, interleaved with the references in one
 process: the data the defaults are chosen from (a tiling that does not build or launch,
 e.g. too much shared memory or too many registers, is reported, not timed).
+
+``--tune N`` runs ``tc.auto_schedule(args, target="cuda", trials=N)`` on the GEMM, the
+convolutions and the batched matmul (their computes written with ``tecomp.nn.ops`` or
+plain TE; the search's knobs are the tilings of the same templates) and times its best
+against the analytic schedule and the references.
 
 Method: every tool's result is first checked against a float64 reference (PyTorch in
 float64 on the GPU, numpy without PyTorch).  Times are GPU times from CUDA events on the
@@ -256,11 +262,16 @@ def _np(t) -> np.ndarray:
 
 
 def gemm_workload(n: int) -> Workload:
-    def build(target="cuda", config=None):
+    """``--tune`` searches the GEMM tiling of ``ops.matmul`` through
+    ``tc.auto_schedule(target="cuda")`` (the template's tiling rules)."""
+    def args():
         A = tc.placeholder((n, n), name="A")
         B = tc.placeholder((n, n), name="B")
-        C = ops.matmul(A, B)
-        return tc.build(nn_cuda.schedule_matmul(C, target, config), [A, B, C], target=target,
+        return [A, B, ops.matmul(A, B)]
+
+    def build(target="cuda", config=None):
+        a = args()
+        return tc.build(nn_cuda.schedule_matmul(a[-1], target, config), a, target=target,
                         name=f"gemm{n}")
 
     def setup(torch, cupy):
@@ -281,7 +292,7 @@ def gemm_workload(n: int) -> Workload:
         return Setup([a, b, np.zeros((n, n), np.float32)], refs, expect)
 
     return Workload(f"gemm {n}^3", build, setup, flops=2.0 * n ** 3,
-                    configs=lambda: gemm_sweep(nn_cuda.gemm_config(n, n, n)))
+                    configs=lambda: gemm_sweep(nn_cuda.gemm_config(n, n, n)), search=args)
 
 
 def bmm_workload(B: int, n: int, d: int) -> Workload:
@@ -323,19 +334,21 @@ def bmm_workload(B: int, n: int, d: int) -> Workload:
 
 
 def conv_workload(C: int, HW: int, layout: str, N: int = 32) -> Workload:
-    """3x3, stride 1, padding 1, C input and output channels."""
-    def build(target="cuda", config=None):
+    """3x3, stride 1, padding 1, C input and output channels; ``--tune`` searches the
+    template's tiling through ``tc.auto_schedule(target="cuda")``."""
+    def args():
         if layout == "nchw":
             d = tc.placeholder((N, C, HW, HW), name="data")
             w = tc.placeholder((C, C, 3, 3), name="weight")
-            y = ops.conv2d_nchw(d, w, 1, 1)
-            s = nn_cuda.schedule_conv2d_nchw(y, target, config)
-        else:
-            d = tc.placeholder((N, HW, HW, C), name="data")
-            w = tc.placeholder((3, 3, C, C), name="weight")
-            y = ops.conv2d_nhwc(d, w, 1, 1)
-            s = nn_cuda.schedule_conv2d_nhwc(y, target, config)
-        return tc.build(s, [d, w, y], target=target, name=f"conv{C}_{layout}")
+            return [d, w, ops.conv2d_nchw(d, w, 1, 1)]
+        d = tc.placeholder((N, HW, HW, C), name="data")
+        w = tc.placeholder((3, 3, C, C), name="weight")
+        return [d, w, ops.conv2d_nhwc(d, w, 1, 1)]
+
+    def build(target="cuda", config=None):
+        a = args()
+        sched = nn_cuda.schedule_conv2d_nchw if layout == "nchw" else nn_cuda.schedule_conv2d_nhwc
+        return tc.build(sched(a[-1], target, config), a, target=target, name=f"conv{C}_{layout}")
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
@@ -379,7 +392,8 @@ def conv_workload(C: int, HW: int, layout: str, N: int = 32) -> Workload:
                     flops=2.0 * N * C * C * 9 * HW * HW,
                     configs=lambda: conv_sweep(
                         nn_cuda.conv_config(C, HW, HW, C, (3, 3), lambda th, tw: (th + 2, tw + 2),
-                                            channels_last=layout == "nhwc"), C))
+                                            channels_last=layout == "nhwc"), C),
+                    search=args)
 
 
 def softmax_workload(m: int, n: int) -> Workload:

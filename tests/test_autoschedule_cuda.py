@@ -240,6 +240,45 @@ def test_gpu_search_in_the_emulation(tmp_path):
     assert again.trace.to_json() == s.trace.to_json()
 
 
+@needs_cxx
+def test_gpu_conv_tiling_knobs_in_the_emulation():
+    """A convolution's template tiling is the GPU search's knobs: the analytic values are
+    ``conv_config``'s, other values give another tiling that computes the same result,
+    and a tiling that cannot launch is refused before anything is measured."""
+    from tecomp.autoschedule.cuda_rules import apply_cuda_rules
+    from tecomp.autoschedule.rules import Knobs
+    from tecomp.nn import cuda as nn_cuda
+
+    d = tc.placeholder((2, 8, 6, 6), name="d")
+    w = tc.placeholder((12, 8, 3, 3), name="w")
+    args = [d, w, ops.conv2d_nchw(d, w, 1, 1)]
+    base = Knobs()
+    apply_cuda_rules(args, knobs=base)
+    default = nn_cuda.conv_config(12, 6, 6, 8, (3, 3), lambda th, tw: (th + 2, tw + 2))
+    name = args[-1].op.name
+    assert base.values == {f"{name}.{f}": getattr(default, f) for f in (
+        "threads_k", "threads_y", "threads_x", "regs_k", "regs_y", "regs_x", "c_tile",
+        "unroll_c")}
+    other = dict(base.values, **{f"{name}.threads_k": 4, f"{name}.regs_k": 1,
+                                 f"{name}.threads_y": 3, f"{name}.regs_y": 2,
+                                 f"{name}.c_tile": 2, f"{name}.unroll_c": False})
+    s = apply_cuda_rules(args, knobs=Knobs(other))
+    assert "blockIdx.z (n.o.outer.fused, 0, 6)" in str(tc.lower(s, args))  # 2 x 12/4
+    f = tc.build(s, args, target="cuda-emu")
+    rng = np.random.default_rng(3)
+    x, wt = _rand(rng, 2, 8, 6, 6), _rand(rng, 12, 8, 3, 3)
+    out = np.full((2, 12, 6, 6), np.nan, "float32")
+    f(x, wt, out)
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = sum(np.einsum("nchw,kc->nkhw", xp[:, :, r:r + 6, c:c + 6], wt[:, :, r, c])
+               for r in range(3) for c in range(3))
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    too_many = dict(base.values, **{f"{name}.threads_k": 32, f"{name}.threads_y": 8,
+                                    f"{name}.threads_x": 8})
+    with pytest.raises(tc.ScheduleError, match=f"{name}: the tiling .* threads"):
+        apply_cuda_rules(args, knobs=Knobs(too_many))
+
+
 @pytest.mark.gpu
 def test_gpu_search_on_the_gpu(gpu_driver):
     """A short measured search on the GPU: every candidate built by nvcc in its own child

@@ -4,7 +4,8 @@ The analytic schedule (``trials=0``) of any compute DAG, read from its structure
 tilings of :mod:`tecomp.nn.cuda` as the building blocks; no measurement:
 
 0. **Templates**: a DAG that is one of tecomp.nn.cuda's operators (a convolution with its
-   elementwise epilogue, a softmax) gets its template.
+   elementwise epilogue, a softmax) gets its template; a convolution's tiling (threads
+   and registers per axis, channel step) is a set of knobs around ``conv_config``'s.
 1. **Inline** every elementwise stage that is not an output and does not feed a
    contraction's operand (a GEMM's shared tiles copy a tensor in memory).
 2. **Contractions**: a (batched) GEMM, ``C[b.., i, j] = sum_k X[.., i|k, k|i] *
@@ -62,12 +63,13 @@ def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None, knobs=None)
     from .rules import Knobs, outputs_of
 
     outs = outputs_of(args)
-    s = _template(outs)
+    knobs = knobs if knobs is not None else Knobs()
+    s = _template(outs, knobs)
     if s is not None:
         return s
     s = create_schedule([t.op for t in outs])
     try:
-        _CudaRules(s, outs, shapes or {}, gemm, knobs if knobs is not None else Knobs()).run()
+        _CudaRules(s, outs, shapes or {}, gemm, knobs).run()
     except ScheduleError as exc:
         raise AutoScheduleError(
             f"auto_schedule(target='cuda'): no GPU schedule for these computes ({exc}); "
@@ -75,9 +77,10 @@ def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None, knobs=None)
     return s
 
 
-def _template(outs: List[Tensor]) -> Optional[Schedule]:
+def _template(outs: List[Tensor], knobs) -> Optional[Schedule]:
     """The tecomp.nn.cuda template of a DAG that is one of its operators (a convolution
-    with its epilogue, a softmax), or None."""
+    with its epilogue, a softmax), or None.  A convolution's tiling is a set of knobs
+    (:func:`_conv_knobs`)."""
     from ..nn import cuda as nn_cuda
     from ..nn._schedule_common import _has_tag, _walk
 
@@ -86,12 +89,48 @@ def _template(outs: List[Tensor]) -> Optional[Schedule]:
                     ("conv2d_nhwc", nn_cuda.schedule_conv2d_nhwc),
                     ("softmax", nn_cuda.schedule_softmax),
                     ("log_softmax", nn_cuda.schedule_softmax)):
-        if any(_has_tag(op, tag) for op in ops):
+        tagged = [op for op in ops if _has_tag(op, tag)]
+        if tagged:
+            extra = {}
+            if tag.startswith("conv2d"):
+                extra["config"] = lambda d, shape: _conv_knobs(knobs, tagged[0].name, d, shape)
             try:
-                return fn(outs, target="cuda")
+                return fn(outs, target="cuda", **extra)
             except ScheduleError:
-                return None  # not the operator alone: the rules
+                sampled = knobs.rng is not None or bool(knobs.given)
+                if sampled and any(n.startswith(tagged[0].name + ".") for n in knobs.values):
+                    raise  # a sampled tiling the template refuses: not a candidate
+                return None  # not the operator alone (or no tiling fits): the rules
     return None
+
+
+def _conv_knobs(knobs, name: str, d, shape):
+    """The tiling of convolution ``name``: ``d`` (``conv_config``'s) by default; threads
+    per axis among the powers of two and the divisors of the output extent up to 16
+    (32 channels), registers per thread 1 to 16 channels and 1 to 4 pixels per axis,
+    the channel step, and whether its channels are unrolled."""
+    from dataclasses import replace
+
+    def spatial(extent):
+        return [1, 2, 4, 8, 16] + [t for t in range(3, 17) if extent and extent % t == 0]
+
+    k = knobs.choose
+    cfg = replace(
+        d, threads_k=k(f"{name}.threads_k", [1, 2, 4, 8, 16, 32], d.threads_k),
+        threads_y=k(f"{name}.threads_y", spatial(shape.OH), d.threads_y),
+        threads_x=k(f"{name}.threads_x", spatial(shape.OW), d.threads_x),
+        regs_k=k(f"{name}.regs_k", [1, 2, 4, 8, 16], d.regs_k),
+        regs_y=k(f"{name}.regs_y", [1, 2, 4], d.regs_y),
+        regs_x=k(f"{name}.regs_x", [1, 2, 4], d.regs_x),
+        c_tile=k(f"{name}.c_tile", [c for c in (1, 2, 4, 8, 16) if not shape.C or c <= shape.C],
+                 d.c_tile),
+        unroll_c=k(f"{name}.unroll_c", [True, False], d.unroll_c))
+    # tilings that idle most of a warp or compute mostly padding: not candidates
+    waste = [(cfg.block_k, shape.K), (cfg.block_y, shape.OH), (cfg.block_x, shape.OW)]
+    if cfg != d and (cfg.threads < min(32, d.threads)
+                     or any(e and b > 2 * e and b > 1 for b, e in waste)):
+        raise ScheduleError(f"{name}: the tiling {cfg} idles most of its threads")
+    return cfg
 
 
 class _CudaRules:

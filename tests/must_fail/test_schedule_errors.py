@@ -1309,6 +1309,29 @@ def test_cpu_conv_template_bad_config(layout, config, match):
         sched(out, config=config)
 
 
+@pytest.mark.parametrize("config, match", [
+    (dict(threads_k=32, threads_y=8, threads_x=8), r"conv2d_nchw: the tiling .* has 2048 "
+     r"threads per block, more than CUDA's 1024; use fewer"),
+    (dict(regs_k=16, threads_k=16, c_tile=16), r"conv2d_nchw: the tiling .* needs \d+ bytes "
+     r"of shared memory per block, more than the 49152 .* use a smaller c_tile"),
+    (lambda d, shape: (4, 4), "config must be a ConvConfig"),
+])
+def test_cuda_conv_template_bad_config(config, match):
+    """A CUDA convolution tiling that cannot launch is refused when it is scheduled, not
+    when the kernel is launched; a ``config`` function must return a ConvConfig."""
+    from dataclasses import replace
+
+    from tecomp.nn import cuda, ops
+
+    d, w = tc.placeholder((2, 64, 14, 14), name="d"), tc.placeholder((64, 64, 3, 3), name="w")
+    y = ops.conv2d_nchw(d, w, 1, 1)
+    if isinstance(config, dict):
+        fields = config
+        config = lambda default, shape: replace(default, **fields)  # noqa: E731
+    with pytest.raises(tc.ScheduleError, match=match):
+        cuda.schedule_conv2d_nchw(y, "cuda", config)
+
+
 def _tiled_gpu_gemm(n=64, kt=8, double=("A.shared", "B.shared"), at="ko", bind=True):
     """A GEMM with A and B copied to shared tiles at its k.outer loop (or ``at`` another
     loop); ``double``: the tiles that are double-buffered."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+from typing import Callable, NamedTuple, Optional, Tuple, Union
 
 from ...errors import ScheduleError
 from ...ir.expr import Const, ProducerLoad
@@ -20,6 +20,24 @@ from ...te.tensor import ComputeOp, Tensor
 from .._schedule_common import _ceil, _cint, _has_tag, _inline_injective, _outs, _walk
 from .common import _bind, _check_target, _cooperative_copy, _pow2_at_least
 from .gemm import _check_same_index_reads, _epilogue_of
+
+
+#: CUDA's limit on the threads of a block
+MAX_BLOCK_THREADS = 1024
+#: the shared memory a kernel may declare statically (bytes)
+MAX_STATIC_SHARED = 48 * 1024
+
+
+class ConvShape(NamedTuple):
+    """What a convolution's tiling is chosen from: output channels, output rows and
+    columns, input channels, window rows and columns (None where symbolic)."""
+
+    K: Optional[int]
+    OH: Optional[int]
+    OW: Optional[int]
+    C: Optional[int]
+    KH: Optional[int]
+    KW: Optional[int]
 
 
 @dataclass(frozen=True)
@@ -54,6 +72,10 @@ class ConvConfig:
     @property
     def threads(self) -> int:
         return self.threads_k * self.threads_y * self.threads_x
+
+
+#: a tiling, or a function of the default tiling and the shape that returns one
+ConfigArg = Union[None, ConvConfig, Callable[[ConvConfig, ConvShape], ConvConfig]]
 
 
 def _spatial_tile(E: Optional[int]) -> Tuple[int, int]:
@@ -177,7 +199,7 @@ def _conv_geometry(conv: Tensor, layout: str):
     return geo
 
 
-def _schedule_conv(outs, target: str, layout: str, config: Optional[ConvConfig]) -> Schedule:
+def _schedule_conv(outs, target: str, layout: str, config: ConfigArg) -> Schedule:
     _check_target(target)
     outs = _outs(outs)
     conv, pad, data, weight = _conv_parts(outs, layout)
@@ -196,12 +218,20 @@ def _schedule_conv(outs, target: str, layout: str, config: Optional[ConvConfig])
     sp_axes = (2, 3) if layout == "conv2d_nchw" else (0, 1)
     KH, KW = wshape[sp_axes[0]], wshape[sp_axes[1]]
     (sh, dh), (sw, dw) = _conv_geometry(conv, layout)
-    cfg = config if config is not None else conv_config(
-        K, OH, OW, C, (KH, KW),
-        lambda th, tw: ((th - 1) * sh + (KH - 1) * dh + 1, (tw - 1) * sw + (KW - 1) * dw + 1),
-        8 if conv.dtype == "float64" else 4, channels_last=layout == "conv2d_nhwc")
+    dtype_bytes = 8 if conv.dtype == "float64" else 4
+    cfg = config
+    if cfg is None or callable(cfg):
+        default = conv_config(
+            K, OH, OW, C, (KH, KW),
+            lambda th, tw: ((th - 1) * sh + (KH - 1) * dh + 1, (tw - 1) * sw + (KW - 1) * dw + 1),
+            dtype_bytes, channels_last=layout == "conv2d_nhwc")
+        cfg = default if cfg is None else cfg(default, ConvShape(K, OH, OW, C, KH, KW))
     if not isinstance(cfg, ConvConfig):
         raise ScheduleError(f"config must be a ConvConfig, got {cfg!r}")
+    if cfg.threads > MAX_BLOCK_THREADS:
+        raise ScheduleError(
+            f"{conv.name}: the tiling {cfg} has {cfg.threads} threads per block, more than "
+            f"CUDA's {MAX_BLOCK_THREADS}; use fewer threads_k x threads_y x threads_x")
 
     # the output: blocks over (image x channel block, row block, column block), threads
     # over (channels, rows, columns), a micro-tile per thread
@@ -271,6 +301,12 @@ def _schedule_conv(outs, target: str, layout: str, config: Optional[ConvConfig])
     threads = [(tags[r], ext[r]) for r in order]
     ph = (cfg.block_y - 1) * sh + ((KH or 1) - 1) * dh + 1
     pw = (cfg.block_x - 1) * sw + ((KW or 1) - 1) * dw + 1
+    shared = dtype_bytes * cfg.c_tile * (ph * pw + cfg.block_k * (KH or 1) * (KW or 1))
+    if shared > MAX_STATIC_SHARED:
+        raise ScheduleError(
+            f"{conv.name}: the tiling {cfg} needs {shared} bytes of shared memory per block, "
+            f"more than the {MAX_STATIC_SHARED} a kernel may declare statically; use a "
+            "smaller c_tile or a smaller block (threads x registers)")
     for S, elems in ((ds, cfg.c_tile * ph * pw),
                      (ws, cfg.block_k * cfg.c_tile * (KH or 1) * (KW or 1))):
         s[S].compute_at(sa, rco)
@@ -279,18 +315,21 @@ def _schedule_conv(outs, target: str, layout: str, config: Optional[ConvConfig])
 
 
 def schedule_conv2d_nchw(outs, target: str = "cuda",
-                         config: Optional[ConvConfig] = None) -> Schedule:
+                         config: ConfigArg = None) -> Schedule:
     """The CUDA schedule of ``tecomp.nn.conv2d_nchw`` (any stride, padding, dilation),
     with any elementwise epilogue (bias, activation): direct convolution, see the module
     docstring and :func:`conv_config`.  Threads: ``threadIdx.x`` along the output columns
     (contiguous in NCHW), ``threadIdx.y`` along rows, ``threadIdx.z`` along channels.
-    ``config`` overrides the tiling :func:`conv_config` picks."""
+    ``config`` overrides the tiling :func:`conv_config` picks: a :class:`ConvConfig`, or a
+    function ``config(default, shape)`` of that tiling and the :class:`ConvShape` that
+    returns one (the auto-scheduler's knobs).  A tiling over CUDA's 1024 threads per
+    block or 48 KiB of static shared memory is a ScheduleError."""
     return _schedule_conv(outs, target, "conv2d_nchw", config)
 
 
 def schedule_conv2d_nhwc(outs, target: str = "cuda",
-                         config: Optional[ConvConfig] = None) -> Schedule:
+                         config: ConfigArg = None) -> Schedule:
     """The CUDA schedule of ``tecomp.nn.conv2d_nhwc`` (weights HWIO): as the NCHW one with
     ``threadIdx.x`` along the output channels, which are contiguous in NHWC (coalesced
-    stores and weight loads).  ``config`` overrides the tiling :func:`conv_config` picks."""
+    stores and weight loads).  ``config``: as in :func:`schedule_conv2d_nchw`."""
     return _schedule_conv(outs, target, "conv2d_nhwc", config)
