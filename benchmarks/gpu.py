@@ -14,13 +14,15 @@ or pycuda it says so and exits with status 2.
 
 Workloads (float32, the schedules of ``tecomp.nn.cuda``):
 
-* GEMM 4096 x 4096 x 4096 against cuBLAS through ``torch.matmul`` and ``cupy.matmul``;
+* GEMM 4096^3 and 1024^3 against cuBLAS through ``torch.matmul`` and ``cupy.matmul``;
 * the two ResNet 3x3 convolutions (stride 1, padding 1, N = 32): C = K = 64 at 56x56 and
   C = K = 256 at 14x14, NCHW and NHWC, against cuDNN through ``torch.nn.functional.conv2d``
   (``cudnn.benchmark`` on, so cuDNN picks its fastest algorithm; NHWC as channels-last);
 * softmax over the rows of a 4096 x 1024 matrix against ``torch.softmax``;
 * attention's scores as a batched matmul (96 x 512 x 512 x 64) written in plain TE and
-  scheduled by ``tc.auto_schedule(args, target="cuda")``, against ``torch.bmm``.
+  scheduled by ``tc.auto_schedule(args, target="cuda")``, against ``torch.bmm``;
+* the 14x14 convolutions again, written as im2col + GEMM in plain TE and scheduled by
+  ``tc.auto_schedule(args, target="cuda")``, against cuDNN.
 
 TF32 is off everywhere (``torch.backends.cuda.matmul.allow_tf32 = False``,
 ``torch.backends.cudnn.allow_tf32 = False``, ``CUPY_TF32=0``): every tool computes in
@@ -206,6 +208,14 @@ class DirectLaunch:
         for p, a in zip(func.params, arrays):
             if isinstance(p, Buffer):
                 ptrs[p] = device_pointer(a)
+        # the module's intermediate buffers (e.g. an im2col between two kernels):
+        # allocated once here, as CudaModule.__call__ allocates them per call
+        self.workspaces = []
+        for w in mod.cuda_source.workspaces:
+            nbytes = int(np.prod([int(d.value) for d in w.shape], dtype=np.int64)) \
+                * np.dtype(w.dtype).itemsize
+            self.workspaces.append(drv.alloc(nbytes))
+            ptrs[w] = int(self.workspaces[-1])
         cmod = drv.compile(mod.cuda_source)
         self.launches = []
         for k in mod.kernels:
@@ -396,6 +406,71 @@ def conv_workload(C: int, HW: int, layout: str, N: int = 32) -> Workload:
                     search=args)
 
 
+def conv_gemm_workload(C: int, HW: int, layout: str, N: int = 32) -> Workload:
+    """The convolution of :func:`conv_workload` written as a user would write it for a
+    GEMM library: an ``im2col`` compute (the padded input patches, materialised) and a
+    GEMM over ``9 C``, scheduled by ``tc.auto_schedule(args, target="cuda")`` (two
+    kernels: the copy and the GEMM template).  NHWC: ``[N*H*W, 9C] x [9C, K]`` (the
+    HWIO weights as they lie), NCHW: per image ``[K, 9C] x [9C, H*W]`` (OIHW as they
+    lie); the output is the convolution's, in its layout."""
+    P = HW * HW
+
+    def args():
+        def window(y, x, kk):
+            yy, xx = y + kk // 3 - 1, x + kk % 3 - 1
+            inside = tc.all(yy >= 0, yy < HW, xx >= 0, xx < HW)
+            return inside, tc.max(tc.min(yy, HW - 1), 0), tc.max(tc.min(xx, HW - 1), 0)
+
+        k = tc.reduce_axis((0, 9 * C), name="k")
+        if layout == "nhwc":
+            d = tc.placeholder((N, HW, HW, C), name="data")
+            w = tc.placeholder((9 * C, C), name="weight")
+
+            def col(p, r):
+                inside, yy, xx = window(p % P // HW, p % HW, r // C)
+                return tc.if_then_else(inside, d[p // P, yy, xx, r % C], 0.0)
+
+            B = tc.compute((N * P, 9 * C), col, name="im2col")
+            out = tc.compute((N * P, C), lambda p, j: tc.sum(B[p, k] * w[k, j], axis=k),
+                             name="conv")
+        else:
+            d = tc.placeholder((N, C, HW, HW), name="data")
+            w = tc.placeholder((C, 9 * C), name="weight")
+
+            def col(n, r, p):
+                inside, yy, xx = window(p // HW, p % HW, r % 9)
+                return tc.if_then_else(inside, d[n, r // 9, yy, xx], 0.0)
+
+            B = tc.compute((N, 9 * C, P), col, name="im2col")
+            out = tc.compute((N, C, P), lambda n, i, j: tc.sum(w[i, k] * B[n, k, j], axis=k),
+                             name="conv")
+        return [d, w, out]
+
+    def build(target="cuda", config=None):
+        from tecomp.autoschedule.cuda_rules import apply_cuda_rules
+
+        a = args()
+        return tc.build(apply_cuda_rules(a, gemm=config), a, target=target,
+                        name=f"conv{C}_{layout}_gemm")
+
+    direct = conv_workload(C, HW, layout, N)
+
+    def setup(torch, cupy):
+        st = direct.setup(torch, cupy)
+        d, wt, y = st.host  # the same memory, seen as the GEMM's 2-D operands
+        shape = (N * P, C) if layout == "nhwc" else (N, C, P)
+        host = [d, wt.reshape((9 * C, C) if layout == "nhwc" else (C, 9 * C)), y.reshape(shape)]
+        refs = {k: Reference(r.run, lambda r=r: r.result().reshape(shape))
+                for k, r in st.refs.items()}
+        return Setup(host, refs, lambda: st.expect().reshape(shape))
+
+    return Workload(f"conv {layout} N={N} C=K={C} {HW}x{HW} (im2col + GEMM, auto_schedule)",
+                    build, setup, flops=direct.flops, search=args,
+                    configs=lambda: gemm_sweep(nn_cuda.gemm_config(N * P, C, 9 * C) if
+                                               layout == "nhwc" else
+                                               nn_cuda.gemm_config(C, P, 9 * C, N)))
+
+
 def softmax_workload(m: int, n: int) -> Workload:
     def build(target="cuda", config=None):
         X = tc.placeholder((m, n), name="X")
@@ -452,6 +527,10 @@ def gemm_sweep(d) -> List[object]:
           k_tile=max(1, d.k_tile // 2)),
         R(d, vector=4, double_buffer=True, threads_m=half_m, regs_m=2 * d.regs_m,
           k_tile=max(1, d.k_tile // 2)),
+        # smaller blocks of 128 threads (more blocks per SM where the full block makes
+        # few): 64 x 64 (the best of a search of the im2col convolution's GEMM) and 32 x 64
+        G(8, 16, 8, 4, 32, True, False, vector=4, double_buffer=True),
+        G(8, 16, 4, 4, 32, True, False, vector=4, double_buffer=True),
     ])
 
 
@@ -481,12 +560,15 @@ def softmax_sweep(d) -> List[object]:
 
 WORKLOADS = [
     gemm_workload(4096),
+    gemm_workload(1024),
     conv_workload(64, 56, "nchw"),
     conv_workload(256, 14, "nchw"),
     conv_workload(64, 56, "nhwc"),
     conv_workload(256, 14, "nhwc"),
     softmax_workload(4096, 1024),
     bmm_workload(96, 512, 64),
+    conv_gemm_workload(256, 14, "nchw"),
+    conv_gemm_workload(256, 14, "nhwc"),
 ]
 
 

@@ -408,7 +408,16 @@ def test_pipelined_gemm_takes_operands_off_16_byte_boundaries():
 
 
 def test_small_gemms_use_smaller_tiles():
-    assert sc.gemm_config(1024, 1024, 1024).regs_m == 16      # 128 blocks of 64x128
+    # 128 full blocks of 64 x 128 (64 threads) would leave most SMs a warp or two: 64 x
+    # 64 blocks of 128 threads (the H200 sweeps' best), as for the im2col GEMMs of a
+    # convolution (196 and 256 full blocks); 512 full blocks (2048^3) keep them
+    small = sc.GemmConfig(8, 16, 8, 4, 32, unroll_k=True, pad=False, vector=4,
+                          double_buffer=True)
+    assert sc.gemm_config(1024, 1024, 1024) == small
+    assert sc.gemm_config(6272, 256, 2304) == small
+    assert sc.gemm_config(256, 196, 2304, 32) == small
+    assert sc.gemm_config(2048, 2048, 2048).block_n == 128
+    assert sc.gemm_config(1024, 1024, 1024, 4).block_n == 128
     assert sc.gemm_config(512, 512, 512).regs_n == 4          # 128 blocks of 32x64
     assert sc.gemm_config(5, 3, 7) == sc.GemmConfig(8, 4, 1, 1, 7, True, False)
     cfg = sc.gemm_config(None, 40, None)

@@ -71,6 +71,11 @@ class GemmConfig:
 SHORT_K = 64
 
 
+#: the fewest full 64 x 128 blocks (of 64 threads each) that keep them: about four per SM
+#: on the H100/H200's 114-132 SMs; with fewer, most SMs would hold a warp or two
+FULL_BLOCK_MIN_BLOCKS = 512
+
+
 def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int],
                 batch: Optional[int] = 1) -> GemmConfig:
     """The tiling of an ``M x N x K`` GEMM (extents may be None when symbolic).
@@ -89,7 +94,12 @@ def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int],
     would meet a reduction of at most :data:`SHORT_K` it is a 64 x 32 block instead, 4 x
     16 threads of 16 x 2 registers, 8 k steps: the best of a search on an H200 (batched
     96 x 512 x 512 x 64: 0.133 against 0.259 ms; DECISIONS.md, "CUDA GEMM: short
-    reductions")."""
+    reductions").  Where the full blocks would number fewer than
+    :data:`FULL_BLOCK_MIN_BLOCKS` (counted over the batch) it is a 64 x 64 block of 128
+    threads, 8 x 16 of 8 x 4 registers, 32 k steps, 16-byte copies, double-buffered:
+    1.75-2.5x faster than the full block in H200 sweeps of 1024^3 (128 full blocks) and
+    of a convolution's im2col GEMMs (196 and 256; DECISIONS.md, "CUDA GEMM: 64 x 64
+    blocks where the full ones are few")."""
     def threads(E, most):
         return most if E is None else max(1, min(most, _pow2_at_least(E)))
 
@@ -113,6 +123,12 @@ def gemm_config(M: Optional[int], N: Optional[int], K: Optional[int],
         # 8 k steps (what a 40-trial search found on an H200 for 96 x 512 x 512 x 64)
         return GemmConfig(4, 16, 16, 2, max(1, min(8, K)), unroll_k=True, pad=False,
                           vector=4, double_buffer=True)
+    if (tm, tn, rm, rn) == (8, 16, 8, 8) and M is not None and N is not None and \
+            (batch or 1) * _ceil(M, 64) * _ceil(N, 128) < FULL_BLOCK_MIN_BLOCKS:
+        # too few full blocks of 64 threads to give every SM several (1024^3: 128):
+        # 64 x 64 blocks of 128 threads, 8 x 16 of 8 x 4 registers, 32 k steps
+        return GemmConfig(8, 16, 8, 4, 32 if K is None else max(1, min(32, K)),
+                          unroll_k=True, pad=False, vector=4, double_buffer=True)
     if (tm, tn, rm, rn) == (8, 16, 8, 8):
         # the full 64 x 128 block: 4 x 16 threads of 16 x 8 registers, 16 k steps, the
         # tile rows copied 16 bytes at a time and double-buffered (cp.async)
