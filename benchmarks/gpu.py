@@ -305,6 +305,17 @@ def gemm_workload(n: int) -> Workload:
                     configs=lambda: gemm_sweep(nn_cuda.gemm_config(n, n, n)), search=args)
 
 
+def _rules_build(args: Callable[[], list], name: str) -> Callable[..., object]:
+    """``build(target, config)`` of a workload written in plain TE: the GPU rules'
+    schedule of fresh ``args()`` (``config``: the GEMM tiling of its contraction)."""
+    def build(target="cuda", config=None):
+        from tecomp.autoschedule.cuda_rules import apply_cuda_rules
+
+        a = args()
+        return tc.build(apply_cuda_rules(a, gemm=config), a, target=target, name=name)
+    return build
+
+
 def bmm_workload(B: int, n: int, d: int) -> Workload:
     """Attention's scores ``S[b, i, j] = sum_k Q[b, i, k] K[b, j, k]``, written in plain TE
     and scheduled by ``tc.auto_schedule(args, target="cuda")`` (no template has it);
@@ -317,12 +328,7 @@ def bmm_workload(B: int, n: int, d: int) -> Workload:
                        name="S")
         return [Q, K, S]
 
-    def build(target="cuda", config=None):
-        from tecomp.autoschedule.cuda_rules import apply_cuda_rules
-
-        a = args()
-        return tc.build(apply_cuda_rules(a, gemm=config), a, target=target,
-                        name=f"bmm{B}x{n}x{d}")
+    build = _rules_build(args, f"bmm{B}x{n}x{d}")
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
@@ -446,12 +452,7 @@ def conv_gemm_workload(C: int, HW: int, layout: str, N: int = 32) -> Workload:
                              name="conv")
         return [d, w, out]
 
-    def build(target="cuda", config=None):
-        from tecomp.autoschedule.cuda_rules import apply_cuda_rules
-
-        a = args()
-        return tc.build(apply_cuda_rules(a, gemm=config), a, target=target,
-                        name=f"conv{C}_{layout}_gemm")
+    build = _rules_build(args, f"conv{C}_{layout}_gemm")
 
     direct = conv_workload(C, HW, layout, N)
 
