@@ -16,16 +16,11 @@ from typing import Callable, NamedTuple, Optional, Tuple, Union
 from ...errors import ScheduleError
 from ...ir.expr import Const, ProducerLoad
 from ...schedule.schedule import Schedule, create_schedule
+from ...target import MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK
 from ...te.tensor import ComputeOp, Tensor
 from .._schedule_common import _ceil, _cint, _has_tag, _inline_injective, _outs, _walk
 from .common import _bind, _check_target, _cooperative_copy, _pow2_at_least
 from .gemm import _check_same_index_reads, _epilogue_of
-
-
-#: CUDA's limit on the threads of a block
-MAX_BLOCK_THREADS = 1024
-#: the shared memory a kernel may declare statically (bytes)
-MAX_STATIC_SHARED = 48 * 1024
 
 
 class ConvShape(NamedTuple):
@@ -78,6 +73,13 @@ class ConvConfig:
 ConfigArg = Union[None, ConvConfig, Callable[[ConvConfig, ConvShape], ConvConfig]]
 
 
+def _shared_bytes(dtype_bytes: int, c_tile: int, ph: int, pw: int, block_k: int, kh: int,
+                  kw: int) -> int:
+    """The bytes of one channel step's shared tiles: the ``ph x pw`` input patch and the
+    ``block_k`` channels' weights, ``c_tile`` channels of each."""
+    return dtype_bytes * c_tile * (ph * pw + block_k * kh * kw)
+
+
 def _spatial_tile(E: Optional[int]) -> Tuple[int, int]:
     """(threads, registers) along one output spatial axis: little padding waste first,
     then two pixels per thread, then a tile close to 8."""
@@ -126,7 +128,7 @@ def conv_config(K: Optional[int], OH: Optional[int], OW: Optional[int], C: Optio
     for c in (16, 8, 4, 2):
         if (C is not None and c > C) or (not channels_last and c > 4):
             continue
-        if dtype_bytes * c * (ph * pw + tk * rk * kh * kw) <= 24 * 1024:
+        if _shared_bytes(dtype_bytes, c, ph, pw, tk * rk, kh, kw) <= 24 * 1024:
             ct = c
             break
     return ConvConfig(tk, ty, tx, rk, ry, rx, ct, unroll_c=True)
@@ -228,10 +230,10 @@ def _schedule_conv(outs, target: str, layout: str, config: ConfigArg) -> Schedul
         cfg = default if cfg is None else cfg(default, ConvShape(K, OH, OW, C, KH, KW))
     if not isinstance(cfg, ConvConfig):
         raise ScheduleError(f"config must be a ConvConfig, got {cfg!r}")
-    if cfg.threads > MAX_BLOCK_THREADS:
+    if cfg.threads > MAX_THREADS_PER_BLOCK:
         raise ScheduleError(
             f"{conv.name}: the tiling {cfg} has {cfg.threads} threads per block, more than "
-            f"CUDA's {MAX_BLOCK_THREADS}; use fewer threads_k x threads_y x threads_x")
+            f"CUDA's {MAX_THREADS_PER_BLOCK}; use fewer threads_k x threads_y x threads_x")
 
     # the output: blocks over (image x channel block, row block, column block), threads
     # over (channels, rows, columns), a micro-tile per thread
@@ -301,11 +303,11 @@ def _schedule_conv(outs, target: str, layout: str, config: ConfigArg) -> Schedul
     threads = [(tags[r], ext[r]) for r in order]
     ph = (cfg.block_y - 1) * sh + ((KH or 1) - 1) * dh + 1
     pw = (cfg.block_x - 1) * sw + ((KW or 1) - 1) * dw + 1
-    shared = dtype_bytes * cfg.c_tile * (ph * pw + cfg.block_k * (KH or 1) * (KW or 1))
-    if shared > MAX_STATIC_SHARED:
+    shared = _shared_bytes(dtype_bytes, cfg.c_tile, ph, pw, cfg.block_k, KH or 1, KW or 1)
+    if shared > MAX_STATIC_SHARED_BYTES:
         raise ScheduleError(
             f"{conv.name}: the tiling {cfg} needs {shared} bytes of shared memory per block, "
-            f"more than the {MAX_STATIC_SHARED} a kernel may declare statically; use a "
+            f"more than the {MAX_STATIC_SHARED_BYTES} a kernel may declare statically; use a "
             "smaller c_tile or a smaller block (threads x registers)")
     for S, elems in ((ds, cfg.c_tile * ph * pw),
                      (ws, cfg.block_k * cfg.c_tile * (KH or 1) * (KW or 1))):
