@@ -262,6 +262,7 @@ class Workload:
     bytes: float = 0.0
     configs: Callable[[], List[object]] = lambda: []  # --sweep's tilings, the default first
     search: Optional[Callable[[], list]] = None  # --tune: fresh args for tc.auto_schedule
+    tolerance: float = TOLERANCE           # the largest error a result may have
 
 
 def _np(t) -> np.ndarray:
@@ -271,38 +272,60 @@ def _np(t) -> np.ndarray:
     return t.cpu().numpy() if hasattr(t, "cpu") else t.get()
 
 
-def gemm_workload(n: int) -> Workload:
+def gemm_workload(n: int, half: bool = False) -> Workload:
     """``--tune`` searches the GEMM tiling of ``ops.matmul`` through
-    ``tc.auto_schedule(target="cuda")`` (the template's tiling rules)."""
+    ``tc.auto_schedule(target="cuda")`` (the template's tiling rules).  ``half``: float16
+    operands with float32 accumulation on tensor cores (``tc.nn.matmul(A, B,
+    out_dtype="float32")``, the wmma template), against cuBLAS's HGEMM through
+    ``torch.matmul`` of float16 tensors (float32 accumulation, a float16 result: half the
+    bytes tecomp's float32 C writes), checked against float64 products of the same
+    float16 inputs, to the float16 rounding of torch's result."""
+    dtype = "float16" if half else "float32"
+
     def args():
-        A = tc.placeholder((n, n), name="A")
-        B = tc.placeholder((n, n), name="B")
-        return [A, B, ops.matmul(A, B)]
+        A = tc.placeholder((n, n), dtype, name="A")
+        B = tc.placeholder((n, n), dtype, name="B")
+        return [A, B, ops.matmul(A, B, out_dtype="float32" if half else None)]
 
     def build(target="cuda", config=None):
         a = args()
         return tc.build(nn_cuda.schedule_matmul(a[-1], target, config), a, target=target,
-                        name=f"gemm{n}")
+                        name=f"{'h' if half else ''}gemm{n}")
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
-        a = rng.standard_normal((n, n), dtype=np.float32)
-        b = rng.standard_normal((n, n), dtype=np.float32)
+        a = rng.standard_normal((n, n), dtype=np.float32).astype(dtype)
+        b = rng.standard_normal((n, n), dtype=np.float32).astype(dtype)
         refs = {}
         expect = lambda: a.astype(np.float64) @ b.astype(np.float64)  # noqa: E731
         if torch is not None:
             ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-            tout = torch.empty((n, n), device="cuda")
-            refs["torch"] = Reference(lambda: torch.matmul(ta, tb, out=tout), lambda: _np(tout))
+            tout = torch.empty((n, n), device="cuda", dtype=ta.dtype)
+            refs["torch"] = Reference(lambda: torch.matmul(ta, tb, out=tout),
+                                      lambda: _np(tout.float()))
             expect = lambda: torch.matmul(ta.double(), tb.double()).cpu().numpy()  # noqa: E731
         if cupy is not None:
             ca, cb = cupy.asarray(a), cupy.asarray(b)
-            cout = cupy.empty((n, n), dtype=cupy.float32)
-            refs["cupy"] = Reference(lambda: cupy.matmul(ca, cb, out=cout), lambda: _np(cout))
+            cout = cupy.empty((n, n), dtype=ca.dtype)
+            refs["cupy"] = Reference(lambda: cupy.matmul(ca, cb, out=cout),
+                                     lambda: _np(cout).astype(np.float32))
         return Setup([a, b, np.zeros((n, n), np.float32)], refs, expect)
 
+    if half:
+        return Workload(f"hgemm {n}^3 f16 (tensor cores)", build, setup, flops=2.0 * n ** 3,
+                        configs=lambda: wmma_sweep(n), tolerance=2e-3)
     return Workload(f"gemm {n}^3", build, setup, flops=2.0 * n ** 3,
                     configs=lambda: gemm_sweep(nn_cuda.gemm_config(n, n, n)), search=args)
+
+
+def wmma_sweep(n: int) -> List[object]:
+    """The tensor-core tilings that divide an ``n^3`` GEMM, the default first."""
+    W = nn_cuda.WmmaConfig
+    cands = list(nn_cuda.tensorcore.WMMA_CONFIGS[:-1]) + [
+        W(4, 2, 2, 4, 32), W(2, 4, 2, 4, 32), W(4, 4, 2, 2, 32), W(2, 4, 4, 2, 32, False),
+        W(2, 2, 2, 4, 32), W(2, 2, 4, 2, 32), W(2, 4, 4, 2, 16)]
+    fit = [c for c in cands if nn_cuda.tensorcore.fits(c, n, n, n)]
+    return _unique([nn_cuda.wmma_config(n, n, n)] + fit)
 
 
 def _rules_build(args: Callable[[], list], name: str) -> Callable[..., object]:
@@ -562,6 +585,8 @@ def softmax_sweep(d) -> List[object]:
 WORKLOADS = [
     gemm_workload(4096),
     gemm_workload(1024),
+    gemm_workload(4096, half=True),
+    gemm_workload(1024, half=True),
     conv_workload(64, 56, "nchw"),
     conv_workload(256, 14, "nchw"),
     conv_workload(64, 56, "nhwc"),
@@ -633,7 +658,7 @@ def run(args) -> int:
             for name, ref in st.refs.items():
                 ref.run()
                 errors[name] = max_rel_error(ref.result(), want)
-            bad = {k: e for k, e in errors.items() if not e < TOLERANCE}
+            bad = {k: e for k, e in errors.items() if not e < w.tolerance}
             if bad:
                 raise SystemExit(f"{w.name}: wrong results (max error relative to the largest "
                                  f"value: {bad}); nothing timed")
@@ -714,7 +739,7 @@ def sweep(w: Workload, st: Setup, dev, want, timer: Timer, drv, rounds: int,
             mod(*dev)
             drv.synchronize()
             err = max_rel_error(_np(dev[-1]), want)
-            if not err < TOLERANCE:
+            if not err < w.tolerance:
                 failed.append(f"{label}: WRONG (error {err:.1e})")
                 continue
             launches[label] = DirectLaunch(mod, dev, drv)

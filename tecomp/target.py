@@ -87,7 +87,15 @@ MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIMS = (1024, 1024, 64)
 MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
 MAX_STATIC_SHARED_BYTES = 48 * 1024   # a kernel's static __shared__ arrays, on every GPU
-SHARED_ALIGN = 16  # bytes: each __shared__ array starts on this boundary (16-byte vector loads)
+# bytes: each __shared__ array starts on this boundary (16-byte vector loads; the 32-byte
+# alignment wmma's load_matrix_sync / store_matrix_sync need of a tile's first element)
+SHARED_ALIGN = 32
+#: the scopes of tensor-core fragments (nvcuda::wmma): per warp, 16 x 16 tiles held in
+#: registers, read and written only by the ``cuda.wmma_*`` tensor intrinsics
+FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+#: scopes whose buffer belongs to one thread (a fragment: to one warp, every lane of
+#: which runs the same code on it)
+PER_THREAD_SCOPES = ("local",) + FRAGMENT_SCOPES
 WARP_SIZE = 32
 CUDA_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
               "sm_100", "sm_120")

@@ -51,8 +51,8 @@ MATMUL = """\
 // kernel 0: stage C (reads A, B)
 // launch: grid (4, 4, 1), block (16, 16, 1), 2048 bytes of shared memory
 extern "C" __global__ void __launch_bounds__(256) matmul_kernel0(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C) {
-  __shared__ __align__(16) float A_shared[256];
-  __shared__ __align__(16) float B_shared[256];
+  __shared__ __align__(32) float A_shared[256];
+  __shared__ __align__(32) float B_shared[256];
   float C_local[1];
   C_local[0] = 0.0f;
   for (int k_outer = 0; k_outer < 4; ++k_outer) {
@@ -108,7 +108,7 @@ def test_shared_memory_and_barriers():
     assert cs.source.count("__syncthreads();") == 2
     assert k.constant_block == (16, 16, 1) and [d.value for d in k.grid] == [4, 4, 1]
     s = src(block_reverse()).source
-    assert "__shared__ __align__(16) float S_shared[64];" in s
+    assert "__shared__ __align__(32) float S_shared[64];" in s
     assert "B[(((int)blockIdx.x) * 64) + ((int)threadIdx.x)] = S_shared[63 - ((int)threadIdx.x)];" in s
     assert "__syncthreads" not in src(block_reverse(barrier=False)).source
 
@@ -322,7 +322,7 @@ def test_cross_thread_reduction():
     (k,) = cs.kernels
     assert k.has_barrier and k.shared_bytes == 48 * 4
     s = cs.source
-    assert "__shared__ __align__(16) float red_buf[48];" in s
+    assert "__shared__ __align__(32) float red_buf[48];" in s
     assert "// cross-thread max over threadIdx.x (48 threads) into red_local" in s
     # 48 is not a power of two: fold the top 16 first, then halve from 16
     assert ("if (((int)threadIdx.x) < 16) {\n    red_buf[(int)threadIdx.x] = tc_fmaxf(red_buf[(int)threadIdx.x], "
@@ -417,10 +417,10 @@ def test_empty_buffers_are_declared_with_one_element():
         loop(j, 0, S(Sh, 1.0, j, 0)), loop(j, 0, S(Lc, 2.0, 0, j)), S(A, 3.0, bx)))))
     cs = codegen_cuda(_func_with(body, A))
     src = cs.source
-    assert "__shared__ __align__(16) float A_shared[1];" in src, src
+    assert "__shared__ __align__(32) float A_shared[1];" in src, src
     assert "float A_local[1];" in src, src
-    # one float of shared memory, counted as the 16 bytes its aligned declaration may take
-    assert cs.kernels[0].shared_bytes == 16
+    # one float of shared memory, counted as the 32 bytes its aligned declaration may take
+    assert cs.kernels[0].shared_bytes == 32
 
 
 def test_error_negative_buffer_shape():

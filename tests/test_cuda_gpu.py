@@ -76,6 +76,8 @@ class EmuDriver:
         self.live = {}
         self.launches = []
         self.copies = 0
+        self.streams = []   # the stream handles of the launches that named one
+        self.syncs = []     # None: the whole context; else a stream handle
 
     @contextlib.contextmanager
     def active(self):
@@ -101,14 +103,16 @@ class EmuDriver:
         self.copies += 1
         ctypes.memmove(host.ctypes.data, int(ptr), host.nbytes)
 
-    def launch(self, fn, grid, block, shared, types_, args):
+    def launch(self, fn, grid, block, shared, types_, args, stream=None):
         lib, k = fn
         self.launches.append((lib.source.kernels[k].name, tuple(grid), tuple(block), types_))
+        if stream is not None:
+            self.streams.append(stream)
         vals = [int(a) if t == "P" else a for t, a in zip(types_, args)]
         lib.launch(k, vals, grid, block, "serial")
 
-    def synchronize(self):
-        pass
+    def synchronize(self, stream=None):
+        self.syncs.append(stream)
 
 
 class DeviceArray:
@@ -185,6 +189,45 @@ def test_device_arrays_are_used_in_place():
         mod(DeviceArray(np.zeros(600, "float32")[::2]), DeviceArray(b), DeviceArray(c))
     with pytest.raises(ArgumentError, match=r"parameter B \(argument 2\) expects float32, got float64"):
         mod(DeviceArray(a), DeviceArray(b.astype("float64")), DeviceArray(c))
+
+
+class _TorchLikeStream:
+    cuda_stream = 0x5000
+
+
+class _ProtocolStream:
+    def __cuda_stream__(self):
+        return (0, 0x6000)
+
+
+@needs_cxx
+def test_a_call_on_a_stream_launches_there_and_waits_only_for_host_copies():
+    case = vector_add()
+    drv = EmuDriver()
+    mod = build_cuda(case.func, driver=drv)
+    a, b, c = case.make_args(np.random.default_rng(0), 300)
+    # device arrays: launched on the stream, no wait (the caller orders its stream)
+    mod(DeviceArray(a), DeviceArray(b), DeviceArray(c), stream=_TorchLikeStream())
+    check(case, [a, b, c])
+    assert drv.streams == [0x5000] and drv.syncs == []
+    # numpy arguments: the call waits for that stream before copying the result back
+    c[:] = 0
+    mod(a, b, c, stream=_ProtocolStream())
+    check(case, [a, b, c])
+    assert drv.streams == [0x5000, 0x6000] and drv.syncs == [0x6000]
+    # no stream: the whole context, as before
+    mod(a, b, c)
+    assert drv.syncs == [0x6000, None] and len(drv.streams) == 2
+    mod(a, b, c, stream=0)   # the legacy default stream's handle
+    assert drv.streams[-1] == 0
+
+
+@pytest.mark.parametrize("bad", [-1, True, "s0", 2.5, object()])
+def test_a_stream_that_is_not_one(bad):
+    from tecomp.runtime.cuda import stream_handle
+
+    with pytest.raises(ArgumentError, match=r"is not a CUDA stream: pass a torch.cuda.Stream"):
+        stream_handle(bad)
 
 
 @needs_cxx
@@ -299,6 +342,42 @@ def test_gpu_examples_match_numpy(gpu_driver, index):
     args = case.make_args(np.random.default_rng(index))
     mod(*args)
     check(case, args, gpu=True)
+
+
+@pytest.mark.gpu
+def test_gpu_streams(gpu_driver):
+    """A call on a pycuda, torch or CuPy stream (each that is installed) runs there."""
+    import pycuda.driver as cuda
+    import pycuda.gpuarray as gpuarray
+
+    case = vector_add()
+    mod = build_cuda(case.func)
+    a, b, c = case.make_args(np.random.default_rng(3), 1 << 16)
+    want = a + b
+    streams = [("pycuda", lambda: cuda.Stream(), lambda s: s.synchronize())]
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            streams.append(("torch", lambda: torch.cuda.Stream(), lambda s: s.synchronize()))
+    except ImportError:
+        pass
+    try:
+        import cupy
+
+        streams.append(("cupy", lambda: cupy.cuda.Stream(non_blocking=True),
+                        lambda s: s.synchronize()))
+    except ImportError:
+        pass
+    for name, make, wait in streams:
+        s = make()
+        da, db, dc = gpuarray.to_gpu(a), gpuarray.to_gpu(b), gpuarray.zeros_like(gpuarray.to_gpu(c))
+        mod(da, db, dc, stream=s)
+        wait(s)
+        np.testing.assert_allclose(dc.get(), want, rtol=1e-6, err_msg=name)
+        c2 = np.zeros_like(c)
+        mod(a, b, c2, stream=s)   # numpy arguments: waits before copying back
+        np.testing.assert_allclose(c2, want, rtol=1e-6, err_msg=name)
 
 
 @pytest.mark.gpu

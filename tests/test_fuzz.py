@@ -350,7 +350,7 @@ def test_regression_empty_shared_tile_builds_for_the_gpu():
     ao, ai = s[AA].split(s[AA].fuse(*s[AA].op.axis), factor=4)
     s[AA].bind(ai, tc.thread_axis("threadIdx.x"))
     f = tc.build(s, [A, B], target="cuda-emu")
-    assert "__shared__ __align__(16) float A_shared[1];" in f.get_source(), f.get_source()
+    assert "__shared__ __align__(32) float A_shared[1];" in f.get_source(), f.get_source()
     for mode in ("serial", "reverse"):
         b = np.zeros((4, 5), "float32")
         f(np.ones((1, 2), "float32"), b, mode=mode)

@@ -153,7 +153,7 @@ def test_emulation_matches_numpy():
     s, args = tiled_matmul(64, 16)
     f = tc.build(s, args, target="cuda-emu")
     src = f.get_source("cuda")
-    assert src.count("__syncthreads();") == 2 and "__shared__ __align__(16) float A_shared[256];" in src
+    assert src.count("__syncthreads();") == 2 and "__shared__ __align__(32) float A_shared[256];" in src
     a, b = np.random.rand(64, 64).astype("float32"), np.random.rand(64, 64).astype("float32")
     c = np.zeros((64, 64), "float32")
     f(a, b, c)

@@ -358,8 +358,8 @@ def test_gemm_structure_4096():
     assert kern.constant_block == (16, 4, 1)
     assert "float matmul_local[128];" in src
     # A tile 64 x 16, B tile 16 x 128, two of each, 16-byte aligned (vector loads)
-    assert "__shared__ __align__(16) float A_shared[2048];" in src
-    assert "__shared__ __align__(16) float B_shared[4096];" in src
+    assert "__shared__ __align__(32) float A_shared[2048];" in src
+    assert "__shared__ __align__(32) float B_shared[4096];" in src
     # one barrier per k step, after the wait for this thread's asynchronous copies
     loop = src[src.index("for (int k_outer"):]
     assert loop.count("__syncthreads();") == 1 and "tc_cp_async_wait();" in loop
@@ -383,8 +383,8 @@ def test_pipelined_gemm_structure():
     case = matmul_case(64, 96, 48, config=GEMM_8X8_PIPELINED)
     src = tc.build(case.build_schedule("cuda"), case.args, target="cuda").get_source("cuda")
     # [2][64][8] and [2][8][32]: two buffers each
-    assert "__shared__ __align__(16) float A_shared[1024];" in src
-    assert "__shared__ __align__(16) float B_shared[512];" in src
+    assert "__shared__ __align__(32) float A_shared[1024];" in src
+    assert "__shared__ __align__(32) float B_shared[512];" in src
     assert src.count("tc_cp_async16(&") == 4 and src.count("tc_cp_async4(&") == 4
     loop = src[src.index("for (int k_outer"):]
     assert loop.count("__syncthreads();") == 1
@@ -542,8 +542,8 @@ def test_conv_pads_during_the_copy():
     f = tc.build(case.build_schedule("cuda"), case.args, target="cuda")
     assert len(f.kernels) == 1
     src = f.get_source("cuda")
-    assert "__shared__ __align__(16) float conv2d_nchw_pad[" in src
-    assert "__shared__ __align__(16) float weight_shared[" in src
+    assert "__shared__ __align__(32) float conv2d_nchw_pad[" in src
+    assert "__shared__ __align__(32) float weight_shared[" in src
     assert "? data[" in src  # select(in image, data[...], 0) while copying
 
 

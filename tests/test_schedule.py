@@ -292,7 +292,7 @@ def test_storage_order_of_a_shared_buffer_in_cuda():
     f = tc.build(s, [A, C], target="cuda-emu")
     src = f.get_source("cuda")
     # stored [i1][i0]: consecutive threads (i0) touch consecutive words (no bank conflict)
-    assert "__shared__ __align__(16) float A_shared[512];" in src
+    assert "__shared__ __align__(32) float A_shared[512];" in src
     assert "A_shared[((int)threadIdx.x) + (i_inner * 64)]" in src, src
     a = np.random.rand(64, 32).astype("float32")
     c = np.empty((32, 64), "float32")

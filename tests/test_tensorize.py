@@ -598,7 +598,9 @@ def test_a_cuda_intrinsic_on_the_cpu_runs_its_loops(backend):
 
 def test_tensor_intrins_for_a_cuda_target():
     names = [t.name for t in tc.tensor_intrins_for("cuda")]
-    assert names == ["cuda.dp4a_s8s8s32", "cuda.dp4a_u8s8s32"]
+    assert names == ["cuda.dp4a_s8s8s32", "cuda.dp4a_u8s8s32", "cuda.wmma_fill_f32",
+                     "cuda.wmma_load_a_f16", "cuda.wmma_load_b_f16", "cuda.wmma_mma_f16f16f32",
+                     "cuda.wmma_store_f32"]
     assert names == [t.name for t in tc.tensor_intrins_for("cuda-emu")]
     assert not any(n.startswith("cuda.") for n in
                    (t.name for t in tc.tensor_intrins_for("llvm")))

@@ -51,6 +51,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -79,8 +80,22 @@ THREAD_TAGS = {
 }
 # the CUDA limits (their one home is tecomp.target)
 from ..target import (  # noqa: E402,F401
-    MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK, SHARED_ALIGN,
+    FRAGMENT_SCOPES, MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES,
+    MAX_THREADS_PER_BLOCK, SHARED_ALIGN, WARP_SIZE,
 )
+
+#: what a tensor-core fragment of each scope holds, as nvcuda::wmma's fragment type
+#: (m16n16k16; the operands row major) and the dtype its buffer must have
+_FRAGMENT_TYPES = {
+    "wmma.matrix_a": ("nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, half, "
+                      "nvcuda::wmma::row_major>", "float16"),
+    "wmma.matrix_b": ("nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, half, "
+                      "nvcuda::wmma::row_major>", "float16"),
+    "wmma.accumulator": ("nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>",
+                         "float32"),
+}
+#: the bytes a wmma tile in memory must be aligned to (load_matrix_sync, store_matrix_sync)
+WMMA_ALIGN = 32
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,7 @@ class KernelParam:
     dtype: str
     is_buffer: bool
     is_const: bool = False  # a buffer the kernel only reads (``const T* __restrict__``)
+    align: int = 0          # bytes its pointer must be a multiple of (wmma tiles), or 0
 
     @property
     def ctype(self) -> str:
@@ -256,6 +272,10 @@ class CudaRenderer(CSource):
         self.has_barrier = False
         self.async_depth = 0            # inside AttrStmt("async_copy"): copies may be cp.async
         self.waits_async = False        # the kernel issues cp.async: wait before each barrier
+        self.lane_vars: set = set()     # vars whose value differs between the lanes of a warp
+        self.lane_divergent: List[str] = []  # enclosing conditions that differ between lanes
+        self.uses_wmma = False          # tensor-core fragments: #include <mma.h>
+        self.param_align: Dict[Buffer, int] = {}  # global buffers holding wmma tiles
 
     # thread loops -------------------------------------------------------------
     def thread_loop(self, s: For) -> None:
@@ -284,6 +304,8 @@ class CudaRenderer(CSource):
             self.nonneg_vars.add(s.var)
         if tag.startswith("threadIdx") or _uses_any(s.min, self.tid_vars):
             self.tid_vars.add(s.var)
+        if tag == "threadIdx.x" or _uses_any(s.min, self.lane_vars):
+            self.lane_vars.add(s.var)
         # a guard unless the launch has exactly this many threads (or an enclosing loop of
         # the same tag and extent already guards)
         guard = not _same_expr(self.launch[tag], s.extent, self.host_lets) and not any(
@@ -297,6 +319,8 @@ class CudaRenderer(CSource):
                     f"the threads outside its extent would skip the barrier; bind loops of "
                     f"the same extent to {tag} in this kernel")
             self.open_block(f"if ({idx} < {self.expr_top(s.extent)})")
+            if tag == "threadIdx.x":
+                self.lane_divergent.append(f"{idx} < {to_str(s.extent)}")
         # The loops of this tag around this one run on the same hardware index: inside
         # it their variables cannot vary independently any more, so a use is an error.
         outer_vars = [v for v, t in self.thread_var_tags.items() if t == tag and v not in self.shadowed]
@@ -310,6 +334,8 @@ class CudaRenderer(CSource):
         for v in outer_vars:
             del self.shadowed[v]
         if guard:
+            if tag == "threadIdx.x":
+                self.lane_divergent.pop()
             self.close_block()
 
     def parallel_loop(self, s: For) -> None:
@@ -323,7 +349,13 @@ class CudaRenderer(CSource):
         if (_uses_any(s.min, self.tid_vars) or _uses_any(s.extent, self.tid_vars)):
             self.tid_vars.add(s.var)
             self._no_barrier_in(s.body, f"loop {s.var.name}, whose bounds differ between threads")
+        lanes = _uses_any(s.min, self.lane_vars) or _uses_any(s.extent, self.lane_vars)
+        if lanes:
+            self.lane_vars.add(s.var)
+            self.lane_divergent.append(f"the bounds of loop {s.var.name}")
         super().serial_loop(s, comment)
+        if lanes:
+            self.lane_divergent.pop()
 
     def _s_IfThenElse(self, s: IfThenElse) -> None:
         if _uses_any(s.cond, self.tid_vars):
@@ -331,11 +363,18 @@ class CudaRenderer(CSource):
             self._no_barrier_in(s.then_case, what)
             if s.else_case is not None:
                 self._no_barrier_in(s.else_case, what)
+        lanes = _uses_any(s.cond, self.lane_vars)
+        if lanes:
+            self.lane_divergent.append(f"the condition `{to_str(s.cond)}`")
         super()._s_IfThenElse(s)
+        if lanes:
+            self.lane_divergent.pop()
 
     def _let(self, s: LetStmt) -> None:
         if _uses_any(s.value, self.tid_vars):
             self.tid_vars.add(s.var)
+        if _uses_any(s.value, self.lane_vars):
+            self.lane_vars.add(s.var)
         super()._let(s)
 
     def _no_barrier_in(self, body: Stmt, what: str) -> None:
@@ -397,7 +436,12 @@ class CudaRenderer(CSource):
         self.close_block()
         return True
 
+    def _e_BufferLoad(self, e: BufferLoad) -> str:
+        _no_fragment_element(e.buffer, "read")
+        return super()._e_BufferLoad(e)
+
     def _s_BufferStore(self, s: BufferStore) -> None:
+        _no_fragment_element(s.buffer, "written")
         v = s.value
         if (self.async_depth and s.buffer.scope == "shared" and isinstance(v, BufferLoad)
                 and v.buffer.scope == "global" and v.dtype == s.buffer.dtype
@@ -498,6 +542,8 @@ class CudaRenderer(CSource):
             self.stmt(s.body)
         elif scope == "local":
             self.local_allocate(s)
+        elif scope in FRAGMENT_SCOPES:
+            self.fragment_allocate(s)
         elif scope == "global":
             raise BuildError(
                 f"buffer {s.buffer.name} is allocated in global memory inside a kernel; use "
@@ -505,7 +551,79 @@ class CudaRenderer(CSource):
                 f"so that the host allocates it")
         else:
             raise BuildError(f"buffer {s.buffer.name} has the unknown scope {scope!r}; "
-                             "use 'global', 'shared' or 'local'")
+                             "use 'global', 'shared', 'local' or a wmma fragment scope")
+
+    def fragment_allocate(self, s: Allocate) -> None:
+        """A tensor-core fragment buffer: an array of ``nvcuda::wmma::fragment``, one per
+        16 x 16 tile of its last two dimensions (the tiles in row-major order)."""
+        buf = s.buffer
+        ftype, dtype = _FRAGMENT_TYPES[buf.scope]
+        shape = [int(d.value) if isinstance(d, Const) else None for d in buf.shape]
+        if buf.dtype != dtype or len(shape) < 2 or None in shape or shape[-1] % 16 \
+                or shape[-2] % 16 or buf.strides is not None:
+            raise BuildError(
+                f"buffer {buf.name} in scope {buf.scope!r} is {buf.dtype}"
+                f"[{', '.join(to_str(d) for d in buf.shape)}]"
+                f"{' with explicit strides' if buf.strides is not None else ''}; a "
+                f"{buf.scope} fragment holds {dtype} 16 x 16 tiles: its last two extents must "
+                "be constant multiples of 16 (split the axes it is computed over by multiples "
+                "of 16) and its dtype " + dtype)
+        count = 1
+        for n in shape[:-2]:
+            count *= n
+        count *= (shape[-2] // 16) * (shape[-1] // 16)
+        self.uses_wmma = True
+        again = buf in self._scopes[-1]
+        if again:
+            self.open_block("")
+        self._scopes[-1].add(buf)
+        self.emit(f"{ftype} {self.name(buf)}[{max(count, 1)}];")
+        self.stmt(s.body)
+        if again:
+            self.close_block()
+
+    def fragment_ref(self, buf: Buffer, base) -> str:
+        """C lvalue of the fragment of ``buf`` whose tile starts at ``base`` (one index
+        per dimension, the last two multiples of 16)."""
+        shape = [int(d.value) for d in buf.shape]
+        for d in (-2, -1):
+            m = simplify(_op.floormod(base[d], Const(16, base[d].dtype)))
+            if not (isinstance(m, Const) and m.value == 0):
+                raise BuildError(
+                    f"a wmma tile of fragment {buf.name} starts at "
+                    f"[{', '.join(to_str(x) for x in base)}], which is not on a 16 x 16 tile "
+                    "boundary; split the fragment's axes by 16 from their start")
+        dims = shape[:-2] + [shape[-2] // 16, shape[-1] // 16]
+        idx = list(base[:-2]) + [_op.floordiv(base[-2], Const(16, base[-2].dtype)),
+                                 _op.floordiv(base[-1], Const(16, base[-1].dtype))]
+        flat = None
+        for i, n in zip(idx, dims):
+            flat = i if flat is None else _op.add(_op.mul(flat, Const(n, "int32")), i)
+        return f"{self.name(buf)}[{self.expr_top(simplify(flat))}]"
+
+    def _check_warp_call(self, s, fragments) -> None:
+        """A warp-wide intrinsic (a wmma fragment among its operands) runs the same call in
+        every lane of a warp: refuse what would make the lanes differ."""
+        what = f"tensorize {s.intrin.name} (stage {s.stage})"
+        bx = self.launch.get("threadIdx.x", Const(1, "int32"))
+        if not (isinstance(bx, Const) and bx.value % WARP_SIZE == 0):
+            raise BuildError(
+                f"{what}: the kernel's blockDim.x is {to_str(bx)}; a wmma operation is run by "
+                f"a whole warp, whose {WARP_SIZE} lanes must be consecutive threadIdx.x: bind a "
+                f"loop of extent {WARP_SIZE} (or a multiple) to threadIdx.x (e.g. in the "
+                "shared-memory copies) and the warps to threadIdx.y / threadIdx.z")
+        if self.lane_divergent:
+            raise BuildError(
+                f"{what}: it runs under {self.lane_divergent[-1]}, which differs between the "
+                "lanes of a warp; all 32 lanes must run a wmma operation together: keep "
+                "threadIdx.x out of the loops and conditions around the tensor-core stages")
+        for n in range(len(s.buffers)):
+            if _uses_any_of(s.base(n), self.lane_vars):
+                raise BuildError(
+                    f"{what}: the tile of {s.buffers[n].name} it works on depends on threadIdx.x, "
+                    "so the lanes of a warp would name different tiles; a wmma tile belongs to "
+                    "the whole warp: index it by the warp (threadIdx.y / threadIdx.z), not by "
+                    "the lane")
 
     # tensor intrinsics ----------------------------------------------------------------
     def _s_TensorIntrinCall(self, s) -> None:
@@ -518,9 +636,17 @@ class CudaRenderer(CSource):
         from .cuda_intrin import CudaIntrinBuilder, CudaIntrinView
 
         intrin = s.intrin
+        fragments = [b for b in s.buffers if b.scope in FRAGMENT_SCOPES]
         if intrin.cuda is None:
+            if fragments:
+                raise BuildError(
+                    f"tensorize {intrin.name} (stage {s.stage}): it has no CUDA code and "
+                    f"{fragments[0].name} is a tensor-core fragment, whose elements only the "
+                    "cuda.wmma_* intrinsics can touch")
             super()._s_TensorIntrinCall(s)
             return
+        if fragments:
+            self._check_warp_call(s, fragments)
         views = []
         for n, (ph, buf) in enumerate(zip([intrin.output] + list(intrin.inputs), s.buffers)):
             shape = tuple(int(x.value) for x in ph.shape)
@@ -536,6 +662,13 @@ class CudaRenderer(CSource):
                                         "its dense layout")
                 else:
                     strides.append(f"({self.expr_top(e)})")
+            if buf.scope in FRAGMENT_SCOPES:
+                views.append(CudaIntrinView(ph.name, buf.name, buf.dtype, self.ctype(buf.dtype),
+                                            shape, tuple(strides), self.buffer_ref(buf), "0",
+                                            fragment=self.fragment_ref(buf, s.base(n))))
+                continue
+            if fragments:
+                self._check_tile_alignment(s, buf, s.base(n))
             views.append(CudaIntrinView(ph.name, buf.name, buf.dtype, self.ctype(buf.dtype),
                                         shape, tuple(strides), self.buffer_ref(buf),
                                         self.flat_index(buf, s.base(n))))
@@ -545,6 +678,22 @@ class CudaRenderer(CSource):
         self._scopes.append(set())
         intrin.cuda(CudaIntrinBuilder(self, intrin.name), views[1:], views[:1])
         self.close_block()
+
+    def _check_tile_alignment(self, s, buf: Buffer, base) -> None:
+        """A wmma tile in memory starts on a 32-byte boundary: its offset from the
+        buffer's start must provably be; a global buffer's own start is checked when the
+        kernel is called (shared arrays are declared aligned)."""
+        per = WMMA_ALIGN * 8 // _dt.bits(buf.dtype)
+        m = simplify(_op.floormod(self.flat_expr(buf, base), Const(per, "int32")))
+        if not (isinstance(m, Const) and m.value == 0):
+            raise BuildError(
+                f"tensorize {s.intrin.name} (stage {s.stage}): its tile of {buf.name} starts at "
+                f"[{', '.join(to_str(x) for x in base)}], which is not provably a multiple of "
+                f"{per} elements ({WMMA_ALIGN} bytes) from the buffer's start, as wmma needs: "
+                "split the axes by 16 from their start and pad rows to a multiple of 16 "
+                "elements")
+        if buf.scope == "global":
+            self.param_align[buf] = WMMA_ALIGN
 
     # calls ------------------------------------------------------------------------
     def special_call(self, c: Call) -> None:
@@ -593,6 +742,19 @@ def _has_barrier(s) -> bool:
     return f.found
 
 
+def _no_fragment_element(buf: Buffer, how: str) -> None:
+    if buf.scope in FRAGMENT_SCOPES:
+        raise BuildError(
+            f"buffer {buf.name} in scope {buf.scope!r} is {how} element by element; a "
+            "tensor-core fragment has no addressable elements: fill, compute and store it "
+            "only with the cuda.wmma_* intrinsics (s[...].tensorize on every stage that "
+            "reads or writes it)")
+
+
+def _uses_any_of(exprs, vars_: set) -> bool:
+    return any(_uses_any(e, vars_) for e in exprs)
+
+
 def _uses_any(e, vars_: set) -> bool:
     if not vars_:
         return False
@@ -631,6 +793,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
     texts: List[str] = []
     helpers: set = set()
     uses_half = any(b.dtype == "float16" for b in params_buffers + workspaces)
+    uses_wmma = False
 
     for attr in kernels_of(split):
         kern = attr.value
@@ -650,8 +813,11 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
             r.emit(f"__shared__ __align__({SHARED_ALIGN}) {r.ctype(b.dtype)} {namer(b)}"
                    f"[{declared_size(b)}];")
         r.stmt(attr.body)
+        if r.param_align:
+            params = [dataclasses.replace(p, align=r.param_align.get(p.obj, 0)) for p in params]
         helpers |= r.helpers
         uses_half |= r.uses_half
+        uses_wmma |= r.uses_wmma
         info = KernelInfo(kname, tuple(params), kern.grid, kern.block, kern.shared_bytes,
                           kern.stage, r.has_barrier)
         kernels.append(info)
@@ -659,8 +825,10 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
 
     head = [_comment(f"Generated by tecomp: CUDA C for `{func.name}` "
                      f"({len(kernels)} kernel{'s' if len(kernels) != 1 else ''}).")]
-    if uses_half:
+    if uses_half or uses_wmma:
         head.append("#include <cuda_fp16.h>")
+    if uses_wmma:
+        head.append("#include <mma.h>")
     hr = CudaRenderer(Namer(), {}, [])
     hr.helpers = helpers
     helper_text = hr.helper_source()

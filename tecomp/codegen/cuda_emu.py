@@ -240,6 +240,7 @@ def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Pa
     tmp = tempfile.mkdtemp(prefix="build-", dir=str(d))
     try:
         files = {HEADER_NAME: header, "cuda_fp16.h": f'#include "{HEADER_NAME}"\n',
+                 "mma.h": f'#include "{HEADER_NAME}"\n',
                  "kernel.cu": source, "launcher.cc": launcher}
         for name, text in files.items():
             with open(os.path.join(tmp, name), "w") as f:
@@ -288,8 +289,14 @@ class CudaEmuModule(CudaSourceModule):
             return launcher_source(self.cuda_source)
         raise ArgumentError(f"unknown source format {fmt!r}; use 'cuda' or 'emu'")
 
-    def __call__(self, *args, mode: Optional[str] = None) -> None:
+    def __call__(self, *args, mode: Optional[str] = None, stream=None) -> None:
+        """Run the kernels on the CPU.  ``stream`` is checked as a ``cuda`` module's is
+        and otherwise ignored: the emulation runs each call to its end."""
         mode = _check_mode(mode) if mode is not None else self.mode
+        if stream is not None:
+            from ..runtime.cuda import stream_handle
+
+            stream_handle(stream)
         cs, func = self.cuda_source, self.func
         args, env, _ = self._checked(args)
         # the memory each buffer lives in for the call

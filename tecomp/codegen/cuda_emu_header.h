@@ -19,6 +19,8 @@
 //                                  -> a 16-bit storage struct and correctly rounded
 //                                     (round-to-nearest-even) conversions
 //   rsqrtf, __expf, __int_as_float, min/max, __trap, printf -> CPU equivalents
+//   nvcuda::wmma (<mma.h>)         -> fragments that hold a whole tile in every thread
+//                                     (the end of this file)
 //
 // The threads of a block run in one of three modes:
 //
@@ -492,3 +494,87 @@ inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
   throw t;
 }
 #define printf tecomp_emu::device_printf
+
+// ---------------------------------------------------------------------------- wmma
+// Tensor-core fragments (<mma.h>'s nvcuda::wmma) with the declared semantics of each
+// operation.  On the GPU a fragment is spread over the 32 lanes of a warp; here every
+// emulated thread holds the whole tile (as float: a half converts exactly) and does the
+// whole operation, so the lanes of a warp, which run the same calls on the same tiles,
+// all hold the same result.  mma_sync sums in float, k in order.
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K> struct tc_dims;
+template <int M, int N, int K> struct tc_dims<matrix_a, M, N, K> { enum { R = M, C = K }; };
+template <int M, int N, int K> struct tc_dims<matrix_b, M, N, K> { enum { R = K, C = N }; };
+template <int M, int N, int K> struct tc_dims<accumulator, M, N, K> { enum { R = M, C = N }; };
+
+template <class Use, int M, int N, int K, class T, class Layout = void>
+struct fragment {
+  enum { R = tc_dims<Use, M, N, K>::R, C = tc_dims<Use, M, N, K>::C, num_elements = R * C };
+  float x[R * C];
+};
+
+inline float tc_to_float(half h) { return __half2float(h); }
+inline float tc_to_float(float f) { return f; }
+inline void tc_from_float(half* p, float v) { *p = __float2half(v); }
+inline void tc_from_float(float* p, float v) { *p = v; }
+inline bool tc_col_major(row_major*) { return false; }
+inline bool tc_col_major(col_major*) { return true; }
+
+template <class Use, int M, int N, int K, class T, class L, class V>
+inline void fill_fragment(fragment<Use, M, N, K, T, L>& f, const V& v) {
+  const float x = tc_to_float(v);
+  for (int i = 0; i < (int)(sizeof f.x / sizeof f.x[0]); ++i) f.x[i] = x;
+}
+
+// matrix_a / matrix_b: the layout is the fragment's type
+template <class Use, int M, int N, int K, class T, class L, class P>
+inline void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const P* p, unsigned ldm) {
+  typedef fragment<Use, M, N, K, T, L> F;
+  const bool col = tc_col_major((L*)0);
+  for (int r = 0; r < F::R; ++r)
+    for (int c = 0; c < F::C; ++c)
+      f.x[r * F::C + c] = tc_to_float(col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]);
+}
+
+// the accumulator: the layout is an argument
+template <int M, int N, int K, class T, class P>
+inline void load_matrix_sync(fragment<accumulator, M, N, K, T, void>& f, const P* p, unsigned ldm,
+                             layout_t l) {
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < N; ++c)
+      f.x[r * N + c] = tc_to_float(l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]);
+}
+
+template <int M, int N, int K, class T, class P>
+inline void store_matrix_sync(P* p, const fragment<accumulator, M, N, K, T, void>& f, unsigned ldm,
+                              layout_t l) {
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < N; ++c)
+      tc_from_float(l == mem_col_major ? &p[(size_t)c * ldm + r] : &p[(size_t)r * ldm + c],
+                    f.x[r * N + c]);
+}
+
+template <int M, int N, int K, class TA, class LA, class TB, class LB, class TC, class TD>
+inline void mma_sync(fragment<accumulator, M, N, K, TD, void>& d,
+                     const fragment<matrix_a, M, N, K, TA, LA>& a,
+                     const fragment<matrix_b, M, N, K, TB, LB>& b,
+                     const fragment<accumulator, M, N, K, TC, void>& c) {
+  float out[M * N];
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      float s = c.x[i * N + j];
+      for (int k = 0; k < K; ++k) s += a.x[i * K + k] * b.x[k * N + j];
+      out[i * N + j] = s;
+    }
+  memcpy(d.x, out, sizeof out);
+}
+}  // namespace wmma
+}  // namespace nvcuda

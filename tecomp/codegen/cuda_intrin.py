@@ -17,7 +17,7 @@ its own bug.  The statements go into a block of their own, so temporaries never 
 """
 from __future__ import annotations
 
-from typing import Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 from ..errors import BuildError
 from ..ir.expr import Var
@@ -31,12 +31,15 @@ class CudaIntrinView(IntrinOperand):
     """One operand of a tensor intrinsic in CUDA C (see
     :class:`~tecomp.te.tensor_intrin.IntrinOperand`): ``ptr`` C text of a pointer to its
     first element, ``ctype`` the C type of an element, ``strides`` ints, or C text where
-    they are known only when the kernel runs."""
+    they are known only when the kernel runs.  ``fragment``: for an operand in a
+    tensor-core fragment scope, the C lvalue of its ``nvcuda::wmma::fragment`` (it has no
+    elements in memory: ``ptr`` and ``at`` mean nothing for it); None for memory."""
 
     def __init__(self, name: str, buffer_name: str, dtype: str, ctype: str,
                  shape: Tuple[int, ...], strides: Tuple[Union[int, str], ...], array: str,
-                 base: str):
+                 base: str, fragment: Optional[str] = None):
         super().__init__(name, buffer_name, dtype, shape, strides)
+        self.fragment = fragment
         self.ctype = ctype
         self._array = array   # C name of the buffer
         self._base = base     # C text: the element offset of the region's first element

@@ -29,6 +29,7 @@ top of its loop.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Dict
 
 from ..errors import ScheduleError
@@ -72,11 +73,37 @@ class _Retarget(Mutator):
         return BufferStore(nb, val, (self.slot,) + idx)
 
 
+    def visit_TensorIntrinCall(self, s):
+        # a tensorized region's operands in a doubled buffer: that slot's region
+        fallback = self.visit(s.fallback)
+        if not any(b in self.bufs for b in s.buffers):
+            return s if fallback is s.fallback else dataclasses.replace(s, fallback=fallback)
+        bufs, bases, coefs = [], [], []
+        for n, b in enumerate(s.buffers):
+            base = tuple(self.visit(x) for x in s.base(n))
+            nb = self.bufs.get(b)
+            if nb is None:
+                bufs.append(b)
+                bases += base
+                coefs.append(s.coefs[n])
+            else:
+                bufs.append(nb)
+                bases += (self.slot,) + base
+                coefs.append(tuple((0,) + tuple(row) for row in s.coefs[n]))
+        return dataclasses.replace(s, buffers=tuple(bufs), bases=tuple(bases),
+                                   coefs=tuple(coefs), fallback=fallback)
+
+
 def _doubled(b: Buffer) -> Buffer:
     from .device_split import declared_size
 
+    from ..ir import dtype as _dt
+    from ..target import SHARED_ALIGN
+
     inner = b.strides if b.strides is not None else b.row_major_strides()
-    span = Const(declared_size(b), "int32")
+    # the second slot starts as aligned as the first (vector moves, wmma tiles)
+    per = max(1, SHARED_ALIGN // _dt.nbytes(b.dtype))
+    span = Const(-(-declared_size(b) // per) * per, "int32")
     return Buffer(b.name, (Const(2, "int32"),) + tuple(b.shape), b.dtype,
                   (span,) + tuple(inner), b.scope)
 
@@ -163,8 +190,10 @@ class _DoubleBuffer(Mutator):
         reads_c = set().union(*(a.reads for a in acc_c))
         clash = ((reads_c & acc_r.writes) | (written & (acc_r.writes | reads_c))
                  | ((written - marked_set) & acc_r.reads))
-        if clash or any(b in marked_set for a in acc_c + [acc_r] for b in a.other):
-            b = next(iter(clash)) if clash else marked[0]
+        # (a tensorized region counts through its fallback loops: the same regions the
+        # intrinsic reads and writes)
+        if clash:
+            b = next(iter(clash))
             raise ScheduleError(
                 f"{what}: the copies of loop {display(loop.var.name)}'s iteration and the rest "
                 f"of it both use {display(b.name)}, so the next iteration's copy cannot run "

@@ -43,11 +43,13 @@ from ..ir.expr import (
 from ..ir.functor import Mutator, Visitor, substitute
 from ..ir.names import display
 from ..ir.stmt import (
-    Allocate, AttrStmt, BufferStore, ExternCall, For, IfThenElse, LetStmt, SeqStmt, seq,
+    Allocate, AttrStmt, BufferStore, ExternCall, For, IfThenElse, LetStmt, SeqStmt,
+    TensorIntrinCall, seq,
 )
 from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_problem
 from ..te.extern import ExternOp
 from ..te.scatter import ScatterOp
+from ..target import PER_THREAD_SCOPES
 from ..te.scan import ScanOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .tensorize import tensorize_call
@@ -464,7 +466,7 @@ class LowerContext:
         if not consumers:
             raise ScheduleError(f"compute_at of {st.name}: no stage reads it")
         thread_relax = self._thread_relax(st)
-        gpu_tile = st.scope in ("shared", "local") and self._in_gpu_kernel(st)
+        gpu_tile = (st.scope == "shared" or st.scope in PER_THREAD_SCOPES) and self._in_gpu_kernel(st)
         for c in consumers:
             relax = {**self._relax_set(c, st), **thread_relax}
             cinf = self.info[c]
@@ -545,7 +547,7 @@ class LowerContext:
         for t in inf.loads():
             p = self.stage_of_tensor(t)
             pinf = self.info.get(p) if p is not None else None
-            if pinf is None or p.attach_type != "scope" or p.scope not in ("shared", "local") \
+            if pinf is None or p.attach_type != "scope" or (p.scope != "shared" and p.scope not in PER_THREAD_SCOPES) \
                     or not pinf.covers_reads:
                 safe = False
         if safe:
@@ -780,16 +782,28 @@ class LowerContext:
             t = self._tensorized_at(st)
             if t is not None:
                 # the intrinsic adds into the output: the reducer's identity is stored first
-                # (around the region, or inside it over its data loops)
-                call = _guard(tensorize_call(self, st, leaves, t, srcs[0], store_idx, self._loops(
-                    st, leaves[t:], _guard(update, inf.guards)), True), inf.guards)
+                # (around the region, or inside it over its data loops); an intrinsic with
+                # an ``init`` companion (a tensor-core accumulator, which has no elements
+                # to store to) writes it over each region with that
+                tic = tensorize_call(self, st, leaves, t, srcs[0], store_idx, self._loops(
+                    st, leaves[t:], _guard(update, inf.guards)), True)
+                call = _guard(tic, inf.guards)
+                init_intrin = st.tensorized[1].init
+                region_data = [iv for iv in leaves[t:] if iv.kind != "reduce"]
+
+                def init_over(data_loops):
+                    if init_intrin is None:
+                        return self._loops(st, data_loops, _guard(init, dguards), attach=False)
+                    fill = TensorIntrinCall(init_intrin, st.name, tic.buffers[:1], tic.base(0),
+                                            tic.coefs[:1], False, self._loops(
+                                                st, region_data, init, attach=False))
+                    outside = [iv for iv in data_loops if iv not in region_data]
+                    return self._loops(st, outside, _guard(fill, dguards), attach=False)
                 if t >= p:
-                    init_nest = self._loops(st, [iv for iv in leaves[p:] if iv.kind != "reduce"],
-                                            _guard(init, dguards), attach=False)
+                    init_nest = init_over([iv for iv in leaves[p:] if iv.kind != "reduce"])
                     return self._loops(st, leaves[:p], seq(init_nest, self._loops(
                         st, leaves[p:t], call)))
-                init_nest = self._loops(st, [iv for iv in leaves[t:] if iv.kind != "reduce"],
-                                        _guard(init, dguards), attach=False)
+                init_nest = init_over(region_data)
                 return self._loops(st, leaves[:t], seq(init_nest, call))
             init_nest = self._loops(st, [iv for iv in leaves[p:] if iv.kind != "reduce"],
                                     _guard(init, dguards), attach=False)

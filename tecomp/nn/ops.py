@@ -122,14 +122,21 @@ def flatten(data, name: str = "flatten"):
 # dense algebra
 
 
-def matmul(A, B, name: str = "matmul"):
-    """``A[M, K] @ B[K, N]``."""
+def matmul(A, B, name: str = "matmul", out_dtype=None):
+    """``A[M, K] @ B[K, N]``; ``out_dtype`` (as TVM's): the operands are cast to it before
+    they are multiplied and summed (``out_dtype="float32"`` with float16 operands: float32
+    accumulation, what tensor cores compute)."""
     if A.ndim != 2 or B.ndim != 2:
         raise ShapeError(f"matmul {name}: needs 2-d tensors, got {A.name}{A.ndim}-d and "
                          f"{B.name} {B.ndim}-d")
     k = _te.reduce_axis(A.shape[1], name="k")
+    if out_dtype is None:
+        return _te.compute((A.shape[0], B.shape[1]),
+                           lambda i, j: _te.sum(A[i, k] * B[k, j], axis=k), name=name,
+                           tag="matmul")
     return _te.compute((A.shape[0], B.shape[1]),
-                       lambda i, j: _te.sum(A[i, k] * B[k, j], axis=k), name=name, tag="matmul")
+                       lambda i, j: _te.sum(A[i, k].astype(out_dtype) * B[k, j].astype(out_dtype),
+                                            axis=k), name=name, tag="matmul")
 
 
 def dense(X, W, bias=None, name: str = "dense"):

@@ -15,6 +15,9 @@ Calls accept, for each buffer parameter:
   non-contiguous numpy arrays work too).  Convenient, not fast: keep data on the device
   for repeated calls.
 
+``f(*args, stream=s)`` launches on a CUDA stream (torch's, CuPy's, pycuda's, or a raw
+handle) and, with every array on the device, returns without waiting for it.
+
 The arguments are checked as on the CPU, with the same messages
 (:class:`tecomp.runtime.argcheck.ArgChecker`); grid and block sizes are computed from
 the symbolic extents at call time and checked against the device (threads per block,
@@ -93,6 +96,8 @@ class PycudaDriver:
         self.max_grid_dims = (get(a.MAX_GRID_DIM_X), get(a.MAX_GRID_DIM_Y), get(a.MAX_GRID_DIM_Z))
         self.max_shared_per_block = get(a.MAX_SHARED_MEMORY_PER_BLOCK)
         self._modules: Dict[str, object] = {}
+        self._cubins: Dict[int, bytes] = {}      # id(module) -> its cubin (stream launches)
+        self._cu_functions: Dict[tuple, object] = {}   # (id(module), name) -> CUfunction
 
     @property
     def arch(self) -> str:
@@ -134,10 +139,13 @@ class PycudaDriver:
                                  f"(this device: {self.arch}; build for cuda without -arch to "
                                  f"compile for it): {exc}") from None
             self._modules[key] = mod
+            self._cubins[id(mod)] = cubin
         return mod
 
     def get_function(self, module, name: str):
-        return module.get_function(name)
+        fn = module.get_function(name)
+        fn._tecomp_key = (id(module), name)
+        return fn
 
     def function_max_threads(self, fn) -> int:
         return fn.get_attribute(self.cuda.function_attribute.MAX_THREADS_PER_BLOCK)
@@ -156,14 +164,92 @@ class PycudaDriver:
         if host.nbytes:
             self.cuda.memcpy_dtoh(host, ptr)
 
-    def launch(self, fn, grid, block, shared: int, types: str, args) -> None:
+    def launch(self, fn, grid, block, shared: int, types: str, args, stream: int = None) -> None:
+        """Launch ``fn``; ``stream`` (a CUstream handle, 0 the legacy default stream):
+        asynchronously on that stream, else as pycuda's prepared call does."""
+        if stream is not None:
+            self._launch_on(fn, grid, block, shared, types, args, stream)
+            return
         if getattr(fn, "_tecomp_types", None) != types:
             fn.prepare(types)
             fn._tecomp_types = types
         fn.prepared_call(tuple(grid), tuple(block), *args, shared_size=shared)
 
-    def synchronize(self) -> None:
-        self.context.synchronize()
+    def _launch_on(self, fn, grid, block, shared, types, args, stream: int) -> None:
+        # pycuda launches only on its own Stream objects: a foreign stream (torch's,
+        # CuPy's) goes through the driver API, with the same cubin loaded once more
+        # through it (pycuda does not expose its CUfunction)
+        import ctypes
+
+        cu = _libcuda()
+        key = fn._tecomp_key
+        handle = self._cu_functions.get(key)
+        if handle is None:
+            module = ctypes.c_void_p()
+            image = self._cubins[key[0]]
+            _cu_check(cu.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+            handle = ctypes.c_void_p()
+            _cu_check(cu.cuModuleGetFunction(ctypes.byref(handle), module, key[1].encode()),
+                      "cuModuleGetFunction")
+            self._cu_functions[key] = handle
+        ctype = {"P": ctypes.c_uint64, "b": ctypes.c_int8, "B": ctypes.c_uint8,
+                 "h": ctypes.c_int16, "i": ctypes.c_int32, "q": ctypes.c_int64,
+                 "?": ctypes.c_bool, "f": ctypes.c_float, "d": ctypes.c_double}
+        values = [ctype[t](int(a) if t == "P" else a) for t, a in zip(types, args)]
+        params = (ctypes.c_void_p * max(1, len(values)))(
+            *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+        _cu_check(cu.cuLaunchKernel(handle, *[ctypes.c_uint(int(g)) for g in grid],
+                                    *[ctypes.c_uint(int(b)) for b in block],
+                                    ctypes.c_uint(shared), ctypes.c_void_p(stream), params, None),
+                  "cuLaunchKernel")
+
+    def synchronize(self, stream: int = None) -> None:
+        if stream is None:
+            self.context.synchronize()
+        else:
+            _cu_check(_libcuda().cuStreamSynchronize(__import__("ctypes").c_void_p(stream)),
+                      "cuStreamSynchronize")
+
+
+def _libcuda():
+    import ctypes
+
+    lib = getattr(_libcuda, "lib", None)
+    if lib is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [
+            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        _libcuda.lib = lib
+    return lib
+
+
+def _cu_check(status: int, what: str) -> None:
+    if status != 0:
+        raise RuntimeUnavailableError(f"the CUDA driver's {what} failed with CUresult {status}")
+
+
+def stream_handle(stream) -> int:
+    """The CUstream handle of ``stream``: an object with the ``__cuda_stream__`` protocol,
+    a torch stream (``.cuda_stream``), a CuPy stream (``.ptr``), a pycuda Stream
+    (``.handle``) or an int (0: the legacy default stream)."""
+    if isinstance(stream, bool):
+        pass
+    elif isinstance(stream, int):
+        if stream >= 0:
+            return stream
+    else:
+        proto = getattr(stream, "__cuda_stream__", None)
+        if callable(proto):
+            got = proto()
+            if isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], int):
+                return got[1]
+        for attr in ("cuda_stream", "ptr", "handle"):
+            v = getattr(stream, attr, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                return v
+    raise ArgumentError(
+        f"stream={stream!r:.80} is not a CUDA stream: pass a torch.cuda.Stream, a CuPy stream, "
+        "a pycuda Stream, an object with __cuda_stream__, or a CUstream handle (an int >= 0)")
 
 
 _DRIVER: Optional[PycudaDriver] = None
@@ -265,9 +351,16 @@ class CudaModule(CudaSourceModule):
             self._launch_ok = set()
         return self._functions[1]
 
-    def __call__(self, *args) -> None:
+    def __call__(self, *args, stream=None) -> None:
+        """Run the kernels on ``args``.  ``stream`` (a torch or CuPy stream, a pycuda
+        Stream, anything with ``__cuda_stream__``, or a CUstream handle): launch on it and
+        return without waiting where every array is already on the device (the caller
+        orders the stream with its other work, as with any CUDA library call); with numpy
+        arguments or intermediate buffers the call waits for the stream before it copies
+        results back or frees them.  Without ``stream`` the call waits for the kernels."""
         drv = self.driver()
         cs, func = self.cuda_source, self.func
+        handle = None if stream is None else stream_handle(stream)
         args, env, metas = self._checked(args)
         launches = self._launches(env)
         with drv.active():
@@ -309,11 +402,27 @@ class CudaModule(CudaSourceModule):
                     temps.append(dev)
                     pointers[w] = int(dev)
                 for k, kern, grid, block in launches:
+                    for kp in kern.params:
+                        if kp.is_buffer and kp.align and pointers[kp.obj] % kp.align:
+                            raise ArgumentError(
+                                f"{func.name}: the array passed for {kp.obj.name} starts at "
+                                f"device address {pointers[kp.obj]:#x}, and kernel {kern.name} "
+                                f"reads it as tensor-core tiles, which must start on a "
+                                f"{kp.align}-byte boundary: pass an array whose data is "
+                                f"{kp.align}-byte aligned (a fresh allocation, or a contiguous "
+                                f"copy of a view)")
+                for k, kern, grid, block in launches:
                     types = "".join("P" if p.is_buffer else _STRUCT[p.dtype] for p in kern.params)
                     kargs = [pointers[p.obj] if p.is_buffer else _PY_SCALAR[p.dtype](env[p.obj])
                              for p in kern.params]
-                    drv.launch(fns[k], grid, block, 0, types, kargs)
-                drv.synchronize()
+                    if handle is None:
+                        drv.launch(fns[k], grid, block, 0, types, kargs)
+                    else:
+                        drv.launch(fns[k], grid, block, 0, types, kargs, stream=handle)
+                if handle is None:
+                    drv.synchronize()
+                elif temps:
+                    drv.synchronize(stream=handle)
                 for orig, host, dev in copy_back:
                     drv.dtoh(host, dev)
                     if host is not orig:

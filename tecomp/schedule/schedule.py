@@ -17,13 +17,14 @@ from ..errors import ScheduleError, ShapeError, TecompError
 from ..ir.expr import Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_index
 from ..ir.functor import Mutator
 from ..ir.names import display, is_pragma_name
+from ..target import FRAGMENT_SCOPES
 from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, THREAD_TAGS
 from .relations import Fuse, Split, _derived, _with_body  # noqa: F401  (re-exported)
 from . import trace as _trace
 from .trace import SCHEDULE_PRIMITIVES, STAGE_PRIMITIVES, Trace, TracedStage, traced
 
-SCOPES = ("global", "shared", "local")
+SCOPES = ("global", "shared", "local") + FRAGMENT_SCOPES
 
 
 # ---------------------------------------------------------------------------------
@@ -467,7 +468,9 @@ class Stage(TracedStage):
 
     # -- storage ------------------------------------------------------------------
     def set_scope(self, scope: str):
-        """Store this stage's buffer in ``scope``: global, shared (GPU) or local."""
+        """Store this stage's buffer in ``scope``: global, shared (GPU), local, or a
+        tensor-core fragment (``wmma.matrix_a``, ``wmma.matrix_b``, ``wmma.accumulator``:
+        filled, used and stored only through the ``cuda.wmma_*`` intrinsics)."""
         if scope not in SCOPES:
             raise ScheduleError(f"set_scope on stage {self.name}: unknown scope {scope!r}; use "
                                 f"one of {', '.join(SCOPES)}")

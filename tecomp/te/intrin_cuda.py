@@ -1,4 +1,5 @@
-"""The built-in CUDA tensor intrinsics: 4-element int8 dot products (``dp4a``).
+"""The built-in CUDA tensor intrinsics: 4-element int8 dot products (``dp4a``), and the
+tensor cores' 16 x 16 x 16 tiles (``wmma``).
 
 Each computes ``c[0] += sum_r a[r] * b[r]`` for ``r`` in 0..3 in int32 (products and sums
 exact, the int32 sum wrapping like any int32 addition): the inner step of an int8 GEMM
@@ -17,6 +18,33 @@ matches it)::
 The four bytes of each operand are read as one 32-bit word where they are 4-byte aligned
 and byte by byte elsewhere (``tc_ld_b32``), so any contiguous region works.  The CUDA
 emulation runs the same source with the portable C definitions of these helpers.
+
+Tensor cores (sm_70+; ``nvcuda::wmma``), float16 inputs and float32 accumulation, as TVM
+users know them: the operands live in *fragments*, buffers of scope ``wmma.matrix_a``,
+``wmma.matrix_b`` and ``wmma.accumulator`` (``s.cache_read(AS, "wmma.matrix_a", [CF])``,
+``s.cache_write(C, "wmma.accumulator")``), each 16 x 16 tile of which is held by one warp::
+
+    s[AF].tensorize(ii, tc.tensor_intrin("cuda.wmma_load_a_f16"))     # AF[i, k] = AS[...]
+    s[BF].tensorize(kk, tc.tensor_intrin("cuda.wmma_load_b_f16"))     # BF[k, j] = BS[...]
+    s[CF].tensorize(ii, tc.tensor_intrin("cuda.wmma_mma_f16f16f32"))  # CF += AF . BF
+    s[C].tensorize(ii, tc.tensor_intrin("cuda.wmma_store_f32"))       # C[...] = CF[i, j]
+
+* ``cuda.wmma_load_a_f16`` / ``cuda.wmma_load_b_f16`` -- a 16 x 16 float16 tile, row
+  major (unit stride along its second axis; the row stride a multiple of 8 elements),
+  from shared or global memory into a fragment (``load_matrix_sync``);
+* ``cuda.wmma_mma_f16f16f32`` -- ``C[i, j] += float(A[i, k]) * float(B[k, j])`` over a
+  16 x 16 x 16 tile (``mma_sync``); its accumulator is set to 0 with
+  ``cuda.wmma_fill_f32`` (``fill_fragment``), which lowering emits where a reduction's
+  identity goes;
+* ``cuda.wmma_store_f32`` -- a float32 accumulator tile to memory, row major
+  (``store_matrix_sync``; the row stride a multiple of 4 elements).
+
+A fragment's elements are nowhere in memory: only these intrinsics may touch them, each
+fragment dimension must be a multiple of 16 and each tile start on one.  Every lane of a
+warp must make the same calls on the same tiles: the code generator refuses a call whose
+tiles depend on ``threadIdx.x`` or that runs under a condition that does, and a kernel
+whose ``blockDim.x`` is not a multiple of 32.  The CUDA emulation implements each
+intrinsic's declared computation (every emulated thread holds whole tiles).
 """
 from __future__ import annotations
 
@@ -42,10 +70,117 @@ def _dp4a(helper: str):
     return emit
 
 
+WMMA = "nvcuda::wmma::"
+TILE = 16
+
+
+def _copy(src_dtype: str, dst_dtype: str, name: str):
+    a = placeholder((TILE, TILE), src_dtype, name="a")
+    return compute((TILE, TILE), lambda i, j: a[i, j] if src_dtype == dst_dtype
+                   else a[i, j].astype(dst_dtype), name=name)
+
+
+def _mma(in_dtype: str, acc_dtype: str):
+    a = placeholder((TILE, TILE), in_dtype, name="a")
+    b = placeholder((TILE, TILE), in_dtype, name="b")
+    k = reduce_axis((0, TILE), name="k")
+    return compute((TILE, TILE), lambda i, j: _sum(a[i, k].astype(acc_dtype)
+                                                   * b[k, j].astype(acc_dtype), axis=k),
+                   name="c")
+
+
+def _fill(dtype: str):
+    from .tensor import const
+
+    return compute((TILE, TILE), lambda i, j: const(0, dtype), name="c")
+
+
+def _row_stride(intrin: str, view, multiple: int) -> int:
+    """The row stride of a row-major 16 x 16 tile in memory (BuildError otherwise)."""
+    from ..errors import BuildError
+
+    ld, unit = view.strides
+    if unit != 1 or not isinstance(ld, int) or ld % multiple or ld < TILE:
+        raise BuildError(
+            f"tensor intrinsic {intrin}: operand {view.name} is a block of "
+            f"{view.buffer_name} with element strides {list(view.strides)}; wmma reads and "
+            f"writes a row-major tile whose row stride is a constant multiple of {multiple} "
+            f"elements and at least {TILE} (e.g. strides [{TILE * 2}, 1]): copy the tile to "
+            "shared memory in that layout (cache_read, storage_align)")
+    return ld
+
+
+def _fragment(intrin: str, view) -> str:
+    from ..errors import BuildError
+
+    if view.fragment is None:
+        raise BuildError(
+            f"tensor intrinsic {intrin}: operand {view.name} is a block of "
+            f"{view.buffer_name}, which is in memory; this operand is a tensor-core fragment: "
+            "put the stage in scope 'wmma.matrix_a', 'wmma.matrix_b' or 'wmma.accumulator' "
+            "(s.cache_read / s.cache_write with that scope)")
+    return view.fragment
+
+
+def _memory(intrin: str, view):
+    from ..errors import BuildError
+
+    if view.fragment is not None:
+        raise BuildError(
+            f"tensor intrinsic {intrin}: operand {view.name} is {view.buffer_name}, a "
+            "tensor-core fragment; this operand is shared or global memory")
+    return view
+
+
+def _load(name: str):
+    def emit(cb, ins, outs):
+        src = _memory(name, ins[0])
+        ld = _row_stride(name, src, 8)
+        cb.emit(f"{WMMA}load_matrix_sync({_fragment(name, outs[0])}, {src.ptr}, {ld});")
+    return emit
+
+
+def _store(name: str):
+    def emit(cb, ins, outs):
+        dst = _memory(name, outs[0])
+        ld = _row_stride(name, dst, 4)
+        cb.emit(f"{WMMA}store_matrix_sync({dst.ptr}, {_fragment(name, ins[0])}, {ld}, "
+                f"{WMMA}mem_row_major);")
+    return emit
+
+
+def _mma_emit(name: str):
+    def emit(cb, ins, outs):
+        c = _fragment(name, outs[0])
+        cb.emit(f"{WMMA}mma_sync({c}, {_fragment(name, ins[0])}, {_fragment(name, ins[1])}, {c});")
+    return emit
+
+
+def _fill_emit(name: str):
+    def emit(cb, ins, outs):
+        cb.emit(f"{WMMA}fill_fragment({_fragment(name, outs[0])}, 0.0f);")
+    return emit
+
+
+#: built-in intrinsics that a whole warp runs together (each lane the same call)
+WARP_INTRINS = ("cuda.wmma_load_a_f16", "cuda.wmma_load_b_f16", "cuda.wmma_fill_f32",
+                "cuda.wmma_mma_f16f16f32", "cuda.wmma_store_f32")
+
+
 def declarations():
-    """The built-in CUDA intrinsics: (computation, CUDA C emitter, name); a fresh
-    computation each call."""
+    """The built-in CUDA intrinsics: (computation, CUDA C emitter, name, dense, the name
+    of its ``init`` intrinsic or None); a fresh computation each call, an ``init`` named
+    before the intrinsic that uses it."""
     return [
-        (_dot4("uint8", "int8", "c"), _dp4a("tc_dp4a_us"), "cuda.dp4a_u8s8s32"),
-        (_dot4("int8", "int8", "c"), _dp4a("tc_dp4a_ss"), "cuda.dp4a_s8s8s32"),
+        (_dot4("uint8", "int8", "c"), _dp4a("tc_dp4a_us"), "cuda.dp4a_u8s8s32", True, None),
+        (_dot4("int8", "int8", "c"), _dp4a("tc_dp4a_ss"), "cuda.dp4a_s8s8s32", True, None),
+        (_copy("float16", "float16", "a_frag"), _load("cuda.wmma_load_a_f16"),
+         "cuda.wmma_load_a_f16", False, None),
+        (_copy("float16", "float16", "b_frag"), _load("cuda.wmma_load_b_f16"),
+         "cuda.wmma_load_b_f16", False, None),
+        (_fill("float32"), _fill_emit("cuda.wmma_fill_f32"), "cuda.wmma_fill_f32", False, None),
+        (_mma("float16", "float32"), _mma_emit("cuda.wmma_mma_f16f16f32"),
+         "cuda.wmma_mma_f16f16f32", False, "cuda.wmma_fill_f32"),
+        (_copy("float32", "float32", "c"), _store("cuda.wmma_store_f32"), "cuda.wmma_store_f32",
+         False, None),
     ]

@@ -29,6 +29,10 @@ pattern), plus what to emit for it.  ``tc.decl_tensor_intrin(C, llvm=emit, requi
   intrinsic runs the loops it replaced.
 * ``requires`` -- the CPU features the emitted code needs (``"avx512vnni"``); building
   for a target without them raises :class:`~tecomp.errors.TargetError`.
+* ``init`` -- for a reduction whose output cannot be written element by element (a
+  tensor-core accumulator fragment), the intrinsic that writes the reducer's identity
+  over the output region (TVM's ``reduce_init``): a non-reducing intrinsic that reads no
+  operand and stores a constant; lowering emits it where the identity is stored.
 * ``dense`` (default True) -- each operand's region must be laid out as the declared
   placeholder: row major and contiguous (lowering checks the strides and says which
   operand to pack); ``dense=False`` hands any constant strides to ``llvm``.
@@ -55,8 +59,9 @@ from .tensor import ComputeOp, PlaceholderOp, Tensor
 class TensorIntrin:
     """A declared tensor intrinsic (made by :func:`decl_tensor_intrin`)."""
 
-    def __init__(self, name, op, inputs, llvm, requires, dense, cuda=None):
+    def __init__(self, name, op, inputs, llvm, requires, dense, cuda=None, init=None):
         self.name = name
+        self.init = init                     # a reduction's identity writer, or None
         self.op = op
         self.inputs = inputs                 # the placeholders, in the order ins[] gets them
         self.output = op.output(0)
@@ -105,7 +110,8 @@ class IntrinOperand:
 
 def decl_tensor_intrin(op, llvm: Optional[Callable] = None, name: Optional[str] = None,
                        requires=(), dense: bool = True,
-                       cuda: Optional[Callable] = None) -> TensorIntrin:
+                       cuda: Optional[Callable] = None,
+                       init: Optional[TensorIntrin] = None) -> TensorIntrin:
     """Declare a tensor intrinsic (see the module docstring)."""
     if isinstance(op, Tensor):
         op = op.op
@@ -171,7 +177,26 @@ def decl_tensor_intrin(op, llvm: Optional[Callable] = None, name: Optional[str] 
     if isinstance(body, Reduce) and not (getattr(body.condition, "value", None) is True):
         raise ComputeError(f"{what}: the declared reduction has a where= condition; an "
                            "intrinsic computes whole blocks (leave out where=)")
-    return TensorIntrin(name, op, tuple(inputs), llvm, requires, bool(dense), cuda)
+    if init is not None:
+        _check_init(what, op, init)
+    return TensorIntrin(name, op, tuple(inputs), llvm, requires, bool(dense), cuda, init)
+
+
+def _check_init(what: str, op, init) -> None:
+    """``init`` must write the reducer's identity over the whole declared output."""
+    from ..ir.expr import Const
+
+    body = op.body
+    ok = (isinstance(init, TensorIntrin) and isinstance(body, Reduce) and not init.reduce
+          and not init.inputs and init.output.dtype == op.output(0).dtype
+          and [x.value for x in init.output.shape] == [x.value for x in op.output(0).shape]
+          and isinstance(init.op.body, Const)
+          and init.op.body.value == getattr(body.combiner.identity, "value", object()))
+    if not ok:
+        raise ComputeError(
+            f"{what}: init must be a tensor intrinsic that writes the reducer's identity "
+            "(a constant, reading no operand) over an output of the same shape and dtype, "
+            "and the declared computation must be a reduction")
 
 
 def row_major(shape) -> list:
@@ -203,8 +228,10 @@ def builtin_intrins() -> Dict[str, TensorIntrin]:
             for op, emit, name, requires, dense in intrin_x86.declarations():
                 _BUILTIN[name] = decl_tensor_intrin(op, llvm=emit, name=name, requires=requires,
                                                     dense=dense)
-            for op, emit, name in intrin_cuda.declarations():
-                _BUILTIN[name] = decl_tensor_intrin(op, cuda=emit, name=name)
+            for op, emit, name, dense, init in intrin_cuda.declarations():
+                _BUILTIN[name] = decl_tensor_intrin(
+                    op, cuda=emit, name=name, dense=dense,
+                    init=_BUILTIN[init] if init is not None else None)
     return _BUILTIN
 
 

@@ -5,7 +5,7 @@ without a GPU.
     python -m tecomp.testing.gpu_resources --arch sm_90
 
 The kernels are those of ``benchmarks/gpu.py`` and the other ``tecomp.nn.cuda``
-templates (GEMM and dense, conv2d NCHW/NHWC, softmax, an elementwise epilogue), at the
+templates (GEMM, float16 GEMM on tensor cores and dense, conv2d NCHW/NHWC, softmax, an elementwise epilogue), at the
 benchmark's sizes.  Each is compiled with ``nvcc -cubin -arch=... -Xptxas -v``; the table
 gives, per kernel, the registers per thread, the bytes of spill stores and loads, the
 stack frame and the static shared memory.  ``tests/test_gpu_resources.py`` fails on any
@@ -88,12 +88,13 @@ def shipped_kernels() -> List[Tuple[str, Callable]]:
     import tecomp as tc
     from ..nn import cuda as sc, ops
 
-    def gemm(n):
+    def gemm(n, dtype="float32"):
         def build():
-            A, B = tc.placeholder((n, n), name="A"), tc.placeholder((n, n), name="B")
-            C = ops.matmul(A, B)
+            A = tc.placeholder((n, n), dtype, name="A")
+            B = tc.placeholder((n, n), dtype, name="B")
+            C = ops.matmul(A, B, out_dtype=None if dtype == "float32" else "float32")
             return tc.build(sc.schedule_matmul(C, "cuda"), [A, B, C], target="cuda")
-        return f"gemm {n}^3", build
+        return f"{'h' if dtype == 'float16' else ''}gemm {n}^3", build
 
     def dense(b, i, o):
         def build():
@@ -125,7 +126,8 @@ def shipped_kernels() -> List[Tuple[str, Callable]]:
             return tc.build(sc.schedule_softmax(Y, "cuda"), [X, Y], target="cuda")
         return f"softmax {m}x{n}", build
 
-    return [gemm(1024), gemm(4096), dense(128, 768, 3072), conv(64, 56, "nchw"),
+    return [gemm(1024), gemm(4096), gemm(1024, "float16"), gemm(4096, "float16"),
+            dense(128, 768, 3072), conv(64, 56, "nchw"),
             conv(256, 14, "nchw"), conv(64, 56, "nhwc"), conv(256, 14, "nhwc"),
             softmax(4096, 1024), softmax(128, 30522)]
 

@@ -110,7 +110,7 @@ def test_not_an_intrinsic():
 def test_unknown_builtin_name():
     with pytest.raises(tc.ScheduleError, match=r"no built-in intrinsic is called 'x86.amx'; the "
                                                r"built-ins are cuda.dp4a_s8s8s32, cuda.dp4a_u8s8s32, "
-                                               r"x86.avx2_u8s8s32_8x4"):
+                                               r"cuda.wmma_fill_f32, .*, x86.avx2_u8s8s32_8x4"):
         tc.tensor_intrin("x86.amx")
 
 
@@ -272,3 +272,63 @@ def test_dp4a_at_a_loop_with_a_data_parallel_loop_inside():
     with pytest.raises(tc.ScheduleError, match=r"with cuda.dp4a_s8s8s32: loop j runs 16 times, and "
                                                r"the intrinsic's axis i that it maps to 1"):
         _lower(s, args)
+
+
+# ------------------------------------------------------------------ tensor cores (wmma)
+
+
+def _wmma_build(**kw):
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from wmma_examples import hand_schedule
+
+    s, args, _ = hand_schedule(**kw)
+    return tc.build(s, list(args), target="cuda-emu")
+
+
+def test_wmma_fragment_touched_element_by_element():
+    with pytest.raises(tc.BuildError, match=r"buffer A.shared.wmma.matrix_a in scope "
+                                            r"'wmma.matrix_a' is written element by element; a "
+                                            r"tensor-core fragment has no addressable elements"):
+        _wmma_build(load_a=False)
+
+
+def test_wmma_with_a_block_narrower_than_a_warp():
+    with pytest.raises(tc.BuildError, match=r"the kernel's blockDim.x is 16; a wmma operation is "
+                                            r"run by a whole warp"):
+        _wmma_build(lanes=16)
+
+
+def test_wmma_tiles_picked_by_the_lane():
+    with pytest.raises(tc.BuildError, match=r"tensorize cuda.wmma_store_f32 \(stage matmul\): the "
+                                            r"tile of matmul it works on depends on threadIdx.x, "
+                                            r"so the lanes of a warp would name different tiles"):
+        _wmma_build(M=128, N=128, K=32, bm=128, warps=1, store_by_lane=True)
+
+
+def test_wmma_config_whose_tiles_do_not_divide():
+    from tecomp.nn import cuda as sc, ops
+
+    A = tc.placeholder((96, 96), "float16", name="A")
+    B = tc.placeholder((96, 96), "float16", name="B")
+    C = ops.matmul(A, B, out_dtype="float32")
+    with pytest.raises(tc.ScheduleError, match=r"the tensor-core GEMM matmul is 96 x 96 x 96; "
+                                               r"WmmaConfig\(.*\) needs multiples of 128 x 128 x 32"):
+        sc.schedule_matmul(C, "cuda", config=sc.WmmaConfig(2, 4, 4, 2, 32))
+    A32 = tc.placeholder((96, 96), name="A32")
+    with pytest.raises(tc.ScheduleError, match=r"config is a WmmaConfig, but matmul is not a "
+                                               r"tensor-core GEMM"):
+        sc.schedule_matmul(ops.matmul(A32, A32), "cuda", config=sc.WmmaConfig(1, 1, 1, 1, 16))
+
+
+def test_decl_with_an_init_that_is_not_the_identity():
+    a = tc.placeholder((4,), name="a")
+    r = tc.reduce_axis((0, 4), name="r")
+    C = tc.compute((1,), lambda i: tc.sum(a[r], axis=r), name="c")
+    one = tc.decl_tensor_intrin(tc.compute((1,), lambda i: tc.const(1.0, "float32"), name="c"),
+                                name="my.one")
+    with pytest.raises(tc.ComputeError, match=r"decl_tensor_intrin my.sum: init must be a tensor "
+                                              r"intrinsic that writes the reducer's identity"):
+        tc.decl_tensor_intrin(C, name="my.sum", init=one)

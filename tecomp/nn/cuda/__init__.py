@@ -10,6 +10,7 @@ guarded, and the reduction tail is guarded and partitioned off.
 
 =================  ==========================================================
 :mod:`.gemm`       matmul, dense; :class:`GemmConfig`
+:mod:`.tensorcore` matmul of float16 on tensor cores (wmma); :class:`WmmaConfig`
 :mod:`.conv2d`     conv2d NCHW / NHWC; :class:`ConvConfig`
 :mod:`.softmax`    softmax, log_softmax; :class:`SoftmaxConfig`
 :mod:`.injective`  elementwise / injective operators
@@ -20,15 +21,18 @@ and double-buffered (``GemmConfig.double_buffer``: ``cp.async`` on sm_80+); both
 by default until a GPU measures them (``benchmarks/gpu.py --sweep`` tries them).  Not
 here yet: virtual threads that interleave a thread's micro-tile (TVM's ``vthread``;
 without them a thread's micro-tile is contiguous, and the reads of the B tile in shared
-memory have 2- to 4-way bank conflicts), tensor cores.
+memory have 2- to 4-way bank conflicts).  Tensor cores (``wmma``) serve ``matmul`` of
+float16 operands with a float32 result (:mod:`.tensorcore`); not yet ``dense``,
+batched GEMMs, convolutions or attention.
 """
 from .conv2d import ConvConfig, conv_config, schedule_conv2d_nchw, schedule_conv2d_nhwc
 from .gemm import GemmConfig, gemm_config, schedule_dense, schedule_matmul
 from .injective import schedule_elementwise, schedule_injective
 from .softmax import SoftmaxConfig, schedule_softmax, softmax_config
+from .tensorcore import WmmaConfig, wmma_config
 
 __all__ = [
     "schedule_matmul", "schedule_dense", "schedule_conv2d_nchw", "schedule_conv2d_nhwc",
     "schedule_softmax", "schedule_injective", "schedule_elementwise",
-    "GemmConfig", "gemm_config", "ConvConfig", "conv_config", "SoftmaxConfig", "softmax_config",
+    "GemmConfig", "gemm_config", "WmmaConfig", "wmma_config", "ConvConfig", "conv_config", "SoftmaxConfig", "softmax_config",
 ]

@@ -27,6 +27,7 @@ from ...te.tensor import ComputeOp, Tensor
 from .._schedule_common import (_ceil, _cint, _contraction_operands, _gemm_operands, _has_tag,
                                _inline_injective, _is_injective, _outs, _walk)
 from .common import MIN_BLOCKS, _bind, _check_target, _cooperative_copy, _pow2_at_least
+from .tensorcore import WmmaConfig, schedule_wmma_gemm, tensor_core_gemm, wmma_config
 
 
 @dataclass(frozen=True)
@@ -283,6 +284,17 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
         _check_same_index_reads(s, out, gemm)
     M, N = (_cint(e) for e in gemm.shape)
     K = _cint(gemm.op.reduce_axis[0].dom.extent)
+    if out is gemm and "matmul" in tags and tensor_core_gemm(gemm):
+        wcfg = config if isinstance(config, WmmaConfig) else (
+            wmma_config(M, N, K) if config is None else None)
+        if wcfg is not None:
+            schedule_wmma_gemm(s, gemm, wcfg)
+            return s
+    if isinstance(config, WmmaConfig):
+        raise ScheduleError(
+            f"config is a WmmaConfig, but {gemm.name} is not a tensor-core GEMM (float16 A[i, "
+            "k] and B[k, j], a float32 result, no epilogue: tc.nn.matmul(A, B, "
+            "out_dtype='float32')); pass a GemmConfig")
     cfg = config if config is not None else gemm_config(M, N, K)
     if not isinstance(cfg, GemmConfig):
         raise ScheduleError(f"config must be a GemmConfig, got {cfg!r}")
@@ -293,10 +305,13 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
     return s
 
 
-def schedule_matmul(outs, target: str = "cuda", config: Optional[GemmConfig] = None) -> Schedule:
+def schedule_matmul(outs, target: str = "cuda", config=None) -> Schedule:
     """The CUDA schedule of ``tecomp.nn.matmul`` (``A[M, K] @ B[K, N]``), with any
     elementwise epilogue on top (see the module docstring for the tiling).  ``config``
-    overrides the tiling :func:`gemm_config` picks."""
+    overrides the tiling :func:`gemm_config` picks.  float16 operands with a float32
+    result (``tc.nn.matmul(A, B, out_dtype="float32")``) and no epilogue run on tensor
+    cores (:mod:`.tensorcore`; ``config`` a :class:`WmmaConfig`) where tiles of 16
+    divide the extents."""
     return _schedule_gemm_like(outs, target, ("matmul",), config)
 
 

@@ -1,0 +1,187 @@
+"""GEMM on tensor cores (``schedule_matmul`` of float16 operands with a float32 result).
+
+``C[i, j] = sum_k float32(A[i, k]) * float32(B[k, j])``, ``A`` and ``B`` float16 and row
+major (``tc.nn.matmul(A, B, out_dtype="float32")``), on the ``cuda.wmma_*`` intrinsics
+(:mod:`tecomp.te.intrin_cuda`): a ``block_m x block_n`` tile of C per CUDA block of
+``warps_m x warps_n`` warps, each warp ``frags_m x frags_n`` 16 x 16 accumulator
+fragments (``block_m = warps_m * frags_m * 16``).  The reduction advances ``k_tile`` at a
+time: the block copies an ``A`` tile (``block_m x k_tile``) and a ``B`` tile (``k_tile x
+block_n``) to shared memory, 8 halves (16 bytes) per thread and copy, the rows padded by
+8 halves (fewer bank conflicts for the fragment loads, rows still 16-byte aligned), and
+double-buffered (``cp.async`` on sm_80+); then per 16 steps of k each warp loads
+``frags_m`` A fragments and ``frags_n`` B fragments and does ``frags_m * frags_n``
+``mma_sync``.  The accumulators are stored straight to C.
+
+The tiles must divide the extents (tensor cores compute whole 16 x 16 x 16 blocks):
+:func:`wmma_config` picks the largest that does, and ``schedule_matmul`` falls back to
+the CUDA-core GEMM where none does (or an extent is not a multiple of 16).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ...errors import ScheduleError
+from ...ir.expr import Cast
+from ...schedule.schedule import Schedule
+from ...te.tensor import Tensor
+from ...te.tensor_intrin import tensor_intrin
+from .._schedule_common import _cint, _contraction_operands
+from .common import _bind, _cooperative_copy
+
+FRAG = 16       # the wmma tile side (m16n16k16)
+PAD = 8         # halves of padding per shared tile row (16 bytes: rows stay aligned)
+WARP = 32
+
+
+@dataclass(frozen=True)
+class WmmaConfig:
+    """The tiling of a tensor-core GEMM: ``warps_m x warps_n`` warps per block, each
+    ``frags_m x frags_n`` accumulator fragments of 16 x 16; ``k_tile`` (a multiple of 16)
+    elements of the reduction per shared-memory step; ``double_buffer``: two buffers per
+    shared tile, the next step's copied (``cp.async``) while the block computes."""
+
+    warps_m: int
+    warps_n: int
+    frags_m: int
+    frags_n: int
+    k_tile: int = 32
+    double_buffer: bool = True
+
+    @property
+    def block_m(self) -> int:
+        return self.warps_m * self.frags_m * FRAG
+
+    @property
+    def block_n(self) -> int:
+        return self.warps_n * self.frags_n * FRAG
+
+    @property
+    def threads(self) -> int:
+        return self.warps_m * self.warps_n * WARP
+
+
+#: the tilings :func:`wmma_config` tries, largest block first
+WMMA_CONFIGS = (
+    WmmaConfig(2, 4, 4, 2, 32),   # 128 x 128, 8 warps of 64 x 32
+    WmmaConfig(2, 2, 4, 4, 32),   # 128 x 128, 4 warps of 64 x 64
+    WmmaConfig(2, 2, 2, 2, 32),   # 64 x 64, 4 warps of 32 x 32
+    WmmaConfig(2, 2, 1, 1, 32),   # 32 x 32, 4 warps of one fragment
+    WmmaConfig(1, 1, 1, 1, 16),   # 16 x 16, one warp
+)
+
+#: fewer blocks than this and the next smaller tiling is taken (about two per SM of an
+#: H100/H200)
+WMMA_MIN_BLOCKS = 256
+
+
+def fits(cfg: WmmaConfig, M: int, N: int, K: int) -> bool:
+    """Whether ``cfg``'s tiles divide an ``M x N x K`` GEMM."""
+    return M % cfg.block_m == 0 and N % cfg.block_n == 0 and K % cfg.k_tile == 0
+
+
+def wmma_config(M: Optional[int], N: Optional[int], K: Optional[int]) -> Optional[WmmaConfig]:
+    """The tiling of an ``M x N x K`` tensor-core GEMM: the first of
+    :data:`WMMA_CONFIGS` whose tiles divide the extents and that gives
+    :data:`WMMA_MIN_BLOCKS` blocks (else the smallest that divides: the most blocks); None when no tiling
+    divides them (an extent symbolic or not a multiple of 16)."""
+    if None in (M, N, K):
+        return None
+    fitting = [c for c in WMMA_CONFIGS if fits(c, M, N, K)]
+    for c in fitting:
+        if (M // c.block_m) * (N // c.block_n) >= WMMA_MIN_BLOCKS:
+            return c
+    return fitting[-1] if fitting else None
+
+
+def tensor_core_gemm(gemm: Tensor) -> bool:
+    """Whether ``gemm`` is ``C[i, j] = sum_k f32(A[i, k]) * f32(B[k, j])`` with ``A``, ``B``
+    float16 and ``C`` float32: what the tensor-core schedule computes."""
+    op = gemm.op
+    found = _contraction_operands(op)
+    if found is None or len(op.axis) != 2:
+        return False
+    nbatch, (a, a_kfirst), (b, b_kfirst) = found
+    if nbatch or a_kfirst or not b_kfirst or a.dtype != "float16" or b.dtype != "float16" \
+            or gemm.dtype != "float32":
+        return False
+    src = op.body.source
+    return all(isinstance(x, Cast) and x.dtype == "float32" and x.value.dtype == "float16"
+               for x in (getattr(src, "a", None), getattr(src, "b", None)))
+
+
+def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
+    """Schedule ``gemm`` (:func:`tensor_core_gemm`, an output) on tensor cores with
+    ``cfg``'s tiling (its tiles must divide the extents)."""
+    M, N = (_cint(e) for e in gemm.shape)
+    K = _cint(gemm.op.reduce_axis[0].dom.extent)
+    if not isinstance(cfg, WmmaConfig):
+        raise ScheduleError(f"the tensor-core GEMM {gemm.name} takes a WmmaConfig, got {cfg!r:.80}")
+    if cfg.k_tile % FRAG or min(cfg.warps_m, cfg.warps_n, cfg.frags_m, cfg.frags_n) < 1:
+        raise ScheduleError(f"{cfg}: k_tile must be a multiple of {FRAG} and the warp and "
+                            "fragment counts at least 1")
+    if None in (M, N, K) or not fits(cfg, M, N, K):
+        raise ScheduleError(
+            f"the tensor-core GEMM {gemm.name} is {M} x {N} x {K}; {cfg} needs multiples of "
+            f"{cfg.block_m} x {cfg.block_n} x {cfg.k_tile} (tensor cores compute whole tiles): "
+            "pick a WmmaConfig whose tiles divide the extents (wmma_config), or pad the tensors")
+    if cfg.threads > 1024:
+        raise ScheduleError(f"{cfg} has {cfg.threads} threads per block; a CUDA block has at "
+                            "most 1024")
+    _, (a, _), (b, _) = _contraction_operands(gemm.op)
+    CF = s.cache_write(gemm, "wmma.accumulator")
+    AS = s.cache_read(a, "shared", [CF])
+    BS = s.cache_read(b, "shared", [CF])
+    AF = s.cache_read(AS, "wmma.matrix_a", [CF])
+    BF = s.cache_read(BS, "wmma.matrix_b", [CF])
+
+    # C: blocks, warps (threadIdx.z / .y: each warp's 32 lanes share one fragment set),
+    # the warp's fragments stored one 16 x 16 tile at a time
+    st = s[gemm]
+    i, j = st.op.axis
+    by, i = st.split(i, factor=cfg.block_m)
+    bx, j = st.split(j, factor=cfg.block_n)
+    wy, i = st.split(i, factor=cfg.frags_m * FRAG)
+    wx, j = st.split(j, factor=cfg.frags_n * FRAG)
+    fi, i = st.split(i, factor=FRAG)
+    fj, j = st.split(j, factor=FRAG)
+    st.reorder(by, bx, wy, wx, fi, fj, i, j)
+    _bind(st, by, "blockIdx.y")
+    _bind(st, bx, "blockIdx.x")
+    _bind(st, wy, "threadIdx.z")
+    _bind(st, wx, "threadIdx.y")
+    st.tensorize(i, tensor_intrin("cuda.wmma_store_f32"))
+
+    # the accumulators: per k step of the shared tiles, per 16 k, every fragment pair
+    sc = s[CF]
+    sc.compute_at(st, wx)
+    ci, cj = sc.op.axis
+    ko, k = sc.split(sc.op.reduce_axis[0], factor=cfg.k_tile)
+    kf, k = sc.split(k, factor=FRAG)
+    fi, ci = sc.split(ci, factor=FRAG)
+    fj, cj = sc.split(cj, factor=FRAG)
+    sc.reorder(ko, kf, fi, fj, ci, cj, k)
+    sc.tensorize(ci, tensor_intrin("cuda.wmma_mma_f16f16f32"))
+
+    # the fragments of one 16-wide k step
+    for F, intrin in ((AF, "cuda.wmma_load_a_f16"), (BF, "cuda.wmma_load_b_f16")):
+        sf = s[F]
+        sf.compute_at(sc, kf)
+        r, c = sf.op.axis
+        if F is AF:
+            ro, r = sf.split(r, factor=FRAG)
+            sf.tensorize(r, tensor_intrin(intrin))
+        else:
+            co, c = sf.split(c, factor=FRAG)
+            sf.reorder(co, r, c)
+            sf.tensorize(r, tensor_intrin(intrin))
+
+    # the shared tiles: 16-byte copies spread over the block, rows padded, double-buffered
+    threads = [("threadIdx.x", WARP), ("threadIdx.y", cfg.warps_n), ("threadIdx.z", cfg.warps_m)]
+    for S, rows, cols in ((AS, cfg.block_m, cfg.k_tile), (BS, cfg.k_tile, cfg.block_n)):
+        ss = s[S]
+        ss.compute_at(sc, ko)
+        ss.storage_align(ss.op.axis[0], cols, PAD)
+        _cooperative_copy(ss, threads, rows * cols, 8)
+        if cfg.double_buffer:
+            ss.double_buffer()

@@ -1,0 +1,166 @@
+"""Tensor cores: the wmma fragment scopes and intrinsics (tecomp.te.intrin_cuda), the
+tensor-core GEMM template (tecomp.nn.cuda.tensorcore).
+
+Without a GPU the CUDA emulation runs the generated CUDA C (each intrinsic's declared
+computation on whole tiles) and nvcc compiles it to PTX; ``gpu``-marked tests run it on a
+GPU."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.codegen.cuda import compile_ptx, find_nvcc
+from tecomp.errors import ArgumentError
+from tecomp.nn import cuda as sc, ops
+from tecomp.nn.cuda import WmmaConfig, wmma_config
+from helpers import gpu_driver  # noqa: F401  (a fixture)
+from wmma_examples import hand_schedule, hgemm, inputs
+
+needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
+                               reason="the CUDA emulation needs a C++ compiler")
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not on PATH")
+
+
+def close(got, want, K):
+    # float16 products are exact in float32; only the float32 sums round
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * K * np.abs(want).max() / 16)
+
+
+# --------------------------------------------------------------------------- emulation
+
+
+def run_hand_schedule(target):
+    """The hand-written schedule of 64 x 128 x 96, built for ``target``, run and checked."""
+    s, args, _ = hand_schedule(64, 128, 96)
+    mod = tc.build(s, list(args), target=target)
+    a, b, want = inputs(64, 128, 96)
+    c = np.full((64, 128), np.nan, np.float32)
+    mod(a, b, c)
+    close(c, want, 96)
+    return mod
+
+
+@needs_cxx
+def test_hand_written_wmma_schedule_runs_in_the_emulation():
+    src = run_hand_schedule("cuda-emu").get_source()
+    assert "#include <mma.h>" in src
+    assert "nvcuda::wmma::fill_fragment(matmul_wmma_accumulator[" in src
+    assert "nvcuda::wmma::mma_sync(" in src
+    assert "nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, half, " \
+           "nvcuda::wmma::row_major> A_shared_wmma_matrix_a[2];" in src
+
+
+def test_the_printed_ir_shows_the_fill_and_each_intrinsic():
+    s, args, _ = hand_schedule()
+    text = str(tc.lower(s, list(args), target="cuda"))
+    for name in ("fill_f32", "load_a_f16", "load_b_f16", "mma_f16f16f32", "store_f32"):
+        assert f"tensorize cuda.wmma_{name} " in text
+    # the accumulator is set to 0 by the fill, once per fragment, before the k loop
+    assert text.index("cuda.wmma_fill_f32") < text.index("for (k.outer, 0, 2)")
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,cfg", [
+    (128, 256, 64, WmmaConfig(2, 4, 4, 2, 32)),
+    (128, 128, 64, WmmaConfig(2, 2, 4, 4, 32)),
+    (64, 64, 64, None),                        # 32 x 32 tiles: the most blocks
+    (96, 48, 32, None),                        # only 16 x 16 tiles divide
+    (64, 64, 64, WmmaConfig(2, 2, 2, 2, 32, double_buffer=False)),
+])
+def test_template_matches_numpy_in_the_emulation(M, N, K, cfg):
+    A, B, C = hgemm(M, N, K)
+    s = sc.schedule_matmul(C, "cuda-emu", config=cfg)
+    mod = tc.build(s, [A, B, C], target="cuda-emu")
+    assert "mma_sync" in mod.get_source()
+    a, b, want = inputs(M, N, K, seed=M + N + K)
+    c = np.full((M, N), np.nan, np.float32)
+    mod(a, b, c)
+    close(c, want, K)
+
+
+@needs_cxx
+def test_extents_tiles_do_not_divide_use_the_cuda_core_gemm():
+    A, B, C = hgemm(40, 24, 40)
+    assert wmma_config(40, 24, 40) is None
+    mod = tc.build(sc.schedule_matmul(C, "cuda-emu"), [A, B, C], target="cuda-emu")
+    assert "wmma" not in mod.get_source()
+    a, b, want = inputs(40, 24, 40)
+    c = np.zeros((40, 24), np.float32)
+    mod(a, b, c)
+    close(c, want, 40)
+
+
+def test_wmma_config_choices():
+    assert wmma_config(4096, 4096, 4096) == WmmaConfig(2, 4, 4, 2, 32)   # 128 x 128 blocks
+    assert wmma_config(1024, 1024, 1024) == WmmaConfig(2, 2, 2, 2, 32)   # 64 x 64: 256 blocks
+    assert wmma_config(48, 48, 48) == WmmaConfig(1, 1, 1, 1, 16)
+    assert wmma_config(40, 48, 48) is None and wmma_config(None, 64, 64) is None
+    c = wmma_config(4096, 4096, 4096)
+    assert (c.block_m, c.block_n, c.threads) == (128, 128, 256)
+
+
+def test_only_the_float16_to_float32_matmul_takes_tensor_cores():
+    # float32 operands, or a float16 result: the CUDA-core GEMM
+    A = tc.placeholder((64, 64), name="A")
+    B = tc.placeholder((64, 64), name="B")
+    s = sc.schedule_matmul(ops.matmul(A, B), "cuda")
+    assert "wmma" not in str(tc.lower(s, [A, B, s.outputs[0].output(0)]))
+    A, B, _ = hgemm(64, 64, 64)
+    C16 = ops.matmul(A, B)
+    s = sc.schedule_matmul(C16, "cuda")
+    assert "wmma" not in str(tc.lower(s, [A, B, C16]))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_ptx_has_tensor_core_instructions(arch):
+    A, B, C = hgemm(256, 256, 128)
+    mod = tc.build(sc.schedule_matmul(C, "cuda"), [A, B, C], target="cuda")
+    ptx = compile_ptx(mod.get_source(), arch)
+    assert "wmma.mma.sync" in ptx and "wmma.load.a.sync" in ptx and "wmma.store.d.sync" in ptx
+    assert "cp.async" in ptx  # the double-buffered tiles
+
+
+def test_global_tiles_require_aligned_arrays_when_called():
+    A, B, C = hgemm(64, 64, 64)
+    mod = tc.build(sc.schedule_matmul(C, "cuda"), [A, B, C], target="cuda")
+    params = {p.name: p.align for p in mod.kernels[0].params}
+    assert params == {"A": 0, "B": 0, "matmul": 32}   # A and B reach wmma through shared memory
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K", [(256, 128, 64), (1024, 1024, 1024), (96, 48, 32)])
+def test_tensor_core_gemm_on_the_gpu(gpu_driver, M, N, K):
+    A, B, C = hgemm(M, N, K)
+    mod = tc.build(sc.schedule_matmul(C, "cuda"), [A, B, C], target="cuda")
+    a, b, want = inputs(M, N, K)
+    c = np.full((M, N), np.nan, np.float32)
+    mod(a, b, c)
+    close(c, want, K)
+
+
+@pytest.mark.gpu
+def test_hand_written_wmma_schedule_on_the_gpu(gpu_driver):
+    run_hand_schedule("cuda")
+
+
+@pytest.mark.gpu
+def test_a_misaligned_device_array_is_refused(gpu_driver):
+    import pycuda.gpuarray as gpuarray
+
+    A, B, C = hgemm(64, 64, 64)
+    mod = tc.build(sc.schedule_matmul(C, "cuda"), [A, B, C], target="cuda")
+    a, b, want = inputs(64, 64, 64)
+    big = gpuarray.zeros(64 * 64 + 4, np.float32)
+    view = big[4:].reshape(64, 64)     # 16 bytes past an aligned start
+    with pytest.raises(ArgumentError, match="32-byte boundary"):
+        mod(a, b, view)
+    c = gpuarray.zeros((64, 64), np.float32)
+    mod(a, b, c)
+    close(c.get(), want, 64)
