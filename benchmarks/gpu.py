@@ -227,11 +227,12 @@ class DirectLaunch:
             block = tuple(int(d.value) for d in k.block)
             types = "".join("P" for p in k.params)
             args = [ptrs[p.obj] for p in k.params]
-            self.launches.append((drv.get_function(cmod, k.name), grid, block, types, args))
+            self.launches.append((drv.get_function(cmod, k.name), grid, block,
+                                  k.dynamic_shared, types, args))
 
     def __call__(self) -> None:
-        for fn, grid, block, types, args in self.launches:
-            self.drv.launch(fn, grid, block, 0, types, args)
+        for fn, grid, block, shared, types, args in self.launches:
+            self.drv.launch(fn, grid, block, shared, types, args)
 
 
 # ---------------------------------------------------------------------------------
@@ -322,8 +323,10 @@ def wmma_sweep(n: int) -> List[object]:
     """The tensor-core tilings that divide an ``n^3`` GEMM, the default first."""
     W = nn_cuda.WmmaConfig
     cands = list(nn_cuda.tensorcore.WMMA_CONFIGS[:-1]) + [
-        W(4, 2, 2, 4, 32), W(2, 4, 2, 4, 32), W(4, 4, 2, 2, 32), W(2, 4, 4, 2, 32, False),
-        W(2, 2, 2, 4, 32), W(2, 2, 4, 2, 32), W(2, 4, 4, 2, 16)]
+        # more than 48 KiB of shared memory (dynamic): wider blocks, longer k steps
+        W(2, 4, 4, 4, 32), W(4, 2, 4, 4, 32), W(2, 4, 4, 2, 64), W(2, 2, 4, 4, 64),
+        W(2, 4, 4, 4, 64), W(4, 4, 4, 2, 32), W(4, 2, 2, 4, 64),
+        W(4, 2, 2, 4, 32), W(2, 4, 2, 4, 32), W(2, 4, 4, 2, 32, False)]
     fit = [c for c in cands if nn_cuda.tensorcore.fits(c, n, n, n)]
     return _unique([nn_cuda.wmma_config(n, n, n)] + fit)
 

@@ -87,6 +87,10 @@ MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIMS = (1024, 1024, 64)
 MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
 MAX_STATIC_SHARED_BYTES = 48 * 1024   # a kernel's static __shared__ arrays, on every GPU
+#: a block's shared memory beyond that is dynamic (``extern __shared__``, opted in per
+#: kernel): at most this much on an sm_90 device (227 KiB; sm_80 163 KiB, sm_86/89 99 KiB),
+#: the device's own limit checked when the kernel is launched
+MAX_DYNAMIC_SHARED_BYTES = 227 * 1024
 # bytes: each __shared__ array starts on this boundary (16-byte vector loads; the 32-byte
 # alignment wmma's load_matrix_sync / store_matrix_sync need of a tile's first element)
 SHARED_ALIGN = 32
@@ -330,6 +334,7 @@ class Target:
     max_block_dims = MAX_BLOCK_DIMS
     max_grid_dims = MAX_GRID_DIMS
     max_static_shared_bytes = MAX_STATIC_SHARED_BYTES
+    max_dynamic_shared_bytes = MAX_DYNAMIC_SHARED_BYTES
     warp_size = WARP_SIZE
 
     def _need(self, kind: str, what: str) -> None:

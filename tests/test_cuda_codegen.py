@@ -4,6 +4,8 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+import re
+
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -502,10 +504,30 @@ def test_error_too_many_threads_and_too_much_shared_memory():
                                                                        S(A, 0.0, t * 32 + u))), A))
     with pytest.raises(BuildError, match=r"threadIdx\.z has extent 128, more than the 64"):
         codegen_cuda(_func_with(thread(t, 128, "threadIdx.z", S(A, 0.0, t)), A))
-    Sh = Buffer("big.shared", (Const(16384),), "float32", scope="shared")
+    Sh = Buffer("big.shared", (Const(65536),), "float32", scope="shared")
     body = thread(t, 32, "threadIdx.x", Allocate(Sh, seq(S(Sh, 1.0, t), S(A, L(Sh, t), t))))
-    with pytest.raises(BuildError, match=r"shared buffers big\.shared take 65536 bytes per block"):
+    with pytest.raises(BuildError, match=r"shared buffers big\.shared take 262144 bytes per "
+                                         r"block, more than the 232448 bytes"):
         codegen_cuda(_func_with(body, A))
+
+
+def test_more_than_48_KiB_of_shared_memory_is_dynamic():
+    A = Buffer("A", (Const(4096),), "float32")
+    t = Var("t")
+    Sh = Buffer("big.shared", (Const(16384),), "float32", scope="shared")
+    Sm = Buffer("small.shared", (Const(3),), "float32", scope="shared")
+    body = thread(t, 32, "threadIdx.x", Allocate(Sh, Allocate(Sm, seq(
+        S(Sh, 1.0, t), S(Sm, 2.0, 0), S(A, L(Sh, t) + L(Sm, 0), t)))))
+    cs = codegen_cuda(_func_with(body, A))
+    k = cs.kernels[0]
+    assert k.shared_bytes == 65536 + 32 and k.dynamic_shared == 65568
+    src = cs.source
+    assert "extern __shared__ __align__(32) unsigned char tc_dynamic_smem[];" in src
+    assert "__shared__ __align__(32) unsigned char tc_dynamic_smem[65568];" in src  # emulation
+    # each array at a 32-byte-aligned offset, in the order of the kernel's shared list
+    offsets = re.findall(r"float\* const (\w+) = \(float\*\)\(tc_dynamic_smem \+ (\d+)\);", src)
+    assert sorted(int(o) for _, o in offsets) == [0, 65536]
+    assert "65568 bytes of shared memory (dynamic)" in src
 
 
 def test_error_global_allocation_inside_kernel_and_unknown_things():

@@ -16,6 +16,8 @@ import types
 import numpy as np
 import pytest
 
+import tecomp as tc
+
 sys.path.insert(0, os.path.dirname(__file__))
 from cuda_examples import (  # noqa: E402
     ALL_CASES, S, block_reverse, half_storage, thread, tiled_matmul, two_kernels_workspace,
@@ -46,13 +48,16 @@ needs_cxx = pytest.mark.skipif(not _have_cxx(), reason="no C++ compiler for the 
 
 
 class _Alloc:
+    """Host memory standing in for a device allocation, 256-byte aligned as cudaMalloc's."""
+
     def __init__(self, driver, nbytes):
-        self.buf = np.empty(max(1, nbytes), np.uint8)
+        self.buf = np.empty(max(1, nbytes) + 256, np.uint8)
+        self.offset = -self.buf.ctypes.data % 256
         self.driver = driver
         driver.live[int(self)] = self
 
     def __int__(self):
-        return self.buf.ctypes.data
+        return self.buf.ctypes.data + self.offset
 
     def free(self):
         self.driver.live.pop(int(self), None)
@@ -67,11 +72,13 @@ class EmuDriver:
 
     def __init__(self, max_threads_per_block=1024, max_block_dims=(1024, 1024, 64),
                  max_grid_dims=(2**31 - 1, 65535, 65535), max_shared_per_block=48 * 1024,
-                 function_max_threads=1024):
+                 function_max_threads=1024, max_shared_per_block_optin=227 * 1024):
         self.max_threads_per_block = max_threads_per_block
         self.max_block_dims = max_block_dims
         self.max_grid_dims = max_grid_dims
         self.max_shared_per_block = max_shared_per_block
+        self.max_shared_per_block_optin = max_shared_per_block_optin
+        self.shared = []    # the dynamic shared memory of each launch that passed some
         self._fmax = function_max_threads
         self.live = {}
         self.launches = []
@@ -108,6 +115,8 @@ class EmuDriver:
         self.launches.append((lib.source.kernels[k].name, tuple(grid), tuple(block), types_))
         if stream is not None:
             self.streams.append(stream)
+        if shared:
+            self.shared.append(shared)
         vals = [int(a) if t == "P" else a for t, a in zip(types_, args)]
         lib.launch(k, vals, grid, block, "serial")
 
@@ -278,6 +287,31 @@ def test_launch_must_fit_the_device():
         build_cuda(mm.func, driver=EmuDriver(function_max_threads=192))(*args)
     with pytest.raises(BuildError, match=r"2048 bytes of shared memory per block, more than the 1024"):
         build_cuda(mm.func, driver=EmuDriver(max_shared_per_block=1024))(*args)
+
+
+@needs_cxx
+def test_dynamic_shared_memory_is_passed_at_launch_and_checked_against_the_opt_in_limit():
+    """A kernel with more than 48 KiB of shared arrays: the launch passes their size as
+    dynamic shared memory; a device whose opt-in limit is smaller refuses it."""
+    from tecomp.nn import cuda as sc, ops
+
+    A = tc.placeholder((128, 128), "float16", name="A")
+    B = tc.placeholder((128, 128), "float16", name="B")
+    C = ops.matmul(A, B, out_dtype="float32")
+    s = sc.schedule_matmul(C, "cuda", config=sc.WmmaConfig(2, 4, 4, 2, 64))  # 71680 bytes
+    func = tc.lower(s, [A, B, C], target="cuda")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((128, 128)).astype(np.float16)
+    b = rng.standard_normal((128, 128)).astype(np.float16)
+    c = np.zeros((128, 128), np.float32)
+    drv = EmuDriver()
+    build_cuda(func, driver=drv)(a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-4,
+                               atol=1e-3)
+    assert drv.shared == [71680]
+    with pytest.raises(BuildError, match=r"71680 bytes of shared memory per block, more than "
+                                         r"the 65536 the device allows; use smaller tiles"):
+        build_cuda(func, driver=EmuDriver(max_shared_per_block_optin=65536))(a, b, c)
     # sizes that come from the arguments are the caller's to fix: ArgumentError
     n = Var("n")
     A = Buffer("A", (n,), "float32")

@@ -254,19 +254,26 @@ def test_fuzzer_rejects_only_resource_limits(monkeypatch, error, kind):
 
 @pytest.mark.skipif(not HAVE_CXX, reason="the CUDA emulation needs a C++ compiler")
 def test_fuzz_entry_point_reports_rejected_schedules_apart(tmp_path):
-    """Seed 71074 (a GPU case) draws a shared tile of 192512 bytes, over the 48 KiB limit:
-    the build's correct ResourceLimitError used to be counted as a crash (exit status 1);
-    it is now a rejected schedule, reported on its own line, and the run passes.  (The
-    seed was 50049 until the GPU generator learnt cross-thread reductions, which changed
-    what every seed draws.)"""
-    p = _run_fuzz(tmp_path, cases=1, gpu_every=25, seed=71074)
+    """Seed 111474 (a GPU case) draws a shared tile of 462080 bytes, over the 227 KiB
+    limit: the build's correct ResourceLimitError used to be counted as a crash (exit
+    status 1); it is now a rejected schedule, reported on its own line, and the run
+    passes.  (The seed was 50049 until the GPU generator learnt cross-thread reductions,
+    then 71074, whose 192512-byte tile became legal with dynamic shared memory: it is
+    run below.)"""
+    p = _run_fuzz(tmp_path, cases=1, gpu_every=25, seed=111474)
     out = p.stdout
     assert "cases run: 1 (cuda-emu: 1)" in out, out + p.stderr
     assert "rejected schedules (a documented resource limit of the target, not failures): 1" \
         in out, out
     assert "[1x] build: tecomp.errors.ResourceLimitError: stage C1: the shared buffers " \
-        "P0.shared take 192512 bytes per block" in out, out
+        "P0.shared take 462080 bytes per block" in out, out
     assert "mismatches: 0" in out and "crashes: 0" in out, out
+    assert p.returncode == 0
+    # seed 71074: 192512 bytes of shared memory, dynamic now, and right in the emulation
+    p = _run_fuzz(tmp_path / "b", cases=1, gpu_every=25, seed=71074)
+    out = p.stdout
+    assert "rejected schedules (a documented resource limit of the target, not failures): 0" \
+        in out and "mismatches: 0" in out and "crashes: 0" in out, out + p.stderr
     assert p.returncode == 0
 
 

@@ -715,7 +715,7 @@ def test_gpu_benchmark_sweep_checks_and_times_every_tiling(monkeypatch):
     w = BENCH.gemm_workload(40)
     build = w.build
     default = sc.gemm_config(40, 40, 40)
-    too_big = sc.GemmConfig(32, 32, 8, 8, 64)  # 2 x 256 x 64 floats of shared memory
+    too_big = sc.GemmConfig(32, 32, 16, 16, 64)  # 2 x 512 x 64 floats: over 227 KiB
     w = dataclasses.replace(w, build=lambda config=None: build("cuda-emu", config),
                             configs=lambda: [default, GEMM_8X8_UNROLLED, too_big])
     st = w.setup(None, None)

@@ -69,6 +69,7 @@ def test_the_printed_ir_shows_the_fill_and_each_intrinsic():
     (64, 64, 64, None),                        # 32 x 32 tiles: the most blocks
     (96, 48, 32, None),                        # only 16 x 16 tiles divide
     (64, 64, 64, WmmaConfig(2, 2, 2, 2, 32, double_buffer=False)),
+    (128, 256, 128, WmmaConfig(2, 4, 4, 4, 32)),  # 54272 bytes of shared memory: dynamic
 ])
 def test_template_matches_numpy_in_the_emulation(M, N, K, cfg):
     A, B, C = hgemm(M, N, K)
@@ -143,6 +144,29 @@ def test_tensor_core_gemm_on_the_gpu(gpu_driver, M, N, K):
     c = np.full((M, N), np.nan, np.float32)
     mod(a, b, c)
     close(c, want, K)
+
+
+@pytest.mark.gpu
+def test_dynamic_shared_memory_on_the_gpu(gpu_driver):
+    """128 x 256 blocks: 54272 bytes of shared memory, declared dynamic and opted in to;
+    launched plainly and on a stream (through the driver API)."""
+    import pycuda.driver as cuda
+    import pycuda.gpuarray as gpuarray
+
+    A, B, C = hgemm(256, 512, 128)
+    mod = tc.build(sc.schedule_matmul(C, "cuda", config=WmmaConfig(2, 4, 4, 4, 32)),
+                   [A, B, C], target="cuda")
+    assert mod.kernels[0].dynamic_shared == 54272
+    a, b, want = inputs(256, 512, 128)
+    c = np.full((256, 512), np.nan, np.float32)
+    mod(a, b, c)
+    close(c, want, 128)
+    stream = cuda.Stream()
+    da, db = gpuarray.to_gpu(a), gpuarray.to_gpu(b)
+    dc = gpuarray.zeros((256, 512), np.float32)
+    mod(da, db, dc, stream=stream)
+    stream.synchronize()
+    close(dc.get(), want, 128)
 
 
 @pytest.mark.gpu

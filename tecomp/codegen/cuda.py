@@ -125,9 +125,15 @@ class KernelInfo:
     params: Tuple[KernelParam, ...]
     grid: Tuple[Expr, Expr, Expr]    # launch sizes as IR expressions of host values
     block: Tuple[Expr, Expr, Expr]
-    shared_bytes: int                # static __shared__ memory per block
+    shared_bytes: int                # __shared__ memory per block
     stage: str                       # the buffers the kernel computes (for messages)
     has_barrier: bool = False        # whether it calls __syncthreads()
+
+    @property
+    def dynamic_shared(self) -> int:
+        """The bytes of dynamic shared memory a launch passes: the kernel's arrays where
+        they take more than the 48 KiB a kernel may declare statically, else 0."""
+        return self.shared_bytes if self.shared_bytes > MAX_STATIC_SHARED_BYTES else 0
 
     @property
     def constant_block(self) -> Optional[Tuple[int, int, int]]:
@@ -809,9 +815,12 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         r.size_vars |= shape_vars
         r.indent = 1
         r.waits_async = _has_async_copy(attr.body)  # (a barrier may come before the copy)
-        for b in kern.shared:
-            r.emit(f"__shared__ __align__({SHARED_ALIGN}) {r.ctype(b.dtype)} {namer(b)}"
-                   f"[{declared_size(b)}];")
+        if kern.shared_bytes > MAX_STATIC_SHARED_BYTES:
+            _dynamic_shared(r, namer, kern.shared, kern.shared_bytes)
+        else:
+            for b in kern.shared:
+                r.emit(f"__shared__ __align__({SHARED_ALIGN}) {r.ctype(b.dtype)} {namer(b)}"
+                       f"[{declared_size(b)}];")
         r.stmt(attr.body)
         if r.param_align:
             params = [dataclasses.replace(p, align=r.param_align.get(p.obj, 0)) for p in params]
@@ -840,6 +849,25 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
     return CudaSource(func, source, kernels, workspaces, list(hp.asserts), hp.written)
 
 
+def _dynamic_shared(r: CudaRenderer, namer: Namer, shared: List[Buffer], nbytes: int) -> None:
+    """The shared arrays of a kernel that needs more than 48 KiB: one ``extern
+    __shared__`` byte array (the launch passes its size), each array a pointer into it at
+    a ``SHARED_ALIGN``-aligned offset.  The emulation, which has no dynamic shared memory,
+    declares the byte array with its size."""
+    r.emit(f"// {nbytes} bytes of shared memory: dynamic (more than a kernel may declare "
+           f"statically)")
+    r.emit("#if defined(TECOMP_CUDA_EMU)")
+    r.emit(f"  __shared__ __align__({SHARED_ALIGN}) unsigned char tc_dynamic_smem[{nbytes}];")
+    r.emit("#else")
+    r.emit(f"  extern __shared__ __align__({SHARED_ALIGN}) unsigned char tc_dynamic_smem[];")
+    r.emit("#endif")
+    off = 0
+    for b in shared:
+        t = r.ctype(b.dtype)
+        r.emit(f"{t}* const {namer(b)} = ({t}*)(tc_dynamic_smem + {off});")
+        off += -(-declared_size(b) * _dt.nbytes(b.dtype) // SHARED_ALIGN) * SHARED_ALIGN
+
+
 def _kernel_text(k: int, info: KernelInfo, body_lines: List[str], stmt: Stmt) -> str:
     reads = [b.name for b in buffers_in(stmt)
              if b.scope == "global" and b not in set(stored_buffers(stmt))]
@@ -849,7 +877,7 @@ def _kernel_text(k: int, info: KernelInfo, body_lines: List[str], stmt: Stmt) ->
     lines = [_comment(text),
              _comment(f"launch: grid ({dims_text(info.grid)}), block ({dims_text(info.block)})"
                       + (f", {info.shared_bytes} bytes of shared memory" if info.shared_bytes
-                         else ""))]
+                         else "") + (" (dynamic)" if info.dynamic_shared else ""))]
     bounds = ""
     cb = info.constant_block
     if cb is not None:

@@ -20,8 +20,10 @@ thread_tag="blockIdx.x")`` ...).  When loops of one tag have different extents (
 stages computed at the same block with different ``threadIdx.x`` extents), the launch
 uses the largest (the code generator guards the smaller loops).  A statement without
 thread loops is a BuildError ("did you forget to bind?"); a launch extent that depends
-on something only the kernel knows is a BuildError.  A kernel whose static
-``__shared__`` arrays take more than ``MAX_STATIC_SHARED_BYTES`` (48 KiB), or whose
+on something only the kernel knows is a BuildError.  A kernel whose ``__shared__``
+arrays take more than ``MAX_STATIC_SHARED_BYTES`` (48 KiB) declares them in dynamic
+shared memory, which the runtime opts the kernel in to; one whose arrays take more than
+``MAX_DYNAMIC_SHARED_BYTES`` (227 KiB, sm_90's limit), or whose
 constant launch exceeds the block, grid or threads-per-block limits, is a
 :class:`~tecomp.errors.ResourceLimitError` (a BuildError: a legal schedule the target
 cannot run).
@@ -47,7 +49,7 @@ from ..ir.stmt import (
     Stmt, seq,
 )
 from ..target import (
-    MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK, SHARED_ALIGN,
+    MAX_BLOCK_DIMS, MAX_DYNAMIC_SHARED_BYTES, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, SHARED_ALIGN,
 )
 
 KEY = "device_kernel"
@@ -360,11 +362,11 @@ def _kernel(k: int, plan: _Plan, func: PrimFunc, host: List[Var], host_lets, kno
     # each array rounded up to SHARED_ALIGN: what the aligned declarations can take
     shared_bytes = sum(-(-declared_size(b) * _dt.nbytes(b.dtype) // SHARED_ALIGN) * SHARED_ALIGN
                        for b in shared)
-    if shared_bytes > MAX_STATIC_SHARED_BYTES:
+    if shared_bytes > MAX_DYNAMIC_SHARED_BYTES:
         raise ResourceLimitError(
             f"stage {stage}: the shared buffers {', '.join(b.name for b in shared)} take "
-            f"{shared_bytes} bytes per block, more than the {MAX_STATIC_SHARED_BYTES} bytes "
-            f"of static shared memory a CUDA block may use; use smaller tiles")
+            f"{shared_bytes} bytes per block, more than the {MAX_DYNAMIC_SHARED_BYTES} bytes "
+            f"of shared memory a CUDA block may use (sm_90's limit); use smaller tiles")
     kstored = set(stored_buffers(stmt)) | red_dest
     gbufs = [b for b in params_buffers if b in used] + [b for b in workspaces if b in used]
 

@@ -41,6 +41,7 @@ from .argcheck import (
     ArgChecker, array_meta, check_no_alias, eval_host_expr, param_checks_of, param_label,
 )
 from ..codegen.cuda import CudaSource, KernelInfo, codegen_cuda, compile_ptx
+from ..target import MAX_STATIC_SHARED_BYTES
 from ..errors import ArgumentError, BuildError, ResourceLimitError, RuntimeUnavailableError
 from ..ir.expr import Buffer
 from ..ir.stmt import PrimFunc
@@ -95,6 +96,8 @@ class PycudaDriver:
         self.max_block_dims = (get(a.MAX_BLOCK_DIM_X), get(a.MAX_BLOCK_DIM_Y), get(a.MAX_BLOCK_DIM_Z))
         self.max_grid_dims = (get(a.MAX_GRID_DIM_X), get(a.MAX_GRID_DIM_Y), get(a.MAX_GRID_DIM_Z))
         self.max_shared_per_block = get(a.MAX_SHARED_MEMORY_PER_BLOCK)
+        # what a kernel can opt in to (dynamic shared memory beyond the static 48 KiB)
+        self.max_shared_per_block_optin = get(a.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         self._modules: Dict[str, object] = {}
         self._cubins: Dict[int, bytes] = {}      # id(module) -> its cubin (stream launches)
         self._cu_functions: Dict[tuple, object] = {}   # (id(module), name) -> CUfunction
@@ -170,6 +173,9 @@ class PycudaDriver:
         if stream is not None:
             self._launch_on(fn, grid, block, shared, types, args, stream)
             return
+        if shared > MAX_STATIC_SHARED_BYTES and getattr(fn, "_tecomp_dynamic", 0) < shared:
+            fn.set_attribute(self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+            fn._tecomp_dynamic = shared
         if getattr(fn, "_tecomp_types", None) != types:
             fn.prepare(types)
             fn._tecomp_types = types
@@ -191,6 +197,11 @@ class PycudaDriver:
             handle = ctypes.c_void_p()
             _cu_check(cu.cuModuleGetFunction(ctypes.byref(handle), module, key[1].encode()),
                       "cuModuleGetFunction")
+            if shared > MAX_STATIC_SHARED_BYTES:
+                # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (a kernel's shared memory
+                # is its own: the same for every launch of it)
+                _cu_check(cu.cuFuncSetAttribute(handle, ctypes.c_int(8), ctypes.c_int(shared)),
+                          "cuFuncSetAttribute")
             self._cu_functions[key] = handle
         ctype = {"P": ctypes.c_uint64, "b": ctypes.c_int8, "B": ctypes.c_uint8,
                  "h": ctypes.c_int16, "i": ctypes.c_int32, "q": ctypes.c_int64,
@@ -416,9 +427,10 @@ class CudaModule(CudaSourceModule):
                     kargs = [pointers[p.obj] if p.is_buffer else _PY_SCALAR[p.dtype](env[p.obj])
                              for p in kern.params]
                     if handle is None:
-                        drv.launch(fns[k], grid, block, 0, types, kargs)
+                        drv.launch(fns[k], grid, block, kern.dynamic_shared, types, kargs)
                     else:
-                        drv.launch(fns[k], grid, block, 0, types, kargs, stream=handle)
+                        drv.launch(fns[k], grid, block, kern.dynamic_shared, types, kargs,
+                                   stream=handle)
                 if handle is None:
                     drv.synchronize()
                 elif temps:
@@ -463,10 +475,13 @@ def _check_device_launch(drv, fn, kern: KernelInfo, grid, block) -> None:
             regs = f" (it uses {drv.function_registers(fn)} registers per thread)"
         raise err(f"{where}: {n} threads per block, but the compiled kernel{regs} fits at most "
                   f"{fmax}; use smaller threadIdx extents or less work per thread")
-    if kern.shared_bytes > drv.max_shared_per_block:
+    limit = drv.max_shared_per_block
+    if kern.dynamic_shared:
+        limit = getattr(drv, "max_shared_per_block_optin", limit)
+    if kern.shared_bytes > limit:
         raise ResourceLimitError(f"{where}: {kern.shared_bytes} bytes of shared memory per "
-                                 f"block, more than the {drv.max_shared_per_block} the device "
-                                 f"allows")
+                                 f"block, more than the {limit} the device allows; use "
+                                 f"smaller tiles")
 
 
 def build_cuda(func: PrimFunc, driver=None, target=None) -> CudaModule:

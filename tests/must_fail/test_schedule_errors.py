@@ -301,13 +301,14 @@ def test_block_too_large():
 
 
 def test_shared_tile_over_the_shared_memory_limit():
-    """A legal schedule whose shared tile (all of A, 128 x 128 float32 = 64 KiB per block)
-    is over the 48 KiB of static shared memory a CUDA block may use: ResourceLimitError
-    (a BuildError) when the CUDA C is generated, naming the stage and the buffer."""
+    """A legal schedule whose shared tile (all of A, 256 x 256 float32 = 256 KiB per block)
+    is over the 227 KiB of shared memory a CUDA block may use (sm_90's, with dynamic
+    shared memory): ResourceLimitError (a BuildError) when the CUDA C is generated,
+    naming the stage and the buffer."""
     from tecomp.codegen.cuda import codegen_cuda
 
-    A = tc.placeholder((128, 128), name="A")
-    k1, k2 = tc.reduce_axis((0, 128), name="k1"), tc.reduce_axis((0, 128), name="k2")
+    A = tc.placeholder((256, 256), name="A")
+    k1, k2 = tc.reduce_axis((0, 256), name="k1"), tc.reduce_axis((0, 256), name="k2")
     B = tc.compute((32,), lambda i: tc.sum(A[k1, k2] * (i + 1).astype("float32"), axis=[k1, k2]),
                    name="B")
     s = tc.create_schedule(B.op)
@@ -320,9 +321,10 @@ def test_shared_tile_over_the_shared_memory_limit():
     s[AA].bind(ai, tc.thread_axis("threadIdx.x"))
     func = tc.lower(s, [A, B], target="cuda")
     with pytest.raises(tc.ResourceLimitError, match=r"stage B: the shared buffers A\.shared take "
-                                                    r"65536 bytes per block, more than the 49152 "
-                                                    r"bytes of static shared memory a CUDA block "
-                                                    r"may use; use smaller tiles"):
+                                                    r"262144 bytes per block, more than the "
+                                                    r"232448 bytes of shared memory a CUDA block "
+                                                    r"may use \(sm_90's limit\); use smaller "
+                                                    r"tiles"):
         codegen_cuda(func)
     assert issubclass(tc.ResourceLimitError, tc.BuildError)
 
