@@ -95,12 +95,13 @@ def test_extents_tiles_do_not_divide_use_the_cuda_core_gemm():
 
 
 def test_wmma_config_choices():
-    assert wmma_config(4096, 4096, 4096) == WmmaConfig(2, 4, 4, 2, 32)   # 128 x 128 blocks
+    assert wmma_config(4096, 4096, 4096) == WmmaConfig(2, 2, 4, 4, 64)   # 128 x 128 blocks
+    assert wmma_config(4096, 4096, 4064) == WmmaConfig(2, 4, 4, 2, 32)   # k steps of 32
     assert wmma_config(1024, 1024, 1024) == WmmaConfig(2, 2, 2, 2, 32)   # 64 x 64: 256 blocks
     assert wmma_config(48, 48, 48) == WmmaConfig(1, 1, 1, 1, 16)
     assert wmma_config(40, 48, 48) is None and wmma_config(None, 64, 64) is None
     c = wmma_config(4096, 4096, 4096)
-    assert (c.block_m, c.block_n, c.threads) == (128, 128, 256)
+    assert (c.block_m, c.block_n, c.threads) == (128, 128, 128)
 
 
 def test_only_the_float16_to_float32_matmul_takes_tensor_cores():

@@ -10,7 +10,11 @@ block_n``) to shared memory, 8 halves (16 bytes) per thread and copy, the rows p
 8 halves (fewer bank conflicts for the fragment loads, rows still 16-byte aligned), and
 double-buffered (``cp.async`` on sm_80+); then per 16 steps of k each warp loads
 ``frags_m`` A fragments and ``frags_n`` B fragments and does ``frags_m * frags_n``
-``mma_sync``.  The accumulators are stored straight to C.
+``mma_sync``.  The accumulators are stored straight to C.  The default for large
+GEMMs, 128 x 128 blocks of 4 warps of 64 x 64 with k steps of 64, takes 70 KiB of shared
+memory (dynamic shared memory) and 230 registers a thread; it was the fastest of the H200
+sweeps (4096^3: 0.47 ms against 0.61 for 8 warps of 64 x 32 with k steps of 32, cuBLAS
+0.19; benchmarks/DECISIONS.md, "CUDA tensor cores").
 
 The tiles must divide the extents (tensor cores compute whole 16 x 16 x 16 blocks):
 :func:`wmma_config` picks the largest that does, and ``schedule_matmul`` falls back to
@@ -63,6 +67,7 @@ class WmmaConfig:
 
 #: the tilings :func:`wmma_config` tries, largest block first
 WMMA_CONFIGS = (
+    WmmaConfig(2, 2, 4, 4, 64),   # 128 x 128, 4 warps of 64 x 64, k steps of 64 (dynamic shared)
     WmmaConfig(2, 4, 4, 2, 32),   # 128 x 128, 8 warps of 64 x 32
     WmmaConfig(2, 2, 4, 4, 32),   # 128 x 128, 4 warps of 64 x 64
     WmmaConfig(2, 2, 2, 2, 32),   # 64 x 64, 4 warps of 32 x 32
