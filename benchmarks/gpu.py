@@ -319,16 +319,20 @@ def gemm_workload(n: int, half: bool = False) -> Workload:
                     configs=lambda: gemm_sweep(nn_cuda.gemm_config(n, n, n)), search=args)
 
 
-def wmma_sweep(n: int) -> List[object]:
-    """The tensor-core tilings that divide an ``n^3`` GEMM, the default first."""
+def wmma_sweep(n: int, N: Optional[int] = None, K: Optional[int] = None,
+               batch: int = 1) -> List[object]:
+    """The tensor-core tilings that divide an ``n x N x K`` GEMM (``n^3`` by default), the
+    default first."""
+    N = n if N is None else N
+    K = n if K is None else K
     W = nn_cuda.WmmaConfig
     cands = list(nn_cuda.tensorcore.WMMA_CONFIGS[:-1]) + [
         # more than 48 KiB of shared memory (dynamic): wider blocks, longer k steps
         W(2, 4, 4, 4, 32), W(4, 2, 4, 4, 32), W(2, 4, 4, 2, 64), W(2, 2, 4, 4, 64),
         W(2, 4, 4, 4, 64), W(4, 4, 4, 2, 32), W(4, 2, 2, 4, 64),
         W(4, 2, 2, 4, 32), W(2, 4, 2, 4, 32), W(2, 4, 4, 2, 32, False)]
-    fit = [c for c in cands if nn_cuda.tensorcore.fits(c, n, n, n)]
-    return _unique([nn_cuda.wmma_config(n, n, n)] + fit)
+    fit = [c for c in cands if nn_cuda.tensorcore.fits(c, n, N, K)]
+    return _unique([nn_cuda.wmma_config(n, N, K, batch)] + fit)
 
 
 def _rules_build(args: Callable[[], list], name: str) -> Callable[..., object]:
@@ -342,37 +346,80 @@ def _rules_build(args: Callable[[], list], name: str) -> Callable[..., object]:
     return build
 
 
-def bmm_workload(B: int, n: int, d: int) -> Workload:
+def bmm_workload(B: int, n: int, d: int, half: bool = False) -> Workload:
     """Attention's scores ``S[b, i, j] = sum_k Q[b, i, k] K[b, j, k]``, written in plain TE
     and scheduled by ``tc.auto_schedule(args, target="cuda")`` (no template has it);
-    ``--sweep`` tries GEMM tilings through the same rules."""
+    ``--sweep`` tries GEMM tilings through the same rules.  ``half``: float16 ``Q`` and
+    ``K``, the products summed in float32 (on tensor cores, ``K``'s tiles as column-major
+    fragments), against ``torch.bmm`` of float16 tensors (a float16 result)."""
+    dtype = "float16" if half else "float32"
+
     def args():
-        Q = tc.placeholder((B, n, d), name="Q")
-        K = tc.placeholder((B, n, d), name="K")
+        Q = tc.placeholder((B, n, d), dtype, name="Q")
+        K = tc.placeholder((B, n, d), dtype, name="K")
         k = tc.reduce_axis((0, d), name="k")
-        S = tc.compute((B, n, n), lambda b, i, j: tc.sum(Q[b, i, k] * K[b, j, k], axis=k),
-                       name="S")
+        if half:
+            S = tc.compute((B, n, n), lambda b, i, j: tc.sum(
+                Q[b, i, k].astype("float32") * K[b, j, k].astype("float32"), axis=k), name="S")
+        else:
+            S = tc.compute((B, n, n), lambda b, i, j: tc.sum(Q[b, i, k] * K[b, j, k], axis=k),
+                           name="S")
         return [Q, K, S]
 
-    build = _rules_build(args, f"bmm{B}x{n}x{d}")
+    build = _rules_build(args, f"{'h' if half else ''}bmm{B}x{n}x{d}")
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
-        q = rng.standard_normal((B, n, d), dtype=np.float32)
-        kk = rng.standard_normal((B, n, d), dtype=np.float32)
+        q = rng.standard_normal((B, n, d), dtype=np.float32).astype(dtype)
+        kk = rng.standard_normal((B, n, d), dtype=np.float32).astype(dtype)
         refs = {}
         expect = lambda: q.astype(np.float64) @ kk.astype(np.float64).transpose(0, 2, 1)  # noqa: E731
         if torch is not None:
             tq, tk = torch.from_numpy(q).cuda(), torch.from_numpy(kk).cuda()
-            tout = torch.empty((B, n, n), device="cuda")
+            tout = torch.empty((B, n, n), device="cuda", dtype=tq.dtype)
             refs["torch"] = Reference(lambda: torch.bmm(tq, tk.transpose(1, 2), out=tout),
-                                      lambda: _np(tout))
+                                      lambda: _np(tout.float()))
             expect = lambda: torch.bmm(tq.double(), tk.double().transpose(1, 2)).cpu().numpy()  # noqa: E731
         return Setup([q, kk, np.zeros((B, n, n), np.float32)], refs, expect)
 
+    if half:
+        return Workload(f"hbmm {B}x{n}x{n}x{d} f16 (auto_schedule, tensor cores)", build,
+                        setup, flops=2.0 * B * n * n * d, tolerance=2e-3,
+                        configs=lambda: wmma_sweep(n, n, d, B))
     return Workload(f"bmm {B}x{n}x{n}x{d} (auto_schedule)", build, setup,
                     flops=2.0 * B * n * n * d,
                     configs=lambda: gemm_sweep(nn_cuda.gemm_config(n, n, d, B)), search=args)
+
+
+def hdense_workload(M: int, N: int, K: int) -> Workload:
+    """``tc.nn.dense(X, W, out_dtype="float32")`` of float16 ``X[M, K]`` and ``W[N, K]``
+    (``nn.Linear``'s layout: ``W``'s tiles are column-major fragments) on tensor cores,
+    against ``F.linear`` of float16 tensors (cuBLAS, a float16 result)."""
+    def args():
+        X = tc.placeholder((M, K), "float16", name="X")
+        W = tc.placeholder((N, K), "float16", name="W")
+        return [X, W, ops.dense(X, W, out_dtype="float32")]
+
+    def build(target="cuda", config=None):
+        a = args()
+        return tc.build(nn_cuda.schedule_dense(a[-1], target, config), a, target=target,
+                        name=f"hdense{M}x{N}x{K}")
+
+    def setup(torch, cupy):
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((M, K), dtype=np.float32).astype(np.float16)
+        w = rng.standard_normal((N, K), dtype=np.float32).astype(np.float16)
+        refs = {}
+        expect = lambda: x.astype(np.float64) @ w.astype(np.float64).T  # noqa: E731
+        if torch is not None:
+            tx, tw = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()
+            F = torch.nn.functional
+            refs["torch"] = Reference(lambda: F.linear(tx, tw), lambda: _np(F.linear(tx, tw).float()))
+            expect = lambda: (tx.double() @ tw.double().T).cpu().numpy()  # noqa: E731
+        return Setup([x, w, np.zeros((M, N), np.float32)], refs, expect)
+
+    return Workload(f"hdense {M}x{K} -> {N} f16 (tensor cores)", build, setup,
+                    flops=2.0 * M * N * K, tolerance=2e-3, configs=lambda: wmma_sweep(M, N, K))
 
 
 def conv_workload(C: int, HW: int, layout: str, N: int = 32) -> Workload:
@@ -596,6 +643,8 @@ WORKLOADS = [
     conv_workload(256, 14, "nhwc"),
     softmax_workload(4096, 1024),
     bmm_workload(96, 512, 64),
+    bmm_workload(96, 512, 64, half=True),
+    hdense_workload(4096, 3072, 768),
     conv_gemm_workload(256, 14, "nchw"),
     conv_gemm_workload(256, 14, "nhwc"),
 ]

@@ -676,7 +676,10 @@ def test_gpu_benchmark_script_exits_cleanly_without_pycuda():
 @needs_cxx
 @pytest.mark.parametrize("w", [BENCH.gemm_workload(40), BENCH.conv_workload(5, 6, "nchw", N=2),
                                BENCH.conv_workload(6, 5, "nhwc", N=2),
-                               BENCH.softmax_workload(3, 50), BENCH.bmm_workload(2, 40, 16)],
+                               BENCH.softmax_workload(3, 50), BENCH.bmm_workload(2, 40, 16),
+                               BENCH.gemm_workload(32, half=True),
+                               BENCH.bmm_workload(2, 32, 16, half=True),
+                               BENCH.hdense_workload(32, 48, 32)],
                          ids=lambda w: w.name)
 def test_gpu_benchmark_workloads_check_out(w):
     """The benchmark's own data layouts and float64 references (numpy, as without PyTorch)
@@ -685,6 +688,8 @@ def test_gpu_benchmark_workloads_check_out(w):
     st = w.setup(None, None)
     mod(*st.host, mode="serial")
     assert BENCH.max_rel_error(st.host[-1], st.expect()) < BENCH.TOLERANCE
+    if "f16" in w.name:   # on tensor cores, in the emulation too
+        assert "mma_sync" in mod.get_source()
 
 
 def _emulated_timing(monkeypatch):

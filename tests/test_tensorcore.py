@@ -82,6 +82,62 @@ def test_template_matches_numpy_in_the_emulation(M, N, K, cfg):
     close(c, want, K)
 
 
+def _f16(rng, *shape):
+    return rng.standard_normal(shape, dtype=np.float32).astype(np.float16)
+
+
+def _transposed_cases():
+    """(name, args, inputs, want, schedule) of the GEMMs whose operands are not both
+    row major: dense (W[N, K]: column-major B fragments), batched with K transposed
+    (attention's scores) and with A transposed, through the template or the GPU rules."""
+    from tecomp.autoschedule.cuda_rules import apply_cuda_rules
+
+    rng = np.random.default_rng(7)
+    f32 = np.float32
+    X = tc.placeholder((64, 96), "float16", name="X")
+    W = tc.placeholder((128, 96), "float16", name="W")
+    Y = ops.dense(X, W, out_dtype="float32")
+    x, w = _f16(rng, 64, 96), _f16(rng, 128, 96)
+    yield ("dense", [X, W, Y], [x, w], x.astype(f32) @ w.astype(f32).T,
+           lambda t: sc.schedule_dense(Y, t))
+    A = tc.placeholder((3, 64, 32), "float16", name="A")
+    B = tc.placeholder((3, 48, 32), "float16", name="B")
+    C = ops.batch_matmul(A, B, transpose_b=True, out_dtype="float32")
+    a, b = _f16(rng, 3, 64, 32), _f16(rng, 3, 48, 32)
+    yield ("bmm K^T", [A, B, C], [a, b], np.einsum("bik,bjk->bij", a.astype(f32), b.astype(f32)),
+           lambda t, args=[A, B, C]: apply_cuda_rules(args))
+    A2 = tc.placeholder((2, 32, 64), "float16", name="A")
+    B2 = tc.placeholder((2, 32, 48), "float16", name="B")
+    C2 = ops.batch_matmul(A2, B2, transpose_a=True, out_dtype="float32")
+    a2, b2 = _f16(rng, 2, 32, 64), _f16(rng, 2, 32, 48)
+    yield ("bmm A^T", [A2, B2, C2], [a2, b2],
+           np.einsum("bki,bkj->bij", a2.astype(f32), b2.astype(f32)),
+           lambda t, args=[A2, B2, C2]: apply_cuda_rules(args))
+
+
+def run_transposed(target):
+    for name, args, ins, want, sched in _transposed_cases():
+        mod = tc.build(sched(target), args, target=target)
+        src = mod.get_source()
+        assert "mma_sync" in src and "col_major" in src, name
+        out = np.full(want.shape, np.nan, np.float32)
+        mod(*ins, out)
+        close(out, want, ins[0].shape[-1])
+
+
+@needs_cxx
+def test_transposed_and_batched_operands_in_the_emulation():
+    run_transposed("cuda-emu")
+
+
+@needs_nvcc
+def test_transposed_operands_compile_to_ptx():
+    for name, args, _, _, sched in _transposed_cases():
+        mod = tc.build(sched("cuda"), args, target="cuda")
+        assert "wmma.load.b.sync.aligned.col" in compile_ptx(mod.get_source(), "sm_90") or \
+            "wmma.load.a.sync.aligned.col" in compile_ptx(mod.get_source(), "sm_90"), name
+
+
 @needs_cxx
 def test_extents_tiles_do_not_divide_use_the_cuda_core_gemm():
     A, B, C = hgemm(40, 24, 40)
@@ -168,6 +224,11 @@ def test_dynamic_shared_memory_on_the_gpu(gpu_driver):
     mod(da, db, dc, stream=stream)
     stream.synchronize()
     close(dc.get(), want, 128)
+
+
+@pytest.mark.gpu
+def test_transposed_and_batched_operands_on_the_gpu(gpu_driver):
+    run_transposed("cuda")
 
 
 @pytest.mark.gpu

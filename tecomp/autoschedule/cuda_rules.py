@@ -13,7 +13,11 @@ tilings of :mod:`tecomp.nn.cuda` as the building blocks; no measurement:
    runs the GEMM template: blocks of ``gemm_config``'s tiling (the batch axes fused on
    ``blockIdx.z``), shared tiles per k step, a register micro-tile per thread.  An
    elementwise output that reads the GEMM only at its own index (a bias, an activation)
-   is computed from the registers when C is stored.
+   is computed from the registers when C is stored.  A contraction of float16 operands
+   summed in float32, with no epilogue and tiles of 16 that divide it, runs on tensor
+   cores instead (:mod:`tecomp.nn.cuda.tensorcore`, ``wmma_config``'s tiling; its knobs
+   ``<name>.warps_m``, ``.warps_n``, ``.frags_m``, ``.frags_n``, ``.k_tile``,
+   ``.double_buffer``).
 3. **Row reductions fused into their output**: an elementwise output whose reductions
    (after inlining) all reduce over the output's last axis per row, read at the row's
    own index (softmax, layer norm, a row-wise normalisation): one block per row (the
@@ -56,7 +60,9 @@ def _threads_for(n: Optional[int]) -> int:
 def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None, knobs=None) -> Schedule:
     """The rule-based GPU schedule of ``args`` (the list given to ``tc.build``).
     ``gemm``: a :class:`~tecomp.nn.cuda.GemmConfig` for every contraction instead of
-    ``gemm_config``'s (what ``benchmarks/gpu.py --sweep`` tries).  ``knobs``: a
+    ``gemm_config``'s, or a :class:`~tecomp.nn.cuda.WmmaConfig` for every tensor-core one
+    (float16 operands, a float32 sum) instead of ``wmma_config``'s (what
+    ``benchmarks/gpu.py --sweep`` tries).  ``knobs``: a
     :class:`~tecomp.autoschedule.rules.Knobs` that takes the decisions (the search's
     candidates; by default the analytic ones): per contraction its GEMM tiling, per
     reduction or elementwise kernel its threads per block."""
@@ -177,7 +183,8 @@ class _CudaRules:
 
     # -- 2. contractions ----------------------------------------------------------------
     def contraction(self, op: ComputeOp) -> None:
-        from ..nn.cuda.gemm import _schedule_gemm, gemm_config, reads_at_own_index
+        from ..nn.cuda.gemm import GemmConfig, _schedule_gemm, gemm_config, reads_at_own_index
+        from ..nn.cuda.tensorcore import schedule_wmma_gemm, tensor_core_gemm, wmma_config
 
         s, gemm = self.s, op.output(0)
         out = gemm
@@ -194,9 +201,30 @@ class _CudaRules:
         *batch, M, N = (self.cint(e) for e in gemm.shape)
         K = self.cint(op.reduce_axis[0].dom.extent)
         nb = None if any(b is None for b in batch) else math.prod(batch)
+        if out is gemm and tensor_core_gemm(gemm) and not isinstance(self.gemm, GemmConfig):
+            wcfg = self.gemm or wmma_config(M, N, K, nb)
+            if wcfg is not None:   # float16 in, float32 out, tiles of 16: tensor cores
+                schedule_wmma_gemm(s, gemm, wcfg if self.gemm else self.wmma_knobs(op.name, wcfg))
+                self.done |= {id(op)}
+                return
         _schedule_gemm(s, gemm, out, self.gemm or self.gemm_knobs(
             op.name, gemm_config(M, N, K, nb)))
         self.done |= {id(op), id(out.op)}
+
+    def wmma_knobs(self, name: str, d):
+        """The tensor-core tiling of contraction ``name``: ``d`` (``wmma_config``'s) by
+        default; a sampled tiling whose tiles do not divide the extents is a ScheduleError
+        (not a candidate)."""
+        from dataclasses import replace
+
+        k = self.knobs.choose
+        return replace(
+            d, warps_m=k(f"{name}.warps_m", [1, 2, 4], d.warps_m),
+            warps_n=k(f"{name}.warps_n", [1, 2, 4], d.warps_n),
+            frags_m=k(f"{name}.frags_m", [1, 2, 4], d.frags_m),
+            frags_n=k(f"{name}.frags_n", [1, 2, 4], d.frags_n),
+            k_tile=k(f"{name}.k_tile", [16, 32, 64], d.k_tile),
+            double_buffer=k(f"{name}.double_buffer", [False, True], d.double_buffer))
 
     def gemm_knobs(self, name: str, d):
         """The GEMM tiling of contraction ``name``: ``d`` (``gemm_config``'s) by default."""

@@ -88,9 +88,9 @@ from ..target import (  # noqa: E402,F401
 #: (m16n16k16; the operands row major) and the dtype its buffer must have
 _FRAGMENT_TYPES = {
     "wmma.matrix_a": ("nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, half, "
-                      "nvcuda::wmma::row_major>", "float16"),
+                      "nvcuda::wmma::{layout}>", "float16"),
     "wmma.matrix_b": ("nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, half, "
-                      "nvcuda::wmma::row_major>", "float16"),
+                      "nvcuda::wmma::{layout}>", "float16"),
     "wmma.accumulator": ("nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>",
                          "float32"),
 }
@@ -578,6 +578,9 @@ class CudaRenderer(CSource):
         for n in shape[:-2]:
             count *= n
         count *= (shape[-2] // 16) * (shape[-1] // 16)
+        layout = _fragment_layout(s)
+        if "{layout}" in ftype:
+            ftype = ftype.replace("{layout}", layout)
         self.uses_wmma = True
         again = buf in self._scopes[-1]
         if again:
@@ -746,6 +749,62 @@ def _has_barrier(s) -> bool:
     f = _BarrierFinder()
     f.visit(s)
     return f.found
+
+
+def _fragment_layout(s: Allocate) -> str:
+    """The layout an operand fragment is declared with: that of the memory tiles its
+    loads read, seen as the mma that reads the fragment sees the matrix (``A[i, k]``,
+    ``B[k, j]``): a tile of ``W[n, k]`` loaded into a fragment the mma reads as ``B[k,
+    n]`` is column major.  ``row_major`` where no load says (the load's emitter then
+    reports a tile that is neither)."""
+    from ..ir.stmt import TensorIntrinCall
+    from ..lower.tensorize import operand_strides
+    from ..te.intrin_cuda import tile_layout
+
+    buf = s.buffer
+    nd = len(buf.shape)
+    calls = collect(s.body, lambda n: isinstance(n, TensorIntrinCall))
+
+    def buffer_dims(call, n):
+        # the buffer dimension each dimension of operand n of ``call`` steps along
+        return [next((d for d, c in enumerate(row) if c), None) for row in call.coefs[n]]
+
+    # how the mma (the call that reads the fragment) sees it: as stored, or transposed
+    transposed = set()
+    for call in calls:
+        for n in range(1, len(call.buffers)):
+            if call.buffers[n] is buf:
+                dims = buffer_dims(call, n)
+                if dims not in ([nd - 2, nd - 1], [nd - 1, nd - 2]):
+                    raise BuildError(
+                        f"tensorize {call.intrin.name} (stage {call.stage}) reads fragment "
+                        f"{buf.name} along its dimensions {dims}; a wmma fragment is a 16 x 16 "
+                        "tile of its last two dimensions")
+                transposed.add(dims == [nd - 1, nd - 2])
+    if len(transposed) > 1 or (transposed == {True} and buf.scope == "wmma.accumulator"):
+        raise BuildError(f"fragment {buf.name} is read {'both as stored and ' if len(transposed) > 1 else ''}"
+                         "transposed; a wmma fragment has one layout, and an accumulator is "
+                         "read as stored: order the mma's loops as its output's axes")
+    found = {}
+    for call in calls:
+        if call.buffers[0] is not buf or len(call.buffers) < 2:
+            continue
+        # the memory tile's strides along the fragment buffer's last two dimensions
+        frag_dims = buffer_dims(call, 0)
+        mem = [int(x.value) if isinstance(x, Const) else None
+               for x in operand_strides(call.buffers[1], call.coefs[1])]
+        along = dict(zip(frag_dims, mem))
+        layout, _ = tile_layout([along.get(nd - 2), along.get(nd - 1)])
+        if layout is not None:
+            if transposed == {True}:
+                layout = "col_major" if layout == "row_major" else "row_major"
+            found.setdefault(layout, call.buffers[1].name)
+    if len(found) > 1:
+        raise BuildError(
+            f"fragment {buf.name} is loaded from row-major tiles of {found['row_major']} and "
+            f"column-major tiles of {found['col_major']}; a wmma fragment has one layout: "
+            "load it from tiles of one layout")
+    return next(iter(found), "row_major")
 
 
 def _no_fragment_element(buf: Buffer, how: str) -> None:

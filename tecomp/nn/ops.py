@@ -139,14 +139,18 @@ def matmul(A, B, name: str = "matmul", out_dtype=None):
                                             axis=k), name=name, tag="matmul")
 
 
-def dense(X, W, bias=None, name: str = "dense"):
+def dense(X, W, bias=None, name: str = "dense", out_dtype=None):
     """``X[B, I] W[O, I]^T (+ bias[O]) -> [B, O]`` (PyTorch's ``nn.Linear``).  With a bias the
-    product is the stage ``<name>.matmul`` and ``<name>`` adds the bias."""
+    product is the stage ``<name>.matmul`` and ``<name>`` adds the bias.  ``out_dtype``:
+    the operands are cast to it before they are multiplied and summed (as ``matmul``'s)."""
     if X.ndim != 2 or W.ndim != 2:
         raise ShapeError(f"dense {name}: X must be [batch, in] and W [out, in]")
     k = _te.reduce_axis(X.shape[1], name="k")
+
+    def cast(x):
+        return x if out_dtype is None else x.astype(out_dtype)
     mm = _te.compute((X.shape[0], W.shape[0]),
-                     lambda b, o: _te.sum(X[b, k] * W[o, k], axis=k),
+                     lambda b, o: _te.sum(cast(X[b, k]) * cast(W[o, k]), axis=k),
                      name=name if bias is None else f"{name}.matmul", tag="dense")
     if bias is None:
         return mm
@@ -154,10 +158,11 @@ def dense(X, W, bias=None, name: str = "dense"):
 
 
 def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False,
-                 name: str = "batch_matmul"):
+                 name: str = "batch_matmul", out_dtype=None):
     """``A[b, m, k] @ B[b, k, n] -> [b, m, n]`` (``torch.bmm``); ``transpose_a`` reads A as
     ``[b, k, m]``, ``transpose_b`` reads B as ``[b, n, k]`` (attention's ``Q K^T``).  A batch
-    extent of 1 on one side broadcasts to the other's (as TVM's ``batch_matmul``)."""
+    extent of 1 on one side broadcasts to the other's (as TVM's ``batch_matmul``).
+    ``out_dtype``: the operands are cast to it before they are multiplied and summed."""
     if A.ndim != 3 or B.ndim != 3:
         raise ShapeError(f"batch_matmul {name}: needs 3-d tensors [batch, rows, cols], got "
                          f"{A.name} {A.ndim}-d and {B.name} {B.ndim}-d")
@@ -182,6 +187,8 @@ def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False,
         pb = 0 if one_b and not one_a else b
         a = A[pa, k, i] if transpose_a else A[pa, i, k]
         c = B[pb, j, k] if transpose_b else B[pb, k, j]
+        if out_dtype is not None:
+            a, c = a.astype(out_dtype), c.astype(out_dtype)
         return _te.sum(a * c, axis=k)
 
     return _te.compute((batch, m, n), f, name=name, tag="batch_matmul")

@@ -30,14 +30,16 @@ users know them: the operands live in *fragments*, buffers of scope ``wmma.matri
     s[C].tensorize(ii, tc.tensor_intrin("cuda.wmma_store_f32"))       # C[...] = CF[i, j]
 
 * ``cuda.wmma_load_a_f16`` / ``cuda.wmma_load_b_f16`` -- a 16 x 16 float16 tile, row
-  major (unit stride along its second axis; the row stride a multiple of 8 elements),
-  from shared or global memory into a fragment (``load_matrix_sync``);
+  major or column major (unit stride along one axis, the other a multiple of 8
+  elements: ``B[k, n]`` read from a ``W[n, k]`` tile is column major), from shared or
+  global memory into a fragment (``load_matrix_sync``; the fragment is declared with the
+  layout its loads read);
 * ``cuda.wmma_mma_f16f16f32`` -- ``C[i, j] += float(A[i, k]) * float(B[k, j])`` over a
   16 x 16 x 16 tile (``mma_sync``); its accumulator is set to 0 with
   ``cuda.wmma_fill_f32`` (``fill_fragment``), which lowering emits where a reduction's
   identity goes;
-* ``cuda.wmma_store_f32`` -- a float32 accumulator tile to memory, row major
-  (``store_matrix_sync``; the row stride a multiple of 4 elements).
+* ``cuda.wmma_store_f32`` -- a float32 accumulator tile to memory, row or column major
+  (``store_matrix_sync``; the other stride a multiple of 4 elements).
 
 A fragment's elements are nowhere in memory: only these intrinsics may touch them, each
 fragment dimension must be a multiple of 16 and each tile start on one.  Every lane of a
@@ -95,19 +97,32 @@ def _fill(dtype: str):
     return compute((TILE, TILE), lambda i, j: const(0, dtype), name="c")
 
 
-def _row_stride(intrin: str, view, multiple: int) -> int:
-    """The row stride of a row-major 16 x 16 tile in memory (BuildError otherwise)."""
+def tile_layout(strides):
+    """``(layout, leading dimension)`` of a 16 x 16 tile in memory with element
+    ``strides``: ``("row_major", s0)`` for ``[s0, 1]``, ``("col_major", s1)`` for ``[1,
+    s1]``, ``(None, None)`` otherwise."""
+    a, b = strides
+    if b == 1 and a != 1:
+        return "row_major", a
+    if a == 1 and b != 1:
+        return "col_major", b
+    return None, None
+
+
+def _leading_dim(intrin: str, view, multiple: int):
+    """The layout and leading dimension of a 16 x 16 tile in memory (BuildError when it
+    is neither row nor column major with a suitable constant stride)."""
     from ..errors import BuildError
 
-    ld, unit = view.strides
-    if unit != 1 or not isinstance(ld, int) or ld % multiple or ld < TILE:
+    layout, ld = tile_layout(view.strides)
+    if layout is None or not isinstance(ld, int) or ld % multiple or ld < TILE:
         raise BuildError(
             f"tensor intrinsic {intrin}: operand {view.name} is a block of "
             f"{view.buffer_name} with element strides {list(view.strides)}; wmma reads and "
-            f"writes a row-major tile whose row stride is a constant multiple of {multiple} "
-            f"elements and at least {TILE} (e.g. strides [{TILE * 2}, 1]): copy the tile to "
-            "shared memory in that layout (cache_read, storage_align)")
-    return ld
+            f"writes a row- or column-major tile whose other stride is a constant multiple "
+            f"of {multiple} elements and at least {TILE} (e.g. strides [{TILE * 2}, 1]): copy "
+            "the tile to shared memory in that layout (cache_read, storage_align)")
+    return layout, ld
 
 
 def _fragment(intrin: str, view) -> str:
@@ -133,9 +148,11 @@ def _memory(intrin: str, view):
 
 
 def _load(name: str):
+    # (the fragment's type carries the layout: the code generator declares it from the
+    # tiles its loads read, see tecomp.codegen.cuda)
     def emit(cb, ins, outs):
         src = _memory(name, ins[0])
-        ld = _row_stride(name, src, 8)
+        _, ld = _leading_dim(name, src, 8)
         cb.emit(f"{WMMA}load_matrix_sync({_fragment(name, outs[0])}, {src.ptr}, {ld});")
     return emit
 
@@ -143,9 +160,10 @@ def _load(name: str):
 def _store(name: str):
     def emit(cb, ins, outs):
         dst = _memory(name, outs[0])
-        ld = _row_stride(name, dst, 4)
+        layout, ld = _leading_dim(name, dst, 4)
+        mem = "mem_row_major" if layout == "row_major" else "mem_col_major"
         cb.emit(f"{WMMA}store_matrix_sync({dst.ptr}, {_fragment(name, ins[0])}, {ld}, "
-                f"{WMMA}mem_row_major);")
+                f"{WMMA}{mem});")
     return emit
 
 

@@ -96,6 +96,14 @@ def shipped_kernels() -> List[Tuple[str, Callable]]:
             return tc.build(sc.schedule_matmul(C, "cuda"), [A, B, C], target="cuda")
         return f"{'h' if dtype == 'float16' else ''}gemm {n}^3", build
 
+    def hdense(b, i, o):
+        def build():
+            X = tc.placeholder((b, i), "float16", name="X")
+            W = tc.placeholder((o, i), "float16", name="W")
+            Y = ops.dense(X, W, out_dtype="float32")
+            return tc.build(sc.schedule_dense(Y, "cuda"), [X, W, Y], target="cuda")
+        return f"hdense {b}x{i} -> {o}", build
+
     def dense(b, i, o):
         def build():
             X, W = tc.placeholder((b, i), name="X"), tc.placeholder((o, i), name="W")
@@ -127,7 +135,7 @@ def shipped_kernels() -> List[Tuple[str, Callable]]:
         return f"softmax {m}x{n}", build
 
     return [gemm(1024), gemm(4096), gemm(1024, "float16"), gemm(4096, "float16"),
-            dense(128, 768, 3072), conv(64, 56, "nchw"),
+            hdense(4096, 768, 3072), dense(128, 768, 3072), conv(64, 56, "nchw"),
             conv(256, 14, "nchw"), conv(64, 56, "nhwc"), conv(256, 14, "nhwc"),
             softmax(4096, 1024), softmax(128, 30522)]
 

@@ -284,7 +284,7 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
         _check_same_index_reads(s, out, gemm)
     M, N = (_cint(e) for e in gemm.shape)
     K = _cint(gemm.op.reduce_axis[0].dom.extent)
-    if out is gemm and "matmul" in tags and tensor_core_gemm(gemm):
+    if out is gemm and tensor_core_gemm(gemm):
         wcfg = config if isinstance(config, WmmaConfig) else (
             wmma_config(M, N, K) if config is None else None)
         if wcfg is not None:
@@ -292,9 +292,9 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
             return s
     if isinstance(config, WmmaConfig):
         raise ScheduleError(
-            f"config is a WmmaConfig, but {gemm.name} is not a tensor-core GEMM (float16 A[i, "
-            "k] and B[k, j], a float32 result, no epilogue: tc.nn.matmul(A, B, "
-            "out_dtype='float32')); pass a GemmConfig")
+            f"config is a WmmaConfig, but {gemm.name} is not a tensor-core GEMM (float16 "
+            "operands, a float32 result, no epilogue: tc.nn.matmul(A, B, "
+            "out_dtype='float32'), tc.nn.dense(X, W, out_dtype='float32')); pass a GemmConfig")
     cfg = config if config is not None else gemm_config(M, N, K)
     if not isinstance(cfg, GemmConfig):
         raise ScheduleError(f"config must be a GemmConfig, got {cfg!r}")
@@ -315,9 +315,11 @@ def schedule_matmul(outs, target: str = "cuda", config=None) -> Schedule:
     return _schedule_gemm_like(outs, target, ("matmul",), config)
 
 
-def schedule_dense(outs, target: str = "cuda", config: Optional[GemmConfig] = None) -> Schedule:
+def schedule_dense(outs, target: str = "cuda", config=None) -> Schedule:
     """The CUDA schedule of ``tecomp.nn.dense`` (``X[B, I] W[O, I]^T``, with or without a
     bias, plus any elementwise epilogue): the GEMM schedule with ``W`` tiles ``[BN][KT]``
     (rows padded against bank conflicts); the bias is added when C is stored.
-    ``config`` overrides the tiling :func:`gemm_config` picks."""
+    ``config`` overrides the tiling :func:`gemm_config` picks.  float16 operands with a
+    float32 result and no bias or epilogue (``tc.nn.dense(X, W, out_dtype="float32")``)
+    run on tensor cores (``W``'s tiles loaded as column-major fragments)."""
     return _schedule_gemm_like(outs, target, ("dense",), config)

@@ -85,30 +85,32 @@ def fits(cfg: WmmaConfig, M: int, N: int, K: int) -> bool:
     return M % cfg.block_m == 0 and N % cfg.block_n == 0 and K % cfg.k_tile == 0
 
 
-def wmma_config(M: Optional[int], N: Optional[int], K: Optional[int]) -> Optional[WmmaConfig]:
-    """The tiling of an ``M x N x K`` tensor-core GEMM: the first of
+def wmma_config(M: Optional[int], N: Optional[int], K: Optional[int],
+                batch: Optional[int] = 1) -> Optional[WmmaConfig]:
+    """The tiling of an ``M x N x K`` tensor-core GEMM (``batch`` of them): the first of
     :data:`WMMA_CONFIGS` whose tiles divide the extents and that gives
-    :data:`WMMA_MIN_BLOCKS` blocks (else the smallest that divides: the most blocks); None when no tiling
-    divides them (an extent symbolic or not a multiple of 16)."""
+    :data:`WMMA_MIN_BLOCKS` blocks (counted over the batch; else the smallest that
+    divides: the most blocks); None when no tiling divides them (an extent symbolic or not
+    a multiple of 16)."""
     if None in (M, N, K):
         return None
     fitting = [c for c in WMMA_CONFIGS if fits(c, M, N, K)]
     for c in fitting:
-        if (M // c.block_m) * (N // c.block_n) >= WMMA_MIN_BLOCKS:
+        if (batch or 1) * (M // c.block_m) * (N // c.block_n) >= WMMA_MIN_BLOCKS:
             return c
     return fitting[-1] if fitting else None
 
 
 def tensor_core_gemm(gemm: Tensor) -> bool:
-    """Whether ``gemm`` is ``C[i, j] = sum_k f32(A[i, k]) * f32(B[k, j])`` with ``A``, ``B``
-    float16 and ``C`` float32: what the tensor-core schedule computes."""
+    """Whether ``gemm`` is a (batched) ``C[.., i, j] = sum_k f32(A) * f32(B)`` with ``A``
+    read ``[.., i, k]`` or ``[.., k, i]``, ``B`` read ``[.., k, j]`` or ``[.., j, k]``,
+    both float16, ``C`` float32: what the tensor-core schedule computes."""
     op = gemm.op
     found = _contraction_operands(op)
-    if found is None or len(op.axis) != 2:
+    if found is None:
         return False
     nbatch, (a, a_kfirst), (b, b_kfirst) = found
-    if nbatch or a_kfirst or not b_kfirst or a.dtype != "float16" or b.dtype != "float16" \
-            or gemm.dtype != "float32":
+    if a.dtype != "float16" or b.dtype != "float16" or gemm.dtype != "float32":
         return False
     src = op.body.source
     return all(isinstance(x, Cast) and x.dtype == "float32" and x.value.dtype == "float16"
@@ -117,8 +119,10 @@ def tensor_core_gemm(gemm: Tensor) -> bool:
 
 def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
     """Schedule ``gemm`` (:func:`tensor_core_gemm`, an output) on tensor cores with
-    ``cfg``'s tiling (its tiles must divide the extents)."""
-    M, N = (_cint(e) for e in gemm.shape)
+    ``cfg``'s tiling (its tiles must divide the extents).  Batch axes are fused onto
+    ``blockIdx.z``; an operand stored with ``k`` in its other dimension (``A[k, i]``,
+    ``W[j, k]``) is copied as it is stored and loaded into column-major fragments."""
+    *batch, M, N = (_cint(e) for e in gemm.shape)
     K = _cint(gemm.op.reduce_axis[0].dom.extent)
     if not isinstance(cfg, WmmaConfig):
         raise ScheduleError(f"the tensor-core GEMM {gemm.name} takes a WmmaConfig, got {cfg!r:.80}")
@@ -133,7 +137,7 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
     if cfg.threads > 1024:
         raise ScheduleError(f"{cfg} has {cfg.threads} threads per block; a CUDA block has at "
                             "most 1024")
-    _, (a, _), (b, _) = _contraction_operands(gemm.op)
+    _, (a, a_kfirst), (b, b_kfirst) = _contraction_operands(gemm.op)
     CF = s.cache_write(gemm, "wmma.accumulator")
     AS = s.cache_read(a, "shared", [CF])
     BS = s.cache_read(b, "shared", [CF])
@@ -143,14 +147,19 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
     # C: blocks, warps (threadIdx.z / .y: each warp's 32 lanes share one fragment set),
     # the warp's fragments stored one 16 x 16 tile at a time
     st = s[gemm]
-    i, j = st.op.axis
+    *bat, i, j = st.op.axis
     by, i = st.split(i, factor=cfg.block_m)
     bx, j = st.split(j, factor=cfg.block_n)
     wy, i = st.split(i, factor=cfg.frags_m * FRAG)
     wx, j = st.split(j, factor=cfg.frags_n * FRAG)
     fi, i = st.split(i, factor=FRAG)
     fj, j = st.split(j, factor=FRAG)
-    st.reorder(by, bx, wy, wx, fi, fj, i, j)
+    if bat:
+        bz = st.fuse(*bat) if len(bat) > 1 else bat[0]
+        st.reorder(bz, by, bx, wy, wx, fi, fj, i, j)
+        _bind(st, bz, "blockIdx.z")
+    else:
+        st.reorder(by, bx, wy, wx, fi, fj, i, j)
     _bind(st, by, "blockIdx.y")
     _bind(st, bx, "blockIdx.x")
     _bind(st, wy, "threadIdx.z")
@@ -160,33 +169,39 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
     # the accumulators: per k step of the shared tiles, per 16 k, every fragment pair
     sc = s[CF]
     sc.compute_at(st, wx)
-    ci, cj = sc.op.axis
+    *cb, ci, cj = sc.op.axis
     ko, k = sc.split(sc.op.reduce_axis[0], factor=cfg.k_tile)
     kf, k = sc.split(k, factor=FRAG)
     fi, ci = sc.split(ci, factor=FRAG)
     fj, cj = sc.split(cj, factor=FRAG)
-    sc.reorder(ko, kf, fi, fj, ci, cj, k)
+    sc.reorder(*cb, ko, kf, fi, fj, ci, cj, k)
     sc.tensorize(ci, tensor_intrin("cuda.wmma_mma_f16f16f32"))
 
-    # the fragments of one 16-wide k step
-    for F, intrin in ((AF, "cuda.wmma_load_a_f16"), (BF, "cuda.wmma_load_b_f16")):
+    # the fragments of one 16-wide k step: the 16 x 16 tiles of the operand's last two
+    # dimensions (in its own order), tiled along the one that is not k
+    for F, kfirst, intrin in ((AF, a_kfirst, "cuda.wmma_load_a_f16"),
+                              (BF, b_kfirst, "cuda.wmma_load_b_f16")):
         sf = s[F]
         sf.compute_at(sc, kf)
-        r, c = sf.op.axis
-        if F is AF:
-            ro, r = sf.split(r, factor=FRAG)
-            sf.tensorize(r, tensor_intrin(intrin))
-        else:
+        *fb, r, c = sf.op.axis
+        if kfirst:              # [k, x]: x tiled
             co, c = sf.split(c, factor=FRAG)
-            sf.reorder(co, r, c)
+            sf.reorder(*fb, co, r, c)
+            sf.tensorize(r, tensor_intrin(intrin))
+        else:                   # [x, k]
+            ro, r = sf.split(r, factor=FRAG)
+            sf.reorder(*fb, ro, r, c)
             sf.tensorize(r, tensor_intrin(intrin))
 
     # the shared tiles: 16-byte copies spread over the block, rows padded, double-buffered
     threads = [("threadIdx.x", WARP), ("threadIdx.y", cfg.warps_n), ("threadIdx.z", cfg.warps_m)]
-    for S, rows, cols in ((AS, cfg.block_m, cfg.k_tile), (BS, cfg.k_tile, cfg.block_n)):
+    for S, rows, cols in ((AS, cfg.block_m, cfg.k_tile) if not a_kfirst else
+                          (AS, cfg.k_tile, cfg.block_m),
+                          (BS, cfg.k_tile, cfg.block_n) if b_kfirst else
+                          (BS, cfg.block_n, cfg.k_tile)):
         ss = s[S]
         ss.compute_at(sc, ko)
-        ss.storage_align(ss.op.axis[0], cols, PAD)
+        ss.storage_align(ss.op.axis[-2], cols, PAD)
         _cooperative_copy(ss, threads, rows * cols, 8)
         if cfg.double_buffer:
             ss.double_buffer()
