@@ -610,7 +610,7 @@ class CudaRenderer(CSource):
             flat = i if flat is None else _op.add(_op.mul(flat, Const(n, "int32")), i)
         return f"{self.name(buf)}[{self.expr_top(simplify(flat))}]"
 
-    def _check_warp_call(self, s, fragments) -> None:
+    def _check_warp_call(self, s) -> None:
         """A warp-wide intrinsic (a wmma fragment among its operands) runs the same call in
         every lane of a warp: refuse what would make the lanes differ."""
         what = f"tensorize {s.intrin.name} (stage {s.stage})"
@@ -655,7 +655,7 @@ class CudaRenderer(CSource):
             super()._s_TensorIntrinCall(s)
             return
         if fragments:
-            self._check_warp_call(s, fragments)
+            self._check_warp_call(s)
         views = []
         for n, (ph, buf) in enumerate(zip([intrin.output] + list(intrin.inputs), s.buffers)):
             shape = tuple(int(x.value) for x in ph.shape)
@@ -782,9 +782,10 @@ def _fragment_layout(s: Allocate) -> str:
                         "tile of its last two dimensions")
                 transposed.add(dims == [nd - 1, nd - 2])
     if len(transposed) > 1 or (transposed == {True} and buf.scope == "wmma.accumulator"):
-        raise BuildError(f"fragment {buf.name} is read {'both as stored and ' if len(transposed) > 1 else ''}"
-                         "transposed; a wmma fragment has one layout, and an accumulator is "
-                         "read as stored: order the mma's loops as its output's axes")
+        how = "both as stored and transposed" if len(transposed) > 1 else "transposed"
+        raise BuildError(f"fragment {buf.name} is read {how}; a wmma fragment has one layout, "
+                         "and an accumulator is read as stored: order the mma's loops as its "
+                         "output's axes")
     found = {}
     for call in calls:
         if call.buffers[0] is not buf or len(call.buffers) < 2:
