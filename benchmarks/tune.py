@@ -347,7 +347,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--only", default="", help="workloads whose name contains this")
+    p.add_argument("--only", default="", help="workloads whose name contains this (or one of these, comma-separated)")
     p.add_argument("--quick", action="store_true", help="fewer rounds, no GEMM 2048")
     p.add_argument("--trials", type=int, default=0, help="tecomp's measured search (0: none)")
     p.add_argument("--tvm-trials", type=int, default=0, help="TVM MetaSchedule (0: none)")
@@ -377,7 +377,7 @@ def main(argv=None):
     os.makedirs(log_dir, exist_ok=True)
     print(f"machine: {machine()}; {threads} thread(s)")
     print(f"load before: {os.popen('uptime').read().strip()}")
-    works = [w for w in all_workloads() if a.only in w.name]
+    works = [w for w in all_workloads() if any(x in w.name for x in a.only.split(","))]
     if a.quick:
         works = [w for w in works if "2048" not in w.name]
     rows, skipped = [], {}

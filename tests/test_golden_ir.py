@@ -98,6 +98,15 @@ def test_double_buffer():
     check(tc.lower(s, [A, B, C], target="cuda"), EXPECTED_DOUBLE_BUFFER)
 
 
+def test_tensor_cores():
+    """wmma: fragment scopes, the accumulator's fill (the mma's init), the four tensorized
+    stages (one warp, one 16 x 16 tile of C, two 16-wide k steps)"""
+    from wmma_examples import hand_schedule
+
+    s, args, _ = hand_schedule(M=16, N=16, K=32, bm=16, warps=1, kt=32)
+    check(tc.lower(s, list(args), target="cuda"), EXPECTED_TENSOR_CORES)
+
+
 EXPECTED_SPLIT = """\
 primfn main(A: float32[20, 8], B: float32[8, 16], C: float32[20, 16]) {
   for (i.outer, 0, 2) {
@@ -244,6 +253,96 @@ primfn main(A: float32[16, 16], B: float32[16, 16], C: float32[16, 16]) {
       }
       for (j_1, 0, 16) {
         C[i.outer*4 + i.inner, j_1] = C.local[0, j_1]
+      }
+    }
+  }
+}"""
+
+
+EXPECTED_TENSOR_CORES = """\
+primfn main(A: float16[16, 32], B: float16[32, 16], matmul: float32[16, 16]) {
+  blockIdx.y (i.outer, 0, 1) {
+    blockIdx.x (j.outer, 0, 1) {
+      threadIdx.z (i.inner.outer, 0, 1) {
+        threadIdx.y (j.inner.outer, 0, 1) {
+          allocate matmul.wmma.accumulator: float32[16, 16] (wmma.accumulator)
+          tensorize cuda.wmma_fill_f32 (store) {
+            // out c: matmul.wmma.accumulator[x0, x1]
+            for (i.inner, 0, 16) {
+              for (j.inner, 0, 16) {
+                matmul.wmma.accumulator[i.inner, j.inner] = 0f
+              }
+            }
+          }
+          allocate B.shared: float16[32, 16] (shared)
+          allocate A.shared: float16[16, 32] (shared)
+          for (i0.i1.fused.outer.outer.outer.outer, 0, 2) {
+            threadIdx.z (i0.i1.fused.outer.outer.outer.inner, 0, 1) {
+              threadIdx.y (i0.i1.fused.outer.outer.inner, 0, 1) {
+                threadIdx.x (i0.i1.fused.outer.inner, 0, 32) {
+                  vectorized (i0.i1.fused.inner, 0, 8) {
+                    B.shared[i0.i1.fused.outer.outer.outer.outer*16 + i0.i1.fused.outer.inner // 2, (i0.i1.fused.outer.inner % 2)*8 + i0.i1.fused.inner] = B[i0.i1.fused.outer.outer.outer.outer*16 + i0.i1.fused.outer.inner // 2, (i0.i1.fused.outer.inner % 2)*8 + i0.i1.fused.inner]
+                  }
+                }
+              }
+            }
+          }
+          for (i0.i1.fused.outer.outer.outer.outer_1, 0, 2) {
+            threadIdx.z (i0.i1.fused.outer.outer.outer.inner_1, 0, 1) {
+              threadIdx.y (i0.i1.fused.outer.outer.inner_1, 0, 1) {
+                threadIdx.x (i0.i1.fused.outer.inner_1, 0, 32) {
+                  vectorized (i0.i1.fused.inner_1, 0, 8) {
+                    A.shared[i0.i1.fused.outer.outer.outer.outer_1*8 + i0.i1.fused.outer.inner_1 // 4, (i0.i1.fused.outer.inner_1 % 4)*8 + i0.i1.fused.inner_1] = A[i0.i1.fused.outer.outer.outer.outer_1*8 + i0.i1.fused.outer.inner_1 // 4, (i0.i1.fused.outer.inner_1 % 4)*8 + i0.i1.fused.inner_1]
+                  }
+                }
+              }
+            }
+          }
+          syncthreads()
+          for (k.inner.outer, 0, 2) {
+            allocate B.shared.wmma.matrix_b: float16[16, 16] (wmma.matrix_b)
+            allocate A.shared.wmma.matrix_a: float16[16, 16] (wmma.matrix_a)
+            tensorize cuda.wmma_load_b_f16 (store) {
+              // out b_frag: B.shared.wmma.matrix_b[x0, x1]
+              // in a: B.shared[k.inner.outer*16 + x0, x1]
+              for (i0, 0, 16) {
+                for (i1.inner, 0, 16) {
+                  B.shared.wmma.matrix_b[i0, i1.inner] = B.shared[k.inner.outer*16 + i0, i1.inner]
+                }
+              }
+            }
+            tensorize cuda.wmma_load_a_f16 (store) {
+              // out a_frag: A.shared.wmma.matrix_a[x0, x1]
+              // in a: A.shared[x0, k.inner.outer*16 + x1]
+              for (i0.inner, 0, 16) {
+                for (i1, 0, 16) {
+                  A.shared.wmma.matrix_a[i0.inner, i1] = A.shared[i0.inner, k.inner.outer*16 + i1]
+                }
+              }
+            }
+            tensorize cuda.wmma_mma_f16f16f32 (accumulate) {
+              // out c: matmul.wmma.accumulator[x0, x1]
+              // in a: A.shared.wmma.matrix_a[x0, x1]
+              // in b: B.shared.wmma.matrix_b[x0, x1]
+              for (i.inner, 0, 16) {
+                for (j.inner, 0, 16) {
+                  for (k.inner.inner, 0, 16) {
+                    matmul.wmma.accumulator[i.inner, j.inner] = matmul.wmma.accumulator[i.inner, j.inner] + float32(A.shared.wmma.matrix_a[i.inner, k.inner.inner])*float32(B.shared.wmma.matrix_b[k.inner.inner, j.inner])
+                  }
+                }
+              }
+            }
+          }
+          tensorize cuda.wmma_store_f32 (store) {
+            // out c: matmul[x0, x1]
+            // in a: matmul.wmma.accumulator[x0, x1]
+            for (i.inner.inner.inner, 0, 16) {
+              for (j.inner.inner.inner, 0, 16) {
+                matmul[i.inner.inner.inner, j.inner.inner.inner] = matmul.wmma.accumulator[i.inner.inner.inner, j.inner.inner.inner]
+              }
+            }
+          }
+        }
       }
     }
   }
