@@ -1,12 +1,17 @@
-"""GEMM on tensor cores (``schedule_matmul`` of float16 operands with a float32 result).
+"""GEMM on tensor cores: float16 operands, float32 accumulation and result
+(``schedule_matmul``, ``schedule_dense`` and the GPU rules of ``auto_schedule``).
 
-``C[i, j] = sum_k float32(A[i, k]) * float32(B[k, j])``, ``A`` and ``B`` float16 and row
-major (``tc.nn.matmul(A, B, out_dtype="float32")``), on the ``cuda.wmma_*`` intrinsics
+``C[.., i, j] = sum_k float32(A) * float32(B)``, ``A`` read ``[.., i, k]`` or ``[.., k,
+i]`` and ``B`` ``[.., k, j]`` or ``[.., j, k]`` (``tc.nn.matmul(A, B,
+out_dtype="float32")``, ``tc.nn.dense(X, W, out_dtype="float32")``,
+``tc.nn.batch_matmul(..., out_dtype="float32")``; the batch axes on ``blockIdx.z``, an
+operand stored the other way round, ``A[k, i]`` or ``W[j, k]``, loaded into column-major
+fragments), on the ``cuda.wmma_*`` intrinsics
 (:mod:`tecomp.te.intrin_cuda`): a ``block_m x block_n`` tile of C per CUDA block of
 ``warps_m x warps_n`` warps, each warp ``frags_m x frags_n`` 16 x 16 accumulator
 fragments (``block_m = warps_m * frags_m * 16``).  The reduction advances ``k_tile`` at a
 time: the block copies an ``A`` tile (``block_m x k_tile``) and a ``B`` tile (``k_tile x
-block_n``) to shared memory, 8 halves (16 bytes) per thread and copy, the rows padded by
+block_n``), each in its tensor's own layout, to shared memory, 8 halves (16 bytes) per thread and copy, the rows padded by
 8 halves (fewer bank conflicts for the fragment loads, rows still 16-byte aligned), and
 double-buffered (``cp.async`` on sm_80+); then per 16 steps of k each warp loads
 ``frags_m`` A fragments and ``frags_n`` B fragments and does ``frags_m * frags_n``
