@@ -288,15 +288,11 @@ def gemm_workload(n: int, half: bool = False) -> Workload:
         B = tc.placeholder((n, n), dtype, name="B")
         return [A, B, ops.matmul(A, B, out_dtype="float32" if half else None)]
 
-    def build(target="cuda", config=None):
-        a = args()
-        return tc.build(nn_cuda.schedule_matmul(a[-1], target, config), a, target=target,
-                        name=f"{'h' if half else ''}gemm{n}")
+    build = _template_build(args, nn_cuda.schedule_matmul, f"{'h' if half else ''}gemm{n}")
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
-        a = rng.standard_normal((n, n), dtype=np.float32).astype(dtype)
-        b = rng.standard_normal((n, n), dtype=np.float32).astype(dtype)
+        a, b = _randn(rng, (n, n), dtype), _randn(rng, (n, n), dtype)
         refs = {}
         expect = lambda: a.astype(np.float64) @ b.astype(np.float64)  # noqa: E731
         if torch is not None:
@@ -335,6 +331,20 @@ def wmma_sweep(n: int, N: Optional[int] = None, K: Optional[int] = None,
     return _unique([nn_cuda.wmma_config(n, N, K, batch)] + fit)
 
 
+def _template_build(args: Callable[[], list], schedule, name: str) -> Callable[..., object]:
+    """``build(target, config)`` of a workload with a template: ``schedule(out, target,
+    config)`` (a ``tecomp.nn.cuda.schedule_*``) of fresh ``args()``'s output."""
+    def build(target="cuda", config=None):
+        a = args()
+        return tc.build(schedule(a[-1], target, config), a, target=target, name=name)
+    return build
+
+
+def _randn(rng, shape, dtype) -> np.ndarray:
+    """Standard normal values of ``shape`` (drawn in float32) as ``dtype``."""
+    return rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+
+
 def _rules_build(args: Callable[[], list], name: str) -> Callable[..., object]:
     """``build(target, config)`` of a workload written in plain TE: the GPU rules'
     schedule of fresh ``args()`` (``config``: the GEMM tiling of its contraction)."""
@@ -370,8 +380,7 @@ def bmm_workload(B: int, n: int, d: int, half: bool = False) -> Workload:
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
-        q = rng.standard_normal((B, n, d), dtype=np.float32).astype(dtype)
-        kk = rng.standard_normal((B, n, d), dtype=np.float32).astype(dtype)
+        q, kk = _randn(rng, (B, n, d), dtype), _randn(rng, (B, n, d), dtype)
         refs = {}
         expect = lambda: q.astype(np.float64) @ kk.astype(np.float64).transpose(0, 2, 1)  # noqa: E731
         if torch is not None:
@@ -400,15 +409,11 @@ def hdense_workload(M: int, N: int, K: int) -> Workload:
         W = tc.placeholder((N, K), "float16", name="W")
         return [X, W, ops.dense(X, W, out_dtype="float32")]
 
-    def build(target="cuda", config=None):
-        a = args()
-        return tc.build(nn_cuda.schedule_dense(a[-1], target, config), a, target=target,
-                        name=f"hdense{M}x{N}x{K}")
+    build = _template_build(args, nn_cuda.schedule_dense, f"hdense{M}x{N}x{K}")
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
-        x = rng.standard_normal((M, K), dtype=np.float32).astype(np.float16)
-        w = rng.standard_normal((N, K), dtype=np.float32).astype(np.float16)
+        x, w = _randn(rng, (M, K), np.float16), _randn(rng, (N, K), np.float16)
         refs = {}
         expect = lambda: x.astype(np.float64) @ w.astype(np.float64).T  # noqa: E731
         if torch is not None:

@@ -134,8 +134,9 @@ def test_transposed_and_batched_operands_in_the_emulation():
 def test_transposed_operands_compile_to_ptx():
     for name, args, _, _, sched in _transposed_cases():
         mod = tc.build(sched("cuda"), args, target="cuda")
-        assert "wmma.load.b.sync.aligned.col" in compile_ptx(mod.get_source(), "sm_90") or \
-            "wmma.load.a.sync.aligned.col" in compile_ptx(mod.get_source(), "sm_90"), name
+        ptx = compile_ptx(mod.get_source(), "sm_90")
+        assert "wmma.load.b.sync.aligned.col" in ptx or "wmma.load.a.sync.aligned.col" in ptx, \
+            name
 
 
 @needs_cxx

@@ -711,14 +711,15 @@ class CSource:
         self._scopes[-1].add(buf)
         self.emit(f"{self.ctype(buf.dtype)} {self.name(buf)}[{declared_size(buf)}];")
 
-    def local_allocate(self, s: Allocate) -> None:
-        """``s.buffer`` declared as a local array and ``s.body``; a buffer allocated a
-        second time in one C block (loop partitioning copies a body with its allocations:
-        fuzz seed 6002174) gets its own block, as a Var bound twice does."""
+    def local_allocate(self, s: Allocate, declare=None) -> None:
+        """``s.buffer`` declared as a local array (or by ``declare(buffer)``) and
+        ``s.body``; a buffer allocated a second time in one C block (loop partitioning
+        copies a body with its allocations: fuzz seed 6002174) gets its own block, as a
+        Var bound twice does."""
         again = s.buffer in self._scopes[-1]
         if again:
             self.open_block("")
-        self.declare_local(s.buffer)
+        (declare or self.declare_local)(s.buffer)
         self.stmt(s.body)
         if again:
             self.close_block()

@@ -68,8 +68,8 @@ from ..ir.stmt import (
 )
 from ..lower.double_buffer import ASYNC_COPY
 from ..lower.device_split import (  # noqa: F401  (is_vthread, CROSS_THREAD_REDUCE: re-exported)
-    CROSS_THREAD_REDUCE, buffers_in, dims_text, is_vthread, kernels_of, stored_buffers,
-    unpack_cross_thread_reduce,
+    CROSS_THREAD_REDUCE, buffers_in, dims_text, is_vthread, kernels_of, shared_array_bytes,
+    stored_buffers, unpack_cross_thread_reduce,
 )
 from .c_source import CSource, Namer, c_identifier, declared_size
 
@@ -578,18 +578,13 @@ class CudaRenderer(CSource):
         for n in shape[:-2]:
             count *= n
         count *= (shape[-2] // 16) * (shape[-1] // 16)
-        layout = _fragment_layout(s)
-        if "{layout}" in ftype:
-            ftype = ftype.replace("{layout}", layout)
+        ftype = ftype.replace("{layout}", _fragment_layout(s))
         self.uses_wmma = True
-        again = buf in self._scopes[-1]
-        if again:
-            self.open_block("")
-        self._scopes[-1].add(buf)
-        self.emit(f"{ftype} {self.name(buf)}[{max(count, 1)}];")
-        self.stmt(s.body)
-        if again:
-            self.close_block()
+
+        def declare(b):
+            self._scopes[-1].add(b)
+            self.emit(f"{ftype} {self.name(b)}[{max(count, 1)}];")
+        self.local_allocate(s, declare)
 
     def fragment_ref(self, buf: Buffer, base) -> str:
         """C lvalue of the fragment of ``buf`` whose tile starts at ``base`` (one index
@@ -925,7 +920,7 @@ def _dynamic_shared(r: CudaRenderer, namer: Namer, shared: List[Buffer], nbytes:
     for b in shared:
         t = r.ctype(b.dtype)
         r.emit(f"{t}* const {namer(b)} = ({t}*)(tc_dynamic_smem + {off});")
-        off += -(-declared_size(b) * _dt.nbytes(b.dtype) // SHARED_ALIGN) * SHARED_ALIGN
+        off += shared_array_bytes(b)
 
 
 def _kernel_text(k: int, info: KernelInfo, body_lines: List[str], stmt: Stmt) -> str:

@@ -90,6 +90,12 @@ def constant_size(buf: Buffer) -> int:
     return n
 
 
+def shared_array_bytes(buf: Buffer) -> int:
+    """The bytes a ``__shared__`` array of ``buf`` takes: its declared size rounded up to
+    ``SHARED_ALIGN``, as the aligned declarations (and the next array's start) can take."""
+    return -(-declared_size(buf) * _dt.nbytes(buf.dtype) // SHARED_ALIGN) * SHARED_ALIGN
+
+
 def declared_size(buf: Buffer) -> int:
     """The number of elements of the C array declared for ``buf``: its
     :func:`constant_size`, but at least 1 -- C and CUDA C have no arrays of 0 elements; the
@@ -359,9 +365,7 @@ def _kernel(k: int, plan: _Plan, func: PrimFunc, host: List[Var], host_lets, kno
                 nthreads *= int(d.value)
             red_bufs[cd] = Buffer("red_buf", (Const(nthreads, "int32"),), cd, scope="shared")
     shared += list(red_bufs.values())
-    # each array rounded up to SHARED_ALIGN: what the aligned declarations can take
-    shared_bytes = sum(-(-declared_size(b) * _dt.nbytes(b.dtype) // SHARED_ALIGN) * SHARED_ALIGN
-                       for b in shared)
+    shared_bytes = sum(shared_array_bytes(b) for b in shared)
     if shared_bytes > MAX_DYNAMIC_SHARED_BYTES:
         raise ResourceLimitError(
             f"stage {stage}: the shared buffers {', '.join(b.name for b in shared)} take "

@@ -95,15 +95,12 @@ class _Retarget(Mutator):
 
 
 def _doubled(b: Buffer) -> Buffer:
-    from .device_split import declared_size
-
     from ..ir import dtype as _dt
-    from ..target import SHARED_ALIGN
+    from .device_split import shared_array_bytes
 
     inner = b.strides if b.strides is not None else b.row_major_strides()
     # the second slot starts as aligned as the first (vector moves, wmma tiles)
-    per = max(1, SHARED_ALIGN // _dt.nbytes(b.dtype))
-    span = Const(-(-declared_size(b) // per) * per, "int32")
+    span = Const(shared_array_bytes(b) // _dt.nbytes(b.dtype), "int32")
     return Buffer(b.name, (Const(2, "int32"),) + tuple(b.shape), b.dtype,
                   (span,) + tuple(inner), b.scope)
 

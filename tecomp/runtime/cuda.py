@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import hashlib
 import threading
 from typing import Dict, List, Optional
@@ -185,8 +186,6 @@ class PycudaDriver:
         # pycuda launches only on its own Stream objects: a foreign stream (torch's,
         # CuPy's) goes through the driver API, with the same cubin loaded once more
         # through it (pycuda does not expose its CUfunction)
-        import ctypes
-
         cu = _libcuda()
         key = fn._tecomp_key
         handle = self._cu_functions.get(key)
@@ -218,13 +217,11 @@ class PycudaDriver:
         if stream is None:
             self.context.synchronize()
         else:
-            _cu_check(_libcuda().cuStreamSynchronize(__import__("ctypes").c_void_p(stream)),
+            _cu_check(_libcuda().cuStreamSynchronize(ctypes.c_void_p(stream)),
                       "cuStreamSynchronize")
 
 
 def _libcuda():
-    import ctypes
-
     lib = getattr(_libcuda, "lib", None)
     if lib is None:
         lib = ctypes.CDLL("libcuda.so.1")
