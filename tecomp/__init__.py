@@ -34,6 +34,7 @@ from .target import Target
 from .lower import lower
 from .build import build
 from .runtime.aot import load_module  # noqa: E402  (exported libraries: Module.export_library)
+from .runtime.arrays import aligned, empty  # noqa: E402  (64-byte aligned host arrays)
 from . import utils  # noqa: E402  (tc.utils.get_const_tuple, as tvm.topi.utils)
 
 from ._version import __version__  # noqa: E402

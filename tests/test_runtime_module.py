@@ -66,3 +66,45 @@ def test_one_integer_semantics_on_the_host_and_in_kernels():
                 o = np.zeros(1, "int32")
                 f(a, b, o)
                 assert host == compiled({x: a, y: b}) == o[0], (node.__name__, a, b)
+
+
+# ---------------------------------------------------------------------------------------
+# tc.empty / tc.aligned
+
+
+@pytest.mark.parametrize("dtype,align", [("float32", 64), ("float64", 128), ("int8", 1),
+                                         ("float16", 4096)])
+def test_empty_is_aligned_and_contiguous(dtype, align):
+    for shape in [(4096, 768), (7,), 33, (0, 5), ()]:
+        a = tc.empty(shape, dtype, align=align)
+        assert a.dtype == np.dtype(dtype)
+        assert a.shape == ((shape,) if isinstance(shape, int) else tuple(shape))
+        assert a.flags.c_contiguous and a.flags.writeable
+        assert a.size == 0 or a.ctypes.data % align == 0     # (no data: no address)
+        a[...] = 3
+        assert (a == 3).all()
+
+
+def test_aligned_keeps_an_aligned_array_and_copies_the_rest():
+    a = tc.empty((300, 300))
+    assert tc.aligned(a) is a
+    raw = np.arange(300 * 301, dtype="float32")
+    b = raw[4:4 + 300 * 300].reshape(300, 300)            # 16 bytes past an aligned one
+    if b.ctypes.data % 64 == 0:
+        b = raw[5:5 + 300 * 300].reshape(300, 300)
+    c = tc.aligned(b)
+    assert c is not b and c.ctypes.data % 64 == 0 and np.array_equal(c, b)
+    t = tc.aligned(b.T)                                     # a view: copied C-contiguous
+    assert t.flags.c_contiguous and np.array_equal(t, b.T)
+
+
+def test_kernels_take_aligned_arrays():
+    A = tc.placeholder((64, 48), name="A")
+    B = tc.compute((64, 48), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    s[B].vectorize(s[B].op.axis[1])
+    f = tc.build(s, [A, B])
+    a = tc.aligned(np.random.default_rng(0).uniform(-1, 1, (64, 48)).astype("float32"))
+    b = tc.empty((64, 48))
+    f(a, b)
+    np.testing.assert_array_equal(b, a * np.float32(2) + np.float32(1))

@@ -113,6 +113,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..errors import AutoScheduleError
+from ..runtime.arrays import empty
 from ..runtime.timing import calls_per_repeat, time_calls
 
 __all__ = ["MeasureResult", "make_inputs", "LocalRunner", "DaskRunner", "get_runner"]
@@ -243,14 +244,6 @@ def _plan(args, shapes, what: str = "measure") -> _Plan:
     return _Plan(out, outputs, max(1, terms))
 
 
-def _aligned_empty(shape, dtype) -> np.ndarray:
-    dt = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-    raw = np.empty(nbytes + _ALIGN, np.uint8)
-    off = (-raw.ctypes.data) % _ALIGN
-    return raw[off:off + nbytes].view(dt).reshape(shape)
-
-
 def _inputs_from_plan(plan: _Plan, seed: int) -> list:
     rng = np.random.default_rng(seed)
     arrays: list = []
@@ -258,7 +251,7 @@ def _inputs_from_plan(plan: _Plan, seed: int) -> list:
         if a.kind == "scalar":
             arrays.append(a.value)
             continue
-        arr = _aligned_empty(a.shape, a.dtype)
+        arr = empty(a.shape, a.dtype, _ALIGN)
         if a.kind == "output":
             arr.fill(0)
         elif a.dtype == "bool":

@@ -540,3 +540,27 @@ def test_constant_scratch_past_any_memory():
     with pytest.raises(tc.ResourceLimitError, match=r"buffer T would take 18446744056529682436 "
                        r"bytes, more than any machine's memory; compute it in smaller tiles"):
         tc.build(tc.create_schedule(C.op), [A, C])
+
+
+# ---------------------------------------------------------------------------------------
+# tc.empty / tc.aligned: aligned host arrays
+
+
+@pytest.mark.parametrize("align", [0, 3, 48, -64, 2.0, True, "64"])
+def test_empty_alignment_not_a_power_of_two(align):
+    with pytest.raises(tc.ArgumentError, match=r"tc\.empty: align=.* power of two"):
+        tc.empty((4, 4), align=align)
+    with pytest.raises(tc.ArgumentError, match=r"tc\.aligned: align=.* power of two"):
+        tc.aligned(np.zeros(3, "float32"), align=align)
+
+
+@pytest.mark.parametrize("shape", [(-1,), (2, -3), (2.5,), ("4",), (True,)])
+def test_empty_bad_shape(shape):
+    with pytest.raises(tc.ShapeError, match=r"tc\.empty: shape .* non-negative integer"):
+        tc.empty(shape)
+
+
+@pytest.mark.parametrize("dtype", ["floaty", object])
+def test_empty_bad_dtype(dtype):
+    with pytest.raises(tc.DTypeError, match=r"tc\.empty: dtype"):
+        tc.empty((2,), dtype)
