@@ -1071,6 +1071,31 @@ def test_checks_raise_bounds_error_naming_the_buffer(kind):
         build_llvm(g, checks=True)(np.zeros(n, np.float32), np.zeros(n, np.float32))
 
 
+@pytest.mark.parametrize("threads", [2, 4])
+def test_parallel_loop_reports_the_error_a_serial_run_would(threads):
+    """Chunks run in any order on any thread (the pool deals each thread a range of them
+    and the others take what is left), but the error is the first one in loop order:
+    here the other threads reach their failing iterations long before the first thread
+    reaches its own, late in its range."""
+    n, work = 1000, 3000
+    A, B = buf("A", (n,)), buf("B", (n,))
+    i, k = Var("i"), Var("k")
+    # out of bounds for i in [120, 125) (index 2000 first) and from i = 250 on
+    idx = Select(i >= 250, i + 1100, Select(i >= 125, i + 0, Select(i >= 120, i + 1880, i + 0,
+                                                                    "int32"), "int32"), "int32")
+    body = seq(loop(k, work, st(B, ld(B, i) + ld(A, i), i)), st(B, ld(A, idx), i))
+    f = PrimFunc("late_first", (A, B), loop(i, n, body, "parallel"))
+    m = build_llvm(f, checks=True)
+    old = llvm_runtime.get_num_threads()
+    llvm_runtime.set_num_threads(threads)
+    try:
+        for _ in range(10):
+            with pytest.raises(BoundsError, match=r"buffer A: index 2000 is outside"):
+                m(np.zeros(n, np.float32), np.zeros(n, np.float32))
+    finally:
+        llvm_runtime.set_num_threads(old)
+
+
 def test_checked_assert_and_heap_error_paths():
     n = Var("n")
     A = buf("A", (n,))

@@ -136,7 +136,7 @@ from ...lower import vectorize as _vec
 from ...lower.vectorize import node_text
 from ...te.tensor_intrin import row_major
 from . import jit as llvm_jit
-from .abi import ERR_ASSERT, ERR_BOUNDS, ERR_EXTERN, ERR_MALLOC
+from .abi import ERR_ASSERT, ERR_BOUNDS, ERR_EXTERN, ERR_MALLOC, ERR_WORDS
 from .threadpool import WS_ALLOC, WS_FREE
 from .intrinsics import IntrinBuilder, IntrinView, _bf16_to_f32, _f32_to_bf16, _f64_to_f16, _Freeze
 from .values import (
@@ -1250,8 +1250,13 @@ class _FnEmitter:
         for v in captured:
             if not self.env[v].uniform:
                 raise InternalError("a parallel loop inside a widened body")
-        task, captures = self.mb.outline_parallel(self, s, lo, captured, used)
         b = self.b
+        # the region's error record: [lock, first failing chunk's begin, the five error
+        # words of that chunk] (module.py, outline_parallel)
+        perr = self.alloca(ir.ArrayType(_I64, 2 + ERR_WORDS), name="par.err", align=8)
+        b.store(ir.Constant(_I64, 0), self._word(perr, 0), align=8)
+        b.store(ir.Constant(_I64, 2 ** 63 - 1), self._word(perr, 1), align=8)
+        task, captures = self.mb.outline_parallel(self, s, lo, captured, used, perr)
         st = ir.LiteralStructType([v.type for v in captures])
         closure = self.alloca(st, name="closure", align=8)
         for i, v in enumerate(captures):
@@ -1260,8 +1265,24 @@ class _FnEmitter:
             b.store(v, p)
         pf = self.mb.declare("tecomp_parallel_for", _I32, [_PTR, _PTR, _I64])
         rc = b.call(pf, [task, closure, n])
-        self.guard(b.icmp_signed("!=", rc, ir.Constant(_I32, 0)),
-                   lambda: b.branch(self.error_block()), name="par")
+
+        def failed():
+            # the error of the failing chunk that comes first in the loop's order (the
+            # one a serial run reports), whichever thread ran it and when
+            code = b.load(self._word(perr, 2), typ=_I64, align=8)
+            pair = b.cmpxchg(self.err, ir.Constant(_I64, 0), code, "seq_cst", "seq_cst")
+
+            def copy():
+                for w in range(1, ERR_WORDS):
+                    v = b.load(self._word(perr, 2 + w), typ=_I64, align=8)
+                    b.store(v, self._word(self.err, w), align=8)
+            self.if_(b.extract_value(pair, 1), copy)
+            b.branch(self.error_block())
+        self.guard(b.icmp_signed("!=", rc, ir.Constant(_I32, 0)), failed, name="par")
+
+    def _word(self, arr, w: int):
+        """Pointer to the ``w``-th int64 of ``arr``."""
+        return self.b.gep(arr, [ir.Constant(_I64, w)], source_etype=_I64)
 
     # -- expressions -------------------------------------------------------------------
     def expr(self, e: Expr) -> Val:

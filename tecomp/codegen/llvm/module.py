@@ -15,7 +15,7 @@ from ...ir.functor import Visitor, post_order
 from ...ir.stmt import For, PrimFunc
 from ..signature import CheckSite, Signature
 from . import jit as llvm_jit
-from .abi import body_params, emit_entry, emit_pyarrays_entry
+from .abi import ERR_WORDS, body_params, emit_entry, emit_pyarrays_entry
 from .emitter import _FnEmitter
 from .intrinsics import _mangle
 from .policy import TargetPolicy
@@ -196,8 +196,14 @@ class _ModuleBuilder:
 
     # -- parallel outlining ---------------------------------------------------------
     def outline_parallel(self, parent: "_FnEmitter", loop: For, lo, captured_vars,
-                         used_bufs) -> Tuple[ir.Function, List[object]]:
-        """Emit the task function of ``loop``; return it and the captured values."""
+                         used_bufs, region_err) -> Tuple[ir.Function, List[object]]:
+        """Emit the task function of ``loop``; return it and the captured values.
+
+        A chunk records its error in the task's own five words; a failing chunk then
+        merges them into ``region_err`` (``[lock, begin, five words]``, in the caller's
+        frame) under a spin lock, keeping the chunk with the smallest ``begin``: the
+        caller reports the error a serial run of the loop would, whichever thread ran
+        that chunk and whenever (the pool may run a later chunk first)."""
         k = self._par_count
         self._par_count += 1
         name = f"{self.symbol}.par{k}"
@@ -227,10 +233,11 @@ class _ModuleBuilder:
                              [cap(e) for e in bi.extents],
                              self.noalias or b not in param_bufs))
         lo_ref = cap(lo)
-        err_ref = cap(parent.err)
+        region_ref = cap(region_err)
 
-        # body function: typed, noalias pointers; inlined into the task wrapper
-        types = [v.type for v in captures] + [_I64, _I64]
+        # body function: typed, noalias pointers, the chunk's error words; inlined into
+        # the task wrapper
+        types = [v.type for v in captures] + [_PTR, _I64, _I64]
         body = ir.Function(self.module, ir.FunctionType(_I32, types), name=name + ".body")
         body.linkage = "internal"
         body.attributes.add("nounwind")
@@ -240,13 +247,13 @@ class _ModuleBuilder:
                 body.args[pref[1]].add_attribute("noalias")
         for i, a in enumerate(body.args[:len(captures)]):
             a.name = f"c{i}"
-        begin, end = body.args[-2], body.args[-1]
-        begin.name, end.name = "begin", "end"
+        cerr, begin, end = body.args[-3], body.args[-2], body.args[-1]
+        cerr.name, begin.name, end.name = "err", "begin", "end"
 
         def get(ref):
             return body.args[ref[1]] if isinstance(ref, tuple) else ref
 
-        em = _FnEmitter(self, body, get(err_ref), in_parallel=True)
+        em = _FnEmitter(self, body, cerr, in_parallel=True)
         for var, sref, s64ref in var_plan:
             em.env[var] = Val(get(sref))
             if s64ref is not None:
@@ -273,5 +280,44 @@ class _ModuleBuilder:
             p = bb.gep(cl, [ir.Constant(_I32, 0), ir.Constant(_I32, i)], inbounds=True,
                        source_etype=st)
             vals.append(bb.load(p, typ=v.type))
-        bb.ret(bb.call(body, vals + [tb, te]))
+        words = ir.ArrayType(_I64, ERR_WORDS)
+        cerr = bb.alloca(words, name="err")
+        cerr.type = _PTR  # an opaque pointer, whatever llvmlite infers
+        cerr.align = 8
+        bb.store(ir.Constant(words, [0] * ERR_WORDS), cerr, align=8)
+        rc = bb.call(body, vals + [cerr, tb, te])
+        fail_bb = task.append_basic_block("failed")
+        ret_bb = task.append_basic_block("ret")
+        bb.cbranch(bb.icmp_signed("!=", rc, ir.Constant(_I32, 0)), fail_bb, ret_bb)
+        bb.position_at_end(fail_bb)
+        self._merge_chunk_error(bb, task, vals[region_ref[1]], cerr, tb, ret_bb)
+        bb.position_at_end(ret_bb)
+        bb.ret(rc)
         return task, captures
+
+    @staticmethod
+    def _merge_chunk_error(bb, task, region, cerr, begin, done_bb) -> None:
+        """Under the spin lock ``region[0]``: if ``begin`` is smaller than ``region[1]``,
+        the chunk's error words become the region's (see :meth:`outline_parallel`)."""
+        def word(arr, w):
+            return bb.gep(arr, [ir.Constant(_I64, w)], source_etype=_I64)
+        lock_bb = task.append_basic_block("lock")
+        held_bb = task.append_basic_block("held")
+        take_bb = task.append_basic_block("take")
+        unlock_bb = task.append_basic_block("unlock")
+        bb.branch(lock_bb)
+        bb.position_at_end(lock_bb)
+        pair = bb.cmpxchg(word(region, 0), ir.Constant(_I64, 0), ir.Constant(_I64, 1),
+                          "acquire", "monotonic")
+        bb.cbranch(bb.extract_value(pair, 1), held_bb, lock_bb)
+        bb.position_at_end(held_bb)
+        best = bb.load(word(region, 1), typ=_I64, align=8)
+        bb.cbranch(bb.icmp_signed("<", begin, best), take_bb, unlock_bb)
+        bb.position_at_end(take_bb)
+        bb.store(begin, word(region, 1), align=8)
+        for w in range(ERR_WORDS):
+            bb.store(bb.load(word(cerr, w), typ=_I64, align=8), word(region, 2 + w), align=8)
+        bb.branch(unlock_bb)
+        bb.position_at_end(unlock_bb)
+        bb.atomic_rmw("xchg", word(region, 0), ir.Constant(_I64, 0), "release")
+        bb.branch(done_bb)

@@ -19,17 +19,28 @@ How it works
   by :func:`set_num_threads`.  (A library's pool called from C without
   ``tecomp_pool_set_threads`` takes the same default on its first region.)
 * **Dispatch.**  The iteration range is cut into ``ntasks = min(8 * num_threads,
-  extent)`` contiguous chunks (sizes differ by at most one), claimed dynamically: on a
-  shared machine a thread that loses its core for a while simply claims fewer chunks
-  (with one chunk per thread the region would wait for it), and the chunk it holds
-  when it loses the core is small.
-  The dispatcher publishes the job (task pointer, closure, extent, ntasks), bumps a
-  generation counter, wakes sleeping workers if there are any, and then claims chunks
-  itself.  Chunks are claimed with a compare-and-swap on one 64-bit word holding
-  ``(generation << 32) | next chunk``, so a worker still finishing an old job can never
-  claim a chunk of a newer one; a worker that is late simply finds its chunk taken by a
-  faster thread.  The dispatcher returns when every chunk has finished (a ``pending``
-  counter reaches zero), with the first non-zero code any chunk returned.
+  extent)`` contiguous chunks (sizes differ by at most one), and the chunks into one
+  contiguous *range* per thread (the dispatcher is thread 0).  Each thread claims the
+  chunks of its own range in order, from the front, then goes through the other ranges
+  in turn, claiming from their fronts what their owners have not: on a shared machine a
+  thread that loses its core for a while simply gets fewer chunks (with one chunk per
+  thread the region would wait for it), and the chunk it holds when it loses the core
+  is small.  While no thread is late, each streams through its own contiguous part of
+  the iteration space, as a static schedule would: memory-bound loops ran up to 10%
+  faster that way than with the chunks dealt out in turn from one counter (layer norm
+  4096x768 and a 4096x1024 row sum on the 2-core Zen 4, 2 threads; see
+  benchmarks/DECISIONS.md, "Runtime: one range of chunks per thread").
+  The dispatcher publishes the job (task pointer, closure, extent, ntasks, and each
+  range as one 64-bit word ``(generation << 32) | (front << 16) | back``, on its own
+  cache line), bumps a generation counter, wakes sleeping workers if there are any,
+  and then claims chunks itself.  A chunk is claimed with a compare-and-swap on its
+  range's word, so a worker still finishing an old job can never claim a chunk of a
+  newer one; a worker that is late simply finds its range taken by faster threads.
+  The dispatcher returns when every chunk has finished (a ``pending`` counter reaches
+  zero), with the first non-zero code any chunk returned.  Which chunk fails first in
+  time does not decide the error the caller sees: the outlined task keeps the error of
+  the failing chunk that comes first in the loop (``llvm.module``, ``outline_parallel``),
+  the one a serial run would report.
 * **Waiting.**  Idle workers spin on the generation counter (with ``pause``) for a
   while (``TECOMP_SPIN``, default 2000 ``pause`` iterations: about 45 us on the
   project's Xeon, where one ``pause`` measured 22 ns; enough to catch the next region
@@ -80,7 +91,8 @@ from typing import Optional
 from ...errors import InternalError
 from . import jit as llvm_jit
 from ..threads import (  # noqa: F401  (set_num_threads, get_num_threads: the public names)
-    DEFAULT_SPIN, DEFAULT_WAIT_SPIN, DEFAULT_WORKSPACE_LIMIT, POOL_FUNCTIONS, PoolControls,
+    DEFAULT_SPIN, DEFAULT_WAIT_SPIN, DEFAULT_WORKSPACE_LIMIT, MAX_THREADS, POOL_FUNCTIONS,
+    PoolControls,
     default_num_threads, get_num_threads, register, set_num_threads, spin_from_env,
 )
 
@@ -105,7 +117,9 @@ _POOL_IR = r"""
 @tp_waiting = internal global i32 0, align 64
 @tp_wait_spin = internal global i64 1024, align 8
 @tp_gen = internal global i64 0, align 64
-@tp_next = internal global i64 0, align 64
+@tp_ranges = internal global [{MAX_THREADS} x [8 x i64]] zeroinitializer, align 64
+@tp_nranges = internal global i64 0, align 64
+@tp_idgen = internal global i64 0, align 8
 @tp_pending = internal global i64 0, align 64
 @tp_sleeping = internal global i64 0, align 64
 @tp_fn = internal global ptr null, align 8
@@ -140,30 +154,10 @@ declare ptr @aligned_alloc(i64, i64)
 {PAUSE_DECL}
 {WANTED}
 
-; Claim and run chunks of the job of generation %g until none is left.
-define internal void @tp_run_tasks(i64 %g) nounwind {
+; Run chunk %idx of the current job: its iterations, then count it done (waking the
+; dispatcher if it blocked waiting for the last one).
+define internal void @tp_chunk(ptr %fn, ptr %cl, i64 %ext, i64 %nt, i64 %idx) nounwind {
 entry:
-  %fn = load atomic ptr, ptr @tp_fn seq_cst, align 8
-  %cl = load atomic ptr, ptr @tp_closure seq_cst, align 8
-  %ext = load atomic i64, ptr @tp_extent seq_cst, align 8
-  %nt = load atomic i64, ptr @tp_ntasks seq_cst, align 8
-  %tag = shl i64 %g, 32
-  br label %claim
-claim:
-  %cur = load atomic i64, ptr @tp_next seq_cst, align 8
-  %curtag = and i64 %cur, -4294967296
-  %same = icmp eq i64 %curtag, %tag
-  br i1 %same, label %chkidx, label %done
-chkidx:
-  %idx = and i64 %cur, 4294967295
-  %more = icmp ult i64 %idx, %nt
-  br i1 %more, label %cas, label %done
-cas:
-  %nxt = add i64 %cur, 1
-  %pair = cmpxchg ptr @tp_next, i64 %cur, i64 %nxt seq_cst seq_cst
-  %ok = extractvalue { i64, i1 } %pair, 1
-  br i1 %ok, label %run, label %claim
-run:
   %chunk = udiv i64 %ext, %nt
   %rem = urem i64 %ext, %nt
   %b0 = mul i64 %idx, %chunk
@@ -182,17 +176,65 @@ seterr:
 fin:
   %old = atomicrmw sub ptr @tp_pending, i64 1 seq_cst
   %last = icmp eq i64 %old, 1
-  br i1 %last, label %chk_waiter, label %claim
+  br i1 %last, label %chk_waiter, label %done
 chk_waiter:
   ; the last chunk: wake the dispatcher if it blocked waiting for it
   %wt = load atomic i32, ptr @tp_waiting seq_cst, align 4
   %blocked = icmp ne i32 %wt, 0
-  br i1 %blocked, label %signal, label %claim
+  br i1 %blocked, label %signal, label %done
 signal:
   %sl = call i32 @pthread_mutex_lock(ptr @tp_done_lock)
   %sb = call i32 @pthread_cond_broadcast(ptr @tp_done_cond)
   %su = call i32 @pthread_mutex_unlock(ptr @tp_done_lock)
+  br label %done
+done:
+  ret void
+}
+
+; Claim and run chunks of the job of generation %g until none is left, as thread %self
+; (0: the dispatcher, 1..: the workers): first its own range's, then the next ranges'
+; in turn, each from its front (see "Dispatch" in the module docstring).  A range's word
+; is (generation << 32) | (front << 16) | back: chunks [front, back) are left.
+define internal void @tp_run_tasks(i64 %g, i64 %self) nounwind {
+entry:
+  %fn = load atomic ptr, ptr @tp_fn seq_cst, align 8
+  %cl = load atomic ptr, ptr @tp_closure seq_cst, align 8
+  %ext = load atomic i64, ptr @tp_extent seq_cst, align 8
+  %nt = load atomic i64, ptr @tp_ntasks seq_cst, align 8
+  %nr = load atomic i64, ptr @tp_nranges seq_cst, align 8
+  %tag = shl i64 %g, 32
+  br label %next_range
+next_range:
+  %j = phi i64 [ 0, %entry ], [ %j1, %drained ]
+  %jend = icmp uge i64 %j, %nr
+  br i1 %jend, label %done, label %range
+range:
+  %rr = add i64 %self, %j
+  %r = urem i64 %rr, %nr
+  %p = getelementptr [8 x i64], ptr @tp_ranges, i64 %r
   br label %claim
+claim:
+  %w = load atomic i64, ptr %p seq_cst, align 8
+  %wtag = and i64 %w, -4294967296
+  %same = icmp eq i64 %wtag, %tag
+  br i1 %same, label %chk, label %done
+chk:
+  %f0 = lshr i64 %w, 16
+  %f = and i64 %f0, 65535
+  %bk = and i64 %w, 65535
+  %more = icmp ult i64 %f, %bk
+  br i1 %more, label %cas, label %drained
+cas:
+  %wn = add i64 %w, 65536
+  %pair = cmpxchg ptr %p, i64 %w, i64 %wn seq_cst seq_cst
+  %ok = extractvalue { i64, i1 } %pair, 1
+  br i1 %ok, label %run, label %claim
+run:
+  call void @tp_chunk(ptr %fn, ptr %cl, i64 %ext, i64 %nt, i64 %f)
+  br label %claim
+drained:
+  %j1 = add i64 %j, 1
+  br label %next_range
 done:
   ret void
 }
@@ -200,6 +242,8 @@ done:
 define internal ptr @tp_worker(ptr %arg) nounwind {
 entry:
   %seen0 = ptrtoint ptr %arg to i64
+  %id0 = atomicrmw add ptr @tp_idgen, i64 1 seq_cst
+  %self = add i64 %id0, 1
   br label %top
 top:
   %seen = phi i64 [ %seen0, %entry ], [ %g, %run ]
@@ -236,7 +280,7 @@ got:
   %stop = icmp ne i32 %sd, 0
   br i1 %stop, label %exit, label %run
 run:
-  call void @tp_run_tasks(i64 %g)
+  call void @tp_run_tasks(i64 %g, i64 %self)
   br label %top
 exit:
   ret ptr null
@@ -303,6 +347,7 @@ alloc:
   br i1 %isnull, label %done, label %start
 start:
   store ptr %arr, ptr @tp_threads, align 8
+  store atomic i64 0, ptr @tp_idgen seq_cst, align 8
   %g = load atomic i64, ptr @tp_gen seq_cst, align 8
   %garg = inttoptr i64 %g to ptr
   br label %create
@@ -360,22 +405,37 @@ dispatch:
   %gold = load atomic i64, ptr @tp_gen seq_cst, align 8
   %g = add i64 %gold, 1
   %tag = shl i64 %g, 32
-  %closed = or i64 %tag, 4294967295
-  store atomic i64 %closed, ptr @tp_next seq_cst, align 8
   store atomic ptr %fn, ptr @tp_fn seq_cst, align 8
   store atomic ptr %cl, ptr @tp_closure seq_cst, align 8
   store atomic i64 %extent, ptr @tp_extent seq_cst, align 8
   store atomic i64 %nt, ptr @tp_ntasks seq_cst, align 8
+  store atomic i64 %nthreads, ptr @tp_nranges seq_cst, align 8
   store atomic i32 0, ptr @tp_ret seq_cst, align 4
   store atomic i64 %nt, ptr @tp_pending seq_cst, align 8
-  store atomic i64 %tag, ptr @tp_next seq_cst, align 8
+  br label %ranges
+ranges:
+  ; thread r's range: chunks [r*nt/nthreads, (r+1)*nt/nthreads)
+  %ri = phi i64 [ 0, %dispatch ], [ %ri1, %ranges ]
+  %rlo0 = mul i64 %ri, %nt
+  %rlo = udiv i64 %rlo0, %nthreads
+  %ri1 = add i64 %ri, 1
+  %rhi0 = mul i64 %ri1, %nt
+  %rhi = udiv i64 %rhi0, %nthreads
+  %rlos = shl i64 %rlo, 16
+  %rw0 = or i64 %tag, %rlos
+  %rw = or i64 %rw0, %rhi
+  %rp = getelementptr [8 x i64], ptr @tp_ranges, i64 %ri
+  store atomic i64 %rw, ptr %rp seq_cst, align 8
+  %rmore = icmp ult i64 %ri1, %nthreads
+  br i1 %rmore, label %ranges, label %publish
+publish:
   store atomic i64 %g, ptr @tp_gen seq_cst, align 8
   call void @tp_wake_all()
-  call void @tp_run_tasks(i64 %g)
+  call void @tp_run_tasks(i64 %g, i64 0)
   %wspin = load atomic i64, ptr @tp_wait_spin seq_cst, align 8
   br label %wait
 wait:
-  %k = phi i64 [ 0, %dispatch ], [ %k1, %wait_next ]
+  %k = phi i64 [ 0, %publish ], [ %k1, %wait_next ]
   %p = load atomic i64, ptr @tp_pending seq_cst, align 8
   %fin = icmp eq i64 %p, 0
   br i1 %fin, label %finished, label %wait_next
@@ -747,6 +807,7 @@ def pool_ir(for_library: bool = False) -> str:
     return (_POOL_IR.replace("{PAUSE_DECL}", decl).replace("{PAUSE}", pause)
             .replace("{WANTED}", _WANTED_LIBRARY if for_library else _WANTED_JIT)
             .replace("{DESIRED0}", "0" if for_library else "1")
+            .replace("{MAX_THREADS}", str(MAX_THREADS))
             .replace("{WS_SLOTS}", str(WS_SLOTS)).replace("{WS_MIN}", str(WS_MIN))
             .replace("{WS_LIMIT}", str(DEFAULT_WORKSPACE_LIMIT)))
 
