@@ -28,7 +28,10 @@ class W:
         self.name, self.flops, self.note = name, flops, note
         # a stable seed (str hashes change from one process to the next)
         rng = np.random.default_rng(zlib.crc32(name.encode()))
-        self.inputs = [rng.uniform(-1, 1, s).astype("float32") for s in shapes]
+        # 64-byte aligned, as TVM's and PyTorch's allocators give (numpy's large arrays
+        # start 16 bytes past a cache line): every tool reads the same aligned arrays
+        # (benchmarks/DECISIONS.md, "Benchmarks: aligned arrays")
+        self.inputs = [tc.aligned(rng.uniform(-1, 1, s).astype("float32")) for s in shapes]
         self._tecomp, self._ref = tecomp, ref
         self.torch, self.halide, self.te = torch, halide, te
 

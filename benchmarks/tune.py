@@ -23,6 +23,12 @@ turns in one process, the order rotating every round, and the table shows median
   (its LocalBuilder given ``--tvm-build-timeout`` seconds, default 600: with its own 30
   every candidate timed out on a 2-core VM).
 
+Every tool reads the same 64-byte aligned input arrays (``tc.aligned``; TVM copies them
+into its own tensors, which are aligned as well), and tecomp writes into ``tc.empty``
+outputs: numpy's own large arrays start 16 bytes past a cache line, which made tecomp's
+memory-bound kernels up to a quarter slower than on TVM's tensors
+(benchmarks/DECISIONS.md, "Benchmarks: aligned arrays").
+
 Ratios are tecomp's speed over the other's (> 1: tecomp is faster).  ``--plot`` runs the
 search twice per workload (random and model-guided, same trial count), reads the best
 time against trials back from the JSON-lines logs in ``--log-dir``, draws it (matplotlib)
@@ -84,7 +90,9 @@ def _check(got, ref, what):
 
 def tecomp_fn(w, s, args):
     f = tc.build(s, args)
-    outs = [np.zeros([int(d.value) for d in t.shape], "float32") for t in _outputs(args)]
+    outs = [tc.empty([int(d.value) for d in t.shape]) for t in _outputs(args)]
+    for o in outs:
+        o.fill(0)
     arrs = list(w.inputs) + outs
     f(*arrs)
     _check(outs, w.reference(), "tecomp")
