@@ -1562,3 +1562,51 @@ def test_masked_load_wider_than_a_register_with_a_dead_half(target):
     want = np.zeros((3, 8))
     want[0, :4] = p[0] * 2
     np.testing.assert_array_equal(c, want)
+
+
+def test_select_of_operands_its_condition_loads_is_one_blend():
+    """``select(m > x, m, x)`` (a max reduction's step) evaluates both operands, which
+    the condition loads anyway: a blend, no masked loads or branches per vector; a
+    select whose operand loads something else stays lazy (a padded read)."""
+    import tecomp as tc
+
+    X = tc.placeholder((64, 256), name="X")
+    k = tc.reduce_axis((0, 256), name="k")
+    mx = tc.comm_reducer(lambda a, b: tc.if_then_else(a > b, a, b),
+                         lambda dt: tc.const(float("-inf"), dt), name="mx")
+    M = tc.compute((64,), lambda i: mx(X[i, k], axis=k), name="M")
+    s = tc.create_schedule(M.op)
+    ko, ki = s[M].split(k, factor=16)
+    rf = s.rfactor(M, ki, factor_axis=1)
+    s[rf].reorder(s[rf].op.axis[0], s[rf].op.reduce_axis[0], s[rf].op.axis[1])
+    s[rf].vectorize(s[rf].op.axis[1])
+    f = tc.build(s, [X, M])
+    assert "masked.load" not in f.get_source("llvm-unopt")
+    x = np.random.default_rng(1).uniform(-5, 5, (64, 256)).astype(np.float32)
+    x[3, 17] = np.nan                 # NaN compares false: the running max keeps itself
+    x[5, :] = -np.inf
+    m = np.zeros(64, np.float32)
+    f(x, m)
+    ref = []
+    for row in x:
+        acc = np.full(16, -np.inf, np.float32)
+        for j in range(0, 256, 16):
+            v = row[j:j + 16]
+            acc = np.where(acc > v, acc, v)
+        r = np.float32(-np.inf)
+        for a in acc:
+            r = r if r > a else a
+        ref.append(r)
+    np.testing.assert_array_equal(m, np.array(ref, np.float32))
+
+    A = tc.placeholder((256,), name="A")
+    P = tc.compute((256,), lambda i: tc.if_then_else(i >= 1, A[i - 1], tc.const(0.0)),
+                   name="P")
+    s2 = tc.create_schedule(P.op)
+    s2[P].vectorize(P.op.axis[0])
+    g = tc.build(s2, [A, P])
+    assert "sel.all" in g.get_source("llvm-unopt")
+    a = np.arange(256, dtype=np.float32)
+    p = np.zeros(256, np.float32)
+    g(a, p)
+    np.testing.assert_array_equal(p, np.concatenate([[0], a[:-1]]))

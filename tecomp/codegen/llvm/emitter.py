@@ -127,6 +127,7 @@ from ...ir.expr import (
     Const, Div, Expr, FloorDiv, FloorMod, Let, Max, Min, Mul, Not, Or, ProducerLoad, Reduce,
     Select, Sub, TruncDiv, TruncMod, Var,
 )
+from ...ir.functor import collect
 from ...ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
     Prefetch, SeqStmt, Stmt, TensorIntrinCall,
@@ -1470,7 +1471,7 @@ class _FnEmitter:
         cond = self.expr(e.cond)
         if cond.uniform and isinstance(cond.s, ir.Constant):
             return self.expr(e.true_value if cond.s.constant else e.false_value)
-        safe = not (self.mb.has_load(e.true_value) or self.mb.has_load(e.false_value))
+        safe = self._speculable(e.true_value, e.cond) and self._speculable(e.false_value, e.cond)
         b = self.b
         if cond.uniform:
             if safe:
@@ -1508,6 +1509,21 @@ class _FnEmitter:
         return self.if_value(all_true, lambda: self.expr(e.true_value), lambda: self.if_value(
             none_true, lambda: self.expr(e.false_value), masked, name="sel.none"),
             name="sel.all")
+
+    def _speculable(self, x, cond) -> bool:
+        """Whether the select operand ``x`` may be evaluated whatever the condition: it
+        loads nothing (a load may be out of bounds where the condition is false: a
+        padded read), or it is an expression the condition itself evaluates (a max
+        reduction's ``select(a > b, a, b)``).  Both operands speculated, a vector select
+        is one blend instead of three branches and masked loads: the softmax's row max
+        ran at a third of the speed that way (benchmarks/DECISIONS.md, "Code generator:
+        select operands the condition evaluates")."""
+        if not self.mb.has_load(x):
+            return True
+        try:
+            return x in set(collect(cond, lambda n: isinstance(n, Expr)))
+        except TypeError:        # a node that is not hashable: keep the select lazy
+            return False
 
     def e_cast(self, e: Cast) -> Val:
         src, dst = e.value.dtype, e.dtype
