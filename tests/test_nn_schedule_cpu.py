@@ -479,7 +479,8 @@ def test_conv2d_epilogue_not_fused_when_read_at_other_indices():
 def test_conv2d_pad_placement():
     """Weights that fit in cache: each task pads the rows it reads (allocated inside the
     task loop); large weights (2.4 MB): the pad is one root pass and the channel blocks
-    are the outer part of the tasks; HWIO weights are copied per channel block."""
+    are the outer part of the tasks; HWIO weights are copied per channel block, or read
+    in place (``weight_copy=False``, the default where split loads cost nothing)."""
     d = tc.placeholder((1, 8, 28, 28), name="data")
     w = tc.placeholder((64, 8, 3, 3), name="weight")
     out = ops.conv2d_nchw(d, w, padding=1)
@@ -494,8 +495,27 @@ def test_conv2d_pad_placement():
     d3 = tc.placeholder((1, 6, 6, 256), name="data")
     w3 = tc.placeholder((3, 3, 256, 256), name="weight")
     out3 = ops.conv2d_nhwc(d3, w3, padding=1)
-    text3 = str(tc.lower(sc.schedule_conv2d_nhwc(out3), [d3, w3, out3]))
-    assert "allocate weight.local" in text3
+    copied = str(tc.lower(sc.schedule_conv2d_nhwc(out3, config={"weight_copy": True}),
+                          [d3, w3, out3]))
+    assert "allocate weight.local" in copied
+    in_place = str(tc.lower(sc.schedule_conv2d_nhwc(out3, config={"weight_copy": False}),
+                            [d3, w3, out3]))
+    assert "weight.local" not in in_place and "parallel (o.outer" in in_place
+    default = str(tc.lower(sc.schedule_conv2d_nhwc(out3), [d3, w3, out3]))
+    assert default == (in_place if sc.cpu_info().split_loads_cheap else copied)
+    assert sc.conv2d_nhwc_params(out3, sc.cpu_info("llvm -mcpu=skylake-avx512")).weight_copy
+    assert not sc.conv2d_nhwc_params(out3, sc.cpu_info("llvm -mcpu=znver4")).weight_copy
+    # both compute the convolution
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, (1, 6, 6, 256)).astype("float32")
+    wt = rng.uniform(-1, 1, (3, 3, 256, 256)).astype("float32")
+    outs = []
+    for wc in (True, False):
+        f = tc.build(sc.schedule_conv2d_nhwc(out3, config={"weight_copy": wc}), [d3, w3, out3])
+        o = np.zeros((1, 6, 6, 256), "float32")
+        f(x, wt, o)
+        outs.append(o)
+    np.testing.assert_array_equal(outs[0], outs[1])
 
 
 # ---------------------------------------------------------------------------------

@@ -1292,7 +1292,9 @@ def test_cpu_gemm_template_bad_config(config, match):
 
 
 @pytest.mark.parametrize("layout, config, match", [
-    ("nchw", {"block": 4}, r"unknown parameters \['block'\]; use ob, yb, xb, by_channels"),
+    ("nchw", {"block": 4}, r"unknown parameters \['block'\]; use ob, yb, xb, by_channels, "
+                           r"weight_copy"),
+    ("nhwc", {"weight_copy": "yes"}, "weight_copy must be True or False, got 'yes'"),
     ("nchw", {"ob": -1}, "ob must be a positive int, got -1"),
     ("nchw", {"by_channels": 1}, "by_channels must be True or False"),
     ("nhwc", {"by_channels": True}, "by_channels must be False"),

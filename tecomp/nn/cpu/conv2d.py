@@ -241,12 +241,15 @@ class ConvParams:
     x ``yb`` rows x ``xb`` columns accumulated in registers over the whole reduction and,
     for NCHW, whether its vectors run across the output channels (``by_channels``: the
     NHWC kernel's shape) instead of along the rows.  NHWC's vectors always run across the
-    channels (``by_channels`` is False there and means nothing)."""
+    channels (``by_channels`` is False there and means nothing).  ``weight_copy`` (NHWC
+    with weights too large to stay in L2 whole): each channel block first copies its
+    weights into an aligned buffer (True) or reads them in place (False)."""
 
     ob: int
     yb: int
     xb: int
     by_channels: bool = False
+    weight_copy: bool = True
 
 
 #: how many of the NCHW block model's best blocks the auto-scheduler may search
@@ -278,7 +281,10 @@ def conv2d_nhwc_params(conv: Tensor, info: Optional[CpuInfo] = None) -> ConvPara
     :func:`_conv_block_nhwc`)."""
     info = info or cpu_info()
     N, OH, OW, K = (_cint(e) for e in conv.shape)
-    return ConvParams(*_conv_block_nhwc(K, OH, OW, info))
+    # the weights copied unless the CPU reads vectors across cache lines at no cost
+    # (measurements: benchmarks/DECISIONS.md, "Conv tasks: weights in place on Zen 4")
+    return ConvParams(*_conv_block_nhwc(K, OH, OW, info),
+                      weight_copy=not info.split_loads_cheap)
 
 
 def _conv_config(default: ConvParams, config, layout: str) -> ConvParams:
@@ -291,6 +297,9 @@ def _conv_config(default: ConvParams, config, layout: str) -> ConvParams:
         ConvParams))
     for k in ("ob", "yb", "xb"):
         check_positive_int(f"conv2d_{layout} schedule", k, getattr(p, k))
+    if not isinstance(p.weight_copy, bool):
+        raise ScheduleError(f"conv2d_{layout} schedule: weight_copy must be True or False, "
+                            f"got {p.weight_copy!r:.40}")
     if not isinstance(p.by_channels, bool) or (layout == "nhwc" and p.by_channels):
         want = "False (NHWC's vectors run across channels already)" if layout == "nhwc" \
             else "True or False"
@@ -491,7 +500,8 @@ def _conv_weight(conv: Tensor) -> Tensor:
 
 
 def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n, oc, yc,
-                N, K, ob, OH, yb, pad_vec_dim: int, weight_vec_dim: Optional[int]):
+                N, K, ob, OH, yb, pad_vec_dim: int, weight_vec_dim: Optional[int],
+                weight_copy: bool = True):
     """Tasks, the padded input and the weights of a convolution whose output stage
     ``st`` has the loops ``n, oc, yc`` outermost and whose register block ``cs`` (the
     stage that reads the weights) is computed inside them.
@@ -510,6 +520,8 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
     over all the images) when there are at least 4 per thread, else the (batch, channel
     block) pairs, or, when there are still fewer than 4 per thread, the row blocks of
     one channel block at a time (all the threads copying the block's weights first).
+    With ``weight_copy`` False, a block whose weight vectors are contiguous already
+    (HWIO) reads them in place instead, with the same tasks.
     Small strided weights are copied once, at the root, into an aligned buffer (see the
     comment there).  When they are contiguous already (OIHW read as broadcasts) the
     tasks are (batch, channel block, row block)."""
@@ -597,6 +609,9 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             st.parallel(task)
         if pad is not None:
             _schedule_elementwise_stage(s, pad, info)
+        if not weight_copy and weight_vec_dim == len(weight.shape) - 1:
+            st.pragma(st.leaf_iter_vars[0], "fp_contract")
+            return task
         ww = s.cache_read(weight, "local", [cs])
         ws = s[ww]
         ws.compute_at(st, w_at)
@@ -718,7 +733,7 @@ def _conv2d_nhwc_into(s: Schedule, outs, info: CpuInfo, config=None):
     cs.unroll(cx)
     cs.vectorize(co)
     _conv_tasks(s, st, cs, pad, _conv_weight(conv), info, n, oc, yc, N, K, ob, OH, yb,
-                pad_vec_dim=3, weight_vec_dim=3)
+                pad_vec_dim=3, weight_vec_dim=3, weight_copy=p.weight_copy)
     _epilogue(s, outs, conv, info, fused)
 
 
@@ -727,7 +742,8 @@ def conv2d_knobs(conv, knobs, info: CpuInfo) -> ConvParams:
     ``conv``, its knobs chosen through ``knobs``: ``conv2d_nchw.by_channels`` (where the
     heuristic takes channel vectors) and ``conv2d_nchw.block`` / ``conv2d_nhwc.block``,
     the rank of the register block among the block model's best
-    (:data:`CONV_BLOCK_CHOICES`; 0, the default, is the heuristic's).  Applied by
+    (:data:`CONV_BLOCK_CHOICES`; 0, the default, is the heuristic's), and
+    ``conv2d_nhwc.weight_copy`` (:class:`ConvParams`; the heuristic's first).  Applied by
     ``schedule_conv2d_*(outs, target, config)``."""
     out = conv.output(0)
     if "conv2d_nhwc" in _op_tags(conv):
@@ -736,7 +752,10 @@ def conv2d_knobs(conv, knobs, info: CpuInfo) -> ConvParams:
             b for b in _nhwc_blocks(out, info, default.ob, CONV_BLOCK_CHOICES)
             if b != (default.yb, default.xb)][:CONV_BLOCK_CHOICES - 1]
         r = knobs.choose("conv2d_nhwc.block", list(range(len(blocks))), 0)
-        return dataclasses.replace(default, yb=blocks[r][0], xb=blocks[r][1])
+        wc = knobs.choose("conv2d_nhwc.weight_copy", [default.weight_copy,
+                                                      not default.weight_copy],
+                          default.weight_copy)
+        return dataclasses.replace(default, yb=blocks[r][0], xb=blocks[r][1], weight_copy=wc)
     default = conv2d_nchw_params(out, info)
     if default.by_channels and knobs.choose("conv2d_nchw.by_channels", [True, False], True):
         return default

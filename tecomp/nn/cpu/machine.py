@@ -28,6 +28,17 @@ class CpuInfo:
 
         return as_target(self.target).has_feature("avx512f")
 
+    @property
+    def split_loads_cheap(self) -> bool:
+        """Whether a vector load that straddles two cache lines costs about as much as
+        one that does not.  Measured so on AMD Zen 4 (which runs a 512-bit load as two
+        256-bit halves): an NHWC convolution read its weights in place at +16 bytes as
+        fast as aligned; on the project's Xeon such loads made it 9% slower
+        (benchmarks/DECISIONS.md, "Conv tasks: aligned weights").  False where unmeasured."""
+        from ...target import as_target
+
+        return as_target(self.target).cpu == "znver4"
+
 
 def _cache_size(level: int, default: int) -> int:
     """L1d / L2 / L3 size of cpu0 (per core, sysfs), or ``default`` (see
