@@ -109,8 +109,11 @@ class Gemm(Workload):
         self.name = f"gemm {n}^3"
         self.flops = 2.0 * n ** 3
         rng = np.random.default_rng(n)
-        self.a = rng.standard_normal((n, n)).astype("float32")
-        self.b = rng.standard_normal((n, n)).astype("float32")
+        # every tool reads the same 64-byte aligned arrays (numpy's large ones start 16
+        # bytes past a cache line; TVM copies into its own aligned tensors): see
+        # benchmarks/DECISIONS.md, "Benchmarks: aligned arrays"
+        self.a = tc.aligned(rng.standard_normal((n, n)).astype("float32"))
+        self.b = tc.aligned(rng.standard_normal((n, n)).astype("float32"))
 
     def rounds(self, quick):
         return {512: 20, 1024: 8, 2048: 3}[self.n] // (3 if quick else 1) + 2
@@ -120,7 +123,7 @@ class Gemm(Workload):
 
     def make(self, tool, threads):
         a, b, n = self.a, self.b, self.n
-        c = np.empty((n, n), "float32")
+        c = tc.empty((n, n), "float32")
         if tool == "tecomp":
             A = tc.placeholder((n, n), name="A")
             B = tc.placeholder((n, n), name="B")
@@ -148,9 +151,9 @@ class Conv(Workload):
         rng = np.random.default_rng(C + HW)
         d = rng.standard_normal((1, C, HW, HW)).astype("float32")
         w = (rng.standard_normal((C, C, 3, 3)) / (3 * C ** 0.5)).astype("float32")
-        self.d_nchw, self.w_oihw = d, w
-        self.d_nhwc = np.ascontiguousarray(d.transpose(0, 2, 3, 1))
-        self.w_hwio = np.ascontiguousarray(w.transpose(2, 3, 1, 0))
+        self.d_nchw, self.w_oihw = tc.aligned(d), tc.aligned(w)      # (see Gemm)
+        self.d_nhwc = tc.aligned(d.transpose(0, 2, 3, 1))
+        self.w_hwio = tc.aligned(w.transpose(2, 3, 1, 0))
 
     def rounds(self, quick):
         return 5 if quick else 15
@@ -181,7 +184,7 @@ class Conv(Workload):
                 s = sc.schedule_conv2d_nhwc(out)
                 dn, wn = self.d_nhwc, self.w_hwio
             f = tc.build(s, [d, w, out], name="conv")
-            o = np.empty([int(e.value) for e in out.shape], "float32")
+            o = tc.empty([int(e.value) for e in out.shape], "float32")
             return Runner(lambda: f(dn, wn, o), lambda: o)
         if tool == "numpy":
             return self._numpy_im2col()
@@ -243,7 +246,8 @@ class Softmax(Workload):
         self.m, self.n, self.fast = m, n, fast
         self.name = f"softmax {m}x{n}" + (" fast-exp" if fast else " exact")
         self.flops = 0.0
-        self.x = (np.random.default_rng(m).standard_normal((m, n)) * 3).astype("float32")
+        self.x = tc.aligned((np.random.default_rng(m).standard_normal((m, n)) * 3)
+                            .astype("float32"))                       # (see Gemm)
         self.tol = 1e-5
 
     def metric(self, seconds):
@@ -259,7 +263,7 @@ class Softmax(Workload):
 
     def make(self, tool, threads):
         m, n, x = self.m, self.n, self.x
-        y = np.empty_like(x)
+        y = tc.empty(x.shape, x.dtype)
         if tool == "tecomp":
             X = tc.placeholder((m, n), name="X")
             Y = sc.softmax_fast(X) if self.fast else ops.softmax(X)
