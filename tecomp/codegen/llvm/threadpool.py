@@ -26,9 +26,9 @@ How it works
   thread that loses its core for a while simply gets fewer chunks (with one chunk per
   thread the region would wait for it), and the chunk it holds when it loses the core
   is small.  While no thread is late, each streams through its own contiguous part of
-  the iteration space, as a static schedule would: memory-bound loops ran up to 10%
-  faster that way than with the chunks dealt out in turn from one counter (layer norm
-  4096x768 and a 4096x1024 row sum on the 2-core Zen 4, 2 threads; see
+  the iteration space, as a static schedule would: memory-bound loops ran 5-15% faster
+  that way than with the chunks dealt out in turn from one counter (layer norm 4096x768
+  and 4096x1024 row sums on the 2-core Zen 4, 2 threads; see
   benchmarks/DECISIONS.md, "Runtime: one range of chunks per thread").
   The dispatcher publishes the job (task pointer, closure, extent, ntasks, and each
   range as one 64-bit word ``(generation << 32) | (front << 16) | back``, on its own
@@ -898,8 +898,8 @@ def measure_dispatch_overhead(repeats: int = 20000, sleep_repeats: int = 200) ->
     * ``hot_us``: regions back to back with the workers spinning: publishing the job,
       waking nobody, every thread claiming its chunk, and the join;
     * ``sleeping_us``: the workers asleep (spin count 0): the caller pays the condition
-      broadcast and, since chunks are claimed dynamically, runs the (empty) chunks
-      itself instead of waiting for the wake-ups.
+      broadcast and, since a thread takes what is left of the others' ranges, runs the
+      (empty) chunks itself instead of waiting for the wake-ups.
     ``threads`` is :func:`get_num_threads`.  The counter the chunks add to checks that
     every iteration ran exactly once.
     """
