@@ -448,9 +448,7 @@ class _Rules:
     def attach_rows(self, st: Stage, lead, row):
         """Compute at ``st``'s row loop every root producer with one value per row (a
         per-row mean, variance, 1/sqrt) whose readers are ``st`` or stages computed at
-        that row already; row reductions are vectorized there.  A row reduction that
-        another row reduction reads stays a pass of its own by default (the knob
-        ``at_row.<name>``)."""
+        that row already; row reductions are vectorized there."""
         s = self.s
         if row is None or any(a in st.leaf_iter_vars for a in lead[1:]) or (
                 len(lead) == 1 and row is not lead[0] and lead[0] in st.leaf_iter_vars):
@@ -471,12 +469,7 @@ class _Rules:
                 rd = self._readers_through_inline(pop)
                 if not rd or not all(id(r) in at_row for r in rd):
                     continue
-                # a row reduction that another row reduction reads (layer norm's mean,
-                # read by its variance) gets its own parallel pass over the rows: the
-                # reader's row then does not wait on its tail (measurements:
-                # benchmarks/DECISIONS.md, "Rules: chained row reductions in two passes")
-                chain = bool(pop.reduce_axis) and any(r.reduce_axis for r in rd)
-                if not self.k.choose(f"at_row.{pop.name}", [True, False], not chain):
+                if not self.k.choose(f"at_row.{pop.name}", [True, False], True):
                     continue
                 if pop.reduce_axis and self._row_reducible(pop):
                     self.attach_row_reduction(pop, st, row)
