@@ -56,9 +56,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # (see below) its default spin took the other tools' cores: numpy's GEMM 512^3 ran at
 # 17 GFLOP/s right after TVM's (AMD EPYC Zen 3).  Short, as every other pool here.
 os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "2000")
-# TVM pins its workers to cores, which in some processes slowed the other tools' kernels
-# by up to 40% and never sped TVM's up (benchmarks/DECISIONS.md, "Benchmarks: TVM's
-# threads unpinned")
+# TVM pins its workers to cores, which never sped TVM's kernels up and was seen to
+# coincide with the other tools' kernels running up to 40% slower (benchmarks/DECISIONS.md,
+# "Benchmarks: TVM's threads unpinned")
 os.environ.setdefault("TVM_BIND_THREADS", "0")
 if ARGS is not None:
     # must happen before numpy / torch / TVM / Halide start their thread pools.  Set for

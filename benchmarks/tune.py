@@ -379,8 +379,8 @@ def main(argv=None):
     os.environ.setdefault("HL_NUM_THREADS", str(threads))     # Halide's thread pool
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))    # TVM's (set before import)
     os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "2000")  # short, as in run.py
-    # TVM pins its worker to a core, which in some processes (one in five on the 2-core
-    # Zen 4) slowed every other tool's kernels by up to 40% and never sped TVM's up
+    # TVM pins its worker to a core, which never sped TVM's kernels up and was seen to
+    # coincide with the other tools' kernels running up to 40% slower
     # (benchmarks/DECISIONS.md, "Benchmarks: TVM's threads unpinned")
     os.environ.setdefault("TVM_BIND_THREADS", "0")
     # (PyTorch keeps its default OpenMP spinning: OMP_WAIT_POLICY=PASSIVE, which run.py
