@@ -752,9 +752,9 @@ def conv2d_knobs(conv, knobs, info: CpuInfo) -> ConvParams:
             b for b in _nhwc_blocks(out, info, default.ob, CONV_BLOCK_CHOICES)
             if b != (default.yb, default.xb)][:CONV_BLOCK_CHOICES - 1]
         r = knobs.choose("conv2d_nhwc.block", list(range(len(blocks))), 0)
-        wc = knobs.choose("conv2d_nhwc.weight_copy", [default.weight_copy,
-                                                      not default.weight_copy],
-                          default.weight_copy)
+        wc = default.weight_copy
+        if not _small_weights(_conv_weight(out), info):     # (small ones: copied at the root)
+            wc = knobs.choose("conv2d_nhwc.weight_copy", [wc, not wc], wc)
         return dataclasses.replace(default, yb=blocks[r][0], xb=blocks[r][1], weight_copy=wc)
     default = conv2d_nchw_params(out, info)
     if default.by_channels and knobs.choose("conv2d_nchw.by_channels", [True, False], True):
