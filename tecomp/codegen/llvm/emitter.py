@@ -142,7 +142,7 @@ from .threadpool import WS_ALLOC, WS_FREE
 from .intrinsics import IntrinBuilder, IntrinView, _bf16_to_f32, _f32_to_bf16, _f64_to_f16, _Freeze
 from .values import (
     _F16, _F32, _F64, _I1, _I8, _I32, _I64, _IR_SIZE, _MEM, _PTR, _REG, _SIZE, Val, _Buf,
-    _is_const, _lit, _operand_key, _poison, _sanitize, _splat, _splat_const, _unsigned,
+    _i64_at, _is_const, _lit, _operand_key, _poison, _sanitize, _splat, _splat_const, _unsigned,
     _with_lanes, _wrap_signed,
 )
 
@@ -263,7 +263,7 @@ class _FnEmitter:
                     continue
                 if isinstance(v, int):
                     v = ir.Constant(_I64, v)
-                b.store(v, b.gep(self.err, [ir.Constant(_I64, w)], source_etype=_I64), align=8)
+                b.store(v, _i64_at(b, self.err, w), align=8)
 
         self.if_(won, store_fields)
         b.branch(self.error_block())
@@ -1255,8 +1255,8 @@ class _FnEmitter:
         # the region's error record: [lock, first failing chunk's begin, the five error
         # words of that chunk] (module.py, outline_parallel)
         perr = self.alloca(ir.ArrayType(_I64, 2 + ERR_WORDS), name="par.err", align=8)
-        b.store(ir.Constant(_I64, 0), self._word(perr, 0), align=8)
-        b.store(ir.Constant(_I64, 2 ** 63 - 1), self._word(perr, 1), align=8)
+        b.store(ir.Constant(_I64, 0), _i64_at(b, perr, 0), align=8)
+        b.store(ir.Constant(_I64, 2 ** 63 - 1), _i64_at(b, perr, 1), align=8)
         task, captures = self.mb.outline_parallel(self, s, lo, captured, used, perr)
         st = ir.LiteralStructType([v.type for v in captures])
         closure = self.alloca(st, name="closure", align=8)
@@ -1270,20 +1270,16 @@ class _FnEmitter:
         def failed():
             # the error of the failing chunk that comes first in the loop's order (the
             # one a serial run reports), whichever thread ran it and when
-            code = b.load(self._word(perr, 2), typ=_I64, align=8)
+            code = b.load(_i64_at(b, perr, 2), typ=_I64, align=8)
             pair = b.cmpxchg(self.err, ir.Constant(_I64, 0), code, "seq_cst", "seq_cst")
 
             def copy():
                 for w in range(1, ERR_WORDS):
-                    v = b.load(self._word(perr, 2 + w), typ=_I64, align=8)
-                    b.store(v, self._word(self.err, w), align=8)
+                    v = b.load(_i64_at(b, perr, 2 + w), typ=_I64, align=8)
+                    b.store(v, _i64_at(b, self.err, w), align=8)
             self.if_(b.extract_value(pair, 1), copy)
             b.branch(self.error_block())
         self.guard(b.icmp_signed("!=", rc, ir.Constant(_I32, 0)), failed, name="par")
-
-    def _word(self, arr, w: int):
-        """Pointer to the ``w``-th int64 of ``arr``."""
-        return self.b.gep(arr, [ir.Constant(_I64, w)], source_etype=_I64)
 
     # -- expressions -------------------------------------------------------------------
     def expr(self, e: Expr) -> Val:
@@ -1471,7 +1467,7 @@ class _FnEmitter:
         cond = self.expr(e.cond)
         if cond.uniform and isinstance(cond.s, ir.Constant):
             return self.expr(e.true_value if cond.s.constant else e.false_value)
-        safe = self._speculable(e.true_value, e.cond) and self._speculable(e.false_value, e.cond)
+        safe = self._speculable((e.true_value, e.false_value), e.cond)
         b = self.b
         if cond.uniform:
             if safe:
@@ -1510,18 +1506,20 @@ class _FnEmitter:
             none_true, lambda: self.expr(e.false_value), masked, name="sel.none"),
             name="sel.all")
 
-    def _speculable(self, x, cond) -> bool:
-        """Whether the select operand ``x`` may be evaluated whatever the condition: it
+    def _speculable(self, operands, cond) -> bool:
+        """Whether the select ``operands`` may be evaluated whatever the condition: each
         loads nothing (a load may be out of bounds where the condition is false: a
         padded read), or it is an expression the condition itself evaluates (a max
         reduction's ``select(a > b, a, b)``).  Both operands speculated, a vector select
         is one blend instead of three branches and masked loads: the softmax's row max
         ran at a third of the speed that way (benchmarks/DECISIONS.md, "Code generator:
         select operands the condition evaluates")."""
-        if not self.mb.has_load(x):
+        loading = [x for x in operands if self.mb.has_load(x)]
+        if not loading:
             return True
         try:
-            return x in set(collect(cond, lambda n: isinstance(n, Expr)))
+            evaluated = set(collect(cond, lambda n: isinstance(n, Expr)))
+            return all(x in evaluated for x in loading)
         except TypeError:        # a node that is not hashable: keep the select lazy
             return False
 

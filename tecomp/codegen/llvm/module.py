@@ -19,7 +19,7 @@ from .abi import ERR_WORDS, body_params, emit_entry, emit_pyarrays_entry
 from .emitter import _FnEmitter
 from .intrinsics import _mangle
 from .policy import TargetPolicy
-from .values import _I1, _I32, _I64, _PTR, Val, _Buf, _sanitize
+from .values import _I1, _I32, _I64, _PTR, Val, _Buf, _i64_at, _sanitize
 from .x86 import X86Policy, is_x86
 
 
@@ -299,25 +299,24 @@ class _ModuleBuilder:
     def _merge_chunk_error(bb, task, region, cerr, begin, done_bb) -> None:
         """Under the spin lock ``region[0]``: if ``begin`` is smaller than ``region[1]``,
         the chunk's error words become the region's (see :meth:`outline_parallel`)."""
-        def word(arr, w):
-            return bb.gep(arr, [ir.Constant(_I64, w)], source_etype=_I64)
         lock_bb = task.append_basic_block("lock")
         held_bb = task.append_basic_block("held")
         take_bb = task.append_basic_block("take")
         unlock_bb = task.append_basic_block("unlock")
         bb.branch(lock_bb)
         bb.position_at_end(lock_bb)
-        pair = bb.cmpxchg(word(region, 0), ir.Constant(_I64, 0), ir.Constant(_I64, 1),
+        pair = bb.cmpxchg(_i64_at(bb, region, 0), ir.Constant(_I64, 0), ir.Constant(_I64, 1),
                           "acquire", "monotonic")
         bb.cbranch(bb.extract_value(pair, 1), held_bb, lock_bb)
         bb.position_at_end(held_bb)
-        best = bb.load(word(region, 1), typ=_I64, align=8)
+        best = bb.load(_i64_at(bb, region, 1), typ=_I64, align=8)
         bb.cbranch(bb.icmp_signed("<", begin, best), take_bb, unlock_bb)
         bb.position_at_end(take_bb)
-        bb.store(begin, word(region, 1), align=8)
+        bb.store(begin, _i64_at(bb, region, 1), align=8)
         for w in range(ERR_WORDS):
-            bb.store(bb.load(word(cerr, w), typ=_I64, align=8), word(region, 2 + w), align=8)
+            v = bb.load(_i64_at(bb, cerr, w), typ=_I64, align=8)
+            bb.store(v, _i64_at(bb, region, 2 + w), align=8)
         bb.branch(unlock_bb)
         bb.position_at_end(unlock_bb)
-        bb.atomic_rmw("xchg", word(region, 0), ir.Constant(_I64, 0), "release")
+        bb.atomic_rmw("xchg", _i64_at(bb, region, 0), ir.Constant(_I64, 0), "release")
         bb.branch(done_bb)

@@ -73,6 +73,11 @@ def _is_const(v) -> bool:
         isinstance(v.constant, int)
 
 
+def _i64_at(b: ir.IRBuilder, arr, w: int):
+    """Pointer to the ``w``-th int64 of ``arr`` (an error record's words)."""
+    return b.gep(arr, [ir.Constant(_I64, w)], source_etype=_I64)
+
+
 def _sanitize(name: str) -> str:
     return identifier(name, "kernel", c=False)
 

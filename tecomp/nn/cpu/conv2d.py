@@ -609,18 +609,17 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             st.parallel(task)
         if pad is not None:
             _schedule_elementwise_stage(s, pad, info)
-        if not weight_copy and weight_vec_dim == len(weight.shape) - 1:
-            st.pragma(st.leaf_iter_vars[0], "fp_contract")
-            return task
-        ww = s.cache_read(weight, "local", [cs])
-        ws = s[ww]
-        ws.compute_at(st, w_at)
-        _, loops = _weight_copy(ws, weight_vec_dim, ob)
-        if T > 1 and w_at is oc and task is not oc:
-            # the blocks run in turn: copy each one's weights with all the threads
-            # (faster with large blocks of weights)
-            # (measurements: benchmarks/DECISIONS.md, "Conv tasks: block weights, all threads")
-            ws.parallel(ws.fuse(*loops[:2]))
+        if weight_copy or weight_vec_dim != len(weight.shape) - 1:
+            ww = s.cache_read(weight, "local", [cs])
+            ws = s[ww]
+            ws.compute_at(st, w_at)
+            _, loops = _weight_copy(ws, weight_vec_dim, ob)
+            if T > 1 and w_at is oc and task is not oc:
+                # the blocks run in turn: copy each one's weights with all the threads
+                # (faster with large blocks of weights)
+                # (measurements: benchmarks/DECISIONS.md,
+                #  "Conv tasks: block weights, all threads")
+                ws.parallel(ws.fuse(*loops[:2]))
     st.pragma(st.leaf_iter_vars[0], "fp_contract")
     return task
 
