@@ -883,6 +883,18 @@ def test_fast_argument_path_agrees_with_generic_checks():
     cp = build_llvm(PrimFunc("cp", (A, D), loop(i, n, st(D, ld(A, i, 0), i, 0))))
     sc2 = llvm_runtime._Scratch(cp._plan)
     assert cp._fast((same, same), sc2) == ("contiguous", False)
+    # contiguous views: of one array, they alias when they overlap (numpy says); of two
+    # arrays (tc.empty's aligned views of their own blocks), never
+    rows = np.zeros((6, 5), np.float32)
+    assert cp._fast((rows[0:3], rows[2:5]), sc2) == ("contiguous", False)
+    assert cp._fast((rows[0:3], rows[3:6]), sc2) == ("contiguous", True)
+    assert cp._fast((rows[3:6], rows), sc2) is None      # (a shape the kernel refuses)
+    from tecomp.runtime.arrays import empty
+    assert cp._fast((empty((3, 5)), empty((3, 5))), sc2) == ("contiguous", True)
+    own = empty((3, 5))
+    off = own.ctypes.data - own.base.ctypes.data
+    inside = own.base[off + 20:off + 80].view(np.float32).reshape(3, 5)  # 5 floats on
+    assert cp._fast((own, inside), sc2) == ("contiguous", False)
 
 
 # ---------------------------------------------------------------------------------------

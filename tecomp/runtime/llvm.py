@@ -218,10 +218,13 @@ def _fast_path_source(plan: _CallPlan, tensors: bool = False, grad_inputs: bool 
             w(f"    if type({nm}) is not Tensor or {nm}.dtype is not tdt{p.data_index} or "
               f"not {nm}.is_cpu{grad}: return None")
         else:
-            w(f"    if type({nm}) is not ndarray or {nm}.dtype != dt{p.data_index}: return None")
+            # (numpy's built-in dtypes are shared objects: the identity test mostly decides)
+            w(f"    if type({nm}) is not ndarray: return None")
+            w(f"    t = {nm}.dtype")
+            w(f"    if t is not dt{p.data_index} and t != dt{p.data_index}: return None")
             # memory that is not an ndarray's own (as_strided, __array_interface__, a buffer
             # object): the generic path checks that it holds the elements
-            w(f"    b = {nm}.base")
+            w(f"    r{p.data_index} = b = {nm}.base")
             w("    if b is not None and (type(b) is not ndarray or not b.flags.owndata): "
               "return None")
         w(f"    s{p.data_index} = {nm}.shape")
@@ -288,18 +291,20 @@ def _fast_path_source(plan: _CallPlan, tensors: bool = False, grad_inputs: bool 
             cond += " and f.writeable"
         w(f"    if not ({cond}): return None")
         if aliased:
-            w(f"    o{k} = f.owndata")
+            w(f"    if r{k} is None and f.owndata: r{k} = {nm}")
         w(f"    ints[{k}] = id({nm})")
-    # two distinct arrays that both own their memory cannot overlap; otherwise ask numpy
-    # (contiguous tensors: compare their byte ranges)
+    # the memory of an array that owns it, or of a view of one (r: that owner), is that
+    # owner's alone: arrays of two owners cannot overlap; views of one owner, or memory
+    # no ndarray owns (r None), may, numpy says (contiguous tensors: compare their byte
+    # ranges)
     for i, j in plan.alias_pairs:
         x = next(p for p in plan.bufs if p.pos == i).data_index
         y = next(p for p in plan.bufs if p.pos == j).data_index
         if tensors:
             w(f"    if d{x} < e{y} and d{y} < e{x}: return ALIASED")
         else:
-            w(f"    if a{x} is a{y} or not (o{x} and o{y}) and may_share(a{x}, a{y}): "
-              f"return ALIASED")
+            w(f"    if (r{x} is r{y} or r{x} is None or r{y} is None) and "
+              f"may_share(a{x}, a{y}): return ALIASED")
     w("    return NOALIAS")
     return "\n".join(L) + "\n"
 
@@ -501,26 +506,29 @@ class Module(Timed):
         plan = self._plan
         if len(args) != plan.nparams:
             raise count_error(self.name, self.params, len(args))
-        sc = self._tls.__dict__.get("s")
-        if sc is None:
-            sc = _Scratch(plan)
-            self._tls.s = sc
+        try:
+            sc = self._tls.s
+        except AttributeError:
+            sc = self._tls.s = _Scratch(plan)
         key = self._fast(args, sc)
-        fn = "fn"
-        if key is None:
+        if key is not None:
+            v = self._variants.get(key) or self._variant(*key)
+            rc = v.fn(sc.base, sc.args_addr, sc.err_addr)
+        else:
             ft = self._fast_tensors
             if ft is None and args and _has_torch_tensor(args):
                 ft = self._fast_tensors = self._tensor_binder()
             key = ft(args, sc) if ft is not None else None
             if key is not None:
-                fn = "fn_ptr"  # data pointers, not array objects
+                v = self._variants.get(key) or self._variant(*key)
+                rc = v.fn_ptr(sc.base, sc.args_addr, sc.err_addr)  # data pointers
             else:
                 # torch tensors, DLPack, the array interface: numpy views of their memory,
                 # kept alive by ``args`` until the kernel returns
                 args = plan.checker.host_arrays(args)
                 key = self._prepare(args, sc)
-        v = self._variants.get(key) or self._variant(*key)
-        rc = getattr(v, fn)(sc.base, sc.args_addr, sc.err_addr)
+                v = self._variants.get(key) or self._variant(*key)
+                rc = v.fn(sc.base, sc.args_addr, sc.err_addr)
         if rc:
             self._raise_kernel_error(v, rc, sc)
 
