@@ -891,10 +891,64 @@ def test_fast_argument_path_agrees_with_generic_checks():
     assert cp._fast((rows[3:6], rows), sc2) is None      # (a shape the kernel refuses)
     from tecomp.runtime.arrays import empty
     assert cp._fast((empty((3, 5)), empty((3, 5))), sc2) == ("contiguous", True)
-    own = empty((3, 5))
+    own = empty((6, 5))
     off = own.ctypes.data - own.base.ctypes.data
-    inside = own.base[off + 20:off + 80].view(np.float32).reshape(3, 5)  # 5 floats on
-    assert cp._fast((own, inside), sc2) == ("contiguous", False)
+    def floats(lo, hi):   # a view of own's block through its raw bytes
+        return own.base[off + 4 * lo:off + 4 * hi].view(np.float32).reshape(3, 5)
+
+    assert cp._fast((own[:3], floats(5, 20)), sc2) == ("contiguous", False)
+    assert cp._fast((own[3:], floats(0, 15)), sc2) == ("contiguous", True)
+
+
+def test_compiled_binder_takes_exactly_what_the_fast_path_takes():
+    """The compiled binder (tecomp.codegen.llvm.pybind) runs the kernel only for calls the
+    Python fast path binds to the contiguous no-alias variant; every other call comes
+    back negative before the kernel runs, and __call__ then takes the Python path."""
+    n, m_ = Var("n"), Var("m")
+    A, B, C = buf("A", (n, m_)), buf("B", (4, m_)), buf("C", (n, m_))
+    i, j = Var("i"), Var("j")
+    mod = build_llvm(PrimFunc("bound", (A, B, C), loop(i, n, loop(j, m_, st(
+        C, ld(A, i, j) + ld(B, 0, j), i, j)))))
+    if llvm_runtime._probe_binder_layout() is None:
+        pytest.skip("this interpreter's object layout is not the one the binder reads")
+    assert mod._bind is not None
+    sc = llvm_runtime._Scratch(mod._plan)
+    f32 = np.float32
+    a, b, c = np.ones((3, 5), f32), np.full((4, 5), 2, f32), np.zeros((3, 5), f32)
+    ro = np.zeros((3, 5), f32)
+    ro.flags.writeable = False
+    big = np.zeros((3, 10), f32)
+    raw = np.zeros(3 * 5 * 4 + 1, np.uint8)
+    calls = [
+        (a, b, c), (a, b), (a, b, c, c), (a, b, ro), (a.astype(np.float64), b, c),
+        (a[None], b, c), (a, b[:3], c), (a, b, np.zeros((2, 5), f32)),
+        (a, b, np.zeros((3, 4), f32)), (big[:, ::2], b, c), (a, b, a), (c, b, c),
+        (c[:2], b, c[1:]), ([[1.0] * 5] * 3, b, c), (np.frombuffer(raw[:60], f32).reshape(3, 5), b, c),
+        (raw[1:].view(f32).reshape(3, 5), b, c),     # not aligned
+        (np.zeros((0, 5), f32), b, np.zeros((0, 5), f32)), (a, b, c.T.copy().T),
+        (np.zeros((6, 5), f32)[3:], b, c),
+    ]
+    for args in calls:
+        fast = mod._fast(args, sc) if len(args) == 3 else None
+        rc = mod._bind(mod._bind_addr, sc.base, args)
+        if fast == ("contiguous", True):
+            assert rc == 0, args
+        else:
+            assert rc < 0, args
+            assert rc == -2 or fast != ("contiguous", False), args
+    # and through __call__: the results of every path are the kernel's
+    c[:] = 0
+    mod(a, b, c)
+    np.testing.assert_array_equal(c, a + b[0])
+    x = np.ones((3, 5), f32)
+    mod(x, b, x)                                   # in place: the aliasing-safe variant
+    np.testing.assert_array_equal(x, 3)
+    assert ("contiguous", False) in mod.variants_compiled
+    # kernels with scalar parameters bind in Python
+    alpha = Var("alpha", "float32")
+    sc_mod = build_llvm(PrimFunc("scaled", (A, alpha, C), loop(i, n, loop(j, m_, st(
+        C, ld(A, i, j) * alpha, i, j)))))
+    assert sc_mod._bind is None
 
 
 # ---------------------------------------------------------------------------------------
