@@ -30,7 +30,8 @@ in spirit):
    axis worth vectorizing: a row sum, the mean and variance of layer norm): the
    reduction is split by the lane count and ``rfactor``-ed into vector accumulators; it is
    computed at the row loop of the elementwise stage that reads it when there is one.
-5. **Elementwise outputs**: innermost axis vectorized, outer axes fused and parallel.
+5. **Elementwise outputs**: innermost axis vectorized (four vectors a step where they
+   divide a constant row), outer axes fused and parallel.
 
 Before rule 3, an int8 GEMM (uint8 x int8 summed in int32) is tensorized with the
 target's dot-product intrinsic (:mod:`tecomp.autoschedule.tensorize`).
@@ -381,10 +382,14 @@ class _Rules:
             return
         L = self.L
         inner, ie = axes[-1], exts[-1]
+        ce = _cint(inner.dom.extent)   # (a whole axis is vectorized only when constant)
+        # four vectors a step where they divide the row (LLVM's own vectorizer
+        # interleaves so too): more loads in flight (benchmarks/DECISIONS.md, "Rules:
+        # elementwise rows four vectors a step")
         vec_f = self.k.choose(f"vec.{op.name}", [1, L, 2 * L, 4 * L],
+                              4 * L if ce is not None and ce % (4 * L) == 0 and ce > 0 else
                               L if ie is None or ie >= L else 1)
         outer_axes = axes[:-1]
-        ce = _cint(inner.dom.extent)   # (a whole axis is vectorized only when constant)
         if vec_f > 1 and ce is not None and ce <= vec_f:
             if ce > 1:
                 st.vectorize(inner)
