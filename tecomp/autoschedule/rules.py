@@ -442,13 +442,10 @@ class _Rules:
             total = None if (e is None or total is None) else total * e
             if total is None or total >= want:
                 break
-        if len(take) < len(axes) and False:
-            pass
         fused = take[0] if len(take) == 1 else st.fuse(*take)
         if T > 1 and (total is None or total >= 2):
             st.parallel(fused)
-        return fused if len(take) == len(axes) else fused if len(take) == 1 and len(axes) == 1 \
-            else fused
+        return fused
 
     def attach_rows(self, st: Stage, lead, row):
         """Compute at ``st``'s row loop every root producer with one value per row (a
@@ -596,7 +593,7 @@ class _Rules:
         """The register-blocked nest: ``outer`` (the copy out of the local buffer, or an
         elementwise epilogue) loops over blocks; ``inner`` (the reduction into a local
         buffer) is computed at the block's loop."""
-        s, k, L, info = self.s, self.k, self.L, self.info
+        k, L, info = self.k, self.L, self.info
         name = (origin or red_op).name
         plan = self._plan_block(origin or red_op)
         u_red, v_red = plan
