@@ -615,6 +615,36 @@ def test_vectorized_gather_broadcast_and_scatter():
     assert "llvm.masked.scatter" in m.get_source("llvm-unopt")
 
 
+def test_fused_axis_vector_access_is_contiguous():
+    """y = f // 14, x = f % 14 (two axes fused, split by 16 and vectorized): the offset
+    y*14 + x is f, so loads and stores are vector accesses, not gathers and scatters;
+    the strided variant (strides at run time) keeps the gathers and agrees"""
+    import tecomp as tc
+
+    C, H, W = 3, 14, 14
+    A = tc.placeholder((C, H, W), name="A")
+    B = tc.compute((C, H, W), lambda c, y, x: A[c, y, x] * 2.0 + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    _, y, x = B.op.axis
+    fo, fi = s[B].split(s[B].fuse(y, x), factor=16)
+    s[B].vectorize(fi)
+    m = tc.build(s, [A, B])
+    ir_text = m.get_source("llvm-unopt")
+    assert "llvm.masked.gather" not in ir_text and "llvm.masked.scatter" not in ir_text
+    a = np.random.rand(C, H, W).astype(np.float32)
+    out = np.zeros_like(a)
+    m(a, out)
+    np.testing.assert_array_equal(out, a * 2 + 1)
+    big = np.zeros((C, H, W + 2), np.float32)
+    m(a, big[:, :, 1:-1])                      # a view: the strided variant
+    np.testing.assert_array_equal(big[:, :, 1:-1], a * 2 + 1)
+    assert "llvm.masked.scatter" in m.get_source("llvm-unopt", layout="strided")
+    # the per-dimension indices stay for the bounds checks
+    mc = tc.build(s, [A, B], checks=True)
+    mc(a, out)
+    np.testing.assert_array_equal(out, a * 2 + 1)
+
+
 def test_vectorized_wide_and_odd_extents():
     for n in (3, 64, 100, 203):
         f = elementwise("w", lambda x: x * 2.0 - 1.0, "float64", n=Const(n), kind="vectorized")

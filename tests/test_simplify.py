@@ -339,6 +339,23 @@ def test_fuse_identity():
     check(((f // 16) * 16 + f % 16) * 2, "f*2")
 
 
+def test_fuse_identity_of_a_congruent_remainder():
+    """((f*32 + l) // 14)*14 + (f*4 + l) % 14 -> f*32 + l: the modulo's coefficients were
+    reduced first (32 % 14 == 4), yet the two dividends differ by a multiple of 14 (a
+    fused axis, split by a factor the inner extent does not divide, indexing a buffer)"""
+    a, b, lane = Var("a"), Var("b"), Var("l")
+    check(((a * 32 + b * 16 + lane) // 14) * 14 + (a * 4 + b * 2 + lane) % 14,
+          "a*32 + b*16 + l")
+    check(((a * 32 + lane) // 14) * 28 + ((a * 4 + lane) % 14) * 2 + i * 196,
+          "i*196 + a*64 + l*2")
+    check(((a * 32 + lane + 15) // 14) * 14 + (a * 4 + lane + 1) % 14, "a*32 + l + 15")
+    # not congruent, or not the partner's multiple: unchanged
+    check(((a * 32 + lane) // 14) * 14 + (a * 4 + lane + 1) % 14,
+          "((a*32 + l) // 14)*14 + (a*4 + l + 1) % 14")
+    check(((a * 32 + lane) // 14) * 7 + (a * 4 + lane) % 14,
+          "((a*32 + l) // 14)*7 + (a*4 + l) % 14")
+
+
 def test_fuse_identity_symbolic_divisor():
     """(f // n)*n + f % n -> f; split by a symbolic factor"""
     check((f // n) * n + f % n, "f")
@@ -878,8 +895,13 @@ def gen_int(ch, vs, dt, depth):
         return ch.choice((Min, Max))(sub(), sub(), dt)
     if kind == 9:
         return Select(gen_bool(ch, vs, dt, depth - 1), sub(), sub(), dt)
-    if kind == 10:  # fuse: (v // c)*c + v % c
-        v, cc = ch.choice(vs), c(2, 4, 8, 16)
+    if kind == 10:  # fuse: (v // c)*c + v % c, or (v*(c*q + r) + w) // c*c + (v*r + w) % c
+        v, cc = ch.choice(vs), c(2, 4, 8, 14, 16)
+        if ch.int(0, 1):
+            w, q, r = sub(), ch.int(1, 3), ch.int(0, 5)
+            big = Add(Mul(v, Const(int(cc.value) * q + r, dt), dt), w, dt)
+            return Add(Mul(FloorDiv(big, cc, dt), cc, dt),
+                       FloorMod(Add(Mul(v, Const(r, dt), dt), w, dt), cc, dt), dt)
         return Add(Mul(FloorDiv(v, cc, dt), cc, dt), FloorMod(v, cc, dt), dt)
     if kind == 11:  # split: outer*c + inner
         return Add(Mul(ch.choice(vs), c(4, 8, 16), dt), sub(), dt)

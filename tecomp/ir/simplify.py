@@ -21,7 +21,9 @@ order of first appearance, the constant last, negative coefficients as subtracti
 * a variable whose range holds one value is that value; so is any non-linear
   sub-expression whose bounds are a single value;
 * fuse identities: ``(f // c)*c + f % c -> f`` (also nested, and for a symbolic
-  divisor ``(f // n)*n + f % n -> f``), and ``x - (x // c)*c -> x % c``;
+  divisor ``(f // n)*n + f % n -> f``; also ``(x // c)*c + y % c -> x`` when ``x - y`` is a
+  multiple of ``c``: ``((f*32 + l) // 14)*14 + (f*4 + l) % 14 -> f*32 + l``), and
+  ``x - (x // c)*c -> x % c``;
 * ``min(a, b) + r -> min(a + r, b + r)`` (and max) when that cancels terms:
   ``min(i*8 + 8, 100) - i*8 -> min(100 - i*8, 8)``.
 
@@ -399,14 +401,18 @@ class Simplifier:
                     if type(atom) is not FloorMod:
                         continue
                     p = self._div_partner(atom, c)
-                    if p is None:
-                        continue
-                    pkey, pcoef, pform = p
-                    ent = f.terms.get(pkey)
-                    if ent is not None and ent[1] == pcoef:
-                        x = self.lin(atom.a)
-                        f = LinForm.combine(f.dtype, [(f, 1), (self.an.atom_form(atom, c, f.dtype), -1),
-                                                      (pform, -1), (x.scale(c), 1)])
+                    if p is not None:
+                        pkey, pcoef, pform = p
+                        ent = f.terms.get(pkey)
+                        if ent is not None and ent[1] == pcoef:
+                            x = self.lin(atom.a)
+                            f = LinForm.combine(f.dtype, [(f, 1), (self.an.atom_form(atom, c, f.dtype), -1),
+                                                          (pform, -1), (x.scale(c), 1)])
+                            progress = True
+                            break
+                    q = self._congruent_div(f, atom, c)
+                    if q is not None:
+                        f = q
                         progress = True
                         break
         if Min in kinds or Max in kinds:
@@ -467,6 +473,35 @@ class Simplifier:
             is_min = (type(atom) is Min) == (c == 1)
             return self.minmax(is_min, na, nb)
         return f
+
+    def _congruent_div(self, f: LinForm, mod_atom: FloorMod, coef: int) -> "LinForm | None":
+        """``coef*(y % c) + coef*c*(x // c) -> coef*x`` for a constant ``c`` when ``x - y`` is
+        a multiple of ``c`` (so ``y % c == x % c``) and neither wraps: the flattened index of
+        a fused axis, ``((f*32 + l) // 14)*14 + (f*4 + l) % 14 -> f*32 + l`` (the modulo's
+        coefficients were reduced modulo 14 first).  ``f`` itself otherwise None."""
+        if type(mod_atom.b) is not Const or mod_atom.a.dtype != f.dtype:
+            return None
+        c = int(mod_atom.b.value)
+        if c <= 1:
+            return None
+        want = wrap_centered(coef * c, f.dtype)
+        y = None
+        for atom, b in f.terms.values():
+            if (type(atom) is not FloorDiv or b != want or type(atom.b) is not Const
+                    or int(atom.b.value) != c or atom.a.dtype != f.dtype):
+                continue
+            if y is None:
+                y = self.lin(mod_atom.a)
+                if not self.an.fits(y):
+                    return None
+            x = self.lin(atom.a)
+            d = LinForm.combine(f.dtype, [(x, 1), (y, -1)])
+            if d.const % c or any(a % c for _, a in d.terms.values()) or not self.an.fits(x):
+                continue
+            return LinForm.combine(f.dtype, [(f, 1), (self.an.atom_form(mod_atom, coef, f.dtype), -1),
+                                             (self.an.atom_form(atom, b, f.dtype), -1),
+                                             (x.scale(coef), 1)])
+        return None
 
     def _div_partner(self, mod_atom: FloorMod, coef: int):
         """For ``coef*(x % d)``: the key, coefficient and form of the term

@@ -14,7 +14,9 @@ Lowering
 * **vectorized** loops are *widened*: the body is emitted once with the loop variable
   as the vector ``<base, base+1, ..., base+L-1>``.  Values are tracked as uniform
   (scalar), affine (``base + lane*step``, integers) or general vectors: a load whose
-  flattened offset is affine with step 1 is a vector load, a lane-invariant one a
+  flattened offset is affine with step 1 is a vector load (an offset whose indices are
+  not affine, as a fused axis's ``f // 14`` and ``f % 14``, is flattened in the IR and
+  simplified first: ``(f // 14)*14 + f % 14`` is ``f``), a lane-invariant one a
   scalar load (+ broadcast), affine with a small constant step (x86: 2-4, a strided
   convolution's input row; ``policy.strided_wide_load``) one wider masked load and a
   shuffle (``wide_load``), anything else a ``llvm.masked.gather``; a store is a vector
@@ -128,6 +130,7 @@ from ...ir.expr import (
     Select, Sub, TruncDiv, TruncMod, Var,
 )
 from ...ir.functor import collect
+from ...ir.simplify import simplify
 from ...ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
     Prefetch, SeqStmt, Stmt, TensorIntrinCall,
@@ -568,10 +571,41 @@ class _FnEmitter:
             raise InternalError(f"buffer {bi.buffer.name} has {len(bi.strides)} dimensions but "
                                 f"is indexed with {len(indices)} indices")
         idx = [self.index64(i) for i in indices]
+        if self.lanes > 1 and any(ix.v is not None for ix in idx):
+            # a lane-dependent index that is not affine (a fused axis: y = f // 14,
+            # x = f % 14) may still give an affine offset (y*14 + x = f): flattened and
+            # simplified, it is a vector load, not a gather (the per-dimension indices
+            # stay for the bounds checks)
+            flat = self._flat_offset(bi, indices)
+            if flat is not None:
+                fv = self.index64(flat)
+                if fv.v is None:
+                    return fv, idx
         off = Val(ir.Constant(_I64, 0))
         for ix, st in zip(idx, bi.strides):
             off = self.vadd(off, self.vmul(ix, Val(st)))
         return off, idx
+
+    def _flat_offset(self, bi: _Buf, indices) -> Optional[Expr]:
+        """``sum(index*stride)`` over the dimensions of ``bi``, simplified, when every
+        stride is a constant and every index of one integer dtype that holds the
+        buffer's largest offset; else None."""
+        dts = {i.dtype for i in indices}
+        if len(dts) != 1 or not all(isinstance(st, ir.Constant) for st in bi.strides):
+            return None
+        dt = dts.pop()
+        strides = [int(st.constant) for st in bi.strides]
+        exts = [e.constant if isinstance(e, ir.Constant) else None for e in bi.extents]
+        if dt not in ("int32", "int64") or any(e is None for e in exts):
+            return None
+        last = sum((int(e) - 1) * st for e, st in zip(exts, strides) if int(e) > 0)
+        if last >= 2 ** (_dt.bits(dt) - 1) or any(st < 0 for st in strides):
+            return None
+        flat = None
+        for i, st in zip(indices, strides):
+            term = i if st == 1 else Mul(i, Const(st, dt), dt)
+            flat = term if flat is None else Add(flat, term, dt)
+        return simplify(flat)
 
     def bounds_check(self, bi: _Buf, idx: List[Val], node, kind: str):
         stmt = self._stmt_stack[-1] if self._stmt_stack else node
