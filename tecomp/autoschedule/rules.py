@@ -568,8 +568,9 @@ class _Rules:
             return None
         v = op.axis[-1]
         ev = self.ext(v.dom.extent)
-        if ev is not None and ev < max(4, self.L // 2):
-            return None
+        if ev is not None and ev < 4:
+            return None   # (rows of 4-15 lanes are one masked vector: DECISIONS.md, "Rules:
+            #              rows shorter than half a vector")
         loads = _loads(op.body.source)
         kinds = [(ld, _stride_along(ld.indices, v.var)) for ld in loads]
         if not any(k == "unit" or k == "strided" for _, k in kinds):
@@ -606,7 +607,11 @@ class _Rules:
         ev = self.ext(oaxes[pos_v].dom.extent)
         eu = self.ext(oaxes[pos_u].dom.extent) if pos_u is not None else 1
         red_exts = [self.ext(r.dom.extent) for r in red_op.reduce_axis]
-        mr0, nr0 = self._register_block(ev, eu, self._l2_fit(origin or red_op, u_red, v_red))
+        fit = self._l2_fit(origin or red_op, u_red, v_red)
+        most = self._rows_one_set(origin or red_op, u_red)
+        if most is not None:   # (at most 8 rows of the block in one L1 set)
+            fit = (lambda mr, nr, f=fit: mr <= most and (f is None or f(mr, nr)))
+        mr0, nr0 = self._register_block(ev, eu, fit)
         nr = k.choose(f"{name}.nr", sorted({self._whole(n, ev) for n in (
             nr0, L, 2 * L, 3 * L, 4 * L)} | ({ev} if ev is not None and ev < L else set())),
             nr0)
@@ -615,25 +620,35 @@ class _Rules:
         mr_choices = sorted({mr0} | {m for m in (1, 2, 3, 4, 6, 8, 12, 16) if m <= budget})
         mr = k.choose(f"{name}.mr", mr_choices, mr0) if pos_u is not None else 1
         order = k.choose(f"{name}.order", ["vu", "uv"], self._order_default(
-            red_op, origin, u_red, v_red, nr, mr))
-        # outer's loops: others (outer), then the panel loops, then the block
-        others = [a for d, a in enumerate(oaxes) if d != pos_v and d != pos_u]
+            red_op, origin, u_red, v_red, nr, mr, ev))
+        # outer's loops: the others and the first panel loop (the tasks), then the
+        # second panel loop, then the block
+        odims = [d for d in range(len(oaxes)) if d != pos_v and d != pos_u]
         vo, vi = outer.split(oaxes[pos_v], factor=nr)
         if pos_u is not None:
             uo, ui = outer.split(oaxes[pos_u], factor=mr)
             first, second = (vo, uo) if order == "vu" else (uo, vo)
-            outer.reorder(*others, first, second, ui, vi)
-            outer.unroll(ui)
         else:
             first, second, ui = vo, None, None
-            outer.reorder(*others, vo, vi)
+        fdim = pos_v if order == "vu" or pos_u is None else pos_u
+        fext = ev if fdim == pos_v else eu
+        lead = [(oaxes[d], self.ext(oaxes[d].dom.extent)) for d in odims]
+        first_task = (first, -(-fext // (nr if fdim == pos_v else mr))
+                      if fext is not None else None)
+        # the first panel loop after the other axes, or at its own axis's place among them
+        # (an NCHW convolution's channel blocks outside its rows: a block of weights
+        # stays in L2 while a thread's tasks go down the rows)
+        if odims and k.choose(f"{name}.task_order", ["rest", "axes"], self._task_order_default(
+                origin or red_op, u_red, eu, order)) == "axes":
+            lead.insert(sum(1 for d in odims if d < fdim), first_task)
+        else:
+            lead.append(first_task)
+        par_axes = [a for a, _ in lead]
+        par_exts = [e for _, e in lead]
+        outer.reorder(*par_axes, *[a for a in (second, ui) if a is not None], vi)
+        if ui is not None:
+            outer.unroll(ui)
         self._vector(outer, vi, nr)
-        # parallel over the others and the first panel loop
-        par_axes = others + [first]
-        par_exts = [self.ext(a.dom.extent) for a in others] + [
-            -(-(ev if order == "vu" or pos_u is None else eu) // (nr if order == "vu" or
-              pos_u is None else mr)) if (ev if order == "vu" or pos_u is None else eu)
-            is not None else None]
         block_loop = second if second is not None else first
         fused = self.parallel(outer, par_axes, par_exts)
         if first not in outer.leaf_iter_vars:
@@ -702,6 +717,31 @@ class _Rules:
             return ev
         return nr
 
+    def _rows_one_set(self, op, u) -> Optional[int]:
+        """The most rows a register block may have when the operand that moves with
+        ``u`` has its rows a multiple of 64 bytes apart: ``mr`` rows read at one
+        reduction step then fall in ``mr / sets`` lines of each of ``sets`` L1 sets (the
+        sets repeat every 4 KiB on Zen 4's 32 KiB 8-way and recent Intel's 48 KiB 12-way
+        L1), and more than 8 of them in one set evict each other at every step (a 1x1
+        convolution over 2048 channels, rows 8 KiB apart: 16 rows ran 49 GFLOP/s, 8 rows
+        119; DECISIONS.md, "Rules: rows shorter than half a vector").  None: no limit."""
+        if u is None:
+            return None
+        most = None
+        for ld in _loads(op.body.source):
+            dims = [d for d, i in enumerate(ld.indices) if uses_var(i, u.var)]
+            if len(dims) != 1 or not isinstance(ld.indices[dims[0]], Var):
+                continue
+            step = 4
+            for e in ld.producer.shape[dims[0] + 1:]:
+                n = self.ext(e)
+                step = None if n is None or step is None else step * n
+            if step is None or step % 64:
+                continue
+            sets = 64 // math.gcd(step // 64, 64)
+            most = 8 * sets if most is None else min(most, 8 * sets)
+        return most
+
     def _l2_fit(self, op, u, v):
         """``fit(mr, nr)``: whether a panel of ``nr`` columns of the operands that do not
         move with ``u`` and ``mr`` rows of those that do, each over the whole reduction,
@@ -739,9 +779,24 @@ class _Rules:
                     best, arg = r, (mr, nr)
         return arg
 
-    def _order_default(self, red_op, origin, u, v, nr, mr) -> str:
+    def _task_order_default(self, op, u, eu, order) -> str:
+        """``axes`` where the blocks of ``u`` are the tasks and the operand that moves with
+        ``u`` is larger than half of L2 (a 1x1 convolution's 2048 x 512 weights: with the
+        rows outside, every row streams all of them again), else ``rest``."""
+        if order != "uv" or u is None or eu is None:
+            return "rest"
+        row = sum(self._reduction_span(op, ld) * 4 for ld in _loads(op.body.source)
+                  if any(uses_var(i, u.var) for i in ld.indices))
+        return "axes" if row * eu > self.info.l2_bytes // 2 else "rest"
+
+    def _order_default(self, red_op, origin, u, v, nr, mr, ev=None) -> str:
         """``vu`` (a panel of the operand that moves with ``v`` stays in cache while the
-        rows go by) unless that panel is larger than half of L2."""
+        rows go by) unless that panel is larger than half of L2, or one panel covers the
+        whole of ``v`` (a 1x1 convolution's row of 7 or 14 pixels): then the blocks of
+        ``u`` are the tasks, not a loop of one panel (DECISIONS.md, "Rules: rows shorter
+        than half a vector")."""
+        if ev is not None and ev <= nr and u is not None:
+            return "uv"
         op = origin or red_op
         panel = self._panel_bytes(op, v, u, nr)
         return "vu" if panel <= self.info.l2_bytes // 2 else "uv"
