@@ -265,7 +265,10 @@ def _tvm_load(w, work_dir):
 
     kernels, ins, outs = te_kernels(w, te)
     dev = tvm.cpu()
-    bufs = {k: tvm.runtime.tensor(x, dev) for k, x in zip(ins, w.inputs)}
+    # the inputs every other tool reads, in place (DLPack, no copy): a copy of its own
+    # put MetaSchedule's reads elsewhere in memory than tecomp's and PyTorch's
+    # (benchmarks/DECISIONS.md, "Benchmarks: MetaSchedule reads the same inputs")
+    bufs = {k: tvm.runtime.from_dlpack(x) for k, x in zip(ins, w.inputs)}
     calls = []
     for i, kern in enumerate(kernels):
         for k, t in kern:
