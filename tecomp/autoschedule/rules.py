@@ -46,6 +46,7 @@ import random
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AutoScheduleError
+from ..ir import dtype as _dt
 from ..ir.expr import Call, Const, Div, Expr, ProducerLoad, Reduce, Var
 from ..ir.functor import collect, substitute, uses_var
 from ..schedule.schedule import Schedule, Stage, create_schedule
@@ -732,7 +733,7 @@ class _Rules:
             dims = [d for d, i in enumerate(ld.indices) if uses_var(i, u.var)]
             if len(dims) != 1 or not isinstance(ld.indices[dims[0]], Var):
                 continue
-            step = 4
+            step = max(1, _dt.bits(ld.producer.dtype) // 8)
             for e in ld.producer.shape[dims[0] + 1:]:
                 n = self.ext(e)
                 step = None if n is None or step is None else step * n
