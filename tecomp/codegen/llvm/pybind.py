@@ -4,11 +4,10 @@ A call from Python to a kernel that takes only arrays (``f(a, b, c)``) spends mo
 its time checking the arrays: their type, dtype, shape, layout and flags, and whether
 two of them overlap.  In Python that is about a microsecond for three arrays, one
 percent of a 100 us kernel.  The binder does it in compiled code instead: one function
-for every kernel of the process, which reads
-the array objects' fields (numpy's ``PyArrayObject``: ``data``, ``nd``,
-``dimensions``, ``base``, ``descr``, ``flags``) and the call's argument tuple, and
-follows a kernel's *program*, a list of int64 words the runtime writes once per kernel
-(:func:`tecomp.runtime.llvm._binder_program`).
+for every kernel of the process, which reads the array objects' fields (numpy's
+``PyArrayObject``: ``data``, ``nd``, ``dimensions``, ``base``, ``descr``, ``flags``) and
+the call's argument tuple, and follows a kernel's *program*, a list of int64 words the
+runtime writes once per kernel (:func:`tecomp.runtime.llvm._binder_program`).
 
 The binder only ever accepts; it never explains.  Any check that fails makes it return
 ``NOT_HERE`` (-1) before the kernel runs, and the runtime's Python path takes the call:
