@@ -750,8 +750,7 @@ class _Rules:
         reduction with a tall block evicts it: DECISIONS.md, "Rules: register blocks that
         fit L2"); None when the footprint does not depend on the block."""
         col = self._panel_bytes(op, v, u, 1)
-        row = sum(self._reduction_span(op, ld) * 4 for ld in _loads(op.body.source)
-                  if u is not None and any(uses_var(i, u.var) for i in ld.indices))
+        row = self._row_bytes(op, u)
         if not col or not row:
             return None
         half = self.info.l2_bytes // 2
@@ -786,9 +785,7 @@ class _Rules:
         rows outside, every row streams all of them again), else ``rest``."""
         if order != "uv" or u is None or eu is None:
             return "rest"
-        row = sum(self._reduction_span(op, ld) * 4 for ld in _loads(op.body.source)
-                  if any(uses_var(i, u.var) for i in ld.indices))
-        return "axes" if row * eu > self.info.l2_bytes // 2 else "rest"
+        return "axes" if self._row_bytes(op, u) * eu > self.info.l2_bytes // 2 else "rest"
 
     def _order_default(self, red_op, origin, u, v, nr, mr, ev=None) -> str:
         """``vu`` (a panel of the operand that moves with ``v`` stays in cache while the
@@ -811,6 +808,14 @@ class _Rules:
                 continue
             total += nr * self._reduction_span(op, ld) * 4
         return total
+
+    def _row_bytes(self, op, u) -> int:
+        """Bytes one value of ``u`` reads over the whole reduction from the operands that
+        move with ``u`` (a block's row of them); 0 without ``u``."""
+        if u is None:
+            return 0
+        return sum(self._reduction_span(op, ld) * 4 for ld in _loads(op.body.source)
+                   if any(uses_var(i, u.var) for i in ld.indices))
 
     def _reduction_span(self, op, ld) -> int:
         """Elements of ``ld`` one output point reads over the whole reduction (a

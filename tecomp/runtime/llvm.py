@@ -223,6 +223,18 @@ def _binder():
     return _binder_state[0]
 
 
+def _dims_to_check(plan: "_CallPlan", scalar_vars=frozenset()):
+    """``(buffer plan, dimension, extent)`` of every dimension a fast binder compares once
+    the shape variables are bound: all but the one each variable is bound from (a scalar
+    parameter's variable is bound from the scalar, so every dimension of it is checked)."""
+    origin = plan.sig.shape_var_origin
+    for p in plan.bufs:
+        for d, x in enumerate(p.bp.buffer.shape):
+            if isinstance(x, Var) and x not in scalar_vars and origin.get(x) == (p.bp, d):
+                continue
+            yield p, d, x
+
+
 def _binder_program(plan: "_CallPlan", entry: int):
     """The binder's program for a kernel (see :mod:`tecomp.codegen.llvm.pybind`), whose
     contiguous no-alias variant's entry is at ``entry``: a ctypes int64 array, or None
@@ -243,15 +255,13 @@ def _binder_program(plan: "_CallPlan", entry: int):
     for var, (bp, d) in sig.shape_var_origin.items():
         steps.append((OP_BIND, bp.data_index, d, sig.slot_index[var],
                       int_range(var.dtype)[1]))
-    for p in plan.bufs:
-        for d, x in enumerate(p.bp.buffer.shape):
-            if isinstance(x, Const):
-                steps.append((OP_DIM, p.data_index, d, int(x.value)))
-            elif isinstance(x, Var):
-                if sig.shape_var_origin.get(x) != (p.bp, d):
-                    steps.append((OP_SAME, p.data_index, d, sig.slot_index[x]))
-            else:
-                return None   # (a shape expression: the Python path checks it)
+    for p, d, x in _dims_to_check(plan):
+        if isinstance(x, Const):
+            steps.append((OP_DIM, p.data_index, d, int(x.value)))
+        elif isinstance(x, Var):
+            steps.append((OP_SAME, p.data_index, d, sig.slot_index[x]))
+        else:
+            return None   # (a shape expression: the Python path checks it)
     index = {p.pos: p.data_index for p in plan.bufs}
     for i, j in plan.alias_pairs:
         steps.append((OP_APART, index[i], index[j]))
@@ -399,19 +409,17 @@ def _fast_path_source(plan: _CallPlan, tensors: bool = False, grad_inputs: bool 
         if py is None:
             return ""  # an unusual condition: the generic path checks it
         w(f"    if {py} < {pc.lower}: return None")
-    for p in plan.bufs:
-        for d, x in enumerate(p.bp.buffer.shape):
-            ref = f"s{p.data_index}[{d}]"
-            if isinstance(x, Const):
-                w(f"    if {ref} != {int(x.value)}: return None")
-            elif isinstance(x, Var):
-                if sig.shape_var_origin.get(x) != (p.bp, d) or x in scalar_vars:
-                    w(f"    if {ref} != {var_name[x]}: return None")
-            else:
-                py = _py_shape_expr(x, var_name)
-                if py is None:
-                    return ""  # an unusual shape expression: the generic path checks it
-                w(f"    if {ref} != {py}: return None")
+    for p, d, x in _dims_to_check(plan, scalar_vars):
+        ref = f"s{p.data_index}[{d}]"
+        if isinstance(x, Const):
+            w(f"    if {ref} != {int(x.value)}: return None")
+        elif isinstance(x, Var):
+            w(f"    if {ref} != {var_name[x]}: return None")
+        else:
+            py = _py_shape_expr(x, var_name)
+            if py is None:
+                return ""  # an unusual shape expression: the generic path checks it
+            w(f"    if {ref} != {py}: return None")
     for p in plan.bufs:
         nm = names[p.data_index]
         k = p.data_index
@@ -580,7 +588,7 @@ class Module(Timed):
             if fn is not None:
                 self._bind, self._bind_prog = fn, prog
                 self._bind_addr = ctypes.addressof(prog)
-        if why is not None:
+        else:
             # compiled for a CPU feature this one lacks: a call would execute an illegal
             # instruction, so every call raises instead (the source is still there)
             def refuse(args, sc, _why=why, _name=self.name):
