@@ -400,10 +400,18 @@ def test_block_vector_covers_a_short_row_unguarded(target):
     is the whole row (14 lanes), not 16 lanes guarded past the row's end (run lane by
     lane); with AVX-512 the row fits one register.  Run where the target runs."""
     args = _conv1x1_nchw(32, 24, 14)
-    s = tc.auto_schedule(args, target=target)
+    s, _ = _rows_schedule(args, target)
     text = str(tc.lower(s, args, target=target))
     assert "vectorized (x.inner, 0, 14)" in text and "x.inner < 14" not in text, text
     _check_conv1x1(s, args, target)
+
+
+def _rows_schedule(args, target):
+    """The schedule with the row as the block's vector (the plane knob off where there
+    is one: with AVX-512 the plane is the default) and its knobs."""
+    knobs = Knobs({"O.plane": False})
+    s = apply_rules(args, knobs, cpu_info(target), {})
+    return s, knobs.values
 
 
 def _conv1x1_nchw(C, K, H):
@@ -436,13 +444,96 @@ def test_short_rows_are_a_masked_vector_and_channel_blocks_the_tasks(target):
     the output's axes (the weights, 2 MiB, are more than half of L2), and the block has
     at most 8 rows: the weights' rows, 8 KiB apart, share one L1 set."""
     args = _conv1x1_nchw(2048, 256, 7)
-    cfg = tc.autoschedule.default_config(args, target=target)
+    s, cfg = _rows_schedule(args, target)
     assert cfg["O.nr"] == 7 and cfg["O.order"] == "uv" and cfg["O.mr"] <= 8, str(cfg)
     assert cfg["O.task_order"] == "axes", str(cfg)
-    s = tc.auto_schedule(args, target=target)
     text = str(tc.lower(s, args, target=target))
     assert "vectorized (x.inner, 0, 7)" in text and "parallel (n.k.outer.fused" in text, text
     _check_conv1x1(s, args, target)
+
+
+@pytest.mark.parametrize("C,K,H", [(32, 24, 14), (64, 13, 7), (16, 8, 12)])
+def test_a_short_image_plane_is_the_vector_axis(C, K, H):
+    """A 1x1 conv over a 14x14, 7x7 or 12x12 image with AVX-512: the plane (y and x
+    fused, 196 / 49 / 144 pixels) is the block's vector axis, split into 16-lane vectors
+    with a narrower last one and no guard; each vector is loaded once per reduction step
+    (the vectors outside the block's rows). Off (the knob), the row is the vector.  Both
+    compute the convolution, including a channel tail (K not a multiple of the rows)."""
+    args = _conv1x1_nchw(C, K, H)
+    target = "llvm -mcpu=skylake-avx512"
+    cfg = tc.autoschedule.default_config(args, target=target)
+    assert cfg["O.plane"] is True, str(cfg)
+    s = tc.auto_schedule(args, target=target)
+    text = str(tc.lower(s, args, target=target))
+    F = H * H
+    assert f"unrolled (y.x.fused.outer, 0, {F // 16})" in text, text
+    if F % 16:
+        assert f"vectorized (y.x.fused.inner, 0, {F % 16})" in text, text
+    assert f"< {F})" not in text, text          # (no guard on the plane's lanes)
+    body = text.split("for (c, 0, ")[1]
+    assert body.index("unrolled (y.x.fused.outer") < body.index("unrolled (k.inner"), text
+    _check_conv1x1(s, args, target)
+    rows, _ = _rows_schedule(args, target)
+    assert "y.x.fused" not in str(tc.lower(rows, args, target=target))
+    _check_conv1x1(rows, args, target)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_plane_blocks_with_random_knobs_and_epilogues(seed):
+    """Random 1x1 convolutions with short planes (not square, batches, a bias and ReLU
+    epilogue or a residual add, channel counts with tails), scheduled with the plane and
+    random values of the other knobs: all compute what numpy computes."""
+    r = random.Random(seed)
+    target = "llvm -mcpu=skylake-avx512"
+    N, C, K = r.choice([1, 2]), r.randint(1, 40), r.randint(1, 30)
+    H, Wd = r.choice([(7, 7), (5, 9), (3, 6), (14, 14), (6, 10), (4, 12)])
+    X = tc.placeholder((N, C, H, Wd), name="X")
+    W = tc.placeholder((K, C), name="W")
+    c = tc.reduce_axis((0, C), name="c")
+    O = tc.compute((N, K, H, Wd), lambda n, k, y, x: tc.sum(X[n, c, y, x] * W[k, c], axis=c),
+                   name="O")
+    epi = r.choice(["none", "bias_relu", "residual"])
+    ins = [X, W]
+    if epi == "bias_relu":
+        b = tc.placeholder((K,), name="b")
+        ins.append(b)
+        Y = tc.compute(O.shape, lambda n, k, y, x: tc.max(O[n, k, y, x] + b[k], 0.0), name="Y")
+    elif epi == "residual":
+        R = tc.placeholder((N, K, H, Wd), name="R")
+        ins.append(R)
+        Y = tc.compute(O.shape, lambda n, k, y, x: O[n, k, y, x] + R[n, k, y, x], name="Y")
+    else:
+        Y = O
+    args = ins + [Y]
+    knobs = Knobs(rng=random.Random(seed + 100))
+    knobs.given = {"O.plane": True}
+    s = apply_rules(args, knobs, cpu_info(target), {})
+    assert any(k.endswith(".plane") and v is True for k, v in knobs.values.items()), \
+        knobs.values
+    rng = np.random.default_rng(seed)
+    vals = [rng.standard_normal([int(d.value) for d in t.shape]).astype("float32") for t in ins]
+    out = np.empty([int(d.value) for d in Y.shape], "float32")
+    tc.build(s, args, target=target)(*vals, out)
+    want = np.einsum("ncyx,kc->nkyx", vals[0], vals[1])
+    if epi == "bias_relu":
+        want = np.maximum(want + vals[2][None, :, None, None], 0)
+    elif epi == "residual":
+        want = want + vals[2]
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_plane_needs_contiguous_operands():
+    """No plane where an operand's rows are not the image's (a strided 1x1 conv reads
+    every other pixel) or where the row already fills the vectors (rows of 16)."""
+    target = "llvm -mcpu=skylake-avx512"
+    X = tc.placeholder((1, 8, 14, 14), name="X")
+    W = tc.placeholder((8, 8), name="W")
+    c = tc.reduce_axis((0, 8), name="c")
+    O = tc.compute((1, 8, 7, 7), lambda n, k, y, x: tc.sum(X[n, c, 2 * y, 2 * x] * W[k, c],
+                                                           axis=c), name="O")
+    assert "O.plane" not in tc.autoschedule.default_config([X, W, O], target=target).space
+    assert "O.plane" not in tc.autoschedule.default_config(
+        _conv1x1_nchw(8, 8, 16), target=target).space
 
 
 def test_default_config_is_the_analytic_schedule_and_a_set_knob_is_applied():

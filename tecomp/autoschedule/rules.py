@@ -26,6 +26,8 @@ in spirit):
    reads it: the epilogue is applied to each block on its way out).  Operands read with a
    stride along ``v`` are packed per panel into a copy stored ``v`` innermost
    (``cache_read`` + ``storage_order``).  Outer loops are fused and run in parallel.
+   Where the output's last two axes, fused, fill the vectors better than its rows (a
+   1x1 convolution over a 7x7 or 14x14 image), the block's vector axis is that plane.
 4. **Row reductions** (the reduction runs along contiguous memory and the output has no
    axis worth vectorizing: a row sum, the mean and variance of layer norm): the
    reduction is split by the lane count and ``rfactor``-ed into vector accumulators; it is
@@ -599,6 +601,15 @@ class _Rules:
         name = (origin or red_op).name
         plan = self._plan_block(origin or red_op)
         u_red, v_red = plan
+        w_red = self._plane_axis(origin or red_op, outer.op, u_red, v_red)
+        if w_red is not None and k.choose(f"{name}.plane", [True, False], self._panel_bytes(
+                origin or red_op, v_red, u_red, self.ext(v_red.dom.extent) *
+                self.ext(w_red.dom.extent)) <= self.info.l2_bytes // 2):
+            # (every block of rows reads the whole plane over the whole reduction: where
+            # that is more than half of L2 it comes from L3 for every block, and the rows'
+            # blocks won: DECISIONS.md, "Rules: the image plane as the vector axis")
+            self._tile_plane(inner, outer, red_op, origin, u_red)
+            return
         # the same positions in outer's axes
         pos_v = len(red_op.axis) - 1
         pos_u = list((origin or red_op).axis).index(u_red) if u_red is not None else None
@@ -697,6 +708,98 @@ class _Rules:
         self._attach_producers(red_op, outer, fused,
                                [a for a in (first, second) if a is not None and a is not fused
                                 and a in outer.leaf_iter_vars])
+
+    def _plane_axis(self, op, outer_op, u, v):
+        """The axis ``w`` before ``v`` when the output's last two axes, fused, make a
+        better vector axis than ``v`` alone (a 1x1 convolution over a 14x14 or 7x7 image:
+        rows of 14 or 7 use 14 or 7 of 16 lanes, the plane of 196 or 49 pixels 196 of 208
+        and 49 of 64), else None.  Every operand that moves with ``w`` or ``v`` (and
+        what ``outer_op``, the copy out or an epilogue, reads) must be indexed by exactly
+        ``w`` and ``v`` in its last two dimensions, its rows ``ev`` long, so that the
+        plane is contiguous in it; the plane takes at most 16 vectors.  (DECISIONS.md,
+        "Rules: the image plane as the vector axis")"""
+        axes = list(op.axis)
+        if len(axes) < 2 or u is None or u is axes[-2]:
+            return None
+        w, L = axes[-2], self.L
+        ev, ew = self.ext(v.dom.extent), self.ext(w.dom.extent)
+        if ev is None or ew is None or ev * ew > 16 * L:
+            return None
+
+        def use(n):
+            return n / (-(-n // L) * L)
+
+        if use(ev * ew) <= use(ev) * 1.02:
+            return None
+        for o in (op, outer_op):
+            ow, ovar = o.axis[-2].var, o.axis[-1].var
+            for body in o.bodies:
+                for ld in _loads(body.source if isinstance(body, Reduce) else body):
+                    idx = ld.indices
+                    moves = [d for d, e in enumerate(idx) if uses_var(e, ow) or uses_var(e, ovar)]
+                    if not moves:
+                        continue
+                    if moves != [len(idx) - 2, len(idx) - 1] or idx[-2] is not ow or \
+                            idx[-1] is not ovar or self.ext(ld.producer.shape[-1]) != ev:
+                        return None
+        return w
+
+    def _tile_plane(self, inner, outer, red_op, origin, u_red):
+        """The register block of :meth:`_plane_axis`: ``mr`` rows of ``u`` by the whole
+        plane (``w`` and ``v`` fused, split into vectors, the last one partial), the
+        reduction innermost, the plane's vectors outside the rows in the unrolled block
+        (each operand vector is loaded once and used by ``mr`` FMAs: with the rows
+        outside, LLVM loaded all of them first and spilled the accumulators).  The
+        blocks of ``u`` (and the axes before) are the tasks."""
+        k, L, info = self.k, self.L, self.info
+        op = origin or red_op
+        name = op.name
+        pos_v = len(red_op.axis) - 1
+        pos_w = pos_v - 1
+        pos_u = list(op.axis).index(u_red)
+        if inner.scope != "local":
+            inner.set_scope("local")
+        oaxes = list(outer.op.axis)
+        F = self.ext(oaxes[pos_v].dom.extent) * self.ext(oaxes[pos_w].dom.extent)
+        nv = -(-F // L)
+        budget = max(1, (info.vregs - 1) // (nv + 1))  # accumulators, rows' values, a vector
+        most = self._rows_one_set(op, u_red)
+        if most is not None:
+            budget = min(budget, most)
+        eu = self.ext(oaxes[pos_u].dom.extent)
+
+        def rows_busy(m):   # rows doing useful work per block, with u's tail
+            return m if eu is None else eu / -(-eu // m)
+
+        mr0 = max(range(1, budget + 1), key=lambda m: (rows_busy(m), -m))
+        mr = k.choose(f"{name}.plane_mr", sorted({mr0} | {m for m in (1, 2, 3, 4, 6, 8)
+                                                        if m <= budget}), mr0)
+        odims = [d for d in range(len(oaxes)) if d not in (pos_v, pos_w, pos_u)]
+        lead = [(oaxes[d], self.ext(oaxes[d].dom.extent)) for d in odims]
+        uo, ui = outer.split(oaxes[pos_u], factor=mr)
+        lead.append((uo, -(-eu // mr) if eu is not None else None))
+        f = outer.fuse(oaxes[pos_w], oaxes[pos_v])
+        fo, fi = outer.split(f, factor=L)
+        par_axes = [a for a, _ in lead]
+        outer.reorder(*par_axes, ui, fo, fi)
+        outer.unroll(ui)
+        outer.unroll(fo)
+        outer.vectorize(fi)
+        fused = self.parallel(outer, par_axes, [e for _, e in lead])
+        # the block: the blocks of u, or the parallel loop they were fused into
+        inner.compute_at(outer, uo if uo in outer.leaf_iter_vars else fused)
+        iaxes = list(inner.op.axis)
+        rax = list(inner.op.reduce_axis)
+        f2 = inner.fuse(iaxes[pos_w], iaxes[pos_v])
+        f2o, f2i = inner.split(f2, factor=L)
+        _, iui = inner.split(iaxes[pos_u], factor=mr)
+        inner.reorder(*rax, f2o, iui, f2i)
+        inner.unroll(iui)
+        inner.unroll(f2o)
+        inner.vectorize(f2i)
+        inner.pragma(rax[-1], "unroll_count", k.choose(f"{name}.plane_unroll", [1, 2, 4, 8], 2))
+        inner.pragma(rax[0], "fp_contract")
+        self._attach_producers(red_op, outer, fused, [])
 
     def _vector(self, st, axis, nr):
         L = self.L
