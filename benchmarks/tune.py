@@ -23,9 +23,8 @@ turns in one process, the order rotating every round, and the table shows median
   (its LocalBuilder given ``--tvm-build-timeout`` seconds, default 600: with its own 30
   every candidate timed out on a 2-core VM).
 
-Every tool reads the same 64-byte aligned input arrays (``tc.aligned``; TVM copies them
-into its own tensors, which are aligned as well), and tecomp writes into ``tc.empty``
-outputs: numpy's own large arrays start 16 bytes past a cache line, which made tecomp's
+Every tool reads the same 64-byte aligned input arrays (``tc.aligned``; MetaSchedule's
+libraries read them in place through DLPack), and tecomp writes into ``tc.empty`` outputs: numpy's own large arrays start 16 bytes past a cache line, which made tecomp's
 memory-bound kernels up to a quarter slower than on TVM's tensors
 (benchmarks/DECISIONS.md, "Benchmarks: aligned arrays").
 

@@ -90,6 +90,58 @@ def test_loop_partition():
     }""")
 
 
+def test_loop_partition_drops_the_iterations_a_guard_rules_out():
+    """A row of 56 split into panels of 48 lanes, each three unrolled vectors of 16: the
+    last panel has 8 lanes, so its second and third vectors store nothing. They are
+    dropped, and the first becomes an 8-lane vector with no guard (before: three
+    16-lane vectors, each under a per-lane guard)."""
+    A = tc.placeholder((56,), name="A")
+    B = tc.compute((56,), lambda i: A[i] * 2.0, name="B")
+    s = tc.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=48)
+    vo, vi = s[B].split(xi, factor=16)
+    s[B].unroll(vo)
+    s[B].vectorize(vi)
+    before, after = _through("loop_partition", s, [A, B])
+    assert "if (i.outer*48 + i.inner.outer*16 + i.inner.inner < 56)" in before, before
+    assert after == _text("""
+    primfn main(A: float32[56], B: float32[56]) {
+      for (i.outer, 0, 1) {
+        unrolled (i.inner.outer, 0, 3) {
+          vectorized (i.inner.inner, 0, 16) {
+            B[i.outer*48 + i.inner.outer*16 + i.inner.inner] = A[i.outer*48 + i.inner.outer*16 + i.inner.inner]*2f
+          }
+        }
+      }
+      for (i.outer, 1, 1) {
+        unrolled (i.inner.outer, 0, 1) {
+          vectorized (i.inner.inner, 0, 8) {
+            B[i.inner.inner + 48] = A[i.inner.inner + 48]*2f
+          }
+        }
+      }
+    }"""), after
+
+
+def test_loop_partition_narrows_a_guarded_vector_tail():
+    """A row of 28 in 16-lane vectors: the last vector's guard (4 lanes off) becomes a
+    12-lane vector (one register) with no per-lane mask. A vector of 32 lanes over the
+    same row keeps its guard (a 28-lane vector LLVM legalizes worse than the mask)."""
+    def row(width):
+        A = tc.placeholder((28,), name="A")
+        B = tc.compute((28,), lambda i: A[i] * 2.0, name="B")
+        s = tc.create_schedule(B.op)
+        _, xi = s[B].split(B.op.axis[0], factor=width)
+        s[B].vectorize(xi)
+        return s, [A, B]
+
+    before, after = _through("loop_partition", *row(16))
+    assert "< 28)" in before and "if (" not in after, after
+    assert [ln.strip()[:-2] for ln in after.splitlines() if "vectorized" in ln] == \
+        ["vectorized (i.inner, 0, 16)", "vectorized (i.inner, 0, 12)"], after
+    assert "if (i.inner < 28)" in str(tc.lower(*row(32)))
+
+
 def test_loop_partition_of_a_padded_input():
     """A stored select's bounds partition its own loops either way (the border rows and
     columns store zeros, the inside copies with no test); a loop that also stores

@@ -803,7 +803,7 @@ class _Rules:
 
     def _vector(self, st, axis, nr):
         L = self.L
-        if nr > 2 * L and nr % L == 0:
+        if nr >= 2 * L and nr % L == 0:
             a, b = st.split(axis, factor=L)
             st.unroll(a)
             st.vectorize(b)

@@ -263,11 +263,15 @@ class LoopPartition(Mutator):
                 and self.held.get(id(s)) is not s:
             found = self._partition(s)
             parts, main = found if found is not None else (None, 0)
-            if parts is not None and s.kind == "vectorized" and (
-                    self.in_kernel or not all(_vector_width_ok(p.extent) for p in parts)):
+            if parts is not None and s.kind == "vectorized" and (self.in_kernel or not (
+                    all(_vector_width_ok(p.extent) for p in parts) or
+                    len(parts) == 1 and _narrow_width_ok(parts[0].extent))):
                 # a vectorized loop is split only into parts of power-of-two constant
-                # widths (on the CPU): e.g. the 48-lane tail panel whose last 16 lanes
-                # are guarded off becomes a 32-lane loop without the per-lane mask (an
+                # widths, or narrowed to one part of at most 16 lanes (on the CPU): e.g.
+                # the 48-lane tail panel whose last 16 lanes are guarded off becomes a
+                # 32-lane loop, and the 16-lane vector over the last 12 pixels of a row of
+                # 28 a 12-lane one (LLVM pads it to a register), without the per-lane
+                # mask (an
                 # accumulator under a mask is a masked load/store that LLVM cannot keep
                 # in a register across the reduction loop: measured 10x slower than the
                 # unmasked loop); other widths (a 29-lane accumulator) LLVM legalizes
@@ -338,6 +342,9 @@ class LoopPartition(Mutator):
             start_false = _op.floordiv(_op.add(_op.sub(n, itv.lo), _op.sub(ca, one)), ca)
             k = self._clamp(_op.sub(end_true, s.min), Const(0, "int32"), s.extent)
             if isinstance(k, Const) and k.value == 0:
+                dead = self._dead_tail(s, term, start_false)
+                if dead is not None:
+                    return dead, -1
                 continue
             end_true = self.simplify(end_true, self.ranges)
             sf = self.simplify(_op.sub(start_false, s.min), self.ranges)
@@ -361,6 +368,28 @@ class LoopPartition(Mutator):
                                  s.kind, body_false, s.thread_tag))
             return parts, 0
         return None
+
+    def _dead_tail(self, s, term, start_false):
+        """The parts of loop ``s`` whose guard holds for no iteration in full but fails
+        for every inner value from a constant point on: the iterations before it (the
+        guard kept) and those after it without the guarded statement (dropped when
+        nothing else is left), or None.  The tail block of a split panel whose rows end
+        inside its first vector (a row of 56 in panels of three vectors: the last block
+        has 8 lanes) then runs one narrower vector instead of three guarded ones, two of
+        them doing nothing (their accumulators masked, through memory).  Not for a
+        parallel loop (its parts are branches of one region, see ``_unswitch_parallel``)."""
+        if s.kind == "parallel" or not isinstance(s.extent, Const):
+            return None
+        sf = self.simplify(_op.sub(start_false, s.min), self.ranges)
+        if not isinstance(sf, Const) or not 0 < sf.value < s.extent.value:
+            return None
+        parts = [For(s.var, s.min, sf, s.kind, s.body, s.thread_tag)]
+        body_false = self.simplify(_DropTerm(term, False).visit(s.body), self.ranges)
+        if not _is_empty(body_false):
+            parts.append(For(s.var, self.simplify(_op.add(s.min, sf), self.ranges),
+                             Const(s.extent.value - sf.value, "int32"), s.kind, body_false,
+                             s.thread_tag))
+        return parts
 
     def _partition_lower(self, s, term, c, itv):
         """The parts of loop ``s`` for a guard ``rest < c*v`` (``c > 0``; ``rest`` in
@@ -421,6 +450,11 @@ def _vector_width_ok(extent) -> bool:
         return False
     n = extent.value
     return n >= 0 and n & (n - 1) == 0
+
+
+def _narrow_width_ok(extent) -> bool:
+    """A constant lane count of at most 16 (one register)."""
+    return isinstance(extent, Const) and 0 < extent.value <= 16
 
 
 def _is_empty(s):
