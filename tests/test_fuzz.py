@@ -167,6 +167,28 @@ def test_fuzzer_detects_a_wrong_pass(monkeypatch):
     assert found >= 3
 
 
+def test_reference_does_not_vouch_for_a_product_that_overflows_float32():
+    """Seed 151928: a product of 48 float32 factors passes float32's range before a zero
+    factor (tecomp's order: inf * 0 = nan; numpy's float64: 0). The reference marks that
+    output unknown, the case passes (the kernel is still compared with the interpreter),
+    and a product that stays in range is still vouched for."""
+    import numpy as np
+    from tecomp.testing.fuzz import case_for_seed
+
+    case = case_for_seed(151928, 0)
+    prog = case.program
+    inputs = prog.random_inputs(case.n, np.random.default_rng(case.seed))
+    _, unknown = prog.numpy_reference(inputs, case.n)
+    assert any(u is not None and u.all() for i, u in unknown.items() if i in prog.outputs)
+    assert run_case(case).kind == "ok"
+    from tecomp.testing.program import Ax, Load, Program, ReduceSpec, TSpec
+    small = Program([TSpec("A", (4, 3), "float32"),
+                     TSpec("B", (4,), "float32", Load(0, (Ax(0), Ax(1))),
+                           ReduceSpec("prod", (3,)))], [1])
+    vals, unk = small.numpy_reference({0: np.full((4, 3), 2.0, np.float32)}, 5)
+    assert unk[1] is None and np.all(vals[1] == 8.0)
+
+
 @pytest.mark.skipif(not HAVE_CXX, reason="the CUDA emulation needs a C++ compiler")
 def test_a_missing_barrier_is_caught(monkeypatch):
     """Without the insert_barriers pass, a shared-memory tile read by other threads than

@@ -249,14 +249,28 @@ class Program:
     def numpy_outputs(self, inputs: dict, n: int) -> dict:
         """{tensor index: array} of every compute, evaluated with numpy (floats in float64,
         rounded to the tensor's dtype after each stage; ints exactly, wrapping)."""
-        vals = {}
+        return self.numpy_reference(inputs, n)[0]
+
+    def numpy_reference(self, inputs: dict, n: int) -> tuple:
+        """(:meth:`numpy_outputs`, unknown): ``unknown`` maps a compute to a bool array of
+        the elements the reference cannot vouch for, or None.  A product reduction of a
+        16- or 32-bit float whose terms could take a partial product past the dtype's
+        largest value in some order has no single answer: in float64 it stays finite,
+        in the dtype an order that overflows before a zero factor gives inf * 0 = nan,
+        another 0 (fuzz seed 151928: 48 factors).  A stage that reads such elements is
+        unknown as a whole (conservatively)."""
+        vals, unknown = {}, {}
         for i, s in enumerate(self.tensors):
             if s.is_placeholder:
                 a = inputs[i]
                 vals[i] = a.astype(np.float64) if is_float(s.dtype) else a
                 continue
-            vals[i] = _np_compute(self, s, vals, n)
-        return vals
+            vals[i], unk = _np_compute(self, s, vals, n, with_unknown=True)
+            reads = {x.t for x in walk_values(s.body) if isinstance(x, Load)}
+            if any(unknown.get(t) is not None for t in reads):
+                unk = np.ones(vals[i].shape, bool)
+            unknown[i] = unk if unk is not None and unk.any() else None
+        return vals, unknown
 
     # -- source --------------------------------------------------------------------------
     def source(self) -> str:
@@ -609,10 +623,18 @@ def reduce_identity(op: str, dt: str):
     return info.min if op == "max" else info.max
 
 
-def _np_compute(prog: Program, s: TSpec, vals, n):
+# the largest finite value of the float dtypes a product may overflow (float64: the
+# reference's own, nothing to compare with)
+_FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38, "float32": 3.4028e38}
+
+
+def _np_compute(prog: Program, s: TSpec, vals, n, with_unknown: bool = False):
+    """The values of compute ``s`` (and, ``with_unknown``, the bool array of those whose
+    product reduction may overflow its dtype in some order, or None)."""
     exts = [n if x == "n" else x for x in s.axis_extents]
     g = _grids(exts)
     full = tuple(exts)
+    unknown = None
     with np.errstate(all="ignore"):
         v = _val_np(s.body, g, n, s.dtype, vals, prog, full)
         v = np.broadcast_to(v, full)
@@ -624,6 +646,11 @@ def _np_compute(prog: Program, s: TSpec, vals, n):
             if s.reduce.where is not None:
                 m = np.broadcast_to(_anycond_np(s.reduce.where, g, n, vals, prog, full), full)
                 v = np.where(m, v, np.asarray(ident).astype(ndt))
+            if s.reduce.op == "prod" and s.dtype in _FLOAT_MAX:
+                # the largest partial product any order can reach: that of the factors
+                # larger than 1 in magnitude
+                big = np.log(np.maximum(np.abs(np.asarray(v, np.float64)), 1.0)).sum(axis=axes)
+                unknown = ~(big <= np.log(_FLOAT_MAX[s.dtype]))
             ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[s.reduce.op]
             v = ufunc.reduce(v, axis=axes, dtype=ndt, initial=np.asarray(ident).astype(ndt))
         if is_float(s.dtype):
@@ -631,7 +658,8 @@ def _np_compute(prog: Program, s: TSpec, vals, n):
             v = np.asarray(v, np.float64).astype(s.dtype).astype(np.float64)
         else:
             v = np.asarray(v).astype(s.dtype)
-    return np.ascontiguousarray(v)
+    v = np.ascontiguousarray(v)
+    return (v, unknown) if with_unknown else v
 
 
 # ---------------------------------------------------------------------------------
