@@ -505,8 +505,7 @@ def test_plane_blocks_with_random_knobs_and_epilogues(seed):
     else:
         Y = O
     args = ins + [Y]
-    knobs = Knobs(rng=random.Random(seed + 100))
-    knobs.given = {"O.plane": True}
+    knobs = Knobs({"O.plane": True}, rng=random.Random(seed + 100))
     s = apply_rules(args, knobs, cpu_info(target), {})
     assert any(k.endswith(".plane") and v is True for k, v in knobs.values.items()), \
         knobs.values

@@ -265,7 +265,7 @@ class Program:
                 a = inputs[i]
                 vals[i] = a.astype(np.float64) if is_float(s.dtype) else a
                 continue
-            vals[i], unk = _np_compute(self, s, vals, n, with_unknown=True)
+            vals[i], unk = _np_compute(self, s, vals, n)
             reads = {x.t for x in walk_values(s.body) if isinstance(x, Load)}
             if any(unknown.get(t) is not None for t in reads):
                 unk = np.ones(vals[i].shape, bool)
@@ -628,9 +628,9 @@ def reduce_identity(op: str, dt: str):
 _FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38, "float32": 3.4028e38}
 
 
-def _np_compute(prog: Program, s: TSpec, vals, n, with_unknown: bool = False):
-    """The values of compute ``s`` (and, ``with_unknown``, the bool array of those whose
-    product reduction may overflow its dtype in some order, or None)."""
+def _np_compute(prog: Program, s: TSpec, vals, n):
+    """The values of compute ``s`` and the bool array of those whose product reduction
+    may overflow its dtype in some order (or None)."""
     exts = [n if x == "n" else x for x in s.axis_extents]
     g = _grids(exts)
     full = tuple(exts)
@@ -658,8 +658,7 @@ def _np_compute(prog: Program, s: TSpec, vals, n, with_unknown: bool = False):
             v = np.asarray(v, np.float64).astype(s.dtype).astype(np.float64)
         else:
             v = np.asarray(v).astype(s.dtype)
-    v = np.ascontiguousarray(v)
-    return (v, unknown) if with_unknown else v
+    return np.ascontiguousarray(v), unknown
 
 
 # ---------------------------------------------------------------------------------
