@@ -128,6 +128,18 @@ def with_l2(monkeypatch, nbytes):
     monkeypatch.setattr(ops, "_GRAD_L2_BYTES", nbytes)
 
 
+def with_fma_model(monkeypatch, half_width: bool, gather_cost: float):
+    """Have the CPU schedules see FMA units of half the register's width (AMD Zen 4) or
+    of its whole width, and a strided gather of ``gather_cost`` FMAs per element
+    (through pytest's ``monkeypatch``): whether an NCHW convolution takes channel
+    vectors depends on them, so a test pins them instead of the host's."""
+    from tecomp.nn.cpu.machine import CpuInfo
+
+    monkeypatch.setattr(CpuInfo, "fma_lanes", property(
+        lambda self: self.lanes // 2 if half_width and self.lanes == 16 else self.lanes))
+    monkeypatch.setattr(CpuInfo, "gather_cost", property(lambda self: gather_cost))
+
+
 def llvm_o3_hang_program():
     """``(schedule, args)`` of fuzz seed 3024733: a small kernel of float64 reductions under
     selects on which LLVM 20's O3, with both its loop vectorizer and its unroller, does not

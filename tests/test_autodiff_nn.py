@@ -13,6 +13,7 @@ from tecomp import autodiff as ad
 from tecomp import nn
 from tecomp.nn import ops as nn_ops
 
+from helpers import with_fma_model
 from helpers import with_l2 as _with_l2
 
 F64 = "float64"
@@ -271,6 +272,7 @@ def test_training_step_with_a_channel_vector_forward_conv(monkeypatch, lanes):
 
     torch = pytest.importorskip("torch")
     _with_l2(monkeypatch, 16 << 10)
+    with_fma_model(monkeypatch, half_width=False, gather_cost=1.5)
     N, C, O, H = 2, 32, 2 * lanes, lanes // 2
     X, Wt = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((O, C, 3, 3), name="W")
     Y = nn.conv2d_nchw(X, Wt, 1, 1)
@@ -290,14 +292,15 @@ def test_training_step_with_a_channel_vector_forward_conv(monkeypatch, lanes):
 
 
 @pytest.mark.parametrize("stride", [1, 2])
-def test_narrow_nchw_data_gradient_phases_with_channel_vectors(stride, lanes):
+def test_narrow_nchw_data_gradient_phases_with_channel_vectors(stride, lanes, monkeypatch):
     # narrow phases whose output channels (the data's) make whole 2-vector blocks, with
     # 256 adjoint channels or more: they stay NCHW convolutions, which the NCHW schedule
     # vectorizes across channels (no transposes; the single-tap phase of a stride of 2
-    # only with 512)
+    # only with 512) on a machine with full-width FMAs
     from tecomp.nn import cpu as sc
 
     torch = pytest.importorskip("torch")
+    with_fma_model(monkeypatch, half_width=False, gather_cost=1.5)
     L = nn_ops._GRAD_LANES
     N, C, O, H = 1, 2 * L, 256, L // 2 * stride
     X, Wt = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((O, C, 3, 3), name="W")

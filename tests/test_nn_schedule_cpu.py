@@ -14,7 +14,7 @@ import tecomp as tc
 from tecomp.nn import ops
 from tecomp.nn import cpu as sc
 
-from helpers import with_l2
+from helpers import with_fma_model, with_l2
 
 RNG = np.random.default_rng(1234)
 
@@ -372,8 +372,11 @@ def test_conv2d_nchw_by_channels(case, on16, on8, l2, lanes, monkeypatch):
     (per channel-block task for large weights, at the root for small ones) and the
     register block are stored channels innermost (stride 1), a strided 1x1 window
     prefetches its input planes, and the result is right for strides, dilation, 1x1, row
-    tails and blocks of several rows.  The others keep the row vectors."""
+    tails and blocks of several rows.  The others keep the row vectors.  (The machine
+    model of a CPU with full-width FMAs, where gathering the weights costs 1.5 FMAs per
+    element: see test_conv2d_nchw_channel_vectors_weigh_the_weight_copy for Zen 4's.)"""
     with_l2(monkeypatch, l2)
+    with_fma_model(monkeypatch, half_width=False, gather_cost=1.5)
     N, C, H, W, O, R, st, p, dl = case
     d = tc.placeholder((N, C, H, W), name="data")
     w = tc.placeholder((O, C, R, R), name="weight")
@@ -398,11 +401,64 @@ def test_conv2d_nchw_by_channels(case, on16, on8, l2, lanes, monkeypatch):
     _close(_run(s, [d, w, out], [dn, wn]), _conv_ref(dn, wn, st, p, dl), 5e-5)
 
 
+ZEN4_CHANNEL_CASES = [
+    # N, C, H, O, R, stride; channel vectors on Zen 4's model
+    ((1, 512, 7, 512, 3, 1), False),   # 49 pixels: the weight copy costs more than 1/8
+    ((4, 512, 7, 512, 3, 1), False),   # 196 pixels: still (rows of 7 in 8-lane vectors)
+    ((1, 256, 14, 256, 3, 1), False),  # 14 of 16 lanes, but 196 pixels
+    ((4, 256, 14, 256, 3, 1), True),   # 784 pixels
+    ((1, 128, 28, 128, 3, 1), True),
+    ((1, 2048, 7, 512, 1, 1), False),  # a 1x1 window likewise
+    ((1, 256, 14, 512, 3, 2), True),   # a stride: the rows load more than they use
+]
+
+
+@pytest.mark.parametrize("case,chan", ZEN4_CHANNEL_CASES,
+                         ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else None)
+def test_conv2d_nchw_channel_vectors_weigh_the_weight_copy(case, chan, monkeypatch):
+    """On Zen 4's model (FMAs of half a 512-bit register, a gathered element at 4 FMAs'
+    time) an NCHW convolution keeps its row vectors where their idle lanes cost less than
+    copying the weights across the output channels would for that many pixels; on a
+    full-width model with cheaper gathers the same 7x7 and 14x14 layers take channel
+    vectors.  The search may take either (the knob is offered both ways), and both
+    compute the convolution."""
+    from tecomp.autoschedule.rules import Knobs, apply_rules
+
+    monkeypatch.setenv("TECOMP_VECTOR_LANES", "16")
+    N, C, H, O, R, st = case
+    d = tc.placeholder((N, C, H, H), name="data")
+    w = tc.placeholder((O, C, R, R), name="weight")
+    out = ops.conv2d_nchw(d, w, stride=st, padding=R // 2)
+    info = sc.cpu_info()
+    OH, OW = _shape(out)[2:]
+    row_xb = sc.conv2d._conv_block_nchw(O, OH, OW, info, N, R, R, st)[2]
+    with_fma_model(monkeypatch, half_width=True, gather_cost=4.0)
+    assert sc.conv2d._row_lane_use(7, 7, info) == 7 / 8
+    assert (sc.conv2d._nchw_by_channels(out, info, row_xb) is not None) == chan
+    assert sc.conv2d_nchw_params(out, info).by_channels == chan
+    with_fma_model(monkeypatch, half_width=False, gather_cost=1.5)
+    assert sc.conv2d._row_lane_use(7, 7, info) == 7 / 16
+    assert sc.conv2d._nchw_by_channels(out, info, row_xb) is not None
+    if N * C * H > 4096:
+        return   # (the large layers: the decision only; the small ones run both ways)
+    with_fma_model(monkeypatch, half_width=True, gather_cost=4.0)
+    dn, wn = _arr((N, C, H, H)), _arr((O, C, R, R))
+    ref = _conv_ref(dn, wn, st, R // 2, 1)
+    for by_channels in (True, False):
+        knobs = Knobs({"conv2d_nchw.by_channels": by_channels})
+        s = apply_rules([d, w, out], knobs, info)
+        assert knobs.space["conv2d_nchw.by_channels"] == [True, False]
+        text = str(tc.lower(s, [d, w, out]))
+        assert ("strides [1, " in text) == by_channels, text
+        _close(_run(s, [d, w, out], [dn, wn]), ref, 5e-4)
+
+
 def test_conv2d_nchw_by_channels_fused_epilogue(monkeypatch):
     """relu(bias_add(conv)) on the channel-vector schedule: applied to the register block
-    on its way out (the conv is only a local buffer).  (16 lanes: 7-wide rows take the
-    channel vectors there.)"""
+    on its way out (the conv is only a local buffer).  (16 lanes, full-width FMAs: 7-wide
+    rows take the channel vectors there.)"""
     monkeypatch.setenv("TECOMP_VECTOR_LANES", "16")
+    with_fma_model(monkeypatch, half_width=False, gather_cost=1.5)
     d = tc.placeholder((2, 32, 14, 14), name="data")
     w = tc.placeholder((64, 32, 3, 3), name="weight")
     b = tc.placeholder((64,), name="bias")

@@ -160,7 +160,7 @@ def _conv_blocks_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3
                     score *= 0.85
                 scored.append((score, ob, yb, xb))
                 if best is None or score > best[0] + 1e-9:
-                    best = (score, ob, yb, xb)
+                    best = scored[-1]
     rest = sorted((c for c in scored if c is not best), key=lambda c: -c[0])
     return [c[1:] for c in [best] + rest[:count - 1]]
 
@@ -368,9 +368,17 @@ def _nchw_by_channels(conv: Tensor, info: CpuInfo,
     (2 x 7 pixels spilled them with the unrolled window, and ran slower).  Not
     measured on AVX2 (16 registers): there, only rows of at most half a vector change.
 
-    Channel vectors ran faster on every such row measured, at batch 1 and 4; rows that
-    fill their vectors better stay faster as row vectors.
-    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: vectors across output channels")"""
+    Channel vectors ran faster on every such row measured on the project's Xeon, at
+    batch 1 and 4; rows that fill their vectors better stay faster as row vectors.
+    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: vectors across output channels")
+
+    But the channel vectors need the weights copied across the output channels first,
+    a strided gather per vector, once per call: rows are kept where the lanes they
+    leave idle (:func:`_row_lane_use`, which knows that Zen 4 runs an 8-lane vector at
+    half a 16-lane one's cost) cost less than that copy does for this batch and image
+    (:func:`_channel_lane_use`): on Zen 4, rows of 7 at batch 1 and 4 and rows of 14 at
+    batch 1 (stride 1 only; strided rows load more than they use).
+    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost")"""
     N, K, OH, OW = (_cint(e) for e in conv.shape)
     L = info.lanes
     ob = 2 * L
@@ -382,15 +390,57 @@ def _nchw_by_channels(conv: Tensor, info: CpuInfo,
         # more (faster there, slower on the other 1x1 shapes measured)
         # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: channel vectors for a 1x1")
         return None
+    rows_use = _row_lane_use(OW, row_xb, info)
+    if _conv_x_stride(conv) == 1 and \
+            rows_use >= _channel_lane_use(weight_elems=K * C * KH * KW,
+                                          fmas=N * K * C * KH * KW * OH * OW / L, info=info):
+        # the weight copy costs more than the row vectors leave idle: 7x7 at batch 1 and
+        # 4, 14x14 at batch 1 on Zen 4
+        # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost")
+        return None
+    if OW > L // 2 and (info.vregs < 32 or rows_use >= 0.9):
+        return None
+    return _nchw_channel_block(conv, info)
+
+
+def _nchw_channel_block(conv: Tensor, info: CpuInfo) -> Optional[Tuple[int, int, int]]:
+    """The register block (OB, YB, XB) of an NCHW convolution with its vectors across
+    output channels (see :func:`_nchw_by_channels`), or None where the output
+    channels do not make whole 2-vector blocks."""
+    N, K, OH, OW = (_cint(e) for e in conv.shape)
+    L = info.lanes
+    ob = 2 * L
+    if None in (K, OH, OW) or K % ob:
+        return None
     pix = min(8, (info.vregs - 4) // 2)
     if OW <= L // 2:
         yb = max(d for d in _divisors(OH) if d == 1 or d * OW <= pix)
         return ob, yb, OW
-    lanes_used = OW / (_ceil(OW, row_xb) * _ceil(row_xb, L) * L)
-    if info.vregs < 32 or lanes_used >= 0.9:
-        return None
     ds = [d for d in _divisors(OW) if pix - 2 <= d <= pix]
     return ob, 1, max(ds) if ds else pix
+
+
+def _row_lane_use(OW: int, xb: int, info: CpuInfo) -> float:
+    """The share of the FMA units' lanes a row of ``OW`` pixels in blocks of ``xb``
+    columns keeps busy: each block is whole vectors and a narrower last one, and a
+    vector of ``w`` lanes costs ``ceil(w / info.fma_lanes)`` operations (on Zen 4 a
+    row of 7 is an 8-lane vector at half a 16-lane one's cost: 7/8 of the lanes busy,
+    not 7/16)."""
+    g, L = info.fma_lanes, info.lanes
+    ops = 0
+    for b in range(0, OW, xb):
+        w = min(xb, OW - b)
+        ops += (w // L) * (L // g) + _ceil(w % L, g)
+    return OW / (ops * g)
+
+
+def _channel_lane_use(weight_elems: int, fmas: float, info: CpuInfo) -> float:
+    """The share of the FMA units' time that channel vectors spend on FMAs: every lane
+    is busy, but the weights are first copied across the output channels, a strided
+    gather per vector, ``info.gather_cost`` FMAs' time per element, for ``fmas``
+    full-vector FMAs of the convolution.
+    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost")"""
+    return 1.0 / (1.0 + info.gather_cost * weight_elems / fmas)
 
 
 def _conv_register_block(s: Schedule, conv: Tensor, block, order=None, out=None,
@@ -756,8 +806,10 @@ def conv2d_knobs(conv, knobs, info: CpuInfo) -> ConvParams:
             wc = knobs.choose("conv2d_nhwc.weight_copy", [wc, not wc], wc)
         return dataclasses.replace(default, yb=blocks[r][0], xb=blocks[r][1], weight_copy=wc)
     default = conv2d_nchw_params(out, info)
-    if default.by_channels and knobs.choose("conv2d_nchw.by_channels", [True, False], True):
-        return default
+    chan = _nchw_channel_block(out, info)
+    if chan is not None and knobs.choose("conv2d_nchw.by_channels", [True, False],
+                                         default.by_channels):
+        return default if default.by_channels else ConvParams(*chan, True)
     blocks = _nchw_blocks(out, info, CONV_BLOCK_CHOICES)
     r = knobs.choose("conv2d_nchw.block", list(range(len(blocks))), 0)
     return ConvParams(*blocks[r])

@@ -40,6 +40,32 @@ class CpuInfo:
         return as_target(self.target).cpu == "znver4"
 
 
+    @property
+    def fma_lanes(self) -> int:
+        """The float32 lanes one FMA operation of the core computes: half a 512-bit
+        register on AMD Zen 4, which runs 512-bit operations as two 256-bit halves
+        (an 8-lane vector costs half a 16-lane one there: measured in
+        benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost"); the whole
+        register elsewhere."""
+        from ...target import as_target
+
+        if self.lanes == 16 and as_target(self.target).cpu == "znver4":
+            return 8
+        return self.lanes
+
+    @property
+    def gather_cost(self) -> float:
+        """What copying one float32 element with a strided vector load (a gather)
+        costs, in the time of one full-vector FMA.  Measured 3.3-5.4 on AMD Zen 4
+        (a convolution's weights copied across output channels); on the project's
+        Xeon, channel vectors that need that copy ran 1.4x faster than 7-of-16-lane
+        rows at 49 pixels, which puts it at 1.9 or less there: 1.5 where unmeasured.
+        (benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost")"""
+        from ...target import as_target
+
+        return 4.0 if as_target(self.target).cpu == "znver4" else 1.5
+
+
 def _cache_size(level: int, default: int) -> int:
     """L1d / L2 / L3 size of cpu0 (per core, sysfs), or ``default`` (see
     :mod:`tecomp.target`, which reads them once)."""
