@@ -453,6 +453,28 @@ def test_conv2d_nchw_channel_vectors_weigh_the_weight_copy(case, chan, monkeypat
         _close(_run(s, [d, w, out], [dn, wn]), ref, 5e-4)
 
 
+@pytest.mark.parametrize("R", [1, 3])
+def test_conv2d_nchw_weight_copy_of_a_1x1_window_runs_row_by_row(R, monkeypatch):
+    """Channel vectors whose channel blocks are the tasks, each copying its own block of
+    large weights: a 1x1 window's rows are copied one after the other, element by
+    element (no gathers); a 3x3 window's copy gathers one vector across the rows."""
+    monkeypatch.setenv("TECOMP_VECTOR_LANES", "16")
+    with_l2(monkeypatch, 16 << 10)
+    d = tc.placeholder((1, 512, 14, 14), name="data")
+    w = tc.placeholder((512, 512, R, R), name="weight")
+    out = ops.conv2d_nchw(d, w, stride=2, padding=R // 2)
+    assert sc.conv2d_nchw_params(out).by_channels
+    s = sc.schedule_conv2d_nchw(out)
+    text = str(tc.lower(s, [d, w, out]))
+    row_copy = re.search(r"parallel \(o\.outer, 0, 16\) \{\s+allocate weight\.local: [^(]+"
+                         r"\(local, strides \[1, [^]]*\]\)\s+for \(i0\.inner, 0, 32\) \{\s+"
+                         r"for \(i1\.i2\.fused\.i3\.fused, 0, 512\)", text)
+    assert bool(row_copy) == (R == 1), text
+    assert ("vectorized (i0.inner, 0, 32)" in text) == (R == 3), text
+    dn, wn = _arr((1, 512, 14, 14)), _arr((512, 512, R, R))
+    _close(_run(s, [d, w, out], [dn, wn]), _conv_ref(dn, wn, 2, R // 2, 1), 5e-4)
+
+
 def test_conv2d_nchw_by_channels_fused_epilogue(monkeypatch):
     """relu(bias_add(conv)) on the channel-vector schedule: applied to the register block
     on its way out (the conv is only a local buffer).  (16 lanes, full-width FMAs: 7-wide

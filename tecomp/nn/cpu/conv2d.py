@@ -663,8 +663,15 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             ww = s.cache_read(weight, "local", [cs])
             ws = s[ww]
             ws.compute_at(st, w_at)
-            _, loops = _weight_copy(ws, weight_vec_dim, ob)
-            if T > 1 and w_at is oc and task is not oc:
+            shared = T > 1 and w_at is oc and task is not oc
+            window = 1
+            for e in weight.shape[2:]:
+                window *= _cint(e) or 2
+            # a 1x1 window's block copied row by row when each task copies its own
+            # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost")
+            _, loops = _weight_copy(ws, weight_vec_dim, ob,
+                                    in_order=window == 1 and weight_vec_dim == 0 and not shared)
+            if shared:
                 # the blocks run in turn: copy each one's weights with all the threads
                 # (faster with large blocks of weights)
                 # (measurements: benchmarks/DECISIONS.md,
@@ -674,18 +681,25 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
     return task
 
 
-def _weight_copy(ws: Stage, vec_dim: int, ob: int):
+def _weight_copy(ws: Stage, vec_dim: int, ob: int, in_order: bool = False):
     """Schedule ``ws``, a copy of a convolution's weights read as vectors of ``ob``
     output channels along dimension ``vec_dim``: that dimension vectorized in blocks of
     ``ob``.  When it is not the last one (OIHW read along O), the copy is stored with it
     innermost (``storage_order``) and made in the source's order: each of the block's
-    rows is read sequentially, one gather across them per vector.  Returns the loop over
-    the blocks and the other axes, outermost first."""
+    rows is read sequentially, one gather across them per vector.  With ``in_order``
+    (OIHW), the block's rows are copied one after the other instead, element by element
+    (each read in turn, the stores ``ob`` apart): no gathers, faster for a 1x1 window's
+    long rows on Zen 4, slower for a 3x3's.  Returns the loop over the blocks and the
+    other axes, outermost first."""
     axes = list(ws.op.axis)
     rest = axes[:vec_dim] + axes[vec_dim + 1:]
     wo, wv = ws.split(axes[vec_dim], factor=ob)
     if vec_dim != len(axes) - 1:
         ws.storage_order(*(rest + [axes[vec_dim]]))
+        if in_order:
+            ws.reorder(wo, wv, *rest)
+            ws.fuse(*rest)
+            return wo, rest
         ws.reorder(wo, *rest, wv)
     ws.vectorize(wv)
     return wo, rest
