@@ -690,7 +690,7 @@ def _weight_copy(ws: Stage, vec_dim: int, ob: int, in_order: bool = False):
     (OIHW), the block's rows are copied one after the other instead, element by element
     (each read in turn, the stores ``ob`` apart): no gathers, faster for a 1x1 window's
     long rows on Zen 4, slower for a 3x3's.  Returns the loop over the blocks and the
-    other axes, outermost first."""
+    other axes, outermost first (with ``in_order``, the one loop they are fused into)."""
     axes = list(ws.op.axis)
     rest = axes[:vec_dim] + axes[vec_dim + 1:]
     wo, wv = ws.split(axes[vec_dim], factor=ob)
@@ -698,8 +698,7 @@ def _weight_copy(ws: Stage, vec_dim: int, ob: int, in_order: bool = False):
         ws.storage_order(*(rest + [axes[vec_dim]]))
         if in_order:
             ws.reorder(wo, wv, *rest)
-            ws.fuse(*rest)
-            return wo, rest
+            return wo, [ws.fuse(*rest) if len(rest) > 1 else rest[0]]
         ws.reorder(wo, *rest, wv)
     ws.vectorize(wv)
     return wo, rest
