@@ -163,6 +163,50 @@ def test_dense(Bt, I, O, packed, bias):
     _close(_run(s, args, ins), np.maximum(ref, 0))
 
 
+@pytest.mark.parametrize("O", [64, 40])
+def test_dense_packed_transposes_its_panels(O, lanes):
+    """dense_packed's panels read W across its rows: in L x L register transposes where
+    every panel is whole (O a multiple of NR) and the tiles divide the reduction; else
+    row by row in W's order (no vector across W's rows, which is a gather); right
+    either way, with a view of W too."""
+    X = tc.placeholder((20, 96), name="X")
+    W = tc.placeholder((O, 96), name="W")
+    Y = sc.dense_packed(X, W, nr=32)
+    s = sc.schedule_dense(Y)
+    text = str(tc.lower(s, [X, W, Y]))
+    assert (f"x86.transpose_f32_{lanes}x{lanes}" in text) == (O % 32 == 0), text
+    assert not re.search(r"vectorized \(ji", text), text
+    if O % 32:
+        assert re.search(r"for \(ji, 0, .*\{\n\s+for \(k, 0, 96\)", text), text
+    x, w = _arr((20, 96)), _arr((O, 104))[:, :96]
+    _close(_run(s, [X, W, Y], [x, w]), x.astype("float64") @ w.T.astype("float64"))
+
+
+def test_schedule_dense_takes_the_rules_for_many_rows():
+    """tecomp.nn's schedule_dense on a plain dense of more than DENSE_NOPACK_MAX_ROWS
+    rows gives what tc.auto_schedule does (the rules' register blocks, W copied in
+    panels), not dense_nopack's vectors along the reduction; a config keeps the
+    template; right either way."""
+    from tecomp.nn.cpu.gemm import DENSE_NOPACK_MAX_ROWS
+
+    rows = DENSE_NOPACK_MAX_ROWS + 1
+    X = tc.placeholder((rows, 64), name="X")
+    W = tc.placeholder((48, 64), name="W")
+    b = tc.placeholder((48,), name="b")
+    Y = ops.relu(ops.dense(X, W, b))
+    args = [X, W, b, Y]
+    s = sc.schedule_dense(Y)
+    text = str(tc.lower(s, args))
+    assert "dense.matmul.rf" not in text and "dense.rf" not in text, text
+    assert text == str(tc.lower(tc.auto_schedule(args), args))
+    x, w, bb = _arr((rows, 64)), _arr((48, 64)), _arr((48,))
+    ref = np.maximum(x.astype("float64") @ w.T.astype("float64") + bb, 0)
+    _close(_run(s, args, [x, w, bb]), ref)
+    s2 = sc.schedule_dense(Y, config={"mr": 4})
+    assert str(tc.lower(s2, args)) != text
+    _close(_run(s2, args, [x, w, bb]), ref)
+
+
 def test_dense_in_place_vectorizes_the_reduction():
     """Plain dense reads W[o, k] in place: the vector runs over k (rfactor), not across
     the rows of W (a gather)."""

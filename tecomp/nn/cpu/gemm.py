@@ -40,11 +40,12 @@ from typing import Optional
 
 from ... import te as _te
 from ...errors import ScheduleError
+from ...ir.expr import ProducerLoad
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import ComputeOp, Tensor
 from .._schedule_common import (_ceil, _cint, _gemm_operands, _has_tag, _inline_injective,
                                _is_injective, _outs, _walk)
-from .common import _auto_rest, _find, _op_tags, check_positive_int, config_fields
+from .common import _auto_rest, _find, _loads, _op_tags, check_positive_int, config_fields
 from .elementwise import _schedule_elementwise_stage
 from .machine import CpuInfo, cpu_info
 from .microkernel import accumulate_block, copy_out, vector_columns
@@ -262,22 +263,27 @@ def _schedule_gemm_stage(s: Schedule, C: Tensor, info: CpuInfo, packed: Optional
     # c + a*b in the micro-kernel: one FMA (see docs/numerics.md)
     st.pragma(st.leaf_iter_vars[0], "fp_contract")
     # (B read as W[j, k] (dense) is read in place: the vector over j is a strided gather)
-    _pack_b(s, st, pc, packed, _gemm_operands(op)[1], [st], p.nr, rows_par)
+    _pack_b(s, st, pc, packed, _gemm_operands(op)[1], [st], p.nr, rows_par, info=info,
+            kc=p.kc if K is not None and K % p.kc == 0 else None)
     return p
 
 
 def _pack_b(s: Schedule, st: Stage, at, packed, b_operand, readers, nr: int, parallel: bool,
-            pad: bool = False) -> None:
+            pad: bool = False, info: Optional[CpuInfo] = None,
+            kc: Optional[int] = None) -> None:
     """B's block for the micro-kernels, made at ``st``'s loop ``at``: the panels of
-    :func:`matmul_packed` computed there, or a copy of B (read as ``B[k, j]``, by
-    ``readers``) in panels ``nr`` wide, its vector of constant width (the right edge
-    masked; ``pad``: zero past B's edge, the last panel computed whole).  ``parallel``:
-    the threads pack the block together.  A B read as ``W[j, k]`` is left in place."""
+    :func:`matmul_packed` / :func:`dense_packed` computed there (``kc``: the reduction
+    slice they cover, when every slice is that long; see :func:`_transposed_panels`),
+    or a copy of B (read as ``B[k, j]``, by ``readers``) in panels ``nr`` wide, its
+    vector of constant width (the right edge masked; ``pad``: zero past B's edge, the
+    last panel computed whole).  ``parallel``: the threads pack the block together.  A B
+    read as ``W[j, k]`` is left in place."""
     if packed is not None:
         ps = s[packed]
         ps.compute_at(st, at)
         pjo, pk, pji = ps.op.axis
-        ps.vectorize(pji)
+        if not _transposed_panels(ps, packed, pk, pji, nr, kc, info):
+            ps.vectorize(pji)
         if parallel:
             ps.parallel(pjo)
         return
@@ -292,6 +298,36 @@ def _pack_b(s: Schedule, st: Stage, at, packed, b_operand, readers, nr: int, par
     bs.vectorize(bj)
     if parallel:
         bs.parallel(bk)
+
+
+def _transposed_panels(ps: Stage, packed: Tensor, pk, pji, nr: int, kc: Optional[int],
+                       info: Optional[CpuInfo]) -> bool:
+    """Schedule the panels ``P[jo, k, ji]`` of :func:`dense_packed`, which read W along
+    its rows (``W[jo*NR + ji, k]``; a vector over ``ji`` is a gather, one insert per lane
+    or a ``vgather``, which took most of a 61-row dense's time): in ``L x L`` tiles,
+    each ``x86.transpose_f32_LxL`` (``L`` row loads, shuffles, ``L`` stores), where
+    the tiles divide the panels and the reduction slices (``kc``) and every panel is
+    whole (no edge test in the pack); else row by row in W's order, one element at a
+    time (the stores ``NR`` apart).  False (nothing done) for panels that read their
+    source along ``ji`` (:func:`matmul_packed`'s ``B[k, jo*NR + ji]``).
+    (measurements: benchmarks/DECISIONS.md, "Dense: W's panels transposed in registers")"""
+    lds = _loads(packed.op.body, packed.op.input_tensors[0])
+    if not lds or lds[0].indices[-1] is not pk.var:
+        return False
+    intrin = None
+    if info is not None and packed.dtype == "float32":
+        from ...te.tensor_intrin import tensor_intrins_for
+
+        L = info.lanes
+        intrin = next((x for x in tensor_intrins_for(info.target)
+                       if x.name == f"x86.transpose_f32_{L}x{L}"), None)
+    if intrin is not None and isinstance(packed.op.body, ProducerLoad) and nr % L == 0 and \
+            kc is not None and kc % L == 0:
+        ko, jo, ki, ji = ps.tile(pk, pji, L, L)
+        ps.tensorize(ki, intrin)
+    else:
+        ps.reorder(pji, pk)
+    return True
 
 
 def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuInfo):
@@ -475,7 +511,8 @@ def _schedule_gemm_write_cache(s: Schedule, C: Tensor, info: CpuInfo, packed, p:
         for ax in (pack_at, jr, copy_vectors):
             if ax is not None:
                 st.pragma(ax, "no_partition")
-    _pack_b(s, st, pack_at, packed, b_operand, [cs], p.nr, rows_par, pad=edge)
+    _pack_b(s, st, pack_at, packed, b_operand, [cs], p.nr, rows_par, pad=edge, info=info,
+            kc=_cint(C.op.reduce_axis[0].dom.extent))
     return p
 
 
@@ -544,6 +581,13 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
         # no template for this DAG (e.g. a batched matmul written as a compute): the
         # auto-scheduler's rules
         return _auto_rest(s, outs, info)
+    if not config and len(gemms) == 1 and "dense" in tags:
+        from ...autoschedule.rules import Knobs
+
+        if _dense_rows_for_generic_rules(gemms[0], Knobs()):
+            # a plain dense with many rows: the rules, as tc.auto_schedule picks for it
+            # (see DENSE_NOPACK_MAX_ROWS)
+            return _auto_rest(s, outs, info)
     packs = {id(op): op for op in _find(outs, lambda op: _has_tag(op, "gemm_pack"))}
     for g in gemms:
         C = g.output(0)
@@ -576,10 +620,12 @@ def schedule_matmul(outs, target: str = "llvm", config=None) -> Schedule:
 def schedule_dense(outs, target: str = "llvm", config=None) -> Schedule:
     """The tuned schedule of ``tecomp.nn.dense`` (with or without bias) and of
     :func:`dense_packed`.  Plain ``dense`` reads ``W[O, I]`` in place with the vector
-    over the reduction (:func:`_schedule_dense_nopack`, TVM's ``dense_nopack``);
-    :func:`dense_packed` packs W into panels first and runs the GEMM micro-kernel, faster
+    over the reduction (:func:`_schedule_dense_nopack`, TVM's ``dense_nopack``) up to
+    :data:`DENSE_NOPACK_MAX_ROWS` rows, and gets the auto-scheduler's rules above, as
+    ``tc.auto_schedule`` does; :func:`dense_packed` packs W into panels first (transposed
+    in registers, :func:`_transposed_panels`) and runs the GEMM micro-kernel, faster
     when the batch is large.  ``config``: as :func:`schedule_matmul` (the blocking of the
-    GEMM micro-kernel; ``dense_nopack`` has none)."""
+    GEMM micro-kernel, which it then applies at any batch; ``dense_nopack`` has none)."""
     return _schedule_gemm_like(outs, target, ("dense", "matmul_packed"), config)
 
 
