@@ -497,25 +497,28 @@ def test_conv2d_nchw_channel_vectors_weigh_the_weight_copy(case, chan, monkeypat
         _close(_run(s, [d, w, out], [dn, wn]), ref, 5e-4)
 
 
-@pytest.mark.parametrize("R", [1, 3])
-def test_conv2d_nchw_weight_copy_of_a_1x1_window_runs_row_by_row(R, monkeypatch):
+@pytest.mark.parametrize("R,C,copy", [(1, 512, "transposes"), (1, 520, "rows"),
+                                      (3, 512, "gathers")])
+def test_conv2d_nchw_weight_copy_across_output_channels(R, C, copy, monkeypatch):
     """Channel vectors whose channel blocks are the tasks, each copying its own block of
-    large weights: a 1x1 window's rows are copied one after the other, element by
-    element (no gathers); a 3x3 window's copy gathers one vector across the rows."""
+    large weights: a 1x1 window's block in 16 x 16 register transposes where the tiles
+    divide the input channels, else row by row, element by element (no gathers); a 3x3
+    window's copy gathers one vector across the block's rows.  Right each way."""
     monkeypatch.setenv("TECOMP_VECTOR_LANES", "16")
     with_l2(monkeypatch, 16 << 10)
-    d = tc.placeholder((1, 512, 14, 14), name="data")
-    w = tc.placeholder((512, 512, R, R), name="weight")
+    d = tc.placeholder((1, C, 14, 14), name="data")
+    w = tc.placeholder((512, C, R, R), name="weight")
     out = ops.conv2d_nchw(d, w, stride=2, padding=R // 2)
     assert sc.conv2d_nchw_params(out).by_channels
     s = sc.schedule_conv2d_nchw(out)
     text = str(tc.lower(s, [d, w, out]))
     row_copy = re.search(r"parallel \(o\.outer, 0, 16\) \{\s+allocate weight\.local: [^(]+"
                          r"\(local, strides \[1, [^]]*\]\)\s+for \(i0\.inner, 0, 32\) \{\s+"
-                         r"for \(i1\.i2\.fused\.i3\.fused, 0, 512\)", text)
-    assert bool(row_copy) == (R == 1), text
-    assert ("vectorized (i0.inner, 0, 32)" in text) == (R == 3), text
-    dn, wn = _arr((1, 512, 14, 14)), _arr((512, 512, R, R))
+                         rf"for \(i1\.i2\.fused\.i3\.fused, 0, {C}\)", text)
+    assert bool(row_copy) == (copy == "rows"), text
+    assert ("x86.transpose_f32_16x16" in text) == (copy == "transposes"), text
+    assert ("vectorized (i0.inner, 0, 32)" in text) == (copy == "gathers"), text
+    dn, wn = _arr((1, C, 14, 14)), _arr((512, C, R, R))
     _close(_run(s, [d, w, out], [dn, wn]), _conv_ref(dn, wn, 2, R // 2, 1), 5e-4)
 
 

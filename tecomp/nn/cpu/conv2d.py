@@ -614,7 +614,9 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             if weight_vec_dim != len(ww.shape) - 1:
                 # (gathers: copied in parallel, a little faster or within the noise)
                 # (measurements: benchmarks/DECISIONS.md, "Conv tasks: parallel weight gathers")
-                blocks, _ = _weight_copy(s[ww], weight_vec_dim, ob)
+                blocks, _ = _weight_copy(s[ww], weight_vec_dim, ob,
+                                         intrin=_weight_transpose(weight, weight_vec_dim,
+                                                                  ob, info))
                 if T > 1:
                     s[ww].parallel(blocks)
             elif small:
@@ -667,10 +669,12 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             window = 1
             for e in weight.shape[2:]:
                 window *= _cint(e) or 2
-            # a 1x1 window's block copied row by row when each task copies its own
+            # a 1x1 window's block transposed in registers, or else copied row by row
+            # when each task copies its own
             # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost")
             _, loops = _weight_copy(ws, weight_vec_dim, ob,
-                                    in_order=window == 1 and weight_vec_dim == 0 and not shared)
+                                    in_order=window == 1 and weight_vec_dim == 0 and not shared,
+                                    intrin=_weight_transpose(weight, weight_vec_dim, ob, info))
             if shared:
                 # the blocks run in turn: copy each one's weights with all the threads
                 # (faster with large blocks of weights)
@@ -681,7 +685,24 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
     return task
 
 
-def _weight_copy(ws: Stage, vec_dim: int, ob: int, in_order: bool = False):
+def _weight_transpose(weight: Tensor, vec_dim: Optional[int], ob: int, info: CpuInfo):
+    """The ``x86.transpose_f32_LxL`` intrinsic for copying the OIHW ``weight`` of a 1x1
+    window across its output channels in ``L x L`` tiles (``W[o, c]`` rows are
+    contiguous in ``c``), where the target has it and the tiles divide the channels and
+    the ``ob``-channel blocks; else None."""
+    if vec_dim != 0 or weight.dtype != "float32" or len(weight.shape) != 4:
+        return None
+    C, KH, KW = (_cint(e) for e in weight.shape[1:])
+    L = info.lanes
+    if KH != 1 or KW != 1 or C is None or C % L or ob % L:
+        return None
+    from ...te.tensor_intrin import tensor_intrins_for
+
+    return next((x for x in tensor_intrins_for(info.target)
+                 if x.name == f"x86.transpose_f32_{L}x{L}"), None)
+
+
+def _weight_copy(ws: Stage, vec_dim: int, ob: int, in_order: bool = False, intrin=None):
     """Schedule ``ws``, a copy of a convolution's weights read as vectors of ``ob``
     output channels along dimension ``vec_dim``: that dimension vectorized in blocks of
     ``ob``.  When it is not the last one (OIHW read along O), the copy is stored with it
@@ -689,13 +710,23 @@ def _weight_copy(ws: Stage, vec_dim: int, ob: int, in_order: bool = False):
     rows is read sequentially, one gather across them per vector.  With ``in_order``
     (OIHW), the block's rows are copied one after the other instead, element by element
     (each read in turn, the stores ``ob`` apart): no gathers, faster for a 1x1 window's
-    long rows on Zen 4, slower for a 3x3's.  Returns the loop over the blocks and the
-    other axes, outermost first (with ``in_order``, the one loop they are fused into)."""
+    long rows on Zen 4, slower for a 3x3's.  With ``intrin`` (a 1x1 window's OIHW
+    weights, :func:`_weight_transpose`), in ``L x L`` tiles of (input, output channels),
+    each transposed in registers, ahead of both.  Returns the loop over the blocks and
+    the other axes, outermost first (with ``in_order``, the one loop they are fused into;
+    with ``intrin``, the loops over the tiles)."""
     axes = list(ws.op.axis)
     rest = axes[:vec_dim] + axes[vec_dim + 1:]
     wo, wv = ws.split(axes[vec_dim], factor=ob)
     if vec_dim != len(axes) - 1:
         ws.storage_order(*(rest + [axes[vec_dim]]))
+        if intrin is not None:
+            L = intrin.op.axis[0].dom.extent.value
+            c, ones = rest[0], rest[1:]
+            co, vo, ci, vi = ws.tile(c, wv, L, L)
+            ws.reorder(wo, *ones, co, vo, ci, vi)
+            ws.tensorize(ci, intrin)
+            return wo, [co, vo]
         if in_order:
             ws.reorder(wo, wv, *rest)
             return wo, [ws.fuse(*rest) if len(rest) > 1 else rest[0]]
