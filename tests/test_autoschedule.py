@@ -612,7 +612,12 @@ def test_inlined_padding_is_partitioned_and_correct():
     P = _pad_nchw(X, 1)
     O = tc.compute((1, 8, 12, 20), lambda n, k, y, x: tc.sum(
         P[n, c, y + ry, x + rx] * Wt[k, c, ry, rx], axis=[c, ry, rx]), name="O")
-    assert tc.autoschedule.default_config([X, Wt, O])["P.inline_padding"] is False
+    # (an NCHW convolution written as a plain compute: the template by default, the
+    # rules with the knob "template" off)
+    knobs = Knobs({"template": False})
+    apply_rules([X, Wt, O], knobs, cpu_info("llvm"), {})
+    assert knobs.values["P.inline_padding"] is False
+    assert tc.autoschedule.default_config([X, Wt, O])["template"] is True
 
 
 def test_small_window_is_unrolled_whole_and_correct():
@@ -640,3 +645,131 @@ def test_small_window_is_unrolled_whole_and_correct():
     assert "for (ry, 0, 3)" in str(tc.lower(off, args))
     _check(off, args, ref)
 
+
+
+def _plain_conv(N, C, K, H, W, R, stride, dil, pad, swap):
+    """An NCHW convolution written as plain computes (a padding stage when ``pad``), the
+    product's factors swapped when ``swap``."""
+    X = tc.placeholder((N, C, H, W), name="X")
+    Wt = tc.placeholder((K, C, R, R), name="W")
+    P = _pad_nchw(X, pad) if pad else X
+    OH = (H + 2 * pad - dil * (R - 1) - 1) // stride + 1
+    OW = (W + 2 * pad - dil * (R - 1) - 1) // stride + 1
+    c, ky, kx = (tc.reduce_axis((0, e), name=n) for e, n in ((C, "c"), (R, "ky"), (R, "kx")))
+
+    def body(n, o, y, x):
+        d = P[n, c, y * stride + ky * dil, x * stride + kx * dil]
+        w = Wt[o, c, ky, kx]
+        return tc.sum(w * d if swap else d * w, axis=[c, ky, kx])
+    return X, Wt, P, tc.compute((N, K, OH, OW), body, name="O")
+
+
+@pytest.mark.parametrize("case", [
+    # N, C, K, H, W, R, stride, dilation, pad, swap, epilogue
+    (1, 16, 32, 9, 9, 3, 1, 1, 1, False, False),
+    (2, 8, 32, 11, 7, 3, 2, 1, 1, True, True),
+    (1, 16, 32, 12, 12, 3, 1, 2, 2, False, True),
+    (1, 16, 32, 10, 10, 3, 1, 1, 0, True, False),
+    (1, 32, 32, 7, 7, 1, 1, 1, 0, False, False),
+], ids=lambda c: "x".join(str(int(v)) for v in c))
+def test_plain_nchw_conv_gets_the_conv_template(case):
+    """An NCHW convolution written as plain computes (the padding as tc.if_then_else, the
+    product's factors in either order, strides, dilations, a bias + relu epilogue) is
+    recognized as one and scheduled by tecomp.nn's convolution template, as
+    tecomp.nn.conv2d_nchw is, and computes the same as PyTorch's conv2d."""
+    from tecomp.nn.cpu.conv2d import plain_nchw_conv
+
+    torch = pytest.importorskip("torch")
+    N, C, K, H, W, R, stride, dil, pad, swap, epi = case
+    X, Wt, P, O = _plain_conv(N, C, K, H, W, R, stride, dil, pad, swap)
+    assert plain_nchw_conv(O.op) == (P, Wt)
+    args = [X, Wt, O]
+    if epi:
+        b = tc.placeholder((K,), name="b")
+        Y = tc.compute(O.shape, lambda n, o, y, x: tc.max(O[n, o, y, x] + b[o], 0.0), name="Y")
+        args = [X, Wt, b, Y]
+    knobs = Knobs()
+    s = apply_rules(args, knobs, cpu_info("llvm"), {})
+    assert knobs.values["template"] is True and "conv2d_nchw.generic_rules" in knobs.space
+    assert "O.mr" not in knobs.values     # not the generic rules' block
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((N, C, H, W)).astype("float32")
+    w = rng.standard_normal((K, C, R, R)).astype("float32")
+    ins = [x, w]
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=stride,
+                                      padding=pad, dilation=dil)
+    if epi:
+        bb = rng.standard_normal(K).astype("float32")
+        ins.append(bb)
+        want = torch.relu(want + torch.from_numpy(bb)[None, :, None, None])
+    out = np.empty(tuple(want.shape), "float32")
+    tc.build(s, args)(*ins, out)
+    np.testing.assert_allclose(out, want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_plain_computes_that_are_not_nchw_convolutions():
+    """Near misses are left to the generic rules: the weight read as W[c, o, ky, kx], the
+    window flipped (y - ky), a float64 convolution, a product of three factors."""
+    from tecomp.nn.cpu.conv2d import plain_nchw_conv
+
+    X = tc.placeholder((1, 8, 9, 9), name="X")
+    P = _pad_nchw(X, 1)
+    c, ky, kx = (tc.reduce_axis((0, e), name=n) for e, n in ((8, "c"), (3, "ky"), (3, "kx")))
+    Wa = tc.placeholder((8, 16, 3, 3), name="W")
+    A = tc.compute((1, 16, 9, 9), lambda n, o, y, x: tc.sum(
+        P[n, c, y + ky, x + kx] * Wa[c, o, ky, kx], axis=[c, ky, kx]), name="A")
+    Wb = tc.placeholder((16, 8, 3, 3), name="W")
+    B = tc.compute((1, 16, 7, 7), lambda n, o, y, x: tc.sum(
+        P[n, c, y + 2 - ky, x + kx] * Wb[o, c, ky, kx], axis=[c, ky, kx]), name="B")
+    X64 = tc.placeholder((1, 8, 9, 9), "float64", name="X")
+    W64 = tc.placeholder((16, 8, 3, 3), "float64", name="W")
+    C64 = tc.compute((1, 16, 7, 7), lambda n, o, y, x: tc.sum(
+        X64[n, c, y + ky, x + kx] * W64[o, c, ky, kx], axis=[c, ky, kx]), name="C")
+    D = tc.compute((1, 16, 9, 9), lambda n, o, y, x: tc.sum(
+        P[n, c, y + ky, x + kx] * Wb[o, c, ky, kx] * 2.0, axis=[c, ky, kx]), name="D")
+    for out in (A, B, C64, D):
+        assert plain_nchw_conv(out.op) is None, out.name
+    knobs = Knobs()
+    apply_rules([X, Wb, B], knobs, cpu_info("llvm"), {})
+    assert "B.mr" in knobs.values and "conv2d_nchw.generic_rules" not in knobs.space
+
+
+@pytest.mark.parametrize("size,generic", [(28, True), (27, False), (14, False)])
+def test_large_1x1_plane_takes_the_generic_rules(size, generic):
+    """With AVX-512, a 1x1 NCHW convolution over a plane of 28x28 pixels or more gets the
+    generic rules by default (their rows beat the template's blocks there), a smaller
+    one the template."""
+    import tecomp.nn as tnn
+
+    X = tc.placeholder((1, 32, size, size), name="X")
+    W = tc.placeholder((64, 32, 1, 1), name="W")
+    Y = tnn.conv2d_nchw(X, W)
+    knobs = Knobs()
+    apply_rules([X, W, Y], knobs, cpu_info("llvm -mcpu=skylake-avx512"), {})
+    assert knobs.values["conv2d_nchw.generic_rules"] is generic
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_plain_nchw_convs_with_random_knobs(seed):
+    """Random NCHW convolutions written as plain computes (sizes, windows of 1, 3 or 5,
+    strides, dilations, padding, factor order), each scheduled with random knobs (the
+    template's or, with its knob off, the generic rules'), against PyTorch."""
+    torch = pytest.importorskip("torch")
+    r = random.Random(7100 + seed)
+    R = r.choice([1, 3, 5])
+    stride, dil = r.choice([1, 1, 2]), r.choice([1, 1, 2])
+    pad = r.choice([0, R // 2, R // 2 + 1])
+    N, C, K = r.choice([1, 2]), r.choice([3, 8, 16, 40]), r.choice([16, 32, 48, 64])
+    H, W = r.randint(dil * (R - 1) + 1, 15), r.randint(dil * (R - 1) + 1, 15)
+    X, Wt, P, O = _plain_conv(N, C, K, H, W, R, stride, dil, pad, r.random() < 0.5)
+    args = [X, Wt, O]
+    knobs = Knobs(rng=random.Random(seed))
+    s = apply_rules(args, knobs, cpu_info("llvm"), {})
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((N, C, H, W)).astype("float32")
+    w = rng.standard_normal((K, C, R, R)).astype("float32")
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=stride,
+                                      padding=pad, dilation=dil).numpy()
+    out = np.empty(want.shape, "float32")
+    tc.build(s, args)(x, w, out)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4, err_msg=str(knobs.values))

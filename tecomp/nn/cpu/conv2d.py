@@ -25,19 +25,82 @@ from .machine import CpuInfo, cpu_info
 def _conv_parts(outs, tag):
     """(the conv stage, its padding stage or None).  ``outs`` of one element that is a
     convolution itself: that one (schedule_conv2d_into; other convolutions may lie under
-    it, e.g. the forward under a gradient)."""
-    if len(outs) == 1 and _has_tag(outs[0].op, tag) and outs[0].op.reduce_axis:
+    it, e.g. the forward under a gradient).  For ``conv2d_nchw``, an NCHW convolution
+    written as a plain compute counts too (:func:`plain_nchw_conv`)."""
+    def is_conv(op):
+        return (_has_tag(op, tag) and bool(op.reduce_axis)) or \
+            (tag == "conv2d_nchw" and plain_nchw_conv(op) is not None)
+
+    if len(outs) == 1 and is_conv(outs[0].op):
         convs = [outs[0].op]
     else:
-        convs = _find(outs, lambda op: _has_tag(op, tag) and op.reduce_axis)
+        convs = _find(outs, is_conv)
     if len(convs) != 1:
         raise _NoTemplate(f"expected one {tag} stage under the outputs, found {len(convs)}")
     conv = convs[0]
     pad = None
+    plain = plain_nchw_conv(conv)
+    if plain is not None:
+        from ...autoschedule.rules import _is_padding
+
+        if _is_padding(plain[0].op):
+            pad = plain[0]
+        return conv.output(0), pad
     for t in conv.input_tensors:
         if isinstance(t.op, ComputeOp) and _has_tag(t.op, "pad"):
             pad = t
     return conv.output(0), pad
+
+
+def plain_nchw_conv(op) -> Optional[Tuple[Tensor, Tensor]]:
+    """``(data, weight)`` when ``op`` is an NCHW convolution written as a plain compute
+    (no ``tecomp.nn`` tag), so that the convolution template schedules it as it does
+    ``tecomp.nn.conv2d_nchw``: float32 ``Y[n, o, y, x] = sum(D[n, c, S*y + E*ky, T*x +
+    F*kx] * W[o, c, ky, kx], axis=[c, ky, kx])`` with positive constant strides and
+    dilations, the factors in either order (``D`` may be a padding stage, as
+    ``tc.if_then_else(<inside>, X[...], 0)``); else None."""
+    from ...ir.expr import Const, Mul, ProducerLoad
+
+    if not isinstance(op, ComputeOp) or len(op.axis) != 4 or len(op.reduce_axis) != 3 or \
+            len(op.bodies) != 1 or any(t.startswith("conv2d") for t in _op_tags(op)):
+        return None
+    body = op.body
+    if not isinstance(body, Reduce) or body.combiner.name != "sum" or \
+            not (isinstance(body.condition, Const) and body.condition.value is True):
+        return None
+    src = body.source
+    if not isinstance(src, Mul) or not isinstance(src.a, ProducerLoad) or \
+            not isinstance(src.b, ProducerLoad) or op.output(0).dtype != "float32":
+        return None
+    n, o, y, x = (a.var for a in op.axis)
+    c, ky, kx = (r.var for r in op.reduce_axis)
+    for d, w in ((src.a, src.b), (src.b, src.a)):
+        if d.producer is w.producer or d.dtype != "float32" or w.dtype != "float32":
+            continue
+        if len(w.indices) != 4 or any(i is not v for i, v in zip(w.indices, (o, c, ky, kx))):
+            continue
+        if len(d.indices) != 4 or d.indices[0] is not n or d.indices[1] is not c:
+            continue
+        if _strided_window(d.indices[2], y, ky) and _strided_window(d.indices[3], x, kx):
+            return d.producer, w.producer
+    return None
+
+
+def _strided_window(e, v, r) -> bool:
+    """Whether ``e`` is ``S*v + E*r`` for constants ``S, E >= 1``."""
+    from ...ir.expr import Const
+    from ...ir.functor import substitute
+    from ...ir.simplify import simplify
+
+    def at(a, b):
+        return simplify(substitute(e, {v: Const(a, v.dtype), r: Const(b, r.dtype)}))
+
+    z, sv, sr = at(0, 0), at(1, 0), at(0, 1)
+    if not all(isinstance(t, Const) for t in (z, sv, sr)) or z.value != 0 or \
+            sv.value < 1 or sr.value < 1:
+        return False
+    d = simplify(e - (Const(sv.value, v.dtype) * v + Const(sr.value, r.dtype) * r))
+    return isinstance(d, Const) and d.value == 0
 
 
 def _own_pad(s: Schedule, pad):
@@ -545,6 +608,9 @@ def _unroll_window(st: Stage, ky, kx):
 
 def _conv_weight(conv: Tensor) -> Tensor:
     """The weight operand of a convolution stage (the input that is not the data)."""
+    plain = plain_nchw_conv(conv.op)
+    if plain is not None:
+        return plain[1]
     ins = conv.op.input_tensors
     return ins[1] if len(ins) > 1 else ins[0]
 
@@ -876,10 +942,17 @@ def _conv_for_generic_rules(conv, knobs, info: CpuInfo) -> bool:
     a window larger than 1x1: there the rules' register blocks (12 accumulators, a row of
     up to four vectors as one block) beat the template's on the 3x3 layers of ResNet
     measured, and lose on a 1x1.
-    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the rules without masks")"""
-    weight = _conv_weight(conv.output(0))
+    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the rules without masks")
+    And for a 1x1 window whose output plane has 28x28 pixels or more: there the rules'
+    rows (whole vectors and a narrower unmasked last one) ran faster than the template's
+    14-pixel blocks on Zen 4, and slower on smaller planes.
+    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the rules for large 1x1 planes")"""
+    out = conv.output(0)
+    weight = _conv_weight(out)
     window = 1
     for e in weight.shape[2:]:
         window *= _cint(e) or 2
+    OH, OW = (_cint(e) for e in out.shape[2:])
+    large_1x1 = window == 1 and OH is not None and OW is not None and OH * OW >= 28 * 28
     return knobs.choose("conv2d_nchw.generic_rules", [True, False],
-                        not info.masks and window > 1)
+                        (not info.masks and window > 1) or large_1x1)

@@ -11,8 +11,8 @@ from ...schedule.schedule import Schedule, create_schedule
 from .._schedule_common import _walk
 from .attention import _attention_into, _attention_part
 from .common import _auto_rest, _op_tags
-from .conv2d import (_conv_for_generic_rules, conv2d_knobs, schedule_conv2d_nchw,
-                     schedule_conv2d_nhwc)
+from .conv2d import (_conv_for_generic_rules, conv2d_knobs, plain_nchw_conv,
+                     schedule_conv2d_nchw, schedule_conv2d_nhwc)
 from .gemm import _dense_rows_for_generic_rules, _gemm_template
 from .machine import CpuInfo
 from .softmax import schedule_softmax
@@ -20,7 +20,8 @@ from .softmax import schedule_softmax
 
 def _auto_template(outs, knobs, info: CpuInfo) -> Optional[Schedule]:
     """The template of a DAG that is one of tecomp.nn's operators (matmul/dense, softmax,
-    scaled_dot_product_attention, conv2d NCHW/NHWC with an elementwise epilogue), for the
+    scaled_dot_product_attention, conv2d NCHW/NHWC with an elementwise epilogue, an NCHW
+    convolution written as a plain compute), for the
     auto-scheduler's rules (registered with
     :func:`tecomp.autoschedule.rules.register_template`); None for any other DAG."""
     ops = _walk(outs)
@@ -36,9 +37,10 @@ def _auto_template(outs, knobs, info: CpuInfo) -> Optional[Schedule]:
         s = create_schedule([outs[0].op])
         _attention_into(s, outs, info, knobs)
         return _auto_rest(s, outs, info)
-    convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _op_tags(op)]
+    convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _op_tags(op)
+             or plain_nchw_conv(op) is not None]
     if len(convs) == 1 and len(reductions) == 1:
-        if "conv2d_nchw" in _op_tags(convs[0]):
+        if "conv2d_nhwc" not in _op_tags(convs[0]):
             if _conv_for_generic_rules(convs[0], knobs, info):
                 return None
             return schedule_conv2d_nchw(outs, info.target, conv2d_knobs(convs[0], knobs, info))
