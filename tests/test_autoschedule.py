@@ -670,7 +670,7 @@ def _plain_conv(N, C, K, H, W, R, stride, dil, pad, swap):
     (2, 8, 32, 11, 7, 3, 2, 1, 1, True, True),
     (1, 16, 32, 12, 12, 3, 1, 2, 2, False, True),
     (1, 16, 32, 10, 10, 3, 1, 1, 0, True, False),
-    (1, 32, 32, 7, 7, 1, 1, 1, 0, False, False),
+    (1, 16, 32, 8, 9, 5, 1, 1, 2, False, False),
 ], ids=lambda c: "x".join(str(int(v)) for v in c))
 def test_plain_nchw_conv_gets_the_conv_template(case):
     """An NCHW convolution written as plain computes (the padding as tc.if_then_else, the
@@ -709,7 +709,8 @@ def test_plain_nchw_conv_gets_the_conv_template(case):
 
 def test_plain_computes_that_are_not_nchw_convolutions():
     """Near misses are left to the generic rules: the weight read as W[c, o, ky, kx], the
-    window flipped (y - ky), a float64 convolution, a product of three factors."""
+    window flipped (y - ky), a float64 convolution, a product of three factors; and a 1x1
+    window, whose image-plane vectors the rules have."""
     from tecomp.nn.cpu.conv2d import plain_nchw_conv
 
     X = tc.placeholder((1, 8, 9, 9), name="X")
@@ -727,7 +728,11 @@ def test_plain_computes_that_are_not_nchw_convolutions():
         X64[n, c, y + ky, x + kx] * W64[o, c, ky, kx], axis=[c, ky, kx]), name="C")
     D = tc.compute((1, 16, 9, 9), lambda n, o, y, x: tc.sum(
         P[n, c, y + ky, x + kx] * Wb[o, c, ky, kx] * 2.0, axis=[c, ky, kx]), name="D")
-    for out in (A, B, C64, D):
+    c1, k1, k2 = (tc.reduce_axis((0, e), name=n) for e, n in ((8, "c"), (1, "ky"), (1, "kx")))
+    W1 = tc.placeholder((16, 8, 1, 1), name="W")
+    E = tc.compute((1, 16, 9, 9), lambda n, o, y, x: tc.sum(
+        X[n, c1, y + k1, x + k2] * W1[o, c1, k1, k2], axis=[c1, k1, k2]), name="E")
+    for out in (A, B, C64, D, E):
         assert plain_nchw_conv(out.op) is None, out.name
     knobs = Knobs()
     apply_rules([X, Wb, B], knobs, cpu_info("llvm"), {})

@@ -58,7 +58,10 @@ def plain_nchw_conv(op) -> Optional[Tuple[Tensor, Tensor]]:
     ``tecomp.nn.conv2d_nchw``: float32 ``Y[n, o, y, x] = sum(D[n, c, S*y + E*ky, T*x +
     F*kx] * W[o, c, ky, kx], axis=[c, ky, kx])`` with positive constant strides and
     dilations, the factors in either order (``D`` may be a padding stage, as
-    ``tc.if_then_else(<inside>, X[...], 0)``); else None."""
+    ``tc.if_then_else(<inside>, X[...], 0)``), a window larger than 1x1 (a 1x1 one
+    stays with the generic rules, whose image-plane vectors beat the template's blocks on
+    the 1x1 planes measured: benchmarks/DECISIONS.md, "Conv NCHW: a plain compute is a
+    convolution"); else None."""
     from ...ir.expr import Const, Mul, ProducerLoad
 
     if not isinstance(op, ComputeOp) or len(op.axis) != 4 or len(op.reduce_axis) != 3 or \
@@ -71,6 +74,8 @@ def plain_nchw_conv(op) -> Optional[Tuple[Tensor, Tensor]]:
     src = body.source
     if not isinstance(src, Mul) or not isinstance(src.a, ProducerLoad) or \
             not isinstance(src.b, ProducerLoad) or op.output(0).dtype != "float32":
+        return None
+    if all(_cint(r.dom.extent) == 1 for r in op.reduce_axis[1:]):
         return None
     n, o, y, x = (a.var for a in op.axis)
     c, ky, kx = (r.var for r in op.reduce_axis)
