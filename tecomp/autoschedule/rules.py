@@ -1020,9 +1020,9 @@ class _Rules:
 
     def _transpose_intrin(self, t):
         """The target's ``L x L`` transpose intrinsic for tensor ``t``, or None."""
-        if t.dtype != "float32":
-            return None
-        return self.target_intrin(f"x86.transpose_f32_{self.L}x{self.L}")
+        from ..te.tensor_intrin import transpose_intrin
+
+        return transpose_intrin(self.info.target, self.L, t.dtype)
 
     def target_intrin(self, name: str):
         """The built-in tensor intrinsic ``name`` where the target has it, else None."""

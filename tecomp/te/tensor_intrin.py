@@ -251,6 +251,15 @@ def builtin_name(intrin) -> Optional[str]:
     return None
 
 
+def transpose_intrin(target, lanes: int, dtype: str) -> Optional[TensorIntrin]:
+    """The built-in ``lanes x lanes`` transpose (``x86.transpose_f32_<lanes>x<lanes>``)
+    where ``target`` has it and ``dtype`` is float32, else None."""
+    if dtype != "float32":
+        return None
+    name = f"x86.transpose_f32_{lanes}x{lanes}"
+    return next((t for t in tensor_intrins_for(target) if t.name == name), None)
+
+
 def tensor_intrins_for(target="llvm") -> list:
     """The built-in intrinsics that code for ``target`` may use, widest first."""
     from ..target import as_target

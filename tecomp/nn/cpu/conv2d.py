@@ -611,6 +611,15 @@ def _unroll_window(st: Stage, ky, kx):
             st.pragma(ky, "unroll_count", ey)
 
 
+def _window(weight: Tensor) -> int:
+    """The kernel window's size (``KH * KW``) of an OIHW ``weight`` (an unknown extent
+    counted as 2: larger than 1x1)."""
+    window = 1
+    for e in weight.shape[2:]:
+        window *= _cint(e) or 2
+    return window
+
+
 def _conv_weight(conv: Tensor) -> Tensor:
     """The weight operand of a convolution stage (the input that is not the data)."""
     plain = plain_nchw_conv(conv.op)
@@ -737,14 +746,12 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             ws = s[ww]
             ws.compute_at(st, w_at)
             shared = T > 1 and w_at is oc and task is not oc
-            window = 1
-            for e in weight.shape[2:]:
-                window *= _cint(e) or 2
             # a 1x1 window's block transposed in registers, or else copied row by row
             # when each task copies its own
             # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost")
             _, loops = _weight_copy(ws, weight_vec_dim, ob,
-                                    in_order=window == 1 and weight_vec_dim == 0 and not shared,
+                                    in_order=_window(weight) == 1 and weight_vec_dim == 0
+                                    and not shared,
                                     intrin=_weight_transpose(weight, weight_vec_dim, ob, info))
             if shared:
                 # the blocks run in turn: copy each one's weights with all the threads
@@ -761,16 +768,15 @@ def _weight_transpose(weight: Tensor, vec_dim: Optional[int], ob: int, info: Cpu
     window across its output channels in ``L x L`` tiles (``W[o, c]`` rows are
     contiguous in ``c``), where the target has it and the tiles divide the channels and
     the ``ob``-channel blocks; else None."""
-    if vec_dim != 0 or weight.dtype != "float32" or len(weight.shape) != 4:
+    if vec_dim != 0 or len(weight.shape) != 4 or _window(weight) != 1:
         return None
-    C, KH, KW = (_cint(e) for e in weight.shape[1:])
+    C = _cint(weight.shape[1])
     L = info.lanes
-    if KH != 1 or KW != 1 or C is None or C % L or ob % L:
+    if C is None or C % L or ob % L:
         return None
-    from ...te.tensor_intrin import tensor_intrins_for
+    from ...te.tensor_intrin import transpose_intrin
 
-    return next((x for x in tensor_intrins_for(info.target)
-                 if x.name == f"x86.transpose_f32_{L}x{L}"), None)
+    return transpose_intrin(info.target, L, weight.dtype)
 
 
 def _weight_copy(ws: Stage, vec_dim: int, ob: int, in_order: bool = False, intrin=None):
@@ -953,10 +959,7 @@ def _conv_for_generic_rules(conv, knobs, info: CpuInfo) -> bool:
     14-pixel blocks on Zen 4, and slower on smaller planes.
     (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the rules for large 1x1 planes")"""
     out = conv.output(0)
-    weight = _conv_weight(out)
-    window = 1
-    for e in weight.shape[2:]:
-        window *= _cint(e) or 2
+    window = _window(_conv_weight(out))
     OH, OW = (_cint(e) for e in out.shape[2:])
     large_1x1 = window == 1 and OH is not None and OW is not None and OH * OW >= 28 * 28
     return knobs.choose("conv2d_nchw.generic_rules", [True, False],

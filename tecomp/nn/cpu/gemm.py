@@ -315,12 +315,11 @@ def _transposed_panels(ps: Stage, packed: Tensor, pk, pji, nr: int, kc: Optional
     if not lds or lds[0].indices[-1] is not pk.var:
         return False
     intrin = None
-    if info is not None and packed.dtype == "float32":
-        from ...te.tensor_intrin import tensor_intrins_for
+    if info is not None:
+        from ...te.tensor_intrin import transpose_intrin
 
         L = info.lanes
-        intrin = next((x for x in tensor_intrins_for(info.target)
-                       if x.name == f"x86.transpose_f32_{L}x{L}"), None)
+        intrin = transpose_intrin(info.target, L, packed.dtype)
     if intrin is not None and isinstance(packed.op.body, ProducerLoad) and nr % L == 0 and \
             kc is not None and kc % L == 0:
         ko, jo, ki, ji = ps.tile(pk, pji, L, L)

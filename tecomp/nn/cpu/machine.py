@@ -35,10 +35,14 @@ class CpuInfo:
         256-bit halves): an NHWC convolution read its weights in place at +16 bytes as
         fast as aligned; on the project's Xeon such loads made it 9% slower
         (benchmarks/DECISIONS.md, "Conv tasks: aligned weights").  False where unmeasured."""
+        return self._zen4
+
+    @property
+    def _zen4(self) -> bool:
+        """Whether the target's CPU is AMD Zen 4 (LLVM's ``znver4``)."""
         from ...target import as_target
 
         return as_target(self.target).cpu == "znver4"
-
 
     @property
     def fma_lanes(self) -> int:
@@ -47,11 +51,7 @@ class CpuInfo:
         (an 8-lane vector costs half a 16-lane one there: measured in
         benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost"); the whole
         register elsewhere."""
-        from ...target import as_target
-
-        if self.lanes == 16 and as_target(self.target).cpu == "znver4":
-            return 8
-        return self.lanes
+        return 8 if self.lanes == 16 and self._zen4 else self.lanes
 
     @property
     def gather_cost(self) -> float:
@@ -61,9 +61,7 @@ class CpuInfo:
         Xeon, channel vectors that need that copy ran 1.4x faster than 7-of-16-lane
         rows at 49 pixels, which puts it at 1.9 or less there: 1.5 where unmeasured.
         (benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost")"""
-        from ...target import as_target
-
-        return 4.0 if as_target(self.target).cpu == "znver4" else 1.5
+        return 4.0 if self._zen4 else 1.5
 
 
 def _cache_size(level: int, default: int) -> int:
