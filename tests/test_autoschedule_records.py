@@ -36,6 +36,28 @@ def test_key_ignores_names_and_sees_structure():
     assert records.workload_key(dag(), shapes={"n": 4}) != k
 
 
+def test_key_names_the_microarchitecture(monkeypatch, tmp_path):
+    """Two machines whose /proc/cpuinfo say the same ("AMD EPYC" on a VM's Zen 3, 4 and
+    5) get other keys where LLVM names their cores apart: a record tuned on one is not
+    replayed on the other."""
+    from tecomp import target as tgt
+    from tecomp.nn.cpu import machine
+
+    monkeypatch.setattr(machine, "cpu_name", lambda: "AMD EPYC")
+    here = records.workload_key(dag())
+    assert here["cpu"].startswith(f"AMD EPYC ({tc.Target('llvm').cpu}, ")
+    args = dag()
+    log = str(tmp_path / "log.jsonl")
+    records.append_record(log, records.make_record(here, [], [1e-3]))
+    assert records.best_record(log, records.workload_key(args)) is not None
+    real = tgt.Target.cpu
+    monkeypatch.setattr(tgt.Target, "cpu", property(
+        lambda t: "znver5" if t.is_host else real.fget(t)))
+    there = records.workload_key(args)
+    assert there["cpu"].startswith("AMD EPYC (znver5, ") and there["hash"] == here["hash"]
+    assert records.best_record(log, there) is None
+
+
 def test_key_is_the_same_in_another_process():
     code = DAG + "\nfrom tecomp.autoschedule import records\nimport json\n" \
         "print(json.dumps(records.workload_key(dag())))"

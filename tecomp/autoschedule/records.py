@@ -9,7 +9,8 @@ A record::
 
 * ``workload`` is :func:`workload_key`: a structural hash of the compute DAG (names do not
   count, structure, shapes, dtypes and constants do), the bound symbolic extents, the
-  target and the CPU model.  A record is used only for an equal key.
+  target and the CPU (:func:`cpu_model`: its model name, LLVM's name of its
+  microarchitecture and its vector width).  A record is used only for an equal key.
 * ``trace`` is a schedule trace (:mod:`tecomp.schedule.trace`): data that names schedule
   primitives and positions, replayed by :func:`tecomp.schedule.trace.replay`.  Nothing in
   a log is ever executed or unpickled: lines are read with ``json.loads`` only.
@@ -47,11 +48,16 @@ class RecordWarning(UserWarning):
 
 
 def cpu_model() -> str:
-    """The CPU model name and the vector width the schedules use."""
+    """The CPU model name, LLVM's name of its microarchitecture and the vector width the
+    schedules use, e.g. ``"AMD EPYC (znver4, 16 x float32 lanes)"``.  The model name
+    alone does not tell the machines apart: a virtual machine's ``/proc/cpuinfo`` says
+    "AMD EPYC" on Zen 3, Zen 4 and Zen 5 alike, and a schedule tuned on one is not the
+    best on another (Zen 4 runs 512-bit FMAs as two halves, Zen 5 does not)."""
     from ..nn.cpu.machine import cpu_info, cpu_name
+    from ..target import as_target
 
     try:
-        return f"{cpu_name()} ({cpu_info().lanes} x float32 lanes)"
+        return f"{cpu_name()} ({as_target('llvm').cpu}, {cpu_info().lanes} x float32 lanes)"
     except Exception:  # noqa: BLE001 - no LLVM: the name alone
         return cpu_name()
 
