@@ -397,6 +397,59 @@ def test_transpose_intrinsic_copies_tiles(backend, rows_apart):
         np.testing.assert_array_equal(out, w.T)
 
 
+def _window_transposed(O=16, C=8, flip=False):
+    """T[c, y, x, o] = W[o, c, y, x] for a 3x3 window (a convolution's weights copied
+    across the output channels), the axes (c, y, x) fused into one of C*9 and tiled with
+    the output channels by 8: W's tile ``W[o, f // 9, f // 3 % 3, f % 3]`` steps by a
+    constant only in W's flattened memory (``o*C*9 + f``).  ``flip`` reads the window
+    mirrored (``2 - f % 3``), which is not affine even there."""
+    W = tc.placeholder((O, C, 3, 3), name="W")
+    if flip:
+        T = tc.compute((C, 3, 3, O), lambda c, y, x, o: W[o, c, y, 2 - x], name="T")
+    else:
+        T = tc.compute((C, 3, 3, O), lambda c, y, x, o: W[o, c, y, x], name="T")
+    s = tc.create_schedule(T.op)
+    c, y, x, o = T.op.axis
+    f = s[T].fuse(c, y, x)
+    fo, oo, fi, oi = s[T].tile(f, o, 8, 8)
+    s[T].tensorize(fi, tc.tensor_intrin(T8))
+    return s, [W, T]
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_transpose_of_a_fused_window_is_affine_in_memory(backend):
+    """A region whose indices are not affine one by one but whose flattened offset is:
+    tensorized, printed as its first element plus the steps in memory, and right on
+    every backend, in a checked build, and on a strided view of W (strides known only
+    at run time: the loops the intrinsic replaced run)."""
+    s, args = _window_transposed()
+    text = str(tc.lower(s, args))
+    assert "// in a: W[" in text and "+ (72*x0 + x1 in memory)" in text, text
+    assert "+ (16*x0 + x1 in memory)" in text, text
+    w = np.random.default_rng(3).standard_normal((16, 8, 3, 3)).astype(np.float32)
+    want = w.transpose(1, 2, 3, 0)
+    out = np.zeros(want.shape, np.float32)
+    run(s, args, [w, out], backend)
+    np.testing.assert_array_equal(out, want)
+    if backend == "llvm":
+        f = tc.build(s, args)
+        assert "shufflevector" in f.get_source("llvm")
+        out[:] = 0
+        tc.build(s, args, checks=True)(w, out)
+        np.testing.assert_array_equal(out, want)
+        wide = np.zeros((16, 8, 3, 4), np.float32)
+        wide[..., :3] = w
+        out[:] = 0
+        f(wide[..., :3], out)
+        np.testing.assert_array_equal(out, want)
+
+
+def test_a_window_read_mirrored_is_not_affine_even_in_memory():
+    s, args = _window_transposed(flip=True)
+    with pytest.raises(tc.ScheduleError, match=r"operand a is W\[.*does not step by a constant"):
+        tc.lower(s, args)
+
+
 def _packed_copy(K, N, L):
     """B[k, j] copied into the dot products' panels, each 4 x L block interleaved."""
     B = tc.placeholder((K, N), "int8", name="B")

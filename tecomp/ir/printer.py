@@ -202,7 +202,7 @@ class Printer:
             for n, (ph, buf) in enumerate(zip(names, s.buffers)):
                 role = "out" if n == 0 else "in"
                 out.append(f"{pad}  // {role} {display_name(ph.name)}: "
-                           f"{self.name_of(buf)}[{self._region(s, n, len(ph.shape))}]")
+                           f"{self.name_of(buf)}{self._region(s, n, len(ph.shape))}")
             self._stmt(s.fallback, ind + 1, out)
             out.append(pad + "}")
         elif t is Prefetch:
@@ -214,8 +214,11 @@ class Printer:
 
     def _region(self, s, n: int, rank: int) -> str:
         """Operand ``n`` of a tensorize as indices of its buffer, with ``x0``, ``x1``, ...
-        the indices into the declared placeholder."""
-        parts = []
+        the indices into the declared placeholder: ``[i + x0, j + 16*x1]``, or for a
+        region affine only in flattened memory, its first element and the elements of
+        memory it steps, ``[i, j, k] + (4608*x0 + x1 in memory)``."""
+        flat = s.is_flat(n)
+        parts, steps = [], []
         for e, base in enumerate(s.base(n)):
             text = self.expr(base)
             terms = []
@@ -223,10 +226,14 @@ class Printer:
                 c = s.coefs[n][d][e]
                 if c:
                     terms.append(f"x{d}" if c == 1 else f"{c}*x{d}")
-            if terms:
+            if flat:
+                steps += terms
+            elif terms:
                 text = " + ".join(([] if text == "0" else [text]) + terms)
             parts.append(text)
-        return ", ".join(parts)
+        if flat:
+            return f"[{', '.join(parts)}] + ({' + '.join(steps)} in memory)"
+        return f"[{', '.join(parts)}]"
 
     def _attr_value(self, v):
         if isinstance(v, (Expr, Buffer)):

@@ -111,7 +111,14 @@ class TensorIntrinCall(Stmt):
     the output (it was written with the reducer's identity first); else it overwrites it.
     ``fallback`` is the loop nest it replaces, the declared computation on the same
     regions: what the interpreter and the backends without code for ``intrin`` run.
-    ``stage`` names the stage, for messages."""
+    ``stage`` names the stage, for messages.
+
+    ``flat[n]`` (where ``flat`` is not empty): operand ``n``'s region steps by a constant
+    only in the buffer's flattened memory (a fused axis ``f`` read as ``W[o, f // 9,
+    f // 3 % 3, f % 3]``): its coefficients are then all in a dimension of stride 1 and
+    count elements of memory, not of that dimension, and hold only while the buffer
+    has the strides lowering saw (``Buffer.effective_strides``), which a backend checks
+    where they are known only at run time."""
 
     intrin: Any
     stage: str
@@ -120,6 +127,11 @@ class TensorIntrinCall(Stmt):
     coefs: Any
     reduce: bool
     fallback: "Stmt"
+    flat: Tuple[bool, ...] = ()
+
+    def is_flat(self, n: int) -> bool:
+        """Whether operand ``n``'s region is affine only in flattened memory."""
+        return bool(self.flat) and self.flat[n]
 
     def base(self, n: int) -> Tuple[Expr, ...]:
         """The indices of operand ``n``'s first element in ``buffers[n]``."""

@@ -796,7 +796,8 @@ class LowerContext:
                         return self._loops(st, data_loops, _guard(init, dguards), attach=False)
                     fill = TensorIntrinCall(init_intrin, st.name, tic.buffers[:1], tic.base(0),
                                             tic.coefs[:1], False, self._loops(
-                                                st, region_data, init, attach=False))
+                                                st, region_data, init, attach=False),
+                                            tic.flat[:1] if tic.is_flat(0) else ())
                     outside = [iv for iv in data_loops if iv not in region_data]
                     return self._loops(st, outside, _guard(fill, dguards), attach=False)
                 if t >= p:

@@ -9,6 +9,12 @@ read of one buffer whose indices are affine in the region's loops.  The region o
 buffer is then: the element read when every region loop is 0 (``base``), and how many
 elements each placeholder dimension steps in each buffer dimension (``coefs``).  Any
 difference is a :class:`ScheduleError` that names the loop and what differed.
+
+Indices that are not affine one by one may still be affine together: a fused axis ``f``
+read as ``W[o, f // 9, f // 3 % 3, f % 3]`` is ``W``'s element ``o*C*9 + f`` in memory.
+Where the buffer's strides are constants, such a region is taken in flattened memory
+(``TensorIntrinCall.flat``): a 3x3 convolution's weights ``[O, C, 3, 3]`` transposed in
+``16 x 16`` tiles of (output channels, ``C*9``).
 """
 from __future__ import annotations
 
@@ -87,7 +93,7 @@ def tensorize_call(ctx, st, leaves, t: int, value: Expr, store_idx, fallback, re
     _match(mine_expr, theirs_expr, binds, what)
     rvars = [iv.var for iv in region]
     ranges = ctx.leaf_ranges(st)
-    buffers, bases, coefs = [], [], []
+    buffers, bases, coefs, flat = [], [], [], []
     out_place = tuple(vmap[iv.var] for iv in iop.axis)
     operands = [(intrin.output, inf.buffers[0], tuple(store_idx), out_place)]
     for ph in intrin.inputs:
@@ -96,14 +102,15 @@ def tensorize_call(ctx, st, leaves, t: int, value: Expr, store_idx, fallback, re
             raise ScheduleError(f"{what}: operand {display(ph.name)} is not read by the stage")
         operands.append((ph,) + got)
     for ph, buf, idx, place in operands:
-        base, cf = _region(ph, buf, idx, place, rvars, ranges, what)
+        base, cf, is_flat = _region(ph, buf, idx, place, rvars, ranges, what)
         if intrin.dense:
             _check_dense(ph, buf, cf, what)
         buffers.append(buf)
         bases += list(base)
         coefs.append(cf)
+        flat.append(is_flat)
     return TensorIntrinCall(intrin, st.name, tuple(buffers), tuple(bases), tuple(coefs), reduce,
-                            fallback)
+                            fallback, tuple(flat) if any(flat) else ())
 
 
 def _check_region(ctx, st, leaves, t, what):
@@ -212,10 +219,36 @@ def _differ(mine, theirs, what):
 
 
 def _region(ph, buf, idx, place, rvars, ranges, what):
-    """(base, coefs) of buffer ``buf`` read at ``idx`` where the placeholder ``ph`` is read
-    at ``place`` (region loop vars, one per dimension of ``ph``)."""
+    """(base, coefs, flat) of buffer ``buf`` read at ``idx`` where the placeholder ``ph``
+    is read at ``place`` (region loop vars, one per dimension of ``ph``): per dimension
+    of ``buf`` where each index is affine in the region's loops, else in its flattened
+    memory (``flat``, see :class:`~tecomp.ir.stmt.TensorIntrinCall`) where that is."""
     zero = {v: Const(0, v.dtype) for v in rvars}
     base = [simplify(substitute(e, zero), ranges) for e in idx]
+    cf = _steps(idx, base, place, zero, ranges)
+    if cf is not None:
+        return base, cf, False
+    strides = buf.effective_strides()
+    ones = [d for d, st in enumerate(strides) if isinstance(st, Const) and st.value == 1]
+    if ones and idx and all(isinstance(st, Const) for st in strides) and \
+            len({e.dtype for e in idx}) == 1:
+        dt = idx[0].dtype
+        flat = Const(0, dt)
+        for e, st in zip(idx, strides):
+            flat = flat + e * Const(int(st.value), dt)
+        flat = simplify(flat, ranges)
+        steps = _steps([flat], [simplify(substitute(flat, zero), ranges)], place, zero, ranges)
+        if steps is not None:
+            d1 = ones[-1]
+            return base, tuple(tuple(row[0] if d == d1 else 0 for d in range(len(idx)))
+                               for row in steps), True
+    raise _not_affine(ph, buf, idx, what)
+
+
+def _steps(idx, base, place, zero, ranges):
+    """For each region loop of ``place``, how many elements it steps each of the indices
+    ``idx`` (whose values at the region's first point are ``base``); None where an index
+    is not affine in the region's loops."""
     cf: List[tuple] = []
     for v in place:
         if not isinstance(v, Var):  # an axis of extent 1 with no loop in the region
@@ -227,7 +260,7 @@ def _region(ph, buf, idx, place, rvars, ranges, what):
         for e, b in zip(idx, base):
             c = simplify(substitute(e, at) - b, ranges)
             if not isinstance(c, Const):
-                raise _not_affine(ph, buf, idx, what)
+                return None
             row.append(int(c.value))
         cf.append(tuple(row))
     for e, b, d in zip(idx, base, range(len(idx))):
@@ -237,8 +270,8 @@ def _region(ph, buf, idx, place, rvars, ranges, what):
                 rest = rest - Const(row[d], v.dtype) * v
         r = simplify(rest, ranges)
         if not (isinstance(r, Const) and r.value == 0):
-            raise _not_affine(ph, buf, idx, what)
-    return base, tuple(cf)
+            return None
+    return tuple(cf)
 
 
 def _not_affine(ph, buf, idx, what):

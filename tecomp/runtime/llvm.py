@@ -790,9 +790,11 @@ class Module(Timed):
         if code == 1 and 0 <= site < len(v.sites):
             s = v.sites[site]
             what = "store to" if s.kind == "store" else "load from"
+            where = "in the buffer's flattened memory" if s.kind == "tensorize.flat" else \
+                f"in dimension {dim}"
             raise BoundsError(
                 f"out-of-bounds {what} buffer {s.buffer}: index {index} is outside [0, {extent}) "
-                f"in dimension {dim}, at `{s.text}` in the statement `{s.stmt}` (kernel "
+                f"{where}, at `{s.text}` in the statement `{s.stmt}` (kernel "
                 f"{self.name})")
         if code == 2:
             s = v.sites[site] if 0 <= site < len(v.sites) else None

@@ -949,7 +949,12 @@ class _FnEmitter:
         loops it replaced.  Where a region's strides are known only at run time (the
         variant for strided arrays), a dense intrinsic runs when they are the declared
         layout's and the loops it replaced otherwise; any other intrinsic runs those loops.
-        Checked builds test the first and last element of each region."""
+        Checked builds test the first and last element of each region.
+
+        A region that is affine only in its buffer's flattened memory (``s.is_flat``) holds
+        for the strides lowering saw: where the buffer's are known only at run time, the
+        intrinsic runs when they are those, and the loops it replaced otherwise; checked
+        builds test its last element's offset against the buffer's last one."""
         intrin = s.intrin
         if intrin.llvm is None:
             self.stmt(s.fallback)
@@ -963,11 +968,17 @@ class _FnEmitter:
             bi = self.buf(buf)
             off, idx = self.offset(bi, s.base(n))
             shape = tuple(int(x.value) for x in ph.shape)
+            flat = s.is_flat(n)
+            if flat:
+                checks += self._flat_strides(bi, buf, s)
             if self.checks:
                 self.bounds_check(bi, idx, s, "tensorize")
-                self.bounds_check(bi, [self.vadd(ix, Val(ir.Constant(_I64, sum(
-                    s.coefs[n][d][e] * (shape[d] - 1) for d in range(len(shape))))))
-                    for e, ix in enumerate(idx)], s, "tensorize")
+                if flat:
+                    self._flat_last_check(bi, off, s, n, shape)
+                else:
+                    self.bounds_check(bi, [self.vadd(ix, Val(ir.Constant(_I64, sum(
+                        s.coefs[n][d][e] * (shape[d] - 1) for d in range(len(shape))))))
+                        for e, ix in enumerate(idx)], s, "tensorize")
             strides, want = [], row_major(shape)
             for d in range(len(shape)):
                 acc = ir.Constant(_I64, 0)
@@ -987,15 +998,49 @@ class _FnEmitter:
         def emit():
             intrin.llvm(IntrinBuilder(self, intrin.name), views[1:], views[:1])
 
-        if known or (intrin.dense and not checks):
-            emit()
-        elif not intrin.dense:
+        if not known and not intrin.dense:
             self.stmt(s.fallback)
+        elif not checks:
+            emit()
         else:
             ok = checks[0]
             for c in checks[1:]:
                 ok = b.and_(ok, c)
             self.if_(ok, emit, lambda: self.stmt(s.fallback), name="tensorize.layout")
+
+    def _flat_strides(self, bi: _Buf, buf, s: TensorIntrinCall) -> list:
+        """The run-time tests that ``bi`` has the strides a flat region of ``s`` was found
+        with (none where they are constants: those are the strides lowering saw)."""
+        tests = []
+        for e, (got, want) in enumerate(zip(bi.strides, buf.effective_strides())):
+            w = ir.Constant(_I64, int(want.value))
+            if isinstance(got, ir.Constant):
+                if int(got.constant) != int(want.value):
+                    raise InternalError(
+                        f"tensorize {s.intrin.name} on stage {s.stage}: buffer {buf.name} has "
+                        f"stride {got.constant} in dimension {e} and its flat region was found "
+                        f"with {want.value}")
+            elif not (isinstance(buf.shape[e], Const) and buf.shape[e].value == 1):
+                tests.append(self.b.icmp_signed("==", got, w))
+        return tests
+
+    def _flat_last_check(self, bi: _Buf, off: Val, s: TensorIntrinCall, n: int, shape):
+        """Checked builds: the last element of the flat region ``n`` of ``s`` at or before
+        the buffer's last element in memory."""
+        last = off.s
+        for d in range(len(shape)):
+            for e, c in enumerate(s.coefs[n][d]):
+                if c:
+                    last = self.iadd(last, self.imul(ir.Constant(_I64, c * (shape[d] - 1)),
+                                                     bi.strides[e]))
+        end = ir.Constant(_I64, 1)
+        for st, ext in zip(bi.strides, bi.extents):
+            end = self.iadd(end, self.imul(self.isub(ext, ir.Constant(_I64, 1)), st))
+        stmt = self._stmt_stack[-1] if self._stmt_stack else s
+        site = self.mb.add_site("tensorize.flat", bi.buffer.name, node_text(s), node_text(stmt))
+        fail = self.b.icmp_unsigned(">=", last, end)
+        self.guard(fail, lambda: self.report(ERR_BOUNDS, site, ir.Constant(_I64, -1), last, end),
+                   name="bounds")
 
     def s_extern_call(self, s: ExternCall):
         """``tecomp_extern_call(site, data, ints, floats)`` (see tecomp.runtime.extern):
