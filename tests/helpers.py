@@ -128,16 +128,22 @@ def with_l2(monkeypatch, nbytes):
     monkeypatch.setattr(ops, "_GRAD_L2_BYTES", nbytes)
 
 
-def with_fma_model(monkeypatch, half_width: bool, gather_cost: float):
+def with_fma_model(monkeypatch, half_width: bool, gather_cost: float,
+                   transpose_cost: float = None, l3_bytes: int = 32 << 20):
     """Have the CPU schedules see FMA units of half the register's width (AMD Zen 4) or
-    of its whole width, and a strided gather of ``gather_cost`` FMAs per element
-    (through pytest's ``monkeypatch``): whether an NCHW convolution takes channel
-    vectors depends on them, so a test pins them instead of the host's."""
+    of its whole width, a strided gather of ``gather_cost`` FMAs per element, a copy in
+    register transposes of ``transpose_cost`` (default: half the gather's) and a
+    last-level cache of ``l3_bytes`` (through pytest's ``monkeypatch``): whether an NCHW
+    convolution takes channel vectors depends on them, so a test pins them instead of
+    the host's."""
     from tecomp.nn.cpu.machine import CpuInfo
 
+    tcost = gather_cost / 2 if transpose_cost is None else transpose_cost
+    monkeypatch.setattr(CpuInfo, "l3_bytes", property(lambda self: l3_bytes))
     monkeypatch.setattr(CpuInfo, "fma_lanes", property(
         lambda self: self.lanes // 2 if half_width and self.lanes == 16 else self.lanes))
     monkeypatch.setattr(CpuInfo, "gather_cost", property(lambda self: gather_cost))
+    monkeypatch.setattr(CpuInfo, "transpose_cost", property(lambda self: tcost))
 
 
 def llvm_o3_hang_program():

@@ -19,7 +19,7 @@ from .._schedule_common import _bytes, _ceil, _cint, _has_tag
 from .common import (_NoTemplate, _find, _loads, _op_tags, _template_or_rules, _vector_split,
                      check_positive_int, config_fields)
 from .elementwise import _epilogue, _fusable_epilogue, _schedule_elementwise_stage
-from .machine import CpuInfo, cpu_info
+from .machine import MEMORY_COPY_COST, CpuInfo, cpu_info
 
 
 def _conv_parts(outs, tag):
@@ -461,7 +461,8 @@ def _nchw_by_channels(conv: Tensor, info: CpuInfo,
     rows_use = _row_lane_use(OW, row_xb, info)
     if _conv_x_stride(conv) == 1 and \
             rows_use >= _channel_lane_use(weight_elems=K * C * KH * KW,
-                                          fmas=N * K * C * KH * KW * OH * OW / L, info=info):
+                                          fmas=N * K * C * KH * KW * OH * OW / L,
+                                          copy_cost=_weight_copy_cost(conv, ob, info)):
         # the weight copy costs more than the row vectors leave idle: 7x7 at batch 1 and
         # 4, 14x14 at batch 1 on Zen 4
         # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost")
@@ -502,13 +503,33 @@ def _row_lane_use(OW: int, xb: int, info: CpuInfo) -> float:
     return OW / (ops * g)
 
 
-def _channel_lane_use(weight_elems: int, fmas: float, info: CpuInfo) -> float:
+def _weight_copy_cost(conv: Tensor, ob: int, info: CpuInfo) -> float:
+    """What copying one element of ``conv``'s weights across its output channels costs,
+    in full-vector FMAs: a strided gather per vector (``CpuInfo.gather_cost``), or
+    register transposes where they apply (:func:`_weight_transpose`;
+    ``CpuInfo.transpose_cost``), at least :data:`MEMORY_COPY_COST` for weights that
+    do not fit in half the last-level cache.
+    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: a 3x3 window's weights transposed")"""
+    weight = _conv_weight(conv)
+    if _weight_transpose(weight, 0, ob, info) is None:
+        return info.gather_cost
+    nbytes = 4
+    for e in weight.shape:
+        nbytes *= _cint(e)
+    if nbytes > info.l3_bytes // 2:
+        return max(info.transpose_cost, MEMORY_COPY_COST)
+    return info.transpose_cost
+
+
+def _channel_lane_use(weight_elems: int, fmas: float, copy_cost: float) -> float:
     """The share of the FMA units' time that channel vectors spend on FMAs: every lane
-    is busy, but the weights are first copied across the output channels, a strided
-    gather per vector, ``info.gather_cost`` FMAs' time per element, for ``fmas``
+    is busy, but the weights are first copied across the output channels, at
+    ``copy_cost`` FMAs' time per element (``CpuInfo.gather_cost`` for a strided gather
+    per vector, ``CpuInfo.transpose_cost`` for register transposes), for ``fmas``
     full-vector FMAs of the convolution.
-    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost")"""
-    return 1.0 / (1.0 + info.gather_cost * weight_elems / fmas)
+    (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost" and
+    "Conv NCHW: a 3x3 window's weights transposed")"""
+    return 1.0 / (1.0 + copy_cost * weight_elems / fmas)
 
 
 def _conv_register_block(s: Schedule, conv: Tensor, block, order=None, out=None,
@@ -764,15 +785,20 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
 
 
 def _weight_transpose(weight: Tensor, vec_dim: Optional[int], ob: int, info: CpuInfo):
-    """The ``x86.transpose_f32_LxL`` intrinsic for copying the OIHW ``weight`` of a 1x1
-    window across its output channels in ``L x L`` tiles (``W[o, c]`` rows are
-    contiguous in ``c``), where the target has it and the tiles divide the channels and
-    the ``ob``-channel blocks; else None."""
-    if vec_dim != 0 or len(weight.shape) != 4 or _window(weight) != 1:
+    """The ``x86.transpose_f32_LxL`` intrinsic for copying the OIHW ``weight`` across its
+    output channels in ``L x L`` tiles of (output channels, ``C*KH*KW``) (each ``W[o]``
+    is ``C*KH*KW`` contiguous elements: a 3x3 window's tile is affine in flattened
+    memory only, see :mod:`tecomp.lower.tensorize`), where the target has it and the
+    tiles divide ``C*KH*KW`` and the ``ob``-channel blocks; else None.  A window larger
+    than 1x1 only for weights that are a placeholder: a computed one (a gradient's
+    flipped weights) is inlined into the copy, whose tiles then read the source through
+    its indices (``W[o, 2 - ky, ...]``: not affine even in memory)."""
+    if vec_dim != 0 or len(weight.shape) != 4 or (
+            isinstance(weight.op, ComputeOp) and _window(weight) != 1):
         return None
-    C = _cint(weight.shape[1])
+    C, KH, KW = (_cint(e) for e in weight.shape[1:])
     L = info.lanes
-    if C is None or C % L or ob % L:
+    if None in (C, KH, KW) or (C * KH * KW) % L or ob % L:
         return None
     from ...te.tensor_intrin import transpose_intrin
 
@@ -787,8 +813,8 @@ def _weight_copy(ws: Stage, vec_dim: int, ob: int, in_order: bool = False, intri
     rows is read sequentially, one gather across them per vector.  With ``in_order``
     (OIHW), the block's rows are copied one after the other instead, element by element
     (each read in turn, the stores ``ob`` apart): no gathers, faster for a 1x1 window's
-    long rows on Zen 4, slower for a 3x3's.  With ``intrin`` (a 1x1 window's OIHW
-    weights, :func:`_weight_transpose`), in ``L x L`` tiles of (input, output channels),
+    long rows on Zen 4, slower for a 3x3's.  With ``intrin`` (OIHW weights,
+    :func:`_weight_transpose`), in ``L x L`` tiles of (``C*KH*KW``, output channels),
     each transposed in registers, ahead of both.  Returns the loop over the blocks and
     the other axes, outermost first (with ``in_order``, the one loop they are fused into;
     with ``intrin``, the loops over the tiles)."""
@@ -799,9 +825,9 @@ def _weight_copy(ws: Stage, vec_dim: int, ob: int, in_order: bool = False, intri
         ws.storage_order(*(rest + [axes[vec_dim]]))
         if intrin is not None:
             L = intrin.op.axis[0].dom.extent.value
-            c, ones = rest[0], rest[1:]
-            co, vo, ci, vi = ws.tile(c, wv, L, L)
-            ws.reorder(wo, *ones, co, vo, ci, vi)
+            f = ws.fuse(*rest) if len(rest) > 1 else rest[0]
+            co, vo, ci, vi = ws.tile(f, wv, L, L)
+            ws.reorder(wo, co, vo, ci, vi)
             ws.tensorize(ci, intrin)
             return wo, [co, vo]
         if in_order:

@@ -63,6 +63,31 @@ class CpuInfo:
         (benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost")"""
         return 4.0 if self._zen4 else 1.5
 
+    @property
+    def transpose_cost(self) -> float:
+        """What copying one float32 element in ``L x L`` register transposes costs
+        (``x86.transpose_f32_LxL``: a convolution's weights copied across output
+        channels), in the time of one full-vector FMA, for weights that stay in the
+        last-level cache.  Measured 0.35-0.5 on AMD Zen 4; elsewhere taken as half the
+        gather's cost, unmeasured.  From memory the copy costs more
+        (:data:`MEMORY_COPY_COST`).
+        (benchmarks/DECISIONS.md, "Conv NCHW: a 3x3 window's weights transposed")"""
+        return 0.4 if self._zen4 else self.gather_cost / 2
+
+    @property
+    def l3_bytes(self) -> int:
+        """The last-level cache's size (the target's, see :mod:`tecomp.target`)."""
+        from ...target import as_target
+
+        return as_target(self.target).l3_bytes
+
+
+#: what copying one float32 element of weights that do not fit in half the last-level
+#: cache costs, in the time of one full-vector FMA: the copy is a phase of its own,
+#: waiting on memory (measured 1.2 on AMD Zen 4: 37.7 MB of 3x3 1024->1024 weights)
+#: (benchmarks/DECISIONS.md, "Conv NCHW: a 3x3 window's weights transposed")
+MEMORY_COPY_COST = 1.2
+
 
 def _cache_size(level: int, default: int) -> int:
     """L1d / L2 / L3 size of cpu0 (per core, sysfs), or ``default`` (see
