@@ -447,14 +447,16 @@ def test_conv2d_nchw_by_channels(case, on16, on8, l2, lanes, monkeypatch):
 
 ZEN4_CHANNEL_CASES = [
     # N, C, H, O, R, stride; channel vectors on Zen 4's model
-    ((1, 512, 7, 512, 3, 1), True),    # 49 pixels: the copy in transposes costs < 1/8
-    ((1, 520, 7, 512, 3, 1), False),   # C*9 not a multiple of 16: gathers cost more
-    ((4, 520, 7, 512, 3, 1), False),   # 196 pixels: still (rows of 7 in 8-lane vectors)
-    ((1, 264, 14, 256, 3, 1), False),  # 14 of 16 lanes, gathers for 196 pixels
-    ((1, 1024, 7, 1024, 3, 1), False),  # 37.7 MB of weights: copied from memory
-    ((4, 256, 14, 256, 3, 1), True),   # 784 pixels
-    ((1, 128, 28, 128, 3, 1), True),
-    ((1, 2048, 7, 512, 1, 1), True),   # a 1x1 window likewise
+    ((1, 512, 7, 512, 3, 1), False),   # 49 pixels: even the transposed copy costs > 1/8
+    ((4, 512, 7, 512, 3, 1), True),    # 196 pixels: the transposed copy costs less
+    ((4, 520, 7, 512, 3, 1), False),   # C*9 not a multiple of 16: a gathered copy
+    ((1, 256, 14, 256, 3, 1), True),   # 14 of 16 lanes, 196 pixels: transposes
+    ((1, 264, 14, 256, 3, 1), False),  # the same with gathers
+    ((2, 512, 7, 512, 3, 1), True),    # 98 pixels, 9.4 MB of weights: in the L3
+    ((2, 1024, 7, 1024, 3, 1), False),  # 37.7 MB: copied from memory
+    ((4, 128, 28, 128, 3, 1), True),
+    ((1, 2048, 7, 512, 1, 1), False),  # a 1x1 window likewise
+    ((4, 2048, 7, 512, 1, 1), True),
     ((1, 256, 14, 512, 3, 2), True),   # a stride: the rows load more than they use
 ]
 
@@ -463,7 +465,7 @@ ZEN4_CHANNEL_CASES = [
                          ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else None)
 def test_conv2d_nchw_channel_vectors_weigh_the_weight_copy(case, chan, monkeypatch):
     """On Zen 4's model (FMAs of half a 512-bit register, a gathered element at 4 FMAs'
-    time, one copied in register transposes at 0.4 while the weights fit in half the
+    time, one copied in register transposes at 0.8 while the weights fit in half the
     32 MiB L3, 1.2 from memory) an NCHW convolution keeps its row vectors where their
     idle lanes cost less than copying the weights across the output channels would for
     that many pixels; on a full-width model with cheaper gathers every layer here takes
@@ -479,7 +481,7 @@ def test_conv2d_nchw_channel_vectors_weigh_the_weight_copy(case, chan, monkeypat
     info = sc.cpu_info()
     OH, OW = _shape(out)[2:]
     row_xb = sc.conv2d._conv_block_nchw(O, OH, OW, info, N, R, R, st)[2]
-    with_fma_model(monkeypatch, half_width=True, gather_cost=4.0, transpose_cost=0.4)
+    with_fma_model(monkeypatch, half_width=True, gather_cost=4.0, transpose_cost=0.8)
     assert sc.conv2d._row_lane_use(7, 7, info) == 7 / 8
     assert (sc.conv2d._nchw_by_channels(out, info, row_xb) is not None) == chan
     assert sc.conv2d_nchw_params(out, info).by_channels == chan
@@ -488,7 +490,7 @@ def test_conv2d_nchw_channel_vectors_weigh_the_weight_copy(case, chan, monkeypat
     assert sc.conv2d._nchw_by_channels(out, info, row_xb) is not None
     if N * C * H > 4096:
         return   # (the large layers: the decision only; the small ones run both ways)
-    with_fma_model(monkeypatch, half_width=True, gather_cost=4.0, transpose_cost=0.4)
+    with_fma_model(monkeypatch, half_width=True, gather_cost=4.0, transpose_cost=0.8)
     dn, wn = _arr((N, C, H, H)), _arr((O, C, R, R))
     ref = _conv_ref(dn, wn, st, R // 2, 1)
     for by_channels in (True, False):

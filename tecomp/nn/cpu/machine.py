@@ -68,11 +68,11 @@ class CpuInfo:
         """What copying one float32 element in ``L x L`` register transposes costs
         (``x86.transpose_f32_LxL``: a convolution's weights copied across output
         channels), in the time of one full-vector FMA, for weights that stay in the
-        last-level cache.  Measured 0.35-0.5 on AMD Zen 4; elsewhere taken as half the
-        gather's cost, unmeasured.  From memory the copy costs more
-        (:data:`MEMORY_COPY_COST`).
+        last-level cache.  Measured 0.65-0.86 on AMD Zen 4 (against rows of 7 at batch
+        1); elsewhere taken as half the gather's cost, unmeasured.  From memory the
+        copy costs more (:data:`MEMORY_COPY_COST`).
         (benchmarks/DECISIONS.md, "Conv NCHW: a 3x3 window's weights transposed")"""
-        return 0.4 if self._zen4 else self.gather_cost / 2
+        return 0.8 if self._zen4 else self.gather_cost / 2
 
     @property
     def l3_bytes(self) -> int:
@@ -84,7 +84,7 @@ class CpuInfo:
 
 #: what copying one float32 element of weights that do not fit in half the last-level
 #: cache costs, in the time of one full-vector FMA: the copy is a phase of its own,
-#: waiting on memory (measured 1.2 on AMD Zen 4: 37.7 MB of 3x3 1024->1024 weights)
+#: waiting on memory (measured 1.24 on AMD Zen 4: 37.7 MB of 3x3 1024->1024 weights)
 #: (benchmarks/DECISIONS.md, "Conv NCHW: a 3x3 window's weights transposed")
 MEMORY_COPY_COST = 1.2
 
