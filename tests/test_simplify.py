@@ -1092,3 +1092,17 @@ def test_property_statements_keep_their_effect(seed):
         return
     run_stmt(t, {}, m2)
     assert (m1[B] == m2[B]).all(), f"\n{prog}\n--- simplified ---\n{t}"
+
+
+def test_affine_steps_sees_through_floor_division():
+    """``affine_steps``: the base at 0 and the constant steps where the expressions are
+    affine (``(f // 9) * 9 + (f // 3 % 3) * 3 + f % 3`` is ``f``), None where not."""
+    from tecomp.ir.expr import Const, Var
+    from tecomp.ir.simplify import affine_steps
+
+    f, o, b = Var("f", "int32"), Var("o", "int32"), Var("b", "int32")
+    flat = o * 4608 + (f // 9) * 9 + (f // 3 % 3) * 3 + f % 3 + b * 7
+    (base,), steps = affine_steps([flat], [f, o, Const(0, "int32")])
+    assert steps == ((1,), (4608,), (0,)) and str(base) == str(b * 7)
+    assert affine_steps([f // 9, f % 9], [f]) is None
+    assert affine_steps([2 - f % 3], [f]) is None

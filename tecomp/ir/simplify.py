@@ -106,7 +106,7 @@ from .stmt import (
     annotated_loop,
 )
 
-__all__ = ["simplify", "Simplifier", "StmtSimplifier"]
+__all__ = ["simplify", "affine_steps", "Simplifier", "StmtSimplifier"]
 
 _TRUE = Const(True, "bool")
 _FALSE = Const(False, "bool")
@@ -1712,6 +1712,41 @@ def simplify(node, ranges=None):
     if isinstance(node, (Stmt, PrimFunc)):
         return StmtSimplifier(ex).visit(node)
     raise ExprError(f"simplify() takes an Expr, a Stmt or a PrimFunc, got {type(node).__name__}")
+
+
+def affine_steps(exprs, vars, ranges=None, zero=()):
+    """``(base, steps)`` when every expression of ``exprs`` is affine in ``vars`` with
+    constant integer coefficients, else None: ``base[j]`` is ``exprs[j]`` with ``vars``
+    (and the variables ``zero``) at 0, simplified under ``ranges``, and ``steps[i][j]``
+    how much ``exprs[j]`` grows when ``vars[i]`` grows by one.  An entry of ``vars``
+    that is not a Var (an axis with no loop) steps nothing.  Found by evaluating at the
+    unit points and checking that the rest simplifies to 0 (``f // 9 * 9 + f % 9`` is
+    ``f``)."""
+    at0 = {v: Const(0, v.dtype) for v in list(zero) + [v for v in vars if isinstance(v, Var)]}
+    base = [simplify(substitute(e, at0), ranges) for e in exprs]
+    steps = []
+    for v in vars:
+        if not isinstance(v, Var):
+            steps.append((0,) * len(exprs))
+            continue
+        at = dict(at0)
+        at[v] = Const(1, v.dtype)
+        row = []
+        for e, b in zip(exprs, base):
+            c = simplify(substitute(e, at) - b, ranges)
+            if not isinstance(c, Const):
+                return None
+            row.append(int(c.value))
+        steps.append(tuple(row))
+    for j, (e, b) in enumerate(zip(exprs, base)):
+        rest = e - b
+        for v, row in zip(vars, steps):
+            if row[j] and isinstance(v, Var):
+                rest = rest - Const(row[j], v.dtype) * v
+        r = simplify(rest, ranges)
+        if not (isinstance(r, Const) and r.value == 0):
+            return None
+    return base, tuple(steps)
 
 
 # what the interval analysis uses from this module (tecomp.ir.arith.SIMPLIFY)

@@ -26,7 +26,7 @@ from ..ir.expr import Add, BufferLoad, Const, Expr, Max, Min, Mul, ProducerLoad,
 from ..ir.functor import free_vars, substitute
 from ..ir.names import display
 from ..ir.printer import to_str
-from ..ir.simplify import simplify
+from ..ir.simplify import affine_steps, simplify
 from ..ir.stmt import TensorIntrinCall
 
 
@@ -223,11 +223,9 @@ def _region(ph, buf, idx, place, rvars, ranges, what):
     is read at ``place`` (region loop vars, one per dimension of ``ph``): per dimension
     of ``buf`` where each index is affine in the region's loops, else in its flattened
     memory (``flat``, see :class:`~tecomp.ir.stmt.TensorIntrinCall`) where that is."""
-    zero = {v: Const(0, v.dtype) for v in rvars}
-    base = [simplify(substitute(e, zero), ranges) for e in idx]
-    cf = _steps(idx, base, place, zero, ranges)
-    if cf is not None:
-        return base, cf, False
+    got = affine_steps(idx, place, ranges, rvars)
+    if got is not None:
+        return got[0], got[1], False
     strides = buf.effective_strides()
     ones = [d for d, st in enumerate(strides) if isinstance(st, Const) and st.value == 1]
     if ones and idx and all(isinstance(st, Const) for st in strides) and \
@@ -236,42 +234,14 @@ def _region(ph, buf, idx, place, rvars, ranges, what):
         flat = Const(0, dt)
         for e, st in zip(idx, strides):
             flat = flat + e * Const(int(st.value), dt)
-        flat = simplify(flat, ranges)
-        steps = _steps([flat], [simplify(substitute(flat, zero), ranges)], place, zero, ranges)
-        if steps is not None:
+        got = affine_steps([simplify(flat, ranges)], place, ranges, rvars)
+        if got is not None:
+            zero = {v: Const(0, v.dtype) for v in rvars}
+            base = [simplify(substitute(e, zero), ranges) for e in idx]
             d1 = ones[-1]
             return base, tuple(tuple(row[0] if d == d1 else 0 for d in range(len(idx)))
-                               for row in steps), True
+                               for row in got[1]), True
     raise _not_affine(ph, buf, idx, what)
-
-
-def _steps(idx, base, place, zero, ranges):
-    """For each region loop of ``place``, how many elements it steps each of the indices
-    ``idx`` (whose values at the region's first point are ``base``); None where an index
-    is not affine in the region's loops."""
-    cf: List[tuple] = []
-    for v in place:
-        if not isinstance(v, Var):  # an axis of extent 1 with no loop in the region
-            cf.append((0,) * len(idx))
-            continue
-        at = dict(zero)
-        at[v] = Const(1, v.dtype)
-        row = []
-        for e, b in zip(idx, base):
-            c = simplify(substitute(e, at) - b, ranges)
-            if not isinstance(c, Const):
-                return None
-            row.append(int(c.value))
-        cf.append(tuple(row))
-    for e, b, d in zip(idx, base, range(len(idx))):
-        rest = e - b
-        for v, row in zip(place, cf):
-            if row[d] and isinstance(v, Var):
-                rest = rest - Const(row[d], v.dtype) * v
-        r = simplify(rest, ranges)
-        if not (isinstance(r, Const) and r.value == 0):
-            return None
-    return tuple(cf)
 
 
 def _not_affine(ph, buf, idx, what):

@@ -94,18 +94,13 @@ def plain_nchw_conv(op) -> Optional[Tuple[Tensor, Tensor]]:
 def _strided_window(e, v, r) -> bool:
     """Whether ``e`` is ``S*v + E*r`` for constants ``S, E >= 1``."""
     from ...ir.expr import Const
-    from ...ir.functor import substitute
-    from ...ir.simplify import simplify
+    from ...ir.simplify import affine_steps
 
-    def at(a, b):
-        return simplify(substitute(e, {v: Const(a, v.dtype), r: Const(b, r.dtype)}))
-
-    z, sv, sr = at(0, 0), at(1, 0), at(0, 1)
-    if not all(isinstance(t, Const) for t in (z, sv, sr)) or z.value != 0 or \
-            sv.value < 1 or sr.value < 1:
+    got = affine_steps([e], [v, r])
+    if got is None:
         return False
-    d = simplify(e - (Const(sv.value, v.dtype) * v + Const(sr.value, r.dtype) * r))
-    return isinstance(d, Const) and d.value == 0
+    (base,), ((sv,), (sr,)) = got
+    return isinstance(base, Const) and base.value == 0 and sv >= 1 and sr >= 1
 
 
 def _own_pad(s: Schedule, pad):
@@ -513,10 +508,7 @@ def _weight_copy_cost(conv: Tensor, ob: int, info: CpuInfo) -> float:
     weight = _conv_weight(conv)
     if _weight_transpose(weight, 0, ob, info) is None:
         return info.gather_cost
-    nbytes = 4
-    for e in weight.shape:
-        nbytes *= _cint(e)
-    if nbytes > info.l3_bytes // 2:
+    if _bytes(weight) > info.l3_bytes // 2:
         return max(info.transpose_cost, MEMORY_COPY_COST)
     return info.transpose_cost
 
