@@ -821,6 +821,60 @@ def test_cpu_info_follows_threads(threads):
     assert (p.mr, p.nr) == (6, 16)
 
 
+def test_gemm_threads_mode_where_blocks_share_unevenly(threads):
+    """Two threads, AVX-512: "threads" (one contiguous share of row panels per thread,
+    each packing B itself) where no block split exists (333 rows = 37 panels of 9) or the
+    column blocks would split unevenly (200 columns: 13 panels in blocks of 4); "blocks"
+    where those split evenly and the rows would not (127 rows), and for the square
+    shapes.  One vector per panel where two would pad N by over 1/16 more (77: 96 against
+    80 columns; not 1000: 1024 against 1008); AVX2 keeps two."""
+    tc.set_num_threads(2)
+    avx512 = sc.cpu_info("llvm -mcpu=skylake-avx512")
+    p = sc.gemm_params(333, 77, 1031, avx512)
+    assert (p.par, p.nr, p.mr, p.nc) == ("threads", 16, 9, 16), p
+    assert sc.gemm_params(512, 200, 512, avx512).par == "threads"
+    assert sc.gemm_params(127, 509, 257, avx512).par == "blocks"
+    p = sc.gemm_params(61, 1000, 1024, avx512)
+    assert (p.mr, p.nr, p.par) == (12, 32, "blocks"), p
+    for n in (512, 1024, 2048):
+        assert sc.gemm_params(n, n, n, avx512).par == "blocks"
+    assert sc.gemm_params(333, 77, 1031, sc.cpu_info("llvm -mcpu=haswell")).nr == 16
+    tc.set_num_threads(1)
+    assert sc.gemm_params(333, 77, 1031, sc.cpu_info("llvm -mcpu=skylake-avx512")).par == "rows"
+
+
+@pytest.mark.parametrize("nthreads", [2, 3, 4])
+@pytest.mark.parametrize("M,N,K,config", [
+    (63, 77, 12, {"mr": 9}),                              # 7 panels: shares 4 + 3
+    (70, 45, 24, {"par": "threads", "mr": 8}),            # a ragged row panel (70 = 8*8 + 6)
+    (9, 40, 24, {"par": "threads", "mr": 4}),             # 3 panels for up to 4 threads
+    (40, 33, 48, {"par": "threads", "kc": 16}),           # slices: C accumulated per slice
+])
+@pytest.mark.parametrize("packed", [False, True])
+def test_gemm_threads_mode_runs_right(threads, nthreads, M, N, K, config, packed):
+    """"threads" mode on shares that differ, a ragged last row panel, fewer panels than
+    threads, several reduction slices, plain and packed B: the interpreter (which fails
+    on two iterations of a parallel loop writing the same element) and LLVM agree with
+    numpy, and the parallel loop is the share loop, outermost."""
+    from tecomp.ir import interp
+
+    tc.set_num_threads(nthreads)
+    A, B = tc.placeholder((M, K), name="A"), tc.placeholder((K, N), name="B")
+    C = sc.matmul_packed(A, B) if packed else ops.matmul(A, B)
+    args = [A, B, C]
+    s = sc.schedule_matmul(C, config=dict(config, par="threads"))
+    text = str(tc.lower(s, args))
+    loops = re.findall(r"parallel \(([^,]+), 0, (\d+)\)", text)
+    assert len(loops) == 1 and int(loops[0][1]) == nthreads, text
+    assert text.split("\n")[1].lstrip().startswith(("parallel", "// attr")), text
+    a, b = _arr((M, K)), _arr((K, N))
+    ref = a.astype("float64") @ b.astype("float64")
+    _close(_run(s, args, [a, b]), ref)
+    got = np.full((M, N), np.nan, "float32")
+    interp.run(tc.lower(s, args), a, b, got)
+    _close(got, ref)
+
+
 @pytest.mark.parametrize("OW", [13, 27, 14, 56, 7])
 def test_conv2d_nchw_row_vector_without_masks_divides_the_row(OW):
     """AVX2 has no mask registers: an NCHW block's columns divide the row (a 13- or

@@ -1280,7 +1280,7 @@ def test_rfactor_string():
     ({"mx": 4}, r"unknown parameters \['mx'\]; use mr, nr"),
     ({"mr": 0}, "mr must be a positive int, got 0"),
     ({"kc": 2.5}, "kc must be a positive int"),
-    ({"par": "cols"}, "par must be 'rows' or 'blocks'"),
+    ({"par": "cols"}, "par must be 'rows', 'blocks' or 'threads'"),
     ([("mr", 4)], "config must be a GemmParams"),
 ])
 def test_cpu_gemm_template_bad_config(config, match):

@@ -24,8 +24,10 @@ over a zero-padded panel (``align_bounds``: the packed panel of ``matmul_packed`
 and only its copy to C is masked: one micro-kernel in the code.
 
 With several threads each task packs its own B block (``GemmParams.par == "blocks"``, at
-least two tasks per thread, claimed dynamically); on one thread ``ic`` has one iteration
-(``"rows"``).
+least two tasks per thread, claimed dynamically), or, where the column blocks would share
+the work out unevenly (few column panels), each thread takes one contiguous share of the
+MR-row panels and packs every B block for itself (``"threads"``: one parallel region, no
+packed block read by another core); on one thread ``ic`` has one iteration (``"rows"``).
 
 The template's config is :class:`GemmParams` (:func:`gemm_params`: the heuristic, from
 the target and the shapes); ``schedule_matmul(outs, target, config)`` applies one, and
@@ -60,9 +62,11 @@ class GemmParams:
     nc: int      # columns per block (a packed B block kc x nc: half of L2)
     lanes: int
     # how the threads share the work: "blocks" (one (MC x NC) block per task, each
-    # packing its own B block: what gemm_params gives for several threads) or "rows"
-    # (every block is packed by all threads, then its MR-row panels are handed out in
-    # small dynamic chunks; what it gives for one thread, where the two are the same)
+    # packing its own B block), "threads" (one contiguous share of the MR-row panels per
+    # thread, each packing every B block for itself; gemm_params takes it where it
+    # balances the threads better than the blocks), or "rows" (every block is packed by
+    # all threads, then its MR-row panels are handed out in small dynamic chunks; what
+    # it gives for one thread, where the three are the same)
     par: str = "rows"
 
 
@@ -84,6 +88,14 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
     elif N is not None and N <= L:
         nr = N
     elif N is not None and N <= 2 * L:
+        nr = L
+    elif (N is not None and info.vregs >= 32
+          and (_ceil(N, 2 * L) * 2 * L - _ceil(N, L) * L) * NR_PAD_SHARE > N):
+        # two vectors would pad the last panel by over 1/NR_PAD_SHARE of N more than one
+        # vector does (77 columns: 96 against 80): the FMAs on the padding cost more than
+        # the narrower block's extra loads (measured with AVX-512's 32 registers, where
+        # one vector still gets 12 rows; not on AVX2's 16)
+        # (measurements: benchmarks/DECISIONS.md, "GEMM: NR, one vector where two pad")
         nr = L
     else:
         nr = 2 * L
@@ -127,6 +139,47 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
         # peeled off per block, not tested in every micro-kernel of the parallel loop)
         nc = nr * _ceil(panels, col_blocks)
         return GemmParams(mr, nr, kc, M if M is not None else mr * 64, nc, L, "rows")
+    blocks = _blocks_params(M, N, mr, nr, kc, L, T, panels, fit, col_blocks, row_panels)
+    # ("threads": each thread packs its share's blocks one panel at a time)
+    threads = GemmParams(mr, nr, kc, M, nr, L, "threads")
+    if blocks.par == "rows" or (
+            _makespan(threads, M, N, T) * THREADS_GAIN < _makespan(blocks, M, N, T)):
+        # the threads' shares of row panels balance the work better than the blocks
+        # (few column panels in uneven blocks), or the blocks could only be shared rows
+        # (measurements: benchmarks/DECISIONS.md, "GEMM: one share of rows per thread")
+        return threads
+    return blocks
+
+
+#: see gemm_params's NR: one vector where two pad the columns by over 1/16 of N more
+NR_PAD_SHARE = 16
+#: "threads" is taken over "blocks" where its slowest thread has this much less to do
+THREADS_GAIN = 1.03
+#: packing an element of B costs about as much as this many micro-kernel rows of it
+#: (a load and a store per vector against one FMA per row)
+PACK_ROWS = 4
+
+
+def _makespan(p: GemmParams, M: int, N: int, T: int) -> int:
+    """The work of the thread with the most, in micro-kernel rows x padded columns (each
+    ``K`` FMAs), packing included (a block packed for ``c`` columns counts as
+    ``PACK_ROWS x c``), when ``p``'s tasks are claimed in order by ``T`` threads, each
+    taking the next task as it finishes one (the pool's dynamic chunks); ``"threads"``:
+    each thread one contiguous share of the MR-row panels, packing all of B itself."""
+    width = _ceil(N, p.nr) * p.nr
+    if p.par == "threads":
+        return (min(M, _ceil(_ceil(M, p.mr), T) * p.mr) + PACK_ROWS) * width
+    loads = [0] * T
+    for i in range(0, M, p.mc):
+        for j in range(0, width, p.nc):
+            t = loads.index(min(loads))
+            loads[t] += (min(p.mc, M - i) + PACK_ROWS) * min(p.nc, width - j)
+    return max(loads)
+
+
+def _blocks_params(M, N, mr, nr, kc, L, T, panels, fit, col_blocks, row_panels) -> GemmParams:
+    """gemm_params's blocking for several threads in ``"blocks"`` mode, or ``"rows"``
+    where no block split fits (then "threads" is taken)."""
     # several threads: one task per (row block x column block), each packing its own B
     # block into its own L2; at least two tasks per thread where there are enough panels
     # (they are claimed dynamically: a thread that loses its core takes fewer), a
@@ -155,7 +208,8 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
         # few rows and no equal split: ragged row blocks all the same
         row_blocks = min(row_panels, need)
         return GemmParams(mr, nr, kc, mr * _ceil(row_panels, row_blocks), nc, L, "blocks")
-    # else every column block is packed by all threads, which then share its row panels
+    # else no block split (the "rows" mode, every column block packed by all threads,
+    # which then share its row panels: gemm_params takes "threads" instead)
     nc = nr * _ceil(panels, _ceil(panels, fit))
     return GemmParams(mr, nr, kc, M, nc, L, "rows")
 
@@ -170,8 +224,9 @@ def _config_values(config) -> dict:
                            GemmParams)
     for k, v in config.items():
         if k == "par":
-            if v not in ("rows", "blocks"):
-                raise ScheduleError(f"GEMM schedule: par must be 'rows' or 'blocks', got {v!r:.40}")
+            if v not in ("rows", "blocks", "threads"):
+                raise ScheduleError(f"GEMM schedule: par must be 'rows', 'blocks' or "
+                                    f"'threads', got {v!r:.40}")
         else:
             check_positive_int("GEMM schedule", k, v)
     return config
@@ -188,7 +243,7 @@ def _overridden(p: GemmParams, M, N, K, info: CpuInfo, packed_nr=None,
         q = gemm_params(M, N, K, info, nr=over["nr"])
         p = dataclasses.replace(q, nc=q.nr if p.nc == p.nr else q.nc)
     p = dataclasses.replace(p, **{k: v for k, v in over.items() if k != "nr" or packed_nr is None})
-    if p.par == "rows" and info.threads > 1 and M is not None:
+    if p.par in ("rows", "threads") and info.threads > 1 and M is not None:
         p = dataclasses.replace(p, mc=M)
     if ("mr" in over or "mc" in over) and M is not None and p.mc < M and (
             p.mc % p.mr or M % p.mc):
@@ -250,6 +305,8 @@ def _schedule_gemm_stage(s: Schedule, C: Tensor, info: CpuInfo, packed: Optional
     rows_par = info.threads > 1 and p.par == "rows"
     if rows_par:
         st.parallel(ir)
+    elif info.threads > 1 and p.par == "threads":
+        _thread_shares(st, ic, jc, ir, info.threads)
     elif info.threads > 1:
         nic = -(-M // p.mc) if M is not None else None
         njc = -(-N // p.nc) if N is not None else None
@@ -454,6 +511,22 @@ def _dense_aligned_copies(s: Schedule, op: ComputeOp, rf: Tensor, st: Stage, oo,
         ws.vectorize(wl)
 
 
+def _thread_shares(st: Stage, ic, jc, ir, threads: int):
+    """``"threads"`` mode: the MR-row panels ``ir`` cut into one contiguous share per
+    thread, the share loop outermost and parallel (one parallel region per call), every
+    column block packed by each thread for itself where its columns begin (``jc``,
+    returned).  No packed block is read by another core than the one that wrote it:
+    sharing one between the threads ("rows") ran 0.32-0.41 ms on 333x77x1031 on the
+    2-core Zen 4 depending on where the host placed the two vCPUs, this 0.30-0.31
+    (measurements: benchmarks/DECISIONS.md, "GEMM: one share of rows per thread").
+    Where the shares differ (37 panels: 19 and 18), loop partitioning gives the parallel
+    body one copy of the nest per share length, each with constant extents."""
+    it, ir = st.split(ir, nparts=threads)
+    st.reorder(ic, it, jc, ir)
+    st.parallel(it)
+    return jc
+
+
 def _schedule_gemm_write_cache(s: Schedule, C: Tensor, info: CpuInfo, packed, p: GemmParams):
     """The GEMM schedule when the whole reduction is one slice (``KC == K``; blocks that
     do not divide the shape are guarded at the edges of C and peeled off by loop
@@ -481,6 +554,8 @@ def _schedule_gemm_write_cache(s: Schedule, C: Tensor, info: CpuInfo, packed, p:
     if rows_par:
         st.parallel(ir)
         pack_at = jc
+    elif info.threads > 1 and p.par == "threads":
+        pack_at = _thread_shares(st, ic, jc, ir, info.threads)
     elif info.threads > 1:
         pack_at = st.fuse(ic, jc)
         st.parallel(pack_at)
@@ -671,7 +746,7 @@ def gemm_knobs(gemm, knobs, info: CpuInfo) -> dict:
         kcs = {p.kc} | {k for k in (128, 256, 384, 512, 768, 1024, 2048) if k < K} | {K}
         over["kc"] = knobs.choose("gemm.kc", sorted(kcs), p.kc)
     if info.threads > 1:
-        over["par"] = knobs.choose("gemm.par", ["blocks", "rows"], p.par)
+        over["par"] = knobs.choose("gemm.par", ["blocks", "rows", "threads"], p.par)
     ncm = knobs.choose("gemm.nc_panels", [0, 1, 2, 4, 8, 16], 0)
     if ncm:
         over["nc"] = ncm * over["nr"]
