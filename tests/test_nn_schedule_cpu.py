@@ -130,6 +130,27 @@ def test_matmul_threads_and_symbolic_rows(nthreads, threads):
         _close(c, a.astype("float64") @ b)
 
 
+@pytest.mark.parametrize("sym", ["n", "k"])
+@pytest.mark.parametrize("packed", [False, True])
+def test_matmul_symbolic_columns_or_reduction_on_two_threads(sym, packed, threads):
+    """A known row count with symbolic columns or a symbolic reduction, 2 threads: the
+    heuristic picks its mode without the unknown extent (the threads' shares of rows
+    where the reduction is unknown), and the kernel runs right for several values."""
+    tc.set_num_threads(2)
+    n = tc.var("n") if sym == "n" else 37
+    k = tc.var("k") if sym == "k" else 29
+    A = tc.placeholder((70, k), name="A")
+    B = tc.placeholder((k, n), name="B")
+    C = sc.matmul_packed(A, B) if packed else ops.matmul(A, B)
+    f = tc.build(sc.schedule_matmul(C), [A, B, C])
+    for v in (1, 17, 40):
+        a = _arr((70, v if sym == "k" else 29))
+        b = _arr((a.shape[1], v if sym == "n" else 37))
+        c = np.full((70, b.shape[1]), np.nan, "float32")
+        f(a, b, c)
+        _close(c, a.astype("float64") @ b)
+
+
 @pytest.mark.parametrize("M", [64, 7])
 def test_matmul_schedule_shape(M, threads):
     """The micro-kernel structure: rows unrolled, columns one vector, FMA pragma, and a

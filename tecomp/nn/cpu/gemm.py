@@ -142,8 +142,8 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
     blocks = _blocks_params(M, N, mr, nr, kc, L, T, panels, fit, col_blocks, row_panels)
     # ("threads": each thread packs its share's blocks one panel at a time)
     threads = GemmParams(mr, nr, kc, M, nr, L, "threads")
-    if blocks.par == "rows" or (
-            _makespan(threads, M, N, T) * THREADS_GAIN < _makespan(blocks, M, N, T)):
+    if blocks.par == "rows" or (N is not None and (
+            _makespan(threads, M, N, T) * THREADS_GAIN < _makespan(blocks, M, N, T))):
         # the threads' shares of row panels balance the work better than the blocks
         # (few column panels in uneven blocks), or the blocks could only be shared rows
         # (measurements: benchmarks/DECISIONS.md, "GEMM: one share of rows per thread")
