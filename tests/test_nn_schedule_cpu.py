@@ -628,11 +628,25 @@ def test_conv2d_epilogue_not_fused_when_read_at_other_indices():
     _close(_run(s, [d, w, out], [dn, wn]), ref, 5e-5)
 
 
+def _nhwc_copied_and_in_place_agree(d, w, out, x, wt):
+    """Run the NHWC template with its weights copied and read in place: the same output
+    (returned)."""
+    outs = []
+    for wc in (True, False):
+        f = tc.build(sc.schedule_conv2d_nhwc(out, config={"weight_copy": wc}), [d, w, out])
+        o = np.zeros(_shape(out), "float32")
+        f(x, wt, o)
+        outs.append(o)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    return outs[1]
+
+
 def test_conv2d_pad_placement():
     """Weights that fit in cache: each task pads the rows it reads (allocated inside the
     task loop); large weights (2.4 MB): the pad is one root pass and the channel blocks
-    are the outer part of the tasks; HWIO weights are copied per channel block, or read
-    in place (``weight_copy=False``, the default where split loads cost nothing)."""
+    are the outer part of the tasks; HWIO weights are copied per channel block (small
+    ones once per call), or read in place (``weight_copy=False``, the default where split
+    loads cost nothing)."""
     d = tc.placeholder((1, 8, 28, 28), name="data")
     w = tc.placeholder((64, 8, 3, 3), name="weight")
     out = ops.conv2d_nchw(d, w, padding=1)
@@ -661,13 +675,29 @@ def test_conv2d_pad_placement():
     rng = np.random.default_rng(3)
     x = rng.uniform(-1, 1, (1, 6, 6, 256)).astype("float32")
     wt = rng.uniform(-1, 1, (3, 3, 256, 256)).astype("float32")
-    outs = []
-    for wc in (True, False):
-        f = tc.build(sc.schedule_conv2d_nhwc(out3, config={"weight_copy": wc}), [d3, w3, out3])
-        o = np.zeros((1, 6, 6, 256), "float32")
-        f(x, wt, o)
-        outs.append(o)
-    np.testing.assert_array_equal(outs[0], outs[1])
+    _nhwc_copied_and_in_place_agree(d3, w3, out3, x, wt)
+    # small HWIO weights (147 KB): copied once at the root into an aligned buffer, or
+    # read in place with weight_copy=False (the default where split loads cost nothing)
+    d4 = tc.placeholder((1, 14, 14, 64), name="data")
+    w4 = tc.placeholder((3, 3, 64, 64), name="weight")
+    out4 = ops.conv2d_nhwc(d4, w4, padding=1)
+    texts = {wc: str(tc.lower(sc.schedule_conv2d_nhwc(out4, config={"weight_copy": wc}),
+                              [d4, w4, out4])) for wc in (True, False)}
+    assert "allocate weight.global" in texts[True]
+    assert texts[True].index("allocate weight.global") < texts[True].index("parallel")
+    assert "weight.global" not in texts[False] and "weight.local" not in texts[False]
+    default = str(tc.lower(sc.schedule_conv2d_nhwc(out4), [d4, w4, out4]))
+    assert default == texts[not sc.cpu_info().split_loads_cheap]
+    x = rng.uniform(-1, 1, (1, 14, 14, 64)).astype("float32")
+    wt = rng.uniform(-1, 1, (3, 3, 64, 64)).astype("float32")
+    # weights at 16 bytes past a cache line, as numpy places large arrays
+    buf = np.empty(wt.size + 32, "float32")
+    start = (-(buf.ctypes.data // 4)) % 16 + 4
+    wt_off = buf[start:start + wt.size].reshape(wt.shape)
+    wt_off[...] = wt
+    got = _nhwc_copied_and_in_place_agree(d4, w4, out4, x, wt_off)
+    _close(got.transpose(0, 3, 1, 2),
+           _conv_ref(x.transpose(0, 3, 1, 2), wt.transpose(3, 2, 0, 1), 1, 1, 1), 5e-5)
 
 
 # ---------------------------------------------------------------------------------

@@ -304,9 +304,10 @@ class ConvParams:
     x ``yb`` rows x ``xb`` columns accumulated in registers over the whole reduction and,
     for NCHW, whether its vectors run across the output channels (``by_channels``: the
     NHWC kernel's shape) instead of along the rows.  NHWC's vectors always run across the
-    channels (``by_channels`` is False there and means nothing).  ``weight_copy`` (NHWC
-    with weights too large to stay in L2 whole): each channel block first copies its
-    weights into an aligned buffer (True) or reads them in place (False)."""
+    channels (``by_channels`` is False there and means nothing).  ``weight_copy`` (NHWC):
+    the weights are first copied into an aligned buffer (True: by each channel block
+    where they are too large to stay in L2 whole, else once per call) or read in place
+    (False)."""
 
     ob: int
     yb: int
@@ -666,7 +667,8 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
     With ``weight_copy`` False, a block whose weight vectors are contiguous already
     (HWIO) reads them in place instead, with the same tasks.
     Small strided weights are copied once, at the root, into an aligned buffer (see the
-    comment there).  When they are contiguous already (OIHW read as broadcasts) the
+    comment there), and small contiguous ones too unless ``weight_copy`` is False.
+    When they are contiguous already (OIHW read as broadcasts) the
     tasks are (batch, channel block, row block)."""
     noc = _ceil(K, ob) if K is not None else None
     nyc = _ceil(OH, yb) if OH is not None else None
@@ -697,12 +699,17 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             task, _ = _conv_parallel(st, [n, yc], [N, nyc], T, 4 * T)
         if pad is not None:
             _schedule_pad_at(s, pad, st, task, info, pad_vec_dim)
-        if weight_vec_dim is not None:
+        if weight_vec_dim is not None and (
+                weight_copy or weight_vec_dim != len(weight.shape) - 1):
             # the weight vectors are read in place from the caller's array, which numpy
             # allocates at 16 bytes past a cache line when it is large: every 16-lane
             # load then straddles two lines.  A copy into tecomp's own (64-byte
             # aligned) buffer first: faster for such weights, about even for aligned
-            # ones (measurements: benchmarks/DECISIONS.md, "Conv tasks: aligned weights")
+            # ones (measurements: benchmarks/DECISIONS.md, "Conv tasks: aligned weights").
+            # Not where ``weight_copy`` is off (contiguous vectors, a CPU whose split
+            # loads cost nothing: the copy, one core's, then cost the other core more
+            # than the split loads; measurements: benchmarks/DECISIONS.md, "Conv tasks:
+            # small weights in place on Zen 4")
             ww = s.cache_read(weight, "global", [cs])
             if weight_vec_dim != len(ww.shape) - 1:
                 # (gathers: copied in parallel, a little faster or within the noise)
@@ -940,9 +947,9 @@ def conv2d_knobs(conv, knobs, info: CpuInfo) -> ConvParams:
             b for b in _nhwc_blocks(out, info, default.ob, CONV_BLOCK_CHOICES)
             if b != (default.yb, default.xb)][:CONV_BLOCK_CHOICES - 1]
         r = knobs.choose("conv2d_nhwc.block", list(range(len(blocks))), 0)
-        wc = default.weight_copy
-        if not _small_weights(_conv_weight(out), info):     # (small ones: copied at the root)
-            wc = knobs.choose("conv2d_nhwc.weight_copy", [wc, not wc], wc)
+        wc = knobs.choose("conv2d_nhwc.weight_copy", [default.weight_copy,
+                                                      not default.weight_copy],
+                          default.weight_copy)
         return dataclasses.replace(default, yb=blocks[r][0], xb=blocks[r][1], weight_copy=wc)
     default = conv2d_nchw_params(out, info)
     chan = _nchw_channel_block(out, info)
