@@ -676,6 +676,10 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
     small = _small_weights(weight, info)
     enough_rows = (N or 1) * (nyc or 1) >= 2 * T
     peel_rows = weight_vec_dim is None and _rows_peeled(N, K, ob, OH, yb, info)
+    # the weight vectors are copied unless they are contiguous already and weight_copy
+    # is off (a strided weight vector, a gather, is always copied)
+    copy_weights = weight_vec_dim is not None and (
+        weight_copy or weight_vec_dim != len(weight.shape) - 1)
     if not peel_rows and (noc == 1 or (small and enough_rows)):
         # the weights stay in L2 anyway: tasks are (batch, row block), each padding
         # just the rows it reads; the channel blocks are a loop inside the task.  A
@@ -699,8 +703,7 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             task, _ = _conv_parallel(st, [n, yc], [N, nyc], T, 4 * T)
         if pad is not None:
             _schedule_pad_at(s, pad, st, task, info, pad_vec_dim)
-        if weight_vec_dim is not None and (
-                weight_copy or weight_vec_dim != len(weight.shape) - 1):
+        if copy_weights:
             # the weight vectors are read in place from the caller's array, which numpy
             # allocates at 16 bytes past a cache line when it is large: every 16-lane
             # load then straddles two lines.  A copy into tecomp's own (64-byte
@@ -761,7 +764,7 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
             st.parallel(task)
         if pad is not None:
             _schedule_elementwise_stage(s, pad, info)
-        if weight_copy or weight_vec_dim != len(weight.shape) - 1:
+        if copy_weights:
             ww = s.cache_read(weight, "local", [cs])
             ws = s[ww]
             ws.compute_at(st, w_at)
