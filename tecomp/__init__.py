@@ -20,7 +20,7 @@ from .te import (
     Tensor, abs, all, any, cast, ceil, comm_reducer, compute, const, cos, eq, erf, exp,
     fast_exp, floor, floordiv, floormod, fma, if_then_else, log, max, max_value, maximum, min,
     min_value, minimum, ne,
-    placeholder, pow, prod, reduce_axis, round, rsqrt, sigmoid, sin, sqrt, sum, tanh,
+    placeholder, pow, prod, reduce_axis, round, rsqrt, select, sigmoid, sin, sqrt, sum, tanh,
     thread_axis, truncdiv, truncmod, var,
 )
 from .te import ExternOp, call_packed, extern, get_global_func, register_func  # noqa: E402

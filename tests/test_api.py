@@ -45,7 +45,7 @@ def test_expression_printing_and_semantics():
     assert str(tc.eq(i, j)) == "i == j" and str(tc.ne(i, 1)) == "i != 1"
     assert str(-i) == "-i"
     assert str((i + 1).astype("float32")) == "float32(i + 1)"
-    assert (i + 1) == (i + 1)  # structural equality, not an IR node
+    assert (i + 1) == (i + 1)  # an IR node whose truth value is structural equality
     assert (i + 1) != (j + 1)
     assert str(tc.max(i, j)) == "max(i, j)" and str(tc.minimum(i, j)) == "min(i, j)"
 

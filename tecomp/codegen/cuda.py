@@ -58,7 +58,7 @@ from typing import Dict, List, Optional, Tuple
 from ..errors import BuildError, InternalError, RuntimeUnavailableError
 from ..ir import dtype as _dt
 from ..ir import op as _op
-from ..ir.expr import LT, Buffer, BufferLoad, Call, Const, Expr, Var
+from ..ir.expr import LT, Buffer, BufferLoad, Call, Const, Expr, Var, same_as
 from ..ir.functor import Visitor, collect, free_vars, substitute
 from ..ir.simplify import simplify
 from ..ir.names import comment as _comment
@@ -823,7 +823,7 @@ def _uses_any(e, vars_: set) -> bool:
 
 
 def _same_expr(a: Expr, b: Expr, lets: Dict[Var, Expr]) -> bool:
-    return a == b or substitute(a, lets) == substitute(b, lets)
+    return same_as(a, b) or same_as(substitute(a, lets), substitute(b, lets))
 
 
 def _fits_in(inner: Expr, outer: Expr, lets: Dict[Var, Expr]) -> bool:

@@ -8,7 +8,7 @@ from .expr import (
     EQ, GE, GT, INTRINSICS, LE, LT, NE, Add, And, BinaryOp, Buffer, BufferLoad, Call, Cast,
     CmpOp, CommReducer, Const, Div, Expr, FloorDiv, FloorMod, IterVar, Let, Max, Min, Mul, Node,
     Not, Or, ProducerLoad, Range, Reduce, Select, Sub, TruncDiv, TruncMod, TupleCommReducer, Var,
-    as_expr, as_index,
+    Comparison, as_expr, as_index, same_as,
 )
 from .stmt import (
     LOOP_KINDS, Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt,

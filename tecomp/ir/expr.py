@@ -65,9 +65,13 @@ class Node:
 class Expr(Node):
     """Base of expressions.  Arithmetic operators build new expressions.
 
-    ``==`` is *structural equality* (it never builds IR): use ``tc.eq(a, b)`` or
-    ``a.equal(b)`` for an equality expression.  ``bool(expr)`` raises: a symbolic
-    condition has no truth value in Python; use ``tc.if_then_else`` or ``tc.all``.
+    ``a == b`` and ``a != b`` build IR comparisons, as TVM's do:
+    ``tc.if_then_else(i == 0, A[i], 0.0)`` is a first-row mask.  The result is a
+    :class:`Comparison`, which stands for the ``EQ``/``NE`` node wherever an expression
+    goes, and whose Python truth value is :func:`same_as` (so ``if a == b:``, ``x in
+    list`` and dicts and sets of expressions keep comparing structurally).  Every other
+    ``bool(expr)`` raises: a symbolic condition has no truth value in Python; use
+    ``tc.if_then_else`` or ``tc.all``.
     """
 
     __slots__ = ()
@@ -132,11 +136,16 @@ class Expr(Node):
         return _make_cmp(GE, self, o)
 
     def equal(self, o) -> "Expr":
-        """The boolean expression ``self == o`` (``==`` itself is structural equality)."""
+        """The boolean expression ``self == o`` (the same as ``tc.eq(self, o)``)."""
         return _make_cmp(EQ, self, o)
 
     def not_equal(self, o) -> "Expr":
+        """The boolean expression ``self != o`` (the same as ``tc.ne(self, o)``)."""
         return _make_cmp(NE, self, o)
+
+    def same_as(self, o) -> bool:
+        """Structural equality (:func:`same_as`): what ``==`` gives in ``if a == b:``."""
+        return same_as(self, o)
 
     # logic -------------------------------------------------------------------
     def __and__(self, o):
@@ -479,7 +488,8 @@ def _forward_to_var(name):
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
               "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
               "__rmod__", "__neg__", "__lt__", "__le__", "__gt__", "__ge__", "equal",
-              "not_equal", "astype", "__bool__"):
+              "not_equal", "astype", "__bool__", "__and__", "__rand__", "__or__", "__ror__",
+              "__invert__"):
     setattr(IterVar, _name, _forward_to_var(_name))
 
 
@@ -679,3 +689,130 @@ def _make_cmp(cls, a, b):
 
 def _make_logic(cls, a, b):
     return SERVICES.logic(cls, a, b)
+
+
+# ---------------------------------------------------------------------------------
+# == and != : IR comparisons whose Python truth value is structural equality
+
+
+def same_as(a, b) -> bool:
+    """Structural equality of two IR values: the same node types with the same fields,
+    where ``Var``, ``IterVar``, ``Buffer`` and reducers are equal only to themselves, and
+    float constants compare bit for bit in sign (``0.0`` is not ``-0.0``).  What TVM calls
+    ``structural_equal``; ``a == b`` on expressions builds an ``EQ`` node instead, whose
+    truth value in Python is this."""
+    if a is b:
+        return True
+    t = type(a)
+    if t is not type(b):
+        if isinstance(a, Node) or isinstance(b, Node):
+            return False
+        return _same_value(a, b)
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(same_as(x, y) for x, y in zip(a, b))
+    params = getattr(t, "__dataclass_params__", None)
+    if params is None or not isinstance(a, Node):
+        return _same_value(a, b)
+    if not params.eq:               # identity semantics (Var, IterVar, Buffer, reducers)
+        return False
+    return all(same_as(getattr(a, f), getattr(b, f)) for f in t.__dataclass_fields__)
+
+
+def _same_value(a, b) -> bool:
+    """Python values inside nodes (a Const's value, a dtype, a name)."""
+    r = a == b
+    if r is True and isinstance(a, float) and isinstance(b, float) and a == 0.0:
+        return math.copysign(1.0, a) == math.copysign(1.0, b)
+    return bool(r)
+
+
+def _comparable(o) -> bool:
+    """Whether ``expr == o`` builds a comparison (otherwise Python's identity decides:
+    ``expr == None`` is False)."""
+    import numpy as np
+
+    return isinstance(o, (Expr, IterVar, Comparison, int, float, np.number, np.bool_))
+
+
+class Comparison:
+    """What ``a == b`` and ``a != b`` give on expressions (TVM's ``EqualOp``).
+
+    Wherever a tecomp expression goes (``tc.if_then_else``, ``tc.all``, ``&``, ``|``,
+    ``~``, ``where=``, arithmetic, a compute's body) it is the IR node ``EQ(a, b)`` or
+    ``NE(a, b)``.  Its Python truth value is structural equality (:func:`same_as`), so
+    ``if a == b:``, ``x in list`` and dicts and sets of expressions work as before.
+    """
+
+    __slots__ = ("_lhs", "_rhs", "_negate", "_node")
+
+    def __init__(self, lhs, rhs, negate: bool):
+        self._lhs, self._rhs, self._negate, self._node = lhs, rhs, negate, None
+
+    def __bool__(self) -> bool:
+        same = same_as(self._lhs, self._rhs)
+        return not same if self._negate else same
+
+    def _as_expr(self) -> Expr:
+        if self._node is None:
+            self._node = _make_cmp(NE if self._negate else EQ, self._lhs, self._rhs)
+        return self._node
+
+    @property
+    def dtype(self) -> str:
+        return "bool"
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._as_expr(), name)
+
+    def __str__(self) -> str:
+        return str(self._as_expr())
+
+    def __repr__(self) -> str:
+        return f"Comparison({self._as_expr()})"
+
+    __hash__ = None   # a condition, not a key: use the expressions themselves as keys
+
+
+def _forward_to_node(name):
+    def f(self, *args):
+        return getattr(self._as_expr(), name)(*args)
+
+    f.__name__ = name
+    return f
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
+              "__rmod__", "__neg__", "__pos__", "__lt__", "__le__", "__gt__", "__ge__",
+              "__and__", "__rand__", "__or__", "__ror__", "__invert__", "__int__",
+              "__float__", "__index__", "equal", "not_equal", "astype"):
+    setattr(Comparison, _name, _forward_to_node(_name))
+
+
+def _expr_eq(self, o):
+    if not _comparable(o):
+        return NotImplemented
+    return Comparison(self, o, False)
+
+
+def _expr_ne(self, o):
+    if not _comparable(o):
+        return NotImplemented
+    return Comparison(self, o, True)
+
+
+def _all_subclasses(cls):
+    for c in cls.__subclasses__():
+        yield c
+        yield from _all_subclasses(c)
+
+
+# Every expression class (and IterVar, which stands for its Var) gets these, replacing
+# the structural __eq__ the dataclass decorator wrote (kept as same_as); hashes stay.
+for _cls in (Expr, IterVar, *_all_subclasses(Expr)):
+    _cls.__eq__ = _expr_eq
+    _cls.__ne__ = _expr_ne
+Comparison.__eq__ = _forward_to_node("__eq__")
+Comparison.__ne__ = _forward_to_node("__ne__")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..errors import DTypeError, ExprError
 from . import dtype as _dt
 from .expr import (
@@ -203,6 +205,13 @@ def compare(cls, a, b) -> Expr:
 
 
 def _as_bool(x, what):
+    if isinstance(x, (bool, np.bool_)):
+        raise ExprError(
+            f"{what} got the Python bool {bool(x)}, not a condition on the computation: a "
+            f"comparison was evaluated in Python (between Python numbers, or with `is`/`in`/"
+            f"`and`/`or`/`not`, which Python cannot overload) before tecomp saw it; build it "
+            f"from expressions (`i == 0`, `tc.all(i >= 1, j < n)`, `&`, `|`, `~`), or leave a "
+            f"condition that is always {bool(x)} out")
     e = as_expr(x)
     if not _dt.is_bool(e.dtype):
         raise ExprError(f"{what} needs bool conditions, got {e.dtype} expression `{e}`; "

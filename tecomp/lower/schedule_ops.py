@@ -38,7 +38,7 @@ from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
     Buffer, BufferLoad, Const, Expr, GE, GT, IterVar, LE, LT, Max, ProducerLoad, Range, Reduce, Var,
-    And,
+    And, same_as,
 )
 from ..ir.functor import Mutator, Visitor, substitute
 from ..ir.names import display
@@ -1197,7 +1197,7 @@ def _same(a: Expr, b: Expr) -> bool:
     a, b = _simplify(a), _simplify(b)
     if isinstance(a, Const) and isinstance(b, Const):
         return a.value == b.value
-    return _simplify(_op.sub(a, b)) == Const(0, "int32")
+    return same_as(_simplify(_op.sub(a, b)), Const(0, "int32"))
 
 
 def _proved(cond: Expr, ranges) -> bool:
@@ -1210,7 +1210,7 @@ def _divides(cover: Expr, ext: Expr) -> bool:
     c, e = _simplify(cover), _simplify(ext)
     if isinstance(c, Const) and isinstance(e, Const):
         return c.value == e.value
-    return _simplify(_op.sub(c, e)) == Const(0, "int32")
+    return same_as(_simplify(_op.sub(c, e)), Const(0, "int32"))
 
 
 def _uses_reduce(g: Expr, st: Stage, inf: StageInfo) -> bool:

@@ -6,7 +6,7 @@ from .tensor import (
 from .reduce import Reducer, comm_reducer, max, max_value, min, min_value, prod, sum  # noqa: A004
 from .intrin import (
     abs, all, any, cast, ceil, cos, eq, erf, exp, fast_exp, floor, floordiv, floormod, fma,
-    if_then_else, log, maximum, minimum, ne, pow, round, rsqrt, sigmoid, sin, sqrt, tanh,
+    if_then_else, log, maximum, minimum, ne, pow, round, rsqrt, select, sigmoid, sin, sqrt, tanh,
     truncdiv, truncmod,
 )
 from .extern import ExternOp, call_packed, extern, get_global_func, register_func  # noqa: E402

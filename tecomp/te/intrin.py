@@ -46,6 +46,12 @@ def if_then_else(cond, t, f):
     return _op.if_then_else(cond, t, f)
 
 
+def select(cond, t, f):
+    """TVM's ``tir.Select`` spelling of :func:`if_then_else`: ``t`` where ``cond`` holds,
+    else ``f``.  Only the chosen side is evaluated, so it may guard a load."""
+    return _op.if_then_else(cond, t, f)
+
+
 all = _op.all_  # noqa: A001
 any = _op.any_  # noqa: A001
 floordiv = _op.floordiv_checked

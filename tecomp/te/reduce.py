@@ -114,12 +114,6 @@ class Reducer:
         if len(set(axes)) != len(axes):
             raise ComputeError(f"tc.{self.name}: axis {', '.join(a.name for a in axes)} "
                                "repeats an axis")
-        if isinstance(where, bool):
-            raise ExprError(
-                f"tc.{self.name}: where= is the Python bool {where}, not a condition on the "
-                "axes; Python evaluates == and != between an expression and a value itself: "
-                "write the condition with tc.eq(a, b) / tc.ne(a, b) (or <, <=, >, >=), or leave "
-                "where= out")
         cond = Const(True, "bool") if where is None else _op._as_bool(where, f"tc.{self.name} where=")
         if isinstance(expr, (tuple, list)):
             return self._tuple_call(expr, axes, cond)

@@ -11,7 +11,7 @@ from typing import Tuple
 from ..errors import ComputeError, ExprError, ShapeError
 from ..ir import dtype as _dt
 from ..ir.expr import (
-    Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_expr, as_index,
+    Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_expr, as_index, same_as,
 )
 from ..ir.functor import Visitor
 
@@ -448,7 +448,7 @@ def _tuple_bodies(name, bodies) -> list:
 
 def _same_expr(a, b) -> bool:
     """Structurally equal (the IR's nodes compare by value, its variables by identity)."""
-    return a is b or a == b
+    return same_as(a, b)
 
 
 def _check_body(name, body, axis):
