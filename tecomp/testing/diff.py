@@ -98,7 +98,7 @@ class Case:
 
 @dataclass
 class Outcome:
-    kind: str  # ok | rejected | mismatch | crash
+    kind: str  # ok | rejected | refused (edge cases: edges.py) | mismatch | crash
     case: Case
     stage: str = ""  # where: build/lower/interp/llvm/compare/...
     detail: str = ""
@@ -106,8 +106,9 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        """Nothing wrong was found: the case ran and matched, or it was rejected."""
-        return self.kind in ("ok", "rejected")
+        """Nothing wrong was found: the case ran and matched, or it was rejected (or, an
+        edge case, refused with the error its family allows)."""
+        return self.kind in ("ok", "rejected", "refused")
 
     @property
     def rejected(self) -> bool:
@@ -227,29 +228,18 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
     module; their outputs are compared like the others."""
     import tecomp as tc
     from ..ir import interp as _interp
-    from .sched import apply_steps
 
     prog = case.program
-    stage = "build program"
+    stage = ["build program"]
     ir = ""
     try:
-        built, nvar = prog.build()
-        stage = "schedule"
-        if case.auto is None:
-            r = apply_steps(prog, case.steps, built, nvar)
-            s, args = r.s, r.args
-        else:
-            stage = "auto_schedule"
-            args = prog.args(built, nvar)
-            s = auto_schedule_case(case, args)
-        stage = "lower"
-        func = tc.lower(s, args)
+        s, args, func = schedule_case(case, stage)
         ir = str(func)
         if check_passes:
             stage = "check_passes"
             from .pass_check import check_passes as _cp
 
-            _cp(s, args, sizes={"n": case.n} if nvar is not None else None, seed=case.seed,
+            _cp(s, args, sizes={"n": case.n} if prog.symbolic else None, seed=case.seed,
                 target=tc.Target(case.target).kind)
         stage = "build"
         # (an llvm target for another CPU builds the same lowered function, cross-compiled)
@@ -262,12 +252,11 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
             stage = "build cuda-emu"
             emu = tc.build(tc.lower(s, args, target="cuda-emu"), target="cuda-emu")
     except tc.ResourceLimitError as e:  # a legal schedule the target cannot run: no finding
-        return Outcome("rejected", case, stage, _exc_text(e), ir)
+        return Outcome("rejected", case, _stage(stage), _exc_text(e), ir)
     except Exception as e:  # noqa: BLE001 - a crash is a finding
-        return Outcome("crash", case, stage, _exc_text(e), ir)
+        return Outcome("crash", case, _stage(stage), _exc_text(e), ir)
 
-    rng = np.random.default_rng(case.seed)
-    inputs = prog.random_inputs(case.n, rng)
+    inputs = prog.random_inputs(case.n, np.random.default_rng(case.seed))
     order = prog.arg_order()
     try:
         ref, unknown = prog.numpy_reference(inputs, case.n)
@@ -275,15 +264,7 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
         return Outcome("crash", case, "numpy reference (fuzzer bug)", _exc_text(e), ir)
 
     def fresh():
-        out = []
-        for i in order:
-            if i in inputs:
-                out.append(inputs[i].copy())
-            else:
-                spec = prog.tensors[i]
-                out.append(_fill(prog.concrete_shape(i, case.n), spec.dtype))
-        out.extend(prog.scalar_args(case.n))
-        return out
+        return case_arrays(case, inputs)
 
     results = {}
     stage = case.target
@@ -365,6 +346,48 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
     if hw_vs_emu or problems:
         return Outcome("mismatch", case, "compare", "\n".join(hw_vs_emu + problems), ir)
     return Outcome("ok", case, "", "", ir)
+
+
+def schedule_case(case: Case, stage: Optional[list] = None):
+    """The case's schedule, argument list and lowered function: ``(s, args, func)``.
+    Raises what tecomp raises; ``stage`` (a list) gets the name of each step as it
+    starts, so a caller can say where an exception came from."""
+    import tecomp as tc
+    from .sched import apply_steps
+
+    stage = [] if stage is None else stage
+    prog = case.program
+    stage.append("build program")
+    built, nvar = prog.build()
+    if case.auto is None:
+        stage.append("schedule")
+        r = apply_steps(prog, case.steps, built, nvar)
+        s, args = r.s, r.args
+    else:
+        stage.append("auto_schedule")
+        args = prog.args(built, nvar)
+        s = auto_schedule_case(case, args)
+    stage.append("lower")
+    return s, args, tc.lower(s, args)
+
+
+def _stage(stage) -> str:
+    return stage[-1] if isinstance(stage, list) else stage
+
+
+def case_arrays(case: Case, inputs: dict) -> list:
+    """The call's arguments in order: copies of ``inputs`` (tensor index -> array), the
+    outputs filled with a value no kernel computes by chance (NaN, a large int), then the
+    scalar parameters."""
+    prog = case.program
+    out = []
+    for i in prog.arg_order():
+        if i in inputs:
+            out.append(inputs[i].copy())
+        else:
+            out.append(_fill(prog.concrete_shape(i, case.n), prog.tensors[i].dtype))
+    out.extend(prog.scalar_args(case.n))
+    return out
 
 
 def _as_tensors(arrs):

@@ -57,8 +57,10 @@ def _have_cxx() -> bool:
 
 
 def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: str = "llvm",
-                  tensorize_every: int = 0, gpu_target: str = "cuda-emu"):
-    """Case ``seed``.  ``cpu_target``: the llvm target its CPU cases are built for (the
+                  tensorize_every: int = 0, gpu_target: str = "cuda-emu", edge_every: int = 0):
+    """Case ``seed``.  Every ``edge_every``-th is an edge case (``edges.py``: the drawn
+    case of the same seed, written or called the way a careless user or an attacker
+    would).  ``cpu_target``: the llvm target its CPU cases are built for (the
     same program and schedule as with ``"llvm"``; e.g. ``"llvm -mcpu=haswell"`` runs AVX2
     code built on this machine).  ``gpu_target``: the target its GPU cases are built for,
     ``"cuda-emu"`` (the emulation) or ``"cuda"`` (the GPU, and the emulation beside it; see
@@ -70,6 +72,10 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
 
     if gpu_target not in GPU_TARGETS:
         raise ValueError(f"gpu_target must be one of {GPU_TARGETS}, not {gpu_target!r}")
+    if edge_every and seed % edge_every == 1 % edge_every:
+        from .edges import draw_edge_case
+
+        return draw_edge_case(seed)
     target = "llvm"
     if gpu_every and seed % gpu_every == gpu_every - 1 and _have_cxx():
         target = "cuda-emu"
@@ -152,16 +158,18 @@ def _worker(args) -> int:
             time.sleep(3600)   # the test of --case-timeout: a case that never ends
         try:
             case = case_for_seed(seed, args.gpu_every, args.auto_every, args.cpu_target,
-                                 args.tensorize_every, args.gpu_target)
-            o = run_case(case, check_passes=args.check_passes, also=also_for_seed(seed, args))
+                                 args.tensorize_every, args.gpu_target, args.edge_every)
+            o = _run(case, seed, args)
         except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself
             print(json.dumps({"seed": seed, "kind": "crash", "target": "?",
                               "sig": f"fuzzer error: {type(e).__name__}: {e}"[:300]}), flush=True)
             seed += args.step
             continue
-        rec = {"seed": seed, "kind": o.kind, "target": case.target,
+        rec = {"seed": seed, "kind": o.kind, "target": _target_label(case),
                "secs": round(time.perf_counter() - t0, 3)}
-        if o.rejected:
+        if o.kind == "refused":
+            rec["sig"] = f"{o.stage}: {o.detail.splitlines()[0] if o.detail else ''}"[:300]
+        elif o.rejected:
             rec["sig"] = f"{o.stage}: {o.reason}"[:300]
         elif not o.ok:
             rec["sig"] = _signature(o)
@@ -174,12 +182,29 @@ def _worker(args) -> int:
     return 0
 
 
+def _run(case, seed, args):
+    """Run case ``seed`` with the runner its kind has."""
+    from .diff import run_case
+    from .edges import EdgeCase, run_edge_case
+
+    if isinstance(case, EdgeCase):
+        return run_edge_case(case)
+    return run_case(case, check_passes=args.check_passes, also=also_for_seed(seed, args))
+
+
+def _target_label(case) -> str:
+    """What the summary counts a case under: its target, or ``edge:<family>``."""
+    family = getattr(case, "family", "")
+    return f"edge:{family}" if family else case.target
+
+
 def _spawn(args, start, count, step):
     cmd = [sys.executable, "-m", "tecomp.testing.fuzz", "--worker", "--start", str(start),
            "--count", str(count), "--step", str(step), "--gpu-every", str(args.gpu_every),
            "--auto-every", str(args.auto_every), "--cpu-target", args.cpu_target,
            "--torch-every", str(args.torch_every), "--aot-every", str(args.aot_every),
            "--tensorize-every", str(args.tensorize_every), "--gpu-target", args.gpu_target,
+           "--edge-every", str(args.edge_every),
            "--out", args.out]
     if args.check_passes:
         cmd.append("--check-passes")
@@ -204,6 +229,11 @@ def main(argv=None) -> int:
     ap.add_argument("--tensorize-every", type=int, default=10,
                     help="every k-th case is an int8 GEMM the auto-scheduler tensorizes with "
                          "the target's dot-product intrinsic (0: none)")
+    ap.add_argument("--edge-every", type=int, default=5,
+                    help="every k-th case is an edge case (tecomp.testing.edges: conditions "
+                         "through == != | ~, split factors past 2**31, aliasing and stride-0 "
+                         "arguments, torch's lazy bits, foreign CPU targets, tampered "
+                         "libraries; 0: none)")
     ap.add_argument("--check-passes", action="store_true",
                     help="also run the pass-by-pass checker on every case")
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "tecomp-fuzz-reports"),
@@ -235,12 +265,13 @@ def main(argv=None) -> int:
                   f"{' '.join(why.split())}", file=sys.stderr)
             return 2
     if args.replay is not None:
-        from .diff import run_case
-
         case = case_for_seed(args.replay, args.gpu_every, args.auto_every, args.cpu_target,
-                             args.tensorize_every, args.gpu_target)
-        o = run_case(case, check_passes=args.check_passes, also=also_for_seed(args.replay, args))
-        if o.rejected:
+                             args.tensorize_every, args.gpu_target, args.edge_every)
+        o = _run(case, args.replay, args)
+        if o.kind == "refused":
+            print(f"seed {args.replay}: refused as documented in {o.stage}: {o.detail}\n"
+                  f"{case.source()}")
+        elif o.rejected:
             print(f"seed {args.replay}: rejected in {o.stage} (a resource limit of the target, "
                   f"not a failure): {o.reason}\n{case.source()}")
         else:
@@ -255,6 +286,7 @@ def main(argv=None) -> int:
     kinds = Counter()
     sigs = defaultdict(list)
     rejects = defaultdict(list)  # reason -> seeds of the rejected schedules
+    refusals = defaultdict(list)  # edge cases refused as documented: stage -> seeds
     targets = Counter()
     procs = {}
 
@@ -292,6 +324,8 @@ def main(argv=None) -> int:
         targets[rec["target"]] += 1
         if rec["kind"] == "rejected":
             rejects[rec["sig"]].append(seed)
+        elif rec["kind"] == "refused":
+            refusals[rec["sig"].split(":")[0]].append(seed)
         elif rec["kind"] != "ok":
             sigs[rec["sig"]].append(seed)
             if not args.quiet:
@@ -351,6 +385,12 @@ def main(argv=None) -> int:
     for sig, seeds in sorted(rejects.items(), key=lambda x: -len(x[1])):
         print(f"  [{len(seeds)}x] {sig}  (seeds {', '.join(map(str, seeds[:8]))}"
               f"{', ...' if len(seeds) > 8 else ''})")
+    if refusals:
+        print(f"edge cases refused as documented (a TecompError where the family allows "
+              f"one): {kinds['refused']}")
+        for sig, seeds in sorted(refusals.items(), key=lambda x: -len(x[1])):
+            print(f"  [{len(seeds)}x] {sig}  (seeds {', '.join(map(str, seeds[:8]))}"
+                  f"{', ...' if len(seeds) > 8 else ''})")
     print(f"mismatches: {kinds['mismatch']}")
     if args.gpu_target == "cuda":
         hw = sum(len(v) for k, v in sigs.items()

@@ -241,8 +241,10 @@ def _index_cond(c: _StageCtx, ks: List[int]):
     if f == "lt":
         bound = IC(d.int(0, e)) if e != "n" else IBin("-", NVar(), IC(1))
         return Cmp("<", Ax(k), bound)
-    if f == "mod":
-        return Cmp("==", IBin("%", Ax(k), IC(2)), IC(d.int(0, 1)))
+    if f == "mod":   # built as Python's == or != (they build IR), by the axis' parity
+        r = d.int(0, 1)
+        return Cmp("==", IBin("%", Ax(k), IC(2)), IC(r)) if k % 2 == 0 else \
+            Cmp("!=", IBin("%", Ax(k), IC(2)), IC(1 - r))
     if f == "le2":
         others = [j for j in range(len(c.exts)) if j != k]
         if others:

@@ -63,7 +63,7 @@ class IBin:
 
 @dataclass(frozen=True)
 class Cmp:
-    op: str  # < <= >= ==
+    op: str  # < <= >= == !=  (built with Python's operators: == and != build IR)
     a: object
     b: object
 
@@ -72,6 +72,24 @@ class Cmp:
 class CAnd:
     a: object
     b: object
+
+
+@dataclass(frozen=True)
+class COr:
+    """``a | b`` on two conditions."""
+    a: object
+    b: object
+
+
+@dataclass(frozen=True)
+class CNot:
+    """``~a`` on a condition."""
+    a: object
+
+
+#: the comparisons of ``Cmp`` as numpy functions
+_CMP_NP = {"<": np.less, "<=": np.less_equal, ">=": np.greater_equal, "==": np.equal,
+           "!=": np.not_equal}
 
 
 # ---------------------------------------------------------------------------------
@@ -351,11 +369,15 @@ def _cond_tc(c, axes, nvar):
 
     if isinstance(c, CAnd):
         return tc.all(_cond_tc(c.a, axes, nvar), _cond_tc(c.b, axes, nvar))
+    if isinstance(c, COr):
+        return _cond_tc(c.a, axes, nvar) | _cond_tc(c.b, axes, nvar)
+    if isinstance(c, CNot):
+        return ~_cond_tc(c.a, axes, nvar)
     a, b = _ie_tc(c.a, axes, nvar), _ie_tc(c.b, axes, nvar)
     if isinstance(a, int):
         a = tc.const(a)
     return {"<": lambda: a < b, "<=": lambda: a <= b, ">=": lambda: a >= b,
-            "==": lambda: tc.eq(a, b)}[c.op]()
+            "==": lambda: a == b, "!=": lambda: a != b}[c.op]()
 
 
 def _val_tc(e, axes, dt, built, prog, env):
@@ -504,8 +526,11 @@ def _ie_np(e, g, n):
 def _cond_np(c, g, n):
     if isinstance(c, CAnd):
         return np.logical_and(_cond_np(c.a, g, n), _cond_np(c.b, g, n))
-    a, b = _ie_np(c.a, g, n), _ie_np(c.b, g, n)
-    return {"<": np.less, "<=": np.less_equal, ">=": np.greater_equal, "==": np.equal}[c.op](a, b)
+    if isinstance(c, COr):
+        return np.logical_or(_cond_np(c.a, g, n), _cond_np(c.b, g, n))
+    if isinstance(c, CNot):
+        return np.logical_not(_cond_np(c.a, g, n))
+    return _CMP_NP[c.op](_ie_np(c.a, g, n), _ie_np(c.b, g, n))
 
 
 def _np_dtype(dt):
@@ -683,11 +708,13 @@ def _src_ie(e, axes) -> str:
 def _src_cond(c, axes) -> str:
     if isinstance(c, CAnd):
         return f"tc.all({_src_cond(c.a, axes)}, {_src_cond(c.b, axes)})"
+    if isinstance(c, COr):
+        return f"({_src_cond(c.a, axes)} | {_src_cond(c.b, axes)})"
+    if isinstance(c, CNot):
+        return f"~{_src_cond(c.a, axes)}"
     a, b = _src_ie(c.a, axes), _src_ie(c.b, axes)
     if isinstance(c.a, IC):
         a = f"tc.const({a})"
-    if c.op == "==":
-        return f"tc.eq({a}, {b})"
     return f"({a} {c.op} {b})"
 
 

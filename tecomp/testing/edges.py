@@ -1,0 +1,445 @@
+"""Edge cases: what a careless user or an attacker passes, drawn beside the fuzzer's programs.
+
+The program generator (``gen.py``) and the schedule generator (``sched.py``) make legal
+programs and schedules and call them the way their authors imagined.  The families here
+take such a drawn case and twist *how it is written or called*, the way a user who never
+read the docs, or one who wants to crash the caller, would:
+
+``conditions``
+    every index condition of the program rewritten with ``|``, ``~``, ``!=`` and ``==``
+    (De Morgan's laws: the same values), built with Python's operators.
+``big_split``
+    a split or tile factor (or nparts) far past the axis' extent: ``extent + 1``,
+    ``2**31 - 1``, ``2**31``, ``2**32 + 1``, ``2**40``.
+``layouts``
+    the same kernel called with inputs as stride-0 broadcasts, reversed and overlapping
+    views (the result must not change), and with an output that overlaps an input or
+    itself (stride 0): refused with an ``ArgumentError``.
+``lazy_bits``
+    torch tensors with the negation bit (``torch._neg_view``, ``z.conj().imag``) as
+    inputs (read with their sign) and outputs (refused with an ``ArgumentError``).
+``foreign_target``
+    the case built for another CPU (``-mcpu``, ``-mattr`` additions and removals), called
+    here: the right answer, or a :class:`~tecomp.errors.TecompError` naming the target --
+    never a signal.  Half of them exported and loaded.
+``library_file``
+    an exported library tampered with (bytes flipped, truncated, extended, the sidecar
+    swapped, replaced by a FIFO, a directory or a link): ``tc.load_module`` refuses it
+    with a ``LoadError``; the untouched copy still loads.
+
+A case's outcome is ``ok``, ``refused`` (a documented refusal: the family allows a
+``TecompError`` there and got one, other than ``InternalError``), ``rejected`` (a
+resource limit, as in ``diff.py``), ``mismatch`` or ``crash``.  Everything runs in the
+fuzzer's worker process, so a signal is recorded as a crash of the case.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .diff import Case, Outcome, _exc_text, case_arrays, compare, draw_case, schedule_case
+from .draw import RandomDraw
+from .program import Cmp, CAnd, CNot, COr, is_float
+
+FAMILIES = ("conditions", "big_split", "layouts", "lazy_bits", "foreign_target",
+            "library_file")
+
+#: split factors past any extent the generator draws
+BIG_FACTORS = (2**31 - 1, 2**31, 2**31 + 1, 2**32 + 1, 2**40)
+
+#: -mcpu / -mattr spellings a user may copy from another machine's build script
+FOREIGN_TARGETS = (
+    "llvm -mcpu=x86-64", "llvm -mcpu=haswell", "llvm -mcpu=skylake-avx512",
+    "llvm -mcpu=sapphirerapids", "llvm -mcpu=graniterapids", "llvm -mcpu=znver3",
+    "llvm -mcpu=znver4", "llvm -mcpu=znver5", "llvm -mcpu=atom", "llvm -mcpu=knl",
+    "llvm -mattr=-avx2", "llvm -mattr=+avx512fp16", "llvm -mattr=+amx-tile,+amx-int8",
+    "llvm -mattr=-sse2", "llvm -mattr=-cx8", "llvm -mattr=-sse,-sse2,-x87",
+    "llvm -mattr=+avx10.2-512", "llvm -mcpu=x86-64-v4 -mattr=-avx512f",
+)
+
+
+@dataclass
+class EdgeCase(Case):
+    """A drawn case and the family's twist of it (``twist``: what was done, printable)."""
+
+    family: str = ""
+    twist: dict = field(default_factory=dict)
+    fuzz_seed: int = 0          # the fuzzer's seed of the case (``seed`` is its data's)
+
+    def source(self) -> str:
+        head = [f"# edge family {self.family!r}: {self.twist}",
+                f"# replay: python -m tecomp.testing.fuzz --replay {self.fuzz_seed} --edge-every 1"]
+        return "\n".join(head) + "\n" + Case.source(self)
+
+
+def draw_edge_case(seed: int) -> EdgeCase:
+    """Edge case ``seed``: its family, the drawn case it twists, and the twist."""
+    d = RandomDraw(seed * 7919 + 17)      # the twist's own stream: the base case is seed's
+    family = FAMILIES[seed % len(FAMILIES)]
+    base = draw_case(RandomDraw(seed), name=f"edge seed {seed} ({family})")
+    twist: dict = {}
+    steps = list(base.steps)
+    prog = base.program
+    target = base.target
+    if family == "conditions":
+        prog = _rewrite_conditions(prog, d)
+        twist["rewritten"] = "conditions through | ~ != == (De Morgan)"
+    elif family == "big_split":
+        steps, twist = _big_split(steps, prog, d)
+    elif family == "foreign_target":
+        target = d.choice(FOREIGN_TARGETS)
+        twist = {"target": target, "aot": d.bool(0.5)}
+    elif family == "layouts":
+        twist = {"variant": d.choice(("broadcast_inputs", "reversed_inputs", "overlapping_inputs",
+                                      "output_overlaps_input", "stride0_output",
+                                      "output_overlaps_itself"))}
+    elif family == "lazy_bits":
+        twist = {"variant": d.choice(("neg_view_input", "conj_imag_input", "neg_view_output"))}
+    elif family == "library_file":
+        twist = {"tamper": d.choice(("flip_byte", "truncate", "append", "swap_sidecar",
+                                     "empty", "fifo", "directory", "symlink_to_dev",
+                                     "sidecar_fifo", "sidecar_huge"))}
+    return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
+                    family=family, twist=twist, fuzz_seed=seed)
+
+
+# ---------------------------------------------------------------------------------
+# the twists
+
+
+def _map_conditions(x, f):
+    """``x`` (a program or part of one) with every condition ``c`` replaced by ``f(c)``."""
+    if isinstance(x, (Cmp, CAnd)):
+        return f(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_map_conditions(v, f) for v in x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        changes = {fl.name: _map_conditions(getattr(x, fl.name), f)
+                   for fl in dataclasses.fields(x)}
+        return dataclasses.replace(x, **changes)
+    return x
+
+
+_NEGATED = {"<": ">=", ">=": "<", "==": "!=", "!=": "=="}
+
+
+def _rewrite_conditions(prog, d):
+    """The same program with its conditions written through ``|``, ``~``, ``!=``."""
+    def f(c):
+        if isinstance(c, CAnd):
+            a, b = f(c.a), f(c.b)
+            # a & b == ~(~a | ~b)
+            return CNot(COr(CNot(a), CNot(b))) if d.bool(0.7) else CAnd(a, b)
+        if c.op in _NEGATED and d.bool(0.7):
+            return CNot(Cmp(_NEGATED[c.op], c.a, c.b))
+        return c
+
+    return _map_conditions(prog, f)
+
+
+def _big_split(steps, prog, d):
+    """``steps`` with one split/tile factor (or nparts) past any extent."""
+    big = d.choice(BIG_FACTORS)
+    idx = [i for i, s in enumerate(steps) if s[0] in ("split", "tile")]
+    if idx:
+        i = d.choice(idx)
+        s = list(steps[i])
+        if s[0] == "split":
+            s[4] = big
+        else:
+            s[4 if d.bool(0.5) else 5] = big
+        steps = steps[:i] + [tuple(s)] + steps[i + 1:]
+        return steps, {"step": i, "factor": big}
+    # no split drawn: split the first output's outermost axis (outputs are never inlined)
+    h = f"T{prog.outputs[0]}"
+    how = "factor" if d.bool(0.8) else "nparts"
+    return steps + [("split", h, 0, how, big)], {"appended": f"split {h} {how}={big}"}
+
+
+# ---------------------------------------------------------------------------------
+# running
+
+
+def run_edge_case(ec: EdgeCase) -> Outcome:
+    """Run an edge case (see the module doc)."""
+    from .diff import run_case
+
+    if ec.family in ("conditions", "big_split"):
+        return run_case(ec)
+    runner = {"layouts": _run_layouts, "lazy_bits": _run_lazy_bits,
+              "foreign_target": _run_foreign_target, "library_file": _run_library_file}
+    return runner[ec.family](ec)
+
+
+def _built(ec: EdgeCase):
+    """(module, outputs of a plain call by argument position, inputs, lowered function) of
+    the case built for this machine: the plain call is the reference of the twisted ones."""
+    import tecomp as tc
+
+    s, args, func = schedule_case(ec)
+    mod = tc.build(func, target="llvm")
+    inputs = ec.program.random_inputs(ec.n, np.random.default_rng(ec.seed))
+    arrs = case_arrays(ec, inputs)
+    mod(*arrs)
+    return mod, arrs, inputs, func
+
+
+def _same_outputs(ec: EdgeCase, got: list, want: list, what: str):
+    """A description of the differences between two calls' outputs (None: the same)."""
+    prog = ec.program
+    problems = []
+    for pos, i in enumerate(prog.arg_order()):
+        if i in prog.outputs:
+            spec = prog.tensors[i]
+            g = np.asarray(got[pos])
+            w = np.asarray(want[pos])
+            msg = compare(g, w.astype(np.float64) if is_float(spec.dtype) else w, spec.dtype,
+                          f"{what}, output {spec.name}")
+            if msg:
+                problems.append(msg)
+    return "\n".join(problems) or None
+
+
+def _expect_refusal(ec, call, errors, stage, ir, what):
+    """``call()`` must raise one of ``errors`` (a refusal); anything else is a finding."""
+    import tecomp as tc
+
+    try:
+        call()
+    except errors:
+        return Outcome("refused", ec, stage, what, ir)
+    except tc.InternalError as e:
+        return Outcome("crash", ec, stage, _exc_text(e), ir)
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", ec, stage, f"{what}: expected {errors}, got\n{_exc_text(e)}", ir)
+    return Outcome("mismatch", ec, stage, f"{what}: accepted, expected a refusal "
+                   f"({', '.join(x.__name__ for x in errors)})", ir)
+
+
+def _prepare(ec):
+    import tecomp as tc
+
+    try:
+        mod, want, inputs, func = _built(ec)
+        return (mod, want, inputs, str(func)), None
+    except tc.ResourceLimitError as e:
+        return None, Outcome("rejected", ec, "build", _exc_text(e))
+    except Exception as e:  # noqa: BLE001
+        return None, Outcome("crash", ec, "build", _exc_text(e))
+
+
+def _array_positions(ec):
+    prog = ec.program
+    order = prog.arg_order()
+    ins = [p for p, i in enumerate(order) if i not in prog.outputs]
+    outs = [p for p, i in enumerate(order) if i in prog.outputs]
+    return ins, outs
+
+
+def _run_layouts(ec: EdgeCase) -> Outcome:
+    import tecomp as tc
+
+    built, bad = _prepare(ec)
+    if bad:
+        return bad
+    mod, want, inputs, ir = built
+    ins, outs = _array_positions(ec)
+    v = ec.twist["variant"]
+    arrs = case_arrays(ec, inputs)
+    if v in ("broadcast_inputs", "reversed_inputs", "overlapping_inputs"):
+        for p in ins:
+            a = arrs[p]
+            if v == "broadcast_inputs" and a.ndim and a.shape[0]:
+                arrs[p] = np.broadcast_to(a[:1], a.shape)       # stride 0 on the first axis
+            elif v == "reversed_inputs":
+                arrs[p] = np.flip(np.flip(a).copy())            # the same values, strides < 0
+        if v == "overlapping_inputs":
+            first = {}
+            for p in ins:                      # one array passed for all inputs alike
+                arrs[p] = first.setdefault((arrs[p].shape, arrs[p].dtype.str), arrs[p])
+        # the reference: the same module on contiguous copies of what was passed
+        ref = [np.array(a) if isinstance(a, np.ndarray) else a for a in arrs]
+        try:
+            mod(*ref)
+            mod(*arrs)
+        except Exception as e:  # noqa: BLE001
+            return Outcome("crash", ec, f"layouts {v}", _exc_text(e), ir)
+        msg = _same_outputs(ec, arrs, ref, f"{v} vs contiguous copies")
+        return Outcome("mismatch", ec, f"layouts {v}", msg, ir) if msg else \
+            Outcome("ok", ec, "", "", ir)
+    # outputs that alias: refused
+    p = outs[0]
+    o = arrs[p]
+    if o.size < 2 and v != "output_overlaps_input":
+        return Outcome("ok", ec, "", "", ir)          # nothing can alias in one element
+    if v == "stride0_output":
+        arrs[p] = np.lib.stride_tricks.as_strided(o, o.shape, (0,) * o.ndim)
+    elif v == "output_overlaps_itself":
+        # each row starts one element after the one before (1-d: stride 0)
+        st = (o.itemsize,) * o.ndim if o.ndim > 1 else (0,)
+        arrs[p] = np.lib.stride_tricks.as_strided(o, o.shape, st)
+    else:
+        if not ins:
+            return Outcome("ok", ec, "", "", ir)
+        q = ins[0]
+        a = arrs[q]
+        # one byte buffer: the input, then the output starting inside the input's last
+        # element(s), aligned to the output's element
+        start = max(0, (a.nbytes - 1) // o.itemsize * o.itemsize)
+        buf = np.zeros(start + o.nbytes + a.nbytes, np.uint8)
+        buf[:a.nbytes] = a.reshape(-1).view(np.uint8)
+        arrs[q] = buf[:a.nbytes].view(a.dtype).reshape(a.shape)
+        arrs[p] = buf[start:start + o.nbytes].view(o.dtype).reshape(o.shape)
+    return _expect_refusal(ec, lambda: mod(*arrs), (tc.ArgumentError,), f"layouts {v}", ir,
+                           f"an output that aliases ({v})")
+
+
+def _run_lazy_bits(ec: EdgeCase) -> Outcome:
+    try:
+        import torch
+    except ImportError:
+        return Outcome("ok", ec, "", "torch is not installed")
+    import tecomp as tc
+
+    built, bad = _prepare(ec)
+    if bad:
+        return bad
+    mod, want, inputs, ir = built
+    ins, outs = _array_positions(ec)
+    v = ec.twist["variant"]
+    arrs = case_arrays(ec, inputs)
+    call = []
+    twisted = False
+    for pos, a in enumerate(arrs):
+        if not isinstance(a, np.ndarray) or a.dtype.kind != "f" or a.dtype.itemsize < 4:
+            call.append(a)
+            continue
+        t = torch.from_numpy(a)
+        if pos in ins and v == "neg_view_input":
+            t = torch._neg_view(torch.from_numpy(-a))          # reads as a, negation bit set
+            twisted = True
+        elif pos in ins and v == "conj_imag_input":
+            z = torch.complex(torch.zeros_like(t), -t)
+            t = z.conj().imag                                   # reads as a, negation bit set
+            twisted = True
+        elif pos in outs and v == "neg_view_output" and not twisted:
+            t = torch._neg_view(t)
+            twisted = True
+        call.append(t)
+    if not twisted:
+        return Outcome("ok", ec, "", "", ir)
+    if v == "neg_view_output":
+        return _expect_refusal(ec, lambda: mod(*call), (tc.ArgumentError,), "lazy_bits", ir,
+                               "an output tensor with the negation bit")
+    try:
+        mod(*call)            # the outputs are tensors over ``arrs``' memory
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", ec, f"lazy_bits {v}", _exc_text(e), ir)
+    msg = _same_outputs(ec, arrs, want, f"{v} vs plain arrays")
+    return Outcome("mismatch", ec, f"lazy_bits {v}", msg, ir) if msg else \
+        Outcome("ok", ec, "", "", ir)
+
+
+def _run_foreign_target(ec: EdgeCase) -> Outcome:
+    import tecomp as tc
+
+    stage = f"build for {ec.target}"
+    ir = ""
+    try:
+        mod, want, inputs, func = _built(ec)
+        ir = str(func)
+        try:
+            fmod = tc.build(func, target=ec.target)
+            if ec.twist.get("aot"):
+                stage = f"export and load for {ec.target}"
+                with tempfile.TemporaryDirectory(prefix="tecomp-edge-") as d:
+                    path = os.path.join(d, "k.so")
+                    fmod.export_library(path)
+                    fmod = tc.load_module(path)
+            stage = f"call for {ec.target}"
+            arrs = case_arrays(ec, inputs)
+            fmod(*arrs)
+        except (tc.TargetError, tc.BuildError, tc.LoadError) as e:
+            return Outcome("refused", ec, stage, str(e).splitlines()[0][:300], ir)
+    except tc.ResourceLimitError as e:
+        return Outcome("rejected", ec, stage, _exc_text(e))
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", ec, stage, _exc_text(e))
+    msg = _same_outputs(ec, arrs, want, f"{ec.target} vs this machine's build")
+    return Outcome("mismatch", ec, stage, msg, ir) if msg else Outcome("ok", ec, "", "", ir)
+
+
+def _tamper(path: str, how: str, rng) -> None:
+    side = path + ".sha256"
+    if how == "flip_byte":
+        with open(path, "r+b") as f:
+            f.seek(0, 2)
+            pos = int(rng.integers(0, f.tell()))
+            f.seek(pos)
+            b = f.read(1)
+            f.seek(pos)
+            f.write(bytes([b[0] ^ (1 << int(rng.integers(0, 8)))]))
+    elif how == "truncate":
+        with open(path, "r+b") as f:
+            f.seek(0, 2)
+            f.truncate(int(rng.integers(0, f.tell())))
+    elif how == "append":
+        with open(path, "ab") as f:
+            f.write(b"\x7fELF" + bytes(rng.integers(0, 256, 64, dtype=np.uint8)))
+    elif how == "swap_sidecar":
+        with open(side, "w") as f:
+            f.write("0" * 64 + "\n")
+    elif how == "empty":
+        open(path, "wb").close()
+    elif how == "fifo":
+        os.unlink(path)
+        os.mkfifo(path)
+    elif how == "directory":
+        os.unlink(path)
+        os.mkdir(path)
+    elif how == "symlink_to_dev":
+        os.unlink(path)
+        os.symlink("/dev/zero", path)
+    elif how == "sidecar_fifo":
+        os.unlink(side)
+        os.mkfifo(side)
+    elif how == "sidecar_huge":
+        with open(side, "wb") as f:
+            f.truncate(1 << 33)          # 8 GiB of holes: never read whole
+    else:
+        raise ValueError(how)
+
+
+def _run_library_file(ec: EdgeCase) -> Outcome:
+    import tecomp as tc
+
+    built, bad = _prepare(ec)
+    if bad:
+        return bad
+    mod, want, inputs, ir = built
+    how = ec.twist["tamper"]
+    with tempfile.TemporaryDirectory(prefix="tecomp-edge-lib-") as d:
+        good = os.path.join(d, "good", "k.so")
+        os.makedirs(os.path.dirname(good))
+        try:
+            mod.export_library(good)
+            loaded = tc.load_module(good)
+            arrs = case_arrays(ec, inputs)
+            loaded(*arrs)
+        except Exception as e:  # noqa: BLE001
+            return Outcome("crash", ec, "export and load", _exc_text(e), ir)
+        msg = _same_outputs(ec, arrs, want, "loaded vs built")
+        if msg:
+            return Outcome("mismatch", ec, "export and load", msg, ir)
+        bad_path = os.path.join(d, "bad.so")
+        mod.export_library(bad_path)
+        _tamper(bad_path, how, np.random.default_rng(ec.seed))
+        mode = os.lstat(bad_path).st_mode
+        what = f"a library tampered with ({how}, {stat.filemode(mode)})"
+        return _expect_refusal(ec, lambda: tc.load_module(bad_path), (tc.LoadError,),
+                               f"load_module ({how})", ir, what)
