@@ -222,35 +222,36 @@ def _expect_refusal(ec, call, errors, stage, ir, what):
 
 
 def _prepare(ec):
+    """``(ctx, None)``, or ``(None, outcome)`` where the case did not build or run plainly.
+    ``ctx``: the module, the plain call's arguments after it (``want``), the inputs,
+    the printed IR, the argument positions of inputs and outputs, fresh arguments
+    (``arrs``) and the family's variant."""
+    import types
+
     import tecomp as tc
 
     try:
         mod, want, inputs, func = _built(ec)
-        return (mod, want, inputs, str(func)), None
     except tc.ResourceLimitError as e:
         return None, Outcome("rejected", ec, "build", _exc_text(e))
     except Exception as e:  # noqa: BLE001
         return None, Outcome("crash", ec, "build", _exc_text(e))
-
-
-def _array_positions(ec):
     prog = ec.program
     order = prog.arg_order()
-    ins = [p for p, i in enumerate(order) if i not in prog.outputs]
-    outs = [p for p, i in enumerate(order) if i in prog.outputs]
-    return ins, outs
+    return types.SimpleNamespace(
+        mod=mod, want=want, inputs=inputs, ir=str(func),
+        ins=[p for p, i in enumerate(order) if i not in prog.outputs],
+        outs=[p for p, i in enumerate(order) if i in prog.outputs],
+        arrs=case_arrays(ec, inputs), variant=ec.twist.get("variant")), None
 
 
 def _run_layouts(ec: EdgeCase) -> Outcome:
     import tecomp as tc
 
-    built, bad = _prepare(ec)
+    c, bad = _prepare(ec)
     if bad:
         return bad
-    mod, want, inputs, ir = built
-    ins, outs = _array_positions(ec)
-    v = ec.twist["variant"]
-    arrs = case_arrays(ec, inputs)
+    mod, ir, ins, outs, arrs, v = c.mod, c.ir, c.ins, c.outs, c.arrs, c.variant
     if v in ("broadcast_inputs", "reversed_inputs", "overlapping_inputs"):
         for p in ins:
             a = arrs[p]
@@ -306,13 +307,10 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
         return Outcome("ok", ec, "", "torch is not installed")
     import tecomp as tc
 
-    built, bad = _prepare(ec)
+    c, bad = _prepare(ec)
     if bad:
         return bad
-    mod, want, inputs, ir = built
-    ins, outs = _array_positions(ec)
-    v = ec.twist["variant"]
-    arrs = case_arrays(ec, inputs)
+    mod, ir, ins, outs, arrs, v = c.mod, c.ir, c.ins, c.outs, c.arrs, c.variant
     call = []
     twisted = False
     for pos, a in enumerate(arrs):
@@ -340,7 +338,7 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
         mod(*call)            # the outputs are tensors over ``arrs``' memory
     except Exception as e:  # noqa: BLE001
         return Outcome("crash", ec, f"lazy_bits {v}", _exc_text(e), ir)
-    msg = _same_outputs(ec, arrs, want, f"{v} vs plain arrays")
+    msg = _same_outputs(ec, arrs, c.want, f"{v} vs plain arrays")
     return Outcome("mismatch", ec, f"lazy_bits {v}", msg, ir) if msg else \
         Outcome("ok", ec, "", "", ir)
 
@@ -418,22 +416,20 @@ def _tamper(path: str, how: str, rng) -> None:
 def _run_library_file(ec: EdgeCase) -> Outcome:
     import tecomp as tc
 
-    built, bad = _prepare(ec)
+    c, bad = _prepare(ec)
     if bad:
         return bad
-    mod, want, inputs, ir = built
+    mod, ir, arrs = c.mod, c.ir, c.arrs
     how = ec.twist["tamper"]
     with tempfile.TemporaryDirectory(prefix="tecomp-edge-lib-") as d:
         good = os.path.join(d, "good", "k.so")
         os.makedirs(os.path.dirname(good))
         try:
             mod.export_library(good)
-            loaded = tc.load_module(good)
-            arrs = case_arrays(ec, inputs)
-            loaded(*arrs)
+            tc.load_module(good)(*arrs)
         except Exception as e:  # noqa: BLE001
             return Outcome("crash", ec, "export and load", _exc_text(e), ir)
-        msg = _same_outputs(ec, arrs, want, "loaded vs built")
+        msg = _same_outputs(ec, arrs, c.want, "loaded vs built")
         if msg:
             return Outcome("mismatch", ec, "export and load", msg, ir)
         bad_path = os.path.join(d, "bad.so")
