@@ -1005,7 +1005,7 @@ def compile_cubin(source: str, arch: str, options=()) -> bytes:
     messages) when compilation fails.
     """
     from .libfiles import (cache_root, digest_bytes, private_dir, read_sidecar, tool_identity,
-                           write_atomic, write_sidecar)
+                           write_with_sidecar)
 
     nvcc = _nvcc()
     src = source.source if isinstance(source, CudaSource) else source
@@ -1023,6 +1023,5 @@ def compile_cubin(source: str, arch: str, options=()) -> bytes:
     except OSError:
         pass
     data = _run_nvcc(nvcc, src, arch, "cubin", options)
-    write_atomic(path, data, 0o600)
-    write_sidecar(path, digest_bytes(data))
+    write_with_sidecar(path, data, 0o600)
     return data
