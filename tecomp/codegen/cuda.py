@@ -128,6 +128,7 @@ class KernelInfo:
     shared_bytes: int                # __shared__ memory per block
     stage: str                       # the buffers the kernel computes (for messages)
     has_barrier: bool = False        # whether it calls __syncthreads()
+    local_bytes: int = 0             # per-thread arrays (DeviceKernel.local_bytes)
 
     @property
     def dynamic_shared(self) -> int:
@@ -883,7 +884,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         uses_half |= r.uses_half
         uses_wmma |= r.uses_wmma
         info = KernelInfo(kname, tuple(params), kern.grid, kern.block, kern.shared_bytes,
-                          kern.stage, r.has_barrier)
+                          kern.stage, r.has_barrier, kern.local_bytes)
         kernels.append(info)
         texts.append(_kernel_text(kern.index, info, r.lines, kern.stmt))
 
