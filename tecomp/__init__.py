@@ -10,8 +10,8 @@
 """
 from .errors import (
     ArgumentError, AutodiffError, AutoScheduleError, BoundsError, BuildError, ComputeError, DTypeError, ExprError,
-    GPUModelError, InternalError, KernelAssertionError, KernelMemoryError, LoadError, LowerError,
-    RaceError, ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError,
+    ExportError, GPUModelError, InternalError, KernelAssertionError, KernelMemoryError, LoadError,
+    LowerError, RaceError, ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError,
     TargetError, TecompError,
 )
 from .ir import dtype as _dtype_mod

@@ -51,6 +51,12 @@ class ResourceLimitError(BuildError):
     (choose smaller tiles).  The fuzzer counts these as rejected schedules, not failures."""
 
 
+class ExportError(BuildError, OSError):
+    """``export_library`` could not write the library or its sha256 sidecar (a directory
+    it may not write to, a full disk, a directory where the sidecar goes).  The message
+    names the file and the system's reason; the files at that path are left as they were."""
+
+
 class ArgumentError(TecompError, TypeError):
     """A compiled kernel was called with arguments that do not match its parameters."""
 

@@ -91,6 +91,9 @@ MAX_STATIC_SHARED_BYTES = 48 * 1024   # a kernel's static __shared__ arrays, on 
 #: kernel): at most this much on an sm_90 device (227 KiB; sm_80 163 KiB, sm_86/89 99 KiB),
 #: the device's own limit checked when the kernel is launched
 MAX_DYNAMIC_SHARED_BYTES = 227 * 1024
+#: the local memory (``local`` arrays: the stack of a CUDA thread) one thread may use, on
+#: every device since compute capability 2.0
+MAX_LOCAL_BYTES_PER_THREAD = 512 * 1024
 # bytes: each __shared__ array starts on this boundary (16-byte vector loads; the 32-byte
 # alignment wmma's load_matrix_sync / store_matrix_sync need of a tile's first element)
 SHARED_ALIGN = 32
@@ -335,6 +338,7 @@ class Target:
     max_grid_dims = MAX_GRID_DIMS
     max_static_shared_bytes = MAX_STATIC_SHARED_BYTES
     max_dynamic_shared_bytes = MAX_DYNAMIC_SHARED_BYTES
+    max_local_bytes_per_thread = MAX_LOCAL_BYTES_PER_THREAD
     warp_size = WARP_SIZE
 
     def _need(self, kind: str, what: str) -> None:

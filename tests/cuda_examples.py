@@ -486,3 +486,19 @@ ALL_CASES = [
 
 def all_cases() -> List[Case]:
     return [mk() for mk in ALL_CASES]
+
+
+def local_row_per_thread(width: int):
+    """``Z[i, j] = 2 X[i, width - 1 - j] + 1`` over 4 rows, one thread per row, through a
+    ``local`` stage holding one row (``width`` float32) per thread: the schedule and
+    ``(X, Z)``."""
+    import tecomp as tc
+
+    X = tc.placeholder((4, width), name="X")
+    Y = tc.compute((4, width), lambda i, j: X[i, j] * 2, name="Y")
+    Z = tc.compute((4, width), lambda i, j: Y[i, width - 1 - j] + 1, name="Z")
+    s = tc.create_schedule(Z.op)
+    s[Y].set_scope("local")
+    s[Z].bind(Z.op.axis[0], tc.thread_axis("threadIdx.x"))
+    s[Y].compute_at(s[Z], Z.op.axis[0])
+    return s, (X, Z)

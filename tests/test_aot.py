@@ -238,6 +238,30 @@ def test_hostile_names_round_trip(libdir):
     assert (c == 2).all()
 
 
+def test_long_names_and_deep_shapes_round_trip(libdir):
+    """Whatever tc.build accepts and export_library writes, load_module reads back: a
+    kernel name of 300 characters (its symbols are cut and hashed), a parameter name of
+    5000, a shape expression nested 140 levels deep and a parameter of 70 dimensions
+    (the loader called each of these exports damaged)."""
+    n = tc.var("n")
+    shape = n
+    for k in range(70):
+        shape = tc.min(shape + 1, 100000 + k)
+    A = tc.placeholder((shape,), name="A" * 5000)
+    B = tc.placeholder((1,) * 70, name="B")     # more than numpy's 64: from C only
+    C = tc.compute((4,), lambda i: A[i] * 2, name="C")
+    D = tc.compute((1,) * 70, lambda *i: B[i] + 1, name="D")
+    name = "k" * 300
+    f = tc.build(tc.create_schedule([C.op, D.op]), [n, A, B, C, D], name=name)
+    g = roundtrip(f, libdir, "long")
+    assert g.name == name and [p.name for p in g.params] == [p.name for p in f.params]
+    assert [str(x) for x in g.params[1].shape] == [str(x) for x in f.params[1].shape]
+    assert len(g.params[2].shape) == 70
+    one = np.ones(1, "float32")
+    err = same_error(f, g, 2, np.ones(72, "float32"), one, np.empty(4, "float32"), one)
+    assert "expects a 70-d array" in str(err)
+
+
 def test_thread_count_applies_to_the_library(saxpy_pair, libdir):
     f, g = saxpy_pair
     lib = ctypes.CDLL(g.library_path)  # the same loaded copy

@@ -1010,6 +1010,94 @@ def test_stack_and_heap_allocations():
         np.testing.assert_allclose(out, (a + 1) * (np.arange(size) % 16), rtol=1e-6)
 
 
+_MANY_TEMPORARIES = """
+import sys
+sys.path.insert(0, %r)
+import numpy as np
+import tecomp as tc
+
+N = 16384                           # 64 KiB of float32: each stage's buffer may be an alloca
+A = tc.placeholder((N,), name="A")
+T = A
+for k in range(200):                # 200 x 64 KiB = 12.5 MiB, past the 8 MiB stack
+    T = (lambda p, k=k: tc.compute((N,), lambda i: p[i] + float(k), name=f"T{k}"))(T)
+f = tc.build(tc.create_schedule(T.op), [A, T])
+a = np.random.default_rng(0).random(N, dtype=np.float32)
+t = np.zeros(N, np.float32)
+f(a, t)
+expect = a.astype(np.float64) + sum(range(200))
+print("max error", float(np.abs(t - expect).max()))
+"""
+
+
+def test_stack_temporaries_past_the_stack_spill_to_the_workspace():
+    """200 constant-size temporaries of 64 KiB each (each within the per-buffer stack
+    limit) took 12.5 MiB of stack together: SIGSEGV on the first call.  One function's
+    stack buffers are now bounded together (MAX_STACK_FRAME); the rest share a workspace
+    block.  In a child process: a regression would kill it."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", _MANY_TEMPORARIES % root], capture_output=True,
+                       text=True, cwd=root, timeout=600)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    assert float(r.stdout.split("max error")[1]) < 0.05, r.stdout
+
+
+def _frame_allocas(src: str):
+    """The bytes of each float array alloca (a buffer) in LLVM IR text."""
+    return [int(n) * 4 for n in re.findall(r"= alloca \[(\d+) x float\]", src)]
+
+
+def test_stack_budget_keeps_the_innermost_buffers():
+    """Past the budget, the buffers allocated in loops keep the stack (a workspace block
+    there would be taken and given back on every iteration): 9 buffers of 64 KiB at the
+    root and one in a loop; 8 fit in 512 KiB: the loop's and 7 of the root's."""
+    from tecomp.codegen.llvm.emitter import MAX_STACK_FRAME
+
+    A, B = buf("A", (16384,)), buf("B", (16384,))
+    roots = [buf(f"R{k}", (16384,), scope="local") for k in range(9)]
+    inner = buf("inner", (16384,), scope="local")
+    i, j = Var("i"), Var("j")
+    # R0 = A + 1, R1 = R0 + 1, ... R8 = R7 + 1; then 3 times: inner = 2 R8; B += inner
+    stmt = seq(loop(i, 16384, st(B, 0.0, i)), loop(j, 3, Allocate(inner, seq(
+        loop(i, 16384, st(inner, ld(roots[-1], i) * 2.0, i)),
+        loop(i, 16384, st(B, ld(B, i) + ld(inner, i), i))))))
+    for k in reversed(range(9)):
+        prev = A if k == 0 else roots[k - 1]
+        stmt = Allocate(roots[k], seq(loop(i, 16384, st(roots[k], ld(prev, i) + 1.0, i)), stmt))
+    m = build_llvm(PrimFunc("budget", (A, B), stmt))
+    src = m.get_source("llvm-unopt")
+    frame = _frame_allocas(src)
+    assert sum(frame) <= MAX_STACK_FRAME and frame.count(65536) == 8, frame
+    assert re.search(r'%"?inner"? = alloca \[16384 x float\]', src), src[:3000]
+    assert '@"tecomp_ws_alloc"(i64 131072)' in src     # two root buffers, one block
+    a = np.random.rand(16384).astype(np.float32)
+    out = np.zeros(16384, np.float32)
+    m(a, out)
+    np.testing.assert_allclose(out, 3 * 2 * (a + 9), rtol=1e-5)
+
+
+def test_stack_budget_in_parallel_tasks():
+    """Each parallel task is a function of its own, with its own budget: 12 buffers of
+    64 KiB per task, on the pool's threads."""
+    n = Var("n")
+    A, B = buf("A", (n, 16384)), buf("B", (n, 16384))
+    temps = [buf(f"T{k}", (16384,), scope="local") for k in range(12)]
+    i, j = Var("i"), Var("j")
+    stmt = loop(j, 16384, st(B, ld(temps[-1], j), i, j))
+    for k in reversed(range(12)):
+        src_val = ld(A, i, j) if k == 0 else ld(temps[k - 1], j)
+        stmt = Allocate(temps[k], seq(loop(j, 16384, st(temps[k], src_val + 1.0, j)), stmt))
+    m = build_llvm(PrimFunc("tasks", (A, B), loop(i, n, stmt, "parallel")))
+    src = m.get_source("llvm-unopt")
+    assert sum(_frame_allocas(src)) <= 512 * 1024 and "spill" in src
+    a = np.random.rand(6, 16384).astype(np.float32)
+    out = np.zeros_like(a)
+    m(a, out)
+    np.testing.assert_allclose(out, a + 12, rtol=1e-6)
+
+
 def test_failed_heap_allocation_raises_memory_error():
     A = buf("A", (1,), "int64")
     size, pick = Var("size", "int64"), Var("pick", "int64")

@@ -31,6 +31,75 @@ except Exception:  # noqa: BLE001
 MODES = ("threads", "serial", "reverse")
 
 
+_BIG_LOCALS = """
+import sys
+sys.path.insert(0, %r)
+sys.path.insert(0, %r)
+import numpy as np
+import tecomp as tc
+from cuda_examples import L, S, SYNC, local_row_per_thread, loop, thread
+from tecomp.ir import Allocate, Buffer, Const, PrimFunc, Var, seq
+from tecomp.codegen.cuda_emu import build_cuda_emu
+
+W, T = 128 * 1024, 4                  # 512 KiB of float32 per thread: CUDA's local limit
+A = Buffer("A", (Const(T), Const(W)), "float32")
+B = Buffer("B", (Const(T), Const(W)), "float32")
+Lc = Buffer("L.local", (Const(W),), "float32", scope="local")
+t, k = Var("t"), Var("k")
+# each thread: L = 2 A[t]; barrier (fibers in the serial modes); B[t] = reversed L + 1
+body = thread(t, T, "threadIdx.x", Allocate(Lc, seq(
+    loop(k, W, S(Lc, L(A, t, k) * 2.0, k)), SYNC,
+    loop(k, W, S(B, L(Lc, (W - 1) - k) + 1.0, t, k)))))
+m = build_cuda_emu(PrimFunc("big_local", (A, B), body))
+a = np.random.default_rng(0).random((T, W), dtype=np.float32)
+for mode in ("threads", "serial", "reverse"):
+    b = np.zeros((T, W), np.float32)
+    m(a, b, mode=mode)
+    print(mode, float(np.abs(b - (a[:, ::-1] * 2 + 1)).max()))
+
+# the same through the DSL: a 256 KiB local stage per thread, no barrier
+s, args = local_row_per_thread(64 * 1024)
+f = tc.build(s, list(args), target="cuda-emu")
+x = np.random.default_rng(1).random((4, 64 * 1024), dtype=np.float32)
+z = np.zeros_like(x)
+f(x, z)
+print("dsl", float(np.abs(z - (x[:, ::-1] * 2 + 1)).max()))
+"""
+
+
+def test_local_arrays_get_the_stack_they_need():
+    """Each emulated thread had a 256 KiB stack, whatever its local arrays: a 256 KiB
+    local array per thread killed the process (SIGSEGV) in the default mode and, on a
+    fiber's malloc'ed stack, in the serial modes.  Each thread now gets its kernel's
+    per-thread arrays plus the default; 512 KiB (CUDA's limit) runs in every mode.  In a
+    child process: a regression would kill it."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", _BIG_LOCALS % (root, os.path.dirname(__file__))],
+                       capture_output=True, text=True, cwd=root, timeout=600)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    errors = dict(line.split() for line in r.stdout.splitlines())
+    assert set(errors) == {"threads", "serial", "reverse", "dsl"}, r.stdout
+    assert all(float(e) == 0.0 for e in errors.values()), r.stdout
+
+
+def test_thread_stack_size():
+    kern = dataclasses.replace(codegen_cuda(vector_add().func).kernels[0], local_bytes=5000)
+    assert cuda_emu.thread_stack_bytes(kern) == 256 * 1024 + 8192
+    assert cuda_emu.thread_stack_bytes(kern, 1024) == 1024 * 1024 + 8192
+
+
+def test_thread_stack_size_from_the_environment(monkeypatch):
+    kern = codegen_cuda(vector_add().func).kernels[0]
+    monkeypatch.setenv("TECOMP_CUDA_EMU_STACK_KIB", "2048")
+    assert cuda_emu.thread_stack_bytes(kern) == 2048 * 1024
+    monkeypatch.setenv("TECOMP_CUDA_EMU_STACK_KIB", "lots")
+    with pytest.raises(ArgumentError, match=r"TECOMP_CUDA_EMU_STACK_KIB='lots' is not a number "
+                                            r"of KiB; give an integer such as 256"):
+        cuda_emu.thread_stack_bytes(kern)
+
+
 @pytest.fixture(scope="module")
 def modules():
     """Every example compiled once (in parallel: g++ is a separate process)."""

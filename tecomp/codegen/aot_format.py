@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from .._version import __version__
-from ..errors import BuildError, LoadError
+from ..errors import BuildError, InternalError, LoadError
 from ..ir import dtype as _dt
 from ..ir.expr import (
     Add, Buffer, Cast, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, Sub, TruncDiv, TruncMod,
@@ -137,7 +137,10 @@ _BINARY = {"add": Add, "sub": Sub, "mul": Mul, "floordiv": FloorDiv, "floormod":
            "truncdiv": TruncDiv, "truncmod": TruncMod, "min": Min, "max": Max}
 _BINARY_NAME = {cls: name for name, cls in _BINARY.items()}
 _INT_DTYPES = tuple(d for d in _dt.ALL_DTYPES if _dt.is_int(d))
-_MAX_DEPTH = 64
+#: how deeply a shape expression may nest (the reader recurses once per level)
+_MAX_DEPTH = 256
+#: the most dimensions a parameter may have
+_MAX_NDIM = 1024
 
 
 class _ExprEncoder:
@@ -263,26 +266,45 @@ class LibraryInfo:
     raw: Dict[str, Any]              # the JSON document as read
 
 
-_NAME_MAX = 4096
 #: the kinds of check sites a kernel reports (CheckSite.kind)
 SITE_KINDS = ("load", "store", "assert", "malloc")
-_TEXT_MAX = 1 << 20
-_SYMBOL = re.compile(r"tecomp_[A-Za-z0-9_]{1,200}")
+#: the longest name (of the kernel, a parameter, a variable) and text (of an error site,
+#: a note) a library may hold: the metadata as a whole is at most MAX_METADATA_BYTES
+_TEXT_MAX = _NAME_MAX = 1 << 20
+#: symbols are "tecomp_" + the kernel name as an identifier (at most MAX_IDENTIFIER
+#: characters: a longer name is cut and hashed) + a variant suffix
+_SYMBOL_MAX = 256
+_SYMBOL = re.compile(r"tecomp_[A-Za-z0-9_]{1,249}")
 
 
 class _Reader:
     """Checks every field of the metadata JSON (anything unexpected is a LoadError naming
     the file) and builds the IR objects."""
 
-    def __init__(self, where: str):
+    def __init__(self, where: str, exporting: Optional[str] = None):
         self.where = where
+        #: the kernel being exported, when the export checks the metadata it wrote
+        self.exporting = exporting
         self.vars: List[Var] = []
 
-    def fail(self, what: str) -> LoadError:
+    def fail(self, what: str) -> Exception:
+        if self.exporting is not None:
+            return InternalError(f"the metadata written for {self.exporting} does not read "
+                                 f"back ({what})")
         return LoadError(
             f"{self.where}: its tecomp metadata is damaged or not tecomp's ({what}); export "
             f"the library again with Module.export_library, or load the file it was exported "
             f"to")
+
+    def too_big(self, what: str) -> Exception:
+        """A field past the format's limits: a damaged file when loading, a program the
+        format cannot describe when exporting."""
+        if self.exporting is not None:
+            name = self.exporting if len(self.exporting) <= 80 else self.exporting[:80] + "..."
+            return BuildError(
+                f"cannot export {name}: {what}, more than a library can describe; "
+                f"give it shorter names, fewer dimensions or simpler shape expressions")
+        return self.fail(what)
 
     def get(self, d: dict, key: str, kind, what: str = ""):
         if not isinstance(d, dict) or key not in d:
@@ -297,13 +319,14 @@ class _Reader:
     def text(self, d: dict, key: str, limit: int = _NAME_MAX, what: str = "") -> str:
         v = self.get(d, key, str, what)
         if len(v) > limit:
-            raise self.fail(f"field {key!r}{what} is {len(v)} characters long")
+            raise self.too_big(f"field {key!r}{what} is {len(v)} characters long (at most "
+                               f"{limit})")
         return v
 
     def items(self, d: dict, key: str, limit: int, what: str = "") -> list:
         v = self.get(d, key, list, what)
         if len(v) > limit:
-            raise self.fail(f"field {key!r}{what} has {len(v)} entries")
+            raise self.too_big(f"field {key!r}{what} has {len(v)} entries (at most {limit})")
         return v
 
     def dtype(self, v, allowed=_dt.ALL_DTYPES) -> str:
@@ -318,7 +341,7 @@ class _Reader:
 
     def expr(self, j, depth: int = 0) -> Expr:
         if depth > _MAX_DEPTH:
-            raise self.fail("an expression nested too deeply")
+            raise self.too_big(f"a shape expression nests more than {_MAX_DEPTH} levels deep")
         if not isinstance(j, list) or not j or not isinstance(j[0], str):
             raise self.fail(f"an expression {str(j)[:60]}")
         op = j[0]
@@ -337,8 +360,10 @@ class _Reader:
         raise self.fail(f"an expression of kind {op[:40]!r}")
 
     def exprs(self, j, limit: int, what: str) -> Tuple[Expr, ...]:
-        if not isinstance(j, list) or len(j) > limit:
+        if not isinstance(j, list):
             raise self.fail(what)
+        if len(j) > limit:
+            raise self.too_big(f"{what} has {len(j)} dimensions (at most {limit})")
         return tuple(self.expr(x) for x in j)
 
     def sites(self, j) -> List[CheckSite]:
@@ -349,16 +374,22 @@ class _Reader:
             if not (isinstance(s, list) and len(s) == 4 and all(isinstance(x, str) for x in s)
                     and s[0] in SITE_KINDS
                     and all(len(x) <= _TEXT_MAX for x in s)):
-                raise self.fail(f"an error site {str(s)[:60]}")
+                raise (self.too_big("an error message text is longer than "
+                                    f"{_TEXT_MAX} characters")
+                       if isinstance(s, list) and len(s) == 4 and all(
+                           isinstance(x, str) for x in s) and s[0] in SITE_KINDS
+                       else self.fail(f"an error site {str(s)[:60]}"))
             out.append(CheckSite(*s))
         return out
 
 
-def parse_metadata(raw: bytes, where: str) -> LibraryInfo:
-    """Read and check the metadata bytes of the library ``where`` (for messages)."""
-    r = _Reader(where)
+def parse_metadata(raw: bytes, where: str, *, exporting: Optional[str] = None) -> LibraryInfo:
+    """Read and check the metadata bytes of the library ``where`` (for messages).
+    ``exporting``: the name of the kernel whose metadata the export checks before it
+    writes the library (a field past the limits is then a BuildError that says so)."""
+    r = _Reader(where, exporting)
     if len(raw) > MAX_METADATA_BYTES:
-        raise r.fail(f"{len(raw)} bytes of metadata")
+        raise r.too_big(f"its metadata takes {len(raw)} bytes (at most {MAX_METADATA_BYTES})")
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -372,10 +403,10 @@ def parse_metadata(raw: bytes, where: str) -> LibraryInfo:
             f"{where} was exported by tecomp {made_by!r:.70} in library format {version}; this "
             f"tecomp ({__version__}) reads format {FORMAT_VERSION}: export it again with this "
             f"tecomp, or load it with the tecomp that exported it")
-    name = r.text(doc, "name", 256)
+    name = r.text(doc, "name", _NAME_MAX)
     if not name.isidentifier():
         raise r.fail(f"the kernel name {name[:60]!r}")
-    entry = r.text(doc, "entry", 256)
+    entry = r.text(doc, "entry", _SYMBOL_MAX)
     if not _SYMBOL.fullmatch(entry) or entry in reserved_symbols():
         raise r.fail(f"the entry symbol {entry[:60]!r}")
     # variables, then parameters
@@ -388,9 +419,9 @@ def parse_metadata(raw: bytes, where: str) -> LibraryInfo:
         what = f" of parameter {k + 1}"
         kind = r.get(p, "kind", str, what)
         if kind == "buffer":
-            shape = r.exprs(r.get(p, "shape", list, what), 64, f"the shape{what}")
+            shape = r.exprs(r.get(p, "shape", list, what), _MAX_NDIM, f"the shape{what}")
             st = p.get("strides") if isinstance(p, dict) else None
-            strides = None if st is None else r.exprs(st, 64, f"the strides{what}")
+            strides = None if st is None else r.exprs(st, _MAX_NDIM, f"the strides{what}")
             if strides is not None and len(strides) != len(shape):
                 raise r.fail(f"the strides{what} do not match its shape")
             b = Buffer(r.text(p, "name", what=what), shape,
@@ -415,7 +446,7 @@ def parse_metadata(raw: bytes, where: str) -> LibraryInfo:
         key = (r.get(v, "layout", str), r.get(v, "noalias", bool))
         if key not in VARIANTS or key in variants:
             raise r.fail(f"variant {key!r:.60}")
-        sym = r.text(v, "symbol", 256)
+        sym = r.text(v, "symbol", _SYMBOL_MAX)
         if sym != variant_symbol(entry, *key):
             raise r.fail(f"the symbol {sym[:60]!r} of variant {key}")
         notes = r.items(v, "notes", 100000)

@@ -128,6 +128,7 @@ class KernelInfo:
     shared_bytes: int                # __shared__ memory per block
     stage: str                       # the buffers the kernel computes (for messages)
     has_barrier: bool = False        # whether it calls __syncthreads()
+    local_bytes: int = 0             # per-thread arrays (DeviceKernel.local_bytes)
 
     @property
     def dynamic_shared(self) -> int:
@@ -883,7 +884,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         uses_half |= r.uses_half
         uses_wmma |= r.uses_wmma
         info = KernelInfo(kname, tuple(params), kern.grid, kern.block, kern.shared_bytes,
-                          kern.stage, r.has_barrier)
+                          kern.stage, r.has_barrier, kern.local_bytes)
         kernels.append(info)
         texts.append(_kernel_text(kern.index, info, r.lines, kern.stmt))
 
@@ -1005,7 +1006,7 @@ def compile_cubin(source: str, arch: str, options=()) -> bytes:
     messages) when compilation fails.
     """
     from .libfiles import (cache_root, digest_bytes, private_dir, read_sidecar, tool_identity,
-                           write_atomic, write_sidecar)
+                           write_with_sidecar)
 
     nvcc = _nvcc()
     src = source.source if isinstance(source, CudaSource) else source
@@ -1023,6 +1024,5 @@ def compile_cubin(source: str, arch: str, options=()) -> bytes:
     except OSError:
         pass
     data = _run_nvcc(nvcc, src, arch, "cubin", options)
-    write_atomic(path, data, 0o600)
-    write_sidecar(path, digest_bytes(data))
+    write_with_sidecar(path, data, 0o600)
     return data

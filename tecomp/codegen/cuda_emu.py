@@ -61,6 +61,8 @@ MODES = {"threads": 0, "serial": 1, "reverse": 2}
 HEADER_NAME = "tecomp_cuda_emu.h"
 CXX_FLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC", "-fwrapv", "-fno-strict-aliasing",
              "-pthread", "-w")
+#: the stack of an emulated thread beyond its kernel's per-thread arrays (KiB; the
+#: environment variable TECOMP_CUDA_EMU_STACK_KIB sets another)
 DEFAULT_STACK_KIB = 256
 
 _CTYPES_SCALAR = {
@@ -162,8 +164,8 @@ class EmuLibrary:
                 ptrs[i] = ctypes.addressof(box)
         dims = (ctypes.c_longlong * 6)(*grid, *block)
         err = ctypes.create_string_buffer(2048)
-        stack = (stack_kib or int(os.environ.get("TECOMP_CUDA_EMU_STACK_KIB", DEFAULT_STACK_KIB)))
-        rc = self._launchers[k](ptrs, dims, MODES[mode], stack * 1024, err, len(err))
+        rc = self._launchers[k](ptrs, dims, MODES[mode], thread_stack_bytes(kern, stack_kib),
+                                err, len(err))
         if rc != 0:
             msg = err.value.decode("utf-8", "replace")
             where = f"{kern.name} (stage {kern.stage})"
@@ -172,6 +174,23 @@ class EmuLibrary:
             if msg.startswith("could not start"):
                 raise RuntimeUnavailableError(f"{where}: {msg}")
             raise BuildError(f"{where}: {msg}")
+
+
+def thread_stack_bytes(kern: KernelInfo, stack_kib: Optional[int] = None) -> int:
+    """The stack each emulated thread of ``kern`` gets (an OS thread's, or a fiber's):
+    its per-thread arrays (``local`` arrays and wmma fragments, which C puts on the
+    stack: a 256 KiB local array overflowed the 256 KiB every thread had) and
+    ``stack_kib`` KiB more (default :data:`DEFAULT_STACK_KIB`, or
+    ``$TECOMP_CUDA_EMU_STACK_KIB``) for the rest of its frames; whole pages."""
+    if stack_kib is None:
+        env = os.environ.get("TECOMP_CUDA_EMU_STACK_KIB", "")
+        try:
+            stack_kib = int(env) if env.strip() else DEFAULT_STACK_KIB
+        except ValueError:
+            raise ArgumentError(f"TECOMP_CUDA_EMU_STACK_KIB={env[:40]!r} is not a number of "
+                                f"KiB; give an integer such as {DEFAULT_STACK_KIB}") from None
+    nbytes = max(int(stack_kib), 64) * 1024 + kern.local_bytes
+    return -(-nbytes // 4096) * 4096
 
 
 _LIBS: Dict[str, EmuLibrary] = {}

@@ -35,6 +35,10 @@
 //       every time.  Kernels without __syncthreads() need no fibers: their threads run
 //       as plain calls in that order.
 //
+// Each emulated thread's stack (an OS thread's, or a fiber's: mapped, with a guard page
+// below it) holds the kernel's local arrays: the launcher passes their size plus the
+// rest a thread's frames need (tecomp/codegen/cuda_emu.py, thread_stack_bytes).
+//
 // A barrier that the threads of a block do not all reach (a __syncthreads() under a
 // thread-dependent condition, or some threads returning early) is reported as an error
 // instead of hanging.  __trap() (a failed run-time check) aborts the launch with the
@@ -49,7 +53,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 
 #define TECOMP_CUDA_EMU 1
@@ -360,9 +366,12 @@ struct FiberRunner : Runner {
   ucontext_t sched;
   int cur = 0;
 
+  size_t mapped = 0;  // bytes of each fiber's mapping: its stack and a guard page below
+
   ~FiberRunner() {
     if (stacks)
-      for (int i = 0; i < nthreads; ++i) free(stacks[i]);
+      for (int i = 0; i < nthreads; ++i)
+        if (stacks[i]) munmap(stacks[i], mapped);
     free(stacks);
     free(ctx);
     free(state);
@@ -385,9 +394,10 @@ struct FiberRunner : Runner {
     }
   }
   void run_block_fibers(size_t stack_bytes) {
+    size_t guard = mapped - stack_bytes;
     for (int i = 0; i < nthreads; ++i) {
       getcontext(&ctx[i]);
-      ctx[i].uc_stack.ss_sp = stacks[i];
+      ctx[i].uc_stack.ss_sp = stacks[i] + guard;
       ctx[i].uc_stack.ss_size = stack_bytes;
       ctx[i].uc_link = &sched;
       makecontext(&ctx[i], (void (*)())&FiberRunner::trampoline, 0);
@@ -419,7 +429,16 @@ struct FiberRunner : Runner {
       state = static_cast<int*>(calloc((size_t)nthreads, sizeof(int)));
       stacks = static_cast<char**>(calloc((size_t)nthreads, sizeof(char*)));
       bool ok = ctx && state && stacks;
-      for (int i = 0; ok && i < nthreads; ++i) ok = (stacks[i] = static_cast<char*>(malloc(stack_bytes)));
+      // a stack overflow hits the guard page (a fault) instead of the heap below
+      size_t page = (size_t)sysconf(_SC_PAGESIZE);
+      stack_bytes = (stack_bytes + page - 1) / page * page;
+      mapped = stack_bytes + page;
+      for (int i = 0; ok && i < nthreads; ++i) {
+        void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+        ok = p != MAP_FAILED && mprotect(p, page, PROT_NONE) == 0;
+        if (p != MAP_FAILED) stacks[i] = static_cast<char*>(p);
+      }
       if (!ok) {
         fail("out of memory for the emulated threads' stacks");
         current = nullptr;

@@ -8,6 +8,12 @@ exports -- gets a sidecar, ``<library>.sha256``, written *after* the library: on
 kernels.so.sha256`` checks it too).  A reader hashes the library and compares before it
 hands the file to ``dlopen``: a truncated, half-written or replaced file is refused
 (mapping a truncated library can kill the process with SIGBUS) instead of being run.
+:func:`write_with_sidecar` writes a library and its sidecar together (both or neither).
+
+Files are read only when they are regular files, through :func:`open_regular` and
+:func:`read_fd`, which bound what they read: a FIFO (whose read blocks until a writer
+comes), a device (``/dev/zero`` never ends) or a file of gigabytes where a sidecar
+should be is refused, not read.
 
 This is integrity, not authenticity: whoever can write the library can write its
 sidecar too.  Where libraries come from is the caller's trust decision (docs/runtime.md).
@@ -16,6 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -23,11 +32,13 @@ from pathlib import Path
 from typing import Optional, Type, Union
 
 __all__ = ["file_path", "digest_bytes", "digest_file", "sidecar_path", "read_sidecar",
-           "sidecar_matches", "write_atomic", "write_sidecar", "cache_root", "private_dir",
-           "tool_identity"]
+           "sidecar_digest", "sidecar_matches", "write_atomic", "write_sidecar",
+           "write_with_sidecar", "open_regular", "read_fd", "FileRefused", "cache_root",
+           "private_dir", "tool_identity"]
 
 #: a sidecar larger than this is not one (read no further)
-_MAX_SIDECAR_BYTES = 4096
+MAX_SIDECAR_BYTES = 4096
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 PathLike = Union[str, os.PathLike]
 
@@ -54,10 +65,87 @@ def digest_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+class FileRefused(Exception):
+    """A file tecomp was to read and did not: ``reason`` says why, in words that follow
+    the file's name in a message ("is a FIFO, not a regular file")."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _not_regular(mode: int) -> FileRefused:
+    if stat.S_ISDIR(mode):
+        return FileRefused("is a directory")
+    for test, what in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return FileRefused(f"is {what}, not a regular file")
+    return FileRefused("is not a regular file")
+
+
+def open_regular(path: PathLike, limit: int) -> int:
+    """A read-only descriptor of the regular file ``path`` (symbolic links followed), at
+    most ``limit`` bytes long.  FileNotFoundError when there is none; FileRefused for
+    anything else that is not such a file -- a FIFO, a device or a directory is never
+    read (it could block forever or never end), and one is opened only non-blocking."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise FileRefused(f"cannot be read ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(st.st_mode)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) |
+                     getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise FileRefused(f"cannot be opened ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)   # what was opened, which may not be what was looked at
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(st.st_mode)
+        if st.st_size > limit:
+            raise FileRefused(f"is {st.st_size} bytes, more than {limit}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_fd(fd: int, limit: int) -> bytes:
+    """The contents of the regular file ``fd`` reads, from its current position;
+    FileRefused if it holds (or grows to) more than ``limit`` bytes."""
+    chunks, n = [], 0
+    while True:
+        try:
+            b = os.read(fd, min(1 << 20, limit + 1 - n))
+        except OSError as e:
+            raise FileRefused(f"cannot be read ({e.strerror})") from None
+        if not b:
+            return b"".join(chunks)
+        chunks.append(b)
+        n += len(b)
+        if n > limit:
+            raise FileRefused(f"holds more than {limit} bytes")
+
+
 def digest_file(path: PathLike) -> str:
-    """The sha256 hex digest of the file at ``path``."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    """The sha256 hex digest of the regular file at ``path`` (OSError, or FileRefused
+    for one that is not a regular file)."""
+    fd = open_regular(path, 1 << 62)
+    try:
+        h = hashlib.sha256()
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
+    finally:
+        os.close(fd)
 
 
 def sidecar_path(library: PathLike) -> Path:
@@ -66,18 +154,30 @@ def sidecar_path(library: PathLike) -> Path:
     return p.with_name(p.name + ".sha256")
 
 
-def read_sidecar(library: PathLike) -> Optional[str]:
-    """The digest the sidecar of ``library`` records (its first word, lower case), or
-    None when there is no readable sidecar."""
+def sidecar_digest(library: PathLike) -> str:
+    """The digest the sidecar of ``library`` records: its first word, which must be 64
+    hex digits (either case).  FileNotFoundError when there is no sidecar, FileRefused
+    when it is not one (not a regular file, larger than :data:`MAX_SIDECAR_BYTES`, no
+    digest in it).  A FIFO, a device or a huge file there is never read."""
+    fd = open_regular(sidecar_path(library), MAX_SIDECAR_BYTES)
     try:
-        with open(sidecar_path(library), "rb") as f:
-            raw = f.read(_MAX_SIDECAR_BYTES + 1)
-    except OSError:
+        raw = read_fd(fd, MAX_SIDECAR_BYTES)
+    finally:
+        os.close(fd)
+    words = raw.split(maxsplit=1)
+    word = words[0].decode("ascii", "replace").lower() if words else ""
+    if not _DIGEST.fullmatch(word):
+        raise FileRefused("does not start with a sha256 digest (64 hex digits)")
+    return word
+
+
+def read_sidecar(library: PathLike) -> Optional[str]:
+    """The digest the sidecar of ``library`` records (lower case), or None when there is
+    no usable sidecar (see :func:`sidecar_digest`)."""
+    try:
+        return sidecar_digest(library)
+    except (OSError, FileRefused):
         return None
-    if len(raw) > _MAX_SIDECAR_BYTES:
-        return ""
-    words = raw.decode("ascii", "replace").split()
-    return words[0].lower() if words else ""
 
 
 def sidecar_matches(library: PathLike) -> bool:
@@ -87,26 +187,49 @@ def sidecar_matches(library: PathLike) -> bool:
         return False
     try:
         return want == digest_file(library)
-    except OSError:
+    except (OSError, FileRefused):
         return False
+
+
+def _temporary(path: Path, data: Union[str, bytes], mode: int) -> str:
+    """``data`` written to a new temporary file beside ``path`` (same directory, so that
+    it can be renamed onto it), with permissions ``mode``; its name."""
+    fd, tmp = tempfile.mkstemp(prefix="." + path.name[:64] + ".", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.chmod(tmp, mode)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    return tmp
+
+
+def _unlink(path: Optional[str]) -> None:
+    if path is not None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def write_atomic(path: PathLike, data: Union[str, bytes], mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory and
     ``os.replace``: a reader sees the old file or the new one, never a part."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name[:64] + ".", dir=str(path.parent))
+    tmp = _temporary(path, data, mode)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink(tmp)
         raise
+
+
+def _sidecar_line(name: str, digest: str) -> str:
+    # the name is for sha256sum -c only (readers take the first word): left out where
+    # it would not stay one line of plain text
+    return f"{digest}  {name}\n" if name.isprintable() and name.strip() == name else \
+        f"{digest}\n"
 
 
 def write_sidecar(library: PathLike, digest: Optional[str] = None) -> None:
@@ -114,12 +237,58 @@ def write_sidecar(library: PathLike, digest: Optional[str] = None) -> None:
     after the library, so that a reader never sees a new sidecar beside an old file."""
     if digest is None:
         digest = digest_file(library)
-    name = Path(library).name
-    # the name is for sha256sum -c only (readers take the first word): left out where
-    # it would not stay one line of plain text
-    line = f"{digest}  {name}\n" if name.isprintable() and name.strip() == name else \
-        f"{digest}\n"
-    write_atomic(sidecar_path(library), line)
+    write_atomic(sidecar_path(library), _sidecar_line(Path(library).name, digest))
+
+
+def write_with_sidecar(path: PathLike, data: bytes, mode: int = 0o644) -> None:
+    """Write the library ``data`` at ``path`` and its sidecar: both, or neither.
+
+    Both are written to temporary files in the directory first (a full disk or a
+    missing permission fails there, with nothing replaced); then the library is renamed
+    onto ``path`` and the sidecar onto its place.  If the sidecar cannot be put there (a
+    directory in the way, a name too long), the file that was at ``path`` before is put
+    back (or the new one removed, where there was none).  Raises the OSError; the files
+    at ``path`` and its sidecar are then as they were."""
+    path = Path(path)
+    side = sidecar_path(path)
+    lib_tmp = side_tmp = backup = None
+    try:
+        lib_tmp = _temporary(path, data, mode)
+        side_tmp = _temporary(side, _sidecar_line(path.name, digest_bytes(data)), 0o644)
+        if os.path.lexists(path):
+            backup = _backup(path)
+        os.replace(lib_tmp, path)
+        lib_tmp = None
+        try:
+            os.replace(side_tmp, side)
+            side_tmp = None
+        except BaseException:
+            if backup is not None:
+                os.replace(backup, path)
+                backup = None
+            else:
+                _unlink(str(path))
+            raise
+    finally:
+        for t in (lib_tmp, side_tmp, backup):
+            _unlink(t)
+
+
+def _backup(path: Path) -> str:
+    """A second name for the file (or link) at ``path``, in its directory, to put it back
+    with ``os.replace``: a hard link, else a copy."""
+    fd, tmp = tempfile.mkstemp(prefix="." + path.name[:64] + ".old.", dir=str(path.parent))
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+        try:
+            os.link(path, tmp, follow_symlinks=False)
+        except OSError:
+            shutil.copy2(path, tmp, follow_symlinks=False)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    return tmp
 
 
 def cache_root() -> Path:

@@ -49,7 +49,8 @@ from ..ir.stmt import (
     Stmt, seq,
 )
 from ..target import (
-    MAX_BLOCK_DIMS, MAX_DYNAMIC_SHARED_BYTES, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, SHARED_ALIGN,
+    MAX_BLOCK_DIMS, MAX_DYNAMIC_SHARED_BYTES, MAX_GRID_DIMS, MAX_LOCAL_BYTES_PER_THREAD,
+    MAX_THREADS_PER_BLOCK, PER_THREAD_SCOPES, SHARED_ALIGN,
 )
 
 KEY = "device_kernel"
@@ -90,6 +91,31 @@ def constant_size(buf: Buffer) -> int:
     return n
 
 
+def per_thread_bytes(stmt: Stmt, stage: str) -> int:
+    """The bytes of the per-thread arrays ``stmt`` allocates, each allocation counted (a
+    C compiler may give sibling blocks' arrays the same place, or not); a wmma fragment
+    as the CUDA emulation holds it (a float per element, in every thread).  A
+    ResourceLimitError when the ``local`` arrays take more than a CUDA thread's local
+    memory (:data:`~tecomp.target.MAX_LOCAL_BYTES_PER_THREAD`)."""
+    local = total = 0
+    for a in collect(stmt, lambda n: isinstance(n, Allocate)):
+        buf = a.buffer
+        if buf.scope not in PER_THREAD_SCOPES:
+            continue
+        n = declared_size(buf)
+        if buf.scope == "local":
+            local += n * _dt.nbytes(buf.dtype)
+            total += n * _dt.nbytes(buf.dtype)
+        else:
+            total += n * max(_dt.nbytes(buf.dtype), 4)
+    if local > MAX_LOCAL_BYTES_PER_THREAD:
+        raise ResourceLimitError(
+            f"stage {stage}: its local (per-thread) arrays take {local} bytes per thread, more "
+            f"than the {MAX_LOCAL_BYTES_PER_THREAD} bytes of local memory a CUDA thread may "
+            f"use; use smaller tiles per thread, or put the array in shared memory")
+    return total
+
+
 def shared_array_bytes(buf: Buffer) -> int:
     """The bytes a ``__shared__`` array of ``buf`` takes: its declared size rounded up to
     ``SHARED_ALIGN``, as the aligned declarations (and the next array's start) can take."""
@@ -119,6 +145,10 @@ class DeviceKernel:
     shared: Tuple[Buffer, ...]         # __shared__ arrays at its top (reductions' last)
     red_bufs: Dict[str, Buffer]        # compute dtype -> the cross-thread reductions' buffer
     shared_bytes: int
+    #: the bytes of the per-thread arrays (``local``, wmma fragments) its allocations
+    #: declare, all together: what the CUDA emulation gives each thread's stack on top of
+    #: its default
+    local_bytes: int = 0
 
     def __str__(self):
         dims = lambda ds: ", ".join(to_str(d) for d in ds)  # noqa: E731
@@ -371,6 +401,7 @@ def _kernel(k: int, plan: _Plan, func: PrimFunc, host: List[Var], host_lets, kno
             f"stage {stage}: the shared buffers {', '.join(b.name for b in shared)} take "
             f"{shared_bytes} bytes per block, more than the {MAX_DYNAMIC_SHARED_BYTES} bytes "
             f"of shared memory a CUDA block may use (sm_90's limit); use smaller tiles")
+    local_bytes = per_thread_bytes(stmt, stage)
     kstored = set(stored_buffers(stmt)) | red_dest
     gbufs = [b for b in params_buffers if b in used] + [b for b in workspaces if b in used]
 
@@ -388,7 +419,7 @@ def _kernel(k: int, plan: _Plan, func: PrimFunc, host: List[Var], host_lets, kno
     scalars = tuple(v for v in host if v in needed)
     kernel = DeviceKernel(k, stage, plan.stmt, launch, grid, block, tuple(gbufs),
                           frozenset(b for b in gbufs if b not in kstored), scalars,
-                          tuple(shared), red_bufs, shared_bytes)
+                          tuple(shared), red_bufs, shared_bytes, local_bytes)
     return kernel, stmt, {b for b in params_buffers if b in kstored}
 
 

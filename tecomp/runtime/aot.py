@@ -13,14 +13,17 @@ KernelMemoryError messages.  Loading imports no llvmlite.
 Before anything of the library is mapped, loading reads the file (once, as data) and
 refuses it with a :class:`~tecomp.errors.LoadError` naming the file and the fix when it
 
-1. is missing, not a regular file, not ELF, for another machine, truncated or damaged
-   (:mod:`tecomp.runtime.elf`);
+1. is missing, not a regular file (a FIFO or a device is never read), not ELF, for
+   another machine, truncated or damaged (:mod:`tecomp.runtime.elf`);
 2. has no tecomp metadata (a foreign library), or constructors, destructors or IFUNC
-   resolvers, or needs libraries other than the C runtime's or searches directories for
-   them (tecomp's libraries do none of these, so that loading one runs none of its code);
+   resolvers, or needs libraries other than the C runtime's, names filter libraries or
+   searches directories for them, or has dynamic tags or an executable stack a plain
+   library does not (tecomp's libraries do none of these, so that loading one runs
+   none of its code and loads no other library);
 3. does not match its sha256 sidecar ``<path>.sha256`` (written by ``export_library``:
-   :mod:`tecomp.codegen.libfiles`), or has none -- unless ``verify=False``, the escape
-   hatch for a library you built yourself and whose sidecar is gone;
+   :mod:`tecomp.codegen.libfiles`; a small regular file, read bounded), or has none --
+   unless ``verify=False``, the escape hatch for a library you built yourself and whose
+   sidecar is gone;
 4. has metadata of another format version, or metadata that is damaged
    (:mod:`tecomp.codegen.aot_format` reads every field and rejects what it does not
    expect), or an argument layout this tecomp would not derive from its parameters;
@@ -44,7 +47,6 @@ import ctypes
 import os
 import re
 import shutil
-import stat
 import tempfile
 import threading
 import time
@@ -53,7 +55,9 @@ from typing import Dict, Tuple
 from ..codegen import aot_format as _fmt
 from . import llvm as _rt
 from ..codegen import threads as _threads
-from ..codegen.libfiles import digest_bytes, file_path, read_sidecar, sidecar_path
+from ..codegen.libfiles import (
+    FileRefused, digest_bytes, file_path, open_regular, read_fd, sidecar_digest, sidecar_path,
+)
 from ..codegen.signature import Signature
 from ..errors import LoadError, TecompError
 from ..ir.names import display
@@ -116,55 +120,45 @@ def load_module(path, *, verify: bool = True) -> "_rt.Module":
 
 
 def _open(path: str, where: str) -> int:
-    """A read-only descriptor of the regular file ``path`` (a FIFO or device is refused
-    before anything is read from it)."""
+    """A read-only descriptor of the regular file ``path`` (a FIFO, a device or a
+    directory is refused before anything is read from it)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) |
-                     getattr(os, "O_NONBLOCK", 0))
+        return open_regular(path, MAX_LIBRARY_BYTES)
     except FileNotFoundError:
         raise LoadError(f"{where} does not exist: give the path Module.export_library "
                         f"wrote") from None
-    except OSError as e:
-        raise LoadError(f"{where} cannot be opened ({e.strerror}): check the path and its "
-                        f"permissions") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise LoadError(f"{where} is {kind}: give the path of the library file")
-    return fd
+    except FileRefused as e:
+        raise LoadError(f"{where} {e.reason}: give the path of the library file "
+                        f"Module.export_library wrote") from None
 
 
 def _read(fd: int, where: str) -> bytes:
-    size = os.fstat(fd).st_size
-    if size > MAX_LIBRARY_BYTES:
-        raise LoadError(f"{where} is {size} bytes, more than any kernel library "
-                        f"({MAX_LIBRARY_BYTES}): give the path Module.export_library wrote")
-    chunks, n = [], 0
-    while True:
-        b = os.read(fd, 1 << 20)
-        if not b:
-            break
-        chunks.append(b)
-        n += len(b)
-        if n > MAX_LIBRARY_BYTES:
-            raise LoadError(f"{where} grows while it is read: load it once it is written")
-    return b"".join(chunks)
+    try:
+        return read_fd(fd, MAX_LIBRARY_BYTES)
+    except FileRefused as e:
+        raise LoadError(f"{where} {e.reason} (it changed while it was read?): load it once "
+                        f"it is written") from None
 
 
 def _verify_sidecar(path: str, data: bytes, where: str) -> None:
-    want = read_sidecar(path)
     side = f"'{display(str(sidecar_path(path)))}'"
-    if want is None:
+    try:
+        want = sidecar_digest(path)
+    except FileNotFoundError:
         raise LoadError(
             f"{where} has no sha256 sidecar {side}: export_library writes one beside the "
             f"library; copy it along, or, for a library you built yourself, pass "
-            f"load_module(..., verify=False)")
+            f"load_module(..., verify=False)") from None
+    except FileRefused as e:
+        raise LoadError(
+            f"{where}: its sha256 sidecar {side} {e.reason}, so it is not the sidecar "
+            f"export_library writes: copy the library and its sidecar together, or "
+            f"export it again") from None
     got = digest_bytes(data)
     if want != got:
         raise LoadError(
             f"{where} does not match its sha256 sidecar {side} (the file has sha256 "
-            f"{got[:16]}..., the sidecar says {want[:16]!r:.20}...): it is truncated, "
+            f"{got[:16]}..., the sidecar says {want[:16]}...): it is truncated, "
             f"half-written or was replaced; export it again, or copy the library and its "
             f"sidecar together")
 

@@ -9,8 +9,15 @@ files when it loads the library:
   ``DT_PREINIT_ARRAY``, ``DT_FINI``, ``DT_FINI_ARRAY``;
 * IFUNC resolvers (relocations ``R_X86_64_IRELATIVE``, symbols ``STT_GNU_IFUNC``): the
   loader calls a function of the library to resolve them;
-* the libraries it needs (``DT_NEEDED``: their constructors run too) and the
-  directories it asks the loader to search for them (``DT_RPATH``, ``DT_RUNPATH``).
+* the libraries it needs (``DT_NEEDED``: their constructors run too), the filter
+  libraries it names (``DT_AUXILIARY``, ``DT_FILTER``: the loader loads them with it,
+  and runs their constructors) and the directories it asks the loader to search for them
+  (``DT_RPATH``, ``DT_RUNPATH``);
+* any dynamic tag outside those a plain shared library has (:data:`PLAIN_TAGS`): audit
+  libraries (``DT_AUDIT``, ``DT_DEPAUDIT``), text relocations, prelink tables... --
+  whatever the loader might act on that tecomp's libraries never ask for;
+* an executable stack (``PT_GNU_STACK`` with the execute bit, or none): loading it would
+  make the stacks of every thread of the process executable.
 
 Every offset and size is checked against the file, so a truncated or damaged file is a
 :class:`~tecomp.errors.LoadError` naming it, never an exception from ``struct`` nor a
@@ -25,15 +32,20 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..errors import LoadError
+from ..ir.names import display
 
-__all__ = ["LibraryImage", "inspect_library", "check_plain", "host_machine", "SYSTEM_LIBRARIES"]
+__all__ = ["LibraryImage", "inspect_library", "check_plain", "host_machine", "SYSTEM_LIBRARIES",
+           "PLAIN_TAGS"]
 
 ET_DYN = 3
-PT_LOAD, PT_DYNAMIC = 1, 2
-SHT_NOBITS, SHT_DYNSYM = 8, 11
+PT_LOAD, PT_DYNAMIC, PT_GNU_STACK, PF_X = 1, 2, 0x6474E551, 1
+SHT_NOBITS = 8
 STT_GNU_IFUNC = 10
 DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_RELA, DT_RELASZ = 1, 5, 10, 7, 8
+DT_HASH, DT_SYMTAB, DT_SYMENT, DT_GNU_HASH = 4, 6, 11, 0x6FFFFEF5
 DT_RPATH, DT_RUNPATH, DT_JMPREL, DT_PLTRELSZ = 15, 29, 23, 2
+#: filter libraries: the loader loads (and initialises) them together with the library
+FILTER_TAGS = {0x7FFFFFFD: "DT_AUXILIARY", 0x7FFFFFFF: "DT_FILTER"}
 #: dynamic tags whose code the dynamic loader runs on load or unload
 RUN_TAGS = {12: "DT_INIT", 13: "DT_FINI", 25: "DT_INIT_ARRAY", 26: "DT_FINI_ARRAY",
             32: "DT_PREINIT_ARRAY"}
@@ -42,9 +54,28 @@ RUN_TAGS = {12: "DT_INIT", 13: "DT_FINI", 25: "DT_INIT_ARRAY", 26: "DT_FINI_ARRA
 MACHINES = {62: "x86-64", 183: "AArch64"}
 IRELATIVE = {62: 37, 183: 1032}
 _HOST_MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183}
-#: the libraries a library tecomp exports may need: the C runtime's (loaded already)
-SYSTEM_LIBRARIES = re.compile(r"(libc|libm|libpthread|libdl|librt|libgcc_s)\.so(\.[0-9]+)*"
+#: the libraries a library tecomp exports may need: what ``export_library`` links
+#: (-lm -lpthread, the C library, libgcc_s where the driver adds it, the dynamic loader
+#: itself), all of the C runtime a Python process has loaded already
+SYSTEM_LIBRARIES = re.compile(r"(libc|libm|libpthread|libgcc_s)\.so(\.[0-9]+)*"
                               r"|ld-linux[A-Za-z0-9_.-]*\.so(\.[0-9]+)*")
+#: the dynamic tags of a plain shared library (tables the loader reads, flags): every
+#: other tag -- besides DT_NEEDED and those checked above -- makes a library refused
+PLAIN_TAGS = frozenset({
+    2, 3, 4, 5, 6, 7, 8, 9, 10, 11,   # PLTRELSZ PLTGOT HASH STRTAB SYMTAB RELA RELASZ RELAENT STRSZ SYMENT
+    14, 16, 17, 18, 19, 20, 21, 23,   # SONAME SYMBOLIC REL RELSZ RELENT PLTREL DEBUG JMPREL
+    24, 30, 34, 35, 36, 37,           # BIND_NOW FLAGS SYMTAB_SHNDX RELRSZ RELR RELRENT
+    0x6FFFFEF5, 0x6FFFFEF6, 0x6FFFFEF7,                 # GNU_HASH TLSDESC_PLT TLSDESC_GOT
+    0x6FFFFDF4, 0x6FFFFDF8, 0x6FFFFDFC,                 # GNU_FLAGS_1 CHECKSUM FEATURE_1
+    0x6FFFFFF0, 0x6FFFFFF9, 0x6FFFFFFA, 0x6FFFFFFB,     # VERSYM RELACOUNT RELCOUNT FLAGS_1
+    0x6FFFFFFC, 0x6FFFFFFD, 0x6FFFFFFE, 0x6FFFFFFF,     # VERDEF VERDEFNUM VERNEED VERNEEDNUM
+})
+#: processor-specific tags of a plain library, by ELF machine (x86-64: the IBT PLT)
+PLAIN_MACHINE_TAGS = {62: frozenset({0x70000000, 0x70000001, 0x70000003})}
+#: names of tags a library may have that tecomp's never do, for messages
+_TAG_NAMES = {15: "DT_RPATH", 29: "DT_RUNPATH", 22: "DT_TEXTREL", 0x6FFFFEFC: "DT_AUDIT",
+              0x6FFFFEFB: "DT_DEPAUDIT", 0x6FFFFEFA: "DT_CONFIG", 0x6FFFFEF9: "DT_GNU_LIBLIST",
+              0x6FFFFEF8: "DT_GNU_CONFLICT", 0x7FFFFFFE: "DT_USED", **FILTER_TAGS, **RUN_TAGS}
 
 
 @dataclass
@@ -56,6 +87,9 @@ class LibraryImage:
     needed: Tuple[str, ...]          # DT_NEEDED: the libraries it needs
     search_paths: Tuple[str, ...]    # DT_RPATH, DT_RUNPATH
     section: Optional[bytes]         # the named section's contents, None if absent
+    filters: Tuple[Tuple[str, str], ...] = ()   # (DT_FILTER or DT_AUXILIARY, library)
+    other_tags: Tuple[str, ...] = () # tags outside PLAIN_TAGS and those above, by name
+    exec_stack: bool = False         # asks for an executable stack
 
 
 def host_machine() -> Optional[int]:
@@ -98,61 +132,82 @@ def inspect_library(data: bytes, where: str, section_name: str) -> LibraryImage:
                         f"{e_phentsize}/{e_shentsize}; export it again")
     need(e_phoff, e_phnum * 56, "program header table")
     loads: List[Tuple[int, int, int]] = []      # (vaddr, file offset, file size)
-    dynamic: List[Tuple[int, int]] = []         # (tag, value)
+    dynamics: List[Tuple[int, int, int]] = []   # PT_DYNAMIC: (vaddr, file offset, size)
+    exec_stack = True                           # the default without PT_GNU_STACK
     for k in range(e_phnum):
-        p_type, _, p_offset, p_vaddr, _, p_filesz, _, _ = struct.unpack_from(
+        p_type, p_flags, p_offset, p_vaddr, _, p_filesz, _, _ = struct.unpack_from(
             "<IIQQQQQQ", data, e_phoff + 56 * k)
-        if p_type == PT_LOAD:
+        if p_type == PT_GNU_STACK:
+            exec_stack = bool(p_flags & PF_X)
+        elif p_type == PT_LOAD:
             need(p_offset, p_filesz, f"loadable segment {k}")
             loads.append((p_vaddr, p_offset, p_filesz))
         elif p_type == PT_DYNAMIC:
             need(p_offset, p_filesz, "dynamic section")
-            for off in range(p_offset, p_offset + p_filesz - 15, 16):
-                tag, value = struct.unpack_from("<qQ", data, off)
-                if tag == 0:
-                    break
-                dynamic.append((tag, value))
-    run_tags = sorted({RUN_TAGS[t] for t, _ in dynamic if t in RUN_TAGS})
-    tags: Dict[int, int] = {}
-    for t, v in dynamic:
-        tags.setdefault(t, v)
+            dynamics.append((p_vaddr, p_offset, p_filesz))
 
     def at(vaddr: int, length: int, what: str) -> int:
-        """The file offset of ``length`` bytes at address ``vaddr``."""
+        """The file offset of ``length`` bytes at address ``vaddr``, where the loader
+        maps them."""
         for lo, off, n in loads:
             if lo <= vaddr and vaddr + length <= lo + n:
                 return off + (vaddr - lo)
         raise LoadError(f"{where} is damaged: its {what} is not in the file; export it "
                         f"again")
 
+    if len(dynamics) > 1:
+        raise LoadError(f"{where} is damaged: it has {len(dynamics)} dynamic sections; export "
+                        f"it again")
+    dynamic: List[Tuple[int, int]] = []         # (tag, value)
+    if dynamics:
+        # read where the loader reads it: at its address, through the loadable segments
+        vaddr, p_offset, p_filesz = dynamics[0]
+        start = at(vaddr, p_filesz, "dynamic section")
+        if start != p_offset:
+            raise LoadError(f"{where} is damaged: its dynamic section is at two places; "
+                            f"export it again")
+        for off in range(start, start + p_filesz - 15, 16):
+            tag, value = struct.unpack_from("<qQ", data, off)
+            if tag == 0:
+                break
+            dynamic.append((tag, value))
+    run_tags = sorted({RUN_TAGS[t] for t, _ in dynamic if t in RUN_TAGS})
+    tags: Dict[int, int] = {}
+    for t, v in dynamic:
+        tags[t] = v         # the last of a tag counts, as for the loader
+
+    relocated: List[int] = []   # the symbols relocations refer to
     if IRELATIVE.get(e_machine) is not None:
         for table, size_tag in ((DT_RELA, DT_RELASZ), (DT_JMPREL, DT_PLTRELSZ)):
             if table in tags and tags.get(size_tag, 0):
                 n = tags[size_tag]
                 start = at(tags[table], n, "relocation table")
                 for off in range(start, start + n - 23, 24):
-                    if struct.unpack_from("<QQ", data, off)[1] & 0xFFFFFFFF == \
-                            IRELATIVE[e_machine]:
+                    info = struct.unpack_from("<QQ", data, off)[1]
+                    if info & 0xFFFFFFFF == IRELATIVE[e_machine]:
                         run_tags.append("IFUNC resolvers (IRELATIVE relocations)")
-                        break
+                    relocated.append(info >> 32)
+    if _ifunc_symbols(data, where, tags, relocated, at):
+        run_tags.append("IFUNC resolvers (STT_GNU_IFUNC symbols)")
     names = _strings(data, where, tags, dynamic, at)
-    sections, dynsyms = _sections(data, where, e_shoff, e_shnum, e_shstrndx, need)
-    for off in range(0, len(dynsyms) - 23, 24):
-        st_info, _, st_shndx = struct.unpack_from("<BBH", dynsyms, off + 4)
-        if st_info & 0xF == STT_GNU_IFUNC and st_shndx != 0:
-            run_tags.append("IFUNC resolvers (STT_GNU_IFUNC symbols)")
-            break
+    sections = _sections(data, where, e_shoff, e_shnum, e_shstrndx, need)
+    plain = PLAIN_TAGS | PLAIN_MACHINE_TAGS.get(e_machine, frozenset())
+    checked = {DT_NEEDED, DT_RPATH, DT_RUNPATH, *FILTER_TAGS, *RUN_TAGS}
+    other = sorted({t for t, _ in dynamic if t not in plain and t not in checked})
     return LibraryImage(
         e_machine, tuple(sorted(set(run_tags))),
         tuple(names(v) for t, v in dynamic if t == DT_NEEDED),
         tuple(names(v) for t, v in dynamic if t in (DT_RPATH, DT_RUNPATH)),
-        sections.get(section_name))
+        sections.get(section_name),
+        filters=tuple((FILTER_TAGS[t], names(v)) for t, v in dynamic if t in FILTER_TAGS),
+        other_tags=tuple(_TAG_NAMES.get(t, f"dynamic tag {t:#x}") for t in other),
+        exec_stack=exec_stack)
 
 
 def _strings(data: bytes, where: str, tags: Dict[int, int], dynamic,
              at: Callable) -> Callable[[int], str]:
     """A function: offset in the dynamic string table -> the string there."""
-    if not any(t in (DT_NEEDED, DT_RPATH, DT_RUNPATH) for t, _ in dynamic):
+    if not any(t in (DT_NEEDED, DT_RPATH, DT_RUNPATH) or t in FILTER_TAGS for t, _ in dynamic):
         return lambda off: ""
     if DT_STRTAB not in tags or DT_STRSZ not in tags:
         raise LoadError(f"{where} is damaged: it names libraries but has no string table; "
@@ -170,11 +225,10 @@ def _strings(data: bytes, where: str, tags: Dict[int, int], dynamic,
 
 
 def _sections(data: bytes, where: str, e_shoff: int, e_shnum: int, e_shstrndx: int,
-              need) -> Tuple[Dict[str, bytes], bytes]:
-    """name -> contents of every section with contents (no section table: none), and
-    the contents of the dynamic symbol table."""
+              need) -> Dict[str, bytes]:
+    """name -> contents of every section with contents (no section table: none)."""
     if e_shoff == 0 or e_shnum == 0:
-        return {}, b""
+        return {}
     need(e_shoff, e_shnum * 64, "section header table")
     heads = [struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + 64 * k) for k in range(e_shnum)]
     if not 0 <= e_shstrndx < e_shnum:
@@ -183,18 +237,55 @@ def _sections(data: bytes, where: str, e_shoff: int, e_shnum: int, e_shstrndx: i
     need(str_off, str_size, "section name table")
     names = data[str_off:str_off + str_size]
     out: Dict[str, bytes] = {}
-    dynsyms = b""
     for k, (sh_name, sh_type, _, _, sh_offset, sh_size, _, _, _, _) in enumerate(heads):
         if sh_type == SHT_NOBITS:
             continue
         end = names.find(b"\0", sh_name)
         name = names[sh_name:end if end >= 0 else len(names)].decode("ascii", "replace")
         need(sh_offset, sh_size, f"section {name!r:.40}")
-        if sh_type == SHT_DYNSYM:
-            dynsyms += data[sh_offset:sh_offset + sh_size]
         if sh_name < len(names):
             out.setdefault(name, data[sh_offset:sh_offset + sh_size])
-    return out, dynsyms
+    return out
+
+
+def _ifunc_symbols(data: bytes, where: str, tags: Dict[int, int], relocated: List[int],
+                   at: Callable) -> bool:
+    """Whether a symbol the loader can reach -- through a relocation, or by name through
+    the hash tables (``dlsym``) -- is an IFUNC defined in the library: looking it up
+    calls its resolver.  The symbol table is the one ``DT_SYMTAB`` gives (what the loader
+    reads; the section headers may say otherwise)."""
+    count = max(relocated, default=-1) + 1
+    if DT_HASH in tags:      # nbucket, nchain: nchain symbols
+        count = max(count, struct.unpack_from("<II", data, at(tags[DT_HASH], 8, "hash table"))[1])
+    if DT_GNU_HASH in tags:
+        count = max(count, _gnu_hash_count(data, tags[DT_GNU_HASH], at))
+    if count == 0:
+        return False
+    if DT_SYMTAB not in tags or tags.get(DT_SYMENT, 24) != 24:
+        raise LoadError(f"{where} is damaged: it has symbols but no symbol table of 24-byte "
+                        f"entries; export it again")
+    start = at(tags[DT_SYMTAB], 24 * count, "symbol table")
+    for st_name, st_info, st_other, st_shndx, _, _ in struct.iter_unpack(
+            "<IBBHQQ", memoryview(data)[start:start + 24 * count]):
+        if st_info & 0xF == STT_GNU_IFUNC and st_shndx != 0:
+            return True
+    return False
+
+
+def _gnu_hash_count(data: bytes, addr: int, at: Callable) -> int:
+    """The number of symbols a ``DT_GNU_HASH`` table covers (the end of its last chain)."""
+    nbuckets, symoffset, bloom_size, _ = struct.unpack_from("<IIII", data,
+                                                           at(addr, 16, "GNU hash table"))
+    buckets = addr + 16 + 8 * bloom_size
+    top = max(struct.unpack_from(f"<{nbuckets}I", data,
+                                 at(buckets, 4 * nbuckets, "GNU hash table")), default=0)
+    if top < symoffset:
+        return symoffset
+    chains = buckets + 4 * nbuckets
+    while not struct.unpack_from("<I", data,
+                                 at(chains + 4 * (top - symoffset), 4, "GNU hash table"))[0] & 1:
+        top += 1
+    return top + 1
 
 
 def check_plain(image: LibraryImage, where: str) -> None:
@@ -206,9 +297,22 @@ def check_plain(image: LibraryImage, where: str) -> None:
             f"({', '.join(image.run_tags)}); libraries tecomp exports have none, so this "
             f"one was not written by tecomp or was changed since: export it again")
     others = [n for n in image.needed if not SYSTEM_LIBRARIES.fullmatch(n)]
-    if others or image.search_paths:
-        what = ", ".join(others + [f"search path {p}" for p in image.search_paths])
+    if others or image.search_paths or image.filters:
+        what = ", ".join(others + [f"search path {p}" for p in image.search_paths] +
+                         [f"filter library {lib} ({tag})" for tag, lib in image.filters])
         raise LoadError(
-            f"{where} asks the dynamic loader for more than the C runtime ({what[:300]}); "
-            f"libraries tecomp exports need only libc and libm, so this one was not written "
-            f"by tecomp or was changed since: export it again")
+            f"{where} asks the dynamic loader for more than the C runtime ({display(what)[:300]}); "
+            f"libraries tecomp exports need only libc, libm and libpthread, so this one was "
+            f"not written by tecomp or was changed since: export it again")
+    if image.other_tags:
+        raise LoadError(
+            f"{where} has dynamic entries libraries tecomp exports never have "
+            f"({', '.join(image.other_tags)[:300]}), which may make the dynamic loader do "
+            f"more than map it, so this one was not written by tecomp or was changed since: "
+            f"export it again")
+    if image.exec_stack:
+        raise LoadError(
+            f"{where} asks for an executable stack (its PT_GNU_STACK program header is "
+            f"missing or has the execute bit): loading it would make every thread's stack "
+            f"executable; libraries tecomp exports never ask for one, so this one was not "
+            f"written by tecomp or was changed since: export it again")

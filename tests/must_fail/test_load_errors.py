@@ -11,8 +11,10 @@ that exactly one check fails.
 import ctypes
 import ctypes.util
 import os
+import re
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -21,6 +23,8 @@ import tecomp as tc
 from tecomp.codegen import aot_format
 from tecomp.runtime import llvm as llvm_runtime
 from tecomp.codegen.libfiles import write_sidecar
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +124,8 @@ def test_foreign_library(tmp_path):
 
 
 _PLANTED = {
-    # each defines run(), which writes the marker file, and makes the loader run it
+    # each defines run(), which writes the marker file, and makes the loader run it --
+    # or names libhelper.so, whose constructor writes the marker
     "constructor": ("__attribute__((constructor)) static void boom(void) { run(); }", [],
                     r"has code that would run when it is loaded or unloaded \(.*DT_INIT.*\)"),
     "ifunc, exported": ("static void real(void) {}\n"
@@ -137,36 +142,88 @@ _PLANTED = {
                     r"/opt/planted\)"),
     "needed library": ("", ["-L{dir}", "-Wl,--no-as-needed", "-lhelper"],
                        r"asks the dynamic loader for more than the C runtime \(libhelper\.so\)"),
+    # the loader loads a filter library (and runs its constructor) with the library
+    **{kind: ("", [f"-Wl,--{option}={{dir}}/libhelper.so"],
+              r"asks the dynamic loader for more than the C runtime \(filter library "
+              rf".*libhelper\.so \({tag}\)\)")
+       for kind, option, tag in (("auxiliary filter", "auxiliary", "DT_AUXILIARY"),
+                                 ("filter", "filter", "DT_FILTER"))},
+    **{kind: ("", [f"-Wl,--{option}={{dir}}/libhelper.so"],
+              rf"has dynamic entries libraries tecomp exports never have \({tag}\)")
+       for kind, option, tag in (("audit library", "audit", "DT_AUDIT"),
+                                 ("dependency audit library", "depaudit", "DT_DEPAUDIT"))},
+    "executable stack": ("", ["-Wl,-z,execstack"],
+                         r"asks for an executable stack .* would make every thread's stack "
+                         r"executable"),
+    # tecomp's metadata and nothing else: loaded (no code runs), then found wanting
+    "metadata only": ("", [], r"does not define tecomp_\w+, which its metadata promises"),
 }
 
 
-@pytest.mark.parametrize("kind", list(_PLANTED))
-def test_planted_library_is_refused_before_any_of_it_runs(tmp_path, kind):
-    """A library that claims to be tecomp's (it has the metadata section) but would make
-    the dynamic loader run its code, or load other libraries, is refused before it is
-    loaded: its code never runs."""
+def _cc():
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler to build the planted library")
-    code, flags, match = _PLANTED[kind]
+    return cc
+
+
+def _planted(good, tmp_path, code, flags, name="planted.so"):
+    """A library gcc links from ``code``, with the metadata of the good library (so that
+    every check of the metadata passes and only ``code`` or ``flags`` are at fault), and
+    ``libhelper.so`` beside it, whose constructor writes the marker file ``ran``."""
+    from tecomp.runtime.elf import inspect_library
+
+    cc = _cc()
     marker = tmp_path / "ran"
     helper = tmp_path / "helper.c"
     helper.write_text(f'#include <stdio.h>\n__attribute__((constructor)) static void h(void) '
                       f'{{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n')
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libhelper.so"), str(helper)],
                    check=True)
+    meta = inspect_library(good, "good", aot_format.SECTION).section
     src = tmp_path / "planted.c"
     src.write_text(
         '#include <stdio.h>\n'
-        '__attribute__((section(".tecomp_meta"), used)) const char meta[] = "{}";\n'
+        f'__attribute__((section("{aot_format.SECTION}"), used)) const char '
+        f'{aot_format.METADATA_SYMBOL}[] = {{{", ".join(str(b) for b in meta)}}};\n'
         f'static void run(void) {{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n'
         'void *keep_run = (void *)run;\n' + code + '\n')
-    lib = tmp_path / "planted.so"
+    lib = tmp_path / name
     # -nostartfiles: no C runtime start-up code, as tecomp links, so only `code` is at fault
     subprocess.run([cc, "-shared", "-fPIC", "-nostartfiles", "-o", str(lib), str(src),
                     *[f.format(dir=tmp_path) for f in flags]], check=True)
     write_sidecar(lib)
-    with pytest.raises(tc.LoadError, match=r"planted\.so' " + match):
+    return lib, marker
+
+
+@pytest.mark.parametrize("kind", list(_PLANTED))
+def test_planted_library_is_refused_before_any_of_it_runs(good, tmp_path, kind):
+    """A library that claims to be tecomp's (it has tecomp's metadata) but would make the
+    dynamic loader run its code, or load other libraries, is refused before it is
+    loaded: its code never runs (a filter library's constructor ran before the check)."""
+    code, flags, match = _PLANTED[kind]
+    lib, marker = _planted(good, tmp_path, code, flags)
+    with pytest.raises(tc.LoadError, match=r"planted\.so'.? " + match):
+        tc.load_module(lib)
+    assert not marker.exists()
+
+
+def test_ifunc_hidden_from_the_section_headers(good, tmp_path):
+    """The loader finds symbols through the dynamic section, not the section headers: an
+    IFUNC symbol whose section header says "not a symbol table" is still found."""
+    import struct
+
+    lib, marker = _planted(good, tmp_path, _PLANTED["ifunc, exported"][0], [])
+    data = bytearray(lib.read_bytes())
+    shoff, = struct.unpack_from("<Q", data, 40)
+    shnum, = struct.unpack_from("<H", data, 60)
+    for k in range(shnum):
+        if struct.unpack_from("<I", data, shoff + 64 * k + 4)[0] == 11:  # SHT_DYNSYM
+            struct.pack_into("<I", data, shoff + 64 * k + 4, 1)        # -> SHT_PROGBITS
+    lib.write_bytes(bytes(data))
+    write_sidecar(lib)
+    with pytest.raises(tc.LoadError, match=r"has code that would run .*\(IFUNC resolvers "
+                                           r"\(STT_GNU_IFUNC"):
         tc.load_module(lib)
     assert not marker.exists()
 
@@ -205,6 +262,120 @@ def test_sidecar_mismatch(good, tmp_path):
     tmp_path.joinpath("lib.so").write_bytes(good)
     with pytest.raises(tc.LoadError, match="does not match its sha256 sidecar"):
         tc.load_module(path)
+
+
+_LOAD_IN_CHILD = """
+import sys
+import tecomp as tc
+try:
+    tc.load_module(sys.argv[1])
+except tc.LoadError as e:
+    print("LoadError:", e)
+else:
+    print("loaded")
+"""
+
+
+def load_in_child(path) -> str:
+    """What ``tc.load_module(path)`` does in a child process, which a hang (a FIFO read
+    until a writer comes) or a crash cannot take the tests down with: its output."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", _LOAD_IN_CHILD, str(path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.parametrize("kind, match", [
+    ("fifo", r"its sha256 sidecar '.*lib\.so\.sha256' is a FIFO \(named pipe\), not a regular "
+             r"file, so it is not the sidecar export_library writes: copy the library and its "
+             r"sidecar together"),
+    ("directory", r"its sha256 sidecar '.*' is a directory, so it is not the sidecar"),
+    ("device", r"its sha256 sidecar '.*' is a character device, not a regular file"),
+    ("8 GiB", r"its sha256 sidecar '.*' is 8589934592 bytes, more than 4096, so it is not "
+              r"the sidecar"),
+    ("garbage", r"its sha256 sidecar '.*' does not start with a sha256 digest \(64 hex "
+                r"digits\), so it is not the sidecar"),
+    ("empty", r"its sha256 sidecar '.*' does not start with a sha256 digest"),
+])
+def test_sidecar_that_is_not_one(good, tmp_path, kind, match):
+    """The sidecar is read only when it is a small regular file: a FIFO made
+    load_module wait forever for a writer; a huge file was read (in part)."""
+    path = write(tmp_path, good, sidecar=False)
+    side = tmp_path / "lib.so.sha256"
+    if kind == "fifo":
+        os.mkfifo(side)
+    elif kind == "directory":
+        side.mkdir()
+    elif kind == "device":
+        side.symlink_to("/dev/zero")
+    elif kind == "8 GiB":
+        with open(side, "wb") as f:   # sparse: no disk space used
+            f.write(b"0" * 64 + b"  lib.so\n")
+            f.truncate(8 << 30)
+    elif kind == "garbage":
+        side.write_bytes(b"\xff\xfe not a digest at all\n")
+    else:
+        side.write_bytes(b"")
+    out = load_in_child(path)
+    assert re.search(r"^LoadError: library '.*lib\.so': " + match, out), out
+
+
+@pytest.mark.parametrize("kind, match", [
+    ("fifo", r"is a FIFO \(named pipe\), not a regular file: give the path of the library "
+             r"file Module.export_library wrote"),
+    ("device", r"is a character device, not a regular file: give the path of the library"),
+    ("dangling link", r"does not exist: give the path Module.export_library wrote"),
+    ("link loop", r"cannot be read \(Too many levels of symbolic links\): give the path"),
+])
+def test_library_that_is_not_a_file(tmp_path, kind, match):
+    path = tmp_path / "lib.so"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    elif kind == "dangling link":
+        path.symlink_to(tmp_path / "gone.so")
+    else:
+        path.symlink_to(tmp_path / "loop.so")
+        (tmp_path / "loop.so").symlink_to(path)
+    (tmp_path / "lib.so.sha256").write_text("0" * 64 + "  lib.so\n")
+    out = load_in_child(path)
+    assert re.search(r"^LoadError: library '.*lib\.so' " + match, out), out
+
+
+def test_symbolic_link_to_a_library(good, tmp_path):
+    """A link to a library loads (as dlopen follows links); the sidecar is looked for
+    beside the path given."""
+    real = write(tmp_path, good, "real.so")
+    link = tmp_path / "link.so"
+    link.symlink_to(real)
+    with pytest.raises(tc.LoadError, match=r"link\.so' has no sha256 sidecar"):
+        tc.load_module(link)
+    shutil.copy(real + ".sha256", str(link) + ".sha256")
+    c = np.empty(3, "float32")
+    tc.load_module(link)(np.ones(3, "float32"), np.ones(3, "float32"), c)
+    assert (c == 2).all()
+
+
+def test_truncated_with_a_matching_sidecar(good, tmp_path):
+    """A file cut short after its sidecar was written for the short file (the ELF checks
+    do not rely on the sidecar)."""
+    path = write(tmp_path, good[:len(good) // 2])
+    with pytest.raises(tc.LoadError, match=r"lib\.so' is truncated or damaged"):
+        tc.load_module(path)
+
+
+def test_plain_library_with_a_matching_sidecar(tmp_path):
+    """A library another program wrote, with a matching sidecar: not tecomp's."""
+    src = tmp_path / "plain.c"
+    src.write_text("int tecomp_vadd(void) { return 0; }\n")
+    lib = tmp_path / "plain.so"
+    subprocess.run([_cc(), "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    write_sidecar(lib)
+    with pytest.raises(tc.LoadError, match=r"plain\.so' is a shared library but not one "
+                                           r"tecomp exported"):
+        tc.load_module(lib)
 
 
 # ---------------------------------------------------------------------------------------
@@ -319,6 +490,91 @@ def test_export_without_a_c_compiler(small, tmp_path, monkeypatch):
                                                          r"was found .*set CC to its path"):
         small.export_library(tmp_path / "k.so")
     assert not (tmp_path / "k.so").exists()
+
+
+def _old_export(small, tmp_path):
+    """An export of ``small`` at tmp_path/k.so: the bytes of the library and sidecar."""
+    small.export_library(tmp_path / "k.so")
+    return (tmp_path / "k.so").read_bytes(), (tmp_path / "k.so.sha256").read_bytes()
+
+
+def test_export_when_a_directory_has_the_sidecars_name(small, tmp_path):
+    """The library is not replaced when its sidecar cannot be (the library was written,
+    then os.replace of the sidecar raised IsADirectoryError out of export_library)."""
+    old, _ = _old_export(small, tmp_path)
+    os.unlink(tmp_path / "k.so.sha256")
+    (tmp_path / "k.so.sha256").mkdir()
+    A = tc.placeholder((4,), name="A")
+    B = tc.compute((4,), lambda i: A[i] * 3, name="B")
+    triple = tc.build(tc.create_schedule(B.op), [A, B], name="triple")
+    with pytest.raises(tc.ExportError, match=r"triple.export_library could not write '.*k\.so' "
+                                             r"or its sidecar '.*k\.so\.sha256' \(Is a "
+                                             r"directory\): the files there are unchanged") as e:
+        triple.export_library(tmp_path / "k.so")
+    assert isinstance(e.value, OSError) and isinstance(e.value, tc.BuildError)
+    assert (tmp_path / "k.so").read_bytes() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.so", "k.so.sha256"]
+    os.unlink(tmp_path / "k.so")
+    with pytest.raises(tc.ExportError):   # and where there was no library: none is left
+        triple.export_library(tmp_path / "k.so")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.so.sha256"]
+
+
+@pytest.mark.parametrize("fail_on", [1, 2, 3])
+def test_export_onto_a_full_disk(small, tmp_path, monkeypatch, fail_on):
+    """Whichever write fails (the library's temporary file, the sidecar's, the rename of
+    the sidecar), the old library and sidecar stay as they were, and the error is an
+    ExportError naming the path and the reason."""
+    import errno
+    from tecomp.codegen import libfiles
+
+    old = _old_export(small, tmp_path)
+    calls = []
+    real_temporary, real_replace = libfiles._temporary, os.replace
+
+    def full(*args):
+        calls.append(args)
+        if len(calls) == fail_on:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(libfiles, "_temporary", lambda *a: full(*a) or real_temporary(*a))
+    if fail_on == 3:   # the two temporaries are written; the sidecar's rename fails
+        monkeypatch.setattr(libfiles.os, "replace", lambda a, b: (
+            full(a, b) if str(b).endswith(".sha256") else None) or real_replace(a, b))
+    with pytest.raises(tc.ExportError, match=r"double.export_library could not write '.*k\.so' "
+                                             r"or its sidecar .* \(No space left on device\): "
+                                             r"the files there are unchanged; check that the "
+                                             r"directory is writable and has room"):
+        small.export_library(tmp_path / "k.so")
+    monkeypatch.undo()
+    assert ((tmp_path / "k.so").read_bytes(), (tmp_path / "k.so.sha256").read_bytes()) == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.so", "k.so.sha256"]
+    tc.load_module(tmp_path / "k.so")
+
+
+def test_export_to_a_name_too_long_for_its_sidecar(small, tmp_path):
+    name = "k" * 250 + ".so"
+    with pytest.raises(tc.BuildError, match=r"double.export_library: the file name 'kkk.* is "
+                                            r"253 bytes long; its sidecar's name .* would be "
+                                            r"260, more than the 255 this file system allows: "
+                                            r"give a shorter file name"):
+        small.export_library(tmp_path / name)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_of_a_name_past_the_format_limit(tmp_path):
+    """Names up to 1 MiB round-trip (tests/test_aot.py); a longer one is refused by the
+    export, which reads its metadata back as load_module will, instead of written and
+    then called damaged by load_module."""
+    A = tc.placeholder((4,), name="A")
+    B = tc.compute((4,), lambda i: A[i] * 2, name="B")
+    f = tc.build(tc.create_schedule(B.op), [A, B], name="k" * ((1 << 20) + 1))
+    with pytest.raises(tc.BuildError, match=r"cannot export k{80}\.\.\.: field 'name' is "
+                                            r"1048577 characters long \(at most 1048576\), "
+                                            r"more than a library can describe; give it "
+                                            r"shorter names"):
+        f.export_library(tmp_path / "k.so")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_export_of_a_shape_condition_the_format_cannot_describe(tmp_path):

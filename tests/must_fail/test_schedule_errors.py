@@ -329,6 +329,22 @@ def test_shared_tile_over_the_shared_memory_limit():
     assert issubclass(tc.ResourceLimitError, tc.BuildError)
 
 
+def test_local_array_over_the_local_memory_limit():
+    """A thread's local array of 128K + 1 float32 (just over the 512 KiB of local memory
+    a CUDA thread may use): ResourceLimitError naming the stage, for nvcc's target and
+    the emulation alike (512 KiB exactly runs: tests/test_cuda_emu.py)."""
+    from cuda_examples import local_row_per_thread  # tests/cuda_examples.py
+    from tecomp.codegen.cuda import codegen_cuda
+
+    s, args = local_row_per_thread(128 * 1024 + 1)
+    func = tc.lower(s, list(args), target="cuda")
+    with pytest.raises(tc.ResourceLimitError, match=r"stage Z: its local \(per-thread\) arrays "
+                                                    r"take 524292 bytes per thread, more than "
+                                                    r"the 524288 bytes of local memory a CUDA "
+                                                    r"thread may use; use smaller tiles"):
+        codegen_cuda(func)
+
+
 def test_extent_that_simplifies_to_a_negative_constant():
     """A shape the DSL could not see is negative (an expression, not an int) is rejected
     when it is lowered, naming the stage and the axis."""

@@ -55,7 +55,10 @@ Lowering
   loops are nested, is the ``parallel_plan`` pass's (``tecomp/lower/parallel.py``).
 * **Allocate**: constant-size buffers up to 64 KiB are ``alloca``s in the entry block of
   the enclosing function (the outlined function inside a parallel body, so each task
-  has its own); larger or symbolic ones use ``tecomp_ws_alloc`` (64-byte aligned, as
+  has its own), up to 512 KiB of them per function (:func:`frame_overflow` chooses, the
+  innermost first); the others share one ``tecomp_ws_alloc`` block per call of the
+  function (the "spill" block, taken before its body runs, each buffer at a 64-byte
+  aligned offset); larger or symbolic ones use ``tecomp_ws_alloc`` (64-byte aligned, as
   the ``alloca``s) and ``tecomp_ws_free``, the thread pool's workspace cache, which keeps
   large freed blocks for the next call (NULL -> error code 2; an error exit frees every
   live heap buffer).  ``tecomp_ws_alloc`` is declared ``noalias``, as malloc is: its
@@ -151,8 +154,78 @@ from .values import (
 
 #: an unrolled loop with a constant extent up to this is unrolled at code generation
 MAX_FULL_UNROLL = 1024
-#: allocations up to this many bytes (constant size) live on the stack
+#: allocations up to this many bytes (constant size) live on the stack ...
 MAX_STACK_ALLOC = 64 * 1024
+#: ... as long as those of one function (the kernel's body, or one parallel task) take at
+#: most this many bytes together: the rest go to the workspace (see :func:`frame_overflow`).
+#: A task runs on a pool thread or the caller's, and the caller's frame holds its own
+#: buffers meanwhile: 2 x 512 KiB stays well inside the smallest default thread stack
+#: (2 MiB, glibc's where the stack limit is unlimited; 8 MiB is usual)
+MAX_STACK_FRAME = 512 * 1024
+
+
+def _constant_bytes(buf: Buffer) -> Optional[int]:
+    """The bytes an allocation of ``buf`` takes when its shape (and strides) are
+    constants, as :meth:`_FnEmitter.alloc_count` counts them; None otherwise."""
+    dims = list(buf.shape) + list(buf.strides or ())
+    if not all(isinstance(d, Const) for d in dims):
+        return None
+    if buf.strides is None:
+        n = 1
+        for e in buf.shape:
+            n *= max(int(e.value), 0)
+    else:
+        n = 1 + sum((max(int(e.value), 1) - 1) * int(st.value)
+                    for e, st in zip(buf.shape, buf.strides))
+    return n * _SIZE[buf.dtype]
+
+
+def frame_overflow(body: Stmt, in_parallel: bool) -> set:
+    """The constant-size allocations up to :data:`MAX_STACK_ALLOC` that ``body`` makes in
+    its own function (not in the parallel tasks it outlines) which go to the workspace
+    because the others take the function's :data:`MAX_STACK_FRAME` (200 buffers of 64 KiB
+    overflowed the 8 MiB stack): the stack keeps the innermost first (a workspace block
+    in an inner loop is taken and given back on every iteration), then the smallest.
+    The emitter counts the bytes again as it places them (a buffer in an unrolled loop
+    is allocated once per copy)."""
+    found: List[Tuple[int, int, int, Buffer]] = []
+
+    def walk(node, depth: int) -> None:
+        if isinstance(node, Allocate):
+            size = _constant_bytes(node.buffer)
+            if size is not None and size <= MAX_STACK_ALLOC:
+                found.append((-depth, size, len(found), node.buffer))
+        elif isinstance(node, For):
+            if node.kind == "parallel" and not in_parallel:
+                return          # an outlined task: a function (and a frame) of its own
+            depth += 1
+        for child in _child_stmts(node):
+            walk(child, depth)
+
+    walk(body, 0)
+    heap, used = set(), 0
+    for _, size, _, buf in sorted(found, key=lambda t: t[:3]):
+        if used + _stack_bytes(size) <= MAX_STACK_FRAME:
+            used += _stack_bytes(size)
+        else:
+            heap.add(buf)
+    return heap
+
+
+def _stack_bytes(size: int) -> int:
+    """What an ``alloca`` of ``size`` bytes, 64-byte aligned, takes of the frame."""
+    return -(-max(size, 1) // 64) * 64
+
+
+def _child_stmts(node) -> List[Stmt]:
+    if isinstance(node, SeqStmt):
+        return list(node.seq)
+    if isinstance(node, IfThenElse):
+        return [node.then_case] + ([node.else_case] if node.else_case is not None else [])
+    if isinstance(node, TensorIntrinCall):
+        return [node.fallback]      # the loops the intrinsic replaced, where it runs them
+    body = getattr(node, "body", None)
+    return [body] if isinstance(body, Stmt) else []
 
 
 class _Annotated:
@@ -220,6 +293,15 @@ class _FnEmitter:
         self.lanes = 1
         self.mask = None
         self.heap_slots: List[object] = []
+        #: the bytes of the frame the Allocates took so far, and which buffers go to the
+        #: workspace for the frame's budget (:func:`frame_overflow`; set by the caller)
+        self.stack_used = 0
+        self.heap_first: set = set()
+        #: the buffers past the budget: one workspace block per call (its pointer in
+        #: ``spill_slot``), each buffer at its offset in it
+        self.spill_slot = None
+        self.spill_bytes = 0
+        self.spill_names: List[str] = []
         self._err_block = None
         self._stmt_stack: List[Stmt] = []
         #: id(For) -> llvm.loop.unroll.count (from pragma "unroll_count")
@@ -235,6 +317,36 @@ class _FnEmitter:
             a.align = align
         return a
 
+    def _allocate_spill(self):
+        """Between the entry block and the body: take the spill block from the workspace
+        (a failure is error 2, KernelMemoryError, as a heap buffer's)."""
+        b = self.b
+        block = self.fn.append_basic_block("spill")
+        self.ab.branch(block)
+        b.position_at_end(block)
+        names = ", ".join(dict.fromkeys(self.spill_names))
+        site = self.mb.add_site(
+            "malloc", names if len(names) <= 200 else names[:200] + "...",
+            f"allocate {names[:200]}",
+            f"{len(self.spill_names)} buffers past the {MAX_STACK_FRAME // 1024} KiB the "
+            f"stack may hold in one function, from the workspace together")
+        size = ir.Constant(_I64, self.spill_bytes)
+        p = b.call(self._ws_alloc(), [size], name="spill")
+        b.store(p, self.spill_slot, align=8)
+        self.guard(b.icmp_unsigned("==", p, ir.Constant(_PTR, None)),
+                   lambda: self.report(ERR_MALLOC, site, None, None, size), name="malloc")
+        b.branch(self.start)
+
+    def _ws_alloc(self):
+        """``tecomp_ws_alloc``, declared ``noalias`` (its block is reached through no other
+        pointer, as malloc's: without it LLVM must assume the kernel's stores to it may
+        change its inputs, and reloads them: attention's 64 KiB+ scratch ran 1.5x slower
+        than on the stack)."""
+        alloc = self.mb.declare(WS_ALLOC, _PTR, [_I64])
+        if "noalias" not in alloc.return_value.attributes:
+            alloc.return_value.add_attribute("noalias")
+        return alloc
+
     def error_block(self):
         if self._err_block is None:
             self._err_block = self.fn.append_basic_block("error")
@@ -242,8 +354,14 @@ class _FnEmitter:
 
     def finish_ok(self):
         """Return 0 from the current block, close the entry block and the error exit."""
+        if self.spill_slot is not None:
+            self.b.call(self.mb.declare(WS_FREE, ir.VoidType(), [_PTR]),
+                        [self.b.load(self.spill_slot, typ=_PTR, align=8)])
         self.b.ret(ir.Constant(_I32, 0))
-        self.ab.branch(self.start)
+        if self.spill_slot is None:
+            self.ab.branch(self.start)
+        else:
+            self._allocate_spill()
         if self._err_block is not None:
             b = ir.IRBuilder(self._err_block)
             for slot in self.heap_slots:
@@ -1102,8 +1220,21 @@ class _FnEmitter:
         count, overflow = self.alloc_count(buf, extents, strides)
         name = _sanitize(buf.name)
         if _is_const(count) and count.constant * elem <= MAX_STACK_ALLOC:
-            n = max(count.constant, 1)
-            ptr = self.alloca(ir.ArrayType(_MEM[buf.dtype], n), name=name, align=64)
+            size = _stack_bytes(count.constant * elem)
+            if buf not in self.heap_first and self.stack_used + size <= MAX_STACK_FRAME:
+                self.stack_used += size
+                ptr = self.alloca(ir.ArrayType(_MEM[buf.dtype], max(count.constant, 1)),
+                                  name=name, align=64)
+            else:   # past the stack budget: in the spill block, 64-byte aligned too
+                if self.spill_slot is None:
+                    self.spill_slot = self.alloca(_PTR, name="spill.slot", align=8)
+                    self.ab.store(ir.Constant(_PTR, None), self.spill_slot, align=8)
+                    self.heap_slots.append(self.spill_slot)
+                base = self.b.load(self.spill_slot, typ=_PTR, align=8)
+                ptr = self.b.gep(base, [ir.Constant(_I64, self.spill_bytes)], inbounds=True,
+                                 source_etype=_I8, name=name)
+                self.spill_bytes += size
+                self.spill_names.append(buf.name)
             self.bufs[buf] = _Buf(buf, ptr, strides, extents)
             try:
                 self.stmt(s.body)
@@ -1134,13 +1265,7 @@ class _FnEmitter:
         # (measurements: benchmarks/DECISIONS.md, "Code generator: aligned heap buffers")
         # (tecomp_ws_alloc: the thread pool's workspace cache, which keeps large freed
         # blocks for the next call instead of giving them back to the system)
-        alloc = self.mb.declare(WS_ALLOC, _PTR, [_I64])
-        if "noalias" not in alloc.return_value.attributes:
-            # a fresh block, as malloc's: no other pointer reaches it (without this
-            # LLVM must assume the kernel's stores to it may change its inputs, and
-            # reloads them: attention's 64 KiB+ scratch ran 1.5x slower than on the stack)
-            alloc.return_value.add_attribute("noalias")
-        p = b.call(alloc, [nbytes], name=name)
+        p = b.call(self._ws_alloc(), [nbytes], name=name)
         self.guard(b.icmp_unsigned("==", p, ir.Constant(_PTR, None)),
                    lambda: self.report(ERR_MALLOC, site, None, None, nbytes), name="malloc")
         b.store(p, slot, align=8)

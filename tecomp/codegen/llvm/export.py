@@ -14,9 +14,10 @@ module's :class:`~tecomp.target.Target` (llvmlite's ``emit_object``) and linked 
 shared object by the system's C compiler driver (``cc``, or ``$CC``) with
 ``-nostartfiles`` (no constructors: loading runs none of the library's code) and
 ``-Bsymbolic`` (its kernels call its own pool even where another library defines the
-same names).  The file is written atomically, then its sha256 sidecar
-(:mod:`tecomp.codegen.libfiles`).  The path is only ever a file name to write: it never
-reaches a command line.
+same names).  The library and its sha256 sidecar (:mod:`tecomp.codegen.libfiles`) are
+written to temporary files beside ``path``, then renamed into place together: a failed
+write (an :class:`~tecomp.errors.ExportError`) leaves the files there as they were.  The
+path is only ever a file name to write: it never reaches a command line.
 """
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ import subprocess
 import sys
 import tempfile
 
-from ...errors import ArgumentError, BuildError, InternalError, LoadError, RuntimeUnavailableError
+from ...errors import (
+    ArgumentError, BuildError, ExportError, InternalError, LoadError, RuntimeUnavailableError,
+)
 from .. import aot_format as fmt
 from . import jit as llvm_jit
-from ..libfiles import digest_bytes, file_path, write_atomic, write_sidecar
+from ..libfiles import file_path, sidecar_path, write_with_sidecar
 
 __all__ = ["export_library", "find_c_compiler", "LINK_FLAGS"]
 
@@ -57,14 +60,26 @@ def find_c_compiler() -> str:
 
 
 def _destination(path, name: str) -> str:
-    """``path`` as a str naming a file that can be written (its directory exists)."""
+    """``path`` as a str naming a file that can be written (its directory exists, and
+    its name leaves room for the sidecar's)."""
     p = os.path.abspath(file_path(path, f"{name}.export_library", ArgumentError))
     if os.path.isdir(p):
         raise BuildError(f"{name}.export_library: {p!r:.200} is a directory; give a file "
                          f"name such as {os.path.join(p, name + '.so')!r:.220}")
-    if not os.path.isdir(os.path.dirname(p)):
+    d = os.path.dirname(p)
+    if not os.path.isdir(d):
         raise BuildError(f"{name}.export_library: the directory of {p!r:.200} does not "
                          f"exist; create it first")
+    side = os.fsencode(sidecar_path(p).name)
+    try:
+        limit = os.pathconf(d, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if limit > 0 and len(side) > limit:
+        raise BuildError(f"{name}.export_library: the file name {os.path.basename(p)!r:.80} "
+                         f"is {len(side) - 7} bytes long; its sidecar's name (the same + "
+                         f"'.sha256') would be {len(side)}, more than the {limit} this file "
+                         f"system allows: give a shorter file name")
     return p
 
 
@@ -122,6 +137,8 @@ def export_library(mod, path, *, pyobject_data_offset: int) -> None:
         func=sig.func, sig=sig, checks=mod.checks, entry=entry, target=target,
         cpu=target.cpu, variants={k: (v.sites, v.notes) for k, v in variants.items()},
         pyobject_data_offset=pyobject_data_offset)
+    # read back as load_module will: a kernel the format cannot describe is refused now
+    fmt.parse_metadata(doc.encode(), f"the library of {name}", exporting=name)
     parts = []
     for (layout, noalias), v in variants.items():
         sym = fmt.variant_symbol(entry, layout, noalias)
@@ -143,8 +160,17 @@ def export_library(mod, path, *, pyobject_data_offset: int) -> None:
     if image.section is None or image.section.rstrip(b"\0") != doc.encode():
         raise InternalError(f"the library linked for {name} lost its metadata section "
                             f"{fmt.SECTION}")
-    write_atomic(dest, data, 0o755)
-    write_sidecar(dest, digest_bytes(data))
+    try:
+        # the library and its sidecar replace the old ones together, or neither does
+        write_with_sidecar(dest, data, 0o755)
+    except OSError as e:
+        what = e.strerror or str(e)
+        raise ExportError(
+            f"{name}.export_library could not write {dest!r:.200} or its sidecar "
+            f"{str(sidecar_path(dest))!r:.200} ({what[:200]}): the files there are "
+            f"unchanged; check that the directory is writable and has room for "
+            f"{len(data)} bytes, and that no directory has the sidecar's name, or export "
+            f"to another path") from None
 
 
 def _link(cc: str, obj: bytes, name: str) -> bytes:

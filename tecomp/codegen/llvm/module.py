@@ -16,7 +16,7 @@ from ...ir.stmt import For, PrimFunc
 from ..signature import CheckSite, Signature
 from . import jit as llvm_jit
 from .abi import ERR_WORDS, body_params, emit_entry, emit_pyarrays_entry
-from .emitter import _FnEmitter
+from .emitter import _FnEmitter, frame_overflow
 from .intrinsics import _mangle
 from .policy import TargetPolicy
 from .values import _I1, _I32, _I64, _PTR, Val, _Buf, _i64_at, _sanitize
@@ -170,6 +170,7 @@ class _ModuleBuilder:
             else:
                 strides = em.declared_strides(b, extents)
             em.bufs[b] = _Buf(b, args[k], strides, extents)
+        em.heap_first = frame_overflow(self.func.body, in_parallel=False)
         em.stmt(self.func.body)
         em.finish_ok()
 
@@ -260,6 +261,7 @@ class _ModuleBuilder:
                 em.env64[var] = Val(get(s64ref))
         for b, pref, srefs, erefs, _ in buf_plan:
             em.bufs[b] = _Buf(b, get(pref), [get(r) for r in srefs], [get(r) for r in erefs])
+        em.heap_first = frame_overflow(loop.body, in_parallel=True)
         lo_v = get(lo_ref)
         start = em.iadd(lo_v, begin)
         stop_n = em.b.sub(end, begin)
