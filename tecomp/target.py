@@ -17,14 +17,24 @@ vector width (``lanes``: float32 lanes of a vector register), the vector registe
 Target or its string wherever they take ``target=``.
 
 An ``llvm`` target for a CPU other than the host compiles every function for that CPU (its
-LLVM ``target-cpu`` and ``target-features``); such a module runs here when this CPU has
-every feature it was compiled for (AVX2 code on an AVX-512 machine), and a call of one
-that needs more (AVX-512 code on an AVX2 machine) raises a :class:`TargetError` instead of
-executing an illegal instruction.  Its source (``get_source("asm")``) is there either way.
+LLVM ``target-cpu`` and ``target-features``).  Its :attr:`Target.features` are LLVM's own
+for that CPU and ``-mattr`` (asked of LLVM, :func:`tecomp.codegen.llvm.jit.cpu_features`),
+not a table's: ``-mcpu=sapphirerapids`` brings AVX512-FP16, AMX and the rest.  Such a
+module runs here when this CPU has every feature the code may use
+(:attr:`Target.checked_features`: AVX2 code on an AVX-512 machine), and a call of one
+that needs more (AVX-512 code on an AVX2 machine, FP16 code on a Zen 4) raises a
+:class:`TargetError` naming the features instead of executing an illegal instruction.
+Its source (``get_source("asm")``) is there either way.
+
+``-mattr`` names LLVM's features (a name LLVM does not know is a :class:`TargetError`,
+not a warning LLVM prints and ignores) and cannot remove the x86-64 baseline
+(:data:`BASELINE`): without SSE there is no floating point in the x86-64 calling
+convention, without ``cx8`` LLVM calls libatomic for the thread pool's atomics.
 
 Caches and threads of another CPU are not measured: the table below gives the caches of
 the CPUs it names (per core, from their vendors' documents), and ``threads`` is the
 runtime's thread count (``tc.set_num_threads``) unless ``-num-cores`` says otherwise.
+``-mcpu=native`` is the host, as in LLVM.
 """
 from __future__ import annotations
 
@@ -35,13 +45,13 @@ from typing import Dict, FrozenSet, Optional, Tuple
 
 from .errors import TargetError
 
-__all__ = ["Target", "KINDS", "CPUS"]
+__all__ = ["Target", "KINDS", "CPUS", "BASELINE", "INTRINSIC_ONLY"]
 
 #: the target kinds ``tc.build`` knows
 KINDS = ("llvm", "cuda", "cuda-emu")
 
-# x86 feature sets by vector ISA (the features tecomp's code generator asks about; LLVM
-# derives the rest from the CPU name)
+# x86 feature sets by vector ISA: the features tecomp's code generator asks about, where
+# LLVM cannot be asked for a CPU's (Target.features asks LLVM wherever it is there)
 _SSE = frozenset({"sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2"})
 _AVX = _SSE | {"avx"}
 _AVX2 = _AVX | {"avx2", "fma", "f16c", "bmi", "bmi2"}
@@ -54,6 +64,26 @@ _IMPLIES = {"avx": _SSE, "avx2": _AVX, "fma": _AVX, "avx512f": _AVX2,
             "avx512bw": _AVX2 | {"avx512f"}, "avx512dq": _AVX2 | {"avx512f"},
             "avx512vl": _AVX2 | {"avx512f"}, "avx512cd": _AVX2 | {"avx512f"},
             "avx512vnni": _AVX512, "avx512bf16": _VNNI}
+
+#: the x86-64 baseline (LLVM's ``x86-64`` CPU): the calling convention passes floats in
+#: SSE registers, the runtime's atomics need ``cx8``; ``-mattr`` cannot remove these
+BASELINE = frozenset({"64bit", "cmov", "cx8", "fxsr", "mmx", "sse", "sse2", "x87"})
+
+#: features whose instructions LLVM emits only for their own intrinsics (AES, SHA, AMX,
+#: system, security and cache-control instructions, AVX10.1's, which are its AVX-512
+#: features', the VEX forms of VNNI-INT8/16 and NE-CONVERT, which act on types tecomp's
+#: code does not have): code tecomp generates never contains them, so a CPU without them
+#: runs code compiled for one with them, and :attr:`Target.checked_features` leaves them
+#: out.  A tensor intrinsic that calls one names it in ``requires``; then it is checked.
+INTRINSIC_ONLY = frozenset({
+    "aes", "vaes", "pclmul", "vpclmulqdq", "sha", "sha512", "sm3", "sm4",
+    "amx-avx512", "amx-bf16", "amx-complex", "amx-fp16", "amx-fp8", "amx-int8", "amx-movrs",
+    "amx-tf32", "amx-tile", "avx10.1", "avxneconvert", "avxvnniint8", "avxvnniint16",
+    "cldemote", "clflushopt", "clwb", "clzero", "cmpccxadd", "enqcmd", "fsgsbase", "hreset",
+    "invpcid", "kl", "widekl", "lwp", "movdir64b", "movdiri", "movrs", "mwaitx", "pconfig",
+    "pku", "prefetchi", "ptwrite", "rdpid", "rdpru", "rdrnd", "rdseed", "rtm", "serialize",
+    "sgx", "shstk", "tsxldtrk", "uintr", "usermsr", "waitpkg", "wbnoinvd", "xsave", "xsavec",
+    "xsaveopt", "xsaves"})
 
 #: ``-mcpu`` names tecomp knows: (features, L1d bytes, L2 bytes per core, L3 bytes)
 CPUS: Dict[str, Tuple[FrozenSet[str], int, int, int]] = {
@@ -112,6 +142,29 @@ _OPTIONS = {"llvm": ("mcpu", "mattr", "num-cores", "mtriple"),
 _FEATURE = re.compile(r"^[+-][a-z0-9][a-z0-9._-]*$")
 
 
+def _check_feature(entry: str) -> None:
+    """Refuse the ``-mattr`` entry ``entry`` (``+name`` or ``-name``) when LLVM does not
+    know the feature (it would print a warning and ignore it) or it removes one of the
+    x86-64 baseline (the code would crash: see :data:`BASELINE`)."""
+    name = entry[1:]
+    known = _feature_names()
+    if known is not None and name not in known and name not in BASELINE:
+        import difflib
+
+        close = difflib.get_close_matches(name, sorted(known), n=3)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise TargetError(f"target llvm: -mattr names {name!r:.40}, which is not a CPU feature "
+                          f"LLVM knows; {hint}give LLVM's names, e.g. +avx2, +fma, "
+                          f"+avx512f, +avx512vnni")
+    if entry[0] == "-" and name in BASELINE:
+        raise TargetError(f"target llvm: -mattr={entry} removes {name}, which every x86-64 "
+                          f"CPU has and tecomp's code needs (x86-64 passes floats in SSE "
+                          f"registers; the thread pool's atomics need cx8): remove only "
+                          f"features above the x86-64 baseline ({', '.join(sorted(BASELINE))}), "
+                          f"e.g. -mattr=-avx512f, or pick an older CPU with -mcpu "
+                          f"(-mcpu=x86-64 has nothing above it)")
+
+
 def _fix(what: str) -> str:
     return (f"{what}; write targets as TVM does, e.g. 'llvm', 'llvm -mcpu=skylake-avx512', "
             f"'llvm -mattr=+avx2,+fma', 'cuda -arch=sm_90'")
@@ -156,17 +209,20 @@ class Target:
             if trip is not None and not trip.startswith("x86_64"):
                 raise TargetError(_fix(f"target llvm: -mtriple={trip!r:.60} is not supported "
                                        f"(tecomp generates x86-64 code)"))
+            if mcpu == "native":
+                mcpu = _host_cpu()
             if mcpu is not None and mcpu not in CPUS and mcpu != _host_cpu():
                 raise TargetError(_fix(
                     f"target llvm: unknown -mcpu={mcpu!r:.40} (known: {', '.join(CPUS)}, and "
-                    f"this machine's {_host_cpu()!r}); for another CPU give its features "
-                    f"with -mattr"))
+                    f"this machine's {_host_cpu()!r} or 'native'); for another CPU give its "
+                    f"features with -mattr"))
             if "mattr" in opts:
                 parts = opts["mattr"].split(",")
                 for p in parts:
                     if not _FEATURE.match(p):
                         raise TargetError(_fix(f"target llvm: -mattr entry {p!r:.40} is not "
                                                f"+feature or -feature"))
+                    _check_feature(p)
                 mattr = tuple(parts)
             if "num-cores" in opts:
                 try:
@@ -241,12 +297,16 @@ class Target:
 
     @property
     def features(self) -> FrozenSet[str]:
-        """The CPU features (without ``+``) the code may use."""
+        """The CPU features (LLVM's names, without ``+``) LLVM compiles for: the host's,
+        or those LLVM gives ``cpu`` with the ``-mattr`` entries (what they add and
+        imply, less what they remove and what needs it)."""
         self._need("llvm", "features")
         if self._feats is None:
             if self._host:
                 feats = _host_features()
             else:
+                feats = _llvm_cpu_features(self.cpu, self.llvm_features)
+            if feats is None:   # no LLVM here: tecomp's table
                 feats = set(CPUS[self.mcpu][0] if self.mcpu in CPUS else
                             (_host_features() if self.mcpu is not None else CPUS["x86-64"][0]))
                 for a in self.mattr:
@@ -258,6 +318,13 @@ class Target:
                         feats.discard(name)
             object.__setattr__(self, "_feats", frozenset(feats))
         return self._feats
+
+    @property
+    def checked_features(self) -> FrozenSet[str]:
+        """The features code for this target may use, compared with a machine's before the
+        code runs there (a call of a module, ``tc.load_module``): :attr:`features` but
+        those LLVM emits only for their own intrinsics (:data:`INTRINSIC_ONLY`)."""
+        return self.features - INTRINSIC_ONLY
 
     @property
     def llvm_features(self) -> str:
@@ -322,13 +389,21 @@ class Target:
         except Exception:  # noqa: BLE001 - no runtime: the cores
             return os.cpu_count() or 1
 
-    def runs_here(self) -> Optional[str]:
-        """None when code for this target runs on this machine, else why not."""
-        if self.kind != "llvm" or self._host:
-            return None
-        missing = sorted(self.features - _host_features())
+    def missing_here(self, required=()) -> Tuple[str, ...]:
+        """The features code for this target may use (:attr:`checked_features`, and
+        ``required``: those a tensor intrinsic in it needs) that this machine's CPU lacks,
+        sorted."""
+        if self.kind != "llvm":
+            return ()
+        need = set(required) if self._host else self.checked_features | set(required)
+        return tuple(sorted(need - _host_features()))
+
+    def runs_here(self, required=()) -> Optional[str]:
+        """None when code for this target runs on this machine, else why not
+        (``required``: see :meth:`missing_here`)."""
+        missing = self.missing_here(required)
         if missing:
-            return (f"code for {self} uses {', '.join(missing)}, which this CPU "
+            return (f"code for {self} may use {', '.join(missing)}, which this CPU "
                     f"({_host_cpu()}) does not have")
         return None
 
@@ -365,6 +440,13 @@ def _host_features() -> FrozenSet[str]:
     return _HOST_INFO["features"]  # type: ignore[return-value]
 
 
+def _feature_names() -> Optional[FrozenSet[str]]:
+    """Every feature name LLVM knows (None without LLVM)."""
+    if "features" not in _HOST_INFO:
+        _read_host()
+    return _HOST_INFO["names"]  # type: ignore[return-value]
+
+
 def _read_host() -> None:
     with _LOCK:
         if "features" in _HOST_INFO:
@@ -375,10 +457,21 @@ def _read_host() -> None:
             h = llvm_jit.host()
             cpu = h.cpu
             feats = frozenset(f[1:] for f in h.features.split(",") if f.startswith("+"))
+            names = h.feature_names or None
         except Exception:  # noqa: BLE001 - no LLVM here: a plain AVX2 machine
-            cpu, feats = "haswell", CPUS["haswell"][0]
+            cpu, feats, names = "haswell", CPUS["haswell"][0], None
         _HOST_INFO["cpu"] = cpu
+        _HOST_INFO["names"] = names
         _HOST_INFO["features"] = feats
+
+
+def _llvm_cpu_features(cpu: str, features: str) -> Optional[FrozenSet[str]]:
+    """LLVM's features for ``cpu`` with ``features`` (None without LLVM)."""
+    if _feature_names() is None:
+        return None
+    from .codegen.llvm import jit as llvm_jit
+
+    return llvm_jit.cpu_features(cpu, features)
 
 
 def _host_cache(level: int, default: int) -> int:

@@ -1,6 +1,11 @@
 """tc.Target: parsing, the machine facts it holds, cross-targeting (AVX2 and SSE code built
 and run on this machine), and compute definitions that do not depend on it."""
+import json
+import os
 import pickle
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -160,7 +165,8 @@ def test_cross_target_schedules_run_here(target):
         else:
             assert "ymm" in asm, f"{name} for {target}: no AVX vectors"
         ir = f.get_source("llvm-unopt")
-        assert f'"target-cpu"="{t.cpu}"' in ir
+        # (on a Haswell, "llvm -mcpu=haswell" is the host: compiled without attributes)
+        assert (f'"target-cpu"="{t.cpu}"' in ir) == (not t.is_host)
 
 
 def test_host_target_keeps_its_code():
@@ -277,3 +283,130 @@ def test_schedule_backward_for_a_target():
     np.testing.assert_allclose(ox, ones @ w, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(ow, ones.T @ x, rtol=1e-4, atol=1e-4)
     assert "zmm" not in f.get_source("asm")
+
+
+# ---------------------------------------------------------------------------------------
+# the features of a target are LLVM's; code needing one this CPU lacks never runs here
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_features_are_llvms_for_the_cpu_and_mattr():
+    spr = tc.Target("llvm -mcpu=sapphirerapids")
+    # what tecomp's own table never listed: FP16, AMX, VBMI, GFNI ...
+    assert {"avx512fp16", "amx-tile", "avx512vbmi", "gfni", "avx512bf16"} <= spr.features
+    assert "avx512fp16" in spr.checked_features and "amx-tile" not in spr.checked_features
+    hsw = tc.Target("llvm -mcpu=haswell")
+    assert {"avx2", "fma", "f16c", "bmi2", "movbe"} <= hsw.features
+    assert not any(f.startswith("avx512") for f in hsw.features)
+    # a removal takes what needs it along; an addition brings what it implies
+    no512 = tc.Target("llvm -mcpu=skylake-avx512 -mattr=-avx512f")
+    assert not any(f.startswith("avx512") for f in no512.features) and "fma" in no512.features
+    fp16 = tc.Target("llvm -mattr=+avx512fp16")
+    assert {"avx512fp16", "avx512bw", "avx512f", "avx2", "f16c"} <= fp16.features
+    assert tc.Target("llvm -mcpu=x86-64").features >= {"sse2", "cmov", "cx8"}
+    assert not tc.Target("llvm -mcpu=x86-64").features & {"sse3", "avx", "f16c", "popcnt"}
+    # the host by its name, and as native, is the host
+    assert tc.Target("llvm -mcpu=native") == tc.Target("llvm")
+    assert tc.Target("llvm -mcpu=native").is_host
+
+
+_MISSING_FEATURE_CHILD = r"""
+import json, sys
+import numpy as np
+import tecomp as tc
+from tecomp import target as T
+from tecomp.codegen import aot_format
+
+target, drop, lib = sys.argv[1], sys.argv[2].split(",") if sys.argv[2] else [], sys.argv[3]
+if drop:   # a CPU without these features, as the checks see it
+    T._read_host()
+    T._HOST_INFO["features"] = T._HOST_INFO["features"] - set(drop)
+    real = aot_format.host_cpu_features
+    aot_format.host_cpu_features = lambda: real() - set(drop)
+A = tc.placeholder((256,), dtype="float16", name="A")
+B = tc.compute((256,), lambda i: A[i] * A[i], name="B")
+s = tc.create_schedule(B.op)
+s[B].vectorize(B.op.axis[0])
+f = tc.build(s, [A, B], target=target)
+out = {"asm": f.get_source("asm")}
+a = np.linspace(-2, 2, 256).astype("float16")
+try:
+    f(a, np.zeros_like(a))
+    out["call"] = "ran"
+except tc.TargetError as e:
+    out["call"] = str(e)
+f.export_library(lib)
+try:
+    tc.load_module(lib)(a, np.zeros_like(a))
+    out["load"] = "ran"
+except tc.LoadError as e:
+    out["load"] = str(e)
+print(json.dumps(out))
+"""
+
+
+def _run_missing_feature_child(target, drop, tmp_path):
+    p = subprocess.run([sys.executable, "-c", _MISSING_FEATURE_CHILD, target, ",".join(drop),
+                        str(tmp_path / "lib.so")], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+    assert p.returncode == 0, f"the child died ({p.returncode}):\n{p.stderr[-3000:]}"
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_fp16_code_refuses_a_cpu_without_avx512_fp16(tmp_path):
+    """Code for Sapphire Rapids multiplies float16 with vmulph (AVX512-FP16), which a Zen 4
+    lacks: on such a CPU (simulated: the checks see this one without avx512fp16) neither
+    the module nor its exported library runs it; both name the feature and the fix."""
+    drop = ["avx512fp16"] if tc.Target("llvm").has_feature("avx512fp16") else []
+    got = _run_missing_feature_child("llvm -mcpu=sapphirerapids", drop, tmp_path)
+    assert "vmulph" in got["asm"]   # an AVX512-FP16 instruction
+    assert re.search(r"cannot run on this machine: code for llvm -mcpu=sapphirerapids may use "
+                     r"(\S+, )*avx512fp16\b.*'llvm -mcpu=native'.*-mattr=(\S+,)*-avx512fp16",
+                     got["call"]), got["call"]
+    assert re.search(r"needs the CPU feature\(s\) (\S+, )*avx512fp16\b.*illegal instruction",
+                     got["load"]), got["load"]
+
+
+def _target_this_cpu_cannot_run():
+    """A named CPU (else an -mattr) whose code may use a feature this CPU lacks, and the
+    feature; None where this CPU has every feature of them all."""
+    host = tc.Target("llvm").features
+    for name in tc.target.CPUS:
+        t = tc.Target(f"llvm -mcpu={name}")
+        missing = sorted(t.checked_features - host)
+        if missing and not t.is_host:
+            return str(t), missing[0]
+    for f in ("fma4", "xop", "tbm", "sse4a", "avx512fp16", "avx512vp2intersect"):
+        if f not in host:
+            return f"llvm -mattr=+{f}", f
+    return None
+
+
+def test_code_for_a_feature_this_cpu_lacks_is_refused(tmp_path):
+    """The same on the real CPU, whichever it is: a target whose code this CPU cannot run
+    (Zen code on an Intel CPU, Sapphire Rapids code on a Zen 4, ...) is refused when
+    called and when loaded, naming a feature it lacks."""
+    found = _target_this_cpu_cannot_run()
+    if found is None:
+        pytest.skip("this CPU has every feature of every target tecomp names")
+    target, feature = found
+    got = _run_missing_feature_child(target, [], tmp_path)
+    assert re.search(rf"cannot run on this machine: code for {re.escape(target)} may use "
+                     rf".*\b{re.escape(feature)}\b", got["call"]), got["call"]
+    assert re.search(rf"needs the CPU feature\(s\) .*\b{re.escape(feature)}\b", got["load"]), \
+        got["load"]
+
+
+def test_features_llvm_emits_only_for_intrinsics_are_not_compared(monkeypatch):
+    """A hypervisor may hide PKU or RDRAND: code for a CPU with them still runs (LLVM
+    never emits their instructions for a kernel); one a tensor intrinsic requires counts."""
+    from tecomp import target as T
+
+    t = tc.Target("llvm -mcpu=skylake-avx512")
+    assert {"pku", "rdrnd"} <= t.features - t.checked_features
+    T._read_host()
+    monkeypatch.setitem(T._HOST_INFO, "features",
+                        (T._HOST_INFO["features"] | t.checked_features) - {"pku", "rdrnd"})
+    assert t.missing_here() == ()
+    assert t.missing_here(required=("pku",)) == ("pku",)

@@ -52,7 +52,7 @@ from .threads import POOL_FUNCTIONS
 __all__ = ["FORMAT", "FORMAT_VERSION", "SECTION", "METADATA_SYMBOL", "METADATA_FUNCTION",
            "VARIANTS", "variant_symbol", "reserved_symbols", "build_metadata",
            "parse_metadata", "LibraryInfo", "check_signature", "needed_features",
-           "host_cpu_features", "CHECKED_FEATURES"]
+           "host_cpu_features", "CHECKED_FEATURES", "UNREPORTED_FEATURES"]
 
 FORMAT = "tecomp-aot-library"
 #: the metadata format this tecomp writes and reads; a library of another is refused
@@ -91,8 +91,8 @@ def reserved_symbols() -> FrozenSet[str]:
 
 #: LLVM's name of each x86 feature whose use the loader checks -> its flag in
 #: /proc/cpuinfo: the instruction-set extensions code generation may use for a kernel
-#: (system features such as rtm or xsave are never emitted for arithmetic, and
-#: /proc/cpuinfo and LLVM may disagree about them: they are not checked)
+#: (``tc.Target.checked_features``; features LLVM emits only for their own intrinsics,
+#: such as rtm, xsave or AMX, are not checked unless a tensor intrinsic requires them)
 CHECKED_FEATURES: Dict[str, str] = {
     "64bit": "lm", "cmov": "cmov", "cx8": "cx8", "cx16": "cx16", "mmx": "mmx", "fxsr": "fxsr",
     "sahf": "lahf_lm", "popcnt": "popcnt", "lzcnt": "abm", "movbe": "movbe", "bmi": "bmi1",
@@ -105,14 +105,26 @@ CHECKED_FEATURES: Dict[str, str] = {
     "avx512vpopcntdq": "avx512_vpopcntdq", "avx512vnni": "avx512_vnni",
     "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16", "avxvnni": "avx_vnni",
     "gfni": "gfni", "vaes": "vaes", "vpclmulqdq": "vpclmulqdq",
+    "avx512vp2intersect": "avx512_vp2intersect", "avxifma": "avx_ifma", "tbm": "tbm",
+    "aes": "aes", "pclmul": "pclmulqdq", "sha": "sha_ni", "rdrnd": "rdrand",
+    "rdseed": "rdseed", "amx-tile": "amx_tile", "amx-int8": "amx_int8",
+    "amx-bf16": "amx_bf16", "amx-fp16": "amx_fp16",
 }
 
+#: features code generation may use that Linux does not report in /proc/cpuinfo (AVX10.2,
+#: APX, RAO-INT): the loader cannot tell whether this CPU has them, so it refuses a
+#: library that needs one
+UNREPORTED_FEATURES = frozenset({"avx10.2", "egpr", "ndd", "ppx", "push2pop2", "nf", "ccmp",
+                                 "cf", "zu", "raoint"})
 
-def needed_features(features) -> Tuple[List[str], List[str]]:
-    """``(checked, unchecked)``: the features a target compiles for, split into those
-    the loader checks (:data:`CHECKED_FEATURES`) and the others, each sorted."""
-    feats = set(features)
-    return sorted(feats & CHECKED_FEATURES.keys()), sorted(feats - CHECKED_FEATURES.keys())
+
+def needed_features(target, required=()) -> Tuple[List[str], List[str]]:
+    """``(checked, unchecked)``: the features the code for ``target`` may use
+    (``target.checked_features``, and ``required``: those its tensor intrinsics need),
+    which the loader compares with the CPU's, and the rest of the target's, for
+    information; each sorted."""
+    checked = set(target.checked_features) | set(required)
+    return sorted(checked), sorted(set(target.features) - checked)
 
 
 def host_cpu_features() -> Optional[FrozenSet[str]]:
@@ -183,9 +195,10 @@ class _ExprEncoder:
 
 def build_metadata(*, func, sig: Signature, checks: bool, entry: str, target, cpu: str,
                    variants: Dict[Tuple[str, bool], Tuple[Sequence[CheckSite], Sequence[str]]],
-                   pyobject_data_offset: int) -> str:
+                   pyobject_data_offset: int, required_features=()) -> str:
     """The metadata JSON of a library (see the module docstring).  ``variants`` maps each
-    of :data:`VARIANTS` to its check sites and vectorization notes."""
+    of :data:`VARIANTS` to its check sites and vectorization notes;
+    ``required_features``: the CPU features its tensor intrinsics require."""
     enc = _ExprEncoder(func.name)
     params = []
     for p in sig.params:
@@ -201,7 +214,7 @@ def build_metadata(*, func, sig: Signature, checks: bool, entry: str, target, cp
             params.append({"kind": "scalar", "var": enc.var(p.var), "slot": p.slot})
     param_checks = [{"expr": enc.expr(pc.expr), "lower": int(pc.lower), "uses": list(pc.uses)}
                     for pc in func.attrs.get("param_checks", ())]
-    checked, unchecked = needed_features(target.features)
+    checked, unchecked = needed_features(target, required_features)
     doc = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,

@@ -8,8 +8,11 @@ Each is controlled through the same C functions (``tecomp_pool_set_threads``, ..
 this module keeps the list of them and applies every setting to all:
 
 * ``set_num_threads(n)`` sets every pool's thread count, now and for pools registered
-  later; ``get_num_threads()`` is that count.  The default is ``os.cpu_count()``, or the
-  environment variable ``TECOMP_NUM_THREADS``, read when the first pool is registered.
+  later; ``get_num_threads()`` is that count.  The default, read when the first pool is
+  registered, is the environment variable ``TECOMP_NUM_THREADS``, else
+  :func:`available_cpus`: the CPUs the process may run on (its affinity mask:
+  ``taskset``, cpusets), fewer where its cgroup's CPU quota allows fewer (``docker
+  --cpus``, Kubernetes CPU limits), rounded up.
 * ``TECOMP_SPIN`` and ``TECOMP_WAIT_SPIN`` (see ``llvm.threadpool``) apply to every pool.
 * At exit every pool's workers are joined; in a ``fork()``ed child every pool forgets its
   workers (they did not survive the fork) and starts new ones when it next needs them.
@@ -22,6 +25,7 @@ import atexit
 import ctypes
 import numbers
 import os
+import stat
 import threading
 import warnings
 from typing import Callable, List, Optional
@@ -29,7 +33,8 @@ from typing import Callable, List, Optional
 from ..errors import TecompError
 
 __all__ = ["PoolControls", "register", "set_num_threads", "get_num_threads",
-           "default_num_threads", "spin_from_env", "DEFAULT_SPIN", "DEFAULT_WAIT_SPIN",
+           "default_num_threads", "available_cpus", "cgroup_cpu_limit", "spin_from_env",
+           "DEFAULT_SPIN", "DEFAULT_WAIT_SPIN",
            "MAX_THREADS", "POOL_FUNCTIONS", "DEFAULT_WORKSPACE_LIMIT", "set_workspace_limit",
            "release_workspace", "workspace_cached", "workspace_limit_from_env"]
 
@@ -83,10 +88,116 @@ _ws_limit: Optional[int] = None
 _hooks_installed = False
 
 
+#: where the cgroup file systems are mounted, and the file naming this process's cgroups
+CGROUP_ROOT = "/sys/fs/cgroup"
+PROC_SELF_CGROUP = "/proc/self/cgroup"
+
+
+def _read_small(path: str, limit: int = 4096) -> Optional[str]:
+    """The first ``limit`` bytes of the regular file ``path`` as text, or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) |
+                     getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _positive(text: str) -> Optional[int]:
+    try:
+        v = int(text)
+    except ValueError:
+        return None
+    return v if v > 0 else None
+
+
+def _quota_cpus(quota: Optional[int], period: Optional[int]) -> Optional[int]:
+    if quota is None or period is None:
+        return None
+    return max(1, -(-quota // period))
+
+
+def cgroup_cpu_limit(cgroup_root: Optional[str] = None,
+                     proc_cgroup: Optional[str] = None) -> Optional[int]:
+    """The CPUs this process's cgroup CPU quota allows (``quota / period`` rounded up),
+    or None where there is no quota or it cannot be read.
+
+    cgroup v2: ``cpu.max`` (``"max 100000"``: none; ``"200000 100000"``: 2) of the cgroup
+    ``/proc/self/cgroup`` names and of each of its ancestors; v1: ``cpu.cfs_quota_us`` and
+    ``cpu.cfs_period_us`` in the ``cpu`` hierarchy (quota -1: none).  The smallest limit
+    found applies.  The process's own cgroup directory is tried under ``cgroup_root``
+    (default :data:`CGROUP_ROOT`) and, where it is not there (a container whose cgroup is
+    mounted as the root), the root itself.  Missing, unreadable or malformed files count
+    as no limit."""
+    root = CGROUP_ROOT if cgroup_root is None else cgroup_root
+    text = _read_small(PROC_SELF_CGROUP if proc_cgroup is None else proc_cgroup, 65536)
+    v2_path, v1_path = "/", None
+    for line in (text or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2_path = parts[2]
+        elif "cpu" in parts[1].split(","):
+            v1_path = (parts[1], parts[2])
+
+    def ancestors(base: str, path: str):
+        dirs, p = [], path.strip()
+        while p.startswith("/") and p not in ("", "/"):
+            dirs.append(os.path.join(base, p.lstrip("/")))
+            p = os.path.dirname(p)
+        dirs.append(base)
+        return dirs
+
+    limits = []
+    for d in ancestors(root, v2_path):
+        t = _read_small(os.path.join(d, "cpu.max"))
+        if t is not None:
+            f = t.split()
+            if len(f) == 2 and f[0] != "max":
+                limits.append(_quota_cpus(_positive(f[0]), _positive(f[1])))
+    if v1_path is not None:
+        for base in (os.path.join(root, v1_path[0]), os.path.join(root, "cpu"),
+                     os.path.join(root, "cpu,cpuacct")):
+            if not os.path.isdir(base):
+                continue
+            for d in ancestors(base, v1_path[1]):
+                q = _read_small(os.path.join(d, "cpu.cfs_quota_us"))
+                per = _read_small(os.path.join(d, "cpu.cfs_period_us"))
+                if q is not None and per is not None:
+                    limits.append(_quota_cpus(_positive(q.strip()), _positive(per.strip())))
+            break
+    limits = [n for n in limits if n is not None]
+    return min(limits) if limits else None
+
+
+def available_cpus(cgroup_root: Optional[str] = None,
+                   proc_cgroup: Optional[str] = None) -> int:
+    """The CPUs this process may use: those of its affinity mask
+    (``os.sched_getaffinity``: ``taskset``, cpusets; ``os.cpu_count()`` where there is
+    none), at most what its cgroup CPU quota allows (:func:`cgroup_cpu_limit`); at
+    least 1."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    limit = cgroup_cpu_limit(cgroup_root, proc_cgroup)
+    if limit is not None:
+        n = min(n, limit)
+    return max(1, n)
+
+
 def default_num_threads() -> int:
     """``TECOMP_NUM_THREADS`` if it is a positive integer (a warning otherwise), else
-    ``os.cpu_count()``; at most :data:`MAX_THREADS`."""
-    n = os.cpu_count() or 1
+    :func:`available_cpus`; at most :data:`MAX_THREADS`."""
+    n = available_cpus()
     env = os.environ.get("TECOMP_NUM_THREADS")
     if env is not None and env.strip():
         try:
@@ -96,7 +207,8 @@ def default_num_threads() -> int:
             n = v
         except ValueError:
             warnings.warn(f"TECOMP_NUM_THREADS={env!r} is not a positive integer; "
-                          f"using {n} threads (os.cpu_count())", RuntimeWarning, stacklevel=3)
+                          f"using {n} threads (the CPUs this process may use)",
+                          RuntimeWarning, stacklevel=3)
     return min(n, MAX_THREADS)
 
 

@@ -169,6 +169,15 @@ def _check_cpu(info: "_fmt.LibraryInfo", where: str) -> None:
         raise LoadError(
             f"{where}: the CPU features of this machine cannot be read (/proc/cpuinfo), so "
             f"whether it can run the {_fmt.library_description(info)} is unknown")
+    unreported = sorted(f for f in info.features if f in _fmt.UNREPORTED_FEATURES)
+    if unreported:
+        raise LoadError(
+            f"{where} needs the CPU feature(s) {', '.join(unreported)}, which Linux does not "
+            f"report in /proc/cpuinfo, so whether this CPU has them is unknown "
+            f"({_fmt.library_description(info)}): its code could stop with an illegal "
+            f"instruction. Export it for a target without them (-mattr="
+            f"{','.join('-' + f for f in unreported)}), or build it with tc.build on the "
+            f"machine that runs it")
     unknown = sorted(f for f in info.features if f not in _fmt.CHECKED_FEATURES)
     if unknown:
         raise LoadError(

@@ -542,6 +542,8 @@ class _Variant:
         #: the entry that takes data pointers (torch tensors' fast path)
         self.fn_ptr = self.fn if sym == mb.symbol else _KERNEL_T(jm.addresses[mb.symbol])
         self.seconds = seconds
+        #: the CPU features its tensor intrinsics require (none for a loaded library's)
+        self.required_features = frozenset(getattr(mb, "required_features", ()))
 
 
 # ---------------------------------------------------------------------------------------
@@ -578,11 +580,12 @@ class Module(Timed):
         self._fast = _compile_fast_path(self._fast_source, self._plan) or _no_fast_path
         self._fast_tensors = None  # the torch binder: made when a call first passes a tensor
         self._fast_grad = None  # the same for call_grad_inputs
-        why = target.runs_here() if target is not None else None
+        missing = (target.missing_here(getattr(mb, "required_features", ()))
+                   if target is not None else ())
         #: the compiled binder and this kernel's program for it (see :meth:`__call__`)
         self._bind = self._bind_prog = None
         self._bind_addr = 0
-        if why is None:
+        if not missing:
             prog = _binder_program(self._plan, jm.addresses[mb.symbol])
             fn = _binder() if prog is not None else None
             if fn is not None:
@@ -591,10 +594,17 @@ class Module(Timed):
         else:
             # compiled for a CPU feature this one lacks: a call would execute an illegal
             # instruction, so every call raises instead (the source is still there)
-            def refuse(args, sc, _why=why, _name=self.name):
-                raise TargetError(f"{_name} cannot run on this machine: {_why}; inspect it "
-                                  f"with get_source('asm'), or build it for target='llvm' "
-                                  f"(this CPU) or one this CPU has every feature of")
+            from ..target import _host_cpu
+
+            why = (f"{self.name} cannot run on this machine: code for {target} may use "
+                   f"{', '.join(missing)}, which this CPU ({_host_cpu()}) does "
+                   f"not have. Build it for this CPU (target='llvm', or 'llvm -mcpu=native'), "
+                   f"or without those features (-mattr="
+                   f"{','.join('-' + f for f in missing)}), or for a CPU this one has every "
+                   f"feature of; get_source('asm') shows its code")
+
+            def refuse(args, sc, _why=why):
+                raise TargetError(_why)
             self._fast = refuse
 
     # -- introspection ---------------------------------------------------------------

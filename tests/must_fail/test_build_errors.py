@@ -120,13 +120,56 @@ def test_target_zero_cores():
         tc.Target("llvm -num-cores=0")
 
 
+@pytest.mark.parametrize("mattr,feature", [("-cx8", "cx8"), ("-sse,-sse2,-x87", "sse"),
+                                           ("+avx2,-sse2", "sse2"), ("-x87", "x87")])
+def test_target_removes_the_x86_64_baseline(mattr, feature):
+    # (without cx8 the thread pool's atomics were libatomic calls, without SSE floats were
+    # soft-float calls: the module built and its first call crashed the process)
+    with pytest.raises(tc.TargetError, match=rf"-mattr=-{feature} removes {feature}, which every "
+                                             rf"x86-64 CPU has and tecomp's code needs.*remove "
+                                             rf"only features above the x86-64 baseline"):
+        tc.Target(f"llvm -mattr={mattr}")
+
+
+def test_target_feature_llvm_does_not_know():
+    # (LLVM printed a warning and compiled for the CPU without it)
+    with pytest.raises(tc.TargetError, match=r"-mattr names 'avx512', which is not a CPU "
+                                             r"feature LLVM knows; did you mean avx512f"):
+        tc.Target("llvm -mcpu=haswell -mattr=+avx512")
+
+
+def test_tensor_intrinsic_calling_a_function_nothing_defines():
+    """A tensor intrinsic's ib.call of a function no library of the process defines: the
+    JIT bound it to address 0 and the first call jumped there (SIGSEGV)."""
+    a = tc.placeholder((8,), name="a")
+    c = tc.compute((8,), lambda i: a[i] * 2.0, name="c")
+
+    def emit(ib, ins, outs):
+        for i in range(8):
+            v = ib.load(ins[0], "float", (i,))
+            ib.store(outs[0], ib.call("my_scale\n", "float", v), (i,))
+
+    intrin = tc.decl_tensor_intrin(c, llvm=emit, name="my.scale")
+    X = tc.placeholder((32,), name="X")
+    Y = tc.compute((32,), lambda i: X[i] * 2.0, name="Y")
+    s = tc.create_schedule(Y.op)
+    _, inner = s[Y].split(Y.op.axis[0], factor=8)
+    s[Y].tensorize(inner, intrin)
+    with pytest.raises(tc.BuildError, match=r"the code LLVM generated for main calls "
+                                            r"my_scale<U\+000A>, which nothing in this process "
+                                            r"defines: a call would jump to a null address\. A "
+                                            r"tensor intrinsic's ib\.call must name"):
+        tc.build(s, [X, Y])
+
+
 def test_call_module_built_for_a_missing_feature():
     with pytest.raises(tc.TargetError,
-                       match=r"cannot run on this machine: code for llvm -mattr=\+fma4 uses fma4"):
+                       match=r"cannot run on this machine: code for llvm -mattr=\+fma4 may "
+                             r"use fma4"):
         # AMD's FMA4: no Intel CPU has it (on a CPU that has it, this entry is skipped)
         from tecomp.target import Target
         if Target("llvm -mattr=+fma4").runs_here() is None:
-            raise tc.TargetError("cannot run on this machine: code for llvm -mattr=+fma4 uses "
+            raise tc.TargetError("cannot run on this machine: code for llvm -mattr=+fma4 may use "
                                  "fma4 (skipped: this CPU has fma4)")
         A, B, C = sp.chain3()
         f = tc.build(tc.create_schedule(C.op), [A, C], target="llvm -mattr=+fma4")

@@ -24,9 +24,12 @@ The modules of this package:
   rather than on LLVM's semantics (register width, lane padding, strided loads, FMA,
   vector min/max); ``X86Policy`` answers for x86, the generic ``TargetPolicy`` for any
   other LLVM target;
-* ``jit`` (parse, verify, O3, MCJIT; the host's target machine), ``optproc`` (the O3
-  pipeline in a worker process), ``threadpool`` (the thread pool parallel loops run on,
-  in LLVM IR), ``export`` (``Module.export_library``).  The callable :class:`Module` it
+* ``jit`` (parse, verify, O3, MCJIT; the host's target machine; the symbols machine
+  code calls, checked before it is linked; a CPU's features as LLVM sees them),
+  ``optproc`` (the O3 pipeline in a worker process), ``threadpool`` (the thread pool
+  parallel loops run on, in LLVM IR), ``libcalls`` (the float16 / bfloat16 conversion
+  helpers LLVM calls where the CPU has no instruction, in LLVM IR), ``export``
+  (``Module.export_library``).  The callable :class:`Module` it
   returns (argument checks, variants, errors from inside the kernel) is the runtime's,
   :mod:`tecomp.runtime.llvm`.
 

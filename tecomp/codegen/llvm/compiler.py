@@ -9,6 +9,7 @@ import time
 
 from ...errors import BuildError, InternalError, TecompError
 from ...ir.functor import Visitor, free_vars
+from ...ir.names import display
 from ...ir.stmt import PrimFunc
 from ...lower.vectorize import buffer_uses
 from ..signature import Signature
@@ -83,11 +84,27 @@ class VariantCompiler:
         try:
             jm = llvm_jit.compile_ir(text, [mb.symbol, mb.symbol + "_pyarrays"],
                                      explicit=mb.explicitly_vectorized())
+        except llvm_jit.UnresolvedSymbolError as exc:
+            raise BuildError(unresolved_message(self.func.name, exc.symbols, self.target,
+                                                "nothing in this process defines")) from None
         except RuntimeError as exc:
             raise InternalError(f"LLVM rejected the module generated for {self.func.name} "
                                 f"({layout}, noalias={noalias}): {exc}") from exc
         jm.timings["codegen"] = t1 - t0
         return jm, mb, time.perf_counter() - t0
+
+
+def unresolved_message(name: str, symbols, target, where: str) -> str:
+    """What a BuildError says of the functions ``symbols`` the code of kernel ``name``
+    calls and ``where`` (e.g. "nothing in this process defines") describes."""
+    shown = ", ".join(display(s)[:100] for s in list(symbols)[:8])
+    more = f" and {len(symbols) - 8} more" if len(symbols) > 8 else ""
+    return (f"the code LLVM generated for {display(name)} calls {shown}{more}, which "
+            f"{where}: a call would jump to a null address. A tensor intrinsic's ib.call "
+            f"must name an LLVM intrinsic (e.g. 'llvm.fma.v8f32') or a function of a "
+            f"library loaded in this process (libc, libm); a name starting with '__' is a "
+            f"helper LLVM calls for an operation target {target} has no instruction for: "
+            f"build for a target with the features it needs")
 
 
 def _with_func(exc, func: PrimFunc):

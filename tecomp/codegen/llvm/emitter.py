@@ -1078,6 +1078,7 @@ class _FnEmitter:
             self.stmt(s.fallback)
             return
         intrin.check_target(self.mb.target, s.stage)
+        self.mb.required_features.update(intrin.requires)
         if self.mask is not None or self.lanes > 1:
             raise InternalError(f"the tensor intrinsic {intrin.name} is inside a vectorized loop")
         b = self.b

@@ -136,7 +136,8 @@ def export_library(mod, path, *, pyobject_data_offset: int) -> None:
     doc = fmt.build_metadata(
         func=sig.func, sig=sig, checks=mod.checks, entry=entry, target=target,
         cpu=target.cpu, variants={k: (v.sites, v.notes) for k, v in variants.items()},
-        pyobject_data_offset=pyobject_data_offset)
+        pyobject_data_offset=pyobject_data_offset,
+        required_features=set().union(*(v.required_features for v in variants.values())))
     # read back as load_module will: a kernel the format cannot describe is refused now
     fmt.parse_metadata(doc.encode(), f"the library of {name}", exporting=name)
     parts = []

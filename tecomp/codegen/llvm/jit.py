@@ -17,9 +17,15 @@ step every CPU module goes through (parse -> verify -> O3 -> MCJIT -> addresses)
   (:mod:`tecomp.codegen.llvm.optproc`); parsing, MCJIT and everything else stay here.
 * **Symbols.**  libm and libpthread functions (``erff``, ``tanhf``, ``pthread_create``,
   ...) resolve from the running process (loaded with ``load_library_permanently``);
-  runtime functions written in LLVM IR (the thread pool) are registered by name with
+  runtime functions written in LLVM IR (the thread pool, the float16 conversion helpers
+  of :mod:`tecomp.codegen.llvm.libcalls`) are registered by name with
   ``llvm.add_symbol`` so that kernels refer to them by name and their IR text stays the
-  same in every process.
+  same in every process.  Every symbol the machine code leaves undefined is looked up
+  before the code is linked (:func:`undefined_symbols`): MCJIT would bind one it cannot
+  find to address 0, and the first call would jump there (SIGSEGV), so
+  :class:`UnresolvedSymbolError` is raised instead.
+* **Features of a CPU.**  :func:`cpu_features` asks LLVM which features it compiles for
+  with a given ``target-cpu`` and ``target-features`` (``tc.Target.features``).
 """
 from __future__ import annotations
 
@@ -27,13 +33,15 @@ import atexit
 import ctypes
 import ctypes.util
 import os
+import re
 import signal
+import struct
 import subprocess
 import sys
 import threading
 import time
 import warnings
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 import llvmlite.binding as llvm
 
@@ -74,6 +82,8 @@ class Host:
             self.features = llvm.get_host_cpu_features().flatten()
         except RuntimeError:  # pragma: no cover - some hosts cannot report features
             self.features = ""
+        #: every CPU feature LLVM can detect on a host (the names ``-mattr`` takes)
+        self.feature_names = frozenset(f[1:] for f in self.features.split(",") if f[1:])
         self.tm = self.new_target_machine()
         self.data_layout = str(self.tm.target_data)
         self.is_x86 = self.triple.startswith(("x86_64", "i686", "i386"))
@@ -434,29 +444,110 @@ def _optimized_module(ir_text: str, opt: bool, explicit: bool, timings: Dict[str
     return mod
 
 
+class UnresolvedSymbolError(RuntimeError):
+    """The machine code calls functions that no library of this process defines."""
+
+    def __init__(self, symbols: List[str]):
+        self.symbols = list(symbols)
+        super().__init__(f"the machine code calls {', '.join(self.symbols)}, which nothing "
+                         f"in this process defines")
+
+
+#: symbols the JIT's linker (RuntimeDyld) makes itself
+_LINKER_SYMBOLS = frozenset({"_GLOBAL_OFFSET_TABLE_"})
+#: the IR types whose conversions LLVM may turn into calls of the libcalls helpers
+_HALF_TYPES = re.compile(r"\b(?:half|bfloat)\b")
+
+
+def undefined_symbols(obj: bytes) -> List[str]:
+    """The names of the undefined symbols of the ELF64 (little-endian) object file
+    ``obj``: the functions and data its code takes from elsewhere."""
+    def fail(what):
+        return RuntimeError(f"the object code LLVM wrote is not a readable ELF64 file "
+                            f"({what})")
+
+    if len(obj) < 64 or obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+        raise fail("no ELF64 little-endian header")
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+    if shentsize < 64 or shoff + shnum * shentsize > len(obj):
+        raise fail("the section headers lie outside the file")
+    # (name, type, flags, addr, offset, size, link, info, addralign, entsize)
+    secs = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize)
+            for i in range(shnum)]
+    names = []
+    for sec in secs:
+        if sec[1] != 2:   # SHT_SYMTAB
+            continue
+        off, size, link = sec[4], sec[5], sec[6]
+        if off + size > len(obj) or link >= shnum:
+            raise fail("the symbol table lies outside the file")
+        stroff, strsize = secs[link][4], secs[link][5]
+        if stroff + strsize > len(obj):
+            raise fail("the string table lies outside the file")
+        for k in range(size // 24):
+            st_name, _info, _other, shndx = struct.unpack_from("<IBBH", obj, off + 24 * k)
+            if shndx != 0 or st_name == 0:   # defined here, or the null symbol
+                continue
+            if st_name >= strsize:
+                raise fail("a symbol name lies outside the string table")
+            end = obj.find(b"\0", stroff + st_name, stroff + strsize)
+            if end < 0:
+                raise fail("a symbol name is not terminated")
+            names.append(obj[stroff + st_name:end].decode("utf-8", "replace"))
+    return names
+
+
+def _check_resolved(undefined: Iterable[str]) -> None:
+    """Raise :class:`UnresolvedSymbolError` unless each of ``undefined`` resolves in
+    this process as MCJIT resolves it (after registering the float16 conversion helpers
+    where the code calls them).  Call with :data:`LLVM_LOCK` held."""
+    from . import libcalls
+
+    names = set(undefined) - _LINKER_SYMBOLS
+    if names & set(libcalls.NAMES):
+        libcalls.ensure()
+    missing = sorted(n for n in names if not llvm.address_of_symbol(n))
+    if missing:
+        raise UnresolvedSymbolError(missing)
+
+
 def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
                explicit: bool = False) -> JitModule:
     """Parse, verify, optimise and JIT ``ir_text``; return the addresses of ``symbols``.
     ``explicit``: see :func:`optimize`.
 
-    Raises whatever LLVM raises (``RuntimeError``); the caller wraps it.
+    Raises :class:`UnresolvedSymbolError` when the machine code calls a function that
+    nothing in this process defines (before anything is linked or run), else whatever
+    LLVM raises (``RuntimeError``); the caller wraps it.
     """
     h = host()
     timings: Dict[str, float] = {}
     with LLVM_LOCK:
         mod = _optimized_module(ir_text, opt, explicit, timings)
         t2 = time.perf_counter()
+        objects: List[bytes] = []
         if isinstance(mod, tuple):
             # the worker's machine code, linked into an engine of its own
             mod, obj = mod
+            _check_resolved(undefined_symbols(obj))
             empty = llvm.parse_assembly("")
             empty.triple = h.triple
             empty.data_layout = h.data_layout
             engine = llvm.create_mcjit_compiler(empty, h.new_target_machine())
             engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         else:
+            # compiled by finalize_object, which also links it: the helpers it may call
+            # are registered first, the object code checked before any of it runs
+            if _HALF_TYPES.search(ir_text):
+                from . import libcalls
+
+                libcalls.ensure()
             engine = llvm.create_mcjit_compiler(mod, h.new_target_machine())
+            engine.set_object_cache(lambda _m, buf: objects.append(bytes(buf)))
         engine.finalize_object()
+        for obj in objects:
+            _check_resolved(undefined_symbols(obj))
         addresses = {}
         for s in symbols:
             a = engine.get_function_address(s)
@@ -511,3 +602,63 @@ def add_symbol(name: str, address: int) -> None:
     """Make ``name`` resolve to ``address`` in every module JIT-compiled afterwards."""
     with LLVM_LOCK:
         llvm.add_symbol(name, address)
+
+
+# -- the features of a CPU, as LLVM compiles for it ------------------------------------
+
+#: features X86's inliner does not compare (its InlineFeatureIgnoreList), which the probe
+#: of :func:`cpu_features` therefore cannot see
+PROBE_BLIND = frozenset({"64bit", "cx16", "sahf"})
+_FEATURES_OF: Dict[Tuple[str, str], FrozenSet[str]] = {}
+
+
+def cpu_features(cpu: str, features: str) -> FrozenSet[str]:
+    """The CPU features (LLVM's names, among :attr:`Host.feature_names`) code compiled
+    with ``"target-cpu"=cpu`` and ``"target-features"=features`` may use: the CPU's
+    own, plus what ``features`` adds and everything that implies, less what it removes
+    and everything that needs it.  :data:`PROBE_BLIND` features are reported only when
+    ``features`` adds them (``64bit`` always).
+
+    llvmlite has no call for a CPU's feature set; LLVM's inliner answers the question: it
+    inlines a function into another only when the callee's features are a subset of the
+    caller's (``X86TTIImpl::areInlineCompatible``).  So a probe module has one caller
+    compiled for ``(cpu, features)`` and, for each feature ``f``, a callee compiled for
+    ``+f`` alone; after LLVM's O1 pipeline, the callees that were inlined are the features
+    the caller has.  About 50 ms, once per ``(cpu, features)`` in a process.
+
+    ``cpu`` must be a CPU LLVM knows (an unknown name makes LLVM abort the process)."""
+    key = (cpu, features)
+    got = _FEATURES_OF.get(key)
+    if got is not None:
+        return got
+    h = host()
+    names = sorted(h.feature_names)
+    lines = []
+    for i in range(len(names)):
+        # the inline asm keeps the call from being deleted as dead when it is not inlined
+        lines.append(f'define internal void @f{i}() #{i + 1} {{\n'
+                     f'  call void asm sideeffect "", ""()\n  ret void\n}}')
+    calls = "\n".join(f"  call void @f{i}()" for i in range(len(names)))
+    lines.append(f"define void @probe() #0 {{\n{calls}\n  ret void\n}}")
+    lines.append(f'attributes #0 = {{ "target-cpu"="{cpu}" "target-features"="{features}" }}')
+    for i, f in enumerate(names):
+        lines.append(f'attributes #{i + 1} = {{ "target-features"="+{f}" }}')
+    with LLVM_LOCK:
+        mod = llvm.parse_assembly("\n".join(lines))
+        mod.triple = h.triple
+        mod.data_layout = h.data_layout
+        tm = h.target.create_target_machine(cpu="x86-64" if h.is_x86 else "generic",
+                                            features="", opt=1)
+        pto = llvm.create_pipeline_tuning_options(speed_level=1)
+        pb = llvm.create_pass_builder(tm, pto)
+        mpm = pb.getModulePassManager()
+        mpm.run(mod, pb)
+        mpm.close()
+        pb.close()
+        body = str(mod.get_function("probe"))
+    called = set(re.findall(r"@f(\d+)\(\)", body))   # (a call may become "fastcc")
+    have = {f for i, f in enumerate(names) if str(i) not in called}
+    added = {a[1:] for a in features.split(",") if a.startswith("+")}
+    have = (have - PROBE_BLIND) | (added & PROBE_BLIND) | ({"64bit"} & h.feature_names)
+    got = _FEATURES_OF[key] = frozenset(have)
+    return got

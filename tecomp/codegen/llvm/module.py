@@ -6,7 +6,7 @@ policy (:func:`policy_for`).
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Tuple
+from typing import Dict, List, Set, Tuple
 
 import llvmlite.ir as ir
 
@@ -71,6 +71,8 @@ class _ModuleBuilder:
         self.decls: Dict[str, ir.Function] = {}
         self.sites: List[CheckSite] = []
         self.notes: List[str] = []
+        #: the CPU features the tensor intrinsics in it require (checked before it runs)
+        self.required_features: Set[str] = set()
         self._loop_ids = 0
         self._par_count = 0
         self._has_load: Dict[int, bool] = {}

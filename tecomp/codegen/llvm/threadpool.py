@@ -14,10 +14,12 @@ How it works
 ------------
 * **Threads.**  ``num_threads`` counts the calling thread: the pool keeps
   ``num_threads - 1`` persistent pthreads, started on the first parallel region (or the
-  first one after :func:`set_num_threads` changed the count).  The default is
-  ``os.cpu_count()``, overridden by the environment variable ``TECOMP_NUM_THREADS`` and
-  by :func:`set_num_threads`.  (A library's pool called from C without
-  ``tecomp_pool_set_threads`` takes the same default on its first region.)
+  first one after :func:`set_num_threads` changed the count).  The default is the CPUs
+  the process may use (:func:`tecomp.codegen.threads.available_cpus`: its affinity mask
+  and cgroup CPU quota), overridden by the environment variable ``TECOMP_NUM_THREADS``
+  and by :func:`set_num_threads`.  (A library's pool called from C without
+  ``tecomp_pool_set_threads`` takes ``TECOMP_NUM_THREADS``, else the CPUs of its
+  affinity mask, on its first region.)
 * **Dispatch.**  The iteration range is cut into ``ntasks = min(8 * num_threads,
   extent)`` contiguous chunks (sizes differ by at most one), and the chunks into one
   contiguous *range* per thread (the dispatcher is thread 0).  Each thread claims the
@@ -728,8 +730,9 @@ _ENTRY_POINTS = (PARALLEL_FOR, WS_ALLOC, WS_FREE) + tuple(POOL_FUNCTIONS)
 # How many threads a region wants (``tp_desired``).  The JIT's pool is always told by
 # Python (tecomp.codegen.threads); a library's pool may be called from C without being
 # told, so there 0 means "not set yet": the first region (or tecomp_pool_get_threads)
-# takes TECOMP_NUM_THREADS if it is a positive integer, else the online CPUs, at most
-# 1024, as Python's default does.
+# takes TECOMP_NUM_THREADS if it is a positive integer, else the CPUs of its affinity mask
+# (the online CPUs where that cannot be read), at most 1024, as Python's default does
+# (which also honours a cgroup CPU quota: C code under one sets the count itself).
 _WANTED_JIT = r"""
 define internal i32 @tp_wanted() nounwind alwaysinline {
 entry:
@@ -743,6 +746,9 @@ _WANTED_LIBRARY = r"""
 declare ptr @getenv(ptr)
 declare i64 @strtol(ptr, ptr, i32)
 declare i32 @get_nprocs()
+declare i32 @sched_getaffinity(i32, i64, ptr)
+declare <16 x i64> @llvm.ctpop.v16i64(<16 x i64>)
+declare i64 @llvm.vector.reduce.add.v16i64(<16 x i64>)
 
 define internal i32 @tp_wanted() nounwind {
 entry:
@@ -783,7 +789,24 @@ fromenv:
   %v32 = trunc i64 %v2 to i32
   ret i32 %v32
 cpus:
-  %np = call i32 @get_nprocs()
+  ; the CPUs of the affinity mask (taskset, cpusets; up to 1024), else the online ones
+  %mask = alloca <16 x i64>, align 64
+  store <16 x i64> zeroinitializer, ptr %mask, align 64
+  %rc = call i32 @sched_getaffinity(i32 0, i64 128, ptr %mask)
+  %maskok = icmp eq i32 %rc, 0
+  br i1 %maskok, label %count, label %online
+count:
+  %bits = load <16 x i64>, ptr %mask, align 64
+  %pop = call <16 x i64> @llvm.ctpop.v16i64(<16 x i64> %bits)
+  %sum = call i64 @llvm.vector.reduce.add.v16i64(<16 x i64> %pop)
+  %sum32 = trunc i64 %sum to i32
+  %none = icmp slt i32 %sum32, 1
+  br i1 %none, label %online, label %have
+online:
+  %nprocs = call i32 @get_nprocs()
+  br label %have
+have:
+  %np = phi i32 [ %sum32, %count ], [ %nprocs, %online ]
   %lt1 = icmp slt i32 %np, 1
   %np1 = select i1 %lt1, i32 1, i32 %np
   %gt = icmp sgt i32 %np1, 1024

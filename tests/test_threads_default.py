@@ -1,0 +1,134 @@
+"""The default thread count: the CPUs the process may use (its affinity mask, its cgroup's
+CPU quota), TECOMP_NUM_THREADS over it; for the JIT's pool, a loaded library's, and a
+library's pool called from C."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import tecomp as tc
+from tecomp.codegen import threads
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _pinned(code, *args, env=None):
+    """Run ``code`` in a child process pinned to one CPU (taskset -c, else
+    sched_setaffinity); its stdout."""
+    cpu = min(os.sched_getaffinity(0))
+    e = {k: v for k, v in os.environ.items() if k != "TECOMP_NUM_THREADS"}
+    e.update({"PYTHONPATH": ROOT, **(env or {})})
+    cmd = [sys.executable, "-c", code, *args]
+    taskset = shutil.which("taskset")
+    if taskset:
+        p = subprocess.run([taskset, "-c", str(cpu), *cmd], capture_output=True, text=True,
+                           timeout=300, env=e)
+    else:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=e,
+                           preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout.split()
+
+
+_THREADS = ("import tecomp as tc\n"
+            "print(tc.get_num_threads(), tc.Target('llvm').threads)")
+
+
+def test_one_cpu_of_affinity_means_one_thread():
+    # (os.cpu_count() gave every CPU of the machine: 2 threads on 1 CPU)
+    assert _pinned(_THREADS) == ["1", "1"]
+
+
+def test_tecomp_num_threads_still_overrides():
+    assert _pinned(_THREADS, env={"TECOMP_NUM_THREADS": "3"}) == ["3", "3"]
+
+
+_PARALLEL_LIB = """
+import sys
+import tecomp as tc
+A = tc.placeholder((4096,), name="A")
+B = tc.compute((4096,), lambda i: A[i] * 2.0, name="B")
+s = tc.create_schedule(B.op)
+o, i = s[B].split(B.op.axis[0], factor=256)
+s[B].parallel(o)
+tc.build(s, [A, B]).export_library(sys.argv[1])
+"""
+
+_FROM_C = """
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])   # as C code loads it: no tecomp, nobody sets a count
+lib.tecomp_pool_get_threads.restype = ctypes.c_int32
+print(lib.tecomp_pool_get_threads())
+"""
+
+
+def test_a_librarys_pool_called_from_c_follows_the_affinity_mask(tmp_path):
+    lib = str(tmp_path / "par.so")
+    subprocess.run([sys.executable, "-c", _PARALLEL_LIB, lib], check=True, timeout=300,
+                   env={**os.environ, "PYTHONPATH": ROOT})
+    assert _pinned(_FROM_C, lib) == ["1"]
+    assert _pinned(_FROM_C, lib, env={"TECOMP_NUM_THREADS": "5"}) == ["5"]
+
+
+# ---------------------------------------------------------------------------------------
+# the cgroup CPU quota, read from files laid out as the kernel does
+
+
+def _cgroup(tmp_path, proc, files):
+    for rel, text in files.items():
+        p = tmp_path / "fs" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    (tmp_path / "proc").write_text(proc)
+    return threads.cgroup_cpu_limit(str(tmp_path / "fs"), str(tmp_path / "proc"))
+
+
+@pytest.mark.parametrize("proc,files,limit", [
+    # cgroup v2: the process's cgroup and its ancestors, the smallest applies, rounded up
+    ("0::/app.slice/job\n", {"app.slice/job/cpu.max": "150000 100000\n"}, 2),
+    ("0::/app.slice/job\n", {"app.slice/job/cpu.max": "400000 100000\n",
+                             "app.slice/cpu.max": "50000 100000\n"}, 1),
+    ("0::/app.slice/job\n", {"app.slice/job/cpu.max": "max 100000\n"}, None),
+    # a container: its cgroup is mounted as the root, /proc/self/cgroup names the host path
+    ("0::/docker/0123abcd\n", {"cpu.max": "200000 100000\n"}, 2),
+    # cgroup v1: the cpu hierarchy's quota and period
+    ("4:memory:/x\n3:cpu,cpuacct:/docker/ab\n",
+     {"cpu,cpuacct/docker/ab/cpu.cfs_quota_us": "250000\n",
+      "cpu,cpuacct/docker/ab/cpu.cfs_period_us": "100000\n"}, 3),
+    ("3:cpu,cpuacct:/\n", {"cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+                           "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, None),
+    # missing and malformed files are no quota
+    ("0::/\n", {}, None),
+    ("0::/\n", {"cpu.max": "lots 100000\n"}, None),
+    ("0::/\n", {"cpu.max": "100000 0\n"}, None),
+    ("0::/\n", {"cpu.max": "-5 100000\n"}, None),
+    ("0::/\n", {"cpu.max": "\x00\xff garbage"}, None),
+    ("garbage\n::\n", {"cpu.max": "300000 100000"}, 3),
+    ("", {}, None),
+], ids=["v2", "v2-ancestor", "v2-max", "v2-container", "v1", "v1-unlimited", "missing",
+        "garbage-quota", "zero-period", "negative", "binary", "garbage-proc", "empty"])
+def test_cgroup_cpu_limit(tmp_path, proc, files, limit):
+    assert _cgroup(tmp_path, proc, files) == limit
+
+
+def test_a_fifo_as_cpu_max_is_no_quota(tmp_path):
+    (tmp_path / "fs").mkdir()
+    os.mkfifo(tmp_path / "fs" / "cpu.max")   # a read would wait for a writer forever
+    (tmp_path / "proc").write_text("0::/\n")
+    assert threads.cgroup_cpu_limit(str(tmp_path / "fs"), str(tmp_path / "proc")) is None
+
+
+def test_the_default_takes_the_quota(tmp_path, monkeypatch):
+    (tmp_path / "cpu.max").write_text("100000 100000\n")
+    (tmp_path / "proc").write_text("0::/\n")
+    monkeypatch.setattr(threads, "CGROUP_ROOT", str(tmp_path))
+    monkeypatch.setattr(threads, "PROC_SELF_CGROUP", str(tmp_path / "proc"))
+    monkeypatch.delenv("TECOMP_NUM_THREADS", raising=False)
+    assert threads.available_cpus() == 1 and threads.default_num_threads() == 1
+    monkeypatch.setenv("TECOMP_NUM_THREADS", "4")
+    assert threads.default_num_threads() == 4
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert threads.available_cpus() == len(os.sched_getaffinity(0))
+    assert tc.get_num_threads() >= 1
