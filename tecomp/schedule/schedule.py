@@ -797,7 +797,7 @@ class Schedule:
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
         """Compute ``tensor`` into a ``scope`` buffer first, then copy it out; returns
         the cache tensor, which takes over the original body (and its reduction)."""
-        from ..ir.functor import substitute
+        from ..ir.functor import map_combiner, substitute
         from ..te.tensor import ComputeOp as _C
 
         if not isinstance(tensor, Tensor):
@@ -824,7 +824,8 @@ class Schedule:
                 nv = IterVar(Var(iv.var.name, iv.var.dtype), dom, "reduce")
                 vmap[iv.var] = nv.var
                 new_red.append(nv)
-            body = Reduce(body.combiner, substitute(body.source, vmap), tuple(new_red),
+            body = Reduce(map_combiner(body.combiner, lambda e: substitute(e, vmap)),
+                          substitute(body.source, vmap), tuple(new_red),
                           substitute(body.condition, vmap), body.dtype)
         else:
             body = substitute(body, vmap)
