@@ -1,6 +1,7 @@
 """Tuning records: the workload key (structural, name-free), appending from several
 processes, a corrupted log, the cost model."""
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -169,3 +170,127 @@ def test_best_record_prefers_the_final_measurements(tmp_path):
     records.append_record(log, records.make_record(key, lucky, [0.9, 1.3, 1.3], search="final"))
     records.append_record(log, records.make_record(key, steady, [1.0, 1.0, 1.1], search="final"))
     assert records.best_record(log, key)["trace"] == steady
+
+
+def _hostile_lines(good: str) -> dict:
+    """Lines of a log written by somebody else: each must be skipped with a warning, and
+    none may raise out of the reader (a RecursionError, an OverflowError...)."""
+    deep = "[" * 100_000 + "]" * 100_000
+    return {
+        "100,000-deep JSON": deep,
+        "a 100,000-deep trace": good.replace('"trace": []', f'"trace": [{deep}]'),
+        "20-deep trace": good.replace('"trace": []', '"trace": ' + "[" * 20 + "]" * 20),
+        "a time of 10**4000": good.replace("[0.001]", "[1" + "0" * 4000 + "]"),
+        "a time of 10**20": good.replace("[0.001]", "[100000000000000000000]"),
+        "a time of 1e400": good.replace("[0.001]", "[1e400]"),
+        "NaN": good.replace("[0.001]", "[NaN]"),
+        "-Infinity": good.replace("[0.001]", "[-Infinity]"),
+        "a bool time": good.replace("[0.001]", "[true]"),
+        "a key twice": good[:-1] + ', "times": [1e-9]}',
+        "another version": good.replace('"v": 1', '"v": 2'),
+        "version true": good.replace('"v": 1', '"v": true'),
+        "an error that is no string": good.replace('"error": null', '"error": [1]'),
+        "a line of 1 MiB": good.replace('"trace": []', '"trace": ["' + "x" * (1 << 20) + '"]'),
+        "a lone surrogate": good.replace('"trace": []', '"trace": ["\\ud800"]'),
+        "a surrogate in UTF-8": good.replace('"trace": []', '"trace": ["\xed\xa0\x80"]'),
+    }
+
+
+def test_hostile_lines_are_skipped_with_a_warning(tmp_path):
+    args = dag()
+    key = records.workload_key(args)
+    good = json.dumps(records.make_record(key, [], [1e-3]))
+    bad = _hostile_lines(good)
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(("\n".join([good] + list(bad.values()) + [good]) + "\n").encode("latin-1"))
+    with pytest.warns(records.RecordWarning) as w:
+        got = records.load_records(log, key, lines=True)
+    assert [n for n, _ in got] == [1, len(bad) + 2]
+    msgs = [str(x.message) for x in w]
+    assert [m.split(":")[1] for m in msgs] == [str(n) for n in range(2, len(bad) + 2)], msgs
+    assert all(m.startswith(f"{log}:") and "line skipped" in m and len(m) < len(str(log)) + 200
+               for m in msgs), msgs
+    # and through auto_schedule: the analytic schedule, no raw Python error
+    log.write_bytes(("\n".join(bad.values()) + "\n").encode("latin-1"))
+    with pytest.warns(records.RecordWarning):
+        s = tc.auto_schedule(args, log=str(log))
+    assert s.trace.to_json() == tc.auto_schedule(args).trace.to_json()
+
+
+def test_a_log_larger_than_the_limit(tmp_path, monkeypatch):
+    log = tmp_path / "big.jsonl"
+    log.write_bytes(b"\n" * 2000)
+    monkeypatch.setattr(records, "MAX_LOG_BYTES", 1000)
+    with pytest.raises(tc.AutoScheduleError, match=r"load_records: the log .*big\.jsonl' has "
+                       r"2000 bytes, more than the 1000 tecomp reads"):
+        tc.auto_schedule(dag(), log=str(log))
+
+
+def _forged(key, trace, seconds, **extra):
+    return json.dumps(records.make_record(key, trace, [seconds], **extra))
+
+
+def test_forged_records_are_skipped_and_the_next_one_replays(tmp_path):
+    """The fastest records of a workload that do not replay (forged: a split factor of
+    2**32+1, which made the loop nest vanish; an explicit unroll of 16384 copies, which
+    took minutes to build; a GPU thread on the CPU; a step that names an axis a later step
+    makes) are skipped, each with a warning naming the line; the first that replays is the
+    schedule, and it computes C."""
+    from tecomp.autoschedule import AutoScheduleWarning
+
+    A = tc.placeholder((128, 128), name="A")
+    C = tc.compute((128, 128), lambda i, j: A[i, j] * 2.0 + 1.0, name="C")
+    args = [A, C]
+    key = records.workload_key(args)
+    ax = lambda p: {"ax": [0, p]}  # noqa: E731
+    forged = [
+        [["split", {"s": 0}, [ax(0)], {"factor": 2**32 + 1}]],
+        [["fuse", {"s": 0}, [ax(0), ax(1)], {}], ["pragma", {"s": 0}, [ax(2), "unroll_explicit"],
+                                                  {}]],
+        [["bind", {"s": 0}, [ax(1), {"thread": "threadIdx.x"}], {}]],
+        [["vectorize", {"s": 0}, [ax(3)], {}], ["split", {"s": 0}, [ax(1)], {"factor": 16}]],
+        [["split", {"s": 0}, [ax(1)], {"factor": 16.0}]],
+    ]
+    good = [["split", {"s": 0}, [ax(1)], {"factor": 16}], ["vectorize", {"s": 0}, [ax(3)], {}]]
+    lines = [_forged(key, t, 1e-6 * (n + 1)) for n, t in enumerate(forged)]
+    lines.append(_forged(key, good, 1.0))
+    log = tmp_path / "forged.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.warns(AutoScheduleWarning) as w:
+        s = tc.auto_schedule(args, log=str(log))
+    msgs = [str(x.message) for x in w if issubclass(x.category, AutoScheduleWarning)]
+    assert [m.split(": auto_schedule:")[0] for m in msgs] == [f"{log}:{n}" for n in range(1, 6)]
+    assert "factor=4294967297 is not an int from 1 to 2147483647" in msgs[0]
+    assert "16384 copies" in msgs[1]
+    assert "GPU thread axis" in msgs[2]
+    assert "names something this DAG does not have" in msgs[3]
+    assert "factor=16.0 is not an int" in msgs[4]
+    assert s.trace.to_json() == good
+    a = np.random.default_rng(0).random((128, 128)).astype("float32")
+    c = np.zeros_like(a)
+    tc.build(s, args)(a, c)
+    np.testing.assert_allclose(c, a * 2 + 1, rtol=1e-6)
+    # only forged ones: the analytic schedule, with a warning that says so
+    log.write_text("\n".join(lines[:-1]) + "\n")
+    with pytest.warns(AutoScheduleWarning) as w:
+        s = tc.auto_schedule(args, log=str(log))
+    assert len(w) == 6 and re.fullmatch(r"auto_schedule: none of the 5 best records of this "
+                                        r"workload in .* replays; using the analytic schedule",
+                                        str(w[-1].message))
+    assert s.trace.to_json() == tc.auto_schedule(args).trace.to_json()
+
+
+def test_a_forged_pragma_value_prints_as_valid_python(tmp_path):
+    """Strings a record holds reach the printed Python only as literals."""
+    A = tc.placeholder((64,), name="A")
+    C = tc.compute((64,), lambda i: A[i] + 1.0, name="C")
+    value = "a'\"\n)\nimport os  # \u2028\\"
+    steps = [["pragma", {"s": 0}, [{"ax": [0, 0]}, "note", value], {}]]
+    from tecomp.schedule.trace import replay
+
+    s = replay(steps, [C])
+    src = s.trace.python([A, C])
+    assert "import os" not in src.replace(repr(value), "")
+    ns = {}
+    exec("import tecomp as tc\n" + src, ns)  # noqa: S102 - our own printed trace
+    assert ns["schedule"](A, C)[C].iter_attrs[C.op.axis[0]].pragmas == (("note", value),)

@@ -154,8 +154,13 @@ def test_a_record_that_no_longer_replays_warns_and_falls_back(tmp_path):
     key = records.workload_key(args)
     records.append_record(str(log), records.make_record(
         key, [["split", {"s": 7}, [{"ax": [7, 0]}], {"factor": 4}]], [1e-6]))
-    with pytest.warns(AutoScheduleWarning, match="does not replay"):
+    with pytest.warns(AutoScheduleWarning) as w:
         s = tc.auto_schedule(args, log=str(log))
+    msgs = [str(x.message) for x in w]
+    assert len(msgs) == 2, msgs
+    assert msgs[0].startswith(f"{log}:1: auto_schedule: the record does not replay"), msgs
+    assert msgs[1].startswith("auto_schedule: none of the 1 best records of this workload in "
+                              f"'{log}' replays; using the analytic schedule"), msgs
     assert s.trace.to_json() == tc.auto_schedule(args).trace.to_json()
 
 

@@ -391,3 +391,99 @@ def test_cache_write_after_the_output_axes_were_scheduled(backend):
     run(s, [A, B, C], [a, b, c], backend)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5)
     assert "C.local[" in str(tc.lower(s, [A, B, C]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("how", ["split", "compute_at"])
+def test_dependent_reduce_extent_under_a_split_or_compute_at(backend, how):
+    """The range of the reduction reads the output index i: under a split of i (i is
+    i.outer*3 + i.inner) or computed at a consumer's loop (a region from 0) it is the
+    index's value, not the loop counter named i (which gave an unbound i, or every row
+    summed over the first row's range)."""
+    A, B, a, want = triangular_sum()
+    if how == "split":
+        s = tc.create_schedule(B.op)
+        s[B].split(B.op.axis[0], factor=3)
+        out, args = B, [A, B]
+    else:
+        out = tc.compute((10,), lambda i: B[i] + 1.0, name="D")
+        s = tc.create_schedule(out.op)
+        s[B].compute_at(s[out], out.op.axis[0])
+        args, want = [A, out], want + 1.0
+    b = np.zeros(10, "float32")
+    run(s, args, [a, b], backend)
+    np.testing.assert_allclose(b, want, rtol=1e-5)
+
+
+def _index_reducer_sum(X):
+    """TVM's test_loop_dep_reduce_cache_write: a user reducer whose combiner and identity
+    read the output index n (not associative: it is folded in order)."""
+    def f(n):
+        rv = tc.reduce_axis((0, n), name="rv")
+        red = tc.comm_reducer(lambda x, y: tc.max(x + y, n.astype("float32")),
+                              lambda t: tc.if_then_else(n > 1, tc.const(0, t), n.astype(t)),
+                              name="sum")
+        return red(X[rv], axis=rv)
+
+    return tc.compute(X.shape, f, name="y")
+
+
+def _index_reducer_sum_ref(x):
+    out = np.zeros(len(x), "float32")
+    for n in range(len(x)):
+        acc = np.float32(0 if n > 1 else n)
+        for r in range(n):
+            acc = max(acc + x[r], np.float32(n))
+        out[n] = acc
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("how", ["plain", "cache_write", "split", "compute_at"])
+def test_reducer_reading_the_output_index(backend, how):
+    X = tc.placeholder((10,), name="x")
+    Y = _index_reducer_sum(X)
+    x = np.random.default_rng(0).uniform(0, 1, 10).astype("float32")
+    want = _index_reducer_sum_ref(x)
+    out, args = Y, [X, Y]
+    if how == "compute_at":
+        out = tc.compute((10,), lambda i: Y[i] * 2.0, name="z")
+        args, want = [X, out], want * 2
+    s = tc.create_schedule(out.op)
+    if how == "cache_write":
+        YL = s.cache_write(Y, "local")
+        assert "y.local" in str(tc.lower(s, args))
+    elif how == "split":
+        s[Y].split(Y.op.axis[0], factor=3)
+    elif how == "compute_at":
+        s[Y].compute_at(s[out], out.op.axis[0])
+    y = np.zeros(10, "float32")
+    run(s, args, [x, y], backend)
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("inner", [True, False])
+def test_rfactor_of_a_reducer_reading_the_output_index(backend, inner):
+    """rfactor makes y.rf with its own output axes: the combiner and the identity read
+    those (a max clamped below at n, with identity n: associative, so any order folds
+    to the same)."""
+    X = tc.placeholder((10,), name="x")
+
+    def f(n):
+        rv = tc.reduce_axis((0, 7), name="rv")
+        red = tc.comm_reducer(lambda x, y: tc.max(x, tc.max(y, n.astype("float32") * 2.0)),
+                              lambda t: n.astype(t) * 2.0, name="clamped_max")
+        return red(X[rv] * 20.0, axis=rv)
+
+    Y = tc.compute((10,), f, name="y")
+    s = tc.create_schedule(Y.op)
+    ro, ri = s[Y].split(Y.op.reduce_axis[0], factor=3)
+    YF = s.rfactor(Y, ri if inner else ro)
+    if not inner:
+        s[YF].split(s[YF].op.axis[1], factor=4)
+    x = np.random.default_rng(1).uniform(0, 1, 10).astype("float32")
+    want = np.maximum(np.arange(10) * 2.0, (x[:7] * 20).max()).astype("float32")
+    y = np.zeros(10, "float32")
+    run(s, [X, Y], [x, y], backend)
+    np.testing.assert_allclose(y, want, rtol=1e-6)

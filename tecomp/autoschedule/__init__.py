@@ -104,7 +104,7 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
         key = records.workload_key(args, target, shapes)
     if trials == 0:
         if log is not None:
-            s = _from_log(args, log, key)
+            s = _from_log(args, log, key, target, shapes)
             if s is not None:
                 return s
         return rules(args, Knobs(), info, shapes)
@@ -122,26 +122,40 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
     from ..schedule.trace import replay
     from .rules import outputs_of
 
-    s = replay(res.best.trace, outputs_of(args))
+    s = replay(res.best.trace, outputs_of(args), shapes)
     s.tune_result = res
     return s
 
 
-def _from_log(args, log, key):
+#: how many of a log's best records of a workload ``auto_schedule`` tries before it
+#: gives the analytic schedule (each one that does not replay is skipped with a warning)
+MAX_LOG_CANDIDATES = 16
+
+
+def _from_log(args, log, key, target, shapes):
+    """The schedule of the best record of workload ``key`` in ``log`` that replays and
+    lowers (:func:`~tecomp.autoschedule.search.check_candidate`), or None."""
     from ..schedule.trace import replay
     from . import records
     from .rules import outputs_of
+    from .search import check_candidate
 
-    rec = records.best_record(log, key)
-    if rec is None:
-        return None
-    try:
-        return replay(rec["trace"], outputs_of(args))
-    except TecompError as e:
-        warnings.warn(f"auto_schedule: the best record in {os.fspath(log)!r} does not replay on "
-                      f"this compute ({e}); using the analytic schedule", AutoScheduleWarning,
-                      stacklevel=3)
-        return None
+    ranked = records.ranked_records(log, key)
+    p = os.fspath(log)
+    for line, rec in ranked[:MAX_LOG_CANDIDATES]:
+        try:
+            s = replay(rec["trace"], outputs_of(args), shapes)
+            check_candidate(s, args, target)
+            return s
+        except TecompError as e:
+            warnings.warn(f"{p}:{line}: auto_schedule: the record does not replay on this "
+                          f"compute ({str(e)[:400]}); skipped", AutoScheduleWarning,
+                          stacklevel=3)
+    if ranked:
+        warnings.warn(f"auto_schedule: none of the {min(len(ranked), MAX_LOG_CANDIDATES)} best "
+                      f"records of this workload in {p!r} replays; using the analytic "
+                      "schedule", AutoScheduleWarning, stacklevel=3)
+    return None
 
 
 from .config import Config, apply_config, default_config  # noqa: E402

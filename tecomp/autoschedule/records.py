@@ -16,8 +16,14 @@ A record::
   a log is ever executed or unpickled: lines are read with ``json.loads`` only.
 * Appending is one ``write`` of the whole line under an exclusive ``flock`` on a file
   opened with ``O_APPEND`` (created ``0600``), so several processes can share a log.
-* A line that is not a valid record is skipped with a :class:`RecordWarning` naming the
-  file and line (and at most 60 characters of it, escaped).
+* A log is data from outside: it is read only from a regular file (a FIFO, a device or
+  a socket is refused before anything is read) of at most :data:`MAX_LOG_BYTES`, and a
+  line that is not a valid record is skipped with a :class:`RecordWarning` naming the
+  file and line (and at most 60 characters of it, escaped): a line longer than
+  :data:`MAX_LINE_BYTES`, not UTF-8 JSON, nested deeper than :data:`MAX_DEPTH`, with
+  ``NaN``/``Infinity``, an integer of more than 18 digits, a key twice in one object, a
+  lone surrogate in a string, or fields of the wrong types.  The trace of a record is
+  checked when it is replayed (:func:`tecomp.schedule.trace.replay`).
 """
 from __future__ import annotations
 
@@ -26,10 +32,11 @@ import hashlib
 import json
 import math
 import os
+import stat
 import statistics
 import time
 import warnings
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from ..errors import AutoScheduleError
 
@@ -37,6 +44,12 @@ __all__ = ["workload_key", "make_record", "append_record", "load_records", "best
            "RecordWarning", "cpu_model"]
 
 VERSION = 1
+#: the largest log read (a search appends about 1 KiB a candidate)
+MAX_LOG_BYTES = 256 << 20
+#: a longer line is skipped (a record's trace has tens of steps: a few KiB)
+MAX_LINE_BYTES = 1 << 20
+#: how deeply the JSON of a record may nest (a record's axis references nest 7 levels)
+MAX_DEPTH = 16
 
 
 class RecordWarning(UserWarning):
@@ -183,10 +196,39 @@ def _check_path(path, what: str) -> str:
         raise AutoScheduleError(f"{what}: the log must be a file path, got "
                                 f"{type(path).__name__}")
     p = os.fspath(path)
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
     if os.path.isdir(p):
         raise AutoScheduleError(f"{what}: {p!r} is a directory; give a file path for the log, "
                                 f"e.g. {os.path.join(p, 'tuning.jsonl')!r}")
     return p
+
+
+def _open_log(p: str, flags: int, what: str) -> int:
+    """A descriptor of the log ``p``, which must be a regular file: a FIFO, a device or a
+    socket is refused before anything is read or written (opening does not wait for a
+    FIFO's other end).  FileNotFoundError when there is none."""
+    def refuse():
+        raise AutoScheduleError(f"{what}: {p!r} is not a regular file (a FIFO, a device or a "
+                                "socket); give the path of a tuning log, e.g. 'tuning.jsonl'")
+
+    try:
+        if not stat.S_ISREG(os.stat(p).st_mode):
+            refuse()
+    except OSError:   # (none yet, or unreadable: the open below says which)
+        pass
+    try:
+        fd = os.open(p, flags | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0),
+                     0o600)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise AutoScheduleError(f"{what}: cannot open the log {p!r} ({e.strerror}); give the "
+                                "path of a readable and writable file") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):   # (replaced since)
+        os.close(fd)
+        refuse()
+    return fd
 
 
 def append_record(path, record: dict) -> None:
@@ -204,8 +246,8 @@ def append_record(path, record: dict) -> None:
     if d:
         os.makedirs(d, exist_ok=True)
     try:
-        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    except OSError as e:
+        fd = _open_log(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "append_record")
+    except FileNotFoundError as e:   # (a folder removed meanwhile)
         raise AutoScheduleError(f"append_record: cannot open the log {p!r} for appending "
                                 f"({e.strerror}); give a writable file path") from None
     try:
@@ -218,62 +260,157 @@ def append_record(path, record: dict) -> None:
         os.close(fd)   # (releases the lock)
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _bounded_int(text: str) -> int:
+    # (10**4000 parses, then overflows float(); Python refuses 4300 digits and more)
+    if len(text.lstrip("-")) > 18:
+        raise ValueError("an integer of more than 18 digits")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError("a number too large for a float")
+    return x
+
+
+def _unique_keys(pairs) -> dict:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        raise ValueError("a key appears twice in one object")
+    return d
+
+
+def _odd_structure(x, limit: int) -> Optional[str]:
+    """Why the JSON value ``x`` is no record's: nested deeper than ``limit``, or a string
+    that is not Unicode text (a lone surrogate, ``"\\ud800"``); else None.  (Without
+    recursion.)"""
+    todo = [(x, 1)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, (list, dict)):
+            if d > limit:
+                return f"JSON nested deeper than {limit} levels"
+            todo.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+            if isinstance(v, dict):
+                todo.extend((k, d) for k in v)
+        elif isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return "a string with a lone surrogate (not Unicode text)"
+    return None
+
+
+def _is_num(t) -> bool:
+    return isinstance(t, (int, float)) and not isinstance(t, bool)
+
+
 def _valid(rec) -> Optional[str]:
     if not isinstance(rec, dict):
         return f"a JSON {type(rec).__name__}, not a record"
+    if rec.get("v") != VERSION or isinstance(rec.get("v"), bool):
+        return (f"version {rec.get('v')!r:.20}, not {VERSION} (written by another tecomp, or "
+                "not a record)")
     for k, typ in (("workload", dict), ("trace", list)):
         if not isinstance(rec.get(k), typ):
             return f"no {k!r} {typ.__name__}"
     times = rec.get("times")
     if times is not None and (not isinstance(times, list) or not all(
-            isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
-            and t >= 0 for t in times)):
+            _is_num(t) and math.isfinite(t) and t >= 0 for t in times)):
         return "'times' is not a list of seconds"
     if not isinstance(rec.get("ok", False), bool):
         return "'ok' is not a boolean"
+    for k in ("error", "search"):
+        if not isinstance(rec.get(k), (str, type(None))):
+            return f"{k!r} is not a string"
     return None
 
 
-def load_records(path, key: Optional[dict] = None) -> List[dict]:
-    """The valid records of the log at ``path`` (those of workload ``key`` when given); a
-    missing file has none."""
-    p = _check_path(path, "load_records")
+def _parse(line: bytes) -> Tuple[Optional[dict], Optional[str]]:
+    """The record on ``line`` and None, or None and why it is not one."""
+    if len(line) > MAX_LINE_BYTES:
+        return None, f"a line of {len(line)} bytes, more than the {MAX_LINE_BYTES} of a record"
     try:
-        with open(p, "rb") as f:
-            raw = f.read()
+        rec = json.loads(line.decode("utf-8"), parse_constant=_no_constant,
+                         parse_int=_bounded_int, parse_float=_finite_float,
+                         object_pairs_hook=_unique_keys)
+    except RecursionError:
+        return None, f"JSON nested deeper than {MAX_DEPTH} levels"
+    except (UnicodeDecodeError, ValueError) as e:
+        why = str(e).split(":")[0] if not isinstance(e, UnicodeDecodeError) else "not UTF-8"
+        return None, f"not JSON ({type(e).__name__}: {why[:60]})"
+    why = _odd_structure(rec, MAX_DEPTH) or _valid(rec)
+    return (None, why) if why is not None else (rec, None)
+
+
+def _read_log(p: str) -> Optional[bytes]:
+    """The bytes of the log ``p`` (None when there is no such file)."""
+    try:
+        fd = _open_log(p, os.O_RDONLY, "load_records")
     except FileNotFoundError:
-        return []
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size > MAX_LOG_BYTES:
+            raise AutoScheduleError(
+                f"load_records: the log {p!r} has {size} bytes, more than the "
+                f"{MAX_LOG_BYTES} tecomp reads; keep the records of one workload per log, or "
+                "the ones worth keeping (grep its hash)")
+        chunks, n = [], 0
+        while n <= MAX_LOG_BYTES:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+            n += len(b)
+        return b"".join(chunks)[:MAX_LOG_BYTES]
     except OSError as e:
         raise AutoScheduleError(f"load_records: cannot read the log {p!r} ({e.strerror})") \
             from None
+    finally:
+        os.close(fd)
+
+
+def load_records(path, key: Optional[dict] = None, *, lines: bool = False) -> list:
+    """The valid records of the log at ``path`` (those of workload ``key`` when given); a
+    missing file has none.  ``lines=True``: ``(line number, record)`` pairs."""
+    p = _check_path(path, "load_records")
+    raw = _read_log(p)
+    if raw is None:
+        return []
     out = []
     for n, line in enumerate(raw.split(b"\n"), 1):
         if not line.strip():
             continue
-        try:
-            rec = json.loads(line.decode("utf-8"))
-            why = _valid(rec)
-        except (UnicodeDecodeError, ValueError) as e:
-            why = f"not JSON ({type(e).__name__})"
+        rec, why = _parse(line)
         if why is not None:
             warnings.warn(f"{p}:{n}: {why}; line skipped: {line[:60]!r}", RecordWarning,
                           stacklevel=2)
             continue
         if key is None or rec["workload"] == key:
-            out.append(rec)
+            out.append((n, rec) if lines else rec)
     return out
+
+
+def ranked_records(path, key: dict) -> List[Tuple[int, dict]]:
+    """The records of workload ``key`` that ran correctly, best first, as ``(line number,
+    record)``: by median time, of equal ones the first in the log.  Where a search ended
+    with its finalists measured again (records with ``"search": "final"``: every timing of
+    a candidate, interleaved with the others), those come first."""
+    recs = [(n, r) for n, r in load_records(path, key, lines=True)
+            if r.get("ok") and r.get("times")]
+    return sorted(recs, key=lambda nr: (nr[1].get("search") != "final",
+                                        statistics.median(nr[1]["times"]), nr[0]))
 
 
 def best_record(path, key: dict) -> Optional[dict]:
     """The fastest (median time) record of workload ``key`` that ran correctly, or None;
     of equal ones, the first in the log.  Where a search ended with its finalists measured
-    again (records with ``"search": "final"``: every timing of a candidate, interleaved
-    with the others), only those records compete."""
-    recs = [r for r in load_records(path, key) if r.get("ok") and r.get("times")]
-    final = [r for r in recs if r.get("search") == "final"]
-    best, best_t = None, math.inf
-    for rec in final or recs:
-        t = statistics.median(rec["times"])
-        if t < best_t:
-            best, best_t = rec, t
-    return best
+    again (records with ``"search": "final"``), only those records compete."""
+    recs = ranked_records(path, key)
+    return recs[0][1] if recs else None

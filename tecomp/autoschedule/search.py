@@ -52,6 +52,31 @@ def build_candidate(args, payload):
     return replay(payload["trace"], outputs_of(args))
 
 
+def check_candidate(s, args, target="llvm") -> None:
+    """A TecompError when the schedule ``s`` of ``args`` cannot be built for ``target``
+    as far as can be told without compiling it: it does not lower (lowering refuses an
+    unroll of too many copies, a vectorized reduction...), it binds GPU threads for the
+    CPU, or for the GPU its CUDA C is refused (a tile over the shared memory, a block of
+    too many threads).  What every candidate passes before it is measured, and a record
+    of a log before ``auto_schedule`` returns it."""
+    from ..errors import ScheduleError
+    from ..target import as_target
+
+    tgt = as_target(target)
+    if tgt.kind in ("cuda", "cuda-emu"):
+        from ..codegen.cuda import codegen_cuda
+
+        codegen_cuda(lower(s, args, target=tgt))
+        return
+    for st in s.stages:
+        for iv, a in st.iter_attrs.items():
+            if a.thread is not None:
+                raise ScheduleError(
+                    f"bind on stage {st.name}: axis {iv.name} is bound to "
+                    f"{a.thread.thread_tag}, a GPU thread axis, and target {tgt} is the CPU")
+    lower(s, args, target=tgt)
+
+
 @dataclass
 class Trial:
     """One measured candidate."""
@@ -141,7 +166,6 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
     start = time.monotonic()
     base = Knobs()
     rules(args, base, info, shapes)
-    gpu = _kind(target) != "llvm"
     space: Dict[str, list] = dict(base.space)
     seen: Dict[str, Optional[Trial]] = {}
     result = TuneResult(None)
@@ -160,12 +184,7 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
             tr = s.trace.to_json()
             sig = json.dumps(tr, sort_keys=True)
             if sig not in lowered:
-                if gpu:  # CUDA C too: a tile over the shared memory is refused here
-                    from ..codegen.cuda import codegen_cuda
-
-                    codegen_cuda(lower(s, args, target=target))
-                else:
-                    lower(s, args)
+                check_candidate(s, args, target)
                 lowered.add(sig)
         except TecompError:
             return None
@@ -266,12 +285,6 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
     if timeout is None or time.monotonic() - start <= timeout:
         _final(result, run, args, shapes, target, log, key)
     return result
-
-
-def _kind(target) -> str:
-    from ..target import as_target
-
-    return as_target(target).kind
 
 
 def _final(result: TuneResult, run, args, shapes, target, log, key) -> None:

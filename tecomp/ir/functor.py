@@ -135,6 +135,32 @@ class _Substituter(Mutator):
         r = self.vmap.get(v)
         return v if r is None else r
 
+    def visit_Reduce(self, e):
+        # the combiner of a user reducer may read the compute's indices too
+        # (tc.comm_reducer(lambda x, y: tc.max(x + y, n.astype("float32")), ...))
+        out = self.generic_visit(e)
+        comb = map_combiner(e.combiner, self.visit)
+        return out if comb is e.combiner else dataclasses.replace(out, combiner=comb)
+
+
+def map_combiner(c, fn):
+    """The reducer ``c`` (a CommReducer or TupleCommReducer) with ``fn`` applied to its
+    result and identity expressions (not to ``lhs``/``rhs``, the variables it binds): the
+    same object when ``fn`` changed nothing.  A user reducer's combiner and identity may
+    read the indices of the compute that uses it (``tc.comm_reducer(lambda x, y:
+    tc.max(x + y, n.astype("float32")), ...)`` with ``n`` an output index), so whatever
+    rewrites a reduction's indices rewrites them here too."""
+    if isinstance(c, TupleCommReducer):
+        res = tuple(fn(r) for r in c.result)
+        ident = tuple(fn(x) for x in c.identity)
+        if all(a is b for a, b in zip(res + ident, c.result + c.identity)):
+            return c
+        return TupleCommReducer(c.name, c.lhs, c.rhs, res, ident)
+    res, ident = fn(c.result), fn(c.identity)
+    if res is c.result and ident is c.identity:
+        return c
+    return CommReducer(c.name, c.lhs, c.rhs, res, ident)
+
 
 def substitute(node, vmap: dict):
     """Replace Vars (keys) by Exprs (values) everywhere in ``node``."""
@@ -180,6 +206,12 @@ class _FreeVars(Visitor):
         for iv in e.axis:
             self.bound.add(iv.var)
         self.generic_visit(e)
+        # the combiner binds its lhs and rhs; a user's may read other variables
+        c = e.combiner
+        self.bound.update(c.lhs + c.rhs if isinstance(c, TupleCommReducer) else (c.lhs, c.rhs))
+        for x in (c.result + c.identity if isinstance(c, TupleCommReducer)
+                  else (c.result, c.identity)):
+            self.visit(x)
 
     def visit_Var(self, v):
         if v not in self.seen:

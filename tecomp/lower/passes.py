@@ -48,8 +48,61 @@ def _add(m, i):
     return op.add(m, Const(i, m.dtype))
 
 
+#: the most copies of a statement that unrolling may make: the product of the constant
+#: extents of the loops around it that are unrolled whole (``pragma(axis,
+#: "unroll_explicit")`` here, ``unroll`` by the code generator, which rolls a loop longer
+#: than its ``MAX_FULL_UNROLL``).  A nest of 64 x 64 copies takes 5-8 s to build, and the
+#: time grows with the copies: past this, a ScheduleError.  tecomp's templates and rules
+#: unroll at most 162 copies (3 x 3 x 9 x 2, a convolution's window and register block).
+MAX_UNROLL_COPIES = 4096
+
+
+class _UnrollBudget(Visitor):
+    def __init__(self, full_unroll: int):
+        self.full = full_unroll
+        self.chain = []      # (loop variable, extent) of the unrolled loops around
+        self.copies = 1
+        self.explicit = set()
+
+    def visit_AttrStmt(self, s):
+        if s.key == "pragma_unroll_explicit" and isinstance(s.body, For):
+            self.explicit.add(id(s.body))
+        self.generic_visit(s)
+
+    def visit_For(self, s):
+        n = s.extent.value if isinstance(s.extent, Const) else 1
+        whole = s.kind == "unrolled" and (id(s) in self.explicit or n <= self.full)
+        if not whole or n <= 1:
+            self.generic_visit(s)
+            return
+        self.chain.append((s.var.name, n))
+        self.copies *= n
+        if self.copies > MAX_UNROLL_COPIES:
+            from ..ir.names import display
+
+            loops = " x ".join(f"{display(v)} ({e})" for v, e in self.chain)
+            raise ScheduleError(
+                f"unrolling the loops over {loops} makes {self.copies} copies of their body, "
+                f"more than the {MAX_UNROLL_COPIES} tecomp unrolls (a build of minutes): "
+                f"unroll shorter loops (split an axis and unroll its inner part), or fewer of "
+                f"them")
+        self.generic_visit(s)
+        self.copies //= n
+        self.chain.pop()
+
+
+def check_unroll_budget(func: PrimFunc) -> None:
+    """A ScheduleError when unrolling would make more than :data:`MAX_UNROLL_COPIES`
+    copies of a statement (see there)."""
+    from ..codegen.llvm.emitter import MAX_FULL_UNROLL
+
+    _UnrollBudget(MAX_FULL_UNROLL).visit(func.body)
+
+
 def unroll_explicit_pass(func: PrimFunc) -> PrimFunc:
-    """Loops with ``pragma(axis, "unroll_explicit")`` are unrolled in the IR itself."""
+    """Loops with ``pragma(axis, "unroll_explicit")`` are unrolled in the IR itself (after
+    :func:`check_unroll_budget`)."""
+    check_unroll_budget(func)
     body = _UnrollExplicit().visit(func.body)
     if body is func.body:
         return func

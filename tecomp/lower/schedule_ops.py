@@ -40,7 +40,7 @@ from ..ir.expr import (
     Buffer, BufferLoad, Const, Expr, GE, GT, IterVar, LE, LT, Max, ProducerLoad, Range, Reduce, Var,
     And, same_as,
 )
-from ..ir.functor import Mutator, Visitor, substitute
+from ..ir.functor import Mutator, Visitor, map_combiner, substitute
 from ..ir.names import display
 from ..ir.stmt import (
     Allocate, AttrStmt, BufferStore, ExternCall, For, IfThenElse, LetStmt, SeqStmt,
@@ -100,9 +100,10 @@ class _InlineExpander(Mutator):
 
     def visit_Reduce(self, e):
         src, cond = self.visit(e.source), self.visit(e.condition)
-        if src is e.source and cond is e.condition:
+        comb = map_combiner(e.combiner, self.visit)
+        if src is e.source and cond is e.condition and comb is e.combiner:
             return e
-        return Reduce(e.combiner, src, e.axis, cond, e.dtype, e.value_index)
+        return Reduce(comb, src, e.axis, cond, e.dtype, e.value_index)
 
 
 class StageInfo:
@@ -303,6 +304,26 @@ class LowerContext:
             r = root_ranges[iv]
             inf.root_min[iv] = r.min
             inf.extent[iv] = r.extent
+        self._derive_loops(st)
+        # a reduction whose range reads an output index (a triangular sum over range(n)):
+        # the index there is its value in this stage's loops, which a split of the output
+        # axis or a region computed at a consumer's loop (a loop from 0) make differ from
+        # the loop counter of the same name
+        vmap = {iv.var: self.root_value(st, iv) for iv in st.op.axis}
+        moved = False
+        for iv in st.op.reduce_axis:
+            mn, ext = substitute(inf.root_min[iv], vmap), substitute(inf.extent[iv], vmap)
+            if mn is not inf.root_min[iv] or ext is not inf.extent[iv]:
+                inf.root_min[iv], inf.extent[iv], moved = _simplify(mn), _simplify(ext), True
+        if moved:   # (the output axes' loops do not depend on the reduction's)
+            self._derive_loops(st)
+
+    def _derive_loops(self, st: Stage):
+        """The extents of the loops ``st``'s relations derive and the values of its root
+        axes in its leaf loop counters (``inf.extent``, ``inf.value``, ``inf.guards``),
+        from the extents of its root axes."""
+        inf = self.info[st]
+        inf.guards = []
         for rel in st.relations:
             if isinstance(rel, Split):
                 ext = inf.extent[rel.parent]
@@ -744,7 +765,8 @@ class LowerContext:
         leaves = st.leaf_iter_vars
         body = inf.bodies[0]
         if isinstance(body, Reduce):
-            comb = body.combiner
+            # (a user reducer's combiner and identity may read the indices too)
+            comb = map_combiner(body.combiner, lambda e: self.lower_expr(substitute(e, vmap)))
             srcs = [self.lower_expr(substitute(b.source, vmap)) for b in inf.bodies]
             cond = self.lower_expr(substitute(body.condition, vmap))
             if len(bufs) == 1:

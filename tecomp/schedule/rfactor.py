@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..errors import ScheduleError
 from ..ir import op as _op
 from ..ir.expr import Const, IterVar, LT, ProducerLoad, Range, Reduce, Var
-from ..ir.functor import substitute
+from ..ir.functor import map_combiner, substitute
 from .relations import Fuse, Split, _with_body
 
 
@@ -105,14 +105,16 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
         for c in conds:
             cond = _and(cond, c)
     src = substitute(body.source, vmap)
+    # (a user reducer's combiner and identity may read the output indices too)
+    comb = map_combiner(body.combiner, lambda e: substitute(e, vmap))
     rf_axes = list(out_axis)
     rf_axes.insert(factor_axis, rf_axis_iv)
     if rf_reduce:
-        rf_body = Reduce(body.combiner, src, tuple(rf_reduce), cond, body.dtype)
+        rf_body = Reduce(comb, src, tuple(rf_reduce), cond, body.dtype)
     else:
         from ..ir.op import if_then_else
 
-        rf_body = src if _is_true(cond) else if_then_else(cond, src, body.combiner.identity)
+        rf_body = src if _is_true(cond) else if_then_else(cond, src, comb.identity)
     rf_op = ComputeOp(f"{op.name}.rf", rf_axes, rf_body, op.tag, op.attrs)
     rf = rf_op.output(0)
     rst = type(st)(rf_op, sch)   # a Stage (this module does not import schedule.py)

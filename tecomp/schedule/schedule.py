@@ -25,6 +25,9 @@ from . import trace as _trace
 from .trace import SCHEDULE_PRIMITIVES, STAGE_PRIMITIVES, Trace, TracedStage, traced
 
 SCOPES = ("global", "shared", "local") + FRAGMENT_SCOPES
+#: the largest ``pragma(axis, "unroll_count", n)`` (LLVM's unroll count is a 32-bit count
+#: of at least 1: 2**32 reached it as 0 and crashed LLVM's unroller)
+MAX_UNROLL_COUNT = 1024
 
 
 # ---------------------------------------------------------------------------------
@@ -289,7 +292,8 @@ class Stage(TracedStage):
     def pragma(self, axis, name: str, value=None):
         """Annotate the loop over ``axis``: ``unroll_explicit`` unrolls it in the IR;
         ``parallel_grain`` (an int) sets how many iterations a parallel task takes;
-        ``no_partition`` / ``partition``: loop partitioning leaves the loop whole / also
+        ``unroll_count`` (an int from 1 to :data:`MAX_UNROLL_COUNT`) has LLVM unroll the
+        loop that many times; ``no_partition`` / ``partition``: loop partitioning leaves the loop whole / also
         splits it on the selects in what its body stores (docs/schedule.md); ``fp_contract``
         lets ``a*b + c`` in the nest be one FMA (docs/numerics.md); any other name is kept
         as a ``// attr pragma_<name>`` comment for the backends."""
@@ -299,6 +303,12 @@ class Stage(TracedStage):
             raise ScheduleError(f"pragma on stage {display(self.name)}, axis {display(iv.name)}: "
                                 f"the name must be an identifier (letters, digits, _), e.g. "
                                 f"'unroll_explicit'; got {name!r:.60}")
+        if name == "unroll_count" and (isinstance(value, bool) or not isinstance(value, int)
+                                       or not 1 <= value <= MAX_UNROLL_COUNT):
+            raise ScheduleError(
+                f"pragma unroll_count on stage {display(self.name)}, axis {display(iv.name)}: "
+                f"the value is how many times LLVM unrolls the loop, an int from 1 to "
+                f"{MAX_UNROLL_COUNT}; got {value!r:.60}")
         a = self._attr(iv)
         a.pragmas = a.pragmas + ((name, value),)
         if name == "unroll_explicit":
@@ -797,7 +807,7 @@ class Schedule:
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
         """Compute ``tensor`` into a ``scope`` buffer first, then copy it out; returns
         the cache tensor, which takes over the original body (and its reduction)."""
-        from ..ir.functor import substitute
+        from ..ir.functor import map_combiner, substitute
         from ..te.tensor import ComputeOp as _C
 
         if not isinstance(tensor, Tensor):
@@ -824,7 +834,8 @@ class Schedule:
                 nv = IterVar(Var(iv.var.name, iv.var.dtype), dom, "reduce")
                 vmap[iv.var] = nv.var
                 new_red.append(nv)
-            body = Reduce(body.combiner, substitute(body.source, vmap), tuple(new_red),
+            body = Reduce(map_combiner(body.combiner, lambda e: substitute(e, vmap)),
+                          substitute(body.source, vmap), tuple(new_red),
                           substitute(body.condition, vmap), body.dtype)
         else:
             body = substitute(body, vmap)

@@ -27,10 +27,11 @@ from __future__ import annotations
 import functools
 import json
 import keyword
+import math
 import re
 from typing import Any, Dict, List, Optional
 
-from ..errors import ScheduleError
+from ..errors import ScheduleError, TecompError
 
 #: the primitives that are recorded: (owner, name)
 STAGE_PRIMITIVES = (
@@ -169,37 +170,6 @@ class Trace:
             return {"intrin": nm}
         raise _Unnamed(f"{type(x).__name__} {x!r:.60} has no name in a trace")
 
-    # -- replay -------------------------------------------------------------------------
-    def _dec(self, s, tensors, x):
-        from ..te.tensor import thread_axis
-
-        if isinstance(x, list):
-            return [self._dec(s, tensors, v) for v in x]
-        if isinstance(x, dict):
-            ((k, v),) = x.items()
-            if k == "t":
-                return tensors[_index(v)]
-            if k == "s":
-                return s.stages[_index(v)]
-            if k == "ax":
-                if not isinstance(v, list) or len(v) != 2:
-                    raise ValueError("an axis is [stage, position]")
-                return s.stages[_index(v[0])].all_iter_vars[_index(v[1])]
-            if k == "thread":
-                if not isinstance(v, str):
-                    raise ValueError("a thread axis is named by its tag")
-                return thread_axis(v)
-            if k == "intrin":
-                from ..te.tensor_intrin import builtin_intrins
-
-                if not isinstance(v, str) or v not in builtin_intrins():
-                    raise ValueError(f"{v!r:.60} is no built-in tensor intrinsic")
-                return builtin_intrins()[v]
-            raise ValueError(f"unknown reference {k!r:.40}")
-        if x is None or isinstance(x, (bool, int, float, str)):
-            return x
-        raise ValueError(f"a {type(x).__name__} is no trace value")
-
     def to_json(self) -> List[list]:
         """The steps as plain JSON data (a copy)."""
         if not self.replayable:
@@ -236,10 +206,88 @@ def _dag_tensors(outputs) -> list:
     return order
 
 
+# ---------------------------------------------------------------------------------------
+# replay: a trace is data from outside (a tuning log), checked like a user's arguments
+
+
+#: the most steps a trace may have (the rules' schedules have tens)
+MAX_STEPS = 4096
+#: the longest string a step may hold (a pragma's name or value, a scope)
+MAX_STRING = 256
+#: a split or tile factor (or nparts) may exceed the extent of its axis up to this: a
+#: factor past the extent only adds a guard, and the rules split by a vector width or a
+#: cache block whatever the extent; where the extent is not known, up to INT32_MAX
+FACTOR_SLACK = 1 << 16
+INT32_MAX = 2**31 - 1
+
+#: what each argument of each primitive is (see :func:`_check_arg`)
+_ARGS: Dict[str, Dict[str, str]] = {
+    "split": {"parent": "axis", "factor": "factor?", "nparts": "factor?",
+              "disable_predication": "bool"},
+    "tile": {"x_parent": "axis", "y_parent": "axis", "x_factor": "factor", "y_factor": "factor"},
+    "fuse": {"axes": "axes"}, "reorder": {"axes": "axes"}, "storage_order": {"axes": "axes"},
+    "unroll": {"axis": "axis"}, "vectorize": {"axis": "axis"}, "parallel": {"axis": "axis"},
+    "bind": {"axis": "axis", "thread_ivar": "thread"},
+    "pragma": {"axis": "axis", "name": "string", "value": "scalar"},
+    "prefetch": {"tensor": "tensor", "axis": "axis", "offset": "int32", "along": "axis?"},
+    "compute_at": {"parent": "stage", "axis": "axis"},
+    "compute_inline": {}, "compute_root": {}, "double_buffer": {},
+    "set_scope": {"scope": "string"},
+    "storage_align": {"axis": "axis", "factor": "factor", "offset": "int32"},
+    "align_bounds": {"axis": "axis", "factor": "factor"},
+    "tensorize": {"axis": "axis", "intrin": "intrin"},
+    "cache_read": {"tensor": "tensor", "scope": "string", "readers": "stages",
+                   "pad": "number?", "blocks": "blocks?"},
+    "cache_write": {"tensor": "tensor", "scope": "string"},
+    "rfactor": {"tensor": "tensor", "axis": "axis", "factor_axis": "int32"},
+}
+#: the factor arguments and the axis each one splits (checked against its extent)
+_FACTORS = {"split": (("factor", "parent"), ("nparts", "parent")),
+            "tile": (("x_factor", "x_parent"), ("y_factor", "y_parent")),
+            "align_bounds": (("factor", "axis"),), "storage_align": (("factor", "axis"),)}
+
+
 def _index(v) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise ValueError(f"{v!r:.40} is not a position")
     return v
+
+
+def _dec(s, tensors, x, depth: int = 0):
+    """The objects a step's JSON value names (module docstring); ValueError, IndexError
+    or KeyError for a reference to something that is not there."""
+    from ..te.tensor import thread_axis
+
+    if depth > 3:
+        raise ValueError("values nested deeper than a step's arguments are")
+    if isinstance(x, list):
+        return [_dec(s, tensors, v, depth + 1) for v in x]
+    if isinstance(x, dict):
+        if len(x) != 1:
+            raise ValueError(f"a reference has one key, got {len(x)}")
+        ((k, v),) = x.items()
+        if k == "t":
+            return tensors[_index(v)]
+        if k == "s":
+            return s.stages[_index(v)]
+        if k == "ax":
+            if not isinstance(v, list) or len(v) != 2:
+                raise ValueError("an axis is [stage, position]")
+            return s.stages[_index(v[0])].all_iter_vars[_index(v[1])]
+        if k == "thread":
+            if not isinstance(v, str):
+                raise ValueError("a thread axis is named by its tag")
+            return thread_axis(v)
+        if k == "intrin":
+            from ..te.tensor_intrin import builtin_intrins
+
+            if not isinstance(v, str) or v not in builtin_intrins():
+                raise ValueError(f"{v!r:.60} is no built-in tensor intrinsic")
+            return builtin_intrins()[v]
+        raise ValueError(f"unknown reference {k!r:.40}")
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    raise ValueError(f"a {type(x).__name__} is no trace value")
 
 
 def _check_steps(steps) -> None:
@@ -248,33 +296,180 @@ def _check_steps(steps) -> None:
             and isinstance(st[2], list) and isinstance(st[3], dict) for st in steps):
         raise ScheduleError("a trace is a list of [primitive, stage, args, kwargs] steps "
                             "(Trace.to_json()); got something else")
+    if len(steps) > MAX_STEPS:
+        raise ScheduleError(f"a trace has at most {MAX_STEPS} steps, this one {len(steps)}; "
+                            "it is damaged or was not written by tecomp")
 
 
-def replay(steps, outputs):
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_arg(kind: str, v) -> Optional[str]:
+    """Why the decoded argument ``v`` is not a ``kind`` (see :data:`_ARGS`), or None."""
+    from ..ir.expr import IterVar
+    from ..te.tensor import Tensor
+    from ..te.tensor_intrin import TensorIntrin
+
+    if kind.endswith("?"):
+        if v is None:
+            return None
+        kind = kind[:-1]
+    if kind == "axis":
+        ok = isinstance(v, IterVar) and v.kind != "thread"
+        return None if ok else "is not an axis ({'ax': [stage, position]})"
+    if kind == "axes":
+        axes = v[0] if len(v) == 1 and isinstance(v[0], list) else v
+        if not axes or any(_check_arg("axis", a) for a in axes):
+            return "are not axes ({'ax': [stage, position]} each)"
+        return None
+    if kind == "thread":
+        ok = isinstance(v, IterVar) and v.kind == "thread"
+        return None if ok else "is not a thread axis ({'thread': tag})"
+    if kind == "tensor":
+        return None if isinstance(v, Tensor) else "is not a tensor ({'t': position})"
+    if kind in ("stage", "stages"):
+        items = v if kind == "stages" and isinstance(v, list) else [v]
+        if not items or not all(isinstance(x, (Tensor, TracedStage)) for x in items):
+            return f"is not a {kind[:5]} ({{'s': position}} or {{'t': position}})"
+        return None
+    if kind == "intrin":
+        return None if isinstance(v, TensorIntrin) else "is not a built-in tensor intrinsic"
+    if kind == "factor":
+        return None if _is_int(v) and 1 <= v <= INT32_MAX else \
+            f"is not an int from 1 to {INT32_MAX}"
+    if kind == "int32":
+        return None if _is_int(v) and -INT32_MAX <= v <= INT32_MAX else "is not an int32"
+    if kind == "bool":
+        return None if isinstance(v, bool) else "is not true or false"
+    if kind == "string":
+        return None if isinstance(v, str) and len(v) <= MAX_STRING else \
+            f"is not a string of at most {MAX_STRING} characters"
+    if kind == "scalar":   # a pragma's value
+        if v is None or isinstance(v, bool) or (_is_int(v) and -INT32_MAX <= v <= INT32_MAX) \
+                or (isinstance(v, float) and math.isfinite(v)) \
+                or (isinstance(v, str) and len(v) <= MAX_STRING):
+            return None
+        return ("is not None, a bool, an int32, a finite float or a string of at most "
+                f"{MAX_STRING} characters")
+    if kind == "number":
+        ok = (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+        return None if ok else "is not a finite number"
+    if kind == "blocks":
+        ok = isinstance(v, list) and 0 < len(v) <= 8 and all(
+            isinstance(b, list) and len(b) == 2 and all(_is_int(x) and 0 <= x <= INT32_MAX
+                                                        for x in b) for b in v)
+        return None if ok else "is not a list of [dimension, factor] pairs"
+    raise AssertionError(kind)  # pragma: no cover - every kind is listed above
+
+
+def static_extent(stage, iv, shapes: Optional[dict] = None) -> Optional[int]:
+    """The extent of axis ``iv`` of ``stage`` as the schedule says it (its root axis's
+    extent, with the symbolic extents named in ``shapes`` bound, through the splits and
+    fuses), or None where it is not a constant.  Lowering may find it smaller (a stage
+    computed at a loop computes a region), never larger."""
+    from ..ir.expr import Const, Var
+    from ..ir.functor import collect, substitute
+    from ..ir.simplify import simplify
+
+    def const(e) -> Optional[int]:
+        if shapes:
+            vs = collect(e, lambda n: isinstance(n, Var) and n.name in shapes)
+            e = simplify(substitute(e, {v: Const(int(shapes[v.name]), v.dtype) for v in vs}))
+        return e.value if isinstance(e, Const) and _is_int(e.value) else None
+
+    ext = {r: const(r.dom.extent) for r in list(stage.op.axis) + list(stage.op.reduce_axis)
+           if r.dom is not None}
+    for rel in stage.relations:
+        if hasattr(rel, "parent"):   # a split
+            pe = ext.get(rel.parent)
+            f = const(rel.factor) if rel.factor is not None else None
+            n = const(rel.nparts) if rel.nparts is not None else None
+            if f is not None:
+                ext[rel.inner] = f
+                ext[rel.outer] = None if pe is None else -(-pe // f)
+            elif n is not None:
+                ext[rel.outer] = n
+                ext[rel.inner] = None if pe is None else -(-pe // n)
+        else:                        # a fuse
+            a, b = ext.get(rel.outer), ext.get(rel.inner)
+            ext[rel.fused] = None if a is None or b is None else a * b
+    return ext.get(iv)
+
+
+def _decode_step(s, n: int, step: list, shapes: Optional[dict]):
+    """Check step ``n`` of a trace and decode it on the schedule ``s``: ``(owner, args,
+    kwargs)`` to call ``getattr(owner, step[0])`` with; a ScheduleError naming the step
+    when it is not a call of a primitive with arguments of the kinds it takes (see
+    :data:`_ARGS`) or names something the DAG does not have."""
+    import inspect
+
+    name, on, args, kwargs = step
+    tr = s.trace
+    if name not in STAGE_PRIMITIVES + SCHEDULE_PRIMITIVES or (on is None) != (
+            name in SCHEDULE_PRIMITIVES):
+        raise ScheduleError(f"trace step {n}: {name!r:.60} is not a schedule primitive")
+    what = f"trace step {n} ({name})"
+    try:
+        tensors = list(tr.tensors)
+        owner = s if on is None else _dec(s, tensors, on)
+        a = [_dec(s, tensors, x) for x in args]
+        kw = {str(k): _dec(s, tensors, v) for k, v in kwargs.items()}
+    except (IndexError, KeyError, TypeError, ValueError) as e:
+        raise ScheduleError(f"{what} names something this DAG does not have "
+                            f"({type(e).__name__}: {str(e)[:120]}); the trace was recorded on "
+                            "another compute") from None
+    if on is not None and not isinstance(owner, TracedStage):
+        raise ScheduleError(f"{what}: it runs on {type(owner).__name__}, not on a stage "
+                            "({'s': position}); the trace is damaged")
+    try:
+        bound = inspect.signature(getattr(type(owner), name)).bind(owner, *a, **kw)
+    except TypeError as e:      # wrong arguments for the primitive
+        raise ScheduleError(f"{what}: arguments the primitive does not take "
+                            f"({str(e)[:120]}); the trace is damaged") from None
+    given = dict(list(bound.arguments.items())[1:])
+    for param, v in given.items():
+        kind = _ARGS[name][param]
+        why = _check_arg(kind, list(v) if kind == "axes" else v)
+        if why is not None:
+            raise ScheduleError(f"{what}: {param}={v!r:.60} {why}; the trace is damaged or "
+                                "forged")
+    for fparam, aparam in _FACTORS.get(name, ()):
+        f = given.get(fparam)
+        if f is None:
+            continue
+        ext = static_extent(owner, given[aparam], shapes)
+        limit = INT32_MAX if ext is None else max(ext, FACTOR_SLACK)
+        if f > limit:
+            raise ScheduleError(
+                f"{what}: {fparam}={f} for axis {given[aparam].name!r:.60} of extent "
+                f"{'unknown' if ext is None else ext}; a factor is at most the extent (or "
+                f"{FACTOR_SLACK} where that is larger); the trace is damaged or forged")
+    return owner, a, kw
+
+
+def replay(steps, outputs, shapes: Optional[dict] = None):
     """A fresh schedule of ``outputs`` (the tensors, in the order ``create_schedule`` got
     them when the trace was recorded) with ``steps`` (``Trace.to_json()``) applied.
-    Raises ``ScheduleError`` for a step that does not fit this DAG."""
+    ``shapes`` (the values of symbolic extents, as ``tc.auto_schedule`` takes them)
+    bounds the split factors the trace may hold.
+
+    A trace is data from outside (a tuning log): every step is checked as a user's call
+    is (a primitive of the schedule, arguments of the kinds it takes, split factors of
+    at most the axis's extent or :data:`FACTOR_SLACK`, at most :data:`MAX_STEPS` steps),
+    and the primitive then checks the rest.  Raises ``ScheduleError`` naming the step
+    that does not fit this DAG."""
     _check_steps(steps)
     s = _create_schedule(list(outputs))
-    tr = s.trace
-    for n, (name, on, args, kwargs) in enumerate(steps):
-        if name not in STAGE_PRIMITIVES + SCHEDULE_PRIMITIVES or (on is None) != (
-                name in SCHEDULE_PRIMITIVES):
-            raise ScheduleError(f"trace step {n}: {name!r} is not a schedule primitive")
+    for n, step in enumerate(steps):
+        owner, a, kw = _decode_step(s, n, step, shapes)
         try:
-            tensors = list(tr.tensors)
-            owner = s if on is None else tr._dec(s, tensors, on)
-            a = [tr._dec(s, tensors, x) for x in args]
-            kw = {str(k): tr._dec(s, tensors, v) for k, v in kwargs.items()}
-        except (IndexError, KeyError, TypeError, ValueError) as e:
-            raise ScheduleError(f"trace step {n} ({name}) names something this DAG does not "
-                                f"have ({type(e).__name__}: {e}); the trace was recorded on "
-                                "another compute") from None
-        try:
-            getattr(owner, name)(*a, **kw)
-        except TypeError as e:      # wrong arguments for the primitive
-            raise ScheduleError(f"trace step {n} ({name}): arguments the primitive does not "
-                                f"take ({str(e)[:120]}); the trace is damaged") from None
+            getattr(owner, step[0])(*a, **kw)
+        except TypeError as e:
+            if isinstance(e, TecompError):
+                raise
+            raise ScheduleError(f"trace step {n} ({step[0]}): arguments the primitive does "
+                                f"not take ({str(e)[:120]}); the trace is damaged") from None
     return s
 
 
@@ -391,11 +586,9 @@ def steps_python(steps, outputs, args=None, name: str = "schedule") -> str:
             return f"tc.tensor_intrin({x.name!r})"
         return repr(x)
 
-    for name_, on, a, kw in steps:
-        tensors = list(tr.tensors)
-        owner = s if on is None else tr._dec(s, tensors, on)
-        av = [tr._dec(s, tensors, x) for x in a]
-        kv = {str(k): tr._dec(s, tensors, v) for k, v in kw.items()}
+    for n, step in enumerate(steps):
+        name_, on = step[0], step[1]
+        owner, av, kv = _decode_step(s, n, step, None)
         call_args = ", ".join([show(x) for x in av] + [f"{k}={show(v)}" for k, v in kv.items()])
         target = "s" if on is None else stage_ref(owner)
         out = getattr(owner, name_)(*av, **kv)

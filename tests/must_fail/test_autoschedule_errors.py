@@ -1,5 +1,6 @@
 """Programs that must fail: the auto-scheduler's mistakes to name.  Each message names
 the value and says what to do."""
+import re
 import sys
 
 import pytest
@@ -182,6 +183,43 @@ def test_log_is_a_directory(tmp_path):
     with pytest.raises(AutoScheduleError, match=r"load_records: .* is a directory; give a file "
                                                 r"path for the log, e\.g\. .*tuning\.jsonl"):
         tc.auto_schedule(_mm(), log=str(tmp_path))
+
+
+_FIFO_CHILD = """
+import os, sys
+import tecomp as tc
+from tecomp.autoschedule import records
+A = tc.placeholder((16, 8), name="A")
+C = tc.compute((16, 8), lambda i, j: A[i, j] * 2, name="C")
+path = sys.argv[1]
+os.mkfifo(path)
+for what, call in (("read", lambda: tc.auto_schedule([A, C], log=path)),
+                   ("append", lambda: records.append_record(path, records.make_record(
+                       records.workload_key([A, C]), [], [1e-3])))):
+    try:
+        call()
+        print(what, "returned")
+    except tc.AutoScheduleError as e:
+        print(what, "AutoScheduleError", e)
+"""
+
+
+def test_log_that_is_a_fifo(tmp_path):
+    """A FIFO as the log: opening it to read waited for a writer, forever (so the check
+    runs in a child process, with a timeout)."""
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _FIFO_CHILD, str(tmp_path / "log.jsonl")],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    read, append = p.stdout.splitlines()
+    for line, who in ((read, "load_records"), (append, "append_record")):
+        assert re.fullmatch(rf"\w+ AutoScheduleError {who}: '.*log\.jsonl' is not a regular "
+                            rf"file \(a FIFO, a device or a socket\); give the path of a "
+                            rf"tuning log, e\.g\. 'tuning\.jsonl'", line), line
 
 
 def test_record_with_a_time_json_cannot_store(tmp_path):

@@ -751,6 +751,48 @@ def test_replay_refuses_what_is_not_a_primitive():
     (["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": {"eval": "1"}}], r"unknown reference 'eval'"),
     (["split", {"s": 0}, [{"ax": [0, 0]}], {"fctor": 4}], r"trace step 0 \(split\): arguments "
                                                           r"the primitive does not take"),
+    # a tuning log is user input: every argument is checked like one
+    (["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": 2**32 + 1}],
+     r"trace step 0 \(split\): factor=4294967297 is not an int from 1 to 2147483647; the "
+     r"trace is damaged or forged"),
+    (["split", {"s": 0}, [{"ax": [0, 0]}], {"nparts": 2**40}], r"nparts=1099511627776 is not "
+                                                                r"an int from 1 to"),
+    (["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": 100000}],
+     r"trace step 0 \(split\): factor=100000 for axis 'i' of extent 64; a factor is at most "
+     r"the extent \(or 65536 where that is larger\)"),
+    (["tile", {"s": 0}, [{"ax": [0, 0]}, {"ax": [0, 1]}, 8, 70000], {}],
+     r"y_factor=70000 for axis 'j' of extent 64"),
+    (["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": 4.0}], r"factor=4\.0 is not an int"),
+    (["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": "4"}], r"factor='4' is not an int"),
+    (["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": [4]}], r"factor=\[4\] is not an int"),
+    (["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": 4, "disable_predication": 1}],
+     r"disable_predication=1 is not true or false"),
+    (["split", {"s": 0}, [{"ax": [0, 0], "t": 0}], {"factor": 4}], r"a reference has one key"),
+    (["split", {"s": 0}, [[[[[[{"ax": [0, 0]}]]]]]], {"factor": 4}], r"nested deeper"),
+    (["split", {"s": 0}, [{"t": 0}], {"factor": 4}], r"parent=.* is not an axis"),
+    (["split", {"t": 0}, [{"ax": [0, 0]}], {"factor": 4}], r"it runs on Tensor, not on a stage"),
+    # an axis that a later step makes
+    (["vectorize", {"s": 0}, [{"ax": [0, 3]}], {}], r"trace step 0 \(vectorize\) names "
+                                                    r"something this DAG does not have"),
+    (["fuse", {"s": 0}, [0, 1], {}], r"axes=\(0, 1\) are not axes"),
+    (["bind", {"s": 0}, [{"ax": [0, 0]}, {"ax": [0, 1]}], {}], r"thread_ivar=.* is not a "
+                                                                r"thread axis"),
+    (["bind", {"s": 0}, [{"ax": [0, 0]}, {"thread": "threadIdx.w"}], {}],
+     r"names something this DAG does not have .*unknown thread tag 'threadIdx\.w'"),
+    (["compute_at", {"s": 0}, [3, {"ax": [0, 0]}], {}], r"parent=3 is not a stage"),
+    (["pragma", {"s": 0}, [{"ax": [0, 0]}, "x\ny"], {}], r"pragma on stage C, axis i: the name "
+                                                         r"must be an identifier"),
+    (["pragma", {"s": 0}, [{"ax": [0, 0]}, "note", [{"ax": [0, 1]}]], {}],
+     r"value=\[.*\] is not None, a bool, an int32, a finite float or a string"),
+    (["pragma", {"s": 0}, [{"ax": [0, 0]}, "note", "x" * 300], {}], r"value='xxx.* is not None"),
+    (["pragma", {"s": 0}, [{"ax": [0, 0]}, "unroll_count", 5000], {}],
+     r"pragma unroll_count on stage C, axis i: the value is how many times LLVM unrolls the "
+     r"loop, an int from 1 to 1024; got 5000"),
+    (["set_scope", {"s": 0}, ["x" * 1000], {}], r"scope='xxx.* is not a string of at most 256"),
+    (["rfactor", None, [{"t": 0}, {"ax": [0, 2]}], {"factor_axis": 2**40}],
+     r"factor_axis=1099511627776 is not an int32"),
+    (["cache_read", None, [{"t": 1}, "local", [{"s": 0}]], {"blocks": [[0, 4, 4]]}],
+     r"blocks=\[\[0, 4, 4\]\] is not a list of \[dimension, factor\] pairs"),
 ])
 def test_replay_of_a_damaged_step(step, msg):
     from tecomp.schedule.trace import replay
@@ -758,6 +800,54 @@ def test_replay_of_a_damaged_step(step, msg):
     A, B, C, k = _mm()
     with pytest.raises(tc.ScheduleError, match=msg):
         replay([step], [C])
+
+
+def test_replay_of_a_trace_of_too_many_steps():
+    from tecomp.schedule.trace import MAX_STEPS, replay
+
+    A, B, C, k = _mm()
+    with pytest.raises(tc.ScheduleError, match=rf"a trace has at most {MAX_STEPS} steps, this "
+                                               rf"one {MAX_STEPS + 1}"):
+        replay([["compute_root", {"s": 0}, [], {}]] * (MAX_STEPS + 1), [C])
+
+
+def test_split_factor_bound_by_the_shapes_of_a_symbolic_extent():
+    from tecomp.schedule.trace import replay
+
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i] * 2, name="B")
+    step = ["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": 70000}]
+    replay([step], [B])          # n is not known: any int32 factor
+    with pytest.raises(tc.ScheduleError, match=r"factor=70000 for axis 'i' of extent 100; "):
+        replay([step], [B], shapes={"n": 100})
+
+
+@pytest.mark.parametrize("count", [2**32, 0, 2.0, "4", True])
+def test_pragma_unroll_count_out_of_range(count):
+    # (2**32 reached LLVM as 0, and its unroller aborted the build process)
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"pragma unroll_count on stage C, axis k: the "
+                       r"value is how many times LLVM unrolls the loop, an int from 1 to 1024"):
+        s[C].pragma(k, "unroll_count", count)
+
+
+def test_unroll_of_too_many_copies():
+    A, B, C, k = _mm(128)
+    s = tc.create_schedule(C.op)
+    s[C].unroll(C.op.axis[1])
+    s[C].unroll(k)
+    with pytest.raises(tc.ScheduleError, match=r"unrolling the loops over j \(128\) x k \(128\) "
+                       r"makes 16384 copies of their body, more than the 4096 tecomp unrolls "
+                       r"\(a build of minutes\): unroll shorter loops"):
+        tc.lower(s, [A, B, C])
+    s = tc.create_schedule(C.op)
+    f = s[C].fuse(*C.op.axis)
+    s[C].pragma(f, "unroll_explicit")
+    with pytest.raises(tc.ScheduleError, match=r"unrolling the loops over i\.j\.fused "
+                                               r"\(16384\) makes 16384 copies"):
+        tc.lower(s, [A, B, C])
 
 
 def test_rfactor_of_an_axis_whose_extent_depends_on_the_output():
