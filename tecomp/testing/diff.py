@@ -312,25 +312,12 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
     # the compiled kernels compared with the interpreter: the case's target, and the
     # emulation of a case run on the GPU
     compiled = [case.target] + (["cuda-emu"] if emu is not None else [])
-    problems = []
+    problems = numpy_problems(case, inputs, ref, unknown, results)
     hw_vs_emu = []  # the GPU against the emulation: a finding of its own (listed first)
-    widen = _accumulation_factor(prog, case.n)
     for pos, i in enumerate(order):
         if i in inputs:
-            for name, arrs in results.items():
-                if not np.array_equal(arrs[pos], inputs[i], equal_nan=True):
-                    problems.append(f"{name} modified input {prog.tensors[i].name}")
             continue
         spec = prog.tensors[i]
-        want, unk = ref[i], unknown.get(i)
-        for name, arrs in results.items():
-            # (where the reference cannot vouch for an element, the compiled kernels are
-            # still compared with the interpreter below)
-            w = want if unk is None else np.where(unk, np.asarray(arrs[pos], want.dtype), want)
-            msg = compare(arrs[pos], w, spec.dtype, f"{name} vs numpy, output {spec.name}",
-                          widen if spec.dtype in ("bfloat16", "float16") else 1.0)
-            if msg:
-                problems.append(msg)
         for name in compiled if "interp" in results else ():
             a, b = results[name][pos], results["interp"][pos]
             msg = compare(a, b.astype(np.float64) if is_float(spec.dtype) else b, spec.dtype,
@@ -346,6 +333,32 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
     if hw_vs_emu or problems:
         return Outcome("mismatch", case, "compare", "\n".join(hw_vs_emu + problems), ir)
     return Outcome("ok", case, "", "", ir)
+
+
+def numpy_problems(case: Case, inputs: dict, ref: dict, unknown: dict, results: dict) -> list:
+    """What differs from the numpy reference (``ref, unknown = prog.numpy_reference(inputs,
+    n)``) in ``results`` (a name -> the call's arguments after it): an input modified, an
+    output off by more than the dtype's tolerance."""
+    prog = case.program
+    problems = []
+    widen = _accumulation_factor(prog, case.n)
+    for pos, i in enumerate(prog.arg_order()):
+        if i in inputs:
+            for name, arrs in results.items():
+                if not np.array_equal(arrs[pos], inputs[i], equal_nan=True):
+                    problems.append(f"{name} modified input {prog.tensors[i].name}")
+            continue
+        spec = prog.tensors[i]
+        want, unk = ref[i], unknown.get(i)
+        for name, arrs in results.items():
+            # (where the reference cannot vouch for an element, the compiled kernels are
+            # still compared with the interpreter)
+            w = want if unk is None else np.where(unk, np.asarray(arrs[pos], want.dtype), want)
+            msg = compare(arrs[pos], w, spec.dtype, f"{name} vs numpy, output {spec.name}",
+                          widen if spec.dtype in ("bfloat16", "float16") else 1.0)
+            if msg:
+                problems.append(msg)
+    return problems
 
 
 def schedule_case(case: Case, stage: Optional[list] = None):

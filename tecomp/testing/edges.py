@@ -22,6 +22,13 @@ read the docs, or one who wants to crash the caller, would:
     the case built for another CPU (``-mcpu``, ``-mattr`` additions and removals), called
     here: the right answer, or a :class:`~tecomp.errors.TecompError` naming the target --
     never a signal.  Half of them exported and loaded.
+``records``
+    a tuning log for the case's workload whose records are forged or corrupt: a value in
+    a step replaced (huge, negative, zero, a float, a string with quotes and newlines,
+    nesting), steps dropped, repeated or reordered, times of ``10**4000`` or NaN, lines
+    nested 100,000 deep or a megabyte long, beside a genuine record.  ``tc.auto_schedule(
+    args, log=...)`` gives a schedule that computes the right values (warnings allowed)
+    or an ``AutoScheduleError``.
 ``library_file``
     an exported library tampered with (bytes flipped, truncated, extended, the sidecar
     swapped, replaced by a FIFO, a directory or a link): ``tc.load_module`` refuses it
@@ -47,7 +54,7 @@ from .draw import RandomDraw
 from .program import Cmp, CAnd, CNot, COr, is_float
 
 FAMILIES = ("conditions", "big_split", "layouts", "lazy_bits", "foreign_target",
-            "library_file")
+            "library_file", "records")
 
 #: split factors past any extent the generator draws
 BIG_FACTORS = (2**31 - 1, 2**31, 2**31 + 1, 2**32 + 1, 2**40)
@@ -104,6 +111,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
         twist = {"tamper": d.choice(("flip_byte", "truncate", "append", "swap_sidecar",
                                      "empty", "fifo", "directory", "symlink_to_dev",
                                      "sidecar_fifo", "sidecar_huge"))}
+    elif family == "records":
+        twist = {"forgeries": [_draw_forgery(d) for _ in range(d.int(1, 3))],
+                 "genuine": d.bool(0.5)}
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
 
@@ -161,6 +171,77 @@ def _big_split(steps, prog, d):
     return steps + [("split", h, 0, how, big)], {"appended": f"split {h} {how}={big}"}
 
 
+#: what a forged step value becomes
+HOSTILE_VALUES = (0, -1, 2**31, 2**32 + 1, 2**63, 10**30, 1.5, float("nan"), True, None,
+                  "", 'x"\n)\nimport os\n#', "\x00", "A" * 1000, [], {"a": 1}, [[[[1]]]])
+
+
+def _draw_forgery(d) -> dict:
+    """One forged or corrupt line of a tuning log (applied by :func:`_forge`)."""
+    kind = d.choice(("value", "value", "value", "drop", "repeat", "swap", "time", "raw"))
+    f = {"kind": kind, "pick": d.int(0, 10**6)}
+    if kind == "value":
+        f["value"] = d.int(0, len(HOSTILE_VALUES) - 1)
+    elif kind == "time":
+        f["time"] = d.choice(("10**4000", "NaN", "-1", '"fast"', "[]", "1e400", "0"))
+    elif kind == "raw":
+        f["raw"] = d.choice(("deep", "long", "binary", "truncated", "bom", "brace"))
+    return f
+
+
+def _leaves(x, path=()):
+    """The paths of the scalar leaves of a JSON value."""
+    if isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _leaves(v, path + (i,))
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            yield from _leaves(v, path + (k,))
+    else:
+        yield path
+
+
+def _set(x, path, value):
+    for p in path[:-1]:
+        x = x[p]
+    x[path[-1]] = value
+
+
+def _forge(record: dict, f: dict) -> str:
+    """The log line of ``record`` forged as ``f`` says."""
+    import copy
+    import json
+
+    rec = copy.deepcopy(record)
+    trace = rec["trace"]
+    kind, pick = f["kind"], f["pick"]
+    if kind == "value":
+        leaves = list(_leaves(trace))
+        if leaves:
+            _set(trace, leaves[pick % len(leaves)], HOSTILE_VALUES[f["value"]])
+        else:
+            rec["trace"] = HOSTILE_VALUES[f["value"]]
+    elif kind == "drop" and trace:
+        del trace[pick % len(trace)]
+    elif kind == "repeat" and trace:
+        trace.insert(pick % len(trace), trace[pick % len(trace)])
+    elif kind == "swap" and len(trace) > 1:
+        i = pick % (len(trace) - 1)
+        trace[i], trace[i + 1] = trace[i + 1], trace[i]
+    rec["times"] = [1e-9]          # forged to look the fastest
+    line = json.dumps(rec, allow_nan=True)
+    if kind == "time":
+        line = line.replace('"times": [1e-09]', f'"times": [{f["time"]}]')
+    elif kind == "raw":
+        line = {"deep": "[" * 100_000 + "]" * 100_000,
+                "long": '{"v": 1, "pad": "' + "x" * (2 << 20) + '"}',
+                "binary": "\x00\xff\ufffe" + line[:100],
+                "truncated": line[:len(line) // 2],
+                "bom": "\ufeff" + line,
+                "brace": "{"}[f["raw"]]
+    return line
+
+
 # ---------------------------------------------------------------------------------
 # running
 
@@ -172,7 +253,8 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
     if ec.family in ("conditions", "big_split"):
         return run_case(ec)
     runner = {"layouts": _run_layouts, "lazy_bits": _run_lazy_bits,
-              "foreign_target": _run_foreign_target, "library_file": _run_library_file}
+              "foreign_target": _run_foreign_target, "library_file": _run_library_file,
+              "records": _run_records}
     return runner[ec.family](ec)
 
 
@@ -439,3 +521,56 @@ def _run_library_file(ec: EdgeCase) -> Outcome:
         what = f"a library tampered with ({how}, {stat.filemode(mode)})"
         return _expect_refusal(ec, lambda: tc.load_module(bad_path), (tc.LoadError,),
                                f"load_module ({how})", ir, what)
+
+
+def _run_records(ec: EdgeCase) -> Outcome:
+    import warnings
+
+    import tecomp as tc
+    from ..autoschedule import records
+
+    from .diff import numpy_problems
+
+    stage = "schedule"
+    try:
+        s, args, _ = schedule_case(ec)
+        shapes = {"n": ec.n} if ec.program.symbolic else None
+        key = records.workload_key(args, "llvm", shapes)
+        genuine = records.make_record(key, s.trace.to_json(), [1e-3])
+    except tc.TecompError as e:
+        if isinstance(e, tc.ResourceLimitError):
+            return Outcome("rejected", ec, stage, _exc_text(e))
+        return Outcome("crash", ec, stage, _exc_text(e))
+    import json
+
+    lines = [_forge(genuine, f) for f in ec.twist["forgeries"]]
+    if ec.twist["genuine"]:
+        lines.append(json.dumps(genuine))
+    with tempfile.TemporaryDirectory(prefix="tecomp-edge-log-") as d:
+        path = os.path.join(d, "log.json")
+        with open(path, "w", encoding="utf-8", errors="surrogatepass") as fh:
+            fh.write("\n".join(lines) + "\n")
+        stage = "auto_schedule(log=)"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                # a fresh program: the log's schedule is replayed on its own tensors
+                built, nvar = ec.program.build()
+                args2 = ec.program.args(built, nvar)
+                s2 = tc.auto_schedule(args2, log=path, shapes=shapes)
+            stage = "build the log's schedule"
+            mod = tc.build(s2, args2)
+            inputs = ec.program.random_inputs(ec.n, np.random.default_rng(ec.seed))
+            arrs = case_arrays(ec, inputs)
+            stage = "call"
+            mod(*arrs)
+        except tc.AutoScheduleError as e:
+            return Outcome("refused", ec, stage, str(e).splitlines()[0][:300])
+        except tc.ResourceLimitError as e:
+            return Outcome("rejected", ec, stage, _exc_text(e))
+        except Exception as e:  # noqa: BLE001
+            return Outcome("crash", ec, stage, _exc_text(e))
+    ref, unknown = ec.program.numpy_reference(inputs, ec.n)
+    problems = numpy_problems(ec, inputs, ref, unknown, {"the log's schedule": arrs})
+    return Outcome("mismatch", ec, "compare", "\n".join(problems)) if problems else \
+        Outcome("ok", ec, "", "")
