@@ -128,6 +128,15 @@ CASES = {
     "an int scalar out of range": (
         lambda: (_a(), _w(), _b(), 1.0, 300),
         r"parameter k \(argument 5\) = 300 does not fit int8 \[-128, 127\]"),
+    "an output overlapping an input": (
+        lambda: (lambda m: (m[:3], _w(), m[2:8], 1.0, 2))(np.zeros((8, 4), "float32")),
+        r"parameter A \(argument 1\) and parameter B \(argument 3\) share memory, and main "
+        r"writes B: an output must not overlap another argument"),
+    "a stride-0 output": (
+        lambda: (_a(), _w(), np.lib.stride_tricks.as_strided(
+            np.zeros(4, "float32"), (6, 4), (0, 4), writeable=True), 1.0, 2),
+        r"parameter B \(argument 3\) is written by main, but its elements overlap: B\[0, 0\] "
+        r"and B\[1, 0\] are the same memory"),
 }
 
 
