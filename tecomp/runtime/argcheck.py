@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -49,7 +50,7 @@ from ..ir.op import COMPARE, _wrap
 from ..ir.printer import to_str
 
 __all__ = [
-    "ArgChecker", "BufferSpec", "ArrayMeta", "array_meta", "as_host_array",
+    "ArgChecker", "BufferSpec", "ArrayMeta", "FLOAT_MAX", "array_meta", "as_host_array",
     "bind_and_check", "check_memory", "check_scalar", "compile_shape_expr", "count_error",
     "element_strides", "eval_host_expr", "in_place_of", "int_range",
     "param_checks_of", "param_label", "self_overlap", "shape_text", "unaligned_error",
@@ -185,7 +186,11 @@ def describe(a) -> str:
         return f"a {a.ndim}-d {a.dtype} array of shape {a.shape}"
     if isinstance(a, (list, tuple)):
         return f"a {type(a).__name__}"
-    return f"{type(a).__name__} {a!r}"[:120]
+    try:
+        text = repr(a)
+    except Exception:  # noqa: BLE001 -- the user's __repr__
+        text = "(whose repr() fails)"
+    return f"{type(a).__name__} {text}"[:120]
 
 
 def dtype_name(dt: np.dtype) -> str:
@@ -276,7 +281,9 @@ def element_strides(spec: "BufferSpec", byte_strides) -> List[int]:
 
 def check_scalar(v, var: Var, label: str):
     """Check the value ``v`` of the scalar parameter ``var`` (named ``label``); return it
-    as a Python bool, int or float.  Integers must fit the dtype; 0-d arrays count as
+    as a Python bool, int or float.  Integers must fit the dtype (any object with
+    ``__index__`` is one, as for Python's own integer arguments); floats must be finite
+    where the dtype is, unless they are already infinite or NaN; 0-d arrays count as
     their element; bools are not numbers."""
     dt = var.dtype
     if isinstance(v, np.ndarray) and v.ndim == 0:
@@ -285,20 +292,61 @@ def check_scalar(v, var: Var, label: str):
         if isinstance(v, (bool, np.bool_)):
             return bool(v)
         raise ArgumentError(f"{label} expects a bool, got {describe(v)}")
+    if isinstance(v, (bool, np.bool_)):
+        raise ArgumentError(f"{label} expects {'an integer' if _dt.is_int(dt) else 'a number'} "
+                            f"({dt}), got {describe(v)}")
     if _dt.is_int(dt):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+        if not hasattr(type(v), "__index__") or \
+                isinstance(v, numbers.Number) and not isinstance(v, numbers.Integral):
             raise ArgumentError(f"{label} expects an integer ({dt}), got {describe(v)}")
-        iv = int(v)
+        try:
+            iv = operator.index(v)
+        except Exception as e:  # noqa: BLE001 -- the user's __index__ failed
+            raise ArgumentError(
+                f"{label} expects an integer ({dt}), got {describe(v)}, whose __index__ "
+                f"raised {type(e).__name__}: {str(e)[:100]}") from None
         lo, hi = int_range(dt)
         if not lo <= iv <= hi:
-            raise ArgumentError(f"{label} = {iv} does not fit {dt} [{lo}, {hi}]")
+            raise ArgumentError(f"{label} = {_short_int(iv)} does not fit {dt} [{lo}, {hi}]")
         return iv
     if _dt.is_float(dt):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        if not isinstance(v, numbers.Real):
             raise ArgumentError(f"{label} expects a number ({dt}), got {describe(v)}")
-        return float(v)
+        try:
+            fv = float(v)
+        except (OverflowError, ValueError, TypeError) as e:
+            raise ArgumentError(f"{label} = {_short_int(v)} does not fit {dt} ({e})") from None
+        top = FLOAT_MAX.get(dt)
+        if top is not None and math.isfinite(fv) and abs(fv) > top \
+                and not math.isfinite(_rounded(fv, dt)):
+            raise ArgumentError(
+                f"{label} = {fv!r} does not fit {dt} (its largest finite value is "
+                f"{top:.8g}): it would become infinite; pass inf explicitly if that is what "
+                f"you mean")
+        return fv
     raise ArgumentError(f"{label} has the dtype {dt}, which a scalar parameter cannot have; "
                         f"use a bool, integer or float dtype")
+
+
+def _short_int(v) -> str:
+    """An integer for a message: its digits, or its size when they are too many."""
+    try:
+        if isinstance(v, numbers.Integral) and abs(int(v)).bit_length() > 200:
+            return f"an integer of {abs(int(v)).bit_length()} bits"
+    except Exception:  # noqa: BLE001
+        pass
+    return str(v)[:80]
+
+
+#: the largest finite value of each float dtype a scalar parameter may have
+FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
+             "float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
+
+
+def _rounded(fv: float, dt: str) -> float:
+    """``fv`` rounded to the float dtype ``dt`` (to nearest, ties to even), as a float."""
+    with np.errstate(over="ignore"):
+        return float(np.asarray(fv, dtype=_dt.numpy_dtype(dt)))
 
 
 # ---------------------------------------------------------------------------------------

@@ -104,8 +104,8 @@ from ..codegen import threads as _threads
 #: the ``_pyarrays`` entry of a kernel reads it there (see :func:`_probe_pyobj_layout`)
 PYOBJECT_DATA_OFFSET = object.__basicsize__
 from .argcheck import (
-    ArgChecker, compile_shape_expr, count_error, element_strides, in_place_of, int_range,
-    param_checks_of,
+    FLOAT_MAX, ArgChecker, compile_shape_expr, count_error, element_strides, in_place_of,
+    int_range, param_checks_of,
 )
 from .timing import Timed
 
@@ -398,8 +398,12 @@ def _fast_path_source(plan: _CallPlan, tensors: bool = False, grad_inputs: bool 
             lo, hi = int_range(var.dtype)
             w(f"    if type({vn}) is not int or not {lo} <= {vn} <= {hi}: return None")
             w(f"    ints[{nb + slot}] = {vn}")
-        else:
+        elif var.dtype == "float64":
             w(f"    if type({vn}) is not float: return None")
+            w(f"    floats[{nb + slot}] = {vn}")
+        else:  # a value past the dtype's largest (or inf, nan): the generic path decides
+            top = FLOAT_MAX[var.dtype]
+            w(f"    if type({vn}) is not float or not -{top!r} <= {vn} <= {top!r}: return None")
             w(f"    floats[{nb + slot}] = {vn}")
     var_name = {sp.var: f"v{sp.slot}" for sp in sig.scalars}
     # bind the shape variables, then check every dimension
