@@ -31,6 +31,7 @@ GPUArray, numba), described through :func:`array_meta`.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import numbers
 import operator
@@ -52,7 +53,7 @@ from ..ir.printer import to_str
 __all__ = [
     "ArgChecker", "BufferSpec", "ArrayMeta", "FLOAT_MAX", "array_meta", "as_host_array",
     "bind_and_check", "check_memory", "check_scalar", "compile_shape_expr", "count_error",
-    "element_strides", "eval_host_expr", "in_place_of", "int_range",
+    "element_strides", "eval_host_expr", "in_place_of", "int_range", "is_from_dlpack",
     "param_checks_of", "param_label", "self_overlap", "shape_text", "unaligned_error",
 ]
 
@@ -109,7 +110,7 @@ def _is_torch_tensor(a) -> bool:
         and hasattr(a, "requires_grad")
 
 
-def as_host_array(a, label: str):
+def as_host_array(a, label: str, written: bool = False):
     """``a`` as a numpy array sharing its memory (nothing is copied), or ``a`` itself
     when it is not an array the host runtimes take (the checks then say what is
     expected).
@@ -119,8 +120,15 @@ def as_host_array(a, label: str):
       included); its extent is later checked against the storage
       (:func:`check_memory`).  A tensor that requires grad is refused, as
       ``Tensor.numpy()`` refuses it (pass ``x.detach()``, or use
-      :func:`tecomp.torch.op`, which is differentiable);
-    * anything else with ``__dlpack__`` on the CPU: ``np.from_dlpack(a)``;
+      :func:`tecomp.torch.op`, which is differentiable).  A tensor with torch's lazy
+      negation or conjugation bit (``torch._neg_view(x)``, ``z.conj().imag``: its memory
+      holds the negated values) is resolved into a copy when it is read only, and
+      refused when the kernel writes it (``written``).  A tensor that is not dense
+      memory (sparse, quantized, nested, MKL-DNN, a ``torch.func`` transform's wrapper
+      such as vmap's BatchedTensor) is refused;
+    * anything else with ``__dlpack__`` on the CPU: ``np.from_dlpack(a)``: the producer
+      owns and describes the memory (DLPack's contract), and a producer that exports it
+      read-only (DLPack 1.0) gets a read-only array;
     * anything with ``__array_interface__``: ``np.asarray(a)``.
 
     ``label`` names the parameter in the ArgumentError raised for an array on another
@@ -131,11 +139,7 @@ def as_host_array(a, label: str):
         return a  # a numpy scalar speaks DLPack too, but it is no array: the checks say so
     try:
         if _is_torch_tensor(a):
-            if a.requires_grad:
-                raise ArgumentError(
-                    f"{label}: the torch tensor requires grad, and tecomp reads and writes its "
-                    f"memory directly, outside autograd: pass x.detach(), or wrap the "
-                    f"computation with tecomp.torch.op(...) to make it differentiable")
+            a = _plain_tensor(a, label, written)
             if a.device.type != "cpu":
                 return a  # a device tensor: a GPU runtime takes it, a CPU one refuses it
             if str(a.dtype) == "torch.bfloat16":
@@ -146,23 +150,71 @@ def as_host_array(a, label: str):
 
                 return a.view(torch.int16).numpy().view(numpy_dtype("bfloat16"))
             return a.numpy()
-        if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
+        if isinstance(a, np.ndarray):
+            return a
+        if hasattr(a, "__dlpack__"):
             dev = getattr(a, "__dlpack_device__", None)
             if callable(dev) and int(dev()[0]) != 1:  # kDLCPU
                 return a
             return np.from_dlpack(a)
-        if hasattr(a, "__array_interface__") and not isinstance(a, np.ndarray):
+        if hasattr(a, "__array_interface__"):
             return np.asarray(a)
     except ArgumentError:
         raise
-    except (TypeError, ValueError, RuntimeError, BufferError) as e:
+    except Exception as e:  # noqa: BLE001 -- the producer's protocol methods are the user's code
         raise ArgumentError(
             f"{label}: cannot view the {type(a).__module__}.{type(a).__qualname__} argument as "
-            f"an array without copying ({type(e).__name__}: {e}); tecomp takes numpy arrays, "
-            f"torch CPU tensors and CPU arrays with __dlpack__ or __array_interface__ of the "
-            f"dtypes numpy has (bfloat16 as torch tensors or ml_dtypes arrays): convert it, "
-            f"e.g. x.float()") from None
+            f"an array without copying ({type(e).__name__}: {str(e)[:300]}); tecomp takes numpy "
+            f"arrays, torch CPU tensors and CPU arrays with __dlpack__ or __array_interface__ "
+            f"of the dtypes numpy has (bfloat16 as torch tensors or ml_dtypes arrays): convert "
+            f"it, e.g. x.float()") from None
     return a
+
+
+def _plain_tensor(t, label: str, written: bool):
+    """The torch tensor ``t`` as dense memory with the values it shows: itself, or a
+    resolved copy of an input with the negation or conjugation bit; an ArgumentError for
+    anything a kernel cannot read or write in place."""
+    from torch._C import _functorch
+
+    if _functorch.is_functorch_wrapped_tensor(t):
+        kind = "vmap's BatchedTensor" if _functorch.is_batchedtensor(t) else \
+            "a wrapper of torch.func.grad, jvp or functionalize"
+        raise ArgumentError(
+            f"{label}: the torch tensor is a torch.func transform's tensor ({kind}), which "
+            f"has no memory of its own for tecomp to read or write in place: call the kernel "
+            f"outside torch.func transforms (e.g. loop over the batch and torch.stack the "
+            f"results)")
+    if t.requires_grad:
+        raise ArgumentError(
+            f"{label}: the torch tensor requires grad, and tecomp reads and writes its "
+            f"memory directly, outside autograd: pass x.detach(), or wrap the "
+            f"computation with tecomp.torch.op(...) to make it differentiable")
+    layout = str(t.layout)
+    if layout != "torch.strided" or t.is_quantized or t.is_nested:
+        what, fix = (("quantized", "x.dequantize()") if t.is_quantized else
+                     ("nested", "x.to_padded_tensor(0.0)") if t.is_nested else
+                     (f"of layout {layout}", "x.to_dense()"))
+        raise ArgumentError(
+            f"{label}: the torch tensor is {what}; tecomp reads and writes dense (strided) "
+            f"memory: pass {fix}")
+    if t.device.type == "meta":
+        raise ArgumentError(
+            f"{label}: the torch tensor is on the meta device, which holds no data: pass a "
+            f"tensor with memory (e.g. torch.empty(shape) on the CPU)")
+    neg, conj = t.is_neg(), t.is_conj()
+    if neg or conj:
+        bit, views, held, fix = (("negation", "torch._neg_view(x) or z.conj().imag", "negated",
+                                  "resolve_neg") if neg else
+                                 ("conjugation", "z.conj()", "conjugated", "resolve_conj"))
+        if written:
+            raise ArgumentError(
+                f"{label}: the torch tensor has the lazy {bit} bit set (a view such as "
+                f"{views}, whose memory holds the {held} values), and the kernel writes it: "
+                f"written in place, it would hold the wrong sign; pass a tensor without the "
+                f"bit, e.g. out = x.{fix}() or x.clone(), and read the result from it")
+        t = t.resolve_conj().resolve_neg()  # a copy with the values the view shows
+    return t
 
 
 # ---------------------------------------------------------------------------------------
@@ -245,8 +297,10 @@ def const_dim_error(spec: "BufferSpec", shape) -> ArgumentError:
     raise ValueError("const_dim_error: the shape matches every constant extent")
 
 
-def read_only_error(spec: "BufferSpec", func_name: str, on_device: bool = False) -> ArgumentError:
+def read_only_error(spec: "BufferSpec", func_name: str, on_device: bool = False,
+                    dlpack: bool = False) -> ArgumentError:
     why = ("its __cuda_array_interface__ marks it read-only" if on_device else
+           "its DLPack producer exported it read-only" if dlpack else
            "a broadcast view or an array with flags.writeable=False")
     return ArgumentError(f"{spec.label} is written by {func_name}, but the array is read-only "
                          f"({why}): pass a writeable array, e.g. a copy")
@@ -634,7 +688,7 @@ class ArgChecker:
             a = args[spec.pos]
             if type(a) is np.ndarray:
                 continue
-            h = as_host_array(a, spec.label)
+            h = as_host_array(a, spec.label, spec.written)
             if h is not a:
                 if out is None:
                     out = list(args)
@@ -696,7 +750,7 @@ class ArgChecker:
                 if spec.written or aligned:
                     flags = a.flags
                     if spec.written and not flags.writeable:
-                        raise read_only_error(spec, self.func_name)
+                        raise read_only_error(spec, self.func_name, dlpack=is_from_dlpack(a))
                     if aligned and not flags.aligned:
                         element_strides(spec, a.strides)
                         raise unaligned_error(spec)
@@ -825,24 +879,63 @@ def _memory_of(owner) -> Optional[Tuple[int, int]]:
     return None
 
 
+#: the names numpy gives the capsule an array made by ``np.from_dlpack`` keeps as its base
+_DLPACK_BASES = (b"numpy_dltensor", b"numpy_dltensor_versioned")
+
+
+_capsule_get_name = None
+
+
+def _capsule_name(obj) -> Optional[bytes]:
+    """The name of the PyCapsule ``obj``, or None for anything else."""
+    global _capsule_get_name
+    if type(obj).__name__ != "PyCapsule" or type(obj).__module__ != "builtins":
+        return None
+    if _capsule_get_name is None:
+        get = ctypes.pythonapi.PyCapsule_GetName
+        get.restype, get.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        _capsule_get_name = get
+    return _capsule_get_name(obj)
+
+
+def is_from_dlpack(a: np.ndarray) -> bool:
+    """Whether the memory of ``a`` came from a DLPack producer (``np.from_dlpack``)."""
+    b = a.base
+    while isinstance(b, np.ndarray):
+        b = b.base
+    return b is not None and _capsule_name(b) in _DLPACK_BASES
+
+
 def check_memory(spec: "BufferSpec", a: np.ndarray) -> None:
     """Raise unless the memory ``a`` comes from holds all of its elements: an array made
     by ``as_strided`` past its base, or by an ``__array_interface__`` that claims more
-    than its buffer, would make the kernel read or write outside it."""
-    owner, b = a, a.base
+    than its buffer, would make the kernel read or write outside it.  Memory a DLPack
+    producer exported (``np.from_dlpack``) is described by its producer, which owns it:
+    its extent is the producer's word (as for numpy and torch, which take it so)."""
+    owner, b, last = a, a.base, a
     while b is not None:
         if isinstance(owner, np.ndarray) and owner.flags.owndata:
             break
+        last = owner
         owner, b = b, getattr(b, "base", None)
     if owner is a:
         return
-    mem = _memory_of(owner)
+    if _capsule_name(owner) in _DLPACK_BASES:
+        if last is a:
+            return  # the array np.from_dlpack made: as the producer describes it
+        # a view of it (as_strided may reach past it): inside the elements it describes
+        owner = last
+        mem = _span(ArrayMeta(tuple(last.shape), last.dtype, tuple(last.strides), True, False,
+                              last.__array_interface__["data"][0])) if last.size else (0, 0)
+    else:
+        mem = _memory_of(owner)
     what = f"{type(owner).__module__}.{type(owner).__qualname__}"
     if mem is None:
         raise ArgumentError(
             f"{spec.label}: the array's memory comes from a {what} object through a raw "
-            f"pointer (__array_interface__ or DLPack), whose size tecomp cannot check; pass "
-            f"an array that owns its memory (np.array(x) copies it)")
+            f"pointer (an __array_interface__ whose data is an integer address), whose size "
+            f"tecomp cannot check; pass an array that owns its memory (np.array(x) copies "
+            f"it), or export it through DLPack (__dlpack__), where its producer describes it")
     if a.size == 0:
         return
     lo, hi = _span(ArrayMeta(tuple(a.shape), a.dtype, tuple(a.strides), True, False,

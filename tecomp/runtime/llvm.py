@@ -94,7 +94,7 @@ import numpy as np
 # KernelMemoryError, KernelAssertionError: defined in tecomp.errors, importable here
 from ..errors import (
     ArgumentError, BoundsError, InternalError, KernelAssertionError, KernelMemoryError, TargetError,
-    internal_assert,
+    TecompError, internal_assert,
 )
 from ..ir import dtype as _dt
 from ..ir.expr import Add, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
@@ -372,9 +372,11 @@ def _fast_path_source(plan: _CallPlan, tensors: bool = False, grad_inputs: bool 
         names.append(nm)
         w(f"    {nm} = args[{p.pos}]")
         if tensors:
+            # (a real dtype has no conjugate bit; the negation bit is read on the generic
+            # path, which resolves it)
             grad = "" if grad_inputs and not p.is_output else f" or {nm}.requires_grad"
             w(f"    if type({nm}) is not Tensor or {nm}.dtype is not tdt{p.data_index} or "
-              f"not {nm}.is_cpu{grad}: return None")
+              f"not {nm}.is_cpu{grad} or {nm}.is_neg(): return None")
         else:
             # (numpy's built-in dtypes are shared objects: the identity test mostly decides)
             w(f"    if type({nm}) is not ndarray: return None")
@@ -521,6 +523,18 @@ def _compile_fast_path(src: str, plan: _CallPlan, tensors: bool = False):
 
 def _no_fast_path(args, sc):
     return None
+
+
+def _try_binder(binder, args, sc):
+    """``binder(args, sc)``, or None (the generic path, which says what is wrong) when a
+    tensor it inspects raises: a tensor without storage (a torch.func transform's
+    wrapper, a nested tensor) raises from ``shape`` or ``data_ptr()``."""
+    try:
+        return binder(args, sc)
+    except TecompError:
+        raise
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _has_torch_tensor(args) -> bool:
@@ -702,7 +716,7 @@ class Module(Timed):
             ft = self._fast_tensors
             if ft is None and args and _has_torch_tensor(args):
                 ft = self._fast_tensors = self._tensor_binder()
-            key = ft(args, sc) if ft is not None else None
+            key = _try_binder(ft, args, sc) if ft is not None else None
             if key is not None:
                 v = self._variants.get(key) or self._variant(*key)
                 rc = v.fn_ptr(sc.base, sc.args_addr, sc.err_addr)  # data pointers
@@ -737,7 +751,7 @@ class Module(Timed):
         fg = self._fast_grad
         if fg is None:
             fg = self._fast_grad = self._tensor_binder(grad_inputs=True)
-        key = fg(args, sc) if len(args) == self._plan.nparams else None
+        key = _try_binder(fg, args, sc) if len(args) == self._plan.nparams else None
         if key is None:  # (an output that requires grad is refused there)
             outs = self._plan.output_positions
             return self(*[a.detach() if k not in outs and getattr(a, "requires_grad", False)
