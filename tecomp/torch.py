@@ -507,6 +507,19 @@ class Op:
                     f"runs on {self.device_type} (target {self.target}): move it with "
                     f".to({self.device_type!r})")
 
+    def _check_transforms(self, tensors):
+        """An ArgumentError when a tensor is a torch.func transform's (functorch) tensor."""
+        from torch._C import _functorch
+
+        for k, (x, t) in enumerate(zip(self.inputs, tensors)):
+            if _functorch.is_functorch_wrapped_tensor(t):
+                raise ArgumentError(
+                    f"{self.name}: input {x.name} (argument {k + 1}) is a torch.func "
+                    f"transform's tensor (torch.func.grad, vmap, jacrev...), and tecomp.torch "
+                    f"ops do not support those transforms: differentiate with torch.autograd "
+                    f"(x.requires_grad_(), y.backward() or torch.autograd.grad), or call the "
+                    f"op outside the transform")
+
     def __call__(self, *tensors):
         if _is_compiling():
             out = self._torch_op(*tensors)
@@ -519,7 +532,11 @@ class Op:
             outs = self._run(tensors)
             return outs[0] if self.single else tuple(outs)
         if _grad_enabled():
-            return _Function.apply(self, *tensors)  # one output: the tensor itself
+            try:
+                return _Function.apply(self, *tensors)  # one output: the tensor itself
+            except RuntimeError:
+                self._check_transforms(tensors)  # torch.func.grad: say so
+                raise
         outs = self._run([t.detach() for t in tensors])  # under no_grad
         return outs[0] if self.single else tuple(outs)
 

@@ -193,3 +193,17 @@ def gpu_driver():
         return runtime_cuda.default_driver()
     except RuntimeUnavailableError as exc:
         pytest.skip(str(exc))
+
+
+class DLPackWrapper:
+    """A DLPack producer tecomp does not know (as JAX, CuPy or TensorFlow arrays are):
+    ``__dlpack__``/``__dlpack_device__`` of the array or tensor it holds, nothing else."""
+
+    def __init__(self, x):
+        self.x = x
+
+    def __dlpack__(self, **kw):
+        return self.x.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.x.__dlpack_device__()

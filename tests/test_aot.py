@@ -409,3 +409,37 @@ def test_c_example(tmp_path):
     assert proc.returncode == 0, proc.stderr
     # the library's pool takes TECOMP_NUM_THREADS when C code does not set a count
     assert proc.stdout.split() == ["threads", "3", "OK"]
+
+
+def test_inputs_in_place_round_trip(libdir):
+    """Which inputs may be passed in place of an output is proved by lowering and kept in
+    the metadata (``in_place``): a loaded library takes the same in-place calls as the
+    module it came from, and refuses the others the same way."""
+    from tecomp.codegen import aot_format as fmt
+
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    W = tc.placeholder((n,), name="W")
+    B = tc.compute((n,), lambda i: A[i] * 2.0 + W[tc.min(i + 1, n - 1)], name="B")
+    f = tc.build(tc.create_schedule(B.op), [A, W, B])
+    g = roundtrip(f, libdir, "in_place")
+    assert g.metadata["in_place"] == [[0, 2]]        # A may be B; W (a stencil) may not
+    x = np.arange(10, dtype="float32")
+    w = np.ones(10, "float32")
+    for m in (f, g):
+        y = x.copy()
+        m(y, w, y)
+        np.testing.assert_array_equal(y, x * 2 + 1)
+    y = w.copy()
+    err = same_error(f, g, x, y, y)
+    assert "parameter W (argument 2) and parameter B (argument 3) are the same array" in str(err)
+    # the field is checked as the rest of the metadata: only an input and an output of
+    # one dtype and rank, by position
+    raw = dict(g.metadata)
+    for bad in ([[0, 1]], [[2, 0]], [[0, 7]], [[0]], [["0", 2]], [[True, 2]], "x"):
+        doc = dict(raw, in_place=bad)
+        with pytest.raises(tc.LoadError, match=r"its tecomp metadata is damaged"):
+            fmt.parse_metadata(json.dumps(doc).encode(), "'lib.so'")
+    # a library written before the field existed takes no input in place
+    doc = {k: v for k, v in raw.items() if k != "in_place"}
+    assert fmt.parse_metadata(json.dumps(doc).encode(), "'lib.so'").in_place == ()

@@ -801,20 +801,38 @@ def test_strided_views_without_copies():
 
 
 def test_aliasing_arguments_use_the_safe_variant():
+    """The same array for an input and an output runs where lowering proves each output
+    element is computed once from the same input element (the aliasing-safe variant);
+    anything else that overlaps an output is refused before the kernel runs."""
+    import tecomp as tc
+
     n = 50
-    A, B = buf("A", (n,)), buf("B", (n,))
-    i = Var("i")
-    # B[i] = A[i] + A[i + 1] (clamped): in place, a no-alias variant could reorder
-    nxt = op.minimum(i + 1, n - 1)
-    m = build_llvm(PrimFunc("inplace", (A, B), loop(i, n, st(B, ld(A, i) + ld(A, nxt), i))))
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i] * 2.0 + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    o, i = s[B].split(B.op.axis[0], factor=8)
+    s[B].vectorize(i)
+    m = tc.build(s, [A, B])
     x = np.random.rand(n).astype(np.float32)
-    expect = x.copy()
-    for k in range(n):
-        expect[k] = expect[k] + expect[min(k + 1, n - 1)]
     y = x.copy()
     m(y, y)
-    np.testing.assert_array_equal(y, expect)
+    np.testing.assert_array_equal(y, x * np.float32(2) + np.float32(1))
     assert ("contiguous", False) in m.variants_compiled
+    # B[i] = A[i] + A[i + 1] (clamped): in place, an element would be read after it is
+    # overwritten (a sequential loop gives one answer, a vectorized one another)
+    A2, B2 = buf("A", (n,)), buf("B", (n,))
+    iv = Var("i")
+    nxt = op.minimum(iv + 1, n - 1)
+    m2 = build_llvm(PrimFunc("stencil", (A2, B2), loop(iv, n, st(B2, ld(A2, iv) + ld(A2, nxt), iv))))
+    y = x.copy()
+    with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\) and parameter B "
+                                            r"\(argument 2\) are the same array, and stencil "
+                                            r"writes B, but tecomp cannot prove"):
+        m2(y, y)
+    np.testing.assert_array_equal(y, x)                  # (not run)
+    z = np.zeros(n + 10, np.float32)
+    with pytest.raises(ArgumentError, match=r"share memory, and stencil writes B"):
+        m2(z[:n], z[10:])
 
 
 def test_argument_errors():
@@ -901,22 +919,31 @@ def test_fast_argument_path_agrees_with_generic_checks():
         assert mod._fast(args, sc) is None
         with pytest.raises(ArgumentError):
             mod._prepare(args, sc)
-    # views and aliasing go to the generic path, which picks the right variant
+    # views and overlapping arrays go to the generic path, which picks the right variant
+    # or refuses them
     big = np.zeros((3, 8), np.float32)
     assert mod._fast((big[:, ::2], good[1], 1.5, good[3]), sc) is None
     assert mod._prepare((big[:, ::2], good[1], 1.5, good[3]), sc) == ("strided", True)
     alias = np.zeros((3, 5), np.float32)
     assert mod._fast((alias[:, :4], good[1], 1.5, alias), sc) is None
-    assert mod._prepare((alias[:, :4], good[1], 1.5, alias), sc) == ("strided", False)
+    with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\) and parameter C "
+                                            r"\(argument 4\) share memory, and fast writes C"):
+        mod._prepare((alias[:, :4], good[1], 1.5, alias), sc)
     same = np.zeros((3, 5), np.float32)
     D = buf("D", (n, m_))
-    cp = build_llvm(PrimFunc("cp", (A, D), loop(i, n, st(D, ld(A, i, 0), i, 0))))
+    # (what lowering records for a compute stage without a reduction: D is written once
+    # per element, here from the element of A at the same index)
+    cp = build_llvm(PrimFunc("cp", (A, D), loop(i, n, st(D, ld(A, i, 0), i, 0)),
+                             {"written_once": (D,)}))
     sc2 = llvm_runtime._Scratch(cp._plan)
-    assert cp._fast((same, same), sc2) == ("contiguous", False)
+    # (the one array object: the fast path runs the aliasing-safe variant itself)
+    assert cp._fast((same, same), sc2) == ("contiguous", False) == cp._prepare((same, same), sc2)
     # contiguous views: of one array, they alias when they overlap (numpy says); of two
     # arrays (tc.empty's aligned views of their own blocks), never
     rows = np.zeros((6, 5), np.float32)
-    assert cp._fast((rows[0:3], rows[2:5]), sc2) == ("contiguous", False)
+    assert cp._fast((rows[0:3], rows[2:5]), sc2) is None
+    with pytest.raises(ArgumentError, match=r"share memory, and cp writes D"):
+        cp._prepare((rows[0:3], rows[2:5]), sc2)
     assert cp._fast((rows[0:3], rows[3:6]), sc2) == ("contiguous", True)
     assert cp._fast((rows[3:6], rows), sc2) is None      # (a shape the kernel refuses)
     from tecomp.runtime.arrays import empty
@@ -926,7 +953,9 @@ def test_fast_argument_path_agrees_with_generic_checks():
     def floats(lo, hi):   # a view of own's block through its raw bytes
         return own.base[off + 4 * lo:off + 4 * hi].view(np.float32).reshape(3, 5)
 
-    assert cp._fast((own[:3], floats(5, 20)), sc2) == ("contiguous", False)
+    assert cp._fast((own[:3], floats(5, 20)), sc2) is None
+    assert cp._fast((own[:3], floats(0, 15)), sc2) is None
+    assert cp._prepare((own[:3], floats(0, 15)), sc2) == ("contiguous", False)
     assert cp._fast((own[3:], floats(0, 15)), sc2) == ("contiguous", True)
 
 
@@ -938,7 +967,7 @@ def test_compiled_binder_takes_exactly_what_the_fast_path_takes():
     A, B, C = buf("A", (n, m_)), buf("B", (4, m_)), buf("C", (n, m_))
     i, j = Var("i"), Var("j")
     mod = build_llvm(PrimFunc("bound", (A, B, C), loop(i, n, loop(j, m_, st(
-        C, ld(A, i, j) + ld(B, 0, j), i, j)))))
+        C, ld(A, i, j) + ld(B, 0, j), i, j))), {"written_once": (C,)}))
     if llvm_runtime._probe_binder_layout() is None:
         pytest.skip("this interpreter's object layout is not the one the binder reads")
     assert mod._bind is not None

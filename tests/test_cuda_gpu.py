@@ -498,3 +498,33 @@ def test_aliased_device_arrays_are_rejected():
     with pytest.raises(ArgumentError, match=r"parameter B \(argument 2\) and parameter C \(argument 3\) share memory"):
         mod(DeviceArray(a), DeviceArray(big[:64]), DeviceArray(big[32:96]))
     mod(DeviceArray(a), DeviceArray(big[:64]), DeviceArray(big[64:]))  # adjacent is fine
+    # the same device array for B and C: nothing proves vector_add (a hand-written
+    # PrimFunc) elementwise in them
+    with pytest.raises(ArgumentError, match=r"parameter B \(argument 2\) and parameter C \(argument 3\) are the "
+                                            r"same array, and vector_add writes C, but tecomp cannot prove"):
+        mod(DeviceArray(a), DeviceArray(big[:64]), DeviceArray(big[:64]))
+    # an output whose elements repeat (stride 0)
+    zero = np.lib.stride_tricks.as_strided(big, (64,), (0,), writeable=True)
+    with pytest.raises(ArgumentError, match=r"parameter C \(argument 3\) is written by vector_add, but its "
+                                            r"elements overlap: C\[0\] and C\[1\] are the same memory"):
+        mod(DeviceArray(a), DeviceArray(b), DeviceArray(zero))
+
+
+@needs_cxx
+def test_device_arrays_in_place_of_an_elementwise_input():
+    """A TE elementwise stage: the same device array for its input and output runs in
+    place (the overlap rule every runtime shares, tecomp/runtime/argcheck.py)."""
+    from tecomp.nn import cuda as nn_cuda
+
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i] * 2.0 + 1.0, name="B")
+    func = tc.lower(nn_cuda.schedule_injective(B, "cuda"), [A, B], target="cuda")
+    mod = build_cuda(func, driver=EmuDriver())
+    x = np.arange(100, dtype="float32")
+    y = x.copy()
+    mod(DeviceArray(y), DeviceArray(y))
+    np.testing.assert_array_equal(y, x * 2 + 1)
+    with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\) and parameter B \(argument 2\) share "
+                                            r"memory, and main writes B"):
+        mod(DeviceArray(y[:99]), DeviceArray(y[1:]))

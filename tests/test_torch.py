@@ -13,6 +13,7 @@ import tecomp.nn as nn  # noqa: E402
 import tecomp.torch as tct  # noqa: E402
 from tecomp.runtime.argcheck import as_host_array  # noqa: E402
 from tecomp.errors import ArgumentError  # noqa: E402
+from helpers import DLPackWrapper  # noqa: E402  (tests/helpers.py)
 
 
 def _axpy(dtype="float32"):
@@ -86,6 +87,75 @@ def test_array_interface_backed_by_a_buffer():
     out = np.zeros((3, 8), np.float32)
     f(Interface(base, (3, 8)), base, out)
     np.testing.assert_array_equal(out, base * 3)
+
+
+def _neg_views():
+    """Tensors with torch's lazy negation bit, each with the values it shows."""
+    x = torch.arange(40, dtype=torch.float32).reshape(5, 8) - 7
+    z = torch.complex(torch.randn(5, 8), torch.randn(5, 8))
+    return {
+        "neg_view": torch._neg_view(x),
+        "neg_view strided": torch._neg_view(torch.arange(80, dtype=torch.float32)
+                                            .reshape(5, 16))[:, ::2],
+        "conj().imag": z.conj().imag,
+        "conj().imag transposed": torch.complex(torch.randn(8, 5), torch.randn(8, 5))
+        .conj().imag.t(),
+    }
+
+
+@pytest.mark.parametrize("name", list(_neg_views()))
+def test_tensors_with_the_negation_bit_are_read_as_they_show(name):
+    x = _neg_views()[name]
+    assert x.is_neg()
+    shown = x.clone()                                # resolved: the values it shows
+    f = _axpy()
+    b = torch.ones(5, 8)
+    c = torch.zeros(5, 8)
+    f(x, b, c)                                       # the fast binder, or the generic path
+    torch.testing.assert_close(c, shown * 2 + 1)
+    f(b, x, c)
+    torch.testing.assert_close(c, shown + 2)
+    assert x.is_neg()                                # (the argument is left as it was)
+    # a tecomp.torch op, with and without autograd
+    X = tc.placeholder((tc.var("n"), 8), name="X")
+    op = tct.op([X], tc.compute(X.shape, lambda i, j: X[i, j] * 3.0, name="Y"))
+    torch.testing.assert_close(op(x), shown * 3)
+    xg = x.detach().requires_grad_()
+    assert xg.is_neg()
+    y = op(xg)
+    torch.testing.assert_close(y, shown * 3)
+    y.sum().backward()
+    torch.testing.assert_close(xg.grad, torch.full((5, 8), 3.0))
+
+
+def test_generic_dlpack_producers():
+    """Any object with __dlpack__/__dlpack_device__ (JAX, CuPy, TensorFlow, a wrapper) is
+    taken zero-copy, as np.from_dlpack and torch.from_dlpack take it: its producer owns
+    and describes the memory.  Outputs are written into the producer's memory."""
+    Wrapper = DLPackWrapper
+    f = _axpy()
+    t = torch.arange(40, dtype=torch.float32).reshape(5, 8)
+    n = np.arange(40, dtype=np.float32).reshape(5, 8)
+    for src in (t, n):
+        want = src * 2 + 1
+        for out in (torch.zeros(5, 8), np.zeros((5, 8), np.float32)):
+            f(Wrapper(src), Wrapper(np.ones((5, 8), np.float32)), Wrapper(out))
+            np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
+    # strided and offset views, as inputs and outputs: the owner's memory is written
+    big_t = torch.zeros(7, 18)
+    big_n = np.zeros((7, 18), np.float32)
+    for out, owner in ((big_t[1:6, 2::2], big_t), (big_n[1:6, 2::2], big_n)):
+        f(Wrapper(t.t().contiguous().t()), Wrapper(n[:, ::-1]), Wrapper(out))
+        view = np.asarray(owner)[1:6, 2::2]
+        np.testing.assert_array_equal(view, n * 2 + n[:, ::-1])
+        assert np.asarray(owner)[0].sum() == 0 and np.asarray(owner)[:, 1].sum() == 0
+    # read-only memory (DLPack 1.0's flag: numpy 2 exports a read-only array so) is
+    # read, and refused as an output (tests/must_fail/test_torch_errors.py)
+    ro = np.arange(40, dtype=np.float32).reshape(5, 8)
+    ro.flags.writeable = False
+    c = np.zeros((5, 8), np.float32)
+    f(Wrapper(ro), Wrapper(ro), c)
+    np.testing.assert_array_equal(c, ro * 3)
 
 
 # ---------------------------------------------------------------------------------------

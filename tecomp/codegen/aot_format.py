@@ -21,7 +21,9 @@ checks and calls need, as data: the parameters (names, dtypes, shapes and stride
 integer expressions of the variables in ``vars``), which buffers the kernel writes, the
 ABI positions (data index of each buffer, value slot of each scalar and shape variable,
 first stride slot of each buffer), where each shape variable is bound from, the
-conditions lowering recorded on the scalars (``param_checks``), each variant's symbol
+conditions lowering recorded on the scalars (``param_checks``), the inputs that may be
+passed in place of an output (``in_place``: ``[input, output]`` parameter positions,
+:mod:`tecomp.lower.in_place`; optional, none when absent), each variant's symbol
 and error sites (the texts of BoundsError messages), the target, the CPU features the
 code needs, the tecomp version and the numpy array object layout the ``_pyarrays``
 entries read.  Expressions are JSON lists (``["var", 0]``, ``["const", 4, "int32"]``,
@@ -214,6 +216,10 @@ def build_metadata(*, func, sig: Signature, checks: bool, entry: str, target, cp
             params.append({"kind": "scalar", "var": enc.var(p.var), "slot": p.slot})
     param_checks = [{"expr": enc.expr(pc.expr), "lower": int(pc.lower), "uses": list(pc.uses)}
                     for pc in func.attrs.get("param_checks", ())]
+    from ..lower.in_place import in_place_pairs
+
+    pos = {id(p): k for k, p in enumerate(func.params)}
+    in_place = [[pos[id(i)], pos[id(o)]] for i, o in in_place_pairs(func)]
     checked, unchecked = needed_features(target, required_features)
     doc = {
         "format": FORMAT,
@@ -232,6 +238,7 @@ def build_metadata(*, func, sig: Signature, checks: bool, entry: str, target, cp
         "shape_var_origin": [[enc.var(v), bp.data_index, d]
                              for v, (bp, d) in sig.shape_var_origin.items()],
         "param_checks": param_checks,
+        "in_place": in_place,
         "err_words": ERR_WORDS,
         "variants": [{"layout": layout, "noalias": noalias,
                       "symbol": variant_symbol(entry, layout, noalias),
@@ -269,6 +276,8 @@ class LibraryInfo:
     params: Tuple[Any, ...]          # Buffers and Vars, in parameter order
     written: Tuple[Buffer, ...]      # the buffers the kernel stores to
     param_checks: Tuple[ParamCheck, ...]
+    #: (input, output) buffers that may be one array (tecomp.lower.in_place)
+    in_place: Tuple[Tuple[Buffer, Buffer], ...]
     checks: bool
     target: str
     cpu: str
@@ -454,6 +463,16 @@ def parse_metadata(raw: bytes, where: str, *, exporting: Optional[str] = None) -
             raise r.fail(f"the uses{what}")
         checks_.append(ParamCheck(r.expr(r.get(pc, "expr", list, what)),
                                   r.get(pc, "lower", int, what), uses))
+    in_place = []
+    # (a library exported before this field takes no input in place of an output)
+    for pair in (r.items(doc, "in_place", 100000) if "in_place" in doc else ()):
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise r.fail(f"an in-place pair {str(pair)[:40]}")
+        i, o = (params[r.index(k, len(params), "the parameter")] for k in pair)
+        if not (isinstance(i, Buffer) and isinstance(o, Buffer) and i not in written
+                and o in written and i.dtype == o.dtype and len(i.shape) == len(o.shape)):
+            raise r.fail(f"the in-place pair {pair}")
+        in_place.append((i, o))
     variants: Dict[Tuple[str, bool], LibraryVariant] = {}
     for v in r.items(doc, "variants", len(VARIANTS)):
         key = (r.get(v, "layout", str), r.get(v, "noalias", bool))
@@ -475,7 +494,7 @@ def parse_metadata(raw: bytes, where: str, *, exporting: Optional[str] = None) -
         raise r.fail("the CPU features")
     return LibraryInfo(
         name=name, entry=entry, vars=tuple(r.vars), params=tuple(params),
-        written=tuple(written),
+        written=tuple(written), in_place=tuple(in_place),
         param_checks=tuple(checks_), checks=r.get(doc, "checks", bool),
         target=r.text(doc, "target", 1024), cpu=r.text(doc, "cpu", 256),
         features=tuple(features),

@@ -105,7 +105,8 @@ def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | No
                 f"on the CPU, and target {tgt} cannot call it; build for llvm, or compute that "
                 "stage with tc.compute")
     func = PrimFunc(name, tuple(params), body,
-                    {"target": tgt, "param_checks": ctx.param_checks()})
+                    {"target": tgt, "param_checks": ctx.param_checks(),
+                     "written_once": ctx.written_once()})
     dump = os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")
     if dump:
         _dump("schedule_ops", func)

@@ -239,6 +239,26 @@ class LowerContext:
             need(e, 0, use)
         return tuple(ParamCheck(e, lower, tuple(uses)) for (e, lower), uses in found.items())
 
+    def written_once(self) -> tuple:
+        """The buffer parameters whose every element the function stores exactly once (kept
+        in ``PrimFunc.attrs["written_once"]``, for :func:`tecomp.lower.in_place.in_place_pairs`):
+        the outputs of the compute stages without a reduction.  A stage in the argument
+        list is computed at the root, over its whole shape, and its loop nest (splits,
+        fuses and reorders of its axes, imperfect splits guarded) visits each point of
+        the shape once."""
+        out = []
+        for st in self.stages:
+            op = st.op
+            if type(op) is not ComputeOp or op.reduce_axis or st.attach_type != "root" \
+                    or st.tensorized is not None \
+                    or any(isinstance(b, Reduce) for b in op.bodies):
+                continue
+            for t in st.origin_op._outs:
+                b = self.arg_buffers.get(_key(t))
+                if b is not None:
+                    out.append(b)
+        return tuple(out)
+
     # -- arguments ---------------------------------------------------------------------
     def _bind_args(self, args):
         seen = set()

@@ -6,8 +6,9 @@
 
 The module it returns is the runtime's own :class:`~tecomp.runtime.llvm.Module`,
 made from the library's metadata: the same argument checks and messages
-(:mod:`tecomp.runtime.argcheck`), the same variants (views and aliased arguments run
-as they do on ``f``: the library holds every variant), the same BoundsError and
+(:mod:`tecomp.runtime.argcheck`), the same variants (views and inputs passed in place
+run as they do on ``f``: the library holds every variant and the metadata which inputs
+may be passed in place of which outputs), the same BoundsError and
 KernelMemoryError messages.  Loading imports no llvmlite.
 
 Before anything of the library is mapped, loading reads the file (once, as data) and
@@ -206,7 +207,7 @@ def _signature(info: "_fmt.LibraryInfo", where: str) -> Tuple[PrimFunc, Signatur
     """The function (parameters and recorded checks, no body) and its ABI signature,
     checked against the positions the library was compiled with."""
     func = PrimFunc(info.name, info.params, SeqStmt(()),
-                    {"param_checks": info.param_checks})
+                    {"param_checks": info.param_checks, "in_place": info.in_place})
     try:
         sig = Signature(func, written=info.written)
     except TecompError as exc:

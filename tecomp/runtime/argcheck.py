@@ -17,7 +17,10 @@ scalar parameter, must be ``>= 0``, a symbolic split factor ``>= 1``; a scalar t
 only a value -- an offset, a multiplier -- may be negative); then every symbolic extent
 (``n`` is bound from its scalar parameter, else from the first dimension whose extent is
 exactly ``n``, then every shape expression such as ``n*2`` is evaluated and compared)
-and, where the runtime asks, explicit strides.  It returns the values of the variables.  :func:`bind_and_check` is the same
+and, where the runtime asks, explicit strides; then overlap (:meth:`ArgChecker.check_overlap`:
+no written array may share memory with itself or another argument, except the same
+array for an input and an output of an ``in_place`` pair, :mod:`tecomp.lower.in_place`).
+It returns the values of the variables.  :func:`bind_and_check` is the same
 as a one-shot function.  Every error is an :class:`~tecomp.errors.ArgumentError` that
 names the parameter by name and 1-based argument position (``parameter A (argument
 1)``), says what it expects and what it got, and how to fix it.
@@ -28,8 +31,10 @@ GPUArray, numba), described through :func:`array_meta`.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import numbers
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -46,12 +51,10 @@ from ..ir.op import COMPARE, _wrap
 from ..ir.printer import to_str
 
 __all__ = [
-    "ArgChecker", "BufferSpec", "ArrayMeta", "array_meta", "as_host_array", "bind_and_check",
-    "check_memory",
-    "check_no_alias",
-    "param_checks_of",
-    "check_scalar", "compile_shape_expr", "count_error", "element_strides", "eval_host_expr",
-    "int_range", "param_label", "shape_text", "unaligned_error",
+    "ArgChecker", "BufferSpec", "ArrayMeta", "FLOAT_MAX", "array_meta", "as_host_array",
+    "bind_and_check", "check_memory", "check_scalar", "compile_shape_expr", "count_error",
+    "element_strides", "eval_host_expr", "in_place_of", "int_range", "is_from_dlpack",
+    "param_checks_of", "param_label", "self_overlap", "shape_text", "unaligned_error",
 ]
 
 
@@ -107,7 +110,7 @@ def _is_torch_tensor(a) -> bool:
         and hasattr(a, "requires_grad")
 
 
-def as_host_array(a, label: str):
+def as_host_array(a, label: str, written: bool = False):
     """``a`` as a numpy array sharing its memory (nothing is copied), or ``a`` itself
     when it is not an array the host runtimes take (the checks then say what is
     expected).
@@ -117,8 +120,15 @@ def as_host_array(a, label: str):
       included); its extent is later checked against the storage
       (:func:`check_memory`).  A tensor that requires grad is refused, as
       ``Tensor.numpy()`` refuses it (pass ``x.detach()``, or use
-      :func:`tecomp.torch.op`, which is differentiable);
-    * anything else with ``__dlpack__`` on the CPU: ``np.from_dlpack(a)``;
+      :func:`tecomp.torch.op`, which is differentiable).  A tensor with torch's lazy
+      negation or conjugation bit (``torch._neg_view(x)``, ``z.conj().imag``: its memory
+      holds the negated values) is resolved into a copy when it is read only, and
+      refused when the kernel writes it (``written``).  A tensor that is not dense
+      memory (sparse, quantized, nested, MKL-DNN, a ``torch.func`` transform's wrapper
+      such as vmap's BatchedTensor) is refused;
+    * anything else with ``__dlpack__`` on the CPU: ``np.from_dlpack(a)``: the producer
+      owns and describes the memory (DLPack's contract), and a producer that exports it
+      read-only (DLPack 1.0) gets a read-only array;
     * anything with ``__array_interface__``: ``np.asarray(a)``.
 
     ``label`` names the parameter in the ArgumentError raised for an array on another
@@ -129,11 +139,7 @@ def as_host_array(a, label: str):
         return a  # a numpy scalar speaks DLPack too, but it is no array: the checks say so
     try:
         if _is_torch_tensor(a):
-            if a.requires_grad:
-                raise ArgumentError(
-                    f"{label}: the torch tensor requires grad, and tecomp reads and writes its "
-                    f"memory directly, outside autograd: pass x.detach(), or wrap the "
-                    f"computation with tecomp.torch.op(...) to make it differentiable")
+            a = _plain_tensor(a, label, written)
             if a.device.type != "cpu":
                 return a  # a device tensor: a GPU runtime takes it, a CPU one refuses it
             if str(a.dtype) == "torch.bfloat16":
@@ -144,23 +150,71 @@ def as_host_array(a, label: str):
 
                 return a.view(torch.int16).numpy().view(numpy_dtype("bfloat16"))
             return a.numpy()
-        if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
+        if isinstance(a, np.ndarray):
+            return a
+        if hasattr(a, "__dlpack__"):
             dev = getattr(a, "__dlpack_device__", None)
             if callable(dev) and int(dev()[0]) != 1:  # kDLCPU
                 return a
             return np.from_dlpack(a)
-        if hasattr(a, "__array_interface__") and not isinstance(a, np.ndarray):
+        if hasattr(a, "__array_interface__"):
             return np.asarray(a)
     except ArgumentError:
         raise
-    except (TypeError, ValueError, RuntimeError, BufferError) as e:
+    except Exception as e:  # noqa: BLE001 -- the producer's protocol methods are the user's code
         raise ArgumentError(
             f"{label}: cannot view the {type(a).__module__}.{type(a).__qualname__} argument as "
-            f"an array without copying ({type(e).__name__}: {e}); tecomp takes numpy arrays, "
-            f"torch CPU tensors and CPU arrays with __dlpack__ or __array_interface__ of the "
-            f"dtypes numpy has (bfloat16 as torch tensors or ml_dtypes arrays): convert it, "
-            f"e.g. x.float()") from None
+            f"an array without copying ({type(e).__name__}: {str(e)[:300]}); tecomp takes numpy "
+            f"arrays, torch CPU tensors and CPU arrays with __dlpack__ or __array_interface__ "
+            f"of the dtypes numpy has (bfloat16 as torch tensors or ml_dtypes arrays): convert "
+            f"it, e.g. x.float()") from None
     return a
+
+
+def _plain_tensor(t, label: str, written: bool):
+    """The torch tensor ``t`` as dense memory with the values it shows: itself, or a
+    resolved copy of an input with the negation or conjugation bit; an ArgumentError for
+    anything a kernel cannot read or write in place."""
+    from torch._C import _functorch
+
+    if _functorch.is_functorch_wrapped_tensor(t):
+        kind = "vmap's BatchedTensor" if _functorch.is_batchedtensor(t) else \
+            "a wrapper of torch.func.grad, jvp or functionalize"
+        raise ArgumentError(
+            f"{label}: the torch tensor is a torch.func transform's tensor ({kind}), which "
+            f"has no memory of its own for tecomp to read or write in place: call the kernel "
+            f"outside torch.func transforms (e.g. loop over the batch and torch.stack the "
+            f"results)")
+    if t.requires_grad:
+        raise ArgumentError(
+            f"{label}: the torch tensor requires grad, and tecomp reads and writes its "
+            f"memory directly, outside autograd: pass x.detach(), or wrap the "
+            f"computation with tecomp.torch.op(...) to make it differentiable")
+    layout = str(t.layout)
+    if layout != "torch.strided" or t.is_quantized or t.is_nested:
+        what, fix = (("quantized", "x.dequantize()") if t.is_quantized else
+                     ("nested", "x.to_padded_tensor(0.0)") if t.is_nested else
+                     (f"of layout {layout}", "x.to_dense()"))
+        raise ArgumentError(
+            f"{label}: the torch tensor is {what}; tecomp reads and writes dense (strided) "
+            f"memory: pass {fix}")
+    if t.device.type == "meta":
+        raise ArgumentError(
+            f"{label}: the torch tensor is on the meta device, which holds no data: pass a "
+            f"tensor with memory (e.g. torch.empty(shape) on the CPU)")
+    neg, conj = t.is_neg(), t.is_conj()
+    if neg or conj:
+        bit, views, held, fix = (("negation", "torch._neg_view(x) or z.conj().imag", "negated",
+                                  "resolve_neg") if neg else
+                                 ("conjugation", "z.conj()", "conjugated", "resolve_conj"))
+        if written:
+            raise ArgumentError(
+                f"{label}: the torch tensor has the lazy {bit} bit set (a view such as "
+                f"{views}, whose memory holds the {held} values), and the kernel writes it: "
+                f"written in place, it would hold the wrong sign; pass a tensor without the "
+                f"bit, e.g. out = x.{fix}() or x.clone(), and read the result from it")
+        t = t.resolve_conj().resolve_neg()  # a copy with the values the view shows
+    return t
 
 
 # ---------------------------------------------------------------------------------------
@@ -184,7 +238,11 @@ def describe(a) -> str:
         return f"a {a.ndim}-d {a.dtype} array of shape {a.shape}"
     if isinstance(a, (list, tuple)):
         return f"a {type(a).__name__}"
-    return f"{type(a).__name__} {a!r}"[:120]
+    try:
+        text = repr(a)
+    except Exception:  # noqa: BLE001 -- the user's __repr__
+        text = "(whose repr() fails)"
+    return f"{type(a).__name__} {text}"[:120]
 
 
 def dtype_name(dt: np.dtype) -> str:
@@ -239,8 +297,10 @@ def const_dim_error(spec: "BufferSpec", shape) -> ArgumentError:
     raise ValueError("const_dim_error: the shape matches every constant extent")
 
 
-def read_only_error(spec: "BufferSpec", func_name: str, on_device: bool = False) -> ArgumentError:
+def read_only_error(spec: "BufferSpec", func_name: str, on_device: bool = False,
+                    dlpack: bool = False) -> ArgumentError:
     why = ("its __cuda_array_interface__ marks it read-only" if on_device else
+           "its DLPack producer exported it read-only" if dlpack else
            "a broadcast view or an array with flags.writeable=False")
     return ArgumentError(f"{spec.label} is written by {func_name}, but the array is read-only "
                          f"({why}): pass a writeable array, e.g. a copy")
@@ -275,7 +335,9 @@ def element_strides(spec: "BufferSpec", byte_strides) -> List[int]:
 
 def check_scalar(v, var: Var, label: str):
     """Check the value ``v`` of the scalar parameter ``var`` (named ``label``); return it
-    as a Python bool, int or float.  Integers must fit the dtype; 0-d arrays count as
+    as a Python bool, int or float.  Integers must fit the dtype (any object with
+    ``__index__`` is one, as for Python's own integer arguments); floats must be finite
+    where the dtype is, unless they are already infinite or NaN; 0-d arrays count as
     their element; bools are not numbers."""
     dt = var.dtype
     if isinstance(v, np.ndarray) and v.ndim == 0:
@@ -284,20 +346,61 @@ def check_scalar(v, var: Var, label: str):
         if isinstance(v, (bool, np.bool_)):
             return bool(v)
         raise ArgumentError(f"{label} expects a bool, got {describe(v)}")
+    if isinstance(v, (bool, np.bool_)):
+        raise ArgumentError(f"{label} expects {'an integer' if _dt.is_int(dt) else 'a number'} "
+                            f"({dt}), got {describe(v)}")
     if _dt.is_int(dt):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+        if not hasattr(type(v), "__index__") or \
+                isinstance(v, numbers.Number) and not isinstance(v, numbers.Integral):
             raise ArgumentError(f"{label} expects an integer ({dt}), got {describe(v)}")
-        iv = int(v)
+        try:
+            iv = operator.index(v)
+        except Exception as e:  # noqa: BLE001 -- the user's __index__ failed
+            raise ArgumentError(
+                f"{label} expects an integer ({dt}), got {describe(v)}, whose __index__ "
+                f"raised {type(e).__name__}: {str(e)[:100]}") from None
         lo, hi = int_range(dt)
         if not lo <= iv <= hi:
-            raise ArgumentError(f"{label} = {iv} does not fit {dt} [{lo}, {hi}]")
+            raise ArgumentError(f"{label} = {_short_int(iv)} does not fit {dt} [{lo}, {hi}]")
         return iv
     if _dt.is_float(dt):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        if not isinstance(v, numbers.Real):
             raise ArgumentError(f"{label} expects a number ({dt}), got {describe(v)}")
-        return float(v)
+        try:
+            fv = float(v)
+        except (OverflowError, ValueError, TypeError) as e:
+            raise ArgumentError(f"{label} = {_short_int(v)} does not fit {dt} ({e})") from None
+        top = FLOAT_MAX.get(dt)
+        if top is not None and math.isfinite(fv) and abs(fv) > top \
+                and not math.isfinite(_rounded(fv, dt)):
+            raise ArgumentError(
+                f"{label} = {fv!r} does not fit {dt} (its largest finite value is "
+                f"{top:.8g}): it would become infinite; pass inf explicitly if that is what "
+                f"you mean")
+        return fv
     raise ArgumentError(f"{label} has the dtype {dt}, which a scalar parameter cannot have; "
                         f"use a bool, integer or float dtype")
+
+
+def _short_int(v) -> str:
+    """An integer for a message: its digits, or its size when they are too many."""
+    try:
+        if isinstance(v, numbers.Integral) and abs(int(v)).bit_length() > 200:
+            return f"an integer of {abs(int(v)).bit_length()} bits"
+    except Exception:  # noqa: BLE001
+        pass
+    return str(v)[:80]
+
+
+#: the largest finite value of each float dtype a scalar parameter may have
+FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
+             "float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
+
+
+def _rounded(fv: float, dt: str) -> float:
+    """``fv`` rounded to the float dtype ``dt`` (to nearest, ties to even), as a float."""
+    with np.errstate(over="ignore"):
+        return float(np.asarray(fv, dtype=_dt.numpy_dtype(dt)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -450,12 +553,15 @@ class ArgChecker:
     explicit IR strides must get an array with exactly those strides (the CUDA kernels
     use them as given; the CPU runtime instead picks its strided variant).
     ``param_checks``: the function's :class:`~tecomp.ir.stmt.ParamCheck` conditions
-    (:func:`param_checks_of`).
+    (:func:`param_checks_of`).  ``in_place``: the ``(input, output)`` Buffers that may
+    be passed the same array (:func:`in_place_of`); any other overlap of a written
+    array with itself or another argument is refused.
     """
 
     def __init__(self, params: Sequence, *, func_name: str = "the function",
                  written: Iterable[Buffer] = (), device: Optional[bool] = None,
-                 aligned: bool = False, exact_strides: bool = True, param_checks: Sequence = ()):
+                 aligned: bool = False, exact_strides: bool = True, param_checks: Sequence = (),
+                 in_place: Iterable[Tuple[Buffer, Buffer]] = ()):
         self.params = params = tuple(params)
         #: (ParamCheck, its value as a function of env, the variables it needs)
         self.param_checks = [(pc, compile_shape_expr(pc.expr), tuple(free_vars(pc.expr)))
@@ -469,6 +575,14 @@ class ArgChecker:
                         if isinstance(p, Var)]
         self.buffers = [BufferSpec(p, i, k, p in written) for k, (i, p) in enumerate(
             (i, p) for i, p in enumerate(params) if isinstance(p, Buffer))]
+        #: per written buffer: the other buffers its array must not overlap (each pair once)
+        index = {spec.buffer: spec for spec in self.buffers}
+        self.overlap_pairs = [(o, [q for q in self.buffers if q is not o and
+                                   not (q.written and q.index < o.index)])
+                              for o in self.buffers if o.written]
+        #: (input index, output index) of the buffers that may be one array
+        self.in_place = frozenset((index[i].index, index[o].index) for i, o in in_place
+                                  if i in index and o in index)
         #: where each variable gets its value, for messages
         self.origin: Dict[Var, str] = {v: f"argument {i + 1} ({v.name})"
                                        for i, v, _ in self.scalars}
@@ -518,6 +632,49 @@ class ArgChecker:
         :func:`array_meta`, when the caller has them (one description per array a call)."""
         return self.check_with_flags(args, metas)[0]
 
+    def check_overlap(self, args: Sequence, metas: Optional[Sequence] = None) -> bool:
+        """Refuse a written array whose elements overlap each other, or that overlaps
+        another argument's memory, except the same array for an ``in_place`` pair;
+        return whether there is such a pair.  (Inputs may overlap each other: they are
+        only read.)  ``args`` have passed the other checks."""
+        aliased = False
+        for o, others in self.overlap_pairs:
+            a = args[o.pos]
+            if isinstance(a, np.ndarray):
+                ma = None
+                if a.size == 0:
+                    continue
+                if a.size > 1 and not (a.flags.c_contiguous or a.flags.f_contiguous):
+                    found = self_overlap(a.shape, a.strides, a.itemsize)
+                    if found is not None:
+                        raise self_overlap_error(self.func_name, o, a.shape, a.strides, found)
+            else:
+                ma = metas[o.pos] if metas is not None else array_meta(a)
+                if not _nbytes_meta(ma):
+                    continue
+                found = self_overlap(ma.shape, ma.strides, ma.dtype.itemsize)
+                if found is not None:
+                    raise self_overlap_error(self.func_name, o, ma.shape, ma.strides, found)
+            for q in others:
+                b = args[q.pos]
+                if isinstance(b, np.ndarray):
+                    if b.size == 0:
+                        continue
+                    mb = None
+                else:
+                    mb = metas[q.pos] if metas is not None else array_meta(b)
+                    if not _nbytes_meta(mb):
+                        continue
+                how = _overlap(a, b, ma, mb)
+                if how is None:
+                    continue
+                if how == "same" and (q.index, o.index) in self.in_place:
+                    aliased = True
+                    continue
+                x, y = (o, q) if o.pos < q.pos else (q, o)
+                raise overlap_error(self.func_name, x, y, how)
+        return aliased
+
     def host_arrays(self, args: Sequence) -> Sequence:
         """``args`` with every buffer argument that is a host array but not a
         ``numpy.ndarray`` (a torch CPU tensor, ``__dlpack__``, ``__array_interface__``)
@@ -531,7 +688,7 @@ class ArgChecker:
             a = args[spec.pos]
             if type(a) is np.ndarray:
                 continue
-            h = as_host_array(a, spec.label)
+            h = as_host_array(a, spec.label, spec.written)
             if h is not a:
                 if out is None:
                     out = list(args)
@@ -539,10 +696,11 @@ class ArgChecker:
         return args if out is None else out
 
     def check_with_flags(self, args: Sequence,
-                         metas: Optional[Sequence] = None) -> Tuple[Dict[Var, Any], list]:
+                         metas: Optional[Sequence] = None) -> Tuple[Dict[Var, Any], list, bool]:
         """:meth:`check`, also returning the ``flags`` of each buffer's numpy array (None
         for a device array, or where neither writability nor alignment is checked), in
-        the order of the buffer parameters."""
+        the order of the buffer parameters, and whether an input and an output are one
+        array (an ``in_place`` pair: the kernel must not assume they are apart)."""
         if len(args) != len(self.params):
             raise count_error(self.func_name, self.params, len(args))
         env: Dict[Var, Any] = {}
@@ -592,7 +750,7 @@ class ArgChecker:
                 if spec.written or aligned:
                     flags = a.flags
                     if spec.written and not flags.writeable:
-                        raise read_only_error(spec, self.func_name)
+                        raise read_only_error(spec, self.func_name, dlpack=is_from_dlpack(a))
                     if aligned and not flags.aligned:
                         element_strides(spec, a.strides)
                         raise unaligned_error(spec)
@@ -613,7 +771,8 @@ class ArgChecker:
             self._check_params(env)
         if self.deferred:
             self._check_deferred(env, shapes, elem)
-        return env, all_flags
+        aliased = self.check_overlap(args, metas) if self.overlap_pairs else False
+        return env, all_flags, aliased
 
     def _bind_strides(self, env, shapes, strides):
         """Element strides of the buffers with checked strides; bind the variables only
@@ -699,32 +858,6 @@ def bind_and_check(params: Sequence, args: Sequence, *, func_name: str = "the fu
                       param_checks=param_checks).check(args)
 
 
-def check_no_alias(params: Sequence, args: Sequence, written: Iterable[Buffer], *,
-                   func_name: str = "the function", metas: Optional[Sequence] = None) -> None:
-    """Reject a written buffer whose array overlaps another argument's memory.
-
-    Generated kernels declare their buffers ``__restrict__`` (no aliasing): passing the
-    same memory as input and output is undefined.  A cheap test of the address ranges
-    (numpy's ``may_share_memory`` for numpy arrays), so interleaved views count as
-    overlapping.  ``metas``: each argument's :func:`array_meta`, when the caller has them.
-    """
-    written = set(written)
-    if metas is None:
-        metas = [array_meta(a) if isinstance(p, Buffer) else None
-                 for p, a in zip(params, args)]
-    arrays = [(i, p, a, m) for i, (p, a, m) in enumerate(zip(params, args, metas))
-              if isinstance(p, Buffer) and m is not None and _nbytes_meta(m)]
-    for x in range(len(arrays)):
-        i, p, a, ma = arrays[x]
-        for y in range(x + 1, len(arrays)):
-            j, q, b, mb = arrays[y]
-            if (p in written or q in written) and _may_overlap(a, b, ma, mb):
-                raise ArgumentError(
-                    f"{param_label(p.name, i)} and {param_label(q.name, j)} share memory, and "
-                    f"{func_name} writes {p.name if p in written else q.name}; its buffers must "
-                    f"not overlap: pass a copy")
-
-
 def _memory_of(owner) -> Optional[Tuple[int, int]]:
     """[lo, hi) of the memory ``owner`` (the end of an array's ``base`` chain) holds, or
     None when it cannot tell (a raw pointer handed over by ``__array_interface__`` or a
@@ -746,24 +879,63 @@ def _memory_of(owner) -> Optional[Tuple[int, int]]:
     return None
 
 
+#: the names numpy gives the capsule an array made by ``np.from_dlpack`` keeps as its base
+_DLPACK_BASES = (b"numpy_dltensor", b"numpy_dltensor_versioned")
+
+
+_capsule_get_name = None
+
+
+def _capsule_name(obj) -> Optional[bytes]:
+    """The name of the PyCapsule ``obj``, or None for anything else."""
+    global _capsule_get_name
+    if type(obj).__name__ != "PyCapsule" or type(obj).__module__ != "builtins":
+        return None
+    if _capsule_get_name is None:
+        get = ctypes.pythonapi.PyCapsule_GetName
+        get.restype, get.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        _capsule_get_name = get
+    return _capsule_get_name(obj)
+
+
+def is_from_dlpack(a: np.ndarray) -> bool:
+    """Whether the memory of ``a`` came from a DLPack producer (``np.from_dlpack``)."""
+    b = a.base
+    while isinstance(b, np.ndarray):
+        b = b.base
+    return b is not None and _capsule_name(b) in _DLPACK_BASES
+
+
 def check_memory(spec: "BufferSpec", a: np.ndarray) -> None:
     """Raise unless the memory ``a`` comes from holds all of its elements: an array made
     by ``as_strided`` past its base, or by an ``__array_interface__`` that claims more
-    than its buffer, would make the kernel read or write outside it."""
-    owner, b = a, a.base
+    than its buffer, would make the kernel read or write outside it.  Memory a DLPack
+    producer exported (``np.from_dlpack``) is described by its producer, which owns it:
+    its extent is the producer's word (as for numpy and torch, which take it so)."""
+    owner, b, last = a, a.base, a
     while b is not None:
         if isinstance(owner, np.ndarray) and owner.flags.owndata:
             break
+        last = owner
         owner, b = b, getattr(b, "base", None)
     if owner is a:
         return
-    mem = _memory_of(owner)
+    if _capsule_name(owner) in _DLPACK_BASES:
+        if last is a:
+            return  # the array np.from_dlpack made: as the producer describes it
+        # a view of it (as_strided may reach past it): inside the elements it describes
+        owner = last
+        mem = _span(ArrayMeta(tuple(last.shape), last.dtype, tuple(last.strides), True, False,
+                              last.__array_interface__["data"][0])) if last.size else (0, 0)
+    else:
+        mem = _memory_of(owner)
     what = f"{type(owner).__module__}.{type(owner).__qualname__}"
     if mem is None:
         raise ArgumentError(
             f"{spec.label}: the array's memory comes from a {what} object through a raw "
-            f"pointer (__array_interface__ or DLPack), whose size tecomp cannot check; pass "
-            f"an array that owns its memory (np.array(x) copies it)")
+            f"pointer (an __array_interface__ whose data is an integer address), whose size "
+            f"tecomp cannot check; pass an array that owns its memory (np.array(x) copies "
+            f"it), or export it through DLPack (__dlpack__), where its producer describes it")
     if a.size == 0:
         return
     lo, hi = _span(ArrayMeta(tuple(a.shape), a.dtype, tuple(a.strides), True, False,
@@ -797,10 +969,156 @@ def _nbytes_meta(meta: ArrayMeta) -> int:
     return n
 
 
-def _may_overlap(a, b, ma: ArrayMeta, mb: ArrayMeta) -> bool:
-    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        return np.may_share_memory(a, b)
-    if ma.on_device != mb.on_device:
+# ---------------------------------------------------------------------------------------
+# overlapping arrays
+
+#: the work numpy's exact test (``numpy.shares_memory``) may spend on two arrays whose
+#: address ranges meet before tecomp counts them as overlapping (interleaved views such
+#: as ``x[::2]`` and ``x[1::2]`` are told apart well within it)
+OVERLAP_WORK = 1 << 16
+#: an output with unusual strides of at most this many elements has its elements'
+#: addresses compared one by one; a larger one that no simple rule proves distinct is
+#: refused
+SELF_OVERLAP_ELEMENTS = 1 << 20
+
+_TooHard = getattr(getattr(np, "exceptions", np), "TooHardError")
+
+
+def self_overlap(shape, strides, itemsize: int):
+    """Whether the elements of an array of ``shape`` and byte ``strides`` (None:
+    C-contiguous) occupy distinct memory: None when they do, else the indices of two
+    elements that overlap, or ``()`` when it cannot tell (a large array with strides no
+    simple rule proves distinct)."""
+    if strides is None or 0 in shape:
+        return None
+    dims = sorted((abs(st), d) for d, (n, st) in enumerate(zip(shape, strides)) if n > 1)
+    reach = itemsize  # the bytes one block of the smaller dimensions spans
+    for st, d in dims:
+        if st < reach:
+            break
+        reach += st * (shape[d] - 1)
+    else:
+        return None  # each dimension steps past everything the smaller ones span
+    for st, d in dims:
+        if st == 0:
+            j = [0] * len(shape)
+            j[d] = 1
+            return tuple([0] * len(shape)), tuple(j)
+    count = math.prod(shape)
+    if count > SELF_OVERLAP_ELEMENTS:
+        return ()
+    off = np.zeros((), np.int64)
+    for n, st in zip(shape, strides):
+        off = off[..., None] + np.arange(n, dtype=np.int64) * st
+    flat = off.ravel()
+    order = np.argsort(flat, kind="stable")
+    close = np.flatnonzero(np.diff(flat[order]) < itemsize)
+    if not close.size:
+        return None
+    k = int(close[0])
+    return (tuple(int(x) for x in np.unravel_index(order[k], shape)),
+            tuple(int(x) for x in np.unravel_index(order[k + 1], shape)))
+
+
+def _element_strides_of(meta: ArrayMeta) -> Tuple[int, ...]:
+    """Byte strides of ``meta`` (those of a C-contiguous array where it has None)."""
+    if meta.strides is not None:
+        return meta.strides
+    out, acc = [], meta.dtype.itemsize
+    for n in reversed(meta.shape):
+        out.append(acc)
+        acc *= n
+    return tuple(reversed(out))
+
+
+def _same_elements(ma: ArrayMeta, mb: ArrayMeta) -> bool:
+    """Whether two arrays are the same elements: same address, shape, element size and
+    strides (where an extent is more than 1)."""
+    if ma.pointer != mb.pointer or ma.shape != mb.shape \
+            or ma.dtype.itemsize != mb.dtype.itemsize or ma.on_device != mb.on_device:
         return False
+    return all(n <= 1 or x == y for n, x, y in
+               zip(ma.shape, _element_strides_of(ma), _element_strides_of(mb)))
+
+
+def _overlap(a, b, ma: Optional[ArrayMeta], mb: Optional[ArrayMeta]):
+    """How two non-empty arrays share memory: None (they do not), ``"same"`` (the same
+    elements), ``"partly"`` or ``"may"`` (their address ranges meet and tecomp cannot
+    tell whether an element is in both)."""
+    if ma is None and mb is None:  # two numpy arrays
+        if not np.may_share_memory(a, b):
+            return None
+        if a is b or (a.shape == b.shape and a.itemsize == b.itemsize
+                      and all(n <= 1 or x == y for n, x, y in zip(a.shape, a.strides, b.strides))
+                      and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]):
+            return "same"
+        try:
+            return "partly" if np.shares_memory(a, b, max_work=OVERLAP_WORK) else None
+        except _TooHard:
+            return "may"
+    ma = ma if ma is not None else array_meta(a)
+    mb = mb if mb is not None else array_meta(b)
+    if ma.on_device != mb.on_device:
+        return None
     (alo, ahi), (blo, bhi) = _span(ma), _span(mb)
-    return alo < bhi and blo < ahi
+    if not (alo < bhi and blo < ahi):
+        return None
+    if _same_elements(ma, mb):
+        return "same"
+    return "partly" if ma.strides is None and mb.strides is None else "may"
+
+
+def _copy_hint(name: str) -> str:
+    return f"pass a copy for {name} (np.array(x), x.clone())"
+
+
+def overlap_error(func_name: str, x: "BufferSpec", y: "BufferSpec", how: str) -> ArgumentError:
+    """The ArgumentError for the arguments of ``x`` and ``y`` (``x`` first in the
+    parameters; one of them written) sharing memory in the way ``how`` says."""
+    both = x.written and y.written
+    writes = f"writes both" if both else f"writes {x.name if x.written else y.name}"
+    src = y if x.written else x
+    if how == "same":
+        if both:
+            return ArgumentError(f"{x.label} and {y.label} are the same array, and {func_name} "
+                                 f"{writes}: pass a separate array for each output")
+        out = x if x.written else y
+        return ArgumentError(
+            f"{x.label} and {y.label} are the same array, and {func_name} {writes}, but "
+            f"tecomp cannot prove that it may compute {out.name} in place of {src.name}: only "
+            f"a stage that computes each element of {out.name} once, from the same element of "
+            f"{src.name} alone, can (not a stencil, a transpose, a reduction or a stage that "
+            f"reads {src.name} through another; docs/runtime.md, \"Overlapping arrays\"); "
+            + _copy_hint(src.name))
+    what = "share memory" if how == "partly" else \
+        "may share memory (their elements interleave in a way tecomp cannot tell apart)"
+    return ArgumentError(
+        f"{x.label} and {y.label} {what}, and {func_name} {writes}: an output must not "
+        f"overlap another argument (the result would depend on the order the kernel runs "
+        f"in); " + _copy_hint(src.name if not both else y.name))
+
+
+def self_overlap_error(func_name: str, spec: "BufferSpec", shape, strides, found) -> ArgumentError:
+    """The ArgumentError for the written argument of ``spec`` whose elements overlap
+    (``found``: :func:`self_overlap`'s answer)."""
+    st = tuple(strides)
+    if found:
+        i, j = (", ".join(str(k) for k in t) for t in found)
+        return ArgumentError(
+            f"{spec.label} is written by {func_name}, but its elements overlap: "
+            f"{spec.name}[{i}] and {spec.name}[{j}] are the same memory (shape "
+            f"{tuple(shape)}, byte strides {st}: a view with a zero or repeating stride, "
+            f"such as as_strided, a broadcast made writeable or torch's expand); pass an "
+            f"array whose elements are distinct, e.g. np.empty(shape) or x.clone()")
+    return ArgumentError(
+        f"{spec.label} is written by {func_name}, but tecomp cannot prove that its elements "
+        f"are distinct (shape {tuple(shape)}, byte strides {st}); pass a contiguous array "
+        f"(np.ascontiguousarray(x)) and copy the result back")
+
+
+def in_place_of(func) -> tuple:
+    """The ``(input, output)`` buffer parameters of the PrimFunc ``func`` that may be
+    passed one array (:func:`tecomp.lower.in_place.in_place_pairs`)."""
+    from ..lower.in_place import in_place_pairs
+
+    return in_place_pairs(func)

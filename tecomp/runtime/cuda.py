@@ -39,7 +39,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .argcheck import (
-    ArgChecker, array_meta, check_no_alias, eval_host_expr, param_checks_of, param_label,
+    ArgChecker, array_meta, eval_host_expr, in_place_of, param_checks_of, param_label,
 )
 from ..codegen.cuda import CudaSource, KernelInfo, codegen_cuda, compile_ptx
 from ..target import MAX_STATIC_SHARED_BYTES
@@ -282,7 +282,8 @@ class CudaSourceModule(Timed):
         self.func = cs.func
         self._checker = ArgChecker(self.func.params, func_name=self.func.name,
                                    written=cs.written, device=device,
-                                   param_checks=param_checks_of(self.func))
+                                   param_checks=param_checks_of(self.func),
+                                   in_place=in_place_of(self.func))
 
     @property
     def kernels(self) -> List[KernelInfo]:
@@ -301,8 +302,7 @@ class CudaSourceModule(Timed):
         args = self._checker.host_arrays(args)
         metas = [array_meta(a) if isinstance(p, Buffer) else None
                  for p, a in zip(func.params, args)]
-        env = self._checker.check(args, metas)
-        check_no_alias(func.params, args, cs.written, func_name=func.name, metas=metas)
+        env = self._checker.check(args, metas)  # overlapping arrays included
         for cond, message in cs.host_asserts:
             if not eval_host_expr(cond, env):
                 raise ArgumentError(f"{func.name}: {message}")

@@ -143,6 +143,49 @@ def test_numpy_integer_scalar_is_accepted(int_kernel):
     np.testing.assert_array_equal(y, np.arange(4, dtype="int8") + 3)
 
 
+def test_integers_by_index_are_accepted(int_kernel):
+    """Anything with __index__ is an integer (as Python's own int arguments take it): a
+    0-d integer array or torch tensor, an object of one's own."""
+    class Three:
+        def __index__(self):
+            return 3
+
+    x = np.arange(4, dtype="int8")
+    for k in (Three(), np.array(3), np.uint8(3)):
+        y = np.zeros(4, "int8")
+        int_kernel(x, y, k)
+        np.testing.assert_array_equal(y, x + 3)
+    torch = pytest.importorskip("torch")
+    y = np.zeros(4, "int8")
+    int_kernel(x, y, torch.tensor(3))
+    np.testing.assert_array_equal(y, x + 3)
+    with pytest.raises(tc.ArgumentError, match=r"parameter k \(argument 3\) expects an integer "
+                                               r"\(int32\), got Tensor tensor\(3\.\), whose "
+                                               r"__index__ raised TypeError"):
+        int_kernel(x, y, torch.tensor(3.0))
+
+
+def test_floats_that_stay_what_they_are_are_accepted(scaled):
+    """inf and nan are passed as they are, the largest float32 too; a finite value that
+    would round to infinity is refused (test_call_errors_unified.py)."""
+    f = scaled[0]
+    top = float(np.finfo(np.float32).max)
+    for alpha, want in ((float("inf"), np.inf), (-float("inf"), -np.inf), (top, top),
+                        (top * (1 + 2**-26), top), (2**100, 2.0**100), (np.float64(0.5), 0.5)):
+        b = _b()
+        f(_a(), b, alpha)
+        np.testing.assert_array_equal(b, np.full((6, 4), want, "float32"))
+    b = _b()
+    f(_a(), b, float("nan"))
+    assert np.isnan(b).all()
+    with pytest.raises(tc.ArgumentError, match=r"parameter alpha \(argument 3\) = -1e\+39 does "
+                                               r"not fit float32"):
+        f(_a(), b, -1e39)
+    with pytest.raises(tc.ArgumentError, match=r"parameter alpha \(argument 3\) = an integer of "
+                                               r"1025 bits does not fit float32"):
+        f(_a(), b, -2**1024)
+
+
 def test_keyword_arguments(int_kernel):
     with pytest.raises(tc.ArgumentError, match=r"takes its arguments by position \(.*\); got keyword argument\(s\) X: pass them in that order"):
         int_kernel(X=np.zeros(4, "int8"))

@@ -63,6 +63,14 @@ def _b(n=3):
     return np.zeros((2 * n, 4), "float32")
 
 
+class _BadIndex:
+    def __index__(self):
+        raise RuntimeError("no index")
+
+    def __repr__(self):
+        return "<_BadIndex>"
+
+
 def _read_only(x):
     x.flags.writeable = False
     return x
@@ -128,6 +136,32 @@ CASES = {
     "an int scalar out of range": (
         lambda: (_a(), _w(), _b(), 1.0, 300),
         r"parameter k \(argument 5\) = 300 does not fit int8 \[-128, 127\]"),
+    "an int scalar far out of range": (
+        lambda: (_a(), _w(), _b(), 1.0, 2**70),
+        r"parameter k \(argument 5\) = 1180591620717411303424 does not fit int8"),
+    "an int too large for any float": (
+        lambda: (_a(), _w(), _b(), 2**2000, 2),
+        r"parameter alpha \(argument 4\) = an integer of 2001 bits does not fit float32"),
+    "a float that float32 cannot hold": (
+        lambda: (_a(), _w(), _b(), 1e39, 2),
+        r"parameter alpha \(argument 4\) = 1e\+39 does not fit float32 \(its largest finite "
+        r"value is 3\.4028235e\+38\): it would become infinite"),
+    "an __index__ that raises": (
+        lambda: (_a(), _w(), _b(), 1.0, _BadIndex()),
+        r"parameter k \(argument 5\) expects an integer \(int8\), got _BadIndex .*whose "
+        r"__index__ raised RuntimeError: no index"),
+    "a numpy bool for an int scalar": (
+        lambda: (_a(), _w(), _b(), 1.0, np.bool_(True)),
+        r"parameter k \(argument 5\) expects an integer \(int8\), got bool"),
+    "an output overlapping an input": (
+        lambda: (lambda m: (m[:3], _w(), m[2:8], 1.0, 2))(np.zeros((8, 4), "float32")),
+        r"parameter A \(argument 1\) and parameter B \(argument 3\) share memory, and main "
+        r"writes B: an output must not overlap another argument"),
+    "a stride-0 output": (
+        lambda: (_a(), _w(), np.lib.stride_tricks.as_strided(
+            np.zeros(4, "float32"), (6, 4), (0, 4), writeable=True), 1.0, 2),
+        r"parameter B \(argument 3\) is written by main, but its elements overlap: B\[0, 0\] "
+        r"and B\[1, 0\] are the same memory"),
 }
 
 

@@ -1,6 +1,9 @@
 """Mistakes with torch tensors, tecomp.torch.op, time_evaluator and constant extents: each
 raises a TecompError subclass naming the object and the fix (and the kernel or op still
 works afterwards)."""
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -9,6 +12,9 @@ torch = pytest.importorskip("torch")
 import tecomp as tc  # noqa: E402
 import tecomp.torch as tct  # noqa: E402
 from tecomp.errors import ArgumentError, ComputeError, ExprError, ScheduleError  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from helpers import DLPackWrapper  # noqa: E402  (tests/helpers.py)
 
 
 @pytest.fixture(scope="module")
@@ -60,27 +66,17 @@ def test_tensor_of_another_dtype_or_shape(axpy):
 
 
 def test_memory_whose_size_cannot_be_checked(axpy):
-    class OnlyDLPack:  # a DLPack producer tecomp does not know
-        def __init__(self, t):
-            self.t = t
-
-        def __dlpack__(self, **kw):
-            return self.t.__dlpack__(**kw)
-
-        def __dlpack_device__(self):
-            return self.t.__dlpack_device__()
-
+    """A raw pointer carries no size: refused.  (A DLPack producer describes the memory it
+    owns, and is taken: tests/test_torch.py::test_generic_dlpack_producers.)"""
     class RawPointer:  # the array interface over a bare integer address
         def __init__(self, arr, shape):
             self._arr = arr
             self.__array_interface__ = dict(arr.__array_interface__, shape=shape)
 
-    a = torch.randn(3, 8)
-    with pytest.raises(ArgumentError, match=r"PyCapsule .*raw pointer.*cannot check.*owns its "
-                                            r"memory"):
-        axpy(OnlyDLPack(a), a, torch.zeros(3, 8))
     base = np.zeros((3, 8), np.float32)
-    with pytest.raises(ArgumentError, match=r"RawPointer object through a raw pointer"):
+    with pytest.raises(ArgumentError, match=r"RawPointer object through a raw pointer \(an "
+                                            r"__array_interface__ whose data is an integer "
+                                            r"address\), whose size tecomp cannot check"):
         axpy(RawPointer(base, (300, 8)), base, np.zeros((300, 8), np.float32))
 
     class Oversized:  # the array interface over a buffer, claiming more than it holds
@@ -179,3 +175,117 @@ def test_retype_misuse():
         retype([Y], [], {"float32": "float64"})
     with pytest.raises(ComputeError, match=r"values maps integer variables to ints"):
         retype([Y], [X], values={tc.var("n"): 2.0})
+
+
+# ---------------------------------------------------------------------------------------
+# tensors a kernel cannot take as they are
+
+
+def test_outputs_with_a_lazy_bit(axpy):
+    """An output with torch's negation or conjugation bit: its memory holds the other
+    sign, so the kernel's results would come out negated.  (Inputs with the bit are read
+    through a resolved copy: tests/test_torch.py.)"""
+    x = torch.ones(4, 8)
+    out = torch.zeros(4, 8)
+    with pytest.raises(ArgumentError, match=r"parameter C \(argument 3\): the torch tensor has "
+                                            r"the lazy negation bit set .*and the kernel writes "
+                                            r"it: .*wrong sign; pass a tensor without the bit, "
+                                            r"e\.g\. out = x\.resolve_neg\(\) or x\.clone\(\)"):
+        axpy(x, x, torch._neg_view(out))
+    z = torch.zeros(4, 8, dtype=torch.complex64)
+    with pytest.raises(ArgumentError, match=r"parameter C \(argument 3\): the torch tensor has "
+                                            r"the lazy negation bit"):
+        axpy(x, x, z.conj().imag)
+    with pytest.raises(ArgumentError, match=r"parameter C \(argument 3\): the torch tensor has "
+                                            r"the lazy conjugation bit set \(a view such as "
+                                            r"z\.conj\(\).*x\.resolve_conj\(\)"):
+        axpy(x, x, z.conj())
+    # a conjugated input is resolved, then refused for its dtype
+    with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\) expects float32, got "
+                                            r"complex64"):
+        axpy(z.conj(), x, out)
+    assert not out.any()
+    axpy(x, x, out)                                  # still works
+    torch.testing.assert_close(out, 3 * x)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_tensors_that_are_not_dense_memory(axpy):
+    x = torch.ones(4, 8)
+    out = torch.zeros(4, 8)
+    cases = [
+        (lambda: x.to_sparse(), r"is of layout torch\.sparse_coo; tecomp reads and writes dense "
+                                r"\(strided\) memory: pass x\.to_dense\(\)"),
+        (lambda: x.to_sparse_csr(), r"is of layout torch\.sparse_csr.*x\.to_dense\(\)"),
+        (lambda: torch.quantize_per_tensor(x, 0.1, 0, torch.qint8),
+         r"is quantized; .*pass x\.dequantize\(\)"),
+        (lambda: torch.nested.nested_tensor([x[0], x[1]]), r"is nested; .*x\.to_padded_tensor"),
+        (lambda: x.to_mkldnn(), r"is of layout torch\._mkldnn.*x\.to_dense\(\)"),
+        (lambda: torch.ones(4, 8, device="meta"), r"is on the meta device, which holds no data"),
+    ]
+    for make, match in cases:
+        with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\): the torch tensor "
+                                                + match):
+            axpy(make(), x, out)
+    with pytest.raises(ArgumentError, match=r"parameter C \(argument 3\): the torch tensor is on "
+                                            r"the meta device"):
+        axpy(x, x, torch.zeros(4, 8, device="meta"))
+
+
+def test_torch_func_transforms(axpy, op):
+    """torch.func's tensors (vmap's BatchedTensor, grad's wrappers) have no memory of their
+    own: an ArgumentError, not torch's RuntimeError from inside tecomp."""
+    o, X, Y = op
+
+    def call(x):
+        out = torch.empty_like(x)
+        axpy(x, x, out)
+        return out
+
+    with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\): the torch tensor is a "
+                                            r"torch\.func transform's tensor \(vmap's "
+                                            r"BatchedTensor\).*call the kernel outside torch\.func "
+                                            r"transforms"):
+        torch.func.vmap(call)(torch.ones(3, 4, 8))
+    with pytest.raises(ArgumentError, match=r"parameter X \(argument 1\): the torch tensor is a "
+                                            r"torch\.func transform's tensor"):
+        torch.func.vmap(o)(torch.ones(3, 2, 4))
+    with pytest.raises(ArgumentError, match=r"input X \(argument 1\) is a torch\.func "
+                                            r"transform's tensor .*differentiate with "
+                                            r"torch\.autograd"):
+        torch.func.grad(lambda x: o(x).sum())(torch.ones(2, 4))
+    x = torch.ones(2, 4, requires_grad=True)
+    o(x).sum().backward()                            # torch.autograd still works
+    torch.testing.assert_close(x.grad, torch.full((2, 4), 3.0))
+
+
+def test_overlapping_tensors(axpy):
+    x = torch.arange(40, dtype=torch.float32)
+    with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\) and parameter C "
+                                            r"\(argument 3\) share memory, and main writes C"):
+        axpy(x[:32].view(4, 8), torch.ones(4, 8), x[8:].view(4, 8))
+    with pytest.raises(ArgumentError, match=r"parameter C \(argument 3\) is written by main, but "
+                                            r"its elements overlap: C\[0, 0\] and C\[1, 0\] are "
+                                            r"the same memory"):
+        axpy(torch.ones(4, 8), torch.ones(4, 8), torch.zeros(1, 8).expand(4, 8))
+    assert x[8:].equal(torch.arange(8, 40, dtype=torch.float32))   # nothing was written
+
+
+def test_dlpack_memory_the_producer_exports_read_only(axpy):
+    if int(np.__version__.split(".")[0]) < 2:
+        pytest.skip("numpy < 2 reads DLPack without the read-only flag (DLPack 1.0)")
+
+    Wrapper = DLPackWrapper
+    ro = np.zeros((4, 8), np.float32)
+    ro.flags.writeable = False
+    x = np.ones((4, 8), np.float32)
+    with pytest.raises(ArgumentError, match=r"parameter C \(argument 3\) is written by main, but "
+                                            r"the array is read-only \(its DLPack producer "
+                                            r"exported it read-only\)"):
+        axpy(x, x, Wrapper(ro))
+    # a view made past the elements the producer exported is checked against them
+    big = np.lib.stride_tricks.as_strided(np.from_dlpack(Wrapper(x)), (40, 8), (32, 4))
+    with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\): the array's elements "
+                                            r"span bytes .* but the numpy\.ndarray its memory "
+                                            r"comes from holds .*\(128 bytes\)"):
+        axpy(big, np.ones((40, 8), np.float32), np.zeros((40, 8), np.float32))

@@ -13,7 +13,9 @@ The binder only ever accepts; it never explains.  Any check that fails makes it 
 ``NOT_HERE`` (-1) before the kernel runs, and the runtime's Python path takes the call:
 it binds what the binder does not (views, torch tensors, scalars), picks the variant and
 raises the detailed error.  Two arrays whose bytes overlap give ``ALIASED`` (-2): the
-Python path runs the aliasing-safe variant.  Otherwise it returns the kernel's own code.
+Python path checks them (an overlapping output is refused; the same array for an input
+and an output runs the aliasing-safe variant where the kernel allows it).  Otherwise it
+returns the kernel's own code.
 
 The field offsets are those of CPython's object header and numpy's array struct; the
 runtime confirms them on probe arrays (:func:`tecomp.runtime.llvm._probe_binder_layout`)
