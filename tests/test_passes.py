@@ -352,6 +352,51 @@ def test_verify():
     assert P.verify_pass(ok) is ok
 
 
+def test_index_dtype():
+    """int32 index arithmetic that could wrap: where its bound is a constant outside int32
+    the expression is computed in int64; where it depends on the parameters, a check is
+    recorded for the call; everything else is left as it is."""
+    A = Buffer("A", (Const(10**9),), "int8")
+    B = Buffer("B", (Const(3000),), "int8")
+    idx = FloorDiv(Mul(I, Const(10**6), "int32"), Const(3), "int32")
+    before = PrimFunc("f", (A, B), For(I, Const(0), Const(3000), "serial", BufferStore(
+        B, BufferLoad(A, (idx,), "int8"), (I,))))
+    after = P.index_dtype_pass(before)
+    assert to_str(after) == _text("""
+    primfn f(A: int8[1000000000], B: int8[3000]) {
+      for (i, 0, 3000) {
+        B[i] = A[int32(int64(i)*1000000i64 // 3i64)]
+      }
+    }""")
+    n = Var("n", "int32")
+    C = Buffer("C", (n,), "float32")
+    ext = FloorDiv(Add(n, Const(6), "int32"), Const(7), "int32")
+    sym = PrimFunc("g", (C,), For(I, Const(0), ext, "serial", BufferStore(
+        C, Const(0.0, "float32"), (I,))))
+    checked = P.index_dtype_pass(sym)
+    assert checked.body is sym.body
+    assert [(to_str(pc.expr), pc.lower, pc.upper) for pc in checked.attrs["param_checks"]] \
+        == [("n + 6", -(2**31), 2**31 - 1)]
+    small = PrimFunc("h", (A16, B16), For(I, Const(0), Const(16), "serial", BufferStore(
+        B16, BufferLoad(A16, (FloorDiv(Mul(I, Const(3), "int32"), Const(2), "int32"),),
+                        "float32"), (I,))))
+    assert P.index_dtype_pass(small) is small
+
+
+def test_offset_checks():
+    """The CUDA targets flatten a symbolic int32 layout in int32: the call must give
+    arrays whose last element's offset fits int32."""
+    n, m = Var("n", "int32"), Var("m", "int32")
+    A = Buffer("A", (n, m), "float32")
+    func = PrimFunc("f", (A, A16), For(I, Const(0), Const(16), "serial", BufferStore(
+        A16, BufferLoad(A, (Const(0), I), "float32"), (I,))))
+    after = P.offset_checks_pass(func)
+    assert after.body is func.body
+    assert [(to_str(pc.expr), pc.upper) for pc in after.attrs["param_checks"]] == [
+        ("(n - 1)*m + (m - 1)", 2**31 - 1)]
+    assert P.offset_checks_pass(after) is after
+
+
 def _codegen_phase(name, s, args, target="llvm"):
     """(before, after) of codegen-phase pass ``name`` when ``s`` is lowered for ``target``."""
     func = tc.lower(s, args, target=target)
@@ -469,6 +514,7 @@ PASS_TESTS = {
     "verify": test_verify,
     "vector_plan": test_vector_plan, "parallel_plan": test_parallel_plan,
     "split_host_device": test_split_host_device,
+    "index_dtype": test_index_dtype, "offset_checks": test_offset_checks,
 }
 
 

@@ -214,7 +214,8 @@ def build_metadata(*, func, sig: Signature, checks: bool, entry: str, target, cp
                 "written": bool(p.is_output)})
         else:
             params.append({"kind": "scalar", "var": enc.var(p.var), "slot": p.slot})
-    param_checks = [{"expr": enc.expr(pc.expr), "lower": int(pc.lower), "uses": list(pc.uses)}
+    param_checks = [{"expr": enc.expr(pc.expr), "lower": int(pc.lower), "uses": list(pc.uses),
+                     **({} if pc.upper is None else {"upper": int(pc.upper)})}
                     for pc in func.attrs.get("param_checks", ())]
     from ..lower.in_place import in_place_pairs
 
@@ -461,8 +462,9 @@ def parse_metadata(raw: bytes, where: str, *, exporting: Optional[str] = None) -
         uses = tuple(r.items(pc, "uses", 1000, what))
         if not all(isinstance(u, str) and len(u) <= _TEXT_MAX for u in uses):
             raise r.fail(f"the uses{what}")
+        upper = r.get(pc, "upper", int, what) if isinstance(pc, dict) and "upper" in pc else None
         checks_.append(ParamCheck(r.expr(r.get(pc, "expr", list, what)),
-                                  r.get(pc, "lower", int, what), uses))
+                                  r.get(pc, "lower", int, what), uses, upper))
     in_place = []
     # (a library exported before this field takes no input in place of an output)
     for pair in (r.items(doc, "in_place", 100000) if "in_place" in doc else ()):

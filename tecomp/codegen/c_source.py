@@ -586,12 +586,19 @@ class CSource:
         if len(indices) != len(buf.shape):
             raise BuildError(f"buffer {buf.name} has {len(buf.shape)} dimension(s) but is "
                              f"indexed with {len(indices)} index(es)")
+        from ..lower.index_dtype import offset_dtype
+
+        # in the buffer's offset dtype (int64 where its layout needs it); constants
+        # multiply and add exactly
+        wide = offset_dtype(buf) == "int64"
         flat = None
         for idx, stride in zip(indices, buf.effective_strides()):
             if isinstance(idx, Const) and idx.value == 0:
                 continue  # a zero index adds nothing
-            term = _op.mul(idx, stride)
-            flat = term if flat is None else _op.add(flat, term)
+            if wide:
+                idx, stride = _op.widen(idx, "int64"), _op.widen(stride, "int64")
+            term = _op.index_mul(idx, stride)
+            flat = term if flat is None else _op.index_add(flat, term)
         return Const(0, "int32") if flat is None else flat
 
     def flat_index(self, buf: Buffer, indices) -> str:

@@ -902,6 +902,11 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         parts.append(helper_text)
     parts.extend(texts)
     source = "\n\n".join(parts) + "\n"
+    checks = tuple(split.attrs.get("param_checks", ()))
+    if checks != tuple(func.attrs.get("param_checks", ())):
+        # the codegen phase added conditions on the arguments (the int32 offsets of the
+        # buffers the kernels flatten in int32): the runtimes check them with the rest
+        func = PrimFunc(func.name, func.params, func.body, {**func.attrs, "param_checks": checks})
     return CudaSource(func, source, kernels, workspaces, list(hp.asserts), hp.written)
 
 

@@ -101,12 +101,7 @@ def dtype_limits(dtype: str) -> Tuple[int, int]:
     """The smallest and largest value of an integer (or bool) dtype."""
     r = _LIMITS.get(dtype)
     if r is None:
-        if dtype == "bool":
-            r = (0, 1)
-        else:
-            b = _dt.bits(dtype)
-            r = (0, (1 << b) - 1) if _dt.is_uint(dtype) else (-(1 << (b - 1)), (1 << (b - 1)) - 1)
-        _LIMITS[dtype] = r
+        r = _LIMITS[dtype] = _dt.int_limits(dtype)
     return r
 
 

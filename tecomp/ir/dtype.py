@@ -105,6 +105,16 @@ def is_uint(dtype: str) -> bool:
     return dtype.startswith("uint")
 
 
+def int_limits(dtype: str):
+    """``(smallest, largest)`` value of the integer dtype (bool: ``(0, 1)``)."""
+    if dtype == "bool":
+        return 0, 1
+    b = bits(dtype)
+    if is_uint(dtype):
+        return 0, (1 << b) - 1
+    return -(1 << (b - 1)), (1 << (b - 1)) - 1
+
+
 def is_bool(dtype: str) -> bool:
     return dtype == "bool"
 

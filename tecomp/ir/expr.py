@@ -26,6 +26,7 @@ Semantics, stated once:
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Tuple
 
@@ -643,17 +644,17 @@ def as_expr(value, like: str | None = None) -> Expr:
         if like is not None and _dt.is_float(like):
             return Const(float(v), like)
         if like is not None and _dt.is_int(like):
-            return Const(v, like)
+            return Const(_literal_in_range(v, like), like)
         if isinstance(value, np.integer):
             return Const(v, _dt.canon(value.dtype))
-        return Const(v, "int32" if -(2**31) <= v < 2**31 else "int64")
+        return _int_literal(v)
     if isinstance(value, (float, np.floating)):
         v = float(value)
         if like is not None and _dt.is_float(like):
             return Const(v, like)
         if like is not None and _dt.is_int(like):
             if math.isfinite(v) and v == int(v):
-                return Const(int(v), like)
+                return Const(_literal_in_range(int(v), like), like)
             raise DTypeError(
                 f"the float literal {v} cannot combine with a {like} expression; "
                 f"convert the expression with .astype('float32') first"
@@ -668,11 +669,42 @@ def as_expr(value, like: str | None = None) -> Expr:
 
 
 def as_index(value) -> Expr:
-    """Convert to an integer index expression (shapes, extents, indices)."""
+    """Convert to an integer index expression (shapes, extents, indices).  A Python or
+    numpy integer becomes an int32 constant where it fits int32, else int64 (as TVM
+    types its index constants): ``2**31`` is ``2147483648i64``, never a wrapped int32."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) \
+            and not isinstance(value, Expr):
+        return _int_literal(int(value), "an index or extent")
     e = as_expr(value, "int32" if not isinstance(value, Expr) else None)
     if not _dt.is_int(e.dtype):
         raise ExprError(f"an index or extent must be an integer expression, got {e.dtype} `{e}`")
     return e
+
+
+def _literal_in_range(v: int, dtype: str, what: str = "", operand: str = "x") -> int:
+    """``v``, which a Python literal gives to an expression of the integer ``dtype``; a
+    value outside the dtype raises (as numpy's ``Python integer 300 out of bounds for
+    int8``): tecomp never wraps a literal silently."""
+    b = _dt.bits(dtype)
+    lo, hi = _dt.int_limits(dtype)
+    if lo <= v <= hi:
+        return v
+    wider = next((w for w in ("int16", "int32", "int64")
+                  if _dt.bits(w) > b and -(1 << (_dt.bits(w) - 1)) <= v < 1 << (_dt.bits(w) - 1)),
+                 None)
+    fix = (f"convert the other operand first, e.g. {operand}.astype({wider!r}), or give the "
+           f"constant as tc.const({v}, {wider!r})") if wider else \
+        "no tecomp integer type holds it: use a smaller value"
+    raise DTypeError(f"the Python integer {v} is out of bounds for {dtype} [{lo}, {hi}]"
+                     f"{' (' + what + ')' if what else ''}: {fix}")
+
+
+def _int_literal(v: int, what: str = "") -> Const:
+    """A Python int with no other operand to adopt the dtype of: int32 where it fits,
+    else int64."""
+    if -(2**31) <= v < 2**31:
+        return Const(v, "int32")
+    return Const(_literal_in_range(v, "int64", what), "int64")
 
 
 def _bad_bool_arith(op):

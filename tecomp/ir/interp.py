@@ -1548,10 +1548,12 @@ def _bind_args(comp: _Compiler, func: PrimFunc, args) -> dict:
         env[p] = a
     # the conditions lowering recorded (an extent given by a scalar >= 0, a symbolic split
     # factor >= 1): the same checks and messages as every runtime (runtime/argcheck.py)
+    from ..runtime.argcheck import compile_shape_expr
+
     for pc in func.attrs.get("param_checks", ()):
         if all(v in env for v in free_vars(pc.expr)):
-            value = comp.expr(pc.expr)(env)
-            if value < pc.lower:
+            value = compile_shape_expr(pc.expr)(env)   # exactly, as the runtimes do
+            if not pc.holds(value):
                 raise ArgumentError(pc.message(value, env, params))
     for p, a in zip(params, args):
         if not isinstance(p, Buffer):

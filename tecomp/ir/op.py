@@ -9,11 +9,12 @@ import math
 
 import numpy as np
 
-from ..errors import DTypeError, ExprError
+from ..errors import DTypeError, ExprError, ShapeError
 from . import dtype as _dt
 from .expr import (
     SERVICES, EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
-    INTRINSICS, Max, Min, Mul, Not, Or, Select, Sub, TruncDiv, TruncMod, as_expr,
+    INTRINSICS, Max, Min, Mul, Not, Or, Select, Sub, TruncDiv, TruncMod, _literal_in_range,
+    as_expr,
 )
 
 _OPNAME = {"+": "addition", "-": "subtraction", "*": "multiplication", "/": "division",
@@ -24,14 +25,27 @@ def _operands(a, b, what: str):
     """Convert a, b to expressions; Python literals adopt the other side's dtype."""
     if isinstance(a, Expr) or not isinstance(b, Expr):
         ea = as_expr(a)
-        eb = as_expr(b, ea.dtype)
+        eb = _literal_like(b, ea)
     else:
         eb = as_expr(b)
-        ea = as_expr(a, eb.dtype)
+        ea = _literal_like(a, eb)
     if ea.dtype == eb.dtype:
         return ea, eb, ea.dtype
     # the message (which prints both operands) is only built when the dtypes differ
     return ea, eb, _dt.promote(ea.dtype, eb.dtype, f"the operands of {what} `{ea}` and `{eb}`")
+
+
+def _literal_like(x, other: Expr) -> Expr:
+    """``x`` as an expression, a Python number taking ``other``'s dtype; an integer that
+    dtype cannot hold raises, naming ``other`` in the fix."""
+    try:
+        return as_expr(x, other.dtype)
+    except DTypeError:
+        if isinstance(x, (int, float)) and _dt.is_int(other.dtype) and float(x) == int(x):
+            text = str(other)
+            _literal_in_range(int(x), other.dtype,
+                              operand=text if text.isidentifier() else f"({text})")
+        raise
 
 
 def _fits(v: int, dtype: str) -> bool:
@@ -65,10 +79,7 @@ def binary(op: str, a, b) -> Expr:
     if _dt.is_bool(dt):
         raise ExprError(f"{_OPNAME[op]} of bool expressions `{a}` and `{b}`; use & | ~ for logic "
                         "or .astype('int32') for arithmetic")
-    if a.dtype != dt:
-        a = Cast(a, dt)
-    if b.dtype != dt:
-        b = Cast(b, dt)
+    a, b = widen(a, dt), widen(b, dt)
     if op == "+":
         return add(a, b)
     if op == "-":
@@ -95,8 +106,69 @@ def _ci(e):
     return e.value if isinstance(e, Const) and _dt.is_int(e.dtype) else None
 
 
+def widen(e: Expr, dtype: str) -> Expr:
+    """``e`` as ``dtype``, the promoted dtype of an operation it takes part in: an integer
+    constant is retyped (``5`` as int64 is ``5i64``), anything else cast."""
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Const) and _dt.is_int(e.dtype) and _dt.is_int(dtype):
+        return Const(int(e.value), dtype)
+    return Cast(e, dtype)
+
+
+def _index_const(v: int, dtype: str) -> Const:
+    """The constant ``v``, the exact result of index arithmetic on constants of
+    ``dtype``: in ``dtype`` where it fits, else int64 (a shape of 65536 x 65537 has
+    4295032832 elements, not the int32 wrap of it)."""
+    lo, hi = _dt.int_limits(dtype)
+    if lo <= v <= hi:
+        return Const(v, dtype)
+    if -(2**63) <= v < 2**63:
+        return Const(v, "int64")
+    raise ShapeError(f"the index arithmetic {v} does not fit int64: no tecomp array or loop "
+                     f"is that large; use smaller shapes")
+
+
+def index_add(a, b) -> Expr:
+    """``a + b`` of index expressions (extents, strides, offsets): as :func:`add`, but two
+    constants add exactly, widening to int64 where their dtype cannot hold the sum."""
+    a, b = _same_int(as_expr(a), as_expr(b))
+    ca, cb = _ci(a), _ci(b)
+    if ca is not None and cb is not None:
+        return _index_const(ca + cb, a.dtype)
+    return add(a, b)
+
+
+def index_sub(a, b) -> Expr:
+    """``a - b`` of index expressions, constants exactly (see :func:`index_add`)."""
+    a, b = _same_int(as_expr(a), as_expr(b))
+    ca, cb = _ci(a), _ci(b)
+    if ca is not None and cb is not None:
+        return _index_const(ca - cb, a.dtype)
+    return sub(a, b)
+
+
+def index_mul(a, b) -> Expr:
+    """``a * b`` of index expressions, constants exactly (see :func:`index_add`)."""
+    a, b = _same_int(as_expr(a), as_expr(b))
+    ca, cb = _ci(a), _ci(b)
+    if ca is not None and cb is not None:
+        return _index_const(ca * cb, a.dtype)
+    return mul(a, b)
+
+
+def _same_int(a: Expr, b: Expr):
+    """``a`` and ``b`` in one dtype: integers of different widths are widened to the
+    promoted type (``int32 + int64`` computes in int64, as C and TVM do), so every node
+    built here has operands of its own dtype."""
+    if a.dtype != b.dtype and _dt.is_int(a.dtype) and _dt.is_int(b.dtype):
+        dt = _dt.promote(a.dtype, b.dtype)
+        return widen(a, dt), widen(b, dt)
+    return a, b
+
+
 def add(a: Expr, b: Expr) -> Expr:
-    a, b = as_expr(a), as_expr(b)
+    a, b = _same_int(as_expr(a), as_expr(b))
     ca, cb = _ci(a), _ci(b)
     if ca is not None and cb is not None and a.dtype == b.dtype:
         return Const(_wrap(ca + cb, a.dtype), a.dtype)
@@ -108,7 +180,7 @@ def add(a: Expr, b: Expr) -> Expr:
 
 
 def sub(a: Expr, b: Expr) -> Expr:
-    a, b = as_expr(a), as_expr(b)
+    a, b = _same_int(as_expr(a), as_expr(b))
     ca, cb = _ci(a), _ci(b)
     if ca is not None and cb is not None and a.dtype == b.dtype:
         return Const(_wrap(ca - cb, a.dtype), a.dtype)
@@ -118,7 +190,7 @@ def sub(a: Expr, b: Expr) -> Expr:
 
 
 def mul(a: Expr, b: Expr) -> Expr:
-    a, b = as_expr(a), as_expr(b)
+    a, b = _same_int(as_expr(a), as_expr(b))
     ca, cb = _ci(a), _ci(b)
     if ca is not None and cb is not None and a.dtype == b.dtype:
         return Const(_wrap(ca * cb, a.dtype), a.dtype)
@@ -129,8 +201,18 @@ def mul(a: Expr, b: Expr) -> Expr:
     return Mul(a, b, _dt.promote(a.dtype, b.dtype))
 
 
+def ceildiv(a, b) -> Expr:
+    """``ceil(a / b)`` of integer (index) expressions, ``b > 0``: constants are divided
+    exactly (an extent near the top of int32 does not wrap), else ``(a + b - 1) // b``."""
+    a, b = _same_int(as_expr(a), as_expr(b))
+    ca, cb = _ci(a), _ci(b)
+    if ca is not None and cb is not None and cb > 0:
+        return _index_const(-(-ca // cb), a.dtype)
+    return floordiv(add(a, sub(b, Const(1, b.dtype))), b)
+
+
 def floordiv(a, b) -> Expr:
-    a, b = as_expr(a), as_expr(b)
+    a, b = _same_int(as_expr(a), as_expr(b))
     ca, cb = _ci(a), _ci(b)
     if ca is not None and cb not in (None, 0) and a.dtype == b.dtype:
         return Const(ca // cb, a.dtype)
@@ -140,7 +222,7 @@ def floordiv(a, b) -> Expr:
 
 
 def floormod(a, b) -> Expr:
-    a, b = as_expr(a), as_expr(b)
+    a, b = _same_int(as_expr(a), as_expr(b))
     ca, cb = _ci(a), _ci(b)
     if ca is not None and cb not in (None, 0) and a.dtype == b.dtype:
         return Const(ca % cb, a.dtype)
@@ -153,7 +235,7 @@ def _int_div_operands(a, b, what):
     a, b, dt = _operands(a, b, what)
     if not _dt.is_int(dt):
         raise ExprError(f"{what} needs integer operands, got {dt} `{a}` and `{b}`")
-    return (a if a.dtype == dt else Cast(a, dt)), (b if b.dtype == dt else Cast(b, dt)), dt
+    return widen(a, dt), widen(b, dt), dt
 
 
 def truncdiv(a, b) -> Expr:
@@ -186,21 +268,18 @@ def floormod_checked(a, b) -> Expr:
 
 def minimum(a, b) -> Expr:
     a, b, dt = _operands(a, b, "min")
-    return Min(a if a.dtype == dt else Cast(a, dt), b if b.dtype == dt else Cast(b, dt), dt)
+    return Min(widen(a, dt), widen(b, dt), dt)
 
 
 def maximum(a, b) -> Expr:
     a, b, dt = _operands(a, b, "max")
-    return Max(a if a.dtype == dt else Cast(a, dt), b if b.dtype == dt else Cast(b, dt), dt)
+    return Max(widen(a, dt), widen(b, dt), dt)
 
 
 def compare(cls, a, b) -> Expr:
     names = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "==", NE: "!="}
     a, b, dt = _operands(a, b, f"comparison {names[cls]}")
-    if a.dtype != dt:
-        a = Cast(a, dt)
-    if b.dtype != dt:
-        b = Cast(b, dt)
+    a, b = widen(a, dt), widen(b, dt)
     return cls(a, b)
 
 
@@ -252,7 +331,7 @@ def if_then_else(cond, t, f) -> Expr:
     """``cond ? t : f``, evaluating only the chosen side (so it may guard a load)."""
     c = _as_bool(cond, "tc.if_then_else")
     a, b, dt = _operands(t, f, "tc.if_then_else")
-    return Select(c, a if a.dtype == dt else Cast(a, dt), b if b.dtype == dt else Cast(b, dt), dt)
+    return Select(c, widen(a, dt), widen(b, dt), dt)
 
 
 def call(op: str, *args) -> Expr:
@@ -286,4 +365,4 @@ def call(op: str, *args) -> Expr:
 SERVICES.binary = binary
 SERVICES.compare = compare
 SERVICES.logic = logic
-SERVICES.mul = mul
+SERVICES.mul = index_mul   # (Buffer.row_major_strides: index arithmetic)

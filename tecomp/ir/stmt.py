@@ -207,12 +207,15 @@ def seq(*stmts) -> Stmt:
 
 @dataclass(frozen=True)
 class ParamCheck:
-    """A condition on the values of a PrimFunc's parameters, ``expr >= lower``, that
-    lowering derives from the schedule: an extent of a stage that depends on a variable
-    must be ``>= 0``, a symbolic split factor ``>= 1``.  Kept in
+    """A condition on the values of a PrimFunc's parameters, ``expr >= lower`` (and
+    ``expr <= upper`` where ``upper`` is given), that lowering derives from the schedule:
+    an extent of a stage that depends on a variable must be ``>= 0``, a symbolic split
+    factor ``>= 1``, and index arithmetic that the kernel computes in int32 must stay in
+    int32's range (``upper``: the checks of :mod:`tecomp.lower.index_dtype`).  Kept in
     ``PrimFunc.attrs["param_checks"]`` (a tuple); every runtime (the shared
-    :mod:`tecomp.runtime.argcheck`) and the interpreter check them before the body runs
-    and raise :class:`~tecomp.errors.ArgumentError` with :meth:`message`.
+    :mod:`tecomp.runtime.argcheck`) and the interpreter check them before the body runs,
+    evaluating ``expr`` exactly (Python integers, no wrapping), and raise
+    :class:`~tecomp.errors.ArgumentError` with :meth:`message`.
 
     ``expr`` uses only the function's scalar parameters and the variables of its buffer
     parameters' shapes.  ``uses`` says what it is in the program, for the message
@@ -222,16 +225,31 @@ class ParamCheck:
     expr: Expr
     lower: int
     uses: Tuple[str, ...]
+    upper: Optional[int] = None
+
+    def holds(self, value) -> bool:
+        """Whether ``value`` (of ``expr``) meets the condition."""
+        return value >= self.lower and (self.upper is None or value <= self.upper)
 
     def message(self, value, env: dict, params) -> str:
-        """Why ``value`` (the value of ``expr`` with ``env``, below ``lower``) is wrong;
-        ``params`` are the function's parameters (they name the variables)."""
+        """Why ``value`` (the value of ``expr`` with ``env``, outside the condition) is
+        wrong; ``params`` are the function's parameters (they name the variables)."""
         free_vars, to_str = SERVICES.free_vars, SERVICES.to_str
         uses = list(self.uses)
         if len(uses) > 3:
             uses = uses[:3] + [f"{len(self.uses) - 3} more"]
         used = uses[0] if len(uses) == 1 else ", ".join(uses[:-1]) + " and " + uses[-1]
         e, lo = self.expr, self.lower
+        if self.upper is not None:
+            vals = ", ".join(f"{_var_origin(v, params)} = {env[v]}"
+                             for v in free_vars(e) if v in env)
+            wide = ", ".join(f"tc.var({v.name!r}, 'int64')" for v in free_vars(e)
+                             if getattr(v, "dtype", "") == "int32")
+            return (f"the index arithmetic {used} can reach {value} with {vals}: outside int32 "
+                    f"[{lo}, {self.upper}], the type the kernel computes it in (the dtype of "
+                    f"its variables), where it would wrap; pass smaller sizes, or declare the "
+                    f"variables int64 ({wide or 'int64 variables'}) and build again: the "
+                    f"kernel then indexes in int64")
         if isinstance(e, Var):
             return (f"{_var_origin(e, params)} = {value} must be >= {lo}: it is {used}; "
                     f"pass {e.name} >= {lo}")

@@ -235,3 +235,19 @@ def _thread_loops_outer_first(stmt) -> list:
 
     _V().visit(stmt)
     return out
+
+
+def index_dtype_pass(func: PrimFunc) -> PrimFunc:
+    """Widen int32 index arithmetic that could wrap; record the call-time checks of what
+    depends on the parameters (see index_dtype.py)."""
+    from .index_dtype import index_dtype_pass as run
+
+    return run(func)
+
+
+def offset_checks_pass(func: PrimFunc) -> PrimFunc:
+    """The CUDA targets: record that every buffer flattened in int32 spans at most 2**31
+    elements when the kernel is called (see index_dtype.py)."""
+    from .index_dtype import offset_checks_pass as run
+
+    return run(func)

@@ -29,6 +29,7 @@ PASSES = [
     ("verify_thread_extents", P.verify_thread_extents_pass, None),
     ("insert_barriers", P.insert_barriers_pass, None),
     ("double_buffer", P.double_buffer_pass, None),
+    ("index_dtype", P.index_dtype_pass, None),
     ("verify", P.verify_pass, None),
 ]
 
@@ -39,6 +40,7 @@ PASSES = [
 CODEGEN_PASSES = [
     ("vector_plan", vector_plan_pass, ("llvm",)),
     ("parallel_plan", parallel_plan_pass, ("llvm",)),
+    ("offset_checks", P.offset_checks_pass, ("cuda", "cuda-emu")),
     ("split_host_device", split_host_device_pass, ("cuda", "cuda-emu")),
 ]
 

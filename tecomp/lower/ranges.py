@@ -7,11 +7,14 @@ from ..ir.stmt import PrimFunc
 
 
 def shape_var_ranges(func: PrimFunc) -> dict:
-    """Symbolic extents are non-negative: ``n`` in ``[0, 2**31 - 1)``."""
+    """Symbolic extents are non-negative: ``n`` in ``[0, 2**31 - 1)`` (an int64 ``n`` in
+    ``[0, 2**63 - 1)``)."""
     out = {}
     for p in func.params:
         if isinstance(p, Buffer):
             for e in p.shape:
                 for v in free_vars(e):
-                    out[v] = Range(Const(0, "int32"), Const(2**31 - 1, "int32"))
+                    top = 2**63 - 1 if v.dtype == "int64" else 2**31 - 1
+                    dt = "int64" if v.dtype == "int64" else "int32"
+                    out[v] = Range(Const(0, dt), Const(top, dt))
     return out

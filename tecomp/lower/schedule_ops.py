@@ -37,8 +37,9 @@ from ..errors import InternalError, LowerError, ScheduleError, internal_assert
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
-    Buffer, BufferLoad, Const, Expr, GE, GT, IterVar, LE, LT, Max, ProducerLoad, Range, Reduce, Var,
-    And, same_as,
+    Buffer, BufferLoad, Cast, Const, Expr, GE, GT, IterVar, LE, LT, Max, ProducerLoad, Range,
+    Reduce, Var, as_index,
+    And,
 )
 from ..ir.functor import Mutator, Visitor, map_combiner, substitute
 from ..ir.names import display
@@ -77,7 +78,32 @@ def _simplify(e, ranges=None):
 
 
 def _ceildiv(a: Expr, b: Expr) -> Expr:
-    return _simplify(_op.floordiv(_op.add(a, _op.sub(b, Const(1, b.dtype))), b))
+    return _simplify(_op.ceildiv(a, b))
+
+
+def _range0(extent: Expr) -> Range:
+    """``[0, extent)``, its bounds in ``extent``'s dtype."""
+    return Range(Const(0, extent.dtype), extent)
+
+
+def _in_dtype(e: Expr, dtype: str) -> Expr:
+    """The index expression ``e`` as ``dtype`` (the dtype of the loop variable it bounds,
+    which lowering chose to hold every value the loop takes)."""
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Const):
+        lo, hi = _dt.int_limits(dtype)
+        internal_assert(lo <= int(e.value) <= hi, f"the index {e.value} does not fit the "
+                        f"{dtype} variable that lowering gave it")
+        return Const(int(e.value), dtype)
+    return Cast(e, dtype)
+
+
+def _narrowed(e: Expr, dtype: str) -> Expr:
+    """``e`` as the narrower index ``dtype`` (a value known to fit it)."""
+    if isinstance(e, Const):
+        return _in_dtype(e, dtype)
+    return Cast(e, dtype)
 
 
 class _InlineExpander(Mutator):
@@ -345,16 +371,23 @@ class LowerContext:
         inf = self.info[st]
         inf.guards = []
         for rel in st.relations:
+            # every extent in the dtype of its axis' variable (int64 where the schedule
+            # found that int32 cannot hold it: Stage.split/fuse)
             if isinstance(rel, Split):
-                ext = inf.extent[rel.parent]
+                dt = rel.inner.var.dtype
+                ext = _in_dtype(inf.extent[rel.parent], dt)
                 if rel.factor is not None:
-                    inf.extent[rel.inner] = rel.factor
-                    inf.extent[rel.outer] = _ceildiv(ext, rel.factor)
+                    f = _in_dtype(rel.factor, dt)
+                    inf.extent[rel.inner] = f
+                    inf.extent[rel.outer] = _ceildiv(ext, f)
                 else:
-                    inf.extent[rel.outer] = rel.nparts
-                    inf.extent[rel.inner] = _ceildiv(ext, rel.nparts)
+                    f = _in_dtype(rel.nparts, dt)
+                    inf.extent[rel.outer] = f
+                    inf.extent[rel.inner] = _ceildiv(ext, f)
             elif isinstance(rel, Fuse):
-                inf.extent[rel.fused] = _simplify(_op.mul(inf.extent[rel.outer], inf.extent[rel.inner]))
+                dt = rel.fused.var.dtype
+                inf.extent[rel.fused] = _simplify(_op.index_mul(
+                    _in_dtype(inf.extent[rel.outer], dt), _in_dtype(inf.extent[rel.inner], dt)))
         for iv in st.leaf_iter_vars:
             inf.value[iv] = iv.var
         ranges = self.leaf_ranges(st)
@@ -376,6 +409,13 @@ class LowerContext:
                 inf.value[rel.inner] = _simplify(_op.floormod(inf.value[rel.fused], ie), ranges)
         inf.guards = [_simplify(g, ranges) for g in inf.guards]
         inf.guards = [g for g in inf.guards if not (isinstance(g, Const) and g.value is True)]
+        # a root axis' value is computed in the dtype of the loops it derives from (int64
+        # where they need it); the body sees it as its own variable's dtype, which holds
+        # every value it takes where the guards hold
+        for iv in list(st.op.axis) + list(st.op.reduce_axis):
+            v = inf.value.get(iv)
+            if v is not None and v.dtype != iv.var.dtype:
+                inf.value[iv] = _simplify(_narrowed(v, iv.var.dtype), ranges)
 
     def _unpredicated_split(self, st: Stage, rel, ext: Expr, f: Expr) -> None:
         """A split with ``disable_predication`` that is not known to divide its axis: a
@@ -398,12 +438,12 @@ class LowerContext:
                 f"{what}: its extent {ext} is not known when the kernel is called (it "
                 f"depends on a loop), so that the split divides it cannot be checked; drop "
                 f"disable_predication")
-        self.unpredicated.append((_op.sub(Const(0, "int32"), _op.floormod(ext, f)),
+        self.unpredicated.append((_op.sub(Const(0, ext.dtype), _op.floormod(ext, f)),
                                   f"{what} (its extent {ext} must be a multiple of {f})"))
 
     def leaf_ranges(self, st: Stage) -> Dict[Var, Range]:
         inf = self.info[st]
-        return {iv.var: Range(Const(0, "int32"), inf.extent[iv]) for iv in st.leaf_iter_vars
+        return {iv.var: _range0(inf.extent[iv]) for iv in st.leaf_iter_vars
                 if iv in inf.extent}
 
     def root_value(self, st: Stage, iv: IterVar) -> Expr:
@@ -462,10 +502,10 @@ class LowerContext:
             if x is target and not outside:
                 start = leaves.index(axis) + 1
                 for iv in leaves[start:cut]:
-                    relax[iv.var] = Range(Const(0, "int32"), self.info[x].extent[iv])
+                    relax[iv.var] = _range0(self.info[x].extent[iv])
                 return relax
             for iv in leaves[:cut]:
-                relax[iv.var] = Range(Const(0, "int32"), self.info[x].extent[iv])
+                relax[iv.var] = _range0(self.info[x].extent[iv])
             if outside or x.attach_type != "scope":
                 raise ScheduleError(
                     f"compute_at of {producer.name} at {target.name}.{axis.name}: its consumer "
@@ -492,7 +532,7 @@ class LowerContext:
             for iv in leaves[:cut]:
                 a = x.iter_attrs.get(iv)
                 if a is not None and a.thread is not None and a.thread.thread_tag.startswith(tags):
-                    out[iv.var] = Range(Const(0, "int32"), self.info[x].extent[iv])
+                    out[iv.var] = _range0(self.info[x].extent[iv])
             x, axis = x.attach_stage, x.attach_ivar
         return out
 
@@ -517,8 +557,8 @@ class LowerContext:
                     e = _simplify(substitute(idx, vmap))
                     itv = arith.eval_interval(e, relax)
                     if itv.lo is None or itv.hi is None:
-                        los[d].append(Const(0, "int32"))
-                        his[d].append(_op.sub(shape[d], Const(1, "int32")))
+                        los[d].append(Const(0, shape[d].dtype))
+                        his[d].append(_op.sub(shape[d], Const(1, shape[d].dtype)))
                     else:
                         los[d].append(itv.lo)
                         his[d].append(itv.hi)
@@ -536,26 +576,26 @@ class LowerContext:
             f = st.bound_aligns.get(d)
             if f is not None:
                 # rule 6: the hull rounded out to multiples of f, not clipped
-                cf = Const(f, "int32")
+                cf = Const(f, lo.dtype)
                 lo = _simplify(_op.mul(_op.floordiv(lo, cf), cf), outer)
-                hi = _simplify(_op.add(_op.mul(_op.floordiv(hi, cf), cf), Const(f - 1, "int32")),
+                hi = _simplify(_op.add(_op.mul(_op.floordiv(hi, cf), cf), Const(f - 1, hi.dtype)),
                                outer)
-                ext = _simplify(_op.add(_op.sub(hi, lo), Const(1, "int32")), outer)
+                ext = _simplify(_op.add(_op.sub(hi, lo), Const(1, hi.dtype)), outer)
                 self.info[st].raw_extent.append(ext)
                 self.info[st].aligned[d] = (lo, hi)
-                for c in (_op.compare(LT, lo, shape[d]), _op.compare(GE, hi, Const(0, "int32"))):
+                for c in (_op.compare(LT, lo, shape[d]), _op.compare(GE, hi, Const(0, hi.dtype))):
                     c = _simplify(c, outer)
                     if not (isinstance(c, Const) and c.value is True):
                         self.info[st].region_guard.append(c)
                 out.append(Range(lo, ext))
                 continue
-            raw_ext = _simplify(_op.add(_op.sub(hi, lo), Const(1, "int32")), outer)
-            clo = _simplify(_op.maximum(lo, Const(0, "int32")), outer)
-            chi = _simplify(_op.minimum(hi, _op.sub(shape[d], Const(1, "int32"))), outer)
+            raw_ext = _simplify(_op.add(_op.sub(hi, lo), Const(1, hi.dtype)), outer)
+            clo = _simplify(_op.maximum(lo, Const(0, lo.dtype)), outer)
+            chi = _simplify(_op.minimum(hi, _op.sub(shape[d], Const(1, shape[d].dtype))), outer)
             # an extent is never negative: a region read only under guards can lie wholly
             # outside the tensor (a negative extent times another, in a fuse, would run)
-            ext = _simplify(_op.maximum(_op.add(_op.sub(chi, clo), Const(1, "int32")),
-                                        Const(0, "int32")), outer)
+            ext = _simplify(_op.maximum(_op.add(_op.sub(chi, clo), Const(1, chi.dtype)),
+                                        Const(0, chi.dtype)), outer)
             self.info[st].raw_extent.append(raw_ext)
             if gpu_tile and isinstance(raw_ext, Const) and raw_ext.value > 0 \
                     and not _same(ext, raw_ext):
@@ -630,7 +670,7 @@ class LowerContext:
                 off = zero
                 if pinf is not None and pinf.stage.attach_type == "scope":
                     off = pinf.root_min[pinf.stage.op.axis[d]]
-                top = _op.sub(buf.shape[d], Const(1, "int32"))
+                top = _op.sub(buf.shape[d], Const(1, buf.shape[d].dtype))
                 # idx - off in [0, extent - 1], directly or through a fact x <= y
                 up = _proved(_op.compare(LE, _op.sub(idx, off), top), ranges) or any(
                     _proved(_op.compare(LE, _op.sub(idx, x), zero), ranges)
@@ -700,7 +740,7 @@ class LowerContext:
                                 f"region's extent {ext} has no upper bound over the enclosing "
                                 f"loops, so its buffer cannot be allocated; drop align_bounds "
                                 f"there")
-                    ext = Const(int(best), "int32") if best is not None else full
+                    ext = as_index(int(best)) if best is not None else full
                 if isinstance(ext, Const) and ext.value < 0:
                     # every read of this region is guarded off: the region is empty
                     ext = Const(0, ext.dtype)
@@ -726,7 +766,7 @@ class LowerContext:
             cut = leaves.index(axis) + 1 if axis is not None else len(leaves)
             for iv in leaves[:cut]:
                 if iv.var not in relaxed:
-                    out[iv.var] = Range(Const(0, "int32"), self.info[x].extent[iv])
+                    out[iv.var] = _range0(self.info[x].extent[iv])
             x, axis = x.attach_stage, x.attach_ivar
         return out
 
@@ -764,13 +804,13 @@ class LowerContext:
                     f"s[{st.name}]'s axis {t.name} (or a loop inside it), or inline it")
         inf = self.info[st]
         buf = inf.buffer
-        idx = [Var(f"{st.name}.init{d}", "int32") for d in range(len(op.shape))]
+        exts = [op.init.shape[0]] + list(op.shape[1:])
+        idx = [Var(f"{st.name}.init{d}", e.dtype) for d, e in enumerate(exts)]
         value = self.lower_expr(_InlineExpander(self).visit(
             ProducerLoad(op.init, tuple(idx), op.init.dtype)))
         body = BufferStore(buf, value, tuple(idx))
-        exts = [op.init.shape[0]] + list(op.shape[1:])
         for v, e in reversed(list(zip(idx, exts))):
-            body = For(v, Const(0, "int32"), e, "serial", body)
+            body = For(v, Const(0, e.dtype), e, "serial", body)
         return body
 
     def _make_nest(self, st: Stage):
@@ -893,11 +933,10 @@ class LowerContext:
                     f"scatter-add {st.name} reads {t.name}, which is computed at "
                     f"{p.attach_stage.name}; the scatter reads it at data-dependent indices, "
                     f"whole: compute_root() {t.name}")
-        zero = Const(0, "int32")
-        idx = [Var(f"{st.name}.i{d}", "int32") for d in range(len(op.shape))]
+        idx = [Var(f"{st.name}.i{d}", e.dtype) for d, e in enumerate(op.shape)]
         fill = BufferStore(buf, Const(0.0 if _dt.is_float(op.dtype) else 0, op.dtype), tuple(idx))
         for v, e in reversed(list(zip(idx, op.shape))):
-            fill = For(v, zero, e, "serial", fill)
+            fill = For(v, Const(0, e.dtype), e, "serial", fill)
         lower = lambda e: self.lower_expr(_InlineExpander(self).visit(e))  # noqa: E731
         index = tuple(lower(e) for e in op.index)
         inside = [op.condition] if not (isinstance(op.condition, Const)
@@ -1035,7 +1074,8 @@ class LowerContext:
                 body = self._prefetch_attrs(st, iv, a, body)
             kind = a.kind if a is not None else "serial"
             tag = a.thread.thread_tag if (a is not None and a.thread is not None) else ""
-            body = For(iv.var, Const(0, "int32"), inf.extent[iv], kind, body, tag)
+            dt = iv.var.dtype
+            body = For(iv.var, Const(0, dt), _in_dtype(inf.extent[iv], dt), kind, body, tag)
             if a is not None:
                 for name, val in reversed(a.pragmas):
                     body = AttrStmt("pragma_" + name, val, body)
@@ -1212,11 +1252,12 @@ def _guarded_loads(expr):
 def _le_facts(cond):
     """``(x, y)`` pairs with ``x <= y`` implied by the bool expression ``cond`` (its
     int32 comparisons: the dtype of indices)."""
-    one = Const(1, "int32")
     if isinstance(cond, And):
         return _le_facts(cond.a) + _le_facts(cond.b)
-    if isinstance(cond, (LT, LE, GT, GE)) and cond.a.dtype == cond.b.dtype == "int32":
+    if isinstance(cond, (LT, LE, GT, GE)) and cond.a.dtype == cond.b.dtype \
+            and cond.a.dtype in ("int32", "int64"):
         a, b = cond.a, cond.b
+        one = Const(1, a.dtype)
         return [{LT: (a, _op.sub(b, one)), LE: (a, b), GT: (b, _op.sub(a, one)),
                  GE: (b, a)}[type(cond)]]
     return []
@@ -1239,7 +1280,7 @@ def _same(a: Expr, b: Expr) -> bool:
     a, b = _simplify(a), _simplify(b)
     if isinstance(a, Const) and isinstance(b, Const):
         return a.value == b.value
-    return same_as(_simplify(_op.sub(a, b)), Const(0, "int32"))
+    return _is_zero(_simplify(_op.sub(a, b)))
 
 
 def _proved(cond: Expr, ranges) -> bool:
@@ -1252,7 +1293,11 @@ def _divides(cover: Expr, ext: Expr) -> bool:
     c, e = _simplify(cover), _simplify(ext)
     if isinstance(c, Const) and isinstance(e, Const):
         return c.value == e.value
-    return same_as(_simplify(_op.sub(c, e)), Const(0, "int32"))
+    return _is_zero(_simplify(_op.sub(c, e)))
+
+
+def _is_zero(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value == 0
 
 
 def _uses_reduce(g: Expr, st: Stage, inf: StageInfo) -> bool:
@@ -1290,9 +1335,9 @@ def _aligned_strides(shape, aligns, name, order=None):
                                     "inner extents")
             v = acc.value
             v = v + ((offset - v) % factor)
-            acc = Const(v, "int32")
+            acc = Const(v, acc.dtype)
         strides[d] = acc
-        acc = _simplify(_op.mul(acc, shape[d]))
+        acc = _simplify(_op.index_mul(acc, shape[d]))
     return tuple(strides)
 
 

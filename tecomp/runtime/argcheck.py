@@ -470,10 +470,7 @@ def _ieee_div(a, b):
 
 def int_range(dtype: str) -> Tuple[int, int]:
     """The smallest and largest value of the integer dtype."""
-    b = _dt.bits(dtype)
-    if _dt.is_uint(dtype):
-        return 0, (1 << b) - 1
-    return -(1 << (b - 1)), (1 << (b - 1)) - 1
+    return _dt.int_limits(dtype)
 
 
 _SHAPE_OPS = {
@@ -797,7 +794,7 @@ class ArgChecker:
             if not all(v in env for v in needs):
                 continue  # a variable no argument gives: the build reports it
             value = fn(env)
-            if value < pc.lower:
+            if not pc.holds(value):
                 raise ArgumentError(pc.message(value, env, self.params))
 
     def _check_deferred(self, env, shapes, elem) -> None:

@@ -97,7 +97,7 @@ from ..errors import (
     TecompError, internal_assert,
 )
 from ..ir import dtype as _dt
-from ..ir.expr import Add, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
+from ..ir.expr import Add, Cast, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
 from ..codegen import threads as _threads
 
 #: offset of the data pointer in a numpy array object (after the CPython object header):
@@ -249,8 +249,18 @@ def _binder_program(plan: "_CallPlan", entry: int):
     )
 
     sig = plan.sig
-    if plan.scalars or param_checks_of(sig.func) or not all(p.row_major for p in plan.bufs):
+    if plan.scalars or not all(p.row_major for p in plan.bufs):
         return None
+    # conditions on one shape variable that are a bound on it (``n + 3`` within int32:
+    # the index arithmetic of a split's extent) tighten its BIND limit; any other
+    # condition leaves the call to the Python path
+    limits: Dict[Var, int] = {}
+    for pc in param_checks_of(sig.func):
+        bound = _variable_bound(pc)
+        if bound is None or bound[0] not in sig.shape_var_origin:
+            return None
+        var, hi = bound
+        limits[var] = min(hi, limits.get(var, hi))
     steps = []
     for p in plan.bufs:
         need = _NPY_C_CONTIGUOUS | _NPY_ALIGNED | (_NPY_WRITEABLE if p.is_output else 0)
@@ -258,7 +268,7 @@ def _binder_program(plan: "_CallPlan", entry: int):
                       p.itemsize))
     for var, (bp, d) in sig.shape_var_origin.items():
         steps.append((OP_BIND, bp.data_index, d, sig.slot_index[var],
-                      int_range(var.dtype)[1]))
+                      min(int_range(var.dtype)[1], limits.get(var, int_range(var.dtype)[1]))))
     for p, d, x in _dims_to_check(plan):
         if isinstance(x, Const):
             steps.append((OP_DIM, p.data_index, d, int(x.value)))
@@ -275,6 +285,47 @@ def _binder_program(plan: "_CallPlan", entry: int):
     for st in steps:
         words.extend(list(st) + [0] * (8 - len(st)))
     return (ctypes.c_int64 * len(words))(*words)
+
+
+def _variable_bound(pc) -> "Tuple[Var, int] | None":
+    """``(n, hi)`` when the condition ``pc`` on the values of a shape variable ``n >= 0``
+    (``lower <= c*n + d <= upper``, ``c > 0``) holds exactly for ``n <= hi``; else None."""
+    form = _affine(pc.expr)
+    if form is None or len(form[0]) != 1:
+        return None
+    ((var, c),), d = form[0].items(), form[1]
+    if c <= 0 or d < pc.lower:   # (it must hold at n = 0 for "n <= hi" to be all of it)
+        return None
+    if pc.upper is None:
+        return var, int_range(var.dtype)[1]
+    return var, (pc.upper - d) // c
+
+
+def _affine(e) -> "Tuple[Dict[Var, int], int] | None":
+    """``({var: coefficient}, constant)`` of an integer expression made of variables,
+    constants, ``+``, ``-`` and products by constants (exactly, as the checks evaluate
+    it); else None."""
+    t = type(e)
+    if t is Const:
+        return {}, int(e.value)
+    if t is Var:
+        return {e: 1}, 0
+    if t in (Add, Sub):
+        a, b = _affine(e.a), _affine(e.b)
+        if a is None or b is None:
+            return None
+        sign = 1 if t is Add else -1
+        coefs = dict(a[0])
+        for v, c in b[0].items():
+            coefs[v] = coefs.get(v, 0) + sign * c
+        return {v: c for v, c in coefs.items() if c}, a[1] + sign * b[1]
+    if t is Mul:
+        a, b = _affine(e.a), _affine(e.b)
+        if a is None or b is None or (a[0] and b[0]):
+            return None
+        (f, k) = (a, b[1]) if a[0] else (b, a[1])
+        return {v: c * k for v, c in f[0].items() if c * k}, f[1] * k
+    return None
 
 
 def _array_handle(a) -> int:
@@ -424,6 +475,8 @@ def _fast_path_source(plan: _CallPlan, tensors: bool = False, grad_inputs: bool 
         if py is None:
             return ""  # an unusual condition: the generic path checks it
         w(f"    if {py} < {pc.lower}: return None")
+        if pc.upper is not None:
+            w(f"    if {py} > {pc.upper}: return None")
     for p, d, x in _dims_to_check(plan, scalar_vars):
         ref = f"s{p.data_index}[{d}]"
         if isinstance(x, Const):
@@ -484,6 +537,9 @@ def _py_shape_expr(e, names) -> "str | None":
         return str(int(e.value))
     if t is Var:
         return names.get(e)
+    if t is Cast and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype) \
+            and _dt.bits(e.dtype) >= _dt.bits(e.value.dtype) and not _dt.is_uint(e.dtype):
+        return _py_shape_expr(e.value, names)   # widening keeps the value
     ops = {Add: "+", Sub: "-", Mul: "*"}
     if t in ops or (t in (FloorDiv, FloorMod) and isinstance(e.b, Const) and e.b.value != 0):
         a, b = _py_shape_expr(e.a, names), _py_shape_expr(e.b, names)

@@ -31,8 +31,53 @@ class Fuse:
     fused: IterVar
 
 
-def _derived(name: str, kind: str) -> IterVar:
-    return IterVar(Var(name, "int32"), None, kind)
+def _derived(name: str, kind: str, dtype: str = "int32") -> IterVar:
+    return IterVar(Var(name, dtype), None, kind)
+
+
+INT32_MAX = 2**31 - 1
+
+
+def max_extents(op, relations) -> dict:
+    """The largest extent each axis of a stage can have (an int), where it is known from
+    the constant domains of the operation's axes and the splits and fuses so far: a
+    stage computed at another's loop runs over a part of its domain, never more.  An axis
+    with a symbolic extent is absent."""
+    from ..ir.expr import Const
+
+    out = {}
+    for iv in list(getattr(op, "axis", ())) + list(getattr(op, "reduce_axis", ())):
+        if iv.dom is not None and isinstance(iv.dom.extent, Const):
+            out[iv] = int(iv.dom.extent.value)
+    for rel in relations:
+        if isinstance(rel, Split):
+            pe = out.get(rel.parent)
+            f = rel.factor if rel.factor is not None else rel.nparts
+            f = int(f.value) if isinstance(f, Const) else None
+            if rel.factor is not None:
+                if f is not None:
+                    out[rel.inner] = f
+                if pe is not None and f is not None:
+                    out[rel.outer] = -(-pe // f)
+            else:
+                if f is not None:
+                    out[rel.outer] = f
+                if pe is not None and f is not None:
+                    out[rel.inner] = -(-pe // f)
+        elif isinstance(rel, Fuse):
+            a, b = out.get(rel.outer), out.get(rel.inner)
+            if a is not None and b is not None:
+                out[rel.fused] = a * b
+    return out
+
+
+def index_dtype_of(dtypes, largest=None) -> str:
+    """The dtype of an axis derived from axes of ``dtypes`` whose extent is at most
+    ``largest`` (None: not known when scheduling): int64 where one of them is, or where
+    int32 cannot hold the extent; else int32."""
+    if "int64" in dtypes or (largest is not None and largest > INT32_MAX):
+        return "int64"
+    return "int32"
 
 
 def _with_body(op: ComputeOp, body) -> ComputeOp:

@@ -47,10 +47,10 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
             pe = ext[rel.parent]
             if rel.factor is not None:
                 ext[rel.inner] = rel.factor
-                ext[rel.outer] = _op.floordiv(_op.add(pe, _op.sub(rel.factor, 1)), rel.factor)
+                ext[rel.outer] = _op.ceildiv(pe, rel.factor)
             else:
                 ext[rel.outer] = rel.nparts
-                ext[rel.inner] = _op.floordiv(_op.add(pe, _op.sub(rel.nparts, 1)), rel.nparts)
+                ext[rel.inner] = _op.ceildiv(pe, rel.nparts)
     red_leaves = [x for x in st.leaf_iter_vars if x.kind == "reduce"]
     data_vars = {a.var for a in op.axis}
     if _uses(ext[iv], data_vars):
@@ -61,13 +61,13 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
             "the inner axis")
     # new vars: the factored axis becomes data-parallel, the rest reduce axes of C.rf
     new_var = {}
-    rf_axis_iv = IterVar(Var(iv.name, "int32"), Range(Const(0, "int32"), ext[iv]), "data_par")
+    rf_axis_iv = _axis(iv, ext[iv], "data_par")
     new_var[iv] = rf_axis_iv.var
     rf_reduce = []
     for x in red_leaves:
         if x is iv:
             continue
-        nx = IterVar(Var(x.name, "int32"), Range(Const(0, "int32"), ext[x]), "reduce")
+        nx = _axis(x, ext[x], "reduce")
         new_var[x] = nx.var
         rf_reduce.append(nx)
     # express the original reduce axes through the leaves
@@ -121,7 +121,7 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     sch.stages.insert(sch.stages.index(st), rst)
     sch._stage_of[id(rf_op)] = rst
     # C now reduces C.rf over the factored axis
-    k2 = IterVar(Var(iv.name, "int32"), Range(Const(0, "int32"), ext[iv]), "reduce")
+    k2 = _axis(iv, ext[iv], "reduce")
     idx = [a.var for a in op.axis]
     idx.insert(factor_axis, k2.var)
     new_body = Reduce(body.combiner, ProducerLoad(rf, tuple(idx), rf.dtype), (k2,),
@@ -153,3 +153,10 @@ def _and(a, b):
     if _is_true(a):
         return b
     return And(a, b)
+
+
+def _axis(like: IterVar, extent, kind: str) -> IterVar:
+    """A new axis named and typed as ``like`` (an int64 axis stays int64) over
+    ``[0, extent)``."""
+    dt = like.var.dtype
+    return IterVar(Var(like.name, dt), Range(Const(0, dt), _op.widen(extent, dt)), kind)

@@ -20,7 +20,9 @@ from ..ir.names import display, is_pragma_name
 from ..target import FRAGMENT_SCOPES
 from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, THREAD_TAGS
-from .relations import Fuse, Split, _derived, _with_body  # noqa: F401  (re-exported)
+from .relations import (  # noqa: F401  (re-exported)
+    Fuse, Split, _derived, _with_body, index_dtype_of, max_extents,
+)
 from . import trace as _trace
 from .trace import SCHEDULE_PRIMITIVES, STAGE_PRIMITIVES, Trace, TracedStage, traced
 
@@ -171,8 +173,14 @@ class Stage(TracedStage):
             raise ScheduleError(f"split on stage {self.name}, axis {parent.name}: {arg}={e.value} "
                                 f"must be at least 1")
         kind = "reduce" if parent.kind == "reduce" else "data_par"
-        outer = _derived(parent.name + ".outer", kind)
-        inner = _derived(parent.name + ".inner", kind)
+        # int64 where the loops' value outer*inner_extent + inner (up to the extent
+        # rounded up to a multiple of the factor or parts, in the tail) may not fit int32
+        pe = max_extents(self.op, self.relations).get(parent)
+        f = int(e.value) if isinstance(e, Const) else None
+        cover = -(-pe // f) * f if pe is not None and f is not None else None
+        dt = index_dtype_of((parent.var.dtype, e.dtype), cover)
+        outer = _derived(parent.name + ".outer", kind, dt)
+        inner = _derived(parent.name + ".inner", kind, dt)
         self.relations.append(Split(parent, outer, inner, e if factor is not None else None,
                                     e if nparts is not None else None, disable_predication))
         pos = self.leaf_iter_vars.index(parent)
@@ -214,8 +222,14 @@ class Stage(TracedStage):
                 raise ScheduleError(f"fuse on stage {self.name}: axis {a.name} is already "
                                     f"{self.iter_attrs[a].kind}; fuse before setting loop kinds")
         cur = ivs[0]
+        largest = max_extents(self.op, self.relations)
         for nxt in ivs[1:]:
-            fused = _derived(f"{cur.name}.{nxt.name}.fused", cur.kind)
+            a, b = largest.get(cur), largest.get(nxt)
+            dt = index_dtype_of((cur.var.dtype, nxt.var.dtype),
+                                a * b if a is not None and b is not None else None)
+            fused = _derived(f"{cur.name}.{nxt.name}.fused", cur.kind, dt)
+            if a is not None and b is not None:
+                largest[fused] = a * b
             self.relations.append(Fuse(cur, nxt, fused))
             p = self.leaf_iter_vars.index(cur)
             self.leaf_iter_vars[p:p + 2] = [fused]

@@ -51,6 +51,10 @@ def retype(outputs: Sequence[Tensor], inputs: Sequence[Tensor],
                 or not isinstance(x, int):
             raise ComputeError(f"retype: values maps integer variables to ints, got "
                                f"{var!r} -> {x!r}")
+        lo, hi = _dt.int_limits(var.dtype)
+        if not lo <= x <= hi:
+            raise ComputeError(f"retype: {var.name} = {x} does not fit its dtype {var.dtype}; "
+                               f"declare it as tc.var({var.name!r}, 'int64')")
         vals[var] = Const(x, var.dtype)
     r = _Retyper(dmap, vals)
     for old_t, new_t in (replace or {}).items():

@@ -45,9 +45,11 @@ class ScanOp(Operation):
         self.shape = tuple(state.shape)
         self.dtype = state.dtype
         m, T = init.shape[0], state.shape[0]
-        self.scan_axis = IterVar(Var(f"{name}.t", "int32"), Range(m, _op.sub(T, m)), "data_par")
+        steps = _op.index_sub(T, m)   # (the axes in their extents' dtypes: int64 past int32)
+        self.scan_axis = IterVar(Var(f"{name}.t", steps.dtype),
+                                 Range(_op.widen(m, steps.dtype), steps), "data_par")
         self.spatial_axis = tuple(
-            IterVar(Var(f"{name}.i{d}", "int32"), Range(Const(0, "int32"), e), "data_par")
+            IterVar(Var(f"{name}.i{d}", e.dtype), Range(Const(0, e.dtype), e), "data_par")
             for d, e in enumerate(state.shape[1:], 1))
         self.axis = (self.scan_axis,) + self.spatial_axis
         self.reduce_axis = ()

@@ -74,7 +74,7 @@ def scatter_add(shape, domain, f, dtype: str = "float32", name: str = "scatter",
     if len(names) != len(dom):
         raise ComputeError(f"scatter {name}: the domain has {len(dom)} dimension(s) but f takes "
                            f"{len(names)} index argument(s); give one per dimension")
-    axes = tuple(IterVar(Var(n, "int32"), Range(Const(0, "int32"), e), "data_par")
+    axes = tuple(IterVar(Var(n, e.dtype), Range(Const(0, e.dtype), e), "data_par")
                  for n, e in zip(names, dom))
     got = f(*[iv.var for iv in axes])
     if not isinstance(got, (tuple, list)) or len(got) not in (2, 3) or not isinstance(

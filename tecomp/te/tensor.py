@@ -346,7 +346,7 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         raise ComputeError(
             f"compute {name}: the shape has {len(shp)} dimension(s) but fcompute takes "
             f"{len(names)} index argument(s) ({', '.join(names)}); give one per dimension")
-    axis = tuple(IterVar(Var(n, "int32"), Range(Const(0, "int32"), e), "data_par")
+    axis = tuple(IterVar(Var(n, e.dtype), Range(Const(0, e.dtype), e), "data_par")
                  for n, e in zip(names, shp))
     body = fcompute(*[iv.var for iv in axis])
     multi = isinstance(body, (list, tuple))
@@ -511,19 +511,32 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
     if isinstance(dom, Range):
         rng = dom
     elif isinstance(dom, (tuple, list)) and len(dom) == 2:
-        lo, hi = as_index(dom[0]), as_index(dom[1])
-        from ..ir.op import sub
-
-        rng = Range(lo, sub(hi, lo))
+        rng = _index_range(as_index(dom[0]), as_index(dom[1]))
     elif isinstance(dom, (int, Expr)) and not isinstance(dom, bool):
-        rng = Range(Const(0, "int32"), as_index(dom))
+        ext = as_index(dom)
+        rng = Range(Const(0, ext.dtype), ext)
     else:
         raise ShapeError(f"reduce_axis {name}: dom must be (lo, hi) or an extent, got {dom!r}")
     if isinstance(rng.extent, Const) and rng.extent.value <= 0:
         raise ShapeError(f"reduce_axis {name}: the range {dom!r} is empty; give lo < hi")
-    iv = IterVar(Var(name, "int32"), rng, "reduce")
+    iv = IterVar(Var(name, rng.extent.dtype), rng, "reduce")
     _REDUCE_VARS[iv.var] = True  # (not iv: iv.var would never die)
     return iv
+
+
+def _index_range(lo: Expr, hi: Expr) -> Range:
+    """The range ``[lo, hi)`` of an axis, in the dtype that holds its bounds and its
+    extent: constant bounds are subtracted exactly (``(0, 2**31)`` has the int64 extent
+    ``2**31``), never wrapped."""
+    from ..ir.op import sub, widen
+
+    dt = _dt.promote(lo.dtype, hi.dtype, f"the bounds {lo} and {hi} of the range")
+    if isinstance(lo, Const) and isinstance(hi, Const):
+        ext = as_index(int(hi.value) - int(lo.value))   # int64 where int32 cannot hold it
+        dt = _dt.promote(dt, ext.dtype)
+        return Range(Const(int(lo.value), dt), Const(int(ext.value), dt))
+    lo, hi = widen(lo, dt), widen(hi, dt)
+    return Range(lo, sub(hi, lo))
 
 
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
@@ -539,9 +552,7 @@ def thread_axis(dom=None, tag: str = "", name: str = "") -> IterVar:
     rng = None
     if dom is not None:
         if isinstance(dom, (tuple, list)):
-            from ..ir.op import sub
-
-            rng = Range(as_index(dom[0]), sub(as_index(dom[1]), as_index(dom[0])))
+            rng = _index_range(as_index(dom[0]), as_index(dom[1]))
         else:
             rng = Range(Const(0, "int32"), as_index(dom))
     return IterVar(Var(name or tag, "int32"), rng, "thread", tag)

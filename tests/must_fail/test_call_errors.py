@@ -3,6 +3,7 @@ parameters.  Each raises ArgumentError naming the parameter (name and position),
 expects and what it got -- before the kernel touches memory -- and the module still works
 afterwards."""
 import os
+import re
 import shutil
 
 import numpy as np
@@ -249,14 +250,18 @@ def test_negative_compound_scalar_extent():
 @pytest.mark.parametrize("runner", ["llvm", "interp"])
 def test_negative_scalar_offset_and_multiplier_are_fine(runner):
     """Scalars that are only values (an offset in an index, a multiplier) are not extents:
-    nothing is recorded for them and negative values run."""
+    no lower bound is recorded for them and negative values run.  (The one record is the
+    int32 range of the index arithmetic ``i + off``, which ``%`` reads exactly: ``off`` at
+    most 2**31 - 8; see test_index_dtype.py.)"""
     off, m = tc.var("off"), tc.var("m")
     A = tc.placeholder((8,), name="A")
     C = tc.compute((8,), lambda i: A[(i + off) % 8] * m.astype("float32"), name="C")
     s = tc.create_schedule(C.op)
     args = [A, C, off, m]
     func = tc.lower(s, args)
-    assert func.attrs["param_checks"] == ()
+    checks = func.attrs["param_checks"]
+    assert [(str(pc.expr), pc.lower, pc.upper) for pc in checks] == [
+        ("off + 7", -(2**31), 2**31 - 1)]
     a = np.arange(8, dtype="float32")
     c = np.zeros(8, "float32")
     if runner == "llvm":
@@ -607,3 +612,71 @@ def test_empty_bad_shape(shape):
 def test_empty_bad_dtype(dtype):
     with pytest.raises(tc.DTypeError, match=r"tc\.empty: dtype"):
         tc.empty((2,), dtype)
+
+
+def _refused_in_child(code):
+    """The ArgumentError message a call in ``code`` raises, run in a child process (with
+    the old int32 arithmetic, these calls wrote outside their arrays)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    prelude = textwrap.dedent("""
+        import mmap, numpy as np, tecomp as tc
+        from tecomp.ir import interp
+        def lazy(shape, dtype):   # pages cost memory only once written (never here)
+            n = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+            m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                          | getattr(mmap, "MAP_NORESERVE", 0))
+            return np.frombuffer(m, dtype=dtype).reshape(shape)
+    """)
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout
+
+
+@pytest.mark.parametrize("runner", ["llvm", "interp"])
+def test_symbolic_sizes_that_would_wrap_int32_index_arithmetic(runner):
+    """With int32 variables a kernel indexes in int32: a split by 7 computes n + 6, which
+    passes int32 for n > 2**31 - 7 (its tail guard then let the loop run past the
+    arrays); a loop over n*m fused needs n*m in int32.  Such sizes are refused, naming the
+    arithmetic, the values and the fix (int64 variables)."""
+    out = _refused_in_child(f"""
+        runner = {runner!r}
+        def call(s, args, *arrays):
+            try:
+                if runner == "llvm":
+                    tc.build(s, args)(*arrays)
+                else:
+                    interp.run(tc.lower(s, args), *arrays)
+            except tc.ArgumentError as e:
+                print(e)
+        n = tc.var("n")
+        A = tc.placeholder((n,), name="A", dtype="int8")
+        B = tc.compute((n,), lambda i: A[i] + tc.const(1, "int8"), name="B")
+        s = tc.create_schedule(B.op)
+        s[B].split(B.op.axis[0], factor=7)
+        N = 2**31 - 3
+        call(s, [A, B], lazy((N,), "int8"), lazy((N,), "int8"))
+        m = tc.var("m")
+        X = tc.placeholder((n, m), name="X", dtype="int8")
+        Y = tc.compute((n, m), lambda i, j: X[i, j], name="Y")
+        s = tc.create_schedule(Y.op)
+        s[Y].fuse(*Y.op.axis)
+        call(s, [X, Y], lazy((65536, 65537), "int8"), lazy((65536, 65537), "int8"))
+    """)
+    first, second = out.strip().splitlines()
+    assert re.fullmatch(
+        r"the index arithmetic `n \+ 6` \(an operand of `\(n \+ 6\) // 7`\) can reach "
+        r"2147483651 with n \(from A\.shape\[0\]\) = 2147483645: outside int32 "
+        r"\[-2147483648, 2147483647\], the type the kernel computes it in \(the dtype of its "
+        r"variables\), where it would wrap; pass smaller sizes, or declare the variables int64 "
+        r"\(tc\.var\('n', 'int64'\)\) and build again: the kernel then indexes in int64",
+        first), first
+    assert re.match(r"the index arithmetic `n\*m` \(the extent of loop i\.j\.fused\) can reach "
+                    r"4295032832 with n \(from X\.shape\[0\]\) = 65536, m \(from "
+                    r"X\.shape\[1\]\) = 65537: outside int32.*tc\.var\('n', 'int64'\), "
+                    r"tc\.var\('m', 'int64'\)", second), second

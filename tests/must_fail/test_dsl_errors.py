@@ -494,6 +494,31 @@ def test_const_out_of_range():
         tc.const(2**40, "int32")
 
 
+def test_literal_out_of_range_for_the_other_operand():
+    """A Python literal takes the other operand's dtype; one it cannot hold raises, as
+    numpy's "Python integer 300 out of bounds for int8" (it used to wrap silently)."""
+    x = tc.var("x", "int8")
+    with pytest.raises(tc.DTypeError, match=r"the Python integer 300 is out of bounds for int8 "
+                                            r"\[-128, 127\]: convert the other operand first, "
+                                            r"e\.g\. x\.astype\('int16'\)"):
+        x + 300
+    u = tc.var("u", "uint8")
+    with pytest.raises(tc.DTypeError, match=r"-1 is out of bounds for uint8 \[0, 255\]"):
+        u * -1
+    with pytest.raises(tc.DTypeError, match=r"2147483648 is out of bounds for int32 .*"
+                                            r"astype\('int64'\)"):
+        tc.compute((4,), lambda i: i + 2**31, name="C")
+    with pytest.raises(tc.DTypeError, match=r"4294967296 is out of bounds for int32"):
+        x.astype("int32") < 2.0**32
+
+
+def test_extent_past_int64():
+    with pytest.raises(tc.DTypeError, match=r"the Python integer 36893488147419103232 is out of "
+                                            r"bounds for int64 .*\(an index or extent\): no "
+                                            r"tecomp integer type holds it"):
+        tc.placeholder((2**65,), name="A")
+
+
 def test_const_negative_uint8():
     with pytest.raises(tc.ExprError, match=r"tc\.const: -1 does not fit uint8 \[0, 255\]"):
         tc.const(-1, "uint8")

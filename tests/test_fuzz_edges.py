@@ -1,0 +1,114 @@
+"""The fuzzer's edge families (tecomp.testing.edges): each runs clean on a few seeds, and
+each finds its class of bug where the code that prevents it is taken away (so a campaign
+with them would have found what issue 47's hour of careless and hostile use found)."""
+import os
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.testing import edges
+from tecomp.testing.edges import FAMILIES, draw_edge_case, run_edge_case
+
+LONG = os.environ.get("TECOMP_LONG_TESTS") == "1"
+
+
+def _seeds(family, count):
+    """The first ``count`` seeds of ``family`` (a seed's family is ``seed % len(FAMILIES)``)."""
+    k = FAMILIES.index(family)
+    return [k + len(FAMILIES) * j for j in range(count)]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_runs_clean(family):
+    if family == "lazy_bits":
+        pytest.importorskip("torch")
+    kinds = []
+    for seed in _seeds(family, 12 if LONG else 3):
+        ec = draw_edge_case(seed)
+        assert ec.family == family
+        out = run_edge_case(ec)
+        assert out.ok, out.report()
+        kinds.append(out.kind)
+    assert kinds
+
+
+def test_draws_are_deterministic_and_name_their_replay():
+    a, b = draw_edge_case(40), draw_edge_case(40)
+    assert (a.family, a.twist, a.steps, a.n, a.target) == (b.family, b.twist, b.steps, b.n, b.target)
+    assert "--replay 40 --edge-every 1" in a.source()
+
+
+def test_conditions_family_finds_eq_evaluated_in_python(monkeypatch):
+    """With == on expressions giving Python's bool again (the old trap), the family's
+    rewritten conditions make wrong results or errors."""
+    from tecomp.ir import expr
+
+    def old_eq(self, o):
+        return expr.same_as(self, o)
+
+    def old_ne(self, o):
+        return not expr.same_as(self, o)
+
+    for cls in (expr.Expr, expr.IterVar, *expr._all_subclasses(expr.Expr)):
+        monkeypatch.setattr(cls, "__eq__", old_eq)
+        monkeypatch.setattr(cls, "__ne__", old_ne)
+    bad = 0
+    for seed in _seeds("conditions", 12):
+        ec = draw_edge_case(seed)
+        if any("==" in str(x) or "!=" in str(x) for x in [ec.program]):
+            bad += not run_edge_case(ec).ok
+    assert bad >= 1
+
+
+def test_layouts_family_finds_aliasing_outputs(monkeypatch):
+    from tecomp.runtime.argcheck import ArgChecker
+
+    monkeypatch.setattr(ArgChecker, "check_overlap", lambda self, args, metas=None: False)
+    found = set()
+    for seed in _seeds("layouts", 30):
+        ec = draw_edge_case(seed)
+        out = run_edge_case(ec)
+        if out.kind == "mismatch":
+            found.add(ec.twist["variant"])
+    assert {"stride0_output", "output_overlaps_input"} & found, found
+
+
+def test_library_family_refuses_every_tampering():
+    seen = set()
+    for seed in _seeds("library_file", 40 if LONG else 14):
+        ec = draw_edge_case(seed)
+        out = run_edge_case(ec)
+        assert out.ok, out.report()
+        seen.add((ec.twist["tamper"], out.kind))
+    assert all(kind == "refused" for _, kind in seen), seen
+
+
+def test_records_family_replays_the_genuine_record():
+    """The genuine record of a records case is found for the workload and replayed: the
+    family tests the log's checks, not a log that never matches."""
+    import json
+    import warnings
+
+    from tecomp.autoschedule import records
+    from tecomp.testing.diff import schedule_case
+
+    ec = draw_edge_case(_seeds("records", 1)[0])
+    s, args, _ = schedule_case(ec)
+    shapes = {"n": ec.n} if ec.program.symbolic else None
+    rec = records.make_record(records.workload_key(args, "llvm", shapes), s.trace.to_json(),
+                              [1e-3])
+    built, nvar = ec.program.build()
+    args2 = ec.program.args(built, nvar)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "log.json")
+        with open(path, "w") as f:
+            f.write(edges._forge(rec, {"kind": "raw", "pick": 0, "raw": "deep"}) + "\n")
+            f.write(json.dumps(rec) + "\n")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            s2 = tc.auto_schedule(args2, log=path, shapes=shapes)
+    assert s2.trace.to_json() == rec["trace"]
+    assert any("log.json:1" in str(x.message) for x in w), [str(x.message) for x in w]
