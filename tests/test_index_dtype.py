@@ -89,6 +89,28 @@ def test_split_factor_beyond_the_extent(kw, runner):
     np.testing.assert_array_equal(b, a * 2)
 
 
+@pytest.mark.parametrize("kw", [dict(factor=2**31), dict(factor=2**40), dict(nparts=2**31 + 1)])
+@pytest.mark.parametrize("runner", ["llvm", "interp"])
+def test_rfactor_of_a_split_past_the_extent(kw, runner):
+    """The fuzzer's big_split edge family (seed 15): rfactor of a reduction split by 2**31
+    with a where= condition gave an InternalError (an int64 axis compared with an int32
+    constant) and a partial-sum buffer C.rf of 2**31 elements per row; C.rf now has the
+    reduction's extent, and the condition its axis' type."""
+    A = tc.placeholder((3, 5), name="A")
+    k = tc.reduce_axis((0, 5), name="k")
+    C = tc.compute((3,), lambda i: tc.sum(A[i, k], axis=k, where=k != 2), name="C")
+    s = tc.create_schedule(C.op)
+    ko, ki = s[C].split(k, **kw)
+    rf = s.rfactor(C, ki if "factor" in kw else ko, 1)
+    assert all(int(e) <= 5 for e in rf.shape)
+    a, c = np.random.default_rng(0).random((3, 5), dtype=np.float32), np.zeros(3, "float32")
+    if runner == "llvm":
+        tc.build(s, [A, C])(a, c)
+    else:
+        interp.run(tc.lower(s, [A, C]), a, c)
+    np.testing.assert_allclose(c, a.sum(1) - a[:, 2], rtol=1e-6)
+
+
 def test_a_fused_extent_past_int32_is_int64():
     """65536 x 65537 fused: 4295032832 iterations (the int32 product wrapped to 65536: only
     row 0 ran); each original axis is the int32 value of the int64 fused counter."""

@@ -45,11 +45,13 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     for rel in st.relations:
         if isinstance(rel, Split) and rel.parent in ext:
             pe = ext[rel.parent]
+            # (a factor or nparts past a constant extent covers it in one piece, as
+            # lowering does: C.rf gets the extent, not a factor of 2**31)
             if rel.factor is not None:
-                ext[rel.inner] = rel.factor
+                ext[rel.inner] = _at_most(rel.factor, pe)
                 ext[rel.outer] = _op.ceildiv(pe, rel.factor)
             else:
-                ext[rel.outer] = rel.nparts
+                ext[rel.outer] = _at_most(rel.nparts, pe)
                 ext[rel.inner] = _op.ceildiv(pe, rel.nparts)
     red_leaves = [x for x in st.leaf_iter_vars if x.kind == "reduce"]
     data_vars = {a.var for a in op.axis}
@@ -89,7 +91,8 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     rf_reduce = [IterVar(x.var, Range(x.dom.min, substitute(x.dom.extent, vmap)), "reduce")
                  for x in rf_reduce]
     for r in op.reduce_axis:
-        vmap[r.var] = _op.add(r.dom.min, value[r])
+        # (an axis split past int32 is int64; the original axis keeps its own type)
+        vmap[r.var] = _op.add(r.dom.min, value[r]).astype(r.var.dtype)
     body = op.body
     cond = substitute(body.condition, vmap)
     guard = None
@@ -129,6 +132,16 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     sch._replace_op(st, _with_body(op, new_body))
     st._reset_loops()
     return rf
+
+
+def _at_most(part, extent):
+    """``part`` (a split's factor or nparts), or ``extent`` where both are constants and
+    ``part`` is larger: the same loop, covered in one piece."""
+    pv = part if isinstance(part, int) else getattr(part, "value", None)
+    ev = getattr(extent, "value", None)
+    if isinstance(pv, int) and isinstance(ev, int) and pv > ev:
+        return Const(ev, part.dtype) if isinstance(part, Const) else ev
+    return part
 
 
 def _uses(e, variables) -> bool:
