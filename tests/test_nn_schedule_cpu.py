@@ -1086,9 +1086,9 @@ HALF_TEMPLATES = [
     ("dense_packed", lambda dt: _half_dense(dt, True), sc.schedule_dense,
      lambda x, w, b: x @ w.T + b),
     ("conv2d_nchw", lambda dt: _half_conv(dt, True), sc.schedule_conv2d_nchw,
-     lambda x, w: _conv_ref(x, w, 1, 1)),
+     lambda x, w: _conv_ref(x, w, 1, 1, 1)),
     ("conv2d_nhwc", lambda dt: _half_conv(dt, False), sc.schedule_conv2d_nhwc,
-     lambda x, w: _conv_ref(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), 1,
+     lambda x, w: _conv_ref(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), 1, 1,
                             1).transpose(0, 2, 3, 1)),
     ("softmax", lambda dt: _half_single(ops.softmax, (20, 700), dt), sc.schedule_softmax,
      lambda x: _softmax_ref(x)),
@@ -1102,18 +1102,6 @@ HALF_TEMPLATES = [
     ("attention", _half_attention, sc.schedule_attention,
      lambda q, k, v: _softmax_ref(q @ k.transpose(0, 1, 3, 2) / math.sqrt(32)) @ v),
 ]
-
-
-def _conv_ref(x, w, stride, pad):
-    from numpy.lib.stride_tricks import sliding_window_view
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    win = sliding_window_view(xp, w.shape[2:], axis=(2, 3))[:, :, ::stride, ::stride]
-    return np.einsum("nchwij,ocij->nohw", win, w)
-
-
-def _softmax_ref(x):
-    e = np.exp(x - x.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
 
 
 def _pool_sum_ref(x, k, stride, pad):

@@ -35,7 +35,7 @@ is one gather over the unpadded input.
 from __future__ import annotations
 
 import math
-from typing import Sequence, Tuple
+from typing import Sequence
 
 import numpy as np
 
