@@ -470,3 +470,47 @@ def test_conv_gradients_with_symbolic_batch_and_channels(layout, stride):
     f(x, w, h, got_x, got_w)
     np.testing.assert_allclose(got_x, gx, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got_w, gw, rtol=1e-4, atol=1e-4)
+
+
+# --------------------------------------------------------------------------- float16
+# The gradients of float16 operators are summed in float32 (the convolutions' own rule
+# and autodiff's, through the widening casts of the forward) and rounded once.  Each case
+# sums thousands of positive terms in some gradient: a float16 sum is off by 1e-2 or more.
+
+HALF_GRAD_CASES = [
+    ("conv2d_nchw_s1", lambda x, w: nn.conv2d_nchw(x, w, 1, 1),
+     lambda x, w: __import__("torch").nn.functional.conv2d(x, w, padding=1),
+     [(2, 4, 32, 32), (512, 4, 3, 3)]),
+    ("conv2d_nchw_s2", lambda x, w: nn.conv2d_nchw(x, w, 2, 1),
+     lambda x, w: __import__("torch").nn.functional.conv2d(x, w, stride=2, padding=1),
+     [(4, 4, 64, 64), (512, 4, 3, 3)]),
+    ("conv2d_nhwc_s1", lambda x, w: nn.conv2d_nhwc(x, w, 1, 1),
+     lambda x, w: __import__("torch").nn.functional.conv2d(
+         x.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1), padding=1).permute(0, 2, 3, 1),
+     [(2, 32, 32, 4), (3, 3, 4, 512)]),
+    ("dense", lambda x, w: nn.dense(x, w), lambda x, w: x @ w.T, [(4096, 8), (16, 8)]),
+    ("layer_norm", nn.layer_norm,
+     lambda x, g, b: __import__("torch").nn.functional.layer_norm(x, (8,), g, b),
+     [(4096, 8), (8,), (8,)]),
+]
+
+
+@pytest.mark.parametrize("case", HALF_GRAD_CASES, ids=[c[0] for c in HALF_GRAD_CASES])
+def test_float16_gradients_accumulate_in_float32(case):
+    torch = pytest.importorskip("torch")
+    name, builder, torch_fn, shapes = case
+    phs = [tc.placeholder(s, "float16", name=f"in{k}") for k, s in enumerate(shapes)]
+    out = builder(*phs)
+    head = tc.placeholder(out.shape, "float16", name="head")
+    grads = tc.gradient(out, phs, head=head)
+    assert [g.dtype for g in grads] == ["float16"] * len(phs)
+    vals = [rng.uniform(0.0, 1.0, s).astype(np.float16) for s in shapes]
+    h = rng.uniform(0.0, 1.0, tuple(int(e.value) for e in out.shape)).astype(np.float16)
+    got = [np.zeros(tuple(int(e.value) for e in g.shape), np.float16) for g in grads]
+    f = tc.build(tc.create_schedule([g.op for g in grads]), phs + [head] + grads)
+    f(*vals, h, *got)
+    ts = [torch.tensor(v.astype(np.float64), requires_grad=True) for v in vals]
+    torch_fn(*ts).backward(torch.tensor(h.astype(np.float64)))
+    errs = {x.name: np.abs(g.astype(np.float64) - t.grad.numpy()).max() /
+            np.abs(t.grad.numpy()).max() for x, g, t in zip(phs, got, ts)}
+    assert max(errs.values()) <= 2 * 2.0 ** -11, f"{name}: relative errors {errs}"

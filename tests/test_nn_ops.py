@@ -159,7 +159,7 @@ def test_layouts_and_names():
 
 def test_bad_arguments():
     X = tc.placeholder((1, 3, 4, 4), name="X")
-    with pytest.raises(tc.ShapeError, match="stride must be an int or a pair"):
+    with pytest.raises(tc.ShapeError, match="stride must be an int >= 1 or a pair"):
         nn.conv2d_nchw(X, tc.placeholder((2, 3, 3, 3), name="W"), stride="2")
     with pytest.raises(tc.ShapeError, match="the kernel does not fit"):
         nn.conv2d_nchw(X, tc.placeholder((2, 3, 5, 5), name="W"))
@@ -215,3 +215,177 @@ def test_dropout_edges():
         d = np.empty_like(x)
         tc.build(tc.create_schedule(D.op), [X, D])(x, d)
         np.testing.assert_array_equal(d, want)
+
+
+# ---------------------------------------------------------------------------------------
+# float16 / bfloat16: reductions accumulate in float32, statistics are float32
+#
+# Every case reduces over thousands of terms of one sign, so a float16 (or bfloat16)
+# accumulator saturates (a float16 sum of values below 1 stops growing at 2048) or drifts
+# far beyond the tolerance: the old float16 accumulation is off by 1e-2 to 5e-1 here.  The
+# tolerance is two roundings of the output dtype, relative to the largest output.
+
+
+def _half_dtype(dtype):
+    if dtype == "bfloat16":
+        return pytest.importorskip("ml_dtypes").bfloat16
+    return np.float16
+
+
+HALF_TOL = {"float16": 2 * 2.0 ** -11, "bfloat16": 2 * 2.0 ** -8}
+
+
+def _win_sum(x, k, s):
+    """``x[N, C, H, W]``'s ``k x k`` window sums at stride ``s`` (float64)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+    return sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::s, ::s].sum((-1, -2))
+
+
+def _soft_labels(shape):
+    e = np.exp(rng.standard_normal(shape))
+    return e / e.sum(-1, keepdims=True)
+
+
+# name, builder, float64 reference, input shapes, input generator
+HALF_CASES = [
+    ("conv2d_nchw_18432_terms", lambda x, w: nn.conv2d_nchw(x, w),
+     lambda x, w: np_conv_nchw(x, w), [(1, 2048, 3, 3), (2, 2048, 3, 3)], "positive"),
+    ("conv2d_nhwc", lambda x, w: nn.conv2d_nhwc(x, w, 1, 1),
+     lambda x, w: np_conv_nchw(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1),
+                               p=(1, 1)).transpose(0, 2, 3, 1),
+     [(1, 4, 4, 1024), (3, 3, 1024, 3)], "positive"),
+    ("matmul", nn.matmul, lambda a, b: a @ b, [(3, 4096), (4096, 5)], "positive"),
+    ("dense_bias", nn.dense, lambda x, w, b: x @ w.T + b, [(3, 4096), (5, 4096), (5,)],
+     "positive"),
+    ("batch_matmul", lambda a, b: nn.batch_matmul(a, b, transpose_b=True),
+     lambda a, b: a @ b.transpose(0, 2, 1), [(2, 3, 4096), (2, 4, 4096)], "positive"),
+    ("avg_pool2d", lambda x: nn.avg_pool2d(x, 64), lambda x: _win_sum(x, 64, 64) / 4096,
+     [(1, 2, 64, 64)], "positive"),
+    ("softmax", nn.softmax, np_softmax, [(2, 8192)], "normal"),
+    ("log_softmax", nn.log_softmax, lambda x: np.log(np_softmax(x)), [(2, 8192)], "normal"),
+    ("layer_norm", nn.layer_norm,
+     lambda x, g, b: (x - x.mean(-1, keepdims=True)) /
+     np.sqrt(x.var(-1, keepdims=True) + 1e-5) * g + b, [(2, 4096), (4096,), (4096,)],
+     "offset"),
+    ("batch_norm", nn.batch_norm_train,
+     lambda x, g, b: (x - x.mean((0, 2, 3), keepdims=True)) /
+     np.sqrt(x.var((0, 2, 3), keepdims=True) + 1e-5) * g[None, :, None, None] +
+     b[None, :, None, None], [(4, 2, 32, 32), (2,), (2,)], "offset"),
+    ("cross_entropy", nn.cross_entropy,
+     lambda x, y: np.array([-(y * np.log(np_softmax(x))).sum() / x.shape[0]]),
+     [(64, 512), (64, 512)], "labels"),
+    ("mse_loss", nn.mse_loss, lambda a, b: np.array([((a - b) ** 2).mean()]),
+     [(64, 512), (64, 512)], "normal"),
+    ("attention", lambda q, k, v: nn.scaled_dot_product_attention(q, k, v),
+     lambda q, k, v: np_softmax(q @ k.transpose(0, 1, 3, 2) / 8.0) @ v,
+     [(1, 1, 4, 64), (1, 1, 4096, 64), (1, 1, 4096, 8)], "positive"),
+]
+
+
+def _half_inputs(kind, shapes):
+    if kind == "positive":
+        return [rng.uniform(0.0, 1.0, s) for s in shapes]
+    if kind == "offset":   # a mean far from 0: the variance is a small difference
+        return [rng.standard_normal(shapes[0]) + 100.0] + [rng.standard_normal(s)
+                                                           for s in shapes[1:]]
+    if kind == "labels":
+        return [rng.standard_normal(shapes[0]), _soft_labels(shapes[1])]
+    return [rng.standard_normal(s) for s in shapes]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", HALF_CASES, ids=[c[0] for c in HALF_CASES])
+def test_half_precision_reductions_accumulate_in_float32(case, dtype):
+    name, builder, ref, shapes, kind = case
+    half = _half_dtype(dtype)
+    phs = [tc.placeholder(s, dtype, name=f"in{k}") for k, s in enumerate(shapes)]
+    out = builder(*phs)
+    assert out.dtype == dtype
+    vals = [np.asarray(v).astype(half) for v in _half_inputs(kind, shapes)]
+    got = np.zeros(tuple(int(e.value) for e in out.shape), half)
+    tc.build(tc.create_schedule(out.op), phs + [out])(*vals, got)
+    want = ref(*[v.astype(np.float64) for v in vals])
+    err = np.abs(got.astype(np.float64) - want).max() / np.abs(want).max()
+    assert err <= HALF_TOL[dtype], f"{name} {dtype}: relative error {err:.3g}"
+
+
+def test_the_float16_convolution_of_18432_terms():
+    """A float16 accumulator stops at 2048 on this sum (55% off): float32 gets it to one
+    rounding of the float16 output."""
+    X = tc.placeholder((1, 2048, 3, 3), "float16", name="X")
+    W = tc.placeholder((1, 2048, 3, 3), "float16", name="W")
+    Y = nn.conv2d_nchw(X, W)
+    x = np.full((1, 2048, 3, 3), 0.5, np.float16)
+    w = np.full((1, 2048, 3, 3), 0.5, np.float16)
+    y = np.zeros((1, 1, 1, 1), np.float16)
+    tc.build(tc.create_schedule(Y.op), [X, W, Y])(x, w, y)
+    assert float(y[0, 0, 0, 0]) == 4608.0
+
+
+def test_half_precision_stages_and_out_dtype():
+    X = tc.placeholder((1, 8, 6, 6), "float16", name="X")
+    W = tc.placeholder((4, 8, 3, 3), "float16", name="W")
+    y = nn.conv2d_nchw(X, W, padding=1)             # float32 sum, rounded once
+    acc = y.op.input_tensors[0]
+    assert (y.dtype, acc.name, acc.dtype, acc.op.tag) == \
+        ("float16", "conv2d_nchw.acc", "float32", "conv2d_nchw")
+    y32 = nn.conv2d_nchw(X, W, padding=1, out_dtype="float32")   # TVM's out_dtype
+    assert (y32.name, y32.dtype, y32.op.tag) == ("conv2d_nchw", "float32", "conv2d_nchw")
+    y16 = nn.conv2d_nchw(X, W, padding=1, out_dtype="float16")   # a float16 sum, asked for
+    assert (y16.name, y16.dtype, y16.op.tag) == ("conv2d_nchw", "float16", "conv2d_nchw")
+    h = nn.conv2d_nhwc(tc.placeholder((1, 6, 6, 8), "bfloat16", name="H"),
+                       tc.placeholder((3, 3, 8, 4), "bfloat16", name="V"))
+    assert [h.dtype, h.op.input_tensors[0].dtype] == ["bfloat16", "float32"]
+    d = nn.dense(tc.placeholder((2, 8), "float16", name="A"),
+                 tc.placeholder((3, 8), "float16", name="B"))
+    assert (d.dtype, d.op.input_tensors[0].name, d.op.input_tensors[0].dtype) == \
+        ("float16", "dense.matmul", "float32")
+    assert nn.dense(tc.placeholder((2, 8), name="A"), tc.placeholder((3, 8), name="B")).name \
+        == "dense"   # float32: one stage, as before
+    ln = nn.layer_norm(tc.placeholder((2, 8), "float16", name="L"),
+                       tc.placeholder((8,), "float16", name="G"),
+                       tc.placeholder((8,), "float16", name="B"))
+    stats = {t.name: t.dtype for t in ln.op.input_tensors}
+    assert stats["layer_norm.mean"] == stats["layer_norm.invstd"] == "float32"
+    _, mean, var = nn.batch_norm_train(X, tc.placeholder((8,), "float16", name="G"),
+                                       tc.placeholder((8,), "float16", name="B"),
+                                       return_stats=True)
+    assert mean.dtype == var.dtype == "float32"
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "float16"])
+def test_conv2d_out_dtype_as_dense(out_dtype):
+    """``out_dtype`` of a convolution: the operands are cast to it and summed in it, as
+    ``nn.dense``'s: float32 is exact to float32 rounding; float16 is what was asked
+    (TVM's float16 conv2d), and saturates on this long sum."""
+    X = tc.placeholder((1, 2048, 3, 3), "float16", name="X")
+    W = tc.placeholder((1, 2048, 3, 3), "float16", name="W")
+    Y = nn.conv2d_nchw(X, W, out_dtype=out_dtype)
+    Z = nn.dense(tc.placeholder((1, 18432), "float16", name="P"),
+                 tc.placeholder((1, 18432), "float16", name="Q"), out_dtype=out_dtype)
+    x = rng.uniform(0.0, 1.0, (1, 2048, 3, 3)).astype(np.float16)
+    w = rng.uniform(0.0, 1.0, (1, 2048, 3, 3)).astype(np.float16)
+    y = np.zeros((1, 1, 1, 1), out_dtype)
+    tc.build(tc.create_schedule(Y.op), [X, W, Y])(x, w, y)
+    z = np.zeros((1, 1), out_dtype)
+    args = [Z.op.input_tensors[0], Z.op.input_tensors[1], Z]
+    tc.build(tc.create_schedule(Z.op), args)(x.reshape(1, -1), w.reshape(1, -1), z)
+    want = (x.astype(np.float64) * w).sum()
+    if out_dtype == "float32":
+        assert abs(y.item() - want) < 1e-5 * want and abs(z.item() - want) < 1e-5 * want
+    else:   # the sum stops growing where float16 can no longer add the products
+        assert y.item() < 0.6 * want and z.item() < 0.6 * want
+
+
+def test_plain_te_sum_over_float16_accumulates_in_float16():
+    """docs/numerics.md: a ``tc.sum`` of float16 values keeps a float16 accumulator (TE's
+    rule, as TVM's); ``astype("float32")`` in the body makes it a float32 sum."""
+    A = tc.placeholder((4096,), "float16", name="A")
+    k = tc.reduce_axis((0, 4096), name="k")
+    S16 = tc.compute((1,), lambda i: tc.sum(A[k], axis=k), name="S16")
+    k2 = tc.reduce_axis((0, 4096), name="k")
+    S32 = tc.compute((1,), lambda i: tc.sum(A[k2].astype("float32"), axis=k2), name="S32")
+    a = np.full(4096, 1.0, np.float16)
+    s16, s32 = np.zeros(1, np.float16), np.zeros(1, np.float32)
+    tc.build(tc.create_schedule([S16.op, S32.op]), [A, S16, S32])(a, s16, s32)
+    assert (float(s16[0]), float(s32[0])) == (2048.0, 4096.0)

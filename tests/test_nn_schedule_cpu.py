@@ -1031,3 +1031,108 @@ def test_conv2d_block_knob_searches_the_models_candidates(layout):
     s = tc.autoschedule.apply_config(args, cfg.set(knob, 2))
     assert str(tc.lower(s, args)) != default
     _close(_run(s, args, [dn, wn]), ref, 5e-5)
+
+
+# ---------------------------------------------------------------------------------
+# float16 / bfloat16 definitions (float32 sums, a rounding epilogue) under the templates
+
+
+def _loops(s):
+    """The loop structure the schedule gives each reduction stage: its leaf axes and their
+    kinds, and where it is attached."""
+    return {st.op.tag or st.op.name: [(iv.var.name, getattr(st.iter_attrs.get(iv), "kind",
+                                                            "serial"))
+                                      for iv in st.leaf_iter_vars] + [st.attach_type]
+            for st in s.stages if getattr(st.op, "reduce_axis", None)}
+
+
+def _half_gemm(dt, packed=False):
+    X, W = tc.placeholder((40, 600), dt, name="X"), tc.placeholder((600, 70), dt, name="W")
+    return (sc.matmul_packed(X, W) if packed else ops.matmul(X, W)), [X, W]
+
+
+def _half_conv(dt, nchw):
+    if nchw:
+        X, W = (tc.placeholder((2, 64, 14, 14), dt, name="X"),
+                tc.placeholder((32, 64, 3, 3), dt, name="W"))
+        return ops.conv2d_nchw(X, W, 1, 1), [X, W]
+    X, W = (tc.placeholder((2, 14, 14, 64), dt, name="X"),
+            tc.placeholder((3, 3, 64, 32), dt, name="W"))
+    return ops.conv2d_nhwc(X, W, 1, 1), [X, W]
+
+
+def _half_dense(dt, packed=False):
+    X, W, b = (tc.placeholder((24, 900), dt, name="X"), tc.placeholder((50, 900), dt, name="W"),
+               tc.placeholder((50,), dt, name="b"))
+    return (sc.dense_packed(X, W, b) if packed else ops.dense(X, W, b)), [X, W, b]
+
+
+def _half_single(build, shape, dt):
+    X = tc.placeholder(shape, dt, name="X")
+    return build(X), [X]
+
+
+def _half_attention(dt):
+    q, k, v = (tc.placeholder(s, dt, name=n) for s, n in (
+        ((1, 2, 40, 32), "q"), ((1, 2, 300, 32), "k"), ((1, 2, 300, 16), "v")))
+    return ops.scaled_dot_product_attention(q, k, v), [q, k, v]
+
+
+# name, definition(dtype) -> (output, inputs), schedule, float64 reference
+HALF_TEMPLATES = [
+    ("matmul", _half_gemm, sc.schedule_matmul, lambda a, b: a @ b),
+    ("matmul_packed", lambda dt: _half_gemm(dt, True), sc.schedule_matmul, lambda a, b: a @ b),
+    ("dense", _half_dense, sc.schedule_dense, lambda x, w, b: x @ w.T + b),
+    ("dense_packed", lambda dt: _half_dense(dt, True), sc.schedule_dense,
+     lambda x, w, b: x @ w.T + b),
+    ("conv2d_nchw", lambda dt: _half_conv(dt, True), sc.schedule_conv2d_nchw,
+     lambda x, w: _conv_ref(x, w, 1, 1, 1)),
+    ("conv2d_nhwc", lambda dt: _half_conv(dt, False), sc.schedule_conv2d_nhwc,
+     lambda x, w: _conv_ref(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), 1, 1,
+                            1).transpose(0, 2, 3, 1)),
+    ("softmax", lambda dt: _half_single(ops.softmax, (20, 700), dt), sc.schedule_softmax,
+     lambda x: _softmax_ref(x)),
+    ("softmax_fast", lambda dt: _half_single(sc.softmax_fast, (20, 700), dt),
+     sc.schedule_softmax, lambda x: _softmax_ref(x)),
+    ("log_softmax", lambda dt: _half_single(ops.log_softmax, (20, 700), dt),
+     sc.schedule_softmax, lambda x: np.log(_softmax_ref(x))),
+    ("avg_pool2d", lambda dt: _half_single(lambda x: ops.avg_pool2d(x, 3, 2, 1),
+                                           (2, 8, 33, 33), dt), sc.schedule_pool,
+     lambda x: _pool_sum_ref(x, 3, 2, 1) / 9),
+    ("attention", _half_attention, sc.schedule_attention,
+     lambda q, k, v: _softmax_ref(q @ k.transpose(0, 1, 3, 2) / math.sqrt(32)) @ v),
+]
+
+
+def _pool_sum_ref(x, k, stride, pad):
+    from numpy.lib.stride_tricks import sliding_window_view
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    return sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::stride, ::stride].sum((-1, -2))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name,define,schedule,ref", HALF_TEMPLATES,
+                         ids=[c[0] for c in HALF_TEMPLATES])
+def test_templates_schedule_half_precision_definitions(name, define, schedule, ref, dtype,
+                                                       lanes):
+    """The float16/bfloat16 definitions (float32 sums under a rounding epilogue) get the
+    template's own loop nest -- the one it gives the float32 operator with an
+    elementwise epilogue -- and the float32-accurate result."""
+    if dtype == "bfloat16":
+        half = pytest.importorskip("ml_dtypes").bfloat16
+    else:
+        half = np.float16
+    out, ins = define(dtype)
+    s = schedule(out)
+    out32, _ = define("float32")
+    if out32.op.reduce_axis and not out.op.reduce_axis:
+        # the rounding is an epilogue: compare with the float32 operator under one
+        out32 = tc.compute(out32.shape, lambda *i: out32[i] * 2.0, name="epilogue",
+                           tag="elemwise")
+    assert _loops(s) == _loops(schedule(out32))
+    vals = [RNG.uniform(-1.0, 1.0, _shape(t)).astype(half) for t in ins]
+    got = np.zeros(_shape(out), half)
+    tc.build(s, ins + [out], target="llvm")(*vals, got)
+    want = ref(*[v.astype(np.float64) for v in vals])
+    err = np.abs(got.astype(np.float64) - want).max() / np.abs(want).max()
+    assert err <= (2 * 2.0 ** -11 if dtype == "float16" else 2 * 2.0 ** -8), err

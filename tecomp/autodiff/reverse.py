@@ -163,7 +163,9 @@ class _Partials:
                 else:
                     uniq.append([t, 1])
             total = None
+            wide = _widest(t.dtype for t, _ in uniq)
             for t, n in uniq:
+                t = t.astype(wide)
                 if n > 1:
                     t = _op.binary("*", Const(float(n), t.dtype), t)
                 total = t if total is None else _op.binary("+", total, t)
@@ -194,6 +196,10 @@ class _Partials:
             return
         if t is Const or t is Var or t is ProducerLoad:
             return
+        if s is not None and s.dtype != e.dtype and t not in (Add, Sub, Select, Cast, Let):
+            # a seed kept wide by a widening cast above (see Cast) meets arithmetic in
+            # the narrow dtype: it continues in that dtype
+            s = s.astype(e.dtype)
         if t is Add:
             self.back(e.a, s, g)
             self.back(e.b, s, g)
@@ -221,7 +227,12 @@ class _Partials:
             self.back(e.false_value, s, g + (_not(e.cond),))
         elif t is Cast:
             if _dt.is_float(e.value.dtype):
-                self.back(e.value, None if s is None else s.astype(e.value.dtype), g)
+                # a widening cast (float16 -> float32, ...) keeps the adjoint in the wide
+                # dtype on its way to the reads under it: the gradient of a sum over many
+                # terms (a GEMM's, a convolution's) then accumulates in the wide dtype, as
+                # the forward did, and is rounded once, to the input's dtype
+                wide = s is not None and _dt.bits(e.dtype) > _dt.bits(e.value.dtype)
+                self.back(e.value, s if wide or s is None else s.astype(e.value.dtype), g)
         elif t is Call:
             rule = _rules.intrinsic_rule(e.op)
             if rule is None:
@@ -247,6 +258,11 @@ class _Partials:
         else:
             raise AutodiffError(f"{self.where}: no derivative rule for {type(e).__name__} "
                                 f"expressions (`{e}`)")
+
+
+def _widest(dtypes) -> str:
+    """The widest of some float dtypes (float32 over float16 and bfloat16)."""
+    return max(dtypes, key=lambda d: (_dt.bits(d), d == "float32"))
 
 
 def _not(c: Expr) -> Expr:
@@ -467,8 +483,15 @@ class _Gradient:
                     and all(a is b for a, b in zip(expr.indices, pt))
                     and expr.dtype == t.dtype and _same_shape(expr.producer, t)):
                 return expr.producer  # the adjoint passes through unchanged: no copy
-            return compute(t.shape, _named(names, lambda *p: inst(expr, p)), name=name, tag=tag,
-                           attrs=attrs)
+            if expr.dtype == t.dtype or not isinstance(expr, Reduce):
+                return compute(t.shape, _named(names, lambda *p: inst(expr, p).astype(t.dtype)),
+                               name=name, tag=tag, attrs=attrs)
+            # a sum in a wider dtype than t's (under a widening cast): summed as such,
+            # then rounded once
+            wide = compute(t.shape, _named(names, lambda *p: inst(expr, p)), name=f"{name}.acc",
+                           tag=tag, attrs=attrs)
+            return compute(t.shape, _named(names, lambda *p: wide[p].astype(t.dtype)), name=name,
+                           tag="elemwise", attrs=attrs)
         terms = []  # functions p -> Expr
         used_names: Dict[str, int] = {}
         for kind, cname, expr in parts:
@@ -492,10 +515,12 @@ class _Gradient:
                 terms.append(lambda p, _e=expr: inst(_e, p))
 
         def body(*p):
-            total = terms[0](p)
-            for f in terms[1:]:
-                total = _op.binary("+", total, f(p))
-            return total
+            vals = [f(p) for f in terms]
+            wide = _widest(v.dtype for v in vals)
+            total = vals[0].astype(wide)
+            for v in vals[1:]:
+                total = _op.binary("+", total, v.astype(wide))
+            return total.astype(t.dtype)
 
         return compute(t.shape, _named(names, body), name=name, tag=tag, attrs=attrs)
 

@@ -1,10 +1,17 @@
 """Forward operator definitions: pure compute definitions, no schedules.
 
 Every operator returns a ``tc.compute`` tensor built from its inputs (and helper stages
-named ``<name>.<what>``, e.g. ``conv2d_nchw.pad``); the dtype follows the inputs (float32 or
-float64).  Their backward definitions come from :func:`tecomp.gradient`; tuned schedules
-live in other modules of :mod:`tecomp.nn`.  The names of operators and stages are stable:
-schedules look stages up by them.
+named ``<name>.<what>``, e.g. ``conv2d_nchw.pad``); the dtype follows the inputs (float16,
+bfloat16, float32 or float64).  Reductions over float16 and bfloat16 values accumulate
+in float32 and round once, when the result is stored (as PyTorch, cuBLAS and cuDNN do):
+the GEMMs and convolutions then have a float32 stage ``<name>.matmul`` / ``<name>.acc``
+under the output, and the normalisations keep their statistics in float32
+(``docs/numerics.md``).  ``out_dtype=`` of a GEMM or convolution chooses the accumulation
+(and output) dtype instead.  Every operator checks its arguments first (ranks, dtypes,
+extents, strides...; :mod:`tecomp.nn._check`) and raises a ShapeError or DTypeError
+naming the argument.  Their backward definitions come from :func:`tecomp.gradient`; tuned
+schedules live in other modules of :mod:`tecomp.nn`.  The names of operators and stages
+are stable: schedules look stages up by them.
 
 Layouts
 -------
@@ -28,15 +35,17 @@ is one gather over the unpadded input.
 from __future__ import annotations
 
 import math
-from typing import Sequence, Tuple
+from typing import Sequence
 
 import numpy as np
 
 from .. import te as _te
-from ..errors import ShapeError
-from ..ir.expr import Const, Var
+from ..errors import DTypeError, ShapeError
+from ..ir import dtype as _dt
+from ..ir.expr import Const, Expr, Var
 from ..autodiff.reverse import stop_gradient
 from ..autodiff.rules import register_tag_derivative as _register_tag_derivative
+from ._check import Args, same_extent as _same, shape_text as _shape_text
 from ._schedule_common import _bytes, _largest_divisor_at_most
 
 __all__ = [
@@ -52,14 +61,6 @@ __all__ = [
 # helpers
 
 
-def _pair(v, what: str) -> Tuple[int, int]:
-    if isinstance(v, int):
-        return (v, v)
-    if isinstance(v, (tuple, list)) and len(v) == 2 and all(isinstance(x, int) for x in v):
-        return (int(v[0]), int(v[1]))
-    raise ShapeError(f"{what} must be an int or a pair of ints, got {v!r}")
-
-
 def _int(e, what: str) -> int:
     if isinstance(e, Const):
         return int(e.value)
@@ -70,18 +71,45 @@ def _c(v, dtype) -> Const:
     return Const(float(v), dtype)
 
 
-def _elementwise(x, fn, name, tag=""):
-    return _te.compute(x.shape, lambda *i: fn(x[i]), name=name, tag=tag)
+def _acc(dtype: str, out_dtype=None) -> str:
+    """The dtype a reduction over ``dtype`` values accumulates in: ``out_dtype`` when
+    given, else float32 for float16 and bfloat16 (as PyTorch, cuBLAS and cuDNN), else
+    ``dtype`` itself."""
+    return out_dtype if out_dtype is not None else _dt.compute_dtype(dtype)
+
+
+def _rounded(t, dtype: str, name: str, tag: str = "elemwise"):
+    """``t`` as ``dtype``: ``t`` itself when it has that dtype, else a stage ``name`` that
+    rounds each element once (a float32 accumulator stored as float16)."""
+    if t.dtype == dtype:
+        return t
+    return _te.compute(t.shape, lambda *i: t[i].astype(dtype), name=name, tag=tag)
+
+
+def _elementwise(x, fn, op: str, name: str, kind: str = "float"):
+    """The operator ``op``: ``fn`` of each element of ``x`` (a tensor of the dtype kind
+    ``kind``, see :meth:`Args.tensor`)."""
+    Args(op, name).tensor("x", x, dtype=kind)
+    return _te.compute(x.shape, lambda *i: fn(x[i]), name=name, tag="elemwise")
 
 
 def pad(data, pad_before: Sequence[int], pad_after: Sequence[int] | None = None, value=0.0,
         name: str = "pad"):
     """``data`` padded with ``value`` (``pad_before[d]`` / ``pad_after[d]`` elements per
     dimension), read through ``tc.if_then_else`` so no out-of-bounds read happens."""
+    a = Args("pad", name)
+    a.tensor("data", data, dtype=None)
     pad_after = pad_before if pad_after is None else pad_after
-    if len(pad_before) != data.ndim or len(pad_after) != data.ndim:
-        raise ShapeError(f"pad {name}: give one padding per dimension of {data.name} "
-                         f"({data.ndim})")
+    for arg, v in (("pad_before", pad_before), ("pad_after", pad_after)):
+        if not isinstance(v, (tuple, list)) or len(v) != data.ndim:
+            a.fail(f"{arg} must give one padding per dimension of data ({data.name}, "
+                   f"{data.ndim}-d), got {v!r}")
+        for d, x in enumerate(v):
+            a.ints(f"{arg}[{d}]", x, 0, count=1)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or \
+            (not _dt.is_float(data.dtype) and (not math.isfinite(value) or value != int(value))):
+        a.fail(f"value must be a number that data ({data.name}, {data.dtype}) can hold, got "
+               f"{value!r}", DTypeError)
     shape = [e + b + a if (b or a) else e for e, b, a in zip(data.shape, pad_before, pad_after)]
 
     def f(*i):
@@ -104,7 +132,9 @@ def pad(data, pad_before: Sequence[int], pad_after: Sequence[int] | None = None,
 
 def flatten(data, name: str = "flatten"):
     """``[N, d1, d2, ...] -> [N, d1*d2*...]`` (row-major, as ``torch.flatten(x, 1)``)."""
-    dims = [_int(e, f"flatten {name}: extent") for e in data.shape[1:]]
+    a = Args("flatten", name)
+    a.tensor("data", data, (2, None), "[batch, d1, d2, ...]", dtype=None)
+    dims = [a.constant("data", data, d, "extent") for d in range(1, data.ndim)]
     total = math.prod(dims)
     strides = [math.prod(dims[k + 1:]) for k in range(len(dims))]
 
@@ -120,41 +150,81 @@ def flatten(data, name: str = "flatten"):
 
 # ---------------------------------------------------------------------------------
 # dense algebra
+#
+# ``out_dtype`` of the GEMMs and convolutions (TVM's name and meaning): None keeps the
+# operands' dtype for the output and accumulates in :func:`_acc`'s dtype (float32 for
+# float16 and bfloat16: a stage ``<name>.matmul`` / ``<name>.acc`` in float32, then the
+# output ``<name>`` rounds it once); a dtype casts the operands to it before they are
+# multiplied and summed, and the output has it (``out_dtype="float32"`` with float16
+# operands: a float32 result, what tensor cores compute; ``out_dtype="float16"``: a
+# float16 sum, TVM's default, faster and far less accurate).
+
+
+def _gemm_args(op: str, name: str, pairs, out_dtype):
+    """Check the operands (``(arg, tensor, rank, layout)``) of a GEMM and its
+    ``out_dtype``; return ``(Args, accumulation dtype, output dtype)``."""
+    a = Args(op, name)
+    for arg, t, rank, layout in pairs:
+        a.tensor(arg, t, rank, layout, "number")
+    out_dtype = a.out_dtype(out_dtype, [p[1] for p in pairs])
+    a.operands([(p[0], p[1]) for p in pairs], out_dtype)
+    first = pairs[0][1].dtype
+    return a, _acc(first, out_dtype), out_dtype or first
+
+
+def _matmul_args(op: str, name: str, A, B, out_dtype):
+    """:func:`_gemm_args` of ``A[M, K] @ B[K, N]``."""
+    a, acc, out = _gemm_args(op, name, (("A", A, 2, "[M, K]"), ("B", B, 2, "[K, N]")),
+                             out_dtype)
+    a.match("B", B, 0, "A", A, 1, "rows", "the reduced extent K of A[M, K] @ B[K, N]")
+    return a, acc, out
+
+
+def _dense_args(op: str, name: str, X, W, bias, out_dtype):
+    """:func:`_gemm_args` of ``X[B, I] W[O, I]^T + bias[O]`` (bias: the output's dtype)."""
+    a, acc, out = _gemm_args(op, name, (("X", X, 2, "[batch, in]"), ("W", W, 2, "[out, in]")),
+                             out_dtype)
+    a.match("W", W, 1, "X", X, 1, "input features", "W is [out, in], as nn.Linear's weight")
+    if bias is not None:
+        a.tensor("bias", bias, 1, "[out]", (out,))
+        a.match("bias", bias, 0, "W", W, 0, "elements", "one bias per output")
+    return a, acc, out
+
+
+def _gemm_output(shape, body, name: str, tag: str, acc: str, out: str, bias=None, attrs=None):
+    """A GEMM's stages: the sum ``body`` (in ``acc``) as the output ``name``, or, when a
+    ``bias`` (added to the last axis, in ``acc``) or a rounding to ``out`` follows it, as
+    ``<name>.matmul`` under the output ``name``."""
+    single = bias is None and acc == out
+    mm = _te.compute(shape, body, name=name if single else f"{name}.matmul", tag=tag,
+                     attrs=attrs)
+    if bias is None:
+        return _rounded(mm, out, name)
+    return _te.compute(mm.shape, lambda *i: (mm[i] + bias[i[-1]].astype(acc)).astype(out),
+                       name=name, tag="bias_add")
 
 
 def matmul(A, B, name: str = "matmul", out_dtype=None):
     """``A[M, K] @ B[K, N]``; ``out_dtype`` (as TVM's): the operands are cast to it before
     they are multiplied and summed (``out_dtype="float32"`` with float16 operands: float32
-    accumulation, what tensor cores compute)."""
-    if A.ndim != 2 or B.ndim != 2:
-        raise ShapeError(f"matmul {name}: needs 2-d tensors, got {A.name}{A.ndim}-d and "
-                         f"{B.name} {B.ndim}-d")
+    accumulation and result, what tensor cores compute).  By default float16/bfloat16
+    operands are summed in float32 (the stage ``<name>.matmul``) and rounded once."""
+    _, acc, out = _matmul_args("matmul", name, A, B, out_dtype)
     k = _te.reduce_axis(A.shape[1], name="k")
-    if out_dtype is None:
-        return _te.compute((A.shape[0], B.shape[1]),
-                           lambda i, j: _te.sum(A[i, k] * B[k, j], axis=k), name=name,
-                           tag="matmul")
-    return _te.compute((A.shape[0], B.shape[1]),
-                       lambda i, j: _te.sum(A[i, k].astype(out_dtype) * B[k, j].astype(out_dtype),
-                                            axis=k), name=name, tag="matmul")
+    return _gemm_output((A.shape[0], B.shape[1]), lambda i, j: _te.sum(
+        A[i, k].astype(acc) * B[k, j].astype(acc), axis=k), name, "matmul", acc, out)
 
 
 def dense(X, W, bias=None, name: str = "dense", out_dtype=None):
-    """``X[B, I] W[O, I]^T (+ bias[O]) -> [B, O]`` (PyTorch's ``nn.Linear``).  With a bias the
-    product is the stage ``<name>.matmul`` and ``<name>`` adds the bias.  ``out_dtype``:
-    the operands are cast to it before they are multiplied and summed (as ``matmul``'s)."""
-    if X.ndim != 2 or W.ndim != 2:
-        raise ShapeError(f"dense {name}: X must be [batch, in] and W [out, in]")
+    """``X[B, I] W[O, I]^T (+ bias[O]) -> [B, O]`` (PyTorch's ``nn.Linear``).  With a bias,
+    or float16/bfloat16 operands summed in float32, the product is the stage
+    ``<name>.matmul`` and ``<name>`` adds the bias (in the accumulation dtype) and rounds.
+    ``out_dtype``: the operands are cast to it before they are multiplied and summed (as
+    ``matmul``'s); ``bias`` has the output's dtype."""
+    _, acc, out = _dense_args("dense", name, X, W, bias, out_dtype)
     k = _te.reduce_axis(X.shape[1], name="k")
-
-    def cast(x):
-        return x if out_dtype is None else x.astype(out_dtype)
-    mm = _te.compute((X.shape[0], W.shape[0]),
-                     lambda b, o: _te.sum(cast(X[b, k]) * cast(W[o, k]), axis=k),
-                     name=name if bias is None else f"{name}.matmul", tag="dense")
-    if bias is None:
-        return mm
-    return _te.compute(mm.shape, lambda b, o: mm[b, o] + bias[o], name=name, tag="bias_add")
+    return _gemm_output((X.shape[0], W.shape[0]), lambda b, o: _te.sum(
+        X[b, k].astype(acc) * W[o, k].astype(acc), axis=k), name, "dense", acc, out, bias)
 
 
 def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False,
@@ -162,21 +232,22 @@ def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False,
     """``A[b, m, k] @ B[b, k, n] -> [b, m, n]`` (``torch.bmm``); ``transpose_a`` reads A as
     ``[b, k, m]``, ``transpose_b`` reads B as ``[b, n, k]`` (attention's ``Q K^T``).  A batch
     extent of 1 on one side broadcasts to the other's (as TVM's ``batch_matmul``).
-    ``out_dtype``: the operands are cast to it before they are multiplied and summed."""
-    if A.ndim != 3 or B.ndim != 3:
-        raise ShapeError(f"batch_matmul {name}: needs 3-d tensors [batch, rows, cols], got "
-                         f"{A.name} {A.ndim}-d and {B.name} {B.ndim}-d")
+    ``out_dtype``: the operands are cast to it before they are multiplied and summed; by
+    default float16/bfloat16 operands are summed in float32 (``<name>.matmul``)."""
+    a, acc, out = _gemm_args(
+        "batch_matmul", name,
+        (("A", A, 3, "[batch, k, m]" if transpose_a else "[batch, m, k]"),
+         ("B", B, 3, "[batch, n, k]" if transpose_b else "[batch, k, n]")), out_dtype)
     ka = A.shape[1] if transpose_a else A.shape[2]
     kb = B.shape[2] if transpose_b else B.shape[1]
     if _same(ka, kb) is False:
-        raise ShapeError(f"batch_matmul {name}: the reduced extents differ: {A.name} gives {ka}, "
-                         f"{B.name} gives {kb} (transpose_a={transpose_a}, "
-                         f"transpose_b={transpose_b})")
+        a.fail(f"the reduced extents differ: {A.name} gives {ka}, {B.name} gives {kb} "
+               f"(transpose_a={transpose_a}, transpose_b={transpose_b})")
     ba, bb = A.shape[0], B.shape[0]
     one_a, one_b = _is_one(ba), _is_one(bb)
     if not (one_a or one_b) and _same(ba, bb) is False:
-        raise ShapeError(f"batch_matmul {name}: batch extents {ba} ({A.name}) and {bb} "
-                         f"({B.name}) differ; one of them may be 1 (broadcast)")
+        a.fail(f"batch extents {ba} ({A.name}) and {bb} ({B.name}) differ; one of them may "
+               "be 1 (broadcast)")
     batch = bb if one_a and not one_b else ba
     m = A.shape[2] if transpose_a else A.shape[1]
     n = B.shape[1] if transpose_b else B.shape[2]
@@ -185,20 +256,11 @@ def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False,
     def f(b, i, j):
         pa = 0 if one_a and not one_b else b
         pb = 0 if one_b and not one_a else b
-        a = A[pa, k, i] if transpose_a else A[pa, i, k]
-        c = B[pb, j, k] if transpose_b else B[pb, k, j]
-        if out_dtype is not None:
-            a, c = a.astype(out_dtype), c.astype(out_dtype)
-        return _te.sum(a * c, axis=k)
+        x = A[pa, k, i] if transpose_a else A[pa, i, k]
+        y = B[pb, j, k] if transpose_b else B[pb, k, j]
+        return _te.sum(x.astype(acc) * y.astype(acc), axis=k)
 
-    return _te.compute((batch, m, n), f, name=name, tag="batch_matmul")
-
-
-def _same(a, b):
-    """True / False when two extents are known equal / different, None when unknown."""
-    if isinstance(a, Const) and isinstance(b, Const):
-        return int(a.value) == int(b.value)
-    return True if a is b else None
+    return _gemm_output((batch, m, n), f, name, "batch_matmul", acc, out)
 
 
 def _is_one(e) -> bool:
@@ -212,12 +274,15 @@ def _is_one(e) -> bool:
 def transpose(x, axes=None, name: str = "transpose"):
     """``x`` with its dimensions permuted: output dimension ``d`` is input dimension
     ``axes[d]`` (``numpy.transpose``; ``None`` reverses them)."""
+    a = Args("transpose", name)
+    a.tensor("x", x, dtype=None)
     nd = x.ndim
-    axes = tuple(range(nd))[::-1] if axes is None else tuple(axes)
+    axes = tuple(range(nd))[::-1] if axes is None else \
+        tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
     ok = all(isinstance(a, int) and not isinstance(a, bool) and -nd <= a < nd for a in axes)
     if not ok or sorted(a % nd for a in axes) != list(range(nd)):
-        raise ShapeError(f"transpose {name}: axes must be a permutation of 0..{nd - 1} for "
-                         f"{x.name} ({nd}-d), got {axes!r}")
+        a.fail(f"axes must be a permutation of 0..{nd - 1} for {x.name} ({nd}-d), got "
+               f"{axes!r}")
     axes = tuple(a % nd for a in axes)
     inv = [0] * nd
     for d, a in enumerate(axes):
@@ -230,24 +295,27 @@ def transpose(x, axes=None, name: str = "transpose"):
 def reshape(x, shape, name: str = "reshape"):
     """``x`` with a new shape, elements in row-major order (``numpy.reshape``); one extent
     may be -1 (inferred).  Extents must be constants."""
-    dims = [_int(e, f"reshape {name}: an extent of {x.name}") for e in x.shape]
+    a = Args("reshape", name)
+    a.tensor("x", x, dtype=None)
+    dims = [a.constant("x", x, d, "extent") for d in range(x.ndim)]
     total = math.prod(dims)
-    want = [int(v) for v in shape] if all(isinstance(v, int) or isinstance(v, Const)
-                                           for v in shape) else None
+    shape = (shape,) if isinstance(shape, (int, Const)) else shape
+    want = [int(v.value) if isinstance(v, Const) else int(v) for v in shape] if \
+        isinstance(shape, (tuple, list)) and shape and all(
+            (isinstance(v, int) and not isinstance(v, bool)) or
+            (isinstance(v, Const) and _dt.is_int(v.dtype)) for v in shape) else None
     if want is None:
-        raise ShapeError(f"reshape {name}: the new shape must be ints, got {shape!r}")
-    if want.count(-1) > 1 or any(v < -1 for v in want):
-        raise ShapeError(f"reshape {name}: at most one extent may be -1, the others >= 0; "
-                         f"got {tuple(want)}")
+        a.fail(f"the new shape must be a non-empty tuple of ints, got {shape!r}")
+    if want.count(-1) > 1 or any(v < 1 and v != -1 for v in want):
+        a.fail(f"at most one extent may be -1, the others >= 1; got {tuple(want)}")
     if -1 in want:
         rest = math.prod(v for v in want if v != -1)
-        if rest == 0 or total % rest:
-            raise ShapeError(f"reshape {name}: cannot infer -1 in {tuple(want)} for "
-                             f"{total} elements")
+        if total % rest:
+            a.fail(f"cannot infer -1 in {tuple(want)} for {total} elements")
         want[want.index(-1)] = total // rest
     if math.prod(want) != total:
-        raise ShapeError(f"reshape {name}: {x.name} has {total} elements (shape "
-                         f"{tuple(dims)}), the new shape {tuple(want)} has {math.prod(want)}")
+        a.fail(f"{x.name} has {total} elements (shape {tuple(dims)}), the new shape "
+               f"{tuple(want)} has {math.prod(want)}")
     out_strides = [math.prod(want[k + 1:]) for k in range(len(want))]
     in_strides = [math.prod(dims[k + 1:]) for k in range(len(dims))]
 
@@ -270,22 +338,22 @@ def reshape(x, shape, name: str = "reshape"):
 def concatenate(tensors, axis: int = 0, name: str = "concatenate"):
     """The tensors joined along ``axis`` (``numpy.concatenate``): the same shape elsewhere,
     constant extents along ``axis``."""
-    ts = list(tensors)
+    a = Args("concatenate", name)
+    ts = list(tensors) if isinstance(tensors, (list, tuple)) else None
     if not ts:
-        raise ShapeError(f"concatenate {name}: give at least one tensor")
+        a.fail(f"give at least one tensor, in a list or tuple; got {tensors!r:.60}")
+    for k, t in enumerate(ts):
+        a.tensor(f"tensors[{k}]", t, None if k == 0 else ts[0].ndim, dtype=None,
+                 like=None if k == 0 else ("tensors[0]", ts[0]))
     nd = ts[0].ndim
-    if not -nd <= axis < nd:
-        raise ShapeError(f"concatenate {name}: axis {axis} is out of range for {nd}-d tensors")
-    ax = axis % nd
+    ax = a.axis("axis", axis, nd, f"{nd}-d tensors")
     for t in ts[1:]:
-        if t.ndim != nd or t.dtype != ts[0].dtype:
-            raise ShapeError(f"concatenate {name}: {t.name} is {t.ndim}-d {t.dtype}, "
-                             f"{ts[0].name} is {nd}-d {ts[0].dtype}; they must agree")
         for d in range(nd):
             if d != ax and _same(t.shape[d], ts[0].shape[d]) is False:
-                raise ShapeError(f"concatenate {name}: {t.name}.shape[{d}] = {t.shape[d]} but "
-                                 f"{ts[0].name}.shape[{d}] = {ts[0].shape[d]}")
-    sizes = [_int(t.shape[ax], f"concatenate {name}: the extent along axis {axis}") for t in ts]
+                a.fail(f"{t.name}.shape[{d}] = {t.shape[d]} but {ts[0].name}.shape[{d}] = "
+                       f"{ts[0].shape[d]}; the tensors differ only along axis {axis}")
+    sizes = [a.constant(f"tensors[{k}]", t, ax, "extent along the axis")
+             for k, t in enumerate(ts)]
     offsets = [sum(sizes[:k]) for k in range(len(ts))]
     shape = list(ts[0].shape)
     shape[ax] = sum(sizes)
@@ -308,24 +376,24 @@ def split(x, sections, axis: int = 0, name: str = "split"):
     """``x`` cut along ``axis`` (``numpy.split``): ``sections`` an int (that many equal
     parts) or the sorted indices where parts begin.  Returns a list of tensors
     ``<name>.0``, ``<name>.1``, ..."""
+    chk = Args("split", name)
+    chk.tensor("x", x, dtype=None)
     nd = x.ndim
-    if not -nd <= axis < nd:
-        raise ShapeError(f"split {name}: axis {axis} is out of range for {x.name} ({nd}-d)")
-    ax = axis % nd
-    ext = _int(x.shape[ax], f"split {name}: the extent of {x.name} along axis {axis}")
+    ax = chk.axis("axis", axis, nd, x.name)
+    ext = chk.constant("x", x, ax, "extent along the axis")
     if isinstance(sections, int) and not isinstance(sections, bool):
         if sections < 1 or ext % sections:
-            raise ShapeError(f"split {name}: {ext} elements along axis {axis} do not divide "
-                             f"into {sections} equal parts")
+            chk.fail(f"{ext} elements along axis {axis} do not divide into {sections} equal "
+                     "parts")
         starts = [ext // sections * k for k in range(sections)]
-    elif isinstance(sections, (list, tuple)) and all(isinstance(v, int) for v in sections):
+    elif isinstance(sections, (list, tuple)) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in sections):
         starts = [0] + [int(v) for v in sections]
-        if any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > ext:
-            raise ShapeError(f"split {name}: the indices {list(sections)} must be sorted and "
-                             f"at most {ext}")
+        if any(b <= a for a, b in zip(starts, starts[1:])) or starts[-1] >= ext:
+            chk.fail(f"the indices {list(sections)} must be sorted, increasing, between 1 and "
+                     f"{ext - 1} (every part non-empty)")
     else:
-        raise ShapeError(f"split {name}: sections must be an int or a list of ints, got "
-                         f"{sections!r}")
+        chk.fail(f"sections must be an int or a list of ints, got {sections!r}")
     ends = starts[1:] + [ext]
     out = []
     for k, (a, b) in enumerate(zip(starts, ends)):
@@ -347,12 +415,9 @@ def embedding(weight, ids, name: str = "embedding"):
     ``[0, V)`` reads no memory: its row is zeros (PyTorch raises an IndexError there).
     Its gradient with respect to ``weight`` comes from ``tc.gradient``: a scatter-add
     (``tc.scatter_add``) of the output's gradient at the ids' rows, ``len(ids) * D`` work."""
-    if weight.ndim != 2:
-        raise ShapeError(f"embedding {name}: weight must be [num_embeddings, dim], got "
-                         f"{weight.ndim}-d {weight.name}")
-    if ids.dtype not in ("int32", "int64"):
-        raise ShapeError(f"embedding {name}: ids must be int32 or int64, got {ids.dtype} "
-                         f"{ids.name}")
+    a = Args("embedding", name)
+    a.tensor("weight", weight, 2, "[num_embeddings, dim]", "number")
+    a.tensor("ids", ids, None, dtype="index")
     V = weight.shape[0]
 
     def f(*i):
@@ -380,6 +445,12 @@ def squares32(counter):
     32-bit halves -- in int64 arithmetic that wraps as uint64 does (the swap through
     ``//`` and ``%`` by 2**32).  The same counter gives the same bits under every
     schedule, so a forward pass and its gradient draw the same mask."""
+    if isinstance(counter, bool) or not (
+            (isinstance(counter, Expr) and counter.dtype == "int64") or
+            (isinstance(counter, int) and -2 ** 63 <= counter < 2 ** 63)):
+        Args("squares32", "counter").fail(
+            f"the counter must be an int64 expression (or an int in int64's range), got "
+            f"{counter!r:.60}; convert an index with .astype('int64')", DTypeError)
     key = Const(SQUARES_KEY, "int64")
     t32 = Const(_T32, "int64")
 
@@ -401,12 +472,14 @@ def dropout(x, p: float, seed=0, name: str = "dropout"):
     index``): deterministic, the same in the gradient, whatever the schedule.  ``seed``
     is an int or an int64 ``tc.var`` (a new mask per call without recompiling).  Not
     PyTorch's generator: the same distribution, other draws."""
+    a = Args("dropout", name)
+    a.tensor("x", x)
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= float(p) <= 1.0:
-        raise ShapeError(f"dropout {name}: p must be a probability in [0, 1], got {p!r}")
-    if isinstance(seed, bool) or not (isinstance(seed, int) or
+        a.fail(f"p must be a probability in [0, 1], got {p!r}")
+    if isinstance(seed, bool) or not ((isinstance(seed, int) and -2 ** 23 <= seed < 2 ** 23) or
                                       (isinstance(seed, Var) and seed.dtype == "int64")):
-        raise ShapeError(f"dropout {name}: seed must be an int or an int64 tc.var, got "
-                         f"{seed!r}")
+        a.fail(f"seed must be an int or an int64 tc.var, got {seed!r:.60} (an int seed in "
+               "[-2**23, 2**23): the counter is seed * 2**40 + index, in int64)")
     p = float(p)
     if p == 0.0:
         return _te.compute(x.shape, lambda *i: x[i], name=name, tag="elemwise,dropout")
@@ -434,14 +507,14 @@ def dropout(x, p: float, seed=0, name: str = "dropout"):
 # convolution
 
 
-def _out_size(h, k, s, p, d):
-    return (h + 2 * p - d * (k - 1) - 1) // s + 1
-
-
-def _conv_compute(nchw: bool, src, weight, out_hw, stride, dilation, name: str, attrs):
+def _conv_compute(nchw: bool, src, weight, out_hw, stride, dilation, name: str, attrs,
+                  acc=None):
     """The convolution stage itself: ``out_hw`` output rows and columns read from ``src``
-    (the data, already padded) at ``y * stride + ky * dilation`` (and the same in x)."""
+    (the data, already padded) at ``y * stride + ky * dilation`` (and the same in x),
+    both operands cast to ``acc`` (the accumulation dtype; None: ``src``'s) before they
+    are multiplied and summed."""
     (sh, sw), (dh, dw) = stride, dilation
+    acc = acc or src.dtype
     OH, OW = out_hw
     if nchw:
         N, C = src.shape[0], src.shape[1]
@@ -455,46 +528,64 @@ def _conv_compute(nchw: bool, src, weight, out_hw, stride, dilation, name: str, 
     if nchw:
         return _te.compute(
             (N, O, OH, OW),
-            lambda n, o, y, x: _te.sum(src[n, c, y * sh + ky * dh, x * sw + kx * dw] *
-                                       weight[o, c, ky, kx], axis=[c, ky, kx]),
+            lambda n, o, y, x: _te.sum(
+                src[n, c, y * sh + ky * dh, x * sw + kx * dw].astype(acc) *
+                weight[o, c, ky, kx].astype(acc), axis=[c, ky, kx]),
             name=name, tag="conv2d_nchw", attrs=attrs)
     return _te.compute(
         (N, OH, OW, O),
-        lambda n, y, x, o: _te.sum(src[n, y * sh + ky * dh, x * sw + kx * dw, c] *
-                                   weight[ky, kx, c, o], axis=[ky, kx, c]),
+        lambda n, y, x, o: _te.sum(src[n, y * sh + ky * dh, x * sw + kx * dw, c].astype(acc) *
+                                   weight[ky, kx, c, o].astype(acc), axis=[ky, kx, c]),
         name=name, tag="conv2d_nhwc", attrs=attrs)
 
 
-def _conv2d(nchw: bool, data, weight, stride, padding, dilation, name: str):
-    sh, sw = _pair(stride, "stride")
-    ph, pw = _pair(padding, "padding")
-    dh, dw = _pair(dilation, "dilation")
-    if nchw:
-        H, W, KH, KW = data.shape[2], data.shape[3], weight.shape[2], weight.shape[3]
-    else:
-        H, W, KH, KW = data.shape[1], data.shape[2], weight.shape[0], weight.shape[1]
-    H, W, KH, KW = (_int(x, f"conv2d {name}: extent") for x in (H, W, KH, KW))
-    OH, OW = _out_size(H, KH, sh, ph, dh), _out_size(W, KW, sw, pw, dw)
-    if OH <= 0 or OW <= 0:
-        raise ShapeError(f"conv2d {name}: the output would be {OH}x{OW}; the kernel does not fit")
+def _conv2d(nchw: bool, data, weight, stride, padding, dilation, name: str, out_dtype):
+    op = "conv2d_nchw" if nchw else "conv2d_nhwc"
+    a = Args(op, name)
+    a.tensor("data", data, 4, "NCHW [batch, channels, height, width]" if nchw else
+             "NHWC [batch, height, width, channels]", "number")
+    a.tensor("weight", weight, 4, "OIHW [out, in, kh, kw]" if nchw else
+             "HWIO [kh, kw, in, out]", "number")
+    out_dtype = a.out_dtype(out_dtype, (data, weight))
+    a.operands([("data", data), ("weight", weight)], out_dtype)
+    stride = a.ints("stride", stride, 1)
+    padding = a.ints("padding", padding, 0)
+    dilation = a.ints("dilation", dilation, 1)
+    dsp, wsp = ((2, 3), (2, 3)) if nchw else ((1, 2), (0, 1))
+    a.match("weight", weight, 1 if nchw else 2, "data", data, 1 if nchw else 3,
+            "input channels")
+    hw = tuple(a.constant("data", data, d, what) for d, what in zip(dsp, ("height", "width")))
+    khw = tuple(a.constant("weight", weight, d, what)
+                for d, what in zip(wsp, ("kernel height", "kernel width")))
+    OH, OW = a.window(hw, khw, stride, padding, dilation, "data")
+    (ph, pw) = padding
     src = data
     if ph or pw:
         src = pad(data, (0, 0, ph, pw) if nchw else (0, ph, pw, 0), name=f"{name}.pad")
-    return _conv_compute(nchw, src, weight, (OH, OW), (sh, sw), (dh, dw), name,
-                         {"conv2d": ((sh, sw), (ph, pw), (dh, dw))})
+    acc = _acc(data.dtype, out_dtype)
+    out = out_dtype or data.dtype
+    conv = _conv_compute(nchw, src, weight, (OH, OW), stride, dilation,
+                         name if acc == out else f"{name}.acc",
+                         {"conv2d": (stride, padding, dilation)}, acc)
+    return _rounded(conv, out, name)
 
 
-def conv2d_nchw(data, weight, stride=1, padding=0, dilation=1, name: str = "conv2d_nchw"):
+def conv2d_nchw(data, weight, stride=1, padding=0, dilation=1, name: str = "conv2d_nchw",
+                out_dtype=None):
     """2-d convolution (cross-correlation, as PyTorch): data ``[N, C, H, W]``, weight
     ``[O, C, KH, KW]`` -> ``[N, O, OH, OW]``; ``stride``, ``padding`` (zeros, both sides),
-    ``dilation``: an int or a pair."""
-    return _conv2d(True, data, weight, stride, padding, dilation, name)
+    ``dilation``: an int or a pair.  ``out_dtype`` as :func:`dense`'s: None keeps the
+    data's dtype and sums float16/bfloat16 products in float32 (the stage
+    ``<name>.acc``, rounded once by ``<name>``); a dtype casts both operands to it and is
+    the output's."""
+    return _conv2d(True, data, weight, stride, padding, dilation, name, out_dtype)
 
 
-def conv2d_nhwc(data, weight, stride=1, padding=0, dilation=1, name: str = "conv2d_nhwc"):
+def conv2d_nhwc(data, weight, stride=1, padding=0, dilation=1, name: str = "conv2d_nhwc",
+                out_dtype=None):
     """2-d convolution in NHWC: data ``[N, H, W, C]``, weight ``[KH, KW, C, O]`` (HWIO) ->
-    ``[N, OH, OW, O]``."""
-    return _conv2d(False, data, weight, stride, padding, dilation, name)
+    ``[N, OH, OW, O]``; the rest as :func:`conv2d_nchw`."""
+    return _conv2d(False, data, weight, stride, padding, dilation, name, out_dtype)
 
 
 # The gradients below choose between reformulations of a convolution's gradient (NHWC,
@@ -515,7 +606,19 @@ def _conv_weight_grad(op, src, weight, adjoint):
     """``weight``'s gradient of the convolution ``op`` (which reads ``src``: the data or
     its padding): ``sum over n, y, x`` of the adjoint times the window of ``src``, as a
     compute tagged ``conv2d_*_wgrad`` that the conv schedules know
-    (:func:`~tecomp.nn.cpu.schedule_conv2d_into`).
+    (:func:`~tecomp.nn.cpu.schedule_conv2d_into`), summed in the dtype of ``op`` (its
+    accumulation dtype) and rounded once to ``weight``'s by a stage ``<W>.grad`` when
+    they differ (the sum is then ``<W>.grad.acc``)."""
+    acc = op.output(0).dtype
+    name = f"{weight.name}.grad"
+    if weight.dtype == acc:
+        return _conv_weight_grad_acc(op, src, weight, adjoint, name)
+    g = _conv_weight_grad_acc(op, src, weight, adjoint, f"{name}.acc")
+    return _rounded(g, weight.dtype, name, tag="injective")
+
+
+def _conv_weight_grad_acc(op, src, weight, adjoint, name: str):
+    """:func:`_conv_weight_grad` in the accumulation dtype, as the stage ``name``.
 
     NCHW: that schedule vectorizes the reduction along the rows of both operands, which
     wastes lanes when a row is not a multiple of 16 (56 columns: 8-lane vectors, or a
@@ -538,9 +641,9 @@ def _conv_weight_grad(op, src, weight, adjoint):
     (sh, sw), _, (dh, dw) = op.attrs["conv2d"]
     nchw = "conv2d_nchw" in op.tag.split(",")
     attrs = {"conv2d": op.attrs["conv2d"]}
-    name = f"{weight.name}.grad"
+    acc = op.output(0).dtype
     if not nchw:
-        return _nhwc_weight_grad(src, adjoint, weight.shape, op.attrs["conv2d"], name)
+        return _nhwc_weight_grad(src, adjoint, weight.shape, op.attrs["conv2d"], name, acc)
     N, _, OH, OW = adjoint.shape
     if (sh, sw) != (1, 1) or _int(OW, "adjoint extent") % _GRAD_LANES:
         ext = [int(e.value) if isinstance(e, Const) else None for e in weight.shape]
@@ -555,20 +658,22 @@ def _conv_weight_grad(op, src, weight, adjoint):
                          tag="injective,layout_transform")
         at = _te.compute((N, OH, OW, O), lambda n_, i, j, o: adjoint[n_, o, i, j],
                          name=f"{adjoint.name}.nhwc", tag="injective,layout_transform")
-        g = _nhwc_weight_grad(xt, at, (KH, KW, C, O), op.attrs["conv2d"], f"{name}.hwio")
+        g = _nhwc_weight_grad(xt, at, (KH, KW, C, O), op.attrs["conv2d"], f"{name}.hwio", acc)
         return _te.compute(weight.shape, lambda o, c, ky, kx: g[ky, kx, c, o], name=name,
                            tag="injective,layout_transform")
     n = _te.reduce_axis(N, name="n")
     y = _te.reduce_axis(OH, name="y")
     x = _te.reduce_axis(OW, name="x")
     return _te.compute(weight.shape, lambda o, c, ky, kx: _te.sum(
-        adjoint[n, o, y, x] * src[n, c, y * sh + ky * dh, x * sw + kx * dw], axis=[n, y, x]),
+        adjoint[n, o, y, x].astype(acc) *
+        src[n, c, y * sh + ky * dh, x * sw + kx * dw].astype(acc), axis=[n, y, x]),
         name=name, tag="conv2d_nchw_wgrad", attrs=attrs)
 
 
-def _nhwc_weight_grad(src, adjoint, shape, conf, name: str):
+def _nhwc_weight_grad(src, adjoint, shape, conf, name: str, acc: str):
     """The NHWC weight gradient ``[KH, KW, C, O]``: ``sum over n, y, x of src[n, y*sh +
-    ky*dh, x*sw + kx*dw, c] * adjoint[n, y, x, o]`` (``conv2d_nhwc_wgrad``).
+    ky*dh, x*sw + kx*dw, c] * adjoint[n, y, x, o]`` (``conv2d_nhwc_wgrad``), summed in
+    ``acc``.
 
     A gradient larger than L2 over operands that fit in it (256 channels and more at
     14x14 and below) reads them from panels (:func:`_wgrad_panels`): the schedule
@@ -592,11 +697,12 @@ def _nhwc_weight_grad(src, adjoint, shape, conf, name: str):
             lambda b, n_, i, j, ci: src[n_, i, j, b * cb + ci],
             name=f"{src.name}.panels", tag="conv2d_wgrad_panels")
         return _te.compute(shape, lambda ky, kx, c, o: _te.sum(
-            sp[c // cb, n, y * sh + ky * dh, x * sw + kx * dw, c % cb]
-            * ap[o // nr, n, y, x, o % nr], axis=[n, y, x]),
+            sp[c // cb, n, y * sh + ky * dh, x * sw + kx * dw, c % cb].astype(acc)
+            * ap[o // nr, n, y, x, o % nr].astype(acc), axis=[n, y, x]),
             name=name, tag="conv2d_nhwc_wgrad", attrs={"conv2d": conf, "nr": nr, "cb": cb})
     return _te.compute(shape, lambda ky, kx, c, o: _te.sum(
-        src[n, y * sh + ky * dh, x * sw + kx * dw, c] * adjoint[n, y, x, o], axis=[n, y, x]),
+        src[n, y * sh + ky * dh, x * sw + kx * dw, c].astype(acc) *
+        adjoint[n, y, x, o].astype(acc), axis=[n, y, x]),
         name=name, tag="conv2d_nhwc_wgrad", attrs={"conv2d": conf})
 
 
@@ -654,12 +760,15 @@ def _flat_rows(op, src, adjoint):
         name=f"{src.name}.rows", tag="injective,conv2d_wgrad_rows", attrs={"pitch": Wp})
     arows = _te.compute(
         (N, O, P), lambda n_, o, p: _te.if_then_else(
-            _te.all(p % Wp < OW, p // Wp < OH), adjoint[n_, o, p // Wp, p % Wp], zero),
+            _te.all(p % Wp < OW, p // Wp < OH), adjoint[n_, o, p // Wp, p % Wp],
+            _c(0, adjoint.dtype)),
         name=f"{adjoint.name}.rows", tag="injective,conv2d_wgrad_rows", attrs={"pitch": Wp})
     n = _te.reduce_axis(N, name="n")
     p = _te.reduce_axis(P, name="p")
+    acc = op.output(0).dtype
     return lambda o, c, ky, kx: _te.sum(
-        arows[n, o, p] * srows[n, c, p + ky * dh * Wp + kx * dw], axis=[n, p])
+        arows[n, o, p].astype(acc) * srows[n, c, p + ky * dh * Wp + kx * dw].astype(acc),
+        axis=[n, p])
 
 
 def _phase_taps(k: int, s: int, p: int, d: int, size: int):
@@ -719,7 +828,9 @@ def _conv_data_grad(out, adjoint, wanted):
     cannot vectorize across their output channels are NHWC convolutions of the
     transposed adjoint (:func:`_narrow_phases`; then ``<data>.grad`` also transposes, at
     stride 1 too).  For a head of ones (``adjoint`` None) both gradients
-    keep the derived gather form."""
+    keep the derived gather form.  The gradients are summed in the convolution's dtype
+    (its accumulation dtype: float32 for float16 operands) and rounded once to the
+    data's and weight's dtypes."""
     op = out.op
     conf = op.attrs.get("conv2d")
     if adjoint is None or conf is None or len(op.input_tensors) != 2:
@@ -746,12 +857,14 @@ def _conv_data_grad(out, adjoint, wanted):
     OH, OW = (_int(adjoint.shape[i], f"conv2d {op.name}: extent") for i in sp)
     rows, cols = _phase_taps(KH, sh, ph, dh, H), _phase_taps(KW, sw, pw, dw, W)
     O, C = (weight.shape[0], weight.shape[1]) if nchw else (weight.shape[3], weight.shape[2])
-    name = f"{data.name}.grad"
     # NCHW phases at most half a vector wide run as NHWC convolutions (vectorized over
     # the data's channels instead of a row that fills half a vector or less) between
     # transposes of the adjoint and of the result, unless the NCHW schedule can
     # vectorize them across the data's channels itself
     via_nhwc = nchw and _narrow_phases(rows, cols, data.shape[1], weight.shape[0])
+    acc = op.output(0).dtype
+    single = sh == sw == 1 and not via_nhwc    # the gradient is one convolution
+    name = f"{data.name}.grad" + (".acc" if single and data.dtype != acc else "")
     if via_nhwc:
         adjoint = _te.compute(
             (adjoint.shape[0], OH, OW, adjoint.shape[1]),
@@ -787,11 +900,11 @@ def _conv_data_grad(out, adjoint, wanted):
             sym = all(a <= 0 and n == e - 2 * a for a, n, e in zip((ly, lx), size, (OH, OW)))
             attrs = {"conv2d": ((1, 1), (-ly, -lx), (ddy, ddx))} if sym else {}
             phases[ry, rx] = _conv_compute(nchw and not via_nhwc, src, flip, (qy, qx),
-                                           (1, 1), (ddy, ddx), g, attrs)
-    if sh == sw == 1 and not via_nhwc:
-        res[data] = phases[0, 0]
+                                           (1, 1), (ddy, ddx), g, attrs, acc)
+    if single:
+        res[data] = _rounded(phases[0, 0], data.dtype, f"{data.name}.grad", tag="injective")
         return res
-    zero = _c(0, data.dtype)
+    zero = _c(0, acc)
     items = sorted(phases.items())
     dsp = (2, 3) if nchw else (1, 2)         # the spatial dimensions of the data
 
@@ -809,7 +922,7 @@ def _conv_data_grad(out, adjoint, wanted):
             conds = (([(y % sh).equal(ry)] if sh > 1 else [])
                      + ([(x % sw).equal(rx)] if sw > 1 else []))
             val = _te.if_then_else(_te.all(*conds), g[idx], val)
-        return val
+        return val.astype(data.dtype)
 
     tag = f"injective,conv2d_{'nchw' if nchw else 'nhwc'}_phases"
     if sh == sw == 1:
@@ -850,15 +963,27 @@ _register_tag_derivative("conv2d_nhwc", _conv_data_grad, override=True)
 # pooling (NCHW)
 
 
+def _pool_args(op: str, name: str, data, kernel, stride, padding):
+    """Check a pooling's arguments; return ``(kernel, stride, padding, (H, W), (OH, OW))``
+    as pairs."""
+    a = Args(op, name)
+    a.tensor("data", data, 4, "NCHW [batch, channels, height, width]")
+    k = a.ints("kernel", kernel, 1)
+    s = a.ints("stride", kernel if stride is None else stride, 1)
+    p = a.ints("padding", padding, 0)
+    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
+        a.fail(f"padding {p[0]}x{p[1]} is more than half the {k[0]}x{k[1]} kernel; a window "
+               "could then hold padding only (PyTorch's rule: padding <= kernel // 2)")
+    hw = (a.constant("data", data, 2, "height"), a.constant("data", data, 3, "width"))
+    return k, s, p, hw, a.window(hw, k, s, p, (1, 1), "data")
+
+
 def max_pool2d(data, kernel, stride=None, padding=0, name: str = "max_pool2d"):
     """Max pooling over ``[N, C, H, W]``; padding is ``-inf`` (never the maximum).  The
     gradient goes to the first maximum of each window in row-major order (PyTorch's rule)."""
-    kh, kw = _pair(kernel, "kernel")
-    sh, sw = _pair(stride if stride is not None else kernel, "stride")
-    ph, pw = _pair(padding, "padding")
-    N, C, H, W = data.shape
-    H, W = _int(H, "height"), _int(W, "width")
-    OH, OW = _out_size(H, kh, sh, ph, 1), _out_size(W, kw, sw, pw, 1)
+    (kh, kw), (sh, sw), (ph, pw), _, (OH, OW) = _pool_args("max_pool2d", name, data, kernel,
+                                                          stride, padding)
+    N, C = data.shape[:2]
     src = pad(data, (0, 0, ph, pw), value=-math.inf, name=f"{name}.pad") if (ph or pw) else data
     ky = _te.reduce_axis(kh, name="ky")
     kx = _te.reduce_axis(kw, name="kx")
@@ -871,28 +996,28 @@ def max_pool2d(data, kernel, stride=None, padding=0, name: str = "max_pool2d"):
 def avg_pool2d(data, kernel, stride=None, padding=0, count_include_pad: bool = True,
                name: str = "avg_pool2d"):
     """Average pooling over ``[N, C, H, W]`` with zero padding; divides by the window size
-    (``count_include_pad=True``, PyTorch's default) or by the number of unpadded elements."""
-    kh, kw = _pair(kernel, "kernel")
-    sh, sw = _pair(stride if stride is not None else kernel, "stride")
-    ph, pw = _pair(padding, "padding")
-    N, C, H, W = data.shape
-    H, W = _int(H, "height"), _int(W, "width")
-    OH, OW = _out_size(H, kh, sh, ph, 1), _out_size(W, kw, sw, pw, 1)
+    (``count_include_pad=True``, PyTorch's default) or by the number of unpadded elements.
+    The window sums (``<name>.sum``) of float16/bfloat16 data are float32."""
+    (kh, kw), (sh, sw), (ph, pw), (H, W), (OH, OW) = _pool_args(
+        "avg_pool2d", name, data, kernel, stride, padding)
+    N, C = data.shape[:2]
+    acc = _acc(data.dtype)
     src = pad(data, (0, 0, ph, pw), name=f"{name}.pad") if (ph or pw) else data
     ky = _te.reduce_axis(kh, name="ky")
     kx = _te.reduce_axis(kw, name="kx")
     s = _te.compute((N, C, OH, OW),
-                    lambda n, c, y, x: _te.sum(src[n, c, y * sh + ky, x * sw + kx], axis=[ky, kx]),
+                    lambda n, c, y, x: _te.sum(src[n, c, y * sh + ky, x * sw + kx].astype(acc),
+                                               axis=[ky, kx]),
                     name=f"{name}.sum", tag="pool_sum")
     if count_include_pad or not (ph or pw):
-        return _te.compute(s.shape, lambda n, c, y, x: s[n, c, y, x] * (1.0 / (kh * kw)),
-                           name=name, tag="pool_avg")
+        return _te.compute(s.shape, lambda n, c, y, x: (s[n, c, y, x] * (1.0 / (kh * kw))).astype(
+            data.dtype), name=name, tag="pool_avg")
 
     def f(n, c, y, x):
         y0, x0 = y * sh - ph, x * sw - pw
         hh = _te.minimum(y0 + kh, H) - _te.maximum(y0, 0)
         ww = _te.minimum(x0 + kw, W) - _te.maximum(x0, 0)
-        return s[n, c, y, x] / (hh * ww).astype(data.dtype)
+        return (s[n, c, y, x] / (hh * ww).astype(acc)).astype(data.dtype)
 
     return _te.compute(s.shape, f, name=name, tag="pool_avg")
 
@@ -903,28 +1028,32 @@ def avg_pool2d(data, kernel, stride=None, padding=0, count_include_pad: bool = T
 
 def relu(x, name: str = "relu"):
     """``max(x, 0)``; its gradient is 0 at 0 (PyTorch's)."""
-    return _elementwise(x, lambda v: _te.if_then_else(v > 0, v, _c(0, x.dtype)), name,
-                        "elemwise")
+    return _elementwise(x, lambda v: _te.if_then_else(v > 0, v, _c(0, x.dtype)), "relu", name,
+                        "number")
 
 
 def sigmoid(x, name: str = "sigmoid"):
-    return _elementwise(x, _te.sigmoid, name, "elemwise")
+    return _elementwise(x, _te.sigmoid, "sigmoid", name)
 
 
 def tanh(x, name: str = "tanh"):
-    return _elementwise(x, _te.tanh, name, "elemwise")
+    return _elementwise(x, _te.tanh, "tanh", name)
 
 
 def gelu(x, name: str = "gelu"):
     """``0.5 * x * (1 + erf(x / sqrt(2)))`` (the exact, erf form)."""
     return _elementwise(x, lambda v: 0.5 * v * (1.0 + _te.erf(v * (1.0 / math.sqrt(2.0)))),
-                        name, "elemwise")
+                        "gelu", name)
 
 
 def bias_add(x, bias, axis: int = 1, name: str = "bias_add"):
     """``x + bias`` broadcast along ``axis`` (the channel axis 1 of NCHW by default; -1 for
     the last)."""
-    ax = axis % x.ndim
+    a = Args("bias_add", name)
+    a.tensor("x", x, dtype="number")
+    a.tensor("bias", bias, 1, "[channels]", like=("x", x), dtype="number")
+    ax = a.axis("axis", axis, x.ndim, f"x ({x.name})")
+    a.match("bias", bias, 0, "x", x, ax, "elements", f"one bias per element of axis {axis}")
     return _te.compute(x.shape, lambda *i: x[i] + bias[i[ax]], name=name, tag="bias_add")
 
 
@@ -947,28 +1076,45 @@ def _row_max(x, name):
     return stop_gradient(m)  # softmax does not depend on the shift: not differentiated
 
 
+def _softmax_parts(x, op: str, name: str, exp=_te.exp):
+    """The stages softmax and log_softmax share: ``(acc, max, exp, sum)``, the exps and
+    their sum in ``acc`` (float32 for float16/bfloat16 ``x``; the maximum is exact in
+    ``x``'s dtype)."""
+    Args(op, name).tensor("x", x, (1, None), "[..., classes]")
+    acc = _acc(x.dtype)
+    m = _row_max(x, f"{name}.max")
+    e = _te.compute(x.shape, lambda *i: exp(x[i].astype(acc) - m[i[:-1]].astype(acc)),
+                    name=f"{name}.exp")
+    k = _te.reduce_axis(x.shape[-1], name="k")
+    s = _te.compute(x.shape[:-1], lambda *i: _te.sum(e[i + (k,)], axis=k), name=f"{name}.sum")
+    return acc, m, e, s
+
+
 def softmax(x, name: str = "softmax"):
     """Softmax over the last axis: stages ``.max`` (the row maximum), ``.exp``
     (``exp(x - max)``), ``.sum``, ``.rcp`` (``1 / sum``, one per row) and the output
     ``exp * rcp``.  One reciprocal per row and a multiply per element, as PyTorch's CPU
     softmax does, rather than a division per element (16-lane ``vdivps`` is a fifth of
     its throughput): at most one more rounding (6e-8 relative) than ``exp / sum``, see
-    docs/numerics.md."""
-    m = _row_max(x, f"{name}.max")
-    e = _te.compute(x.shape, lambda *i: _te.exp(x[i] - m[i[:-1]]), name=f"{name}.exp")
-    k = _te.reduce_axis(x.shape[-1], name="k")
-    s = _te.compute(x.shape[:-1], lambda *i: _te.sum(e[i + (k,)], axis=k), name=f"{name}.sum")
-    r = _te.compute(x.shape[:-1], lambda *i: _te.const(1.0, x.dtype) / s[i], name=f"{name}.rcp")
-    return _te.compute(x.shape, lambda *i: e[i] * r[i[:-1]], name=name, tag="softmax")
+    docs/numerics.md.  For float16/bfloat16 ``x``, ``.exp``, ``.sum`` and ``.rcp`` are
+    float32 and the output rounds once."""
+    return _softmax(x, "softmax", name, _te.exp)
+
+
+def _softmax(x, op: str, name: str, exp):
+    """:func:`softmax` with the exponential ``exp`` (``tc.exp`` or ``tc.fast_exp``)."""
+    acc, m, e, s = _softmax_parts(x, op, name, exp)
+    r = _te.compute(x.shape[:-1], lambda *i: _te.const(1.0, acc) / s[i], name=f"{name}.rcp")
+    return _te.compute(x.shape, lambda *i: (e[i] * r[i[:-1]]).astype(x.dtype), name=name,
+                       tag="softmax")
 
 
 def log_softmax(x, name: str = "log_softmax"):
-    """Log-softmax over the last axis: ``x - max - log(sum(exp(x - max)))``."""
-    m = _row_max(x, f"{name}.max")
-    e = _te.compute(x.shape, lambda *i: _te.exp(x[i] - m[i[:-1]]), name=f"{name}.exp")
-    k = _te.reduce_axis(x.shape[-1], name="k")
-    s = _te.compute(x.shape[:-1], lambda *i: _te.sum(e[i + (k,)], axis=k), name=f"{name}.sum")
-    return _te.compute(x.shape, lambda *i: x[i] - m[i[:-1]] - _te.log(s[i[:-1]]), name=name,
+    """Log-softmax over the last axis: ``x - max - log(sum(exp(x - max)))`` (in float32
+    for float16/bfloat16 ``x``, rounded once)."""
+    acc, m, e, s = _softmax_parts(x, "log_softmax", name)
+    return _te.compute(x.shape, lambda *i: (x[i].astype(acc) - m[i[:-1]].astype(acc) -
+                                            _te.log(s[i[:-1]])).astype(x.dtype), name=name,
                        tag="log_softmax")
 
 
@@ -978,75 +1124,36 @@ def log_softmax(x, name: str = "log_softmax"):
 
 def _attention_args(q, k, v, mask, scale, name):
     """Check :func:`scaled_dot_product_attention`'s arguments; return the scale (a float)."""
-    from ..ir import dtype as _dt
-    from ..errors import DTypeError
-    from ..te.tensor import Tensor
-
-    where = f"scaled_dot_product_attention {name}"
+    a = Args("scaled_dot_product_attention", name)
     for what, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor):
-            raise ShapeError(f"{where}: {what} must be a tensor (tc.placeholder or a compute), "
-                             f"got {t!r}")
-        if t.ndim != 4:
-            raise ShapeError(f"{where}: {what} ({t.name}) must be 4-d (batch, heads, seq, dim), "
-                             f"got {t.ndim}-d; reshape it (tecomp.nn.reshape) or add the "
-                             "missing axes as extents of 1")
-        if not _dt.is_float(t.dtype):
-            raise DTypeError(f"{where}: {what} ({t.name}) has dtype {t.dtype}; attention needs "
-                             "a float tensor (float32 or float64)")
-    for what, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise DTypeError(f"{where}: {what} ({t.name}) is {t.dtype} but q ({q.name}) is "
-                             f"{q.dtype}; give q, k and v one dtype (astype one of them)")
-    for d, label in ((0, "batch"), (1, "heads")):
+        a.tensor(what, t, 4, "(batch, heads, seq, dim)",
+                 like=None if what == "q" else ("q", q))
+    for d, label in ((0, "batches"), (1, "heads")):
         for what, t in (("k", k), ("v", v)):
-            if _same(t.shape[d], q.shape[d]) is False:
-                raise ShapeError(f"{where}: the {label} extent (axis {d}) of {what} "
-                                 f"({t.name}) is {t.shape[d]}, q's ({q.name}) is "
-                                 f"{q.shape[d]}; they must be equal")
-    if _same(k.shape[3], q.shape[3]) is False:
-        raise ShapeError(f"{where}: k ({k.name}) has dim {k.shape[3]} (axis 3), q ({q.name}) "
-                         f"has {q.shape[3]}; the scores q.k need the same dim")
-    if _same(v.shape[2], k.shape[2]) is False:
-        raise ShapeError(f"{where}: v ({v.name}) has {v.shape[2]} keys (axis 2), k ({k.name}) "
-                         f"has {k.shape[2]}; give v one row per key")
+            a.match(what, t, d, "q", q, d, label)
+    a.match("k", k, 3, "q", q, 3, "dims", "the scores q.k need the same dim")
+    a.match("v", v, 2, "k", k, 2, "keys", "give v one row per key")
     if mask is not None:
-        if not isinstance(mask, Tensor):
-            raise ShapeError(f"{where}: mask must be a tensor or None, got {mask!r}")
-        if mask.dtype != "bool" and mask.dtype != q.dtype:
-            raise DTypeError(f"{where}: mask ({mask.name}) is {mask.dtype}; give an additive "
-                             f"mask of q's dtype {q.dtype} or a bool mask (True: attend)")
         full = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-        if not 2 <= mask.ndim <= 4:
-            raise ShapeError(f"{where}: mask ({mask.name}) is {mask.ndim}-d; it must broadcast "
-                             f"to (batch, heads, Lq, Lk) = {_shape_text(full)} with 2 to 4 "
-                             "dimensions, aligned on the right (PyTorch's rule; a mask over "
-                             "the keys alone is (1, Lk))")
+        broadcast = (f"broadcasting to (batch, heads, Lq, Lk) = {_shape_text(full)}, aligned "
+                     "on the right as PyTorch's; a mask over the keys alone is (1, Lk)")
+        a.tensor("mask", mask, (2, 4), f"({broadcast})", dtype=None)
+        if mask.dtype not in ("bool", q.dtype):
+            a.fail(f"mask ({mask.name}) is {mask.dtype}; give an additive mask of q's dtype "
+                   f"{q.dtype} or a bool mask (True: attend)", DTypeError)
         for d in range(mask.ndim):
             e, want = mask.shape[-1 - d], full[-1 - d]
             if not (_is_one(e) or _same(e, want)):
-                raise ShapeError(
-                    f"{where}: mask ({mask.name}) has shape {_shape_text(mask.shape)}, which "
-                    f"does not broadcast to (batch, heads, Lq, Lk) = {_shape_text(full)}: "
-                    f"its axis {mask.ndim - 1 - d} is {e}, expected {want} or 1 (e.g. "
-                    "(batch, 1, 1, Lk) for padding, (Lq, Lk) for a causal mask)")
+                a.fail(f"mask ({mask.name}) has shape {_shape_text(mask.shape)}, which does "
+                       f"not broadcast to (batch, heads, Lq, Lk) = {_shape_text(full)}: its "
+                       f"axis {mask.ndim - 1 - d} is {e}, expected {want} or 1 (e.g. (batch, "
+                       "1, 1, Lk) for padding, (Lq, Lk) for a causal mask)")
     if scale is None:
         if not isinstance(q.shape[3], Const):
-            raise ShapeError(f"{where}: q's dim ({q.name}.shape[3] = {q.shape[3]}) is "
-                             "symbolic, so the default scale 1/sqrt(dim) is unknown; give "
-                             "scale= explicitly")
+            a.fail(f"q's dim ({q.name}.shape[3] = {q.shape[3]}) is symbolic, so the default "
+                   "scale 1/sqrt(dim) is unknown; give scale= explicitly")
         return 1.0 / math.sqrt(int(q.shape[3].value))
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or \
-            not math.isfinite(float(scale)):
-        raise ShapeError(f"{where}: scale must be a finite number (or None for "
-                         f"1/sqrt(dim)), got {scale!r}")
-    return float(scale)
-
-
-def _shape_text(shape) -> str:
-    """A shape as the user wrote it: ``(4, 72)``, ``(n, 8)``, ``(5,)``."""
-    dims = [str(e) for e in shape]
-    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+    return a.number("scale (or None for 1/sqrt(dim))", scale)
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, scale=None, name: str = "sdpa"):
@@ -1064,18 +1171,20 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, name: str = "sd
     ``<name>.scores`` (``sum_d q k``), ``<name>.max`` (the row maximum of the scaled,
     masked scores, a constant for autodiff), ``<name>.exp`` (``exp(scores * scale + mask -
     max)``), ``<name>.sum``, ``<name>.rcp`` (``1 / sum``), ``<name>.pv`` (``exp @ v``) and
-    the output ``pv * rcp``.  As written they hold ``Lq x Lk`` scores;
+    the output ``pv * rcp``.  For float16/bfloat16 inputs every stage but the output is
+    float32 (the output rounds once).  As written they hold ``Lq x Lk`` scores;
     :func:`tecomp.nn.cpu.schedule_attention` (what ``tc.auto_schedule`` gives
     this op) computes them per block of rows of the output, FlashAttention's way, so
     only ``rows x Lk`` of them exist at a time."""
     scale = _attention_args(q, k, v, mask, scale, name)
     B, H, Lq, D = q.shape
     Lk, Dv = k.shape[2], v.shape[3]
-    dt = q.dtype
+    dt = _acc(q.dtype)
     full = (B, H, Lq, Lk)
     rd = _te.reduce_axis(D, name="d")
-    sc = _te.compute(full, lambda b, h, i, j: _te.sum(q[b, h, i, rd] * k[b, h, j, rd], axis=rd),
-                     name=f"{name}.scores", tag="sdpa_scores")
+    sc = _te.compute(full, lambda b, h, i, j: _te.sum(
+        q[b, h, i, rd].astype(dt) * k[b, h, j, rd].astype(dt), axis=rd),
+        name=f"{name}.scores", tag="sdpa_scores")
 
     def logit(b, h, i, j):
         s = sc[b, h, i, j] * _c(scale, dt)
@@ -1085,7 +1194,7 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, name: str = "sd
                     for e, x in zip(mask.shape, (b, h, i, j)[4 - mask.ndim:]))
         if mask.dtype == "bool":
             return _te.if_then_else(mask[idx], s, _c(-math.inf, dt))
-        return s + mask[idx]
+        return s + mask[idx].astype(dt)
 
     rj = _te.reduce_axis(Lk, name="j")
     mx = stop_gradient(_te.compute(
@@ -1102,40 +1211,67 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, name: str = "sd
         sm[b, h, i] > _c(0.0, dt), _c(1.0, dt) / sm[b, h, i], _c(0.0, dt)), name=f"{name}.rcp")
     rj3 = _te.reduce_axis(Lk, name="j")
     pv = _te.compute((B, H, Lq, Dv),
-                     lambda b, h, i, e: _te.sum(ex[b, h, i, rj3] * v[b, h, rj3, e], axis=rj3),
+                     lambda b, h, i, e: _te.sum(ex[b, h, i, rj3] * v[b, h, rj3, e].astype(dt),
+                                                axis=rj3),
                      name=f"{name}.pv", tag="sdpa_pv")
-    return _te.compute((B, H, Lq, Dv), lambda b, h, i, e: pv[b, h, i, e] * rc[b, h, i],
+    return _te.compute((B, H, Lq, Dv),
+                       lambda b, h, i, e: (pv[b, h, i, e] * rc[b, h, i]).astype(q.dtype),
                        name=name, tag="sdpa")
 
 
 def cross_entropy(logits, labels_onehot, name: str = "cross_entropy"):
     """Mean over the batch of ``-sum_c labels[b, c] * log_softmax(logits)[b, c]`` (PyTorch's
-    ``cross_entropy`` with probabilities as targets): ``logits[B, C]`` -> shape ``(1,)``."""
-    if logits.ndim != 2:
-        raise ShapeError(f"cross_entropy {name}: logits must be [batch, classes]")
+    ``cross_entropy`` with probabilities as targets): ``logits[B, C]`` -> shape ``(1,)``
+    (summed in float32 for float16/bfloat16 logits)."""
+    a = Args("cross_entropy", name)
+    a.tensor("logits", logits, 2, "[batch, classes]")
+    a.tensor("labels_onehot", labels_onehot, 2, "[batch, classes]", like=("logits", logits))
+    a.same_shape("labels_onehot", labels_onehot, "logits", logits)
+    B = a.constant("logits", logits, 0, "batch")
+    acc = _acc(logits.dtype)
     ls = log_softmax(logits, name=f"{name}.log_softmax")
-    B = _int(logits.shape[0], "batch")
     b = _te.reduce_axis(logits.shape[0], name="b")
     c = _te.reduce_axis(logits.shape[1], name="c")
-    return _te.compute((1,), lambda i: _te.sum(labels_onehot[b, c] * ls[b, c] * (-1.0 / B),
-                                               axis=[b, c]), name=name, tag="loss")
+    loss = _te.compute((1,), lambda i: _te.sum(
+        labels_onehot[b, c].astype(acc) * ls[b, c].astype(acc) * (-1.0 / B), axis=[b, c]),
+        name=name if acc == logits.dtype else f"{name}.acc", tag="loss")
+    return _rounded(loss, logits.dtype, name)
 
 
 def mse_loss(pred, target, name: str = "mse_loss"):
-    """Mean of ``(pred - target)**2`` over every element -> shape ``(1,)``."""
-    n = math.prod(_int(e, "extent") for e in pred.shape)
+    """Mean of ``(pred - target)**2`` over every element -> shape ``(1,)`` (summed in
+    float32 for float16/bfloat16 inputs)."""
+    a = Args("mse_loss", name)
+    a.tensor("pred", pred)
+    a.tensor("target", target, pred.ndim, like=("pred", pred))
+    a.same_shape("target", target, "pred", pred)
+    n = math.prod(a.constant("pred", pred, d, "extent") for d in range(pred.ndim))
+    acc = _acc(pred.dtype)
     axes = [_te.reduce_axis(e, name=f"k{d}") for d, e in enumerate(pred.shape)]
 
     def f(i):
-        idx = tuple(a.var for a in axes)
-        d = pred[idx] - target[idx]
+        idx = tuple(ax.var for ax in axes)
+        d = pred[idx].astype(acc) - target[idx].astype(acc)
         return _te.sum(d * d * (1.0 / n), axis=axes)
 
-    return _te.compute((1,), f, name=name, tag="loss")
+    loss = _te.compute((1,), f, name=name if acc == pred.dtype else f"{name}.acc", tag="loss")
+    return _rounded(loss, pred.dtype, name)
 
 
 # ---------------------------------------------------------------------------------
 # normalisation
+
+
+def _norm_args(op: str, name: str, x, gamma, beta, eps, rank, layout: str, axis: int,
+               what: str):
+    """Check a normalisation's arguments (``gamma`` and ``beta`` one value per ``what``,
+    ``x``'s axis ``axis``); return ``(Args, eps)``."""
+    a = Args(op, name)
+    a.tensor("x", x, rank, layout)
+    for arg, t in (("gamma", gamma), ("beta", beta)):
+        a.tensor(arg, t, 1, f"[{what}]", like=("x", x))
+        a.match(arg, t, 0, "x", x, axis % x.ndim, what)
+    return a, a.number("eps", eps, 0.0)
 
 
 def batch_norm_train(x, gamma, beta, eps: float = 1e-5, name: str = "batch_norm",
@@ -1143,44 +1279,56 @@ def batch_norm_train(x, gamma, beta, eps: float = 1e-5, name: str = "batch_norm"
     """Batch norm in training mode over ``x[N, C, H, W]``: per-channel batch mean and
     biased variance (stages ``.mean``, ``.var``, ``.invstd``), then
     ``(x - mean) * invstd * gamma + beta``.  ``return_stats=True`` also returns
-    ``(mean, var)`` (e.g. to update running statistics)."""
+    ``(mean, var)`` (e.g. to update running statistics).  The statistics of
+    float16/bfloat16 ``x`` are float32 (as PyTorch's), and so is the arithmetic of the
+    output, rounded once."""
+    a, eps = _norm_args("batch_norm_train", name, x, gamma, beta, eps, 4,
+                        "NCHW [batch, channels, height, width]", 1, "channels")
     N, C, H, W = x.shape
-    M = _int(N, "N") * _int(H, "H") * _int(W, "W")
+    M = math.prod(a.constant("x", x, d, "extent") for d in (0, 2, 3))
+    acc = _acc(x.dtype)
     n = _te.reduce_axis(N, name="n")
     h = _te.reduce_axis(H, name="h")
     w = _te.reduce_axis(W, name="w")
-    mean = _te.compute((C,), lambda c: _te.sum(x[n, c, h, w] * (1.0 / M), axis=[n, h, w]),
-                       name=f"{name}.mean")
+    mean = _te.compute((C,), lambda c: _te.sum(x[n, c, h, w].astype(acc) * (1.0 / M),
+                                               axis=[n, h, w]), name=f"{name}.mean")
     n2 = _te.reduce_axis(N, name="n")
     h2 = _te.reduce_axis(H, name="h")
     w2 = _te.reduce_axis(W, name="w")
 
     def var_f(c):
-        d = x[n2, c, h2, w2] - mean[c]
+        d = x[n2, c, h2, w2].astype(acc) - mean[c]
         return _te.sum(d * d * (1.0 / M), axis=[n2, h2, w2])
 
     var = _te.compute((C,), var_f, name=f"{name}.var")
     invstd = _te.compute((C,), lambda c: _te.rsqrt(var[c] + eps), name=f"{name}.invstd")
-    out = _te.compute(x.shape, lambda n_, c, y, x_: (x[n_, c, y, x_] - mean[c]) * invstd[c] *
-                      gamma[c] + beta[c], name=name, tag="batch_norm")
+    out = _te.compute(x.shape, lambda n_, c, y, x_: (
+        (x[n_, c, y, x_].astype(acc) - mean[c]) * invstd[c] * gamma[c].astype(acc) +
+        beta[c].astype(acc)).astype(x.dtype), name=name, tag="batch_norm")
     return (out, mean, var) if return_stats else out
 
 
 def layer_norm(x, gamma, beta, eps: float = 1e-5, name: str = "layer_norm"):
     """Layer norm over the last axis of ``x[..., D]`` with ``gamma[D]``, ``beta[D]``
-    (biased variance, as PyTorch)."""
-    D = _int(x.shape[-1], "the normalised extent")
+    (biased variance, as PyTorch).  The statistics (``.mean``, ``.var``, ``.invstd``) of
+    float16/bfloat16 ``x`` are float32, and so is the arithmetic of the output, rounded
+    once."""
+    a, eps = _norm_args("layer_norm", name, x, gamma, beta, eps, (1, None), "[..., features]",
+                        -1, "features")
+    D = a.constant("x", x, x.ndim - 1, "normalised extent")
+    acc = _acc(x.dtype)
     k = _te.reduce_axis(x.shape[-1], name="k")
     lead = x.shape[:-1]
-    mean = _te.compute(lead, lambda *i: _te.sum(x[i + (k,)] * (1.0 / D), axis=k),
+    mean = _te.compute(lead, lambda *i: _te.sum(x[i + (k,)].astype(acc) * (1.0 / D), axis=k),
                        name=f"{name}.mean")
     k2 = _te.reduce_axis(x.shape[-1], name="k")
 
     def var_f(*i):
-        d = x[i + (k2,)] - mean[i]
+        d = x[i + (k2,)].astype(acc) - mean[i]
         return _te.sum(d * d * (1.0 / D), axis=k2)
 
     var = _te.compute(lead, var_f, name=f"{name}.var")
     invstd = _te.compute(lead, lambda *i: _te.rsqrt(var[i] + eps), name=f"{name}.invstd")
-    return _te.compute(x.shape, lambda *i: (x[i] - mean[i[:-1]]) * invstd[i[:-1]] *
-                       gamma[i[-1]] + beta[i[-1]], name=name, tag="layer_norm")
+    return _te.compute(x.shape, lambda *i: (
+        (x[i].astype(acc) - mean[i[:-1]]) * invstd[i[:-1]] * gamma[i[-1]].astype(acc) +
+        beta[i[-1]].astype(acc)).astype(x.dtype), name=name, tag="layer_norm")

@@ -58,10 +58,10 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 from .. import te as _te
-from ..errors import ComputeError
+from ..errors import ComputeError, DTypeError
 from ..ir.expr import Const
-from ._schedule_common import _cint
-from .ops import _conv_compute, _out_size as _conv_out, _shape_text, concatenate, pad as _pad
+from ._check import Args
+from .ops import _conv_compute, concatenate, pad as _pad
 
 __all__ = ["quantize", "dequantize", "requantize", "quantized_add", "quantized_concatenate",
            "quantized_dense", "quantized_conv2d", "QDTYPES"]
@@ -84,26 +84,21 @@ def _zp(v, dtype: str, what: str) -> int:
 
 
 def _qdtype(dtype, what: str) -> str:
-    if dtype not in QDTYPES:
+    if not isinstance(dtype, str) or dtype not in QDTYPES:
         raise ComputeError(f"{what}: the quantized dtype must be one of "
                            f"{', '.join(QDTYPES)}, got {dtype!r}")
     return dtype
 
 
-def _qtensor(q, what: str) -> str:
-    if q.dtype not in QDTYPES:
-        raise ComputeError(f"{what}: {q.name} is {q.dtype}, not a quantized dtype "
-                           f"({', '.join(QDTYPES)}); quantize it first (quant.quantize)")
-    return q.dtype
+def _qtensor(a: Args, arg: str, q, like=None) -> str:
+    """The quantized dtype of the tensor ``q`` (the argument ``arg``; ``like``: ``(arg,
+    tensor)`` whose dtype it must have)."""
+    return a.tensor(arg, q, dtype="quantized", like=like).dtype
 
 
 def _f32(v: float) -> float:
     """``v`` rounded to float32 (as the C++ kernels hold their parameters)."""
     return float(np.float32(v))
-
-
-def _shape(t) -> str:
-    return _shape_text(t.shape)
 
 
 def _round_clamp(t, dtype: str):
@@ -150,19 +145,17 @@ def _dequantize_expr(q, scale: float, zero_point: int):
 
 def quantize(x, scale, zero_point, dtype="uint8", name: str = "quantize"):
     """``x`` (float32) quantized: ``torch.quantize_per_tensor(x, scale, zero_point, dtype)``."""
+    Args("quantize", name).tensor("x", x, dtype=("float32",))
     dtype = _qdtype(dtype, f"quantize {name}")
     scale = _scale(scale, f"quantize {name}: scale")
     zero_point = _zp(zero_point, dtype, f"quantize {name}: zero_point")
-    if x.dtype != "float32":
-        raise ComputeError(f"quantize {name}: {x.name} is {x.dtype}; quantize float32 values "
-                           f"(x.astype('float32') in the compute)")
     return _te.compute(x.shape, lambda *i: _quantize_expr(x[i], scale, zero_point, dtype),
                        name=name, tag="elemwise,quantize")
 
 
 def dequantize(q, scale, zero_point, name: str = "dequantize"):
     """``q`` as float32: ``Tensor.dequantize()`` of a per-tensor quantized tensor."""
-    dtype = _qtensor(q, f"dequantize {name}")
+    dtype = _qtensor(Args("dequantize", name), "q", q)
     scale = _scale(scale, f"dequantize {name}: scale")
     zero_point = _zp(zero_point, dtype, f"dequantize {name}: zero_point")
     return _te.compute(q.shape, lambda *i: _dequantize_expr(q[i], scale, zero_point),
@@ -173,7 +166,7 @@ def requantize(q, in_scale, in_zp, out_scale, out_zp, out_dtype=None,
                name: str = "requantize"):
     """``q`` to another scale and zero point (and dtype: ``out_dtype``, by default q's):
     ``quantize_per_tensor(q.dequantize(), out_scale, out_zp)``."""
-    dtype = _qtensor(q, f"requantize {name}")
+    dtype = _qtensor(Args("requantize", name), "q", q)
     out_dtype = _qdtype(out_dtype or dtype, f"requantize {name}")
     in_scale = _scale(in_scale, f"requantize {name}: in_scale")
     in_zp = _zp(in_zp, dtype, f"requantize {name}: in_zp")
@@ -188,15 +181,10 @@ def quantized_add(a, a_scale, a_zp, b, b_scale, b_zp, out_scale, out_zp,
                   name: str = "quantized_add"):
     """``torch.ops.quantized.add(a, b, out_scale, out_zp)`` of two tensors of one
     quantized dtype and one shape."""
-    dtype = _qtensor(a, f"quantized_add {name}")
-    if b.dtype != dtype:
-        raise ComputeError(f"quantized_add {name}: {a.name} is {dtype} but {b.name} is "
-                           f"{b.dtype}; both inputs have the output's quantized dtype")
-    if len(a.shape) != len(b.shape) or any(
-            isinstance(x, Const) and isinstance(y, Const) and int(x.value) != int(y.value)
-            for x, y in zip(a.shape, b.shape)):
-        raise ComputeError(f"quantized_add {name}: {a.name} and {b.name} have different shapes "
-                           f"{_shape(a)} and {_shape(b)}")
+    chk = Args("quantized_add", name)
+    dtype = _qtensor(chk, "a", a)
+    _qtensor(chk, "b", b, like=("a", a))
+    chk.same_shape("b", b, "a", a)
     sa = _scale(a_scale, f"quantized_add {name}: a_scale")
     sb = _scale(b_scale, f"quantized_add {name}: b_scale")
     so = _scale(out_scale, f"quantized_add {name}: out_scale")
@@ -226,16 +214,14 @@ def quantized_concatenate(inputs: Sequence[Tuple], axis: int, out_scale, out_zp,
     """``torch.ops.quantized.cat([q, ...], axis, out_scale, out_zp)``: ``inputs`` is a list
     of ``(tensor, scale, zero_point)``; each input is requantized to the output's scale
     and zero point, then they are joined along ``axis``."""
-    items = list(inputs)
+    chk = Args("quantized_concatenate", name)
+    items = list(inputs) if isinstance(inputs, (list, tuple)) else []
     if not items or not all(isinstance(t, tuple) and len(t) == 3 for t in items):
-        raise ComputeError(f"quantized_concatenate {name}: inputs must be a non-empty list of "
-                           f"(tensor, scale, zero_point) tuples")
-    dtype = _qtensor(items[0][0], f"quantized_concatenate {name}")
+        chk.fail("inputs must be a non-empty list of (tensor, scale, zero_point) tuples",
+                 ComputeError)
     parts = []
     for k, (q, s, z) in enumerate(items):
-        if q.dtype != dtype:
-            raise ComputeError(f"quantized_concatenate {name}: {q.name} is {q.dtype}, "
-                               f"{items[0][0].name} is {dtype}; they must agree")
+        _qtensor(chk, f"inputs[{k}]", q, like=None if k == 0 else ("inputs[0]", items[0][0]))
         parts.append(requantize(q, s, z, out_scale, out_zp, name=f"{name}.requantize{k}"))
     return concatenate(parts, axis, name=name)
 
@@ -246,20 +232,18 @@ def _q(v, zero_point: int):
     return v - zero_point if zero_point else v
 
 
-def _qmm_args(what: str, x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp,
+def _qmm_args(chk: Args, x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp,
               out_dtype, x_layout: str, w_layout: str):
     """Check the arguments shared by :func:`quantized_dense` and :func:`quantized_conv2d`
     (``x``/``w`` of the layouts given, channels on axis 1 of both, ``w``'s outputs on
     axis 0); return ``(x_zp, w_zp, requantization parameters)``."""
+    what = chk.where
     for t, arg, layout in ((x, "x", x_layout), (w, "w", w_layout)):
-        rank = layout.count(",") + 1
-        if t.ndim != rank:
-            raise ComputeError(f"{what}: {arg} ({t.name}) must be {rank}-d {layout}, got "
-                               f"{t.ndim}-d {_shape(t)}; reshape it (tecomp.nn.reshape)")
-    xd, wd = _qtensor(x, what), _qtensor(w, what)
+        chk.tensor(arg, t, layout.count(",") + 1, layout, "quantized")
+    xd, wd = x.dtype, w.dtype
     if xd == "int32" or wd == "int32":
-        raise ComputeError(f"{what}: x and w are 8-bit (uint8 activations, int8 weights), got "
-                           f"{x.name} {xd} and {w.name} {wd}; requantize them to 8 bits")
+        chk.fail(f"x and w are 8-bit (uint8 activations, int8 weights), got {x.name} {xd} and "
+                 f"{w.name} {wd}; requantize them to 8 bits", DTypeError)
     out_dtype = _qdtype(out_dtype, f"{what}: out_dtype")
     scales = [_scale(v, f"{what}: {arg}") for v, arg in ((x_scale, "x_scale"),
                                                          (w_scale, "w_scale"),
@@ -268,14 +252,9 @@ def _qmm_args(what: str, x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, ou
     wz = _zp(w_zp, wd, f"{what}: w_zp")
     yz = _zp(out_zp, out_dtype, f"{what}: out_zp")
     if bias is not None:
-        if bias.ndim != 1 or bias.dtype not in ("float32", "int32"):
-            raise ComputeError(f"{what}: bias must be a 1-d float32 or int32 tensor, got "
-                               f"{bias.ndim}-d {bias.dtype} ({bias.name}); give one value per "
-                               f"output, or None")
-        n, o = _cint(bias.shape[0]), _cint(w.shape[0])
-        if n is not None and o is not None and n != o:
-            raise ComputeError(f"{what}: bias ({bias.name}) has {n} elements but w ({w.name}) "
-                               f"has {o} outputs (axis 0); give one bias per output")
+        chk.tensor("bias", bias, 1, "[out] (one value per output, or None)",
+                   ("float32", "int32"))
+        chk.match("bias", bias, 0, "w", w, 0, "elements", "one bias per output")
     return xz, wz, (scales, yz, out_dtype)
 
 
@@ -307,13 +286,10 @@ def quantized_dense(x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp,
     """``x[B, I]`` (uint8) times ``w[O, I]^T`` (int8), accumulated in int32, plus ``bias[O]``
     (float32, as ``torch.ao.nn.quantized.Linear``; or int32, added to the accumulator; or
     None), requantized to ``out_scale``/``out_zp`` (see the module docstring)."""
-    what = f"quantized_dense {name}"
-    xz, wz, requant = _qmm_args(what, x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale,
+    chk = Args("quantized_dense", name)
+    xz, wz, requant = _qmm_args(chk, x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale,
                                 out_zp, out_dtype, "[batch, in]", "[out, in]")
-    ci, cw = _cint(x.shape[1]), _cint(w.shape[1])
-    if ci is not None and cw is not None and ci != cw:
-        raise ComputeError(f"{what}: x ({x.name}) has {ci} input features (axis 1) but w "
-                           f"({w.name}) has {cw}; w is [out, in], as nn.Linear's weight")
+    chk.match("w", w, 1, "x", x, 1, "input features", "w is [out, in], as nn.Linear's weight")
     # sum_k (x - xz)(w - wz) = sum_k x w - wz sum_k x - xz sum_k w + K xz wz: the first
     # term is a plain 8-bit GEMM, which the auto-scheduler runs on the target's dot-product
     # intrinsic (VNNI, AVX2); the others are a row sum of each operand (int32 arithmetic
@@ -346,16 +322,6 @@ def quantized_dense(x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp,
     return _requantize_acc(acc, bias, 1, requant, name, correction if terms else None)
 
 
-def _conv_pair(v, what: str, low: int) -> Tuple[int, int]:
-    pair = (v, v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
-    if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
-            isinstance(e, numbers.Integral) and not isinstance(e, bool) and e >= low
-            for e in pair)):
-        raise ComputeError(f"{what} must be an int >= {low} or a pair of them "
-                           f"(rows, columns), got {v!r}")
-    return int(pair[0]), int(pair[1])
-
-
 def quantized_conv2d(x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp, stride=1,
                      padding=0, dilation=1, out_dtype="uint8", name: str = "quantized_conv2d",
                      *, groups=1):
@@ -373,35 +339,25 @@ def quantized_conv2d(x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp
     accumulator is :func:`tecomp.nn.conv2d_nchw`'s own stage (tag ``conv2d_nchw``), so that
     ``tc.auto_schedule`` gives it the tuned conv schedule with the requantization as its
     epilogue; grouped ones get the generic rules."""
-    what = f"quantized_conv2d {name}"
-    xz, wz, requant = _qmm_args(what, x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale,
+    chk = Args("quantized_conv2d", name)
+    xz, wz, requant = _qmm_args(chk, x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale,
                                 out_zp, out_dtype, "NCHW [batch, channels, height, width]",
                                 "[out, in // groups, kh, kw]")
-    (sh, sw), (ph, pw), (dh, dw) = (_conv_pair(v, f"{what}: {arg}", low) for v, arg, low in (
+    (sh, sw), (ph, pw), (dh, dw) = (chk.ints(arg, v, low) for v, arg, low in (
         (stride, "stride", 1), (padding, "padding", 0), (dilation, "dilation", 1)))
-    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
-        raise ComputeError(f"{what}: groups must be an int >= 1, got {groups!r}")
+    groups = chk.ints("groups", groups, 1, count=1)
     dims = {}
     for t, arg, axes in ((x, "x", "NCHW"), (w, "w", "OIRS")):
         for d, a in enumerate(axes):
-            dims[arg + a] = _cint(t.shape[d])
-            if dims[arg + a] is None:
-                raise ComputeError(f"{what}: {arg} ({t.name}) has a symbolic extent "
-                                   f"{t.shape[d]} on axis {d}; give it a constant extent")
+            dims[arg + a] = chk.constant(arg, t, d, "extent")
     C, O = dims["xC"], dims["wO"]
     if C % groups or O % groups or dims["wI"] * groups != C:
-        raise ComputeError(
-            f"{what}: x ({x.name}) has {C} channels (axis 1) and w ({w.name}) is "
-            f"{tuple(dims[k] for k in ('wO', 'wI', 'wR', 'wS'))} with groups={groups}; w must "
-            f"be [out, {C} // groups, kh, kw] and groups must divide {C} channels and {O} "
-            f"outputs")
-    OH, OW = (_conv_out(n, k, s, p, d) for n, k, s, p, d in (
-        (dims["xH"], dims["wR"], sh, ph, dh), (dims["xW"], dims["wS"], sw, pw, dw)))
-    if OH <= 0 or OW <= 0:
-        raise ComputeError(f"{what}: the output would be {OH}x{OW}: the {dims['wR']}x"
-                           f"{dims['wS']} kernel (dilation {dh}x{dw}) does not fit the "
-                           f"{dims['xH']}x{dims['xW']} input padded by {ph}x{pw}; pad more "
-                           f"or use a smaller kernel")
+        chk.fail(f"x ({x.name}) has {C} channels (axis 1) and w ({w.name}) is "
+                 f"{tuple(dims[k] for k in ('wO', 'wI', 'wR', 'wS'))} with groups={groups}; w "
+                 f"must be [out, {C} // groups, kh, kw] and groups must divide {C} channels "
+                 f"and {O} outputs")
+    OH, OW = chk.window((dims["xH"], dims["xW"]), (dims["wR"], dims["wS"]), (sh, sw),
+                        (ph, pw), (dh, dw), "x")
     # the activations less their zero point, padded with 0 (x padded with x_zp, the real
     # 0, as PyTorch pads), times the weights less theirs, summed in int32
     src = _te.compute(x.shape, lambda *i: _q(x[i], xz), name=f"{name}.shift", tag="elemwise")

@@ -14,8 +14,8 @@ def _qkv(q=(2, 4, 13, 24), k=(2, 4, 37, 24), v=(2, 4, 37, 16), dtype="float32"):
 def test_wrong_rank():
     q, k, v = _qkv(q=(4, 13, 24))
     with pytest.raises(tc.ShapeError, match=r"scaled_dot_product_attention sdpa: q \(Q\) must "
-                                            r"be 4-d \(batch, heads, seq, dim\), got 3-d; "
-                                            r"reshape it"):
+                                            r"be 4-d \(batch, heads, seq, dim\), got 3-d "
+                                            r"\(4, 13, 24\); reshape it"):
         nn.scaled_dot_product_attention(q, k, v)
 
 
@@ -30,25 +30,25 @@ def test_mismatched_dtypes():
     q, _, v = _qkv()
     k = tc.placeholder((2, 4, 37, 24), "float64", name="K")
     with pytest.raises(tc.DTypeError, match=r"k \(K\) is float64 but q \(Q\) is float32; give "
-                                            r"q, k and v one dtype"):
+                                            r"them one dtype \(astype one of them\)"):
         nn.scaled_dot_product_attention(q, k, v)
 
 
 def test_integer_dtype():
     q, k, v = _qkv(dtype="int32")
-    with pytest.raises(tc.DTypeError, match=r"q \(Q\) has dtype int32; attention needs a float "
-                                            r"tensor"):
+    with pytest.raises(tc.DTypeError, match=r"q \(Q\) has dtype int32; give a float tensor "
+                                            r"\(float16, bfloat16, float32 or float64\)"):
         nn.scaled_dot_product_attention(q, k, v)
 
 
 @pytest.mark.parametrize("shapes,msg", [
-    (dict(k=(3, 4, 37, 24)), r"the batch extent \(axis 0\) of k \(K\) is 3, q's \(Q\) is 2; "
+    (dict(k=(3, 4, 37, 24)), r"k \(K\) has 3 batches \(axis 0\) but q \(Q\) has 2 \(axis 0\); "
                              r"they must be equal"),
-    (dict(v=(2, 5, 37, 16)), r"the heads extent \(axis 1\) of v \(V\) is 5, q's \(Q\) is 4"),
-    (dict(k=(2, 4, 37, 32)), r"k \(K\) has dim 32 \(axis 3\), q \(Q\) has 24; the scores q.k "
-                             r"need the same dim"),
-    (dict(v=(2, 4, 36, 16)), r"v \(V\) has 36 keys \(axis 2\), k \(K\) has 37; give v one row "
-                             r"per key"),
+    (dict(v=(2, 5, 37, 16)), r"v \(V\) has 5 heads \(axis 1\) but q \(Q\) has 4 \(axis 1\)"),
+    (dict(k=(2, 4, 37, 32)), r"k \(K\) has 32 dims \(axis 3\) but q \(Q\) has 24 \(axis 3\); "
+                             r"they must be equal \(the scores q.k need the same dim\)"),
+    (dict(v=(2, 4, 36, 16)), r"v \(V\) has 36 keys \(axis 2\) but k \(K\) has 37 \(axis 2\); "
+                             r"they must be equal \(give v one row per key\)"),
 ])
 def test_mismatched_extents(shapes, msg):
     q, k, v = _qkv(**shapes)
@@ -69,8 +69,9 @@ def test_mask_that_does_not_broadcast():
 def test_mask_of_one_dimension():
     q, k, v = _qkv()
     m = tc.placeholder((37,), name="M")
-    with pytest.raises(tc.ShapeError, match=r"mask \(M\) is 1-d; .*a mask over the keys alone "
-                                            r"is \(1, Lk\)"):
+    with pytest.raises(tc.ShapeError, match=r"mask \(M\) must be 2-d to 4-d \(broadcasting to "
+                                            r"\(batch, heads, Lq, Lk\) = \(2, 4, 13, 37\).*a "
+                                            r"mask over the keys alone is \(1, Lk\)\), got 1-d"):
         nn.scaled_dot_product_attention(q, k, v, m)
 
 
@@ -85,8 +86,8 @@ def test_mask_of_another_float_dtype():
 @pytest.mark.parametrize("scale", [float("nan"), float("inf"), "0.1", True])
 def test_bad_scale(scale):
     q, k, v = _qkv()
-    with pytest.raises(tc.ShapeError, match=r"scale must be a finite number \(or None for "
-                                            r"1/sqrt\(dim\)\)"):
+    with pytest.raises(tc.ShapeError, match=r"scale \(or None for 1/sqrt\(dim\)\) must be a "
+                                            r"finite number, got "):
         nn.scaled_dot_product_attention(q, k, v, scale=scale)
 
 

@@ -51,6 +51,7 @@ from .common import _auto_rest, _find, _loads, _op_tags, check_positive_int, con
 from .elementwise import _schedule_elementwise_stage
 from .machine import CpuInfo, cpu_info
 from .microkernel import accumulate_block, copy_out, vector_columns
+from ..ops import _dense_args, _gemm_output, _matmul_args
 
 
 @dataclass(frozen=True)
@@ -591,14 +592,16 @@ def _schedule_gemm_write_cache(s: Schedule, C: Tensor, info: CpuInfo, packed, p:
 
 
 def matmul_packed(A: Tensor, B: Tensor, nr: Optional[int] = None, name: str = "matmul",
-                  target="llvm"):
+                  target="llvm", out_dtype=None):
     """``A[M, K] @ B[K, N]`` with B packed into ``NR``-column panels by a compute stage
     ``<name>.packB[N/NR, K, NR] = B[k, jo*NR + ji]`` (zero beyond N), the array packing of
     the GEMM tutorials: each ``KC x NR`` micro-panel is contiguous.  Same result as
-    ``tecomp.nn.matmul``; schedule it with :func:`schedule_matmul`.  A layout for a
+    ``tecomp.nn.matmul`` (``out_dtype`` and the float32 accumulation of float16/bfloat16
+    operands too); schedule it with :func:`schedule_matmul`.  A layout for a
     target: ``nr`` by default from ``target``'s vector width (two vectors)."""
-    if A.ndim != 2 or B.ndim != 2:
-        raise ScheduleError(f"matmul_packed {name}: needs 2-d tensors")
+    a, acc, out = _matmul_args("matmul_packed", name, A, B, out_dtype)
+    if nr is not None:
+        nr = a.ints("nr", nr, 1, count=1)
     N = _cint(B.shape[1])
     if nr is None:
         nr = gemm_params(None, N, None, cpu_info(target)).nr
@@ -613,16 +616,19 @@ def matmul_packed(A: Tensor, B: Tensor, nr: Optional[int] = None, name: str = "m
             jo * nr + ji < Nn, B[k, jo * nr + ji], _te.const(0.0, B.dtype)),
             name=f"{name}.packB", tag="gemm_pack")
     k = _te.reduce_axis(A.shape[1], name="k")
-    return _te.compute((A.shape[0], B.shape[1]),
-                       lambda i, j: _te.sum(A[i, k] * pb[j // nr, k, j % nr], axis=k),
-                       name=name, tag="matmul,matmul_packed", attrs={"nr": nr})
+    return _gemm_output((A.shape[0], B.shape[1]), lambda i, j: _te.sum(
+        A[i, k].astype(acc) * pb[j // nr, k, j % nr].astype(acc), axis=k), name,
+        "matmul,matmul_packed", acc, out, attrs={"nr": nr})
 
 
 def dense_packed(X: Tensor, W: Tensor, bias: Optional[Tensor] = None, nr: Optional[int] = None,
-                 name: str = "dense", target="llvm"):
-    """``X[B, I] @ W[O, I]^T (+ bias)`` (``tecomp.nn.dense``) with W transposed into
-    ``NR``-wide panels by a compute stage ``<name>.packW[O/NR, I, NR]`` (``nr``: as
-    :func:`matmul_packed`)."""
+                 name: str = "dense", target="llvm", out_dtype=None):
+    """``X[B, I] @ W[O, I]^T (+ bias)`` (``tecomp.nn.dense``, ``out_dtype`` and the
+    accumulation as there) with W transposed into ``NR``-wide panels by a compute stage
+    ``<name>.packW[O/NR, I, NR]`` (``nr``: as :func:`matmul_packed`)."""
+    a, acc, out = _dense_args("dense_packed", name, X, W, bias, out_dtype)
+    if nr is not None:
+        nr = a.ints("nr", nr, 1, count=1)
     O = _cint(W.shape[0])
     if nr is None:
         nr = gemm_params(None, O, None, cpu_info(target)).nr
@@ -636,13 +642,9 @@ def dense_packed(X: Tensor, W: Tensor, bias: Optional[Tensor] = None, nr: Option
             jo * nr + ji < On, W[jo * nr + ji, k], _te.const(0.0, W.dtype)),
             name=f"{name}.packW", tag="gemm_pack")
     k = _te.reduce_axis(X.shape[1], name="k")
-    mm = _te.compute((X.shape[0], W.shape[0]),
-                     lambda b, o: _te.sum(X[b, k] * pw[o // nr, k, o % nr], axis=k),
-                     name=name if bias is None else f"{name}.matmul",
-                     tag="dense,matmul_packed", attrs={"nr": nr})
-    if bias is None:
-        return mm
-    return _te.compute(mm.shape, lambda b, o: mm[b, o] + bias[o], name=name, tag="bias_add")
+    return _gemm_output((X.shape[0], W.shape[0]), lambda b, o: _te.sum(
+        X[b, k].astype(acc) * pw[o // nr, k, o % nr].astype(acc), axis=k), name,
+        "dense,matmul_packed", acc, out, bias, attrs={"nr": nr})
 
 
 def _schedule_gemm_like(outs, target, tags, config) -> Schedule:

@@ -9,7 +9,7 @@ from ...autoschedule.rows import row_reduce_at
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import Tensor
 from .._schedule_common import _cint, _outs, _walk
-from ..ops import shift_max as _shift_max
+from ..ops import _softmax
 from .common import _vector_split
 from .elementwise import _schedule_elementwise_stage
 from .machine import CpuInfo, cpu_info
@@ -20,15 +20,9 @@ def softmax_fast(x: Tensor, name: str = "softmax"):
     row: stages ``.max``, ``.exp`` (``fast_exp(x - max)``), ``.sum``, ``.rcp``
     (``1 / sum``) and the output ``exp * rcp``.  Its error is bounded in
     ``docs/numerics.md``; ``tecomp.nn.softmax`` is the same with ``exp`` (on float32
-    the same vector code as ``fast_exp``).  Schedule it with :func:`schedule_softmax`."""
-    k = _te.reduce_axis(x.shape[-1], name="k")
-    m = _te.compute(x.shape[:-1], lambda *i: _shift_max(x[i + (k,)], axis=k),
-                    name=f"{name}.max")
-    e = _te.compute(x.shape, lambda *i: _te.fast_exp(x[i] - m[i[:-1]]), name=f"{name}.exp")
-    k2 = _te.reduce_axis(x.shape[-1], name="k")
-    sm = _te.compute(x.shape[:-1], lambda *i: _te.sum(e[i + (k2,)], axis=k2), name=f"{name}.sum")
-    r = _te.compute(x.shape[:-1], lambda *i: _te.const(1.0, x.dtype) / sm[i], name=f"{name}.rcp")
-    return _te.compute(x.shape, lambda *i: e[i] * r[i[:-1]], name=name, tag="softmax")
+    the same vector code as ``fast_exp``; for float16/bfloat16 ``x`` the exps and their
+    sum are float32, as there).  Schedule it with :func:`schedule_softmax`."""
+    return _softmax(x, "softmax_fast", name, _te.fast_exp)
 
 
 def _row_stage_at(s: Schedule, t: Tensor, st: Stage, axis, info: CpuInfo):

@@ -1,0 +1,193 @@
+"""The argument checks of every :mod:`tecomp.nn` operator, made before it builds a stage.
+
+Each operator makes one :class:`Args` for its call and checks each argument with it; a
+bad argument raises a :class:`~tecomp.errors.ShapeError` (a rank, an extent, a stride,
+an axis...) or a :class:`~tecomp.errors.DTypeError` (a dtype) whose message begins with
+the operator and its stage name (``conv2d_nchw conv2d_nchw: ...``), names the argument
+and its tensor (``weight (W)``) and says what was expected.  Extents are compared where
+both are known (constants, or the same symbolic extent); a symbolic extent is taken on
+trust, as the compute definitions read it.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Optional, Sequence, Tuple
+
+from ..errors import DTypeError, ShapeError
+from ..ir import dtype as _dt
+from ..ir.expr import Const
+
+#: the float dtypes, as the messages list them
+FLOATS = "float16, bfloat16, float32 or float64"
+
+#: what a ``dtype=`` kind of :meth:`Args.tensor` accepts, and how a message says it
+_KINDS = {
+    "float": (_dt.is_float, f"a float tensor ({FLOATS})"),
+    "number": (lambda d: _dt.is_float(d) or _dt.is_int(d), "a float or integer tensor"),
+    "index": (lambda d: d in ("int32", "int64"), "an int32 or int64 tensor"),
+    "quantized": (lambda d: d in ("uint8", "int8", "int32"),
+                  "a quantized tensor (uint8, int8 or int32); quantize it first "
+                  "(quant.quantize)"),
+}
+
+
+def shape_text(shape) -> str:
+    """A shape as the user wrote it: ``(4, 72)``, ``(n, 8)``, ``(5,)``."""
+    dims = [str(e) for e in shape]
+    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+
+
+def same_extent(a, b) -> Optional[bool]:
+    """True / False when two extents are known equal / different, None when unknown."""
+    if isinstance(a, int):
+        a = Const(a, "int32")
+    if isinstance(b, int):
+        b = Const(b, "int32")
+    if isinstance(a, Const) and isinstance(b, Const):
+        return int(a.value) == int(b.value)
+    return True if a is b else None
+
+
+def _short(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class Args:
+    """The checks of one call of the operator ``op`` whose stage is called ``name``."""
+
+    def __init__(self, op: str, name: str):
+        self.where = f"{op} {name}"
+
+    def fail(self, msg: str, cls=ShapeError):
+        raise cls(f"{self.where}: {msg}")
+
+    def tensor(self, arg: str, t, ndim=None, layout: str = "", dtype="float", like=None):
+        """``t`` when it is a tensor with ``ndim`` dimensions (an int, or ``(low, high)``
+        with ``high`` None for no bound), ``layout`` describing them in the message, and a
+        dtype of the kind ``dtype`` ("float", "number": float or integer, "index": int32
+        or int64, "quantized", a tuple of dtypes, or None: any); ``like``: ``(arg,
+        tensor)`` whose dtype ``t`` must have."""
+        from ..te.tensor import Tensor
+
+        if not isinstance(t, Tensor):
+            self.fail(f"{arg} must be a tensor (tc.placeholder or a compute), got {_short(t)}")
+        desc = f"{arg} ({t.name})"
+        if ndim is not None:
+            low, high = (ndim, ndim) if isinstance(ndim, int) else ndim
+            if t.ndim < low or (high is not None and t.ndim > high):
+                want = (f"{low}-d" if low == high else f"at least {low}-d" if high is None
+                        else f"{low}-d to {high}-d")
+                self.fail(f"{desc} must be {want}{' ' + layout if layout else ''}, got "
+                          f"{t.ndim}-d {shape_text(t.shape)}; reshape it (tecomp.nn.reshape)")
+        if isinstance(dtype, tuple):
+            if t.dtype not in dtype:
+                self.fail(f"{desc} has dtype {t.dtype}; give {' or '.join(dtype)}", DTypeError)
+        elif dtype is not None:
+            ok, what = _KINDS[dtype]
+            if not ok(t.dtype):
+                self.fail(f"{desc} has dtype {t.dtype}; give {what}", DTypeError)
+        if like is not None and t.dtype != like[1].dtype:
+            self.fail(f"{desc} is {t.dtype} but {like[0]} ({like[1].name}) is "
+                      f"{like[1].dtype}; give them one dtype (astype one of them)", DTypeError)
+        return t
+
+    def match(self, arg: str, t, axis: int, other: str, u, other_axis: int, what: str,
+              hint: str = "") -> None:
+        """``t.shape[axis]`` (``what``, e.g. "input channels") must equal
+        ``u.shape[other_axis]`` where both are known."""
+        a, b = t.shape[axis], u.shape[other_axis]
+        if same_extent(a, b) is False:
+            self.fail(f"{arg} ({t.name}) has {a} {what} (axis {axis}) but {other} ({u.name}) "
+                      f"has {b} (axis {other_axis}); they must be equal"
+                      + (f" ({hint})" if hint else ""))
+
+    def same_shape(self, arg: str, t, other: str, u) -> None:
+        """``t`` has ``u``'s shape (where the extents are known)."""
+        if t.ndim != u.ndim or any(same_extent(a, b) is False for a, b in zip(t.shape, u.shape)):
+            self.fail(f"{arg} ({t.name}) has shape {shape_text(t.shape)} but {other} "
+                      f"({u.name}) has {shape_text(u.shape)}; they must have one shape")
+
+    def constant(self, arg: str, t, axis: int, what: str) -> int:
+        """The constant extent ``t.shape[axis]`` (``what``, e.g. "height")."""
+        e = t.shape[axis]
+        if not isinstance(e, Const):
+            self.fail(f"{arg} ({t.name}): the {what} (axis {axis}) must be a constant extent, "
+                      f"got {e}")
+        return int(e.value)
+
+    def ints(self, arg: str, v, low: int, count: int = 2):
+        """``v`` as a pair of ints ``>= low`` (rows, columns; one int stands for both), or
+        as one int when ``count`` is 1."""
+        many = count > 1 and isinstance(v, (tuple, list))
+        vals = list(v) if many else [v]
+        if (many and len(vals) != count) or not all(
+                isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= low
+                for x in vals):
+            pair = "" if count == 1 else " or a pair of them (rows, columns)"
+            self.fail(f"{arg} must be an int >= {low}{pair}, got {_short(v)}")
+        vals = [int(x) for x in vals]
+        if count == 1:
+            return vals[0]
+        return tuple(vals) if many else tuple(vals * count)
+
+    def number(self, arg: str, v, low: Optional[float] = None) -> float:
+        """``v`` as a finite float (``>= low`` when given)."""
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) \
+                or (low is not None and v < low):
+            bound = "" if low is None else f" >= {low}"
+            self.fail(f"{arg} must be a finite number{bound}, got {_short(v)}")
+        return float(v)
+
+    def axis(self, arg: str, v, ndim: int, of: str) -> int:
+        """``v`` as an axis of an ``ndim``-d tensor (``of`` names it), negative counting
+        from the end."""
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not -ndim <= v < ndim:
+            self.fail(f"{arg} {_short(v)} is out of range for {of} ({ndim}-d); give an int in "
+                      f"[{-ndim}, {ndim - 1}]")
+        return int(v) % ndim
+
+    def out_dtype(self, v, operands: Sequence) -> Optional[str]:
+        """``out_dtype=`` of a GEMM or convolution: None, or a float dtype (an int or
+        float one for integer ``operands``, tensors)."""
+        if v is None:
+            return None
+        try:
+            d = _dt.canon(v)
+        except DTypeError as exc:
+            self.fail(f"out_dtype: {exc}", DTypeError)
+        floats = any(_dt.is_float(t.dtype) for t in operands)
+        if _dt.is_bool(d) or (floats and not _dt.is_float(d)):
+            self.fail(f"out_dtype {d} cannot hold the sum of products of "
+                      f"{' and '.join(sorted({t.dtype for t in operands}))} values; give "
+                      + (f"a float dtype ({FLOATS})" if floats else "a float or integer dtype"),
+                      DTypeError)
+        return d
+
+    def operands(self, pairs: Sequence[Tuple[str, object]], out_dtype) -> None:
+        """The operands of a GEMM or convolution (``(arg, tensor)`` pairs, already checked
+        as tensors) share a dtype, unless ``out_dtype`` casts them all."""
+        (a0, t0), rest = pairs[0], pairs[1:]
+        for a, t in rest:
+            if t.dtype != t0.dtype and out_dtype is None:
+                self.fail(f"{a} ({t.name}) is {t.dtype} but {a0} ({t0.name}) is {t0.dtype}; "
+                          "give them one dtype (astype one of them), or out_dtype= to cast "
+                          "both", DTypeError)
+
+    def window(self, size, kernel, stride, padding, dilation, of: str) -> Tuple[int, int]:
+        """The ``(rows, columns)`` of a convolution or pooling output over an input of
+        ``size`` with ``kernel``, ``stride``, ``padding`` (both sides) and ``dilation``
+        (pairs); a ShapeError when the kernel does not fit the padded input (``of``: the
+        argument the input is)."""
+        out = tuple((n + 2 * p - d * (k - 1) - 1) // s + 1
+                    for n, k, s, p, d in zip(size, kernel, stride, padding, dilation))
+        if min(out) <= 0:
+            span = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
+            self.fail(f"the kernel does not fit: the {kernel[0]}x{kernel[1]} kernel (dilation "
+                      f"{dilation[0]}x{dilation[1]}, spanning {span[0]}x{span[1]}) is larger "
+                      f"than the {size[0]}x{size[1]} {of} padded by {padding[0]}x{padding[1]} "
+                      f"(the output would be {out[0]}x{out[1]}); pad more or use a smaller "
+                      "kernel")
+        return out
+

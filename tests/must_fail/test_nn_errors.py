@@ -1,0 +1,264 @@
+"""Bad calls of every public tecomp.nn operator (tecomp.nn, tecomp.nn.ops, tecomp.nn.quant
+and the compute definitions of tecomp.nn.cpu): each is refused before anything is built,
+with a ShapeError or DTypeError whose message names the operator, the argument (and its
+tensor) and what was expected -- never an IndexError, a ZeroDivisionError or a message
+from tecomp's internals."""
+import inspect
+import math
+
+import pytest
+
+import tecomp as tc
+from tecomp import nn
+from tecomp.nn import cpu, ops, quant
+
+
+def P(*shape, dtype="float32", name="T"):
+    return tc.placeholder(shape, dtype, name=name)
+
+
+X4 = P(2, 3, 8, 8, name="X")            # NCHW data
+W4 = P(4, 3, 3, 3, name="W")            # OIHW weight
+H4 = P(2, 8, 8, 3, name="X")            # NHWC data
+HW = P(3, 3, 3, 4, name="W")            # HWIO weight
+M2 = P(4, 6, name="A")
+Q8 = P(2, 3, 8, 8, dtype="uint8", name="Q")
+QW = P(4, 3, 3, 3, dtype="int8", name="QW")
+QX = P(4, 6, dtype="uint8", name="QX")
+QD = P(5, 6, dtype="int8", name="QD")
+S, D = tc.ShapeError, tc.DTypeError
+
+# (operator, call, error, the message's pattern)
+CASES = [
+    # GEMMs
+    ("matmul", lambda: nn.matmul(P(4, 6, 2, name="A"), P(6, 3, name="B")), S,
+     r"matmul matmul: A \(A\) must be 2-d \[M, K\], got 3-d \(4, 6, 2\)"),
+    ("matmul", lambda: nn.matmul(M2, P(7, 3, name="B")), S,
+     r"matmul matmul: B \(B\) has 7 rows \(axis 0\) but A \(A\) has 6 \(axis 1\); they must be "
+     r"equal \(the reduced extent K"),
+    ("matmul", lambda: nn.matmul(M2, P(6, 3, dtype="float64", name="B")), D,
+     r"B \(B\) is float64 but A \(A\) is float32; give them one dtype .*or out_dtype="),
+    ("matmul", lambda: nn.matmul(M2, P(6, 3, name="B"), out_dtype="int32"), D,
+     r"matmul matmul: out_dtype int32 cannot hold the sum of products of float32 values"),
+    ("matmul", lambda: nn.matmul(M2, P(6, 3, name="B"), out_dtype="float8"), D,
+     r"matmul matmul: out_dtype: unknown dtype 'float8'"),
+    ("matmul", lambda: nn.matmul(P(4, 6, dtype="bool", name="A"), P(6, 3, dtype="bool")), D,
+     r"A \(A\) has dtype bool; give a float or integer tensor"),
+    ("matmul", lambda: nn.matmul(M2, "B"), S,
+     r"matmul matmul: B must be a tensor \(tc.placeholder or a compute\), got 'B'"),
+    ("dense", lambda: nn.dense(P(4, 6, name="X"), P(5, 7, name="W")), S,
+     r"dense dense: W \(W\) has 7 input features \(axis 1\) but X \(X\) has 6 \(axis 1\)"),
+    ("dense", lambda: nn.dense(P(4, 6, name="X"), P(5, 6, name="W"), P(4, name="b")), S,
+     r"dense dense: bias \(b\) has 4 elements \(axis 0\) but W \(W\) has 5 \(axis 0\)"),
+    ("dense", lambda: nn.dense(P(4, 6, dtype="float16", name="X"), P(5, 6, dtype="float16"),
+                               P(5, name="b")), D,
+     r"dense dense: bias \(b\) has dtype float32; give float16"),
+    ("dense", lambda: nn.dense(P(6, name="X"), P(5, 6, name="W")), S,
+     r"X \(X\) must be 2-d \[batch, in\], got 1-d \(6,\)"),
+    ("batch_matmul", lambda: nn.batch_matmul(P(2, 3, 4, name="A"), P(2, 5, 4, name="B")), S,
+     r"batch_matmul batch_matmul: the reduced extents differ: A gives 4, B gives 5"),
+    ("batch_matmul", lambda: nn.batch_matmul(P(3, 4, name="A"), P(2, 4, 5, name="B")), S,
+     r"A \(A\) must be 3-d \[batch, m, k\], got 2-d"),
+    ("matmul_packed", lambda: cpu.matmul_packed(M2, P(5, 3, name="B")), S,
+     r"matmul_packed matmul: B \(B\) has 5 rows \(axis 0\) but A \(A\) has 6"),
+    ("matmul_packed", lambda: cpu.matmul_packed(M2, P(6, 3, name="B"), nr=0), S,
+     r"matmul_packed matmul: nr must be an int >= 1, got 0"),
+    ("dense_packed", lambda: cpu.dense_packed(P(4, 6, name="X"), P(5, 6, 1, name="W")), S,
+     r"dense_packed dense: W \(W\) must be 2-d \[out, in\], got 3-d"),
+    # convolutions
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(P(3, 8, 8, name="X"), W4), S,
+     r"conv2d_nchw conv2d_nchw: data \(X\) must be 4-d NCHW \[batch, channels, height, width\], "
+     r"got 3-d \(3, 8, 8\)"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, P(4, 3, 3, name="W")), S,
+     r"weight \(W\) must be 4-d OIHW \[out, in, kh, kw\], got 3-d"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, P(4, 5, 3, 3, name="W")), S,
+     r"weight \(W\) has 5 input channels \(axis 1\) but data \(X\) has 3 \(axis 1\)"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, P(4, 3, 9, 3, name="W")), S,
+     r"the kernel does not fit: the 9x3 kernel \(dilation 1x1, spanning 9x3\) is larger than the "
+     r"8x8 data padded by 0x0 \(the output would be 0x6\)"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, dilation=4), S,
+     r"the 3x3 kernel \(dilation 4x4, spanning 9x9\) is larger than the 8x8 data"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, stride=0), S,
+     r"conv2d_nchw conv2d_nchw: stride must be an int >= 1 or a pair of them \(rows, columns\), "
+     r"got 0"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, padding=(1, -1)), S,
+     r"padding must be an int >= 0 or a pair of them \(rows, columns\), got \(1, -1\)"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, dilation=(1, 1, 1)), S,
+     r"dilation must be an int >= 1 or a pair"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, stride=1.5), S,
+     r"stride must be an int >= 1 or a pair of them \(rows, columns\), got 1.5"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, P(4, 3, 3, 3, dtype="float16", name="W")), D,
+     r"weight \(W\) is float16 but data \(X\) is float32"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(P(2, 3, tc.var("h"), 8, name="X"), W4), S,
+     r"data \(X\): the height \(axis 2\) must be a constant extent, got h"),
+    ("conv2d_nhwc", lambda: nn.conv2d_nhwc(P(1, 3, 3, 2, name="X"), P(7, 3, 2, 4, name="W")), S,
+     r"conv2d_nhwc conv2d_nhwc: the kernel does not fit: the 7x3 kernel .* larger than the 3x3 "
+     r"data padded by 0x0"),
+    ("conv2d_nhwc", lambda: nn.conv2d_nhwc(H4, P(3, 3, 4, 4, name="W")), S,
+     r"weight \(W\) has 4 input channels \(axis 2\) but data \(X\) has 3 \(axis 3\)"),
+    ("conv2d_nhwc", lambda: nn.conv2d_nhwc(P(8, 8, 3, name="X"), HW), S,
+     r"data \(X\) must be 4-d NHWC \[batch, height, width, channels\]"),
+    # pooling
+    ("max_pool2d", lambda: nn.max_pool2d(P(3, 8, 8, name="X"), 2), S,
+     r"max_pool2d max_pool2d: data \(X\) must be 4-d NCHW \[batch, channels, height, width\], "
+     r"got 3-d"),
+    ("max_pool2d", lambda: nn.max_pool2d(X4, 9), S,
+     r"max_pool2d max_pool2d: the kernel does not fit: the 9x9 kernel"),
+    ("max_pool2d", lambda: nn.max_pool2d(X4, 2, 0), S, r"stride must be an int >= 1"),
+    ("max_pool2d", lambda: nn.max_pool2d(X4, 3, 1, 2), S,
+     r"padding 2x2 is more than half the 3x3 kernel; a window could then hold padding only"),
+    ("max_pool2d", lambda: nn.max_pool2d(P(2, 3, 8, 8, dtype="int32", name="X"), 2), D,
+     r"data \(X\) has dtype int32; give a float tensor \(float16, bfloat16, float32 or "
+     r"float64\)"),
+    ("avg_pool2d", lambda: nn.avg_pool2d(P(3, 8, 8, name="X"), 2), S,
+     r"avg_pool2d avg_pool2d: data \(X\) must be 4-d"),
+    ("avg_pool2d", lambda: nn.avg_pool2d(X4, 0), S, r"kernel must be an int >= 1"),
+    ("avg_pool2d", lambda: nn.avg_pool2d(X4, 2, padding=-1), S, r"padding must be an int >= 0"),
+    # elementwise
+    ("relu", lambda: nn.relu(P(4, dtype="bool", name="X")), D,
+     r"relu relu: x \(X\) has dtype bool; give a float or integer tensor"),
+    ("relu", lambda: nn.relu([1.0]), S, r"relu relu: x must be a tensor"),
+    ("sigmoid", lambda: nn.sigmoid(P(4, dtype="int32", name="X")), D,
+     r"sigmoid sigmoid: x \(X\) has dtype int32; give a float tensor"),
+    ("tanh", lambda: nn.tanh(P(4, dtype="int8", name="X")), D, r"tanh tanh: x \(X\) has dtype"),
+    ("gelu", lambda: nn.gelu(P(4, dtype="int32", name="X")), D, r"gelu gelu: x \(X\) has dtype"),
+    ("bias_add", lambda: nn.bias_add(X4, P(4, name="b")), S,
+     r"bias_add bias_add: bias \(b\) has 4 elements \(axis 0\) but x \(X\) has 3 \(axis 1\)"),
+    ("bias_add", lambda: nn.bias_add(X4, P(3, name="b"), axis=4), S,
+     r"axis 4 is out of range for x \(X\) \(4-d\); give an int in \[-4, 3\]"),
+    ("bias_add", lambda: nn.bias_add(X4, P(3, 1, name="b")), S, r"bias \(b\) must be 1-d"),
+    ("bias_add", lambda: nn.bias_add(X4, P(3, dtype="float64", name="b")), D,
+     r"bias \(b\) is float64 but x \(X\) is float32"),
+    ("dropout", lambda: nn.dropout(P(4, name="X"), 1.5), S,
+     r"dropout dropout: p must be a probability in \[0, 1\], got 1.5"),
+    ("dropout", lambda: nn.dropout(P(4, name="X"), 0.5, 2 ** 40), S,
+     r"seed must be an int or an int64 tc.var, got 1099511627776"),
+    ("dropout", lambda: nn.dropout(P(4, dtype="int32", name="X"), 0.5), D,
+     r"dropout dropout: x \(X\) has dtype int32"),
+    ("squares32", lambda: nn.ops.squares32(tc.var("i")), D,
+     r"squares32 counter: the counter must be an int64 expression .*astype\('int64'\)"),
+    # softmax, losses
+    ("softmax", lambda: nn.softmax(P(2, 8, dtype="int32", name="X")), D,
+     r"softmax softmax: x \(X\) has dtype int32; give a float tensor"),
+    ("log_softmax", lambda: nn.log_softmax(P(2, 8, dtype="uint8", name="X")), D,
+     r"log_softmax log_softmax: x \(X\) has dtype uint8"),
+    ("softmax_fast", lambda: cpu.softmax_fast(P(2, 8, dtype="int32", name="X")), D,
+     r"softmax_fast softmax: x \(X\) has dtype int32"),
+    ("cross_entropy", lambda: nn.cross_entropy(P(2, 8, name="L"), P(2, 7, name="Y")), S,
+     r"cross_entropy cross_entropy: labels_onehot \(Y\) has shape \(2, 7\) but logits \(L\) has "
+     r"\(2, 8\); they must have one shape"),
+    ("cross_entropy", lambda: nn.cross_entropy(P(8, name="L"), P(8, name="Y")), S,
+     r"logits \(L\) must be 2-d \[batch, classes\], got 1-d"),
+    ("mse_loss", lambda: nn.mse_loss(P(2, 8, name="P"), P(2, 7, name="T")), S,
+     r"mse_loss mse_loss: target \(T\) has shape \(2, 7\) but pred \(P\) has \(2, 8\)"),
+    ("mse_loss", lambda: nn.mse_loss(P(2, 8, name="P"), P(16, name="T")), S,
+     r"target \(T\) must be 2-d, got 1-d"),
+    ("mse_loss", lambda: nn.mse_loss(P(2, 8, name="P"), P(2, 8, dtype="float64", name="T")), D,
+     r"target \(T\) is float64 but pred \(P\) is float32"),
+    # normalisation
+    ("batch_norm_train", lambda: nn.batch_norm_train(P(2, 3, 8, name="X"), P(3), P(3)), S,
+     r"batch_norm_train batch_norm: x \(X\) must be 4-d NCHW \[batch, channels, height, "
+     r"width\], got 3-d"),
+    ("batch_norm_train", lambda: nn.batch_norm_train(X4, P(4, name="G"), P(3)), S,
+     r"gamma \(G\) has 4 channels \(axis 0\) but x \(X\) has 3 \(axis 1\)"),
+    ("batch_norm_train", lambda: nn.batch_norm_train(X4, P(3), P(3), eps=-1e-5), S,
+     r"eps must be a finite number >= 0.0, got -1e-05"),
+    ("batch_norm_train", lambda: nn.batch_norm_train(X4, P(3), P(3, dtype="float16", name="B")),
+     D, r"beta \(B\) is float16 but x \(X\) is float32"),
+    ("layer_norm", lambda: nn.layer_norm(P(2, 8, name="X"), P(4, name="G"), P(8)), S,
+     r"layer_norm layer_norm: gamma \(G\) has 4 features \(axis 0\) but x \(X\) has 8 "
+     r"\(axis 1\)"),
+    ("layer_norm", lambda: nn.layer_norm(P(2, 8, name="X"), P(8), P(8), eps=math.nan), S,
+     r"eps must be a finite number >= 0.0, got nan"),
+    ("layer_norm", lambda: nn.layer_norm(P(2, 8, dtype="int32", name="X"), P(8), P(8)), D,
+     r"x \(X\) has dtype int32; give a float tensor"),
+    # attention
+    ("scaled_dot_product_attention",
+     lambda: nn.scaled_dot_product_attention(P(4, 13, 24, name="Q"), P(2, 4, 9, 24), P(2, 4, 9, 8)),
+     S, r"scaled_dot_product_attention sdpa: q \(Q\) must be 4-d"),
+    # layout
+    ("pad", lambda: nn.pad(X4, (0, 0, 1), name="P"), S,
+     r"pad P: pad_before must give one padding per dimension of data \(X, 4-d\)"),
+    ("pad", lambda: nn.pad(X4, (0, 0, 1, -1)), S, r"pad pad: pad_before\[3\] must be an int >= 0"),
+    ("pad", lambda: nn.pad(P(4, dtype="int32", name="I"), (1,), value=0.5), D,
+     r"value must be a number that data \(I, int32\) can hold, got 0.5"),
+    ("flatten", lambda: nn.flatten(P(6, name="X")), S,
+     r"flatten flatten: data \(X\) must be at least 2-d \[batch, d1, d2, ...\], got 1-d"),
+    ("flatten", lambda: nn.flatten(P(2, tc.var("n"), name="X")), S,
+     r"data \(X\): the extent \(axis 1\) must be a constant extent, got n"),
+    ("transpose", lambda: nn.transpose(M2, (0, 0)), S,
+     r"transpose transpose: axes must be a permutation of 0..1 for A \(2-d\), got \(0, 0\)"),
+    ("transpose", lambda: nn.transpose(M2, 7), S, r"axes must be a permutation of 0..1"),
+    ("reshape", lambda: nn.reshape(M2, (5, 5)), S,
+     r"reshape reshape: A has 24 elements \(shape \(4, 6\)\), the new shape \(5, 5\) has 25"),
+    ("reshape", lambda: nn.reshape(M2, (0, -1)), S,
+     r"at most one extent may be -1, the others >= 1; got \(0, -1\)"),
+    ("reshape", lambda: nn.reshape(M2, "24"), S,
+     r"the new shape must be a non-empty tuple of ints, got '24'"),
+    ("concatenate", lambda: nn.concatenate([M2, P(4, 6, 1, name="B")]), S,
+     r"concatenate concatenate: tensors\[1\] \(B\) must be 2-d, got 3-d"),
+    ("concatenate", lambda: nn.concatenate([M2, P(4, 6, dtype="float64", name="B")]), D,
+     r"tensors\[1\] \(B\) is float64 but tensors\[0\] \(A\) is float32"),
+    ("concatenate", lambda: nn.concatenate([M2, M2], axis=2), S,
+     r"axis 2 is out of range for 2-d tensors"),
+    ("concatenate", lambda: nn.concatenate(M2), S, r"give at least one tensor, in a list"),
+    ("split", lambda: nn.split(M2, 4, axis=1), S,
+     r"split split: 6 elements along axis 1 do not divide into 4 equal parts"),
+    ("split", lambda: nn.split(M2, [2, 2], axis=1), S,
+     r"the indices \[2, 2\] must be sorted, increasing"),
+    ("split", lambda: nn.split(M2, 2, axis=-3), S, r"axis -3 is out of range for A \(2-d\)"),
+    ("embedding", lambda: nn.embedding(P(10, 4, name="W"), P(3, name="ids")), D,
+     r"embedding embedding: ids \(ids\) has dtype float32; give an int32 or int64 tensor"),
+    ("embedding", lambda: nn.embedding(P(10, name="W"), P(3, dtype="int32", name="ids")), S,
+     r"weight \(W\) must be 2-d \[num_embeddings, dim\]"),
+    # quantized
+    ("quantize", lambda: quant.quantize(Q8, 0.1, 0), D,
+     r"quantize quantize: x \(Q\) has dtype uint8; give float32"),
+    ("dequantize", lambda: quant.dequantize(X4, 0.1, 0), D,
+     r"dequantize dequantize: q \(X\) has dtype float32; give a quantized tensor"),
+    ("requantize", lambda: quant.requantize(X4, 0.1, 0, 0.2, 0), D,
+     r"requantize requantize: q \(X\) has dtype float32"),
+    ("quantized_add", lambda: quant.quantized_add(Q8, 0.1, 0, P(2, 3, 8, 7, dtype="uint8",
+                                                               name="R"), 0.1, 0, 0.1, 0), S,
+     r"quantized_add quantized_add: b \(R\) has shape \(2, 3, 8, 7\) but a \(Q\) has "
+     r"\(2, 3, 8, 8\)"),
+    ("quantized_concatenate", lambda: quant.quantized_concatenate(
+        [(Q8, 0.1, 0), (P(2, 3, 8, 8, dtype="int8", name="R"), 0.1, 0)], 1, 0.1, 0), D,
+     r"quantized_concatenate quantized_concatenate: inputs\[1\] \(R\) is int8 but inputs\[0\] "
+     r"\(Q\) is uint8"),
+    ("quantized_dense", lambda: quant.quantized_dense(QX, 0.1, 0, P(5, 7, dtype="int8", name="QD"),
+                                                      0.1, 0, None, 0.1, 0), S,
+     r"quantized_dense quantized_dense: w \(QD\) has 7 input features \(axis 1\) but x \(QX\) "
+     r"has 6"),
+    ("quantized_dense", lambda: quant.quantized_dense(M2, 0.1, 0, QD, 0.1, 0, None, 0.1, 0), D,
+     r"x \(A\) has dtype float32; give a quantized tensor"),
+    ("quantized_conv2d", lambda: quant.quantized_conv2d(Q8, 0.1, 0, QW, 0.1, 0, None, 0.1, 0,
+                                                        stride=0), S,
+     r"quantized_conv2d quantized_conv2d: stride must be an int >= 1"),
+    ("quantized_conv2d", lambda: quant.quantized_conv2d(P(3, 8, 8, dtype="uint8", name="Q"),
+                                                        0.1, 0, QW, 0.1, 0, None, 0.1, 0), S,
+     r"x \(Q\) must be 4-d NCHW"),
+]
+
+
+@pytest.mark.parametrize("op,call,error,pattern", CASES,
+                         ids=[f"{c[0]}-{k}" for k, c in enumerate(CASES)])
+def test_bad_call_is_refused_up_front(op, call, error, pattern):
+    with pytest.raises(error, match=pattern) as info:
+        call()
+    assert str(info.value).startswith(op + " "), str(info.value)
+
+
+def _public_operators():
+    names = set()
+    for mod in (ops, quant):
+        names.update(n for n in mod.__all__ if inspect.isfunction(getattr(mod, n)))
+    names.update(n for n in dir(nn) if not n.startswith("_")
+                 and inspect.isfunction(getattr(nn, n)))
+    names.update(("softmax_fast", "matmul_packed", "dense_packed"))  # tecomp.nn.cpu's computes
+    return names
+
+
+def test_every_public_operator_has_a_bad_call_in_the_table():
+    missing = sorted(_public_operators() - {c[0] for c in CASES})
+    assert not missing, f"operators without a bad call in CASES: {missing}"
