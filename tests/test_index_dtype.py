@@ -162,6 +162,25 @@ def test_a_reduction_over_more_than_int32_terms():
     assert int(out) == 2**31 + 1
 
 
+def test_a_symbolic_reduction_split_past_int32_keeps_its_tail():
+    """The fuzzer's big_extent edge family (seed 95): a sum over n = 2**31 + 785 terms
+    with an int64 n, split by 2**31 + 7, lost its last 785 terms: loop partitioning made
+    the tail's bounds with the factor as an int32 constant (wrapped)."""
+    out = in_child("""
+        n = tc.var("n", "int64")
+        X = tc.placeholder((n,), name="X", dtype="int8")
+        k = tc.reduce_axis((0, n), "k")
+        S = tc.compute((1,), lambda _: tc.sum(X[k].astype("int64"), axis=k), name="S")
+        s = tc.create_schedule(S.op)
+        s[S].split(k, factor=2**31 + 7)
+        N = 2**31 + 785
+        out = np.zeros(1, "int64")
+        tc.build(s, [X, S, n])(zero_stride((N,), "int8"), out, N)
+        print(int(out[0]))
+    """)
+    assert int(out) == 2**31 + 785
+
+
 # ---------------------------------------------------------------------------------------
 # index arithmetic the user writes
 

@@ -325,8 +325,9 @@ class LoopPartition(Mutator):
 
         finder = _FindGuards(s.var, nested=self.always.get(id(s)) is s)
         finder.visit(s.body)
-        one = Const(1, "int32")
         for term, (a, rest), inner in finder.guards():
+            dt = _index_dtype(s, a)
+            one = Const(1, dt)
             itv = eval_interval(self.simplify(rest, self.ranges), inner)
             if itv.hi is None or itv.lo is None or uses_var(itv.hi, s.var) or uses_var(itv.lo, s.var):
                 continue
@@ -335,12 +336,12 @@ class LoopPartition(Mutator):
                 if parts is None:
                     continue
                 return parts
-            n, ca = Const(0, "int32"), Const(a, "int32")
+            n, ca = Const(0, dt), Const(a, dt)
             # guard true for all inner values while a*v + hi < n
             end_true = _op.floordiv(_op.add(_op.sub(_op.sub(n, itv.hi), one), ca), ca)
             # guard false for all inner values once a*v + lo >= n
             start_false = _op.floordiv(_op.add(_op.sub(n, itv.lo), _op.sub(ca, one)), ca)
-            k = self._clamp(_op.sub(end_true, s.min), Const(0, "int32"), s.extent)
+            k = self._clamp(_op.sub(end_true, s.min), Const(0, dt), s.extent)
             if isinstance(k, Const) and k.value == 0:
                 dead = self._dead_tail(s, term, start_false)
                 if dead is not None:
@@ -387,7 +388,7 @@ class LoopPartition(Mutator):
         body_false = self.simplify(_DropTerm(term, False).visit(s.body), self.ranges)
         if not _is_empty(body_false):
             parts.append(For(s.var, self.simplify(_op.add(s.min, sf), self.ranges),
-                             Const(s.extent.value - sf.value, "int32"), s.kind, body_false,
+                             Const(s.extent.value - sf.value, s.extent.dtype), s.kind, body_false,
                              s.thread_tag))
         return parts
 
@@ -397,11 +398,12 @@ class LoopPartition(Mutator):
         point on: a part where it is false for every inner value (its statement
         gone), a part where it depends on them (the guard kept), and the main part
         without it.  ((parts, index of the main part), or None.)"""
-        one, cc = Const(1, "int32"), Const(c, "int32")
+        dt = _index_dtype(s, c)
+        one, cc = Const(1, dt), Const(c, dt)
         # false for every inner value while c*v <= lo; true for every one once c*v > hi
         end_false = _op.add(_op.floordiv(itv.lo, cc), one)
         start_true = _op.add(_op.floordiv(itv.hi, cc), one)
-        kf = self._clamp(_op.sub(end_false, s.min), Const(0, "int32"), s.extent)
+        kf = self._clamp(_op.sub(end_false, s.min), Const(0, dt), s.extent)
         if self.simplify(end_false, self.ranges) == self.simplify(start_true, self.ranges):
             kt = kf   # no inner counter moves the guard: no part where it depends on them
         else:
@@ -442,6 +444,15 @@ class LoopPartition(Mutator):
 
     def _clamp(self, x, lo, hi):
         return self.simplify(_op.minimum(_op.maximum(x, lo), hi), self.ranges)
+
+
+def _index_dtype(loop, coef: int) -> str:
+    """The integer type of a partition point of ``loop`` for a guard ``coef*v + ...``: the
+    loop counter's, or int64 where the coefficient (a split factor past 2**31) is out
+    of int32's range."""
+    if loop.var.dtype == "int64" or not -2**31 <= coef < 2**31:
+        return "int64"
+    return "int32"
 
 
 def _vector_width_ok(extent) -> bool:

@@ -797,8 +797,9 @@ class Schedule:
                     f"{f!r:.20} does not divide; give a positive factor that divides it")
             dims.append(d)
         fac = {d: f for d, f in blocks}
-        shape = [Const(tensor.shape[d].value // fac[d], "int32") if d in fac else tensor.shape[d]
-                 for d in range(nd)] + [Const(f, "int32") for _, f in blocks]
+        shape = [Const(tensor.shape[d].value // fac[d], tensor.shape[d].dtype) if d in fac
+                 else tensor.shape[d] for d in range(nd)] + \
+            [Const(f, tensor.shape[d].dtype) for d, f in blocks]
 
         def fcompute(*p):
             idx = []

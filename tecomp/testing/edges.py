@@ -22,6 +22,12 @@ read the docs, or one who wants to crash the caller, would:
     the case built for another CPU (``-mcpu``, ``-mattr`` additions and removals), called
     here: the right answer, or a :class:`~tecomp.errors.TecompError` naming the target --
     never a signal.  Half of them exported and loaded.
+``big_extent``
+    sizes and offsets past 2**31, with memory kept small: the case's arrays placed in a
+    lazily mapped buffer with strides that put their elements more than 2**31 elements
+    apart (the result must not change); the case's symbolic extent declared int64; or a
+    sum over 2**31 + r terms of a stride-0 input (int32 or int64 extent, a random split
+    and vectorize or parallel), checked exactly.
 ``records``
     a tuning log for the case's workload whose records are forged or corrupt: a value in
     a step replaced (huge, negative, zero, a float, a string with quotes and newlines,
@@ -54,7 +60,7 @@ from .draw import RandomDraw
 from .program import Cmp, CAnd, CNot, COr, is_float
 
 FAMILIES = ("conditions", "big_split", "layouts", "lazy_bits", "foreign_target",
-            "library_file", "records")
+            "library_file", "records", "big_extent")
 
 #: split factors past any extent the generator draws
 BIG_FACTORS = (2**31 - 1, 2**31, 2**31 + 1, 2**32 + 1, 2**40)
@@ -111,6 +117,18 @@ def draw_edge_case(seed: int) -> EdgeCase:
         twist = {"tamper": d.choice(("flip_byte", "truncate", "append", "swap_sidecar",
                                      "empty", "fifo", "directory", "symlink_to_dev",
                                      "sidecar_fifo", "sidecar_huge"))}
+    elif family == "big_extent":
+        v = d.choice(("huge_strides", "huge_strides", "huge_strides", "int64_n", "int64_n",
+                      "int64_n", "int64_n", "big_reduction"))
+        twist = {"variant": v}
+        if v == "int64_n":
+            prog = dataclasses.replace(prog, n_dtype="int64")
+        elif v == "big_reduction":
+            twist.update(terms=2**31 + d.int(1, 999), n_dtype=d.choice(("int32", "int64")),
+                         rows=d.int(1, 2), factor=d.choice((0, 4, 8, 64, 1000, 2**31 + 7)),
+                         annotate=d.choice(("", "vectorize", "parallel", "unroll")))
+            if twist["n_dtype"] == "int32":
+                twist["terms"] = 2**31 - d.int(1, 999)
     elif family == "records":
         twist = {"forgeries": [_draw_forgery(d) for _ in range(d.int(1, 3))],
                  "genuine": d.bool(0.5)}
@@ -252,9 +270,11 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
 
     if ec.family in ("conditions", "big_split"):
         return run_case(ec)
+    if ec.family == "big_extent" and ec.twist["variant"] == "int64_n":
+        return run_case(ec)
     runner = {"layouts": _run_layouts, "lazy_bits": _run_lazy_bits,
               "foreign_target": _run_foreign_target, "library_file": _run_library_file,
-              "records": _run_records}
+              "records": _run_records, "big_extent": _run_big_extent}
     return runner[ec.family](ec)
 
 
@@ -574,3 +594,117 @@ def _run_records(ec: EdgeCase) -> Outcome:
     problems = numpy_problems(ec, inputs, ref, unknown, {"the log's schedule": arrs})
     return Outcome("mismatch", ec, "compare", "\n".join(problems)) if problems else \
         Outcome("ok", ec, "", "")
+
+
+#: Linux's MAP_NORESERVE: pages of the mapping are neither reserved nor touched until used
+_MAP_NORESERVE = 0x4000
+
+
+def _sparse_view(a: np.ndarray, keep: list):
+    """``a``'s values in a lazily mapped buffer, its outermost axis of more than one
+    element strided so that the last element is more than 2**31 elements from the first
+    (None where the mapping is refused). ``keep`` holds the mapping alive."""
+    import mmap
+
+    dims = [d for d in range(a.ndim) if a.shape[d] > 1]
+    if not dims or a.size == 0:
+        return None
+    d0 = dims[0]
+    inner = 1
+    for e in a.shape[d0 + 1:]:
+        inner *= e
+    step = max(inner, -(-(2**31 + 64) // (a.shape[d0] - 1)))      # elements
+    strides = []
+    for d in range(a.ndim):
+        if d == d0:
+            strides.append(step * a.itemsize)
+        else:
+            rest = 1
+            for e in a.shape[d + 1:]:
+                rest *= e
+            strides.append(rest * a.itemsize)
+    span = sum((e - 1) * st for e, st in zip(a.shape, strides)) + a.itemsize
+    try:
+        m = mmap.mmap(-1, span, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
+    except (OSError, OverflowError, ValueError):
+        return None
+    keep.append(m)
+    v = np.ndarray(a.shape, a.dtype, buffer=m, strides=tuple(strides))
+    v[...] = a
+    return v
+
+
+def _run_big_extent(ec: EdgeCase) -> Outcome:
+    if ec.twist["variant"] == "big_reduction":
+        return _run_big_reduction(ec)
+    c, bad = _prepare(ec)
+    if bad:
+        return bad
+    keep: list = []
+    arrs = list(c.arrs)
+    placed = 0
+    for pos, a in enumerate(arrs):
+        if isinstance(a, np.ndarray):
+            v = _sparse_view(a, keep)
+            if v is not None:
+                arrs[pos] = v
+                placed += 1
+    if not placed:
+        return Outcome("ok", ec, "", "", c.ir)
+    try:
+        c.mod(*arrs)
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", ec, "call with arrays 2**31 elements apart", _exc_text(e), c.ir)
+    got = [np.array(a) if isinstance(a, np.ndarray) else a for a in arrs]
+    del arrs, keep
+    msg = _same_outputs(ec, got, c.want, "arrays 2**31 elements apart vs contiguous")
+    return Outcome("mismatch", ec, "huge_strides", msg, c.ir) if msg else \
+        Outcome("ok", ec, "", "", c.ir)
+
+
+def _big_reduction_schedule(tw):
+    """``B[i] = sum(int64(A[i, k]), k < n)``, scheduled as the twist says: (args, s)."""
+    import tecomp as tc
+
+    n = tc.var("n", tw["n_dtype"])
+    A = tc.placeholder((tw["rows"], n), dtype="int32", name="A")
+    k = tc.reduce_axis((0, n), name="k")
+    B = tc.compute((tw["rows"],), lambda i: tc.sum(A[i, k].astype("int64"), axis=k), name="B")
+    s = tc.create_schedule(B.op)
+    if tw["factor"]:
+        ko, ki = s[B].split(k, factor=tw["factor"])
+        if tw["factor"] <= 64 and tw["annotate"] in ("vectorize", "unroll"):
+            rf = s.rfactor(B, ki)
+            getattr(s[rf], tw["annotate"])(s[rf].op.axis[0])
+        elif tw["annotate"] == "parallel":
+            rf = s.rfactor(B, ko)
+            s[rf].parallel(s[rf].op.axis[0])
+    return [A, B, n], s
+
+
+def _run_big_reduction(ec: EdgeCase) -> Outcome:
+    import tecomp as tc
+
+    tw = ec.twist
+    stage = "schedule"
+    try:
+        args, s = _big_reduction_schedule(tw)
+        stage = "build"
+        mod = tc.build(s, args)
+        rows, terms = tw["rows"], tw["terms"]
+        vals = np.arange(1, rows + 1, dtype=np.int32) * 3
+        a = np.lib.stride_tricks.as_strided(vals, (rows, terms), (4, 0))   # read-only
+        b = np.zeros(rows, np.int64)
+        stage = "call"
+        mod(a, b, terms)
+    except tc.ArgumentError as e:
+        return Outcome("refused", ec, stage, str(e).splitlines()[0][:300])
+    except tc.ResourceLimitError as e:
+        return Outcome("rejected", ec, stage, _exc_text(e))
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", ec, stage, _exc_text(e))
+    want = vals.astype(np.int64) * terms
+    if not np.array_equal(b, want):
+        return Outcome("mismatch", ec, "compare", f"sum over {terms} terms: got {b.tolist()}, "
+                       f"expected {want.tolist()}")
+    return Outcome("ok", ec, "", "")

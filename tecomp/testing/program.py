@@ -201,6 +201,7 @@ class Program:
     symbolic: bool = False  # whether "n" occurs
     alpha: Optional[tuple] = None  # (dtype, value) of the scalar parameter alpha, if used
     full_range: bool = False  # 8-bit inputs over their whole range (else small values)
+    n_dtype: str = "int32"  # the dtype of the symbolic extent's variable
 
     # -- queries -------------------------------------------------------------------
     def readers(self, t: int) -> List[int]:
@@ -230,7 +231,7 @@ class Program:
         ``{"n": Var or None, "alpha": Var or None}``."""
         import tecomp as tc
 
-        nvar = tc.var("n") if self.symbolic else None
+        nvar = tc.var("n", self.n_dtype) if self.symbolic else None
         env = {"n": nvar, "alpha": tc.var("alpha", self.alpha[0]) if self.alpha else None}
         built = []
         for spec in self.tensors:
@@ -295,7 +296,8 @@ class Program:
         """Python source that builds the program (``T0, T1, ...`` and ``args``)."""
         L = []
         if self.symbolic:
-            L.append('n = tc.var("n")')
+            L.append(f'n = tc.var("n", "{self.n_dtype}")' if self.n_dtype != "int32"
+                     else 'n = tc.var("n")')
         if self.alpha:
             L.append(f'alpha = tc.var("alpha", "{self.alpha[0]}")')
         for i, s in enumerate(self.tensors):
