@@ -307,6 +307,19 @@ def _same_outputs(ec: EdgeCase, got: list, want: list, what: str):
     return "\n".join(problems) or None
 
 
+def _failure(ec, stage, e, allowed=(), ir="") -> Outcome:
+    """The outcome of the exception ``e`` at ``stage``: ``refused`` where it is one of the
+    ``allowed`` TecompErrors (never an InternalError), ``rejected`` for a resource limit,
+    else a crash."""
+    import tecomp as tc
+
+    if allowed and isinstance(e, allowed) and not isinstance(e, tc.InternalError):
+        return Outcome("refused", ec, stage, str(e).splitlines()[0][:300], ir)
+    if isinstance(e, tc.ResourceLimitError):
+        return Outcome("rejected", ec, stage, _exc_text(e), ir)
+    return Outcome("crash", ec, stage, _exc_text(e), ir)
+
+
 def _expect_refusal(ec, call, errors, stage, ir, what):
     """``call()`` must raise one of ``errors`` (a refusal); anything else is a finding."""
     import tecomp as tc
@@ -334,10 +347,8 @@ def _prepare(ec):
 
     try:
         mod, want, inputs, func = _built(ec)
-    except tc.ResourceLimitError as e:
-        return None, Outcome("rejected", ec, "build", _exc_text(e))
     except Exception as e:  # noqa: BLE001
-        return None, Outcome("crash", ec, "build", _exc_text(e))
+        return None, _failure(ec, "build", e)
     prog = ec.program
     order = prog.arg_order()
     return types.SimpleNamespace(
@@ -448,28 +459,25 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
 def _run_foreign_target(ec: EdgeCase) -> Outcome:
     import tecomp as tc
 
-    stage = f"build for {ec.target}"
-    ir = ""
     try:
-        mod, want, inputs, func = _built(ec)
-        ir = str(func)
-        try:
-            fmod = tc.build(func, target=ec.target)
-            if ec.twist.get("aot"):
-                stage = f"export and load for {ec.target}"
-                with tempfile.TemporaryDirectory(prefix="tecomp-edge-") as d:
-                    path = os.path.join(d, "k.so")
-                    fmod.export_library(path)
-                    fmod = tc.load_module(path)
-            stage = f"call for {ec.target}"
-            arrs = case_arrays(ec, inputs)
-            fmod(*arrs)
-        except (tc.TargetError, tc.BuildError, tc.LoadError) as e:
-            return Outcome("refused", ec, stage, str(e).splitlines()[0][:300], ir)
-    except tc.ResourceLimitError as e:
-        return Outcome("rejected", ec, stage, _exc_text(e))
+        mod, want, inputs, func = _built(ec)          # this machine's build: the reference
     except Exception as e:  # noqa: BLE001
-        return Outcome("crash", ec, stage, _exc_text(e))
+        return _failure(ec, "build for this machine", e)
+    ir = str(func)
+    stage = f"build for {ec.target}"
+    try:
+        fmod = tc.build(func, target=ec.target)
+        if ec.twist.get("aot"):
+            stage = f"export and load for {ec.target}"
+            with tempfile.TemporaryDirectory(prefix="tecomp-edge-") as d:
+                path = os.path.join(d, "k.so")
+                fmod.export_library(path)
+                fmod = tc.load_module(path)
+        stage = f"call for {ec.target}"
+        arrs = case_arrays(ec, inputs)
+        fmod(*arrs)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e, (tc.TargetError, tc.BuildError, tc.LoadError), ir)
     msg = _same_outputs(ec, arrs, want, f"{ec.target} vs this machine's build")
     return Outcome("mismatch", ec, stage, msg, ir) if msg else Outcome("ok", ec, "", "", ir)
 
@@ -557,10 +565,8 @@ def _run_records(ec: EdgeCase) -> Outcome:
         shapes = {"n": ec.n} if ec.program.symbolic else None
         key = records.workload_key(args, "llvm", shapes)
         genuine = records.make_record(key, s.trace.to_json(), [1e-3])
-    except tc.TecompError as e:
-        if isinstance(e, tc.ResourceLimitError):
-            return Outcome("rejected", ec, stage, _exc_text(e))
-        return Outcome("crash", ec, stage, _exc_text(e))
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
     import json
 
     lines = [_forge(genuine, f) for f in ec.twist["forgeries"]]
@@ -584,12 +590,8 @@ def _run_records(ec: EdgeCase) -> Outcome:
             arrs = case_arrays(ec, inputs)
             stage = "call"
             mod(*arrs)
-        except tc.AutoScheduleError as e:
-            return Outcome("refused", ec, stage, str(e).splitlines()[0][:300])
-        except tc.ResourceLimitError as e:
-            return Outcome("rejected", ec, stage, _exc_text(e))
         except Exception as e:  # noqa: BLE001
-            return Outcome("crash", ec, stage, _exc_text(e))
+            return _failure(ec, stage, e, (tc.AutoScheduleError,))
     ref, unknown = ec.program.numpy_reference(inputs, ec.n)
     problems = numpy_problems(ec, inputs, ref, unknown, {"the log's schedule": arrs})
     return Outcome("mismatch", ec, "compare", "\n".join(problems)) if problems else \
@@ -697,12 +699,8 @@ def _run_big_reduction(ec: EdgeCase) -> Outcome:
         b = np.zeros(rows, np.int64)
         stage = "call"
         mod(a, b, terms)
-    except tc.ArgumentError as e:
-        return Outcome("refused", ec, stage, str(e).splitlines()[0][:300])
-    except tc.ResourceLimitError as e:
-        return Outcome("rejected", ec, stage, _exc_text(e))
     except Exception as e:  # noqa: BLE001
-        return Outcome("crash", ec, stage, _exc_text(e))
+        return _failure(ec, stage, e, (tc.ArgumentError,))
     want = vals.astype(np.int64) * terms
     if not np.array_equal(b, want):
         return Outcome("mismatch", ec, "compare", f"sum over {terms} terms: got {b.tolist()}, "
