@@ -208,6 +208,8 @@ class _FreeVars(Visitor):
         self.generic_visit(e)
         # the combiner binds its lhs and rhs; a user's may read other variables
         c = e.combiner
+        if c is None:
+            return
         self.bound.update(c.lhs + c.rhs if isinstance(c, TupleCommReducer) else (c.lhs, c.rhs))
         for x in (c.result + c.identity if isinstance(c, TupleCommReducer)
                   else (c.result, c.identity)):

@@ -498,6 +498,29 @@ def undefined_symbols(obj: bytes) -> List[str]:
     return names
 
 
+_LIBCALLS: Optional["JitModule"] = None   # kept alive: the registered code lives in it
+_LIBCALLS_BUSY = False
+
+
+def _ensure_libcalls() -> None:
+    """Compile the float16/bfloat16 conversion helpers (:mod:`.libcalls`) and register
+    their names, once per process, before a module that calls them is linked.  Call with
+    :data:`LLVM_LOCK` held."""
+    global _LIBCALLS, _LIBCALLS_BUSY
+    from . import libcalls
+
+    if _LIBCALLS is not None or _LIBCALLS_BUSY:   # busy: compile_ir of the helpers themselves
+        return
+    _LIBCALLS_BUSY = True
+    try:
+        jm = compile_ir(libcalls.libcalls_ir(), libcalls.NAMES)
+    finally:
+        _LIBCALLS_BUSY = False
+    for name in libcalls.NAMES:
+        add_symbol(name, jm.addresses[name])
+    _LIBCALLS = jm
+
+
 def _check_resolved(undefined: Iterable[str]) -> None:
     """Raise :class:`UnresolvedSymbolError` unless each of ``undefined`` resolves in
     this process as MCJIT resolves it (after registering the float16 conversion helpers
@@ -506,7 +529,7 @@ def _check_resolved(undefined: Iterable[str]) -> None:
 
     names = set(undefined) - _LINKER_SYMBOLS
     if names & set(libcalls.NAMES):
-        libcalls.ensure()
+        _ensure_libcalls()
     missing = sorted(n for n in names if not llvm.address_of_symbol(n))
     if missing:
         raise UnresolvedSymbolError(missing)
@@ -540,9 +563,7 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
             # compiled by finalize_object, which also links it: the helpers it may call
             # are registered first, the object code checked before any of it runs
             if _HALF_TYPES.search(ir_text):
-                from . import libcalls
-
-                libcalls.ensure()
+                _ensure_libcalls()
             engine = llvm.create_mcjit_compiler(mod, h.new_target_machine())
             engine.set_object_cache(lambda _m, buf: objects.append(bytes(buf)))
         engine.finalize_object()

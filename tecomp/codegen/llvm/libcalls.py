@@ -9,10 +9,11 @@ instruction (AVX512-FP16, AVX512-BF16): ``__extendhfsf2``, ``__truncsfhf2``,
 when ``cc`` links it; the JIT links against the running process, which has none of
 them.  So they are written here in LLVM IR -- integer and exactly-rounded float
 instructions only, no call and no conversion instruction -- JIT-compiled once, on
-first need, and registered by name (``llvm.add_symbol``) like the thread pool.
+first need by :mod:`.jit` (``_ensure_libcalls``), and registered by name
+(``llvm.add_symbol``) like the thread pool.
 
 Semantics (those of compiler-rt, checked against numpy on every float16 value and a
-sweep of floats and doubles in ``tests/test_codegen_llvm.py``):
+sweep of floats and doubles in ``tests/test_llvm_libcalls.py``):
 
 * narrowing rounds once, to nearest, ties to even, into subnormals as well; what rounds
   past the largest finite value is infinity;
@@ -23,11 +24,8 @@ sweep of floats and doubles in ``tests/test_codegen_llvm.py``):
 from __future__ import annotations
 
 import struct
-from typing import Optional
 
-from . import jit as llvm_jit
-
-__all__ = ["NAMES", "ensure", "libcalls_ir"]
+__all__ = ["NAMES", "libcalls_ir"]
 
 
 def _dbits(x: float) -> int:
@@ -202,26 +200,3 @@ def libcalls_ir() -> str:
     entries = "\n".join(_entry_ir(name, *e) for name, e in _ENTRIES.items())
     return (_IR.replace("{NARROW}", narrow).replace("{P2M24}", _hex(2.0 ** -24)) + "\n" +
             entries)
-
-
-_JIT: Optional["llvm_jit.JitModule"] = None   # kept alive: the registered code lives in it
-_BUSY = False
-
-
-def ensure() -> None:
-    """Compile the helpers and register their names (once per process), before a module
-    that calls them is linked."""
-    global _JIT, _BUSY
-    if _JIT is not None:
-        return
-    with llvm_jit.LLVM_LOCK:   # (held already when compile_ir asks)
-        if _JIT is not None or _BUSY:   # _BUSY: compile_ir of the helpers themselves
-            return
-        _BUSY = True
-        try:
-            jm = llvm_jit.compile_ir(libcalls_ir(), NAMES)
-        finally:
-            _BUSY = False
-        for name in NAMES:
-            llvm_jit.add_symbol(name, jm.addresses[name])
-        _JIT = jm
