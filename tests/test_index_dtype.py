@@ -89,6 +89,28 @@ def test_split_factor_beyond_the_extent(kw, runner):
     np.testing.assert_array_equal(b, a * 2)
 
 
+@pytest.mark.parametrize("kw", [dict(factor=2**32 + 1), dict(nparts=2**40)])
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_a_big_split_runs_the_extent_where_the_loop_is_not_partitioned(kw, symbolic):
+    """The fuzzer's big_split edge family (seed 9100089): with pragma no_partition the
+    inner loop of a split by 2**32 + 1 ran its 2**32 + 1 guarded iterations (a hang); a
+    big factor's loop now runs at most the axis' extent (``min(factor, n)``)."""
+    n = tc.var("n") if symbolic else 100
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i] * 2, name="B")
+    s = tc.create_schedule(B.op)
+    outer, inner = s[B].split(B.op.axis[0], **kw)
+    s[B].pragma(outer, "no_partition")
+    s[B].pragma(inner, "no_partition")
+    args = [A, B] + ([n] if symbolic else [])
+    text = str(tc.lower(s, args))
+    big = next(iter(kw.values()))
+    assert f"0i64, {big}i64)" not in text, text      # no loop over the whole factor
+    a, b = np.arange(100, dtype="float32"), np.zeros(100, "float32")
+    tc.build(s, args)(a, b, *([100] if symbolic else []))
+    np.testing.assert_array_equal(b, a * 2)
+
+
 @pytest.mark.parametrize("kw", [dict(factor=2**31), dict(factor=2**40), dict(nparts=2**31 + 1)])
 @pytest.mark.parametrize("runner", ["llvm", "interp"])
 def test_rfactor_of_a_split_past_the_extent(kw, runner):

@@ -47,6 +47,7 @@ from ..ir.stmt import (
     Allocate, AttrStmt, BufferStore, ExternCall, For, IfThenElse, LetStmt, SeqStmt,
     TensorIntrinCall, seq,
 )
+from ..schedule.relations import BIG_SPLIT
 from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_problem
 from ..te.extern import ExternOp
 from ..te.scatter import ScatterOp
@@ -79,6 +80,18 @@ def _simplify(e, ranges=None):
 
 def _ceildiv(a: Expr, b: Expr) -> Expr:
     return _simplify(_op.ceildiv(a, b))
+
+
+def _covering(part: Expr, extent: Expr) -> Expr:
+    """The extent of the loop a split makes of ``part`` (its factor, or its nparts) of an
+    axis of ``extent``: ``part``, or for a big constant one (past :data:`BIG_SPLIT`)
+    ``min(part, extent)``: the iterations past the extent are all guarded off (the other
+    loop has one iteration), so a factor of 2**32 + 1 on a small axis runs the axis,
+    not 2**32 guarded iterations, even where the loop is not partitioned.  Smaller
+    factors keep their constant extent (vectorize, unroll, thread bindings want it)."""
+    if isinstance(part, Const) and part.value > BIG_SPLIT:
+        return _simplify(_op.minimum(part, extent))
+    return part
 
 
 def _range0(extent: Expr) -> Range:
@@ -378,11 +391,11 @@ class LowerContext:
                 ext = _in_dtype(inf.extent[rel.parent], dt)
                 if rel.factor is not None:
                     f = _in_dtype(rel.factor, dt)
-                    inf.extent[rel.inner] = f
+                    inf.extent[rel.inner] = _covering(f, ext)
                     inf.extent[rel.outer] = _ceildiv(ext, f)
                 else:
                     f = _in_dtype(rel.nparts, dt)
-                    inf.extent[rel.outer] = f
+                    inf.extent[rel.outer] = _covering(f, ext)
                     inf.extent[rel.inner] = _ceildiv(ext, f)
             elif isinstance(rel, Fuse):
                 dt = rel.fused.var.dtype

@@ -38,6 +38,11 @@ def _derived(name: str, kind: str, dtype: str = "int32") -> IterVar:
 INT32_MAX = 2**31 - 1
 
 
+#: a split's constant factor (or nparts) past this is "big": lowering runs its loop over
+#: at most the split axis' extent (``tecomp.lower.schedule_ops._covering``)
+BIG_SPLIT = 1 << 16
+
+
 def max_extents(op, relations) -> dict:
     """The largest extent each axis of a stage can have (an int), where it is known from
     the constant domains of the operation's axes and the splits and fuses so far: a
@@ -54,14 +59,16 @@ def max_extents(op, relations) -> dict:
             pe = out.get(rel.parent)
             f = rel.factor if rel.factor is not None else rel.nparts
             f = int(f.value) if isinstance(f, Const) else None
+            # (lowering runs a big factor's loop over at most the extent: _covering)
+            covering = f if f is None or pe is None or f <= BIG_SPLIT else min(f, pe)
             if rel.factor is not None:
                 if f is not None:
-                    out[rel.inner] = f
+                    out[rel.inner] = covering
                 if pe is not None and f is not None:
                     out[rel.outer] = -(-pe // f)
             else:
                 if f is not None:
-                    out[rel.outer] = f
+                    out[rel.outer] = covering
                 if pe is not None and f is not None:
                     out[rel.inner] = -(-pe // f)
         elif isinstance(rel, Fuse):
