@@ -464,3 +464,42 @@ def test_exported_libraries_keep_the_checks(tmp_path):
     with pytest.raises(ArgumentError, match=r"`n\*m` \(the extent of loop ki\.kj\.fused\) "
                                             r"can reach 4295032832"):
         g(zero_stride((65536, 65537), "int8"), y)   # refused before the kernel runs
+
+
+def test_a_split_by_2_31_minus_1_of_an_int32_size_needs_no_check():
+    """The fuzzer's big_split edge family (seed 9200025): the outer extent of a split by
+    2**31 - 1 was (n + 2147483646) // 2147483647, which passes int32 for any n > 1, so
+    every call was refused; it is (n - 1) // 2147483647 + 1 now (the simplifier keeps a
+    big divisor's numerator as it is)."""
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i] + 1, name="B")
+    s = tc.create_schedule(B.op)
+    s[B].split(B.op.axis[0], factor=2**31 - 1)
+    assert "2147483646" not in str(tc.lower(s, [A, B]))
+    a = np.arange(5, dtype="float32")
+    b = np.zeros(5, "float32")
+    tc.build(s, [A, B])(a, b)
+    np.testing.assert_array_equal(b, a + 1)
+
+
+@pytest.mark.parametrize("runner", ["llvm", "interp"])
+def test_compute_at_an_int64_loop_keeps_the_producers_int32_axes(runner):
+    """The fuzzer's big_extent edge family (seed 9200351): a producer with int32 axes
+    computed at a consumer's loop over an int64 size got its axis as int64(i1) in a
+    comparison with an int32 constant (an InternalError at code generation)."""
+    n = tc.var("n", "int64")
+    A = tc.placeholder((n,), name="A")
+    P = tc.compute((2, 8), lambda i, j: tc.if_then_else(j < 2, A[0] * 2.0, A[0] + 1.0), name="P")
+    k = tc.reduce_axis((0, n), name="k")
+    C = tc.compute((n,), lambda i: tc.sum(P[0, k % 8], axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=4)
+    s[P].compute_at(s[C], xo)
+    a, c = np.full(6, 3.0, "float32"), np.zeros(6, "float32")
+    if runner == "llvm":
+        tc.build(s, [A, C, n])(a, c, 6)
+    else:
+        interp.run(tc.lower(s, [A, C, n]), a, c, 6)
+    want = sum((6.0 if j % 8 < 2 else 4.0) for j in range(6))
+    np.testing.assert_allclose(c, want)

@@ -201,13 +201,21 @@ def mul(a: Expr, b: Expr) -> Expr:
     return Mul(a, b, _dt.promote(a.dtype, b.dtype))
 
 
+#: a constant divisor past this makes :func:`ceildiv` ``(a - 1) // b + 1``
+BIG_DIVISOR = 1 << 16
+
+
 def ceildiv(a, b) -> Expr:
     """``ceil(a / b)`` of integer (index) expressions, ``b > 0``: constants are divided
-    exactly (an extent near the top of int32 does not wrap), else ``(a + b - 1) // b``."""
+    exactly (an extent near the top of int32 does not wrap), else ``(a + b - 1) // b``,
+    or for a big constant ``b`` (a split by 2**31 - 1) ``(a - 1) // b + 1``, the same
+    value, which does not pass int32 where ``a + b - 1`` would for any ``a`` past 1."""
     a, b = _same_int(as_expr(a), as_expr(b))
     ca, cb = _ci(a), _ci(b)
     if ca is not None and cb is not None and cb > 0:
         return _index_const(-(-ca // cb), a.dtype)
+    if cb is not None and cb > BIG_DIVISOR:
+        return add(floordiv(sub(a, Const(1, a.dtype)), b), Const(1, a.dtype))
     return floordiv(add(a, sub(b, Const(1, b.dtype))), b)
 
 

@@ -220,6 +220,11 @@ def _cast_const(v, src: str, dst: str):
 # the expression simplifier
 
 
+
+#: the largest constant :meth:`_Simplifier.fdiv` moves into a symbolic numerator
+#: (``(x - 1) // c -> (x + c - 1) // c - 1``); past it the division keeps its form
+BIG_NUMERATOR_SHIFT = 1 << 16
+
 class Simplifier:
     """Simplifies expressions under the ranges and facts of an :class:`Analyzer`.
 
@@ -703,7 +708,9 @@ class Simplifier:
         k0 = e.const
         if q_terms or k0 >= c or k0 < 0:
             rest = LinForm(dt, r_terms, k0 % c, True)
-            if not self.an.fits(rest):
+            # (x - 1) // c stays so for a big c: x + (c - 1) would pass int32 for most x
+            # (a free symbol's range is not known here), where x - 1 does not
+            if not self.an.fits(rest) or (r_terms and k0 % c > BIG_NUMERATOR_SHIFT):
                 return self.atom(FloorDiv(self.expr(f), Const(c, dt), dt))
             q = LinForm(dt, q_terms, k0 // c)
             return LinForm.combine(dt, [(q, 1), (self._fdiv_rest(rest, c), 1)])

@@ -462,7 +462,12 @@ class LowerContext:
     def root_value(self, st: Stage, iv: IterVar) -> Expr:
         """The value of root axis ``iv`` of ``st`` in its leaf loop counters (absolute)."""
         inf = self.info[st]
-        return _op.add(inf.root_min[iv], inf.value[iv])
+        v = _op.add(inf.root_min[iv], inf.value[iv])
+        # (a region's bounds may be int64 where the consumer's loops are; the value is an
+        # index of iv's own domain, which its dtype holds)
+        if v.dtype != iv.var.dtype and _dt.bits(iv.var.dtype) < _dt.bits(v.dtype):
+            v = _narrowed(v, iv.var.dtype)
+        return v
 
     # -- 3: bound inference -------------------------------------------------------------
     def infer_bounds(self):

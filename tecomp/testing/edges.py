@@ -183,10 +183,14 @@ def _big_split(steps, prog, d):
             s[4 if d.bool(0.5) else 5] = big
         steps = steps[:i] + [tuple(s)] + steps[i + 1:]
         return steps, {"step": i, "factor": big}
-    # no split drawn: split the first output's outermost axis (outputs are never inlined)
-    h = f"T{prog.outputs[0]}"
+    # no split drawn: split an output's outermost axis (outputs are never inlined), one
+    # that no stage is computed at (a split would end that loop: a legal ScheduleError)
     how = "factor" if d.bool(0.8) else "nparts"
-    return steps + [("split", h, 0, how, big)], {"appended": f"split {h} {how}={big}"}
+    for t in prog.outputs:
+        h = f"T{t}"
+        if not any(st[0] == "compute_at" and st[2] == h for st in steps):
+            return steps + [("split", h, 0, how, big)], {"appended": f"split {h} {how}={big}"}
+    return steps, {"none": "every output has a stage computed at it"}
 
 
 #: what a forged step value becomes
@@ -389,7 +393,7 @@ def _run_layouts(ec: EdgeCase) -> Outcome:
     # outputs that alias: refused
     p = outs[0]
     o = arrs[p]
-    if o.size < 2 and v != "output_overlaps_input":
+    if o.size == 0 or (o.size < 2 and v != "output_overlaps_input"):
         return Outcome("ok", ec, "", "", ir)          # nothing can alias in one element
     if v == "stride0_output":
         arrs[p] = np.lib.stride_tricks.as_strided(o, o.shape, (0,) * o.ndim)
