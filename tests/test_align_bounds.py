@@ -98,6 +98,30 @@ def test_region_wholly_past_the_edge_is_skipped():
         np.testing.assert_array_equal(c, a * 2 - 1)
 
 
+@pytest.mark.parametrize("guard", [
+    lambda i, n, A: tc.if_then_else(~(i >= n), A[i], 0.0),                  # ~ of a comparison
+    lambda i, n, A: tc.if_then_else(~(~(i < n) | (i < 0)), A[i], 0.0),      # ~ of |
+    lambda i, n, A: tc.if_then_else(i >= n, 0.0, A[i]),                     # the else branch
+])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_guard_through_negation_proves_the_read(guard, backend):
+    """The fuzzer's conditions edge family (seed 9301744): a guard written through ~ and
+    | (or a read in the else branch) proves the read in bounds as the plain guard does;
+    align_bounds refused it (a ScheduleError)."""
+    n = 100
+    A = tc.placeholder((n,), name="A")
+    P = tc.compute((n,), lambda i: guard(i, n, A) * 2, name="P")
+    C = tc.compute((n,), lambda i: P[i] + 1, name="C")
+    s = tc.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=16)
+    s[P].compute_at(s[C], xo)
+    s[P].align_bounds(P.op.axis[0], 16)
+    a = np.arange(n, dtype="float32")
+    c = np.zeros(n, "float32")
+    run(s, [A, C], [a, c], backend)
+    np.testing.assert_allclose(c, a * 2 + 1)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_symbolic_extent(backend):
     n = tc.var("n")

@@ -327,7 +327,6 @@ class LoopPartition(Mutator):
         finder.visit(s.body)
         for term, (a, rest), inner in finder.guards():
             dt = _index_dtype(s, a)
-            one = Const(1, dt)
             itv = eval_interval(self.simplify(rest, self.ranges), inner)
             if itv.hi is None or itv.lo is None or uses_var(itv.hi, s.var) or uses_var(itv.lo, s.var):
                 continue
@@ -338,9 +337,9 @@ class LoopPartition(Mutator):
                 return parts
             n, ca = Const(0, dt), Const(a, dt)
             # guard true for all inner values while a*v + hi < n
-            end_true = _op.floordiv(_op.add(_op.sub(_op.sub(n, itv.hi), one), ca), ca)
+            end_true = _op.ceildiv(_op.sub(n, itv.hi), ca)
             # guard false for all inner values once a*v + lo >= n
-            start_false = _op.floordiv(_op.add(_op.sub(n, itv.lo), _op.sub(ca, one)), ca)
+            start_false = _op.ceildiv(_op.sub(n, itv.lo), ca)
             k = self._clamp(_op.sub(end_true, s.min), Const(0, dt), s.extent)
             if isinstance(k, Const) and k.value == 0:
                 dead = self._dead_tail(s, term, start_false)

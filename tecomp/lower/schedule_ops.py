@@ -37,9 +37,9 @@ from ..errors import InternalError, LowerError, ScheduleError, internal_assert
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
-    Buffer, BufferLoad, Cast, Const, Expr, GE, GT, IterVar, LE, LT, Max, ProducerLoad, Range,
+    Buffer, BufferLoad, Cast, Const, Expr, GE, GT, IterVar, LE, LT, Max, Min, ProducerLoad, Range,
     Reduce, Var, as_index,
-    And,
+    And, Not, Or,
 )
 from ..ir.functor import Mutator, Visitor, map_combiner, substitute
 from ..ir.names import display
@@ -87,8 +87,10 @@ def _covering(part: Expr, extent: Expr) -> Expr:
     axis of ``extent``: ``part``, or for a big constant one (past :data:`BIG_SPLIT`)
     ``min(part, extent)``: the iterations past the extent are all guarded off (the other
     loop has one iteration), so a factor of 2**32 + 1 on a small axis runs the axis,
-    not 2**32 guarded iterations, even where the loop is not partitioned.  Smaller
-    factors keep their constant extent (vectorize, unroll, thread bindings want it)."""
+    not 2**32 guarded iterations, even where the loop is not partitioned (a symbolic
+    extent's loop is then not a constant: vectorize and unroll refuse it, as they would
+    refuse 2**31 lanes or copies).  Smaller factors keep their constant extent
+    (vectorize, unroll, thread bindings want it)."""
     if isinstance(part, Const) and part.value > BIG_SPLIT:
         return _simplify(_op.minimum(part, extent))
     return part
@@ -715,10 +717,16 @@ class LowerContext:
             ext = inf.extent[iv]
             if a.kind in ("vectorized", "unrolled") and not isinstance(ext, Const):
                 verb = "vectorize" if a.kind == "vectorized" else "unroll"
+                big = [x.value for x in (getattr(ext, "a", None), getattr(ext, "b", None))
+                       if isinstance(ext, Min) and isinstance(x, Const)]
+                how = (f"it was split by {big[0]}, past the axis' extent, so it runs the "
+                       f"whole (symbolic) axis; split by a vector width or a small unroll "
+                       f"factor instead" if big else
+                       f"split it by a constant factor and {verb} the inner axis (the tail "
+                       f"is guarded)")
                 raise ScheduleError(
                     f"{verb} on stage {st.name}: axis {iv.name} has extent {ext}, which is not a "
-                    f"constant; split it by a constant factor and {verb} the inner axis "
-                    f"(the tail is guarded)")
+                    f"constant; {how}")
 
     def _make_buffer(self, st: Stage):
         inf = self.info[st]
@@ -1251,7 +1259,7 @@ class _GuardedLoads(Visitor):
     def visit_Select(self, e):
         self.visit(e.cond)
         self.under(e.cond, e.true_value)
-        self.visit(e.false_value)
+        self.under(Not(e.cond), e.false_value)
 
     def visit_Reduce(self, e):
         self.visit(e.condition)
@@ -1269,9 +1277,20 @@ def _guarded_loads(expr):
 
 def _le_facts(cond):
     """``(x, y)`` pairs with ``x <= y`` implied by the bool expression ``cond`` (its
-    int32 comparisons: the dtype of indices)."""
+    integer comparisons: the dtype of indices), through ``&``, and through ``~`` of a
+    comparison or of ``|`` (De Morgan: ``~(a | b)`` is ``~a & ~b``)."""
     if isinstance(cond, And):
         return _le_facts(cond.a) + _le_facts(cond.b)
+    if isinstance(cond, Not):
+        a = cond.a
+        if isinstance(a, Not):
+            return _le_facts(a.a)
+        if isinstance(a, Or):
+            return _le_facts(Not(a.a)) + _le_facts(Not(a.b))
+        flip = {LT: GE, LE: GT, GT: LE, GE: LT}.get(type(a))
+        if flip is not None and a.a.dtype in ("int32", "int64"):
+            return _le_facts(flip(a.a, a.b))     # exact on integers
+        return []
     if isinstance(cond, (LT, LE, GT, GE)) and cond.a.dtype == cond.b.dtype \
             and cond.a.dtype in ("int32", "int64"):
         a, b = cond.a, cond.b
