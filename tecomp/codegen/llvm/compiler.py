@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from ...errors import BuildError, InternalError, TecompError
+from ...ir.deep import deep_entry
 from ...ir.functor import Visitor, free_vars
 from ...ir.names import display
 from ...ir.stmt import PrimFunc
@@ -71,6 +72,7 @@ class VariantCompiler:
                                 f"{type(exc).__name__}: {exc}") from exc
         return mb
 
+    @deep_entry(lambda self, *a: ("tc.build", self.func))
     def compile(self, layout: str, noalias: bool):
         """Return ``(JitModule, _ModuleBuilder, seconds)`` for the variant."""
         from .threadpool import ensure_pool

@@ -309,11 +309,17 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_worker_in_child)
 
 
-def _opt_timeout() -> float:
+def _opt_timeout(ir_bytes: int = 0) -> float:
+    """The time limit of the worker's work on a module of ``ir_bytes`` of IR text:
+    ``TECOMP_LLVM_OPT_TIMEOUT`` (default 60 s), once more per MiB of IR (LLVM's
+    instruction selection and loop access analysis grow faster than linearly with the
+    size of a basic block: the 4 MB kernel of a sum of 20,000 terms written as one
+    expression takes it about a minute)."""
     try:
-        return float(os.environ.get("TECOMP_LLVM_OPT_TIMEOUT", "60"))
+        base = float(os.environ.get("TECOMP_LLVM_OPT_TIMEOUT", "60"))
     except ValueError:
-        return 60.0
+        base = 60.0
+    return base * (1.0 + ir_bytes / 2**20)
 
 
 def _optimize_in_worker(ir_text: str, explicit: bool) -> Optional[bytes]:
@@ -327,23 +333,24 @@ def _optimize_in_worker(ir_text: str, explicit: bool) -> Optional[bytes]:
     unroller together did not finish, in minutes, on a 3 KB kernel of scalar float64
     reductions under selects (fuzz seed 3024733); each alone takes 0.1-0.4 s."""
     global _WORKER, _WORKER_OK
+    limit = _opt_timeout(len(ir_text))
     for attempt in (1, 2):
         w = _get_worker()
         if w is None:
             return None
-        r = w.optimize(ir_text, explicit, _opt_timeout())
+        r = w.optimize(ir_text, explicit, limit)
         if r == "timeout":
             w.proc.kill()
             w.close()
             _WORKER = None
             if explicit:
                 raise RuntimeError(
-                    f"LLVM's optimiser did not finish within {_opt_timeout():g} s, even "
+                    f"LLVM's optimiser did not finish within {limit:.0f} s, even "
                     f"without its loop vectorizer and unroller. This is a bug in tecomp or "
                     f"LLVM: please report it with the kernel (TECOMP_DUMP_IR=1 prints its "
                     f"IR); TECOMP_LLVM_OPT_TIMEOUT sets the limit.")
             warnings.warn(f"tecomp: LLVM's O3 pipeline did not finish within "
-                          f"{_opt_timeout():g} s on this kernel; compiling it without LLVM's "
+                          f"{limit:.0f} s on this kernel; compiling it without LLVM's "
                           f"loop vectorizer and unroller (vectorize and unroll it in the "
                           f"schedule instead)", RuntimeWarning, stacklevel=4)
             return _optimize_in_worker(ir_text, True)
