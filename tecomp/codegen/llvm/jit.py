@@ -382,6 +382,51 @@ def _optimize_in_worker(ir_text: str, explicit: bool) -> Optional[bytes]:
     return payload
 
 
+_PROBE_BOOT = _BOOT.replace("m.serve(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]))",
+                           "m.probe(sys.argv[2], sys.argv[3], sys.argv[4])")
+
+
+def probe_call(name: str, decl_ir: str, call_ir: str) -> Optional[dict]:
+    """Check one call of a function in a child process (LLVM aborts the process on some
+    calls of an intrinsic with the wrong types: its auto-upgrade of an old signature
+    builds a call with the new one and asserts; and on an intrinsic the target has no
+    instruction for).  ``decl_ir``: the module of the declaration alone; ``call_ir``: a
+    function calling it.  Returns what :func:`tecomp.codegen.llvm.optproc.probe` reports
+    (``decl``, ``known``, ``ok``, ``error``), with ``crash`` (how the child died) and
+    ``stderr`` (what LLVM printed) when it died, ``timeout`` when it did not finish; None
+    where no child process can be started."""
+    import json
+
+    h = host()
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", _PROBE_BOOT, _optproc.__file__, h.triple, h.cpu, h.features],
+            input=json.dumps({"name": name, "decl": decl_ir, "module": call_ir}),
+            capture_output=True, text=True, timeout=_opt_timeout(len(call_ir)))
+    except subprocess.TimeoutExpired:
+        return {"timeout": True}
+    except OSError:
+        return None
+    res: dict = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                res.update(json.loads(line))
+            except ValueError:
+                pass
+    if "ok" not in res:
+        rc = r.returncode
+        if rc < 0:
+            try:
+                res["crash"] = f"killed by signal {signal.Signals(-rc).name}"
+            except ValueError:
+                res["crash"] = f"killed by signal {-rc}"
+        else:
+            res["crash"] = f"exit status {rc}"
+        res["stderr"] = r.stderr[-4000:]
+    return res
+
+
 class JitModule:
     """One compiled LLVM module: its engine, its IR before and after optimisation, the
     addresses of the requested functions, and how long each step took."""
@@ -424,10 +469,12 @@ def _parse_bitcode(bitcode: bytes):
     return mod
 
 
-def _optimized_module(ir_text: str, opt: bool, explicit: bool, timings: Dict[str, float]):
+def _optimized_module(ir_text: str, opt: bool, explicit: bool, timings: Dict[str, float],
+                      check=None):
     """Parse and verify ``ir_text`` and (``opt``) run the O3 pipeline on it, in the
     worker when there is one; return the llvmlite ``ModuleRef``, or ``(bitcode, object
-    code)`` from the worker.  Call with :data:`LLVM_LOCK` held."""
+    code)`` from the worker.  ``check()`` runs first when the module is parsed in this
+    process (where an LLVM abort would end it).  Call with :data:`LLVM_LOCK` held."""
     h = host()
     t0 = time.perf_counter()
     reply = _optimize_in_worker(ir_text, explicit) if opt else None
@@ -438,6 +485,8 @@ def _optimized_module(ir_text: str, opt: bool, explicit: bool, timings: Dict[str
         timings["parse"] = 0.0
         return reply[_LEN.size:_LEN.size + n], reply[_LEN.size + n:]
     else:
+        if check is not None:
+            check()
         mod = llvm.parse_assembly(ir_text)
         mod.triple = h.triple
         mod.data_layout = h.data_layout
@@ -520,9 +569,9 @@ def _check_resolved(undefined: Iterable[str]) -> None:
 
 
 def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
-               explicit: bool = False) -> JitModule:
+               explicit: bool = False, check=None) -> JitModule:
     """Parse, verify, optimise and JIT ``ir_text``; return the addresses of ``symbols``.
-    ``explicit``: see :func:`optimize`.
+    ``explicit``: see :func:`optimize`; ``check``: see :func:`_optimized_module`.
 
     Raises :class:`UnresolvedSymbolError` when the machine code calls a function that
     nothing in this process defines (before anything is linked or run), else whatever
@@ -531,7 +580,7 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
     h = host()
     timings: Dict[str, float] = {}
     with LLVM_LOCK:
-        mod = _optimized_module(ir_text, opt, explicit, timings)
+        mod = _optimized_module(ir_text, opt, explicit, timings, check)
         t2 = time.perf_counter()
         objects: List[bytes] = []
         if isinstance(mod, tuple):
