@@ -6,6 +6,7 @@ import time
 from contextlib import contextmanager
 
 from .errors import BuildError, LowerError
+from .ir.deep import deep_entry
 from .ir.stmt import PrimFunc
 
 from .target import KINDS as TARGETS  # noqa: E402,F401  (the target kinds)
@@ -27,6 +28,7 @@ def _gc_paused():
             gc.enable()
 
 
+@deep_entry(lambda s_or_func, *a, **k: ("tc.build", s_or_func))
 def build(s_or_func, args=None, target="llvm", name: str = "main", checks: bool = False):
     """Compile a schedule (or a lowered PrimFunc) for ``target``: a
     :class:`~tecomp.target.Target` or its string.

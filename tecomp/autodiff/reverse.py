@@ -45,6 +45,7 @@ from ..ir.expr import (
     EQ, GT, NE, Add, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod, IterVar, Let, Max, Min, Mul,
     Not, ProducerLoad, Reduce, Select, Sub, TruncDiv, TruncMod, Var,
 )
+from ..ir.deep import deep_entry
 from ..ir.functor import Mutator, Visitor, collect, substitute, uses_var
 from ..te import reduce as _reduce
 from ..te.scatter import ScatterOp
@@ -815,6 +816,7 @@ def _gather(indices, term, guards, domain, pt, t: Tensor) -> Optional[Expr]:
 # the API
 
 
+@deep_entry(lambda output, inputs=None, head=None: ("tc.gradient", [output, head]))
 def gradient(output: Tensor, inputs, head: Optional[Tensor] = None):
     """The gradient of ``output`` with respect to each of ``inputs``, contracted with ``head``.
 

@@ -20,6 +20,7 @@ import warnings
 from typing import Optional
 
 from ..errors import AutoScheduleError, TecompError
+from ..ir.deep import deep_entry
 from .checks import check_args, check_shapes, cpu_target
 
 __all__ = ["auto_schedule", "AutoScheduleWarning", "Config", "default_config", "apply_config"]
@@ -42,6 +43,7 @@ def _gpu_kind(target) -> bool:
         return False
 
 
+@deep_entry(lambda args, *a, **k: ("tc.auto_schedule", args), ahead=True)
 def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
                   timeout: Optional[float] = None, progress: Optional[bool] = None,
                   shapes: Optional[dict] = None, runner="local", search: str = "model"):

@@ -732,22 +732,35 @@ def same_as(a, b) -> bool:
     where ``Var``, ``IterVar``, ``Buffer`` and reducers are equal only to themselves, and
     float constants compare bit for bit in sign (``0.0`` is not ``-0.0``).  What TVM calls
     ``structural_equal``; ``a == b`` on expressions builds an ``EQ`` node instead, whose
-    truth value in Python is this."""
+    truth value in Python is this.  (A loop, not a recursion: any depth.)"""
     if a is b:
         return True
-    t = type(a)
-    if t is not type(b):
-        if isinstance(a, Node) or isinstance(b, Node):
+    todo = [(a, b)]     # pairs still to compare, the next one last
+    pop, push = todo.pop, todo.append
+    while todo:
+        a, b = pop()
+        if a is b:
+            continue
+        t = type(a)
+        if t is not type(b):
+            if isinstance(a, Node) or isinstance(b, Node) or not _same_value(a, b):
+                return False
+            continue
+        if isinstance(a, tuple):
+            if len(a) != len(b):
+                return False
+            todo += reversed(tuple(zip(a, b)))
+            continue
+        params = getattr(t, "__dataclass_params__", None)
+        if params is None or not isinstance(a, Node):
+            if not _same_value(a, b):
+                return False
+            continue
+        if not params.eq:           # identity semantics (Var, IterVar, Buffer, reducers)
             return False
-        return _same_value(a, b)
-    if isinstance(a, tuple):
-        return len(a) == len(b) and all(same_as(x, y) for x, y in zip(a, b))
-    params = getattr(t, "__dataclass_params__", None)
-    if params is None or not isinstance(a, Node):
-        return _same_value(a, b)
-    if not params.eq:               # identity semantics (Var, IterVar, Buffer, reducers)
-        return False
-    return all(same_as(getattr(a, f), getattr(b, f)) for f in t.__dataclass_fields__)
+        for f in reversed(t.__dataclass_fields__):
+            push((getattr(a, f), getattr(b, f)))
+    return True
 
 
 def _same_value(a, b) -> bool:

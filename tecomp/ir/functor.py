@@ -169,18 +169,59 @@ def substitute(node, vmap: dict):
     return _Substituter(vmap).visit(node)
 
 
-class _PostOrder(Visitor):
-    def __init__(self, fn: Callable[[Node], None]):
-        self.fn = fn
+_REV_FIELDS: Dict[type, tuple] = {}
 
-    def visit(self, n):
-        super().visit(n)
-        self.fn(n)
+
+def _rev_fields(cls) -> tuple:
+    """The fields of ``cls`` the generic walk visits, last first (for the loops below,
+    which push children on a stack so that they come off it in order)."""
+    f = _REV_FIELDS.get(cls)
+    if f is None:
+        if issubclass(cls, PrimFunc):
+            f = ("body",)
+        elif issubclass(cls, (IterVar, CommReducer, TupleCommReducer, Buffer)):
+            f = ()
+        else:
+            f = tuple(reversed(child_fields(cls)))
+        _REV_FIELDS[cls] = f
+    return f
+
+
+def _push_children(node, push) -> None:
+    """``push`` each node the generic walk visits below ``node``, the last first (so that
+    a stack gives them back in order)."""
+    for name in _rev_fields(type(node)):
+        v = getattr(node, name)
+        if isinstance(v, _WALKED):
+            push(v)
+        elif isinstance(v, tuple):
+            for x in reversed(v):
+                if isinstance(x, _WALKED):
+                    push(x)
+
+
+def children(node) -> list:
+    """The nodes the generic walk visits below ``node``, in its order: the Exprs, Stmts
+    and Ranges of its fields (and of tuples in them); none below an IterVar, a reducer or
+    a Buffer; a PrimFunc's body."""
+    out = []
+    _push_children(node, out.append)
+    out.reverse()
+    return out
 
 
 def post_order(node, fn: Callable[[Node], None]) -> None:
-    """Call ``fn`` on every Expr/Stmt node of ``node``, children first."""
-    _PostOrder(fn).visit(node)
+    """Call ``fn`` on every Expr/Stmt node of ``node``, children first (a loop, not a
+    recursion: any depth)."""
+    stack = [node]
+    pop, push = stack.pop, stack.append
+    while stack:
+        n = pop()
+        if type(n) is tuple:        # (node,): its children are done
+            fn(n[0])
+            continue
+        push((n,))
+        _push_children(n, push)
 
 
 def collect(node, pred) -> list:
@@ -190,55 +231,57 @@ def collect(node, pred) -> list:
     return out
 
 
-class _FreeVars(Visitor):
-    """The walk of :func:`free_vars`: every Var used, and every Var bound, in order."""
+_BINDERS = None
 
-    def __init__(self):
-        self.bound, self.seen, self.out = set(), set(), []
 
-    def visit_For(self, s):
-        self.bound.add(s.var)
-        self.generic_visit(s)
+def _walk_vars(node):
+    """``(used, bound)``: every Var ``node`` uses (in first-use order, bound or not) and
+    every Var it binds (loops, lets, reduction axes), by a loop over its nodes in the
+    generic walk's order (any depth)."""
+    global _BINDERS
+    if _BINDERS is None:
+        from .expr import Let
+        from .stmt import For, LetStmt
 
-    visit_LetStmt = visit_Let = visit_For
-
-    def visit_Reduce(self, e):
-        for iv in e.axis:
-            self.bound.add(iv.var)
-        self.generic_visit(e)
-        # the combiner binds its lhs and rhs; a user's may read other variables
-        c = e.combiner
-        if c is None:
-            return
-        self.bound.update(c.lhs + c.rhs if isinstance(c, TupleCommReducer) else (c.lhs, c.rhs))
-        for x in (c.result + c.identity if isinstance(c, TupleCommReducer)
-                  else (c.result, c.identity)):
-            self.visit(x)
-
-    def visit_Var(self, v):
-        if v not in self.seen:
-            self.seen.add(v)
-            self.out.append(v)
-
-    @staticmethod
-    def all_vars(node) -> set:
-        w = _FreeVars()
-        w.visit(node)
-        return w.seen
+        _BINDERS = (For, LetStmt, Let)
+    seen, out, bound = set(), [], set()
+    stack = [node]
+    pop, push = stack.pop, stack.append
+    while stack:
+        n = pop()
+        t = type(n)
+        if t is Var:
+            if n not in seen:
+                seen.add(n)
+                out.append(n)
+            continue
+        if isinstance(n, _BINDERS):
+            bound.add(n.var)
+        elif t is Reduce:
+            for iv in n.axis:
+                bound.add(iv.var)
+            # the combiner binds its lhs and rhs; a user's may read other variables
+            c = n.combiner
+            if c is not None:
+                tup = isinstance(c, TupleCommReducer)
+                bound.update(c.lhs + c.rhs if tup else (c.lhs, c.rhs))
+                for x in reversed(c.result + c.identity if tup else (c.result, c.identity)):
+                    push(x)
+        _push_children(n, push)
+    return out, bound
 
 
 def free_vars(node) -> list:
     """Vars used in ``node`` that it does not bind itself (in first-use order)."""
     if type(node) is Var:
         return [node]
-    w = _FreeVars()
-    w.visit(node)
-    return [v for v in w.out if v not in w.bound]
+    used, bound = _walk_vars(node)
+    return [v for v in used if v not in bound]
 
 
 def uses_var(node, var: Var) -> bool:
     """Whether ``node`` reads ``var`` anywhere (bound or not)."""
-    return var in _FreeVars.all_vars(node)
+    return var in _walk_vars(node)[0]
 
 
 # what expressions and statements use from this module (tecomp.ir.expr.SERVICES)

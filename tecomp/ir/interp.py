@@ -151,6 +151,7 @@ from . import dtype as _dt
 from .expr import (
     INTRINSICS, Buffer, BufferLoad, Call, Cast, Const, Expr, Let, ProducerLoad, Reduce, Var,
 )
+from .deep import deep_entry
 from .functor import free_vars, post_order
 from .printer import Printer, to_str
 from .stmt import (
@@ -1628,6 +1629,7 @@ class Interpreter:
         self._cache[func] = (func.body, body, stored)
         return body, stored
 
+    @deep_entry(lambda self, func, *a: ("the interpreter", func), ahead=True)
     def run(self, func: PrimFunc, *args) -> None:
         if not isinstance(func, PrimFunc):
             raise ArgumentError(f"run() needs a PrimFunc, got {type(func).__name__}")
@@ -1639,6 +1641,7 @@ class Interpreter:
                                     "but the array is read-only")
         self._execute(body, env)
 
+    @deep_entry(lambda self, stmt, env: ("the interpreter", stmt), ahead=True)
     def run_stmt(self, stmt: Stmt, env: dict) -> dict:
         """Run ``stmt`` with ``env`` ({Var: value, Buffer: ndarray}); returns ``env``."""
         for k in list(env):
@@ -1647,6 +1650,7 @@ class Interpreter:
         self._execute(self._compiler().stmt(stmt), env)
         return env
 
+    @deep_entry(lambda self, expr, env=None: ("the interpreter", expr))
     def eval_expr(self, expr: Expr, env: Optional[dict] = None):
         """The value of ``expr`` (a Python int/float/bool of the expression's dtype)."""
         env = dict(env or {})

@@ -23,6 +23,7 @@ from .expr import (
     Expr, FloorDiv, FloorMod, IterVar, Let, Max, Min, Mul, Not, Or, ProducerLoad, Range,
     Reduce, Select, Sub, TruncDiv, TruncMod, TupleCommReducer, Var,
 )
+from .deep import deep_entry
 from .names import display, display_name
 from .stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
@@ -255,6 +256,7 @@ class Printer:
         return "\n".join(lines)
 
 
+@deep_entry(lambda node: ("printing the IR", node))
 def to_str(node) -> str:
     p = Printer()
     if isinstance(node, PrimFunc):

@@ -10,6 +10,7 @@ import sys
 import time
 
 from ..errors import LowerError, TecompError
+from ..ir.deep import deep_entry
 from ..ir.stmt import PrimFunc
 from ..schedule.schedule import Schedule
 from .schedule_ops import schedule_to_stmt
@@ -49,6 +50,7 @@ def _dump(title, func):
     sys.stderr.write(f"// ---- {title} ----\n{func}\n")
 
 
+@deep_entry(lambda s, *a, **k: ("tc.lower", s))
 def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | None = None,
           phase: str = "lower") -> PrimFunc:
     """Lower a schedule to a PrimFunc; ``str()`` of it is the loop IR.  ``target``: a

@@ -15,6 +15,7 @@ from typing import Dict, List, Optional
 
 from ..errors import ScheduleError, ShapeError, TecompError
 from ..ir.expr import Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_index
+from ..ir.deep import deep_entry
 from ..ir.functor import Mutator
 from ..ir.names import display, is_pragma_name
 from ..target import FRAGMENT_SCOPES
@@ -1015,6 +1016,7 @@ for _name in SCHEDULE_PRIMITIVES:
 del _name
 
 
+@deep_entry(lambda ops: ("tc.create_schedule", ops))
 def create_schedule(ops) -> Schedule:
     """The default schedule of ``ops`` (operations or tensors): one loop nest per compute."""
     if isinstance(ops, (Tensor, Operation)):

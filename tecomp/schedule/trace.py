@@ -32,6 +32,7 @@ import re
 from typing import Any, Dict, List, Optional
 
 from ..errors import ScheduleError, TecompError
+from ..ir.deep import deep_entry
 
 #: the primitives that are recorded: (owner, name)
 STAGE_PRIMITIVES = (
@@ -75,7 +76,11 @@ def traced(fn):
         tr._append(name, step, out)
         return out
 
-    return wrapper
+    # a deep program's primitive runs on a big stack (it may have changed the schedule
+    # before a RecursionError: it goes there at once)
+    return deep_entry(lambda self, *a, **k: (f"the schedule primitive {name}",
+                                             getattr(self, "schedule", self)),
+                      ahead=True)(wrapper)
 
 
 class _Unnamed(Exception):

@@ -13,6 +13,7 @@ from ..ir import dtype as _dt
 from ..ir.expr import (
     Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_expr, as_index, same_as,
 )
+from ..ir.deep import deep_entry
 from ..ir.functor import Visitor
 
 
@@ -236,20 +237,20 @@ def compute_ops(outs) -> list:
 
 def input_tensors_of(expr) -> list:
     """Tensors read in ``expr``, in order of first read."""
-    out, seen = [], set()
+    from ..ir.functor import children
 
-    class _V(Visitor):
-        def visit_ProducerLoad(self, e):
+    out, seen = [], set()
+    stack = [expr]   # a loop, not a recursion: any depth
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ProducerLoad):
             if id(e.producer) not in seen:
                 seen.add(id(e.producer))
                 out.append(e.producer)
-            self.generic_visit(e)
-
-        def visit_Reduce(self, e):
-            self.visit(e.source)
-            self.visit(e.condition)
-
-    _V().visit(expr)
+        elif isinstance(e, Reduce):
+            stack += (e.condition, e.source)
+            continue
+        stack += reversed(children(e))
     return out
 
 
@@ -362,7 +363,13 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         if isinstance(b, (list, tuple)):
             raise ComputeError(f"compute {name}: value {n} of what fcompute returned is itself "
                                f"a {type(b).__name__}; return a flat tuple of expressions")
-    bodies = [as_expr(b) for b in bodies]
+    return _make_compute(name, axis, [as_expr(b) for b in bodies], multi, tag, attrs)
+
+
+@deep_entry(lambda name, axis, bodies, *_: (f"compute {name}", bodies))
+def _make_compute(name, axis, bodies, multi, tag, attrs):
+    """The rest of :func:`compute`, from what ``fcompute`` returned (a deep body runs
+    again on a big stack: :mod:`tecomp.ir.deep`)."""
     from .range_check import check_reads_in_range
 
     deferred = []   # reads of a placeholder before its start: a scan's state, or an error

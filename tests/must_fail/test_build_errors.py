@@ -1,4 +1,9 @@
 """Programs that must fail in tc.lower and tc.build: each names the object at fault."""
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -159,6 +164,171 @@ def test_tensor_intrinsic_calling_a_function_nothing_defines():
                                             r"my_scale<U\+000A>, which nothing in this process "
                                             r"defines: a call would jump to a null address\. A "
                                             r"tensor intrinsic's ib\.call must name"):
+        tc.build(s, [X, Y])
+
+
+_CALLS = {
+    # LLVM 22 changed this intrinsic's arguments to <64 x i8>: its auto-upgrade of the old
+    # signature asserted on these types (SIGABRT of the worker, or of the caller with
+    # TECOMP_LLVM_OPT_WORKER=0) before its verifier saw the module
+    "types": ("llvm.x86.avx512.vpdpbusd.512", "float", 3),
+    "arity": ("llvm.fma.f32", "float", 2),
+    "return": ("llvm.sqrt.f32", "double", 1),
+    "unknown": ("llvm.x86.no.such.intrinsic", "float", 1),
+}
+
+_INTRIN_PROGRAM = """
+import sys
+import tecomp as tc
+
+def tensorized(emit, name):
+    # Y = X * 2, its 16-element blocks tensorized with the intrinsic emit emits
+    a = tc.placeholder((16,), name="a")
+    c = tc.compute((16,), lambda i: a[i] * 2.0, name="c")
+    intrin = tc.decl_tensor_intrin(c, llvm=emit, name=name)
+    X = tc.placeholder((32,), name="X")
+    Y = tc.compute((32,), lambda i: X[i] * 2.0, name="Y")
+    s = tc.create_schedule(Y.op)
+    _, inner = s[Y].split(Y.op.axis[0], factor=16)
+    s[Y].tensorize(inner, intrin)
+    return s, [X, Y]
+
+def program(callee, ret, nargs):
+    def emit(ib, ins, outs):
+        for i in range(16):
+            v = ib.load(ins[0], "float", (i,))
+            ib.store(outs[0], ib.call(callee, ret, *[v] * nargs), (i,))
+    return tensorized(emit, "my.dot")
+
+def avx2_program():
+    def emit(ib, ins, outs):
+        v = ib.splat(ib.cast("fptosi", ib.load(ins[0], "float"), "i16"), 16)
+        r = ib.call("llvm.x86.avx2.pmadd.wd", "<8 x i32>", v, v)
+        ib.store(outs[0], ib.cast("sitofp", r, "<8 x float>"))
+    return tensorized(emit, "my.madd")
+
+if __name__ == "__main__":
+    if sys.argv[1] == "avx2":
+        s, args = avx2_program()
+    else:
+        s, args = program(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    try:
+        tc.build(s, args, target=sys.argv[2] if sys.argv[1] == "avx2" else "llvm")
+        print("built")
+    except tc.TecompError as e:
+        print(type(e).__name__ + ":", e)
+"""
+
+
+def _intrin_program():
+    ns = {"__name__": "intrin_program"}
+    exec(compile(_INTRIN_PROGRAM, "<intrin program>", "exec"), ns)  # noqa: S102
+    return ns
+
+
+def build_in_child(*argv, worker=True) -> str:
+    """What building the program of ``_INTRIN_PROGRAM`` does in a child process (LLVM
+    aborted the process on these calls with TECOMP_LLVM_OPT_WORKER=0): its output."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TECOMP_LLVM_OPT_WORKER="1" if worker else "0")
+    proc = subprocess.run([sys.executable, "-c", _INTRIN_PROGRAM, *map(str, argv)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    return proc.stdout
+
+
+_WRONG_CALL = (r"tensor intrinsic my\.dot: its ib\.call of {name} as {sig} is not a call LLVM "
+               r"can compile for target llvm: LLVM (aborted on it \(killed by signal \w+|"
+               r"rejects it \()")
+
+
+@pytest.mark.parametrize("case, match", [
+    ("types", _WRONG_CALL.format(name=r"llvm\.x86\.avx512\.vpdpbusd\.512",
+                                 sig=r"float \(float, float, float\)")),
+    ("arity", _WRONG_CALL.format(name=r"llvm\.fma\.f32", sig=r"float \(float, float\)")),
+    ("return", _WRONG_CALL.format(name=r"llvm\.sqrt\.f32", sig=r"double \(float\)")),
+    ("unknown", r"tensor intrinsic my\.dot calls llvm\.x86\.no\.such\.intrinsic, which is not an "
+                r"intrinsic LLVM \d+\.\d+ has: a name starting with 'llvm\.' is one of LLVM's own "
+                r"\(check its spelling"),
+])
+def test_tensor_intrinsic_calls_an_llvm_intrinsic_wrongly(case, match):
+    """The worker process died (SIGABRT) on the first and the build said LLVM crashed on
+    tecomp's module (an InternalError); the next two were InternalErrors too; the last
+    was a BuildError about a missing symbol."""
+    s, args = _intrin_program()["program"](*_CALLS[case])
+    with pytest.raises(tc.BuildError, match=match):
+        tc.build(s, args)
+
+
+def test_tensor_intrinsic_call_with_changed_signature_gives_llvm_types():
+    import llvmlite.binding as llvm
+
+    from tecomp.codegen.llvm import jit
+
+    jit.host()
+    old = "<16 x i32> (<16 x i32>, <16 x i32>, <16 x i32>)"
+    declared = llvm.parse_assembly(f"declare {old.replace(' (', ' @llvm.x86.avx512.vpdpbusd.512(')}")
+    if "<16 x i32>, <16 x i32>, <16 x i32>" in str(declared):
+        pytest.skip("this LLVM keeps vpdpbusd's old signature")
+    s, args = _intrin_program()["program"](*_CALLS["types"])
+    with pytest.raises(tc.BuildError, match=r"LLVM declares llvm\.x86\.avx512\.vpdpbusd\.512 "
+                                            r"as <16 x i32> \(<16 x i32>, <64 x i8>, <64 x i8>\): "
+                                            r"give ib\.call that return type and arguments of "
+                                            r"those types"):
+        tc.build(s, args)
+
+
+@pytest.mark.parametrize("case", sorted(_CALLS))
+def test_tensor_intrinsic_calls_in_process_optimisation_do_not_abort(case):
+    """With TECOMP_LLVM_OPT_WORKER=0 LLVM read the kernel in the calling process: the
+    wrong types aborted it (an LLVM assertion); now each call is compiled alone in a
+    child process first.  (A child process of the test: a regression would kill it.)"""
+    name, ret, nargs = _CALLS[case]
+    out = build_in_child(name, ret, nargs, worker=False)
+    if case == "unknown":
+        assert re.match(r"BuildError: tensor intrinsic my\.dot calls llvm\.x86\.no\.such\."
+                        r"intrinsic, which is not an intrinsic LLVM \d+\.\d+ has", out), out
+    else:
+        assert re.match("BuildError: " + _WRONG_CALL.format(name=re.escape(name), sig=".*"),
+                        out), out
+
+
+@pytest.mark.parametrize("worker", [True, False])
+def test_tensor_intrinsic_needs_an_instruction_the_target_lacks(worker):
+    """An AVX2 intrinsic in code for plain x86-64 (the intrinsic declares no requires=):
+    LLVM's instruction selection aborted (the worker, or the caller without it)."""
+    from tecomp.target import Target
+
+    out = build_in_child("avx2", "llvm -mcpu=x86-64", worker=worker)
+    assert re.match(r"BuildError: tensor intrinsic my\.madd: its ib\.call of "
+                    r"llvm\.x86\.avx2\.pmadd\.wd as <8 x i32> \(<16 x i16>, <16 x i16>\) is not "
+                    r"a call LLVM can compile for target llvm -mcpu=x86-64: LLVM aborted on it",
+                    out), out
+    if Target("llvm").has_feature("avx2"):
+        assert ("It compiles for this machine's CPU: target llvm -mcpu=x86-64 lacks an "
+                "instruction it needs; tc.decl_tensor_intrin(..., requires=[...])") in out, out
+
+
+def test_tensor_intrinsic_calls_one_function_with_two_types():
+    """llvmlite's TypeError from the second call became an InternalError."""
+    a = tc.placeholder((8,), name="a")
+    c = tc.compute((8,), lambda i: tc.abs(a[i]), name="c")
+
+    def emit(ib, ins, outs):
+        v = ib.load(ins[0], "float")
+        ib.call("llvm.fabs.f32", "float", v)
+        ib.store(outs[0], ib.call("llvm.fabs.f32", "double", ib.cast("fpext", v, "double")))
+
+    intrin = tc.decl_tensor_intrin(c, llvm=emit, name="my.abs")
+    X = tc.placeholder((32,), name="X")
+    Y = tc.compute((32,), lambda i: tc.abs(X[i]), name="Y")
+    s = tc.create_schedule(Y.op)
+    _, inner = s[Y].split(Y.op.axis[0], factor=8)
+    s[Y].tensorize(inner, intrin)
+    with pytest.raises(tc.BuildError, match=r"tensor intrinsic my\.abs: ib\.call of "
+                                            r"llvm\.fabs\.f32 as double \(double\), but this "
+                                            r"kernel already calls it as float \(float\)"):
         tc.build(s, [X, Y])
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from ...errors import BuildError, InternalError, TecompError
+from ...ir.deep import deep_entry
 from ...ir.functor import Visitor, free_vars
 from ...ir.names import display
 from ...ir.stmt import PrimFunc
@@ -15,6 +16,7 @@ from ...lower.vectorize import buffer_uses
 from ..signature import Signature
 from . import jit as llvm_jit
 from .emitter import _internal_message
+from .intrinsics import check_calls, unknown_intrinsic_message
 from .module import _ModuleBuilder
 
 
@@ -71,6 +73,7 @@ class VariantCompiler:
                                 f"{type(exc).__name__}: {exc}") from exc
         return mb
 
+    @deep_entry(lambda self, *a: ("tc.build", self.func))
     def compile(self, layout: str, noalias: bool):
         """Return ``(JitModule, _ModuleBuilder, seconds)`` for the variant."""
         from .threadpool import ensure_pool
@@ -81,13 +84,24 @@ class VariantCompiler:
         t1 = time.perf_counter()
         if "tecomp_parallel_for" in text or "tecomp_ws_" in text:
             ensure_pool()
+        # the LLVM intrinsics the tensor intrinsics call: LLVM aborts the process that
+        # reads some wrong calls, so each is compiled alone in a child process first where
+        # this process would read the kernel (TECOMP_LLVM_OPT_WORKER=0), and after the
+        # worker failed on it (to tell the user's call from tecomp's bug) otherwise
+        calls = [c for c in mb.user_calls.values() if c.is_llvm]
         try:
             jm = llvm_jit.compile_ir(text, [mb.symbol, mb.symbol + "_pyarrays"],
-                                     explicit=mb.explicitly_vectorized())
+                                     explicit=mb.explicitly_vectorized(),
+                                     check=(lambda: check_calls(calls, self.target))
+                                     if calls else None)
         except llvm_jit.UnresolvedSymbolError as exc:
+            unknown = [c for c in calls if c.name in exc.symbols]
+            if unknown:
+                raise BuildError(unknown_intrinsic_message(unknown[0])) from None
             raise BuildError(unresolved_message(self.func.name, exc.symbols, self.target,
                                                 "nothing in this process defines")) from None
         except RuntimeError as exc:
+            check_calls(calls, self.target)
             raise InternalError(f"LLVM rejected the module generated for {self.func.name} "
                                 f"({layout}, noalias={noalias}): {exc}") from exc
         jm.timings["codegen"] = t1 - t0

@@ -141,7 +141,7 @@ from ...ir.stmt import (
 from ...lower import parallel as _par
 from ...lower import vectorize as _vec
 from ...lower.vectorize import node_text
-from ...te.tensor_intrin import row_major
+from ...te.tensor_intrin import builtin_name, row_major
 from . import jit as llvm_jit
 from .abi import ERR_ASSERT, ERR_BOUNDS, ERR_EXTERN, ERR_MALLOC, ERR_WORDS
 from .threadpool import WS_ALLOC, WS_FREE
@@ -1115,7 +1115,8 @@ class _FnEmitter:
                                     self._elem_ptr(bi, off.s, False), _MEM[bi.dtype]))
 
         def emit():
-            intrin.llvm(IntrinBuilder(self, intrin.name), views[1:], views[:1])
+            intrin.llvm(IntrinBuilder(self, intrin.name, builtin_name(intrin) is not None),
+                        views[1:], views[:1])
 
         if not known and not intrin.dense:
             self.stmt(s.fallback)

@@ -31,11 +31,12 @@ placeholder; what the emitter reads or writes beyond it is its own bug.
 from __future__ import annotations
 
 import re
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 from llvmlite import ir
 
 from ...errors import BuildError, InternalError
+from ...ir.names import display
 from ...te.tensor_intrin import IntrinOperand
 from .values import _F16, _F32, _I16, _I32, _I64, _splat, _with_lanes
 
@@ -143,10 +144,11 @@ class IntrinBuilder:
     """Emits one tensor intrinsic into the function being generated.  ``b`` is the
     llvmlite ``IRBuilder`` for anything the helpers do not cover."""
 
-    def __init__(self, fn_emitter, intrin_name: str):
+    def __init__(self, fn_emitter, intrin_name: str, builtin: bool = False):
         self._em = fn_emitter
         self.b = fn_emitter.b
         self.name = intrin_name
+        self._builtin = builtin      # one of tecomp's own (its failures are tecomp's bugs)
 
     # -- types -------------------------------------------------------------------------
     def type(self, ty):
@@ -185,9 +187,16 @@ class IntrinBuilder:
 
     # -- values ------------------------------------------------------------------------
     def call(self, name: str, ret, *args):
-        """Call the LLVM intrinsic (or function) ``name`` returning ``ret``."""
-        fn = self._em.mb.declare(name, self.type(ret), [a.type for a in args])
-        return self.b.call(fn, list(args))
+        """Call the LLVM intrinsic (or function) ``name`` returning ``ret``.  A call of an
+        ``llvm.*`` name that LLVM cannot compile is a BuildError naming it
+        (:func:`check_calls`)."""
+        if not isinstance(name, str) or not name:
+            raise BuildError(f"tensor intrinsic {display(self.name)}: ib.call needs the name "
+                             f"of a function (a str), got {name!r:.60}")
+        call = UserCall(name, ir.FunctionType(self.type(ret), [a.type for a in args]),
+                        tuple(a if type(a) is ir.Constant else None for a in args), self.name,
+                        self._builtin)
+        return self.b.call(self._em.mb.declare_user(call), list(args))
 
     def splat(self, value, lanes: int):
         """``value`` (a scalar) in each of ``lanes`` lanes."""
@@ -211,3 +220,139 @@ class IntrinBuilder:
 
     def add(self, a, b):
         return self.b.add(a, b)
+
+
+# ---------------------------------------------------------------------------------------
+# the calls tensor intrinsics make (ib.call): checked before LLVM reads them
+
+class UserCall:
+    """One function a tensor intrinsic's ``llvm`` function calls: ``name``, its type
+    (``fnty``: the return type and the arguments' types as given), the arguments that are
+    constants (others None: an intrinsic may want an immediate), and the tensor
+    intrinsic that called it (``builtin``: one of tecomp's own)."""
+
+    def __init__(self, name: str, fnty, consts: tuple, intrin: str, builtin: bool = False):
+        self.name = name
+        self.fnty = fnty
+        self.consts = consts
+        self.intrin = intrin
+        self.builtin = builtin
+
+    @property
+    def is_llvm(self) -> bool:
+        """An LLVM intrinsic (LLVM reads these names itself; any other is a symbol)."""
+        return self.name.startswith("llvm.")
+
+    def signature(self) -> str:
+        """The type as given, LLVM's way round: ``<16 x i32> (<16 x i32>, ...)``."""
+        return f"{self.fnty.return_type} ({', '.join(str(a) for a in self.fnty.args)})"
+
+    def probe_ir(self, target) -> Tuple[str, str]:
+        """The IR of the declaration alone, and of a function that makes the call (with
+        the constants given, and the target's CPU and features as the kernel has them)."""
+        from . import jit as llvm_jit
+        from .module import with_target_attributes
+
+        h = llvm_jit.host()
+        m = ir.Module(name="tecomp_probe")
+        m.triple, m.data_layout = h.triple, h.data_layout
+        callee = ir.Function(m, self.fnty, name=self.name)
+        decl = str(m)
+        params = [t for t, c in zip(self.fnty.args, self.consts) if c is None]
+        fn = ir.Function(m, ir.FunctionType(self.fnty.return_type, params), name="tecomp_probe")
+        b = ir.IRBuilder(fn.append_basic_block())
+        free = iter(fn.args)
+        b.ret(b.call(callee, [next(free) if c is None else c for c in self.consts]))
+        return decl, with_target_attributes(str(m), target)
+
+    def key(self, target) -> tuple:
+        return (self.name, str(self.fnty), tuple(str(c) for c in self.consts), str(target))
+
+
+#: what :meth:`check_calls` found for each call (by :meth:`UserCall.key`): None where LLVM
+#: took it, else the BuildError's message
+_CHECKED: dict = {}
+
+
+def _declared(line: Optional[str], name: str) -> Optional[str]:
+    """``"<ret> (<args>)"`` from LLVM's ``declare`` line of ``name``."""
+    if not line:
+        return None
+    m = re.match(r"declare (?:[a-z_]+ )*(.+?) @.*?\((.*)\)(?: #\d+)?\s*$", line)
+    return f"{m.group(1)} ({m.group(2)})" if m else None
+
+
+def _llvm_words(res: dict) -> str:
+    """What LLVM said about a call it rejected or died on."""
+    if res.get("timeout"):
+        return "LLVM did not finish compiling it"
+    if "crash" not in res:
+        said = (res.get("error") or "").strip().splitlines()
+        return f"LLVM rejects it ({said[0][:300]!r})" if said else "LLVM rejects it"
+    err = res.get("stderr", "")
+    said = re.findall(r"Assertion `.*?&& \"([^\"]+)\"", err) or re.findall(
+        r"LLVM ERROR: ([^\n]+)", err) or re.findall(r"Assertion `([^']+)'", err)
+    said = f": {said[-1][:300]!r}" if said else ""
+    return f"LLVM aborted on it ({res['crash']}{said})"
+
+
+def unknown_intrinsic_message(call: UserCall) -> str:
+    import llvmlite.binding as llvm
+
+    version = ".".join(map(str, llvm.llvm_version_info[:2]))
+    return (f"tensor intrinsic {display(call.intrin)} calls {display(call.name)}, which is "
+            f"not an intrinsic LLVM {version} has: a name starting with 'llvm.' is one of "
+            f"LLVM's own (check its spelling and its type suffix, e.g. 'llvm.fma.v8f32'); "
+            f"call a function of a library loaded in this process by its own name")
+
+
+def check_call(call: UserCall, target) -> Optional[str]:
+    """The message of the BuildError ``call`` deserves (None: LLVM takes it), found by
+    compiling it alone in a child process (:func:`~tecomp.codegen.llvm.jit.probe_call`);
+    remembered for the process.  None too where no child process can be started."""
+    from ...target import as_target
+    from . import jit as llvm_jit
+
+    key = call.key(target)
+    if key in _CHECKED:
+        return _CHECKED[key]
+    res = llvm_jit.probe_call(call.name, *call.probe_ir(target))
+    if res is None:
+        return None
+    msg = None
+    if res.get("known") is False:
+        msg = unknown_intrinsic_message(call)
+    elif not res.get("ok"):
+        theirs = _declared(res.get("decl"), call.name)
+        sig = call.signature()
+        msg = (f"tensor intrinsic {display(call.intrin)}: its ib.call of "
+               f"{display(call.name)} as {sig} is not a call LLVM can compile for target "
+               f"{target}: {_llvm_words(res)}.")
+        requires = ("tc.decl_tensor_intrin(..., requires=[...]) names the CPU features it "
+                    "needs, and tecomp then refuses targets without them")
+        here = None if target.is_host else llvm_jit.probe_call(
+            call.name, *call.probe_ir(as_target("llvm")))
+        if here is not None and here.get("ok"):
+            msg += (f" It compiles for this machine's CPU: target {target} lacks an "
+                    f"instruction it needs; {requires}")
+        elif theirs and theirs != sig:
+            msg += (f" LLVM declares {display(call.name)} as {theirs}: give ib.call that "
+                    f"return type and arguments of those types (ib.cast('bitcast', value, "
+                    f"type) reinterprets a vector's bits)")
+        else:
+            msg += (" Check the number and types of its arguments and its return type "
+                    "against LLVM's definition of the intrinsic, and that the target has "
+                    f"the instructions it needs ({requires})")
+    _CHECKED[key] = msg
+    return msg
+
+
+def check_calls(calls, target) -> None:
+    """Raise the BuildError of the first of ``calls`` (:class:`UserCall`, the LLVM
+    intrinsics a kernel's tensor intrinsics call) that LLVM cannot compile."""
+    for call in calls:
+        msg = check_call(call, target)
+        if msg is not None:
+            if call.builtin:
+                raise InternalError(f"the built-in {msg}")
+            raise BuildError(msg)

@@ -309,11 +309,17 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_worker_in_child)
 
 
-def _opt_timeout() -> float:
+def _opt_timeout(ir_bytes: int = 0) -> float:
+    """The time limit of the worker's work on a module of ``ir_bytes`` of IR text:
+    ``TECOMP_LLVM_OPT_TIMEOUT`` (default 60 s), once more per MiB of IR (LLVM's
+    instruction selection and loop access analysis grow faster than linearly with the
+    size of a basic block: the 4 MB kernel of a sum of 20,000 terms written as one
+    expression takes it about a minute)."""
     try:
-        return float(os.environ.get("TECOMP_LLVM_OPT_TIMEOUT", "60"))
+        base = float(os.environ.get("TECOMP_LLVM_OPT_TIMEOUT", "60"))
     except ValueError:
-        return 60.0
+        base = 60.0
+    return base * (1.0 + ir_bytes / 2**20)
 
 
 def _optimize_in_worker(ir_text: str, explicit: bool) -> Optional[bytes]:
@@ -327,23 +333,24 @@ def _optimize_in_worker(ir_text: str, explicit: bool) -> Optional[bytes]:
     unroller together did not finish, in minutes, on a 3 KB kernel of scalar float64
     reductions under selects (fuzz seed 3024733); each alone takes 0.1-0.4 s."""
     global _WORKER, _WORKER_OK
+    limit = _opt_timeout(len(ir_text))
     for attempt in (1, 2):
         w = _get_worker()
         if w is None:
             return None
-        r = w.optimize(ir_text, explicit, _opt_timeout())
+        r = w.optimize(ir_text, explicit, limit)
         if r == "timeout":
             w.proc.kill()
             w.close()
             _WORKER = None
             if explicit:
                 raise RuntimeError(
-                    f"LLVM's optimiser did not finish within {_opt_timeout():g} s, even "
+                    f"LLVM's optimiser did not finish within {limit:.0f} s, even "
                     f"without its loop vectorizer and unroller. This is a bug in tecomp or "
                     f"LLVM: please report it with the kernel (TECOMP_DUMP_IR=1 prints its "
                     f"IR); TECOMP_LLVM_OPT_TIMEOUT sets the limit.")
             warnings.warn(f"tecomp: LLVM's O3 pipeline did not finish within "
-                          f"{_opt_timeout():g} s on this kernel; compiling it without LLVM's "
+                          f"{limit:.0f} s on this kernel; compiling it without LLVM's "
                           f"loop vectorizer and unroller (vectorize and unroll it in the "
                           f"schedule instead)", RuntimeWarning, stacklevel=4)
             return _optimize_in_worker(ir_text, True)
@@ -373,6 +380,51 @@ def _optimize_in_worker(ir_text: str, explicit: bool) -> Optional[bytes]:
     if status != 0:
         raise RuntimeError(payload.decode("utf-8", "replace"))
     return payload
+
+
+_PROBE_BOOT = _BOOT.replace("m.serve(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]))",
+                           "m.probe(sys.argv[2], sys.argv[3], sys.argv[4])")
+
+
+def probe_call(name: str, decl_ir: str, call_ir: str) -> Optional[dict]:
+    """Check one call of a function in a child process (LLVM aborts the process on some
+    calls of an intrinsic with the wrong types: its auto-upgrade of an old signature
+    builds a call with the new one and asserts; and on an intrinsic the target has no
+    instruction for).  ``decl_ir``: the module of the declaration alone; ``call_ir``: a
+    function calling it.  Returns what :func:`tecomp.codegen.llvm.optproc.probe` reports
+    (``decl``, ``known``, ``ok``, ``error``), with ``crash`` (how the child died) and
+    ``stderr`` (what LLVM printed) when it died, ``timeout`` when it did not finish; None
+    where no child process can be started."""
+    import json
+
+    h = host()
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", _PROBE_BOOT, _optproc.__file__, h.triple, h.cpu, h.features],
+            input=json.dumps({"name": name, "decl": decl_ir, "module": call_ir}),
+            capture_output=True, text=True, timeout=_opt_timeout(len(call_ir)))
+    except subprocess.TimeoutExpired:
+        return {"timeout": True}
+    except OSError:
+        return None
+    res: dict = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                res.update(json.loads(line))
+            except ValueError:
+                pass
+    if "ok" not in res:
+        rc = r.returncode
+        if rc < 0:
+            try:
+                res["crash"] = f"killed by signal {signal.Signals(-rc).name}"
+            except ValueError:
+                res["crash"] = f"killed by signal {-rc}"
+        else:
+            res["crash"] = f"exit status {rc}"
+        res["stderr"] = r.stderr[-4000:]
+    return res
 
 
 class JitModule:
@@ -417,10 +469,12 @@ def _parse_bitcode(bitcode: bytes):
     return mod
 
 
-def _optimized_module(ir_text: str, opt: bool, explicit: bool, timings: Dict[str, float]):
+def _optimized_module(ir_text: str, opt: bool, explicit: bool, timings: Dict[str, float],
+                      check=None):
     """Parse and verify ``ir_text`` and (``opt``) run the O3 pipeline on it, in the
     worker when there is one; return the llvmlite ``ModuleRef``, or ``(bitcode, object
-    code)`` from the worker.  Call with :data:`LLVM_LOCK` held."""
+    code)`` from the worker.  ``check()`` runs first when the module is parsed in this
+    process (where an LLVM abort would end it).  Call with :data:`LLVM_LOCK` held."""
     h = host()
     t0 = time.perf_counter()
     reply = _optimize_in_worker(ir_text, explicit) if opt else None
@@ -431,6 +485,8 @@ def _optimized_module(ir_text: str, opt: bool, explicit: bool, timings: Dict[str
         timings["parse"] = 0.0
         return reply[_LEN.size:_LEN.size + n], reply[_LEN.size + n:]
     else:
+        if check is not None:
+            check()
         mod = llvm.parse_assembly(ir_text)
         mod.triple = h.triple
         mod.data_layout = h.data_layout
@@ -536,9 +592,9 @@ def _check_resolved(undefined: Iterable[str]) -> None:
 
 
 def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
-               explicit: bool = False) -> JitModule:
+               explicit: bool = False, check=None) -> JitModule:
     """Parse, verify, optimise and JIT ``ir_text``; return the addresses of ``symbols``.
-    ``explicit``: see :func:`optimize`.
+    ``explicit``: see :func:`optimize`; ``check``: see :func:`_optimized_module`.
 
     Raises :class:`UnresolvedSymbolError` when the machine code calls a function that
     nothing in this process defines (before anything is linked or run), else whatever
@@ -547,7 +603,7 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
     h = host()
     timings: Dict[str, float] = {}
     with LLVM_LOCK:
-        mod = _optimized_module(ir_text, opt, explicit, timings)
+        mod = _optimized_module(ir_text, opt, explicit, timings, check)
         t2 = time.perf_counter()
         objects: List[bytes] = []
         if isinstance(mod, tuple):

@@ -10,8 +10,10 @@ from typing import Dict, List, Set, Tuple
 
 import llvmlite.ir as ir
 
+from ...errors import BuildError
 from ...ir.expr import BufferLoad
 from ...ir.functor import Visitor, post_order
+from ...ir.names import display
 from ...ir.stmt import For, PrimFunc
 from ..signature import CheckSite, Signature
 from . import jit as llvm_jit
@@ -31,6 +33,19 @@ def policy_for(target) -> TargetPolicy:
     if is_x86(llvm_jit.host().triple):
         return X86Policy(target)
     return TargetPolicy(target)
+
+
+def with_target_attributes(text: str, target) -> str:
+    """LLVM IR ``text`` with every function defined in it compiled for ``target``'s CPU
+    and features (nothing changes for the host).  LLVM takes the subtarget (the
+    instructions, the vector width its cost model assumes) from these attributes instead
+    of the host's TargetMachine defaults (both: a function without "target-features"
+    would get the host's, AVX-512 included, on top of the CPU's own)."""
+    if target.is_host:
+        return text
+    attrs = f' "target-cpu"="{target.cpu}" "target-features"="{target.llvm_features}"'
+    return re.sub(r"^(define [^\n]*?)\s*\{$", lambda m: m.group(1) + attrs + " {", text,
+                  flags=re.M)
 
 
 def _rmw_buffers(body) -> set:
@@ -69,6 +84,8 @@ class _ModuleBuilder:
         self.module.triple = h.triple
         self.module.data_layout = h.data_layout
         self.decls: Dict[str, ir.Function] = {}
+        #: what the tensor intrinsics' ib.call calls, by name (checked before LLVM reads it)
+        self.user_calls: Dict[str, object] = {}
         self.sites: List[CheckSite] = []
         self.notes: List[str] = []
         #: the CPU features the tensor intrinsics in it require (checked before it runs)
@@ -93,6 +110,25 @@ class _ModuleBuilder:
             if f is None:
                 f = ir.Function(self.module, ir.FunctionType(ret, list(args)), name=name)
             self.decls[name] = f
+        return f
+
+    def declare_user(self, call) -> ir.Function:
+        """The function a tensor intrinsic's ``ib.call`` calls (a
+        :class:`~tecomp.codegen.llvm.intrinsics.UserCall`), declared with the types it is
+        given; recorded in :attr:`user_calls`."""
+        f = self.decls.get(call.name) or self.module.globals.get(call.name)
+        if f is None:
+            f = self.decls[call.name] = ir.Function(self.module, call.fnty, name=call.name)
+        elif not isinstance(f, ir.Function) or f.function_type != call.fnty:
+            other = (f"{f.function_type.return_type} "
+                     f"({', '.join(str(a) for a in f.function_type.args)})"
+                     if isinstance(f, ir.Function) else "a global variable")
+            raise BuildError(
+                f"tensor intrinsic {display(call.intrin)}: ib.call of {display(call.name)} as "
+                f"{call.signature()}, but this kernel already calls it as {other} (an earlier "
+                f"ib.call, or tecomp's own code): a function has one type; call it with the "
+                f"same types each time")
+        self.user_calls.setdefault(call.name, call)
         return f
 
     def intrinsic(self, base: str, ret, args, mangle_types) -> ir.Function:
@@ -180,17 +216,7 @@ class _ModuleBuilder:
         emit_pyarrays_entry(self.module, self.symbol, len(sig.buffers), main)
 
     def text(self) -> str:
-        s = str(self.module)
-        if not self.target.is_host:
-            # every function compiled for the target's CPU: LLVM takes the subtarget (the
-            # instructions, the vector width its cost model assumes) from these
-            # attributes instead of the host's TargetMachine defaults
-            # (both: a function without "target-features" would get the host's, AVX-512
-            # included, on top of the CPU's own)
-            attrs = (f' "target-cpu"="{self.target.cpu}"'
-                     f' "target-features"="{self.target.llvm_features}"')
-            s = re.sub(r"^(define [^\n]*?)\s*\{$", lambda m: m.group(1) + attrs + " {", s,
-                       flags=re.M)
+        s = with_target_attributes(str(self.module), self.target)
         # llvmlite cannot build self-referential metadata: loop ids are emitted as
         # !{!"tecomp.loopid.K", ...} and patched into distinct !{!N, ...} here.
         return re.sub(r'^(!\d+) = !\{\s*!"tecomp\.loopid\.\d+"\s*,\s*',

@@ -25,9 +25,10 @@ machine code is generated once, in the worker, instead of by the parent's JIT).
 ``TECOMP_LLVM_OPT_WORKER=0`` optimises in the calling process instead (the leak is then
 back); so does a platform where the worker cannot be started.
 
-This file is also the worker's program: it is loaded by file path, so it imports
-nothing from tecomp (only the standard library and llvmlite), and
-:func:`run_pipeline` is the one definition of the pipeline, used by both sides.
+This file is also the worker's program (and that of the one-shot child that compiles a
+tensor intrinsic's call of an LLVM intrinsic alone: :func:`probe`): it is loaded by file
+path, so it imports nothing from tecomp (only the standard library and llvmlite), and
+:func:`run_pipeline` is the one definition of the pipeline, used by every side.
 
 Protocol (binary, over the worker's stdin/stdout): a request is ``b"TCO1"``, a flags
 byte (bit 0: ``explicit``) and a little-endian u32 length, then that many bytes of IR
@@ -186,6 +187,45 @@ def serve(triple: str, cpu: str, features: str, max_mb: float) -> None:
         _reply(out, _REP.pack(status, int(retiring), len(payload)), payload)
         if retiring:
             return
+
+
+def probe(triple: str, cpu: str, features: str) -> None:
+    """A one-shot child that checks one call of a tensor intrinsic (``jit.probe_call``):
+    stdin is JSON ``{"name", "decl", "module"}``: the IR of the callee's declaration alone,
+    and of a function that calls it.  It writes one JSON line per step, so that LLVM
+    aborting in the second still reports the first: ``{"decl", "known"}`` (the
+    declaration as LLVM reads it: its own types for an intrinsic whose signature changed,
+    ``known`` false for a name LLVM has no intrinsic of), then ``{"ok", "error"}`` (the
+    function parsed, verified, optimised and compiled to machine code, as a kernel is)."""
+    import json
+
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    llvm.initialize_native_asmparser()
+    req = json.loads(sys.stdin.read())
+    first = {"decl": None, "known": None}
+    try:
+        text = str(llvm.parse_assembly(req["decl"]).get_function(req["name"]))
+        first["known"] = "; Unknown intrinsic" not in text
+        first["decl"] = next((ln for ln in text.splitlines() if ln.startswith("declare ")), None)
+    except Exception as e:  # noqa: BLE001 - reported
+        first["decl_error"] = str(e)
+    print(json.dumps(first), flush=True)
+    tm = llvm.Target.from_triple(triple).create_target_machine(
+        cpu=cpu, features=features, opt=3, reloc="default", codemodel="jitdefault", jit=True)
+    try:
+        mod = llvm.parse_assembly(req["module"])
+        mod.triple = triple
+        mod.data_layout = str(tm.target_data)
+        mod.verify()
+        run_pipeline(mod, tm, False)
+        tm.emit_object(mod)
+        second = {"ok": True}
+    except Exception as e:  # noqa: BLE001 - reported
+        second = {"ok": False, "error": str(e)}
+    print(json.dumps(second), flush=True)
 
 
 if __name__ == "__main__":
