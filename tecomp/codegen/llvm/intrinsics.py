@@ -251,7 +251,6 @@ class UserCall:
         """The IR of the declaration alone, and of a function that makes the call (with
         the constants given, and the target's CPU and features as the kernel has them)."""
         from . import jit as llvm_jit
-        from .module import with_target_attributes
 
         h = llvm_jit.host()
         m = ir.Module(name="tecomp_probe")
@@ -263,7 +262,7 @@ class UserCall:
         b = ir.IRBuilder(fn.append_basic_block())
         free = iter(fn.args)
         b.ret(b.call(callee, [next(free) if c is None else c for c in self.consts]))
-        return decl, with_target_attributes(str(m), target)
+        return decl, llvm_jit.with_target_attributes(str(m), target)
 
     def key(self, target) -> tuple:
         return (self.name, str(self.fnty), tuple(str(c) for c in self.consts), str(target))

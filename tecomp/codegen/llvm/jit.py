@@ -739,3 +739,16 @@ def cpu_features(cpu: str, features: str) -> FrozenSet[str]:
     have = (have - PROBE_BLIND) | (added & PROBE_BLIND) | ({"64bit"} & h.feature_names)
     got = _FEATURES_OF[key] = frozenset(have)
     return got
+
+
+def with_target_attributes(text: str, target) -> str:
+    """LLVM IR ``text`` with every function defined in it compiled for ``target``'s CPU
+    and features (nothing changes for the host).  LLVM takes the subtarget (the
+    instructions, the vector width its cost model assumes) from these attributes instead
+    of the host's TargetMachine defaults (both: a function without "target-features"
+    would get the host's, AVX-512 included, on top of the CPU's own)."""
+    if target.is_host:
+        return text
+    attrs = f' "target-cpu"="{target.cpu}" "target-features"="{target.llvm_features}"'
+    return re.sub(r"^(define [^\n]*?)\s*\{$", lambda m: m.group(1) + attrs + " {", text,
+                  flags=re.M)

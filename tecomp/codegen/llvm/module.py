@@ -35,19 +35,6 @@ def policy_for(target) -> TargetPolicy:
     return TargetPolicy(target)
 
 
-def with_target_attributes(text: str, target) -> str:
-    """LLVM IR ``text`` with every function defined in it compiled for ``target``'s CPU
-    and features (nothing changes for the host).  LLVM takes the subtarget (the
-    instructions, the vector width its cost model assumes) from these attributes instead
-    of the host's TargetMachine defaults (both: a function without "target-features"
-    would get the host's, AVX-512 included, on top of the CPU's own)."""
-    if target.is_host:
-        return text
-    attrs = f' "target-cpu"="{target.cpu}" "target-features"="{target.llvm_features}"'
-    return re.sub(r"^(define [^\n]*?)\s*\{$", lambda m: m.group(1) + attrs + " {", text,
-                  flags=re.M)
-
-
 def _rmw_buffers(body) -> set:
     """Buffers some store reads back (``B[i] = B[i] + ...``: accumulators)."""
     out = set()
@@ -216,7 +203,7 @@ class _ModuleBuilder:
         emit_pyarrays_entry(self.module, self.symbol, len(sig.buffers), main)
 
     def text(self) -> str:
-        s = with_target_attributes(str(self.module), self.target)
+        s = llvm_jit.with_target_attributes(str(self.module), self.target)
         # llvmlite cannot build self-referential metadata: loop ids are emitted as
         # !{!"tecomp.loopid.K", ...} and patched into distinct !{!N, ...} here.
         return re.sub(r'^(!\d+) = !\{\s*!"tecomp\.loopid\.\d+"\s*,\s*',
