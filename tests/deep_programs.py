@@ -3,7 +3,6 @@
 pytest.  Each case prints one JSON line (what the test checks) and exits 0."""
 import json
 import os
-import random
 import sys
 import threading
 
@@ -81,84 +80,17 @@ def case_paths(depth: int):
 
 # -- random deep trees ------------------------------------------------------------------
 
-#: (name, IR levels it adds to the chain)
-OPS = [("add", 1), ("sub", 1), ("mul", 1), ("min", 1), ("max", 1), ("select", 1),
-       ("f64", 3), ("int", 2)]
-
-
-def random_chain(seed: int, depth: int):
-    """A chain of random operations (``OPS``), each on the value so far and a fresh
-    element ``A[i, k]``, ``depth`` IR levels deep; returns the operations in order."""
-    r = random.Random(seed)
-    ops, levels = [], 0
-    while True:
-        name, n = r.choice(OPS)
-        if levels + n > depth:
-            break
-        ops.append((name, r.random() < 0.5))   # (operation, the chain on the right)
-        levels += n
-    return ops
-
-
-class _TC:
-    """What one operation of :data:`OPS` needs that tecomp and numpy spell differently."""
-    min, max = staticmethod(tc.min), staticmethod(tc.max)
-    where = staticmethod(tc.if_then_else)
-
-    @staticmethod
-    def cast(e, dtype):
-        return e.astype(dtype)
-
-
-class _NP:
-    min, max, where = staticmethod(np.minimum), staticmethod(np.maximum), staticmethod(np.where)
-
-    @staticmethod
-    def cast(e, dtype):
-        return e.astype(dtype)
-
-
-def apply(lib, name, right, e, x):
-    """Operation ``name`` on the chain ``e`` and the element ``x`` (``right``: the chain
-    is the right operand), with tecomp expressions (``lib=_TC``) or numpy arrays (``_NP``)."""
-    half = x * np.float32(0.5) if lib is _NP else x * 0.5
-    if name == "add":
-        return x + e if right else e + x
-    if name == "sub":
-        return x - e if right else e - x
-    if name == "mul":
-        return x * e if right else e * x
-    if name in ("min", "max"):
-        f = getattr(lib, name)
-        return f(x, e) if right else f(e, x)
-    if name == "select":
-        return lib.where(x > 0.0, e, half)
-    if name == "f64":
-        return lib.cast(lib.cast(e, "float64") * 3.0, "float32")
-    return lib.cast(lib.cast(e, "int32"), "float32")
-
-
 def case_random(seed: int, depth: int):
-    """A random chain on llvm, against numpy (float32 IEEE operations in the same order:
-    the results are equal bit for bit)."""
-    ops = random_chain(seed, depth)
-    n = len(ops) + 1
-    A = tc.placeholder((ROWS, n), name="A")
-
-    def body(i):
-        e = A[i, 0]
-        for k, (name, right) in enumerate(ops, 1):
-            e = apply(_TC, name, right, e, A[i, k])
-        return e
-
-    B = tc.compute((ROWS,), body, name="B")
+    """A random chain (``tecomp.testing.deep``) on llvm, against numpy (float32 IEEE
+    operations in the same order: the results are equal bit for bit)."""
     from tecomp.ir.deep import node_depth
+    from tecomp.testing.deep import chain_compute, chain_reference, random_chain
 
+    ops = random_chain(seed, depth)
+    A, B = chain_compute(ops, ROWS)
     rng = np.random.default_rng(seed)
-    a = rng.uniform(-1, 1, (ROWS, n)).astype("float32")
-    want = a[:, 0].copy()
-    for k, (name, right) in enumerate(ops, 1):
-        want = apply(_NP, name, right, want, a[:, k])
+    a = rng.uniform(-1, 1, (ROWS, len(ops) + 1)).astype("float32")
+    want = chain_reference(ops, a)
     got = np.zeros(ROWS, "float32")
     tc.build(tc.create_schedule(B.op), [A, B])(a, got)
     return {"ops": len(ops), "ir_depth": node_depth(B.op.body),

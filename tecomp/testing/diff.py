@@ -131,10 +131,9 @@ class Outcome:
 
 
 def _target_kind(target: str) -> str:
-    """The kind of a target string: ``llvm``, ``cuda`` or ``cuda-emu``."""
-    import tecomp as tc
-
-    return tc.Target(target).kind
+    """The kind of a target string: ``llvm``, ``cuda`` or ``cuda-emu`` (its first word:
+    a reproducer is printed even for a target that ``tc.Target`` refuses)."""
+    return str(target).split()[0] if str(target).strip() else "llvm"
 
 
 def _auto_rng_src(auto: int) -> str:

@@ -30,6 +30,11 @@ read the docs, or one who wants to crash the caller, would:
     apart (the result must not change); the case's symbolic extent declared int64; or a
     sum over 2**31 + r terms of a stride-0 input (int32 or int64 extent, a random split
     and vectorize or parallel), checked exactly.
+``deep``
+    an expression hundreds to a few thousand levels deep (a chain of + - * min max
+    select and casts, as a Python ``sum`` over a loop builds one), beyond Python's
+    recursion limit for a recursive pass, with a random simple schedule, on the CPU or in
+    the CUDA emulation: equal to numpy's bit for bit.
 ``records``
     a tuning log for the case's workload whose records are forged or corrupt: a value in
     a step replaced (huge, negative, zero, a float, a string with quotes and newlines,
@@ -62,7 +67,7 @@ from .draw import RandomDraw
 from .program import Cmp, CAnd, CNot, COr, is_float
 
 FAMILIES = ("conditions", "big_split", "layouts", "lazy_bits", "foreign_target",
-            "library_file", "records", "big_extent")
+            "library_file", "records", "big_extent", "deep")
 
 #: split factors past any extent the generator draws
 BIG_FACTORS = (2**31 - 1, 2**31, 2**31 + 1, 2**32 + 1, 2**40)
@@ -74,7 +79,7 @@ FOREIGN_TARGETS = (
     "llvm -mcpu=znver4", "llvm -mcpu=znver5", "llvm -mcpu=atom", "llvm -mcpu=knl",
     "llvm -mattr=-avx2", "llvm -mattr=+avx512fp16", "llvm -mattr=+amx-tile,+amx-int8",
     "llvm -mattr=-sse2", "llvm -mattr=-cx8", "llvm -mattr=-sse,-sse2,-x87",
-    "llvm -mattr=+avx10.2-512", "llvm -mcpu=x86-64-v4 -mattr=-avx512f",
+    "llvm -mattr=+avx10.2", "llvm -mattr=+avx512", "llvm -mcpu=x86-64-v4 -mattr=-avx512f",
 )
 
 
@@ -131,6 +136,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
                          annotate=d.choice(("", "vectorize", "parallel", "unroll")))
             if twist["n_dtype"] == "int32":
                 twist["terms"] = 2**31 - d.int(1, 999)
+    elif family == "deep":
+        twist = {"depth": d.int(300, 2500), "rows": d.choice((1, 5, 16)),
+                 "schedule": d.choice(("plain", "split", "vectorize", "parallel", "gpu"))}
     elif family == "records":
         twist = {"forgeries": [_draw_forgery(d) for _ in range(d.int(1, 3))],
                  "genuine": d.bool(0.5)}
@@ -288,7 +296,7 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
         return run_case(ec)
     runner = {"layouts": _run_layouts, "lazy_bits": _run_lazy_bits,
               "foreign_target": _run_foreign_target, "library_file": _run_library_file,
-              "records": _run_records, "big_extent": _run_big_extent}
+              "records": _run_records, "big_extent": _run_big_extent, "deep": _run_deep}
     return runner[ec.family](ec)
 
 
@@ -722,4 +730,43 @@ def _run_big_reduction(ec: EdgeCase) -> Outcome:
     if not np.array_equal(b, want):
         return Outcome("mismatch", ec, "compare", f"sum over {terms} terms: got {b.tolist()}, "
                        f"expected {want.tolist()}")
+    return Outcome("ok", ec, "", "")
+
+
+def _run_deep(ec: EdgeCase) -> Outcome:
+    import tecomp as tc
+
+    from .deep import chain_compute, chain_reference, random_chain
+
+    tw = ec.twist
+    stage = "compute"
+    try:
+        ops = random_chain(ec.fuzz_seed, tw["depth"])
+        A, B = chain_compute(ops, tw["rows"])
+        stage = "schedule"
+        s = tc.create_schedule(B.op)
+        how, target = tw["schedule"], "llvm"
+        if how != "plain" and tw["rows"] > 1:
+            outer, inner = s[B].split(B.op.axis[0], factor=4)
+            if how == "vectorize":
+                s[B].vectorize(inner)
+            elif how == "parallel":
+                s[B].parallel(outer)
+            elif how == "gpu":
+                s[B].bind(outer, tc.thread_axis("blockIdx.x"))
+                s[B].bind(inner, tc.thread_axis("threadIdx.x"))
+                target = "cuda-emu"
+        stage = f"build ({target})"
+        mod = tc.build(s, [A, B], target=target)
+        a = np.random.default_rng(ec.seed).uniform(
+            -1, 1, (tw["rows"], len(ops) + 1)).astype("float32")
+        got = np.zeros(tw["rows"], "float32")
+        stage = "call"
+        mod(a, got)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
+    want = chain_reference(ops, a)
+    if not np.array_equal(got, want, equal_nan=True):
+        return Outcome("mismatch", ec, "compare", f"a chain {tw['depth']} levels deep: got "
+                       f"{got[:4].tolist()}, numpy {want[:4].tolist()}")
     return Outcome("ok", ec, "", "")
