@@ -178,3 +178,30 @@ def test_depth_of_a_dag_without_recursion():
     for _ in range(50_000):
         e = e + e          # shared: 2**50000 paths, 50,000 levels
     assert deep.node_depth(e) == 50_002
+
+
+def test_a_vectorized_chain_of_selects_makes_code_in_proportion():
+    """The fuzzer's deep edge family (seed 9400175): a vectorized chain of 1970 levels
+    with lazy selects did not build in 10 minutes: each select's unmasked fast path
+    copied the chain below it once more, so the LLVM IR grew as the square of the depth
+    (2.3 MB at 300 levels).  Sides of more than a few dozen nodes now run masked only:
+    the IR grows in proportion, and the values stay numpy's."""
+    import numpy as np
+
+    import tecomp as tc
+    from tecomp.testing.deep import chain_compute, chain_reference, random_chain
+
+    sizes = {}
+    for depth in (150, 300):
+        ops = random_chain(9400175, depth)
+        A, B = chain_compute(ops, 16)
+        s = tc.create_schedule(B.op)
+        _, inner = s[B].split(B.op.axis[0], factor=4)
+        s[B].vectorize(inner)
+        f = tc.build(s, [A, B])
+        sizes[depth] = len(f.get_source("llvm"))
+        a = np.random.default_rng(depth).uniform(-1, 1, (16, len(ops) + 1)).astype("float32")
+        got = np.zeros(16, "float32")
+        f(a, got)
+        np.testing.assert_array_equal(got, chain_reference(ops, a))
+    assert sizes[300] < 2.6 * sizes[150], sizes

@@ -132,7 +132,7 @@ from ...ir.expr import (
     Const, Div, Expr, FloorDiv, FloorMod, Let, Max, Min, Mul, Not, Or, ProducerLoad, Reduce,
     Select, Sub, TruncDiv, TruncMod, Var,
 )
-from ...ir.functor import collect
+from ...ir.functor import children, collect
 from ...ir.simplify import simplify
 from ...ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
@@ -162,6 +162,24 @@ MAX_STACK_ALLOC = 64 * 1024
 #: buffers meanwhile: 2 x 512 KiB stays well inside the smallest default thread stack
 #: (2 MiB, glibc's where the stack limit is unlimited; 8 MiB is usual)
 MAX_STACK_FRAME = 512 * 1024
+
+
+#: a lazy vector select whose sides have more nodes than this runs them masked only:
+#: its fast path (the side every lane takes, unmasked) copies each side once more, and a
+#: chain of selects, each holding the ones below, would grow as the square of its depth
+SELECT_FAST_PATH_NODES = 64
+
+
+def _small(e) -> bool:
+    """Whether ``e`` has at most :data:`SELECT_FAST_PATH_NODES` nodes (counted without
+    recursion, stopping past the limit)."""
+    n, todo = 0, [e]
+    while todo:
+        n += 1
+        if n > SELECT_FAST_PATH_NODES:
+            return False
+        todo.extend(children(todo.pop()))
+    return True
 
 
 def _constant_bytes(buf: Buffer) -> Optional[int]:
@@ -1698,7 +1716,7 @@ class _FnEmitter:
                 self.mask = old
             return Val(v=b.select(c, self.vec(t), self.vec(f)))
 
-        if self.mask is not None:
+        if self.mask is not None or not (_small(e.true_value) and _small(e.false_value)):
             return masked()
         # where every lane takes the same side (a concatenation's inputs, a padded read
         # away from the edge) that side alone runs, unmasked: masked loads are slow on
