@@ -18,7 +18,8 @@ times, interleaved in one process:
 
 The model and tecomp run at the same speed, and the kernel in cache runs near the FMA
 peak: what is lost is the feeding of the kernel from L2/L3, not its instructions (see
-RESULTS.md, "What limits").  Speed only: this is not a test.
+benchmarks/history/2026-11-22.md, "What limits the targets that are missed").  Speed only:
+this is not a test.
 """
 from __future__ import annotations
 

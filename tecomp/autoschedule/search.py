@@ -20,7 +20,8 @@ search used up its ``timeout``), and the fastest median over all of each one's t
 wins (``Trial.final_seconds``; logged as records with ``"search": "final"``, which
 ``log=`` replays first).  One measurement per candidate,
 minutes apart on a busy machine, picked slower schedules than the analytic one where a
-few percent separated them (conv 1x1, GEMM 127x509x257 on the Zen 3; RESULTS.md).
+few percent separated them (conv 1x1, GEMM 127x509x257 on the Zen 3;
+benchmarks/history/2026-11-26.md, "TE features, and the measured search on the Zen 3").
 """
 from __future__ import annotations
 
