@@ -345,10 +345,6 @@ class LinForm:
 
     # construction ----------------------------------------------------------------
     @staticmethod
-    def of_const(v: int, dtype: str) -> "LinForm":
-        return LinForm(dtype, {}, v)
-
-    @staticmethod
     def combine(dtype: str, parts, math: bool = False) -> "LinForm":
         """``sum(sign * form for form, sign in parts)`` in one pass (long sums stay linear)."""
         terms: dict = {}
@@ -522,9 +518,6 @@ class Analyzer:
     def var_range(self, var: Var):
         """``(lo, hi)`` inclusive bound Exprs of ``var`` (None sides), or None if unranged."""
         return self._vr.get(var)
-
-    def has_range(self, var: Var) -> bool:
-        return var in self._vr
 
     @contextmanager
     def scope(self):

@@ -12,8 +12,8 @@ import numpy as np
 from ..errors import DTypeError, ExprError, ShapeError
 from . import dtype as _dt
 from .expr import (
-    SERVICES, EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
-    INTRINSICS, Max, Min, Mul, Not, Or, Select, Sub, TruncDiv, TruncMod, _literal_in_range,
+    SERVICES, EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod,
+    INTRINSICS, Max, Min, Mul, Or, Select, Sub, TruncDiv, TruncMod, _literal_in_range,
     as_expr,
 )
 
@@ -46,13 +46,6 @@ def _literal_like(x, other: Expr) -> Expr:
             _literal_in_range(int(x), other.dtype,
                               operand=text if text.isidentifier() else f"({text})")
         raise
-
-
-def _fits(v: int, dtype: str) -> bool:
-    b = _dt.bits(dtype)
-    if _dt.is_uint(dtype):
-        return 0 <= v < (1 << b)
-    return -(1 << (b - 1)) <= v < (1 << (b - 1))
 
 
 def _wrap(v: int, dtype: str) -> int:

@@ -1,8 +1,8 @@
-"""Helpers of the CPU templates: finding stages, vector splits, parallel outer loops, and the
+"""Helpers of the CPU templates: finding stages, vector splits, config checks, and the
 auto-scheduler's rules for the stages a template leaves alone."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 from ...autoschedule import rules as _rules
 from ...errors import ScheduleError
@@ -33,28 +33,6 @@ def _vector_split(s: Stage, axis, extent: Optional[int], lanes: int):
     o, i = s.split(axis, factor=lanes)
     s.vectorize(i)
     return o
-
-
-def _parallel_outer(s: Stage, axes: Sequence, extents: Sequence[Optional[int]], threads: int,
-                    min_tasks: int = 1):
-    """Fuse the leading ``axes`` until there are enough iterations for the threads and
-    make the result parallel.  Returns the parallel axis (or None)."""
-    if threads <= 1 or not axes:
-        return None
-    take, total = [], 1
-    for ax, ext in zip(axes, extents):
-        take.append(ax)
-        if ext is None:
-            total = None
-            break
-        total *= ext
-        if total >= max(threads * 4, min_tasks):
-            break
-    if total is not None and total < 2:
-        return None
-    ax = take[0] if len(take) == 1 else s.fuse(*take)
-    s.parallel(ax)
-    return ax
 
 
 class _NoTemplate(ScheduleError):
