@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.codegen.cuda import compile_ptx, find_nvcc
+from tecomp.codegen.nvcc import compile_ptx, find_nvcc
 from tecomp.ir import interp
 from tecomp.nn import ops
 from helpers import gpu_driver  # noqa: F401  (a fixture)

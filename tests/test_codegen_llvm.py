@@ -221,7 +221,7 @@ def test_pow_and_int_abs():
     np.testing.assert_array_equal(jj, np.abs(ii))
 
 
-# float32 exp (and fast_exp, sigmoid) is tecomp's own vector code (codegen/llvm/emitter.py,
+# float32 exp (and fast_exp, sigmoid) is tecomp's own vector code (codegen/llvm/emit_math.py,
 # exp_f32); its two variants (with fused multiply-adds where the host has them, else
 # without) are within 1 ulp of the correctly rounded exp on every float32 input
 # (docs/numerics.md)
@@ -1082,7 +1082,7 @@ def test_stack_budget_keeps_the_innermost_buffers():
     """Past the budget, the buffers allocated in loops keep the stack (a workspace block
     there would be taken and given back on every iteration): 9 buffers of 64 KiB at the
     root and one in a loop; 8 fit in 512 KiB: the loop's and 7 of the root's."""
-    from tecomp.codegen.llvm.emitter import MAX_STACK_FRAME
+    from tecomp.codegen.llvm.emit_memory import MAX_STACK_FRAME
 
     A, B = buf("A", (16384,)), buf("B", (16384,))
     roots = [buf(f"R{k}", (16384,), scope="local") for k in range(9)]
@@ -1702,7 +1702,7 @@ def test_unrolled_index_arithmetic_is_emitted_once_per_block():
     assert "undef" not in src and "poison" in src
 
 
-# float32 erf is tecomp's own vector code too (codegen/llvm/emitter.py, erf_f32): a
+# float32 erf is tecomp's own vector code too (codegen/llvm/emit_math.py, erf_f32): a
 # polynomial below 1, 1 - exp(-x^2) * Q(1/x) above, both fitted for it; measured on every
 # float32 input against float64 erf (docs/numerics.md): at most 1.62 ulp with FMA, 2.36
 # without

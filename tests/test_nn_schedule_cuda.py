@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.codegen.cuda import compile_ptx, find_nvcc
+from tecomp.codegen.nvcc import compile_ptx, find_nvcc
 from tecomp.errors import RuntimeUnavailableError, ScheduleError
 from tecomp.ir import interp
 from tecomp.nn import ops

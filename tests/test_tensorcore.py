@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.codegen.cuda import compile_ptx, find_nvcc
+from tecomp.codegen.nvcc import compile_ptx, find_nvcc
 from tecomp.errors import ArgumentError
 from tecomp.nn import cuda as sc, ops
 from tecomp.nn.cuda import WmmaConfig, wmma_config

@@ -54,7 +54,7 @@ once, and times calls on the device arrays (each call waits for its kernels).
 **Compiling in parallel.**  For targets ``cuda`` and ``cuda-emu`` ``LocalRunner`` first
 lowers each candidate of a ``run`` in this process and compiles them all at once, one
 compiler per core (:data:`COMPILE_JOBS`): nvcc into tecomp's cubin cache
-(:func:`tecomp.codegen.cuda.compile_cubin`; the device's architecture is read here
+(:func:`tecomp.codegen.nvcc.compile_cubin`; the device's architecture is read here
 through the driver, without a context), g++ into the emulation's library cache.  The
 measuring process then loads what it builds from those caches, so candidates are
 measured one after another while their compilers ran side by side (nvcc takes seconds
@@ -1088,7 +1088,8 @@ def _precompile(args, build_fn, payloads: Sequence, target) -> int:
     compiled.  Failures are left to the measuring process to report."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..codegen.cuda import codegen_cuda, compile_cubin, find_nvcc
+    from ..codegen.cuda import codegen_cuda
+    from ..codegen.nvcc import compile_cubin, find_nvcc
     from ..lower.pipeline import lower
     from ..schedule import Schedule
     from ..target import as_target

@@ -1,4 +1,5 @@
-"""CUDA C source generation for a PrimFunc.
+"""CUDA C source generation for a PrimFunc (compiling it with nvcc:
+:mod:`tecomp.codegen.nvcc`).
 
 The renderer is the shared C walk (:mod:`tecomp.codegen.c_source`) plus a table of
 strings (``half`` and its conversions, ``__expf``, ``rsqrtf``, ``__int_as_float``
@@ -46,16 +47,11 @@ Determinism: the same PrimFunc gives byte-identical source.
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ..errors import BuildError, InternalError, RuntimeUnavailableError
+from ..errors import BuildError, InternalError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import LT, Buffer, BufferLoad, Call, Const, Expr, Var, same_as
@@ -948,86 +944,3 @@ def _kernel_text(k: int, info: KernelInfo, body_lines: List[str], stmt: Stmt) ->
     lines.extend(body_lines)
     lines.append("}")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------
-# nvcc
-
-
-def find_nvcc() -> Optional[str]:
-    """The nvcc executable: on PATH, else under $CUDA_HOME or $CUDA_PATH."""
-    exe = shutil.which("nvcc")
-    if exe:
-        return exe
-    for env in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(env)
-        if root and os.path.isfile(os.path.join(root, "bin", "nvcc")):
-            return os.path.join(root, "bin", "nvcc")
-    return None
-
-
-def _nvcc() -> str:
-    nvcc = find_nvcc()
-    if nvcc is None:
-        raise RuntimeUnavailableError(
-            "nvcc was not found on PATH (nor under $CUDA_HOME/bin): install the CUDA toolkit "
-            "to compile CUDA C")
-    return nvcc
-
-
-def _run_nvcc(nvcc: str, src: str, arch: str, kind: str, options) -> bytes:
-    """``nvcc -<kind> -arch=<arch> -std=c++17 <options>`` on ``src``: the output file."""
-    with tempfile.TemporaryDirectory(prefix="tecomp-nvcc-") as d:
-        cu, out = os.path.join(d, "kernel.cu"), os.path.join(d, "kernel." + kind)
-        with open(cu, "w") as f:
-            f.write(src)
-        cmd = [nvcc, "-" + kind, f"-arch={arch}", "-std=c++17", *options, "-o", out, cu]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise BuildError(f"nvcc -{kind} -arch={arch} failed (exit {proc.returncode}):\n"
-                             f"{proc.stderr.strip() or proc.stdout.strip()}")
-        with open(out, "rb") as f:
-            return f.read()
-
-
-def compile_ptx(source: str, arch: str = "sm_80", options=()) -> str:
-    """Compile CUDA C ``source`` to PTX for ``arch`` with ``nvcc -ptx``; return the PTX.
-
-    Raises RuntimeUnavailableError when nvcc is missing and BuildError (with nvcc's
-    messages) when compilation fails.
-    """
-    src = source.source if isinstance(source, CudaSource) else source
-    return _run_nvcc(_nvcc(), src, arch, "ptx", tuple(options)).decode()
-
-
-def compile_cubin(source: str, arch: str, options=()) -> bytes:
-    """The cubin of CUDA C ``source`` for ``arch`` (``nvcc -cubin``), cached on disk under
-    ``$TECOMP_CACHE_DIR/cuda`` by a hash of nvcc's version, ``arch``, the options and the
-    source (a private directory; a cubin is used only when its sha256 sidecar matches).
-    Any thread may call it: nothing here needs a GPU, so candidates of a search compile in
-    parallel before one process loads and times them.
-
-    Raises RuntimeUnavailableError when nvcc is missing and BuildError (with nvcc's
-    messages) when compilation fails.
-    """
-    from .libfiles import (cache_root, digest_bytes, private_dir, read_sidecar, tool_identity,
-                           write_with_sidecar)
-
-    nvcc = _nvcc()
-    src = source.source if isinstance(source, CudaSource) else source
-    options = tuple(options)
-    h = hashlib.sha256()
-    for part in (tool_identity(nvcc), arch, "\0".join(options), src):
-        h.update(part.encode())
-        h.update(b"\0")
-    d = private_dir(cache_root() / "cuda", "the CUDA compile cache", BuildError)
-    path = d / f"{h.hexdigest()[:32]}.cubin"
-    try:
-        data = path.read_bytes()
-        if read_sidecar(path) == digest_bytes(data):
-            return data
-    except OSError:
-        pass
-    data = _run_nvcc(nvcc, src, arch, "cubin", options)
-    write_with_sidecar(path, data, 0o600)
-    return data

@@ -94,7 +94,7 @@ class _UnrollBudget(Visitor):
 def check_unroll_budget(func: PrimFunc) -> None:
     """A ScheduleError when unrolling would make more than :data:`MAX_UNROLL_COPIES`
     copies of a statement (see there)."""
-    from ..codegen.llvm.emitter import MAX_FULL_UNROLL
+    from ..codegen.llvm.emit_control import MAX_FULL_UNROLL
 
     _UnrollBudget(MAX_FULL_UNROLL).visit(func.body)
 

@@ -41,7 +41,8 @@ import numpy as np
 from .argcheck import (
     ArgChecker, array_meta, eval_host_expr, in_place_of, param_checks_of, param_label,
 )
-from ..codegen.cuda import CudaSource, KernelInfo, codegen_cuda, compile_ptx
+from ..codegen.cuda import CudaSource, KernelInfo, codegen_cuda
+from ..codegen.nvcc import compile_cubin, compile_ptx
 from ..target import MAX_STATIC_SHARED_BYTES
 from ..errors import ArgumentError, BuildError, ResourceLimitError, RuntimeUnavailableError
 from ..ir.expr import Buffer
@@ -129,8 +130,6 @@ class PycudaDriver:
         key = hashlib.sha256((arch + "\n" + cs.source).encode()).hexdigest()
         mod = self._modules.get(key)
         if mod is None:
-            from ..codegen.cuda import compile_cubin
-
             try:
                 cubin = compile_cubin(cs.source, arch)
             except BuildError as exc:

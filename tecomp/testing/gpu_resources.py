@@ -41,7 +41,7 @@ def ptxas_usage(source: str, arch: str) -> Dict[str, dict]:
     """``{kernel: {"registers", "spill_stores", "spill_loads", "stack", "smem"}}`` from
     ``nvcc -cubin -Xptxas -v``.  Raises RuntimeUnavailableError without nvcc, BuildError
     when it fails."""
-    from ..codegen.cuda import find_nvcc
+    from ..codegen.nvcc import find_nvcc
     from ..errors import BuildError, RuntimeUnavailableError
 
     nvcc = find_nvcc()

@@ -12,9 +12,15 @@ The modules of this package:
   ``policy_for``, which picks the target policy;
 * ``abi`` -- the kernel ABI: the exported entry points, the error words, the variants
   (``(layout, noalias)``);
-* ``emitter`` -- ``_FnEmitter``: statements and expressions into one LLVM function, and
-  the lowering rules (index arithmetic, loops, widening, parallel tasks, allocation,
-  numerics);
+* ``emitter`` -- ``_FnEmitter``: statements and expressions into one LLVM function (its
+  state, the dispatch of nodes, the scopes), and the lowering rules (index arithmetic,
+  loops, widening, parallel tasks, allocation, numerics); the class is composed of one
+  part per kind of construct: ``emit_memory`` (the frame, index arithmetic, loads and
+  stores, allocations, prefetches), ``emit_control`` (the error exit, branches,
+  conditions, asserts, loops: serial, unrolled, vectorized, parallel), ``emit_expr``
+  (values in a lane context, integer folding, arithmetic, comparisons, selects, casts),
+  ``emit_math`` (math functions: LLVM intrinsics, libm, tecomp's vector ``exp`` and
+  ``erf``) and ``emit_calls`` (tensor intrinsics, extern calls);
 * ``values`` -- the LLVM types of each dtype, the lane-context value ``Val``, buffers as a
   function sees them, constants;
 * ``intrinsics`` -- intrinsic name mangling, the float16/bfloat16 conversions, and what

@@ -18,7 +18,8 @@ from ...ir.stmt import For, PrimFunc
 from ..signature import CheckSite, Signature
 from . import jit as llvm_jit
 from .abi import ERR_WORDS, body_params, emit_entry, emit_pyarrays_entry
-from .emitter import _FnEmitter, frame_overflow
+from .emit_memory import frame_overflow
+from .emitter import _FnEmitter
 from .intrinsics import _mangle
 from .policy import TargetPolicy
 from .values import _I1, _I32, _I64, _PTR, Val, _Buf, _i64_at, _sanitize

@@ -1,0 +1,349 @@
+"""Control flow in the LLVM function emitter (:class:`_ControlEmitter`, a part of
+:class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the error exit (:meth:`report` records
+the first error and jumps there, :meth:`guard` branches to a failure path), builders of
+``if``, of a value chosen by a branch and of counted loops, code run under a lane mask,
+``IfThenElse`` and ``AssertStmt``, and the loops: serial, unrolled, vectorized (as the
+``vector_plan`` pass planned it: widened, in pieces, in chunks, a masked tail) and
+parallel (outlined into a task that the thread pool runs).  The rules: "Loops",
+"vectorized" and "parallel" in the docstring of :mod:`tecomp.codegen.llvm.emitter`.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import llvmlite.ir as ir
+
+from ...errors import BuildError, InternalError
+from ...ir.expr import Const
+from ...ir.stmt import AssertStmt, For, IfThenElse
+from ...lower import parallel as _par
+from ...lower import vectorize as _vec
+from ...lower.vectorize import node_text
+from .abi import ERR_ASSERT, ERR_WORDS
+from .values import _I1, _I32, _I64, _PTR, Val, _i64_at, _sanitize
+
+
+#: an unrolled loop with a constant extent up to this is unrolled at code generation
+MAX_FULL_UNROLL = 1024
+
+
+class _ControlEmitter:
+    """The part of :class:`~tecomp.codegen.llvm.emitter._FnEmitter` that emits control flow
+    (the state it works on: ``_FnEmitter.__init__``)."""
+
+    # -- error exits -------------------------------------------------------------------------
+    def error_block(self):
+        if self._err_block is None:
+            self._err_block = self.fn.append_basic_block("error")
+        return self._err_block
+
+    def report(self, code: int, site: int, dim=None, index=None, extent=None):
+        """Record an error (first one wins) and jump to the error exit."""
+        b = self.b
+        pair = b.cmpxchg(self.err, ir.Constant(_I64, 0), ir.Constant(_I64, code),
+                         "seq_cst", "seq_cst")
+        won = b.extract_value(pair, 1)
+        vals = [ir.Constant(_I64, site), dim, index, extent]
+
+        def store_fields():
+            for w, v in enumerate(vals, start=1):
+                if v is None:
+                    continue
+                if isinstance(v, int):
+                    v = ir.Constant(_I64, v)
+                b.store(v, _i64_at(b, self.err, w), align=8)
+
+        self.if_(won, store_fields)
+        b.branch(self.error_block())
+
+    def guard(self, fail, on_fail: Callable[[], None], name: str = "check"):
+        """If ``fail`` (i1), run ``on_fail`` (which must end in a jump); else continue."""
+        b = self.b
+        bad = self.fn.append_basic_block(f"{name}.fail")
+        ok = self.fn.append_basic_block(f"{name}.ok")
+        br = b.cbranch(fail, bad, ok)
+        br.set_weights([1, 1 << 20])
+        b.position_at_end(bad)
+        on_fail()
+        b.position_at_end(ok)
+
+    # -- control flow helpers ----------------------------------------------------------------
+    def if_(self, cond, then_fn: Callable[[], None], else_fn: Optional[Callable[[], None]] = None,
+            name: str = "if"):
+        b = self.b
+        then_bb = self.fn.append_basic_block(f"{name}.then")
+        else_bb = self.fn.append_basic_block(f"{name}.else") if else_fn else None
+        end_bb = self.fn.append_basic_block(f"{name}.end")
+        b.cbranch(cond, then_bb, else_bb or end_bb)
+        b.position_at_end(then_bb)
+        then_fn()
+        if not b.block.is_terminated:
+            b.branch(end_bb)
+        if else_fn:
+            b.position_at_end(else_bb)
+            else_fn()
+            if not b.block.is_terminated:
+                b.branch(end_bb)
+        b.position_at_end(end_bb)
+
+    def if_value(self, cond, then_fn: Callable[[], Val], else_fn: Callable[[], Val],
+                 name: str = "sel") -> Val:
+        """``cond ? then_fn() : else_fn()`` evaluating only one side (a branch + phi)."""
+        b = self.b
+        then_bb = self.fn.append_basic_block(f"{name}.then")
+        else_bb = self.fn.append_basic_block(f"{name}.else")
+        end_bb = self.fn.append_basic_block(f"{name}.end")
+        b.cbranch(cond, then_bb, else_bb)
+        b.position_at_end(then_bb)
+        tv = then_fn()
+        t_end = b.block
+        b.position_at_end(else_bb)
+        fv = else_fn()
+        f_end = b.block
+        both_uniform = tv.uniform and fv.uniform
+        b.position_at_end(t_end)
+        t = tv.s if both_uniform else self.vec(tv)
+        b.branch(end_bb)
+        b.position_at_end(f_end)
+        f = fv.s if both_uniform else self.vec(fv)
+        b.branch(end_bb)
+        b.position_at_end(end_bb)
+        phi = b.phi(t.type, name=name)
+        phi.add_incoming(t, t_end)
+        phi.add_incoming(f, f_end)
+        return Val(phi) if both_uniform else Val(v=phi)
+
+    def loop(self, name: str, lo, n, body_fn: Callable[[object], None], md=None):
+        """``for iv in [lo, lo + n)`` (i64), guarded and rotated; ``md``: llvm.loop node."""
+        b = self.b
+        end = self.iadd(lo, n)
+        pre = b.block
+        body_bb = self.fn.append_basic_block(f"{name}.body")
+        exit_bb = self.fn.append_basic_block(f"{name}.exit")
+        b.cbranch(b.icmp_signed("<", lo, end), body_bb, exit_bb)
+        b.position_at_end(body_bb)
+        iv = b.phi(_I64, name=name)
+        iv.add_incoming(lo, pre)
+        body_fn(iv)
+        nxt = b.add(iv, ir.Constant(_I64, 1), name=f"{name}.next", flags=["nsw"])
+        latch = b.block
+        br = b.cbranch(b.icmp_signed("<", nxt, end), body_bb, exit_bb)
+        if md is not None:
+            br.set_metadata("llvm.loop", md)
+        iv.add_incoming(nxt, latch)
+        b.position_at_end(exit_bb)
+
+    def masked(self, mask, fn):
+        """Run ``fn`` with ``mask`` as the lane mask, skipping it when no lane is on."""
+        old = self.mask
+
+        def run():
+            self.mask = mask
+            try:
+                fn()
+            finally:
+                self.mask = old
+
+        if mask is None:
+            run()
+        else:
+            self.if_(self.any_lane(mask), run, name="lanes")
+
+    # -- conditions and assertions -----------------------------------------------------------
+    def s_if(self, s: IfThenElse):
+        cond = self.expr(s.cond)
+        then_fn = lambda: self.stmt(s.then_case)  # noqa: E731
+        else_fn = (lambda: self.stmt(s.else_case)) if s.else_case is not None else None
+        if cond.uniform:
+            if isinstance(cond.s, ir.Constant):
+                if cond.s.constant:
+                    then_fn()
+                elif else_fn:
+                    else_fn()
+                return
+            self.if_(cond.s, then_fn, else_fn)
+            return
+        c = self.vec(cond)
+        self.masked(self.and_mask(c), then_fn)
+        if else_fn:
+            self.masked(self.and_mask(self.b.xor(c, self.all_true())), else_fn)
+
+    def s_assert(self, s: AssertStmt):
+        if self.checks:
+            cond = self.expr(s.cond)
+            site = self.mb.add_site("assert", "", s.message, node_text(s.cond))
+            b = self.b
+            if cond.uniform:
+                fail = b.xor(cond.s, ir.Constant(_I1, 1))
+                if self.mask is not None:
+                    fail = b.and_(fail, self.any_lane(self.mask))
+            else:
+                fails = b.xor(self.vec(cond), self.all_true())
+                fail = self.any_lane(self.and_mask(fails))
+            self.guard(fail, lambda: self.report(ERR_ASSERT, site), name="assert")
+        self.stmt(s.body)
+
+    # -- loops -------------------------------------------------------------------------------
+    def s_for(self, s: For, plan=None):
+        kind = s.kind
+        if kind == "thread":
+            raise BuildError(
+                f"the loop over `{s.var.name}` is bound to the GPU thread axis "
+                f"{s.thread_tag or '(unnamed)'}; the llvm (CPU) target cannot run GPU-bound "
+                f"loops: build with target='cuda' or remove the bind")
+        if kind not in ("serial", "parallel", "vectorized", "unrolled"):
+            raise BuildError(f"unknown loop kind {kind!r} for the loop over `{s.var.name}`")
+        if self.lanes > 1:
+            # inside a widened body: a loop with lane-invariant bounds
+            if kind == "unrolled" and isinstance(s.extent, Const):
+                self.unrolled(s)
+            else:
+                self.serial(s)
+            return
+        if kind == "serial":
+            self.serial(s)
+        elif kind == "unrolled":
+            self.unrolled(s)
+        elif kind == "vectorized":
+            if not isinstance(plan, _vec.VectorPlan):
+                raise InternalError(f"the vectorized loop over `{s.var.name}` has no vector "
+                                    f"plan (lower.vectorize.vector_plan_pass did not run)")
+            self.vectorized(s, plan)
+        else:
+            if not isinstance(plan, _par.ParallelPlan) or plan.nested != self.in_parallel:
+                raise InternalError(f"the parallel loop over `{s.var.name}` has no plan that "
+                                    f"fits where it is (lower.parallel.parallel_plan_pass)")
+            if plan.nested:
+                self.mb.notes.append(plan.note(s.var.name))
+                self.serial(s)
+            else:
+                self.parallel(s, plan)
+
+    def _bounds(self, s: For):
+        return self.scalar_index(s.min), self.scalar_index(s.extent)
+
+    def serial(self, s: For, md=None):
+        lo, n = self._bounds(s)
+        count = self._unroll_count.pop(id(s), None)
+        if md is None and count is not None:
+            md = self.mb.loop_md(("llvm.loop.unroll.count", count))
+        self.loop(_sanitize(s.var.name), lo, n,
+                  lambda iv: self.with_loop_var(s.var, Val(iv), lambda: self.stmt(s.body)), md)
+
+    def unrolled(self, s: For):
+        if not (isinstance(s.extent, Const) and s.extent.value <= MAX_FULL_UNROLL):
+            self.serial(s, self.mb.loop_md(("llvm.loop.unroll.enable", True)))
+            return
+        lo = self.scalar_index(s.min)
+        for k in range(int(s.extent.value)):
+            self.with_loop_var(s.var, Val(self.iadd(lo, ir.Constant(_I64, k))),
+                               lambda: self.stmt(s.body))
+
+    def vectorized(self, s: For, plan):
+        """Emit ``s`` as its plan says (lower/vectorize.py decides)."""
+        name = s.var.name
+        how = plan.how
+        if how == "serial":
+            self.mb.notes.append(plan.note(name))
+            self.serial(s, self.mb.loop_md(("llvm.loop.vectorize.enable", True)))
+            return
+        lo = self.scalar_index(s.min)
+        if how == "empty":
+            return
+        if how == "scalar":
+            self.with_loop_var(s.var, Val(lo), lambda: self.stmt(s.body))
+            return
+        if how == "masked":
+            self._masked_chunks(s, lo, plan)
+            return
+        self.mb.notes.append(plan.note(name))
+        if how == "widen":
+            self.widened(s, lo, plan.lanes, None)
+            return
+        W, nchunks, rem = plan.lanes, plan.chunks, plan.rem
+        if how == "pieces":
+            for c in range(nchunks):
+                self.widened(s, self.iadd(lo, ir.Constant(_I64, c * W)), W, None)
+        elif how == "chunks":
+            self.loop(_sanitize(name) + ".chunk", ir.Constant(_I64, 0),
+                      ir.Constant(_I64, nchunks),
+                      lambda c: self.widened(
+                          s, self.iadd(lo, self.b.mul(c, ir.Constant(_I64, W))), W, None))
+        else:
+            raise InternalError(f"unknown vector plan {how!r} for the loop over `{name}`")
+        if rem == 1:
+            self.with_loop_var(s.var, Val(self.iadd(lo, ir.Constant(_I64, nchunks * W))),
+                               lambda: self.stmt(s.body))
+        elif rem:
+            self.widened(s, self.iadd(lo, ir.Constant(_I64, nchunks * W)), rem, None)
+
+    def _masked_chunks(self, s: For, lo, plan):
+        """A symbolic extent: chunks of W lanes, then one masked chunk for the tail."""
+        b = self.b
+        W = plan.lanes
+        self.mb.notes.append(plan.note(s.var.name))
+        n = self.scalar_index(s.extent)
+        n = b.select(b.icmp_signed("<", n, ir.Constant(_I64, 0)), ir.Constant(_I64, 0), n)
+        nchunks = b.sdiv(n, ir.Constant(_I64, W))
+        self.loop(_sanitize(s.var.name) + ".chunk", ir.Constant(_I64, 0), nchunks,
+                  lambda c: self.widened(
+                      s, self.iadd(lo, b.mul(c, ir.Constant(_I64, W))), W, None))
+        done = b.mul(nchunks, ir.Constant(_I64, W))
+        rem = b.sub(n, done)
+
+        def tail():
+            old = self.lanes
+            self.lanes = W
+            try:
+                mask = b.icmp_signed("<", self.lanes_iota(), self.bcast(rem))
+            finally:
+                self.lanes = old
+            self.widened(s, self.iadd(lo, done), W, mask)
+
+        self.if_(b.icmp_signed(">", rem, ir.Constant(_I64, 0)), tail, name="tail")
+
+    def widened(self, s: For, base, lanes: int, mask):
+        old = (self.lanes, self.mask)
+        self.lanes, self.mask = lanes, mask
+        try:
+            self.with_loop_var(s.var, Val(base, 1), lambda: self.stmt(s.body))
+        finally:
+            self.lanes, self.mask = old
+
+    def parallel(self, s: For, plan):
+        """Outline ``s`` into a task capturing what its plan lists (lower/parallel.py)."""
+        lo, n = self._bounds(s)
+        captured = [v for v in plan.captured if v in self.env]
+        used = list(plan.buffers)
+        for v in captured:
+            if not self.env[v].uniform:
+                raise InternalError("a parallel loop inside a widened body")
+        b = self.b
+        # the region's error record: [lock, first failing chunk's begin, the five error
+        # words of that chunk] (module.py, outline_parallel)
+        perr = self.alloca(ir.ArrayType(_I64, 2 + ERR_WORDS), name="par.err", align=8)
+        b.store(ir.Constant(_I64, 0), _i64_at(b, perr, 0), align=8)
+        b.store(ir.Constant(_I64, 2 ** 63 - 1), _i64_at(b, perr, 1), align=8)
+        task, captures = self.mb.outline_parallel(self, s, lo, captured, used, perr)
+        st = ir.LiteralStructType([v.type for v in captures])
+        closure = self.alloca(st, name="closure", align=8)
+        for i, v in enumerate(captures):
+            p = b.gep(closure, [ir.Constant(_I32, 0), ir.Constant(_I32, i)], inbounds=True,
+                      source_etype=st)
+            b.store(v, p)
+        pf = self.mb.declare("tecomp_parallel_for", _I32, [_PTR, _PTR, _I64])
+        rc = b.call(pf, [task, closure, n])
+
+        def failed():
+            # the error of the failing chunk that comes first in the loop's order (the
+            # one a serial run reports), whichever thread ran it and when
+            code = b.load(_i64_at(b, perr, 2), typ=_I64, align=8)
+            pair = b.cmpxchg(self.err, ir.Constant(_I64, 0), code, "seq_cst", "seq_cst")
+
+            def copy():
+                for w in range(1, ERR_WORDS):
+                    v = b.load(_i64_at(b, perr, 2 + w), typ=_I64, align=8)
+                    b.store(v, _i64_at(b, self.err, w), align=8)
+            self.if_(b.extract_value(pair, 1), copy)
+            b.branch(self.error_block())
+        self.guard(b.icmp_signed("!=", rc, ir.Constant(_I32, 0)), failed, name="par")

@@ -1,0 +1,467 @@
+"""Expressions in the LLVM function emitter (:class:`_ExprEmitter`, a part of
+:class:`~tecomp.codegen.llvm.emitter._FnEmitter`): values in a lane context (broadcasts,
+ramps, ``map1`` / ``map2`` over uniform or vector values, masks), integer helpers that
+fold constants and keep a value's affine structure, and the constant, variable,
+arithmetic, comparison, logic, ``Select`` and ``Cast`` nodes (integer division that never
+traps, float min/max, lazy selects, float -> int conversion).  The rules: "Numerics" and
+"Floating point" in the docstring of :mod:`tecomp.codegen.llvm.emitter`; the math
+functions (``Call``) are in :mod:`tecomp.codegen.llvm.emit_math`.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from ...errors import BuildError, InternalError
+from ...ir import dtype as _dt
+from ...ir.expr import EQ, GE, GT, LE, LT, NE, Cast, CmpOp, Const, Expr, Select, Var
+from ...ir.functor import children, collect
+from .intrinsics import _bf16_to_f32, _f32_to_bf16, _f64_to_f16, _Freeze
+from .values import (
+    _F16, _F32, _I1, _I32, _I64, _REG, Val, _is_const, _lit, _operand_key, _poison, _splat,
+    _splat_const, _unsigned, _with_lanes, _wrap_signed,
+)
+
+
+#: a lazy vector select whose sides have more nodes than this runs them masked only:
+#: its fast path (the side every lane takes, unmasked) copies each side once more, and a
+#: chain of selects, each holding the ones below, would grow as the square of its depth
+SELECT_FAST_PATH_NODES = 64
+
+
+def _small(e) -> bool:
+    """Whether ``e`` has at most :data:`SELECT_FAST_PATH_NODES` nodes (counted without
+    recursion, stopping past the limit)."""
+    n, todo = 0, [e]
+    while todo:
+        n += 1
+        if n > SELECT_FAST_PATH_NODES:
+            return False
+        todo.extend(children(todo.pop()))
+    return True
+
+
+class _ExprEmitter:
+    """The part of :class:`~tecomp.codegen.llvm.emitter._FnEmitter` that emits expressions
+    (the state it works on: ``_FnEmitter.__init__``)."""
+
+    # -- lane helpers ------------------------------------------------------------------------
+    def vtype(self, scalar_ty):
+        return ir.VectorType(scalar_ty, self.lanes)
+
+    def bcast(self, s):
+        """Broadcast the scalar ``s`` to a vector of ``self.lanes``."""
+        vty = self.vtype(s.type)
+        if isinstance(s, ir.Constant) and not isinstance(s.type, ir.PointerType):
+            return _splat_const(vty, s)
+        b = self.b
+        v = b.insert_element(_poison(vty), s, ir.Constant(_I32, 0))
+        return b.shuffle_vector(v, _poison(vty),
+                                _lit(ir.VectorType(_I32, self.lanes), "zeroinitializer"))
+
+    def vec(self, val: Val):
+        """Materialise ``val`` as a vector of ``self.lanes``."""
+        if val.v is not None:
+            return val.v
+        bc = self.bcast(val.s)
+        if val.step == 0:
+            return bc
+        ty = val.s.type
+        steps = ir.Constant(self.vtype(ty), [ir.Constant(ty, _wrap_signed(l * val.step, ty.width))
+                                             for l in range(self.lanes)])
+        return self.b.add(bc, steps)
+
+    def lanes_iota(self):
+        return ir.Constant(ir.VectorType(_I64, self.lanes),
+                           [ir.Constant(_I64, l) for l in range(self.lanes)])
+
+    def map1(self, val: Val, fn) -> Val:
+        if val.uniform:
+            return Val(fn(val.s))
+        return Val(v=fn(self.vec(val)))
+
+    def map2(self, a: Val, c: Val, fn) -> Val:
+        if a.uniform and c.uniform:
+            return Val(fn(a.s, c.s))
+        return Val(v=fn(self.vec(a), self.vec(c)))
+
+    def any_lane(self, mask_vec):
+        """i1: is any lane of the <L x i1> ``mask_vec`` set?"""
+        b = self.b
+        bits = b.bitcast(mask_vec, ir.IntType(self.lanes))
+        return b.icmp_unsigned("!=", bits, ir.Constant(ir.IntType(self.lanes), 0))
+
+    def and_mask(self, m):
+        """The current mask and ``m`` (a lane vector of i1)."""
+        if self.mask is None:
+            return m
+        return self.b.and_(self.mask, m)
+
+    def all_true(self):
+        return ir.Constant(ir.VectorType(_I1, self.lanes), [ir.Constant(_I1, 1)] * self.lanes)
+
+    # -- integer helpers with folding --------------------------------------------------------
+    def _int_op(self, op: str, x, y):
+        """``x op y`` emitted once per basic block: the unrolled bodies index every load
+        with the same few products and sums, and each copy is text for llvmlite to print,
+        LLVM to parse and its passes to fold again.  A value from the current block
+        dominates the builder's position (it only ever appends at a block's end)."""
+        blk = self.b.block
+        key = (op, _operand_key(x), _operand_key(y))
+        hit = self._int_cse.get(key)
+        if hit is not None and hit[0] is blk:
+            return hit[1]
+        r = getattr(self.b, op)(x, y)
+        self._int_cse[key] = (blk, r)
+        return r
+
+    def iadd(self, x, y):
+        if _is_const(x) and _is_const(y):
+            return ir.Constant(x.type, _wrap_signed(x.constant + y.constant, x.type.width))
+        if _is_const(x) and x.constant == 0:
+            return y
+        if _is_const(y) and y.constant == 0:
+            return x
+        return self._int_op("add", x, y)
+
+    def isub(self, x, y):
+        if _is_const(x) and _is_const(y):
+            return ir.Constant(x.type, _wrap_signed(x.constant - y.constant, x.type.width))
+        if _is_const(y) and y.constant == 0:
+            return x
+        return self._int_op("sub", x, y)
+
+    def imul(self, x, y):
+        if _is_const(x) and _is_const(y):
+            return ir.Constant(x.type, _wrap_signed(x.constant * y.constant, x.type.width))
+        if _is_const(x) and x.constant == 1:
+            return y
+        if _is_const(y) and y.constant == 1:
+            return x
+        if (_is_const(x) and x.constant == 0) or (_is_const(y) and y.constant == 0):
+            return ir.Constant(x.type, 0)
+        return self._int_op("mul", x, y)
+
+    def vadd(self, a: Val, c: Val, sub: bool = False) -> Val:
+        """Integer add/sub keeping affine structure."""
+        if a.lane_affine and c.lane_affine:
+            s = self.isub(a.s, c.s) if sub else self.iadd(a.s, c.s)
+            return Val(s, a.step - c.step if sub else a.step + c.step)
+        f = self.b.sub if sub else self.b.add
+        return Val(v=f(self.vec(a), self.vec(c)))
+
+    def vmul(self, a: Val, c: Val) -> Val:
+        """Integer multiply keeping affine structure when one side is a constant."""
+        if a.uniform and c.uniform:
+            return Val(self.imul(a.s, c.s))
+        if a.lane_affine and c.lane_affine:
+            if c.uniform and _is_const(c.s):
+                return Val(self.imul(a.s, c.s), a.step * c.s.constant)
+            if a.uniform and _is_const(a.s):
+                return Val(self.imul(a.s, c.s), c.step * a.s.constant)
+        return Val(v=self.b.mul(self.vec(a), self.vec(c)))
+
+    def int_convert(self, val: Val, src: str, dst: str) -> Val:
+        """Integer -> integer conversion keeping affine structure (see the docstring)."""
+        if src == dst:
+            return val
+        sb = 1 if src == "bool" else _dt.bits(src)
+        db = 1 if dst == "bool" else _dt.bits(dst)
+        ty = _REG[dst]
+        b = self.b
+        if dst == "bool":
+            return self.map1(val, lambda x: b.icmp_unsigned("!=", x, _splat(x.type, 0)))
+        if db == sb:
+            return val
+        if val.v is None and _is_const(val.s) and (val.step == 0 or not _unsigned(src)):
+            # fold (unrolled and widened loops bind constants), as the affine case below
+            c = val.s.constant
+            if db > sb and _unsigned(src):
+                c &= (1 << sb) - 1
+            return Val(ir.Constant(ty, _wrap_signed(c, db)), val.step)
+        if db < sb:
+            f = lambda x: b.trunc(x, _with_lanes(ty, x.type))  # noqa: E731
+        elif _unsigned(src):
+            f = lambda x: b.zext(x, _with_lanes(ty, x.type))  # noqa: E731
+        else:
+            f = lambda x: b.sext(x, _with_lanes(ty, x.type))  # noqa: E731
+        if val.v is None and val.step != 0 and not _unsigned(src):
+            return Val(f(val.s), val.step)
+        return self.map1(val, f)
+
+    # -- expressions -------------------------------------------------------------------------
+    def e_const(self, e: Const) -> Val:
+        return Val(self.const(e.dtype, e.value))
+
+    @staticmethod
+    def const(dtype: str, value):
+        ty = _REG[dtype]
+        if dtype == "bool":
+            return ir.Constant(_I1, 1 if value else 0)
+        if _dt.is_float(dtype):
+            v = float(value)
+            if _dt.is_storage_float(dtype):
+                v = _dt.round_storage(dtype, v)
+            return ir.Constant(ty, v)
+        return ir.Constant(ty, _wrap_signed(int(value), ty.width))
+
+    def e_var(self, e: Var) -> Val:
+        v = self.env.get(e)
+        if v is None:
+            raise BuildError(f"variable `{e.name}` is used outside the scope that defines it")
+        return v
+
+    def _operands(self, e):
+        if e.a.dtype != e.b.dtype:
+            raise InternalError(f"operands of {type(e).__name__} have dtypes {e.a.dtype} and "
+                                f"{e.b.dtype}")
+        return self.expr(e.a), self.expr(e.b), e.a.dtype
+
+    def e_add(self, e):
+        a, c, dt = self._operands(e)
+        if _dt.is_float(dt):
+            return self.map2(a, c, lambda x, y: self.b.fadd(x, y, flags=self.mb.fp_flags))
+        return self.vadd(a, c)
+
+    def e_sub(self, e):
+        a, c, dt = self._operands(e)
+        if _dt.is_float(dt):
+            return self.map2(a, c, lambda x, y: self.b.fsub(x, y, flags=self.mb.fp_flags))
+        return self.vadd(a, c, sub=True)
+
+    def e_mul(self, e):
+        a, c, dt = self._operands(e)
+        if _dt.is_float(dt):
+            return self.map2(a, c, lambda x, y: self.b.fmul(x, y, flags=self.mb.fp_flags))
+        return self.vmul(a, c)
+
+    def e_div(self, e):
+        a, c, dt = self._operands(e)
+        if not _dt.is_float(dt):
+            raise InternalError(f"true division of {dt} operands (Div is for floats)")
+        return self.map2(a, c, self.b.fdiv)
+
+    def _intdiv(self, e, kind: str) -> Val:
+        a, c, dt = self._operands(e)
+        if _dt.is_float(dt) or dt == "bool":
+            raise InternalError(f"{type(e).__name__} of {dt} operands")
+        uns = _unsigned(dt)
+        b = self.b
+        cconst = c.s.constant if c.uniform and _is_const(c.s) else None
+        needs_guard = cconst is None or cconst == 0 or (cconst == -1 and not uns)
+
+        def fn(x, y):
+            ty = x.type
+            zero = None
+            ys = y
+            if needs_guard:
+                zero = b.icmp_signed("==", y, _splat(ty, 0))
+                bad = zero
+                if not uns:
+                    width = (ty.element if isinstance(ty, ir.VectorType) else ty).width
+                    ovf = b.and_(b.icmp_signed("==", y, _splat(ty, -1)),
+                                 b.icmp_signed("==", x, _splat(ty, -(1 << (width - 1)))))
+                    bad = b.or_(zero, ovf)
+                ys = b.select(bad, _splat(ty, 1), y)
+            if uns:
+                q, r = b.udiv(x, ys), b.urem(x, ys)
+            else:
+                q, r = b.sdiv(x, ys), b.srem(x, ys)
+            if kind == "truncdiv":
+                res = q
+            elif kind == "truncmod":
+                res = r
+            else:
+                if uns:
+                    res = q if kind == "floordiv" else r
+                else:
+                    # floor: adjust when the remainder is non-zero and its sign differs
+                    adj = b.and_(b.icmp_signed("!=", r, _splat(ty, 0)),
+                                 b.icmp_signed("<", b.xor(r, ys), _splat(ty, 0)))
+                    if kind == "floordiv":
+                        res = b.sub(q, b.zext(adj, ty))
+                    else:
+                        res = b.add(r, b.select(adj, ys, _splat(ty, 0)))
+            if zero is not None:
+                res = b.select(zero, _splat(ty, 0), res)
+            return res
+
+        return self.map2(a, c, fn)
+
+    def e_floordiv(self, e):
+        return self._intdiv(e, "floordiv")
+
+    def e_floormod(self, e):
+        return self._intdiv(e, "floormod")
+
+    def e_truncdiv(self, e):
+        return self._intdiv(e, "truncdiv")
+
+    def e_truncmod(self, e):
+        return self._intdiv(e, "truncmod")
+
+    def _minmax(self, e, is_min: bool) -> Val:
+        a, c, dt = self._operands(e)
+        b = self.b
+        if _dt.is_float(dt):
+            # vectors where the policy says so (x86): ``x < y ? x : y`` (one vminps /
+            # vmaxps, which gives y when either is NaN), then x where x is NaN: NaN
+            # propagates, the zero of min(0.0, -0.0) is unspecified (see ir.expr.Min).
+            # Three instructions per vector where llvm.minimum / llvm.maximum, which also
+            # orders -0 below +0, takes six.
+            # Scalars use the intrinsic: LLVM's loop vectorizer (it runs on modules that
+            # tecomp did not vectorize) never returned on a max reduction written as
+            # this compare-select (a loop of ``acc = max(acc, alpha + x[k % 3])``)
+            select = self.policy.vector_minmax_select
+
+            def fn(x, y):
+                if not (select and isinstance(x.type, ir.VectorType)):
+                    name = "llvm.minimum" if is_min else "llvm.maximum"
+                    return b.call(self.mb.intrinsic(name, x.type, [x.type, x.type], [x.type]),
+                                  [x, y])
+                r = b.select(b.fcmp_ordered("<" if is_min else ">", x, y), x, y)
+                return b.select(b.fcmp_unordered("uno", x, x), x, r)
+        else:
+            cmp = b.icmp_unsigned if _unsigned(dt) else b.icmp_signed
+
+            def fn(x, y):
+                return b.select(cmp("<" if is_min else ">", x, y), x, y)
+        return self.map2(a, c, fn)
+
+    def e_min(self, e):
+        return self._minmax(e, True)
+
+    def e_max(self, e):
+        return self._minmax(e, False)
+
+    _CMP = {EQ: "==", NE: "!=", LT: "<", LE: "<=", GT: ">", GE: ">="}
+
+    def e_cmp(self, e: CmpOp) -> Val:
+        a, c, dt = self._operands(e)
+        op = self._CMP[type(e)]
+        b = self.b
+        if _dt.is_float(dt):
+            if op == "!=":
+                return self.map2(a, c, lambda x, y: b.fcmp_unordered("!=", x, y))
+            return self.map2(a, c, lambda x, y: b.fcmp_ordered(op, x, y))
+        cmp = b.icmp_unsigned if _unsigned(dt) else b.icmp_signed
+        return self.map2(a, c, lambda x, y: cmp(op, x, y))
+
+    def e_and(self, e):
+        return self.map2(self.expr(e.a), self.expr(e.b), self.b.and_)
+
+    def e_or(self, e):
+        return self.map2(self.expr(e.a), self.expr(e.b), self.b.or_)
+
+    def e_not(self, e):
+        return self.map1(self.expr(e.a), lambda x: self.b.xor(x, _splat(x.type, 1)))
+
+    def e_select(self, e: Select) -> Val:
+        cond = self.expr(e.cond)
+        if cond.uniform and isinstance(cond.s, ir.Constant):
+            return self.expr(e.true_value if cond.s.constant else e.false_value)
+        safe = self._speculable((e.true_value, e.false_value), e.cond)
+        b = self.b
+        if cond.uniform:
+            if safe:
+                t, f = self.expr(e.true_value), self.expr(e.false_value)
+                return self.map2(t, f, lambda x, y: b.select(cond.s, x, y))
+            return self.if_value(cond.s, lambda: self.expr(e.true_value),
+                                 lambda: self.expr(e.false_value))
+        c = self.vec(cond)
+        if safe:
+            t, f = self.expr(e.true_value), self.expr(e.false_value)
+            return Val(v=b.select(c, self.vec(t), self.vec(f)))
+
+        def masked():
+            old = self.mask
+            try:
+                self.mask = self.and_mask(c)
+                t = self.expr(e.true_value)
+                self.mask = old
+                self.mask = self.and_mask(b.xor(c, self.all_true()))
+                f = self.expr(e.false_value)
+            finally:
+                self.mask = old
+            return Val(v=b.select(c, self.vec(t), self.vec(f)))
+
+        if self.mask is not None or not (_small(e.true_value) and _small(e.false_value)):
+            return masked()
+        # where every lane takes the same side (a concatenation's inputs, a padded read
+        # away from the edge) that side alone runs, unmasked: masked loads are slow on
+        # AVX2 (bytes go one by one); the lanes that differ take the masked path
+        # (inside it a mask is set, so nested selects add one copy each, not three)
+        ity = ir.IntType(self.lanes)
+        bits = b.bitcast(c, ity)
+        all_true = b.icmp_unsigned("==", bits, ir.Constant(ity, (1 << self.lanes) - 1))
+        none_true = b.icmp_unsigned("==", bits, ir.Constant(ity, 0))
+        return self.if_value(all_true, lambda: self.expr(e.true_value), lambda: self.if_value(
+            none_true, lambda: self.expr(e.false_value), masked, name="sel.none"),
+            name="sel.all")
+
+    def _speculable(self, operands, cond) -> bool:
+        """Whether the select ``operands`` may be evaluated whatever the condition: each
+        loads nothing (a load may be out of bounds where the condition is false: a
+        padded read), or it is an expression the condition itself evaluates (a max
+        reduction's ``select(a > b, a, b)``).  Both operands speculated, a vector select
+        is one blend instead of three branches and masked loads: the softmax's row max
+        ran at a third of the speed that way (benchmarks/DECISIONS.md, "Code generator:
+        select operands the condition evaluates")."""
+        loading = [x for x in operands if self.mb.has_load(x)]
+        if not loading:
+            return True
+        try:
+            evaluated = set(collect(cond, lambda n: isinstance(n, Expr)))
+            return all(x in evaluated for x in loading)
+        except TypeError:        # a node that is not hashable: keep the select lazy
+            return False
+
+    def e_cast(self, e: Cast) -> Val:
+        src, dst = e.value.dtype, e.dtype
+        val = self.expr(e.value)
+        if src == dst:
+            return val
+        if (_dt.is_int(src) or src == "bool") and (_dt.is_int(dst) or dst == "bool"):
+            return self.int_convert(val, src, dst)
+        return self.map1(val, lambda x: self.cast_value(x, src, dst))
+
+    def cast_value(self, x, src: str, dst: str):
+        """Convert the scalar or vector register value ``x`` from ``src`` to ``dst``."""
+        b = self.b
+        T = lambda ty: _with_lanes(ty, x.type)  # noqa: E731
+        if dst == "bool":
+            if _dt.is_float(src):
+                return b.fcmp_unordered("!=", x, _splat(x.type, 0.0))
+            return b.icmp_unsigned("!=", x, _splat(x.type, 0))
+        if dst == "bfloat16":
+            if src == "float64":
+                x = b.fptrunc(x, T(_F32))
+            elif not _dt.is_float(src):
+                x = (b.uitofp if _unsigned(src) else b.sitofp)(x, T(_F32))
+            return _bf16_to_f32(b, _f32_to_bf16(b, x))   # (a storage float's value is f32)
+        if _dt.is_float(dst):
+            if _dt.is_float(src):
+                if dst == "float16":
+                    if src == "float16":
+                        return x
+                    h = _f64_to_f16(b, x) if src == "float64" else b.fptrunc(x, T(_F16))
+                    return b.fpext(h, T(_F32))
+                sw = _REG[src]
+                dw = _REG[dst]
+                if sw == dw:
+                    return x
+                if isinstance(dw, ir.DoubleType):
+                    return b.fpext(x, T(dw))
+                return b.fptrunc(x, T(dw))
+            conv = b.uitofp if _unsigned(src) else b.sitofp
+            if dst == "float16":
+                return b.fpext(conv(x, T(_F16)), T(_F32))
+            return conv(x, T(_REG[dst]))
+        # float -> int
+        if _dt.bits(dst) >= 32:
+            return self._freeze(b.fptosi(x, T(_REG[dst])))
+        return b.trunc(self._freeze(b.fptosi(x, T(_I32))), T(_REG[dst]))
+
+    def _freeze(self, v):
+        instr = _Freeze(self.b.block, v)
+        self.b._insert(instr)
+        return instr

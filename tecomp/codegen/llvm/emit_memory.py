@@ -1,0 +1,627 @@
+"""Memory in the LLVM function emitter (:class:`_MemoryEmitter`, a part of
+:class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the function's frame (``alloca``s in
+the entry block, the spill block taken from the workspace, the return and the frees on
+the way out), index arithmetic in i64 and the offset of an access, bounds checks, loads
+and stores (scalar, vector, padded to a whole register, strided wide loads, masked loads,
+gathers and scatters; the float16 / bfloat16 / bool conversions to and from memory),
+``BufferStore``, ``Allocate`` (the stack, the spill block or the workspace) and
+``Prefetch``; and :func:`frame_overflow`, which picks before emission the constant-size
+buffers that leave the stack for the frame's budget.  The rules: "Index arithmetic",
+"vectorized", "Allocate", "Prefetch" and "checks=True" in the docstring of
+:mod:`tecomp.codegen.llvm.emitter`.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import llvmlite.ir as ir
+
+from ...errors import BuildError, InternalError, ResourceLimitError
+from ...ir import dtype as _dt
+from ...ir.expr import Add, Buffer, BufferLoad, Cast, Const, Expr, Mul, Sub, Var
+from ...ir.simplify import simplify
+from ...ir.stmt import (
+    Allocate, BufferStore, For, IfThenElse, Prefetch, SeqStmt, Stmt, TensorIntrinCall,
+)
+from ...lower.vectorize import node_text
+from .abi import ERR_BOUNDS, ERR_MALLOC
+from .threadpool import WS_ALLOC, WS_FREE
+from .intrinsics import _bf16_to_f32, _f32_to_bf16
+from .values import (
+    _F16, _F32, _I1, _I8, _I32, _I64, _IR_SIZE, _MEM, _PTR, _REG, _SIZE, Val, _Buf, _is_const,
+    _poison, _sanitize, _splat, _with_lanes,
+)
+
+
+#: allocations up to this many bytes (constant size) live on the stack ...
+MAX_STACK_ALLOC = 64 * 1024
+#: ... as long as those of one function (the kernel's body, or one parallel task) take at
+#: most this many bytes together: the rest go to the workspace (see :func:`frame_overflow`).
+#: A task runs on a pool thread or the caller's, and the caller's frame holds its own
+#: buffers meanwhile: 2 x 512 KiB stays well inside the smallest default thread stack
+#: (2 MiB, glibc's where the stack limit is unlimited; 8 MiB is usual)
+MAX_STACK_FRAME = 512 * 1024
+
+
+def _constant_bytes(buf: Buffer) -> Optional[int]:
+    """The bytes an allocation of ``buf`` takes when its shape (and strides) are
+    constants, as :meth:`_FnEmitter.alloc_count` counts them; None otherwise."""
+    dims = list(buf.shape) + list(buf.strides or ())
+    if not all(isinstance(d, Const) for d in dims):
+        return None
+    if buf.strides is None:
+        n = 1
+        for e in buf.shape:
+            n *= max(int(e.value), 0)
+    else:
+        n = 1 + sum((max(int(e.value), 1) - 1) * int(st.value)
+                    for e, st in zip(buf.shape, buf.strides))
+    return n * _SIZE[buf.dtype]
+
+
+def frame_overflow(body: Stmt, in_parallel: bool) -> set:
+    """The constant-size allocations up to :data:`MAX_STACK_ALLOC` that ``body`` makes in
+    its own function (not in the parallel tasks it outlines) which go to the workspace
+    because the others take the function's :data:`MAX_STACK_FRAME` (200 buffers of 64 KiB
+    overflowed the 8 MiB stack): the stack keeps the innermost first (a workspace block
+    in an inner loop is taken and given back on every iteration), then the smallest.
+    The emitter counts the bytes again as it places them (a buffer in an unrolled loop
+    is allocated once per copy)."""
+    found: List[Tuple[int, int, int, Buffer]] = []
+
+    def walk(node, depth: int) -> None:
+        if isinstance(node, Allocate):
+            size = _constant_bytes(node.buffer)
+            if size is not None and size <= MAX_STACK_ALLOC:
+                found.append((-depth, size, len(found), node.buffer))
+        elif isinstance(node, For):
+            if node.kind == "parallel" and not in_parallel:
+                return          # an outlined task: a function (and a frame) of its own
+            depth += 1
+        for child in _child_stmts(node):
+            walk(child, depth)
+
+    walk(body, 0)
+    heap, used = set(), 0
+    for _, size, _, buf in sorted(found, key=lambda t: t[:3]):
+        if used + _stack_bytes(size) <= MAX_STACK_FRAME:
+            used += _stack_bytes(size)
+        else:
+            heap.add(buf)
+    return heap
+
+
+def _stack_bytes(size: int) -> int:
+    """What an ``alloca`` of ``size`` bytes, 64-byte aligned, takes of the frame."""
+    return -(-max(size, 1) // 64) * 64
+
+
+def _child_stmts(node) -> List[Stmt]:
+    if isinstance(node, SeqStmt):
+        return list(node.seq)
+    if isinstance(node, IfThenElse):
+        return [node.then_case] + ([node.else_case] if node.else_case is not None else [])
+    if isinstance(node, TensorIntrinCall):
+        return [node.fallback]      # the loops the intrinsic replaced, where it runs them
+    body = getattr(node, "body", None)
+    return [body] if isinstance(body, Stmt) else []
+
+
+class _MemoryEmitter:
+    """The part of :class:`~tecomp.codegen.llvm.emitter._FnEmitter` that emits memory accesses
+    and the frame (the state it works on: ``_FnEmitter.__init__``)."""
+
+    # -- function frame ----------------------------------------------------------------------
+    def alloca(self, ty, name: str = "", align: Optional[int] = None):
+        a = self.ab.alloca(ty, name=name)
+        a.type = _PTR  # an opaque pointer, whatever llvmlite infers
+        if align:
+            a.align = align
+        return a
+
+    def _allocate_spill(self):
+        """Between the entry block and the body: take the spill block from the workspace
+        (a failure is error 2, KernelMemoryError, as a heap buffer's)."""
+        b = self.b
+        block = self.fn.append_basic_block("spill")
+        self.ab.branch(block)
+        b.position_at_end(block)
+        names = ", ".join(dict.fromkeys(self.spill_names))
+        site = self.mb.add_site(
+            "malloc", names if len(names) <= 200 else names[:200] + "...",
+            f"allocate {names[:200]}",
+            f"{len(self.spill_names)} buffers past the {MAX_STACK_FRAME // 1024} KiB the "
+            f"stack may hold in one function, from the workspace together")
+        size = ir.Constant(_I64, self.spill_bytes)
+        p = b.call(self._ws_alloc(), [size], name="spill")
+        b.store(p, self.spill_slot, align=8)
+        self.guard(b.icmp_unsigned("==", p, ir.Constant(_PTR, None)),
+                   lambda: self.report(ERR_MALLOC, site, None, None, size), name="malloc")
+        b.branch(self.start)
+
+    def _ws_alloc(self):
+        """``tecomp_ws_alloc``, declared ``noalias`` (its block is reached through no other
+        pointer, as malloc's: without it LLVM must assume the kernel's stores to it may
+        change its inputs, and reloads them: attention's 64 KiB+ scratch ran 1.5x slower
+        than on the stack)."""
+        alloc = self.mb.declare(WS_ALLOC, _PTR, [_I64])
+        if "noalias" not in alloc.return_value.attributes:
+            alloc.return_value.add_attribute("noalias")
+        return alloc
+
+    def finish_ok(self):
+        """Return 0 from the current block, close the entry block and the error exit."""
+        if self.spill_slot is not None:
+            self.b.call(self.mb.declare(WS_FREE, ir.VoidType(), [_PTR]),
+                        [self.b.load(self.spill_slot, typ=_PTR, align=8)])
+        self.b.ret(ir.Constant(_I32, 0))
+        if self.spill_slot is None:
+            self.ab.branch(self.start)
+        else:
+            self._allocate_spill()
+        if self._err_block is not None:
+            b = ir.IRBuilder(self._err_block)
+            for slot in self.heap_slots:
+                p = b.load(slot, typ=_PTR, align=8)
+                b.call(self.mb.declare(WS_FREE, ir.VoidType(), [_PTR]), [p])
+            code = b.load(self.err, typ=_I64, align=8)
+            b.ret(b.trunc(code, _I32))
+
+    # -- index arithmetic in i64 -------------------------------------------------------------
+    def index64(self, e: Expr) -> Val:
+        t = type(e)
+        if t is Const and _dt.is_int(e.dtype):
+            return Val(ir.Constant(_I64, int(e.value)))
+        if t is Var:
+            v = self.env64.get(e)
+            if v is not None:
+                return v
+            return self.int_convert(self.expr(e), e.dtype, "int64")
+        if t in (Add, Sub, Mul) and e.dtype in ("int32", "int64") \
+                and e.a.dtype == e.dtype and e.b.dtype == e.dtype:
+            a = self.index64(e.a)
+            c = self.index64(e.b)
+            if t is Add:
+                return self.vadd(a, c)
+            if t is Sub:
+                return self.vadd(a, c, sub=True)
+            return self.vmul(a, c)
+        if t is Cast and e.dtype in ("int32", "int64") and e.value.dtype in ("int32", "int64") \
+                and _dt.bits(e.value.dtype) <= _dt.bits(e.dtype):
+            return self.index64(e.value)
+        if not (_dt.is_int(e.dtype) or e.dtype == "bool"):
+            raise InternalError(f"an index must be an integer, got {e.dtype} `{node_text(e)}`")
+        return self.int_convert(self.expr(e), e.dtype, "int64")
+
+    def scalar_index(self, e: Expr):
+        """A lane-invariant i64 index value (loop bounds, extents, sizes)."""
+        v = self.index64(e)
+        if not v.uniform:
+            raise InternalError(f"`{node_text(e)}` must not depend on a vectorized lane here")
+        return v.s
+
+    def declared_strides(self, buf: Buffer, extents) -> List[object]:
+        if buf.strides is not None:
+            return [self.scalar_index(s) for s in buf.strides]
+        out = []
+        acc = ir.Constant(_I64, 1)
+        for ext in reversed(extents):
+            out.append(acc)
+            acc = self.imul(acc, ext)
+        return list(reversed(out))
+
+    # -- memory ------------------------------------------------------------------------------
+    def buf(self, b: Buffer) -> _Buf:
+        bi = self.bufs.get(b)
+        if bi is None:
+            raise BuildError(f"buffer {b.name} is used outside the scope that allocates it")
+        return bi
+
+    def offset(self, bi: _Buf, indices) -> Tuple[Val, List[Val]]:
+        if len(indices) != len(bi.strides):
+            raise InternalError(f"buffer {bi.buffer.name} has {len(bi.strides)} dimensions but "
+                                f"is indexed with {len(indices)} indices")
+        idx = [self.index64(i) for i in indices]
+        if self.lanes > 1 and any(ix.v is not None for ix in idx):
+            # a lane-dependent index that is not affine (a fused axis: y = f // 14,
+            # x = f % 14) may still give an affine offset (y*14 + x = f): flattened and
+            # simplified, it is a vector load, not a gather (the per-dimension indices
+            # stay for the bounds checks)
+            flat = self._flat_offset(bi, indices)
+            if flat is not None:
+                fv = self.index64(flat)
+                if fv.v is None:
+                    return fv, idx
+        off = Val(ir.Constant(_I64, 0))
+        for ix, st in zip(idx, bi.strides):
+            off = self.vadd(off, self.vmul(ix, Val(st)))
+        return off, idx
+
+    def _flat_offset(self, bi: _Buf, indices) -> Optional[Expr]:
+        """``sum(index*stride)`` over the dimensions of ``bi``, simplified, when every
+        stride is a constant and every index of one integer dtype that holds the
+        buffer's largest offset; else None."""
+        dts = {i.dtype for i in indices}
+        if len(dts) != 1 or not all(isinstance(st, ir.Constant) for st in bi.strides):
+            return None
+        dt = dts.pop()
+        strides = [int(st.constant) for st in bi.strides]
+        exts = [e.constant if isinstance(e, ir.Constant) else None for e in bi.extents]
+        if dt not in ("int32", "int64") or any(e is None for e in exts):
+            return None
+        last = sum((int(e) - 1) * st for e, st in zip(exts, strides) if int(e) > 0)
+        if last >= 2 ** (_dt.bits(dt) - 1) or any(st < 0 for st in strides):
+            return None
+        flat = None
+        for i, st in zip(indices, strides):
+            term = i if st == 1 else Mul(i, Const(st, dt), dt)
+            flat = term if flat is None else Add(flat, term, dt)
+        return simplify(flat)
+
+    def bounds_check(self, bi: _Buf, idx: List[Val], node, kind: str):
+        stmt = self._stmt_stack[-1] if self._stmt_stack else node
+        site = self.mb.add_site(kind, bi.buffer.name, node_text(node), node_text(stmt))
+        b = self.b
+        for d, (ix, ext) in enumerate(zip(idx, bi.extents)):
+            if ix.uniform:
+                fail = b.icmp_unsigned(">=", ix.s, ext)
+                if self.mask is not None:
+                    fail = b.and_(fail, self.any_lane(self.mask))
+                index = ix.s
+                self.guard(fail, lambda d=d, index=index, ext=ext:
+                           self.report(ERR_BOUNDS, site, d, index, ext), name="bounds")
+            else:
+                vi = self.vec(ix)
+                fails = b.icmp_unsigned(">=", vi, self.bcast(ext))
+                if self.mask is not None:
+                    fails = b.and_(fails, self.mask)
+
+                def on_fail(d=d, vi=vi, fails=fails, ext=ext):
+                    bits = b.bitcast(fails, ir.IntType(self.lanes))
+                    lane = b.cttz(bits, ir.Constant(_I1, 0))
+                    index = b.extract_element(vi, lane)
+                    self.report(ERR_BOUNDS, site, d, index, ext)
+
+                self.guard(self.any_lane(fails), on_fail, name="bounds")
+
+    def _elem_ptr(self, bi: _Buf, off, inbounds: bool):
+        return self.b.gep(bi.ptr, [off], inbounds=inbounds, source_etype=_MEM[bi.dtype])
+
+    def _vec_ptrs(self, bi: _Buf, off_vec):
+        g = self.b.gep(bi.ptr, [off_vec], source_etype=_MEM[bi.dtype])
+        g.type = ir.VectorType(_PTR, self.lanes)
+        return g
+
+    def from_mem(self, x, dtype: str):
+        b = self.b
+        if dtype == "float16":
+            return b.fpext(x, _with_lanes(_F32, x.type))
+        if dtype == "bfloat16":
+            return _bf16_to_f32(b, x)
+        if dtype == "bool":
+            return b.icmp_unsigned("!=", x, _splat(x.type, 0))
+        return x
+
+    def to_mem(self, x, dtype: str):
+        b = self.b
+        if dtype == "float16":
+            return b.fptrunc(x, _with_lanes(_F16, x.type))
+        if dtype == "bfloat16":
+            return _f32_to_bf16(b, x)
+        if dtype == "bool":
+            return b.zext(x, _with_lanes(_I8, x.type))
+        return x
+
+    def pad_lanes(self, bi, memty, off) -> int:
+        """The lane count an unmasked contiguous vector access (offset ``off``) of
+        ``memty`` is widened to, as one masked access with a constant mask: the policy's
+        :meth:`~tecomp.codegen.llvm.policy.TargetPolicy.pad_lanes` (AVX-512: the next
+        power of two or whole number of zmm registers), never for a buffer a store reads
+        back (``_ModuleBuilder.no_pad``).  Returns ``self.lanes`` when no widening
+        applies."""
+        n = self.lanes
+        if (off.v is not None or off.step != 1 or self.mask is not None
+                or bi.buffer in self.mb.no_pad):
+            return n
+        return self.policy.pad_lanes(n, memty)
+
+    def _pad_mask(self, P: int, used: Optional[int] = None):
+        """``<P x i1>``: true on the first ``used`` lanes (default ``self.lanes``), false
+        on the rest."""
+        n = self.lanes if used is None else used
+        return ir.Constant(ir.VectorType(_I1, P),
+                           [ir.Constant(_I1, 1 if i < n else 0) for i in range(P)])
+
+    def load(self, node: BufferLoad) -> Val:
+        bi = self.buf(node.buffer)
+        dtype = bi.dtype
+        memty = _MEM[dtype]
+        align = _SIZE[dtype]
+        off, idx = self.offset(bi, node.indices)
+        b = self.b
+        if off.uniform:
+            def scalar():
+                if self.checks:
+                    self.bounds_check(bi, idx, node, "load")
+                return Val(self.from_mem(
+                    b.load(self._elem_ptr(bi, off.s, True), typ=memty, align=align), dtype))
+
+            if self.lanes > 1 and self.mask is not None:
+                zero = Val(_splat(_REG[dtype], 0))
+                return self.if_value(self.any_lane(self.mask), scalar, lambda: zero, name="ld")
+            return scalar()
+        if self.checks:
+            self.bounds_check(bi, idx, node, "load")
+        vty = self.vtype(memty)
+        P = self.pad_lanes(bi, memty, off)
+        if P != self.lanes:
+            x = self.wide_load(bi, off, memty, align, P, 1)
+        elif off.v is None and off.step == 1:
+            p = self._elem_ptr(bi, off.s, self.mask is None)
+            if self.mask is None:
+                x = b.load(p, typ=vty, align=align)
+            else:
+                x = self.masked_load(p, vty, align, self.mask)
+        elif (off.v is None and self.mask is None
+              and self.policy.strided_wide_load(off.step, self.lanes, memty)):
+            # a small constant step (x86: a stride-2 convolution's input row): one
+            # contiguous load of step*lanes elements and a shuffle, instead of a gather
+            x = self.wide_load(bi, off, memty, align, off.step * self.lanes, off.step)
+        else:
+            ptrs = self._vec_ptrs(bi, self.vec(off))
+            pty = ir.VectorType(_PTR, self.lanes)
+            f = self.mb.intrinsic("llvm.masked.gather", vty,
+                                  [pty, _I32, self.vtype(_I1), vty], [vty, pty])
+            m = self.mask if self.mask is not None else self.all_true()
+            x = b.call(f, [ptrs, ir.Constant(_I32, align), m, _splat(vty, 0)])
+        return Val(v=self.from_mem(x, dtype))
+
+    def wide_load(self, bi, off, memty, align, width: int, step: int):
+        """The lanes ``base + i*step`` as one ``llvm.masked.load`` of ``width`` contiguous
+        elements and a shuffle that keeps every ``step``-th: an odd lane count padded to
+        a whole register (``pad_lanes``, step 1) or a load of every ``step``-th element
+        (``policy.strided_wide_load``).  The load is masked past the last element the
+        lanes use, so it reads nothing they would not."""
+        n = self.lanes
+        wty = ir.VectorType(memty, width)
+        w = self.masked_load(self._elem_ptr(bi, off.s, False), wty, align,
+                             self._pad_mask(width, step * (n - 1) + 1))
+        return self.b.shuffle_vector(w, _poison(wty), ir.Constant(
+            ir.VectorType(_I32, n), [ir.Constant(_I32, i * step) for i in range(n)]))
+
+    def masked_load(self, p, vty, align: int, mask):
+        """``llvm.masked.load`` of ``vty`` at ``p`` (zero where ``mask`` is false), as
+        register-wide pieces where ``vty`` is wider than a register
+        (``policy.register_bytes``).  LLVM's backend splits a wider one itself, and
+        aborts the process (an assertion in its alias analysis, llvmlite 0.50 on an AVX2
+        Zen 3) when a piece's mask is all false: ``<8 x double>`` masked to its first 4
+        lanes, from a fuzzed program."""
+        b = self.b
+        n, et = vty.count, vty.element
+        per = max(1, self.policy.register_bytes // _IR_SIZE[et])
+        if n <= per:
+            f = self.mb.intrinsic("llvm.masked.load", vty,
+                                  [_PTR, _I32, ir.VectorType(_I1, n), vty], [vty, _PTR])
+            return b.call(f, [p, ir.Constant(_I32, align), mask, _splat(vty, 0)])
+        pty = ir.VectorType(et, per)
+        pieces = []
+        for start in range(0, n, per):
+            k = min(per, n - start)
+            m = b.shuffle_vector(mask, _poison(mask.type), ir.Constant(
+                ir.VectorType(_I32, per), [ir.Constant(_I32, start + i if i < k else start)
+                                           for i in range(per)]))
+            if k < per:   # past the end: lanes off
+                m = b.and_(m, ir.Constant(ir.VectorType(_I1, per),
+                                          [ir.Constant(_I1, int(i < k)) for i in range(per)]))
+            q = b.gep(p, [ir.Constant(_I64, start)], source_etype=et)
+            f = self.mb.intrinsic("llvm.masked.load", pty,
+                                  [_PTR, _I32, ir.VectorType(_I1, per), pty], [pty, _PTR])
+            pieces.append(b.call(f, [q, ir.Constant(_I32, align), m, _splat(pty, 0)]))
+        while len(pieces) & (len(pieces) - 1):
+            pieces.append(_splat(pieces[0].type, 0))
+        while len(pieces) > 1:
+            w = pieces[0].type.count
+            idx = ir.Constant(ir.VectorType(_I32, 2 * w), [ir.Constant(_I32, i)
+                                                          for i in range(2 * w)])
+            pieces = [b.shuffle_vector(pieces[i], pieces[i + 1], idx)
+                      for i in range(0, len(pieces), 2)]
+        whole = pieces[0]
+        if whole.type.count == n:
+            return whole
+        return b.shuffle_vector(whole, _poison(whole.type), ir.Constant(
+            ir.VectorType(_I32, n), [ir.Constant(_I32, i) for i in range(n)]))
+
+    def store(self, node: BufferStore, val: Val):
+        bi = self.buf(node.buffer)
+        dtype = bi.dtype
+        memty = _MEM[dtype]
+        align = _SIZE[dtype]
+        off, idx = self.offset(bi, node.indices)
+        b = self.b
+        if off.uniform and val.uniform:
+            def scalar():
+                if self.checks:
+                    self.bounds_check(bi, idx, node, "store")
+                b.store(self.to_mem(val.s, dtype), self._elem_ptr(bi, off.s, True), align=align)
+
+            if self.lanes > 1 and self.mask is not None:
+                self.if_(self.any_lane(self.mask), scalar, name="st")
+            else:
+                scalar()
+            return
+        if self.checks:
+            self.bounds_check(bi, idx, node, "store")
+        vty = self.vtype(memty)
+        x = self.to_mem(self.vec(val), dtype)
+        P = self.pad_lanes(bi, memty, off)
+        if P != self.lanes:
+            n = self.lanes
+            p = self._elem_ptr(bi, off.s, False)
+            wty = ir.VectorType(memty, P)
+            w = b.shuffle_vector(x, _poison(vty),
+                                 ir.Constant(ir.VectorType(_I32, P),
+                                             [ir.Constant(_I32, min(i, n)) for i in range(P)]))
+            f = self.mb.intrinsic("llvm.masked.store", ir.VoidType(),
+                                  [wty, _PTR, _I32, ir.VectorType(_I1, P)], [wty, _PTR])
+            b.call(f, [w, p, ir.Constant(_I32, align), self._pad_mask(P)])
+        elif off.v is None and off.step == 1:
+            p = self._elem_ptr(bi, off.s, self.mask is None)
+            if self.mask is None:
+                b.store(x, p, align=align)
+            else:
+                f = self.mb.intrinsic("llvm.masked.store", ir.VoidType(),
+                                      [vty, _PTR, _I32, self.vtype(_I1)], [vty, _PTR])
+                b.call(f, [x, p, ir.Constant(_I32, align), self.mask])
+        else:
+            # scatter: lanes are written in order, so a lane-invariant address keeps the
+            # last lane's value, as the serial loop would
+            ptrs = self._vec_ptrs(bi, self.vec(off))
+            pty = ir.VectorType(_PTR, self.lanes)
+            f = self.mb.intrinsic("llvm.masked.scatter", ir.VoidType(),
+                                  [vty, pty, _I32, self.vtype(_I1)], [vty, pty])
+            m = self.mask if self.mask is not None else self.all_true()
+            b.call(f, [x, ptrs, ir.Constant(_I32, align), m])
+
+    def e_load(self, e: BufferLoad) -> Val:
+        return self.load(e)
+
+    def s_store(self, s: BufferStore):
+        if s.value.dtype != s.buffer.dtype:
+            raise InternalError(f"a {s.value.dtype} value is stored into the {s.buffer.dtype} "
+                                f"buffer {s.buffer.name}")
+        val = self.expr(s.value)
+        self.store(s, val)
+
+    # -- allocation and prefetch -------------------------------------------------------------
+    def s_allocate(self, s: Allocate):
+        buf = s.buffer
+        if buf in self.bufs:
+            raise InternalError(f"buffer {buf.name} is allocated twice")
+        _dt.canon(buf.dtype)
+        extents = [self.scalar_index(x) for x in buf.shape]
+        strides = self.declared_strides(buf, extents)
+        elem = _SIZE[buf.dtype]
+        count, overflow = self.alloc_count(buf, extents, strides)
+        name = _sanitize(buf.name)
+        if _is_const(count) and count.constant * elem <= MAX_STACK_ALLOC:
+            size = _stack_bytes(count.constant * elem)
+            if buf not in self.heap_first and self.stack_used + size <= MAX_STACK_FRAME:
+                self.stack_used += size
+                ptr = self.alloca(ir.ArrayType(_MEM[buf.dtype], max(count.constant, 1)),
+                                  name=name, align=64)
+            else:   # past the stack budget: in the spill block, 64-byte aligned too
+                if self.spill_slot is None:
+                    self.spill_slot = self.alloca(_PTR, name="spill.slot", align=8)
+                    self.ab.store(ir.Constant(_PTR, None), self.spill_slot, align=8)
+                    self.heap_slots.append(self.spill_slot)
+                base = self.b.load(self.spill_slot, typ=_PTR, align=8)
+                ptr = self.b.gep(base, [ir.Constant(_I64, self.spill_bytes)], inbounds=True,
+                                 source_etype=_I8, name=name)
+                self.spill_bytes += size
+                self.spill_names.append(buf.name)
+            self.bufs[buf] = _Buf(buf, ptr, strides, extents)
+            try:
+                self.stmt(s.body)
+            finally:
+                del self.bufs[buf]
+            return
+        b = self.b
+        slot = self.alloca(_PTR, name=name + ".slot", align=8)
+        self.ab.store(ir.Constant(_PTR, None), slot, align=8)
+        self.heap_slots.append(slot)
+        site = self.mb.add_site("malloc", buf.name, f"allocate {buf.name}",
+                                node_text(s))
+        if overflow is not None:
+            nbytes, o = self.checked("smul", count, ir.Constant(_I64, elem))
+            overflow = b.or_(overflow, o)
+            # a size past 64 bits: the error, with -1 for the byte count
+            self.guard(overflow, lambda: self.report(ERR_MALLOC, site, None, None, -1),
+                       name="size")
+        else:
+            nbytes = self.imul(count, ir.Constant(_I64, elem))
+        if not _is_const(nbytes):
+            nbytes = b.select(b.icmp_signed("<", nbytes, ir.Constant(_I64, 1)),
+                              ir.Constant(_I64, 1), nbytes)
+        elif nbytes.constant < 1:
+            nbytes = ir.Constant(_I64, 1)
+        # 64-byte aligned, as the stack buffers: a 16-lane vector at a 16-byte offset
+        # straddles two cache lines (the packed GEMM's B panels ran faster aligned)
+        # (measurements: benchmarks/DECISIONS.md, "Code generator: aligned heap buffers")
+        # (tecomp_ws_alloc: the thread pool's workspace cache, which keeps large freed
+        # blocks for the next call instead of giving them back to the system)
+        p = b.call(self._ws_alloc(), [nbytes], name=name)
+        self.guard(b.icmp_unsigned("==", p, ir.Constant(_PTR, None)),
+                   lambda: self.report(ERR_MALLOC, site, None, None, nbytes), name="malloc")
+        b.store(p, slot, align=8)
+        self.bufs[buf] = _Buf(buf, p, strides, extents)
+        try:
+            self.stmt(s.body)
+        finally:
+            del self.bufs[buf]
+        b.call(self.mb.declare(WS_FREE, ir.VoidType(), [_PTR]), [p])
+        b.store(ir.Constant(_PTR, None), slot, align=8)
+
+    def checked(self, op: str, x, y):
+        """``(x op y, overflowed)`` of i64 values, ``op`` "smul" or "sadd": overflowed when
+        the result does not fit a signed i64 (``llvm.<op>.with.overflow``)."""
+        b = self.b
+        f = self.mb.intrinsic(f"llvm.{op}.with.overflow",
+                              ir.LiteralStructType([_I64, _I1]), [_I64, _I64], [_I64])
+        r = b.call(f, [x, y])
+        return b.extract_value(r, 0), b.extract_value(r, 1)
+
+    def alloc_count(self, buf: Buffer, extents, strides):
+        """Elements of an allocation of ``buf``: ``(count, None)`` for a constant size
+        (a ResourceLimitError past 2^62 bytes), else ``(count, overflowed)``, computed
+        without wrapping (a negative extent counts as 0; the loops over it run 0 times)."""
+        if all(_is_const(e) for e in extents) and all(_is_const(x) for x in strides):
+            if buf.strides is None:
+                n = 1
+                for e in extents:
+                    n *= max(int(e.constant), 0)
+            else:
+                n = 1 + sum((max(int(e.constant), 1) - 1) * int(st.constant)
+                            for e, st in zip(extents, strides))
+            if n * _SIZE[buf.dtype] >= 2 ** 62:
+                raise ResourceLimitError(
+                    f"buffer {buf.name} would take {n * _SIZE[buf.dtype]} bytes, more than "
+                    f"any machine's memory; compute it in smaller tiles (compute_at)")
+            return ir.Constant(_I64, n), None
+        b = self.b
+        zero, one = ir.Constant(_I64, 0), ir.Constant(_I64, 1)
+        overflow = ir.Constant(_I1, 0)
+        count = one
+        for k, e in enumerate(extents):
+            if buf.strides is None:
+                e = b.select(b.icmp_signed("<", e, zero), zero, e)
+                count, o = self.checked("smul", count, e)
+            else:
+                # padded strides (storage_align): the span is 1 + sum((extent - 1) * stride)
+                e = b.select(b.icmp_signed("<", e, one), one, e)
+                term, o = self.checked("smul", b.sub(e, one), strides[k])
+                overflow = b.or_(overflow, o)
+                count, o = self.checked("sadd", count, term)
+            overflow = b.or_(overflow, o)
+        return count, overflow
+
+    def s_prefetch(self, s: Prefetch):
+        """``llvm.prefetch(ptr, rw, locality 3, data cache)`` on the element's address
+        (x86: ``prefetcht0``, or ``prefetchw`` for a write where the CPU has PRFCHW).  The
+        address is flattened like a load's (declared or run-time strides) through a plain
+        getelementptr.  Inside a widened body a lane-dependent address gets one prefetch
+        per lane; under a lane mask nothing is emitted (it is only a hint)."""
+        bi = self.buf(s.buffer)
+        off, _ = self.offset(bi, s.indices)
+        f = self.mb.intrinsic("llvm.prefetch", ir.VoidType(), [_PTR, _I32, _I32, _I32], [_PTR])
+        hint = [ir.Constant(_I32, 1 if s.write else 0), ir.Constant(_I32, 3),
+                ir.Constant(_I32, 1)]
+        b = self.b
+        if off.uniform:
+            b.call(f, [self._elem_ptr(bi, off.s, False)] + hint)
+            return
+        if self.mask is not None:
+            return
+        vec = self.vec(off)
+        for lane in range(self.lanes):
+            o = b.extract_element(vec, ir.Constant(_I32, lane))
+            b.call(f, [self._elem_ptr(bi, o, False)] + hint)

@@ -1,0 +1,95 @@
+"""Compiling CUDA C with nvcc: :func:`compile_ptx` (PTX text, e.g. to check that the
+generated source compiles for an architecture without a GPU) and :func:`compile_cubin`
+(the cubin the pycuda runtime loads, cached on disk), and :func:`find_nvcc`.  The CUDA C
+comes from :func:`tecomp.codegen.cuda.codegen_cuda` (a :class:`CudaSource` or its text).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Optional
+
+from ..errors import BuildError, RuntimeUnavailableError
+from .cuda import CudaSource
+
+
+def find_nvcc() -> Optional[str]:
+    """The nvcc executable: on PATH, else under $CUDA_HOME or $CUDA_PATH."""
+    exe = shutil.which("nvcc")
+    if exe:
+        return exe
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(env)
+        if root and os.path.isfile(os.path.join(root, "bin", "nvcc")):
+            return os.path.join(root, "bin", "nvcc")
+    return None
+
+
+def _nvcc() -> str:
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise RuntimeUnavailableError(
+            "nvcc was not found on PATH (nor under $CUDA_HOME/bin): install the CUDA toolkit "
+            "to compile CUDA C")
+    return nvcc
+
+
+def _run_nvcc(nvcc: str, src: str, arch: str, kind: str, options) -> bytes:
+    """``nvcc -<kind> -arch=<arch> -std=c++17 <options>`` on ``src``: the output file."""
+    with tempfile.TemporaryDirectory(prefix="tecomp-nvcc-") as d:
+        cu, out = os.path.join(d, "kernel.cu"), os.path.join(d, "kernel." + kind)
+        with open(cu, "w") as f:
+            f.write(src)
+        cmd = [nvcc, "-" + kind, f"-arch={arch}", "-std=c++17", *options, "-o", out, cu]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"nvcc -{kind} -arch={arch} failed (exit {proc.returncode}):\n"
+                             f"{proc.stderr.strip() or proc.stdout.strip()}")
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def compile_ptx(source: str, arch: str = "sm_80", options=()) -> str:
+    """Compile CUDA C ``source`` to PTX for ``arch`` with ``nvcc -ptx``; return the PTX.
+
+    Raises RuntimeUnavailableError when nvcc is missing and BuildError (with nvcc's
+    messages) when compilation fails.
+    """
+    src = source.source if isinstance(source, CudaSource) else source
+    return _run_nvcc(_nvcc(), src, arch, "ptx", tuple(options)).decode()
+
+
+def compile_cubin(source: str, arch: str, options=()) -> bytes:
+    """The cubin of CUDA C ``source`` for ``arch`` (``nvcc -cubin``), cached on disk under
+    ``$TECOMP_CACHE_DIR/cuda`` by a hash of nvcc's version, ``arch``, the options and the
+    source (a private directory; a cubin is used only when its sha256 sidecar matches).
+    Any thread may call it: nothing here needs a GPU, so candidates of a search compile in
+    parallel before one process loads and times them.
+
+    Raises RuntimeUnavailableError when nvcc is missing and BuildError (with nvcc's
+    messages) when compilation fails.
+    """
+    from .libfiles import (cache_root, digest_bytes, private_dir, read_sidecar, tool_identity,
+                           write_with_sidecar)
+
+    nvcc = _nvcc()
+    src = source.source if isinstance(source, CudaSource) else source
+    options = tuple(options)
+    h = hashlib.sha256()
+    for part in (tool_identity(nvcc), arch, "\0".join(options), src):
+        h.update(part.encode())
+        h.update(b"\0")
+    d = private_dir(cache_root() / "cuda", "the CUDA compile cache", BuildError)
+    path = d / f"{h.hexdigest()[:32]}.cubin"
+    try:
+        data = path.read_bytes()
+        if read_sidecar(path) == digest_bytes(data):
+            return data
+    except OSError:
+        pass
+    data = _run_nvcc(nvcc, src, arch, "cubin", options)
+    write_with_sidecar(path, data, 0o600)
+    return data
