@@ -1,12 +1,19 @@
-"""Import cycles among tecomp's modules.
+"""Import cycles among tecomp's modules, and the layers of its packages.
 
-    python -m tecomp.testing.imports        # prints every cycle; exit status 1 if any is new
+    python -m tecomp.testing.imports        # prints every cycle, every import against the
+                                            # layers; exit status 1 if any is new
 
 Every ``import`` and ``from ... import`` in ``tecomp/`` counts, at module level or inside a
 function (a function-local import that dodges a cycle is still one).  The modules that
 import each other, directly or around a longer loop, are the strongly connected
 components of that graph.  ``KNOWN`` lists the cycles not broken yet, so that a new one
 fails the test suite (``tests/test_imports.py``) while these are worked off.
+
+Packages sit in ``LAYERS``, lowest first: a package imports only from layers below its
+own.  ``KNOWN_UPWARD`` lists the package imports that break this today (each is work
+left, not a permission); any other fails the test suite, and one fixed since must be
+taken off the list.  ``LOCAL_IMPORTS`` is the number of function-local imports of tecomp
+modules: it may only go down.
 """
 from __future__ import annotations
 
@@ -18,6 +25,91 @@ from typing import Dict, List, Set
 
 #: cycles not broken yet (each a set of modules); a cycle that is not one of these fails
 KNOWN: list = []  # none left: the IR core registers its services instead (ir.expr.SERVICES, ir.arith.SIMPLIFY)
+
+
+#: tecomp's packages, lowest layer first; packages in one layer do not import each other.
+#: A package is ``tecomp.<name>`` (a subpackage or a top-level module); ``tecomp`` itself
+#: is the public ``__init__``.
+LAYERS: List[tuple] = [
+    ("tecomp.errors", "tecomp._version"),
+    ("tecomp.ir", "tecomp.target"),
+    ("tecomp.te", "tecomp.utils"),
+    ("tecomp.schedule",),
+    ("tecomp.lower",),
+    ("tecomp.runtime",),       # module classes, argument checks, loading
+    ("tecomp.codegen",),       # code generators
+    ("tecomp.build",),
+    ("tecomp.autodiff",),      # target-free gradients
+    ("tecomp.nn",),            # operator computes and their CPU/CUDA templates
+    ("tecomp.autoschedule",),  # rules, search, records, cost model
+    ("tecomp",),
+    ("tecomp.torch", "tecomp.testing"),
+]
+
+#: package imports that break ``LAYERS`` today: (importer, imported) -> why it is left
+KNOWN_UPWARD: Dict[tuple, str] = {
+    ("tecomp.target", "tecomp.codegen"): "the machine model asks LLVM for the host CPU and "
+                                         "the thread pool for the thread count",
+    ("tecomp.ir", "tecomp.runtime"): "the interpreter checks shapes and calls externs as modules do",
+    ("tecomp.lower", "tecomp.codegen"): "the full-unroll limit lives with the LLVM emitter",
+    ("tecomp.lower", "tecomp.runtime"): "extern call sites are registered with the runtime",
+    ("tecomp.runtime", "tecomp.codegen"): "modules build and export through the code generators",
+    ("tecomp.autodiff", "tecomp.nn"): "gradients are scheduled with the CPU templates",
+    ("tecomp.autodiff", "tecomp.autoschedule"): "gradients are scheduled with the rules",
+    ("tecomp.nn", "tecomp.autoschedule"): "the templates leave other stages to the rules",
+}
+
+#: function-local imports of tecomp modules today (statements); only lower it
+LOCAL_IMPORTS = 416
+
+
+def package(module: str) -> str:
+    """``tecomp.ir.expr`` -> ``tecomp.ir``; ``tecomp.build`` -> ``tecomp.build``."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def _layer_of() -> Dict[str, int]:
+    return {p: i for i, layer in enumerate(LAYERS) for p in layer}
+
+
+def upward(root: str) -> Dict[tuple, List[tuple]]:
+    """(importer package, imported package) -> [(module, imported module)] for every import
+    that does not point to a lower layer (a package missing from ``LAYERS`` counts)."""
+    rank = _layer_of()
+    out: Dict[tuple, List[tuple]] = defaultdict(list)
+    for m, targets in graph(root).items():
+        a = package(m)
+        for t in sorted(targets):
+            b = package(t)
+            if a == b:
+                continue
+            if a not in rank or b not in rank or rank[b] >= rank[a]:
+                out[(a, b)].append((m, t))
+    return dict(out)
+
+
+def new_upward(root: str) -> Dict[tuple, List[tuple]]:
+    return {k: v for k, v in upward(root).items() if k not in KNOWN_UPWARD}
+
+
+def local_imports(root: str) -> List[tuple]:
+    """(module, line, imported module) of each import of a tecomp module inside a function."""
+    mods = _modules(root)
+    out = []
+    for m, path in mods.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        seen = set()
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in seen:
+                    seen.add(id(node))
+                    for t in _targets(mods, m, node)[:1]:
+                        out.append((m, node.lineno, t))
+    return sorted(out)
 
 
 def _modules(root: str) -> Dict[str, str]:
@@ -124,7 +216,16 @@ def main() -> int:
         print(f"{tag}: {' <-> '.join(sorted(c))}")
     new = new_cycles(root)
     print(f"{len(found)} import cycle(s), {len(new)} new")
-    return 1 if new else 0
+    up = upward(root)
+    for (a, b), uses in sorted(up.items()):
+        tag = "known" if (a, b) in KNOWN_UPWARD else "NEW"
+        print(f"{tag}: {a} -> {b} ({len(uses)}: "
+              + ", ".join(f"{m} -> {t}" for m, t in uses[:3]) + (", ..." if len(uses) > 3 else "") + ")")
+    new_up = new_upward(root)
+    print(f"{len(up)} package import(s) against the layers, {len(new_up)} new")
+    local = local_imports(root)
+    print(f"{len(local)} function-local import(s) of tecomp modules (at most {LOCAL_IMPORTS})")
+    return 1 if new or new_up or len(local) > LOCAL_IMPORTS else 0
 
 
 if __name__ == "__main__":
