@@ -112,3 +112,12 @@ def test_records_family_replays_the_genuine_record():
             s2 = tc.auto_schedule(args2, log=path, shapes=shapes)
     assert s2.trace.to_json() == rec["trace"]
     assert any("log.json:1" in str(x.message) for x in w), [str(x.message) for x in w]
+
+
+@pytest.mark.parametrize("seed", [
+    10011706,   # big_extent: an int32 producer inlined into an int64 consumer (InternalError)
+    10017506,   # layouts: the output "overlapping" an input of no elements (none can)
+])
+def test_campaign_findings_run_clean(seed):
+    out = run_edge_case(draw_edge_case(seed))
+    assert out.ok, out.report()

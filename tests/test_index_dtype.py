@@ -504,3 +504,29 @@ def test_compute_at_an_int64_loop_keeps_the_producers_int32_axes(runner):
         interp.run(tc.lower(s, [A, C, n]), a, c, 6)
     want = sum((6.0 if j % 8 < 2 else 4.0) for j in range(6))
     np.testing.assert_allclose(c, want)
+
+
+@pytest.mark.parametrize("runner", ["llvm", "interp"])
+@pytest.mark.parametrize("wide", ["consumer", "producer"])
+def test_inlining_across_index_dtypes(runner, wide):
+    # an int64 consumer inlining an int32 producer whose body does arithmetic on its axis
+    # (3 - i, i % 3: the operands must share a dtype), and the reverse; fuzz seed 10011706
+    n = tc.var("n", "int64" if wide == "consumer" else "int32")
+    m = tc.var("m", "int64" if wide == "producer" else "int32")
+    A = tc.placeholder((6, 11), name="A")
+    T1 = tc.compute((m,), lambda i: A[3 - i % 4, i % 4 * 3 + 1] / (i % 3 + 1).astype("float32"),
+                    name="T1")
+    T2 = tc.compute((n,), lambda i: T1[i % 4] + i.astype("float32"), name="T2")
+    s = tc.create_schedule(T2.op)
+    s[T1].compute_inline()
+    xo, xi = s[T2].split(T2.op.axis[0], factor=16)
+    args = [A, T2, m]
+    a = np.random.default_rng(0).uniform(-1, 1, (6, 11)).astype("float32")
+    out = np.zeros(37, "float32")
+    if runner == "llvm":
+        tc.build(s, args)(a, out, 4)
+    else:
+        interp.run(tc.lower(s, args), a, out, 4)
+    i = np.arange(37)
+    want = a[3 - i % 4, i % 4 * 3 + 1] / (i % 4 % 3 + 1) + i
+    np.testing.assert_allclose(out, want, rtol=1e-6)

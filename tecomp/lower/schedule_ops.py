@@ -121,6 +121,16 @@ def _narrowed(e: Expr, dtype: str) -> Expr:
     return Cast(e, dtype)
 
 
+def _as_axis_dtype(e: Expr, dtype: str) -> Expr:
+    """The index ``e`` as ``dtype``, the dtype of the axis it binds: an index in bounds
+    fits both (one out of bounds reads an undefined value either way)."""
+    if isinstance(e, Const) and e.dtype != dtype:
+        lo, hi = _dt.int_limits(dtype)
+        if not lo <= int(e.value) <= hi:
+            return Cast(e, dtype)
+    return _in_dtype(e, dtype)
+
+
 class _InlineExpander(Mutator):
     """Replace reads of inlined stages by their bodies (recursively)."""
 
@@ -132,8 +142,10 @@ class _InlineExpander(Mutator):
         st = self.ctx.stage_of_tensor(e.producer)
         if st is not None and st.attach_type == "inline":
             op = st.op
+            # an int64 consumer's index into an int32 producer, or the reverse
             body = substitute(op.bodies[e.producer.value_index],
-                              {iv.var: x for iv, x in zip(op.axis, idx)})
+                              {iv.var: _as_axis_dtype(x, iv.var.dtype)
+                               for iv, x in zip(op.axis, idx)})
             return self.visit(body)
         if all(a is b for a, b in zip(idx, e.indices)):
             return e
