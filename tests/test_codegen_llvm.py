@@ -1823,3 +1823,57 @@ def test_select_of_operands_its_condition_loads_is_one_blend():
     p = np.zeros(256, np.float32)
     g(a, p)
     np.testing.assert_array_equal(p, np.concatenate([[0], a[:-1]]))
+
+
+def _symbolic_block_kernel(nest):
+    """C[i] = A[i] * 2 with i split by 8 (and the inner part by 2 when ``nest``), the inner
+    parts unrolled: their extents are symbolic in the tail, at most 8 (2)."""
+    import tecomp as tc
+
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    C = tc.compute((n,), lambda i: A[i] * 2.0, name="C")
+    s = tc.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=8)
+    s[C].pragma(xo, "no_partition")
+    if nest:
+        xio, xii = s[C].split(xi, factor=2)
+        s[C].unroll(xio)
+        s[C].unroll(xii)
+    else:
+        s[C].unroll(xi)
+    return s, [A, C]
+
+
+@pytest.mark.parametrize("nest", [False, True])
+def test_an_unrolled_loop_of_symbolic_bounded_extent_is_unrolled_guarded(nest):
+    import tecomp as tc
+
+    s, args = _symbolic_block_kernel(nest)
+    lowered = str(tc.lower(s, args))
+    assert "unrolled" in lowered and "min(" in lowered     # a symbolic extent, bounded
+    f = tc.build(s, args)
+    assert "llvm.loop.unroll.enable" not in f.get_source("llvm-unopt")
+    for n in (0, 1, 7, 8, 13, 64):
+        a = np.arange(n, dtype="float32")
+        c = np.full(n, -1.0, "float32")
+        f(a, c)
+        np.testing.assert_array_equal(c, a * 2)
+
+
+def test_loops_inside_unrolled_copies_are_not_forced_unrolled():
+    """An unrolled loop of a symbolic extent with no small bound inside an unrolled loop
+    of 4: LLVM's unroller is not forced on each of the 4 copies (on 224 such copies it
+    made a function of minutes to optimise); alone, the loop is still marked for it."""
+    n = Var("n")
+    A, B = buf("A", (4, n)), buf("B", (4, n))
+    i, j = Var("i"), Var("j")
+    inner = loop(j, n, st(B, ld(A, i, j) + c(1.0, "float32"), i, j), "unrolled")
+    for body, forced in ((loop(i, 4, inner, "unrolled"), False),
+                         (loop(i, 4, inner), True)):
+        m = build_llvm(PrimFunc("rows", (A, B), body))
+        assert ("llvm.loop.unroll.enable" in m.get_source("llvm-unopt")) == forced
+        a = np.random.rand(4, 9).astype("float32")
+        b = np.zeros((4, 9), "float32")
+        m(a, b)
+        np.testing.assert_allclose(b, a + 1)

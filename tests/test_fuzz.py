@@ -776,3 +776,15 @@ def test_fuzzer_gpu_reductions_with_double_buffered_tiles(seed, pipelined):
     assert ("async_copy" in str(tc.lower(r.s, r.args, target="cuda-emu"))) == pipelined
     out = run_case(case)
     assert out.ok, out.report()
+
+
+def test_campaign_seed_with_a_symbolic_unrolled_nest_builds():
+    """Seed 10022977 (the campaign's defaults): a uint8 product reduction with a symbolic
+    extent, auto-scheduled, had 224 loops of symbolic extent inside unrolled copies, each
+    marked for LLVM's unroller, and LLVM's optimiser did not finish in 100 s (an
+    InternalError); the case now builds and is right."""
+    from tecomp.testing.fuzz import case_for_seed
+
+    case = case_for_seed(10022977, 25, 5, "llvm", 10, "cuda-emu", 5)
+    out = run_case(case)
+    assert out.kind == "ok", out.report()

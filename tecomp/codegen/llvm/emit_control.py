@@ -14,7 +14,8 @@ from typing import Callable, Optional
 import llvmlite.ir as ir
 
 from ...errors import BuildError, InternalError
-from ...ir.expr import Const
+from ...ir.arith import Analyzer
+from ...ir.expr import Const, Expr
 from ...ir.stmt import AssertStmt, For, IfThenElse
 from ...lower import parallel as _par
 from ...lower import vectorize as _vec
@@ -25,6 +26,20 @@ from .values import _I1, _I32, _I64, _PTR, Val, _i64_at, _sanitize
 
 #: an unrolled loop with a constant extent up to this is unrolled at code generation
 MAX_FULL_UNROLL = 1024
+
+#: an unrolled loop whose extent is symbolic (a tail that loop partitioning left, a block
+#: of a symbolic shape: ``min(n - 8*i, 8)``) but at most this is unrolled at code
+#: generation too, each copy under ``if k < extent``, where the unrolled loops around it
+#: and it make at most ``MAX_GUARDED_COPIES`` copies of its body
+MAX_GUARDED_UNROLL = 16
+MAX_GUARDED_COPIES = 64
+
+
+def guarded_unroll_count(extent: Expr) -> Optional[int]:
+    """The constant upper bound of the symbolic ``extent`` where there is one of at most
+    :data:`MAX_GUARDED_UNROLL`, else None."""
+    hi = Analyzer().cbound(extent)[1]
+    return max(hi, 0) if hi is not None and hi <= MAX_GUARDED_UNROLL else None
 
 
 class _ControlEmitter:
@@ -231,13 +246,35 @@ class _ControlEmitter:
                   lambda iv: self.with_loop_var(s.var, Val(iv), lambda: self.stmt(s.body)), md)
 
     def unrolled(self, s: For):
-        if not (isinstance(s.extent, Const) and s.extent.value <= MAX_FULL_UNROLL):
-            self.serial(s, self.mb.loop_md(("llvm.loop.unroll.enable", True)))
+        """An unrolled loop: copies of its body at code generation where its extent is a
+        constant (up to ``MAX_FULL_UNROLL``) or has a small constant bound (guarded
+        copies, within ``MAX_GUARDED_COPIES``); else a loop, which LLVM is asked to unroll
+        only where no unrolled loop is around it: forced on the loops inside unrolled
+        copies, LLVM's unroller made functions it took minutes to optimise (a symbolic
+        product reduction, fuzz seed 10022977: 224 such loops)."""
+        outer = self._unroll_copies
+        if isinstance(s.extent, Const) and s.extent.value <= MAX_FULL_UNROLL:
+            lo = self.scalar_index(s.min)
+            self._unroll_copies = outer * max(int(s.extent.value), 1)
+            for k in range(int(s.extent.value)):
+                self.with_loop_var(s.var, Val(self.iadd(lo, ir.Constant(_I64, k))),
+                                   lambda: self.stmt(s.body))
+            self._unroll_copies = outer
             return
-        lo = self.scalar_index(s.min)
-        for k in range(int(s.extent.value)):
-            self.with_loop_var(s.var, Val(self.iadd(lo, ir.Constant(_I64, k))),
-                               lambda: self.stmt(s.body))
+        count = None if isinstance(s.extent, Const) else guarded_unroll_count(s.extent)
+        if count is None or outer * count > MAX_GUARDED_COPIES:
+            md = self.mb.loop_md(("llvm.loop.unroll.enable", True)) if outer == 1 else None
+            self.serial(s, md)
+            return
+        lo, n = self._bounds(s)
+        self._unroll_copies = outer * max(count, 1)
+        for k in range(count):
+            kk = ir.Constant(_I64, k)
+            self.if_(self.b.icmp_signed("<", kk, n),
+                     lambda: self.with_loop_var(s.var, Val(self.iadd(lo, kk)),
+                                                lambda: self.stmt(s.body)),
+                     name=f"{_sanitize(s.var.name)}.{k}")
+        self._unroll_copies = outer
 
     def vectorized(self, s: For, plan):
         """Emit ``s`` as its plan says (lower/vectorize.py decides)."""

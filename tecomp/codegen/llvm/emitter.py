@@ -19,8 +19,11 @@ Lowering
   this equals the int32 result; an index whose int32 evaluation would wrap is out of
   bounds anyway.  Value arithmetic keeps the IR's wrapping semantics (no ``nsw``).
 * **Loops**: ``serial`` loops are rotated i64 counted loops.  ``unrolled`` loops with a
-  constant extent (up to 1024) are fully unrolled at code generation; otherwise they
-  get ``llvm.loop.unroll.enable``.
+  constant extent (up to 1024) are fully unrolled at code generation; so are those whose
+  symbolic extent has a constant bound up to 16 (a split's tail, ``min(n - 8*i, 8)``:
+  one copy per value, each under ``if k < extent``) while the unrolled loops around
+  make at most 64 copies; otherwise they get ``llvm.loop.unroll.enable`` where no
+  unrolled loop is around them, and stay loops inside unrolled copies.
 * **vectorized** loops are *widened*: the body is emitted once with the loop variable
   as the vector ``<base, base+1, ..., base+L-1>``.  Values are tracked as uniform
   (scalar), affine (``base + lane*step``, integers) or general vectors: a load whose
@@ -234,6 +237,8 @@ class _FnEmitter(_MemoryEmitter, _ControlEmitter, _ExprEmitter, _MathEmitter,
         self._stmt_stack: List[Stmt] = []
         #: id(For) -> llvm.loop.unroll.count (from pragma "unroll_count")
         self._unroll_count: Dict[int, int] = {}
+        #: copies of the statement being emitted that enclosing unrolled loops make
+        self._unroll_copies = 1
         #: (op, operand keys) -> (block, value) for :meth:`_int_op`
         self._int_cse: Dict[tuple, tuple] = {}
 
