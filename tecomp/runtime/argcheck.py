@@ -49,6 +49,7 @@ from ..ir.expr import (
 from ..ir.functor import free_vars
 from ..ir.op import COMPARE, _wrap
 from ..ir.printer import to_str
+from ..lower.in_place import in_place_pairs
 
 __all__ = [
     "ArgChecker", "BufferSpec", "ArrayMeta", "FLOAT_MAX", "array_meta", "as_host_array",
@@ -1116,6 +1117,4 @@ def self_overlap_error(func_name: str, spec: "BufferSpec", shape, strides, found
 def in_place_of(func) -> tuple:
     """The ``(input, output)`` buffer parameters of the PrimFunc ``func`` that may be
     passed one array (:func:`tecomp.lower.in_place.in_place_pairs`)."""
-    from ..lower.in_place import in_place_pairs
-
     return in_place_pairs(func)
