@@ -145,11 +145,9 @@ def as_host_array(a, label: str, written: bool = False):
                 return a  # a device tensor: a GPU runtime takes it, a CPU one refuses it
             if str(a.dtype) == "torch.bfloat16":
                 # numpy has no bfloat16: the same memory as int16, seen as ml_dtypes' type
-                from ..ir.dtype import numpy_dtype
-
                 import torch
 
-                return a.view(torch.int16).numpy().view(numpy_dtype("bfloat16"))
+                return a.view(torch.int16).numpy().view(_dt.numpy_dtype("bfloat16"))
             return a.numpy()
         if isinstance(a, np.ndarray):
             return a
