@@ -36,6 +36,8 @@ from .build import build
 from .runtime.aot import load_module  # noqa: E402  (exported libraries: Module.export_library)
 from .runtime.arrays import aligned, empty  # noqa: E402  (64-byte aligned host arrays)
 from . import utils  # noqa: E402  (tc.utils.get_const_tuple, as tvm.topi.utils)
+from .codegen import threads as _threads  # noqa: E402  (loaded by runtime.llvm: no llvmlite)
+from .runtime import llvm as _runtime_llvm  # noqa: E402  (loaded by runtime.aot: no llvmlite)
 
 from ._version import __version__  # noqa: E402
 
@@ -43,39 +45,29 @@ from ._version import __version__  # noqa: E402
 def set_num_threads(n: int) -> None:
     """Set how many CPU threads parallel loops use (default: the number of cores, or
     the environment variable TECOMP_NUM_THREADS)."""
-    from .runtime.llvm import set_num_threads as _s
-
-    _s(n)
+    _runtime_llvm.set_num_threads(n)
 
 
 def get_num_threads() -> int:
-    from .runtime.llvm import get_num_threads as _g
-
-    return _g()
+    return _runtime_llvm.get_num_threads()
 
 
 def release_workspace() -> int:
     """Free the temporaries that compiled CPU kernels keep for their next call (each
     thread pool's workspace cache: docs/runtime.md, "Workspace"); returns the bytes
     freed."""
-    from .codegen.threads import release_workspace as _r
-
-    return _r()
+    return _threads.release_workspace()
 
 
 def set_workspace_limit(nbytes: int) -> None:
     """Keep at most ``nbytes`` of freed kernel temporaries for reuse, per thread pool
     (default 1 GiB, or the environment variable TECOMP_WORKSPACE_LIMIT); 0 keeps none."""
-    from .codegen.threads import set_workspace_limit as _s
-
-    _s(nbytes)
+    _threads.set_workspace_limit(nbytes)
 
 
 def workspace_cached() -> int:
     """Bytes of freed kernel temporaries kept for reuse now, over every thread pool."""
-    from .codegen.threads import workspace_cached as _w
-
-    return _w()
+    return _threads.workspace_cached()
 
 
 from .autodiff import gradient  # noqa: E402  (tc.gradient; tecomp.autodiff has the rest)

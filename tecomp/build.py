@@ -9,7 +9,9 @@ from .errors import BuildError, LowerError
 from .ir.deep import deep_entry
 from .ir.stmt import PrimFunc
 
+from .lower.pipeline import lower
 from .target import KINDS as TARGETS  # noqa: E402,F401  (the target kinds)
+from .target import as_target
 
 
 @contextmanager
@@ -47,10 +49,6 @@ def build(s_or_func, args=None, target="llvm", name: str = "main", checks: bool 
 
 
 def _build(s_or_func, args, target, name, checks):
-    from .lower.pipeline import lower
-
-    from .target import as_target
-
     tgt = as_target(target)
     target = tgt.kind
     t0 = time.perf_counter()

@@ -44,12 +44,18 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .autodiff import gradient, schedule_backward
+from .autoschedule import auto_schedule
+from .build import build
 from .errors import ArgumentError, ComputeError, ScheduleError
 from .ir import dtype as _dt
 from .ir.expr import Call, Var
 from .ir.functor import collect, free_vars
+from .runtime.argcheck import compile_shape_expr
 from .schedule import Schedule
 from .target import as_target
+from .te import compute, placeholder
+from .te.retype import retype
 from .te.tensor import ComputeOp, PlaceholderOp, Tensor
 
 __all__ = ["Op", "op"]
@@ -207,8 +213,6 @@ class Op:
                 stack.extend(t.op for t in o.input_tensors)
 
     def _shape_fn(self, t: Tensor) -> Callable:
-        from .runtime.argcheck import compile_shape_expr
-
         fns = []
         for d, x in enumerate(t.shape):
             missing = [v.name for v in free_vars(x) if v not in self._binds]
@@ -277,12 +281,8 @@ class Op:
         return dmap
 
     def _compile(self, dtypes, values: Optional[dict]) -> _Compiled:
-        from .build import build
-
         dmap = self._dtype_map(dtypes)
         if dmap or values:
-            from .te.retype import retype
-
             outs, ins = retype(self.outputs, self.inputs, dmap, values)
         else:
             outs, ins = self.outputs, self.inputs
@@ -307,7 +307,6 @@ class Op:
                 f"tecomp.torch.op {self.name}: target {self.target} has no default schedule "
                 f"for arbitrary computes (the auto-scheduler is CPU-only): pass schedule=, a "
                 f"Schedule or a function outputs -> Schedule (e.g. tecomp.nn's CUDA schedules)")
-        from .autoschedule import auto_schedule
 
         return auto_schedule(list(ins) + list(outs), target=self.target, trials=self.trials,
                              log=self.log, progress=False)
@@ -322,9 +321,6 @@ class Op:
     def _gradients(self, c: _Compiled):
         """(heads, grads): a placeholder per output for its incoming gradient, and the
         gradient of each floating input (the sum over the outputs)."""
-        from .autodiff import gradient
-        from .te import compute, placeholder
-
         diff = [c.inputs[i] for i in self._diff]
         heads = [placeholder(t.shape, t.dtype, name=f"{t.name}_grad") for t in c.outputs]
         per_out = [gradient(t, diff, head=h) for t, h in zip(c.outputs, heads)]
@@ -338,9 +334,6 @@ class Op:
         return heads, grads
 
     def _compile_backward(self, c: _Compiled):
-        from .autodiff import schedule_backward
-        from .build import build
-
         heads, grads = self._gradients(c)
         args = list(c.inputs) + heads + grads
         s = schedule_backward(grads, target=self.target)
@@ -354,12 +347,6 @@ class Op:
         return c.training
 
     def _compile_training(self, c: _Compiled) -> _Training:
-        from .autodiff import schedule_backward
-        from .build import build
-        from .runtime.argcheck import compile_shape_expr
-        from .te import placeholder
-        from .te.retype import retype
-
         heads, grads = self._gradients(c)
         forward = set()
         stack = [t.op for t in c.outputs]
@@ -398,8 +385,6 @@ class Op:
         s = schedule_backward(new_grads, target=self.target)
         bwd = build(s, args, target=self.target, name=f"{self.name}_backward")
         if saved:
-            from .autoschedule import auto_schedule
-
             fargs = list(c.inputs) + list(c.outputs) + saved
             fwd = build(auto_schedule(fargs, target=self.target, trials=self.trials,
                                       log=self.log, progress=False),

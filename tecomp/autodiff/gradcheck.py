@@ -19,13 +19,17 @@ from typing import Dict, List
 
 import numpy as np
 
+from ..build import build
 from ..errors import AutodiffError
 from ..ir import dtype as _dt
 from ..ir.expr import Cast, CommReducer, Const, Expr, ProducerLoad, Reduce, Var
 from ..ir.functor import Mutator, substitute
+from ..schedule.schedule import create_schedule
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, placeholder
 from . import rules as _rules
-from .reference import _topo
+from .reference import _topo, evaluate
+from .reverse import gradient
+from .rules import reducer_of
 
 
 class GradcheckError(AutodiffError, AssertionError):
@@ -57,8 +61,6 @@ class _Retype(Mutator):
         """The float64 version of a reducer: the built-ins' and registered ones' own,
         else its combiner rewritten over float64 operands (any ``tc.comm_reducer``,
         e.g. one whose result is under ``stop_gradient``)."""
-        from .rules import reducer_of
-
         red = reducer_of(c)
         if red is not None:
             return red.combiner("float64")
@@ -108,16 +110,11 @@ class _Runner:
         self.target = target
         self.params = [t for t in _topo(outs) if isinstance(t.op, PlaceholderOp)]
         if target != "reference":
-            from ..build import build
-            from ..schedule.schedule import create_schedule
-
             s = create_schedule([t.op for t in outs])
             self.mod = build(s, self.params + outs, target=target)
 
     def __call__(self, feed: Dict[int, np.ndarray]) -> List[np.ndarray]:
         if self.target == "reference":
-            from .reference import evaluate
-
             return evaluate(self.outs, {p: feed[id(p)] for p in self.params})
         args = [np.ascontiguousarray(feed[id(p)]) for p in self.params]
         res = [np.empty(tuple(int(x.value) for x in t.shape), _dt.numpy_dtype(t.dtype))
@@ -151,8 +148,6 @@ def gradcheck(output: Tensor, inputs, values: Dict | None = None, *, eps: float 
     :class:`GradcheckError` naming the input, the coordinate and both values (returns False
     with ``raise_exception=False``).
     """
-    from .reverse import gradient
-
     ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     for x in ins:
         if not isinstance(x, Tensor) or not isinstance(x.op, PlaceholderOp):

@@ -49,12 +49,16 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Dict, List, Optional, Sequence
 
+from ..errors import AutodiffError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import (
-    EQ, GE, LT, Add, Cast, Const, Expr, FloorDiv, FloorMod, IterVar, Mul, Sub, Var,
+    EQ, GE, GT, LE, LT, NE, Add, And, Cast, CmpOp, Const, Expr, FloorDiv, FloorMod, IterVar, Mul,
+    ProducerLoad, Sub, Var,
 )
-from ..ir.functor import Mutator, free_vars
+from ..ir.functor import Mutator, collect, free_vars, substitute
+from ..ir.printer import Printer
+from ..te.tensor import reduce_axis
 
 _BIG = 1 << 40  # the weight of a symbolic extent: larger than any constant extent
 
@@ -447,15 +451,11 @@ class Inversion:
         that are affine (the indices of reads) are rewritten through the exact affine
         solution, so a read ``X[2*y + ky]`` with ``y = p // 2``, ``ky = p % 2`` becomes
         ``X[p]``, not ``X[p // 2 * 2 + p % 2]``; everything else is substituted."""
-        from ..ir.functor import substitute
-
         if self._rewrite is None:
             return substitute(expr, self.subst)
         return self._rewrite(expr)
 
     def describe(self) -> str:
-        from ..ir.printer import Printer
-
         p = Printer()
         ax = ", ".join(f"{p.expr(a.var)} in [{p.expr(a.dom.min)}, {p.expr(a.dom.extent)})"
                        for a in self.axes)
@@ -476,8 +476,6 @@ def invert(indices: Sequence[Expr], domain: Sequence[IterVar], targets: Sequence
 
     Returns an :class:`Inversion` (see the module doc for the method and its guarantees).
     """
-    from ..te.tensor import reduce_axis
-
     P = _Parser(domain)
     # targets are knowns with ranges [0, extent)
     tk = []
@@ -650,7 +648,6 @@ def invert(indices: Sequence[Expr], domain: Sequence[IterVar], targets: Sequence
         conditions.append(_emit(num, u.lo.scale(D), GE, subst_u))
         conditions.append(_emit(num, u.hi.scale(D) + 1, LT, subst_u))
     # opaque components: equality conditions after substitution
-    from ..ir.functor import substitute
 
     var_subst = {u.var: subst_u[u] for u in P.unknowns if u.kind == "var"}
     for d in opaque:
@@ -748,8 +745,6 @@ def _int_lin(L: Lin) -> Lin:
 
 
 def _conjuncts(c: Expr) -> List[Expr]:
-    from ..ir.expr import And
-
     if isinstance(c, And):
         return _conjuncts(c.a) + _conjuncts(c.b)
     return [c]
@@ -757,8 +752,6 @@ def _conjuncts(c: Expr) -> List[Expr]:
 
 def _emit(La: Lin, Lb: Lin, cls, subst_u) -> Expr:
     """``La <cls> Lb`` (integer affine forms) as an Expr, or a constant when provable."""
-    from ..ir.expr import GT, LE, NE
-
     L = La - Lb
     if cls is GE:
         t, f = L, -L - 1
@@ -784,9 +777,6 @@ def _emit(La: Lin, Lb: Lin, cls, subst_u) -> Expr:
 
 
 def _rewrite_guard(P: _Parser, c: Expr, sol, subst_u, var_subst) -> Expr:
-    from ..ir.expr import CmpOp
-    from ..ir.functor import substitute
-
     if isinstance(c, CmpOp) and _dt.is_int(c.a.dtype) and _dt.is_int(c.b.dtype):
         La, Lb = P.parse(c.a), P.parse(c.b)
         if La is not None and Lb is not None:
@@ -822,13 +812,9 @@ class _IndexRewriter(Mutator):
         return v if r is None else r
 
     def visit_Reduce(self, e):
-        from ..ir.functor import substitute
-
         return substitute(e, self.var_subst)
 
     def visit_ProducerLoad(self, e):
-        from ..ir.expr import ProducerLoad
-
         idx = tuple(self._index(i) for i in e.indices)
         if all(a is b for a, b in zip(idx, e.indices)):
             return e
@@ -855,9 +841,6 @@ class _IndexRewriter(Mutator):
 
 
 def _has_load(e: Expr) -> bool:
-    from ..ir.expr import ProducerLoad
-    from ..ir.functor import collect
-
     return bool(collect(e, lambda n: isinstance(n, ProducerLoad)))
 
 
@@ -872,8 +855,6 @@ def _dedup(conds):
 
 
 def _unbounded(u):
-    from ..errors import AutodiffError
-
     return AutodiffError(
         f"cannot invert an index map: the free quantity {u.name} has no finite range "
         "(an index like L // a where L's range is unknown); give the reading compute "

@@ -20,8 +20,10 @@ from ..ir.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, FloorDiv, FloorMod, Let, Max,
     Min, Mul, Not, Or, ProducerLoad, Reduce, Select, Sub, TruncDiv, TruncMod, Var,
 )
+from ..te import reduce as R
 from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+from . import rules
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 
@@ -231,10 +233,7 @@ def _scatter(op, values, env):
 
 
 def _reduce(body, x, axes, ident, shape):
-    from . import rules
-
     red = rules.reducer_of(body.combiner)
-    from ..te import reduce as R
 
     if not axes:
         return x

@@ -49,9 +49,10 @@ from ..ir.deep import deep_entry
 from ..ir.functor import Mutator, Visitor, collect, substitute, uses_var
 from ..te import reduce as _reduce
 from ..te.scatter import ScatterOp
-from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, compute, reduce_axis
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, compute, compute_ops, input_tensors_of, reduce_axis
 from . import rules as _rules
 from .inversion import invert
+from .reference import _topo
 
 STOP_GRADIENT = "stop_gradient"  # a compute attr: treat the tensor as a constant
 
@@ -371,8 +372,6 @@ class _Gradient:
 
     def collect(self):
         """Topological order (producers first) and the inlined data-movement stages."""
-        from .reference import _topo
-
         order = _topo([self.output])
         for t in order:
             op = t.op
@@ -395,7 +394,6 @@ class _Gradient:
             return []
         if self.custom(t) is not None:
             return list(op.input_tensors)
-        from ..te.tensor import input_tensors_of
 
         return input_tensors_of(self.body(op))
 
@@ -857,7 +855,6 @@ def gradient(output: Tensor, inputs, head: Optional[Tensor] = None):
                 f"tc.gradient: head {head.name} has shape {_shape_str(head)} and dtype "
                 f"{head.dtype} but output {output.name} has shape {_shape_str(output)} and dtype "
                 f"{output.dtype}; the head must match the output exactly")
-    from ..te.tensor import compute_ops
 
     for op in compute_ops([output]):
         if hasattr(op, "scan_axis") and not op.attrs.get(STOP_GRADIENT):

@@ -49,6 +49,9 @@ from typing import Callable, Dict
 from ..errors import AutodiffError
 from ..ir import op as _op
 from ..ir.expr import Const, Expr, GE, GT, LT, EQ, as_expr
+from ..te import reduce as R
+from ..te.reduce import Reducer
+from ..te.tensor import ComputeOp, Tensor
 
 
 def _c(v, like: Expr) -> Const:
@@ -124,8 +127,6 @@ def register_derivative(target, rule=None, *, override: bool = False):
             return fn
 
         return deco
-    from ..te.reduce import Reducer
-    from ..te.tensor import ComputeOp, Tensor
 
     if isinstance(target, str):
         if not callable(rule):
@@ -171,8 +172,6 @@ def register_derivative(target, rule=None, *, override: bool = False):
 
 def unregister_derivative(target) -> None:
     """Remove a user registration (a built-in intrinsic rule is restored)."""
-    from ..te.tensor import Tensor
-
     if isinstance(target, str):
         if target in _BUILTIN_INTRINSICS:
             _INTRINSICS[target] = _BUILTIN_INTRINSICS[target]
@@ -244,8 +243,6 @@ def tensor_rule(op):
 
 
 def _builtin_reducer_kind_of_reducer(red) -> str | None:
-    from ..te import reduce as R
-
     for kind in ("sum", "max", "min", "prod"):
         if red is getattr(R, kind):
             return kind
@@ -255,8 +252,6 @@ def _builtin_reducer_kind_of_reducer(red) -> str | None:
 def reducer_kind(combiner):
     """``("sum" | "max" | "min", None)`` for the built-ins, ``("rule", rule)`` for prod and
     registered reducers, ``(None, None)`` when no derivative is known."""
-    from ..te import reduce as R
-
     for red, rule in _REDUCERS:  # user registrations first (they may override a built-in)
         if any(c is combiner for c in red._cache.values()):
             return ("rule", rule)
@@ -268,8 +263,6 @@ def reducer_kind(combiner):
 
 
 def reducer_of(combiner):
-    from ..te import reduce as R
-
     for red, _ in _REDUCERS:
         if any(c is combiner for c in red._cache.values()):
             return red

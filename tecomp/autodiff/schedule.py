@@ -31,9 +31,11 @@ from __future__ import annotations
 
 from ..ir import dtype as _dt
 from ..ir.expr import Call, Const, Div, Expr, Reduce
-from ..ir.functor import Visitor
+from ..ir.functor import Visitor, free_vars
 from ..schedule.schedule import Schedule, create_schedule
+from ..te import reduce as R
 from ..te.tensor import ComputeOp, Tensor
+from . import rules as _rules
 
 
 def _cheap(body: Expr) -> bool:
@@ -136,7 +138,6 @@ def _wants_rfactor(st, vector) -> bool:
     op = st.op
     if not op.reduce_axis or not _dt.is_float(op.dtype) or _dt.is_storage_float(op.dtype):
         return False
-    from . import rules as _rules
 
     if _rules.reducer_of(op.body.combiner) is not _sum_reducer():
         return False
@@ -146,8 +147,6 @@ def _wants_rfactor(st, vector) -> bool:
 
 
 def _sum_reducer():
-    from ..te import reduce as R
-
     return R.sum
 
 
@@ -196,8 +195,6 @@ def _schedule_stage(st, vector, tile, parallel, min_parallel):
         # not use (so loop partitioning still peels the borders off whole blocks)
         cond_vars = set()
         if isinstance(op.body, Reduce):
-            from ..ir.functor import free_vars
-
             cond_vars = set(free_vars(op.body.condition))
         cand = [k for k in range(len(axes) - 1)
                 if exts[k] is not None and exts[k] >= tile and axes[k].var not in cond_vars]

@@ -19,8 +19,10 @@ import os
 import warnings
 from typing import Optional
 
-from ..errors import AutoScheduleError, TecompError
+from ..errors import AutoScheduleError, TargetError, TecompError
 from ..ir.deep import deep_entry
+from ..schedule.trace import replay
+from ..target import as_target
 from .checks import check_args, check_shapes, cpu_target
 
 __all__ = ["auto_schedule", "AutoScheduleWarning", "Config", "default_config", "apply_config"]
@@ -34,9 +36,6 @@ class AutoScheduleWarning(UserWarning):
 def _gpu_kind(target) -> bool:
     """Whether ``target`` names the GPU (cuda or cuda-emu); a bad target is left to
     ``cpu_target``'s message."""
-    from ..errors import TargetError
-    from ..target import as_target
-
     try:
         return as_target(target).kind in ("cuda", "cuda-emu")
     except TargetError:
@@ -73,7 +72,6 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
     args = check_args(args)
     gpu = _gpu_kind(target)
     if gpu:
-        from ..target import as_target
         from .cuda_rules import gpu_rules as rules, measure_unavailable
 
         target = as_target(target)
@@ -121,7 +119,6 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
             f"auto_schedule: none of the {len(res.trials)} candidates ran correctly "
             f"({'; '.join(e[:120] for e in errors[:3])}); check the computes with "
             "tc.create_schedule first")
-    from ..schedule.trace import replay
     from .rules import outputs_of
 
     s = replay(res.best.trace, outputs_of(args), shapes)
@@ -137,7 +134,6 @@ MAX_LOG_CANDIDATES = 16
 def _from_log(args, log, key, target, shapes):
     """The schedule of the best record of workload ``key`` in ``log`` that replays and
     lowers (:func:`~tecomp.autoschedule.search.check_candidate`), or None."""
-    from ..schedule.trace import replay
     from . import records
     from .rules import outputs_of
     from .search import check_candidate

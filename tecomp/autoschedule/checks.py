@@ -2,13 +2,14 @@
 configs)."""
 from __future__ import annotations
 
-from ..errors import AutoScheduleError
+from ..errors import AutoScheduleError, TargetError
+from ..ir.expr import Var
+from ..ir.functor import collect
+from ..target import as_target
+from ..te.tensor import Tensor, compute_ops
 
 
 def check_args(args):
-    from ..ir.expr import Var
-    from ..te.tensor import Tensor
-
     if isinstance(args, Tensor) or not isinstance(args, (list, tuple)):
         raise AutoScheduleError(
             f"auto_schedule: args must be the list you pass to tc.build (e.g. [A, B, C]), "
@@ -22,10 +23,6 @@ def check_args(args):
 
 
 def check_shapes(args, shapes):
-    from ..ir.expr import Var
-    from ..ir.functor import collect
-    from ..te.tensor import Tensor, compute_ops
-
     if shapes is None:
         shapes = {}
     if not isinstance(shapes, dict):
@@ -50,9 +47,6 @@ def check_shapes(args, shapes):
 
 def cpu_target(target, who: str):
     """``target`` as a :class:`~tecomp.target.Target` of kind llvm, or AutoScheduleError."""
-    from ..errors import TargetError
-    from ..target import as_target
-
     try:
         target = as_target(target)
     except TargetError as exc:

@@ -43,9 +43,16 @@ from typing import Dict, List, Optional
 
 from ..errors import AutoScheduleError, ScheduleError
 from ..ir.expr import Reduce
+from ..nn import cuda as nn_cuda
+from ..nn._schedule_common import _has_tag, _walk, _contraction_operands, _inline_injective
+from ..nn.cuda.gemm import GemmConfig, _schedule_gemm, gemm_config, reads_at_own_index, expanded_loads
+from ..nn.cuda.injective import _schedule_injective_stage
+from ..nn.cuda.softmax import _cross_thread_rows, _row_loop
+from ..nn.cuda.tensorcore import schedule_wmma_gemm, tensor_core_gemm, wmma_config
 from ..schedule.schedule import Schedule, create_schedule
 from ..nn.cuda.common import _pow2_at_least
 from ..te.tensor import ComputeOp, Tensor, thread_axis
+from .rules import Knobs, outputs_of, _cint
 
 #: a reduction at least this long (or symbolic) runs across a block's threads
 CROSS_THREAD_MIN = 32
@@ -66,8 +73,6 @@ def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None, knobs=None)
     :class:`~tecomp.autoschedule.rules.Knobs` that takes the decisions (the search's
     candidates; by default the analytic ones): per contraction its GEMM tiling, per
     reduction or elementwise kernel its threads per block."""
-    from .rules import Knobs, outputs_of
-
     outs = outputs_of(args)
     knobs = knobs if knobs is not None else Knobs()
     s = _template(outs, knobs)
@@ -87,9 +92,6 @@ def _template(outs: List[Tensor], knobs) -> Optional[Schedule]:
     """The tecomp.nn.cuda template of a DAG that is one of its operators (a convolution
     with its epilogue, a softmax), or None.  A convolution's tiling is a set of knobs
     (:func:`_conv_knobs`)."""
-    from ..nn import cuda as nn_cuda
-    from ..nn._schedule_common import _has_tag, _walk
-
     ops = _walk(outs)
     for tag, fn in (("conv2d_nchw", nn_cuda.schedule_conv2d_nchw),
                     ("conv2d_nhwc", nn_cuda.schedule_conv2d_nhwc),
@@ -141,16 +143,12 @@ def _conv_knobs(knobs, name: str, d, shape):
 
 class _CudaRules:
     def __init__(self, s: Schedule, outs: List[Tensor], shapes: Dict[str, int], gemm, knobs):
-        from ..nn._schedule_common import _walk
-
         self.s, self.outs, self.shapes, self.gemm, self.knobs = s, outs, shapes, gemm, knobs
         self.ops = _walk(outs)
         self.out_ops = {id(t.op) for t in outs}
         self.done = set()  # ids of the ops scheduled already
 
     def cint(self, e) -> Optional[int]:
-        from .rules import _cint
-
         return _cint(e, self.shapes)
 
     def elems(self, extents) -> Optional[int]:
@@ -158,8 +156,6 @@ class _CudaRules:
         return None if any(v is None for v in vals) else math.prod(vals)
 
     def run(self) -> None:
-        from ..nn._schedule_common import _contraction_operands, _inline_injective
-
         s = self.s
         contractions = [op for op in self.ops if _contraction_operands(op) is not None]
         operands = []
@@ -183,9 +179,6 @@ class _CudaRules:
 
     # -- 2. contractions ----------------------------------------------------------------
     def contraction(self, op: ComputeOp) -> None:
-        from ..nn.cuda.gemm import GemmConfig, _schedule_gemm, gemm_config, reads_at_own_index
-        from ..nn.cuda.tensorcore import schedule_wmma_gemm, tensor_core_gemm, wmma_config
-
         s, gemm = self.s, op.output(0)
         out = gemm
         if id(op) not in self.out_ops:
@@ -246,8 +239,6 @@ class _CudaRules:
         return self.knobs.choose(f"{name}.threads", [32, 64, 128, 256, 512], default)
 
     def _reads(self, consumer: ComputeOp, producer: ComputeOp) -> bool:
-        from ..nn.cuda.gemm import expanded_loads
-
         return any(ld.producer.op is producer for ld in expanded_loads(self.s, consumer.output(0)))
 
     def _only_reader(self, op: ComputeOp, reader: ComputeOp) -> bool:
@@ -257,9 +248,6 @@ class _CudaRules:
 
     # -- 3. row reductions fused into their elementwise output ------------------------
     def fused_rows(self, out: Tensor) -> None:
-        from ..nn.cuda.gemm import expanded_loads, reads_at_own_index
-        from ..nn.cuda.softmax import _cross_thread_rows, _row_loop
-
         s = self.s
         lead = len(out.shape) - 1
         if lead < 1:
@@ -323,8 +311,6 @@ class _CudaRules:
 
     # -- 5. elementwise -------------------------------------------------------------------
     def elementwise(self, t: Tensor) -> None:
-        from ..nn.cuda.injective import _schedule_injective_stage
-
         st = self.s[t]
         if not st.op.axis:
             return

@@ -112,9 +112,23 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..build import build
+from ..codegen.cuda import codegen_cuda
+from ..codegen.cuda_emu import compile_emu_library
+from ..codegen.llvm import threadpool as tp, compiler as _compiler, jit as llvm_jit
+from ..codegen.nvcc import compile_cubin, find_nvcc
 from ..errors import AutoScheduleError
+from ..ir import dtype as _dt
+from ..ir.expr import Var
+from ..ir.functor import collect
+from ..lower.pipeline import lower
+from ..runtime import llvm as _runtime
+from ..runtime.argcheck import eval_host_expr
 from ..runtime.arrays import empty
 from ..runtime.timing import calls_per_repeat, time_calls
+from ..schedule import Schedule, create_schedule, trace
+from ..target import as_target
+from ..te.tensor import PlaceholderOp, Tensor, compute_ops, compute, placeholder
 
 __all__ = ["MeasureResult", "make_inputs", "LocalRunner", "DaskRunner", "get_runner"]
 
@@ -167,20 +181,12 @@ class _Plan:
 
 
 def _vars_in(e) -> list:
-    from ..ir.expr import Var
-    from ..ir.functor import collect
-
     return collect(e, lambda n: isinstance(n, Var))
 
 
 def _plan(args, shapes, what: str = "measure") -> _Plan:
     """Every argument's kind, concrete shape and dtype (or a scalar's value), from
     ``shapes``; an AutoScheduleError for anything unbound."""
-    from ..runtime.argcheck import eval_host_expr
-    from ..ir import dtype as _dt
-    from ..ir.expr import Var
-    from ..te.tensor import PlaceholderOp, Tensor, compute_ops
-
     if isinstance(args, Tensor) or not isinstance(args, (list, tuple)):
         raise AutoScheduleError(f"{what}: args must be the list you pass to tc.build (e.g. "
                                 f"[A, B, C]), got {type(args).__name__}")
@@ -415,16 +421,12 @@ def _exit_text(code: Optional[int]) -> str:
 
 def _parent_threads() -> int:
     """The thread count of this process, without compiling the thread pool for it."""
-    from ..codegen.llvm import threadpool as tp
-
     if tp._POOL is not None:
         return tp.get_num_threads()
     return tp._default_num_threads()
 
 
 def _use_threads(n: int) -> None:
-    from ..codegen.llvm import threadpool as tp
-
     if tp._POOL is not None:
         if tp.get_num_threads() != n:
             tp.set_num_threads(n)
@@ -440,9 +442,6 @@ def _time_calls(f, arrays, number: Optional[int], repeat: int, min_s: float) -> 
 
 def _measure_here(job: _Job):
     """What the child does: (times, outputs, build_seconds); raises on failure."""
-    from ..build import build
-    from ..schedule import Schedule
-
     os.environ["TECOMP_LLVM_OPT_WORKER"] = "0"
     _use_threads(job.num_threads)
     plan = _plan(job.args, job.shapes)
@@ -854,12 +853,6 @@ def _prewarm() -> None:
         return
     import numpy.random  # noqa: F401  (numpy imports it lazily: 8 ms in every child)
 
-    from ..codegen.llvm import compiler as _compiler  # noqa: F401
-    from ..codegen.llvm import jit as llvm_jit
-    from ..runtime import llvm as _runtime  # noqa: F401
-    from ..lower.pipeline import lower
-    from ..schedule import create_schedule, trace  # noqa: F401
-    from ..te.tensor import compute, placeholder
 
     with llvm_jit.LLVM_LOCK:
         llvm_jit.host()
@@ -960,8 +953,6 @@ def _check_options(cls: str, timeout, number, repeat, min_repeat_seconds, rtol, 
 
 
 def _is_cuda(target) -> bool:
-    from ..target import as_target
-
     return as_target(target).kind == "cuda"
 
 
@@ -1088,11 +1079,6 @@ def _precompile(args, build_fn, payloads: Sequence, target) -> int:
     compiled.  Failures are left to the measuring process to report."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..codegen.cuda import codegen_cuda
-    from ..codegen.nvcc import compile_cubin, find_nvcc
-    from ..lower.pipeline import lower
-    from ..schedule import Schedule
-    from ..target import as_target
 
     tgt = as_target(target)
     if tgt.kind == "cuda":
@@ -1103,8 +1089,6 @@ def _precompile(args, build_fn, payloads: Sequence, target) -> int:
         def compile_one(cs):
             compile_cubin(cs.source, arch)
     elif tgt.kind == "cuda-emu":
-        from ..codegen.cuda_emu import compile_emu_library
-
         def compile_one(cs):
             compile_emu_library(cs, load=False)
     else:

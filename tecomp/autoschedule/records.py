@@ -39,6 +39,11 @@ import warnings
 from typing import List, Optional, Tuple
 
 from ..errors import AutoScheduleError
+from ..ir.expr import Var, CommReducer, TupleCommReducer
+from ..nn.cpu import machine as _machine  # cpu_info, cpu_name: looked up at call time (tests patch them)
+from ..target import as_target
+from ..te.scatter import ScatterOp
+from ..te.tensor import Tensor, ComputeOp
 
 __all__ = ["workload_key", "make_record", "append_record", "load_records", "best_record",
            "RecordWarning", "cpu_model"]
@@ -66,13 +71,11 @@ def cpu_model() -> str:
     alone does not tell the machines apart: a virtual machine's ``/proc/cpuinfo`` says
     "AMD EPYC" on Zen 3, Zen 4 and Zen 5 alike, and a schedule tuned on one is not the
     best on another (Zen 4 runs 512-bit FMAs as two halves, Zen 5 does not)."""
-    from ..nn.cpu.machine import cpu_info, cpu_name
-    from ..target import as_target
-
     try:
-        return f"{cpu_name()} ({as_target('llvm').cpu}, {cpu_info().lanes} x float32 lanes)"
+        return (f"{_machine.cpu_name()} ({as_target('llvm').cpu}, "
+                f"{_machine.cpu_info().lanes} x float32 lanes)")
     except Exception:  # noqa: BLE001 - no LLVM: the name alone
-        return cpu_name()
+        return _machine.cpu_name()
 
 
 class _Canon:
@@ -97,9 +100,6 @@ class _Canon:
         return f"v{self.vars[k]}"
 
     def __call__(self, x):
-        from ..ir.expr import CommReducer, TupleCommReducer, Var
-        from ..te.tensor import Tensor
-
         if x is None or isinstance(x, (bool, int, str)):
             return repr(x)
         if isinstance(x, float):
@@ -120,9 +120,6 @@ class _Canon:
         return f"<{type(x).__name__}>"
 
     def op(self, t) -> str:
-        from ..te.scatter import ScatterOp
-        from ..te.tensor import ComputeOp
-
         op = t.op
         shape = self(tuple(op.shape))
         if isinstance(op, ComputeOp):
@@ -150,9 +147,6 @@ def workload_key(args, target: str = "llvm", shapes: Optional[dict] = None) -> d
     """The key of the workload ``args`` (the list given to ``tc.build``): ``{"hash": sha256
     of the DAG's canonical text, "shapes": the bound symbolic extents, "target", "cpu"}``.
     Two DAGs built the same way with other names have the same hash."""
-    from ..ir.expr import Var
-    from ..te.tensor import Tensor
-
     c = _Canon()
     head = []
     for a in args:

@@ -49,12 +49,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AutoScheduleError
 from ..ir import dtype as _dt
-from ..ir.expr import Call, Const, Div, Expr, ProducerLoad, Reduce, Var
+from ..ir.expr import Call, Const, Div, Expr, ProducerLoad, Reduce, Select, Var
 from ..ir.functor import collect, substitute, uses_var
-from ..schedule.schedule import Schedule, Stage, create_schedule
+from ..ir.simplify import simplify
+from ..schedule.schedule import Schedule, Split, Stage, create_schedule
 from ..te.scatter import ScatterOp
-from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, compute_ops
+from ..te.tensor_intrin import transpose_intrin, tensor_intrins_for
 from .rows import row_reduce_at
+from .tensorize import tensorize_reduction
 
 
 # ---------------------------------------------------------------------------------------
@@ -103,8 +106,6 @@ def _cint(e, shapes: Optional[dict] = None) -> Optional[int]:
     if isinstance(e, Const):
         return int(e.value)
     if shapes and isinstance(e, Expr):
-        from ..ir.simplify import simplify
-
         vm = {}
         for v in collect(e, lambda n: isinstance(n, Var)):
             if v.name in shapes:
@@ -134,8 +135,6 @@ def _is_padding(op) -> bool:
     """Whether ``op`` is a padding: one output, each element a ``select`` on its own
     position between a load of one input and a constant
     (``P[y, x] = select(1 <= y && y <= H && ..., X[y - 1, x - 1], 0)``)."""
-    from ..ir.expr import Select
-
     if not isinstance(op, ComputeOp) or op.reduce_axis or len(op.bodies) != 1:
         return False
     b = op.body
@@ -156,8 +155,6 @@ def _cheap(body) -> bool:
 def _stride_along(idx: Sequence[Expr], var: Var) -> str:
     """How a load with indices ``idx`` moves along ``var``: ``"bcast"`` (not at all),
     ``"unit"`` (only the last index moves, by one), or ``"strided"``."""
-    from ..ir.simplify import simplify
-
     moving = [d for d, e in enumerate(idx) if uses_var(e, var)]
     if not moving:
         return "bcast"
@@ -261,8 +258,6 @@ def _tags(op) -> set:
 
 
 def _walk(outs) -> List[ComputeOp]:
-    from ..te.tensor import compute_ops
-
     return [op for op in compute_ops([t.op for t in outs]) if isinstance(op, ComputeOp)]
 
 
@@ -416,8 +411,6 @@ class _Rules:
 
     def _leaf_extent(self, st, iv):
         # extent of a leaf axis made by a split of an op axis (for task counting)
-        from ..schedule.schedule import Split
-
         for rel in st.relations:
             if isinstance(rel, Split) and rel.outer is iv:
                 pe = self.ext(rel.parent.dom.extent) if rel.parent.dom is not None else None
@@ -546,8 +539,6 @@ class _Rules:
 
     # -- 3/4. reductions ---------------------------------------------------------------
     def reduction(self, st: Stage):
-        from .tensorize import tensorize_reduction
-
         if tensorize_reduction(self, st):
             return
         op = st.op
@@ -1020,14 +1011,10 @@ class _Rules:
 
     def _transpose_intrin(self, t):
         """The target's ``L x L`` transpose intrinsic for tensor ``t``, or None."""
-        from ..te.tensor_intrin import transpose_intrin
-
         return transpose_intrin(self.info.target, self.L, t.dtype)
 
     def target_intrin(self, name: str):
         """The built-in tensor intrinsic ``name`` where the target has it, else None."""
-        from ..te.tensor_intrin import tensor_intrins_for
-
         return next((x for x in tensor_intrins_for(self.info.target) if x.name == name), None)
 
     def _transposed_copy(self, cs, idx, r):

@@ -35,8 +35,13 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from ..errors import AutoScheduleError, TecompError
+from ..codegen.cuda import codegen_cuda
+from ..errors import AutoScheduleError, ScheduleError, TecompError
 from ..lower import lower
+from ..schedule.trace import replay
+from ..target import as_target
+from . import measure, records
+from .cost_model import CostModel
 from .rules import Knobs, apply_rules, outputs_of
 
 BATCH = 8           # candidates measured per round
@@ -48,8 +53,6 @@ FINAL_ROUNDS = 2    # how many times
 
 def build_candidate(args, payload):
     """The runners' ``build_fn``: the schedule of ``payload["trace"]`` on ``args``."""
-    from ..schedule.trace import replay
-
     return replay(payload["trace"], outputs_of(args))
 
 
@@ -60,13 +63,8 @@ def check_candidate(s, args, target="llvm") -> None:
     CPU, or for the GPU its CUDA C is refused (a tile over the shared memory, a block of
     too many threads).  What every candidate passes before it is measured, and a record
     of a log before ``auto_schedule`` returns it."""
-    from ..errors import ScheduleError
-    from ..target import as_target
-
     tgt = as_target(target)
     if tgt.kind in ("cuda", "cuda-emu"):
-        from ..codegen.cuda import codegen_cuda
-
         codegen_cuda(lower(s, args, target=tgt))
         return
     for st in s.stages:
@@ -157,8 +155,6 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
     """Measure up to ``trials`` candidates of ``args``; the best one that ran correctly
     and the history.  ``rules(args, knobs, info, shapes)`` makes a candidate's schedule
     (the CPU rules by default; the GPU rules for a cuda target)."""
-    from . import measure
-
     if strategy not in ("model", "random"):
         raise AutoScheduleError(f"auto_schedule: search={strategy!r} is not a search; use "
                                 "'model' (cost-model guided) or 'random'")
@@ -265,8 +261,6 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
                 result.best = t
             result.history.append(result.best.seconds if result.best else math.inf)
             if log is not None:
-                from . import records
-
                 records.append_record(log, records.make_record(
                     key, c[1], list(r.times) if r.ok else None, None if r.ok else (
                         r.error or "failed"), knobs=_jsonable(c[0]), trial=t.index,
@@ -277,8 +271,6 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
                        sum(1 for x in result.trials if x.error))
         if strategy == "model":
             # refit on everything (new knobs may have appeared: the features grow)
-            from .cost_model import CostModel
-
             names = sorted(space)
             model = CostModel(seed=seed)
             model.update([_features(space, v, names) for v in feats], costs)
@@ -316,8 +308,6 @@ def _final(result: TuneResult, run, args, shapes, target, log, key) -> None:
     if result.finalists:
         result.best = min(result.finalists, key=lambda t: t.final_seconds)
     if log is not None:
-        from . import records
-
         for t in result.finalists:
             records.append_record(log, records.make_record(
                 key, t.trace, list(t.times), None, knobs=_jsonable(t.knobs), trial=t.index,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..ir.expr import Cast, Mul, ProducerLoad, Reduce, Var
+from ..te.tensor_intrin import tensor_intrins_for
 
 
 def _operand(e) -> Optional[ProducerLoad]:
@@ -55,8 +56,6 @@ def int8_gemm_form(op):
 
 def tensorize_reduction(rules, st) -> bool:
     """Apply the rule to stage ``st`` when it fits; True when it did."""
-    from ..te.tensor_intrin import tensor_intrins_for
-
     op = st.op
     form = int8_gemm_form(op)
     if form is None:

@@ -48,6 +48,7 @@ from ..ir.expr import (
 )
 from ..ir.printer import to_str
 from ..ir.stmt import ParamCheck
+from ..lower.in_place import in_place_pairs
 from .signature import CheckSite, Signature
 from .threads import POOL_FUNCTIONS
 
@@ -217,7 +218,6 @@ def build_metadata(*, func, sig: Signature, checks: bool, entry: str, target, cp
     param_checks = [{"expr": enc.expr(pc.expr), "lower": int(pc.lower), "uses": list(pc.uses),
                      **({} if pc.upper is None else {"upper": int(pc.upper)})}
                     for pc in func.attrs.get("param_checks", ())]
-    from ..lower.in_place import in_place_pairs
 
     pos = {id(p): k for k, p in enumerate(func.params)}
     in_place = [[pos[id(i)], pos[id(o)]] for i, o in in_place_pairs(func)]

@@ -54,8 +54,9 @@ from ..ir.stmt import (
     SeqStmt, Stmt,
 )
 from ..ir.names import comment as _comment, display, identifier
-from ..ir.printer import to_str
+from ..ir.printer import Printer, to_str
 from ..lower.device_split import declared_size
+from ..lower.index_dtype import offset_dtype
 
 # Names a generated identifier must never take: C/C++ keywords, CUDA built-ins, the math
 # functions the generated code calls, and the helpers below.
@@ -586,7 +587,6 @@ class CSource:
         if len(indices) != len(buf.shape):
             raise BuildError(f"buffer {buf.name} has {len(buf.shape)} dimension(s) but is "
                              f"indexed with {len(indices)} index(es)")
-        from ..lower.index_dtype import offset_dtype
 
         # in the buffer's offset dtype (int64 where its layout needs it); constants
         # multiply and add exactly
@@ -760,8 +760,6 @@ class CSource:
         self.stmt(s.fallback)
 
     def _s_AttrStmt(self, s: AttrStmt) -> None:
-        from ..ir.printer import Printer
-
         self.emit(_comment(f"attr {s.key} = {Printer()._attr_value(s.value)}"))
         self.stmt(s.body)
 

@@ -60,13 +60,17 @@ from ..ir.simplify import simplify
 from ..ir.names import comment as _comment
 from ..ir.printer import to_str
 from ..ir.stmt import (
-    Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc, Stmt,
+    Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc, Stmt, TensorIntrinCall,
 )
 from ..lower.double_buffer import ASYNC_COPY
 from ..lower.device_split import (  # noqa: F401  (is_vthread, CROSS_THREAD_REDUCE: re-exported)
     CROSS_THREAD_REDUCE, buffers_in, dims_text, is_vthread, kernels_of, shared_array_bytes,
     stored_buffers, unpack_cross_thread_reduce,
 )
+from ..lower.pipeline import prepare_for_codegen
+from ..lower.tensorize import operand_strides
+from ..target import as_target
+from ..te.intrin_cuda import tile_layout
 from .c_source import CSource, Namer, c_identifier, declared_size
 
 # thread tag -> (launch field, dimension)
@@ -79,6 +83,7 @@ from ..target import (  # noqa: E402,F401
     FRAGMENT_SCOPES, MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES,
     MAX_THREADS_PER_BLOCK, SHARED_ALIGN, WARP_SIZE,
 )
+from .cuda_intrin import CudaIntrinBuilder, CudaIntrinView
 
 #: what a tensor-core fragment of each scope holds, as nvcuda::wmma's fragment type
 #: (m16n16k16; the operands row major) and the dtype its buffer must have
@@ -633,9 +638,6 @@ class CudaRenderer(CSource):
         its temporaries); without one, the loops it replaced.  A CUDA buffer's strides
         are the ones lowering saw, which checked a dense intrinsic's layout; any other
         intrinsic gets strides that are not constants as C text."""
-        from ..lower.tensorize import operand_strides
-        from .cuda_intrin import CudaIntrinBuilder, CudaIntrinView
-
         intrin = s.intrin
         fragments = [b for b in s.buffers if b.scope in FRAGMENT_SCOPES]
         if intrin.cuda is None:
@@ -749,10 +751,6 @@ def _fragment_layout(s: Allocate) -> str:
     ``B[k, j]``): a tile of ``W[n, k]`` loaded into a fragment the mma reads as ``B[k,
     n]`` is column major.  ``row_major`` where no load says (the load's emitter then
     reports a tile that is neither)."""
-    from ..ir.stmt import TensorIntrinCall
-    from ..lower.tensorize import operand_strides
-    from ..te.intrin_cuda import tile_layout
-
     buf = s.buffer
     nd = len(buf.shape)
     calls = collect(s.body, lambda n: isinstance(n, TensorIntrinCall))
@@ -835,8 +833,6 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
     """Generate CUDA C for ``func``: one ``__global__`` kernel per top-level statement."""
     if not isinstance(func, PrimFunc):
         raise TypeError(f"codegen_cuda takes a PrimFunc, got {type(func).__name__}")
-    from ..lower.pipeline import prepare_for_codegen
-    from ..target import as_target
 
     tgt = func.attrs.get("target")
     if tgt is None or as_target(tgt).kind not in ("cuda", "cuda-emu"):

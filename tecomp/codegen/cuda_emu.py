@@ -50,11 +50,11 @@ from ..ir.expr import Buffer
 from ..ir.stmt import PrimFunc
 from ..runtime.argcheck import eval_host_expr
 from .cuda import (
-    MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaSource, KernelInfo, codegen_cuda,
+    MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaRenderer, CudaSource, KernelInfo, codegen_cuda,
 )
 from .libfiles import (cache_root, digest_file, private_dir, sidecar_matches, tool_identity,
                        write_sidecar)
-from ..runtime.cuda import CudaSourceModule
+from ..runtime.cuda import CudaSourceModule, stream_handle
 
 ABI_VERSION = 1
 MODES = {"threads": 0, "serial": 1, "reverse": 2}
@@ -126,8 +126,6 @@ def launcher_source(cs: CudaSource) -> str:
 
 
 def _scalar_ctype(p) -> str:
-    from .cuda import CudaRenderer
-
     return CudaRenderer.TYPES["float32" if p.dtype == "float16" else p.dtype]
 
 
@@ -313,8 +311,6 @@ class CudaEmuModule(CudaSourceModule):
         and otherwise ignored: the emulation runs each call to its end."""
         mode = _check_mode(mode) if mode is not None else self.mode
         if stream is not None:
-            from ..runtime.cuda import stream_handle
-
             stream_handle(stream)
         cs, func = self.cuda_source, self.func
         args, env, _ = self._checked(args)

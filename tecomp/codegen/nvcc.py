@@ -14,6 +14,7 @@ from typing import Optional
 
 from ..errors import BuildError, RuntimeUnavailableError
 from .cuda import CudaSource
+from .libfiles import cache_root, digest_bytes, private_dir, read_sidecar, tool_identity, write_with_sidecar
 
 
 def find_nvcc() -> Optional[str]:
@@ -72,9 +73,6 @@ def compile_cubin(source: str, arch: str, options=()) -> bytes:
     Raises RuntimeUnavailableError when nvcc is missing and BuildError (with nvcc's
     messages) when compilation fails.
     """
-    from .libfiles import (cache_root, digest_bytes, private_dir, read_sidecar, tool_identity,
-                           write_with_sidecar)
-
     nvcc = _nvcc()
     src = source.source if isinstance(source, CudaSource) else source
     options = tuple(options)

@@ -41,6 +41,9 @@ import weakref
 from typing import Callable, Optional, Tuple
 
 from ..errors import ExprError, TecompError
+from .expr import Node, Range
+from .functor import children as _children
+from .stmt import PrimFunc
 
 #: expression levels every entry point handles on the helper's stack (the tests check it)
 SUPPORTED_DEPTH = 20_000
@@ -237,8 +240,6 @@ def deep_entry(describe: Callable[..., Tuple[str, object]], ahead: bool = False)
 def node_depth(root) -> int:
     """The number of nodes on the longest path from ``root`` down (without recursion;
     shared subtrees are walked once)."""
-    from .functor import children as _children
-
     done = {}
     stack = [[root, iter(_children(root)), 0]]
     while stack:
@@ -265,8 +266,6 @@ _OP_DEPTH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def op_depth(op) -> int:
     """The depth of the deepest expression of an operation (its bodies, shapes, ...);
     computed once per operation (they do not change)."""
-    from .expr import Node
-
     try:
         return _OP_DEPTH[op]
     except (KeyError, TypeError):
@@ -288,9 +287,6 @@ def deepest(roots) -> Tuple[int, Optional[str]]:
     operations, schedules, PrimFuncs, IR nodes, or lists of them) and the name of the
     operation or function it is in (None when it is in neither).  A schedule's
     operations are its stages'; a tensor's, its own and its inputs'."""
-    from .expr import Node, Range
-    from .stmt import PrimFunc
-
     best, where = 0, None
     todo = [(roots, True)]
     seen = set()

@@ -11,10 +11,9 @@ import dataclasses
 from typing import Callable, Dict, Optional
 
 from .expr import (
-    SERVICES, Buffer, BufferLoad, CommReducer, Expr, IterVar, Node, Range, Reduce,
-    TupleCommReducer, Var,
+    SERVICES, Buffer, BufferLoad, CommReducer, Expr, IterVar, Let, Node, Range, Reduce, TupleCommReducer, Var,
 )
-from .stmt import PrimFunc, Stmt
+from .stmt import For, LetStmt, PrimFunc, Stmt
 
 _FIELDS: Dict[type, tuple] = {}
 
@@ -240,9 +239,6 @@ def _walk_vars(node):
     generic walk's order (any depth)."""
     global _BINDERS
     if _BINDERS is None:
-        from .expr import Let
-        from .stmt import For, LetStmt
-
         _BINDERS = (For, LetStmt, Let)
     seen, out, bound = set(), [], set()
     stack = [node]

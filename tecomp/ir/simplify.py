@@ -99,7 +99,7 @@ from .expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
     IterVar, Let, Max, Min, Mul, Not, Or, Reduce, Select, Sub, TruncDiv, TruncMod, Var, as_expr,
 )
-from .functor import Mutator, child_fields, substitute
+from .functor import Mutator, child_fields, substitute, uses_var
 from .op import compare_values
 from .stmt import (
     Allocate, AssertStmt, AttrStmt, Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt,
@@ -1652,7 +1652,6 @@ class StmtSimplifier(Mutator):
             body = self.visit(s.body)
         if _is_empty(body):
             return _EMPTY
-        from .functor import uses_var
 
         if not uses_var(body, s.var):
             return body

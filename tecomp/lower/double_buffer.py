@@ -33,13 +33,14 @@ import dataclasses
 from typing import Dict
 
 from ..errors import ScheduleError
-from ..ir import op as _op
+from ..ir import dtype as _dt, op as _op
 from ..ir.expr import LT, Buffer, BufferLoad, Call, Const
 from ..ir.functor import Mutator, substitute
 from ..ir.names import display
 from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, SeqStmt, seq
 from .barriers import Access, access
+from .device_split import shared_array_bytes
 
 DOUBLE_BUFFER = "double_buffer"
 ASYNC_COPY = "async_copy"
@@ -95,9 +96,6 @@ class _Retarget(Mutator):
 
 
 def _doubled(b: Buffer) -> Buffer:
-    from ..ir import dtype as _dt
-    from .device_split import shared_array_bytes
-
     inner = b.strides if b.strides is not None else b.row_major_strides()
     # the second slot starts as aligned as the first (vector moves, wmma tiles)
     span = Const(shared_array_bytes(b) // _dt.nbytes(b.dtype), "int32")

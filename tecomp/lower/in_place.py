@@ -28,6 +28,8 @@ from typing import Dict, List, Set, Tuple
 
 from ..ir.expr import Buffer, BufferLoad, Const
 from ..ir.functor import Visitor
+from ..ir.op import sub
+from ..ir.simplify import simplify
 from ..ir.stmt import AttrStmt, ExternCall, For, PrimFunc, TensorIntrinCall
 
 __all__ = ["in_place_pairs"]
@@ -39,8 +41,6 @@ _KERNEL = "device_kernel"
 def _same_index(a, b) -> bool:
     if a is b:
         return True
-    from ..ir.op import sub
-    from ..ir.simplify import simplify
 
     try:
         d = simplify(sub(a, b))

@@ -39,13 +39,14 @@ from typing import Dict, Optional, Tuple
 from ..errors import InternalError
 from ..ir import dtype as _dt
 from ..ir import op as _op
+from ..ir.arith import Interval, eval_interval, const_interval, prove
 from ..ir.expr import (
-    Add, And, Buffer, BufferLoad, Call, Cast, CmpOp, Const, Expr, FloorDiv, FloorMod, Let,
-    Max, Min, Mul, Not, Or, Range, Select, Sub, TruncDiv, TruncMod, Var,
+    LE, Add, And, Buffer, BufferLoad, Call, Cast, CmpOp, Const, Expr, FloorDiv, FloorMod, Let, Max, Min, Mul,
+    Not, Or, Range, Select, Sub, TruncDiv, TruncMod, Var,
 )
-from ..ir.functor import Mutator, free_vars
+from ..ir.functor import Mutator, collect, free_vars
 from ..ir.printer import to_str
-from ..ir.stmt import For, LetStmt, ParamCheck, PrimFunc
+from ..ir.stmt import Allocate, For, LetStmt, ParamCheck, PrimFunc
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -86,8 +87,6 @@ def _is_leaf(e: Expr) -> bool:
 
 class _IndexDtype(Mutator):
     def __init__(self, func: PrimFunc):
-        from ..ir.arith import Interval
-
         self.ranges: Dict[Var, object] = {}
         self.checks: Dict[Tuple[Expr, str], list] = {}
         # what the parameters may be: shape variables are sizes, scalars their dtype
@@ -146,8 +145,6 @@ class _IndexDtype(Mutator):
     def _bind_let(self, var: Var, value: Expr):
         old = self.ranges.get(var)
         if _dt.is_int(var.dtype) and _dt.is_int(value.dtype):
-            from ..ir.arith import Interval, eval_interval
-
             itv = eval_interval(value, dict(self.ranges))
             self.ranges[var] = Interval(itv.lo, itv.hi)
         return old
@@ -274,8 +271,6 @@ class _IndexDtype(Mutator):
         key = (w, tuple((v, self.ranges.get(v)) for v in fv))
         got = self._cache.get(key)
         if got is None:
-            from ..ir.arith import eval_interval
-
             itv = eval_interval(w, {v: self.ranges[v] for v in fv if v in self.ranges})
             got = tuple(int(x.value) if isinstance(x, Const) else x for x in (itv.lo, itv.hi))
             self._cache[key] = got
@@ -347,7 +342,6 @@ class _IndexDtype(Mutator):
             return "ok" if INT32_MIN <= b <= INT32_MAX else "wide"
         if not all(v in self.param_ranges for v in free_vars(b)):
             return "wide"   # a bound in something the call does not give
-        from ..ir.arith import const_interval
 
         clo, chi = const_interval(widened(b), self.param_ranges)
         if clo is not None and chi is not None and INT32_MIN <= clo and chi <= INT32_MAX:
@@ -362,9 +356,6 @@ class _IndexDtype(Mutator):
         """The checks, less those another implies: a bound that is never below int32 and
         provably at most another bound is checked by that one (they are evaluated at every
         call: the fewer, the cheaper)."""
-        from ..ir.arith import const_interval, prove
-        from ..ir.expr import LE
-
         items = list(self.checks.values())
         wide = [widened(b) for b, _ in items]
         floor = [const_interval(w, self.param_ranges)[0] for w in wide]
@@ -488,9 +479,6 @@ def offset_checks(func: PrimFunc) -> tuple:
     """The call-time checks that each buffer parameter with a symbolic int32 layout
     spans at most 2**31 elements, so that a C-like target may flatten its indices in
     int32 (:func:`offset_dtype`)."""
-    from ..ir.functor import collect
-    from ..ir.stmt import Allocate
-
     out = []
     params = {v for p in func.params for v in (
         [p] if isinstance(p, Var) else [x for e in p.shape for x in free_vars(e)])}

@@ -52,6 +52,7 @@ part (often one iteration) does not run as a region of its own on one thread.
 from __future__ import annotations
 
 from ..ir import op as _op
+from ..ir.arith import eval_interval
 from ..ir.expr import GE, GT, LE, LT, Add, And, Const, Mul, Range, Select, Sub
 from ..ir.functor import Mutator, Visitor, collect, substitute, uses_var
 from ..ir.stmt import AttrStmt, For, IfThenElse, SeqStmt, annotated_loop, seq
@@ -321,8 +322,6 @@ class LoopPartition(Mutator):
     def _partition(self, s):
         """(main, tail) where the guard holds in main, or None.  The part of the tail
         where the guard is always false loses the guarded statement altogether."""
-        from ..ir.arith import eval_interval
-
         finder = _FindGuards(s.var, nested=self.always.get(id(s)) is s)
         finder.visit(s.body)
         for term, (a, rest), inner in finder.guards():

@@ -1,17 +1,23 @@
 """The lowering passes (each a pure PrimFunc -> PrimFunc function)."""
 from __future__ import annotations
 
-from ..errors import ScheduleError
-from ..ir.expr import Const
-from ..ir.functor import Mutator, Visitor, substitute
-from ..ir.stmt import AttrStmt, For, PrimFunc, SeqStmt, seq
+from ..errors import ScheduleError, internal_assert
+from ..ir import op
+from ..ir.expr import Const, ProducerLoad, Reduce
+from ..ir.functor import Mutator, Visitor, collect, substitute
+from ..ir.names import display
+from ..ir.simplify import simplify
+from ..ir.stmt import Allocate, AttrStmt, BufferStore, For, LetStmt, PrimFunc, SeqStmt, seq
+from .barriers import insert_barriers
+from . import index_dtype as _index_dtype
+from .double_buffer import double_buffer
+from .loop_partition import loop_partition
+from .prefetch import expand_prefetches
 from .ranges import shape_var_ranges  # noqa: F401  (re-exported)
 
 
 def simplify_pass(func: PrimFunc) -> PrimFunc:
     """Fold constants and canonicalise index arithmetic, using loop ranges."""
-    from ..ir.simplify import simplify
-
     body = simplify(func.body, shape_var_ranges(func))
     return func if body is func.body else func.with_body(body)
 
@@ -19,16 +25,11 @@ def simplify_pass(func: PrimFunc) -> PrimFunc:
 def prefetch_pass(func: PrimFunc) -> PrimFunc:
     """Expand ``s[T].prefetch(...)`` requests into loop nests of ``Prefetch`` statements
     at the start of their loops' bodies (see prefetch.py)."""
-    from .prefetch import expand_prefetches
-
     return expand_prefetches(func)
 
 
 def loop_partition_pass(func: PrimFunc) -> PrimFunc:
     """Remove split-tail guards from the main part of loops (see loop_partition.py)."""
-    from ..ir.simplify import simplify
-    from .loop_partition import loop_partition
-
     return loop_partition(func, simplify, shape_var_ranges(func))
 
 
@@ -43,8 +44,6 @@ class _UnrollExplicit(Mutator):
 
 
 def _add(m, i):
-    from ..ir import op
-
     return op.add(m, Const(i, m.dtype))
 
 
@@ -78,8 +77,6 @@ class _UnrollBudget(Visitor):
         self.chain.append((s.var.name, n))
         self.copies *= n
         if self.copies > MAX_UNROLL_COPIES:
-            from ..ir.names import display
-
             loops = " x ".join(f"{display(v)} ({e})" for v, e in self.chain)
             raise ScheduleError(
                 f"unrolling the loops over {loops} makes {self.copies} copies of their body, "
@@ -106,7 +103,6 @@ def unroll_explicit_pass(func: PrimFunc) -> PrimFunc:
     body = _UnrollExplicit().visit(func.body)
     if body is func.body:
         return func
-    from ..ir.simplify import simplify
 
     return func.with_body(simplify(body))
 
@@ -136,24 +132,17 @@ def remove_no_op_pass(func: PrimFunc) -> PrimFunc:
 def insert_barriers_pass(func: PrimFunc) -> PrimFunc:
     """Insert __syncthreads() where shared memory written by some threads is read by
     others (GPU targets only)."""
-    from .barriers import insert_barriers
-
     return insert_barriers(func)
 
 
 def double_buffer_pass(func: PrimFunc) -> PrimFunc:
     """Pipeline the loops whose shared tiles are double-buffered (GPU targets;
     ``s[S].double_buffer()``): the next iteration's copy before this one's reads."""
-    from .double_buffer import double_buffer
-
     return double_buffer(func)
 
 
 def verify_pass(func: PrimFunc) -> PrimFunc:
     """Check invariants the backends rely on; a failure is a tecomp bug."""
-    from ..errors import internal_assert
-    from ..ir.expr import ProducerLoad, Reduce
-
     class _V(Visitor):
         def visit_ProducerLoad(self, e):
             internal_assert(False, f"a tensor read survived lowering: {e}")
@@ -184,10 +173,6 @@ MAX_BLOCK_DIM = dict(zip(("threadIdx.x", "threadIdx.y", "threadIdx.z"), _MAX_BLO
 def verify_thread_extents_pass(func: PrimFunc) -> PrimFunc:
     """In each kernel (a top-level statement with GPU-bound loops), every loop bound to
     the same thread tag has the same extent, and a block fits a CUDA device."""
-    from ..errors import ScheduleError
-    from ..ir.functor import collect
-    from ..ir.stmt import Allocate, BufferStore, LetStmt
-
     body = func.body
     while isinstance(body, (Allocate, LetStmt, AttrStmt)):
         body = body.body
@@ -240,14 +225,10 @@ def _thread_loops_outer_first(stmt) -> list:
 def index_dtype_pass(func: PrimFunc) -> PrimFunc:
     """Widen int32 index arithmetic that could wrap; record the call-time checks of what
     depends on the parameters (see index_dtype.py)."""
-    from .index_dtype import index_dtype_pass as run
-
-    return run(func)
+    return _index_dtype.index_dtype_pass(func)
 
 
 def offset_checks_pass(func: PrimFunc) -> PrimFunc:
     """The CUDA targets: record that every buffer flattened in int32 spans at most 2**31
     elements when the kernel is called (see index_dtype.py)."""
-    from .index_dtype import offset_checks_pass as run
-
-    return run(func)
+    return _index_dtype.offset_checks_pass(func)

@@ -11,8 +11,11 @@ import time
 
 from ..errors import LowerError, TecompError
 from ..ir.deep import deep_entry
-from ..ir.stmt import PrimFunc
+from ..ir.functor import collect
+from ..ir.stmt import ExternCall, PrimFunc
 from ..schedule.schedule import Schedule
+from ..target import as_target
+from ..te.scatter import ScatterOp
 from .schedule_ops import schedule_to_stmt
 from . import passes as P
 from .device_split import split_host_device_pass
@@ -59,8 +62,6 @@ def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | No
     ``phase="codegen"``: also run the target's :data:`CODEGEN_PASSES` (vector plans and
     parallel tasks for llvm, the host/device split for the GPU): the IR that the code
     generator renders."""
-    from ..target import as_target
-
     tgt = as_target(target)
     target = tgt.kind
     if not isinstance(s, Schedule):
@@ -74,11 +75,7 @@ def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | No
     t0 = time.perf_counter()
     params, body, ctx = schedule_to_stmt(s, list(args))
     if target != "llvm":
-        from ..ir.functor import collect
-        from ..ir.stmt import ExternCall
-
         scans = [st.name for st in s.stages if hasattr(st.op, "scan_axis")]
-        from ..te.scatter import ScatterOp
 
         scatters = [st.name for st in s.stages if isinstance(st.op, ScatterOp)]
         if scatters:
@@ -126,8 +123,6 @@ def prepare_for_codegen(func: PrimFunc, target=None) -> PrimFunc:
     """Run the :data:`CODEGEN_PASSES` of ``target`` (default: the one ``func`` was lowered
     for) on a lowered ``func``; a function prepared for that target already comes back
     as it is.  The code generators call it on what they are given."""
-    from ..target import as_target
-
     tgt = as_target(target if target is not None else func.attrs.get("target", "llvm"))
     if func.attrs.get("codegen_target") == str(tgt):
         return func

@@ -40,6 +40,7 @@ from ..ir.functor import Mutator, Visitor, free_vars, substitute
 from ..ir.printer import to_str
 from ..ir.simplify import simplify
 from ..ir.stmt import AttrStmt, For, Prefetch, PrimFunc, seq
+from .ranges import shape_var_ranges
 
 #: bytes per cache line (x86 and most AArch64 cores)
 CACHE_LINE_BYTES = 64
@@ -126,8 +127,6 @@ def _itemsize(dtype: str) -> int:
 
 class _Expand(Mutator):
     def __init__(self, func: PrimFunc):
-        from .ranges import shape_var_ranges
-
         self.outer: Dict[Var, Range] = dict(shape_var_ranges(func))
 
     def visit_For(self, s: For):

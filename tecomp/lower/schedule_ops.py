@@ -34,17 +34,18 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from ..errors import InternalError, LowerError, ScheduleError, internal_assert
-from ..ir import dtype as _dt
+from ..ir import arith, dtype as _dt
 from ..ir import op as _op
+from ..ir.arith import Interval, prove
 from ..ir.expr import (
-    Buffer, BufferLoad, Cast, Const, Expr, GE, GT, IterVar, LE, LT, Max, Min, ProducerLoad, Range,
-    Reduce, Var, as_index,
-    And, Not, Or,
+    GE, GT, LE, LT, And, Buffer, BufferLoad, Call, Cast, Const, Expr, IterVar, Max, Min, Not, Or,
+    ProducerLoad, Range, Reduce, Var, as_index,
 )
-from ..ir.functor import Mutator, Visitor, map_combiner, substitute
+from ..ir.functor import Mutator, Visitor, collect, free_vars, map_combiner, substitute, uses_var
 from ..ir.names import display
+from ..ir.simplify import simplify
 from ..ir.stmt import (
-    Allocate, AttrStmt, BufferStore, ExternCall, For, IfThenElse, LetStmt, SeqStmt,
+    Allocate, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt, ParamCheck, SeqStmt,
     TensorIntrinCall, seq,
 )
 from ..schedule.relations import BIG_SPLIT
@@ -53,7 +54,8 @@ from ..te.extern import ExternOp
 from ..te.scatter import ScatterOp
 from ..target import PER_THREAD_SCOPES
 from ..te.scan import ScanOp
-from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, input_tensors_of
+from .prefetch import PrefetchRequest
 from .tensorize import tensorize_call
 
 
@@ -67,14 +69,10 @@ def _when_nonempty(extent: Expr) -> Expr:
 
 
 def _arith():
-    from ..ir import arith
-
     return arith
 
 
 def _simplify(e, ranges=None):
-    from ..ir.simplify import simplify
-
     return simplify(e, ranges)
 
 
@@ -256,9 +254,6 @@ class LowerContext:
         that is not a constant is ``>= 1``.  A condition that already holds because the
         variables of the buffer parameters' shapes are never negative is left out, so
         is an extent that is exactly such a variable."""
-        from ..ir.arith import Interval, prove
-        from ..ir.stmt import ParamCheck
-
         nonneg = {x: Interval(0, None) for p in self.params if isinstance(p, Buffer)
                   for x in p.shape if isinstance(x, Var)}
         found: Dict[tuple, list] = {}
@@ -456,7 +451,6 @@ class LowerContext:
                 f"{what}: the inner extent {f.value} does not divide the axis' extent "
                 f"{ext.value}; the last iterations would run past the axis (outside the "
                 f"arrays); drop disable_predication or split by a divisor of {ext.value}")
-        from ..ir.functor import free_vars
 
         known = {x for p in self.params for x in (
             [p] if isinstance(p, Var) else [v for e in p.shape for v in free_vars(e)])}
@@ -1123,8 +1117,6 @@ class LowerContext:
         """``s[st].prefetch(tensor, iv, offset)``: an ``AttrStmt("prefetch",
         PrefetchRequest(...))`` directly in the body of the loop over ``iv`` (around the
         stages attached there), which the ``prefetch`` pass expands (lower/prefetch.py)."""
-        from .prefetch import PrefetchRequest
-
         for tensor, offset, along in reversed(a.prefetches):
             problem = prefetch_kind_problem(st.name, iv, a, tensor)
             if problem is not None:
@@ -1241,14 +1233,10 @@ def _key(t: Tensor) -> tuple:
 
 
 def _loads_of(expr) -> list:
-    from ..te.tensor import input_tensors_of
-
     return input_tensors_of(expr)
 
 
 def _producer_loads(expr, t: Tensor) -> list:
-    from ..ir.functor import collect
-
     return [n for n in collect(expr, lambda n: isinstance(n, ProducerLoad)) if n.producer is t]
 
 
@@ -1318,9 +1306,6 @@ def _thread_tag(st: Stage, iv: IterVar) -> str:
 
 
 def _barrier():
-    from ..ir.expr import Call
-    from ..ir.stmt import Evaluate
-
     return Evaluate(Call("syncthreads", (), "int32"))
 
 
@@ -1350,8 +1335,6 @@ def _is_zero(e: Expr) -> bool:
 
 
 def _uses_reduce(g: Expr, st: Stage, inf: StageInfo) -> bool:
-    from ..ir.functor import uses_var
-
     return any(uses_var(g, iv.var) for iv in st.leaf_iter_vars if iv.kind == "reduce")
 
 

@@ -28,6 +28,7 @@ from ..ir.names import display
 from ..ir.printer import to_str
 from ..ir.simplify import affine_steps, simplify
 from ..ir.stmt import TensorIntrinCall
+from ..te.tensor_intrin import row_major
 
 
 def tensorize_call(ctx, st, leaves, t: int, value: Expr, store_idx, fallback, reduce: bool):
@@ -269,8 +270,6 @@ def operand_strides(buf, cf) -> List[Expr]:
 
 def _check_dense(ph, buf, cf, what):
     """The region of ``buf`` must be laid out as the placeholder: row major, contiguous."""
-    from ..te.tensor_intrin import row_major
-
     want = row_major(int(x.value) for x in ph.shape)
     got = operand_strides(buf, cf)
     for d, (g, w) in enumerate(zip(got, want)):

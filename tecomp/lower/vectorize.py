@@ -41,6 +41,7 @@ from ..ir.printer import to_str
 from ..ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, For, IfThenElse, LetStmt, PrimFunc, SeqStmt,
 )
+from ..target import as_target
 
 #: a vectorized loop with a constant extent up to this many lanes becomes one vector
 MAX_WIDEN_LANES = 64
@@ -256,8 +257,6 @@ class _Plan(LoopPlanner):
 
 def vector_plan_pass(func: PrimFunc) -> PrimFunc:
     """Give every vectorized loop its :class:`VectorPlan` for ``func.attrs["target"]``."""
-    from ..target import as_target
-
     masks = as_target(func.attrs.get("target", "llvm")).has_feature("avx512f")
     body = _Plan(masks).visit(func.body)
     return func if body is func.body else func.with_body(body)

@@ -17,6 +17,7 @@ from typing import Optional, Sequence, Tuple
 from ..errors import DTypeError, ShapeError
 from ..ir import dtype as _dt
 from ..ir.expr import Const
+from ..te.tensor import Tensor
 
 #: the float dtypes, as the messages list them
 FLOATS = "float16, bfloat16, float32 or float64"
@@ -69,8 +70,6 @@ class Args:
         dtype of the kind ``dtype`` ("float", "number": float or integer, "index": int32
         or int64, "quantized", a tuple of dtypes, or None: any); ``like``: ``(arg,
         tensor)`` whose dtype ``t`` must have."""
-        from ..te.tensor import Tensor
-
         if not isinstance(t, Tensor):
             self.fail(f"{arg} must be a tensor (tc.placeholder or a compute), got {_short(t)}")
         desc = f"{arg} ({t.name})"

@@ -716,8 +716,6 @@ def _wgrad_panels(src, adjoint, shape):
     output channels then reads ``NR`` contiguous adjoint values and ``CB`` contiguous
     inputs per pixel, pixel after pixel.  ``NR``: three vectors (24 accumulators with
     ``CB`` = 8); ``CB``: the largest divisor of ``C`` that fits the registers."""
-    from ..ir import dtype as _dt
-
     sizes = [_bytes(t) for t in (src, adjoint)]
     ext = [int(e.value) if isinstance(e, Const) else None for e in shape]
     if None in sizes or None in ext or adjoint.dtype not in ("float32", "float64"):

@@ -49,6 +49,7 @@ from ..ir.expr import (
 from ..ir.functor import free_vars
 from ..ir.op import COMPARE, _wrap
 from ..ir.printer import to_str
+from ..lower.in_place import in_place_pairs
 
 __all__ = [
     "ArgChecker", "BufferSpec", "ArrayMeta", "FLOAT_MAX", "array_meta", "as_host_array",
@@ -144,11 +145,9 @@ def as_host_array(a, label: str, written: bool = False):
                 return a  # a device tensor: a GPU runtime takes it, a CPU one refuses it
             if str(a.dtype) == "torch.bfloat16":
                 # numpy has no bfloat16: the same memory as int16, seen as ml_dtypes' type
-                from ..ir.dtype import numpy_dtype
-
                 import torch
 
-                return a.view(torch.int16).numpy().view(numpy_dtype("bfloat16"))
+                return a.view(torch.int16).numpy().view(_dt.numpy_dtype("bfloat16"))
             return a.numpy()
         if isinstance(a, np.ndarray):
             return a
@@ -1116,6 +1115,4 @@ def self_overlap_error(func_name: str, spec: "BufferSpec", shape, strides, found
 def in_place_of(func) -> tuple:
     """The ``(input, output)`` buffer parameters of the PrimFunc ``func`` that may be
     passed one array (:func:`tecomp.lower.in_place.in_place_pairs`)."""
-    from ..lower.in_place import in_place_pairs
-
     return in_place_pairs(func)

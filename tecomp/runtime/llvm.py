@@ -99,6 +99,7 @@ from ..errors import (
 from ..ir import dtype as _dt
 from ..ir.expr import Add, Cast, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
 from ..codegen import threads as _threads
+from ..target import _host_cpu
 
 #: offset of the data pointer in a numpy array object (after the CPython object header):
 #: the ``_pyarrays`` entry of a kernel reads it there (see :func:`_probe_pyobj_layout`)
@@ -107,6 +108,7 @@ from .argcheck import (
     FLOAT_MAX, ArgChecker, compile_shape_expr, count_error, element_strides, in_place_of,
     int_range, param_checks_of,
 )
+from .extern import take_error
 from .timing import Timed
 
 __all__ = ["Module", "set_num_threads", "get_num_threads", "KernelMemoryError",
@@ -682,8 +684,6 @@ class Module(Timed):
         else:
             # compiled for a CPU feature this one lacks: a call would execute an illegal
             # instruction, so every call raises instead (the source is still there)
-            from ..target import _host_cpu
-
             why = (f"{self.name} cannot run on this machine: code for {target} may use "
                    f"{', '.join(missing)}, which this CPU ({_host_cpu()}) does "
                    f"not have. Build it for this CPU (target='llvm', or 'llvm -mcpu=native'), "
@@ -898,8 +898,6 @@ class Module(Timed):
                     f"size in bytes does not fit 64 bits (check the sizes passed)")
             raise KernelMemoryError(f"kernel {self.name} could not allocate {extent} bytes{what}")
         if code == 4:
-            from .extern import take_error
-
             e = take_error()
             if e is not None:
                 raise e

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..ir.expr import Expr, IterVar, Reduce, Var
+from ..ir.expr import Const, Expr, IterVar, Reduce, Var
 from ..te.tensor import ComputeOp
 
 
@@ -48,8 +48,6 @@ def max_extents(op, relations) -> dict:
     the constant domains of the operation's axes and the splits and fuses so far: a
     stage computed at another's loop runs over a part of its domain, never more.  An axis
     with a symbolic extent is absent."""
-    from ..ir.expr import Const
-
     out = {}
     for iv in list(getattr(op, "axis", ())) + list(getattr(op, "reduce_axis", ())):
         if iv.dom is not None and isinstance(iv.dom.extent, Const):

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from ..errors import ScheduleError
 from ..ir import op as _op
-from ..ir.expr import Const, IterVar, LT, ProducerLoad, Range, Reduce, Var
-from ..ir.functor import map_combiner, substitute
+from ..ir.expr import LT, And, Const, IterVar, ProducerLoad, Range, Reduce, Select, Var
+from ..ir.functor import collect, map_combiner, substitute
+from ..ir.op import if_then_else
+from ..te.tensor import ComputeOp, Tensor
 from .relations import Fuse, Split, _with_body
 
 
 def rfactor(sch, tensor, axis, factor_axis: int = 0):
-    from ..te.tensor import ComputeOp, Tensor
-
     if not isinstance(tensor, Tensor):
         raise ScheduleError(f"rfactor: tensor must be a Tensor, got {tensor!r}")
     st = sch[tensor]
@@ -101,8 +101,6 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     if guard is not None and _reads_memory(cond):
         # And evaluates both sides: the tail guard must make the where= condition (which
         # reads a tensor, maybe out of range in the tail) lazy: g && (g ? cond : false)
-        from ..ir.expr import Select
-
         cond = _and(guard, Select(guard, cond, Const(False, "bool"), "bool"))
     else:
         for c in conds:
@@ -115,8 +113,6 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     if rf_reduce:
         rf_body = Reduce(comb, src, tuple(rf_reduce), cond, body.dtype)
     else:
-        from ..ir.op import if_then_else
-
         rf_body = src if _is_true(cond) else if_then_else(cond, src, comb.identity)
     rf_op = ComputeOp(f"{op.name}.rf", rf_axes, rf_body, op.tag, op.attrs)
     rf = rf_op.output(0)
@@ -145,14 +141,10 @@ def _at_most(part, extent):
 
 
 def _uses(e, variables) -> bool:
-    from ..ir.functor import collect
-
     return bool(collect(e, lambda n: isinstance(n, Var) and n in variables))
 
 
 def _reads_memory(e) -> bool:
-    from ..ir.functor import collect
-
     return bool(collect(e, lambda n: isinstance(n, ProducerLoad)))
 
 
@@ -161,8 +153,6 @@ def _is_true(c):
 
 
 def _and(a, b):
-    from ..ir.expr import And
-
     if _is_true(a):
         return b
     return And(a, b)

@@ -14,17 +14,22 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from ..errors import ScheduleError, ShapeError, TecompError
+from ..ir import op as _op
 from ..ir.expr import Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_index
 from ..ir.deep import deep_entry
-from ..ir.functor import Mutator
+from ..ir.functor import Mutator, map_combiner, substitute
 from ..ir.names import display, is_pragma_name
 from ..target import FRAGMENT_SCOPES
 from ..te.scatter import ScatterOp
-from ..te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, THREAD_TAGS
+from ..te.tensor import (
+    THREAD_TAGS, ComputeOp, Operation, PlaceholderOp, Tensor, compute, compute_ops, const as _const,
+)
+from ..te.tensor_intrin import TensorIntrin
 from .relations import (  # noqa: F401  (re-exported)
     Fuse, Split, _derived, _with_body, index_dtype_of, max_extents,
 )
 from . import trace as _trace
+from .rfactor import rfactor
 from .trace import SCHEDULE_PRIMITIVES, STAGE_PRIMITIVES, Trace, TracedStage, traced
 
 SCOPES = ("global", "shared", "local") + FRAGMENT_SCOPES
@@ -338,8 +343,6 @@ class Stage(TracedStage):
         in order, with the same extents; lowering checks the expression and each operand's
         memory layout and raises ``ScheduleError`` naming what differs.  Call it after the
         splits and reorders that shape those loops."""
-        from ..te.tensor_intrin import TensorIntrin
-
         iv = self._iv(axis, "tensorize")
         self._not_inlined("tensorize")
         if not isinstance(intrin, TensorIntrin):
@@ -404,9 +407,7 @@ class Stage(TracedStage):
     def compute_at(self, parent, axis):
         """Compute this stage inside ``parent``'s loop over ``axis``: only the region
         one iteration of that loop reads is computed there, into a buffer that small."""
-        from ..te.tensor import Tensor as _T
-
-        if isinstance(parent, (_T, Operation)):
+        if isinstance(parent, (Tensor, Operation)):
             parent = self.schedule[parent]
         if not isinstance(parent, Stage):
             raise ScheduleError(f"compute_at on stage {self.name}: parent must be a stage "
@@ -626,7 +627,6 @@ class Schedule:
         self.outputs = outputs
         self.stages: List[Stage] = []
         self._stage_of: Dict[int, Stage] = {}
-        from ..te.tensor import compute_ops
 
         for op in compute_ops(outputs):
             deferred = getattr(op, "range_deferred", None)
@@ -718,9 +718,6 @@ class Schedule:
         inner parts in the order listed.  ``blocks=[(1, 16), (0, 4)]`` stores ``B[K, N]``
         as ``[K/4, N/16, 16, 4]`` (what VNNI's dot product reads); the readers read
         ``copy[k // 4, n // 16, n % 16, k % 4]``."""
-        from ..te.tensor import compute, const as _const
-        from ..ir import op as _op
-
         if not isinstance(tensor, Tensor):
             raise ScheduleError(f"cache_read: tensor must be a Tensor, got {tensor!r}")
         if scope not in SCOPES:
@@ -776,9 +773,6 @@ class Schedule:
     def _blocked_copy(tensor: Tensor, scope: str, blocks):
         """The blocked copy of ``cache_read(..., blocks=)`` and the map from an index of
         ``tensor`` to the copy's."""
-        from ..te.tensor import compute
-        from ..ir import op as _op
-
         nd = len(tensor.shape)
         what = f"cache_read of {tensor.name}"
         if not isinstance(blocks, (list, tuple)) or not blocks or not all(
@@ -823,9 +817,6 @@ class Schedule:
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
         """Compute ``tensor`` into a ``scope`` buffer first, then copy it out; returns
         the cache tensor, which takes over the original body (and its reduction)."""
-        from ..ir.functor import map_combiner, substitute
-        from ..te.tensor import ComputeOp as _C
-
         if not isinstance(tensor, Tensor):
             raise ScheduleError(f"cache_write: tensor must be a Tensor, got {tensor!r}")
         if scope not in SCOPES:
@@ -855,7 +846,7 @@ class Schedule:
                           substitute(body.condition, vmap), body.dtype)
         else:
             body = substitute(body, vmap)
-        cache_op = _C(f"{op.name}.{scope}", new_axis, body, op.tag, op.attrs)
+        cache_op = ComputeOp(f"{op.name}.{scope}", new_axis, body, op.tag, op.attrs)
         cache = cache_op.output(0)
         cst = Stage(cache_op, self)
         cst.scope = scope
@@ -940,8 +931,6 @@ class Schedule:
         """Factor the reduction of ``tensor`` over ``axis`` (a leaf axis derived from its
         reduce axes) into a new tensor with ``axis`` as a data-parallel dimension at
         position ``factor_axis``; ``tensor`` then reduces that one.  Returns the new tensor."""
-        from .rfactor import rfactor
-
         return rfactor(self, tensor, axis, factor_axis)
 
     def normalize(self) -> "Schedule":
@@ -987,9 +976,7 @@ class StageGroup:
 
     def compute_at(self, parent, axis) -> "StageGroup":
         """Compute the group inside ``parent``'s loop over ``axis``."""
-        from ..te.tensor import Tensor as _T
-
-        if isinstance(parent, (_T, Operation)):
+        if isinstance(parent, (Tensor, Operation)):
             parent = self.schedule[parent]
         if any(parent is st for st in self.stages):
             raise ScheduleError(f"compute_at of {self!r}: the parent {parent.name} is a member "

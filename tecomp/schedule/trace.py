@@ -33,6 +33,11 @@ from typing import Any, Dict, List, Optional
 
 from ..errors import ScheduleError, TecompError
 from ..ir.deep import deep_entry
+from ..ir.expr import IterVar, Const, Var
+from ..ir.functor import collect, substitute
+from ..ir.simplify import simplify
+from ..te.tensor import Tensor, thread_axis, Operation
+from ..te.tensor_intrin import builtin_intrins, TensorIntrin, builtin_name
 
 #: the primitives that are recorded: (owner, name)
 STAGE_PRIMITIVES = (
@@ -127,9 +132,6 @@ class Trace:
             self.tensors.append(out)
 
     def _enc(self, x) -> Any:
-        from ..ir.expr import IterVar, Var
-        from ..te.tensor import Operation, Tensor
-
         s = self._sched
         if x is None or isinstance(x, (bool, str)):
             return x
@@ -165,7 +167,6 @@ class Trace:
                     if iv is x:
                         return {"ax": [n, p]}
             raise _Unnamed(f"axis {x.name} belongs to no stage of this schedule")
-        from ..te.tensor_intrin import TensorIntrin, builtin_name
 
         if isinstance(x, TensorIntrin):
             nm = builtin_name(x)
@@ -192,8 +193,6 @@ class Trace:
 
 def _dag_tensors(outputs) -> list:
     """The tensors of the DAG under ``outputs``, in the trace's fixed order."""
-    from ..te.tensor import Tensor
-
     order, seen = [], set()
     outs = [o if isinstance(o, Tensor) else o.output(0) for o in outputs]
     for t in outs:
@@ -261,8 +260,6 @@ def _index(v) -> int:
 def _dec(s, tensors, x, depth: int = 0):
     """The objects a step's JSON value names (module docstring); ValueError, IndexError
     or KeyError for a reference to something that is not there."""
-    from ..te.tensor import thread_axis
-
     if depth > 3:
         raise ValueError("values nested deeper than a step's arguments are")
     if isinstance(x, list):
@@ -284,8 +281,6 @@ def _dec(s, tensors, x, depth: int = 0):
                 raise ValueError("a thread axis is named by its tag")
             return thread_axis(v)
         if k == "intrin":
-            from ..te.tensor_intrin import builtin_intrins
-
             if not isinstance(v, str) or v not in builtin_intrins():
                 raise ValueError(f"{v!r:.60} is no built-in tensor intrinsic")
             return builtin_intrins()[v]
@@ -312,10 +307,6 @@ def _is_int(v) -> bool:
 
 def _check_arg(kind: str, v) -> Optional[str]:
     """Why the decoded argument ``v`` is not a ``kind`` (see :data:`_ARGS`), or None."""
-    from ..ir.expr import IterVar
-    from ..te.tensor import Tensor
-    from ..te.tensor_intrin import TensorIntrin
-
     if kind.endswith("?"):
         if v is None:
             return None
@@ -373,10 +364,6 @@ def static_extent(stage, iv, shapes: Optional[dict] = None) -> Optional[int]:
     extent, with the symbolic extents named in ``shapes`` bound, through the splits and
     fuses), or None where it is not a constant.  Lowering may find it smaller (a stage
     computed at a loop computes a region), never larger."""
-    from ..ir.expr import Const, Var
-    from ..ir.functor import collect, substitute
-    from ..ir.simplify import simplify
-
     def const(e) -> Optional[int]:
         if shapes:
             vs = collect(e, lambda n: isinstance(n, Var) and n.name in shapes)
@@ -505,8 +492,6 @@ class _Names:
 def steps_python(steps, outputs, args=None, name: str = "schedule") -> str:
     """``steps`` (a trace's JSON) as a Python function of ``args`` that makes the schedule
     (replaying the steps on ``outputs`` to name every object)."""
-    from ..te.tensor import Tensor
-
     create_schedule = _create_schedule
     _check_steps(steps)
     outputs = list(outputs)
@@ -577,8 +562,6 @@ def steps_python(steps, outputs, args=None, name: str = "schedule") -> str:
         return repr(iv.name)  # pragma: no cover
 
     def show(x) -> str:
-        from ..ir.expr import IterVar
-
         if isinstance(x, list):
             return "[" + ", ".join(show(v) for v in x) + "]"
         if isinstance(x, TracedStage):

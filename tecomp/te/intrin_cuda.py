@@ -50,8 +50,9 @@ intrinsic's declared computation (every emulated thread holds whole tiles).
 """
 from __future__ import annotations
 
+from ..errors import BuildError
 from .reduce import sum as _sum
-from .tensor import compute, placeholder, reduce_axis
+from .tensor import compute, const, placeholder, reduce_axis
 
 
 def _dot4(a_dtype: str, b_dtype: str, name: str):
@@ -92,8 +93,6 @@ def _mma(in_dtype: str, acc_dtype: str):
 
 
 def _fill(dtype: str):
-    from .tensor import const
-
     return compute((TILE, TILE), lambda i, j: const(0, dtype), name="c")
 
 
@@ -112,8 +111,6 @@ def tile_layout(strides):
 def _leading_dim(intrin: str, view, multiple: int):
     """The layout and leading dimension of a 16 x 16 tile in memory (BuildError when it
     is neither row nor column major with a suitable constant stride)."""
-    from ..errors import BuildError
-
     layout, ld = tile_layout(view.strides)
     if layout is None or not isinstance(ld, int) or ld % multiple or ld < TILE:
         raise BuildError(
@@ -126,8 +123,6 @@ def _leading_dim(intrin: str, view, multiple: int):
 
 
 def _fragment(intrin: str, view) -> str:
-    from ..errors import BuildError
-
     if view.fragment is None:
         raise BuildError(
             f"tensor intrinsic {intrin}: operand {view.name} is a block of "
@@ -138,8 +133,6 @@ def _fragment(intrin: str, view) -> str:
 
 
 def _memory(intrin: str, view):
-    from ..errors import BuildError
-
     if view.fragment is not None:
         raise BuildError(
             f"tensor intrinsic {intrin}: operand {view.name} is {view.buffer_name}, a "

@@ -15,6 +15,7 @@ import itertools
 from ..errors import ShapeError
 from ..ir.expr import Add, Cast, Const, FloorDiv, FloorMod, Max, Min, Mul, Reduce, Sub, Var
 from ..ir.functor import Visitor, free_vars
+from ..ir.printer import to_str
 
 _MAX_VARS = 8
 
@@ -115,8 +116,6 @@ def load_error(name: str, load, doms):
                 if val is None:
                     break
                 if not 0 <= val < ext.value:
-                    from ..ir.printer import to_str
-
                     at = ", ".join(f"{x.name} = {p}" for x, p in zip(vs, point))
                     return d, val, (
                         f"compute {name}: the read {to_str(load)} is out of range: index "

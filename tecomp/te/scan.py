@@ -20,12 +20,12 @@ from __future__ import annotations
 from ..errors import ComputeError
 from ..ir import op as _op
 from ..ir.expr import Const, IterVar, ProducerLoad, Range, Var
+from ..ir.simplify import simplify
+from .range_check import load_error
 from .tensor import Operation, PlaceholderOp, Tensor, compute_ops
 
 
 def _same(a, b) -> bool:
-    from ..ir.simplify import simplify
-
     if a is b or a == b:
         return True
     d = simplify(_op.sub(a, b))
@@ -130,8 +130,6 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
 def _recheck_state_reads(op: ScanOp) -> None:
     """The reads of the state before its start that ``tc.compute`` deferred: in the body,
     where the time axis runs from the scan's first computed step, they must be in range."""
-    from .range_check import load_error
-
     m = op.init.shape[0]
     for bop in op.body_ops():
         keep = []
@@ -151,6 +149,4 @@ def _recheck_state_reads(op: ScanOp) -> None:
 
 
 def _const_range(r):
-    from ..ir.simplify import simplify
-
     return Range(simplify(r.min), simplify(r.extent))

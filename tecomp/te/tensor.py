@@ -11,10 +11,12 @@ from typing import Tuple
 from ..errors import ComputeError, ExprError, ShapeError
 from ..ir import dtype as _dt
 from ..ir.expr import (
-    Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_expr, as_index, same_as,
+    Const, Expr, IterVar, ProducerLoad, Range, Reduce, TupleCommReducer, Var, as_expr, as_index, same_as,
 )
 from ..ir.deep import deep_entry
-from ..ir.functor import Visitor
+from ..ir.functor import Visitor, children, free_vars, substitute
+from ..ir.op import sub, widen
+from .range_check import check_reads_in_range
 
 
 class Operation:
@@ -237,8 +239,6 @@ def compute_ops(outs) -> list:
 
 def input_tensors_of(expr) -> list:
     """Tensors read in ``expr``, in order of first read."""
-    from ..ir.functor import children
-
     out, seen = [], set()
     stack = [expr]   # a loop, not a recursion: any depth
     while stack:
@@ -370,8 +370,6 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
 def _make_compute(name, axis, bodies, multi, tag, attrs):
     """The rest of :func:`compute`, from what ``fcompute`` returned (a deep body runs
     again on a big stack: :mod:`tecomp.ir.deep`)."""
-    from .range_check import check_reads_in_range
-
     deferred = []   # reads of a placeholder before its start: a scan's state, or an error
     for b in bodies:
         _check_body(name, b, axis)
@@ -393,8 +391,6 @@ def _make_compute(name, axis, bodies, multi, tag, attrs):
 
 
 def _is_tuple_reduce(e) -> bool:
-    from ..ir.expr import TupleCommReducer
-
     return isinstance(e.combiner, TupleCommReducer)
 
 
@@ -436,8 +432,6 @@ def _tuple_bodies(name, bodies) -> list:
                 "must be returned whole and alone: return exactly the values it gave, in "
                 "order (e.g. lambda i: argmax((k, A[i, k]), axis=k))")
         return bodies
-    from ..ir.expr import TupleCommReducer
-    from ..ir.functor import substitute
 
     lhs, rhs, res, ident = [], [], [], []
     for n, b in enumerate(bodies):
@@ -472,7 +466,6 @@ def _check_body(name, body, axis):
             f"{', '.join(iv.name for iv in nested.axis)}) may only be the whole body of a "
             "compute, as in TVM; compute the reduction in its own tc.compute and use that "
             "tensor in this expression")
-    from ..ir.functor import free_vars
 
     for v in free_vars(body):
         if v in own or v in red:
@@ -535,8 +528,6 @@ def _index_range(lo: Expr, hi: Expr) -> Range:
     """The range ``[lo, hi)`` of an axis, in the dtype that holds its bounds and its
     extent: constant bounds are subtracted exactly (``(0, 2**31)`` has the int64 extent
     ``2**31``), never wrapped."""
-    from ..ir.op import sub, widen
-
     dt = _dt.promote(lo.dtype, hi.dtype, f"the bounds {lo} and {hi} of the range")
     if isinstance(lo, Const) and isinstance(hi, Const):
         ext = as_index(int(hi.value) - int(lo.value))   # int64 where int32 cannot hold it

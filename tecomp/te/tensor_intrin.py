@@ -50,9 +50,11 @@ import threading
 from typing import Callable, Dict, Optional
 
 from ..errors import ComputeError, ScheduleError, TargetError
-from ..ir.expr import ProducerLoad, Reduce, Var
+from ..ir.expr import Const, ProducerLoad, Reduce, Var
 from ..ir.functor import collect
 from ..ir.names import display
+from ..target import as_target
+from . import intrin_cuda, intrin_x86
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 
 
@@ -184,8 +186,6 @@ def decl_tensor_intrin(op, llvm: Optional[Callable] = None, name: Optional[str] 
 
 def _check_init(what: str, op, init) -> None:
     """``init`` must write the reducer's identity over the whole declared output."""
-    from ..ir.expr import Const
-
     body = op.body
     ok = (isinstance(init, TensorIntrin) and isinstance(body, Reduce) and not init.reduce
           and not init.inputs and init.output.dtype == op.output(0).dtype
@@ -223,8 +223,6 @@ def builtin_intrins() -> Dict[str, TensorIntrin]:
     """Every built-in intrinsic by name (declared once, on first use)."""
     with _LOCK:
         if not _BUILTIN:
-            from . import intrin_cuda, intrin_x86
-
             for op, emit, name, requires, dense in intrin_x86.declarations():
                 _BUILTIN[name] = decl_tensor_intrin(op, llvm=emit, name=name, requires=requires,
                                                     dense=dense)
@@ -262,8 +260,6 @@ def transpose_intrin(target, lanes: int, dtype: str) -> Optional[TensorIntrin]:
 
 def tensor_intrins_for(target="llvm") -> list:
     """The built-in intrinsics that code for ``target`` may use, widest first."""
-    from ..target import as_target
-
     tgt = as_target(target)
     if tgt.kind in ("cuda", "cuda-emu"):
         return sorted((t for t in builtin_intrins().values() if t.cuda is not None),

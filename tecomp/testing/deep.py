@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import tecomp as tc
 
 #: (name, IR levels it adds to the chain)
 OPS = [("add", 1), ("sub", 1), ("mul", 1), ("min", 1), ("max", 1), ("select", 1),
@@ -34,20 +35,14 @@ class _TC:
 
     @staticmethod
     def min(a, b):
-        import tecomp as tc
-
         return tc.min(a, b)
 
     @staticmethod
     def max(a, b):
-        import tecomp as tc
-
         return tc.max(a, b)
 
     @staticmethod
     def where(c, a, b):
-        import tecomp as tc
-
         return tc.if_then_else(c, a, b)
 
     @staticmethod
@@ -85,8 +80,6 @@ def apply(lib, name, right, e, x):
 
 def chain_compute(ops, rows: int):
     """``(A, B)``: ``B[i]`` the chain ``ops`` over ``A[i, 0], A[i, 1], ...``."""
-    import tecomp as tc
-
     A = tc.placeholder((rows, len(ops) + 1), name="A")
 
     def body(i):

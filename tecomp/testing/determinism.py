@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import tecomp as tc
+from ..codegen.cuda import codegen_cuda
+from .diff import draw_case
+from .draw import RandomDraw
+from .sched import apply_steps
 
 
 def programs():
     """(name, schedule, args) of the programs whose output must be deterministic."""
-    import tecomp as tc
-
-    from .diff import draw_case
-    from .draw import RandomDraw
-    from .sched import apply_steps
-
     out = []
     # tiled GEMM, vectorized, parallel, unrolled, non-dividing split
     A = tc.placeholder((30, 17), name="A")
@@ -65,8 +64,6 @@ def programs():
 
 
 def gpu_program():
-    import tecomp as tc
-
     A = tc.placeholder((100, 64), name="A")
     r = tc.reduce_axis((0, 64), name="r")
     B = tc.compute((100,), lambda i: tc.sum(A[i, r] * A[i, r], axis=r), name="B")
@@ -78,8 +75,6 @@ def gpu_program():
 
 
 def digests():
-    import tecomp as tc
-
     lines = []
     for name, s, args in programs():
         ir = str(tc.lower(s, args, name="k_" + name))
@@ -91,9 +86,6 @@ def digests():
 
 
 def cuda_source(s, args) -> str:
-    import tecomp as tc
-    from ..codegen.cuda import codegen_cuda
-
     return codegen_cuda(tc.lower(s, args, target="cuda")).source
 
 

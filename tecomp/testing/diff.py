@@ -21,7 +21,15 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+import tecomp as tc
+from ..autoschedule.cuda_rules import apply_cuda_rules
+from ..autoschedule.rules import Knobs, apply_rules
+from ..ir import interp as _interp
+from ..nn.cpu import machine as _machine  # cpu_info looked up at call time (tests patch it)
+from .gen import DTYPES, GPU_DTYPES, gen_int8_gemm, gen_n, gen_program
+from .pass_check import check_passes as _check_passes
 from .program import Program, is_float
+from .sched import apply_steps, gen_gpu_int8_gemm_schedule, gen_gpu_schedule, gen_schedule, steps_source
 
 # relative tolerance per dtype, against a float64 reference rounded at every stage
 RTOL = {"float16": 3e-2, "bfloat16": 3e-2, "float32": 2e-4, "float64": 1e-9}
@@ -41,8 +49,6 @@ class Case:
 
     def source(self) -> str:
         """A standalone Python reproducer of the case."""
-        from .sched import steps_source
-
         p = self.program
         ins = [i for i, s in enumerate(p.tensors) if s.is_placeholder]
         if self.auto is None:
@@ -144,15 +150,10 @@ def auto_schedule_case(case: Case, args):
     """The auto-scheduler's schedule of a case with ``case.auto`` set."""
     import random
 
-    from ..autoschedule.rules import Knobs, apply_rules
-    from ..nn.cpu.machine import cpu_info
-
     if _target_kind(case.target) != "llvm":
-        from ..autoschedule.cuda_rules import apply_cuda_rules
-
         return apply_cuda_rules(args, {"n": case.n})
     rng = None if case.auto < 0 else random.Random(case.auto)
-    return apply_rules(args, Knobs(rng=rng), cpu_info(case.target), {"n": case.n})
+    return apply_rules(args, Knobs(rng=rng), _machine.cpu_info(case.target), {"n": case.n})
 
 
 def _fill(shape, dtype):
@@ -225,9 +226,6 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
     memory (``torch.from_numpy``: the torch binder or the DLPack path), ``"aot"`` exports
     it with ``export_library``, loads it with ``tc.load_module`` and calls the loaded
     module; their outputs are compared like the others."""
-    import tecomp as tc
-    from ..ir import interp as _interp
-
     prog = case.program
     stage = ["build program"]
     ir = ""
@@ -236,10 +234,8 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
         ir = str(func)
         if check_passes:
             stage = "check_passes"
-            from .pass_check import check_passes as _cp
-
-            _cp(s, args, sizes={"n": case.n} if prog.symbolic else None, seed=case.seed,
-                target=tc.Target(case.target).kind)
+            _check_passes(s, args, sizes={"n": case.n} if prog.symbolic else None, seed=case.seed,
+                          target=tc.Target(case.target).kind)
         stage = "build"
         # (an llvm target for another CPU builds the same lowered function, cross-compiled)
         kind = tc.Target(case.target).kind
@@ -364,9 +360,6 @@ def schedule_case(case: Case, stage: Optional[list] = None):
     """The case's schedule, argument list and lowered function: ``(s, args, func)``.
     Raises what tecomp raises; ``stage`` (a list) gets the name of each step as it
     starts, so a caller can say where an exception came from."""
-    import tecomp as tc
-    from .sched import apply_steps
-
     stage = [] if stage is None else stage
     prog = case.program
     stage.append("build program")
@@ -431,8 +424,6 @@ def draw_int8_gemm_case(d, *, name: str = "", target: str = "llvm") -> Case:
     """An int8 GEMM (``gen.gen_int8_gemm``) with the auto-scheduler's schedule: its rules
     tensorize it with the target's dot-product intrinsic where the shape allows, with
     random knobs (which intrinsic or none, the block) three times in four."""
-    from .gen import gen_int8_gemm
-
     prog = gen_int8_gemm(d)
     seed = d.int(0, 2**16)
     pick = d.int(0, 3)
@@ -442,9 +433,6 @@ def draw_int8_gemm_case(d, *, name: str = "", target: str = "llvm") -> Case:
 def draw_gpu_int8_gemm_case(d, *, name: str = "") -> Case:
     """An int8 GEMM (``gen.gen_int8_gemm``) in the CUDA emulation, its reduction run as
     ``cuda.dp4a_u8s8s32`` where the layout allows (``sched.gen_gpu_int8_gemm_schedule``)."""
-    from .gen import gen_int8_gemm
-    from .sched import gen_gpu_int8_gemm_schedule
-
     prog = gen_int8_gemm(d)
     seed = d.int(0, 2**16)
     try:
@@ -461,9 +449,6 @@ def draw_case(d, *, target: str = "llvm", max_stages: int = 4, max_steps: int = 
     it shows the error).  ``auto``: the schedule is the auto-scheduler's instead, its
     analytic one or (three times in four, on the CPU) its rules with random knobs; for a
     GPU target its GPU rules (``auto_schedule(target="cuda")``)."""
-    from .gen import DTYPES, GPU_DTYPES, gen_n, gen_program
-    from .sched import gen_gpu_schedule, gen_schedule
-
     kw = {"dtypes": dtypes} if dtypes else {"dtypes": DTYPES if target == "llvm" else GPU_DTYPES}
     if target == "llvm":
         prog = gen_program(d, max_stages=max_stages, **kw)

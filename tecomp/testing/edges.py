@@ -62,7 +62,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .diff import Case, Outcome, _exc_text, case_arrays, compare, draw_case, schedule_case
+import tecomp as tc
+from ..autoschedule import records
+from .deep import chain_compute, chain_reference, random_chain
+from .diff import (
+    Case, Outcome, _exc_text, case_arrays, compare, draw_case, numpy_problems, run_case, schedule_case,
+)
 from .draw import RandomDraw
 from .program import Cmp, CAnd, CNot, COr, is_float
 
@@ -280,8 +285,6 @@ def _forge(record: dict, f: dict) -> str:
 
 def run_edge_case(ec: EdgeCase) -> Outcome:
     """Run an edge case (see the module doc)."""
-    from .diff import run_case
-
     if ec.family == "conditions":
         return run_case(ec)
     if ec.family == "big_split":
@@ -303,8 +306,6 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
 def _built(ec: EdgeCase):
     """(module, outputs of a plain call by argument position, inputs, lowered function) of
     the case built for this machine: the plain call is the reference of the twisted ones."""
-    import tecomp as tc
-
     s, args, func = schedule_case(ec)
     mod = tc.build(func, target="llvm")
     inputs = ec.program.random_inputs(ec.n, np.random.default_rng(ec.seed))
@@ -333,8 +334,6 @@ def _failure(ec, stage, e, allowed=(), ir="") -> Outcome:
     """The outcome of the exception ``e`` at ``stage``: ``refused`` where it is one of the
     ``allowed`` TecompErrors (never an InternalError), ``rejected`` for a resource limit,
     else a crash."""
-    import tecomp as tc
-
     if allowed and isinstance(e, allowed) and not isinstance(e, tc.InternalError):
         return Outcome("refused", ec, stage, str(e).splitlines()[0][:300], ir)
     if isinstance(e, tc.ResourceLimitError):
@@ -344,8 +343,6 @@ def _failure(ec, stage, e, allowed=(), ir="") -> Outcome:
 
 def _expect_refusal(ec, call, errors, stage, ir, what):
     """``call()`` must raise one of ``errors`` (a refusal); anything else is a finding."""
-    import tecomp as tc
-
     try:
         call()
     except errors:
@@ -365,8 +362,6 @@ def _prepare(ec):
     (``arrs``) and the family's variant."""
     import types
 
-    import tecomp as tc
-
     try:
         mod, want, inputs, func = _built(ec)
     except Exception as e:  # noqa: BLE001
@@ -381,8 +376,6 @@ def _prepare(ec):
 
 
 def _run_layouts(ec: EdgeCase) -> Outcome:
-    import tecomp as tc
-
     c, bad = _prepare(ec)
     if bad:
         return bad
@@ -445,7 +438,6 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
         import torch
     except ImportError:
         return Outcome("ok", ec, "", "torch is not installed")
-    import tecomp as tc
 
     c, bad = _prepare(ec)
     if bad:
@@ -484,8 +476,6 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
 
 
 def _run_foreign_target(ec: EdgeCase) -> Outcome:
-    import tecomp as tc
-
     try:
         mod, want, inputs, func = _built(ec)          # this machine's build: the reference
     except Exception as e:  # noqa: BLE001
@@ -551,8 +541,6 @@ def _tamper(path: str, how: str, rng) -> None:
 
 
 def _run_library_file(ec: EdgeCase) -> Outcome:
-    import tecomp as tc
-
     c, bad = _prepare(ec)
     if bad:
         return bad
@@ -581,10 +569,6 @@ def _run_library_file(ec: EdgeCase) -> Outcome:
 def _run_records(ec: EdgeCase) -> Outcome:
     import warnings
 
-    import tecomp as tc
-    from ..autoschedule import records
-
-    from .diff import numpy_problems
 
     stage = "schedule"
     try:
@@ -693,8 +677,6 @@ def _run_big_extent(ec: EdgeCase) -> Outcome:
 
 def _big_reduction_schedule(tw):
     """``B[i] = sum(int64(A[i, k]), k < n)``, scheduled as the twist says: (args, s)."""
-    import tecomp as tc
-
     n = tc.var("n", tw["n_dtype"])
     A = tc.placeholder((tw["rows"], n), dtype="int32", name="A")
     k = tc.reduce_axis((0, n), name="k")
@@ -712,8 +694,6 @@ def _big_reduction_schedule(tw):
 
 
 def _run_big_reduction(ec: EdgeCase) -> Outcome:
-    import tecomp as tc
-
     tw = ec.twist
     stage = "schedule"
     try:
@@ -736,10 +716,6 @@ def _run_big_reduction(ec: EdgeCase) -> Outcome:
 
 
 def _run_deep(ec: EdgeCase) -> Outcome:
-    import tecomp as tc
-
-    from .deep import chain_compute, chain_reference, random_chain
-
     tw = ec.twist
     stage = "compute"
     try:

@@ -45,6 +45,11 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from ..errors import RuntimeUnavailableError
+from ..runtime.cuda import default_driver
+from .diff import draw_case, draw_gpu_int8_gemm_case, draw_int8_gemm_case, run_case
+from .draw import RandomDraw
+from .edges import EdgeCase, draw_edge_case, run_edge_case
 
 
 GPU_TARGETS = ("cuda-emu", "cuda")
@@ -67,14 +72,10 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
     ``run_case``): the same program and schedule either way."""
     import dataclasses
 
-    from .diff import draw_case, draw_gpu_int8_gemm_case, draw_int8_gemm_case
-    from .draw import RandomDraw
 
     if gpu_target not in GPU_TARGETS:
         raise ValueError(f"gpu_target must be one of {GPU_TARGETS}, not {gpu_target!r}")
     if edge_every and seed % edge_every == 1 % edge_every:
-        from .edges import draw_edge_case
-
         return draw_edge_case(seed)
     target = "llvm"
     if gpu_every and seed % gpu_every == gpu_every - 1 and _have_cxx():
@@ -103,14 +104,10 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
 def cuda_unavailable() -> "str | None":
     """Why ``--gpu-target cuda`` cannot run here (None when it can): its GPU cases run on
     device 0 through pycuda (compiled by nvcc) and in the CUDA emulation (a C++ compiler)."""
-    from ..errors import RuntimeUnavailableError
-
     if not _have_cxx():
         return (f"no C++ compiler ({os.environ.get('CXX', 'g++')}) for the CUDA emulation, "
                 "which the GPU's outputs are compared with")
     try:
-        from ..runtime.cuda import default_driver
-
         default_driver()
     except RuntimeUnavailableError as e:
         return str(e)
@@ -147,8 +144,6 @@ def _signature(o) -> str:
 
 def _worker(args) -> int:
     """Run seeds start, start+step, ... (count of them); one JSON line per event."""
-    from .diff import run_case
-
     os.makedirs(args.out, exist_ok=True)
     seed = args.start
     for _ in range(args.count):
@@ -184,9 +179,6 @@ def _worker(args) -> int:
 
 def _run(case, seed, args):
     """Run case ``seed`` with the runner its kind has."""
-    from .diff import run_case
-    from .edges import EdgeCase, run_edge_case
-
     if isinstance(case, EdgeCase):
         return run_edge_case(case)
     return run_case(case, check_passes=args.check_passes, also=also_for_seed(seed, args))

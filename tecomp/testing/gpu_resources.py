@@ -21,6 +21,10 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Tuple
+import tecomp as tc
+from ..codegen.nvcc import find_nvcc
+from ..errors import BuildError, RuntimeUnavailableError
+from ..nn import cuda as sc, ops
 
 ARCHS = ("sm_80", "sm_90")
 
@@ -41,9 +45,6 @@ def ptxas_usage(source: str, arch: str) -> Dict[str, dict]:
     """``{kernel: {"registers", "spill_stores", "spill_loads", "stack", "smem"}}`` from
     ``nvcc -cubin -Xptxas -v``.  Raises RuntimeUnavailableError without nvcc, BuildError
     when it fails."""
-    from ..codegen.nvcc import find_nvcc
-    from ..errors import BuildError, RuntimeUnavailableError
-
     nvcc = find_nvcc()
     if nvcc is None:
         raise RuntimeUnavailableError("nvcc was not found on PATH (nor under $CUDA_HOME/bin)")
@@ -85,9 +86,6 @@ def parse_ptxas(text: str) -> Dict[str, dict]:
 
 def shipped_kernels() -> List[Tuple[str, Callable]]:
     """(name, build) for the shipped GPU schedules; ``build()`` returns a CUDA module."""
-    import tecomp as tc
-    from ..nn import cuda as sc, ops
-
     def gemm(n, dtype="float32"):
         def build():
             A = tc.placeholder((n, n), dtype, name="A")

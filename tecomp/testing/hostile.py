@@ -20,6 +20,8 @@ import sys
 from typing import Dict, List, Tuple
 
 import numpy as np
+import tecomp as tc
+from ..codegen.cuda import codegen_cuda
 
 #: strings that have broken, or would break, a naive code generator; the first is the
 #: one of issue 20 (a placeholder name that ran a shell command at load time)
@@ -85,8 +87,6 @@ def _ir_shape(text: str) -> List[int]:
 
 
 def _program(names: Dict[str, str], gpu: bool):
-    import tecomp as tc
-
     n = 37
     A = tc.placeholder((n, 16), name=names["A"])
     B = tc.compute((n, 16), lambda i, j: A[i, j] * 2.0 + 1.0, name=names["B"])
@@ -116,15 +116,12 @@ _PLAIN = {"A": "A", "B": "B", "C": "C", "k": "k", "value": "v", "func": "f"}
 
 
 def _sources(names: Dict[str, str], backend: str, run: bool):
-    import tecomp as tc
-
     s, args = _program(names, gpu=backend in ("cuda", "cuda-emu"))
     if backend == "ir":
         return str(tc.lower(s, args, name=names["func"])), None
     if backend == "llvm":
         f = tc.build(s, args, name=names["func"])
         return f.get_source("llvm-unopt"), (_run(f) if run else None)
-    from ..codegen.cuda import codegen_cuda
 
     func = tc.lower(s, args, target="cuda", name=names["func"])
     if backend == "cuda":

@@ -60,7 +60,7 @@ KNOWN_UPWARD: Dict[tuple, str] = {
 }
 
 #: function-local imports of tecomp modules today (statements); only lower it
-LOCAL_IMPORTS = 416
+LOCAL_IMPORTS = 38
 
 
 def package(module: str) -> str:

@@ -24,12 +24,12 @@ import traceback
 from typing import Callable, Dict, List, Tuple
 
 import numpy as np
+import tecomp as tc
+from .resources import _one_build, rss_bytes, worker_rss_bytes
 
 
 def kernels() -> Dict[str, Tuple[Callable, Callable, Callable, int]]:
     """name -> (kernel, make_args(rng), reference(args), output position)."""
-    import tecomp as tc
-
     out = {}
     A = tc.placeholder((32, 16), name="A")
     B = tc.placeholder((16, 24), name="B")
@@ -88,8 +88,6 @@ def check_call(name, kern, rng) -> bool:
 
 
 def _tune_workload():
-    import tecomp as tc
-
     A = tc.placeholder((48, 40), name="A")
     B = tc.placeholder((40, 56), name="B")
     k = tc.reduce_axis((0, 40), name="k")
@@ -101,9 +99,6 @@ def run(seconds: float, callers: int = 16, builders: int = 4, tuner: bool = True
         trials: int = 8, every: float = 30.0, out=sys.stdout) -> dict:
     """Run the load; return {"calls", "builds", "tunes", "errors", "rss": [(t, MiB,
     worker MiB)]}."""
-    import tecomp as tc
-    from .resources import _one_build, rss_bytes, worker_rss_bytes
-
     ks = kernels()
     names = sorted(ks)
     stop = threading.Event()

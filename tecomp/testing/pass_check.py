@@ -17,8 +17,14 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from ..ir import dtype as _dt
+from ..ir import dtype as _dt, interp
 from ..ir.expr import Buffer, Var
+from ..ir.functor import free_vars
+from ..ir.interp import eval_expr
+from ..ir.stmt import PrimFunc
+from ..lower import pipeline
+from ..lower.pipeline import run_passes
+from ..lower.schedule_ops import schedule_to_stmt
 
 
 class PassCheckError(AssertionError):
@@ -40,8 +46,6 @@ class PassCheckError(AssertionError):
 
 def _shape_env(func, sizes: Optional[dict], rng) -> Dict[Var, int]:
     """Values for the free variables of the buffer shapes and the scalar parameters."""
-    from ..ir.functor import free_vars
-
     env: Dict[Var, int] = {}
     byname = dict(sizes or {})
     for p in func.params:
@@ -63,8 +67,6 @@ def _shape_env(func, sizes: Optional[dict], rng) -> Dict[Var, int]:
 def make_args(func, sizes: Optional[dict] = None, seed: int = 0) -> list:
     """Random arguments for ``func``: every buffer filled with random data (so an output
     element a pass forgets to write still differs), every scalar a small value."""
-    from ..ir.interp import eval_expr
-
     rng = np.random.default_rng(seed)
     env = _shape_env(func, sizes, rng)
     out = []
@@ -130,8 +132,6 @@ class _Checker:
         self.passes_checked: List[str] = []
 
     def _run(self, func, races=None):
-        from ..ir import interp
-
         if races is None:
             races = self.check_races and self.barriers_done
         a = _copy(self.args)
@@ -176,8 +176,6 @@ def check_func_passes(func, target: str = "llvm", *, args=None, sizes: Optional[
                       seed: int = 0, check_races: bool = True):
     """Run the lowering passes on the PrimFunc ``func`` (the output of schedule_ops, or a
     hand-made one), checking each; returns the final PrimFunc."""
-    from ..lower.pipeline import run_passes
-
     if args is None:
         args = make_args(func, sizes, seed)
     chk = _Checker(args, check_races, target)
@@ -189,9 +187,6 @@ def check_passes(s, args, *, name: str = "main", target: str = "llvm",
                  sizes: Optional[dict] = None, seed: int = 0, check_races: bool = True):
     """Lower ``s`` like ``tc.lower(s, args)`` while checking every pass (see the module doc).
     Returns the lowered PrimFunc."""
-    from ..ir.stmt import PrimFunc
-    from ..lower import pipeline
-
     state = {}
 
     def hook(pname, before, after):
@@ -206,7 +201,6 @@ def check_passes(s, args, *, name: str = "main", target: str = "llvm",
     if "check" in inspect.signature(lower).parameters:
         return lower(s, args, name=name, target=target, check=hook)
     # fallback while lower() has no check= keyword: the same two steps it takes
-    from ..lower.schedule_ops import schedule_to_stmt
 
     params, body, _ = schedule_to_stmt(s, list(args))
     func = PrimFunc(name, tuple(params), body, {"target": target})

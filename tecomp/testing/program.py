@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple, Union
 
 import numpy as np
+import tecomp as tc
 
 Size = Union[int, str]  # an int or "n"
 
@@ -229,8 +230,6 @@ class Program:
     def build(self):
         """Make the tecomp tensors.  Returns ``(tensors, env)``: one Tensor per TSpec, and
         ``{"n": Var or None, "alpha": Var or None}``."""
-        import tecomp as tc
-
         nvar = tc.var("n", self.n_dtype) if self.symbolic else None
         env = {"n": nvar, "alpha": tc.var("alpha", self.alpha[0]) if self.alpha else None}
         built = []
@@ -357,7 +356,6 @@ def _ie_tc(e, axes, nvar):
         return nvar
     if isinstance(e, IBin):
         a, b = _ie_tc(e.a, axes, nvar), _ie_tc(e.b, axes, nvar)
-        import tecomp as tc
 
         if isinstance(a, int) and isinstance(b, int):
             a = tc.const(a)
@@ -367,8 +365,6 @@ def _ie_tc(e, axes, nvar):
 
 
 def _cond_tc(c, axes, nvar):
-    import tecomp as tc
-
     if isinstance(c, CAnd):
         return tc.all(_cond_tc(c.a, axes, nvar), _cond_tc(c.b, axes, nvar))
     if isinstance(c, COr):
@@ -383,8 +379,6 @@ def _cond_tc(c, axes, nvar):
 
 
 def _val_tc(e, axes, dt, built, prog, env):
-    import tecomp as tc
-
     nvar = env["n"]
     if isinstance(e, VParam):
         return env["alpha"].astype(dt)
@@ -454,8 +448,6 @@ def _val_tc(e, axes, dt, built, prog, env):
 
 
 def _anycond_tc(c, axes, built, prog, env):
-    import tecomp as tc
-
     if isinstance(c, VPos):
         tdt = prog.tensors[c.load.t].dtype
         return _val_tc(c.load, axes, tdt, built, prog, env) > tc.const(0, tdt)
@@ -463,8 +455,6 @@ def _anycond_tc(c, axes, built, prog, env):
 
 
 def _build_compute(spec: TSpec, shape, built, prog, env):
-    import tecomp as tc
-
     nvar = env["n"]
     raxes = []
     if spec.reduce is not None:

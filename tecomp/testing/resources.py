@@ -14,27 +14,24 @@ import argparse
 import gc
 import sys
 import time
+import tecomp as tc
+from ..codegen.llvm import jit as llvm_jit
+from ..codegen.llvm.optproc import rss_bytes as _rss
 
 
 def rss_bytes(pid=None) -> int:
     """The resident set size of this process (or of ``pid``; 0 where unknown)."""
-    from ..codegen.llvm.optproc import rss_bytes as _rss
-
     return _rss(pid)
 
 
 def worker_rss_bytes() -> int:
     """The resident set size of the LLVM optimiser worker (0 when none runs)."""
-    from ..codegen.llvm import jit as llvm_jit
-
     pid = llvm_jit.worker_pid()
     return rss_bytes(pid) if pid else 0
 
 
 def _one_build(i: int):
     import numpy as np
-
-    import tecomp as tc
 
     n = 8 + i % 13
     m = 4 + (i // 13) % 7
@@ -68,8 +65,6 @@ def _one_build(i: int):
 
 
 def measure(builds: int, warmup: int = 40) -> dict:
-    from ..codegen.llvm import jit as llvm_jit
-
     t0 = time.time()
     for i in range(warmup):
         _one_build(i)

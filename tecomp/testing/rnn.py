@@ -3,13 +3,13 @@
 computed for every step beforehand (it does not read the state)."""
 from __future__ import annotations
 
+import tecomp as tc
+
 
 def rnn_scan(T: int, B: int, n: int, d: int):
     """``([X, W, U, h0, H], (XW, UH, upd))``: the arguments of ``tc.build`` (``H`` the
     scan's output, ``[T, B, n]``) and the computes between them (``UH`` and ``upd`` are
     the scan's body)."""
-    import tecomp as tc
-
     X = tc.placeholder((T, B, d), name="X")
     W = tc.placeholder((n, d), name="W")
     U = tc.placeholder((n, n), name="U")

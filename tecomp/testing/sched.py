@@ -25,6 +25,12 @@ What "legal" means here (docs/schedule.md):
 from __future__ import annotations
 
 from typing import Dict, List, Optional
+import tecomp as tc
+from ..errors import ScheduleError
+from ..ir.expr import Const, ProducerLoad
+from ..ir.functor import collect
+from ..lower.schedule_ops import LowerContext
+from ..schedule.schedule import Fuse
 
 FACTORS = (4, 2, 3, 5, 8, 16, 1)
 
@@ -55,13 +61,10 @@ class Replay:
         return r
 
     def _setup(self, handles, outputs, args):
-        import tecomp as tc
-
         self.s = tc.create_schedule([t.op for t in outputs])
         self.h: Dict[str, object] = dict(handles)
         self.ncache = 0
         self.args = args
-        from ..ir.expr import Const
 
         self.symbolic = any(not isinstance(e, Const) for t in handles.values() for e in t.shape)
 
@@ -75,8 +78,6 @@ class Replay:
         return None
 
     def apply(self, step):
-        import tecomp as tc
-
         k = step[0]
         if k == "cache_read":
             _, src, scope, readers = step
@@ -251,8 +252,6 @@ def _is_reduce_stage(st) -> bool:
 def bound_extents(r: Replay) -> Optional[dict]:
     """{(stage, IterVar): extent Expr} after bound inference, or None if lowering fails."""
     try:
-        from ..lower.schedule_ops import LowerContext
-
         ctx = LowerContext(r.s, list(r.args))
         ctx.infer_bounds()
     except Exception:  # noqa: BLE001 - the run itself reports lowering failures
@@ -296,9 +295,6 @@ def _try_align(r: Replay, steps: list, h: str, dim: int, factor: int) -> None:
     into a symbolic one; the generator cannot tell beforehand, so it lowers once and
     keeps the step only if lowering accepted it (a refusal is one of those documented
     ScheduleErrors)."""
-    import tecomp as tc
-    from ..errors import ScheduleError
-
     st = r.stage(h)
     before = dict(st.bound_aligns)
     st.align_bounds(st.op.axis[dim], factor)
@@ -320,9 +316,6 @@ def _try_storage_align(r: Replay, steps: list, h: str, dim: int, factor: int,
     ``rfactor`` made from a symbolic reduction, or one computed at a loop, may not have;
     the generator lowers once and keeps the step only if lowering accepted it (campaign
     seed 3085194: the generator's step, not the compiler, was wrong)."""
-    import tecomp as tc
-    from ..errors import ScheduleError
-
     st = r.stage(h)
     before = dict(st.storage_aligns)
     st.storage_align(st.op.axis[dim], factor, offset)
@@ -434,8 +427,6 @@ def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
         elif kind == "root" and st.attach_type != "root":
             _try(r, steps, ("compute_root", h))
         elif kind == "rfactor" and allow_rfactor and _is_reduce_stage(st) and not pin:
-            from ..schedule.schedule import Fuse
-
             if any(isinstance(x, Fuse) for x in st.relations):
                 continue
             red = [p for p, iv in enumerate(leaves) if iv.kind == "reduce"]
@@ -448,7 +439,6 @@ def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
                 _try(r, steps, ("rfactor", h, p, d.int(0, len(st.op.axis))))
 
     # -- phase 3: loop kinds ------------------------------------------------------------
-    from ..ir.expr import Const
 
     if annotate:
         ext = bound_extents(r)
@@ -554,9 +544,6 @@ def gen_gpu_int8_gemm_schedule(d, prog, built=None, nvar=None):
     and the draw says so (three times in four), its inner loop tensorized with
     ``cuda.dp4a_u8s8s32``; sometimes the GEMM accumulates in a local cache_write
     computed at the thread axis (the intrinsic then adds into a register array)."""
-    from ..ir.expr import ProducerLoad
-    from ..ir.functor import collect
-
     if built is None:
         built, nvar = prog.build()
     r = Replay(prog, built, nvar)

@@ -12,12 +12,16 @@ from ...ir.deep import deep_entry
 from ...ir.functor import Visitor, free_vars
 from ...ir.names import display
 from ...ir.stmt import PrimFunc
+from ...lower.pipeline import prepare_for_codegen
 from ...lower.vectorize import buffer_uses
+from ...runtime.llvm import Module
+from ...target import as_target
 from ..signature import Signature
 from . import jit as llvm_jit
 from .emitter import _internal_message
 from .intrinsics import check_calls, unknown_intrinsic_message
 from .module import _ModuleBuilder
+from .threadpool import ensure_pool
 
 
 def _check_func(func: PrimFunc, sig: Signature) -> None:
@@ -53,9 +57,6 @@ class VariantCompiler:
     """Generates and compiles the variants of one PrimFunc (used by the runtime)."""
 
     def __init__(self, func: PrimFunc, sig: Signature, checks: bool, target=None):
-        from ...lower.pipeline import prepare_for_codegen
-        from ...target import as_target
-
         self.target = as_target(target if target is not None else "llvm")
         #: ``func`` after the target's codegen passes (vector plans, parallel tasks)
         self.func = prepare_for_codegen(func, self.target)
@@ -76,8 +77,6 @@ class VariantCompiler:
     @deep_entry(lambda self, *a: ("tc.build", self.func))
     def compile(self, layout: str, noalias: bool):
         """Return ``(JitModule, _ModuleBuilder, seconds)`` for the variant."""
-        from .threadpool import ensure_pool
-
         t0 = time.perf_counter()
         mb = self.generate(layout, noalias)
         text = mb.text()
@@ -139,14 +138,11 @@ def build_llvm(func: PrimFunc, *, checks: bool = False, target=None):
     The contiguous, no-alias variant is compiled now; the strided and aliasing variants
     when a call first needs them.  ``checks=True`` bounds-checks every load and store.
     """
-    from ...runtime.llvm import Module
-
     if not isinstance(func, PrimFunc):
         raise BuildError(f"build_llvm expects a PrimFunc, got {type(func).__name__}")
     t0 = time.perf_counter()
     sig = Signature(func)
     _check_func(func, sig)
-    from ...target import as_target
 
     tgt = as_target(target if target is not None else func.attrs.get("target", "llvm"))
     if tgt.kind != "llvm":

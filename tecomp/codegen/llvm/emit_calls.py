@@ -14,6 +14,7 @@ from ...ir import dtype as _dt
 from ...ir.expr import Const
 from ...ir.stmt import ExternCall, TensorIntrinCall
 from ...lower.vectorize import node_text
+from ...runtime import extern as _ext
 from ...te.tensor_intrin import builtin_name, row_major
 from . import jit as llvm_jit
 from .abi import ERR_BOUNDS, ERR_EXTERN
@@ -132,8 +133,6 @@ class _CallEmitter:
         """``tecomp_extern_call(site, data, ints, floats)`` (see tecomp.runtime.extern):
         the buffers' data pointers, their extents and strides (elements) then the integer
         scalars, and the float scalars, in stack arrays; a nonzero return is error 4."""
-        from ...runtime import extern as _ext
-
         _register_extern_symbol()
         if self.mask is not None or self.lanes > 1:
             raise InternalError(f"the extern call {s.name} is inside a vectorized loop")
@@ -169,7 +168,5 @@ _EXTERN_SYMBOL_DONE = []
 def _register_extern_symbol() -> None:
     """Make ``tecomp_extern_call`` resolve to the extern calls' entry point in the JIT."""
     if not _EXTERN_SYMBOL_DONE:
-        from ...runtime import extern as _ext
-
         llvm_jit.add_symbol(_ext.SYMBOL, _ext.address())
         _EXTERN_SYMBOL_DONE.append(True)

@@ -30,9 +30,14 @@ import tempfile
 from ...errors import (
     ArgumentError, BuildError, ExportError, InternalError, LoadError, RuntimeUnavailableError,
 )
+from ...ir.functor import collect
+from ...ir.stmt import ExternCall
+from ...runtime.elf import check_plain, inspect_library
+from ...target import Target
 from .. import aot_format as fmt
 from . import jit as llvm_jit
 from ..libfiles import file_path, sidecar_path, write_with_sidecar
+from .threadpool import pool_ir
 
 __all__ = ["export_library", "find_c_compiler", "LINK_FLAGS"]
 
@@ -100,16 +105,9 @@ def export_library(mod, path, *, pyobject_data_offset: int) -> None:
     library at ``path`` and its sidecar at ``path + ".sha256"``: see the module
     docstring.  ``pyobject_data_offset``: where the kernels' ``_pyarrays`` entries read
     a numpy array's data pointer (``runtime.PYOBJECT_DATA_OFFSET``)."""
-    from ...runtime.elf import check_plain, inspect_library
-    from ...target import Target
-    from .threadpool import pool_ir
-
     name = mod.name
     func = getattr(mod, "prim_func", None)
     if func is not None:
-        from ...ir.functor import collect
-        from ...ir.stmt import ExternCall
-
         calls = collect(func.body, lambda n: isinstance(n, ExternCall))
         if calls:
             raise BuildError(

@@ -37,7 +37,9 @@ from llvmlite import ir
 
 from ...errors import BuildError, InternalError
 from ...ir.names import display
+from ...target import as_target
 from ...te.tensor_intrin import IntrinOperand
+from . import jit as llvm_jit
 from .values import _F16, _F32, _I16, _I32, _I64, _splat, _with_lanes
 
 _TYPE = re.compile(r"\s*(?:<\s*(\d+)\s*x\s*)?(i\d+|float|double|half)\s*>?\s*")
@@ -250,8 +252,6 @@ class UserCall:
     def probe_ir(self, target) -> Tuple[str, str]:
         """The IR of the declaration alone, and of a function that makes the call (with
         the constants given, and the target's CPU and features as the kernel has them)."""
-        from . import jit as llvm_jit
-
         h = llvm_jit.host()
         m = ir.Module(name="tecomp_probe")
         m.triple, m.data_layout = h.triple, h.data_layout
@@ -309,9 +309,6 @@ def check_call(call: UserCall, target) -> Optional[str]:
     """The message of the BuildError ``call`` deserves (None: LLVM takes it), found by
     compiling it alone in a child process (:func:`~tecomp.codegen.llvm.jit.probe_call`);
     remembered for the process.  None too where no child process can be started."""
-    from ...target import as_target
-    from . import jit as llvm_jit
-
     key = call.key(target)
     if key in _CHECKED:
         return _CHECKED[key]

@@ -45,7 +45,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 import llvmlite.binding as llvm
 
-from . import optproc as _optproc
+from . import libcalls, optproc as _optproc
 from .optproc import _LEN
 
 #: Held around every call into LLVM (see the module docstring).
@@ -563,7 +563,6 @@ def _ensure_libcalls() -> None:
     their names, once per process, before a module that calls them is linked.  Call with
     :data:`LLVM_LOCK` held."""
     global _LIBCALLS, _LIBCALLS_BUSY
-    from . import libcalls
 
     if _LIBCALLS is not None or _LIBCALLS_BUSY:   # busy: compile_ir of the helpers themselves
         return
@@ -581,8 +580,6 @@ def _check_resolved(undefined: Iterable[str]) -> None:
     """Raise :class:`UnresolvedSymbolError` unless each of ``undefined`` resolves in
     this process as MCJIT resolves it (after registering the float16 conversion helpers
     where the code calls them).  Call with :data:`LLVM_LOCK` held."""
-    from . import libcalls
-
     names = set(undefined) - _LINKER_SYMBOLS
     if names & set(libcalls.NAMES):
         _ensure_libcalls()

@@ -15,6 +15,7 @@ from ...ir.expr import BufferLoad
 from ...ir.functor import Visitor, post_order
 from ...ir.names import display
 from ...ir.stmt import For, PrimFunc
+from ...target import as_target
 from ..signature import CheckSite, Signature
 from . import jit as llvm_jit
 from .abi import ERR_WORDS, body_params, emit_entry, emit_pyarrays_entry
@@ -58,8 +59,6 @@ class _ModuleBuilder:
 
     def __init__(self, func: PrimFunc, sig: Signature, layout: str, noalias: bool,
                  checks: bool, target=None):
-        from ...target import as_target
-
         h = llvm_jit.host()
         self.target = as_target(target if target is not None else "llvm")
         self.func = func

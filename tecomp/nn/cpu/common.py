@@ -7,6 +7,7 @@ from typing import List, Optional
 from ...autoschedule import rules as _rules
 from ...errors import ScheduleError
 from ...ir.expr import ProducerLoad
+from ...ir.functor import collect
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import ComputeOp
 from .._schedule_common import _outs, _walk
@@ -18,8 +19,6 @@ def _find(outs, pred) -> List[ComputeOp]:
 
 
 def _loads(expr, tensor) -> List[ProducerLoad]:
-    from ...ir.functor import collect
-
     return [n for n in collect(expr, lambda n: isinstance(n, ProducerLoad))
             if n.producer is tensor]
 

@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from ...errors import ScheduleError
-from ...ir.expr import Reduce
+from ...ir.expr import Const, Mul, ProducerLoad, Reduce
+from ...ir.functor import substitute
+from ...ir.simplify import affine_steps, simplify
 from ...schedule.schedule import Schedule, Stage
 from ...te.tensor import ComputeOp, Tensor
+from ...te.tensor_intrin import transpose_intrin
 from .._schedule_common import _bytes, _ceil, _cint, _has_tag
 from .common import (_NoTemplate, _find, _loads, _op_tags, _template_or_rules, _vector_split,
                      check_positive_int, config_fields)
@@ -62,8 +65,6 @@ def plain_nchw_conv(op) -> Optional[Tuple[Tensor, Tensor]]:
     stays with the generic rules, whose image-plane vectors beat the template's blocks on
     the 1x1 planes measured: benchmarks/DECISIONS.md, "Conv NCHW: a plain compute is a
     convolution"); else None."""
-    from ...ir.expr import Const, Mul, ProducerLoad
-
     if not isinstance(op, ComputeOp) or len(op.axis) != 4 or len(op.reduce_axis) != 3 or \
             len(op.bodies) != 1 or any(t.startswith("conv2d") for t in _op_tags(op)):
         return None
@@ -93,9 +94,6 @@ def plain_nchw_conv(op) -> Optional[Tuple[Tensor, Tensor]]:
 
 def _strided_window(e, v, r) -> bool:
     """Whether ``e`` is ``S*v + E*r`` for constants ``S, E >= 1``."""
-    from ...ir.expr import Const
-    from ...ir.simplify import affine_steps
-
     got = affine_steps([e], [v, r])
     if got is None:
         return False
@@ -593,10 +591,6 @@ def _conv_register_block(s: Schedule, conv: Tensor, block, order=None, out=None,
 def _conv_x_stride(conv: Tensor) -> int:
     """How far the data index of the last dimension moves per output column (the
     convolution's stride along x; 0 when it cannot be read off the body)."""
-    from ...ir.functor import substitute
-    from ...ir.simplify import simplify
-    from ...ir.expr import Const
-
     op = conv.op
     x = op.axis[-1].var
     weight = _conv_weight(conv)
@@ -802,7 +796,6 @@ def _weight_transpose(weight: Tensor, vec_dim: Optional[int], ob: int, info: Cpu
     L = info.lanes
     if None in (C, KH, KW) or (C * KH * KW) % L or ob % L:
         return None
-    from ...te.tensor_intrin import transpose_intrin
 
     return transpose_intrin(info.target, L, weight.dtype)
 

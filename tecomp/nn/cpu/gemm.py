@@ -45,6 +45,7 @@ from ...errors import ScheduleError
 from ...ir.expr import ProducerLoad
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import ComputeOp, Tensor
+from ...te.tensor_intrin import transpose_intrin
 from .._schedule_common import (_ceil, _cint, _gemm_operands, _has_tag, _inline_injective,
                                _is_injective, _outs, _walk)
 from .common import _auto_rest, _find, _loads, _op_tags, check_positive_int, config_fields
@@ -374,8 +375,6 @@ def _transposed_panels(ps: Stage, packed: Tensor, pk, pji, nr: int, kc: Optional
         return False
     intrin = None
     if info is not None:
-        from ...te.tensor_intrin import transpose_intrin
-
         L = info.lanes
         intrin = transpose_intrin(info.target, L, packed.dtype)
     if intrin is not None and isinstance(packed.op.body, ProducerLoad) and nr % L == 0 and \

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ...errors import ScheduleError
+from ...errors import ScheduleError, TargetError
+from ...target import _host_cache, as_target
 
 
 @dataclass(frozen=True)
@@ -24,8 +25,6 @@ class CpuInfo:
         """Whether the target has AVX-512's mask registers (a vector guarded past a
         tensor's edge is then masked instructions; without them, AVX2 runs its lanes one
         by one)."""
-        from ...target import as_target
-
         return as_target(self.target).has_feature("avx512f")
 
     @property
@@ -40,8 +39,6 @@ class CpuInfo:
     @property
     def _zen4(self) -> bool:
         """Whether the target's CPU is AMD Zen 4 (LLVM's ``znver4``)."""
-        from ...target import as_target
-
         return as_target(self.target).cpu == "znver4"
 
     @property
@@ -77,8 +74,6 @@ class CpuInfo:
     @property
     def l3_bytes(self) -> int:
         """The last-level cache's size (the target's, see :mod:`tecomp.target`)."""
-        from ...target import as_target
-
         return as_target(self.target).l3_bytes
 
 
@@ -92,8 +87,6 @@ MEMORY_COPY_COST = 1.2
 def _cache_size(level: int, default: int) -> int:
     """L1d / L2 / L3 size of cpu0 (per core, sysfs), or ``default`` (see
     :mod:`tecomp.target`, which reads them once)."""
-    from ...target import _host_cache
-
     return _host_cache(level, default)
 
 
@@ -118,9 +111,6 @@ def cpu_info(target="llvm") -> CpuInfo:
 
     ``TECOMP_VECTOR_LANES`` (8 or 16) overrides the width of the host target (the AVX2
     blockings compiled for this CPU; cross-targeting compiles them for an AVX2 one)."""
-    from ...errors import TargetError
-    from ...target import as_target
-
     try:
         t = as_target(target)
     except TargetError as exc:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Sequence, Tuple
 
-from ...errors import ScheduleError
+from ...errors import ScheduleError, TargetError
 from ...schedule.schedule import Stage
+from ...target import as_target
 from ...te.tensor import thread_axis
 from .._schedule_common import _ceil
 
@@ -21,9 +22,6 @@ MIN_BLOCKS = 128
 
 
 def _check_target(target) -> None:
-    from ...errors import TargetError
-    from ...target import as_target
-
     try:
         kind = as_target(target).kind
     except TargetError as exc:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional, Tuple, Union
 
 from ...errors import ScheduleError
-from ...ir.expr import Const, ProducerLoad
+from ...ir.expr import Add, Const, Mul, ProducerLoad, Var
+from ...ir.functor import collect
 from ...schedule.schedule import Schedule, create_schedule
 from ...target import MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK
 from ...te.tensor import ComputeOp, Tensor
@@ -168,9 +169,6 @@ def _conv_parts(outs, tag):
 def _conv_geometry(conv: Tensor, layout: str):
     """(stride, dilation) per spatial axis, read from the conv's input index ``y*s + ky*d``
     (they size the shared tiles in :func:`conv_config`; the bounds come from lowering)."""
-    from ...ir.functor import collect
-    from ...ir.expr import Add, Mul, Var
-
     lay = _CONV_LAYOUTS[layout]
     src = conv.op.input_tensors[0]
     loads = [n for n in collect(conv.op.body.source, lambda n: isinstance(n, ProducerLoad))

@@ -22,6 +22,7 @@ from typing import List, Optional
 
 from ...errors import ScheduleError
 from ...ir.expr import ProducerLoad
+from ...ir.functor import Mutator, collect, substitute
 from ...schedule.schedule import Schedule, create_schedule
 from ...te.tensor import ComputeOp, Tensor
 from .._schedule_common import (_ceil, _cint, _contraction_operands, _gemm_operands, _has_tag,
@@ -181,8 +182,6 @@ def reads_at_own_index(s: Schedule, out: Tensor, main: Tensor, ndim: Optional[in
 
 def expanded_loads(s: Schedule, out: Tensor) -> List[ProducerLoad]:
     """The reads in ``out``'s body once the stages inlined into it are substituted."""
-    from ...ir.functor import Mutator, collect, substitute
-
     class _Expand(Mutator):  # the body with the inlined stages substituted
         def visit_ProducerLoad(self, e):
             idx = tuple(self.visit(i) for i in e.indices)
