@@ -133,6 +133,24 @@ def test_rfactor_of_a_split_past_the_extent(kw, runner):
     np.testing.assert_allclose(c, a.sum(1) - a[:, 2], rtol=1e-6)
 
 
+
+@pytest.mark.parametrize("kw", [dict(factor=2**40), dict(nparts=2**31 + 1)])
+def test_rfactor_of_a_big_split_of_a_symbolic_reduction(kw):
+    """Campaign seed 10036621: C.rf of a symbolic reduction split by 2**40 had 2**40 rows
+    (a KernelMemoryError for 17.6 TB at the call); it has min(n, 2**40), the rows lowering
+    runs."""
+    n = tc.var("n")
+    A = tc.placeholder((3, n), name="A")
+    k = tc.reduce_axis((0, n), name="k")
+    C = tc.compute((3,), lambda i: tc.sum(A[i, k], axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    ko, ki = s[C].split(k, **kw)
+    rf = s.rfactor(C, ki if "factor" in kw else ko, 1)
+    assert "min(" in str(rf.shape[1])
+    a, c = np.random.default_rng(0).random((3, 7), dtype=np.float32), np.zeros(3, "float32")
+    tc.build(s, [A, C])(a, c)
+    np.testing.assert_allclose(c, a.sum(1), rtol=1e-6)
+
 def test_a_fused_extent_past_int32_is_int64():
     """65536 x 65537 fused: 4295032832 iterations (the int32 product wrapped to 65536: only
     row 0 ran); each original axis is the int32 value of the int64 fused counter."""

@@ -48,7 +48,7 @@ from ..ir.stmt import (
     Allocate, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt, ParamCheck, SeqStmt,
     TensorIntrinCall, seq,
 )
-from ..schedule.relations import BIG_SPLIT
+from ..schedule.relations import covering_extent as _covering
 from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_problem
 from ..te.extern import ExternOp
 from ..te.scatter import ScatterOp
@@ -78,20 +78,6 @@ def _simplify(e, ranges=None):
 
 def _ceildiv(a: Expr, b: Expr) -> Expr:
     return _simplify(_op.ceildiv(a, b))
-
-
-def _covering(part: Expr, extent: Expr) -> Expr:
-    """The extent of the loop a split makes of ``part`` (its factor, or its nparts) of an
-    axis of ``extent``: ``part``, or for a big constant one (past :data:`BIG_SPLIT`)
-    ``min(part, extent)``: the iterations past the extent are all guarded off (the other
-    loop has one iteration), so a factor of 2**32 + 1 on a small axis runs the axis,
-    not 2**32 guarded iterations, even where the loop is not partitioned (a symbolic
-    extent's loop is then not a constant: vectorize and unroll refuse it, as they would
-    refuse 2**31 lanes or copies).  Smaller factors keep their constant extent
-    (vectorize, unroll, thread bindings want it)."""
-    if isinstance(part, Const) and part.value > BIG_SPLIT:
-        return _simplify(_op.minimum(part, extent))
-    return part
 
 
 def _range0(extent: Expr) -> Range:

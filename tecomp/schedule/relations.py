@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from ..ir import op as _op
 from ..ir.expr import Const, Expr, IterVar, Reduce, Var
+from ..ir.simplify import simplify
 from ..te.tensor import ComputeOp
 
 
@@ -39,8 +41,23 @@ INT32_MAX = 2**31 - 1
 
 
 #: a split's constant factor (or nparts) past this is "big": lowering runs its loop over
-#: at most the split axis' extent (``tecomp.lower.schedule_ops._covering``)
+#: at most the split axis' extent (:func:`covering_extent`)
 BIG_SPLIT = 1 << 16
+
+
+def covering_extent(part: Expr, extent: Expr) -> Expr:
+    """The extent of the loop a split makes of ``part`` (its factor, or its nparts) of an
+    axis of ``extent``: ``part``, or for a big constant one (past :data:`BIG_SPLIT`)
+    ``min(part, extent)``: the iterations past the extent are all guarded off (the other
+    loop has one iteration), so a factor of 2**32 + 1 on a small axis runs the axis,
+    not 2**32 guarded iterations, even where the loop is not partitioned (a symbolic
+    extent's loop is then not a constant: vectorize and unroll refuse it, as they would
+    refuse 2**31 lanes or copies), and ``rfactor`` of it makes an axis of that extent.
+    Smaller factors keep their constant extent (vectorize, unroll, thread bindings want
+    it)."""
+    if isinstance(part, Const) and part.value > BIG_SPLIT:
+        return simplify(_op.minimum(part, extent))
+    return part
 
 
 def max_extents(op, relations) -> dict:
@@ -57,7 +74,7 @@ def max_extents(op, relations) -> dict:
             pe = out.get(rel.parent)
             f = rel.factor if rel.factor is not None else rel.nparts
             f = int(f.value) if isinstance(f, Const) else None
-            # (lowering runs a big factor's loop over at most the extent: _covering)
+            # (lowering runs a big factor's loop over at most the extent: covering_extent)
             covering = f if f is None or pe is None or f <= BIG_SPLIT else min(f, pe)
             if rel.factor is not None:
                 if f is not None:

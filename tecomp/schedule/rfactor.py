@@ -15,7 +15,7 @@ from ..ir.expr import LT, And, Const, IterVar, ProducerLoad, Range, Reduce, Sele
 from ..ir.functor import collect, map_combiner, substitute
 from ..ir.op import if_then_else
 from ..te.tensor import ComputeOp, Tensor
-from .relations import Fuse, Split, _with_body
+from .relations import Fuse, Split, _with_body, covering_extent
 
 
 def rfactor(sch, tensor, axis, factor_axis: int = 0):
@@ -132,12 +132,13 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
 
 def _at_most(part, extent):
     """``part`` (a split's factor or nparts), or ``extent`` where both are constants and
-    ``part`` is larger: the same loop, covered in one piece."""
+    ``part`` is larger: the same loop, covered in one piece; a big constant ``part`` of a
+    symbolic extent covers ``min(part, extent)``, as lowering runs it."""
     pv = part if isinstance(part, int) else getattr(part, "value", None)
     ev = getattr(extent, "value", None)
     if isinstance(pv, int) and isinstance(ev, int) and pv > ev:
         return Const(ev, part.dtype) if isinstance(part, Const) else ev
-    return part
+    return covering_extent(part, extent) if isinstance(part, Const) else part
 
 
 def _uses(e, variables) -> bool:
