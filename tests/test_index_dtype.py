@@ -138,7 +138,7 @@ def test_rfactor_of_a_split_past_the_extent(kw, runner):
 def test_rfactor_of_a_big_split_of_a_symbolic_reduction(kw):
     """Campaign seed 10036621: C.rf of a symbolic reduction split by 2**40 had 2**40 rows
     (a KernelMemoryError for 17.6 TB at the call); it has min(n, 2**40), the rows lowering
-    runs."""
+    runs (int64(n) for the factor: an int32 n is always below it)."""
     n = tc.var("n")
     A = tc.placeholder((3, n), name="A")
     k = tc.reduce_axis((0, n), name="k")
@@ -146,7 +146,8 @@ def test_rfactor_of_a_big_split_of_a_symbolic_reduction(kw):
     s = tc.create_schedule(C.op)
     ko, ki = s[C].split(k, **kw)
     rf = s.rfactor(C, ki if "factor" in kw else ko, 1)
-    assert "min(" in str(rf.shape[1])
+    rows = str(rf.shape[1])
+    assert "n" in rows and str(2**40) not in rows and str(2**31 + 1) not in rows, rows
     a, c = np.random.default_rng(0).random((3, 7), dtype=np.float32), np.zeros(3, "float32")
     tc.build(s, [A, C])(a, c)
     np.testing.assert_allclose(c, a.sum(1), rtol=1e-6)
@@ -548,3 +549,68 @@ def test_inlining_across_index_dtypes(runner, wide):
     i = np.arange(37)
     want = a[3 - i % 4, i % 4 * 3 + 1] / (i % 4 % 3 + 1) + i
     np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+def _holds_for(func, **sizes) -> bool:
+    """Whether every call-time check of ``func`` passes with the variables ``sizes``."""
+    from tecomp.ir.functor import free_vars
+    from tecomp.runtime.argcheck import compile_shape_expr
+    for pc in func.attrs["param_checks"]:
+        env = {v: sizes[v.name] for v in free_vars(pc.expr)}
+        if not pc.holds(compile_shape_expr(pc.expr)(env)):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("runner", ["llvm", "interp"])
+def test_a_big_split_of_a_fused_symbolic_axis_is_checked_by_its_real_bound(runner):
+    """Campaign seed 10063711 (big_split family): a fused axis split by 2**31 - 1 is
+    decomposed by ``// n``, which the interval analysis cannot bound; the cruder bound
+    that replaced it took the outer loop's extent ``(n*7 - 1) // 2147483647 + 1`` to be
+    ``n*7 + 2``, so the call-time check refused n = 11 (``can reach 339302416303``).  The
+    bound now starts from the dividend's own interval: small sizes run, sizes whose fused
+    index passes int32 are still refused."""
+    n = tc.var("n")
+    A = tc.placeholder((7, 6), "float64", name="A")
+    C = tc.compute((7, n, n), lambda i, j, k: tc.if_then_else(i >= 1, A[i, i - 1], 0.0),
+                   name="C")
+    s = tc.create_schedule(C.op)
+    f = s[C].fuse(C.op.axis[0], C.op.axis[1])
+    s[C].split(f, factor=2**31 - 1)
+    func = tc.lower(s, [A, C])
+    assert _holds_for(func, n=11) and _holds_for(func, n=2**31 // 7)
+    assert not _holds_for(func, n=2**31 // 7 + 2)
+    a = np.random.default_rng(0).uniform(-1, 1, (7, 6))
+    c = np.zeros((7, 11, 11))
+    if runner == "llvm":
+        tc.build(s, [A, C])(a, c)
+    else:
+        interp.run(func, a, c)
+    want = np.r_[0.0, a[np.arange(1, 7), np.arange(6)]]
+    np.testing.assert_array_equal(c, np.broadcast_to(want[:, None, None], (7, 11, 11)))
+
+
+@pytest.mark.parametrize("runner", ["llvm", "interp"])
+def test_an_int32_cast_of_an_int64_loop_keeps_its_range(runner):
+    """Campaign seed 10066051 (big_split family): an axis split by 2**32 + 1 is int64 and
+    the int32 index ``n - 1 - i`` of a producer reads it as ``int32(i.inner)``; the
+    analysis knew nothing of that cast's upper end (the int64 ``int64(n)`` had no bound),
+    so ``n - int32(i.inner) - 1`` got a check that refused n = 3.  A cast's value is one of
+    its source's dtype: ``int64(n)`` is at most 2**31 - 1, and no check is needed."""
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    P = tc.compute((n,), lambda i: A[i] * 2.0, name="P")
+    C = tc.compute((8, n), lambda j, i: P[n - 1 - i] + j.astype("float32"), name="C")
+    s = tc.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[1], factor=2**32 + 1)
+    s[P].compute_at(s[C], ii)
+    func = tc.lower(s, [A, C])
+    assert "int32(i.inner)" in str(func)
+    assert func.attrs["param_checks"] == ()
+    a = np.arange(3, dtype="float32")
+    c = np.zeros((8, 3), "float32")
+    if runner == "llvm":
+        tc.build(s, [A, C])(a, c)
+    else:
+        interp.run(func, a, c)
+    np.testing.assert_array_equal(c, a[::-1] * 2 + np.arange(8, dtype="float32")[:, None])

@@ -297,6 +297,13 @@ class _IndexDtype(Mutator):
         m = self.magnitude
         if t is Const:
             return Const(abs(int(e.value)), "int64") if _dt.is_int(e.dtype) else None
+        if _dt.is_int(e.dtype):
+            # where the interval analysis bounds ``e`` (if not an expression it is part of,
+            # e.g. the dividend of a division by a symbolic extent), ``max(|lo|, |hi|)`` is
+            # far tighter than the rules below (which take ``|a // 7|`` to be ``|a|``)
+            tight = self._bounds_magnitude(e)
+            if tight is not None:
+                return tight
         if t is Var:
             r = self.ranges.get(e)
             if isinstance(r, Range):
@@ -333,6 +340,24 @@ class _IndexDtype(Mutator):
         if (t is BufferLoad or t is Call) and _dt.is_int(e.dtype) and e.dtype != "int64":
             return Const(max(abs(x) for x in _dt.int_limits(e.dtype)), "int64")
         return None
+
+    def _bounds_magnitude(self, e: Expr) -> Optional[Expr]:
+        """``max(|lo|, |hi|)`` of ``e``'s bounds as an int64 expression in the parameters,
+        or None where a bound is missing or uses something the call does not give."""
+        sides = []
+        for b in self.bounds(e):
+            if b is None:
+                return None
+            if isinstance(b, int):
+                sides.append(Const(abs(b), "int64"))
+                continue
+            if not all(v in self.param_ranges for v in free_vars(b)):
+                return None
+            w = widened(b)
+            lo = const_interval(w, self.param_ranges)[0]
+            sides.append(w if lo is not None and lo >= 0
+                         else _op.maximum(w, _op.sub(Const(0, "int64"), w)))
+        return _op.maximum(*sides)
 
     def _side(self, b, x: Expr, what) -> str:
         """The verdict on one bound ``b`` of ``x`` (or on a bound of ``|x|``)."""
