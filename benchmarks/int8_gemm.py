@@ -30,7 +30,7 @@ def main() -> int:
 
     import tecomp as tc
     from tecomp.autoschedule.rules import Knobs, apply_rules
-    from tecomp.nn.cpu import cpu_info
+    from tecomp.nn.cpu import cpu_model
     from run import interleaved, uptime
     from workloads import machine
 
@@ -66,7 +66,7 @@ def main() -> int:
     tz(a, b, c)
     assert np.array_equal(c, a.astype(np.int64) @ b.astype(np.int64)), "tensorized GEMM is wrong"
     fns["tecomp int8 tensorized"] = lambda: tz(a, b, c)
-    plain = tc.build(apply_rules(q, Knobs({"tensorize.C": "none"}), cpu_info("llvm")), q)
+    plain = tc.build(apply_rules(q, Knobs({"tensorize.C": "none"}), cpu_model("llvm")), q)
     c2 = np.zeros_like(c)
     fns["tecomp int8 plain"] = lambda: plain(a, b, c2)
     af, bf = a.astype(np.float32), b.astype(np.float32)

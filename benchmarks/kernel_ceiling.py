@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     from tecomp.nn import cpu as sc
     from run import interleaved
 
-    if sc.cpu_info().lanes != 16:
+    if sc.cpu_model().lanes != 16:
         print("needs AVX-512 (the C models use 16-lane intrinsics)")
         return 1
     P = ctypes.POINTER(ctypes.c_float)

@@ -25,9 +25,9 @@ from workloads import Runner, Skip
 
 
 def _lanes():
-    from tecomp.nn.cpu import cpu_info
+    from tecomp.nn.cpu import cpu_model
 
-    return cpu_info().lanes
+    return cpu_model().lanes
 
 
 def _row_vector(H: int, L: int) -> int:

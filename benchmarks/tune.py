@@ -122,7 +122,7 @@ def torch_fn(w, threads):
 
 
 def _l3_bytes():
-    from tecomp.nn.cpu.machine import _cache_size
+    from tecomp.target.host import host_cache as _cache_size
 
     return _cache_size(3, 32 << 20)
 

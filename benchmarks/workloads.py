@@ -22,7 +22,7 @@ class Skip(Exception):
 
 def machine() -> str:
     name = sc.cpu_name()
-    info = sc.cpu_info()
+    info = sc.cpu_model()
     isa = {16: "AVX-512", 8: "AVX2", 4: "SSE"}.get(info.lanes, "?")
     return (f"{name}, {os.cpu_count()} cores, {isa} "
             f"({info.lanes} float32 lanes, {info.vregs} vector registers), "
@@ -319,8 +319,8 @@ def peak_gflops(threads: int) -> float:
     inputs on the stack, 83 against 152 GFLOP/s on one thread on the Xeon.)"""
     if threads in _PEAK:
         return _PEAK[threads]
-    L = sc.cpu_info().lanes
-    R, V, KK = (7 if sc.cpu_info().vregs >= 32 else 6), 2 * L, 200000
+    L = sc.cpu_model().lanes
+    R, V, KK = (7 if sc.cpu_model().vregs >= 32 else 6), 2 * L, 200000
     P = max(1, threads)
     X = tc.placeholder((P, V), name="X")
     # the R broadcasts of a k step from one row of a 64-row table in L1 (W streamed from

@@ -5,7 +5,7 @@ import gc
 import time
 from contextlib import contextmanager
 
-from .errors import BuildError, LowerError
+from .errors import LowerError
 from .ir.deep import deep_entry
 from .ir.stmt import PrimFunc
 
@@ -48,15 +48,71 @@ def build(s_or_func, args=None, target="llvm", name: str = "main", checks: bool 
         return _build(s_or_func, args, target, name, checks)
 
 
-def _build(s_or_func, args, target, name, checks):
-    tgt = as_target(target)
-    target = tgt.kind
-    t0 = time.perf_counter()
-    if target == "llvm":
+class Backend:
+    """How ``tc.build`` turns a lowered function into a module for one target kind."""
+
+    kind = ""
+
+    def start(self) -> None:
+        """Called before lowering (work that may overlap it)."""
+
+    def build(self, func: PrimFunc, target, checks: bool):
+        raise NotImplementedError
+
+
+class LlvmBackend(Backend):
+    """The CPU, through llvmlite: a module run in this process (:mod:`tecomp.runtime.llvm`)."""
+
+    kind = "llvm"
+
+    def start(self) -> None:
         from .codegen.llvm import jit as llvm_jit
 
         # the first build of a process starts the LLVM optimiser worker while it lowers
         llvm_jit.start_worker()
+
+    def build(self, func, target, checks):
+        from .codegen.llvm import build_llvm
+
+        return build_llvm(func, checks=checks, target=target)
+
+
+class CudaBackend(Backend):
+    """The GPU: CUDA C compiled by NVRTC/nvcc and run through pycuda."""
+
+    kind = "cuda"
+
+    def build(self, func, target, checks):
+        from .runtime.cuda import build_cuda
+
+        return build_cuda(func, target=target)
+
+
+class CudaEmuBackend(Backend):
+    """The CUDA C compiled for this CPU and run one block at a time (no GPU needed)."""
+
+    kind = "cuda-emu"
+
+    def build(self, func, target, checks):
+        from .codegen.cuda_emu import build_cuda_emu
+
+        return build_cuda_emu(func)
+
+
+#: the backend of each target kind (:data:`tecomp.target.KINDS`)
+BACKENDS = {b.kind: b for b in (LlvmBackend(), CudaBackend(), CudaEmuBackend())}
+
+
+def backend_for(target) -> Backend:
+    """The :class:`Backend` that builds for ``target`` (a Target or its string)."""
+    return BACKENDS[as_target(target).kind]
+
+
+def _build(s_or_func, args, target, name, checks):
+    tgt = as_target(target)
+    backend = BACKENDS[tgt.kind]
+    t0 = time.perf_counter()
+    backend.start()
     stats = {}
     if isinstance(s_or_func, PrimFunc):
         func = s_or_func
@@ -67,18 +123,7 @@ def _build(s_or_func, args, target, name, checks):
         if args is None:
             raise LowerError("tc.build(s, args): give the argument list (input and output tensors)")
         func = lower(s_or_func, args, name=name, target=tgt, stats=stats)
-    if target == "llvm":
-        from .codegen.llvm import build_llvm
-
-        mod = build_llvm(func, checks=checks, target=tgt)
-    elif target == "cuda":
-        from .runtime.cuda import build_cuda
-
-        mod = build_cuda(func, target=tgt)
-    else:
-        from .codegen.cuda_emu import build_cuda_emu
-
-        mod = build_cuda_emu(func)
+    mod = backend.build(func, tgt, checks)
     try:
         mod.lower_seconds = stats.get("lower_seconds", 0.0)
         mod.build_seconds = time.perf_counter() - t0

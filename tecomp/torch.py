@@ -166,10 +166,10 @@ class Op:
         self.outputs = outs
         self.single = len(outs) == 1  # one output: a tensor, not a 1-tuple
         self.target = as_target(target)
-        if self.target.kind not in ("llvm", "cuda"):
+        if self.target.is_emulated:
             raise ComputeError(f"tecomp.torch.op: target {self.target} is not one torch tensors "
                                f"live on; use 'llvm' (CPU tensors) or 'cuda' (CUDA tensors)")
-        self.device_type = "cpu" if self.target.kind == "llvm" else "cuda"
+        self.device_type = "cpu" if self.target.is_cpu else "cuda"
         if schedule is not None and not isinstance(schedule, Schedule) and not callable(schedule):
             raise ScheduleError(f"tecomp.torch.op: schedule must be a Schedule, a function "
                                 f"outputs -> Schedule, or None, got {schedule!r:.80}")
@@ -302,7 +302,7 @@ class Op:
                 raise ScheduleError(f"tecomp.torch.op {self.name}: the schedule function "
                                     f"returned {s!r:.60}, not a Schedule")
             return s
-        if self.target.kind != "llvm":
+        if not self.target.is_cpu:
             raise ScheduleError(
                 f"tecomp.torch.op {self.name}: target {self.target} has no default schedule "
                 f"for arbitrary computes (the auto-scheduler is CPU-only): pass schedule=, a "

@@ -136,14 +136,20 @@ def with_fma_model(monkeypatch, half_width: bool, gather_cost: float,
     last-level cache of ``l3_bytes`` (through pytest's ``monkeypatch``): whether an NCHW
     convolution takes channel vectors depends on them, so a test pins them instead of
     the host's."""
-    from tecomp.nn.cpu.machine import CpuInfo
+    import dataclasses
+
+    from tecomp.target import Target
 
     tcost = gather_cost / 2 if transpose_cost is None else transpose_cost
-    monkeypatch.setattr(CpuInfo, "l3_bytes", property(lambda self: l3_bytes))
-    monkeypatch.setattr(CpuInfo, "fma_lanes", property(
-        lambda self: self.lanes // 2 if half_width and self.lanes == 16 else self.lanes))
-    monkeypatch.setattr(CpuInfo, "gather_cost", property(lambda self: gather_cost))
-    monkeypatch.setattr(CpuInfo, "transpose_cost", property(lambda self: tcost))
+    real = Target.machine.fget
+
+    def machine(self):
+        m = real(self)
+        return dataclasses.replace(
+            m, l3_bytes=l3_bytes, gather_cost=gather_cost, transpose_cost=tcost,
+            fma_lanes=m.lanes // 2 if half_width and m.lanes == 16 else m.lanes)
+
+    monkeypatch.setattr(Target, "machine", property(machine))
 
 
 def llvm_o3_hang_program():

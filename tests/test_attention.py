@@ -12,7 +12,7 @@ import tecomp as tc
 from tecomp import nn
 from tecomp.ir import Allocate
 from tecomp.ir.functor import collect
-from tecomp.nn.cpu import attention_params, cpu_info, schedule_attention
+from tecomp.nn.cpu import attention_params, cpu_model, schedule_attention
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -111,7 +111,7 @@ def test_symbolic_lengths():
         s = schedule_attention(out)
         if keys == 37:
             allocs = _allocations(s, [q, k, v, out])
-            rows = attention_params(out, cpu_info())["rows"] * cpu_info().lanes
+            rows = attention_params(out, cpu_model())["rows"] * cpu_model().lanes
             assert allocs["sdpa.scores"] == (1, 1, rows, 37)
         f = tc.build(s, [q, k, v, out])
         rng = np.random.default_rng(1)
@@ -167,7 +167,7 @@ def test_no_lq_by_lk_buffer(how):
     args = [q, k, v, m, out]
     s = schedule_attention(out) if how == "schedule_attention" else tc.auto_schedule(args)
     allocs = _allocations(s, args)
-    rows = attention_params(out, cpu_info())["rows"] * cpu_info().lanes
+    rows = attention_params(out, cpu_model())["rows"] * cpu_model().lanes
     assert allocs["sdpa.scores"] == (1, 1, rows, lk)
     assert allocs["sdpa.exp"] == (1, 1, rows, lk)
     assert max(math.prod(sh) for sh in allocs.values()) < lq * lk
@@ -187,7 +187,7 @@ def test_blocking_follows_the_target(target, lanes):
     the lowered loops are the target's lanes (lowered only: this CPU may lack AVX-512)."""
     q, k, v, _ = _placeholders(1, 2, 100, 64, 32, 32, "float32")
     out = nn.scaled_dot_product_attention(q, k, v)
-    info = cpu_info(target)
+    info = cpu_model(target)
     assert info.lanes == lanes
     p = attention_params(out, info)
     allocs = _allocations(schedule_attention(out, target), [q, k, v, out])
@@ -200,7 +200,7 @@ def test_blocking_follows_the_target(target, lanes):
 def test_float64_rows_are_float64_vectors():
     q, k, v, _ = _placeholders(1, 1, 40, 16, 8, 8, "float64")
     out = nn.scaled_dot_product_attention(q, k, v)
-    info = cpu_info("llvm -mcpu=haswell")
+    info = cpu_model("llvm -mcpu=haswell")
     assert attention_params(out, info)["lanes"] == 4   # 256-bit vectors of float64
 
 
@@ -242,7 +242,7 @@ def test_schedule_attention_applies_a_config():
     q, k, v, m = _placeholders(1, 2, 40, 29, 16, 16, "float32", (40, 29))
     out = nn.scaled_dot_product_attention(q, k, v, m)
     args = [q, k, v, m, out]
-    p = attention_params(out, cpu_info())
+    p = attention_params(out, cpu_model())
     default = str(tc.lower(schedule_attention(out), args))
     same = {n: p[n] for n in ("rows", "keys", "values", "chunk")}
     assert str(tc.lower(schedule_attention(out, config=same), args)) == default

@@ -276,7 +276,7 @@ def test_training_step_with_a_channel_vector_forward_conv(monkeypatch, lanes):
     N, C, O, H = 2, 32, 2 * lanes, lanes // 2
     X, Wt = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((O, C, 3, 3), name="W")
     Y = nn.conv2d_nchw(X, Wt, 1, 1)
-    assert sc.conv2d._nchw_by_channels(Y, sc.cpu_info(), H) is not None
+    assert sc.conv2d._nchw_by_channels(Y, sc.cpu_model(), H) is not None
     Hd = tc.placeholder(Y.shape, name="H")
     gX, gW = tc.gradient(Y, [X, Wt], head=Hd)
     f = tc.build(ad.schedule_backward([Y, gX, gW]), [X, Wt, Hd, Y, gX, gW])
@@ -309,7 +309,7 @@ def test_narrow_nchw_data_gradient_phases_with_channel_vectors(stride, lanes, mo
     gX = tc.gradient(Y, X, head=Hd)
     phases = [gX] if stride == 1 else list(gX.op.input_tensors)
     assert all("conv2d_nchw" in t.op.tag.split(",") for t in phases)
-    info = sc.cpu_info()
+    info = sc.cpu_model()
     single = [t for t in phases if all(r.dom.extent.value == 1 for r in t.op.reduce_axis[1:])]
     assert len(single) == (stride == 2)
     # with AVX-512 the schedule puts its vectors across the channels; with AVX2 a row

@@ -9,7 +9,7 @@ import pytest
 import tecomp as tc
 import tecomp.nn as nn
 from tecomp.autoschedule.rules import Knobs, apply_rules
-from tecomp.nn.cpu import cpu_info
+from tecomp.nn.cpu import cpu_model
 from tecomp.schedule.trace import replay
 
 
@@ -189,7 +189,7 @@ def test_random_knobs_are_correct(name, seed):
     """Every knob value the search may try gives a correct schedule."""
     args, ref = WORKLOADS[name]()
     k = Knobs(rng=random.Random(seed))
-    s = apply_rules(args, k, cpu_info())
+    s = apply_rules(args, k, cpu_model())
     try:
         tc.lower(s, args)
     except tc.ScheduleError:
@@ -203,11 +203,11 @@ def test_random_knobs_are_correct(name, seed):
 def test_knobs_record_their_space_and_replay_a_choice():
     args, _ = atb()
     k = Knobs()
-    apply_rules(args, k, cpu_info())
+    apply_rules(args, k, cpu_model())
     assert set(k.space) >= {"C.nr", "C.mr", "C.order"} and k.values == k.defaults
     pick = dict(k.values, **{"C.mr": 2, "C.order": "uv"})
     k2 = Knobs(pick)
-    s = apply_rules(args, k2, cpu_info())
+    s = apply_rules(args, k2, cpu_model())
     assert k2.values["C.mr"] == 2 and k2.values["C.order"] == "uv"
     assert "split(i, factor=2)" in s.trace.python(args)
 
@@ -338,14 +338,14 @@ def test_register_blocks_on_avx2(width, block):
     would run lane by lane.  The results are right where the target runs."""
     import tecomp.nn as tnn
     from tecomp.autoschedule.rules import Knobs, apply_rules
-    from tecomp.nn.cpu import cpu_info
+    from tecomp.nn.cpu import cpu_model
 
     target = "llvm -mcpu=haswell"
     X = tc.placeholder((1, 64, width, width), name="X")
     W = tc.placeholder((64, 64, 3, 3), name="W")
     Y = tnn.conv2d_nchw(X, W, padding=1)
     knobs = Knobs({"template": False})   # the generic rules, as a search may try them
-    s = apply_rules([X, W, Y], knobs, cpu_info(target), {})
+    s = apply_rules([X, W, Y], knobs, cpu_model(target), {})
     assert (knobs.values["conv2d_nchw.mr"], knobs.values["conv2d_nchw.nr"]) == block
     if tc.Target(target).runs_here() is not None:
         return
@@ -368,14 +368,14 @@ def test_nchw_conv_template_or_generic_rules(target, window, generic):
     The knob is in the space, so a search tries the other."""
     import tecomp.nn as tnn
     from tecomp.autoschedule.rules import Knobs, apply_rules
-    from tecomp.nn.cpu import cpu_info
+    from tecomp.nn.cpu import cpu_model
 
     X = tc.placeholder((1, 16, 12, 12), name="X")
     W = tc.placeholder((16, 16, window, window), name="W")
     b = tc.placeholder((16,), name="b")
     Y = tnn.relu(tnn.bias_add(tnn.conv2d_nchw(X, W, padding=window // 2), b))
     knobs = Knobs()
-    s = apply_rules([X, W, b, Y], knobs, cpu_info(target), {})
+    s = apply_rules([X, W, b, Y], knobs, cpu_model(target), {})
     assert knobs.values["conv2d_nchw.generic_rules"] is generic
     assert knobs.space["conv2d_nchw.generic_rules"] == [True, False]
     assert ("conv2d_nchw.mr" in knobs.values) is generic   # the generic rules' block knob
@@ -410,7 +410,7 @@ def _rows_schedule(args, target):
     """The schedule with the row as the block's vector (the plane knob off where there
     is one: with AVX-512 the plane is the default) and its knobs."""
     knobs = Knobs({"O.plane": False})
-    s = apply_rules(args, knobs, cpu_info(target), {})
+    s = apply_rules(args, knobs, cpu_model(target), {})
     return s, knobs.values
 
 
@@ -506,7 +506,7 @@ def test_plane_blocks_with_random_knobs_and_epilogues(seed):
         Y = O
     args = ins + [Y]
     knobs = Knobs({"O.plane": True}, rng=random.Random(seed + 100))
-    s = apply_rules(args, knobs, cpu_info(target), {})
+    s = apply_rules(args, knobs, cpu_model(target), {})
     assert any(k.endswith(".plane") and v is True for k, v in knobs.values.items()), \
         knobs.values
     rng = np.random.default_rng(seed)
@@ -615,7 +615,7 @@ def test_inlined_padding_is_partitioned_and_correct():
     # (an NCHW convolution written as a plain compute: the template by default, the
     # rules with the knob "template" off)
     knobs = Knobs({"template": False})
-    apply_rules([X, Wt, O], knobs, cpu_info("llvm"), {})
+    apply_rules([X, Wt, O], knobs, cpu_model("llvm"), {})
     assert knobs.values["P.inline_padding"] is False
     assert tc.autoschedule.default_config([X, Wt, O])["template"] is True
 
@@ -689,7 +689,7 @@ def test_plain_nchw_conv_gets_the_conv_template(case):
         Y = tc.compute(O.shape, lambda n, o, y, x: tc.max(O[n, o, y, x] + b[o], 0.0), name="Y")
         args = [X, Wt, b, Y]
     knobs = Knobs()
-    s = apply_rules(args, knobs, cpu_info("llvm"), {})
+    s = apply_rules(args, knobs, cpu_model("llvm"), {})
     assert knobs.values["template"] is True and "conv2d_nchw.generic_rules" in knobs.space
     assert "O.mr" not in knobs.values     # not the generic rules' block
     rng = np.random.default_rng(3)
@@ -735,7 +735,7 @@ def test_plain_computes_that_are_not_nchw_convolutions():
     for out in (A, B, C64, D, E):
         assert plain_nchw_conv(out.op) is None, out.name
     knobs = Knobs()
-    apply_rules([X, Wb, B], knobs, cpu_info("llvm"), {})
+    apply_rules([X, Wb, B], knobs, cpu_model("llvm"), {})
     assert "B.mr" in knobs.values and "conv2d_nchw.generic_rules" not in knobs.space
 
 
@@ -750,7 +750,7 @@ def test_large_1x1_plane_takes_the_generic_rules(size, generic):
     W = tc.placeholder((64, 32, 1, 1), name="W")
     Y = tnn.conv2d_nchw(X, W)
     knobs = Knobs()
-    apply_rules([X, W, Y], knobs, cpu_info("llvm -mcpu=skylake-avx512"), {})
+    apply_rules([X, W, Y], knobs, cpu_model("llvm -mcpu=skylake-avx512"), {})
     assert knobs.values["conv2d_nchw.generic_rules"] is generic
 
 
@@ -769,7 +769,7 @@ def test_plain_nchw_convs_with_random_knobs(seed):
     X, Wt, P, O = _plain_conv(N, C, K, H, W, R, stride, dil, pad, r.random() < 0.5)
     args = [X, Wt, O]
     knobs = Knobs(rng=random.Random(seed))
-    s = apply_rules(args, knobs, cpu_info("llvm"), {})
+    s = apply_rules(args, knobs, cpu_model("llvm"), {})
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((N, C, H, W)).astype("float32")
     w = rng.standard_normal((K, C, R, R)).astype("float32")

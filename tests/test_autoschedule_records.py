@@ -42,7 +42,7 @@ def test_key_names_the_microarchitecture(monkeypatch, tmp_path):
     5) get other keys where LLVM names their cores apart: a record tuned on one is not
     replayed on the other."""
     from tecomp import target as tgt
-    from tecomp.nn.cpu import machine
+    from tecomp import target as machine
 
     monkeypatch.setattr(machine, "cpu_name", lambda: "AMD EPYC")
     here = records.workload_key(dag())

@@ -439,7 +439,7 @@ def test_campaign_seed_3016817_pack_of_an_operand_the_reduction_does_not_index()
     import random
 
     from tecomp.autoschedule.rules import Knobs, apply_rules
-    from tecomp.nn.cpu import cpu_info
+    from tecomp.nn.cpu import cpu_model
 
     T0 = tc.placeholder((2,), name="P0")
     k0 = tc.reduce_axis((0, 8), name="k0")
@@ -458,7 +458,7 @@ def test_campaign_seed_3016817_pack_of_an_operand_the_reduction_does_not_index()
         tc.if_then_else(i1 // 3 < 2, T0[i1 // 3], tc.const(0, "float32")),
         T3[i1, i1 // 3, i1 * 2 + i0]), name="C4")
     args = [T0, T3, T4]
-    s = apply_rules(args, Knobs(rng=random.Random(41966)), cpu_info(), {})
+    s = apply_rules(args, Knobs(rng=random.Random(41966)), cpu_model(), {})
     f = tc.build(s, args)
     rng = np.random.default_rng(0)
     a0 = rng.uniform(-1, 1, 2).astype("float32")

@@ -99,7 +99,7 @@ def test_matmul_packed_wide_panel_copies_out_in_accumulator_vectors(lanes):
     """A panel of three vectors (NR = 48 with 16 lanes): the copy out of C.local uses
     the micro-kernel's 16-lane vectors, not one 48-lane vector (that mix kept LLVM from
     keeping C.local in registers: 11 against 86 GFLOP/s), and the result is right."""
-    L = sc.cpu_info().lanes
+    L = sc.cpu_model().lanes
     nr = 3 * L
     A = tc.placeholder((40, 70), name="A")
     B = tc.placeholder((70, 2 * nr + 5), name="B")
@@ -347,7 +347,7 @@ def test_conv2d_nhwc_blocks_leave_no_sliver(hw, lanes):
     14-pixel blocks, whose two accumulators wait on the FMA latency: the whole conv ran
     10-20% slower), keeps the benchmark's 14-pixel rows at 56, and stays within the
     registers."""
-    info = sc.cpu_info()
+    info = sc.cpu_model()
     ob, yb, xb = sc.conv2d._conv_block_nhwc(128, hw, hw, info)
     nvo = -(-ob // info.lanes)
     assert nvo * yb * xb <= info.vregs - nvo - 2
@@ -364,7 +364,7 @@ def test_conv2d_nchw_block_leaves_no_row_tail_in_the_parallel_loop(oh, lanes):
     serial loop in each (batch, channel block) task, whose tail is peeled off.  A tail in
     the parallel loop kept every block under a guard (512 channels at 7x7: 57 ms against
     8.9 with 7-row blocks; PyTorch 6.0)."""
-    info = sc.cpu_info()
+    info = sc.cpu_model()
     for n in (1, 4):
         ob, yb, xb = sc.conv2d._conv_block_nchw(512, oh, oh, info, n, 3, 3)
         assert oh % yb == 0 or sc.conv2d._rows_peeled(n, 512, ob, oh, yb, info), (n, oh, ob, yb)
@@ -392,14 +392,14 @@ def test_conv2d_nchw_peeled_row_tail_runs_unguarded(N, K, lanes, threads):
     s = sc.schedule_conv2d_nchw(out)
     f = tc.lower(s, [d, w, out])
     reductions = collect(f.body, lambda n: isinstance(n, For) and n.var.name == "c")
-    if sc.cpu_info().masks:
+    if sc.cpu_model().masks:
         assert len(reductions) >= 2   # the main blocks and the peeled tail
     for loop in reductions:
         for g in collect(loop.body, lambda n: isinstance(n, IfThenElse)):
             # only the masked lanes of a column tail (13 columns in 8-lane vectors)
-            assert sc.cpu_info().masks, g.cond
+            assert sc.cpu_model().masks, g.cond
             assert {v.name for v in free_vars(g.cond)} == {"x.inner"}, g.cond
-    if sc.cpu_info().masks:
+    if sc.cpu_model().masks:
         rows = [n for n in collect(f.body, lambda n: isinstance(n, For) and n.kind == "serial")
                 if n.var.name.startswith("y")]
         assert rows, "the row blocks are a serial loop"
@@ -447,7 +447,7 @@ def test_conv2d_nchw_by_channels(case, on16, on8, l2, lanes, monkeypatch):
     w = tc.placeholder((O, C, R, R), name="weight")
     out = ops.conv2d_nchw(d, w, stride=st, padding=p, dilation=dl)
     OH, OW = _shape(out)[2:]
-    info = sc.cpu_info()
+    info = sc.cpu_model()
     row_xb = sc.conv2d._conv_block_nchw(O, OH, OW, info, N, R, R, st)[2]
     block = sc.conv2d._nchw_by_channels(out, info, row_xb)
     assert (block is not None) == (on16 if lanes == 16 else on8), block
@@ -499,19 +499,22 @@ def test_conv2d_nchw_channel_vectors_weigh_the_weight_copy(case, chan, monkeypat
     d = tc.placeholder((N, C, H, H), name="data")
     w = tc.placeholder((O, C, R, R), name="weight")
     out = ops.conv2d_nchw(d, w, stride=st, padding=R // 2)
-    info = sc.cpu_info()
+    info = sc.cpu_model()
     OH, OW = _shape(out)[2:]
     row_xb = sc.conv2d._conv_block_nchw(O, OH, OW, info, N, R, R, st)[2]
     with_fma_model(monkeypatch, half_width=True, gather_cost=4.0, transpose_cost=0.8)
+    info = sc.cpu_model()
     assert sc.conv2d._row_lane_use(7, 7, info) == 7 / 8
     assert (sc.conv2d._nchw_by_channels(out, info, row_xb) is not None) == chan
     assert sc.conv2d_nchw_params(out, info).by_channels == chan
     with_fma_model(monkeypatch, half_width=False, gather_cost=1.5)
+    info = sc.cpu_model()
     assert sc.conv2d._row_lane_use(7, 7, info) == 7 / 16
     assert sc.conv2d._nchw_by_channels(out, info, row_xb) is not None
     if N * C * H > 4096:
         return   # (the large layers: the decision only; the small ones run both ways)
     with_fma_model(monkeypatch, half_width=True, gather_cost=4.0, transpose_cost=0.8)
+    info = sc.cpu_model()
     dn, wn = _arr((N, C, H, H)), _arr((O, C, R, R))
     ref = _conv_ref(dn, wn, st, R // 2, 1)
     for by_channels in (True, False):
@@ -563,7 +566,7 @@ def test_conv2d_nchw_by_channels_fused_epilogue(monkeypatch):
     s = sc.schedule_conv2d_nchw(out)
     text = str(tc.lower(s, [d, w, b, out]))
     assert all("(local" in line for line in text.splitlines() if f"allocate {conv.name}:" in line)
-    assert sc.conv2d._nchw_by_channels(conv, sc.cpu_info(), 7) is not None
+    assert sc.conv2d._nchw_by_channels(conv, sc.cpu_model(), 7) is not None
     dn, wn, bn = _arr((2, 32, 14, 14)), _arr((64, 32, 3, 3)), _arr((64,))
     ref = np.maximum(_conv_ref(dn, wn, 2, 1, 1) + bn[None, :, None, None], 0)
     _close(_run(s, [d, w, b, out], [dn, wn, bn]), ref, 5e-5)
@@ -668,9 +671,9 @@ def test_conv2d_pad_placement():
                             [d3, w3, out3]))
     assert "weight.local" not in in_place and "parallel (o.outer" in in_place
     default = str(tc.lower(sc.schedule_conv2d_nhwc(out3), [d3, w3, out3]))
-    assert default == (in_place if sc.cpu_info().split_loads_cheap else copied)
-    assert sc.conv2d_nhwc_params(out3, sc.cpu_info("llvm -mcpu=skylake-avx512")).weight_copy
-    assert not sc.conv2d_nhwc_params(out3, sc.cpu_info("llvm -mcpu=znver4")).weight_copy
+    assert default == (in_place if sc.cpu_model().split_loads_cheap else copied)
+    assert sc.conv2d_nhwc_params(out3, sc.cpu_model("llvm -mcpu=skylake-avx512")).weight_copy
+    assert not sc.conv2d_nhwc_params(out3, sc.cpu_model("llvm -mcpu=znver4")).weight_copy
     # both compute the convolution
     rng = np.random.default_rng(3)
     x = rng.uniform(-1, 1, (1, 6, 6, 256)).astype("float32")
@@ -687,7 +690,7 @@ def test_conv2d_pad_placement():
     assert texts[True].index("allocate weight.global") < texts[True].index("parallel")
     assert "weight.global" not in texts[False] and "weight.local" not in texts[False]
     default = str(tc.lower(sc.schedule_conv2d_nhwc(out4), [d4, w4, out4]))
-    assert default == texts[not sc.cpu_info().split_loads_cheap]
+    assert default == texts[not sc.cpu_model().split_loads_cheap]
     x = rng.uniform(-1, 1, (1, 14, 14, 64)).astype("float32")
     wt = rng.uniform(-1, 1, (3, 3, 64, 64)).astype("float32")
     # weights at 16 bytes past a cache line, as numpy places large arrays
@@ -850,25 +853,25 @@ def test_wrong_target_and_outputs():
 
 def test_cpu_info_follows_threads(threads):
     tc.set_num_threads(1)
-    assert sc.cpu_info().threads == 1
+    assert sc.cpu_model().threads == 1
     assert sc.gemm_params(512, 512, 512).par == "rows"
     tc.set_num_threads(2)
-    assert sc.cpu_info().threads == 2
+    assert sc.cpu_model().threads == 2
     # 2 threads: (row block x column block) tasks, at least two per thread, each packing
     # its own B block
     p = sc.gemm_params(512, 512, 512)
     assert p.par == "blocks" and -(-512 // p.nc) * -(-512 // p.mc) >= 4
     assert sc.gemm_params(16, 4096, 256).par == "blocks"
-    L = sc.cpu_info().lanes
+    L = sc.cpu_model().lanes
     p = sc.gemm_params(4096, L, 256)       # one column panel: the rows are split instead
     assert p.nc == L and -(-4096 // p.mc) >= 4
     p = sc.gemm_params(1024, 1024, 1024)
-    assert p.nr % sc.cpu_info().lanes == 0
+    assert p.nr % sc.cpu_model().lanes == 0
     # AVX-512's 32 registers: 8 x 32 (12 rows would leave a row tail); AVX2's 16: 6 x 16
     # (12 accumulators; the 4-row tail is a second micro-kernel)
-    p = sc.gemm_params(1024, 1024, 1024, sc.cpu_info("llvm -mcpu=skylake-avx512"))
+    p = sc.gemm_params(1024, 1024, 1024, sc.cpu_model("llvm -mcpu=skylake-avx512"))
     assert (p.mr, p.nr) == (8, 32)
-    p = sc.gemm_params(1024, 1024, 1024, sc.cpu_info("llvm -mcpu=haswell"))
+    p = sc.gemm_params(1024, 1024, 1024, sc.cpu_model("llvm -mcpu=haswell"))
     assert (p.mr, p.nr) == (6, 16)
 
 
@@ -880,7 +883,7 @@ def test_gemm_threads_mode_where_blocks_share_unevenly(threads):
     shapes.  One vector per panel where two would pad N by over 1/16 more (77: 96 against
     80 columns; not 1000: 1024 against 1008); AVX2 keeps two."""
     tc.set_num_threads(2)
-    avx512 = sc.cpu_info("llvm -mcpu=skylake-avx512")
+    avx512 = sc.cpu_model("llvm -mcpu=skylake-avx512")
     p = sc.gemm_params(333, 77, 1031, avx512)
     assert (p.par, p.nr, p.mr, p.nc) == ("threads", 16, 9, 16), p
     assert sc.gemm_params(512, 200, 512, avx512).par == "threads"
@@ -889,9 +892,9 @@ def test_gemm_threads_mode_where_blocks_share_unevenly(threads):
     assert (p.mr, p.nr, p.par) == (12, 32, "blocks"), p
     for n in (512, 1024, 2048):
         assert sc.gemm_params(n, n, n, avx512).par == "blocks"
-    assert sc.gemm_params(333, 77, 1031, sc.cpu_info("llvm -mcpu=haswell")).nr == 16
+    assert sc.gemm_params(333, 77, 1031, sc.cpu_model("llvm -mcpu=haswell")).nr == 16
     tc.set_num_threads(1)
-    assert sc.gemm_params(333, 77, 1031, sc.cpu_info("llvm -mcpu=skylake-avx512")).par == "rows"
+    assert sc.gemm_params(333, 77, 1031, sc.cpu_model("llvm -mcpu=skylake-avx512")).par == "rows"
 
 
 @pytest.mark.parametrize("nthreads", [2, 3, 4])
@@ -935,7 +938,7 @@ def test_conv2d_nchw_row_vector_without_masks_divides_the_row(OW):
     any machine and run through the interpreter."""
     from tecomp.ir import interp
 
-    info = sc.cpu_info("llvm -mcpu=haswell")
+    info = sc.cpu_model("llvm -mcpu=haswell")
     ob, yb, xb = sc.conv2d._conv_block_nchw(64, OW, OW, info)
     assert OW % xb == 0 and xb <= 4 * info.lanes, (ob, yb, xb)
     if OW not in (13, 27):
@@ -968,7 +971,7 @@ def test_matmul_config_is_applied_and_defaults_to_the_heuristic():
     assert "unrolled (i.inner.inner, 0, 2)" in other and "for (k.inner, 0, 16)" in other
     a, b = _arr((M, K)), _arr((K, N))
     ref = a.astype("float64") @ b.astype("float64")
-    for cfg in ({"mr": 2, "kc": 16}, {"nr": sc.cpu_info().lanes, "mr": 3}, {"par": "rows"}, p):
+    for cfg in ({"mr": 2, "kc": 16}, {"nr": sc.cpu_model().lanes, "mr": 3}, {"par": "rows"}, p):
         _close(_run(sc.schedule_matmul(C, config=cfg), args, [a, b]), ref)
 
 

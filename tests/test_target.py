@@ -38,7 +38,7 @@ def _arr(*shape):
     ("cuda-emu", "cuda-emu"),
 ])
 def test_parse_and_print(text, canon):
-    from tecomp.target import _host_cpu
+    from tecomp.target.host import host_cpu as _host_cpu
 
     # the host's own CPU by name is the host: printed without it (on a Zen 4, znver4)
     canon = canon.replace(f" -mcpu={_host_cpu()}", "")
@@ -69,10 +69,10 @@ def test_immutable():
 def test_vector_facts_of_named_cpus(text, lanes, vregs, fma):
     t = tc.Target(text)
     assert (t.lanes, t.vregs, t.has_feature("fma")) == (lanes, vregs, fma)
-    from tecomp.target import _host_cpu
+    from tecomp.target.host import host_cpu as _host_cpu
 
     assert t.is_host == (t.mcpu in (None, _host_cpu()) and t.mattr == ())
-    info = sc.cpu_info(t)
+    info = sc.cpu_model(t)
     assert (info.lanes, info.vregs, info.target) == (lanes, vregs, str(t))
 
 
@@ -82,7 +82,7 @@ def test_caches_of_named_cpus_and_cores():
     hw = tc.Target("llvm -mcpu=haswell")
     assert hw.l2_bytes == 256 << 10
     assert hw.threads == tc.get_num_threads()
-    info = sc.cpu_info("llvm -mcpu=znver4 -num-cores=8")
+    info = sc.cpu_model("llvm -mcpu=znver4 -num-cores=8")
     assert (info.l2_bytes, info.threads) == (1 << 20, 8)
 
 
@@ -260,8 +260,7 @@ def test_gradients_are_the_same_for_every_vector_width(monkeypatch):
     def no_machine(*a, **k):
         raise AssertionError("tc.gradient asked about the machine")
 
-    monkeypatch.setattr(sc.machine, "cpu_info", no_machine)
-    for fact in ("lanes", "vregs", "l1_bytes", "l2_bytes", "l3_bytes", "threads"):
+    for fact in ("machine", "lanes", "vregs", "l1_bytes", "l2_bytes", "l3_bytes", "threads"):
         monkeypatch.setattr(Target, fact, property(no_machine))
     assert _conv_grad_text(8, monkeypatch) == avx2
 
@@ -315,12 +314,12 @@ _MISSING_FEATURE_CHILD = r"""
 import json, sys
 import numpy as np
 import tecomp as tc
-from tecomp import target as T
+from tecomp.target import host as T
 from tecomp.codegen import aot_format
 
 target, drop, lib = sys.argv[1], sys.argv[2].split(",") if sys.argv[2] else [], sys.argv[3]
 if drop:   # a CPU without these features, as the checks see it
-    T._read_host()
+    T.read_host()
     T._HOST_INFO["features"] = T._HOST_INFO["features"] - set(drop)
     real = aot_format.host_cpu_features
     aot_format.host_cpu_features = lambda: real() - set(drop)
@@ -401,11 +400,11 @@ def test_code_for_a_feature_this_cpu_lacks_is_refused(tmp_path):
 def test_features_llvm_emits_only_for_intrinsics_are_not_compared(monkeypatch):
     """A hypervisor may hide PKU or RDRAND: code for a CPU with them still runs (LLVM
     never emits their instructions for a kernel); one a tensor intrinsic requires counts."""
-    from tecomp import target as T
+    from tecomp.target import host as T
 
     t = tc.Target("llvm -mcpu=skylake-avx512")
     assert {"pku", "rdrnd"} <= t.features - t.checked_features
-    T._read_host()
+    T.read_host()
     monkeypatch.setitem(T._HOST_INFO, "features",
                         (T._HOST_INFO["features"] | t.checked_features) - {"pku", "rdrnd"})
     assert t.missing_here() == ()

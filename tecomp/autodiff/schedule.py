@@ -35,6 +35,7 @@ from ..ir.functor import Visitor, free_vars
 from ..schedule.schedule import Schedule, create_schedule
 from ..te import reduce as R
 from ..te.tensor import ComputeOp, Tensor
+from ..target import cpu_model
 from . import rules as _rules
 
 
@@ -105,11 +106,10 @@ def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, ti
         schedule_conv2d_into(s, st.op.output(0), target)
     if auto:
         from ..autoschedule.rules import schedule_stages
-        from ..nn.cpu.machine import cpu_info
 
         fresh = {id(st.op) for st in s.stages if isinstance(st.op, ComputeOp)
                  and _fresh(st, mine) and st not in convs}
-        return schedule_stages(s, outs, cpu_info(target), only=fresh)
+        return schedule_stages(s, outs, cpu_model(target), only=fresh)
     for st in list(s.stages):
         op = st.op
         if not isinstance(op, ComputeOp) or not _fresh(st, mine):

@@ -22,7 +22,7 @@ from typing import Optional
 from ..errors import AutoScheduleError, TargetError, TecompError
 from ..ir.deep import deep_entry
 from ..schedule.trace import replay
-from ..target import as_target
+from ..target import as_target, cpu_model
 from .checks import check_args, check_shapes, cpu_target
 
 __all__ = ["auto_schedule", "AutoScheduleWarning", "Config", "default_config", "apply_config"]
@@ -37,7 +37,7 @@ def _gpu_kind(target) -> bool:
     """Whether ``target`` names the GPU (cuda or cuda-emu); a bad target is left to
     ``cpu_target``'s message."""
     try:
-        return as_target(target).kind in ("cuda", "cuda-emu")
+        return as_target(target).is_gpu
     except TargetError:
         return False
 
@@ -66,7 +66,6 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
     search but says nothing of a GPU's speed).
 
     Returns an ordinary Schedule; ``s.trace.python(args)`` prints it as Python."""
-    from ..nn.cpu.machine import cpu_info
     from .rules import Knobs, apply_rules
 
     args = check_args(args)
@@ -96,7 +95,7 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
         raise AutoScheduleError(f"auto_schedule: cannot measure here: {why}; "
                                 f"use trials=0 (the analytic schedule) or a log measured on "
                                 f"such a machine")
-    info = None if gpu else cpu_info(target)
+    info = None if gpu else cpu_model(target)
     key = None
     if log is not None:
         from . import records

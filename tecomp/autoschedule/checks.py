@@ -51,7 +51,7 @@ def cpu_target(target, who: str):
         target = as_target(target)
     except TargetError as exc:
         raise AutoScheduleError(f"{who}: {exc}") from None
-    if target.kind != "llvm":
+    if not target.is_cpu:
         raise AutoScheduleError(
             f"{who}: target={str(target)!r:.60} is not supported yet; this part of the "
             "auto-scheduler is for CPU schedules (target='llvm', or 'llvm -mcpu=...'); for "

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Optional, Tuple
 
 from ..errors import AutoScheduleError
+from ..target import cpu_model
 from .checks import check_args, check_shapes, cpu_target
 
 
@@ -70,14 +71,13 @@ class Config:
 
 
 def _run(args, target, shapes, values):
-    from ..nn.cpu.machine import cpu_info
     from .rules import Knobs, apply_rules
 
     args = check_args(args)
     tgt = cpu_target(target, "config")
     shapes = check_shapes(args, shapes)
     knobs = Knobs(values)
-    s = apply_rules(args, knobs, cpu_info(tgt), shapes)
+    s = apply_rules(args, knobs, cpu_model(tgt), shapes)
     return s, knobs, str(tgt), shapes
 
 

@@ -330,7 +330,7 @@ def measure_unavailable(target) -> Optional[str]:
     forked from it): a GPU that is missing makes every candidate fail in its child."""
     import shutil
 
-    if target.kind == "cuda-emu":
+    if target.is_emulated:
         cxx = os.environ.get("CXX", "g++")
         return None if shutil.which(cxx) else f"no C++ compiler ({cxx}) for the emulation"
     from importlib.util import find_spec

@@ -953,7 +953,8 @@ def _check_options(cls: str, timeout, number, repeat, min_repeat_seconds, rtol, 
 
 
 def _is_cuda(target) -> bool:
-    return as_target(target).kind == "cuda"
+    t = as_target(target)
+    return t.is_gpu and not t.is_emulated
 
 
 class _Runner:
@@ -1081,14 +1082,14 @@ def _precompile(args, build_fn, payloads: Sequence, target) -> int:
 
 
     tgt = as_target(target)
-    if tgt.kind == "cuda":
+    if tgt.is_gpu and not tgt.is_emulated:
         arch = getattr(tgt, "arch", None) or _device_arch()
         if arch is None or find_nvcc() is None:
             return 0
 
         def compile_one(cs):
             compile_cubin(cs.source, arch)
-    elif tgt.kind == "cuda-emu":
+    elif tgt.is_emulated:
         def compile_one(cs):
             compile_emu_library(cs, load=False)
     else:

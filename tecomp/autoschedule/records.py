@@ -40,7 +40,7 @@ from typing import List, Optional, Tuple
 
 from ..errors import AutoScheduleError
 from ..ir.expr import Var, CommReducer, TupleCommReducer
-from ..nn.cpu import machine as _machine  # cpu_info, cpu_name: looked up at call time (tests patch them)
+from .. import target as _machine  # cpu_model, cpu_name: looked up at call time (tests patch them)
 from ..target import as_target
 from ..te.scatter import ScatterOp
 from ..te.tensor import Tensor, ComputeOp
@@ -73,7 +73,7 @@ def cpu_model() -> str:
     best on another (Zen 4 runs 512-bit FMAs as two halves, Zen 5 does not)."""
     try:
         return (f"{_machine.cpu_name()} ({as_target('llvm').cpu}, "
-                f"{_machine.cpu_info().lanes} x float32 lanes)")
+                f"{_machine.cpu_model().lanes} x float32 lanes)")
     except Exception:  # noqa: BLE001 - no LLVM: the name alone
         return _machine.cpu_name()
 

@@ -39,7 +39,7 @@ Before rule 3, an int8 GEMM (uint8 x int8 summed in int32) is tensorized with th
 target's dot-product intrinsic (:mod:`tecomp.autoschedule.tensorize`).
 
 Extents are read from the DAG (or from ``shapes=`` for symbolic ones); the machine (vector
-width, vector registers, L1 / L2 sizes, threads) from :func:`tecomp.nn.cpu.cpu_info`.
+width, vector registers, L1 / L2 sizes, threads) from :func:`tecomp.target.cpu_model`.
 """
 from __future__ import annotations
 

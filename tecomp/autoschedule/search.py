@@ -64,7 +64,7 @@ def check_candidate(s, args, target="llvm") -> None:
     too many threads).  What every candidate passes before it is measured, and a record
     of a log before ``auto_schedule`` returns it."""
     tgt = as_target(target)
-    if tgt.kind in ("cuda", "cuda-emu"):
+    if tgt.is_gpu:
         codegen_cuda(lower(s, args, target=tgt))
         return
     for st in s.stages:

@@ -835,7 +835,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         raise TypeError(f"codegen_cuda takes a PrimFunc, got {type(func).__name__}")
 
     tgt = func.attrs.get("target")
-    if tgt is None or as_target(tgt).kind not in ("cuda", "cuda-emu"):
+    if tgt is None or not as_target(tgt).is_gpu:
         tgt = "cuda"  # a function lowered for another target: the same split
     split = prepare_for_codegen(func, tgt)
     hp = split.attrs["host"]

@@ -74,7 +74,7 @@ def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | No
         raise LowerError(f"function name {name!r} must be a Python-style identifier")
     t0 = time.perf_counter()
     params, body, ctx = schedule_to_stmt(s, list(args))
-    if target != "llvm":
+    if not tgt.is_cpu:
         scans = [st.name for st in s.stages if hasattr(st.op, "scan_axis")]
 
         scatters = [st.name for st in s.stages if isinstance(st.op, ScatterOp)]

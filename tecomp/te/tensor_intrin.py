@@ -261,10 +261,10 @@ def transpose_intrin(target, lanes: int, dtype: str) -> Optional[TensorIntrin]:
 def tensor_intrins_for(target="llvm") -> list:
     """The built-in intrinsics that code for ``target`` may use, widest first."""
     tgt = as_target(target)
-    if tgt.kind in ("cuda", "cuda-emu"):
+    if tgt.is_gpu:
         return sorted((t for t in builtin_intrins().values() if t.cuda is not None),
                       key=lambda t: t.name)
-    if tgt.kind != "llvm":
+    if not tgt.is_cpu:
         return []
     found = [t for t in builtin_intrins().values()
              if t.llvm is not None and not t.missing_features(tgt)]

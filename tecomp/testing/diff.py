@@ -25,7 +25,7 @@ import tecomp as tc
 from ..autoschedule.cuda_rules import apply_cuda_rules
 from ..autoschedule.rules import Knobs, apply_rules
 from ..ir import interp as _interp
-from ..nn.cpu import machine as _machine  # cpu_info looked up at call time (tests patch it)
+from .. import target as _target  # cpu_model looked up at call time (tests patch it)
 from .gen import DTYPES, GPU_DTYPES, gen_int8_gemm, gen_n, gen_program
 from .pass_check import check_passes as _check_passes
 from .program import Program, is_float
@@ -58,9 +58,9 @@ class Case:
                      f"s = apply_cuda_rules(args, {{'n': {self.n}}})"]
         else:
             sched = ["import random", "from tecomp.autoschedule.rules import Knobs, apply_rules",
-                     "from tecomp.nn.cpu import cpu_info",
+                     "from tecomp.nn.cpu import cpu_model",
                      f"s = apply_rules(args, Knobs(rng={_auto_rng_src(self.auto)}), "
-                     f"cpu_info({self.target!r}), "
+                     f"cpu_model({self.target!r}), "
                      f"{{'n': {self.n}}})"]
         bf16 = any(t.dtype == "bfloat16" for t in p.tensors)
         lines = ["import numpy as np", "import ml_dtypes  # noqa: F401" if bf16 else "",
@@ -153,7 +153,7 @@ def auto_schedule_case(case: Case, args):
     if _target_kind(case.target) != "llvm":
         return apply_cuda_rules(args, {"n": case.n})
     rng = None if case.auto < 0 else random.Random(case.auto)
-    return apply_rules(args, Knobs(rng=rng), _machine.cpu_info(case.target), {"n": case.n})
+    return apply_rules(args, Knobs(rng=rng), _target.cpu_model(case.target), {"n": case.n})
 
 
 def _fill(shape, dtype):

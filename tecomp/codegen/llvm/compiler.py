@@ -145,7 +145,7 @@ def build_llvm(func: PrimFunc, *, checks: bool = False, target=None):
     _check_func(func, sig)
 
     tgt = as_target(target if target is not None else func.attrs.get("target", "llvm"))
-    if tgt.kind != "llvm":
+    if not tgt.is_cpu:
         raise BuildError(f"build_llvm: {func.name} was lowered for target {str(tgt)!r}; "
                          f"build it with tc.build(..., target={tgt.kind!r})")
     vc = VariantCompiler(func, sig, checks, tgt)

@@ -6,7 +6,7 @@ list of them) and returns a :class:`~tecomp.schedule.schedule.Schedule`; the sha
 the blocking, and any shape is correct (tails are guarded, and loop partitioning gives
 the full blocks guard-free code and the tail its own smaller unrolled kernel).
 
-The machine model (:func:`cpu_info`, :mod:`.machine`) comes from the
+The machine model (:func:`~tecomp.target.cpu_model`, ``Target.machine``) comes from the
 :class:`~tecomp.target.Target`: the SIMD width (16 float32 lanes with AVX-512, 8 with
 AVX2), the number of vector registers (32 / 16), the caches, and the thread count of the
 runtime (``tc.set_num_threads``).
@@ -33,13 +33,13 @@ from .conv2d_grad import CONV_TAGS, schedule_conv2d_into
 from .elementwise import schedule_elementwise, schedule_injective
 from .gemm import (GemmParams, dense_packed, gemm_knobs, gemm_params, matmul_packed,
                    schedule_dense, schedule_matmul)
-from .machine import CpuInfo, cpu_info, cpu_name
+from ...target import CpuModel, cpu_model, cpu_name
 from .pool import schedule_pool
 from .softmax import schedule_softmax, softmax_fast
 from . import templates as _templates  # noqa: F401  (registers the templates)
 
 __all__ = [
-    "cpu_info", "cpu_name", "CpuInfo", "schedule_matmul", "schedule_dense",
+    "cpu_model", "cpu_name", "CpuModel", "schedule_matmul", "schedule_dense",
     "schedule_conv2d_nchw", "schedule_conv2d_nhwc", "schedule_conv2d_into", "schedule_softmax",
     "schedule_elementwise", "schedule_injective", "schedule_pool", "matmul_packed",
     "dense_packed", "softmax_fast", "GemmParams", "gemm_params", "gemm_knobs",

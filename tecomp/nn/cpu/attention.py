@@ -11,7 +11,7 @@ from ...schedule.schedule import Schedule, Stage
 from ...te.tensor import ComputeOp, Tensor
 from .._schedule_common import _cint, _has_tag
 from .common import _NoTemplate, _template_or_rules, _vector_split, config_fields
-from .machine import CpuInfo
+from ...target import CpuModel
 
 
 def _attention_parts(out: Tensor) -> dict:
@@ -41,7 +41,7 @@ def _attention_parts(out: Tensor) -> dict:
                 mask=rest[0] if rest else None)
 
 
-def attention_params(out: Tensor, info: CpuInfo, knobs=None) -> dict:
+def attention_params(out: Tensor, info: CpuModel, knobs=None) -> dict:
     """The blocking of :func:`schedule_attention` for the target ``info``: ``rows``, the
     query rows of one task as a number of vectors (the scratch holds ``rows * lanes``
     score rows); ``keys``, the keys of a register block of the scores (``rows x keys``
@@ -72,7 +72,7 @@ def attention_params(out: Tensor, info: CpuInfo, knobs=None) -> dict:
     return dict(rows=rows, keys=keys, values=values, chunk=chunk, lanes=L)
 
 
-def _attention_lanes(out: Tensor, info: CpuInfo) -> int:
+def _attention_lanes(out: Tensor, info: CpuModel) -> int:
     """The lanes of one vector register of ``out``'s dtype (8 float64 with AVX-512)."""
     return max(1, info.lanes * 32 // _dt.bits(out.dtype))
 
@@ -132,7 +132,7 @@ class _Checked:
         return v
 
 
-def _attention_into(s: Schedule, outs, info: CpuInfo, knobs=None):
+def _attention_into(s: Schedule, outs, info: CpuModel, knobs=None):
     if len(outs) != 1:
         raise _NoTemplate("one attention output")
     out = outs[0]
@@ -227,7 +227,7 @@ def _attention_into(s: Schedule, outs, info: CpuInfo, knobs=None):
     vector_rows(ts, ro, rv)
 
 
-def _attention_part(s: Schedule, out: Tensor, knobs, info: CpuInfo):
+def _attention_part(s: Schedule, out: Tensor, knobs, info: CpuModel):
     """The attention template for an attention inside a larger DAG: the ids of the
     operations it scheduled (its own stages and the copies it made), or None."""
     try:

@@ -11,7 +11,7 @@ from ...ir.functor import collect
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import ComputeOp
 from .._schedule_common import _outs, _walk
-from .machine import CpuInfo, cpu_info
+from ...target import CpuModel, cpu_model
 
 
 def _find(outs, pred) -> List[ComputeOp]:
@@ -39,7 +39,7 @@ class _NoTemplate(ScheduleError):
     use the auto-scheduler's rules)."""
 
 
-def _auto_rest(s: Schedule, outs, info: CpuInfo) -> Schedule:
+def _auto_rest(s: Schedule, outs, info: CpuModel) -> Schedule:
     """The stages a template left alone (other reductions under the outputs, or all of
     them when the template found nothing to schedule) get the auto-scheduler's rules
     (:func:`tecomp.autoschedule.rules.schedule_stages`)."""
@@ -54,7 +54,7 @@ def _template_or_rules(into, outs, target) -> Schedule:
     """A new schedule of ``outs`` with ``into(s, outs, info)`` (a template); where it
     finds nothing it schedules, or for the stages it leaves alone, the rules."""
     outs = _outs(outs)
-    info = cpu_info(target)
+    info = cpu_model(target)
     s = create_schedule([t.op for t in outs])
     try:
         into(s, outs, info)

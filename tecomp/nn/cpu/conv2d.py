@@ -22,7 +22,7 @@ from .._schedule_common import _bytes, _ceil, _cint, _has_tag
 from .common import (_NoTemplate, _find, _loads, _op_tags, _template_or_rules, _vector_split,
                      check_positive_int, config_fields)
 from .elementwise import _epilogue, _fusable_epilogue, _schedule_elementwise_stage
-from .machine import MEMORY_COPY_COST, CpuInfo, cpu_info
+from ...target import MEMORY_COPY_COST, CpuModel, cpu_model
 
 
 def _conv_parts(outs, tag):
@@ -114,14 +114,14 @@ def _divisors(n: int) -> List[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _conv_block_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
+def _conv_block_nchw(K, OH, OW, info: CpuModel, N: int = 1, R: Optional[int] = 3,
                      S: Optional[int] = 3, x_stride: int = 1, small_weights: bool = False):
     """(OB, YB, XB): output channels x rows x columns held in registers: the best of
     :func:`_conv_blocks_nchw`."""
     return _conv_blocks_nchw(K, OH, OW, info, N, R, S, x_stride, small_weights)[0]
 
 
-def _conv_blocks_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3,
+def _conv_blocks_nchw(K, OH, OW, info: CpuModel, N: int = 1, R: Optional[int] = 3,
                       S: Optional[int] = 3, x_stride: int = 1, small_weights: bool = False,
                       count: int = 1) -> List[Tuple[int, int, int]]:
     """The ``count`` best (OB, YB, XB) blocks (output channels x rows x columns held in
@@ -226,13 +226,13 @@ def _conv_blocks_nchw(K, OH, OW, info: CpuInfo, N: int = 1, R: Optional[int] = 3
     return [c[1:] for c in [best] + rest[:count - 1]]
 
 
-def _small_weights(weight: Tensor, info: CpuInfo) -> bool:
+def _small_weights(weight: Tensor, info: CpuModel) -> bool:
     """Whether a convolution's weights fit in a quarter of L2 (see :func:`_conv_tasks`)."""
     wbytes = _bytes(weight)
     return wbytes is not None and wbytes <= info.l2_bytes // 4
 
 
-def _rows_peeled(N, K, ob, OH, yb, info: CpuInfo) -> bool:
+def _rows_peeled(N, K, ob, OH, yb, info: CpuModel) -> bool:
     """Whether an NCHW convolution with ``OB x YB`` blocks runs its row blocks as a serial
     loop inside (batch, channel block) tasks, so that a row tail (``OH % YB`` rows) is
     peeled off that loop instead of guarding every block of the parallel loop: when the
@@ -242,7 +242,7 @@ def _rows_peeled(N, K, ob, OH, yb, info: CpuInfo) -> bool:
     return (N or 1) * _ceil(K, ob) >= 4 * info.threads
 
 
-def _schedule_pad_at(s: Schedule, pad: Tensor, st: Stage, axis, info: CpuInfo,
+def _schedule_pad_at(s: Schedule, pad: Tensor, st: Stage, axis, info: CpuModel,
                      vec_dim: int):
     """Compute the padding stage at ``st``'s loop ``axis`` (the region one iteration
     reads, with its halo), the dimension ``vec_dim`` vectorized."""
@@ -318,7 +318,7 @@ class ConvParams:
 CONV_BLOCK_CHOICES = 8
 
 
-def _nchw_blocks(conv: Tensor, info: CpuInfo, count: int = 1) -> List[Tuple[int, int, int]]:
+def _nchw_blocks(conv: Tensor, info: CpuModel, count: int = 1) -> List[Tuple[int, int, int]]:
     N, K, OH, OW = (_cint(e) for e in conv.shape)
     c, ky, kx = conv.op.reduce_axis
     return _conv_blocks_nchw(K, OH, OW, info, N, _cint(ky.dom.extent), _cint(kx.dom.extent),
@@ -326,11 +326,11 @@ def _nchw_blocks(conv: Tensor, info: CpuInfo, count: int = 1) -> List[Tuple[int,
                              count)
 
 
-def conv2d_nchw_params(conv: Tensor, info: Optional[CpuInfo] = None) -> ConvParams:
+def conv2d_nchw_params(conv: Tensor, info: Optional[CpuModel] = None) -> ConvParams:
     """The heuristic's config for the ``conv2d_nchw`` stage ``conv`` on ``info``'s machine
     (the block model of :func:`_conv_blocks_nchw`, or channel vectors where
     :func:`_nchw_by_channels` takes them)."""
-    info = info or cpu_info()
+    info = info or cpu_model()
     ob, yb, xb = _nchw_blocks(conv, info)[0]
     by_channels = _nchw_by_channels(conv, info, xb)
     if by_channels is not None:
@@ -338,10 +338,10 @@ def conv2d_nchw_params(conv: Tensor, info: Optional[CpuInfo] = None) -> ConvPara
     return ConvParams(ob, yb, xb)
 
 
-def conv2d_nhwc_params(conv: Tensor, info: Optional[CpuInfo] = None) -> ConvParams:
+def conv2d_nhwc_params(conv: Tensor, info: Optional[CpuModel] = None) -> ConvParams:
     """The heuristic's config for the ``conv2d_nhwc`` stage ``conv`` (see
     :func:`_conv_block_nhwc`)."""
-    info = info or cpu_info()
+    info = info or cpu_model()
     N, OH, OW, K = (_cint(e) for e in conv.shape)
     # the weights copied unless the CPU reads vectors across cache lines at no cost
     # (measurements: benchmarks/DECISIONS.md, "Conv tasks: weights in place on Zen 4")
@@ -370,7 +370,7 @@ def _conv_config(default: ConvParams, config, layout: str) -> ConvParams:
     return p
 
 
-def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo, config=None):
+def _conv2d_nchw_into(s: Schedule, outs, info: CpuModel, config=None):
     conv, pad = _conv_parts(outs, "conv2d_nchw")
     pad = _own_pad(s, pad)
     N, K, OH, OW = (_cint(e) for e in conv.shape)
@@ -413,7 +413,7 @@ def _conv2d_nchw_into(s: Schedule, outs, info: CpuInfo, config=None):
     _epilogue(s, outs, conv, info, fused)
 
 
-def _nchw_by_channels(conv: Tensor, info: CpuInfo,
+def _nchw_by_channels(conv: Tensor, info: CpuModel,
                       row_xb: int) -> Optional[Tuple[int, int, int]]:
     """The register block (OB, YB, XB) when an NCHW convolution runs with its vectors
     across output channels (see :func:`schedule_conv2d_nchw`), else None.  ``row_xb``:
@@ -466,7 +466,7 @@ def _nchw_by_channels(conv: Tensor, info: CpuInfo,
     return _nchw_channel_block(conv, info)
 
 
-def _nchw_channel_block(conv: Tensor, info: CpuInfo) -> Optional[Tuple[int, int, int]]:
+def _nchw_channel_block(conv: Tensor, info: CpuModel) -> Optional[Tuple[int, int, int]]:
     """The register block (OB, YB, XB) of an NCHW convolution with its vectors across
     output channels (see :func:`_nchw_by_channels`), or None where the output
     channels do not make whole 2-vector blocks."""
@@ -483,7 +483,7 @@ def _nchw_channel_block(conv: Tensor, info: CpuInfo) -> Optional[Tuple[int, int,
     return ob, 1, max(ds) if ds else pix
 
 
-def _row_lane_use(OW: int, xb: int, info: CpuInfo) -> float:
+def _row_lane_use(OW: int, xb: int, info: CpuModel) -> float:
     """The share of the FMA units' lanes a row of ``OW`` pixels in blocks of ``xb``
     columns keeps busy: each block is whole vectors and a narrower last one, and a
     vector of ``w`` lanes costs ``ceil(w / info.fma_lanes)`` operations (on Zen 4 a
@@ -497,11 +497,11 @@ def _row_lane_use(OW: int, xb: int, info: CpuInfo) -> float:
     return OW / (ops * g)
 
 
-def _weight_copy_cost(conv: Tensor, ob: int, info: CpuInfo) -> float:
+def _weight_copy_cost(conv: Tensor, ob: int, info: CpuModel) -> float:
     """What copying one element of ``conv``'s weights across its output channels costs,
-    in full-vector FMAs: a strided gather per vector (``CpuInfo.gather_cost``), or
+    in full-vector FMAs: a strided gather per vector (``CpuModel.gather_cost``), or
     register transposes where they apply (:func:`_weight_transpose`;
-    ``CpuInfo.transpose_cost``), at least :data:`MEMORY_COPY_COST` for weights that
+    ``CpuModel.transpose_cost``), at least :data:`MEMORY_COPY_COST` for weights that
     do not fit in half the last-level cache.
     (measurements: benchmarks/DECISIONS.md, "Conv NCHW: a 3x3 window's weights transposed")"""
     weight = _conv_weight(conv)
@@ -515,8 +515,8 @@ def _weight_copy_cost(conv: Tensor, ob: int, info: CpuInfo) -> float:
 def _channel_lane_use(weight_elems: int, fmas: float, copy_cost: float) -> float:
     """The share of the FMA units' time that channel vectors spend on FMAs: every lane
     is busy, but the weights are first copied across the output channels, at
-    ``copy_cost`` FMAs' time per element (``CpuInfo.gather_cost`` for a strided gather
-    per vector, ``CpuInfo.transpose_cost`` for register transposes), for ``fmas``
+    ``copy_cost`` FMAs' time per element (``CpuModel.gather_cost`` for a strided gather
+    per vector, ``CpuModel.transpose_cost`` for register transposes), for ``fmas``
     full-vector FMAs of the convolution.
     (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost" and
     "Conv NCHW: a 3x3 window's weights transposed")"""
@@ -637,7 +637,7 @@ def _conv_weight(conv: Tensor) -> Tensor:
     return ins[1] if len(ins) > 1 else ins[0]
 
 
-def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n, oc, yc,
+def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuModel, n, oc, yc,
                 N, K, ob, OH, yb, pad_vec_dim: int, weight_vec_dim: Optional[int],
                 weight_copy: bool = True):
     """Tasks, the padded input and the weights of a convolution whose output stage
@@ -780,7 +780,7 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuInfo, n
     return task
 
 
-def _weight_transpose(weight: Tensor, vec_dim: Optional[int], ob: int, info: CpuInfo):
+def _weight_transpose(weight: Tensor, vec_dim: Optional[int], ob: int, info: CpuModel):
     """The ``x86.transpose_f32_LxL`` intrinsic for copying the OIHW ``weight`` across its
     output channels in ``L x L`` tiles of (output channels, ``C*KH*KW``) (each ``W[o]``
     is ``C*KH*KW`` contiguous elements: a 3x3 window's tile is affine in flattened
@@ -833,7 +833,7 @@ def _weight_copy(ws: Stage, vec_dim: int, ob: int, in_order: bool = False, intri
     return wo, rest
 
 
-def _conv_block_nhwc(K, OH, OW, info: CpuInfo):
+def _conv_block_nhwc(K, OH, OW, info: CpuModel):
     """(OB, YB, XB) for NHWC: ``OB`` output channels (vectors) x ``YB*XB`` pixels."""
     L = info.lanes
     if K is None or K >= 2 * L:
@@ -909,7 +909,7 @@ def schedule_conv2d_nhwc(outs, target: str = "llvm", config=None) -> Schedule:
         lambda s, o, info: _conv2d_nhwc_into(s, o, info, config), outs, target)
 
 
-def _conv2d_nhwc_into(s: Schedule, outs, info: CpuInfo, config=None):
+def _conv2d_nhwc_into(s: Schedule, outs, info: CpuModel, config=None):
     conv, pad = _conv_parts(outs, "conv2d_nhwc")
     pad = _own_pad(s, pad)
     N, OH, OW, K = (_cint(e) for e in conv.shape)
@@ -928,7 +928,7 @@ def _conv2d_nhwc_into(s: Schedule, outs, info: CpuInfo, config=None):
     _epilogue(s, outs, conv, info, fused)
 
 
-def conv2d_knobs(conv, knobs, info: CpuInfo) -> ConvParams:
+def conv2d_knobs(conv, knobs, info: CpuModel) -> ConvParams:
     """The convolution template's config for the ``conv2d_nchw``/``conv2d_nhwc`` stage
     ``conv``, its knobs chosen through ``knobs``: ``conv2d_nchw.by_channels`` (where the
     heuristic takes channel vectors) and ``conv2d_nchw.block`` / ``conv2d_nhwc.block``,
@@ -957,7 +957,7 @@ def conv2d_knobs(conv, knobs, info: CpuInfo) -> ConvParams:
     return ConvParams(*blocks[r])
 
 
-def _nhwc_blocks(conv: Tensor, info: CpuInfo, ob: int, count: int) -> List[Tuple[int, int]]:
+def _nhwc_blocks(conv: Tensor, info: CpuModel, ob: int, count: int) -> List[Tuple[int, int]]:
     """The ``count`` cheapest ``(YB, XB)`` pixel blocks of an NHWC convolution with ``ob``
     output channels per block (:func:`_nhwc_candidates`)."""
     N, OH, OW, K = (_cint(e) for e in conv.shape)
@@ -968,7 +968,7 @@ def _nhwc_blocks(conv: Tensor, info: CpuInfo, ob: int, count: int) -> List[Tuple
     return [(y, x) for _, _, y, x in _nhwc_candidates(OH, OW, nvo, pix, info.threads)[:count]]
 
 
-def _conv_for_generic_rules(conv, knobs, info: CpuInfo) -> bool:
+def _conv_for_generic_rules(conv, knobs, info: CpuModel) -> bool:
     """Whether the auto-scheduler schedules this NCHW convolution with its generic rules
     rather than the template (a knob).  By default on a CPU without AVX-512's masks, for
     a window larger than 1x1: there the rules' register blocks (12 accumulators, a row of

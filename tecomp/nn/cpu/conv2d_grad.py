@@ -10,11 +10,11 @@ from ...te.tensor import ComputeOp, Tensor
 from .._schedule_common import _cint, _has_tag, _largest_divisor_at_most
 from .common import _vector_split
 from .conv2d import _conv2d_nchw_into, _conv2d_nhwc_into
-from .machine import CpuInfo, cpu_info
+from ...target import CpuModel, cpu_model
 from .microkernel import accumulate_block, copy_out
 
 
-def _conv_wgrad_nchw_into(s: Schedule, outs, info: CpuInfo):
+def _conv_wgrad_nchw_into(s: Schedule, outs, info: CpuModel):
     """A convolution's weight gradient ``W.grad[o, c, ky, kx] = sum over n, y, x of
     dY[n, o, y, x] * X[n, c, y*s + ky*d, x*s + kx*d]`` (``conv2d_nchw_wgrad``), NCHW: the
     reduction runs along the rows of both operands, so ``x`` is split by the lanes and
@@ -74,7 +74,7 @@ def _conv_wgrad_nchw_into(s: Schedule, outs, info: CpuInfo):
     rs.pragma(reds[-1], "fp_contract")
 
 
-def _schedule_flat_rows(s: Schedule, t: Tensor, info: CpuInfo):
+def _schedule_flat_rows(s: Schedule, t: Tensor, info: CpuModel):
     """A copy into flat rows of pitch ``E`` (``attrs["pitch"]``, see
     ``nn.ops._flat_rows``): the flat axis split into rows of ``E`` (the row and column then
     index the source directly), the columns in vectors, the leading axes in parallel."""
@@ -89,7 +89,7 @@ def _schedule_flat_rows(s: Schedule, t: Tensor, info: CpuInfo):
         st.parallel(par)
 
 
-def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
+def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuModel):
     """A convolution's weight gradient in NHWC (HWIO weights, ``conv2d_nhwc_wgrad``):
     ``W.grad[ky, kx, c, o] = sum over n, y, x of X[n, y*s + ky*d, x*s + kx*d, c] *
     dY[n, y, x, o]`` is a GEMM with rows ``(ky, kx, c)``, columns ``o`` and the pixels as
@@ -142,7 +142,7 @@ def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuInfo):
     st.pragma(rx, "fp_contract")
 
 
-def _conv_wgrad_panels_into(s: Schedule, gw: Tensor, info: CpuInfo):
+def _conv_wgrad_panels_into(s: Schedule, gw: Tensor, info: CpuModel):
     """An NHWC weight gradient over panels (``tecomp.nn.ops._wgrad_panels``: larger than
     L2, its operands in L2).  Each ``CB x NR`` block (input channels x output-channel
     vectors) is a task of the parallel loop and is accumulated over all the pixels in
@@ -216,7 +216,7 @@ def schedule_conv2d_into(s: Schedule, conv: Tensor, target: str = "llvm") -> Non
     if into is None:
         raise ScheduleError(f"schedule_conv2d_into: {conv.name} is not a conv2d_nchw or "
                             "conv2d_nhwc stage, nor the weight gradient of one")
-    into(s, [conv], cpu_info(target))
+    into(s, [conv], cpu_model(target))
 
 
 _CONV_INTO = {"conv2d_nchw": _conv2d_nchw_into, "conv2d_nhwc": _conv2d_nhwc_into,

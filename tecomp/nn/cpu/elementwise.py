@@ -8,10 +8,10 @@ from ...schedule.schedule import Schedule, create_schedule
 from ...te.tensor import Tensor
 from .._schedule_common import _cint, _inline_injective, _is_injective, _outs, _walk
 from .common import _loads
-from .machine import CpuInfo, cpu_info
+from ...target import CpuModel, cpu_model
 
 
-def _schedule_elementwise_stage(s: Schedule, t: Tensor, info: CpuInfo):
+def _schedule_elementwise_stage(s: Schedule, t: Tensor, info: CpuModel):
     st = s[t]
     axes = list(st.op.axis)
     exts = [_cint(e) for e in t.shape]
@@ -42,7 +42,7 @@ def schedule_elementwise(outs, target: str = "llvm") -> Schedule:
     producer is inlined, the output is one parallel loop over its outer axes with the
     last axis vectorized."""
     outs = _outs(outs)
-    info = cpu_info(target)
+    info = cpu_model(target)
     s = create_schedule([t.op for t in outs])
     _inline_injective(s, _walk(outs))
     for t in outs:
@@ -53,7 +53,7 @@ def schedule_elementwise(outs, target: str = "llvm") -> Schedule:
 schedule_injective = schedule_elementwise
 
 
-def _epilogue(s: Schedule, outs, main: Tensor, info: CpuInfo, fused=None):
+def _epilogue(s: Schedule, outs, main: Tensor, info: CpuModel, fused=None):
     """Inline the injective stages between ``main`` and the outputs and schedule the
     outputs that are not ``main`` (nor ``fused``, scheduled with it) as elementwise
     loops."""

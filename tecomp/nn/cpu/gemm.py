@@ -50,7 +50,7 @@ from .._schedule_common import (_ceil, _cint, _gemm_operands, _has_tag, _inline_
                                _is_injective, _outs, _walk)
 from .common import _auto_rest, _find, _loads, _op_tags, check_positive_int, config_fields
 from .elementwise import _schedule_elementwise_stage
-from .machine import CpuInfo, cpu_info
+from ...target import CpuModel, cpu_model
 from .microkernel import accumulate_block, copy_out, vector_columns
 from ..ops import _dense_args, _gemm_output, _matmul_args
 
@@ -73,11 +73,11 @@ class GemmParams:
 
 
 def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
-                info: Optional[CpuInfo] = None, nr: Optional[int] = None) -> GemmParams:
+                info: Optional[CpuModel] = None, nr: Optional[int] = None) -> GemmParams:
     """The blocking of an ``M x N x K`` GEMM on this machine (extents may be None when
     symbolic).  See the module docstring for the loop nest.  ``nr``: the panel width to
     block for (e.g. the ``nr`` of :func:`matmul_packed`); by default chosen here."""
-    info = info or cpu_info()
+    info = info or cpu_model()
     L = info.lanes
     # NR: two vectors (one when N is small), never much wider than N.  Three vectors
     # (8 x 48: 24 accumulators, the shape of MKL's kernel; matmul_packed(nr=48)) are not
@@ -234,7 +234,7 @@ def _config_values(config) -> dict:
     return config
 
 
-def _overridden(p: GemmParams, M, N, K, info: CpuInfo, packed_nr=None,
+def _overridden(p: GemmParams, M, N, K, info: CpuModel, packed_nr=None,
                 over: Optional[dict] = None) -> GemmParams:
     """``p`` (the heuristic's blocking) with the fields ``over`` sets (a template's
     config), the others adjusted to them."""
@@ -257,7 +257,7 @@ def _overridden(p: GemmParams, M, N, K, info: CpuInfo, packed_nr=None,
     return p
 
 
-def _schedule_gemm_stage(s: Schedule, C: Tensor, info: CpuInfo, packed: Optional[Tensor] = None,
+def _schedule_gemm_stage(s: Schedule, C: Tensor, info: CpuModel, packed: Optional[Tensor] = None,
                          config: Optional[dict] = None):
     """The register-blocked GEMM schedule of stage ``C`` (see the module docstring).
 
@@ -328,7 +328,7 @@ def _schedule_gemm_stage(s: Schedule, C: Tensor, info: CpuInfo, packed: Optional
 
 
 def _pack_b(s: Schedule, st: Stage, at, packed, b_operand, readers, nr: int, parallel: bool,
-            pad: bool = False, info: Optional[CpuInfo] = None,
+            pad: bool = False, info: Optional[CpuModel] = None,
             kc: Optional[int] = None) -> None:
     """B's block for the micro-kernels, made at ``st``'s loop ``at``: the panels of
     :func:`matmul_packed` / :func:`dense_packed` computed there (``kc``: the reduction
@@ -360,7 +360,7 @@ def _pack_b(s: Schedule, st: Stage, at, packed, b_operand, readers, nr: int, par
 
 
 def _transposed_panels(ps: Stage, packed: Tensor, pk, pji, nr: int, kc: Optional[int],
-                       info: Optional[CpuInfo]) -> bool:
+                       info: Optional[CpuModel]) -> bool:
     """Schedule the panels ``P[jo, k, ji]`` of :func:`dense_packed`, which read W along
     its rows (``W[jo*NR + ji, k]``; a vector over ``ji`` is a gather, one insert per lane
     or a ``vgather``, which took most of a 61-row dense's time): in ``L x L`` tiles,
@@ -386,7 +386,7 @@ def _transposed_panels(ps: Stage, packed: Tensor, pk, pji, nr: int, kc: Optional
     return True
 
 
-def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuInfo):
+def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuModel):
     """``C[b, o] = sum_k X[b, k] * W[o, k]`` read in place (``tecomp.nn.dense`` without
     :func:`dense_packed`): both operands are contiguous along ``k``, so the vector runs
     over ``k``.  The reduction is split by the lane count and ``rfactor``-ed into
@@ -482,7 +482,7 @@ def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuInfo):
 
 
 def _dense_aligned_copies(s: Schedule, op: ComputeOp, rf: Tensor, st: Stage, oo, M, K,
-                          bb: int, L: int, info: CpuInfo):
+                          bb: int, L: int, info: CpuModel):
     """The dense micro-kernel's vector loads of X and W from copies that start on a
     cache line: numpy's large arrays start 16 bytes past a page (malloc's header), so
     about every vector load of the operands in place straddles two lines.  X (re-read
@@ -527,7 +527,7 @@ def _thread_shares(st: Stage, ic, jc, ir, threads: int):
     return jc
 
 
-def _schedule_gemm_write_cache(s: Schedule, C: Tensor, info: CpuInfo, packed, p: GemmParams):
+def _schedule_gemm_write_cache(s: Schedule, C: Tensor, info: CpuModel, packed, p: GemmParams):
     """The GEMM schedule when the whole reduction is one slice (``KC == K``; blocks that
     do not divide the shape are guarded at the edges of C and peeled off by loop
     partitioning): each ``MR x NR`` block of C is accumulated in a local
@@ -603,7 +603,7 @@ def matmul_packed(A: Tensor, B: Tensor, nr: Optional[int] = None, name: str = "m
         nr = a.ints("nr", nr, 1, count=1)
     N = _cint(B.shape[1])
     if nr is None:
-        nr = gemm_params(None, N, None, cpu_info(target)).nr
+        nr = gemm_params(None, N, None, cpu_model(target)).nr
     K = B.shape[0]
     nb = (B.shape[1] + (nr - 1)) // nr
     Nn = B.shape[1]
@@ -630,7 +630,7 @@ def dense_packed(X: Tensor, W: Tensor, bias: Optional[Tensor] = None, nr: Option
         nr = a.ints("nr", nr, 1, count=1)
     O = _cint(W.shape[0])
     if nr is None:
-        nr = gemm_params(None, O, None, cpu_info(target)).nr
+        nr = gemm_params(None, O, None, cpu_model(target)).nr
     nb = (W.shape[0] + (nr - 1)) // nr
     On = W.shape[0]
     if O is not None and O % nr == 0:
@@ -648,7 +648,7 @@ def dense_packed(X: Tensor, W: Tensor, bias: Optional[Tensor] = None, nr: Option
 
 def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
     outs = _outs(outs)
-    info = cpu_info(target)
+    info = cpu_model(target)
     config = _config_values(config)
     s = create_schedule([t.op for t in outs])
     gemms = _find(outs, lambda op: _has_tag(op, *tags) and op.reduce_axis)
@@ -725,7 +725,7 @@ def _dense_rows_for_generic_rules(gemm, knobs) -> bool:
     return knobs.choose("dense.generic_rules", [True, False], generic)
 
 
-def gemm_knobs(gemm, knobs, info: CpuInfo) -> dict:
+def gemm_knobs(gemm, knobs, info: CpuModel) -> dict:
     """The GEMM template's config for the GEMM stage ``gemm``: its knobs (``gemm.nr``,
     ``gemm.mr``, ``gemm.kc``, ``gemm.par``, ``gemm.nc_panels``, ``gemm.mc_rows``) chosen
     through ``knobs`` (:class:`tecomp.autoschedule.rules.Knobs`), their defaults the
@@ -757,7 +757,7 @@ def gemm_knobs(gemm, knobs, info: CpuInfo) -> dict:
     return over
 
 
-def _gemm_template(outs, gemm, knobs, info: CpuInfo) -> Schedule:
+def _gemm_template(outs, gemm, knobs, info: CpuModel) -> Schedule:
     """``schedule_matmul`` / ``schedule_dense`` with the config :func:`gemm_knobs` chooses."""
     config = gemm_knobs(gemm, knobs, info)
     if "dense" in _op_tags(gemm):

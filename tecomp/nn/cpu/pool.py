@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...schedule.schedule import Schedule, create_schedule
 from .._schedule_common import _cint, _is_injective, _outs, _walk
 from .common import _auto_rest, _find
-from .machine import cpu_info
+from ...target import cpu_model
 
 
 def schedule_pool(outs, target: str = "llvm") -> Schedule:
@@ -13,7 +13,7 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
     tasks are (batch x channel x output row), the output row is vectorized and the
     window unrolled around it."""
     outs = _outs(outs)
-    info = cpu_info(target)
+    info = cpu_model(target)
     s = create_schedule([t.op for t in outs])
     pools = _find(outs, lambda op: op.reduce_axis and len(op.axis) == 4)
     if not pools:

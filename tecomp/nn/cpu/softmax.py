@@ -12,7 +12,7 @@ from .._schedule_common import _cint, _outs, _walk
 from ..ops import _softmax
 from .common import _vector_split
 from .elementwise import _schedule_elementwise_stage
-from .machine import CpuInfo, cpu_info
+from ...target import CpuModel, cpu_model
 
 
 def softmax_fast(x: Tensor, name: str = "softmax"):
@@ -25,7 +25,7 @@ def softmax_fast(x: Tensor, name: str = "softmax"):
     return _softmax(x, "softmax_fast", name, _te.fast_exp)
 
 
-def _row_stage_at(s: Schedule, t: Tensor, st: Stage, axis, info: CpuInfo):
+def _row_stage_at(s: Schedule, t: Tensor, st: Stage, axis, info: CpuModel):
     """Compute the full-row stage ``t`` at ``st``'s row loop ``axis``, one vector per
     step; return its loop over the vectors (None when the row is one vector)."""
     ts = s[t]
@@ -39,7 +39,7 @@ def schedule_softmax(outs, target: str = "llvm") -> Schedule:
     reduction over the row vectorized (``rfactor`` into one vector accumulator), and
     the input's next row prefetched during the exp pass (:func:`_prefetch_next_row`)."""
     outs = _outs(outs)
-    info = cpu_info(target)
+    info = cpu_model(target)
     s = create_schedule([t.op for t in outs])
     out = outs[0]
     st = s[out]

@@ -14,11 +14,11 @@ from .common import _auto_rest, _op_tags
 from .conv2d import (_conv_for_generic_rules, conv2d_knobs, plain_nchw_conv,
                      schedule_conv2d_nchw, schedule_conv2d_nhwc)
 from .gemm import _dense_rows_for_generic_rules, _gemm_template
-from .machine import CpuInfo
+from ...target import CpuModel
 from .softmax import schedule_softmax
 
 
-def _auto_template(outs, knobs, info: CpuInfo) -> Optional[Schedule]:
+def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     """The template of a DAG that is one of tecomp.nn's operators (matmul/dense, softmax,
     scaled_dot_product_attention, conv2d NCHW/NHWC with an elementwise epilogue, an NCHW
     convolution written as a plain compute), for the

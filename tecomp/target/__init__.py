@@ -40,129 +40,32 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from typing import Dict, FrozenSet, Optional, Tuple
 
-from .errors import TargetError
+from ..errors import ScheduleError, TargetError
+from .cuda import (  # noqa: F401  (the CUDA limits, for the code that reads them here)
+    CUDA_ARCHS, FRAGMENT_SCOPES, MAX_BLOCK_DIMS, MAX_DYNAMIC_SHARED_BYTES, MAX_GRID_DIMS,
+    MAX_LOCAL_BYTES_PER_THREAD, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK,
+    PER_THREAD_SCOPES, SHARED_ALIGN, WARP_SIZE,
+)
+from .host import (
+    cpu_name, feature_names, host_cache, host_cpu, host_features, llvm_cpu_features,
+)
+from .machine import MEMORY_COPY_COST, CpuModel  # noqa: F401
+from .x86 import (
+    _IMPLIES, BASELINE, CPUS, INTRINSIC_ONLY, MEASURED, check_feature, vector_lanes,
+    vector_registers,
+)
 
-__all__ = ["Target", "KINDS", "CPUS", "BASELINE", "INTRINSIC_ONLY"]
+__all__ = ["Target", "KINDS", "CPUS", "BASELINE", "INTRINSIC_ONLY", "CpuModel", "cpu_model",
+           "cpu_name"]
 
 #: the target kinds ``tc.build`` knows
 KINDS = ("llvm", "cuda", "cuda-emu")
 
-# x86 feature sets by vector ISA: the features tecomp's code generator asks about, where
-# LLVM cannot be asked for a CPU's (Target.features asks LLVM wherever it is there)
-_SSE = frozenset({"sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2"})
-_AVX = _SSE | {"avx"}
-_AVX2 = _AVX | {"avx2", "fma", "f16c", "bmi", "bmi2"}
-_AVX512 = _AVX2 | {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
-_VNNI = _AVX512 | {"avx512vnni"}
-_BF16 = _VNNI | {"avx512bf16"}
-
-# what a feature given with -mattr brings along (and what removing it takes away)
-_IMPLIES = {"avx": _SSE, "avx2": _AVX, "fma": _AVX, "avx512f": _AVX2,
-            "avx512bw": _AVX2 | {"avx512f"}, "avx512dq": _AVX2 | {"avx512f"},
-            "avx512vl": _AVX2 | {"avx512f"}, "avx512cd": _AVX2 | {"avx512f"},
-            "avx512vnni": _AVX512, "avx512bf16": _VNNI}
-
-#: the x86-64 baseline (LLVM's ``x86-64`` CPU): the calling convention passes floats in
-#: SSE registers, the runtime's atomics need ``cx8``; ``-mattr`` cannot remove these
-BASELINE = frozenset({"64bit", "cmov", "cx8", "fxsr", "mmx", "sse", "sse2", "x87"})
-
-#: features whose instructions LLVM emits only for their own intrinsics (AES, SHA, AMX,
-#: system, security and cache-control instructions, AVX10.1's, which are its AVX-512
-#: features', the VEX forms of VNNI-INT8/16 and NE-CONVERT, which act on types tecomp's
-#: code does not have): code tecomp generates never contains them, so a CPU without them
-#: runs code compiled for one with them, and :attr:`Target.checked_features` leaves them
-#: out.  A tensor intrinsic that calls one names it in ``requires``; then it is checked.
-INTRINSIC_ONLY = frozenset({
-    "aes", "vaes", "pclmul", "vpclmulqdq", "sha", "sha512", "sm3", "sm4",
-    "amx-avx512", "amx-bf16", "amx-complex", "amx-fp16", "amx-fp8", "amx-int8", "amx-movrs",
-    "amx-tf32", "amx-tile", "avx10.1", "avxneconvert", "avxvnniint8", "avxvnniint16",
-    "cldemote", "clflushopt", "clwb", "clzero", "cmpccxadd", "enqcmd", "fsgsbase", "hreset",
-    "invpcid", "kl", "widekl", "lwp", "movdir64b", "movdiri", "movrs", "mwaitx", "pconfig",
-    "pku", "prefetchi", "ptwrite", "rdpid", "rdpru", "rdrnd", "rdseed", "rtm", "serialize",
-    "sgx", "shstk", "tsxldtrk", "uintr", "usermsr", "waitpkg", "wbnoinvd", "xsave", "xsavec",
-    "xsaveopt", "xsaves"})
-
-#: ``-mcpu`` names tecomp knows: (features, L1d bytes, L2 bytes per core, L3 bytes)
-CPUS: Dict[str, Tuple[FrozenSet[str], int, int, int]] = {
-    "x86-64": (frozenset({"sse", "sse2"}), 32 << 10, 256 << 10, 8 << 20),
-    "x86-64-v2": (_SSE, 32 << 10, 256 << 10, 8 << 20),
-    "x86-64-v3": (_AVX2, 32 << 10, 256 << 10, 8 << 20),
-    "x86-64-v4": (_AVX512, 32 << 10, 1 << 20, 16 << 20),
-    "nehalem": (_SSE, 32 << 10, 256 << 10, 8 << 20),
-    "sandybridge": (_AVX, 32 << 10, 256 << 10, 8 << 20),
-    "ivybridge": (_AVX | {"f16c"}, 32 << 10, 256 << 10, 8 << 20),
-    "haswell": (_AVX2, 32 << 10, 256 << 10, 8 << 20),
-    "core-avx2": (_AVX2, 32 << 10, 256 << 10, 8 << 20),
-    "broadwell": (_AVX2, 32 << 10, 256 << 10, 8 << 20),
-    "skylake": (_AVX2, 32 << 10, 256 << 10, 8 << 20),
-    "alderlake": (_AVX2, 48 << 10, 1280 << 10, 30 << 20),
-    "skylake-avx512": (_AVX512, 32 << 10, 1 << 20, 32 << 20),
-    "cascadelake": (_VNNI, 32 << 10, 1 << 20, 32 << 20),
-    "icelake-server": (_VNNI, 48 << 10, 1280 << 10, 48 << 20),
-    "sapphirerapids": (_BF16, 48 << 10, 2 << 20, 64 << 20),
-    "emeraldrapids": (_BF16, 48 << 10, 2 << 20, 256 << 20),
-    # (AMD's own sse4a among them: code for a Zen may use it, so an Intel CPU, which
-    # lacks it, refuses to run such code)
-    "znver2": (_AVX2 | {"sse4a"}, 32 << 10, 512 << 10, 16 << 20),
-    "znver3": (_AVX2 | {"sse4a"}, 32 << 10, 512 << 10, 32 << 20),
-    "znver4": (_BF16 | {"sse4a"}, 32 << 10, 1 << 20, 32 << 20),
-    "znver5": (_BF16 | {"sse4a"}, 48 << 10, 1 << 20, 32 << 20),
-}
-
-# CUDA limits every device of compute capability >= 3.0 shares (the one home of them)
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK_DIMS = (1024, 1024, 64)
-MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
-MAX_STATIC_SHARED_BYTES = 48 * 1024   # a kernel's static __shared__ arrays, on every GPU
-#: a block's shared memory beyond that is dynamic (``extern __shared__``, opted in per
-#: kernel): at most this much on an sm_90 device (227 KiB; sm_80 163 KiB, sm_86/89 99 KiB),
-#: the device's own limit checked when the kernel is launched
-MAX_DYNAMIC_SHARED_BYTES = 227 * 1024
-#: the local memory (``local`` arrays: the stack of a CUDA thread) one thread may use, on
-#: every device since compute capability 2.0
-MAX_LOCAL_BYTES_PER_THREAD = 512 * 1024
-# bytes: each __shared__ array starts on this boundary (16-byte vector loads; the 32-byte
-# alignment wmma's load_matrix_sync / store_matrix_sync need of a tile's first element)
-SHARED_ALIGN = 32
-#: the scopes of tensor-core fragments (nvcuda::wmma): per warp, 16 x 16 tiles held in
-#: registers, read and written only by the ``cuda.wmma_*`` tensor intrinsics
-FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
-#: scopes whose buffer belongs to one thread (a fragment: to one warp, every lane of
-#: which runs the same code on it)
-PER_THREAD_SCOPES = ("local",) + FRAGMENT_SCOPES
-WARP_SIZE = 32
-CUDA_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
-              "sm_100", "sm_120")
-
 _OPTIONS = {"llvm": ("mcpu", "mattr", "num-cores", "mtriple"),
             "cuda": ("arch",), "cuda-emu": ("arch",)}
 _FEATURE = re.compile(r"^[+-][a-z0-9][a-z0-9._-]*$")
-
-
-def _check_feature(entry: str) -> None:
-    """Refuse the ``-mattr`` entry ``entry`` (``+name`` or ``-name``) when LLVM does not
-    know the feature (it would print a warning and ignore it) or it removes one of the
-    x86-64 baseline (the code would crash: see :data:`BASELINE`)."""
-    name = entry[1:]
-    known = _feature_names()
-    if known is not None and name not in known and name not in BASELINE:
-        import difflib
-
-        close = difflib.get_close_matches(name, sorted(known), n=3)
-        hint = f"did you mean {', '.join(close)}? " if close else ""
-        raise TargetError(f"target llvm: -mattr names {name!r:.40}, which is not a CPU feature "
-                          f"LLVM knows; {hint}give LLVM's names, e.g. +avx2, +fma, "
-                          f"+avx512f, +avx512vnni")
-    if entry[0] == "-" and name in BASELINE:
-        raise TargetError(f"target llvm: -mattr={entry} removes {name}, which every x86-64 "
-                          f"CPU has and tecomp's code needs (x86-64 passes floats in SSE "
-                          f"registers; the thread pool's atomics need cx8): remove only "
-                          f"features above the x86-64 baseline ({', '.join(sorted(BASELINE))}), "
-                          f"e.g. -mattr=-avx512f, or pick an older CPU with -mcpu "
-                          f"(-mcpu=x86-64 has nothing above it)")
 
 
 def _fix(what: str) -> str:
@@ -210,11 +113,11 @@ class Target:
                 raise TargetError(_fix(f"target llvm: -mtriple={trip!r:.60} is not supported "
                                        f"(tecomp generates x86-64 code)"))
             if mcpu == "native":
-                mcpu = _host_cpu()
-            if mcpu is not None and mcpu not in CPUS and mcpu != _host_cpu():
+                mcpu = host_cpu()
+            if mcpu is not None and mcpu not in CPUS and mcpu != host_cpu():
                 raise TargetError(_fix(
                     f"target llvm: unknown -mcpu={mcpu!r:.40} (known: {', '.join(CPUS)}, and "
-                    f"this machine's {_host_cpu()!r} or 'native'); for another CPU give its "
+                    f"this machine's {host_cpu()!r} or 'native'); for another CPU give its "
                     f"features with -mattr"))
             if "mattr" in opts:
                 parts = opts["mattr"].split(",")
@@ -222,7 +125,7 @@ class Target:
                     if not _FEATURE.match(p):
                         raise TargetError(_fix(f"target llvm: -mattr entry {p!r:.40} is not "
                                                f"+feature or -feature"))
-                    _check_feature(p)
+                    check_feature(p, feature_names())
                 mattr = tuple(parts)
             if "num-cores" in opts:
                 try:
@@ -243,7 +146,7 @@ class Target:
         set_(self, "mattr", mattr)
         set_(self, "num_cores", num_cores)
         set_(self, "arch", arch)
-        set_(self, "_host", kind == "llvm" and not mattr and (mcpu is None or mcpu == _host_cpu()))
+        set_(self, "_host", kind == "llvm" and not mattr and (mcpu is None or mcpu == host_cpu()))
         set_(self, "_feats", None)
         set_(self, "_caches", None)
 
@@ -280,6 +183,46 @@ class Target:
     def __hash__(self) -> int:
         return hash(str(self))
 
+    # -- what kind of machine ---------------------------------------------------------
+    @property
+    def is_cpu(self) -> bool:
+        """Code for a CPU (``llvm``): built through LLVM, run in this process or exported."""
+        return self.kind == "llvm"
+
+    @property
+    def is_gpu(self) -> bool:
+        """Code for the GPU (``cuda``, and ``cuda-emu``, its CUDA C run on the CPU):
+        thread-bound schedules, the GPU lowering passes, the CUDA C generator."""
+        return self.kind in ("cuda", "cuda-emu")
+
+    @property
+    def is_emulated(self) -> bool:
+        """The GPU's CUDA C compiled for this CPU and run one block at a time
+        (``cuda-emu``): no device, no pycuda."""
+        return self.kind == "cuda-emu"
+
+    @property
+    def machine(self) -> CpuModel:
+        """The machine model of a CPU target (:class:`~tecomp.target.machine.CpuModel`):
+        what the schedules adapt to.  ``TECOMP_VECTOR_LANES`` (8 or 16) overrides the
+        host's vector width (8 also halves its registers: the AVX2 blockings)."""
+        self._need("llvm", "machine")
+        lanes, vregs = self.lanes, self.vregs
+        env = os.environ.get("TECOMP_VECTOR_LANES")
+        if env and self._host:
+            lanes = int(env)
+            vregs = 32 if lanes == 16 else 16
+        measured = MEASURED.get(self.cpu, {})
+        fma_bits = measured.get("fma_bits")
+        costs = {k: v for k, v in measured.items() if k != "fma_bits"}
+        if "gather_cost" in costs and "transpose_cost" not in costs:
+            costs["transpose_cost"] = costs["gather_cost"] / 2
+        return CpuModel(
+            lanes, vregs, self.threads, self.l1_bytes, self.l2_bytes, self.l3_bytes,
+            masks="avx512f" in self.features,
+            fma_lanes=min(lanes, fma_bits // 32) if fma_bits else lanes,
+            target=str(self), **costs)
+
     @property
     def is_host(self) -> bool:
         """An ``llvm`` target for this machine's CPU as it is (no -mcpu of another CPU, no
@@ -292,7 +235,7 @@ class Target:
         """The LLVM CPU name code is compiled for."""
         self._need("llvm", "cpu")
         if self._host:
-            return _host_cpu()
+            return host_cpu()
         return self.mcpu if self.mcpu is not None else "x86-64"
 
     @property
@@ -303,12 +246,12 @@ class Target:
         self._need("llvm", "features")
         if self._feats is None:
             if self._host:
-                feats = _host_features()
+                feats = host_features()
             else:
-                feats = _llvm_cpu_features(self.cpu, self.llvm_features)
+                feats = llvm_cpu_features(self.cpu, self.llvm_features)
             if feats is None:   # no LLVM here: tecomp's table
                 feats = set(CPUS[self.mcpu][0] if self.mcpu in CPUS else
-                            (_host_features() if self.mcpu is not None else CPUS["x86-64"][0]))
+                            (host_features() if self.mcpu is not None else CPUS["x86-64"][0]))
                 for a in self.mattr:
                     name = a[1:]
                     if a[0] == "+":
@@ -338,24 +281,23 @@ class Target:
     @property
     def lanes(self) -> int:
         """float32 lanes of one vector register."""
-        f = self.features
-        return 16 if "avx512f" in f else 8 if "avx" in f else 4
+        return vector_lanes(self.features)
 
     @property
     def vregs(self) -> int:
         """Architectural vector registers."""
-        return 32 if "avx512f" in self.features else 16
+        return vector_registers(self.features)
 
     def _cache_sizes(self) -> Tuple[int, int, int]:
         if self._caches is None:
             if self._host:
-                c = (_host_cache(1, 32 << 10), _host_cache(2, 512 << 10),
-                     _host_cache(3, 32 << 20))
+                c = (host_cache(1, 32 << 10), host_cache(2, 512 << 10),
+                     host_cache(3, 32 << 20))
             elif self.mcpu in CPUS:
                 c = CPUS[self.mcpu][1:]
             elif self.mcpu is not None:   # this machine's CPU with other features
-                c = (_host_cache(1, 32 << 10), _host_cache(2, 512 << 10),
-                     _host_cache(3, 32 << 20))
+                c = (host_cache(1, 32 << 10), host_cache(2, 512 << 10),
+                     host_cache(3, 32 << 20))
             else:
                 c = CPUS["x86-64"][1:]
             object.__setattr__(self, "_caches", tuple(c))
@@ -383,7 +325,7 @@ class Target:
         if self.num_cores is not None:
             return self.num_cores
         try:
-            from .codegen.threads import get_num_threads
+            from ..codegen.threads import get_num_threads
 
             return max(1, int(get_num_threads()))
         except Exception:  # noqa: BLE001 - no runtime: the cores
@@ -396,7 +338,7 @@ class Target:
         if self.kind != "llvm":
             return ()
         need = set(required) if self._host else self.checked_features | set(required)
-        return tuple(sorted(need - _host_features()))
+        return tuple(sorted(need - host_features()))
 
     def runs_here(self, required=()) -> Optional[str]:
         """None when code for this target runs on this machine, else why not
@@ -404,7 +346,7 @@ class Target:
         missing = self.missing_here(required)
         if missing:
             return (f"code for {self} may use {', '.join(missing)}, which this CPU "
-                    f"({_host_cpu()}) does not have")
+                    f"({host_cpu()}) does not have")
         return None
 
     # -- CUDA ------------------------------------------------------------------------
@@ -421,85 +363,20 @@ class Target:
             raise TargetError(f"target {self}: {what} is a property of {kind} targets")
 
 
-# ---------------------------------------------------------------------------------------
-# the host, read once
-
-_LOCK = threading.Lock()
-_HOST_INFO: Dict[str, object] = {}
-
-
-def _host_cpu() -> str:
-    if "cpu" not in _HOST_INFO:
-        _read_host()
-    return _HOST_INFO["cpu"]  # type: ignore[return-value]
-
-
-def _host_features() -> FrozenSet[str]:
-    if "features" not in _HOST_INFO:
-        _read_host()
-    return _HOST_INFO["features"]  # type: ignore[return-value]
-
-
-def _feature_names() -> Optional[FrozenSet[str]]:
-    """Every feature name LLVM knows (None without LLVM)."""
-    if "features" not in _HOST_INFO:
-        _read_host()
-    return _HOST_INFO["names"]  # type: ignore[return-value]
-
-
-def _read_host() -> None:
-    with _LOCK:
-        if "features" in _HOST_INFO:
-            return
-        try:
-            from .codegen.llvm import jit as llvm_jit
-
-            h = llvm_jit.host()
-            cpu = h.cpu
-            feats = frozenset(f[1:] for f in h.features.split(",") if f.startswith("+"))
-            names = h.feature_names or None
-        except Exception:  # noqa: BLE001 - no LLVM here: a plain AVX2 machine
-            cpu, feats, names = "haswell", CPUS["haswell"][0], None
-        _HOST_INFO["cpu"] = cpu
-        _HOST_INFO["names"] = names
-        _HOST_INFO["features"] = feats
-
-
-def _llvm_cpu_features(cpu: str, features: str) -> Optional[FrozenSet[str]]:
-    """LLVM's features for ``cpu`` with ``features`` (None without LLVM)."""
-    if _feature_names() is None:
-        return None
-    from .codegen.llvm import jit as llvm_jit
-
-    return llvm_jit.cpu_features(cpu, features)
-
-
-def _host_cache(level: int, default: int) -> int:
-    """L1d / L2 / L3 size of cpu0 from sysfs, or ``default``."""
-    key = f"cache{level}"
-    if key in _HOST_INFO:
-        return _HOST_INFO[key]  # type: ignore[return-value]
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    size = default
-    try:
-        for d in sorted(os.listdir(base)):
-            p = os.path.join(base, d)
-            with open(os.path.join(p, "level")) as f:
-                lvl = int(f.read())
-            with open(os.path.join(p, "type")) as f:
-                typ = f.read().strip()
-            if lvl == level and typ in ("Data", "Unified"):
-                with open(os.path.join(p, "size")) as f:
-                    txt = f.read().strip()
-                mult = {"K": 1024, "M": 1024 * 1024}.get(txt[-1], 1)
-                size = int(txt.rstrip("KM")) * mult
-                break
-    except (OSError, ValueError):
-        pass
-    _HOST_INFO[key] = size
-    return size
-
-
 def as_target(target) -> Target:
     """``target`` as a :class:`Target` (a string is parsed)."""
     return target if isinstance(target, Target) else Target(target)
+
+
+def cpu_model(target="llvm") -> CpuModel:
+    """The :class:`~tecomp.target.machine.CpuModel` of ``target`` (a :class:`Target` or
+    its string: ``"llvm"`` is the host, ``"llvm -mcpu=haswell"`` gives the AVX2 schedules
+    on any machine): what the CPU schedules read.  A
+    :class:`~tecomp.errors.ScheduleError` for a target that is not a CPU."""
+    try:
+        t = as_target(target)
+    except TargetError as exc:
+        raise ScheduleError(f"the tecomp.nn CPU schedules: {exc}") from None
+    if not t.is_cpu:
+        raise ScheduleError(f"the tecomp.nn CPU schedules are for target='llvm', got {str(t)!r}")
+    return t.machine

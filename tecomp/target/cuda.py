@@ -1,0 +1,28 @@
+"""CUDA: the limits every device of compute capability 3.0 or later shares, and the
+architectures ``-arch`` names."""
+from __future__ import annotations
+
+# CUDA limits every device of compute capability >= 3.0 shares (the one home of them)
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIMS = (1024, 1024, 64)
+MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
+MAX_STATIC_SHARED_BYTES = 48 * 1024   # a kernel's static __shared__ arrays, on every GPU
+#: a block's shared memory beyond that is dynamic (``extern __shared__``, opted in per
+#: kernel): at most this much on an sm_90 device (227 KiB; sm_80 163 KiB, sm_86/89 99 KiB),
+#: the device's own limit checked when the kernel is launched
+MAX_DYNAMIC_SHARED_BYTES = 227 * 1024
+#: the local memory (``local`` arrays: the stack of a CUDA thread) one thread may use, on
+#: every device since compute capability 2.0
+MAX_LOCAL_BYTES_PER_THREAD = 512 * 1024
+# bytes: each __shared__ array starts on this boundary (16-byte vector loads; the 32-byte
+# alignment wmma's load_matrix_sync / store_matrix_sync need of a tile's first element)
+SHARED_ALIGN = 32
+#: the scopes of tensor-core fragments (nvcuda::wmma): per warp, 16 x 16 tiles held in
+#: registers, read and written only by the ``cuda.wmma_*`` tensor intrinsics
+FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+#: scopes whose buffer belongs to one thread (a fragment: to one warp, every lane of
+#: which runs the same code on it)
+PER_THREAD_SCOPES = ("local",) + FRAGMENT_SCOPES
+WARP_SIZE = 32
+CUDA_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
+              "sm_100", "sm_120")

@@ -1,0 +1,59 @@
+"""The machine model of a CPU target: what the schedules (the ``tecomp.nn`` CPU templates,
+the auto-scheduler's rules, the gradients' schedules) adapt to, read from a
+:class:`~tecomp.target.Target`, never assumed.  ``Target.machine`` (or
+:func:`~tecomp.target.cpu_model`) gives it.
+
+The vector width, the registers and the caches come from the target (LLVM's features for
+its CPU, sysfs for the host, the table of :mod:`tecomp.target.x86` for a named CPU); the
+costs the schedules weigh (an FMA's width, a gather's, a transpose's, split loads) are
+the defaults below unless measurements on the target's microarchitecture say otherwise
+(:data:`tecomp.target.x86.MEASURED`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: what copying one float32 element of weights that do not fit in half the last-level
+#: cache costs, in the time of one full-vector FMA: the copy is a phase of its own,
+#: waiting on memory (measured 1.24 on AMD Zen 4: 37.7 MB of 3x3 1024->1024 weights)
+#: (benchmarks/DECISIONS.md, "Conv NCHW: a 3x3 window's weights transposed")
+MEMORY_COPY_COST = 1.2
+
+#: a gather's cost (see :attr:`CpuModel.gather_cost`) where none is measured: on the
+#: project's Xeon, channel vectors that need the copy ran 1.4x faster than 7-of-16-lane
+#: rows at 49 pixels, which puts it at 1.9 or less there
+DEFAULT_GATHER_COST = 1.5
+
+
+@dataclass(frozen=True)
+class CpuModel:
+    """What the CPU schedules adapt to (the facts of one target; see the module)."""
+
+    lanes: int          # float32 lanes of one vector register
+    vregs: int          # architectural vector registers
+    threads: int        # threads of the parallel runtime
+    l1_bytes: int = 32 * 1024
+    l2_bytes: int = 512 * 1024
+    l3_bytes: int = 32 << 20
+    #: whether the target has mask registers (AVX-512's): a vector guarded past a
+    #: tensor's edge is then masked instructions; without them it runs lane by lane
+    masks: bool = False
+    #: the float32 lanes one FMA operation computes (half the register where the core
+    #: runs a full-width operation as two halves: AMD Zen 4)
+    fma_lanes: int = 0
+    #: copying one float32 element with a strided vector load (a gather), in the time of
+    #: one full-vector FMA (a convolution's weights copied across output channels)
+    gather_cost: float = DEFAULT_GATHER_COST
+    #: copying one float32 element in ``L x L`` register transposes
+    #: (``x86.transpose_f32_LxL``), in the time of one full-vector FMA, for weights that
+    #: stay in the last-level cache (from memory: :data:`MEMORY_COPY_COST`); half the
+    #: gather's cost where unmeasured
+    transpose_cost: float = DEFAULT_GATHER_COST / 2
+    #: whether a vector load that straddles two cache lines costs about what one that
+    #: does not costs (False where unmeasured)
+    split_loads_cheap: bool = False
+    target: str = "llvm"   # the tc.Target (its string) these facts are from
+
+    def __post_init__(self):
+        if not self.fma_lanes:
+            object.__setattr__(self, "fma_lanes", self.lanes)
+

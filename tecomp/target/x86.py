@@ -1,0 +1,124 @@
+"""x86-64: the feature sets of the CPUs tecomp knows by name, the baseline ``-mattr``
+cannot remove, and the facts of the x86 machine model (vector width and registers from the
+features; what a microarchitecture's measurements say about its costs)."""
+from __future__ import annotations
+
+import difflib
+from typing import Dict, FrozenSet, Tuple
+
+from ..errors import TargetError
+
+# x86 feature sets by vector ISA: the features tecomp's code generator asks about, where
+# LLVM cannot be asked for a CPU's (Target.features asks LLVM wherever it is there)
+_SSE = frozenset({"sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2"})
+_AVX = _SSE | {"avx"}
+_AVX2 = _AVX | {"avx2", "fma", "f16c", "bmi", "bmi2"}
+_AVX512 = _AVX2 | {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
+_VNNI = _AVX512 | {"avx512vnni"}
+_BF16 = _VNNI | {"avx512bf16"}
+
+# what a feature given with -mattr brings along (and what removing it takes away)
+_IMPLIES = {"avx": _SSE, "avx2": _AVX, "fma": _AVX, "avx512f": _AVX2,
+            "avx512bw": _AVX2 | {"avx512f"}, "avx512dq": _AVX2 | {"avx512f"},
+            "avx512vl": _AVX2 | {"avx512f"}, "avx512cd": _AVX2 | {"avx512f"},
+            "avx512vnni": _AVX512, "avx512bf16": _VNNI}
+
+#: the x86-64 baseline (LLVM's ``x86-64`` CPU): the calling convention passes floats in
+#: SSE registers, the runtime's atomics need ``cx8``; ``-mattr`` cannot remove these
+BASELINE = frozenset({"64bit", "cmov", "cx8", "fxsr", "mmx", "sse", "sse2", "x87"})
+
+#: features whose instructions LLVM emits only for their own intrinsics (AES, SHA, AMX,
+#: system, security and cache-control instructions, AVX10.1's, which are its AVX-512
+#: features', the VEX forms of VNNI-INT8/16 and NE-CONVERT, which act on types tecomp's
+#: code does not have): code tecomp generates never contains them, so a CPU without them
+#: runs code compiled for one with them, and :attr:`Target.checked_features` leaves them
+#: out.  A tensor intrinsic that calls one names it in ``requires``; then it is checked.
+INTRINSIC_ONLY = frozenset({
+    "aes", "vaes", "pclmul", "vpclmulqdq", "sha", "sha512", "sm3", "sm4",
+    "amx-avx512", "amx-bf16", "amx-complex", "amx-fp16", "amx-fp8", "amx-int8", "amx-movrs",
+    "amx-tf32", "amx-tile", "avx10.1", "avxneconvert", "avxvnniint8", "avxvnniint16",
+    "cldemote", "clflushopt", "clwb", "clzero", "cmpccxadd", "enqcmd", "fsgsbase", "hreset",
+    "invpcid", "kl", "widekl", "lwp", "movdir64b", "movdiri", "movrs", "mwaitx", "pconfig",
+    "pku", "prefetchi", "ptwrite", "rdpid", "rdpru", "rdrnd", "rdseed", "rtm", "serialize",
+    "sgx", "shstk", "tsxldtrk", "uintr", "usermsr", "waitpkg", "wbnoinvd", "xsave", "xsavec",
+    "xsaveopt", "xsaves"})
+
+#: ``-mcpu`` names tecomp knows: (features, L1d bytes, L2 bytes per core, L3 bytes)
+CPUS: Dict[str, Tuple[FrozenSet[str], int, int, int]] = {
+    "x86-64": (frozenset({"sse", "sse2"}), 32 << 10, 256 << 10, 8 << 20),
+    "x86-64-v2": (_SSE, 32 << 10, 256 << 10, 8 << 20),
+    "x86-64-v3": (_AVX2, 32 << 10, 256 << 10, 8 << 20),
+    "x86-64-v4": (_AVX512, 32 << 10, 1 << 20, 16 << 20),
+    "nehalem": (_SSE, 32 << 10, 256 << 10, 8 << 20),
+    "sandybridge": (_AVX, 32 << 10, 256 << 10, 8 << 20),
+    "ivybridge": (_AVX | {"f16c"}, 32 << 10, 256 << 10, 8 << 20),
+    "haswell": (_AVX2, 32 << 10, 256 << 10, 8 << 20),
+    "core-avx2": (_AVX2, 32 << 10, 256 << 10, 8 << 20),
+    "broadwell": (_AVX2, 32 << 10, 256 << 10, 8 << 20),
+    "skylake": (_AVX2, 32 << 10, 256 << 10, 8 << 20),
+    "alderlake": (_AVX2, 48 << 10, 1280 << 10, 30 << 20),
+    "skylake-avx512": (_AVX512, 32 << 10, 1 << 20, 32 << 20),
+    "cascadelake": (_VNNI, 32 << 10, 1 << 20, 32 << 20),
+    "icelake-server": (_VNNI, 48 << 10, 1280 << 10, 48 << 20),
+    "sapphirerapids": (_BF16, 48 << 10, 2 << 20, 64 << 20),
+    "emeraldrapids": (_BF16, 48 << 10, 2 << 20, 256 << 20),
+    # (AMD's own sse4a among them: code for a Zen may use it, so an Intel CPU, which
+    # lacks it, refuses to run such code)
+    "znver2": (_AVX2 | {"sse4a"}, 32 << 10, 512 << 10, 16 << 20),
+    "znver3": (_AVX2 | {"sse4a"}, 32 << 10, 512 << 10, 32 << 20),
+    "znver4": (_BF16 | {"sse4a"}, 32 << 10, 1 << 20, 32 << 20),
+    "znver5": (_BF16 | {"sse4a"}, 48 << 10, 1 << 20, 32 << 20),
+}
+
+
+def check_feature(entry: str, known) -> None:
+    """Refuse the ``-mattr`` entry ``entry`` (``+name`` or ``-name``) when LLVM does not
+    know the feature (it would print a warning and ignore it) or it removes one of the
+    x86-64 baseline (the code would crash: see :data:`BASELINE`); ``known``: the
+    names LLVM knows (None without LLVM: nothing is refused for that)"""
+    name = entry[1:]
+    if known is not None and name not in known and name not in BASELINE:
+        close = difflib.get_close_matches(name, sorted(known), n=3)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise TargetError(f"target llvm: -mattr names {name!r:.40}, which is not a CPU feature "
+                          f"LLVM knows; {hint}give LLVM's names, e.g. +avx2, +fma, "
+                          f"+avx512f, +avx512vnni")
+    if entry[0] == "-" and name in BASELINE:
+        raise TargetError(f"target llvm: -mattr={entry} removes {name}, which every x86-64 "
+                          f"CPU has and tecomp's code needs (x86-64 passes floats in SSE "
+                          f"registers; the thread pool's atomics need cx8): remove only "
+                          f"features above the x86-64 baseline ({', '.join(sorted(BASELINE))}), "
+                          f"e.g. -mattr=-avx512f, or pick an older CPU with -mcpu "
+                          f"(-mcpu=x86-64 has nothing above it)")
+
+
+
+HASWELL_FEATURES = CPUS["haswell"][0]
+
+
+def vector_lanes(features: FrozenSet[str]) -> int:
+    """float32 lanes of one vector register: 16 with AVX-512, 8 with AVX, 4 with SSE."""
+    return 16 if "avx512f" in features else 8 if "avx" in features else 4
+
+
+def vector_registers(features: FrozenSet[str]) -> int:
+    """Architectural vector registers: 32 with AVX-512, 16 otherwise."""
+    return 32 if "avx512f" in features else 16
+
+
+#: what measurements on a microarchitecture (LLVM's CPU name) say about costs the schedules
+#: weigh, where they differ from the defaults of :class:`~tecomp.target.machine.CpuModel`
+#: (benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost", "Conv NCHW: a 3x3 window's
+#: weights transposed", "Conv tasks: aligned weights"):
+#:
+#: * ``fma_bits``: the width one FMA operation computes; AMD Zen 4 runs a 512-bit
+#:   operation as two 256-bit halves (an 8-lane vector costs half a 16-lane one there);
+#: * ``gather_cost``: copying one float32 element with a strided vector load, in the time
+#:   of one full-vector FMA (3.3-5.4 measured on Zen 4);
+#: * ``transpose_cost``: copying one in ``L x L`` register transposes (0.65-0.86 on Zen 4);
+#: * ``split_loads_cheap``: a vector load across two cache lines costs about what an
+#:   aligned one does (an NHWC convolution read its weights at +16 bytes as fast).
+MEASURED: Dict[str, Dict[str, object]] = {
+    "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
+               "split_loads_cheap": True},
+}
