@@ -36,7 +36,7 @@ from .build import build
 from .runtime.aot import load_module  # noqa: E402  (exported libraries: Module.export_library)
 from .runtime.arrays import aligned, empty  # noqa: E402  (64-byte aligned host arrays)
 from . import utils  # noqa: E402  (tc.utils.get_const_tuple, as tvm.topi.utils)
-from .codegen import threads as _threads  # noqa: E402  (loaded by runtime.llvm: no llvmlite)
+from . import threads as _threads  # noqa: E402  (no llvmlite)
 from .runtime import llvm as _runtime_llvm  # noqa: E402  (loaded by runtime.aot: no llvmlite)
 
 from ._version import __version__  # noqa: E402

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import tecomp as tc
-from tecomp.codegen import threads
+from tecomp import threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.codegen.threads import workspace_limit_from_env
+from tecomp.threads import workspace_limit_from_env
 from tecomp.ir import Allocate, PrimFunc, Var, seq
 
 from test_codegen_llvm import buf, ld, loop, st

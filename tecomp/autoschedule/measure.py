@@ -854,8 +854,7 @@ def _prewarm() -> None:
     import numpy.random  # noqa: F401  (numpy imports it lazily: 8 ms in every child)
 
 
-    with llvm_jit.LLVM_LOCK:
-        llvm_jit.host()
+    llvm_jit.host()   # (takes the LLVM lock itself)
     # lowering imports the passes it needs on first use: lower a small compute here
     a = placeholder((16, 16), name="A")
     b = compute((16, 16), lambda i, j: a[i, j] * 2 + 1, name="B")

@@ -8,7 +8,7 @@ A library is an ELF shared object with
   runtime's fast entry), where ``<symbol>`` is :func:`variant_symbol` of the module's
   entry symbol ``tecomp_<name>``;
 * the thread pool (``tecomp_parallel_for``, ``tecomp_pool_*``: see
-  :mod:`tecomp.codegen.threads`);
+  :mod:`tecomp.threads`);
 * the metadata: one JSON document, NUL-terminated, in the global constant
   ``tecomp_metadata_json`` in its own section :data:`SECTION` (the loader reads it from
   the file as data, before anything of the library is mapped or run), also returned by
@@ -50,7 +50,7 @@ from ..ir.printer import to_str
 from ..ir.stmt import ParamCheck
 from ..lower.in_place import in_place_pairs
 from .signature import CheckSite, Signature
-from .threads import POOL_FUNCTIONS
+from ..threads import POOL_FUNCTIONS
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SECTION", "METADATA_SYMBOL", "METADATA_FUNCTION",
            "VARIANTS", "variant_symbol", "reserved_symbols", "build_metadata",

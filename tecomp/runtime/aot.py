@@ -55,7 +55,7 @@ from typing import Dict, Tuple
 
 from ..codegen import aot_format as _fmt
 from . import llvm as _rt
-from ..codegen import threads as _threads
+from .. import threads as _threads
 from ..codegen.libfiles import (
     FileRefused, digest_bytes, file_path, open_regular, read_fd, sidecar_digest, sidecar_path,
 )

@@ -98,7 +98,7 @@ from ..errors import (
 )
 from ..ir import dtype as _dt
 from ..ir.expr import Add, Cast, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
-from ..codegen import threads as _threads
+from .. import threads as _threads
 from ..target.host import host_cpu as _host_cpu
 
 #: offset of the data pointer in a numpy array object (after the CPython object header):

@@ -18,7 +18,7 @@ Target or its string wherever they take ``target=``.
 
 An ``llvm`` target for a CPU other than the host compiles every function for that CPU (its
 LLVM ``target-cpu`` and ``target-features``).  Its :attr:`Target.features` are LLVM's own
-for that CPU and ``-mattr`` (asked of LLVM, :func:`tecomp.codegen.llvm.jit.cpu_features`),
+for that CPU and ``-mattr`` (asked of LLVM, :func:`tecomp.target.host.llvm_cpu_features`),
 not a table's: ``-mcpu=sapphirerapids`` brings AVX512-FP16, AMX and the rest.  Such a
 module runs here when this CPU has every feature the code may use
 (:attr:`Target.checked_features`: AVX2 code on an AVX-512 machine), and a call of one
@@ -43,6 +43,7 @@ import re
 from typing import Dict, FrozenSet, Optional, Tuple
 
 from ..errors import ScheduleError, TargetError
+from ..threads import get_num_threads
 from .cuda import (  # noqa: F401  (the CUDA limits, for the code that reads them here)
     CUDA_ARCHS, FRAGMENT_SCOPES, MAX_BLOCK_DIMS, MAX_DYNAMIC_SHARED_BYTES, MAX_GRID_DIMS,
     MAX_LOCAL_BYTES_PER_THREAD, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK,
@@ -324,12 +325,7 @@ class Target:
         current thread count (``tc.set_num_threads``)."""
         if self.num_cores is not None:
             return self.num_cores
-        try:
-            from ..codegen.threads import get_num_threads
-
-            return max(1, int(get_num_threads()))
-        except Exception:  # noqa: BLE001 - no runtime: the cores
-            return os.cpu_count() or 1
+        return max(1, int(get_num_threads()))
 
     def missing_here(self, required=()) -> Tuple[str, ...]:
         """The features code for this target may use (:attr:`checked_features`, and

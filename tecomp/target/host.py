@@ -4,25 +4,57 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import threading
-from typing import Dict, FrozenSet, Optional
+from typing import Dict, FrozenSet, Optional, Tuple
 
 from .x86 import HASWELL_FEATURES
 
 _LOCK = threading.Lock()
 _HOST_INFO: Dict[str, object] = {}
 
+#: Held around every call into LLVM: this module's questions to it and every compilation
+#: of :mod:`tecomp.codegen.llvm.jit` (LLVM's global state is not thread-safe).
+LLVM_LOCK = threading.RLock()
+
+
+def _new_lock_in_child() -> None:
+    # a fork() while another thread compiled would leave the child's lock held forever
+    global LLVM_LOCK
+    LLVM_LOCK = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
+def _llvm():
+    """llvmlite's binding (imported on first use: a loaded library runs without it)."""
+    import llvmlite.binding as llvm
+
+    return llvm
+
 
 def host_cpu() -> str:
+    """The host CPU's LLVM name (``"emeraldrapids"``, ``"znver4"``)."""
     if "cpu" not in _HOST_INFO:
         read_host()
     return _HOST_INFO["cpu"]  # type: ignore[return-value]
 
 
 def host_features() -> FrozenSet[str]:
+    """The host CPU's features (LLVM's names, without ``+``)."""
     if "features" not in _HOST_INFO:
         read_host()
     return _HOST_INFO["features"]  # type: ignore[return-value]
+
+
+def host_feature_string() -> str:
+    """The host's features as LLVM gives them (``"+avx2,-amx-tile,..."``; empty without
+    LLVM): the ``features`` of a TargetMachine for this CPU."""
+    if "features" not in _HOST_INFO:
+        read_host()
+    return _HOST_INFO["feature_string"]  # type: ignore[return-value]
 
 
 def feature_names() -> Optional[FrozenSet[str]]:
@@ -33,30 +65,93 @@ def feature_names() -> Optional[FrozenSet[str]]:
 
 
 def read_host() -> None:
+    """Ask LLVM (once) for the host CPU, its features and every feature name it knows."""
     with _LOCK:
         if "features" in _HOST_INFO:
             return
         try:
-            from ..codegen.llvm import jit as llvm_jit
-
-            h = llvm_jit.host()
-            cpu = h.cpu
-            feats = frozenset(f[1:] for f in h.features.split(",") if f.startswith("+"))
-            names = h.feature_names or None
+            llvm = _llvm()
+            with LLVM_LOCK:
+                cpu = llvm.get_host_cpu_name()
+                try:
+                    text = llvm.get_host_cpu_features().flatten()
+                except RuntimeError:  # some hosts cannot report features
+                    text = ""
+                triple = llvm.get_process_triple()
+            feats = frozenset(f[1:] for f in text.split(",") if f.startswith("+"))
+            names = frozenset(f[1:] for f in text.split(",") if f[1:]) or None
         except Exception:  # noqa: BLE001 - no LLVM here: a plain AVX2 machine
-            cpu, feats, names = "haswell", HASWELL_FEATURES, None
+            cpu, text, triple, feats, names = "haswell", "", "", HASWELL_FEATURES, None
         _HOST_INFO["cpu"] = cpu
         _HOST_INFO["names"] = names
+        _HOST_INFO["feature_string"] = text
+        _HOST_INFO["triple"] = triple
         _HOST_INFO["features"] = feats
 
 
-def llvm_cpu_features(cpu: str, features: str) -> Optional[FrozenSet[str]]:
-    """LLVM's features for ``cpu`` with ``features`` (None without LLVM)."""
-    if feature_names() is None:
-        return None
-    from ..codegen.llvm import jit as llvm_jit
+#: features X86's inliner does not compare (its InlineFeatureIgnoreList), which the probe
+#: of :func:`llvm_cpu_features` therefore cannot see
+PROBE_BLIND = frozenset({"64bit", "cx16", "sahf"})
+_FEATURES_OF: Dict[Tuple[str, str], FrozenSet[str]] = {}
 
-    return llvm_jit.cpu_features(cpu, features)
+
+def llvm_cpu_features(cpu: str, features: str) -> Optional[FrozenSet[str]]:
+    """The CPU features (LLVM's names, among :func:`feature_names`) code compiled with
+    ``"target-cpu"=cpu`` and ``"target-features"=features`` may use: the CPU's own,
+    plus what ``features`` adds and everything that implies, less what it removes and
+    everything that needs it; None without LLVM.  :data:`PROBE_BLIND` features are
+    reported only when ``features`` adds them (``64bit`` always).
+
+    llvmlite has no call for a CPU's feature set; LLVM's inliner answers the question: it
+    inlines a function into another only when the callee's features are a subset of the
+    caller's (``X86TTIImpl::areInlineCompatible``).  So a probe module has one caller
+    compiled for ``(cpu, features)`` and, for each feature ``f``, a callee compiled for
+    ``+f`` alone; after LLVM's O1 pipeline, the callees that were inlined are the features
+    the caller has.  About 50 ms, once per ``(cpu, features)`` in a process.
+
+    ``cpu`` must be a CPU LLVM knows (an unknown name makes LLVM abort the process)."""
+    known = feature_names()
+    if known is None:
+        return None
+    key = (cpu, features)
+    got = _FEATURES_OF.get(key)
+    if got is not None:
+        return got
+    llvm = _llvm()
+    names = sorted(known)
+    lines = []
+    for i in range(len(names)):
+        # the inline asm keeps the call from being deleted as dead when it is not inlined
+        lines.append(f'define internal void @f{i}() #{i + 1} {{\n'
+                     f'  call void asm sideeffect "", ""()\n  ret void\n}}')
+    calls = "\n".join(f"  call void @f{i}()" for i in range(len(names)))
+    lines.append(f"define void @probe() #0 {{\n{calls}\n  ret void\n}}")
+    lines.append(f'attributes #0 = {{ "target-cpu"="{cpu}" "target-features"="{features}" }}')
+    for i, f in enumerate(names):
+        lines.append(f'attributes #{i + 1} = {{ "target-features"="+{f}" }}')
+    triple = _HOST_INFO["triple"]
+    x86 = str(triple).startswith(("x86_64", "i686", "i386"))
+    with LLVM_LOCK:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        tm = llvm.Target.from_triple(triple).create_target_machine(
+            cpu="x86-64" if x86 else "generic", features="", opt=1)
+        mod = llvm.parse_assembly("\n".join(lines))
+        mod.triple = triple
+        mod.data_layout = str(tm.target_data)
+        pto = llvm.create_pipeline_tuning_options(speed_level=1)
+        pb = llvm.create_pass_builder(tm, pto)
+        mpm = pb.getModulePassManager()
+        mpm.run(mod, pb)
+        mpm.close()
+        pb.close()
+        body = str(mod.get_function("probe"))
+    called = set(re.findall(r"@f(\d+)\(\)", body))   # (a call may become "fastcc")
+    have = {f for i, f in enumerate(names) if str(i) not in called}
+    added = {a[1:] for a in features.split(",") if a.startswith("+")}
+    have = (have - PROBE_BLIND) | (added & PROBE_BLIND) | ({"64bit"} & known)
+    got = _FEATURES_OF[key] = frozenset(have)
+    return got
 
 
 def host_cache(level: int, default: int) -> int:

@@ -3,7 +3,7 @@ step every CPU module goes through (parse -> verify -> O3 -> MCJIT -> addresses)
 
 * **One lock.**  llvmlite's calls go through ctypes, which releases the GIL, and LLVM's
   global context is not thread-safe: every call into LLVM (parsing, optimising, JIT,
-  emitting assembly) holds :data:`LLVM_LOCK`.
+  emitting assembly) holds :data:`tecomp.target.host.LLVM_LOCK`.
 * **Target machines.**  One TargetMachine for the host CPU (``llvm.get_host_cpu_name()``
   and ``llvm.get_host_cpu_features()``, opt level 3) is created once and reused for the
   optimisation pipeline (it supplies the cost model: vector width, FMA, ...) and for
@@ -24,8 +24,8 @@ step every CPU module goes through (parse -> verify -> O3 -> MCJIT -> addresses)
   before the code is linked (:func:`undefined_symbols`): MCJIT would bind one it cannot
   find to address 0, and the first call would jump there (SIGSEGV), so
   :class:`UnresolvedSymbolError` is raised instead.
-* **Features of a CPU.**  :func:`cpu_features` asks LLVM which features it compiles for
-  with a given ``target-cpu`` and ``target-features`` (``tc.Target.features``).
+* **Features of a CPU** are the target's question to LLVM
+  (:func:`tecomp.target.host.llvm_cpu_features`), asked under the same lock.
 """
 from __future__ import annotations
 
@@ -38,28 +38,16 @@ import signal
 import struct
 import subprocess
 import sys
-import threading
 import time
 import warnings
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 import llvmlite.binding as llvm
 
+from ...target import host as _host
 from . import libcalls, optproc as _optproc
 from .optproc import _LEN
 
-#: Held around every call into LLVM (see the module docstring).
-LLVM_LOCK = threading.RLock()
-
-
-def _new_lock_in_child() -> None:
-    # a fork() while another thread compiled would leave the child's lock held forever
-    global LLVM_LOCK
-    LLVM_LOCK = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 class Host:
@@ -77,13 +65,11 @@ class Host:
                     pass
         self.triple = llvm.get_process_triple()
         self.target = llvm.Target.from_triple(self.triple)
-        self.cpu = llvm.get_host_cpu_name()
-        try:
-            self.features = llvm.get_host_cpu_features().flatten()
-        except RuntimeError:  # pragma: no cover - some hosts cannot report features
-            self.features = ""
+        # the host as tecomp.target reads it (one reading for the Target and the JIT)
+        self.cpu = _host.host_cpu()
+        self.features = _host.host_feature_string()
         #: every CPU feature LLVM can detect on a host (the names ``-mattr`` takes)
-        self.feature_names = frozenset(f[1:] for f in self.features.split(",") if f[1:])
+        self.feature_names = _host.feature_names() or frozenset()
         self.tm = self.new_target_machine()
         self.data_layout = str(self.tm.target_data)
         self.is_x86 = self.triple.startswith(("x86_64", "i686", "i386"))
@@ -105,7 +91,7 @@ def host() -> Host:
     """The process-wide :class:`Host` (created on first use)."""
     global _HOST
     if _HOST is None:
-        with LLVM_LOCK:
+        with _host.LLVM_LOCK:
             if _HOST is None:
                 _HOST = Host()
     return _HOST
@@ -116,7 +102,7 @@ def optimize(mod, explicit: bool = False) -> None:
     :func:`tecomp.codegen.llvm.optproc.run_pipeline` for ``explicit``).  Every run leaves
     memory behind in llvmlite 0.50; :func:`compile_ir` therefore optimises in the worker
     process and only falls back to this."""
-    with LLVM_LOCK:
+    with _host.LLVM_LOCK:
         _optproc.run_pipeline(mod, host().tm, explicit)
 
 
@@ -150,7 +136,7 @@ def _write_all(f, data: bytes) -> None:
 
 class OptWorker:
     """One optimiser worker process and its pipes.  Not thread-safe by itself: every
-    use holds :data:`LLVM_LOCK`."""
+    use holds :data:`tecomp.target.host.LLVM_LOCK`."""
 
     def __init__(self, h: Host, max_mb: float):
         self.proc = subprocess.Popen(
@@ -250,7 +236,7 @@ def worker_pid() -> Optional[int]:
 
 def _get_worker() -> Optional[OptWorker]:
     """The running worker, started if needed; None where none can run (the caller then
-    optimises in-process).  Call with :data:`LLVM_LOCK` held."""
+    optimises in-process).  Call with :data:`tecomp.target.host.LLVM_LOCK` held."""
     global _WORKER, _WORKER_OK, worker_starts
     if not worker_enabled():
         return None
@@ -277,7 +263,7 @@ def _get_worker() -> Optional[OptWorker]:
 def start_worker() -> None:
     """Start the optimiser worker now (in the background), so that its start-up overlaps
     with the lowering of the first kernel."""
-    with LLVM_LOCK:
+    with _host.LLVM_LOCK:
         _get_worker()
 
 
@@ -324,7 +310,7 @@ def _opt_timeout(ir_bytes: int = 0) -> float:
 
 def _optimize_in_worker(ir_text: str, explicit: bool) -> Optional[bytes]:
     """The bitcode of the module, optimised by the worker; None when no worker can run.
-    Call with :data:`LLVM_LOCK` held.
+    Call with :data:`tecomp.target.host.LLVM_LOCK` held.
 
     A module the full O3 pipeline does not finish within ``TECOMP_LLVM_OPT_TIMEOUT``
     seconds (default 60; builds take well under a second) is optimised again without
@@ -445,7 +431,7 @@ class JitModule:
     def opt_ir(self) -> str:
         """The optimised LLVM IR (printed on first request)."""
         if not isinstance(self._opt, str):
-            with LLVM_LOCK:
+            with _host.LLVM_LOCK:
                 if isinstance(self._opt, bytes):
                     self._opt = _parse_bitcode(self._opt)
                 if not isinstance(self._opt, str):
@@ -456,7 +442,7 @@ class JitModule:
     def asm(self) -> str:
         """Host assembly of the optimised module (generated on first request)."""
         if self._asm is None:
-            with LLVM_LOCK:
+            with _host.LLVM_LOCK:
                 if self._asm is None:
                     mod = llvm.parse_assembly(self.opt_ir)
                     self._asm = host().tm.emit_assembly(mod)
@@ -474,7 +460,7 @@ def _optimized_module(ir_text: str, opt: bool, explicit: bool, timings: Dict[str
     """Parse and verify ``ir_text`` and (``opt``) run the O3 pipeline on it, in the
     worker when there is one; return the llvmlite ``ModuleRef``, or ``(bitcode, object
     code)`` from the worker.  ``check()`` runs first when the module is parsed in this
-    process (where an LLVM abort would end it).  Call with :data:`LLVM_LOCK` held."""
+    process (where an LLVM abort would end it).  Call with :data:`tecomp.target.host.LLVM_LOCK` held."""
     h = host()
     t0 = time.perf_counter()
     reply = _optimize_in_worker(ir_text, explicit) if opt else None
@@ -561,7 +547,7 @@ _LIBCALLS_BUSY = False
 def _ensure_libcalls() -> None:
     """Compile the float16/bfloat16 conversion helpers (:mod:`.libcalls`) and register
     their names, once per process, before a module that calls them is linked.  Call with
-    :data:`LLVM_LOCK` held."""
+    :data:`tecomp.target.host.LLVM_LOCK` held."""
     global _LIBCALLS, _LIBCALLS_BUSY
 
     if _LIBCALLS is not None or _LIBCALLS_BUSY:   # busy: compile_ir of the helpers themselves
@@ -579,7 +565,7 @@ def _ensure_libcalls() -> None:
 def _check_resolved(undefined: Iterable[str]) -> None:
     """Raise :class:`UnresolvedSymbolError` unless each of ``undefined`` resolves in
     this process as MCJIT resolves it (after registering the float16 conversion helpers
-    where the code calls them).  Call with :data:`LLVM_LOCK` held."""
+    where the code calls them).  Call with :data:`tecomp.target.host.LLVM_LOCK` held."""
     names = set(undefined) - _LINKER_SYMBOLS
     if names & set(libcalls.NAMES):
         _ensure_libcalls()
@@ -599,7 +585,7 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
     """
     h = host()
     timings: Dict[str, float] = {}
-    with LLVM_LOCK:
+    with _host.LLVM_LOCK:
         mod = _optimized_module(ir_text, opt, explicit, timings, check)
         t2 = time.perf_counter()
         objects: List[bytes] = []
@@ -652,7 +638,7 @@ def emit_object(parts: Iterable[Tuple[str, bool, Dict[str, str]]], target=None) 
         cpu, features = h.cpu, h.features
     else:
         cpu, features = target.cpu, target.llvm_features
-    with LLVM_LOCK:
+    with _host.LLVM_LOCK:
         linked = None
         for text, opt, renames in parts:
             mod = _optimized_module(text, opt, False, {})
@@ -674,68 +660,8 @@ def emit_object(parts: Iterable[Tuple[str, bool, Dict[str, str]]], target=None) 
 
 def add_symbol(name: str, address: int) -> None:
     """Make ``name`` resolve to ``address`` in every module JIT-compiled afterwards."""
-    with LLVM_LOCK:
+    with _host.LLVM_LOCK:
         llvm.add_symbol(name, address)
-
-
-# -- the features of a CPU, as LLVM compiles for it ------------------------------------
-
-#: features X86's inliner does not compare (its InlineFeatureIgnoreList), which the probe
-#: of :func:`cpu_features` therefore cannot see
-PROBE_BLIND = frozenset({"64bit", "cx16", "sahf"})
-_FEATURES_OF: Dict[Tuple[str, str], FrozenSet[str]] = {}
-
-
-def cpu_features(cpu: str, features: str) -> FrozenSet[str]:
-    """The CPU features (LLVM's names, among :attr:`Host.feature_names`) code compiled
-    with ``"target-cpu"=cpu`` and ``"target-features"=features`` may use: the CPU's
-    own, plus what ``features`` adds and everything that implies, less what it removes
-    and everything that needs it.  :data:`PROBE_BLIND` features are reported only when
-    ``features`` adds them (``64bit`` always).
-
-    llvmlite has no call for a CPU's feature set; LLVM's inliner answers the question: it
-    inlines a function into another only when the callee's features are a subset of the
-    caller's (``X86TTIImpl::areInlineCompatible``).  So a probe module has one caller
-    compiled for ``(cpu, features)`` and, for each feature ``f``, a callee compiled for
-    ``+f`` alone; after LLVM's O1 pipeline, the callees that were inlined are the features
-    the caller has.  About 50 ms, once per ``(cpu, features)`` in a process.
-
-    ``cpu`` must be a CPU LLVM knows (an unknown name makes LLVM abort the process)."""
-    key = (cpu, features)
-    got = _FEATURES_OF.get(key)
-    if got is not None:
-        return got
-    h = host()
-    names = sorted(h.feature_names)
-    lines = []
-    for i in range(len(names)):
-        # the inline asm keeps the call from being deleted as dead when it is not inlined
-        lines.append(f'define internal void @f{i}() #{i + 1} {{\n'
-                     f'  call void asm sideeffect "", ""()\n  ret void\n}}')
-    calls = "\n".join(f"  call void @f{i}()" for i in range(len(names)))
-    lines.append(f"define void @probe() #0 {{\n{calls}\n  ret void\n}}")
-    lines.append(f'attributes #0 = {{ "target-cpu"="{cpu}" "target-features"="{features}" }}')
-    for i, f in enumerate(names):
-        lines.append(f'attributes #{i + 1} = {{ "target-features"="+{f}" }}')
-    with LLVM_LOCK:
-        mod = llvm.parse_assembly("\n".join(lines))
-        mod.triple = h.triple
-        mod.data_layout = h.data_layout
-        tm = h.target.create_target_machine(cpu="x86-64" if h.is_x86 else "generic",
-                                            features="", opt=1)
-        pto = llvm.create_pipeline_tuning_options(speed_level=1)
-        pb = llvm.create_pass_builder(tm, pto)
-        mpm = pb.getModulePassManager()
-        mpm.run(mod, pb)
-        mpm.close()
-        pb.close()
-        body = str(mod.get_function("probe"))
-    called = set(re.findall(r"@f(\d+)\(\)", body))   # (a call may become "fastcc")
-    have = {f for i, f in enumerate(names) if str(i) not in called}
-    added = {a[1:] for a in features.split(",") if a.startswith("+")}
-    have = (have - PROBE_BLIND) | (added & PROBE_BLIND) | ({"64bit"} & h.feature_names)
-    got = _FEATURES_OF[key] = frozenset(have)
-    return got
 
 
 def with_target_attributes(text: str, target) -> str:

@@ -8,14 +8,14 @@ MCJIT engine, and its entry points are registered with ``llvm.add_symbol`` so ke
 refer to them by name (their IR is the same in every process).  A library written by
 ``Module.export_library`` carries its own copy, compiled with it (``pool_ir(for_library=
 True)``); every copy in a process is controlled through the same C functions, by
-:mod:`tecomp.codegen.threads` (``tc.set_num_threads`` applies to all of them).
+:mod:`tecomp.threads` (``tc.set_num_threads`` applies to all of them).
 
 How it works
 ------------
 * **Threads.**  ``num_threads`` counts the calling thread: the pool keeps
   ``num_threads - 1`` persistent pthreads, started on the first parallel region (or the
   first one after :func:`set_num_threads` changed the count).  The default is the CPUs
-  the process may use (:func:`tecomp.codegen.threads.available_cpus`: its affinity mask
+  the process may use (:func:`tecomp.threads.available_cpus`: its affinity mask
   and cgroup CPU quota), overridden by the environment variable ``TECOMP_NUM_THREADS``
   and by :func:`set_num_threads`.  (A library's pool called from C without
   ``tecomp_pool_set_threads`` takes ``TECOMP_NUM_THREADS``, else the CPUs of its
@@ -78,7 +78,7 @@ How it works
   oldest blocks to make room; ``tc.release_workspace()`` frees them all.  Smaller
   blocks go to ``aligned_alloc`` and ``free`` directly.  Each block carries its size in
   a 64-byte header before the (64-byte aligned) address the kernel gets.
-* **Lifetime.**  An ``atexit`` hook (:mod:`tecomp.codegen.threads`) joins the workers
+* **Lifetime.**  An ``atexit`` hook (:mod:`tecomp.threads`) joins the workers
   before the interpreter tears the JIT memory down; after ``fork()`` the child resets
   the pool (its workers did not survive the fork) and starts new ones on its first
   parallel region.
@@ -92,7 +92,7 @@ from typing import Optional
 
 from ...errors import InternalError
 from . import jit as llvm_jit
-from ..threads import (  # noqa: F401  (set_num_threads, get_num_threads: the public names)
+from ...threads import (  # noqa: F401  (set_num_threads, get_num_threads: the public names)
     DEFAULT_SPIN, DEFAULT_WAIT_SPIN, DEFAULT_WORKSPACE_LIMIT, MAX_THREADS, POOL_FUNCTIONS,
     PoolControls,
     default_num_threads, get_num_threads, register, set_num_threads, spin_from_env,
@@ -728,7 +728,7 @@ entry:
 _ENTRY_POINTS = (PARALLEL_FOR, WS_ALLOC, WS_FREE) + tuple(POOL_FUNCTIONS)
 
 # How many threads a region wants (``tp_desired``).  The JIT's pool is always told by
-# Python (tecomp.codegen.threads); a library's pool may be called from C without being
+# Python (tecomp.threads); a library's pool may be called from C without being
 # told, so there 0 means "not set yet": the first region (or tecomp_pool_get_threads)
 # takes TECOMP_NUM_THREADS if it is a positive integer, else the CPUs of its affinity mask
 # (the online CPUs where that cannot be read), at most 1024, as Python's default does
@@ -837,7 +837,7 @@ def pool_ir(for_library: bool = False) -> str:
 
 class _Pool:
     """The JIT-compiled pool: its engine, its control functions (registered with
-    :mod:`tecomp.codegen.threads`) and ``parallel_for``."""
+    :mod:`tecomp.threads`) and ``parallel_for``."""
 
     def __init__(self):
         self.jit = llvm_jit.compile_ir(pool_ir(), _ENTRY_POINTS)
@@ -857,14 +857,14 @@ class _Pool:
 _POOL: Optional[_Pool] = None
 _POOL_LOCK = threading.Lock()
 
-# the settings every pool shares live in tecomp.codegen.threads (no llvmlite there)
+# the settings every pool shares live in tecomp.threads (no llvmlite there)
 _default_num_threads = default_num_threads
 _spin_from_env = spin_from_env
 
 
 def pool() -> _Pool:
     """The process-wide JIT pool, compiled (not started: workers start lazily) on first
-    use, and registered with :mod:`tecomp.codegen.threads`."""
+    use, and registered with :mod:`tecomp.threads`."""
     global _POOL
     if _POOL is None:
         with _POOL_LOCK:

@@ -30,7 +30,7 @@ import threading
 import warnings
 from typing import Callable, List, Optional
 
-from ..errors import TecompError
+from .errors import TecompError
 
 __all__ = ["PoolControls", "register", "set_num_threads", "get_num_threads",
            "default_num_threads", "available_cpus", "cgroup_cpu_limit", "spin_from_env",
