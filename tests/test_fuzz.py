@@ -788,3 +788,18 @@ def test_campaign_seed_with_a_symbolic_unrolled_nest_builds():
     case = case_for_seed(10022977, 25, 5, "llvm", 10, "cuda-emu", 5)
     out = run_case(case)
     assert out.kind == "ok", out.report()
+
+
+def test_campaign_seed_with_a_narrowed_loop_extent_runs():
+    """Seed 10077838 (the campaign's defaults): a min-reduction over a scalar n, split
+    three times and rfactored twice; a loop extent computed in int64 and narrowed back to
+    int32 (``int32(min(...))``) was bounded by int32's whole range (a cast keeps no
+    symbols in the interval analysis, and ``|min(a, b)|`` took the larger side), so the
+    call-time check refused n = 11 (``can reach 12884901895``).  The bound of a loop
+    counter now uses an upper bound of its extent (``min(a, b) <= b``) and a narrowing
+    cast the bound of its value."""
+    from tecomp.testing.fuzz import case_for_seed
+
+    case = case_for_seed(10077838, 25, 5, "llvm", 10, "cuda-emu", 5)
+    out = run_case(case)
+    assert out.kind == "ok", out.report()

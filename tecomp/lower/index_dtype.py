@@ -102,6 +102,7 @@ class _IndexDtype(Mutator):
                         if v not in self.param_ranges and _dt.is_int(v.dtype):
                             self.param_ranges[v] = Interval(0, _dt.int_limits(v.dtype)[1])
         self._cache: dict = {}
+        self._up_cache: dict = {}
 
     # -- statements that bind variables -------------------------------------------------
     def visit_For(self, s: For):
@@ -291,24 +292,88 @@ class _IndexDtype(Mutator):
 
     def magnitude(self, e: Expr) -> Optional[Expr]:
         """An int64 expression in the parameters (or a constant) at least ``|e|`` for every
-        value of the enclosing loops, or None: ``|a + b| <= |a| + |b|``, ``|a // b| <= |a|``,
-        ``|a % b| <= |b|``, a loop counter at most ``|min| + extent``."""
+        value of the enclosing loops, or None.
+
+        Two bounds, the smaller of which is taken where neither settles it: the interval
+        analysis' ``max(|lo|, |hi|)`` where it bounds ``e`` (if not an expression it is
+        part of, e.g. the dividend of a division by a symbolic extent: far tighter than
+        the rules, which take ``|a // 7|`` to be ``|a|``), and the rules
+        (:meth:`_magnitude_rule`), which keep symbols where the analysis has only a
+        type's limits (across a cast)."""
+        if type(e) is Const:
+            return Const(abs(int(e.value)), "int64") if _dt.is_int(e.dtype) else None
+        tight = self._bounds_magnitude(e) if _dt.is_int(e.dtype) else None
+        if tight is not None:
+            hi = const_interval(tight, self.param_ranges)[1]
+            if hi is not None and hi <= INT32_MAX:
+                return tight   # (within int32 for every call: nothing to check)
+        rule = self._magnitude_rule(e)
+        if tight is None or rule is None:
+            return rule if tight is None else tight
+        return _op.minimum(tight, rule)
+
+    def _upper(self, e: Expr) -> Optional[Expr]:
+        """An int64 expression in the parameters at least ``e`` (not ``|e|``) for every
+        value of the enclosing loops, or None: what a loop's extent is bounded by, where
+        ``min(a, b)`` is at most either side (its magnitude may be the larger one's)."""
+        key = (e, tuple((v, self.ranges.get(v)) for v in free_vars(e)))
+        if key in self._up_cache:
+            return self._up_cache[key]
+        t, up = type(e), self._upper
+        out = None
+        if t is Const:
+            out = Const(int(e.value), "int64") if _dt.is_int(e.dtype) else None
+        elif t is Min:
+            a, b = up(e.a), up(e.b)
+            out = b if a is None else a if b is None else _op.minimum(a, b)
+        elif t is Max or t is Add:
+            a, b = up(e.a), up(e.b)
+            if a is not None and b is not None:
+                out = _op.maximum(a, b) if t is Max else _op.add(a, b)
+        elif t is Sub:
+            a, b = up(e.a), self.magnitude(e.b)
+            if a is not None and b is not None:
+                out = _op.add(a, b)
+        elif t is Mul and (isinstance(e.a, Const) or isinstance(e.b, Const)):
+            c, x = (e.a, e.b) if isinstance(e.a, Const) else (e.b, e.a)
+            a = up(x) if int(c.value) >= 0 else None
+            if a is not None:
+                out = _op.mul(Const(int(c.value), "int64"), a)
+        elif t is FloorDiv and isinstance(e.b, Const) and int(e.b.value) > 0:
+            a = up(e.a)   # (floor division by a positive constant keeps the order)
+            if a is not None:
+                out = _op.floordiv(a, Const(int(e.b.value), "int64"))
+        elif t is Cast and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype) and (
+                _dt.bits(e.dtype) >= _dt.bits(e.value.dtype)
+                or self._magnitude_rule(e) is not None):
+            out = up(e.value)   # (a narrowing cast whose value fits: the value)
+        elif t is Var and e in self.param_ranges and e not in self.ranges:
+            out = _op.widen(e, "int64")
+        if out is None:
+            out = self.magnitude(e)
+        self._up_cache[key] = out
+        return out
+
+    def _magnitude_rule(self, e: Expr) -> Optional[Expr]:
+        """A bound on ``|e|`` by rules: ``|a + b| <= |a| + |b|``, ``|a // b| <= |a|``,
+        ``|a % b| <= |b|``, a loop counter at most ``|min| + extent``, a narrowing cast
+        its value's bound where that fits the narrower type."""
         t = type(e)
         m = self.magnitude
-        if t is Const:
-            return Const(abs(int(e.value)), "int64") if _dt.is_int(e.dtype) else None
-        if _dt.is_int(e.dtype):
-            # where the interval analysis bounds ``e`` (if not an expression it is part of,
-            # e.g. the dividend of a division by a symbolic extent), ``max(|lo|, |hi|)`` is
-            # far tighter than the rules below (which take ``|a // 7|`` to be ``|a|``)
-            tight = self._bounds_magnitude(e)
-            if tight is not None:
-                return tight
+        if t is Cast and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype) \
+                and _dt.bits(e.dtype) < _dt.bits(e.value.dtype):
+            inner = m(e.value)
+            if inner is not None:
+                hi = const_interval(inner, self.param_ranges)[1]
+                if hi is not None and hi <= _dt.int_limits(e.dtype)[1]:
+                    return inner
         if t is Var:
             r = self.ranges.get(e)
             if isinstance(r, Range):
-                a, b = m(r.min), m(r.extent)
-                return None if a is None or b is None else _op.add(a, b)
+                # the counter is min + j, 0 <= j < extent (no value where extent <= 0)
+                a, b = m(r.min), self._upper(r.extent)
+                return None if a is None or b is None else \
+                    _op.add(a, _op.maximum(b, Const(0, "int64")))
             if r is not None:   # a let: the closed interval of its value
                 a, b = (None if x is None else m(x) for x in (r.lo, r.hi))
                 return None if a is None or b is None else _op.maximum(a, b)
