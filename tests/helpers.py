@@ -118,14 +118,14 @@ def gpu_shared_tile():
 
 def with_l2(monkeypatch, nbytes):
     """Have the CPU schedules see an L2 of ``nbytes``, and the gradient definitions' fixed
-    machine model (``tecomp.nn.ops._GRAD_L2_BYTES``) hold the same (through pytest's
+    machine model (``tecomp.nn.conv_grad._GRAD_L2_BYTES``) hold the same (through pytest's
     ``monkeypatch``): which form a weight gradient or a convolution's schedule takes
     depends on it, so a test pins it instead of the host's."""
-    from tecomp.nn import ops
+    from tecomp.nn import conv_grad
     from tecomp.target import Target
 
     monkeypatch.setattr(Target, "l2_bytes", property(lambda self: nbytes))
-    monkeypatch.setattr(ops, "_GRAD_L2_BYTES", nbytes)
+    monkeypatch.setattr(conv_grad, "_GRAD_L2_BYTES", nbytes)
 
 
 def with_fma_model(monkeypatch, half_width: bool, gather_cost: float,

@@ -11,7 +11,7 @@ import pytest
 import tecomp as tc
 from tecomp import autodiff as ad
 from tecomp import nn
-from tecomp.nn import ops as nn_ops
+from tecomp.nn import conv_grad
 
 from helpers import with_fma_model
 from helpers import with_l2 as _with_l2
@@ -239,7 +239,7 @@ def test_narrow_nchw_data_gradients_run_as_nhwc_convolutions(stride, padding, di
     # (the gradient's form follows the fixed model of nn.ops, 16 lanes, whatever the
     # machine; the schedules follow the machine, here both widths)
     torch = pytest.importorskip("torch")
-    L = nn_ops._GRAD_LANES
+    L = conv_grad._GRAD_LANES
     N, C, O, H = 2, L, 6, L // 2
     X, Wt = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((O, C, k, k), name="W")
     Y = nn.conv2d_nchw(X, Wt, stride, padding, dilation)
@@ -301,7 +301,7 @@ def test_narrow_nchw_data_gradient_phases_with_channel_vectors(stride, lanes, mo
 
     torch = pytest.importorskip("torch")
     with_fma_model(monkeypatch, half_width=False, gather_cost=1.5)
-    L = nn_ops._GRAD_LANES
+    L = conv_grad._GRAD_LANES
     N, C, O, H = 1, 2 * L, 256, L // 2 * stride
     X, Wt = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((O, C, 3, 3), name="W")
     Y = nn.conv2d_nchw(X, Wt, stride, 1)
@@ -389,7 +389,7 @@ def _check_weight_gradient(torch, X, Wt, Y, Hd, gW, layout, stride):
 def test_large_nchw_weight_gradients(stride, hw, form, monkeypatch):
     # 256 channels (a 2.4 MB gradient) with a 512 KB L2: over small images (6x6: operands
     # in L2) the NHWC gradient transposed, read from panels; over larger ones (15x15, a
-    # 578 KB padded input) over flat rows at stride 1 (nn.ops._flat_rows), at stride 2
+    # 578 KB padded input) over flat rows at stride 1 (nn.conv_grad._flat_rows), at stride 2
     # through NHWC without panels
     torch = pytest.importorskip("torch")
     _with_l2(monkeypatch, 512 << 10)
@@ -413,7 +413,7 @@ def test_large_nchw_weight_gradients(stride, hw, form, monkeypatch):
 def test_weight_gradients_over_panels(layout, stride, dtype, lanes, monkeypatch):
     # a gradient larger than L2 (48 KB in float32, with the L2 said to be 40 KB; twice
     # both in float64) over operands that fit in it: both are copied into panels
-    # (nn.ops._wgrad_panels) of three vectors -- 56 output channels leave a last panel
+    # (nn.conv_grad._wgrad_panels) of three vectors -- 56 output channels leave a last panel
     # of 8 (16 float32 lanes) or 8 of 24, or 8 of 12 (4 float64 lanes), computed whole
     # over its zeros and copied out masked
     torch = pytest.importorskip("torch")
@@ -434,7 +434,7 @@ def test_weight_gradients_over_panels(layout, stride, dtype, lanes, monkeypatch)
     assert g.op.tag == "conv2d_nhwc_wgrad"
     nr, cb = g.op.attrs["nr"], g.op.attrs["cb"]
     # the panels' width follows the gradient's fixed model, not the machine
-    L, vregs = nn_ops._GRAD_LANES, nn_ops._GRAD_VREGS
+    L, vregs = conv_grad._GRAD_LANES, conv_grad._GRAD_VREGS
     assert nr == 3 * L // (2 if wide else 1) and C % cb == 0 and 3 * cb + 5 <= vregs
     assert {t.op.tag for t in g.op.input_tensors} == {"conv2d_wgrad_panels"}
     _check_weight_gradient(torch, X, Wt, Y, Hd, gW, layout, stride)

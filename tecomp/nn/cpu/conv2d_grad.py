@@ -25,15 +25,15 @@ def _conv_wgrad_nchw_into(s: Schedule, outs, info: CpuModel):
 
     When the rows are not a multiple of 16 (or the stride is above 1), ``tecomp.nn``
     gives this stage only large gradients (256 channels and more; the others go through
-    NHWC, see ``nn.ops._conv_weight_grad``), written over flat rows
-    (``nn.ops._flat_rows``: a reduction over ``(n, p)``, both operands copied to one row
+    NHWC, see ``nn.conv_grad._conv_weight_grad``), written over flat rows
+    (``nn.conv_grad._flat_rows``: a reduction over ``(n, p)``, both operands copied to one row
     pitch first, here in parallel passes): whole 16-lane vectors, faster than the row
     form's 8-lane vectors.
     (measurements: benchmarks/DECISIONS.md, "NCHW weight gradient: whole vectors")"""
     gw = outs[0]
     op = gw.op
     O, C, KH, KW = (_cint(e) for e in gw.shape)
-    x = op.reduce_axis[-1]   # (n, y, x), or (n, p) over flat rows (nn.ops._flat_rows)
+    x = op.reduce_axis[-1]   # (n, y, x), or (n, p) over flat rows (nn.conv_grad._flat_rows)
     OW = _cint(x.dom.extent)
     L = info.lanes
     if OW is not None and OW % L and OW % (L // 2) == 0:
@@ -76,7 +76,7 @@ def _conv_wgrad_nchw_into(s: Schedule, outs, info: CpuModel):
 
 def _schedule_flat_rows(s: Schedule, t: Tensor, info: CpuModel):
     """A copy into flat rows of pitch ``E`` (``attrs["pitch"]``, see
-    ``nn.ops._flat_rows``): the flat axis split into rows of ``E`` (the row and column then
+    ``nn.conv_grad._flat_rows``): the flat axis split into rows of ``E`` (the row and column then
     index the source directly), the columns in vectors, the leading axes in parallel."""
     st = s[t]
     E = int(t.op.attrs["pitch"])
@@ -143,7 +143,7 @@ def _conv_wgrad_nhwc_into(s: Schedule, outs, info: CpuModel):
 
 
 def _conv_wgrad_panels_into(s: Schedule, gw: Tensor, info: CpuModel):
-    """An NHWC weight gradient over panels (``tecomp.nn.ops._wgrad_panels``: larger than
+    """An NHWC weight gradient over panels (``tecomp.nn.conv_grad._wgrad_panels``: larger than
     L2, its operands in L2).  Each ``CB x NR`` block (input channels x output-channel
     vectors) is a task of the parallel loop and is accumulated over all the pixels in
     registers (``cache_write``), reading ``NR`` contiguous adjoint values and
