@@ -22,7 +22,8 @@ from .device_split import split_host_device_pass
 from .parallel import parallel_plan_pass
 from .vectorize import vector_plan_pass
 
-# The passes, in order.  (name, function, targets it runs for: None = every target)
+# The passes, in order.  (name, function, the machines it runs for: None = every target,
+# "cpu" = Target.is_cpu, "gpu" = Target.is_gpu)
 PASSES = [
     ("simplify", P.simplify_pass, None),
     ("prefetch", P.prefetch_pass, None),
@@ -42,10 +43,10 @@ PASSES = [
 # tc.build runs it (prepare_for_codegen), TECOMP_DUMP_IR=1 shows it, and
 # ``tc.lower(..., phase="codegen")`` returns the IR the code generator renders.
 CODEGEN_PASSES = [
-    ("vector_plan", vector_plan_pass, ("llvm",)),
-    ("parallel_plan", parallel_plan_pass, ("llvm",)),
-    ("offset_checks", P.offset_checks_pass, ("cuda", "cuda-emu")),
-    ("split_host_device", split_host_device_pass, ("cuda", "cuda-emu")),
+    ("vector_plan", vector_plan_pass, "cpu"),
+    ("parallel_plan", parallel_plan_pass, "cpu"),
+    ("offset_checks", P.offset_checks_pass, "gpu"),
+    ("split_host_device", split_host_device_pass, "gpu"),
 ]
 
 
@@ -63,7 +64,6 @@ def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | No
     parallel tasks for llvm, the host/device split for the GPU): the IR that the code
     generator renders."""
     tgt = as_target(target)
-    target = tgt.kind
     if not isinstance(s, Schedule):
         raise LowerError(f"tc.lower takes a schedule made by tc.create_schedule, got {s!r}")
     if not isinstance(args, (list, tuple)):
@@ -111,7 +111,7 @@ def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | No
     dump = os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")
     if dump:
         _dump("schedule_ops", func)
-    func = run_passes(func, target, dump)
+    func = run_passes(func, tgt, dump)
     if phase == "codegen":
         func = prepare_for_codegen(func, tgt)
     if stats is not None:
@@ -133,16 +133,17 @@ def prepare_for_codegen(func: PrimFunc, target=None) -> PrimFunc:
     func = PrimFunc(func.name, func.params, func.body,
                     {**func.attrs, "target": tgt, "codegen_target": str(tgt)})
     dump = os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")
-    return run_passes(func, tgt.kind, dump, passes=CODEGEN_PASSES)
+    return run_passes(func, tgt, dump, passes=CODEGEN_PASSES)
 
 
-def run_passes(func: PrimFunc, target: str = "llvm", dump: bool = False, check=None,
+def run_passes(func: PrimFunc, target="llvm", dump: bool = False, check=None,
                passes=None) -> PrimFunc:
     """Run ``passes`` (default :data:`PASSES`) on ``func``.  ``check(name, before,
     after)`` is called after each pass that changed the IR (the pass-by-pass checker
     hooks in here)."""
-    for pname, fn, targets in (PASSES if passes is None else passes):
-        if targets is not None and target not in targets:
+    tgt = as_target(target)
+    for pname, fn, machine in (PASSES if passes is None else passes):
+        if machine is not None and not (tgt.is_cpu if machine == "cpu" else tgt.is_gpu):
             continue
         new = fn(func)
         if new is not func and new.body is not func.body:

@@ -25,6 +25,7 @@ from ..ir.stmt import PrimFunc
 from ..lower import pipeline
 from ..lower.pipeline import run_passes
 from ..lower.schedule_ops import schedule_to_stmt
+from ..target import as_target
 
 
 class PassCheckError(AssertionError):
@@ -121,12 +122,10 @@ class _Checker:
     what a racy program computed), but after it the interpreter must find no race.
     """
 
-    GPU_TARGETS = ("cuda", "cuda-emu")
-
     def __init__(self, args, check_races: bool, target: str = "llvm"):
         self.args = args
         self.check_races = check_races
-        self.gpu = target in self.GPU_TARGETS
+        self.gpu = as_target(target).is_gpu
         self.barriers_done = not self.gpu
         self.last = None  # (func, results or exception)
         self.passes_checked: List[str] = []

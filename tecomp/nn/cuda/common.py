@@ -11,9 +11,6 @@ from ...te.tensor import thread_axis
 from .._schedule_common import _ceil
 
 
-TARGETS = ("cuda", "cuda-emu")
-
-
 ELEMENTWISE_THREADS = 256
 
 
@@ -23,10 +20,10 @@ MIN_BLOCKS = 128
 
 def _check_target(target) -> None:
     try:
-        kind = as_target(target).kind
+        gpu = as_target(target).is_gpu
     except TargetError as exc:
         raise ScheduleError(f"the tecomp.nn CUDA schedules: {exc}") from None
-    if kind not in TARGETS:
+    if not gpu:
         raise ScheduleError(f"the tecomp.nn CUDA schedules are for target 'cuda' or 'cuda-emu', "
                             f"got {str(target)!r} (the CPU schedules are in "
                             f"tecomp.nn.cpu)")
