@@ -55,6 +55,10 @@ def _add(m, i):
 #: unroll at most 162 copies (3 x 3 x 9 x 2, a convolution's window and register block).
 MAX_UNROLL_COPIES = 4096
 
+#: an unrolled loop with a constant extent up to this is unrolled at code generation (the
+#: LLVM emitter's rule, :mod:`tecomp.codegen.llvm.emit_control`); a longer one stays a loop
+MAX_FULL_UNROLL = 1024
+
 
 class _UnrollBudget(Visitor):
     def __init__(self, full_unroll: int):
@@ -91,8 +95,6 @@ class _UnrollBudget(Visitor):
 def check_unroll_budget(func: PrimFunc) -> None:
     """A ScheduleError when unrolling would make more than :data:`MAX_UNROLL_COPIES`
     copies of a statement (see there)."""
-    from ..codegen.llvm.emit_control import MAX_FULL_UNROLL
-
     _UnrollBudget(MAX_FULL_UNROLL).visit(func.body)
 
 

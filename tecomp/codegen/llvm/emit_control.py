@@ -19,13 +19,11 @@ from ...ir.expr import Const, Expr
 from ...ir.stmt import AssertStmt, For, IfThenElse
 from ...lower import parallel as _par
 from ...lower import vectorize as _vec
+from ...lower.passes import MAX_FULL_UNROLL  # (the unroll budget counts with it)
 from ...lower.vectorize import node_text
 from .abi import ERR_ASSERT, ERR_WORDS
 from .values import _I1, _I32, _I64, _PTR, Val, _i64_at, _sanitize
 
-
-#: an unrolled loop with a constant extent up to this is unrolled at code generation
-MAX_FULL_UNROLL = 1024
 
 #: an unrolled loop whose extent is symbolic (a tail that loop partitioning left, a block
 #: of a symbolic shape: ``min(n - 8*i, 8)``) but at most this is unrolled at code
