@@ -4,8 +4,10 @@ from __future__ import annotations
 import gc
 import time
 from contextlib import contextmanager
+from typing import Optional
 
 from .errors import LowerError
+from .codegen import cuda as _cuda_c, cuda_emu as _cuda_emu, nvcc as _nvcc
 from .ir.deep import deep_entry
 from .ir.stmt import PrimFunc
 
@@ -59,6 +61,14 @@ class Backend:
     def build(self, func: PrimFunc, target, checks: bool):
         raise NotImplementedError
 
+    def ahead_compiler(self, target):
+        """How a search compiles its candidates ahead, side by side, into the caches the
+        measuring process builds from: ``(prepare, compile)``, ``prepare(func)`` run in
+        the caller's thread on a lowered function and ``compile(prepared)`` in a worker
+        thread; or None where nothing is compiled ahead (the default: the measuring
+        process builds each candidate itself)."""
+        return None
+
 
 class LlvmBackend(Backend):
     """The CPU, through llvmlite: a module run in this process (:mod:`tecomp.runtime.llvm`)."""
@@ -87,6 +97,14 @@ class CudaBackend(Backend):
 
         return build_cuda(func, target=target)
 
+    def ahead_compiler(self, target):
+        """nvcc into the cubin cache, for the target's ``-arch`` or GPU 0's (None
+        without nvcc or a GPU to read the architecture from)."""
+        arch = getattr(target, "arch", None) or device_arch()
+        if arch is None or _nvcc.find_nvcc() is None:
+            return None
+        return _cuda_c.codegen_cuda, lambda cs: _nvcc.compile_cubin(cs.source, arch)
+
 
 class CudaEmuBackend(Backend):
     """The CUDA C compiled for this CPU and run one block at a time (no GPU needed)."""
@@ -94,9 +112,28 @@ class CudaEmuBackend(Backend):
     kind = "cuda-emu"
 
     def build(self, func, target, checks):
-        from .codegen.cuda_emu import build_cuda_emu
+        return _cuda_emu.build_cuda_emu(func)
 
-        return build_cuda_emu(func)
+    def ahead_compiler(self, target):
+        """The C++ compiler into the emulation's library cache."""
+        return _cuda_c.codegen_cuda, lambda cs: _cuda_emu.compile_emu_library(cs, load=False)
+
+
+_ARCH: Optional[str] = None
+
+
+def device_arch() -> Optional[str]:
+    """``sm_XY`` of GPU 0, through the driver (no context is made), or None."""
+    global _ARCH
+    if _ARCH is None:
+        try:
+            import pycuda.driver as cuda
+
+            cuda.init()
+            _ARCH = "sm_%d%d" % cuda.Device(0).compute_capability()
+        except Exception:  # noqa: BLE001 - no pycuda, no driver, no device
+            _ARCH = ""
+    return _ARCH or None
 
 
 #: the backend of each target kind (:data:`tecomp.target.KINDS`)

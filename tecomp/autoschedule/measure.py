@@ -55,7 +55,8 @@ once, and times calls on the device arrays (each call waits for its kernels).
 lowers each candidate of a ``run`` in this process and compiles them all at once, one
 compiler per core (:data:`COMPILE_JOBS`): nvcc into tecomp's cubin cache
 (:func:`tecomp.codegen.nvcc.compile_cubin`; the device's architecture is read here
-through the driver, without a context), g++ into the emulation's library cache.  The
+through the driver, without a context: the target's backend says how,
+``tecomp.build.Backend.ahead_compiler``), g++ into the emulation's library cache.  The
 measuring process then loads what it builds from those caches, so candidates are
 measured one after another while their compilers ran side by side (nvcc takes seconds
 per kernel; one candidate after the other, compiling dominated a GPU search).  This is
@@ -112,11 +113,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..build import build
-from ..codegen.cuda import codegen_cuda
-from ..codegen.cuda_emu import compile_emu_library
+from ..build import backend_for, build
 from ..codegen.llvm import threadpool as tp, compiler as _compiler, jit as llvm_jit
-from ..codegen.nvcc import compile_cubin, find_nvcc
 from ..errors import AutoScheduleError
 from ..ir import dtype as _dt
 from ..ir.expr import Var
@@ -1056,23 +1054,6 @@ class _Runner:
 #: compilers a LocalRunner runs at once for CUDA candidates (None: one per core)
 COMPILE_JOBS: Optional[int] = None
 
-_ARCH: Optional[str] = None
-
-
-def _device_arch() -> Optional[str]:
-    """``sm_XY`` of GPU 0, through the driver (no context is made), or None."""
-    global _ARCH
-    if _ARCH is None:
-        try:
-            import pycuda.driver as cuda
-
-            cuda.init()
-            _ARCH = "sm_%d%d" % cuda.Device(0).compute_capability()
-        except Exception:  # noqa: BLE001 - no pycuda, no driver, no device
-            _ARCH = ""
-    return _ARCH or None
-
-
 def _precompile(args, build_fn, payloads: Sequence, target) -> int:
     """Lower each payload's schedule here and compile them all in parallel into the
     caches the measuring process loads from (see "Compiling in parallel"); how many
@@ -1081,18 +1062,10 @@ def _precompile(args, build_fn, payloads: Sequence, target) -> int:
 
 
     tgt = as_target(target)
-    if tgt.is_gpu and not tgt.is_emulated:
-        arch = getattr(tgt, "arch", None) or _device_arch()
-        if arch is None or find_nvcc() is None:
-            return 0
-
-        def compile_one(cs):
-            compile_cubin(cs.source, arch)
-    elif tgt.is_emulated:
-        def compile_one(cs):
-            compile_emu_library(cs, load=False)
-    else:
+    ahead = backend_for(tgt).ahead_compiler(tgt)
+    if ahead is None:
         return 0
+    prepare, compile_one = ahead
     try:
         jobs = COMPILE_JOBS or len(os.sched_getaffinity(0))
     except AttributeError:
@@ -1104,10 +1077,10 @@ def _precompile(args, build_fn, payloads: Sequence, target) -> int:
                 obj = build_fn(args, payload)
                 if not isinstance(obj, Schedule):
                     continue
-                cs = codegen_cuda(lower(obj, args, target=tgt))
+                prepared = prepare(lower(obj, args, target=tgt))
             except Exception:  # noqa: BLE001 - the candidate's failure, reported when measured
                 continue
-            futures.append(pool.submit(compile_one, cs))
+            futures.append(pool.submit(compile_one, prepared))
     done = 0
     for f in futures:
         try:
