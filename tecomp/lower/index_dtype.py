@@ -312,6 +312,15 @@ class _IndexDtype(Mutator):
             return rule if tight is None else tight
         return _op.minimum(tight, rule)
 
+    def _fits(self, e: Expr, dtype: str) -> bool:
+        """Whether ``|e|`` is at most ``dtype``'s largest value for every call (so a cast of
+        ``e`` to ``dtype`` keeps its value)."""
+        inner = self.magnitude(e)
+        if inner is None:
+            return False
+        hi = const_interval(inner, self.param_ranges)[1]
+        return hi is not None and hi <= _dt.int_limits(dtype)[1]
+
     def _upper(self, e: Expr) -> Optional[Expr]:
         """An int64 expression in the parameters at least ``e`` (not ``|e|``) for every
         value of the enclosing loops, or None: what a loop's extent is bounded by, where
@@ -344,8 +353,7 @@ class _IndexDtype(Mutator):
             if a is not None:
                 out = _op.floordiv(a, Const(int(e.b.value), "int64"))
         elif t is Cast and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype) and (
-                _dt.bits(e.dtype) >= _dt.bits(e.value.dtype)
-                or self._magnitude_rule(e) is not None):
+                _dt.bits(e.dtype) >= _dt.bits(e.value.dtype) or self._fits(e.value, e.dtype)):
             out = up(e.value)   # (a narrowing cast whose value fits: the value)
         elif t is Var and e in self.param_ranges and e not in self.ranges:
             out = _op.widen(e, "int64")
@@ -361,12 +369,8 @@ class _IndexDtype(Mutator):
         t = type(e)
         m = self.magnitude
         if t is Cast and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype) \
-                and _dt.bits(e.dtype) < _dt.bits(e.value.dtype):
-            inner = m(e.value)
-            if inner is not None:
-                hi = const_interval(inner, self.param_ranges)[1]
-                if hi is not None and hi <= _dt.int_limits(e.dtype)[1]:
-                    return inner
+                and _dt.bits(e.dtype) < _dt.bits(e.value.dtype) and self._fits(e.value, e.dtype):
+            return m(e.value)
         if t is Var:
             r = self.ranges.get(e)
             if isinstance(r, Range):
