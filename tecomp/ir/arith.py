@@ -920,9 +920,12 @@ class Analyzer:
             src = e.value.dtype
             if src == "bool" or _is_int(src):
                 lo, hi = self.cbound(e.value)
-                # whatever else is known, the value is one of its own dtype's
                 slo, shi = dtype_limits(src)
-                lo, hi = (slo if lo is None else max(lo, slo)), (shi if hi is None else min(hi, shi))
+                if dlo <= slo and shi <= dhi:
+                    # a widening cast: the value is one of its source dtype's, whatever
+                    # else is known (``int64(n)`` of an int32 n is at most 2**31 - 1)
+                    lo = slo if lo is None else max(lo, slo)
+                    hi = shi if hi is None else min(hi, shi)
                 if lo is not None and hi is not None and dlo <= lo and hi <= dhi:
                     return lo, hi
                 if lo is None or hi is None:

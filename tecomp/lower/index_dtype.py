@@ -81,6 +81,11 @@ def widened(e: Expr) -> Expr:
     return Cast(e, "int64")
 
 
+def _abs64(w: Expr) -> Expr:
+    """``|w|`` of the int64 expression ``w``, as ``max(w, -w)``."""
+    return _op.maximum(w, _op.sub(Const(0, "int64"), w))
+
+
 def _is_leaf(e: Expr) -> bool:
     return not isinstance(e, _RING + _ORDERED + (Cast, Select, Let))
 
@@ -303,23 +308,25 @@ class _IndexDtype(Mutator):
         if type(e) is Const:
             return Const(abs(int(e.value)), "int64") if _dt.is_int(e.dtype) else None
         tight = self._bounds_magnitude(e) if _dt.is_int(e.dtype) else None
-        if tight is not None:
-            hi = const_interval(tight, self.param_ranges)[1]
-            if hi is not None and hi <= INT32_MAX:
-                return tight   # (within int32 for every call: nothing to check)
+        if tight is not None and self._at_most(tight, INT32_MAX):
+            return tight   # (within int32 for every call: nothing to check)
         rule = self._magnitude_rule(e)
         if tight is None or rule is None:
             return rule if tight is None else tight
         return _op.minimum(tight, rule)
 
-    def _fits(self, e: Expr, dtype: str) -> bool:
-        """Whether ``|e|`` is at most ``dtype``'s largest value for every call (so a cast of
-        ``e`` to ``dtype`` keeps its value)."""
+    def _at_most(self, bound: Expr, limit: int) -> bool:
+        """Whether the int64 expression ``bound`` (in the parameters) is at most ``limit``
+        for every call."""
+        hi = const_interval(bound, self.param_ranges)[1]
+        return hi is not None and hi <= limit
+
+    def _fitting_magnitude(self, e: Expr, dtype: str) -> Optional[Expr]:
+        """:meth:`magnitude` of ``e`` where it is at most ``dtype``'s largest value for
+        every call (so a cast of ``e`` to ``dtype`` keeps its value), else None."""
         inner = self.magnitude(e)
-        if inner is None:
-            return False
-        hi = const_interval(inner, self.param_ranges)[1]
-        return hi is not None and hi <= _dt.int_limits(dtype)[1]
+        return inner if inner is not None and \
+            self._at_most(inner, _dt.int_limits(dtype)[1]) else None
 
     def _upper(self, e: Expr) -> Optional[Expr]:
         """An int64 expression in the parameters at least ``e`` (not ``|e|``) for every
@@ -353,7 +360,8 @@ class _IndexDtype(Mutator):
             if a is not None:
                 out = _op.floordiv(a, Const(int(e.b.value), "int64"))
         elif t is Cast and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype) and (
-                _dt.bits(e.dtype) >= _dt.bits(e.value.dtype) or self._fits(e.value, e.dtype)):
+                _dt.bits(e.dtype) >= _dt.bits(e.value.dtype)
+                or self._fitting_magnitude(e.value, e.dtype) is not None):
             out = up(e.value)   # (a narrowing cast whose value fits: the value)
         elif t is Var and e in self.param_ranges and e not in self.ranges:
             out = _op.widen(e, "int64")
@@ -369,8 +377,10 @@ class _IndexDtype(Mutator):
         t = type(e)
         m = self.magnitude
         if t is Cast and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype) \
-                and _dt.bits(e.dtype) < _dt.bits(e.value.dtype) and self._fits(e.value, e.dtype):
-            return m(e.value)
+                and _dt.bits(e.dtype) < _dt.bits(e.value.dtype):
+            inner = self._fitting_magnitude(e.value, e.dtype)
+            if inner is not None:
+                return inner
         if t is Var:
             r = self.ranges.get(e)
             if isinstance(r, Range):
@@ -385,7 +395,7 @@ class _IndexDtype(Mutator):
             if rng is None:
                 return None
             v = _op.widen(e, "int64")
-            return v if rng.lo_value == 0 else _op.maximum(v, _op.sub(Const(0, "int64"), v))
+            return v if rng.lo_value == 0 else _abs64(v)
         if t in (Add, Sub, Mul, Min, Max, FloorMod, TruncMod, FloorDiv, TruncDiv):
             a, b = m(e.a), m(e.b)
             if t in (FloorDiv, TruncDiv):
@@ -424,8 +434,7 @@ class _IndexDtype(Mutator):
                 return None
             w = widened(b)
             lo = const_interval(w, self.param_ranges)[0]
-            sides.append(w if lo is not None and lo >= 0
-                         else _op.maximum(w, _op.sub(Const(0, "int64"), w)))
+            sides.append(w if lo is not None and lo >= 0 else _abs64(w))
         return _op.maximum(*sides)
 
     def _side(self, b, x: Expr, what) -> str:
