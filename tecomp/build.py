@@ -51,9 +51,12 @@ def build(s_or_func, args=None, target="llvm", name: str = "main", checks: bool 
 
 
 class Backend:
-    """How ``tc.build`` turns a lowered function into a module for one target kind."""
+    """How ``tc.build`` turns a lowered function into a module for one target kind (and,
+    for CPUs, one instruction set): :data:`BACKENDS` holds one per ``name``."""
 
     kind = ""
+    #: the key of :data:`BACKENDS`: the kind, and a CPU's instruction set
+    name = ""
 
     def start(self) -> None:
         """Called before lowering (work that may overlap it)."""
@@ -71,9 +74,19 @@ class Backend:
 
 
 class LlvmBackend(Backend):
-    """The CPU, through llvmlite: a module run in this process (:mod:`tecomp.runtime.llvm`)."""
+    """A CPU, through llvmlite: a module run in this process (:mod:`tecomp.runtime.llvm`)
+    where the target's instruction set is this machine's; compiled, printed and exported
+    (``export_library``, with the instruction set's cross compiler) but never called here
+    where it is another's (:mod:`tecomp.testing.qemu` runs such a library under
+    qemu-user).  One instance per instruction set of :data:`tecomp.target.ISAS`; the
+    machine facts are the instruction set's module's (``Target.machine``), the code
+    generator's decisions its policy's (``tecomp.codegen.llvm.module.POLICIES``)."""
 
     kind = "llvm"
+
+    def __init__(self, isa: str, name: str):
+        self.isa = isa
+        self.name = name
 
     def start(self) -> None:
         from .codegen.llvm import jit as llvm_jit
@@ -90,7 +103,7 @@ class LlvmBackend(Backend):
 class CudaBackend(Backend):
     """The GPU: CUDA C compiled by NVRTC/nvcc and run through pycuda."""
 
-    kind = "cuda"
+    kind = name = "cuda"
 
     def build(self, func, target, checks):
         from .runtime.cuda import build_cuda
@@ -109,7 +122,7 @@ class CudaBackend(Backend):
 class CudaEmuBackend(Backend):
     """The CUDA C compiled for this CPU and run one block at a time (no GPU needed)."""
 
-    kind = "cuda-emu"
+    kind = name = "cuda-emu"
 
     def build(self, func, target, checks):
         return _cuda_emu.build_cuda_emu(func)
@@ -136,18 +149,23 @@ def device_arch() -> Optional[str]:
     return _ARCH or None
 
 
-#: the backend of each target kind (:data:`tecomp.target.KINDS`)
-BACKENDS = {b.kind: b for b in (LlvmBackend(), CudaBackend(), CudaEmuBackend())}
+#: the backends: one per target kind (:data:`tecomp.target.KINDS`), the CPU's one per
+#: instruction set (:data:`tecomp.target.ISAS`)
+BACKENDS = {b.name: b for b in (LlvmBackend("x86-64", "llvm-x86"),
+                                LlvmBackend("aarch64", "llvm-aarch64"),
+                                CudaBackend(), CudaEmuBackend())}
+_CPU_BACKENDS = {b.isa: b for b in BACKENDS.values() if isinstance(b, LlvmBackend)}
 
 
 def backend_for(target) -> Backend:
     """The :class:`Backend` that builds for ``target`` (a Target or its string)."""
-    return BACKENDS[as_target(target).kind]
+    t = as_target(target)
+    return _CPU_BACKENDS[t.isa] if t.is_cpu else BACKENDS[t.kind]
 
 
 def _build(s_or_func, args, target, name, checks):
     tgt = as_target(target)
-    backend = BACKENDS[tgt.kind]
+    backend = backend_for(tgt)
     t0 = time.perf_counter()
     backend.start()
     stats = {}

@@ -52,6 +52,8 @@ RUN_TAGS = {12: "DT_INIT", 13: "DT_FINI", 25: "DT_INIT_ARRAY", 26: "DT_FINI_ARRA
 #: ELF machine numbers of the machines tecomp generates code for, and the relocation
 #: type whose resolver the loader calls (IRELATIVE)
 MACHINES = {62: "x86-64", 183: "AArch64"}
+#: the ELF machine of each instruction set (:data:`tecomp.target.ISAS`)
+ISA_MACHINES = {"x86-64": 62, "aarch64": 183}
 IRELATIVE = {62: 37, 183: 1032}
 _HOST_MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183}
 #: the libraries a library tecomp exports may need: what ``export_library`` links
@@ -97,10 +99,11 @@ def host_machine() -> Optional[int]:
     return _HOST_MACHINES.get(platform.machine().lower())
 
 
-def inspect_library(data: bytes, where: str, section_name: str) -> LibraryImage:
+def inspect_library(data: bytes, where: str, section_name: str,
+                    machine: Optional[int] = None) -> LibraryImage:
     """Check that ``data`` is a complete 64-bit little-endian ELF shared object for this
-    machine and read it (see the module docstring).  ``where`` names the file in
-    messages."""
+    machine (or for the ELF ``machine`` given, a key of :data:`MACHINES`) and read it (see
+    the module docstring).  ``where`` names the file in messages."""
     if len(data) < 64 or data[:4] != b"\x7fELF":
         raise LoadError(f"{where} is not a shared library (not an ELF file): give the path of "
                         f"a library Module.export_library wrote")
@@ -113,7 +116,7 @@ def inspect_library(data: bytes, where: str, section_name: str) -> LibraryImage:
     if e_type != ET_DYN:
         raise LoadError(f"{where} is an ELF file but not a shared library (ELF type "
                         f"{e_type}): give the path of a library Module.export_library wrote")
-    host = host_machine()
+    host = host_machine() if machine is None else machine
     if host is not None and e_machine != host:
         theirs = MACHINES.get(e_machine, f"ELF machine {e_machine}")
         raise LoadError(f"{where} is a library for {theirs}, not for this "

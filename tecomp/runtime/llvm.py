@@ -670,12 +670,14 @@ class Module(Timed):
         self._fast = _compile_fast_path(self._fast_source, self._plan) or _no_fast_path
         self._fast_tensors = None  # the torch binder: made when a call first passes a tensor
         self._fast_grad = None  # the same for call_grad_inputs
-        missing = (target.missing_here(getattr(mb, "required_features", ()))
-                   if target is not None else ())
+        required = getattr(mb, "required_features", ())
+        missing = target.missing_here(required) if target is not None else ()
+        foreign = target.runs_here() if target is not None and not target.is_native_isa \
+            else None
         #: the compiled binder and this kernel's program for it (see :meth:`__call__`)
         self._bind = self._bind_prog = None
         self._bind_addr = 0
-        if not missing:
+        if not missing and foreign is None:
             prog = _binder_program(self._plan, jm.addresses[mb.symbol])
             fn = _binder() if prog is not None else None
             if fn is not None:
@@ -684,7 +686,8 @@ class Module(Timed):
         else:
             # compiled for a CPU feature this one lacks: a call would execute an illegal
             # instruction, so every call raises instead (the source is still there)
-            why = (f"{self.name} cannot run on this machine: code for {target} may use "
+            why = (f"{self.name} cannot run on this machine: {foreign}" if foreign else
+                   f"{self.name} cannot run on this machine: code for {target} may use "
                    f"{', '.join(missing)}, which this CPU ({_host_cpu()}) does "
                    f"not have. Build it for this CPU (target='llvm', or 'llvm -mcpu=native'), "
                    f"or without those features (-mattr="

@@ -5,6 +5,8 @@
     tc.Target("llvm -mcpu=haswell")                # AVX2 code (runs on any AVX2 machine)
     tc.Target("llvm -mattr=+avx2,+fma")            # a generic x86-64 with these features
     tc.Target("llvm -mcpu=znver4 -num-cores=8")    # and the threads the schedules plan for
+    tc.Target("llvm -mtriple=aarch64-linux-gnu")   # 64-bit Arm (NEON): cross-compiled
+    tc.Target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-v1")  # Graviton3 (SVE)
     tc.Target("cuda -arch=sm_90")                  # CUDA C for this compute capability
     tc.Target("cuda-emu")                          # the CUDA C run in the CPU emulation
 
@@ -35,6 +37,13 @@ Caches and threads of another CPU are not measured: the table below gives the ca
 the CPUs it names (per core, from their vendors' documents), and ``threads`` is the
 runtime's thread count (``tc.set_num_threads``) unless ``-num-cores`` says otherwise.
 ``-mcpu=native`` is the host, as in LLVM.
+
+``-mtriple`` picks the instruction set: ``x86_64-...`` (the default on an x86-64 host) or
+``aarch64-...`` (64-bit Arm).  The facts of each are in a module of their own
+(:mod:`tecomp.target.x86`, :mod:`tecomp.target.aarch64`: CPUs, features, vector width,
+registers).  Code for another instruction set than this machine's is compiled, printed
+(``get_source``) and exported (``export_library``, linked with that machine's cross
+compiler) but not run here: a call raises a :class:`TargetError`.
 """
 from __future__ import annotations
 
@@ -49,20 +58,34 @@ from .cuda import (  # noqa: F401  (the CUDA limits, for the code that reads the
     MAX_LOCAL_BYTES_PER_THREAD, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK,
     PER_THREAD_SCOPES, SHARED_ALIGN, WARP_SIZE,
 )
+from . import aarch64 as _aarch64, x86 as _x86
 from .host import (
-    cpu_name, feature_names, host_cache, host_cpu, host_features, llvm_cpu_features,
+    cpu_name, feature_names, host_cache, host_cpu, host_features, host_triple,
+    llvm_cpu_features,
 )
 from .machine import MEMORY_COPY_COST, CpuModel  # noqa: F401
-from .x86 import (
-    _IMPLIES, BASELINE, CPUS, INTRINSIC_ONLY, MEASURED, check_feature, vector_lanes,
-    vector_registers,
-)
+from .x86 import BASELINE, CPUS, INTRINSIC_ONLY, MEASURED
 
 __all__ = ["Target", "KINDS", "CPUS", "BASELINE", "INTRINSIC_ONLY", "CpuModel", "cpu_model",
            "cpu_name"]
 
 #: the target kinds ``tc.build`` knows
 KINDS = ("llvm", "cuda", "cuda-emu")
+
+#: the instruction sets of ``llvm`` targets: the module of each one's machine facts
+ISAS = {m.ISA: m for m in (_x86, _aarch64)}
+
+
+def isa_of_triple(triple: str) -> "str | None":
+    """The instruction set (a key of :data:`ISAS`) of LLVM's target triple ``triple``,
+    or None for one tecomp does not generate code for."""
+    arch = triple.split("-", 1)[0].lower()
+    return next((name for name, m in ISAS.items() if arch in m.TRIPLE_ARCHS), None)
+
+
+def host_isa() -> "str | None":
+    """This machine's instruction set (a key of :data:`ISAS`), or None."""
+    return isa_of_triple(host_triple())
 
 _OPTIONS = {"llvm": ("mcpu", "mattr", "num-cores", "mtriple"),
             "cuda": ("arch",), "cuda-emu": ("arch",)}
@@ -78,7 +101,8 @@ class Target:
     """A compilation target (see the module docstring).  ``Target(str_or_target)``;
     equal targets have equal ``str()``."""
 
-    __slots__ = ("kind", "mcpu", "mattr", "num_cores", "arch", "_feats", "_caches", "_host")
+    __slots__ = ("kind", "mcpu", "mattr", "num_cores", "arch", "mtriple", "_isa", "_feats",
+                 "_caches", "_host")
 
     def __init__(self, spec="llvm"):
         if isinstance(spec, Target):
@@ -108,25 +132,39 @@ class Target:
         mattr: Tuple[str, ...] = ()
         num_cores = None
         arch = None
+        trip = opts.get("mtriple")
+        isa = None
         if kind == "llvm":
-            trip = opts.get("mtriple")
-            if trip is not None and not trip.startswith("x86_64"):
-                raise TargetError(_fix(f"target llvm: -mtriple={trip!r:.60} is not supported "
-                                       f"(tecomp generates x86-64 code)"))
+            here = host_isa()
+            if trip is not None:
+                isa = isa_of_triple(trip)
+                if isa is None or not re.fullmatch(r"[A-Za-z0-9_.]+(-[A-Za-z0-9_.]+){1,3}", trip):
+                    raise TargetError(_fix(
+                        f"target llvm: -mtriple={trip!r:.60} is not supported (tecomp "
+                        f"generates code for x86_64-... and aarch64-... triples, e.g. "
+                        f"-mtriple=aarch64-linux-gnu)"))
+            isa = isa or here or _x86.ISA
+            facts = ISAS[isa]
+            native = isa == here
             if mcpu == "native":
+                if not native:
+                    raise TargetError(_fix(f"target llvm: -mcpu=native is this machine's CPU, "
+                                           f"which is no {isa} CPU; name one (known: "
+                                           f"{', '.join(facts.CPUS)})"))
                 mcpu = host_cpu()
-            if mcpu is not None and mcpu not in CPUS and mcpu != host_cpu():
+            if mcpu is not None and mcpu not in facts.CPUS and not (native and mcpu == host_cpu()):
+                mine = f", and this machine's {host_cpu()!r} or 'native'" if native else ""
                 raise TargetError(_fix(
-                    f"target llvm: unknown -mcpu={mcpu!r:.40} (known: {', '.join(CPUS)}, and "
-                    f"this machine's {host_cpu()!r} or 'native'); for another CPU give its "
-                    f"features with -mattr"))
+                    f"target llvm: unknown -mcpu={mcpu!r:.40} (the {isa} CPUs known: "
+                    f"{', '.join(facts.CPUS)}{mine}); for another CPU give its features with "
+                    f"-mattr"))
             if "mattr" in opts:
                 parts = opts["mattr"].split(",")
                 for p in parts:
                     if not _FEATURE.match(p):
                         raise TargetError(_fix(f"target llvm: -mattr entry {p!r:.40} is not "
                                                f"+feature or -feature"))
-                    check_feature(p, feature_names())
+                    facts.check_feature(p, feature_names() if native else None)
                 mattr = tuple(parts)
             if "num-cores" in opts:
                 try:
@@ -147,7 +185,10 @@ class Target:
         set_(self, "mattr", mattr)
         set_(self, "num_cores", num_cores)
         set_(self, "arch", arch)
-        set_(self, "_host", kind == "llvm" and not mattr and (mcpu is None or mcpu == host_cpu()))
+        set_(self, "mtriple", trip)
+        set_(self, "_isa", isa)
+        set_(self, "_host", kind == "llvm" and isa == host_isa() and not mattr
+             and (mcpu is None or mcpu == host_cpu()))
         set_(self, "_feats", None)
         set_(self, "_caches", None)
 
@@ -160,6 +201,8 @@ class Target:
     # -- identity ------------------------------------------------------------------
     def __str__(self) -> str:
         parts = [self.kind]
+        if self.mtriple is not None:
+            parts.append(f"-mtriple={self.mtriple}")
         if self.mcpu is not None and not (self._host and self.kind == "llvm"):
             parts.append(f"-mcpu={self.mcpu}")
         if self.mattr:
@@ -225,6 +268,28 @@ class Target:
             target=str(self), **costs)
 
     @property
+    def isa(self) -> str:
+        """The instruction set of an ``llvm`` target (``"x86-64"``, ``"aarch64"``: a key
+        of :data:`ISAS`), from ``-mtriple``, else this machine's."""
+        self._need("llvm", "isa")
+        return self._isa
+
+    @property
+    def triple(self) -> str:
+        """The LLVM target triple code is compiled for: ``-mtriple``, else this
+        process's."""
+        self._need("llvm", "triple")
+        if self.mtriple is not None:
+            return self.mtriple
+        return host_triple() if self._isa == host_isa() else ISAS[self._isa].DEFAULT_TRIPLE
+
+    @property
+    def is_native_isa(self) -> bool:
+        """Code for this target has this machine's instruction set (it may still need
+        features this CPU lacks: :meth:`runs_here`)."""
+        return self.kind == "llvm" and self._isa == host_isa()
+
+    @property
     def is_host(self) -> bool:
         """An ``llvm`` target for this machine's CPU as it is (no -mcpu of another CPU, no
         -mattr)."""
@@ -237,7 +302,7 @@ class Target:
         self._need("llvm", "cpu")
         if self._host:
             return host_cpu()
-        return self.mcpu if self.mcpu is not None else "x86-64"
+        return self.mcpu if self.mcpu is not None else ISAS[self._isa].DEFAULT_CPU
 
     @property
     def features(self) -> FrozenSet[str]:
@@ -246,20 +311,16 @@ class Target:
         imply, less what they remove and what needs it)."""
         self._need("llvm", "features")
         if self._feats is None:
+            facts = ISAS[self._isa]
             if self._host:
                 feats = host_features()
+            elif not self.is_native_isa:   # another machine's: tecomp's table
+                feats = facts.cpu_features(self.cpu, self.mattr)
             else:
                 feats = llvm_cpu_features(self.cpu, self.llvm_features)
             if feats is None:   # no LLVM here: tecomp's table
-                feats = set(CPUS[self.mcpu][0] if self.mcpu in CPUS else
-                            (host_features() if self.mcpu is not None else CPUS["x86-64"][0]))
-                for a in self.mattr:
-                    name = a[1:]
-                    if a[0] == "+":
-                        feats |= _IMPLIES.get(name, frozenset()) | {name}
-                    else:   # and whatever needs it
-                        feats -= {f for f, needs in _IMPLIES.items() if name in needs}
-                        feats.discard(name)
+                feats = facts.cpu_features(   # (this machine's CPU by name: its features)
+                    self.cpu, self.mattr, None if self.cpu in facts.CPUS else host_features())
             object.__setattr__(self, "_feats", frozenset(feats))
         return self._feats
 
@@ -282,25 +343,22 @@ class Target:
     @property
     def lanes(self) -> int:
         """float32 lanes of one vector register."""
-        return vector_lanes(self.features)
+        return ISAS[self.isa].vector_lanes(self.features)
 
     @property
     def vregs(self) -> int:
         """Architectural vector registers."""
-        return vector_registers(self.features)
+        return ISAS[self.isa].vector_registers(self.features)
 
     def _cache_sizes(self) -> Tuple[int, int, int]:
         if self._caches is None:
-            if self._host:
-                c = (host_cache(1, 32 << 10), host_cache(2, 512 << 10),
-                     host_cache(3, 32 << 20))
-            elif self.mcpu in CPUS:
-                c = CPUS[self.mcpu][1:]
-            elif self.mcpu is not None:   # this machine's CPU with other features
+            cpus = ISAS[self._isa].CPUS
+            if self._host or (self.is_native_isa and self.cpu == host_cpu()):
+                # this machine's CPU (with other features, perhaps)
                 c = (host_cache(1, 32 << 10), host_cache(2, 512 << 10),
                      host_cache(3, 32 << 20))
             else:
-                c = CPUS["x86-64"][1:]
+                c = cpus[self.cpu][1:]
             object.__setattr__(self, "_caches", tuple(c))
         return self._caches
 
@@ -331,7 +389,7 @@ class Target:
         """The features code for this target may use (:attr:`checked_features`, and
         ``required``: those a tensor intrinsic in it needs) that this machine's CPU lacks,
         sorted."""
-        if self.kind != "llvm":
+        if self.kind != "llvm" or not self.is_native_isa:
             return ()
         need = set(required) if self._host else self.checked_features | set(required)
         return tuple(sorted(need - host_features()))
@@ -339,6 +397,11 @@ class Target:
     def runs_here(self, required=()) -> Optional[str]:
         """None when code for this target runs on this machine, else why not
         (``required``: see :meth:`missing_here`)."""
+        if self.kind == "llvm" and not self.is_native_isa:
+            return (f"code for {self} is {self.isa} machine code and this machine is "
+                    f"{host_isa() or host_triple()}: export it (export_library) and run it "
+                    f"on an {self.isa} machine, or under qemu-user "
+                    f"(tecomp.testing.qemu); get_source('asm') shows its code")
         missing = self.missing_here(required)
         if missing:
             return (f"code for {self} may use {', '.join(missing)}, which this CPU "

@@ -42,6 +42,14 @@ def host_cpu() -> str:
     return _HOST_INFO["cpu"]  # type: ignore[return-value]
 
 
+def host_triple() -> str:
+    """This process's LLVM target triple (``"x86_64-unknown-linux-gnu"``); without LLVM,
+    the machine's (``platform.machine()``) with an unknown vendor."""
+    if "features" not in _HOST_INFO:
+        read_host()
+    return _HOST_INFO["triple"] or f"{platform.machine().lower()}-unknown-linux-gnu"  # type: ignore[return-value]
+
+
 def host_features() -> FrozenSet[str]:
     """The host CPU's features (LLVM's names, without ``+``)."""
     if "features" not in _HOST_INFO:

@@ -10,7 +10,9 @@ the defaults below unless measurements on the target's microarchitecture say oth
 (:data:`tecomp.target.x86.MEASURED`)."""
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
+from typing import FrozenSet, Iterable, Mapping
 
 #: what copying one float32 element of weights that do not fit in half the last-level
 #: cache costs, in the time of one full-vector FMA: the copy is a phase of its own,
@@ -57,3 +59,26 @@ class CpuModel:
         if not self.fma_lanes:
             object.__setattr__(self, "fma_lanes", self.lanes)
 
+
+
+def features_with(base: Iterable[str], mattr: Iterable[str],
+                  implies: Mapping[str, FrozenSet[str]]) -> FrozenSet[str]:
+    """The features ``base`` with the ``-mattr`` entries ``mattr`` applied in order: a
+    ``+name`` adds the feature and what it implies (``implies[name]``), a ``-name``
+    removes it and every feature that implies it."""
+    feats = set(base)
+    for a in mattr:
+        name = a[1:]
+        if a[0] == "+":
+            feats |= implies.get(name, frozenset()) | {name}
+        else:   # and whatever needs it
+            feats -= {f for f, needs in implies.items() if name in needs}
+            feats.discard(name)
+    return frozenset(feats)
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"did you mean a, b? "`` with the names of ``known`` closest to ``name`` (for a
+    message about an unknown CPU feature), or ``""``."""
+    close = difflib.get_close_matches(name, sorted(known), n=3)
+    return f"did you mean {', '.join(close)}? " if close else ""

@@ -3,10 +3,23 @@ cannot remove, and the facts of the x86 machine model (vector width and register
 features; what a microarchitecture's measurements say about its costs)."""
 from __future__ import annotations
 
-import difflib
 from typing import Dict, FrozenSet, Tuple
 
 from ..errors import TargetError
+from .machine import did_you_mean, features_with
+
+#: the name of the instruction set, as a :class:`~tecomp.target.Target` reports it
+ISA = "x86-64"
+#: the first words of the LLVM triples of x86-64 code
+TRIPLE_ARCHS = ("x86_64",)
+#: the triple an x86-64 target compiles for where the host is another machine
+DEFAULT_TRIPLE = "x86_64-unknown-linux-gnu"
+#: the C compiler drivers that link a library of this instruction set's code on another
+#: machine (``export_library`` tries them in this order); the variable that names one
+CROSS_COMPILERS = ("x86_64-linux-gnu-gcc",)
+CROSS_CC_VARIABLE = "TECOMP_CC_X86_64"
+#: the ``-mcpu`` of a target that names none
+DEFAULT_CPU = "x86-64"
 
 # x86 feature sets by vector ISA: the features tecomp's code generator asks about, where
 # LLVM cannot be asked for a CPU's (Target.features asks LLVM wherever it is there)
@@ -78,10 +91,8 @@ def check_feature(entry: str, known) -> None:
     names LLVM knows (None without LLVM: nothing is refused for that)"""
     name = entry[1:]
     if known is not None and name not in known and name not in BASELINE:
-        close = difflib.get_close_matches(name, sorted(known), n=3)
-        hint = f"did you mean {', '.join(close)}? " if close else ""
         raise TargetError(f"target llvm: -mattr names {name!r:.40}, which is not a CPU feature "
-                          f"LLVM knows; {hint}give LLVM's names, e.g. +avx2, +fma, "
+                          f"LLVM knows; {did_you_mean(name, known)}give LLVM's names, e.g. +avx2, +fma, "
                           f"+avx512f, +avx512vnni")
     if entry[0] == "-" and name in BASELINE:
         raise TargetError(f"target llvm: -mattr={entry} removes {name}, which every x86-64 "
@@ -94,6 +105,14 @@ def check_feature(entry: str, known) -> None:
 
 
 HASWELL_FEATURES = CPUS["haswell"][0]
+
+
+def cpu_features(cpu: str, mattr: Tuple[str, ...], base=None) -> FrozenSet[str]:
+    """The features of code for ``cpu`` (a name of :data:`CPUS`) with the ``-mattr``
+    entries ``mattr`` (on ``base`` instead of the CPU's own features when given), from
+    the table: where LLVM cannot be asked
+    (:func:`tecomp.target.host.llvm_cpu_features` asks it wherever it can)."""
+    return features_with(CPUS[cpu][0] if base is None else base, mattr, _IMPLIES)
 
 
 def vector_lanes(features: FrozenSet[str]) -> int:

@@ -27,6 +27,7 @@ from ..autoschedule.rules import Knobs, apply_rules
 from ..ir import interp as _interp
 from .. import target as _target  # cpu_model looked up at call time (tests patch it)
 from .gen import DTYPES, GPU_DTYPES, gen_int8_gemm, gen_n, gen_program
+from . import qemu as _qemu
 from .pass_check import check_passes as _check_passes
 from .program import Program, is_float
 from .sched import apply_steps, gen_gpu_int8_gemm_schedule, gen_gpu_schedule, gen_schedule, steps_source
@@ -88,7 +89,12 @@ class Case:
             arrs.append(f"a{i}")
         arrs.extend(repr(v) for v in p.scalar_args(n))
         call = ", ".join(arrs)
-        lines.append(f"f({call})")
+        if _cross(self.target):   # another instruction set's code: under qemu-user
+            lines.append("from tecomp.testing import qemu")
+            lines.append('f.export_library("/tmp/tecomp_repro.so")')
+            lines.append(f'qemu.run_library("/tmp/tecomp_repro.so", {call})')
+        else:
+            lines.append(f"f({call})")
         lines.append(f"got = [{', '.join(x + '.copy()' for x in outs)}]")
         lines.append(f"interp.run(tc.lower(s, args), {call})  # the reference interpreter")
         lines.append(f"for g, want in zip(got, [{', '.join(outs)}]):")
@@ -134,6 +140,16 @@ class Outcome:
             out += ["-- lowered IR --", self.ir]
         out += ["-- reproducer --", self.case.source()]
         return "\n".join(out)
+
+
+def _cross(target: str) -> bool:
+    """Whether ``target`` is a CPU target of another instruction set (its cases are
+    exported and run under qemu-user)."""
+    try:
+        t = tc.Target(target)
+    except tc.TargetError:
+        return False
+    return t.is_cpu and not t.is_native_isa
 
 
 def _target_kind(target: str) -> str:
@@ -237,8 +253,10 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
             _check_passes(s, args, sizes={"n": case.n} if prog.symbolic else None, seed=case.seed,
                           target=tc.Target(case.target).kind)
         stage = "build"
-        # (an llvm target for another CPU builds the same lowered function, cross-compiled)
+        # (an llvm target for another CPU builds the same lowered function, cross-compiled;
+        # one of another instruction set is exported and run under qemu-user)
         kind = tc.Target(case.target).kind
+        foreign = _cross(case.target)
         mod = tc.build(func if kind == "llvm" else tc.lower(s, args, target=case.target),
                        target=case.target)
         emu = None
@@ -265,7 +283,14 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
     stage = case.target
     try:
         arrs = fresh()
-        mod(*arrs)
+        if foreign:
+            stage = f"{case.target} under qemu"
+            with tempfile.TemporaryDirectory(prefix="tecomp-fuzz-cross-") as d:
+                path = os.path.join(d, "kernel.so")
+                mod.export_library(path)
+                _qemu.run_library(path, *arrs)
+        else:
+            mod(*arrs)
         results[case.target] = arrs
         if emu is not None:
             stage = "cuda-emu"

@@ -81,18 +81,26 @@ class VariantCompiler:
         mb = self.generate(layout, noalias)
         text = mb.text()
         t1 = time.perf_counter()
-        if "tecomp_parallel_for" in text or "tecomp_ws_" in text:
+        if self.target.is_native_isa and ("tecomp_parallel_for" in text or "tecomp_ws_" in text):
             ensure_pool()
         # the LLVM intrinsics the tensor intrinsics call: LLVM aborts the process that
         # reads some wrong calls, so each is compiled alone in a child process first where
         # this process would read the kernel (TECOMP_LLVM_OPT_WORKER=0), and after the
         # worker failed on it (to tell the user's call from tecomp's bug) otherwise
         calls = [c for c in mb.user_calls.values() if c.is_llvm]
+        if calls and not self.target.is_native_isa:
+            raise BuildError(
+                f"{display(self.func.name)} tensorizes with {display(calls[0].intrin)}, whose "
+                f"ib.call of the LLVM intrinsic {display(calls[0].name)} tecomp checks by "
+                f"compiling it for this machine's instruction set, not for {self.target} "
+                f"({self.target.isa}): tensorize with an intrinsic written in plain "
+                f"operations (ib.emit) for that target, or build it on an "
+                f"{self.target.isa} machine")
         try:
             jm = llvm_jit.compile_ir(text, [mb.symbol, mb.symbol + "_pyarrays"],
                                      explicit=mb.explicitly_vectorized(),
                                      check=(lambda: check_calls(calls, self.target))
-                                     if calls else None)
+                                     if calls else None, target=self.target)
         except llvm_jit.UnresolvedSymbolError as exc:
             unknown = [c for c in calls if c.name in exc.symbols]
             if unknown:

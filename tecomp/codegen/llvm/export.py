@@ -32,8 +32,8 @@ from ...errors import (
 )
 from ...ir.functor import collect
 from ...ir.stmt import ExternCall
-from ...runtime.elf import check_plain, inspect_library
-from ...target import Target
+from ...runtime.elf import ISA_MACHINES, check_plain, inspect_library
+from ...target import ISAS, Target
 from .. import aot_format as fmt
 from . import jit as llvm_jit
 from ..libfiles import file_path, sidecar_path, write_with_sidecar
@@ -47,9 +47,25 @@ LINK_FLAGS = ("-shared", "-nostartfiles", "-Wl,-Bsymbolic", "-Wl,-z,now",
 LINK_LIBS = ("-lm", "-lpthread")
 
 
-def find_c_compiler() -> str:
+def find_c_compiler(target=None) -> str:
     """The C compiler driver that links libraries: ``$CC`` (a program name or path),
-    else ``cc``, ``gcc`` or ``clang`` on the PATH."""
+    else ``cc``, ``gcc`` or ``clang`` on the PATH.  For a ``target`` of another
+    instruction set than this machine's: its cross compiler, the variable
+    ``TECOMP_CC_<ISA>`` (``TECOMP_CC_AARCH64``) or the drivers its facts name
+    (``aarch64-linux-gnu-gcc``)."""
+    if target is not None and not target.is_native_isa:
+        facts = ISAS[target.isa]
+        var = facts.CROSS_CC_VARIABLE
+        names = [os.environ[var]] if os.environ.get(var) else list(facts.CROSS_COMPILERS)
+        for n in names:
+            found = shutil.which(n)
+            if found is not None:
+                return found
+        raise RuntimeUnavailableError(
+            f"export_library links {target.isa} code into a shared library with a cross C "
+            f"compiler for {target.isa}, and none was found ({', '.join(names)} not on the "
+            f"PATH): install one (on Debian/Ubuntu: apt-get install gcc-aarch64-linux-gnu) "
+            f"or set {var} to its path")
     cc = os.environ.get("CC") or "cc"
     found = shutil.which(cc)
     if found is None and "CC" not in os.environ:
@@ -121,8 +137,8 @@ def export_library(mod, path, *, pyobject_data_offset: int) -> None:
     if not sys.platform.startswith("linux"):
         raise RuntimeUnavailableError(f"{name}.export_library writes ELF shared libraries, "
                                       f"for Linux; this is {sys.platform}")
-    cc = find_c_compiler()
     target = mod.target if mod.target is not None else Target("llvm")
+    cc = find_c_compiler(target)
     entry = mod.entry_symbol
     clash = {fmt.variant_symbol(entry, *key) for key in fmt.VARIANTS} & fmt.reserved_symbols()
     if clash:
@@ -143,7 +159,7 @@ def export_library(mod, path, *, pyobject_data_offset: int) -> None:
         sym = fmt.variant_symbol(entry, layout, noalias)
         renames = {} if sym == entry else {entry: sym, entry + "_pyarrays": sym + "_pyarrays"}
         parts.append((v.jit.opt_ir, False, renames))
-    parts.append((pool_ir(for_library=True), True, {}))
+    parts.append((pool_ir(for_library=True, target=target), True, {}))
     parts.append((_metadata_ir(doc), False, {}))
     try:
         obj = llvm_jit.emit_object(parts, target)
@@ -151,7 +167,8 @@ def export_library(mod, path, *, pyobject_data_offset: int) -> None:
         raise InternalError(f"LLVM could not write the object code of {name}: {exc}") from exc
     data = _link(cc, obj, name)
     try:  # what load_module will check, checked now
-        image = inspect_library(data, f"the library {cc} linked for {name}", fmt.SECTION)
+        image = inspect_library(data, f"the library {cc} linked for {name}", fmt.SECTION,
+                                ISA_MACHINES.get(target.isa))
         check_plain(image, f"the library {cc} linked for {name}")
     except LoadError as exc:
         raise BuildError(f"the library {cc} linked for {name} is not one load_module accepts "

@@ -86,6 +86,51 @@ class Host:
 
 _HOST: Optional[Host] = None
 
+#: (triple, data layout) of each foreign instruction set's code, by triple
+_FOREIGN: Dict[str, Tuple[object, str]] = {}
+
+
+def _foreign(triple: str):
+    """``(llvm.Target, data layout)`` of ``triple``, another machine's (every LLVM target
+    initialised on first use).  Call with :data:`tecomp.target.host.LLVM_LOCK` held."""
+    got = _FOREIGN.get(triple)
+    if got is None:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        t = llvm.Target.from_triple(triple)
+        layout = str(t.create_target_machine(opt=0).target_data)
+        got = _FOREIGN[triple] = (t, layout)
+    return got
+
+
+def is_foreign(target) -> bool:
+    """Code for ``target`` (a Target or None: the host) is another instruction set's than
+    this process's: compiled and exported, never JIT-linked here."""
+    return target is not None and not target.is_native_isa
+
+
+def triple_and_layout(target) -> Tuple[str, str]:
+    """The triple and data layout of LLVM modules for ``target`` (None: the host)."""
+    h = host()
+    if not is_foreign(target):
+        return h.triple, h.data_layout
+    with _host.LLVM_LOCK:
+        return target.triple, _foreign(target.triple)[1]
+
+
+def target_machine(target, *, pic: bool = False):
+    """A TargetMachine for ``target``'s CPU and features (None or a host target: this CPU
+    with every feature it has), opt level 3; ``pic``: position-independent code for a
+    shared library.  Call with :data:`tecomp.target.host.LLVM_LOCK` held."""
+    h = host()
+    if target is None or target.is_host:
+        cpu, features = h.cpu, h.features
+    else:
+        cpu, features = target.cpu, target.llvm_features
+    t = _foreign(target.triple)[0] if is_foreign(target) else h.target
+    return t.create_target_machine(cpu=cpu, features=features, opt=3,
+                                   reloc="pic" if pic else "default", codemodel="default")
+
 
 def host() -> Host:
     """The process-wide :class:`Host` (created on first use)."""
@@ -97,13 +142,14 @@ def host() -> Host:
     return _HOST
 
 
-def optimize(mod, explicit: bool = False) -> None:
+def optimize(mod, explicit: bool = False, target=None) -> None:
     """Run the O3 module pipeline on the llvmlite ``ModuleRef`` in this process (see
-    :func:`tecomp.codegen.llvm.optproc.run_pipeline` for ``explicit``).  Every run leaves
-    memory behind in llvmlite 0.50; :func:`compile_ir` therefore optimises in the worker
-    process and only falls back to this."""
+    :func:`tecomp.codegen.llvm.optproc.run_pipeline` for ``explicit``), for ``target``
+    (None: the host).  Every run leaves memory behind in llvmlite 0.50; :func:`compile_ir`
+    therefore optimises in the worker process and only falls back to this."""
     with _host.LLVM_LOCK:
-        _optproc.run_pipeline(mod, host().tm, explicit)
+        tm = target_machine(target) if is_foreign(target) else host().tm
+        _optproc.run_pipeline(mod, tm, explicit)
 
 
 # -- the optimiser worker process (see tecomp/codegen/llvm/optproc.py) ---------------------
@@ -138,9 +184,9 @@ class OptWorker:
     """One optimiser worker process and its pipes.  Not thread-safe by itself: every
     use holds :data:`tecomp.target.host.LLVM_LOCK`."""
 
-    def __init__(self, h: Host, max_mb: float):
+    def __init__(self, triple: str, cpu: str, features: str, max_mb: float):
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, _optproc.__file__, h.triple, h.cpu, h.features,
+            [sys.executable, "-c", _BOOT, _optproc.__file__, triple, cpu, features,
              repr(float(max_mb))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
             # unbuffered: a reply already read into a buffer (with the start-up message)
@@ -216,7 +262,8 @@ class OptWorker:
             self.proc.wait()
 
 
-_WORKER: Optional[OptWorker] = None
+#: the running workers, by the triple they compile for ("" for this machine's)
+_WORKERS: Dict[str, OptWorker] = {}
 #: False once the worker could not be started: optimise in-process from then on
 _WORKER_OK = True
 #: how many workers this process has started (for tests and the resources report)
@@ -230,34 +277,41 @@ def worker_enabled() -> bool:
 
 def worker_pid() -> Optional[int]:
     """The pid of the running optimiser worker, if there is one."""
-    w = _WORKER
+    w = _WORKERS.get("")
     return w.pid if w is not None and w.alive() else None
 
 
-def _get_worker() -> Optional[OptWorker]:
-    """The running worker, started if needed; None where none can run (the caller then
-    optimises in-process).  Call with :data:`tecomp.target.host.LLVM_LOCK` held."""
-    global _WORKER, _WORKER_OK, worker_starts
+def _get_worker(triple: str = "") -> Optional[OptWorker]:
+    """The running worker for code of ``triple`` ("": this machine's), started if needed;
+    None where none can run (the caller then optimises in-process).  Call with
+    :data:`tecomp.target.host.LLVM_LOCK` held."""
+    global _WORKER_OK, worker_starts
     if not worker_enabled():
         return None
-    if _WORKER is not None and _WORKER.alive():
-        return _WORKER
-    if _WORKER is not None:
-        _WORKER.close()
-        _WORKER = None
+    w = _WORKERS.get(triple)
+    if w is not None and w.alive():
+        return w
+    if w is not None:
+        w.close()
+        del _WORKERS[triple]
     try:
         max_mb = float(os.environ.get("TECOMP_LLVM_WORKER_MAX_MB", "256"))
     except ValueError:
         max_mb = 256.0
+    h = host()
     try:
-        _WORKER = OptWorker(host(), max_mb)
+        if triple:   # another machine's code: its functions name their CPU and features
+            w = OptWorker(triple, "generic", "", max_mb)
+        else:
+            w = OptWorker(h.triple, h.cpu, h.features, max_mb)
     except OSError as exc:  # no subprocesses here: optimise in-process
         _WORKER_OK = False
         warnings.warn(f"tecomp: cannot start the LLVM optimiser worker ({exc}); optimising "
                       f"in-process, where llvmlite leaks memory on every build", RuntimeWarning)
         return None
     worker_starts += 1
-    return _WORKER
+    _WORKERS[triple] = w
+    return w
 
 
 def start_worker() -> None:
@@ -268,9 +322,9 @@ def start_worker() -> None:
 
 
 def _stop_worker() -> None:
-    global _WORKER
-    w, _WORKER = _WORKER, None
-    if w is not None:
+    ws = list(_WORKERS.values())
+    _WORKERS.clear()
+    for w in ws:
         w.close()
 
 
@@ -279,9 +333,9 @@ atexit.register(_stop_worker)
 
 def _forget_worker_in_child() -> None:
     # the child of a fork() must not talk over its parent's pipes; it starts its own
-    global _WORKER
-    w, _WORKER = _WORKER, None
-    if w is not None:
+    ws = list(_WORKERS.values())
+    _WORKERS.clear()
+    for w in ws:
         _ORPHANS.append(w)  # keep the Popen alive: its __del__ must not reap the parent's child
         for f in (w.proc.stdin, w.proc.stdout):
             try:
@@ -308,7 +362,7 @@ def _opt_timeout(ir_bytes: int = 0) -> float:
     return base * (1.0 + ir_bytes / 2**20)
 
 
-def _optimize_in_worker(ir_text: str, explicit: bool) -> Optional[bytes]:
+def _optimize_in_worker(ir_text: str, explicit: bool, triple: str = "") -> Optional[bytes]:
     """The bitcode of the module, optimised by the worker; None when no worker can run.
     Call with :data:`tecomp.target.host.LLVM_LOCK` held.
 
@@ -318,17 +372,17 @@ def _optimize_in_worker(ir_text: str, explicit: bool) -> Optional[bytes]:
     the schedule vectorized itself), with a warning: LLVM 20's loop vectorizer and
     unroller together did not finish, in minutes, on a 3 KB kernel of scalar float64
     reductions under selects (fuzz seed 3024733); each alone takes 0.1-0.4 s."""
-    global _WORKER, _WORKER_OK
+    global _WORKER_OK
     limit = _opt_timeout(len(ir_text))
     for attempt in (1, 2):
-        w = _get_worker()
+        w = _get_worker(triple)
         if w is None:
             return None
         r = w.optimize(ir_text, explicit, limit)
         if r == "timeout":
             w.proc.kill()
             w.close()
-            _WORKER = None
+            _WORKERS.pop(triple, None)
             if explicit:
                 raise RuntimeError(
                     f"LLVM's optimiser did not finish within {limit:.0f} s, even "
@@ -339,12 +393,12 @@ def _optimize_in_worker(ir_text: str, explicit: bool) -> Optional[bytes]:
                           f"{limit:.0f} s on this kernel; compiling it without LLVM's "
                           f"loop vectorizer and unroller (vectorize and unroll it in the "
                           f"schedule instead)", RuntimeWarning, stacklevel=4)
-            return _optimize_in_worker(ir_text, True)
+            return _optimize_in_worker(ir_text, True, triple)
         if r is not None and r != "nostart":
             break
         why = w.exit_status()
         w.close()  # reaped already: this only closes the pipes
-        _WORKER = None
+        _WORKERS.pop(triple, None)
         if r == "nostart":
             _WORKER_OK = False
             warnings.warn(f"tecomp: the LLVM optimiser worker does not start here ({why}); "
@@ -362,7 +416,7 @@ def _optimize_in_worker(ir_text: str, explicit: bool) -> Optional[bytes]:
     status, retiring, payload = r
     if retiring:
         w.close()
-        _WORKER = None
+        _WORKERS.pop(triple, None)
     if status != 0:
         raise RuntimeError(payload.decode("utf-8", "replace"))
     return payload
@@ -418,8 +472,10 @@ class JitModule:
     addresses of the requested functions, and how long each step took."""
 
     def __init__(self, engine, unopt_ir: str, opt_ir, addresses: Dict[str, int],
-                 timings: Dict[str, float]):
+                 timings: Dict[str, float], target=None):
+        #: the MCJIT engine; None for another machine's code (never linked here)
         self.engine = engine
+        self.target = target
         self.unopt_ir = unopt_ir
         # the optimised module (kept alive by the engine); printed on first request
         self._opt = opt_ir
@@ -440,12 +496,15 @@ class JitModule:
 
     @property
     def asm(self) -> str:
-        """Host assembly of the optimised module (generated on first request)."""
+        """Assembly of the optimised module, for the machine it is compiled for
+        (generated on first request)."""
         if self._asm is None:
             with _host.LLVM_LOCK:
                 if self._asm is None:
                     mod = llvm.parse_assembly(self.opt_ir)
-                    self._asm = host().tm.emit_assembly(mod)
+                    tm = (target_machine(self.target) if is_foreign(self.target)
+                          else host().tm)
+                    self._asm = tm.emit_assembly(mod)
         return self._asm
 
 
@@ -456,14 +515,18 @@ def _parse_bitcode(bitcode: bytes):
 
 
 def _optimized_module(ir_text: str, opt: bool, explicit: bool, timings: Dict[str, float],
-                      check=None):
+                      check=None, target=None):
     """Parse and verify ``ir_text`` and (``opt``) run the O3 pipeline on it, in the
     worker when there is one; return the llvmlite ``ModuleRef``, or ``(bitcode, object
     code)`` from the worker.  ``check()`` runs first when the module is parsed in this
-    process (where an LLVM abort would end it).  Call with :data:`tecomp.target.host.LLVM_LOCK` held."""
-    h = host()
+    process (where an LLVM abort would end it).  ``target``: what the code is for (None:
+    the host; another instruction set's code is optimised by a worker of its own).  Call
+    with :data:`tecomp.target.host.LLVM_LOCK` held."""
+    foreign = is_foreign(target)
+    triple, layout = (target.triple, _foreign(target.triple)[1]) if foreign else \
+        (host().triple, host().data_layout)
     t0 = time.perf_counter()
-    reply = _optimize_in_worker(ir_text, explicit) if opt else None
+    reply = _optimize_in_worker(ir_text, explicit, triple if foreign else "") if opt else None
     t1 = time.perf_counter()
     if reply is not None:  # parsed, verified, optimised and compiled by the worker
         n, = _LEN.unpack_from(reply)
@@ -474,12 +537,12 @@ def _optimized_module(ir_text: str, opt: bool, explicit: bool, timings: Dict[str
         if check is not None:
             check()
         mod = llvm.parse_assembly(ir_text)
-        mod.triple = h.triple
-        mod.data_layout = h.data_layout
+        mod.triple = triple
+        mod.data_layout = layout
         mod.verify()
         t1 = time.perf_counter()
         if opt:
-            optimize(mod, explicit)
+            optimize(mod, explicit, target)
         t2 = time.perf_counter()
         timings["parse"] = t1 - t0
         timings["optimize"] = t2 - t1
@@ -575,9 +638,11 @@ def _check_resolved(undefined: Iterable[str]) -> None:
 
 
 def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
-               explicit: bool = False, check=None) -> JitModule:
+               explicit: bool = False, check=None, target=None) -> JitModule:
     """Parse, verify, optimise and JIT ``ir_text``; return the addresses of ``symbols``.
     ``explicit``: see :func:`optimize`; ``check``: see :func:`_optimized_module`.
+    ``target``: what the code is for (None: the host); code of another instruction set
+    is optimised only (its addresses are 0: it is exported, never called here).
 
     Raises :class:`UnresolvedSymbolError` when the machine code calls a function that
     nothing in this process defines (before anything is linked or run), else whatever
@@ -586,8 +651,13 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
     h = host()
     timings: Dict[str, float] = {}
     with _host.LLVM_LOCK:
-        mod = _optimized_module(ir_text, opt, explicit, timings, check)
+        mod = _optimized_module(ir_text, opt, explicit, timings, check, target)
         t2 = time.perf_counter()
+        if is_foreign(target):
+            if isinstance(mod, tuple):
+                mod = mod[0]   # the bitcode (the worker's object code is not linked here)
+            timings["jit"] = 0.0
+            return JitModule(None, ir_text, mod, {s: 0 for s in symbols}, timings, target)
         objects: List[bytes] = []
         if isinstance(mod, tuple):
             # the worker's machine code, linked into an engine of its own
@@ -616,7 +686,7 @@ def compile_ir(ir_text: str, symbols: Iterable[str], *, opt: bool = True,
             addresses[s] = a
         t3 = time.perf_counter()
     timings["jit"] = t3 - t2
-    return JitModule(engine, ir_text, mod, addresses, timings)
+    return JitModule(engine, ir_text, mod, addresses, timings, target)
 
 
 def emit_object(parts: Iterable[Tuple[str, bool, Dict[str, str]]], target=None) -> bytes:
@@ -633,15 +703,10 @@ def emit_object(parts: Iterable[Tuple[str, bool, Dict[str, str]]], target=None) 
 
     Raises whatever LLVM raises (``RuntimeError``); the caller wraps it.
     """
-    h = host()
-    if target is None or target.is_host:
-        cpu, features = h.cpu, h.features
-    else:
-        cpu, features = target.cpu, target.llvm_features
     with _host.LLVM_LOCK:
         linked = None
         for text, opt, renames in parts:
-            mod = _optimized_module(text, opt, False, {})
+            mod = _optimized_module(text, opt, False, {}, target=target)
             if isinstance(mod, tuple):   # (bitcode, the worker's JIT object code)
                 mod = _parse_bitcode(mod[0])
             for old, new in renames.items():
@@ -653,9 +718,7 @@ def emit_object(parts: Iterable[Tuple[str, bool, Dict[str, str]]], target=None) 
         if linked is None:
             raise RuntimeError("emit_object: no modules")
         linked.verify()
-        tm = h.target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
-                                            codemodel="default")
-        return tm.emit_object(linked)
+        return target_machine(target, pic=True).emit_object(linked)
 
 
 def add_symbol(name: str, address: int) -> None:

@@ -24,17 +24,19 @@ from .emitter import _FnEmitter
 from .intrinsics import _mangle
 from .policy import TargetPolicy
 from .values import _I1, _I32, _I64, _PTR, Val, _Buf, _i64_at, _sanitize
-from .x86 import X86Policy, is_x86
+from .aarch64 import AArch64Policy
+from .x86 import X86Policy
+
+#: the code-generation policy of each instruction set (:data:`tecomp.target.ISAS`)
+POLICIES = {"x86-64": X86Policy, "aarch64": AArch64Policy}
 
 
 def policy_for(target) -> TargetPolicy:
-    """The code-generation policy for the llvm ``target``: :class:`X86Policy` for x86
-    code, else the generic :class:`TargetPolicy`.  Every module is compiled for this
-    machine's triple (``tc.Target`` accepts x86-64 triples only), with the target's CPU
-    and features (``_ModuleBuilder.text``)."""
-    if is_x86(llvm_jit.host().triple):
-        return X86Policy(target)
-    return TargetPolicy(target)
+    """The code-generation policy for the llvm ``target``: that of its instruction set
+    (:data:`POLICIES`), else the generic :class:`TargetPolicy`.  Every module is compiled
+    for the target's triple (``Target.triple``), with its CPU and features
+    (``_ModuleBuilder.text``)."""
+    return POLICIES.get(target.isa, TargetPolicy)(target)
 
 
 def _rmw_buffers(body) -> set:
@@ -59,7 +61,6 @@ class _ModuleBuilder:
 
     def __init__(self, func: PrimFunc, sig: Signature, layout: str, noalias: bool,
                  checks: bool, target=None):
-        h = llvm_jit.host()
         self.target = as_target(target if target is not None else "llvm")
         self.func = func
         self.sig = sig
@@ -68,8 +69,7 @@ class _ModuleBuilder:
         self.checks = checks
         self.symbol = "tecomp_" + _sanitize(func.name)
         self.module = ir.Module(name=self.symbol)
-        self.module.triple = h.triple
-        self.module.data_layout = h.data_layout
+        self.module.triple, self.module.data_layout = llvm_jit.triple_and_layout(self.target)
         self.decls: Dict[str, ir.Function] = {}
         #: what the tensor intrinsics' ib.call calls, by name (checked before LLVM reads it)
         self.user_calls: Dict[str, object] = {}

@@ -153,6 +153,9 @@ def serve(triple: str, cpu: str, features: str, max_mb: float) -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     llvm.initialize_native_asmparser()
+    if triple.split("-", 1)[0] != llvm.get_process_triple().split("-", 1)[0]:
+        llvm.initialize_all_targets()   # another machine's code (cross-compiled)
+        llvm.initialize_all_asmprinters()
     target = llvm.Target.from_triple(triple)
     tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="default",
                                       codemodel="jitdefault", jit=True)

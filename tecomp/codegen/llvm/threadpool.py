@@ -91,6 +91,7 @@ import time
 from typing import Optional
 
 from ...errors import InternalError
+from ...target import as_target
 from . import jit as llvm_jit
 from ...threads import (  # noqa: F401  (set_num_threads, get_num_threads: the public names)
     DEFAULT_SPIN, DEFAULT_WAIT_SPIN, DEFAULT_WORKSPACE_LIMIT, MAX_THREADS, POOL_FUNCTIONS,
@@ -107,7 +108,7 @@ WS_SLOTS = 64
 WS_MIN = 256 * 1024
 
 _PAUSE_X86 = "call void @llvm.x86.sse2.pause()"
-_PAUSE_ARM = 'call void asm sideeffect "yield", ""()'
+_PAUSE_ARM = "call void @llvm.aarch64.hint(i32 1)"   # hint #1: yield
 
 _POOL_IR = r"""
 ; tecomp CPU thread pool (see tecomp/codegen/llvm/threadpool.py)
@@ -816,17 +817,19 @@ have:
 """
 
 
-def pool_ir(for_library: bool = False) -> str:
-    """The pool's LLVM IR text for the host (only the spin-wait hint differs by CPU).
-    ``for_library``: the copy an exported library carries, whose thread count defaults
-    as Python's does when C code calls it without setting one."""
-    h = llvm_jit.host()
-    if h.is_x86:
-        pause, decl = _PAUSE_X86, "declare void @llvm.x86.sse2.pause()"
-    elif h.is_aarch64:
-        pause, decl = _PAUSE_ARM, ""
-    else:  # pragma: no cover - other hosts spin without a hint
-        pause, decl = "", ""
+#: the spin-wait hint of each instruction set (:data:`tecomp.target.ISAS`): the
+#: instruction, and what it needs declared
+_PAUSES = {"x86-64": (_PAUSE_X86, "declare void @llvm.x86.sse2.pause()"),
+           "aarch64": (_PAUSE_ARM, "declare void @llvm.aarch64.hint(i32)")}
+
+
+def pool_ir(for_library: bool = False, target=None) -> str:
+    """The pool's LLVM IR text for ``target`` (an llvm Target; None: the host) (only the
+    spin-wait hint differs by instruction set).  ``for_library``: the copy an exported
+    library carries, whose thread count defaults as Python's does when C code calls it
+    without setting one."""
+    isa = target.isa if target is not None else as_target("llvm").isa
+    pause, decl = _PAUSES.get(isa, ("", ""))   # (another: spin without a hint)
     return (_POOL_IR.replace("{PAUSE_DECL}", decl).replace("{PAUSE}", pause)
             .replace("{WANTED}", _WANTED_LIBRARY if for_library else _WANTED_JIT)
             .replace("{DESIRED0}", "0" if for_library else "1")

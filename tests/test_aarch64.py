@@ -1,0 +1,226 @@
+"""AArch64 (``llvm -mtriple=aarch64-linux-gnu``): the machine model, the code, and the
+templates, the auto-scheduler and fuzz cases run under qemu-user against numpy.
+
+The first tests need only llvmlite (the AArch64 code is compiled and printed here); those
+marked ``needs_qemu`` export the kernels with the cross compiler and run them under
+``qemu-aarch64`` (CI installs ``gcc-aarch64-linux-gnu`` and ``qemu-user``; elsewhere they
+are skipped, saying what to install)."""
+import re
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+import tecomp.nn as nn
+from tecomp.nn import cpu
+from tecomp.testing import qemu
+from tecomp.testing.diff import run_case
+from tecomp.testing.fuzz import case_for_seed
+
+NEON = "llvm -mtriple=aarch64-linux-gnu"
+SVE = "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-v1"
+
+_WHY = qemu.unavailable(NEON)
+needs_qemu = pytest.mark.skipif(_WHY is not None, reason=f"no qemu-user for aarch64: {_WHY}")
+
+
+def _gemm(n=64, target=NEON, name="gemm"):
+    A = tc.placeholder((n, n), name="A")
+    B = tc.placeholder((n, n), name="B")
+    k = tc.reduce_axis((0, n), name="k")
+    C = tc.compute((n, n), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    jo, ji = s[C].split(j, 4)
+    s[C].reorder(i, jo, k, ji)
+    s[C].vectorize(ji)
+    s[C].parallel(i)
+    return s, [A, B, C]
+
+
+def test_machine_model_is_the_isa_s():
+    t = tc.Target(NEON)
+    assert (t.isa, t.triple, t.cpu, t.lanes, t.vregs) == (
+        "aarch64", "aarch64-linux-gnu", "generic", 4, 32)
+    assert {"neon", "fp-armv8"} <= t.features and not t.is_host and not t.is_native_isa
+    m = t.machine
+    assert (m.lanes, m.vregs, m.masks, m.fma_lanes) == (4, 32, False, 4)
+    v1 = tc.Target(SVE)
+    assert "sve" in v1.features and (v1.l1_bytes, v1.l2_bytes) == (64 << 10, 1 << 20)
+    assert "sve" not in tc.Target(SVE + " -mattr=-sve").features
+    assert str(tc.Target(NEON)) == NEON and tc.Target(str(v1)) == v1
+    # code for it is printed here, never run here
+    assert "aarch64" in t.runs_here() and "qemu" in t.runs_here()
+    assert tc.tensor_intrins_for(NEON) == []
+
+
+def test_code_is_neon_and_calls_are_refused():
+    s, args = _gemm()
+    f = tc.build(s, args, target=NEON, name="gemm")
+    asm = f.get_source("asm")
+    assert re.search(r"\bfmul\s+v\d+\.4s", asm) and "ldr\tq" in asm
+    assert 'target triple = "aarch64-linux-gnu"' in f.get_source("llvm")
+    a = np.zeros((64, 64), "float32")
+    with pytest.raises(tc.TargetError, match=r"gemm cannot run on this machine: code for "
+                                             r"llvm -mtriple=aarch64-linux-gnu is aarch64"):
+        f(a, a.copy(), a.copy())
+
+
+def test_sve_target_emits_sve():
+    """A loop the schedule leaves to LLVM's vectorizer: scalable (SVE) vectors for a CPU
+    with SVE, NEON without."""
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i] * 3.0 + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    sve = tc.build(s, [A, B], target=SVE, name="axpb").get_source("asm")
+    assert re.search(r"\bz\d+\.s\b", sve)
+    neon = tc.build(s, [A, B], target=NEON, name="axpb").get_source("asm")
+    assert not re.search(r"\bz\d+\.s\b", neon) and re.search(r"v\d+\.4s", neon)
+
+
+def test_auto_schedule_reads_the_backend_s_facts():
+    A = tc.placeholder((48, 40), name="A")
+    B = tc.compute((48, 40), lambda i, j: tc.exp(A[i, j]) * 2.0, name="B")
+    s = tc.auto_schedule([A, B], target=NEON)
+    f = tc.build(s, [A, B], target=NEON, name="ew")
+    # 4-lane vectors: the NEON register width from the aarch64 machine model
+    assert any("4 lanes" in n for n in f.vectorize_notes)
+
+
+# -- under qemu ------------------------------------------------------------------------
+
+def _run(tmp_path, s, args, inputs, target=NEON, name="k", threads=2):
+    f = tc.build(s, args, target=target, name=name)
+    path = tmp_path / f"{name}.so"
+    f.export_library(path)
+    outs = [np.zeros(tuple(int(x) for x in a.shape), dtype=a.dtype)
+            for a in args[len(inputs):]]
+    qemu.run_library(path, *inputs, *outs, threads=threads)
+    return outs
+
+
+def _conv_ref(x, w, stride, pad):
+    n, c, h, ww = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad))).astype(np.float64)
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (ww + 2 * pad - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
+            out += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j])
+    return out
+
+
+@needs_qemu
+@pytest.mark.parametrize("target", [NEON, SVE])
+def test_templates_under_qemu(tmp_path, target):
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+    # GEMM and dense (odd sizes: the tails)
+    M, N, K = 67, 130, 96
+    A, B = tc.placeholder((M, K), name="A"), tc.placeholder((K, N), name="B")
+    C = nn.matmul(A, B)
+    a, b = rng.standard_normal((M, K), f32), rng.standard_normal((K, N), f32)
+    c, = _run(tmp_path, cpu.schedule_matmul(C, target=target), [A, B, C], [a, b], target, "mm")
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    X, W = tc.placeholder((8, K), name="X"), tc.placeholder((N, K), name="W")
+    bias = tc.placeholder((N,), name="bias")
+    D = nn.dense(X, W, bias)
+    x, w, bb = (rng.standard_normal((8, K), f32), rng.standard_normal((N, K), f32),
+                rng.standard_normal(N, f32))
+    d, = _run(tmp_path, cpu.schedule_dense(D, target=target), [X, W, bias, D], [x, w, bb],
+              target, "dense")
+    np.testing.assert_allclose(d, x.astype(np.float64) @ w.T + bb, rtol=1e-4, atol=1e-4)
+    # conv2d NCHW and NHWC, stride 1 and 2
+    for c_in, c_out, h, stride in ((16, 32, 14, 1), (8, 12, 15, 2)):
+        Xc = tc.placeholder((2, c_in, h, h), name="x")
+        Wc = tc.placeholder((c_out, c_in, 3, 3), name="w")
+        Y = nn.conv2d_nchw(Xc, Wc, stride=stride, padding=1)
+        xv = rng.standard_normal((2, c_in, h, h), f32)
+        wv = rng.standard_normal((c_out, c_in, 3, 3), f32)
+        want = _conv_ref(xv, wv, stride, 1)
+        y, = _run(tmp_path, cpu.schedule_conv2d_nchw(Y, target=target), [Xc, Wc, Y],
+                  [xv, wv], target, f"nchw{stride}")
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-3)
+        Xh = tc.placeholder((2, h, h, c_in), name="x")
+        Wh = tc.placeholder((3, 3, c_in, c_out), name="w")
+        Yh = nn.conv2d_nhwc(Xh, Wh, stride=stride, padding=1)
+        yh, = _run(tmp_path, cpu.schedule_conv2d_nhwc(Yh, target=target), [Xh, Wh, Yh],
+                   [xv.transpose(0, 2, 3, 1).copy(), wv.transpose(2, 3, 1, 0).copy()],
+                   target, f"nhwc{stride}")
+        np.testing.assert_allclose(yh, want.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-3)
+    # softmax, layer norm (auto-scheduled), attention
+    S = tc.placeholder((33, 100), name="s")
+    Sm = nn.softmax(S)
+    sv = rng.standard_normal((33, 100), f32)
+    sm, = _run(tmp_path, cpu.schedule_softmax(Sm, target=target), [S, Sm], [sv], target, "sm")
+    e = np.exp(sv - sv.max(1, keepdims=True))
+    np.testing.assert_allclose(sm, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+    L = tc.placeholder((20, 64), name="x")
+    g, be = tc.placeholder((64,), name="g"), tc.placeholder((64,), name="b")
+    Ln = nn.layer_norm(L, g, be)
+    lv, gv, bv = (rng.standard_normal((20, 64), f32), rng.standard_normal(64, f32),
+                  rng.standard_normal(64, f32))
+    args = [L, g, be, Ln]
+    ln, = _run(tmp_path, tc.auto_schedule(args, target=target), args, [lv, gv, bv], target,
+               "ln")
+    mu, var = lv.mean(1, keepdims=True), lv.var(1, keepdims=True)
+    np.testing.assert_allclose(ln, (lv - mu) / np.sqrt(var + 1e-5) * gv + bv, rtol=1e-4,
+                               atol=1e-4)
+    q = tc.placeholder((1, 2, 37, 32), name="q")
+    k = tc.placeholder((1, 2, 45, 32), name="k")
+    v = tc.placeholder((1, 2, 45, 32), name="v")
+    O = nn.scaled_dot_product_attention(q, k, v)
+    qv, kv, vv = (rng.standard_normal(tuple(int(d) for d in t.shape), f32) for t in (q, k, v))
+    o, = _run(tmp_path, cpu.schedule_attention(O, target=target), [q, k, v, O], [qv, kv, vv],
+              target, "sdpa")
+    sc = qv.astype(np.float64) @ kv.transpose(0, 1, 3, 2) / np.sqrt(32)
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    np.testing.assert_allclose(o, (p / p.sum(-1, keepdims=True)) @ vv, rtol=1e-4, atol=1e-5)
+
+
+@needs_qemu
+def test_symbolic_sizes_scalars_and_threads(tmp_path):
+    n = tc.var("n")
+    A = tc.placeholder((n, 12), name="A", dtype="float64")
+    alpha = tc.var("alpha", dtype="float64")
+    B = tc.compute((n, 12), lambda i, j: A[i, j] * alpha + tc.sqrt(tc.abs(A[i, j])), name="B")
+    s = tc.create_schedule(B.op)
+    s[B].parallel(B.op.axis[0])
+    s[B].vectorize(B.op.axis[1])
+    f = tc.build(s, [A, alpha, B], target=NEON, name="axpy")
+    f.export_library(tmp_path / "axpy.so")
+    for rows, threads in ((1, 1), (37, 2), (100, 4)):
+        a = np.random.default_rng(rows).standard_normal((rows, 12))
+        b = np.zeros_like(a)
+        qemu.run_library(tmp_path / "axpy.so", a, 0.5, b, threads=threads)
+        np.testing.assert_allclose(b, a * 0.5 + np.sqrt(np.abs(a)), rtol=1e-15)
+
+
+@needs_qemu
+def test_kernel_errors_come_back(tmp_path):
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i * 2], name="B")   # reads past A's end
+    s = tc.create_schedule(B.op)
+    f = tc.build(s, [A, B], target=NEON, name="oob", checks=True)
+    f.export_library(tmp_path / "oob.so")
+    with pytest.raises(tc.BoundsError, match=r"buffer A: index \d+ is outside \[0, 8\).*"
+                                             r"under qemu"):
+        qemu.run_library(tmp_path / "oob.so", np.zeros(8, "float32"), np.zeros(8, "float32"))
+
+
+@needs_qemu
+@pytest.mark.parametrize("target", [NEON, SVE])
+def test_fuzz_cases_under_qemu(target):
+    """The fuzzer's cases (programs, schedules, the auto-scheduler's, int8 GEMMs) built for
+    aarch64, run under qemu and compared with numpy and the interpreter; the 500-case
+    campaign is ``python -m tecomp.testing.fuzz --cpu-target '<target>' --gpu-every 0
+    --edge-every 0`` (benchmarks/RESULTS.md)."""
+    for seed in range(20000000, 20000012):
+        case = case_for_seed(seed, 0, 5, target, 10)
+        out = run_case(case)
+        assert out.kind in ("ok", "rejected"), out.report()
+        assert out.kind == "rejected" or case.target == target
