@@ -1139,3 +1139,37 @@ def test_templates_schedule_half_precision_definitions(name, define, schedule, r
     want = ref(*[v.astype(np.float64) for v in vals])
     err = np.abs(got.astype(np.float64) - want).max() / np.abs(want).max()
     assert err <= (2 * 2.0 ** -11 if dtype == "float16" else 2 * 2.0 ** -8), err
+
+
+@pytest.mark.parametrize("layout, by_channels", [("nchw", False), ("nchw", True), ("nhwc", False)])
+def test_conv_thread_split_is_pinned_by_the_config(layout, by_channels):
+    """Every thread split of ConvParams.tasks (and rows_per_task) computes the same
+    convolution; each is applied (its own loop nest), and '' is the heuristic's."""
+    N, C, H, O = 2, 16, 12, 32
+    if layout == "nchw":
+        d, w = tc.placeholder((N, C, H, H), name="d"), tc.placeholder((O, C, 3, 3), name="w")
+        out, sched = ops.conv2d_nchw(d, w, padding=1), sc.schedule_conv2d_nchw
+        dn, wn = _arr((N, C, H, H)), _arr((O, C, 3, 3))
+        ref = _conv_ref(dn, wn, 1, 1, 1)
+        inputs = [dn, wn]
+        base = {"by_channels": True, "ob": 16, "yb": 2, "xb": 4} if by_channels else \
+            {"ob": 8, "yb": 2, "xb": 12}
+    else:
+        d, w = tc.placeholder((N, H, H, C), name="d"), tc.placeholder((3, 3, C, O), name="w")
+        out, sched = ops.conv2d_nhwc(d, w, padding=1), sc.schedule_conv2d_nhwc
+        dn, wn = _arr((N, C, H, H)), _arr((O, C, 3, 3))
+        ref = _conv_ref(dn, wn, 1, 1, 1).transpose(0, 2, 3, 1)
+        inputs = [dn.transpose(0, 2, 3, 1).copy(), wn.transpose(2, 3, 1, 0).copy()]
+        base = {"ob": 16, "yb": 2, "xb": 4}
+    args = [d, w, out]
+    texts = {}
+    for tasks, rpt in [("rows", 0), ("rows", 3), ("blocks", 0), ("channels", 0),
+                       ("image_channels", 0), ("block_rows", 0)]:
+        s = sched(out, config=dict(base, tasks=tasks, rows_per_task=rpt))
+        texts[tasks, rpt] = str(tc.lower(s, args))
+        _close(_run(s, args, inputs), ref, 5e-5)
+    # the splits are different loop nests (the copy splits differ where weights are copied)
+    assert len(set(texts.values())) >= 4
+    default = str(tc.lower(sched(out, config=base), args))
+    assert default in texts.values()
+    assert str(tc.lower(sched(out, config=dict(base, tasks="")), args)) == default

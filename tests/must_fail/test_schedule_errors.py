@@ -1399,12 +1399,21 @@ def test_cpu_gemm_template_bad_config(config, match):
 
 @pytest.mark.parametrize("layout, config, match", [
     ("nchw", {"block": 4}, r"unknown parameters \['block'\]; use ob, yb, xb, by_channels, "
-                           r"weight_copy"),
+                           r"weight_copy, tasks, rows_per_task"),
     ("nhwc", {"weight_copy": "yes"}, "weight_copy must be True or False, got 'yes'"),
     ("nchw", {"ob": -1}, "ob must be a positive int, got -1"),
     ("nchw", {"by_channels": 1}, "by_channels must be True or False"),
     ("nhwc", {"by_channels": True}, "by_channels must be False"),
     ("nhwc", (4, 1, 8), "config must be a ConvParams"),
+    ("nchw", {"tasks": "threads"}, r"tasks must be one of 'rows', 'blocks', 'channels', "
+                                   r"'image_channels', 'block_rows' \(or '' for the "
+                                   r"heuristic's\), got 'threads'"),
+    ("nhwc", {"rows_per_task": -2}, r"rows_per_task must be an int >= 0 \(0: the "
+                                    r"heuristic's\), got -2"),
+    ("nchw", {"tasks": "channels", "rows_per_task": 2},
+     r"rows_per_task is for tasks='rows', not 'channels'"),
+    ("nchw", {"tasks": "rows", "rows_per_task": 4, "yb": 2},
+     r"rows_per_task=4 must divide the 2 row blocks of 2 rows; give a divisor, or 0"),
 ])
 def test_cpu_conv_template_bad_config(layout, config, match):
     from tecomp.nn import cpu, ops

@@ -27,8 +27,8 @@ Where a template finds nothing it schedules (or for the stages it leaves alone),
 auto-scheduler's rules schedule the rest.
 """
 from .attention import attention_params, schedule_attention
-from .conv2d import (ConvParams, conv2d_knobs, conv2d_nchw_params, conv2d_nhwc_params,
-                     schedule_conv2d_nchw, schedule_conv2d_nhwc)
+from .conv2d import (CONV_TASKS, ConvParams, conv2d_knobs, conv2d_nchw_params,
+                     conv2d_nhwc_params, schedule_conv2d_nchw, schedule_conv2d_nhwc)
 from .conv2d_grad import CONV_TAGS, schedule_conv2d_into
 from .elementwise import schedule_elementwise, schedule_injective
 from .gemm import (GemmParams, dense_packed, gemm_knobs, gemm_params, matmul_packed,
@@ -43,6 +43,7 @@ __all__ = [
     "schedule_conv2d_nchw", "schedule_conv2d_nhwc", "schedule_conv2d_into", "schedule_softmax",
     "schedule_elementwise", "schedule_injective", "schedule_pool", "matmul_packed",
     "dense_packed", "softmax_fast", "GemmParams", "gemm_params", "gemm_knobs",
-    "schedule_attention", "attention_params", "CONV_TAGS", "ConvParams", "conv2d_nchw_params",
+    "schedule_attention", "attention_params", "CONV_TAGS", "CONV_TASKS", "ConvParams",
+    "conv2d_nchw_params",
     "conv2d_nhwc_params", "conv2d_knobs",
 ]

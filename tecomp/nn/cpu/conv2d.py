@@ -305,13 +305,36 @@ class ConvParams:
     channels (``by_channels`` is False there and means nothing).  ``weight_copy`` (NHWC):
     the weights are first copied into an aligned buffer (True: by each channel block
     where they are too large to stay in L2 whole, else once per call) or read in place
-    (False)."""
+    (False).
+
+    ``tasks``: how the work is split between threads (:data:`CONV_TASKS`; ``""``, the
+    default, is the heuristic's choice for the block, see :func:`_conv_tasks`):
+
+    * ``"rows"`` -- tasks of (image, ``rows_per_task`` row blocks), each padding the input
+      rows it reads, the channel blocks a loop inside; weights copied once per call;
+    * ``"blocks"`` -- one parallel loop over (image, channel block, row block), weights
+      read in place;
+    * ``"channels"`` -- the channel blocks, each copying its weights once for all images;
+    * ``"image_channels"`` -- (image, channel block) pairs, each copying its block's
+      weights;
+    * ``"block_rows"`` -- the channel blocks in turn, all threads copying a block's weights
+      and then sharing its (image, row block) tasks.
+
+    ``rows_per_task`` (``"rows"`` only; 0: the heuristic's): row blocks per task, a
+    divisor of the row blocks.  Every choice computes the same result; they differ in
+    speed."""
 
     ob: int
     yb: int
     xb: int
     by_channels: bool = False
     weight_copy: bool = True
+    tasks: str = ""
+    rows_per_task: int = 0
+
+
+#: the thread splits a convolution template can be pinned to (``ConvParams.tasks``)
+CONV_TASKS = ("rows", "blocks", "channels", "image_channels", "block_rows")
 
 
 #: how many of the NCHW block model's best blocks the auto-scheduler may search
@@ -367,6 +390,17 @@ def _conv_config(default: ConvParams, config, layout: str) -> ConvParams:
             else "True or False"
         raise ScheduleError(f"conv2d_{layout} schedule: by_channels must be {want}, got "
                             f"{p.by_channels!r:.40}")
+    if p.tasks != "" and p.tasks not in CONV_TASKS:
+        raise ScheduleError(f"conv2d_{layout} schedule: tasks must be one of "
+                            f"{', '.join(map(repr, CONV_TASKS))} (or '' for the heuristic's), "
+                            f"got {p.tasks!r:.40}")
+    if isinstance(p.rows_per_task, bool) or not isinstance(p.rows_per_task, int) or \
+            p.rows_per_task < 0:
+        raise ScheduleError(f"conv2d_{layout} schedule: rows_per_task must be an int >= 0 "
+                            f"(0: the heuristic's), got {p.rows_per_task!r:.40}")
+    if p.rows_per_task and p.tasks not in ("", "rows"):
+        raise ScheduleError(f"conv2d_{layout} schedule: rows_per_task is for tasks='rows', "
+                            f"not {p.tasks!r}")
     return p
 
 
@@ -400,7 +434,8 @@ def _conv2d_nchw_into(s: Schedule, outs, info: CpuModel, config=None):
         cs.unroll(ax)
     cs.vectorize(vec)
     _conv_tasks(s, st, cs, pad, weight, info, n, oc, yc, N, K, ob, OH, yb,
-                pad_vec_dim=3, weight_vec_dim=0 if by_channels else None)
+                pad_vec_dim=3, weight_vec_dim=0 if by_channels else None,
+                tasks=p.tasks, rows_per_task=p.rows_per_task)
     if by_channels and _cint(ky.dom.extent) == _cint(kx.dom.extent) == 1 and \
             _conv_x_stride(conv) > 1:
         # a strided 1x1 window reads one line of a new input plane per channel step (7
@@ -637,9 +672,33 @@ def _conv_weight(conv: Tensor) -> Tensor:
     return ins[1] if len(ins) > 1 else ins[0]
 
 
+def _rows_per_task(N, nyc, T: int) -> int:
+    """Row blocks per ``"rows"`` task: several while there are still 8 tasks per thread
+    (see :func:`_conv_tasks`)."""
+    if nyc is not None:
+        for r in range(min(8, nyc), 1, -1):
+            if nyc % r == 0 and (nyc // r) * (N or 1) >= 8 * T:
+                return r
+    return 1
+
+
+def _copy_tasks(N, noc, T: int) -> str:
+    """The tasks of a convolution whose channel blocks copy their weights: the channel
+    blocks alone where they are enough tasks (each copies its weights once for all the
+    images; as (image, block) tasks, each image copied them again, which ran slower)
+    (measurements: benchmarks/DECISIONS.md, "Conv tasks: channel blocks"), else the
+    (image, block) pairs where those are, else the rows of one block at a time."""
+    nob = (N or 1) * noc if noc is not None else None
+    if noc is not None and noc >= 4 * T:
+        return "channels"
+    if nob is not None and nob >= 4 * T:
+        return "image_channels"
+    return "block_rows"
+
+
 def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuModel, n, oc, yc,
                 N, K, ob, OH, yb, pad_vec_dim: int, weight_vec_dim: Optional[int],
-                weight_copy: bool = True):
+                weight_copy: bool = True, tasks: str = "", rows_per_task: int = 0):
     """Tasks, the padded input and the weights of a convolution whose output stage
     ``st`` has the loops ``n, oc, yc`` outermost and whose register block ``cs`` (the
     stage that reads the weights) is computed inside them.
@@ -663,7 +722,10 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuModel, 
     Small strided weights are copied once, at the root, into an aligned buffer (see the
     comment there), and small contiguous ones too unless ``weight_copy`` is False.
     When they are contiguous already (OIHW read as broadcasts) the
-    tasks are (batch, channel block, row block)."""
+    tasks are (batch, channel block, row block).
+
+    ``tasks`` / ``rows_per_task`` pin the choice (:class:`ConvParams`); "" / 0: the
+    heuristic's, described above."""
     noc = _ceil(K, ob) if K is not None else None
     nyc = _ceil(OH, yb) if OH is not None else None
     T = info.threads
@@ -674,20 +736,22 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuModel, 
     # is off (a strided weight vector, a gather, is always copied)
     copy_weights = weight_vec_dim is not None and (
         weight_copy or weight_vec_dim != len(weight.shape) - 1)
-    if not peel_rows and (noc == 1 or (small and enough_rows)):
+    if not tasks:
+        tasks = ("rows" if not peel_rows and (noc == 1 or (small and enough_rows)) else
+                 "blocks" if weight_vec_dim is None else _copy_tasks(N, noc, T))
+    if tasks == "rows":
         # the weights stay in L2 anyway: tasks are (batch, row block), each padding
         # just the rows it reads; the channel blocks are a loop inside the task.  A
         # task takes several (R) row blocks while there are still 8 tasks per thread:
         # it pads R*YB + KH - 1 input rows for R*YB output rows (with one 3x3 NHWC row
         # per task, 3 padded rows per output row; several rows per task were as fast or
         # a little faster) (measurements: benchmarks/DECISIONS.md, "Conv tasks: rows per task")
-        rpt = 1
-        if nyc is not None:
-            want = 8 * T
-            for r in range(min(8, nyc), 1, -1):
-                if nyc % r == 0 and (nyc // r) * (N or 1) >= want:
-                    rpt = r
-                    break
+        rpt = rows_per_task or _rows_per_task(N, nyc, T)
+        if rpt > 1 and (nyc is None or nyc % rpt):
+            raise ScheduleError(f"conv2d schedule of {st.op.name}: rows_per_task={rpt} must "
+                                f"divide the {nyc if nyc is not None else 'symbolic number of'}"
+                                f" row blocks of {yb} rows; give a divisor, or 0 for the "
+                                f"heuristic's")
         if rpt > 1:
             yt, yr = st.split(yc, factor=rpt)
             st.reorder(n, yt, yr, oc)
@@ -723,7 +787,7 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuModel, 
                 _vector_split(s[ww], s[ww].op.axis[-1], _cint(ww.shape[-1]), info.lanes)
             else:
                 _schedule_elementwise_stage(s, ww, info)
-    elif weight_vec_dim is None:
+    elif tasks == "blocks":
         # a block's weights are contiguous already: one parallel loop over (batch,
         # channel block, row block), channel blocks outer in the fused index so that a
         # chunk of consecutive tasks shares its weights.  When the row blocks leave a
@@ -738,16 +802,11 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuModel, 
         # each channel block copies its weights into a compact buffer once: with enough
         # blocks they are the tasks (each does all its rows); with few, the blocks run
         # in turn and their rows are the tasks
-        nob = (N or 1) * noc if noc is not None else None
-        if noc is not None and noc >= 4 * T:
-            # the channel blocks alone are enough tasks: each copies its weights once
-            # for all the images (as (image, block) tasks, each image copied them
-            # again, which ran slower)
-            # (measurements: benchmarks/DECISIONS.md, "Conv tasks: channel blocks")
+        if tasks == "channels":
             st.reorder(oc, n, yc)
             task = oc
             w_at = oc
-        elif nob is not None and nob >= 4 * T:
+        elif tasks == "image_channels":
             task = st.fuse(n, oc)
             w_at = task
         else:
@@ -924,7 +983,8 @@ def _conv2d_nhwc_into(s: Schedule, outs, info: CpuModel, config=None):
     cs.unroll(cx)
     cs.vectorize(co)
     _conv_tasks(s, st, cs, pad, _conv_weight(conv), info, n, oc, yc, N, K, ob, OH, yb,
-                pad_vec_dim=3, weight_vec_dim=3, weight_copy=p.weight_copy)
+                pad_vec_dim=3, weight_vec_dim=3, weight_copy=p.weight_copy,
+                tasks=p.tasks, rows_per_task=p.rows_per_task)
     _epilogue(s, outs, conv, info, fused)
 
 
