@@ -152,7 +152,9 @@ from .expr import (
     INTRINSICS, Buffer, BufferLoad, Call, Cast, Const, Expr, Let, ProducerLoad, Reduce, Var,
 )
 from .deep import deep_entry
+from .extern_sites import site as extern_site
 from .functor import free_vars, post_order
+from .host_eval import compile_shape_expr
 from .printer import Printer, to_str
 from .stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
@@ -1068,9 +1070,7 @@ class _Compiler:
 
     def _s_ExternCall(self, s: ExternCall):
         """The extern stage's function on the buffers' arrays (inputs read-only)."""
-        from ..runtime.extern import site
-
-        st = site(s.site)
+        st = extern_site(s.site)
         fscal = [self.expr(e) for e in s.scalars]
 
         def call(env):
@@ -1549,8 +1549,6 @@ def _bind_args(comp: _Compiler, func: PrimFunc, args) -> dict:
         env[p] = a
     # the conditions lowering recorded (an extent given by a scalar >= 0, a symbolic split
     # factor >= 1): the same checks and messages as every runtime (runtime/argcheck.py)
-    from ..runtime.argcheck import compile_shape_expr
-
     for pc in func.attrs.get("param_checks", ()):
         if all(v in env for v in free_vars(pc.expr)):
             value = compile_shape_expr(pc.expr)(env)   # exactly, as the runtimes do

@@ -50,6 +50,7 @@ from ..ir.stmt import (
 )
 from ..schedule.relations import covering_extent as _covering
 from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_problem
+from ..ir.extern_sites import Site, register_site
 from ..te.extern import ExternOp
 from ..te.scatter import ScatterOp
 from ..target import PER_THREAD_SCOPES
@@ -971,8 +972,6 @@ class LowerContext:
 
     def _extern_call(self, st: Stage) -> ExternCall:
         """An extern stage: one call of its function on whole buffers."""
-        from ..runtime.extern import Site, register_site
-
         op = st.op
         for t in op.inputs:
             p = self.stage_of_tensor(t)

@@ -36,18 +36,15 @@ import math
 import numbers
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..errors import ArgumentError
 from ..ir import dtype as _dt
-from ..ir.expr import (
-    Add, And, Buffer, Cast, Const, Div, Expr, FloorDiv, FloorMod, Let, Max, Min, Mul, Not, Or,
-    Select, Sub, TruncDiv, TruncMod, Var, as_index,
-)
+from ..ir.expr import Buffer, Const, Expr, Var, as_index
 from ..ir.functor import free_vars
-from ..ir.op import COMPARE, _wrap
+from ..ir.host_eval import compile_shape_expr, eval_host_expr
 from ..ir.printer import to_str
 from ..lower.in_place import in_place_pairs
 
@@ -403,105 +400,13 @@ def _rounded(fv: float, dt: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------
-# evaluating shape expressions on the host
-
-
-def eval_host_expr(e: Expr, env: Dict[Var, Any]):
-    """Evaluate an integer/float/bool expression of host-known variables in ``env``.
-
-    Follows the IR's semantics (floor vs trunc division, integer wrapping on casts).
-    Raises ArgumentError when a variable has no value.
-    """
-    t = type(e)
-    if t is Const:
-        return e.value
-    if t is Var:
-        try:
-            return env[e]
-        except KeyError:
-            raise ArgumentError(f"the value of {e.name} is not known from the arguments") from None
-    if t is Select:
-        return eval_host_expr(e.true_value if eval_host_expr(e.cond, env) else e.false_value, env)
-    if t is Not:
-        return not eval_host_expr(e.a, env)
-    if t is Cast:
-        v = eval_host_expr(e.value, env)
-        if e.dtype == "bool":
-            return v != 0
-        if _dt.is_float(e.dtype):
-            return float(v)
-        v = int(v) if not isinstance(v, float) else int(math.trunc(v))
-        return _wrap(v, e.dtype)
-    if t is Let:
-        env2 = dict(env)
-        env2[e.var] = eval_host_expr(e.value, env)
-        return eval_host_expr(e.body, env2)
-    a = eval_host_expr(e.a, env)
-    b = eval_host_expr(e.b, env)
-    op = _SHAPE_OPS.get(t)
-    if op is not None:
-        # the arithmetic of compiled shape expressions and of the generated code: an
-        # integer division or remainder by zero is 0 (as numpy's), never an exception
-        r = op(a, b)
-    elif t is Div:
-        return _ieee_div(a, b)
-    elif t in COMPARE:
-        return COMPARE[t](a, b)
-    elif t is And:
-        return bool(a) and bool(b)
-    elif t is Or:
-        return bool(a) or bool(b)
-    else:
-        raise ArgumentError(f"cannot evaluate `{to_str(e)}` on the host")
-    if _dt.is_int(e.dtype):
-        return _wrap(int(r), e.dtype)
-    return r
-
-
-def _ieee_div(a, b):
-    """``a / b`` as IEEE floats divide (Python raises on a zero divisor)."""
-    if b:
-        return a / b
-    if a != a or a == 0:
-        return math.nan
-    return math.copysign(math.inf, a) * math.copysign(1.0, b)
+# evaluating shape expressions on the host: tecomp.ir.host_eval (eval_host_expr,
+# compile_shape_expr), shared with the interpreter
 
 
 def int_range(dtype: str) -> Tuple[int, int]:
     """The smallest and largest value of the integer dtype."""
     return _dt.int_limits(dtype)
-
-
-_SHAPE_OPS = {
-    Add: lambda x, y: x + y, Sub: lambda x, y: x - y, Mul: lambda x, y: x * y,
-    FloorDiv: lambda x, y: x // y if y else 0, FloorMod: lambda x, y: x % y if y else 0,
-    TruncDiv: lambda x, y: (abs(x) // abs(y)) * (1 if (x < 0) == (y < 0) else -1) if y else 0,
-    TruncMod: lambda x, y: x - y * ((abs(x) // abs(y)) * (1 if (x < 0) == (y < 0) else -1))
-    if y else 0,
-    Min: min, Max: max,
-}
-
-
-def compile_shape_expr(e: Expr) -> Callable[[Dict[Var, Any]], Any]:
-    """A Python function env -> value evaluating the integer shape expression ``e`` as the
-    CPU kernel does (+ - * exact, floor/trunc division as the IR says, 0 for a division by
-    zero, integer casts wrap).  Other nodes are evaluated by :func:`eval_host_expr`.  A
-    variable missing from ``env`` raises KeyError."""
-    t = type(e)
-    if t is Const:
-        v = int(e.value) if _dt.is_int(e.dtype) else e.value
-        return lambda env: v
-    if t is Var:
-        return lambda env: env[e]
-    if t is Cast and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype):
-        f = compile_shape_expr(e.value)
-        dt = e.dtype
-        return lambda env: _wrap(f(env), dt)
-    op = _SHAPE_OPS.get(t)
-    if op is None:
-        return lambda env: eval_host_expr(e, env)
-    fa, fb = compile_shape_expr(e.a), compile_shape_expr(e.b)
-    return lambda env: op(fa(env), fb(env))
 
 
 # ---------------------------------------------------------------------------------------

@@ -17,36 +17,16 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Optional
 
 import numpy as np
+
+from ..ir.extern_sites import _SITES, Site, register_site, site  # noqa: F401  (the table)
 
 SYMBOL = "tecomp_extern_call"
 
 
-@dataclass(frozen=True)
-class Site:
-    fn: Callable
-    name: str
-    order: str                        # "b" buffer / "s" scalar, per argument
-    buffers: Tuple[Tuple[str, int, bool], ...]   # (dtype, ndim, writable) per buffer
-    scalars: Tuple[bool, ...]         # per scalar: is it a float
-
-
-_SITES: List[Site] = []
-_LOCK = threading.Lock()
 _TLS = threading.local()
-
-
-def register_site(site: Site) -> int:
-    with _LOCK:
-        _SITES.append(site)
-        return len(_SITES) - 1
-
-
-def site(n: int) -> Site:
-    return _SITES[n]
 
 
 def _view(ptr: int, dtype: np.dtype, shape, strides, writable: bool) -> np.ndarray:
