@@ -54,7 +54,7 @@ class Case:
         ins = [i for i, s in enumerate(p.tensors) if s.is_placeholder]
         if self.auto is None:
             sched = ["s = tc.create_schedule(outs)", steps_source(self.steps)]
-        elif _target_kind(self.target) != "llvm":
+        elif _on_gpu(self.target):
             sched = ["from tecomp.autoschedule.cuda_rules import apply_cuda_rules",
                      f"s = apply_cuda_rules(args, {{'n': {self.n}}})"]
         else:
@@ -99,7 +99,7 @@ class Case:
         lines.append(f"interp.run(tc.lower(s, args), {call})  # the reference interpreter")
         lines.append(f"for g, want in zip(got, [{', '.join(outs)}]):")
         lines.append("    print(np.max(np.abs(g.astype('float64') - want), initial=0))")
-        if _target_kind(self.target) == "cuda":
+        if _on_device(self.target):
             # the fuzzer compares the GPU's outputs with the emulation's too
             lines.append('emu = tc.build(s, args, target="cuda-emu")  # the CUDA emulation')
             lines.append(f"emu({call})")
@@ -152,10 +152,30 @@ def _cross(target: str) -> bool:
     return t.is_cpu and not t.is_native_isa
 
 
-def _target_kind(target: str) -> str:
-    """The kind of a target string: ``llvm``, ``cuda`` or ``cuda-emu`` (its first word:
-    a reproducer is printed even for a target that ``tc.Target`` refuses)."""
-    return str(target).split()[0] if str(target).strip() else "llvm"
+def _target_of(target: str):
+    """``target`` as a :class:`tc.Target`, or None for a string ``tc.Target`` refuses (a
+    reproducer is printed even for such a case)."""
+    try:
+        return tc.Target(target)
+    except tc.TargetError:
+        return None
+
+
+def _on_gpu(target: str) -> bool:
+    t = _target_of(target)
+    return t is not None and t.is_gpu
+
+
+def _is_host(target: str) -> bool:
+    """This machine's CPU as it is (the torch and export/load runs are its)."""
+    t = _target_of(target)
+    return t is not None and t.is_cpu and t.is_host
+
+
+def _on_device(target: str) -> bool:
+    """The GPU itself (not its emulation)."""
+    t = _target_of(target)
+    return t is not None and t.is_gpu and not t.is_emulated
 
 
 def _auto_rng_src(auto: int) -> str:
@@ -166,7 +186,7 @@ def auto_schedule_case(case: Case, args):
     """The auto-scheduler's schedule of a case with ``case.auto`` set."""
     import random
 
-    if _target_kind(case.target) != "llvm":
+    if _on_gpu(case.target):
         return apply_cuda_rules(args, {"n": case.n})
     rng = None if case.auto < 0 else random.Random(case.auto)
     return apply_rules(args, Knobs(rng=rng), _target.cpu_model(case.target), {"n": case.n})
@@ -255,12 +275,11 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
         stage = "build"
         # (an llvm target for another CPU builds the same lowered function, cross-compiled;
         # one of another instruction set is exported and run under qemu-user)
-        kind = tc.Target(case.target).kind
         foreign = _cross(case.target)
-        mod = tc.build(func if kind == "llvm" else tc.lower(s, args, target=case.target),
+        mod = tc.build(tc.lower(s, args, target=case.target) if _on_gpu(case.target) else func,
                        target=case.target)
         emu = None
-        if kind == "cuda":
+        if _on_device(case.target):
             # the real GPU is compared with the emulation of the same schedule too
             stage = "build cuda-emu"
             emu = tc.build(tc.lower(s, args, target="cuda-emu"), target="cuda-emu")
@@ -297,18 +316,18 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
             arrs = fresh()
             emu(*arrs)
             results["cuda-emu"] = arrs
-        if case.target == "cuda-emu" or emu is not None:
+        if _on_gpu(case.target):
             # deterministic thread order, last thread first: a missing barrier shows
             stage = "cuda-emu (mode=reverse)"
             arrs = fresh()
             (emu or mod)(*arrs, mode="reverse")
             results["cuda-emu reverse"] = arrs
-        if case.target == "llvm" and "torch" in also:
+        if _is_host(case.target) and "torch" in also:
             stage = "llvm with torch tensors"
             arrs = fresh()
             mod(*_as_tensors(arrs))  # the tensors share the arrays' memory
             results["llvm torch"] = arrs
-        if case.target == "llvm" and "aot" in also:
+        if _is_host(case.target) and "aot" in also:
             stage = "llvm exported and loaded"
             with tempfile.TemporaryDirectory(prefix="tecomp-fuzz-aot-") as d:
                 path = os.path.join(d, "kernel.so")
@@ -474,24 +493,25 @@ def draw_case(d, *, target: str = "llvm", max_stages: int = 4, max_steps: int = 
     it shows the error).  ``auto``: the schedule is the auto-scheduler's instead, its
     analytic one or (three times in four, on the CPU) its rules with random knobs; for a
     GPU target its GPU rules (``auto_schedule(target="cuda")``)."""
-    kw = {"dtypes": dtypes} if dtypes else {"dtypes": DTYPES if target == "llvm" else GPU_DTYPES}
-    if target == "llvm":
+    gpu = _on_gpu(target)
+    kw = {"dtypes": dtypes} if dtypes else {"dtypes": GPU_DTYPES if gpu else DTYPES}
+    if not gpu:
         prog = gen_program(d, max_stages=max_stages, **kw)
     else:
         prog = gen_program(d, max_stages=min(max_stages, 2), max_depth=2, **kw)
     n = gen_n(d) if prog.symbolic else 5
     seed = d.int(0, 2**16)
     if auto:
-        if target != "llvm":
+        if gpu:
             return Case(prog, [], n, seed, target, name, auto=-1)
         pick = d.int(0, 3)
         return Case(prog, [], n, seed, "llvm", name, auto=-1 if pick == 0 else d.int(0, 2**16))
     try:
-        if target == "llvm":
+        if not gpu:
             steps = gen_schedule(d, prog, max_steps=max_steps)
         else:
             steps = gen_gpu_schedule(d, prog)
     except Exception:  # noqa: BLE001 - replayed (and reported) by run_case
-        fn = gen_schedule if target == "llvm" else gen_gpu_schedule
+        fn = gen_gpu_schedule if gpu else gen_schedule
         steps = list(getattr(fn, "last_steps", []))
     return Case(prog, steps, n, seed, target, name)
