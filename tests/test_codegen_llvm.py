@@ -960,7 +960,7 @@ def test_fast_argument_path_agrees_with_generic_checks():
 
 
 def test_compiled_binder_takes_exactly_what_the_fast_path_takes():
-    """The compiled binder (tecomp.codegen.llvm.pybind) runs the kernel only for calls the
+    """The compiled binder (tecomp.runtime.pybind) runs the kernel only for calls the
     Python fast path binds to the contiguous no-alias variant; every other call comes
     back negative before the kernel runs, and __call__ then takes the Python path."""
     n, m_ = Var("n"), Var("m")

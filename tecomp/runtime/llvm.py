@@ -48,7 +48,7 @@ Lazy compilation holds the module's lock; variants are immutable once compiled.
 The call's cost
 ---------------
 A kernel whose parameters are all buffers is called through the compiled binder
-(:mod:`tecomp.codegen.llvm.pybind`): one ctypes call, with the argument tuple, that
+(:mod:`tecomp.runtime.pybind`): one ctypes call, with the argument tuple, that
 checks C-contiguous numpy arrays of the exact dtype, shape, flags and alignment, binds
 the shape variables, compares byte ranges for overlap and runs the contiguous no-alias
 variant.  Anything else (views, overlapping arrays, torch tensors, a mistake) comes back
@@ -109,6 +109,10 @@ from .argcheck import (
     int_range, param_checks_of,
 )
 from .extern import take_error
+from .pybind import (
+    HEADER_WORDS, OP_APART, OP_ARRAY, OP_BIND, OP_DIM, OP_END, OP_SAME, SYMBOL, ObjectLayout,
+    binder_ir,
+)
 from .timing import Timed
 
 __all__ = ["Module", "set_num_threads", "get_num_threads", "KernelMemoryError",
@@ -147,12 +151,10 @@ _PYOBJ = _probe_pyobj_layout()
 
 
 def _probe_binder_layout():
-    """The field offsets the compiled binder reads (:mod:`tecomp.codegen.llvm.pybind`),
+    """The field offsets the compiled binder reads (:mod:`tecomp.runtime.pybind`),
     each confirmed on probe objects against what Python and numpy report: a tuple's
     size and items, an array's type, data pointer, ndim, shape, base, dtype and flags.
     None (no binder: the Python path binds every call) if any differs."""
-    from ..codegen.llvm.pybind import ObjectLayout
-
     H = object.__basicsize__
     lay = ObjectLayout(ob_type=H - 8, tuple_size=H, tuple_items=H + 8, data=H, nd=H + 8,
                        dims=H + 16, base=H + 32, descr=H + 40, flags=H + 48,
@@ -203,7 +205,7 @@ _binder_lock = threading.Lock()
 
 
 def _binder():
-    """The compiled binder (``tecomp.codegen.llvm.pybind``), compiled on first use; None
+    """The compiled binder (``tecomp.runtime.pybind``), compiled on first use; None
     where the probe refused this interpreter's layout or ``TECOMP_PY_BINDER=0``."""
     if _binder_state:
         return _binder_state[0]
@@ -219,8 +221,8 @@ def _binder():
             lay = None if os.environ.get("TECOMP_PY_BINDER", "1") == "0" else \
                 _probe_binder_layout()
             if lay is not None:
+                # (lazy: llvmlite compiles it; a process that only loads libraries has none)
                 from ..codegen.llvm import jit as llvm_jit
-                from ..codegen.llvm.pybind import SYMBOL, binder_ir
 
                 jm = llvm_jit.compile_ir(binder_ir(lay), [SYMBOL])
                 fn = _BIND_T(jm.addresses[SYMBOL])
@@ -242,14 +244,10 @@ def _dims_to_check(plan: "_CallPlan", scalar_vars=frozenset()):
 
 
 def _binder_program(plan: "_CallPlan", entry: int):
-    """The binder's program for a kernel (see :mod:`tecomp.codegen.llvm.pybind`), whose
+    """The binder's program for a kernel (see :mod:`tecomp.runtime.pybind`), whose
     contiguous no-alias variant's entry is at ``entry``: a ctypes int64 array, or None
     where the binder cannot take its calls (scalar parameters, a shape the fast path
     does not inline, declared strides, conditions on the parameters)."""
-    from ..codegen.llvm.pybind import (
-        HEADER_WORDS, OP_APART, OP_ARRAY, OP_BIND, OP_DIM, OP_END, OP_SAME,
-    )
-
     sig = plan.sig
     if plan.scalars or not all(p.row_major for p in plan.bufs):
         return None
@@ -750,6 +748,7 @@ class Module(Timed):
         that ``tc.load_module(path)`` needs to call it with the same checks, or C code
         to call it (docs/runtime.md, "Ahead-of-time compiled kernels").  Needs llvmlite
         and a C compiler to link with (``cc``, or ``$CC``); loading needs neither."""
+        # (lazy: llvmlite and the exporter; loading a library needs neither)
         from ..codegen.llvm.export import export_library
 
         export_library(self, path, pyobject_data_offset=PYOBJECT_DATA_OFFSET)
@@ -768,7 +767,7 @@ class Module(Timed):
         bind = self._bind
         if bind is not None:
             # numpy arrays of the right dtype, shape and layout: checked and passed in
-            # compiled code (tecomp.codegen.llvm.pybind); anything else comes back
+            # compiled code (tecomp.runtime.pybind); anything else comes back
             # negative, before the kernel ran, and takes the Python path below
             rc = bind(self._bind_addr, sc.base, args)
             if rc >= 0:

@@ -1,5 +1,9 @@
 """The compiled argument binder: checks a call's numpy arrays and calls the kernel.
 
+The runtime's own code, as LLVM IR text (this module imports no llvmlite): the LLVM
+module (:mod:`tecomp.runtime.llvm`) compiles it once per process, when it first
+compiles a kernel.
+
 A call from Python to a kernel that takes only arrays (``f(a, b, c)``) spends most of
 its time checking the arrays: their type, dtype, shape, layout and flags, and whether
 two of them overlap.  In Python that is about a microsecond for three arrays, one
