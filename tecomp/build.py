@@ -89,12 +89,14 @@ class LlvmBackend(Backend):
         self.name = name
 
     def start(self) -> None:
+        # (lazy: llvmlite, which a GPU build or a process that loads libraries never needs)
         from .codegen.llvm import jit as llvm_jit
 
         # the first build of a process starts the LLVM optimiser worker while it lowers
         llvm_jit.start_worker()
 
     def build(self, func, target, checks):
+        # (lazy: llvmlite, as above)
         from .codegen.llvm import build_llvm
 
         return build_llvm(func, checks=checks, target=target)
@@ -106,6 +108,7 @@ class CudaBackend(Backend):
     kind = name = "cuda"
 
     def build(self, func, target, checks):
+        # (lazy: the CUDA runtime, for GPU builds only)
         from .runtime.cuda import build_cuda
 
         return build_cuda(func, target=target)

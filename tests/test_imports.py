@@ -64,3 +64,21 @@ def test_the_layer_check_sees_an_upward_import(tmp_path):
     assert up == {("tecomp.ir", "tecomp.lower"): [("tecomp.ir.expr", "tecomp.lower.passes")],
                   ("tecomp.extra", "tecomp.ir"): [("tecomp.extra", "tecomp.ir")]}
     assert imports.local_imports(str(pkg)) == [("tecomp.ir.expr", 2, "tecomp.lower.passes")]
+
+
+def test_every_function_local_import_says_why():
+    """Each function-local import of a tecomp module names its reason, ``(lazy: ...)`` or
+    ``(cycle: ...)``, in a comment beside or above it."""
+    assert imports.unexplained_local_imports(ROOT) == []
+
+
+def test_the_checker_sees_an_unexplained_local_import(tmp_path):
+    pkg = tmp_path / "tecomp"
+    (pkg / "ir").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ir" / "__init__.py").write_text("")
+    (pkg / "ir" / "expr.py").write_text(
+        "def f():\n    from . import op\n\n\ndef g():\n"
+        "    # (lazy: numpy is slow to import)\n    from . import op\n")
+    (pkg / "ir" / "op.py").write_text("")
+    assert imports.unexplained_local_imports(str(pkg)) == [("tecomp.ir.expr", 2)]

@@ -98,6 +98,7 @@ def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, ti
     mine = _reachable(outs)
     # convolutions (a convolution's data gradient is one or several, see nn.ops): the
     # forward conv schedules, before the loop below touches their padding or weights
+    # (cycle: nn imports autodiff for its tag derivatives; KNOWN_UPWARD autodiff -> nn)
     from ..nn.cpu import CONV_TAGS, schedule_conv2d_into
 
     convs = [st for st in s.stages if _fresh(st, mine) and isinstance(st.op, ComputeOp)
@@ -105,6 +106,7 @@ def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, ti
     for st in convs:
         schedule_conv2d_into(s, st.op.output(0), target)
     if auto:
+        # (cycle: the rules import nn, which imports autodiff; KNOWN_UPWARD)
         from ..autoschedule.rules import schedule_stages
 
         fresh = {id(st.op) for st in s.stages if isinstance(st.op, ComputeOp)

@@ -24,6 +24,9 @@ from ..ir.deep import deep_entry
 from ..schedule.trace import replay
 from ..target import as_target, cpu_model
 from .checks import check_args, check_shapes, cpu_target
+from . import records
+from .cuda_rules import gpu_rules, measure_unavailable
+from .rules import Knobs, apply_rules, outputs_of
 
 __all__ = ["auto_schedule", "AutoScheduleWarning", "Config", "default_config", "apply_config"]
 
@@ -66,13 +69,10 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
     search but says nothing of a GPU's speed).
 
     Returns an ordinary Schedule; ``s.trace.python(args)`` prints it as Python."""
-    from .rules import Knobs, apply_rules
-
     args = check_args(args)
     gpu = _gpu_kind(target)
     if gpu:
-        from .cuda_rules import gpu_rules as rules, measure_unavailable
-
+        rules = gpu_rules
         target = as_target(target)
     else:
         rules = apply_rules
@@ -98,8 +98,6 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
     info = None if gpu else cpu_model(target)
     key = None
     if log is not None:
-        from . import records
-
         key = records.workload_key(args, target, shapes)
     if trials == 0:
         if log is not None:
@@ -107,6 +105,7 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
             if s is not None:
                 return s
         return rules(args, Knobs(), info, shapes)
+    # (lazy: the search measures through llvmlite, which `import tecomp` does not load)
     from .search import tune
 
     res = tune(args, info, trials=trials, shapes=shapes, seed=seed, runner=runner, log=log,
@@ -118,8 +117,6 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
             f"auto_schedule: none of the {len(res.trials)} candidates ran correctly "
             f"({'; '.join(e[:120] for e in errors[:3])}); check the computes with "
             "tc.create_schedule first")
-    from .rules import outputs_of
-
     s = replay(res.best.trace, outputs_of(args), shapes)
     s.tune_result = res
     return s
@@ -133,9 +130,7 @@ MAX_LOG_CANDIDATES = 16
 def _from_log(args, log, key, target, shapes):
     """The schedule of the best record of workload ``key`` in ``log`` that replays and
     lowers (:func:`~tecomp.autoschedule.search.check_candidate`), or None."""
-    from . import records
-    from .rules import outputs_of
-    from .search import check_candidate
+    from .search import check_candidate  # (lazy: llvmlite, as in auto_schedule)
 
     ranked = records.ranked_records(log, key)
     p = os.fspath(log)

@@ -26,6 +26,7 @@ from typing import Dict, FrozenSet, Optional, Tuple
 from ..errors import AutoScheduleError
 from ..target import cpu_model
 from .checks import check_args, check_shapes, cpu_target
+from .rules import Knobs, apply_rules
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,6 @@ class Config:
 
 
 def _run(args, target, shapes, values):
-    from .rules import Knobs, apply_rules
-
     args = check_args(args)
     tgt = cpu_target(target, "config")
     shapes = check_shapes(args, shapes)

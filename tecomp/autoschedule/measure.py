@@ -576,7 +576,8 @@ WORKER_START_SECONDS = 120.0
 def _worker_main(conn, memory_limit_mb: Optional[float]) -> None:
     """The persistent worker's loop: a job in, its message out, until the pipe closes."""
     _child_setup(memory_limit_mb)
-    from .. import build  # noqa: F401  (imported before "ready": a job's timeout is its own)
+    # (lazy: imported in the worker before it says ready: a job's timeout is its own)
+    from .. import build  # noqa: F401
 
     conn.send(("ready",))
     while True:

@@ -12,6 +12,7 @@ from .module import Module
 
 def __getattr__(name):
     if name == "load_module":
+        # (lazy: the loader, which the code generators that import this package never need)
         from .aot import load_module
 
         return load_module

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import sys
 from collections import defaultdict
 from typing import Dict, List, Set
@@ -56,7 +57,12 @@ KNOWN_UPWARD: Dict[tuple, str] = {
 }
 
 #: function-local imports of tecomp modules today (statements); only lower it
-LOCAL_IMPORTS = 27
+LOCAL_IMPORTS = 13
+
+#: the reason a function-local import gives, in a comment on the line above it or on its
+#: own lines: ``(lazy: ...)``, an optional or heavy dependency kept off the import path
+#: (llvmlite, pycuda, the loader), or ``(cycle: ...)``, a package cycle of KNOWN_UPWARD
+LOCAL_REASON = re.compile(r"#.*\((lazy|cycle): [^)]+\)")
 
 
 def package(module: str) -> str:
@@ -105,6 +111,31 @@ def local_imports(root: str) -> List[tuple]:
                     seen.add(id(node))
                     for t in _targets(mods, m, node)[:1]:
                         out.append((m, node.lineno, t))
+    return sorted(out)
+
+
+def unexplained_local_imports(root: str) -> List[tuple]:
+    """(module, line) of each function-local import of a tecomp module that gives no
+    :data:`LOCAL_REASON`."""
+    mods = _modules(root)
+    out = []
+    for m, path in mods.items():
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        lines = text.splitlines()
+        tree = ast.parse(text, path)
+        seen = set()
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in seen:
+                    seen.add(id(node))
+                    if not _targets(mods, m, node):
+                        continue
+                    near = lines[max(0, node.lineno - 2):node.end_lineno]
+                    if not any(LOCAL_REASON.search(x) for x in near):
+                        out.append((m, node.lineno))
     return sorted(out)
 
 

@@ -54,10 +54,12 @@ __all__ = ["VariantCompiler", "build_llvm", "Module"]
 
 def __getattr__(name: str):
     if name in ("VariantCompiler", "build_llvm"):
+        # (lazy: llvmlite, imported when code is first generated)
         from . import compiler
 
         return getattr(compiler, name)
     if name == "Module":
+        # (lazy: the runtime's module, as above)
         from ...runtime.llvm import Module
 
         return Module

@@ -10,6 +10,7 @@ from ...ir import dtype as _dt
 from ...schedule.schedule import Schedule, Stage
 from ...te.tensor import ComputeOp, Tensor
 from .._schedule_common import _cint, _has_tag
+from ...autoschedule.rules import Knobs
 from .common import _NoTemplate, _template_or_rules, _vector_split, config_fields
 from ...target import CpuModel
 
@@ -50,8 +51,6 @@ def attention_params(out: Tensor, info: CpuModel, knobs=None) -> dict:
     ``chunk``, the keys that stage walks for every block of columns before the next
     chunk (its slices of ``exp`` and ``v`` stay in L1).  ``knobs`` (the
     auto-scheduler's) may choose others."""
-    from ...autoschedule.rules import Knobs
-
     knobs = knobs or Knobs()
     L = _attention_lanes(out, info)
     Lq = _cint(out.shape[2])
@@ -119,8 +118,6 @@ class _Checked:
     """Knobs that take the values given and refuse one that is not among the choices."""
 
     def __init__(self, values: dict):
-        from ...autoschedule.rules import Knobs
-
         self.knobs = Knobs(values)
 
     def choose(self, name, choices, default):

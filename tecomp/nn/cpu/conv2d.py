@@ -19,6 +19,7 @@ from ...schedule.schedule import Schedule, Stage
 from ...te.tensor import ComputeOp, Tensor
 from ...te.tensor_intrin import transpose_intrin
 from .._schedule_common import _bytes, _ceil, _cint, _has_tag
+from ...autoschedule.rules import _is_padding
 from .common import (_NoTemplate, _find, _loads, _op_tags, _template_or_rules, _vector_split,
                      check_positive_int, config_fields)
 from .elementwise import _epilogue, _fusable_epilogue, _schedule_elementwise_stage
@@ -44,8 +45,6 @@ def _conv_parts(outs, tag):
     pad = None
     plain = plain_nchw_conv(conv)
     if plain is not None:
-        from ...autoschedule.rules import _is_padding
-
         if _is_padding(plain[0].op):
             pad = plain[0]
         return conv.output(0), pad

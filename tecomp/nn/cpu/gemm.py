@@ -48,6 +48,7 @@ from ...te.tensor import ComputeOp, Tensor
 from ...te.tensor_intrin import transpose_intrin
 from .._schedule_common import (_ceil, _cint, _gemm_operands, _has_tag, _inline_injective,
                                _is_injective, _outs, _walk)
+from ...autoschedule.rules import Knobs
 from .common import _auto_rest, _find, _loads, _op_tags, check_positive_int, config_fields
 from .elementwise import _schedule_elementwise_stage
 from ...target import CpuModel, cpu_model
@@ -657,8 +658,6 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
         # auto-scheduler's rules
         return _auto_rest(s, outs, info)
     if not config and len(gemms) == 1 and "dense" in tags:
-        from ...autoschedule.rules import Knobs
-
         if _dense_rows_for_generic_rules(gemms[0], Knobs()):
             # a plain dense with many rows: the rules, as tc.auto_schedule picks for it
             # (see DENSE_NOPACK_MAX_ROWS)
