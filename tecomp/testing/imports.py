@@ -95,13 +95,15 @@ def new_upward(root: str) -> Dict[tuple, List[tuple]]:
     return {k: v for k, v in upward(root).items() if k not in KNOWN_UPWARD}
 
 
-def local_imports(root: str) -> List[tuple]:
-    """(module, line, imported module) of each import of a tecomp module inside a function."""
+def _local_import_nodes(root: str):
+    """``(module, node, imported tecomp modules, source lines)`` of each import statement
+    inside a function."""
     mods = _modules(root)
-    out = []
     for m, path in mods.items():
         with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), path)
+            text = f.read()
+        tree = ast.parse(text, path)
+        lines = text.splitlines()
         seen = set()
         for fn in ast.walk(tree):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -109,34 +111,23 @@ def local_imports(root: str) -> List[tuple]:
             for node in ast.walk(fn):
                 if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in seen:
                     seen.add(id(node))
-                    for t in _targets(mods, m, node)[:1]:
-                        out.append((m, node.lineno, t))
-    return sorted(out)
+                    targets = _targets(mods, m, node)
+                    if targets:
+                        yield m, node, targets, lines
+
+
+def local_imports(root: str) -> List[tuple]:
+    """(module, line, imported module) of each import of a tecomp module inside a function."""
+    return sorted((m, node.lineno, targets[0])
+                  for m, node, targets, _ in _local_import_nodes(root))
 
 
 def unexplained_local_imports(root: str) -> List[tuple]:
     """(module, line) of each function-local import of a tecomp module that gives no
-    :data:`LOCAL_REASON`."""
-    mods = _modules(root)
-    out = []
-    for m, path in mods.items():
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        lines = text.splitlines()
-        tree = ast.parse(text, path)
-        seen = set()
-        for fn in ast.walk(tree):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            for node in ast.walk(fn):
-                if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in seen:
-                    seen.add(id(node))
-                    if not _targets(mods, m, node):
-                        continue
-                    near = lines[max(0, node.lineno - 2):node.end_lineno]
-                    if not any(LOCAL_REASON.search(x) for x in near):
-                        out.append((m, node.lineno))
-    return sorted(out)
+    :data:`LOCAL_REASON` (on the line above it or its own lines)."""
+    return sorted((m, node.lineno) for m, node, _, lines in _local_import_nodes(root)
+                  if not any(LOCAL_REASON.search(x)
+                             for x in lines[max(0, node.lineno - 2):node.end_lineno]))
 
 
 def _modules(root: str) -> Dict[str, str]:
