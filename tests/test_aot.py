@@ -309,7 +309,7 @@ def test_export_writes_a_matching_sidecar(saxpy_pair):
 def test_shape_expressions_survive_the_round_trip():
     """Every kind of integer expression the format describes comes back equal, its
     variables shared (one Var per entry of ``vars``)."""
-    from tecomp.codegen.aot_format import _ExprEncoder, _Reader
+    from tecomp.runtime.aot_format import _ExprEncoder, _Reader
     from tecomp.ir.expr import (
         Add, Cast, FloorDiv, FloorMod, Max, Min, Mul, Sub, TruncDiv, TruncMod,
     )
@@ -415,7 +415,7 @@ def test_inputs_in_place_round_trip(libdir):
     """Which inputs may be passed in place of an output is proved by lowering and kept in
     the metadata (``in_place``): a loaded library takes the same in-place calls as the
     module it came from, and refuses the others the same way."""
-    from tecomp.codegen import aot_format as fmt
+    from tecomp.runtime import aot_format as fmt
 
     n = tc.var("n")
     A = tc.placeholder((n,), name="A")

@@ -315,7 +315,7 @@ import json, sys
 import numpy as np
 import tecomp as tc
 from tecomp.target import host as T
-from tecomp.codegen import aot_format
+from tecomp.runtime import aot_format
 
 target, drop, lib = sys.argv[1], sys.argv[2].split(",") if sys.argv[2] else [], sys.argv[3]
 if drop:   # a CPU without these features, as the checks see it

@@ -52,7 +52,7 @@ from ..runtime.argcheck import eval_host_expr
 from .cuda import (
     MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaRenderer, CudaSource, KernelInfo, codegen_cuda,
 )
-from .libfiles import (cache_root, digest_file, private_dir, sidecar_matches, tool_identity,
+from ..runtime.libfiles import (cache_root, digest_file, private_dir, sidecar_matches, tool_identity,
                        write_sidecar)
 from ..runtime.cuda import CudaSourceModule, stream_handle
 
@@ -225,7 +225,7 @@ def compile_emu_library(cs: CudaSource, load: bool = True) -> Optional[EmuLibrar
         d = private_dir(cache_dir(), "the CUDA emulation cache", BuildError)
         final = d / f"{key}.so"
         loaded = None
-        # loaded only when its sha256 sidecar matches (tecomp/codegen/libfiles.py): a
+        # loaded only when its sha256 sidecar matches (tecomp/runtime/libfiles.py): a
         # truncated or replaced file is rebuilt instead of being handed to dlopen
         if final.exists() and sidecar_matches(final):
             if not load:

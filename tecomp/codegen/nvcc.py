@@ -14,7 +14,7 @@ from typing import Optional
 
 from ..errors import BuildError, RuntimeUnavailableError
 from .cuda import CudaSource
-from .libfiles import cache_root, digest_bytes, private_dir, read_sidecar, tool_identity, write_with_sidecar
+from ..runtime.libfiles import cache_root, digest_bytes, private_dir, read_sidecar, tool_identity, write_with_sidecar
 
 
 def find_nvcc() -> Optional[str]:

@@ -22,11 +22,11 @@ refuses it with a :class:`~tecomp.errors.LoadError` naming the file and the fix 
    library does not (tecomp's libraries do none of these, so that loading one runs
    none of its code and loads no other library);
 3. does not match its sha256 sidecar ``<path>.sha256`` (written by ``export_library``:
-   :mod:`tecomp.codegen.libfiles`; a small regular file, read bounded), or has none --
+   :mod:`tecomp.runtime.libfiles`; a small regular file, read bounded), or has none --
    unless ``verify=False``, the escape hatch for a library you built yourself and whose
    sidecar is gone;
 4. has metadata of another format version, or metadata that is damaged
-   (:mod:`tecomp.codegen.aot_format` reads every field and rejects what it does not
+   (:mod:`tecomp.runtime.aot_format` reads every field and rejects what it does not
    expect), or an argument layout this tecomp would not derive from its parameters;
 5. needs a CPU feature this machine lacks (read from /proc/cpuinfo): it would die of
    SIGILL on its first call;
@@ -53,13 +53,13 @@ import threading
 import time
 from typing import Dict, Tuple
 
-from ..codegen import aot_format as _fmt
+from . import aot_format as _fmt
 from . import llvm as _rt
 from .. import threads as _threads
-from ..codegen.libfiles import (
+from .libfiles import (
     FileRefused, digest_bytes, file_path, open_regular, read_fd, sidecar_digest, sidecar_path,
 )
-from ..codegen.signature import Signature
+from .signature import Signature
 from ..errors import LoadError, TecompError
 from ..ir.names import display
 from ..ir.stmt import PrimFunc, SeqStmt

@@ -31,7 +31,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from ..codegen import aot_format as fmt
+from ..runtime import aot_format as fmt
 from ..errors import (
     ArgumentError, BoundsError, InternalError, KernelAssertionError, KernelMemoryError,
     RuntimeUnavailableError, TecompError,

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.codegen import aot_format
+from tecomp.runtime import aot_format
 from tecomp.runtime import llvm as llvm_runtime
-from tecomp.codegen.libfiles import write_sidecar
+from tecomp.runtime.libfiles import write_sidecar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -526,7 +526,7 @@ def test_export_onto_a_full_disk(small, tmp_path, monkeypatch, fail_on):
     the sidecar), the old library and sidecar stay as they were, and the error is an
     ExportError naming the path and the reason."""
     import errno
-    from tecomp.codegen import libfiles
+    from tecomp.runtime import libfiles
 
     old = _old_export(small, tmp_path)
     calls = []

@@ -49,7 +49,7 @@ from typing import List, Tuple
 import llvmlite.ir as ir
 
 from ...ir import dtype as _dt
-from ..signature import Signature
+from ...runtime.signature import Signature
 from .intrinsics import _bf16_to_f32, _f32_to_bf16, _f64_to_f16
 # the offset of the data pointer in a numpy array object is the runtime's (it checks it
 # against ``a.ctypes.data`` before using the ``_pyarrays`` entry)

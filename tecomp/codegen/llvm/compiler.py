@@ -16,7 +16,7 @@ from ...lower.pipeline import prepare_for_codegen
 from ...lower.vectorize import buffer_uses
 from ...runtime.llvm import Module
 from ...target import as_target
-from ..signature import Signature
+from ...runtime.signature import Signature
 from . import jit as llvm_jit
 from .emitter import _internal_message
 from .intrinsics import check_calls, unknown_intrinsic_message

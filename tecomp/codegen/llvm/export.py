@@ -1,6 +1,6 @@
 """``Module.export_library(path)``: a compiled CPU kernel as a shared library.
 
-The library (its format: :mod:`tecomp.codegen.aot_format`) is made of
+The library (its format: :mod:`tecomp.runtime.aot_format`) is made of
 
 * the optimised LLVM IR of every call variant of the kernel -- the code the module runs
   in this process, compiled on demand here if a call has not needed it yet -- each
@@ -14,7 +14,7 @@ module's :class:`~tecomp.target.Target` (llvmlite's ``emit_object``) and linked 
 shared object by the system's C compiler driver (``cc``, or ``$CC``) with
 ``-nostartfiles`` (no constructors: loading runs none of the library's code) and
 ``-Bsymbolic`` (its kernels call its own pool even where another library defines the
-same names).  The library and its sha256 sidecar (:mod:`tecomp.codegen.libfiles`) are
+same names).  The library and its sha256 sidecar (:mod:`tecomp.runtime.libfiles`) are
 written to temporary files beside ``path``, then renamed into place together: a failed
 write (an :class:`~tecomp.errors.ExportError`) leaves the files there as they were.  The
 path is only ever a file name to write: it never reaches a command line.
@@ -34,9 +34,9 @@ from ...ir.functor import collect
 from ...ir.stmt import ExternCall
 from ...runtime.elf import ISA_MACHINES, check_plain, inspect_library
 from ...target import ISAS, Target
-from .. import aot_format as fmt
+from ...runtime import aot_format as fmt
 from . import jit as llvm_jit
-from ..libfiles import file_path, sidecar_path, write_with_sidecar
+from ...runtime.libfiles import file_path, sidecar_path, write_with_sidecar
 from .threadpool import pool_ir
 
 __all__ = ["export_library", "find_c_compiler", "LINK_FLAGS"]

@@ -16,7 +16,7 @@ from ...ir.functor import Visitor, post_order
 from ...ir.names import display
 from ...ir.stmt import For, PrimFunc
 from ...target import as_target
-from ..signature import CheckSite, Signature
+from ...runtime.signature import CheckSite, Signature
 from . import jit as llvm_jit
 from .abi import ERR_WORDS, body_params, emit_entry, emit_pyarrays_entry
 from .emit_memory import frame_overflow
