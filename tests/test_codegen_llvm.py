@@ -1750,6 +1750,45 @@ def test_erf_float32_error_everywhere(exp_variant):
     assert np.signbit(out[3])
 
 
+def _tanh_inputs():
+    bits = [np.arange(0, 1 << 32, 509, dtype=np.uint64).astype(np.uint32)]
+    for edge in (0.625, -0.625, 9.0, 44.0, 0.0, 1e-30):
+        b = int(np.float32(edge).view(np.uint32))
+        bits.append(np.arange(max(b - (1 << 13), 0), b + (1 << 13), dtype=np.uint32))
+    bits.append(np.arange(0, 1 << 13, dtype=np.uint32) | 0x80000000)  # -0 and tiny negatives
+    return np.concatenate(bits).view(np.float32)
+
+
+def test_tanh_float32_error_everywhere(exp_variant):
+    """float32 tanh is vector code (no libm tanhf per lane), within the documented bound
+    (docs/numerics.md) of float64 tanh, the same bits vectorized and serial."""
+    x = _tanh_inputs()
+    outs = []
+    for kind in ("vectorized", "serial"):
+        m = build_llvm(elementwise(f"tanh_{kind}", lambda v: op.call("tanh", v), "float32",
+                                   kind=kind), target=exp_variant)
+        out = np.zeros(x.size, np.float32)
+        m(x, out)
+        outs.append(out)
+        if kind == "vectorized":
+            assert "tanhf" not in m.get_source("llvm")  # no libm call per lane
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    got = outs[0]
+    fin = np.isfinite(x)
+    want = np.tanh(x[fin].astype(np.float64))
+    ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    err = np.abs(got[fin].astype(np.float64) - want) / ulp
+    assert err.max() <= 1.5, (x[fin][err.argmax()], err.max())
+    assert np.isnan(got[np.isnan(x)]).all()
+    special = np.array([np.inf, -np.inf, 0.0, -0.0, 9.1, 44.5, 100.0, -1e30, 1e-40],
+                       np.float32)
+    out = np.zeros_like(special)
+    build_llvm(elementwise("tanh_sp", lambda v: op.call("tanh", v), "float32"),
+               target=exp_variant)(special, out)
+    np.testing.assert_array_equal(out, [1, -1, 0, -0.0, 1, 1, 1, -1, np.float32(1e-40)])
+    assert np.signbit(out[3])
+
+
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
 def test_masked_load_wider_than_a_register_with_a_dead_half(target):
     """A select reads C1 under a lane mask whose upper half is always false: an 8-lane
