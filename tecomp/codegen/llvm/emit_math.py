@@ -106,6 +106,18 @@ class _MathEmitter:
             return lambda u, v, w: b.call(fma, [u, v, w])
         return lambda u, v, w: b.fadd(b.fmul(u, v), w)
 
+    def _horner(self, coeffs, z, madd):
+        """``coeffs[0] + z*coeffs[1] + ... + z^k*coeffs[k]`` by Horner's rule with
+        ``madd`` (:meth:`_madd`) on values of ``z``'s type."""
+        p = _splat(z.type, coeffs[-1])
+        for c in reversed(coeffs[:-1]):
+            p = madd(p, z, _splat(z.type, c))
+        return p
+
+    def _fn1(self, name: str, ty, arity: int = 1):
+        """The LLVM intrinsic ``name`` on values of type ``ty`` (``arity`` operands)."""
+        return self.mb.intrinsic(name, ty, [ty] * arity, [ty])
+
     def exp_f32(self, x):
         """exp(x) for float32 (scalar or vector) in plain vector instructions: the
         ``exp``, ``fast_exp`` and ``sigmoid`` of the CPU backend (``llvm.exp`` would
@@ -176,20 +188,16 @@ class _MathEmitter:
         ty = x.type
         C = lambda v: _splat(ty, v)  # noqa: E731
         madd = self._madd(ty)
-        fabs = self.mb.intrinsic("llvm.fabs", ty, [ty], [ty])
-        copysign = self.mb.intrinsic("llvm.copysign", ty, [ty, ty], [ty])
-        ax = b.call(fabs, [x])
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
         z = b.fmul(x, x)
-        p = C(self._TANH_P[-1])
-        for c in reversed(self._TANH_P[:-1]):
-            p = madd(p, z, C(c))
-        small = madd(b.fmul(x, z), p, x)
+        small = madd(b.fmul(x, z), self._horner(self._TANH_P, z, madd), x)
         e = self.exp_f32(b.fadd(ax, ax))
         large = b.fsub(C(1.0), b.fdiv(C(2.0), b.fadd(e, C(1.0))))
         # tanh is odd: the sign of x (also makes tanh(-0.0) = -0.0, which the polynomial
         # loses: -0 * z * P(z) is +0).  A NaN takes the second branch (the comparison is
         # false) and stays NaN through exp_f32, the division and copysign
-        return b.call(copysign, [b.select(b.fcmp_ordered("<", ax, C(0.625)), small, large), x])
+        return b.call(self._fn1("llvm.copysign", ty, 2),
+                      [b.select(b.fcmp_ordered("<", ax, C(0.625)), small, large), x])
 
     #: erf(x) = x * (c0 + z * P(z)), z = x^2, for |x| < 1 (c0 = 2/sqrt(pi) split in two)
     _ERF_C0 = (1.128379225730896, -5.8635382771399236e-08)
@@ -222,25 +230,18 @@ class _MathEmitter:
         ty = x.type
         C = lambda v: _splat(ty, v)  # noqa: E731
         madd = self._madd(ty)
-        fabs = self.mb.intrinsic("llvm.fabs", ty, [ty], [ty])
-        mn = self.mb.intrinsic("llvm.minnum", ty, [ty, ty], [ty])
-        copysign = self.mb.intrinsic("llvm.copysign", ty, [ty, ty], [ty])
-        ax = b.call(fabs, [x])
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
         # |x| < 1
         z = b.fmul(x, x)
-        p = C(self._ERF_P[-1])
-        for c in reversed(self._ERF_P[:-1]):
-            p = madd(p, z, C(c))
-        t = madd(z, p, C(self._ERF_C0[1]))
+        t = madd(z, self._horner(self._ERF_P, z, madd), C(self._ERF_C0[1]))
         small = madd(x, C(self._ERF_C0[0]), b.fmul(x, t))
         # |x| >= 1
-        a = b.call(mn, [ax, C(4.0)])
+        a = b.call(self._fn1("llvm.minnum", ty, 2), [ax, C(4.0)])
         u = b.fdiv(C(1.0), a)
-        q = C(self._ERF_Q[-1])
-        for c in reversed(self._ERF_Q[:-1]):
-            q = madd(q, u, C(c))
+        q = self._horner(self._ERF_Q, u, madd)
         e = self.exp_f32(b.fneg(b.fmul(a, a)))
         large = madd(b.fneg(b.fmul(e, u)), q, C(1.0))
         # erf is odd: the sign of x (also makes erf(-0.0) = -0.0)
-        res = b.call(copysign, [b.select(b.fcmp_ordered("<", ax, C(1.0)), small, large), x])
+        res = b.call(self._fn1("llvm.copysign", ty, 2),
+                     [b.select(b.fcmp_ordered("<", ax, C(1.0)), small, large), x])
         return b.select(b.fcmp_unordered("uno", x, x), x, res)
