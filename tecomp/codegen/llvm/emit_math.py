@@ -1,8 +1,8 @@
 """Math functions in the LLVM function emitter (:class:`_MathEmitter`, a part of
 :class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the ``Call`` node -- LLVM intrinsics
-(``log``, ``sqrt``, ``floor``, ``pow``, ``fma``, ...), libm calls per lane (float64
-``tanh`` and ``erf``), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp``
-and ``sigmoid``), ``erf`` and ``tanh``, with explicit FMA where the target has it
+(``sqrt``, ``floor``, ``pow``, ``fma``, ...), libm calls per lane (float64 ``log``,
+``tanh`` and ``erf``), and tecomp's own vector code for float32 ``exp`` (also
+``fast_exp`` and ``sigmoid``), ``log``, ``erf`` and ``tanh``, with explicit FMA where the target has it
 (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
 """
@@ -41,6 +41,8 @@ class _MathEmitter:
                 return self.map1(x, lambda v: b.select(
                     b.icmp_signed("<", v, _splat(v.type, 0)), b.sub(_splat(v.type, 0), v), v))
             raise InternalError(f"intrinsic {op} on {dt}")
+        if op == "log" and dt != "float64":
+            return self.map1(args[0], self.log_f32)
         if op in self._LLVM_UNARY:
             name = self._LLVM_UNARY[op]
             return self.map1(args[0], lambda v: b.call(
@@ -106,6 +108,15 @@ class _MathEmitter:
             return lambda u, v, w: b.call(fma, [u, v, w])
         return lambda u, v, w: b.fadd(b.fmul(u, v), w)
 
+    def _kit(self, x):
+        """What the vector math functions build ``x``'s result with: the builder, ``x``'s
+        type, the int32 type of as many lanes, a float constant and an int constant of
+        those types (splatted), and :meth:`_madd`."""
+        ty = x.type
+        ity = _with_lanes(_I32, ty)
+        return (self.b, ty, ity, lambda v: _splat(ty, v), lambda v: _splat(ity, v),
+                self._madd(ty))
+
     def _horner(self, coeffs, z, madd):
         """``coeffs[0] + z*coeffs[1] + ... + z^k*coeffs[k]`` by Horner's rule with
         ``madd`` (:meth:`_madd`) on values of ``z``'s type."""
@@ -141,12 +152,7 @@ class _MathEmitter:
         *every* float32 input to be within 1 ulp of the correctly rounded exp
         (subnormal results included; docs/numerics.md), and they may differ from each
         other by 1 ulp on some inputs."""
-        b = self.b
-        ty = x.type
-        ity = _with_lanes(_I32, ty)
-        C = lambda v: _splat(ty, v)  # noqa: E731
-        I = lambda v: _splat(ity, v)  # noqa: E731
-        madd = self._madd(ty)
+        b, ty, ity, C, I, madd = self._kit(x)
         mn = self.mb.intrinsic("llvm.minnum", ty, [ty, ty], [ty])
         mx = self.mb.intrinsic("llvm.maxnum", ty, [ty, ty], [ty])
         rnd = self.mb.intrinsic("llvm.roundeven", ty, [ty], [ty])
@@ -167,6 +173,44 @@ class _MathEmitter:
         res = b.fmul(b.fmul(p, s1), s2)
         return b.select(b.fcmp_unordered("uno", x, x), x, res)
 
+    #: log(1 + f) = f - f^2/2 + f^3 * P(f), for sqrt(1/2) - 1 <= f < sqrt(2) - 1 (the
+    #: coefficients of Cephes' logf)
+    _LOG_P = (3.3333331174e-1, -2.4999993993e-1, 2.0000714765e-1, -1.6668057665e-1,
+              1.4249322787e-1, -1.2420140846e-1, 1.1676998740e-1, -1.1514610310e-1,
+              7.0376836292e-2)
+
+    def log_f32(self, x):
+        """log(x) for float32 (scalar or vector) in plain vector instructions (``llvm.log``
+        becomes one libm ``logf`` call per vector lane).
+
+        ``x = m * 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` read from the bits (a
+        subnormal ``x`` is first scaled by ``2^23``); ``f = m - 1``;
+        ``log(x) = e*ln2 + f - f^2/2 + f^3 P(f)`` with a degree-8 ``P`` and ``ln2`` in two
+        parts (``e * 0.693359375`` is exact).  Never contracted: the same bits under every
+        schedule; measured on every float32 input against float64 log: docs/numerics.md.
+        ``log(0) = -inf``, ``log(x < 0) = NaN``, ``log(inf) = inf``, NaN stays NaN."""
+        b, ty, ity, C, I, madd = self._kit(x)
+        # subnormals: scaled into the normal range first, their exponent corrected below
+        tiny = b.fcmp_ordered("<", x, C(1.1754943508222875e-38))
+        xs = b.select(tiny, b.fmul(x, C(8388608.0)), x)
+        bits = b.bitcast(xs, ity)
+        e = b.sub(b.lshr(bits, I(23)), b.select(tiny, I(126 + 23), I(126)))
+        # m in [0.5, 1): the bits of x with the exponent of 0.5
+        m = b.bitcast(b.or_(b.and_(bits, I(0x007FFFFF)), I(0x3F000000)), ty)
+        # m < sqrt(1/2): 2m - 1 and one less in the exponent, else m - 1
+        low = b.fcmp_ordered("<", m, C(0.707106781186547524))
+        f = b.fsub(b.select(low, b.fadd(m, m), m), C(1.0))
+        ef = b.sitofp(b.select(low, b.sub(e, I(1)), e), ty)
+        z = b.fmul(f, f)
+        y = b.fmul(b.fmul(self._horner(self._LOG_P, f, madd), f), z)
+        y = madd(ef, C(-2.12194440e-4), y)
+        y = madd(z, C(-0.5), y)
+        res = madd(ef, C(0.693359375), b.fadd(f, y))
+        # specials: +inf, 0 (either sign), negative numbers, NaN
+        res = b.select(b.fcmp_ordered("==", x, C(float("inf"))), x, res)
+        res = b.select(b.fcmp_ordered("==", x, C(0.0)), C(float("-inf")), res)
+        return b.select(b.fcmp_unordered("<", x, C(0.0)), C(float("nan")), res)
+
     #: tanh(x) = x + x * z * P(z), z = x^2, for |x| < 0.625 (the coefficients of Cephes'
     #: tanhf, a minimax fit on that interval)
     _TANH_P = (-3.33332819422e-1, 1.33314422036e-1, -5.37397155531e-2, 2.06390887954e-2,
@@ -184,10 +228,7 @@ class _MathEmitter:
         :meth:`exp_f32`, no step is ever contracted, so every schedule gives the same
         bits; measured on every float32 input against float64 tanh: docs/numerics.md.
         NaN stays NaN, ``tanh(+-inf) = +-1``, ``tanh(-0.0) = -0.0``."""
-        b = self.b
-        ty = x.type
-        C = lambda v: _splat(ty, v)  # noqa: E731
-        madd = self._madd(ty)
+        b, ty, _, C, _, madd = self._kit(x)
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
         z = b.fmul(x, x)
         small = madd(b.fmul(x, z), self._horner(self._TANH_P, z, madd), x)
@@ -226,10 +267,7 @@ class _MathEmitter:
         :meth:`exp_f32`, no step is ever contracted, so every schedule gives the same
         bits; measured on every float32 input against float64 erf: see
         docs/numerics.md.  NaN stays NaN, ``erf(+-inf) = +-1``, ``erf(-0.0) = -0.0``."""
-        b = self.b
-        ty = x.type
-        C = lambda v: _splat(ty, v)  # noqa: E731
-        madd = self._madd(ty)
+        b, ty, _, C, _, madd = self._kit(x)
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
         # |x| < 1
         z = b.fmul(x, x)
