@@ -276,12 +276,13 @@ class Target:
 
     @property
     def triple(self) -> str:
-        """The LLVM target triple code is compiled for: ``-mtriple``, else this
-        process's."""
+        """The LLVM target triple code is compiled for: this process's for this machine's
+        instruction set (whatever ``-mtriple`` says of vendor and system: the code is
+        JIT-compiled here), else ``-mtriple``."""
         self._need("llvm", "triple")
-        if self.mtriple is not None:
-            return self.mtriple
-        return host_triple() if self._isa == host_isa() else ISAS[self._isa].DEFAULT_TRIPLE
+        if self._isa == host_isa():
+            return host_triple()
+        return self.mtriple if self.mtriple is not None else ISAS[self._isa].DEFAULT_TRIPLE
 
     @property
     def is_native_isa(self) -> bool:
