@@ -4,6 +4,7 @@ Each test builds loop IR directly from ``tecomp.ir`` nodes (no DSL, no lowering)
 it through ``build_llvm`` and checks the result against numpy / Python semantics.
 """
 import math
+import os
 import re
 import subprocess
 import sys
@@ -1775,6 +1776,45 @@ def test_log_float32_error_everywhere(exp_variant):
                             [np.inf, 0.0, -0.0, 1.0, -1.0, -np.inf, 1e-45],
                             [np.inf, -np.inf, -np.inf, 0.0, np.nan, np.nan,
                              np.float32(np.log(np.float64(np.float32(1e-45))))], exp_variant)
+
+
+#: the documented bounds (docs/numerics.md) every float32 input is held to by the long
+#: test below, in ulp of the float64 result: (FMA variant, variant without FMA)
+_EXHAUSTIVE_BOUNDS = {"exp": (1.05, 1.05), "log": (1.0, 1.0), "tanh": (1.5, 1.5),
+                      "erf": (1.7, 2.4)}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TECOMP_LONG_TESTS", "") in ("", "0"),
+                    reason="slow (all 2^32 float32 inputs per function): set TECOMP_LONG_TESTS=1")
+@pytest.mark.parametrize("fn", sorted(_EXHAUSTIVE_BOUNDS))
+def test_float32_math_on_every_input(fn, exp_variant, stride=1):
+    """tecomp's float32 exp, log, tanh and erf on all 2^32 inputs (blocks of 2^24; every
+    ``stride``-th block): within the documented bound of the float64 function on the
+    finite results, NaN where it is NaN, and the infinities and zeros it gives."""
+    import scipy.special
+
+    ref = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "erf": scipy.special.erf}[fn]
+    limit = _EXHAUSTIVE_BOUNDS[fn][0 if exp_variant == "llvm -mcpu=haswell" else 1]
+    n = 1 << 24
+    m = build_llvm(elementwise(f"{fn}_all", lambda v: op.call(fn, v), "float32",
+                               kind="vectorized"), target=exp_variant)
+    out = np.empty(n, np.float32)
+    worst = 0.0
+    for start in range(0, 1 << 32, n * stride):
+        x = np.arange(start, start + n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        m(x, out)
+        with np.errstate(all="ignore"):
+            exact = ref(x.astype(np.float64))
+        rounded = exact.astype(np.float32)
+        fin = np.isfinite(rounded) & np.isfinite(x)
+        ulp = np.spacing(np.abs(rounded[fin])).astype(np.float64)
+        err = np.abs(out[fin].astype(np.float64) - exact[fin]) / ulp
+        worst = max(worst, float(err.max(initial=0.0)))
+        assert worst <= limit, (fn, x[fin][err.argmax()], worst)
+        other = ~fin
+        same = (np.isnan(out[other]) & np.isnan(rounded[other])) | (out[other] == rounded[other])
+        assert same.all(), (fn, x[other][~same][:5], out[other][~same][:5])
 
 
 def _tanh_inputs():
