@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from typing import Dict, FrozenSet, Optional, Tuple
 
 from ..errors import ScheduleError, TargetError
@@ -421,6 +422,16 @@ class Target:
     def _need(self, kind: str, what: str) -> None:
         if self.kind != kind:
             raise TargetError(f"target {self}: {what} is a property of {kind} targets")
+
+
+def cross_compilers(target: Target) -> Tuple[Tuple[str, ...], Optional[str]]:
+    """The C compiler drivers that link a library of ``target``'s instruction set on
+    another machine, in the order tried (``$TECOMP_CC_<ISA>`` alone where it is set, else
+    the facts module's ``CROSS_COMPILERS``), and the first of them on the PATH (or None)."""
+    facts = ISAS[target.isa]
+    var = facts.CROSS_CC_VARIABLE
+    names = (os.environ[var],) if os.environ.get(var) else tuple(facts.CROSS_COMPILERS)
+    return names, next((shutil.which(n) for n in names if shutil.which(n)), None)
 
 
 def as_target(target) -> Target:

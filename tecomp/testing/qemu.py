@@ -40,7 +40,7 @@ from ..ir import dtype as _dt
 from ..ir.expr import Buffer, Var
 from ..ir.interp import eval_expr
 from ..runtime.elf import ISA_MACHINES, inspect_library
-from ..target import ISAS, Target
+from ..target import ISAS, Target, cross_compilers
 
 __all__ = ["run_library", "unavailable", "qemu_for", "sysroot_for"]
 
@@ -70,10 +70,7 @@ def sysroot_for(isa: str) -> Optional[str]:
 
 
 def _cross_cc(target: Target) -> Optional[str]:
-    facts = ISAS[target.isa]
-    var = facts.CROSS_CC_VARIABLE
-    names = [os.environ[var]] if os.environ.get(var) else list(facts.CROSS_COMPILERS)
-    return next((shutil.which(n) for n in names if shutil.which(n)), None)
+    return cross_compilers(target)[1]
 
 
 def unavailable(target) -> Optional[str]:

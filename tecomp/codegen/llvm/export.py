@@ -33,7 +33,7 @@ from ...errors import (
 from ...ir.functor import collect
 from ...ir.stmt import ExternCall
 from ...runtime.elf import ISA_MACHINES, check_plain, inspect_library
-from ...target import ISAS, Target
+from ...target import ISAS, Target, cross_compilers
 from ...runtime import aot_format as fmt
 from . import jit as llvm_jit
 from ...runtime.libfiles import file_path, sidecar_path, write_with_sidecar
@@ -54,13 +54,10 @@ def find_c_compiler(target=None) -> str:
     ``TECOMP_CC_<ISA>`` (``TECOMP_CC_AARCH64``) or the drivers its facts name
     (``aarch64-linux-gnu-gcc``)."""
     if target is not None and not target.is_native_isa:
-        facts = ISAS[target.isa]
-        var = facts.CROSS_CC_VARIABLE
-        names = [os.environ[var]] if os.environ.get(var) else list(facts.CROSS_COMPILERS)
-        for n in names:
-            found = shutil.which(n)
-            if found is not None:
-                return found
+        var = ISAS[target.isa].CROSS_CC_VARIABLE
+        names, found = cross_compilers(target)
+        if found is not None:
+            return found
         raise RuntimeUnavailableError(
             f"export_library links {target.isa} code into a shared library with a cross C "
             f"compiler for {target.isa}, and none was found ({', '.join(names)} not on the "
