@@ -260,10 +260,26 @@ def _ulps(got, want):
     return d
 
 
-@pytest.fixture(params=["llvm -mcpu=haswell", "llvm -mcpu=sandybridge"], ids=["fma", "no-fma"])
+#: the targets the float32 math functions are checked on: fused multiply-adds (Haswell),
+#: none (Sandy Bridge, AVX only), and AVX-512's scalef/getmant/getexp instructions
+#: (Skylake-SP; run only where this CPU has AVX-512, see test_avx512_math_instructions)
+_MATH_TARGETS = {"fma": "llvm -mcpu=haswell", "no-fma": "llvm -mcpu=sandybridge",
+                 "avx512": "llvm -mcpu=skylake-avx512"}
+
+
+def _has_fma(variant):
+    return variant != _MATH_TARGETS["no-fma"]
+
+
+@pytest.fixture(params=list(_MATH_TARGETS.values()), ids=list(_MATH_TARGETS))
 def exp_variant(request):
-    """Both variants of exp_f32, each compiled for a CPU that has fused multiply-adds
-    (Haswell) or not (Sandy Bridge, AVX only), and run here."""
+    """The variants of tecomp's float32 math functions, each compiled for a CPU that has
+    fused multiply-adds (Haswell), or not (Sandy Bridge), or AVX-512 (Skylake-SP), and
+    run here."""
+    import tecomp as tc
+
+    if request.param == _MATH_TARGETS["avx512"] and not tc.Target("llvm").has_feature("avx512f"):
+        pytest.skip("this CPU has no AVX-512 (test_avx512_math_instructions checks the code)")
     return request.param
 
 
@@ -281,8 +297,8 @@ def test_exp_float32_within_1ulp_everywhere(name, exp_variant):
         if kind == "vectorized":
             src = m.get_source("llvm")
             assert "llvm.exp." not in src and "expf" not in src
-            assert ("llvm.fma" in m.get_source("llvm-unopt")) == (exp_variant == "llvm -mcpu=haswell")
-            assert ("vfmadd" in m.get_source("asm")) == (exp_variant == "llvm -mcpu=haswell")
+            assert ("llvm.fma" in m.get_source("llvm-unopt")) == _has_fma(exp_variant)
+            assert ("vfmadd" in m.get_source("asm")) == _has_fma(exp_variant)
     np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
     with np.errstate(all="ignore"):
         want = np.exp(x.astype(np.float64)).astype(np.float32)  # correctly rounded
@@ -1758,7 +1774,7 @@ def test_erf_float32_error_everywhere(exp_variant):
     except ImportError:  # pragma: no cover - scipy comes with scikit-learn in [test]
         ref_erf = np.vectorize(math.erf)
     _check_float32_function("erf", _erf_inputs(), ref_erf,
-                            1.7 if exp_variant == "llvm -mcpu=haswell" else 2.4,
+                            1.7 if _has_fma(exp_variant) else 2.4,
                             [np.inf, -np.inf, 0.0, -0.0, 4.0, 100.0, -3.93],
                             [1, -1, 0, -0.0, 1, 1, -1], exp_variant)
 
@@ -1795,7 +1811,7 @@ def test_float32_math_on_every_input(fn, exp_variant, stride=1):
     import scipy.special
 
     ref = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "erf": scipy.special.erf}[fn]
-    limit = _EXHAUSTIVE_BOUNDS[fn][0 if exp_variant == "llvm -mcpu=haswell" else 1]
+    limit = _EXHAUSTIVE_BOUNDS[fn][0 if _has_fma(exp_variant) else 1]
     n = 1 << 24
     m = build_llvm(elementwise(f"{fn}_all", lambda v: op.call(fn, v), "float32",
                                kind="vectorized"), target=exp_variant)
@@ -1832,6 +1848,42 @@ def test_tanh_float32_error_everywhere(exp_variant):
     _check_float32_function("tanh", _tanh_inputs(), np.tanh, 1.5,
                             [np.inf, -np.inf, 0.0, -0.0, 9.1, 44.5, 100.0, -1e30, 1e-40],
                             [1, -1, 0, -0.0, 1, 1, 1, -1, 1e-40], exp_variant)
+
+
+@pytest.mark.parametrize("fn, instrs", [("exp", {"vscalefps"}), ("tanh", {"vscalefps"}),
+                                         ("log", {"vgetmantps", "vgetexpps"})])
+def test_avx512_math_instructions(fn, instrs):
+    """With AVX-512, exp's ``p * 2**n`` is one ``vscalefps`` and log's significand and
+    exponent one ``vgetmantps`` and one ``vgetexpps`` (no integer exponent arithmetic),
+    for zmm vectors and, with AVX-512VL, ymm ones (checked in the assembly, on any CPU);
+    where this CPU has AVX-512, they give the same bits as the code without them on a
+    dense sample of every float32 input (every 509th bit pattern and the edges)."""
+    import re
+
+    import tecomp as tc
+
+    for lanes, reg in ((16, "zmm"), (8, "ymm")):
+        A = tc.placeholder((1024,), name="A")
+        B = tc.compute((1024,), lambda i: getattr(tc, fn)(A[i]), name="B")
+        s = tc.create_schedule(B.op)
+        s[B].vectorize(s[B].split(B.op.axis[0], factor=lanes)[1])
+        asm = tc.build(s, [A, B], target=_MATH_TARGETS["avx512"]).get_source("asm")
+        for ins in instrs:
+            assert re.search(rf"{ins}\s[^\n]*%{reg}", asm), (ins, reg)
+        if fn == "exp":
+            assert "vpslld" not in asm      # no 2**n from exponent bits
+    if not tc.Target("llvm").has_feature("avx512f"):
+        return
+    x = np.concatenate([_tanh_inputs(), _erf_inputs()])
+    outs = []
+    for target in (_MATH_TARGETS["avx512"], _MATH_TARGETS["fma"]):
+        out = np.zeros(x.size, np.float32)
+        build_llvm(elementwise(f"{fn}_cmp", lambda v: op.call(fn, v), "float32"),
+                   target=target)(x, out)
+        outs.append(out)
+    same = (outs[0].view(np.uint32) == outs[1].view(np.uint32)) | (
+        np.isnan(outs[0]) & np.isnan(outs[1]))
+    assert same.all(), x[~same][:5]
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])

@@ -138,10 +138,8 @@ class _MathEmitter:
         inf anyway); ``n = roundeven(x * log2(e))``; ``r = x - n*ln2`` with ``ln2``
         split in two constants (``n * 0.693359375`` and ``x - n * 0.693359375`` are
         exact); ``exp(r) = 1 + r + r^2 * P(r)`` with a degree-5 ``P`` on
-        ``|r| <~ ln2/2``; then a multiplication by ``2^n`` built from exponent bits in
-        two halves (``2^(n>>1)``, then ``2^(n - (n>>1))``), so that neither factor
-        overflows and a subnormal result is rounded once, by the last product.  A NaN
-        is passed through by a select.
+        ``|r| <~ ln2/2``; then ``p * 2^n`` rounded once (:meth:`_ldexp`: one
+        instruction with AVX-512).  A NaN is passed through by a select.
 
         Every step is one IEEE operation, never marked ``contract`` (whatever the
         function's ``fp_contract``): the result depends only on ``x``, so vectorized,
@@ -165,13 +163,26 @@ class _MathEmitter:
                   5.0000001201e-1):
             p = madd(p, r, C(c))
         p = b.fadd(madd(b.fmul(p, r), r, r), C(1.0))
+        res = self._ldexp(p, n)
+        return b.select(b.fcmp_unordered("uno", x, x), x, res)
+
+    def _ldexp(self, p, n):
+        """``p * 2**n`` rounded once, for float32 ``p`` in ``[0.5, 2]`` and integral
+        ``n`` in ``[-151, 129]`` (as :meth:`exp_f32` makes them): the target's one
+        instruction where it has one (``policy.vector_op``: AVX-512's ``vscalefps``), else
+        ``2**n`` from exponent bits in two halves (``2**(n>>1)``, then
+        ``2**(n - (n>>1))``), so that neither factor overflows and a subnormal result is
+        rounded once, by the last product.  Both give the same bits."""
+        b, ty, ity, C, I, _ = self._kit(p)
+        scalef = self.policy.vector_op("scalef", ty)
+        if scalef is not None:
+            return scalef(b, self.mb, p, n)
         ni = b.fptosi(n, ity)
         h = b.ashr(ni, I(1))
         lo = b.sub(ni, h)
         s1 = b.bitcast(b.shl(b.add(h, I(127)), I(23)), ty)
         s2 = b.bitcast(b.shl(b.add(lo, I(127)), I(23)), ty)
-        res = b.fmul(b.fmul(p, s1), s2)
-        return b.select(b.fcmp_unordered("uno", x, x), x, res)
+        return b.fmul(b.fmul(p, s1), s2)
 
     #: log(1 + f) = f - f^2/2 + f^3 * P(f), for sqrt(1/2) - 1 <= f < sqrt(2) - 1 (the
     #: coefficients of Cephes' logf)
@@ -184,23 +195,36 @@ class _MathEmitter:
         becomes one libm ``logf`` call per vector lane).
 
         ``x = m * 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` read from the bits (a
-        subnormal ``x`` is first scaled by ``2^23``); ``f = m - 1``;
+        subnormal ``x`` is first scaled by ``2^23``), or with AVX-512's ``vgetmantps``
+        and ``vgetexpps`` (``policy.vector_op``; the same ``m`` and ``e``); ``f = m - 1``;
         ``log(x) = e*ln2 + f - f^2/2 + f^3 P(f)`` with a degree-8 ``P`` and ``ln2`` in two
         parts (``e * 0.693359375`` is exact).  Never contracted: the same bits under every
         schedule; measured on every float32 input against float64 log: docs/numerics.md.
         ``log(0) = -inf``, ``log(x < 0) = NaN``, ``log(inf) = inf``, NaN stays NaN."""
         b, ty, ity, C, I, madd = self._kit(x)
-        # subnormals: scaled into the normal range first, their exponent corrected below
-        tiny = b.fcmp_ordered("<", x, C(1.1754943508222875e-38))
-        xs = b.select(tiny, b.fmul(x, C(8388608.0)), x)
-        bits = b.bitcast(xs, ity)
-        e = b.sub(b.lshr(bits, I(23)), b.select(tiny, I(126 + 23), I(126)))
-        # m in [0.5, 1): the bits of x with the exponent of 0.5
-        m = b.bitcast(b.or_(b.and_(bits, I(0x007FFFFF)), I(0x3F000000)), ty)
-        # m < sqrt(1/2): 2m - 1 and one less in the exponent, else m - 1
-        low = b.fcmp_ordered("<", m, C(0.707106781186547524))
-        f = b.fsub(b.select(low, b.fadd(m, m), m), C(1.0))
-        ef = b.sitofp(b.select(low, b.sub(e, I(1)), e), ty)
+        getmant = self.policy.vector_op("getmant", ty)
+        getexp = self.policy.vector_op("getexp", ty)
+        if getmant is not None and getexp is not None:
+            # m in [1, 2) and floor(log2 x), subnormals included, in one instruction each;
+            # m >= sqrt(2): m/2 - 1 and one more in the exponent, else m - 1 (the same f
+            # and exponent as below, so the same bits)
+            m = getmant(b, self.mb, x)
+            e = getexp(b, self.mb, x)
+            high = b.fcmp_ordered(">=", m, C(2 * 0.70710677))
+            f = b.fsub(b.select(high, b.fmul(m, C(0.5)), m), C(1.0))
+            ef = b.select(high, b.fadd(e, C(1.0)), e)
+        else:
+            # subnormals: scaled into the normal range first, their exponent corrected
+            tiny = b.fcmp_ordered("<", x, C(1.1754943508222875e-38))
+            xs = b.select(tiny, b.fmul(x, C(8388608.0)), x)
+            bits = b.bitcast(xs, ity)
+            e = b.sub(b.lshr(bits, I(23)), b.select(tiny, I(126 + 23), I(126)))
+            # m in [0.5, 1): the bits of x with the exponent of 0.5
+            m = b.bitcast(b.or_(b.and_(bits, I(0x007FFFFF)), I(0x3F000000)), ty)
+            # m < sqrt(1/2): 2m - 1 and one less in the exponent, else m - 1
+            low = b.fcmp_ordered("<", m, C(0.707106781186547524))
+            f = b.fsub(b.select(low, b.fadd(m, m), m), C(1.0))
+            ef = b.sitofp(b.select(low, b.sub(e, I(1)), e), ty)
         z = b.fmul(f, f)
         y = b.fmul(b.fmul(self._horner(self._LOG_P, f, madd), f), z)
         y = madd(ef, C(-2.12194440e-4), y)
@@ -209,6 +233,9 @@ class _MathEmitter:
         # specials: +inf, 0 (either sign), negative numbers, NaN
         res = b.select(b.fcmp_ordered("==", x, C(float("inf"))), x, res)
         res = b.select(b.fcmp_ordered("==", x, C(0.0)), C(float("-inf")), res)
+        # (getmant gives a NaN for x < 0 too, but one with the sign bit set: the select
+        # makes it the NaN of the code without getmant, so every schedule gives the same
+        # bits)
         return b.select(b.fcmp_unordered("<", x, C(0.0)), C(float("nan")), res)
 
     #: tanh(x) = x + x * z * P(z), z = x^2, for |x| < 0.625 (the coefficients of Cephes'

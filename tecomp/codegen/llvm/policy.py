@@ -34,6 +34,8 @@ class TargetPolicy:
       plus a NaN test of the first operand; False here: ``llvm.minimum`` /
       ``llvm.maximum``, as for scalars (both propagate NaN; which zero ``max(0.0, -0.0)``
       gives is unspecified either way).
+
+    Questions (methods): :meth:`pad_lanes`, :meth:`strided_wide_load`, :meth:`vector_op`.
     """
 
     def __init__(self, target):
@@ -56,6 +58,22 @@ class TargetPolicy:
         ``step * lanes`` elements and a shuffle (``_FnEmitter.wide_load``) instead of a
         ``llvm.masked.gather``.  Here: no (a gather, which LLVM lowers for any CPU)."""
         return False
+
+    def vector_op(self, op: str, ty):
+        """The target's one instruction for the operation ``op`` on values of the LLVM
+        vector type ``ty``, as a function ``emit(builder, module_builder, *operands)``
+        returning the result, or None where it has none (the vector math functions then
+        compute it from plain operations, with the same result):
+
+        * ``"scalef"``, ``(p, n)``: ``p * 2**n`` for integral float ``n``, rounded once;
+        * ``"getexp"``, ``(x,)``: ``floor(log2(|x|))`` as a float, subnormals included
+          (``-inf`` for 0, ``inf`` for infinities);
+        * ``"getmant"``, ``(x,)``: the significand of ``x`` scaled into ``[1, 2)``, a NaN
+          for a negative ``x`` (but ``-0.0``), 0 for 0, 1 for ``inf``.
+
+        Here: None for all.
+        """
+        return None
 
     def __repr__(self):
         return f"{type(self).__name__}({self.target})"

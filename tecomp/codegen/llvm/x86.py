@@ -17,6 +17,10 @@ measured or forced by LLVM's x86 backend:
   and a shuffle, not a gather (16 lanes: two loads and a ``vpermt2ps`` against a
   16-element ``vgatherdps``).
 * **FMA**: tecomp's vector ``exp``/``erf`` use ``llvm.fma`` where the CPU has FMA3.
+* **Scaling by a power of two** (AVX-512): the last step of the vector ``exp``, ``p * 2**n``,
+  is one ``vscalefps`` (:meth:`X86Policy.vector_op`) instead of eight integer and float
+  instructions building ``2**n`` from exponent bits in two halves; the result is the same
+  (``p * 2**n`` rounded once, subnormal results included).
 * **Float min/max of vectors**: ``x < y ? x : y`` is one ``vminps``/``vmaxps`` (which
   gives ``y`` when either is NaN), then ``x`` where ``x`` is NaN: three instructions per
   vector where ``llvm.minimum``/``llvm.maximum`` take six.
@@ -27,9 +31,11 @@ made before code generation; this policy only shapes the instructions of a plan.
 """
 from __future__ import annotations
 
+import llvmlite.ir as ir
+
 from ...lower.vectorize import MAX_WIDEN_LANES
 from .policy import TargetPolicy
-from .values import _F32, _F64, _I32, _I64
+from .values import _F32, _F64, _I8, _I16, _I32, _I64
 
 #: a vector load of every 2nd, ..., MAX_STRIDED_STEP-th element is a wider load and a
 #: shuffle (``_FnEmitter.wide_load``), a larger step a gather
@@ -51,6 +57,7 @@ class X86Policy(TargetPolicy):
         super().__init__(target)
         #: AVX-512: zmm registers and ``k`` masks for loads and stores
         self.avx512 = target.has_feature("avx512f")
+        self._avx512vl = target.has_feature("avx512vl")
         # AVX-512: a contiguous access of a lane count that is not a power of two (e.g.
         # 14 float32) is one masked access of the next power of two (pad_lanes)
         # (not for accumulators: LICM keeps a plain load/store pair in registers across a
@@ -77,6 +84,37 @@ class X86Policy(TargetPolicy):
         if n > per_reg:
             return -(-n // per_reg) * per_reg   # e.g. 58 -> 64: whole registers
         return 1 << (n - 1).bit_length()
+
+    #: the AVX-512 instructions behind :meth:`vector_op`: the intrinsic's stem and the
+    #: immediate operand it takes after the vector ones (None: none)
+    _AVX512_OPS = {"scalef": ("scalef", None), "getexp": ("getexp", None),
+                   # interval [1, 2), a NaN for a negative source (imm 0b1000)
+                   "getmant": ("getmant", 8)}
+
+    def vector_op(self, op: str, ty):
+        """AVX-512's ``vscalefps``, ``vgetexpps`` and ``vgetmantps`` (and their ``pd``
+        forms) on float32/float64 vectors of a whole zmm register, or of a ymm/xmm
+        register with AVX-512VL; None otherwise (scalars, other lane counts, no
+        AVX-512).  Called through LLVM's masked intrinsics with an all-ones mask."""
+        if (op not in self._AVX512_OPS or not self.avx512 or not hasattr(ty, "count")
+                or ty.element not in (_F32, _F64)):
+            return None
+        width = ty.count * (32 if ty.element == _F32 else 64)
+        if width not in (128, 256, 512) or (width < 512 and not self._avx512vl):
+            return None
+        stem, imm = self._AVX512_OPS[op]
+        name = f"llvm.x86.avx512.mask.{stem}.p{'s' if ty.element == _F32 else 'd'}.{width}"
+        mask = ir.Constant(_I16 if ty.count == 16 else _I8, -1)
+        # after the operands: the immediate, the pass-through value (unused under an
+        # all-ones mask), the mask and, on zmm, the rounding mode (4: the current one)
+        extra = ([] if imm is None else [ir.Constant(_I32, imm)]) + [
+            ir.Constant(ty, ir.Undefined), mask] + (
+            [ir.Constant(_I32, 4)] if width == 512 else [])
+
+        def emit(b, mb, *operands):
+            f = mb.declare(name, ty, [ty] * len(operands) + [e.type for e in extra])
+            return b.call(f, list(operands) + extra)
+        return emit
 
     def strided_wide_load(self, step: int, lanes: int, memty) -> bool:
         """A small constant step (a stride-2 convolution's input row): one contiguous
