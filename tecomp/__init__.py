@@ -17,10 +17,11 @@ from .errors import (
 from .ir import dtype as _dtype_mod
 from .ir.expr import Expr, IterVar, Var
 from .te import (
-    Tensor, abs, all, any, cast, ceil, comm_reducer, compute, const, cos, eq, erf, exp,
-    fast_exp, floor, floordiv, floormod, fma, if_then_else, log, max, max_value, maximum, min,
-    min_value, minimum, ne,
-    placeholder, pow, prod, reduce_axis, round, rsqrt, select, sigmoid, sin, sqrt, sum, tanh,
+    Tensor, abs, all, any, cast, ceil, comm_reducer, compute, const, cos, eq, erf, exp, exp2,
+    expm1, fast_exp, floor, floordiv, floormod, fma, if_then_else, log, log1p, log2, max,
+    max_value, maximum, min, min_value, minimum, ne,
+    placeholder, pow, prod, reduce_axis, round, rsqrt, select, sigmoid, sin, softplus, sqrt, sum,
+    tanh,
     thread_axis, truncdiv, truncmod, var,
 )
 from .te import ExternOp, call_packed, extern, get_global_func, register_func  # noqa: E402

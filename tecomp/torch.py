@@ -110,7 +110,7 @@ class _Compiled:
 
 #: intrinsics whose evaluation costs tens of instructions a vector (docs/numerics.md)
 _TRANSCENDENTAL = frozenset({"exp", "fast_exp", "log", "erf", "tanh", "sigmoid", "pow",
-                             "sin", "cos"})
+                             "sin", "cos", "exp2", "expm1", "log2", "log1p", "softplus"})
 
 
 def _transcendental(op) -> bool:

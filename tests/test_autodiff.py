@@ -423,21 +423,21 @@ def test_override_an_intrinsic_rule_and_restore_it():
 
 
 def test_a_new_intrinsic_gets_its_derivative_from_the_registry():
-    """A backend adding an intrinsic ``softplus`` registers its derivative once."""
+    """A backend adding an intrinsic ``asinh`` registers its derivative once."""
     X = ph((3,), "X")
-    Y = tc.compute((3,), lambda i: Call("softplus", (X[i],), F64) * 2.0, name="Y")
-    with pytest.raises(tc.AutodiffError, match="softplus"):
+    Y = tc.compute((3,), lambda i: Call("asinh", (X[i],), F64) * 2.0, name="Y")
+    with pytest.raises(tc.AutodiffError, match="asinh"):
         tc.gradient(Y, X)
 
-    @ad.register_derivative("softplus")
+    @ad.register_derivative("asinh")
     def _d(args, out):
-        return (tc.sigmoid(args[0]),)
+        return (tc.rsqrt(args[0] * args[0] + 1.0),)
 
     try:
         g = tc.gradient(Y, X)
-        assert "sigmoid(X[ax0])" in str(g.op.body)
+        assert "rsqrt(" in str(g.op.body)
     finally:
-        ad.unregister_derivative("softplus")
+        ad.unregister_derivative("asinh")
 
 
 def test_custom_vjp_for_a_compute():

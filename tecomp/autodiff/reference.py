@@ -34,6 +34,8 @@ _CALLS = {
     "erf": lambda x: _erf(x).astype(np.asarray(x).dtype), "abs": np.abs, "floor": np.floor,
     "ceil": np.ceil, "round": np.round, "sin": np.sin, "cos": np.cos, "pow": np.power,
     "fma": lambda a, b, c: a * b + c,  # the reference rounds twice (a float64 evaluator)
+    "exp2": np.exp2, "expm1": np.expm1, "log2": np.log2, "log1p": np.log1p,
+    "softplus": lambda x: np.logaddexp(0, x),
 }
 _CMP = {EQ: np.equal, NE: np.not_equal, LT: np.less, LE: np.less_equal, GT: np.greater,
         GE: np.greater_equal}

@@ -88,6 +88,11 @@ _BUILTIN_INTRINSICS: Dict[str, Callable] = {
     "floor": lambda a, out: (None,),
     "ceil": lambda a, out: (None,),
     "round": lambda a, out: (None,),
+    "exp2": lambda a, out: (math.log(2.0) * out,),
+    "expm1": lambda a, out: (out + 1,),
+    "log2": lambda a, out: ((1.0 / math.log(2.0)) / a[0],),
+    "log1p": lambda a, out: (1 / (1 + a[0]),),
+    "softplus": lambda a, out: (_op.call("sigmoid", a[0]),),
 }
 
 # user registrations

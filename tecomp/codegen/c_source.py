@@ -247,14 +247,18 @@ class CSource:
         "abs": "fabsf({0})", "floor": "floorf({0})", "ceil": "ceilf({0})",
         "round": "rintf({0})", "sin": "sinf({0})", "cos": "cosf({0})", "pow": "powf({0}, {1})",
         "sigmoid": "(1.f / (1.f + expf(-({0}))))", "fast_exp": "expf({0})",
-        "fma": "fmaf({0}, {1}, {2})",
+        "fma": "fmaf({0}, {1}, {2})", "exp2": "exp2f({0})", "expm1": "expm1f({0})",
+        "log2": "log2f({0})", "log1p": "log1pf({0})",
+        "softplus": "(fmaxf({0}, 0.f) + log1pf(expf(-fabsf({0}))))",
     }
     MATH_F64 = {
         "exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "(1.0 / sqrt({0}))",
         "tanh": "tanh({0})", "erf": "erf({0})", "abs": "fabs({0})", "floor": "floor({0})",
         "ceil": "ceil({0})", "round": "rint({0})", "sin": "sin({0})", "cos": "cos({0})",
         "pow": "pow({0}, {1})", "sigmoid": "(1.0 / (1.0 + exp(-({0}))))", "fast_exp": "exp({0})",
-        "fma": "fma({0}, {1}, {2})",
+        "fma": "fma({0}, {1}, {2})", "exp2": "exp2({0})", "expm1": "expm1({0})",
+        "log2": "log2({0})", "log1p": "log1p({0})",
+        "softplus": "(fmax({0}, 0.0) + log1p(exp(-fabs({0}))))",
     }
 
     def __init__(self, namer: Optional[Namer] = None):

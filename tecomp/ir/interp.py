@@ -279,6 +279,11 @@ _MATH = {
     "cos": _np1(np.cos),
     "pow": lambda a, b: float(np.power(np.float64(a), np.float64(b))),
     "fma": lambda a, b, c: _fma(a, b, c),
+    "exp2": _np1(np.exp2),
+    "expm1": _np1(np.expm1),
+    "log2": _np1(np.log2),
+    "log1p": _np1(np.log1p),
+    "softplus": _np1(lambda x: np.logaddexp(0.0, np.float64(x))),
 }
 assert set(_MATH) == set(INTRINSICS), "every IR intrinsic needs an interpreter rule"
 

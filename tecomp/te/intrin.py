@@ -28,6 +28,11 @@ round = _unary("round")  # noqa: A001  (half to even, like numpy)
 sin = _unary("sin")
 cos = _unary("cos")
 fast_exp = _unary("fast_exp")
+exp2 = _unary("exp2")
+expm1 = _unary("expm1")
+log2 = _unary("log2")
+log1p = _unary("log1p")
+softplus = _unary("softplus")
 
 
 def pow(x, y):  # noqa: A001

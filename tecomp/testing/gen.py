@@ -286,7 +286,8 @@ def _value(c: _StageCtx, depth: int):
         return VBin(op, a, _value(c, depth - 1))
     if kind == "un":
         if is_float(dt):
-            op = d.choice(("neg", "abs", "exp", "tanh", "sigmoid", "sqrt", "leaky"))
+            op = d.choice(("neg", "abs", "exp", "tanh", "sigmoid", "sqrt", "leaky", "log1p",
+                           "expm1", "exp2", "log2", "softplus", "sin", "cos", "erf", "log"))
         else:
             op = d.choice(("neg", "abs"))
         return VUn(op, _value(c, depth - 1))

@@ -17,6 +17,7 @@ whose range fits the dimension, wraps it with ``% extent``, or guards the load w
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import List, Optional, Tuple, Union
 
@@ -418,6 +419,12 @@ def _val_tc(e, axes, dt, built, prog, env):
             return tc.sqrt(tc.abs(a))
         if op == "leaky":
             return tc.if_then_else(a > tc.const(0.0, dt), a, a * tc.const(0.125, dt))
+        if op in ("expm1", "exp2"):
+            return getattr(tc, op)(tc.min(a, tc.const(3.0, dt)))
+        if op in ("log1p", "log2", "log"):
+            return getattr(tc, op)(tc.abs(a) + tc.const(0.5, dt))
+        if op in ("softplus", "sin", "cos", "erf"):
+            return getattr(tc, op)(a)
         raise ValueError(op)
     if isinstance(e, VBin):
         a = _val_tc(e.a, axes, dt, built, prog, env)
@@ -588,6 +595,16 @@ def _val_np(e, g, n, dt, vals, prog, full_shape):
             return np.sqrt(np.abs(a))
         if op == "leaky":
             return np.where(a > 0, a, a * 0.125)
+        if op in ("expm1", "exp2"):
+            return getattr(np, op)(np.minimum(a, 3.0))
+        if op in ("log1p", "log2", "log"):
+            return getattr(np, op)(np.abs(a) + 0.5)
+        if op == "softplus":
+            return np.logaddexp(0.0, a)
+        if op in ("sin", "cos"):
+            return getattr(np, op)(a)
+        if op == "erf":
+            return _np_erf(a)
         raise ValueError(op)
     if isinstance(e, VBin):
         a = _val_np(e.a, g, n, dt, vals, prog, full_shape)
@@ -638,6 +655,14 @@ def reduce_identity(op: str, dt: str):
         return -np.inf if op == "max" else np.inf
     info = np.iinfo(dt)
     return info.min if op == "max" else info.max
+
+
+_np_erf_scalar = np.frompyfunc(math.erf, 1, 1)
+
+
+def _np_erf(a):
+    """numpy has no erf: math.erf per element, in float64."""
+    return _np_erf_scalar(np.asarray(a, np.float64)).astype(np.float64)
 
 
 # the largest finite value of the float dtypes a product may overflow (float64: the
@@ -745,6 +770,9 @@ def _src_value(e, axes, dt, prog) -> str:
             "exp": f'tc.exp(tc.min({a}, tc.const(3.0, "{dt}")))', "tanh": f"tc.tanh({a})",
             "sigmoid": f"tc.sigmoid({a})", "sqrt": f"tc.sqrt(tc.abs({a}))",
             "leaky": f'tc.if_then_else({a} > tc.const(0.0, "{dt}"), {a}, {a} * tc.const(0.125, "{dt}"))',
+            **{fn: f'tc.{fn}(tc.min({a}, tc.const(3.0, "{dt}")))' for fn in ("expm1", "exp2")},
+            **{fn: f'tc.{fn}(tc.abs({a}) + tc.const(0.5, "{dt}"))' for fn in ("log1p", "log2", "log")},
+            **{fn: f"tc.{fn}({a})" for fn in ("softplus", "sin", "cos", "erf")},
         }[e.op]
     if isinstance(e, VBin):
         a = _src_value(e.a, axes, dt, prog)

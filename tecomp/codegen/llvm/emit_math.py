@@ -23,8 +23,16 @@ class _MathEmitter:
     # -- intrinsics ----------------------------------------------------------------------
     _LLVM_UNARY = {"log": "llvm.log", "sqrt": "llvm.sqrt",
                    "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven",
-                   "sin": "llvm.sin", "cos": "llvm.cos", "abs": "llvm.fabs"}
-    _LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
+                   "sin": "llvm.sin", "cos": "llvm.cos", "abs": "llvm.fabs",
+                   "exp2": "llvm.exp2", "log2": "llvm.log2"}
+    #: float64 (and float32 where tecomp's own code is not used): libm, once per lane
+    _LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf"), "expm1": ("expm1f", "expm1"),
+             "log1p": ("log1pf", "log1p")}
+    #: the functions tecomp evaluates itself on float32 (and float16/bfloat16, which
+    #: compute in float32): the method of each
+    _OWN_F32 = {"log": "log_f32", "erf": "erf_f32", "tanh": "tanh_f32", "exp2": "exp2_f32",
+                "expm1": "expm1_f32", "log2": "log2_f32", "log1p": "log1p_f32",
+                "softplus": "softplus", "sin": "sin_f32", "cos": "cos_f32"}
 
     def e_call(self, e: Call) -> Val:
         op = e.op
@@ -41,8 +49,10 @@ class _MathEmitter:
                 return self.map1(x, lambda v: b.select(
                     b.icmp_signed("<", v, _splat(v.type, 0)), b.sub(_splat(v.type, 0), v), v))
             raise InternalError(f"intrinsic {op} on {dt}")
-        if op == "log" and dt != "float64":
-            return self.map1(args[0], self.log_f32)
+        if op in self._OWN_F32 and dt != "float64":
+            return self.map1(args[0], getattr(self, self._OWN_F32[op]))
+        if op == "softplus":     # float64: max(x, 0) + log1p(exp(-|x|)), libm per lane
+            return self.map1(args[0], self.softplus)
         if op in self._LLVM_UNARY:
             name = self._LLVM_UNARY[op]
             return self.map1(args[0], lambda v: b.call(
@@ -66,10 +76,6 @@ class _MathEmitter:
         if op == "sigmoid":
             return self.map1(args[0], lambda v: b.fdiv(
                 _splat(v.type, 1.0), b.fadd(_splat(v.type, 1.0), self.exp(b.fneg(v)))))
-        if op == "erf" and dt != "float64":
-            return self.map1(args[0], self.erf_f32)
-        if op == "tanh" and dt != "float64":
-            return self.map1(args[0], self.tanh_f32)
         if op in self._LIBM:
             return self.libm(self._LIBM[op], args[0], dt)
         raise InternalError(f"unknown intrinsic {op!r}")
@@ -151,24 +157,79 @@ class _MathEmitter:
         (subnormal results included; docs/numerics.md), and they may differ from each
         other by 1 ulp on some inputs."""
         b, ty, ity, C, I, madd = self._kit(x)
-        mn = self.mb.intrinsic("llvm.minnum", ty, [ty, ty], [ty])
-        mx = self.mb.intrinsic("llvm.maxnum", ty, [ty, ty], [ty])
-        rnd = self.mb.intrinsic("llvm.roundeven", ty, [ty], [ty])
-        xc = b.call(mx, [b.call(mn, [x, C(89.0)]), C(-104.0)])
-        n = b.call(rnd, [b.fmul(xc, C(1.44269504088896341))])
+        n, r = self._exp_reduce(x, -104.0, 89.0)
+        p = b.fadd(self._expm1_poly(r), C(1.0))
+        res = self._ldexp(p, n)
+        return b.select(b.fcmp_unordered("uno", x, x), x, res)
+
+    def _clamp(self, x, lo: float, hi: float):
+        """``x`` clamped to ``[lo, hi]`` (a NaN gives ``hi``: the callers select NaN
+        themselves)."""
+        b, ty, _, C, _, _ = self._kit(x)
+        return b.call(self._fn1("llvm.maxnum", ty, 2),
+                      [b.call(self._fn1("llvm.minnum", ty, 2), [x, C(hi)]), C(lo)])
+
+    def _exp_reduce(self, x, lo: float, hi: float):
+        """``x`` clamped to ``[lo, hi]`` as ``n*ln2 + r``: ``n = roundeven(x * log2(e))``
+        (a float) and ``r = x - n*ln2`` with ``ln2`` in two constants (``n * 0.693359375``
+        and its subtraction are exact), ``|r| <~ ln2/2``."""
+        b, ty, _, C, _, madd = self._kit(x)
+        xc = self._clamp(x, lo, hi)
+        n = b.call(self._fn1("llvm.roundeven", ty), [b.fmul(xc, C(1.44269504088896341))])
         r = madd(n, C(-0.693359375), xc)
-        r = madd(n, C(2.12194440e-4), r)
+        return n, madd(n, C(2.12194440e-4), r)
+
+    def _expm1_poly(self, r):
+        """``exp(r) - 1 = r + r^2 P(r)`` for ``|r| <~ ln2/2`` (the degree-5 ``P`` of
+        Cephes' ``expf``), with ``r^2 P(r)`` as ``r*(r*P(r)) + r``."""
+        b, _, _, C, _, madd = self._kit(r)
         p = C(1.9875691500e-4)
         for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
                   5.0000001201e-1):
             p = madd(p, r, C(c))
-        p = b.fadd(madd(b.fmul(p, r), r, r), C(1.0))
+        return madd(b.fmul(p, r), r, r)
+
+    #: 2^r = 1 + r Q(r) for |r| <= 1/2 (a degree-5 Q fitted for tecomp: least squares
+    #: towards the minimax relative error, 0.15 ulp before rounding)
+    _EXP2_Q = (0.6931471824645996, 0.24022650718688965, 0.055503569543361664,
+               0.009618056938052177, 0.001339087262749672, 0.00015461452130693942)
+
+    def exp2_f32(self, x):
+        """2**x for float32 in plain vector instructions: ``n = roundeven(x)`` and
+        ``r = x - n`` (exact), ``2^r = 1 + r Q(r)`` with a degree-5 ``Q`` on
+        ``|r| <= 1/2``, then ``2^n`` by :meth:`_ldexp` (one rounding, subnormal results
+        included).  ``x`` is clamped to ``[-151, 129]`` first (0 and inf beyond); a NaN
+        is passed through.  Never contracted: the same bits under every schedule."""
+        b, ty, _, C, _, madd = self._kit(x)
+        xc = self._clamp(x, -151.0, 129.0)
+        n = b.call(self._fn1("llvm.roundeven", ty), [xc])
+        r = b.fsub(xc, n)
+        p = madd(r, self._horner(self._EXP2_Q, r, madd), C(1.0))
         res = self._ldexp(p, n)
         return b.select(b.fcmp_unordered("uno", x, x), x, res)
 
+    def expm1_f32(self, x):
+        """exp(x) - 1 for float32 in plain vector instructions, accurate near 0:
+        ``x = n*ln2 + r`` (:meth:`_exp_reduce`, ``x`` clamped to ``[-30, 89]``: -1 and
+        inf beyond), ``u = exp(r) - 1`` by :meth:`_expm1_poly`, then
+        ``2^n u + (2^n - 1)`` (:meth:`_ldexp` both times; for ``n = 0`` this is ``u``
+        itself), and ``2^n (u + 1)`` above 64.  ``|x| < 2^-25`` gives ``x`` (``-0.0``
+        included); a NaN is passed through."""
+        b, ty, _, C, _, madd = self._kit(x)
+        n, r = self._exp_reduce(x, -30.0, 89.0)
+        u = self._expm1_poly(r)
+        res = b.fadd(self._ldexp(u, n), b.fsub(self._ldexp(C(1.0), n), C(1.0)))
+        # above 64 the -1 is far below half an ulp: exp(x) itself, as exp_f32 computes
+        # it (2^n alone overflows for n = 128 while 2^n u + 2^n may not)
+        big = b.fcmp_ordered(">", x, C(64.0))
+        res = b.select(big, self._ldexp(b.fadd(u, C(1.0)), n), res)
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -25)), x, res)
+        return b.select(b.fcmp_unordered("uno", x, x), x, res)
+
     def _ldexp(self, p, n):
-        """``p * 2**n`` rounded once, for float32 ``p`` in ``[0.5, 2]`` and integral
-        ``n`` in ``[-151, 129]`` (as :meth:`exp_f32` makes them): the target's one
+        """``p * 2**n`` rounded once, for float32 ``p`` with ``|p| <= 2`` and integral
+        ``n`` in ``[-151, 129]`` (as the exp functions make them): the target's one
         instruction where it has one (``policy.vector_op``: AVX-512's ``vscalefps``), else
         ``2**n`` from exponent bits in two halves (``2**(n>>1)``, then
         ``2**(n - (n>>1))``), so that neither factor overflows and a subnormal result is
@@ -202,6 +263,30 @@ class _MathEmitter:
         schedule; measured on every float32 input against float64 log: docs/numerics.md.
         ``log(0) = -inf``, ``log(x < 0) = NaN``, ``log(inf) = inf``, NaN stays NaN."""
         b, ty, ity, C, I, madd = self._kit(x)
+        ef, f = self._log_reduce(x)
+        z = b.fmul(f, f)
+        y = b.fmul(b.fmul(self._horner(self._LOG_P, f, madd), f), z)
+        y = madd(ef, C(-2.12194440e-4), y)
+        y = madd(z, C(-0.5), y)
+        res = madd(ef, C(0.693359375), b.fadd(f, y))
+        return self._log_specials(x, res)
+
+    def _log_specials(self, x, res):
+        """``res`` with the special values of a logarithm: ``+inf`` at ``+inf``,
+        ``-inf`` at 0 (either sign), NaN below 0 and for a NaN."""
+        b, _, _, C, _, _ = self._kit(x)
+        res = b.select(b.fcmp_ordered("==", x, C(float("inf"))), x, res)
+        res = b.select(b.fcmp_ordered("==", x, C(0.0)), C(float("-inf")), res)
+        # (getmant gives a NaN for x < 0 too, but one with the sign bit set: the select
+        # makes it the NaN of the code without getmant, so every schedule gives the same
+        # bits)
+        return b.select(b.fcmp_unordered("<", x, C(0.0)), C(float("nan")), res)
+
+    def _log_reduce(self, x):
+        """``x = m * 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))``: ``(e, f = m - 1)``,
+        both float32 (``f`` exact), for a positive finite ``x`` (other values give
+        garbage that :meth:`_log_specials` replaces)."""
+        b, ty, ity, C, I, madd = self._kit(x)
         getmant = self.policy.vector_op("getmant", ty)
         getexp = self.policy.vector_op("getexp", ty)
         if getmant is not None and getexp is not None:
@@ -225,18 +310,143 @@ class _MathEmitter:
             low = b.fcmp_ordered("<", m, C(0.707106781186547524))
             f = b.fsub(b.select(low, b.fadd(m, m), m), C(1.0))
             ef = b.sitofp(b.select(low, b.sub(e, I(1)), e), ty)
+        return ef, f
+
+    #: log2(e) as a float32 and the rest
+    _LOG2E = (1.4426950216293335, 1.925963033500011e-08)
+
+    def log2_f32(self, x):
+        """log2(x) for float32 in plain vector instructions: :meth:`_log_reduce`'s
+        ``e`` and ``f``, ``log1p(f) = f + y`` as in :meth:`log_f32` (``y`` the
+        polynomial's part), then ``e + f*log2(e) + y*log2(e)`` with ``log2(e)`` in two
+        parts.  Special values as ``log``."""
+        b, ty, _, C, _, madd = self._kit(x)
+        ef, f = self._log_reduce(x)
         z = b.fmul(f, f)
         y = b.fmul(b.fmul(self._horner(self._LOG_P, f, madd), f), z)
-        y = madd(ef, C(-2.12194440e-4), y)
         y = madd(z, C(-0.5), y)
-        res = madd(ef, C(0.693359375), b.fadd(f, y))
-        # specials: +inf, 0 (either sign), negative numbers, NaN
+        hi, lo = self._LOG2E
+        w = madd(f, C(lo), b.fmul(y, C(hi + lo)))
+        return self._log_specials(x, b.fadd(ef, madd(f, C(hi), w)))
+
+    def log1p_f32(self, x):
+        """log(1 + x) for float32, accurate near 0: ``u = 1 + x`` (rounded) and
+        ``log(u) + (x - (u - 1)) / u`` (:meth:`log_f32`; the correction is the
+        rounding error of ``u``, exact, divided by ``u``).  ``log1p(+-0) = +-0``,
+        ``log1p(-1) = -inf``, NaN below -1, ``log1p(inf) = inf``."""
+        b, ty, _, C, _, _ = self._kit(x)
+        u = b.fadd(x, C(1.0))
+        c = b.fsub(x, b.fsub(u, C(1.0)))
+        res = b.fadd(self.log_f32(u), b.fdiv(c, u))
         res = b.select(b.fcmp_ordered("==", x, C(float("inf"))), x, res)
-        res = b.select(b.fcmp_ordered("==", x, C(0.0)), C(float("-inf")), res)
-        # (getmant gives a NaN for x < 0 too, but one with the sign bit set: the select
-        # makes it the NaN of the code without getmant, so every schedule gives the same
-        # bits)
-        return b.select(b.fcmp_unordered("<", x, C(0.0)), C(float("nan")), res)
+        res = b.select(b.fcmp_ordered("==", x, C(-1.0)), C(float("-inf")), res)
+        return b.select(b.fcmp_ordered("==", x, C(0.0)), x, res)
+
+    def softplus(self, x):
+        """log(1 + exp(x)) without overflow: ``max(x, 0) + log1p(exp(-|x|))`` (float32:
+        tecomp's own ``exp`` and :meth:`log1p_f32`; float64: libm per lane).  ``+inf``
+        gives ``+inf``, ``-inf`` gives 0, NaN stays NaN."""
+        b, ty, _, C, _, _ = self._kit(x)
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        e = self.exp(b.fneg(ax))
+        el = ty.element if isinstance(ty, ir.VectorType) else ty
+        if isinstance(el, ir.DoubleType):
+            f = self.mb.declare("log1p", el, [el])
+            if isinstance(ty, ir.VectorType):
+                l1p = _poison(ty)
+                for lane in range(ty.count):
+                    i = ir.Constant(_I32, lane)
+                    l1p = b.insert_element(l1p, b.call(f, [b.extract_element(e, i)]), i)
+            else:
+                l1p = b.call(f, [e])
+        else:
+            l1p = self.log1p_f32(e)
+        return b.fadd(b.call(self._fn1("llvm.maxnum", ty, 2), [x, C(0.0)]), l1p)
+
+    #: sin(r) = r + r z S(z) and cos(r) = 1 - z/2 + z^2 C(z), z = r^2, |r| <= pi/4 (the
+    #: coefficients of Cephes' sinf and cosf)
+    _SIN_S = (-1.6666654611e-1, 8.3321608736e-3, -1.9515295891e-4)
+    _COS_C = (4.166664568298827e-2, -1.388731625493765e-3, 2.443315711809948e-5)
+    #: pi/2 in parts for the reduction ``r = x - q*pi/2``, and the largest ``|x|`` each
+    #: split keeps accurate (libm per lane beyond): with fused multiply-adds, three
+    #: float32s of 24 bits each (each ``fma`` computes ``r - q*part`` exactly and rounds
+    #: once); without, four parts with trailing zero bits, so that ``q * part`` is exact
+    _PIO2_FMA = ((1.5707963705062866, -4.371138828673793e-08, -1.7151245100058819e-15),
+                 65536.0)
+    _PIO2_NOFMA = ((1.5703125, 0.00048351287841796875, 3.1385570764541626e-07,
+                    6.07710062827671e-11), 125.0)
+
+    def sin_f32(self, x):
+        """sin(x) for float32: see :meth:`_sincos_f32`."""
+        return self._sincos_f32(x, 0)
+
+    def cos_f32(self, x):
+        """cos(x) for float32: see :meth:`_sincos_f32`."""
+        return self._sincos_f32(x, 1)
+
+    def _sincos_f32(self, x, quarter: int):
+        """sin(x) (``quarter`` 0) or cos(x) = sin(x + pi/2) (``quarter`` 1) for float32
+        in plain vector instructions: ``q = roundeven(x * 2/pi)``, ``r = x - q*pi/2``
+        with pi/2 in three or four parts (Cody and Waite; ``_PIO2_FMA``,
+        ``_PIO2_NOFMA``), ``|r| <= pi/4``; the polynomial of sin or of cos on ``r`` by
+        the quadrant ``q + quarter`` (Cephes' degree-7 and degree-8 polynomials), its
+        sign flipped in the odd half-turns.  Where a lane has ``|x|`` above the split's
+        limit (65536 with FMA, 125 without) or inf or NaN, the vector takes a branch that
+        calls libm's ``sinf``/``cosf`` for such lanes.
+        ``sin(+-0) = +-0``; sin of tiny ``x`` is ``x``."""
+        b, ty, ity, C, I, madd = self._kit(x)
+        parts, limit = self._PIO2_FMA if self.policy.has_fma else self._PIO2_NOFMA
+        q = b.call(self._fn1("llvm.roundeven", ty), [b.fmul(x, C(0.63661977236758134))])
+        r = x
+        for part in parts:
+            r = madd(q, C(-part), r)
+        z = b.fmul(r, r)
+        sin_r = madd(b.fmul(r, z), self._horner(self._SIN_S, z, madd), r)
+        cos_r = madd(b.fmul(z, z), self._horner(self._COS_C, z, madd), madd(z, C(-0.5), C(1.0)))
+        k = b.add(b.fptosi(q, ity), I(quarter))
+        odd = b.icmp_unsigned("!=", b.and_(k, I(1)), I(0))
+        res = b.select(odd, cos_r, sin_r)
+        flip = b.shl(b.and_(k, I(2)), I(30))
+        res = b.bitcast(b.xor(b.bitcast(res, ity), flip), ty)
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        if quarter == 0:    # sin(x) = x for tiny x (and the sign of +-0, which r loses)
+            res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -12)), x, res)
+        big = b.fcmp_unordered(">", ax, C(limit))
+        return self._libm_where(big, ("sinf", "cosf")[quarter], x, res)
+
+    def _libm_where(self, cond, fname: str, x, res):
+        """``res`` with the lanes where ``cond`` holds replaced by the float32 libm
+        function ``fname`` of ``x``'s lanes, in a branch taken only when some lane needs
+        it."""
+        b = self.b
+        ty = x.type
+        el = ty.element if isinstance(ty, ir.VectorType) else ty
+        f = self.mb.declare(fname, el, [el])
+        if isinstance(ty, ir.VectorType):
+            ity = ir.IntType(ty.count)
+            anyc = b.icmp_unsigned("!=", b.bitcast(cond, ity), ir.Constant(ity, 0))
+        else:
+            anyc = cond
+        entry = b.block
+        slow_bb = self.fn.append_basic_block(f"{fname}.libm")
+        end_bb = self.fn.append_basic_block(f"{fname}.end")
+        b.cbranch(anyc, slow_bb, end_bb)
+        b.position_at_end(slow_bb)
+        if isinstance(ty, ir.VectorType):
+            lib = res
+            for lane in range(ty.count):
+                i = ir.Constant(_I32, lane)
+                lib = b.insert_element(lib, b.call(f, [b.extract_element(x, i)]), i)
+            slow = b.select(cond, lib, res)
+        else:
+            slow = b.call(f, [x])
+        slow_end = b.block
+        b.branch(end_bb)
+        b.position_at_end(end_bb)
+        phi = b.phi(ty)
+        phi.add_incoming(res, entry)
+        phi.add_incoming(slow, slow_end)
+        return phi
 
     #: tanh(x) = x + x * z * P(z), z = x^2, for |x| < 0.625 (the coefficients of Cephes'
     #: tanhf, a minimax fit on that interval)
