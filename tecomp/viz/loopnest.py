@@ -467,9 +467,8 @@ _OVER = {None: "#dff2e1", "L1": "#fde7c4", "L2": "#f9c29c", "L3": "#f28b82"}
 
 
 def _render_matplotlib(nest: LoopNest, path, fmt: str) -> None:
-    from matplotlib.patches import FancyBboxPatch
-
     plt = _plot.pyplot("LoopNest.save")
+    from matplotlib.patches import FancyBboxPatch
     lines = []   # (depth, node, is_header)
 
     def lay(n: Node, depth: int):
