@@ -279,12 +279,13 @@ def plot_rooflines(results: Sequence[Roofline], path, title: Optional[str] = Non
         for i, r in enumerate(results):
             c = plt.cm.tab10(i % 10)
             ax.plot([r.intensity], [r.gflops], "o", ms=8, color=c,
-                    label=_plot.text(f"{r.name}: {r.gflops:.3g} GFLOP/s, {r.fraction:.0%} "
-                                     f"of roof ({r.bound})"))
+                    label=_plot.text(f"{i + 1}. {r.name}: {r.gflops:.3g} GFLOP/s, "
+                                     f"{r.fraction:.0%} of roof ({r.bound})"))
             ax.vlines(r.intensity, r.gflops, r.roof_gflops, colors=[c], linestyles="--",
                       lw=1)
-            ax.annotate(_plot.text(r.name), (r.intensity, r.gflops), xytext=(6, -12),
-                        textcoords="offset points", fontsize=9, color=c)
+            # the number of the legend's line (names of neighbouring points overlap)
+            ax.annotate(str(i + 1), (r.intensity, r.gflops), xytext=(6, -10),
+                        textcoords="offset points", fontsize=9, color=c, weight="bold")
         ax.set_xlabel("arithmetic intensity (FLOP / byte moved)")
         ax.set_ylabel("GFLOP/s")
         ymin = min([r.gflops for r in results] + [lo * r0.peak_gbps]) / 2
