@@ -32,13 +32,13 @@ from typing import Dict, List, Optional, Tuple
 from . import dtype as _dt
 from .arith import const_interval
 from .expr import (
-    Add, BinaryOp, BufferLoad, Call, Cast, CmpOp, Const, Div, Let, Max, Min, Mul, Select, Sub,
+    Add, BinaryOp, Buffer, BufferLoad, Call, Cast, CmpOp, Const, Div, Let, Max, Min, Mul, Select, Sub,
     Var,
 )
 from .functor import collect, free_vars
 from .host_eval import eval_host_expr
 from .stmt import (
-    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
+    AssertStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
     Prefetch, PrimFunc, SeqStmt, TensorIntrinCall,
 )
 
@@ -221,8 +221,6 @@ class _Unknown(Exception):
 def shape_env(func: PrimFunc, shapes) -> Dict[Var, int]:
     """The values of ``func``'s shape variables and scalar parameters: ``shapes`` gives,
     for each parameter in order, an array's shape (a tuple) or a scalar's value."""
-    from .expr import Buffer
-
     env: Dict[Var, int] = {}
     for p, got in zip(func.params, shapes):
         if isinstance(p, Buffer):

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ..errors import ArgumentError, LowerError
+from ..lower import lower
+from ..schedule import Schedule
+from ..target import as_target
 from ..ir.analysis import loop_footprints
 from ..ir.expr import Const
 from ..ir.printer import to_str
@@ -425,10 +428,6 @@ def draw_schedule(s, args, path=None, *, target="llvm", name: str = "main") -> L
     --------
     >>> nest = tc.draw_schedule(s, [A, B, C], "gemm.html")   # doctest: +SKIP
     """
-    from ..lower import lower
-    from ..schedule import Schedule
-    from ..target import as_target
-
     if not isinstance(s, Schedule):
         raise LowerError(f"tc.draw_schedule takes a schedule made by tc.create_schedule, "
                          f"got {type(s).__name__}")

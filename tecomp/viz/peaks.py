@@ -18,7 +18,12 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from ..build import build
 from ..runtime.timing import time_calls
+from ..schedule import create_schedule
+from ..target import cpu_model
+from ..te import compute, placeholder, reduce_axis, sum as te_sum
+from ..threads import get_num_threads
 
 __all__ = ["fma_peak", "stream_bandwidth", "host_peaks", "STREAM_BYTES"]
 
@@ -27,8 +32,6 @@ _PEAKS: Dict[int, Tuple[float, float]] = {}
 
 
 def _threads(threads: Optional[int]) -> int:
-    from .. import get_num_threads
-
     return max(1, int(threads if threads is not None else get_num_threads()))
 
 
@@ -83,23 +86,20 @@ def fma_peak(threads: Optional[int] = None, steps: int = 200000, calls: int = 5,
     AVX2's registers: 116-131 GFLOP/s on the 2-core Zen 3 where the GEMM ran at 186;
     an older 6 x 4 one needed 48 registers: LLVM kept the inputs on the stack, 83
     against 152 GFLOP/s on one thread on the Xeon.)"""
-    import tecomp as tc
-    from ..target import cpu_model
-
     P = _threads(threads)
     info = cpu_model()
     L = info.lanes
     R, V = (7 if info.vregs >= 32 else 6), 2 * L
-    X = tc.placeholder((P, V), name="X")
+    X = placeholder((P, V), name="X")
     # the R broadcasts of a k step from one row of a 64-row table in L1 (W streamed from
     # L2/L3 held it to 65-70 GFLOP/s per core on the Zen 3)
-    Wt = tc.placeholder((64, R), name="W")
-    k = tc.reduce_axis((0, steps), name="k")
-    Y = tc.compute((P, R, V), lambda p, r, v: tc.sum(X[p, v] * Wt[k % 64, r], axis=k),
+    Wt = placeholder((64, R), name="W")
+    k = reduce_axis((0, steps), name="k")
+    Y = compute((P, R, V), lambda p, r, v: te_sum(X[p, v] * Wt[k % 64, r], axis=k),
                    name="Y")
-    s = tc.create_schedule(Y.op)
+    s = create_schedule(Y.op)
     _accumulate(s, Y, P > 1)
-    f = tc.build(s, [X, Wt, Y], name="fma_peak")
+    f = build(s, [X, Wt, Y], name="fma_peak")
     x = np.ones((P, V), "float32")
     w = np.full((64, R), 1e-6, "float32")
     y = np.empty((P, R, V), "float32")
@@ -120,18 +120,15 @@ def stream_bandwidth(threads: Optional[int] = None, nbytes: Optional[int] = None
     ``nbytes`` (default :data:`STREAM_BYTES`) on ``threads`` threads: each thread sums its part of the
     array into 4 vectors of accumulators.  The best of ``calls`` calls after one that
     warms up."""
-    import tecomp as tc
-    from ..target import cpu_model
-
     P = _threads(threads)
     V = 4 * cpu_model().lanes
     per = max(V, (int(nbytes or STREAM_BYTES) // 4 // P) // V * V)
-    X = tc.placeholder((P, per), name="X")
-    k = tc.reduce_axis((0, per // V), name="k")
-    Y = tc.compute((P, 1, V), lambda p, r, v: tc.sum(X[p, k * V + v], axis=k), name="Y")
-    s = tc.create_schedule(Y.op)
+    X = placeholder((P, per), name="X")
+    k = reduce_axis((0, per // V), name="k")
+    Y = compute((P, 1, V), lambda p, r, v: te_sum(X[p, k * V + v], axis=k), name="Y")
+    s = create_schedule(Y.op)
     _accumulate(s, Y, P > 1)
-    f = tc.build(s, [X, Y], name="stream")
+    f = build(s, [X, Y], name="stream")
     x = np.ones((P, per), "float32")   # written: pages never written read as the zero page
     y = np.empty((P, 1, V), "float32")
     try:

@@ -21,8 +21,10 @@ from ..ir.analysis import count_flops, shape_env
 from ..ir.expr import Buffer
 from ..ir.functor import collect
 from ..ir.stmt import For
+from ..target import as_target, cpu_name
+from ..threads import get_num_threads
 from . import _plot
-from .peaks import STREAM_BYTES, host_peaks
+from .peaks import host_peaks
 
 __all__ = ["Roofline", "roofline", "plot_rooflines"]
 
@@ -175,8 +177,6 @@ def roofline(f, args: Sequence, *, flops: Optional[float] = None,
     >>> r.bound, round(r.fraction, 2)          # doctest: +SKIP
     ('compute', 0.41)
     """
-    from ..target import as_target, cpu_name
-
     if not callable(getattr(f, "time_evaluator", None)):
         raise ArgumentError(f"tc.roofline: f must be a kernel compiled by tc.build (it is "
                             f"timed with f.time_evaluator), got {type(f).__name__}")
@@ -226,8 +226,6 @@ def roofline(f, args: Sequence, *, flops: Optional[float] = None,
         nbytes = _number(bytes, "bytes")
     parallel = func is None or bool(collect(
         func.body, lambda n: isinstance(n, For) and n.kind == "parallel"))
-    from .. import get_num_threads
-
     threads = get_num_threads() if parallel else 1
     given = (peak_gflops is not None, peak_gbps is not None)
     if not all(given):
