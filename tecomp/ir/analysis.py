@@ -20,7 +20,7 @@ says it is an upper bound (``exact=False``).  A call of an extern function
 (``tc.extern``) cannot be counted: its name is in ``opaque``.
 
 A loop's footprint is the data that one complete run of it (all its iterations and
-everything inside) touches: for each buffer it loads or stores, the bounding box of
+everything inside) touches: for each buffer it loads, stores or prefetches, the bounding box of
 the elements it accesses, in bytes (clipped to the buffer), summed over the buffers.
 The loops around it are taken at their first iteration.
 """
@@ -274,6 +274,8 @@ def _accesses(s):
     if isinstance(s, BufferStore):
         out.append((s.buffer, s.indices))
         exprs = [s.value, *s.indices]
+    elif isinstance(s, Prefetch):   # brings the line into the cache: part of the footprint
+        out.append((s.buffer, s.indices))
     elif isinstance(s, IfThenElse):
         exprs = [s.cond]
     elif isinstance(s, (Evaluate,)):
@@ -285,9 +287,7 @@ def _accesses(s):
     for e in exprs:
         for ld in collect(e, lambda n: isinstance(n, BufferLoad)):
             out.append((ld.buffer, ld.indices))
-    if isinstance(s, TensorIntrinCall):
-        pass   # its fallback loop nest has the accesses
-    return out
+    return out   # (a TensorIntrinCall's accesses are those of its fallback loop nest)
 
 
 _EMPTY = object()

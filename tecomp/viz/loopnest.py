@@ -517,8 +517,12 @@ def _render_matplotlib(nest: LoopNest, path, fmt: str) -> None:
                     bbox=dict(boxstyle="round,pad=0.15", fc=_TAG.get(n.kind, "#888"), ec="none"))
             label = f"{n.var}  {n.extent}"
             label += f"   {n.stage}" if n.stage else ""
-            label += "".join(f"   [compute_at: {a}]" for a in n.attached)
+            if n.attached:
+                label += f"   [compute_at: {', '.join(n.attached)}]"
             label += "".join(f"   <{p}>" for p in n.pragmas)
+            room = int((97.5 - 12 - x - 5.2) / 100 * width * 72 / 8.5 / 0.6)  # monospace chars
+            room = max(20, room)
+            label = label if len(label) <= room else label[:room - 3] + "..."
             ax.text(x + 5.2, y, e(label), fontsize=8.5, va="center", zorder=100, family="monospace")
             if n.footprint is not None or n.buffers:
                 over = n.over[-1] if n.over else None
