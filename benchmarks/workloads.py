@@ -307,59 +307,12 @@ _PEAK = {}
 
 
 def peak_gflops(threads: int) -> float:
-    """GFLOP/s of a tecomp kernel that is nothing but independent FMAs in registers:
-    per thread, R x 2 vector accumulators, two input vectors kept in registers and one
-    broadcast load per 2 FMAs, as in a GEMM micro-kernel (R = 7 with AVX-512's 32
-    registers, 6 with AVX2's 16: 12 accumulators, more than the 8 that two FMA ports of
-    4 cycles' latency need), 200000 k steps a call (calls of 50 us measured 65-73
-    GFLOP/s per core on a Zen 3 where 0.5 ms calls of the same loop measure 103).  (The
-    former layout, one input vector per accumulator and 20000 steps, fit only 6
-    accumulators in AVX2's registers: it measured 116-131 GFLOP/s on the 2-core Zen 3
-    where the GEMM ran at 186; the older 6 x 4 one needed 48 registers: LLVM kept the
-    inputs on the stack, 83 against 152 GFLOP/s on one thread on the Xeon.)"""
-    if threads in _PEAK:
-        return _PEAK[threads]
-    L = sc.cpu_model().lanes
-    R, V, KK = (7 if sc.cpu_model().vregs >= 32 else 6), 2 * L, 200000
-    P = max(1, threads)
-    X = tc.placeholder((P, V), name="X")
-    # the R broadcasts of a k step from one row of a 64-row table in L1 (W streamed from
-    # L2/L3 held it to 65-70 GFLOP/s per core on the Zen 3)
-    Wt = tc.placeholder((64, R), name="W")
-    k = tc.reduce_axis((0, KK), name="k")
-    Y = tc.compute((P, R, V), lambda p, r, v: tc.sum(X[p, v] * Wt[k % 64, r], axis=k),
-                   name="Y")
-    s = tc.create_schedule(Y.op)
-    # the accumulators in a local block (registers after LLVM's SROA), as in the GEMM
-    # micro-kernel: accumulating into Y itself would load and store it every k step
-    YL = s.cache_write(Y, "local")
-    p, r, v = s[Y].op.axis
-    s[YL].compute_at(s[Y], p)
-    yp, yr, yv = s[YL].op.axis
-    yk, = s[YL].op.reduce_axis
-    s[YL].reorder(yp, yk, yr, yv)
-    s[YL].unroll(yr)
-    s[YL].vectorize(yv)
-    s[YL].pragma(yk, "fp_contract")
-    s[Y].vectorize(v)
-    if P > 1:
-        s[Y].parallel(p)
-    f = tc.build(s, [X, Wt, Y], name="peak")
-    x = np.ones((P, V), "float32")
-    w = np.full((64, R), 1e-6, "float32")
-    y = np.empty((P, R, V), "float32")
-    f(x, w, y)
-    best = 0.0
-    for _ in range(3):   # the best of three bursts: the machine is shared
-        ts = []
-        for _ in range(15):
-            t0 = time.perf_counter()
-            f(x, w, y)
-            ts.append(time.perf_counter() - t0)
-        best = max(best, 2.0 * P * R * V * KK / min(ts) / 1e9)
-        time.sleep(0.2)
-    _PEAK[threads] = best
-    return best
+    """GFLOP/s of tecomp's FMA-peak kernel (:func:`tecomp.viz.fma_peak`: independent
+    FMAs in registers, as in a GEMM micro-kernel) on ``threads`` threads: the best of
+    three bursts of 15 calls, 0.2 s apart (the machine is shared)."""
+    if threads not in _PEAK:
+        _PEAK[threads] = tc.viz.fma_peak(threads, calls=15, bursts=3, pause=0.2)
+    return _PEAK[threads]
 
 
 # ---------------------------------------------------------------------------------

@@ -73,3 +73,5 @@ def workspace_cached() -> int:
 
 from .autodiff import gradient  # noqa: E402  (tc.gradient; tecomp.autodiff has the rest)
 from .autoschedule import auto_schedule  # noqa: E402  (tc.auto_schedule)
+from . import viz  # noqa: E402  (pictures: tc.roofline, tc.draw_schedule)
+from .viz import draw_schedule, roofline  # noqa: E402

@@ -44,6 +44,7 @@ LAYERS: List[tuple] = [
     ("tecomp.autodiff",),      # target-free gradients
     ("tecomp.nn",),            # operator computes and their CPU/CUDA templates
     ("tecomp.autoschedule",),  # rules, search, records, cost model
+    ("tecomp.viz",),           # pictures: rooflines, loop nests
     ("tecomp",),
     ("tecomp.torch", "tecomp.testing"),
 ]

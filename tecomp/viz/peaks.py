@@ -1,0 +1,150 @@
+"""This machine's roofs, measured with tecomp kernels: the FMA peak (GFLOP/s of a kernel
+that is nothing but independent FMAs in registers) and the read-stream bandwidth (GB/s
+of a kernel that sums a 64 MiB array).
+
+The peak of a CPU is not known from its model: ``lanes x FMA units x 2 x frequency``
+needs the FMA units and the clock under load, which no table gives exactly (turbo,
+AVX-512 licence, a shared or virtual machine).  So both are measured, the way the
+kernels being judged run: compiled by tecomp, on the thread pool, timed as
+``time_evaluator`` times.  :func:`host_peaks` measures once per process and thread
+count and keeps the result.
+"""
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from ..build import build
+from ..runtime.timing import time_calls
+from ..schedule import create_schedule
+from ..target import cpu_model
+from ..te import compute, placeholder, reduce_axis, sum as te_sum
+from ..threads import get_num_threads
+
+__all__ = ["fma_peak", "stream_bandwidth", "host_peaks", "STREAM_BYTES"]
+
+_LOCK = threading.Lock()
+_PEAKS: Dict[int, Tuple[float, float]] = {}
+
+
+def _threads(threads: Optional[int]) -> int:
+    return max(1, int(threads if threads is not None else get_num_threads()))
+
+
+def _best_rate(f, args, work: float, calls: int, bursts: int, pause: float) -> float:
+    """``work`` per second of the fastest of ``bursts`` x ``calls`` calls of ``f``."""
+    f(*args)   # warm-up: first-call costs, the pages of the arrays
+    best = 0.0
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for b in range(bursts):
+            t = min(time_calls(f, args, 1, calls))
+            best = max(best, work / t)
+            if pause and b + 1 < bursts:
+                time.sleep(pause)
+    finally:
+        if was:
+            gc.enable()
+    return best
+
+
+def _accumulate(s, Y, parallel: bool):
+    """The schedule both kernels share: the accumulators of ``Y[p, r, v]`` in a local
+    block (registers after LLVM's SROA, as in the GEMM micro-kernel: accumulating into
+    Y itself would load and store it every step), the reduction outside the unrolled
+    rows and the vectorized lanes, one task per ``p``."""
+    YL = s.cache_write(Y, "local")
+    p = s[Y].op.axis[0]
+    s[YL].compute_at(s[Y], p)
+    yp, yr, yv = s[YL].op.axis
+    yk, = s[YL].op.reduce_axis
+    s[YL].reorder(yp, yk, yr, yv)
+    s[YL].unroll(yr)
+    s[YL].vectorize(yv)
+    s[YL].pragma(yk, "fp_contract")
+    s[Y].vectorize(s[Y].op.axis[2])
+    if parallel:
+        s[Y].parallel(p)
+
+
+def fma_peak(threads: Optional[int] = None, steps: int = 200000, calls: int = 5,
+             bursts: int = 3, pause: float = 0.0) -> float:
+    """GFLOP/s of a tecomp kernel that is nothing but independent FMAs in registers, on
+    ``threads`` threads (default: the runtime's, ``tc.get_num_threads()``): per thread,
+    R x 2 vector accumulators, two input vectors kept in registers and one broadcast
+    load per 2 FMAs, as in a GEMM micro-kernel (R = 7 with AVX-512's 32 registers, 6
+    with AVX2's 16: 12 accumulators, more than the 8 that two FMA ports of 4 cycles'
+    latency need), ``steps`` k steps a call (calls of 50 us measured 65-73 GFLOP/s per
+    core on a Zen 3 where 0.5 ms calls of the same loop measure 103).  The best of
+    ``bursts`` bursts of ``calls`` calls, ``pause`` seconds apart (a shared machine).
+    (The former layout, one input vector per accumulator, fit only 6 accumulators in
+    AVX2's registers: 116-131 GFLOP/s on the 2-core Zen 3 where the GEMM ran at 186;
+    an older 6 x 4 one needed 48 registers: LLVM kept the inputs on the stack, 83
+    against 152 GFLOP/s on one thread on the Xeon.)"""
+    P = _threads(threads)
+    info = cpu_model()
+    L = info.lanes
+    R, V = (7 if info.vregs >= 32 else 6), 2 * L
+    X = placeholder((P, V), name="X")
+    # the R broadcasts of a k step from one row of a 64-row table in L1 (W streamed from
+    # L2/L3 held it to 65-70 GFLOP/s per core on the Zen 3)
+    Wt = placeholder((64, R), name="W")
+    k = reduce_axis((0, steps), name="k")
+    Y = compute((P, R, V), lambda p, r, v: te_sum(X[p, v] * Wt[k % 64, r], axis=k),
+                   name="Y")
+    s = create_schedule(Y.op)
+    _accumulate(s, Y, P > 1)
+    f = build(s, [X, Wt, Y], name="fma_peak")
+    x = np.ones((P, V), "float32")
+    w = np.full((64, R), 1e-6, "float32")
+    y = np.empty((P, R, V), "float32")
+    return _best_rate(f, (x, w, y), 2.0 * P * R * V * steps, calls, bursts, pause) / 1e9
+
+
+#: the size of the array :func:`stream_bandwidth` reads by default: 64 MiB, more than
+#: the L2 of any core and the L3 of most desktop CPUs, and read in about a tenth of a
+#: second (each page of a fresh array is faulted in once: 512 MiB took 3.7 s to fill on
+#: a virtual machine).  A server CPU whose L3 holds 64 MiB reads it faster than memory
+#: can: pass a larger ``nbytes`` there.
+STREAM_BYTES = 64 << 20
+
+
+def stream_bandwidth(threads: Optional[int] = None, nbytes: Optional[int] = None,
+                     calls: int = 3) -> float:
+    """GB/s (10^9 bytes per second) at which a tecomp kernel reads an array of
+    ``nbytes`` (default :data:`STREAM_BYTES`) on ``threads`` threads: each thread sums its part of the
+    array into 4 vectors of accumulators.  The best of ``calls`` calls after one that
+    warms up."""
+    P = _threads(threads)
+    V = 4 * cpu_model().lanes
+    per = max(V, (int(nbytes or STREAM_BYTES) // 4 // P) // V * V)
+    X = placeholder((P, per), name="X")
+    k = reduce_axis((0, per // V), name="k")
+    Y = compute((P, 1, V), lambda p, r, v: te_sum(X[p, k * V + v], axis=k), name="Y")
+    s = create_schedule(Y.op)
+    _accumulate(s, Y, P > 1)
+    f = build(s, [X, Y], name="stream")
+    x = np.ones((P, per), "float32")   # written: pages never written read as the zero page
+    y = np.empty((P, 1, V), "float32")
+    try:
+        return _best_rate(f, (x, y), float(x.nbytes), calls, 1, 0.0) / 1e9
+    finally:
+        del x
+
+
+def host_peaks(threads: Optional[int] = None) -> Tuple[float, float]:
+    """``(GFLOP/s, GB/s)``: :func:`fma_peak` and :func:`stream_bandwidth` on ``threads``
+    threads (default ``tc.get_num_threads()``), measured at the first call for that
+    thread count in this process (well under a second: two small kernels built and
+    run) and kept."""
+    P = _threads(threads)
+    with _LOCK:
+        got = _PEAKS.get(P)
+        if got is None:
+            got = _PEAKS[P] = (fma_peak(P), stream_bandwidth(P))
+        return got
