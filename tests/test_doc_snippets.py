@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import linecache
 import re
 from pathlib import Path
 
@@ -170,8 +171,11 @@ def test_snippet(snippet, tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     threads = tc.get_num_threads()
-    # line numbers of a traceback are the page's: the code starts after the fence line
-    code = compile("\n" * snippet.line + snippet.code, str(ROOT / snippet.path), "exec")
+    # a traceback shows the block with the page's line numbers (it starts after the fence)
+    source = "\n" * snippet.line + snippet.code
+    name = f"<{snippet.id}>"
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+    code = compile(source, name, "exec")
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
