@@ -46,16 +46,24 @@ def test_license_and_extras():
     assert any(d.startswith("mkdocstrings[python]") for d in extras["docs"])
 
 
-# names that look like variables but are C macros of generated code, not the environment
-_NOT_VARIABLES = {"TECOMP_CUDA_EMU", "TECOMP_HELPER_"}
+def _c_macros():
+    """Names in strings that are C macros, not variables: those of the exported ABI's
+    header (tecomp_rt.h) and the include guards of generated C (TECOMP_HELPER_...)."""
+    from tecomp.runtime import get_include
+
+    header = Path(get_include(), "tecomp_rt.h").read_text()
+    return set(re.findall(r"#define (TECOMP_[A-Z0-9_]+)", header)) | {"TECOMP_HELPER_"}
 
 
 def _variables_in_code():
+    """Every TECOMP_* name a string literal of the code starts with (os.environ.get(...),
+    monkeypatch.setenv(...), a message naming the variable), C macros aside."""
     names = set()
     for d in ("tecomp", "tests", "benchmarks", "examples"):
         for p in (ROOT / d).rglob("*.py"):
-            names |= set(re.findall(r"\bTECOMP_[A-Z0-9][A-Z0-9_]*", p.read_text(errors="replace")))
-    names -= _NOT_VARIABLES
+            names |= set(re.findall(r"[\"'](TECOMP_[A-Z0-9][A-Z0-9_]*)", p.read_text(errors="replace")))
+    macros = _c_macros()
+    names = {n for n in names if not any(m.startswith(n) for m in macros)}
     # the cross compilers: TECOMP_CC_<ISA>, one per instruction set
     return {("TECOMP_CC_<ISA>" if n.startswith("TECOMP_CC_") else n) for n in names}
 
