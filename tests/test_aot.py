@@ -401,14 +401,101 @@ def test_c_example(tmp_path):
                            lib], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     exe = str(tmp_path / "main")
-    proc = subprocess.run([cc, "-O2", "-Wall", "-Werror", "-o", exe,
-                           os.path.join(ROOT, "examples", "aot", "main.c"), "-ldl", "-lm"],
+    # main.c declares nothing itself: the ABI comes from tecomp_rt.h (tecomp.runtime.get_include)
+    main_c = os.path.join(ROOT, "examples", "aot", "main.c")
+    assert '#include "tecomp_rt.h"' in open(main_c).read()
+    proc = subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-I",
+                           tc.runtime.get_include(), "-o", exe, main_c, "-ldl", "-lm"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     proc = subprocess.run([exe, lib], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     # the library's pool takes TECOMP_NUM_THREADS when C code does not set a count
     assert proc.stdout.split() == ["threads", "3", "OK"]
+
+
+def _header():
+    import re
+
+    text = open(os.path.join(tc.runtime.get_include(), "tecomp_rt.h")).read()
+    defines = dict(re.findall(r"^#define (TECOMP_[A-Z0-9_]+) (\S+)", text, re.M))
+    return text, defines
+
+
+def test_c_header_matches_the_runtime():
+    """tecomp_rt.h says what the code generator and the loader do: the format, the error
+    codes and words, every pool function with its C types."""
+    import re
+
+    from tecomp.codegen.llvm import abi
+    from tecomp.runtime import aot_format as fmt
+    from tecomp.threads import POOL_FUNCTIONS
+
+    text, d = _header()
+    assert d["TECOMP_AOT_FORMAT"] == f'"{fmt.FORMAT}"'
+    assert int(d["TECOMP_AOT_FORMAT_VERSION"]) == fmt.FORMAT_VERSION
+    assert int(d["TECOMP_ERR_WORDS"]) == fmt.ERR_WORDS == abi.ERR_WORDS
+    for code in ("BOUNDS", "MALLOC", "ASSERT", "EXTERN"):
+        assert int(d[f"TECOMP_ERR_{code}"]) == getattr(abi, f"ERR_{code}")
+    assert [int(d[f"TECOMP_ERR_{w}"]) for w in ("CODE", "SITE", "DIM", "INDEX", "EXTENT")] == \
+        list(range(fmt.ERR_WORDS))
+    ctype = {None: "void", ctypes.c_int32: "int32_t", ctypes.c_int64: "int64_t"}
+    declared = {m[1]: (m[0], m[2]) for m in
+                re.findall(r"^(void|int32_t|int64_t) (tecomp_pool_\w+)\(([^)]*)\);", text, re.M)}
+    assert set(declared) == set(POOL_FUNCTIONS)
+    for name, (restype, argtypes) in POOL_FUNCTIONS.items():
+        ret, params = declared[name]
+        assert ret == ctype[restype], name
+        assert [p.split()[0] for p in params.split(",") if p.strip() != "void"] == \
+            [ctype[a] for a in argtypes], name
+        assert re.search(rf"typedef {ctype[restype]} \(\*{name}_fn\)", text), name
+
+
+_LINKED = r"""
+#include <stdio.h>
+#include "tecomp_rt.h"
+TECOMP_DECLARE_KERNEL(saxpy);
+int main(void) {
+    float a[5] = {1, 2, 3, 4, 5}, b[5] = {1, 1, 1, 1, 1}, c[5] = {0}, d[5] = {0};
+    void *data[3] = {a, b, c};
+    int64_t args[5] = {tecomp_slot_from_double(0.5), 5, 1, 1, 1};
+    int64_t err[TECOMP_ERR_WORDS];
+    tecomp_pool_set_threads(1);
+    if (tecomp_saxpy(data, args, err) != TECOMP_OK) return 1;
+    /* the strided variant reads the strides: every second element of c */
+    float c2[10] = {0};
+    void *data2[3] = {a, b, c2};
+    int64_t args2[5] = {tecomp_slot_from_double(2.0), 5, 1, 1, 2};
+    tecomp_kernel_fn strided = tecomp_saxpy_strided;
+    if (strided(data2, args2, err) != TECOMP_OK) return 2;
+    for (int i = 0; i < 5; i++) d[i] = c2[2 * i];
+    printf("%g %g %g %g %g | %g %g %g %g %g | %d\n", c[0], c[1], c[2], c[3], c[4],
+           d[0], d[1], d[2], d[3], d[4], (int)tecomp_pool_get_threads());
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("lang", ["c", "c++"])
+def test_c_header_links_against_a_library(saxpy_pair, tmp_path, lang):
+    """A program that links the library (no dlopen) with the header's declarations, in C
+    and in C++ (extern "C"): the contiguous and the strided entries, a float slot."""
+    cc = shutil.which("c++" if lang == "c++" else "cc") or shutil.which(
+        "g++" if lang == "c++" else "gcc")
+    if cc is None:
+        pytest.skip(f"no {lang} compiler on the PATH")
+    lib = saxpy_pair[1].library_path
+    src = tmp_path / ("linked.cc" if lang == "c++" else "linked.c")
+    src.write_text(_LINKED)
+    exe = str(tmp_path / "linked")
+    proc = subprocess.run([cc, "-O1", "-Wall", "-Wextra", "-Werror", "-I", tc.runtime.get_include(),
+                           "-o", exe, str(src), lib, f"-Wl,-rpath,{os.path.dirname(lib)}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1.5", "2", "2.5", "3", "3.5", "|",
+                                   "3", "5", "7", "9", "11", "|", "1"]
 
 
 def test_inputs_in_place_round_trip(libdir):

@@ -26,7 +26,7 @@ messages (:class:`tecomp.runtime.argcheck.ArgChecker`).  Non-contiguous numpy ar
 copied to contiguous ones for the call, and the copies of the buffers the function
 writes are copied back afterwards.  Workspaces (global allocations) are allocated per
 call.  Compiled libraries are cached on disk under ``$TECOMP_CACHE_DIR`` (default
-``~/.cache/tecomp``) in ``cuda_emu/`` (created ``0700``; one that other users may write
+``$XDG_CACHE_HOME/tecomp``, else ``~/.cache/tecomp``) in ``cuda_emu/`` (created ``0700``; one that other users may write
 to is refused), by a hash of everything that goes into them;
 files are written atomically (a temporary file, then ``os.replace``), and a cached
 library that fails to load is rebuilt.
@@ -82,7 +82,7 @@ def cache_dir() -> Path:
 
 
 def default_mode() -> str:
-    mode = os.environ.get("TECOMP_CUDA_EMU_MODE", "threads")
+    mode = os.environ.get("TECOMP_CUDA_EMU_MODE") or "threads"   # empty: unset
     if mode not in MODES:
         raise ArgumentError(f"TECOMP_CUDA_EMU_MODE={mode!r}; use one of {', '.join(MODES)}")
     return mode

@@ -50,10 +50,7 @@ def tensorize_call(ctx, st, leaves, t: int, value: Expr, store_idx, fallback, re
     if reduce:
         body = st.op.bodies[0]
         ibody = iop.body
-        if len(st.op.bodies) != 1 or body.combiner.name != ibody.combiner.name or not _same_consts(
-                body.combiner.identity, ibody.combiner.identity):
-            raise ScheduleError(f"{what}: the stage reduces with {display(body.combiner.name)} and "
-                                f"the intrinsic with {display(ibody.combiner.name)}")
+        _check_reducer(body, ibody, intrin, what)
         if not (isinstance(body.condition, Const) and body.condition.value is True):
             raise ScheduleError(f"{what}: the stage's reduction has a where= condition, which "
                                 "the intrinsic does not compute; tensorize a reduction without one")
@@ -143,6 +140,28 @@ def _check_region(ctx, st, leaves, t, what):
 
 def _same_consts(a, b) -> bool:
     return getattr(a, "value", object()) == getattr(b, "value", None) and a.dtype == b.dtype
+
+
+def _check_reducer(body, ibody, intrin, what):
+    """The stage's reduction (one value: a multi-output stage is refused before) is the
+    intrinsic's: the same combiner, accumulated in the same dtype from the same identity;
+    each difference is named as it is."""
+    mine, theirs = body.combiner, ibody.combiner
+    if mine.name != theirs.name:
+        raise ScheduleError(f"{what}: the stage reduces with {display(mine.name)} and the "
+                            f"intrinsic with {display(theirs.name)}")
+    if mine.identity.dtype != theirs.identity.dtype:
+        operands = ", ".join(f"{display(p.name)}: {p.dtype}" for p in intrin.inputs)
+        raise ScheduleError(
+            f"{what}: the stage's {display(mine.name)} accumulates {mine.identity.dtype} and the "
+            f"intrinsic's {theirs.identity.dtype}: the intrinsic computes "
+            f"{display(mine.name)}(`{_show(ibody.source)}`) ({operands}); declare the stage's "
+            f"operands with those dtypes and cast them to {theirs.identity.dtype} as it does")
+    if not _same_consts(mine.identity, theirs.identity):
+        raise ScheduleError(
+            f"{what}: the stage's {display(mine.name)} starts from {to_str(mine.identity)} and the "
+            f"intrinsic's from {to_str(theirs.identity)}; tensorize a reduction with the "
+            "intrinsic's identity")
 
 
 _COMMUTATIVE = (Add, Mul, Min, Max)

@@ -292,11 +292,17 @@ def _backup(path: Path) -> str:
 
 
 def cache_root() -> Path:
-    """Where tecomp caches what it compiles: ``$TECOMP_CACHE_DIR``, by default
-    ``~/.cache/tecomp``."""
-    root = os.environ.get("TECOMP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                              "tecomp")
-    return Path(root)
+    """Where tecomp caches what it compiles: ``$TECOMP_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/tecomp``, else ``~/.cache/tecomp`` (an empty variable counts as
+    unset, and so does a relative ``XDG_CACHE_HOME``, as the XDG base directory
+    specification says)."""
+    root = os.environ.get("TECOMP_CACHE_DIR")
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "tecomp"
+    return Path(os.path.expanduser("~")) / ".cache" / "tecomp"
 
 
 def private_dir(d: Path, what: str, error: Type[Exception]) -> Path:

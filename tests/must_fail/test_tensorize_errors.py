@@ -63,6 +63,48 @@ def test_an_operand_of_another_dtype():
         _lower(s, args)
 
 
+def _reduction(fbody, M=8, N=16, K=16, dtype="uint8"):
+    """``_tensorized``'s schedule (AVX2 at j.inner) of ``C[i, j] = fbody(A, B, k, i, j)``."""
+    A = tc.placeholder((M, K), dtype, name="A")
+    B = tc.placeholder((K, N), "int8" if dtype == "uint8" else dtype, name="B")
+    k = tc.reduce_axis((0, K), name="k")
+    outs = tc.compute((M, N), lambda i, j: fbody(A, B, k, i, j), name="C")
+    C = outs[0] if isinstance(outs, (list, tuple)) else outs
+    s, loops = _sched(A, B, C)
+    s[C].tensorize(loops[3], tc.tensor_intrin(AVX2))
+    return s, [A, B] + (list(outs) if isinstance(outs, (list, tuple)) else [C])
+
+
+def test_a_reduction_in_another_dtype():
+    # a float32 GEMM against the u8 x s8 -> s32 intrinsic: both sum, in different dtypes
+    s, args = _reduction(lambda A, B, k, i, j: tc.sum(A[i, k] * B[k, j], axis=k), dtype="float32")
+    with pytest.raises(tc.ScheduleError, match=r"tensorize on stage C at loop j.inner with "
+                                               r"x86.avx2_u8s8s32_8x4: the stage's sum accumulates "
+                                               r"float32 and the intrinsic's int32: the intrinsic "
+                                               r"computes sum\(`int32\(a\[r\]\)\*int32\(b\[i, r\]\)`\) "
+                                               r"\(a: uint8, b: int8\); declare the stage's operands "
+                                               r"with those dtypes and cast them to int32"):
+        _lower(s, args)
+
+
+def test_a_reduction_with_another_combiner():
+    s, args = _reduction(lambda A, B, k, i, j: tc.max(A[i, k].astype("int32") * B[k, j].astype("int32"),
+                                                      axis=k))
+    with pytest.raises(tc.ScheduleError, match=r"the stage reduces with max and the intrinsic "
+                                               r"with sum$"):
+        _lower(s, args)
+
+
+def test_a_reduction_from_another_identity():
+    plus_one = tc.comm_reducer(lambda x, y: x + y, lambda t: tc.const(1, t), name="sum")
+    s, args = _reduction(lambda A, B, k, i, j: plus_one(A[i, k].astype("int32") *
+                                                        B[k, j].astype("int32"), axis=k))
+    with pytest.raises(tc.ScheduleError, match=r"the stage's sum starts from 1 and the "
+                                               r"intrinsic's from 0; tensorize a reduction with "
+                                               r"the intrinsic's identity"):
+        _lower(s, args)
+
+
 def test_a_loop_of_the_wrong_extent():
     s, args = _tensorized(jf=16)
     with pytest.raises(tc.ScheduleError, match=r"loop j.inner runs 16 times, and the intrinsic's "
