@@ -8,7 +8,13 @@
     print(tc.lower(s, [A, B, C]))
     f = tc.build(s, [A, B, C], target="llvm")
 """
-from .errors import (
+import logging as _logging
+
+# every module logs to a child of the "tecomp" logger ("tecomp.autoschedule.search", ...);
+# quiet unless the application configures logging (logging.basicConfig(level="INFO"))
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
+
+from .errors import (  # noqa: E402
     ArgumentError, AutodiffError, AutoScheduleError, BoundsError, BuildError, ComputeError, DTypeError, ExprError,
     ExportError, GPUModelError, InternalError, KernelAssertionError, KernelMemoryError, LoadError,
     LowerError, RaceError, ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError,

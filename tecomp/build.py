@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from contextlib import contextmanager
 from typing import Optional
@@ -15,6 +16,7 @@ from .lower.pipeline import lower
 from .target import KINDS as TARGETS  # noqa: E402,F401  (the target kinds)
 from .target import as_target
 
+_log = logging.getLogger(__name__)
 
 @contextmanager
 def _gc_paused():
@@ -188,4 +190,7 @@ def _build(s_or_func, args, target, name, checks):
         mod.prim_func = func
     except AttributeError:
         pass
+    _log.debug("build %s for target %s (%s backend): %.3f s, lowering %.3f s", func.name, tgt,
+               backend.name or backend.kind, time.perf_counter() - t0,
+               stats.get("lower_seconds", 0.0))
     return mod

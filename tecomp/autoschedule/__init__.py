@@ -15,6 +15,7 @@ and their knobs, :mod:`~tecomp.autoschedule.search` for the search,
 """
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from typing import Optional
@@ -27,6 +28,8 @@ from .checks import check_args, check_shapes, cpu_target
 from . import records
 from .cuda_rules import gpu_rules, measure_unavailable
 from .rules import Knobs, apply_rules, outputs_of
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["auto_schedule", "AutoScheduleWarning", "Config", "default_config", "apply_config"]
 
@@ -104,6 +107,8 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
             s = _from_log(args, log, key, target, shapes)
             if s is not None:
                 return s
+        _log.debug("auto_schedule %s: the rule-based schedule for %s (no measurement)",
+                   outputs_of(args)[0].name, target)
         return rules(args, Knobs(), info, shapes)
     # (lazy: the search measures through llvmlite, which `import tecomp` does not load)
     from .search import tune
@@ -138,11 +143,17 @@ def _from_log(args, log, key, target, shapes):
         try:
             s = replay(rec["trace"], outputs_of(args), shapes)
             check_candidate(s, args, target)
+            _log.info("auto_schedule %s: the best record of this workload in %s (line %d, "
+                      "%d records of it), no search", outputs_of(args)[0].name, p, line,
+                      len(ranked))
             return s
         except TecompError as e:
             warnings.warn(f"{p}:{line}: auto_schedule: the record does not replay on this "
                           f"compute ({str(e)[:400]}); skipped", AutoScheduleWarning,
                           stacklevel=3)
+    if not ranked:
+        _log.info("auto_schedule %s: no record of this workload (hash %s) in %s",
+                  outputs_of(args)[0].name, key["hash"][:12], p)
     if ranked:
         warnings.warn(f"auto_schedule: none of the {min(len(ranked), MAX_LOG_CANDIDATES)} best "
                       f"records of this workload in {p!r} replays; using the analytic "
