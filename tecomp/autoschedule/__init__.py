@@ -61,8 +61,13 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
       cost model trained on the measurements; ``"random"``: random sampling), each run
       in a child process by ``runner`` (``"local"``, ``"dask"`` or a runner object);
       every measurement is appended to ``log`` (JSON lines) when given.  ``timeout``
-      (seconds) stops the search early.  ``progress`` shows a progress bar (default:
-      when stderr is a terminal).
+      (seconds) stops the search early.  ``progress``: ``None`` (the default) shows the
+      search's progress on stderr: a tqdm bar on a terminal or in Jupyter (a line
+      rewritten in place without tqdm), a plain line every tenth of the trials where
+      stderr is not a terminal (a CI log); ``False`` shows nothing; ``True`` always
+      shows it.  The search also logs to ``logging.getLogger("tecomp")`` (INFO: the
+      space, the trials, why it stopped early, the best; DEBUG: every candidate), and
+      ``s.tune_result`` says the same (``print(s.tune_result.summary())``).
     * ``shapes={"n": 1024}`` binds symbolic extents for the decisions and the
       measurements; the schedule stays correct for any value.
 
