@@ -25,9 +25,21 @@ import statistics
 import sys
 from typing import Dict, List, Optional, Sequence
 
+import numpy as np
+
+from . import threads
 from ._version import __version__
+from .autoschedule import records
+from .autoschedule.search import format_table
 from .errors import ArgumentError, TecompError
+from .ir import dtype as _dt
+from .ir.expr import Buffer, Var
+from .ir.functor import collect
+from .ir.host_eval import eval_host_expr
 from .ir.names import display
+from .runtime.aot import load_module
+from .runtime.libfiles import cache_root
+from .target import Target, cpu_name
 
 __all__ = ["main"]
 
@@ -63,8 +75,6 @@ def _ms(seconds: float) -> str:
 
 
 def _table(head: List[str], rows: List[List[str]]) -> str:
-    from .autoschedule.search import format_table   # (lazy: numpy, the cost model)
-
     return "\n".join(format_table(head, rows))
 
 
@@ -74,10 +84,6 @@ def _table(head: List[str], rows: List[List[str]]) -> str:
 
 def info() -> Dict[str, object]:
     """What ``python -m tecomp info`` prints, as a dict."""
-    from . import threads
-    from .runtime.libfiles import cache_root
-    from .target import Target, cpu_name
-
     out: Dict[str, object] = {"tecomp": __version__,
                               "python": platform.python_version(),
                               "platform": platform.platform()}
@@ -132,8 +138,6 @@ def _read_log(command: str, path: str):
     """The ``(line, record)`` pairs of the log ``path``; the first lines that are not
     records are warnings on stderr.  TecompError when the file cannot be used or holds
     no record."""
-    from .autoschedule import records
-
     if not os.path.lexists(path):
         raise ArgumentError(f"the tuning log {display(path)!r} does not exist: give the path "
                             f"of a log tc.auto_schedule(..., log=...) wrote")
@@ -208,8 +212,6 @@ def best_per_workload(pairs) -> List[tuple]:
     """``(workload, records of it, its best (line, record) or None)`` for each workload
     of a log's ``(line, record)`` pairs, in order of first appearance; the best is the
     one ``tc.auto_schedule(log=...)`` replays first (:func:`records.rank`)."""
-    from .autoschedule import records
-
     groups: Dict[str, list] = {}
     for n, r in pairs:
         groups.setdefault(json.dumps(r["workload"], sort_keys=True), []).append((n, r))
@@ -263,12 +265,6 @@ def bench_arrays(mod, values: Dict[str, int], seed: int = 0) -> list:
     """The arguments of the loaded library ``mod`` for a timing: random inputs (floats in
     [0, 1); integers and booleans zero, valid as indices), zeroed outputs, shapes and
     scalars from ``values`` (name -> int)."""
-    import numpy as np
-
-    from .ir import dtype as _dt
-    from .ir.expr import Buffer, Var
-    from .ir.host_eval import eval_host_expr
-
     env = {}
     needed = []
     for p in mod.params:
@@ -309,15 +305,10 @@ def bench_arrays(mod, values: Dict[str, int], seed: int = 0) -> list:
 
 
 def _free(e):
-    from .ir.expr import Var
-    from .ir.functor import collect
-
     return collect(e, lambda n: isinstance(n, Var))
 
 
 def _cmd_bench(a) -> int:
-    from .runtime.aot import load_module
-
     values = _vars(a.var)
     mod = load_module(a.library, verify=not a.no_verify)
     args = bench_arrays(mod, values, a.seed)

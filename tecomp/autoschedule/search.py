@@ -39,6 +39,11 @@ import numpy as np
 
 from ..codegen.cuda import codegen_cuda
 from ..errors import AutoScheduleError, ScheduleError, TecompError
+from ..ir import dtype as _dt
+from ..ir.expr import BinaryOp, Call, Const, Reduce, Var
+from ..ir.functor import collect, substitute
+from ..ir.simplify import simplify
+from ..te.tensor import ComputeOp, compute_ops
 from ..lower import lower
 from ..schedule.trace import replay
 from ..target import as_target
@@ -500,12 +505,6 @@ def workload_flops(args, shapes=None) -> Optional[int]:
     compute, its points (times its reduction's points) times the floating-point
     arithmetic and math calls of its body (a reduction's combine counts
     one).  None when an extent is symbolic and not bound by ``shapes``."""
-    from ..ir import dtype as _dt
-    from ..ir.expr import BinaryOp, Call, Const, Reduce, Var
-    from ..ir.functor import collect, substitute
-    from ..ir.simplify import simplify
-    from ..te.tensor import ComputeOp, compute_ops
-
     def extent(e) -> Optional[int]:
         if shapes:
             vmap = {v: Const(int(shapes[v.name]), v.dtype)

@@ -45,7 +45,8 @@ LAYERS: List[tuple] = [
     ("tecomp.nn",),            # operator computes and their CPU/CUDA templates
     ("tecomp.autoschedule",),  # rules, search, records, cost model
     ("tecomp",),
-    ("tecomp.torch", "tecomp.testing"),
+    ("tecomp.torch", "tecomp.testing", "tecomp.cli"),
+    ("tecomp.__main__",),      # python -m tecomp: the command line (tecomp.cli)
 ]
 
 #: package imports that break ``LAYERS`` today: (importer, imported) -> why it is left
