@@ -85,7 +85,7 @@ from .autoschedule import auto_schedule  # noqa: E402  (tc.auto_schedule)
 
 #: TVM names tecomp does not have -> what to use instead (``tc.<name>`` raises an
 #: UnknownNameError saying so)
-TVM_NAMES = {
+_TVM_NAMES = {
     "tir": "tc.lower(s, args) returns the lowered loop IR (a PrimFunc: print it); its node "
            "classes are in tecomp.ir",
     "IRModule": "tc.lower(s, args) returns one PrimFunc, not an IRModule; tc.build takes "
@@ -132,9 +132,9 @@ def __getattr__(name: str):
     import importlib.util
 
     if not name.startswith("_"):
-        if name in TVM_NAMES:
+        if name in _TVM_NAMES:
             raise UnknownNameError(f"tecomp has no {name!r} (a TVM name): "
-                                   f"{TVM_NAMES[name]}")
+                                   f"{_TVM_NAMES[name]}")
         if importlib.util.find_spec(f"{__name__}.{name}") is not None:
             return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name,

@@ -159,8 +159,20 @@ class TuneResult:
         return f"TuneResult({', '.join(parts)})"
 
     def summary(self, top: int = 5) -> str:
-        """A readable table: the search (workload, target, space, trials, why it stopped,
-        log) and its ``top`` fastest candidates with their knobs."""
+        """The search as a readable table.
+
+        Parameters
+        ----------
+        top : int
+            How many of the fastest candidates to list (default 5).
+
+        Returns
+        -------
+        str
+            The workload, target, space size, trials measured, why the search stopped
+            early, the log, the FLOPs of a call, then one row per candidate: rank, trial,
+            milliseconds, GFLOP/s and knobs.
+        """
         failed = sum(1 for t in self.trials if t.error)
         space = "not counted" if self.space_size is None else f"{self.space_size} knob combinations"
         lines = [f"auto_schedule search of {self.workload!r} for target {self.target!r}",
@@ -301,9 +313,10 @@ class Progress:
 
     def close(self, why: str = "") -> None:
         if self.bar is not None:
-            if why:
-                self.bar.set_description_str(f"{self.desc} ({why})", refresh=False)
             self.bar.close()
+            if why:   # (a line of its own: a bar is cut to the terminal's width)
+                self.stream.write(f"{self.desc}: {why}\n")
+                self.stream.flush()
         elif self.mode == "live":
             self.stream.write("\n" if not why else f" ({why})\n")
             self.stream.flush()

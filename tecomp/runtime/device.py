@@ -23,7 +23,21 @@ _NAMES = {CPU: "cpu", CUDA: "cuda"}
 
 
 class Device:
-    """A device: ``device_type`` (1: the CPU, 2: a CUDA GPU) and ``device_id``."""
+    """A device, as TVM's ``tvm.runtime.Device``: made by :func:`cpu`, :func:`cuda` or
+    :func:`device`; immutable and hashable.
+
+    Parameters
+    ----------
+    device_type : int
+        DLPack's code: 1 the CPU, 2 a CUDA GPU.
+    device_id : int
+        Which one (the CPU has only 0).
+
+    Raises
+    ------
+    ArgumentError
+        Another type code, or a bad id.
+    """
 
     __slots__ = ("device_type", "device_id")
 
@@ -91,8 +105,31 @@ class Device:
 
 
 def device(dev_type, dev_id: int = 0) -> Device:
-    """``tc.device("cpu")``, ``tc.device("cuda", 0)`` (TVM's ``tvm.device``); also a
-    DLPack type code (1, 2) for ``dev_type``."""
+    """A device by name, as TVM's ``tvm.device``.
+
+    Parameters
+    ----------
+    dev_type : str, int or Device
+        ``"cpu"`` (or ``"llvm"``), ``"cuda"`` (or ``"gpu"``), torch's ``"cuda:1"``, or
+        DLPack's type code (1: the CPU, 2: CUDA).
+    dev_id : int
+        Which one (the CPU has only 0).
+
+    Returns
+    -------
+    Device
+
+    Raises
+    ------
+    ArgumentError
+        A device tecomp does not run on (``"rocm"``), or a bad id.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> tc.device("cuda", 0) == tc.cuda(0)
+    True
+    """
     if isinstance(dev_type, str):
         kind = dev_type.split(":")[0].strip().lower()
         if kind not in _KINDS:
@@ -112,10 +149,42 @@ def device(dev_type, dev_id: int = 0) -> Device:
 
 
 def cpu(dev_id: int = 0) -> Device:
-    """This machine's CPU (TVM's ``tvm.cpu(0)``)."""
+    """This machine's CPU (TVM's ``tvm.cpu(0)``).
+
+    Parameters
+    ----------
+    dev_id : int
+        0: tecomp has one CPU device (its threads: ``tc.set_num_threads``).
+
+    Returns
+    -------
+    Device
+        ``device_type`` 1, ``device_id`` 0.
+
+    Raises
+    ------
+    ArgumentError
+        ``dev_id`` other than 0.
+    """
     return Device(CPU, dev_id)
 
 
 def cuda(dev_id: int = 0) -> Device:
-    """CUDA GPU ``dev_id`` (TVM's ``tvm.cuda(0)``); tecomp's CUDA modules run on GPU 0."""
+    """A CUDA GPU (TVM's ``tvm.cuda(0)``); tecomp's CUDA modules run on GPU 0.
+
+    Parameters
+    ----------
+    dev_id : int
+        The GPU's ordinal.
+
+    Returns
+    -------
+    Device
+        ``device_type`` 2.
+
+    Raises
+    ------
+    ArgumentError
+        A negative or non-integer ``dev_id``.
+    """
     return Device(CUDA, dev_id)

@@ -80,9 +80,31 @@ def _host(dev, what: str) -> None:
 
 
 def array(arr, device=None) -> NDArray:
-    """A copy of ``arr`` (anything ``numpy.array`` takes) as an :class:`NDArray` (TVM's
-    ``tvm.nd.array``); 64-byte aligned, C-contiguous.  ``device``: ``tc.cpu(0)`` (the
-    default); a GPU is refused with what to pass instead."""
+    """A copy of ``arr`` as an :class:`NDArray` (TVM's ``tvm.nd.array``): 64-byte
+    aligned, C-contiguous.
+
+    Parameters
+    ----------
+    arr : array_like
+        Anything ``numpy.array`` takes (a numpy array, a list, a torch CPU tensor).
+    device : Device, optional
+        ``tc.cpu(0)`` (the default).
+
+    Returns
+    -------
+    NDArray
+
+    Raises
+    ------
+    ArgumentError
+        A GPU device (the message says what to pass instead), or ``arr`` not numbers.
+
+    Examples
+    --------
+    >>> import numpy as np, tecomp as tc
+    >>> tc.nd.array(np.arange(3, dtype="float32"), tc.cpu(0)).asnumpy()
+    array([0., 1., 2.], dtype=float32)
+    """
     _host(cpu(0) if device is None else device, "array")
     src = np.array(arr, copy=True, order="C")
     if src.dtype == object:
@@ -91,6 +113,21 @@ def array(arr, device=None) -> NDArray:
 
 
 def empty(shape, dtype="float32", device=None) -> NDArray:
-    """An uninitialised :class:`NDArray` (TVM's ``tvm.nd.empty``), 64-byte aligned."""
+    """An uninitialised :class:`NDArray` (TVM's ``tvm.nd.empty``), 64-byte aligned.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        Its extents (each >= 0; a negative one is a ShapeError).
+    dtype : str
+        A numpy dtype name (``"float32"``, ``"int8"``, ...).
+    device : Device, optional
+        Only ``tc.cpu(0)``, the default: a GPU is an ArgumentError, as for :func:`array`.
+
+    Returns
+    -------
+    NDArray
+        Its elements are whatever the memory held.
+    """
     _host(cpu(0) if device is None else device, "empty")
     return _aligned_empty(shape, dtype).view(NDArray)
