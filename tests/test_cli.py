@@ -212,3 +212,13 @@ def test_verbose_logs_to_stderr(library):
     assert p.returncode == 0, p.stderr
     p = run("-v", "info")
     assert p.returncode == 0
+
+
+def test_load_module_is_logged_at_debug(library, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="tecomp.runtime.aot")
+    tc.load_module(library)
+    (r,) = [r for r in caplog.records if r.name == "tecomp.runtime.aot"]
+    assert r.levelno == logging.DEBUG and r.getMessage().startswith(
+        f"load_module library '{library}': kernel gather2 for target 'llvm'")

@@ -94,6 +94,10 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
             timeout, (int, float)) or not timeout > 0):
         raise AutoScheduleError(f"auto_schedule: timeout must be a positive number of "
                                 f"seconds or None, got {timeout!r:.60}")
+    if progress is not None and not isinstance(progress, bool):
+        raise AutoScheduleError(f"auto_schedule: progress must be True, False or None (None: "
+                                f"shown on a terminal, in Jupyter and in CI logs), got "
+                                f"{progress!r:.60}")
     if log is not None and not isinstance(log, (str, os.PathLike)):
         raise AutoScheduleError(f"auto_schedule: log must be a file path (str or Path) or "
                                 f"None, got {type(log).__name__}")
