@@ -83,6 +83,13 @@ from .autodiff import gradient  # noqa: E402  (tc.gradient; tecomp.autodiff has 
 from .autoschedule import auto_schedule  # noqa: E402  (tc.auto_schedule)
 
 
+_GRAPHS = ("tecomp compiles tensor expressions, not model graphs: write the operators with "
+           "tc.compute or tecomp.nn, and call them from PyTorch with tecomp.torch")
+_TUNING = ("tc.auto_schedule(args, trials=N, log='tuning.jsonl') searches and logs; "
+           "tc.auto_schedule(args, log=...) replays the best record")
+_TARGETS = ("tecomp generates code for CPUs (target='llvm') and CUDA GPUs (target='cuda', or "
+            "'cuda-emu' to check a GPU schedule on the CPU)")
+
 #: TVM names tecomp does not have -> what to use instead (``tc.<name>`` raises an
 #: UnknownNameError saying so)
 _TVM_NAMES = {
@@ -92,29 +99,14 @@ _TVM_NAMES = {
                 "the schedule (or that PrimFunc)",
     "transform": "tc.lower and tc.build run every lowering pass themselves; there is no pass "
                  "manager to call",
-    "relay": "tecomp compiles tensor expressions, not model graphs: write the operators with "
-             "tc.compute or tecomp.nn, and call them from PyTorch with tecomp.torch",
-    "relax": "tecomp compiles tensor expressions, not model graphs: write the operators with "
-             "tc.compute or tecomp.nn, and call them from PyTorch with tecomp.torch",
+    "relay": _GRAPHS, "relax": _GRAPHS,
     "topi": "tecomp.nn holds the operators with their schedules (import tecomp.nn; "
             "tecomp.nn.conv2d_nchw, tecomp.nn.dense, ...)",
-    "autotvm": "tc.auto_schedule(args, trials=N, log='tuning.jsonl') searches and logs; "
-               "tc.auto_schedule(args, log=...) replays the best record",
-    "auto_scheduler": "tc.auto_schedule(args, trials=N, log='tuning.jsonl') searches and "
-                      "logs; tc.auto_schedule(args, log=...) replays the best record",
-    "meta_schedule": "tc.auto_schedule(args, trials=N, log='tuning.jsonl') searches and logs; "
-                     "tc.auto_schedule(args, log=...) replays the best record",
+    "autotvm": _TUNING, "auto_scheduler": _TUNING, "meta_schedule": _TUNING,
     "gpu": "tc.cuda(0) (TVM renamed tvm.gpu to tvm.cuda)",
     "context": "tc.device('cuda', 0), tc.cpu(0) or tc.cuda(0) (TVM renamed tvm.context to "
                "tvm.device)",
-    "rocm": "tecomp generates code for CPUs (target='llvm') and CUDA GPUs (target='cuda', or "
-            "'cuda-emu' to check a GPU schedule on the CPU)",
-    "opencl": "tecomp generates code for CPUs (target='llvm') and CUDA GPUs (target='cuda', or "
-              "'cuda-emu' to check a GPU schedule on the CPU)",
-    "vulkan": "tecomp generates code for CPUs (target='llvm') and CUDA GPUs (target='cuda', or "
-              "'cuda-emu' to check a GPU schedule on the CPU)",
-    "metal": "tecomp generates code for CPUs (target='llvm') and CUDA GPUs (target='cuda', or "
-             "'cuda-emu' to check a GPU schedule on the CPU)",
+    "rocm": _TARGETS, "opencl": _TARGETS, "vulkan": _TARGETS, "metal": _TARGETS,
     "contrib": "export a compiled module with f.export_library('k.so') and load it with "
                "tc.load_module('k.so'); tc.extern and tc.register_func call your own code",
     "driver": "tc.build(s, args, target) and tc.lower(s, args)",
@@ -131,7 +123,7 @@ def __getattr__(name: str):
     import importlib
     import importlib.util
 
-    if not name.startswith("_"):
+    if name.isidentifier() and not name.startswith("_"):
         if name in _TVM_NAMES:
             raise UnknownNameError(f"tecomp has no {name!r} (a TVM name): "
                                    f"{_TVM_NAMES[name]}")

@@ -18,6 +18,7 @@ from .target import as_target
 
 _log = logging.getLogger(__name__)
 
+
 @contextmanager
 def _gc_paused():
     """Python's cyclic collector off for the duration of a build: lowering and llvmlite
