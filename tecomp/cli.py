@@ -227,9 +227,10 @@ def _cmd_tune(a) -> int:
     rows = []
     for w, g, best in best_per_workload(pairs):
         ok = sum(1 for _, r in g if _median(r) is not None)
-        shapes = w.get("shapes") or {}
-        rows.append([_workload(g[0][1]), _text(g[0][1], "target"),
-                     display(",".join(f"{k}={v}" for k, v in shapes.items())) or "-",
+        shapes = w.get("shapes")
+        shapes = (",".join(f"{display(k)}={_text({'v': v}, 'v', 20)}" for k, v in shapes.items())
+                  if isinstance(shapes, dict) else _text(w, "shapes"))
+        rows.append([_workload(g[0][1]), _text(g[0][1], "target"), shapes or "-",
                      f"{ok}/{len(g)}",
                      "-" if best is None else _ms(_median(best[1])),
                      "-" if best is None else str(best[0]),

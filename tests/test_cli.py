@@ -118,6 +118,26 @@ def test_what_a_log_holds_is_escaped(tmp_path):
         assert "<U+001B>[2J" in r.stdout and "llvm<U+001B>[31m" in r.stdout
 
 
+def test_records_with_odd_fields_are_shown_not_crashed_on(tmp_path):
+    # valid records (the fields a search reads are checked) whose other fields are of
+    # unexpected types: shown as JSON, escaped
+    p = tmp_path / "odd.jsonl"
+    with open(p, "w") as f:
+        for w, extra in [({"hash": 7, "shapes": [1, 2], "target": {"a": 1}}, {"trial": {"x": []}}),
+                         ({"shapes": {"n": "\x1b[31m", "m": [3]}, "cpu": 5}, {"trial": "t"}),
+                         ({"hash": "ab" * 32, "shapes": "n=3"}, {})]:
+            rec = {"v": 1, "workload": w, "trace": [], "times": [1e-3], "ok": True, **extra}
+            f.write(json.dumps(rec) + "\n")
+    for cmd in ("show", "tune"):
+        r = run(cmd, str(p))
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        assert "\x1b" not in r.stdout
+    out = run("tune", str(p)).stdout.splitlines()
+    assert [x.split()[:3] for x in out[2:]] == [["?", '{"a":', "1}"],
+                                                ["?", "-", "n=<U+001B>[31m,m=[3]"],
+                                                ["ab" * 6, "-", "n=3"]]
+
+
 @pytest.mark.parametrize("cmd", ["show", "tune"])
 def test_unusable_logs_are_one_error_line_and_status_2(tmp_path, cmd):
     (tmp_path / "bin").write_bytes(bytes(range(256)) * 20)
