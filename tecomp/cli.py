@@ -286,23 +286,41 @@ def bench_arrays(mod, values: Dict[str, int], seed: int = 0) -> list:
                             f"kernel {display(mod.name)} does not have")
     written = {p["name"] for p in mod.metadata["params"]
                if p.get("kind") == "buffer" and p.get("written")}
+    shapes = {}
+    for p in mod.params:
+        if isinstance(p, Buffer):
+            shape = tuple(int(eval_host_expr(e, env)) for e in p.shape)
+            if any(d < 0 for d in shape):
+                raise ArgumentError(f"{display(p.name)} would have the shape {shape}: give "
+                                    f"--var values that make every extent >= 0")
+            shapes[p] = shape
+    need = sum(math.prod(s) * _dt.nbytes(p.dtype) for p, s in shapes.items())
+    have = _physical_memory()
+    if have is not None and need > have // 2:
+        raise ArgumentError(
+            f"the arrays of kernel {display(mod.name)} would take {need} bytes with these --var "
+            f"values, more than half of this machine's {have} bytes of memory: give smaller "
+            f"--var values")
     rng = np.random.default_rng(seed)
     args = []
     for p in mod.params:
         if isinstance(p, Var):
             args.append(env[p])
             continue
-        assert isinstance(p, Buffer)
-        shape = tuple(int(eval_host_expr(e, env)) for e in p.shape)
-        if any(d < 0 for d in shape):
-            raise ArgumentError(f"{display(p.name)} would have the shape {shape}: give "
-                                f"--var values that make every extent >= 0")
         dt = _dt.numpy_dtype(p.dtype)
         if p.name in written or not _dt.is_float(p.dtype):
-            args.append(np.zeros(shape, dt))
+            args.append(np.zeros(shapes[p], dt))
         else:
-            args.append(rng.random(shape, dtype=np.float64).astype(dt))
+            args.append(rng.random(shapes[p], dtype=np.float64).astype(dt))
     return args
+
+
+def _physical_memory() -> Optional[int]:
+    """This machine's memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _free(e):

@@ -197,6 +197,11 @@ def test_bench_says_which_extent_needs_a_value(library):
     assert p.returncode == 2 and "--var names m, which kernel gather2 does not have" in p.stderr
     p = run("bench", library, "--var", "n")
     assert p.returncode == 2 and "is not NAME=NUMBER" in p.stderr
+    p = run("bench", library, "--var", "n=-4")
+    assert p.returncode == 2 and "A would have the shape (-4, 8): give --var values" in p.stderr
+    for n in (10 ** 15, 2 ** 62):
+        p = run("bench", library, "--var", f"n={n}")
+        assert p.returncode == 2 and "more than half of this machine's" in p.stderr
 
 
 def test_bench_refuses_unusable_libraries(tmp_path, library, log):
