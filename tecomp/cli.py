@@ -348,14 +348,19 @@ def _cmd_bench(a) -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
-    return v
+def _at_least(lo: int):
+    def check(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            v = lo - 1
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {lo}")
+        return v
+    return check
+
+
+_positive = _at_least(1)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -376,7 +381,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("log", help="a tuning log (JSON lines written by tc.auto_schedule)")
     s.add_argument("--workload", metavar="HASH", default="",
                    help="only the records of workloads whose hash starts with HASH")
-    s.add_argument("--limit", type=int, default=50, metavar="N",
+    s.add_argument("--limit", type=_at_least(0), default=50, metavar="N",
                    help="show at most N records (default 50; 0: all)")
     s.set_defaults(run=_cmd_show)
     s = sub.add_parser("tune", help="the best record of each workload in a tuning log")
@@ -385,7 +390,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bench", help="time the kernel of a library Module.export_library "
                        "wrote, on random inputs of the shapes its metadata declares")
     s.add_argument("library", help="the .so file (with its .sha256 sidecar beside it)")
-    s.add_argument("--var", action="append", default=[], metavar="NAME=INT",
+    s.add_argument("--var", action="append", default=[], metavar="NAME=NUMBER",
                    help="the value of a symbolic extent or scalar parameter (repeatable)")
     s.add_argument("--number", type=_positive, default=10, help="calls per repeat (10)")
     s.add_argument("--repeat", type=_positive, default=5, help="repeats (5)")

@@ -229,6 +229,8 @@ def test_usage_errors_exit_2():
     assert p.returncode == 2 and "COMMAND" in p.stderr
     p = run("bench", "x.so", "--number", "0")
     assert p.returncode == 2 and "is not an integer >= 1" in p.stderr
+    p = run("show", "x.jsonl", "--limit", "-1")
+    assert p.returncode == 2 and "'-1' is not an integer >= 0" in p.stderr
 
 
 def test_verbose_logs_to_stderr(library):
