@@ -8,11 +8,18 @@
     print(tc.lower(s, [A, B, C]))
     f = tc.build(s, [A, B, C], target="llvm")
 """
-from .errors import (
+import logging as _logging
+import sys
+
+# every module logs to a child of the "tecomp" logger ("tecomp.autoschedule.search", ...);
+# quiet unless the application configures logging (logging.basicConfig(level="INFO"))
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
+
+from .errors import (  # noqa: E402
     ArgumentError, AutodiffError, AutoScheduleError, BoundsError, BuildError, ComputeError, DTypeError, ExprError,
     ExportError, GPUModelError, InternalError, KernelAssertionError, KernelMemoryError, LoadError,
     LowerError, RaceError, ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError,
-    TargetError, TecompError,
+    TargetError, TecompError, UnknownNameError,
 )
 from .ir import dtype as _dtype_mod
 from .ir.expr import Expr, IterVar, Var
@@ -36,6 +43,8 @@ from .lower import lower
 from .build import build
 from .runtime.aot import load_module  # noqa: E402  (exported libraries: Module.export_library)
 from .runtime.arrays import aligned, empty  # noqa: E402  (64-byte aligned host arrays)
+from .runtime.device import Device, cpu, cuda, device  # noqa: E402  (TVM's devices)
+from .runtime import ndarray as nd  # noqa: E402  (tc.nd.array, as tvm.nd.array)
 from . import utils  # noqa: E402  (tc.utils.get_const_tuple, as tvm.topi.utils)
 from . import threads as _threads  # noqa: E402  (no llvmlite)
 from .runtime import llvm as _runtime_llvm  # noqa: E402  (loaded by runtime.aot: no llvmlite)
@@ -75,3 +84,53 @@ from .autodiff import gradient  # noqa: E402  (tc.gradient; tecomp.autodiff has 
 from .autoschedule import auto_schedule  # noqa: E402  (tc.auto_schedule)
 from . import viz  # noqa: E402  (pictures: tc.roofline, tc.draw_schedule)
 from .viz import draw_schedule, roofline  # noqa: E402
+
+
+_GRAPHS = ("tecomp compiles tensor expressions, not model graphs: write the operators with "
+           "tc.compute or tecomp.nn, and call them from PyTorch with tecomp.torch")
+_TUNING = ("tc.auto_schedule(args, trials=N, log='tuning.jsonl') searches and logs; "
+           "tc.auto_schedule(args, log=...) replays the best record")
+_TARGETS = ("tecomp generates code for CPUs (target='llvm') and CUDA GPUs (target='cuda', or "
+            "'cuda-emu' to check a GPU schedule on the CPU)")
+
+#: TVM names tecomp does not have -> what to use instead (``tc.<name>`` raises an
+#: UnknownNameError saying so)
+_TVM_NAMES = {
+    "tir": "tc.lower(s, args) returns the lowered loop IR (a PrimFunc: print it); its node "
+           "classes are in tecomp.ir",
+    "IRModule": "tc.lower(s, args) returns one PrimFunc, not an IRModule; tc.build takes "
+                "the schedule (or that PrimFunc)",
+    "transform": "tc.lower and tc.build run every lowering pass themselves; there is no pass "
+                 "manager to call",
+    "relay": _GRAPHS, "relax": _GRAPHS,
+    "topi": "tecomp.nn holds the operators with their schedules (import tecomp.nn; "
+            "tecomp.nn.conv2d_nchw, tecomp.nn.dense, ...)",
+    "autotvm": _TUNING, "auto_scheduler": _TUNING, "meta_schedule": _TUNING,
+    "gpu": "tc.cuda(0) (TVM renamed tvm.gpu to tvm.cuda)",
+    "context": "tc.device('cuda', 0), tc.cpu(0) or tc.cuda(0) (TVM renamed tvm.context to "
+               "tvm.device)",
+    "rocm": _TARGETS, "opencl": _TARGETS, "vulkan": _TARGETS, "metal": _TARGETS,
+    "contrib": "export a compiled module with f.export_library('k.so') and load it with "
+               "tc.load_module('k.so'); tc.extern and tc.register_func call your own code",
+    "driver": "tc.build(s, args, target) and tc.lower(s, args)",
+    "script": "tc.lower(s, args) returns the loop IR; print it",
+    "ndarray": "tc.nd.array(x) (an NDArray: a numpy array with asnumpy()) or plain numpy "
+               "arrays, which compiled functions take directly",
+}
+
+
+def __getattr__(name: str):
+    """A subpackage not imported yet (``tc.nn``, ``tc.testing``, ``tc.torch``...) is
+    imported on first use; a TVM name tecomp does not have raises an UnknownNameError
+    saying what to use instead."""
+    import importlib
+    import importlib.util
+
+    if name.isidentifier() and not name.startswith("_"):
+        if name in _TVM_NAMES:
+            raise UnknownNameError(f"tecomp has no {name!r} (a TVM name): "
+                                   f"{_TVM_NAMES[name]}")
+        if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name,
+                         obj=sys.modules[__name__])

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from contextlib import contextmanager
 from typing import Optional
 
-from .errors import LowerError
+from .errors import ArgumentError, LowerError, TargetError
 from .codegen import cuda as _cuda_c, cuda_emu as _cuda_emu, nvcc as _nvcc
 from .ir.deep import deep_entry
 from .ir.stmt import PrimFunc
@@ -14,6 +15,8 @@ from .ir.stmt import PrimFunc
 from .lower.pipeline import lower
 from .target import KINDS as TARGETS  # noqa: E402,F401  (the target kinds)
 from .target import as_target
+
+_log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -33,7 +36,8 @@ def _gc_paused():
 
 
 @deep_entry(lambda s_or_func, *a, **k: ("tc.build", s_or_func))
-def build(s_or_func, args=None, target="llvm", name: str = "main", checks: bool = False):
+def build(s_or_func, args=None, target="llvm", name: str = "main", checks: bool = False, *,
+          entry_name: Optional[str] = None, target_host=None):
     """Compile a schedule (or a lowered PrimFunc) for ``target``: a
     :class:`~tecomp.target.Target` or its string.
 
@@ -45,9 +49,40 @@ def build(s_or_func, args=None, target="llvm", name: str = "main", checks: bool 
 
     ``checks=True`` (llvm) adds a bounds check to every load and store: an access out of
     bounds raises :class:`BoundsError` naming the buffer, the index and the statement.
+
+    For code written for TVM: ``entry_name=`` is another spelling of ``name=`` (the
+    module's ``entry_name`` is its name), and ``target_host=`` is accepted when it is
+    this machine's CPU (``"llvm"``), where tecomp runs a CUDA module's host side anyway.
     """
+    name = _entry_name(name, entry_name)
+    _check_target_host(target, target_host)
     with _gc_paused():
         return _build(s_or_func, args, target, name, checks)
+
+
+def _entry_name(name, entry_name):
+    """``name``, or TVM's ``entry_name`` where only that was given."""
+    if entry_name is None:
+        return name
+    if name != "main" and name != entry_name:
+        raise ArgumentError(f"tc.build: name={name!r:.60} and entry_name={entry_name!r:.60} "
+                            f"name the function twice; give one of them (name= is tecomp's)")
+    return entry_name
+
+
+def _check_target_host(target, target_host) -> None:
+    """TVM's ``target_host``: accepted when it is this machine's CPU, else refused."""
+    if target_host is None:
+        return
+    try:
+        th = as_target(target_host)
+    except TargetError as e:
+        raise ArgumentError(f"tc.build: target_host: {e}") from None
+    if not (th.is_cpu and th.is_host):
+        raise ArgumentError(
+            f"tc.build: target_host={str(th)!r:.80}: tecomp runs the host side of a module on "
+            f"this machine's CPU and cannot compile it for another; drop target_host (or pass "
+            f"'llvm'), and give the device in target= (e.g. target='cuda')")
 
 
 class Backend:
@@ -188,4 +223,7 @@ def _build(s_or_func, args, target, name, checks):
         mod.prim_func = func
     except AttributeError:
         pass
+    _log.debug("build %s for target %s (%s backend): %.3f s, lowering %.3f s", func.name, tgt,
+               backend.name or backend.kind, time.perf_counter() - t0,
+               stats.get("lower_seconds", 0.0))
     return mod

@@ -104,6 +104,12 @@ class AutoScheduleError(TecompError, ValueError):
     log, a runner), or a search found no candidate that ran correctly."""
 
 
+class UnknownNameError(TecompError, AttributeError):
+    """A name tecomp does not have, often one TVM has (``tc.relay``, ``tc.tir``): the
+    message says what tecomp offers instead.  An AttributeError, so ``hasattr`` and
+    ``getattr(tc, name, default)`` work as usual."""
+
+
 class InternalError(RuntimeError):
     """A broken invariant inside tecomp: always a tecomp bug, never the user's fault."""
 

@@ -15,6 +15,7 @@ and their knobs, :mod:`~tecomp.autoschedule.search` for the search,
 """
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from typing import Optional
@@ -27,6 +28,8 @@ from .checks import check_args, check_shapes, cpu_target
 from . import records
 from .cuda_rules import gpu_rules, measure_unavailable
 from .rules import Knobs, apply_rules, outputs_of
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["auto_schedule", "AutoScheduleWarning", "Config", "default_config", "apply_config"]
 
@@ -58,8 +61,13 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
       cost model trained on the measurements; ``"random"``: random sampling), each run
       in a child process by ``runner`` (``"local"``, ``"dask"`` or a runner object);
       every measurement is appended to ``log`` (JSON lines) when given.  ``timeout``
-      (seconds) stops the search early.  ``progress`` shows a progress bar (default:
-      when stderr is a terminal).
+      (seconds) stops the search early.  ``progress``: ``None`` (the default) shows the
+      search's progress on stderr: a tqdm bar on a terminal or in Jupyter (a line
+      rewritten in place without tqdm), a plain line every tenth of the trials where
+      stderr is not a terminal (a CI log); ``False`` shows nothing; ``True`` always
+      shows it.  The search also logs to ``logging.getLogger("tecomp")`` (INFO: the
+      space, the trials, why it stopped early, the best; DEBUG: every candidate), and
+      ``s.tune_result`` says the same (``print(s.tune_result.summary())``).
     * ``shapes={"n": 1024}`` binds symbolic extents for the decisions and the
       measurements; the schedule stays correct for any value.
 
@@ -86,6 +94,10 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
             timeout, (int, float)) or not timeout > 0):
         raise AutoScheduleError(f"auto_schedule: timeout must be a positive number of "
                                 f"seconds or None, got {timeout!r:.60}")
+    if progress is not None and not isinstance(progress, bool):
+        raise AutoScheduleError(f"auto_schedule: progress must be True, False or None (None: "
+                                f"shown on a terminal, in Jupyter and in CI logs), got "
+                                f"{progress!r:.60}")
     if log is not None and not isinstance(log, (str, os.PathLike)):
         raise AutoScheduleError(f"auto_schedule: log must be a file path (str or Path) or "
                                 f"None, got {type(log).__name__}")
@@ -104,6 +116,8 @@ def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
             s = _from_log(args, log, key, target, shapes)
             if s is not None:
                 return s
+        _log.debug("auto_schedule %s: the rule-based schedule for %s (no measurement)",
+                   outputs_of(args)[0].name, target)
         return rules(args, Knobs(), info, shapes)
     # (lazy: the search measures through llvmlite, which `import tecomp` does not load)
     from .search import tune
@@ -138,11 +152,17 @@ def _from_log(args, log, key, target, shapes):
         try:
             s = replay(rec["trace"], outputs_of(args), shapes)
             check_candidate(s, args, target)
+            _log.info("auto_schedule %s: the best record of this workload in %s (line %d, "
+                      "%d records of it), no search", outputs_of(args)[0].name, p, line,
+                      len(ranked))
             return s
         except TecompError as e:
             warnings.warn(f"{p}:{line}: auto_schedule: the record does not replay on this "
                           f"compute ({str(e)[:400]}); skipped", AutoScheduleWarning,
                           stacklevel=3)
+    if not ranked:
+        _log.info("auto_schedule %s: no record of this workload (hash %s) in %s",
+                  outputs_of(args)[0].name, key["hash"][:12], p)
     if ranked:
         warnings.warn(f"auto_schedule: none of the {min(len(ranked), MAX_LOG_CANDIDATES)} best "
                       f"records of this workload in {p!r} replays; using the analytic "

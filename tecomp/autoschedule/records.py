@@ -374,21 +374,31 @@ def load_records(path, key: Optional[dict] = None, *, lines: bool = False) -> li
     """The valid records of the log at ``path`` (those of workload ``key`` when given); a
     missing file has none.  ``lines=True``: ``(line number, record)`` pairs."""
     p = _check_path(path, "load_records")
+    pairs, skipped = scan_log(p, key)
+    for n, why, head in skipped:
+        warnings.warn(f"{p}:{n}: {why}; line skipped: {head!r}", RecordWarning, stacklevel=2)
+    return pairs if lines else [r for _, r in pairs]
+
+
+def scan_log(path, key: Optional[dict] = None) -> Tuple[List[Tuple[int, dict]],
+                                                        List[Tuple[int, str, bytes]]]:
+    """The ``(line number, record)`` pairs of the log at ``path`` (of workload ``key``
+    when given) and its lines that are not records, as ``(line number, why, its first 60
+    bytes)``; :func:`load_records` warns of those.  A missing file has neither."""
+    p = _check_path(path, "load_records")
     raw = _read_log(p)
     if raw is None:
-        return []
-    out = []
+        return [], []
+    out, skipped = [], []
     for n, line in enumerate(raw.split(b"\n"), 1):
         if not line.strip():
             continue
         rec, why = _parse(line)
         if why is not None:
-            warnings.warn(f"{p}:{n}: {why}; line skipped: {line[:60]!r}", RecordWarning,
-                          stacklevel=2)
-            continue
-        if key is None or rec["workload"] == key:
-            out.append((n, rec) if lines else rec)
-    return out
+            skipped.append((n, why, line[:60]))
+        elif key is None or rec["workload"] == key:
+            out.append((n, rec))
+    return out, skipped
 
 
 def ranked_records(path, key: dict) -> List[Tuple[int, dict]]:
@@ -396,8 +406,13 @@ def ranked_records(path, key: dict) -> List[Tuple[int, dict]]:
     record)``: by median time, of equal ones the first in the log.  Where a search ended
     with its finalists measured again (records with ``"search": "final"``: every timing of
     a candidate, interleaved with the others), those come first."""
-    recs = [(n, r) for n, r in load_records(path, key, lines=True)
-            if r.get("ok") and r.get("times")]
+    return rank(load_records(path, key, lines=True))
+
+
+def rank(pairs) -> List[Tuple[int, dict]]:
+    """The ``(line number, record)`` pairs that ran correctly, best first (the order of
+    :func:`ranked_records`)."""
+    recs = [(n, r) for n, r in pairs if r.get("ok") and r.get("times")]
     return sorted(recs, key=lambda nr: (nr[1].get("search") != "final",
                                         statistics.median(nr[1]["times"]), nr[0]))
 

@@ -26,7 +26,9 @@ benchmarks/history/2026-11-26.md, "TE features, and the measured search on the Z
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import random
 import sys
 import time
@@ -37,6 +39,11 @@ import numpy as np
 
 from ..codegen.cuda import codegen_cuda
 from ..errors import AutoScheduleError, ScheduleError, TecompError
+from ..ir import dtype as _dt
+from ..ir.expr import BinaryOp, Call, Const, Reduce, Var
+from ..ir.functor import collect, substitute
+from ..ir.simplify import simplify
+from ..te.tensor import ComputeOp, compute_ops
 from ..lower import lower
 from ..schedule.trace import replay
 from ..target import as_target
@@ -49,6 +56,8 @@ POOL = 96           # candidates the model ranks per round
 EXPLORE = 0.25      # share of each batch picked at random (model-guided search)
 FINALISTS = 4       # the fastest candidates measured again at the end (with the analytic one)
 FINAL_ROUNDS = 2    # how many times
+
+_log = logging.getLogger(__name__)
 
 
 def build_candidate(args, payload):
@@ -91,10 +100,129 @@ class Trial:
 
 @dataclass
 class TuneResult:
+    """What a measured search did (``s.tune_result`` of ``tc.auto_schedule(...,
+    trials=N)``).  ``repr`` is one line; :meth:`summary` is a table of the best
+    candidates."""
+
     best: Optional[Trial]     # the fastest finalist (by final_seconds), else by seconds
     trials: List[Trial] = field(default_factory=list)
     history: List[float] = field(default_factory=list)   # best seconds after each trial
     finalists: List[Trial] = field(default_factory=list)
+    #: the name of the (first) output the search scheduled
+    workload: str = ""
+    #: the target searched for, as a string
+    target: str = "llvm"
+    #: the log the measurements were appended to, or None
+    log: Optional[str] = None
+    #: the ``trials=`` asked for
+    requested: int = 0
+    #: how many knob combinations the rules offer (an upper bound on the distinct
+    #: schedules: two combinations may give one schedule); None when not counted
+    space_size: Optional[int] = None
+    #: why the search measured fewer than ``requested`` candidates ("" when it did not)
+    stopped: str = ""
+    #: floating-point operations of one call (None when an extent is symbolic and unbound)
+    flops: Optional[int] = None
+
+    @property
+    def best_seconds(self) -> Optional[float]:
+        """The best candidate's time: its final median when it was measured again, else
+        its first median; None when no candidate ran."""
+        if self.best is None:
+            return None
+        return self.best.final_seconds if self.best.final_seconds is not None \
+            else self.best.seconds
+
+    @property
+    def gflops(self) -> Optional[float]:
+        """GFLOP/s of the best candidate (None when the FLOPs or a time are unknown)."""
+        t = self.best_seconds
+        if self.flops is None or t is None or not t > 0 or not math.isfinite(t):
+            return None
+        return self.flops / t / 1e9
+
+    def __repr__(self) -> str:
+        failed = sum(1 for t in self.trials if t.error)
+        if self.best is None:
+            best = "no candidate ran"
+        else:
+            best = f"best {self.best_seconds * 1e3:.4g} ms"
+            g = self.gflops
+            if g is not None:
+                best += f" ({g:.4g} GFLOP/s)"
+        parts = [f"workload={self.workload!r}", f"target={self.target!r}", best,
+                 f"trials={len(self.trials)}/{self.requested}"]
+        if failed:
+            parts.append(f"failed={failed}")
+        if self.log is not None:
+            parts.append(f"log={self.log!r}")
+        return f"TuneResult({', '.join(parts)})"
+
+    def summary(self, top: int = 5) -> str:
+        """The search as a readable table.
+
+        Parameters
+        ----------
+        top : int
+            How many of the fastest candidates to list (default 5).
+
+        Returns
+        -------
+        str
+            The workload, target, space size, trials measured, why the search stopped
+            early, the log, the FLOPs of a call, then one row per candidate: rank, trial,
+            milliseconds, GFLOP/s and knobs.
+        """
+        failed = sum(1 for t in self.trials if t.error)
+        space = "not counted" if self.space_size is None else f"{self.space_size} knob combinations"
+        lines = [f"auto_schedule search of {self.workload!r} for target {self.target!r}",
+                 f"  space:    {space}",
+                 f"  measured: {len(self.trials)} of trials={self.requested}"
+                 + (f" ({failed} failed)" if failed else ""),
+                 ]
+        if self.stopped:
+            lines.append(f"  stopped:  {self.stopped}")
+        if self.log is not None:
+            lines.append(f"  log:      {self.log}")
+        if self.flops is not None:
+            lines.append(f"  work:     {self.flops} FLOPs a call")
+        ok = sorted((t for t in self.trials if math.isfinite(t.seconds)),
+                    key=lambda t: (t.final_seconds if t.final_seconds is not None
+                                   else t.seconds, t.index))
+        if not ok:
+            lines.append("  no candidate ran correctly")
+            return "\n".join(lines)
+        head = ["rank", "trial", "ms", "GFLOP/s", "knobs"]
+        rows = []
+        for rank, t in enumerate(ok[:max(1, int(top))], 1):
+            secs = t.final_seconds if t.final_seconds is not None else t.seconds
+            g = f"{self.flops / secs / 1e9:.4g}" if self.flops is not None and secs > 0 else "-"
+            knobs = ", ".join(f"{k}={v}" for k, v in sorted(t.knobs.items(), key=lambda kv:
+                                                            str(kv[0])))
+            rows.append([str(rank), str(t.index) + (" (analytic)" if t.index == 0 else ""),
+                         f"{secs * 1e3:.4g}", g, knobs or "(the analytic defaults)"])
+        lines.append("")
+        lines.extend(format_table(head, rows))
+        return "\n".join(lines)
+
+
+def format_table(head: List[str], rows: List[List[str]]) -> List[str]:
+    """``rows`` under ``head`` as aligned text lines (the last column is not padded)."""
+    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+
+    def line(r):
+        return "  ".join(c.ljust(w) if i < len(r) - 1 else c
+                         for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    return [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def space_size(space: Dict[str, list]) -> int:
+    """How many knob combinations ``space`` (knob name -> its choices) holds."""
+    n = 1
+    for ch in space.values():
+        n *= max(1, len(ch))
+    return n
 
 
 def _features(space: Dict[str, list], values: dict, names: List[str]) -> np.ndarray:
@@ -113,40 +241,89 @@ def _features(space: Dict[str, list], values: dict, names: List[str]) -> np.ndar
     return np.asarray(out, dtype=np.float64)
 
 
-class _Progress:
+def _in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (its stderr is no terminal, but a
+    progress bar shows)."""
+    ip = sys.modules.get("IPython")
+    get = getattr(ip, "get_ipython", None) if ip is not None else None
+    try:
+        shell = get() if get is not None else None
+    except Exception:  # noqa: BLE001 - IPython's own state: no notebook then
+        return False
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def _is_tty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except Exception:  # noqa: BLE001 - a replaced stderr without isatty, or closed
+        return False
+
+
+class Progress:
+    """The progress of a search, on stderr (read when it starts: a test may replace it).
+
+    ``enabled``: ``False`` shows nothing; ``True`` always shows it; ``None`` (the
+    default) shows it on a terminal, in Jupyter and in a log (a CI job's stderr).  On a
+    terminal or in Jupyter it is a tqdm bar (``tqdm.auto``) when tqdm is installed, else
+    one line rewritten in place (``\\r``, a terminal only); where stderr is not a
+    terminal (a CI log, a file) it is a plain line at every tenth of the trials and at
+    the end, never a ``\\r``.  Whatever is shown, the search also logs to the
+    ``tecomp.autoschedule.search`` logger."""
+
     def __init__(self, total: int, enabled: Optional[bool], desc: str):
-        if enabled is None:
-            enabled = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
-        self.enabled = bool(enabled)
-        self.bar = None
+        self.stream = sys.stderr
         self.n, self.total, self.desc = 0, total, desc
-        if self.enabled:
+        self.bar = None
+        live = _is_tty(self.stream) or _in_notebook()
+        self.enabled = enabled is not False
+        if not self.enabled:
+            self.mode = "off"
+            return
+        self.mode = "live" if live else "lines"
+        if live:
             try:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=total, desc=desc, unit="trial", file=sys.stderr)
+                from tqdm.auto import tqdm
             except ImportError:
-                self.bar = None
+                tqdm = None
+            if tqdm is not None:
+                self.bar = tqdm(total=total, desc=desc, unit="trial", file=self.stream,
+                                dynamic_ncols=True, leave=True)
+                self.mode = "tqdm"
+        self._next_line = 0
 
-    def update(self, best: float, failed: int):
+    def update(self, best: float, failed: int) -> None:
         self.n += 1
         if not self.enabled:
             return
-        post = f"best {best * 1e3:.3f} ms" if math.isfinite(best) else "no result yet"
+        post = f"best {best * 1e3:.4g} ms" if math.isfinite(best) else "no result yet"
         if failed:
             post += f", {failed} failed"
         if self.bar is not None:
-            self.bar.set_postfix_str(post)
+            self.bar.set_postfix_str(post, refresh=False)
             self.bar.update(1)
-        else:
-            sys.stderr.write(f"\r{self.desc}: {self.n}/{self.total} trials, {post}")
-            sys.stderr.flush()
+        elif self.mode == "live":
+            self.stream.write(f"\r{self.desc}: {self.n}/{self.total} trials, {post}")
+            self.stream.flush()
+        elif self.n >= self._next_line or self.n == self.total:
+            # (about ten lines a search, whatever its size)
+            self._next_line = self.n + max(1, self.total // 10)
+            self.stream.write(f"{self.desc}: {self.n}/{self.total} trials, {post}\n")
+            self.stream.flush()
 
-    def close(self):
+    def close(self, why: str = "") -> None:
         if self.bar is not None:
             self.bar.close()
-        elif self.enabled:
-            sys.stderr.write("\n")
+            if why:   # (a line of its own: a bar is cut to the terminal's width)
+                self.stream.write(f"{self.desc}: {why}\n")
+                self.stream.flush()
+        elif self.mode == "live":
+            self.stream.write("\n" if not why else f" ({why})\n")
+            self.stream.flush()
+        elif self.mode == "lines" and why:
+            self.stream.write(f"{self.desc}: stopped at {self.n}/{self.total} trials: "
+                              f"{why}\n")
+            self.stream.flush()
 
 
 def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
@@ -165,12 +342,21 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
     rules(args, base, info, shapes)
     space: Dict[str, list] = dict(base.space)
     seen: Dict[str, Optional[Trial]] = {}
-    result = TuneResult(None)
+    name = outputs_of(args)[0].name
+    result = TuneResult(None, workload=name, target=str(target),
+                        log=None if log is None else os.fspath(log), requested=trials,
+                        flops=workload_flops(args, shapes))
     model = None
     feats: List[np.ndarray] = []
     costs: List[float] = []
-    bar = _Progress(trials, progress, f"auto_schedule {outputs_of(args)[0].name}")
+    _log.info("auto_schedule %s (target %s): search=%s, trials=%d%s%s; the analytic "
+              "schedule's knobs: %s (%d combinations; other choices may add knobs)", name,
+              target, strategy, trials, f", timeout {timeout:g} s" if timeout is not None
+              else "", f", log {result.log!r}" if log is not None else "",
+              _space_text(space), space_size(space))
+    bar = Progress(trials, progress, f"auto_schedule {name}")
     lowered = set()
+    refused = [0]
 
     def realize(values=None) -> Optional[tuple]:
         """(knob values, trace, its signature) of a candidate, or None when the
@@ -183,7 +369,10 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
             if sig not in lowered:
                 check_candidate(s, args, target)
                 lowered.add(sig)
-        except TecompError:
+        except TecompError as e:
+            refused[0] += 1
+            _log.debug("auto_schedule %s: candidate %s refused before measuring: %s", name,
+                       k.values, str(e)[:200])
             return None
         space.update(k.space)
         return k.values, tr, sig
@@ -208,8 +397,11 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
 
     first = realize(base.values)
     pending = [first] if first is not None else []
+    stopped = ""
     while len(result.trials) < trials:
         if timeout is not None and time.monotonic() - start > timeout:
+            stopped = (f"the timeout of {timeout:g} s ran out after {len(result.trials)} "
+                       f"of trials={trials}")
             break
         want = min(BATCH, trials - len(result.trials)) - len(pending)
         tries = 0
@@ -246,8 +438,9 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
                 rest = [pool[i] for i in order[want - n_rand:]]
                 rng.shuffle(rest)
                 pending.extend(picked + rest[:n_rand])
-        if not pending:
-            break   # the space is exhausted
+        if not pending:   # the space is exhausted
+            stopped = _exhausted(len(seen), trials, space, refused[0])
+            break
         batch, pending = pending, []
         res = run.run(args, build_candidate, [{"trace": c[1]} for c in batch], shapes=shapes,
                       **({} if str(target) == "llvm" else {"target": str(target)}))
@@ -265,6 +458,8 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
                     key, c[1], list(r.times) if r.ok else None, None if r.ok else (
                         r.error or "failed"), knobs=_jsonable(c[0]), trial=t.index,
                     search=strategy))
+            _log.debug("auto_schedule %s: trial %d %s: %s", name, t.index, c[0],
+                       f"{secs * 1e3:.4g} ms" if r.ok else f"failed: {(r.error or '')[:200]}")
             feats.append(c[0])
             costs.append(secs)
             bar.update(result.best.seconds if result.best else math.inf,
@@ -274,10 +469,91 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
             names = sorted(space)
             model = CostModel(seed=seed)
             model.update([_features(space, v, names) for v in feats], costs)
-    bar.close()
+    result.space_size = space_size(space)
+    result.stopped = stopped
+    bar.close(stopped)
+    if stopped:
+        _log.info("auto_schedule %s: %s", name, stopped)
     if timeout is None or time.monotonic() - start <= timeout:
         _final(result, run, args, shapes, target, log, key)
+        if result.finalists:
+            _log.info("auto_schedule %s: measured the %d fastest candidates again (%d rounds)",
+                      name, len(result.finalists), FINAL_ROUNDS)
+    elif result.trials:
+        _log.info("auto_schedule %s: no final measurement of the fastest candidates (the "
+                  "timeout ran out)", name)
+    failed = sum(1 for t in result.trials if t.error)
+    if result.best is None:
+        _log.warning("auto_schedule %s: none of the %d candidates ran correctly", name,
+                     len(result.trials))
+    else:
+        _log.info("auto_schedule %s: best %.4g ms (trial %d%s) of %d measured%s, in %.1f s",
+                  name, result.best_seconds * 1e3, result.best.index,
+                  ", the analytic schedule" if result.best.index == 0 else "",
+                  len(result.trials), f", {failed} failed" if failed else "",
+                  time.monotonic() - start)
     return result
+
+
+def _space_text(space: Dict[str, list]) -> str:
+    """``space`` as ``name: n choices``, for the log."""
+    return ", ".join(f"{k}: {len(v)}" for k, v in sorted(space.items())) or "no knobs"
+
+
+def _exhausted(distinct: int, trials: int, space: Dict[str, list], refused: int) -> str:
+    """Why a search that ran out of new candidates measured ``distinct`` of ``trials``."""
+    n = space_size(space)
+    why = (f"the search space has only {distinct} distinct "
+           f"schedule{'s' if distinct != 1 else ''}")
+    if distinct < n:
+        why += (f" that lower{'s' if distinct == 1 else ''} (its {n} knob combinations "
+                f"give no other)")
+    if refused:
+        why += f"; {refused} sampled candidates did not lower and were not measured"
+    return f"measured {distinct} of trials={trials} because {why}"
+
+
+def workload_flops(args, shapes=None) -> Optional[int]:
+    """Floating-point operations of one call of the computes of ``args``: for each
+    compute, its points (times its reduction's points) times the floating-point
+    arithmetic and math calls of its body (a reduction's combine counts
+    one).  None when an extent is symbolic and not bound by ``shapes``."""
+    def extent(e) -> Optional[int]:
+        if shapes:
+            vmap = {v: Const(int(shapes[v.name]), v.dtype)
+                    for v in collect(e, lambda n: isinstance(n, Var)) if v.name in shapes}
+            e = substitute(e, vmap) if vmap else e
+        e = simplify(e)
+        return int(e.value) if isinstance(e, Const) else None
+
+    def ops(e) -> int:
+        return len(collect(e, lambda n: isinstance(n, (BinaryOp, Call))
+                           and _dt.is_float(n.dtype)))
+
+    def points(ivs) -> Optional[int]:
+        n = 1
+        for iv in ivs:
+            x = extent(iv.dom.extent)
+            if x is None:
+                return None
+            n *= x
+        return n
+
+    total = 0
+    outs = [t for t in args if hasattr(t, "op")]
+    for op in compute_ops([t.op for t in outs]):
+        if not isinstance(op, ComputeOp):
+            continue
+        pts = points(op.axis)
+        if pts is None:
+            return None
+        for body in op.bodies:
+            red = points(body.axis) if isinstance(body, Reduce) else 1
+            if red is None:
+                return None
+            total += pts * red * (ops(body.source) + 1) if isinstance(body, Reduce) \
+                else pts * ops(body)
+    return total
 
 
 def _final(result: TuneResult, run, args, shapes, target, log, key) -> None:

@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
@@ -64,6 +66,8 @@ CXX_FLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC", "-fwrapv", "-fno-strict-al
 #: the stack of an emulated thread beyond its kernel's per-thread arrays (KiB; the
 #: environment variable TECOMP_CUDA_EMU_STACK_KIB sets another)
 DEFAULT_STACK_KIB = 256
+
+_log = logging.getLogger(__name__)
 
 _CTYPES_SCALAR = {
     "int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32,
@@ -228,11 +232,15 @@ def compile_emu_library(cs: CudaSource, load: bool = True) -> Optional[EmuLibrar
         # loaded only when its sha256 sidecar matches (tecomp/runtime/libfiles.py): a
         # truncated or replaced file is rebuilt instead of being handed to dlopen
         if final.exists() and sidecar_matches(final):
+            _log.debug("cuda-emu cache hit: %s", final)
             if not load:
                 return None
             loaded = _try_load(str(final))
         if loaded is None:
+            _log.debug("cuda-emu cache miss: compiling %s", final)
+            t0 = time.perf_counter()
             loaded = _build(cxx, header, launcher, cs.source, d, final, load)
+            _log.debug("cuda-emu compiled %s in %.2f s", final.name, time.perf_counter() - t0)
         if not load:
             return None
         lib = EmuLibrary(cs, str(final), loaded)

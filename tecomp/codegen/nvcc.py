@@ -6,6 +6,7 @@ comes from :func:`tecomp.codegen.cuda.codegen_cuda` (a :class:`CudaSource` or it
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -15,6 +16,8 @@ from typing import Optional
 from ..errors import BuildError, RuntimeUnavailableError
 from .cuda import CudaSource
 from ..runtime.libfiles import cache_root, digest_bytes, private_dir, read_sidecar, tool_identity, write_with_sidecar
+
+_log = logging.getLogger(__name__)
 
 
 def find_nvcc() -> Optional[str]:
@@ -85,9 +88,11 @@ def compile_cubin(source: str, arch: str, options=()) -> bytes:
     try:
         data = path.read_bytes()
         if read_sidecar(path) == digest_bytes(data):
+            _log.debug("nvcc cache hit: %s", path)
             return data
     except OSError:
         pass
+    _log.debug("nvcc cache miss: compiling %s for %s", path.name, arch)
     data = _run_nvcc(nvcc, src, arch, "cubin", options)
     write_with_sidecar(path, data, 0o600)
     return data

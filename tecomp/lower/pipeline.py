@@ -56,13 +56,18 @@ def _dump(title, func):
 
 @deep_entry(lambda s, *a, **k: ("tc.lower", s))
 def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | None = None,
-          phase: str = "lower") -> PrimFunc:
+          phase: str = "lower", *, simple_mode: bool = False) -> PrimFunc:
     """Lower a schedule to a PrimFunc; ``str()`` of it is the loop IR.  ``target``: a
     :class:`~tecomp.target.Target` or its string; its kind chooses the passes (the GPU
     ones for ``cuda``/``cuda-emu``) and it is kept in ``func.attrs["target"]``.
     ``phase="codegen"``: also run the target's :data:`CODEGEN_PASSES` (vector plans and
     parallel tasks for llvm, the host/device split for the GPU): the IR that the code
-    generator renders."""
+    generator renders.  ``simple_mode`` is TVM's: accepted (True or False) and changes
+    nothing, since ``print(tc.lower(s, args))`` prints the loop nest alone already."""
+    if not isinstance(simple_mode, bool):
+        raise LowerError(f"tc.lower: simple_mode must be True or False, got "
+                         f"{simple_mode!r:.40} (it changes nothing in tecomp: the printed "
+                         f"function is the loop nest alone)")
     tgt = as_target(target)
     if not isinstance(s, Schedule):
         raise LowerError(f"tc.lower takes a schedule made by tc.create_schedule, got {s!r}")

@@ -45,6 +45,7 @@ libraries you or someone you trust exported (docs/runtime.md, "Trust model").
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import re
 import shutil
@@ -69,6 +70,8 @@ __all__ = ["load_module", "MAX_LIBRARY_BYTES"]
 
 #: a file larger than this is not a kernel library (it is not read)
 MAX_LIBRARY_BYTES = 1 << 30
+
+_log = logging.getLogger(__name__)
 
 _LOCK = threading.Lock()
 #: dlopen handle -> the loaded library (its pool registered once)
@@ -113,6 +116,8 @@ def load_module(path, *, verify: bool = True) -> "_rt.Module":
     mod.library_path = path
     mod.metadata = info.raw
     mod.load_seconds = time.perf_counter() - t0
+    _log.debug("load_module %s: %s, in %.3f s", where, _fmt.library_description(info),
+               mod.load_seconds)
     return mod
 
 

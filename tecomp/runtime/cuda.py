@@ -276,6 +276,10 @@ class CudaSourceModule(Timed):
     """What the CUDA module and its CPU emulation share: the generated source and its
     kernels, the argument checks of a call, and each kernel's launch sizes."""
 
+    def _device_type(self) -> int:
+        """CUDA (DLPack's 2): GPU 0, or its emulation, which stands for it."""
+        return 2
+
     def __init__(self, cs: CudaSource, device: Optional[bool]):
         self.cuda_source = cs
         self.func = cs.func

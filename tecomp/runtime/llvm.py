@@ -114,6 +114,7 @@ from .pybind import (
     binder_ir,
 )
 from .timing import Timed
+from .ndarray import NDArray
 
 __all__ = ["Module", "set_num_threads", "get_num_threads", "KernelMemoryError",
            "KernelAssertionError"]
@@ -789,6 +790,11 @@ class Module(Timed):
                 v = self._variants.get(key) or self._variant(*key)
                 rc = v.fn_ptr(sc.base, sc.args_addr, sc.err_addr)  # data pointers
             else:
+                if any(type(a) is NDArray for a in args):
+                    # tc.nd.array's arrays (TVM's spelling): the same memory as plain
+                    # numpy arrays, which take the fast paths above
+                    return self(*[a.view(np.ndarray) if type(a) is NDArray else a
+                                  for a in args])
                 # torch tensors, DLPack, the array interface: numpy views of their memory,
                 # kept alive by ``args`` until the kernel returns
                 args = plan.checker.host_arrays(args)

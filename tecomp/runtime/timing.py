@@ -24,6 +24,7 @@ import time
 from typing import Callable, List, Optional, Sequence
 
 from ..errors import ArgumentError
+from .device import Device
 
 __all__ = ["Timed", "TimeResult", "calls_per_repeat", "time_calls", "time_evaluator"]
 
@@ -104,15 +105,14 @@ def _count(name: str, v, lo: int, owner: str) -> int:
 
 
 def time_evaluator(f: Callable, owner: str, args: tuple, number=10, repeat=3,
-                   min_repeat_ms=0, warmup: int = 1) -> Callable[..., TimeResult]:
+                   min_repeat_ms=0, warmup: int = 1,
+                   device_type: int = 1) -> Callable[..., TimeResult]:
     """The evaluator of ``f`` (see the module docstring); ``owner`` names ``f`` in
-    messages, ``args`` are the positional arguments the method was given (refused: a
-    tecomp module is one function, so TVM's ``func_name, dev`` are not taken)."""
+    messages, ``args`` are the positional arguments the method was given: none, or
+    TVM's ``func_name, dev`` where they name this function (``owner``) and its device
+    (``device_type``: 1 the CPU, 2 CUDA GPU 0); anything else is refused."""
     if args:
-        raise ArgumentError(
-            f"{owner}.time_evaluator takes keyword arguments only (a tecomp module is one "
-            f"function on one device; TVM's func_name and dev are not needed): call "
-            f"f.time_evaluator(number=10, repeat=3, min_repeat_ms=0)(*arrays)")
+        _tvm_args(owner, args, device_type)
     number = _count("number", number, 1, owner)
     repeat = _count("repeat", repeat, 1, owner)
     warmup = _count("warmup", warmup, 0, owner)
@@ -137,6 +137,24 @@ def time_evaluator(f: Callable, owner: str, args: tuple, number=10, repeat=3,
     return evaluate
 
 
+def _tvm_args(owner: str, args: tuple, device_type: int) -> None:
+    """Accept TVM's ``time_evaluator(func_name, dev)`` where it means this function on its
+    own device; refuse anything else, naming tecomp's spelling."""
+    spelling = (f"{owner}.time_evaluator takes keyword arguments only (a tecomp module "
+                f"is one function on one device; TVM's func_name and dev are not needed): "
+                f"call f.time_evaluator(number=10, repeat=3, min_repeat_ms=0)(*arrays)")
+    if len(args) != 2:
+        raise ArgumentError(spelling)
+    name, dev = args
+    if name != owner:
+        raise ArgumentError(f"time_evaluator({name!r:.60}, ...): this module's function is "
+                            f"{owner!r} (f.entry_name); {spelling}")
+    want = Device(device_type, 0)
+    if not isinstance(dev, Device) or dev != want:
+        raise ArgumentError(f"time_evaluator(..., {dev!r:.60}): this module runs on "
+                            f"tc.{want!r}; {spelling}")
+
+
 class Timed:
     """Mixin of every compiled module class: ``f.time_evaluator(...)``."""
 
@@ -148,5 +166,17 @@ class Timed:
         :class:`TimeResult` (``.mean``, ``.median``, ``.results`` in seconds), as TVM's
         ``time_evaluator``: ``repeat`` repetitions of ``number`` calls after ``warmup``
         calls (see :mod:`tecomp.runtime.timing`)."""
-        name = getattr(self, "name", None) or getattr(getattr(self, "func", None), "name", "module")
-        return time_evaluator(self, name, args, number, repeat, min_repeat_ms, warmup)
+        return time_evaluator(self, self.entry_name, args, number, repeat, min_repeat_ms,
+                              warmup, self._device_type())
+
+    @property
+    def entry_name(self) -> str:
+        """The compiled function's name (``tc.build(..., name=)``; TVM's
+        ``Module.entry_name``)."""
+        return getattr(self, "name", None) or getattr(getattr(self, "func", None), "name",
+                                                      "module")
+
+    def _device_type(self) -> int:
+        """DLPack's code of the device the module runs on: 1, the CPU (the CUDA modules
+        say 2)."""
+        return 1

@@ -46,7 +46,8 @@ LAYERS: List[tuple] = [
     ("tecomp.autoschedule",),  # rules, search, records, cost model
     ("tecomp.viz",),           # pictures: rooflines, loop nests
     ("tecomp",),
-    ("tecomp.torch", "tecomp.testing"),
+    ("tecomp.torch", "tecomp.testing", "tecomp.cli"),
+    ("tecomp.__main__",),      # python -m tecomp: the command line (tecomp.cli)
 ]
 
 #: package imports that break ``LAYERS`` today: (importer, imported) -> why it is left

@@ -155,6 +155,8 @@ def test_auto_schedule_bad_args(bad, msg):
     (dict(seed="x"), r"auto_schedule: seed must be an int, got 'x'"),
     (dict(timeout=0), r"auto_schedule: timeout must be a positive number of seconds or None"),
     (dict(log=3), r"auto_schedule: log must be a file path \(str or Path\) or None, got int"),
+    (dict(progress="yes"), r"auto_schedule: progress must be True, False or None \(None: "
+                           r"shown on a terminal, in Jupyter and in CI logs\), got 'yes'"),
     (dict(shapes={"m": 3}), r"auto_schedule: shapes names 'm', which is no symbolic extent of "
                             r"these tensors \(they have none\)"),
     (dict(shapes=[1]), r"auto_schedule: shapes must be a dict of symbolic extent names to "
