@@ -14,6 +14,9 @@ class Stmt(Node):
 # Loop kinds.  "thread" loops are bound to a GPU thread axis named by ``thread_tag``
 # (``blockIdx.x`` ...): on the GPU the loop does not exist; each thread runs one value.
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread")
+#: the GPU thread axes a ``thread`` loop may be bound to (``tc.thread_axis``)
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+               "threadIdx.z", "vthread")
 
 
 @dataclass(frozen=True, slots=True)
