@@ -10,7 +10,7 @@
 """
 from .errors import (
     ArgumentError, AutodiffError, AutoScheduleError, BoundsError, BuildError, ComputeError, DTypeError, ExprError,
-    ExportError, GPUModelError, InternalError, KernelAssertionError, KernelMemoryError, LoadError,
+    ExportError, GPUModelError, InternalError, IRParseError, KernelAssertionError, KernelMemoryError, LoadError,
     LowerError, RaceError, ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError,
     TargetError, TecompError,
 )
