@@ -18,7 +18,8 @@ from tecomp.ir.stmt import ParamCheck
 from tecomp.nn import cpu as sc
 from tecomp.nn import ops
 from tecomp.testing import RandomDraw, draw_case
-from tecomp.testing.diff import schedule_case
+from tecomp.ir import interp
+from tecomp.testing.diff import draw_gpu_int8_gemm_case, draw_int8_gemm_case, schedule_case
 
 from helpers import matmul
 
@@ -199,6 +200,54 @@ def test_extern_call():
     d = np.zeros((8, 6), np.float32)
     tc.build(back)(a, b, d)
     np.testing.assert_allclose(d, np.maximum(a @ b, 0), rtol=1e-5)
+
+
+def _transposed_window_tiles():
+    """A tensorize whose operand W steps by constants only in its flattened memory
+    (printed `W[...] + (72*x0 + x1 in memory)`), as in test_tensorize."""
+    W = tc.placeholder((16, 8, 3, 3), name="W")
+    T = tc.compute((8, 3, 3, 16), lambda c, y, x, o: W[o, c, y, x], name="T")
+    s = tc.create_schedule(T.op)
+    c, y, x, o = T.op.axis
+    f = s[T].fuse(c, y, x)
+    fo, oo, fi, oi = s[T].tile(f, o, 8, 8)
+    s[T].tensorize(fi, tc.tensor_intrin("x86.transpose_f32_8x8"))
+    return s, [W, T]
+
+
+def test_tensorize_blocks():
+    A = tc.placeholder((4, 8), "uint8", name="A")
+    B = tc.placeholder((8, 16), "int8", name="B")
+    k = tc.reduce_axis((0, 8), name="k")
+    C = tc.compute((4, 16), lambda i, j: tc.sum(A[i, k].astype("int32") * B[k, j].astype(
+        "int32"), axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    s.cache_read(B, "global", [C], blocks=[(1, 8), (0, 4)])
+    jo, ji = s[C].split(C.op.axis[1], factor=8)
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=4)
+    s[C].reorder(C.op.axis[0], jo, ko, ji, ki)
+    s[C].tensorize(ji, tc.tensor_intrin("x86.avx2_u8s8s32_8x4"))
+    f = tc.lower(s, [A, B, C])
+    assert "tensorize x86.avx2_u8s8s32_8x4 (accumulate) {" in str(f)
+    round_trip(f)
+
+    s, args = _transposed_window_tiles()
+    f = tc.lower(s, args)
+    assert "+ (72*x0 + x1 in memory)" in str(f)
+    back = round_trip(f)
+    w = np.random.default_rng(3).standard_normal((16, 8, 3, 3)).astype(np.float32)
+    out = np.zeros((8, 3, 3, 16), np.float32)
+    interp.run(back, w, out)
+    np.testing.assert_array_equal(out, w.transpose(1, 2, 3, 0))
+
+
+def test_fuzzer_tensorized_int8_gemms_round_trip():
+    seeds = range(40 if LONG else 6)
+    for seed in seeds:
+        for draw in (draw_int8_gemm_case, draw_gpu_int8_gemm_case):
+            case = draw(RandomDraw(seed), name=f"seed {seed}")
+            s, args, func = schedule_case(case)
+            round_trip(tc.lower(s, args, target=case.target))
 
 
 # ---------------------------------------------------------------------------------

@@ -14,8 +14,10 @@ The grammar is what :mod:`tecomp.ir.printer` writes, one statement per line:
   extent) {``; ``if (cond) {`` ... ``} else {`` ... ``}``; ``allocate B: float16[8, 8]
   (local)`` (``(shared, strides [9, 1])``), ``let x = e`` and ``// attr key = value``,
   ``assert(cond, 'message')``, whose body is the rest of the enclosing block; ``B[i, j] =
-  e``; ``prefetch B[i]``, ``prefetch (write) B[i]``; ``call_extern f(B, n)``; an expression
-  alone (``syncthreads()``).
+  e``; ``prefetch B[i]``, ``prefetch (write) B[i]``; ``call_extern f(B, n)`` (a function
+  ``tc.extern`` declared in this process); ``tensorize name (accumulate) {`` with its
+  ``// out`` and ``// in`` regions (an intrinsic declared in this process); ``{`` ... ``}``;
+  ``syncthreads()``.
 * Expressions with the printer's precedences (``||``, ``&&``, ``== !=``, ``< <= > >=``,
   ``+ -``, ``* / // %``, unary ``- !``); ``min``, ``max``, ``truncdiv``, ``truncmod``,
   ``select``, the intrinsics (``exp(x)``), casts ``float16(x)``, loads ``B[i]``, ``(let x
@@ -45,10 +47,11 @@ from .expr import (
     TruncMod, Var, same_as,
 )
 from .extern_sites import sites
-from .functor import Mutator
+from .functor import Mutator, free_vars
 from .stmt import (
     THREAD_TAGS, Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For,
-    IfThenElse, LetStmt, ParamCheck, Prefetch, PrimFunc, Stmt, seq,
+    IfThenElse, LetStmt, ParamCheck, Prefetch, PrimFunc, Stmt, TensorIntrinCall, seq,
+    tensor_intrins,
 )
 
 __all__ = ["parse", "structural_equal", "MAX_DEPTH"]
@@ -499,10 +502,7 @@ class _Parser:
         if word == "call_extern" and t1.kind == "name":
             return self.extern(ln)
         if word == "tensorize" and t1.kind == "name":
-            raise ln.error(t.col, "a tensorize block cannot be read back (its intrinsic is a "
-                                  "Python object the text only names): print and parse the "
-                                  "function lowered without s[...].tensorize, or edit it "
-                                  "before tensorizing")
+            return self.tensorize(ln)
         if t.kind == "name" and t1.text == "[":
             b, idx = self.access(ln)
             ln.expect("=", "(a store is `B[i] = value`)")
@@ -727,6 +727,105 @@ class _Parser:
                                      f"give them different names")
         return ExternCall(found[-1], name.value, tuple(bufs), tuple(scalars), order)
 
+    def tensorize(self, ln: _Line):
+        """``tensorize name (accumulate) {`` (``(store, stage C)`` where the stage is not
+        named after its output), its operands' ``// out`` and ``// in`` lines, the loop
+        nest it replaces, ``}``."""
+        ln.next()
+        name = ln.name("the intrinsic's name")
+        ln.expect("(")
+        how = ln.name("`accumulate` or `store`")
+        if how.value not in ("accumulate", "store"):
+            raise ln.error(how.col, f"expected `accumulate` or `store`, found {how.value!r}")
+        stage = None   # (named after its output, unless the text says)
+        if ln.accept(","):
+            ln.expect("stage")
+            stage = ln.name("the stage's name").value
+        ln.expect(")")
+        ln.expect("{")
+        ln.done()
+        operands = []
+        while self.k < len(self.lines) and re.match(r"\s*//\s*(out|in)\b", self.lines[self.k]):
+            self.k += 1
+            op = _Line(self, self.k, self.lines[self.k - 1])
+            op.next()
+            role = op.next()
+            ph = op.name("the intrinsic's operand")
+            op.expect(":")
+            operands.append((op, role.text, ph))
+        roles = ["out"] + ["in"] * (len(operands) - 1)
+        for (op, role, ph), want in zip(operands, roles):
+            if role != want:
+                raise op.error(1, f"expected `// {want}`: a tensorize block lists its output, "
+                                  f"then its inputs")
+        names = [ph.value for _, _, ph in operands]
+        intrin = next((x for x in reversed(tensor_intrins(name.value))
+                       if [x.output.name] + [p.name for p in x.inputs] == names), None)
+        if intrin is None:
+            raise ln.error(name.col, f"no tensor intrinsic {name.value!r} with the operands "
+                                     f"{', '.join(names) or '(none)'} was declared in this "
+                                     f"process: a tensorize block is read back only where "
+                                     f"tc.decl_tensor_intrin declared its intrinsic")
+        buffers, bases, coefs, flat = [], [], [], []
+        for (op, _, ph), place in zip(operands, [intrin.output] + list(intrin.inputs)):
+            b, base, rows, is_flat = self.region(op, len(place.shape))
+            buffers.append(b)
+            bases += base
+            coefs.append(rows)
+            flat.append(is_flat)
+        fallback = self.block(ln)
+        self.close().done()
+        return TensorIntrinCall(intrin, buffers[0].name if stage is None else stage,
+                                tuple(buffers), tuple(bases), tuple(coefs),
+                                how.value == "accumulate", fallback,
+                                tuple(flat) if any(flat) else ())
+
+    def region(self, ln: _Line, rank: int):
+        """An operand's region, ``B[i + x0, j + 16*x1]`` or ``B[i, j] + (9*x0 + x1 in
+        memory)``: (buffer, base indices, coefficient rows, flat)."""
+        xs = [Var(f"x{d}") for d in range(rank)]
+        saved = [(x.name, self.scope.get(x.name)) for x in xs]
+        for x in xs:
+            self.scope[x.name] = x
+        t = ln.tok
+        b, idx = self.access(ln)
+        steps = None
+        if ln.accept("+"):
+            ln.expect("(")
+            steps = self.expr(ln, 5)
+            ln.expect("in")
+            ln.expect("memory")
+            ln.expect(")")
+        ln.done()
+        for n, old in saved:
+            if old is None:
+                self.scope.pop(n, None)
+            else:
+                self.scope[n] = old
+        base, per_index = [], []
+        for e in idx:
+            e, terms = _terms(e, xs)
+            if _uses(e, xs):
+                raise ln.error(t.col, f"an index of {b.name} is not its first element plus "
+                                      f"steps c*x0 + c*x1 ... (at the end, one per x)")
+            base.append(e)
+            per_index.append(terms)
+        if steps is None:
+            rows = tuple(tuple(per_index[e].get(d, 0) for e in range(len(idx)))
+                         for d in range(rank))
+            return b, base, rows, False
+        rest, terms = _terms(steps, xs)
+        if any(per_index) or not (isinstance(rest, Const) and rest.value == 0):
+            raise ln.error(t.col, "the steps in memory are c*x0 + c*x1 ... alone")
+        ones = [d for d, st in enumerate(b.effective_strides())
+                if isinstance(st, Const) and st.value == 1]
+        if not ones:
+            raise ln.error(t.col, f"{b.name} has no dimension of stride 1 to step in memory")
+        d1 = ones[-1]
+        rows = tuple(tuple(terms.get(d, 0) if e == d1 else 0 for e in range(len(idx)))
+                     for d in range(rank))
+        return b, base, rows, True
+
     # -- expressions -----------------------------------------------------------------
     def cond(self, ln: _Line, what: str):
         t = ln.tok
@@ -948,6 +1047,28 @@ class _Parser:
                                   f"{len(idx)}")
         self.index_dtypes(ln, idx, "an index of " + t.value)
         return b, tuple(idx)
+
+
+def _terms(e, xs):
+    """``e`` as ``base + c*x_d + ...`` with the steps at the end, d rising (how the printer
+    writes a tensorize region): (base, {d: c}); the base is 0 when only steps are left."""
+    terms = {}
+    while True:
+        last, rest = (e.b, e.a) if isinstance(e, Add) else (e, None)
+        c, x = (1, last) if isinstance(last, Var) else (
+            (last.a.value, last.b) if isinstance(last, Mul) and isinstance(last.a, Const)
+            and isinstance(last.b, Var) else (None, None))
+        d = next((k for k, v in enumerate(xs) if v is x), None)
+        if d is None or (terms and d >= min(terms)):
+            return e, terms
+        terms[d] = int(c)
+        if rest is None:
+            return Const(0, "int32"), terms
+        e = rest
+
+
+def _uses(e, xs) -> bool:
+    return any(v in xs for v in free_vars(e)) if not isinstance(e, Const) else False
 
 
 def _example(dtype: str) -> str:

@@ -215,11 +215,13 @@ class Printer:
             out.append(f"{pad}call_extern {ir_name(s.name)}({args})")
         elif t is TensorIntrinCall:
             how = "accumulate" if s.reduce else "store"
-            out.append(f"{pad}tensorize {display_name(s.intrin.name)} ({how}) {{")
+            if s.stage != s.buffers[0].name:   # (the stage is named after its output)
+                how += f", stage {ir_name(s.stage)}"
+            out.append(f"{pad}tensorize {ir_name(s.intrin.name)} ({how}) {{")
             names = [s.intrin.output] + list(s.intrin.inputs)
             for n, (ph, buf) in enumerate(zip(names, s.buffers)):
                 role = "out" if n == 0 else "in"
-                out.append(f"{pad}  // {role} {display_name(ph.name)}: "
+                out.append(f"{pad}  // {role} {ir_name(ph.name)}: "
                            f"{self.name_of(buf)}{self._region(s, n, len(ph.shape))}")
             self._stmt(s.fallback, ind + 1, out)
             out.append(pad + "}")

@@ -97,9 +97,12 @@ def test_an_unknown_statement():
     refuse(GOOD.replace("B[i] = A[i]*2f", "i + 1"), r"line 3:5: expected a statement")
 
 
-def test_a_tensorize_block():
-    refuse(GOOD.replace("B[i] = A[i]*2f", "tensorize my_intrin (store) {\n }"),
-           r"line 3:5: a tensorize block cannot be read back")
+def test_a_tensorize_block_of_an_intrinsic_nobody_declared():
+    refuse(GOOD.replace("B[i] = A[i]*2f", "tensorize my.intrin (store) {\n  // out c: B[x0]"
+                                          "\n }"),
+           r"line 3:15: no tensor intrinsic 'my.intrin' with the operands c was declared in "
+           r"this process: a tensorize block is read back only where tc.decl_tensor_intrin "
+           r"declared its intrinsic")
 
 
 def test_a_codegen_plan():
