@@ -19,6 +19,7 @@ from tecomp.nn import cpu as sc
 from tecomp.nn import ops
 from tecomp.testing import RandomDraw, draw_case
 from tecomp.ir import interp
+from tecomp.testing.fuzz import case_for_seed
 from tecomp.testing.diff import draw_gpu_int8_gemm_case, draw_int8_gemm_case, schedule_case
 
 from helpers import matmul
@@ -324,12 +325,10 @@ def test_a_parsed_gpu_function_runs_in_the_cuda_emulation():
 # the property: every fuzzer program and every tecomp.nn template
 
 
-def _fuzz_round_trip(seed: int, target: str):
-    case = draw_case(RandomDraw(seed), name=f"seed {seed}", target=target)
+def _fuzz_round_trip(case):
     try:
         s, args, func = schedule_case(case)
-        if target != "llvm":
-            func = tc.lower(s, args, target=target)
+        func = tc.lower(s, args, target=case.target)
     except tc.TecompError:
         return False   # a schedule the fuzzer drew that tecomp refuses: nothing printed
     round_trip(func)
@@ -337,14 +336,20 @@ def _fuzz_round_trip(seed: int, target: str):
 
 
 def test_every_fuzzer_program_round_trips():
-    seeds = range(2000 if LONG else 400)
-    done = sum(_fuzz_round_trip(seed, "llvm") for seed in seeds)
-    assert done > len(seeds) * 0.8
+    """The cases of `python -m tecomp.testing.fuzz` with its defaults: drawn programs and
+    schedules, auto-scheduled ones, tensorized int8 GEMMs, GPU schedules for the CUDA
+    emulation (1 in 25) and the edge cases."""
+    seeds = range(3000 if LONG else 300)
+    done = sum(_fuzz_round_trip(case_for_seed(seed, gpu_every=25, auto_every=5,
+                                              tensorize_every=10, edge_every=5))
+               for seed in seeds)
+    assert done > len(seeds) * 0.9
 
 
 def test_every_fuzzer_gpu_program_round_trips():
-    seeds = range(1000 if LONG else 150)
-    done = sum(_fuzz_round_trip(seed, "cuda-emu") for seed in seeds)
+    seeds = range(1000 if LONG else 100)
+    done = sum(_fuzz_round_trip(draw_case(RandomDraw(seed), name=f"seed {seed}",
+                                          target="cuda-emu")) for seed in seeds)
     assert done > len(seeds) * 0.8
 
 
