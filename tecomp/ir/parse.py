@@ -48,6 +48,7 @@ from .expr import (
 )
 from .extern_sites import sites
 from .functor import Mutator, free_vars
+from .names import display_name
 from .stmt import (
     THREAD_TAGS, Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For,
     IfThenElse, LetStmt, ParamCheck, Prefetch, PrimFunc, Stmt, TensorIntrinCall, seq,
@@ -108,14 +109,33 @@ class _Line:
 
     def __init__(self, parser: "_Parser", lineno: int, text: str):
         self.p, self.lineno, self.text = parser, lineno, text
-        self.toks = self._lex(text)
+        self.extern = None   # a call_extern's function name as printed, and its column
+        m = re.match(r"(\s*call_extern )(.*)\(", text)
+        start = 0
+        if m is not None and text.rstrip().endswith(")"):
+            # the function's name is display text (a Python qualname such as
+            # `mod.f.<locals>.g`), not a token: it runs up to the `(` of the arguments
+            start = self._args_start(text)
+            if start > m.end(1):
+                self.extern = (text[m.end(1):start], m.end(1) + 1)
+        self.toks = self._lex(text, start)
         self.i = 0
+
+    @staticmethod
+    def _args_start(text: str) -> int:
+        """Where the parenthesised arguments that end ``text`` begin."""
+        depth = 0
+        for k in range(len(text.rstrip()) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(text[k], 0)
+            if depth == 0:
+                return k
+        return 0
 
     def error(self, col: int, msg: str) -> IRParseError:
         return self.p.error(self.lineno, col, msg)
 
-    def _lex(self, s: str) -> List[_Tok]:
-        toks, i, n = [], 0, len(s)
+    def _lex(self, s: str, i: int = 0) -> List[_Tok]:
+        toks, n = [], len(s)
         while i < n:
             ch = s[i]
             if ch in " \t\r":
@@ -499,7 +519,7 @@ class _Parser:
             b, idx = self.access(ln)
             ln.done()
             return Prefetch(b, idx, write)
-        if word == "call_extern" and t1.kind == "name":
+        if ln.extern is not None:
             return self.extern(ln)
         if word == "tensorize" and t1.kind == "name":
             return self.tensorize(ln)
@@ -693,8 +713,9 @@ class _Parser:
         return value
 
     def extern(self, ln: _Line):
-        ln.next()
-        name = ln.next()
+        """``call_extern f(A, n)``: the function is the one of this process's extern
+        sites (``tc.extern``) printed with that name, taking those kinds of arguments."""
+        shown, col = ln.extern
         ln.expect("(")
         bufs, scalars, order = [], [], ""
         while not ln.at(")"):
@@ -711,21 +732,22 @@ class _Parser:
                 order += "s"
         ln.expect(")")
         ln.done()
-        found = [k for k, site in sites() if site.name == name.value and site.order == order
-                 and all((b.dtype, len(b.shape)) == (d, nd)
-                         for b, (d, nd, _) in zip(bufs, site.buffers))]
+        found = [k for k, site in sites() if display_name(site.name) == shown
+                 and site.order == order and all((b.dtype, len(b.shape)) == (d, nd)
+                                                 for b, (d, nd, _) in zip(bufs, site.buffers))]
         if not found:
-            raise ln.error(name.col, f"no extern function {name.value!r} taking "
+            raise ln.error(col, f"no extern function {shown!r} taking "
                                      f"({', '.join('buffer' if c == 'b' else 'scalar' for c in order)}) "
                                      f"was declared in this process: a call_extern is read back "
                                      f"only where tc.extern declared it (lower the schedule with "
                                      f"the extern stage first)")
         fns = {id(s.fn) for k, s in sites() if k in found}
         if len(fns) > 1:
-            raise ln.error(name.col, f"several extern functions are named {name.value!r} in "
+            raise ln.error(col, f"several extern functions are named {shown!r} in "
                                      f"this process: the text cannot say which one it calls; "
                                      f"give them different names")
-        return ExternCall(found[-1], name.value, tuple(bufs), tuple(scalars), order)
+        return ExternCall(found[-1], sites()[found[-1]][1].name, tuple(bufs), tuple(scalars),
+                          order)
 
     def tensorize(self, ln: _Line):
         """``tensorize name (accumulate) {`` (``(store, stage C)`` where the stage is not

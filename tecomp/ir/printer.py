@@ -212,7 +212,7 @@ class Printer:
             bufs, scal = iter(s.buffers), iter(s.scalars)
             args = ", ".join(self.name_of(next(bufs)) if k == "b" else self.expr(next(scal))
                              for k in s.order)
-            out.append(f"{pad}call_extern {ir_name(s.name)}({args})")
+            out.append(f"{pad}call_extern {display_name(s.name)}({args})")
         elif t is TensorIntrinCall:
             how = "accumulate" if s.reduce else "store"
             if s.stage != s.buffers[0].name:   # (the stage is named after its output)
