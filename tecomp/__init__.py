@@ -17,7 +17,7 @@ _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 from .errors import (  # noqa: E402
     ArgumentError, AutodiffError, AutoScheduleError, BoundsError, BuildError, ComputeError, DTypeError, ExprError,
-    ExportError, GPUModelError, InternalError, KernelAssertionError, KernelMemoryError, LoadError,
+    ExportError, GPUModelError, InternalError, IRParseError, KernelAssertionError, KernelMemoryError, LoadError,
     LowerError, RaceError, ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError,
     TargetError, TecompError, UnknownNameError,
 )

@@ -7,7 +7,7 @@ import time
 from contextlib import contextmanager
 from typing import Optional
 
-from .errors import ArgumentError, LowerError, TargetError
+from .errors import ArgumentError, BuildError, LowerError, TargetError
 from .codegen import cuda as _cuda_c, cuda_emu as _cuda_emu, nvcc as _nvcc
 from .ir.deep import deep_entry
 from .ir.stmt import PrimFunc
@@ -36,8 +36,8 @@ def _gc_paused():
 
 
 @deep_entry(lambda s_or_func, *a, **k: ("tc.build", s_or_func))
-def build(s_or_func, args=None, target="llvm", name: str = "main", checks: bool = False, *,
-          entry_name: Optional[str] = None, target_host=None):
+def build(s_or_func, args=None, target="llvm", name: str = "main",
+          checks: Optional[bool] = None, *, entry_name: Optional[str] = None, target_host=None):
     """Compile a schedule (or a lowered PrimFunc) for ``target``: a
     :class:`~tecomp.target.Target` or its string.
 
@@ -49,6 +49,9 @@ def build(s_or_func, args=None, target="llvm", name: str = "main", checks: bool 
 
     ``checks=True`` (llvm) adds a bounds check to every load and store: an access out of
     bounds raises :class:`BoundsError` naming the buffer, the index and the statement.
+    The default, ``None``, is ``False``, except for a function read from text by
+    :func:`tecomp.ir.parse`: its indices are whatever the text says, so they are checked
+    unless ``checks=False`` is given (which a GPU target, without checks, requires).
 
     For code written for TVM: ``entry_name=`` is another spelling of ``name=`` (the
     module's ``entry_name`` is its name), and ``target_host=`` is accepted when it is
@@ -212,10 +215,22 @@ def _build(s_or_func, args, target, name, checks):
         if args is not None:
             raise LowerError("tc.build(func): a lowered PrimFunc already has its parameters; "
                              "do not pass args")
+        if checks is None:
+            # a function read from text (tc.ir.parse) is the user's program: its accesses
+            # are checked unless the caller vouches for them with checks=False
+            checks = bool(func.attrs.get("from_text"))
+            if checks and not tgt.is_cpu:
+                raise BuildError(
+                    f"tc.build({func.name}, target={str(tgt)!r}): {func.name} was read from "
+                    f"text (tc.ir.parse), whose indices tecomp does not check on GPU targets "
+                    f"(checks=True is for llvm); pass checks=False to build it as written, "
+                    f"taking care that every index stays inside its buffer, or try the edit "
+                    f"on the CPU first (tecomp.ir.interp.run reports an access out of bounds)")
     else:
         if args is None:
             raise LowerError("tc.build(s, args): give the argument list (input and output tensors)")
         func = lower(s_or_func, args, name=name, target=tgt, stats=stats)
+    checks = bool(checks)
     mod = backend.build(func, tgt, checks)
     try:
         mod.lower_seconds = stats.get("lower_seconds", 0.0)

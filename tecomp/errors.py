@@ -40,6 +40,11 @@ class LowerError(TecompError, ValueError):
     """A schedule or argument list that cannot be lowered."""
 
 
+class IRParseError(TecompError, ValueError):
+    """Text given to ``tc.ir.parse`` that is not printed loop IR: the message names the
+    line and column, what was found there and what was expected."""
+
+
 class BuildError(TecompError, RuntimeError):
     """Code generation or compilation failed for a reason the user can act on."""
 

@@ -194,6 +194,7 @@ primfn main(X: float32[6, 50], Y: float32[6]) {
 
 EXPECTED_BIND = """\
 primfn main(A: float32[n], B: float32[n]) {
+  // param_check n + 63 in [-2147483648, 2147483647]: '`n + 63` (an operand of `(n + 63) // 64`)'
   blockIdx.x (i.outer, 0, (n + 63) // 64) {
     threadIdx.x (i.inner, 0, 64) {
       if (i.outer*64 + i.inner < n) {
@@ -230,10 +231,12 @@ primfn main(A: float32[16, 16], B: float32[16, 16], C: float32[16, 16]) {
         C.local[0, j] = 0f
         syncthreads()
         allocate A.shared: float32[2, 4, 8] (shared)
-        // attr async_copy = k.outer
-        threadIdx.x (i0, 0, 4) {
-          for (i1, 0, 8) {
-            A.shared[0, i0, i1] = A[i.outer*4 + i0, i1]
+        {
+          // attr async_copy = k.outer
+          threadIdx.x (i0, 0, 4) {
+            for (i1, 0, 8) {
+              A.shared[0, i0, i1] = A[i.outer*4 + i0, i1]
+            }
           }
         }
         for (k.outer, 0, 2) {
@@ -274,60 +277,62 @@ primfn main(A: float16[16, 32], B: float16[32, 16], matmul: float32[16, 16]) {
               }
             }
           }
-          allocate B.shared: float16[32, 16] (shared)
-          allocate A.shared: float16[16, 32] (shared)
-          for (i0.i1.fused.outer.outer.outer.outer, 0, 2) {
-            threadIdx.z (i0.i1.fused.outer.outer.outer.inner, 0, 1) {
-              threadIdx.y (i0.i1.fused.outer.outer.inner, 0, 1) {
-                threadIdx.x (i0.i1.fused.outer.inner, 0, 32) {
-                  vectorized (i0.i1.fused.inner, 0, 8) {
-                    B.shared[i0.i1.fused.outer.outer.outer.outer*16 + i0.i1.fused.outer.inner // 2, (i0.i1.fused.outer.inner % 2)*8 + i0.i1.fused.inner] = B[i0.i1.fused.outer.outer.outer.outer*16 + i0.i1.fused.outer.inner // 2, (i0.i1.fused.outer.inner % 2)*8 + i0.i1.fused.inner]
+          {
+            allocate B.shared: float16[32, 16] (shared)
+            allocate A.shared: float16[16, 32] (shared)
+            for (i0.i1.fused.outer.outer.outer.outer, 0, 2) {
+              threadIdx.z (i0.i1.fused.outer.outer.outer.inner, 0, 1) {
+                threadIdx.y (i0.i1.fused.outer.outer.inner, 0, 1) {
+                  threadIdx.x (i0.i1.fused.outer.inner, 0, 32) {
+                    vectorized (i0.i1.fused.inner, 0, 8) {
+                      B.shared[i0.i1.fused.outer.outer.outer.outer*16 + i0.i1.fused.outer.inner // 2, (i0.i1.fused.outer.inner % 2)*8 + i0.i1.fused.inner] = B[i0.i1.fused.outer.outer.outer.outer*16 + i0.i1.fused.outer.inner // 2, (i0.i1.fused.outer.inner % 2)*8 + i0.i1.fused.inner]
+                    }
                   }
                 }
               }
             }
-          }
-          for (i0.i1.fused.outer.outer.outer.outer_1, 0, 2) {
-            threadIdx.z (i0.i1.fused.outer.outer.outer.inner_1, 0, 1) {
-              threadIdx.y (i0.i1.fused.outer.outer.inner_1, 0, 1) {
-                threadIdx.x (i0.i1.fused.outer.inner_1, 0, 32) {
-                  vectorized (i0.i1.fused.inner_1, 0, 8) {
-                    A.shared[i0.i1.fused.outer.outer.outer.outer_1*8 + i0.i1.fused.outer.inner_1 // 4, (i0.i1.fused.outer.inner_1 % 4)*8 + i0.i1.fused.inner_1] = A[i0.i1.fused.outer.outer.outer.outer_1*8 + i0.i1.fused.outer.inner_1 // 4, (i0.i1.fused.outer.inner_1 % 4)*8 + i0.i1.fused.inner_1]
+            for (i0.i1.fused.outer.outer.outer.outer_1, 0, 2) {
+              threadIdx.z (i0.i1.fused.outer.outer.outer.inner_1, 0, 1) {
+                threadIdx.y (i0.i1.fused.outer.outer.inner_1, 0, 1) {
+                  threadIdx.x (i0.i1.fused.outer.inner_1, 0, 32) {
+                    vectorized (i0.i1.fused.inner_1, 0, 8) {
+                      A.shared[i0.i1.fused.outer.outer.outer.outer_1*8 + i0.i1.fused.outer.inner_1 // 4, (i0.i1.fused.outer.inner_1 % 4)*8 + i0.i1.fused.inner_1] = A[i0.i1.fused.outer.outer.outer.outer_1*8 + i0.i1.fused.outer.inner_1 // 4, (i0.i1.fused.outer.inner_1 % 4)*8 + i0.i1.fused.inner_1]
+                    }
                   }
                 }
               }
             }
-          }
-          syncthreads()
-          for (k.inner.outer, 0, 2) {
-            allocate B.shared.wmma.matrix_b: float16[16, 16] (wmma.matrix_b)
-            allocate A.shared.wmma.matrix_a: float16[16, 16] (wmma.matrix_a)
-            tensorize cuda.wmma_load_b_f16 (store) {
-              // out b_frag: B.shared.wmma.matrix_b[x0, x1]
-              // in a: B.shared[k.inner.outer*16 + x0, x1]
-              for (i0, 0, 16) {
-                for (i1.inner, 0, 16) {
-                  B.shared.wmma.matrix_b[i0, i1.inner] = B.shared[k.inner.outer*16 + i0, i1.inner]
+            syncthreads()
+            for (k.inner.outer, 0, 2) {
+              allocate B.shared.wmma.matrix_b: float16[16, 16] (wmma.matrix_b)
+              allocate A.shared.wmma.matrix_a: float16[16, 16] (wmma.matrix_a)
+              tensorize cuda.wmma_load_b_f16 (store) {
+                // out b_frag: B.shared.wmma.matrix_b[x0, x1]
+                // in a: B.shared[k.inner.outer*16 + x0, x1]
+                for (i0, 0, 16) {
+                  for (i1.inner, 0, 16) {
+                    B.shared.wmma.matrix_b[i0, i1.inner] = B.shared[k.inner.outer*16 + i0, i1.inner]
+                  }
                 }
               }
-            }
-            tensorize cuda.wmma_load_a_f16 (store) {
-              // out a_frag: A.shared.wmma.matrix_a[x0, x1]
-              // in a: A.shared[x0, k.inner.outer*16 + x1]
-              for (i0.inner, 0, 16) {
-                for (i1, 0, 16) {
-                  A.shared.wmma.matrix_a[i0.inner, i1] = A.shared[i0.inner, k.inner.outer*16 + i1]
+              tensorize cuda.wmma_load_a_f16 (store) {
+                // out a_frag: A.shared.wmma.matrix_a[x0, x1]
+                // in a: A.shared[x0, k.inner.outer*16 + x1]
+                for (i0.inner, 0, 16) {
+                  for (i1, 0, 16) {
+                    A.shared.wmma.matrix_a[i0.inner, i1] = A.shared[i0.inner, k.inner.outer*16 + i1]
+                  }
                 }
               }
-            }
-            tensorize cuda.wmma_mma_f16f16f32 (accumulate) {
-              // out c: matmul.wmma.accumulator[x0, x1]
-              // in a: A.shared.wmma.matrix_a[x0, x1]
-              // in b: B.shared.wmma.matrix_b[x0, x1]
-              for (i.inner, 0, 16) {
-                for (j.inner, 0, 16) {
-                  for (k.inner.inner, 0, 16) {
-                    matmul.wmma.accumulator[i.inner, j.inner] = matmul.wmma.accumulator[i.inner, j.inner] + float32(A.shared.wmma.matrix_a[i.inner, k.inner.inner])*float32(B.shared.wmma.matrix_b[k.inner.inner, j.inner])
+              tensorize cuda.wmma_mma_f16f16f32 (accumulate) {
+                // out c: matmul.wmma.accumulator[x0, x1]
+                // in a: A.shared.wmma.matrix_a[x0, x1]
+                // in b: B.shared.wmma.matrix_b[x0, x1]
+                for (i.inner, 0, 16) {
+                  for (j.inner, 0, 16) {
+                    for (k.inner.inner, 0, 16) {
+                      matmul.wmma.accumulator[i.inner, j.inner] = matmul.wmma.accumulator[i.inner, j.inner] + float32(A.shared.wmma.matrix_a[i.inner, k.inner.inner])*float32(B.shared.wmma.matrix_b[k.inner.inner, j.inner])
+                    }
                   }
                 }
               }

@@ -302,25 +302,29 @@ def test_double_buffer():
       threadIdx.x (i, 0, 8) {
         allocate C.local: float32[1] (local)
         C.local[0] = 0f
-        allocate A.shared: float32[2, 8, 4] (shared)
-        // attr async_copy = k.outer
-        threadIdx.x (i0, 0, 8) {
-          for (i1, 0, 4) {
-            A.shared[0, i0, i1] = A[i0, i1]
-          }
-        }
-        for (k.outer, 0, 2) {
-          syncthreads()
-          if (k.outer + 1 < 2) {
+        {
+          allocate A.shared: float32[2, 8, 4] (shared)
+          {
             // attr async_copy = k.outer
             threadIdx.x (i0, 0, 8) {
               for (i1, 0, 4) {
-                A.shared[(k.outer + 1) % 2, i0, i1] = A[i0, k.outer*4 + i1 + 4]
+                A.shared[0, i0, i1] = A[i0, i1]
               }
             }
           }
-          for (k.inner, 0, 4) {
-            C.local[0] = C.local[0] + A.shared[k.outer % 2, i, k.inner]
+          for (k.outer, 0, 2) {
+            syncthreads()
+            if (k.outer + 1 < 2) {
+              // attr async_copy = k.outer
+              threadIdx.x (i0, 0, 8) {
+                for (i1, 0, 4) {
+                  A.shared[(k.outer + 1) % 2, i0, i1] = A[i0, k.outer*4 + i1 + 4]
+                }
+              }
+            }
+            for (k.inner, 0, 4) {
+              C.local[0] = C.local[0] + A.shared[k.outer % 2, i, k.inner]
+            }
           }
         }
         C[i] = C.local[0]

@@ -1,5 +1,5 @@
 """The loop IR: expression and statement nodes, dtypes, buffers, PrimFunc, the generic
-visitor/mutator, the printer, the simplifier and interval analysis.
+visitor/mutator, the printer and its reader (parse), the simplifier and interval analysis.
 
 Nothing in ``tecomp.ir`` imports from the layers above it.
 """
@@ -16,4 +16,5 @@ from .stmt import (
 )
 from .functor import Mutator, Visitor, collect, free_vars, post_order, substitute, uses_var
 from .printer import to_str
+from .parse import parse, structural_equal
 from . import simplify as _simplify  # noqa: F401  (registers itself with ir.arith)

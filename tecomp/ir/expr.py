@@ -727,19 +727,25 @@ def _make_logic(cls, a, b):
 # == and != : IR comparisons whose Python truth value is structural equality
 
 
-def same_as(a, b) -> bool:
+def same_as(a, b, map_vars: bool = False) -> bool:
     """Structural equality of two IR values: the same node types with the same fields,
     where ``Var``, ``IterVar``, ``Buffer`` and reducers are equal only to themselves, and
     float constants compare bit for bit in sign (``0.0`` is not ``-0.0``).  What TVM calls
     ``structural_equal``; ``a == b`` on expressions builds an ``EQ`` node instead, whose
-    truth value in Python is this.  (A loop, not a recursion: any depth.)"""
+    truth value in Python is this.  (A loop, not a recursion: any depth.)
+
+    ``map_vars=True``: equal up to the names of variables and buffers, as TVM's
+    ``structural_equal(map_free_vars=True)``: each ``Var`` of ``a`` stands for one
+    ``Var`` of ``b`` of the same dtype throughout, each ``Buffer`` for one of the same
+    shape, dtype, layout and scope; NaN constants are equal."""
     if a is b:
         return True
     todo = [(a, b)]     # pairs still to compare, the next one last
     pop, push = todo.pop, todo.append
+    fwd, back = {}, {}  # map_vars: the pairs of variables and buffers met so far
     while todo:
         a, b = pop()
-        if a is b:
+        if a is b and not map_vars:
             continue
         t = type(a)
         if t is not type(b):
@@ -753,11 +759,25 @@ def same_as(a, b) -> bool:
             continue
         params = getattr(t, "__dataclass_params__", None)
         if params is None or not isinstance(a, Node):
-            if not _same_value(a, b):
+            if not _same_value(a, b) and not (map_vars and a != a and b != b):
                 return False
             continue
         if not params.eq:           # identity semantics (Var, IterVar, Buffer, reducers)
-            return False
+            if not map_vars or t not in (Var, Buffer):
+                if a is b:
+                    continue
+                return False
+            if a in fwd or b in back:
+                if fwd.get(a) is not b or back.get(b) is not a:
+                    return False
+                continue
+            fwd[a], back[b] = b, a
+            if t is Var:
+                push((a.dtype, b.dtype))
+            else:
+                push(((a.dtype, a.scope) + a.shape + a.effective_strides(),
+                      (b.dtype, b.scope) + b.shape + b.effective_strides()))
+            continue
         for f in reversed(t.__dataclass_fields__):
             push((getattr(a, f), getattr(b, f)))
     return True

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, List, Tuple
 
-__all__ = ["Site", "register_site", "site"]
+__all__ = ["Site", "register_site", "site", "sites"]
 
 
 @dataclass(frozen=True)
@@ -36,3 +36,9 @@ def register_site(site: Site) -> int:
 
 def site(n: int) -> Site:
     return _SITES[n]
+
+
+def sites() -> List[Tuple[int, Site]]:
+    """Every site registered so far, with its number."""
+    with _LOCK:
+        return list(enumerate(_SITES))

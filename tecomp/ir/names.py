@@ -16,6 +16,8 @@ has gone through one of these:
   :func:`display_name` also writes a space at either end so (the printed IR's names, where
   a leading space would read as indentation).
 * :func:`comment` -- a ``//`` comment line of :func:`display` text.
+* :func:`ir_name` -- a name in the printed loop IR: one token, which
+  :func:`tecomp.ir.parse` reads back as the same name.
 
 Pragma names are checked where they are given (``Stage.pragma``): an identifier or a
 ScheduleError.
@@ -76,6 +78,36 @@ def display_name(name: str) -> str:
     if d.endswith(" "):
         d = d[:-1] + "<U+0020>"
     return d
+
+
+#: words of the printed IR that a name must not read as (the first character is escaped)
+IR_RESERVED = frozenset({"True", "False", "None", "inf", "nan", "in"})
+
+
+def _ir_name_char(ch: str) -> bool:
+    if ch.isascii():
+        return ch.isalnum() or ch in "_."
+    return unicodedata.category(ch)[0] in _KEEP_CATEGORIES
+
+
+def ir_name(name: str) -> str:
+    """``name`` as the printed loop IR writes it: one token that :func:`tecomp.ir.parse`
+    reads back as ``name``.  Letters, digits and marks of any script, ``_`` and ``.``
+    stay; every other character, a leading digit or ``.``, and the first character of a
+    word the IR reserves (``True``, ``inf``, ``in``, ...) are written ``<U+XXXX>``
+    (``conv1-weight`` -> ``conv1<U+002D>weight``).  The empty name is ``_``."""
+    name = str(name)
+    if name == "":
+        return "_"
+    if all(_ir_name_char(ch) for ch in name) and not (name[0].isdigit() or name[0] == ".") \
+            and name not in IR_RESERVED:
+        return name
+    out = []
+    for k, ch in enumerate(name):
+        bad = not _ir_name_char(ch) or (k == 0 and (ch.isdigit() or ch == "."
+                                                    or name in IR_RESERVED))
+        out.append(f"<U+{ord(ch):04X}>" if bad else ch)
+    return "".join(out)
 
 
 def comment(text: str) -> str:

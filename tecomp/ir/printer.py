@@ -4,13 +4,19 @@
   ``vectorized (j.inner, 0, 8) {``, ``unrolled (k, 0, 4) {``, and for GPU-bound loops
   ``blockIdx.x (i.outer, 0, 16) {``.
 * Allocations: ``allocate C.local: float32[8, 8] (local)``; the buffer lives until the end
-  of the enclosing block.
+  of the enclosing block.  So do a ``let``, an ``// attr`` and an ``assert``: where one's
+  body ends before its block does, it is printed in a block of its own, ``{`` ... ``}``.
 * Prefetches: ``prefetch x[min(i + 1, 127), j]``, ``prefetch (write) y[...]`` (a cache hint).
 * Variables and buffers that share a name get suffixes in order of appearance
-  (``i``, ``i_1``); the same program always prints the same text.
+  (``i``, ``i_1``); the same program always prints the same text.  A name is one token
+  (:func:`~tecomp.ir.names.ir_name`: ``conv1-weight`` prints ``conv1<U+002D>weight``).
+* A function's signature line is followed by the dtype of each variable of its buffers'
+  shapes that is not int32 and not a parameter (``// var n: int64``) and the conditions
+  its arguments must meet (``// param_check n - 1 >= 0: 'the extent of ...'``), so that
+  :func:`tecomp.ir.parse` reads back the same function.
 * Constants: int32 plain (``8``), int64 ``8i64``, float32 ``1f``/``0.5f``, float64 ``0.5``,
   float16 ``0.5h``, other ints ``8i8``, bools ``True``/``False``; non-finite floats
-  ``float32(inf)``, ``float64(nan)``.
+  ``float32(inf)``, ``float64(nan)``; a negative zero ``-0f``, ``-0.0``.
 * A division or modulo that is an operand of ``*`` gets parentheses: ``(f // 16)*16``.
 """
 from __future__ import annotations
@@ -24,7 +30,8 @@ from .expr import (
     Reduce, Select, Sub, TruncDiv, TruncMod, TupleCommReducer, Var,
 )
 from .deep import deep_entry
-from .names import display, display_name
+from .functor import free_vars
+from .names import display, display_name, ir_name
 from .stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
     TensorIntrinCall,
@@ -52,7 +59,7 @@ def format_const(c: Const) -> str:
         if math.isnan(v) or math.isinf(v):
             return f"{dt}({'nan' if math.isnan(v) else ('inf' if v > 0 else '-inf')})"
         if v == int(v) and abs(v) < 1e16:
-            s = str(int(v))
+            s = str(int(v)) if (v or math.copysign(1.0, v) > 0) else "-0"
             return s + (".0" if dt == "float64" else _FLOAT_SUFFIX[dt])
         return repr(float(v)) + _FLOAT_SUFFIX[dt]
     return f"{v}{_INT_SUFFIX.get(dt, dt)}"
@@ -63,12 +70,13 @@ class Printer:
         self.names = {}  # Var/Buffer -> unique name
         self.used = {}
         self.lines = []
+        self.declared = set()   # shape variables whose dtype the header states
 
     # names -------------------------------------------------------------------
     def name_of(self, obj) -> str:
         n = self.names.get(obj)
         if n is None:
-            base = display_name(obj.name)
+            base = ir_name(obj.name)
             k = self.used.get(base, 0)
             n = base if k == 0 else f"{base}_{k}"
             while n in self.used and k > 0:
@@ -91,7 +99,9 @@ class Printer:
             return self.name_of(e.var)
         if t in _BIN:
             op, prec = _BIN[t]
-            if t is Sub and isinstance(e.a, Const) and e.a.value == 0 and not _dt.is_bool(e.dtype):
+            if t is Sub and _is_zero(e.a) and not isinstance(e.b, Const) \
+                    and not _dt.is_bool(e.dtype):
+                # `-x`; not for a constant (`-5` is the constant, `0 - 5` the subtraction)
                 s = "-" + self.expr(e.b, 7)
                 return f"({s})" if parent_prec > 5 else s
             # left-associative: the right operand needs parens at equal precedence
@@ -153,8 +163,15 @@ class Printer:
         pad = "  " * ind
         t = type(s)
         if t is SeqStmt:
-            for x in s.seq:
-                self._stmt(x, ind, out)
+            flat = _flatten(s)
+            for k, x in enumerate(flat):
+                if k < len(flat) - 1 and type(x) in _HOLDS_REST:
+                    # its body ends before the block does: a block of its own says where
+                    out.append(pad + "{")
+                    self._stmt(x, ind + 1, out)
+                    out.append(pad + "}")
+                else:
+                    self._stmt(x, ind, out)
         elif t is For:
             head = "for" if s.kind == "serial" else (s.thread_tag if s.kind == "thread" else s.kind)
             rng = f"{self.expr(s.min)}, {self.expr(s.extent)}"
@@ -198,11 +215,13 @@ class Printer:
             out.append(f"{pad}call_extern {display_name(s.name)}({args})")
         elif t is TensorIntrinCall:
             how = "accumulate" if s.reduce else "store"
-            out.append(f"{pad}tensorize {display_name(s.intrin.name)} ({how}) {{")
+            if s.stage != s.buffers[0].name:   # (the stage is named after its output)
+                how += f", stage {ir_name(s.stage)}"
+            out.append(f"{pad}tensorize {ir_name(s.intrin.name)} ({how}) {{")
             names = [s.intrin.output] + list(s.intrin.inputs)
             for n, (ph, buf) in enumerate(zip(names, s.buffers)):
                 role = "out" if n == 0 else "in"
-                out.append(f"{pad}  // {role} {display_name(ph.name)}: "
+                out.append(f"{pad}  // {role} {ir_name(ph.name)}: "
                            f"{self.name_of(buf)}{self._region(s, n, len(ph.shape))}")
             self._stmt(s.fallback, ind + 1, out)
             out.append(pad + "}")
@@ -251,9 +270,50 @@ class Printer:
             else:
                 params.append(f"{self.name_of(p)}: {p.dtype}")
         lines = [f"primfn {display_name(f.name)}({', '.join(params)}) {{"]
+        # what the signature does not say: the dtypes of the shape variables that are not
+        # parameters (int32 unless said) and the conditions on the arguments
+        scalars = {p for p in f.params if isinstance(p, Var)}
+        for p in f.params:
+            for v in (_shape_vars(p) if isinstance(p, Buffer) else ()):
+                if v not in scalars and v.dtype != "int32" and v not in self.declared:
+                    self.declared.add(v)
+                    lines.append(f"  // var {self.name_of(v)}: {v.dtype}")
+        for pc in f.attrs.get("param_checks", ()):
+            cond = f">= {pc.lower}" if pc.upper is None else f"in [{pc.lower}, {pc.upper}]"
+            uses = ", ".join(repr(u) for u in pc.uses)
+            lines.append(f"  // param_check {self.expr(pc.expr, 5)} {cond}: {uses}")
         lines += self.stmt_lines(f.body, 1)
         lines.append("}")
         return "\n".join(lines)
+
+
+#: statements printed as one line whose body is the rest of the enclosing block
+_HOLDS_REST = (Allocate, LetStmt, AttrStmt, AssertStmt)
+
+
+def _flatten(s: SeqStmt) -> list:
+    """The statements of ``s``, nested sequences spliced in."""
+    out, todo = [], list(reversed(s.seq))
+    while todo:
+        x = todo.pop()
+        if type(x) is SeqStmt:
+            todo += reversed(x.seq)
+        else:
+            out.append(x)
+    return out
+
+
+def _is_zero(e) -> bool:
+    """A constant 0 (not -0.0): what ``-x`` subtracts from."""
+    return isinstance(e, Const) and e.value == 0 and math.copysign(1.0, e.value) > 0
+
+
+def _shape_vars(b: Buffer) -> list:
+    """The variables of ``b``'s shape, in order of appearance."""
+    out = []
+    for x in b.shape:
+        out += [v for v in free_vars(x) if v not in out]
+    return out
 
 
 @deep_entry(lambda node: ("printing the IR", node))

@@ -1,6 +1,8 @@
 """Statement nodes of the loop IR, and PrimFunc."""
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional, Tuple
 
@@ -14,6 +16,9 @@ class Stmt(Node):
 # Loop kinds.  "thread" loops are bound to a GPU thread axis named by ``thread_tag``
 # (``blockIdx.x`` ...): on the GPU the loop does not exist; each thread runs one value.
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread")
+#: the GPU thread axes a ``thread`` loop may be bound to (``tc.thread_axis``)
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+               "threadIdx.z", "vthread")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +142,25 @@ class TensorIntrinCall(Stmt):
         """The indices of operand ``n``'s first element in ``buffers[n]``."""
         start = sum(len(b.shape) for b in self.buffers[:n])
         return self.bases[start:start + len(self.buffers[n].shape)]
+
+
+_INTRINS: dict = {}    # name -> weak references to the intrinsics of that name, oldest first
+_INTRINS_LOCK = threading.Lock()
+
+
+def register_tensor_intrin(intrin) -> None:
+    """Remember ``intrin`` (a ``tc.decl_tensor_intrin``) by its name, for
+    :func:`tensor_intrins`."""
+    with _INTRINS_LOCK:
+        refs = [r for r in _INTRINS.get(intrin.name, ()) if r() is not None]
+        _INTRINS[intrin.name] = refs + [weakref.ref(intrin)]
+
+
+def tensor_intrins(name: str) -> list:
+    """The tensor intrinsics named ``name`` declared in this process and still alive,
+    oldest first (``tecomp.ir.parse`` reads a tensorize block's intrinsic by its name)."""
+    with _INTRINS_LOCK:
+        return [x for x in (r() for r in _INTRINS.get(name, ())) if x is not None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from ..ir.expr import (
 from ..ir.deep import deep_entry
 from ..ir.functor import Visitor, children, free_vars, substitute
 from ..ir.op import sub, widen
+from ..ir.stmt import THREAD_TAGS
 from .range_check import check_reads_in_range
 
 
@@ -535,10 +536,6 @@ def _index_range(lo: Expr, hi: Expr) -> Range:
         return Range(Const(int(lo.value), dt), Const(int(ext.value), dt))
     lo, hi = widen(lo, dt), widen(hi, dt)
     return Range(lo, sub(hi, lo))
-
-
-THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
-               "threadIdx.z", "vthread")
 
 
 def thread_axis(dom=None, tag: str = "", name: str = "") -> IterVar:

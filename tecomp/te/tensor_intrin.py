@@ -53,6 +53,7 @@ from ..errors import ComputeError, ScheduleError, TargetError
 from ..ir.expr import Const, ProducerLoad, Reduce, Var
 from ..ir.functor import collect
 from ..ir.names import display
+from ..ir.stmt import register_tensor_intrin
 from ..target import as_target
 from . import intrin_cuda, intrin_x86
 from .tensor import ComputeOp, PlaceholderOp, Tensor
@@ -181,7 +182,9 @@ def decl_tensor_intrin(op, llvm: Optional[Callable] = None, name: Optional[str] 
                            "intrinsic computes whole blocks (leave out where=)")
     if init is not None:
         _check_init(what, op, init)
-    return TensorIntrin(name, op, tuple(inputs), llvm, requires, bool(dense), cuda, init)
+    intrin = TensorIntrin(name, op, tuple(inputs), llvm, requires, bool(dense), cuda, init)
+    register_tensor_intrin(intrin)   # (tecomp.ir.parse finds it by name)
+    return intrin
 
 
 def _check_init(what: str, op, init) -> None:
