@@ -36,7 +36,7 @@ points, ``B * J`` additions instead of a loop over the batch for every element o
 from __future__ import annotations
 
 import inspect
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 from ..errors import AutodiffError
 from ..ir import dtype as _dt
@@ -815,19 +815,49 @@ def _gather(indices, term, guards, domain, pt, t: Tensor) -> Optional[Expr]:
 
 
 @deep_entry(lambda output, inputs=None, head=None: ("tc.gradient", [output, head]))
-def gradient(output: Tensor, inputs, head: Optional[Tensor] = None):
+def gradient(output: Tensor, inputs: Union[Tensor, Sequence[Tensor]], head: Optional[Tensor] = None) -> Union[Tensor, List[Tensor]]:
     """The gradient of ``output`` with respect to each of ``inputs``, contracted with ``head``.
 
-    ``head`` is the adjoint of ``output`` (a tensor of its shape and dtype, e.g. a
-    placeholder ``dL/d output`` given at call time); ``None`` means ones (the gradient of
-    ``sum(output)``).  Returns a list of tensors, ``inputs[k]``'s gradient at position ``k``,
-    named ``<input>.grad`` (one tensor if ``inputs`` is a single tensor).  They are ordinary
-    compute definitions: schedule them with ``tc.create_schedule([g.op for g in grads])`` and
-    pass the placeholders they read (the forward's inputs and ``head``) to ``tc.build``.
+    The gradients are ordinary compute definitions: schedule them with
+    ``tc.create_schedule([g.op for g in grads])`` (or
+    :func:`tecomp.autodiff.schedule_backward`) and pass the placeholders they read (the
+    forward's inputs and ``head``) to ``tc.build``.  An input that ``output`` does not
+    depend on gets a gradient of zeros.
 
-    An input that ``output`` does not depend on gets a gradient of zeros.  Raises
-    :class:`~tecomp.errors.AutodiffError` for what cannot be differentiated (an integer
-    input, a reducer or intrinsic without a derivative), naming the tensor and the fix.
+    Parameters
+    ----------
+    output : Tensor
+        The tensor differentiated.
+    inputs : Tensor or sequence of Tensor
+        The tensors to differentiate with respect to (placeholders or computes).
+    head : Tensor, optional
+        The adjoint of ``output``: a tensor of its shape and dtype, e.g. a placeholder
+        ``dL/d output`` given at call time; ``None`` means ones (the gradient of
+        ``sum(output)``).
+
+    Returns
+    -------
+    Tensor or list of Tensor
+        ``inputs[k]``'s gradient at position ``k``, named ``<input>.grad`` (one tensor
+        if ``inputs`` is a single tensor).
+
+    Raises
+    ------
+    AutodiffError
+        For what cannot be differentiated (an integer input, a reducer or intrinsic
+        without a derivative), naming the tensor and the fix.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> X = tc.placeholder((4, 8), name="X")
+    >>> W = tc.placeholder((8, 3), name="W")
+    >>> k = tc.reduce_axis((0, 8), name="k")
+    >>> Y = tc.compute((4, 3), lambda i, j: tc.sum(X[i, k] * W[k, j], axis=k), name="Y")
+    >>> H = tc.placeholder((4, 3), name="H")
+    >>> gX, gW = tc.gradient(Y, [X, W], head=H)
+    >>> gW.name
+    'W.grad'
     """
     single = isinstance(inputs, Tensor)
     ins = [inputs] if single else list(inputs) if isinstance(inputs, (list, tuple)) else None

@@ -9,6 +9,8 @@ imports nothing but the protocol itself, so that the code generators can use
 """
 from .module import Module
 
+__all__ = ["Module", "load_module"]
+
 
 def __getattr__(name):
     if name == "load_module":
