@@ -39,7 +39,9 @@ def _gc_paused():
 
 
 @deep_entry(lambda s_or_func, *a, **k: ("tc.build", s_or_func))
-def build(s_or_func: Union[Schedule, PrimFunc], args: Optional[Sequence[Union[Tensor, Var]]] = None, target: Union[str, Target] = "llvm", name: str = "main", checks: bool = False) -> Module:
+def build(s_or_func: Union[Schedule, PrimFunc],
+          args: Optional[Sequence[Union[Tensor, Var]]] = None,
+          target: Union[str, Target] = "llvm", name: str = "main", checks: bool = False) -> Module:
     """Compile a schedule (or a lowered PrimFunc) for ``target``.
 
     Parameters

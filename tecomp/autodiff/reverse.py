@@ -36,7 +36,7 @@ points, ``B * J`` additions instead of a loop over the batch for every element o
 from __future__ import annotations
 
 import inspect
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from ..errors import AutodiffError
 from ..ir import dtype as _dt
@@ -273,13 +273,37 @@ def _not(c: Expr) -> Expr:
     return Not(c)
 
 
-def partials(expr: Expr, is_target, seed=None, guards=(), root_value=None, where="expression",
-             expand=None):
-    """The reverse-mode partials of ``expr``: a list of ``(leaf, adjoint, guards)``, one per
-    distinct read ``leaf`` (a node for which ``is_target`` is true), with the adjoint that
-    reaches it (``seed`` times the local derivatives on the path) and the branch conditions
-    of the ``if_then_else``s it sits in (outermost first).  ``expand(load)`` may return the
-    body of the read stage at that point, to differentiate through it."""
+def partials(expr: Expr, is_target: Callable[[Expr], bool], seed: Optional[Expr] = None,
+             guards: Sequence[Expr] = (), root_value: Optional[Expr] = None,
+             where: str = "expression",
+             expand: Optional[Callable[[Expr], Optional[Expr]]] = None) -> List[tuple]:
+    """The reverse-mode partials of ``expr``, one per distinct read.
+
+    Parameters
+    ----------
+    expr : Expr
+        The expression differentiated.
+    is_target : callable
+        ``is_target(node)``: whether a node is a leaf to differentiate with respect to.
+    seed : Expr, optional
+        The adjoint of ``expr`` (None: one).
+    guards : sequence of Expr, optional
+        Conditions already holding where ``expr`` is evaluated.
+    root_value : Expr, optional
+        An expression standing for ``expr``'s value in derivative rules that use it.
+    where : str, optional
+        What ``expr`` is, for messages.
+    expand : callable, optional
+        ``expand(load)`` may return the body of the read stage at that point, to
+        differentiate through it.
+
+    Returns
+    -------
+    list of (Expr, Expr, tuple)
+        ``(leaf, adjoint, guards)``: each read ``leaf``, the adjoint that reaches it
+        (``seed`` times the local derivatives on the path) and the branch conditions of
+        the ``if_then_else``s it sits in (outermost first).
+    """
     return _Partials(is_target, where, expand).run(expr, seed, guards, root_value)
 
 
@@ -815,7 +839,8 @@ def _gather(indices, term, guards, domain, pt, t: Tensor) -> Optional[Expr]:
 
 
 @deep_entry(lambda output, inputs=None, head=None: ("tc.gradient", [output, head]))
-def gradient(output: Tensor, inputs: Union[Tensor, Sequence[Tensor]], head: Optional[Tensor] = None) -> Union[Tensor, List[Tensor]]:
+def gradient(output: Tensor, inputs: Union[Tensor, Sequence[Tensor]],
+             head: Optional[Tensor] = None) -> Union[Tensor, List[Tensor]]:
     """The gradient of ``output`` with respect to each of ``inputs``, contracted with ``head``.
 
     The gradients are ordinary compute definitions: schedule them with
@@ -927,8 +952,21 @@ def gradient(output: Tensor, inputs: Union[Tensor, Sequence[Tensor]], head: Opti
 
 
 def stop_gradient(t: Tensor) -> Tensor:
-    """Mark the compute ``t`` as a constant for differentiation (returns ``t``).  Used by the
-    softmax of :mod:`tecomp.nn` for its row maximum, which does not change the result."""
+    """Mark the compute ``t`` as a constant for differentiation.
+
+    Used by the softmax of :mod:`tecomp.nn` for its row maximum, which does not change
+    the result.
+
+    Parameters
+    ----------
+    t : Tensor
+        A compute tensor.
+
+    Returns
+    -------
+    Tensor
+        ``t`` itself.
+    """
     if not isinstance(t.op, PlaceholderOp):   # a compute, or an extern stage
         t.op.attrs[STOP_GRADIENT] = True
     return t

@@ -51,7 +51,11 @@ def _gpu_kind(target) -> bool:
 
 
 @deep_entry(lambda args, *a, **k: ("tc.auto_schedule", args), ahead=True)
-def auto_schedule(args: Sequence[Union[Tensor, Var]], target: Union[str, Target] = "llvm", trials: int = 0, log: Union[str, os.PathLike, None] = None, seed: int = 0, timeout: Optional[float] = None, progress: Optional[bool] = None, shapes: Optional[dict] = None, runner: Union[str, object] = "local", search: str = "model") -> Schedule:
+def auto_schedule(args: Sequence[Union[Tensor, Var]], target: Union[str, Target] = "llvm",
+                  trials: int = 0, log: Union[str, os.PathLike, None] = None, seed: int = 0,
+                  timeout: Optional[float] = None, progress: Optional[bool] = None,
+                  shapes: Optional[dict] = None, runner: Union[str, object] = "local",
+                  search: str = "model") -> Schedule:
     """A schedule for the computes in ``args`` (the list you give ``tc.build``).
 
     With ``trials=0``, the rule-based schedule (:mod:`tecomp.autoschedule.rules`), read

@@ -60,7 +60,8 @@ def _dump(title, func):
 
 
 @deep_entry(lambda s, *a, **k: ("tc.lower", s))
-def lower(s: Schedule, args: Sequence[Union[Tensor, Var]], name: str = "main", target: Union[str, Target] = "llvm", stats: dict | None = None, phase: str = "lower") -> PrimFunc:
+def lower(s: Schedule, args: Sequence[Union[Tensor, Var]], name: str = "main",
+          target: Union[str, Target] = "llvm", stats: dict | None = None, phase: str = "lower") -> PrimFunc:
     """Lower a schedule to a PrimFunc; ``str()`` of it is the loop IR.
 
     Parameters

@@ -30,7 +30,8 @@ def _check_align(align, fn: str) -> int:
     return int(align)
 
 
-def empty(shape: Union[int, Sequence[int]], dtype: Union[str, np.dtype] = "float32", align: int = DEFAULT_ALIGN) -> np.ndarray:
+def empty(shape: Union[int, Sequence[int]], dtype: Union[str, np.dtype] = "float32",
+          align: int = DEFAULT_ALIGN) -> np.ndarray:
     """An uninitialised C-contiguous numpy array whose data starts on an ``align``-byte
     boundary.
 

@@ -70,8 +70,8 @@ from .x86 import BASELINE, CPUS, INTRINSIC_ONLY, MEASURED
 __all__ = ["Target", "KINDS", "CPUS", "BASELINE", "INTRINSIC_ONLY", "CpuModel", "cpu_model",
            "cpu_name"]
 
-#: the target kinds ``tc.build`` knows
 KINDS = ("llvm", "cuda", "cuda-emu")
+"""The target kinds ``tc.build`` knows: the first word of a target string."""
 
 #: the instruction sets of ``llvm`` targets: the module of each one's machine facts
 ISAS = {m.ISA: m for m in (_x86, _aarch64)}

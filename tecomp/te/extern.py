@@ -280,7 +280,10 @@ class ExternOp(Operation):
         return list(self.inputs)
 
 
-def extern(shape: Union[Sequence[Union[int, Expr]], List[Sequence[Union[int, Expr]]]], inputs: Sequence[Tensor], fcompute: Callable[[list, list], PackedCall], name: str = "extern", dtype: Union[str, Sequence[str], None] = None, tag: str = "", attrs: Optional[dict] = None) -> Union[Tensor, List[Tensor]]:
+def extern(shape: Union[Sequence[Union[int, Expr]], List[Sequence[Union[int, Expr]]]],
+           inputs: Sequence[Tensor], fcompute: Callable[[list, list], PackedCall],
+           name: str = "extern", dtype: Union[str, Sequence[str], None] = None, tag: str = "",
+           attrs: Optional[dict] = None) -> Union[Tensor, List[Tensor]]:
     """A stage computed by a function outside tecomp (numpy, a C library through ctypes),
     as TVM's ``te.extern``.
 

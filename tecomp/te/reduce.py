@@ -193,7 +193,8 @@ def _min_value(dtype):
     return Const(int(np.iinfo(dtype).min), dtype)
 
 
-def comm_reducer(fcombine: Callable[..., Any], fidentity: Callable[..., Any], name: str = "reduce") -> Reducer:
+def comm_reducer(fcombine: Callable[..., Any], fidentity: Callable[..., Any],
+                 name: str = "reduce") -> Reducer:
     """A user reducer, called like ``tc.sum``: ``reducer(expr, axis=k, where=cond)``.
 
     A tuple reducer (as TVM's): called on a tuple, ``reducer((a, b), axis=k)``, it gets

@@ -96,7 +96,9 @@ class ScanOp(Operation):
         return out
 
 
-def scan(init: Tensor, update: Tensor, state_placeholder: Tensor, inputs: Optional[Sequence[Tensor]] = None, name: str = "scan", tag: str = "", attrs: Optional[dict] = None) -> Tensor:
+def scan(init: Tensor, update: Tensor, state_placeholder: Tensor,
+         inputs: Optional[Sequence[Tensor]] = None, name: str = "scan", tag: str = "",
+         attrs: Optional[dict] = None) -> Tensor:
     """A recurrence over the first axis (an RNN cell, a cumulative sum), as TVM's
     ``te.scan``.
 

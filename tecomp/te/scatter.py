@@ -84,7 +84,9 @@ class ScatterOp(Operation):
         return out
 
 
-def scatter_add(shape: Sequence[Union[int, Expr]], domain: Sequence[Union[int, Expr]], f: Callable[..., tuple], dtype: str = "float32", name: str = "scatter", tag: str = "", attrs: Optional[dict] = None) -> Tensor:
+def scatter_add(shape: Sequence[Union[int, Expr]], domain: Sequence[Union[int, Expr]],
+                f: Callable[..., tuple], dtype: str = "float32", name: str = "scatter",
+                tag: str = "", attrs: Optional[dict] = None) -> Tensor:
     """A scatter-add stage: ``out = 0``; for each point ``u`` of ``domain``,
     ``out[index(u)] += value(u)``.
 

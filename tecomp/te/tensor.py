@@ -371,7 +371,8 @@ def _shape(shape, what: str) -> Tuple[Expr, ...]:
     return tuple(out)
 
 
-def placeholder(shape: int | Expr | Sequence[int | Expr], dtype: str = "float32", name: str = "placeholder") -> Tensor:
+def placeholder(shape: int | Expr | Sequence[int | Expr], dtype: str = "float32",
+                name: str = "placeholder") -> Tensor:
     """An input tensor of ``shape`` and ``dtype``, given as an array at call time.
 
     Parameters
@@ -419,7 +420,8 @@ def _arg_names(fcompute, ndim):
     return [p.name for p in params]
 
 
-def compute(shape: int | Expr | Sequence[int | Expr], fcompute: Callable[..., Any], name: str = "compute", tag: str = "", attrs: dict | None = None) -> Tensor | Tuple[Tensor, ...]:
+def compute(shape: int | Expr | Sequence[int | Expr], fcompute: Callable[..., Any],
+            name: str = "compute", tag: str = "", attrs: dict | None = None) -> Tensor | Tuple[Tensor, ...]:
     """``name[i, j, ...] = fcompute(i, j, ...)`` over ``shape``.
 
     Parameters
@@ -687,7 +689,8 @@ THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadI
                "threadIdx.z", "vthread")
 
 
-def thread_axis(dom: str | int | Expr | Tuple[int | Expr, int | Expr] | None = None, tag: str = "", name: str = "") -> IterVar:
+def thread_axis(dom: str | int | Expr | Tuple[int | Expr, int | Expr] | None = None,
+                tag: str = "", name: str = "") -> IterVar:
     """A GPU thread axis, to ``bind`` a loop to.
 
     Parameters

@@ -130,7 +130,10 @@ class IntrinOperand:
                 f"{list(self.shape)}, strides={list(self.strides)})")
 
 
-def decl_tensor_intrin(op: Union[Tensor, ComputeOp], llvm: Optional[Callable] = None, name: Optional[str] = None, requires: Sequence[str] = (), dense: bool = True, cuda: Optional[Callable] = None, init: Optional[TensorIntrin] = None) -> TensorIntrin:
+def decl_tensor_intrin(op: Union[Tensor, ComputeOp], llvm: Optional[Callable] = None,
+                       name: Optional[str] = None, requires: Sequence[str] = (),
+                       dense: bool = True, cuda: Optional[Callable] = None,
+                       init: Optional[TensorIntrin] = None) -> TensorIntrin:
     """Declare a tensor intrinsic for ``s[C].tensorize(axis, intrin)`` (see the module
     docstring for the emitters' arguments).
 
