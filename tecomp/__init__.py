@@ -59,13 +59,6 @@ def set_num_threads(n: int) -> None:
     ------
     TecompError
         For a value that is not a positive integer.
-
-    Examples
-    --------
-    >>> import tecomp as tc
-    >>> tc.set_num_threads(2)
-    >>> tc.get_num_threads()
-    2
     """
     _runtime_llvm.set_num_threads(n)
 
