@@ -1040,8 +1040,9 @@ def create_schedule(ops: Union[Tensor, Operation, Sequence[Union[Tensor, Operati
     ------
     ScheduleError
         For an empty list or something other than tensors and operations.
-    ComputeError
-        For a compute that reads out of bounds.
+    ShapeError
+        For a read before the start of a placeholder that is not a scan's state
+        (such reads are checked once the whole DAG is known).
 
     Examples
     --------

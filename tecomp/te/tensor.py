@@ -449,9 +449,10 @@ def compute(shape: int | Expr | Sequence[int | Expr], fcompute: Callable[..., An
     ------
     ComputeError
         For an ``fcompute`` that takes the wrong number of indices, returns a tensor
-        instead of an element, nests reductions, or reads out of bounds.
+        instead of an element, or nests reductions.
     ShapeError
-        For an extent that is not positive.
+        For an extent that is not positive, or a read out of a tensor's bounds (with
+        the index and the iteration where it happens).
 
     Examples
     --------
