@@ -53,30 +53,78 @@ from ._version import __version__  # noqa: E402
 
 
 def set_num_threads(n: int) -> None:
-    """Set how many CPU threads parallel loops use (default: the number of cores, or
-    the environment variable TECOMP_NUM_THREADS)."""
+    """Set how many CPU threads parallel loops use, in every thread pool (the JIT's and
+    every loaded library's).
+
+    The default is the CPUs this process may use (its affinity mask and cgroup quota),
+    or the environment variable ``TECOMP_NUM_THREADS``.  Waits for a parallel region
+    running in another thread to finish.
+
+    Parameters
+    ----------
+    n : int
+        The number of threads, the calling thread included (at least 1; at most 1024).
+
+    Raises
+    ------
+    TecompError
+        For a value that is not a positive integer.
+    """
     _runtime_llvm.set_num_threads(n)
 
 
 def get_num_threads() -> int:
+    """The number of threads parallel loops use (the calling thread included).
+
+    Returns
+    -------
+    int
+        What :func:`set_num_threads` set, else the default (the CPUs this process may
+        use, or ``TECOMP_NUM_THREADS``).
+    """
     return _runtime_llvm.get_num_threads()
 
 
 def release_workspace() -> int:
-    """Free the temporaries that compiled CPU kernels keep for their next call (each
-    thread pool's workspace cache: docs/runtime.md, "Workspace"); returns the bytes
-    freed."""
+    """Free the temporaries that compiled CPU kernels keep for their next call.
+
+    Each thread pool keeps a workspace cache (docs/runtime.md, "Workspace").
+
+    Returns
+    -------
+    int
+        The bytes freed.
+    """
     return _threads.release_workspace()
 
 
 def set_workspace_limit(nbytes: int) -> None:
-    """Keep at most ``nbytes`` of freed kernel temporaries for reuse, per thread pool
-    (default 1 GiB, or the environment variable TECOMP_WORKSPACE_LIMIT); 0 keeps none."""
+    """Keep at most ``nbytes`` of freed kernel temporaries for reuse, per thread pool.
+
+    A pool that keeps more than the new limit frees everything it keeps.
+
+    Parameters
+    ----------
+    nbytes : int
+        The byte limit (default 1 GiB, or the environment variable
+        ``TECOMP_WORKSPACE_LIMIT``); 0 keeps none.
+
+    Raises
+    ------
+    TecompError
+        For a value that is not an integer >= 0.
+    """
     _threads.set_workspace_limit(nbytes)
 
 
 def workspace_cached() -> int:
-    """Bytes of freed kernel temporaries kept for reuse now, over every thread pool."""
+    """Bytes of freed kernel temporaries kept for reuse now, over every thread pool.
+
+    Returns
+    -------
+    int
+        The bytes kept.
+    """
     return _threads.workspace_cached()
 
 
@@ -113,7 +161,8 @@ _TVM_NAMES = {
     "contrib": "export a compiled module with f.export_library('k.so') and load it with "
                "tc.load_module('k.so'); tc.extern and tc.register_func call your own code",
     "driver": "tc.build(s, args, target) and tc.lower(s, args)",
-    "script": "tc.lower(s, args) returns the loop IR; print it",
+    "script": "print(tc.lower(s, args)) gives the loop IR; tc.ir.parse(text) reads it back "
+              "(edited or not) and tc.build builds it",
     "ndarray": "tc.nd.array(x) (an NDArray: a numpy array with asnumpy()) or plain numpy "
                "arrays, which compiled functions take directly",
 }
@@ -134,3 +183,31 @@ def __getattr__(name: str):
             return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name,
                          obj=sys.modules[__name__])
+
+#: the public names of ``import tecomp as tc`` (the API reference lists these)
+__all__ = [
+    # the language: tensors, computes, reductions, expressions
+    "Tensor", "Expr", "Var", "IterVar", "placeholder", "compute", "reduce_axis", "thread_axis",
+    "var", "const", "sum", "max", "min", "prod", "comm_reducer", "max_value", "min_value",
+    "abs", "all", "any", "cast", "ceil", "cos", "eq", "erf", "exp", "exp2", "expm1", "fast_exp",
+    "floor", "floordiv", "floormod", "fma", "if_then_else", "log", "log1p", "log2", "maximum",
+    "minimum", "ne", "pow", "round", "rsqrt", "select", "sigmoid", "sin", "softplus", "sqrt",
+    "tanh", "truncdiv", "truncmod",
+    "ExternOp", "extern", "call_packed", "register_func", "get_global_func",
+    "ScanOp", "scan", "ScatterOp", "scatter_add",
+    "TensorIntrin", "decl_tensor_intrin", "tensor_intrin", "tensor_intrins_for",
+    # schedules, lowering, building, running
+    "Schedule", "Stage", "create_schedule", "auto_schedule", "gradient", "Target", "lower",
+    "build", "load_module", "empty", "aligned", "set_num_threads", "get_num_threads",
+    "release_workspace", "set_workspace_limit", "workspace_cached",
+    # TVM's spellings of devices and arrays
+    "Device", "device", "cpu", "cuda", "nd",
+    # pictures
+    "viz", "roofline", "draw_schedule",
+    # errors (tecomp.errors)
+    "TecompError", "ArgumentError", "AutodiffError", "AutoScheduleError", "BoundsError",
+    "BuildError", "ComputeError", "DTypeError", "ExprError", "ExportError", "GPUModelError",
+    "InternalError", "KernelAssertionError", "KernelMemoryError", "LoadError", "LowerError",
+    "RaceError", "ResourceLimitError", "RuntimeUnavailableError", "ScheduleError", "ShapeError",
+    "TargetError", "UnknownNameError", "IRParseError",
+]

@@ -5,7 +5,7 @@ import gc
 import logging
 import time
 from contextlib import contextmanager
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from .errors import ArgumentError, BuildError, LowerError, TargetError
 from .codegen import cuda as _cuda_c, cuda_emu as _cuda_emu, nvcc as _nvcc
@@ -14,7 +14,13 @@ from .ir.stmt import PrimFunc
 
 from .lower.pipeline import lower
 from .target import KINDS as TARGETS  # noqa: E402,F401  (the target kinds)
-from .target import as_target
+from .target import Target, as_target
+
+if TYPE_CHECKING:
+    from .ir.expr import Var
+    from .runtime.module import Module
+    from .schedule.schedule import Schedule
+    from .te.tensor import Tensor
 
 _log = logging.getLogger(__name__)
 
@@ -36,26 +42,69 @@ def _gc_paused():
 
 
 @deep_entry(lambda s_or_func, *a, **k: ("tc.build", s_or_func))
-def build(s_or_func, args=None, target="llvm", name: str = "main",
-          checks: Optional[bool] = None, *, entry_name: Optional[str] = None, target_host=None):
-    """Compile a schedule (or a lowered PrimFunc) for ``target``: a
-    :class:`~tecomp.target.Target` or its string.
+def build(s_or_func: Union[Schedule, PrimFunc],
+          args: Optional[Sequence[Union[Tensor, Var]]] = None,
+          target: Union[str, Target] = "llvm", name: str = "main",
+          checks: Optional[bool] = None, *, entry_name: Optional[str] = None,
+          target_host: Union[str, Target, None] = None) -> Module:
+    """Compile a schedule (or a lowered PrimFunc) for ``target``.
 
-    * ``"llvm"``: the host CPU, through llvmlite; ``"llvm -mcpu=haswell"``,
-      ``"llvm -mattr=+avx2,+fma"``: another x86 CPU (see :mod:`tecomp.target`).
-    * ``"cuda"``: CUDA C run through pycuda (building and ``get_source`` work without it).
-    * ``"cuda-emu"``: the same CUDA C compiled for the CPU with the machine's C++
-      compiler, one block at a time; for checking GPU schedules without a GPU.
+    Parameters
+    ----------
+    s_or_func : Schedule or PrimFunc
+        A schedule, or what :func:`tecomp.lower` returned.
+    args : sequence of Tensor or Var, optional
+        The kernel's parameters in call order: the placeholders and outputs (and scalar
+        ``tc.var``s); needed with a schedule, not with a PrimFunc.
+    target : str or Target, optional
+        ``"llvm"``: the host CPU, through llvmlite; ``"llvm -mcpu=haswell"``,
+        ``"llvm -mattr=+avx2,+fma"``: another x86 CPU (see :mod:`tecomp.target`).
+        ``"cuda"``: CUDA C run through pycuda (building and ``get_source`` work without
+        it).  ``"cuda-emu"``: the same CUDA C compiled for the CPU with the machine's C++
+        compiler, one block at a time; for checking GPU schedules without a GPU.
+    name : str, optional
+        The kernel's name (in the IR, the generated code and messages).
+    checks : bool, optional
+        (llvm) Add a bounds check to every load and store: an access out of bounds
+        raises :class:`BoundsError` naming the buffer, the index and the statement.
+        The default, ``None``, is ``False``, except for a function read from text by
+        :func:`tecomp.ir.parse`: its indices are whatever the text says, so they are
+        checked unless ``checks=False`` is given (which a GPU target, without checks,
+        requires).
+    entry_name : str, optional
+        TVM's spelling of ``name`` (the module's ``entry_name`` is its name); giving
+        both with different values is an :class:`ArgumentError`.
+    target_host : str or Target, optional
+        TVM's host target of a GPU module: accepted when it is this machine's CPU
+        (``"llvm"``), where tecomp runs a CUDA module's host side anyway.
 
-    ``checks=True`` (llvm) adds a bounds check to every load and store: an access out of
-    bounds raises :class:`BoundsError` naming the buffer, the index and the statement.
-    The default, ``None``, is ``False``, except for a function read from text by
-    :func:`tecomp.ir.parse`: its indices are whatever the text says, so they are checked
-    unless ``checks=False`` is given (which a GPU target, without checks, requires).
+    Returns
+    -------
+    Module
+        The compiled kernel: ``f(*arrays)`` runs it (destination passing),
+        ``f.get_source(kind)`` shows the code, ``f.time_evaluator`` times it,
+        ``f.export_library(path)`` writes a shared library (llvm).
 
-    For code written for TVM: ``entry_name=`` is another spelling of ``name=`` (the
-    module's ``entry_name`` is its name), and ``target_host=`` is accepted when it is
-    this machine's CPU (``"llvm"``), where tecomp runs a CUDA module's host side anyway.
+    Raises
+    ------
+    LowerError
+        For arguments that do not match the schedule.
+    TargetError
+        For a target string that is not valid.
+    ScheduleError, BuildError
+        For a schedule the target cannot compile (the message names the stage).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((16,), name="A")
+    >>> B = tc.compute((16,), lambda i: A[i] + 1.0, name="B")
+    >>> f = tc.build(tc.create_schedule(B.op), [A, B])
+    >>> a = np.arange(16, dtype="float32"); b = np.empty(16, "float32")
+    >>> f(a, b)
+    >>> float(b[3])
+    4.0
     """
     name = _entry_name(name, entry_name)
     _check_target_host(target, target_host)

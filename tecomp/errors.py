@@ -5,6 +5,12 @@ User mistakes raise a subclass of :class:`TecompError` whose message names the o
 raises :class:`InternalError`, whose message says it is a tecomp bug.
 """
 
+__all__ = ["TecompError", "ArgumentError", "AutodiffError", "AutoScheduleError", "BoundsError",
+           "BuildError", "ComputeError", "DTypeError", "ExportError", "ExprError",
+           "GPUModelError", "InternalError", "KernelAssertionError", "KernelMemoryError",
+           "LoadError", "LowerError", "RaceError", "ResourceLimitError",
+           "RuntimeUnavailableError", "ScheduleError", "ShapeError", "TargetError"]
+
 
 class TecompError(Exception):
     """Base class of every error tecomp raises on purpose."""

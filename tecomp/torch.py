@@ -38,9 +38,10 @@ measured search of the forward kernels with ``trials > 0``, its records in ``log
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import threading
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -53,7 +54,7 @@ from .ir.expr import Call, Var
 from .ir.functor import collect, free_vars
 from .runtime.argcheck import compile_shape_expr
 from .schedule import Schedule
-from .target import as_target
+from .target import Target, as_target
 from .te import compute, placeholder
 from .te.retype import retype
 from .te.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -81,11 +82,69 @@ _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 
 
-def op(inputs: Sequence[Tensor], outputs, *, target="llvm", schedule=None,
+def op(inputs: Sequence[Tensor], outputs: Union[Tensor, Sequence[Tensor]], *,
+       target: Union[str, Target] = "llvm", schedule: Union[Schedule, Callable, None] = None,
        name: Optional[str] = None, dynamic: Optional[bool] = None, trials: int = 0,
-       log=None) -> "Op":
+       log: Union[str, os.PathLike, None] = None) -> Op:
     """A differentiable torch op computing ``outputs`` from the placeholders ``inputs``
-    (see the module docstring)."""
+    (see the module docstring).
+
+    The op takes one torch tensor per input, binds the symbolic extents from their
+    shapes, compiles once per combination of input dtypes, and is differentiable with
+    respect to every floating input (the backward is ``tc.gradient`` of the
+    definition).  It is registered as ``torch.ops.tecomp.<name>``, so
+    ``torch.compile(fullgraph=True)`` traces it.
+
+    Parameters
+    ----------
+    inputs : sequence of Tensor
+        The placeholders, in the order the op takes torch tensors.
+    outputs : Tensor or sequence of Tensor
+        The compute tensors it returns (a tuple for several).
+    target : str or Target, optional
+        ``"llvm"`` (CPU tensors) or ``"cuda"`` (CUDA tensors).
+    schedule : Schedule or callable, optional
+        A Schedule of the declared outputs (used for the declared dtypes; other dtypes
+        get the default), a function ``outputs -> Schedule`` (called with the outputs of
+        each dtype combination), or None: ``tc.auto_schedule(args, trials=trials,
+        log=log)``.
+    name : str, optional
+        The op's name: ``torch.ops.tecomp.<name>`` (default: the first output's).
+    dynamic : bool, optional
+        None (the default): a kernel for each new value of the symbolic extents, up to
+        8 per dtype combination, then one kernel for every shape; True: one kernel for
+        every shape; False: always specialise.
+    trials : int, optional
+        Measured auto-scheduler trials for the forward kernels (0: analytic).
+    log : str or os.PathLike, optional
+        The auto-scheduler's log of records.
+
+    Returns
+    -------
+    Op
+        The op: ``y = op(x, w, ...)``.
+
+    Raises
+    ------
+    ComputeError
+        For inputs that are not placeholders, outputs that are not computes, a target
+        torch tensors do not live on, or a bad ``dynamic`` or ``trials``.
+    ScheduleError
+        For a ``schedule`` of another kind.
+
+    Examples
+    --------
+    >>> import torch
+    >>> import tecomp as tc
+    >>> import tecomp.torch as tct
+    >>> X = tc.placeholder((tc.var("n"), 8), name="X")
+    >>> Y = tc.compute(X.shape, lambda i, j: X[i, j] * X[i, j], name="square")
+    >>> sq = tct.op([X], [Y])
+    >>> x = torch.ones(3, 8, requires_grad=True)
+    >>> sq(x).sum().backward()
+    >>> float(x.grad[0, 0])
+    2.0
+    """
     return Op(inputs, outputs, target=target, schedule=schedule, name=name, dynamic=dynamic,
               trials=trials, log=log)
 
@@ -146,10 +205,16 @@ class _Training:
 
 
 class Op:
-    """A tecomp computation as a torch op: see :func:`op` and the module docstring.
+    """A tecomp computation as a torch op: made by :func:`op` (see it and the module
+    docstring).
 
     Attributes: ``name`` (``torch.ops.tecomp.<name>`` is the registered op), ``inputs``,
     ``outputs``, ``target``; :meth:`compiled` gives the modules of one dtype combination.
+
+    Parameters
+    ----------
+    inputs, outputs, target, schedule, name, dynamic, trials, log
+        As :func:`op`'s.
     """
 
     def __init__(self, inputs, outputs, *, target="llvm", schedule=None, name=None,

@@ -31,9 +31,31 @@ def _const_or_expr(x, where: str) -> Union[int, Expr]:
                     f"expression")
 
 
-def get_const_int(x) -> int:
-    """``x`` (an int or an integer expression that simplifies to a constant) as an int;
-    ExprError for a symbolic one."""
+def get_const_int(x: Union[int, Expr]) -> int:
+    """``x`` as an int: an int, or an integer expression that simplifies to a constant.
+
+    Parameters
+    ----------
+    x : int or Expr
+        The value, e.g. ``C.shape[1]``.
+
+    Returns
+    -------
+    int
+        The constant.
+
+    Raises
+    ------
+    ExprError
+        For a symbolic expression, a bool, or something else.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> from tecomp.utils import get_const_int
+    >>> get_const_int(tc.placeholder((3, 1024)).shape[1])
+    1024
+    """
     v = _const_or_expr(x, "get_const_int")
     if isinstance(v, Expr):
         raise ExprError(f"get_const_int: `{v}` is symbolic, not a constant; use "
@@ -42,8 +64,32 @@ def get_const_int(x) -> int:
 
 
 def get_const_tuple(shape: Iterable) -> Tuple[Union[int, Expr], ...]:
-    """A shape as a tuple: each constant extent as an int, each symbolic one (``n``,
-    ``n*2``) as its simplified expression -- as TVM's ``get_const_tuple`` does."""
+    """A shape as a tuple, as TVM's ``get_const_tuple`` does.
+
+    Parameters
+    ----------
+    shape : iterable of int or Expr
+        The extents, e.g. ``C.shape``.
+
+    Returns
+    -------
+    tuple of int or Expr
+        Each constant extent as an int, each symbolic one (``n``, ``n*2``) as its
+        simplified expression.
+
+    Raises
+    ------
+    ExprError
+        For something that is not a shape, or an extent that is neither an int nor an
+        expression.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> from tecomp.utils import get_const_tuple
+    >>> get_const_tuple(tc.placeholder((tc.var("n"), 4)).shape)
+    (Var('n', 'int32'), 4)
+    """
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
         raise ExprError(f"get_const_tuple expects a shape (a tuple of extents, e.g. "
                         f"C.shape), got {type(shape).__name__}")

@@ -15,7 +15,7 @@ values away from them (pass ``values=``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List
+from typing import Dict, List, Sequence, Union
 
 import numpy as np
 
@@ -133,20 +133,59 @@ def _const_shape(t: Tensor):
     return tuple(shp)
 
 
-def gradcheck(output: Tensor, inputs, values: Dict | None = None, *, eps: float = 1e-6,
-              atol: float = 1e-5, rtol: float = 1e-4, target: str = "llvm",
-              float64: bool = True, max_points: int = 32, seed: int = 0,
-              raise_exception: bool = True) -> bool:
+def gradcheck(output: Tensor, inputs: Union[Tensor, Sequence[Tensor]],
+              values: Dict | None = None, *, eps: float = 1e-6, atol: float = 1e-5,
+              rtol: float = 1e-4, target: str = "llvm", float64: bool = True,
+              max_points: int = 32, seed: int = 0, raise_exception: bool = True) -> bool:
     """Check ``tc.gradient(output, inputs)`` against finite differences and the dot-product
     test (see the module doc).
 
-    ``inputs``: the placeholders to differentiate.  ``values``: arrays for placeholders
-    (keyed by tensor or name); float ones not given are drawn from a normal distribution,
-    int ones must be given.  ``target``: ``"llvm"`` (compile the forward and the gradient
-    with the default schedule) or ``"reference"`` (the numpy evaluator).  A coordinate passes
-    when ``|analytic - numeric| <= atol + rtol * |numeric|``.  Returns True, or raises
-    :class:`GradcheckError` naming the input, the coordinate and both values (returns False
-    with ``raise_exception=False``).
+    Parameters
+    ----------
+    output : Tensor
+        The tensor differentiated.
+    inputs : Tensor or sequence of Tensor
+        The placeholders to differentiate (their values are perturbed).
+    values : dict, optional
+        Arrays for placeholders (keyed by tensor or name); float ones not given are
+        drawn from a normal distribution, int ones must be given.
+    eps : float, optional
+        The finite-difference step.
+    atol, rtol : float, optional
+        A coordinate passes when ``|analytic - numeric| <= atol + rtol * |numeric|``.
+    target : {"llvm", "reference"}, optional
+        Compile the forward and the gradient with the default schedule, or run the numpy
+        evaluator.
+    float64 : bool, optional
+        Re-type the DAG to float64 first (the default).
+    max_points : int, optional
+        Coordinates checked per input (all of them for small inputs, a random sample
+        otherwise).
+    seed : int, optional
+        The random seed.
+    raise_exception : bool, optional
+        Raise on a failure (the default) instead of returning False.
+
+    Returns
+    -------
+    bool
+        True, or False for a failure with ``raise_exception=False``.
+
+    Raises
+    ------
+    GradcheckError
+        Naming the input, the coordinate and both values.
+    AutodiffError
+        For inputs that are not placeholders.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> from tecomp import autodiff as ad
+    >>> X = tc.placeholder((4, 3), name="X")
+    >>> Y = tc.compute((4, 3), lambda i, j: tc.tanh(X[i, j]) * X[i, j], name="Y")
+    >>> ad.gradcheck(Y, [X], target="reference")
+    True
     """
     ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     for x in ins:

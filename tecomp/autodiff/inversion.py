@@ -431,12 +431,21 @@ def to_expr(lin: Lin, subst: Optional[dict] = None, dtype: str = "int32") -> Exp
 @dataclass
 class Inversion:
     """``{u : h(u) = p}`` as ``u = subst(p, axes)`` over the box of ``axes``, where every
-    condition holds.
+    condition holds (made by :func:`invert`).
 
-    * ``axes``: the free variables, as new reduce axes (loop over them in the gradient);
-    * ``subst``: every domain variable -> its expression in the targets and ``axes``;
-    * ``conditions``: exact integer conditions (no loads, except for opaque components
-      with a data-dependent index), none provably true.
+    Parameters
+    ----------
+    axes : list of IterVar
+        The free variables, as new reduce axes (loop over them in the gradient).
+    subst : dict
+        Every domain variable -> its expression in the targets and ``axes``.
+    conditions : list of Expr, optional
+        Exact integer conditions (no loads, except for opaque components with a
+        data-dependent index), none provably true.
+    solved : list of str, optional
+        The names of the unknowns solved exactly.
+    opaque : list of int, optional
+        The indices (positions in ``indices``) that are data-dependent or non-affine.
     """
 
     axes: List[IterVar]
@@ -466,15 +475,29 @@ class Inversion:
 
 def invert(indices: Sequence[Expr], domain: Sequence[IterVar], targets: Sequence[Expr],
            target_extents: Sequence[Expr], guards: Sequence[Expr] = ()) -> Inversion:
-    """Solve ``indices(u) == targets`` for ``u`` in ``domain`` (the axes then reduce axes of
-    the reading compute); ``targets[k]`` ranges over ``[0, target_extents[k])``.
+    """Solve ``indices(u) == targets`` for ``u`` in ``domain``.
 
-    ``guards`` are further conditions on ``u`` (say, the bounds test of a padding): they are
-    rewritten through the solution (affine comparisons exactly, so ``2*y + ky >= 1`` with
-    ``y = (p - ky + 1) / 2`` becomes ``p + 1 >= 1`` and is proven and dropped) and returned
-    among the conditions.
+    ``guards`` are rewritten through the solution (affine comparisons exactly, so
+    ``2*y + ky >= 1`` with ``y = (p - ky + 1) / 2`` becomes ``p + 1 >= 1`` and is proven
+    and dropped) and returned among the conditions.
 
-    Returns an :class:`Inversion` (see the module doc for the method and its guarantees).
+    Parameters
+    ----------
+    indices : sequence of Expr
+        The index expressions of a read, functions of ``domain``.
+    domain : sequence of IterVar
+        The axes then reduce axes of the reading compute.
+    targets : sequence of Expr
+        One expression per index: the element read.
+    target_extents : sequence of Expr
+        ``targets[k]`` ranges over ``[0, target_extents[k])``.
+    guards : sequence of Expr, optional
+        Further conditions on ``u`` (say, the bounds test of a padding).
+
+    Returns
+    -------
+    Inversion
+        The solution (see the module doc for the method and its guarantees).
     """
     P = _Parser(domain)
     # targets are knowns with ranges [0, extent)

@@ -10,7 +10,7 @@ clamped into bounds, so a guarded out-of-bounds read is harmless; its value is d
 from __future__ import annotations
 
 import math
-from typing import Dict
+from typing import Dict, List, Sequence, Union
 
 import numpy as np
 
@@ -150,10 +150,34 @@ def _int(e, env):
     return int(v)
 
 
-def evaluate(outputs, feed: Dict, scalars: Dict | None = None):
-    """Evaluate ``outputs`` (a tensor or a list) given ``feed`` (placeholder tensor, or its
-    name, -> array) and ``scalars`` (Var -> int, for symbolic extents not fixed by a fed
-    array's shape).  Returns numpy arrays (one, or a list)."""
+def evaluate(outputs: Union[Tensor, Sequence[Tensor]], feed: Dict,
+             scalars: Dict | None = None) -> Union[np.ndarray, List[np.ndarray]]:
+    """Evaluate compute definitions with numpy (a reference, no schedule).
+
+    Parameters
+    ----------
+    outputs : Tensor or sequence of Tensor
+        What to evaluate.
+    feed : dict
+        Placeholder tensor (or its name) -> array.
+    scalars : dict, optional
+        Var -> int, for symbolic extents not fixed by a fed array's shape.
+
+    Returns
+    -------
+    numpy.ndarray or list of numpy.ndarray
+        One array per output (one array for a single tensor).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tecomp as tc
+    >>> from tecomp.autodiff import evaluate
+    >>> A = tc.placeholder((3,), name="A")
+    >>> B = tc.compute((3,), lambda i: A[i] * 2.0, name="B")
+    >>> evaluate(B, {A: np.ones(3, "float32")}).tolist()
+    [2.0, 2.0, 2.0]
+    """
     single = isinstance(outputs, Tensor)
     outs = [outputs] if single else list(outputs)
     env = dict(scalars or {})

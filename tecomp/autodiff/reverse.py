@@ -36,7 +36,7 @@ points, ``B * J`` additions instead of a loop over the batch for every element o
 from __future__ import annotations
 
 import inspect
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from ..errors import AutodiffError
 from ..ir import dtype as _dt
@@ -273,13 +273,37 @@ def _not(c: Expr) -> Expr:
     return Not(c)
 
 
-def partials(expr: Expr, is_target, seed=None, guards=(), root_value=None, where="expression",
-             expand=None):
-    """The reverse-mode partials of ``expr``: a list of ``(leaf, adjoint, guards)``, one per
-    distinct read ``leaf`` (a node for which ``is_target`` is true), with the adjoint that
-    reaches it (``seed`` times the local derivatives on the path) and the branch conditions
-    of the ``if_then_else``s it sits in (outermost first).  ``expand(load)`` may return the
-    body of the read stage at that point, to differentiate through it."""
+def partials(expr: Expr, is_target: Callable[[Expr], bool], seed: Optional[Expr] = None,
+             guards: Sequence[Expr] = (), root_value: Optional[Expr] = None,
+             where: str = "expression",
+             expand: Optional[Callable[[Expr], Optional[Expr]]] = None) -> List[tuple]:
+    """The reverse-mode partials of ``expr``, one per distinct read.
+
+    Parameters
+    ----------
+    expr : Expr
+        The expression differentiated.
+    is_target : callable
+        ``is_target(node)``: whether a node is a leaf to differentiate with respect to.
+    seed : Expr, optional
+        The adjoint of ``expr`` (None: one).
+    guards : sequence of Expr, optional
+        Conditions already holding where ``expr`` is evaluated.
+    root_value : Expr, optional
+        An expression standing for ``expr``'s value in derivative rules that use it.
+    where : str, optional
+        What ``expr`` is, for messages.
+    expand : callable, optional
+        ``expand(load)`` may return the body of the read stage at that point, to
+        differentiate through it.
+
+    Returns
+    -------
+    list of (Expr, Expr, tuple)
+        ``(leaf, adjoint, guards)``: each read ``leaf``, the adjoint that reaches it
+        (``seed`` times the local derivatives on the path) and the branch conditions of
+        the ``if_then_else``s it sits in (outermost first).
+    """
     return _Partials(is_target, where, expand).run(expr, seed, guards, root_value)
 
 
@@ -815,19 +839,50 @@ def _gather(indices, term, guards, domain, pt, t: Tensor) -> Optional[Expr]:
 
 
 @deep_entry(lambda output, inputs=None, head=None: ("tc.gradient", [output, head]))
-def gradient(output: Tensor, inputs, head: Optional[Tensor] = None):
+def gradient(output: Tensor, inputs: Union[Tensor, Sequence[Tensor]],
+             head: Optional[Tensor] = None) -> Union[Tensor, List[Tensor]]:
     """The gradient of ``output`` with respect to each of ``inputs``, contracted with ``head``.
 
-    ``head`` is the adjoint of ``output`` (a tensor of its shape and dtype, e.g. a
-    placeholder ``dL/d output`` given at call time); ``None`` means ones (the gradient of
-    ``sum(output)``).  Returns a list of tensors, ``inputs[k]``'s gradient at position ``k``,
-    named ``<input>.grad`` (one tensor if ``inputs`` is a single tensor).  They are ordinary
-    compute definitions: schedule them with ``tc.create_schedule([g.op for g in grads])`` and
-    pass the placeholders they read (the forward's inputs and ``head``) to ``tc.build``.
+    The gradients are ordinary compute definitions: schedule them with
+    ``tc.create_schedule([g.op for g in grads])`` (or
+    :func:`tecomp.autodiff.schedule_backward`) and pass the placeholders they read (the
+    forward's inputs and ``head``) to ``tc.build``.  An input that ``output`` does not
+    depend on gets a gradient of zeros.
 
-    An input that ``output`` does not depend on gets a gradient of zeros.  Raises
-    :class:`~tecomp.errors.AutodiffError` for what cannot be differentiated (an integer
-    input, a reducer or intrinsic without a derivative), naming the tensor and the fix.
+    Parameters
+    ----------
+    output : Tensor
+        The tensor differentiated.
+    inputs : Tensor or sequence of Tensor
+        The tensors to differentiate with respect to (placeholders or computes).
+    head : Tensor, optional
+        The adjoint of ``output``: a tensor of its shape and dtype, e.g. a placeholder
+        ``dL/d output`` given at call time; ``None`` means ones (the gradient of
+        ``sum(output)``).
+
+    Returns
+    -------
+    Tensor or list of Tensor
+        ``inputs[k]``'s gradient at position ``k``, named ``<input>.grad`` (one tensor
+        if ``inputs`` is a single tensor).
+
+    Raises
+    ------
+    AutodiffError
+        For what cannot be differentiated (an integer input, a reducer or intrinsic
+        without a derivative), naming the tensor and the fix.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> X = tc.placeholder((4, 8), name="X")
+    >>> W = tc.placeholder((8, 3), name="W")
+    >>> k = tc.reduce_axis((0, 8), name="k")
+    >>> Y = tc.compute((4, 3), lambda i, j: tc.sum(X[i, k] * W[k, j], axis=k), name="Y")
+    >>> H = tc.placeholder((4, 3), name="H")
+    >>> gX, gW = tc.gradient(Y, [X, W], head=H)
+    >>> gW.name
+    'W.grad'
     """
     single = isinstance(inputs, Tensor)
     ins = [inputs] if single else list(inputs) if isinstance(inputs, (list, tuple)) else None
@@ -897,8 +952,21 @@ def gradient(output: Tensor, inputs, head: Optional[Tensor] = None):
 
 
 def stop_gradient(t: Tensor) -> Tensor:
-    """Mark the compute ``t`` as a constant for differentiation (returns ``t``).  Used by the
-    softmax of :mod:`tecomp.nn` for its row maximum, which does not change the result."""
+    """Mark the compute ``t`` as a constant for differentiation.
+
+    Used by the softmax of :mod:`tecomp.nn` for its row maximum, which does not change
+    the result.
+
+    Parameters
+    ----------
+    t : Tensor
+        A compute tensor.
+
+    Returns
+    -------
+    Tensor
+        ``t`` itself.
+    """
     if not isinstance(t.op, PlaceholderOp):   # a compute, or an extern stage
         t.op.attrs[STOP_GRADIENT] = True
     return t

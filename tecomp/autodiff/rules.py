@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Callable, Dict
+from typing import Callable, Dict, Union
 
 from ..errors import AutodiffError
 from ..ir import op as _op
@@ -106,25 +106,43 @@ def _prod_rule(x, rest):
     return rest
 
 
-def register_derivative(target, rule=None, *, override: bool = False):
+def register_derivative(target: Union[str, Reducer, Tensor],
+                        rule: Union[Callable, str, None] = None, *,
+                        override: bool = False) -> Callable:
     """Register the derivative of an intrinsic, a reducer, or a compute.
 
-    * ``register_derivative("name", rule)`` -- an intrinsic (a ``Call`` of ``name``):
-      ``rule(args, out)`` returns one local partial ``d out / d args[k]`` per argument
-      (``None`` for zero); ``out`` is the call's value.  E.g. for ``exp``:
-      ``lambda args, out: (out,)``.
-    * ``register_derivative(reducer, rule)`` -- a reducer made by ``tc.comm_reducer``:
-      ``rule(x, rest)`` is ``d combine(x, rest) / d x``, where ``x`` is one reduced element and
-      ``rest`` the reduction of all the others; ``rule="fcombine"`` derives it from the
-      reducer's ``fcombine`` symbolically.
-    * ``register_derivative(tensor, rule)`` -- a custom vector-Jacobian product for the compute
-      producing ``tensor`` (a "user function" whose derivative you know better):
-      ``rule(adjoint, *inputs)`` gets the adjoint of ``tensor`` (a Tensor of its shape) and
-      the compute's input tensors (``tensor.op.input_tensors``, in that order) and returns one
-      Tensor (the adjoint contribution, of that input's shape) or ``None`` per input.
+    Usable as a decorator: ``@register_derivative("my_intrinsic")``.
 
-    An existing rule is only replaced with ``override=True``.  Usable as a decorator:
-    ``@register_derivative("my_intrinsic")``.
+    Parameters
+    ----------
+    target : str or Reducer or Tensor
+        * an intrinsic's name (a ``Call`` of it): ``rule(args, out)`` returns one local
+          partial ``d out / d args[k]`` per argument (``None`` for zero); ``out`` is the
+          call's value.  E.g. for ``exp``: ``lambda args, out: (out,)``.
+        * a reducer made by ``tc.comm_reducer``: ``rule(x, rest)`` is
+          ``d combine(x, rest) / d x``, where ``x`` is one reduced element and ``rest``
+          the reduction of all the others; ``rule="fcombine"`` derives it from the
+          reducer's ``fcombine`` symbolically.
+        * a tensor: a custom vector-Jacobian product for the compute producing it:
+          ``rule(adjoint, *inputs)`` gets the adjoint of ``tensor`` (a Tensor of its
+          shape) and the compute's input tensors (``tensor.op.input_tensors``, in that
+          order) and returns one Tensor (the adjoint contribution, of that input's
+          shape) or ``None`` per input.
+    rule : callable or str, optional
+        The rule (without it, a decorator is returned).
+    override : bool, optional
+        Replace an existing rule (otherwise an error).
+
+    Returns
+    -------
+    callable
+        ``rule`` (or the decorator).
+
+    Raises
+    ------
+    AutodiffError
+        For a rule that is not callable, a target of another kind, or a target that has
+        a rule already without ``override=True``.
     """
     if rule is None:
         def deco(fn):
@@ -175,8 +193,15 @@ def register_derivative(target, rule=None, *, override: bool = False):
         "name (str), a reducer from tc.comm_reducer, or a compute tensor")
 
 
-def unregister_derivative(target) -> None:
-    """Remove a user registration (a built-in intrinsic rule is restored)."""
+def unregister_derivative(target: Union[str, Reducer, Tensor]) -> None:
+    """Remove a registration made by :func:`register_derivative` (a built-in intrinsic rule
+    is restored).
+
+    Parameters
+    ----------
+    target : str or Reducer or Tensor
+        What was registered.
+    """
     if isinstance(target, str):
         if target in _BUILTIN_INTRINSICS:
             _INTRINSICS[target] = _BUILTIN_INTRINSICS[target]
@@ -196,19 +221,39 @@ def unregister_derivative(target) -> None:
 
 
 def register_tag_derivative(tag: str, rule: Callable, *, override: bool = False) -> Callable:
-    """Register how the computes carrying ``tag`` (one of the comma-separated tags of
-    ``op.tag``) hand some of their inputs' gradients to ready-made computes, instead of the
-    derived gather form: ``tecomp.nn`` registers its convolutions this way, so that a
-    convolution's data gradient is itself a convolution (one per phase of the data for
-    a stride above 1) that
-    ``schedule_conv2d_*`` and :func:`~tecomp.autodiff.schedule_backward` run at a forward
-    convolution's speed.
+    """Register how the computes carrying ``tag`` hand some of their inputs' gradients to
+    ready-made computes, instead of the derived gather form.
 
-    ``rule(out, adjoint, wanted)`` gets the compute's output tensor, the adjoint of it (a
-    Tensor of its shape; ``None`` for a head of ones) and the tensors whose gradients are
-    wanted (the compute's inputs, seen through inlined padding stages); it returns a dict
-    ``{input tensor: its gradient contribution}`` for the ones it handles, or ``None``.
-    The inputs it leaves out get the derived gather form."""
+    ``tecomp.nn`` registers its convolutions this way, so that a convolution's data
+    gradient is itself a convolution (one per phase of the data for a stride above 1)
+    that ``schedule_conv2d_*`` and :func:`~tecomp.autodiff.schedule_backward` run at a
+    forward convolution's speed.
+
+    Parameters
+    ----------
+    tag : str
+        One of the comma-separated tags of ``op.tag``.
+    rule : callable
+        ``rule(out, adjoint, wanted)`` gets the compute's output tensor, the adjoint of
+        it (a Tensor of its shape; ``None`` for a head of ones) and the tensors whose
+        gradients are wanted (the compute's inputs, seen through inlined padding
+        stages); it returns a dict ``{input tensor: its gradient contribution}`` for the
+        ones it handles, or ``None``.  The inputs it leaves out get the derived gather
+        form.
+    override : bool, optional
+        Replace the tag's rule (otherwise an error).
+
+    Returns
+    -------
+    callable
+        ``rule``.
+
+    Raises
+    ------
+    AutodiffError
+        For a tag that is not a string, a rule that is not callable, or a tag that has a
+        rule already without ``override=True``.
+    """
     if not isinstance(tag, str) or not tag or not callable(rule):
         raise AutodiffError("register_tag_derivative(tag, rule): give a tag string and a "
                             "callable rule(out, adjoint, wanted) -> dict or None")
@@ -220,7 +265,13 @@ def register_tag_derivative(tag: str, rule: Callable, *, override: bool = False)
 
 
 def unregister_tag_derivative(tag: str) -> None:
-    """Remove the rule registered for ``tag`` (the derived gather form is used again)."""
+    """Remove the rule registered for ``tag`` (the derived gather form is used again).
+
+    Parameters
+    ----------
+    tag : str
+        The tag.
+    """
     _TAGS.pop(tag, None)
 
 

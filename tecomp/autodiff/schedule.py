@@ -29,13 +29,15 @@ interior of a convolution's data gradient runs without them.
 """
 from __future__ import annotations
 
+from typing import Sequence, Union
+
 from ..ir import dtype as _dt
 from ..ir.expr import Call, Const, Div, Expr, Reduce
 from ..ir.functor import Visitor, free_vars
 from ..schedule.schedule import Schedule, create_schedule
 from ..te import reduce as R
 from ..te.tensor import ComputeOp, Tensor
-from ..target import cpu_model
+from ..target import Target, cpu_model
 from . import rules as _rules
 
 
@@ -72,25 +74,55 @@ def _extent(iv):
     return int(e.value) if isinstance(e, Const) else None
 
 
-def schedule_backward(outputs, s: Schedule | None = None, *, vector: int = 8, tile: int = 4,
-                      inline: bool = True, parallel: bool = True,
-                      min_parallel: int = 4096, auto: bool = True,
-                      target="llvm") -> Schedule:
-    """Schedule ``outputs`` (gradient tensors, or any computes) for the CPU ``target`` (a
-    :class:`~tecomp.target.Target` or its string; the host by default); returns the
-    schedule (``s`` if given, else a new ``tc.create_schedule(outputs)``).  Only the stages
-    that ``outputs`` need and that nobody scheduled yet are touched, so a tuned schedule of
-    some stages can come first.
+def schedule_backward(outputs: Union[Tensor, Sequence[Tensor]], s: Schedule | None = None, *,
+                      vector: int = 8, tile: int = 4, inline: bool = True,
+                      parallel: bool = True, min_parallel: int = 4096, auto: bool = True,
+                      target: Union[str, Target] = "llvm") -> Schedule:
+    """Schedule ``outputs`` (gradient tensors, or any computes) for the CPU ``target``.
 
-    ``auto`` (the default): the stages without a template (every one but the
-    convolutions) get the auto-scheduler's rules (:mod:`tecomp.autoschedule.rules`:
-    register blocks sized to the machine, row reductions vectorized, per-row values
-    computed at their row, outer loops parallel).  ``auto=False`` gives them the plain
-    scheme described above instead, with these options: ``vector``: SIMD lanes for the
-    innermost data-parallel axis (8 float32 lanes = AVX2); ``tile``: how many rows of the
-    next axis to unroll around it; ``inline``: inline cheap elementwise helper stages;
-    ``parallel``: run the outer loop on the thread pool when the stage has at least
-    ``min_parallel`` output elements.
+    Only the stages that ``outputs`` need and that nobody scheduled yet are touched, so a
+    tuned schedule of some stages can come first.  The convolutions get their
+    templates; the other stages the auto-scheduler's rules (``auto=True``) or a plain
+    scheme (``auto=False``).
+
+    Parameters
+    ----------
+    outputs : Tensor or sequence of Tensor
+        The tensors to schedule.
+    s : Schedule, optional
+        A schedule to complete (default: a new ``tc.create_schedule(outputs)``).
+    vector : int, optional
+        (``auto=False``) SIMD lanes for the innermost data-parallel axis.
+    tile : int, optional
+        (``auto=False``) How many rows of the next axis to unroll around it.
+    inline : bool, optional
+        (``auto=False``) Inline cheap elementwise helper stages.
+    parallel : bool, optional
+        (``auto=False``) Run the outer loop on the thread pool when the stage has at
+        least ``min_parallel`` output elements.
+    min_parallel : int, optional
+        See ``parallel``.
+    auto : bool, optional
+        Give the stages without a template the auto-scheduler's rules
+        (:mod:`tecomp.autoschedule.rules`); the default.
+    target : str or Target, optional
+        A CPU target (the host by default).
+
+    Returns
+    -------
+    Schedule
+        ``s``, or the new schedule.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> from tecomp import autodiff as ad
+    >>> X = tc.placeholder((8, 16), name="X"); W = tc.placeholder((16, 4), name="W")
+    >>> k = tc.reduce_axis((0, 16), name="k")
+    >>> Y = tc.compute((8, 4), lambda i, j: tc.sum(X[i, k] * W[k, j], axis=k), name="Y")
+    >>> gX, gW = tc.gradient(Y, [X, W])
+    >>> s = ad.schedule_backward([gX, gW])
+    >>> f = tc.build(s, [X, W, gX, gW])
     """
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     if s is None:

@@ -18,18 +18,23 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from ..errors import AutoScheduleError, TargetError, TecompError
 from ..ir.deep import deep_entry
 from ..schedule.trace import replay
-from ..target import as_target, cpu_model
+from ..target import Target, as_target, cpu_model
 from .checks import check_args, check_shapes, cpu_target
 from . import records
 from .cuda_rules import gpu_rules, measure_unavailable
 from .rules import Knobs, apply_rules, outputs_of
 
 _log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from ..ir.expr import Var
+    from ..schedule.schedule import Schedule
+    from ..te.tensor import Tensor
 
 __all__ = ["auto_schedule", "AutoScheduleWarning", "Config", "default_config", "apply_config"]
 
@@ -49,34 +54,75 @@ def _gpu_kind(target) -> bool:
 
 
 @deep_entry(lambda args, *a, **k: ("tc.auto_schedule", args), ahead=True)
-def auto_schedule(args, target="llvm", trials: int = 0, log=None, seed: int = 0,
+def auto_schedule(args: Sequence[Union[Tensor, Var]], target: Union[str, Target] = "llvm",
+                  trials: int = 0, log: Union[str, os.PathLike, None] = None, seed: int = 0,
                   timeout: Optional[float] = None, progress: Optional[bool] = None,
-                  shapes: Optional[dict] = None, runner="local", search: str = "model"):
+                  shapes: Optional[dict] = None, runner: Union[str, object] = "local",
+                  search: str = "model") -> Schedule:
     """A schedule for the computes in ``args`` (the list you give ``tc.build``).
 
-    * ``trials=0``: the rule-based schedule (:mod:`tecomp.autoschedule.rules`), read from
-      the compute DAG and the machine; no measurement.  With ``log=``, the best record of
-      this workload in the log instead, when there is one that replays.
-    * ``trials=N``: a measured search of N candidates (``search="model"``: guided by a
-      cost model trained on the measurements; ``"random"``: random sampling), each run
-      in a child process by ``runner`` (``"local"``, ``"dask"`` or a runner object);
-      every measurement is appended to ``log`` (JSON lines) when given.  ``timeout``
-      (seconds) stops the search early.  ``progress``: ``None`` (the default) shows the
-      search's progress on stderr: a tqdm bar on a terminal or in Jupyter (a line
-      rewritten in place without tqdm), a plain line every tenth of the trials where
-      stderr is not a terminal (a CI log); ``False`` shows nothing; ``True`` always
-      shows it.  The search also logs to ``logging.getLogger("tecomp")`` (INFO: the
-      space, the trials, why it stopped early, the best; DEBUG: every candidate), and
-      ``s.tune_result`` says the same (``print(s.tune_result.summary())``).
-    * ``shapes={"n": 1024}`` binds symbolic extents for the decisions and the
-      measurements; the schedule stays correct for any value.
+    With ``trials=0``, the rule-based schedule (:mod:`tecomp.autoschedule.rules`), read
+    from the compute DAG and the machine; no measurement.  With ``trials=N``, a measured
+    search of N candidates, each run in a child process (a crash, a hang or a wrong
+    result is a failed candidate, never the answer).  For ``target="cuda"`` (or
+    ``"cuda-emu"``): the GPU rules (:mod:`tecomp.autoschedule.cuda_rules`), and with
+    ``trials=N`` a search over their knobs measured on the GPU (``"cuda-emu"``: in the
+    emulation, which checks the search but says nothing of a GPU's speed).
 
-    For ``target="cuda"`` (or ``"cuda-emu"``): the GPU rules
-    (:mod:`tecomp.autoschedule.cuda_rules`), and with ``trials=N`` a search over their
-    knobs measured on the GPU (``"cuda-emu"``: in the emulation, which checks the
-    search but says nothing of a GPU's speed).
+    Parameters
+    ----------
+    args : sequence of Tensor or Var
+        The kernel's parameters, as for ``tc.build``.
+    target : str or Target, optional
+        The CPU (``"llvm"``, ``"llvm -mcpu=..."``) or GPU (``"cuda"``, ``"cuda-emu"``)
+        to schedule for.
+    trials : int, optional
+        How many candidates to measure; 0 (the default) measures nothing.
+    log : str or os.PathLike, optional
+        A JSON-lines file: every measurement is appended to it; with ``trials=0``, the
+        best record of this workload in it that replays is the schedule.
+    seed : int, optional
+        The search's random seed.
+    timeout : float, optional
+        Seconds after which the search stops early.
+    progress : bool, optional
+        ``None`` (the default) shows the search's progress on stderr: a tqdm bar on a
+        terminal or in Jupyter (a line rewritten in place without tqdm), a plain line
+        every tenth of the trials where stderr is not a terminal (a CI log); ``False``
+        shows nothing; ``True`` always shows it.  The search also logs to
+        ``logging.getLogger("tecomp")`` (INFO: the space, the trials, why it stopped
+        early, the best; DEBUG: every candidate), and ``s.tune_result`` says the same
+        (``print(s.tune_result.summary())``).
+    shapes : dict, optional
+        Values for symbolic extents (``{"n": 1024}``) for the decisions and the
+        measurements; the schedule stays correct for any value.
+    runner : str or object, optional
+        Where candidates run: ``"local"``, ``"dask"`` or a runner object
+        (:mod:`tecomp.autoschedule.measure`).
+    search : {"model", "random"}, optional
+        Candidates chosen by a cost model trained on the measurements, or at random.
 
-    Returns an ordinary Schedule; ``s.trace.python(args)`` prints it as Python."""
+    Returns
+    -------
+    Schedule
+        An ordinary schedule; ``s.trace.python(args)`` prints it as Python.
+
+    Raises
+    ------
+    AutoScheduleError
+        For bad arguments, measuring where it cannot run (another CPU's code, no GPU),
+        or a search where no candidate ran correctly.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((64, 64), name="A")
+    >>> B = tc.placeholder((64, 64), name="B")
+    >>> k = tc.reduce_axis((0, 64), name="k")
+    >>> C = tc.compute((64, 64), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    >>> s = tc.auto_schedule([A, B, C])
+    >>> f = tc.build(s, [A, B, C])
+    """
     args = check_args(args)
     gpu = _gpu_kind(target)
     if gpu:

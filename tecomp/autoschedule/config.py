@@ -21,18 +21,42 @@ and :func:`apply_config` checks that every knob set by hand was met and honoured
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, Optional, Sequence, Tuple, Union
 
 from ..errors import AutoScheduleError
-from ..target import cpu_model
+from ..target import Target, cpu_model
 from .checks import check_args, check_shapes, cpu_target
 from .rules import Knobs, apply_rules
+
+if TYPE_CHECKING:
+    from ..ir.expr import Var
+    from ..schedule.schedule import Schedule
+    from ..te.tensor import Tensor
 
 
 @dataclass(frozen=True)
 class Config:
-    """The knobs of one workload's schedule: ``values`` (name -> value), ``space`` (name ->
-    its choices), ``defaults`` (name -> the heuristic's value), for ``target``."""
+    """The knobs of one workload's schedule, for ``target``.
+
+    Made by :func:`default_config`; ``cfg.set(name, value)`` gives a copy with one knob
+    changed (checked against its choices), ``cfg[name]`` reads one, ``print(cfg)``
+    lists them all.
+
+    Parameters
+    ----------
+    target : str
+        The target the knobs were read for.
+    values : dict
+        Knob name -> value.
+    space : dict
+        Knob name -> its choices.
+    defaults : dict
+        Knob name -> the heuristic's value.
+    shapes : dict, optional
+        The values of symbolic extents the decisions used.
+    explicit : frozenset of str, optional
+        The knobs set with :meth:`set`.
+    """
 
     target: str
     values: Dict[str, object]
@@ -80,16 +104,65 @@ def _run(args, target, shapes, values):
     return s, knobs, str(tgt), shapes
 
 
-def default_config(args, target="llvm", shapes: Optional[dict] = None) -> Config:
-    """The knobs of ``args``' schedule (the list you give ``tc.build``) at their defaults:
-    the schedule ``tc.auto_schedule(args, target)`` gives."""
+def default_config(args: Sequence[Union[Tensor, Var]], target: Union[str, Target] = "llvm",
+                   shapes: Optional[dict] = None) -> Config:
+    """The knobs of ``args``' schedule at their defaults: the schedule
+    ``tc.auto_schedule(args, target)`` gives.
+
+    Parameters
+    ----------
+    args : sequence of Tensor or Var
+        The list you give ``tc.build``.
+    target : str or Target, optional
+        A CPU target.
+    shapes : dict, optional
+        Values for symbolic extents, as ``tc.auto_schedule``'s.
+
+    Returns
+    -------
+    Config
+        Every knob, its choices and its value.
+
+    Raises
+    ------
+    AutoScheduleError
+        For bad arguments or a target that is not a CPU.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((64, 64), name="A"); B = tc.placeholder((64, 64), name="B")
+    >>> k = tc.reduce_axis((0, 64), name="k")
+    >>> C = tc.compute((64, 64), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    >>> cfg = tc.autoschedule.default_config([A, B, C])
+    >>> s = tc.autoschedule.apply_config([A, B, C], cfg)
+    """
     _, knobs, tgt, shapes = _run(args, target, shapes, None)
     return Config(tgt, dict(knobs.values), {k: tuple(v) for k, v in knobs.space.items()},
                   dict(knobs.defaults), shapes)
 
 
-def apply_config(args, config: Config):
-    """The schedule of ``args`` that ``config`` says (for its target and shapes)."""
+def apply_config(args: Sequence[Union[Tensor, Var]], config: Config) -> Schedule:
+    """The schedule of ``args`` that ``config`` says (for its target and shapes).
+
+    Parameters
+    ----------
+    args : sequence of Tensor or Var
+        The list you give ``tc.build``.
+    config : Config
+        From :func:`default_config`, with knobs changed by ``Config.set``.
+
+    Returns
+    -------
+    Schedule
+        The schedule.
+
+    Raises
+    ------
+    AutoScheduleError
+        For a config of another kind, or a knob set by hand that this schedule does not
+        have or cannot honour with the other knobs' values.
+    """
     if not isinstance(config, Config):
         raise AutoScheduleError(f"apply_config: config must be a Config from default_config, "
                                 f"got {type(config).__name__}")

@@ -222,7 +222,15 @@ class Const(Expr):
 class Var(Expr):
     """A scalar variable (loop counter, symbolic extent, scalar parameter).
 
-    Identity semantics: two ``Var("i")`` are different variables.
+    Identity semantics: two ``Var("i")`` are different variables.  Users make them with
+    :func:`tecomp.var`.
+
+    Parameters
+    ----------
+    name : str
+        The variable's name in the IR.
+    dtype : str, optional
+        Its dtype, ``"int32"`` by default.
     """
 
     name: str
@@ -450,9 +458,21 @@ class Range(Node):
 class IterVar(Node):
     """An iteration variable of a compute: a ``Var`` with a domain and a kind.
 
-    ``kind`` is ``"data_par"`` (an output axis), ``"reduce"`` (a reduction axis),
-    ``"thread"`` (a GPU thread axis from ``tc.thread_axis``) or ``"derived"`` (made by a
-    schedule primitive).  Identity semantics.
+    Identity semantics.  ``C.op.axis`` and ``C.op.reduce_axis`` hold a compute's;
+    :func:`tecomp.reduce_axis` and :func:`tecomp.thread_axis` make them.
+
+    Parameters
+    ----------
+    var : Var
+        The variable.
+    dom : Range or None
+        Its range (``None`` for a thread axis the bound loop gives its range).
+    kind : str, optional
+        ``"data_par"`` (an output axis), ``"reduce"`` (a reduction axis),
+        ``"thread"`` (a GPU thread axis from ``tc.thread_axis``) or ``"derived"`` (made
+        by a schedule primitive).
+    thread_tag : str, optional
+        The thread tag of a thread axis (``"threadIdx.x"`` ...).
     """
 
     var: Var

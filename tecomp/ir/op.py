@@ -239,8 +239,32 @@ def _int_div_operands(a, b, what):
     return widen(a, dt), widen(b, dt), dt
 
 
-def truncdiv(a, b) -> Expr:
-    """Integer division rounding toward zero (C semantics)."""
+def truncdiv(a: Expr | int, b: Expr | int) -> Expr:
+    """Integer division rounding toward zero (C semantics).
+
+    Python's ``//`` on integer expressions is floor division (:func:`floordiv`).
+
+    Parameters
+    ----------
+    a, b : Expr or int
+        Integer expressions (promoted to one dtype).
+
+    Returns
+    -------
+    Expr
+        ``a / b`` rounded toward zero.
+
+    Raises
+    ------
+    ExprError
+        For non-integer operands.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), dtype="int32", name="A")
+    >>> B = tc.compute((8,), lambda i: tc.truncdiv(A[i], 3), name="B")
+    """
     a, b, dt = _int_div_operands(a, b, "truncdiv")
     ca, cb = _ci(a), _ci(b)
     if ca is not None and cb not in (None, 0):
@@ -248,8 +272,24 @@ def truncdiv(a, b) -> Expr:
     return TruncDiv(a, b, dt)
 
 
-def truncmod(a, b) -> Expr:
-    """Remainder of truncdiv: has the sign of the dividend (C semantics)."""
+def truncmod(a: Expr | int, b: Expr | int) -> Expr:
+    """Remainder of :func:`truncdiv`: has the sign of the dividend (C semantics).
+
+    Parameters
+    ----------
+    a, b : Expr or int
+        Integer expressions (promoted to one dtype).
+
+    Returns
+    -------
+    Expr
+        ``a - b * truncdiv(a, b)``.
+
+    Raises
+    ------
+    ExprError
+        For non-integer operands.
+    """
     a, b, dt = _int_div_operands(a, b, "truncmod")
     ca, cb = _ci(a), _ci(b)
     if ca is not None and cb not in (None, 0):
@@ -257,22 +297,102 @@ def truncmod(a, b) -> Expr:
     return TruncMod(a, b, dt)
 
 
-def floordiv_checked(a, b) -> Expr:
+def floordiv_checked(a: Expr | int, b: Expr | int) -> Expr:
+    """Integer division rounding toward minus infinity (``tc.floordiv``; Python's ``//``).
+
+    The same as ``a // b`` on integer expressions; TVM's ``tir.floordiv`` spelling.
+
+    Parameters
+    ----------
+    a, b : Expr or int
+        Integer expressions (promoted to one dtype).
+
+    Returns
+    -------
+    Expr
+        ``floor(a / b)``.
+
+    Raises
+    ------
+    ExprError
+        For non-integer operands (``//`` of floats is ``floor(a / b)``: write that).
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), dtype="int32", name="A")
+    >>> B = tc.compute((8,), lambda i: tc.floordiv(A[i], 3), name="B")
+    """
     a, b, _ = _int_div_operands(a, b, "floordiv")
     return floordiv(a, b)
 
 
-def floormod_checked(a, b) -> Expr:
+def floormod_checked(a: Expr | int, b: Expr | int) -> Expr:
+    """Remainder of :func:`floordiv` (``tc.floormod``; Python's ``%``): has the sign of ``b``.
+
+    Parameters
+    ----------
+    a, b : Expr or int
+        Integer expressions (promoted to one dtype).
+
+    Returns
+    -------
+    Expr
+        ``a - b * floordiv(a, b)``.
+
+    Raises
+    ------
+    ExprError
+        For non-integer operands.
+    """
     a, b, _ = _int_div_operands(a, b, "floormod")
     return floormod(a, b)
 
 
-def minimum(a, b) -> Expr:
+def minimum(a: Expr | int | float, b: Expr | int | float) -> Expr:
+    """The elementwise minimum of two expressions (``tc.minimum``; also ``tc.min(a, b)``).
+
+    Parameters
+    ----------
+    a, b : Expr or int or float
+        The operands; their dtypes are promoted to one (a Python number takes the other
+        side's).
+
+    Returns
+    -------
+    Expr
+        The smaller of ``a`` and ``b``.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), name="A")
+    >>> B = tc.compute((8,), lambda i: tc.minimum(A[i], 0.0), name="B")
+    """
     a, b, dt = _operands(a, b, "min")
     return Min(widen(a, dt), widen(b, dt), dt)
 
 
-def maximum(a, b) -> Expr:
+def maximum(a: Expr | int | float, b: Expr | int | float) -> Expr:
+    """The elementwise maximum of two expressions (``tc.maximum``; also ``tc.max(a, b)``).
+
+    Parameters
+    ----------
+    a, b : Expr or int or float
+        The operands; their dtypes are promoted to one (a Python number takes the other
+        side's).
+
+    Returns
+    -------
+    Expr
+        The larger of ``a`` and ``b``.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), name="A")
+    >>> B = tc.compute((8,), lambda i: tc.maximum(A[i], 0.0), name="B")
+    """
     a, b, dt = _operands(a, b, "max")
     return Max(widen(a, dt), widen(b, dt), dt)
 
@@ -304,8 +424,31 @@ def logic(cls, a, b) -> Expr:
     return cls(_as_bool(a, what), _as_bool(b, what))
 
 
-def all_(*conds) -> Expr:
-    """Logical and of any number of conditions (``tc.all``)."""
+def all_(*conds: Expr) -> Expr:
+    """Logical and of any number of conditions (``tc.all``).
+
+    Parameters
+    ----------
+    *conds : Expr
+        Bool expressions, or one list or tuple of them.  None at all gives ``True``.
+
+    Returns
+    -------
+    Expr
+        A bool expression.
+
+    Raises
+    ------
+    ExprError
+        For a condition that is not a bool expression (or a Python bool, evaluated
+        before tecomp saw it).
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> i = tc.var("i")
+    >>> inside = tc.all(i >= 1, i < 9)
+    """
     if len(conds) == 1 and isinstance(conds[0], (list, tuple)):
         conds = tuple(conds[0])
     if not conds:
@@ -316,8 +459,24 @@ def all_(*conds) -> Expr:
     return out
 
 
-def any_(*conds) -> Expr:
-    """Logical or of any number of conditions (``tc.any``)."""
+def any_(*conds: Expr) -> Expr:
+    """Logical or of any number of conditions (``tc.any``).
+
+    Parameters
+    ----------
+    *conds : Expr
+        Bool expressions, or one list or tuple of them.  None at all gives ``False``.
+
+    Returns
+    -------
+    Expr
+        A bool expression.
+
+    Raises
+    ------
+    ExprError
+        For a condition that is not a bool expression.
+    """
     if len(conds) == 1 and isinstance(conds[0], (list, tuple)):
         conds = tuple(conds[0])
     if not conds:

@@ -8,16 +8,21 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING, Sequence, Union
 
 from ..errors import LowerError, TecompError
 from ..ir.deep import deep_entry
 from ..ir.functor import collect
 from ..ir.stmt import ExternCall, PrimFunc
 from ..schedule.schedule import Schedule
-from ..target import as_target
+from ..target import Target, as_target
 from ..te.scatter import ScatterOp
 from .schedule_ops import schedule_to_stmt
 from . import passes as P
+
+if TYPE_CHECKING:
+    from ..ir.expr import Var
+    from ..te.tensor import Tensor
 from .device_split import split_host_device_pass
 from .parallel import parallel_plan_pass
 from .vectorize import vector_plan_pass
@@ -55,15 +60,57 @@ def _dump(title, func):
 
 
 @deep_entry(lambda s, *a, **k: ("tc.lower", s))
-def lower(s: Schedule, args, name: str = "main", target="llvm", stats: dict | None = None,
-          phase: str = "lower", *, simple_mode: bool = False) -> PrimFunc:
-    """Lower a schedule to a PrimFunc; ``str()`` of it is the loop IR.  ``target``: a
-    :class:`~tecomp.target.Target` or its string; its kind chooses the passes (the GPU
-    ones for ``cuda``/``cuda-emu``) and it is kept in ``func.attrs["target"]``.
-    ``phase="codegen"``: also run the target's :data:`CODEGEN_PASSES` (vector plans and
-    parallel tasks for llvm, the host/device split for the GPU): the IR that the code
-    generator renders.  ``simple_mode`` is TVM's: accepted (True or False) and changes
-    nothing, since ``print(tc.lower(s, args))`` prints the loop nest alone already."""
+def lower(s: Schedule, args: Sequence[Union[Tensor, Var]], name: str = "main",
+          target: Union[str, Target] = "llvm", stats: dict | None = None, phase: str = "lower",
+          *, simple_mode: bool = False) -> PrimFunc:
+    """Lower a schedule to a PrimFunc; ``str()`` of it is the loop IR.
+
+    Parameters
+    ----------
+    s : Schedule
+        The schedule (``tc.create_schedule``, ``tc.auto_schedule``).
+    args : sequence of Tensor or Var
+        The kernel's parameters in call order, as for :func:`tecomp.build`.
+    name : str, optional
+        The function's name (a Python-style identifier).
+    target : str or Target, optional
+        Its kind chooses the passes (the GPU ones for ``cuda``/``cuda-emu``); it is kept
+        in ``func.attrs["target"]``.
+    stats : dict, optional
+        Receives ``"lower_seconds"``: the time lowering took.
+    phase : {"lower", "codegen"}, optional
+        ``"codegen"`` also runs the target's :data:`CODEGEN_PASSES` (vector plans and
+        parallel tasks for llvm, the host/device split for the GPU): the IR that the code
+        generator renders.
+    simple_mode : bool, optional
+        TVM's: accepted (True or False) and changes nothing, since
+        ``print(tc.lower(s, args))`` prints the loop nest alone already.
+
+    Returns
+    -------
+    PrimFunc
+        The lowered function; ``print`` it to read the loop IR, or pass it to
+        :func:`tecomp.build`.
+
+    Raises
+    ------
+    LowerError
+        For something other than a schedule, arguments that are not a list of tensors
+        and scalar vars, a bad name or phase, or a stage the target cannot generate.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((16,), name="A")
+    >>> B = tc.compute((16,), lambda i: A[i] * 2.0, name="B")
+    >>> s = tc.create_schedule(B.op)
+    >>> print(tc.lower(s, [A, B], name="double"))
+    primfn double(A: float32[16], B: float32[16]) {
+      for (i, 0, 16) {
+        B[i] = A[i]*2f
+      }
+    }
+    """
     if not isinstance(simple_mode, bool):
         raise LowerError(f"tc.lower: simple_mode must be True or False, got "
                          f"{simple_mode!r:.40} (it changes nothing in tecomp: the printed "

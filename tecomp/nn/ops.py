@@ -36,7 +36,7 @@ is one gather over the unpadded input.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import List, Sequence, Tuple
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from .. import te as _te
 from ..errors import DTypeError, ShapeError
 from ..ir import dtype as _dt
 from ..ir.expr import Const, Expr, Var
+from ..te.tensor import Tensor
 from ..autodiff.reverse import stop_gradient
 from ._check import Args, same_extent as _same, shape_text as _shape_text
 
@@ -92,10 +93,42 @@ def _elementwise(x, fn, op: str, name: str, kind: str = "float"):
     return _te.compute(x.shape, lambda *i: fn(x[i]), name=name, tag="elemwise")
 
 
-def pad(data, pad_before: Sequence[int], pad_after: Sequence[int] | None = None, value=0.0,
-        name: str = "pad"):
-    """``data`` padded with ``value`` (``pad_before[d]`` / ``pad_after[d]`` elements per
-    dimension), read through ``tc.if_then_else`` so no out-of-bounds read happens."""
+def pad(data: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None = None,
+        value: float = 0.0, name: str = "pad") -> Tensor:
+    """``data`` padded with ``value``, read through ``tc.if_then_else`` so no out-of-bounds
+    read happens.
+
+    Parameters
+    ----------
+    data : Tensor
+        The tensor to pad.
+    pad_before : sequence of int
+        Elements added before each dimension (one per dimension).
+    pad_after : sequence of int, optional
+        Elements added after each dimension (default: ``pad_before``).
+    value : float, optional
+        The padding value (0 by default).
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> import tecomp.nn as nn
+    >>> X = tc.placeholder((2, 3), name="X")
+    >>> tc.utils.get_const_tuple(nn.pad(X, (1, 1)).shape)
+    (4, 5)
+    """
     a = Args("pad", name)
     a.tensor("data", data, dtype=None)
     pad_after = pad_before if pad_after is None else pad_after
@@ -129,8 +162,26 @@ def pad(data, pad_before: Sequence[int], pad_after: Sequence[int] | None = None,
     return _te.compute(tuple(shape), f, name=name, tag="injective,pad")
 
 
-def flatten(data, name: str = "flatten"):
-    """``[N, d1, d2, ...] -> [N, d1*d2*...]`` (row-major, as ``torch.flatten(x, 1)``)."""
+def flatten(data: Tensor, name: str = "flatten") -> Tensor:
+    """``[N, d1, d2, ...] -> [N, d1*d2*...]`` (row-major, as ``torch.flatten(x, 1)``).
+
+    Parameters
+    ----------
+    data : Tensor
+        At least 2-d, constant extents after the first.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     a = Args("flatten", name)
     a.tensor("data", data, (2, None), "[batch, d1, d2, ...]", dtype=None)
     dims = [a.constant("data", data, d, "extent") for d in range(1, data.ndim)]
@@ -203,36 +254,128 @@ def _gemm_output(shape, body, name: str, tag: str, acc: str, out: str, bias=None
                        name=name, tag="bias_add")
 
 
-def matmul(A, B, name: str = "matmul", out_dtype=None):
-    """``A[M, K] @ B[K, N]``; ``out_dtype`` (as TVM's): the operands are cast to it before
-    they are multiplied and summed (``out_dtype="float32"`` with float16 operands: float32
-    accumulation and result, what tensor cores compute).  By default float16/bfloat16
-    operands are summed in float32 (the stage ``<name>.matmul``) and rounded once."""
+def matmul(A: Tensor, B: Tensor, name: str = "matmul", out_dtype: str | None = None) -> Tensor:
+    """``A[M, K] @ B[K, N] -> [M, N]``.
+
+    By default float16/bfloat16 operands are summed in float32 (the stage
+    ``<name>.matmul``) and rounded once.
+
+    Parameters
+    ----------
+    A : Tensor
+        ``[M, K]``.
+    B : Tensor
+        ``[K, N]``, of A's dtype.
+    out_dtype : str, optional
+        As TVM's: the operands are cast to it before they are multiplied and summed
+        (``out_dtype="float32"`` with float16 operands: float32 accumulation and result,
+        what tensor cores compute).
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> import tecomp.nn as nn
+    >>> A = tc.placeholder((8, 4), name="A"); B = tc.placeholder((4, 2), name="B")
+    >>> tc.utils.get_const_tuple(nn.matmul(A, B).shape)
+    (8, 2)
+    """
     _, acc, out = _matmul_args("matmul", name, A, B, out_dtype)
     k = _te.reduce_axis(A.shape[1], name="k")
     return _gemm_output((A.shape[0], B.shape[1]), lambda i, j: _te.sum(
         A[i, k].astype(acc) * B[k, j].astype(acc), axis=k), name, "matmul", acc, out)
 
 
-def dense(X, W, bias=None, name: str = "dense", out_dtype=None):
-    """``X[B, I] W[O, I]^T (+ bias[O]) -> [B, O]`` (PyTorch's ``nn.Linear``).  With a bias,
-    or float16/bfloat16 operands summed in float32, the product is the stage
-    ``<name>.matmul`` and ``<name>`` adds the bias (in the accumulation dtype) and rounds.
-    ``out_dtype``: the operands are cast to it before they are multiplied and summed (as
-    ``matmul``'s); ``bias`` has the output's dtype."""
+def dense(X: Tensor, W: Tensor, bias: Tensor | None = None, name: str = "dense",
+          out_dtype: str | None = None) -> Tensor:
+    """``X[B, I] W[O, I]^T (+ bias[O]) -> [B, O]`` (PyTorch's ``nn.Linear``).
+
+    With a bias, or float16/bfloat16 operands summed in float32, the product is the
+    stage ``<name>.matmul`` and ``<name>`` adds the bias (in the accumulation dtype) and
+    rounds.
+
+    Parameters
+    ----------
+    X : Tensor
+        ``[B, I]``.
+    W : Tensor
+        ``[O, I]`` (PyTorch's layout).
+    bias : Tensor, optional
+        ``[O]``, of the output's dtype.
+    out_dtype : str, optional
+        The operands are cast to it before they are multiplied and summed (as
+        :func:`matmul`'s).
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> import tecomp.nn as nn
+    >>> X = tc.placeholder((8, 16), name="X"); W = tc.placeholder((4, 16), name="W")
+    >>> tc.utils.get_const_tuple(nn.dense(X, W).shape)
+    (8, 4)
+    """
     _, acc, out = _dense_args("dense", name, X, W, bias, out_dtype)
     k = _te.reduce_axis(X.shape[1], name="k")
     return _gemm_output((X.shape[0], W.shape[0]), lambda b, o: _te.sum(
         X[b, k].astype(acc) * W[o, k].astype(acc), axis=k), name, "dense", acc, out, bias)
 
 
-def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False,
-                 name: str = "batch_matmul", out_dtype=None):
-    """``A[b, m, k] @ B[b, k, n] -> [b, m, n]`` (``torch.bmm``); ``transpose_a`` reads A as
-    ``[b, k, m]``, ``transpose_b`` reads B as ``[b, n, k]`` (attention's ``Q K^T``).  A batch
-    extent of 1 on one side broadcasts to the other's (as TVM's ``batch_matmul``).
-    ``out_dtype``: the operands are cast to it before they are multiplied and summed; by
-    default float16/bfloat16 operands are summed in float32 (``<name>.matmul``)."""
+def batch_matmul(A: Tensor, B: Tensor, transpose_a: bool = False, transpose_b: bool = False,
+                 name: str = "batch_matmul", out_dtype: str | None = None) -> Tensor:
+    """``A[b, m, k] @ B[b, k, n] -> [b, m, n]`` (``torch.bmm``).
+
+    A batch extent of 1 on one side broadcasts to the other's (as TVM's
+    ``batch_matmul``).  By default float16/bfloat16 operands are summed in float32
+    (``<name>.matmul``).
+
+    Parameters
+    ----------
+    A : Tensor
+        ``[b, m, k]`` (``[b, k, m]`` with ``transpose_a``).
+    B : Tensor
+        ``[b, k, n]`` (``[b, n, k]`` with ``transpose_b``: attention's ``Q K^T``).
+    transpose_a : bool, optional
+        Read A transposed.
+    transpose_b : bool, optional
+        Read B transposed.
+    out_dtype : str, optional
+        The operands are cast to it before they are multiplied and summed.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     a, acc, out = _gemm_args(
         "batch_matmul", name,
         (("A", A, 3, "[batch, k, m]" if transpose_a else "[batch, m, k]"),
@@ -270,9 +413,28 @@ def _is_one(e) -> bool:
 # layout: transpose, reshape, concatenate, split
 
 
-def transpose(x, axes=None, name: str = "transpose"):
-    """``x`` with its dimensions permuted: output dimension ``d`` is input dimension
-    ``axes[d]`` (``numpy.transpose``; ``None`` reverses them)."""
+def transpose(x: Tensor, axes: Sequence[int] | None = None, name: str = "transpose") -> Tensor:
+    """``x`` with its dimensions permuted (``numpy.transpose``).
+
+    Parameters
+    ----------
+    x : Tensor
+        The tensor.
+    axes : sequence of int, optional
+        Output dimension ``d`` is input dimension ``axes[d]``; ``None`` reverses them.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     a = Args("transpose", name)
     a.tensor("x", x, dtype=None)
     nd = x.ndim
@@ -291,9 +453,28 @@ def transpose(x, axes=None, name: str = "transpose"):
                        name=name, tag="injective,transpose")
 
 
-def reshape(x, shape, name: str = "reshape"):
-    """``x`` with a new shape, elements in row-major order (``numpy.reshape``); one extent
-    may be -1 (inferred).  Extents must be constants."""
+def reshape(x: Tensor, shape: Sequence[int], name: str = "reshape") -> Tensor:
+    """``x`` with a new shape, elements in row-major order (``numpy.reshape``).
+
+    Parameters
+    ----------
+    x : Tensor
+        The tensor, with constant extents.
+    shape : sequence of int
+        The new extents; one may be -1 (inferred).
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     a = Args("reshape", name)
     a.tensor("x", x, dtype=None)
     dims = [a.constant("x", x, d, "extent") for d in range(x.ndim)]
@@ -334,9 +515,28 @@ def reshape(x, shape, name: str = "reshape"):
     return _te.compute(tuple(want), f, name=name, tag="injective,reshape")
 
 
-def concatenate(tensors, axis: int = 0, name: str = "concatenate"):
-    """The tensors joined along ``axis`` (``numpy.concatenate``): the same shape elsewhere,
-    constant extents along ``axis``."""
+def concatenate(tensors: Sequence[Tensor], axis: int = 0, name: str = "concatenate") -> Tensor:
+    """The tensors joined along ``axis`` (``numpy.concatenate``).
+
+    Parameters
+    ----------
+    tensors : sequence of Tensor
+        The same shape but along ``axis``, where extents are constants.
+    axis : int, optional
+        The axis joined along (negative counts from the end).
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     a = Args("concatenate", name)
     ts = list(tensors) if isinstance(tensors, (list, tuple)) else None
     if not ts:
@@ -371,10 +571,30 @@ def concatenate(tensors, axis: int = 0, name: str = "concatenate"):
     return _te.compute(tuple(shape), f, name=name, tag="injective,concatenate")
 
 
-def split(x, sections, axis: int = 0, name: str = "split"):
-    """``x`` cut along ``axis`` (``numpy.split``): ``sections`` an int (that many equal
-    parts) or the sorted indices where parts begin.  Returns a list of tensors
-    ``<name>.0``, ``<name>.1``, ..."""
+def split(x: Tensor, sections: int | Sequence[int], axis: int = 0, name: str = "split") -> List[Tensor]:
+    """``x`` cut along ``axis`` (``numpy.split``).
+
+    Parameters
+    ----------
+    x : Tensor
+        The tensor.
+    sections : int or sequence of int
+        That many equal parts, or the sorted indices where parts begin.
+    axis : int, optional
+        The axis cut along.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    list of Tensor
+        The parts ``<name>.0``, ``<name>.1``, ...
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     chk = Args("split", name)
     chk.tensor("x", x, dtype=None)
     nd = x.ndim
@@ -408,12 +628,34 @@ def split(x, sections, axis: int = 0, name: str = "split"):
     return out
 
 
-def embedding(weight, ids, name: str = "embedding"):
-    """Rows of ``weight[V, D]`` picked by the integer tensor ``ids`` (any shape, int32 or
-    int64): ``out[..., d] = weight[ids[...], d]`` (``F.embedding``).  An id outside
-    ``[0, V)`` reads no memory: its row is zeros (PyTorch raises an IndexError there).
-    Its gradient with respect to ``weight`` comes from ``tc.gradient``: a scatter-add
-    (``tc.scatter_add``) of the output's gradient at the ids' rows, ``len(ids) * D`` work."""
+def embedding(weight: Tensor, ids: Tensor, name: str = "embedding") -> Tensor:
+    """Rows of ``weight[V, D]`` picked by the integer tensor ``ids``:
+    ``out[..., d] = weight[ids[...], d]`` (``F.embedding``).
+
+    An id outside ``[0, V)`` reads no memory: its row is zeros (PyTorch raises an
+    IndexError there).  Its gradient with respect to ``weight`` comes from
+    ``tc.gradient``: a scatter-add (``tc.scatter_add``) of the output's gradient at the
+    ids' rows, ``len(ids) * D`` work.
+
+    Parameters
+    ----------
+    weight : Tensor
+        ``[V, D]``.
+    ids : Tensor
+        Any shape, int32 or int64.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        ``ids.shape + (D,)``.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     a = Args("embedding", name)
     a.tensor("weight", weight, 2, "[num_embeddings, dim]", "number")
     a.tensor("ids", ids, None, dtype="index")
@@ -464,13 +706,36 @@ def squares32(counter):
     return ((x * x + z) // t32) % t32
 
 
-def dropout(x, p: float, seed=0, name: str = "dropout"):
+def dropout(x: Tensor, p: float, seed: int | Var = 0, name: str = "dropout") -> Tensor:
     """``x`` with each element zeroed with probability ``p`` and the others scaled by
-    ``1 / (1 - p)`` (``F.dropout`` in training mode).  The mask is a function of the
-    element's row-major index and ``seed`` only (:func:`squares32` of ``seed * 2**40 +
-    index``): deterministic, the same in the gradient, whatever the schedule.  ``seed``
-    is an int or an int64 ``tc.var`` (a new mask per call without recompiling).  Not
-    PyTorch's generator: the same distribution, other draws."""
+    ``1 / (1 - p)`` (``F.dropout`` in training mode).
+
+    The mask is a function of the element's row-major index and ``seed`` only
+    (:func:`squares32` of ``seed * 2**40 + index``): deterministic, the same in the
+    gradient, whatever the schedule.  Not PyTorch's generator: the same distribution,
+    other draws.
+
+    Parameters
+    ----------
+    x : Tensor
+        A float tensor.
+    p : float
+        The probability of zeroing an element.
+    seed : int or Var, optional
+        An int, or an int64 ``tc.var`` (a new mask per call without recompiling).
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     a = Args("dropout", name)
     a.tensor("x", x)
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= float(p) <= 1.0:
@@ -569,21 +834,77 @@ def _conv2d(nchw: bool, data, weight, stride, padding, dilation, name: str, out_
     return _rounded(conv, out, name)
 
 
-def conv2d_nchw(data, weight, stride=1, padding=0, dilation=1, name: str = "conv2d_nchw",
-                out_dtype=None):
-    """2-d convolution (cross-correlation, as PyTorch): data ``[N, C, H, W]``, weight
-    ``[O, C, KH, KW]`` -> ``[N, O, OH, OW]``; ``stride``, ``padding`` (zeros, both sides),
-    ``dilation``: an int or a pair.  ``out_dtype`` as :func:`dense`'s: None keeps the
-    data's dtype and sums float16/bfloat16 products in float32 (the stage
-    ``<name>.acc``, rounded once by ``<name>``); a dtype casts both operands to it and is
-    the output's."""
+def conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
+                padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+                name: str = "conv2d_nchw", out_dtype: str | None = None) -> Tensor:
+    """2-d convolution (cross-correlation, as PyTorch) in NCHW.
+
+    Parameters
+    ----------
+    data : Tensor
+        ``[N, C, H, W]``.
+    weight : Tensor
+        ``[O, C, KH, KW]``.
+    stride : int or (int, int), optional
+        The stride.
+    padding : int or (int, int), optional
+        Zeros added on both sides.
+    dilation : int or (int, int), optional
+        The kernel's dilation.
+    out_dtype : str, optional
+        As :func:`dense`'s: None keeps the data's dtype and sums float16/bfloat16
+        products in float32 (the stage ``<name>.acc``, rounded once by ``<name>``); a
+        dtype casts both operands to it and is the output's.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        ``[N, O, OH, OW]``.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> import tecomp.nn as nn
+    >>> X = tc.placeholder((1, 3, 8, 8), name="X"); W = tc.placeholder((4, 3, 3, 3), name="W")
+    >>> tc.utils.get_const_tuple(nn.conv2d_nchw(X, W, padding=1).shape)
+    (1, 4, 8, 8)
+    """
     return _conv2d(True, data, weight, stride, padding, dilation, name, out_dtype)
 
 
-def conv2d_nhwc(data, weight, stride=1, padding=0, dilation=1, name: str = "conv2d_nhwc",
-                out_dtype=None):
-    """2-d convolution in NHWC: data ``[N, H, W, C]``, weight ``[KH, KW, C, O]`` (HWIO) ->
-    ``[N, OH, OW, O]``; the rest as :func:`conv2d_nchw`."""
+def conv2d_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
+                padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+                name: str = "conv2d_nhwc", out_dtype: str | None = None) -> Tensor:
+    """2-d convolution in NHWC, weights in HWIO (TensorFlow's and TVM's NHWC layout).
+
+    Parameters
+    ----------
+    data : Tensor
+        ``[N, H, W, C]``.
+    weight : Tensor
+        ``[KH, KW, C, O]``.
+    stride, padding, dilation, out_dtype
+        As :func:`conv2d_nchw`'s.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        ``[N, OH, OW, O]``.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     return _conv2d(False, data, weight, stride, padding, dilation, name, out_dtype)
 
 
@@ -608,9 +929,37 @@ def _pool_args(op: str, name: str, data, kernel, stride, padding):
     return k, s, p, hw, a.window(hw, k, s, p, (1, 1), "data")
 
 
-def max_pool2d(data, kernel, stride=None, padding=0, name: str = "max_pool2d"):
-    """Max pooling over ``[N, C, H, W]``; padding is ``-inf`` (never the maximum).  The
-    gradient goes to the first maximum of each window in row-major order (PyTorch's rule)."""
+def max_pool2d(data: Tensor, kernel: int | Sequence[int],
+               stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
+               name: str = "max_pool2d") -> Tensor:
+    """Max pooling over ``[N, C, H, W]``; padding is ``-inf`` (never the maximum).
+
+    The gradient goes to the first maximum of each window in row-major order
+    (PyTorch's rule).
+
+    Parameters
+    ----------
+    data : Tensor
+        ``[N, C, H, W]``.
+    kernel : int or (int, int)
+        The window.
+    stride : int or (int, int), optional
+        The stride (default: the kernel).
+    padding : int or (int, int), optional
+        At most half the kernel (PyTorch's rule).
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        ``[N, C, OH, OW]``.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     (kh, kw), (sh, sw), (ph, pw), _, (OH, OW) = _pool_args("max_pool2d", name, data, kernel,
                                                           stride, padding)
     N, C = data.shape[:2]
@@ -623,11 +972,39 @@ def max_pool2d(data, kernel, stride=None, padding=0, name: str = "max_pool2d"):
                        name=name, tag="pool_max")
 
 
-def avg_pool2d(data, kernel, stride=None, padding=0, count_include_pad: bool = True,
-               name: str = "avg_pool2d"):
-    """Average pooling over ``[N, C, H, W]`` with zero padding; divides by the window size
-    (``count_include_pad=True``, PyTorch's default) or by the number of unpadded elements.
-    The window sums (``<name>.sum``) of float16/bfloat16 data are float32."""
+def avg_pool2d(data: Tensor, kernel: int | Sequence[int],
+               stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
+               count_include_pad: bool = True, name: str = "avg_pool2d") -> Tensor:
+    """Average pooling over ``[N, C, H, W]`` with zero padding.
+
+    The window sums (``<name>.sum``) of float16/bfloat16 data are float32.
+
+    Parameters
+    ----------
+    data : Tensor
+        ``[N, C, H, W]``.
+    kernel : int or (int, int)
+        The window.
+    stride : int or (int, int), optional
+        The stride (default: the kernel).
+    padding : int or (int, int), optional
+        At most half the kernel.
+    count_include_pad : bool, optional
+        Divide by the window size (True, PyTorch's default) or by the number of
+        unpadded elements.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        ``[N, C, OH, OW]``.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     (kh, kw), (sh, sw), (ph, pw), (H, W), (OH, OW) = _pool_args(
         "avg_pool2d", name, data, kernel, stride, padding)
     N, C = data.shape[:2]
@@ -656,29 +1033,124 @@ def avg_pool2d(data, kernel, stride=None, padding=0, count_include_pad: bool = T
 # elementwise
 
 
-def relu(x, name: str = "relu"):
-    """``max(x, 0)``; its gradient is 0 at 0 (PyTorch's)."""
+def relu(x: Tensor, name: str = "relu") -> Tensor:
+    """``max(x, 0)``; its gradient is 0 at 0 (PyTorch's).
+
+    Parameters
+    ----------
+    x : Tensor
+        A number tensor.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     return _elementwise(x, lambda v: _te.if_then_else(v > 0, v, _c(0, x.dtype)), "relu", name,
                         "number")
 
 
-def sigmoid(x, name: str = "sigmoid"):
+def sigmoid(x: Tensor, name: str = "sigmoid") -> Tensor:
+    """``1 / (1 + exp(-x))``, elementwise (``tc.sigmoid`` of each element).
+
+    Parameters
+    ----------
+    x : Tensor
+        A float tensor.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     return _elementwise(x, _te.sigmoid, "sigmoid", name)
 
 
-def tanh(x, name: str = "tanh"):
+def tanh(x: Tensor, name: str = "tanh") -> Tensor:
+    """The hyperbolic tangent, elementwise (``tc.tanh`` of each element).
+
+    Parameters
+    ----------
+    x : Tensor
+        A float tensor.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     return _elementwise(x, _te.tanh, "tanh", name)
 
 
-def gelu(x, name: str = "gelu"):
-    """``0.5 * x * (1 + erf(x / sqrt(2)))`` (the exact, erf form)."""
+def gelu(x: Tensor, name: str = "gelu") -> Tensor:
+    """``0.5 * x * (1 + erf(x / sqrt(2)))`` (the exact, erf form).
+
+    Parameters
+    ----------
+    x : Tensor
+        A float tensor.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     return _elementwise(x, lambda v: 0.5 * v * (1.0 + _te.erf(v * (1.0 / math.sqrt(2.0)))),
                         "gelu", name)
 
 
-def bias_add(x, bias, axis: int = 1, name: str = "bias_add"):
-    """``x + bias`` broadcast along ``axis`` (the channel axis 1 of NCHW by default; -1 for
-    the last)."""
+def bias_add(x: Tensor, bias: Tensor, axis: int = 1, name: str = "bias_add") -> Tensor:
+    """``x + bias`` broadcast along ``axis``.
+
+    Parameters
+    ----------
+    x : Tensor
+        The tensor.
+    bias : Tensor
+        1-d, of ``x``'s extent along ``axis``.
+    axis : int, optional
+        The channel axis 1 of NCHW by default; -1 for the last.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     a = Args("bias_add", name)
     a.tensor("x", x, dtype="number")
     a.tensor("bias", bias, 1, "[channels]", like=("x", x), dtype="number")
@@ -720,14 +1192,40 @@ def _softmax_parts(x, op: str, name: str, exp=_te.exp):
     return acc, m, e, s
 
 
-def softmax(x, name: str = "softmax"):
-    """Softmax over the last axis: stages ``.max`` (the row maximum), ``.exp``
-    (``exp(x - max)``), ``.sum``, ``.rcp`` (``1 / sum``, one per row) and the output
-    ``exp * rcp``.  One reciprocal per row and a multiply per element, as PyTorch's CPU
-    softmax does, rather than a division per element (16-lane ``vdivps`` is a fifth of
-    its throughput): at most one more rounding (6e-8 relative) than ``exp / sum``, see
-    docs/numerics.md.  For float16/bfloat16 ``x``, ``.exp``, ``.sum`` and ``.rcp`` are
-    float32 and the output rounds once."""
+def softmax(x: Tensor, name: str = "softmax") -> Tensor:
+    """Softmax over the last axis.
+
+    Stages ``.max`` (the row maximum), ``.exp`` (``exp(x - max)``), ``.sum``, ``.rcp``
+    (``1 / sum``, one per row) and the output ``exp * rcp``: one reciprocal per row and
+    a multiply per element, as PyTorch's CPU softmax does, at most one more rounding
+    (6e-8 relative) than ``exp / sum`` (docs/numerics.md).  For float16/bfloat16 ``x``,
+    ``.exp``, ``.sum`` and ``.rcp`` are float32 and the output rounds once.
+
+    Parameters
+    ----------
+    x : Tensor
+        A float tensor.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> import tecomp.nn as nn
+    >>> X = tc.placeholder((4, 10), name="X")
+    >>> [t.name for t in nn.softmax(X).op.input_tensors]
+    ['softmax.exp', 'softmax.rcp']
+    """
     return _softmax(x, "softmax", name, _te.exp)
 
 
@@ -739,9 +1237,27 @@ def _softmax(x, op: str, name: str, exp):
                        tag="softmax")
 
 
-def log_softmax(x, name: str = "log_softmax"):
+def log_softmax(x: Tensor, name: str = "log_softmax") -> Tensor:
     """Log-softmax over the last axis: ``x - max - log(sum(exp(x - max)))`` (in float32
-    for float16/bfloat16 ``x``, rounded once)."""
+    for float16/bfloat16 ``x``, rounded once).
+
+    Parameters
+    ----------
+    x : Tensor
+        A float tensor.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     acc, m, e, s = _softmax_parts(x, "log_softmax", name)
     return _te.compute(x.shape, lambda *i: (x[i].astype(acc) - m[i[:-1]].astype(acc) -
                                             _te.log(s[i[:-1]])).astype(x.dtype), name=name,
@@ -786,16 +1302,10 @@ def _attention_args(q, k, v, mask, scale, name):
     return a.number("scale (or None for 1/sqrt(dim))", scale)
 
 
-def scaled_dot_product_attention(q, k, v, mask=None, scale=None, name: str = "sdpa"):
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                                 scale: float | None = None, name: str = "sdpa") -> Tensor:
     """``softmax(q k^T * scale + mask) v`` per batch and head
-    (``F.scaled_dot_product_attention``): ``q[b, h, Lq, d]``, ``k[b, h, Lk, d]``,
-    ``v[b, h, Lk, dv]`` -> ``[b, h, Lq, dv]``.
-
-    ``scale`` defaults to ``1/sqrt(d)`` (any finite number is taken).  ``mask`` broadcasts
-    to ``(b, h, Lq, Lk)``: 2 to 4 dimensions aligned on the right, each the full extent or
-    1 (``(b, 1, 1, Lk)``, ``(Lq, Lk)``, ``(1, Lk)``, ...).  Of q's dtype it is added to
-    the scores (``-inf`` excludes a key); a bool mask keeps the keys where it is True
-    (PyTorch's conventions).  A row with no key left is 0, as PyTorch's.
+    (``F.scaled_dot_product_attention``).
 
     Stages, all ordinary computes (``tc.gradient`` differentiates them):
     ``<name>.scores`` (``sum_d q k``), ``<name>.max`` (the row maximum of the scaled,
@@ -803,9 +1313,37 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, name: str = "sd
     max)``), ``<name>.sum``, ``<name>.rcp`` (``1 / sum``), ``<name>.pv`` (``exp @ v``) and
     the output ``pv * rcp``.  For float16/bfloat16 inputs every stage but the output is
     float32 (the output rounds once).  As written they hold ``Lq x Lk`` scores;
-    :func:`tecomp.nn.cpu.schedule_attention` (what ``tc.auto_schedule`` gives
-    this op) computes them per block of rows of the output, FlashAttention's way, so
-    only ``rows x Lk`` of them exist at a time."""
+    :func:`tecomp.nn.cpu.schedule_attention` (what ``tc.auto_schedule`` gives this op)
+    computes them per block of rows of the output, FlashAttention's way.
+
+    Parameters
+    ----------
+    q : Tensor
+        ``[b, h, Lq, d]``.
+    k : Tensor
+        ``[b, h, Lk, d]``.
+    v : Tensor
+        ``[b, h, Lk, dv]``.
+    mask : Tensor, optional
+        Broadcasts to ``(b, h, Lq, Lk)``: 2 to 4 dimensions aligned on the right, each
+        the full extent or 1.  Of q's dtype it is added to the scores (``-inf`` excludes a
+        key); a bool mask keeps the keys where it is True (PyTorch's conventions).  A row
+        with no key left is 0, as PyTorch's.
+    scale : float, optional
+        Defaults to ``1/sqrt(d)`` (any finite number is taken).
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        ``[b, h, Lq, dv]``.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     scale = _attention_args(q, k, v, mask, scale, name)
     B, H, Lq, D = q.shape
     Lk, Dv = k.shape[2], v.shape[3]
@@ -849,10 +1387,30 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, name: str = "sd
                        name=name, tag="sdpa")
 
 
-def cross_entropy(logits, labels_onehot, name: str = "cross_entropy"):
+def cross_entropy(logits: Tensor, labels_onehot: Tensor, name: str = "cross_entropy") -> Tensor:
     """Mean over the batch of ``-sum_c labels[b, c] * log_softmax(logits)[b, c]`` (PyTorch's
-    ``cross_entropy`` with probabilities as targets): ``logits[B, C]`` -> shape ``(1,)``
-    (summed in float32 for float16/bfloat16 logits)."""
+    ``cross_entropy`` with probabilities as targets); summed in float32 for
+    float16/bfloat16 logits.
+
+    Parameters
+    ----------
+    logits : Tensor
+        ``[B, C]``.
+    labels_onehot : Tensor
+        ``[B, C]``: probabilities (one-hot labels).
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        Shape ``(1,)``: the mean.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     a = Args("cross_entropy", name)
     a.tensor("logits", logits, 2, "[batch, classes]")
     a.tensor("labels_onehot", labels_onehot, 2, "[batch, classes]", like=("logits", logits))
@@ -868,9 +1426,29 @@ def cross_entropy(logits, labels_onehot, name: str = "cross_entropy"):
     return _rounded(loss, logits.dtype, name)
 
 
-def mse_loss(pred, target, name: str = "mse_loss"):
-    """Mean of ``(pred - target)**2`` over every element -> shape ``(1,)`` (summed in
-    float32 for float16/bfloat16 inputs)."""
+def mse_loss(pred: Tensor, target: Tensor, name: str = "mse_loss") -> Tensor:
+    """Mean of ``(pred - target)**2`` over every element (summed in float32 for
+    float16/bfloat16 inputs).
+
+    Parameters
+    ----------
+    pred : Tensor
+        The prediction.
+    target : Tensor
+        Of ``pred``'s shape and dtype.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        Shape ``(1,)``: the mean.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     a = Args("mse_loss", name)
     a.tensor("pred", pred)
     a.tensor("target", target, pred.ndim, like=("pred", pred))
@@ -904,14 +1482,40 @@ def _norm_args(op: str, name: str, x, gamma, beta, eps, rank, layout: str, axis:
     return a, a.number("eps", eps, 0.0)
 
 
-def batch_norm_train(x, gamma, beta, eps: float = 1e-5, name: str = "batch_norm",
-                     return_stats: bool = False):
+def batch_norm_train(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5,
+                     name: str = "batch_norm", return_stats: bool = False) -> Tensor | Tuple[Tensor, Tensor, Tensor]:
     """Batch norm in training mode over ``x[N, C, H, W]``: per-channel batch mean and
     biased variance (stages ``.mean``, ``.var``, ``.invstd``), then
-    ``(x - mean) * invstd * gamma + beta``.  ``return_stats=True`` also returns
-    ``(mean, var)`` (e.g. to update running statistics).  The statistics of
-    float16/bfloat16 ``x`` are float32 (as PyTorch's), and so is the arithmetic of the
-    output, rounded once."""
+    ``(x - mean) * invstd * gamma + beta``.
+
+    The statistics of float16/bfloat16 ``x`` are float32 (as PyTorch's), and so is the
+    arithmetic of the output, rounded once.
+
+    Parameters
+    ----------
+    x : Tensor
+        ``[N, C, H, W]``.
+    gamma : Tensor
+        ``[C]``.
+    beta : Tensor
+        ``[C]``.
+    eps : float, optional
+        Added to the variance.
+    return_stats : bool, optional
+        Also return ``(mean, var)`` (e.g. to update running statistics).
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor or (Tensor, Tensor, Tensor)
+        The output, or ``(output, mean, var)``.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     a, eps = _norm_args("batch_norm_train", name, x, gamma, beta, eps, 4,
                         "NCHW [batch, channels, height, width]", 1, "channels")
     N, C, H, W = x.shape
@@ -938,11 +1542,36 @@ def batch_norm_train(x, gamma, beta, eps: float = 1e-5, name: str = "batch_norm"
     return (out, mean, var) if return_stats else out
 
 
-def layer_norm(x, gamma, beta, eps: float = 1e-5, name: str = "layer_norm"):
-    """Layer norm over the last axis of ``x[..., D]`` with ``gamma[D]``, ``beta[D]``
-    (biased variance, as PyTorch).  The statistics (``.mean``, ``.var``, ``.invstd``) of
-    float16/bfloat16 ``x`` are float32, and so is the arithmetic of the output, rounded
-    once."""
+def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5,
+               name: str = "layer_norm") -> Tensor:
+    """Layer norm over the last axis of ``x[..., D]`` (biased variance, as PyTorch).
+
+    The statistics (``.mean``, ``.var``, ``.invstd``) of float16/bfloat16 ``x`` are
+    float32, and so is the arithmetic of the output, rounded once.
+
+    Parameters
+    ----------
+    x : Tensor
+        ``[..., D]``.
+    gamma : Tensor
+        ``[D]``.
+    beta : Tensor
+        ``[D]``.
+    eps : float, optional
+        Added to the variance.
+    name : str, optional
+        The output stage's name; helper stages are ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
     a, eps = _norm_args("layer_norm", name, x, gamma, beta, eps, (1, None), "[..., features]",
                         -1, "features")
     D = a.constant("x", x, x.ndim - 1, "normalised extent")

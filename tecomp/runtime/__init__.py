@@ -11,6 +11,8 @@ import os
 
 from .module import Module
 
+__all__ = ["Module", "load_module"]
+
 
 def get_include() -> str:
     """The directory of ``tecomp_rt.h``, the C header of an exported library's ABI.

@@ -52,7 +52,7 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Dict, Tuple
+from typing import Dict, Tuple, Union
 
 from . import aot_format as _fmt
 from . import llvm as _rt
@@ -78,12 +78,47 @@ _LOCK = threading.Lock()
 _LOADED: Dict[int, ctypes.CDLL] = {}
 
 
-def load_module(path, *, verify: bool = True) -> "_rt.Module":
-    """Load the library ``Module.export_library`` wrote at ``path``; return a Module
-    called exactly like the one that was exported (see the module docstring).
+def load_module(path: Union[str, os.PathLike], *, verify: bool = True) -> "_rt.Module":
+    """Load a library that ``Module.export_library`` wrote.
 
-    ``verify=False`` skips only the sha256 sidecar (for a library you built yourself
-    whose ``.sha256`` file is gone); every other check stays.
+    Loading needs numpy and tecomp only (no llvmlite, no compiler); it checks the
+    sidecar, the metadata and the CPU's features before any of the library's code runs.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The library (``kernels.so``); its ``kernels.so.sha256`` sidecar is checked.
+    verify : bool, optional
+        ``False`` skips only the sha256 sidecar (for a library you built yourself whose
+        ``.sha256`` file is gone); every other check stays.
+
+    Returns
+    -------
+    Module
+        A module called exactly like the one that was exported: the same checks,
+        messages and results.
+
+    Raises
+    ------
+    LoadError
+        For a library that is missing, truncated, not written by ``export_library``,
+        whose sidecar is missing or does not match, written by an incompatible tecomp,
+        or needing a CPU feature this machine lacks.  The message names the file.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), name="A")
+    >>> B = tc.compute((8,), lambda i: A[i] * 2.0, name="B")
+    >>> f = tc.build(tc.create_schedule(B.op), [A, B])
+    >>> path = os.path.join(tempfile.mkdtemp(), "double.so")
+    >>> f.export_library(path)
+    >>> g = tc.load_module(path)
+    >>> b = np.empty(8, "float32"); g(np.ones(8, "float32"), b)
+    >>> float(b[0])
+    2.0
     """
     t0 = time.perf_counter()
     path = file_path(path, "load_module", LoadError)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Sequence, Union
 
+from numpy.typing import ArrayLike
+
 import numpy as np
 
 from ..errors import ArgumentError, DTypeError, ShapeError
@@ -28,11 +30,44 @@ def _check_align(align, fn: str) -> int:
     return int(align)
 
 
-def empty(shape: Union[int, Sequence[int]], dtype="float32",
+def empty(shape: Union[int, Sequence[int]], dtype: Union[str, np.dtype] = "float32",
           align: int = DEFAULT_ALIGN) -> np.ndarray:
     """An uninitialised C-contiguous numpy array whose data starts on an ``align``-byte
-    boundary (default 64): ``tc.empty((4096, 768))``.  It is an ordinary numpy array (a
-    view of a slightly larger one); pass it to any compiled kernel."""
+    boundary.
+
+    It is an ordinary numpy array (a view of a slightly larger one); pass it to any
+    compiled kernel.
+
+    Parameters
+    ----------
+    shape : int or sequence of int
+        Non-negative extents.
+    dtype : str or numpy.dtype, optional
+        A numeric numpy dtype, ``"float32"`` by default.
+    align : int, optional
+        The alignment in bytes, a power of two (default 64, a cache line).
+
+    Returns
+    -------
+    numpy.ndarray
+        The array.
+
+    Raises
+    ------
+    ShapeError
+        For a negative or non-integer extent.
+    DTypeError
+        For a dtype that is not numeric.
+    ArgumentError
+        For an alignment that is not a power of two.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> c = tc.empty((4, 8))
+    >>> c.ctypes.data % 64
+    0
+    """
     align = _check_align(align, "tc.empty")
     dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     for d in dims:
@@ -52,9 +87,27 @@ def empty(shape: Union[int, Sequence[int]], dtype="float32",
     return raw[off:off + nbytes].view(dt).reshape(dims)
 
 
-def aligned(a, align: int = DEFAULT_ALIGN) -> np.ndarray:
-    """``a`` itself when it is a C-contiguous numpy array starting on an
-    ``align``-byte boundary, else an aligned C-contiguous copy of it."""
+def aligned(a: ArrayLike, align: int = DEFAULT_ALIGN) -> np.ndarray:
+    """``a`` itself when it is a C-contiguous numpy array starting on an ``align``-byte
+    boundary, else an aligned C-contiguous copy of it.
+
+    Parameters
+    ----------
+    a : array_like
+        The array (anything ``numpy.asarray`` takes).
+    align : int, optional
+        The alignment in bytes, a power of two (default 64).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``a``, or an aligned copy.
+
+    Raises
+    ------
+    ArgumentError
+        For an alignment that is not a power of two.
+    """
     align = _check_align(align, "tc.aligned")
     a = np.asarray(a)
     if a.flags.c_contiguous and a.ctypes.data % align == 0:

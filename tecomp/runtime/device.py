@@ -104,7 +104,7 @@ class Device:
     __str__ = __repr__
 
 
-def device(dev_type, dev_id: int = 0) -> Device:
+def device(dev_type: "str | int", dev_id: int = 0) -> Device:
     """A device by name, as TVM's ``tvm.device``.
 
     Parameters

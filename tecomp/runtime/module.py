@@ -17,7 +17,20 @@ from typing import Protocol, runtime_checkable
 
 @runtime_checkable
 class Module(Protocol):
-    """A compiled kernel (see the module docstring)."""
+    """A compiled kernel: what ``tc.build`` returns for any target and what
+    ``tc.load_module`` gives back (see the module docstring).
+
+    A protocol: ``isinstance(f, tecomp.runtime.Module)`` holds for every compiled
+    module.  ``f(*args)`` runs it, ``f.get_source(kind)`` gives the generated code,
+    ``f.time_evaluator(...)`` a timer.
+
+    Parameters
+    ----------
+    *args
+        Not constructed by users.
+    **kwargs
+        Not constructed by users.
+    """
 
     def __call__(self, *args, **kwargs): ...
 

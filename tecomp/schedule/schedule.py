@@ -11,7 +11,7 @@ the stage and axis with a fix.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence, Union
 
 from ..errors import ScheduleError, ShapeError, TecompError
 from ..ir import op as _op
@@ -70,7 +70,17 @@ def prefetch_kind_problem(stage_name: str, iv: IterVar, a: Optional[IterAttr],
 
 
 class Stage(TracedStage):
-    """The schedule of one compute: ``s[C]``."""
+    """The schedule of one compute: ``s[C]``.  Its methods are the schedule primitives
+    (``split``, ``tile``, ``reorder``, ``vectorize``, ``compute_at``, ...; see
+    docs/schedule.md).
+
+    Parameters
+    ----------
+    op : Operation
+        The compute.
+    schedule : Schedule
+        The schedule it belongs to.
+    """
 
     def __init__(self, op: Operation, schedule: "Schedule"):
         self.op = op
@@ -621,7 +631,16 @@ class _ReplaceLoads(Mutator):
 
 
 class Schedule:
-    """The schedule of a compute DAG: one Stage per compute, producers first."""
+    """The schedule of a compute DAG: one Stage per compute, producers first.
+
+    Made by :func:`create_schedule` or ``tc.auto_schedule``; ``s[C]`` is the
+    :class:`Stage` of ``C``; ``s.trace`` records the primitives called.
+
+    Parameters
+    ----------
+    outputs : list of Operation
+        The output operations.
+    """
 
     def __init__(self, outputs: List[Operation]):
         self.outputs = outputs
@@ -1004,8 +1023,35 @@ del _name
 
 
 @deep_entry(lambda ops: ("tc.create_schedule", ops))
-def create_schedule(ops) -> Schedule:
-    """The default schedule of ``ops`` (operations or tensors): one loop nest per compute."""
+def create_schedule(ops: Union[Tensor, Operation, Sequence[Union[Tensor, Operation]]]) -> Schedule:
+    """The default schedule of ``ops``: one loop nest per compute, in row-major order.
+
+    Parameters
+    ----------
+    ops : Tensor or Operation, or a list of them
+        The outputs (``C.op`` or ``C``); every compute they read is scheduled.
+
+    Returns
+    -------
+    Schedule
+        The schedule; ``s[C]`` is ``C``'s stage.
+
+    Raises
+    ------
+    ScheduleError
+        For an empty list or something other than tensors and operations.
+    ShapeError
+        For a read before the start of a placeholder that is not a scan's state
+        (such reads are checked once the whole DAG is known).
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((16,), name="A")
+    >>> B = tc.compute((16,), lambda i: A[i] * 2.0, name="B")
+    >>> s = tc.create_schedule(B.op)
+    >>> xo, xi = s[B].split(B.op.axis[0], factor=4)
+    """
     if isinstance(ops, (Tensor, Operation)):
         ops = [ops]
     if not isinstance(ops, (list, tuple)) or not ops:

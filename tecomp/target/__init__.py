@@ -50,7 +50,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import Dict, FrozenSet, Optional, Tuple
+from typing import Dict, FrozenSet, Optional, Tuple, Union
 
 from ..errors import ScheduleError, TargetError
 from ..threads import get_num_threads
@@ -70,8 +70,8 @@ from .x86 import BASELINE, CPUS, INTRINSIC_ONLY, MEASURED
 __all__ = ["Target", "KINDS", "CPUS", "BASELINE", "INTRINSIC_ONLY", "CpuModel", "cpu_model",
            "cpu_name"]
 
-#: the target kinds ``tc.build`` knows
 KINDS = ("llvm", "cuda", "cuda-emu")
+"""The target kinds ``tc.build`` knows: the first word of a target string."""
 
 #: the instruction sets of ``llvm`` targets: the module of each one's machine facts
 ISAS = {m.ISA: m for m in (_x86, _aarch64)}
@@ -99,8 +99,33 @@ def _fix(what: str) -> str:
 
 
 class Target:
-    """A compilation target (see the module docstring).  ``Target(str_or_target)``;
-    equal targets have equal ``str()``."""
+    """A compilation target, parsed from the strings TVM users write (see the module
+    docstring for the options).
+
+    Equal targets have equal ``str()``.  Its properties are the machine facts the
+    schedules read: ``lanes``, ``vregs``, ``l1_bytes``, ``l2_bytes``, ``l3_bytes``,
+    ``threads``, ``features``, and for CUDA the device limits.
+
+    Parameters
+    ----------
+    spec : str or Target, optional
+        ``"llvm"`` (the host CPU, the default), ``"llvm -mcpu=haswell"``,
+        ``"llvm -mattr=+avx2,+fma"``, ``"llvm -mtriple=aarch64-linux-gnu"``,
+        ``"cuda -arch=sm_90"``, ``"cuda-emu"``, ...; a Target is copied.
+
+    Raises
+    ------
+    TargetError
+        For an unknown kind, option, CPU, feature or architecture (the message lists
+        what is known).
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> t = tc.Target("llvm -mcpu=haswell")
+    >>> t.lanes
+    8
+    """
 
     __slots__ = ("kind", "mcpu", "mattr", "num_cores", "arch", "mtriple", "_isa", "_feats",
                  "_caches", "_host")
@@ -439,11 +464,32 @@ def as_target(target) -> Target:
     return target if isinstance(target, Target) else Target(target)
 
 
-def cpu_model(target="llvm") -> CpuModel:
-    """The :class:`~tecomp.target.machine.CpuModel` of ``target`` (a :class:`Target` or
-    its string: ``"llvm"`` is the host, ``"llvm -mcpu=haswell"`` gives the AVX2 schedules
-    on any machine): what the CPU schedules read.  A
-    :class:`~tecomp.errors.ScheduleError` for a target that is not a CPU."""
+def cpu_model(target: Union[str, Target] = "llvm") -> CpuModel:
+    """The :class:`~tecomp.target.machine.CpuModel` of ``target``: what the CPU schedules
+    read.
+
+    Parameters
+    ----------
+    target : str or Target, optional
+        A CPU target: ``"llvm"`` is the host, ``"llvm -mcpu=haswell"`` gives the AVX2
+        schedules on any machine.
+
+    Returns
+    -------
+    CpuModel
+        The facts of that CPU.
+
+    Raises
+    ------
+    ScheduleError
+        For a target that is not valid or not a CPU.
+
+    Examples
+    --------
+    >>> from tecomp.target import cpu_model
+    >>> cpu_model("llvm -mcpu=haswell").vregs
+    16
+    """
     try:
         t = as_target(target)
     except TargetError as exc:

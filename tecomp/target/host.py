@@ -190,7 +190,13 @@ def host_cache(level: int, default: int) -> int:
 
 
 def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), or what ``platform`` says."""
+    """The CPU's model name (``/proc/cpuinfo``), or what ``platform`` says.
+
+    Returns
+    -------
+    str
+        E.g. ``"AMD EPYC 9R14 96-Core Processor"``.
+    """
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

@@ -28,7 +28,35 @@ DEFAULT_GATHER_COST = 1.5
 
 @dataclass(frozen=True)
 class CpuModel:
-    """What the CPU schedules adapt to (the facts of one target; see the module)."""
+    """What the CPU schedules adapt to: the facts of one target (see the module).
+
+    ``Target.machine`` or :func:`~tecomp.target.cpu_model` gives it.
+
+    Parameters
+    ----------
+    lanes : int
+        Float32 lanes of one vector register.
+    vregs : int
+        Architectural vector registers.
+    threads : int
+        Threads of the parallel runtime.
+    l1_bytes, l2_bytes, l3_bytes : int, optional
+        Cache sizes in bytes (per core for L1 and L2).
+    masks : bool, optional
+        Whether the target has mask registers (AVX-512's).
+    fma_lanes : int, optional
+        The float32 lanes one FMA operation computes (0: ``lanes``).
+    gather_cost : float, optional
+        Copying one float32 element with a strided vector load, in the time of one
+        full-vector FMA.
+    transpose_cost : float, optional
+        Copying one float32 element in register transposes, in the same unit.
+    split_loads_cheap : bool, optional
+        Whether a vector load straddling two cache lines costs about what one that does
+        not costs.
+    target : str, optional
+        The target (its string) these facts are from.
+    """
 
     lanes: int          # float32 lanes of one vector register
     vregs: int          # architectural vector registers

@@ -36,16 +36,10 @@ _IMPLIES = {"avx": _SSE, "avx2": _AVX, "fma": _AVX, "avx512f": _AVX2,
             "avx512vl": _AVX2 | {"avx512f"}, "avx512cd": _AVX2 | {"avx512f"},
             "avx512vnni": _AVX512, "avx512bf16": _VNNI}
 
-#: the x86-64 baseline (LLVM's ``x86-64`` CPU): the calling convention passes floats in
-#: SSE registers, the runtime's atomics need ``cx8``; ``-mattr`` cannot remove these
 BASELINE = frozenset({"64bit", "cmov", "cx8", "fxsr", "mmx", "sse", "sse2", "x87"})
+"""The x86-64 baseline (LLVM's ``x86-64`` CPU): the calling convention passes floats in
+SSE registers, the runtime's atomics need ``cx8``; ``-mattr`` cannot remove these."""
 
-#: features whose instructions LLVM emits only for their own intrinsics (AES, SHA, AMX,
-#: system, security and cache-control instructions, AVX10.1's, which are its AVX-512
-#: features', the VEX forms of VNNI-INT8/16 and NE-CONVERT, which act on types tecomp's
-#: code does not have): code tecomp generates never contains them, so a CPU without them
-#: runs code compiled for one with them, and :attr:`Target.checked_features` leaves them
-#: out.  A tensor intrinsic that calls one names it in ``requires``; then it is checked.
 INTRINSIC_ONLY = frozenset({
     "aes", "vaes", "pclmul", "vpclmulqdq", "sha", "sha512", "sm3", "sm4",
     "amx-avx512", "amx-bf16", "amx-complex", "amx-fp16", "amx-fp8", "amx-int8", "amx-movrs",
@@ -55,8 +49,13 @@ INTRINSIC_ONLY = frozenset({
     "pku", "prefetchi", "ptwrite", "rdpid", "rdpru", "rdrnd", "rdseed", "rtm", "serialize",
     "sgx", "shstk", "tsxldtrk", "uintr", "usermsr", "waitpkg", "wbnoinvd", "xsave", "xsavec",
     "xsaveopt", "xsaves"})
+"""Features whose instructions LLVM emits only for their own intrinsics (AES, SHA, AMX,
+system, security and cache-control instructions, AVX10.1's, which are its AVX-512
+features', the VEX forms of VNNI-INT8/16 and NE-CONVERT, which act on types tecomp's
+code does not have): code tecomp generates never contains them, so a CPU without them
+runs code compiled for one with them, and :attr:`Target.checked_features` leaves them
+out.  A tensor intrinsic that calls one names it in ``requires``; then it is checked."""
 
-#: ``-mcpu`` names tecomp knows: (features, L1d bytes, L2 bytes per core, L3 bytes)
 CPUS: Dict[str, Tuple[FrozenSet[str], int, int, int]] = {
     "x86-64": (frozenset({"sse", "sse2"}), 32 << 10, 256 << 10, 8 << 20),
     "x86-64-v2": (_SSE, 32 << 10, 256 << 10, 8 << 20),
@@ -82,6 +81,8 @@ CPUS: Dict[str, Tuple[FrozenSet[str], int, int, int]] = {
     "znver4": (_BF16 | {"sse4a"}, 32 << 10, 1 << 20, 32 << 20),
     "znver5": (_BF16 | {"sse4a"}, 48 << 10, 1 << 20, 32 << 20),
 }
+"""The x86 ``-mcpu`` names tecomp knows: name -> (features, L1d bytes, L2 bytes per core,
+L3 bytes)."""
 
 
 def check_feature(entry: str, known) -> None:

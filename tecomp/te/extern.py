@@ -19,7 +19,7 @@ backends, ``export_library`` and ``tc.gradient`` refuse it.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import ComputeError, ExprError
 from ..ir import dtype as _dt
@@ -30,9 +30,39 @@ from .tensor import Operation, Tensor, _shape
 _REGISTRY: Dict[str, Callable] = {}
 
 
-def register_func(name, f=None, override: bool = False):
-    """Register ``f`` under ``name`` for ``tc.call_packed(name, ...)``; as a decorator,
-    ``@tc.register_func("my.gemm")``."""
+def register_func(name: str, f: Optional[Callable] = None, override: bool = False) -> Callable:
+    """Register ``f`` under ``name`` for ``tc.call_packed(name, ...)`` (TVM's
+    ``tvm.register_func``).
+
+    Parameters
+    ----------
+    name : str
+        A non-empty name.
+    f : callable, optional
+        The function; without it, ``register_func`` returns a decorator
+        (``@tc.register_func("my.gemm")``).
+    override : bool, optional
+        Replace a function registered under ``name`` already (otherwise an error).
+
+    Returns
+    -------
+    callable
+        ``f`` (or the decorator).
+
+    Raises
+    ------
+    ExprError
+        For an empty name, a function that is not callable, or a name registered
+        already without ``override=True``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tecomp as tc
+    >>> @tc.register_func("doc.example.copy", override=True)
+    ... def copy(a, b):
+    ...     b[...] = a
+    """
     if not isinstance(name, str) or not name:
         raise ExprError(f"tc.register_func: name must be a non-empty string, got {name!r:.60}")
 
@@ -48,9 +78,26 @@ def register_func(name, f=None, override: bool = False):
     return reg if f is None else reg(f)
 
 
-def get_global_func(name: str, allow_missing: bool = False):
-    """The function registered as ``name`` (None with ``allow_missing`` when there is
-    none)."""
+def get_global_func(name: str, allow_missing: bool = False) -> Optional[Callable]:
+    """The function registered as ``name`` with :func:`register_func`.
+
+    Parameters
+    ----------
+    name : str
+        The registered name.
+    allow_missing : bool, optional
+        Return None instead of raising when nothing is registered under ``name``.
+
+    Returns
+    -------
+    callable or None
+        The function.
+
+    Raises
+    ------
+    ExprError
+        When nothing is registered as ``name`` (and ``allow_missing`` is False).
+    """
     f = _REGISTRY.get(name)
     if f is None and not allow_missing:
         raise ExprError(f"no function is registered as {name!r:.60}; register it with "
@@ -99,10 +146,30 @@ def _func_name(f) -> str:
     return f"{mod}.{qual}" if mod and mod != "builtins" else str(qual)
 
 
-def call_packed(func, *args) -> PackedCall:
-    """A call of ``func`` (a callable, or a name given to :func:`register_func`) with
-    ``args``: the ``ins``/``outs`` buffers of an extern stage's ``fcompute``, and integer
-    or float scalars."""
+def call_packed(func: Union[Callable, str], *args: Union[ExternBuffer, Expr, int, float]) -> PackedCall:
+    """A call of ``func`` from a compiled kernel: what an extern stage's ``fcompute``
+    returns.
+
+    Parameters
+    ----------
+    func : callable or str
+        A Python callable, or a name given to :func:`register_func`.
+    *args : ExternBuffer or Expr or int or float
+        The ``ins``/``outs`` buffers ``fcompute(ins, outs)`` received (passed to ``func``
+        as numpy arrays over the kernel's memory, the outputs writable), and integer or
+        float scalars (passed as Python numbers).
+
+    Returns
+    -------
+    PackedCall
+        The call, for :func:`extern`.
+
+    Raises
+    ------
+    ExprError
+        For an unregistered name, a tensor instead of a buffer, or an argument of
+        another kind.
+    """
     if isinstance(func, str):
         f = _REGISTRY.get(func)
         if f is None:
@@ -135,7 +202,28 @@ def call_packed(func, *args) -> PackedCall:
 
 
 class ExternOp(Operation):
-    """A stage computed by a call (``tc.extern``): no axes, computed whole at the root."""
+    """A stage computed by a call (``tc.extern``): no axes, computed whole at the root.
+
+    Made by :func:`extern`; ``op.call`` is the :func:`call_packed` its ``fcompute``
+    returned.
+
+    Parameters
+    ----------
+    name : str
+        The stage's name.
+    inputs : list of Tensor
+        The tensors it reads.
+    shapes : list of tuple of Expr
+        One shape per output.
+    dtypes : list of str
+        One dtype per output.
+    fcompute : callable
+        ``fcompute(ins, outs)`` returning a :func:`call_packed`.
+    tag : str, optional
+        A label for schedules.
+    attrs : dict, optional
+        Free-form attributes.
+    """
 
     def __init__(self, name, inputs, shapes, dtypes, fcompute, tag="", attrs=None):
         self.name = name
@@ -192,11 +280,55 @@ class ExternOp(Operation):
         return list(self.inputs)
 
 
-def extern(shape, inputs, fcompute, name: str = "extern", dtype=None, tag: str = "",
-           attrs=None) -> Union[Tensor, List[Tensor]]:
-    """A stage computed by a function call (see the module doc).  ``shape``: the output's
-    shape, or a list of shapes (one output each); ``dtype``: a dtype or a list (default:
-    the first input's dtype, else float32).  Returns the output tensor, or a list."""
+def extern(shape: Union[Sequence[Union[int, Expr]], List[Sequence[Union[int, Expr]]]],
+           inputs: Sequence[Tensor], fcompute: Callable[[list, list], PackedCall],
+           name: str = "extern", dtype: Union[str, Sequence[str], None] = None, tag: str = "",
+           attrs: Optional[dict] = None) -> Union[Tensor, List[Tensor]]:
+    """A stage computed by a function outside tecomp (numpy, a C library through ctypes),
+    as TVM's ``te.extern``.
+
+    The kernel calls the function where the stage runs (at the root, whole); what it
+    returns is ignored, an exception it raises is re-raised by the kernel's call.  CPU
+    only: the CUDA backends, ``export_library`` and ``tc.gradient`` refuse it.
+
+    Parameters
+    ----------
+    shape : sequence of int or Expr, or list of them
+        The output's shape, or a list of shapes (one output each).
+    inputs : list of Tensor
+        The tensors the function reads (in memory: arguments, or stages at the root).
+    fcompute : callable
+        ``fcompute(ins, outs)`` gets one buffer per input and per output and returns
+        ``tc.call_packed(func, *args)``.
+    name : str, optional
+        The stage's name.
+    dtype : str or list of str, optional
+        The outputs' dtype, or one per output (default: the first input's, else float32).
+    tag : str, optional
+        A label for schedules.
+    attrs : dict, optional
+        Free-form attributes.
+
+    Returns
+    -------
+    Tensor or list of Tensor
+        The output, or a list of them when ``shape`` is a list of shapes.
+
+    Raises
+    ------
+    ComputeError
+        For inputs that are not tensors, an ``fcompute`` that does not return a call or
+        does not pass every output buffer.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((4, 8), name="A")
+    >>> B = tc.placeholder((8, 2), name="B")
+    >>> C = tc.extern((4, 2), [A, B], lambda ins, outs: tc.call_packed(
+    ...     lambda a, b, c: np.matmul(a, b, out=c), ins[0], ins[1], outs[0]), name="C")
+    """
     if not isinstance(name, str):
         raise ExprError(f"tc.extern: name must be a string, got {name!r:.60}")
     if isinstance(inputs, Tensor) or not isinstance(inputs, (list, tuple)):

@@ -2,15 +2,67 @@
 from __future__ import annotations
 
 from ..ir import op as _op
-from ..ir.expr import EQ as _EQ, NE as _NE, as_expr
+from ..ir.expr import EQ as _EQ, NE as _NE, Expr, as_expr
+
+
+#: what each elementwise intrinsic computes, for its docstring
+_UNARY_DOC = {
+    "exp": "``e ** x`` (within 1 ulp for float32: docs/numerics.md)",
+    "log": "the natural logarithm of ``x``",
+    "sqrt": "the square root of ``x``",
+    "rsqrt": "``1 / sqrt(x)``",
+    "tanh": "the hyperbolic tangent of ``x``",
+    "sigmoid": "``1 / (1 + exp(-x))``",
+    "erf": "the error function of ``x``",
+    "abs": "the absolute value of ``x``",
+    "floor": "the largest integer value not greater than ``x``",
+    "ceil": "the smallest integer value not less than ``x``",
+    "round": "``x`` rounded to the nearest integer value, half to even (as numpy)",
+    "sin": "the sine of ``x`` (radians)",
+    "cos": "the cosine of ``x`` (radians)",
+    "fast_exp": "``e ** x``: the same code as :func:`exp` (a name kept for users of "
+                "TVM's ``topi.fast_exp``)",
+    "exp2": "``2 ** x``",
+    "expm1": "``exp(x) - 1``, accurate for ``x`` near 0",
+    "log2": "the base-2 logarithm of ``x``",
+    "log1p": "``log(1 + x)``, accurate for ``x`` near 0",
+    "softplus": "``log(1 + exp(x))``, computed without overflow "
+                "(``max(x, 0) + log1p(exp(-|x|))``)",
+}
 
 
 def _unary(name):
-    def f(x):
+    def f(x: Expr | float) -> Expr:
         return _op.call(name, x)
 
-    f.__name__ = name
-    f.__doc__ = f"Elementwise ``{name}`` of a float expression (``abs`` also takes ints)."
+    kinds = "a float or integer (not bool)" if name == "abs" else "a float"
+    raises = ("ExprError\n        For a bool expression." if name == "abs" else
+              "DTypeError\n        For an integer or bool ``x``: convert it with "
+              "``.astype('float32')``.")
+    f.__name__ = f.__qualname__ = name
+    what = _UNARY_DOC[name]
+    f.__doc__ = f"""{what[0].upper() + what[1:]}, elementwise.
+
+    Parameters
+    ----------
+    x : Expr or float
+        {kinds[0].upper() + kinds[1:]} expression (a Python float is a float32 constant).
+
+    Returns
+    -------
+    Expr
+        An expression of ``x``'s dtype.
+
+    Raises
+    ------
+    {raises}
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), name="A")
+    >>> B = tc.compute((8,), lambda i: tc.{name}(A[i]), name="B")
+    """
     return f
 
 
@@ -35,25 +87,120 @@ log1p = _unary("log1p")
 softplus = _unary("softplus")
 
 
-def pow(x, y):  # noqa: A001
-    """``x ** y`` for float expressions."""
+def pow(x: Expr | float, y: Expr | float) -> Expr:  # noqa: A001
+    """``x ** y`` for float expressions.
+
+    Parameters
+    ----------
+    x, y : Expr or float
+        Float expressions; a Python float takes the other operand's dtype, and the two
+        dtypes are promoted to one.
+
+    Returns
+    -------
+    Expr
+        ``x ** y`` in the promoted float dtype.
+
+    Raises
+    ------
+    DTypeError
+        For integer or bool operands (convert them with ``.astype('float32')``).
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), name="A")
+    >>> B = tc.compute((8,), lambda i: tc.pow(A[i], 2.0), name="B")
+    """
     return _op.call("pow", x, y)
 
 
-def fma(a, b, c):
-    """``a * b + c`` rounded once (IEEE fused multiply-add), for float expressions: an
-    FMA instruction where the CPU has one (``llvm.fma``; ``fmaf`` in CUDA C)."""
+def fma(a: Expr | float, b: Expr | float, c: Expr | float) -> Expr:
+    """``a * b + c`` rounded once (IEEE fused multiply-add), for float expressions.
+
+    An FMA instruction where the CPU has one (``llvm.fma``; ``fmaf`` in CUDA C).
+
+    Parameters
+    ----------
+    a, b, c : Expr or float
+        Float expressions (promoted to one dtype; a Python float takes it).
+
+    Returns
+    -------
+    Expr
+        ``a * b + c`` in the promoted dtype.
+
+    Raises
+    ------
+    DTypeError
+        For integer or bool operands.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), name="A")
+    >>> B = tc.compute((8,), lambda i: tc.fma(A[i], 2.0, 1.0), name="B")
+    """
     return _op.call("fma", a, b, c)
 
 
-def if_then_else(cond, t, f):
-    """``t`` where ``cond`` holds, else ``f``; only the chosen side is evaluated."""
+def if_then_else(cond: Expr, t: Expr | int | float, f: Expr | int | float) -> Expr:
+    """``t`` where ``cond`` holds, else ``f``; only the chosen side is evaluated.
+
+    So it may guard a load that would be out of bounds (a padding).
+
+    Parameters
+    ----------
+    cond : Expr
+        A bool expression (a comparison, ``tc.all``, ``&``, ``|``, ``~``); a Python bool
+        is refused (it was evaluated in Python, not by the kernel).
+    t, f : Expr or int or float
+        The two values; their dtypes are promoted to one (a Python number takes the
+        other side's dtype).
+
+    Returns
+    -------
+    Expr
+        The selected value, in the promoted dtype.
+
+    Raises
+    ------
+    ExprError
+        For a condition that is not a bool expression.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), name="A")
+    >>> P = tc.compute((10,), lambda i: tc.if_then_else(
+    ...     tc.all(i >= 1, i < 9), A[i - 1], 0.0), name="P")
+    """
     return _op.if_then_else(cond, t, f)
 
 
-def select(cond, t, f):
-    """TVM's ``tir.Select`` spelling of :func:`if_then_else`: ``t`` where ``cond`` holds,
-    else ``f``.  Only the chosen side is evaluated, so it may guard a load."""
+def select(cond: Expr, t: Expr | int | float, f: Expr | int | float) -> Expr:
+    """TVM's ``tir.Select`` spelling of :func:`if_then_else`.
+
+    ``t`` where ``cond`` holds, else ``f``.  Only the chosen side is evaluated, so it may
+    guard a load.
+
+    Parameters
+    ----------
+    cond : Expr
+        A bool expression.
+    t, f : Expr or int or float
+        The two values (promoted to one dtype).
+
+    Returns
+    -------
+    Expr
+        The selected value.
+
+    Raises
+    ------
+    ExprError
+        For a condition that is not a bool expression.
+    """
     return _op.if_then_else(cond, t, f)
 
 
@@ -67,15 +214,68 @@ maximum = _op.maximum
 minimum = _op.minimum
 
 
-def eq(a, b):
-    """The boolean expression ``a == b``."""
+def eq(a: Expr | int | float, b: Expr | int | float) -> Expr:
+    """The boolean expression ``a == b``.
+
+    The same node as ``a == b`` on expressions; a function for places where Python's
+    ``==`` would compare in Python (two Python numbers).
+
+    Parameters
+    ----------
+    a, b : Expr or int or float
+        The operands (promoted to one dtype).
+
+    Returns
+    -------
+    Expr
+        A bool expression.
+    """
     return _op.compare(_EQ, a, b)
 
 
-def ne(a, b):
-    """The boolean expression ``a != b``."""
+def ne(a: Expr | int | float, b: Expr | int | float) -> Expr:
+    """The boolean expression ``a != b``.
+
+    Parameters
+    ----------
+    a, b : Expr or int or float
+        The operands (promoted to one dtype).
+
+    Returns
+    -------
+    Expr
+        A bool expression.
+    """
     return _op.compare(_NE, a, b)
 
 
-def cast(x, dtype):
+def cast(x: Expr | int | float, dtype: str) -> Expr:
+    """``x`` converted to ``dtype`` (``x.astype(dtype)``).
+
+    Float to integer rounds toward zero, as C; a conversion to the dtype ``x`` already
+    has returns ``x`` itself.
+
+    Parameters
+    ----------
+    x : Expr or int or float
+        An expression, or a Python number (int32 for an int, float32 for a float).
+    dtype : str
+        The target dtype: ``"float32"``, ``"int8"``, ``"bfloat16"``, ...
+
+    Returns
+    -------
+    Expr
+        ``x`` as ``dtype``.
+
+    Raises
+    ------
+    DTypeError
+        For an unknown dtype.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), dtype="int8", name="A")
+    >>> B = tc.compute((8,), lambda i: tc.cast(A[i], "float32") * 0.5, name="B")
+    """
     return as_expr(x).astype(dtype)

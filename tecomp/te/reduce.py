@@ -7,6 +7,7 @@ elementwise maximum/minimum (as in TVM); ``tc.maximum``/``tc.minimum`` are alias
 from __future__ import annotations
 
 import weakref
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 from ..errors import ComputeError, ExprError
 from ..ir import dtype as _dt
@@ -27,7 +28,31 @@ def reducer_of(combiner: CommReducer):
 
 
 class Reducer:
-    def __init__(self, name, fcombine, fidentity, elementwise=None, scalar_only=False):
+    """A reducer: ``reducer(expr, axis=k, where=cond)`` inside a compute body (the
+    built-in ``tc.sum``, ``tc.max``, ``tc.min``, ``tc.prod``, or one made by
+    :func:`comm_reducer`).
+
+    Parameters
+    ----------
+    name : str
+        Its name in the IR.
+    fcombine : callable
+        ``fcombine(x, y)``, commutative and associative.
+    fidentity : callable
+        ``fidentity(dtype)``, the identity of ``fcombine``.
+    elementwise : callable, optional
+        What ``reducer(a, b)`` (two expressions, no axis) computes, if anything.
+    scalar_only : bool, optional
+        Refuse tuples (only :func:`comm_reducer`'s reducers reduce tuples).
+    doc : str, optional
+        The docstring of this reducer.
+    """
+
+    def __init__(self, name: str, fcombine: Callable[..., Any], fidentity: Callable[..., Any],
+                 elementwise: Optional[Callable[..., Any]] = None, scalar_only: bool = False,
+                 doc: Optional[str] = None):
+        if doc is not None:
+            self.__doc__ = doc
         self.name = name
         self.fcombine = fcombine
         self.fidentity = fidentity
@@ -87,7 +112,9 @@ class Reducer:
             self._cache[dtype] = c
         return c
 
-    def __call__(self, expr, *args, axis=None, where=None, **kw):
+    def __call__(self, expr: Union[Expr, int, float, Sequence[Expr]], *args: Any,
+                 axis: Union[IterVar, Sequence[IterVar], None] = None,
+                 where: Optional[Expr] = None, **kw: Any) -> Union[Expr, Tuple[Expr, ...]]:
         if kw:
             raise ExprError(f"tc.{self.name}: unexpected keyword(s) {', '.join(kw)}; "
                             "use axis= and where=")
@@ -166,39 +193,142 @@ def _min_value(dtype):
     return Const(int(np.iinfo(dtype).min), dtype)
 
 
-def comm_reducer(fcombine, fidentity, name: str = "reduce") -> Reducer:
-    """A user reducer: ``fcombine(x, y)`` must be commutative and associative, and
-    ``fidentity(dtype)`` its identity (e.g. ``comm_reducer(lambda x, y: x*y,
-    lambda t: tc.const(1, t), name="prod")``).
+def comm_reducer(fcombine: Callable[..., Any], fidentity: Callable[..., Any],
+                 name: str = "reduce") -> Reducer:
+    """A user reducer, called like ``tc.sum``: ``reducer(expr, axis=k, where=cond)``.
 
     A tuple reducer (as TVM's): called on a tuple, ``reducer((a, b), axis=k)``, it gets
     tuples, ``fcombine((x0, x1), (y0, y1)) -> (z0, z1)`` and ``fidentity(t0, t1) -> (i0,
     i1)``, and gives one reduction per element; return them all from a compute, which
-    then has one output per element::
+    then has one output per element.
 
-        argmax = tc.comm_reducer(
-            lambda x, y: (tc.if_then_else(x[1] >= y[1], x[0], y[0]), tc.max(x[1], y[1])),
-            lambda t0, t1: (tc.const(-1, t0), tc.min_value(t1)), name="argmax")
-        idx, val = tc.compute((n,), lambda i: argmax((k, A[i, k]), axis=k), name="am")
+    Parameters
+    ----------
+    fcombine : callable
+        ``fcombine(x, y)``: an expression combining two values; it must be commutative
+        and associative.
+    fidentity : callable
+        ``fidentity(dtype)``: the identity of ``fcombine`` for ``dtype`` (a constant).
+    name : str, optional
+        The reducer's name in the IR.
+
+    Returns
+    -------
+    Reducer
+        The reducer.
+
+    Raises
+    ------
+    ExprError
+        When ``fcombine`` or ``fidentity`` is not callable.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> n = 8
+    >>> A = tc.placeholder((n, 16), name="A")
+    >>> k = tc.reduce_axis((0, 16), name="k")
+    >>> argmax = tc.comm_reducer(
+    ...     lambda x, y: (tc.if_then_else(x[1] >= y[1], x[0], y[0]), tc.max(x[1], y[1])),
+    ...     lambda t0, t1: (tc.const(-1, t0), tc.min_value(t1)), name="argmax")
+    >>> idx, val = tc.compute((n,), lambda i: argmax((k, A[i, k]), axis=k), name="am")
     """
     if not callable(fcombine) or not callable(fidentity):
         raise ExprError("tc.comm_reducer(fcombine, fidentity, name): both must be callables")
-    return Reducer(name, fcombine, fidentity)
+    return Reducer(name, fcombine, fidentity, doc=f"The reducer {name} (made by tc.comm_reducer): "
+                   f"``{name}(expr, axis=k, where=cond)``.\n\n" + _REDUCER_PARAMS)
 
+
+_REDUCER_PARAMS = """Parameters
+----------
+expr : Expr
+    The value reduced, a function of the compute's indices and of the reduce axes
+    (a tuple of them for a tuple reducer).
+*args : IterVar or Expr
+    ``axis`` and ``where`` may also be given by position.
+axis : IterVar or sequence of IterVar
+    The reduce axes (made by ``tc.reduce_axis``), all reduced at once.
+where : Expr, optional
+    A bool condition: only the elements where it holds are reduced.
+**kw
+    Refused (an ExprError names them).
+
+Returns
+-------
+Expr
+    The reduction, to be the whole body of a compute (a tuple of them for a tuple
+    reducer).
+
+Raises
+------
+ExprError
+    For a missing ``axis``, an unknown keyword or (a built-in reducer) a tuple (give each value its own
+    reduction, or use ``tc.comm_reducer``).
+ComputeError
+    For an axis that is not a reduce axis, a repeated axis or a nested reduction.
+"""
+
+
+def _reducer_doc(what: str, elementwise: str = "") -> str:
+    return f"""{what}
+
+``tc.{{name}}(expr, axis=k, where=cond)`` inside a compute body; the identity of an
+empty reduction is {{ident}}.{elementwise}
+
+""" + _REDUCER_PARAMS + """
+Examples
+--------
+>>> import tecomp as tc
+>>> A = tc.placeholder((8, 16), name="A")
+>>> k = tc.reduce_axis((0, 16), name="k")
+>>> R = tc.compute((8,), lambda i: tc.{name}(A[i, k], axis=k), name="R")
+"""
+
+
+_PAIR = ("  With two expressions and no axis, ``tc.{name}(a, b)`` is the elementwise "
+         "{name}imum (as ``tc.{name}imum``, and as TVM).")
 
 sum = Reducer("sum", lambda x, y: x + y, lambda t: Const(0, t) if not _dt.is_float(t) else Const(0.0, t),  # noqa: A001
-             scalar_only=True)
-max = Reducer("max", lambda x, y: _op.maximum(x, y), _min_value, _op.maximum, scalar_only=True)  # noqa: A001
-min = Reducer("min", lambda x, y: _op.minimum(x, y), _max_value, _op.minimum, scalar_only=True)  # noqa: A001
+             scalar_only=True, doc=_reducer_doc("The sum over reduce axes.").format(
+                 name="sum", ident="0"))
+max = Reducer("max", lambda x, y: _op.maximum(x, y), _min_value, _op.maximum, scalar_only=True,  # noqa: A001
+              doc=_reducer_doc("The maximum over reduce axes.", _PAIR).format(
+                  name="max", ident="the dtype's smallest value (-inf for floats)"))
+min = Reducer("min", lambda x, y: _op.minimum(x, y), _max_value, _op.minimum, scalar_only=True,  # noqa: A001
+              doc=_reducer_doc("The minimum over reduce axes.", _PAIR).format(
+                  name="min", ident="the dtype's largest value (+inf for floats)"))
 prod = Reducer("prod", lambda x, y: x * y, lambda t: Const(1, t) if not _dt.is_float(t) else Const(1.0, t),
-               scalar_only=True)
+               scalar_only=True, doc=_reducer_doc("The product over reduce axes.").format(
+                   name="prod", ident="1"))
 
 
-def min_value(dtype):
-    """The smallest value of ``dtype`` (-inf for floats), e.g. an argmax's identity."""
+def min_value(dtype: str) -> Const:
+    """The smallest value of ``dtype`` (-inf for floats, False for bool).
+
+    Parameters
+    ----------
+    dtype : str
+        A dtype.
+
+    Returns
+    -------
+    Const
+        The constant, e.g. an argmax's identity.
+    """
     return _min_value(_dt.canon(dtype))
 
 
-def max_value(dtype):
-    """The largest value of ``dtype`` (+inf for floats)."""
+def max_value(dtype: str) -> Const:
+    """The largest value of ``dtype`` (+inf for floats, True for bool).
+
+    Parameters
+    ----------
+    dtype : str
+        A dtype.
+
+    Returns
+    -------
+    Const
+        The constant, e.g. an argmin's identity.
+    """
     return _max_value(_dt.canon(dtype))

@@ -17,6 +17,8 @@ depend on the state (``X @ W`` of an RNN) are computed for every step beforehand
 """
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 from ..errors import ComputeError
 from ..ir import op as _op
 from ..ir.expr import Const, IterVar, ProducerLoad, Range, Var
@@ -34,7 +36,25 @@ def _same(a, b) -> bool:
 
 class ScanOp(Operation):
     """A scan (``tc.scan``): its stage's loops are the time axis ``scan_axis`` over
-    ``[init.shape[0], T)`` and the state's other axes; its body copies ``update[t, ...]``."""
+    ``[init.shape[0], T)`` and the state's other axes; its body copies ``update[t, ...]``.
+
+    Parameters
+    ----------
+    name : str
+        The stage's name.
+    init : Tensor
+        The first steps of the state.
+    update : Tensor
+        The state at step ``t`` from earlier steps.
+    state : Tensor
+        The placeholder standing for the scan's output as ``update`` reads it.
+    inputs : list of Tensor
+        Other tensors the recurrence reads.
+    tag : str, optional
+        A label for schedules.
+    attrs : dict, optional
+        Free-form attributes.
+    """
 
     def __init__(self, name, init, update, state, inputs, tag="", attrs=None):
         self.name = name
@@ -76,9 +96,54 @@ class ScanOp(Operation):
         return out
 
 
-def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: str = "",
-         attrs=None) -> Tensor:
-    """A recurrence over the first axis (see the module doc); returns its output."""
+def scan(init: Tensor, update: Tensor, state_placeholder: Tensor,
+         inputs: Optional[Sequence[Tensor]] = None, name: str = "scan", tag: str = "",
+         attrs: Optional[dict] = None) -> Tensor:
+    """A recurrence over the first axis (an RNN cell, a cumulative sum), as TVM's
+    ``te.scan``.
+
+    ``S[0:m] = init`` (``m = init.shape[0]``); then for ``t`` in ``[m, T)``, in order,
+    ``S[t, ...] = update[t, ...]``, where ``update`` reads ``state_placeholder`` as ``S``
+    computed so far.
+
+    Parameters
+    ----------
+    init : Tensor
+        The first ``m`` steps, of the state's shape but for the first axis.
+    update : Tensor
+        A compute of the state's shape giving step ``t`` from earlier steps.
+    state_placeholder : Tensor
+        A ``tc.placeholder`` of the state's shape standing for the scan's output.
+    inputs : sequence of Tensor, optional
+        The other tensors the recurrence reads (TVM's ``inputs``).
+    name : str, optional
+        The stage's name.
+    tag : str, optional
+        A label for schedules.
+    attrs : dict, optional
+        Free-form attributes.
+
+    Returns
+    -------
+    Tensor
+        The scan's output, of the state's shape.
+
+    Raises
+    ------
+    ComputeError
+        For several states, a state that is not a placeholder, or shapes that do not
+        agree.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> T, n = 6, 4
+    >>> X = tc.placeholder((T, n), name="X")
+    >>> state = tc.placeholder((T, n), name="state")
+    >>> init = tc.compute((1, n), lambda _, i: X[0, i], name="init")
+    >>> update = tc.compute((T, n), lambda t, i: state[t - 1, i] + X[t, i], name="update")
+    >>> S = tc.scan(init, update, state, inputs=[X], name="S")
+    """
     one = lambda x: x[0] if isinstance(x, (list, tuple)) and len(x) == 1 else x  # noqa: E731
     init, update, state = one(init), one(update), one(state_placeholder)
     for what, t in (("init", init), ("update", update), ("state_placeholder", state)):

@@ -16,14 +16,38 @@ not generate it yet.
 """
 from __future__ import annotations
 
+from typing import Callable, Optional, Sequence, Union
+
 from ..errors import ComputeError, ExprError
-from ..ir.expr import Const, IterVar, Range, Var, as_expr
+from ..ir.expr import Const, Expr, IterVar, Range, Var, as_expr
 from .tensor import Operation, Tensor, _arg_names, _shape, input_tensors_of
 
 
 class ScatterOp(Operation):
     """``out[index(u)] += value(u)`` over ``domain`` where ``condition(u)``; ``out`` starts
-    at 0.  No loops to schedule: computed whole at the root (see the module doc)."""
+    at 0.  No loops to schedule: computed whole at the root (see the module doc).
+
+    Parameters
+    ----------
+    name : str
+        The stage's name.
+    shape : tuple of Expr
+        The output's shape.
+    dtype : str
+        The output's dtype.
+    domain : tuple of IterVar
+        The points ``u``.
+    index : tuple of Expr
+        The element each point adds to.
+    value : Expr
+        What it adds.
+    condition : Expr
+        Where it adds.
+    tag : str, optional
+        A label for schedules.
+    attrs : dict, optional
+        Free-form attributes.
+    """
 
     def __init__(self, name, shape, dtype, domain, index, value, condition, tag="", attrs=None):
         self.name = name
@@ -60,9 +84,50 @@ class ScatterOp(Operation):
         return out
 
 
-def scatter_add(shape, domain, f, dtype: str = "float32", name: str = "scatter", tag: str = "",
-                attrs=None) -> Tensor:
-    """A scatter-add stage (see the module doc)."""
+def scatter_add(shape: Sequence[Union[int, Expr]], domain: Sequence[Union[int, Expr]],
+                f: Callable[..., tuple], dtype: str = "float32", name: str = "scatter",
+                tag: str = "", attrs: Optional[dict] = None) -> Tensor:
+    """A scatter-add stage: ``out = 0``; for each point ``u`` of ``domain``,
+    ``out[index(u)] += value(u)``.
+
+    A point whose index falls outside ``shape`` (or whose condition is false) adds
+    nothing.  The stage runs whole, at the root, one point after another (CPU only).
+
+    Parameters
+    ----------
+    shape : sequence of int or Expr
+        The output's shape.
+    domain : sequence of int or Expr
+        The extents of the points ``u``.
+    f : callable
+        ``f(*u)`` returns ``(index_tuple, value)`` or ``(index_tuple, value, condition)``.
+    dtype : str, optional
+        The output's dtype.
+    name : str, optional
+        The stage's name.
+    tag : str, optional
+        A label for schedules.
+    attrs : dict, optional
+        Free-form attributes.
+
+    Returns
+    -------
+    Tensor
+        The output.
+
+    Raises
+    ------
+    ComputeError
+        For an ``f`` that takes the wrong number of indices or returns something else.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> V, D, B = 10, 4, 6
+    >>> ids = tc.placeholder((B,), dtype="int32", name="ids")
+    >>> G = tc.placeholder((B, D), name="G")
+    >>> Wg = tc.scatter_add((V, D), (B, D), lambda b, d: ((ids[b], d), G[b, d]))
+    """
     if not isinstance(name, str):
         raise ExprError(f"tc.scatter_add: name must be a string, got {name!r}")
     shp = _shape(shape, f"scatter {name}")

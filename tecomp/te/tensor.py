@@ -6,7 +6,7 @@ Tensors and operations have identity semantics.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Any, Callable, Sequence, Tuple
 
 from ..errors import ComputeError, ExprError, ShapeError
 from ..ir import dtype as _dt
@@ -135,7 +135,19 @@ class TensorSlice:
 
 class Tensor:
     """A multi-dimensional value: ``T[i, j]`` (or ``T[i][j]``) reads it inside a compute
-    definition."""
+    definition.
+
+    Made by :func:`placeholder`, :func:`compute` and the other stages; ``T.shape``,
+    ``T.dtype``, ``T.name``, ``T.ndim`` and ``T.op`` (the operation computing it) describe
+    it.
+
+    Parameters
+    ----------
+    op : Operation
+        The operation whose output this is.
+    value_index : int, optional
+        Which output of ``op`` (a multi-output compute has several); 0 by default.
+    """
 
     def __init__(self, op: Operation, value_index: int = 0):
         self.op = op
@@ -259,15 +271,65 @@ def input_tensors_of(expr) -> list:
 # the user API
 
 
-def var(name: str = "v", dtype="int32") -> Var:
-    """A symbolic scalar (a shape extent bound at call time, or a scalar parameter)."""
+def var(name: str = "v", dtype: str = "int32") -> Var:
+    """A symbolic scalar: a shape extent bound at call time, or a scalar parameter.
+
+    Parameters
+    ----------
+    name : str, optional
+        The variable's name in the IR and in messages.
+    dtype : str, optional
+        Its dtype, ``"int32"`` by default (``"int64"`` for extents past 2**31; a float
+        dtype for a float scalar parameter).
+
+    Returns
+    -------
+    Var
+        A new variable (two calls with one name are two variables).
+
+    Raises
+    ------
+    ExprError
+        When ``name`` is not a string.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> n = tc.var("n")
+    >>> A = tc.placeholder((n, 4), name="A")
+    """
     if not isinstance(name, str):
         raise ExprError(f"tc.var takes the variable's name first, got {name!r}")
     return Var(name, _dt.canon(dtype))
 
 
-def const(value, dtype=None) -> Const:
-    """A constant; ``dtype`` defaults to int32 for ints and float32 for floats."""
+def const(value: int | float | bool, dtype: str | None = None) -> Const:
+    """A constant expression.
+
+    Parameters
+    ----------
+    value : int or float or bool
+        A Python or numpy number.
+    dtype : str, optional
+        The constant's dtype; by default int32 for an int, float32 for a float and bool
+        for a bool.
+
+    Returns
+    -------
+    Const
+        The constant.
+
+    Raises
+    ------
+    ExprError
+        For a value that is not a number, a non-integral value with an integer dtype,
+        or an integer that ``dtype`` cannot hold.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> one = tc.const(1, "int8")
+    """
     if dtype is None:
         return as_expr(value)
     d = _dt.canon(dtype)
@@ -310,8 +372,37 @@ def _shape(shape, what: str) -> Tuple[Expr, ...]:
     return tuple(out)
 
 
-def placeholder(shape, dtype="float32", name: str = "placeholder") -> Tensor:
-    """An input tensor of ``shape`` and ``dtype``, given as an array at call time."""
+def placeholder(shape: int | Expr | Sequence[int | Expr], dtype: str = "float32",
+                name: str = "placeholder") -> Tensor:
+    """An input tensor of ``shape`` and ``dtype``, given as an array at call time.
+
+    Parameters
+    ----------
+    shape : int or Expr or sequence of int or Expr
+        Positive extents; a symbolic one (``tc.var("n")``) is bound by the array's shape
+        at call time.
+    dtype : str, optional
+        The element type, ``"float32"`` by default.
+    name : str, optional
+        The tensor's name in the IR and in messages.
+
+    Returns
+    -------
+    Tensor
+        The input tensor.
+
+    Raises
+    ------
+    ShapeError
+        For an extent that is not positive, or not an int or an int expression.
+    DTypeError
+        For an unknown dtype.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((tc.var("n"), 128), name="A")
+    """
     if not isinstance(name, str):
         raise ExprError(f"tc.placeholder: name must be a string, got {name!r}")
     return PlaceholderOp(name, _shape(shape, f"placeholder {name}"), _dt.canon(dtype)).output(0)
@@ -330,12 +421,47 @@ def _arg_names(fcompute, ndim):
     return [p.name for p in params]
 
 
-def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -> Tensor:
+def compute(shape: int | Expr | Sequence[int | Expr], fcompute: Callable[..., Any],
+            name: str = "compute", tag: str = "", attrs: dict | None = None) -> Tensor | Tuple[Tensor, ...]:
     """``name[i, j, ...] = fcompute(i, j, ...)`` over ``shape``.
 
-    ``fcompute`` takes one index variable per output dimension (named after its
-    parameters) and returns an expression; a reduction (``tc.sum`` ...) may only be
-    the whole body.
+    Parameters
+    ----------
+    shape : int or Expr or sequence of int or Expr
+        The output's positive extents.
+    fcompute : callable
+        Takes one index variable per output dimension (named after its parameters) and
+        returns an expression, or a tuple of them (one output each).  A reduction
+        (``tc.sum`` ...) may only be the whole body.
+    name : str, optional
+        The stage's name in the IR and in messages.
+    tag : str, optional
+        A label for schedules and rules to recognise the compute (``tecomp.nn`` tags its
+        convolutions).
+    attrs : dict, optional
+        Free-form attributes kept on the operation.
+
+    Returns
+    -------
+    Tensor or tuple of Tensor
+        The output, or one tensor per value when ``fcompute`` returns a tuple.
+
+    Raises
+    ------
+    ComputeError
+        For an ``fcompute`` that takes the wrong number of indices, returns a tensor
+        instead of an element, or nests reductions.
+    ShapeError
+        For an extent that is not positive, or a read out of a tensor's bounds (with
+        the index and the iteration where it happens).
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((64, 32), name="A")
+    >>> B = tc.placeholder((32, 16), name="B")
+    >>> k = tc.reduce_axis((0, 32), name="k")
+    >>> C = tc.compute((64, 16), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
     """
     if not isinstance(name, str):
         raise ExprError(f"tc.compute: name must be a string, got {name!r}")
@@ -505,8 +631,31 @@ _REDUCE_VARS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _AXIS_VARS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def reduce_axis(dom, name: str = "rv") -> IterVar:
-    """A reduction axis over ``dom``: ``(lo, hi)`` (half-open) or an extent."""
+def reduce_axis(dom: int | Expr | Tuple[int | Expr, int | Expr], name: str = "rv") -> IterVar:
+    """A reduction axis over ``dom``.
+
+    Parameters
+    ----------
+    dom : int or Expr or (lo, hi)
+        The half-open range ``(lo, hi)``, or an extent (``(0, extent)``).
+    name : str, optional
+        The axis's name in the IR.
+
+    Returns
+    -------
+    IterVar
+        An axis to give a reducer's ``axis=``.
+
+    Raises
+    ------
+    ShapeError
+        For an empty range or a ``dom`` of another kind.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> k = tc.reduce_axis((0, 128), name="k")
+    """
     if not isinstance(name, str):
         raise ExprError(f"tc.reduce_axis: name must be a string, got {name!r}")
     if isinstance(dom, Range):
@@ -538,8 +687,35 @@ def _index_range(lo: Expr, hi: Expr) -> Range:
     return Range(lo, sub(hi, lo))
 
 
-def thread_axis(dom=None, tag: str = "", name: str = "") -> IterVar:
-    """A GPU thread axis: ``tc.thread_axis("threadIdx.x")`` or ``thread_axis((0, 32), "threadIdx.x")``."""
+def thread_axis(dom: str | int | Expr | Tuple[int | Expr, int | Expr] | None = None,
+                tag: str = "", name: str = "") -> IterVar:
+    """A GPU thread axis, to ``bind`` a loop to.
+
+    Parameters
+    ----------
+    dom : str or int or Expr or (lo, hi), optional
+        The axis's range (an extent, or ``(lo, hi)``); usually left out, the bound loop
+        gives it.  A string here is taken as ``tag`` (``tc.thread_axis("threadIdx.x")``).
+    tag : str
+        One of ``blockIdx.x/y/z``, ``threadIdx.x/y/z`` and ``vthread``.
+    name : str, optional
+        The variable's name (default: the tag).
+
+    Returns
+    -------
+    IterVar
+        A thread axis.
+
+    Raises
+    ------
+    ExprError
+        For an unknown tag.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> tx = tc.thread_axis("threadIdx.x")
+    """
     if isinstance(dom, str):
         dom, tag = None, dom
     if tag not in THREAD_TAGS:

@@ -47,20 +47,40 @@ tensorized schedule gives the same result everywhere.  Built-in intrinsics
 from __future__ import annotations
 
 import threading
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from ..errors import ComputeError, ScheduleError, TargetError
 from ..ir.expr import Const, ProducerLoad, Reduce, Var
 from ..ir.functor import collect
 from ..ir.names import display
 from ..ir.stmt import register_tensor_intrin
-from ..target import as_target
+from ..target import Target, as_target
 from . import intrin_cuda, intrin_x86
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 
 
 class TensorIntrin:
-    """A declared tensor intrinsic (made by :func:`decl_tensor_intrin`)."""
+    """A declared tensor intrinsic (made by :func:`decl_tensor_intrin`).
+
+    Parameters
+    ----------
+    name : str
+        Its name.
+    op : ComputeOp
+        The declared computation.
+    inputs : list of Tensor
+        Its placeholders, in the order ``ins[]`` gets them.
+    llvm : callable or None
+        The LLVM emitter.
+    requires : tuple of str
+        The CPU features the emitted code needs.
+    dense : bool
+        Whether operands must be laid out as the declared placeholders.
+    cuda : callable, optional
+        The CUDA C emitter.
+    init : TensorIntrin, optional
+        The intrinsic that writes the reducer's identity over the output region.
+    """
 
     def __init__(self, name, op, inputs, llvm, requires, dense, cuda=None, init=None):
         self.name = name
@@ -111,11 +131,43 @@ class IntrinOperand:
                 f"{list(self.shape)}, strides={list(self.strides)})")
 
 
-def decl_tensor_intrin(op, llvm: Optional[Callable] = None, name: Optional[str] = None,
-                       requires=(), dense: bool = True,
-                       cuda: Optional[Callable] = None,
+def decl_tensor_intrin(op: Union[Tensor, ComputeOp], llvm: Optional[Callable] = None,
+                       name: Optional[str] = None, requires: Sequence[str] = (),
+                       dense: bool = True, cuda: Optional[Callable] = None,
                        init: Optional[TensorIntrin] = None) -> TensorIntrin:
-    """Declare a tensor intrinsic (see the module docstring)."""
+    """Declare a tensor intrinsic for ``s[C].tensorize(axis, intrin)`` (see the module
+    docstring for the emitters' arguments).
+
+    Parameters
+    ----------
+    op : Tensor or ComputeOp
+        The declared computation: a ``tc.compute`` over placeholders, each indexed by
+        distinct axes, constant shapes.
+    llvm : callable, optional
+        ``llvm(ib, ins, outs)``: what the LLVM backend emits in place of the loops.
+    name : str, optional
+        The intrinsic's name (default: the compute's).
+    requires : sequence of str, optional
+        The CPU features the emitted code needs (``"avx512vnni"``).
+    dense : bool, optional
+        Each operand's region must be row major and contiguous (default); False hands
+        any constant strides to the emitter.
+    cuda : callable, optional
+        ``cuda(cb, ins, outs)``: what the CUDA C backends emit.
+    init : TensorIntrin, optional
+        For a reduction whose output cannot be written element by element: the
+        intrinsic writing the reducer's identity.
+
+    Returns
+    -------
+    TensorIntrin
+        The intrinsic.
+
+    Raises
+    ------
+    ComputeError
+        For a declared computation that is not a compute over placeholders as above.
+    """
     if isinstance(op, Tensor):
         op = op.op
     if not isinstance(op, ComputeOp):
@@ -237,7 +289,29 @@ def builtin_intrins() -> Dict[str, TensorIntrin]:
 
 
 def tensor_intrin(name: str) -> TensorIntrin:
-    """The built-in tensor intrinsic called ``name`` (``tc.tensor_intrin("x86.vnni_u8s8s32_16x4")``)."""
+    """The built-in tensor intrinsic called ``name``.
+
+    Parameters
+    ----------
+    name : str
+        E.g. ``"x86.vnni_u8s8s32_16x4"``; :func:`tensor_intrins_for` lists those a
+        target may use.
+
+    Returns
+    -------
+    TensorIntrin
+        The intrinsic.
+
+    Raises
+    ------
+    ScheduleError
+        For a name that is not a built-in (the message lists them).
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> vnni = tc.tensor_intrin("x86.vnni_u8s8s32_16x4")
+    """
     found = builtin_intrins().get(name) if isinstance(name, str) else None
     if found is None:
         raise ScheduleError(f"tensor_intrin: no built-in intrinsic is called {display(str(name))!r:.80}; "
@@ -261,8 +335,25 @@ def transpose_intrin(target, lanes: int, dtype: str) -> Optional[TensorIntrin]:
     return next((t for t in tensor_intrins_for(target) if t.name == name), None)
 
 
-def tensor_intrins_for(target="llvm") -> list:
-    """The built-in intrinsics that code for ``target`` may use, widest first."""
+def tensor_intrins_for(target: Union[str, Target] = "llvm") -> List[TensorIntrin]:
+    """The built-in intrinsics that code for ``target`` may use, widest first.
+
+    Parameters
+    ----------
+    target : str or Target, optional
+        The target (the host CPU by default); for a CPU, the intrinsics whose
+        required features it has; for ``cuda``/``cuda-emu``, the CUDA ones.
+
+    Returns
+    -------
+    list of TensorIntrin
+        The intrinsics.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> names = [t.name for t in tc.tensor_intrins_for("llvm -mcpu=haswell")]
+    """
     tgt = as_target(target)
     if tgt.is_gpu:
         return sorted((t for t in builtin_intrins().values() if t.cuda is not None),

@@ -17,7 +17,7 @@ import os
 import tempfile
 import traceback
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from ..autoschedule.cuda_rules import apply_cuda_rules
 from ..autoschedule.rules import Knobs, apply_rules
 from ..ir import interp as _interp
 from .. import target as _target  # cpu_model looked up at call time (tests patch it)
+from .draw import HypothesisDraw, RandomDraw
 from .gen import DTYPES, GPU_DTYPES, gen_int8_gemm, gen_n, gen_program
 from . import qemu as _qemu
 from .pass_check import check_passes as _check_passes
@@ -38,6 +39,28 @@ RTOL = {"float16": 3e-2, "bfloat16": 3e-2, "float32": 2e-4, "float64": 1e-9}
 
 @dataclass
 class Case:
+    """One differential test case: a program, a schedule, a value of ``n`` and a seed
+    (:func:`draw_case` makes them; ``case.source()`` is a standalone reproducer).
+
+    Parameters
+    ----------
+    program : Program
+        The random program.
+    steps : list
+        Its schedule's primitive calls.
+    n : int, optional
+        The value of the program's symbolic extent.
+    seed : int, optional
+        The seed of its input data.
+    target : str, optional
+        ``"llvm"``, ``"cuda"`` or ``"cuda-emu"``.
+    name : str, optional
+        The case's name.
+    auto : int, optional
+        The auto-scheduler writes the schedule instead of ``steps``: -1 its analytic
+        schedule, k >= 0 its rules with every knob drawn from ``random.Random(k)``.
+    """
+
     program: Program
     steps: list
     n: int = 5
@@ -110,6 +133,25 @@ class Case:
 
 @dataclass
 class Outcome:
+    """What :func:`run_case` found: ``kind`` is ``ok``, ``rejected`` (a documented resource
+    limit), ``refused`` (an edge case's allowed error), ``mismatch`` or ``crash``;
+    ``outcome.ok`` says nothing wrong was found, ``outcome.report()`` prints a
+    reproducer.
+
+    Parameters
+    ----------
+    kind : str
+        The kind of outcome.
+    case : Case
+        The case.
+    stage : str, optional
+        Where it happened (build, lower, interp, llvm, compare, ...).
+    detail : str, optional
+        What happened.
+    ir : str, optional
+        The lowered IR.
+    """
+
     kind: str  # ok | rejected | refused (edge cases: edges.py) | mismatch | crash
     case: Case
     stage: str = ""  # where: build/lower/interp/llvm/compare/...
@@ -257,11 +299,28 @@ def compare(got: np.ndarray, ref: np.ndarray, dtype: str, what: str,
 
 def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
              also: Tuple[str, ...] = ()) -> Outcome:
-    """Run ``case`` and compare (see the module doc).  ``also`` (CPU cases that run
-    here): ``"torch"`` calls the kernel once more with torch tensors sharing the arrays'
-    memory (``torch.from_numpy``: the torch binder or the DLPack path), ``"aot"`` exports
-    it with ``export_library``, loads it with ``tc.load_module`` and calls the loaded
-    module; their outputs are compared like the others."""
+    """Run ``case`` and compare the interpreter, the compiled kernel and numpy (see the
+    module doc).  Never raises for a finding: the Outcome says it.
+
+    Parameters
+    ----------
+    case : Case
+        The case.
+    interp : bool, optional
+        Also run the reference interpreter on the lowered IR.
+    check_passes : bool, optional
+        Lower with :func:`check_passes` (every pass checked).
+    also : tuple of str, optional
+        For CPU cases that run here: ``"torch"`` calls the kernel once more with torch
+        tensors sharing the arrays' memory, ``"aot"`` exports it with
+        ``export_library``, loads it with ``tc.load_module`` and calls the loaded
+        module; their outputs are compared like the others.
+
+    Returns
+    -------
+    Outcome
+        What was found.
+    """
     prog = case.program
     stage = ["build program"]
     ir = ""
@@ -486,13 +545,45 @@ def draw_gpu_int8_gemm_case(d, *, name: str = "") -> Case:
     return Case(prog, steps, 5, seed, "cuda-emu", name)
 
 
-def draw_case(d, *, target: str = "llvm", max_stages: int = 4, max_steps: int = 6,
-              dtypes=None, name: str = "", auto: bool = False) -> Case:
-    """A random program with a random legal schedule.  If the schedule generator itself
-    hits an error, the case keeps the steps drawn so far plus the failing one (replaying
-    it shows the error).  ``auto``: the schedule is the auto-scheduler's instead, its
-    analytic one or (three times in four, on the CPU) its rules with random knobs; for a
-    GPU target its GPU rules (``auto_schedule(target="cuda")``)."""
+def draw_case(d: Union[RandomDraw, HypothesisDraw], *, target: str = "llvm",
+              max_stages: int = 4, max_steps: int = 6, dtypes: Optional[Sequence[str]] = None,
+              name: str = "", auto: bool = False) -> Case:
+    """A random program with a random legal schedule.
+
+    If the schedule generator itself hits an error, the case keeps the steps drawn so
+    far plus the failing one (replaying it shows the error).
+
+    Parameters
+    ----------
+    d : RandomDraw or HypothesisDraw
+        The source of random choices.
+    target : str, optional
+        ``"llvm"``, ``"cuda"`` or ``"cuda-emu"``.
+    max_stages : int, optional
+        The most computes in the program.
+    max_steps : int, optional
+        The most schedule primitives.
+    dtypes : sequence of str, optional
+        The dtypes drawn from (default: every one the target supports).
+    name : str, optional
+        The case's name.
+    auto : bool, optional
+        The schedule is the auto-scheduler's instead: its analytic one or (three times
+        in four, on the CPU) its rules with random knobs; for a GPU target its GPU
+        rules.
+
+    Returns
+    -------
+    Case
+        The case.
+
+    Examples
+    --------
+    >>> from tecomp.testing import RandomDraw, draw_case, run_case
+    >>> case = draw_case(RandomDraw(7))
+    >>> run_case(case).ok
+    True
+    """
     gpu = _on_gpu(target)
     kw = {"dtypes": dtypes} if dtypes else {"dtypes": GPU_DTYPES if gpu else DTYPES}
     if not gpu:

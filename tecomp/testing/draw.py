@@ -11,6 +11,15 @@ import random as _random
 
 
 class RandomDraw:
+    """Random choices from ``random.Random(seed)``, for the long-run fuzzer (a case is named
+    by its seed).
+
+    Parameters
+    ----------
+    seed : int
+        The seed.
+    """
+
     def __init__(self, seed):
         self.r = _random.Random(seed)
 
@@ -30,6 +39,16 @@ class RandomDraw:
 
 
 class HypothesisDraw:
+    """Random choices drawn from hypothesis, so that it can shrink a failing case (every
+    choice shrinks toward its first option, ``bool`` toward False, ``int`` toward
+    ``lo``).
+
+    Parameters
+    ----------
+    data : hypothesis.strategies.DataObject
+        From ``@given(st.data())``.
+    """
+
     def __init__(self, data):
         self.data = data
 

@@ -13,7 +13,7 @@ and ``after`` (PrimFuncs) and ``detail`` say what changed.  It hooks into
 from __future__ import annotations
 
 import difflib
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -22,6 +22,10 @@ from ..ir.expr import Buffer, Var
 from ..ir.functor import free_vars
 from ..ir.interp import eval_expr
 from ..ir.stmt import PrimFunc
+
+if TYPE_CHECKING:
+    from ..schedule.schedule import Schedule
+    from ..te.tensor import Tensor
 from ..lower import pipeline
 from ..lower.pipeline import run_passes
 from ..lower.schedule_ops import schedule_to_stmt
@@ -65,9 +69,24 @@ def _shape_env(func, sizes: Optional[dict], rng) -> Dict[Var, int]:
     return env
 
 
-def make_args(func, sizes: Optional[dict] = None, seed: int = 0) -> list:
+def make_args(func: PrimFunc, sizes: Optional[dict] = None, seed: int = 0) -> list:
     """Random arguments for ``func``: every buffer filled with random data (so an output
-    element a pass forgets to write still differs), every scalar a small value."""
+    element a pass forgets to write still differs), every scalar a small value.
+
+    Parameters
+    ----------
+    func : PrimFunc
+        A lowered function.
+    sizes : dict, optional
+        Values of symbolic extents (by name); others are drawn small.
+    seed : int, optional
+        The random seed.
+
+    Returns
+    -------
+    list
+        One numpy array or scalar per parameter of ``func``.
+    """
     rng = np.random.default_rng(seed)
     env = _shape_env(func, sizes, rng)
     out = []
@@ -171,10 +190,36 @@ class _Checker:
         self.last = (after, r1)
 
 
-def check_func_passes(func, target: str = "llvm", *, args=None, sizes: Optional[dict] = None,
-                      seed: int = 0, check_races: bool = True):
+def check_func_passes(func: PrimFunc, target: str = "llvm", *, args: Optional[list] = None,
+                      sizes: Optional[dict] = None, seed: int = 0, check_races: bool = True) -> PrimFunc:
     """Run the lowering passes on the PrimFunc ``func`` (the output of schedule_ops, or a
-    hand-made one), checking each; returns the final PrimFunc."""
+    hand-made one), checking each with the reference interpreter.
+
+    Parameters
+    ----------
+    func : PrimFunc
+        The function before the passes.
+    target : str, optional
+        The target whose passes run.
+    args : list, optional
+        The arguments the interpreter runs with (default: :func:`make_args`).
+    sizes : dict, optional
+        Values of symbolic extents for :func:`make_args`.
+    seed : int, optional
+        The seed for :func:`make_args`.
+    check_races : bool, optional
+        Also check parallel and GPU loops for races.
+
+    Returns
+    -------
+    PrimFunc
+        The final function.
+
+    Raises
+    ------
+    PassCheckError
+        Naming the first pass that changes a result, with both IRs.
+    """
     if args is None:
         args = make_args(func, sizes, seed)
     chk = _Checker(args, check_races, target)
@@ -182,10 +227,49 @@ def check_func_passes(func, target: str = "llvm", *, args=None, sizes: Optional[
     return out
 
 
-def check_passes(s, args, *, name: str = "main", target: str = "llvm",
-                 sizes: Optional[dict] = None, seed: int = 0, check_races: bool = True):
-    """Lower ``s`` like ``tc.lower(s, args)`` while checking every pass (see the module doc).
-    Returns the lowered PrimFunc."""
+def check_passes(s: Schedule, args: Sequence[Union[Tensor, Var]], *, name: str = "main",
+                 target: str = "llvm", sizes: Optional[dict] = None, seed: int = 0,
+                 check_races: bool = True) -> PrimFunc:
+    """Lower ``s`` like ``tc.lower(s, args)`` while running the reference interpreter
+    before and after every lowering pass.
+
+    Parameters
+    ----------
+    s : Schedule
+        The schedule.
+    args : sequence of Tensor or Var
+        As for ``tc.lower``.
+    name : str, optional
+        The function's name.
+    target : str, optional
+        The target whose passes run.
+    sizes : dict, optional
+        Values of symbolic extents for the random arguments.
+    seed : int, optional
+        The seed of the random arguments.
+    check_races : bool, optional
+        Also check parallel and GPU loops for races.
+
+    Returns
+    -------
+    PrimFunc
+        The lowered function.
+
+    Raises
+    ------
+    PassCheckError
+        Naming the first pass that changes a result, with both IRs.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> from tecomp.testing import check_passes
+    >>> A = tc.placeholder((16,), name="A")
+    >>> B = tc.compute((16,), lambda i: A[i] + 1.0, name="B")
+    >>> s = tc.create_schedule(B.op)
+    >>> xo, xi = s[B].split(B.op.axis[0], factor=4)
+    >>> func = check_passes(s, [A, B])
+    """
     state = {}
 
     def hook(pname, before, after):

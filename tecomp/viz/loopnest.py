@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from ..errors import ArgumentError, LowerError
 from ..lower import lower
@@ -27,6 +27,11 @@ from ..ir.stmt import (
     LetStmt, Prefetch, SeqStmt, TensorIntrinCall,
 )
 from . import _plot
+
+if TYPE_CHECKING:
+    from ..ir.expr import Var
+    from ..target import Target
+    from ..te.tensor import Tensor
 
 __all__ = ["LoopNest", "draw_schedule"]
 
@@ -390,7 +395,9 @@ def _build_tree(s, func, caches) -> Node:
     return root
 
 
-def draw_schedule(s, args, path=None, *, target="llvm", name: str = "main") -> LoopNest:
+def draw_schedule(s: Schedule, args: Sequence["Tensor | Var"],
+                  path: "str | os.PathLike | None" = None, *,
+                  target: "str | Target" = "llvm", name: str = "main") -> LoopNest:
     """Draw the loop nest of schedule ``s`` (lowered with ``args``), with its loop
     kinds, extents, compute_at stages and each loop's footprint against the target's
     caches.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from ..target import as_target, cpu_name
 from ..threads import get_num_threads
 from . import _plot
 from .peaks import host_peaks
+
+if TYPE_CHECKING:
+    from ..runtime.module import Module
 
 __all__ = ["Roofline", "roofline", "plot_rooflines"]
 
@@ -129,7 +132,7 @@ def _argument_bytes(func, args) -> int:
     return total
 
 
-def roofline(f, args: Sequence, *, flops: Optional[float] = None,
+def roofline(f: "Module", args: Sequence, *, flops: Optional[float] = None,
              bytes: Optional[float] = None, peak_gflops: Optional[float] = None,
              peak_gbps: Optional[float] = None, number: int = 10, repeat: int = 3,
              min_repeat_ms: float = 20, name: Optional[str] = None) -> Roofline:

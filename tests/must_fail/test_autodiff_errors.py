@@ -69,10 +69,10 @@ def test_user_reducer_without_a_derivative():
 
 def test_intrinsic_without_a_derivative():
     X = tc.placeholder((4,), name="X")
-    Y = tc.compute((4,), lambda i: Call("softplus", (X[i],), "float32"), name="Y")
+    Y = tc.compute((4,), lambda i: Call("asinh", (X[i],), "float32"), name="Y")
     with pytest.raises(tc.AutodiffError, match=r"no derivative is known for the intrinsic "
-                       r"'softplus' used in compute Y; register one with "
-                       r"tecomp.autodiff.register_derivative\('softplus'"):
+                       r"'asinh' used in compute Y; register one with "
+                       r"tecomp.autodiff.register_derivative\('asinh'"):
         tc.gradient(Y, X)
 
 

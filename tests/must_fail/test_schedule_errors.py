@@ -1325,7 +1325,7 @@ def test_pragma_name_injection():
             r"pragma on stage C, axis i: the name must be an identifier \(letters, "
             r"digits, _\), e.g. 'unroll_explicit'; got 'x\\n#include")):
         # the name is printed in a // comment of the IR and of the generated C: a newline in
-        # it would end the comment (issue 20)
+        # it would end the comment
         A, B, C = sp.chain3()
         s = tc.create_schedule(C.op)
         s[C].pragma(C.op.axis[0], 'x\n#include <cstdlib>\nint y = system("id");')
