@@ -446,7 +446,10 @@ class _Rules:
     def attach_rows(self, st: Stage, lead, row):
         """Compute at ``st``'s row loop every root producer with one value per row (a
         per-row mean, variance, 1/sqrt) whose readers are ``st`` or stages computed at
-        that row already; row reductions are vectorized there."""
+        that row already; row reductions are vectorized there.  So is an elementwise
+        producer of whole rows (``exp(x - max)`` between a softmax's two reductions)
+        whose readers are all at the row: it is computed a row at a time, in a row
+        buffer that stays in cache, instead of a full-size intermediate array."""
         s = self.s
         if row is None or any(a in st.leaf_iter_vars for a in lead[1:]) or (
                 len(lead) == 1 and row is not lead[0] and lead[0] in st.leaf_iter_vars):
@@ -458,9 +461,14 @@ class _Rules:
             for pst in reversed(list(s.stages)):
                 pop = pst.op
                 if not isinstance(pop, ComputeOp) or id(pop) in self.done or pst.is_output \
-                        or pst.attach_type != "root" or len(pop.axis) != len(lead):
+                        or pst.attach_type != "root":
                     continue
-                if [self.ext(e) for e in pop.shape] != want:
+                whole_row = self._row_block(pop, lead, want)
+                shape = [self.ext(e) for e in pop.shape]
+                # one value per row: the leading extents, then only axes of extent 1 (a
+                # row max kept as an (M, 1) array for broadcasting)
+                per_row = shape[:len(want)] == want and all(e == 1 for e in shape[len(want):])
+                if not whole_row and not per_row:
                     continue
                 at_row = {id(st.op)} | {id(x.op) for x in s.stages if x.attach_stage is st
                                         and x.attach_ivar is row}
@@ -473,8 +481,38 @@ class _Rules:
                     self.attach_row_reduction(pop, st, row)
                 else:
                     pst.compute_at(st, row)
+                    if whole_row:
+                        self._vector_row(pst)
                 self.done.add(id(pop))
                 changed = True
+
+    def _row_block(self, op, lead, want) -> bool:
+        """Whether ``op`` is an elementwise stage of whole rows over ``lead`` (its leading
+        extents ``want``, one more axis) whose row fits in the L2 cache with room to
+        spare: computed a row at a time at the reader's row loop (:meth:`attach_rows`)."""
+        if op.reduce_axis or not _is_injective(op) or len(op.axis) != len(lead) + 1:
+            return False
+        ext = [self.ext(e) for e in op.shape]
+        if ext[:-1] != want or ext[-1] is None:
+            return False
+        bytes_ = ext[-1] * _dt.nbytes(op.output(0).dtype)
+        return bytes_ * 4 <= self.info.l2_bytes
+
+    def _vector_row(self, st: Stage):
+        """The row loop of a stage computed a row at a time: four vectors a step where
+        they divide the row, else one (as :meth:`elementwise`)."""
+        inner = st.op.axis[-1]
+        L, ce = self.L, self.ext(inner.dom.extent)
+        if ce is None or ce < L:
+            return
+        if ce % (4 * L) == 0:
+            _, vi = st.split(inner, factor=4 * L)
+            vv, vl = st.split(vi, factor=L)
+            st.unroll(vv)
+            st.vectorize(vl)
+        else:
+            _, vi = st.split(inner, factor=L)
+            st.vectorize(vi)
 
     def _readers_through_inline(self, op) -> List[ComputeOp]:
         """The stages that read ``op``, a reader that is inlined replaced by its own
