@@ -1,8 +1,9 @@
-"""Math functions in plain TE: a tanh-GELU epilogue, tanh and log, auto-scheduled, against PyTorch.
+"""Math functions in plain TE: a tanh-GELU epilogue and each unary function alone, auto-scheduled, against PyTorch.
 
 ``out = gelu_tanh(x + b) * y`` on 2048 x 4096 float32 (``gelu_tanh(v) = 0.5 v (1 +
 tanh(sqrt(2/pi) (v + 0.044715 v^3)))``, PyTorch's ``gelu(approximate="tanh")``), and
-``tanh(x)`` and ``log(x)`` (of positive ``x``) on the same size, each written as one
+``f(x)`` on the same size for f in exp, tanh, log, erf, sigmoid, exp2, expm1, log1p,
+softplus, sin and cos (and a copy, ``x + 0``: the memory floor), each written as one
 compute and scheduled by ``tc.auto_schedule(args)`` (trials=0), against PyTorch's eager
 ops on the same arrays (as written, each op allocating its result, and with every result
 preallocated through the ``out=`` variants: PyTorch at its best here, torch.compile's
@@ -44,33 +45,40 @@ def main() -> None:
         return 0.5 * v * (1.0 + tc.tanh(c * (v + 0.044715 * v * v * v)))
 
     G = tc.compute((M, N), lambda i, j: gelu_tanh(X[i, j] + Bv[j]) * Y[i, j], name="out")
-    T = tc.compute((M, N), lambda i, j: tc.tanh(X[i, j]), name="tanh")
-    L = tc.compute((M, N), lambda i, j: tc.log(Y[i, j]), name="log")
-    gelu_args, tanh_args, log_args = [X, Bv, Y, G], [X, T], [Y, L]
+    gelu_args = [X, Bv, Y, G]
     f_gelu = tc.build(tc.auto_schedule(gelu_args), gelu_args)
-    f_tanh = tc.build(tc.auto_schedule(tanh_args), tanh_args)
-    f_log = tc.build(tc.auto_schedule(log_args), log_args)
-    pos = tc.aligned(np.abs(y) + np.float32(1e-3))   # log's input: positive
+    pos = tc.aligned(np.abs(y) + np.float32(1e-3))   # the logarithms' input: positive
 
     v64 = x.astype(np.float64) + bias
-    want = {"gelu": 0.5 * v64 * (1 + np.tanh(c * (v64 + 0.044715 * v64 ** 3))) * y,
-            "tanh": np.tanh(x.astype(np.float64)), "log": np.log(pos.astype(np.float64))}
+    want_gelu = 0.5 * v64 * (1 + np.tanh(c * (v64 + 0.044715 * v64 ** 3))) * y
     f_gelu(x, bias, y, out)
-    np.testing.assert_allclose(out, want["gelu"], rtol=1e-5, atol=1e-5)
-    f_tanh(x, out)
-    np.testing.assert_allclose(out, want["tanh"], rtol=1e-6, atol=1e-7)
-    f_log(pos, out)
-    np.testing.assert_allclose(out, want["log"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(out, want_gelu, rtol=1e-5, atol=1e-5)
 
-    fns = {"tecomp gelu": lambda: f_gelu(x, bias, y, out),
-           "tecomp tanh": lambda: f_tanh(x, out),
-           "tecomp log": lambda: f_log(pos, out)}
+    # name: (tecomp's function, float64 reference, torch's out= function, input)
+    from scipy.special import erf as erf64
+    unary = {
+        "copy": (lambda v: v + 0.0, lambda v: v, "copy", x),
+        "exp": (tc.exp, np.exp, "exp", x), "tanh": (tc.tanh, np.tanh, "tanh", x),
+        "log": (tc.log, np.log, "log", pos), "erf": (tc.erf, erf64, "erf", x),
+        "sigmoid": (tc.sigmoid, lambda v: 1 / (1 + np.exp(-v)), "sigmoid", x),
+        "exp2": (tc.exp2, np.exp2, "exp2", x), "expm1": (tc.expm1, np.expm1, "expm1", x),
+        "log1p": (tc.log1p, np.log1p, "log1p", pos),
+        "softplus": (tc.softplus, lambda v: np.logaddexp(0, v), "softplus", x),
+        "sin": (tc.sin, np.sin, "sin", x), "cos": (tc.cos, np.cos, "cos", x),
+    }
+    fns = {"tecomp gelu": lambda: f_gelu(x, bias, y, out)}
+    for name, (fn, ref, _, a) in unary.items():
+        T = tc.compute((M, N), lambda i, j, fn=fn: fn(X[i, j]), name=name)
+        f = tc.build(tc.auto_schedule([X, T]), [X, T])
+        f(a, out)
+        np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)
+        fns["tecomp " + name] = lambda f=f, a=a: f(a, out)
     if torch is not None:
         tx, ty, tb = (torch.from_numpy(a) for a in (x, y, bias))
         to = torch.from_numpy(out)
         F = torch.nn.functional
         got = (F.gelu(tx + tb, approximate="tanh") * ty).numpy()
-        np.testing.assert_allclose(got, want["gelu"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, want_gelu, rtol=1e-5, atol=1e-5)
 
         t1 = torch.empty_like(tx)
 
@@ -84,16 +92,23 @@ def main() -> None:
 
         fns["torch gelu"] = torch_gelu
         fns["torch gelu, out="] = torch_gelu_out
-        fns["torch tanh, out="] = lambda: torch.tanh(tx, out=to)
-        tp = torch.from_numpy(pos)
-        fns["torch log, out="] = lambda: torch.log(tp, out=to)
+        for name, (_, _, tname, a) in unary.items():
+            ta = torch.from_numpy(a)
+            if tname == "copy":
+                fns["torch copy, out="] = lambda ta=ta: to.copy_(ta)
+            elif tname == "softplus":
+                fns["torch softplus, out="] = lambda ta=ta: torch.ops.aten.softplus.out(
+                    ta, 1, 20, out=to)
+            else:
+                fns[f"torch {tname}, out="] = lambda ta=ta, g=getattr(torch, tname): g(ta, out=to)
     t = interleaved_turns(fns, args.rounds)
     print(f"{platform.processor() or platform.machine()}, {args.threads} threads, "
           f"{args.rounds} rounds, {M}x{N} float32")
-    for op, peers in (("gelu", ("torch gelu", "torch gelu, out=")),
-                      ("tanh", ("torch tanh, out=",)), ("log", ("torch log, out=",))):
+    rows = [("gelu", ("torch gelu", "torch gelu, out="))] + [
+        (name, (f"torch {name}, out=",)) for name in unary]
+    for op, peers in rows:
         mine = t["tecomp " + op]
-        line = f"  {op:5s} tecomp {mine * 1e3:7.2f} ms"
+        line = f"  {op:8s} tecomp {mine * 1e3:7.2f} ms"
         for peer in peers:
             if peer in t:
                 line += f" | {peer} {t[peer] * 1e3:7.2f} ms, ratio {t[peer] / mine:.2f}x"

@@ -1,0 +1,138 @@
+"""Operators a user writes in plain TE, scheduled by ``tc.auto_schedule(args)`` (trials=0), against PyTorch.
+
+Row compositions on 4096 x 1024 float32, each written as several computes the way a
+user would (no ``tecomp.nn``): a softmax as four (row max, ``exp(x - max)``, row sum,
+divide), a log-softmax as three, a layer norm as five (row sum, centred values, sum of
+squares, ``rsqrt``, the affine output) and a softmax with a temperature written
+differently (an ``(M, 1)`` row max, a multiply by a per-row reciprocal).  Against
+PyTorch's fused operators (``softmax``, ``log_softmax``, ``layer_norm``, with
+preallocated results where PyTorch has an ``out=`` form) and, for the softmax and the
+layer norm, tecomp's own templates (``tecomp.nn``).  Interleaved in one process, medians
+in ms (the peer's time over tecomp's: > 1 means tecomp is faster); every result is
+checked against a float64 reference first.
+
+    python3 benchmarks/plain_te.py [--threads 2] [--rounds 15]
+"""
+from __future__ import annotations
+
+import platform
+
+from common import base_parser, interleaved_turns, pin_threads, torch_or_none
+
+
+def main() -> None:
+    args = base_parser(__doc__, rounds=15).parse_args()
+    pin_threads(args.threads)
+    import numpy as np
+
+    import tecomp as tc
+    import tecomp.nn as nn
+
+    torch = torch_or_none(args.threads)
+    M, N = 4096, 1024
+    rng = np.random.default_rng(0)
+    x = tc.aligned(rng.standard_normal((M, N)).astype("float32"))
+    g = tc.aligned(rng.standard_normal(N).astype("float32"))
+    b = tc.aligned(rng.standard_normal(N).astype("float32"))
+    out = tc.empty((M, N), "float32")
+    x64 = x.astype(np.float64)
+
+    X = tc.placeholder((M, N), name="x")
+    G, B = tc.placeholder((N,), name="g"), tc.placeholder((N,), name="b")
+
+    def row(name):
+        return tc.reduce_axis((0, N), name=name)
+
+    # softmax as four computes
+    k = row("k")
+    mx = tc.compute((M,), lambda i: tc.max(X[i, k], axis=k), name="rowmax")
+    E = tc.compute((M, N), lambda i, j: tc.exp(X[i, j] - mx[i]), name="e")
+    k2 = row("k2")
+    S = tc.compute((M,), lambda i: tc.sum(E[i, k2], axis=k2), name="rowsum")
+    softmax4 = tc.compute((M, N), lambda i, j: E[i, j] / S[i], name="softmax")
+    # log-softmax as three
+    k = row("k")
+    mx3 = tc.compute((M,), lambda i: tc.max(X[i, k], axis=k), name="rowmax")
+    k2 = row("k2")
+    S3 = tc.compute((M,), lambda i: tc.sum(tc.exp(X[i, k2] - mx3[i]), axis=k2), name="rowsum")
+    logsoftmax3 = tc.compute((M, N), lambda i, j: X[i, j] - mx3[i] - tc.log(S3[i]),
+                             name="log_softmax")
+    # layer norm as five
+    k = row("k")
+    tot = tc.compute((M,), lambda i: tc.sum(X[i, k], axis=k), name="total")
+    C = tc.compute((M, N), lambda i, j: X[i, j] - tot[i] / N, name="centered")
+    k2 = row("k2")
+    ss = tc.compute((M,), lambda i: tc.sum(C[i, k2] * C[i, k2], axis=k2), name="sumsq")
+    rstd = tc.compute((M,), lambda i: tc.rsqrt(ss[i] / N + 1e-5), name="rstd")
+    layernorm5 = tc.compute((M, N), lambda i, j: C[i, j] * rstd[i] * G[j] + B[j], name="ln")
+    # a softmax with a temperature, written differently
+    k = row("k")
+    m1 = tc.compute((M, 1), lambda i, _: tc.max(X[i, k], axis=k), name="m")
+    Es = tc.compute((M, N), lambda r, c: tc.exp((X[r, c] - m1[r, 0]) * 0.5), name="scaled")
+    k2 = row("k2")
+    Z = tc.compute((M,), lambda i: tc.sum(Es[i, k2], axis=k2), name="z")
+    inv = tc.compute((M,), lambda i: 1.0 / Z[i], name="inv")
+    scaled = tc.compute((M, N), lambda r, c: Es[r, c] * inv[r], name="p")
+
+    def sm(v):
+        e = np.exp(v - v.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+
+    cen = x64 - x64.mean(1, keepdims=True)
+    want = {
+        "softmax as 4 computes": sm(x64),
+        "log-softmax as 3": x64 - x64.max(1, keepdims=True) - np.log(
+            np.exp(x64 - x64.max(1, keepdims=True)).sum(1, keepdims=True)),
+        "layer norm as 5": cen / np.sqrt((cen * cen).mean(1, keepdims=True) + 1e-5) * g + b,
+        "softmax, temperature 2": sm(x64 * 0.5),
+    }
+    plain = {"softmax as 4 computes": ([X, softmax4], (x,)),
+             "log-softmax as 3": ([X, logsoftmax3], (x,)),
+             "layer norm as 5": ([X, G, B, layernorm5], (x, g, b)),
+             "softmax, temperature 2": ([X, scaled], (x,))}
+    fns, peers = {}, {}
+    for name, (targs, arrays) in plain.items():
+        f = tc.build(tc.auto_schedule(targs), targs)
+        f(*arrays, out)
+        np.testing.assert_allclose(out, want[name], rtol=2e-5, atol=2e-6)
+        fns["tecomp " + name] = lambda f=f, arrays=arrays: f(*arrays, out)
+        peers[name] = []
+    # tecomp's templates
+    Ts = nn.softmax(X)
+    f_sm = tc.build(nn.cpu.schedule_softmax([Ts]), [X, Ts])
+    f_sm(x, out)
+    np.testing.assert_allclose(out, want["softmax as 4 computes"], rtol=2e-5, atol=2e-6)
+    fns["tecomp.nn.softmax"] = lambda: f_sm(x, out)
+    peers["softmax as 4 computes"].append("tecomp.nn.softmax")
+    Tl = nn.layer_norm(X, G, B, eps=1e-5)
+    s_ln = tc.auto_schedule([X, G, B, Tl])
+    f_ln = tc.build(s_ln, [X, G, B, Tl])
+    f_ln(x, g, b, out)
+    np.testing.assert_allclose(out, want["layer norm as 5"], rtol=2e-5, atol=2e-6)
+    fns["tecomp.nn.layer_norm"] = lambda: f_ln(x, g, b, out)
+    peers["layer norm as 5"].append("tecomp.nn.layer_norm")
+    if torch is not None:
+        tx, tg, tb, to = (torch.from_numpy(a) for a in (x, g, b, out))
+        F = torch.nn.functional
+        fns["torch softmax, out="] = lambda: torch.softmax(tx, 1, out=to)
+        fns["torch log_softmax, out="] = lambda: torch.log_softmax(tx, 1, out=to)
+        fns["torch layer_norm"] = lambda: F.layer_norm(tx, (N,), tg, tb, 1e-5)
+        fns["torch softmax(x * 0.5)"] = lambda: torch.softmax(tx * 0.5, 1)
+        for name, peer in (("softmax as 4 computes", "torch softmax, out="),
+                           ("log-softmax as 3", "torch log_softmax, out="),
+                           ("layer norm as 5", "torch layer_norm"),
+                           ("softmax, temperature 2", "torch softmax(x * 0.5)")):
+            peers[name].append(peer)
+    t = interleaved_turns(fns, args.rounds)
+    print(f"{platform.processor() or platform.machine()}, {args.threads} threads, "
+          f"{args.rounds} rounds, {M}x{N} float32, tecomp auto_schedule trials=0")
+    for name in plain:
+        mine = t["tecomp " + name]
+        line = f"  {name:24s} tecomp {mine * 1e3:6.2f} ms"
+        for peer in peers[name]:
+            line += f" | {peer} {t[peer] * 1e3:6.2f} ms, ratio {t[peer] / mine:.2f}x"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
