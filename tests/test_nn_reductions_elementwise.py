@@ -341,6 +341,24 @@ def test_elementwise_symbolic_and_float16():
                                    want.astype("float32"), rtol=1e-3, atol=1e-3)
 
 
+def test_bfloat16_reductions_and_elementwise():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf = ml_dtypes.bfloat16
+    X = tc.placeholder((3, 300), "bfloat16", name="X")
+    x = rng.uniform(0.5, 1.5, (3, 300)).astype(bf)
+    xf = x.astype("float32")
+    S = nn.sum(X, axis=1)
+    assert S.dtype == "bfloat16" and S.op.input_tensors[0].dtype == "float32"
+    np.testing.assert_allclose(run([X], S, [x]).astype("float32"),
+                               xf.sum(1).astype(bf).astype("float32"), rtol=1e-2)
+    np.testing.assert_allclose(run([X], nn.mean(X, axis=1), [x]).astype("float32"),
+                               xf.mean(1), rtol=1e-2)
+    for op, ref in ((nn.exp, np.exp), (nn.silu, lambda v: v / (1 + np.exp(-v)))):
+        # within one bfloat16 ulp of the float32 result rounded once
+        np.testing.assert_allclose(run([X], op(X), [x]).astype("float32"),
+                                   ref(xf).astype(bf).astype("float32"), rtol=2 ** -7)
+
+
 GRAD_CASES = [
     ("exp", nn.exp, "any"), ("log", nn.log, "pos"), ("sqrt", nn.sqrt, "pos"),
     ("rsqrt", nn.rsqrt, "pos"), ("erf", nn.erf, "any"), ("tan", nn.tan, "any"),
