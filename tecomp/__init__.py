@@ -28,7 +28,7 @@ from .te import (
     expm1, fast_exp, floor, floordiv, floormod, fma, if_then_else, log, log1p, log2, max,
     max_value, maximum, min, min_value, minimum, ne,
     placeholder, pow, prod, reduce_axis, round, rsqrt, select, sigmoid, sin, softplus, sqrt, sum,
-    tanh,
+    tanh, tan, sign, trunc, isnan, isinf, isfinite,
     thread_axis, truncdiv, truncmod, var,
 )
 from .te import ExternOp, call_packed, extern, get_global_func, register_func  # noqa: E402
@@ -192,7 +192,7 @@ __all__ = [
     "abs", "all", "any", "cast", "ceil", "cos", "eq", "erf", "exp", "exp2", "expm1", "fast_exp",
     "floor", "floordiv", "floormod", "fma", "if_then_else", "log", "log1p", "log2", "maximum",
     "minimum", "ne", "pow", "round", "rsqrt", "select", "sigmoid", "sin", "softplus", "sqrt",
-    "tanh", "truncdiv", "truncmod",
+    "tanh", "truncdiv", "truncmod", "tan", "sign", "trunc", "isnan", "isinf", "isfinite",
     "ExternOp", "extern", "call_packed", "register_func", "get_global_func",
     "ScanOp", "scan", "ScatterOp", "scatter_add",
     "TensorIntrin", "decl_tensor_intrin", "tensor_intrin", "tensor_intrins_for",

@@ -229,7 +229,8 @@ def evaluate(outputs: Union[Tensor, Sequence[Tensor]], feed: Dict,
                 val = _reduce(body, x, axes, ident, shape)
             else:
                 val = np.broadcast_to(np.asarray(E.ev(body)), tuple(shape))
-        values[id(t)] = np.ascontiguousarray(val.astype(dt))
+        # (reshaped: np.ascontiguousarray makes a 0-d value 1-d)
+        values[id(t)] = np.ascontiguousarray(val.astype(dt)).reshape(tuple(shape))
     res = [values[id(t)] for t in outs]
     return res[0] if single else res
 

@@ -80,7 +80,9 @@ def _contraction_operands(op: ComputeOp):
     none -- a broadcast operand): ``(nbatch, (a, a_kfirst), (b, b_kfirst))``, as
     :func:`_gemm_operands` with ``nbatch`` leading batch axes; None when ``op`` is not
     one (two data axes or more, one reduction axis, a sum of a product of the two
-    operands read that way)."""
+    operands read that way; a multi-output compute, an argmax, is none)."""
+    if len(op.bodies) != 1:
+        return None
     body = op.body
     if not isinstance(body, Reduce) or len(op.axis) < 2 or len(op.reduce_axis) != 1 \
             or body.combiner.name != "sum":

@@ -1,8 +1,10 @@
 """Math intrinsics and helpers of the DSL (``tc.exp``, ``tc.if_then_else``, ...)."""
 from __future__ import annotations
 
+from ..errors import DTypeError
+from ..ir import dtype as _dt
 from ..ir import op as _op
-from ..ir.expr import EQ as _EQ, NE as _NE, Expr, as_expr
+from ..ir.expr import EQ as _EQ, LT as _LT, NE as _NE, Const, Expr, as_expr
 
 
 #: what each elementwise intrinsic computes, for its docstring
@@ -85,6 +87,166 @@ expm1 = _unary("expm1")
 log2 = _unary("log2")
 log1p = _unary("log1p")
 softplus = _unary("softplus")
+
+
+# ---------------------------------------------------------------------------------
+# compositions of the intrinsics above: exact, no new IR nodes (every backend, the
+# interpreter and autodiff handle them already)
+
+
+def _number(x, name: str) -> Expr:
+    """``x`` as an expression of a float or integer dtype (a DTypeError for bool)."""
+    e = as_expr(x)
+    if _dt.is_bool(e.dtype) or not (_dt.is_float(e.dtype) or _dt.is_int(e.dtype)):
+        raise DTypeError(f"tc.{name} needs a float or integer argument, got {e.dtype} "
+                         f"expression `{e}`; convert it with .astype('int32')")
+    return e
+
+
+def _float(x, name: str) -> Expr:
+    """``x`` as a float expression (a DTypeError for others)."""
+    e = as_expr(x)
+    if not _dt.is_float(e.dtype):
+        raise DTypeError(f"tc.{name} needs a float argument, got {e.dtype} expression `{e}`; "
+                         f"convert it with .astype('float32')")
+    return e
+
+
+def tan(x: Expr | float) -> Expr:
+    """The tangent of ``x`` (radians), elementwise: ``sin(x) / cos(x)``.
+
+    A composition of :func:`sin` and :func:`cos` (each within a few ulp), so within a few
+    ulp of the true tangent, and differentiable through them.
+
+    Parameters
+    ----------
+    x : Expr or float
+        A float expression (a Python float is a float32 constant).
+
+    Returns
+    -------
+    Expr
+        An expression of ``x``'s dtype.
+
+    Raises
+    ------
+    DTypeError
+        For an integer or bool ``x``: convert it with ``.astype('float32')``.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), name="A")
+    >>> B = tc.compute((8,), lambda i: tc.tan(A[i]), name="B")
+    """
+    e = _float(x, "tan")
+    return _op.call("sin", e) / _op.call("cos", e)
+
+
+def sign(x: Expr | int | float) -> Expr:
+    """The sign of ``x``, elementwise: -1, 0 or 1 in ``x``'s dtype (NaN stays NaN, as
+    ``numpy.sign``).
+
+    Parameters
+    ----------
+    x : Expr or int or float
+        A float or integer expression.
+
+    Returns
+    -------
+    Expr
+        An expression of ``x``'s dtype; its gradient is 0.
+
+    Raises
+    ------
+    DTypeError
+        For a bool ``x``.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), name="A")
+    >>> B = tc.compute((8,), lambda i: tc.sign(A[i]), name="B")
+    """
+    e = _number(x, "sign")
+    one, zero = Const(1, e.dtype), Const(0, e.dtype)
+    out = _op.if_then_else(e > zero, one, _op.if_then_else(e < zero, -one, zero))
+    return _op.if_then_else(e != e, e, out) if _dt.is_float(e.dtype) else out
+
+
+def trunc(x: Expr | float) -> Expr:
+    """``x`` rounded toward zero to an integer value, elementwise (``numpy.trunc``):
+    ``ceil(x)`` for negative ``x``, else ``floor(x)``.
+
+    Parameters
+    ----------
+    x : Expr or float
+        A float expression.
+
+    Returns
+    -------
+    Expr
+        An expression of ``x``'s dtype.
+
+    Raises
+    ------
+    DTypeError
+        For an integer or bool ``x``.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), name="A")
+    >>> B = tc.compute((8,), lambda i: tc.trunc(A[i]), name="B")
+    """
+    e = _float(x, "trunc")
+    return _op.if_then_else(e < 0, _op.call("ceil", e), _op.call("floor", e))
+
+
+def _float_test(name: str, what: str, how: str, test, integer: bool):
+    """The bool-valued intrinsic ``name``: ``test(x)`` of a float ``x``, the constant
+    ``integer`` of an integer one."""
+    def f(x: Expr | int | float) -> Expr:
+        e = _number(x, name)
+        if not _dt.is_float(e.dtype):
+            return Const(integer, "bool")
+        return test(e)
+
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = f"""Whether ``x`` is {what}, elementwise: {how}.  {integer} for an integer
+    ``x``.
+
+    Parameters
+    ----------
+    x : Expr or int or float
+        A float or integer expression.
+
+    Returns
+    -------
+    Expr
+        A bool expression.
+
+    Raises
+    ------
+    DTypeError
+        For a bool ``x``.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> A = tc.placeholder((8,), name="A")
+    >>> B = tc.compute((8,), lambda i: tc.{name}(A[i]), name="B")
+    """
+    return f
+
+
+isnan = _float_test("isnan", "a NaN", "the bool expression ``x != x`` (an unordered "
+                    "compare: true for a NaN only)", lambda e: _op.compare(_NE, e, e), False)
+isinf = _float_test("isinf", "``+inf`` or ``-inf``", "``abs(x) == inf``", lambda e: _op.compare(
+    _EQ, _op.call("abs", e), Const(float("inf"), e.dtype)), False)
+isfinite = _float_test("isfinite", "neither infinite nor a NaN", "``abs(x) < inf`` (an "
+                       "ordered compare: false for a NaN)", lambda e: _op.compare(
+                           _LT, _op.call("abs", e), Const(float("inf"), e.dtype)), True)
 
 
 def pow(x: Expr | float, y: Expr | float) -> Expr:  # noqa: A001

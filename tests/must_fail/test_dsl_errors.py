@@ -947,3 +947,21 @@ def test_comm_reducer_combine_returns_string():
 def test_thread_axis_int():
     with pytest.raises(tc.ExprError, match=r"unknown thread tag"):
         tc.thread_axis(5)
+
+
+def test_sign_isnan_of_a_bool_expression():
+    B = tc.placeholder((4,), dtype="bool", name="B")
+    with pytest.raises(tc.DTypeError, match=r"tc.sign needs a float or integer argument, got "
+                                            r"bool expression `B\[i\]`"):
+        tc.compute((4,), lambda i: tc.sign(B[i]), name="S")
+    with pytest.raises(tc.DTypeError, match=r"tc.isnan needs a float or integer argument"):
+        tc.compute((4,), lambda i: tc.isnan(B[i]), name="S")
+
+
+def test_tan_trunc_of_an_integer_expression():
+    A = tc.placeholder((4,), dtype="int32", name="A")
+    with pytest.raises(tc.DTypeError, match=r"tc.tan needs a float argument, got int32 "
+                                            r"expression `A\[i\]`; convert it"):
+        tc.compute((4,), lambda i: tc.tan(A[i]), name="T")
+    with pytest.raises(tc.DTypeError, match=r"tc.trunc needs a float argument, got int32"):
+        tc.compute((4,), lambda i: tc.trunc(A[i]), name="T")
