@@ -916,7 +916,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         return gx, gw, gb, None, None, None, None, None, None
 
 
-class SyncBatchNorm(torch.nn.SyncBatchNorm):
+class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
     r"""A drop-in for :class:`torch.nn.SyncBatchNorm` whose kernels are tecomp's.
 
     In training with ``torch.distributed`` initialised and a group of more than one
@@ -930,6 +930,10 @@ class SyncBatchNorm(torch.nn.SyncBatchNorm):
     across processes by ``DistributedDataParallel`` as with torch's.  Running statistics
     are updated as torch's: ``momentum`` (or a cumulative average with ``momentum=None``),
     the unbiased variance of the union.
+
+    It is a ``torch.nn.modules.batchnorm._BatchNorm`` (as ``BatchNorm2d`` and torch's
+    ``SyncBatchNorm`` are), not a subclass of torch's ``SyncBatchNorm``, whose CPU check
+    ``DistributedDataParallel`` would apply to it.
 
     Not distributed (or a group of one), the same kernels run on this process's batch;
     in ``eval()`` mode the running statistics normalise (no communication).  Unlike
@@ -993,8 +997,12 @@ class SyncBatchNorm(torch.nn.SyncBatchNorm):
             raise ArgumentError(f"SyncBatchNorm: momentum must be a number in [0, 1] or None "
                                 f"(a cumulative average), got {momentum!r}")
         super().__init__(int(num_features), float(eps), momentum, affine, track_running_stats,
-                         process_group, device=device, dtype=dtype)
+                         device=device, dtype=dtype)
+        self.process_group = process_group
         self._tecomp_checked = set()
+
+    def _check_input_dim(self, input):
+        self._check(input)
 
     def _check(self, x):
         if not isinstance(x, torch.Tensor):

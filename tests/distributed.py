@@ -7,7 +7,8 @@ each in a session of its own, that run ``target(rank, world, outdir, *args)`` (a
 port to race for).  Each rank's return value is pickled (torch.save) to
 ``outdir/rank<r>.pt`` and ``launch`` returns them in rank order; an exception in a rank
 is returned as ``{"error": type name, "message": str}``.  Every process group is killed
-in a ``finally``: a rank that fails or hangs leaves no orphan behind."""
+in a ``finally``: a rank that fails or hangs leaves no orphan behind.  ``run_script``
+runs a script that launches its own processes, under the same guard."""
 import os
 import signal
 import subprocess
@@ -70,3 +71,21 @@ def launch(target: str, world: int, tmp_path, timeout: float, *args):
                 except ProcessLookupError:
                     pass
                 p.wait()
+
+
+def run_script(argv, timeout: float):
+    """Run ``python argv...`` (a script that starts its own processes) in a session of its
+    own: ``(returncode, output)``; the whole session is killed if it outlives ``timeout``."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    p = subprocess.Popen([sys.executable] + list(argv), env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, start_new_session=True, cwd=_ROOT)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out.decode(errors="replace")
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)   # the script's children too, if any are left
+        except ProcessLookupError:
+            pass
+        p.wait()

@@ -108,3 +108,32 @@ def test_batch_norm_gradient_is_the_analytic_form(build):
     assert {"batch_norm.grad_sum", "batch_norm.grad_dot"} <= names
     assert not [n for n in names if n.startswith(("batch_norm.mean.", "batch_norm.var.",
                                                    "batch_norm.invstd."))], names
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_batch_norm_symbolic_batch(layout):
+    """A symbolic batch (and image) size: the count per channel is an expression, in the
+    statistics, the unbiased running variance and the gradient."""
+    n, h = tc.var("n"), tc.var("h")
+    shape = (n, C, h, 3) if layout == "NCHW" else (n, h, 3, C)
+    X = tc.placeholder(shape, "float64", name="X")
+    G, B = tc.placeholder((C,), "float64", name="G"), tc.placeholder((C,), "float64", name="B")
+    RM, RV = tc.placeholder((C,), "float64", name="RM"), tc.placeholder((C,), "float64",
+                                                                       name="RV")
+    y, rm, rv = nn.batch_norm(X, G, B, RM, RV, momentum=0.3, eps=1e-3, layout=layout)
+    op = tct.op([X, G, B, RM, RV], [y, rm, rv])
+    for batch, rows in ((2, 5), (3, 2)):
+        full = (batch, C, rows, 3) if layout == "NCHW" else (batch, rows, 3, C)
+        x = torch.randn(full, dtype=torch.float64, requires_grad=True)
+        g = torch.randn(C, dtype=torch.float64, requires_grad=True)
+        b = torch.randn(C, dtype=torch.float64, requires_grad=True)
+        r_m, r_v = torch.randn(C, dtype=torch.float64), torch.rand(C, dtype=torch.float64) + 1
+        out, nm, nv = op(x, g, b, r_m, r_v)
+        ref = _torch_ref(x, g, b, r_m, r_v, True, layout, False)
+        torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(nm, r_m, atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(nv, r_v, atol=1e-10, rtol=1e-10)
+        got = torch.autograd.grad(out.square().sum(), [x, g, b])
+        want = torch.autograd.grad(ref.square().sum(), [x, g, b])
+        for a, e in zip(got, want):
+            torch.testing.assert_close(a, e, atol=1e-9, rtol=1e-9)

@@ -14,7 +14,7 @@ import tecomp.torch as tct  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import syncbn_cases as cases  # noqa: E402
-from distributed import launch  # noqa: E402
+from distributed import launch, run_script  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch.distributed with gloo is not available")
@@ -126,9 +126,21 @@ def test_convert_sync_batchnorm_keeps_parameters_and_buffers():
     state = {k: v.clone() for k, v in model.state_dict().items()}
     conv = tct.convert_sync_batchnorm(model)
     assert isinstance(conv[1], tct.SyncBatchNorm) and isinstance(conv[2][0], tct.SyncBatchNorm)
-    assert isinstance(conv[1], torch.nn.SyncBatchNorm)
+    assert isinstance(conv[1], torch.nn.modules.batchnorm._BatchNorm)
     for k, v in conv.state_dict().items():
         torch.testing.assert_close(v, state[k])
     assert conv[1].weight is model[1].weight
     assert isinstance(tct.SyncBatchNorm.convert_sync_batchnorm(torch.nn.BatchNorm1d(3)),
                       tct.SyncBatchNorm)
+
+
+def test_ddp_example_matches_one_process():
+    """examples/ddp_syncbn.py: DDP on 2 gloo processes with SyncBatchNorm, the loss curve
+    of one process on the concatenated batch (the script exits 1 when they differ)."""
+    rc, out = run_script(["examples/ddp_syncbn.py", "--steps", "3", "--tol", "1e-4"], 240)
+    assert rc == 0, out[-4000:]
+    assert "max |loss difference|" in out
+    rows = [line.split() for line in out.splitlines() if line[:4].strip().isdigit()]
+    assert len(rows) == 3
+    for _, ref, got in rows:
+        assert abs(float(ref) - float(got)) <= 1e-4

@@ -1627,22 +1627,23 @@ def _batch_norm(op: str, name: str, x, gamma, beta, running_mean, running_var, t
 
         return _te.compute(x.shape, infer, name=name, tag=tags), None, None
     dims = [d for d in range(4) if d != axis]
-    M = math.prod(a.constant("x", x, d, "extent") for d in dims)
-    if M < 2:
+    M = _bn_count(x, dims)
+    if isinstance(M, int) and M < 2:
         a.fail(f"x ({x.name}) {_shape_text(x.shape)} has {M} value per channel; training "
                f"needs more than 1 (as PyTorch's): a larger batch, or training=False")
+    inv_m = _bn_inverse(M, acc)
 
     def raxes():
         return [_te.reduce_axis(x.shape[d], name=n) for d, n in zip(dims, "nhw")]
 
     r1 = raxes()
-    mean = _te.compute((C,), lambda c: _te.sum(at(r1, c).astype(acc) * (1.0 / M), axis=r1),
+    mean = _te.compute((C,), lambda c: _te.sum(at(r1, c).astype(acc) * inv_m, axis=r1),
                        name=f"{name}.mean")
     r2 = raxes()
 
     def var_f(c):
         d = at(r2, c).astype(acc) - mean[c]
-        return _te.sum(d * d * (1.0 / M), axis=r2)
+        return _te.sum(d * d * inv_m, axis=r2)
 
     var = _te.compute((C,), var_f, name=f"{name}.var")
     invstd = _te.compute((C,), lambda c: _te.rsqrt(var[c] + eps), name=f"{name}.invstd")
@@ -1654,22 +1655,50 @@ def _batch_norm(op: str, name: str, x, gamma, beta, running_mean, running_var, t
         return affine((at(rest, c).astype(acc) - mean[c]) * invstd[c], c)
 
     out = _te.compute(x.shape, train, name=name, tag=tags,
-                      attrs={"batch_norm": (axis, M, relu, gamma is not None,
+                      attrs={"batch_norm": (axis, relu, gamma is not None,
                                             beta is not None)})
     if running_mean is None:
         return out, mean, var
-    unbias = M / (M - 1)
+    # the unbiased variance m / (m - 1) * var in the running estimate
+    unbias = M / (M - 1) if isinstance(M, int) else None
     new = []
     for what, r, stat, k in (("running_mean", running_mean, mean, 1.0),
                              ("running_var", running_var, var, unbias)):
-        new.append(_te.compute((C,), _running_update(r, stat, momentum * k, momentum),
+        if k is None:   # a symbolic count m
+            rd = _acc(r.dtype)
+            m = M.astype(rd)
+            k = m / (m - _c(1, rd))
+            weight = k * _c(momentum, rd)
+        else:
+            weight = momentum * k
+        new.append(_te.compute((C,), _running_update(r, stat, weight, momentum),
                                name=f"{name}.{what}"))
     return (out, new[0], new[1]), mean, var
 
 
-def _running_update(r, stat, weight: float, momentum: float):
+def _bn_count(x, dims):
+    """The number of values per channel of ``x`` (the product of the extents ``dims``): an
+    int, or an expression of its symbolic extents."""
+    ext = [x.shape[d] for d in dims]
+    if all(isinstance(e, Const) for e in ext):
+        return math.prod(int(e.value) for e in ext)
+    m = ext[0]
+    for e in ext[1:]:
+        m = m * e
+    return m
+
+
+def _bn_inverse(M, dtype: str):
+    """``1 / M`` (:func:`_bn_count`) as a ``dtype`` value."""
+    if isinstance(M, int):
+        return _c(1.0 / M, dtype)
+    return _c(1.0, dtype) / M.astype(dtype)
+
+
+def _running_update(r, stat, weight, momentum: float):
     """The body of a running statistic's update: ``(1 - momentum) * r + weight * stat``
-    in ``r``'s dtype (its accumulation dtype for float16/bfloat16)."""
+    in ``r``'s dtype (its accumulation dtype for float16/bfloat16); ``weight`` a float or
+    an expression."""
     rd = _acc(r.dtype)
     return lambda c: (r[c].astype(rd) * (1.0 - momentum) + stat[c].astype(rd) * weight
                       ).astype(r.dtype)
@@ -1679,7 +1708,7 @@ def _batch_norm_grad(out, adjoint, wanted):
     """The analytic gradient of a training batch norm's output stage (tag
     ``batch_norm``) for its wanted inputs (``x``, ``gamma``, ``beta``): see
     :func:`batch_norm`."""
-    axis, M, relu, has_gamma, has_beta = out.op.attrs["batch_norm"]
+    axis, relu, has_gamma, has_beta = out.op.attrs["batch_norm"]
     ins = list(out.op.input_tensors)
     stats = {t.name[len(out.name) + 1:]: t for t in ins if t.name.startswith(out.name + ".")}
     mean, invstd = stats.get("mean"), stats.get("invstd")
@@ -1693,6 +1722,7 @@ def _batch_norm_grad(out, adjoint, wanted):
     acc = mean.dtype
     C = x.shape[axis]
     dims = [d for d in range(4) if d != axis]
+    inv_m = _bn_inverse(_bn_count(x, dims), acc)
 
     def split(i):
         return i[axis], tuple(i[d] for d in dims)
@@ -1721,7 +1751,7 @@ def _batch_norm_grad(out, adjoint, wanted):
             c, _ = split(i)
             scale = invstd[c] if gamma is None else invstd[c] * gamma[c].astype(acc)
             xhat = (x[i].astype(acc) - mean[c]) * invstd[c]
-            return (scale * (g(i) - (sum_g[c] + xhat * sum_gx[c] * invstd[c]) * (1.0 / M))
+            return (scale * (g(i) - (sum_g[c] + xhat * sum_gx[c] * invstd[c]) * inv_m)
                     ).astype(x.dtype)
         res[x] = _te.compute(x.shape, dx, name=f"{x.name}.grad", tag="batch_norm_grad")
     dgamma = None
