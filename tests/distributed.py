@@ -37,7 +37,8 @@ dist.destroy_process_group()
 """
 
 
-def launch(target: str, world: int, tmp_path, timeout: float, *args):
+def launch(target: str, world: int, tmp_path, timeout: float, *args, pids=None):
+    """(See the module doc.)  ``pids``: a list that gets the processes' ids."""
     import torch
 
     outdir = str(tmp_path)
@@ -53,6 +54,8 @@ def launch(target: str, world: int, tmp_path, timeout: float, *args):
                 [sys.executable, "-c", _BOOT, str(r), str(world), store, outdir, target,
                  repr(args)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True))
+            if pids is not None:
+                pids.append(procs[-1].pid)
         logs = []
         deadline = time.monotonic() + timeout
         for p in procs:

@@ -69,3 +69,13 @@ def mismatch(rank, world, outdir):
         except Exception as e:   # noqa: BLE001 (the parent checks its type)
             out[what] = (type(e).__name__, str(e))
     return out
+
+
+def hang(rank, world, outdir):
+    """Rank 1 never answers: rank 0 waits for it in a collective."""
+    import time
+
+    if rank == 1:
+        time.sleep(600)
+    dist.barrier()
+    return {}

@@ -134,6 +134,20 @@ def test_convert_sync_batchnorm_keeps_parameters_and_buffers():
                       tct.SyncBatchNorm)
 
 
+def test_a_hanging_rank_is_killed_with_the_others(tmp_path):
+    """The launcher's bound: a rank that never answers fails the test after the timeout,
+    and no process of the group is left behind."""
+    import subprocess
+
+    pids = []
+    with pytest.raises(subprocess.TimeoutExpired):
+        launch("syncbn_cases:hang", 2, tmp_path, 8, pids=pids)
+    assert len(pids) == 2
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)   # reaped: no such process
+
+
 def test_ddp_example_matches_one_process():
     """examples/ddp_syncbn.py: DDP on 2 gloo processes with SyncBatchNorm, the loss curve
     of one process on the concatenated batch (the script exits 1 when they differ)."""
