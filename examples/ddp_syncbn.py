@@ -19,7 +19,6 @@ are then compiled for the ``cuda`` target).
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import sys
 import tempfile

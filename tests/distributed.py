@@ -19,10 +19,11 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
 
 _BOOT = r"""
-import datetime, importlib, os, sys, traceback
+import ast, datetime, importlib, os, sys, traceback
 import torch, torch.distributed as dist
-rank, world, store, outdir, target = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-args = eval(sys.argv[6])
+rank, world = int(sys.argv[1]), int(sys.argv[2])
+store, outdir, target = sys.argv[3], sys.argv[4], sys.argv[5]
+args = ast.literal_eval(sys.argv[6])
 torch.set_num_threads(1)
 dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=60))

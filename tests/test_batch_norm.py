@@ -1,7 +1,6 @@
 """tecomp.nn.batch_norm (training and inference, NCHW and NHWC, affine or not, a fused
 ReLU, running statistics) against torch.nn.functional.batch_norm, and its analytic
 gradient (gradcheck, torch's gradients, and the form of the gradient's stages)."""
-import numpy as np
 import pytest
 
 import tecomp as tc

@@ -12,7 +12,8 @@ import torch.distributed as dist  # noqa: E402
 
 import tecomp.errors as errors  # noqa: E402
 import tecomp.torch as tct  # noqa: E402
-from tecomp.errors import ArgumentError, DTypeError, RuntimeUnavailableError, ShapeError  # noqa: E402
+from tecomp.errors import (ArgumentError, DTypeError, RuntimeUnavailableError,  # noqa: E402
+                           ShapeError)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from distributed import launch  # noqa: E402  (tests/distributed.py)
