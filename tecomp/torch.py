@@ -38,28 +38,34 @@ measured search of the forward kernels with ``trials > 0``, its records in ``log
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 import os
 import re
 import threading
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.distributed as dist
 
 from .autodiff import gradient, schedule_backward
 from .autoschedule import auto_schedule
 from .build import build
-from .errors import ArgumentError, ComputeError, ScheduleError
+from .errors import (ArgumentError, ComputeError, DTypeError, RuntimeUnavailableError,
+                     ScheduleError, ShapeError)
 from .ir import dtype as _dt
 from .ir.expr import Call, Var
 from .ir.functor import collect, free_vars
+from .nn import ops as _nn_ops
 from .runtime.argcheck import compile_shape_expr
 from .schedule import Schedule
 from .target import Target, as_target
-from .te import compute, placeholder
+from .te import compute, placeholder, reduce_axis as _te_reduce_axis, sum as _te_sum, \
+    var as _te_var
 from .te.retype import retype
 from .te.tensor import ComputeOp, PlaceholderOp, Tensor
 
-__all__ = ["Op", "op"]
+__all__ = ["Op", "op", "SyncBatchNorm", "convert_sync_batchnorm"]
 
 _TORCH_DTYPE = {
     "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
@@ -739,3 +745,399 @@ def _register(o: Op, name: str) -> str:
                                         setup_context=setup_context, lib=lib)
         return opname
 
+
+
+
+# ---------------------------------------------------------------------------------
+# SyncBatchNorm: batch norm across the processes of a torch.distributed group, whose
+# kernels are tecomp ops
+
+_DTYPES = (torch.float32, torch.float64)
+_KERNELS: Dict[tuple, tuple] = {}
+_LOCK = threading.Lock()
+
+
+def _kernels(eps: float, affine: bool, device_type: str):
+    """The tecomp ops of one ``(eps, affine, device)``: ``(stats, normalise, reduce,
+    elemt)`` over a data view ``x[n, c, l]`` (declared in float32; float64 tensors get
+    kernels retyped from the same definitions)."""
+    key = (eps, affine, device_type)
+    with _LOCK:
+        k = _KERNELS.get(key)
+        if k is not None:
+            return k
+        target = "cuda" if device_type == "cuda" else "llvm"
+        n, c, l = _te_var("n"), _te_var("c"), _te_var("l")
+        X = placeholder((n, c, l), name="X")
+        DY = placeholder((n, c, l), name="DY")
+        vec = {w: placeholder((c,), name=w) for w in ("MEAN", "VAR", "K", "SCALE", "MDY",
+                                                          "W", "B")}
+        MEAN = vec["MEAN"]
+
+        def channel_sum(fn, name):
+            rn, rl = _te_reduce_axis(n, name="rn"), _te_reduce_axis(l, name="rl")
+            return compute((c,), lambda ch: _te_sum(fn(rn, ch, rl), axis=[rn, rl]),
+                               name=name)
+
+        # local statistics: the mean and the sum of squared deviations from it (two
+        # passes, as tecomp.nn.batch_norm's), merged across processes with their counts
+        s = channel_sum(lambda i, ch, j: X[i, ch, j], "syncbn.sum")
+        mean = compute((c,), lambda ch: s[ch] / (n * l).astype("float32"),
+                           name="syncbn.mean")
+        m2 = channel_sum(lambda i, ch, j: (X[i, ch, j] - mean[ch]) *
+                         (X[i, ch, j] - mean[ch]), "syncbn.m2")
+        stats = op([X], [mean, m2], target=target, name="syncbn_stats")
+        # the normalisation: tecomp.nn.batch_norm's inference form with the global
+        # statistics (x viewed as [n, c, l, 1])
+        X4 = placeholder((n, c, l, 1), name="X")
+        W, B = (vec["W"], vec["B"]) if affine else (None, None)
+        y = _nn_ops.batch_norm(X4, W, B, MEAN, vec["VAR"], training=False, eps=eps,
+                            name="syncbn")
+        normalise = op([X4, MEAN, vec["VAR"]] + ([W, B] if affine else []), [y],
+                            target=target, name="syncbn_normalise")
+        # backward: the local sums of dy and dy * (x - mean), all-reduced by the caller,
+        # then dx = (dy - mean(dy) - (x - mean) * k) * scale per element
+        sdy = channel_sum(lambda i, ch, j: DY[i, ch, j], "syncbn.sum_dy")
+        sdyx = channel_sum(lambda i, ch, j: DY[i, ch, j] * (X[i, ch, j] - MEAN[ch]),
+                           "syncbn.sum_dy_xmu")
+        reduce = op([DY, X, MEAN], [sdy, sdyx], target=target, name="syncbn_reduce")
+        dx = compute((n, c, l), lambda i, ch, j: (
+            DY[i, ch, j] - vec["MDY"][ch] - (X[i, ch, j] - MEAN[ch]) * vec["K"][ch]) *
+            vec["SCALE"][ch], name="syncbn.dx")
+        elemt = op([DY, X, MEAN, vec["K"], vec["SCALE"], vec["MDY"]], [dx],
+                        target=target, name="syncbn_elemt")
+        k = (stats, normalise, reduce, elemt)
+        _KERNELS[key] = k
+        return k
+
+
+def _view3(t: torch.Tensor) -> torch.Tensor:
+    """``t`` ``[N, C, *]`` as a contiguous ``[N, C, L]``."""
+    n, c = t.shape[0], t.shape[1]
+    return t.contiguous().view(n, c, math.prod(t.shape[2:]))
+
+
+def _local_stats(kern, x3: torch.Tensor, channels: int):
+    """``(count, mean, m2)`` of this process's batch (zeros for an empty batch)."""
+    count = x3.shape[0] * x3.shape[2]
+    if count == 0:
+        z = torch.zeros(channels, dtype=x3.dtype, device=x3.device)
+        return 0, z, z
+    mean, m2 = kern[0].forward(x3)
+    return count, mean, m2
+
+
+def _merge(counts, means, m2s):
+    """The statistics of the union of the batches: ``(count, mean, m2)`` (float64,
+    Chan et al.'s parallel formula; empty batches add nothing)."""
+    keep = counts >= 1
+    counts, means, m2s = counts[keep], means[keep], m2s[keep]
+    total = counts.sum()
+    mean = (counts[:, None] * means).sum(0) / total
+    m2 = (m2s + counts[:, None] * (means - mean) ** 2).sum(0)
+    return total, mean, m2
+
+
+class _SyncBatchNormFunction(torch.autograd.Function):
+    """The training forward and backward of :class:`SyncBatchNorm` (``group`` None: this
+    process alone)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, group, kern):
+        C = x.shape[1]
+        x = x.detach()   # the kernels read the tensors' memory: no autograd inside
+        weight = weight.detach() if weight is not None else None
+        bias = bias.detach() if bias is not None else None
+        x3 = _view3(x)
+        count, mean, m2 = _local_stats(kern, x3, C)
+        if group is None:
+            counts = torch.tensor([float(count)], dtype=torch.float64)
+            total, gmean, gm2 = _merge(counts, mean.double()[None], m2.double()[None])
+        else:
+            # one all_gather of (mean, m2, count) per process, as torch's all_gather of
+            # (mean, invstd, count): the counts may differ, and be 0
+            packed = torch.cat([mean.double(), m2.double(),
+                                torch.tensor([float(count)], dtype=torch.float64,
+                                             device=x.device)])
+            parts = [torch.empty_like(packed) for _ in range(dist.get_world_size(group))]
+            dist.all_gather(parts, packed, group=group)
+            allp = torch.stack(parts)
+            total, gmean, gm2 = _merge(allp[:, 2 * C], allp[:, :C], allp[:, C:2 * C])
+        total = float(total)
+        if total <= 1 and group is None:
+            raise ShapeError(f"SyncBatchNorm: expected more than 1 value per channel when "
+                             f"training, got input of shape {tuple(x.shape)}; use a larger "
+                             f"batch or eval()")
+        var = gm2 / total
+        if running_mean is not None:
+            with torch.no_grad():
+                unbiased = gm2 / (total - 1) if total > 1 else torch.full_like(gm2, math.nan)
+                running_mean.mul_(1 - momentum).add_(gmean.to(running_mean.dtype) * momentum)
+                running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype) * momentum)
+        mean_x = gmean.to(x.dtype)
+        var_x = var.to(x.dtype)
+        invstd = torch.rsqrt(var_x + eps)
+        ctx.save_for_backward(x3, weight, mean_x, invstd)
+        ctx.total, ctx.group, ctx.kern, ctx.shape = total, group, kern, x.shape
+        if count == 0:
+            return torch.empty_like(x)
+        args = [x3.unsqueeze(-1), mean_x, var_x] + ([weight, bias] if weight is not None
+                                                     else [])
+        return kern[1].forward(*args)[0].view(x.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x3, weight, mean, invstd = ctx.saved_tensors
+        kern, group, C = ctx.kern, ctx.group, x3.shape[1]
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        gx = gw = gb = None
+        empty = x3.numel() == 0
+        if empty:
+            sdy = sdyx = torch.zeros(C, dtype=x3.dtype, device=x3.device)
+        else:
+            dy = _view3(grad.detach())
+            sdy, sdyx = kern[2].forward(dy, x3, mean)
+            if weight is not None and need_w:
+                gw = (sdyx * invstd).to(weight.dtype)
+            if weight is not None and need_b:
+                gb = sdy.to(weight.dtype)
+        if need_x:
+            if group is not None:   # the sums over every process's batch
+                both = torch.cat([sdy, sdyx])
+                dist.all_reduce(both, op=dist.ReduceOp.SUM, group=group)
+                sdy, sdyx = both[:C], both[C:]
+            if empty:   # (an empty gradient, as the input)
+                gx = torch.zeros(ctx.shape, dtype=x3.dtype, device=x3.device)
+            else:
+                mdy = sdy / ctx.total
+                k = invstd * invstd * (sdyx / ctx.total)
+                scale = invstd if weight is None else invstd * weight.to(invstd.dtype)
+                gx = kern[3].forward(dy, x3, mean, k, scale, mdy)[0].view(ctx.shape)
+        return gx, gw, gb, None, None, None, None, None, None
+
+
+class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
+    r"""A drop-in for :class:`torch.nn.SyncBatchNorm` whose kernels are tecomp's.
+
+    In training with ``torch.distributed`` initialised and a group of more than one
+    process, each process computes its batch's per-channel count, mean and sum of squared
+    deviations (a tecomp kernel), the processes exchange them with one ``all_gather`` (so
+    batch sizes may differ, and a process may have an empty batch), and each normalises
+    its batch with the statistics of the union (a tecomp kernel: the inference form of
+    :func:`tecomp.nn.batch_norm`).  The backward computes the local sums of ``dy`` and
+    ``dy * (x - mean)`` (a tecomp kernel), all-reduces them, and computes the input
+    gradient (a tecomp kernel); the weight and bias gradients are this process's, summed
+    across processes by ``DistributedDataParallel`` as with torch's.  Running statistics
+    are updated as torch's: ``momentum`` (or a cumulative average with ``momentum=None``),
+    the unbiased variance of the union.
+
+    It is a ``torch.nn.modules.batchnorm._BatchNorm`` (as ``BatchNorm2d`` and torch's
+    ``SyncBatchNorm`` are), not a subclass of torch's ``SyncBatchNorm``, whose CPU check
+    ``DistributedDataParallel`` would apply to it.
+
+    Not distributed (or a group of one), the same kernels run on this process's batch;
+    in ``eval()`` mode the running statistics normalise (no communication).  Unlike
+    torch's, CPU tensors are accepted (the gloo backend).  Inputs are ``[N, C, *]``,
+    float32 or float64; parameters and buffers are as torch's (``state_dict``
+    compatible).
+
+    Parameters
+    ----------
+    num_features : int
+        ``C``.
+    eps : float, optional
+        Added to the variance.
+    momentum : float or None, optional
+        The weight of the batch statistics in the running ones; None: cumulative average.
+    affine : bool, optional
+        Learnable ``weight`` and ``bias``.
+    track_running_stats : bool, optional
+        Keep running statistics (else batch statistics in eval mode too).
+    process_group : torch.distributed.ProcessGroup, optional
+        The group whose batches are normalised together (default: the world).
+    device, dtype : optional
+        Of the parameters and buffers (as torch's ``factory_kwargs``).
+
+    Raises
+    ------
+    ShapeError
+        For an input that is not ``[N, C, *]`` with ``C == num_features``, a
+        ``num_features`` that differs between the processes, or one value per channel
+        in training on one process.
+    DTypeError
+        For an input that is not float32 or float64, or whose dtype differs from the
+        parameters' or another process's.
+    RuntimeUnavailableError
+        When a ``process_group`` was given but ``torch.distributed`` is no longer
+        initialised.
+
+    Examples
+    --------
+    >>> import torch
+    >>> import tecomp.torch as tct
+    >>> bn = tct.SyncBatchNorm(4)
+    >>> y = bn(torch.randn(8, 4, 5, 5))   # not distributed: this process's batch
+    >>> y.shape
+    torch.Size([8, 4, 5, 5])
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1,
+                 affine: bool = True, track_running_stats: bool = True,
+                 process_group: Optional["dist.ProcessGroup"] = None,
+                 device: Optional[torch.device] = None, dtype: Optional[torch.dtype] = None):
+        if isinstance(num_features, bool) or not isinstance(num_features, numbers.Integral) \
+                or num_features < 1:
+            raise ShapeError(f"SyncBatchNorm: num_features must be an int >= 1 (the channels "
+                             f"C of an [N, C, *] input), got {num_features!r}")
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not \
+                math.isfinite(eps) or eps < 0:
+            raise ArgumentError(f"SyncBatchNorm: eps must be a finite number >= 0, got {eps!r}")
+        if momentum is not None and (isinstance(momentum, bool) or not isinstance(
+                momentum, numbers.Real) or not 0 <= momentum <= 1):
+            raise ArgumentError(f"SyncBatchNorm: momentum must be a number in [0, 1] or None "
+                                f"(a cumulative average), got {momentum!r}")
+        super().__init__(int(num_features), float(eps), momentum, affine, track_running_stats,
+                         device=device, dtype=dtype)
+        self.process_group = process_group
+        self._tecomp_checked = set()
+
+    def _check_input_dim(self, input):
+        self._check(input)
+
+    def _check(self, x):
+        if not isinstance(x, torch.Tensor):
+            raise ArgumentError(f"SyncBatchNorm: the input must be a torch tensor, got "
+                                f"{type(x).__name__}")
+        if x.dim() < 2:
+            raise ShapeError(f"SyncBatchNorm: the input must be [N, C, *] (at least 2-d), got "
+                             f"{x.dim()}-d {tuple(x.shape)}")
+        if x.shape[1] != self.num_features:
+            raise ShapeError(f"SyncBatchNorm: the input has {x.shape[1]} channels (axis 1) "
+                             f"but the module has num_features={self.num_features}; give an "
+                             f"[N, {self.num_features}, *] input or build the module with "
+                             f"num_features={x.shape[1]}")
+        if x.dtype not in _DTYPES:
+            raise DTypeError(f"SyncBatchNorm: the input is {x.dtype}; give float32 or "
+                             f"float64 (x.float())")
+        if self.weight is not None and self.weight.dtype != x.dtype:
+            raise DTypeError(f"SyncBatchNorm: the input is {x.dtype} but the weight is "
+                             f"{self.weight.dtype}; give them one dtype (module.to({x.dtype}) "
+                             f"or x.to({self.weight.dtype}))")
+
+    def _check_group(self, group, x):
+        """Once per group, channel count and dtype: every process must agree (an
+        all_gather of both; each process raises the same error)."""
+        key = (id(group), x.shape[1], x.dtype)
+        if key in self._tecomp_checked:
+            return
+        mine = torch.tensor([x.shape[1], _DTYPES.index(x.dtype)], dtype=torch.int64,
+                            device=x.device)
+        parts = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, mine, group=group)
+        chans = [int(p[0]) for p in parts]
+        if len(set(chans)) > 1:
+            raise ShapeError(f"SyncBatchNorm: the processes have different num_features "
+                             f"({', '.join(f'rank {r}: {c}' for r, c in enumerate(chans))}); "
+                             f"build the module with one num_features on every process")
+        kinds = [str(_DTYPES[int(p[1])]) for p in parts]
+        if len(set(kinds)) > 1:
+            raise DTypeError(f"SyncBatchNorm: the processes' inputs have different dtypes "
+                             f"({', '.join(f'rank {r}: {k}' for r, k in enumerate(kinds))}); "
+                             f"give every process one dtype")
+        self._tecomp_checked.add(key)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        x = input
+        self._check(x)
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:
+                factor = 1.0 / float(self.num_batches_tracked)
+        bn_training = self.training or (self.running_mean is None and self.running_var is None)
+        rm = self.running_mean if not self.training or self.track_running_stats else None
+        rv = self.running_var if not self.training or self.track_running_stats else None
+        kern = _kernels(self.eps, self.affine, x.device.type)
+        if not bn_training:   # eval: the running statistics, no communication
+            args = [_view3(x).unsqueeze(-1), rm.to(x.dtype), rv.to(x.dtype)]
+            if self.affine:
+                args += [self.weight, self.bias]
+            return kern[1](*args).view(x.shape)   # (differentiable: a tecomp.torch.op)
+        group = None
+        if self.training and self.process_group is not None and not (
+                dist.is_available() and dist.is_initialized()):
+            raise RuntimeUnavailableError(
+                "SyncBatchNorm: a process_group was given but torch.distributed is not "
+                "initialised (destroyed?); call torch.distributed.init_process_group first, "
+                "or build the module with process_group=None to normalise each process's "
+                "batch alone")
+        if self.training and dist.is_available() and dist.is_initialized():
+            group = self.process_group or dist.group.WORLD
+            if dist.get_world_size(group) > 1:
+                self._check_group(group, x)
+            else:
+                group = None
+        return _SyncBatchNormFunction.apply(x, self.weight, self.bias, rm, rv, self.eps,
+                                            factor, group, kern)
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: torch.nn.Module,
+                               process_group: Optional["dist.ProcessGroup"] = None):
+        """:func:`convert_sync_batchnorm`."""
+        return convert_sync_batchnorm(module, process_group)
+
+
+def convert_sync_batchnorm(module: torch.nn.Module,
+                           process_group: Optional["dist.ProcessGroup"] = None
+                           ) -> torch.nn.Module:
+    """Replace every batch-norm layer of ``module`` (``torch.nn.BatchNorm1d/2d/3d``,
+    ``torch.nn.SyncBatchNorm``) by a :class:`SyncBatchNorm` with its parameters and
+    buffers, as :meth:`torch.nn.SyncBatchNorm.convert_sync_batchnorm` does.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The model (a batch-norm layer itself is replaced and returned).
+    process_group : torch.distributed.ProcessGroup, optional
+        The group of the new layers (default: the world).
+
+    Returns
+    -------
+    torch.nn.Module
+        ``module`` with its layers replaced (the same object unless it was one).
+
+    Raises
+    ------
+    ArgumentError
+        For a ``module`` that is not a ``torch.nn.Module``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> import tecomp.torch as tct
+    >>> m = tct.convert_sync_batchnorm(torch.nn.Sequential(torch.nn.BatchNorm2d(3)))
+    >>> type(m[0]).__name__
+    'SyncBatchNorm'
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise ArgumentError(f"convert_sync_batchnorm: give a torch.nn.Module, got "
+                            f"{type(module).__name__}")
+    out = module
+    if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and \
+            not isinstance(module, SyncBatchNorm):
+        out = SyncBatchNorm(module.num_features, module.eps, module.momentum, module.affine,
+                            module.track_running_stats, process_group)
+        if module.affine:
+            with torch.no_grad():
+                out.weight = module.weight
+                out.bias = module.bias
+        out.running_mean = module.running_mean
+        out.running_var = module.running_var
+        out.num_batches_tracked = module.num_batches_tracked
+        out.training = module.training
+        if hasattr(module, "qconfig"):
+            out.qconfig = module.qconfig
+    for name, child in module.named_children():
+        out.add_module(name, convert_sync_batchnorm(child, process_group))
+    del module
+    return out

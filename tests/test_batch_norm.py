@@ -1,0 +1,138 @@
+"""tecomp.nn.batch_norm (training and inference, NCHW and NHWC, affine or not, a fused
+ReLU, running statistics) against torch.nn.functional.batch_norm, and its analytic
+gradient (gradcheck, torch's gradients, and the form of the gradient's stages)."""
+import pytest
+
+import tecomp as tc
+import tecomp.autodiff as ad
+from tecomp import nn
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+import tecomp.torch as tct  # noqa: E402
+
+C = 4
+TOL = {"float32": 2e-5, "float64": 1e-10}
+
+
+def _shape(layout):
+    return (3, C, 5, 6) if layout == "NCHW" else (3, 5, 6, C)
+
+
+def _op(dtype, layout, affine, relu, training, running):
+    X = tc.placeholder(_shape(layout), dtype, name="X")
+    G = tc.placeholder((C,), dtype, name="G") if affine else None
+    B = tc.placeholder((C,), dtype, name="B") if affine else None
+    RM = tc.placeholder((C,), dtype, name="RM") if running else None
+    RV = tc.placeholder((C,), dtype, name="RV") if running else None
+    out = nn.batch_norm(X, G, B, RM, RV, training=training, momentum=0.3, eps=1e-3,
+                        layout=layout, relu=relu)
+    outs = list(out) if isinstance(out, tuple) else [out]
+    ins = [t for t in (X, G, B, RM, RV) if t is not None]
+    return tct.op(ins, outs), ins, outs
+
+
+def _torch_ref(x, g, b, rm, rv, training, layout, relu):
+    xt = x if layout == "NCHW" else x.permute(0, 3, 1, 2)
+    y = F.batch_norm(xt, rm, rv, g, b, training=training, momentum=0.3, eps=1e-3)
+    if relu:
+        y = F.relu(y)
+    return y if layout == "NCHW" else y.permute(0, 2, 3, 1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout,affine,relu", [("NCHW", True, False), ("NHWC", True, True),
+                                                ("NCHW", False, True), ("NHWC", False, False)])
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_matches_torch(dtype, layout, affine, relu, training):
+    tdt = getattr(torch, dtype)
+    op, _, _ = _op(dtype, layout, affine, relu, training, True)
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(_shape(layout), generator=gen, dtype=tdt) * 3 + 1).requires_grad_()
+    g = torch.randn(C, generator=gen, dtype=tdt).requires_grad_() if affine else None
+    b = torch.randn(C, generator=gen, dtype=tdt).requires_grad_() if affine else None
+    rm = torch.randn(C, generator=gen, dtype=tdt)
+    rv = torch.rand(C, generator=gen, dtype=tdt) + 0.5
+    args = [t for t in (x, g, b) if t is not None] + [rm, rv]
+    res = op(*args)
+    y = res[0] if training else res
+    trm, trv = rm.clone(), rv.clone()
+    ref = _torch_ref(x, g, b, trm, trv, training, layout, relu)
+    tol = TOL[dtype]
+    torch.testing.assert_close(y, ref, atol=tol, rtol=tol)
+    if training:   # the updated running statistics (the unbiased variance)
+        torch.testing.assert_close(res[1], trm, atol=tol, rtol=tol)
+        torch.testing.assert_close(res[2], trv, atol=tol, rtol=tol)
+    head = torch.randn(y.shape, generator=gen, dtype=tdt)
+    wrt = [t for t in (x, g, b) if t is not None]
+    got = torch.autograd.grad((y * head).sum(), wrt)
+    want = torch.autograd.grad((ref * head).sum(), wrt)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, atol=10 * tol, rtol=10 * tol)
+
+
+@pytest.mark.parametrize("layout,relu", [("NCHW", False), ("NHWC", True)])
+def test_batch_norm_gradcheck(layout, relu):
+    X = tc.placeholder((2, C, 3, 3) if layout == "NCHW" else (2, 3, 3, C), "float64", name="X")
+    G = tc.placeholder((C,), "float64", name="G")
+    B = tc.placeholder((C,), "float64", name="B")
+    y = nn.batch_norm(X, G, B, layout=layout, relu=relu)
+    assert ad.gradcheck(y, [X, G, B], target="reference")
+
+
+def _stages(t):
+    seen, out, stack = set(), [], [t]
+    while stack:
+        u = stack.pop()
+        if id(u) not in seen:
+            seen.add(id(u))
+            out.append(u)
+            stack += list(u.op.input_tensors)
+    return out
+
+
+@pytest.mark.parametrize("build", [
+    lambda X, G, B: nn.batch_norm(X, G, B),
+    lambda X, G, B: nn.batch_norm_train(X, G, B),
+])
+def test_batch_norm_gradient_is_the_analytic_form(build):
+    """Two per-channel sums of the adjoint and one elementwise pass: no gradient of the
+    mean, variance or invstd stages (the reduction-of-reductions form)."""
+    X = tc.placeholder((2, C, 4, 4), name="X")
+    G, B = tc.placeholder((C,), name="G"), tc.placeholder((C,), name="B")
+    y = build(X, G, B)
+    gx, gg, gb = tc.gradient(y, [X, G, B])
+    names = {t.name for g in (gx, gg, gb) for t in _stages(g)}
+    assert gx.op.tag == "batch_norm_grad"
+    assert {"batch_norm.grad_sum", "batch_norm.grad_dot"} <= names
+    assert not [n for n in names if n.startswith(("batch_norm.mean.", "batch_norm.var.",
+                                                   "batch_norm.invstd."))], names
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_batch_norm_symbolic_batch(layout):
+    """A symbolic batch (and image) size: the count per channel is an expression, in the
+    statistics, the unbiased running variance and the gradient."""
+    n, h = tc.var("n"), tc.var("h")
+    shape = (n, C, h, 3) if layout == "NCHW" else (n, h, 3, C)
+    X = tc.placeholder(shape, "float64", name="X")
+    G, B = tc.placeholder((C,), "float64", name="G"), tc.placeholder((C,), "float64", name="B")
+    RM, RV = tc.placeholder((C,), "float64", name="RM"), tc.placeholder((C,), "float64",
+                                                                       name="RV")
+    y, rm, rv = nn.batch_norm(X, G, B, RM, RV, momentum=0.3, eps=1e-3, layout=layout)
+    op = tct.op([X, G, B, RM, RV], [y, rm, rv])
+    for batch, rows in ((2, 5), (3, 2)):
+        full = (batch, C, rows, 3) if layout == "NCHW" else (batch, rows, 3, C)
+        x = torch.randn(full, dtype=torch.float64, requires_grad=True)
+        g = torch.randn(C, dtype=torch.float64, requires_grad=True)
+        b = torch.randn(C, dtype=torch.float64, requires_grad=True)
+        r_m, r_v = torch.randn(C, dtype=torch.float64), torch.rand(C, dtype=torch.float64) + 1
+        out, nm, nv = op(x, g, b, r_m, r_v)
+        ref = _torch_ref(x, g, b, r_m, r_v, True, layout, False)
+        torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(nm, r_m, atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(nv, r_v, atol=1e-10, rtol=1e-10)
+        got = torch.autograd.grad(out.square().sum(), [x, g, b])
+        want = torch.autograd.grad(ref.square().sum(), [x, g, b])
+        for a, e in zip(got, want):
+            torch.testing.assert_close(a, e, atol=1e-9, rtol=1e-9)
