@@ -136,3 +136,42 @@ def test_batch_norm_symbolic_batch(layout):
         want = torch.autograd.grad(ref.square().sum(), [x, g, b])
         for a, e in zip(got, want):
             torch.testing.assert_close(a, e, atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_inference_batch_norm_is_the_convolutions_epilogue(layout):
+    """conv -> batch_norm (inference) -> ReLU, auto-scheduled: the normalisation is the
+    convolution's epilogue, computed on each output tile while it is in registers (no
+    buffer of the convolution's full output, no second pass), with PyTorch's result."""
+    import re
+
+    import numpy as np
+
+    nchw = layout == "NCHW"
+    X = tc.placeholder((2, 16, 12, 12) if nchw else (2, 12, 12, 16), name="x")
+    W = tc.placeholder((32, 16, 3, 3) if nchw else (3, 3, 16, 32), name="w")
+    C = (nn.conv2d_nchw if nchw else nn.conv2d_nhwc)(X, W, 1, 1)
+    g, b, rm, rv = (tc.placeholder((32,), name=n) for n in ("g", "b", "rm", "rv"))
+    Y = nn.batch_norm(C, g, b, running_mean=rm, running_var=rv, training=False, relu=True,
+                      layout=layout)
+    args = [X, W, g, b, rm, rv, Y]
+    s = tc.auto_schedule(args)
+    ir = str(tc.lower(s, args))
+    full = 2 * 32 * 12 * 12
+    for name, shape in re.findall(r"allocate (\S+): \w+\[([^\]]*)\]", ir):
+        assert np.prod([int(d) for d in shape.split(",")]) < full, (name, shape)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal([int(d) for d in X.shape]).astype("float32")
+    w = (rng.standard_normal([int(d) for d in W.shape]) * 0.1).astype("float32")
+    gg, bb, mm = (rng.standard_normal(32).astype("float32") for _ in range(3))
+    vv = rng.uniform(0.5, 2.0, 32).astype("float32")
+    out = np.empty([int(d) for d in Y.shape], "float32")
+    tc.build(s, args)(x, w, gg, bb, mm, vv, out)
+    tx = torch.from_numpy(x if nchw else x.transpose(0, 3, 1, 2).copy())
+    tw = torch.from_numpy(w if nchw else w.transpose(3, 2, 0, 1).copy())
+    want = torch.relu(F.batch_norm(F.conv2d(tx, tw, padding=1), torch.from_numpy(mm),
+                                   torch.from_numpy(vv), torch.from_numpy(gg),
+                                   torch.from_numpy(bb), False, 0.1, 1e-5)).numpy()
+    if not nchw:
+        want = want.transpose(0, 2, 3, 1)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)

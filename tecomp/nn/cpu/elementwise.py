@@ -67,10 +67,11 @@ def _epilogue(s: Schedule, outs, main: Tensor, info: CpuModel, fused=None):
 
 def _fusable_epilogue(outs, main: Tensor) -> Optional[Tensor]:
     """The one output when it is an elementwise function of ``main`` (e.g.
-    ``relu(bias_add(conv, b))``): every stage from it down to ``main`` is injective,
-    has ``main``'s shape and reads the stages of the chain (and ``main``) at exactly its
-    own indices.  (Every other stage under the output is a producer of ``main``, so
-    nothing else reads it.)  Else None."""
+    ``relu(bias_add(conv, b))``, a batch norm in inference): every stage from it down to
+    ``main`` is injective, has ``main``'s shape and reads the stages of the chain (and
+    ``main``) at exactly its own indices; injective stages that do not read ``main``
+    (per-channel values of parameters) may have any shape.  (Every other stage under
+    the output is a producer of ``main``, so nothing else reads it.)  Else None."""
     if len(outs) != 1 or outs[0].op is main.op:
         return None
     out = outs[0]
@@ -79,9 +80,24 @@ def _fusable_epilogue(outs, main: Tensor) -> Optional[Tensor]:
         return None
     below = set(id(o) for o in _walk([main]))
     chain = [op for op in _walk([out]) if id(op) not in below]
+    # a stage of the chain that does not read main (a batch norm's per-channel
+    # 1/sqrt(var + eps) from its running variance) is an input of the epilogue like a
+    # placeholder: any shape, inlined with the rest
+    memo = {id(main.op): True}
+
+    def reads_main(op) -> bool:
+        if id(op) not in memo:
+            memo[id(op)] = False
+            memo[id(op)] = any(reads_main(t.op) for t in op.input_tensors
+                               if id(t.op) not in below or t.op is main.op)
+        return memo[id(op)]
+
+    if not all(_is_injective(op) for op in chain):
+        return None
+    chain = [op for op in chain if reads_main(op)]
     ids = set(id(op) for op in chain) | {id(main.op)}
     for op in chain:
-        if not _is_injective(op) or [_cint(e) for e in op.output(0).shape] != shape:
+        if [_cint(e) for e in op.output(0).shape] != shape:
             return None
         axes = [iv.var for iv in op.axis]
         for t in op.input_tensors:
