@@ -1,4 +1,4 @@
-"""What each rank runs in tests/test_syncbn.py (through tests/distributed.py): a
+"""What each rank runs in tests/test_syncbn.py (through tests/multiproc.py): a
 tecomp.torch.SyncBatchNorm trained a few steps on this rank's slice of a batch that every
 rank draws from one seed, and the results the parent compares with torch's BatchNorm on
 the whole batch."""

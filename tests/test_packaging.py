@@ -87,3 +87,18 @@ def test_an_empty_variable_counts_as_unset(monkeypatch):
     assert cuda_emu.default_mode() == "threads"
     monkeypatch.setenv("TECOMP_CUDA_EMU_MODE", "serial")
     assert cuda_emu.default_mode() == "serial"
+
+
+def test_no_test_module_shadows_an_installed_package():
+    """pytest puts tests/ on sys.path, so a helper module there named like an installed
+    top-level package replaces it for every import in the session: a tests/distributed.py
+    made dask's ``from distributed import Client`` fail in the tests run after it."""
+    import importlib.metadata
+    import pathlib
+
+    installed = set(importlib.metadata.packages_distributions())
+    here = pathlib.Path(__file__).parent
+    names = {p.stem for p in here.rglob("*.py")} | {p.name for p in here.rglob("*")
+                                                     if p.is_dir()}
+    clash = sorted(n for n in names if n in installed and not n.startswith("_"))
+    assert not clash, f"tests/ modules named like installed packages: {clash}"

@@ -14,7 +14,7 @@ import tecomp.torch as tct  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import syncbn_cases as cases  # noqa: E402
-from distributed import launch, run_script  # noqa: E402
+from multiproc import launch, run_script  # noqa: E402  (not "distributed": dask imports that)
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch.distributed with gloo is not available")

@@ -16,7 +16,7 @@ from tecomp.errors import (ArgumentError, DTypeError, RuntimeUnavailableError,  
                            ShapeError)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from distributed import launch  # noqa: E402  (tests/distributed.py)
+from multiproc import launch  # noqa: E402  (tests/multiproc.py)
 
 
 @pytest.mark.parametrize("call,error,pattern", [
