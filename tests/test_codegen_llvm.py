@@ -1835,10 +1835,10 @@ _MORE_F32 = {
     "softplus": (lambda v: np.logaddexp(0.0, v), (0.0, 20.0, -20.0, -87.0), (2.5, 2.5),
                  [np.inf, -np.inf, 0.0, 100.0, -200.0],
                  [np.inf, 0, np.float32(np.log(2.0)), 100, 0]),
-    "sin": (np.sin, (np.pi / 4, np.pi / 2, np.pi, 3 * np.pi / 2, 125.0, 65536.0, 1e-4), (2.0, 2.0),
+    "sin": (np.sin, (np.pi / 4, np.pi / 2, np.pi, 3 * np.pi / 2, 125.0, 65536.0, 1e-4), (2.0, 2.5),
             [np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30],
             [np.nan, np.nan, 0, -0.0, 1e-30, -1e-30]),
-    "cos": (np.cos, (np.pi / 4, np.pi / 2, np.pi, 3 * np.pi / 2, 125.0, 65536.0), (2.0, 2.0),
+    "cos": (np.cos, (np.pi / 4, np.pi / 2, np.pi, 3 * np.pi / 2, 125.0, 65536.0), (2.0, 2.5),
             [np.inf, -np.inf, 0.0, -0.0], [np.nan, np.nan, 1, 1]),
 }
 
