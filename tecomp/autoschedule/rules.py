@@ -392,14 +392,7 @@ class _Rules:
             if ce > 1:
                 st.vectorize(inner)
         elif vec_f > 1:
-            vo, vi = st.split(inner, factor=vec_f)
-            if vec_f > L:
-                vv, vl = st.split(vi, factor=L)
-                st.unroll(vv)
-                st.vectorize(vl)
-            else:
-                st.vectorize(vi)
-            outer_axes = outer_axes + [vo]
+            outer_axes = outer_axes + [self._vectorize_by(st, inner, vec_f)]
         row = None
         if outer_axes:
             row = self.parallel(st, outer_axes, [self.ext(self._leaf_extent(st, a)) for a in
@@ -503,16 +496,20 @@ class _Rules:
         they divide the row, else one (as :meth:`elementwise`)."""
         inner = st.op.axis[-1]
         L, ce = self.L, self.ext(inner.dom.extent)
-        if ce is None or ce < L:
-            return
-        if ce % (4 * L) == 0:
-            _, vi = st.split(inner, factor=4 * L)
-            vv, vl = st.split(vi, factor=L)
+        if ce is not None and ce >= L:
+            self._vectorize_by(st, inner, 4 * L if ce % (4 * L) == 0 else L)
+
+    def _vectorize_by(self, st: Stage, inner, vec_f: int):
+        """Split ``inner`` by ``vec_f`` lanes, vectors of the target's width unrolled
+        within it; the outer loop it leaves."""
+        vo, vi = st.split(inner, factor=vec_f)
+        if vec_f > self.L:
+            vv, vl = st.split(vi, factor=self.L)
             st.unroll(vv)
             st.vectorize(vl)
         else:
-            _, vi = st.split(inner, factor=L)
             st.vectorize(vi)
+        return vo
 
     def _readers_through_inline(self, op) -> List[ComputeOp]:
         """The stages that read ``op``, a reader that is inlined replaced by its own

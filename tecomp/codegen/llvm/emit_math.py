@@ -90,18 +90,25 @@ class _MathEmitter:
 
     def libm(self, names, val: Val, dtype: str) -> Val:
         """Call a libm function; on a vector, once per lane."""
-        ty = _REG[dtype]
         fname = names[1] if dtype == "float64" else names[0]
-        f = self.mb.declare(fname, ty, [ty])
-        b = self.b
         if val.uniform:
-            return Val(b.call(f, [val.s]))
-        v = self.vec(val)
-        out = _poison(v.type)
-        for lane in range(self.lanes):
+            return Val(self._call_lanes(fname, val.s))
+        return Val(v=self._call_lanes(fname, self.vec(val)))
+
+    def _call_lanes(self, fname: str, x):
+        """The libm function ``fname`` of ``x`` (its element type in and out): one call,
+        or one per lane of a vector."""
+        b = self.b
+        ty = x.type
+        el = ty.element if isinstance(ty, ir.VectorType) else ty
+        f = self.mb.declare(fname, el, [el])
+        if not isinstance(ty, ir.VectorType):
+            return b.call(f, [x])
+        out = _poison(ty)
+        for lane in range(ty.count):
             i = ir.Constant(_I32, lane)
-            out = b.insert_element(out, b.call(f, [b.extract_element(v, i)]), i)
-        return Val(v=out)
+            out = b.insert_element(out, b.call(f, [b.extract_element(x, i)]), i)
+        return out
 
     def _madd(self, ty):
         """``madd(u, v, w) = u*v + w`` on values of type ``ty``: an explicit ``llvm.fma``
@@ -326,7 +333,7 @@ class _MathEmitter:
         y = b.fmul(b.fmul(self._horner(self._LOG_P, f, madd), f), z)
         y = madd(z, C(-0.5), y)
         hi, lo = self._LOG2E
-        w = madd(f, C(lo), b.fmul(y, C(hi + lo)))
+        w = madd(f, C(lo), b.fmul(y, C(hi)))
         return self._log_specials(x, b.fadd(ef, madd(f, C(hi), w)))
 
     def log1p_f32(self, x):
@@ -350,17 +357,8 @@ class _MathEmitter:
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
         e = self.exp(b.fneg(ax))
         el = ty.element if isinstance(ty, ir.VectorType) else ty
-        if isinstance(el, ir.DoubleType):
-            f = self.mb.declare("log1p", el, [el])
-            if isinstance(ty, ir.VectorType):
-                l1p = _poison(ty)
-                for lane in range(ty.count):
-                    i = ir.Constant(_I32, lane)
-                    l1p = b.insert_element(l1p, b.call(f, [b.extract_element(e, i)]), i)
-            else:
-                l1p = b.call(f, [e])
-        else:
-            l1p = self.log1p_f32(e)
+        l1p = (self._call_lanes("log1p", e) if isinstance(el, ir.DoubleType)
+               else self.log1p_f32(e))
         return b.fadd(b.call(self._fn1("llvm.maxnum", ty, 2), [x, C(0.0)]), l1p)
 
     #: sin(r) = r + r z S(z) and cos(r) = 1 - z/2 + z^2 C(z), z = r^2, |r| <= pi/4 (the
@@ -420,8 +418,6 @@ class _MathEmitter:
         it."""
         b = self.b
         ty = x.type
-        el = ty.element if isinstance(ty, ir.VectorType) else ty
-        f = self.mb.declare(fname, el, [el])
         if isinstance(ty, ir.VectorType):
             ity = ir.IntType(ty.count)
             anyc = b.icmp_unsigned("!=", b.bitcast(cond, ity), ir.Constant(ity, 0))
@@ -432,14 +428,9 @@ class _MathEmitter:
         end_bb = self.fn.append_basic_block(f"{fname}.end")
         b.cbranch(anyc, slow_bb, end_bb)
         b.position_at_end(slow_bb)
+        slow = self._call_lanes(fname, x)
         if isinstance(ty, ir.VectorType):
-            lib = res
-            for lane in range(ty.count):
-                i = ir.Constant(_I32, lane)
-                lib = b.insert_element(lib, b.call(f, [b.extract_element(x, i)]), i)
-            slow = b.select(cond, lib, res)
-        else:
-            slow = b.call(f, [x])
+            slow = b.select(cond, slow, res)
         slow_end = b.block
         b.branch(end_bb)
         b.position_at_end(end_bb)
