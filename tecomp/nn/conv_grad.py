@@ -13,7 +13,8 @@ from ..autodiff.rules import register_tag_derivative as _register_tag_derivative
 from ..ir import dtype as _dt
 from ..ir.expr import Const
 from ._schedule_common import _bytes, _largest_divisor_at_most
-from .ops import _c, _conv_compute, _int, _rounded
+from ._common import _c, _int, _rounded
+from .conv import _conv_compute
 
 # The gradients below choose between reformulations of a convolution's gradient (NHWC,
 # panels, flat rows) for a fixed vector model, never for the machine: ``tc.gradient``

@@ -20,7 +20,7 @@ from ..ir import dtype as _dt
 from ..ir.expr import Const
 from ..te.tensor import Tensor
 from ._check import Args
-from .ops import _elementwise
+from ._common import _elementwise
 
 __all__ = [
     "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "erf", "sin", "cos",

@@ -61,7 +61,8 @@ from .. import te as _te
 from ..errors import ComputeError, DTypeError
 from ..ir.expr import Const
 from ._check import Args
-from .ops import _conv_compute, concatenate, pad as _pad
+from .conv import _conv_compute
+from .transform import concatenate, pad as _pad
 
 __all__ = ["quantize", "dequantize", "requantize", "quantized_add", "quantized_concatenate",
            "quantized_dense", "quantized_conv2d", "QDTYPES"]

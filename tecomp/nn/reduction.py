@@ -22,7 +22,7 @@ from ..ir import dtype as _dt
 from ..ir.expr import Const
 from ..te.tensor import Tensor
 from ._check import Args
-from .ops import _acc, _rounded
+from ._common import _acc, _rounded
 
 __all__ = ["sum", "mean", "max", "min", "prod", "argmax", "argmin", "all", "any"]
 

@@ -53,7 +53,7 @@ from .common import _auto_rest, _find, _loads, _op_tags, check_positive_int, con
 from .elementwise import _schedule_elementwise_stage
 from ...target import CpuModel, cpu_model
 from .microkernel import accumulate_block, copy_out, vector_columns
-from ..ops import _dense_args, _gemm_output, _matmul_args
+from ..linalg import _dense_args, _gemm_output, _matmul_args
 
 
 @dataclass(frozen=True)

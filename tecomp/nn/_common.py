@@ -1,0 +1,47 @@
+"""Helpers the compute definitions of :mod:`tecomp.nn` share."""
+from __future__ import annotations
+
+from .. import te as _te
+from ..errors import ShapeError
+from ..ir import dtype as _dt
+from ..ir.expr import Const
+from ._check import Args
+
+
+# ---------------------------------------------------------------------------------
+# helpers
+
+
+def _int(e, what: str) -> int:
+    if isinstance(e, Const):
+        return int(e.value)
+    raise ShapeError(f"{what} must be a constant extent, got {e}")
+
+
+def _c(v, dtype) -> Const:
+    return Const(float(v), dtype)
+
+
+def _acc(dtype: str, out_dtype=None) -> str:
+    """The dtype a reduction over ``dtype`` values accumulates in: ``out_dtype`` when
+    given, else float32 for float16 and bfloat16 (as PyTorch, cuBLAS and cuDNN), else
+    ``dtype`` itself."""
+    return out_dtype if out_dtype is not None else _dt.compute_dtype(dtype)
+
+
+def _rounded(t, dtype: str, name: str, tag: str = "elemwise"):
+    """``t`` as ``dtype``: ``t`` itself when it has that dtype, else a stage ``name`` that
+    rounds each element once (a float32 accumulator stored as float16)."""
+    if t.dtype == dtype:
+        return t
+    return _te.compute(t.shape, lambda *i: t[i].astype(dtype), name=name, tag=tag)
+
+
+def _elementwise(x, fn, op: str, name: str, kind: str = "float"):
+    """The operator ``op``: ``fn`` of each element of ``x`` (a tensor of the dtype kind
+    ``kind``, see :meth:`Args.tensor`)."""
+    Args(op, name).tensor("x", x, dtype=kind)
+    return _te.compute(x.shape, lambda *i: fn(x[i]), name=name, tag="elemwise")
+
+def _is_one(e) -> bool:
+    return isinstance(e, Const) and int(e.value) == 1
