@@ -389,3 +389,23 @@ def test_plain_te_sum_over_float16_accumulates_in_float16():
     s16, s32 = np.zeros(1, np.float16), np.zeros(1, np.float32)
     tc.build(tc.create_schedule([S16.op, S32.op]), [A, S16, S32])(a, s16, s32)
     assert (float(s16[0]), float(s32[0])) == (2048.0, 4096.0)
+
+
+def test_padding_forms():
+    """Every form ``padding=`` takes gives (before, after) per spatial dimension; "SAME"
+    gives TensorFlow's ceil(size / stride) outputs with the odd pixel after."""
+    from tecomp.nn._check import Args
+    a = Args("conv2d_nchw", "c")
+    geo = ((8, 8), (3, 3), (1, 1), (1, 1))
+    assert a.padding(1, *geo) == ((1, 1), (1, 1))
+    assert a.padding((1, 2), *geo) == ((1, 1), (2, 2))
+    assert a.padding((0, 1, 2, 3), *geo) == ((0, 2), (1, 3))        # top, left, bottom, right
+    assert a.padding([(0, 1), (2, 3)], *geo) == ((0, 1), (2, 3))
+    assert a.padding("valid", *geo) == ((0, 0), (0, 0))
+    for size, k, s, d in [(7, 3, 2, 1), (8, 4, 2, 1), (10, 3, 3, 2), (5, 1, 1, 1), (6, 5, 1, 1)]:
+        (b, e), = a.padding("SAME", (size,), (k,), (s,), (d,))
+        out, = a.window((size,), (k,), (s,), ((b, e),), (d,), "data")
+        assert out == -(-size // s) and 0 <= e - b <= 1, (size, k, s, d, b, e)
+    for bad in (-1, (1, 2, 3), "same2", True, ((1,), (2, 3)), 1.0):
+        with pytest.raises(tc.ShapeError, match="padding"):
+            a.padding(bad, *geo)

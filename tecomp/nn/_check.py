@@ -174,19 +174,62 @@ class Args:
                           "give them one dtype (astype one of them), or out_dtype= to cast "
                           "both", DTypeError)
 
-    def window(self, size, kernel, stride, padding, dilation, of: str) -> Tuple[int, int]:
-        """The ``(rows, columns)`` of a convolution or pooling output over an input of
-        ``size`` with ``kernel``, ``stride``, ``padding`` (both sides) and ``dilation``
-        (pairs); a ShapeError when the kernel does not fit the padded input (``of``: the
-        argument the input is)."""
-        out = tuple((n + 2 * p - d * (k - 1) - 1) // s + 1
-                    for n, k, s, p, d in zip(size, kernel, stride, padding, dilation))
+    def padding(self, v, size, kernel, stride, dilation, arg: str = "padding"):
+        """``padding=`` of a convolution or pooling over ``len(size)`` spatial dimensions,
+        as one ``(before, after)`` pair per dimension.
+
+        ``v`` is one of: an int (every side); one int per dimension (both sides of it);
+        one ``(before, after)`` pair per dimension; ``2 * n`` ints, the ``n`` befores then
+        the ``n`` afters (TOPI's ``(top, left, bottom, right)`` in 2-d); ``"VALID"`` (no
+        padding); ``"SAME"`` (TensorFlow's: ``ceil(size / stride)`` outputs, the padding
+        split evenly with the odd row or column after)."""
+        n = len(size)
+        if isinstance(v, str):
+            mode = v.upper()
+            if mode == "VALID":
+                return tuple((0, 0) for _ in range(n))
+            if mode == "SAME":
+                out = []
+                for x, k, s_, d in zip(size, kernel, stride, dilation):
+                    total = max((-(-x // s_) - 1) * s_ + (k - 1) * d + 1 - x, 0)
+                    out.append((total // 2, total - total // 2))
+                return tuple(out)
+            self.fail(f"{arg} {_short(v)} is not a padding mode; give \"SAME\" or \"VALID\", "
+                      "or ints")
+
+        def nonneg(x):
+            return isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= 0
+
+        if nonneg(v):
+            return tuple((int(v), int(v)) for _ in range(n))
+        if isinstance(v, (tuple, list)):
+            vals = list(v)
+            if len(vals) == n and all(nonneg(x) for x in vals):
+                return tuple((int(x), int(x)) for x in vals)
+            if len(vals) == n and all(isinstance(x, (tuple, list)) and len(x) == 2
+                                      and all(nonneg(y) for y in x) for x in vals):
+                return tuple((int(x[0]), int(x[1])) for x in vals)
+            if len(vals) == 2 * n and all(nonneg(x) for x in vals):
+                return tuple((int(vals[i]), int(vals[n + i])) for i in range(n))
+        self.fail(f"{arg} must be an int >= 0, {n} of them (one per spatial dimension), "
+                  f"{n} (before, after) pairs, {2 * n} ints (the befores, then the afters), "
+                  f"\"SAME\" or \"VALID\"; got {_short(v)}")
+
+    def window(self, size, kernel, stride, padding, dilation, of: str) -> Tuple[int, ...]:
+        """The output extents of a convolution or pooling over an input of ``size`` with
+        ``kernel``, ``stride``, ``padding`` (per dimension an int for both sides or a
+        ``(before, after)`` pair) and ``dilation``; a ShapeError when the kernel does not
+        fit the padded input (``of``: the argument the input is)."""
+        pads = [p if isinstance(p, tuple) else (p, p) for p in padding]
+        out = tuple((n + b + a - d * (k - 1) - 1) // s + 1
+                    for n, k, s, (b, a), d in zip(size, kernel, stride, pads, dilation))
         if min(out) <= 0:
+            x = "x".join
             span = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
-            self.fail(f"the kernel does not fit: the {kernel[0]}x{kernel[1]} kernel (dilation "
-                      f"{dilation[0]}x{dilation[1]}, spanning {span[0]}x{span[1]}) is larger "
-                      f"than the {size[0]}x{size[1]} {of} padded by {padding[0]}x{padding[1]} "
-                      f"(the output would be {out[0]}x{out[1]}); pad more or use a smaller "
+            padded = x(str(b) if b == a else f"{b}+{a}" for b, a in pads)
+            self.fail(f"the kernel does not fit: the {x(map(str, kernel))} kernel (dilation "
+                      f"{x(map(str, dilation))}, spanning {x(map(str, span))}) is larger "
+                      f"than the {x(map(str, size))} {of} padded by {padded} "
+                      f"(the output would be {x(map(str, out))}); pad more or use a smaller "
                       "kernel")
         return out
-
