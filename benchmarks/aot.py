@@ -32,7 +32,7 @@ b = np.random.default_rng(1).standard_normal((n, n)).astype("float32")
 c = np.empty((n, n), "float32")
 t2 = time.perf_counter()
 if mode == "build":
-    from tecomp.nn import cpu as sc
+    from tecomp.strategy import cpu as sc
     A = tc.placeholder((n, n), name="A")
     B = tc.placeholder((n, n), name="B")
     C = sc.matmul_packed(A, B)
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     pin_threads(args.threads)
     import tecomp as tc
-    from tecomp.nn import cpu as sc
+    from tecomp.strategy import cpu as sc
     from workloads import machine
 
     print(machine())

@@ -69,7 +69,7 @@ def main() -> int:
 
     import tecomp as tc
     from tecomp import nn
-    from tecomp.nn.cpu import schedule_attention
+    from tecomp.strategy.cpu import schedule_attention
 
     torch.set_num_threads(args.threads)
     F = torch.nn.functional

@@ -29,7 +29,8 @@ def main(argv=None) -> int:
     import numpy as np
     import tecomp as tc
     from tecomp import nn
-    from tecomp.autodiff import gradient, schedule_backward
+    from tecomp.autodiff import gradient
+    from tecomp.strategy import schedule_backward
     torch = torch_or_none(args.threads)
     if torch is None:
         return 1

@@ -12,7 +12,7 @@ Needs a CUDA GPU, pycuda, and for the references PyTorch and/or CuPy (see
 ``docs/GPU.md`` / the project's GPU notes for installing the pycuda wheel).  Without a GPU
 or pycuda it says so and exits with status 2.
 
-Workloads (float32, the schedules of ``tecomp.nn.cuda``):
+Workloads (float32, the schedules of ``tecomp.strategy.cuda``):
 
 * GEMM 4096^3 and 1024^3 against cuBLAS through ``torch.matmul`` and ``cupy.matmul``;
 * the two ResNet 3x3 convolutions (stride 1, padding 1, N = 32): C = K = 64 at 56x56 and
@@ -66,7 +66,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import tecomp as tc  # noqa: E402
 from tecomp.errors import RuntimeUnavailableError  # noqa: E402
-from tecomp.nn import cuda as nn_cuda, ops  # noqa: E402
+from tecomp.strategy import cuda as nn_cuda  # noqa: E402
+from tecomp.nn import ops  # noqa: E402
 
 NO_GPU_STATUS = 2
 TOLERANCE = 1e-4  # max error relative to the largest value of the float64 result
@@ -333,7 +334,7 @@ def wmma_sweep(n: int, N: Optional[int] = None, K: Optional[int] = None,
 
 def _template_build(args: Callable[[], list], schedule, name: str) -> Callable[..., object]:
     """``build(target, config)`` of a workload with a template: ``schedule(out, target,
-    config)`` (a ``tecomp.nn.cuda.schedule_*``) of fresh ``args()``'s output."""
+    config)`` (a ``tecomp.strategy.cuda.schedule_*``) of fresh ``args()``'s output."""
     def build(target="cuda", config=None):
         a = args()
         return tc.build(schedule(a[-1], target, config), a, target=target, name=name)
@@ -349,7 +350,7 @@ def _rules_build(args: Callable[[], list], name: str) -> Callable[..., object]:
     """``build(target, config)`` of a workload written in plain TE: the GPU rules'
     schedule of fresh ``args()`` (``config``: the GEMM tiling of its contraction)."""
     def build(target="cuda", config=None):
-        from tecomp.autoschedule.cuda_rules import apply_cuda_rules
+        from tecomp.strategy.cuda_rules import apply_cuda_rules
 
         a = args()
         return tc.build(apply_cuda_rules(a, gemm=config), a, target=target, name=name)

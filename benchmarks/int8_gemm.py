@@ -29,8 +29,8 @@ def main() -> int:
     import numpy as np
 
     import tecomp as tc
-    from tecomp.autoschedule.rules import Knobs, apply_rules
-    from tecomp.nn.cpu import cpu_model
+    from tecomp.strategy.rules import Knobs, apply_rules
+    from tecomp.strategy.cpu import cpu_model
     from run import interleaved, uptime
     from workloads import machine
 

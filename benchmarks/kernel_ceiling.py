@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import numpy as np
     import tecomp as tc
-    from tecomp.nn import cpu as sc
+    from tecomp.strategy import cpu as sc
     from run import interleaved
 
     if sc.cpu_model().lanes != 16:

@@ -25,7 +25,7 @@ from workloads import Runner, Skip
 
 
 def _lanes():
-    from tecomp.nn.cpu import cpu_model
+    from tecomp.strategy.cpu import cpu_model
 
     return cpu_model().lanes
 

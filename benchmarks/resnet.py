@@ -36,8 +36,9 @@ def main(argv=None) -> int:
 
     import numpy as np
     import tecomp as tc
+    from tecomp.strategy import 
     from tecomp.nn import ops
-    from tecomp.nn import cpu as sc
+    from tecomp.strategy import cpu as sc
     torch = torch_or_none(args.threads)
     if torch is None:
         return 1

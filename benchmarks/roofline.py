@@ -4,8 +4,8 @@
     python3 benchmarks/roofline.py --out r.svg --threads 1
     python3 benchmarks/roofline.py --quick              # smaller sizes
 
-Builds a GEMM (``tecomp.nn.cpu.matmul_packed``), a 3x3 convolution (NCHW), a row
-softmax (``softmax_fast``) and an elementwise add, each with its ``tecomp.nn.cpu``
+Builds a GEMM (``tecomp.strategy.cpu.matmul_packed``), a 3x3 convolution (NCHW), a row
+softmax (``softmax_fast``) and an elementwise add, each with its ``tecomp.strategy.cpu``
 schedule (the add: vectorized and parallel), measures the FMA peak and the
 read-stream bandwidth here (``tc.viz.host_peaks``), times each kernel with
 ``tc.roofline`` and draws them on one roofline titled with this CPU's name.  The FLOPs
@@ -20,7 +20,8 @@ import os
 import numpy as np
 
 import tecomp as tc
-from tecomp.nn import cpu as sc
+from tecomp.strategy import cpu as sc
+from tecomp.strategy import 
 from tecomp.nn import ops
 
 

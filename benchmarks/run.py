@@ -10,7 +10,7 @@
 Workloads: GEMM 512^3 / 1024^3 / 2048^3 (float32), conv2d 3x3 stride 1 pad 1 (N=1,
 C=K=64 at 56x56 and C=K=256 at 14x14, NCHW and NHWC), row softmax of a 4096x1024 matrix
 (tecomp with ``exp`` and with ``fast_exp``).  Tools: tecomp (the tuned schedules of
-``tecomp.nn.cpu``), numpy (OpenBLAS; convolutions as im2col + GEMM), PyTorch,
+``tecomp.strategy.cpu``), numpy (OpenBLAS; convolutions as im2col + GEMM), PyTorch,
 TVM and Halide where installed (hand-written schedules in ``benchmarks/others.py``).
 
 Method: every tool's kernel is built first and checked against a float64 reference;

@@ -9,8 +9,9 @@ from typing import Callable
 import numpy as np
 
 import tecomp as tc
+from tecomp.strategy import 
 from tecomp.nn import ops
-from tecomp.nn import cpu as sc
+from tecomp.strategy import cpu as sc
 
 UNIT_NOTE = "GFLOP/s (higher is better; conv counts 2*N*K*C*H*W*9) or ms (softmax, lower " \
     "is better)"

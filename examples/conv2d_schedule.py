@@ -7,7 +7,7 @@ image made up front.
 
 Prints the loop IR (look for ``allocate conv2d_nchw.pad`` inside the parallel loop), checks
 the result against numpy and compares the speed with the tuned library schedule
-(``tecomp.nn.cpu.schedule_conv2d_nchw``) and with PyTorch when installed.
+(``tecomp.strategy.cpu.schedule_conv2d_nchw``) and with PyTorch when installed.
 """
 import os
 import sys
@@ -18,7 +18,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import tecomp as tc  # noqa: E402
-from tecomp.nn import cpu as nn_cpu, ops  # noqa: E402
+from tecomp.strategy import cpu as nn_cpu  # noqa: E402
+from tecomp.nn import ops  # noqa: E402
 
 N, C, H, W, K = 1, 64, 56, 56, 64
 data = tc.placeholder((N, C, H, W), name="data")

@@ -10,7 +10,7 @@ measured in this process (median of repeated calls):
   5. array packing    B copied into [N/32, K, 32] panels (a compute stage): contiguous reads
   6. write cache      C's tile accumulated in a local buffer, written back once
   7. parallel         the outer tile loop on the thread pool
-  8. tuned            tecomp.nn.cpu.schedule_matmul: register-blocked micro-kernel with FMAs
+  8. tuned            tecomp.strategy.cpu.schedule_matmul: register-blocked micro-kernel with FMAs
 
     python3 examples/gemm_schedules.py [N]      # N = M = K, default 1024
 """
@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import tecomp as tc  # noqa: E402
-from tecomp.nn import cpu as nn_cpu  # noqa: E402
+from tecomp.strategy import cpu as nn_cpu  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
 M = K = N
@@ -149,4 +149,4 @@ report("7. parallel", s, [A, B, C])
 C8 = nn_cpu.matmul_packed(A, B)
 s = nn_cpu.schedule_matmul(C8)
 print("blocking:", nn_cpu.gemm_params(M, N, K))
-report("8. tuned (tecomp.nn.cpu.schedule_matmul)", s, [A, B, C8])
+report("8. tuned (tecomp.strategy.cpu.schedule_matmul)", s, [A, B, C8])

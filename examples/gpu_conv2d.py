@@ -13,7 +13,8 @@ import numpy as np
 
 import tecomp as tc
 from tecomp.errors import RuntimeUnavailableError
-from tecomp.nn import cuda as nn_cuda, ops
+from tecomp.strategy import cuda as nn_cuda
+from tecomp.nn import ops
 
 
 def gpu_or_none():

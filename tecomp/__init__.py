@@ -130,6 +130,7 @@ def workspace_cached() -> int:
 
 from .autodiff import gradient  # noqa: E402  (tc.gradient; tecomp.autodiff has the rest)
 from .autoschedule import auto_schedule  # noqa: E402  (tc.auto_schedule)
+from .strategy import schedule_backward  # noqa: E402  (tc.schedule_backward)
 from . import viz  # noqa: E402  (pictures: tc.roofline, tc.draw_schedule)
 from .viz import draw_schedule, roofline  # noqa: E402
 
@@ -197,7 +198,8 @@ __all__ = [
     "ScanOp", "scan", "ScatterOp", "scatter_add",
     "TensorIntrin", "decl_tensor_intrin", "tensor_intrin", "tensor_intrins_for",
     # schedules, lowering, building, running
-    "Schedule", "Stage", "create_schedule", "auto_schedule", "gradient", "Target", "lower",
+    "Schedule", "Stage", "create_schedule", "auto_schedule", "gradient", "schedule_backward",
+    "Target", "lower",
     "build", "load_module", "empty", "aligned", "set_num_threads", "get_num_threads",
     "release_workspace", "set_workspace_limit", "workspace_cached",
     # TVM's spellings of devices and arrays

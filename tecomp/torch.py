@@ -20,7 +20,7 @@
   float64 (:func:`tecomp.te.retype.retype`), so ``torch.autograd.gradcheck`` runs on it;
 * is differentiable with respect to every floating input: the backward is
   ``tc.gradient`` of the definition (the sum over the outputs, each with its incoming
-  gradient as the head), scheduled by :func:`tecomp.autodiff.schedule_backward`, compiled
+  gradient as the head), scheduled by :func:`tecomp.strategy.schedule_backward`, compiled
   on the first backward of each dtype combination; integer inputs get no gradient;
 * is registered through ``torch.library`` as the custom op ``torch.ops.tecomp.<name>``
   (with a fake implementation and its autograd formula, itself a custom op), so
@@ -48,7 +48,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.distributed as dist
 
-from .autodiff import gradient, schedule_backward
+from .autodiff import gradient
+from .strategy import schedule_backward
 from .autoschedule import auto_schedule
 from .build import build
 from .errors import (ArgumentError, ComputeError, DTypeError, RuntimeUnavailableError,

@@ -12,7 +12,7 @@ import pytest
 
 import tecomp as tc
 import tecomp.nn as nn
-from tecomp.nn import cpu
+from tecomp.strategy import cpu
 from tecomp.testing import qemu
 from tecomp.testing.diff import run_case
 from tecomp.testing.fuzz import case_for_seed

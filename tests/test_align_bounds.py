@@ -9,7 +9,7 @@ import pytest
 
 import tecomp as tc
 from tecomp import nn
-from tecomp.nn import cpu as sc
+from tecomp.strategy import cpu as sc
 from tecomp.testing import check_passes
 from helpers import run
 

@@ -12,7 +12,7 @@ import tecomp as tc
 from tecomp import nn
 from tecomp.ir import Allocate
 from tecomp.ir.functor import collect
-from tecomp.nn.cpu import attention_params, cpu_model, schedule_attention
+from tecomp.strategy.cpu import attention_params, cpu_model, schedule_attention
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

@@ -496,7 +496,7 @@ def test_gradcheck_reports_a_wrong_gradient():
 
 def test_schedule_backward_keeps_the_results():
     from tecomp import nn
-    from tecomp.autodiff.schedule import schedule_backward
+    from tecomp.strategy import schedule_backward
 
     X, W = tc.placeholder((2, 16, 10, 10), name="X"), tc.placeholder((8, 16, 3, 3), name="W")
     b = tc.placeholder((8,), name="b")

@@ -11,6 +11,7 @@ import pytest
 import tecomp as tc
 from tecomp import autodiff as ad
 from tecomp import nn
+from tecomp.strategy import 
 from tecomp.nn import conv_grad
 
 from helpers import with_fma_model
@@ -205,7 +206,7 @@ def test_conv_gradients_are_scheduled_as_convolutions(layout, stride, padding, d
     # NHWC one transposed, when it is small (as here)
     wg = gW if layout == "nhwc" else gW.op.input_tensors[0]
     assert wg.op.tag == "conv2d_nhwc_wgrad"
-    s = ad.schedule_backward([gX, gW])
+    s = tc.schedule_backward([gX, gW])
     f = tc.build(s, [X, Wt, Hd, gX, gW])
     shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
     x = rng.standard_normal(shape(X)).astype("float32")
@@ -252,7 +253,7 @@ def test_narrow_nchw_data_gradients_run_as_nhwc_convolutions(stride, padding, di
 def _check_nchw_data_gradient(torch, X, Wt, Y, Hd, gX, stride, padding, dilation=1):
     """gX (the data gradient of Y = conv2d_nchw(X, Wt), head Hd) built with
     schedule_backward, against PyTorch in float64."""
-    f = tc.build(ad.schedule_backward([gX]), [Wt, Hd, gX])
+    f = tc.build(tc.schedule_backward([gX]), [Wt, Hd, gX])
     shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
     w = rng.standard_normal(shape(Wt)).astype("float32")
     h = rng.standard_normal(shape(Y)).astype("float32")
@@ -268,7 +269,7 @@ def _check_nchw_data_gradient(torch, X, Wt, Y, Hd, gX, stride, padding, dilation
 def test_training_step_with_a_channel_vector_forward_conv(monkeypatch, lanes):
     # a narrow NCHW forward convolution takes the channel-vector schedule in
     # schedule_backward too, beside its own gradients (with large weights: per task)
-    from tecomp.nn import cpu as sc
+    from tecomp.strategy import cpu as sc
 
     torch = pytest.importorskip("torch")
     _with_l2(monkeypatch, 16 << 10)
@@ -279,7 +280,7 @@ def test_training_step_with_a_channel_vector_forward_conv(monkeypatch, lanes):
     assert sc.conv2d._nchw_by_channels(Y, sc.cpu_model(), H) is not None
     Hd = tc.placeholder(Y.shape, name="H")
     gX, gW = tc.gradient(Y, [X, Wt], head=Hd)
-    f = tc.build(ad.schedule_backward([Y, gX, gW]), [X, Wt, Hd, Y, gX, gW])
+    f = tc.build(tc.schedule_backward([Y, gX, gW]), [X, Wt, Hd, Y, gX, gW])
     shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
     x, w, h = (rng.standard_normal(shape(t)).astype("float32") for t in (X, Wt, Y))
     y, gx, gw = (np.empty(shape(t), "float32") for t in (Y, X, Wt))
@@ -297,7 +298,7 @@ def test_narrow_nchw_data_gradient_phases_with_channel_vectors(stride, lanes, mo
     # 256 adjoint channels or more: they stay NCHW convolutions, which the NCHW schedule
     # vectorizes across channels (no transposes; the single-tap phase of a stride of 2
     # only with 512) on a machine with full-width FMAs
-    from tecomp.nn import cpu as sc
+    from tecomp.strategy import cpu as sc
 
     torch = pytest.importorskip("torch")
     with_fma_model(monkeypatch, half_width=False, gather_cost=1.5)
@@ -364,7 +365,7 @@ def test_strided_conv_gradients_differentiate_again(layout):
 
 
 def _check_weight_gradient(torch, X, Wt, Y, Hd, gW, layout, stride):
-    f = tc.build(ad.schedule_backward([gW]), [X, Hd, gW])
+    f = tc.build(tc.schedule_backward([gW]), [X, Hd, gW])
     shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
     x = rng.standard_normal(shape(X)).astype(X.dtype)
     h = rng.standard_normal(shape(Y)).astype(X.dtype)
@@ -453,7 +454,7 @@ def test_conv_gradients_with_symbolic_batch_and_channels(layout, stride):
         Y = nn.conv2d_nhwc(X, Wt, stride, 1)
     Hd = tc.placeholder(Y.shape, name="H")
     gX, gW = tc.gradient(Y, [X, Wt], head=Hd)
-    f = tc.build(ad.schedule_backward([gX, gW]), [X, Wt, Hd, gX, gW])
+    f = tc.build(tc.schedule_backward([gX, gW]), [X, Wt, Hd, gX, gW])
     x = rng.standard_normal((2, 4, 9, 11)).astype("float32")
     w = rng.standard_normal((6, 4, 3, 3)).astype("float32")
     xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)

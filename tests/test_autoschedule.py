@@ -8,8 +8,8 @@ import pytest
 
 import tecomp as tc
 import tecomp.nn as nn
-from tecomp.autoschedule.rules import Knobs, apply_rules
-from tecomp.nn.cpu import cpu_model
+from tecomp.strategy.rules import Knobs, apply_rules
+from tecomp.strategy.cpu import cpu_model
 from tecomp.schedule.trace import replay
 
 
@@ -234,20 +234,20 @@ def test_schedule_backward_uses_the_rules_for_stages_without_template():
     Q, K, S = args
     dS = tc.placeholder(S.shape, name="dS")
     dQ, dK = tc.gradient(S, [Q, K], head=dS)
-    s = tc.autodiff.schedule_backward([dQ, dK])
+    s = tc.schedule_backward([dQ, dK])
     assert "cache_write" in s.trace.python([Q, K, dS, dQ, dK])
     ins, (gq, gk) = _run(s, [Q, K, dS, dQ, dK])
     q, kk, ds = (x.astype("float64") for x in ins)
     np.testing.assert_allclose(gq, np.einsum("bij,bjk->bik", ds, kk), rtol=2e-4, atol=2e-4)
     np.testing.assert_allclose(gk, np.einsum("bij,bik->bjk", ds, q), rtol=2e-4, atol=2e-4)
     # auto=False keeps the plain scheme
-    s2 = tc.autodiff.schedule_backward([dQ, dK], auto=False)
+    s2 = tc.schedule_backward([dQ, dK], auto=False)
     assert "cache_write" not in s2.trace.python([Q, K, dS, dQ, dK])
 
 
 def test_nn_schedule_falls_back_to_the_rules():
     args, ref = bmm_scores()
-    from tecomp.nn import cpu as sc
+    from tecomp.strategy import cpu as sc
 
     s = sc.schedule_matmul(args[-1])        # no matmul stage: the rules
     _check(s, args, ref)
@@ -287,8 +287,8 @@ def test_dense_template_only_for_few_rows():
     register-blocked rules from DENSE_NOPACK_MAX_ROWS + 1 rows on (1024x768 -> 768: 3.9
     against 10.3 ms); a knob either way, so the search can flip it."""
     import tecomp.nn as nn
-    from tecomp.autoschedule.rules import Knobs
-    from tecomp.nn.cpu.gemm import DENSE_NOPACK_MAX_ROWS
+    from tecomp.strategy.rules import Knobs
+    from tecomp.strategy.cpu.gemm import DENSE_NOPACK_MAX_ROWS
 
     for rows, template in ((61, True), (DENSE_NOPACK_MAX_ROWS + 1, False)):
         X = tc.placeholder((rows, 96), name="X")
@@ -302,7 +302,7 @@ def test_dense_template_only_for_few_rows():
         d = np.empty((rows, 64), np.float32)
         tc.build(s, args)(x, w, d)
         np.testing.assert_allclose(d, x @ w.T, rtol=1e-4)
-    from tecomp.nn.cpu.gemm import _dense_rows_for_generic_rules
+    from tecomp.strategy.cpu.gemm import _dense_rows_for_generic_rules
 
     knobs = Knobs({"dense.generic_rules": True})   # what a search may try
     assert _dense_rows_for_generic_rules(D.op, knobs) is True  # D: the dense, no bias
@@ -337,8 +337,8 @@ def test_register_blocks_on_avx2(width, block):
     row as one block of 8 + 8 + 8 + 4 lanes rather than 16-lane blocks whose 12-lane tail
     would run lane by lane.  The results are right where the target runs."""
     import tecomp.nn as tnn
-    from tecomp.autoschedule.rules import Knobs, apply_rules
-    from tecomp.nn.cpu import cpu_model
+    from tecomp.strategy.rules import Knobs, apply_rules
+    from tecomp.strategy.cpu import cpu_model
 
     target = "llvm -mcpu=haswell"
     X = tc.placeholder((1, 64, width, width), name="X")
@@ -367,8 +367,8 @@ def test_nchw_conv_template_or_generic_rules(target, window, generic):
     epilogue) the generic rules by default, a 1x1 the template; with AVX-512 the template.
     The knob is in the space, so a search tries the other."""
     import tecomp.nn as tnn
-    from tecomp.autoschedule.rules import Knobs, apply_rules
-    from tecomp.nn.cpu import cpu_model
+    from tecomp.strategy.rules import Knobs, apply_rules
+    from tecomp.strategy.cpu import cpu_model
 
     X = tc.placeholder((1, 16, 12, 12), name="X")
     W = tc.placeholder((16, 16, window, window), name="W")
@@ -677,7 +677,7 @@ def test_plain_nchw_conv_gets_the_conv_template(case):
     product's factors in either order, strides, dilations, a bias + relu epilogue) is
     recognized as one and scheduled by tecomp.nn's convolution template, as
     tecomp.nn.conv2d_nchw is, and computes the same as PyTorch's conv2d."""
-    from tecomp.nn.cpu.conv2d import plain_nchw_conv
+    from tecomp.strategy.cpu.conv2d import plain_nchw_conv
 
     torch = pytest.importorskip("torch")
     N, C, K, H, W, R, stride, dil, pad, swap, epi = case
@@ -711,7 +711,7 @@ def test_plain_computes_that_are_not_nchw_convolutions():
     """Near misses are left to the generic rules: the weight read as W[c, o, ky, kx], the
     window flipped (y - ky), a float64 convolution, a product of three factors; and a 1x1
     window, whose image-plane vectors the rules have."""
-    from tecomp.nn.cpu.conv2d import plain_nchw_conv
+    from tecomp.strategy.cpu.conv2d import plain_nchw_conv
 
     X = tc.placeholder((1, 8, 9, 9), name="X")
     P = _pad_nchw(X, 1)

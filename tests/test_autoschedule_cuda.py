@@ -1,5 +1,5 @@
 """tc.auto_schedule(args, target="cuda"): the rule-based GPU schedule of any compute DAG
-(tecomp.autoschedule.cuda_rules), run in the CUDA emulation (and on a GPU where there is
+(tecomp.strategy.cuda_rules), run in the CUDA emulation (and on a GPU where there is
 one) against numpy; the interpreter finds no race; nvcc compiles every schedule."""
 import json
 import re
@@ -11,6 +11,7 @@ import pytest
 import tecomp as tc
 from tecomp.codegen.nvcc import compile_ptx, find_nvcc
 from tecomp.ir import interp
+from tecomp.strategy import 
 from tecomp.nn import ops
 from helpers import gpu_driver  # noqa: F401  (a fixture)
 
@@ -140,7 +141,7 @@ def test_short_reduction_gemm_tiling_in_the_emulation():
     """A batched GEMM with K = 64 big enough for the full block gets the short-K tiling
     (64 x 32 blocks, 8 k steps, double-buffered 16-byte copies); ragged edges included,
     it matches numpy and the interpreter sees no race."""
-    from tecomp.nn.cuda.gemm import gemm_config
+    from tecomp.strategy.cuda.gemm import gemm_config
 
     B, M, N, D = 32, 65, 129, 64
     Q = tc.placeholder((B, M, D), name="Q")
@@ -162,7 +163,7 @@ def test_short_reduction_gemm_tiling_in_the_emulation():
     kk = tc.reduce_axis((0, 16), name="k")
     S2 = tc.compute((1, 70, 40), lambda b, i, j: tc.sum(small[0][b, i, kk] * small[1][b, j, kk],
                                                         axis=kk), name="S")
-    from tecomp.autoschedule.cuda_rules import apply_cuda_rules
+    from tecomp.strategy.cuda_rules import apply_cuda_rules
 
     args2 = small + [S2]
     s2 = apply_cuda_rules(args2, gemm=gemm_config(M, N, D, B))
@@ -245,9 +246,9 @@ def test_gpu_conv_tiling_knobs_in_the_emulation():
     """A convolution's template tiling is the GPU search's knobs: the analytic values are
     ``conv_config``'s, other values give another tiling that computes the same result,
     and a tiling that cannot launch is refused before anything is measured."""
-    from tecomp.autoschedule.cuda_rules import apply_cuda_rules
-    from tecomp.autoschedule.rules import Knobs
-    from tecomp.nn import cuda as nn_cuda
+    from tecomp.strategy.cuda_rules import apply_cuda_rules
+    from tecomp.strategy.rules import Knobs
+    from tecomp.strategy import cuda as nn_cuda
 
     d = tc.placeholder((2, 8, 6, 6), name="d")
     w = tc.placeholder((12, 8, 3, 3), name="w")

@@ -293,7 +293,8 @@ def test_launch_must_fit_the_device():
 def test_dynamic_shared_memory_is_passed_at_launch_and_checked_against_the_opt_in_limit():
     """A kernel with more than 48 KiB of shared arrays: the launch passes their size as
     dynamic shared memory; a device whose opt-in limit is smaller refuses it."""
-    from tecomp.nn import cuda as sc, ops
+    from tecomp.strategy import cuda as sc
+    from tecomp.nn import ops
 
     A = tc.placeholder((128, 128), "float16", name="A")
     B = tc.placeholder((128, 128), "float16", name="B")
@@ -514,7 +515,7 @@ def test_aliased_device_arrays_are_rejected():
 def test_device_arrays_in_place_of_an_elementwise_input():
     """A TE elementwise stage: the same device array for its input and output runs in
     place (the overlap rule every runtime shares, tecomp/runtime/argcheck.py)."""
-    from tecomp.nn import cuda as nn_cuda
+    from tecomp.strategy import cuda as nn_cuda
 
     n = tc.var("n")
     A = tc.placeholder((n,), name="A")

@@ -438,8 +438,8 @@ def test_campaign_seed_3016817_pack_of_an_operand_the_reduction_does_not_index()
     transpose, and an IndexError.  Such an operand is not packed now."""
     import random
 
-    from tecomp.autoschedule.rules import Knobs, apply_rules
-    from tecomp.nn.cpu import cpu_model
+    from tecomp.strategy.rules import Knobs, apply_rules
+    from tecomp.strategy.cpu import cpu_model
 
     T0 = tc.placeholder((2,), name="P0")
     k0 = tc.reduce_axis((0, 8), name="k0")

@@ -7,7 +7,7 @@ import pytest
 
 import tecomp as tc
 from tecomp.lower.in_place import in_place_pairs
-from tecomp.nn import cuda as nn_cuda
+from tecomp.strategy import cuda as nn_cuda
 from tecomp.runtime.argcheck import self_overlap
 
 

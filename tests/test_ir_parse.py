@@ -15,7 +15,8 @@ from tecomp.ir import (
     structural_equal,
 )
 from tecomp.ir.stmt import ParamCheck
-from tecomp.nn import cpu as sc
+from tecomp.strategy import cpu as sc
+from tecomp.strategy import 
 from tecomp.nn import ops
 from tecomp.testing import RandomDraw, draw_case
 from tecomp.ir import interp

@@ -1,4 +1,4 @@
-"""Correctness of the tuned CPU schedules of tecomp.nn.cpu (never their speed).
+"""Correctness of the tuned CPU schedules of tecomp.strategy.cpu (never their speed).
 
 Every shipped schedule is checked against numpy (float64 references) on small versions of
 the benchmarked shapes and on odd ones (primes, 1s, tails in every blocked dimension),
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import tecomp as tc
+from tecomp.strategy import 
 from tecomp.nn import ops
-from tecomp.nn import cpu as sc
+from tecomp.strategy import cpu as sc
 
 from helpers import with_fma_model, with_l2
 
@@ -208,7 +209,7 @@ def test_schedule_dense_takes_the_rules_for_many_rows():
     rows gives what tc.auto_schedule does (the rules' register blocks, W copied in
     panels), not dense_nopack's vectors along the reduction; a config keeps the
     template; right either way."""
-    from tecomp.nn.cpu.gemm import DENSE_NOPACK_MAX_ROWS
+    from tecomp.strategy.cpu.gemm import DENSE_NOPACK_MAX_ROWS
 
     rows = DENSE_NOPACK_MAX_ROWS + 1
     X = tc.placeholder((rows, 64), name="X")
@@ -492,7 +493,7 @@ def test_conv2d_nchw_channel_vectors_weigh_the_weight_copy(case, chan, monkeypat
     that many pixels; on a full-width model with cheaper gathers every layer here takes
     channel vectors.  The search may take either (the knob is offered both ways), and
     both compute the convolution."""
-    from tecomp.autoschedule.rules import Knobs, apply_rules
+    from tecomp.strategy.rules import Knobs, apply_rules
 
     monkeypatch.setenv("TECOMP_VECTOR_LANES", "16")
     N, C, H, O, R, st = case

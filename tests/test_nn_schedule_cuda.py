@@ -1,4 +1,4 @@
-"""The CUDA schedules of tecomp.nn (tecomp/nn/cuda/).
+"""The CUDA schedules of tecomp.nn (tecomp/strategy/cuda/).
 
 * every schedule, on small and odd shapes (tails in every tiled dimension, symbolic
   extents, epilogues), in the CUDA emulation against numpy, in two thread orders (a
@@ -31,8 +31,9 @@ import tecomp as tc
 from tecomp.codegen.nvcc import compile_ptx, find_nvcc
 from tecomp.errors import RuntimeUnavailableError, ScheduleError
 from tecomp.ir import interp
+from tecomp.strategy import 
 from tecomp.nn import ops
-from tecomp.nn import cuda as sc
+from tecomp.strategy import cuda as sc
 from helpers import gpu_driver  # noqa: F401  (a fixture)
 
 needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,

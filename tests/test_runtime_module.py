@@ -5,7 +5,8 @@ import pytest
 
 import tecomp as tc
 from tecomp.codegen.cuda_emu import CudaEmuModule
-from tecomp.nn import cuda as nn_cuda, ops
+from tecomp.strategy import cuda as nn_cuda
+from tecomp.nn import ops
 from tecomp.runtime import Module
 from tecomp.runtime.cuda import CudaModule
 from tecomp.runtime.llvm import Module as LlvmModule

@@ -12,7 +12,7 @@ import pytest
 
 import tecomp as tc
 import tecomp.nn as nn
-from tecomp.nn import cpu as sc
+from tecomp.strategy import cpu as sc
 from tecomp.target import Target
 
 RNG = np.random.default_rng(7)
@@ -266,7 +266,7 @@ def test_gradients_are_the_same_for_every_vector_width(monkeypatch):
 
 
 def test_schedule_backward_for_a_target():
-    from tecomp.autodiff import schedule_backward
+    from tecomp.strategy import schedule_backward
 
     X = tc.placeholder((8, 40), name="X")
     W = tc.placeholder((24, 40), name="W")

@@ -1,5 +1,5 @@
 """Tensor cores: the wmma fragment scopes and intrinsics (tecomp.te.intrin_cuda), the
-tensor-core GEMM template (tecomp.nn.cuda.tensorcore).
+tensor-core GEMM template (tecomp.strategy.cuda.tensorcore).
 
 Without a GPU the CUDA emulation runs the generated CUDA C (each intrinsic's declared
 computation on whole tiles) and nvcc compiles it to PTX; ``gpu``-marked tests run it on a
@@ -14,8 +14,9 @@ import pytest
 import tecomp as tc
 from tecomp.codegen.nvcc import compile_ptx, find_nvcc
 from tecomp.errors import ArgumentError
-from tecomp.nn import cuda as sc, ops
-from tecomp.nn.cuda import WmmaConfig, wmma_config
+from tecomp.strategy import cuda as sc
+from tecomp.nn import ops
+from tecomp.strategy.cuda import WmmaConfig, wmma_config
 from helpers import gpu_driver  # noqa: F401  (a fixture)
 from wmma_examples import hand_schedule, hgemm, inputs
 
@@ -90,7 +91,7 @@ def _transposed_cases():
     """(name, args, inputs, want, schedule) of the GEMMs whose operands are not both
     row major: dense (W[N, K]: column-major B fragments), batched with K transposed
     (attention's scores) and with A transposed, through the template or the GPU rules."""
-    from tecomp.autoschedule.cuda_rules import apply_cuda_rules
+    from tecomp.strategy.cuda_rules import apply_cuda_rules
 
     rng = np.random.default_rng(7)
     f32 = np.float32

@@ -7,7 +7,7 @@ import pytest
 
 import tecomp as tc
 import tecomp.nn as nn
-from tecomp.nn import cpu as sc
+from tecomp.strategy import cpu as sc
 from tecomp.schedule.trace import replay
 
 

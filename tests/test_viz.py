@@ -6,7 +6,8 @@ import pytest
 
 import tecomp as tc
 from tecomp.ir.analysis import count_flops, loop_footprints, shape_env
-from tecomp.nn import cpu as sc
+from tecomp.strategy import cpu as sc
+from tecomp.strategy import 
 from tecomp.nn import ops
 from tecomp.viz import peaks as _peaks
 

@@ -12,7 +12,7 @@
     print(gX.op.body)  # sum(H[ax0, o, ax2 // 2 - ky.t, ..]*W[o, ax1, ax2 % 2 + ky.t*2, ..],
                        #     axis=[o, ky.t, kx.t], where=...): a gather over the stride-2
                        #     lattice of the kernel
-    s = ad.schedule_backward([gX, gW])                # or any schedule you write
+    s = tc.schedule_backward([gX, gW])                # or any schedule you write
     f = tc.build(s, [X, W, H, gX, gW])
     ad.gradcheck(Y, [X, W])                           # finite differences in float64
 
@@ -32,7 +32,8 @@ What is here:
   the data gradient is a convolution, one per phase of the data for a stride above 1, the
   weight gradient a ``conv2d_*_wgrad``).
 * :func:`gradcheck`: finite differences in float64 and the dot-product test.
-* :func:`schedule_backward`: a default CPU schedule for derived gradients.
+* A default CPU schedule for derived gradients is :func:`tecomp.schedule_backward`
+  (:mod:`tecomp.strategy.backward`, with the other schedules).
 * :func:`stop_gradient`: treat a compute as a constant.
 * :func:`evaluate`: a small numpy evaluator of compute DAGs (a reference, no schedule).
 
@@ -44,9 +45,8 @@ from .rules import (register_derivative, register_tag_derivative, unregister_der
 from .inversion import Inversion, invert
 from .reference import evaluate
 from .gradcheck import GradcheckError, gradcheck
-from .schedule import schedule_backward
 
 __all__ = ["gradient", "gradcheck", "GradcheckError", "register_derivative",
            "unregister_derivative", "register_tag_derivative", "unregister_tag_derivative",
            "stop_gradient", "invert", "Inversion", "evaluate",
-           "partials", "schedule_backward"]
+           "partials"]

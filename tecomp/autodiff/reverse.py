@@ -845,7 +845,7 @@ def gradient(output: Tensor, inputs: Union[Tensor, Sequence[Tensor]],
 
     The gradients are ordinary compute definitions: schedule them with
     ``tc.create_schedule([g.op for g in grads])`` (or
-    :func:`tecomp.autodiff.schedule_backward`) and pass the placeholders they read (the
+    :func:`tecomp.strategy.schedule_backward`) and pass the placeholders they read (the
     forward's inputs and ``head``) to ``tc.build``.  An input that ``output`` does not
     depend on gets a gradient of zeros.
 

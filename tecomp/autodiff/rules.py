@@ -226,7 +226,7 @@ def register_tag_derivative(tag: str, rule: Callable, *, override: bool = False)
 
     ``tecomp.nn`` registers its convolutions this way, so that a convolution's data
     gradient is itself a convolution (one per phase of the data for a stride above 1)
-    that ``schedule_conv2d_*`` and :func:`~tecomp.autodiff.schedule_backward` run at a
+    that ``schedule_conv2d_*`` and :func:`~tecomp.strategy.schedule_backward` run at a
     forward convolution's speed.
 
     Parameters

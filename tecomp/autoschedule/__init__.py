@@ -8,7 +8,7 @@
     print(s.trace.python([Q, K, S]))                         # the schedule as Python
 
 The result is an ordinary :class:`~tecomp.schedule.Schedule`: ``tc.build(s, args)``
-compiles it, ``tc.lower`` prints it.  See :mod:`tecomp.autoschedule.rules` for the rules
+compiles it, ``tc.lower`` prints it.  See :mod:`tecomp.strategy.rules` for the rules
 and their knobs, :mod:`~tecomp.autoschedule.search` for the search,
 :mod:`~tecomp.autoschedule.measure` for the runners and
 :mod:`~tecomp.autoschedule.records` for the log.
@@ -26,8 +26,9 @@ from ..schedule.trace import replay
 from ..target import Target, as_target, cpu_model
 from .checks import check_args, check_shapes, cpu_target
 from . import records
-from .cuda_rules import gpu_rules, measure_unavailable
-from .rules import Knobs, apply_rules, outputs_of
+from ..strategy.cuda_rules import gpu_rules, measure_unavailable
+from ..strategy import apply_rules
+from ..strategy.rules import Knobs, outputs_of
 
 _log = logging.getLogger(__name__)
 
@@ -61,11 +62,11 @@ def auto_schedule(args: Sequence[Union[Tensor, Var]], target: Union[str, Target]
                   search: str = "model") -> Schedule:
     """A schedule for the computes in ``args`` (the list you give ``tc.build``).
 
-    With ``trials=0``, the rule-based schedule (:mod:`tecomp.autoschedule.rules`), read
+    With ``trials=0``, the rule-based schedule (:mod:`tecomp.strategy.rules`), read
     from the compute DAG and the machine; no measurement.  With ``trials=N``, a measured
     search of N candidates, each run in a child process (a crash, a hang or a wrong
     result is a failed candidate, never the answer).  For ``target="cuda"`` (or
-    ``"cuda-emu"``): the GPU rules (:mod:`tecomp.autoschedule.cuda_rules`), and with
+    ``"cuda-emu"``): the GPU rules (:mod:`tecomp.strategy.cuda_rules`), and with
     ``trials=N`` a search over their knobs measured on the GPU (``"cuda-emu"``: in the
     emulation, which checks the search but says nothing of a GPU's speed).
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, Optional, Sequence, Tuple, Un
 from ..errors import AutoScheduleError
 from ..target import Target, cpu_model
 from .checks import check_args, check_shapes, cpu_target
-from .rules import Knobs, apply_rules
+from ..strategy import Knobs, apply_rules
 
 if TYPE_CHECKING:
     from ..ir.expr import Var

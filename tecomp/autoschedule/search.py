@@ -1,7 +1,7 @@
 """Measured search over the rules' knobs (``tc.auto_schedule(..., trials=N)``).
 
-Candidates are the rules of :mod:`tecomp.autoschedule.rules` (for a cuda target, those of
-:mod:`tecomp.autoschedule.cuda_rules`) with other knob values: the
+Candidates are the rules of :mod:`tecomp.strategy.rules` (for a cuda target, those of
+:mod:`tecomp.strategy.cuda_rules`) with other knob values: the
 analytic schedule first, then batches of candidates made by sampling every knob at random
 (``search="random"``), or (the default, ``search="model"``) by mutating the best measured
 ones and crossing them, ranked by a cost model trained on every measurement so far
@@ -49,7 +49,8 @@ from ..schedule.trace import replay
 from ..target import as_target
 from . import measure, records
 from .cost_model import CostModel
-from .rules import Knobs, apply_rules, outputs_of
+from ..strategy import apply_rules
+from ..strategy.rules import Knobs, outputs_of
 
 BATCH = 8           # candidates measured per round
 POOL = 96           # candidates the model ranks per round

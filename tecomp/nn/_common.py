@@ -1,10 +1,13 @@
 """Helpers the compute definitions of :mod:`tecomp.nn` share."""
 from __future__ import annotations
 
+from typing import Optional
+
 from .. import te as _te
 from ..errors import ShapeError
 from ..ir import dtype as _dt
 from ..ir.expr import Const
+from ..te.tensor import Tensor
 from ._check import Args
 
 
@@ -45,3 +48,26 @@ def _elementwise(x, fn, op: str, name: str, kind: str = "float"):
 
 def _is_one(e) -> bool:
     return isinstance(e, Const) and int(e.value) == 1
+
+
+def _cint(e) -> Optional[int]:
+    """The value of a constant extent, or None when symbolic."""
+    return int(e.value) if isinstance(e, Const) else None
+
+
+def _bytes(t: Tensor) -> Optional[int]:
+    """The size of ``t`` in bytes, or None when its shape is symbolic."""
+    n = _dt.bits(t.dtype) // 8
+    for e in t.shape:
+        e = _cint(e)
+        if e is None:
+            return None
+        n *= e
+    return n
+
+
+def _largest_divisor_at_most(n: int, cap: int) -> int:
+    for d in range(min(n, cap), 0, -1):
+        if n % d == 0:
+            return d
+    return 1

@@ -64,7 +64,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     max)``), ``<name>.sum``, ``<name>.rcp`` (``1 / sum``), ``<name>.pv`` (``exp @ v``) and
     the output ``pv * rcp``.  For float16/bfloat16 inputs every stage but the output is
     float32 (the output rounds once).  As written they hold ``Lq x Lk`` scores;
-    :func:`tecomp.nn.cpu.schedule_attention` (what ``tc.auto_schedule`` gives this op)
+    :func:`tecomp.strategy.cpu.schedule_attention` (what ``tc.auto_schedule`` gives this op)
     computes them per block of rows of the output, FlashAttention's way.
 
     Parameters

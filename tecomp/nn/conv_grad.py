@@ -12,7 +12,7 @@ from .. import te as _te
 from ..autodiff.rules import register_tag_derivative as _register_tag_derivative
 from ..ir import dtype as _dt
 from ..ir.expr import Const
-from ._schedule_common import _bytes, _largest_divisor_at_most
+from ._common import _bytes, _largest_divisor_at_most
 from ._common import _c, _int, _rounded
 from .conv import _conv_compute
 
@@ -34,7 +34,7 @@ def _conv_weight_grad(op, src, weight, adjoint):
     """``weight``'s gradient of the convolution ``op`` (which reads ``src``: the data or
     its padding): ``sum over n, y, x`` of the adjoint times the window of ``src``, as a
     compute tagged ``conv2d_*_wgrad`` that the conv schedules know
-    (:func:`~tecomp.nn.cpu.schedule_conv2d_into`), summed in the dtype of ``op`` (its
+    (:func:`~tecomp.strategy.cpu.schedule_conv2d_into`), summed in the dtype of ``op`` (its
     accumulation dtype) and rounded once to ``weight``'s by a stage ``<W>.grad`` when
     they differ (the sum is then ``<W>.grad.acc``)."""
     acc = op.output(0).dtype
@@ -363,7 +363,7 @@ def _narrow_phases(rows, cols, channels, adjoint_channels) -> bool:
     while the data has a vector of channels or more, and the NCHW schedule cannot put
     its vectors across their output channels instead (the data's channels do not make
     whole 2-vector blocks, or there are fewer than 256 adjoint channels; see
-    ``tecomp.nn.cpu.conv2d._nchw_by_channels``).  Batch 4, 2 threads, interleaved, ms, against
+    ``tecomp.strategy.cpu.conv2d._nchw_by_channels``).  Batch 4, 2 threads, interleaved, ms, against
     NCHW phases with row vectors (PyTorch): 512 channels at 7x7 7.1 vs 12.6 (6.4); 256
     at 14x14 stride 2 3.8 vs 5.1 (3.8); 512 at 14x14 stride 2 9.2 vs 21.7 (9.8); one
     thread, 13.4 vs 23.5 (11.8) and 4.4 vs 8.8 (5.3).  NCHW phases with channel

@@ -22,8 +22,8 @@ from typing import Optional, Sequence, Tuple, Union
 import numpy as np
 
 import tecomp as tc
-from ..autoschedule.cuda_rules import apply_cuda_rules
-from ..autoschedule.rules import Knobs, apply_rules
+from ..strategy.cuda_rules import apply_cuda_rules
+from ..strategy import Knobs, apply_rules
 from ..ir import interp as _interp
 from .. import target as _target  # cpu_model looked up at call time (tests patch it)
 from .draw import HypothesisDraw, RandomDraw
@@ -78,11 +78,11 @@ class Case:
         if self.auto is None:
             sched = ["s = tc.create_schedule(outs)", steps_source(self.steps)]
         elif _on_gpu(self.target):
-            sched = ["from tecomp.autoschedule.cuda_rules import apply_cuda_rules",
+            sched = ["from tecomp.strategy.cuda_rules import apply_cuda_rules",
                      f"s = apply_cuda_rules(args, {{'n': {self.n}}})"]
         else:
-            sched = ["import random", "from tecomp.autoschedule.rules import Knobs, apply_rules",
-                     "from tecomp.nn.cpu import cpu_model",
+            sched = ["import random", "from tecomp.strategy import Knobs, apply_rules",
+                     "from tecomp.strategy.cpu import cpu_model",
                      f"s = apply_rules(args, Knobs(rng={_auto_rng_src(self.auto)}), "
                      f"cpu_model({self.target!r}), "
                      f"{{'n': {self.n}}})"]

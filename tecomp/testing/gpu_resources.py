@@ -4,7 +4,7 @@ without a GPU.
     python -m tecomp.testing.gpu_resources                 # sm_80 and sm_90
     python -m tecomp.testing.gpu_resources --arch sm_90
 
-The kernels are those of ``benchmarks/gpu.py`` and the other ``tecomp.nn.cuda``
+The kernels are those of ``benchmarks/gpu.py`` and the other ``tecomp.strategy.cuda``
 templates (GEMM, float16 GEMM on tensor cores and dense, conv2d NCHW/NHWC, softmax, an elementwise epilogue), at the
 benchmark's sizes.  Each is compiled with ``nvcc -cubin -arch=... -Xptxas -v``; the table
 gives, per kernel, the registers per thread, the bytes of spill stores and loads, the
@@ -24,7 +24,8 @@ from typing import Callable, Dict, List, Tuple
 import tecomp as tc
 from ..codegen.nvcc import find_nvcc
 from ..errors import BuildError, RuntimeUnavailableError
-from ..nn import cuda as sc, ops
+from ..strategy import cuda as sc
+from ..nn import ops
 
 ARCHS = ("sm_80", "sm_90")
 

@@ -42,8 +42,9 @@ LAYERS: List[tuple] = [
     ("tecomp.codegen",),       # code generators
     ("tecomp.build",),
     ("tecomp.autodiff",),      # target-free gradients
-    ("tecomp.nn",),            # operator computes and their CPU/CUDA templates
-    ("tecomp.autoschedule",),  # rules, search, records, cost model
+    ("tecomp.nn",),            # operator computes (target-free) and their gradient rules
+    ("tecomp.strategy",),      # how each operator is scheduled per target: templates, rules
+    ("tecomp.autoschedule",),  # search, measurement, records, cost model
     ("tecomp.viz",),           # pictures: rooflines, loop nests
     ("tecomp",),
     ("tecomp.torch", "tecomp.testing", "tecomp.cli"),
@@ -55,13 +56,10 @@ KNOWN_UPWARD: Dict[tuple, str] = {
     ("tecomp.runtime", "tecomp.codegen"): "the CUDA module generates and compiles its source "
                                           "(runtime.cuda); the LLVM module compiles its binder "
                                           "and exports through codegen.llvm (lazy)",
-    ("tecomp.autodiff", "tecomp.nn"): "gradients are scheduled with the CPU templates",
-    ("tecomp.autodiff", "tecomp.autoschedule"): "gradients are scheduled with the rules",
-    ("tecomp.nn", "tecomp.autoschedule"): "the templates leave other stages to the rules",
 }
 
 #: function-local imports of tecomp modules today (statements); only lower it
-LOCAL_IMPORTS = 13
+LOCAL_IMPORTS = 11
 
 #: the reason a function-local import gives, in a comment on the line above it or on its
 #: own lines: ``(lazy: ...)``, an optional or heavy dependency kept off the import path

@@ -106,7 +106,7 @@ def test_default_scale_of_a_symbolic_dim():
     ([("rows", 1)], "config must be a dict"),
 ])
 def test_schedule_attention_bad_config(config, match):
-    from tecomp.nn import cpu
+    from tecomp.strategy import cpu
 
     q, k, v = (tc.placeholder((1, 2, 16, 8), name=n) for n in "qkv")
     out = tc.nn.scaled_dot_product_attention(q, k, v)

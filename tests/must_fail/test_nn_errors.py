@@ -1,5 +1,5 @@
 """Bad calls of every public tecomp.nn operator (tecomp.nn, tecomp.nn.ops, tecomp.nn.quant
-and the compute definitions of tecomp.nn.cpu): each is refused before anything is built,
+and the compute definitions of tecomp.strategy.cpu): each is refused before anything is built,
 with a ShapeError or DTypeError whose message names the operator, the argument (and its
 tensor) and what was expected -- never an IndexError, a ZeroDivisionError or a message
 from tecomp's internals."""
@@ -10,7 +10,8 @@ import pytest
 
 import tecomp as tc
 from tecomp import nn
-from tecomp.nn import cpu, ops, quant
+from tecomp.strategy import cpu
+from tecomp.nn import ops, quant
 
 
 def P(*shape, dtype="float32", name="T"):
@@ -364,7 +365,7 @@ def _public_operators():
         names.update(n for n in mod.__all__ if inspect.isfunction(getattr(mod, n)))
     names.update(n for n in dir(nn) if not n.startswith("_")
                  and inspect.isfunction(getattr(nn, n)))
-    names.update(("softmax_fast", "matmul_packed", "dense_packed"))  # tecomp.nn.cpu's computes
+    names.update(("softmax_fast", "matmul_packed", "dense_packed"))  # tecomp.strategy.cpu's computes
     return names
 
 

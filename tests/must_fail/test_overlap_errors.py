@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.nn import cuda as nn_cuda
+from tecomp.strategy import cuda as nn_cuda
 from tecomp.runtime import argcheck
 
 

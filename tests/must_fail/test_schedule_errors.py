@@ -1390,7 +1390,8 @@ def test_rfactor_string():
     ([("mr", 4)], "config must be a GemmParams"),
 ])
 def test_cpu_gemm_template_bad_config(config, match):
-    from tecomp.nn import cpu, ops
+    from tecomp.strategy import cpu
+    from tecomp.nn import ops
 
     A, B = tc.placeholder((8, 8), name="A"), tc.placeholder((8, 8), name="B")
     with pytest.raises(tc.ScheduleError, match=match):
@@ -1416,7 +1417,8 @@ def test_cpu_gemm_template_bad_config(config, match):
      r"rows_per_task=4 must divide the 2 row blocks of 2 rows; give a divisor, or 0"),
 ])
 def test_cpu_conv_template_bad_config(layout, config, match):
-    from tecomp.nn import cpu, ops
+    from tecomp.strategy import cpu
+    from tecomp.nn import ops
 
     if layout == "nchw":
         d, w = tc.placeholder((1, 4, 6, 6), name="d"), tc.placeholder((8, 4, 3, 3), name="w")
@@ -1440,7 +1442,8 @@ def test_cuda_conv_template_bad_config(config, match):
     when the kernel is launched; a ``config`` function must return a ConvConfig."""
     from dataclasses import replace
 
-    from tecomp.nn import cuda, ops
+    from tecomp.strategy import cuda
+    from tecomp.nn import ops
 
     d, w = tc.placeholder((2, 64, 14, 14), name="d"), tc.placeholder((64, 64, 3, 3), name="w")
     y = ops.conv2d_nchw(d, w, 1, 1)

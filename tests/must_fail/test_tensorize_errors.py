@@ -351,7 +351,8 @@ def test_wmma_tiles_picked_by_the_lane():
 
 
 def test_wmma_config_whose_tiles_do_not_divide():
-    from tecomp.nn import cuda as sc, ops
+    from tecomp.strategy import cuda as sc
+    from tecomp.nn import ops
 
     A = tc.placeholder((96, 96), "float16", name="A")
     B = tc.placeholder((96, 96), "float16", name="B")

@@ -19,7 +19,7 @@ from ...ir.functor import collect
 from ...schedule.schedule import Schedule, create_schedule
 from ...target import MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK
 from ...te.tensor import ComputeOp, Tensor
-from .._schedule_common import _ceil, _cint, _has_tag, _inline_injective, _outs, _walk
+from .._common import _ceil, _cint, _has_tag, _inline_injective, _outs, _walk
 from .common import _bind, _check_target, _cooperative_copy, _pow2_at_least
 from .gemm import _check_same_index_reads, _epilogue_of
 

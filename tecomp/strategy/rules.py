@@ -36,7 +36,7 @@ in spirit):
    divide a constant row), outer axes fused and parallel.
 
 Before rule 3, an int8 GEMM (uint8 x int8 summed in int32) is tensorized with the
-target's dot-product intrinsic (:mod:`tecomp.autoschedule.tensorize`).
+target's dot-product intrinsic (:mod:`tecomp.strategy.tensorize`).
 
 Extents are read from the DAG (or from ``shapes=`` for symbolic ones); the machine (vector
 width, vector registers, L1 / L2 sizes, threads) from :func:`tecomp.target.cpu_model`.
@@ -189,60 +189,17 @@ def outputs_of(args) -> List[Tensor]:
     return outs
 
 
-def apply_rules(args, knobs: Knobs, info, shapes: Optional[dict] = None) -> Schedule:
-    """The rule-based schedule of ``args`` (see the module docstring), its decisions taken
-    from ``knobs``."""
+def generic_rules(args, knobs: Knobs, info, shapes: Optional[dict] = None,
+                  parts: Optional[Dict[str, object]] = None) -> Schedule:
+    """The generic rules' schedule of ``args`` (see the module docstring, rules 2-5), its
+    decisions taken from ``knobs``; ``parts`` maps a tag to the template of an operator
+    inside a larger DAG (``fn(s, out, knobs, info) -> set of id(op)`` scheduled, None when
+    it does not fit), applied first.  :func:`tecomp.strategy.apply_rules` tries the
+    operator templates before these."""
     outs = outputs_of(args)
-    s = _template(outs, knobs, info)
-    if s is not None:
-        return s
     s = create_schedule([t.op for t in outs])
-    _Rules(s, outs, knobs, info, shapes or {}).run()
+    _Rules(s, outs, knobs, info, shapes or {}, parts=parts).run()
     return s
-
-
-# ---------------------------------------------------------------------------------------
-# 1. templates
-
-
-#: template functions ``fn(outs, knobs, info) -> Schedule or None`` (None: the DAG is
-#: not theirs), in the order they are tried; the tecomp.nn templates register theirs
-#: when tecomp.nn.cpu is imported
-_TEMPLATES: list = []
-
-
-def register_template(fn) -> None:
-    """Add a template function (see ``_TEMPLATES``); registering one twice is a no-op."""
-    if fn not in _TEMPLATES:
-        _TEMPLATES.append(fn)
-
-
-#: templates of an operator inside a larger DAG, by the tag of its output stage:
-#: ``fn(s, out, knobs, info) -> set of id(op)`` scheduled (None: it does not fit)
-_PART_TEMPLATES: Dict[str, object] = {}
-
-
-def register_part_template(tag: str, fn) -> None:
-    """Schedule every stage tagged ``tag`` (an operator's output, with the stages under it
-    that belong to it) with ``fn`` wherever it occurs in a DAG the rules schedule."""
-    _PART_TEMPLATES[tag] = fn
-
-
-def _template(outs, knobs: Knobs, info) -> Optional[Schedule]:
-    if _TEMPLATES and not knobs.choose("template", [True, False], True):
-        return None
-    for fn in _TEMPLATES:
-        try:
-            s = fn(outs, knobs, info)
-        except AutoScheduleError:
-            raise
-        except Exception:  # noqa: BLE001 - a template that does not fit: the generic rules
-            return None
-        if s is not None:
-            return s
-    for d in (knobs.space, knobs.values, knobs.defaults):
-        d.pop("template", None)
-    return None
 
 
 def _in_scan_step(st: Stage) -> bool:
@@ -266,18 +223,20 @@ def _walk(outs) -> List[ComputeOp]:
 
 
 def schedule_stages(s: Schedule, outs, info, only=None, knobs: Optional[Knobs] = None,
-                    shapes: Optional[dict] = None) -> Schedule:
+                    shapes: Optional[dict] = None, parts: Optional[Dict[str, object]] = None
+                    ) -> Schedule:
     """Apply the generic rules (2-5) to the stages of an existing schedule ``s`` whose
     operations are in ``only`` (a set of ``id(op)``; None: every stage): how
-    :func:`tecomp.autodiff.schedule_backward` and the ``tecomp.nn`` schedules schedule
+    :func:`tecomp.strategy.schedule_backward` and the ``tecomp.nn`` schedules schedule
     the stages they have no template for."""
-    _Rules(s, list(outs), knobs or Knobs(), info, shapes or {}, only).run()
+    _Rules(s, list(outs), knobs or Knobs(), info, shapes or {}, only, parts).run()
     return s
 
 
 class _Rules:
-    def __init__(self, s: Schedule, outs, knobs: Knobs, info, shapes, only=None):
+    def __init__(self, s: Schedule, outs, knobs: Knobs, info, shapes, only=None, parts=None):
         self.s, self.outs, self.k, self.info, self.shapes = s, outs, knobs, info, shapes
+        self.parts = parts or {}
         self.L = info.lanes
         # ids of ops scheduled (or attached) already; with ``only``, every other stage
         self.done = set() if only is None else {
@@ -316,14 +275,14 @@ class _Rules:
     def part_templates(self):
         """Operators with a template of their own inside a larger DAG (attention in a
         transformer layer): scheduled by it before anything is inlined, and left alone."""
-        if not _PART_TEMPLATES:
+        if not self.parts:
             return
         for st in reversed(list(self.s.stages)):
             op = st.op
             if id(op) in self.done or not isinstance(op, ComputeOp) or st.attach_type != "root":
                 continue
             for tag in _tags(op):
-                fn = _PART_TEMPLATES.get(tag)
+                fn = self.parts.get(tag)
                 if fn is None or not self.k.choose(f"part.{op.name}", [True, False], True):
                     continue
                 got = fn(self.s, op.output(0), self.k, self.info)

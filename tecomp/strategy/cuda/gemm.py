@@ -25,7 +25,7 @@ from ...ir.expr import ProducerLoad
 from ...ir.functor import Mutator, collect, substitute
 from ...schedule.schedule import Schedule, create_schedule
 from ...te.tensor import ComputeOp, Tensor
-from .._schedule_common import (_ceil, _cint, _contraction_operands, _gemm_operands, _has_tag,
+from .._common import (_ceil, _cint, _contraction_operands, _gemm_operands, _has_tag,
                                _inline_injective, _is_injective, _outs, _walk)
 from .common import MIN_BLOCKS, _bind, _check_target, _cooperative_copy, _pow2_at_least
 from .tensorcore import WmmaConfig, schedule_wmma_gemm, tensor_core_gemm, wmma_config

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 from ... import te as _te
-from ...autoschedule.rows import row_reduce_at
+from ..rows import row_reduce_at
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import Tensor
-from .._schedule_common import _cint, _outs, _walk
-from ..softmax import _softmax
+from .._common import _cint, _outs, _walk
+from ...nn.softmax import _softmax
 from .common import _vector_split
 from .elementwise import _schedule_elementwise_stage
 from ...target import CpuModel, cpu_model

@@ -1,5 +1,5 @@
 """The weight gradients of the convolutions (``conv2d_*_wgrad``, from ``tc.gradient``), and
-:func:`schedule_conv2d_into`, which :func:`tecomp.autodiff.schedule_backward` uses for the
+:func:`schedule_conv2d_into`, which :func:`tecomp.strategy.schedule_backward` uses for the
 convolutions among gradients (forward or weight gradient)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from ...errors import ScheduleError
 from ...ir import dtype as _dt
 from ...schedule.schedule import Schedule
 from ...te.tensor import ComputeOp, Tensor
-from .._schedule_common import _cint, _has_tag, _largest_divisor_at_most
+from .._common import _cint, _has_tag, _largest_divisor_at_most
 from .common import _vector_split
 from .conv2d import _conv2d_nchw_into, _conv2d_nhwc_into
 from ...target import CpuModel, cpu_model
@@ -209,7 +209,7 @@ def schedule_conv2d_into(s: Schedule, conv: Tensor, target: str = "llvm") -> Non
     """Schedule the ``conv2d_nchw``/``conv2d_nhwc`` stage ``conv`` (and its padding), or
     a convolution's weight gradient (``conv2d_*_wgrad``, from ``tc.gradient``), of an
     existing schedule ``s``, with ``conv`` as its own output (no epilogue): what
-    :func:`tecomp.autodiff.schedule_backward` uses for the convolutions among gradients."""
+    :func:`tecomp.strategy.schedule_backward` uses for the convolutions among gradients."""
     into = None
     for tag in conv.op.tag.split(","):
         into = into or _CONV_INTO.get(tag)

@@ -9,8 +9,8 @@ from ...errors import ScheduleError
 from ...ir import dtype as _dt
 from ...schedule.schedule import Schedule, Stage
 from ...te.tensor import ComputeOp, Tensor
-from .._schedule_common import _cint, _has_tag
-from ...autoschedule.rules import Knobs
+from .._common import _cint, _has_tag
+from ..rules import Knobs
 from .common import _NoTemplate, _template_or_rules, _vector_split, config_fields
 from ...target import CpuModel
 

@@ -15,7 +15,7 @@ from typing import Optional
 from ...errors import ScheduleError
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import Tensor
-from .._schedule_common import _ceil, _cint, _has_tag, _outs, _walk
+from .._common import _ceil, _cint, _has_tag, _outs, _walk
 from .common import _bind, _check_target, _pow2_at_least
 
 

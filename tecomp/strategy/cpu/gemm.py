@@ -46,14 +46,14 @@ from ...ir.expr import ProducerLoad
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import ComputeOp, Tensor
 from ...te.tensor_intrin import transpose_intrin
-from .._schedule_common import (_ceil, _cint, _gemm_operands, _has_tag, _inline_injective,
+from .._common import (_ceil, _cint, _gemm_operands, _has_tag, _inline_injective,
                                _is_injective, _outs, _walk)
-from ...autoschedule.rules import Knobs
+from ..rules import Knobs
 from .common import _auto_rest, _find, _loads, _op_tags, check_positive_int, config_fields
 from .elementwise import _schedule_elementwise_stage
 from ...target import CpuModel, cpu_model
 from .microkernel import accumulate_block, copy_out, vector_columns
-from ..linalg import _dense_args, _gemm_output, _matmul_args
+from ...nn.linalg import _dense_args, _gemm_output, _matmul_args
 
 
 @dataclass(frozen=True)
@@ -727,7 +727,7 @@ def _dense_rows_for_generic_rules(gemm, knobs) -> bool:
 def gemm_knobs(gemm, knobs, info: CpuModel) -> dict:
     """The GEMM template's config for the GEMM stage ``gemm``: its knobs (``gemm.nr``,
     ``gemm.mr``, ``gemm.kc``, ``gemm.par``, ``gemm.nc_panels``, ``gemm.mc_rows``) chosen
-    through ``knobs`` (:class:`tecomp.autoschedule.rules.Knobs`), their defaults the
+    through ``knobs`` (:class:`tecomp.strategy.rules.Knobs`), their defaults the
     heuristic's (:func:`gemm_params`), as the ``config`` :func:`schedule_matmul` and
     :func:`schedule_dense` apply."""
     M, N = (_cint(e) for e in gemm.shape)

@@ -35,7 +35,7 @@ from ...ir.expr import Cast
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 from ...te.tensor_intrin import tensor_intrin
-from .._schedule_common import _cint, _contraction_operands
+from .._common import _cint, _contraction_operands
 from .common import _bind, _cooperative_copy
 
 FRAG = 16       # the wmma tile side (m16n16k16)

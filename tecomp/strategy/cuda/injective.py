@@ -9,7 +9,7 @@ from typing import Optional
 
 from ...errors import ScheduleError
 from ...schedule.schedule import Schedule, Stage, create_schedule
-from .._schedule_common import _cint, _inline_injective, _is_injective, _outs, _walk
+from .._common import _cint, _inline_injective, _is_injective, _outs, _walk
 from .common import ELEMENTWISE_THREADS, _bind, _check_target, _pow2_at_least
 
 

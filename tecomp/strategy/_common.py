@@ -1,14 +1,14 @@
 """Helpers shared by the CPU and CUDA operator schedules."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 from ..errors import ScheduleError
-from ..ir import dtype as _dt
-from ..ir.expr import Const, ProducerLoad, Reduce
+from ..ir.expr import ProducerLoad, Reduce
 from ..ir.functor import collect
 from ..schedule.schedule import Schedule
 from ..te.tensor import ComputeOp, Tensor, compute_ops
+from ..nn._common import _bytes, _cint, _largest_divisor_at_most  # noqa: F401  (shared with nn)
 
 
 def _outs(outs) -> List[Tensor]:
@@ -20,33 +20,10 @@ def _outs(outs) -> List[Tensor]:
                         f"got {outs!r}")
 
 
-def _cint(e) -> Optional[int]:
-    """The value of a constant extent, or None when symbolic."""
-    return int(e.value) if isinstance(e, Const) else None
-
-
 def _walk(outs: Sequence[Tensor]) -> List[ComputeOp]:
     """Every compute op reachable from ``outs``, producers first (no extern stage or scan:
     they have no body to schedule)."""
     return [op for op in compute_ops(outs) if isinstance(op, ComputeOp)]
-
-
-def _bytes(t: Tensor) -> Optional[int]:
-    """The size of ``t`` in bytes, or None when its shape is symbolic."""
-    n = _dt.bits(t.dtype) // 8
-    for e in t.shape:
-        e = _cint(e)
-        if e is None:
-            return None
-        n *= e
-    return n
-
-
-def _largest_divisor_at_most(n: int, cap: int) -> int:
-    for d in range(min(n, cap), 0, -1):
-        if n % d == 0:
-            return d
-    return 1
 
 
 def _ceil(a: int, b: int) -> int:

@@ -18,8 +18,8 @@ from ...ir.simplify import affine_steps, simplify
 from ...schedule.schedule import Schedule, Stage
 from ...te.tensor import ComputeOp, Tensor
 from ...te.tensor_intrin import transpose_intrin
-from .._schedule_common import _bytes, _ceil, _cint, _has_tag
-from ...autoschedule.rules import _is_padding
+from .._common import _bytes, _ceil, _cint, _has_tag
+from ..rules import _is_padding
 from .common import (_NoTemplate, _find, _loads, _op_tags, _template_or_rules, _vector_split,
                      check_positive_int, config_fields)
 from .elementwise import _epilogue, _fusable_epilogue, _schedule_elementwise_stage

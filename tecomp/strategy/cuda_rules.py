@@ -1,9 +1,9 @@
 """The auto-scheduler's rules for the GPU (``tc.auto_schedule(args, target="cuda")``).
 
 The analytic schedule (``trials=0``) of any compute DAG, read from its structure, with the
-tilings of :mod:`tecomp.nn.cuda` as the building blocks; no measurement:
+tilings of :mod:`tecomp.strategy.cuda` as the building blocks; no measurement:
 
-0. **Templates**: a DAG that is one of tecomp.nn.cuda's operators (a convolution with its
+0. **Templates**: a DAG that is one of tecomp.strategy.cuda's operators (a convolution with its
    elementwise epilogue, a softmax) gets its template; a convolution's tiling (threads
    and registers per axis, channel step) is a set of knobs around ``conv_config``'s.
 1. **Inline** every elementwise stage that is not an output and does not feed a
@@ -15,7 +15,7 @@ tilings of :mod:`tecomp.nn.cuda` as the building blocks; no measurement:
    elementwise output that reads the GEMM only at its own index (a bias, an activation)
    is computed from the registers when C is stored.  A contraction of float16 operands
    summed in float32, with no epilogue and tiles of 16 that divide it, runs on tensor
-   cores instead (:mod:`tecomp.nn.cuda.tensorcore`, ``wmma_config``'s tiling; its knobs
+   cores instead (:mod:`tecomp.strategy.cuda.tensorcore`, ``wmma_config``'s tiling; its knobs
    ``<name>.warps_m``, ``.warps_n``, ``.frags_m``, ``.frags_n``, ``.k_tile``,
    ``.double_buffer``).
 3. **Row reductions fused into their output**: an elementwise output whose reductions
@@ -30,7 +30,7 @@ tilings of :mod:`tecomp.nn.cuda` as the building blocks; no measurement:
 
 Threads per block are a power of two up to 256, no more than the work needs.
 
-Each decision is a knob (:class:`~tecomp.autoschedule.rules.Knobs`): per contraction its
+Each decision is a knob (:class:`~tecomp.strategy.rules.Knobs`): per contraction its
 GEMM tiling (threads, registers, k tile, k steps unrolled, vector copies, double
 buffering), per other kernel its threads per block, so that the measured search
 (``trials > 0``) samples, mutates and ranks them as it does the CPU rules' knobs.
@@ -43,14 +43,14 @@ from typing import Dict, List, Optional
 
 from ..errors import AutoScheduleError, ScheduleError
 from ..ir.expr import Reduce
-from ..nn import cuda as nn_cuda
-from ..nn._schedule_common import _has_tag, _walk, _contraction_operands, _inline_injective
-from ..nn.cuda.gemm import GemmConfig, _schedule_gemm, gemm_config, reads_at_own_index, expanded_loads
-from ..nn.cuda.injective import _schedule_injective_stage
-from ..nn.cuda.softmax import _cross_thread_rows, _row_loop
-from ..nn.cuda.tensorcore import schedule_wmma_gemm, tensor_core_gemm, wmma_config
+from . import cuda as nn_cuda
+from ._common import _has_tag, _walk, _contraction_operands, _inline_injective
+from .cuda.gemm import GemmConfig, _schedule_gemm, gemm_config, reads_at_own_index, expanded_loads
+from .cuda.injective import _schedule_injective_stage
+from .cuda.softmax import _cross_thread_rows, _row_loop
+from .cuda.tensorcore import schedule_wmma_gemm, tensor_core_gemm, wmma_config
 from ..schedule.schedule import Schedule, create_schedule
-from ..nn.cuda.common import _pow2_at_least
+from .cuda.common import _pow2_at_least
 from ..te.tensor import ComputeOp, Tensor, thread_axis
 from .rules import Knobs, outputs_of, _cint
 
@@ -66,11 +66,11 @@ def _threads_for(n: Optional[int]) -> int:
 
 def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None, knobs=None) -> Schedule:
     """The rule-based GPU schedule of ``args`` (the list given to ``tc.build``).
-    ``gemm``: a :class:`~tecomp.nn.cuda.GemmConfig` for every contraction instead of
-    ``gemm_config``'s, or a :class:`~tecomp.nn.cuda.WmmaConfig` for every tensor-core one
+    ``gemm``: a :class:`~tecomp.strategy.cuda.GemmConfig` for every contraction instead of
+    ``gemm_config``'s, or a :class:`~tecomp.strategy.cuda.WmmaConfig` for every tensor-core one
     (float16 operands, a float32 sum) instead of ``wmma_config``'s (what
     ``benchmarks/gpu.py --sweep`` tries).  ``knobs``: a
-    :class:`~tecomp.autoschedule.rules.Knobs` that takes the decisions (the search's
+    :class:`~tecomp.strategy.rules.Knobs` that takes the decisions (the search's
     candidates; by default the analytic ones): per contraction its GEMM tiling, per
     reduction or elementwise kernel its threads per block."""
     outs = outputs_of(args)
@@ -84,12 +84,12 @@ def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None, knobs=None)
     except ScheduleError as exc:
         raise AutoScheduleError(
             f"auto_schedule(target='cuda'): no GPU schedule for these computes ({exc}); "
-            "schedule them by hand or with tecomp.nn.cuda") from None
+            "schedule them by hand or with tecomp.strategy.cuda") from None
     return s
 
 
 def _template(outs: List[Tensor], knobs) -> Optional[Schedule]:
-    """The tecomp.nn.cuda template of a DAG that is one of its operators (a convolution
+    """The tecomp.strategy.cuda template of a DAG that is one of its operators (a convolution
     with its epilogue, a softmax), or None.  A convolution's tiling is a set of knobs
     (:func:`_conv_knobs`)."""
     ops = _walk(outs)

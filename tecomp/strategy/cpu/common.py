@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ...autoschedule import rules as _rules
+from .. import rules as _rules
 from ...errors import ScheduleError
 from ...ir.expr import ProducerLoad
 from ...ir.functor import collect
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import ComputeOp
-from .._schedule_common import _outs, _walk
+from .._common import _outs, _walk
 from ...target import CpuModel, cpu_model
 
 
@@ -42,7 +42,7 @@ class _NoTemplate(ScheduleError):
 def _auto_rest(s: Schedule, outs, info: CpuModel) -> Schedule:
     """The stages a template left alone (other reductions under the outputs, or all of
     them when the template found nothing to schedule) get the auto-scheduler's rules
-    (:func:`tecomp.autoschedule.rules.schedule_stages`)."""
+    (:func:`tecomp.strategy.rules.schedule_stages`)."""
     fresh = {id(st.op) for st in s.stages if isinstance(st.op, ComputeOp)
              and st.attach_type == "root" and not st.relations and not st.iter_attrs}
     if fresh:

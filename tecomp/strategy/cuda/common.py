@@ -8,7 +8,7 @@ from ...errors import ScheduleError, TargetError
 from ...schedule.schedule import Stage
 from ...target import as_target
 from ...te.tensor import thread_axis
-from .._schedule_common import _ceil
+from .._common import _ceil
 
 
 ELEMENTWISE_THREADS = 256
@@ -26,7 +26,7 @@ def _check_target(target) -> None:
     if not gpu:
         raise ScheduleError(f"the tecomp.nn CUDA schedules are for target 'cuda' or 'cuda-emu', "
                             f"got {str(target)!r} (the CPU schedules are in "
-                            f"tecomp.nn.cpu)")
+                            f"tecomp.strategy.cpu)")
 
 
 def _pow2_at_least(n: int) -> int:

@@ -20,7 +20,7 @@ runtime (``tc.set_num_threads``).
 :mod:`.pool`           max / average pooling
 :mod:`.attention`      ``scaled_dot_product_attention``, FlashAttention's way
 :mod:`.elementwise`    injective operators and epilogues
-:mod:`.templates`      the templates as the auto-scheduler's starting points
+:mod:`.templates`      the CPU strategy: a template, else the generic rules
 =====================  =====================================================================
 
 Where a template finds nothing it schedules (or for the stages it leaves alone), the
@@ -36,7 +36,7 @@ from .gemm import (GemmParams, dense_packed, gemm_knobs, gemm_params, matmul_pac
 from ...target import CpuModel, cpu_model, cpu_name
 from .pool import schedule_pool
 from .softmax import schedule_softmax, softmax_fast
-from . import templates as _templates  # noqa: F401  (registers the templates)
+from .templates import PART_TEMPLATES, apply_rules
 
 __all__ = [
     "cpu_model", "cpu_name", "CpuModel", "schedule_matmul", "schedule_dense",
@@ -45,5 +45,5 @@ __all__ = [
     "dense_packed", "softmax_fast", "GemmParams", "gemm_params", "gemm_knobs",
     "schedule_attention", "attention_params", "CONV_TAGS", "CONV_TASKS", "ConvParams",
     "conv2d_nchw_params",
-    "conv2d_nhwc_params", "conv2d_knobs",
+    "conv2d_nhwc_params", "conv2d_knobs", "apply_rules", "PART_TEMPLATES",
 ]

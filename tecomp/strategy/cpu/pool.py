@@ -3,7 +3,7 @@ unrolled around it."""
 from __future__ import annotations
 
 from ...schedule.schedule import Schedule, create_schedule
-from .._schedule_common import _cint, _is_injective, _outs, _walk
+from .._common import _cint, _is_injective, _outs, _walk
 from .common import _auto_rest, _find
 from ...target import cpu_model
 

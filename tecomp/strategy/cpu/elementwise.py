@@ -6,7 +6,7 @@ from typing import Optional
 
 from ...schedule.schedule import Schedule, create_schedule
 from ...te.tensor import Tensor
-from .._schedule_common import _cint, _inline_injective, _is_injective, _outs, _walk
+from .._common import _cint, _inline_injective, _is_injective, _outs, _walk
 from .common import _loads
 from ...target import CpuModel, cpu_model
 

@@ -16,7 +16,7 @@ schedule gives each such loop nest the shape a CPU likes, without knowing what i
 * the convolutions among the stages (``tecomp.nn``'s gradient rule makes a convolution's
   data gradient a ``conv2d_nchw``/``conv2d_nhwc`` of the adjoint, one per phase of the data
   for a stride above 1, and its weight gradient a ``conv2d_*_wgrad`` stage) get
-  ``tecomp.nn``'s conv schedules (:func:`tecomp.nn.cpu.schedule_conv2d_into`),
+  ``tecomp.nn``'s conv schedules (:func:`tecomp.strategy.cpu.schedule_conv2d_into`),
   whatever ``vector`` says;
 
 * a sum whose output rows are too short to vectorize (a convolution's weight gradient,
@@ -38,7 +38,10 @@ from ..schedule.schedule import Schedule, create_schedule
 from ..te import reduce as R
 from ..te.tensor import ComputeOp, Tensor
 from ..target import Target, cpu_model
-from . import rules as _rules
+from ..autodiff import rules as _rules
+from .cpu import CONV_TAGS, schedule_conv2d_into
+from .cpu.templates import PART_TEMPLATES
+from .rules import schedule_stages
 
 
 def _cheap(body: Expr) -> bool:
@@ -104,7 +107,7 @@ def schedule_backward(outputs: Union[Tensor, Sequence[Tensor]], s: Schedule | No
         See ``parallel``.
     auto : bool, optional
         Give the stages without a template the auto-scheduler's rules
-        (:mod:`tecomp.autoschedule.rules`); the default.
+        (:mod:`tecomp.strategy.rules`); the default.
     target : str or Target, optional
         A CPU target (the host by default).
 
@@ -121,7 +124,7 @@ def schedule_backward(outputs: Union[Tensor, Sequence[Tensor]], s: Schedule | No
     >>> k = tc.reduce_axis((0, 16), name="k")
     >>> Y = tc.compute((8, 4), lambda i, j: tc.sum(X[i, k] * W[k, j], axis=k), name="Y")
     >>> gX, gW = tc.gradient(Y, [X, W])
-    >>> s = ad.schedule_backward([gX, gW])
+    >>> s = tc.schedule_backward([gX, gW])
     >>> f = tc.build(s, [X, W, gX, gW])
     """
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
@@ -130,20 +133,14 @@ def schedule_backward(outputs: Union[Tensor, Sequence[Tensor]], s: Schedule | No
     mine = _reachable(outs)
     # convolutions (a convolution's data gradient is one or several, see nn.ops): the
     # forward conv schedules, before the loop below touches their padding or weights
-    # (cycle: nn imports autodiff for its tag derivatives; KNOWN_UPWARD autodiff -> nn)
-    from ..nn.cpu import CONV_TAGS, schedule_conv2d_into
-
     convs = [st for st in s.stages if _fresh(st, mine) and isinstance(st.op, ComputeOp)
              and st.op.reduce_axis and CONV_TAGS & set(st.op.tag.split(","))]
     for st in convs:
         schedule_conv2d_into(s, st.op.output(0), target)
     if auto:
-        # (cycle: the rules import nn, which imports autodiff; KNOWN_UPWARD)
-        from ..autoschedule.rules import schedule_stages
-
         fresh = {id(st.op) for st in s.stages if isinstance(st.op, ComputeOp)
                  and _fresh(st, mine) and st not in convs}
-        return schedule_stages(s, outs, cpu_model(target), only=fresh)
+        return schedule_stages(s, outs, cpu_model(target), only=fresh, parts=PART_TEMPLATES)
     for st in list(s.stages):
         op = st.op
         if not isinstance(op, ComputeOp) or not _fresh(st, mine):

@@ -1,0 +1,84 @@
+"""The CPU strategy: the templates as the auto-scheduler's starting points.  A DAG that is
+one of ``tecomp.nn``'s operators (matmul/dense, softmax, attention, a convolution with an
+elementwise epilogue) is scheduled by its template, with the template's decisions as
+knobs (:mod:`tecomp.autoschedule.config`); an attention inside a larger DAG too
+(``PART_TEMPLATES``); any other DAG by the generic rules (:mod:`tecomp.strategy.rules`)."""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from .. import rules as _rules
+from ...errors import AutoScheduleError
+from ...schedule.schedule import Schedule, create_schedule
+from .._common import _walk
+from .attention import _attention_into, _attention_part
+from .common import _auto_rest, _op_tags
+from .conv2d import (_conv_for_generic_rules, conv2d_knobs, plain_nchw_conv,
+                     schedule_conv2d_nchw, schedule_conv2d_nhwc)
+from .gemm import _dense_rows_for_generic_rules, _gemm_template
+from ...target import CpuModel
+from .softmax import schedule_softmax
+
+
+def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
+    """The template of a DAG that is one of tecomp.nn's operators (matmul/dense, softmax,
+    scaled_dot_product_attention, conv2d NCHW/NHWC with an elementwise epilogue, an NCHW
+    convolution written as a plain compute), for the
+    auto-scheduler (:func:`apply_rules`); None for any other DAG."""
+    ops = _walk(outs)
+    reductions = [op for op in ops if op.reduce_axis]
+    if len(reductions) == 1 and {"matmul", "dense", "matmul_packed"} & _op_tags(reductions[0]):
+        if _dense_rows_for_generic_rules(reductions[0], knobs):
+            return None
+        return _gemm_template(outs, reductions[0], knobs, info)
+    if len(outs) == 1 and any("softmax" in _op_tags(op) for op in ops) and \
+            outs[0].op.tag == "softmax":
+        return schedule_softmax(outs, info.target)
+    if len(outs) == 1 and "sdpa" in _op_tags(outs[0].op):
+        s = create_schedule([outs[0].op])
+        _attention_into(s, outs, info, knobs)
+        return _auto_rest(s, outs, info)
+    convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _op_tags(op)
+             or plain_nchw_conv(op) is not None]
+    if len(convs) == 1 and len(reductions) == 1:
+        if "conv2d_nhwc" not in _op_tags(convs[0]):
+            if _conv_for_generic_rules(convs[0], knobs, info):
+                return None
+            return schedule_conv2d_nchw(outs, info.target, conv2d_knobs(convs[0], knobs, info))
+        return schedule_conv2d_nhwc(outs, info.target, conv2d_knobs(convs[0], knobs, info))
+    return None
+
+
+#: templates of an operator inside a larger DAG, by the tag of its output stage (see
+#: :func:`tecomp.strategy.rules.generic_rules`): attention inside a transformer layer
+PART_TEMPLATES: Dict[str, object] = {"sdpa": _attention_part}
+
+
+def _template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
+    """The template's schedule of ``outs`` when the knob ``template`` keeps it and the DAG
+    is one a template schedules; else None (and no ``template`` knob is left)."""
+    if not knobs.choose("template", [True, False], True):
+        return None
+    try:
+        s = _auto_template(outs, knobs, info)
+    except AutoScheduleError:
+        raise
+    except Exception:  # noqa: BLE001 - a template that does not fit: the generic rules
+        return None
+    if s is not None:
+        return s
+    for d in (knobs.space, knobs.values, knobs.defaults):
+        d.pop("template", None)
+    return None
+
+
+def apply_rules(args, knobs, info: CpuModel, shapes: Optional[dict] = None) -> Schedule:
+    """The auto-scheduler's CPU schedule of ``args`` (the list ``tc.build`` takes): the
+    operator's template where one fits (:func:`_auto_template`), else the generic rules
+    (:func:`tecomp.strategy.rules.generic_rules`, with :data:`PART_TEMPLATES`); every
+    decision taken from ``knobs`` (:class:`tecomp.strategy.rules.Knobs`)."""
+    outs = _rules.outputs_of(args)
+    s = _template(outs, knobs, info)
+    if s is not None:
+        return s
+    return _rules.generic_rules(args, knobs, info, shapes, PART_TEMPLATES)
