@@ -29,7 +29,7 @@ def main() -> int:
     import numpy as np
 
     import tecomp as tc
-    from tecomp.strategy.rules import Knobs, apply_rules
+    from tecomp.strategy import Knobs, apply_rules
     from tecomp.strategy.cpu import cpu_model
     from run import interleaved, uptime
     from workloads import machine

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 import tecomp as tc
-from tecomp.strategy import 
 from tecomp.nn import ops
 from tecomp.strategy import cpu as sc
 from workloads import Runner, Skip, Softmax, Workload, _torch

@@ -36,7 +36,6 @@ def main(argv=None) -> int:
 
     import numpy as np
     import tecomp as tc
-    from tecomp.strategy import 
     from tecomp.nn import ops
     from tecomp.strategy import cpu as sc
     torch = torch_or_none(args.threads)

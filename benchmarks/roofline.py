@@ -21,7 +21,6 @@ import numpy as np
 
 import tecomp as tc
 from tecomp.strategy import cpu as sc
-from tecomp.strategy import 
 from tecomp.nn import ops
 
 

@@ -9,7 +9,6 @@ from typing import Callable
 import numpy as np
 
 import tecomp as tc
-from tecomp.strategy import 
 from tecomp.nn import ops
 from tecomp.strategy import cpu as sc
 

@@ -8,7 +8,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from .errors import ArgumentError, BuildError, LowerError, TargetError
-from .codegen import cuda as _cuda_c, cuda_emu as _cuda_emu, nvcc as _nvcc
+from .codegen import cuda as _cuda_c, cuda_emu as _cuda_emu
+from .runtime import nvcc as _nvcc
 from .ir.deep import deep_entry
 from .ir.stmt import PrimFunc
 
@@ -195,10 +196,7 @@ class CudaBackend(Backend):
     kind = name = "cuda"
 
     def build(self, func, target, checks):
-        # (lazy: the CUDA runtime, for GPU builds only)
-        from .runtime.cuda import build_cuda
-
-        return build_cuda(func, target=target)
+        return _cuda_c.build_cuda(func, target=target)
 
     def ahead_compiler(self, target):
         """nvcc into the cubin cache, for the target's ``-arch`` or GPU 0's (None

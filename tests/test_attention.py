@@ -207,7 +207,7 @@ def test_float64_rows_are_float64_vectors():
 def test_attention_inside_a_larger_dag_keeps_its_fused_schedule():
     """tc.auto_schedule of a DAG with an attention between other stages (the projections
     and the head split of a transformer layer): the attention template schedules its part
-    (rules.register_part_template), so no Lq x Lk buffer there either."""
+    (strategy.cpu.templates.PART_TEMPLATES), so no Lq x Lk buffer there either."""
     hidden, heads, seq = 64, 4, 96
     dh = hidden // heads
     X = tc.placeholder((seq, hidden), name="X")

@@ -11,7 +11,6 @@ import pytest
 import tecomp as tc
 from tecomp import autodiff as ad
 from tecomp import nn
-from tecomp.strategy import 
 from tecomp.nn import conv_grad
 
 from helpers import with_fma_model

@@ -8,7 +8,7 @@ import pytest
 
 import tecomp as tc
 import tecomp.nn as nn
-from tecomp.strategy.rules import Knobs, apply_rules
+from tecomp.strategy import Knobs, apply_rules
 from tecomp.strategy.cpu import cpu_model
 from tecomp.schedule.trace import replay
 
@@ -337,7 +337,7 @@ def test_register_blocks_on_avx2(width, block):
     row as one block of 8 + 8 + 8 + 4 lanes rather than 16-lane blocks whose 12-lane tail
     would run lane by lane.  The results are right where the target runs."""
     import tecomp.nn as tnn
-    from tecomp.strategy.rules import Knobs, apply_rules
+    from tecomp.strategy import Knobs, apply_rules
     from tecomp.strategy.cpu import cpu_model
 
     target = "llvm -mcpu=haswell"
@@ -367,7 +367,7 @@ def test_nchw_conv_template_or_generic_rules(target, window, generic):
     epilogue) the generic rules by default, a 1x1 the template; with AVX-512 the template.
     The knob is in the space, so a search tries the other."""
     import tecomp.nn as tnn
-    from tecomp.strategy.rules import Knobs, apply_rules
+    from tecomp.strategy import Knobs, apply_rules
     from tecomp.strategy.cpu import cpu_model
 
     X = tc.placeholder((1, 16, 12, 12), name="X")

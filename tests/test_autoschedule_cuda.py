@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.codegen.nvcc import compile_ptx, find_nvcc
+from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.ir import interp
-from tecomp.strategy import 
 from tecomp.nn import ops
 from helpers import gpu_driver  # noqa: F401  (a fixture)
 

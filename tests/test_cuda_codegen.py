@@ -24,7 +24,7 @@ from tecomp.ir.expr import FloorDiv, FloorMod  # noqa: E402
 from tecomp.runtime.argcheck import eval_host_expr  # noqa: E402
 from tecomp.codegen.c_source import c_identifier, strip_parens  # noqa: E402
 from tecomp.codegen.cuda import codegen_cuda  # noqa: E402
-from tecomp.codegen.nvcc import compile_ptx, find_nvcc  # noqa: E402
+from tecomp.runtime.nvcc import compile_ptx, find_nvcc  # noqa: E402
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not on PATH")
 
@@ -620,7 +620,7 @@ def test_nvcc_reports_errors():
 def test_cubins_are_cached_on_disk_and_checked(tmp_path, monkeypatch):
     """compile_cubin: nvcc once per (nvcc, arch, options, source); the cache is private;
     a cubin whose sidecar does not match (truncated, replaced) is compiled again."""
-    import tecomp.codegen.nvcc as cg
+    import tecomp.runtime.nvcc as cg
 
     monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
     runs = []

@@ -27,9 +27,9 @@ from cuda_examples import (  # noqa: E402
 from tecomp.runtime import cuda as runtime_cuda  # noqa: E402
 from tecomp.errors import ArgumentError, BuildError, RuntimeUnavailableError  # noqa: E402
 from tecomp.ir import Buffer, PrimFunc, Var  # noqa: E402
-from tecomp.codegen.nvcc import find_nvcc  # noqa: E402
+from tecomp.runtime.nvcc import find_nvcc  # noqa: E402
 from tecomp.codegen.cuda_emu import compile_emu_library, find_cxx  # noqa: E402
-from tecomp.runtime.cuda import build_cuda  # noqa: E402
+from tecomp.codegen.cuda import build_cuda  # noqa: E402
 from helpers import gpu_driver  # noqa: F401  (a fixture)
 
 

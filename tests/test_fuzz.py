@@ -438,7 +438,7 @@ def test_campaign_seed_3016817_pack_of_an_operand_the_reduction_does_not_index()
     transpose, and an IndexError.  Such an operand is not packed now."""
     import random
 
-    from tecomp.strategy.rules import Knobs, apply_rules
+    from tecomp.strategy import Knobs, apply_rules
     from tecomp.strategy.cpu import cpu_model
 
     T0 = tc.placeholder((2,), name="P0")

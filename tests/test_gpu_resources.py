@@ -3,7 +3,7 @@ registers (ptxas's report; no GPU needed).  ``python -m tecomp.testing.gpu_resou
 prints the table."""
 import pytest
 
-from tecomp.codegen.nvcc import find_nvcc
+from tecomp.runtime.nvcc import find_nvcc
 from tecomp.testing import gpu_resources as gr
 
 PTXAS = """\

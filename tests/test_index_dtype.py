@@ -450,7 +450,7 @@ def test_big_grids_index_in_64_bits_and_nvcc_compiles_them():
     """A 1-d stage of 2**31 + 5 elements over blockIdx.x x threadIdx.x: the block and thread
     indices are long long (their product passes int32); the source compiles with nvcc."""
     from tecomp.codegen.cuda import codegen_cuda
-    from tecomp.codegen.nvcc import compile_ptx, find_nvcc
+    from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 
     N = 2**31 + 5
     A = tc.placeholder((N,), name="A", dtype="int8")

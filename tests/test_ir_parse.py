@@ -16,7 +16,6 @@ from tecomp.ir import (
 )
 from tecomp.ir.stmt import ParamCheck
 from tecomp.strategy import cpu as sc
-from tecomp.strategy import 
 from tecomp.nn import ops
 from tecomp.testing import RandomDraw, draw_case
 from tecomp.ir import interp

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.strategy import 
 from tecomp.nn import ops
 from tecomp.strategy import cpu as sc
 
@@ -493,7 +492,7 @@ def test_conv2d_nchw_channel_vectors_weigh_the_weight_copy(case, chan, monkeypat
     that many pixels; on a full-width model with cheaper gathers every layer here takes
     channel vectors.  The search may take either (the knob is offered both ways), and
     both compute the convolution."""
-    from tecomp.strategy.rules import Knobs, apply_rules
+    from tecomp.strategy import Knobs, apply_rules
 
     monkeypatch.setenv("TECOMP_VECTOR_LANES", "16")
     N, C, H, O, R, st = case

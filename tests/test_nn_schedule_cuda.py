@@ -28,10 +28,9 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.codegen.nvcc import compile_ptx, find_nvcc
+from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.errors import RuntimeUnavailableError, ScheduleError
 from tecomp.ir import interp
-from tecomp.strategy import 
 from tecomp.nn import ops
 from tecomp.strategy import cuda as sc
 from helpers import gpu_driver  # noqa: F401  (a fixture)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.codegen.nvcc import compile_ptx, find_nvcc
+from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.errors import ArgumentError
 from tecomp.strategy import cuda as sc
 from tecomp.nn import ops

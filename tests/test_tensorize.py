@@ -631,7 +631,7 @@ def test_cuda_dp4a_gemm_in_the_emulation(a_dtype, offset):
 @pytest.mark.parametrize("a_dtype,ptx", [("uint8", "dp4a.u32.s32"), ("int8", "dp4a.s32.s32")])
 def test_cuda_dp4a_compiles_to_the_ptx_instruction(a_dtype, ptx):
     from tecomp.codegen.cuda import codegen_cuda
-    from tecomp.codegen.nvcc import compile_ptx, find_nvcc
+    from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 
     if find_nvcc() is None:
         pytest.skip("nvcc is not on PATH")

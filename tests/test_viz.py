@@ -7,7 +7,6 @@ import pytest
 import tecomp as tc
 from tecomp.ir.analysis import count_flops, loop_footprints, shape_env
 from tecomp.strategy import cpu as sc
-from tecomp.strategy import 
 from tecomp.nn import ops
 from tecomp.viz import peaks as _peaks
 

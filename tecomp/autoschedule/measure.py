@@ -54,7 +54,7 @@ once, and times calls on the device arrays (each call waits for its kernels).
 **Compiling in parallel.**  For targets ``cuda`` and ``cuda-emu`` ``LocalRunner`` first
 lowers each candidate of a ``run`` in this process and compiles them all at once, one
 compiler per core (:data:`COMPILE_JOBS`): nvcc into tecomp's cubin cache
-(:func:`tecomp.codegen.nvcc.compile_cubin`; the device's architecture is read here
+(:func:`tecomp.runtime.nvcc.compile_cubin`; the device's architecture is read here
 through the driver, without a context: the target's backend says how,
 ``tecomp.build.Backend.ahead_compiler``), g++ into the emulation's library cache.  The
 measuring process then loads what it builds from those caches, so candidates are

@@ -1,5 +1,5 @@
 """CUDA C source generation for a PrimFunc (compiling it with nvcc:
-:mod:`tecomp.codegen.nvcc`).
+:mod:`tecomp.runtime.nvcc`).
 
 The renderer is the shared C walk (:mod:`tecomp.codegen.c_source`) plus a table of
 strings (``half`` and its conversions, ``__expf``, ``rsqrtf``, ``__int_as_float``
@@ -48,8 +48,7 @@ Determinism: the same PrimFunc gives byte-identical source.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from ..errors import BuildError, InternalError
 from ..ir import dtype as _dt
@@ -58,6 +57,8 @@ from ..ir.expr import LT, Buffer, BufferLoad, Call, Const, Expr, Var, same_as
 from ..ir.functor import Visitor, collect, free_vars, substitute
 from ..ir.simplify import simplify
 from ..ir.names import comment as _comment
+from ..runtime.cuda import CudaModule
+from ..runtime.cuda_kernels import CudaSource, KernelInfo, KernelParam
 from ..ir.printer import to_str
 from ..ir.stmt import (
     Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc, Stmt, TensorIntrinCall,
@@ -99,64 +100,12 @@ _FRAGMENT_TYPES = {
 WMMA_ALIGN = 32
 
 
-@dataclass(frozen=True)
-class KernelParam:
-    """One parameter of a kernel: a buffer pointer or a scalar passed by value."""
-
-    name: str            # the C name in the kernel signature
-    obj: object          # the Buffer or Var it stands for
-    dtype: str
-    is_buffer: bool
-    is_const: bool = False  # a buffer the kernel only reads (``const T* __restrict__``)
-    align: int = 0          # bytes its pointer must be a multiple of (wmma tiles), or 0
-
-    @property
-    def ctype(self) -> str:
-        if self.is_buffer:
-            base = CudaRenderer.TYPES[self.dtype]
-            return f"{'const ' if self.is_const else ''}{base}* __restrict__"
-        return CudaRenderer.TYPES[_dt.compute_dtype(self.dtype)]  # a float16 scalar is a float
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-    """One ``__global__`` function of a :class:`CudaSource` and how to launch it."""
-
-    name: str
-    params: Tuple[KernelParam, ...]
-    grid: Tuple[Expr, Expr, Expr]    # launch sizes as IR expressions of host values
-    block: Tuple[Expr, Expr, Expr]
-    shared_bytes: int                # __shared__ memory per block
-    stage: str                       # the buffers the kernel computes (for messages)
-    has_barrier: bool = False        # whether it calls __syncthreads()
-    local_bytes: int = 0             # per-thread arrays (DeviceKernel.local_bytes)
-
-    @property
-    def dynamic_shared(self) -> int:
-        """The bytes of dynamic shared memory a launch passes: the kernel's arrays where
-        they take more than the 48 KiB a kernel may declare statically, else 0."""
-        return self.shared_bytes if self.shared_bytes > MAX_STATIC_SHARED_BYTES else 0
-
-    @property
-    def constant_block(self) -> Optional[Tuple[int, int, int]]:
-        if all(isinstance(d, Const) for d in self.block):
-            return tuple(int(d.value) for d in self.block)
-        return None
-
-
-@dataclass
-class CudaSource:
-    """The result of :func:`codegen_cuda`."""
-
-    func: PrimFunc
-    source: str
-    kernels: List[KernelInfo]
-    workspaces: List[Buffer] = field(default_factory=list)   # global allocations
-    host_asserts: List[Tuple[Expr, str]] = field(default_factory=list)
-    written: frozenset = frozenset()     # parameter Buffers the function stores to
-
-    def __str__(self) -> str:
-        return self.source
+def param_ctype(p: KernelParam) -> str:
+    """The C type of a kernel parameter in the signature."""
+    if p.is_buffer:
+        base = CudaRenderer.TYPES[p.dtype]
+        return f"{'const ' if p.is_const else ''}{base}* __restrict__"
+    return CudaRenderer.TYPES[_dt.compute_dtype(p.dtype)]  # a float16 scalar is a float
 
 
 # ---------------------------------------------------------------------------------
@@ -935,8 +884,17 @@ def _kernel_text(k: int, info: KernelInfo, body_lines: List[str], stmt: Stmt) ->
     cb = info.constant_block
     if cb is not None:
         bounds = f"__launch_bounds__({cb[0] * cb[1] * cb[2]}) "
-    params = ", ".join(f"{p.ctype} {p.name}" for p in info.params)
+    params = ", ".join(f"{param_ctype(p)} {p.name}" for p in info.params)
     lines.append(f'extern "C" __global__ void {bounds}{info.name}({params}) {{')
     lines.extend(body_lines)
     lines.append("}")
     return "\n".join(lines)
+
+
+def build_cuda(func: PrimFunc, driver=None, target=None) -> CudaModule:
+    """Generate CUDA C for ``func``; compiling and launching happen at the first call.
+
+    Works without pycuda or a GPU (the source is available); calling then raises
+    RuntimeUnavailableError.  ``driver`` replaces the pycuda driver (tests).
+    """
+    return CudaModule(codegen_cuda(func), driver, target)

@@ -51,9 +51,9 @@ from ..errors import ArgumentError, BoundsError, BuildError, RuntimeUnavailableE
 from ..ir.expr import Buffer
 from ..ir.stmt import PrimFunc
 from ..runtime.argcheck import eval_host_expr
-from .cuda import (
-    MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaRenderer, CudaSource, KernelInfo, codegen_cuda,
-)
+from ..runtime.cuda_kernels import CudaSource, KernelInfo
+from .cuda import (MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaRenderer, codegen_cuda,
+                   param_ctype)
 from ..runtime.libfiles import (cache_root, digest_file, private_dir, sidecar_matches, tool_identity,
                        write_sidecar)
 from ..runtime.cuda import CudaSourceModule, stream_handle
@@ -116,7 +116,7 @@ def launcher_source(cs: CudaSource) -> str:
         args = []
         for i, p in enumerate(kern.params):
             if p.is_buffer:
-                args.append(f"({p.ctype.replace(' __restrict__', '')})a[{i}]")
+                args.append(f"({param_ctype(p).replace(' __restrict__', '')})a[{i}]")
             else:
                 args.append(f"*({_scalar_ctype(p)}*)a[{i}]")
         lines.append(f"static void tecomp_entry_{k}(void** a) {{ {kern.name}({', '.join(args)}); }}")

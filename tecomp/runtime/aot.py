@@ -61,7 +61,7 @@ from .libfiles import (
     FileRefused, digest_bytes, file_path, open_regular, read_fd, sidecar_digest, sidecar_path,
 )
 from .signature import Signature
-from ..errors import LoadError, TecompError
+from ..errors import BuildError, LoadError, TecompError
 from ..ir.names import display
 from ..ir.stmt import PrimFunc, SeqStmt
 from .elf import check_plain, inspect_library
@@ -361,3 +361,8 @@ class _LibraryVariants:
         """``(code, build, seconds)``, as ``llvm.VariantCompiler.compile`` returns."""
         code, build = self.variant(layout, noalias)
         return code, build, 0.0
+
+    def export_library(self, mod, path) -> None:
+        """A loaded library is not exported again: its file is the library."""
+        raise BuildError(f"{mod.name} was loaded from {mod.library_path!r:.200}: that file is "
+                         f"its library already; copy it together with its .sha256 sidecar")

@@ -1,7 +1,7 @@
 """The CUDA runtime: compile tecomp's CUDA C with pycuda and launch it.
 
 pycuda is an optional dependency (``pip install tecomp[cuda]``).  Without it, or without
-a GPU, :func:`build_cuda` still generates the source (``get_source("cuda")`` works) and
+a GPU, :func:`tecomp.codegen.cuda.build_cuda` still generates the source (``get_source("cuda")`` works) and
 calling the module raises :class:`~tecomp.errors.RuntimeUnavailableError` saying what
 is missing.
 
@@ -24,7 +24,7 @@ the symbolic extents at call time and checked against the device (threads per bl
 including the kernel's register limit, block and grid dimensions, shared memory).
 
 The driver work goes through a small :class:`PycudaDriver` object; another object with
-the same methods can stand in for it (``build_cuda(func, driver=...)``), which is how
+the same methods can stand in for it (``tecomp.codegen.cuda.build_cuda(func, driver=...)``), which is how
 the runtime's logic is tested on machines without a GPU.
 """
 from __future__ import annotations
@@ -41,12 +41,11 @@ import numpy as np
 from .argcheck import (
     ArgChecker, array_meta, eval_host_expr, in_place_of, param_checks_of, param_label,
 )
-from ..codegen.cuda import CudaSource, KernelInfo, codegen_cuda
-from ..codegen.nvcc import compile_cubin, compile_ptx
+from .cuda_kernels import CudaSource, KernelInfo
+from .nvcc import compile_cubin, compile_ptx
 from ..target import MAX_STATIC_SHARED_BYTES
 from ..errors import ArgumentError, BuildError, ResourceLimitError, RuntimeUnavailableError
 from ..ir.expr import Buffer
-from ..ir.stmt import PrimFunc
 from .timing import Timed
 
 # struct format characters of kernel parameters (pycuda's prepared calls)
@@ -482,12 +481,3 @@ def _check_device_launch(drv, fn, kern: KernelInfo, grid, block) -> None:
         raise ResourceLimitError(f"{where}: {kern.shared_bytes} bytes of shared memory per "
                                  f"block, more than the {limit} the device allows; use "
                                  f"smaller tiles")
-
-
-def build_cuda(func: PrimFunc, driver=None, target=None) -> CudaModule:
-    """Generate CUDA C for ``func``; compiling and launching happen at the first call.
-
-    Works without pycuda or a GPU (the source is available); calling then raises
-    RuntimeUnavailableError.  ``driver`` replaces the pycuda driver (tests).
-    """
-    return CudaModule(codegen_cuda(func), driver, target)

@@ -86,6 +86,7 @@ failed ``malloc`` raises :class:`KernelMemoryError`; a failed checked assert rai
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Dict, List, Tuple
 
@@ -205,27 +206,23 @@ _binder_state: list = []        # [the binder's ctypes function, or None], once 
 _binder_lock = threading.Lock()
 
 
-def _binder():
-    """The compiled binder (``tecomp.runtime.pybind``), compiled on first use; None
-    where the probe refused this interpreter's layout or ``TECOMP_PY_BINDER=0``."""
+def _binder(compile_ir=None):
+    """The compiled binder (``tecomp.runtime.pybind``), compiled on first use with
+    ``compile_ir(ir_text, symbols)`` (the code generator's JIT; a module the code generator
+    built passes it, a library's kernel has none: it uses the binder when one was
+    compiled already, else the Python path); None where the probe refused this
+    interpreter's layout or ``TECOMP_PY_BINDER=0``."""
     if _binder_state:
         return _binder_state[0]
-    import sys
-
-    if "llvmlite.binding" not in sys.modules:
-        return None      # (a loaded library's kernel, in a process that compiles none)
+    if compile_ir is None:
+        return None      # (a loaded library's kernel, before any kernel was compiled)
     with _binder_lock:
         if not _binder_state:
-            import os
-
             fn = None
             lay = None if os.environ.get("TECOMP_PY_BINDER", "1") == "0" else \
                 _probe_binder_layout()
             if lay is not None:
-                # (lazy: llvmlite compiles it; a process that only loads libraries has none)
-                from ..codegen.llvm import jit as llvm_jit
-
-                jm = llvm_jit.compile_ir(binder_ir(lay), [SYMBOL])
+                jm = compile_ir(binder_ir(lay), [SYMBOL])
                 fn = _BIND_T(jm.addresses[SYMBOL])
                 fn.jit = jm          # (keeps the engine, and so the code, alive)
             _binder_state.append(fn)
@@ -678,7 +675,8 @@ class Module(Timed):
         self._bind_addr = 0
         if not missing and foreign is None:
             prog = _binder_program(self._plan, jm.addresses[mb.symbol])
-            fn = _binder() if prog is not None else None
+            fn = _binder(getattr(compiler, "compile_binder", None)) \
+                if prog is not None else None
             if fn is not None:
                 self._bind, self._bind_prog = fn, prog
                 self._bind_addr = ctypes.addressof(prog)
@@ -749,10 +747,8 @@ class Module(Timed):
         that ``tc.load_module(path)`` needs to call it with the same checks, or C code
         to call it (docs/runtime.md, "Ahead-of-time compiled kernels").  Needs llvmlite
         and a C compiler to link with (``cc``, or ``$CC``); loading needs neither."""
-        # (lazy: llvmlite and the exporter; loading a library needs neither)
-        from ..codegen.llvm.export import export_library
-
-        export_library(self, path, pyobject_data_offset=PYOBJECT_DATA_OFFSET)
+        # the code generator that built it exports it (a loaded library's refuses)
+        self._compiler.export_library(self, path)
 
     # -- calling -------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Tuple
 import tecomp as tc
-from ..codegen.nvcc import find_nvcc
+from ..runtime.nvcc import find_nvcc
 from ..errors import BuildError, RuntimeUnavailableError
 from ..strategy import cuda as sc
 from ..nn import ops

@@ -52,14 +52,10 @@ LAYERS: List[tuple] = [
 ]
 
 #: package imports that break ``LAYERS`` today: (importer, imported) -> why it is left
-KNOWN_UPWARD: Dict[tuple, str] = {
-    ("tecomp.runtime", "tecomp.codegen"): "the CUDA module generates and compiles its source "
-                                          "(runtime.cuda); the LLVM module compiles its binder "
-                                          "and exports through codegen.llvm (lazy)",
-}
+KNOWN_UPWARD: Dict[tuple, str] = {}  # none left
 
 #: function-local imports of tecomp modules today (statements); only lower it
-LOCAL_IMPORTS = 11
+LOCAL_IMPORTS = 8
 
 #: the reason a function-local import gives, in a comment on the line above it or on its
 #: own lines: ``(lazy: ...)``, an optional or heavy dependency kept off the import path

@@ -406,7 +406,7 @@ def test_cuda_emulation_refuses_a_cache_others_can_write(tmp_path, monkeypatch):
 def test_cubin_cache_others_may_write_to(tmp_path, monkeypatch):
     """The cubin cache holds code that is loaded and run: one that other users may write
     to is refused, as the emulation's is."""
-    from tecomp.codegen.nvcc import compile_cubin, find_nvcc
+    from tecomp.runtime.nvcc import compile_cubin, find_nvcc
 
     if find_nvcc() is None:
         pytest.skip("nvcc is not on PATH")

@@ -14,10 +14,10 @@ from ...ir.names import display
 from ...ir.stmt import PrimFunc
 from ...lower.pipeline import prepare_for_codegen
 from ...lower.vectorize import buffer_uses
-from ...runtime.llvm import Module
+from ...runtime.llvm import PYOBJECT_DATA_OFFSET, Module
 from ...target import as_target
 from ...runtime.signature import Signature
-from . import jit as llvm_jit
+from . import export as _export, jit as llvm_jit
 from .emitter import _internal_message
 from .intrinsics import check_calls, unknown_intrinsic_message
 from .module import _ModuleBuilder
@@ -73,6 +73,16 @@ class VariantCompiler:
             raise InternalError(f"LLVM code generation of {self.func.name} failed: "
                                 f"{type(exc).__name__}: {exc}") from exc
         return mb
+
+    @staticmethod
+    def compile_binder(ir_text: str, symbols):
+        """JIT-compile the runtime's argument binder (:func:`tecomp.runtime.llvm._binder`)."""
+        return llvm_jit.compile_ir(ir_text, symbols)
+
+    @staticmethod
+    def export_library(mod, path) -> None:
+        """``mod.export_library(path)`` of a module this compiler built."""
+        _export.export_library(mod, path, pyobject_data_offset=PYOBJECT_DATA_OFFSET)
 
     @deep_entry(lambda self, *a: ("tc.build", self.func))
     def compile(self, layout: str, noalias: bool):

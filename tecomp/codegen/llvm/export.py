@@ -128,9 +128,6 @@ def export_library(mod, path, *, pyobject_data_offset: int) -> None:
                 "(tc.extern), a function of this Python process, which a library loaded "
                 "elsewhere cannot call; export the kernels around it instead")
     dest = _destination(path, name)
-    if getattr(mod, "library_path", None) is not None:
-        raise BuildError(f"{name} was loaded from {mod.library_path!r:.200}: that file is its "
-                         f"library already; copy it together with its .sha256 sidecar")
     if not sys.platform.startswith("linux"):
         raise RuntimeUnavailableError(f"{name}.export_library writes ELF shared libraries, "
                                       f"for Linux; this is {sys.platform}")

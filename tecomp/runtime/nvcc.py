@@ -14,8 +14,8 @@ import tempfile
 from typing import Optional
 
 from ..errors import BuildError, RuntimeUnavailableError
-from .cuda import CudaSource
-from ..runtime.libfiles import cache_root, digest_bytes, private_dir, read_sidecar, tool_identity, write_with_sidecar
+from .cuda_kernels import CudaSource
+from .libfiles import cache_root, digest_bytes, private_dir, read_sidecar, tool_identity, write_with_sidecar
 
 _log = logging.getLogger(__name__)
 

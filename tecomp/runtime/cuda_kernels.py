@@ -1,0 +1,70 @@
+"""What the CUDA runtime launches: the CUDA C of a function (:class:`CudaSource`), its
+kernels (:class:`KernelInfo`: name, parameters, grid, block, shared memory) and their
+parameters (:class:`KernelParam`).  The code generator
+(:func:`tecomp.codegen.cuda.codegen_cuda`) fills them in; the module classes
+(:mod:`tecomp.runtime.cuda`, the emulation) and nvcc (:mod:`tecomp.runtime.nvcc`) read
+them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+from ..ir.expr import Buffer, Const, Expr
+from ..ir.stmt import PrimFunc
+from ..target import MAX_STATIC_SHARED_BYTES
+
+__all__ = ["KernelParam", "KernelInfo", "CudaSource"]
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One parameter of a kernel: a buffer pointer or a scalar passed by value."""
+
+    name: str            # the C name in the kernel signature
+    obj: object          # the Buffer or Var it stands for
+    dtype: str
+    is_buffer: bool
+    is_const: bool = False  # a buffer the kernel only reads (``const T* __restrict__``)
+    align: int = 0          # bytes its pointer must be a multiple of (wmma tiles), or 0
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One ``__global__`` function of a :class:`CudaSource` and how to launch it."""
+
+    name: str
+    params: Tuple[KernelParam, ...]
+    grid: Tuple[Expr, Expr, Expr]    # launch sizes as IR expressions of host values
+    block: Tuple[Expr, Expr, Expr]
+    shared_bytes: int                # __shared__ memory per block
+    stage: str                       # the buffers the kernel computes (for messages)
+    has_barrier: bool = False        # whether it calls __syncthreads()
+    local_bytes: int = 0             # per-thread arrays (DeviceKernel.local_bytes)
+
+    @property
+    def dynamic_shared(self) -> int:
+        """The bytes of dynamic shared memory a launch passes: the kernel's arrays where
+        they take more than the 48 KiB a kernel may declare statically, else 0."""
+        return self.shared_bytes if self.shared_bytes > MAX_STATIC_SHARED_BYTES else 0
+
+    @property
+    def constant_block(self) -> Optional[Tuple[int, int, int]]:
+        if all(isinstance(d, Const) for d in self.block):
+            return tuple(int(d.value) for d in self.block)
+        return None
+
+
+@dataclass
+class CudaSource:
+    """The CUDA C of one function (what :func:`tecomp.codegen.cuda.codegen_cuda` returns) and
+    how to launch its kernels."""
+
+    func: PrimFunc
+    source: str
+    kernels: List[KernelInfo]
+    workspaces: List[Buffer] = field(default_factory=list)   # global allocations
+    host_asserts: List[Tuple[Expr, str]] = field(default_factory=list)
+    written: frozenset = frozenset()     # parameter Buffers the function stores to
+
+    def __str__(self) -> str:
+        return self.source
