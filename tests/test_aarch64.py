@@ -51,7 +51,10 @@ def test_machine_model_is_the_isa_s():
     assert str(tc.Target(NEON)) == NEON and tc.Target(str(v1)) == v1
     # code for it is printed here, never run here
     assert "aarch64" in t.runs_here() and "qemu" in t.runs_here()
-    assert tc.tensor_intrins_for(NEON) == []
+    # int8 dot products: the widening NEON one everywhere, usdot where i8mm is
+    assert [x.name for x in tc.tensor_intrins_for(NEON)] == ["aarch64.neon_u8s8s32_4x4"]
+    assert [x.name for x in tc.tensor_intrins_for(SVE)] == ["aarch64.usdot_u8s8s32_4x4",
+                                                           "aarch64.neon_u8s8s32_4x4"]
 
 
 def test_code_is_neon_and_calls_are_refused():
@@ -248,3 +251,29 @@ def test_vector_math_is_the_same_bits_on_aarch64_and_x86(tmp_path):
         mine = np.zeros(n, np.float32)
         tc.build(s, [A, B], name=fn)(x, mine)
         np.testing.assert_array_equal(arm.view(np.uint32), mine.view(np.uint32), err_msg=fn)
+
+
+@needs_qemu
+@pytest.mark.parametrize("target,intrin,insn", [
+    (NEON, "aarch64.neon_u8s8s32_4x4", r"\b[su]mull2?\s"),
+    (SVE, "aarch64.usdot_u8s8s32_4x4", r"\busdot\s"),
+])
+def test_int8_gemm_on_dot_products_under_qemu(tmp_path, target, intrin, insn):
+    """An int8 GEMM written in plain TE (uint8 x int8 summed in int32) is tensorized with
+    the target's dot-product intrinsic by the auto-scheduler, and is exact under qemu,
+    extreme values included (255 x -128, and sums that use all of int32's sign)."""
+    M, N, K = 13, 36, 64
+    X = tc.placeholder((M, K), "uint8", name="X")
+    W = tc.placeholder((K, N), "int8", name="W")
+    k = tc.reduce_axis((0, K), name="k")
+    C = tc.compute((M, N), lambda i, j: tc.sum(
+        X[i, k].astype("int32") * W[k, j].astype("int32"), axis=k), name="C")
+    s = tc.auto_schedule([X, W, C], target=target)
+    assert f"tc.tensor_intrin('{intrin}')" in s.trace.python([X, W, C])
+    assert re.search(insn, tc.build(s, [X, W, C], target=target, name="i8").get_source("asm"))
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 256, (M, K)).astype(np.uint8)
+    w = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    x[0], w[:, 0] = 255, -128
+    c, = _run(tmp_path, s, [X, W, C], [x, w], target, "i8")
+    np.testing.assert_array_equal(c, x.astype(np.int64) @ w.astype(np.int64))

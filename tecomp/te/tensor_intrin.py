@@ -40,8 +40,8 @@ pattern), plus what to emit for it.  ``tc.decl_tensor_intrin(C, llvm=emit, requi
 The interpreter, and a backend the intrinsic has no emitter for, run the loops of the
 declared computation (the ``fallback`` of :class:`~tecomp.ir.stmt.TensorIntrinCall`), so a
 tensorized schedule gives the same result everywhere.  Built-in intrinsics
-(``tc.tensor_intrin(name)``) live in :mod:`tecomp.te.intrin_x86` and
-:mod:`tecomp.te.intrin_cuda`; only those can be named in a stored trace or tuning record
+(``tc.tensor_intrin(name)``) live in :mod:`tecomp.te.intrin_x86`,
+:mod:`tecomp.te.intrin_aarch64` and :mod:`tecomp.te.intrin_cuda`; only those can be named in a stored trace or tuning record
 (a record names an intrinsic, it never carries code).
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ from ..ir.functor import collect
 from ..ir.names import display
 from ..ir.stmt import register_tensor_intrin
 from ..target import Target, as_target
-from . import intrin_cuda, intrin_x86
+from . import intrin_aarch64, intrin_cuda, intrin_x86
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 
 
@@ -278,7 +278,8 @@ def builtin_intrins() -> Dict[str, TensorIntrin]:
     """Every built-in intrinsic by name (declared once, on first use)."""
     with _LOCK:
         if not _BUILTIN:
-            for op, emit, name, requires, dense in intrin_x86.declarations():
+            for op, emit, name, requires, dense in (intrin_x86.declarations()
+                                                    + intrin_aarch64.declarations()):
                 _BUILTIN[name] = decl_tensor_intrin(op, llvm=emit, name=name, requires=requires,
                                                     dense=dense)
             for op, emit, name, dense, init in intrin_cuda.declarations():

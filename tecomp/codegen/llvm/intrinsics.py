@@ -221,7 +221,12 @@ class IntrinBuilder:
         return fn(value, self.type(ty))
 
     def add(self, a, b):
+        """``a + b`` (integers or integer vectors, wrapping)."""
         return self.b.add(a, b)
+
+    def mul(self, a, b):
+        """``a * b`` (integers or integer vectors, wrapping)."""
+        return self.b.mul(a, b)
 
 
 # ---------------------------------------------------------------------------------------
