@@ -869,3 +869,30 @@ def test_row_compositions_are_computed_a_row_at_a_time(make, M, N):
     tc.build(s, args)(*ins, out)
     np.testing.assert_allclose(out, ref(*[a.astype(np.float64) for a in ins]),
                                rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("shape", [(4, 8, 28, 28), (2, 3, 7, 7), (2, 4, 5, 33), (3, 2, 56, 9)])
+def test_plane_reductions_are_vectorized_per_output(shape):
+    """A reduction over several axes whose last runs along contiguous memory (a batch
+    norm's statistics over n, h, w; a bias gradient) gets one vector of partial results
+    per output element along that axis (rfactor), the other reduce axes outside it, the
+    outputs in parallel: correct for any extents (a row shorter than a vector, a tail)."""
+    N, C, H, W = shape
+    X = tc.placeholder(shape, name="x")
+    n, h, w = (tc.reduce_axis(e, name=v) for e, v in ((N, "n"), (H, "h"), (W, "w")))
+    S = tc.compute((C,), lambda c: tc.sum(X[n, c, h, w] * X[n, c, h, w], axis=[n, h, w]),
+                   name="S")
+    M = tc.compute((1, C, 1), lambda a, c, b: tc.max(X[n, c, h, w], axis=[n, h, w]), name="M")
+    s = tc.auto_schedule([X, S, M], target="llvm -mcpu=skylake-avx512")
+    steps = [st[0] for st in s.trace.to_json()]
+    assert steps.count("rfactor") == 2 and "vectorize" in steps, steps
+    code = str(tc.lower(s, [X, S, M]))
+    assert "S.rf" in code and "M.rf" in code
+    f = tc.build(s, [X, S, M], target="llvm -mcpu=skylake-avx512") if \
+        tc.Target("llvm").has_feature("avx512f") else tc.build(tc.auto_schedule([X, S, M]),
+                                                               [X, S, M])
+    x = np.random.default_rng(3).standard_normal(shape).astype("float32")
+    out_s, out_m = np.empty(C, "float32"), np.empty((1, C, 1), "float32")
+    f(x, out_s, out_m)
+    np.testing.assert_allclose(out_s, (x.astype(np.float64) ** 2).sum((0, 2, 3)), rtol=1e-5)
+    np.testing.assert_array_equal(out_m[0, :, 0], x.max((0, 2, 3)))

@@ -544,7 +544,43 @@ class _Rules:
         if self._row_reducible(op) and op.axis:
             self.row_reduction_root(st)
             return
+        if self.plane_reduction(st):
+            return
         self.fallback(st)
+
+    def plane_reduction(self, st: Stage) -> bool:
+        """A sum/max/min over several axes whose last one runs along contiguous memory (a
+        batch norm's per-channel statistics over ``n, h, w``, a bias gradient): the output
+        axes fused and in parallel, and per output element the reduction ``rfactor``-ed
+        into one vector of partial results along the last axis, the other reduce axes
+        outside it.  True when it applied."""
+        op = st.op
+        if len(op.bodies) != 1 or len(op.reduce_axis) < 2 or not op.axis:
+            return False
+        r = op.reduce_axis[-1]
+        e = self.ext(r.dom.extent)
+        exts = [self.ext(a.dom.extent) for a in op.axis]
+        if e is None or e < 4 or None in exts:   # (4-15 lanes: one masked vector)
+            return False
+        kinds = [_stride_along(ld.indices, r.var) for ld in _loads(op.body.source)]
+        if "strided" in kinds or "unit" not in kinds:
+            return False
+        if not self.k.choose(f"{op.name}.plane", [True, False], True):
+            return False
+        s = self.s
+        _, ri = st.split(r, factor=self.L)
+        rf = s[s.rfactor(op.output(0), ri, factor_axis=len(op.axis))]
+        lanes = rf.op.axis[-1]
+        rf.reorder(*(list(rf.op.axis[:-1]) + list(rf.op.reduce_axis) + [lanes]))
+        rf.vectorize(lanes)
+        st = s[op.output(0)]
+        axes = list(st.op.axis)
+        row = axes[0] if len(axes) == 1 else st.fuse(*axes)
+        if self.info.threads > 1 and math.prod(exts) >= 2:
+            st.parallel(row)
+        rf.compute_at(st, row)
+        self.done.add(id(rf.op))
+        return True
 
     def _plan_block(self, op):
         """(u, v) axes of a register block for reduction ``op``, or None: ``v`` is the
