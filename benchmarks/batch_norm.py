@@ -3,9 +3,10 @@
 against PyTorch's ATen kernels, interleaved in one process.
 
 tecomp's forward is ``nn.batch_norm(x, g, b, running_mean, running_var, training=True)``
-(the output and both running statistics, one kernel); its backward is ``tc.gradient`` of
-that output for ``x``, ``g`` and ``b`` given the incoming gradient (one kernel, which
-recomputes the batch statistics from ``x``).  PyTorch's are ``torch.native_batch_norm``
+(the output, both running statistics, and the batch mean and inverse standard deviation
+kept for the backward, one kernel); its backward is ``tc.gradient`` of that output for
+``x``, ``g`` and ``b`` given the incoming gradient, reading the kept statistics (the stages
+replaced by placeholders with ``tecomp.te.retype``, as ``tecomp.torch`` does), one kernel.  PyTorch's are ``torch.native_batch_norm``
 (the output, the saved mean and inverse standard deviation, the running statistics
 updated in place) and ``torch.ops.aten.native_batch_norm_backward`` with what the forward
 saved: what ``loss.backward()`` runs.  Medians, ms; ratio = PyTorch's time over
@@ -32,6 +33,7 @@ def main() -> None:
 
     import tecomp as tc
     import tecomp.nn as nn
+    from tecomp.te.retype import retype
 
     torch = torch_or_none(args.threads)
     if torch is None:
@@ -44,11 +46,15 @@ def main() -> None:
         X = tc.placeholder((N, C, H, W), name="x")
         g, b, rm, rv = (tc.placeholder((C,), name=n) for n in ("g", "b", "rm", "rv"))
         Y, RM, RV = nn.batch_norm(X, g, b, rm, rv, training=True, momentum=momentum, eps=eps)
-        fwd_args = [X, g, b, rm, rv, Y, RM, RV]
+        stats = {t.name: t for t in Y.op.input_tensors}
+        MEAN, INV = stats["batch_norm.mean"], stats["batch_norm.invstd"]
+        fwd_args = [X, g, b, rm, rv, Y, RM, RV, MEAN, INV]
         fwd = tc.build(tc.auto_schedule(fwd_args), fwd_args)
         D = tc.placeholder(Y.shape, name="dy")
-        dX, dg, db = tc.gradient(Y, [X, g, b], head=D)
-        bwd_args = [X, g, b, D, dX, dg, db]
+        SM, SI = tc.placeholder((C,), name="saved_mean"), tc.placeholder((C,), name="saved_invstd")
+        grads, ins = retype(list(tc.gradient(Y, [X, g, b], head=D)), [X, g, b, D],
+                            replace={MEAN: SM, INV: SI})
+        bwd_args = ins[:3] + [SM, SI, ins[3]] + grads
         bwd = tc.build(tc.auto_schedule(bwd_args), bwd_args)
         ev = nn.batch_norm(X, g, b, rm, rv, training=False, eps=eps)
         ev_args = [X, g, b, rm, rv, ev]
@@ -59,6 +65,7 @@ def main() -> None:
         rmv, rvv = np.zeros(C, "float32"), np.ones(C, "float32")
         dy = rng.standard_normal((N, C, H, W)).astype("float32")
         y, nrm, nrv = np.empty_like(x), np.empty_like(rmv), np.empty_like(rvv)
+        smv, siv = np.empty_like(rmv), np.empty_like(rmv)
         dx, dgv, dbv = np.empty_like(x), np.empty_like(gv), np.empty_like(bv)
         ye = np.empty_like(x)
 
@@ -78,17 +85,17 @@ def main() -> None:
             return torch.native_batch_norm(tx, tg, tb, trm, trv, False, momentum, eps)
 
         # correctness, against PyTorch
-        fwd(x, gv, bv, rmv, rvv, y, nrm, nrv)
+        fwd(x, gv, bv, rmv, rvv, y, nrm, nrv, smv, siv)
         np.testing.assert_allclose(y, ty.numpy(), rtol=1e-3, atol=1e-3)
-        bwd(x, gv, bv, dy, dx, dgv, dbv)
+        bwd(x, gv, bv, smv, siv, dy, dx, dgv, dbv)
         tdx, tdg, tdb = t_bwd()
         np.testing.assert_allclose(dx, tdx.numpy(), rtol=1e-3, atol=1e-3)
         np.testing.assert_allclose(dbv, tdb.numpy(), rtol=1e-3, atol=1e-2)
         evf(x, gv, bv, rmv, rvv, ye)
 
         med = interleaved_turns({
-            "tc_fwd": lambda: fwd(x, gv, bv, rmv, rvv, y, nrm, nrv), "pt_fwd": t_fwd,
-            "tc_bwd": lambda: bwd(x, gv, bv, dy, dx, dgv, dbv), "pt_bwd": t_bwd,
+            "tc_fwd": lambda: fwd(x, gv, bv, rmv, rvv, y, nrm, nrv, smv, siv), "pt_fwd": t_fwd,
+            "tc_bwd": lambda: bwd(x, gv, bv, smv, siv, dy, dx, dgv, dbv), "pt_bwd": t_bwd,
             "tc_eval": lambda: evf(x, gv, bv, rmv, rvv, ye), "pt_eval": t_eval,
         }, args.rounds)
         row = [spec]
