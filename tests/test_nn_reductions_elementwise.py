@@ -424,3 +424,37 @@ def test_table_gradients_of_the_data_movement_operators(name):
     else:
         out = nn.relu(X)
     assert ad.gradcheck(out, ins, target="reference")
+
+
+def test_zero_extents_at_call_time():
+    """A symbolic extent may be 0 when the kernel is called (docs/operators.md, shapes):
+    an empty batch gives an empty result, a reduction over an empty axis its identity."""
+    n, k = tc.var("n"), tc.var("k")
+    A = tc.placeholder((3, k), name="A")
+    B = tc.placeholder((k, 4), name="B")
+    outs = [nn.sum(A, axis=1), nn.prod(A, axis=1), nn.mean(A, axis=1), nn.max(A, axis=1),
+            nn.min(A, axis=1), nn.argmax(A, axis=1), nn.argmin(A, axis=1), nn.matmul(A, B),
+            nn.softmax(A)]
+    args = [A, B] + outs
+    f = tc.build(tc.auto_schedule(args), args)
+    empty = np.zeros((3, 0), "float32")
+    res = [np.full((3,), 7, o.dtype) for o in outs[:7]] + [np.full((3, 4), 7, "float32"),
+                                                            np.zeros((3, 0), "float32")]
+    f(empty, np.zeros((0, 4), "float32"), *res)
+    want = [0, 1, np.nan, -np.inf, np.inf, -1, -1]
+    for got, w in zip(res[:7], want):
+        np.testing.assert_array_equal(got, np.full(3, w, got.dtype))
+    np.testing.assert_array_equal(res[7], np.zeros((3, 4), "float32"))
+    X = tc.placeholder((n, 3, 8, 8), name="X")
+    W = tc.placeholder((4, 3, 3, 3), name="W")
+    g, b = tc.placeholder((8,), name="g"), tc.placeholder((8,), name="b")
+    L = tc.placeholder((n, 8), name="L")
+    outs = [nn.conv2d_nchw(X, W, padding=1), nn.layer_norm(L, g, b), nn.relu(L)]
+    args = [X, W, L, g, b] + outs
+    f = tc.build(tc.auto_schedule(args), args)
+    f(np.zeros((0, 3, 8, 8), "float32"), np.ones((4, 3, 3, 3), "float32"),
+      np.zeros((0, 8), "float32"), np.ones(8, "float32"), np.ones(8, "float32"),
+      np.zeros((0, 4, 8, 8), "float32"), np.zeros((0, 8), "float32"),
+      np.zeros((0, 8), "float32"))
+    with pytest.raises(tc.ShapeError, match="extents must be positive"):
+        tc.placeholder((0, 5), name="Z")
