@@ -896,3 +896,35 @@ def test_plane_reductions_are_vectorized_per_output(shape):
     f(x, out_s, out_m)
     np.testing.assert_allclose(out_s, (x.astype(np.float64) ** 2).sum((0, 2, 3)), rtol=1e-5)
     np.testing.assert_array_equal(out_m[0, :, 0], x.max((0, 2, 3)))
+
+
+def test_depthwise_rows_stream_one_channel_at_a_time():
+    """A reduction where no operand moves with the vector axis alone (a causal depthwise
+    conv1d: x[b, c, t - k] moves with the channels and the time steps) runs the channel
+    blocks outside the time blocks (order "uv"), so each channel's row is read as one
+    stream rather than a block at a time, a row apart; a GEMM keeps "vu"."""
+    B, C, T, K = 2, 40, 100, 4
+    X = tc.placeholder((B, C, T), name="x")
+    W = tc.placeholder((C, K), name="w")
+    k = tc.reduce_axis(K, name="k")
+    Y = tc.compute((B, C, T), lambda b, c, t: tc.sum(
+        tc.if_then_else(t - k >= 0, X[b, c, t - k] * W[c, k], 0.0), axis=k), name="y")
+    knobs = Knobs()
+    s = apply_rules([X, W, Y], knobs, cpu_model("llvm -mcpu=skylake-avx512"))
+    assert knobs.values["y.order"] == "uv"
+    f = tc.build(s, [X, W, Y], target="llvm -mcpu=skylake-avx512") if \
+        tc.Target("llvm").has_feature("avx512f") else tc.build(tc.auto_schedule([X, W, Y]),
+                                                               [X, W, Y])
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((B, C, T), "float32"), rng.standard_normal((C, K), "float32")
+    y = np.empty_like(x)
+    f(x, w, y)
+    want = sum(np.pad(x, ((0, 0), (0, 0), (j, 0)))[:, :, :T] * w[None, :, j, None]
+               for j in range(K))
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    A, Bm = tc.placeholder((64, 64), name="A"), tc.placeholder((64, 64), name="B")
+    r = tc.reduce_axis(64, name="r")
+    G = tc.compute((64, 64), lambda i, j: tc.sum(A[i, r] * Bm[r, j], axis=r), name="G")
+    knobs = Knobs({"template": False})
+    apply_rules([A, Bm, G], knobs, cpu_model("llvm -mcpu=skylake-avx512"))
+    assert knobs.values["G.order"] == "vu"

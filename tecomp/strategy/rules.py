@@ -913,7 +913,8 @@ class _Rules:
 
     def _order_default(self, red_op, origin, u, v, nr, mr, ev=None) -> str:
         """``vu`` (a panel of the operand that moves with ``v`` stays in cache while the
-        rows go by) unless that panel is larger than half of L2, or one panel covers the
+        rows go by) unless there is no such operand, or that panel is larger than half of
+        L2, or one panel covers the
         whole of ``v`` (a 1x1 convolution's row of 7 or 14 pixels): then the blocks of
         ``u`` are the tasks, not a loop of one panel (DECISIONS.md, "Rules: rows shorter
         than half a vector")."""
@@ -921,6 +922,11 @@ class _Rules:
             return "uv"
         op = origin or red_op
         panel = self._panel_bytes(op, v, u, nr)
+        if panel == 0 and u is not None:
+            # no operand moves with v alone (a depthwise convolution: x[b, c, t - k] moves
+            # with both): nothing to keep while the rows go by, and with v outside each
+            # row of u would be read a block at a time, a page apart
+            return "uv"
         return "vu" if panel <= self.info.l2_bytes // 2 else "uv"
 
     def _panel_bytes(self, op, v, u, nr) -> int:
