@@ -255,7 +255,12 @@ def test_existing_signatures_still_work():
     lambda: nn.avg_pool2d(tc.placeholder((2, 9, 9, 32), name="X"), 3, 2, 1, layout="NHWC"),
     lambda: nn.max_pool3d(tc.placeholder((1, 2, 6, 8, 40), name="X"), 2),
     lambda: nn.adaptive_avg_pool2d(tc.placeholder((1, 3, 20, 40), name="X"), (6, 17)),
-], ids=["max1d", "avg2d_nhwc", "max3d", "adaptive_avg2d"])
+    # rows past 4 vectors: a tail in the unrolled vectors (max), one vector a step (avg)
+    lambda: nn.max_pool2d(tc.placeholder((1, 2, 5, 150), name="X"), 3, 1, 1),
+    lambda: nn.avg_pool2d(tc.placeholder((1, 2, 5, 150), name="X"), 3, 1, 1, False),
+    lambda: nn.avg_pool2d(tc.placeholder((1, 2, 5, 128), name="X"), 3, 1, 1),
+], ids=["max1d", "avg2d_nhwc", "max3d", "adaptive_avg2d", "max2d_150", "avg2d_150",
+        "avg2d_128"])
 def test_auto_schedule_uses_the_pooling_template(build):
     Y = build()
     X = Y.op.input_tensors[0]

@@ -128,7 +128,7 @@ def _max_pool(op, nd, data, kernel, stride, padding, dilation, ceil_mode, layout
     return _te.compute(
         p.out_shape(out),
         lambda *i: _te.max(src[p.index(i, lambda j, o: o * s[j] + rk[j] * d[j])], axis=rk),
-        name=name, tag="pool_max")
+        name=name, tag="pool_max", attrs={"layout": p.layout})
 
 
 def _avg_pool(op, nd, data, kernel, stride, padding, ceil_mode, count_include_pad, layout,
@@ -143,7 +143,7 @@ def _avg_pool(op, nd, data, kernel, stride, padding, ceil_mode, count_include_pa
     sums = _te.compute(
         p.out_shape(out),
         lambda *i: _te.sum(src[p.index(i, lambda j, o: o * s[j] + rk[j])].astype(acc), axis=rk),
-        name=f"{name}.sum", tag="pool_sum")
+        name=f"{name}.sum", tag="pool_sum", attrs={"layout": p.layout})
     # the elements each window counts, per dimension: the kernel, less what lies past the
     # padding (a ceil_mode window) or, without count_include_pad, past the data
     counts = []
@@ -170,7 +170,7 @@ def _avg_pool(op, nd, data, kernel, stride, padding, ceil_mode, count_include_pa
             return (sums[i] * (1.0 / total)).astype(data.dtype)
         return (sums[i] / (c * total).astype(acc)).astype(data.dtype)
 
-    return _te.compute(sums.shape, f, name=name, tag="pool_avg")
+    return _te.compute(sums.shape, f, name=name, tag="pool_avg", attrs={"layout": p.layout})
 
 
 def _pool_doc(kind: str, nd: int, ref: str) -> str:
@@ -306,11 +306,11 @@ def _adaptive(kind: str, op: str, nd: int, data, output_size, layout, name):
     if kind == "max":
         return _te.compute(shape, lambda *i: _te.max(x[p.index(i, at)], axis=rk,
                                                      where=inside(i)),
-                           name=name, tag="pool_max")
+                           name=name, tag="pool_max", attrs={"layout": p.layout})
     acc = _acc(x.dtype)
     sums = _te.compute(shape, lambda *i: _te.sum(x[p.index(i, at)].astype(acc), axis=rk,
                                                  where=inside(i)),
-                       name=f"{name}.sum", tag="pool_sum")
+                       name=f"{name}.sum", tag="pool_sum", attrs={"layout": p.layout})
 
     def f(*i):
         c, total = None, 1
@@ -325,7 +325,7 @@ def _adaptive(kind: str, op: str, nd: int, data, output_size, layout, name):
             return (sums[i] * (1.0 / total)).astype(x.dtype)
         return (sums[i] / (c * total).astype(acc)).astype(x.dtype)
 
-    return _te.compute(shape, f, name=name, tag="pool_avg")
+    return _te.compute(shape, f, name=name, tag="pool_avg", attrs={"layout": p.layout})
 
 
 def _adaptive_doc(kind: str, nd: int) -> str:

@@ -1,6 +1,6 @@
 """Pooling (``max_pool*`` / ``avg_pool*`` / ``adaptive_*`` / ``global_*``, 1-, 2- and 3-d,
 channels first or last): the output's last axis vectorized (the width channels first,
-the channels channels last), the window unrolled around it."""
+the channels channels last), a few vectors a step, the window unrolled around them."""
 from __future__ import annotations
 
 import math
@@ -14,6 +14,8 @@ from ...target import CpuModel
 POOL_TAGS = {"pool_max", "pool_sum"}
 #: windows of at most this many elements are unrolled
 UNROLL_WINDOW = 64
+#: vectors of an output row computed together (their window loops interleaved)
+VECTORS = 4
 
 
 def _pool_stage(outs):
@@ -48,36 +50,60 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
             s[op].compute_inline()
     st = s[out]
     *outer, x = st.op.axis
-    rows = st.fuse(*outer) if len(outer) > 1 else outer[0]
-    if last is not None and last <= L:
-        xo, xi = None, x
+    if pool.attrs.get("layout", "NC")[1] == "C" and len(outer) > 2:
+        # channels first: tasks over (batch, channels), the outer spatial loops serial
+        # inside, so that their first and last rows (the padding) are partitioned off
+        rows = st.fuse(outer[0], outer[1])
+        outer = [rows] + outer[2:]
     else:
-        xo, xi = st.split(x, factor=L)
-    at = [rows] + ([xo] if xo is not None else [])
+        rows = st.fuse(*outer) if len(outer) > 1 else outer[0]
+        outer = [rows]
+    # U vectors of the row per step, the window's loads and maxima/sums interleaved
+    # across them (independent chains: the latency of one hidden by the others)
+    U = 1 if last is None else max(1, min(VECTORS, -(-last // L)))
+    if pool is not out.op and last is not None and last > L * U and last % (L * U):
+        U = 1   # (an average's sums: their region at the row's end would not be constant)
+    if last is not None and last <= L:
+        xo, xm, xi = None, None, x
+    else:
+        xo, xi = st.split(x, factor=L * U)
+        xm, xi = st.split(xi, factor=L) if U > 1 else (None, xi)
+    at = outer + ([xo] if xo is not None else [])
     if pool is out.op:
-        st.reorder(*(at + list(st.op.reduce_axis) + [xi]))
+        st.reorder(*(at + list(st.op.reduce_axis) + ([xm] if xm is not None else []) + [xi]))
         if small:
             for k in st.op.reduce_axis:
                 st.unroll(k)
+        if xm is not None:
+            st.unroll(xm)
+    elif xm is not None:
+        st.reorder(*(at + [xm, xi]))
     st.vectorize(xi)
     if info.threads > 1:
         st.parallel(rows)
     if pool is not out.op:
         ps = s[pool.output(0)]
+        ps.set_scope("local")
         ps.compute_at(st, at[-1])
         *pouter, px = ps.op.axis
-        pxo, pxi = ps.split(px, factor=L)  # the region is L wide, narrower at the edge
-        ps.reorder(*(list(pouter) + [pxo] + list(ps.op.reduce_axis) + [pxi]))
+        # the region is L * U wide (narrower at the row's end): its vectors' loop inside
+        # the window's, their sums independent
+        pxo, pxi = ps.split(px, factor=L)
+        ps.reorder(*(list(pouter) + list(ps.op.reduce_axis) + [pxo, pxi]))
         if small:
             for k in ps.op.reduce_axis:
                 ps.unroll(k)
+        if U > 1:
+            ps.unroll(pxo)
         ps.vectorize(pxi)
 
 
 def schedule_pool(outs, target: str = "llvm") -> Schedule:
     """Max, average, adaptive and global pooling (1-, 2- and 3-d, channels first or
-    last): the padding inlined (a guarded load), tasks are the output's rows (every axis
-    but the last, fused), the last axis vectorized and the window unrolled around it (an
-    average's sums computed per vector of the row).  A window too large to unroll over a
-    row narrower than a vector, and any other DAG, get the auto-scheduler's rules."""
+    last): the padding inlined (a guarded load); the tasks are (batch x channels) with
+    the outer spatial loops inside them (channels first: their padded first and last
+    rows partitioned off) or every output row (channels last); the last axis is
+    vectorized, up to four vectors of it a step, with the window unrolled around them
+    (an average's sums computed per step).  A window too large to unroll over a row
+    narrower than a vector, and any other DAG, get the auto-scheduler's rules."""
     return _template_or_rules(pool_into, outs, target)
