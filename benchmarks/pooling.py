@@ -6,7 +6,8 @@ against PyTorch's ``torch.nn.functional`` operator on the same arrays (channels-
 data as PyTorch's ``channels_last`` memory format; every PyTorch result written into a
 preallocated tensor where it has an ``out=`` variant, else allocated), interleaved in
 one process, medians in ms.  ``ratio`` is PyTorch's time over tecomp's (> 1: tecomp is
-faster); ``GB/s`` counts the input read once and the output written once, and ``%
+faster); ``GB/s`` (with the time it comes from) counts the input read once and the
+output written once, and ``%
 stream`` compares it with the GB/s of a copy of the input (a tecomp kernel, vectorized
 and parallel: the memory stream in the same cache regime; pooling is bandwidth-bound),
 timed in turns with the pooling alone (PyTorch's spinning threads out of the way).  Every result is checked against PyTorch's first.
@@ -52,6 +53,9 @@ def workloads(nn):
         "global_avg_nchw 7x7": ((32, 2048, 7, 7), "NCHW",
                                 lambda X: nn.global_avg_pool2d(X),
                                 lambda x: F().adaptive_avg_pool2d(x, 1)),
+        "global_avg_nchw 56x56": ((8, 256, 56, 56), "NCHW",
+                                  lambda X: nn.global_avg_pool2d(X),
+                                  lambda x: F().adaptive_avg_pool2d(x, 1)),
         "global_avg_nhwc 7x7": ((32, 2048, 7, 7), "NHWC",
                                 lambda X: nn.global_avg_pool2d(X, layout="NHWC"),
                                 lambda x: F().adaptive_avg_pool2d(x, 1)),
@@ -118,7 +122,8 @@ def main() -> None:
         stream = 2 * xl.nbytes / m["copy"] / 1e9
         print(f"  {name:26s} {'x'.join(map(str, xl.shape)):>16s}  tecomp {t['tecomp'] * 1e3:7.3f}"
               f" ms | torch {t['torch'] * 1e3:7.3f} ms | ratio {t['torch'] / t['tecomp']:5.2f}x"
-              f" | {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of a copy's {stream:5.1f})")
+              f" | {m['tecomp'] * 1e3:7.3f} ms {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of a "
+              f"copy's {stream:5.1f})")
 
 
 if __name__ == "__main__":

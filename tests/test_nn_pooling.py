@@ -276,14 +276,26 @@ def test_auto_schedule_uses_the_pooling_template(build):
     np.testing.assert_allclose(run([X], Y, [x], schedule=mine), ref, rtol=1e-6, atol=1e-6)
 
 
-def test_global_pooling_channels_first_uses_the_rules():
-    """A window too large to unroll over a one-element row: the template leaves it to the
-    rules' row reduction (which vectorizes along the data)."""
-    X = tc.placeholder((2, 64, 14, 14), name="X")
-    Y = nn.global_avg_pool2d(X)
-    x = rng.standard_normal((2, 64, 14, 14)).astype("float32")
-    np.testing.assert_allclose(run([X], Y, [x], schedule=sc.schedule_pool(Y)),
-                               x.mean((2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+@pytest.mark.parametrize("build,shape", [
+    (nn.global_avg_pool2d, (2, 8, 56, 56)),     # rows of 56: 7 half vectors
+    (nn.global_max_pool2d, (2, 8, 64, 64)),     # rows of 64: four vectors
+    (lambda X: nn.adaptive_avg_pool2d(X, (2, 3)), (1, 3, 61, 61)),  # uneven, a tail
+    (lambda X: nn.adaptive_max_pool3d(X, (1, 2, 1)), (1, 2, 5, 9, 40)),
+    (nn.global_avg_pool2d, (2, 8, 14, 14)),     # a window of 196 over rows of 14: the rules
+], ids=["global_avg_56", "global_max_64", "adaptive_avg_61", "adaptive_max3d", "rules_14"])
+def test_large_windows_over_narrow_rows(build, shape):
+    """A window too large to unroll over an output row narrower than a vector (global
+    pooling channels first): reduced along the data in vector partial results, or by
+    the rules where the data row is narrower than a vector."""
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    s = sc.schedule_pool(Y)
+    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == str(tc.lower(s, [X, Y]))
+    x = rng.standard_normal(shape).astype("float32")
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-5)
+    if shape[-1] >= 16:
+        assert "vectorized" in str(tc.lower(s, [X, Y]))
 
 
 # ---------------------------------------------------------------------------------

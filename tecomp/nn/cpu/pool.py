@@ -32,9 +32,9 @@ def _pool_stage(outs):
 
 def pool_into(s: Schedule, outs, info: CpuModel) -> None:
     """Schedule the pooling ``outs`` (see :func:`schedule_pool`) into ``s``; a
-    ``_NoTemplate`` where it is not one, or where the rules do better: a window too large
-    to unroll over an output row narrower than a vector (global pooling channels first,
-    a row reduction the rules vectorize along the data)."""
+    ``_NoTemplate`` where it is not one, or for a window too large to unroll over an
+    output row narrower than a vector whose data rows are narrower than a vector too
+    (channels last, or a short row: the rules)."""
     pool = _pool_stage(outs)
     if pool is None:
         raise _NoTemplate("not a pooling")
@@ -43,14 +43,19 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
     window = [_cint(iv.dom.extent) for iv in pool.reduce_axis]
     small = None not in window and math.prod(window) <= UNROLL_WINDOW
     last = _cint(out.shape[-1])
-    if not small and (last is None or last < L):
-        raise _NoTemplate("a large window over a narrow row: the rules' row reduction")
     for op in _walk(outs):
         if _is_injective(op) and op is not out.op and not s[op].is_output:
             s[op].compute_inline()
+    first = pool.attrs.get("layout", "NC")[1] == "C"
+    if not small and (last is None or last < L):
+        K = _cint(pool.reduce_axis[-1].dom.extent)
+        if not first or K is None or K < L:
+            raise _NoTemplate("a large window over a narrow row, not along the data")
+        _window_along_the_data(s, out, pool.output(0), info)
+        return
     st = s[out]
     *outer, x = st.op.axis
-    if pool.attrs.get("layout", "NC")[1] == "C" and len(outer) > 2:
+    if first and len(outer) > 2:
         # channels first: tasks over (batch, channels), the outer spatial loops serial
         # inside, so that their first and last rows (the padding) are partitioned off
         rows = st.fuse(outer[0], outer[1])
@@ -98,6 +103,31 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         ps.vectorize(pxi)
 
 
+def _window_along_the_data(s: Schedule, out, red, info: CpuModel) -> None:
+    """A large window over a narrow output row, channels first (global pooling of a big
+    image): the window's last axis, contiguous in the data, is reduced in up to
+    ``VECTORS * lanes`` partial results (``rfactor``: independent vector accumulators),
+    then those in order; the tasks are the outputs."""
+    rs = s[red]
+    K = _cint(rs.op.reduce_axis[-1].dom.extent)
+    # partial results: the most whole vectors (or half vectors) that divide the window's
+    # row, up to VECTORS of them (a partial vector at the row's end would shuffle lanes)
+    L = info.lanes
+    F = next((f for f in [L * v for v in range(VECTORS, 0, -1)] + [L // 2] if K % f == 0), L)
+    _, kxi = rs.split(rs.op.reduce_axis[-1], factor=F)
+    rf = s[s.rfactor(red, kxi, factor_axis=len(rs.op.axis))]
+    st = s[out]
+    rows = st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0]
+    if info.threads > 1:
+        st.parallel(rows)
+    if red.op is not out.op:
+        s[red].compute_at(st, rows)
+    rf.compute_at(st, rows)
+    lane = rf.op.axis[-1]
+    rf.reorder(*(list(rf.op.axis[:-1]) + list(rf.op.reduce_axis) + [lane]))
+    rf.vectorize(lane)
+
+
 def schedule_pool(outs, target: str = "llvm") -> Schedule:
     """Max, average, adaptive and global pooling (1-, 2- and 3-d, channels first or
     last): the padding inlined (a guarded load); the tasks are (batch x channels) with
@@ -105,5 +135,7 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
     rows partitioned off) or every output row (channels last); the last axis is
     vectorized, up to four vectors of it a step, with the window unrolled around them
     (an average's sums computed per step).  A window too large to unroll over a row
-    narrower than a vector, and any other DAG, get the auto-scheduler's rules."""
+    narrower than a vector (global pooling channels first) is reduced along the data
+    rows in vector partial results (``rfactor``) where they are a vector wide or more;
+    otherwise, and for any other DAG, the auto-scheduler's rules."""
     return _template_or_rules(pool_into, outs, target)
