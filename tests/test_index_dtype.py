@@ -614,3 +614,75 @@ def test_an_int32_cast_of_an_int64_loop_keeps_its_range(runner):
     else:
         interp.run(func, a, c)
     np.testing.assert_array_equal(c, a[::-1] * 2 + np.arange(8, dtype="float32")[:, None])
+
+
+def _te_argmax(n, m=None):
+    """TVM's tuple-reducer argmax of X[4, n] (or of X[4, n, m] over the flattened last
+    two axes), its running index an int32 read back from memory each step."""
+    def combine(p, q):
+        c = (q[0] < 0) | (p[1] > q[1])
+        return tc.if_then_else(c, p[0], q[0]), tc.if_then_else(c, p[1], q[1])
+
+    reducer = tc.comm_reducer(combine, lambda ti, tv: (tc.const(-1, ti), tc.min_value(tv)),
+                              name="argmax")
+    if m is None:
+        X = tc.placeholder((4, n), name="X")
+        k = tc.reduce_axis((0, n), "k")
+        idx, _ = tc.compute((4,), lambda i: reducer((k, X[i, k]), axis=k), name="A")
+    else:
+        X = tc.placeholder((4, n, m), name="X")
+        k, j = tc.reduce_axis((0, n), "k"), tc.reduce_axis((0, m), "j")
+        idx, _ = tc.compute((4,), lambda i: reducer((k * m + j, X[i, k, j]), axis=[k, j]),
+                            name="A")
+    return X, idx
+
+
+@pytest.mark.parametrize("runner", ["llvm", "interp"])
+def test_an_argmax_over_a_symbolic_axis_needs_no_check(runner):
+    """An argmax's running index is a select between its value read back from memory (an
+    int32: |INT32_MIN| bounds its magnitude) and the loop counter k < n: the pass took it
+    to reach 2**31 and refused every call (`... can reach 2147483648 with n = 7`); a
+    select of int32 values fits where each does."""
+    X, A = _te_argmax(tc.var("n"))
+    s = tc.create_schedule(A.op)
+    func = tc.lower(s, [X, A])
+    assert func.attrs["param_checks"] == ()
+    x = rng_normal((4, 7))
+    a = np.zeros(4, "int32")
+    if runner == "llvm":
+        tc.build(s, [X, A])(x, a)
+    else:
+        interp.run(func, x, a)
+    np.testing.assert_array_equal(a, x.argmax(1))
+
+
+def test_an_argmax_whose_flat_index_passes_int32_is_refused():
+    """Over two int32 sizes the flat index k*m + j may pass int32: still checked when the
+    kernel is called (nn.argmax's too), and refused for 65536 x 65537."""
+    X, A = _te_argmax(tc.var("n"), tc.var("m"))
+    s = tc.create_schedule(A.op)
+    assert [str(pc.expr) for pc in tc.lower(s, [X, A]).attrs["param_checks"]] != []
+    x = rng_normal((4, 5, 6))
+    a = np.zeros(4, "int32")
+    tc.build(s, [X, A])(x, a)
+    np.testing.assert_array_equal(a, x.reshape(4, -1).argmax(1))
+    out = in_child("""
+        import test_index_dtype as t
+        from tecomp import nn
+        from tecomp.errors import ArgumentError
+        X, A = t._te_argmax(tc.var("n"), tc.var("m"))
+        Xn = tc.placeholder((4, tc.var("n"), tc.var("m")), name="Xn")
+        An = nn.argmax(Xn, axis=(1, 2))
+        for args in ([X, A], [Xn, An]):
+            f = tc.build(tc.create_schedule(args[1].op), args)
+            try:   # (a missing check would run 4 * 2**32 steps and give wrapped indices)
+                f(zero_stride((4, 65536, 65537), "float32"), np.zeros(4, "int32"))
+                print("ran")
+            except ArgumentError as e:
+                print("refused", "can reach" in str(e))
+    """)
+    assert out.split() == ["refused", "True"] * 2, out
+
+
+def rng_normal(shape):
+    return np.random.default_rng(0).standard_normal(shape).astype("float32")

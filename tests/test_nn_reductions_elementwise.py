@@ -103,10 +103,6 @@ def test_reduce_llvm(shape, axis, keepdims, op, dtype):
 
 @pytest.mark.parametrize("shape,axis,keepdims,op,dtype", REDUCE_CASES[::3])
 def test_reduce_cuda_emu(shape, axis, keepdims, op, dtype):
-    if op.startswith("arg") and not keepdims and len(getattr(nn, op)(
-            tc.placeholder(shape, dtype), axis=axis).shape) == 0:
-        pytest.skip("a 0-d stage after a reduction has no axis to bind to GPU threads "
-                    "(docs/operators.md)")
     X = tc.placeholder(shape, dtype, name="X")
     Y = getattr(nn, op)(X, axis=axis, keepdims=keepdims)
     x = data(shape, dtype)
@@ -123,6 +119,23 @@ def test_full_reduction_with_keepdims_in_cuda_emu():
         got = run([H], getattr(nn, op)(H, keepdims=True), [h], target="cuda-emu")
         want = np_reduce(op, h.astype("float32"), None, True)
         np.testing.assert_allclose(got.astype("float64"), want, rtol=2e-3)
+
+
+def test_full_reduction_to_0d_in_cuda_emu():
+    """A 0-d stage (after a reduction of every axis without keepdims) has no axis to
+    bind to a GPU thread: it runs as a kernel of one thread (it was a BuildError)."""
+    H = tc.placeholder((9, 3), "float16", name="H")
+    X = tc.placeholder((7, 5, 3), name="X")
+    h = rng.random((9, 3)).astype("float16")
+    x = data((7, 5, 3), "float32")
+    for op in ("mean", "sum", "argmin", "argmax"):
+        got = run([H], getattr(nn, op)(H), [h], target="cuda-emu")
+        assert got.shape == ()
+        want = np_reduce(op, h.astype("float32"), None, False)
+        np.testing.assert_allclose(got.astype("float64"), want, rtol=2e-3)
+    for op in ("mean", "argmax", "argmin"):
+        np.testing.assert_allclose(run([X], getattr(nn, op)(X), [x], target="cuda-emu"),
+                                   np_reduce(op, x, None, False), rtol=1e-5)
 
 
 def test_reduce_every_axis_is_0d_as_numpy():

@@ -19,7 +19,9 @@ block sizes are the extents of the ``thread`` loops inside it (``For(kind="threa
 thread_tag="blockIdx.x")`` ...).  When loops of one tag have different extents (two
 stages computed at the same block with different ``threadIdx.x`` extents), the launch
 uses the largest (the code generator guards the smaller loops).  A statement without
-thread loops is a BuildError ("did you forget to bind?"); a launch extent that depends
+thread loops is a BuildError ("did you forget to bind?"), unless every array it stores is 0-d (a
+0-d stage, e.g. the division of a mean over every axis): that one runs as a kernel of one
+thread.  A launch extent that depends
 on something only the kernel knows is a BuildError.  A kernel whose ``__shared__``
 arrays take more than ``MAX_STATIC_SHARED_BYTES`` (48 KiB) declares them in dynamic
 shared memory, which the runtime opts the kernel in to; one whose arrays take more than
@@ -356,9 +358,17 @@ def _check_constant_launch(stage, grid, block):
 
 def _kernel(k: int, plan: _Plan, func: PrimFunc, host: List[Var], host_lets, known,
             params_buffers, workspaces) -> Tuple[DeviceKernel, Stmt, set]:
-    stmt = _wrap(plan)
     stage = _stage_name(plan.stmt)
     first = stage.split(",")[0]
+    stored = [b for b in stored_buffers(plan.stmt) if b.scope == "global"]
+    if not thread_loops(plan.stmt) and stored and all(not b.shape for b in stored):
+        # a stage whose results are 0-d (the mean or the cast after a full reduction, an
+        # argmax over every axis) has no data axis to bind: it runs as a kernel of one
+        # thread (its reduction loops serial in it)
+        one = Var(f"{first}.single", "int32")
+        plan = dataclasses.replace(plan, stmt=For(one, Const(0, "int32"), Const(1, "int32"),
+                                                  "thread", plan.stmt, "threadIdx.x"))
+    stmt = _wrap(plan)
     if not thread_loops(plan.stmt):
         raise BuildError(
             f"stage {stage}: its loop nest has no axis bound to a GPU thread, so it cannot "

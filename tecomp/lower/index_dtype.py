@@ -285,7 +285,13 @@ class _IndexDtype(Mutator):
     def site(self, x: Expr, what) -> str:
         """``"ok"`` where the exact value of the int32 expression ``x`` fits int32 (or is
         checked to when the kernel is called), ``"wide"`` where it must be computed in
-        int64."""
+        int64.  A select of int32 values fits where each value fits (one read from
+        memory or a variable always does: an argmax's running index chosen against a
+        loop counter), however wide the analysis' bound on ``|x|`` is (``|INT32_MIN|``)."""
+        if type(x) is Select:
+            verdicts = [self.site(v, what) for v in (x.true_value, x.false_value)
+                        if v.dtype == "int32" and not _is_leaf(v)]
+            return "wide" if "wide" in verdicts else "ok"
         lo, hi = self.bounds(x)
         if lo is None or hi is None:
             # the interval analysis gives up (a division by a symbolic extent, as a fused

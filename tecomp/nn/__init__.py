@@ -13,6 +13,12 @@ from .elementwise import (  # noqa: F401
 )
 from .elementwise import __all__ as _elementwise_all  # noqa: E402
 from .reduction import __all__ as _reduction_all  # noqa: E402
+from .pooling import __all__ as _pooling_all  # noqa: E402
+from .pooling import (  # noqa: F401
+    adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d, adaptive_max_pool1d,
+    adaptive_max_pool2d, adaptive_max_pool3d, avg_pool1d, avg_pool3d, global_avg_pool2d,
+    global_max_pool2d, max_pool1d, max_pool3d,
+)
 from .reduction import all, any, argmax, argmin, max, mean, min, prod, sum  # noqa: F401
 # the convolutions' gradients register themselves for the operators' tags
 from . import conv_grad as _conv_grad  # noqa: E402,F401
@@ -22,4 +28,4 @@ __all__ = ["avg_pool2d", "batch_matmul", "batch_norm", "batch_norm_train", "bias
            "flatten", "gelu", "layer_norm", "log_softmax", "matmul", "max_pool2d", "mse_loss",
            "pad", "relu", "reshape", "scaled_dot_product_attention", "sigmoid", "softmax",
            "split", "tanh", "transpose"]
-__all__ += [n for n in _elementwise_all + _reduction_all if n not in __all__]
+__all__ += [n for n in _elementwise_all + _reduction_all + _pooling_all if n not in __all__]

@@ -30,7 +30,8 @@ Layouts
 * ``conv2d_nchw``: data ``[N, C, H, W]``, weight ``[O, C, KH, KW]`` (PyTorch's layout).
 * ``conv2d_nhwc``: data ``[N, H, W, C]``, weight ``[KH, KW, C, O]`` (HWIO, TensorFlow's and
   TVM's NHWC layout); output ``[N, OH, OW, O]``.
-* pooling: NCHW.  ``softmax``, ``log_softmax``, ``layer_norm``: over the last axis.
+* pooling: 1-, 2- and 3-d, channels first (NCW, NCHW, NCDHW) or last (``layout=``).
+  ``softmax``, ``log_softmax``, ``layer_norm``: over the last axis.
 * ``cross_entropy``, ``mse_loss``: shape ``(1,)`` (the mean), as a one-element tensor.
 
 Padding is a stage ``<name>.pad`` with ``tc.if_then_else`` (zero for convolutions and average

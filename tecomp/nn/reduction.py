@@ -214,28 +214,20 @@ def _arg(op: str, x: Tensor, axis: Axis, keepdims: bool, dtype: str, select_last
         return (Const(-1, ti), _te.min_value(tv) if big else _te.max_value(tv))
 
     reducer = _te.comm_reducer(combine, identity, name=op)
-    # over a symbolic extent the position is computed in int64 (the stage <name>.arg) and
-    # narrowed once: tecomp's int32 range check of index arithmetic cannot bound a
-    # position read back from memory (it would refuse every call)
-    symbolic = builtins.any(not isinstance(k.dom.extent, Const) for k in rks)
-    work = "int64" if symbolic else dtype
     # the flat (row-major) position over the reduced axes
     strides, flat = [], None
     for k in reversed(rks):
-        term = k.var.astype(work)
+        term = k.var.astype(dtype)
         for e in strides:
             term = term * e
         flat = term if flat is None else flat + term
-        strides.append(k.dom.extent.astype(work))
+        strides.append(k.dom.extent.astype(dtype))
 
     def f(*i):
         return reducer((flat, x[index(i)]), axis=rks)
 
-    idx, _val = _te.compute(shape, f, name=name if work == dtype else f"{name}.arg",
-                            tag=f"reduce_{op}")
-    if work == dtype:
-        return idx
-    return _te.compute(shape, lambda *i: idx[i].astype(dtype), name=name, tag="elemwise")
+    idx, _val = _te.compute(shape, f, name=name, tag=f"reduce_{op}")
+    return idx
 
 
 def _arg_doc(op: str, ref: str, what: str) -> str:
@@ -244,9 +236,9 @@ def _arg_doc(op: str, ref: str, what: str) -> str:
 
     With several axes (or None: all of them), the position is the row-major flat index
     over the reduced axes, as numpy's ``{op}`` of the flattened tensor.  The output is the
-    first output ``<name>.v0`` of a two-output compute (the index and the value); over
-    a symbolic extent that compute (``<name>.arg``) counts in int64 and ``<name>``
-    converts its index to ``dtype``.
+    first output ``<name>.v0`` of a two-output compute (the index and the value), counted
+    in ``dtype``: over int32 symbolic extents whose flat positions int32 cannot hold, the
+    call is refused (give ``dtype="int64"``, or declare the sizes ``tc.var(..., "int64")``).
 
     Parameters
     ----------

@@ -21,6 +21,7 @@ def P(*shape, dtype="float32", name="T"):
 X4 = P(2, 3, 8, 8, name="X")            # NCHW data
 W4 = P(4, 3, 3, 3, name="W")            # OIHW weight
 H4 = P(2, 8, 8, 3, name="X")            # NHWC data
+X5 = P(2, 3, 6, 6, 6, name="X")         # NCDHW data
 HW = P(3, 3, 3, 4, name="W")            # HWIO weight
 M2 = P(4, 6, name="A")
 Q8 = P(2, 3, 8, 8, dtype="uint8", name="Q")
@@ -106,8 +107,41 @@ CASES = [
     ("max_pool2d", lambda: nn.max_pool2d(X4, 9), S,
      r"max_pool2d max_pool2d: the kernel does not fit: the 9x9 kernel"),
     ("max_pool2d", lambda: nn.max_pool2d(X4, 2, 0), S, r"stride must be an int >= 1"),
-    ("max_pool2d", lambda: nn.max_pool2d(X4, 3, 1, 2), S,
-     r"padding 2x2 is more than half the 3x3 kernel; a window could then hold padding only"),
+    ("max_pool2d", lambda: nn.max_pool2d(X4, 2, 2, 2), S,
+     r"max_pool2d max_pool2d: padding 2 leaves window 0 of the height on padding only \(the "
+     r"2-wide kernel, stride 2, dilation 1, over 8 elements padded by 2\+2\); pad less"),
+    ("max_pool2d", lambda: nn.max_pool2d(X4, 2, layout="NCW"), S,
+     r"max_pool2d max_pool2d: layout must be 'NCHW' or 'NHWC' \(the 2-d layouts, channels "
+     r"first or last\), got 'NCW'"),
+    ("max_pool2d", lambda: nn.max_pool2d(X4, 2, dilation=0), S,
+     r"dilation must be an int >= 1 or a pair of them \(rows, columns\), got 0"),
+    ("max_pool2d", lambda: nn.max_pool2d(X4, 2, ceil_mode=1), S,
+     r"max_pool2d max_pool2d: ceil_mode must be True or False, got 1"),
+    ("max_pool2d", lambda: nn.max_pool2d(X4, 2, padding="FULL"), S,
+     r"padding 'FULL' is not a padding mode; give \"SAME\" or \"VALID\", or ints"),
+    ("max_pool2d", lambda: nn.max_pool2d(X4, 2, padding=(1, 2, 3)), S,
+     r"padding must be an int >= 0, 2 of them \(one per spatial dimension\), 2 \(before, "
+     r"after\) pairs, 4 ints \(the befores, then the afters\), \"SAME\" or \"VALID\"; got "
+     r"\(1, 2, 3\)"),
+    ("max_pool1d", lambda: nn.max_pool1d(X4, 2), S,
+     r"max_pool1d max_pool1d: data \(X\) must be 3-d NCW \[batch, channels, width\], got "
+     r"4-d"),
+    ("max_pool1d", lambda: nn.max_pool1d(P(2, 3, 8, name="X"), (2, 2)), S,
+     r"max_pool1d max_pool1d: kernel must be an int >= 1, got \(2, 2\)"),
+    ("max_pool1d", lambda: nn.max_pool1d(P(2, 3, 8, name="X"), 3, dilation=4), S,
+     r"the kernel does not fit: the 3 kernel \(dilation 4, spanning 9\) is larger than the 8 "
+     r"data"),
+    ("max_pool3d", lambda: nn.max_pool3d(X5, (2, 2)), S,
+     r"max_pool3d max_pool3d: kernel must be an int >= 1 or 3 of them \(one per spatial "
+     r"dimension\), got \(2, 2\)"),
+    ("max_pool3d", lambda: nn.max_pool3d(P(2, 3, 6, 6, 6, dtype="int8", name="X"), 2), D,
+     r"max_pool3d max_pool3d: data \(X\) has dtype int8; give a float tensor"),
+    ("max_pool3d", lambda: nn.max_pool3d(X5, 2, layout="NHWC"), S,
+     r"layout must be 'NCDHW' or 'NDHWC' \(the 3-d layouts, channels first or last\), got "
+     r"'NHWC'"),
+    ("max_pool3d", lambda: nn.max_pool3d(P(2, 3, 6, tc.var("h"), 6, name="X"), 2), S,
+     r"max_pool3d max_pool3d: data \(X\): the height \(axis 3\) must be a constant extent, "
+     r"got h"),
     ("max_pool2d", lambda: nn.max_pool2d(P(2, 3, 8, 8, dtype="int32", name="X"), 2), D,
      r"data \(X\) has dtype int32; give a float tensor \(float16, bfloat16, float32 or "
      r"float64\)"),
@@ -115,6 +149,37 @@ CASES = [
      r"avg_pool2d avg_pool2d: data \(X\) must be 4-d"),
     ("avg_pool2d", lambda: nn.avg_pool2d(X4, 0), S, r"kernel must be an int >= 1"),
     ("avg_pool2d", lambda: nn.avg_pool2d(X4, 2, padding=-1), S, r"padding must be an int >= 0"),
+    ("avg_pool2d", lambda: nn.avg_pool2d(X4, 2, ceil_mode="yes"), S,
+     r"avg_pool2d avg_pool2d: ceil_mode must be True or False, got 'yes'"),
+    ("avg_pool2d", lambda: nn.avg_pool2d(X4, 2, layout="nchw"), S,
+     r"layout must be 'NCHW' or 'NHWC' .*, got 'nchw'"),
+    ("avg_pool1d", lambda: nn.avg_pool1d(P(2, 3, 8, name="X"), 2, count_include_pad="no"), S,
+     r"avg_pool1d avg_pool1d: count_include_pad must be True or False, got 'no'"),
+    ("avg_pool1d", lambda: nn.avg_pool1d(P(2, 3, 8, name="X"), 2, 0), S,
+     r"avg_pool1d avg_pool1d: stride must be an int >= 1, got 0"),
+    ("avg_pool3d", lambda: nn.avg_pool3d(X5, 2, padding=-1), S,
+     r"avg_pool3d avg_pool3d: padding must be an int >= 0, 3 of them"),
+    ("avg_pool3d", lambda: nn.avg_pool3d(X4, 2), S,
+     r"avg_pool3d avg_pool3d: data \(X\) must be 5-d NCDHW \[batch, channels, depth, height, "
+     r"width\], got 4-d"),
+    ("adaptive_max_pool1d", lambda: nn.adaptive_max_pool1d(P(2, 3, 8, name="X"), 0), S,
+     r"adaptive_max_pool1d adaptive_max_pool1d: output_size must be an int >= 1, got 0"),
+    ("adaptive_max_pool2d", lambda: nn.adaptive_max_pool2d(X4, (2, 2, 2)), S,
+     r"output_size must be an int >= 1 or 2 of them \(None keeps a dimension's size\), got "
+     r"\(2, 2, 2\)"),
+    ("adaptive_max_pool3d", lambda: nn.adaptive_max_pool3d(X4, 2), S,
+     r"adaptive_max_pool3d adaptive_max_pool3d: data \(X\) must be 5-d NCDHW"),
+    ("adaptive_avg_pool1d", lambda: nn.adaptive_avg_pool1d(P(2, 3, 8, name="X"), 2.5), S,
+     r"output_size must be an int >= 1, got 2\.5"),
+    ("adaptive_avg_pool2d", lambda: nn.adaptive_avg_pool2d(X4, 2, layout="NCDHW"), S,
+     r"adaptive_avg_pool2d adaptive_avg_pool2d: layout must be 'NCHW' or 'NHWC'"),
+    ("adaptive_avg_pool3d", lambda: nn.adaptive_avg_pool3d(
+        P(2, 3, 6, 6, 6, dtype="int32", name="X"), 2), D,
+     r"data \(X\) has dtype int32; give a float tensor"),
+    ("global_max_pool2d", lambda: nn.global_max_pool2d(P(2, 3, 8, name="X")), S,
+     r"global_max_pool2d global_max_pool2d: data \(X\) must be 4-d NCHW"),
+    ("global_avg_pool2d", lambda: nn.global_avg_pool2d(X4, layout="NWC"), S,
+     r"global_avg_pool2d global_avg_pool2d: layout must be 'NCHW' or 'NHWC'"),
     # elementwise
     ("relu", lambda: nn.relu(P(4, dtype="bool", name="X")), D,
      r"relu relu: x \(X\) has dtype bool; give a float or integer tensor"),

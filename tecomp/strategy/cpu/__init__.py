@@ -17,7 +17,7 @@ runtime (``tc.set_num_threads``).
 :mod:`.conv2d`         conv2d NCHW / NHWC with an elementwise epilogue; :class:`ConvParams`
 :mod:`.conv2d_grad`    the convolutions' weight gradients (``schedule_conv2d_into``)
 :mod:`.softmax`        softmax, ``softmax_fast``
-:mod:`.pool`           max / average pooling
+:mod:`.pool`           max / average / adaptive pooling, 1-3-d, channels first or last
 :mod:`.attention`      ``scaled_dot_product_attention``, FlashAttention's way
 :mod:`.elementwise`    injective operators and epilogues
 :mod:`.templates`      the CPU strategy: a template, else the generic rules

@@ -1,53 +1,141 @@
-"""Pooling (``max_pool2d`` / ``avg_pool2d``, NCHW): the output row vectorized, the window
-unrolled around it."""
+"""Pooling (``max_pool*`` / ``avg_pool*`` / ``adaptive_*`` / ``global_*``, 1-, 2- and 3-d,
+channels first or last): the output's last axis vectorized (the width channels first,
+the channels channels last), a few vectors a step, the window unrolled around them."""
 from __future__ import annotations
 
-from ...schedule.schedule import Schedule, create_schedule
-from .._common import _cint, _is_injective, _outs, _walk
-from .common import _auto_rest, _find
-from ...target import cpu_model
+import math
+
+from ...schedule.schedule import Schedule
+from .._common import _cint, _is_injective, _walk
+from .common import _NoTemplate, _find, _op_tags, _template_or_rules
+from ...target import CpuModel
+
+#: the pooling stages' tags (the maximum, the window sums of an average)
+POOL_TAGS = {"pool_max", "pool_sum"}
+#: windows of at most this many elements are unrolled
+UNROLL_WINDOW = 64
+#: vectors of an output row computed together (their window loops interleaved)
+VECTORS = 4
 
 
-def schedule_pool(outs, target: str = "llvm") -> Schedule:
-    """``max_pool2d`` / ``avg_pool2d`` (NCHW): the padding is inlined (a guarded load),
-    tasks are (batch x channel x output row), the output row is vectorized and the
-    window unrolled around it."""
-    outs = _outs(outs)
-    info = cpu_model(target)
-    s = create_schedule([t.op for t in outs])
-    pools = _find(outs, lambda op: op.reduce_axis and len(op.axis) == 4)
-    if not pools:
-        return _auto_rest(s, outs, info)
-    pool = pools[-1]
-    for op in _walk(outs):
-        if _is_injective(op) and op is not outs[0].op and not s[op].is_output:
-            s[op].compute_inline()
-    out = outs[0]
-    st = s[out]
+def _pool_stage(outs):
+    """The pooling stage of ``outs`` (an operator of :mod:`tecomp.nn.pooling`) whose
+    output is ``outs[0]`` (itself, or the division of its sums), or None."""
+    pools = _find(outs, lambda op: bool(POOL_TAGS & _op_tags(op)) and op.reduce_axis)
+    if len(pools) != 1 or len(outs) != 1:
+        return None
+    pool, out = pools[0], outs[0].op
+    if out is not pool and not (_is_injective(out) and "pool_avg" in _op_tags(out)):
+        return None
+    return pool
+
+
+def pool_into(s: Schedule, outs, info: CpuModel) -> None:
+    """Schedule the pooling ``outs`` (see :func:`schedule_pool`) into ``s``; a
+    ``_NoTemplate`` where it is not one, or for a window too large to unroll over an
+    output row narrower than a vector whose data rows are narrower than a vector too
+    (channels last, or a short row: the rules)."""
+    pool = _pool_stage(outs)
+    if pool is None:
+        raise _NoTemplate("not a pooling")
     L = info.lanes
-    n, c, y, x = st.op.axis
-    OW = _cint(out.shape[3])
-    rows = st.fuse(n, c, y)
-    if OW is not None and OW <= L:
-        xo, xi = None, x
+    out = outs[0]
+    window = [_cint(iv.dom.extent) for iv in pool.reduce_axis]
+    small = None not in window and math.prod(window) <= UNROLL_WINDOW
+    last = _cint(out.shape[-1])
+    for op in _walk(outs):
+        if _is_injective(op) and op is not out.op and not s[op].is_output:
+            s[op].compute_inline()
+    first = pool.attrs.get("layout", "NC")[1] == "C"
+    if not small and (last is None or last < L):
+        K = _cint(pool.reduce_axis[-1].dom.extent)
+        if not first or K is None or K < L:
+            raise _NoTemplate("a large window over a narrow row, not along the data")
+        _window_along_the_data(s, out, pool.output(0), info)
+        return
+    st = s[out]
+    *outer, x = st.op.axis
+    if first and len(outer) > 2:
+        # channels first: tasks over (batch, channels), the outer spatial loops serial
+        # inside, so that their first and last rows (the padding) are partitioned off
+        rows = st.fuse(outer[0], outer[1])
+        outer = [rows] + outer[2:]
     else:
-        xo, xi = st.split(x, factor=L)
+        rows = st.fuse(*outer) if len(outer) > 1 else outer[0]
+        outer = [rows]
+    # U vectors of the row per step, the window's loads and maxima/sums interleaved
+    # across them (independent chains: the latency of one hidden by the others)
+    U = 1 if last is None else max(1, min(VECTORS, -(-last // L)))
+    if pool is not out.op and last is not None and last > L * U and last % (L * U):
+        U = 1   # (an average's sums: their region at the row's end would not be constant)
+    if last is not None and last <= L:
+        xo, xm, xi = None, None, x
+    else:
+        xo, xi = st.split(x, factor=L * U)
+        xm, xi = st.split(xi, factor=L) if U > 1 else (None, xi)
+    at = outer + ([xo] if xo is not None else [])
     if pool is out.op:
-        ky, kx = st.op.reduce_axis
-        st.reorder(*([rows] + ([xo] if xo is not None else []) + [ky, kx, xi]))
-        st.unroll(ky)
-        st.unroll(kx)
+        st.reorder(*(at + list(st.op.reduce_axis) + ([xm] if xm is not None else []) + [xi]))
+        if small:
+            for k in st.op.reduce_axis:
+                st.unroll(k)
+        if xm is not None:
+            st.unroll(xm)
+    elif xm is not None:
+        st.reorder(*(at + [xm, xi]))
     st.vectorize(xi)
     if info.threads > 1:
         st.parallel(rows)
     if pool is not out.op:
         ps = s[pool.output(0)]
-        ps.compute_at(st, xo if xo is not None else rows)
-        pn, pc, py, px = ps.op.axis
-        ky, kx = ps.op.reduce_axis
-        pxo, pxi = ps.split(px, factor=L)  # the region is L wide, narrower at the edge
-        ps.reorder(pn, pc, py, pxo, ky, kx, pxi)
-        ps.unroll(ky)
-        ps.unroll(kx)
+        ps.set_scope("local")
+        ps.compute_at(st, at[-1])
+        *pouter, px = ps.op.axis
+        # the region is L * U wide (narrower at the row's end): its vectors' loop inside
+        # the window's, their sums independent
+        pxo, pxi = ps.split(px, factor=L)
+        ps.reorder(*(list(pouter) + list(ps.op.reduce_axis) + [pxo, pxi]))
+        if small:
+            for k in ps.op.reduce_axis:
+                ps.unroll(k)
+        if U > 1:
+            ps.unroll(pxo)
         ps.vectorize(pxi)
-    return s
+
+
+def _window_along_the_data(s: Schedule, out, red, info: CpuModel) -> None:
+    """A large window over a narrow output row, channels first (global pooling of a big
+    image): the window's last axis, contiguous in the data, is reduced in up to
+    ``VECTORS * lanes`` partial results (``rfactor``: independent vector accumulators),
+    then those in order; the tasks are the outputs."""
+    rs = s[red]
+    K = _cint(rs.op.reduce_axis[-1].dom.extent)
+    # partial results: the most whole vectors (or half vectors) that divide the window's
+    # row, up to VECTORS of them (a partial vector at the row's end would shuffle lanes)
+    L = info.lanes
+    F = next((f for f in [L * v for v in range(VECTORS, 0, -1)] + [L // 2] if K % f == 0), L)
+    _, kxi = rs.split(rs.op.reduce_axis[-1], factor=F)
+    rf = s[s.rfactor(red, kxi, factor_axis=len(rs.op.axis))]
+    st = s[out]
+    rows = st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0]
+    if info.threads > 1:
+        st.parallel(rows)
+    if red.op is not out.op:
+        s[red].compute_at(st, rows)
+    rf.compute_at(st, rows)
+    lane = rf.op.axis[-1]
+    rf.reorder(*(list(rf.op.axis[:-1]) + list(rf.op.reduce_axis) + [lane]))
+    rf.vectorize(lane)
+
+
+def schedule_pool(outs, target: str = "llvm") -> Schedule:
+    """Max, average, adaptive and global pooling (1-, 2- and 3-d, channels first or
+    last): the padding inlined (a guarded load); the tasks are (batch x channels) with
+    the outer spatial loops inside them (channels first: their padded first and last
+    rows partitioned off) or every output row (channels last); the last axis is
+    vectorized, up to four vectors of it a step, with the window unrolled around them
+    (an average's sums computed per step).  A window too large to unroll over a row
+    narrower than a vector (global pooling channels first) is reduced along the data
+    rows in vector partial results (``rfactor``) where they are a vector wide or more;
+    otherwise, and for any other DAG, the auto-scheduler's rules."""
+    return _template_or_rules(pool_into, outs, target)

@@ -1,8 +1,9 @@
 """The CPU strategy: the templates as the auto-scheduler's starting points.  A DAG that is
 one of ``tecomp.nn``'s operators (matmul/dense, softmax, attention, a convolution with an
 elementwise epilogue) is scheduled by its template, with the template's decisions as
-knobs (:mod:`tecomp.autoschedule.config`); an attention inside a larger DAG too
-(``PART_TEMPLATES``); any other DAG by the generic rules (:mod:`tecomp.strategy.rules`)."""
+knobs (:mod:`tecomp.autoschedule.config`); a pooling (:func:`.pool.pool_into`); an
+attention inside a larger DAG too (``PART_TEMPLATES``); any other DAG by the generic rules
+(:mod:`tecomp.strategy.rules`)."""
 from __future__ import annotations
 
 from typing import Dict, Optional
@@ -12,10 +13,11 @@ from ...errors import AutoScheduleError
 from ...schedule.schedule import Schedule, create_schedule
 from .._common import _walk
 from .attention import _attention_into, _attention_part
-from .common import _auto_rest, _op_tags
+from .common import _NoTemplate, _auto_rest, _op_tags
 from .conv2d import (_conv_for_generic_rules, conv2d_knobs, plain_nchw_conv,
                      schedule_conv2d_nchw, schedule_conv2d_nhwc)
 from .gemm import _dense_rows_for_generic_rules, _gemm_template
+from .pool import pool_into
 from ...target import CpuModel
 from .softmax import schedule_softmax
 
@@ -23,8 +25,8 @@ from .softmax import schedule_softmax
 def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     """The template of a DAG that is one of tecomp.nn's operators (matmul/dense, softmax,
     scaled_dot_product_attention, conv2d NCHW/NHWC with an elementwise epilogue, an NCHW
-    convolution written as a plain compute), for the
-    auto-scheduler (:func:`apply_rules`); None for any other DAG."""
+    convolution written as a plain compute, a pooling), for the auto-scheduler
+    (:func:`apply_rules`); None for any other DAG."""
     ops = _walk(outs)
     reductions = [op for op in ops if op.reduce_axis]
     if len(reductions) == 1 and {"matmul", "dense", "matmul_packed"} & _op_tags(reductions[0]):
@@ -37,6 +39,13 @@ def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     if len(outs) == 1 and "sdpa" in _op_tags(outs[0].op):
         s = create_schedule([outs[0].op])
         _attention_into(s, outs, info, knobs)
+        return _auto_rest(s, outs, info)
+    if len(outs) == 1 and any({"pool_max", "pool_sum"} & _op_tags(op) for op in reductions):
+        s = create_schedule([outs[0].op])
+        try:
+            pool_into(s, outs, info)
+        except _NoTemplate:
+            return None
         return _auto_rest(s, outs, info)
     convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _op_tags(op)
              or plain_nchw_conv(op) is not None]

@@ -1,0 +1,130 @@
+"""Pooling (max/avg 1-, 2- and 3-d, channels first and last, adaptive and global), auto-scheduled, against PyTorch.
+
+Each workload is one ``tecomp.nn`` pooling operator scheduled by
+``tc.auto_schedule(args)`` (trials=0: the pooling template of ``tecomp.strategy.cpu``), timed
+against PyTorch's ``torch.nn.functional`` operator on the same arrays (channels-last
+data as PyTorch's ``channels_last`` memory format; every PyTorch result written into a
+preallocated tensor where it has an ``out=`` variant, else allocated), interleaved in
+one process, medians in ms.  ``ratio`` is PyTorch's time over tecomp's (> 1: tecomp is
+faster); ``GB/s`` (with the time it comes from) counts the input read once and the
+output written once, and ``%
+stream`` compares it with the GB/s of a copy of the input (a tecomp kernel, vectorized
+and parallel: the memory stream in the same cache regime; pooling is bandwidth-bound),
+timed in turns with the pooling alone (PyTorch's spinning threads out of the way).  Every result is checked against PyTorch's first.
+
+    python3 benchmarks/pooling.py [--threads 2] [--rounds 7] [--only max2d_nchw,...]
+"""
+from __future__ import annotations
+
+from common import base_parser, interleaved_turns, pin_threads, torch_or_none
+
+
+def workloads(nn):
+    """name -> (input shape, layout, tecomp operator(X), torch function(x, channels_last))."""
+    def F():
+        import torch.nn.functional as F   # (lazy: torch is imported after pin_threads)
+        return F
+
+    return {
+        "max2d_nchw 3x3/2 p1": ((8, 64, 112, 112), "NCHW",
+                                lambda X: nn.max_pool2d(X, 3, 2, 1),
+                                lambda x: F().max_pool2d(x, 3, 2, 1)),
+        "max2d_nhwc 3x3/2 p1": ((8, 64, 112, 112), "NHWC",
+                                lambda X: nn.max_pool2d(X, 3, 2, 1, layout="NHWC"),
+                                lambda x: F().max_pool2d(x, 3, 2, 1)),
+        "avg2d_nchw 3x3/1 p1": ((8, 64, 56, 56), "NCHW",
+                                lambda X: nn.avg_pool2d(X, 3, 1, 1),
+                                lambda x: F().avg_pool2d(x, 3, 1, 1)),
+        "avg2d_nhwc 2x2/2": ((8, 256, 56, 56), "NHWC",
+                             lambda X: nn.avg_pool2d(X, 2, layout="NHWC"),
+                             lambda x: F().avg_pool2d(x, 2)),
+        "max1d_ncw 3/2 p1": ((8, 256, 2048), "NCW",
+                             lambda X: nn.max_pool1d(X, 3, 2, 1),
+                             lambda x: F().max_pool1d(x, 3, 2, 1)),
+        "avg1d_ncw 4/4": ((8, 256, 2048), "NCW",
+                          lambda X: nn.avg_pool1d(X, 4),
+                          lambda x: F().avg_pool1d(x, 4)),
+        "max3d_ncdhw 3^3/2 p1": ((2, 32, 32, 56, 56), "NCDHW",
+                                 lambda X: nn.max_pool3d(X, 3, 2, 1),
+                                 lambda x: F().max_pool3d(x, 3, 2, 1)),
+        "avg3d_ndhwc 2^3/2": ((2, 64, 32, 56, 56), "NDHWC",
+                              lambda X: nn.avg_pool3d(X, 2, layout="NDHWC"),
+                              lambda x: F().avg_pool3d(x, 2)),
+        "global_avg_nchw 7x7": ((32, 2048, 7, 7), "NCHW",
+                                lambda X: nn.global_avg_pool2d(X),
+                                lambda x: F().adaptive_avg_pool2d(x, 1)),
+        "global_avg_nchw 56x56": ((8, 256, 56, 56), "NCHW",
+                                  lambda X: nn.global_avg_pool2d(X),
+                                  lambda x: F().adaptive_avg_pool2d(x, 1)),
+        "global_avg_nhwc 7x7": ((32, 2048, 7, 7), "NHWC",
+                                lambda X: nn.global_avg_pool2d(X, layout="NHWC"),
+                                lambda x: F().adaptive_avg_pool2d(x, 1)),
+        "adaptive_avg_nchw 56->7": ((8, 256, 56, 56), "NCHW",
+                                    lambda X: nn.adaptive_avg_pool2d(X, 7),
+                                    lambda x: F().adaptive_avg_pool2d(x, 7)),
+        "adaptive_max_nchw 50->7": ((8, 256, 50, 50), "NCHW",
+                                    lambda X: nn.adaptive_max_pool2d(X, 7),
+                                    lambda x: F().adaptive_max_pool2d(x, 7)),
+    }
+
+
+def channels_last(layout: str) -> bool:
+    return layout[1] != "C"
+
+
+def main() -> None:
+    ap = base_parser(__doc__, rounds=7)
+    ap.add_argument("--only", default="", help="comma-separated workload names (a prefix "
+                    "each); default: all")
+    args = ap.parse_args()
+    pin_threads(args.threads)
+    import numpy as np
+
+    import tecomp as tc
+    from tecomp import nn
+
+    torch = torch_or_none(args.threads)
+    if torch is None:
+        return
+    rng = np.random.default_rng(0)
+    print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, float32")
+    picked = [p for p in args.only.split(",") if p]
+    for name, (shape, layout, op, tfn) in workloads(nn).items():
+        if picked and not any(name.startswith(p) for p in picked):
+            continue
+        x = rng.standard_normal(shape).astype("float32")
+        tx = torch.from_numpy(x)
+        if channels_last(layout):   # the same values, stored channels last
+            perm = (0,) + tuple(range(2, len(shape))) + (1,)
+            xl = tc.aligned(np.ascontiguousarray(x.transpose(perm)))
+            tx = tx.contiguous(memory_format=torch.channels_last if len(shape) == 4
+                               else torch.channels_last_3d) if len(shape) > 3 else tx
+        else:
+            perm, xl = None, tc.aligned(x)
+        X = tc.placeholder(xl.shape, name="X")
+        Y = op(X)
+        f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+        out = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
+        want = tfn(tx)
+        f(xl, out)
+        got = out if perm is None else out.transpose(np.argsort(perm))
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+        n = xl.size
+        C = tc.placeholder((n,), name="C")
+        D = tc.compute((n,), lambda i: C[i], name="copy")
+        copy = tc.build(tc.auto_schedule([C, D]), [C, D])
+        flat, dst = xl.reshape(-1), tc.empty((n,), "float32")
+        t = interleaved_turns({"tecomp": lambda: f(xl, out), "torch": lambda: tfn(tx)},
+                              args.rounds)
+        m = interleaved_turns({"tecomp": lambda: f(xl, out), "copy": lambda: copy(flat, dst)},
+                              args.rounds)
+        gbs = (xl.nbytes + out.nbytes) / m["tecomp"] / 1e9
+        stream = 2 * xl.nbytes / m["copy"] / 1e9
+        print(f"  {name:26s} {'x'.join(map(str, xl.shape)):>16s}  tecomp {t['tecomp'] * 1e3:7.3f}"
+              f" ms | torch {t['torch'] * 1e3:7.3f} ms | ratio {t['torch'] / t['tecomp']:5.2f}x"
+              f" | {m['tecomp'] * 1e3:7.3f} ms {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of a "
+              f"copy's {stream:5.1f})")
+
+
+if __name__ == "__main__":
+    main()

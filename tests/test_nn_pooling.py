@@ -1,0 +1,417 @@
+"""tecomp.nn's pooling (max/avg 1-, 2- and 3-d, channels first and last, adaptive and
+global) against torch.nn.functional and a numpy reference of PyTorch's rules, over
+TOPI-like parameter lists (test_topi_pooling's kernels, strides, dilations, asymmetric
+paddings, ceil_mode, count_include_pad, layouts), compiled with tc.auto_schedule
+(the CPU pooling template) and in the CUDA emulation; gradients against PyTorch's
+autograd and with gradcheck; float16/bfloat16 and symbolic batches."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tecomp as tc
+from tecomp import autodiff as ad
+from tecomp import nn
+from tecomp.strategy import cpu as sc
+
+rng = np.random.default_rng(52)
+
+
+def run(ins, out, values, target="llvm", schedule=None):
+    """Build ``ins + [out]`` (with the auto-scheduler's rules unless ``schedule``) and run
+    it on ``values``."""
+    args = list(ins) + [out]
+    s = schedule if schedule is not None else tc.auto_schedule(args, target=target, trials=0)
+    f = tc.build(s, args, target=target)
+    shape = [int(e.value) if isinstance(e, tc.ir.Const) else None for e in out.shape]
+    if None in shape:   # a symbolic batch: the input's
+        shape[0] = values[0].shape[0]
+    res = np.zeros(tuple(shape), dtype=out.dtype)
+    f(*values, res)
+    return res
+
+
+def to_last(x):
+    """NC... -> N...C."""
+    return np.ascontiguousarray(np.moveaxis(x, 1, -1))
+
+
+def to_first(x):
+    return np.ascontiguousarray(np.moveaxis(x, -1, 1))
+
+
+def np_pool(x, kind, kernel, stride, pads, dilation, ceil_mode, count_include_pad):
+    """PyTorch's pooling over ``x`` [N, C, *spatial] in float64, with ``pads`` one
+    (before, after) pair per dimension (PyTorch's own rules where it has no asymmetric
+    padding: windows clipped to the data, a ceil_mode window counted up to the padding);
+    None where a window lies on padding only (TOPI's lists have a few: tecomp refuses
+    them, as PyTorch refuses any padding over half the kernel)."""
+    x = x.astype(np.float64)
+    size = x.shape[2:]
+    outs = []
+    for n, k, s, (b, e), d in zip(size, kernel, stride, pads, dilation):
+        num = n + b + e - d * (k - 1) - 1
+        o = (-(-num // s) if ceil_mode else num // s) + 1
+        if ceil_mode and (o - 1) * s >= n + b:
+            o -= 1
+        outs.append(o)
+    res = np.zeros(x.shape[:2] + tuple(outs))
+    for pos in itertools.product(*(range(o) for o in outs)):
+        taps, count = [], 1
+        for o, n, k, s, (b, e), d in zip(pos, size, kernel, stride, pads, dilation):
+            start = o * s - b
+            t = [start + j * d for j in range(k) if 0 <= start + j * d < n]
+            if not t:
+                return None
+            taps.append(t)
+            count *= (min(start + k, n + e) - start) if count_include_pad else len(t)
+        win = x[(slice(None), slice(None)) + np.ix_(*taps)].reshape(x.shape[:2] + (-1,))
+        res[(slice(None), slice(None)) + pos] = win.max(-1) if kind == "max" \
+            else win.sum(-1) / count
+    return res
+
+
+def pairs(padding, nd):
+    """``padding`` (an int, per dimension, or TOPI's befores-then-afters) as pairs."""
+    if isinstance(padding, int):
+        return [(padding, padding)] * nd
+    if len(padding) == nd:
+        return [(p, p) for p in padding]
+    return list(zip(padding[:nd], padding[nd:]))
+
+
+def torch_pool(x, kind, nd, kernel, stride, pads, dilation, ceil_mode, count_include_pad):
+    """PyTorch's result, or None where it cannot express the case (asymmetric padding,
+    padding over half the kernel)."""
+    if any(b != e or 2 * b > k for (b, e), k in zip(pads, kernel)):
+        return None
+    t = torch.from_numpy(x.astype(np.float64))
+    p = tuple(b for b, _ in pads)
+    if kind == "max":
+        fn = getattr(F, f"max_pool{nd}d")
+        return fn(t, kernel, stride, p, dilation, ceil_mode).numpy()
+    fn = getattr(F, f"avg_pool{nd}d")
+    return fn(t, kernel, stride, p, ceil_mode, count_include_pad).numpy()
+
+
+# TOPI's test_topi_pooling lists (verify_poolnd: shape, kernel, stride, dilation, padding,
+# pool type, ceil_mode, count_include_pad), shrunk; layouts channels first and last
+POOL_CASES = [
+    # 2-d
+    ((1, 16, 32, 32), (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), "avg", False, True),
+    ((1, 16, 31, 31), (3, 3), (3, 3), (1, 1), (1, 2, 1, 2), "avg", False, True),
+    ((1, 16, 32, 32), (2, 3), (2, 2), (1, 1), (1, 2, 1, 2), "avg", False, False),
+    ((1, 16, 31, 31), (4, 4), (4, 4), (1, 1), (3, 3, 3, 3), "avg", False, False),
+    ((1, 16, 31, 31), (3, 3), (3, 3), (1, 1), (2, 1, 0, 3), "avg", True, True),
+    ((1, 16, 32, 32), (2, 3), (2, 2), (1, 1), (0, 3, 2, 1), "avg", False, False),
+    ((1, 16, 31, 31), (3, 3), (3, 3), (1, 1), (2, 1, 2, 1), "max", True, True),
+    ((1, 16, 31, 31), (3, 3), (3, 3), (1, 1), (1, 0, 3, 2), "max", False, True),
+    ((1, 16, 31, 31), (3, 3), (3, 3), (1, 1), (3, 2, 1, 0), "max", True, True),
+    ((1, 16, 32, 32), (2, 3), (2, 2), (2, 1), (0, 3, 2, 1), "max", False, True),
+    ((1, 16, 31, 31), (3, 3), (3, 3), (3, 3), (2, 1, 0, 3), "max", True, True),
+    ((2, 5, 13, 9), (3, 3), (2, 2), (1, 1), (1, 1), "max", True, True),
+    ((2, 5, 13, 9), (3, 3), (2, 2), (1, 1), (1, 1), "avg", True, True),
+    ((2, 5, 13, 9), (3, 3), (2, 2), (1, 1), (1, 1), "avg", True, False),
+    ((2, 3, 8, 11), (3, 2), (1, 3), (2, 1), (1, 0), "max", False, True),
+    # 1-d
+    ((1, 16, 32), (2,), (2,), (1,), (0, 0), "avg", False, True),
+    ((1, 16, 31), (3,), (3,), (1,), (1, 2), "avg", False, True),
+    ((1, 16, 31), (3,), (3,), (1,), (2, 1), "max", True, True),
+    ((1, 16, 31), (3,), (3,), (3,), (2, 5), "max", True, True),
+    ((1, 16, 31), (4,), (4,), (1,), (3, 3), "avg", False, False),
+    ((2, 3, 17), (4,), (3,), (2,), (2, 2), "max", True, True),
+    ((2, 3, 17), (3,), (2,), (1,), (1, 1), "avg", True, False),
+    # 3-d
+    ((1, 16, 32, 32, 32), (2, 2, 2), (2, 2, 2), (1, 1, 1), (0, 0, 0, 0, 0, 0), "avg", False,
+     True),
+    ((1, 16, 31, 31, 31), (3, 3, 3), (3, 3, 3), (1, 1, 1), (1, 1, 2, 2, 2, 1), "avg", False,
+     True),
+    ((1, 16, 31, 31, 31), (3, 3, 3), (3, 3, 3), (1, 1, 1), (2, 2, 1, 1, 1, 2), "max", True,
+     True),
+    ((1, 16, 31, 31, 31), (3, 3, 3), (3, 3, 3), (1, 1, 1), (2, 1, 0, 2, 1, 0), "avg", False,
+     False),
+    ((1, 16, 31, 31, 31), (3, 3, 3), (3, 3, 3), (3, 3, 3), (2, 1, 0, 5, 4, 3), "max", True,
+     True),
+    ((2, 3, 6, 7, 5), (3, 3, 2), (2, 2, 1), (1, 1, 1), (1, 1, 1), "avg", True, False),
+]
+
+
+def _case_id(c):
+    shape, k, s, d, p, kind, ceil, cip = c
+    return (f"{kind}{len(k)}d_{'x'.join(map(str, shape))}_k{''.join(map(str, k))}"
+            f"_s{''.join(map(str, s))}_d{''.join(map(str, d))}_p{''.join(map(str, p))}"
+            f"{'_ceil' if ceil else ''}{'' if cip else '_excl'}")
+
+
+def _operator(kind, nd):
+    return getattr(nn, f"{kind}_pool{nd}d")
+
+
+@pytest.mark.parametrize("layout", ["first", "last"])
+@pytest.mark.parametrize("case", POOL_CASES, ids=_case_id)
+def test_pool_against_torch_and_numpy(case, layout):
+    shape, k, s, d, p, kind, ceil, cip = case
+    nd = len(k)
+    if nd == 3 and layout == "last" and shape[2] > 16:
+        shape = shape[:2] + (9, 10, 11)   # (the 3-d channels-last cases smaller)
+    x = rng.standard_normal(shape).astype("float32")
+    pads = pairs(p, nd)
+    want = np_pool(x, kind, k, s, pads, d, ceil, cip)
+    ref = torch_pool(x, kind, nd, k, s, pads, d, ceil, cip)
+    if ref is not None:   # (our numpy reference is PyTorch's rule)
+        np.testing.assert_allclose(want, ref, rtol=1e-12, atol=1e-12)
+    lay = nn.pooling.LAYOUTS[nd][0 if layout == "first" else 1]
+    data = x if layout == "first" else to_last(x)
+    X = tc.placeholder(data.shape, name="X")
+    kw = dict(ceil_mode=ceil, layout=lay)
+
+    def pool():
+        if kind == "max":
+            return _operator(kind, nd)(X, k, s, p, dilation=d, **kw)
+        return _operator(kind, nd)(X, k, s, p, cip, **kw)
+
+    if want is None:
+        with pytest.raises(tc.ShapeError, match=r"leaves window \d+ of the \w+ on padding "
+                                                r"only .* pad less"):
+            pool()
+        return
+    got = run([X], pool(), [data])
+    got = got if layout == "first" else to_first(got)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_same_and_valid_padding(kind, padding):
+    """TensorFlow's modes: SAME gives ceil(size / stride) outputs, the odd padding after."""
+    x = rng.standard_normal((2, 3, 10, 9)).astype("float32")
+    X = tc.placeholder(x.shape, name="X")
+    op = _operator(kind, 2)
+    Y = op(X, 3, 2, padding) if kind == "max" else op(X, 3, 2, padding, False)
+    pads = [(0, 1), (1, 1)] if padding == "SAME" else [(0, 0), (0, 0)]
+    assert tuple(int(e.value) for e in Y.shape[2:]) == ((5, 5) if padding == "SAME" else (4, 4))
+    np.testing.assert_allclose(run([X], Y, [x]),
+                               np_pool(x, kind, (3, 3), (2, 2), pads, (1, 1), False, False),
+                               rtol=1e-5, atol=1e-6)
+
+
+ADAPTIVE_CASES = [  # shape, output size
+    ((2, 3, 9, 11), (4, 5)), ((2, 3, 9, 11), 1), ((2, 3, 9, 11), (3, None)),
+    ((2, 3, 9, 11), (9, 11)), ((2, 3, 10, 7), (3, 7)), ((1, 4, 7, 7), (14, 3)),
+    ((2, 3, 17), 5), ((2, 3, 17), 17), ((1, 4, 16), 8),
+    ((1, 2, 5, 6, 7), (2, 3, 4)), ((1, 2, 8, 6, 4), (4, 3, 2)), ((1, 2, 5, 6, 7), 1),
+]
+
+
+@pytest.mark.parametrize("layout", ["first", "last"])
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("shape,size", ADAPTIVE_CASES,
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_adaptive_against_torch(shape, size, kind, layout):
+    nd = len(shape) - 2
+    x = rng.standard_normal(shape).astype("float32")
+    want = getattr(F, f"adaptive_{kind}_pool{nd}d")(torch.from_numpy(x), size).numpy()
+    lay = nn.pooling.LAYOUTS[nd][0 if layout == "first" else 1]
+    data = x if layout == "first" else to_last(x)
+    X = tc.placeholder(data.shape, name="X")
+    Y = getattr(nn, f"adaptive_{kind}_pool{nd}d")(X, size, layout=lay)
+    got = run([X], Y, [data])
+    np.testing.assert_allclose(got if layout == "first" else to_first(got), want,
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_global_pooling_is_adaptive_to_one(layout):
+    x = rng.standard_normal((2, 5, 7, 6)).astype("float32")
+    data = x if layout == "NCHW" else to_last(x)
+    X = tc.placeholder(data.shape, name="X")
+    for kind, red in (("avg", np.mean), ("max", np.max)):
+        Y = getattr(nn, f"global_{kind}_pool2d")(X, layout=layout)
+        want = red(x, axis=(2, 3), keepdims=True)
+        got = run([X], Y, [data])
+        np.testing.assert_allclose(got if layout == "NCHW" else to_first(got), want,
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_existing_signatures_still_work():
+    """max_pool2d(data, kernel, stride, padding, name) and avg_pool2d(..., padding,
+    count_include_pad, name), positionally."""
+    X = tc.placeholder((1, 2, 6, 6), name="X")
+    assert nn.max_pool2d(X, 2, 2, 0, "mp").name == "mp"
+    A = nn.avg_pool2d(X, 3, 1, 1, False, "ap")
+    assert A.name == "ap" and A.op.input_tensors[0].name == "ap.sum"
+    x = rng.standard_normal((1, 2, 6, 6)).astype("float32")
+    np.testing.assert_allclose(run([X], A, [x]), F.avg_pool2d(
+        torch.from_numpy(x), 3, 1, 1, count_include_pad=False).numpy(), rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------
+# the CPU template: trials=0 picks it, any rank and layout
+
+@pytest.mark.parametrize("build", [
+    lambda: nn.max_pool1d(tc.placeholder((2, 4, 40), name="X"), 3, 2, 1),
+    lambda: nn.avg_pool2d(tc.placeholder((2, 9, 9, 32), name="X"), 3, 2, 1, layout="NHWC"),
+    lambda: nn.max_pool3d(tc.placeholder((1, 2, 6, 8, 40), name="X"), 2),
+    lambda: nn.adaptive_avg_pool2d(tc.placeholder((1, 3, 20, 40), name="X"), (6, 17)),
+    # rows past 4 vectors: a tail in the unrolled vectors (max), one vector a step (avg)
+    lambda: nn.max_pool2d(tc.placeholder((1, 2, 5, 150), name="X"), 3, 1, 1),
+    lambda: nn.avg_pool2d(tc.placeholder((1, 2, 5, 150), name="X"), 3, 1, 1, False),
+    lambda: nn.avg_pool2d(tc.placeholder((1, 2, 5, 128), name="X"), 3, 1, 1),
+], ids=["max1d", "avg2d_nhwc", "max3d", "adaptive_avg2d", "max2d_150", "avg2d_150",
+        "avg2d_128"])
+def test_auto_schedule_uses_the_pooling_template(build):
+    Y = build()
+    X = Y.op.input_tensors[0]
+    while X.op.input_tensors:
+        X = X.op.input_tensors[0]
+    auto = tc.auto_schedule([X, Y], trials=0)
+    mine = sc.schedule_pool(Y)
+    text = str(tc.lower(auto, [X, Y]))
+    assert text == str(tc.lower(mine, [X, Y]))
+    assert "vectorized" in text and "parallel" in text or tc.get_num_threads() == 1
+    x = rng.standard_normal(tuple(int(e.value) for e in X.shape)).astype("float32")
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    np.testing.assert_allclose(run([X], Y, [x], schedule=mine), ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("build,shape", [
+    (nn.global_avg_pool2d, (2, 8, 56, 56)),     # rows of 56: 7 half vectors
+    (nn.global_max_pool2d, (2, 8, 64, 64)),     # rows of 64: four vectors
+    (lambda X: nn.adaptive_avg_pool2d(X, (2, 3)), (1, 3, 61, 61)),  # uneven, a tail
+    (lambda X: nn.adaptive_max_pool3d(X, (1, 2, 1)), (1, 2, 5, 9, 40)),
+    (nn.global_avg_pool2d, (2, 8, 14, 14)),     # a window of 196 over rows of 14: the rules
+], ids=["global_avg_56", "global_max_64", "adaptive_avg_61", "adaptive_max3d", "rules_14"])
+def test_large_windows_over_narrow_rows(build, shape):
+    """A window too large to unroll over an output row narrower than a vector (global
+    pooling channels first): reduced along the data in vector partial results, or by
+    the rules where the data row is narrower than a vector."""
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    s = sc.schedule_pool(Y)
+    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == str(tc.lower(s, [X, Y]))
+    x = rng.standard_normal(shape).astype("float32")
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-5)
+    if shape[-1] >= 16:
+        assert "vectorized" in str(tc.lower(s, [X, Y]))
+
+
+# ---------------------------------------------------------------------------------
+# dtypes, symbolic batch, CUDA emulation
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_avg_sums_in_float32(dtype):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    npdt = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+    x = rng.standard_normal((2, 4, 12, 10)).astype(npdt)
+    X = tc.placeholder(x.shape, dtype, name="X")
+    Y = nn.avg_pool2d(X, 3, 2, 1, count_include_pad=False, ceil_mode=True)
+    assert Y.dtype == dtype and Y.op.input_tensors[0].dtype == "float32"
+    got = run([X], Y, [x]).astype(np.float64)
+    want = np_pool(x.astype(np.float32), "avg", (3, 3), (2, 2), [(1, 1)] * 2, (1, 1), True,
+                   False)
+    tol = 1e-3 if dtype == "float16" else 8e-3
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    M = nn.max_pool2d(X, 3, 2, 1, layout="NCHW")
+    got = run([X], M, [x]).astype(np.float64)
+    np.testing.assert_array_equal(got, np_pool(x.astype(np.float32), "max", (3, 3), (2, 2),
+                                               [(1, 1)] * 2, (1, 1), False, True))
+
+
+def test_symbolic_batch():
+    n = tc.var("n")
+    X = tc.placeholder((n, 3, 11, 9), name="X")
+    ops = [nn.max_pool2d(X, 3, 2, 1, ceil_mode=True), nn.avg_pool2d(X, 2, 1, (0, 1, 1, 0)),
+           nn.adaptive_avg_pool2d(X, (4, 5))]
+    for Y in ops:
+        f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+        for b in (1, 3):
+            x = rng.standard_normal((b, 3, 11, 9)).astype("float32")
+            ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+            out = np.zeros((b,) + tuple(int(e.value) for e in Y.shape[1:]), "float32")
+            f(x, out)
+            np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("build,shape", [
+    (lambda X: nn.max_pool2d(X, 3, 2, 1), (2, 3, 9, 9)),
+    (lambda X: nn.avg_pool2d(X, 3, 2, (0, 1, 2, 1), False, ceil_mode=True, layout="NHWC"),
+     (2, 9, 8, 5)),
+    (lambda X: nn.max_pool1d(X, 3, 2, 1, dilation=2), (2, 3, 17)),
+    (lambda X: nn.avg_pool3d(X, 2, layout="NDHWC"), (1, 4, 6, 4, 3)),
+    (lambda X: nn.adaptive_max_pool2d(X, (3, 4)), (2, 3, 7, 9)),
+    (lambda X: nn.global_avg_pool2d(X), (2, 3, 7, 7)),
+], ids=["max2d", "avg2d_nhwc", "max1d", "avg3d", "adaptive_max2d", "global_avg"])
+def test_cuda_emulation(build, shape):
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    x = rng.standard_normal(shape).astype("float32")
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    np.testing.assert_allclose(run([X], Y, [x], target="cuda-emu"), ref, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------
+# gradients
+
+F64 = "float64"
+
+
+def _torch_grad(fn, x, h):
+    t = torch.tensor(x, requires_grad=True)
+    out = fn(t)
+    out.backward(torch.tensor(h))
+    return out.detach().numpy(), t.grad.numpy()
+
+
+GRAD_CASES = [  # name, tecomp op, torch op (NC... layout), shape, ties
+    ("max1d_d2_ceil", lambda X: nn.max_pool1d(X, 3, 2, 1, dilation=2, ceil_mode=True),
+     lambda t: F.max_pool1d(t, 3, 2, 1, 2, True), (2, 3, 13), False),
+    ("max2d_nhwc_ties", lambda X: nn.max_pool2d(X, 3, 1, 1, layout="NHWC"),
+     lambda t: F.max_pool2d(t, 3, 1, 1), (2, 3, 6, 6), True),
+    ("max3d_ties", lambda X: nn.max_pool3d(X, 2, 1), lambda t: F.max_pool3d(t, 2, 1),
+     (1, 2, 4, 4, 4), True),
+    ("avg1d_ceil_excl", lambda X: nn.avg_pool1d(X, 3, 2, 1, False, ceil_mode=True),
+     lambda t: F.avg_pool1d(t, 3, 2, 1, True, False), (2, 3, 12), False),
+    ("avg3d_ndhwc", lambda X: nn.avg_pool3d(X, 3, 2, 1, layout="NDHWC", ceil_mode=True),
+     lambda t: F.avg_pool3d(t, 3, 2, 1, True), (1, 2, 5, 6, 4), False),
+    ("adaptive_max2d_ties", lambda X: nn.adaptive_max_pool2d(X, (3, 4)),
+     lambda t: F.adaptive_max_pool2d(t, (3, 4)), (2, 2, 7, 9), True),
+    ("adaptive_avg3d", lambda X: nn.adaptive_avg_pool3d(X, (2, 3, 2)),
+     lambda t: F.adaptive_avg_pool3d(t, (2, 3, 2)), (1, 2, 5, 7, 3), False),
+    ("adaptive_avg1d_nwc", lambda X: nn.adaptive_avg_pool1d(X, 4, layout="NWC"),
+     lambda t: F.adaptive_avg_pool1d(t, 4), (2, 3, 10), False),
+]
+
+
+@pytest.mark.parametrize("name,op,top,shape,ties", GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
+def test_gradient_matches_pytorch(name, op, top, shape, ties):
+    """The data gradient of every kind, rank and layout against PyTorch's autograd
+    (max: to the first maximum of each window, ties included)."""
+    last = "nhwc" in name or "ndhwc" in name or "nwc" in name
+    x = rng.integers(0, 3, shape).astype(F64) if ties else rng.standard_normal(shape)
+    data = to_last(x) if last else x
+    X = tc.placeholder(data.shape, F64, name="X")
+    Y = op(X)
+    H = tc.placeholder(Y.shape, F64, name="H")
+    (G,) = tc.gradient(Y, [X], head=H)
+    f = tc.build(tc.create_schedule([Y.op, G.op]), [X, H, Y, G])
+    h = rng.standard_normal(tuple(top(torch.from_numpy(x)).shape))
+    want_y, want_g = _torch_grad(top, x, h)
+    hh = to_last(h) if last else h
+    y = np.zeros(tuple(int(e.value) for e in Y.shape))
+    g = np.zeros(data.shape)
+    f(data, hh, y, g)
+    np.testing.assert_allclose(to_first(y) if last else y, want_y, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(to_first(g) if last else g, want_g, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["max1d_d2_ceil", "avg1d_ceil_excl", "avg3d_ndhwc",
+                                  "adaptive_max2d_ties", "adaptive_avg3d"])
+def test_gradcheck(name):
+    _, op, _, shape, _ = next(c for c in GRAD_CASES if c[0] == name)
+    X = tc.placeholder(to_last(np.zeros(shape)).shape if "ndhwc" in name else shape, F64,
+                       name="X")
+    assert ad.gradcheck(op(X), [X], target="reference", max_points=24)
