@@ -61,6 +61,14 @@ def elementwise(name, fn, dtype_in="float32", dtype_out=None, n=None, kind="seri
     return PrimFunc(name, (A, B), loop(i, n, st(B, fn(ld(A, i)), i), kind))
 
 
+def binary(name, fn, dtype="float32", kind="serial"):
+    """D[i] = fn(A[i], C[i]) over a symbolic n."""
+    n = Var("n")
+    A, C, D = buf("A", (n,), dtype), buf("C", (n,), dtype), buf("D", (n,), dtype)
+    i = Var("i")
+    return PrimFunc(name, (A, C, D), loop(i, n, st(D, fn(ld(A, i), ld(C, i)), i), kind))
+
+
 # ---------------------------------------------------------------------------------------
 # basics
 
@@ -1747,7 +1755,7 @@ def _check_float32_function(fn, x, reference, limit, special, want, target):
         outs.append(out)
         if kind == "vectorized":
             src = m.get_source("llvm-unopt")
-            if fn in ("sin", "cos"):   # libm only in the branch for large arguments
+            if fn in ("sin", "cos", "tan"):   # libm only in the branch for large arguments
                 assert f"{fn}f.libm:" in src
                 src = re.sub(rf"\n{fn}f\.libm[.0-9]*:.*?\n\n", "\n", src, flags=re.S)
             assert f"@{fn}f(" not in src.replace(f"declare float @{fn}f(", "")  # per lane
@@ -1840,7 +1848,35 @@ _MORE_F32 = {
             [np.nan, np.nan, 0, -0.0, 1e-30, -1e-30]),
     "cos": (np.cos, (np.pi / 4, np.pi / 2, np.pi, 3 * np.pi / 2, 125.0, 65536.0), (2.0, 2.5),
             [np.inf, -np.inf, 0.0, -0.0], [np.nan, np.nan, 1, 1]),
+    # computed in float64 lanes and rounded once (codegen/llvm/emit_math_wide.py)
+    # (tan: 0.51 ulp up to |x| = 2^20, test_tan_float32_up_to_2_20; libm's tanf beyond)
+    "tan": (np.tan, (np.pi / 4, np.pi / 2, np.pi, 1e-4, 1048576.0, 1e4), (1.5, 1.5),
+            [np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 1e-45],
+            [np.nan, np.nan, 0, -0.0, 1e-30, -1e-30, 1e-45]),
+    "atan": (np.arctan, (0.41421357, 2.4142137, 1.0, 1e-4, 1.1529215e18), (0.51, 0.51),
+             [np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e30, 1.0],
+             [np.pi / 2, -np.pi / 2, 0, -0.0, 1e-45, -np.pi / 2, np.pi / 4]),
+    "cbrt": (np.cbrt, (1.0, 8.0, 1.1754944e-38, 2.0, 4.0, -1.0), (0.51, 0.51),
+             [np.inf, -np.inf, 0.0, -0.0, 8.0, -27.0, 2.0 ** -149, 2.0 ** 126],
+             [np.inf, -np.inf, 0, -0.0, 2, -3, np.float32(np.cbrt(2.0 ** -149)), 2.0 ** 42]),
+    "erfc": (lambda v: _scipy_special().erfc(v), (0.0, 1.0, 4.0, 9.0, 10.05, -4.0, -1.0),
+             (0.51, 0.51), [np.inf, -np.inf, 0.0, -0.0, 10.06, 11.0, -10.0, 1e-30],
+             [0, 2, 1, 1, 0, 0, 2, 1]),
 }
+
+
+def test_tan_float32_up_to_2_20(exp_variant):
+    """float32 tan up to |x| = 2^20 (where the reduction by pi/2 in three float64 parts is
+    exact, and no lane calls libm) is within 0.51 ulp of float64 tan on a dense sample."""
+    x = _dense_inputs(np.pi / 4, np.pi / 2, np.pi, 1e-4, 1048576.0, 1e4, 0.5, 3 * np.pi / 2)
+    x = x[np.abs(x) <= 1048576.0]
+    _check_float32_function("tan", x, np.tan, 0.51, [0.0, -0.0], [0, -0.0], exp_variant)
+
+
+def _scipy_special():
+    import scipy.special   # (scipy comes with scikit-learn in [test])
+
+    return scipy.special
 
 
 #: the documented bounds (docs/numerics.md) every float32 input is held to by the long
@@ -1911,7 +1947,8 @@ def test_more_float32_functions(fn, exp_variant):
                             special, want, exp_variant)
 
 
-@pytest.mark.parametrize("fn", ["exp2", "expm1", "log2", "log1p", "softplus", "sin", "cos"])
+@pytest.mark.parametrize("fn", ["exp2", "expm1", "log2", "log1p", "softplus", "sin", "cos",
+                                "tan", "atan", "cbrt", "erfc"])
 def test_more_math_functions_float64_and_gradients(fn):
     """On float64 the same functions are libm's (per lane) and agree with numpy; their
     gradients through tc.gradient match finite differences of numpy's."""
@@ -1924,13 +1961,95 @@ def test_more_math_functions_float64_and_gradients(fn):
     s[B].vectorize(s[B].split(B.op.axis[0], factor=8)[1])
     f = tc.build(s, [A, B])
     ref = _MORE_F32[fn][0]
-    x = np.random.default_rng(1).uniform(0.1, 3.0, n)
+    lo, hi = (-1.4, 1.4) if fn == "tan" else (-3.0, 3.0) if fn in ("atan", "erfc") else (0.1, 3.0)
+    x = np.random.default_rng(1).uniform(lo, hi, n)
     out = np.zeros(n)
     f(x, out)
     np.testing.assert_allclose(out, ref(x), rtol=1e-14)
     from tecomp.autodiff.gradcheck import gradcheck
 
     assert gradcheck(B, [A], {A: x})
+
+
+def _dense_pairs():
+    """(x, y) over a grid of 2039 float32s spread over every bit pattern (both signs, from
+    subnormals to the largest) plus the values where atan2 and pow have special cases,
+    crossed with themselves: about 4.4 million pairs."""
+    v = np.arange(0, 1 << 32, (1 << 32) // 2039, dtype=np.uint64).astype(np.uint32)
+    v = v.view(np.float32)
+    sp = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0,
+          1e-45, -1e-45, 1.1754944e-38, _F32MAX, -_F32MAX, 1 / 3, 16777216.0, 16777217.0,
+          -16777218.0, 127.5, -149.0, 0.99999994, 1.0000001, 10.0, -10.0, 1e-30, 1e30]
+    x = np.concatenate([v, np.array(sp, np.float32)])
+    X, Y = np.meshgrid(x, x)
+    return X.ravel(), Y.ravel()
+
+
+#: the float32 functions of two arguments, computed in float64 lanes and rounded once:
+#: (float64 reference, bound in ulp with and without FMA (docs/numerics.md))
+_F32_BINARY = {"atan2": (np.arctan2, (0.51, 0.51)), "pow": (np.power, (0.51, 0.51))}
+
+
+@pytest.mark.parametrize("fn", sorted(_F32_BINARY))
+def test_float32_functions_of_two_arguments(fn, exp_variant):
+    """atan2(y, x) and pow(x, y) on float32 are vector code (no libm call per lane), the
+    same bits vectorized and serial, within the documented bound of the float64 function
+    on a dense 2-d sample, and equal to its rounding (signed zeros, infinities, NaN) at
+    every special value C99 defines (``atan2(+-0, -0) = +-pi``, ``pow(-0, -1) = -inf``,
+    ``pow(nan, 0) = 1``, ``pow(-8, 1/3)`` NaN, ...)."""
+    x, y = _dense_pairs()
+    ref, limits = _F32_BINARY[fn]
+    outs = []
+    for kind in ("vectorized", "serial"):
+        m = build_llvm(binary(f"{fn}_{kind}", lambda a, c: op.call(fn, a, c), "float32",
+                              kind=kind), target=exp_variant)
+        out = np.zeros(x.size, np.float32)
+        m(x, y, out)
+        outs.append(out)
+        if kind == "vectorized":
+            src = m.get_source("llvm-unopt")
+            assert "@powf(" not in src and "@atan2f(" not in src and "llvm.pow" not in src
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    got = outs[0]
+    with np.errstate(all="ignore"):
+        exact = ref(x.astype(np.float64), y.astype(np.float64))
+        rounded = exact.astype(np.float32)
+    fin = np.isfinite(rounded)
+    with np.errstate(over="ignore"):   # (the largest float32's ulp: 2^104)
+        ulp = np.spacing(np.abs(rounded[fin])).astype(np.float64)
+    ulp[np.isinf(ulp)] = 2.0 ** 104
+    err = np.abs(got[fin].astype(np.float64) - exact[fin]) / ulp
+    i = err.argmax()
+    assert err[i] <= limits[not _has_fma(exp_variant)], (x[fin][i], y[fin][i], err[i])
+    nan = np.isnan(rounded)
+    assert np.isnan(got[nan]).all(), (x[nan][~np.isnan(got[nan])][:5],
+                                      y[nan][~np.isnan(got[nan])][:5])
+    exactly = ~nan & ((rounded == 0) | np.isinf(rounded))   # zeros and infinities: bits
+    np.testing.assert_array_equal(got[exactly].view(np.uint32),
+                                  rounded[exactly].view(np.uint32))
+
+
+@pytest.mark.parametrize("fn", sorted(_F32_BINARY))
+def test_functions_of_two_arguments_float64_and_gradients(fn):
+    """atan2 and pow on float64 (libm's, per lane) agree with numpy, and their gradients
+    in both arguments match finite differences."""
+    import tecomp as tc
+    from tecomp.autodiff.gradcheck import gradcheck
+
+    n = 64
+    A = tc.placeholder((n,), name="A", dtype="float64")
+    C = tc.placeholder((n,), name="C", dtype="float64")
+    B = tc.compute((n,), lambda i: getattr(tc, fn)(A[i], C[i]), name="B")
+    s = tc.create_schedule(B.op)
+    s[B].vectorize(s[B].split(B.op.axis[0], factor=8)[1])
+    f = tc.build(s, [A, C, B])
+    rng = np.random.default_rng(2)
+    a = rng.uniform(0.2, 3.0, n) * (rng.choice([-1, 1], n) if fn == "atan2" else 1)
+    c = rng.uniform(-3.0, 3.0, n)
+    out = np.zeros(n)
+    f(a, c, out)
+    np.testing.assert_allclose(out, _F32_BINARY[fn][0](a, c), rtol=1e-14)
+    assert gradcheck(B, [A, C], {A: a, C: c})
 
 
 @pytest.mark.parametrize("fn, instrs", [("exp", {"vscalefps"}), ("tanh", {"vscalefps"}),

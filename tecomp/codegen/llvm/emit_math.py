@@ -13,10 +13,11 @@ import llvmlite.ir as ir
 from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
 from ...ir.expr import SPECIAL_CALLS, Call
+from .emit_math_wide import _WideMathEmitter
 from .values import _I32, _REG, Val, _poison, _splat, _unsigned, _with_lanes
 
 
-class _MathEmitter:
+class _MathEmitter(_WideMathEmitter):
     """The part of :class:`~tecomp.codegen.llvm.emitter._FnEmitter` that emits math functions
     (the state it works on: ``_FnEmitter.__init__``)."""
 
@@ -27,12 +28,18 @@ class _MathEmitter:
                    "exp2": "llvm.exp2", "log2": "llvm.log2"}
     #: float64 (and float32 where tecomp's own code is not used): libm, once per lane
     _LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf"), "expm1": ("expm1f", "expm1"),
-             "log1p": ("log1pf", "log1p")}
+             "log1p": ("log1pf", "log1p"), "tan": ("tanf", "tan"), "atan": ("atanf", "atan"),
+             "cbrt": ("cbrtf", "cbrt"), "erfc": ("erfcf", "erfc"),
+             "atan2": ("atan2f", "atan2")}
     #: the functions tecomp evaluates itself on float32 (and float16/bfloat16, which
     #: compute in float32): the method of each
     _OWN_F32 = {"log": "log_f32", "erf": "erf_f32", "tanh": "tanh_f32", "exp2": "exp2_f32",
                 "expm1": "expm1_f32", "log2": "log2_f32", "log1p": "log1p_f32",
-                "softplus": "softplus", "sin": "sin_f32", "cos": "cos_f32"}
+                "softplus": "softplus", "sin": "sin_f32", "cos": "cos_f32", "tan": "tan_f32",
+                "atan": "atan_f32", "cbrt": "cbrt_f32", "erfc": "erfc_f32"}
+    #: the same for the functions of two arguments (computed in float64 lanes:
+    #: :mod:`~tecomp.codegen.llvm.emit_math_wide`)
+    _OWN_F32_2 = {"pow": "pow_f32", "atan2": "atan2_f32"}
 
     def e_call(self, e: Call) -> Val:
         op = e.op
@@ -51,6 +58,8 @@ class _MathEmitter:
             raise InternalError(f"intrinsic {op} on {dt}")
         if op in self._OWN_F32 and dt != "float64":
             return self.map1(args[0], getattr(self, self._OWN_F32[op]))
+        if op in self._OWN_F32_2 and dt != "float64":
+            return self.map2(args[0], args[1], getattr(self, self._OWN_F32_2[op]))
         if op == "softplus":     # float64: max(x, 0) + log1p(exp(-|x|)), libm per lane
             return self.map1(args[0], self.softplus)
         if op in self._LLVM_UNARY:
@@ -77,7 +86,7 @@ class _MathEmitter:
             return self.map1(args[0], lambda v: b.fdiv(
                 _splat(v.type, 1.0), b.fadd(_splat(v.type, 1.0), self.exp(b.fneg(v)))))
         if op in self._LIBM:
-            return self.libm(self._LIBM[op], args[0], dt)
+            return self.libm(self._LIBM[op], args, dt)
         raise InternalError(f"unknown intrinsic {op!r}")
 
     def exp(self, x):
@@ -88,26 +97,26 @@ class _MathEmitter:
             return self.b.call(self.mb.intrinsic("llvm.exp", x.type, [x.type], [x.type]), [x])
         return self.exp_f32(x)
 
-    def libm(self, names, val: Val, dtype: str) -> Val:
-        """Call a libm function; on a vector, once per lane."""
+    def libm(self, names, vals, dtype: str) -> Val:
+        """Call a libm function of the values ``vals``; on vectors, once per lane."""
         fname = names[1] if dtype == "float64" else names[0]
-        if val.uniform:
-            return Val(self._call_lanes(fname, val.s))
-        return Val(v=self._call_lanes(fname, self.vec(val)))
+        if all(v.uniform for v in vals):
+            return Val(self._call_lanes(fname, *(v.s for v in vals)))
+        return Val(v=self._call_lanes(fname, *(self.vec(v) for v in vals)))
 
-    def _call_lanes(self, fname: str, x):
-        """The libm function ``fname`` of ``x`` (its element type in and out): one call,
-        or one per lane of a vector."""
+    def _call_lanes(self, fname: str, *xs):
+        """The libm function ``fname`` of ``xs`` (all of one type, the element type in
+        and out): one call, or one per lane of vectors."""
         b = self.b
-        ty = x.type
+        ty = xs[0].type
         el = ty.element if isinstance(ty, ir.VectorType) else ty
-        f = self.mb.declare(fname, el, [el])
+        f = self.mb.declare(fname, el, [el] * len(xs))
         if not isinstance(ty, ir.VectorType):
-            return b.call(f, [x])
+            return b.call(f, list(xs))
         out = _poison(ty)
         for lane in range(ty.count):
             i = ir.Constant(_I32, lane)
-            out = b.insert_element(out, b.call(f, [b.extract_element(x, i)]), i)
+            out = b.insert_element(out, b.call(f, [b.extract_element(x, i) for x in xs]), i)
         return out
 
     def _madd(self, ty):
