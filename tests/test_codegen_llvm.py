@@ -2215,3 +2215,54 @@ def test_loops_inside_unrolled_copies_are_not_forced_unrolled():
         b = np.zeros((4, 9), "float32")
         m(a, b)
         np.testing.assert_allclose(b, a + 1)
+
+
+def _ulps_f64(got, x, fn):
+    """ulp distance of float64 results from mpmath's ``fn`` (120 bits) at ``x``."""
+    import mpmath
+
+    mpmath.mp.prec = 120
+    out = []
+    for g, v in zip(got, x):
+        e = fn(mpmath.mpf(float(v)))
+        ef = float(e)
+        ulp = float(np.spacing(abs(ef))) if abs(ef) >= 2.2250738585072014e-308 else 5e-324
+        out.append(float(abs(mpmath.mpf(float(g)) - e) / ulp))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("fn", ["exp", "log"])
+def test_float64_exp_and_log_vector_code(fn, exp_variant):
+    """float64 exp and log are vector code (no libm call per lane), the same bits
+    vectorized and serial, within 1 ulp of mpmath's (docs/numerics.md: 0.80 and 0.50 ulp
+    measured) on samples over the whole domain (subnormal inputs and results included),
+    and numpy's at the special values."""
+    import mpmath
+
+    rng = np.random.default_rng(5)
+    if fn == "exp":
+        x = np.concatenate([rng.uniform(-745.2, 709.78, 1500), rng.uniform(-1, 1, 500),
+                            rng.uniform(-745.2, -708, 500)])
+        special = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 709.782712893384,
+                   709.7827128933841, -745.1332191019411, -745.1332191019412, 1e300]
+    else:
+        x = np.concatenate([np.exp(rng.uniform(-744, 709, 1500)), rng.uniform(0.5, 2, 500),
+                            rng.uniform(0, 1e-310, 500)])
+        special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 5e-324, 1e-310, 1e308]
+    x = np.concatenate([x, special])
+    outs = []
+    for kind in ("vectorized", "serial"):
+        m = build_llvm(elementwise(f"{fn}64_{kind}", lambda v: op.call(fn, v), "float64",
+                                   kind=kind), target=exp_variant)
+        out = np.zeros(x.size)
+        m(x, out)
+        outs.append(out)
+        src = m.get_source("llvm")
+        assert f"@{fn}(" not in src and f"llvm.{fn}.f64" not in src
+    np.testing.assert_array_equal(outs[0].view(np.uint64), outs[1].view(np.uint64))
+    k = len(special)
+    err = _ulps_f64(outs[0][:-k], x[:-k], getattr(mpmath, fn))
+    assert err.max() <= 1.0, (x[err.argmax()], err.max())
+    with np.errstate(all="ignore"):
+        want = getattr(np, fn)(np.array(special))
+    np.testing.assert_array_equal(outs[0][-k:], want)

@@ -1,9 +1,11 @@
 """Math functions in the LLVM function emitter (:class:`_MathEmitter`, a part of
 :class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the ``Call`` node -- LLVM intrinsics
-(``sqrt``, ``floor``, ``pow``, ``fma``, ...), libm calls per lane (float64 ``log``,
-``tanh`` and ``erf``), and tecomp's own vector code for float32 ``exp`` (also
-``fast_exp`` and ``sigmoid``), ``log``, ``erf`` and ``tanh``, with explicit FMA where the target has it
-(``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
+(``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
+``tan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
+``sigmoid``), ``log``, ``erf``, ``tanh``, ``sin`` ... and, computed in float64 lanes,
+``tan``, ``atan``, ``atan2``, ``cbrt``, ``erfc`` and ``pow``
+(:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp`` and
+``log``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ class _MathEmitter(_WideMathEmitter):
     (the state it works on: ``_FnEmitter.__init__``)."""
 
     # -- intrinsics ----------------------------------------------------------------------
-    _LLVM_UNARY = {"log": "llvm.log", "sqrt": "llvm.sqrt",
+    _LLVM_UNARY = {"sqrt": "llvm.sqrt",
                    "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven",
                    "sin": "llvm.sin", "cos": "llvm.cos", "abs": "llvm.fabs",
                    "exp2": "llvm.exp2", "log2": "llvm.log2"}
@@ -60,6 +62,8 @@ class _MathEmitter(_WideMathEmitter):
             return self.map1(args[0], getattr(self, self._OWN_F32[op]))
         if op in self._OWN_F32_2 and dt != "float64":
             return self.map2(args[0], args[1], getattr(self, self._OWN_F32_2[op]))
+        if op == "log":          # float64 (float32: _OWN_F32)
+            return self.map1(args[0], self.log_f64)
         if op == "softplus":     # float64: max(x, 0) + log1p(exp(-|x|)), libm per lane
             return self.map1(args[0], self.softplus)
         if op in self._LLVM_UNARY:
@@ -91,10 +95,10 @@ class _MathEmitter(_WideMathEmitter):
 
     def exp(self, x):
         """exp of a float32 or float64 value (scalar or vector): :meth:`exp_f32` for
-        float32 (and float16, which computes in float32), ``llvm.exp`` for float64."""
+        float32 (and float16, which computes in float32), :meth:`exp_f64` for float64."""
         el = x.type.element if isinstance(x.type, ir.VectorType) else x.type
         if isinstance(el, ir.DoubleType):
-            return self.b.call(self.mb.intrinsic("llvm.exp", x.type, [x.type], [x.type]), [x])
+            return self.exp_f64(x)
         return self.exp_f32(x)
 
     def libm(self, names, vals, dtype: str) -> Val:

@@ -277,3 +277,71 @@ class _WideMathEmitter:
         res = b.select(b.and_(b.fcmp_ordered("==", ax, one), yinf), one, res)
         return b.select(b.or_(b.fcmp_ordered("==", x, one), b.fcmp_ordered("==", y, C(0.0))),
                         one, res)
+
+    # -- float64 exp and log ---------------------------------------------------------------
+
+    #: exp(r) = 1 + r + r^2 Q(r), Q Taylor to r^13 (4e-18 relative on |r| <= ln2/2)
+    _EXP64_Q = _taylor(lambda k: 1.0 / math.factorial(k + 2), 12)
+    #: log(1 + f) = f - hfsq + s (hfsq + R(z)), R(z) = z (Lg1 + z Lg2 + ... + z^6 Lg7),
+    #: s = f/(2 + f), z = s^2 (fdlibm's e_log.c coefficients, < 1 ulp)
+    _LOG64_LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01,
+                 2.222219843214978396e-01, 1.818357216161805012e-01, 1.531383769920937332e-01,
+                 1.479819860511658591e-01)
+
+    def _kit_f64(self, x):
+        """:meth:`_kit64`'s tools for a value ``x`` that is float64 already."""
+        b = self.b
+        lty = _with_lanes(_I64, x.type)
+        return (b, x.type, lty, lambda v: _splat(x.type, v), lambda v: _splat(lty, v),
+                self._madd(x.type))
+
+    def exp_f64(self, x):
+        """exp(x) for float64 in plain vector instructions (``llvm.exp`` is one libm call
+        per lane): ``x`` clamped to ``[-746, 710]``, ``n = roundeven(x/ln2)``,
+        ``r = hi - lo`` with ``hi = x - n ln2_hi`` (exact) and ``lo = n ln2_lo``, the
+        rounding error of ``r`` carried (``(hi - r) - lo``, exact), ``exp(r) = 1 + (r +
+        (err + r^2 Q(r)))`` with a degree-11 Taylor ``Q``, times ``2^n`` in two halves
+        (one rounding for a subnormal result).  Overflow gives inf, underflow 0; NaN stays
+        NaN."""
+        kit = self._kit_f64(x)
+        b, dty, _, C, _, madd = kit
+        xc = b.call(self._fn1("llvm.maxnum", dty, 2),
+                    [b.call(self._fn1("llvm.minnum", dty, 2), [x, C(710.0)]), C(-746.0)])
+        n = b.call(self._fn1("llvm.roundeven", dty), [b.fmul(xc, C(1.4426950408889634))])
+        hi = madd(n, C(-self._LN2[0]), xc)
+        lo = b.fmul(n, C(self._LN2[1]))
+        r = b.fsub(hi, lo)
+        err = b.fsub(b.fsub(hi, r), lo)
+        q = self._horner(self._EXP64_Q, r, madd)
+        p = b.fadd(C(1.0), b.fadd(r, madd(b.fmul(r, r), q, err)))
+        n1 = b.call(self._fn1("llvm.floor", dty), [b.fmul(n, C(0.5))])
+        res = b.fmul(b.fmul(p, self._pow2_f64(n1, kit)), self._pow2_f64(b.fsub(n, n1), kit))
+        return b.select(b.fcmp_unordered("uno", x, x), x, res)
+
+    def log_f64(self, x):
+        """log(x) for float64 in plain vector instructions (``llvm.log`` is one libm call
+        per lane): ``x = m 2^e`` from the bits (a subnormal scaled by 2^54 first), ``m`` in
+        ``[sqrt(1/2), sqrt(2))``, ``f = m - 1`` (exact), then fdlibm's ``e_log.c``:
+        ``s = f/(2 + f)``, ``log(1 + f) = f - hfsq + s (hfsq + R(s^2))``, ``e ln2`` in two
+        parts.  The exponent is converted to float64 through the bits (no int64-to-float
+        instruction needed).  Special values as float32 ``log``."""
+        kit = self._kit_f64(x)
+        b, dty, lty, C, L, madd = kit
+        tiny = b.fcmp_ordered("<", x, C(2.2250738585072014e-308))
+        xs = b.select(tiny, b.fmul(x, C(18014398509481984.0)), x)
+        bits = b.bitcast(xs, lty)
+        m = b.bitcast(b.or_(b.and_(bits, L(0x000FFFFFFFFFFFFF)), L(0x3FF0000000000000)), dty)
+        # the biased exponent as a float64: its bits under 2^52's exponent, minus 2^52
+        k = b.fsub(b.bitcast(b.or_(b.lshr(bits, L(52)), L(0x4330000000000000)), dty),
+                   C(4503599627370496.0))
+        high = b.fcmp_ordered(">", m, C(1.4142135623730951))
+        f = b.fsub(b.select(high, b.fmul(m, C(0.5)), m), C(1.0))
+        e = b.fsub(b.fadd(k, b.select(high, C(1.0), C(0.0))),
+                   b.select(tiny, C(1023.0 + 54.0), C(1023.0)))
+        s = b.fdiv(f, b.fadd(f, C(2.0)))
+        z = b.fmul(s, s)
+        r = b.fmul(z, self._horner(self._LOG64_LG, z, madd))
+        hfsq = b.fmul(C(0.5), b.fmul(f, f))
+        t = madd(e, C(self._LN2[1]), b.fmul(s, b.fadd(hfsq, r)))
+        res = madd(e, C(self._LN2[0]), b.fsub(f, b.fsub(hfsq, t)))
+        return self._log_specials(x, res)
