@@ -160,6 +160,27 @@ def test_atan2_and_pow(backend):
     np.testing.assert_allclose(c, want, rtol=2e-6, atol=2e-6)
 
 
+def test_tan_atan_cbrt_erfc_in_cuda_c():
+    """The CUDA C path (tanf, atanf, cbrtf, erfcf; run by the CPU emulation) agrees with
+    numpy, and with the LLVM backend's vector code."""
+    import scipy.special
+
+    A = tc.placeholder((64,), name="A")
+    C = tc.compute((64, 4), lambda i, k: tc.if_then_else(
+        k == 0, tc.tan(A[i]), tc.if_then_else(k == 1, tc.atan(A[i] * 10.0), tc.if_then_else(
+            k == 2, tc.cbrt(A[i] * 100.0), tc.erfc(A[i] * 4.0)))), name="C")
+    a = np.linspace(-1.5, 1.5, 64).astype("float32")
+    a64 = a.astype("float64")
+    want = np.stack([np.tan(a64), np.arctan(np.float32(10) * a).astype("float64"),
+                     np.cbrt((np.float32(100) * a).astype("float64")),
+                     scipy.special.erfc((np.float32(4) * a).astype("float64"))], axis=1)
+    for target in ("cuda-emu", "llvm"):
+        c = np.empty((64, 4), "float32")
+        f = tc.build(tc.auto_schedule([A, C], target=target, trials=0), [A, C], target=target)
+        f(a, c)
+        np.testing.assert_allclose(c, want, rtol=3e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_erf_pow(backend):
     import math

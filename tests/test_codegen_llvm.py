@@ -1971,18 +1971,25 @@ def test_more_math_functions_float64_and_gradients(fn):
     assert gradcheck(B, [A], {A: x})
 
 
-def _dense_pairs():
-    """(x, y) over a grid of 2039 float32s spread over every bit pattern (both signs, from
-    subnormals to the largest) plus the values where atan2 and pow have special cases,
-    crossed with themselves: about 4.4 million pairs."""
-    v = np.arange(0, 1 << 32, (1 << 32) // 2039, dtype=np.uint64).astype(np.uint32)
+def _dense_pairs(count=2039):
+    """(x, y) over a grid of ``count`` float32s spread over every bit pattern (both signs,
+    from subnormals to the largest) plus the values where atan2 and pow have special
+    cases, crossed with themselves: about 4.4 million pairs for 2039; and a million random
+    pairs where ``pow`` is finite and not trivial (``|x|`` in ``[2^-40, 2^40]``, ``y`` in
+    ``[-3, 3]`` or integral in ``[-40, 40]``)."""
+    v = np.arange(0, 1 << 32, (1 << 32) // count, dtype=np.uint64).astype(np.uint32)
     v = v.view(np.float32)
     sp = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0,
           1e-45, -1e-45, 1.1754944e-38, _F32MAX, -_F32MAX, 1 / 3, 16777216.0, 16777217.0,
           -16777218.0, 127.5, -149.0, 0.99999994, 1.0000001, 10.0, -10.0, 1e-30, 1e30]
     x = np.concatenate([v, np.array(sp, np.float32)])
     X, Y = np.meshgrid(x, x)
-    return X.ravel(), Y.ravel()
+    rng = np.random.default_rng(7)
+    n = 1 << 20
+    rx = np.exp2(rng.uniform(-40, 40, n)) * rng.choice([1.0, 1.0, 1.0, -1.0], n)
+    ry = np.where(rng.random(n) < 0.3, np.round(rng.uniform(-40, 40, n)), rng.uniform(-3, 3, n))
+    return (np.concatenate([X.ravel(), rx.astype(np.float32)]),
+            np.concatenate([Y.ravel(), ry.astype(np.float32)]))
 
 
 #: the float32 functions of two arguments, computed in float64 lanes and rounded once:
@@ -1991,13 +1998,13 @@ _F32_BINARY = {"atan2": (np.arctan2, (0.51, 0.51)), "pow": (np.power, (0.51, 0.5
 
 
 @pytest.mark.parametrize("fn", sorted(_F32_BINARY))
-def test_float32_functions_of_two_arguments(fn, exp_variant):
+def test_float32_functions_of_two_arguments(fn, exp_variant, count=2039):
     """atan2(y, x) and pow(x, y) on float32 are vector code (no libm call per lane), the
     same bits vectorized and serial, within the documented bound of the float64 function
     on a dense 2-d sample, and equal to its rounding (signed zeros, infinities, NaN) at
     every special value C99 defines (``atan2(+-0, -0) = +-pi``, ``pow(-0, -1) = -inf``,
     ``pow(nan, 0) = 1``, ``pow(-8, 1/3)`` NaN, ...)."""
-    x, y = _dense_pairs()
+    x, y = _dense_pairs(count)
     ref, limits = _F32_BINARY[fn]
     outs = []
     for kind in ("vectorized", "serial"):
@@ -2027,6 +2034,15 @@ def test_float32_functions_of_two_arguments(fn, exp_variant):
     exactly = ~nan & ((rounded == 0) | np.isinf(rounded))   # zeros and infinities: bits
     np.testing.assert_array_equal(got[exactly].view(np.uint32),
                                   rounded[exactly].view(np.uint32))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TECOMP_LONG_TESTS", "") in ("", "0"),
+                    reason="slow (a 4093 x 4093 grid per function): set TECOMP_LONG_TESTS=1")
+@pytest.mark.parametrize("fn", sorted(_F32_BINARY))
+def test_float32_functions_of_two_arguments_long(fn, exp_variant):
+    """The same on a grid 4 times denser in each argument (16.8 million pairs)."""
+    test_float32_functions_of_two_arguments(fn, exp_variant, count=4093)
 
 
 @pytest.mark.parametrize("fn", sorted(_F32_BINARY))
@@ -2266,3 +2282,34 @@ def test_float64_exp_and_log_vector_code(fn, exp_variant):
     with np.errstate(all="ignore"):
         want = getattr(np, fn)(np.array(special))
     np.testing.assert_array_equal(outs[0][-k:], want)
+
+
+@pytest.mark.parametrize("c", [2.0, 1.0, -1.0, 0.5, 3.0])
+def test_pow_by_a_constant(c):
+    """``pow(x, 2.0)`` is one multiply, ``pow(x, 0.5)`` a square root (``+0`` at ``-0``,
+    ``inf`` at ``-inf``, as C99), ``pow(x, -1.0)`` a division: the correctly rounded
+    result, specials included (numpy's float64 pow rounded); another constant takes the
+    general float32 pow (the same bits as pow of a tensor holding the exponent)."""
+    import tecomp as tc
+
+    x = np.concatenate([_dense_inputs(1.0, 2.0),
+                        np.array([np.inf, -np.inf, np.nan, -0.0, -2.0], np.float32)])
+    n = x.size
+    A = tc.placeholder((n,), name="A")
+    E = tc.placeholder((n,), name="E")
+    outs = []
+    for B in (tc.compute((n,), lambda i: tc.pow(A[i], c), name="B"),
+              tc.compute((n,), lambda i: tc.pow(A[i], E[i]), name="B")):
+        s = tc.create_schedule(B.op)
+        s[B].vectorize(s[B].split(B.op.axis[0], factor=16)[1])
+        f = tc.build(s, [A, E, B])
+        out = np.zeros(n, np.float32)
+        f(x, np.full(n, c, np.float32), out)
+        outs.append(out)
+    with np.errstate(all="ignore"):   # (an array exponent: numpy's C99 pow, not sqrt)
+        want = np.power(x.astype(np.float64), np.full(n, c)).astype(np.float32)
+    if c == 3.0:
+        want = outs[1]
+    same = (outs[0].view(np.uint32) == want.view(np.uint32)) | (
+        np.isnan(outs[0]) & np.isnan(want))
+    assert same.all(), (x[~same][:5], outs[0][~same][:5], want[~same][:5])

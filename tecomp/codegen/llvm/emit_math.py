@@ -14,7 +14,7 @@ import llvmlite.ir as ir
 
 from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
-from ...ir.expr import SPECIAL_CALLS, Call
+from ...ir.expr import SPECIAL_CALLS, Call, Const
 from .emit_math_wide import _WideMathEmitter
 from .values import _I32, _REG, Val, _poison, _splat, _unsigned, _with_lanes
 
@@ -60,6 +60,8 @@ class _MathEmitter(_WideMathEmitter):
             raise InternalError(f"intrinsic {op} on {dt}")
         if op in self._OWN_F32 and dt != "float64":
             return self.map1(args[0], getattr(self, self._OWN_F32[op]))
+        if op == "pow" and isinstance(e.args[1], Const) and e.args[1].value in self._POW_BY:
+            return self.map1(args[0], lambda v: self._POW_BY[e.args[1].value](self, v))
         if op in self._OWN_F32_2 and dt != "float64":
             return self.map2(args[0], args[1], getattr(self, self._OWN_F32_2[op]))
         if op == "log":          # float64 (float32: _OWN_F32)
@@ -92,6 +94,19 @@ class _MathEmitter(_WideMathEmitter):
         if op in self._LIBM:
             return self.libm(self._LIBM[op], args, dt)
         raise InternalError(f"unknown intrinsic {op!r}")
+
+    def _sqrt_pow(self, v):
+        """``pow(v, 0.5)``: ``sqrt(v)``, but ``+0`` at ``-0`` and ``+inf`` at ``-inf`` (C99)."""
+        b = self.b
+        r = b.call(self._fn1("llvm.sqrt", v.type), [b.fadd(v, _splat(v.type, 0.0))])
+        return b.select(b.fcmp_ordered("==", v, _splat(v.type, float("-inf"))),
+                        _splat(v.type, float("inf")), r)
+
+    #: pow(x, c) for the constant exponents whose result one IEEE operation gives
+    #: correctly rounded (as the general code does, within its 0.5 ulp and a hair)
+    _POW_BY = {2.0: lambda self, v: self.b.fmul(v, v), 1.0: lambda self, v: v,
+               -1.0: lambda self, v: self.b.fdiv(_splat(v.type, 1.0), v),
+               0.5: _sqrt_pow}
 
     def exp(self, x):
         """exp of a float32 or float64 value (scalar or vector): :meth:`exp_f32` for
