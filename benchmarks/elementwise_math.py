@@ -3,7 +3,9 @@
 ``out = gelu_tanh(x + b) * y`` on 2048 x 4096 float32 (``gelu_tanh(v) = 0.5 v (1 +
 tanh(sqrt(2/pi) (v + 0.044715 v^3)))``, PyTorch's ``gelu(approximate="tanh")``), and
 ``f(x)`` on the same size for f in exp, tanh, log, erf, sigmoid, exp2, expm1, log1p,
-softplus, sin and cos (and a copy, ``x + 0``: the memory floor), each written as one
+softplus, sin, cos, tan, atan, erfc and cbrt (PyTorch has no cbrt: its ``pow(x, 1/3)`` on
+positive ``x``), ``atan2(x, y)`` and ``pow(|y|, x)`` (and a copy, ``x + 0``: the memory
+floor), each written as one
 compute and scheduled by ``tc.auto_schedule(args)`` (trials=0), against PyTorch's eager
 ops on the same arrays (as written, each op allocating its result, and with every result
 preallocated through the ``out=`` variants: PyTorch at its best here, torch.compile's
@@ -11,7 +13,7 @@ Inductor kernels also allocate theirs), interleaved, medians in ms (PyTorch's ti
 tecomp's: > 1 means tecomp is faster).  Every result is checked against a float64
 reference first.
 
-    python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15]
+    python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only tan,atan2]
 """
 from __future__ import annotations
 
@@ -22,7 +24,10 @@ from common import base_parser, interleaved_turns, pin_threads, torch_or_none
 
 
 def main() -> None:
-    args = base_parser(__doc__, rounds=15).parse_args()
+    ap = base_parser(__doc__, rounds=15)
+    ap.add_argument("--only", default="", help="comma-separated functions to time (and "
+                    "the copy), e.g. tan,atan2; all by default")
+    args = ap.parse_args()
     pin_threads(args.threads)
     import numpy as np
 
@@ -56,6 +61,7 @@ def main() -> None:
 
     # name: (tecomp's function, float64 reference, torch's out= function, input)
     from scipy.special import erf as erf64
+    from scipy.special import erfc as erfc64
     unary = {
         "copy": (lambda v: v + 0.0, lambda v: v, "copy", x),
         "exp": (tc.exp, np.exp, "exp", x), "tanh": (tc.tanh, np.tanh, "tanh", x),
@@ -65,14 +71,29 @@ def main() -> None:
         "log1p": (tc.log1p, np.log1p, "log1p", pos),
         "softplus": (tc.softplus, lambda v: np.logaddexp(0, v), "softplus", x),
         "sin": (tc.sin, np.sin, "sin", x), "cos": (tc.cos, np.cos, "cos", x),
+        "tan": (tc.tan, np.tan, "tan", x), "atan": (tc.atan, np.arctan, "atan", x),
+        "erfc": (tc.erfc, erfc64, "erfc", x), "cbrt": (tc.cbrt, np.cbrt, "cbrt", pos),
     }
-    fns = {"tecomp gelu": lambda: f_gelu(x, bias, y, out)}
+    # name: (tecomp's function, float64 reference, torch's out= function, inputs)
+    binary = {"atan2": (tc.atan2, np.arctan2, "atan2", (x, y)),
+              "pow": (tc.pow, np.power, "pow", (pos, x))}
+    if args.only:
+        keep = set(args.only.split(",")) | {"copy"}
+        unary = {k: v for k, v in unary.items() if k in keep}
+        binary = {k: v for k, v in binary.items() if k in keep}
+    fns = {"tecomp gelu": lambda: f_gelu(x, bias, y, out)} if not args.only else {}
     for name, (fn, ref, _, a) in unary.items():
         T = tc.compute((M, N), (lambda fn: lambda i, j: fn(X[i, j]))(fn), name=name)
         f = tc.build(tc.auto_schedule([X, T]), [X, T])
         f(a, out)
         np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)
         fns["tecomp " + name] = lambda f=f, a=a: f(a, out)
+    for name, (fn, ref, _, (a, c)) in binary.items():
+        T = tc.compute((M, N), (lambda fn: lambda i, j: fn(X[i, j], Y[i, j]))(fn), name=name)
+        f = tc.build(tc.auto_schedule([X, Y, T]), [X, Y, T])
+        f(a, c, out)
+        np.testing.assert_allclose(out, ref(a.astype(np.float64), c), rtol=3e-6, atol=1e-7)
+        fns["tecomp " + name] = lambda f=f, a=a, c=c: f(a, c, out)
     if torch is not None:
         tx, ty, tb = (torch.from_numpy(a) for a in (x, y, bias))
         to = torch.from_numpy(out)
@@ -90,23 +111,32 @@ def main() -> None:
             torch.ops.aten.gelu.out(t1, approximate="tanh", out=t1)
             torch.mul(t1, ty, out=to)
 
-        fns["torch gelu"] = torch_gelu
-        fns["torch gelu, out="] = torch_gelu_out
+        if not args.only:
+            fns["torch gelu"] = torch_gelu
+            fns["torch gelu, out="] = torch_gelu_out
         for name, (_, _, tname, a) in unary.items():
             ta = torch.from_numpy(a)
             if tname == "copy":
                 fns["torch copy, out="] = lambda ta=ta: to.copy_(ta)
+            elif tname == "cbrt":
+                fns["torch cbrt, out="] = lambda ta=ta: torch.pow(ta, 1.0 / 3.0, out=to)
             elif tname == "softplus":
                 fns["torch softplus, out="] = lambda ta=ta: torch.ops.aten.softplus.out(
                     ta, 1, 20, out=to)
             else:
                 fns[f"torch {tname}, out="] = lambda ta=ta, g=getattr(torch, tname): g(ta, out=to)
+        for name, (_, _, tname, (a, c)) in binary.items():
+            ta, tc_ = torch.from_numpy(a), torch.from_numpy(c)
+            fns[f"torch {tname}, out="] = lambda ta=ta, tc_=tc_, g=getattr(torch, tname): g(
+                ta, tc_, out=to)
     t = interleaved_turns(fns, args.rounds)
     print(f"{platform.processor() or platform.machine()}, {args.threads} threads, "
           f"{args.rounds} rounds, {M}x{N} float32")
     rows = [("gelu", ("torch gelu", "torch gelu, out="))] + [
-        (name, (f"torch {name}, out=",)) for name in unary]
+        (name, (f"torch {name}, out=",)) for name in list(unary) + list(binary)]
     for op, peers in rows:
+        if "tecomp " + op not in t:
+            continue
         mine = t["tecomp " + op]
         line = f"  {op:8s} tecomp {mine * 1e3:7.2f} ms"
         for peer in peers:

@@ -1,5 +1,6 @@
 """The public API end to end: every DSL function, each dtype, intrinsics, symbolic shapes,
 strided views, and the module interface (get_source, threads)."""
+import math
 import threading
 
 import numpy as np
@@ -118,7 +119,9 @@ INTRINSICS = [
     ("rsqrt", lambda x: 1 / np.sqrt(x), (0.1, 5)), ("tanh", np.tanh, (-3, 3)),
     ("sigmoid", lambda x: 1 / (1 + np.exp(-x)), (-6, 6)), ("abs", np.abs, (-3, 3)),
     ("floor", np.floor, (-3, 3)), ("ceil", np.ceil, (-3, 3)), ("round", np.round, (-3, 3)),
-    ("sin", np.sin, (-3, 3)), ("cos", np.cos, (-3, 3)),
+    ("sin", np.sin, (-3, 3)), ("cos", np.cos, (-3, 3)), ("tan", np.tan, (-1.5, 1.5)),
+    ("atan", np.arctan, (-30, 30)), ("cbrt", np.cbrt, (-30, 30)),
+    ("erfc", np.vectorize(math.erfc), (-3, 9.5)),
 ]
 
 
@@ -135,6 +138,47 @@ def test_intrinsics(backend, name, ref, rng_):
     c = np.empty(64, "float32")
     _run(s, [A, C], [a, c], backend)
     np.testing.assert_allclose(c, ref(a.astype("float64")), rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS + ["cuda-emu"])
+def test_atan2_and_pow(backend):
+    """atan2 in all four quadrants and on the axes, pow of a negative base and an integral
+    exponent, against numpy (the CPU's vector code, the interpreter and CUDA C's libm)."""
+    Y = tc.placeholder((16,), name="Y")
+    X = tc.placeholder((16,), name="X")
+    C = tc.compute((16,), lambda i: tc.atan2(Y[i], X[i]) + tc.pow(X[i], 3.0), name="C")
+    s = tc.create_schedule(C.op)
+    y = np.array([1, 1, -1, -1, 0, 0, -0.0, 2, 0.5, 3, -3, 1e-3, 7, -7, 0, 1], "float32")
+    x = np.array([1, -1, 1, -1, 1, -1, -1, 0, 0.25, -2, -2, 5, 1e-3, 3, 0, -0.0], "float32")
+    c = np.empty(16, "float32")
+    if backend == "cuda-emu":
+        args = [Y, X, C]
+        tc.build(tc.auto_schedule(args, target=backend, trials=0), args, target=backend)(y, x, c)
+    else:
+        _run(s, [Y, X, C], [y, x, c], backend)
+    want = np.arctan2(y.astype("float64"), x) + x.astype("float64") ** 3
+    np.testing.assert_allclose(c, want, rtol=2e-6, atol=2e-6)
+
+
+def test_tan_atan_cbrt_erfc_in_cuda_c():
+    """The CUDA C path (tanf, atanf, cbrtf, erfcf; run by the CPU emulation) agrees with
+    numpy, and with the LLVM backend's vector code."""
+    import scipy.special
+
+    A = tc.placeholder((64,), name="A")
+    C = tc.compute((64, 4), lambda i, k: tc.if_then_else(
+        k == 0, tc.tan(A[i]), tc.if_then_else(k == 1, tc.atan(A[i] * 10.0), tc.if_then_else(
+            k == 2, tc.cbrt(A[i] * 100.0), tc.erfc(A[i] * 4.0)))), name="C")
+    a = np.linspace(-1.5, 1.5, 64).astype("float32")
+    a64 = a.astype("float64")
+    want = np.stack([np.tan(a64), np.arctan(np.float32(10) * a).astype("float64"),
+                     np.cbrt((np.float32(100) * a).astype("float64")),
+                     scipy.special.erfc((np.float32(4) * a).astype("float64"))], axis=1)
+    for target in ("cuda-emu", "llvm"):
+        c = np.empty((64, 4), "float32")
+        f = tc.build(tc.auto_schedule([A, C], target=target, trials=0), [A, C], target=target)
+        f(a, c)
+        np.testing.assert_allclose(c, want, rtol=3e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

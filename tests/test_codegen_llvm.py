@@ -61,6 +61,14 @@ def elementwise(name, fn, dtype_in="float32", dtype_out=None, n=None, kind="seri
     return PrimFunc(name, (A, B), loop(i, n, st(B, fn(ld(A, i)), i), kind))
 
 
+def binary(name, fn, dtype="float32", kind="serial"):
+    """D[i] = fn(A[i], C[i]) over a symbolic n."""
+    n = Var("n")
+    A, C, D = buf("A", (n,), dtype), buf("C", (n,), dtype), buf("D", (n,), dtype)
+    i = Var("i")
+    return PrimFunc(name, (A, C, D), loop(i, n, st(D, fn(ld(A, i), ld(C, i)), i), kind))
+
+
 # ---------------------------------------------------------------------------------------
 # basics
 
@@ -403,15 +411,15 @@ def test_exp_is_bit_identical_under_every_schedule(op_):
         np.testing.assert_array_equal(out[:, j].view(np.uint32), res["serial"])
 
 
-def test_exp_float64_is_llvm_exp_and_ints_are_rejected():
+def test_exp_float64_is_vector_code_and_ints_are_rejected():
     n = 64
     m = build_llvm(elementwise("e64", lambda v: op.call("exp", v), "float64", n=Const(n),
                                kind="vectorized"))
-    assert "llvm.exp.v64f64" in m.get_source("llvm-unopt")
+    assert "llvm.exp." not in m.get_source("llvm-unopt")   # tecomp's exp_f64, not libm
     a = np.linspace(-700, 700, n)
     out = np.zeros(n)
     m(a, out)
-    np.testing.assert_allclose(out, np.exp(a), rtol=1e-15)
+    np.testing.assert_allclose(out, np.exp(a), rtol=3e-16)
     # float16 computes in float32: the float32 exp rounded once more
     m16 = build_llvm(elementwise("e16", lambda v: op.call("exp", v), "float16", n=Const(n),
                                  kind="vectorized"))
@@ -1747,7 +1755,7 @@ def _check_float32_function(fn, x, reference, limit, special, want, target):
         outs.append(out)
         if kind == "vectorized":
             src = m.get_source("llvm-unopt")
-            if fn in ("sin", "cos"):   # libm only in the branch for large arguments
+            if fn in ("sin", "cos", "tan"):   # libm only in the branch for large arguments
                 assert f"{fn}f.libm:" in src
                 src = re.sub(rf"\n{fn}f\.libm[.0-9]*:.*?\n\n", "\n", src, flags=re.S)
             assert f"@{fn}f(" not in src.replace(f"declare float @{fn}f(", "")  # per lane
@@ -1840,7 +1848,35 @@ _MORE_F32 = {
             [np.nan, np.nan, 0, -0.0, 1e-30, -1e-30]),
     "cos": (np.cos, (np.pi / 4, np.pi / 2, np.pi, 3 * np.pi / 2, 125.0, 65536.0), (2.0, 2.5),
             [np.inf, -np.inf, 0.0, -0.0], [np.nan, np.nan, 1, 1]),
+    # computed in float64 lanes and rounded once (codegen/llvm/emit_math_wide.py)
+    # (tan: 0.51 ulp up to |x| = 2^20, test_tan_float32_up_to_2_20; libm's tanf beyond)
+    "tan": (np.tan, (np.pi / 4, np.pi / 2, np.pi, 1e-4, 1048576.0, 1e4), (1.5, 1.5),
+            [np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 1e-45],
+            [np.nan, np.nan, 0, -0.0, 1e-30, -1e-30, 1e-45]),
+    "atan": (np.arctan, (0.41421357, 2.4142137, 1.0, 1e-4, 1.1529215e18), (0.51, 0.51),
+             [np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e30, 1.0],
+             [np.pi / 2, -np.pi / 2, 0, -0.0, 1e-45, -np.pi / 2, np.pi / 4]),
+    "cbrt": (np.cbrt, (1.0, 8.0, 1.1754944e-38, 2.0, 4.0, -1.0), (0.51, 0.51),
+             [np.inf, -np.inf, 0.0, -0.0, 8.0, -27.0, 2.0 ** -149, 2.0 ** 126],
+             [np.inf, -np.inf, 0, -0.0, 2, -3, np.float32(np.cbrt(2.0 ** -149)), 2.0 ** 42]),
+    "erfc": (lambda v: _scipy_special().erfc(v), (0.0, 1.0, 4.0, 9.0, 10.05, -4.0, -1.0),
+             (0.51, 0.51), [np.inf, -np.inf, 0.0, -0.0, 10.06, 11.0, -10.0, 1e-30],
+             [0, 2, 1, 1, 0, 0, 2, 1]),
 }
+
+
+def test_tan_float32_up_to_2_20(exp_variant):
+    """float32 tan up to |x| = 2^20 (where the reduction by pi/2 in three float64 parts is
+    exact, and no lane calls libm) is within 0.51 ulp of float64 tan on a dense sample."""
+    x = _dense_inputs(np.pi / 4, np.pi / 2, np.pi, 1e-4, 1048576.0, 1e4, 0.5, 3 * np.pi / 2)
+    x = x[np.abs(x) <= 1048576.0]
+    _check_float32_function("tan", x, np.tan, 0.51, [0.0, -0.0], [0, -0.0], exp_variant)
+
+
+def _scipy_special():
+    import scipy.special   # (scipy comes with scikit-learn in [test])
+
+    return scipy.special
 
 
 #: the documented bounds (docs/numerics.md) every float32 input is held to by the long
@@ -1911,7 +1947,8 @@ def test_more_float32_functions(fn, exp_variant):
                             special, want, exp_variant)
 
 
-@pytest.mark.parametrize("fn", ["exp2", "expm1", "log2", "log1p", "softplus", "sin", "cos"])
+@pytest.mark.parametrize("fn", ["exp2", "expm1", "log2", "log1p", "softplus", "sin", "cos",
+                                "tan", "atan", "cbrt", "erfc"])
 def test_more_math_functions_float64_and_gradients(fn):
     """On float64 the same functions are libm's (per lane) and agree with numpy; their
     gradients through tc.gradient match finite differences of numpy's."""
@@ -1924,13 +1961,111 @@ def test_more_math_functions_float64_and_gradients(fn):
     s[B].vectorize(s[B].split(B.op.axis[0], factor=8)[1])
     f = tc.build(s, [A, B])
     ref = _MORE_F32[fn][0]
-    x = np.random.default_rng(1).uniform(0.1, 3.0, n)
+    lo, hi = (-1.4, 1.4) if fn == "tan" else (-3.0, 3.0) if fn in ("atan", "erfc") else (0.1, 3.0)
+    x = np.random.default_rng(1).uniform(lo, hi, n)
     out = np.zeros(n)
     f(x, out)
     np.testing.assert_allclose(out, ref(x), rtol=1e-14)
     from tecomp.autodiff.gradcheck import gradcheck
 
     assert gradcheck(B, [A], {A: x})
+
+
+def _dense_pairs(count=2039):
+    """(x, y) over a grid of ``count`` float32s spread over every bit pattern (both signs,
+    from subnormals to the largest) plus the values where atan2 and pow have special
+    cases, crossed with themselves: about 4.4 million pairs for 2039; and a million random
+    pairs where ``pow`` is finite and not trivial (``|x|`` in ``[2^-40, 2^40]``, ``y`` in
+    ``[-3, 3]`` or integral in ``[-40, 40]``)."""
+    v = np.arange(0, 1 << 32, (1 << 32) // count, dtype=np.uint64).astype(np.uint32)
+    v = v.view(np.float32)
+    sp = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0,
+          1e-45, -1e-45, 1.1754944e-38, _F32MAX, -_F32MAX, 1 / 3, 16777216.0, 16777217.0,
+          -16777218.0, 127.5, -149.0, 0.99999994, 1.0000001, 10.0, -10.0, 1e-30, 1e30]
+    x = np.concatenate([v, np.array(sp, np.float32)])
+    X, Y = np.meshgrid(x, x)
+    rng = np.random.default_rng(7)
+    n = 1 << 20
+    rx = np.exp2(rng.uniform(-40, 40, n)) * rng.choice([1.0, 1.0, 1.0, -1.0], n)
+    ry = np.where(rng.random(n) < 0.3, np.round(rng.uniform(-40, 40, n)), rng.uniform(-3, 3, n))
+    return (np.concatenate([X.ravel(), rx.astype(np.float32)]),
+            np.concatenate([Y.ravel(), ry.astype(np.float32)]))
+
+
+#: the float32 functions of two arguments, computed in float64 lanes and rounded once:
+#: (float64 reference, bound in ulp with and without FMA (docs/numerics.md))
+_F32_BINARY = {"atan2": (np.arctan2, (0.51, 0.51)), "pow": (np.power, (0.51, 0.51))}
+
+
+@pytest.mark.parametrize("fn", sorted(_F32_BINARY))
+def test_float32_functions_of_two_arguments(fn, exp_variant, count=2039):
+    """atan2(y, x) and pow(x, y) on float32 are vector code (no libm call per lane), the
+    same bits vectorized and serial, within the documented bound of the float64 function
+    on a dense 2-d sample, and equal to its rounding (signed zeros, infinities, NaN) at
+    every special value C99 defines (``atan2(+-0, -0) = +-pi``, ``pow(-0, -1) = -inf``,
+    ``pow(nan, 0) = 1``, ``pow(-8, 1/3)`` NaN, ...)."""
+    x, y = _dense_pairs(count)
+    ref, limits = _F32_BINARY[fn]
+    outs = []
+    for kind in ("vectorized", "serial"):
+        m = build_llvm(binary(f"{fn}_{kind}", lambda a, c: op.call(fn, a, c), "float32",
+                              kind=kind), target=exp_variant)
+        out = np.zeros(x.size, np.float32)
+        m(x, y, out)
+        outs.append(out)
+        if kind == "vectorized":
+            src = m.get_source("llvm-unopt")
+            assert "@powf(" not in src and "@atan2f(" not in src and "llvm.pow" not in src
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    got = outs[0]
+    with np.errstate(all="ignore"):
+        exact = ref(x.astype(np.float64), y.astype(np.float64))
+        rounded = exact.astype(np.float32)
+    fin = np.isfinite(rounded)
+    with np.errstate(over="ignore"):   # (the largest float32's ulp: 2^104)
+        ulp = np.spacing(np.abs(rounded[fin])).astype(np.float64)
+    ulp[np.isinf(ulp)] = 2.0 ** 104
+    err = np.abs(got[fin].astype(np.float64) - exact[fin]) / ulp
+    i = err.argmax()
+    assert err[i] <= limits[not _has_fma(exp_variant)], (x[fin][i], y[fin][i], err[i])
+    nan = np.isnan(rounded)
+    assert np.isnan(got[nan]).all(), (x[nan][~np.isnan(got[nan])][:5],
+                                      y[nan][~np.isnan(got[nan])][:5])
+    exactly = ~nan & ((rounded == 0) | np.isinf(rounded))   # zeros and infinities: bits
+    np.testing.assert_array_equal(got[exactly].view(np.uint32),
+                                  rounded[exactly].view(np.uint32))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TECOMP_LONG_TESTS", "") in ("", "0"),
+                    reason="slow (a 4093 x 4093 grid per function): set TECOMP_LONG_TESTS=1")
+@pytest.mark.parametrize("fn", sorted(_F32_BINARY))
+def test_float32_functions_of_two_arguments_long(fn, exp_variant):
+    """The same on a grid 4 times denser in each argument (16.8 million pairs)."""
+    test_float32_functions_of_two_arguments(fn, exp_variant, count=4093)
+
+
+@pytest.mark.parametrize("fn", sorted(_F32_BINARY))
+def test_functions_of_two_arguments_float64_and_gradients(fn):
+    """atan2 and pow on float64 (libm's, per lane) agree with numpy, and their gradients
+    in both arguments match finite differences."""
+    import tecomp as tc
+    from tecomp.autodiff.gradcheck import gradcheck
+
+    n = 64
+    A = tc.placeholder((n,), name="A", dtype="float64")
+    C = tc.placeholder((n,), name="C", dtype="float64")
+    B = tc.compute((n,), lambda i: getattr(tc, fn)(A[i], C[i]), name="B")
+    s = tc.create_schedule(B.op)
+    s[B].vectorize(s[B].split(B.op.axis[0], factor=8)[1])
+    f = tc.build(s, [A, C, B])
+    rng = np.random.default_rng(2)
+    a = rng.uniform(0.2, 3.0, n) * (rng.choice([-1, 1], n) if fn == "atan2" else 1)
+    c = rng.uniform(-3.0, 3.0, n)
+    out = np.zeros(n)
+    f(a, c, out)
+    np.testing.assert_allclose(out, _F32_BINARY[fn][0](a, c), rtol=1e-14)
+    assert gradcheck(B, [A, C], {A: a, C: c})
 
 
 @pytest.mark.parametrize("fn, instrs", [("exp", {"vscalefps"}), ("tanh", {"vscalefps"}),
@@ -2096,3 +2231,85 @@ def test_loops_inside_unrolled_copies_are_not_forced_unrolled():
         b = np.zeros((4, 9), "float32")
         m(a, b)
         np.testing.assert_allclose(b, a + 1)
+
+
+def _ulps_f64(got, x, fn):
+    """ulp distance of float64 results from mpmath's ``fn`` (120 bits) at ``x``."""
+    import mpmath
+
+    mpmath.mp.prec = 120
+    out = []
+    for g, v in zip(got, x):
+        e = fn(mpmath.mpf(float(v)))
+        ef = float(e)
+        ulp = float(np.spacing(abs(ef))) if abs(ef) >= 2.2250738585072014e-308 else 5e-324
+        out.append(float(abs(mpmath.mpf(float(g)) - e) / ulp))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("fn", ["exp", "log"])
+def test_float64_exp_and_log_vector_code(fn, exp_variant):
+    """float64 exp and log are vector code (no libm call per lane), the same bits
+    vectorized and serial, within 1 ulp of mpmath's (docs/numerics.md: 0.80 and 0.50 ulp
+    measured) on samples over the whole domain (subnormal inputs and results included),
+    and numpy's at the special values."""
+    import mpmath
+
+    rng = np.random.default_rng(5)
+    if fn == "exp":
+        x = np.concatenate([rng.uniform(-745.2, 709.78, 1500), rng.uniform(-1, 1, 500),
+                            rng.uniform(-745.2, -708, 500)])
+        special = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 709.782712893384,
+                   709.7827128933841, -745.1332191019411, -745.1332191019412, 1e300]
+    else:
+        x = np.concatenate([np.exp(rng.uniform(-744, 709, 1500)), rng.uniform(0.5, 2, 500),
+                            rng.uniform(0, 1e-310, 500)])
+        special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 5e-324, 1e-310, 1e308]
+    x = np.concatenate([x, special])
+    outs = []
+    for kind in ("vectorized", "serial"):
+        m = build_llvm(elementwise(f"{fn}64_{kind}", lambda v: op.call(fn, v), "float64",
+                                   kind=kind), target=exp_variant)
+        out = np.zeros(x.size)
+        m(x, out)
+        outs.append(out)
+        src = m.get_source("llvm")
+        assert f"@{fn}(" not in src and f"llvm.{fn}.f64" not in src
+    np.testing.assert_array_equal(outs[0].view(np.uint64), outs[1].view(np.uint64))
+    k = len(special)
+    err = _ulps_f64(outs[0][:-k], x[:-k], getattr(mpmath, fn))
+    assert err.max() <= 1.0, (x[err.argmax()], err.max())
+    with np.errstate(all="ignore"):
+        want = getattr(np, fn)(np.array(special))
+    np.testing.assert_array_equal(outs[0][-k:], want)
+
+
+@pytest.mark.parametrize("c", [2.0, 1.0, -1.0, 0.5, 3.0])
+def test_pow_by_a_constant(c):
+    """``pow(x, 2.0)`` is one multiply, ``pow(x, 0.5)`` a square root (``+0`` at ``-0``,
+    ``inf`` at ``-inf``, as C99), ``pow(x, -1.0)`` a division: the correctly rounded
+    result, specials included (numpy's float64 pow rounded); another constant takes the
+    general float32 pow (the same bits as pow of a tensor holding the exponent)."""
+    import tecomp as tc
+
+    x = np.concatenate([_dense_inputs(1.0, 2.0),
+                        np.array([np.inf, -np.inf, np.nan, -0.0, -2.0], np.float32)])
+    n = x.size
+    A = tc.placeholder((n,), name="A")
+    E = tc.placeholder((n,), name="E")
+    outs = []
+    for B in (tc.compute((n,), lambda i: tc.pow(A[i], c), name="B"),
+              tc.compute((n,), lambda i: tc.pow(A[i], E[i]), name="B")):
+        s = tc.create_schedule(B.op)
+        s[B].vectorize(s[B].split(B.op.axis[0], factor=16)[1])
+        f = tc.build(s, [A, E, B])
+        out = np.zeros(n, np.float32)
+        f(x, np.full(n, c, np.float32), out)
+        outs.append(out)
+    with np.errstate(all="ignore"):   # (an array exponent: numpy's C99 pow, not sqrt)
+        want = np.power(x.astype(np.float64), np.full(n, c)).astype(np.float32)
+    if c == 3.0:
+        want = outs[1]
+    same = (outs[0].view(np.uint32) == want.view(np.uint32)) | (
+        np.isnan(outs[0]) & np.isnan(want))
+    assert same.all(), (x[~same][:5], outs[0][~same][:5], want[~same][:5])

@@ -230,6 +230,9 @@ ELEM_CASES = [
     ("sin", nn.sin, np.sin, "any", ("float32",)),
     ("cos", nn.cos, np.cos, "any", ("float32",)),
     ("tan", nn.tan, np.tan, "any", ("float32", "float64")),
+    ("atan", nn.atan, np.arctan, "wide", ("float32", "float64")),
+    ("cbrt", nn.cbrt, np.cbrt, "wide", ("float32", "float64")),
+    ("erfc", nn.erfc, lambda x: torch.erfc(T(x)).numpy(), "wide", ("float32", "float64")),
     ("tanh", nn.tanh, np.tanh, "any", ("float32",)),
     ("sigmoid", nn.sigmoid, lambda x: 1 / (1 + np.exp(-x)), "any", ("float32",)),
     ("reciprocal", nn.reciprocal, np.reciprocal, "pos", ("float32",)),
@@ -375,6 +378,7 @@ def test_bfloat16_reductions_and_elementwise():
 GRAD_CASES = [
     ("exp", nn.exp, "any"), ("log", nn.log, "pos"), ("sqrt", nn.sqrt, "pos"),
     ("rsqrt", nn.rsqrt, "pos"), ("erf", nn.erf, "any"), ("tan", nn.tan, "any"),
+    ("atan", nn.atan, "any"), ("cbrt", nn.cbrt, "pos"), ("erfc", nn.erfc, "any"),
     ("reciprocal", nn.reciprocal, "pos"), ("abs", nn.abs, "any"),
     ("exp2", nn.exp2, "any"), ("expm1", nn.expm1, "any"), ("log2", nn.log2, "pos"),
     ("log1p", nn.log1p, "pos"), ("sin", nn.sin, "any"), ("cos", nn.cos, "any"),

@@ -26,6 +26,7 @@ from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from . import rules
 
 _erf = np.frompyfunc(math.erf, 1, 1)
+_erfc = np.frompyfunc(math.erfc, 1, 1)
 
 _CALLS = {
     "exp": np.exp, "fast_exp": np.exp, "log": np.log, "sqrt": np.sqrt,
@@ -36,6 +37,8 @@ _CALLS = {
     "fma": lambda a, b, c: a * b + c,  # the reference rounds twice (a float64 evaluator)
     "exp2": np.exp2, "expm1": np.expm1, "log2": np.log2, "log1p": np.log1p,
     "softplus": lambda x: np.logaddexp(0, x),
+    "tan": np.tan, "atan": np.arctan, "atan2": np.arctan2, "cbrt": np.cbrt,
+    "erfc": lambda x: _erfc(x).astype(np.asarray(x).dtype),
 }
 _CMP = {EQ: np.equal, NE: np.not_equal, LT: np.less, LE: np.less_equal, GT: np.greater,
         GE: np.greater_equal}

@@ -19,6 +19,11 @@ tanh           ``1 - tanh(x)**2``
 sigmoid        ``s * (1 - s)``
 erf            ``2/sqrt(pi) * exp(-x*x)``
 sin, cos       ``cos(x)``, ``-sin(x)``
+tan            ``1 + tan(x)**2``
+atan           ``1 / (1 + x*x)``
+atan2(y, x)    ``x/(x*x+y*y)``, ``-y/(x*x+y*y)``       NaN at (0, 0), as PyTorch
+cbrt           ``1 / (3 cbrt(x)**2)``                  ``inf`` at 0
+erfc           ``-2/sqrt(pi) * exp(-x*x)``
 abs            ``sign(x)``                             0 at 0 (PyTorch's ``sgn``)
 pow(x, y)      ``y * pow(x, y-1)``, ``pow(x,y)*log(x)``  d/dx is 0 where y == 0; d/dy is 0 where
                                                        x == 0 and y >= 0 (PyTorch's masks)
@@ -71,6 +76,12 @@ def _pow_rule(args, out):
     return dx, dy
 
 
+def _atan2_rule(args, out):
+    y, x = args
+    r2 = x * x + y * y
+    return x / r2, -y / r2
+
+
 _BUILTIN_INTRINSICS: Dict[str, Callable] = {
     "exp": lambda a, out: (out,),
     "fast_exp": lambda a, out: (out,),
@@ -93,6 +104,11 @@ _BUILTIN_INTRINSICS: Dict[str, Callable] = {
     "log2": lambda a, out: ((1.0 / math.log(2.0)) / a[0],),
     "log1p": lambda a, out: (1 / (1 + a[0]),),
     "softplus": lambda a, out: (_op.call("sigmoid", a[0]),),
+    "tan": lambda a, out: (1 + out * out,),
+    "atan": lambda a, out: (1 / (1 + a[0] * a[0]),),
+    "atan2": _atan2_rule,
+    "cbrt": lambda a, out: ((1.0 / 3.0) / (out * out),),
+    "erfc": lambda a, out: ((-2.0 / math.sqrt(math.pi)) * _op.call("exp", -(a[0] * a[0])),),
 }
 
 # user registrations

@@ -398,6 +398,7 @@ INTRINSICS = {
     "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "sigmoid": 1, "erf": 1,
     "abs": 1, "floor": 1, "ceil": 1, "round": 1, "sin": 1, "cos": 1, "pow": 2,
     "fast_exp": 1, "fma": 3, "exp2": 1, "expm1": 1, "log2": 1, "log1p": 1, "softplus": 1,
+    "tan": 1, "atan": 1, "atan2": 2, "cbrt": 1, "erfc": 1,
 }
 # Calls that are not math: statements in an Evaluate.
 SPECIAL_CALLS = {"syncthreads": 0}

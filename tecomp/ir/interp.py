@@ -284,6 +284,11 @@ _MATH = {
     "log2": _np1(np.log2),
     "log1p": _np1(np.log1p),
     "softplus": _np1(lambda x: np.logaddexp(0.0, np.float64(x))),
+    "tan": _np1(np.tan),
+    "atan": _np1(np.arctan),
+    "atan2": lambda y, x: float(np.arctan2(np.float64(y), np.float64(x))),
+    "cbrt": _np1(np.cbrt),
+    "erfc": math.erfc,
 }
 assert set(_MATH) == set(INTRINSICS), "every IR intrinsic needs an interpreter rule"
 

@@ -7,7 +7,8 @@ from .ops import (  # noqa: F401
     pad, relu, reshape, scaled_dot_product_attention, sigmoid, softmax, split, tanh, transpose,
 )
 from .elementwise import (  # noqa: F401
-    abs, cast, ceil, clip, cos, elu, erf, exp, exp2, expm1, floor, hardsigmoid, hardswish,
+    abs, atan, cast, cbrt, ceil, clip, cos, elu, erf, erfc, exp, exp2, expm1, floor, hardsigmoid,
+    hardswish,
     hardtanh, isfinite, isinf, isnan, leaky_relu, log, log1p, log2, mish, negative, prelu,
     reciprocal, round, rsqrt, selu, sign, silu, sin, softplus, sqrt, square, tan, trunc,
 )

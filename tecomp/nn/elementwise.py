@@ -23,8 +23,8 @@ from ._check import Args
 from ._common import _elementwise
 
 __all__ = [
-    "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "erf", "sin", "cos",
-    "tan", "reciprocal", "abs", "sign", "negative", "square", "floor", "ceil", "round",
+    "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "erf", "erfc", "sin", "cos",
+    "tan", "atan", "cbrt", "reciprocal", "abs", "sign", "negative", "square", "floor", "ceil", "round",
     "trunc", "isnan", "isinf", "isfinite", "clip", "cast", "leaky_relu", "prelu", "elu",
     "selu", "hardswish", "hardsigmoid", "hardtanh", "silu", "mish", "softplus",
 ]
@@ -84,7 +84,10 @@ rsqrt = _unary("rsqrt", _te.rsqrt, "``1 / sqrt(x)``", "torch.rsqrt")
 erf = _unary("erf", _te.erf, "The error function", "torch.erf")
 sin = _unary("sin", _te.sin, "The sine (radians)", "torch.sin")
 cos = _unary("cos", _te.cos, "The cosine (radians)", "torch.cos")
-tan = _unary("tan", _te.tan, "The tangent (radians), ``sin(x) / cos(x)``", "torch.tan")
+erfc = _unary("erfc", _te.erfc, "``1 - erf(x)``, accurate where it is tiny", "torch.erfc")
+tan = _unary("tan", _te.tan, "The tangent (radians)", "torch.tan")
+atan = _unary("atan", _te.atan, "The arc tangent, in ``[-pi/2, pi/2]``", "torch.atan")
+cbrt = _unary("cbrt", _te.cbrt, "The cube root (negative for negative ``x``)", "numpy.cbrt")
 reciprocal = _unary("reciprocal", lambda v: 1.0 / v, "``1 / x``", "torch.reciprocal")
 abs = _unary("abs", _te.abs, "The absolute value", "torch.abs", "number")  # noqa: A001
 sign = _unary("sign", _te.sign, "-1, 0 or 1 (NaN stays NaN)", "numpy.sign", "number")

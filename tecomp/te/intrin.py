@@ -30,6 +30,10 @@ _UNARY_DOC = {
     "log1p": "``log(1 + x)``, accurate for ``x`` near 0",
     "softplus": "``log(1 + exp(x))``, computed without overflow "
                 "(``max(x, 0) + log1p(exp(-|x|))``)",
+    "tan": "the tangent of ``x`` (radians)",
+    "atan": "the arc tangent of ``x``, in ``[-pi/2, pi/2]``",
+    "cbrt": "the cube root of ``x`` (negative for negative ``x``)",
+    "erfc": "``1 - erf(x)``, accurate where it is tiny (relative error, for large ``x``)",
 }
 
 
@@ -87,6 +91,10 @@ expm1 = _unary("expm1")
 log2 = _unary("log2")
 log1p = _unary("log1p")
 softplus = _unary("softplus")
+tan = _unary("tan")
+atan = _unary("atan")
+cbrt = _unary("cbrt")
+erfc = _unary("erfc")
 
 
 # ---------------------------------------------------------------------------------
@@ -110,37 +118,6 @@ def _float(x, name: str) -> Expr:
         raise DTypeError(f"tc.{name} needs a float argument, got {e.dtype} expression `{e}`; "
                          f"convert it with .astype('float32')")
     return e
-
-
-def tan(x: Expr | float) -> Expr:
-    """The tangent of ``x`` (radians), elementwise: ``sin(x) / cos(x)``.
-
-    A composition of :func:`sin` and :func:`cos` (each within a few ulp), so within a few
-    ulp of the true tangent, and differentiable through them.
-
-    Parameters
-    ----------
-    x : Expr or float
-        A float expression (a Python float is a float32 constant).
-
-    Returns
-    -------
-    Expr
-        An expression of ``x``'s dtype.
-
-    Raises
-    ------
-    DTypeError
-        For an integer or bool ``x``: convert it with ``.astype('float32')``.
-
-    Examples
-    --------
-    >>> import tecomp as tc
-    >>> A = tc.placeholder((8,), name="A")
-    >>> B = tc.compute((8,), lambda i: tc.tan(A[i]), name="B")
-    """
-    e = _float(x, "tan")
-    return _op.call("sin", e) / _op.call("cos", e)
 
 
 def sign(x: Expr | int | float) -> Expr:
@@ -249,19 +226,19 @@ isfinite = _float_test("isfinite", "neither infinite nor a NaN", "``abs(x) < inf
                            _LT, _op.call("abs", e), Const(float("inf"), e.dtype)), True)
 
 
-def pow(x: Expr | float, y: Expr | float) -> Expr:  # noqa: A001
-    """``x ** y`` for float expressions.
+#: the docstring of the float intrinsics of two operands
+_BINARY_DOC = """{what}
 
     Parameters
     ----------
-    x, y : Expr or float
-        Float expressions; a Python float takes the other operand's dtype, and the two
-        dtypes are promoted to one.
+    {params} : Expr or float
+        Float expressions{order}.  A Python float takes the other operand's
+        dtype, and the two dtypes are promoted to one.
 
     Returns
     -------
     Expr
-        ``x ** y`` in the promoted float dtype.
+        {result} in the promoted float dtype.
 
     Raises
     ------
@@ -271,10 +248,32 @@ def pow(x: Expr | float, y: Expr | float) -> Expr:  # noqa: A001
     Examples
     --------
     >>> import tecomp as tc
-    >>> A = tc.placeholder((8,), name="A")
-    >>> B = tc.compute((8,), lambda i: tc.pow(A[i], 2.0), name="B")
+    {example}
     """
+
+
+def pow(x: Expr | float, y: Expr | float) -> Expr:  # noqa: A001
     return _op.call("pow", x, y)
+
+
+def atan2(y: Expr | float, x: Expr | float) -> Expr:
+    return _op.call("atan2", y, x)
+
+
+pow.__doc__ = _BINARY_DOC.format(
+    what="``x ** y`` for float expressions (C99's values at the zeros, infinities and\n"
+         "    NaN: ``pow(x, 0) = 1``, ``pow(-8, 1/3)`` is NaN, ``pow(-0.0, -1) = -inf``).",
+    params="x, y", order="", result="``x ** y``",
+    example=""">>> A = tc.placeholder((8,), name="A")
+    >>> B = tc.compute((8,), lambda i: tc.pow(A[i], 2.0), name="B")""")
+atan2.__doc__ = _BINARY_DOC.format(
+    what="The angle of the point ``(x, y)``, elementwise: ``atan(y / x)`` in the right\n"
+         "    quadrant, in ``[-pi, pi]`` (``numpy.arctan2``, ``torch.atan2``; C99's values at "
+         "the\n    zeros and infinities, ``atan2(0.0, -0.0) = pi``).",
+    params="y, x", order=" (the ordinate first, as numpy)", result="The angle in radians,",
+    example=""">>> Y = tc.placeholder((8,), name="Y")
+    >>> X = tc.placeholder((8,), name="X")
+    >>> B = tc.compute((8,), lambda i: tc.atan2(Y[i], X[i]), name="B")""")
 
 
 def fma(a: Expr | float, b: Expr | float, c: Expr | float) -> Expr:

@@ -423,8 +423,10 @@ def _val_tc(e, axes, dt, built, prog, env):
             return getattr(tc, op)(tc.min(a, tc.const(3.0, dt)))
         if op in ("log1p", "log2", "log"):
             return getattr(tc, op)(tc.abs(a) + tc.const(0.5, dt))
-        if op in ("softplus", "sin", "cos", "erf"):
+        if op in ("softplus", "sin", "cos", "erf", "atan", "cbrt", "erfc"):
             return getattr(tc, op)(a)
+        if op == "tan":
+            return tc.tan(tc.min(tc.abs(a), tc.const(1.0, dt)))
         raise ValueError(op)
     if isinstance(e, VBin):
         a = _val_tc(e.a, axes, dt, built, prog, env)
@@ -605,6 +607,14 @@ def _val_np(e, g, n, dt, vals, prog, full_shape):
             return getattr(np, op)(a)
         if op == "erf":
             return _np_erf(a)
+        if op == "erfc":
+            return _np_erfc(a)
+        if op == "atan":
+            return np.arctan(a)
+        if op == "cbrt":
+            return np.cbrt(a)
+        if op == "tan":
+            return np.tan(np.minimum(np.abs(a), 1.0))
         raise ValueError(op)
     if isinstance(e, VBin):
         a = _val_np(e.a, g, n, dt, vals, prog, full_shape)
@@ -658,11 +668,17 @@ def reduce_identity(op: str, dt: str):
 
 
 _np_erf_scalar = np.frompyfunc(math.erf, 1, 1)
+_np_erfc_scalar = np.frompyfunc(math.erfc, 1, 1)
 
 
 def _np_erf(a):
     """numpy has no erf: math.erf per element, in float64."""
     return _np_erf_scalar(np.asarray(a, np.float64)).astype(np.float64)
+
+
+def _np_erfc(a):
+    """numpy has no erfc: math.erfc per element, in float64."""
+    return _np_erfc_scalar(np.asarray(a, np.float64)).astype(np.float64)
 
 
 # the largest finite value of the float dtypes a product may overflow (float64: the
@@ -772,7 +788,9 @@ def _src_value(e, axes, dt, prog) -> str:
             "leaky": f'tc.if_then_else({a} > tc.const(0.0, "{dt}"), {a}, {a} * tc.const(0.125, "{dt}"))',
             **{fn: f'tc.{fn}(tc.min({a}, tc.const(3.0, "{dt}")))' for fn in ("expm1", "exp2")},
             **{fn: f'tc.{fn}(tc.abs({a}) + tc.const(0.5, "{dt}"))' for fn in ("log1p", "log2", "log")},
-            **{fn: f"tc.{fn}({a})" for fn in ("softplus", "sin", "cos", "erf")},
+            **{fn: f"tc.{fn}({a})" for fn in ("softplus", "sin", "cos", "erf", "atan", "cbrt",
+                                              "erfc")},
+            "tan": f'tc.tan(tc.min(tc.abs({a}), tc.const(1.0, "{dt}")))',
         }[e.op]
     if isinstance(e, VBin):
         a = _src_value(e.a, axes, dt, prog)

@@ -1,9 +1,11 @@
 """Math functions in the LLVM function emitter (:class:`_MathEmitter`, a part of
 :class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the ``Call`` node -- LLVM intrinsics
-(``sqrt``, ``floor``, ``pow``, ``fma``, ...), libm calls per lane (float64 ``log``,
-``tanh`` and ``erf``), and tecomp's own vector code for float32 ``exp`` (also
-``fast_exp`` and ``sigmoid``), ``log``, ``erf`` and ``tanh``, with explicit FMA where the target has it
-(``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
+(``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
+``tan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
+``sigmoid``), ``log``, ``erf``, ``tanh``, ``sin`` ... and, computed in float64 lanes,
+``tan``, ``atan``, ``atan2``, ``cbrt``, ``erfc`` and ``pow``
+(:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp`` and
+``log``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
 """
 from __future__ import annotations
@@ -12,27 +14,34 @@ import llvmlite.ir as ir
 
 from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
-from ...ir.expr import SPECIAL_CALLS, Call
+from ...ir.expr import SPECIAL_CALLS, Call, Const
+from .emit_math_wide import _WideMathEmitter
 from .values import _I32, _REG, Val, _poison, _splat, _unsigned, _with_lanes
 
 
-class _MathEmitter:
+class _MathEmitter(_WideMathEmitter):
     """The part of :class:`~tecomp.codegen.llvm.emitter._FnEmitter` that emits math functions
     (the state it works on: ``_FnEmitter.__init__``)."""
 
     # -- intrinsics ----------------------------------------------------------------------
-    _LLVM_UNARY = {"log": "llvm.log", "sqrt": "llvm.sqrt",
+    _LLVM_UNARY = {"sqrt": "llvm.sqrt",
                    "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven",
                    "sin": "llvm.sin", "cos": "llvm.cos", "abs": "llvm.fabs",
                    "exp2": "llvm.exp2", "log2": "llvm.log2"}
     #: float64 (and float32 where tecomp's own code is not used): libm, once per lane
     _LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf"), "expm1": ("expm1f", "expm1"),
-             "log1p": ("log1pf", "log1p")}
+             "log1p": ("log1pf", "log1p"), "tan": ("tanf", "tan"), "atan": ("atanf", "atan"),
+             "cbrt": ("cbrtf", "cbrt"), "erfc": ("erfcf", "erfc"),
+             "atan2": ("atan2f", "atan2")}
     #: the functions tecomp evaluates itself on float32 (and float16/bfloat16, which
     #: compute in float32): the method of each
     _OWN_F32 = {"log": "log_f32", "erf": "erf_f32", "tanh": "tanh_f32", "exp2": "exp2_f32",
                 "expm1": "expm1_f32", "log2": "log2_f32", "log1p": "log1p_f32",
-                "softplus": "softplus", "sin": "sin_f32", "cos": "cos_f32"}
+                "softplus": "softplus", "sin": "sin_f32", "cos": "cos_f32", "tan": "tan_f32",
+                "atan": "atan_f32", "cbrt": "cbrt_f32", "erfc": "erfc_f32"}
+    #: the same for the functions of two arguments (computed in float64 lanes:
+    #: :mod:`~tecomp.codegen.llvm.emit_math_wide`)
+    _OWN_F32_2 = {"pow": "pow_f32", "atan2": "atan2_f32"}
 
     def e_call(self, e: Call) -> Val:
         op = e.op
@@ -51,6 +60,12 @@ class _MathEmitter:
             raise InternalError(f"intrinsic {op} on {dt}")
         if op in self._OWN_F32 and dt != "float64":
             return self.map1(args[0], getattr(self, self._OWN_F32[op]))
+        if op == "pow" and isinstance(e.args[1], Const) and e.args[1].value in self._POW_BY:
+            return self.map1(args[0], lambda v: self._POW_BY[e.args[1].value](self, v))
+        if op in self._OWN_F32_2 and dt != "float64":
+            return self.map2(args[0], args[1], getattr(self, self._OWN_F32_2[op]))
+        if op == "log":          # float64 (float32: _OWN_F32)
+            return self.map1(args[0], self.log_f64)
         if op == "softplus":     # float64: max(x, 0) + log1p(exp(-|x|)), libm per lane
             return self.map1(args[0], self.softplus)
         if op in self._LLVM_UNARY:
@@ -77,37 +92,50 @@ class _MathEmitter:
             return self.map1(args[0], lambda v: b.fdiv(
                 _splat(v.type, 1.0), b.fadd(_splat(v.type, 1.0), self.exp(b.fneg(v)))))
         if op in self._LIBM:
-            return self.libm(self._LIBM[op], args[0], dt)
+            return self.libm(self._LIBM[op], args, dt)
         raise InternalError(f"unknown intrinsic {op!r}")
+
+    def _sqrt_pow(self, v):
+        """``pow(v, 0.5)``: ``sqrt(v)``, but ``+0`` at ``-0`` and ``+inf`` at ``-inf`` (C99)."""
+        b = self.b
+        r = b.call(self._fn1("llvm.sqrt", v.type), [b.fadd(v, _splat(v.type, 0.0))])
+        return b.select(b.fcmp_ordered("==", v, _splat(v.type, float("-inf"))),
+                        _splat(v.type, float("inf")), r)
+
+    #: pow(x, c) for the constant exponents whose result one IEEE operation gives
+    #: correctly rounded (as the general code does, within its 0.5 ulp and a hair)
+    _POW_BY = {2.0: lambda self, v: self.b.fmul(v, v), 1.0: lambda self, v: v,
+               -1.0: lambda self, v: self.b.fdiv(_splat(v.type, 1.0), v),
+               0.5: _sqrt_pow}
 
     def exp(self, x):
         """exp of a float32 or float64 value (scalar or vector): :meth:`exp_f32` for
-        float32 (and float16, which computes in float32), ``llvm.exp`` for float64."""
+        float32 (and float16, which computes in float32), :meth:`exp_f64` for float64."""
         el = x.type.element if isinstance(x.type, ir.VectorType) else x.type
         if isinstance(el, ir.DoubleType):
-            return self.b.call(self.mb.intrinsic("llvm.exp", x.type, [x.type], [x.type]), [x])
+            return self.exp_f64(x)
         return self.exp_f32(x)
 
-    def libm(self, names, val: Val, dtype: str) -> Val:
-        """Call a libm function; on a vector, once per lane."""
+    def libm(self, names, vals, dtype: str) -> Val:
+        """Call a libm function of the values ``vals``; on vectors, once per lane."""
         fname = names[1] if dtype == "float64" else names[0]
-        if val.uniform:
-            return Val(self._call_lanes(fname, val.s))
-        return Val(v=self._call_lanes(fname, self.vec(val)))
+        if all(v.uniform for v in vals):
+            return Val(self._call_lanes(fname, *(v.s for v in vals)))
+        return Val(v=self._call_lanes(fname, *(self.vec(v) for v in vals)))
 
-    def _call_lanes(self, fname: str, x):
-        """The libm function ``fname`` of ``x`` (its element type in and out): one call,
-        or one per lane of a vector."""
+    def _call_lanes(self, fname: str, *xs):
+        """The libm function ``fname`` of ``xs`` (all of one type, the element type in
+        and out): one call, or one per lane of vectors."""
         b = self.b
-        ty = x.type
+        ty = xs[0].type
         el = ty.element if isinstance(ty, ir.VectorType) else ty
-        f = self.mb.declare(fname, el, [el])
+        f = self.mb.declare(fname, el, [el] * len(xs))
         if not isinstance(ty, ir.VectorType):
-            return b.call(f, [x])
+            return b.call(f, list(xs))
         out = _poison(ty)
         for lane in range(ty.count):
             i = ir.Constant(_I32, lane)
-            out = b.insert_element(out, b.call(f, [b.extract_element(x, i)]), i)
+            out = b.insert_element(out, b.call(f, [b.extract_element(x, i) for x in xs]), i)
         return out
 
     def _madd(self, ty):

@@ -95,11 +95,14 @@ Lowering
   number, never poison); to int8/int16/uint8 it goes through int32 and wraps, like
   numpy on x86.  ``float64 -> float16`` rounds
   once (an odd-rounding step through float32).  ``round`` is ``llvm.roundeven``.
-  ``sqrt``, ``sin``, ``cos``, ``pow``, ``floor``, ``ceil``, ``abs`` and float64
-  ``exp`` and ``log`` are LLVM intrinsics (libm calls per lane where the CPU has no
-  instruction); float64 ``tanh`` and ``erf`` call libm per lane; float32 ``erf``,
-  ``tanh`` and ``log`` are tecomp's own vector code (``_FnEmitter.erf_f32``,
-  ``tanh_f32``, ``log_f32``: at most 1.62, 1.33 and 0.83 ulp, docs/numerics.md);
+  ``sqrt``, ``floor``, ``ceil``, ``abs`` and float64 ``sin``, ``cos`` and ``pow`` are
+  LLVM intrinsics (libm calls per lane where the CPU has no instruction); float64
+  ``tanh``, ``erf``, ``tan`` ... call libm per lane; float32 ``erf``, ``tanh``, ``log``,
+  ``sin`` ... are tecomp's own vector code (``_FnEmitter.erf_f32``, ``tanh_f32``,
+  ``log_f32``: at most 1.62, 1.33 and 0.83 ulp, docs/numerics.md), and so are float32
+  ``tan``, ``atan``, ``atan2``, ``cbrt``, ``erfc`` and ``pow`` and float64 ``exp`` and
+  ``log`` (:mod:`~tecomp.codegen.llvm.emit_math_wide`: float32 in float64 lanes, rounded
+  once);
   ``rsqrt`` is ``1/sqrt(x)``.
   Float32 ``exp`` is tecomp's own vector code (``_FnEmitter.exp_f32``; ``llvm.exp``
   would be one libm ``expf`` call per lane): a Cephes-style range reduction
