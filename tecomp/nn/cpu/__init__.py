@@ -21,6 +21,7 @@ runtime (``tc.set_num_threads``).
 :mod:`.attention`      ``scaled_dot_product_attention``, FlashAttention's way
 :mod:`.elementwise`    injective operators and epilogues
 :mod:`.templates`      the templates as the auto-scheduler's starting points
+:mod:`.conv_nd`        the phases of a transposed convolution, each by the conv template
 =====================  =====================================================================
 
 Where a template finds nothing it schedules (or for the stages it leaves alone), the
@@ -37,6 +38,7 @@ from ...target import CpuModel, cpu_model, cpu_name
 from .pool import schedule_pool
 from .softmax import schedule_softmax, softmax_fast
 from . import templates as _templates  # noqa: F401  (registers the templates)
+from . import conv_nd as _conv_nd  # noqa: F401,E402  (the transposed convolutions' phases)
 
 __all__ = [
     "cpu_model", "cpu_name", "CpuModel", "schedule_matmul", "schedule_dense",
