@@ -53,6 +53,10 @@ def groups_of(a: Args, groups, data_ch, out_ch, w_in=None) -> int:
     warg, wt, waxis = w_in
     e, we = t.shape[axis], wt.shape[waxis]
     if isinstance(e, Const) and isinstance(we, Const) and int(e.value) != g * int(we.value):
+        if g == 1:
+            a.fail(f"{warg} ({wt.name}) has {we} input channels (axis {waxis}) but {arg} "
+                   f"({t.name}) has {e} (axis {axis}); they must be equal (or give groups=, "
+                   "the weight then holding the data's channels / groups)")
         a.fail(f"{warg} ({wt.name}) has {we} input channels (axis {waxis}) but {arg} "
                f"({t.name}) has {e} (axis {axis}); with groups={g} the weight must hold "
                f"{e}/{g} = {int(e.value) // g} input channels per group")
