@@ -10,7 +10,10 @@ import pytest
 import tecomp as tc
 from tecomp import autodiff as ad
 from tecomp import nn
+from tecomp.autoschedule.rules import Knobs
 from tecomp.nn._check import Args
+from tecomp.nn.cpu.conv_nd import _conv1d_template
+from tecomp.target import cpu_model
 
 torch = pytest.importorskip("torch")
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -389,4 +392,22 @@ def test_cuda_emulation(which):
     f = _build([Y], [X, W, Y], auto=True, target="cuda-emu")
     y = np.empty(tc.utils.get_const_tuple(Y.shape), "float32")
     f(x.astype("float32"), w.astype("float32"), y)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape,stride,padding", [
+    ((2, 8, 24, 37), 1, 0), ((1, 16, 40, 81), 2, 1), ((3, 4, 6, 20), 3, (2, 1))])
+def test_conv1d_ncw_template(shape, stride, padding):
+    """The conv1d_ncw template (a row that ends in a partial block): taken, and right."""
+    N, C, O, L = shape
+    X, W = tc.placeholder((N, C, L), name="X"), tc.placeholder((O, C, 3), name="W")
+    Y = nn.conv1d_ncw(X, W, stride, padding)
+    assert _conv1d_template([Y], Knobs(), cpu_model()) is not None
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((N, C, L)), rng.standard_normal((O, C, 3))
+    (y,) = _run(_build([Y], [X, W, Y], auto=True), [x.astype("float32"), w.astype("float32")],
+                [tc.utils.get_const_tuple(Y.shape)], "float32")
+    pairs = _pairs(padding if isinstance(padding, int) else [padding], 1)
+    want = F.conv1d(_torch_pad(torch.from_numpy(x), pairs), torch.from_numpy(w),
+                    stride=stride).numpy()
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
