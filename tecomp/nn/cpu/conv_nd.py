@@ -103,8 +103,11 @@ def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel):
     st = s[conv]
     n, o, x = st.op.axis
     O, OX = _cint(o.dom.extent), _cint(x.dom.extent)
-    rc, rk = st.op.reduce_axis
-    C, K = _cint(rc.dom.extent), _cint(rk.dom.extent)
+    reds = st.op.reduce_axis
+    C = _cint(reds[0].dom.extent)
+    K = 1
+    for r in reds[1:]:
+        K *= _cint(r.dom.extent)
     xb = 2 * L if OX >= 2 * L else L
     budget = max(1, (info.vregs - 4) // (xb // L))   # accumulator rows
     ob = _largest_divisor_at_most(O, budget)
@@ -134,18 +137,19 @@ def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel):
     cs = s[CL]
     cs.compute_at(st, oo2)
     _, co, cx = cs.op.axis
-    rc, rk = cs.op.reduce_axis
+    reds = cs.op.reduce_axis
     # split by the block first: a partial block's extents are then bounded by constants
     _, co = cs.split(co, factor=ob)
     _, cx = cs.split(cx, factor=xb)
-    cs.reorder(rc, rk, co, cx)
+    cs.reorder(*reds, co, cx)
     cs.unroll(co)
     vo, vi = cs.split(cx, factor=L)
     cs.unroll(vo)
     cs.vectorize(vi)
-    if K is not None and K <= 8:
-        cs.unroll(rk)
-    cs.pragma(rc, "fp_contract")
+    for r in reds[1:]:
+        if _cint(r.dom.extent) <= 8:
+            cs.unroll(r)
+    cs.pragma(reds[0], "fp_contract")
 
 
 _rules.register_template(_phases_template)
