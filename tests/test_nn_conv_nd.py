@@ -174,6 +174,7 @@ TRANSPOSE = [
     (2, 6, 4, 4, 3, (2, 2), 2, 0, 0, 1, 2),              # grouped, a U-Net up-conv
     (1, 16, 16, 5, 5, (3, 3), 2, 1, 1, 1, 16),           # depthwise
     (1, 20, 8, 3, 3, (1, 1), 2, 0, 1, 1, 1),             # 1x1
+    (1, 16, 6, 4, 5, (3, 3), 2, (1, 2), 1, 1, 2),        # groups of 8: one per group
 ]
 
 
@@ -214,8 +215,8 @@ def test_conv2d_transpose_matches_torch(case, nchw):
     np.testing.assert_allclose(_nchw(y, nchw), want, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("case", [TRANSPOSE[0], TRANSPOSE[2], TRANSPOSE[6]],
-                         ids=["stride2", "asymmetric", "grouped"])
+@pytest.mark.parametrize("case", [TRANSPOSE[0], TRANSPOSE[2], TRANSPOSE[6], TRANSPOSE[9]],
+                         ids=["stride2", "asymmetric", "grouped", "per_group"])
 def test_conv2d_transpose_auto_schedule_float32(case):
     """The trials=0 schedule: the phases by the conv template (nn/cpu/conv_nd.py)."""
     (x, w), want = _transpose_case(case, True, "float32")
@@ -319,8 +320,9 @@ def test_conv_nd_gradients_match_torch(op, case):
 
 
 @pytest.mark.parametrize("nchw", [True, False], ids=["nchw", "nhwc"])
-@pytest.mark.parametrize("case", [TRANSPOSE[0], TRANSPOSE[2], TRANSPOSE[4], TRANSPOSE[6]],
-                         ids=["stride2", "asymmetric", "dilation", "grouped"])
+@pytest.mark.parametrize("case", [TRANSPOSE[0], TRANSPOSE[2], TRANSPOSE[4], TRANSPOSE[6],
+                                  TRANSPOSE[9]],
+                         ids=["stride2", "asymmetric", "dilation", "grouped", "per_group"])
 def test_conv2d_transpose_gradients_match_torch(case, nchw):
     N, C, O, H, W_, k, s, p, op, d, g = case
     (x, w), want = _transpose_case(case, nchw)
