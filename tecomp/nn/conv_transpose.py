@@ -157,8 +157,8 @@ def conv2d_transpose_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[i
 
 
 conv2d_transpose_nchw.__doc__ = f"""2-d transposed convolution in NCHW
-    (``torch.nn.functional.conv_transpose2d``): the gradient of ``conv2d_nchw`` with respect to its data, as an operator
-    (a decoder's up-convolution).
+    (``torch.nn.functional.conv_transpose2d``): the gradient of ``conv2d_nchw`` with
+    respect to its data, as an operator (a decoder's up-convolution).
 
     It is built as that gradient is (one stride-1 convolution per phase ``(y % stride,
     x % stride)`` of the output, each with only the kernel taps that land on it: no
