@@ -262,6 +262,33 @@ def test_conv2d_transpose_symbolic_batch_and_dtypes():
     assert nn.conv2d_transpose_nchw(Xh, Wh, 2, out_dtype="float32").dtype == "float32"
 
 
+@pytest.mark.parametrize("which", ["conv3d_ndhwc", "transpose_per_group"])
+def test_symbolic_batch(which):
+    n = tc.var("n")
+    rng = np.random.default_rng(3)
+    if which == "conv3d_ndhwc":
+        X, W = tc.placeholder((n, 4, 5, 6, 4), name="X"), tc.placeholder((3, 3, 3, 2, 6),
+                                                                          name="W")
+        Y = nn.conv3d_ndhwc(X, W, (1, 2, 1), "SAME", groups=2)
+        x, w = rng.standard_normal((2, 4, 5, 6, 4)), rng.standard_normal((3, 3, 3, 2, 6))
+        a = Args("conv3d_ndhwc", "t")
+        pairs = a.padding("SAME", (4, 5, 6), (3, 3, 3), (1, 2, 1), (1, 1, 1))
+        want = F.conv3d(_torch_pad(torch.from_numpy(x.transpose(0, 4, 1, 2, 3)), pairs),
+                        torch.from_numpy(w.transpose(4, 3, 0, 1, 2)), stride=(1, 2, 1),
+                        groups=2).numpy().transpose(0, 2, 3, 4, 1)
+    else:
+        X, W = tc.placeholder((n, 16, 4, 5), name="X"), tc.placeholder((16, 3, 3, 3),
+                                                                       name="W")
+        Y = nn.conv2d_transpose_nchw(X, W, 2, 1, 1, groups=2)
+        x, w = rng.standard_normal((2, 16, 4, 5)), rng.standard_normal((16, 3, 3, 3))
+        want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2,
+                                  padding=1, output_padding=1, groups=2).numpy()
+    f = _build([Y], [X, W, Y], auto=True)
+    y = np.empty(want.shape, "float32")
+    f(x.astype("float32"), w.astype("float32"), y)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
 def test_conv1d_symbolic_batch():
     n = tc.var("n")
     X, W = tc.placeholder((n, 3, 12), name="X"), tc.placeholder((5, 3, 3), name="W")

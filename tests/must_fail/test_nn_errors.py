@@ -433,6 +433,15 @@ CASES = [
         P(1, 5, 5, 4, name="X"), P(4, 3, 3, 3, name="W")), S,
      r"conv2d_transpose_nhwc conv2d_transpose_nhwc: weight \(W\) has 3 input channels "
      r"\(axis 3\) but data \(X\) has 4 \(axis 3\)"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, name="W"), stride=(2, 0)), S,
+     r"stride must be an int >= 1 or a pair of them \(rows, columns\), got \(2, 0\)"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, name="W"), groups=1.5), S,
+     r"groups must be an int >= 1, got 1.5"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, name="W"), out_dtype="bool"), D,
+     r"out_dtype bool cannot hold the sum of products of float32 values"),
     ("conv2d_transpose_nhwc", lambda: nn.conv2d_transpose_nhwc(
         P(1, 4, 5, name="X"), P(3, 3, 2, 4, name="W")), S,
      r"data \(X\) must be 4-d NHWC \[batch, height, width, in channels\], got 3-d"),
