@@ -175,6 +175,8 @@ TRANSPOSE = [
     (1, 16, 16, 5, 5, (3, 3), 2, 1, 1, 1, 16),           # depthwise
     (1, 20, 8, 3, 3, (1, 1), 2, 0, 1, 1, 1),             # 1x1
     (1, 16, 6, 4, 5, (3, 3), 2, (1, 2), 1, 1, 2),        # groups of 8: one per group
+    (2, 8, 6, 3, 4, (2, 2), 2, 0, 0, 1, 1),              # kernel = stride: one GEMM
+    (1, 4, 3, 3, 5, (2, 3), (2, 3), 0, 0, 1, 1),
 ]
 
 
@@ -215,8 +217,9 @@ def test_conv2d_transpose_matches_torch(case, nchw):
     np.testing.assert_allclose(_nchw(y, nchw), want, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("case", [TRANSPOSE[0], TRANSPOSE[2], TRANSPOSE[6], TRANSPOSE[9]],
-                         ids=["stride2", "asymmetric", "grouped", "per_group"])
+@pytest.mark.parametrize("case", [TRANSPOSE[0], TRANSPOSE[2], TRANSPOSE[6], TRANSPOSE[9],
+                                  TRANSPOSE[10]],
+                         ids=["stride2", "asymmetric", "grouped", "per_group", "tiles"])
 def test_conv2d_transpose_auto_schedule_float32(case):
     """The trials=0 schedule: the phases by the conv template (nn/cpu/conv_nd.py)."""
     (x, w), want = _transpose_case(case, True, "float32")
@@ -225,6 +228,23 @@ def test_conv2d_transpose_auto_schedule_float32(case):
     (y,) = _run(_build([Y], [X, W, Y], auto=True), [x, w],
                 [tc.utils.get_const_tuple(Y.shape)], "float32")
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("nchw", [True, False], ids=["nchw", "nhwc"])
+def test_conv2d_transpose_kernel_equal_to_stride_is_one_gemm(nchw):
+    case = TRANSPOSE[10]
+    (x, w), want = _transpose_case(case, nchw, "float32")
+    X, W = tc.placeholder(x.shape, name="X"), tc.placeholder(w.shape, name="W")
+    Y = _transpose(X, W, case, nchw)
+    assert "conv2d_transpose_tiles" in Y.op.tag
+    assert Y.op.input_tensors[0].op.tag == "matmul"
+    (y,) = _run(_build([Y], [X, W, Y], auto=True), [x, w],
+                [tc.utils.get_const_tuple(Y.shape)], "float32")
+    np.testing.assert_allclose(_nchw(y, nchw), want, rtol=1e-4, atol=1e-4)
+    Xh, Wh = tc.placeholder(x.shape, "float16", "X"), tc.placeholder(w.shape, "float16", "W")
+    Yh = _transpose(Xh, Wh, case, nchw)
+    assert Yh.dtype == "float16" and Yh.op.input_tensors[0].op.input_tensors[0].dtype \
+        == "float32"
 
 
 def test_conv2d_transpose_phases_get_the_conv_template():
@@ -348,8 +368,9 @@ def test_conv_nd_gradients_match_torch(op, case):
 
 @pytest.mark.parametrize("nchw", [True, False], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("case", [TRANSPOSE[0], TRANSPOSE[2], TRANSPOSE[4], TRANSPOSE[6],
-                                  TRANSPOSE[9]],
-                         ids=["stride2", "asymmetric", "dilation", "grouped", "per_group"])
+                                  TRANSPOSE[9], TRANSPOSE[11]],
+                         ids=["stride2", "asymmetric", "dilation", "grouped", "per_group",
+                              "tiles"])
 def test_conv2d_transpose_gradients_match_torch(case, nchw):
     N, C, O, H, W_, k, s, p, op, d, g = case
     (x, w), want = _transpose_case(case, nchw)
@@ -397,7 +418,7 @@ def test_gradcheck(which):
 # -- CUDA, in the emulation -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("which", ["conv1d", "conv3d", "transpose"])
+@pytest.mark.parametrize("which", ["conv1d", "conv3d", "transpose", "tiles"])
 def test_cuda_emulation(which):
     rng = np.random.default_rng(7)
     if which == "conv1d":
@@ -412,12 +433,17 @@ def test_cuda_emulation(which):
         Y = nn.conv3d_ncdhw(X, W, 1, 1)
         x, w = rng.standard_normal((1, 3, 4, 6, 6)), rng.standard_normal((4, 3, 3, 3, 3))
         want = F.conv3d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
-    else:
+    elif which == "transpose":
         X, W = tc.placeholder((1, 4, 5, 5), name="X"), tc.placeholder((4, 3, 4, 4), name="W")
         Y = nn.conv2d_transpose_nchw(X, W, 2, 1)
         x, w = rng.standard_normal((1, 4, 5, 5)), rng.standard_normal((4, 3, 4, 4))
         want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2,
                                   padding=1).numpy()
+    else:
+        X, W = tc.placeholder((2, 8, 3, 5), name="X"), tc.placeholder((8, 4, 2, 2), name="W")
+        Y = nn.conv2d_transpose_nchw(X, W, 2)
+        x, w = rng.standard_normal((2, 8, 3, 5)), rng.standard_normal((8, 4, 2, 2))
+        want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2).numpy()
     f = _build([Y], [X, W, Y], auto=True, target="cuda-emu")
     y = np.empty(tc.utils.get_const_tuple(Y.shape), "float32")
     f(x.astype("float32"), w.astype("float32"), y)

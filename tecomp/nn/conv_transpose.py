@@ -12,6 +12,7 @@ from ._check import Args
 from ._common import _acc, _c, _rounded
 from .conv_grad import transposed_conv2d
 from .conv_nd import RAISES, groups_of, per_dim
+from .linalg import matmul
 from .transform import concatenate, split
 
 #: a grouped transposed convolution with at least this many input channels per group and
@@ -69,6 +70,10 @@ def _conv2d_transpose(nchw: bool, data, weight, stride, padding, output_padding,
     ext = [Const(e, "int32") for e in (Cout, *out_sp)]
     shape = (N, *ext) if nchw else (N, *ext[1:], ext[0])
     conf = (stride, tuple(b for b, _ in pads), dilation)
+    tiles = kernel == stride and dilation == (1, 1) and opad == (0, 0) and \
+        all(p == (0, 0) for p in pads)
+    if g == 1 and tiles and isinstance(N, Const):
+        return _tiles(nchw, data, weight, kernel, int(N.value), ext, out_dtype, name)
     if g == 1:
         return transposed_conv2d(data, weight, nchw, conf, shape, out, acc, name)
     cin_g = a.constant("data", data, dc, "input channels") // g
@@ -84,6 +89,49 @@ def _conv2d_transpose(nchw: bool, data, weight, stride, padding, output_padding,
             parts.append(transposed_conv2d(d, w, nchw, conf, part, out, acc, f"{name}.g{k}"))
         return concatenate(parts, axis=dc, name=name)
     return _grouped(nchw, data, weight, conf, shape, g, acc, out, name)
+
+
+def _tiles(nchw: bool, data, weight, kernel, N: int, ext, out_dtype, name: str):
+    """A transposed convolution whose kernel equals its stride, without padding or
+    dilation (a U-Net's 2x2 stride-2 up-convolution): each input pixel writes its own
+    ``KH x KW`` tile of the output, so it is one GEMM, ``[C_out*KH*KW, C_in] @ [C_in,
+    N*H*W]`` (NHWC: ``[N*H*W, C_in] @ [C_in, KH*KW*C_out]``, the data as it is), run by
+    the GEMM template, and a stage that places each tile (``<name>`` over
+    ``<name>.gemm``; ``<name>.data``/``<name>.weight`` the operands' views).
+    Interleaved, one thread, ms, against the phases (PyTorch), loaded machine: 512 to
+    256 channels on 32x32 35.8 vs 50.8 (40.8); 256 to 128 on 64x64 26.6 vs 31.8 (60.9);
+    128 to 64 on 128x128 34.5 vs 41.2 (167.6)."""
+    KH, KW = kernel
+    H, W = (int(e.value) for e in ((data.shape[2], data.shape[3]) if nchw else
+                                   (data.shape[1], data.shape[2])))
+    C = int(weight.shape[0 if nchw else 3].value)
+    O, OH, OW = (int(e.value) for e in ext)
+    P = N * H * W
+    zero = _c(0, data.dtype)
+    if nchw:
+        # (the reads guarded: the GEMM template packs whole blocks of its operands)
+        d = _te.compute((C, P), lambda c, q: _te.if_then_else(
+            q // (H * W) < N, data[q // (H * W), c, q // W % H, q % W], zero),
+            name=f"{name}.data", tag="injective,layout_transform")
+        w = _te.compute((O * KH * KW, C), lambda m, c: _te.if_then_else(
+            m // (KH * KW) < O, weight[c, m // (KH * KW), m // KW % KH, m % KW], zero),
+            name=f"{name}.weight", tag="injective,layout_transform")
+        G = matmul(w, d, name=f"{name}.gemm", out_dtype=out_dtype)
+        return _te.compute(
+            (N, O, OH, OW), lambda n, o, y, x: G[(o * KH + y % KH) * KW + x % KW,
+                                                 (n * H + y // KH) * W + x // KW],
+            name=name, tag="injective,conv2d_transpose_tiles")
+    d = _te.compute((P, C), lambda q, c: _te.if_then_else(
+        q // (H * W) < N, data[q // (H * W), q // W % H, q % W, c], zero),
+        name=f"{name}.data", tag="injective,reshape")
+    w = _te.compute((C, KH * KW * O), lambda c, m: _te.if_then_else(
+        m // (KW * O) < KH, weight[m // (KW * O), m // O % KW, m % O, c], zero),
+        name=f"{name}.weight", tag="injective,layout_transform")
+    G = matmul(d, w, name=f"{name}.gemm", out_dtype=out_dtype)
+    return _te.compute(
+        (N, OH, OW, O), lambda n, y, x, o: G[(n * H + y // KH) * W + x // KW,
+                                             ((y % KH) * KW + x % KW) * O + o],
+        name=name, tag="injective,conv2d_transpose_tiles")
 
 
 def _grouped(nchw: bool, data, weight, conf, shape, g: int, acc: str, out: str, name: str):
@@ -162,7 +210,9 @@ conv2d_transpose_nchw.__doc__ = f"""2-d transposed convolution in NCHW
 
     It is built as that gradient is (one stride-1 convolution per phase ``(y % stride,
     x % stride)`` of the output, each with only the kernel taps that land on it: no
-    multiplication by inserted zeros), so the convolution schedules run it; with groups
+    multiplication by inserted zeros), so the convolution schedules run it; a kernel
+    equal to the stride without padding, dilation or output_padding (constant batch) is
+    one GEMM (each input pixel writes its own tile of the output); with groups
     of 8 input channels or more (16 groups at most), one such per group, joined along
     the channels; with narrower groups (depthwise), one sum over the taps that land on
     each output.
