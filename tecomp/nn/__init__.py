@@ -12,6 +12,8 @@ from .elementwise import (  # noqa: F401
     hardtanh, isfinite, isinf, isnan, leaky_relu, log, log1p, log2, mish, negative, prelu,
     reciprocal, round, rsqrt, selu, sign, silu, sin, softplus, sqrt, square, tan, trunc,
 )
+from .conv_nd import conv1d_ncw, conv1d_nwc, conv3d_ncdhw, conv3d_ndhwc  # noqa: F401
+from .conv_transpose import conv2d_transpose_nchw, conv2d_transpose_nhwc  # noqa: F401
 from .elementwise import __all__ as _elementwise_all  # noqa: E402
 from .reduction import __all__ as _reduction_all  # noqa: E402
 from .pooling import __all__ as _pooling_all  # noqa: E402
@@ -28,5 +30,6 @@ __all__ = ["avg_pool2d", "batch_matmul", "batch_norm", "batch_norm_train", "bias
            "conv2d_nchw", "conv2d_nhwc", "cross_entropy", "dense", "dropout", "embedding",
            "flatten", "gelu", "layer_norm", "log_softmax", "matmul", "max_pool2d", "mse_loss",
            "pad", "relu", "reshape", "scaled_dot_product_attention", "sigmoid", "softmax",
-           "split", "tanh", "transpose"]
+           "split", "tanh", "transpose", "conv1d_ncw", "conv1d_nwc", "conv3d_ncdhw",
+           "conv3d_ndhwc", "conv2d_transpose_nchw", "conv2d_transpose_nhwc"]
 __all__ += [n for n in _elementwise_all + _reduction_all + _pooling_all if n not in __all__]

@@ -117,16 +117,16 @@ class Args:
         return int(e.value)
 
     def ints(self, arg: str, v, low: int, count: int = 2):
-        """``v`` as a pair of ints ``>= low`` (rows, columns; one int stands for both),
-        ``count`` ints (one per spatial dimension) when ``count`` is more than 2, or as
+        """``v`` as a pair of ints ``>= low`` (rows, columns; one int stands for both), as
+        ``count`` of them (one per spatial dimension) when ``count`` is more than 2, or as
         one int when ``count`` is 1."""
         many = count > 1 and isinstance(v, (tuple, list))
         vals = list(v) if many else [v]
         if (many and len(vals) != count) or not all(
                 isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= low
                 for x in vals):
-            pair = "" if count == 1 else " or a pair of them (rows, columns)" if count == 2 \
-                else f" or {count} of them (one per spatial dimension)"
+            pair = ("" if count == 1 else " or a pair of them (rows, columns)" if count == 2
+                    else f" or {count} of them (one per spatial dimension)")
             self.fail(f"{arg} must be an int >= {low}{pair}, got {_short(v)}")
         vals = [int(x) for x in vals]
         if count == 1:

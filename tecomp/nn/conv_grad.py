@@ -276,21 +276,36 @@ def _conv_data_grad(out, adjoint, wanted):
         res[weight] = _conv_weight_grad(op, src, weight, adjoint)
     if not any(d is data for d in wanted):
         return res
+    res[data] = transposed_conv2d(adjoint, weight, nchw, conf, data.shape, data.dtype,
+                                  op.output(0).dtype, f"{data.name}.grad")
+    return res
+
+
+def transposed_conv2d(adjoint, weight, nchw: bool, conf, shape, dtype: str, acc: str,
+                      name: str):
+    """The data gradient of a convolution (see :func:`_conv_data_grad`) as the stage
+    ``name``: ``adjoint`` (``[N, O, OH, OW]``, NHWC: ``[N, OH, OW, O]``) convolved back
+    through ``weight`` (the convolution's OIHW, NHWC: HWIO) onto a tensor of ``shape``
+    (the data's, ``[N, C, H, W]`` or ``[N, H, W, C]``) and ``dtype``, summed in ``acc``;
+    ``conf``: the convolution's ``(stride, padding, dilation)``, the padding its
+    ``before`` rows and columns (the ``after`` ones follow from ``shape``).  It is also
+    :func:`tecomp.nn.conv2d_transpose_nchw`'s compute definition."""
+    (sh, sw), (ph, pw), (dh, dw) = conf
     sp = (2, 3) if nchw else (1, 2)          # the spatial dimensions of data and adjoint
-    KH, KW = (_int(e, f"conv2d {op.name}: extent") for e in
+    KH, KW = (_int(e, f"conv2d {name}: extent") for e in
               ((weight.shape[2], weight.shape[3]) if nchw else (weight.shape[0], weight.shape[1])))
-    H, W = (_int(data.shape[i], f"conv2d {op.name}: extent") for i in sp)
-    OH, OW = (_int(adjoint.shape[i], f"conv2d {op.name}: extent") for i in sp)
+    H, W = (_int(shape[i], f"conv2d {name}: extent") for i in sp)
+    OH, OW = (_int(adjoint.shape[i], f"conv2d {name}: extent") for i in sp)
     rows, cols = _phase_taps(KH, sh, ph, dh, H), _phase_taps(KW, sw, pw, dw, W)
     O, C = (weight.shape[0], weight.shape[1]) if nchw else (weight.shape[3], weight.shape[2])
     # NCHW phases at most half a vector wide run as NHWC convolutions (vectorized over
     # the data's channels instead of a row that fills half a vector or less) between
     # transposes of the adjoint and of the result, unless the NCHW schedule can
     # vectorize them across the data's channels itself
-    via_nhwc = nchw and _narrow_phases(rows, cols, data.shape[1], weight.shape[0])
-    acc = op.output(0).dtype
+    via_nhwc = nchw and _narrow_phases(rows, cols, shape[1], weight.shape[0])
     single = sh == sw == 1 and not via_nhwc    # the gradient is one convolution
-    name = f"{data.name}.grad" + (".acc" if single and data.dtype != acc else "")
+    out_name = name
+    name = name + (".acc" if single and dtype != acc else "")
     if via_nhwc:
         adjoint = _te.compute(
             (adjoint.shape[0], OH, OW, adjoint.shape[1]),
@@ -328,8 +343,7 @@ def _conv_data_grad(out, adjoint, wanted):
             phases[ry, rx] = _conv_compute(nchw and not via_nhwc, src, flip, (qy, qx),
                                            (1, 1), (ddy, ddx), g, attrs, acc)
     if single:
-        res[data] = _rounded(phases[0, 0], data.dtype, f"{data.name}.grad", tag="injective")
-        return res
+        return _rounded(phases[0, 0], dtype, out_name, tag="injective")
     zero = _c(0, acc)
     items = sorted(phases.items())
     dsp = (2, 3) if nchw else (1, 2)         # the spatial dimensions of the data
@@ -348,13 +362,12 @@ def _conv_data_grad(out, adjoint, wanted):
             conds = (([(y % sh).equal(ry)] if sh > 1 else [])
                      + ([(x % sw).equal(rx)] if sw > 1 else []))
             val = _te.if_then_else(_te.all(*conds), g[idx], val)
-        return val.astype(data.dtype)
+        return val.astype(dtype)
 
     tag = f"injective,conv2d_{'nchw' if nchw else 'nhwc'}_phases"
     if sh == sw == 1:
         tag = "injective,layout_transform"
-    res[data] = _te.compute(data.shape, interleave, name=name, tag=tag)
-    return res
+    return _te.compute(tuple(shape), interleave, name=name, tag=tag)
 
 
 def _narrow_phases(rows, cols, channels, adjoint_channels) -> bool:

@@ -1,6 +1,7 @@
 """Forward operator definitions: pure compute definitions, no schedules (this module
 gathers them; each area has its own module: :mod:`~tecomp.nn.linalg`,
-:mod:`~tecomp.nn.conv`, :mod:`~tecomp.nn.pooling`, :mod:`~tecomp.nn.activation`,
+:mod:`~tecomp.nn.conv`, :mod:`~tecomp.nn.conv_nd`, :mod:`~tecomp.nn.conv_transpose`,
+:mod:`~tecomp.nn.pooling`, :mod:`~tecomp.nn.activation`,
 :mod:`~tecomp.nn.softmax`, :mod:`~tecomp.nn.attention`, :mod:`~tecomp.nn.norm`,
 :mod:`~tecomp.nn.transform`).
 
@@ -30,6 +31,12 @@ Layouts
 * ``conv2d_nchw``: data ``[N, C, H, W]``, weight ``[O, C, KH, KW]`` (PyTorch's layout).
 * ``conv2d_nhwc``: data ``[N, H, W, C]``, weight ``[KH, KW, C, O]`` (HWIO, TensorFlow's and
   TVM's NHWC layout); output ``[N, OH, OW, O]``.
+* ``conv1d_ncw``/``conv1d_nwc``, ``conv3d_ncdhw``/``conv3d_ndhwc``: weights OIW / WIO and
+  OIDHW / DHWIO (TOPI's names; PyTorch's ``conv1d``/``conv3d`` in the channels-first
+  layouts), ``groups=`` as PyTorch's.
+* ``conv2d_transpose_nchw``: data ``[N, C_in, H, W]``, weight ``[C_in, C_out/groups, KH,
+  KW]`` (PyTorch's ``conv_transpose2d``); ``conv2d_transpose_nhwc``: weight ``[KH, KW,
+  C_out/groups, C_in]``.
 * pooling: 1-, 2- and 3-d, channels first (NCW, NCHW, NCDHW) or last (``layout=``).
   ``softmax``, ``log_softmax``, ``layer_norm``: over the last axis.
 * ``cross_entropy``, ``mse_loss``: shape ``(1,)`` (the mean), as a one-element tensor.
@@ -42,6 +49,8 @@ is one gather over the unpadded input.
 from .activation import bias_add, gelu, relu, sigmoid, tanh
 from .attention import scaled_dot_product_attention
 from .conv import conv2d_nchw, conv2d_nhwc
+from .conv_nd import conv1d_ncw, conv1d_nwc, conv3d_ncdhw, conv3d_ndhwc
+from .conv_transpose import conv2d_transpose_nchw, conv2d_transpose_nhwc
 from .linalg import batch_matmul, dense, matmul
 from .norm import batch_norm, batch_norm_train, layer_norm
 from .pooling import avg_pool2d, max_pool2d
@@ -54,5 +63,6 @@ __all__ = [
     "sigmoid", "tanh", "gelu", "bias_add", "softmax", "log_softmax", "cross_entropy",
     "mse_loss", "batch_norm", "batch_norm_train", "layer_norm", "pad", "flatten", "batch_matmul",
     "transpose", "reshape", "concatenate", "split", "dropout", "squares32", "embedding",
-    "scaled_dot_product_attention",
+    "scaled_dot_product_attention", "conv1d_ncw", "conv1d_nwc", "conv3d_ncdhw", "conv3d_ndhwc",
+    "conv2d_transpose_nchw", "conv2d_transpose_nhwc",
 ]

@@ -419,6 +419,104 @@ CASES = [
      r"prelu prelu: slope \(W\) is float64 but x \(X\) is float32"),
     ("prelu", lambda: nn.prelu(P(2, 3, name="X"), P(3, name="W"), axis=2), S,
      r"prelu prelu: axis 2 is out of range for x \(X\) \(2-d\)"),
+    # 1-d and 3-d convolutions, transposed convolutions
+    ("conv1d_ncw", lambda: nn.conv1d_ncw(P(2, 4, 4, 16, name="X"), P(6, 2, 3, name="W")), S,
+     r"conv1d_ncw conv1d_ncw: data \(X\) must be 3-d NCW \[batch, channels, width\], got 4-d"),
+    ("conv1d_ncw", lambda: nn.conv1d_ncw(P(2, 4, 16, name="X"), P(6, 2, 3, name="W")), S,
+     r"weight \(W\) has 2 input channels \(axis 1\) but data \(X\) has 4 \(axis 1\); they "
+     r"must be equal \(or give groups="),
+    ("conv1d_ncw", lambda: nn.conv1d_ncw(P(2, 4, 16, name="X"), P(6, 2, 3, name="W"),
+                                         groups=3), S,
+     r"data \(X\) has 4 input channels \(axis 1\), which groups=3 does not divide"),
+    ("conv1d_ncw", lambda: nn.conv1d_ncw(P(2, 4, 16, name="X"), P(5, 2, 3, name="W"),
+                                         groups=2), S,
+     r"weight \(W\) has 5 output channels \(axis 0\), which groups=2 does not divide"),
+    ("conv1d_ncw", lambda: nn.conv1d_ncw(P(2, 6, 16, name="X"), P(6, 2, 3, name="W"),
+                                         groups=2), S,
+     r"weight \(W\) has 2 input channels \(axis 1\) but data \(X\) has 6 \(axis 1\); with "
+     r"groups=2 the weight must hold 6/2 = 3 input channels per group"),
+    ("conv1d_ncw", lambda: nn.conv1d_ncw(P(2, 4, 16, name="X"), P(6, 4, 3, name="W"),
+                                         groups=0), S,
+     r"conv1d_ncw conv1d_ncw: groups must be an int >= 1, got 0"),
+    ("conv1d_ncw", lambda: nn.conv1d_ncw(P(2, 4, 16, name="X"), P(6, 4, 3, name="W"),
+                                         stride=(1, 2)), S,
+     r"stride must be an int >= 1, got \(1, 2\)"),
+    ("conv1d_ncw", lambda: nn.conv1d_ncw(P(2, 4, 16, name="X"), P(6, 4, 3, name="W"),
+                                         padding="FULL"), S,
+     r"padding 'FULL' is not a padding mode; give \"SAME\" or \"VALID\", or ints"),
+    ("conv1d_ncw", lambda: nn.conv1d_ncw(P(2, 4, 16, name="X"), P(6, 4, 3, name="W"),
+                                         dilation=9), S,
+     r"the kernel does not fit: the 3 kernel \(dilation 9, spanning 19\) is larger than the "
+     r"16 data"),
+    ("conv1d_ncw", lambda: nn.conv1d_ncw(P(2, 4, tc.var("w"), name="X"),
+                                         P(6, 4, 3, name="W")), S,
+     r"data \(X\): the width \(axis 2\) must be a constant extent, got w"),
+    ("conv1d_nwc", lambda: nn.conv1d_nwc(P(2, 16, 4, name="X"),
+                                         P(3, 4, 6, dtype="bool", name="W")), D,
+     r"conv1d_nwc conv1d_nwc: weight \(W\) has dtype bool; give a float or integer tensor"),
+    ("conv1d_nwc", lambda: nn.conv1d_nwc(P(2, 16, 4, name="X"),
+                                         P(3, 4, 6, dtype="float64", name="W")), D,
+     r"weight \(W\) is float64 but data \(X\) is float32; give them one dtype"),
+    ("conv3d_ncdhw", lambda: nn.conv3d_ncdhw(P(1, 4, 6, 8, 8, name="X"),
+                                             P(4, 4, 3, 3, name="W")), S,
+     r"weight \(W\) must be 5-d OIDHW \[out, in/groups, kd, kh, kw\], got 4-d"),
+    ("conv3d_ncdhw", lambda: nn.conv3d_ncdhw(P(1, 4, 6, 8, 8, name="X"),
+                                             P(4, 4, 3, 3, 3, name="W"), stride=(1, 1)), S,
+     r"stride must be an int >= 1 or 3 of them \(one per spatial dimension\), got \(1, 1\)"),
+    ("conv3d_ncdhw", lambda: nn.conv3d_ncdhw(P(1, 4, 6, 8, 8, name="X"),
+                                             P(4, 4, 7, 3, 3, name="W")), S,
+     r"the kernel does not fit: the 7x3x3 kernel .*\(the output would be 0x6x6\)"),
+    ("conv3d_ncdhw", lambda: nn.conv3d_ncdhw(P(1, 4, 6, 8, 8, name="X"),
+                                             P(4, 4, 3, 3, 3, name="W"), out_dtype="int32"), D,
+     r"out_dtype int32 cannot hold the sum of products of float32 values"),
+    ("conv3d_ndhwc", lambda: nn.conv3d_ndhwc(P(1, 6, 8, 8, 4, name="X"),
+                                             P(3, 3, 3, 4, 4, name="W"),
+                                             padding=((1, 1), (1, 1))), S,
+     r"padding must be an int >= 0, 3 of them \(one per spatial dimension\), 3 \(before, "
+     r"after\) pairs, 6 ints"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, name="W"), stride=2, output_padding=2), S,
+     r"output_padding 2 \(height\) must be smaller than the stride \(2\) or the dilation "
+     r"\(1\)"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, name="W"), output_padding=(0, 1),
+        dilation=(2, 1)), S,
+     r"output_padding 1 \(width\) must be smaller than the stride \(1\) or the dilation "
+     r"\(1\)"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, name="W"), output_padding=-1), S,
+     r"output_padding must be an int >= 0 or a pair of them \(rows, columns\), got -1"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, name="W"), padding="SAME"), S,
+     r"padding 'SAME' is a mode of the forward convolution; give ints"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, name="W"), padding=4), S,
+     r"the output would be -1x-1: padding .* removes more than the 5x5 data spreads to"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(5, 3, 3, 3, name="W")), S,
+     r"weight \(W\) has 5 input channels \(axis 0\) but data \(X\) has 4 \(axis 1\)"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, name="W"), groups=3), S,
+     r"data \(X\) has 4 input channels \(axis 1\), which groups=3 does not divide"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, dtype="float16", name="W")), D,
+     r"weight \(W\) is float16 but data \(X\) is float32"),
+    ("conv2d_transpose_nhwc", lambda: nn.conv2d_transpose_nhwc(
+        P(1, 5, 5, 4, name="X"), P(4, 3, 3, 3, name="W")), S,
+     r"conv2d_transpose_nhwc conv2d_transpose_nhwc: weight \(W\) has 3 input channels "
+     r"\(axis 3\) but data \(X\) has 4 \(axis 3\)"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, name="W"), stride=(2, 0)), S,
+     r"stride must be an int >= 1 or a pair of them \(rows, columns\), got \(2, 0\)"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, name="W"), groups=1.5), S,
+     r"groups must be an int >= 1, got 1.5"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, name="W"), out_dtype="bool"), D,
+     r"out_dtype bool cannot hold the sum of products of float32 values"),
+    ("conv2d_transpose_nhwc", lambda: nn.conv2d_transpose_nhwc(
+        P(1, 4, 5, name="X"), P(3, 3, 2, 4, name="W")), S,
+     r"data \(X\) must be 4-d NHWC \[batch, height, width, in channels\], got 3-d"),
 ]
 
 

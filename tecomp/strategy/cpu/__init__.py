@@ -21,6 +21,7 @@ runtime (``tc.set_num_threads``).
 :mod:`.attention`      ``scaled_dot_product_attention``, FlashAttention's way
 :mod:`.elementwise`    injective operators and epilogues
 :mod:`.templates`      the CPU strategy: a template, else the generic rules
+:mod:`.conv_nd`        conv1d NCW, the phases of a transposed convolution (conv template)
 =====================  =====================================================================
 
 Where a template finds nothing it schedules (or for the stages it leaves alone), the

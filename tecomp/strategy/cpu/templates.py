@@ -14,6 +14,7 @@ from ...schedule.schedule import Schedule, create_schedule
 from .._common import _walk
 from .attention import _attention_into, _attention_part
 from .common import _NoTemplate, _auto_rest, _op_tags
+from .conv_nd import _conv1d_template, _phases_template
 from .conv2d import (_conv_for_generic_rules, conv2d_knobs, plain_nchw_conv,
                      schedule_conv2d_nchw, schedule_conv2d_nhwc)
 from .gemm import _dense_rows_for_generic_rules, _gemm_template
@@ -58,6 +59,10 @@ def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     return None
 
 
+#: the template functions ``fn(outs, knobs, info) -> Schedule or None`` (None: the DAG is
+#: not theirs), in the order they are tried
+TEMPLATES = (_auto_template, _phases_template, _conv1d_template)
+
 #: templates of an operator inside a larger DAG, by the tag of its output stage (see
 #: :func:`tecomp.strategy.rules.generic_rules`): attention inside a transformer layer
 PART_TEMPLATES: Dict[str, object] = {"sdpa": _attention_part}
@@ -68,14 +73,15 @@ def _template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     is one a template schedules; else None (and no ``template`` knob is left)."""
     if not knobs.choose("template", [True, False], True):
         return None
-    try:
-        s = _auto_template(outs, knobs, info)
-    except AutoScheduleError:
-        raise
-    except Exception:  # noqa: BLE001 - a template that does not fit: the generic rules
-        return None
-    if s is not None:
-        return s
+    for fn in TEMPLATES:
+        try:
+            s = fn(outs, knobs, info)
+        except AutoScheduleError:
+            raise
+        except Exception:  # noqa: BLE001 - a template that does not fit: the generic rules
+            return None
+        if s is not None:
+            return s
     for d in (knobs.space, knobs.values, knobs.defaults):
         d.pop("template", None)
     return None

@@ -1,0 +1,153 @@
+"""The 1-d convolutions in NCW (:func:`tecomp.nn.conv1d_ncw`) and the transposed
+convolutions (:func:`tecomp.nn.conv2d_transpose_nchw` / ``_nhwc``) as the auto-scheduler's
+starting points.
+
+``conv1d_ncw``: register blocks as the rules make them, in tasks of output channels
+whose weights stay in L2, the row a serial loop inside (:func:`_conv1d_ncw_into`).
+
+A transposed convolution: without groups and with a stride above
+1 such an operator is several stride-1 convolutions, one per phase of its output, and a
+stage that interleaves them (``nn.conv_grad.transposed_conv2d``; a convolution's data
+gradient has the same form).  Each convolution gets the convolution template, as
+:func:`tecomp.strategy.schedule_backward` gives them in a backward pass; the rest (the
+interleaving, the adjoint's windows) the rules.  (A single convolution, stride 1, is
+the convolution template's own.)"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ...ir import dtype as _dt
+from ...schedule.schedule import Schedule, create_schedule
+from .._common import _cint, _largest_divisor_at_most, _walk
+from .common import _auto_rest, _op_tags
+from .conv2d import _conv_for_generic_rules
+from .conv2d_grad import schedule_conv2d_into
+from ...target import CpuModel
+
+
+def _phases_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
+    """A DAG whose reductions are all forward convolutions (``conv2d_nchw``/``_nhwc``),
+    two or more of them, under one output (the phases of a transposed convolution):
+    each convolution by the template, the other stages by the rules; None otherwise.
+    An NCHW phase that the convolution template leaves to the rules (a 1x1 one on a
+    large plane, as a U-Net's 2x2 stride-2 up-convolution has:
+    ``conv2d._conv_for_generic_rules``) stays with them.  Interleaved, 2 threads, ms,
+    against the rules for every phase (PyTorch), on a loaded 2-core machine: 256 to 128
+    channels 4x4 stride 2 on 16x16, batch 8, 32.9 vs 38.1 (99.9), again 43.8 vs 45.2
+    (131.5); 128 to 64 on 32x32 41.5 vs 42.4 (135.0), again 49.6 vs 43.6 (159.9)."""
+    if len(outs) != 1:
+        return None
+    reductions = [op for op in _walk(outs) if op.reduce_axis]
+    convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _op_tags(op)]
+    if len(reductions) < 2 or len(convs) != len(reductions):
+        return None
+    if not knobs.choose("template.phases", [True, False], True):
+        return None
+    s = create_schedule([t.op for t in outs])
+    mine = [op for op in convs if "conv2d_nhwc" in _op_tags(op)
+            or not _conv_for_generic_rules(op, knobs, info)]
+    if not mine:
+        return None
+    for op in mine:
+        schedule_conv2d_into(s, op.output(0), info.target)
+    return _auto_rest(s, outs, info)
+
+
+def _conv1d_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
+    """A DAG that is one ``conv1d_ncw`` without groups (float32 or float64, the output
+    itself, constant extents but the batch) whose row ends in a partial block or whose
+    weights do not fit in half of L2: :func:`_conv1d_ncw_into`; None otherwise.
+    (``conv1d_nwc`` stays with the rules: their blocks, with the weights of a task
+    copied into a contiguous panel, ran twice as fast as this order without that
+    copy.)"""
+    if len(outs) != 1:
+        return None
+    op = outs[0].op
+    reductions = [o for o in _walk(outs) if o.reduce_axis]
+    if reductions != [op] or "conv1d_ncw" not in _op_tags(op) or \
+            op.attrs["conv"][3] != 1 or op.output(0).dtype not in ("float32", "float64"):
+        return None
+    if any(_cint(iv.dom.extent) is None for iv in list(op.axis[1:]) + list(op.reduce_axis)):
+        return None
+    # where the rules' blocks are whole and the weights fit in L2, the rules (as fast,
+    # within the noise, on the shapes measured)
+    L = info.lanes * 32 // _dt.bits(op.output(0).dtype)
+    OX = _cint(op.axis[2].dom.extent)
+    weights = _cint(op.axis[1].dom.extent) * _cint(op.reduce_axis[0].dom.extent) * \
+        _cint(op.reduce_axis[1].dom.extent) * _dt.bits(op.output(0).dtype) // 8
+    if OX % (2 * L if OX >= 2 * L else L) == 0 and weights <= info.l2_bytes // 2:
+        return None
+    if not knobs.choose("template.conv1d_ncw", [True, False], True):
+        return None
+    s = create_schedule([op])
+    _conv1d_ncw_into(s, outs[0], info)
+    return _auto_rest(s, outs, info)
+
+
+def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel):
+    """A 1-d convolution ``Y[n, o, x] = sum over c, k of X[n, c, x*s + k*d] * W[o, c,
+    k]``: register blocks of ``OB`` output channels x two vectors along the row (the
+    row loaded, the weights broadcast), as the rules make them, each accumulated over
+    the whole reduction.  A task is ``BT`` such blocks of output channels (their
+    weights fill half of L2; two tasks per thread at least) over the whole row, block
+    of outputs after block of outputs along it, each of its blocks of output channels
+    in turn there (the data of a block stays in L1).  The row is a serial loop, so that
+    loop partitioning gives its last, partial block its own code: the rules fuse it
+    into the parallel loop, where a partial block (a row of 1999 outputs) makes every
+    block's accumulators an array in memory.  Interleaved, 2 threads, ms, batch 4, 512
+    to 512 channels, kernel 3, on a loaded 2-core machine, against the rules (PyTorch):
+    1999 outputs stride 1 218.7 vs 884.6 (202.2); stride 2 343.9 vs 1167.5 (212.7);
+    batch 8, 256 channels, 1024 outputs (no partial block) 69.1 vs 75.7 (129.9)."""
+    L = info.lanes * 32 // _dt.bits(conv.dtype)
+    st = s[conv]
+    n, o, x = st.op.axis
+    O, OX = _cint(o.dom.extent), _cint(x.dom.extent)
+    reds = st.op.reduce_axis
+    C = _cint(reds[0].dom.extent)
+    K = 1
+    for r in reds[1:]:
+        K *= _cint(r.dom.extent)
+    xb = 2 * L if OX >= 2 * L else L
+    budget = max(1, (info.vregs - 4) // (xb // L))   # accumulator rows
+    ob = _largest_divisor_at_most(O, budget)
+    ob = ob if ob >= 4 else min(O, budget)
+    # output channels per task: their weights (K * C each) fill half of L2, with at
+    # least two tasks per thread, and no partial task (see above)
+    nblocks = -(-O // ob)
+    per_block = ob * C * K * _dt.bits(conv.dtype) // 8
+    bt = max(1, min(nblocks, info.l2_bytes // 2 // max(per_block, 1)))
+    N = _cint(n.dom.extent)
+    if N is not None:
+        bt = max(1, min(bt, nblocks // max(1, -(-2 * info.threads // N))))
+    bt = _largest_divisor_at_most(nblocks, bt)
+    CL = s.cache_write(conv, "local")
+    st = s[conv]
+    oo, oi = st.split(o, factor=ob)
+    ot, oo2 = st.split(oo, factor=bt)
+    xo, xi = st.split(x, factor=xb)
+    st.reorder(n, ot, xo, oo2, oi, xi)
+    task = st.fuse(n, ot)
+    if info.threads > 1:
+        st.parallel(task)
+    st.unroll(oi)
+    vo, vi = st.split(xi, factor=L)
+    st.unroll(vo)
+    st.vectorize(vi)
+    cs = s[CL]
+    cs.compute_at(st, oo2)
+    _, co, cx = cs.op.axis
+    reds = cs.op.reduce_axis
+    # split by the block first: a partial block's extents are then bounded by constants
+    _, co = cs.split(co, factor=ob)
+    _, cx = cs.split(cx, factor=xb)
+    cs.reorder(*reds, co, cx)
+    cs.unroll(co)
+    vo, vi = cs.split(cx, factor=L)
+    cs.unroll(vo)
+    cs.vectorize(vi)
+    for r in reds[1:]:
+        if _cint(r.dom.extent) <= 8:
+            cs.unroll(r)
+    cs.pragma(reds[0], "fp_contract")
+
+

@@ -1,0 +1,468 @@
+"""conv1d_ncw/nwc, conv3d_ncdhw/ndhwc and conv2d_transpose_nchw/nhwc against PyTorch
+(torch.nn.functional.conv1d / conv3d / conv_transpose2d) over TOPI-like parameter lists:
+strides, paddings (symmetric, asymmetric, TOPI's flat form, SAME/VALID), dilations, groups,
+output_padding, both layouts, dtypes, odd shapes; their gradients through tc.gradient
+against torch.autograd in float64 and with gradcheck; the auto-scheduler's CPU schedule
+(the transpose's phases by the conv template) and the CUDA path in the emulation."""
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp import autodiff as ad
+from tecomp import nn
+from tecomp.strategy import Knobs
+from tecomp.nn._check import Args
+from tecomp.strategy.cpu.conv_nd import _conv1d_template
+from tecomp.target import cpu_model
+
+torch = pytest.importorskip("torch")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+F = torch.nn.functional
+
+
+def _pairs(padding, nsp):
+    """Any padding form (no strings) as (before, after) per spatial dimension."""
+    if isinstance(padding, int):
+        return [(padding, padding)] * nsp
+    p = list(padding)
+    if len(p) == nsp and all(isinstance(x, int) for x in p):
+        return [(x, x) for x in p]
+    if len(p) == nsp:
+        return [tuple(x) for x in p]
+    return [(p[i], p[nsp + i]) for i in range(nsp)]
+
+
+def _torch_pad(x, pairs):
+    flat = []
+    for b, a in reversed(pairs):
+        flat += [b, a]
+    return F.pad(x, flat)
+
+
+def _build(outs, args, auto=False, target="llvm"):
+    s = tc.auto_schedule(args, target=target) if auto else tc.create_schedule(
+        [t.op for t in outs])
+    return tc.build(s, args, target=target)
+
+
+def _run(f, arrays, out_shapes, dtype):
+    outs = [np.empty(sh, dtype) for sh in out_shapes]
+    f(*arrays, *outs)
+    return outs
+
+
+# channels-first data and weight -> the layout's
+_TO = {
+    "conv1d_ncw": (lambda x: x, lambda w: w, lambda y: y),
+    "conv1d_nwc": (lambda x: x.transpose(0, 2, 1), lambda w: w.transpose(2, 1, 0),
+                   lambda y: y.transpose(0, 2, 1)),
+    "conv3d_ncdhw": (lambda x: x, lambda w: w, lambda y: y),
+    "conv3d_ndhwc": (lambda x: x.transpose(0, 2, 3, 4, 1), lambda w: w.transpose(2, 3, 4, 1, 0),
+                     lambda y: y.transpose(0, 4, 1, 2, 3)),
+}
+
+# (N, C, O, spatial, kernel, stride, padding, dilation, groups)
+CONV1D = [
+    (1, 3, 4, (17,), (3,), 1, 1, 1, 1),
+    (2, 4, 6, (20,), (5,), 2, (1, 2), 1, 2),          # TOPI's flat (before, after)
+    (2, 6, 6, (13,), (3,), 3, [(2, 0)], 2, 6),        # depthwise, asymmetric pair
+    (1, 8, 4, (31,), (1,), 1, 0, 1, 1),
+    (2, 3, 3, (16,), (4,), 2, "SAME", 1, 3),
+    (1, 5, 10, (9,), (3,), 1, "VALID", 3, 5),
+]
+CONV3D = [
+    (1, 3, 4, (5, 6, 7), (3, 3, 3), 1, 1, 1, 1),
+    (2, 4, 6, (4, 7, 5), (2, 3, 1), (1, 2, 1), (0, 1, 0, 1, 2, 0), (1, 1, 2), 2),
+    (1, 4, 4, (6, 5, 5), (3, 1, 3), 2, "SAME", 1, 4),
+    (1, 2, 3, (3, 9, 8), (1, 3, 3), (1, 3, 2), [(0, 0), (1, 2), (2, 1)], (1, 2, 1), 1),
+]
+
+
+def _conv_nd_case(op, case, dtype="float64"):
+    N, C, O, sp, k, stride, padding, dilation, g = case
+    rng = np.random.default_rng(len(sp) * 100 + C)
+    x = rng.standard_normal((N, C, *sp))
+    w = rng.standard_normal((O, C // g, *k))
+    nsp = len(sp)
+    tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+    conv = F.conv1d if nsp == 1 else F.conv3d
+    if isinstance(padding, str):
+        want = conv(tx, tw, stride=stride, padding=padding.lower(), dilation=dilation,
+                    groups=g) if padding == "VALID" or stride == 1 else None
+        if want is None:   # torch's "same" takes no stride: TensorFlow's split by hand
+            a = Args(op, op)
+            st = (stride,) * nsp if isinstance(stride, int) else stride
+            dl = (dilation,) * nsp if isinstance(dilation, int) else dilation
+            pairs = a.padding(padding, sp, k, st, dl)
+            want = conv(_torch_pad(tx, pairs), tw, stride=stride, dilation=dilation, groups=g)
+    else:
+        want = conv(_torch_pad(tx, _pairs(padding, nsp)), tw, stride=stride,
+                    dilation=dilation, groups=g)
+    fx, fw, back = _TO[op]
+    xl, wl = np.ascontiguousarray(fx(x)), np.ascontiguousarray(fw(w))
+    return (xl.astype(dtype), wl.astype(dtype)), want.numpy(), back
+
+
+@pytest.mark.parametrize("op", ["conv1d_ncw", "conv1d_nwc"])
+@pytest.mark.parametrize("case", CONV1D, ids=range(len(CONV1D)))
+def test_conv1d_matches_torch(op, case):
+    (x, w), want, back = _conv_nd_case(op, case)
+    X, W = tc.placeholder(x.shape, "float64", "X"), tc.placeholder(w.shape, "float64", "W")
+    _, _, _, _, _, stride, padding, dilation, g = case
+    Y = getattr(nn, op)(X, W, stride, padding, dilation, groups=g)
+    (y,) = _run(_build([Y], [X, W, Y]), [x, w], [tc.utils.get_const_tuple(Y.shape)], "float64")
+    np.testing.assert_allclose(back(y), want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("op", ["conv3d_ncdhw", "conv3d_ndhwc"])
+@pytest.mark.parametrize("case", CONV3D, ids=range(len(CONV3D)))
+def test_conv3d_matches_torch(op, case):
+    (x, w), want, back = _conv_nd_case(op, case)
+    X, W = tc.placeholder(x.shape, "float64", "X"), tc.placeholder(w.shape, "float64", "W")
+    _, _, _, _, _, stride, padding, dilation, g = case
+    Y = getattr(nn, op)(X, W, stride, padding, dilation, groups=g)
+    (y,) = _run(_build([Y], [X, W, Y]), [x, w], [tc.utils.get_const_tuple(Y.shape)], "float64")
+    np.testing.assert_allclose(back(y), want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("op,case", [("conv1d_ncw", CONV1D[1]), ("conv1d_nwc", CONV1D[0]),
+                                     ("conv3d_ncdhw", CONV3D[0]), ("conv3d_ndhwc", CONV3D[1])])
+def test_conv_nd_auto_schedule_float32(op, case):
+    (x, w), want, back = _conv_nd_case(op, case, "float32")
+    X, W = tc.placeholder(x.shape, name="X"), tc.placeholder(w.shape, name="W")
+    _, _, _, _, _, stride, padding, dilation, g = case
+    Y = getattr(nn, op)(X, W, stride, padding, dilation, groups=g)
+    (y,) = _run(_build([Y], [X, W, Y], auto=True), [x, w],
+                [tc.utils.get_const_tuple(Y.shape)], "float32")
+    np.testing.assert_allclose(back(y), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", ["conv1d_ncw", "conv3d_ndhwc"])
+def test_conv_nd_half_sums_in_float32(op, dtype):
+    case = CONV1D[1] if op == "conv1d_ncw" else CONV3D[0]
+    _, _, _, _, _, stride, padding, dilation, g = case
+    (x, w), _, _ = _conv_nd_case(op, case, "float32")
+    half = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+    xh, wh = x.astype(half), w.astype(half)
+    X, W = tc.placeholder(x.shape, dtype, "X"), tc.placeholder(w.shape, dtype, "W")
+    Y = getattr(nn, op)(X, W, stride, padding, dilation, groups=g)
+    assert Y.dtype == dtype and Y.op.input_tensors[0].dtype == "float32"
+    Y32 = getattr(nn, op)(X, W, stride, padding, dilation, groups=g, out_dtype="float32")
+    assert Y32.dtype == "float32"
+    shape = tc.utils.get_const_tuple(Y.shape)
+    y, y32 = np.empty(shape, half), np.empty(shape, "float32")
+    _build([Y, Y32], [X, W, Y, Y32])(xh, wh, y, y32)
+    # the reference: the half inputs summed in float64
+    Xr, Wr = tc.placeholder(x.shape, "float64", "X"), tc.placeholder(w.shape, "float64", "W")
+    Yr = getattr(nn, op)(Xr, Wr, stride, padding, dilation, groups=g)
+    (want,) = _run(_build([Yr], [Xr, Wr, Yr]), [xh.astype("float64"), wh.astype("float64")],
+                   [shape], "float64")
+    np.testing.assert_allclose(y32, want, rtol=1e-5, atol=1e-4)
+    # one rounding of the float32 sum
+    np.testing.assert_array_equal(y, y32.astype(half))
+
+
+# (N, C_in, C_out, H, W, kernel, stride, padding, output_padding, dilation, groups)
+TRANSPOSE = [
+    (2, 4, 6, 7, 8, (3, 3), 2, 1, 0, 1, 1),
+    (1, 4, 6, 5, 5, (4, 4), 2, 1, 1, 1, 1),
+    (1, 6, 4, 5, 6, (3, 2), (2, 3), (1, 0), (1, 2), (2, 1), 1),
+    (2, 3, 5, 4, 4, (3, 3), 1, 1, 0, 1, 1),
+    (1, 4, 4, 5, 5, (3, 3), 1, 0, (1, 0), 2, 2),         # output_padding < dilation
+    (1, 4, 6, 6, 5, (4, 3), 3, ((2, 1), (0, 2)), 2, 1, 1),   # asymmetric padding
+    (2, 6, 4, 4, 3, (2, 2), 2, 0, 0, 1, 2),              # grouped, a U-Net up-conv
+    (1, 16, 16, 5, 5, (3, 3), 2, 1, 1, 1, 16),           # depthwise
+    (1, 20, 8, 3, 3, (1, 1), 2, 0, 1, 1, 1),             # 1x1
+    (1, 16, 6, 4, 5, (3, 3), 2, (1, 2), 1, 1, 2),        # groups of 8: one per group
+    (2, 8, 6, 3, 4, (2, 2), 2, 0, 0, 1, 1),              # kernel = stride: one GEMM
+    (1, 4, 3, 3, 5, (2, 3), (2, 3), 0, 0, 1, 1),
+]
+
+
+def _transpose_case(case, nchw, dtype="float64"):
+    N, C, O, H, W_, k, s, p, op, d, g = case
+    rng = np.random.default_rng(C * 10 + O)
+    x = rng.standard_normal((N, C, H, W_))
+    w = rng.standard_normal((C, O // g, *k))
+    pairs = _pairs(p, 2)
+    # torch takes symmetric padding: the rest cut from the larger output
+    sym = [min(b, a) for b, a in pairs]
+    want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=s,
+                              padding=sym, output_padding=op, dilation=d, groups=g).numpy()
+    cut = [(b - m, a - m) for (b, a), m in zip(pairs, sym)]
+    want = want[:, :, cut[0][0]:want.shape[2] - cut[0][1], cut[1][0]:want.shape[3] - cut[1][1]]
+    if not nchw:
+        x, w = x.transpose(0, 2, 3, 1), w.transpose(2, 3, 1, 0)
+    return (np.ascontiguousarray(x, dtype), np.ascontiguousarray(w, dtype)), want
+
+
+def _transpose(X, W, case, nchw, **kw):
+    _, _, _, _, _, _, s, p, op, d, g = case
+    fn = nn.conv2d_transpose_nchw if nchw else nn.conv2d_transpose_nhwc
+    return fn(X, W, s, p, op, d, g, **kw)
+
+
+def _nchw(y, nchw):
+    return y if nchw else y.transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("nchw", [True, False], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("case", TRANSPOSE, ids=range(len(TRANSPOSE)))
+def test_conv2d_transpose_matches_torch(case, nchw):
+    (x, w), want = _transpose_case(case, nchw)
+    X, W = tc.placeholder(x.shape, "float64", "X"), tc.placeholder(w.shape, "float64", "W")
+    Y = _transpose(X, W, case, nchw)
+    (y,) = _run(_build([Y], [X, W, Y]), [x, w], [tc.utils.get_const_tuple(Y.shape)], "float64")
+    np.testing.assert_allclose(_nchw(y, nchw), want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("case", [TRANSPOSE[0], TRANSPOSE[2], TRANSPOSE[6], TRANSPOSE[9],
+                                  TRANSPOSE[10]],
+                         ids=["stride2", "asymmetric", "grouped", "per_group", "tiles"])
+def test_conv2d_transpose_auto_schedule_float32(case):
+    """The trials=0 schedule: the phases by the conv template (strategy/cpu/conv_nd.py)."""
+    (x, w), want = _transpose_case(case, True, "float32")
+    X, W = tc.placeholder(x.shape, name="X"), tc.placeholder(w.shape, name="W")
+    Y = _transpose(X, W, case, True)
+    (y,) = _run(_build([Y], [X, W, Y], auto=True), [x, w],
+                [tc.utils.get_const_tuple(Y.shape)], "float32")
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("nchw", [True, False], ids=["nchw", "nhwc"])
+def test_conv2d_transpose_kernel_equal_to_stride_is_one_gemm(nchw):
+    case = TRANSPOSE[10]
+    (x, w), want = _transpose_case(case, nchw, "float32")
+    X, W = tc.placeholder(x.shape, name="X"), tc.placeholder(w.shape, name="W")
+    Y = _transpose(X, W, case, nchw)
+    assert "conv2d_transpose_tiles" in Y.op.tag
+    assert Y.op.input_tensors[0].op.tag == "matmul"
+    (y,) = _run(_build([Y], [X, W, Y], auto=True), [x, w],
+                [tc.utils.get_const_tuple(Y.shape)], "float32")
+    np.testing.assert_allclose(_nchw(y, nchw), want, rtol=1e-4, atol=1e-4)
+    Xh, Wh = tc.placeholder(x.shape, "float16", "X"), tc.placeholder(w.shape, "float16", "W")
+    Yh = _transpose(Xh, Wh, case, nchw)
+    assert Yh.dtype == "float16" and Yh.op.input_tensors[0].op.input_tensors[0].dtype \
+        == "float32"
+
+
+def test_conv2d_transpose_phases_get_the_conv_template():
+    X, W = tc.placeholder((1, 32, 8, 8), name="X"), tc.placeholder((32, 16, 4, 4), name="W")
+    Y = nn.conv2d_transpose_nchw(X, W, 2, 1)
+    s = tc.auto_schedule([X, W, Y])
+    convs = [st for st in s.stages if {"conv2d_nchw", "conv2d_nhwc"} & set(
+        (st.op.tag or "").split(",")) and st.attach_type == "root"]
+    assert len(convs) == 4
+    # the conv template copies each phase's (flipped) weights into its blocked layout;
+    # the generic rules would compute the flips in place
+    copies = [st for st in s.stages if st.op.name.startswith("W.flip.p")
+              and st.op.name.endswith(".global")]
+    assert len(copies) == 4
+
+
+def test_conv2d_transpose_symbolic_batch_and_dtypes():
+    n = tc.var("n")
+    X, W = tc.placeholder((n, 4, 5, 5), name="X"), tc.placeholder((4, 3, 3, 3), name="W")
+    Y = nn.conv2d_transpose_nchw(X, W, 2, 1, 1)
+    assert tc.utils.get_const_tuple(Y.shape[1:]) == (3, 10, 10)
+    f = _build([Y], [X, W, Y], auto=True)
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((3, 4, 5, 5)), rng.standard_normal((4, 3, 3, 3))
+    y = np.empty((3, 3, 10, 10), "float32")
+    f(x.astype("float32"), w.astype("float32"), y)
+    want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2, padding=1,
+                              output_padding=1).numpy()
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    Xh, Wh = tc.placeholder((n, 4, 5, 5), "float16", "X"), tc.placeholder((4, 3, 3, 3),
+                                                                          "float16", "W")
+    Yh = nn.conv2d_transpose_nchw(Xh, Wh, 2, 1, 1)
+    assert Yh.dtype == "float16"
+    assert any(t.dtype == "float32" for t in Yh.op.input_tensors)
+    assert nn.conv2d_transpose_nchw(Xh, Wh, 2, out_dtype="float32").dtype == "float32"
+
+
+@pytest.mark.parametrize("which", ["conv3d_ndhwc", "transpose_per_group"])
+def test_symbolic_batch(which):
+    n = tc.var("n")
+    rng = np.random.default_rng(3)
+    if which == "conv3d_ndhwc":
+        X, W = tc.placeholder((n, 4, 5, 6, 4), name="X"), tc.placeholder((3, 3, 3, 2, 6),
+                                                                          name="W")
+        Y = nn.conv3d_ndhwc(X, W, (1, 2, 1), "SAME", groups=2)
+        x, w = rng.standard_normal((2, 4, 5, 6, 4)), rng.standard_normal((3, 3, 3, 2, 6))
+        a = Args("conv3d_ndhwc", "t")
+        pairs = a.padding("SAME", (4, 5, 6), (3, 3, 3), (1, 2, 1), (1, 1, 1))
+        want = F.conv3d(_torch_pad(torch.from_numpy(x.transpose(0, 4, 1, 2, 3)), pairs),
+                        torch.from_numpy(w.transpose(4, 3, 0, 1, 2)), stride=(1, 2, 1),
+                        groups=2).numpy().transpose(0, 2, 3, 4, 1)
+    else:
+        X, W = tc.placeholder((n, 16, 4, 5), name="X"), tc.placeholder((16, 3, 3, 3),
+                                                                       name="W")
+        Y = nn.conv2d_transpose_nchw(X, W, 2, 1, 1, groups=2)
+        x, w = rng.standard_normal((2, 16, 4, 5)), rng.standard_normal((16, 3, 3, 3))
+        want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2,
+                                  padding=1, output_padding=1, groups=2).numpy()
+    f = _build([Y], [X, W, Y], auto=True)
+    y = np.empty(want.shape, "float32")
+    f(x.astype("float32"), w.astype("float32"), y)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv1d_symbolic_batch():
+    n = tc.var("n")
+    X, W = tc.placeholder((n, 3, 12), name="X"), tc.placeholder((5, 3, 3), name="W")
+    Y = nn.conv1d_ncw(X, W, 2, 1)
+    f = _build([Y], [X, W, Y], auto=True)
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((4, 3, 12)), rng.standard_normal((5, 3, 3))
+    y = np.empty((4, 5, 6), "float32")
+    f(x.astype("float32"), w.astype("float32"), y)
+    want = F.conv1d(torch.from_numpy(x), torch.from_numpy(w), stride=2, padding=1).numpy()
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+# -- gradients ------------------------------------------------------------------------
+
+
+def _torch_grads(fn, x, w, head):
+    tx = torch.from_numpy(np.array(x)).requires_grad_()
+    tw = torch.from_numpy(np.array(w)).requires_grad_()
+    y = fn(tx, tw)
+    y.backward(torch.from_numpy(head))
+    return y.detach().numpy(), tx.grad.numpy(), tw.grad.numpy()
+
+
+def _tc_grads(Y, X, W, x, w, head):
+    Hd = tc.placeholder(Y.shape, "float64", "Hd")
+    gX, gW = tc.gradient(Y, [X, W], head=Hd)
+    f = tc.build(tc.schedule_backward([Y, gX, gW]), [X, W, Hd, Y, gX, gW])
+    outs = [np.empty(tc.utils.get_const_tuple(t.shape), "float64") for t in (Y, gX, gW)]
+    f(x, w, head, *outs)
+    return outs
+
+
+@pytest.mark.parametrize("op,case", [("conv1d_ncw", CONV1D[1]), ("conv1d_nwc", CONV1D[2]),
+                                     ("conv3d_ncdhw", CONV3D[1]), ("conv3d_ndhwc", CONV3D[0])])
+def test_conv_nd_gradients_match_torch(op, case):
+    N, C, O, sp, k, stride, padding, dilation, g = case
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((N, C, *sp)), rng.standard_normal((O, C // g, *k))
+    conv = F.conv1d if len(sp) == 1 else F.conv3d
+    pairs = _pairs(padding, len(sp))
+    want_y = conv(_torch_pad(torch.from_numpy(x), pairs), torch.from_numpy(w), stride=stride,
+                  dilation=dilation, groups=g).numpy()
+    head = rng.standard_normal(want_y.shape)
+    y0, gx0, gw0 = _torch_grads(lambda a, b: conv(_torch_pad(a, pairs), b, stride=stride,
+                                                  dilation=dilation, groups=g), x, w, head)
+    fx, fw, back = _TO[op]
+    xl, wl = np.ascontiguousarray(fx(x)), np.ascontiguousarray(fw(w))
+    X, W = tc.placeholder(xl.shape, "float64", "X"), tc.placeholder(wl.shape, "float64", "W")
+    Y = getattr(nn, op)(X, W, stride, padding, dilation, groups=g)
+    hl = np.ascontiguousarray(fx(head))
+    y, gx, gw = _tc_grads(Y, X, W, xl, wl, hl)
+    np.testing.assert_allclose(back(y), y0, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(gx, np.ascontiguousarray(fx(gx0)), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(gw, np.ascontiguousarray(fw(gw0)), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("nchw", [True, False], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("case", [TRANSPOSE[0], TRANSPOSE[2], TRANSPOSE[4], TRANSPOSE[6],
+                                  TRANSPOSE[9], TRANSPOSE[11]],
+                         ids=["stride2", "asymmetric", "dilation", "grouped", "per_group",
+                              "tiles"])
+def test_conv2d_transpose_gradients_match_torch(case, nchw):
+    N, C, O, H, W_, k, s, p, op, d, g = case
+    (x, w), want = _transpose_case(case, nchw)
+    rng = np.random.default_rng(6)
+    head_nchw = rng.standard_normal(want.shape)
+    pairs = _pairs(p, 2)
+    sym = [min(b, a) for b, a in pairs]
+    cut = [(b - m, a - m) for (b, a), m in zip(pairs, sym)]
+
+    def fn(a, b):
+        if not nchw:
+            a, b = a.permute(0, 3, 1, 2), b.permute(3, 2, 0, 1)
+        y = F.conv_transpose2d(a, b, stride=s, padding=sym, output_padding=op, dilation=d,
+                               groups=g)
+        return y[:, :, cut[0][0]:y.shape[2] - cut[0][1], cut[1][0]:y.shape[3] - cut[1][1]]
+
+    y0, gx0, gw0 = _torch_grads(fn, x, w, head_nchw)
+    X, W = tc.placeholder(x.shape, "float64", "X"), tc.placeholder(w.shape, "float64", "W")
+    Y = _transpose(X, W, case, nchw)
+    head = head_nchw if nchw else np.ascontiguousarray(head_nchw.transpose(0, 2, 3, 1))
+    y, gx, gw = _tc_grads(Y, X, W, x, w, head)
+    np.testing.assert_allclose(_nchw(y, nchw), y0, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(gx, gx0, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(gw, gw0, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("which", ["conv1d", "conv3d", "transpose", "transpose_grouped"])
+def test_gradcheck(which):
+    if which == "conv1d":
+        X, W = tc.placeholder((2, 4, 9), name="X"), tc.placeholder((4, 2, 3), name="W")
+        Y = nn.conv1d_ncw(X, W, 2, (1, 2), 2, groups=2)
+    elif which == "conv3d":
+        X = tc.placeholder((1, 4, 5, 4, 2), name="X")
+        W = tc.placeholder((2, 3, 2, 1, 2), name="W")
+        Y = nn.conv3d_ndhwc(X, W, (1, 2, 1), 1, 1, groups=2)
+    elif which == "transpose":
+        X, W = tc.placeholder((1, 3, 4, 5), name="X"), tc.placeholder((3, 2, 3, 3), name="W")
+        Y = nn.conv2d_transpose_nchw(X, W, 2, (1, 0), 1)
+    else:
+        X, W = tc.placeholder((1, 4, 3, 3), name="X"), tc.placeholder((4, 1, 2, 3), name="W")
+        Y = nn.conv2d_transpose_nchw(X, W, (2, 1), 0, 0, 1, groups=2)
+    assert ad.gradcheck(Y, [X, W])
+
+
+# -- CUDA, in the emulation -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["conv1d", "conv3d", "transpose", "tiles"])
+def test_cuda_emulation(which):
+    rng = np.random.default_rng(7)
+    if which == "conv1d":
+        X, W = tc.placeholder((2, 4, 20), name="X"), tc.placeholder((6, 2, 3), name="W")
+        Y = nn.conv1d_ncw(X, W, 2, 1, groups=2)
+        x, w = rng.standard_normal((2, 4, 20)), rng.standard_normal((6, 2, 3))
+        want = F.conv1d(torch.from_numpy(x), torch.from_numpy(w), stride=2, padding=1,
+                        groups=2).numpy()
+    elif which == "conv3d":
+        X, W = tc.placeholder((1, 3, 4, 6, 6), name="X"), tc.placeholder((4, 3, 3, 3, 3),
+                                                                          name="W")
+        Y = nn.conv3d_ncdhw(X, W, 1, 1)
+        x, w = rng.standard_normal((1, 3, 4, 6, 6)), rng.standard_normal((4, 3, 3, 3, 3))
+        want = F.conv3d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+    elif which == "transpose":
+        X, W = tc.placeholder((1, 4, 5, 5), name="X"), tc.placeholder((4, 3, 4, 4), name="W")
+        Y = nn.conv2d_transpose_nchw(X, W, 2, 1)
+        x, w = rng.standard_normal((1, 4, 5, 5)), rng.standard_normal((4, 3, 4, 4))
+        want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2,
+                                  padding=1).numpy()
+    else:
+        X, W = tc.placeholder((2, 8, 3, 5), name="X"), tc.placeholder((8, 4, 2, 2), name="W")
+        Y = nn.conv2d_transpose_nchw(X, W, 2)
+        x, w = rng.standard_normal((2, 8, 3, 5)), rng.standard_normal((8, 4, 2, 2))
+        want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2).numpy()
+    f = _build([Y], [X, W, Y], auto=True, target="cuda-emu")
+    y = np.empty(tc.utils.get_const_tuple(Y.shape), "float32")
+    f(x.astype("float32"), w.astype("float32"), y)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape,stride,padding", [
+    ((2, 8, 24, 37), 1, 0), ((1, 16, 40, 81), 2, 1), ((3, 4, 6, 20), 3, (2, 1))])
+def test_conv1d_ncw_template(shape, stride, padding):
+    """The conv1d_ncw template (a row that ends in a partial block): taken, and right."""
+    N, C, O, L = shape
+    X, W = tc.placeholder((N, C, L), name="X"), tc.placeholder((O, C, 3), name="W")
+    Y = nn.conv1d_ncw(X, W, stride, padding)
+    assert _conv1d_template([Y], Knobs(), cpu_model()) is not None
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((N, C, L)), rng.standard_normal((O, C, 3))
+    (y,) = _run(_build([Y], [X, W, Y], auto=True), [x.astype("float32"), w.astype("float32")],
+                [tc.utils.get_const_tuple(Y.shape)], "float32")
+    pairs = _pairs(padding if isinstance(padding, int) else [padding], 1)
+    want = F.conv1d(_torch_pad(torch.from_numpy(x), pairs), torch.from_numpy(w),
+                    stride=stride).numpy()
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
