@@ -2,7 +2,7 @@
 :func:`tecomp.gradient` (see :mod:`tecomp.nn.ops` for layouts and conventions)."""
 from .ops import (  # noqa: F401
     avg_pool2d, batch_matmul, batch_norm, batch_norm_train, bias_add, concatenate, conv2d_nchw, conv2d_nhwc,
-    cross_entropy, dense, dropout, embedding, flatten, gelu, layer_norm, log_softmax, matmul, max_pool2d, mse_loss,
+    cross_entropy, dense, depthwise_conv2d_nchw, depthwise_conv2d_nhwc, dropout, embedding, flatten, gelu, layer_norm, log_softmax, matmul, max_pool2d, mse_loss,
     pad, relu, reshape, scaled_dot_product_attention, sigmoid, softmax, split, tanh, transpose,
 )
 from .elementwise import (  # noqa: F401
@@ -19,7 +19,8 @@ from . import conv_grad as _conv_grad  # noqa: E402,F401
 from . import cpu as _cpu  # noqa: E402,F401
 
 __all__ = ["avg_pool2d", "batch_matmul", "batch_norm", "batch_norm_train", "bias_add", "concatenate",
-           "conv2d_nchw", "conv2d_nhwc", "cross_entropy", "dense", "dropout", "embedding",
+           "conv2d_nchw", "conv2d_nhwc", "cross_entropy", "dense", "depthwise_conv2d_nchw",
+           "depthwise_conv2d_nhwc", "dropout", "embedding",
            "flatten", "gelu", "layer_norm", "log_softmax", "matmul", "max_pool2d", "mse_loss",
            "pad", "relu", "reshape", "scaled_dot_product_attention", "sigmoid", "softmax",
            "split", "tanh", "transpose"]

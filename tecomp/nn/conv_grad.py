@@ -261,11 +261,11 @@ def _conv_data_grad(out, adjoint, wanted):
     conf = op.attrs.get("conv2d")
     if adjoint is None or conf is None or len(op.input_tensors) != 2:
         return None
-    (sh, sw), (ph, pw), (dh, dw) = conf
+    (sh, sw), ((ph, _), (pw, _)), (dh, dw) = conf     # (the padding after: in OH, OW)
     nchw = "conv2d_nchw" in op.tag.split(",")
     src, weight = op.input_tensors
     data = src
-    if ph or pw:
+    if any(b or a for b, a in conf[1]):
         if "pad" not in (getattr(src.op, "tag", "") or "").split(","):
             return None
         data = src.op.input_tensors[0]
@@ -322,9 +322,11 @@ def _conv_data_grad(out, adjoint, wanted):
             size = (qy + (len(ty) - 1) * ddy, qx + (len(tx) - 1) * ddx)
             src = _window(adjoint, sp, (ly, lx), size, f"{g}.pad")
             # a second derivative (this convolution's own gradient rule) reads the
-            # padding from ``attrs``: given for a symmetric one only, else the gather form
-            sym = all(a <= 0 and n == e - 2 * a for a, n, e in zip((ly, lx), size, (OH, OW)))
-            attrs = {"conv2d": ((1, 1), (-ly, -lx), (ddy, ddx))} if sym else {}
+            # padding from ``attrs``: given when the window pads the adjoint (before and
+            # after), not when it crops it (then the gather form)
+            pads = tuple((-a, a + n - e) for a, n, e in zip((ly, lx), size, (OH, OW)))
+            attrs = ({"conv2d": ((1, 1), pads, (ddy, ddx))}
+                     if all(b >= 0 and e >= 0 for b, e in pads) else {})
             phases[ry, rx] = _conv_compute(nchw and not via_nhwc, src, flip, (qy, qx),
                                            (1, 1), (ddy, ddx), g, attrs, acc)
     if single:

@@ -16,6 +16,7 @@ runtime (``tc.set_num_threads``).
 :mod:`.microkernel`    the register-blocked GEMM micro-kernel the templates share
 :mod:`.conv2d`         conv2d NCHW / NHWC with an elementwise epilogue; :class:`ConvParams`
 :mod:`.conv2d_grad`    the convolutions' weight gradients (``schedule_conv2d_into``)
+:mod:`.depthwise`      depthwise conv2d NCHW / NHWC (memory-bound) with an epilogue
 :mod:`.softmax`        softmax, ``softmax_fast``
 :mod:`.pool`           max / average pooling
 :mod:`.attention`      ``scaled_dot_product_attention``, FlashAttention's way
@@ -30,6 +31,7 @@ from .attention import attention_params, schedule_attention
 from .conv2d import (CONV_TASKS, ConvParams, conv2d_knobs, conv2d_nchw_params,
                      conv2d_nhwc_params, schedule_conv2d_nchw, schedule_conv2d_nhwc)
 from .conv2d_grad import CONV_TAGS, schedule_conv2d_into
+from .depthwise import schedule_depthwise_conv2d_nchw, schedule_depthwise_conv2d_nhwc
 from .elementwise import schedule_elementwise, schedule_injective
 from .gemm import (GemmParams, dense_packed, gemm_knobs, gemm_params, matmul_packed,
                    schedule_dense, schedule_matmul)
@@ -45,5 +47,6 @@ __all__ = [
     "dense_packed", "softmax_fast", "GemmParams", "gemm_params", "gemm_knobs",
     "schedule_attention", "attention_params", "CONV_TAGS", "CONV_TASKS", "ConvParams",
     "conv2d_nchw_params",
-    "conv2d_nhwc_params", "conv2d_knobs",
+    "conv2d_nhwc_params", "conv2d_knobs", "schedule_depthwise_conv2d_nchw",
+    "schedule_depthwise_conv2d_nhwc",
 ]

@@ -13,6 +13,7 @@ from .attention import _attention_into, _attention_part
 from .common import _auto_rest, _op_tags
 from .conv2d import (_conv_for_generic_rules, conv2d_knobs, plain_nchw_conv,
                      schedule_conv2d_nchw, schedule_conv2d_nhwc)
+from .depthwise import DEPTHWISE_TAGS, _depthwise_template
 from .gemm import _dense_rows_for_generic_rules, _gemm_template
 from ...target import CpuModel
 from .softmax import schedule_softmax
@@ -21,7 +22,7 @@ from .softmax import schedule_softmax
 def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     """The template of a DAG that is one of tecomp.nn's operators (matmul/dense, softmax,
     scaled_dot_product_attention, conv2d NCHW/NHWC with an elementwise epilogue, an NCHW
-    convolution written as a plain compute), for the
+    convolution written as a plain compute, a depthwise convolution), for the
     auto-scheduler's rules (registered with
     :func:`tecomp.autoschedule.rules.register_template`); None for any other DAG."""
     ops = _walk(outs)
@@ -37,6 +38,9 @@ def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
         s = create_schedule([outs[0].op])
         _attention_into(s, outs, info, knobs)
         return _auto_rest(s, outs, info)
+    depthwise = [op for op in reductions if set(DEPTHWISE_TAGS) & _op_tags(op)]
+    if len(depthwise) == 1 and len(reductions) == 1:
+        return _depthwise_template(outs, depthwise, info)
     convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _op_tags(op)
              or plain_nchw_conv(op) is not None]
     if len(convs) == 1 and len(reductions) == 1:
