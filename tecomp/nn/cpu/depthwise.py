@@ -30,10 +30,6 @@ from .conv2d import (_conv_parallel, _conv_parts, _conv_register_block, _own_pad
 from .elementwise import _epilogue, _fusable_epilogue
 from ...target import CpuModel
 
-#: the tags of the depthwise convolutions' stages (tecomp.nn.depthwise_conv2d_*, and
-#: conv2d_* with groups equal to the channels)
-DEPTHWISE_TAGS = ("depthwise_conv2d_nchw", "depthwise_conv2d_nhwc")
-
 
 def _lanes(conv, info: CpuModel) -> int:
     """Elements of the accumulation dtype in one vector register."""
@@ -68,48 +64,55 @@ def _inline_pad(s: Schedule, st, pad, loops) -> None:
         st.pragma(ax, "partition")
 
 
-def _depthwise_nchw_into(s: Schedule, outs, info: CpuModel) -> None:
-    conv, pad = _conv_parts(outs, "depthwise_conv2d_nchw")
+def _nchw_rows_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int) -> None:
+    """Schedule the NCHW convolution stage tagged ``tag`` (depthwise or grouped) under
+    ``outs``: blocks of ``ob`` output channels (which read the same input channels:
+    ``ob`` divides a group's) x ``YB`` rows x one vector of columns (the whole row when
+    it is narrower), accumulated in registers over the channels of the group (none for
+    a depthwise one) and the window (unrolled; the rows' input vectors shared between
+    taps and channels by LLVM); tasks are the (image, channel block) pairs."""
+    conv, pad = _conv_parts(outs, tag)
     pad = _own_pad(s, pad)
     N, O, OH, OW = (_cint(e) for e in conv.shape)
     L = _lanes(conv, info)
-    # one vector of columns (the whole row when it is narrower), YB rows: YB
-    # accumulators, and the KH + YB - 1 input rows the taps share
     xb = OW if OW is not None and OW <= L else L
-    yb = _block(OH, 4)
+    # YB rows: up to 4, about half the vector registers of accumulators
+    yb = _block(OH, max(1, min(4, (info.vregs // 2) // ob)))
     fused = _fusable_epilogue(outs, conv)
-    st, (n, o, yo, xo), cs, (cn, co, cy, cx), tiles = _conv_register_block(
-        s, conv, (1, 1, yb, xb), out=fused)
-    ky, kx = cs.op.reduce_axis
-    cs.reorder(*tiles, cn, co, ky, kx, cy, cx)
-    _unroll_window(cs, ky, kx)
+    st, (n, oc, yc, xc), cs, (cn, co, cy, cx), tiles = _conv_register_block(
+        s, conv, (1, ob, yb, xb), out=fused)
+    window = cs.op.reduce_axis[-2:]
+    cs.reorder(*tiles, cn, *cs.op.reduce_axis, co, cy, cx)
+    _unroll_window(cs, *window)
+    cs.unroll(co)
     cs.unroll(cy)
     cs.vectorize(cx)
-    # a task is one (image, channel) plane
-    task = st.fuse(n, o)
+    task = st.fuse(n, oc)
     if info.threads > 1:
         st.parallel(task)
-    _inline_pad(s, st, pad, (yo, xo))
+    _inline_pad(s, st, pad, (yc, xc))
     _epilogue(s, outs, conv, info, fused)
 
 
-def _depthwise_nhwc_into(s: Schedule, outs, info: CpuModel) -> None:
-    conv, pad = _conv_parts(outs, "depthwise_conv2d_nhwc")
+def _nhwc_pixels_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int) -> None:
+    """Schedule the NHWC convolution stage tagged ``tag`` (depthwise or grouped) under
+    ``outs``: blocks of ``XB`` pixels x ``ob`` output channels (whole vectors along the
+    channels, contiguous in memory), accumulated in registers over the window and the
+    channels of the group (none for a depthwise one); tasks are blocks of output rows
+    of an image."""
+    conv, pad = _conv_parts(outs, tag)
     pad = _own_pad(s, pad)
     N, OH, OW, O = (_cint(e) for e in conv.shape)
     L = _lanes(conv, info)
-    # OB: two vectors of channels where they divide the channels, else one; XB pixels,
-    # about half the vector registers of accumulators
-    ob = 2 * L if O is not None and O % (2 * L) == 0 else (O if O is not None and O < L
-                                                          else L)
     nvo = -(-ob // L)
+    # XB pixels: up to 8, about half the vector registers of accumulators
     xb = _block(OW, max(1, min(8, (info.vregs // 2) // nvo)))
     fused = _fusable_epilogue(outs, conv)
     st, (n, y, xo, oo), cs, (cn, cy, cx, co), tiles = _conv_register_block(
         s, conv, (1, 1, xb, ob), out=fused)
-    ky, kx = cs.op.reduce_axis
-    cs.reorder(*tiles, cn, cy, ky, kx, cx, co)
-    _unroll_window(cs, ky, kx)
+    window = cs.op.reduce_axis[:2]
+    cs.reorder(*tiles, cn, cy, *cs.op.reduce_axis, cx, co)
+    _unroll_window(cs, *window)
     cs.unroll(cx)
     cs.vectorize(co)
     # a task is R output rows of an image (R while there are still 8 tasks per thread):
@@ -129,6 +132,21 @@ def _depthwise_nhwc_into(s: Schedule, outs, info: CpuModel) -> None:
         task, _ = _conv_parallel(st, [n, y], [N, OH], info.threads, 1 << 30)
     _inline_pad(s, st, pad, (yi if R > 1 else task, xo))
     _epilogue(s, outs, conv, info, fused)
+
+
+def _depthwise_nchw_into(s: Schedule, outs, info: CpuModel) -> None:
+    # a task is one (image, channel) plane
+    _nchw_rows_into(s, outs, info, "depthwise_conv2d_nchw", 1)
+
+
+def _depthwise_nhwc_into(s: Schedule, outs, info: CpuModel) -> None:
+    conv, _ = _conv_parts(outs, "depthwise_conv2d_nhwc")
+    O = _cint(conv.shape[3])
+    L = _lanes(conv, info)
+    # two vectors of channels where they divide the channels, else one
+    ob = 2 * L if O is not None and O % (2 * L) == 0 else (O if O is not None and O < L
+                                                          else L)
+    _nhwc_pixels_into(s, outs, info, "depthwise_conv2d_nhwc", ob)
 
 
 def schedule_depthwise_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
@@ -179,10 +197,3 @@ def schedule_depthwise_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
     """
     return _template_or_rules(_depthwise_nhwc_into, outs, target)
 
-
-def _depthwise_template(outs, convs, info: CpuModel) -> Optional[Schedule]:
-    """The schedule of a DAG whose one reduction is a depthwise convolution
-    (``convs``: it), for :func:`tecomp.nn.cpu.templates._auto_template`."""
-    nchw = "depthwise_conv2d_nchw" in (convs[0].tag or "").split(",")
-    return (schedule_depthwise_conv2d_nchw if nchw else
-            schedule_depthwise_conv2d_nhwc)(outs, info.target)

@@ -13,16 +13,23 @@ from .attention import _attention_into, _attention_part
 from .common import _auto_rest, _op_tags
 from .conv2d import (_conv_for_generic_rules, conv2d_knobs, plain_nchw_conv,
                      schedule_conv2d_nchw, schedule_conv2d_nhwc)
-from .depthwise import DEPTHWISE_TAGS, _depthwise_template
+from .depthwise import schedule_depthwise_conv2d_nchw, schedule_depthwise_conv2d_nhwc
 from .gemm import _dense_rows_for_generic_rules, _gemm_template
+from .grouped import schedule_group_conv2d_nchw, schedule_group_conv2d_nhwc
 from ...target import CpuModel
 from .softmax import schedule_softmax
+
+#: the depthwise and grouped convolutions' templates, by their stages' tags
+_WINDOWED = {"depthwise_conv2d_nchw": schedule_depthwise_conv2d_nchw,
+             "depthwise_conv2d_nhwc": schedule_depthwise_conv2d_nhwc,
+             "group_conv2d_nchw": schedule_group_conv2d_nchw,
+             "group_conv2d_nhwc": schedule_group_conv2d_nhwc}
 
 
 def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     """The template of a DAG that is one of tecomp.nn's operators (matmul/dense, softmax,
     scaled_dot_product_attention, conv2d NCHW/NHWC with an elementwise epilogue, an NCHW
-    convolution written as a plain compute, a depthwise convolution), for the
+    convolution written as a plain compute, a depthwise or grouped convolution), for the
     auto-scheduler's rules (registered with
     :func:`tecomp.autoschedule.rules.register_template`); None for any other DAG."""
     ops = _walk(outs)
@@ -38,9 +45,9 @@ def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
         s = create_schedule([outs[0].op])
         _attention_into(s, outs, info, knobs)
         return _auto_rest(s, outs, info)
-    depthwise = [op for op in reductions if set(DEPTHWISE_TAGS) & _op_tags(op)]
-    if len(depthwise) == 1 and len(reductions) == 1:
-        return _depthwise_template(outs, depthwise, info)
+    windowed = set(_WINDOWED) & _op_tags(reductions[0]) if len(reductions) == 1 else set()
+    if windowed:
+        return _WINDOWED[windowed.pop()](outs, info.target)
     convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _op_tags(op)
              or plain_nchw_conv(op) is not None]
     if len(convs) == 1 and len(reductions) == 1:
