@@ -345,8 +345,10 @@ def test_registered_gradient_for_asymmetric_padding():
 
 @needs_cxx
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-@pytest.mark.parametrize("kind", ["depthwise", "grouped"])
+@pytest.mark.parametrize("kind", ["depthwise", "grouped", "dense"])
 def test_gpu_rules_in_the_emulation(kind, layout):
+    """tc.auto_schedule(target="cuda-emu"): the GPU rules for the depthwise and grouped
+    stages, the conv templates for an asymmetric padding."""
     nchw = layout == "nchw"
     c = Conv(kind, nchw, 1, 8, 7, 6, 8, 3, 3, 2, (1, 0, 0, 1), groups=2, dtype="float32")
     s = tc.auto_schedule([c.X, c.W, c.Y], target="cuda-emu")
