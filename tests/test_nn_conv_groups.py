@@ -353,3 +353,34 @@ def test_gpu_rules_in_the_emulation(kind, layout):
     c = Conv(kind, nchw, 1, 8, 7, 6, 8, 3, 3, 2, (1, 0, 0, 1), groups=2, dtype="float32")
     s = tc.auto_schedule([c.X, c.W, c.Y], target="cuda-emu")
     np.testing.assert_allclose(c.run(s, target="cuda-emu"), c.ref(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("spelling", ["depthwise", "groups"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_depthwise_data_gradient_is_a_depthwise_convolution(layout, spelling):
+    """Stride 1, one filter per channel: the data gradient is the depthwise stage of the
+    adjoint (padded by dilation * (k - 1) - padding, before and after apart) with the
+    kernel flipped, which the depthwise template schedules; a stride keeps the derived
+    form.  Both against PyTorch's backward, float64, with a second derivative."""
+    nchw = layout == "nchw"
+    kind = "depthwise" if spelling == "depthwise" else "grouped"
+    c = Conv(kind, nchw, 2, 6, 9, 8, 6, 3, 3, 1, (1, 0, 2, 1), (2, 1), groups=6)
+    Hd = tc.placeholder(c.Y.shape, "float64", name="H")
+    dX, = tc.gradient(c.Y, [c.X], Hd)
+    assert dX.op.tag == f"depthwise_conv2d_{layout}"
+    # padding ((1, 2), (0, 1)), dilation (2, 1), 3x3: the adjoint's ((3, 2), (2, 1))
+    assert dX.op.attrs["depthwise_conv2d"] == ((1, 1), ((3, 2), (2, 1)), (2, 1), 1)
+    x = torch.tensor(c.x, requires_grad=True)
+    out = c.torch_out(x, torch.tensor(c.w))
+    head = RNG.standard_normal(tuple(out.shape))
+    out.backward(torch.tensor(head))
+    f = tc.build(tc.auto_schedule([dX], trials=0), [c.W, Hd, dX])
+    gx = np.zeros(c.xa.shape)
+    f(np.ascontiguousarray(c.wa), np.ascontiguousarray(head if nchw else
+                                                       head.transpose(0, 2, 3, 1)), gx)
+    want = x.grad.numpy() if nchw else x.grad.numpy().transpose(0, 2, 3, 1)
+    np.testing.assert_allclose(gx, want, rtol=1e-9, atol=1e-9)
+    assert gradcheck(dX, [Hd, c.W])
+    s2 = Conv(kind, nchw, 1, 4, 7, 7, 4, 3, 3, 2, 1, groups=4)
+    dX2, = tc.gradient(s2.Y, [s2.X], tc.placeholder(s2.Y.shape, "float64", name="H"))
+    assert f"depthwise_conv2d_{layout}" not in dX2.op.tag.split(",")

@@ -24,7 +24,7 @@ from typing import Optional
 
 from ...schedule.schedule import Schedule
 from .._schedule_common import _cint, _largest_divisor_at_most
-from .common import _template_or_rules
+from .common import _NoTemplate, _template_or_rules
 from .conv2d import (_conv_parallel, _conv_parts, _conv_register_block, _own_pad,
                      _unroll_window)
 from .elementwise import _epilogue, _fusable_epilogue
@@ -197,3 +197,20 @@ def schedule_depthwise_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
     """
     return _template_or_rules(_depthwise_nhwc_into, outs, target)
 
+
+
+def _depthwise_part(s: Schedule, out, knobs, info: CpuModel):
+    """The depthwise template for a depthwise convolution inside a larger DAG (a data
+    gradient next to the weight's, a layer of a network): the ids of the operations it
+    scheduled (the stage, its inlined padding, the copies it made), or None."""
+    nchw = "depthwise_conv2d_nchw" in out.op.tag.split(",")
+    before = {id(st.op) for st in s.stages}
+    try:
+        _, pad = _conv_parts([out], "depthwise_conv2d_nchw" if nchw else
+                             "depthwise_conv2d_nhwc")
+    except _NoTemplate:
+        return None
+    inlined = pad is not None and _own_pad(s, pad) is not None
+    (_depthwise_nchw_into if nchw else _depthwise_nhwc_into)(s, [out], info)
+    return ({id(out.op)} | ({id(pad.op)} if inlined else set())
+            | {id(st.op) for st in s.stages if id(st.op) not in before})

@@ -1,7 +1,8 @@
 """The templates as the auto-scheduler's starting points: a DAG that is one of
 ``tecomp.nn``'s operators (matmul/dense, softmax, attention, a convolution with an
 elementwise epilogue) is scheduled by its template, with the template's decisions as
-knobs (:mod:`tecomp.autoschedule.config`); an attention inside a larger DAG too."""
+knobs (:mod:`tecomp.autoschedule.config`); an attention or a depthwise convolution
+inside a larger DAG too."""
 from __future__ import annotations
 
 from typing import Optional
@@ -13,7 +14,8 @@ from .attention import _attention_into, _attention_part
 from .common import _auto_rest, _op_tags
 from .conv2d import (_conv_for_generic_rules, conv2d_knobs, plain_nchw_conv,
                      schedule_conv2d_nchw, schedule_conv2d_nhwc)
-from .depthwise import schedule_depthwise_conv2d_nchw, schedule_depthwise_conv2d_nhwc
+from .depthwise import (_depthwise_part, schedule_depthwise_conv2d_nchw,
+                        schedule_depthwise_conv2d_nhwc)
 from .gemm import _dense_rows_for_generic_rules, _gemm_template
 from .grouped import schedule_group_conv2d_nchw, schedule_group_conv2d_nhwc
 from ...target import CpuModel
@@ -61,3 +63,5 @@ def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
 
 _rules.register_template(_auto_template)
 _rules.register_part_template("sdpa", _attention_part)
+_rules.register_part_template("depthwise_conv2d_nchw", _depthwise_part)
+_rules.register_part_template("depthwise_conv2d_nhwc", _depthwise_part)
