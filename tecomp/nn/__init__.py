@@ -3,7 +3,7 @@
 target-free; how each is scheduled per target is :mod:`tecomp.strategy`'s."""
 from .ops import (  # noqa: F401
     avg_pool2d, batch_matmul, batch_norm, batch_norm_train, bias_add, concatenate, conv2d_nchw, conv2d_nhwc,
-    cross_entropy, dense, dropout, embedding, flatten, gelu, layer_norm, log_softmax, matmul, max_pool2d, mse_loss,
+    cross_entropy, dense, depthwise_conv2d_nchw, depthwise_conv2d_nhwc, dropout, embedding, flatten, gelu, layer_norm, log_softmax, matmul, max_pool2d, mse_loss,
     pad, relu, reshape, scaled_dot_product_attention, sigmoid, softmax, split, tanh, transpose,
 )
 from .elementwise import (  # noqa: F401
@@ -27,7 +27,8 @@ from .reduction import all, any, argmax, argmin, max, mean, min, prod, sum  # no
 from . import conv_grad as _conv_grad  # noqa: E402,F401
 
 __all__ = ["avg_pool2d", "batch_matmul", "batch_norm", "batch_norm_train", "bias_add", "concatenate",
-           "conv2d_nchw", "conv2d_nhwc", "cross_entropy", "dense", "dropout", "embedding",
+           "conv2d_nchw", "conv2d_nhwc", "cross_entropy", "dense", "depthwise_conv2d_nchw",
+           "depthwise_conv2d_nhwc", "dropout", "embedding",
            "flatten", "gelu", "layer_norm", "log_softmax", "matmul", "max_pool2d", "mse_loss",
            "pad", "relu", "reshape", "scaled_dot_product_attention", "sigmoid", "softmax",
            "split", "tanh", "transpose", "conv1d_ncw", "conv1d_nwc", "conv3d_ncdhw",

@@ -1,4 +1,5 @@
-"""2-d convolutions, NCHW (weight OIHW) and NHWC (weight HWIO)."""
+"""2-d convolutions, NCHW (weight OIHW) and NHWC (weight HWIO): dense, grouped and
+depthwise."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -6,10 +7,10 @@ from typing import Sequence
 from .. import te as _te
 from ..te.tensor import Tensor
 from ._check import Args
-from ._common import _acc, _rounded
+from ._common import _acc, _int, _rounded
 from .transform import pad
 
-__all__ = ["conv2d_nchw", "conv2d_nhwc"]
+__all__ = ["conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d_nchw", "depthwise_conv2d_nhwc"]
 
 
 # ---------------------------------------------------------------------------------
@@ -17,71 +18,187 @@ __all__ = ["conv2d_nchw", "conv2d_nhwc"]
 
 
 def _conv_compute(nchw: bool, src, weight, out_hw, stride, dilation, name: str, attrs,
-                  acc=None):
+                  acc=None, groups: int = 1):
     """The convolution stage itself: ``out_hw`` output rows and columns read from ``src``
     (the data, already padded) at ``y * stride + ky * dilation`` (and the same in x),
     both operands cast to ``acc`` (the accumulation dtype; None: ``src``'s) before they
-    are multiplied and summed."""
+    are multiplied and summed.  With ``groups`` above 1 (tag ``group_conv2d_*``), output
+    channel ``o`` of ``O`` sums the weight's ``I = C / groups`` input channels of its
+    group ``o // (O / groups)``."""
     (sh, sw), (dh, dw) = stride, dilation
     acc = acc or src.dtype
     OH, OW = out_hw
     if nchw:
-        N, C = src.shape[0], src.shape[1]
-        O, KH, KW = weight.shape[0], weight.shape[2], weight.shape[3]
+        (N, C), (O, I, KH, KW) = src.shape[:2], weight.shape
     else:
-        N, C = src.shape[0], src.shape[3]
-        KH, KW, O = weight.shape[0], weight.shape[1], weight.shape[3]
-    c = _te.reduce_axis(C, name="c")
+        (N, C), (KH, KW, I, O) = (src.shape[0], src.shape[3]), weight.shape
+    c = _te.reduce_axis(C if groups == 1 else I, name="c")
     ky = _te.reduce_axis(KH, name="ky")
     kx = _te.reduce_axis(KW, name="kx")
+    if groups == 1:
+        def cin(o):
+            return c
+    else:
+        per, ci = _int(O, "output channels") // groups, _int(I, "input channels")
+
+        def cin(o):
+            return o // per * ci + c
+    tag = ("group_" if groups > 1 else "") + ("conv2d_nchw" if nchw else "conv2d_nhwc")
     if nchw:
         return _te.compute(
             (N, O, OH, OW),
             lambda n, o, y, x: _te.sum(
-                src[n, c, y * sh + ky * dh, x * sw + kx * dw].astype(acc) *
+                src[n, cin(o), y * sh + ky * dh, x * sw + kx * dw].astype(acc) *
                 weight[o, c, ky, kx].astype(acc), axis=[c, ky, kx]),
-            name=name, tag="conv2d_nchw", attrs=attrs)
+            name=name, tag=tag, attrs=attrs)
     return _te.compute(
         (N, OH, OW, O),
-        lambda n, y, x, o: _te.sum(src[n, y * sh + ky * dh, x * sw + kx * dw, c].astype(acc) *
-                                   weight[ky, kx, c, o].astype(acc), axis=[ky, kx, c]),
-        name=name, tag="conv2d_nhwc", attrs=attrs)
+        lambda n, y, x, o: _te.sum(
+            src[n, y * sh + ky * dh, x * sw + kx * dw, cin(o)].astype(acc) *
+            weight[ky, kx, c, o].astype(acc), axis=[ky, kx, c]),
+        name=name, tag=tag, attrs=attrs)
 
 
-def _conv2d(nchw: bool, data, weight, stride, padding, dilation, name: str, out_dtype):
-    op = "conv2d_nchw" if nchw else "conv2d_nhwc"
-    a = Args(op, name)
-    a.tensor("data", data, 4, "NCHW [batch, channels, height, width]" if nchw else
-             "NHWC [batch, height, width, channels]", "number")
-    a.tensor("weight", weight, 4, "OIHW [out, in, kh, kw]" if nchw else
-             "HWIO [kh, kw, in, out]", "number")
-    out_dtype = a.out_dtype(out_dtype, (data, weight))
-    a.operands([("data", data), ("weight", weight)], out_dtype)
+def _depthwise_compute(nchw: bool, src, wload, channels, mult: int, kernel, out_hw, stride,
+                       dilation, name: str, attrs, acc):
+    """A depthwise convolution over ``src`` (already padded): output channel ``o`` (of
+    ``channels * mult``) is input channel ``o // mult`` times its own ``KH x KW`` filter
+    ``wload(o, ky, kx)``, summed in ``acc``."""
+    (sh, sw), (dh, dw), (KH, KW) = stride, dilation, kernel
+    OH, OW = out_hw
+    N = src.shape[0]
+    ky = _te.reduce_axis(KH, name="ky")
+    kx = _te.reduce_axis(KW, name="kx")
+
+    def cin(o):
+        return o if mult == 1 else o // mult
+
+    if nchw:
+        return _te.compute(
+            (N, channels * mult, OH, OW),
+            lambda n, o, y, x: _te.sum(
+                src[n, cin(o), y * sh + ky * dh, x * sw + kx * dw].astype(acc) *
+                wload(o, ky, kx).astype(acc), axis=[ky, kx]),
+            name=name, tag="depthwise_conv2d_nchw", attrs=attrs)
+    return _te.compute(
+        (N, OH, OW, channels * mult),
+        lambda n, y, x, o: _te.sum(
+            src[n, y * sh + ky * dh, x * sw + kx * dw, cin(o)].astype(acc) *
+            wload(o, ky, kx).astype(acc), axis=[ky, kx]),
+        name=name, tag="depthwise_conv2d_nhwc", attrs=attrs)
+
+
+def _padded(nchw: bool, data, pads, name: str):
+    """``data`` padded by ``pads`` (one ``(before, after)`` pair per spatial dimension),
+    the stage ``<name>.pad``; ``data`` itself without padding."""
+    if not any(b or a for b, a in pads):
+        return data
+    (pt, pb), (pl, pr) = pads
+    before, after = ((0, 0, pt, pl), (0, 0, pb, pr)) if nchw else ((0, pt, pl, 0),
+                                                                   (0, pb, pr, 0))
+    return pad(data, before, after, name=f"{name}.pad")
+
+
+def _window_args(a: Args, nchw: bool, data, weight, stride, padding, dilation, wsp):
+    """The stride, dilation, padding (``(before, after)`` pairs) and output extents of a
+    2-d convolution of ``data`` with ``weight`` (its spatial dimensions ``wsp``)."""
     stride = a.ints("stride", stride, 1)
-    padding = a.ints("padding", padding, 0)
     dilation = a.ints("dilation", dilation, 1)
-    dsp, wsp = ((2, 3), (2, 3)) if nchw else ((1, 2), (0, 1))
-    a.match("weight", weight, 1 if nchw else 2, "data", data, 1 if nchw else 3,
-            "input channels")
+    dsp = (2, 3) if nchw else (1, 2)
     hw = tuple(a.constant("data", data, d, what) for d, what in zip(dsp, ("height", "width")))
     khw = tuple(a.constant("weight", weight, d, what)
                 for d, what in zip(wsp, ("kernel height", "kernel width")))
-    OH, OW = a.window(hw, khw, stride, padding, dilation, "data")
-    (ph, pw) = padding
-    src = data
-    if ph or pw:
-        src = pad(data, (0, 0, ph, pw) if nchw else (0, ph, pw, 0), name=f"{name}.pad")
+    pads = a.padding(padding, hw, khw, stride, dilation)
+    return stride, dilation, pads, khw, a.window(hw, khw, stride, pads, dilation, "data")
+
+
+def _conv2d(nchw: bool, data, weight, stride, padding, dilation, name: str, out_dtype,
+            groups=1):
+    op = "conv2d_nchw" if nchw else "conv2d_nhwc"
+    a = Args(op, name)
+    groups = a.ints("groups", groups, 1, count=1)
+    per = "" if groups == 1 else " // groups"
+    a.tensor("data", data, 4, "NCHW [batch, channels, height, width]" if nchw else
+             "NHWC [batch, height, width, channels]", "number")
+    a.tensor("weight", weight, 4, f"OIHW [out, in{per}, kh, kw]" if nchw else
+             f"HWIO [kh, kw, in{per}, out]", "number")
+    out_dtype = a.out_dtype(out_dtype, (data, weight))
+    a.operands([("data", data), ("weight", weight)], out_dtype)
+    stride, dilation, pads, khw, (OH, OW) = _window_args(
+        a, nchw, data, weight, stride, padding, dilation, (2, 3) if nchw else (0, 1))
+    cd, (od, idim) = (1, (0, 1)) if nchw else (3, (3, 2))
+    if groups == 1:
+        a.match("weight", weight, idim, "data", data, cd, "input channels")
+    else:
+        C = a.constant("data", data, cd, "channels")
+        O = a.constant("weight", weight, od, "output channels")
+        I = a.constant("weight", weight, idim, "input channels")
+        if C % groups or O % groups:
+            a.fail(f"groups={groups} must divide the {C} channels of data ({data.name}) "
+                   f"and the {O} output channels of weight ({weight.name}); give a common "
+                   "divisor of them")
+        if I * groups != C:
+            a.fail(f"weight ({weight.name}) has {I} input channels per group (axis {idim}) "
+                   f"but data ({data.name}) has {C} channels in {groups} groups "
+                   f"({C // groups} per group); weight must be "
+                   + (f"[{O}, {C // groups}, kh, kw]" if nchw else
+                      f"[kh, kw, {C // groups}, {O}]"))
+    src = _padded(nchw, data, pads, name)
     acc = _acc(data.dtype, out_dtype)
     out = out_dtype or data.dtype
-    conv = _conv_compute(nchw, src, weight, (OH, OW), stride, dilation,
-                         name if acc == out else f"{name}.acc",
-                         {"conv2d": (stride, padding, dilation)}, acc)
+    cname = name if acc == out else f"{name}.acc"
+    if groups == 1:
+        conv = _conv_compute(nchw, src, weight, (OH, OW), stride, dilation, cname,
+                             {"conv2d": (stride, pads, dilation)}, acc)
+    elif I == 1:
+        # one input channel per group: depthwise, the weight read as [C, O / C, KH, KW]
+        # (NCHW) or [KH, KW, C, O / C] (NHWC), the same memory
+        conv = _depthwise_compute(
+            nchw, src, (lambda o, ky, kx: weight[o, 0, ky, kx]) if nchw else
+            (lambda o, ky, kx: weight[ky, kx, 0, o]), C, O // C, khw, (OH, OW), stride,
+            dilation, cname, {"depthwise_conv2d": (stride, pads, dilation, O // C)}, acc)
+    else:
+        conv = _conv_compute(nchw, src, weight, (OH, OW), stride, dilation, cname,
+                             {"group_conv2d": (stride, pads, dilation, groups)}, acc, groups)
+    return _rounded(conv, out, name)
+
+
+def _depthwise(nchw: bool, data, weight, stride, padding, dilation, name: str, out_dtype):
+    op = f"depthwise_conv2d_{'nchw' if nchw else 'nhwc'}"
+    a = Args(op, name)
+    a.tensor("data", data, 4, "NCHW [batch, channels, height, width]" if nchw else
+             "NHWC [batch, height, width, channels]", "number")
+    a.tensor("weight", weight, 4, "[channels, multiplier, kh, kw]" if nchw else
+             "[kh, kw, channels, multiplier]", "number")
+    out_dtype = a.out_dtype(out_dtype, (data, weight))
+    a.operands([("data", data), ("weight", weight)], out_dtype)
+    stride, dilation, pads, khw, (OH, OW) = _window_args(
+        a, nchw, data, weight, stride, padding, dilation, (2, 3) if nchw else (0, 1))
+    cd, (wc, wm) = (1, (0, 1)) if nchw else (3, (2, 3))
+    a.match("weight", weight, wc, "data", data, cd, "channels",
+            "the weight is [channels, multiplier, kh, kw]" if nchw else
+            "the weight is [kh, kw, channels, multiplier]")
+    M = a.constant("weight", weight, wm, "channel multiplier")
+    C = data.shape[cd]
+    src = _padded(nchw, data, pads, name)
+    acc = _acc(data.dtype, out_dtype)
+    out = out_dtype or data.dtype
+    if nchw:
+        wload = ((lambda o, ky, kx: weight[o, 0, ky, kx]) if M == 1 else
+                 (lambda o, ky, kx: weight[o // M, o % M, ky, kx]))
+    else:
+        wload = ((lambda o, ky, kx: weight[ky, kx, o, 0]) if M == 1 else
+                 (lambda o, ky, kx: weight[ky, kx, o // M, o % M]))
+    conv = _depthwise_compute(nchw, src, wload, C, M, khw, (OH, OW), stride, dilation,
+                              name if acc == out else f"{name}.acc",
+                              {"depthwise_conv2d": (stride, pads, dilation, M)}, acc)
     return _rounded(conv, out, name)
 
 
 def conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
-                padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
-                name: str = "conv2d_nchw", out_dtype: str | None = None) -> Tensor:
+                padding: int | str | Sequence = 0, dilation: int | Sequence[int] = 1,
+                name: str = "conv2d_nchw", out_dtype: str | None = None,
+                groups: int = 1) -> Tensor:
     """2-d convolution (cross-correlation, as PyTorch) in NCHW.
 
     Parameters
@@ -89,17 +206,26 @@ def conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
     data : Tensor
         ``[N, C, H, W]``.
     weight : Tensor
-        ``[O, C, KH, KW]``.
+        ``[O, C // groups, KH, KW]`` (PyTorch's layout).
     stride : int or (int, int), optional
         The stride.
-    padding : int or (int, int), optional
-        Zeros added on both sides.
+    padding : int, str or sequence, optional
+        Zeros added around the image: an int (every side); ``(ph, pw)`` (both sides of
+        each dimension); ``((top, bottom), (left, right))``; TOPI's ``(top, left, bottom,
+        right)``; ``"VALID"`` (none) or ``"SAME"`` (TensorFlow's: ``ceil(H / stride)``
+        rows, the odd row or column of padding after).
     dilation : int or (int, int), optional
         The kernel's dilation.
     out_dtype : str, optional
         As :func:`dense`'s: None keeps the data's dtype and sums float16/bfloat16
         products in float32 (the stage ``<name>.acc``, rounded once by ``<name>``); a
         dtype casts both operands to it and is the output's.
+    groups : int, optional
+        The channels and the output channels split into ``groups`` independent
+        convolutions (``torch.nn.functional.conv2d``'s ``groups``); ``groups == C`` with
+        ``weight`` ``[C * M, 1, KH, KW]`` is a depthwise convolution (the stage of
+        :func:`depthwise_conv2d_nchw`, tag ``depthwise_conv2d_nchw``), other groupings
+        a stage tagged ``group_conv2d_nchw``.
     name : str, optional
         The output stage's name; helper stages are ``<name>.<what>``.
 
@@ -111,7 +237,8 @@ def conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
     Raises
     ------
     ShapeError, DTypeError
-        For an argument of the wrong rank, dtype or extent (the message names it).
+        For an argument of the wrong rank, dtype or extent, a padding it cannot read, or
+        ``groups`` that does not divide the channels (the message names it).
 
     Examples
     --------
@@ -120,13 +247,19 @@ def conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
     >>> X = tc.placeholder((1, 3, 8, 8), name="X"); W = tc.placeholder((4, 3, 3, 3), name="W")
     >>> tc.utils.get_const_tuple(nn.conv2d_nchw(X, W, padding=1).shape)
     (1, 4, 8, 8)
+    >>> tc.utils.get_const_tuple(nn.conv2d_nchw(X, W, padding=(0, 0, 1, 1)).shape)
+    (1, 4, 7, 7)
+    >>> G = tc.placeholder((8, 2, 3, 3), name="G"); X4 = tc.placeholder((1, 4, 8, 8), name="X4")
+    >>> tc.utils.get_const_tuple(nn.conv2d_nchw(X4, G, padding="SAME", groups=2).shape)
+    (1, 8, 8, 8)
     """
-    return _conv2d(True, data, weight, stride, padding, dilation, name, out_dtype)
+    return _conv2d(True, data, weight, stride, padding, dilation, name, out_dtype, groups)
 
 
 def conv2d_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
-                padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
-                name: str = "conv2d_nhwc", out_dtype: str | None = None) -> Tensor:
+                padding: int | str | Sequence = 0, dilation: int | Sequence[int] = 1,
+                name: str = "conv2d_nhwc", out_dtype: str | None = None,
+                groups: int = 1) -> Tensor:
     """2-d convolution in NHWC, weights in HWIO (TensorFlow's and TVM's NHWC layout).
 
     Parameters
@@ -134,9 +267,15 @@ def conv2d_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
     data : Tensor
         ``[N, H, W, C]``.
     weight : Tensor
-        ``[KH, KW, C, O]``.
+        ``[KH, KW, C // groups, O]`` (HWIO; with groups, ``I`` is the channels of one
+        group and output channel ``o`` belongs to group ``o // (O // groups)``, as in
+        NCHW).
     stride, padding, dilation, out_dtype
         As :func:`conv2d_nchw`'s.
+    groups : int, optional
+        As :func:`conv2d_nchw`'s; ``groups == C`` with weight ``[KH, KW, 1, C * M]`` is
+        the depthwise convolution of :func:`depthwise_conv2d_nhwc` (the same memory as
+        its ``[KH, KW, C, M]``).
     name : str, optional
         The output stage's name; helper stages are ``<name>.<what>``.
 
@@ -148,6 +287,87 @@ def conv2d_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
     Raises
     ------
     ShapeError, DTypeError
-        For an argument of the wrong rank, dtype or extent (the message names it).
+        For an argument of the wrong rank, dtype or extent, a padding it cannot read, or
+        ``groups`` that does not divide the channels (the message names it).
     """
-    return _conv2d(False, data, weight, stride, padding, dilation, name, out_dtype)
+    return _conv2d(False, data, weight, stride, padding, dilation, name, out_dtype, groups)
+
+
+def depthwise_conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
+                          padding: int | str | Sequence = 0,
+                          dilation: int | Sequence[int] = 1,
+                          name: str = "depthwise_conv2d_nchw",
+                          out_dtype: str | None = None) -> Tensor:
+    """Depthwise 2-d convolution in NCHW (TOPI's ``depthwise_conv2d_nchw``): each input
+    channel ``c`` convolved with its own ``M`` filters (the channel multiplier), output
+    channel ``c * M + m``.  The same as ``torch.nn.functional.conv2d(data,
+    weight.reshape(C * M, 1, KH, KW), groups=C)``.
+
+    Parameters
+    ----------
+    data : Tensor
+        ``[N, C, H, W]``.
+    weight : Tensor
+        ``[C, M, KH, KW]`` (TOPI's layout; the same memory as PyTorch's
+        ``[C * M, 1, KH, KW]``, which :func:`conv2d_nchw` takes with ``groups=C``).
+    stride, padding, dilation, out_dtype
+        As :func:`conv2d_nchw`'s (float16/bfloat16 sum in float32).
+    name : str, optional
+        The output stage's name (tag ``depthwise_conv2d_nchw``); helper stages are
+        ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        ``[N, C * M, OH, OW]``.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent, or a padding it cannot read
+        (the message names it).
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> import tecomp.nn as nn
+    >>> X = tc.placeholder((1, 8, 14, 14), name="X"); W = tc.placeholder((8, 2, 3, 3), name="W")
+    >>> tc.utils.get_const_tuple(nn.depthwise_conv2d_nchw(X, W, stride=2, padding=1).shape)
+    (1, 16, 7, 7)
+    """
+    return _depthwise(True, data, weight, stride, padding, dilation, name, out_dtype)
+
+
+def depthwise_conv2d_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
+                          padding: int | str | Sequence = 0,
+                          dilation: int | Sequence[int] = 1,
+                          name: str = "depthwise_conv2d_nhwc",
+                          out_dtype: str | None = None) -> Tensor:
+    """Depthwise 2-d convolution in NHWC (TOPI's ``depthwise_conv2d_nhwc``), output
+    channel ``c * M + m``.
+
+    Parameters
+    ----------
+    data : Tensor
+        ``[N, H, W, C]``.
+    weight : Tensor
+        ``[KH, KW, C, M]`` (TOPI's and TensorFlow's layout; the same memory as
+        :func:`conv2d_nhwc`'s ``[KH, KW, 1, C * M]`` with ``groups=C``).
+    stride, padding, dilation, out_dtype
+        As :func:`conv2d_nchw`'s.
+    name : str, optional
+        The output stage's name (tag ``depthwise_conv2d_nhwc``); helper stages are
+        ``<name>.<what>``.
+
+    Returns
+    -------
+    Tensor
+        ``[N, OH, OW, C * M]``.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent, or a padding it cannot read
+        (the message names it).
+    """
+    return _depthwise(False, data, weight, stride, padding, dilation, name, out_dtype)

@@ -14,7 +14,7 @@ from ..ir import dtype as _dt
 from ..ir.expr import Const
 from ._common import _bytes, _largest_divisor_at_most
 from ._common import _c, _int, _rounded
-from .conv import _conv_compute
+from .conv import _conv_compute, _depthwise_compute, _padded
 
 # The gradients below choose between reformulations of a convolution's gradient (NHWC,
 # panels, flat rows) for a fixed vector model, never for the machine: ``tc.gradient``
@@ -261,11 +261,11 @@ def _conv_data_grad(out, adjoint, wanted):
     conf = op.attrs.get("conv2d")
     if adjoint is None or conf is None or len(op.input_tensors) != 2:
         return None
-    (sh, sw), (ph, pw), (dh, dw) = conf
+    (sh, sw), ((ph, _), (pw, _)), (dh, dw) = conf     # (the padding after: in OH, OW)
     nchw = "conv2d_nchw" in op.tag.split(",")
     src, weight = op.input_tensors
     data = src
-    if ph or pw:
+    if any(b or a for b, a in conf[1]):
         if "pad" not in (getattr(src.op, "tag", "") or "").split(","):
             return None
         data = src.op.input_tensors[0]
@@ -276,8 +276,9 @@ def _conv_data_grad(out, adjoint, wanted):
         res[weight] = _conv_weight_grad(op, src, weight, adjoint)
     if not any(d is data for d in wanted):
         return res
-    res[data] = transposed_conv2d(adjoint, weight, nchw, conf, data.shape, data.dtype,
-                                  op.output(0).dtype, f"{data.name}.grad")
+    res[data] = transposed_conv2d(adjoint, weight, nchw, ((sh, sw), (ph, pw), (dh, dw)),
+                                  data.shape, data.dtype, op.output(0).dtype,
+                                  f"{data.name}.grad")
     return res
 
 
@@ -337,9 +338,11 @@ def transposed_conv2d(adjoint, weight, nchw: bool, conf, shape, dtype: str, acc:
             size = (qy + (len(ty) - 1) * ddy, qx + (len(tx) - 1) * ddx)
             src = _window(adjoint, sp, (ly, lx), size, f"{g}.pad")
             # a second derivative (this convolution's own gradient rule) reads the
-            # padding from ``attrs``: given for a symmetric one only, else the gather form
-            sym = all(a <= 0 and n == e - 2 * a for a, n, e in zip((ly, lx), size, (OH, OW)))
-            attrs = {"conv2d": ((1, 1), (-ly, -lx), (ddy, ddx))} if sym else {}
+            # padding from ``attrs``: given when the window pads the adjoint (before and
+            # after), not when it crops it (then the gather form)
+            pads = tuple((-a, a + n - e) for a, n, e in zip((ly, lx), size, (OH, OW)))
+            attrs = ({"conv2d": ((1, 1), pads, (ddy, ddx))}
+                     if all(b >= 0 and e >= 0 for b, e in pads) else {})
             phases[ry, rx] = _conv_compute(nchw and not via_nhwc, src, flip, (qy, qx),
                                            (1, 1), (ddy, ddx), g, attrs, acc)
     if single:
@@ -394,5 +397,62 @@ def _narrow_phases(rows, cols, channels, adjoint_channels) -> bool:
     return narrow and not by_channels
 
 
+def _depthwise_data_grad(out, adjoint, wanted):
+    """The data gradient of a stride-1 depthwise convolution with one filter per channel
+    (the rule ``tc.gradient`` uses for ``depthwise_conv2d_*``): the depthwise
+    convolution of the adjoint, padded by ``dilation * (k - 1) - padding`` on each side
+    (before and after apart), with the kernel flipped -- the depthwise stage again,
+    which its template runs at a forward pass's speed -- summed in the convolution's
+    dtype and rounded once to the data's (``<data>.grad``).  None (the derived gather
+    form) for a stride, a channel multiplier, a padding wider than the dilated kernel,
+    or a head of ones; the weight's gradient is always the derived one (a reduction over
+    the images and pixels)."""
+    op = out.op
+    conf = op.attrs.get("depthwise_conv2d")
+    if adjoint is None or conf is None or len(op.input_tensors) != 2:
+        return None
+    stride, pads, (dh, dw), mult = conf
+    nchw = "depthwise_conv2d_nchw" in op.tag.split(",")
+    src, weight = op.input_tensors
+    data = src
+    if any(b or a for b, a in pads):
+        if "pad" not in (getattr(src.op, "tag", "") or "").split(","):
+            return None
+        data = src.op.input_tensors[0]
+    if stride != (1, 1) or mult != 1 or data is weight or not any(d is data for d in wanted):
+        return None
+    KH, KW = (_int(e, f"depthwise_conv2d {op.name}: extent") for e in
+              (weight.shape[2:] if nchw else weight.shape[:2]))
+    back = tuple((d * (k - 1) - b, d * (k - 1) - a) for (b, a), d, k in
+                 zip(pads, (dh, dw), (KH, KW)))
+    if min(min(p) for p in back) < 0:
+        return None
+    # the kernel flipped, a stage of its own ([C, 1, KH, KW] or [KH, KW, C, 1]) that the
+    # gradient's convolution reads as a forward one reads its weight (a second
+    # derivative by this rule sees a plain weight)
+    C = data.shape[1 if nchw else 3]
+    hwc1 = not nchw and _int(weight.shape[2], "channels") != 1   # [KH, KW, C, 1]
+    if nchw:
+        flip = _te.compute((C, 1, KH, KW), lambda o, z, ky, kx: weight[
+            o, 0, KH - 1 - ky, KW - 1 - kx], name=f"{weight.name}.flip",
+            tag="injective,conv2d_weight_flip")
+    else:
+        flip = _te.compute((KH, KW, C, 1), lambda ky, kx, o, z: weight[
+            KH - 1 - ky, KW - 1 - kx, o if hwc1 else 0, 0 if hwc1 else o],
+            name=f"{weight.name}.flip", tag="injective,conv2d_weight_flip")
+    sp = (2, 3) if nchw else (1, 2)
+    acc = op.output(0).dtype
+    name = f"{data.name}.grad"
+    g = _depthwise_compute(nchw, _padded(nchw, adjoint, back, name),
+                           (lambda o, ky, kx: flip[o, 0, ky, kx]) if nchw else
+                           (lambda o, ky, kx: flip[ky, kx, o, 0]), C, 1,
+                           (KH, KW), tuple(data.shape[i] for i in sp), (1, 1), (dh, dw),
+                           name if data.dtype == acc else f"{name}.acc",
+                           {"depthwise_conv2d": ((1, 1), back, (dh, dw), 1)}, acc)
+    return {data: _rounded(g, data.dtype, name, tag="injective")}
+
+
 _register_tag_derivative("conv2d_nchw", _conv_data_grad, override=True)
 _register_tag_derivative("conv2d_nhwc", _conv_data_grad, override=True)
+_register_tag_derivative("depthwise_conv2d_nchw", _depthwise_data_grad, override=True)
+_register_tag_derivative("depthwise_conv2d_nhwc", _depthwise_data_grad, override=True)

@@ -30,7 +30,10 @@ Layouts
   -> ``[B, O]``.
 * ``conv2d_nchw``: data ``[N, C, H, W]``, weight ``[O, C, KH, KW]`` (PyTorch's layout).
 * ``conv2d_nhwc``: data ``[N, H, W, C]``, weight ``[KH, KW, C, O]`` (HWIO, TensorFlow's and
-  TVM's NHWC layout); output ``[N, OH, OW, O]``.
+  TVM's NHWC layout); output ``[N, OH, OW, O]``.  With ``groups=g`` the weights are
+  ``[O, C / g, KH, KW]`` and ``[KH, KW, C / g, O]``.
+* ``depthwise_conv2d_nchw``: weight ``[C, M, KH, KW]``; ``depthwise_conv2d_nhwc``: weight
+  ``[KH, KW, C, M]`` (TOPI's); output channel ``c * M + m``.
 * ``conv1d_ncw``/``conv1d_nwc``, ``conv3d_ncdhw``/``conv3d_ndhwc``: weights OIW / WIO and
   OIDHW / DHWIO (TOPI's names; PyTorch's ``conv1d``/``conv3d`` in the channels-first
   layouts), ``groups=`` as PyTorch's.
@@ -48,7 +51,7 @@ is one gather over the unpadded input.
 
 from .activation import bias_add, gelu, relu, sigmoid, tanh
 from .attention import scaled_dot_product_attention
-from .conv import conv2d_nchw, conv2d_nhwc
+from .conv import conv2d_nchw, conv2d_nhwc, depthwise_conv2d_nchw, depthwise_conv2d_nhwc
 from .conv_nd import conv1d_ncw, conv1d_nwc, conv3d_ncdhw, conv3d_ndhwc
 from .conv_transpose import conv2d_transpose_nchw, conv2d_transpose_nhwc
 from .linalg import batch_matmul, dense, matmul
@@ -59,7 +62,8 @@ from .transform import (concatenate, dropout, embedding, flatten, pad, reshape, 
                         transpose)
 
 __all__ = [
-    "matmul", "dense", "conv2d_nchw", "conv2d_nhwc", "max_pool2d", "avg_pool2d", "relu",
+    "matmul", "dense", "conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d_nchw",
+    "depthwise_conv2d_nhwc", "max_pool2d", "avg_pool2d", "relu",
     "sigmoid", "tanh", "gelu", "bias_add", "softmax", "log_softmax", "cross_entropy",
     "mse_loss", "batch_norm", "batch_norm_train", "layer_norm", "pad", "flatten", "batch_matmul",
     "transpose", "reshape", "concatenate", "split", "dropout", "squares32", "embedding",

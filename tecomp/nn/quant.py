@@ -364,7 +364,7 @@ def quantized_conv2d(x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp
     src = _te.compute(x.shape, lambda *i: _q(x[i], xz), name=f"{name}.shift", tag="elemwise")
     if ph or pw:
         src = _pad(src, (0, 0, ph, pw), value=0, name=f"{name}.pad")
-    conf = ((sh, sw), (ph, pw), (dh, dw))
+    conf = ((sh, sw), ((ph, ph), (pw, pw)), (dh, dw))
     if groups == 1:
         wq = _te.compute(w.shape, lambda *i: _q(w[i], wz), name=f"{name}.weight",
                          tag="elemwise")

@@ -84,7 +84,84 @@ CASES = [
      r"conv2d_nchw conv2d_nchw: stride must be an int >= 1 or a pair of them \(rows, columns\), "
      r"got 0"),
     ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, padding=(1, -1)), S,
-     r"padding must be an int >= 0 or a pair of them \(rows, columns\), got \(1, -1\)"),
+     r"padding must be an int >= 0, 2 of them \(one per spatial dimension\), 2 \(before, "
+     r"after\) pairs, 4 ints \(the befores, then the afters\), \"SAME\" or \"VALID\"; got "
+     r"\(1, -1\)"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, padding=(1, 0, 1)), S,
+     r"conv2d_nchw conv2d_nchw: padding must be an int >= 0, 2 of them .* got \(1, 0, 1\)"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, padding=((1, 0), (2,))), S,
+     r"padding must be .* 2 \(before, after\) pairs.* got \(\(1, 0\), \(2,\)\)"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, padding="FULL"), S,
+     r"conv2d_nchw conv2d_nchw: padding 'FULL' is not a padding mode; give \"SAME\" or "
+     r"\"VALID\", or ints"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, padding=(0, 0, 0, -1)), S,
+     r"padding must be an int >= 0, .* got \(0, 0, 0, -1\)"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(P(1, 3, 4, 4, name="X"), W4, padding=(0, 0, 0, 0),
+                                           stride=1, dilation=2), S,
+     r"the 3x3 kernel \(dilation 2x2, spanning 5x5\) is larger than the 4x4 data padded by "
+     r"0x0"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, padding=((2, 0), (0, 1)), dilation=(5, 4)),
+     S, r"the 3x3 kernel \(dilation 5x4, spanning 11x9\) is larger than the 8x8 data padded "
+        r"by 2\+0x0\+1"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(P(2, 6, 8, 8, name="X"), P(4, 3, 3, 3, name="W"),
+                                           groups=4), S,
+     r"conv2d_nchw conv2d_nchw: groups=4 must divide the 6 channels of data \(X\) and the 4 "
+     r"output channels of weight \(W\); give a common divisor of them"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(P(2, 6, 8, 8, name="X"), P(8, 2, 3, 3, name="W"),
+                                           groups=3), S,
+     r"groups=3 must divide the 6 channels of data \(X\) and the 8 output channels"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(P(2, 6, 8, 8, name="X"), P(6, 3, 3, 3, name="W"),
+                                           groups=3), S,
+     r"conv2d_nchw conv2d_nchw: weight \(W\) has 3 input channels per group \(axis 1\) but "
+     r"data \(X\) has 6 channels in 3 groups \(2 per group\); weight must be \[6, 2, kh, kw\]"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, groups=0), S,
+     r"conv2d_nchw conv2d_nchw: groups must be an int >= 1, got 0"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, groups=1.0), S,
+     r"groups must be an int >= 1, got 1.0"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(P(tc.var("n"), 6, 8, 8, name="X"),
+                                           P(6, 2, 3, 3, name="W"), groups=2, name="g"), S,
+     r"conv2d_nchw g: weight \(W\) has 2 input channels per group .* 6 channels in 2 groups "
+     r"\(3 per group\); weight must be \[6, 3, kh, kw\]"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(P(2, tc.var("c"), 8, 8, name="X"),
+                                           P(6, 3, 3, 3, name="W"), groups=2), S,
+     r"data \(X\): the channels \(axis 1\) must be a constant extent, got c"),
+    ("conv2d_nhwc", lambda: nn.conv2d_nhwc(P(1, 8, 8, 6, name="X"), P(3, 3, 3, 6, name="W"),
+                                           groups=3), S,
+     r"conv2d_nhwc conv2d_nhwc: weight \(W\) has 3 input channels per group \(axis 2\) but "
+     r"data \(X\) has 6 channels in 3 groups \(2 per group\); weight must be "
+     r"\[kh, kw, 2, 6\]"),
+    ("conv2d_nhwc", lambda: nn.conv2d_nhwc(H4, HW, padding="same "), S,
+     r"padding 'same ' is not a padding mode"),
+    ("depthwise_conv2d_nchw", lambda: nn.depthwise_conv2d_nchw(X4, P(4, 1, 3, 3, name="W")), S,
+     r"depthwise_conv2d_nchw depthwise_conv2d_nchw: weight \(W\) has 4 channels \(axis 0\) "
+     r"but data \(X\) has 3 \(axis 1\); they must be equal \(the weight is \[channels, "
+     r"multiplier, kh, kw\]\)"),
+    ("depthwise_conv2d_nchw", lambda: nn.depthwise_conv2d_nchw(X4, P(3, 3, 3, name="W")), S,
+     r"weight \(W\) must be 4-d \[channels, multiplier, kh, kw\], got 3-d"),
+    ("depthwise_conv2d_nchw", lambda: nn.depthwise_conv2d_nchw(X4, P(3, 1, 3, 3, name="W"),
+                                                               padding=-1), S,
+     r"depthwise_conv2d_nchw depthwise_conv2d_nchw: padding must be an int >= 0"),
+    ("depthwise_conv2d_nchw", lambda: nn.depthwise_conv2d_nchw(X4, P(3, 1, 3, 3, name="W"),
+                                                               stride=(1, 0)), S,
+     r"stride must be an int >= 1 or a pair of them \(rows, columns\), got \(1, 0\)"),
+    ("depthwise_conv2d_nchw", lambda: nn.depthwise_conv2d_nchw(
+        X4, P(3, 1, 3, 3, dtype="float64", name="W")), D,
+     r"weight \(W\) is float64 but data \(X\) is float32"),
+    ("depthwise_conv2d_nchw", lambda: nn.depthwise_conv2d_nchw(X4, P(3, 1, 3, 3, name="W"),
+                                                               out_dtype="int8"), D,
+     r"out_dtype int8 cannot hold the sum of products of float32 values"),
+    ("depthwise_conv2d_nchw", lambda: nn.depthwise_conv2d_nchw(
+        X4, P(3, tc.var("m"), 3, 3, name="W")), S,
+     r"weight \(W\): the channel multiplier \(axis 1\) must be a constant extent, got m"),
+    ("depthwise_conv2d_nhwc", lambda: nn.depthwise_conv2d_nhwc(H4, P(3, 3, 1, 3, name="W")), S,
+     r"depthwise_conv2d_nhwc depthwise_conv2d_nhwc: weight \(W\) has 1 channels \(axis 2\) "
+     r"but data \(X\) has 3 \(axis 3\); they must be equal \(the weight is \[kh, kw, "
+     r"channels, multiplier\]\)"),
+    ("depthwise_conv2d_nhwc", lambda: nn.depthwise_conv2d_nhwc(H4, P(9, 3, 3, 1, name="W")), S,
+     r"the kernel does not fit: the 9x3 kernel"),
+    ("depthwise_conv2d_nhwc", lambda: nn.depthwise_conv2d_nhwc(
+        P(2, 8, 8, 3, dtype="bool", name="X"), P(3, 3, 3, 1, dtype="bool", name="W")), D,
+     r"data \(X\) has dtype bool; give a float or integer tensor"),
     ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, dilation=(1, 1, 1)), S,
      r"dilation must be an int >= 1 or a pair"),
     ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, stride=1.5), S,

@@ -16,6 +16,8 @@ runtime (``tc.set_num_threads``).
 :mod:`.microkernel`    the register-blocked GEMM micro-kernel the templates share
 :mod:`.conv2d`         conv2d NCHW / NHWC with an elementwise epilogue; :class:`ConvParams`
 :mod:`.conv2d_grad`    the convolutions' weight gradients (``schedule_conv2d_into``)
+:mod:`.depthwise`      depthwise conv2d NCHW / NHWC (memory-bound) with an epilogue
+:mod:`.grouped`        grouped conv2d NCHW / NHWC (``groups=``) with an epilogue
 :mod:`.softmax`        softmax, ``softmax_fast``
 :mod:`.pool`           max / average / adaptive pooling, 1-3-d, channels first or last
 :mod:`.attention`      ``scaled_dot_product_attention``, FlashAttention's way
@@ -31,9 +33,11 @@ from .attention import attention_params, schedule_attention
 from .conv2d import (CONV_TASKS, ConvParams, conv2d_knobs, conv2d_nchw_params,
                      conv2d_nhwc_params, schedule_conv2d_nchw, schedule_conv2d_nhwc)
 from .conv2d_grad import CONV_TAGS, schedule_conv2d_into
+from .depthwise import schedule_depthwise_conv2d_nchw, schedule_depthwise_conv2d_nhwc
 from .elementwise import schedule_elementwise, schedule_injective
 from .gemm import (GemmParams, dense_packed, gemm_knobs, gemm_params, matmul_packed,
                    schedule_dense, schedule_matmul)
+from .grouped import schedule_group_conv2d_nchw, schedule_group_conv2d_nhwc
 from ...target import CpuModel, cpu_model, cpu_name
 from .pool import schedule_pool
 from .softmax import schedule_softmax, softmax_fast
@@ -46,5 +50,7 @@ __all__ = [
     "dense_packed", "softmax_fast", "GemmParams", "gemm_params", "gemm_knobs",
     "schedule_attention", "attention_params", "CONV_TAGS", "CONV_TASKS", "ConvParams",
     "conv2d_nchw_params",
-    "conv2d_nhwc_params", "conv2d_knobs", "apply_rules", "PART_TEMPLATES",
+    "conv2d_nhwc_params", "conv2d_knobs", "schedule_depthwise_conv2d_nchw",
+    "schedule_depthwise_conv2d_nhwc", "schedule_group_conv2d_nchw",
+    "schedule_group_conv2d_nhwc", "apply_rules", "PART_TEMPLATES",
 ]

@@ -2,7 +2,7 @@
 one of ``tecomp.nn``'s operators (matmul/dense, softmax, attention, a convolution with an
 elementwise epilogue) is scheduled by its template, with the template's decisions as
 knobs (:mod:`tecomp.autoschedule.config`); a pooling (:func:`.pool.pool_into`); an
-attention inside a larger DAG too (``PART_TEMPLATES``); any other DAG by the generic rules
+attention or a depthwise convolution inside a larger DAG too (``PART_TEMPLATES``); any other DAG by the generic rules
 (:mod:`tecomp.strategy.rules`)."""
 from __future__ import annotations
 
@@ -17,16 +17,26 @@ from .common import _NoTemplate, _auto_rest, _op_tags
 from .conv_nd import _conv1d_template, _phases_template
 from .conv2d import (_conv_for_generic_rules, conv2d_knobs, plain_nchw_conv,
                      schedule_conv2d_nchw, schedule_conv2d_nhwc)
+from .depthwise import (_depthwise_part, schedule_depthwise_conv2d_nchw,
+                        schedule_depthwise_conv2d_nhwc)
 from .gemm import _dense_rows_for_generic_rules, _gemm_template
+from .grouped import schedule_group_conv2d_nchw, schedule_group_conv2d_nhwc
 from .pool import pool_into
 from ...target import CpuModel
 from .softmax import schedule_softmax
+
+#: the depthwise and grouped convolutions' templates, by their stages' tags
+_WINDOWED = {"depthwise_conv2d_nchw": schedule_depthwise_conv2d_nchw,
+             "depthwise_conv2d_nhwc": schedule_depthwise_conv2d_nhwc,
+             "group_conv2d_nchw": schedule_group_conv2d_nchw,
+             "group_conv2d_nhwc": schedule_group_conv2d_nhwc}
 
 
 def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     """The template of a DAG that is one of tecomp.nn's operators (matmul/dense, softmax,
     scaled_dot_product_attention, conv2d NCHW/NHWC with an elementwise epilogue, an NCHW
-    convolution written as a plain compute, a pooling), for the auto-scheduler
+    convolution written as a plain compute, a pooling, a depthwise or grouped
+    convolution), for the auto-scheduler
     (:func:`apply_rules`); None for any other DAG."""
     ops = _walk(outs)
     reductions = [op for op in ops if op.reduce_axis]
@@ -48,6 +58,9 @@ def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
         except _NoTemplate:
             return None
         return _auto_rest(s, outs, info)
+    windowed = set(_WINDOWED) & _op_tags(reductions[0]) if len(reductions) == 1 else set()
+    if windowed:
+        return _WINDOWED[windowed.pop()](outs, info.target)
     convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _op_tags(op)
              or plain_nchw_conv(op) is not None]
     if len(convs) == 1 and len(reductions) == 1:
@@ -64,8 +77,11 @@ def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
 TEMPLATES = (_auto_template, _phases_template, _conv1d_template)
 
 #: templates of an operator inside a larger DAG, by the tag of its output stage (see
-#: :func:`tecomp.strategy.rules.generic_rules`): attention inside a transformer layer
-PART_TEMPLATES: Dict[str, object] = {"sdpa": _attention_part}
+#: :func:`tecomp.strategy.rules.generic_rules`): attention inside a transformer layer, a
+#: depthwise convolution inside a block
+PART_TEMPLATES: Dict[str, object] = {"sdpa": _attention_part,
+                                     "depthwise_conv2d_nchw": _depthwise_part,
+                                     "depthwise_conv2d_nhwc": _depthwise_part}
 
 
 def _template(outs, knobs, info: CpuModel) -> Optional[Schedule]:

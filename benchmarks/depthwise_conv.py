@@ -1,0 +1,106 @@
+"""Depthwise 3x3 convolutions (MobileNet's layers) and grouped 3x3 convolutions (ResNeXt-50
+32x4d's), auto-scheduled with trials=0, against PyTorch, interleaved in one process.
+
+tecomp: ``nn.depthwise_conv2d_nchw`` / ``nn.depthwise_conv2d_nhwc`` (weights ``[C, 1, 3,
+3]`` / ``[3, 3, C, 1]``) and ``nn.conv2d_nchw(..., groups=32)`` / ``nn.conv2d_nhwc``,
+padding 1, built with ``tc.auto_schedule(args)``.  PyTorch: ``F.conv2d(x, w, stride,
+padding=1, groups=C)`` on contiguous NCHW tensors, and on channels-last ones for NHWC
+(its memory format for NHWC).  A depthwise convolution reads each input once and writes
+each output once: it is bound by memory, so each row also gives tecomp's bandwidth
+(input, weights and output once, over the median time) against the read stream of this
+machine (``tc.viz.host_peaks``).  Medians, ms; ratio = PyTorch's time over tecomp's (> 1:
+tecomp is faster).  Every result is checked against PyTorch's first.
+
+    python3 benchmarks/depthwise_conv.py [--threads 2] [--rounds 9] [--batch 1,8]
+        [--layout nchw,nhwc] [--only depthwise|grouped]
+"""
+from __future__ import annotations
+
+from common import base_parser, interleaved_turns, pin_threads, torch_or_none
+
+#: (channels, image size, stride) of MobileNet-v1's depthwise 3x3 layers
+DEPTHWISE = [(32, 112, 1), (64, 112, 2), (128, 56, 1), (128, 56, 2), (256, 28, 1),
+             (256, 28, 2), (512, 14, 1), (512, 14, 2), (1024, 7, 1)]
+#: (channels, image size, stride) of ResNeXt-50 32x4d's grouped 3x3 layers (32 groups)
+GROUPED = [(128, 56, 1), (256, 56, 2), (256, 28, 1), (512, 28, 2), (512, 14, 1),
+           (1024, 7, 1)]
+GROUPS = 32
+
+
+def main() -> None:
+    ap = base_parser(__doc__, rounds=9)
+    ap.add_argument("--batch", default="1,8")
+    ap.add_argument("--layout", default="nchw,nhwc")
+    ap.add_argument("--only", default="depthwise,grouped")
+    args = ap.parse_args()
+    pin_threads(args.threads)
+    import numpy as np
+
+    import tecomp as tc
+    import tecomp.nn as nn
+
+    torch = torch_or_none(args.threads)
+    if torch is None:
+        raise SystemExit("depthwise_conv.py compares with PyTorch: pip install torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(0)
+    fns, rows = {}, []
+    work = [("depthwise", c) for c in DEPTHWISE] if "depthwise" in args.only else []
+    work += [("grouped", c) for c in GROUPED] if "grouped" in args.only else []
+    for batch in (int(b) for b in args.batch.split(",")):
+        for layout in args.layout.split(","):
+            nchw = layout == "nchw"
+            for kind, (C, H, s) in work:
+                groups = C if kind == "depthwise" else GROUPS
+                I = C // groups
+                x = rng.standard_normal((batch, C, H, H)).astype("float32")
+                w = (rng.standard_normal((C, I, 3, 3)) / np.sqrt(9 * I)).astype("float32")
+                tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+                if not nchw:
+                    tx = tx.contiguous(memory_format=torch.channels_last)
+                    tw = tw.contiguous(memory_format=torch.channels_last)
+                want = F.conv2d(tx, tw, stride=s, padding=1, groups=groups)
+                OH = want.shape[2]
+                if nchw:
+                    X = tc.placeholder((batch, C, H, H), name="x")
+                    xa, wa = x, w
+                else:
+                    X = tc.placeholder((batch, H, H, C), name="x")
+                    xa = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+                    # depthwise [3, 3, C, 1], grouped HWIO [3, 3, C / groups, C]
+                    wa = np.ascontiguousarray(w.transpose(2, 3, 0, 1) if kind == "depthwise"
+                                              else w.transpose(2, 3, 1, 0))
+                W = tc.placeholder(wa.shape, name="w")
+                if kind == "depthwise":
+                    op = nn.depthwise_conv2d_nchw if nchw else nn.depthwise_conv2d_nhwc
+                    Y = op(X, W, s, 1)
+                else:
+                    op = nn.conv2d_nchw if nchw else nn.conv2d_nhwc
+                    Y = op(X, W, s, 1, groups=groups)
+                f = tc.build(tc.auto_schedule([X, W, Y]), [X, W, Y])
+                xa, wa = tc.aligned(xa), tc.aligned(wa)
+                out = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
+                f(xa, wa, out)
+                ref = want.numpy() if nchw else want.permute(0, 2, 3, 1).numpy()
+                np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+                key = f"{kind} {layout} b{batch} {C}x{H}x{H} s{s}"
+                nbytes = 4 * (x.size + w.size + batch * C * OH * OH)
+                fns[f"tecomp {key}"] = lambda f=f, a=(xa, wa, out): f(*a)
+                fns[f"torch {key}"] = (lambda tx=tx, tw=tw, s=s, g=groups:
+                                       F.conv2d(tx, tw, stride=s, padding=1, groups=g))
+                rows.append((key, nbytes))
+    _, stream = tc.viz.host_peaks(args.threads)
+    t = interleaved_turns(fns, args.rounds)
+    print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, read "
+          f"stream {stream:.1f} GB/s: 3x3 depthwise (MobileNet-v1) and grouped "
+          f"({GROUPS} groups, ResNeXt-50 32x4d) convolutions, padding 1")
+    for key, nbytes in rows:
+        mine, theirs = t[f"tecomp {key}"], t[f"torch {key}"]
+        gbps = nbytes / mine / 1e9
+        print(f"  {key:32s} tecomp {mine * 1e3:7.3f} ms ({gbps:5.1f} GB/s, "
+              f"{gbps / stream:4.0%} of the stream) | torch {theirs * 1e3:7.3f} ms "
+              f"| {theirs / mine:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,386 @@
+"""Grouped and depthwise 2-d convolutions and the convolutions' padding forms (tecomp.nn):
+the forward against PyTorch (float64) over TOPI-like parameter lists (strides, paddings
+incl. asymmetric, SAME and VALID, dilations, channel multipliers, groups, both layouts,
+odd shapes, symbolic batch), float16/bfloat16 summed in float32, the gradients against
+PyTorch's and with gradcheck, the CPU depthwise and grouped templates (AVX-512 and AVX2
+blockings, 1 and 2 threads, the ones ``tc.auto_schedule`` gives) and the GPU rules in
+the emulation.
+Correctness only, never speed."""
+import shutil
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+import tecomp.nn as nn
+from tecomp.autodiff import gradcheck
+from tecomp.strategy import cpu
+from tecomp.nn._check import Args
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
+                               reason="no C++ compiler for the emulation")
+RNG = np.random.default_rng(52)
+
+
+@pytest.fixture(params=[16, 8], ids=["lanes16", "lanes8"])
+def lanes(request, monkeypatch):
+    monkeypatch.setenv("TECOMP_VECTOR_LANES", str(request.param))
+    return request.param
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    old = tc.get_num_threads()
+    tc.set_num_threads(request.param)
+    yield request.param
+    tc.set_num_threads(old)
+
+
+def _pair(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+def _pads(padding, hw, khw, stride, dilation):
+    """((top, bottom), (left, right)) as tecomp reads ``padding`` (the reference pads
+    with F.pad, then runs an unpadded conv2d)."""
+    return Args("test", "test").padding(padding, hw, khw, _pair(stride), _pair(dilation))
+
+
+class Conv:
+    """One convolution: ``kind`` "dense" / "grouped" (conv2d_* with groups) or "depthwise"
+    (depthwise_conv2d_* with ``mult``), its PyTorch reference and the arrays in the
+    layout tecomp takes."""
+
+    def __init__(self, kind, nchw, N, C, H, W, O, KH, KW, stride=1, padding=0, dilation=1,
+                 groups=1, mult=1, dtype="float64", batch=None, out_dtype=None):
+        self.kind, self.nchw, self.dtype = kind, nchw, dtype
+        self.stride, self.dilation = stride, dilation
+        if kind == "depthwise":
+            groups, O = C, C * mult
+        elif kind == "dense":
+            groups = 1
+        self.groups = groups
+        self.x = RNG.standard_normal((N, C, H, W))
+        self.w = RNG.standard_normal((O, C // groups, KH, KW))
+        self.pads = _pads(padding, (H, W), (KH, KW), stride, dilation)
+        n = batch if batch is not None else N
+        X = tc.placeholder((n, C, H, W) if nchw else (n, H, W, C), dtype, name="X")
+        if kind == "depthwise":
+            wt = self.w.reshape(C, mult, KH, KW)
+            self.wa = wt if nchw else wt.transpose(2, 3, 0, 1)
+            op = nn.depthwise_conv2d_nchw if nchw else nn.depthwise_conv2d_nhwc
+            Wt = tc.placeholder(self.wa.shape, dtype, name="W")
+            self.Y = op(X, Wt, stride, padding, dilation, out_dtype=out_dtype)
+        else:
+            self.wa = self.w if nchw else self.w.transpose(2, 3, 1, 0)
+            op = nn.conv2d_nchw if nchw else nn.conv2d_nhwc
+            Wt = tc.placeholder(self.wa.shape, dtype, name="W")
+            self.Y = op(X, Wt, stride, padding, dilation, groups=groups, out_dtype=out_dtype)
+        self.X, self.W = X, Wt
+        self.xa = self.x if nchw else self.x.transpose(0, 2, 3, 1)
+
+    def torch_out(self, x=None, w=None):
+        (t, b), (l, r) = self.pads
+        x = torch.tensor(self.x) if x is None else x
+        w = torch.tensor(self.w) if w is None else w
+        return F.conv2d(F.pad(x, (l, r, t, b)), w, stride=self.stride,
+                        dilation=self.dilation, groups=self.groups)
+
+    def ref(self):
+        out = self.torch_out().numpy()
+        return out if self.nchw else out.transpose(0, 2, 3, 1)
+
+    def arrays(self, dtype=None):
+        dtype = dtype or self.dtype
+        cast = (lambda a: a.astype("float32")) if dtype == "bfloat16" else \
+            (lambda a: a.astype(dtype))
+        return [np.ascontiguousarray(cast(a)) for a in (self.xa, self.wa)]
+
+    def run(self, s, target="llvm", **kw):
+        f = tc.build(s, [self.X, self.W, self.Y], target=target)
+        xa, wa = self.arrays()
+        out = np.full(self.ref().shape, np.nan, _np_dtype(self.Y.dtype))
+        f(xa, wa, out, **kw)
+        return out
+
+
+def _np_dtype(d):
+    return "float32" if d == "bfloat16" else d
+
+
+def _auto(conv):
+    return tc.auto_schedule([conv.X, conv.W, conv.Y], trials=0)
+
+
+# (kind, N, C, H, W, O, KH, KW, stride, padding, dilation, groups, mult): TOPI's
+# depthwise_conv2d and group_conv2d test lists, and odd shapes
+CASES = [
+    ("dense", 1, 4, 7, 8, 6, 3, 3, 1, (0, 1, 2, 0), 1, 1, 1),
+    ("dense", 2, 3, 9, 9, 5, 3, 3, 2, "SAME", 1, 1, 1),
+    ("dense", 1, 3, 8, 9, 5, 3, 3, (2, 3), ((0, 2), (1, 0)), (1, 2), 1, 1),
+    ("dense", 1, 2, 6, 7, 3, 3, 2, 1, "VALID", 1, 1, 1),
+    ("dense", 1, 3, 10, 10, 4, 5, 5, 3, "SAME", 1, 1, 1),
+    ("grouped", 1, 4, 9, 9, 8, 3, 3, 2, 1, 1, 2, 1),
+    ("grouped", 2, 8, 7, 5, 12, 3, 3, 1, (1, 0, 0, 1), 1, 4, 1),
+    ("grouped", 1, 6, 11, 11, 9, 3, 1, 2, "SAME", (2, 1), 3, 1),
+    ("grouped", 1, 32, 8, 8, 32, 3, 3, 1, 1, 1, 8, 1),
+    ("depthwise", 1, 8, 9, 9, 8, 3, 3, 1, ((1, 0), (2, 1)), 2, 8, 1),
+    ("depthwise", 1, 4, 9, 9, 8, 3, 3, 1, 1, 1, 4, 2),
+    ("depthwise", 2, 5, 9, 10, 5, 3, 3, 2, "SAME", 1, 5, 1),
+    ("depthwise", 1, 6, 8, 8, 12, 3, 3, (2, 1), "VALID", (1, 2), 6, 2),
+    ("depthwise", 1, 17, 13, 11, 17, 5, 3, 2, (2, 1), 1, 17, 1),
+    ("depthwise", 2, 3, 1, 1, 3, 1, 1, 1, 0, 1, 3, 1),
+    ("depthwise", 1, 33, 21, 19, 99, 3, 3, 1, (0, 0, 1, 1), 1, 33, 3),
+]
+IDS = [f"{c[0]}-{k}" for k, c in enumerate(CASES)]
+
+
+def _conv(case, nchw, **kw):
+    kind, N, C, H, W, O, KH, KW, s, p, d, g, m = case
+    return Conv(kind, nchw, N, C, H, W, O, KH, KW, s, p, d, g, m, **kw)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_forward_matches_torch(case, layout):
+    c = _conv(case, layout == "nchw")
+    np.testing.assert_allclose(c.run(_auto(c)), c.ref(), rtol=1e-10, atol=1e-10)
+    kind, N, C, H, W, O, KH, KW, s, p, d, g, m = case
+    if kind == "depthwise":
+        # PyTorch's spelling: conv2d_* with groups == channels, weight [C*M, 1, KH, KW]
+        c = Conv("grouped", layout == "nchw", N, C, H, W, C * m, KH, KW, s, p, d, groups=C)
+        assert c.Y.op.tag == f"depthwise_conv2d_{layout}"
+        np.testing.assert_allclose(c.run(_auto(c)), c.ref(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_groups_equal_to_channels_is_the_depthwise_stage(layout):
+    """conv2d_* with groups == C and one input channel per group (PyTorch's depthwise
+    spelling, weight [C*M, 1, KH, KW] / HWIO [KH, KW, 1, C*M]) is the depthwise stage, with
+    the depthwise template; other groupings are group_conv2d_*."""
+    nchw = layout == "nchw"
+    c = Conv("grouped", nchw, 2, 6, 9, 9, 12, 3, 3, 2, 1, 1, groups=6)
+    assert c.Y.op.tag == f"depthwise_conv2d_{layout}"
+    assert c.Y.op.attrs["depthwise_conv2d"] == ((2, 2), ((1, 1), (1, 1)), (1, 1), 2)
+    np.testing.assert_allclose(c.run(_auto(c)), c.ref(), rtol=1e-10, atol=1e-10)
+    g = Conv("grouped", nchw, 1, 6, 5, 5, 6, 3, 3, groups=3)
+    assert g.Y.op.tag == f"group_conv2d_{layout}" and "conv2d" not in g.Y.op.attrs
+    d = Conv("dense", nchw, 1, 6, 5, 5, 6, 3, 3, padding=(0, 0, 1, 2))
+    assert d.Y.op.attrs["conv2d"] == ((1, 1), ((0, 1), (0, 2)), (1, 1))
+
+
+@pytest.mark.parametrize("padding,want", [
+    (1, ((1, 1), (1, 1))), ((1, 2), ((1, 1), (2, 2))), ((0, 1, 2, 3), ((0, 2), (1, 3))),
+    (((0, 1), (2, 3)), ((0, 1), (2, 3))), ([[2, 0], [0, 2]], ((2, 0), (0, 2))),
+    ("VALID", ((0, 0), (0, 0))), ("same", ((1, 1), (1, 1))),
+])
+def test_padding_forms_make_the_padding_stage(padding, want):
+    X = tc.placeholder((1, 2, 6, 6), name="X")
+    Y = nn.depthwise_conv2d_nchw(X, tc.placeholder((2, 1, 3, 3), name="W"), padding=padding)
+    pad = Y.op.input_tensors[0]
+    if want == ((0, 0), (0, 0)):
+        assert pad is X
+    else:
+        assert pad.name == "depthwise_conv2d_nchw.pad"
+        assert tc.utils.get_const_tuple(pad.shape) == (1, 2, 6 + sum(want[0]), 6 + sum(want[1]))
+    assert Y.op.attrs["depthwise_conv2d"][1] == want
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("case", [CASES[k] for k in (1, 8, 11, 14, 15)],
+                         ids=[IDS[k] for k in (1, 8, 11, 14, 15)])
+def test_depthwise_template_every_blocking(case, layout, lanes, threads):
+    """The depthwise template (schedule_depthwise_conv2d_*) and what auto_schedule gives,
+    with the AVX-512 and the AVX2 blockings, 1 and 2 threads, tails everywhere."""
+    nchw = layout == "nchw"
+    kind, N, C, H, W, O, KH, KW, s, p, d, g, m = case
+    c = Conv("depthwise", nchw, N, C, H, W, C * m if kind == "depthwise" else C, KH, KW,
+             s, p, d, mult=m if kind == "depthwise" else 1, dtype="float32")
+    sched = cpu.schedule_depthwise_conv2d_nchw if nchw else cpu.schedule_depthwise_conv2d_nhwc
+    s1 = sched(c.Y)
+    low = str(tc.lower(s1, [c.X, c.W, c.Y]))
+    assert ("parallel" in low) == (threads > 1)
+    np.testing.assert_allclose(c.run(s1), c.ref(), rtol=1e-5, atol=1e-4)
+    # auto_schedule(trials=0) starts from (and here is) the template
+    assert str(tc.lower(_auto(c), [c.X, c.W, c.Y])) == low
+
+
+# (N, C, H, W, O, stride, padding, groups): groups of 4, 8, 16 and 32 output channels
+# (narrower than a vector, one vector, two), tails in every blocked dimension
+GROUPED = [(1, 16, 9, 9, 16, 1, 1, 4), (2, 32, 7, 11, 64, 2, (1, 0, 0, 1), 8),
+           (1, 32, 8, 8, 64, 1, "SAME", 2), (1, 12, 6, 5, 18, 1, 1, 3),
+           (1, 64, 5, 5, 64, 1, 1, 2)]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("case", GROUPED, ids=[f"g{c[-1]}-{k}" for k, c in enumerate(GROUPED)])
+def test_grouped_template_every_blocking(case, layout, lanes, threads):
+    nchw = layout == "nchw"
+    N, C, H, W, O, s, p, g = case
+    c = Conv("grouped", nchw, N, C, H, W, O, 3, 3, s, p, groups=g, dtype="float32")
+    sched = cpu.schedule_group_conv2d_nchw if nchw else cpu.schedule_group_conv2d_nhwc
+    s1 = sched(c.Y)
+    low = str(tc.lower(s1, [c.X, c.W, c.Y]))
+    assert ("parallel" in low) == (threads > 1)
+    np.testing.assert_allclose(c.run(s1), c.ref(), rtol=1e-5, atol=1e-4)
+    assert str(tc.lower(_auto(c), [c.X, c.W, c.Y])) == low
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_depthwise_template_with_epilogue(layout):
+    """A bias and a ReLU6 (MobileNet's) on the block on its way out: one kernel."""
+    nchw = layout == "nchw"
+    c = Conv("depthwise", nchw, 2, 24, 14, 14, 24, 3, 3, 2, 1, dtype="float32")
+    b = tc.placeholder((24,), name="b")
+    Z = nn.clip(nn.bias_add(c.Y, b, axis=1 if nchw else 3), 0.0, 6.0)
+    sched = cpu.schedule_depthwise_conv2d_nchw if nchw else cpu.schedule_depthwise_conv2d_nhwc
+    f = tc.build(sched(Z), [c.X, c.W, b, Z])
+    xa, wa = c.arrays()
+    ba = RNG.standard_normal(24).astype("float32")
+    out = np.zeros(c.ref().shape, "float32")
+    f(xa, wa, ba, out)
+    want = np.clip(c.ref() + (ba[None, :, None, None] if nchw else ba), 0, 6)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("kind", ["depthwise", "grouped"])
+def test_symbolic_batch(kind, layout):
+    nchw = layout == "nchw"
+    n = tc.var("n")
+    c = Conv(kind, nchw, 3, 8, 9, 7, 16 if kind == "depthwise" else 8, 3, 3, 2, "SAME",
+             groups=4, mult=2, dtype="float32", batch=n)
+    f = tc.build(_auto(c), [c.X, c.W, c.Y])
+    xa, wa = c.arrays()
+    out = np.zeros(c.ref().shape, "float32")
+    f(xa, wa, out)
+    np.testing.assert_allclose(out, c.ref(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("kind", ["depthwise", "grouped", "dense"])
+def test_half_precision_sums_in_float32(kind, dtype, layout):
+    """float16/bfloat16 operands: a float32 stage ``<name>.acc`` rounded once (as PyTorch);
+    ``out_dtype="float32"`` keeps the float32 sum as the output."""
+    nchw = layout == "nchw"
+    c = Conv(kind, nchw, 1, 16, 10, 9, 16, 3, 3, 1, (1, 0, 1, 2), groups=4, dtype=dtype)
+    acc = c.Y.op.input_tensors[0]
+    assert (c.Y.dtype, acc.dtype, acc.name.endswith(".acc")) == (dtype, "float32", True)
+    # the reference: the operands rounded to the dtype, summed in float64
+    rounded = torch.tensor(c.x).to(getattr(torch, dtype)).double()
+    wr = torch.tensor(c.w).to(getattr(torch, dtype)).double()
+    want = c.torch_out(rounded, wr).numpy()
+    want = want if nchw else want.transpose(0, 2, 3, 1)
+    f = tc.build(_auto(c), [c.X, c.W, c.Y])
+    xa, wa = (torch.tensor(a.copy()).to(getattr(torch, dtype)) for a in (c.xa, c.wa))
+    out = torch.zeros(want.shape, dtype=getattr(torch, dtype))
+    f(xa, wa, out)
+    tol = 1e-2 if dtype == "float16" else 4e-2
+    np.testing.assert_allclose(out.double().numpy(), want, rtol=tol, atol=tol)
+    c32 = Conv(kind, nchw, 1, 16, 10, 9, 16, 3, 3, 1, 1, groups=4, dtype=dtype,
+               out_dtype="float32")
+    assert c32.Y.dtype == "float32" and c32.Y.op.reduce_axis
+
+
+GRAD_CASES = [CASES[k] for k in (0, 1, 2, 5, 7, 9, 10, 11, 12)]
+GRAD_IDS = [IDS[k] for k in (0, 1, 2, 5, 7, 9, 10, 11, 12)]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("case", GRAD_CASES, ids=GRAD_IDS)
+def test_gradients_match_torch(case, layout):
+    """tc.gradient of the data and the weight, float64, against PyTorch's backward (the
+    asymmetric and SAME paddings through the convolutions' registered gradients, the
+    grouped and depthwise ones derived)."""
+    c = _conv(case, layout == "nchw")
+    x = torch.tensor(c.x, requires_grad=True)
+    w = torch.tensor(c.w, requires_grad=True)
+    out = c.torch_out(x, w)
+    head = RNG.standard_normal(tuple(out.shape))
+    out.backward(torch.tensor(head))
+    Hd = tc.placeholder(c.Y.shape, "float64", name="H")
+    dX, dW = tc.gradient(c.Y, [c.X, c.W], Hd)
+    f = tc.build(tc.auto_schedule([dX, dW], trials=0), [c.X, c.W, Hd, dX, dW])
+    xa, wa = c.arrays()
+    gx, gw = np.zeros(xa.shape), np.zeros(wa.shape)
+    f(xa, wa, np.ascontiguousarray(head if c.nchw else head.transpose(0, 2, 3, 1)), gx, gw)
+    want_x = x.grad.numpy() if c.nchw else x.grad.numpy().transpose(0, 2, 3, 1)
+    wg = w.grad.numpy()
+    if c.kind == "depthwise":
+        C, mult = c.x.shape[1], c.w.shape[0] // c.x.shape[1]
+        wg = wg.reshape(C, mult, *wg.shape[2:])
+        want_w = wg if c.nchw else wg.transpose(2, 3, 0, 1)
+    else:
+        want_w = wg if c.nchw else wg.transpose(2, 3, 1, 0)
+    np.testing.assert_allclose(gx, want_x, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(gw, want_w, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("case", [CASES[k] for k in (2, 6, 12)],
+                         ids=[IDS[k] for k in (2, 6, 12)])
+def test_gradcheck(case, layout):
+    c = _conv(case, layout == "nchw")
+    assert gradcheck(c.Y, [c.X, c.W])
+
+
+def test_registered_gradient_for_asymmetric_padding():
+    """The dense convolution's registered gradient (phases of the flipped kernel) reads
+    the padding before; a stride-1 asymmetric one is one convolution of the adjoint with
+    its own (asymmetric) padding, whose second derivative reads it from attrs."""
+    c = Conv("dense", True, 1, 3, 7, 8, 4, 3, 3, 1, (0, 1, 2, 0))
+    Hd = tc.placeholder(c.Y.shape, "float64", name="H")
+    dX, = tc.gradient(c.Y, [c.X], Hd)
+    assert dX.op.tag == "conv2d_nchw"
+    # the adjoint padded by dilation * (k - 1) - padding on each side: rows (0, 2) -> (2,
+    # 0), columns (1, 0) -> (1, 2)
+    assert dX.op.attrs["conv2d"] == ((1, 1), ((2, 0), (1, 2)), (1, 1))
+    # the second derivative: the gradient of that convolution, by the same rule
+    assert gradcheck(dX, [Hd, c.W])
+
+
+@needs_cxx
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("kind", ["depthwise", "grouped", "dense"])
+def test_gpu_rules_in_the_emulation(kind, layout):
+    """tc.auto_schedule(target="cuda-emu"): the GPU rules for the depthwise and grouped
+    stages, the conv templates for an asymmetric padding."""
+    nchw = layout == "nchw"
+    c = Conv(kind, nchw, 1, 8, 7, 6, 8, 3, 3, 2, (1, 0, 0, 1), groups=2, dtype="float32")
+    s = tc.auto_schedule([c.X, c.W, c.Y], target="cuda-emu")
+    np.testing.assert_allclose(c.run(s, target="cuda-emu"), c.ref(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("spelling", ["depthwise", "groups"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_depthwise_data_gradient_is_a_depthwise_convolution(layout, spelling):
+    """Stride 1, one filter per channel: the data gradient is the depthwise stage of the
+    adjoint (padded by dilation * (k - 1) - padding, before and after apart) with the
+    kernel flipped, which the depthwise template schedules; a stride keeps the derived
+    form.  Both against PyTorch's backward, float64, with a second derivative."""
+    nchw = layout == "nchw"
+    kind = "depthwise" if spelling == "depthwise" else "grouped"
+    c = Conv(kind, nchw, 2, 6, 9, 8, 6, 3, 3, 1, (1, 0, 2, 1), (2, 1), groups=6)
+    Hd = tc.placeholder(c.Y.shape, "float64", name="H")
+    dX, = tc.gradient(c.Y, [c.X], Hd)
+    assert dX.op.tag == f"depthwise_conv2d_{layout}"
+    # padding ((1, 2), (0, 1)), dilation (2, 1), 3x3: the adjoint's ((3, 2), (2, 1))
+    assert dX.op.attrs["depthwise_conv2d"] == ((1, 1), ((3, 2), (2, 1)), (2, 1), 1)
+    x = torch.tensor(c.x, requires_grad=True)
+    out = c.torch_out(x, torch.tensor(c.w))
+    head = RNG.standard_normal(tuple(out.shape))
+    out.backward(torch.tensor(head))
+    f = tc.build(tc.auto_schedule([dX], trials=0), [c.W, Hd, dX])
+    gx = np.zeros(c.xa.shape)
+    f(np.ascontiguousarray(c.wa), np.ascontiguousarray(head if nchw else
+                                                       head.transpose(0, 2, 3, 1)), gx)
+    want = x.grad.numpy() if nchw else x.grad.numpy().transpose(0, 2, 3, 1)
+    np.testing.assert_allclose(gx, want, rtol=1e-9, atol=1e-9)
+    assert gradcheck(dX, [Hd, c.W])
+    s2 = Conv(kind, nchw, 1, 4, 7, 7, 4, 3, 3, 2, 1, groups=4)
+    dX2, = tc.gradient(s2.Y, [s2.X], tc.placeholder(s2.Y.shape, "float64", name="H"))
+    assert f"depthwise_conv2d_{layout}" not in dX2.op.tag.split(",")
