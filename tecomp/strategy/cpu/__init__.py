@@ -15,6 +15,7 @@ runtime (``tc.set_num_threads``).
 :mod:`.gemm`           matmul, dense, the packed layouts; :class:`GemmParams` config
 :mod:`.microkernel`    the register-blocked GEMM micro-kernel the templates share
 :mod:`.conv2d`         conv2d NCHW / NHWC with an elementwise epilogue; :class:`ConvParams`
+:mod:`.conv2d_tasks`   the convolutions' thread tasks, padding and weight copies
 :mod:`.conv2d_grad`    the convolutions' weight gradients (``schedule_conv2d_into``)
 :mod:`.depthwise`      depthwise conv2d NCHW / NHWC (memory-bound) with an epilogue
 :mod:`.grouped`        grouped conv2d NCHW / NHWC (``groups=``) with an epilogue

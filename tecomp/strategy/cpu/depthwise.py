@@ -25,8 +25,8 @@ from typing import Optional
 from ...schedule.schedule import Schedule
 from .._common import _cint, _largest_divisor_at_most
 from .common import _NoTemplate, _template_or_rules
-from .conv2d import (_conv_parallel, _conv_parts, _conv_register_block, _own_pad,
-                     _unroll_window)
+from .conv2d import _conv_parts, _conv_register_block, _own_pad, _unroll_window
+from .conv2d_tasks import _conv_parallel
 from .elementwise import _epilogue, _fusable_epilogue
 from ...target import CpuModel
 
