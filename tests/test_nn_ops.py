@@ -409,3 +409,33 @@ def test_padding_forms():
     for bad in (-1, (1, 2, 3), "same2", True, ((1,), (2, 3)), 1.0):
         with pytest.raises(tc.ShapeError, match="padding"):
             a.padding(bad, *geo)
+
+
+@pytest.mark.parametrize("layout", ["HWIO", "OHWI", "HWOI"])
+def test_conv2d_nhwc_kernel_layouts(layout):
+    """conv2d_nhwc reads its weight in HWIO, OHWI or HWOI (TOPI's kernel layouts), forward
+    and gradients as PyTorch's convolution of the same weights."""
+    import torch
+    perm = {"HWIO": (2, 3, 1, 0), "OHWI": (0, 2, 3, 1), "HWOI": (2, 3, 0, 1)}[layout]
+    shape = tuple((6, 4, 3, 3)[p] for p in perm)        # from OIHW [6, 4, 3, 3]
+    X = tc.placeholder((2, 7, 7, 4), name="X")
+    W = tc.placeholder(shape, name="W")
+    Y = nn.conv2d_nhwc(X, W, stride=2, padding=(1, 0, 1, 1), kernel_layout=layout)
+    H = tc.placeholder(Y.shape, name="H")
+    gX, gW = tc.gradient(Y, [X, W], head=H)
+    args = [X, W, H, Y, gX, gW]
+    f = tc.build(tc.auto_schedule(args), args)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 7, 7, 4)).astype("float32")
+    w_oihw = rng.standard_normal((6, 4, 3, 3)).astype("float32")
+    w = np.ascontiguousarray(w_oihw.transpose(perm))
+    h = rng.standard_normal(tuple(int(e) for e in Y.shape)).astype("float32")
+    y, gx, gw = np.empty_like(h), np.empty_like(x), np.empty_like(w)
+    f(x, w, h, y, gx, gw)
+    tx = torch.from_numpy(x).permute(0, 3, 1, 2).requires_grad_()
+    tw = torch.from_numpy(w_oihw).requires_grad_()
+    ty = torch.nn.functional.conv2d(torch.nn.functional.pad(tx, (0, 1, 1, 1)), tw, stride=2)
+    ty.backward(torch.from_numpy(h).permute(0, 3, 1, 2))
+    np.testing.assert_allclose(y, ty.detach().permute(0, 2, 3, 1).numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gx, tx.grad.permute(0, 2, 3, 1).numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gw, tw.grad.numpy().transpose(perm), rtol=1e-4, atol=1e-4)

@@ -259,8 +259,9 @@ def conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
 def conv2d_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
                 padding: int | str | Sequence = 0, dilation: int | Sequence[int] = 1,
                 name: str = "conv2d_nhwc", out_dtype: str | None = None,
-                groups: int = 1) -> Tensor:
-    """2-d convolution in NHWC, weights in HWIO (TensorFlow's and TVM's NHWC layout).
+                groups: int = 1, kernel_layout: str = "HWIO") -> Tensor:
+    """2-d convolution in NHWC, weights in HWIO (TensorFlow's and TVM's NHWC layout), or
+    OHWI / HWOI (``kernel_layout=``, as TOPI's ``conv2d_nhwc``).
 
     Parameters
     ----------
@@ -276,6 +277,10 @@ def conv2d_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
         As :func:`conv2d_nchw`'s; ``groups == C`` with weight ``[KH, KW, 1, C * M]`` is
         the depthwise convolution of :func:`depthwise_conv2d_nhwc` (the same memory as
         its ``[KH, KW, C, M]``).
+    kernel_layout : {"HWIO", "OHWI", "HWOI"}, optional
+        The weight's layout: ``[KH, KW, I, O]``, ``[O, KH, KW, I]`` or ``[KH, KW, O, I]``.
+        Another than HWIO is read through a stage ``<name>.hwio`` that puts it in HWIO
+        (the templates copy their weights anyway).
     name : str, optional
         The output stage's name; helper stages are ``<name>.<what>``.
 
@@ -290,7 +295,31 @@ def conv2d_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
         For an argument of the wrong rank, dtype or extent, a padding it cannot read, or
         ``groups`` that does not divide the channels (the message names it).
     """
+    if kernel_layout != "HWIO":
+        weight = _hwio(weight, kernel_layout, name)
     return _conv2d(False, data, weight, stride, padding, dilation, name, out_dtype, groups)
+
+
+#: the NHWC convolutions' kernel layouts: ``(h, w, i, o)`` -> the weight's index
+_KERNEL_LAYOUTS = {"OHWI": lambda h, w, i, o: (o, h, w, i),
+                   "HWOI": lambda h, w, i, o: (h, w, o, i)}
+
+
+def _hwio(weight, layout, name: str):
+    """``weight`` in ``layout`` (OHWI or HWOI) as an HWIO stage ``<name>.hwio``."""
+    a = Args("conv2d_nhwc", name)
+    if not isinstance(layout, str) or layout not in _KERNEL_LAYOUTS:
+        a.fail(f"kernel_layout {layout!r:.40} is not one tecomp reads; give \"HWIO\" "
+               f"([kh, kw, in, out]), \"OHWI\" ([out, kh, kw, in]) or \"HWOI\" "
+               f"([kh, kw, out, in])")
+    a.tensor("weight", weight, 4, {"OHWI": "OHWI [out, kh, kw, in]",
+                                   "HWOI": "HWOI [kh, kw, out, in]"}[layout], "number")
+    at = _KERNEL_LAYOUTS[layout]
+    shape = [None] * 4
+    for d, e in zip(at(0, 1, 2, 3), weight.shape):
+        shape[d] = e
+    return _te.compute(tuple(shape), lambda h, w, i, o: weight[at(h, w, i, o)],
+                       name=f"{name}.hwio", tag="injective,layout_transform")
 
 
 def depthwise_conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,

@@ -132,6 +132,11 @@ CASES = [
      r"\[kh, kw, 2, 6\]"),
     ("conv2d_nhwc", lambda: nn.conv2d_nhwc(H4, HW, padding="same "), S,
      r"padding 'same ' is not a padding mode"),
+    ("conv2d_nhwc", lambda: nn.conv2d_nhwc(H4, HW, kernel_layout="OIHW"), S,
+     r"kernel_layout 'OIHW' is not one tecomp reads; give \"HWIO\" \(\[kh, kw, in, out\]\), "
+     r"\"OHWI\""),
+    ("conv2d_nhwc", lambda: nn.conv2d_nhwc(H4, P(6, 3, 3, name="W"), kernel_layout="OHWI"), S,
+     r"weight \(W\).*OHWI \[out, kh, kw, in\]"),
     ("depthwise_conv2d_nchw", lambda: nn.depthwise_conv2d_nchw(X4, P(4, 1, 3, 3, name="W")), S,
      r"depthwise_conv2d_nchw depthwise_conv2d_nchw: weight \(W\) has 4 channels \(axis 0\) "
      r"but data \(X\) has 3 \(axis 1\); they must be equal \(the weight is \[channels, "
