@@ -80,13 +80,21 @@ def test_mlp_train_and_inference(caplog):
         assert re.search(r"graph: 1 tecomp kernel \(\d+ nodes\), 0 eager", m), m
 
 
-def test_cnn_train_and_inference():
+def test_cnn_train_and_inference(caplog):
+    """Batch norm in training, the convolution's and max pooling's backward are lowered:
+    the backward graph is all tecomp kernels."""
     torch.manual_seed(0)
     cnn = torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
         torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 8, 3, padding=1),
         torch.nn.ReLU(), torch.nn.AvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 2 * 2, 10))
-    _check_model(cnn, torch.randn(2, 3, 8, 8))
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        _check_model(cnn, torch.randn(2, 3, 8, 8))
+    msgs = [r.getMessage() for r in caplog.records]
+    bw = [m for m in msgs if m.startswith("tecomp.dynamo: backward graph:")]
+    assert bw and bw[0].endswith(" 0 eager ATen nodes"), msgs
+    assert not any("batch_norm" in m or "convolution" in m for m in msgs
+                   if "runs eagerly" in m), msgs
 
 
 def test_transformer_encoder_layer_train_and_inference():

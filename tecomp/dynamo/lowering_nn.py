@@ -9,6 +9,7 @@ import torch
 
 from .. import nn as _nn
 from .. import te as _te
+from ..autodiff import gradient as _gradient
 from .lowering import _float_only, _shape, rule
 
 aten = torch.ops.aten
@@ -66,16 +67,21 @@ def _bmm(lw, node):
 
 
 # -- convolution and pooling ----------------------------------------------------------
-def _conv_check(node, vals):
-    x, w = vals[node.args[0]], vals[node.args[1]]
-    transposed, groups = node.args[6], node.args[8]
+def _conv_kind(x, w, transposed, groups):
+    """Why a convolution of ``x`` and ``w`` cannot be lowered (None where it can)."""
     if x.dim() != 4 or w.dim() != 4:
         return "not a 2-d convolution"
     if transposed:
         return "a transposed convolution"
     if groups != 1:
         return "a grouped convolution"
-    return _float_only(node, vals)
+    if not x.dtype.is_floating_point:
+        return "an integer convolution"
+    return None
+
+
+def _conv_check(node, vals):
+    return _conv_kind(vals[node.args[0]], vals[node.args[1]], node.args[6], node.args[8])
 
 
 @rule(aten.convolution.default, check=_conv_check)
@@ -205,13 +211,17 @@ def _layer_norm(lw, node):
     return (y, mean, rstd)
 
 
-def _bn_check(node, vals):
-    x = vals[node.args[0]]
+def _bn_args(node, vals):
+    """Why a batch norm node's input, weight and bias cannot be lowered (or None)."""
     if node.args[1] is None or node.args[2] is None:
         return "no weight or bias"
-    if x.dim() < 2:
+    if vals[node.args[0]].dim() < 2:
         return "fewer than 2 dimensions"
-    return _users_only_first(node, vals) or _float_only(node, vals)
+    return _float_only(node, vals)
+
+
+def _bn_check(node, vals):
+    return _bn_args(node, vals) or _users_only_first(node, vals)
 
 
 @rule(aten._native_batch_norm_legit_no_training.default, check=_bn_check)
@@ -262,3 +272,148 @@ def _sdpa(lw, node):
     m = lw.arg(mask) if mask is not None else None
     return (_nn.scaled_dot_product_attention(q, k, v, mask=m, scale=scale,
                                              name=lw.name(node)),)
+
+
+# -- training -------------------------------------------------------------------------
+def _bn_train_check(node, vals):
+    return _bn_args(node, vals) or (None if node.args[5] else "not training")
+
+
+@rule(aten._native_batch_norm_legit_functional.default, check=_bn_train_check)
+def _bn_train(lw, node):
+    """Batch statistics: (output, mean, invstd, new running mean, new running var), the
+    running variance updated with the unbiased batch variance (as PyTorch)."""
+    x, w, b, rm, rv = (lw.arg(a) for a in node.args[:5])
+    momentum, eps = float(node.args[6]), float(node.args[7])
+    name = lw.name(node)
+    xs = _shape(x)
+    dt = x.dtype
+    C = xs[1]
+    m = 1
+    for d, s in enumerate(xs):
+        if d != 1:
+            m *= s
+    rest = [(0, s) for d, s in enumerate(xs) if d != 1]
+
+    def at(ax, c):
+        return tuple(ax[:1]) + (c,) + tuple(ax[1:])
+
+    r1 = [_te.reduce_axis(r, name=f"r{k}") for k, r in enumerate(rest)]
+    mean = _te.compute((C,), lambda c: _te.sum(x[at(r1, c)] * _te.const(1.0 / m, dt), axis=r1),
+                       name=name + "_mean")
+    r2 = [_te.reduce_axis(r, name=f"r{k}") for k, r in enumerate(rest)]
+
+    def var(c):
+        d = x[at(r2, c)] - mean[c]
+        return _te.sum(d * d * _te.const(1.0 / m, dt), axis=r2)
+    v = _te.compute((C,), var, name=name + "_var")
+    invstd = _te.compute((C,), lambda c: _te.rsqrt(v[c] + _te.const(eps, dt)),
+                         name=name + "_invstd")
+    out = _te.compute(xs, lambda *i: (x[i] - mean[i[1]]) * invstd[i[1]] * w[i[1]] + b[i[1]],
+                      name=name)
+    k = _te.const(momentum, rm.dtype)
+    keep = _te.const(1.0 - momentum, rm.dtype)
+    new_rm = _te.compute((C,), lambda c: rm[c] * keep + _te.cast(mean[c], rm.dtype) * k,
+                         name=name + "_running_mean")
+    unbias = _te.const(m / max(m - 1, 1), rv.dtype)
+    new_rv = _te.compute((C,), lambda c: rv[c] * keep + _te.cast(v[c], rv.dtype) * unbias * k,
+                         name=name + "_running_var")
+    return (out, mean, invstd, new_rm, new_rv)
+
+
+def _conv_backward_check(node, vals):
+    return _conv_kind(vals[node.args[1]], vals[node.args[2]], node.args[7], node.args[9])
+
+
+@rule(aten.convolution_backward.default, check=_conv_backward_check)
+def _conv_backward(lw, node):
+    """(data gradient, weight gradient, bias gradient), each None where ``output_mask``
+    does not ask for it: ``tc.gradient`` of ``nn.conv2d_nchw`` (its registered
+    derivatives, which the convolution templates schedule) with the incoming gradient as
+    the head, and the bias gradient a sum over batch and image."""
+    g, x, w = (lw.arg(a) for a in node.args[:3])
+    stride, padding, dilation = node.args[4:7]
+    mask = node.args[10]
+    name = lw.name(node)
+    y = _nn.conv2d_nchw(x, w, stride=list(stride), padding=list(padding),
+                        dilation=list(dilation), name=name + "_fwd")
+    wanted = [t for t, on in zip((x, w), mask[:2]) if on]
+    grads = _gradient(y, wanted, head=g) if wanted else []
+    if not isinstance(grads, list):
+        grads = [grads]
+    out, k = [], 0
+    for on in mask[:2]:
+        out.append(grads[k] if on else None)
+        k += bool(on)
+    if mask[2]:
+        gs = _shape(g)
+        r = [_te.reduce_axis((0, gs[0]), name="n"), _te.reduce_axis((0, gs[2]), name="y"),
+             _te.reduce_axis((0, gs[3]), name="x")]
+        out.append(_te.compute((gs[1],), lambda c: _te.sum(g[r[0], c, r[1], r[2]], axis=r),
+                               name=name + "_bias"))
+    else:
+        out.append(None)
+    return tuple(out)
+
+
+def _maxpool_backward_check(node, vals):
+    x = vals[node.args[1]]
+    dil = node.args[5]
+    if x.dim() != 4:
+        return "not 2-d pooling of a batch"
+    if node.args[6]:
+        return "ceil_mode"
+    if any(d != 1 for d in dil):
+        return "dilation"
+    return _float_only(node, vals)
+
+
+@rule(aten.max_pool2d_with_indices_backward.default, check=_maxpool_backward_check)
+def _maxpool_backward(lw, node):
+    """Each input element gets the incoming gradient of every window whose maximum it was
+    (the forward's indices, flat in the image): a sum over the window offsets."""
+    g, x = lw.arg(node.args[0]), lw.arg(node.args[1])
+    idx = lw.arg(node.args[7])
+    kh, kw = node.args[2]
+    sh, sw = node.args[3] if node.args[3] else node.args[2]
+    ph, pw = node.args[4]
+    _, _, H, W = _shape(x)
+    _, _, OH, OW = _shape(g)
+    dt = g.dtype
+    ry, rx = _te.reduce_axis((0, kh), name="ky"), _te.reduce_axis((0, kw), name="kx")
+
+    def f(n, c, i, j):
+        oy, ox = i + ph - ry, j + pw - rx
+        qy, qx = _te.floordiv(oy, sh), _te.floordiv(ox, sw)
+        ok = _te.all(oy >= 0, ox >= 0, _te.floormod(oy, sh) == 0, _te.floormod(ox, sw) == 0,
+                     qy < OH, qx < OW)
+        sy = _te.if_then_else(ok, qy, 0)
+        sx = _te.if_then_else(ok, qx, 0)
+        hit = _te.all(ok, idx[n, c, sy, sx] == _te.cast(i * W + j, idx.dtype))
+        return _te.sum(_te.if_then_else(hit, g[n, c, sy, sx], _te.const(0.0, dt)),
+                       axis=[ry, rx])
+
+    return _te.compute(_shape(x), f, name=lw.name(node))
+
+
+def _avgpool_backward_check(node, vals):
+    x = vals[node.args[1]]
+    if x.dim() != 4:
+        return "not 2-d pooling of a batch"
+    if node.args[5]:
+        return "ceil_mode"
+    if node.args[7] is not None:
+        return "divisor_override"
+    return _float_only(node, vals)
+
+
+@rule(aten.avg_pool2d_backward.default, check=_avgpool_backward_check)
+def _avgpool_backward(lw, node):
+    """``tc.gradient`` of ``nn.avg_pool2d`` with the incoming gradient as the head."""
+    g, x = lw.arg(node.args[0]), lw.arg(node.args[1])
+    k = list(node.args[2])
+    s = list(node.args[3]) if node.args[3] else k
+    name = lw.name(node)
+    y = _nn.avg_pool2d(x, k, stride=s, padding=list(node.args[4]),
+                       count_include_pad=node.args[6], name=name + "_fwd")
+    return _gradient(y, x, head=g)
