@@ -191,13 +191,19 @@ def test_views_slices_cat():
         torch.testing.assert_close(g, w)
 
 
-def test_new_shapes_are_specialised():
+@pytest.mark.parametrize("mark_dynamic", [False, True])
+def test_new_shapes_are_specialised(mark_dynamic):
+    """New batch sizes: static graphs recompiled by TorchDynamo's guards, or (after
+    mark_dynamic, or a second size) a symbolic graph that tecomp specialises per size;
+    the results are PyTorch's either way."""
     torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
     c = torch.compile(mlp, backend="tecomp")
     with torch.no_grad():
-        for n in (3, 5, 7):
+        for n in (4, 6, 9):
             x = torch.randn(n, 8)
+            if mark_dynamic:
+                torch._dynamo.mark_dynamic(x, 0)
             torch.testing.assert_close(c(x), mlp(x))
 
 
@@ -251,3 +257,33 @@ def test_operator_table_lists_every_lowering():
     table = table[:table.index("\n\nTraining graphs")]
     listed = set(re.findall(r"`(aten\.[\w.]+)`", table))
     assert listed == {str(op) for op in RULES}
+
+
+def test_region_that_cannot_be_compiled_runs_eagerly(caplog, monkeypatch):
+    """A region the auto-scheduler refuses: first split at its views, then (still
+    refused) run eagerly, with a WARNING naming its operators and the error."""
+    from tecomp.errors import ScheduleError
+
+    calls = []
+
+    def refuse(args, **kw):
+        calls.append(len(args))
+        raise ScheduleError("refused for the test")
+    monkeypatch.setattr(dcache, "auto_schedule", refuse)
+
+    def f(x, w):
+        return (torch.relu(x @ w).t() * 2).reshape(-1).exp()
+    x, w = torch.randn(4, 6), torch.randn(6, 5)
+    before = dcache.STATS["failed"]
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        with torch.no_grad():
+            torch.testing.assert_close(torch.compile(f, backend="tecomp")(x, w), f(x, w))
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("splitting it at its views" in m for m in msgs), msgs
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned and all("could not be compiled and runs eagerly: ScheduleError: refused "
+                          "for the test" in m for m in warned), warned
+    assert any("aten.mm.default" in m for m in warned)
+    assert len(calls) >= 2 and dcache.STATS["failed"] > before
+    assert any(re.search(r"graph: 0 tecomp kernels \(0 nodes\), \d+ eager", m) for m in msgs)
+

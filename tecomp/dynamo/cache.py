@@ -24,12 +24,14 @@ from typing import Dict, Optional
 
 import torch
 
+from ..autodiff import schedule_backward
 from ..autoschedule import auto_schedule
 from ..build import build
 from ..errors import InternalError, TecompError
 from ..runtime.aot import load_module
 from ..runtime.libfiles import cache_root, private_dir
 from .lowering import lower_region
+from .lowering_nn import GRADIENT_OPS
 
 log = logging.getLogger("tecomp.dynamo")
 
@@ -121,8 +123,13 @@ def compile_region(region, vals, options) -> Optional[Exception]:
         try:
             ins, outs = lower_region(region, vals)
             args = list(ins) + list(outs)
-            s = auto_schedule(args, target=options.target, trials=options.trials,
-                              log=options.log, progress=False)
+            if options.trials == 0 and any(n.target in GRADIENT_OPS for n in region.nodes):
+                # computes from tc.gradient: the backward scheduler gives the convolution
+                # gradients their templates (the auto-scheduler does not know them)
+                s = schedule_backward(outs, target=options.target)
+            else:
+                s = auto_schedule(args, target=options.target, trials=options.trials,
+                                  log=options.log, progress=False)
             mod = build(s, args, target=options.target, name=f"tecomp_dynamo_{key[:16]}")
         except (TecompError, InternalError) as e:
             return e
@@ -139,8 +146,9 @@ def log_failure(region, e) -> None:
     """Say that ``region`` runs eagerly because compiling it raised ``e``."""
     ops = sorted({str(n.target) for n in region.nodes
                   if isinstance(n.target, torch._ops.OpOverload)})
-    log.warning("tecomp.dynamo: a region of %d nodes (%s) could not be compiled and runs "
-                "eagerly%s: %s: %s", len(region.nodes), ", ".join(ops)[:300],
+    log.warning("tecomp.dynamo: a region of %d node%s (%s) could not be compiled and runs "
+                "eagerly%s: %s: %s", len(region.nodes), "s" if len(region.nodes) != 1 else "",
+                ", ".join(ops)[:300],
                 " (a tecomp bug: please report it)" if isinstance(e, InternalError) else "",
                 type(e).__name__, str(e)[:500])
     STATS["failed"] += 1

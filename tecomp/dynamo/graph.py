@@ -153,8 +153,9 @@ class _Plan:
                 # indices, composed, defeat its bounds proofs): split the region there,
                 # the views run eagerly (as views, without a copy)
                 for r, e in failed:
-                    log.info("tecomp.dynamo: a region of %d nodes could not be scheduled "
+                    log.info("tecomp.dynamo: a region of %d node%s could not be scheduled "
                              "(%s: %s); splitting it at its views", len(r.nodes),
+                             "s" if len(r.nodes) != 1 else "",
                              type(e).__name__, str(e)[:300])
                 for n in retry:
                     reasons[n] = "a view in a region that could not be scheduled"

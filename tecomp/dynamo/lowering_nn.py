@@ -14,6 +14,10 @@ from .lowering import _float_only, _shape, rule
 
 aten = torch.ops.aten
 
+#: operators lowered through ``tc.gradient``: a region with one is scheduled by
+#: :func:`tecomp.autodiff.schedule_backward` (the gradients' templates)
+GRADIENT_OPS = {aten.convolution_backward.default, aten.avg_pool2d_backward.default}
+
 
 def _users_only_first(node, vals):
     """A reason unless every user of the multi-output ``node`` reads output 0 only."""
@@ -380,6 +384,16 @@ def _maxpool_backward(lw, node):
     _, _, H, W = _shape(x)
     _, _, OH, OW = _shape(g)
     dt = g.dtype
+    zero = _te.const(0.0, dt)
+    if (sh, sw) == (kh, kw) and (ph, pw) == (0, 0):
+        # windows that tile the image: each element is in at most one, no sum
+        def tiled(n, c, i, j):
+            qy, qx = _te.floordiv(i, sh), _te.floordiv(j, sw)
+            inside = _te.all(qy < OH, qx < OW)
+            sy, sx = _te.if_then_else(inside, qy, 0), _te.if_then_else(inside, qx, 0)
+            hit = _te.all(inside, idx[n, c, sy, sx] == _te.cast(i * W + j, idx.dtype))
+            return _te.if_then_else(hit, g[n, c, sy, sx], zero)
+        return _te.compute(_shape(x), tiled, name=lw.name(node))
     ry, rx = _te.reduce_axis((0, kh), name="ky"), _te.reduce_axis((0, kw), name="kx")
 
     def f(n, c, i, j):
@@ -390,8 +404,7 @@ def _maxpool_backward(lw, node):
         sy = _te.if_then_else(ok, qy, 0)
         sx = _te.if_then_else(ok, qx, 0)
         hit = _te.all(ok, idx[n, c, sy, sx] == _te.cast(i * W + j, idx.dtype))
-        return _te.sum(_te.if_then_else(hit, g[n, c, sy, sx], _te.const(0.0, dt)),
-                       axis=[ry, rx])
+        return _te.sum(_te.if_then_else(hit, g[n, c, sy, sx], zero), axis=[ry, rx])
 
     return _te.compute(_shape(x), f, name=lw.name(node))
 
