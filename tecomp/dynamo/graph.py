@@ -201,22 +201,52 @@ def _partition(gm, reasons, vals, order) -> List[Region]:
     regions = []
     for p in parts:
         nodes = sorted(p.nodes, key=order.__getitem__)
-        members = set(nodes)
         if all(n.target is operator.getitem for n in nodes):
             continue
-        inputs, outputs = [], []
-        for n in nodes:
-            for a in n.all_input_nodes:
-                if a not in members and isinstance(vals.get(a), torch.Tensor) \
-                        and a not in inputs:
-                    inputs.append(a)
-            if any(u not in members for u in n.users):
-                outputs.append(n)
-        if any(not isinstance(vals.get(o), torch.Tensor) for o in outputs):
-            # a multi-output operator read outside its region other than by getitem
-            continue
-        regions.append(Region(nodes, inputs, outputs))
+        for seg in _segments(nodes):
+            r = _region(seg, vals)
+            if r is not None:
+                regions.append(r)
     return regions
+
+
+#: a region is cut after each of these (the end of a transformer's sublayer, of a
+#: convolution block): the repeated layers of a model then make identical regions, which
+#: share one kernel, and no kernel grows with the depth of the model
+_CUT_AFTER = {torch.ops.aten.native_layer_norm.default}
+
+
+def _segments(nodes):
+    """``nodes`` (a region, in graph order) cut after each operator of ``_CUT_AFTER`` and
+    its getitems.  Cutting a region in graph order keeps the plan acyclic: the region
+    was convex (no path leaves it and comes back), so each piece reads only earlier
+    pieces and nodes outside."""
+    segs, cur, cut = [], [], False
+    for n in nodes:
+        if cut and n.target is not operator.getitem:
+            segs.append(cur)
+            cur, cut = [], False
+        cur.append(n)
+        if n.target in _CUT_AFTER:
+            cut = True
+    segs.append(cur)
+    return [s for s in segs if not all(n.target is operator.getitem for n in s)]
+
+
+def _region(nodes, vals):
+    """The region of ``nodes``: its inputs and outputs; None for one whose multi-output
+    operator is read outside it other than through getitem."""
+    members = set(nodes)
+    inputs, outputs = [], []
+    for n in nodes:
+        for a in n.all_input_nodes:
+            if a not in members and isinstance(vals.get(a), torch.Tensor) and a not in inputs:
+                inputs.append(a)
+        if any(u not in members for u in n.users):
+            outputs.append(n)
+    if any(not isinstance(vals.get(o), torch.Tensor) for o in outputs):
+        return None
+    return Region(nodes, inputs, outputs)
 
 
 def _attr(mod, target: str):
