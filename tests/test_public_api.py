@@ -17,7 +17,7 @@ import tecomp
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 #: the modules users import (README.md, docs/, examples/); one reference page each
-PUBLIC_MODULES = ["tecomp", "tecomp.nn", "tecomp.torch", "tecomp.autoschedule",
+PUBLIC_MODULES = ["tecomp", "tecomp.nn", "tecomp.torch", "tecomp.dynamo", "tecomp.autoschedule",
                   "tecomp.autodiff", "tecomp.target", "tecomp.runtime", "tecomp.testing",
                   "tecomp.errors", "tecomp.utils"]
 

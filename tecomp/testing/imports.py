@@ -48,6 +48,7 @@ LAYERS: List[tuple] = [
     ("tecomp.viz",),           # pictures: rooflines, loop nests
     ("tecomp",),
     ("tecomp.torch", "tecomp.testing", "tecomp.cli"),
+    ("tecomp.dynamo",),        # torch.compile(backend="tecomp"): ATen graphs -> kernels
     ("tecomp.__main__",),      # python -m tecomp: the command line (tecomp.cli)
 ]
 

@@ -1,0 +1,186 @@
+"""torch.compile(model, backend="tecomp") against PyTorch eager and Inductor
+(``torch.compile`` default), interleaved in one process, medians.
+
+Models (random weights, nothing downloaded):
+
+* ``bert``: a BERT encoder, inference, fp32 (transformers' ``BertModel(BertConfig())``
+  with ``--layers`` layers where transformers is installed, else the hand-written
+  encoder of examples/torch_compile_bert.py), batch 1 and 8 x 128;
+* ``cnn-train``: a small CNN (conv + batch norm + ReLU + pool, twice, + linear), one
+  training step (forward, backward, SGD), batch 32 x 3 x 32 x 32;
+* ``bert-layer-train``: one BERT layer (hidden 768), one training step, batch 8 x 128.
+
+Each configuration runs in a fresh process per thread count (``--threads``, default
+1,2), so every tool starts its thread pool with that count.  Compile time: the first call
+of the tecomp-compiled model with an empty kernel cache (cold) and, in another process,
+with the cache the first filled (warm); TorchDynamo's tracing is in both.
+
+    python3 benchmarks/torch_compile.py [--models bert,cnn-train,bert-layer-train]
+                                        [--threads 1,2] [--rounds 5] [--layers 12]
+
+Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
+time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def _bert(layers: int):
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import torch_compile_bert as ex
+
+    args = argparse.Namespace(layers=layers, hidden=768, hand_written=False)
+    return ex.build_model(args)
+
+
+def _cnn(torch):
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 8 * 8, 10))
+
+
+def _case(name: str, batch: int, layers: int):
+    """(model step functions by tool, what) for one configuration; a step is a
+    zero-argument callable."""
+    import torch
+
+    torch.manual_seed(0)
+    if name == "bert":
+        model, what = _bert(layers)
+        ids = torch.randint(0, 30522, (batch, 128))
+        tools = {"eager": model, "inductor": torch.compile(model),
+                 "tecomp": torch.compile(model, backend="tecomp")}
+
+        def step(fn):
+            with torch.no_grad():
+                return fn(ids)
+        return {k: (lambda f=f: step(f)) for k, f in tools.items()}, f"{what}, batch {batch}x128"
+    if name == "cnn-train":
+        model = _cnn(torch)
+        x, labels = torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,))
+        what = f"small CNN training step, batch {batch}"
+    else:
+        sys.path.insert(0, os.path.join(ROOT, "examples"))
+        from torch_compile_bert import Layer
+
+        model = Layer(768, 12, 3072)
+        x = torch.randn(batch, 128, 768)
+        mask = torch.zeros(batch, 1, 1, 128)
+        labels = None
+        what = f"BERT layer training step, batch {batch}x128"
+    import copy
+
+    tools = {}
+    for tool in ("eager", "inductor", "tecomp"):
+        m = copy.deepcopy(model)
+        opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+        fn = m if tool == "eager" else torch.compile(
+            m, **({"backend": "tecomp"} if tool == "tecomp" else {}))
+
+        def train_step(fn=fn, opt=opt):
+            opt.zero_grad(set_to_none=True)
+            if labels is not None:
+                loss = torch.nn.functional.cross_entropy(fn(x), labels)
+            else:
+                loss = fn(x, mask).square().mean()
+            loss.backward()
+            opt.step()
+            return loss
+        tools[tool] = train_step
+    return tools, what
+
+
+def _child(name: str, batch: int, layers: int, rounds: int) -> None:
+    sys.path.insert(0, HERE)
+    sys.path.insert(1, ROOT)
+    from common import interleaved_turns
+
+    import torch
+    import tecomp.dynamo  # noqa: F401
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    fns, what = _case(name, batch, layers)
+    t0 = time.perf_counter()
+    fns["tecomp"]()
+    compile_s = time.perf_counter() - t0
+    out = {"what": what, "tecomp_first_call_s": compile_s, "stats": dict(tecomp.dynamo.STATS)}
+    if rounds:
+        out["medians"] = interleaved_turns(fns, rounds)
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def _run(name, batch, layers, rounds, threads, cache_dir):
+    env = dict(os.environ, TECOMP_CACHE_DIR=cache_dir, PYTHONPATH=ROOT)
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                "TECOMP_NUM_THREADS"):
+        env[var] = str(threads)
+    p = subprocess.run([sys.executable, __file__, "--child", name, str(batch), str(layers),
+                        str(rounds)], capture_output=True, text=True, env=env)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+    return {"error": f"exit {p.returncode}: {' | '.join(tail)}"}
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="bert,cnn-train,bert-layer-train")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=12)
+    args = ap.parse_args()
+    sys.path.insert(0, HERE)
+    sys.path.insert(1, ROOT)
+    from workloads import machine
+
+    print(f"# {machine()}", flush=True)
+    configs = {"bert": [1, 8], "cnn-train": [32], "bert-layer-train": [8]}
+    for name in args.models.split(","):
+        for batch in configs[name]:
+            with tempfile.TemporaryDirectory(prefix="tecomp-bench-cache-") as cache:
+                for k, threads in enumerate(int(t) for t in args.threads.split(",")):
+                    if k == 0:  # compile time: cold, then warm (another process)
+                        cold = _run(name, batch, args.layers, 0, threads, cache)
+                        if "error" in cold:
+                            print(f"{name} batch {batch}: {cold['error']}", flush=True)
+                            break
+                    r = _run(name, batch, args.layers, args.rounds, threads, cache)
+                    if "error" in r:
+                        print(f"{name} batch {batch}, {threads} threads: {r['error']}",
+                              flush=True)
+                        continue
+                    m = r["medians"]
+                    line = (f"{r['what']}, {threads} thread{'s' if threads > 1 else ''}: "
+                            f"eager {m['eager'] * 1e3:.1f} ms, inductor "
+                            f"{m['inductor'] * 1e3:.1f} ms, tecomp {m['tecomp'] * 1e3:.1f} ms "
+                            f"({m['eager'] / m['tecomp']:.2f}x eager, "
+                            f"{m['inductor'] / m['tecomp']:.2f}x inductor)")
+                    if k == 0:
+                        line += (f"; tecomp first call: cold cache "
+                                 f"{cold['tecomp_first_call_s']:.1f} s, warm "
+                                 f"{r['tecomp_first_call_s']:.1f} s "
+                                 f"(kernels loaded {r['stats']['disk']}, built "
+                                 f"{r['stats']['built']})")
+                    print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""``torch.compile(model, backend="tecomp")``: whole PyTorch models through tecomp.
+
+    import torch, tecomp.dynamo            # the import registers the backend "tecomp"
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
+                                torch.nn.Linear(128, 10))
+    fast = torch.compile(model, backend="tecomp")
+    y = fast(torch.randn(8, 64))           # compiled on the first call
+    y.sum().backward()                     # the backward graph runs through tecomp too
+
+An installed tecomp (``pip install tecomp[torch]``) also registers the backend through
+the ``torch_dynamo_backends`` entry point, so ``backend="tecomp"`` works without the
+import.
+
+TorchDynamo captures the model's graph; AOTAutograd decomposes it to core ATen and
+splits training into a forward and a backward graph; :func:`backend` compiles each of
+them (and the inference graph) with :class:`~tecomp.dynamo.graph.CompiledGraph`: the
+supported ATen nodes are grouped into maximal regions, each one tecomp kernel scheduled
+by ``tc.auto_schedule``; the others run eagerly in the same compiled callable (a
+partition of the graph, not a graph break), each unsupported operator named once in the
+log (logger ``tecomp.dynamo``, level INFO).  The supported operators:
+docs/torch_compile.md.
+
+Options (``torch.compile(model, backend="tecomp", options={...})``):
+
+``trials`` (int, default 0)
+    The auto-scheduler's measured trials per kernel (0: its analytic schedules).
+``log`` (path, default None)
+    The auto-scheduler's records (reused by later compilations).
+``cache`` (bool, default True)
+    Keep the kernels in ``$TECOMP_CACHE_DIR/dynamo`` for other processes.
+
+Shapes are specialised: each new signature of a graph's inputs (shapes, dtypes,
+strides, integer values) compiles its own kernels, as TorchDynamo's guards recompile a
+graph for new static shapes.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from torch._decomp import core_aten_decompositions
+from torch._dynamo.backends import registry as _registry
+from torch._dynamo.backends.common import aot_autograd
+
+from ..errors import ArgumentError, TargetError
+from ..target import as_target
+from . import cache as _cache
+from .graph import CompiledGraph
+
+__all__ = ["backend", "Options", "STATS"]
+
+#: the name ``torch.compile`` knows the backend by
+NAME = "tecomp"
+
+STATS = _cache.STATS
+"""This process's region kernels by where they came from: ``built`` (compiled here),
+``disk`` (loaded from ``$TECOMP_CACHE_DIR/dynamo``), ``memory`` (an identical region's
+kernel reused) and ``failed`` (regions that run eagerly because they could not be
+compiled, each logged)."""
+
+
+class Options:
+    """The backend's options (``torch.compile(..., options={...})``; see the module
+    docstring).
+
+    Parameters
+    ----------
+    trials : int, optional
+        Measured auto-scheduler trials per kernel (0: analytic).
+    log : str or os.PathLike, optional
+        The auto-scheduler's log of records.
+    cache : bool, optional
+        Keep the kernels on disk (``$TECOMP_CACHE_DIR/dynamo``).
+    target : str or Target, optional
+        A CPU target (``"llvm"``, the default: this machine).
+
+    Raises
+    ------
+    ArgumentError
+        For an option of the wrong type or value.
+    TargetError
+        For a target that is not this machine's CPU.
+    """
+
+    def __init__(self, trials: int = 0, log: Any = None, cache: bool = True,
+                 target: Any = "llvm"):
+        if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+            raise ArgumentError(f"torch.compile(backend='tecomp'): option trials must be an "
+                                f"int >= 0, got {trials!r:.60}")
+        if not isinstance(cache, bool):
+            raise ArgumentError(f"torch.compile(backend='tecomp'): option cache must be True "
+                                f"or False, got {cache!r:.60}")
+        t = as_target(target)
+        if not t.is_cpu or t.is_emulated or not t.is_native_isa:
+            raise TargetError(
+                f"torch.compile(backend='tecomp'): target {t} is not this machine's CPU; the "
+                f"backend compiles for the CPU tensors live on: use target='llvm'")
+        self.trials, self.log, self.cache, self.target = trials, log, cache, t
+
+    def __repr__(self):
+        return (f"Options(trials={self.trials}, log={self.log!r}, cache={self.cache}, "
+                f"target='{self.target}')")
+
+
+_OPTION_NAMES = ("trials", "log", "cache", "target")
+
+
+def _options(kwargs) -> Options:
+    kwargs = dict(kwargs)
+    nested = kwargs.pop("options", None)  # torch.compile(..., options={...}) passes them so
+    if nested is not None:
+        if not isinstance(nested, dict):
+            raise ArgumentError(f"torch.compile(backend='tecomp'): options must be a dict, got "
+                                f"{type(nested).__name__}")
+        kwargs.update(nested)
+    bad = sorted(set(kwargs) - set(_OPTION_NAMES))
+    if bad:
+        raise ArgumentError(
+            f"torch.compile(backend='tecomp'): unknown option{'s' if len(bad) > 1 else ''} "
+            f"{', '.join(repr(b)[:40] for b in bad)}; the options are "
+            f"{', '.join(_OPTION_NAMES)}")
+    return Options(**kwargs)
+
+
+def _check_devices(example_inputs) -> None:
+    for k, x in enumerate(example_inputs):
+        if isinstance(x, torch.Tensor) and x.device.type != "cpu":
+            raise TargetError(
+                f"torch.compile(backend='tecomp'): graph input {k} (shape {list(x.shape)}) is "
+                f"on {x.device}, and the backend compiles for the CPU only: move the model "
+                f"and its inputs to the CPU (.to('cpu')), or use another backend for "
+                f"{x.device.type} tensors")
+
+
+#: core ATen decompositions the backend does not apply: PyTorch 2.13's decomposition of
+#: CPU flash attention gives wrong gradients of the query/key/value projections in
+#: training (a TransformerEncoderLayer's in_proj_weight.grad off by more than its own
+#: magnitude); the operator is kept whole (lowered for inference, eager in training)
+_KEEP = ("_scaled_dot_product_flash_attention_for_cpu", "scaled_dot_product_attention",
+         "_scaled_dot_product_attention_math")
+
+
+def _decompositions():
+    return {op: fn for op, fn in core_aten_decompositions().items()
+            if op.name().split("::")[-1].split(".")[0] not in _KEEP}
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options: Any) -> Callable:
+    """The ``torch.compile`` backend (registered as ``"tecomp"``): AOTAutograd with core
+    ATen decompositions, its forward, backward and inference graphs each compiled by
+    :class:`~tecomp.dynamo.graph.CompiledGraph`.
+
+    Parameters
+    ----------
+    gm : torch.fx.GraphModule
+        The graph TorchDynamo captured.
+    example_inputs : list
+        Its (fake) example inputs.
+    **options
+        ``trials``, ``log``, ``cache``, ``target`` (see :class:`Options`).
+
+    Returns
+    -------
+    callable
+        What TorchDynamo runs in place of the graph.
+
+    Raises
+    ------
+    ArgumentError
+        For an unknown option or a bad value.
+    TargetError
+        For inputs that are not CPU tensors.
+
+    Examples
+    --------
+    >>> import torch
+    >>> import tecomp.dynamo
+    >>> f = torch.compile(torch.nn.Linear(4, 2), backend="tecomp")
+    >>> f(torch.ones(3, 4)).shape
+    torch.Size([3, 2])
+    """
+    opts = _options(options)
+    _check_devices(example_inputs)
+
+    def fw(g, ex):
+        return _boxed(CompiledGraph(g, opts, "forward"))
+
+    def bw(g, ex):
+        return _boxed(CompiledGraph(g, opts, "backward"))
+
+    def inference(g, ex):
+        return _boxed(CompiledGraph(g, opts, "inference"))
+
+    return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inference,
+                        decompositions=_decompositions())(gm, example_inputs)
+
+
+def _boxed(compiled: CompiledGraph):
+    """``compiled`` as a function that takes its arguments as one list (AOTAutograd's
+    boxed convention, which frees each input as soon as it is read), marked in the
+    function's ``__dict__`` so that the wrappers TorchDynamo puts around a backward
+    (``functools.wraps``) keep the mark."""
+    def run(args):
+        return compiled(args)
+    run._boxed_call = True
+    run.compiled = compiled
+    return run
+
+
+def _register() -> None:
+    """Register :func:`backend` as ``"tecomp"``, unless the entry point is loading this
+    module (then the registry registers what it loads)."""
+    if NAME in _registry._COMPILER_FNS or _registry._BACKENDS.get(NAME) is not None:
+        return
+    _registry.register_backend(backend, name=NAME)
+
+
+_register()

@@ -1,0 +1,182 @@
+"""The kernels of the ``torch.compile`` backend, cached in this process and on disk.
+
+A region's key is the sha256 of what determines its kernel: its operators and their
+arguments in order (nodes named by position in the region, not by their names in the
+graph, so the twelve identical layers of a BERT share one kernel), the shapes, dtypes
+and strides of its inputs, which nodes it returns, the target, the auto-scheduler's
+trials and log, and the source of the tecomp that compiles it.
+
+On disk the kernels are shared libraries (``Module.export_library``) under
+``$TECOMP_CACHE_DIR/dynamo/`` (see :func:`tecomp.runtime.libfiles.cache_root`; a private
+directory), each with its sha256 sidecar, loaded by ``tc.load_module`` with all its
+checks: a second process builds nothing that the first built.  A library that cannot be
+loaded (damaged, for another CPU) is built again and replaced; one that cannot be
+written (no C compiler to link with) only stays in memory, said once in the log.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Dict, Optional
+
+import torch
+
+from ..strategy import schedule_backward
+from ..autoschedule import auto_schedule
+from ..build import build
+from ..errors import InternalError, TecompError
+from ..runtime.aot import load_module
+from ..runtime.libfiles import cache_root, private_dir
+from .lowering import lower_region
+from .lowering_nn import GRADIENT_OPS
+
+log = logging.getLogger("tecomp.dynamo")
+
+_MEMORY: Dict[str, object] = {}
+_LOCK = threading.Lock()
+_SOURCE: Optional[str] = None
+_WARNED = set()
+
+#: counts of this process's region kernels by where they came from (for tests and logs)
+STATS = {"built": 0, "disk": 0, "memory": 0, "failed": 0}
+
+
+def source_digest() -> str:
+    """The sha256 of tecomp's Python sources (a kernel built by other code is not reused)."""
+    global _SOURCE
+    if _SOURCE is None:
+        root = Path(__file__).resolve().parent.parent
+        h = hashlib.sha256()
+        for p in sorted(root.rglob("*.py")):
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+        _SOURCE = h.hexdigest()
+    return _SOURCE
+
+
+def _describe(a, local) -> str:
+    if isinstance(a, torch.fx.Node):
+        return local.get(a, "?")
+    if isinstance(a, (list, tuple)):
+        return "[" + ",".join(_describe(x, local) for x in a) + "]"
+    if isinstance(a, dict):
+        return "{" + ",".join(f"{k}:{_describe(v, local)}" for k, v in sorted(a.items())) + "}"
+    return repr(a)
+
+
+def region_key(region, vals, options) -> str:
+    """The sha256 that names a region's kernel (see the module docstring)."""
+    local = {}
+    parts = [source_digest(), str(options.target), f"trials={options.trials}",
+             f"log={options.log}"]
+    for k, n in enumerate(region.inputs):
+        local[n] = f"in{k}"
+        v = vals[n]
+        parts.append(f"in{k}:{v.dtype}{tuple(v.shape)}{tuple(v.stride())}")
+    for k, n in enumerate(region.nodes):
+        local[n] = f"%{k}"
+        args = _describe(region_value(n, vals, local), local)
+        parts.append(f"%{k}={n.target}({args})")
+    parts.append("out:" + ",".join(local[n] for n in region.outputs))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def region_value(n, vals, local):
+    """A node's arguments with the Python values of nodes outside the region (the
+    integers of a specialised shape) put in."""
+    def sub(a):
+        if isinstance(a, torch.fx.Node) and a not in local:
+            v = vals.get(a)
+            return v if not isinstance(v, torch.Tensor) else a
+        if isinstance(a, (list, tuple)):
+            return type(a)(sub(x) for x in a)
+        return a
+    return (sub(n.args), {k: sub(v) for k, v in n.kwargs.items()})
+
+
+def compile_region(region, vals, options) -> Optional[Exception]:
+    """Give ``region`` its kernel: from memory, from disk, or built (and saved); for a
+    region that cannot be compiled, ``module`` stays None and the error is returned."""
+    key = region_key(region, vals, options)
+    region.key = key
+    region.out_specs = [(tuple(vals[n].shape), tuple(vals[n].stride()), vals[n].dtype)
+                        for n in region.outputs]
+    with _LOCK:
+        mod = _MEMORY.get(key)
+    if mod is not None:
+        STATS["memory"] += 1
+        region.module = mod
+        return None
+    path = _path(key) if options.cache else None
+    if path is not None and path.exists():
+        try:
+            mod = load_module(path)
+            STATS["disk"] += 1
+        except TecompError as e:
+            log.info("tecomp.dynamo: cached kernel %s not loaded (%s): building it again",
+                     path, e)
+            mod = None
+    if mod is None:
+        try:
+            ins, outs = lower_region(region, vals)
+            args = list(ins) + list(outs)
+            if options.trials == 0 and any(n.target in GRADIENT_OPS for n in region.nodes):
+                # computes from tc.gradient: the backward scheduler gives the convolution
+                # gradients their templates (the auto-scheduler does not know them)
+                s = schedule_backward(outs, target=options.target)
+            else:
+                s = auto_schedule(args, target=options.target, trials=options.trials,
+                                  log=options.log, progress=False)
+            mod = build(s, args, target=options.target, name=f"tecomp_dynamo_{key[:16]}")
+        except (TecompError, InternalError) as e:
+            return e
+        STATS["built"] += 1
+        if path is not None:
+            _save(mod, path)
+    with _LOCK:
+        _MEMORY[key] = mod
+    region.module = mod
+    return None
+
+
+def log_failure(region, e) -> None:
+    """Say that ``region`` runs eagerly because compiling it raised ``e``."""
+    ops = sorted({str(n.target) for n in region.nodes
+                  if isinstance(n.target, torch._ops.OpOverload)})
+    log.warning("tecomp.dynamo: a region of %d node%s (%s) could not be compiled and runs "
+                "eagerly%s: %s: %s", len(region.nodes), "s" if len(region.nodes) != 1 else "",
+                ", ".join(ops)[:300],
+                " (a tecomp bug: please report it)" if isinstance(e, InternalError) else "",
+                type(e).__name__, str(e)[:500])
+    STATS["failed"] += 1
+
+
+def _path(key: str) -> Optional[Path]:
+    try:
+        d = private_dir(cache_root() / "dynamo", "the torch.compile kernel cache", TecompError)
+    except TecompError as e:
+        _warn_once("dir", "tecomp.dynamo: kernels are not cached on disk: %s", e)
+        return None
+    return d / f"{key}.so"
+
+
+def _save(mod, path: Path) -> None:
+    try:
+        mod.export_library(os.fspath(path))
+    except TecompError as e:
+        _warn_once("save", "tecomp.dynamo: kernels are not cached on disk: %s", e)
+
+
+def _warn_once(what, msg, *args):
+    if what not in _WARNED:
+        _WARNED.add(what)
+        log.warning(msg, *args)
+
+
+def clear_memory() -> None:
+    """Forget the kernels of this process (the disk cache stays)."""
+    with _LOCK:
+        _MEMORY.clear()

@@ -1,0 +1,317 @@
+"""One ATen FX graph (AOTAutograd's forward, backward or inference graph) compiled for
+the CPU: supported nodes grouped into regions, each region one tecomp kernel, every
+other node run eagerly between them.
+
+:class:`CompiledGraph` is what the backend hands AOTAutograd: a boxed callable.  On the
+first call with a new signature (the shapes, dtypes and strides of the tensor inputs and
+the values of the integer inputs) it specialises the graph to it:
+
+1. the values of every node are propagated with fake tensors (no computation);
+2. each node is checked against the lowering rules (:mod:`tecomp.dynamo.lowering`);
+   the others are logged (logger ``tecomp.dynamo``, one line per operator) and run
+   eagerly;
+3. ``torch.fx``'s capability partitioner groups the supported nodes into maximal
+   regions whose contraction leaves the graph acyclic; a region made only of views
+   runs eagerly (as views, without a copy);
+4. each region is translated to one tecomp DAG, scheduled by ``tc.auto_schedule``
+   (trials=0: the templates, elementwise stages inlined into their consumers and
+   producers) and built as one kernel -- or taken from the in-process or on-disk cache
+   (:mod:`tecomp.dynamo.cache`), keyed by the region's operators, shapes and the target;
+5. the plan -- kernels and eager nodes in an order that respects every dependence -- is
+   run.
+"""
+from __future__ import annotations
+
+import collections
+import heapq
+import logging
+import operator
+import threading
+from typing import Dict, List
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.node import _get_qualified_name
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from ..errors import InternalError
+from . import cache as _cache
+from . import lowering_nn  # noqa: F401  (registers the nn rules)
+from .lowering import VIEWS, unsupported
+
+log = logging.getLogger("tecomp.dynamo")
+
+
+class _Support(OperatorSupportBase):
+    def __init__(self, reasons):
+        self.reasons = reasons
+
+    def is_node_supported(self, submodules, node) -> bool:
+        return node.op == "call_function" and self.reasons.get(node) is None
+
+
+class Region:
+    """Nodes lowered together: ``inputs`` (tensor nodes read from outside), ``outputs``
+    (nodes read outside), and the built kernel."""
+
+    __slots__ = ("nodes", "inputs", "outputs", "module", "out_specs", "key")
+
+    def __init__(self, nodes, inputs, outputs):
+        self.nodes, self.inputs, self.outputs = nodes, inputs, outputs
+        self.module = None
+        self.out_specs = []
+        self.key = None
+
+
+def _signature(args) -> tuple:
+    sig = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            sig.append((a.dtype, a.device.type, tuple(a.shape), tuple(a.stride())))
+        else:
+            sig.append(a if isinstance(a, (int, float, bool)) or a is None else type(a))
+    return tuple(sig)
+
+
+class CompiledGraph:
+    """An ATen graph run through tecomp kernels (see the module docstring): a boxed
+    callable (``f(list_of_args)``), as AOTAutograd calls its compilers' results."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: torch.fx.GraphModule, options, role: str = "forward"):
+        self.gm = gm
+        self.options = options
+        self.role = role
+        self.plans: Dict[tuple, _Plan] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, args):
+        args = list(args)
+        sig = _signature(args)
+        plan = self.plans.get(sig)
+        if plan is None:
+            with self._lock:
+                plan = self.plans.get(sig)
+                if plan is None:
+                    plan = self.plans[sig] = _Plan(self.gm, args, self.options, self.role)
+        return plan.run(args)
+
+
+def _propagate(gm, args) -> Dict[torch.fx.Node, object]:
+    """Every node's value, with fake tensors of the inputs' shapes, dtypes and strides."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    vals = {}
+    for n in gm.graph.nodes:
+        if "val" in n.meta:
+            vals[n] = n.meta["val"]
+    for n, a in zip((n for n in gm.graph.nodes if n.op == "placeholder"), args):
+        if not isinstance(a, torch.Tensor):
+            vals[n] = a
+    return vals
+
+
+def _concrete(v):
+    """A fake-propagated Python scalar as a plain int/float (a SymInt of a static
+    specialisation has a value)."""
+    if isinstance(v, torch.SymInt):
+        return int(v)
+    if isinstance(v, torch.SymFloat):
+        return float(v)
+    return v
+
+
+class _Plan:
+    """One specialisation of a graph: the regions' kernels and the eager nodes, in order."""
+
+    def __init__(self, gm, args, options, role):
+        graph = gm.graph
+        vals = _propagate(gm, args)
+        vals = {n: _concrete(v) for n, v in vals.items()}
+        self.placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        reasons = {}
+        for n in graph.nodes:
+            if n.op == "call_function":
+                reasons[n] = unsupported(n, vals)
+        _log_unsupported(reasons, role)
+        order = {n: k for k, n in enumerate(graph.nodes)}
+        for attempt in range(2):
+            regions = _partition(gm, reasons, vals, order)
+            failed = []
+            for r in regions:
+                err = _cache.compile_region(r, vals, options)
+                if err is not None:
+                    failed.append((r, err))
+            retry = [n for r, _ in failed for n in r.nodes if n.target in VIEWS]
+            if attempt == 0 and retry:
+                # the auto-scheduler could not schedule a region through its views (their
+                # indices, composed, defeat its bounds proofs): split the region there,
+                # the views run eagerly (as views, without a copy)
+                for r, e in failed:
+                    log.info("tecomp.dynamo: a region of %d node%s could not be scheduled "
+                             "(%s: %s); splitting it at its views", len(r.nodes),
+                             "s" if len(r.nodes) != 1 else "",
+                             type(e).__name__, str(e)[:300])
+                for n in retry:
+                    reasons[n] = "a view in a region that could not be scheduled"
+                continue
+            break
+        for r, e in failed:
+            _cache.log_failure(r, e)
+        regions = [r for r in regions if r.module is not None]
+        self.steps = _schedule(graph, regions, order)
+        self.output = next(n for n in graph.nodes if n.op == "output")
+        self.regions = regions
+        inside = {n for r in regions for n in r.nodes}
+        eager = sum(1 for n in graph.nodes if n.op == "call_function" and n not in inside
+                    and isinstance(n.target, torch._ops.OpOverload))
+        log.info("tecomp.dynamo: %s graph: %d tecomp kernel%s (%d nodes), %d eager ATen "
+                 "node%s", role, len(regions), "s" if len(regions) != 1 else "", len(inside),
+                 eager, "s" if eager != 1 else "")
+
+    def run(self, args):
+        env = dict(zip(self.placeholders, args))
+        args.clear()
+        for kind, item in self.steps:
+            if kind == 0:  # a region
+                ins = [env[n] for n in item.inputs]
+                outs = [torch.empty_strided(s, st, dtype=d) for s, st, d in item.out_specs]
+                item.module.call_grad_inputs(*ins, *outs)
+                for n, o in zip(item.outputs, outs):
+                    env[n] = o
+            elif kind == 1:  # an eager node
+                a, kw = torch.fx.node.map_arg((item.args, item.kwargs), env.__getitem__)
+                env[item] = item.target(*a, **kw)
+            else:  # get_attr
+                env[item] = _attr(item.graph.owning_module, item.target)
+        return torch.fx.node.map_arg(self.output.args[0], env.__getitem__)
+
+
+def _partition(gm, reasons, vals, order) -> List[Region]:
+    """The supported nodes grouped into regions by the capability partitioner."""
+    names = {_get_qualified_name(o) for o in VIEWS}
+    parts = CapabilityBasedPartitioner(
+        gm, _Support(reasons), allows_single_node_partition=True,
+        non_compute_ops=sorted(names | {"_operator.getitem"})).propose_partitions()
+    regions = []
+    for p in parts:
+        nodes = sorted(p.nodes, key=order.__getitem__)
+        if all(n.target is operator.getitem for n in nodes):
+            continue
+        for seg in _segments(nodes):
+            r = _region(seg, vals)
+            if r is not None:
+                regions.append(r)
+    return regions
+
+
+#: a region is cut after each of these (the end of a transformer's sublayer, of a
+#: convolution block): the repeated layers of a model then make identical regions, which
+#: share one kernel, and no kernel grows with the depth of the model
+_CUT_AFTER = {torch.ops.aten.native_layer_norm.default}
+
+
+def _segments(nodes):
+    """``nodes`` (a region, in graph order) cut after each operator of ``_CUT_AFTER`` and
+    its getitems.  Cutting a region in graph order keeps the plan acyclic: the region
+    was convex (no path leaves it and comes back), so each piece reads only earlier
+    pieces and nodes outside."""
+    segs, cur, cut = [], [], False
+    for n in nodes:
+        if cut and n.target is not operator.getitem:
+            segs.append(cur)
+            cur, cut = [], False
+        cur.append(n)
+        if n.target in _CUT_AFTER:
+            cut = True
+    segs.append(cur)
+    return [s for s in segs if not all(n.target is operator.getitem for n in s)]
+
+
+def _region(nodes, vals):
+    """The region of ``nodes``: its inputs and outputs; None for one whose multi-output
+    operator is read outside it other than through getitem."""
+    members = set(nodes)
+    inputs, outputs = [], []
+    for n in nodes:
+        for a in n.all_input_nodes:
+            if a not in members and isinstance(vals.get(a), torch.Tensor) and a not in inputs:
+                inputs.append(a)
+        if any(u not in members for u in n.users):
+            outputs.append(n)
+    if any(not isinstance(vals.get(o), torch.Tensor) for o in outputs):
+        return None
+    return Region(nodes, inputs, outputs)
+
+
+def _attr(mod, target: str):
+    for part in target.split("."):
+        mod = getattr(mod, part)
+    return mod
+
+
+def _schedule(graph, regions, order) -> List[tuple]:
+    """Kernels and eager nodes in a topological order of the graph with every region
+    contracted to one node (the partitioner keeps that graph acyclic)."""
+    owner = {}
+    for r in regions:
+        for n in r.nodes:
+            owner[n] = r
+    units, deps = [], {}
+    for n in graph.nodes:
+        if n.op in ("placeholder", "output"):
+            continue
+        u = owner.get(n, n)
+        if u not in deps:
+            units.append(u)
+            deps[u] = set()
+        for a in n.all_input_nodes:
+            au = owner.get(a, a)
+            if au is not u and a.op != "placeholder":
+                deps[u].add(au)
+    users = collections.defaultdict(list)
+    indeg = {}
+    for u in units:
+        indeg[u] = len(deps[u])
+        for d in deps[u]:
+            users[d].append(u)
+    first = {u: (order[u.nodes[0]] if isinstance(u, Region) else order[u]) for u in units}
+    ready = sorted((u for u in units if indeg[u] == 0), key=first.__getitem__)
+    steps = []
+    heap = [(first[u], k, u) for k, u in enumerate(ready)]
+    heapq.heapify(heap)
+    tie = len(heap)
+    while heap:
+        _, _, u = heapq.heappop(heap)
+        if isinstance(u, Region):
+            steps.append((0, u))
+        elif u.op == "get_attr":
+            steps.append((2, u))
+        else:
+            steps.append((1, u))
+        for v in users[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                tie += 1
+                heapq.heappush(heap, (first[v], tie, v))
+    if len(steps) != len(units):
+        raise InternalError("tecomp.dynamo: the regions of a graph form a cycle")
+    return steps
+
+
+def _log_unsupported(reasons, role):
+    seen = collections.Counter()
+    why = {}
+    for n, r in reasons.items():
+        if r is not None and isinstance(n.target, torch._ops.OpOverload):
+            key = str(n.target)
+            seen[key] += 1
+            why.setdefault(key, r)
+    for key, count in sorted(seen.items()):
+        log.info("tecomp.dynamo: %s runs eagerly in the %s graph (%d node%s): %s", key, role,
+                 count, "s" if count != 1 else "", why[key])

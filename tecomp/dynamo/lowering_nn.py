@@ -1,0 +1,432 @@
+"""ATen's neural-network operators as ``tecomp.nn`` computes (the rules of
+:mod:`tecomp.dynamo.lowering` for matmuls, convolution, pooling, softmax, the norms,
+embedding and attention), so that ``tc.auto_schedule`` gives each its template."""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from .. import nn as _nn
+from .. import te as _te
+from ..autodiff import gradient as _gradient
+from .lowering import _float_only, _shape, rule
+
+aten = torch.ops.aten
+
+#: operators lowered through ``tc.gradient``: a region with one is scheduled by
+#: :func:`tecomp.strategy.schedule_backward` (the gradients' templates)
+GRADIENT_OPS = {aten.convolution_backward.default, aten.avg_pool2d_backward.default}
+
+
+def _users_only_first(node, vals):
+    """A reason unless every user of the multi-output ``node`` reads output 0 only."""
+    for u in node.users:
+        if u.target is not operator.getitem or u.args[1] != 0:
+            return "an output other than the first is used (indices, statistics)"
+    return None
+
+
+# -- matrix products ------------------------------------------------------------------
+def _matmul2d(lw, node, a, b, name):
+    """``a @ b`` for 2-d tecomp tensors; ``nn.dense`` when ``b`` is a transposed matrix of
+    the region (a linear layer's weight), so the GEMM reads it as it lies."""
+    src = lw.transposed.get(id(b))
+    if src is not None:
+        return _nn.dense(a, src, name=name)
+    return _nn.matmul(a, b, name=name)
+
+
+@rule(aten.mm.default, check=_float_only)
+def _mm(lw, node):
+    return _matmul2d(lw, node, lw.arg(node.args[0]), lw.arg(node.args[1]), lw.name(node))
+
+
+@rule(aten.addmm.default, check=_float_only)
+def _addmm(lw, node):
+    bias, a, b = (lw.arg(x) for x in node.args[:3])
+    beta = node.kwargs.get("beta", 1)
+    alpha = node.kwargs.get("alpha", 1)
+    p = _matmul2d(lw, node, a, b, lw.name(node) + "_mm")
+    shape = _shape(p)
+    dt = p.dtype
+    bs = _shape(bias)
+
+    def body(i, j):
+        bi = bias[tuple(([] if len(bs) < 2 else [0 if bs[0] == 1 else i]) +
+                        ([0 if bs[-1] == 1 else j] if bs else []))]
+        v = p[i, j]
+        if alpha != 1:
+            v = v * _te.const(alpha, dt)
+        if beta == 0:
+            return v
+        return v + (bi if beta == 1 else bi * _te.const(beta, dt))
+
+    return _te.compute(shape, body, name=lw.name(node))
+
+
+@rule(aten.bmm.default, check=_float_only)
+def _bmm(lw, node):
+    return _nn.batch_matmul(lw.arg(node.args[0]), lw.arg(node.args[1]), name=lw.name(node))
+
+
+# -- convolution and pooling ----------------------------------------------------------
+def _conv_kind(x, w, transposed, groups):
+    """Why a convolution of ``x`` and ``w`` cannot be lowered (None where it can)."""
+    if x.dim() != 4 or w.dim() != 4:
+        return "not a 2-d convolution"
+    if transposed:
+        return "a transposed convolution"
+    if groups != 1:
+        return "a grouped convolution"
+    if not x.dtype.is_floating_point:
+        return "an integer convolution"
+    return None
+
+
+def _conv_check(node, vals):
+    return _conv_kind(vals[node.args[0]], vals[node.args[1]], node.args[6], node.args[8])
+
+
+@rule(aten.convolution.default, check=_conv_check)
+def _conv(lw, node):
+    x, w, b = (lw.arg(a) for a in node.args[:3])
+    stride, padding, dilation = node.args[3:6]
+    y = _nn.conv2d_nchw(x, w, stride=list(stride), padding=list(padding),
+                        dilation=list(dilation), name=lw.name(node) + ("_conv" if b is not None
+                                                                       else ""))
+    if b is None:
+        return y
+    return _nn.bias_add(y, b, axis=1, name=lw.name(node))
+
+
+def _maxpool_check(node, vals):
+    x = vals[node.args[0]]
+    dil = node.args[4] if len(node.args) > 4 else 1
+    ceil = node.args[5] if len(node.args) > 5 else False
+    if x.dim() != 4:
+        return "not 2-d pooling of a batch"
+    if ceil:
+        return "ceil_mode"
+    if any(d != 1 for d in (dil if isinstance(dil, (list, tuple)) else [dil])):
+        return "dilation"
+    return _users_only_first(node, vals) or _float_only(node, vals)
+
+
+def _window(lw, node):
+    """A pooling node's input, kernel, stride (the kernel where empty) and padding."""
+    k = list(node.args[1])
+    s = list(node.args[2]) if len(node.args) > 2 and node.args[2] else k
+    p = list(node.args[3]) if len(node.args) > 3 else [0, 0]
+    return lw.arg(node.args[0]), k, s, p
+
+
+@rule(aten.max_pool2d_with_indices.default, check=_maxpool_check)
+def _maxpool(lw, node):
+    x, k, s, p = _window(lw, node)
+    return (_nn.max_pool2d(x, k, stride=s, padding=p, name=lw.name(node)),)
+
+
+def _avgpool_check(node, vals):
+    x = vals[node.args[0]]
+    ceil = node.args[4] if len(node.args) > 4 else False
+    div = node.args[6] if len(node.args) > 6 else None
+    if x.dim() != 4:
+        return "not 2-d pooling of a batch"
+    if ceil:
+        return "ceil_mode"
+    if div is not None:
+        return "divisor_override"
+    return _float_only(node, vals)
+
+
+@rule(aten.avg_pool2d.default, check=_avgpool_check)
+def _avgpool(lw, node):
+    x, k, s, p = _window(lw, node)
+    cip = node.args[5] if len(node.args) > 5 else True
+    return _nn.avg_pool2d(x, k, stride=s, padding=p, count_include_pad=cip, name=lw.name(node))
+
+
+def _adaptive_check(node, vals):
+    x, out = vals[node.args[0]], vals[node]
+    if x.dim() != 4:
+        return "not 2-d pooling of a batch"
+    if x.shape[2] % out.shape[2] or x.shape[3] % out.shape[3]:
+        return "windows of unequal sizes"
+    return _float_only(node, vals)
+
+
+@rule(aten._adaptive_avg_pool2d.default, check=_adaptive_check)
+def _adaptive(lw, node):
+    x = lw.arg(node.args[0])
+    xs, os_ = _shape(x), _shape(lw.out(node))
+    kh, kw = xs[2] // os_[2], xs[3] // os_[3]
+    if kh == 1 and kw == 1:
+        return x
+    return _nn.avg_pool2d(x, [kh, kw], stride=[kh, kw], name=lw.name(node))
+
+
+# -- softmax and the norms ------------------------------------------------------------
+def _softmax_check(node, vals):
+    x = vals[node.args[0]]
+    if node.args[1] % max(x.dim(), 1) != max(x.dim(), 1) - 1:
+        return "not over the last dimension"
+    if node.args[2]:
+        return "half_to_float"
+    return _float_only(node, vals)
+
+
+@rule(aten._softmax.default, aten._log_softmax.default, check=_softmax_check)
+def _softmax(lw, node):
+    f = _nn.softmax if node.target is aten._softmax.default else _nn.log_softmax
+    return f(lw.arg(node.args[0]), name=lw.name(node))
+
+
+def _layer_norm_check(node, vals):
+    if len(node.args[1]) != 1:
+        return "normalised over several dimensions"
+    if len(node.args) < 4 or node.args[2] is None or node.args[3] is None:
+        return "no weight or bias"
+    return _float_only(node, vals)
+
+
+@rule(aten.native_layer_norm.default, check=_layer_norm_check)
+def _layer_norm(lw, node):
+    x, w, b = lw.arg(node.args[0]), lw.arg(node.args[2]), lw.arg(node.args[3])
+    eps = float(node.args[4])
+    name = lw.name(node)
+    y = _nn.layer_norm(x, w, b, eps=eps, name=name)
+    # the statistics (read by the backward): [..., 1]
+    xs = _shape(x)
+    D = xs[-1]
+    dt = x.dtype
+    k = _te.reduce_axis((0, D), name="k")
+    mean = _te.compute(xs[:-1] + (1,), lambda *i: _te.sum(x[i[:-1] + (k,)] *
+                                                           _te.const(1.0 / D, dt), axis=k),
+                       name=name + "_mean")
+    k2 = _te.reduce_axis((0, D), name="k")
+
+    def var(*i):
+        d = x[i[:-1] + (k2,)] - mean[i]
+        return _te.sum(d * d * _te.const(1.0 / D, dt), axis=k2)
+    v = _te.compute(xs[:-1] + (1,), var, name=name + "_var")
+    rstd = _te.compute(v.shape, lambda *i: _te.rsqrt(v[i] + _te.const(eps, dt)),
+                       name=name + "_rstd")
+    return (y, mean, rstd)
+
+
+def _bn_args(node, vals):
+    """Why a batch norm node's input, weight and bias cannot be lowered (or None)."""
+    if node.args[1] is None or node.args[2] is None:
+        return "no weight or bias"
+    if vals[node.args[0]].dim() < 2:
+        return "fewer than 2 dimensions"
+    return _float_only(node, vals)
+
+
+def _bn_check(node, vals):
+    return _bn_args(node, vals) or _users_only_first(node, vals)
+
+
+@rule(aten._native_batch_norm_legit_no_training.default, check=_bn_check)
+def _bn_inference(lw, node):
+    x, w, b, rm, rv = (lw.arg(a) for a in node.args[:5])
+    eps = float(node.args[6])
+    name = lw.name(node)
+    if len(x.shape) == 4:
+        return (_nn.batch_norm(x, w, b, rm, rv, training=False, eps=eps, name=name),)
+    dt = x.dtype
+    scale = _te.compute(w.shape, lambda c: w[c] * _te.rsqrt(rv[c] + _te.const(eps, dt)),
+                        name=name + "_scale")
+    return (_te.compute(x.shape, lambda *i: (x[i] - rm[i[1]]) * scale[i[1]] + b[i[1]],
+                        name=name),)
+
+
+def _embedding_check(node, vals):
+    w = vals[node.args[0]]
+    if w.dim() != 2:
+        return "a weight that is not 2-d"
+    if not w.dtype.is_floating_point:
+        return "an integer weight"
+    return None
+
+
+@rule(aten.embedding.default, check=_embedding_check)
+def _embedding(lw, node):
+    return _nn.embedding(lw.arg(node.args[0]), lw.arg(node.args[1]), name=lw.name(node))
+
+
+def _sdpa_check(node, vals):
+    q = vals[node.args[0]]
+    if q.dim() != 4:
+        return "not [batch, heads, length, dim]"
+    kw = node.kwargs
+    if kw.get("dropout_p", 0.0) or (len(node.args) > 3 and node.args[3]):
+        return "dropout"
+    if kw.get("is_causal", False) or (len(node.args) > 4 and node.args[4]):
+        return "is_causal"
+    return _users_only_first(node, vals) or _float_only(node, vals)
+
+
+@rule(aten._scaled_dot_product_flash_attention_for_cpu.default, check=_sdpa_check)
+def _sdpa(lw, node):
+    q, k, v = (lw.arg(a) for a in node.args[:3])
+    mask = node.kwargs.get("attn_mask")
+    scale = node.kwargs.get("scale")
+    m = lw.arg(mask) if mask is not None else None
+    return (_nn.scaled_dot_product_attention(q, k, v, mask=m, scale=scale,
+                                             name=lw.name(node)),)
+
+
+# -- training -------------------------------------------------------------------------
+def _bn_train_check(node, vals):
+    return _bn_args(node, vals) or (None if node.args[5] else "not training")
+
+
+@rule(aten._native_batch_norm_legit_functional.default, check=_bn_train_check)
+def _bn_train(lw, node):
+    """Batch statistics: (output, mean, invstd, new running mean, new running var), the
+    running variance updated with the unbiased batch variance (as PyTorch)."""
+    x, w, b, rm, rv = (lw.arg(a) for a in node.args[:5])
+    momentum, eps = float(node.args[6]), float(node.args[7])
+    name = lw.name(node)
+    xs = _shape(x)
+    dt = x.dtype
+    C = xs[1]
+    m = 1
+    for d, s in enumerate(xs):
+        if d != 1:
+            m *= s
+    rest = [(0, s) for d, s in enumerate(xs) if d != 1]
+
+    def at(ax, c):
+        return tuple(ax[:1]) + (c,) + tuple(ax[1:])
+
+    r1 = [_te.reduce_axis(r, name=f"r{k}") for k, r in enumerate(rest)]
+    mean = _te.compute((C,), lambda c: _te.sum(x[at(r1, c)] * _te.const(1.0 / m, dt), axis=r1),
+                       name=name + "_mean")
+    r2 = [_te.reduce_axis(r, name=f"r{k}") for k, r in enumerate(rest)]
+
+    def var(c):
+        d = x[at(r2, c)] - mean[c]
+        return _te.sum(d * d * _te.const(1.0 / m, dt), axis=r2)
+    v = _te.compute((C,), var, name=name + "_var")
+    invstd = _te.compute((C,), lambda c: _te.rsqrt(v[c] + _te.const(eps, dt)),
+                         name=name + "_invstd")
+    out = _te.compute(xs, lambda *i: (x[i] - mean[i[1]]) * invstd[i[1]] * w[i[1]] + b[i[1]],
+                      name=name)
+    k = _te.const(momentum, rm.dtype)
+    keep = _te.const(1.0 - momentum, rm.dtype)
+    new_rm = _te.compute((C,), lambda c: rm[c] * keep + _te.cast(mean[c], rm.dtype) * k,
+                         name=name + "_running_mean")
+    unbias = _te.const(m / max(m - 1, 1), rv.dtype)
+    new_rv = _te.compute((C,), lambda c: rv[c] * keep + _te.cast(v[c], rv.dtype) * unbias * k,
+                         name=name + "_running_var")
+    return (out, mean, invstd, new_rm, new_rv)
+
+
+def _conv_backward_check(node, vals):
+    return _conv_kind(vals[node.args[1]], vals[node.args[2]], node.args[7], node.args[9])
+
+
+@rule(aten.convolution_backward.default, check=_conv_backward_check)
+def _conv_backward(lw, node):
+    """(data gradient, weight gradient, bias gradient), each None where ``output_mask``
+    does not ask for it: ``tc.gradient`` of ``nn.conv2d_nchw`` (its registered
+    derivatives, which the convolution templates schedule) with the incoming gradient as
+    the head, and the bias gradient a sum over batch and image."""
+    g, x, w = (lw.arg(a) for a in node.args[:3])
+    stride, padding, dilation = node.args[4:7]
+    mask = node.args[10]
+    name = lw.name(node)
+    y = _nn.conv2d_nchw(x, w, stride=list(stride), padding=list(padding),
+                        dilation=list(dilation), name=name + "_fwd")
+    wanted = [t for t, on in zip((x, w), mask[:2]) if on]
+    grads = _gradient(y, wanted, head=g) if wanted else []
+    if not isinstance(grads, list):
+        grads = [grads]
+    out, k = [], 0
+    for on in mask[:2]:
+        out.append(grads[k] if on else None)
+        k += bool(on)
+    if mask[2]:
+        gs = _shape(g)
+        r = [_te.reduce_axis((0, gs[0]), name="n"), _te.reduce_axis((0, gs[2]), name="y"),
+             _te.reduce_axis((0, gs[3]), name="x")]
+        out.append(_te.compute((gs[1],), lambda c: _te.sum(g[r[0], c, r[1], r[2]], axis=r),
+                               name=name + "_bias"))
+    else:
+        out.append(None)
+    return tuple(out)
+
+
+def _maxpool_backward_check(node, vals):
+    x = vals[node.args[1]]
+    dil = node.args[5]
+    if x.dim() != 4:
+        return "not 2-d pooling of a batch"
+    if node.args[6]:
+        return "ceil_mode"
+    if any(d != 1 for d in dil):
+        return "dilation"
+    return _float_only(node, vals)
+
+
+@rule(aten.max_pool2d_with_indices_backward.default, check=_maxpool_backward_check)
+def _maxpool_backward(lw, node):
+    """Each input element gets the incoming gradient of every window whose maximum it was
+    (the forward's indices, flat in the image): a sum over the window offsets."""
+    g, x = lw.arg(node.args[0]), lw.arg(node.args[1])
+    idx = lw.arg(node.args[7])
+    kh, kw = node.args[2]
+    sh, sw = node.args[3] if node.args[3] else node.args[2]
+    ph, pw = node.args[4]
+    _, _, H, W = _shape(x)
+    _, _, OH, OW = _shape(g)
+    dt = g.dtype
+    zero = _te.const(0.0, dt)
+    if (sh, sw) == (kh, kw) and (ph, pw) == (0, 0):
+        # windows that tile the image: each element is in at most one, no sum
+        def tiled(n, c, i, j):
+            qy, qx = _te.floordiv(i, sh), _te.floordiv(j, sw)
+            inside = _te.all(qy < OH, qx < OW)
+            sy, sx = _te.if_then_else(inside, qy, 0), _te.if_then_else(inside, qx, 0)
+            hit = _te.all(inside, idx[n, c, sy, sx] == _te.cast(i * W + j, idx.dtype))
+            return _te.if_then_else(hit, g[n, c, sy, sx], zero)
+        return _te.compute(_shape(x), tiled, name=lw.name(node))
+    ry, rx = _te.reduce_axis((0, kh), name="ky"), _te.reduce_axis((0, kw), name="kx")
+
+    def f(n, c, i, j):
+        oy, ox = i + ph - ry, j + pw - rx
+        qy, qx = _te.floordiv(oy, sh), _te.floordiv(ox, sw)
+        ok = _te.all(oy >= 0, ox >= 0, _te.floormod(oy, sh) == 0, _te.floormod(ox, sw) == 0,
+                     qy < OH, qx < OW)
+        sy = _te.if_then_else(ok, qy, 0)
+        sx = _te.if_then_else(ok, qx, 0)
+        hit = _te.all(ok, idx[n, c, sy, sx] == _te.cast(i * W + j, idx.dtype))
+        return _te.sum(_te.if_then_else(hit, g[n, c, sy, sx], zero), axis=[ry, rx])
+
+    return _te.compute(_shape(x), f, name=lw.name(node))
+
+
+def _avgpool_backward_check(node, vals):
+    x = vals[node.args[1]]
+    if x.dim() != 4:
+        return "not 2-d pooling of a batch"
+    if node.args[5]:
+        return "ceil_mode"
+    if node.args[7] is not None:
+        return "divisor_override"
+    return _float_only(node, vals)
+
+
+@rule(aten.avg_pool2d_backward.default, check=_avgpool_backward_check)
+def _avgpool_backward(lw, node):
+    """``tc.gradient`` of ``nn.avg_pool2d`` with the incoming gradient as the head."""
+    g, x = lw.arg(node.args[0]), lw.arg(node.args[1])
+    k = list(node.args[2])
+    s = list(node.args[3]) if node.args[3] else k
+    name = lw.name(node)
+    y = _nn.avg_pool2d(x, k, stride=s, padding=list(node.args[4]),
+                       count_include_pad=node.args[6], name=name + "_fwd")
+    return _gradient(y, x, head=g)

@@ -1,0 +1,289 @@
+"""torch.compile(model, backend="tecomp"): small models (an MLP, a CNN, a transformer
+encoder layer) compiled against eager PyTorch, outputs and gradients; the eager
+fallback of unsupported operators and dtypes; shape specialisation; the disk cache
+reused by a second process."""
+import copy
+import logging
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tecomp.dynamo as td  # noqa: E402
+from tecomp.dynamo import cache as dcache  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RTOL = 1e-4
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _close(got, want, what):
+    """Within RTOL of the largest magnitude of ``want`` (a gradient that is nearly zero
+    everywhere is compared at the scale of its largest element)."""
+    got, want = got.detach(), want.detach()
+    scale = max(float(want.abs().max()), 1e-6)
+    err = float((got.double() - want.double()).abs().max())
+    assert err <= RTOL * scale, f"{what}: max error {err:.3g} at scale {scale:.3g}"
+
+
+def _check_model(model, x, train=True, eval_=True):
+    """The compiled model's outputs (train and eval) and parameter gradients against
+    eager PyTorch's, from the same weights."""
+    torch.manual_seed(1)
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="tecomp")
+    if train:
+        w = torch.randn_like(copy.deepcopy(ref)(x))  # a random head: no zero gradient
+        y = compiled(x)
+        (y * w).sum().backward()
+        yr = ref(x)
+        (yr * w).sum().backward()
+        _close(y, yr, "training output")
+        for (n, p), (_, pr) in zip(model.named_parameters(), ref.named_parameters()):
+            _close(p.grad, pr.grad, f"gradient of {n}")
+    if eval_:
+        model.eval()
+        ref.eval()
+        with torch.no_grad():
+            _close(compiled(x), ref(x), "inference output")
+    return compiled
+
+
+def test_registered_as_tecomp():
+    assert "tecomp" in torch._dynamo.list_backends()
+    from torch._dynamo.backends.registry import lookup_backend
+
+    assert lookup_backend("tecomp") is td.backend
+
+
+def test_mlp_train_and_inference(caplog):
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8),
+                              torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        _check_model(mlp, torch.randn(6, 16))
+    # every operator of these graphs is lowered: each graph is one kernel, none eager
+    summaries = [r.getMessage() for r in caplog.records if " graph: " in r.getMessage()]
+    assert {m.split(":")[1].strip().split()[0] for m in summaries} >= {"forward", "backward",
+                                                                       "inference"}
+    for m in summaries:
+        assert re.search(r"graph: 1 tecomp kernel \(\d+ nodes\), 0 eager", m), m
+
+
+def test_cnn_train_and_inference(caplog):
+    """Batch norm in training, the convolution's and max pooling's backward are lowered:
+    the backward graph is all tecomp kernels."""
+    torch.manual_seed(0)
+    cnn = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 8, 3, padding=1),
+        torch.nn.ReLU(), torch.nn.AvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 2 * 2, 10))
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        _check_model(cnn, torch.randn(2, 3, 8, 8))
+    msgs = [r.getMessage() for r in caplog.records]
+    bw = [m for m in msgs if m.startswith("tecomp.dynamo: backward graph:")]
+    assert bw and bw[0].endswith(" 0 eager ATen nodes"), msgs
+    assert not any("batch_norm" in m or "convolution" in m for m in msgs
+                   if "runs eagerly" in m), msgs
+
+
+def test_transformer_encoder_layer_train_and_inference():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    _check_model(layer, torch.randn(2, 5, 32))
+
+
+def test_transformer_attention_lowered_for_inference(caplog):
+    """In inference (no fast path: need_weights) the attention is a tecomp kernel."""
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+
+    class Attn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mha = mha
+            self.norm = torch.nn.LayerNorm(32)
+
+        def forward(self, x):
+            return self.norm(x + self.mha(x, x, x, need_weights=False)[0])
+
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        with torch.no_grad():
+            _check_model(Attn(), torch.randn(2, 6, 32), train=False)
+    eager = [r.getMessage() for r in caplog.records if "runs eagerly" in r.getMessage()]
+    assert not any("scaled_dot_product" in m for m in eager), eager
+
+
+class _Middle(torch.nn.Module):
+    """Linear -> an operator tecomp does not lower -> Linear."""
+
+    def __init__(self, middle):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 4)
+        self.middle = middle
+
+    def forward(self, x):
+        return self.b(torch.relu(self.middle(torch.relu(self.a(x)))))
+
+
+@pytest.mark.parametrize("name,middle", [
+    ("cumsum", lambda h: torch.cumsum(h, dim=1)),
+    ("sort", lambda h: torch.sort(h, dim=1)[0]),
+])
+def test_unsupported_operator_runs_eagerly_between_kernels(caplog, name, middle):
+    torch.manual_seed(0)
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        _check_model(_Middle(middle), torch.randn(5, 8))
+    msgs = [r.getMessage() for r in caplog.records]
+    lines = [m for m in msgs if f"aten.{name}" in m and "runs eagerly in the forward" in m]
+    assert len(lines) == 1, msgs  # one line per operator and graph
+    assert "no tecomp lowering" in lines[0]
+    # the forward graph: a kernel before the operator and one after it
+    fw = [m for m in msgs if m.startswith("tecomp.dynamo: forward graph:")]
+    assert fw and re.search(r"graph: 2 tecomp kernels", fw[0]), fw
+
+
+def test_unsupported_dtype_runs_eagerly(caplog):
+    """float16 tensors: the operators run eagerly (logged), the results are PyTorch's."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 4).to(torch.float16)
+    x = torch.randn(3, 8, dtype=torch.float16)
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        with torch.no_grad():
+            got = torch.compile(lambda t: torch.relu(lin(t)) * 2, backend="tecomp")(x)
+    assert torch.equal(got, torch.relu(lin(x)) * 2)
+    msgs = [r.getMessage() for r in caplog.records if "runs eagerly" in r.getMessage()]
+    assert msgs and all("dtype torch.float16" in m for m in msgs), msgs
+
+
+def test_float64_and_integer_ops():
+    def f(x, idx):
+        e = torch.nn.functional.embedding(idx, x)
+        return (e * 2 + 1).sum(dim=1), (idx > 2).sum(), torch.where(e > 0, e, -e).amax(-1)
+    x = torch.randn(10, 6, dtype=torch.float64)
+    idx = torch.tensor([[1, 3, 5], [0, 9, 2]])
+    got = torch.compile(f, backend="tecomp")(x, idx)
+    want = f(x, idx)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w)
+
+
+def test_views_slices_cat():
+    def f(x, y):
+        a = x[:, 1:5].permute(1, 0).reshape(2, -1)
+        b = torch.cat([y.t(), y[:2].t()], dim=1).unsqueeze(0).expand(3, -1, -1)
+        return a.exp() + 1, b * x[0, 0], x.select(1, 2) - x.mean(0)[:3].sum()
+    x, y = torch.randn(3, 6), torch.randn(4, 2)
+    got = torch.compile(f, backend="tecomp")(x, y)
+    for g, w in zip(got, f(x, y)):
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("mark_dynamic", [False, True])
+def test_new_shapes_are_specialised(mark_dynamic):
+    """New batch sizes: static graphs recompiled by TorchDynamo's guards, or (after
+    mark_dynamic, or a second size) a symbolic graph that tecomp specialises per size;
+    the results are PyTorch's either way."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
+    c = torch.compile(mlp, backend="tecomp")
+    with torch.no_grad():
+        for n in (4, 6, 9):
+            x = torch.randn(n, 8)
+            if mark_dynamic:
+                torch._dynamo.mark_dynamic(x, 0)
+            torch.testing.assert_close(c(x), mlp(x))
+
+
+_SECOND = r"""
+import sys, torch, tecomp.dynamo as td
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+x = torch.randn(3, 8)
+with torch.no_grad():
+    y = torch.compile(m, backend="tecomp")(x)
+    assert torch.allclose(y, m(x), rtol=1e-4, atol=1e-5)
+print("STATS", td.STATS["built"], td.STATS["disk"])
+"""
+
+
+def test_disk_cache_reused_by_a_second_process(tmp_path):
+    env = dict(os.environ, TECOMP_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=ROOT)
+    runs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", _SECOND], env=env, capture_output=True,
+                           text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        runs.append(tuple(int(v) for v in re.search(r"STATS (\d+) (\d+)", p.stdout).groups()))
+    assert runs[0][0] >= 1 and runs[0][1] == 0       # the first process builds
+    assert runs[1] == (0, runs[0][0])                # the second loads every kernel
+    assert list((tmp_path / "cache" / "dynamo").glob("*.so"))
+
+
+def test_kernels_shared_between_identical_regions():
+    """Two identical blocks in one model: one kernel, built once."""
+    torch.manual_seed(0)
+    blocks = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(),
+                                                       torch.nn.Dropout(0.0))
+                                   for _ in range(2)])
+
+    def f(x):
+        return torch.sort(blocks[1](torch.sort(blocks[0](x), dim=1)[0]), dim=1)[0]
+    before = dict(dcache.STATS)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(f, backend="tecomp")(x), f(x))
+    assert dcache.STATS["memory"] - before["memory"] >= 1
+
+
+def test_operator_table_lists_every_lowering():
+    """docs/torch_compile.md's table names exactly the operators with a lowering rule."""
+    from tecomp.dynamo.lowering import RULES
+
+    text = open(os.path.join(ROOT, "docs", "torch_compile.md")).read()
+    table = text[text.index("## Supported operators"):]
+    table = table[:table.index("\n\nTraining graphs")]
+    listed = set(re.findall(r"`(aten\.[\w.]+)`", table))
+    assert listed == {str(op) for op in RULES}
+
+
+def test_region_that_cannot_be_compiled_runs_eagerly(caplog, monkeypatch):
+    """A region the auto-scheduler refuses: first split at its views, then (still
+    refused) run eagerly, with a WARNING naming its operators and the error."""
+    from tecomp.errors import ScheduleError
+
+    calls = []
+
+    def refuse(args, **kw):
+        calls.append(len(args))
+        raise ScheduleError("refused for the test")
+    monkeypatch.setattr(dcache, "auto_schedule", refuse)
+
+    def f(x, w):
+        return (torch.relu(x @ w).t() * 2).reshape(-1).exp()
+    x, w = torch.randn(4, 6), torch.randn(6, 5)
+    before = dcache.STATS["failed"]
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        with torch.no_grad():
+            torch.testing.assert_close(torch.compile(f, backend="tecomp")(x, w), f(x, w))
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("splitting it at its views" in m for m in msgs), msgs
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned and all("could not be compiled and runs eagerly: ScheduleError: refused "
+                          "for the test" in m for m in warned), warned
+    assert any("aten.mm.default" in m for m in warned)
+    assert len(calls) >= 2 and dcache.STATS["failed"] > before
+    assert any(re.search(r"graph: 0 tecomp kernels \(0 nodes\), \d+ eager", m) for m in msgs)
+
