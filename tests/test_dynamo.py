@@ -124,6 +124,24 @@ def test_transformer_attention_lowered_for_inference(caplog):
     assert not any("scaled_dot_product" in m for m in eager), eager
 
 
+def test_attention_through_composed_views_is_one_kernel(caplog):
+    """MultiheadAttention's inference graph reads its projections through views whose
+    indices compose (``x[i2*2 + ((i0*4 + i1)*16 + i3) // 64]``), where a template's
+    align_bounds cannot be proved to stay inside memory: the auto-scheduler leaves that
+    part to its rules instead of returning a schedule lowering refuses, so the whole
+    graph is one kernel (no region split at its views)."""
+    torch.manual_seed(0)
+    m = torch.nn.MultiheadAttention(64, 4, batch_first=True).eval()
+    x = torch.randn(2, 10, 64)
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        with torch.no_grad():
+            y = torch.compile(m, backend="tecomp")(x, x, x, need_weights=False)[0]
+            _close(y, m(x, x, x, need_weights=False)[0], "attention output")
+    msgs = [r.getMessage() for r in caplog.records]
+    assert not any("splitting it at its views" in t for t in msgs), msgs
+    assert any("1 tecomp kernel (" in t and "0 eager ATen" in t for t in msgs), msgs
+
+
 class _Middle(torch.nn.Module):
     """Linear -> an operator tecomp does not lower -> Linear."""
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Dict, Optional
 
 from .. import rules as _rules
-from ...errors import AutoScheduleError
+from ...errors import AutoScheduleError, ScheduleError
+from ...lower import lower
 from ...schedule.schedule import Schedule, create_schedule
 from .._common import _walk
 from .attention import _attention_into, _attention_part
@@ -110,6 +111,27 @@ def apply_rules(args, knobs, info: CpuModel, shapes: Optional[dict] = None) -> S
     decision taken from ``knobs`` (:class:`tecomp.strategy.rules.Knobs`)."""
     outs = _rules.outputs_of(args)
     s = _template(outs, knobs, info)
-    if s is not None:
+    if s is not None and _aligned_reads_hold(s, args, info):
         return s
-    return _rules.generic_rules(args, knobs, info, shapes, PART_TEMPLATES)
+    s = _rules.generic_rules(args, knobs, info, shapes, PART_TEMPLATES)
+    if _aligned_reads_hold(s, args, info):
+        return s
+    return _rules.generic_rules(args, knobs, info, shapes)   # (no part template)
+
+
+def _aligned_reads_hold(s: Schedule, args, info: CpuModel) -> bool:
+    """Whether a template's ``align_bounds`` (a GEMM's padded panel, attention's query
+    blocks) keep every read inside its memory: lowering proves it, or refuses the
+    schedule (a ScheduleError); a template (or a part template) whose reads it cannot
+    prove (an operand read through composed views, ``x[i*2 + (j*16 + k) // 64]``) leaves
+    the DAG (or the part) to the rules.
+    Schedules without ``align_bounds`` are not lowered here."""
+    if not any(st.bound_aligns for st in s.stages):
+        return True
+    try:
+        lower(s, list(args), target=info.target)
+    except ScheduleError as exc:
+        if "align_bounds" not in str(exc):
+            raise
+        return False
+    return True
