@@ -928,3 +928,31 @@ def test_depthwise_rows_stream_one_channel_at_a_time():
     knobs = Knobs({"template": False})
     apply_rules([A, Bm, G], knobs, cpu_model("llvm -mcpu=skylake-avx512"))
     assert knobs.values["G.order"] == "vu"
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 7, 7), (2, 4, 14, 14), (1, 2, 28, 28), (2, 3, 56, 9),
+                                   (3, 5, 9)])
+def test_short_rows_of_a_plane_are_one_contiguous_run(shape):
+    """An elementwise stage whose rows leave a vector tail (7x7, 14x14, 28x28 feature
+    maps) and whose reads take the last two axes whole (or not at all: a per-channel
+    scale) runs them fused, one contiguous run vectorized: contiguous vector loads, no
+    gathers; the same values."""
+    X = tc.placeholder(shape, name="x")
+    R = tc.placeholder(shape, name="res")
+    g = tc.placeholder((shape[1],), name="g")
+    Y = tc.compute(shape, lambda *i: tc.max(X[i] * g[i[1]] + R[i], tc.const(0.0, "float32")),
+                   name="y")
+    target = "llvm -mcpu=skylake-avx512"
+    s = tc.auto_schedule([X, R, g, Y], target=target)
+    assert ("fuse", ) == tuple(st[0] for st in s.trace.to_json())[:1], s.trace.python([X, R, g, Y])
+    f = tc.build(s, [X, R, g, Y], target=target)
+    assert "gather" not in f.get_source("asm")
+    if not tc.Target("llvm").has_feature("avx512f"):
+        f = tc.build(tc.auto_schedule([X, R, g, Y]), [X, R, g, Y])
+    rng = np.random.default_rng(2)
+    x, r = rng.standard_normal(shape, "float32"), rng.standard_normal(shape, "float32")
+    gv = rng.standard_normal(shape[1], "float32")
+    y = np.empty_like(x)
+    f(x, r, gv, y)
+    bshape = (1, shape[1]) + (1,) * (len(shape) - 2)
+    np.testing.assert_allclose(y, np.maximum(x * gv.reshape(bshape) + r, 0), rtol=1e-6)

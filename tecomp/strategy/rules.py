@@ -237,6 +237,7 @@ class _Rules:
     def __init__(self, s: Schedule, outs, knobs: Knobs, info, shapes, only=None, parts=None):
         self.s, self.outs, self.k, self.info, self.shapes = s, outs, knobs, info, shapes
         self.parts = parts or {}
+        self.fused_ext: Dict[object, int] = {}   # fused axes -> their constant extent
         self.L = info.lanes
         # ids of ops scheduled (or attached) already; with ``only``, every other stage
         self.done = set() if only is None else {
@@ -334,12 +335,20 @@ class _Rules:
             self.done.add(id(red))
             return
         axes = list(op.axis)
-        exts = [self.ext(iv.dom.extent) for iv in axes]
         if not axes:
             return
         L = self.L
+        exts = [self.ext(iv.dom.extent) for iv in axes]
+        k = self._contiguous_suffix(op)
+        if k > 1 and self.k.choose(f"coalesce.{op.name}", [True, False], True):
+            # rows with a tail (a 7x7 or 28x28 plane): the trailing axes every read takes
+            # whole are one contiguous run, vectorized as one axis
+            fused = st.fuse(*axes[-k:])
+            self.fused_ext[fused] = math.prod(exts[-k:])
+            axes, exts = axes[:-k] + [fused], exts[:-k] + [self.fused_ext[fused]]
         inner, ie = axes[-1], exts[-1]
-        ce = _cint(inner.dom.extent)   # (a whole axis is vectorized only when constant)
+        # (a whole axis is vectorized only when constant)
+        ce = ie if len(axes) < len(op.axis) else _cint(inner.dom.extent)
         # four vectors a step where they divide the row (LLVM's own vectorizer
         # interleaves so too): more loads in flight (benchmarks/DECISIONS.md, "Rules:
         # elementwise rows four vectors a step")
@@ -351,13 +360,17 @@ class _Rules:
             if ce > 1:
                 st.vectorize(inner)
         elif vec_f > 1:
-            outer_axes = outer_axes + [self._vectorize_by(st, inner, vec_f)]
+            vo = self._vectorize_by(st, inner, vec_f)
+            if not (len(axes) < len(op.axis) and outer_axes):
+                # (a fused run's outer loop stays serial inside the tasks: fused into
+                # them too, its vector loads would no longer be proved contiguous)
+                outer_axes = outer_axes + [vo]
         row = None
         if outer_axes:
             row = self.parallel(st, outer_axes, [self.ext(self._leaf_extent(st, a)) for a in
                                                  outer_axes])
         # producers that are per row (fewer axes, indexed by our leading axes)
-        lead = axes[:-1]
+        lead = list(op.axis[:-1]) if len(axes) == len(op.axis) else []
         if lead and row is not None:
             self.attach_rows(st, lead, row if len(axes[:-1]) and row is not None else None)
 
@@ -365,7 +378,8 @@ class _Rules:
         # extent of a leaf axis made by a split of an op axis (for task counting)
         for rel in st.relations:
             if isinstance(rel, Split) and rel.outer is iv:
-                pe = self.ext(rel.parent.dom.extent) if rel.parent.dom is not None else None
+                pe = self.ext(rel.parent.dom.extent) if rel.parent.dom is not None else \
+                    self.fused_ext.get(rel.parent)
                 f = self.ext(rel.factor) if rel.factor is not None else None
                 if pe is not None and f:
                     return Const(-(-pe // f), "int32")
@@ -449,6 +463,41 @@ class _Rules:
             return False
         bytes_ = ext[-1] * _dt.nbytes(op.output(0).dtype)
         return bytes_ * 4 <= self.info.l2_bytes
+
+    def _contiguous_suffix(self, op) -> int:
+        """How many trailing axes of elementwise ``op`` (two at most; constant extents, the
+        last one not a whole number of vectors) every read either takes whole -- its last indices
+        are those axes, in order, over a tensor of the same extents there -- or does not
+        use at all: fused, they are one contiguous run (0 or 1: nothing to fuse)."""
+        axes = list(op.axis)
+        last = self.ext(axes[-1].dom.extent) if axes else None
+        if len(axes) < 2 or last is None or last % self.L == 0 or len(op.bodies) != 1:
+            return 0
+        loads = _loads(op.body)
+        best = 0
+        # (two axes at most: lowering proves a fused pair's vector loads contiguous,
+        # (q*16 + l) // W and (q*16 + l) % W; over three it leaves gathers)
+        for k in range(2, min(len(axes), 2) + 1):
+            suf = axes[-k:]
+            if any(self.ext(a.dom.extent) is None for a in suf):
+                break
+            vs = [a.var for a in suf]
+            ok = True
+            for ld in loads:
+                idx = list(ld.indices)
+                uses = [any(uses_var(i, v) for i in idx) for v in vs]
+                if not any(uses):
+                    continue
+                shape = list(ld.producer.shape)
+                if len(idx) < k or not all(i is v for i, v in zip(idx[-k:], vs)) or any(
+                        any(uses_var(i, v) for v in vs) for i in idx[:-k]) or any(
+                        _cint(e) != self.ext(a.dom.extent) for e, a in zip(shape[-k:], suf)):
+                    ok = False
+                    break
+            if not ok:
+                break
+            best = k
+        return best
 
     def _vector_row(self, st: Stage):
         """The row loop of a stage computed a row at a time: four vectors a step where
