@@ -6,6 +6,7 @@ PyTorch's and with gradcheck, the CPU depthwise and grouped templates (AVX-512 a
 blockings, 1 and 2 threads, the ones ``tc.auto_schedule`` gives) and the GPU rules in
 the emulation.
 Correctness only, never speed."""
+import os
 import shutil
 
 import numpy as np
@@ -23,6 +24,14 @@ F = torch.nn.functional
 needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
                                reason="no C++ compiler for the emulation")
 RNG = np.random.default_rng(52)
+LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
+
+
+def _diagonal(lanes, threads):
+    """The template matrices run AVX-512's blocking on 2 threads and AVX2's on 1 by
+    default; the other two pairs with TECOMP_LONG_TESTS=1."""
+    if not LONG and (lanes == 16) != (threads == 2):
+        pytest.skip("the other lanes x threads pairs: set TECOMP_LONG_TESTS=1")
 
 
 @pytest.fixture(params=[16, 8], ids=["lanes16", "lanes8"])
@@ -195,6 +204,7 @@ def test_padding_forms_make_the_padding_stage(padding, want):
 def test_depthwise_template_every_blocking(case, layout, lanes, threads):
     """The depthwise template (schedule_depthwise_conv2d_*) and what auto_schedule gives,
     with the AVX-512 and the AVX2 blockings, 1 and 2 threads, tails everywhere."""
+    _diagonal(lanes, threads)
     nchw = layout == "nchw"
     kind, N, C, H, W, O, KH, KW, s, p, d, g, m = case
     c = Conv("depthwise", nchw, N, C, H, W, C * m if kind == "depthwise" else C, KH, KW,
@@ -218,6 +228,7 @@ GROUPED = [(1, 16, 9, 9, 16, 1, 1, 4), (2, 32, 7, 11, 64, 2, (1, 0, 0, 1), 8),
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("case", GROUPED, ids=[f"g{c[-1]}-{k}" for k, c in enumerate(GROUPED)])
 def test_grouped_template_every_blocking(case, layout, lanes, threads):
+    _diagonal(lanes, threads)
     nchw = layout == "nchw"
     N, C, H, W, O, s, p, g = case
     c = Conv("grouped", nchw, N, C, H, W, O, 3, 3, s, p, groups=g, dtype="float32")
