@@ -1,6 +1,7 @@
 """The auto-scheduler's rules: a schedule for any compute DAG, read from its structure.
 
-:func:`apply_rules` writes the schedule with ordinary schedule primitives, so the result
+:func:`generic_rules` (and :func:`tecomp.strategy.apply_rules`, which tries the operator
+templates first) writes the schedule with ordinary schedule primitives, so the result
 is a trace a user could have written (``s.trace.python()``).  Every decision it makes is
 a *knob* (:class:`Knobs`): a name, the values it may take, and the value the analytic
 model picks.  With no measurement the defaults are the schedule (``trials=0``); the search
@@ -10,10 +11,12 @@ home for every decision.
 The rules, in the order they run (Ansor's sketch rules and Halide's Mullapudi2016 model
 in spirit):
 
-1. **Templates.**  A DAG that is one of ``tecomp.nn``'s operators with a tuned template
-   (matmul / dense, conv2d NCHW/NHWC with an elementwise epilogue, softmax) gets that
-   template; the GEMM template's blocking (``mr``, ``nr``, ``kc``, ``mc``, ``nc``, how the
-   threads share it) is knobs whose defaults are the template's heuristics.
+1. **Templates** (:func:`tecomp.strategy.apply_rules`, not this module).  A DAG that is
+   one of ``tecomp.nn``'s operators with a tuned template (matmul / dense, conv2d with an
+   elementwise epilogue, depthwise and grouped conv, pooling, softmax, attention) gets
+   that template; the GEMM template's blocking (``mr``, ``nr``, ``kc``, ``mc``, ``nc``, how
+   the threads share it) is knobs whose defaults are the template's heuristics.  An
+   operator with a template inside a larger DAG (``parts``) gets it before rule 2.
 2. **Inline** every elementwise (reduction-free) intermediate whose readers are elementwise
    and which is not read with broadcast reuse (a per-row value read by every column is
    computed once per row instead); an elementwise stage read by a reduction (a padded
@@ -32,8 +35,11 @@ in spirit):
    axis worth vectorizing: a row sum, the mean and variance of layer norm): the
    reduction is split by the lane count and ``rfactor``-ed into vector accumulators; it is
    computed at the row loop of the elementwise stage that reads it when there is one.
+   Over several axes whose last is contiguous (batch norm's statistics over ``n, h, w``):
+   one vector of partial results per output element (:meth:`_Rules.plane_reduction`).
 5. **Elementwise outputs**: innermost axis vectorized (four vectors a step where they
-   divide a constant row), outer axes fused and parallel.
+   divide a constant row), outer axes fused and parallel; a row with a vector tail fused
+   with the axis before it where every read takes both whole (a 7x7 map).
 
 Before rule 3, an int8 GEMM (uint8 x int8 summed in int32) is tensorized with the
 target's dot-product intrinsic (:mod:`tecomp.strategy.tensorize`).
