@@ -803,3 +803,44 @@ def test_campaign_seed_with_a_narrowed_loop_extent_runs():
     case = case_for_seed(10077838, 25, 5, "llvm", 10, "cuda-emu", 5)
     out = run_case(case)
     assert out.kind == "ok", out.report()
+
+
+@pytest.mark.parametrize("seed", range(40 if LONG else 8))
+def test_fuzz_gemm_template_through_views(seed):
+    """A GEMM the GEMM template takes, an operand read through a view with composed
+    ``//`` and ``%`` indices (``gen.gen_view_gemm``), auto-scheduled (defaults or random
+    knobs): it builds and computes the GEMM, on any CPU."""
+    from tecomp.testing.diff import draw_view_gemm_case
+
+    out = run_case(draw_view_gemm_case(RandomDraw(40_000 + seed), name=f"seed {40_000 + seed}"))
+    assert out.ok, out.report()
+
+
+def test_fuzzer_view_gemms_reach_unprovable_padded_panels():
+    """The view GEMMs reach the bug class they were added for: the GEMM template's
+    padded panels (align_bounds) over a view whose reads lowering cannot prove inside
+    memory, which lowering refuses; the CPU strategy then leaves the GEMM to the rules,
+    whose schedule lowers.  Scheduled and lowered for an AVX-512 CPU model, run nowhere."""
+    from tecomp.strategy import Knobs, apply_rules
+    from tecomp.strategy.cpu import cpu_model
+    from tecomp.strategy.cpu.templates import _template
+    from tecomp.testing.gen import gen_view_gemm
+
+    info = cpu_model("llvm -mcpu=skylake-avx512")
+    refused = templated = 0
+    for seed in range(40):
+        prog = gen_view_gemm(RandomDraw(seed))
+        built, env = prog.build()
+        args = prog.args(built, env)
+        s = _template([built[i] for i in prog.outputs], Knobs(), info)
+        if s is None:
+            continue
+        templated += 1
+        try:
+            tc.lower(s, args, target=info.target)
+        except tc.ScheduleError as e:
+            assert "align_bounds" in str(e), e
+            refused += 1
+            # what the auto-scheduler gives instead lowers (the rules' schedule)
+            tc.lower(apply_rules(args, Knobs(), info), args, target=info.target)
+    assert templated >= 30 and 2 <= refused < templated, (templated, refused)

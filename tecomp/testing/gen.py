@@ -424,3 +424,34 @@ def gen_int8_gemm(d) -> Program:
         out = 3
     prog.outputs = [out]
     return prog
+
+
+def gen_view_gemm(d) -> Program:
+    """A float32 GEMM tagged ``matmul`` (as :func:`tecomp.nn.matmul`'s, so the GEMM
+    template schedules it) one of whose operands is a view of a placeholder read through
+    composed indices: ``V[a, b] = P[f // W, f % W]`` with ``f = a*cols + b`` (a reshape of
+    ``P[R, W]``) or ``f = b*rows + a`` (a reshape then a transpose) -- the reads a
+    template's ``align_bounds`` must prove inside memory (``torch.compile``'s views of a
+    projection feeding MultiheadAttention's GEMMs)."""
+    M = d.choice((13, 1, 3, 5, 16))
+    K = d.choice((24, 4, 8, 12, 6))
+    N = d.choice((20, 5, 8, 16, 3))
+    while M * N * K > MAX_POINTS and M > 1:
+        M -= 1
+    view_b = d.bool(0.6)
+    rows, cols = (K, N) if view_b else (M, K)
+    total = rows * cols
+    W = d.choice([w for w in range(2, total) if total % w == 0] or [total])
+    transposed = d.bool(0.3)
+    flat = (IBin("+", IBin("*", Ax(1), IC(rows)), Ax(0)) if transposed else
+            IBin("+", IBin("*", Ax(0), IC(cols)), Ax(1)))
+    prog = Program([TSpec("P", (total // W, W), "float32"),
+                    TSpec("O", (M, K) if view_b else (K, N), "float32"),
+                    TSpec("V", (rows, cols), "float32",
+                          Load(0, (IBin("//", flat, IC(W)), IBin("%", flat, IC(W)))))], [])
+    i, j, k = Ax(0), Ax(1), Ax(2)
+    a, b = (Load(1, (i, k)), Load(2, (k, j))) if view_b else (Load(2, (i, k)), Load(1, (k, j)))
+    prog.tensors.append(TSpec("C", (M, N), "float32", VBin("*", a, b), ReduceSpec("sum", (K,)),
+                              tag="matmul"))
+    prog.outputs = [3]
+    return prog

@@ -170,6 +170,7 @@ class TSpec:
     dtype: str
     body: Optional[object] = None  # None: a placeholder
     reduce: Optional[ReduceSpec] = None
+    tag: str = ""                  # the compute's tag ("matmul": the GEMM template takes it)
 
     @property
     def is_placeholder(self) -> bool:
@@ -323,7 +324,9 @@ class Program:
                     where = f", where={_src_anycond(s.reduce.where, axes, self)}"
                 ax = "[" + ", ".join(axes[nd:]) + "]"
                 expr = f"tc.{s.reduce.op}({expr}, axis={ax}{where})"
-            L.append(f'T{i} = tc.compute({shape}, lambda {", ".join(names)}: {expr}, name="{s.name}")')
+            tag = f', tag="{s.tag}"' if s.tag else ""
+            L.append(f'T{i} = tc.compute({shape}, lambda {", ".join(names)}: {expr}, '
+                     f'name="{s.name}"{tag})')
         L.append("args = [" + ", ".join([f"T{i}" for i in self.arg_order()]
                                         + (["n"] if self.n_param else [])
                                         + (["alpha"] if self.alpha else [])) + "]")
@@ -485,7 +488,7 @@ def _build_compute(spec: TSpec, shape, built, prog, env):
     # a real lambda with named parameters, so the axes carry readable names
     ns = {"f": fcompute}
     lam = eval(f"lambda {', '.join(names)}: f({', '.join(names)})", ns)  # noqa: S307
-    return tc.compute(shape, lam, name=spec.name)
+    return tc.compute(shape, lam, name=spec.name, tag=spec.tag)
 
 
 # ---------------------------------------------------------------------------------
