@@ -345,13 +345,13 @@ class _Rules:
             return
         L = self.L
         exts = [self.ext(iv.dom.extent) for iv in axes]
-        k = self._contiguous_suffix(op)
-        if k > 1 and self.k.choose(f"coalesce.{op.name}", [True, False], True):
+        if self._fusable_last_pair(op) and \
+                self.k.choose(f"coalesce.{op.name}", [True, False], True):
             # rows with a tail (a 7x7 or 28x28 plane): the trailing axes every read takes
             # whole are one contiguous run, vectorized as one axis
-            fused = st.fuse(*axes[-k:])
-            self.fused_ext[fused] = math.prod(exts[-k:])
-            axes, exts = axes[:-k] + [fused], exts[:-k] + [self.fused_ext[fused]]
+            fused = st.fuse(*axes[-2:])
+            self.fused_ext[fused] = math.prod(exts[-2:])
+            axes, exts = axes[:-2] + [fused], exts[:-2] + [self.fused_ext[fused]]
         inner, ie = axes[-1], exts[-1]
         # (a whole axis is vectorized only when constant)
         ce = ie if len(axes) < len(op.axis) else _cint(inner.dom.extent)
@@ -470,40 +470,30 @@ class _Rules:
         bytes_ = ext[-1] * _dt.nbytes(op.output(0).dtype)
         return bytes_ * 4 <= self.info.l2_bytes
 
-    def _contiguous_suffix(self, op) -> int:
-        """How many trailing axes of elementwise ``op`` (two at most; constant extents, the
-        last one not a whole number of vectors) every read either takes whole -- its last indices
-        are those axes, in order, over a tensor of the same extents there -- or does not
-        use at all: fused, they are one contiguous run (0 or 1: nothing to fuse)."""
+    def _fusable_last_pair(self, op) -> bool:
+        """Whether the last two axes of elementwise ``op`` (constant extents, the last one
+        not a whole number of vectors) are taken whole by every read that uses them -- its
+        last two indices are those axes, in order, over a tensor of the same extents
+        there -- so that, fused, they are one contiguous run.  (Two axes at most: lowering
+        proves a fused pair's vector loads contiguous, ``(q*16 + l) // W`` and
+        ``(q*16 + l) % W``; over three it leaves gathers.)"""
         axes = list(op.axis)
-        last = self.ext(axes[-1].dom.extent) if axes else None
-        if len(axes) < 2 or last is None or last % self.L == 0 or len(op.bodies) != 1:
-            return 0
-        loads = _loads(op.body)
-        best = 0
-        # (two axes at most: lowering proves a fused pair's vector loads contiguous,
-        # (q*16 + l) // W and (q*16 + l) % W; over three it leaves gathers)
-        for k in range(2, min(len(axes), 2) + 1):
-            suf = axes[-k:]
-            if any(self.ext(a.dom.extent) is None for a in suf):
-                break
-            vs = [a.var for a in suf]
-            ok = True
-            for ld in loads:
-                idx = list(ld.indices)
-                uses = [any(uses_var(i, v) for i in idx) for v in vs]
-                if not any(uses):
-                    continue
-                shape = list(ld.producer.shape)
-                if len(idx) < k or not all(i is v for i, v in zip(idx[-k:], vs)) or any(
-                        any(uses_var(i, v) for v in vs) for i in idx[:-k]) or any(
-                        _cint(e) != self.ext(a.dom.extent) for e, a in zip(shape[-k:], suf)):
-                    ok = False
-                    break
-            if not ok:
-                break
-            best = k
-        return best
+        if len(axes) < 2 or len(op.bodies) != 1:
+            return False
+        pair = axes[-2:]
+        exts = [self.ext(a.dom.extent) for a in pair]
+        if None in exts or exts[1] % self.L == 0:
+            return False
+        vs = [a.var for a in pair]
+        for ld in _loads(op.body):
+            idx = list(ld.indices)
+            if not any(uses_var(i, v) for i in idx for v in vs):
+                continue
+            if len(idx) < 2 or not all(i is v for i, v in zip(idx[-2:], vs)) or any(
+                    uses_var(i, v) for i in idx[:-2] for v in vs) or [
+                    _cint(e) for e in list(ld.producer.shape)[-2:]] != exts:
+                return False
+        return True
 
     def _vector_row(self, st: Stage):
         """The row loop of a stage computed a row at a time: four vectors a step where
