@@ -15,7 +15,7 @@ how the code generator emits it; the code generator only follows the plan:
   chunks (14 float32 on AVX2) runs as ``chunks`` register-wide pieces and a shorter
   last one, in sequence (as one 14-lane vector, LLVM rebuilt an accumulator carried
   around a loop from the stack in every iteration, much slower -- see
-  ``strategy.rules._Rules._whole``;
+  ``strategy.blocks.BlockRules._whole``;
   measurements: benchmarks/DECISIONS.md, "Vectorizer: pieces without masks");
 * ``chunks``: a larger constant extent is a loop over ``chunks`` chunks of ``lanes``
   lanes, then the remainder (one scalar iteration, or one shorter vector);

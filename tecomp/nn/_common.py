@@ -6,7 +6,9 @@ from typing import Optional
 from .. import te as _te
 from ..errors import ShapeError
 from ..ir import dtype as _dt
-from ..ir.expr import Const
+from ..ir.expr import Const, Expr, Var
+from ..ir.functor import collect, substitute
+from ..ir.simplify import simplify
 from ..te.tensor import Tensor
 from ._check import Args
 
@@ -50,9 +52,18 @@ def _is_one(e) -> bool:
     return isinstance(e, Const) and int(e.value) == 1
 
 
-def _cint(e) -> Optional[int]:
-    """The value of a constant extent, or None when symbolic."""
-    return int(e.value) if isinstance(e, Const) else None
+def _cint(e, shapes: Optional[dict] = None) -> Optional[int]:
+    """The value of a constant extent, or None when symbolic (``shapes``: values of some
+    symbolic variables by name, substituted first)."""
+    if isinstance(e, Const):
+        return int(e.value)
+    if shapes and isinstance(e, Expr):
+        vm = {v: Const(int(shapes[v.name]), v.dtype)
+              for v in collect(e, lambda n: isinstance(n, Var)) if v.name in shapes}
+        r = simplify(substitute(e, vm)) if vm else e
+        if isinstance(r, Const):
+            return int(r.value)
+    return None
 
 
 def _bytes(t: Tensor) -> Optional[int]:

@@ -1,11 +1,14 @@
-"""Helpers shared by the CPU and CUDA operator schedules."""
+"""Helpers shared by the CPU and CUDA operator schedules and the generic rules: reading a
+compute DAG (constant extents, the loads of an expression, how a load moves along a loop
+variable, the kinds of stage: padding, injective, cheap to recompute)."""
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from ..errors import ScheduleError
-from ..ir.expr import ProducerLoad, Reduce
-from ..ir.functor import collect
+from ..ir.expr import Call, Const, Div, Expr, ProducerLoad, Reduce, Select, Var
+from ..ir.functor import collect, substitute, uses_var
+from ..ir.simplify import simplify
 from ..schedule.schedule import Schedule
 from ..te.tensor import ComputeOp, Tensor, compute_ops
 from ..nn._common import _bytes, _cint, _largest_divisor_at_most  # noqa: F401  (shared with nn)
@@ -30,9 +33,14 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _tags(op) -> set:
+    """The names in ``op``'s comma-separated tag."""
+    return set(t.strip() for t in (op.tag or "").split(",") if t.strip())
+
+
 def _has_tag(op, *tags) -> bool:
     """Whether ``op``'s comma-separated tag holds one of ``tags``."""
-    mine = {t.strip() for t in (op.tag or "").split(",")}
+    mine = _tags(op)
     return any(t in mine for t in tags)
 
 
@@ -108,3 +116,58 @@ def _gemm_operands(op: ComputeOp, required: bool = False):
         raise ScheduleError(f"{op.name}: could not find the two operands of the GEMM (each "
                             "indexed by one output axis and the reduction axis)")
     return a, b
+
+
+def _loads(expr) -> List[ProducerLoad]:
+    return collect(expr, lambda n: isinstance(n, ProducerLoad))
+
+
+def _reused_across_outputs(red_op, t) -> bool:
+    """Whether ``red_op`` reads each element of ``t`` for more outputs than its window
+    covers: some output axis indexes none of ``t``'s loads (a convolution's output
+    channels, each reading every input channel), so a copy of ``t`` made once per task
+    serves all of them.  (A depthwise convolution's padded input: every output axis
+    indexes it.)"""
+    loads = [ld for ld in _loads(red_op.body.source) if ld.producer is t]
+    return any(not any(uses_var(i, a.var) for ld in loads for i in ld.indices)
+               for a in red_op.axis)
+
+
+def _is_padding(op) -> bool:
+    """Whether ``op`` is a padding: one output, each element a ``select`` on its own
+    position between a load of one input and a constant
+    (``P[y, x] = select(1 <= y && y <= H && ..., X[y - 1, x - 1], 0)``)."""
+    if not isinstance(op, ComputeOp) or op.reduce_axis or len(op.bodies) != 1:
+        return False
+    b = op.body
+    if not isinstance(b, Select) or not isinstance(b.false_value, Const):
+        return False
+    return isinstance(b.true_value, ProducerLoad) and len(op.input_tensors) == 1
+
+
+def _cheap(body) -> bool:
+    """No call to an intrinsic, no division: worth recomputing where it is read."""
+    return not collect(body, lambda n: isinstance(n, (Call, Div)))
+
+
+def _stride_along(idx: Sequence[Expr], var: Var) -> str:
+    """How a load with indices ``idx`` moves along ``var``: ``"bcast"`` (not at all),
+    ``"unit"`` (only the last index moves, by one), or ``"strided"``."""
+    moving = [d for d, e in enumerate(idx) if uses_var(e, var)]
+    if not moving:
+        return "bcast"
+    if moving != [len(idx) - 1]:
+        return "strided"
+    e = idx[-1]
+    step = simplify(substitute(e, {var: var + 1}) - e)
+    return "unit" if isinstance(step, Const) and int(step.value) == 1 else "strided"
+
+
+def _elems(t: Tensor, shapes) -> Optional[int]:
+    n = 1
+    for e in t.shape:
+        c = _cint(e, shapes)
+        if c is None:
+            return None
+        n *= c
+    return n

@@ -18,7 +18,7 @@ from ...ir.simplify import affine_steps, simplify
 from ...schedule.schedule import Schedule, Stage
 from ...te.tensor import ComputeOp, Tensor
 from .._common import _bytes, _ceil, _cint, _has_tag
-from ..rules import _is_padding
+from .._common import _is_padding
 from .common import (_NoTemplate, _find, _loads, _op_tags, _template_or_rules,
                      check_positive_int, config_fields)
 from .elementwise import _epilogue, _fusable_epilogue
