@@ -7,6 +7,8 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
+import numpy as np
+
 from .errors import ArgumentError, BuildError, LowerError, TargetError
 from .codegen import cuda as _cuda_c, cuda_emu as _cuda_emu
 from .runtime import nvcc as _nvcc
@@ -160,6 +162,18 @@ class Backend:
         process builds each candidate itself)."""
         return None
 
+    #: how the auto-scheduler starts the child process that measures a candidate:
+    #: ``"fork"`` (cheap: a child per candidate) or ``"spawn"`` (a fresh interpreter,
+    #: kept for the whole run: what a device runtime that does not survive a fork needs)
+    measure_start = "fork"
+
+    def timed_call(self, f, arrays):
+        """``(call, fetch)`` for timing module ``f`` on the host arrays ``arrays``:
+        ``call(*arrays)`` runs the kernel as it is timed (no copies), ``fetch()`` gives
+        the arguments on the host as they are now.  Raises ValueError for a candidate
+        that must not be timed."""
+        return f, lambda: arrays
+
 
 class LlvmBackend(Backend):
     """A CPU, through llvmlite: a module run in this process (:mod:`tecomp.runtime.llvm`)
@@ -194,6 +208,8 @@ class CudaBackend(Backend):
     """The GPU: CUDA C compiled by NVRTC/nvcc and run through pycuda."""
 
     kind = name = "cuda"
+    # CUDA does not survive a fork of a process that initialised it
+    measure_start = "spawn"
 
     def build(self, func, target, checks):
         return _cuda_c.build_cuda(func, target=target)
@@ -205,6 +221,31 @@ class CudaBackend(Backend):
         if arch is None or _nvcc.find_nvcc() is None:
             return None
         return _cuda_c.codegen_cuda, lambda cs: _nvcc.compile_cubin(cs.source, arch)
+
+    def timed_call(self, f, arrays):
+        """The arrays copied to the GPU once (pycuda GPUArrays, so that a timed call is
+        the launch and its wait); a kernel that keeps anything in local memory (spilled
+        registers, an array indexed at run time) is rejected before it is timed."""
+        # (lazy: pycuda, the optional `cuda` extra)
+        import pycuda.gpuarray as gpuarray
+
+        drv = f.driver()
+        with drv.active():
+            for k, fn in zip(f.kernels, f._kernel_functions(drv)):
+                local = int(getattr(fn, "local_size_bytes", 0) or 0)
+                if local:
+                    raise ValueError(f"kernel {k.name} keeps {local} bytes per thread in "
+                                     "local memory (spilled registers): rejected before "
+                                     "timing")
+            dev = [gpuarray.to_gpu(a) if isinstance(a, np.ndarray) else a for a in arrays]
+
+        def call(*_):
+            f(*dev)
+
+        def fetch():
+            with drv.active():
+                return [d.get() if hasattr(d, "get") else d for d in dev]
+        return call, fetch
 
 
 class CudaEmuBackend(Backend):

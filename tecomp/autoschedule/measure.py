@@ -453,7 +453,7 @@ def _measure_here(job: _Job):
         raise TypeError(f"build_fn returned {obj!r:.40} ({type(obj).__name__}), not a "
                         "Schedule or a callable")
     arrays = _inputs_from_plan(plan, job.seed)
-    call, fetch = _call_on(f, arrays, job.target)
+    call, fetch = backend_for(job.target).timed_call(f, arrays)
     build_seconds = time.perf_counter() - t0
     call(*arrays)
     outputs = [np.array(fetch()[i], copy=True) for i in plan.outputs]
@@ -472,34 +472,6 @@ def _measure_here(job: _Job):
 
 class _WrongResult(Exception):
     pass
-
-
-def _call_on(f, arrays, target):
-    """``(call, fetch)``: ``call(*arrays)`` runs the kernel, ``fetch()`` gives the argument
-    arrays on the host as they are now.  For a CUDA module (target ``cuda``) the arrays
-    are copied to the GPU once (pycuda GPUArrays, so a timed call is the launch and its
-    wait, no copies), and a kernel that keeps anything in local memory (spilled registers,
-    an array indexed at run time) is rejected before it is timed."""
-    if not _is_cuda(target):
-        return f, lambda: arrays
-    import pycuda.gpuarray as gpuarray
-
-    drv = f.driver()
-    with drv.active():
-        for k, fn in zip(f.kernels, f._kernel_functions(drv)):
-            local = int(getattr(fn, "local_size_bytes", 0) or 0)
-            if local:
-                raise ValueError(f"kernel {k.name} keeps {local} bytes per thread in local "
-                                 "memory (spilled registers): rejected before timing")
-        dev = [gpuarray.to_gpu(a) if isinstance(a, np.ndarray) else a for a in arrays]
-
-    def call(*_):
-        f(*dev)
-
-    def fetch():
-        with drv.active():
-            return [d.get() if hasattr(d, "get") else d for d in dev]
-    return call, fetch
 
 
 def _flush_stdio() -> None:
@@ -725,10 +697,10 @@ def _spawn_entry(conn, job: _Job) -> None:
 
 
 def _forks(job: _Job) -> bool:
-    """Whether ``job``'s child is forked: where the platform can, except for the GPU
-    (target ``cuda``): CUDA does not survive a fork of a process that initialised it, so
-    that child is a fresh ("spawn") process with a CUDA context of its own."""
-    return hasattr(os, "fork") and not _is_cuda(job.target)
+    """Whether ``job``'s child is forked: where the platform can and the target's backend
+    measures in a forked child (``Backend.measure_start``; not CUDA, which does not
+    survive a fork: that child is a fresh process with a CUDA context of its own)."""
+    return hasattr(os, "fork") and backend_for(job.target).measure_start == "fork"
 
 
 class _Child:
@@ -950,11 +922,6 @@ def _check_options(cls: str, timeout, number, repeat, min_repeat_seconds, rtol, 
             "a positive number of MiB or None (three quarters of the available memory)")
 
 
-def _is_cuda(target) -> bool:
-    t = as_target(target)
-    return t.is_gpu and not t.is_emulated
-
-
 class _Runner:
     """What both runners share: the options, the reference, the comparison."""
 
@@ -1025,7 +992,8 @@ class _Runner:
         else:
             ref = None
         threads = self.num_threads if self.num_threads is not None else _parent_threads()
-        persistent = self.persistent if self.persistent is not None else _is_cuda(target)
+        persistent = (self.persistent if self.persistent is not None
+                      else backend_for(target).measure_start == "spawn")
         if self.precompile is not False and len(payloads) > 1:
             _precompile(args, build_fn, payloads, target)
         results = []
