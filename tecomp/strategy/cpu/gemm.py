@@ -387,7 +387,8 @@ def _transposed_panels(ps: Stage, packed: Tensor, pk, pji, nr: int, kc: Optional
     return True
 
 
-def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuModel):
+def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuModel, bb: Optional[int] = None,
+                           ob: Optional[int] = None, copies: bool = True):
     """``C[b, o] = sum_k X[b, k] * W[o, k]`` read in place (``tecomp.nn.dense`` without
     :func:`dense_packed`): both operands are contiguous along ``k``, so the vector runs
     over ``k``.  The reduction is split by the lane count and ``rfactor``-ed into
@@ -395,13 +396,16 @@ def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuModel):
     ``K/L`` steps (per step ``BB + OB`` vector loads for ``BB*OB`` FMAs), then sums their
     lanes.  Parallel over the tiles.  Many times faster than the in-place read across
     ``o`` (a strided gather); :func:`dense_packed` (W packed into panels) is still faster
-    for large batches.  Returns None (no GemmParams).
+    for large batches.  ``bb`` x ``ob``: the tile (by default 4 x 4, 3 x 4 with 16 vector
+    registers); ``copies``: the aligned copies of X and W (:func:`_dense_aligned_copies`;
+    the skinny GEMMs of :mod:`.skinny` read W once, in place).  Returns None (no
+    GemmParams).
     (measurements: benchmarks/DECISIONS.md, "Dense: vectors along the reduction")"""
     op = C.op
     L = info.lanes
     M, N = (_cint(e) for e in op.shape)
-    bb = 4 if info.vregs >= 32 else 3
-    ob = 4
+    bb = bb or (4 if info.vregs >= 32 else 3)
+    ob = ob or 4
     if M is not None:
         bb = max(1, min(bb, M))
     if N is not None:
@@ -477,8 +481,9 @@ def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuModel):
     rs.vectorize(fk)
     rs.pragma(rko, "fp_contract")
     rs.pragma(rko, "unroll_count", 2)
-    _dense_aligned_copies(s, op, rf, st, oo if tile is bo else None, M,
-                          _cint(op.reduce_axis[0].dom.extent), bb, L, info)
+    if copies:
+        _dense_aligned_copies(s, op, rf, st, oo if tile is bo else None, M,
+                              _cint(op.reduce_axis[0].dom.extent), bb, L, info)
     return None
 
 
@@ -672,9 +677,13 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
         _schedule_gemm_stage(s, C, info, packed, config)
         if not s[C].is_output:
             s[C].compute_root()
-    # epilogues (bias, activation): inline the injective chain into the output and
-    # schedule the output as an elementwise loop
-    keep = set(id(g) for g in gemms) | set(packs)
+    return _gemm_epilogues(s, outs, info, set(id(g) for g in gemms) | set(packs))
+
+
+def _gemm_epilogues(s: Schedule, outs, info: CpuModel, keep) -> Schedule:
+    """The epilogues (bias, activation) of GEMM stages already scheduled (the ops whose
+    ids are in ``keep``): the injective chain inlined into the output, which is
+    scheduled as an elementwise loop; the rules for anything else."""
     _inline_injective(s, [op for op in _walk(outs) if id(op) not in keep])
     for t in outs:
         if id(t.op) not in keep and _is_injective(t.op):

@@ -1,0 +1,182 @@
+"""Skinny GEMMs: a few rows against a large weight matrix (a GEMV, LLM decoding).
+
+``C[i, j] = sum_k A[i, k] * W[j, k]`` (``A @ W^T``, a linear layer: ``tecomp.nn.dense``)
+or ``... * W[k, j]`` (``A @ W``: ``tecomp.nn.matmul``) with at most
+:data:`SKINNY_MAX_ROWS` rows does ``2 * M`` flops per element of W, each read once: it
+is bound by the speed W streams from memory, not by the FMAs.  The schedule reads W
+once, in place (no packed copy, which would read and write it once more), each thread
+streaming its own columns of C, the sums accumulated in vector registers:
+
+* ``W[j, k]`` (each output reads one contiguous row of W): vectors along ``k``, a
+  register tile of ``mb`` rows of A by ``nb`` rows of W (``mb * nb`` accumulators,
+  ``mb + nb`` vector loads per ``mb * nb`` FMAs) over the whole reduction, their lanes
+  summed at the end (the
+  ``dense_nopack`` kernel of :mod:`.gemm`, without its copies);
+* ``W[k, j]``: vectors along ``j``, a register block of ``mb`` rows by ``nv`` vectors,
+  ``A[i, k]`` broadcast (``nv`` vector loads of one row of W and ``mb`` broadcasts per
+  ``mb * nv`` FMAs), accumulated in registers over a block of ``kb`` rows of W
+  (:data:`K_BLOCK`) and added into C after each: a task's tiles go across the same
+  ``kb`` rows one after the other, so W is read as ``kb`` sequential streams (over the
+  whole reduction at once, each tile read one line of each row, a row of W apart: a
+  pattern no prefetcher follows, several times slower).
+
+The tiles are sized to the vector registers of the target's machine model (its lanes and
+registers, :class:`~tecomp.target.CpuModel`), with at least two tiles per thread; the
+columns of C are shared out between the threads in tiles, the rows of A (``M / mb``
+blocks) re-read from cache inside each.
+
+The auto-scheduler (:func:`tecomp.strategy.apply_rules`) gives every such GEMM this
+schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as knobs
+(``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ...schedule.schedule import Schedule, create_schedule
+from ...te.tensor import ComputeOp, PlaceholderOp, Tensor
+from ...target import CpuModel
+from .._common import _ceil, _cint, _contraction_operands, _is_injective, _walk
+from ..rules import Knobs
+from .gemm import _gemm_epilogues, _schedule_dense_nopack
+from .microkernel import vector_columns
+
+#: the most rows (of C and A) a GEMM may have to be scheduled as a skinny one (above it
+#: the register-blocked GEMM templates, which reuse W across more rows, take over)
+SKINNY_MAX_ROWS = 16
+
+#: ``W[k, j]``: the rows of W a register block accumulates over before it is added into
+#: C: as many sequential streams (the hardware prefetchers follow a few dozen)
+K_BLOCK = 16
+
+#: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
+#: of W are read as streams this many tiles long), fewer where the threads would get
+#: fewer than two tasks each
+TASK_TILES = 16
+
+
+@dataclass(frozen=True)
+class SkinnyPlan:
+    """A skinny GEMM found by :func:`skinny_plan`: its extents, whether W is read along
+    its rows (``W[j, k]``: ``rows_of_w``) and the register tile: ``mb`` rows of A by
+    ``nb`` rows of W (``rows_of_w``) or ``nb`` vectors of W's columns, accumulated over
+    ``kb`` rows of W (not ``rows_of_w``; else the whole reduction)."""
+    M: int
+    N: int
+    K: int
+    rows_of_w: bool
+    mb: int
+    nb: int
+    kb: int = K_BLOCK
+
+
+def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
+    """The plan of ``op`` when it is a skinny float32 GEMM ``C[i, j] = sum_k A[i, k] *
+    W[., .]`` (constant extents, at most :data:`SKINNY_MAX_ROWS` rows, both operands
+    inputs of the DAG and A read along ``k``); else None."""
+    if not isinstance(op, ComputeOp) or len(op.axis) != 2 or op.output(0).dtype != "float32":
+        return None
+    found = _contraction_operands(op)
+    if found is None or found[0]:
+        return None
+    _, (a, a_kfirst), (w, w_kfirst) = found
+    if a_kfirst or not all(isinstance(t.op, PlaceholderOp) and t.dtype == "float32"
+                           for t in (a, w)):
+        return None
+    M, N = (_cint(e) for e in op.shape)
+    K = _cint(op.reduce_axis[0].dom.extent)
+    if M is None or N is None or K is None or M > SKINNY_MAX_ROWS:
+        return None
+    mb, nb = skinny_tile(M, N, not w_kfirst, info)
+    return SkinnyPlan(M, N, K, not w_kfirst, mb, nb, K if not w_kfirst else min(K, K_BLOCK))
+
+
+def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel):
+    """The register tile ``(mb, nb)`` of an ``M``-row GEMM with ``N`` columns: ``mb``
+    rows of A (in equal blocks: at most a quarter of the vector registers for ``W[j,
+    k]``, all rows where they fit for ``W[k, j]``), and as many
+    ``nb`` (rows of W, or vectors of its columns) as the registers hold besides the
+    ``mb * nb`` accumulators and the operands' loads, at most 8, fewer where the tiles
+    would not give every thread two."""
+    R = info.vregs
+    # W[j, k]: mb*nb accumulators, mb vectors of A and nb of W live per k step; the
+    # row blocks of A re-read the tile's nb rows of W, contiguous, from L1.
+    # W[k, j]: mb*nb accumulators, nb vectors of W and one broadcast of A (folded into
+    # the FMA); all M rows in one block wherever one vector of columns leaves the
+    # registers for them (each row block re-reads the tile's kb rows of W, from L1)
+    rows = max(1, R // 4) if rows_of_w or M + 3 > R else M
+    mb = _ceil(M, _ceil(M, rows))
+    if rows_of_w:
+        nb = (R - 1 - mb) // (mb + 1)
+        width = 1
+    else:
+        nb = (R - 2) // (mb + 1)
+        width = info.lanes
+    nb = max(1, min(nb, 8))
+    while nb > 1 and _ceil(N, nb * width) < 2 * info.threads:
+        nb -= 1
+    if rows_of_w:
+        # a tile that divides N leaves no edge tile (its own copy of the kernel)
+        for cand in range(nb, _ceil(nb, 2) - 1, -1):
+            if N % cand == 0:
+                return mb, cand
+    return mb, nb
+
+
+def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
+    """``plan`` with its tile chosen through ``knobs`` (``skinny.rows``, ``skinny.cols``,
+    ``skinny.kblock``; the defaults :func:`skinny_tile`'s and :data:`K_BLOCK`)."""
+    rows = sorted({plan.mb} | {m for m in (1, 2, 4, 8) if m < plan.M})
+    mb = knobs.choose("skinny.rows", rows, plan.mb)
+    nb = knobs.choose("skinny.cols", sorted({plan.nb, 1, 2, 4, 8}), plan.nb)
+    kb = plan.kb
+    if not plan.rows_of_w:
+        kb = knobs.choose("skinny.kblock", sorted({kb} | {b for b in (8, 32, 64) if b < plan.K}),
+                          kb)
+    return SkinnyPlan(plan.M, plan.N, plan.K, plan.rows_of_w, mb, nb, kb)
+
+
+def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
+    """Schedule the skinny GEMM stage ``C`` by ``plan`` (see the module docstring)."""
+    if plan.rows_of_w:
+        _schedule_dense_nopack(s, C, info, bb=plan.mb, ob=plan.nb, copies=False)
+        return
+    L = info.lanes
+    nr = plan.nb * L
+    st = s[C]
+    i, j = st.op.axis
+    tiles = _ceil(plan.N, nr)
+    per_task = max(1, min(TASK_TILES, _ceil(tiles, 2 * info.threads)))
+    jo, jr = st.split(j, factor=per_task * nr)
+    jt, ji = st.split(jr, factor=nr)
+    io, ii = st.split(i, factor=plan.mb)
+    ko, ki = st.split(st.op.reduce_axis[0], factor=plan.kb)
+    st.reorder(jo, ko, jt, io, ki, ii, ji)
+    st.unroll(ii)
+    vector_columns(st, ji, nr, L)
+    if info.threads > 1 and _ceil(tiles, per_task) > 1:
+        st.parallel(jo)
+    st.pragma(ki, "unroll_count", 4)
+    st.pragma(ki, "fp_contract")
+
+
+def _skinny_template(outs, knobs: Knobs, info: CpuModel) -> Optional[Schedule]:
+    """The skinny-GEMM schedule of a DAG that is one skinny GEMM (:func:`skinny_plan`)
+    under elementwise epilogues (a bias, an activation); None for any other DAG."""
+    ops = _walk(outs)
+    reductions = [op for op in ops if op.reduce_axis]
+    if len(reductions) != 1 or not all(_is_injective(op) for op in ops
+                                       if op is not reductions[0]):
+        return None
+    gemm = reductions[0]
+    plan = skinny_plan(gemm, info)
+    if plan is None or not knobs.choose("skinny", [True, False], True):
+        return None
+    plan = skinny_knobs(plan, knobs, info)
+    s = create_schedule([t.op for t in outs])
+    C = gemm.output(0)
+    schedule_skinny_stage(s, C, info, plan)
+    if not s[C].is_output:
+        s[C].compute_root()
+    return _gemm_epilogues(s, outs, info, {id(gemm)})

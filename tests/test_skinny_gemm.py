@@ -1,0 +1,161 @@
+"""Skinny GEMMs (M <= 16 rows: a GEMV, LLM decoding) auto-scheduled to stream W once, in
+place (tecomp.strategy.cpu.skinny): results against numpy for both layouts of W, with
+tails in N and K, written in plain TE and with tecomp.nn; no copy of W in the schedule;
+tiles sized to the machine model's registers."""
+import os
+import random
+import re
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+import tecomp.nn as nn
+from tecomp.strategy import Knobs, apply_rules
+from tecomp.strategy.cpu import cpu_model
+from tecomp.strategy.cpu.skinny import SKINNY_MAX_ROWS, skinny_plan, skinny_tile
+from tecomp.target import CpuModel
+
+LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
+RNG = np.random.default_rng(49)
+
+
+def _plain(M, N, K, layout):
+    """``C = A @ W^T`` (W is N x K: ``"wt"``) or ``A @ W`` (W is K x N: ``"w"``) as a
+    plain compute."""
+    A = tc.placeholder((M, K), name="A")
+    W = tc.placeholder((N, K) if layout == "wt" else (K, N), name="W")
+    k = tc.reduce_axis((0, K), name="k")
+    if layout == "wt":
+        C = tc.compute((M, N), lambda i, j: tc.sum(A[i, k] * W[j, k], axis=k), name="C")
+    else:
+        C = tc.compute((M, N), lambda i, j: tc.sum(A[i, k] * W[k, j], axis=k), name="C")
+    return A, W, C
+
+
+def _run(s, args, layout, bias=None):
+    A, W, C = args[0], args[1], args[-1]
+    a = RNG.standard_normal([int(d) for d in A.shape]).astype("float32")
+    w = RNG.standard_normal([int(d) for d in W.shape]).astype("float32")
+    ins = [a, w] + ([bias] if bias is not None else [])
+    c = np.full([int(d) for d in C.shape], np.nan, "float32")
+    tc.build(s, args)(*ins, c)
+    want = a.astype(np.float64) @ (w.T if layout == "wt" else w).astype(np.float64)
+    return c, want + (bias if bias is not None else 0)
+
+
+def _no_copy_of(s, args, W):
+    """The lowered IR allocates no buffer larger than the vector registers (W is
+    larger), and the schedule makes no copy (cache_read) of W."""
+    info = cpu_model()
+    limit = info.vregs * info.lanes + 1
+    assert int(np.prod([int(d) for d in W.shape])) > limit
+    ir = str(tc.lower(s, args))
+    for name, shape in re.findall(r"allocate (\S+): \w+\[([^\]]*)\]", ir):
+        assert int(np.prod([int(d) for d in shape.split(",")])) < limit, (name, shape)
+    assert "cache_read" not in s.trace.python(args)
+    return ir
+
+
+# (M, layout): every row count and layout with TECOMP_LONG_TESTS=1; by default each row
+# count once, the layouts alternating, and M = 16 (two row blocks) in both
+CASES = [(m, lay) for m in (1, 2, 4, 8, 16) for lay in ("wt", "w")]
+DEFAULT = {(1, "wt"), (2, "w"), (4, "wt"), (8, "w"), (16, "wt"), (16, "w")}
+
+
+@pytest.mark.parametrize("M, layout", CASES, ids=[f"M{m}-{lay}" for m, lay in CASES])
+def test_plain_skinny_gemm_streams_w_in_place(M, layout):
+    """A plain-TE skinny GEMM gets the skinny schedule (the ``skinny`` knob), no copy
+    of W, and numpy's results with tails in N (not a multiple of the tile) and K (not
+    a multiple of the vector or the row block)."""
+    if not LONG and (M, layout) not in DEFAULT:
+        pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
+    N, K = 83, 45
+    args = _plain(M, N, K, layout)
+    knobs = Knobs()
+    s = apply_rules(args, knobs, cpu_model())
+    assert knobs.values.get("skinny") is True
+    _no_copy_of(s, args, args[1])
+    c, want = _run(s, args, layout)
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+
+
+def test_llm_decoding_shape_reads_w_in_place():
+    """4 x 4096 @ (11008 x 4096)^T (lowered, not run): W read in place by the GEMM,
+    no buffer of more than a register tile, one parallel loop over W's rows."""
+    A, W, C = args = _plain(4, 11008, 4096, "wt")
+    s = tc.auto_schedule(args)
+    ir = _no_copy_of(s, args, W)
+    assert ir.count("parallel (") == 1
+    A, W, C = args = _plain(4, 11008, 4096, "w")
+    s = tc.auto_schedule(args)
+    assert "allocate" not in _no_copy_of(s, args, W)
+
+
+def test_nn_dense_and_matmul_get_the_skinny_schedule():
+    """``tecomp.nn.dense`` with a bias and a ReLU (the epilogue applied on the way
+    out) and ``tecomp.nn.matmul`` of 3 rows: the skinny schedule, no copy of W."""
+    M, N, K = 3, 50, 37
+    X = tc.placeholder((M, K), name="X")
+    Wd = tc.placeholder((N, K), name="Wd")
+    b = tc.placeholder((N,), name="b")
+    D = nn.relu(nn.dense(X, Wd, b))
+    knobs = Knobs()
+    s = apply_rules([X, Wd, b, D], knobs, cpu_model())
+    assert knobs.values.get("skinny") is True
+    _no_copy_of(s, [X, Wd, b, D], Wd)
+    bias = RNG.standard_normal(N).astype("float32")
+    c, want = _run(s, [X, Wd, b, D], "wt", bias)
+    np.testing.assert_allclose(c, np.maximum(want, 0), rtol=1e-4, atol=1e-4)
+    Wm = tc.placeholder((K, N), name="Wm")
+    Mm = nn.matmul(X, Wm)
+    s = tc.auto_schedule([X, Wm, Mm])
+    _no_copy_of(s, [X, Wm, Mm], Wm)
+    c, want = _run(s, [X, Wm, Mm], "w")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_skinny_knobs_sampled_are_correct(seed):
+    """Random choices of the skinny knobs (as the search samples them, the template
+    off included) give numpy's results."""
+    for layout in ("wt", "w"):
+        args = _plain(5, 70, 33, layout)
+        knobs = Knobs(rng=random.Random(seed))
+        s = apply_rules(args, knobs, cpu_model())
+        c, want = _run(s, args, layout)
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4, err_msg=str(knobs.values))
+
+
+def test_more_rows_or_other_dtypes_are_not_skinny():
+    """Above SKINNY_MAX_ROWS rows, with a symbolic extent, float64 or an operand that is
+    not an input, the GEMM is left to the other templates and the rules."""
+    info = cpu_model()
+    assert skinny_plan(_plain(SKINNY_MAX_ROWS, 64, 32, "wt")[2].op, info) is not None
+    assert skinny_plan(_plain(SKINNY_MAX_ROWS + 1, 64, 32, "wt")[2].op, info) is None
+    A = tc.placeholder((4, 32), name="A", dtype="float64")
+    W = tc.placeholder((64, 32), name="W", dtype="float64")
+    assert skinny_plan(nn.dense(A, W).op, info) is None
+    n = tc.var("n")
+    A = tc.placeholder((4, n), name="A")
+    W = tc.placeholder((64, n), name="W")
+    assert skinny_plan(nn.dense(A, W).op, info) is None
+    A = tc.placeholder((4, 32), name="A")
+    W = tc.placeholder((64, 32), name="W")
+    assert skinny_plan(nn.dense(nn.relu(A), W).op, info) is None
+
+
+@pytest.mark.parametrize("lanes, vregs", [(16, 32), (8, 16), (4, 32)])
+def test_tiles_fit_the_machine_models_registers(lanes, vregs):
+    """The register tile comes from the machine model: accumulators plus the operands'
+    live vectors fit its vector registers at every row count and thread count."""
+    for threads in (1, 2, 8):
+        info = CpuModel(lanes=lanes, vregs=vregs, threads=threads)
+        for M in range(1, SKINNY_MAX_ROWS + 1):
+            for N in (7, 100, 11008):
+                mb, nb = skinny_tile(M, N, True, info)
+                assert 1 <= mb <= M and mb * nb + mb + nb < vregs, (M, N, mb, nb)
+                mb, nb = skinny_tile(M, N, False, info)
+                assert 1 <= mb <= M and mb * nb + nb + 1 <= vregs, (M, N, mb, nb)
+                if N == 11008:
+                    assert nb >= 2 or M * 2 + 3 > vregs, (M, mb, nb)
