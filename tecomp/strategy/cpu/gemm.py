@@ -387,8 +387,7 @@ def _transposed_panels(ps: Stage, packed: Tensor, pk, pji, nr: int, kc: Optional
     return True
 
 
-def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuModel, bb: Optional[int] = None,
-                           ob: Optional[int] = None, copies: bool = True):
+def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuModel):
     """``C[b, o] = sum_k X[b, k] * W[o, k]`` read in place (``tecomp.nn.dense`` without
     :func:`dense_packed`): both operands are contiguous along ``k``, so the vector runs
     over ``k``.  The reduction is split by the lane count and ``rfactor``-ed into
@@ -396,35 +395,18 @@ def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuModel, bb: Optional[
     ``K/L`` steps (per step ``BB + OB`` vector loads for ``BB*OB`` FMAs), then sums their
     lanes.  Parallel over the tiles.  Many times faster than the in-place read across
     ``o`` (a strided gather); :func:`dense_packed` (W packed into panels) is still faster
-    for large batches.  ``bb`` x ``ob``: the tile (by default 4 x 4, 3 x 4 with 16 vector
-    registers); ``copies``: the aligned copies of X and W (:func:`_dense_aligned_copies`;
-    the skinny GEMMs of :mod:`.skinny` read W once, in place).  Returns None (no
-    GemmParams).
+    for large batches.  Returns None (no GemmParams).
     (measurements: benchmarks/DECISIONS.md, "Dense: vectors along the reduction")"""
     op = C.op
     L = info.lanes
     M, N = (_cint(e) for e in op.shape)
-    bb = bb or (4 if info.vregs >= 32 else 3)
-    ob = ob or 4
+    bb = 4 if info.vregs >= 32 else 3
+    ob = 4
     if M is not None:
         bb = max(1, min(bb, M))
     if N is not None:
         ob = max(1, min(ob, N))
-    st = s[C]
-    k = op.reduce_axis[0]
-    _, kl = st.split(k, factor=L)
-    rf = s.rfactor(C, kl, factor_axis=2)
-    # the L lanes of each accumulator are summed as a tree: L/2 + L/2, then L/4 + L/4,
-    # ... (one rfactor per level: each a vector add of two halves of a register)
-    # instead of L - 1 scalar adds in a row with a shuffle each: faster at every batch
-    # and thread count measured
-    # (measurements: benchmarks/DECISIONS.md, "Dense: lane sums as a tree")
-    halves = []
-    w = L
-    while w > 2:
-        w //= 2
-        _, kq = s[C].split(s[C].op.reduce_axis[0], factor=w)
-        halves.append(s.rfactor(C, kq, factor_axis=2))
+    rf, halves = lane_vectors(s, C, L)
     st = s[C]
     b, o = st.op.axis
     bo, bi = st.split(b, factor=bb)
@@ -467,24 +449,57 @@ def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuModel, bb: Optional[
         hs.unroll(hoi)
         hs.unroll(hkh)
         hs.vectorize(hq)
-    rs = s[rf]
-    rs.compute_at(st, tile)
-    fb, fo, fk = rs.op.axis
-    rko, = rs.op.reduce_axis
     # the tile's accumulators: constant-size register blocks (a tile at the edge of C
     # is guarded, not a block of variable size)
-    fbo, fbi = rs.split(fb, factor=bb)
-    foo, foi = rs.split(fo, factor=ob)
-    rs.reorder(fbo, foo, rko, fbi, foi, fk)
+    accumulate_lanes(s, rf, st, tile, bb, ob)
+    _dense_aligned_copies(s, op, rf, st, oo if tile is bo else None, M,
+                          _cint(op.reduce_axis[0].dom.extent), bb, L, info)
+    return None
+
+
+def lane_vectors(s: Schedule, C: Tensor, L: int):
+    """``C[i, j] = sum_k ...`` with its reduction in vectors of ``L`` lanes along ``k``:
+    ``C.rf[i, j, kl]`` (rfactor of ``k``'s inner ``L``; its stage accumulates the
+    vectors), and the stages that sum their lanes as a tree: ``L/2 + L/2``, then ``L/4
+    + L/4``, ... (one rfactor per level: each a vector add of two halves of a
+    register) instead of ``L - 1`` scalar adds in a row with a shuffle each: faster at
+    every batch and thread count measured
+    (measurements: benchmarks/DECISIONS.md, "Dense: lane sums as a tree").  Returns
+    ``(rf, halves)``; ``C``'s stage sums the last two lanes."""
+    st = s[C]
+    _, kl = st.split(C.op.reduce_axis[0], factor=L)
+    rf = s.rfactor(C, kl, factor_axis=2)
+    halves = []
+    w = L
+    while w > 2:
+        w //= 2
+        _, kq = s[C].split(s[C].op.reduce_axis[0], factor=w)
+        halves.append(s.rfactor(C, kq, factor_axis=2))
+    return rf, halves
+
+
+def accumulate_lanes(s: Schedule, rf: Tensor, st: Stage, at, rows: int, cols: int,
+                     kblock: Optional[int] = None) -> None:
+    """The vector accumulation ``C.rf[i, j, kl]`` of :func:`lane_vectors` computed at
+    ``st``'s loop ``at``, in register tiles of ``rows x cols`` accumulators (unrolled;
+    the vectors along ``k``, ``fp_contract``: FMAs).  ``kblock``: the reduction in
+    blocks of that many vectors, outermost, each over every tile (``cols`` outer)."""
+    rs = s[rf]
+    rs.compute_at(st, at)
+    fb, fo, fk = rs.op.axis
+    rko, = rs.op.reduce_axis
+    fbo, fbi = rs.split(fb, factor=rows)
+    foo, foi = rs.split(fo, factor=cols)
+    if kblock is None:
+        rs.reorder(fbo, foo, rko, fbi, foi, fk)
+    else:
+        kbo, rko = rs.split(rko, factor=kblock)
+        rs.reorder(kbo, foo, fbo, rko, fbi, foi, fk)
     rs.unroll(fbi)
     rs.unroll(foi)
     rs.vectorize(fk)
     rs.pragma(rko, "fp_contract")
     rs.pragma(rko, "unroll_count", 2)
-    if copies:
-        _dense_aligned_copies(s, op, rf, st, oo if tile is bo else None, M,
-                              _cint(op.reduce_axis[0].dom.extent), bb, L, info)
-    return None
 
 
 def _dense_aligned_copies(s: Schedule, op: ComputeOp, rf: Tensor, st: Stage, oo, M, K,

@@ -9,9 +9,11 @@ streaming its own columns of C, the sums accumulated in vector registers:
 
 * ``W[j, k]`` (each output reads one contiguous row of W): vectors along ``k``, a
   register tile of ``mb`` rows of A by ``nb`` rows of W (``mb * nb`` accumulators,
-  ``mb + nb`` vector loads per ``mb * nb`` FMAs) over the whole reduction, their lanes
-  summed at the end (the
-  ``dense_nopack`` kernel of :mod:`.gemm`, without its copies);
+  ``mb + nb`` vector loads per ``mb * nb`` FMAs), their lanes summed at the end; the
+  reduction in blocks of ``kb`` (A's ``M x kb`` block fills half of L1 and is re-read
+  from there by every tile of the thread task's rows of W, the accumulators kept in
+  the task's buffer between blocks; with whole rows of A re-read from L2 instead,
+  16 rows ran 1.3x slower);
 * ``W[k, j]``: vectors along ``j``, a register block of ``mb`` rows by ``nv`` vectors,
   ``A[i, k]`` broadcast (``nv`` vector loads of one row of W and ``mb`` broadcasts per
   ``mb * nv`` FMAs), accumulated in registers over a block of ``kb`` rows of W
@@ -39,7 +41,7 @@ from ...te.tensor import ComputeOp, PlaceholderOp, Tensor
 from ...target import CpuModel
 from .._common import _ceil, _cint, _contraction_operands, _is_injective, _walk
 from ..rules import Knobs
-from .gemm import _gemm_epilogues, _schedule_dense_nopack
+from .gemm import _gemm_epilogues, accumulate_lanes, lane_vectors
 from .microkernel import vector_columns
 
 #: the most rows (of C and A) a GEMM may have to be scheduled as a skinny one (above it
@@ -60,8 +62,8 @@ TASK_TILES = 16
 class SkinnyPlan:
     """A skinny GEMM found by :func:`skinny_plan`: its extents, whether W is read along
     its rows (``W[j, k]``: ``rows_of_w``) and the register tile: ``mb`` rows of A by
-    ``nb`` rows of W (``rows_of_w``) or ``nb`` vectors of W's columns, accumulated over
-    ``kb`` rows of W (not ``rows_of_w``; else the whole reduction)."""
+    ``nb`` rows of W (``rows_of_w``) or ``nb`` vectors of W's columns, accumulated in
+    registers over ``kb`` steps of the reduction."""
     M: int
     N: int
     K: int
@@ -89,7 +91,14 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
     if M is None or N is None or K is None or M > SKINNY_MAX_ROWS:
         return None
     mb, nb = skinny_tile(M, N, not w_kfirst, info)
-    return SkinnyPlan(M, N, K, not w_kfirst, mb, nb, K if not w_kfirst else min(K, K_BLOCK))
+    if w_kfirst:
+        kb = min(K, K_BLOCK)
+    else:   # A's block of M x kb: at most half of L1, whole vectors, dividing K if it can
+        L = info.lanes
+        most = max(L, info.l1_bytes // 2 // (4 * M) // L * L)
+        fit = [b for b in range(most, most // 2, -L) if K % b == 0]
+        kb = K if K <= most else (fit[0] if fit else most)
+    return SkinnyPlan(M, N, K, not w_kfirst, mb, nb, kb)
 
 
 def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel):
@@ -100,47 +109,38 @@ def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel):
     ``mb * nb`` accumulators and the operands' loads, at most 8, fewer where the tiles
     would not give every thread two."""
     R = info.vregs
-    # W[j, k]: mb*nb accumulators, mb vectors of A and nb of W live per k step; the
-    # row blocks of A re-read the tile's nb rows of W, contiguous, from L1.
-    # W[k, j]: mb*nb accumulators, nb vectors of W and one broadcast of A (folded into
-    # the FMA); all M rows in one block wherever one vector of columns leaves the
-    # registers for them (each row block re-reads the tile's kb rows of W, from L1)
+    # mb*nb accumulators, nb vectors of W and a vector of A (W[j, k]: A's vectors read
+    # by the FMAs from L1; W[k, j]: broadcasts, folded into the FMAs) live per k step.
+    # W[j, k]: at most a quarter of the registers' rows of A in a block (8 x 3 with
+    # 32 registers; 16 x 1, 17 loads per 16 FMAs, ran 1.5x slower); the row blocks
+    # re-read the tile's block of W from L1.  W[k, j]: all M rows in one block wherever
+    # one vector of columns leaves the registers for them
     rows = max(1, R // 4) if rows_of_w or M + 3 > R else M
     mb = _ceil(M, _ceil(M, rows))
-    if rows_of_w:
-        nb = (R - 1 - mb) // (mb + 1)
-        width = 1
-    else:
-        nb = (R - 2) // (mb + 1)
-        width = info.lanes
+    nb = (R - 2) // (mb + 1)
+    width = 1 if rows_of_w else info.lanes
     nb = max(1, min(nb, 8))
     while nb > 1 and _ceil(N, nb * width) < 2 * info.threads:
         nb -= 1
-    if rows_of_w:
-        # a tile that divides N leaves no edge tile (its own copy of the kernel)
-        for cand in range(nb, _ceil(nb, 2) - 1, -1):
-            if N % cand == 0:
-                return mb, cand
     return mb, nb
 
 
 def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     """``plan`` with its tile chosen through ``knobs`` (``skinny.rows``, ``skinny.cols``,
-    ``skinny.kblock``; the defaults :func:`skinny_tile`'s and :data:`K_BLOCK`)."""
-    rows = sorted({plan.mb} | {m for m in (1, 2, 4, 8) if m < plan.M})
+    ``skinny.kblock``; the defaults :func:`skinny_tile`'s and :func:`skinny_plan`'s)."""
+    rows = sorted({plan.mb, plan.M} | {m for m in (1, 2, 4, 8) if m < plan.M})
     mb = knobs.choose("skinny.rows", rows, plan.mb)
     nb = knobs.choose("skinny.cols", sorted({plan.nb, 1, 2, 4, 8}), plan.nb)
-    kb = plan.kb
-    if not plan.rows_of_w:
-        kb = knobs.choose("skinny.kblock", sorted({kb} | {b for b in (8, 32, 64) if b < plan.K}),
-                          kb)
+    blocks = (8, 32, 64) if not plan.rows_of_w else (256, 1024, plan.K)
+    kb = knobs.choose("skinny.kblock", sorted({plan.kb} | {b for b in blocks if b <= plan.K}),
+                      plan.kb)
     return SkinnyPlan(plan.M, plan.N, plan.K, plan.rows_of_w, mb, nb, kb)
 
 
 def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
     """Schedule the skinny GEMM stage ``C`` by ``plan`` (see the module docstring)."""
     if plan.rows_of_w:
-        _schedule_dense_nopack(s, C, info, bb=plan.mb, ob=plan.nb, copies=False)
+        _schedule_rows_of_w(s, C, info, plan)
         return
     L = info.lanes
     nr = plan.nb * L
@@ -159,6 +159,35 @@ def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPl
         st.parallel(jo)
     st.pragma(ki, "unroll_count", 4)
     st.pragma(ki, "fp_contract")
+
+
+def _schedule_rows_of_w(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
+    """``C[i, j] = sum_k A[i, k] * W[j, k]``: vectors along ``k`` (``C.rf[i, j, kl]``,
+    their lanes summed as a tree at the end, :func:`.gemm.lane_vectors`); per thread
+    task of rows of W, for each block of ``kb`` columns of A and W, each tile of ``nb``
+    rows of W and each block of ``mb`` rows of A, the ``mb x nb`` accumulators in
+    registers over the block (A's block of ``M x kb`` stays in L1 while the task's rows
+    of W go by; the accumulators wait in the task's buffer between blocks)."""
+    L = info.lanes
+    rf, halves = lane_vectors(s, C, L)
+    st = s[C]
+    i, j = st.op.axis
+    tiles = _ceil(plan.N, plan.nb)
+    per_task = max(1, min(TASK_TILES, _ceil(tiles, 2 * info.threads)))
+    jo, jr = st.split(j, factor=per_task * plan.nb)
+    st.reorder(jo, i, jr)
+    st.unroll(st.op.reduce_axis[0])
+    if info.threads > 1 and _ceil(tiles, per_task) > 1:
+        st.parallel(jo)
+    for h in halves:
+        hs = s[h]
+        hs.compute_at(st, jo)
+        hi, hj, hq = hs.op.axis
+        hk, = hs.op.reduce_axis
+        hs.reorder(hj, hi, hk, hq)
+        hs.unroll(hk)
+        hs.vectorize(hq)
+    accumulate_lanes(s, rf, st, jo, plan.mb, plan.nb, max(1, plan.kb // L))
 
 
 def _skinny_template(outs, knobs: Knobs, info: CpuModel) -> Optional[Schedule]:
