@@ -103,19 +103,17 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
 
 def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel):
     """The register tile ``(mb, nb)`` of an ``M``-row GEMM with ``N`` columns: ``mb``
-    rows of A (in equal blocks: at most a quarter of the vector registers for ``W[j,
-    k]``, all rows where they fit for ``W[k, j]``), and as many
+    rows of A (in equal blocks of at most a quarter of the vector registers), and as many
     ``nb`` (rows of W, or vectors of its columns) as the registers hold besides the
     ``mb * nb`` accumulators and the operands' loads, at most 8, fewer where the tiles
     would not give every thread two."""
     R = info.vregs
     # mb*nb accumulators, nb vectors of W and a vector of A (W[j, k]: A's vectors read
-    # by the FMAs from L1; W[k, j]: broadcasts, folded into the FMAs) live per k step.
-    # W[j, k]: at most a quarter of the registers' rows of A in a block (8 x 3 with
-    # 32 registers; 16 x 1, 17 loads per 16 FMAs, ran 1.5x slower); the row blocks
-    # re-read the tile's block of W from L1.  W[k, j]: all M rows in one block wherever
-    # one vector of columns leaves the registers for them
-    rows = max(1, R // 4) if rows_of_w or M + 3 > R else M
+    # by the FMAs from L1; W[k, j]: broadcasts, folded into the FMAs) live per k step;
+    # at most a quarter of the registers' rows of A in a block (8 x 3 with 32
+    # registers; 16 rows x 1 vector, 17 loads per 16 FMAs, ran 1.3-1.5x slower in both
+    # layouts), the row blocks re-reading the tile's block of W from L1
+    rows = max(1, R // 4)
     mb = _ceil(M, _ceil(M, rows))
     nb = (R - 2) // (mb + 1)
     width = 1 if rows_of_w else info.lanes
@@ -130,7 +128,7 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     ``skinny.kblock``; the defaults :func:`skinny_tile`'s and :func:`skinny_plan`'s)."""
     rows = sorted({plan.mb, plan.M} | {m for m in (1, 2, 4, 8) if m < plan.M})
     mb = knobs.choose("skinny.rows", rows, plan.mb)
-    nb = knobs.choose("skinny.cols", sorted({plan.nb, 1, 2, 4, 8}), plan.nb)
+    nb = knobs.choose("skinny.cols", sorted({plan.nb, 1, 2, 3, 4, 6, 8}), plan.nb)
     blocks = (8, 32, 64) if not plan.rows_of_w else (256, 1024, plan.K)
     kb = knobs.choose("skinny.kblock", sorted({plan.kb} | {b for b in blocks if b <= plan.K}),
                       plan.kb)
