@@ -119,6 +119,41 @@ def test_nn_dense_and_matmul_get_the_skinny_schedule():
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("layout", ["wt", "w"])
+def test_batched_gemv_streams_each_w_in_place(layout):
+    """A batched skinny GEMM (``nn.batch_matmul`` of 3 x 2 rows against each batch's
+    own W, ``transpose_b`` for W[b, j, k]; a plain compute with two batch axes): the
+    skinny schedule, the batch fused with the column tasks into one parallel loop, no
+    copy of W, numpy's results."""
+    K, N = 37, 45
+    A = tc.placeholder((3, 2, K), name="A")
+    W = tc.placeholder((3, N, K) if layout == "wt" else (3, K, N), name="W")
+    C = nn.batch_matmul(A, W, transpose_b=layout == "wt")
+    knobs = Knobs()
+    s = apply_rules([A, W, C], knobs, cpu_model())
+    assert knobs.values.get("skinny") is True
+    _no_copy_of(s, [A, W, C], W)
+    a = RNG.standard_normal((3, 2, K)).astype("float32")
+    w = RNG.standard_normal([int(d) for d in W.shape]).astype("float32")
+    c = np.empty((3, 2, N), "float32")
+    tc.build(s, [A, W, C])(a, w, c)
+    want = a.astype(np.float64) @ (w.transpose(0, 2, 1) if layout == "wt" else w)
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+    # two batch axes, one row (attention's q @ k^T while decoding)
+    Q = tc.placeholder((2, 3, 1, K), name="Q")
+    Kt = tc.placeholder((2, 3, N, K), name="Kt")
+    k = tc.reduce_axis((0, K), name="k")
+    S = tc.compute((2, 3, 1, N), lambda b, h, i, j: tc.sum(Q[b, h, i, k] * Kt[b, h, j, k],
+                                                           axis=k), name="S")
+    s = tc.auto_schedule([Q, Kt, S])
+    assert str(tc.lower(s, [Q, Kt, S])).count("parallel (b.h.") == 1
+    q = RNG.standard_normal((2, 3, 1, K)).astype("float32")
+    kt = RNG.standard_normal((2, 3, N, K)).astype("float32")
+    out = np.empty((2, 3, 1, N), "float32")
+    tc.build(s, [Q, Kt, S])(q, kt, out)
+    np.testing.assert_allclose(out, q @ kt.transpose(0, 1, 3, 2), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_skinny_knobs_sampled_are_correct(seed):
     """Random choices of the skinny knobs (as the search samples them, the template
@@ -132,8 +167,9 @@ def test_skinny_knobs_sampled_are_correct(seed):
 
 
 def test_more_rows_or_other_dtypes_are_not_skinny():
-    """Above SKINNY_MAX_ROWS rows, with a symbolic extent, float64 or an operand that is
-    not an input, the GEMM is left to the other templates and the rules."""
+    """Above SKINNY_MAX_ROWS rows, with a symbolic extent, float64, an operand that is
+    not an input or a W shared by a batch, the GEMM is left to the other templates and
+    the rules."""
     info = cpu_model()
     assert skinny_plan(_plain(SKINNY_MAX_ROWS, 64, 32, "wt")[2].op, info) is not None
     assert skinny_plan(_plain(SKINNY_MAX_ROWS + 1, 64, 32, "wt")[2].op, info) is None
@@ -147,6 +183,10 @@ def test_more_rows_or_other_dtypes_are_not_skinny():
     A = tc.placeholder((4, 32), name="A")
     W = tc.placeholder((64, 32), name="W")
     assert skinny_plan(nn.dense(nn.relu(A), W).op, info) is None
+    A3 = tc.placeholder((2, 4, 32), name="A3")    # one W for the whole batch: 8 rows
+    k = tc.reduce_axis((0, 32), name="k")
+    C3 = tc.compute((2, 4, 64), lambda b, i, j: tc.sum(A3[b, i, k] * W[j, k], axis=k))
+    assert skinny_plan(C3.op, info) is None
 
 
 @pytest.mark.parametrize("lanes, vregs", [(16, 32), (8, 16), (4, 32)])

@@ -465,16 +465,18 @@ def lane_vectors(s: Schedule, C: Tensor, L: int):
     register) instead of ``L - 1`` scalar adds in a row with a shuffle each: faster at
     every batch and thread count measured
     (measurements: benchmarks/DECISIONS.md, "Dense: lane sums as a tree").  Returns
-    ``(rf, halves)``; ``C``'s stage sums the last two lanes."""
+    ``(rf, halves)``; ``C``'s stage sums the last two lanes.  Batch axes before ``i,
+    j`` are kept in front."""
     st = s[C]
+    last = len(C.op.axis)    # (batch axes before i, j: the lanes' axis after them)
     _, kl = st.split(C.op.reduce_axis[0], factor=L)
-    rf = s.rfactor(C, kl, factor_axis=2)
+    rf = s.rfactor(C, kl, factor_axis=last)
     halves = []
     w = L
     while w > 2:
         w //= 2
         _, kq = s[C].split(s[C].op.reduce_axis[0], factor=w)
-        halves.append(s.rfactor(C, kq, factor_axis=2))
+        halves.append(s.rfactor(C, kq, factor_axis=last))
     return rf, halves
 
 
@@ -486,7 +488,7 @@ def accumulate_lanes(s: Schedule, rf: Tensor, st: Stage, at, rows: int, cols: in
     blocks of that many vectors, outermost, each over every tile (``cols`` outer)."""
     rs = s[rf]
     rs.compute_at(st, at)
-    fb, fo, fk = rs.op.axis
+    *_, fb, fo, fk = rs.op.axis
     rko, = rs.op.reduce_axis
     fbo, fbi = rs.split(fb, factor=rows)
     foo, foi = rs.split(fo, factor=cols)

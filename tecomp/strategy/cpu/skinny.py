@@ -27,16 +27,22 @@ registers, :class:`~tecomp.target.CpuModel`), with at least two tiles per thread
 columns of C are shared out between the threads in tiles, the rows of A (``M / mb``
 blocks) re-read from cache inside each.
 
+Batch axes in front (``C[b.., i, j]``, each batch with its own W: ``batch_matmul``, a
+decoding step's ``q @ k^T`` per head) are fused with the column tasks into the one
+parallel loop.
+
 The auto-scheduler (:func:`tecomp.strategy.apply_rules`) gives every such GEMM this
 schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as knobs
 (``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``).
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional
 
-from ...schedule.schedule import Schedule, create_schedule
+from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import ComputeOp, PlaceholderOp, Tensor
 from ...target import CpuModel
 from .._common import _ceil, _cint, _contraction_operands, _is_injective, _walk
@@ -71,26 +77,29 @@ class SkinnyPlan:
     mb: int
     nb: int
     kb: int = K_BLOCK
+    batch: int = 1      # the product of the batch axes' extents (a batched GEMV)
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
-    """The plan of ``op`` when it is a skinny float32 GEMM ``C[i, j] = sum_k A[i, k] *
-    W[., .]`` (constant extents, at most :data:`SKINNY_MAX_ROWS` rows, both operands
-    inputs of the DAG and A read along ``k``); else None."""
-    if not isinstance(op, ComputeOp) or len(op.axis) != 2 or op.output(0).dtype != "float32":
+    """The plan of ``op`` when it is a skinny float32 GEMM ``C[b.., i, j] = sum_k
+    A[b.., i, k] * W[b.., ., .]`` (batch axes or none, each operand with all of them;
+    constant extents, at most :data:`SKINNY_MAX_ROWS` rows, both operands inputs of the
+    DAG and A read along ``k``); else None."""
+    if not isinstance(op, ComputeOp) or op.output(0).dtype != "float32":
         return None
     found = _contraction_operands(op)
-    if found is None or found[0]:
+    if found is None:
         return None
-    _, (a, a_kfirst), (w, w_kfirst) = found
+    nbatch, (a, a_kfirst), (w, w_kfirst) = found
     if a_kfirst or not all(isinstance(t.op, PlaceholderOp) and t.dtype == "float32"
-                           for t in (a, w)):
+                           and len(t.shape) == nbatch + 2 for t in (a, w)):
         return None
-    M, N = (_cint(e) for e in op.shape)
+    *bs, M, N = (_cint(e) for e in op.shape)
     K = _cint(op.reduce_axis[0].dom.extent)
-    if M is None or N is None or K is None or M > SKINNY_MAX_ROWS:
+    if None in (M, N, K, *bs) or M > SKINNY_MAX_ROWS:
         return None
-    mb, nb = skinny_tile(M, N, not w_kfirst, info)
+    batch = math.prod(bs)
+    mb, nb = skinny_tile(M, N, not w_kfirst, info, batch)
     if w_kfirst:
         kb = min(K, K_BLOCK)
     else:   # A's block of M x kb: at most half of L1, whole vectors, dividing K if it can
@@ -98,15 +107,15 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
         most = max(L, info.l1_bytes // 2 // (4 * M) // L * L)
         fit = [b for b in range(most, most // 2, -L) if K % b == 0]
         kb = K if K <= most else (fit[0] if fit else most)
-    return SkinnyPlan(M, N, K, not w_kfirst, mb, nb, kb)
+    return SkinnyPlan(M, N, K, not w_kfirst, mb, nb, kb, batch)
 
 
-def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel):
+def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel, batch: int = 1):
     """The register tile ``(mb, nb)`` of an ``M``-row GEMM with ``N`` columns: ``mb``
     rows of A (in equal blocks of at most a quarter of the vector registers), and as many
     ``nb`` (rows of W, or vectors of its columns) as the registers hold besides the
     ``mb * nb`` accumulators and the operands' loads, at most 8, fewer where the tiles
-    would not give every thread two."""
+    would not give every thread two (counting the ``batch`` GEMMs' tiles)."""
     R = info.vregs
     # mb*nb accumulators, nb vectors of W and a vector of A (W[j, k]: A's vectors read
     # by the FMAs from L1; W[k, j]: broadcasts, folded into the FMAs) live per k step;
@@ -118,7 +127,7 @@ def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel):
     nb = (R - 2) // (mb + 1)
     width = 1 if rows_of_w else info.lanes
     nb = max(1, min(nb, 8))
-    while nb > 1 and _ceil(N, nb * width) < 2 * info.threads:
+    while nb > 1 and _ceil(N, nb * width) * batch < 2 * info.threads:
         nb -= 1
     return mb, nb
 
@@ -132,7 +141,7 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     blocks = (8, 32, 64) if not plan.rows_of_w else (256, 1024, plan.K)
     kb = knobs.choose("skinny.kblock", sorted({plan.kb} | {b for b in blocks if b <= plan.K}),
                       plan.kb)
-    return SkinnyPlan(plan.M, plan.N, plan.K, plan.rows_of_w, mb, nb, kb)
+    return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb)
 
 
 def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
@@ -143,20 +152,35 @@ def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPl
     L = info.lanes
     nr = plan.nb * L
     st = s[C]
-    i, j = st.op.axis
+    *bs, i, j = st.op.axis
     tiles = _ceil(plan.N, nr)
-    per_task = max(1, min(TASK_TILES, _ceil(tiles, 2 * info.threads)))
+    per_task = _task_tiles(plan, tiles, info)
     jo, jr = st.split(j, factor=per_task * nr)
     jt, ji = st.split(jr, factor=nr)
     io, ii = st.split(i, factor=plan.mb)
     ko, ki = st.split(st.op.reduce_axis[0], factor=plan.kb)
-    st.reorder(jo, ko, jt, io, ki, ii, ji)
+    st.reorder(*bs, jo, ko, jt, io, ki, ii, ji)
     st.unroll(ii)
     vector_columns(st, ji, nr, L)
-    if info.threads > 1 and _ceil(tiles, per_task) > 1:
-        st.parallel(jo)
+    _parallel_tasks(st, bs, jo, plan.batch * _ceil(tiles, per_task), info)
     st.pragma(ki, "unroll_count", 4)
     st.pragma(ki, "fp_contract")
+
+
+def _task_tiles(plan: SkinnyPlan, tiles: int, info: CpuModel) -> int:
+    """The tiles of one thread task: :data:`TASK_TILES`, fewer where the threads would
+    get fewer than two tasks each (over the ``batch`` GEMMs)."""
+    return max(1, min(TASK_TILES, tiles, _ceil(tiles * plan.batch, 2 * info.threads)))
+
+
+def _parallel_tasks(st: Stage, bs, jo, tasks: int, info: CpuModel):
+    """The task loop (the batch axes ``bs`` fused with the column tasks ``jo``), run in
+    parallel where there are threads and ``tasks`` (its extent) is more than one;
+    returns it."""
+    task = st.fuse(*bs, jo) if bs else jo
+    if info.threads > 1 and tasks > 1:
+        st.parallel(task)
+    return task
 
 
 def _schedule_rows_of_w(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
@@ -169,18 +193,17 @@ def _schedule_rows_of_w(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan
     L = info.lanes
     rf, halves = lane_vectors(s, C, L)
     st = s[C]
-    i, j = st.op.axis
+    *bs, i, j = st.op.axis
     tiles = _ceil(plan.N, plan.nb)
-    per_task = max(1, min(TASK_TILES, _ceil(tiles, 2 * info.threads)))
+    per_task = _task_tiles(plan, tiles, info)
     jo, jr = st.split(j, factor=per_task * plan.nb)
-    st.reorder(jo, i, jr)
+    st.reorder(*bs, jo, i, jr)
     st.unroll(st.op.reduce_axis[0])
-    if info.threads > 1 and _ceil(tiles, per_task) > 1:
-        st.parallel(jo)
+    jo = _parallel_tasks(st, bs, jo, plan.batch * _ceil(tiles, per_task), info)
     for h in halves:
         hs = s[h]
         hs.compute_at(st, jo)
-        hi, hj, hq = hs.op.axis
+        *_, hi, hj, hq = hs.op.axis
         hk, = hs.op.reduce_axis
         hs.reorder(hj, hi, hk, hq)
         hs.unroll(hk)
