@@ -10,10 +10,10 @@ streaming its own columns of C, the sums accumulated in vector registers:
 * ``W[j, k]`` (each output reads one contiguous row of W): vectors along ``k``, a
   register tile of ``mb`` rows of A by ``nb`` rows of W (``mb * nb`` accumulators,
   ``mb + nb`` vector loads per ``mb * nb`` FMAs), their lanes summed at the end; the
-  reduction in blocks of ``kb`` (A's ``M x kb`` block fills half of L1 and is re-read
-  from there by every tile of the thread task's rows of W, the accumulators kept in
-  the task's buffer between blocks; with whole rows of A re-read from L2 instead,
-  16 rows ran 1.3x slower);
+  reduction in blocks of ``kb`` (A's ``M x kb`` block fills at most half of L1 and is
+  re-read from there by every tile of the thread task's rows of W, the accumulators
+  kept in the task's buffer between blocks; with whole rows of A re-read from L2
+  instead, 16 rows ran 1.3x slower, 1 thread on the Xeon, under load);
 * ``W[k, j]``: vectors along ``j``, a register block of ``mb`` rows by ``nv`` vectors,
   ``A[i, k]`` broadcast (``nv`` vector loads of one row of W and ``mb`` broadcasts per
   ``mb * nv`` FMAs), accumulated in registers over a block of ``kb`` rows of W
@@ -23,9 +23,10 @@ streaming its own columns of C, the sums accumulated in vector registers:
   pattern no prefetcher follows, several times slower).
 
 The tiles are sized to the vector registers of the target's machine model (its lanes and
-registers, :class:`~tecomp.target.CpuModel`), with at least two tiles per thread; the
-columns of C are shared out between the threads in tiles, the rows of A (``M / mb``
-blocks) re-read from cache inside each.
+registers, :class:`~tecomp.target.CpuModel`), the reduction blocks to its L1; the
+columns of C are shared out between the threads in tasks of up to :data:`TASK_TILES`
+tiles (two tasks or more per thread), the rows of A (``M / mb`` blocks) re-read from
+cache inside each.
 
 Batch axes in front (``C[b.., i, j]``, each batch with its own W: ``batch_matmul``, a
 decoding step's ``q @ k^T`` per head) are fused with the column tasks into the one
