@@ -13,6 +13,7 @@ runtime (``tc.set_num_threads``).
 
 =====================  =====================================================================
 :mod:`.gemm`           matmul, dense, the packed layouts; :class:`GemmParams` config
+:mod:`.skinny`         GEMMs of at most 16 rows (GEMV, decoding): W streamed in place
 :mod:`.microkernel`    the register-blocked GEMM micro-kernel the templates share
 :mod:`.conv2d`         conv2d NCHW / NHWC with an elementwise epilogue; :class:`ConvParams`
 :mod:`.conv2d_tasks`   the convolutions' thread tasks, padding and weight copies

@@ -406,21 +406,7 @@ def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuModel):
         bb = max(1, min(bb, M))
     if N is not None:
         ob = max(1, min(ob, N))
-    st = s[C]
-    k = op.reduce_axis[0]
-    _, kl = st.split(k, factor=L)
-    rf = s.rfactor(C, kl, factor_axis=2)
-    # the L lanes of each accumulator are summed as a tree: L/2 + L/2, then L/4 + L/4,
-    # ... (one rfactor per level: each a vector add of two halves of a register)
-    # instead of L - 1 scalar adds in a row with a shuffle each: faster at every batch
-    # and thread count measured
-    # (measurements: benchmarks/DECISIONS.md, "Dense: lane sums as a tree")
-    halves = []
-    w = L
-    while w > 2:
-        w //= 2
-        _, kq = s[C].split(s[C].op.reduce_axis[0], factor=w)
-        halves.append(s.rfactor(C, kq, factor_axis=2))
+    rf, halves = lane_vectors(s, C, L)
     st = s[C]
     b, o = st.op.axis
     bo, bi = st.split(b, factor=bb)
@@ -463,23 +449,59 @@ def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuModel):
         hs.unroll(hoi)
         hs.unroll(hkh)
         hs.vectorize(hq)
-    rs = s[rf]
-    rs.compute_at(st, tile)
-    fb, fo, fk = rs.op.axis
-    rko, = rs.op.reduce_axis
     # the tile's accumulators: constant-size register blocks (a tile at the edge of C
     # is guarded, not a block of variable size)
-    fbo, fbi = rs.split(fb, factor=bb)
-    foo, foi = rs.split(fo, factor=ob)
-    rs.reorder(fbo, foo, rko, fbi, foi, fk)
+    accumulate_lanes(s, rf, st, tile, bb, ob)
+    _dense_aligned_copies(s, op, rf, st, oo if tile is bo else None, M,
+                          _cint(op.reduce_axis[0].dom.extent), bb, L, info)
+    return None
+
+
+def lane_vectors(s: Schedule, C: Tensor, L: int):
+    """``C[i, j] = sum_k ...`` with its reduction in vectors of ``L`` lanes along ``k``:
+    ``C.rf[i, j, kl]`` (rfactor of ``k``'s inner ``L``; its stage accumulates the
+    vectors), and the stages that sum their lanes as a tree: ``L/2 + L/2``, then ``L/4
+    + L/4``, ... (one rfactor per level: each a vector add of two halves of a
+    register) instead of ``L - 1`` scalar adds in a row with a shuffle each: faster at
+    every batch and thread count measured
+    (measurements: benchmarks/DECISIONS.md, "Dense: lane sums as a tree").  Returns
+    ``(rf, halves)``; ``C``'s stage sums the last two lanes.  Batch axes before ``i,
+    j`` are kept in front."""
+    st = s[C]
+    last = len(C.op.axis)    # (batch axes before i, j: the lanes' axis after them)
+    _, kl = st.split(C.op.reduce_axis[0], factor=L)
+    rf = s.rfactor(C, kl, factor_axis=last)
+    halves = []
+    w = L
+    while w > 2:
+        w //= 2
+        _, kq = s[C].split(s[C].op.reduce_axis[0], factor=w)
+        halves.append(s.rfactor(C, kq, factor_axis=last))
+    return rf, halves
+
+
+def accumulate_lanes(s: Schedule, rf: Tensor, st: Stage, at, rows: int, cols: int,
+                     kblock: Optional[int] = None) -> None:
+    """The vector accumulation ``C.rf[i, j, kl]`` of :func:`lane_vectors` computed at
+    ``st``'s loop ``at``, in register tiles of ``rows x cols`` accumulators (unrolled;
+    the vectors along ``k``, ``fp_contract``: FMAs).  ``kblock``: the reduction in
+    blocks of that many vectors, outermost, each over every tile (``cols`` outer)."""
+    rs = s[rf]
+    rs.compute_at(st, at)
+    *_, fb, fo, fk = rs.op.axis
+    rko, = rs.op.reduce_axis
+    fbo, fbi = rs.split(fb, factor=rows)
+    foo, foi = rs.split(fo, factor=cols)
+    if kblock is None:
+        rs.reorder(fbo, foo, rko, fbi, foi, fk)
+    else:
+        kbo, rko = rs.split(rko, factor=kblock)
+        rs.reorder(kbo, foo, fbo, rko, fbi, foi, fk)
     rs.unroll(fbi)
     rs.unroll(foi)
     rs.vectorize(fk)
     rs.pragma(rko, "fp_contract")
     rs.pragma(rko, "unroll_count", 2)
-    _dense_aligned_copies(s, op, rf, st, oo if tile is bo else None, M,
-                          _cint(op.reduce_axis[0].dom.extent), bb, L, info)
-    return None
 
 
 def _dense_aligned_copies(s: Schedule, op: ComputeOp, rf: Tensor, st: Stage, oo, M, K,
@@ -672,9 +694,13 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
         _schedule_gemm_stage(s, C, info, packed, config)
         if not s[C].is_output:
             s[C].compute_root()
-    # epilogues (bias, activation): inline the injective chain into the output and
-    # schedule the output as an elementwise loop
-    keep = set(id(g) for g in gemms) | set(packs)
+    return _gemm_epilogues(s, outs, info, set(id(g) for g in gemms) | set(packs))
+
+
+def _gemm_epilogues(s: Schedule, outs, info: CpuModel, keep) -> Schedule:
+    """The epilogues (bias, activation) of GEMM stages already scheduled (the ops whose
+    ids are in ``keep``): the injective chain inlined into the output, which is
+    scheduled as an elementwise loop; the rules for anything else."""
     _inline_injective(s, [op for op in _walk(outs) if id(op) not in keep])
     for t in outs:
         if id(t.op) not in keep and _is_injective(t.op):

@@ -23,6 +23,7 @@ from .depthwise import (_depthwise_part, schedule_depthwise_conv2d_nchw,
 from .gemm import _dense_rows_for_generic_rules, _gemm_template
 from .grouped import schedule_group_conv2d_nchw, schedule_group_conv2d_nhwc
 from .pool import pool_into
+from .skinny import _skinny_template
 from ...target import CpuModel
 from .softmax import schedule_softmax
 
@@ -74,8 +75,9 @@ def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
 
 
 #: the template functions ``fn(outs, knobs, info) -> Schedule or None`` (None: the DAG is
-#: not theirs), in the order they are tried
-TEMPLATES = (_auto_template, _phases_template, _conv1d_template)
+#: not theirs), in the order they are tried: a skinny GEMM (at most 16 rows, plain TE or
+#: ``tecomp.nn``: :mod:`.skinny`) before the operators' templates
+TEMPLATES = (_skinny_template, _auto_template, _phases_template, _conv1d_template)
 
 #: templates of an operator inside a larger DAG, by the tag of its output stage (see
 #: :func:`tecomp.strategy.rules.generic_rules`): attention inside a transformer layer, a

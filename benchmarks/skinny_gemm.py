@@ -1,0 +1,108 @@
+"""Skinny GEMMs (LLM decoding: M <= 16 rows against a weight matrix larger than the caches), written in plain TE and auto-scheduled (trials=0), against PyTorch and the read stream.
+
+``C[i, j] = sum_k A[i, k] * W[j, k]`` (W is N x K, the ``A @ W^T`` of a linear layer:
+``--layout wt``) and ``C[i, j] = sum_k A[i, k] * W[k, j]`` (W is K x N: ``--layout w``)
+for K = 4096, N = 11008 (W: 180 MB float32) and M in ``--m`` (1: a GEMV).  Each is
+written as a plain compute and scheduled by ``tc.auto_schedule(args)`` with no
+measurement, and through ``tecomp.nn.dense`` / ``tecomp.nn.matmul`` (auto-scheduled the
+same way); the peer is PyTorch (``torch.matmul(a, w.T, out=c)`` / ``torch.matmul(a, w,
+out=c)``).  Such a GEMM is bound by reading W once: the table gives W's bytes per second
+and that as a share of the machine's read stream, measured in the same process on the
+same W (the best of a plain-TE row sum ``S[j] = sum_k W[j, k]`` and ``torch.sum(w, 1,
+out=s)``).  Interleaved in one process (medians of blocks of calls, tools in rotating
+order); every result is checked against numpy first.
+
+    python3 benchmarks/skinny_gemm.py [--threads 2] [--rounds 7] [--m 1,2,4,8,16] [--layout wt,w]
+"""
+from __future__ import annotations
+
+from common import base_parser, interleaved_turns, pin_threads, torch_or_none
+
+
+def main() -> None:
+    ap = base_parser(__doc__, rounds=7)
+    ap.add_argument("--m", default="1,2,4,8,16", help="row counts, comma-separated")
+    ap.add_argument("--layout", default="wt,w", help="wt (W is N x K), w (W is K x N)")
+    ap.add_argument("--k", type=int, default=4096)
+    ap.add_argument("--n", type=int, default=11008)
+    args = ap.parse_args()
+    pin_threads(args.threads)
+    import numpy as np
+
+    import tecomp as tc
+    import tecomp.nn as nn
+
+    torch = torch_or_none(args.threads)
+    K, N = args.k, args.n
+    ms = [int(m) for m in args.m.split(",")]
+    layouts = args.layout.split(",")
+    rng = np.random.default_rng(0)
+    fns, rows, wbytes = {}, [], {}
+    for layout in layouts:
+        shape = (N, K) if layout == "wt" else (K, N)
+        w = tc.aligned(rng.standard_normal(shape, dtype=np.float32))
+        wbytes[layout] = w.nbytes
+        W = tc.placeholder(shape, name="W")
+        # the read stream over the same array: a row sum (W's rows are contiguous)
+        r = tc.reduce_axis((0, shape[1]), name="r")
+        S = tc.compute((shape[0],), lambda j: tc.sum(W[j, r], axis=r), name="rowsum")
+        f_s = tc.build(tc.auto_schedule([W, S]), [W, S])
+        s_out = tc.empty((shape[0],), "float32")
+        f_s(w, s_out)
+        np.testing.assert_allclose(s_out, w.sum(1, dtype=np.float64), rtol=1e-3, atol=1e-2)
+        fns[f"stream {layout}: tecomp row sum"] = lambda f=f_s, w=w, o=s_out: f(w, o)
+        if torch is not None:
+            tw, ts = torch.from_numpy(w), torch.from_numpy(s_out)
+            fns[f"stream {layout}: torch.sum"] = lambda tw=tw, ts=ts: torch.sum(tw, 1, out=ts)
+        for M in ms:
+            a = tc.aligned(rng.standard_normal((M, K), dtype=np.float32))
+            want = a.astype(np.float64) @ (w.T if layout == "wt" else w).astype(np.float64)
+            A = tc.placeholder((M, K), name="A")
+            k = tc.reduce_axis((0, K), name="k")
+            if layout == "wt":
+                C = tc.compute((M, N), lambda i, j: tc.sum(A[i, k] * W[j, k], axis=k), name="C")
+                Cn = nn.dense(A, W)
+            else:
+                C = tc.compute((M, N), lambda i, j: tc.sum(A[i, k] * W[k, j], axis=k), name="C")
+                Cn = nn.matmul(A, W)
+            c = tc.empty((M, N), "float32")
+            key = (layout, M)
+            row = {"key": key, "tools": []}
+            for tool, T in (("plain TE", C), ("tecomp.nn", Cn)):
+                targs = [A, W, T]
+                f = tc.build(tc.auto_schedule(targs), targs)
+                c[...] = np.nan
+                f(a, w, c)
+                np.testing.assert_allclose(c, want, rtol=1e-3, atol=1e-2)
+                name = f"{layout} M={M}: {tool}"
+                fns[name] = lambda f=f, a=a, w=w, c=c: f(a, w, c)
+                row["tools"].append(name)
+            if torch is not None:
+                ta, tw, tcc = torch.from_numpy(a), torch.from_numpy(w), torch.from_numpy(c)
+                twx = tw.t() if layout == "wt" else tw
+                name = f"{layout} M={M}: torch"
+                fns[name] = lambda ta=ta, twx=twx, tcc=tcc: torch.matmul(ta, twx, out=tcc)
+                row["tools"].append(name)
+            rows.append(row)
+    t = interleaved_turns(fns, args.rounds)
+    print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, "
+          f"K={K}, N={N} float32 (W {wbytes[layouts[0]] / 1e6:.0f} MB), "
+          f"tecomp auto_schedule trials=0")
+    stream = {}
+    for layout in layouts:
+        cands = {n: wbytes[layout] / t[n] / 1e9 for n in t if n.startswith(f"stream {layout}:")}
+        stream[layout] = max(cands.values())
+        print(f"  read stream ({layout}): " + ", ".join(
+            f"{n.split(': ', 1)[1]} {v:.1f} GB/s" for n, v in cands.items()))
+    for row in rows:
+        layout, M = row["key"]
+        line = f"  {'A @ W^T' if layout == 'wt' else 'A @ W  '} M={M:<3d}"
+        for name in row["tools"]:
+            gbs = wbytes[layout] / t[name] / 1e9
+            line += (f" | {name.split(': ', 1)[1]} {t[name] * 1e3:6.2f} ms {gbs:5.1f} GB/s "
+                     f"{100 * gbs / stream[layout]:3.0f}%")
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""Skinny GEMMs: a few rows against a large weight matrix (a GEMV, LLM decoding).
+
+``C[i, j] = sum_k A[i, k] * W[j, k]`` (``A @ W^T``, a linear layer: ``tecomp.nn.dense``)
+or ``... * W[k, j]`` (``A @ W``: ``tecomp.nn.matmul``) with at most
+:data:`SKINNY_MAX_ROWS` rows does ``2 * M`` flops per element of W, each read once: it
+is bound by the speed W streams from memory, not by the FMAs.  The schedule reads W
+once, in place (no packed copy, which would read and write it once more), each thread
+streaming its own columns of C, the sums accumulated in vector registers:
+
+* ``W[j, k]`` (each output reads one contiguous row of W): vectors along ``k``, a
+  register tile of ``mb`` rows of A by ``nb`` rows of W (``mb * nb`` accumulators,
+  ``mb + nb`` vector loads per ``mb * nb`` FMAs), their lanes summed at the end; the
+  reduction in blocks of ``kb`` (A's ``M x kb`` block fills at most half of L1 and is
+  re-read from there by every tile of the thread task's rows of W, the accumulators
+  kept in the task's buffer between blocks; with whole rows of A re-read from L2
+  instead, 16 rows ran 1.3x slower, 1 thread on the Xeon, under load);
+* ``W[k, j]``: vectors along ``j``, a register block of ``mb`` rows by ``nv`` vectors,
+  ``A[i, k]`` broadcast (``nv`` vector loads of one row of W and ``mb`` broadcasts per
+  ``mb * nv`` FMAs), accumulated in registers over a block of ``kb`` rows of W
+  (:data:`K_BLOCK`) and added into C after each: a task's tiles go across the same
+  ``kb`` rows one after the other, so W is read as ``kb`` sequential streams (over the
+  whole reduction at once, each tile read one line of each row, a row of W apart: a
+  pattern no prefetcher follows, several times slower).
+
+The tiles are sized to the vector registers of the target's machine model (its lanes and
+registers, :class:`~tecomp.target.CpuModel`), the reduction blocks to its L1; the
+columns of C are shared out between the threads in tasks of up to :data:`TASK_TILES`
+tiles (two tasks or more per thread), the rows of A (``M / mb`` blocks) re-read from
+cache inside each.
+
+Batch axes in front (``C[b.., i, j]``, each batch with its own W: ``batch_matmul``, a
+decoding step's ``q @ k^T`` per head) are fused with the column tasks into the one
+parallel loop.
+
+The auto-scheduler (:func:`tecomp.strategy.apply_rules`) gives every such GEMM this
+schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as knobs
+(``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from ...schedule.schedule import Schedule, Stage, create_schedule
+from ...te.tensor import ComputeOp, PlaceholderOp, Tensor
+from ...target import CpuModel
+from .._common import _ceil, _cint, _contraction_operands, _is_injective, _walk
+from ..rules import Knobs
+from .gemm import _gemm_epilogues, accumulate_lanes, lane_vectors
+from .microkernel import vector_columns
+
+#: the most rows (of C and A) a GEMM may have to be scheduled as a skinny one (above it
+#: the register-blocked GEMM templates, which reuse W across more rows, take over)
+SKINNY_MAX_ROWS = 16
+
+#: ``W[k, j]``: the rows of W a register block accumulates over before it is added into
+#: C: as many sequential streams (the hardware prefetchers follow a few dozen)
+K_BLOCK = 16
+
+#: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
+#: of W are read as streams this many tiles long), fewer where the threads would get
+#: fewer than two tasks each
+TASK_TILES = 16
+
+
+@dataclass(frozen=True)
+class SkinnyPlan:
+    """A skinny GEMM found by :func:`skinny_plan`: its extents, whether W is read along
+    its rows (``W[j, k]``: ``rows_of_w``) and the register tile: ``mb`` rows of A by
+    ``nb`` rows of W (``rows_of_w``) or ``nb`` vectors of W's columns, accumulated in
+    registers over ``kb`` steps of the reduction."""
+    M: int
+    N: int
+    K: int
+    rows_of_w: bool
+    mb: int
+    nb: int
+    kb: int = K_BLOCK
+    batch: int = 1      # the product of the batch axes' extents (a batched GEMV)
+
+
+def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
+    """The plan of ``op`` when it is a skinny float32 GEMM ``C[b.., i, j] = sum_k
+    A[b.., i, k] * W[b.., ., .]`` (batch axes or none, each operand with all of them;
+    constant extents, at most :data:`SKINNY_MAX_ROWS` rows, both operands inputs of the
+    DAG and A read along ``k``); else None."""
+    if not isinstance(op, ComputeOp) or op.output(0).dtype != "float32":
+        return None
+    found = _contraction_operands(op)
+    if found is None:
+        return None
+    nbatch, (a, a_kfirst), (w, w_kfirst) = found
+    if a_kfirst or not all(isinstance(t.op, PlaceholderOp) and t.dtype == "float32"
+                           and len(t.shape) == nbatch + 2 for t in (a, w)):
+        return None
+    *bs, M, N = (_cint(e) for e in op.shape)
+    K = _cint(op.reduce_axis[0].dom.extent)
+    if None in (M, N, K, *bs) or M > SKINNY_MAX_ROWS:
+        return None
+    batch = math.prod(bs)
+    mb, nb = skinny_tile(M, N, not w_kfirst, info, batch)
+    if w_kfirst:
+        kb = min(K, K_BLOCK)
+    else:   # A's block of M x kb: at most half of L1, whole vectors, dividing K if it can
+        L = info.lanes
+        most = max(L, info.l1_bytes // 2 // (4 * M) // L * L)
+        fit = [b for b in range(most, most // 2, -L) if K % b == 0]
+        kb = K if K <= most else (fit[0] if fit else most)
+    return SkinnyPlan(M, N, K, not w_kfirst, mb, nb, kb, batch)
+
+
+def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel, batch: int = 1):
+    """The register tile ``(mb, nb)`` of an ``M``-row GEMM with ``N`` columns: ``mb``
+    rows of A (in equal blocks of at most a quarter of the vector registers), and as many
+    ``nb`` (rows of W, or vectors of its columns) as the registers hold besides the
+    ``mb * nb`` accumulators and the operands' loads, at most 8, fewer where the tiles
+    would not give every thread two (counting the ``batch`` GEMMs' tiles)."""
+    R = info.vregs
+    # mb*nb accumulators, nb vectors of W and a vector of A (W[j, k]: A's vectors read
+    # by the FMAs from L1; W[k, j]: broadcasts, folded into the FMAs) live per k step;
+    # at most a quarter of the registers' rows of A in a block (8 x 3 with 32
+    # registers; 16 rows x 1 vector, 17 loads per 16 FMAs, ran 1.3-1.5x slower in both
+    # layouts), the row blocks re-reading the tile's block of W from L1
+    rows = max(1, R // 4)
+    mb = _ceil(M, _ceil(M, rows))
+    nb = (R - 2) // (mb + 1)
+    width = 1 if rows_of_w else info.lanes
+    nb = max(1, min(nb, 8))
+    while nb > 1 and _ceil(N, nb * width) * batch < 2 * info.threads:
+        nb -= 1
+    return mb, nb
+
+
+def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
+    """``plan`` with its tile chosen through ``knobs`` (``skinny.rows``, ``skinny.cols``,
+    ``skinny.kblock``; the defaults :func:`skinny_tile`'s and :func:`skinny_plan`'s)."""
+    rows = sorted({plan.mb, plan.M} | {m for m in (1, 2, 4, 8) if m < plan.M})
+    mb = knobs.choose("skinny.rows", rows, plan.mb)
+    nb = knobs.choose("skinny.cols", sorted({plan.nb, 1, 2, 3, 4, 6, 8}), plan.nb)
+    blocks = (8, 32, 64) if not plan.rows_of_w else (256, 1024, plan.K)
+    kb = knobs.choose("skinny.kblock", sorted({plan.kb} | {b for b in blocks if b <= plan.K}),
+                      plan.kb)
+    return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb)
+
+
+def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
+    """Schedule the skinny GEMM stage ``C`` by ``plan`` (see the module docstring)."""
+    if plan.rows_of_w:
+        _schedule_rows_of_w(s, C, info, plan)
+        return
+    L = info.lanes
+    nr = plan.nb * L
+    st = s[C]
+    *bs, i, j = st.op.axis
+    tiles = _ceil(plan.N, nr)
+    per_task = _task_tiles(plan, tiles, info)
+    jo, jr = st.split(j, factor=per_task * nr)
+    jt, ji = st.split(jr, factor=nr)
+    io, ii = st.split(i, factor=plan.mb)
+    ko, ki = st.split(st.op.reduce_axis[0], factor=plan.kb)
+    st.reorder(*bs, jo, ko, jt, io, ki, ii, ji)
+    st.unroll(ii)
+    vector_columns(st, ji, nr, L)
+    _parallel_tasks(st, bs, jo, plan.batch * _ceil(tiles, per_task), info)
+    st.pragma(ki, "unroll_count", 4)
+    st.pragma(ki, "fp_contract")
+
+
+def _task_tiles(plan: SkinnyPlan, tiles: int, info: CpuModel) -> int:
+    """The tiles of one thread task: :data:`TASK_TILES`, fewer where the threads would
+    get fewer than two tasks each (over the ``batch`` GEMMs)."""
+    return max(1, min(TASK_TILES, tiles, _ceil(tiles * plan.batch, 2 * info.threads)))
+
+
+def _parallel_tasks(st: Stage, bs, jo, tasks: int, info: CpuModel):
+    """The task loop (the batch axes ``bs`` fused with the column tasks ``jo``), run in
+    parallel where there are threads and ``tasks`` (its extent) is more than one;
+    returns it."""
+    task = st.fuse(*bs, jo) if bs else jo
+    if info.threads > 1 and tasks > 1:
+        st.parallel(task)
+    return task
+
+
+def _schedule_rows_of_w(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
+    """``C[i, j] = sum_k A[i, k] * W[j, k]``: vectors along ``k`` (``C.rf[i, j, kl]``,
+    their lanes summed as a tree at the end, :func:`.gemm.lane_vectors`); per thread
+    task of rows of W, for each block of ``kb`` columns of A and W, each tile of ``nb``
+    rows of W and each block of ``mb`` rows of A, the ``mb x nb`` accumulators in
+    registers over the block (A's block of ``M x kb`` stays in L1 while the task's rows
+    of W go by; the accumulators wait in the task's buffer between blocks)."""
+    L = info.lanes
+    rf, halves = lane_vectors(s, C, L)
+    st = s[C]
+    *bs, i, j = st.op.axis
+    tiles = _ceil(plan.N, plan.nb)
+    per_task = _task_tiles(plan, tiles, info)
+    jo, jr = st.split(j, factor=per_task * plan.nb)
+    st.reorder(*bs, jo, i, jr)
+    st.unroll(st.op.reduce_axis[0])
+    jo = _parallel_tasks(st, bs, jo, plan.batch * _ceil(tiles, per_task), info)
+    for h in halves:
+        hs = s[h]
+        hs.compute_at(st, jo)
+        *_, hi, hj, hq = hs.op.axis
+        hk, = hs.op.reduce_axis
+        hs.reorder(hj, hi, hk, hq)
+        hs.unroll(hk)
+        hs.vectorize(hq)
+    accumulate_lanes(s, rf, st, jo, plan.mb, plan.nb, max(1, plan.kb // L))
+
+
+def _skinny_template(outs, knobs: Knobs, info: CpuModel) -> Optional[Schedule]:
+    """The skinny-GEMM schedule of a DAG that is one skinny GEMM (:func:`skinny_plan`)
+    under elementwise epilogues (a bias, an activation); None for any other DAG."""
+    ops = _walk(outs)
+    reductions = [op for op in ops if op.reduce_axis]
+    if len(reductions) != 1 or not all(_is_injective(op) for op in ops
+                                       if op is not reductions[0]):
+        return None
+    gemm = reductions[0]
+    plan = skinny_plan(gemm, info)
+    if plan is None or not knobs.choose("skinny", [True, False], True):
+        return None
+    plan = skinny_knobs(plan, knobs, info)
+    s = create_schedule([t.op for t in outs])
+    C = gemm.output(0)
+    schedule_skinny_stage(s, C, info, plan)
+    if not s[C].is_output:
+        s[C].compute_root()
+    return _gemm_epilogues(s, outs, info, {id(gemm)})

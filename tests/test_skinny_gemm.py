@@ -1,0 +1,207 @@
+"""Skinny GEMMs (M <= 16 rows: a GEMV, LLM decoding) auto-scheduled to stream W once, in
+place (tecomp.strategy.cpu.skinny): results against numpy for both layouts of W, with
+tails in N and K, written in plain TE and with tecomp.nn; no copy of W in the schedule;
+tiles sized to the machine model's registers."""
+import os
+import random
+import re
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+import tecomp.nn as nn
+from tecomp.strategy import Knobs, apply_rules
+from tecomp.strategy.cpu import cpu_model
+from tecomp.strategy.cpu.skinny import SKINNY_MAX_ROWS, skinny_plan, skinny_tile
+from tecomp.target import CpuModel
+from tecomp.te.tensor import ComputeOp
+
+LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
+RNG = np.random.default_rng(49)
+
+
+def _plain(M, N, K, layout):
+    """``C = A @ W^T`` (W is N x K: ``"wt"``) or ``A @ W`` (W is K x N: ``"w"``) as a
+    plain compute."""
+    A = tc.placeholder((M, K), name="A")
+    W = tc.placeholder((N, K) if layout == "wt" else (K, N), name="W")
+    k = tc.reduce_axis((0, K), name="k")
+    if layout == "wt":
+        C = tc.compute((M, N), lambda i, j: tc.sum(A[i, k] * W[j, k], axis=k), name="C")
+    else:
+        C = tc.compute((M, N), lambda i, j: tc.sum(A[i, k] * W[k, j], axis=k), name="C")
+    return A, W, C
+
+
+def _run(s, args, layout, bias=None):
+    A, W, C = args[0], args[1], args[-1]
+    a = RNG.standard_normal([int(d) for d in A.shape]).astype("float32")
+    w = RNG.standard_normal([int(d) for d in W.shape]).astype("float32")
+    ins = [a, w] + ([bias] if bias is not None else [])
+    c = np.full([int(d) for d in C.shape], np.nan, "float32")
+    tc.build(s, args)(*ins, c)
+    want = a.astype(np.float64) @ (w.T if layout == "wt" else w).astype(np.float64)
+    return c, want + (bias if bias is not None else 0)
+
+
+def _no_copy_of(s, args, W, limit=None):
+    """W's only reader is the GEMM's accumulation (no copy stage, no cache_read of W
+    in the schedule); with ``limit``, the lowered IR allocates no buffer of ``limit``
+    elements or more.  Returns the lowered IR."""
+    readers = [st.op for st in s.stages
+               if isinstance(st.op, ComputeOp) and W in st.op.input_tensors]
+    assert len(readers) == 1 and readers[0].reduce_axis, [op.name for op in readers]
+    assert "cache_read" not in s.trace.python(args)
+    ir = str(tc.lower(s, args))
+    for name, shape in re.findall(r"allocate (\S+): \w+\[([^\]]*)\]", ir):
+        assert limit is None or int(np.prod([int(d) for d in shape.split(",")])) < limit, \
+            (name, shape)
+    return ir
+
+
+# (M, layout): every row count and layout with TECOMP_LONG_TESTS=1; by default each row
+# count once, the layouts alternating, and M = 16 (two row blocks) in both
+CASES = [(m, lay) for m in (1, 2, 4, 8, 16) for lay in ("wt", "w")]
+DEFAULT = {(1, "wt"), (2, "w"), (4, "wt"), (8, "w"), (16, "wt"), (16, "w")}
+
+
+@pytest.mark.parametrize("M, layout", CASES, ids=[f"M{m}-{lay}" for m, lay in CASES])
+def test_plain_skinny_gemm_streams_w_in_place(M, layout):
+    """A plain-TE skinny GEMM gets the skinny schedule (the ``skinny`` knob), no copy
+    of W, and numpy's results with tails in N (not a multiple of the tile) and K (not
+    a multiple of the vector or the row block)."""
+    if not LONG and (M, layout) not in DEFAULT:
+        pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
+    N, K = 83, 45
+    args = _plain(M, N, K, layout)
+    knobs = Knobs()
+    s = apply_rules(args, knobs, cpu_model())
+    assert knobs.values.get("skinny") is True
+    _no_copy_of(s, args, args[1])
+    c, want = _run(s, args, layout)
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+
+
+def test_llm_decoding_shape_reads_w_in_place():
+    """4 x 4096 @ (11008 x 4096)^T (lowered, not run): W read in place by the GEMM,
+    no buffer of more than a thread task's accumulators (a thousandth of W), one
+    parallel loop over W's rows; ``A @ W`` (W is 4096 x 11008) accumulates in C."""
+    A, W, C = args = _plain(4, 11008, 4096, "wt")
+    s = tc.auto_schedule(args)
+    ir = _no_copy_of(s, args, W, 11008 * 4096 // 1000)
+    assert ir.count("parallel (") == 1
+    A, W, C = args = _plain(4, 11008, 4096, "w")
+    s = tc.auto_schedule(args)
+    assert "allocate" not in _no_copy_of(s, args, W)
+
+
+def test_nn_dense_and_matmul_get_the_skinny_schedule():
+    """``tecomp.nn.dense`` with a bias and a ReLU (the epilogue applied on the way
+    out) and ``tecomp.nn.matmul`` of 3 rows: the skinny schedule, no copy of W."""
+    M, N, K = 3, 50, 37
+    X = tc.placeholder((M, K), name="X")
+    Wd = tc.placeholder((N, K), name="Wd")
+    b = tc.placeholder((N,), name="b")
+    D = nn.relu(nn.dense(X, Wd, b))
+    knobs = Knobs()
+    s = apply_rules([X, Wd, b, D], knobs, cpu_model())
+    assert knobs.values.get("skinny") is True
+    _no_copy_of(s, [X, Wd, b, D], Wd)
+    bias = RNG.standard_normal(N).astype("float32")
+    c, want = _run(s, [X, Wd, b, D], "wt", bias)
+    np.testing.assert_allclose(c, np.maximum(want, 0), rtol=1e-4, atol=1e-4)
+    Wm = tc.placeholder((K, N), name="Wm")
+    Mm = nn.matmul(X, Wm)
+    s = tc.auto_schedule([X, Wm, Mm])
+    _no_copy_of(s, [X, Wm, Mm], Wm)
+    c, want = _run(s, [X, Wm, Mm], "w")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["wt", "w"])
+def test_batched_gemv_streams_each_w_in_place(layout):
+    """A batched skinny GEMM (``nn.batch_matmul`` of 3 x 2 rows against each batch's
+    own W, ``transpose_b`` for W[b, j, k]; a plain compute with two batch axes): the
+    skinny schedule, the batch fused with the column tasks into one parallel loop, no
+    copy of W, numpy's results."""
+    K, N = 37, 45
+    A = tc.placeholder((3, 2, K), name="A")
+    W = tc.placeholder((3, N, K) if layout == "wt" else (3, K, N), name="W")
+    C = nn.batch_matmul(A, W, transpose_b=layout == "wt")
+    knobs = Knobs()
+    s = apply_rules([A, W, C], knobs, cpu_model())
+    assert knobs.values.get("skinny") is True
+    _no_copy_of(s, [A, W, C], W)
+    a = RNG.standard_normal((3, 2, K)).astype("float32")
+    w = RNG.standard_normal([int(d) for d in W.shape]).astype("float32")
+    c = np.empty((3, 2, N), "float32")
+    tc.build(s, [A, W, C])(a, w, c)
+    want = a.astype(np.float64) @ (w.transpose(0, 2, 1) if layout == "wt" else w)
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+    # two batch axes, one row (attention's q @ k^T while decoding)
+    Q = tc.placeholder((2, 3, 1, K), name="Q")
+    Kt = tc.placeholder((2, 3, N, K), name="Kt")
+    k = tc.reduce_axis((0, K), name="k")
+    S = tc.compute((2, 3, 1, N), lambda b, h, i, j: tc.sum(Q[b, h, i, k] * Kt[b, h, j, k],
+                                                           axis=k), name="S")
+    s = tc.auto_schedule([Q, Kt, S])
+    assert str(tc.lower(s, [Q, Kt, S])).count("parallel (b.h.") == 1
+    q = RNG.standard_normal((2, 3, 1, K)).astype("float32")
+    kt = RNG.standard_normal((2, 3, N, K)).astype("float32")
+    out = np.empty((2, 3, 1, N), "float32")
+    tc.build(s, [Q, Kt, S])(q, kt, out)
+    np.testing.assert_allclose(out, q @ kt.transpose(0, 1, 3, 2), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_skinny_knobs_sampled_are_correct(seed):
+    """Random choices of the skinny knobs (as the search samples them, the template
+    off included) give numpy's results."""
+    for layout in ("wt", "w"):
+        args = _plain(5, 70, 33, layout)
+        knobs = Knobs(rng=random.Random(seed))
+        s = apply_rules(args, knobs, cpu_model())
+        c, want = _run(s, args, layout)
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4, err_msg=str(knobs.values))
+
+
+def test_more_rows_or_other_dtypes_are_not_skinny():
+    """Above SKINNY_MAX_ROWS rows, with a symbolic extent, float64, an operand that is
+    not an input or a W shared by a batch, the GEMM is left to the other templates and
+    the rules."""
+    info = cpu_model()
+    assert skinny_plan(_plain(SKINNY_MAX_ROWS, 64, 32, "wt")[2].op, info) is not None
+    assert skinny_plan(_plain(SKINNY_MAX_ROWS + 1, 64, 32, "wt")[2].op, info) is None
+    A = tc.placeholder((4, 32), name="A", dtype="float64")
+    W = tc.placeholder((64, 32), name="W", dtype="float64")
+    assert skinny_plan(nn.dense(A, W).op, info) is None
+    n = tc.var("n")
+    A = tc.placeholder((4, n), name="A")
+    W = tc.placeholder((64, n), name="W")
+    assert skinny_plan(nn.dense(A, W).op, info) is None
+    A = tc.placeholder((4, 32), name="A")
+    W = tc.placeholder((64, 32), name="W")
+    assert skinny_plan(nn.dense(nn.relu(A), W).op, info) is None
+    A3 = tc.placeholder((2, 4, 32), name="A3")    # one W for the whole batch: 8 rows
+    k = tc.reduce_axis((0, 32), name="k")
+    C3 = tc.compute((2, 4, 64), lambda b, i, j: tc.sum(A3[b, i, k] * W[j, k], axis=k))
+    assert skinny_plan(C3.op, info) is None
+
+
+@pytest.mark.parametrize("lanes, vregs", [(16, 32), (8, 16), (4, 32)])
+def test_tiles_fit_the_machine_models_registers(lanes, vregs):
+    """The register tile comes from the machine model: the accumulators, a tile's
+    vectors of W and one of A fit its vector registers at every row count and thread
+    count, two tiles or more per thread where N allows."""
+    for threads in (1, 2, 8):
+        info = CpuModel(lanes=lanes, vregs=vregs, threads=threads)
+        for M in range(1, SKINNY_MAX_ROWS + 1):
+            for N in (7, 100, 11008):
+                for rows_of_w, width in ((True, 1), (False, lanes)):
+                    mb, nb = skinny_tile(M, N, rows_of_w, info)
+                    assert 1 <= mb <= M and 1 <= nb and mb * nb + nb + 1 <= vregs, \
+                        (M, N, rows_of_w, mb, nb)
+                    assert -(-N // (nb * width)) >= 2 * threads or nb == 1
+                    if N == 11008:
+                        assert nb >= 2 or (not rows_of_w and M * 2 + 3 > vregs), (M, mb, nb)
