@@ -12,7 +12,8 @@ import pytest
 
 import tecomp as tc
 import tecomp.nn as nn
-from tecomp.strategy import cpu
+from tecomp.strategy import apply_rules, cpu
+from tecomp.strategy.rules import Knobs
 from tecomp.testing import qemu
 from tecomp.testing.diff import run_case
 from tecomp.testing.fuzz import case_for_seed
@@ -53,8 +54,9 @@ def test_machine_model_is_the_isa_s():
     assert "aarch64" in t.runs_here() and "qemu" in t.runs_here()
     # int8 dot products: the widening NEON one everywhere, usdot where i8mm is
     assert [x.name for x in tc.tensor_intrins_for(NEON)] == ["aarch64.neon_u8s8s32_4x4"]
-    assert [x.name for x in tc.tensor_intrins_for(SVE)] == ["aarch64.usdot_u8s8s32_4x4",
-                                                           "aarch64.neon_u8s8s32_4x4"]
+    assert {x.name for x in tc.tensor_intrins_for(SVE)} == {
+        "aarch64.usdot_u8s8s32_4x4", "aarch64.neon_u8s8s32_4x4", "aarch64.usmmla_u8s8s32_2x2x8",
+        "aarch64.smmla_s8s8s32_2x2x8", "aarch64.ummla_u8u8s32_2x2x8"}
 
 
 def test_code_is_neon_and_calls_are_refused():
@@ -253,27 +255,77 @@ def test_vector_math_is_the_same_bits_on_aarch64_and_x86(tmp_path):
         np.testing.assert_array_equal(arm.view(np.uint32), mine.view(np.uint32), err_msg=fn)
 
 
-@needs_qemu
-@pytest.mark.parametrize("target,intrin,insn", [
-    (NEON, "aarch64.neon_u8s8s32_4x4", r"\b[su]mull2?\s"),
-    (SVE, "aarch64.usdot_u8s8s32_4x4", r"\busdot\s"),
-])
-def test_int8_gemm_on_dot_products_under_qemu(tmp_path, target, intrin, insn):
-    """An int8 GEMM written in plain TE (uint8 x int8 summed in int32) is tensorized with
-    the target's dot-product intrinsic by the auto-scheduler, and is exact under qemu,
-    extreme values included (255 x -128, and sums that use all of int32's sign)."""
-    M, N, K = 13, 36, 64
-    X = tc.placeholder((M, K), "uint8", name="X")
-    W = tc.placeholder((K, N), "int8", name="W")
+def _int8_gemm(M, N, K, dx="uint8", dw="int8"):
+    X = tc.placeholder((M, K), dx, name="X")
+    W = tc.placeholder((K, N), dw, name="W")
     k = tc.reduce_axis((0, K), name="k")
     C = tc.compute((M, N), lambda i, j: tc.sum(
         X[i, k].astype("int32") * W[k, j].astype("int32"), axis=k), name="C")
-    s = tc.auto_schedule([X, W, C], target=target)
-    assert f"tc.tensor_intrin('{intrin}')" in s.trace.python([X, W, C])
-    assert re.search(insn, tc.build(s, [X, W, C], target=target, name="i8").get_source("asm"))
+    return [X, W, C]
+
+
+def _innermost_loops(asm):
+    """The bodies (instruction lines) of the loops that branch back to their own label."""
+    lines = asm.split("\n")
+    for i, line in enumerate(lines):
+        m = re.match(r"(\.LBB\S+):", line)
+        for j in range(i + 1, len(lines)) if m else ():
+            if re.match(r"\.LBB\S+:", lines[j]):
+                break
+            if re.search(r"\tb(\.\w+)?\t" + re.escape(m.group(1)) + "$", lines[j]):
+                yield [x for x in lines[i + 1:j + 1] if x.startswith("\t") and x[1] != "."]
+                break
+
+
+def test_int8_gemm_picks_smmla_where_blocks_fit():
+    """With i8mm, the auto-scheduler computes an int8 GEMM in 2 x 2 blocks of smmla-family
+    instructions (32 multiply-adds each, usdot's 16) whose accumulators stay in registers
+    across the reduction (no combine/split or store in the loop); the dot product where
+    the rows are odd; no i8mm, no smmla."""
+    args = _int8_gemm(64, 64, 256)
+    s = tc.auto_schedule(args, target=SVE)
+    assert "tc.tensor_intrin('aarch64.usmmla_u8s8s32_2x2x8')" in s.trace.python(args)
+    asm = tc.build(s, args, target=SVE, name="i8").get_source("asm")
+    loops = [b for b in _innermost_loops(asm) if any("\tusmmla\t" in x for x in b)]
+    assert len(loops) == 1, loops
+    body = loops[0]
+    assert not [x for x in body if re.match(r"\t(ext|mov|ins|str|stp|st1)\t", x)], body
+    # the block's 8 accumulators share each load of W, X's row pairs in paired loads
+    assert sum("\tusmmla\t" in x for x in body) == 8 and len(body) <= 20, body
+    odd = _int8_gemm(13, 36, 64)
+    assert "aarch64.usdot_u8s8s32_4x4" in tc.auto_schedule(odd, target=SVE).trace.python(odd)
+    sym = _int8_gemm(16, 16, 64, "int8", "int8")
+    assert "tensor_intrin" not in tc.auto_schedule(sym, target=NEON).trace.python(sym)
+
+
+@needs_qemu
+@pytest.mark.parametrize("target,dtypes,intrin,insn", [
+    (NEON, "uint8,int8", "aarch64.neon_u8s8s32_4x4", r"\b[su]mull2?\s"),
+    (SVE, "uint8,int8", "aarch64.usdot_u8s8s32_4x4", r"\busdot\s"),
+    (SVE, "uint8,int8", "aarch64.usmmla_u8s8s32_2x2x8", r"\busmmla\s"),
+    (SVE, "int8,int8", "aarch64.smmla_s8s8s32_2x2x8", r"\bsmmla\s"),
+    (SVE, "uint8,uint8", "aarch64.ummla_u8u8s32_2x2x8", r"\bummla\s"),
+])
+def test_int8_gemm_on_dot_products_under_qemu(tmp_path, target, dtypes, intrin, insn):
+    """An int8 GEMM written in plain TE (8-bit operands summed in int32) is tensorized
+    with the target's intrinsic by the auto-scheduler (the default: the one with the
+    most multiply-adds, here usmmla/smmla/ummla; usdot chosen through its knob), and is
+    exact under qemu, extreme values included (255 x -128, 255 x 255, -128 x -128, and
+    sums that use all of int32's sign)."""
+    dx, dw = dtypes.split(",")
+    M, N, K = 14, 36, 64
+    args = _int8_gemm(M, N, K, dx, dw)
+    if intrin.startswith("aarch64.usdot"):
+        s = apply_rules(args, Knobs({"tensorize.C": intrin}), tc.Target(target).machine)
+    else:
+        s = tc.auto_schedule(args, target=target)
+    assert f"tc.tensor_intrin('{intrin}')" in s.trace.python(args)
+    assert re.search(insn, tc.build(s, args, target=target, name="i8").get_source("asm"))
     rng = np.random.default_rng(7)
-    x = rng.integers(0, 256, (M, K)).astype(np.uint8)
-    w = rng.integers(-128, 128, (K, N)).astype(np.int8)
-    x[0], w[:, 0] = 255, -128
-    c, = _run(tmp_path, s, [X, W, C], [x, w], target, "i8")
+    info = {d: np.iinfo(d) for d in (dx, dw)}
+    x = rng.integers(info[dx].min, info[dx].max + 1, (M, K)).astype(dx)
+    w = rng.integers(info[dw].min, info[dw].max + 1, (K, N)).astype(dw)
+    x[0], w[:, 0] = info[dx].max, info[dw].min
+    x[1], w[:, 1] = info[dx].min, info[dw].max
+    c, = _run(tmp_path, s, args, [x, w], target, "i8")
     np.testing.assert_array_equal(c, x.astype(np.int64) @ w.astype(np.int64))
