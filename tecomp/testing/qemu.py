@@ -12,7 +12,10 @@ arrays passed, as a call of a :class:`~tecomp.runtime.llvm.Module` would write t
     f.export_library("gemm.so")
     tecomp.testing.qemu.run_library("gemm.so", a, b, c)     # c now holds A @ B
 
-On Debian/Ubuntu the tools are ``apt-get install gcc-aarch64-linux-gnu qemu-user``;
+Code for a CPU with SVE runs on qemu's ``-cpu max`` (vectors of 512 bits), and with
+``-msve-vector-bits=N`` on ``-cpu max,sveN=on`` (vectors of exactly ``N`` bits, which
+such code needs).  On Debian/Ubuntu the tools are ``apt-get install
+gcc-aarch64-linux-gnu qemu-user``;
 :func:`unavailable` says what is missing.  qemu runs the code instruction by instruction:
 use it for correctness, never for timing.  The arguments are checked against the
 library's metadata (dtypes, shapes, the shape variables bound from them) but not with
@@ -209,7 +212,9 @@ def run_library(path, *args, threads: int = 2, layout: str = "contiguous",
         qemu = qemu_for(target.isa)
         cmd = [qemu, "-L", sysroot_for(target.isa)]
         if "sve" in target.features:
-            cmd += ["-cpu", "max"]
+            # qemu's largest CPU; a fixed SVE length (-msve-vector-bits) is its only one
+            bits = target.sve_vector_bits
+            cmd += ["-cpu", "max" if bits is None else f"max,sve{bits}=on"]
         cmd += [_harness(target), os.path.abspath(path), symbol, fin, fout, str(int(threads))]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

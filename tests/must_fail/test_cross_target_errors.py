@@ -103,3 +103,19 @@ def test_run_library_arguments(tmp_path):
     with pytest.raises(tc.ArgumentError, match=r"B \(argument 1\) shares memory with another "
                                                r"argument"):
         qemu.run_library(tmp_path / "inc.so", a, a)
+
+
+@pytest.mark.parametrize("spec,msg", [
+    (NEON + " -msve-vector-bits=256", r"-msve-vector-bits=256 fixes the length of SVE vectors, "
+                                      r"and this target has no SVE; add -mattr=\+sve"),
+    (NEON + " -mcpu=neoverse-v1 -msve-vector-bits=384",
+     r"-msve-vector-bits='384' is not an SVE vector length .* give one of 128, 256, 512"),
+    (NEON + " -mcpu=neoverse-v1 -msve-vector-bits=wide", r"'wide' is not an SVE vector length"),
+    ("llvm -mtriple=x86_64-linux-gnu -msve-vector-bits=256",
+     r"-msve-vector-bits is for aarch64 targets with SVE; this target's instruction set is "
+     r"x86-64"),
+    (NEON + " -mattr=+sve -mattr=+i8mm", r"option -mattr given twice"),
+])
+def test_sve_vector_bits(spec, msg):
+    with pytest.raises(tc.TargetError, match=msg):
+        tc.Target(spec)

@@ -4,7 +4,11 @@ What the emitter does for 64-bit Arm CPUs (``llvm -mtriple=aarch64-linux-gnu``),
 the architecture's definition:
 
 * **Register width**: 16 bytes (Advanced SIMD's ``q`` registers; code for a CPU with SVE is
-  planned for its smallest vector length, see :mod:`tecomp.target.aarch64`).
+  planned for its smallest vector length, see :mod:`tecomp.target.aarch64`), or the SVE
+  vector length ``-msve-vector-bits`` fixes: every function then carries
+  ``vscale_range(n, n)`` (``n`` = bits / 128), which lets LLVM compile vectors of that
+  width (tecomp's 8 float32 lanes for 256 bits) to SVE instructions, predicated for the
+  length, instead of splitting them into 128-bit NEON pieces.
 * **FMA**: every AArch64 CPU has fused multiply-adds (``fmla``), so tecomp's vector
   ``exp``/``erf`` use ``llvm.fma``.
 * **Float min/max**: ``fmin``/``fmax`` propagate NaN, which is what ``llvm.minimum`` /
@@ -14,6 +18,7 @@ the architecture's definition:
 """
 from __future__ import annotations
 
+from ...target.aarch64 import vscale_range
 from .policy import TargetPolicy
 
 
@@ -22,5 +27,7 @@ class AArch64Policy(TargetPolicy):
 
     def __init__(self, target):
         super().__init__(target)
-        self.register_bytes = 16
+        bits = target.sve_vector_bits
+        self.register_bytes = 16 if bits is None else bits // 8
         self.has_fma = True
+        self.function_attributes = vscale_range(bits)

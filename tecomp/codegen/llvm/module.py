@@ -203,7 +203,8 @@ class _ModuleBuilder:
         emit_pyarrays_entry(self.module, self.symbol, len(sig.buffers), main)
 
     def text(self) -> str:
-        s = llvm_jit.with_target_attributes(str(self.module), self.target)
+        s = llvm_jit.with_target_attributes(str(self.module), self.target,
+                                            self.policy.function_attributes)
         # llvmlite cannot build self-referential metadata: loop ids are emitted as
         # !{!"tecomp.loopid.K", ...} and patched into distinct !{!N, ...} here.
         return re.sub(r'^(!\d+) = !\{\s*!"tecomp\.loopid\.\d+"\s*,\s*',

@@ -34,6 +34,9 @@ class TargetPolicy:
       plus a NaN test of the first operand; False here: ``llvm.minimum`` /
       ``llvm.maximum``, as for scalars (both propagate NaN; which zero ``max(0.0, -0.0)``
       gives is unspecified either way).
+    * ``function_attributes``: LLVM function attributes every generated function gets
+      besides the CPU and its features (AArch64's ``vscale_range`` of a fixed SVE
+      vector length); none here.
 
     Questions (methods): :meth:`pad_lanes`, :meth:`strided_wide_load`, :meth:`vector_op`.
     """
@@ -45,6 +48,7 @@ class TargetPolicy:
         self.has_fma = False
         self.pads_lanes = False
         self.vector_minmax_select = False
+        self.function_attributes = ""
 
     def pad_lanes(self, lanes: int, memty) -> int:
         """The lane count an unmasked contiguous vector access of ``lanes`` elements of
