@@ -114,7 +114,6 @@ def test_run_library_arguments(tmp_path):
     ("llvm -mtriple=x86_64-linux-gnu -msve-vector-bits=256",
      r"-msve-vector-bits is for aarch64 targets with SVE; this target's instruction set is "
      r"x86-64"),
-    (NEON + " -mattr=+sve -mattr=+i8mm", r"option -mattr given twice"),
 ])
 def test_sve_vector_bits(spec, msg):
     with pytest.raises(tc.TargetError, match=msg):
