@@ -196,6 +196,7 @@ class _ModuleBuilder:
                 strides = em.declared_strides(b, extents)
             em.bufs[b] = _Buf(b, args[k], strides, extents)
         em.heap_first = frame_overflow(self.func.body, in_parallel=False)
+        self.policy.prologue(em)
         em.stmt(self.func.body)
         em.finish_ok()
 
@@ -204,7 +205,8 @@ class _ModuleBuilder:
 
     def text(self) -> str:
         s = llvm_jit.with_target_attributes(str(self.module), self.target,
-                                            self.policy.function_attributes)
+                                            self.policy.function_attributes,
+                                            self.policy.unconstrained)
         # llvmlite cannot build self-referential metadata: loop ids are emitted as
         # !{!"tecomp.loopid.K", ...} and patched into distinct !{!N, ...} here.
         return re.sub(r'^(!\d+) = !\{\s*!"tecomp\.loopid\.\d+"\s*,\s*',
