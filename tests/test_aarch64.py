@@ -311,10 +311,18 @@ def test_vector_math_is_the_same_bits_on_aarch64_and_x86(tmp_path):
         np.testing.assert_array_equal(arm.view(np.uint32), mine.view(np.uint32), err_msg=fn)
 
 
-def _int8_gemm(M, N, K, dx="uint8", dw="int8"):
+def _int8_gemm(M, N, K, dx="uint8", dw="int8", batch=0):
+    """C[i, j] = sum_k X[i, k] W[k, j]; with ``batch``, C[b, i, j] = sum_k X[b, i, k]
+    W[b, j, k] (W's rows along k)."""
+    k = tc.reduce_axis((0, K), name="k")
+    if batch:
+        X = tc.placeholder((batch, M, K), dx, name="X")
+        W = tc.placeholder((batch, N, K), dw, name="W")
+        C = tc.compute((batch, M, N), lambda b, i, j: tc.sum(
+            X[b, i, k].astype("int32") * W[b, j, k].astype("int32"), axis=k), name="C")
+        return [X, W, C]
     X = tc.placeholder((M, K), dx, name="X")
     W = tc.placeholder((K, N), dw, name="W")
-    k = tc.reduce_axis((0, K), name="k")
     C = tc.compute((M, N), lambda i, j: tc.sum(
         X[i, k].astype("int32") * W[k, j].astype("int32"), axis=k), name="C")
     return [X, W, C]
@@ -359,7 +367,7 @@ def test_int8_gemm_picks_smmla_where_blocks_fit():
     (NEON, "uint8,int8", "aarch64.neon_u8s8s32_4x4", r"\b[su]mull2?\s"),
     (SVE, "uint8,int8", "aarch64.usdot_u8s8s32_4x4", r"\busdot\s"),
     (SVE, "uint8,int8", "aarch64.usmmla_u8s8s32_2x2x8", r"\busmmla\s"),
-    (SVE, "int8,int8", "aarch64.smmla_s8s8s32_2x2x8", r"\bsmmla\s"),
+    (SVE, "int8,int8,batch", "aarch64.smmla_s8s8s32_2x2x8", r"\bsmmla\s"),
     (SVE, "uint8,uint8", "aarch64.ummla_u8u8s32_2x2x8", r"\bummla\s"),
 ])
 def test_int8_gemm_on_dot_products_under_qemu(tmp_path, target, dtypes, intrin, insn):
@@ -367,10 +375,10 @@ def test_int8_gemm_on_dot_products_under_qemu(tmp_path, target, dtypes, intrin, 
     with the target's intrinsic by the auto-scheduler (the default: the one with the
     most multiply-adds, here usmmla/smmla/ummla; usdot chosen through its knob), and is
     exact under qemu, extreme values included (255 x -128, 255 x 255, -128 x -128, and
-    sums that use all of int32's sign)."""
-    dx, dw = dtypes.split(",")
+    sums that use all of int32's sign); the int8 x int8 case batched, W's rows along k."""
+    dx, dw, *batch = dtypes.split(",")
     M, N, K = 14, 36, 64
-    args = _int8_gemm(M, N, K, dx, dw)
+    args = _int8_gemm(M, N, K, dx, dw, 3 if batch else 0)
     if intrin.startswith("aarch64.usdot"):
         s = apply_rules(args, Knobs({"tensorize.C": intrin}), tc.Target(target).machine)
     else:
@@ -379,9 +387,15 @@ def test_int8_gemm_on_dot_products_under_qemu(tmp_path, target, dtypes, intrin, 
     assert re.search(insn, tc.build(s, args, target=target, name="i8").get_source("asm"))
     rng = np.random.default_rng(7)
     info = {d: np.iinfo(d) for d in (dx, dw)}
-    x = rng.integers(info[dx].min, info[dx].max + 1, (M, K)).astype(dx)
-    w = rng.integers(info[dw].min, info[dw].max + 1, (K, N)).astype(dw)
-    x[0], w[:, 0] = info[dx].max, info[dw].min
-    x[1], w[:, 1] = info[dx].min, info[dw].max
+    x = rng.integers(info[dx].min, info[dx].max + 1, tuple(int(e) for e in args[0].shape))
+    w = rng.integers(info[dw].min, info[dw].max + 1, tuple(int(e) for e in args[1].shape))
+    x, w = x.astype(dx), w.astype(dw)
+    if batch:
+        w = w.swapaxes(-1, -2)          # (a view: W[b, k, j] for the extremes and numpy)
+    x[..., 0, :], w[..., :, 0] = info[dx].max, info[dw].min
+    x[..., 1, :], w[..., :, 1] = info[dx].min, info[dw].max
+    if batch:
+        w = np.ascontiguousarray(w.swapaxes(-1, -2))
     c, = _run(tmp_path, s, args, [x, w], target, "i8")
-    np.testing.assert_array_equal(c, x.astype(np.int64) @ w.astype(np.int64))
+    want = x.astype(np.int64) @ (w.astype(np.int64).swapaxes(-1, -2) if batch else w)
+    np.testing.assert_array_equal(c, want)
