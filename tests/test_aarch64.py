@@ -5,6 +5,7 @@ The first tests need only llvmlite (the AArch64 code is compiled and printed her
 marked ``needs_qemu`` export the kernels with the cross compiler and run them under
 ``qemu-aarch64`` (CI installs ``gcc-aarch64-linux-gnu`` and ``qemu-user``; elsewhere they
 are skipped, saying what to install)."""
+import os
 import re
 
 import numpy as np
@@ -12,26 +13,29 @@ import pytest
 
 import tecomp as tc
 import tecomp.nn as nn
-from tecomp.strategy import cpu
+from tecomp.strategy import apply_rules, cpu
+from tecomp.strategy.rules import Knobs
 from tecomp.testing import qemu
 from tecomp.testing.diff import run_case
 from tecomp.testing.fuzz import case_for_seed
 
 NEON = "llvm -mtriple=aarch64-linux-gnu"
 SVE = "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-v1"
+SVE256 = SVE + " -msve-vector-bits=256"   # fixed-length SVE: tecomp's vectors in z registers
 
 _WHY = qemu.unavailable(NEON)
 needs_qemu = pytest.mark.skipif(_WHY is not None, reason=f"no qemu-user for aarch64: {_WHY}")
+_LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
 
 
-def _gemm(n=64, target=NEON, name="gemm"):
+def _gemm(n=64, lanes=4):
     A = tc.placeholder((n, n), name="A")
     B = tc.placeholder((n, n), name="B")
     k = tc.reduce_axis((0, n), name="k")
     C = tc.compute((n, n), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
     s = tc.create_schedule(C.op)
     i, j = C.op.axis
-    jo, ji = s[C].split(j, 4)
+    jo, ji = s[C].split(j, lanes)
     s[C].reorder(i, jo, k, ji)
     s[C].vectorize(ji)
     s[C].parallel(i)
@@ -53,8 +57,9 @@ def test_machine_model_is_the_isa_s():
     assert "aarch64" in t.runs_here() and "qemu" in t.runs_here()
     # int8 dot products: the widening NEON one everywhere, usdot where i8mm is
     assert [x.name for x in tc.tensor_intrins_for(NEON)] == ["aarch64.neon_u8s8s32_4x4"]
-    assert [x.name for x in tc.tensor_intrins_for(SVE)] == ["aarch64.usdot_u8s8s32_4x4",
-                                                           "aarch64.neon_u8s8s32_4x4"]
+    assert {x.name for x in tc.tensor_intrins_for(SVE)} == {
+        "aarch64.usdot_u8s8s32_4x4", "aarch64.neon_u8s8s32_4x4", "aarch64.usmmla_u8s8s32_2x2x8",
+        "aarch64.smmla_s8s8s32_2x2x8", "aarch64.ummla_u8u8s32_2x2x8"}
 
 
 def test_code_is_neon_and_calls_are_refused():
@@ -116,18 +121,47 @@ def _conv_ref(x, w, stride, pad):
     return out
 
 
+def _check_matmul(tmp_path, target, rng, M, N, K):
+    A, B = tc.placeholder((M, K), name="A"), tc.placeholder((K, N), name="B")
+    C = nn.matmul(A, B)
+    a, b = rng.standard_normal((M, K), np.float32), rng.standard_normal((K, N), np.float32)
+    c, = _run(tmp_path, cpu.schedule_matmul(C, target=target), [A, B, C], [a, b], target, "mm")
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def _check_softmax(tmp_path, target, rng, rows, cols):
+    S = tc.placeholder((rows, cols), name="s")
+    Sm = nn.softmax(S)
+    sv = rng.standard_normal((rows, cols), np.float32)
+    sm, = _run(tmp_path, cpu.schedule_softmax(Sm, target=target), [S, Sm], [sv], target, "sm")
+    e = np.exp(sv - sv.max(1, keepdims=True))
+    np.testing.assert_allclose(sm, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def _check_conv_nchw(tmp_path, target, rng, n, c_in, c_out, h, stride):
+    """Run the NCHW template; returns its inputs and numpy's result."""
+    Xc = tc.placeholder((n, c_in, h, h), name="x")
+    Wc = tc.placeholder((c_out, c_in, 3, 3), name="w")
+    Y = nn.conv2d_nchw(Xc, Wc, stride=stride, padding=1)
+    xv = rng.standard_normal((n, c_in, h, h), np.float32)
+    wv = rng.standard_normal((c_out, c_in, 3, 3), np.float32)
+    want = _conv_ref(xv, wv, stride, 1)
+    y, = _run(tmp_path, cpu.schedule_conv2d_nchw(Y, target=target), [Xc, Wc, Y], [xv, wv],
+              target, f"nchw{stride}")
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-3)
+    return xv, wv, want
+
+
 @needs_qemu
-@pytest.mark.parametrize("target", [NEON, SVE])
+@pytest.mark.parametrize("target", [NEON, SVE, pytest.param(SVE256, marks=pytest.mark.skipif(
+    not _LONG, reason="the fixed-length SVE matrix (30 s): set TECOMP_LONG_TESTS=1; "
+    "test_fixed_length_sve_under_qemu runs a part of it by default"))])
 def test_templates_under_qemu(tmp_path, target):
     rng = np.random.default_rng(0)
     f32 = np.float32
     # GEMM and dense (odd sizes: the tails)
     M, N, K = 67, 130, 96
-    A, B = tc.placeholder((M, K), name="A"), tc.placeholder((K, N), name="B")
-    C = nn.matmul(A, B)
-    a, b = rng.standard_normal((M, K), f32), rng.standard_normal((K, N), f32)
-    c, = _run(tmp_path, cpu.schedule_matmul(C, target=target), [A, B, C], [a, b], target, "mm")
-    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    _check_matmul(tmp_path, target, rng, M, N, K)
     X, W = tc.placeholder((8, K), name="X"), tc.placeholder((N, K), name="W")
     bias = tc.placeholder((N,), name="bias")
     D = nn.dense(X, W, bias)
@@ -138,15 +172,7 @@ def test_templates_under_qemu(tmp_path, target):
     np.testing.assert_allclose(d, x.astype(np.float64) @ w.T + bb, rtol=1e-4, atol=1e-4)
     # conv2d NCHW and NHWC, stride 1 and 2
     for c_in, c_out, h, stride in ((16, 32, 14, 1), (8, 12, 15, 2)):
-        Xc = tc.placeholder((2, c_in, h, h), name="x")
-        Wc = tc.placeholder((c_out, c_in, 3, 3), name="w")
-        Y = nn.conv2d_nchw(Xc, Wc, stride=stride, padding=1)
-        xv = rng.standard_normal((2, c_in, h, h), f32)
-        wv = rng.standard_normal((c_out, c_in, 3, 3), f32)
-        want = _conv_ref(xv, wv, stride, 1)
-        y, = _run(tmp_path, cpu.schedule_conv2d_nchw(Y, target=target), [Xc, Wc, Y],
-                  [xv, wv], target, f"nchw{stride}")
-        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-3)
+        xv, wv, want = _check_conv_nchw(tmp_path, target, rng, 2, c_in, c_out, h, stride)
         Xh = tc.placeholder((2, h, h, c_in), name="x")
         Wh = tc.placeholder((3, 3, c_in, c_out), name="w")
         Yh = nn.conv2d_nhwc(Xh, Wh, stride=stride, padding=1)
@@ -155,12 +181,7 @@ def test_templates_under_qemu(tmp_path, target):
                    target, f"nhwc{stride}")
         np.testing.assert_allclose(yh, want.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-3)
     # softmax, layer norm (auto-scheduled), attention
-    S = tc.placeholder((33, 100), name="s")
-    Sm = nn.softmax(S)
-    sv = rng.standard_normal((33, 100), f32)
-    sm, = _run(tmp_path, cpu.schedule_softmax(Sm, target=target), [S, Sm], [sv], target, "sm")
-    e = np.exp(sv - sv.max(1, keepdims=True))
-    np.testing.assert_allclose(sm, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+    _check_softmax(tmp_path, target, rng, 33, 100)
     L = tc.placeholder((20, 64), name="x")
     g, be = tc.placeholder((64,), name="g"), tc.placeholder((64,), name="b")
     Ln = nn.layer_norm(L, g, be)
@@ -182,6 +203,43 @@ def test_templates_under_qemu(tmp_path, target):
     sc = qv.astype(np.float64) @ kv.transpose(0, 1, 3, 2) / np.sqrt(32)
     p = np.exp(sc - sc.max(-1, keepdims=True))
     np.testing.assert_allclose(o, (p / p.sum(-1, keepdims=True)) @ vv, rtol=1e-4, atol=1e-5)
+
+
+def test_fixed_length_sve_target():
+    """-msve-vector-bits fixes the SVE vector length: the lanes the schedules plan for,
+    vscale_range on every function, SVE instructions for tecomp's vectors (z registers,
+    predicates from ptrue, no 128-bit NEON arithmetic); refused without SVE."""
+    for bits in (256, 512):
+        t = tc.Target(f"{SVE} -msve-vector-bits={bits}")
+        assert (t.lanes, t.machine.lanes, t.sve_vector_bits) == (bits // 32,) * 2 + (bits,)
+        assert tc.Target(str(t)) == t and str(t).endswith(f"-msve-vector-bits={bits}")
+        s, args = _gemm(64, t.lanes)
+        f = tc.build(s, args, target=t, name="gemm")
+        n = bits // 128
+        assert f"vscale_range({n},{n})" in f.get_source("llvm")
+        asm = f.get_source("asm")
+        assert re.search(r"\bfmul\s+z\d+\.s", asm) and re.search(r"\bfadd\s+z\d+\.s", asm)
+        assert re.search(r"\b(ldr\s+z\d+, \[|ld1[bw]\s+\{ z\d+\.[bs] \}, p\d+/z)", asm)
+        assert re.search(r"\b(str\s+z\d+, \[|st1[bw]\s+\{ z\d+\.[bs] \}, p\d+)", asm)
+        assert not re.search(r"\bf(mul|add|mla)\s+v\d+\.4s", asm), "NEON arithmetic left"
+        # the GEMM template (odd sizes): predicated SVE instructions at the edges
+        A, B = tc.placeholder((19, 24), name="A"), tc.placeholder((24, 44), name="B")
+        C = nn.matmul(A, B)
+        asm = tc.build(cpu.schedule_matmul(C, target=t), [A, B, C], target=t,
+                       name="mm").get_source("asm")
+        assert re.search(r"\bptrue\s+p\d+\.s", asm) and re.search(r"\bfmla\s+z\d+\.s, p\d+/m", asm)
+    assert tc.Target(SVE).sve_vector_bits is None and tc.Target(SVE).lanes == 4
+
+
+@needs_qemu
+def test_fixed_length_sve_under_qemu(tmp_path):
+    """GEMM, softmax and conv2d (templates, odd sizes) built for 256-bit SVE run under
+    ``qemu-aarch64 -cpu max,sve256=on`` and match numpy (the whole template matrix:
+    test_templates_under_qemu with TECOMP_LONG_TESTS=1)."""
+    rng = np.random.default_rng(1)
+    _check_matmul(tmp_path, SVE256, rng, 19, 44, 24)
+    _check_softmax(tmp_path, SVE256, rng, 9, 37)
+    _check_conv_nchw(tmp_path, SVE256, rng, 1, 8, 12, 11, 1)
 
 
 @needs_qemu
@@ -253,27 +311,91 @@ def test_vector_math_is_the_same_bits_on_aarch64_and_x86(tmp_path):
         np.testing.assert_array_equal(arm.view(np.uint32), mine.view(np.uint32), err_msg=fn)
 
 
-@needs_qemu
-@pytest.mark.parametrize("target,intrin,insn", [
-    (NEON, "aarch64.neon_u8s8s32_4x4", r"\b[su]mull2?\s"),
-    (SVE, "aarch64.usdot_u8s8s32_4x4", r"\busdot\s"),
-])
-def test_int8_gemm_on_dot_products_under_qemu(tmp_path, target, intrin, insn):
-    """An int8 GEMM written in plain TE (uint8 x int8 summed in int32) is tensorized with
-    the target's dot-product intrinsic by the auto-scheduler, and is exact under qemu,
-    extreme values included (255 x -128, and sums that use all of int32's sign)."""
-    M, N, K = 13, 36, 64
-    X = tc.placeholder((M, K), "uint8", name="X")
-    W = tc.placeholder((K, N), "int8", name="W")
+def _int8_gemm(M, N, K, dx="uint8", dw="int8", batch=0):
+    """C[i, j] = sum_k X[i, k] W[k, j]; with ``batch``, C[b, i, j] = sum_k X[b, i, k]
+    W[b, j, k] (W's rows along k)."""
     k = tc.reduce_axis((0, K), name="k")
+    if batch:
+        X = tc.placeholder((batch, M, K), dx, name="X")
+        W = tc.placeholder((batch, N, K), dw, name="W")
+        C = tc.compute((batch, M, N), lambda b, i, j: tc.sum(
+            X[b, i, k].astype("int32") * W[b, j, k].astype("int32"), axis=k), name="C")
+        return [X, W, C]
+    X = tc.placeholder((M, K), dx, name="X")
+    W = tc.placeholder((K, N), dw, name="W")
     C = tc.compute((M, N), lambda i, j: tc.sum(
         X[i, k].astype("int32") * W[k, j].astype("int32"), axis=k), name="C")
-    s = tc.auto_schedule([X, W, C], target=target)
-    assert f"tc.tensor_intrin('{intrin}')" in s.trace.python([X, W, C])
-    assert re.search(insn, tc.build(s, [X, W, C], target=target, name="i8").get_source("asm"))
+    return [X, W, C]
+
+
+def _innermost_loops(asm):
+    """The bodies (instruction lines) of the loops that branch back to their own label."""
+    lines = asm.split("\n")
+    for i, line in enumerate(lines):
+        m = re.match(r"(\.LBB\S+):", line)
+        for j in range(i + 1, len(lines)) if m else ():
+            if re.match(r"\.LBB\S+:", lines[j]):
+                break
+            if re.search(r"\tb(\.\w+)?\t" + re.escape(m.group(1)) + "$", lines[j]):
+                yield [x for x in lines[i + 1:j + 1] if x.startswith("\t") and x[1] != "."]
+                break
+
+
+def test_int8_gemm_picks_smmla_where_blocks_fit():
+    """With i8mm, the auto-scheduler computes an int8 GEMM in 2 x 2 blocks of smmla-family
+    instructions (32 multiply-adds each, usdot's 16) whose accumulators stay in registers
+    across the reduction (no combine/split or store in the loop); the dot product where
+    the rows are odd; no i8mm, no smmla."""
+    args = _int8_gemm(64, 64, 256)
+    s = tc.auto_schedule(args, target=SVE)
+    assert "tc.tensor_intrin('aarch64.usmmla_u8s8s32_2x2x8')" in s.trace.python(args)
+    asm = tc.build(s, args, target=SVE, name="i8").get_source("asm")
+    loops = [b for b in _innermost_loops(asm) if any("\tusmmla\t" in x for x in b)]
+    assert len(loops) == 1, loops
+    body = loops[0]
+    assert not [x for x in body if re.match(r"\t(ext|mov|ins|str|stp|st1)\t", x)], body
+    # the block's 8 accumulators share each load of W, X's row pairs in paired loads
+    assert sum("\tusmmla\t" in x for x in body) == 8 and len(body) <= 20, body
+    odd = _int8_gemm(13, 36, 64)
+    assert "aarch64.usdot_u8s8s32_4x4" in tc.auto_schedule(odd, target=SVE).trace.python(odd)
+    sym = _int8_gemm(16, 16, 64, "int8", "int8")
+    assert "tensor_intrin" not in tc.auto_schedule(sym, target=NEON).trace.python(sym)
+
+
+@needs_qemu
+@pytest.mark.parametrize("target,dtypes,intrin,insn", [
+    (NEON, "uint8,int8", "aarch64.neon_u8s8s32_4x4", r"\b[su]mull2?\s"),
+    (SVE, "uint8,int8", "aarch64.usdot_u8s8s32_4x4", r"\busdot\s"),
+    (SVE, "uint8,int8", "aarch64.usmmla_u8s8s32_2x2x8", r"\busmmla\s"),
+    (SVE, "int8,int8,batch", "aarch64.smmla_s8s8s32_2x2x8", r"\bsmmla\s"),
+    (SVE, "uint8,uint8", "aarch64.ummla_u8u8s32_2x2x8", r"\bummla\s"),
+])
+def test_int8_gemm_on_dot_products_under_qemu(tmp_path, target, dtypes, intrin, insn):
+    """An int8 GEMM written in plain TE (8-bit operands summed in int32) is tensorized
+    with the target's intrinsic by the auto-scheduler (the default: the one with the
+    most multiply-adds, here usmmla/smmla/ummla; usdot chosen through its knob), and is
+    exact under qemu, extreme values included (255 x -128, 255 x 255, -128 x -128, and
+    sums that use all of int32's sign); the int8 x int8 case batched, W's rows along k."""
+    dx, dw, *batch = dtypes.split(",")
+    M, N, K = 14, 36, 64
+    args = _int8_gemm(M, N, K, dx, dw, 3 if batch else 0)
+    if intrin.startswith("aarch64.usdot"):
+        s = apply_rules(args, Knobs({"tensorize.C": intrin}), tc.Target(target).machine)
+    else:
+        s = tc.auto_schedule(args, target=target)
+    assert f"tc.tensor_intrin('{intrin}')" in s.trace.python(args)
+    assert re.search(insn, tc.build(s, args, target=target, name="i8").get_source("asm"))
     rng = np.random.default_rng(7)
-    x = rng.integers(0, 256, (M, K)).astype(np.uint8)
-    w = rng.integers(-128, 128, (K, N)).astype(np.int8)
-    x[0], w[:, 0] = 255, -128
-    c, = _run(tmp_path, s, [X, W, C], [x, w], target, "i8")
-    np.testing.assert_array_equal(c, x.astype(np.int64) @ w.astype(np.int64))
+    info = {d: np.iinfo(d) for d in (dx, dw)}
+    x = rng.integers(info[dx].min, info[dx].max + 1, tuple(int(e) for e in args[0].shape))
+    w = rng.integers(info[dw].min, info[dw].max + 1, tuple(int(e) for e in args[1].shape))
+    x, w = x.astype(dx), w.astype(dw)
+    if batch:
+        w = w.swapaxes(-1, -2)          # (a view: W[b, k, j] for the extremes and numpy)
+    x[..., 0, :], w[..., :, 0] = info[dx].max, info[dw].min
+    x[..., 1, :], w[..., :, 1] = info[dx].min, info[dw].max
+    if batch:
+        w = np.ascontiguousarray(w.swapaxes(-1, -2))
+    c, = _run(tmp_path, s, args, [x, w], target, "i8")
+    want = x.astype(np.int64) @ (w.astype(np.int64).swapaxes(-1, -2) if batch else w)
+    np.testing.assert_array_equal(c, want)

@@ -1,7 +1,12 @@
 """The auto-scheduler's tensorize rule: an int8 GEMM written in plain TE,
 ``C[.., i, j] = sum(int32(X[.., i, k]) * int32(W[.., k, j]), k)`` with ``X`` uint8 and ``W``
 int8 (any order of ``W``'s indices), runs on the target's u8 x s8 -> s32 dot-product
-intrinsic (:mod:`tecomp.te.intrin_x86`: VNNI where the CPU has it, else AVX2).
+intrinsic (:mod:`tecomp.te.intrin_x86`: VNNI where the CPU has it, else AVX2;
+:mod:`tecomp.te.intrin_aarch64`: ``usdot`` with i8mm, else widened NEON).  Where the
+target has an intrinsic of 2-D blocks of ``C`` (AArch64's i8mm: ``usmmla``, and
+``smmla``/``ummla`` for int8 x int8 and uint8 x uint8 GEMMs) and the rows divide into
+them, that one is the default (the most multiply-adds per instruction:
+:func:`_tensorize_blocks`).
 
 The schedule: ``W`` is copied into panels of ``L`` columns by 4 rows
 (``cache_read(..., blocks=)``, the layout the intrinsic reads; from ``W[k, j]`` each 4 x
@@ -30,7 +35,8 @@ def _operand(e) -> Optional[ProducerLoad]:
 
 
 def int8_gemm_form(op):
-    """(x_load, w_load) when ``op`` is the int8 GEMM above, else None."""
+    """(x_load, w_load) when ``op`` is the int8 GEMM above (``X`` and ``W`` uint8 or int8;
+    ``X`` the uint8 one where they differ), else None."""
     body = op.bodies[0] if len(op.bodies) == 1 else None
     if not isinstance(body, Reduce) or body.combiner.name != "sum" or body.dtype != "int32" \
             or len(body.axis) != 1 or not op.axis or not (
@@ -40,18 +46,43 @@ def int8_gemm_form(op):
     if not isinstance(src, Mul):
         return None
     a, b = _operand(src.a), _operand(src.b)
-    if a is None or b is None:
+    if a is None or b is None or {a.dtype, b.dtype} - {"uint8", "int8"}:
         return None
-    if a.dtype == "int8" and b.dtype == "uint8":
-        a, b = b, a
-    if a.dtype != "uint8" or b.dtype != "int8":
-        return None
+    if a.dtype != b.dtype:
+        pairs = [(a, b) if a.dtype == "uint8" else (b, a)]
+    else:
+        pairs = [(a, b), (b, a)]
     k, v = body.axis[0].var, op.axis[-1].var
-    if not a.indices or a.indices[-1] is not k or v in a.indices:
-        return None
-    if k not in b.indices or v not in b.indices:
-        return None
-    return a, b
+    for x, w in pairs:
+        if x.indices and x.indices[-1] is k and v not in x.indices \
+                and k in w.indices and v in w.indices:
+            return x, w
+    return None
+
+
+def _macs(t) -> int:
+    """Multiply-adds of one call of the intrinsic ``t``."""
+    n = int(t.op.reduce_axis[0].dom.extent.value)
+    for e in t.output.shape:
+        n *= int(e.value)
+    return n
+
+
+def _fits(t, x, w, u_iv, ev, ek, eu) -> bool:
+    """Whether the int8 intrinsic ``t`` computes blocks of this GEMM with no guard: its
+    operand types, the reduction in whole groups, the columns (and for a 2-D block the
+    rows, which ``x`` must index and ``w`` not) in whole blocks."""
+    if not t.reduce or t.output.dtype != "int32" or len(t.inputs) != 2 \
+            or (t.inputs[0].dtype, t.inputs[1].dtype) != (x.dtype, w.dtype) \
+            or ek % int(t.op.reduce_axis[0].dom.extent.value):
+        return False
+    shape = [int(e.value) for e in t.output.shape]
+    if ev % shape[-1]:
+        return False
+    if len(shape) == 1:
+        return True
+    return (len(shape) == 2 and u_iv is not None and eu is not None and eu % shape[0] == 0
+            and u_iv.var in x.indices and u_iv.var not in w.indices)
 
 
 def tensorize_reduction(rules, st) -> bool:
@@ -62,11 +93,14 @@ def tensorize_reduction(rules, st) -> bool:
         return False
     x, w = form
     k_iv, v_iv = op.reduce_axis[0], op.axis[-1]
+    u_iv = op.axis[-2] if len(op.axis) >= 2 else None
     ev, ek = rules.ext(v_iv.dom.extent), rules.ext(k_iv.dom.extent)
-    if ev is None or ek is None or ek % 4:
+    eu = rules.ext(u_iv.dom.extent) if u_iv is not None else 1
+    if ev is None or ek is None:
         return False
-    fits = [t for t in tensor_intrins_for(rules.info.target)
-            if t.reduce and t.output.dtype == "int32" and ev % int(t.output.shape[0].value) == 0]
+    # the most multiply-adds per call first (i8mm's 2 x 2 blocks before its dot products)
+    fits = sorted((t for t in tensor_intrins_for(rules.info.target)
+                   if _fits(t, x, w, u_iv, ev, ek, eu)), key=lambda t: -_macs(t))
     if not fits:
         return False
     name = f"tensorize.{op.name}"
@@ -74,6 +108,9 @@ def tensorize_reduction(rules, st) -> bool:
     if choice == "none":
         return False
     intrin = next(t for t in fits if t.name == choice)
+    if len(intrin.output.shape) == 2:
+        _tensorize_blocks(rules, st, x, w, intrin, name)
+        return True
     L = int(intrin.output.shape[0].value)
     s = rules.s
     wt = w.producer
@@ -89,8 +126,6 @@ def tensorize_reduction(rules, st) -> bool:
     # the block: mr rows (the axis before j) by nv vectors; registers: AVX2's 16 hold
     # 8 accumulators and the widened operands, AVX-512's 32 hold 24
     wide = rules.info.vregs >= 32
-    u_iv = op.axis[-2] if len(op.axis) >= 2 else None
-    eu = rules.ext(u_iv.dom.extent) if u_iv is not None else 1
     nv_max = max(1, min(ev // L, 4))
     nv = rules.k.choose(f"{name}.nv", [n for n in (1, 2, 3, 4) if n <= nv_max],
                         min(nv_max, 4 if wide else 2))
@@ -119,6 +154,63 @@ def tensorize_reduction(rules, st) -> bool:
     st.tensorize(vii, intrin)
     rules.parallel(st, outer, exts)
     return True
+
+
+def _tensorize_blocks(rules, st, x, w, intrin, name: str) -> None:
+    """The rule with an intrinsic of ``R x L`` blocks of ``C`` over groups of ``G`` of the
+    reduction (i8mm's ``smmla``: 2 x 2 over 8, :mod:`tecomp.te.intrin_aarch64`).  ``W`` is
+    copied into panels of ``L`` columns by ``G`` rows and ``X`` into panels of ``R`` rows
+    by ``G`` (each operand of a call one contiguous load).  The sums go to a local block
+    of ``mr`` rows by ``L`` columns (``cache_write``, computed at each block of ``C``):
+    its ``R x L`` blocks are contiguous, one register each, which LLVM keeps in registers
+    across the reduction (blocks of ``C`` itself lie on two rows, which would cost a
+    combine and a split around every call); ``mr / R`` accumulators (8 by default) share each load
+    of ``W``, the reduction in steps of ``G``."""
+    op = st.op
+    k_iv, v_iv, u_iv = op.reduce_axis[0], op.axis[-1], op.axis[-2]
+    R, L = (int(e.value) for e in intrin.output.shape)
+    G = int(intrin.op.reduce_axis[0].dom.extent.value)
+    ev, eu = rules.ext(v_iv.dom.extent), rules.ext(u_iv.dom.extent)
+    s = rules.s
+    for ld, d_out, bf in ((w, v_iv, L), (x, u_iv, R)):
+        if ld is x and not rules.k.choose(f"{name}.pack_x", [True, False], True):
+            continue
+        dims = list(ld.indices)
+        packed = s.cache_read(ld.producer, "global", [st], blocks=[
+            (dims.index(d_out.var), bf), (dims.index(k_iv.var), G)])
+        ps = s[packed]
+        nd = len(ld.producer.shape)
+        pax = list(ps.op.axis)
+        # W: each panel's groups one after another; X: the row pairs of one group (a
+        # block's mr / R operands of a step: one after another, paired loads)
+        do, dk = dims.index(d_out.var), dims.index(k_iv.var)
+        ps.storage_order([a for d, a in enumerate(pax[:nd]) if d not in (do, dk)]
+                         + ([pax[do], pax[dk]] if ld is w else [pax[dk], pax[do]]) + pax[nd:])
+        rules.parallel(ps, pax[:nd], [rules.ext(a.dom.extent) for a in pax[:nd]])
+        rules.done.add(id(packed.op))
+    mr = rules.k.choose(f"{name}.mr", [R * m for m in (1, 2, 4, 8) if R * m <= eu],
+                        min(eu, 8 * R))
+    while eu % mr:
+        mr -= R
+    acc = s.cache_write(op.output(0), "local")
+    cs = s[acc]
+    rules.done.add(id(acc.op))
+    # the copy out: blocks of mr x L in parallel
+    lead = list(op.axis[:-2])
+    uo, ui = st.split(u_iv, factor=mr)
+    vo, vi = st.split(v_iv, factor=L)
+    st.reorder(*lead, uo, vo, ui, vi)
+    st.unroll(vi)
+    row = rules.parallel(st, lead + [uo, vo],
+                         [rules.ext(a.dom.extent) for a in lead] + [eu // mr, ev // L])
+    cs.compute_at(st, vo if row is None or vo in st.leaf_iter_vars else row)
+    # the sums of one block: the reduction outside, the mr / R calls unrolled inside
+    cu, cv = cs.op.axis[-2], cs.op.axis[-1]
+    uio, uii = cs.split(cu, factor=R)
+    ko, ki = cs.split(cs.op.reduce_axis[0], factor=G)
+    cs.reorder(*cs.op.axis[:-2], ko, uio, uii, cv, ki)
+    cs.unroll(uio)
+    cs.tensorize(uii, intrin)
 
 
 def _interleave_pack(rules, ps, pax, wt, dv: int, L: int, name: str) -> None:

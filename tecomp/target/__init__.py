@@ -7,6 +7,7 @@
     tc.Target("llvm -mcpu=znver4 -num-cores=8")    # and the threads the schedules plan for
     tc.Target("llvm -mtriple=aarch64-linux-gnu")   # 64-bit Arm (NEON): cross-compiled
     tc.Target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-v1")  # Graviton3 (SVE)
+    tc.Target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-v1 -msve-vector-bits=256")
     tc.Target("cuda -arch=sm_90")                  # CUDA C for this compute capability
     tc.Target("cuda-emu")                          # the CUDA C run in the CPU emulation
 
@@ -44,6 +45,11 @@ runtime's thread count (``tc.set_num_threads``) unless ``-num-cores`` says other
 registers).  Code for another instruction set than this machine's is compiled, printed
 (``get_source``) and exported (``export_library``, linked with that machine's cross
 compiler) but not run here: a call raises a :class:`TargetError`.
+
+``-msve-vector-bits=N`` (clang's option of the same name) fixes the SVE vector length of
+an aarch64 target with SVE: tecomp's vectors are then ``N`` bits wide (``lanes`` =
+``N / 32``) and LLVM compiles them to SVE instructions for that length
+(:mod:`tecomp.target.aarch64`); the code runs only where the vector length is ``N``.
 """
 from __future__ import annotations
 
@@ -88,7 +94,7 @@ def host_isa() -> "str | None":
     """This machine's instruction set (a key of :data:`ISAS`), or None."""
     return isa_of_triple(host_triple())
 
-_OPTIONS = {"llvm": ("mcpu", "mattr", "num-cores", "mtriple"),
+_OPTIONS = {"llvm": ("mcpu", "mattr", "num-cores", "mtriple", "msve-vector-bits"),
             "cuda": ("arch",), "cuda-emu": ("arch",)}
 _FEATURE = re.compile(r"^[+-][a-z0-9][a-z0-9._-]*$")
 
@@ -127,8 +133,8 @@ class Target:
     8
     """
 
-    __slots__ = ("kind", "mcpu", "mattr", "num_cores", "arch", "mtriple", "_isa", "_feats",
-                 "_caches", "_host")
+    __slots__ = ("kind", "mcpu", "mattr", "num_cores", "arch", "mtriple", "sve_vector_bits",
+                 "_isa", "_feats", "_caches", "_host")
 
     def __init__(self, spec="llvm"):
         if isinstance(spec, Target):
@@ -217,6 +223,13 @@ class Target:
              and (mcpu is None or mcpu == host_cpu()))
         set_(self, "_feats", None)
         set_(self, "_caches", None)
+        set_(self, "sve_vector_bits", None)
+        if "msve-vector-bits" in opts:
+            check = getattr(ISAS[isa], "check_vector_bits", None)
+            if check is None:
+                raise TargetError(_fix(f"target llvm: -msve-vector-bits is for aarch64 targets "
+                                       f"with SVE; this target's instruction set is {isa}"))
+            set_(self, "sve_vector_bits", check(opts["msve-vector-bits"], self.features))
 
     def __reduce__(self):
         return (Target, (str(self),))
@@ -235,6 +248,8 @@ class Target:
             parts.append("-mattr=" + ",".join(self.mattr))
         if self.num_cores is not None:
             parts.append(f"-num-cores={self.num_cores}")
+        if self.sve_vector_bits is not None:
+            parts.append(f"-msve-vector-bits={self.sve_vector_bits}")
         if self.arch is not None:
             parts.append(f"-arch={self.arch}")
         return " ".join(parts)
@@ -369,7 +384,9 @@ class Target:
 
     @property
     def lanes(self) -> int:
-        """float32 lanes of one vector register."""
+        """float32 lanes of one vector register (of ``-msve-vector-bits`` where given)."""
+        if self.sve_vector_bits is not None:
+            return ISAS[self.isa].vector_lanes(self.features, self.sve_vector_bits)
         return ISAS[self.isa].vector_lanes(self.features)
 
     @property

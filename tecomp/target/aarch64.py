@@ -9,8 +9,15 @@ of its instruction set.
   float32 lanes, fused multiply-adds, and ``fmin``/``fmax`` that propagate NaN (what
   ``llvm.minimum``/``llvm.maximum`` are).  tecomp's vectors have a fixed lane count, so
   code for a CPU with SVE (``-mattr=+sve``, ``-mcpu=neoverse-v1``) is planned for 128-bit
-  vectors too: LLVM uses SVE instructions where they help, never wider registers than
-  the smallest SVE implementation has.
+  vectors too: LLVM uses SVE instructions where they help (its own vectorizer's
+  scalable loops), never wider registers than the smallest SVE implementation has.
+* **Fixed-length SVE.**  ``-msve-vector-bits=N`` (N in :data:`SVE_VECTOR_BITS`, clang's
+  option) says the machine's SVE vectors are ``N`` bits: tecomp plans ``N / 32``
+  float32 lanes and every generated function carries ``vscale_range(N/128, N/128)``, so
+  LLVM compiles tecomp's ``N``-bit vectors to SVE instructions (``z`` registers,
+  predicated loads and stores) for exactly that length.  Such code runs only on
+  machines whose vector length is ``N`` (Graviton3's is 256; under qemu:
+  ``-cpu max,sveN=on``).
 * **Caches** are per core, from the vendors' documents (a shared last-level cache divided
   by the cores that share it); ``generic`` is a small core.
 * **Features** are LLVM's names.  Without a table of every AArch64 feature here (llvmlite
@@ -96,10 +103,41 @@ def cpu_features(cpu: str, mattr: Tuple[str, ...], base=None) -> FrozenSet[str]:
     return features_with(CPUS[cpu][0] if base is None else base, mattr, FEATURES)
 
 
-def vector_lanes(features: FrozenSet[str]) -> int:
+#: the SVE vector lengths ``-msve-vector-bits`` takes (the architecture's: multiples of
+#: 128 up to 2048; LLVM's fixed-length lowering takes the powers of two)
+SVE_VECTOR_BITS = (128, 256, 512, 1024, 2048)
+
+
+def check_vector_bits(value: str, features: FrozenSet[str]) -> int:
+    """The SVE vector length of ``-msve-vector-bits=value`` for code with ``features``;
+    a TargetError where it is not one of :data:`SVE_VECTOR_BITS` or the target has no
+    SVE."""
+    known = ", ".join(map(str, SVE_VECTOR_BITS))
+    if not value.isdigit() or int(value) not in SVE_VECTOR_BITS:
+        raise TargetError(f"target llvm (aarch64): -msve-vector-bits={value!r:.20} is not an "
+                          f"SVE vector length LLVM compiles fixed-length code for; give one "
+                          f"of {known}")
+    if "sve" not in features:
+        raise TargetError(f"target llvm (aarch64): -msve-vector-bits={value} fixes the length "
+                          f"of SVE vectors, and this target has no SVE; add -mattr=+sve or "
+                          f"a CPU with it (-mcpu=neoverse-v1, neoverse-n2, neoverse-v2)")
+    return int(value)
+
+
+def vector_lanes(features: FrozenSet[str], vector_bits: int = 128) -> int:
     """float32 lanes of one vector register: 4 (128-bit NEON registers; SVE code is
-    planned for its smallest vector length, see the module docstring)."""
-    return 4
+    planned for its smallest vector length, see the module docstring), or those of
+    ``vector_bits`` (``-msve-vector-bits``)."""
+    return vector_bits // 32
+
+
+def vscale_range(vector_bits: "int | None") -> str:
+    """The LLVM function attribute of code for SVE vectors of ``vector_bits`` (empty for
+    a length not fixed)."""
+    if vector_bits is None:
+        return ""
+    n = vector_bits // 128
+    return f"vscale_range({n},{n})"
 
 
 def vector_registers(features: FrozenSet[str]) -> int:

@@ -12,7 +12,10 @@ arrays passed, as a call of a :class:`~tecomp.runtime.llvm.Module` would write t
     f.export_library("gemm.so")
     tecomp.testing.qemu.run_library("gemm.so", a, b, c)     # c now holds A @ B
 
-On Debian/Ubuntu the tools are ``apt-get install gcc-aarch64-linux-gnu qemu-user``;
+Code for a CPU with SVE runs on qemu's ``-cpu max`` (vectors of 512 bits), and with
+``-msve-vector-bits=N`` on ``-cpu max,sveN=on`` (vectors of exactly ``N`` bits, which
+such code needs).  On Debian/Ubuntu the tools are ``apt-get install
+gcc-aarch64-linux-gnu qemu-user``;
 :func:`unavailable` says what is missing.  qemu runs the code instruction by instruction:
 use it for correctness, never for timing.  The arguments are checked against the
 library's metadata (dtypes, shapes, the shape variables bound from them) but not with
@@ -22,6 +25,7 @@ contiguous copies), so arguments may not share memory.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -137,12 +141,15 @@ def _scalar_bits(value, var: Var, name: str) -> int:
 
 
 def run_library(path, *args, threads: int = 2, layout: str = "contiguous",
-                noalias: bool = True, timeout: float = 600.0) -> None:
+                noalias: bool = True, timeout: float = 600.0,
+                cpu: Optional[str] = None) -> None:
     """Call the kernel of the library at ``path`` (exported for another machine) with
     ``args`` (numpy arrays and scalars, in parameter order) under qemu-user; the buffers
     the kernel writes are copied back into their arrays.  ``threads``: the pool's thread
-    count there.  A kernel error raises what a call here would (BoundsError,
-    KernelAssertionError, KernelMemoryError)."""
+    count there.  ``cpu``: qemu's ``-cpu`` (e.g. ``"max,sve512=on"``: SVE vectors of 512
+    bits); by default the one the library's target needs (see the module docstring).  A
+    kernel error raises what a call here would (BoundsError, KernelAssertionError,
+    KernelMemoryError)."""
     path = os.fspath(path)
     info = _library_info(path)
     target = Target(info.target)
@@ -208,8 +215,15 @@ def run_library(path, *args, threads: int = 2, layout: str = "contiguous",
                 f.write(a.tobytes())
         qemu = qemu_for(target.isa)
         cmd = [qemu, "-L", sysroot_for(target.isa)]
-        if "sve" in target.features:
-            cmd += ["-cpu", "max"]
+        if cpu is not None:
+            if not isinstance(cpu, str) or not re.fullmatch(r"[a-z0-9][a-z0-9,=._-]*", cpu):
+                raise ArgumentError(f"run_library: cpu={cpu!r:.60} is not a qemu -cpu value "
+                                    f"(e.g. 'max' or 'max,sve256=on')")
+            cmd += ["-cpu", cpu]
+        elif "sve" in target.features:
+            # qemu's largest CPU; a fixed SVE length (-msve-vector-bits) is its only one
+            bits = target.sve_vector_bits
+            cmd += ["-cpu", "max" if bits is None else f"max,sve{bits}=on"]
         cmd += [_harness(target), os.path.abspath(path), symbol, fin, fout, str(int(threads))]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

@@ -103,3 +103,42 @@ def test_run_library_arguments(tmp_path):
     with pytest.raises(tc.ArgumentError, match=r"B \(argument 1\) shares memory with another "
                                                r"argument"):
         qemu.run_library(tmp_path / "inc.so", a, a)
+    with pytest.raises(tc.ArgumentError, match=r"cpu='max; rm -rf' is not a qemu -cpu value"):
+        qemu.run_library(tmp_path / "inc.so", a, a.copy(), cpu="max; rm -rf")
+
+
+@pytest.mark.parametrize("spec,msg", [
+    (NEON + " -msve-vector-bits=256", r"-msve-vector-bits=256 fixes the length of SVE vectors, "
+                                      r"and this target has no SVE; add -mattr=\+sve"),
+    (NEON + " -mcpu=neoverse-v1 -msve-vector-bits=384",
+     r"-msve-vector-bits='384' is not an SVE vector length .* give one of 128, 256, 512"),
+    (NEON + " -mcpu=neoverse-v1 -msve-vector-bits=wide", r"'wide' is not an SVE vector length"),
+    ("llvm -mtriple=x86_64-linux-gnu -msve-vector-bits=256",
+     r"-msve-vector-bits is for aarch64 targets with SVE; this target's instruction set is "
+     r"x86-64"),
+])
+def test_sve_vector_bits(spec, msg):
+    with pytest.raises(tc.TargetError, match=msg):
+        tc.Target(spec)
+
+
+def test_fixed_length_sve_on_another_vector_length(tmp_path):
+    """Code for 256-bit SVE vectors on a machine with other vectors (qemu's 512 and 128
+    bits) raises KernelAssertionError before touching memory (its 256-bit stores would
+    write past the arrays' ends on 512-bit vectors): the output is left as it was."""
+    target = NEON + " -mcpu=neoverse-v1 -msve-vector-bits=256"
+    if qemu.unavailable(target) is not None:
+        pytest.skip(f"no qemu-user for aarch64: {qemu.unavailable(target)}")
+    f = _kernel(target)
+    f.export_library(tmp_path / "inc.so")
+    a = np.ones(16, "float32")
+    for cpu in ("max,sve512=on", "max,sve128=on"):
+        b = np.full(16, 7.0, "float32")
+        with pytest.raises(tc.KernelAssertionError, match=r"compiled for SVE vectors of 256 "
+                                                          r"bits \(-msve-vector-bits=256\) and "
+                                                          r"this machine's are not 256 bits"):
+            qemu.run_library(tmp_path / "inc.so", a, b, cpu=cpu)
+        assert (b == 7.0).all()
+    b = np.zeros(16, "float32")
+    qemu.run_library(tmp_path / "inc.so", a, b)      # qemu -cpu max,sve256=on
+    assert (b == 2.0).all()

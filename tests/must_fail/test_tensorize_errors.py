@@ -151,7 +151,9 @@ def test_not_an_intrinsic():
 
 def test_unknown_builtin_name():
     with pytest.raises(tc.ScheduleError, match=r"no built-in intrinsic is called 'x86.amx'; the "
-                                               r"built-ins are aarch64.neon_u8s8s32_4x4, aarch64.usdot_u8s8s32_4x4, "
+                                               r"built-ins are aarch64.neon_u8s8s32_4x4, aarch64.smmla_s8s8s32_2x2x8, "
+                                               r"aarch64.ummla_u8u8s32_2x2x8, aarch64.usdot_u8s8s32_4x4, "
+                                               r"aarch64.usmmla_u8s8s32_2x2x8, "
                                                r"cuda.dp4a_s8s8s32, cuda.dp4a_u8s8s32, "
                                                r"cuda.wmma_fill_f32, .*, x86.avx2_u8s8s32_8x4"):
         tc.tensor_intrin("x86.amx")

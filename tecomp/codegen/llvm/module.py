@@ -196,6 +196,7 @@ class _ModuleBuilder:
                 strides = em.declared_strides(b, extents)
             em.bufs[b] = _Buf(b, args[k], strides, extents)
         em.heap_first = frame_overflow(self.func.body, in_parallel=False)
+        self.policy.prologue(em)
         em.stmt(self.func.body)
         em.finish_ok()
 
@@ -203,7 +204,9 @@ class _ModuleBuilder:
         emit_pyarrays_entry(self.module, self.symbol, len(sig.buffers), main)
 
     def text(self) -> str:
-        s = llvm_jit.with_target_attributes(str(self.module), self.target)
+        s = llvm_jit.with_target_attributes(str(self.module), self.target,
+                                            self.policy.function_attributes,
+                                            self.policy.unconstrained)
         # llvmlite cannot build self-referential metadata: loop ids are emitted as
         # !{!"tecomp.loopid.K", ...} and patched into distinct !{!N, ...} here.
         return re.sub(r'^(!\d+) = !\{\s*!"tecomp\.loopid\.\d+"\s*,\s*',

@@ -34,8 +34,13 @@ class TargetPolicy:
       plus a NaN test of the first operand; False here: ``llvm.minimum`` /
       ``llvm.maximum``, as for scalars (both propagate NaN; which zero ``max(0.0, -0.0)``
       gives is unspecified either way).
+    * ``function_attributes``: LLVM function attributes every generated function gets
+      besides the CPU and its features (AArch64's ``vscale_range`` of a fixed SVE
+      vector length); none here.  ``unconstrained``: the names of functions that get
+      the CPU and features but not these.
 
-    Questions (methods): :meth:`pad_lanes`, :meth:`strided_wide_load`, :meth:`vector_op`.
+    Questions (methods): :meth:`pad_lanes`, :meth:`strided_wide_load`, :meth:`vector_op`,
+    :meth:`prologue`.
     """
 
     def __init__(self, target):
@@ -45,6 +50,8 @@ class TargetPolicy:
         self.has_fma = False
         self.pads_lanes = False
         self.vector_minmax_select = False
+        self.function_attributes = ""
+        self.unconstrained = ()
 
     def pad_lanes(self, lanes: int, memty) -> int:
         """The lane count an unmasked contiguous vector access of ``lanes`` elements of
@@ -74,6 +81,12 @@ class TargetPolicy:
         Here: None for all.
         """
         return None
+
+    def prologue(self, em) -> None:
+        """Emit, with the function emitter ``em`` at the start of a kernel's body, the
+        checks that code for this target needs of the machine it runs on before it
+        touches memory (AArch64: the SVE vector length the code was compiled for).
+        Here: none."""
 
     def __repr__(self):
         return f"{type(self).__name__}({self.target})"
