@@ -466,3 +466,30 @@ def test_conv1d_ncw_template(shape, stride, padding):
     want = F.conv1d(_torch_pad(torch.from_numpy(x), pairs), torch.from_numpy(w),
                     stride=stride).numpy()
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape,k,stride,padding,dilation,dtype", [
+    ((1, 1, 16, 80), 10, 5, 0, 1, "float32"),        # wav2vec2's first layer, small
+    ((2, 3, 8, 61), 4, 3, 1, 1, "float32"),          # the padding read through the copy
+    ((1, 2, 5, 40), 5, 4, 0, 2, "float64"),          # dilated: taps across phases
+    ((None, 1, 4, 50), 5, 5, 0, 1, "float32"),       # a symbolic batch
+], ids=["wav2vec2", "padded", "dilated_f64", "symbolic"])
+def test_conv1d_strided_row_copied_by_phase(shape, k, stride, padding, dilation, dtype):
+    """A stride above 2 whose phases divide the (padded) row: the template copies the
+    data row de-interleaved by phase, the block's loads contiguous; right values."""
+    N, C, O, L = shape
+    X = tc.placeholder((tc.var("n") if N is None else N, C, L), dtype, "X")
+    W = tc.placeholder((O, C, k), dtype, "W")
+    Y = nn.conv1d_ncw(X, W, stride, padding, dilation)
+    assert _conv1d_template([Y], Knobs(), cpu_model()) is not None
+    s = tc.auto_schedule([X, W, Y])
+    text = str(tc.lower(s, [X, W, Y]))
+    assert ".global: " + dtype in text, text      # the copy, [n, c, stride, L / stride]
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((N or 3, C, L)), rng.standard_normal((O, C, k))
+    want = F.conv1d(torch.from_numpy(x), torch.from_numpy(w), stride=stride, padding=padding,
+                    dilation=dilation).numpy()
+    y = np.empty(want.shape, dtype)
+    tc.build(s, [X, W, Y])(x.astype(dtype), w.astype(dtype), y)
+    tol = 1e-4 if dtype == "float32" else 1e-10
+    np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
