@@ -473,10 +473,13 @@ def test_conv1d_ncw_template(shape, stride, padding):
     ((2, 3, 8, 61), 4, 3, 1, 1, "float32"),          # the padding read through the copy
     ((1, 2, 5, 40), 5, 4, 0, 2, "float64"),          # dilated: taps across phases
     ((None, 1, 4, 50), 5, 5, 0, 1, "float32"),       # a symbolic batch
-], ids=["wav2vec2", "padded", "dilated_f64", "symbolic"])
+    ((1, 6, 20, 37), 3, 2, 0, 1, "float32"),         # wav2vec2's later layers: an odd row
+    ((2, 3, 8, 45), 4, 3, (2, 0), 1, "float32"),     # padded to 47: a partial last block
+], ids=["wav2vec2", "padded", "dilated_f64", "symbolic", "odd_s2", "odd_padded_s3"])
 def test_conv1d_strided_row_copied_by_phase(shape, k, stride, padding, dilation, dtype):
-    """A stride above 2 whose phases divide the (padded) row: the template copies the
-    data row de-interleaved by phase, the block's loads contiguous; right values."""
+    """A stride of 2 or more: the template copies the data row de-interleaved by phase
+    (rounded up to whole phases where the stride does not divide the padded row), the
+    block's loads contiguous; right values."""
     N, C, O, L = shape
     X = tc.placeholder((tc.var("n") if N is None else N, C, L), dtype, "X")
     W = tc.placeholder((O, C, k), dtype, "W")
@@ -487,7 +490,8 @@ def test_conv1d_strided_row_copied_by_phase(shape, k, stride, padding, dilation,
     assert ".global: " + dtype in text, text      # the copy, [n, c, stride, L / stride]
     rng = np.random.default_rng(5)
     x, w = rng.standard_normal((N or 3, C, L)), rng.standard_normal((O, C, k))
-    want = F.conv1d(torch.from_numpy(x), torch.from_numpy(w), stride=stride, padding=padding,
+    pairs = _pairs(padding if isinstance(padding, int) else [padding], 1)
+    want = F.conv1d(_torch_pad(torch.from_numpy(x), pairs), torch.from_numpy(w), stride=stride,
                     dilation=dilation).numpy()
     y = np.empty(want.shape, dtype)
     tc.build(s, [X, W, Y])(x.astype(dtype), w.astype(dtype), y)

@@ -58,8 +58,8 @@ def _phases_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
 def _conv1d_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     """A DAG that is one ``conv1d_ncw`` without groups (float32 or float64, the output
     itself, constant extents but the batch) whose row ends in a partial block, whose
-    weights do not fit in half of L2 or whose stride is above 2 (its data row copied by
-    phase: :func:`_phases_of_the_row`): :func:`_conv1d_ncw_into`; None otherwise.
+    weights do not fit in half of L2 or with a stride (its data row copied by phase:
+    :func:`_phases_of_the_row`): :func:`_conv1d_ncw_into`; None otherwise.
     (``conv1d_nwc`` stays with the rules: their blocks, with the weights of a task
     copied into a contiguous panel, ran twice as fast as this order without that
     copy.)"""
@@ -79,7 +79,7 @@ def _conv1d_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     weights = _cint(op.axis[1].dom.extent) * _cint(op.reduce_axis[0].dom.extent) * \
         _cint(op.reduce_axis[1].dom.extent) * _dt.bits(op.output(0).dtype) // 8
     if OX % (2 * L if OX >= 2 * L else L) == 0 and weights <= info.l2_bytes // 2 and \
-            op.attrs["conv"][0][0] <= 2:
+            op.attrs["conv"][0][0] == 1:
         return None
     if not knobs.choose("template.conv1d_ncw", [True, False], True):
         return None
@@ -168,24 +168,27 @@ def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel):
 
 
 def _phases_of_the_row(s: Schedule, CL, lanes: int) -> None:
-    """The data of a strided 1-d convolution (``X[n, c, x*s + k*d]``, ``s`` above 2:
-    wav2vec2's first layer, kernel 10, stride 5, one input channel) copied once, at the
-    root, de-interleaved by phase (``cache_read(blocks=[(2, s)])`` stored ``[n, c, s,
-    W/s]``): the register block's row loads, a gather of every ``s``-th element each
-    (the same ones again for every block of output channels), become contiguous loads
-    ``copy[n, c, k*d % s, x + k*d // s]``.  Where ``s`` does not divide the row, or a
-    stride of 2 (one wide load and a shuffle), nothing is copied.  Interleaved with
-    PyTorch, 1 thread, a loaded 2-core Xeon, ms: wav2vec2's first layer (16000
-    samples to 3199 x 512) 0.609 with the row gathered, 0.346 copied (PyTorch 0.468)."""
+    """The data of a strided 1-d convolution (``X[n, c, x*s + k*d]``, ``s`` of 2 or
+    more: wav2vec2's feature extractor) copied once, at the root, de-interleaved by
+    phase (``cache_read(blocks=[(2, s)])`` stored ``[n, c, s, ceil(W/s)]``): the
+    register block's row loads, a gather of every ``s``-th element each or (``s`` up to
+    4 on x86) two or more loads and a shuffle, the same ones again for every block of
+    output channels, become contiguous loads ``copy[n, c, k*d % s, x + k*d // s]``.
+    Interleaved with PyTorch, 1 thread, a loaded 2-core Xeon, ms: wav2vec2's first
+    layer (1 -> 512 channels, kernel 10, stride 5, 16000 samples) 0.609 with the row
+    gathered, 0.346 copied (PyTorch 0.468); its second (512 -> 512, kernel 3, stride 2,
+    3200 samples) 41.6 with the wide loads, 33.6 copied (PyTorch 31.5)."""
     op = s[CL].op
     sx = op.attrs["conv"][0][0]
     X = _data_of(op)
     W = _cint(X.shape[2])
-    if sx <= 2 or W is None or W % sx:
+    if sx < 2 or W is None:
         return
     if X in s and _is_injective(X.op):
         s[X].compute_inline()   # (the padding: read through by the copy)
-    copy = s.cache_read(X, "global", [CL.op], blocks=[(2, sx)])
+    # (a row that the stride does not divide: the copy's last block is rounded up)
+    copy = s.cache_read(X, "global", [CL.op], blocks=[(2, sx)],
+                        pad=None if W % sx == 0 else 0)
     cs = s[copy]
     n, c, xo, ph = cs.op.axis
     cs.storage_order(n, c, ph, xo)
