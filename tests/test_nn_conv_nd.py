@@ -12,6 +12,7 @@ from tecomp import autodiff as ad
 from tecomp import nn
 from tecomp.strategy import Knobs
 from tecomp.nn._check import Args
+from tecomp.strategy.cpu.conv3d import _conv3d_template
 from tecomp.strategy.cpu.conv_nd import _conv1d_template
 from tecomp.target import cpu_model
 
@@ -497,3 +498,30 @@ def test_conv1d_strided_row_copied_by_phase(shape, k, stride, padding, dilation,
     tc.build(s, [X, W, Y])(x.astype(dtype), w.astype(dtype), y)
     tol = 1e-4 if dtype == "float32" else 1e-10
     np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("case", [
+    # batch, in, out channels, (depth, height, width), stride, padding, dilation, target
+    (2, 16, 32, (3, 6, 14), 1, 1, 1, "llvm -mcpu=skylake-avx512"),   # rows of 14: 2 x 7
+    (1, 12, 64, (4, 5, 13), (1, 2, 1), (1, 0, 2), 1, "llvm -mcpu=skylake-avx512"),  # 8 + 5
+    (None, 10, 16, (3, 7, 9), 2, 1, (1, 1, 2), "llvm -mcpu=haswell"),   # AVX2: 16 x 6
+], ids=["rows_of_14", "strided_partial", "avx2_symbolic"])
+def test_conv3d_ncdhw_template_by_channels(case):
+    """conv3d_ncdhw with a reduction of 256 steps or more and whole blocks of two
+    vectors of output channels: the template (vectors across the output channels, the
+    weights copied [O / 2L, C, KD, KH, KW, 2L]) is taken, and right."""
+    N, C, O, S, stride, padding, dilation, target = case
+    X = tc.placeholder((tc.var("n") if N is None else N, C, *S), name="X")
+    W = tc.placeholder((O, C, 3, 3, 3), name="W")
+    Y = nn.conv3d_ncdhw(X, W, stride, padding, dilation)
+    assert _conv3d_template([Y], Knobs(), cpu_model(target)) is not None
+    s = tc.auto_schedule([X, W, Y], target=target)
+    assert "W.global" in str(tc.lower(s, [X, W, Y], target=target))
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((N or 2, C, *S)), rng.standard_normal((O, C, 3, 3, 3))
+    pairs = _pairs(padding, 3)
+    want = F.conv3d(_torch_pad(torch.from_numpy(x), pairs), torch.from_numpy(w), stride=stride,
+                    dilation=dilation).numpy()
+    y = np.empty(want.shape, "float32")
+    tc.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)

@@ -145,22 +145,33 @@ def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel):
     task = st.fuse(n, ot)
     if info.threads > 1:
         st.parallel(task)
-    st.unroll(oi)
-    vo, vi = st.split(xi, factor=L)
-    st.unroll(vo)
-    st.vectorize(vi)
+    _unrolled_vectors(st, oi, xi, L)
     cs = s[CL]
     cs.compute_at(st, oo2)
     _, co, cx = cs.op.axis
-    reds = cs.op.reduce_axis
     # split by the block first: a partial block's extents are then bounded by constants
     _, co = cs.split(co, factor=ob)
     _, cx = cs.split(cx, factor=xb)
-    cs.reorder(*reds, co, cx)
-    cs.unroll(co)
-    vo, vi = cs.split(cx, factor=L)
-    cs.unroll(vo)
-    cs.vectorize(vi)
+    _accumulate_block(cs, co, cx, L)
+
+
+def _unrolled_vectors(st, rows, vec, lanes: int) -> None:
+    """A block's inner loops: ``rows`` unrolled, ``vec`` in unrolled vectors of
+    ``lanes``."""
+    st.unroll(rows)
+    vo, vi = st.split(vec, factor=lanes)
+    st.unroll(vo)
+    st.vectorize(vi)
+
+
+def _accumulate_block(cs, rows, vec, lanes: int) -> None:
+    """The register block ``cs`` (a convolution's local buffer computed at its block's
+    loop, ``rows`` and ``vec`` its block axes): the reduction outermost (the input
+    channel, then the kernel taps, unrolled where 8 or fewer), ``rows`` unrolled inside
+    it and ``vec`` in unrolled vectors of ``lanes``, the multiply-adds contracted."""
+    reds = cs.op.reduce_axis
+    cs.reorder(*reds, rows, vec)
+    _unrolled_vectors(cs, rows, vec, lanes)
     for r in reds[1:]:
         if _cint(r.dom.extent) <= 8:
             cs.unroll(r)
