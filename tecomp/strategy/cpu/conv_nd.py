@@ -136,7 +136,7 @@ def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel):
     if Win is not None and C * Win * _dt.bits(conv.dtype) // 8 <= info.l2_bytes // 2:
         bt = 1
     CL = s.cache_write(conv, "local")
-    _phases_of_the_row(s, CL, L)
+    _phases_of_the_row(s, CL, L, info.threads)
     st = s[conv]
     oo, oi = st.split(o, factor=ob)
     ot, oo2 = st.split(oo, factor=bt)
@@ -178,7 +178,7 @@ def _accumulate_block(cs, rows, vec, lanes: int) -> None:
     cs.pragma(reds[0], "fp_contract")
 
 
-def _phases_of_the_row(s: Schedule, CL, lanes: int) -> None:
+def _phases_of_the_row(s: Schedule, CL, lanes: int, threads: int) -> None:
     """The data of a strided 1-d convolution (``X[n, c, x*s + k*d]``, ``s`` of 2 or
     more: wav2vec2's feature extractor) copied once, at the root, de-interleaved by
     phase (``cache_read(blocks=[(2, s)])`` stored ``[n, c, s, ceil(W/s)]``): the
@@ -206,7 +206,9 @@ def _phases_of_the_row(s: Schedule, CL, lanes: int) -> None:
     cs.reorder(n, c, ph, xo)
     _, xi = cs.split(xo, factor=lanes)
     cs.vectorize(xi)
-    cs.parallel(cs.fuse(n, c, ph))
+    rows = cs.fuse(n, c, ph)
+    if threads > 1:
+        cs.parallel(rows)
 
 
 def _data_of(op):
