@@ -17,19 +17,25 @@ from typing import Optional
 from ...schedule.schedule import Schedule, create_schedule
 from .._common import _cint, _is_injective, _walk
 from .common import _auto_rest, _op_tags, _vector_split
+from .conv2d import _row_lane_use
 from .conv_nd import _accumulate_block, _data_of, _unrolled_vectors
 from ...target import CpuModel
 
 #: the shortest reduction (input channels x kernel taps) worth the weight copy (with 3
 #: input channels, 81 taps, the rules' row vectors are kept, as conv2d's template does)
 MIN_REDUCTION = 256
+#: rows whose vectors keep this share of the lanes busy or more stay with the rules'
+#: row vectors (conv2d's threshold; 1 thread, loaded, ms, 64 -> 64 channels: rows of 32
+#: 26.8 with the rules, 29.2 here; rows of 56, 7 of 8 lanes, 47.5 and 40.2)
+ROW_LANE_USE = 0.9
 
 
 def _conv3d_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     """A DAG that is one float32 ``conv3d_ncdhw`` without groups (the output itself,
     constant extents but the batch) whose output channels make whole blocks of two
-    vectors and whose reduction is :data:`MIN_REDUCTION` steps or longer:
-    :func:`_conv3d_ncdhw_into`; None otherwise."""
+    vectors, whose reduction is :data:`MIN_REDUCTION` steps or longer and whose rows
+    leave lanes of their vectors idle (:data:`ROW_LANE_USE`): :func:`_conv3d_ncdhw_into`;
+    None otherwise."""
     if len(outs) != 1:
         return None
     op = outs[0].op
@@ -40,8 +46,9 @@ def _conv3d_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     exts = [_cint(iv.dom.extent) for iv in list(op.axis[1:]) + list(op.reduce_axis)]
     if None in exts:
         return None
-    O, reduction = exts[0], exts[4] * exts[5] * exts[6] * exts[7]
-    if O % (2 * info.lanes) or reduction < MIN_REDUCTION:
+    O, OW, reduction = exts[0], exts[3], exts[4] * exts[5] * exts[6] * exts[7]
+    if O % (2 * info.lanes) or reduction < MIN_REDUCTION or \
+            _row_lane_use(OW, OW, info) >= ROW_LANE_USE:
         return None
     if not knobs.choose("template.conv3d_ncdhw", [True, False], True):
         return None
