@@ -12,6 +12,7 @@ from tecomp import autodiff as ad
 from tecomp import nn
 from tecomp.strategy import Knobs
 from tecomp.nn._check import Args
+from tecomp.strategy.cpu.conv3d import _conv3d_template
 from tecomp.strategy.cpu.conv_nd import _conv1d_template
 from tecomp.target import cpu_model
 
@@ -466,3 +467,72 @@ def test_conv1d_ncw_template(shape, stride, padding):
     want = F.conv1d(_torch_pad(torch.from_numpy(x), pairs), torch.from_numpy(w),
                     stride=stride).numpy()
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape,k,stride,padding,dilation,dtype", [
+    ((1, 1, 16, 80), 10, 5, 0, 1, "float32"),        # wav2vec2's first layer, small
+    ((2, 3, 8, 61), 4, 3, 1, 1, "float32"),          # the padding read through the copy
+    ((1, 2, 5, 40), 5, 4, 0, 2, "float64"),          # dilated: taps across phases
+    ((None, 1, 4, 50), 5, 5, 0, 1, "float32"),       # a symbolic batch
+    ((1, 6, 20, 37), 3, 2, 0, 1, "float32"),         # wav2vec2's later layers: an odd row
+    ((2, 3, 8, 45), 4, 3, (2, 0), 1, "float32"),     # padded to 47: a partial last block
+], ids=["wav2vec2", "padded", "dilated_f64", "symbolic", "odd_s2", "odd_padded_s3"])
+def test_conv1d_strided_row_copied_by_phase(shape, k, stride, padding, dilation, dtype):
+    """A stride of 2 or more: the template copies the data row de-interleaved by phase
+    (rounded up to whole phases where the stride does not divide the padded row), the
+    block's loads contiguous; right values."""
+    N, C, O, L = shape
+    X = tc.placeholder((tc.var("n") if N is None else N, C, L), dtype, "X")
+    W = tc.placeholder((O, C, k), dtype, "W")
+    Y = nn.conv1d_ncw(X, W, stride, padding, dilation)
+    assert _conv1d_template([Y], Knobs(), cpu_model()) is not None
+    s = tc.auto_schedule([X, W, Y])
+    text = str(tc.lower(s, [X, W, Y]))
+    assert ".global: " + dtype in text, text      # the copy, [n, c, stride, L / stride]
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((N or 3, C, L)), rng.standard_normal((O, C, k))
+    pairs = _pairs(padding if isinstance(padding, int) else [padding], 1)
+    want = F.conv1d(_torch_pad(torch.from_numpy(x), pairs), torch.from_numpy(w), stride=stride,
+                    dilation=dilation).numpy()
+    y = np.empty(want.shape, dtype)
+    tc.build(s, [X, W, Y])(x.astype(dtype), w.astype(dtype), y)
+    tol = 1e-4 if dtype == "float32" else 1e-10
+    np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("case", [
+    # batch, in, out channels, (depth, height, width), stride, padding, dilation, target
+    (2, 16, 32, (3, 6, 14), 1, 1, 1, "llvm -mcpu=skylake-avx512"),   # rows of 14: 2 x 7
+    (1, 12, 64, (4, 5, 11), (1, 2, 1), (1, 0, 2), 1, "llvm -mcpu=skylake-avx512"),  # 8 + 5
+    (None, 10, 16, (3, 7, 9), 2, 1, (1, 1, 2), "llvm -mcpu=haswell"),   # AVX2: 16 x 4
+], ids=["rows_of_14", "strided_partial", "avx2_symbolic"])
+def test_conv3d_ncdhw_template_by_channels(case):
+    """conv3d_ncdhw with a reduction of 256 steps or more and whole blocks of two
+    vectors of output channels: the template (vectors across the output channels, the
+    weights copied [O / 2L, C, KD, KH, KW, 2L]) is taken, and right."""
+    N, C, O, S, stride, padding, dilation, target = case
+    X = tc.placeholder((tc.var("n") if N is None else N, C, *S), name="X")
+    W = tc.placeholder((O, C, 3, 3, 3), name="W")
+    Y = nn.conv3d_ncdhw(X, W, stride, padding, dilation)
+    assert _conv3d_template([Y], Knobs(), cpu_model(target)) is not None
+    s = tc.auto_schedule([X, W, Y], target=target)
+    assert "W.global" in str(tc.lower(s, [X, W, Y], target=target))
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((N or 2, C, *S)), rng.standard_normal((O, C, 3, 3, 3))
+    pairs = _pairs(padding, 3)
+    want = F.conv3d(_torch_pad(torch.from_numpy(x), pairs), torch.from_numpy(w), stride=stride,
+                    dilation=dilation).numpy()
+    y = np.empty(want.shape, "float32")
+    tc.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv3d_ncdhw_rows_that_fill_their_vectors_stay_with_the_rules():
+    """Rows of 16 or 32 (every lane busy), 3 input channels (81 taps) or output channels
+    that are not whole 2-vector blocks: not the by-channels template."""
+    for C, O, S in ((16, 32, (2, 4, 16)), (16, 32, (2, 4, 32)), (3, 32, (2, 4, 14)),
+                    (16, 24, (2, 4, 14))):
+        X = tc.placeholder((1, C, *S), name="X")
+        W = tc.placeholder((O, C, 3, 3, 3), name="W")
+        Y = nn.conv3d_ncdhw(X, W, 1, 1)
+        assert _conv3d_template([Y], Knobs(), cpu_model("llvm -mcpu=skylake-avx512")) is None

@@ -5,6 +5,7 @@ paddings, ceil_mode, count_include_pad, layouts), compiled with tc.auto_schedule
 (the CPU pooling template) and in the CUDA emulation; gradients against PyTorch's
 autograd and with gradcheck; float16/bfloat16 and symbolic batches."""
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -281,21 +282,28 @@ def test_auto_schedule_uses_the_pooling_template(build):
     (nn.global_max_pool2d, (2, 8, 64, 64)),     # rows of 64: four vectors
     (lambda X: nn.adaptive_avg_pool2d(X, (2, 3)), (1, 3, 61, 61)),  # uneven, a tail
     (lambda X: nn.adaptive_max_pool3d(X, (1, 2, 1)), (1, 2, 5, 9, 40)),
-    (nn.global_avg_pool2d, (2, 8, 14, 14)),     # a window of 196 over rows of 14: the rules
-], ids=["global_avg_56", "global_max_64", "adaptive_avg_61", "adaptive_max3d", "rules_14"])
+    (nn.global_avg_pool2d, (2, 8, 14, 14)),     # a window of 196 over rows of 14
+    (nn.global_avg_pool2d, (2, 5, 7, 7)),       # a 7x7 map: one partial vector of 7
+    (nn.global_max_pool2d, (1, 3, 5, 9)),
+    (lambda X: nn.adaptive_avg_pool2d(X, (3, 1)), (1, 2, 9, 11)),   # uneven rows
+    (lambda X: nn.avg_pool2d(X, 6, padding=1, count_include_pad=False), (1, 2, 6, 6)),
+    (lambda X: nn.adaptive_max_pool1d(X, 1), (2, 3, 37)),   # 2 vectors and a tail
+], ids=["global_avg_56", "global_max_64", "adaptive_avg_61", "adaptive_max3d", "global_14",
+        "global_avg_7", "global_max_5x9", "adaptive_avg_uneven", "avg_padded", "max1d_37"])
 def test_large_windows_over_narrow_rows(build, shape):
-    """A window too large to unroll over an output row narrower than a vector (global
-    pooling channels first): reduced along the data in vector partial results, or by
-    the rules where the data row is narrower than a vector."""
+    """A window over an output row narrower than a vector, channels first (global
+    pooling): reduced along the data in vector partial results, the vectors as wide
+    as the data row up to a vector (the row of a 7x7 map: 7 lanes, not one)."""
     X = tc.placeholder(shape, name="X")
     Y = build(X)
     s = sc.schedule_pool(Y)
-    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == str(tc.lower(s, [X, Y]))
+    text = str(tc.lower(s, [X, Y]))
+    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == text
     x = rng.standard_normal(shape).astype("float32")
     ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
     np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-5)
-    if shape[-1] >= 16:
-        assert "vectorized" in str(tc.lower(s, [X, Y]))
+    lanes = [int(v) for v in re.findall(r"vectorized \([\w.]+, 0, (\d+)\)", text)]
+    assert ".rf[" in text and max(lanes) >= min(shape[-1], 8), text
 
 
 # ---------------------------------------------------------------------------------

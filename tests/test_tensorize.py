@@ -323,6 +323,22 @@ def test_cache_read_blocks_alone():
         np.testing.assert_allclose(out, a * 3)
 
 
+def test_cache_read_blocks_rounded_up_with_pad():
+    """A factor that does not divide its dimension, with pad=: the copy is rounded up
+    to whole blocks (its last block holds pad past the edge) and read right."""
+    A = tc.placeholder((7, 11), name="A")
+    B = tc.compute((7, 11), lambda i, j: A[i, j] * 3.0, name="B")
+    s = tc.create_schedule(B.op)
+    Ab = s.cache_read(A, "global", [B], pad=-1.0, blocks=[(1, 4), (0, 2)])
+    assert [int(e.value) for e in Ab.shape] == [4, 3, 4, 2]
+    assert "= -1f" in str(tc.lower(s, [A, B]))    # (the tail holds pad, A not read past)
+    a = np.random.default_rng(1).random((7, 11), np.float32)
+    for backend in ("llvm", "interp"):
+        out = np.zeros((7, 11), np.float32)
+        run(s, [A, B], [a, out], backend)
+        np.testing.assert_allclose(out, a * 3)
+
+
 @pytest.mark.parametrize("step", [1, 2])
 def test_strided_arrays_run_the_intrinsic_or_the_declared_loops(step):
     """Strided arrays run the variant whose strides are known only at run time: the

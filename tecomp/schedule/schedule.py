@@ -733,10 +733,12 @@ class Schedule:
 
         ``blocks`` (a list of ``(dimension, factor)``): the copy is stored blocked, as
         ``NCHW16c`` is: each listed dimension is split by its factor (which must divide
-        it); the copy's dimensions are the outer parts, in ``tensor``'s order, then the
-        inner parts in the order listed.  ``blocks=[(1, 16), (0, 4)]`` stores ``B[K, N]``
-        as ``[K/4, N/16, 16, 4]`` (what VNNI's dot product reads); the readers read
-        ``copy[k // 4, n // 16, n % 16, k % 4]``."""
+        it, unless ``pad`` is given: the copy is then rounded up to whole blocks, the
+        elements past ``tensor``'s edge holding ``pad``); the copy's dimensions are the
+        outer parts, in ``tensor``'s order, then the inner parts in the order listed.
+        ``blocks=[(1, 16), (0, 4)]`` stores ``B[K, N]`` as ``[K/4, N/16, 16, 4]`` (what
+        VNNI's dot product reads); the readers read ``copy[k // 4, n // 16, n % 16, k %
+        4]``."""
         if not isinstance(tensor, Tensor):
             raise ScheduleError(f"cache_read: tensor must be a Tensor, got {tensor!r}")
         if scope not in SCOPES:
@@ -754,13 +756,8 @@ class Schedule:
                     f"{tensor.name}; readers must be stages that index {tensor.name}")
             if st.attach_type == "inline":
                 raise ScheduleError(f"cache_read of {tensor.name}: reader {st.name} is inlined")
-        if blocks is not None:
-            if pad is not None:
-                raise ScheduleError(f"cache_read of {tensor.name}: give pad= or blocks=, not both")
-            cache, remap = self._blocked_copy(tensor, scope, blocks)
-        elif pad is None:
-            cache = compute(tensor.shape, lambda *i: tensor[i], name=f"{tensor.name}.{scope}")
-        else:
+        fill = None
+        if pad is not None:
             if isinstance(pad, bool) or not isinstance(pad, (int, float)):
                 raise ScheduleError(
                     f"cache_read of {tensor.name}: pad must be a number (the value the copy "
@@ -771,7 +768,11 @@ class Schedule:
                 raise ScheduleError(
                     f"cache_read of {tensor.name}: pad={pad!r} is not a {tensor.dtype} value "
                     f"({e}); give one of {tensor.name}'s dtype") from None
-
+        if blocks is not None:
+            cache, remap = self._blocked_copy(tensor, scope, blocks, fill)
+        elif pad is None:
+            cache = compute(tensor.shape, lambda *i: tensor[i], name=f"{tensor.name}.{scope}")
+        else:
             def padded(*i):
                 inside = [c for d, x in enumerate(i)
                           for c in (x >= 0, x < tensor.shape[d])]
@@ -789,9 +790,10 @@ class Schedule:
         return cache
 
     @staticmethod
-    def _blocked_copy(tensor: Tensor, scope: str, blocks):
+    def _blocked_copy(tensor: Tensor, scope: str, blocks, fill=None):
         """The blocked copy of ``cache_read(..., blocks=)`` and the map from an index of
-        ``tensor`` to the copy's."""
+        ``tensor`` to the copy's; ``fill`` (a Const, or None): the value of a copy
+        rounded up to whole blocks past ``tensor``'s edge."""
         nd = len(tensor.shape)
         what = f"cache_read of {tensor.name}"
         if not isinstance(blocks, (list, tuple)) or not blocks or not all(
@@ -805,13 +807,15 @@ class Schedule:
                                     f"{nd}-d tensor (or is listed twice)")
             ext = tensor.shape[d]
             if isinstance(f, bool) or not isinstance(f, int) or f < 1 or not isinstance(
-                    ext, Const) or ext.value % f:
+                    ext, Const) or (ext.value % f and fill is None):
                 raise ScheduleError(
                     f"{what}: blocks: dimension {d} has extent {ext}, which a factor of "
-                    f"{f!r:.20} does not divide; give a positive factor that divides it")
+                    f"{f!r:.20} does not divide; give a positive factor that divides it "
+                    "(or pad=, the value of the copy's last block past the edge)")
             dims.append(d)
         fac = {d: f for d, f in blocks}
-        shape = [Const(tensor.shape[d].value // fac[d], tensor.shape[d].dtype) if d in fac
+        rounded = [d for d in dims if tensor.shape[d].value % fac[d]]
+        shape = [Const(-(-tensor.shape[d].value // fac[d]), tensor.shape[d].dtype) if d in fac
                  else tensor.shape[d] for d in range(nd)] + \
             [Const(f, tensor.shape[d].dtype) for d, f in blocks]
 
@@ -823,7 +827,10 @@ class Schedule:
                     idx.append(p[d] * fac[d] + inner)
                 else:
                     idx.append(p[d])
-            return tensor[tuple(idx)]
+            if not rounded:
+                return tensor[tuple(idx)]
+            inside = _op.all_(*[idx[d] < tensor.shape[d] for d in rounded])
+            return _op.if_then_else(inside, tensor[tuple(idx)], fill)
 
         def remap(idx):
             outer = [_op.floordiv(i, Const(fac[d], i.dtype)) if d in fac else i

@@ -242,14 +242,14 @@ def test_cache_read_blocks_that_do_not_divide():
     A, B, C = _gemm(N=20)
     s = tc.create_schedule(C.op)
     with pytest.raises(tc.ScheduleError, match=r"blocks: dimension 1 has extent 20, which a factor "
-                                               r"of 8 does not divide"):
+                                               r"of 8 does not divide; .*\(or pad=, the value"):
         s.cache_read(B, "global", [C], blocks=[(1, 8)])
     with pytest.raises(tc.ScheduleError, match=r"blocks: 2 is not a dimension of the 2-d tensor"):
         s.cache_read(B, "global", [C], blocks=[(2, 4)])
     with pytest.raises(tc.ScheduleError, match=r"blocks must be a list of \(dimension, factor\) pairs"):
         s.cache_read(B, "global", [C], blocks=4)
-    with pytest.raises(tc.ScheduleError, match=r"give pad= or blocks=, not both"):
-        s.cache_read(B, "global", [C], pad=0, blocks=[(0, 4)])
+    with pytest.raises(tc.ScheduleError, match=r"pad must be a number .*, got 'zero'"):
+        s.cache_read(B, "global", [C], pad="zero", blocks=[(1, 8)])
 
 
 def test_forged_record_naming_an_unknown_intrinsic():

@@ -16,6 +16,9 @@ POOL_TAGS = {"pool_max", "pool_sum"}
 UNROLL_WINDOW = 64
 #: vectors of an output row computed together (their window loops interleaved)
 VECTORS = 4
+#: the narrowest window row reduced along the data in vector partial results (a
+#: masked vector of 4-15 lanes); narrower rows are summed in scalars
+ALONG_MIN = 4
 
 
 def _pool_stage(outs):
@@ -47,11 +50,16 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         if _is_injective(op) and op is not out.op and not s[op].is_output:
             s[op].compute_inline()
     first = pool.attrs.get("layout", "NC")[1] == "C"
+    K = _cint(pool.reduce_axis[-1].dom.extent)
     if not small and (last is None or last < L):
-        K = _cint(pool.reduce_axis[-1].dom.extent)
-        if not first or K is None or K < L:
+        if not first or K is None or K < ALONG_MIN:
             raise _NoTemplate("a large window over a narrow row, not along the data")
-        _window_along_the_data(s, out, pool.output(0), info)
+        _window_along_the_data(s, out, pool.output(0), info, small)
+        return
+    if first and last == 1 and K is not None and K >= ALONG_MIN:
+        # one output a row (global pooling of a 7x7 map): a vector over the outputs
+        # would be one lane, a scalar add a tap; along the data, a vector a window row
+        _window_along_the_data(s, out, pool.output(0), info, small)
         return
     st = s[out]
     *outer, x = st.op.axis
@@ -103,18 +111,24 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         ps.vectorize(pxi)
 
 
-def _window_along_the_data(s: Schedule, out, red, info: CpuModel) -> None:
-    """A large window over a narrow output row, channels first (global pooling of a big
-    image): the window's last axis, contiguous in the data, is reduced in up to
-    ``VECTORS * lanes`` partial results (``rfactor``: independent vector accumulators),
-    then those in order; the tasks are the outputs."""
+def _window_along_the_data(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
+    """A window over a narrow output row, channels first (global pooling): the window's
+    last axis, contiguous in the data, is reduced in up to ``VECTORS * lanes`` partial
+    results (``rfactor``: independent vector accumulators), then those in order; the
+    tasks are the outputs.  ``small``: the window's other axes are unrolled."""
     rs = s[red]
     K = _cint(rs.op.reduce_axis[-1].dom.extent)
     # partial results: the most whole vectors (or half vectors) that divide the window's
-    # row, up to VECTORS of them (a partial vector at the row's end would shuffle lanes)
+    # row, up to VECTORS of them (a partial vector at the row's end would shuffle lanes);
+    # else the whole row where it takes at most VECTORS vectors (a row of 7 or 14: one
+    # partial vector), else one vector (a guarded tail)
     L = info.lanes
-    F = next((f for f in [L * v for v in range(VECTORS, 0, -1)] + [L // 2] if K % f == 0), L)
-    _, kxi = rs.split(rs.op.reduce_axis[-1], factor=F)
+    F = next((f for f in [L * v for v in range(VECTORS, 0, -1)] + [L // 2] if K % f == 0),
+             K if K <= VECTORS * L else L)
+    if F == K:
+        kxi = rs.op.reduce_axis[-1]
+    else:
+        _, kxi = rs.split(rs.op.reduce_axis[-1], factor=F)
     rf = s[s.rfactor(red, kxi, factor_axis=len(rs.op.axis))]
     st = s[out]
     rows = st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0]
@@ -125,6 +139,12 @@ def _window_along_the_data(s: Schedule, out, red, info: CpuModel) -> None:
     rf.compute_at(st, rows)
     lane = rf.op.axis[-1]
     rf.reorder(*(list(rf.op.axis[:-1]) + list(rf.op.reduce_axis) + [lane]))
+    if small:
+        for k in rf.op.reduce_axis:
+            rf.unroll(k)
+    if F > L and F % L:
+        lo, lane = rf.split(lane, factor=L)
+        rf.unroll(lo)
     rf.vectorize(lane)
 
 
@@ -134,8 +154,10 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
     the outer spatial loops inside them (channels first: their padded first and last
     rows partitioned off) or every output row (channels last); the last axis is
     vectorized, up to four vectors of it a step, with the window unrolled around them
-    (an average's sums computed per step).  A window too large to unroll over a row
-    narrower than a vector (global pooling channels first) is reduced along the data
-    rows in vector partial results (``rfactor``) where they are a vector wide or more;
-    otherwise, and for any other DAG, the auto-scheduler's rules."""
+    (an average's sums computed per step).  Channels first, a window too large to
+    unroll over a row narrower than a vector, or any window over rows of one output
+    (global pooling), is reduced along the data rows in vector partial results
+    (``rfactor``; a 7x7 map's: one partial vector of 7 lanes, a sum per column) where
+    the window's rows are 4 elements or wider; otherwise, and for any other DAG, the
+    auto-scheduler's rules."""
     return _template_or_rules(pool_into, outs, target)

@@ -15,6 +15,7 @@ from ...schedule.schedule import Schedule, create_schedule
 from .._common import _walk
 from .attention import _attention_into, _attention_part
 from .common import _NoTemplate, _auto_rest, _op_tags
+from .conv3d import _conv3d_template
 from .conv_nd import _conv1d_template, _phases_template
 from .conv2d import (_conv_for_generic_rules, conv2d_knobs, plain_nchw_conv,
                      schedule_conv2d_nchw, schedule_conv2d_nhwc)
@@ -77,7 +78,8 @@ def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
 #: the template functions ``fn(outs, knobs, info) -> Schedule or None`` (None: the DAG is
 #: not theirs), in the order they are tried: a skinny GEMM (at most 16 rows, plain TE or
 #: ``tecomp.nn``: :mod:`.skinny`) before the operators' templates
-TEMPLATES = (_skinny_template, _auto_template, _phases_template, _conv1d_template)
+TEMPLATES = (_skinny_template, _auto_template, _phases_template, _conv1d_template,
+             _conv3d_template)
 
 #: templates of an operator inside a larger DAG, by the tag of its output stage (see
 #: :func:`tecomp.strategy.rules.generic_rules`): attention inside a transformer layer, a

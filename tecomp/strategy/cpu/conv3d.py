@@ -1,0 +1,113 @@
+"""3-d convolutions channels first (:func:`tecomp.nn.conv3d_ncdhw`) with the vectors
+across the output channels, as the NCHW convolution template runs rows that leave lanes
+idle (``conv2d._nchw_by_channels``).
+
+The rules' register blocks run along the output rows: a row of 14 fills 14 of 16 lanes,
+and every tap broadcasts one weight per output channel of the block from a scattered
+line (the weights of one output channel are ``C * 27`` floats apart).  Here a block is
+``2 x lanes`` output channels by a few pixels of a row: per tap, two vector loads of
+weights from a copy stored ``[O / 2L, C, KD, KH, KW, 2L]`` and one broadcast per pixel.
+Interleaved with PyTorch, 1 thread, a loaded 2-core Xeon, ms: 128 -> 128 channels
+4x14x14, batch 2: 38.4 with the rules' blocks, 24.6 with these (PyTorch 22.9); 64 -> 64
+8x28x28: 27.5 and 20.3 (PyTorch 92.7)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ...schedule.schedule import Schedule, create_schedule
+from .._common import _cint, _is_injective, _walk
+from .common import _auto_rest, _op_tags, _vector_split
+from .conv2d import _row_lane_use
+from .conv_nd import _accumulate_block, _data_of, _unrolled_vectors
+from ...target import CpuModel
+
+#: the shortest reduction (input channels x kernel taps) worth the weight copy (with 3
+#: input channels, 81 taps, the rules' row vectors are kept, as conv2d's template does)
+MIN_REDUCTION = 256
+#: rows whose vectors keep this share of the lanes busy or more stay with the rules'
+#: row vectors (conv2d's threshold; 1 thread, loaded, ms, 64 -> 64 channels: rows of 32
+#: 26.8 with the rules, 29.2 here; rows of 56, 7 of 8 lanes, 47.5 and 40.2)
+ROW_LANE_USE = 0.9
+
+
+def _conv3d_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
+    """A DAG that is one float32 ``conv3d_ncdhw`` without groups (the output itself,
+    constant extents but the batch) whose output channels make whole blocks of two
+    vectors, whose reduction is :data:`MIN_REDUCTION` steps or longer and whose rows
+    leave lanes of their vectors idle (:data:`ROW_LANE_USE`): :func:`_conv3d_ncdhw_into`;
+    None otherwise."""
+    if len(outs) != 1:
+        return None
+    op = outs[0].op
+    reductions = [o for o in _walk(outs) if o.reduce_axis]
+    if reductions != [op] or "conv3d_ncdhw" not in _op_tags(op) or \
+            op.attrs["conv"][3] != 1 or op.output(0).dtype != "float32":
+        return None
+    exts = [_cint(iv.dom.extent) for iv in list(op.axis[1:]) + list(op.reduce_axis)]
+    if None in exts:
+        return None
+    O, OW, reduction = exts[0], exts[3], exts[4] * exts[5] * exts[6] * exts[7]
+    if O % (2 * info.lanes) or reduction < MIN_REDUCTION or \
+            _row_lane_use(OW, OW, info) >= ROW_LANE_USE:
+        return None
+    if not knobs.choose("template.conv3d_ncdhw", [True, False], True):
+        return None
+    s = create_schedule([op])
+    _conv3d_ncdhw_into(s, outs[0], info)
+    return _auto_rest(s, outs, info)
+
+
+def _conv3d_ncdhw_into(s: Schedule, conv, info: CpuModel) -> None:
+    """``Y[n, o, z, y, x] = sum over c, kd, kh, kw of P[n, c, z*sd + kd*dd, ...] *
+    W[o, c, kd, kh, kw]``: register blocks of ``2 x lanes`` output channels (two
+    vectors) by ``XB`` pixels of one output row (at most 8: 16 accumulators, with the
+    two weight vectors and a broadcast in the 32 registers; a divisor of the row where
+    one is 6 to 8), accumulated over the whole reduction in a local buffer stored
+    channels innermost, then written to the NCDHW output.  Tasks: (image, channel block,
+    output plane, output row).  The padded input and the weight copy are computed once,
+    at the root, in parallel."""
+    L = info.lanes
+    ob = 2 * L
+    op = conv.op
+    data = _data_of(op)
+    weight = next(t for t in op.input_tensors if t is not data)
+    OW = _cint(op.axis[4].dom.extent)
+    pix = min(8, (info.vregs - 4) // 2)
+    if OW <= pix:
+        xb = OW
+    else:
+        ds = [d for d in range(pix - 2, pix + 1) if OW % d == 0]
+        xb = max(ds) if ds else pix
+    wc = s.cache_read(weight, "global", [op], blocks=[(0, ob)])
+    ws = s[wc]
+    wo, wcin = ws.op.axis[:2]
+    rows = ws.fuse(wo, wcin)
+    if info.threads > 1:
+        ws.parallel(rows)
+    ws.vectorize(ws.op.axis[-1])
+    if data in s and _is_injective(data.op):
+        # the padding, at the root: every task reads 3 planes x 3 rows of each channel
+        ps = s[data]
+        pa = ps.op.axis
+        _vector_split(ps, pa[-1], _cint(pa[-1].dom.extent), L)
+        rows = ps.fuse(pa[0], pa[1])
+        if info.threads > 1:
+            ps.parallel(rows)
+    CL = s.cache_write(conv, "local")
+    st = s[conv]
+    n, o, z, y, x = st.op.axis
+    oo, oi = st.split(o, factor=ob)
+    xo, xi = st.split(x, factor=xb)
+    st.reorder(n, oo, z, y, xo, xi, oi)
+    task = st.fuse(n, oo, z, y)
+    if info.threads > 1:
+        st.parallel(task)
+    _unrolled_vectors(st, xi, oi, L)
+    cs = s[CL]
+    cs.compute_at(st, xo)
+    cn, co, cz, cy, cx = cs.op.axis
+    cs.storage_order(cn, cz, cy, cx, co)   # (the channels innermost: the vectors)
+    # split by the block first: a partial block's extents are then bounded by constants
+    _, cx = cs.split(cx, factor=xb)
+    _, co = cs.split(co, factor=ob)
+    _accumulate_block(cs, cx, co, L)
