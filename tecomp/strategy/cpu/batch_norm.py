@@ -128,16 +128,27 @@ def _bn_grad_part(s: Schedule, out, knobs, info: CpuModel) -> Optional[set]:
         task = co
     if threads > 1:
         st.parallel(task)
+    N = _cint(op.axis[0].dom.extent)
+    chains = next((a for a in (4, 2) if N is not None and N % a == 0), 1)
     for t in sums:
         rs = s[t]
         if k == 1:
-            rw = rs.op.reduce_axis[-1]
-            _, ri = rs.split(rw, factor=L)
-            rf = s[s.rfactor(t, ri, factor_axis=1)]
-            rf.reorder(*(list(rf.op.axis[:-1]) + list(rf.op.reduce_axis) + [rf.op.axis[-1]]))
-            rf.vectorize(rf.op.axis[-1])
-            rf.compute_at(st, task)
-            done.add(id(rf.op))
+            # partial sums: `chains` images' rows at once (independent additions, not one
+            # chain of dependent ones), each one vector along the row
+            rn = rs.op.reduce_axis[0]
+            _, ni = rs.split(rn, factor=chains)
+            part = s.rfactor(t, ni, factor_axis=1)
+            ps = s[part]
+            _, wi = ps.split(ps.op.reduce_axis[-1], factor=L)
+            rf = s[s.rfactor(part, wi, factor_axis=2)]
+            c_, a_, l_ = rf.op.axis
+            rf.reorder(*([c_] + list(rf.op.reduce_axis) + [a_, l_]))
+            rf.vectorize(l_)
+            if chains > 1:
+                rf.unroll(a_)
+            for x in (rf, ps):
+                x.compute_at(st, task)
+                done.add(id(x.op))
         else:
             # the block's sums in registers (a local stage), stored once
             loc = s[s.cache_write(t, "local")]
