@@ -969,7 +969,10 @@ class Schedule:
     def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
         """Factor the reduction of ``tensor`` over ``axis`` (a leaf axis derived from its
         reduce axes) into a new tensor with ``axis`` as a data-parallel dimension at
-        position ``factor_axis``; ``tensor`` then reduces that one.  Returns the new tensor."""
+        position ``factor_axis``; ``tensor`` then reduces that one.  Returns the new tensor.
+        A multi-output reduction (``tc.sum(a), tc.sum(b)`` in one compute, an argmax) is
+        factored whole, into one stage with as many outputs: the first is returned,
+        ``.op.output(k)`` gives the others."""
         return rfactor(self, tensor, axis, factor_axis)
 
     def normalize(self) -> "Schedule":

@@ -896,11 +896,14 @@ def test_cache_write_of_a_multi_output_compute():
         s.cache_write(val, "local")
 
 
-def test_rfactor_of_a_multi_output_compute():
-    A, idx, val = _argmax_rows()
-    s = tc.create_schedule(idx.op)
-    with pytest.raises(tc.ScheduleError, match=r"rfactor on stage am: it computes 2 outputs"):
-        s.rfactor(idx, s[idx].op.reduce_axis[0])
+def test_rfactor_of_a_multi_output_elementwise_compute():
+    """A multi-output reduction is factored whole; a multi-output compute without a
+    reduction has nothing to factor."""
+    A = tc.placeholder((8, 6), name="A")
+    lo, hi = tc.compute((8, 6), lambda i, j: (A[i, j] - 1.0, A[i, j] + 1.0), name="lohi")
+    s = tc.create_schedule(lo.op)
+    with pytest.raises(tc.ScheduleError, match=r"rfactor on stage lohi: it is not a reduction"):
+        s.rfactor(lo, s[lo].op.axis[1])
 
 
 def test_tuple_reduction_across_threads():

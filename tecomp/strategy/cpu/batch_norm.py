@@ -16,8 +16,9 @@ while the block is in the cache (L2: a channel of a 16 x 56 x 56 batch is 400 KB
 * NHWC: a task is a block of whole vectors of channels (contiguous in memory); the sums
   accumulate the block's vectors over ``n, h, w``, ``dx`` runs over the block's pixels.
 
-Too few channels to share among the threads (NCHW: fewer than four per thread; NHWC:
-fewer than two vectors): the generic rules.
+NCHW with fewer than four channels per thread: the generic rules.  NHWC with fewer
+than a vector of channels per thread: each thread sums a share of the images (partial
+results, added up after), then ``dx``.
 """
 from __future__ import annotations
 
@@ -40,31 +41,32 @@ def _lanes(dtype: str, info: CpuModel) -> int:
 
 
 def _parts(out):
-    """``(channel axis, [the per-channel sums])`` of a data-gradient stage ``out``
-    (4-d, elementwise, tagged ``batch_norm_grad``, reading two 1-d sums over the three
-    other axes that index it by one of its axes), or None."""
+    """``(channel axis, the sums)`` of a data-gradient stage ``out`` (4-d, elementwise,
+    tagged ``batch_norm_grad``, reading both outputs of one 2-output sum over the three
+    other axes, indexed by one of its axes), or None."""
     op = out.op
     if not _has_tag(op, TAG) or op.reduce_axis or len(op.axis) != 4 or len(op.bodies) != 1:
         return None
-    sums = [t for t in op.input_tensors if isinstance(t.op, ComputeOp) and _has_tag(t.op, TAG)
-            and len(t.op.axis) == 1 and len(t.op.reduce_axis) == 3 and len(t.op.bodies) == 1]
-    if len(sums) != 2:
+    reds = {id(t.op): t.op for t in op.input_tensors if isinstance(t.op, ComputeOp)
+            and _has_tag(t.op, TAG) and t.op.reduce_axis}
+    if len(reds) != 1:
         return None
-    loads = collect(op.body, lambda e: isinstance(e, ProducerLoad)
-                    and any(e.producer is t for t in sums))
+    sums = next(iter(reds.values()))
+    if len(sums.axis) != 1 or len(sums.reduce_axis) != 3 or len(sums.bodies) != 2:
+        return None
+    loads = collect(op.body, lambda e: isinstance(e, ProducerLoad) and e.producer.op is sums)
     axes = [a.var for a in op.axis]
-    ks = {axes.index(ld.indices[0]) for ld in loads
-          if isinstance(ld.indices[0], Var) and ld.indices[0] in axes}
-    if len(ks) != 1 or ks.pop() not in (1, 3):
+    ks = {axes.index(ld.indices[0]) if ld.indices[0] in axes else -1 for ld in loads}
+    if len(ks) != 1 or next(iter(ks)) not in (1, 3):
         return None
-    k = next(axes.index(ld.indices[0]) for ld in loads)
-    if any(_cint(t.op.axis[0].dom.extent) != _cint(op.axis[k].dom.extent) for t in sums):
+    k = ks.pop()
+    if _cint(sums.axis[0].dom.extent) != _cint(op.axis[k].dom.extent):
         return None
     return k, sums
 
 
 def _bn_grad_part(s: Schedule, out, knobs, info: CpuModel) -> Optional[set]:
-    """The template for batch norm's data gradient ``out`` and its two sums inside a
+    """The template for batch norm's data gradient ``out`` and its sums inside a
     gradient DAG (a part template, :data:`tecomp.strategy.PART_TEMPLATES`): the ids of
     the operations it scheduled, or None when ``out`` is not one or its channels are too
     few to share among the threads."""
@@ -76,95 +78,122 @@ def _bn_grad_part(s: Schedule, out, knobs, info: CpuModel) -> Optional[set]:
     C = _cint(op.axis[k].dom.extent)
     L = _lanes(op.dtype, info)
     threads = max(1, info.threads)
-    if C is None:
+    if C is None or (k == 1 and C < 4 * threads):
         return None
-    if k == 1 and C < 4 * threads:
-        return None
-    block = 0
-    if k == 3:
-        for b in (4 * L, 2 * L, L):
-            if C >= b * 2 * threads or b == L:
-                block = b
-                break
-        if -(-C // block) < 2 * threads and threads > 1:
-            return None
-        pixels = [_cint(a.dom.extent) for a in op.axis[:3]]
-        item = 8 if op.dtype == "float64" else 4
-        if None in pixels or math.prod(pixels) * block * 2 * item > info.l2_bytes // 2:
-            return None   # (the block's x and dy would not stay in L2 for dx)
     if not knobs.choose(f"{op.name}.bn_grad", [True, False], True):
         return None
-    done = {id(op)} | {id(t.op) for t in sums}
+    done = {id(sums)}
     # the forward output (the ReLU's mask reads it) and other elementwise helpers:
     # recomputed where they are read
-    for t in {id(x.op): x for t in [out] + sums for x in t.op.input_tensors}.values():
+    for t in {id(x.op): x for x in op.input_tensors + sums.input_tensors}.values():
         st = s[t.op] if isinstance(t.op, ComputeOp) else None
         if st is not None and _is_injective(t.op) and not st.is_output \
                 and st.attach_type == "root" and not st.relations:
             st.compute_inline()
             done.add(id(t.op))
-    st = s[out]
-    n, a1, a2, a3 = st.op.axis
     if k == 1:
-        c = a1
-        hw = st.fuse(a2, a3)
-        ext = _cint(op.axis[2].dom.extent) * _cint(op.axis[3].dom.extent)
-        if ext >= 4 * L:
-            o, i = st.split(hw, factor=4 * L)
-            io, ii = st.split(i, factor=L)
-            st.reorder(c, n, o, io, ii)
-            st.unroll(io)
-        else:
-            o, ii = st.split(hw, factor=L)
-            st.reorder(c, n, o, ii)
-        st.vectorize(ii)
-        task = c
+        return done | _nchw(s, out, sums, L, threads)
+    return done | _nhwc(s, out, sums, C, L, threads, info)
+
+
+def _nchw(s: Schedule, out, sums, L: int, threads: int) -> set:
+    """One task per channel: its sums, then its planes (``h, w`` fused into one
+    contiguous run, four vectors a step)."""
+    st = s[out]
+    op = out.op
+    n, c, h, w = st.op.axis
+    hw = st.fuse(h, w)
+    if _cint(op.axis[2].dom.extent) * _cint(op.axis[3].dom.extent) >= 4 * L:
+        o, i = st.split(hw, factor=4 * L)
+        io, ii = st.split(i, factor=L)
+        st.reorder(c, n, o, io, ii)
+        st.unroll(io)
     else:
-        co, ci = st.split(a3, factor=block)
-        cio, cii = st.split(ci, factor=L)
-        st.reorder(co, n, a1, a2, cio, cii)
-        st.vectorize(cii)
-        st.unroll(cio)
-        task = co
+        o, ii = st.split(hw, factor=L)
+        st.reorder(c, n, o, ii)
+    st.vectorize(ii)
     if threads > 1:
-        st.parallel(task)
+        st.parallel(c)
+    # the sums' partial results: `chains` images' rows at once (independent additions,
+    # not one chain of dependent ones), each one vector along the row
     N = _cint(op.axis[0].dom.extent)
     chains = next((a for a in (4, 2) if N is not None and N % a == 0), 1)
-    for t in sums:
-        rs = s[t]
-        if k == 1:
-            # partial sums: `chains` images' rows at once (independent additions, not one
-            # chain of dependent ones), each one vector along the row
-            rn = rs.op.reduce_axis[0]
-            _, ni = rs.split(rn, factor=chains)
-            part = s.rfactor(t, ni, factor_axis=1)
-            ps = s[part]
-            _, wi = ps.split(ps.op.reduce_axis[-1], factor=L)
-            rf = s[s.rfactor(part, wi, factor_axis=2)]
-            c_, a_, l_ = rf.op.axis
-            rf.reorder(*([c_] + list(rf.op.reduce_axis) + [a_, l_]))
-            rf.vectorize(l_)
-            if chains > 1:
-                rf.unroll(a_)
-            for x in (rf, ps):
-                x.compute_at(st, task)
-                done.add(id(x.op))
-        else:
-            # the block's sums in registers (a local stage), stored once
-            loc = s[s.cache_write(t, "local")]
-            c, = loc.op.axis
-            cio, cii = loc.split(c, factor=L)
-            loc.reorder(*(list(loc.op.reduce_axis) + [cio, cii]))
-            loc.vectorize(cii)
-            if C % block == 0:   # (a last, shorter block: its loop's extent varies)
-                loc.unroll(cio)
-            loc.compute_at(st, task)
-            done.add(id(loc.op))
-            rs = s[t]
-            c, = rs.op.axis
-            _, cii = rs.split(c, factor=L)
-            rs.vectorize(cii)
-        rs.compute_at(st, task)
-        rs.store_root()
-        done.add(id(rs.op))   # (cache_write gave the stage a new operation)
-    return done
+    rs = s[sums]
+    _, ni = rs.split(rs.op.reduce_axis[0], factor=chains)
+    part = s.rfactor(sums.output(0), ni, factor_axis=1)
+    ps = s[part]
+    _, wi = ps.split(ps.op.reduce_axis[-1], factor=L)
+    rf = s[s.rfactor(part, wi, factor_axis=2)]
+    c_, a_, l_ = rf.op.axis
+    rf.reorder(*([c_] + list(rf.op.reduce_axis) + [a_, l_]))
+    rf.vectorize(l_)
+    if chains > 1:
+        rf.unroll(a_)
+    for x in (rf, ps, rs):
+        x.compute_at(st, c)
+    rs.store_root()
+    return {id(out.op), id(rf.op), id(ps.op), id(rs.op)}
+
+
+def _nhwc(s: Schedule, out, sums, C: int, L: int, threads: int, info: CpuModel) -> set:
+    """Blocks of whole vectors of channels: where a block's ``x`` and ``dy`` fit half of
+    L2, one task per block (its sums, then its pixels); else the sums by blocks at the
+    root, then ``dx`` (left to the rules: vectorized along the channels, in parallel)."""
+    block = next(b for b in (4 * L, 2 * L, L) if C >= b * 2 * threads or b == L)
+    op = out.op
+    pixels = math.prod(_cint(a.dom.extent) or 1 << 30 for a in op.axis[:3])
+    item = 8 if op.dtype == "float64" else 4
+    rs = s[sums]
+    c, = rs.op.axis
+    if C < L * threads:
+        return _nhwc_partials(s, sums, L, threads)
+    if pixels * block * 2 * item > info.l2_bytes // 2:
+        co, ci = rs.split(c, factor=block)
+        cio, cii = rs.split(ci, factor=L)
+        rs.reorder(*([co] + list(rs.op.reduce_axis) + [cio, cii]))
+        rs.vectorize(cii)
+        rs.unroll(cio)
+        if threads > 1:
+            rs.parallel(co)
+        return {id(rs.op)}
+    st = s[out]
+    n, h, w, c4 = st.op.axis
+    co, ci = st.split(c4, factor=block)
+    cio, cii = st.split(ci, factor=L)
+    st.reorder(co, n, h, w, cio, cii)
+    st.vectorize(cii)
+    st.unroll(cio)
+    if threads > 1:
+        st.parallel(co)
+    cio, cii = rs.split(c, factor=L)
+    rs.reorder(*(list(rs.op.reduce_axis) + [cio, cii]))
+    rs.vectorize(cii)
+    if C % block == 0:   # (a last, shorter block: its loop's extent varies)
+        rs.unroll(cio)
+    rs.compute_at(st, co)
+    rs.store_root()
+    return {id(out.op), id(rs.op)}
+
+
+def _nhwc_partials(s: Schedule, sums, L: int, threads: int) -> set:
+    """Channels too few for the threads: each thread sums a share of the images into
+    partial results (vectors along the channels), then those are added up; ``dx`` is
+    left to the rules."""
+    rs = s[sums]
+    N = _cint(sums.reduce_axis[0].dom.extent) or 1
+    parts = max(1, min(threads, N))
+    no, _ = rs.split(rs.op.reduce_axis[0], nparts=parts)
+    part = s.rfactor(sums.output(0), no, factor_axis=0)
+    ps = s[part]
+    t, c = ps.op.axis
+    ci_o, ci = ps.split(c, factor=L)
+    ps.reorder(*([t] + list(ps.op.reduce_axis) + [ci_o, ci]))
+    ps.vectorize(ci)
+    if threads > 1:
+        ps.parallel(t)
+    rs = s[sums]
+    c, = rs.op.axis
+    co, ci = rs.split(c, factor=L)
+    rs.reorder(*([co] + list(rs.op.reduce_axis) + [ci]))
+    rs.vectorize(ci)
+    return {id(ps.op), id(rs.op)}
