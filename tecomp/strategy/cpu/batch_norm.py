@@ -2,27 +2,28 @@
 ``batch_norm_grad``): bound by memory.
 
 The gradient needs two per-channel sums over ``(n, h, w)`` -- of the incoming gradient
-``dy`` and of ``dy * (x - mean)`` -- before any element of the data gradient ``dx``.
-Computed as separate stages at the root, they are two passes over ``x`` and ``dy`` from
-memory before the third (``dx``).  Here, as PyTorch's CPU kernel does, a task is a block
-of channels: its two sums, then its ``dx`` elements, which read ``x`` and ``dy`` again
-while the block is in the cache (L2: a channel of a 16 x 56 x 56 batch is 400 KB of
-``x`` and ``dy``).  The sums are ``store_root`` stages computed at the channel loop of
-``dx``: the scale and shift gradients read them, whole, after it.
+``dy`` and of ``dy * (x - mean)``, one reduction with two outputs -- before any element
+of the data gradient ``dx``.  Computed at the root, the sums are a pass over ``x`` and
+``dy`` from memory before the second (``dx``).
 
-* NCHW: a task is one channel (the channels in parallel); each sum runs over ``n, h``
-  with one vector of partial results along the row (``rfactor`` of ``w``), ``dx`` is
-  the channel's planes, each one contiguous run (``h, w`` fused), four vectors a step.
-* NHWC: a task is a block of whole vectors of channels (contiguous in memory); the sums
-  accumulate the block's vectors over ``n, h, w``, ``dx`` runs over the block's pixels.
+* NCHW: as PyTorch's CPU kernel does, a task is one channel (the channels in parallel):
+  its sums, then its ``dx`` planes, which read ``x`` and ``dy`` again while the channel
+  is in the cache (L2: a channel of a 16 x 56 x 56 batch is 400 KB of ``x`` and ``dy``).
+  The sums are computed at ``dx``'s channel loop with ``store_root``, so that the scale
+  and shift gradients read them, whole, after it.  They accumulate four images' rows at
+  once, one vector along each row (``rfactor`` of ``n``, then of ``w``: eight
+  independent chains of additions); ``dx`` is each plane as one contiguous run (``h, w``
+  fused), four vectors a step.
+* NHWC: a channel is strided in memory, so the sums are a pass of their own: each thread
+  sums a share of the pixels into partial results, whole rows of channels (contiguous)
+  one vector at a time, added up after; then ``dx`` (the rules: vectorized along the
+  channels, in parallel).
 
-NCHW with fewer than four channels per thread: the generic rules.  NHWC with fewer
-than a vector of channels per thread: each thread sums a share of the images (partial
-results, added up after), then ``dx``.
+NCHW with fewer than four channels per thread: the generic rules (their plane
+reduction takes the two sums in one pass).
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 from ...ir.expr import ProducerLoad, Var
@@ -93,7 +94,7 @@ def _bn_grad_part(s: Schedule, out, knobs, info: CpuModel) -> Optional[set]:
             done.add(id(t.op))
     if k == 1:
         return done | _nchw(s, out, sums, L, threads)
-    return done | _nhwc(s, out, sums, C, L, threads, info)
+    return done | _nhwc(s, sums, L, threads)
 
 
 def _nchw(s: Schedule, out, sums, L: int, threads: int) -> set:
@@ -135,54 +136,16 @@ def _nchw(s: Schedule, out, sums, L: int, threads: int) -> set:
     return {id(out.op), id(rf.op), id(ps.op), id(rs.op)}
 
 
-def _nhwc(s: Schedule, out, sums, C: int, L: int, threads: int, info: CpuModel) -> set:
-    """Blocks of whole vectors of channels: where a block's ``x`` and ``dy`` fit half of
-    L2, one task per block (its sums, then its pixels); else the sums by blocks at the
-    root, then ``dx`` (left to the rules: vectorized along the channels, in parallel)."""
-    block = next(b for b in (4 * L, 2 * L, L) if C >= b * 2 * threads or b == L)
-    op = out.op
-    pixels = math.prod(_cint(a.dom.extent) or 1 << 30 for a in op.axis[:3])
-    item = 8 if op.dtype == "float64" else 4
+def _nhwc(s: Schedule, sums, L: int, threads: int) -> set:
+    """Each thread sums a share of the pixels (of the images, or of the rows where the
+    images are fewer than the threads) into partial results, whole rows of channels
+    (contiguous) one vector at a time; those are added up after; ``dx`` is left to the
+    rules (vectorized along the channels, in parallel)."""
     rs = s[sums]
-    c, = rs.op.axis
-    if C < L * threads:
-        return _nhwc_partials(s, sums, L, threads)
-    if pixels * block * 2 * item > info.l2_bytes // 2:
-        co, ci = rs.split(c, factor=block)
-        cio, cii = rs.split(ci, factor=L)
-        rs.reorder(*([co] + list(rs.op.reduce_axis) + [cio, cii]))
-        rs.vectorize(cii)
-        rs.unroll(cio)
-        if threads > 1:
-            rs.parallel(co)
-        return {id(rs.op)}
-    st = s[out]
-    n, h, w, c4 = st.op.axis
-    co, ci = st.split(c4, factor=block)
-    cio, cii = st.split(ci, factor=L)
-    st.reorder(co, n, h, w, cio, cii)
-    st.vectorize(cii)
-    st.unroll(cio)
-    if threads > 1:
-        st.parallel(co)
-    cio, cii = rs.split(c, factor=L)
-    rs.reorder(*(list(rs.op.reduce_axis) + [cio, cii]))
-    rs.vectorize(cii)
-    if C % block == 0:   # (a last, shorter block: its loop's extent varies)
-        rs.unroll(cio)
-    rs.compute_at(st, co)
-    rs.store_root()
-    return {id(out.op), id(rs.op)}
-
-
-def _nhwc_partials(s: Schedule, sums, L: int, threads: int) -> set:
-    """Channels too few for the threads: each thread sums a share of the images into
-    partial results (vectors along the channels), then those are added up; ``dx`` is
-    left to the rules."""
-    rs = s[sums]
-    N = _cint(sums.reduce_axis[0].dom.extent) or 1
-    parts = max(1, min(threads, N))
-    no, _ = rs.split(rs.op.reduce_axis[0], nparts=parts)
+    red = rs.op.reduce_axis
+    ax = next((r for r in red[:2] if (_cint(r.dom.extent) or 0) >= threads), red[0])
+    parts = max(1, min(threads, _cint(ax.dom.extent) or 1))
+    no, _ = rs.split(ax, nparts=parts)
     part = s.rfactor(sums.output(0), no, factor_axis=0)
     ps = s[part]
     t, c = ps.op.axis
