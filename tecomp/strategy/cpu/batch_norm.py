@@ -120,16 +120,20 @@ def _nchw(s: Schedule, out, sums, L: int, threads: int) -> set:
     N = _cint(op.axis[0].dom.extent)
     chains = next((a for a in (4, 2) if N is not None and N % a == 0), 1)
     rs = s[sums]
-    _, ni = rs.split(rs.op.reduce_axis[0], factor=chains)
-    part = s.rfactor(sums.output(0), ni, factor_axis=1)
-    ps = s[part]
-    _, wi = ps.split(ps.op.reduce_axis[-1], factor=L)
-    rf = s[s.rfactor(part, wi, factor_axis=2)]
+    _, wi = rs.split(rs.op.reduce_axis[-1], factor=L)
+    lanes = s[s.rfactor(sums.output(0), wi, factor_axis=1)]
+    _, ni = lanes.split(lanes.op.reduce_axis[0], factor=chains)
+    rf = s[s.rfactor(lanes.op.output(0), ni, factor_axis=1)]
     c_, a_, l_ = rf.op.axis
     rf.reorder(*([c_] + list(rf.op.reduce_axis) + [a_, l_]))
     rf.vectorize(l_)
     if chains > 1:
         rf.unroll(a_)
+    # the chains added up a vector at a time, then the lanes
+    c_, l_ = lanes.op.axis
+    lanes.reorder(c_, lanes.op.reduce_axis[0], l_)
+    lanes.vectorize(l_)
+    ps = lanes
     for x in (rf, ps, rs):
         x.compute_at(st, c)
     rs.store_root()
