@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
+from tecomp.schedule.trace import replay
 from helpers import channel_sum as _dag  # tests/helpers.py
 
 
@@ -33,6 +34,8 @@ def test_store_root_is_read_inside_and_after_the_loop(outputs_first):
     np.testing.assert_allclose(g, 2 * ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(d, x - ref[None, :, None], rtol=1e-5, atol=1e-5)
     assert "s[S].store_root()" in s.trace.python()
+    again = replay(s.trace.to_json(), outs)   # (a tuning log's trace)
+    assert str(tc.lower(again, args)) == text
 
 
 def test_store_root_of_a_block_of_channels():
