@@ -575,8 +575,8 @@ class LowerContext:
             for iv in leaves[:cut]:
                 relax[iv.var] = _range0(self.info[x].extent[iv])
             if outside or x.attach_type != "scope":
-                if producer.stored_root:
-                    return None
+                if producer.stored_root and _root_of(consumer) is not _root_of(target):
+                    return None   # (read after the nest that computes it)
                 raise ScheduleError(
                     f"compute_at of {producer.name} at {target.name}.{axis.name}: its consumer "
                     f"{consumer.name} is not computed inside that loop, so {producer.name} would "
@@ -1284,11 +1284,7 @@ class LowerContext:
         compute what it reads: a ``store_root`` stage is computed inside its consumer's
         nest, which its readers outside that nest must follow (stable: the stages' own
         order where it is free)."""
-        def root_of(x):
-            while x.attach_type == "scope":
-                x = x.attach_stage
-            return x
-
+        root_of = _root_of
         pos = {id(r): n for n, r in enumerate(roots)}
         after = {id(r): set() for r in roots}   # root -> roots its nest reads
         for p, cons in self.readers.items():
@@ -1313,6 +1309,13 @@ class LowerContext:
             out.append(r)
             placed.add(id(r))
         return out
+
+
+def _root_of(st: Stage) -> Stage:
+    """The root stage whose loop nest ``st`` is computed in (``st`` itself at the root)."""
+    while st.attach_type == "scope":
+        st = st.attach_stage
+    return st
 
 
 class _LoadLowering(Mutator):

@@ -1571,3 +1571,18 @@ def test_store_root_whose_outside_reader_is_read_inside():
     with pytest.raises(tc.ScheduleError, match=r"store_root: the loop nests of G, D cannot be "
                                                r"ordered"):
         tc.lower(s, [X, D])
+
+
+def test_store_root_read_in_the_same_nest_before_it_is_computed():
+    """E, computed at D's channel loop, reads S, which is computed at D's inner loop:
+    in the same nest, before S (store_root does not make it ready there)."""
+    X, S, D, G = _channel_sum()
+    E = tc.compute((3, 9, 13), lambda i, c, j: D[i, c, j] + S[(c + 1) % 9], name="E")
+    s = tc.create_schedule([E.op, G.op])
+    i, c, j = s[E].op.axis
+    s[D].compute_at(s[E], c)
+    s[S].compute_at(s[D], s[D].op.axis[2])
+    s[S].store_root()
+    with pytest.raises(tc.ScheduleError, match=r"compute_at of S at D.j: its consumer E is not "
+                                               r"computed inside that loop"):
+        tc.lower(s, [X, E, G])
