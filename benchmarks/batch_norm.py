@@ -12,7 +12,10 @@ updated in place) and ``torch.ops.aten.native_batch_norm_backward`` with what th
 saved: what ``loss.backward()`` runs.  Medians, ms; ratio = PyTorch's time over
 tecomp's.  Each result is checked against PyTorch's first.
 
+``--layout NHWC``: tecomp's ``layout="NHWC"`` against PyTorch on channels-last tensors.
+
     python3 benchmarks/batch_norm.py [--threads 2] [--rounds 11] [--shapes 16x64x56x56,...]
+                                     [--layout NCHW]
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ SHAPES = "16x64x56x56,16x256x56x56,16x512x28x28,16x1024x14x14,16x2048x7x7"
 def main() -> None:
     ap = base_parser(__doc__, rounds=11)
     ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"])
     args = ap.parse_args()
     pin_threads(args.threads)
     import numpy as np
@@ -43,9 +47,12 @@ def main() -> None:
     rows = []
     for spec in args.shapes.split(","):
         N, C, H, W = (int(v) for v in spec.split("x"))
-        X = tc.placeholder((N, C, H, W), name="x")
+        nhwc = args.layout == "NHWC"
+        shape = (N, H, W, C) if nhwc else (N, C, H, W)
+        X = tc.placeholder(shape, name="x")
         g, b, rm, rv = (tc.placeholder((C,), name=n) for n in ("g", "b", "rm", "rv"))
-        Y, RM, RV = nn.batch_norm(X, g, b, rm, rv, training=True, momentum=momentum, eps=eps)
+        Y, RM, RV = nn.batch_norm(X, g, b, rm, rv, training=True, momentum=momentum, eps=eps,
+                                  layout=args.layout)
         stats = {t.name: t for t in Y.op.input_tensors}
         MEAN, INV = stats["batch_norm.mean"], stats["batch_norm.invstd"]
         fwd_args = [X, g, b, rm, rv, Y, RM, RV, MEAN, INV]
@@ -56,14 +63,14 @@ def main() -> None:
                             replace={MEAN: SM, INV: SI})
         bwd_args = ins[:3] + [SM, SI, ins[3]] + grads
         bwd = tc.build(tc.auto_schedule(bwd_args), bwd_args)
-        ev = nn.batch_norm(X, g, b, rm, rv, training=False, eps=eps)
+        ev = nn.batch_norm(X, g, b, rm, rv, training=False, eps=eps, layout=args.layout)
         ev_args = [X, g, b, rm, rv, ev]
         evf = tc.build(tc.auto_schedule(ev_args), ev_args)
 
-        x = rng.standard_normal((N, C, H, W)).astype("float32") * 2 + 0.5
+        x = rng.standard_normal(shape).astype("float32") * 2 + 0.5
         gv, bv = rng.standard_normal(C).astype("float32"), rng.standard_normal(C).astype("float32")
         rmv, rvv = np.zeros(C, "float32"), np.ones(C, "float32")
-        dy = rng.standard_normal((N, C, H, W)).astype("float32")
+        dy = rng.standard_normal(shape).astype("float32")
         y, nrm, nrv = np.empty_like(x), np.empty_like(rmv), np.empty_like(rvv)
         smv, siv = np.empty_like(rmv), np.empty_like(rmv)
         dx, dgv, dbv = np.empty_like(x), np.empty_like(gv), np.empty_like(bv)
@@ -71,6 +78,11 @@ def main() -> None:
 
         tx, tg, tb = (torch.from_numpy(a) for a in (x, gv, bv))
         trm, trv, tdy = torch.from_numpy(rmv.copy()), torch.from_numpy(rvv.copy()), torch.from_numpy(dy)
+        if nhwc:   # the same memory, as channels-last NCHW tensors
+            tx, tdy = tx.permute(0, 3, 1, 2), tdy.permute(0, 3, 1, 2)
+
+        def tnp(t):   # a PyTorch result in tecomp's layout
+            return (t.permute(0, 2, 3, 1) if nhwc else t).numpy()
 
         def t_fwd():
             return torch.native_batch_norm(tx, tg, tb, trm, trv, True, momentum, eps)
@@ -86,10 +98,10 @@ def main() -> None:
 
         # correctness, against PyTorch
         fwd(x, gv, bv, rmv, rvv, y, nrm, nrv, smv, siv)
-        np.testing.assert_allclose(y, ty.numpy(), rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(y, tnp(ty), rtol=1e-3, atol=1e-3)
         bwd(x, gv, bv, smv, siv, dy, dx, dgv, dbv)
         tdx, tdg, tdb = t_bwd()
-        np.testing.assert_allclose(dx, tdx.numpy(), rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(dx, tnp(tdx), rtol=1e-3, atol=1e-3)
         np.testing.assert_allclose(dbv, tdb.numpy(), rtol=1e-3, atol=1e-2)
         evf(x, gv, bv, rmv, rvv, ye)
 
@@ -104,7 +116,7 @@ def main() -> None:
         step_tc, step_pt = med["tc_fwd"] + med["tc_bwd"], med["pt_fwd"] + med["pt_bwd"]
         row.append(step_pt / step_tc)
         rows.append(row)
-    print(f"batch norm, float32, NCHW; {platform.processor() or platform.machine()}, "
+    print(f"batch norm, float32, {args.layout}; {platform.processor() or platform.machine()}, "
           f"{tc.Target('llvm').cpu}, {args.threads} threads, torch {torch.__version__}; "
           f"medians of {args.rounds} interleaved rounds, ms")
     head = ("shape", "fwd tc", "fwd pt", "x", "bwd tc", "bwd pt", "x", "eval tc", "eval pt",

@@ -31,6 +31,17 @@ def triangular_sum(n=10):
     return A, B, a, np.array([a[i, :i].sum() for i in range(n)])
 
 
+def channel_sum():
+    """``S[c]`` = the sum of ``X[n, c, w]`` over ``n, w``; ``D = X - S`` (reads ``S`` per
+    channel); ``G = 2 S`` (reads all of it): ``(X, S, D, G)``, for ``store_root``."""
+    X = tc.placeholder((3, 9, 13), name="X")
+    n, w = tc.reduce_axis((0, 3), name="n"), tc.reduce_axis((0, 13), name="w")
+    S = tc.compute((9,), lambda c: tc.sum(X[n, c, w], axis=[n, w]), name="S")
+    D = tc.compute((3, 9, 13), lambda i, c, j: X[i, c, j] - S[c], name="D")
+    G = tc.compute((9,), lambda c: S[c] * 2.0, name="G")
+    return X, S, D, G
+
+
 def matmul(n=32, m=24, K=16, dtype="float32"):
     A = tc.placeholder((n, K), dtype=dtype, name="A")
     B = tc.placeholder((K, m), dtype=dtype, name="B")

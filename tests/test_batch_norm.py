@@ -1,6 +1,9 @@
 """tecomp.nn.batch_norm (training and inference, NCHW and NHWC, affine or not, a fused
 ReLU, running statistics) against torch.nn.functional.batch_norm, and its analytic
 gradient (gradcheck, torch's gradients, and the form of the gradient's stages)."""
+import os
+
+import numpy as np
 import pytest
 
 import tecomp as tc
@@ -104,7 +107,10 @@ def test_batch_norm_gradient_is_the_analytic_form(build):
     gx, gg, gb = tc.gradient(y, [X, G, B])
     names = {t.name for g in (gx, gg, gb) for t in _stages(g)}
     assert gx.op.tag == "batch_norm_grad"
-    assert {"batch_norm.grad_sum", "batch_norm.grad_dot"} <= names
+    sums = next(   # the two sums: one reduction (one pass), two outputs
+        t for g in (gx, gg, gb) for t in _stages(g) if t.name.startswith(
+        "batch_norm.grad_sums"))
+    assert len(sums.op.bodies) == 2 and len(sums.op.reduce_axis) == 3
     assert not [n for n in names if n.startswith(("batch_norm.mean.", "batch_norm.var.",
                                                    "batch_norm.invstd."))], names
 
@@ -175,3 +181,75 @@ def test_inference_batch_norm_is_the_convolutions_epilogue(layout):
     if not nchw:
         want = want.transpose(0, 2, 3, 1)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+# the CPU template of the gradient (tecomp/strategy/cpu/batch_norm.py), odd extents; 2
+# threads planned whatever the machine has.  at_dx: the sums computed at dx's loop over
+# channels (NCHW; NHWC sums partial results per thread at the root; NCHW with too few
+# channels: the rules)
+_TARGET = "llvm -num-cores=2"
+_GRAD_CASES = [("NCHW", (2, 11, 5, 21), "float32", True, False, True),
+               ("NHWC", (2, 5, 7, 67), "float64", False, True, False),
+               ("NHWC", (1, 3, 5, 6), "float32", True, False, False)]
+if os.environ.get("TECOMP_LONG_TESTS"):
+    _GRAD_CASES += [("NCHW", (3, 9, 7, 7), "float64", False, True, True),
+                    ("NHWC", (3, 3, 5, 67), "float32", True, False, False),
+                    ("NCHW", (2, 13, 9, 33), "float64", True, True, True),
+                    ("NCHW", (2, 3, 5, 9), "float64", True, False, False),
+                    ("NHWC", (2, 40, 40, 19), "float32", True, False, False)]
+
+
+@pytest.mark.parametrize("layout,shape,dtype,affine,relu,at_dx", _GRAD_CASES)
+@pytest.mark.parametrize("how", ["auto_schedule", "schedule_backward"])
+def test_batch_norm_gradient_template(layout, shape, dtype, affine, relu, at_dx, how):
+    """The gradient of x (and gamma, beta) against torch's, scheduled by the template:
+    both sums computed at the data gradient's loop over channels (kept whole at the
+    root for the gamma and beta gradients), reading the forward's saved statistics."""
+    from tecomp.te.retype import retype
+    C = shape[1] if layout == "NCHW" else shape[3]
+    X = tc.placeholder(shape, dtype, name="x")
+    G = tc.placeholder((C,), dtype, name="g") if affine else None
+    B = tc.placeholder((C,), dtype, name="b") if affine else None
+    Y = nn.batch_norm(X, G, B, layout=layout, relu=relu, eps=1e-3)
+    stats = {t.name: t for t in Y.op.input_tensors}
+    M, I = tc.placeholder((C,), dtype, name="m"), tc.placeholder((C,), dtype, name="i")
+    H = tc.placeholder(shape, dtype, name="dy")
+    wrt = [t for t in (X, G, B) if t is not None]
+    repl = {stats["batch_norm.mean"]: M, stats["batch_norm.invstd"]: I}
+    if relu:   # (the ReLU's mask reads the output, computed again from the saved ones)
+        grads, ins = list(tc.gradient(Y, wrt, head=H)), wrt + [H]
+        extra = []
+    else:
+        grads, ins = retype(list(tc.gradient(Y, wrt, head=H)), wrt + [H], replace=repl)
+        extra = [M, I]
+    args = ins + extra + grads
+    if how == "auto_schedule":
+        s = tc.auto_schedule(args, target=_TARGET)
+    else:
+        s = tc.schedule_backward(grads, target=_TARGET)
+    sums, = [st for st in s.stages if st.name == "batch_norm.grad_sums"]
+    assert (sums.stored_root and sums.attach_type == "scope") == at_dx
+    f = tc.build(s, args, target=_TARGET)
+    tdt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(1)
+    x = (torch.randn(shape, generator=gen, dtype=tdt) * 2 + 0.5).requires_grad_()
+    g = torch.randn(C, generator=gen, dtype=tdt).requires_grad_() if affine else None
+    b = torch.randn(C, generator=gen, dtype=tdt).requires_grad_() if affine else None
+    dy = torch.randn(shape, generator=gen, dtype=tdt)
+    ref = F.batch_norm(x if layout == "NCHW" else x.permute(0, 3, 1, 2), None, None, g, b,
+                       training=True, eps=1e-3)
+    ref = F.relu(ref) if relu else ref
+    ref = ref if layout == "NCHW" else ref.permute(0, 2, 3, 1)
+    want = torch.autograd.grad(ref, [t for t in (x, g, b) if t is not None], dy)
+    red = (0, 2, 3) if layout == "NCHW" else (0, 1, 2)
+    xd = x.detach()
+    mean = xd.mean(dim=red)
+    inv = 1 / torch.sqrt(xd.var(dim=red, unbiased=False) + 1e-3)
+    inputs = [t.detach().numpy() for t in (x, g, b) if t is not None] + [dy.numpy()]
+    if not relu:
+        inputs += [mean.numpy(), inv.numpy()]
+    outs = [np.empty(t.shape, dtype) for t in want]
+    f(*inputs, *outs)
+    tol = TOL[dtype] * 10
+    for got, e in zip(outs, want):
+        np.testing.assert_allclose(got, e.numpy(), rtol=tol, atol=tol)

@@ -116,6 +116,48 @@ def test_mean_and_variance_in_one_pass(backend):
     np.testing.assert_allclose(vr, x.var(1), rtol=1e-3, atol=1e-6)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rfactor_of_a_tuple_reduction(backend):
+    """rfactor factors every output of a sum and a sum of squares at once: one stage of
+    partial results with two outputs, vectorized along the factored lanes, both updated
+    from one read of each element."""
+    n, m = 6, 45
+    X = tc.placeholder((n, m), name="X")
+    k = tc.reduce_axis((0, m), name="k")
+    S, Q = tc.compute((n,), lambda i: (tc.sum(X[i, k], axis=k), tc.sum(X[i, k] * X[i, k], axis=k)),
+                      name="mom")
+    s = tc.create_schedule([S.op])
+    _, ki = s[S].split(k, factor=8)
+    rf = s.rfactor(S, ki, factor_axis=1)
+    assert rf.op.num_outputs == 2 and rf.op.output(1).name == "mom.rf.v1"
+    i, lanes = s[rf].op.axis
+    s[rf].reorder(i, *s[rf].op.reduce_axis, lanes)
+    s[rf].vectorize(lanes)
+    text = str(tc.lower(s, [X, S, Q]))
+    assert text.count("vectorized (k.inner, 0, 8)") == 2   # the init, and the update (+ tail)
+    x = _data(n, m, "float64").astype("float32")
+    a, b = np.zeros(n, "float32"), np.zeros(n, "float32")
+    run(s, [X, S, Q], [x, a, b], backend)
+    np.testing.assert_allclose(a, x.sum(1), rtol=1e-5)
+    np.testing.assert_allclose(b, (x * x).sum(1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rfactor_of_an_argmax(backend):
+    """An argmax (whose index reads the values) rfactored: the partial winners per lane,
+    then the winner of those; ties keep the first index."""
+    A, idx, val = _argmax_rows(9, 40, "int32")
+    s = tc.create_schedule(idx.op)
+    k = s[idx].op.reduce_axis[0]
+    ko, ki = s[idx].split(k, factor=8)
+    s.rfactor(idx, ko, factor_axis=0)
+    a = _data(9, 40, "int32")
+    i, v = np.zeros(9, "int32"), np.zeros(9, "int32")
+    run(s, [A, idx, val], [a, i, v], backend)
+    np.testing.assert_array_equal(i, a.argmax(1))
+    np.testing.assert_array_equal(v, a.max(1))
+
+
 def test_a_three_element_tuple_reducer_of_mixed_dtypes():
     """count, sum and max of the positive elements of each row, in one pass."""
     n, m = 9, 40

@@ -17,8 +17,8 @@ import numpy as np
 from ..errors import AutodiffError
 from ..ir import dtype as _dt
 from ..ir.expr import (
-    EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, FloorDiv, FloorMod, Let, Max,
-    Min, Mul, Not, Or, ProducerLoad, Reduce, Select, Sub, TruncDiv, TruncMod, Var,
+    EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CommReducer, Const, Div, FloorDiv, FloorMod,
+    Let, Max, Min, Mul, Not, Or, ProducerLoad, Reduce, Select, Sub, TruncDiv, TruncMod, Var,
 )
 from ..te import reduce as R
 from ..te.scatter import ScatterOp
@@ -205,7 +205,7 @@ def evaluate(outputs: Union[Tensor, Sequence[Tensor]], feed: Dict,
             continue
         op: ComputeOp = t.op
         shape = [_int(x, env) for x in op.shape]
-        body = op.body
+        body = _element_body(op, t.value_index)
         raxes = list(op.reduce_axis)
         rshape = [_int(iv.dom.extent, env) for iv in raxes]
         rmins = [_int(iv.dom.min, env) for iv in raxes]
@@ -260,6 +260,18 @@ def _scatter(op, values, env):
     out = np.zeros(shape, dt)
     np.add.at(out, tuple(i[ok] for i in idx), val[ok])
     return out
+
+
+def _element_body(op: ComputeOp, k: int):
+    """Output ``k``'s body: a reduction of a tuple whose elements each combine only their
+    own (a sum and a sum of squares in one compute) as a reduction of its own element;
+    anything else through ``op.body`` (single outputs only)."""
+    if len(op.bodies) == 1 or not isinstance(op.bodies[k], Reduce) or \
+            not op.bodies[k].combiner.independent:
+        return op.body
+    b, c = op.bodies[k], op.bodies[k].combiner
+    comb = CommReducer(c.name, c.lhs[k], c.rhs[k], c.result[k], c.identity[k])
+    return Reduce(comb, b.source, b.axis, b.condition, b.dtype)
 
 
 def _reduce(body, x, axes, ident, shape):

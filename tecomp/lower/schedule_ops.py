@@ -31,7 +31,7 @@ How bounds are found (``docs/bounds.md`` says the same for users):
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..errors import InternalError, LowerError, ScheduleError, internal_assert
 from ..ir import arith, dtype as _dt
@@ -496,13 +496,68 @@ class LowerContext:
             self.infer_loops(st, ranges)
             self._check_loop_kinds(st)
             self._make_buffer(st)
+            if self._stored_root(st):
+                self._check_store_root(st)
         for st in self.stages:
             self._add_domain_guards(st)
             if self.info[st].aligned:
                 self._check_aligned_reads(st)
 
-    def _relax_set(self, consumer: Stage, producer: Stage) -> Dict[Var, Range]:
-        """Loop counters to relax for one iteration of producer's attach loop."""
+    @staticmethod
+    def _stored_root(st: Stage) -> bool:
+        """A stage computed at a loop whose buffer is whole at the root (``store_root``):
+        indexed as its tensor is, not from the start of its region."""
+        return st.stored_root and st.attach_type == "scope"
+
+    def _relative(self, st: Stage) -> bool:
+        """Whether ``st``'s buffer holds its region from its start (a stage computed at a
+        loop, not ``store_root``)."""
+        return st.attach_type == "scope" and not st.stored_root
+
+    def _check_store_root(self, st: Stage):
+        """``store_root``: a global buffer on the CPU, no ``align_bounds``, and no two
+        iterations of an enclosing parallel loop computing the same element."""
+        what = f"store_root on stage {st.name}"
+        if st.scope != "global":
+            raise ScheduleError(f"{what}: its scope is {st.scope}; a buffer kept at the root is "
+                                "global: drop set_scope, or store_root")
+        if st.bound_aligns or self._in_gpu_kernel(st) or self._thread_relax(st):
+            why = ("align_bounds computes past the region its consumers read" if st.bound_aligns
+                   else "it is computed inside a GPU kernel")
+            raise ScheduleError(f"{what}: {why}; compute it at the root, or drop store_root")
+        inf = self.info[st]
+        outer = self._outer_ranges(st)
+        arith = _arith()
+        x, axis = st.attach_stage, st.attach_ivar
+        while x is not None:
+            leaves = x.leaf_iter_vars
+            for iv in leaves[:leaves.index(axis) + 1]:
+                a = x.iter_attrs.get(iv)
+                if a is None or a.kind != "parallel":
+                    continue
+                v = iv.var
+                nxt = {v: _op.add(v, Const(1, v.dtype))}
+                # disjoint: along some axis, the next iteration's region starts past this one's
+                ok = False
+                for ax in st.op.axis:
+                    lo, ext = inf.root_min[ax], inf.extent[ax]
+                    gap = _simplify(_op.sub(_op.sub(substitute(lo, nxt), lo), ext), outer)
+                    glo, _ = arith.const_interval(gap, outer)
+                    if glo is not None and glo >= 0:
+                        ok = True
+                        break
+                if not ok:
+                    raise ScheduleError(
+                        f"{what}: iterations of the parallel loop {x.name}.{iv.name} may compute "
+                        f"overlapping parts of {st.name} (two threads writing one element of "
+                        f"its buffer); compute it at a loop inside which each iteration's part "
+                        "is its own, drop parallel there, or drop store_root")
+            x, axis = x.attach_stage, x.attach_ivar
+
+    def _relax_set(self, consumer: Stage, producer: Stage) -> Optional[Dict[Var, Range]]:
+        """Loop counters to relax for one iteration of producer's attach loop; None for a
+        consumer outside that loop of a ``store_root`` producer (it reads the whole
+        buffer after the loop nest)."""
         target, axis = producer.attach_stage, producer.attach_ivar
         relax: Dict[Var, Range] = {}
         x, below = consumer, None  # below: leaf of x under which the chain hangs (None: all)
@@ -520,6 +575,8 @@ class LowerContext:
             for iv in leaves[:cut]:
                 relax[iv.var] = _range0(self.info[x].extent[iv])
             if outside or x.attach_type != "scope":
+                if producer.stored_root and _root_of(consumer) is not _root_of(target):
+                    return None   # (read after the nest that computes it)
                 raise ScheduleError(
                     f"compute_at of {producer.name} at {target.name}.{axis.name}: its consumer "
                     f"{consumer.name} is not computed inside that loop, so {producer.name} would "
@@ -561,8 +618,13 @@ class LowerContext:
             raise ScheduleError(f"compute_at of {st.name}: no stage reads it")
         thread_relax = self._thread_relax(st)
         gpu_tile = (st.scope == "shared" or st.scope in PER_THREAD_SCOPES) and self._in_gpu_kernel(st)
+        inside = 0
         for c in consumers:
-            relax = {**self._relax_set(c, st), **thread_relax}
+            relax = self._relax_set(c, st)
+            if relax is None:
+                continue   # (store_root: read after the loop nest, whole)
+            inside += 1
+            relax = {**relax, **thread_relax}
             cinf = self.info[c]
             vmap = {iv.var: self.root_value(c, iv) for iv in list(c.op.axis) + list(c.op.reduce_axis)}
             for load in (ld for t in outs for b in cinf.bodies for ld in _producer_loads(b, t)):
@@ -575,6 +637,12 @@ class LowerContext:
                     else:
                         los[d].append(itv.lo)
                         his[d].append(itv.hi)
+        if not inside:
+            raise ScheduleError(
+                f"compute_at of {st.name} at {st.attach_stage.name}.{st.attach_ivar.name} "
+                f"with store_root: no stage inside that loop reads {st.name} (its readers "
+                f"{', '.join(c.name for c in consumers)} are outside it); compute it at a loop "
+                "of a stage that reads it, or at the root")
         out = []
         # the loop counters enclosing the attach point have known ranges: simplifying
         # with them turns e.g. min(io*6 + 5, 479) - max(io*6, 0) + 1 into 6
@@ -681,7 +749,7 @@ class LowerContext:
             buf, pinf = self.buffer_of(ld.producer)
             for d, idx in enumerate(ld.indices):
                 off = zero
-                if pinf is not None and pinf.stage.attach_type == "scope":
+                if pinf is not None and self._relative(pinf.stage):
                     off = pinf.root_min[pinf.stage.op.axis[d]]
                 top = _op.sub(buf.shape[d], Const(1, buf.shape[d].dtype))
                 # idx - off in [0, extent - 1], directly or through a fact x <= y
@@ -734,7 +802,9 @@ class LowerContext:
             return
         arith = _arith()
         shape = []
-        if st.attach_type == "scope":
+        if self._stored_root(st):
+            shape = list(st.op.shape)
+        elif st.attach_type == "scope":
             outer = self._outer_ranges(st)
             raw = inf.raw_extent
             for d, iv in enumerate(st.op.axis):
@@ -839,7 +909,8 @@ class LowerContext:
         vmap = {iv.var: self.root_value(st, iv) for iv in list(op.axis) + list(op.reduce_axis)}
         # (a buffer holds a stage's region from its start; a scan's time axis starts at
         # its first computed step, in the scan's whole output)
-        where = self.root_value if isinstance(op, ScanOp) else lambda _, iv: inf.value[iv]
+        where = (self.root_value if isinstance(op, ScanOp) or self._stored_root(st)
+                 else lambda _, iv: inf.value[iv])
         store_idx = tuple(_simplify(where(st, iv), self.leaf_ranges(st)) for iv in op.axis)
         leaves = st.leaf_iter_vars
         body = inf.bodies[0]
@@ -1171,6 +1242,8 @@ class LowerContext:
         nests = [_guard(self.make_nest(s), self.info[s].region_guard) for s in inner]
         out = seq(*nests, body)
         for s in reversed(inner):
+            if s.stored_root:
+                continue   # (allocated at the root: make_body)
             for b in reversed(self.info[s].buffers):
                 out = Allocate(b, out)
                 if s.double_buffered:
@@ -1191,13 +1264,58 @@ class LowerContext:
                     "buffering needs a shared-memory stage computed at a serial loop of a GPU "
                     f"kernel (s[{display(st.name)}].compute_at(s[C], k_outer))")
         roots = [s for s in self.stages if s.attach_type == "root"]
+        kept = [s for s in self.stages if self._stored_root(s)]
+        if kept:
+            roots = self._roots_in_order(roots)
         nests = [self.make_nest(s) for s in roots]
         body = seq(*nests)
+        for s in reversed(kept):
+            for b in reversed(self.info[s].buffers):
+                body = Allocate(b, body)
         for s in reversed(roots):
             for t, b in reversed(list(zip(s.origin_op._outs, self.info[s].buffers))):
                 if _key(t) not in self.arg_buffers:
                     body = Allocate(b, body)
         return body
+
+
+    def _roots_in_order(self, roots: List[Stage]) -> List[Stage]:
+        """The root stages in an order where every loop nest comes after the nests that
+        compute what it reads: a ``store_root`` stage is computed inside its consumer's
+        nest, which its readers outside that nest must follow (stable: the stages' own
+        order where it is free)."""
+        root_of = _root_of
+        pos = {id(r): n for n, r in enumerate(roots)}
+        after = {id(r): set() for r in roots}   # root -> roots its nest reads
+        for p, cons in self.readers.items():
+            if p.attach_type == "inline":
+                continue
+            rp = root_of(p)
+            for c in cons:
+                rc = root_of(c)
+                if rc is not rp and id(rc) in after and id(rp) in pos:
+                    after[id(rc)].add(id(rp))
+        out, placed = [], set()
+        while len(out) < len(roots):
+            ready = [r for r in roots if id(r) not in placed and after[id(r)] <= placed]
+            if not ready:
+                left = [r.name for r in roots if id(r) not in placed]
+                raise ScheduleError(
+                    f"store_root: the loop nests of {', '.join(left)} cannot be ordered: each "
+                    "reads what another computes (a store_root stage is computed inside its "
+                    "consumer's nest, which must run before any stage outside it reads it); "
+                    "compute_root the stage kept at the root, or the stages reading it")
+            r = min(ready, key=lambda x: pos[id(x)])
+            out.append(r)
+            placed.add(id(r))
+        return out
+
+
+def _root_of(st: Stage) -> Stage:
+    """The root stage whose loop nest ``st`` is computed in (``st`` itself at the root)."""
+    while st.attach_type == "scope":
+        st = st.attach_stage
+    return st
 
 
 class _LoadLowering(Mutator):
@@ -1207,7 +1325,7 @@ class _LoadLowering(Mutator):
     def visit_ProducerLoad(self, e):
         idx = [self.visit(i) for i in e.indices]
         buf, inf = self.ctx.buffer_of(e.producer)
-        if inf is not None and inf.stage.attach_type == "scope":
+        if inf is not None and self.ctx._relative(inf.stage):
             idx = [_op.sub(i, inf.root_min[iv]) for i, iv in zip(idx, inf.stage.op.axis)]
         return BufferLoad(buf, tuple(_simplify(i) for i in idx), buf.dtype)
 

@@ -61,8 +61,8 @@ def batch_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
     ``batch_norm``): with ``g`` the incoming gradient (zero where the fused ReLU is),
     ``xhat = (x - mean) * invstd`` and ``m`` values per channel, ``d beta = sum g``,
     ``d gamma = sum g * xhat`` and ``d x = gamma * invstd * (g - (d beta + xhat * d gamma)
-    / m)``: two reductions and one elementwise pass, not the gradient of the statistics'
-    reductions.  The statistics stages are constants for differentiation.
+    / m)``: the two sums in one reduction (stage ``.grad_sums``, two outputs) and one
+    elementwise pass, not the gradient of the statistics' reductions.  The statistics stages are constants for differentiation.
 
     Parameters
     ----------
@@ -282,18 +282,17 @@ def _batch_norm_grad(out, adjoint, wanted):
             v = _te.if_then_else(out[i] > 0, v, _c(0, acc))
         return v
 
-    def reduce(fn, what):
-        def body(c):
-            r = [_te.reduce_axis(x.shape[d], name=n) for d, n in zip(dims, "nhw")]
-            idx = [None] * 4
-            idx[axis] = c
-            for d, v in zip(dims, r):
-                idx[d] = v
-            return _te.sum(fn(tuple(idx), c), axis=r)
-        return _te.compute((C,), body, name=f"{out.name}.{what}", tag="batch_norm_grad")
+    def sums(c):   # both in one pass over x and the incoming gradient
+        r = [_te.reduce_axis(x.shape[d], name=n) for d, n in zip(dims, "nhw")]
+        idx = [None] * 4
+        idx[axis] = c
+        for d, v in zip(dims, r):
+            idx[d] = v
+        i = tuple(idx)
+        return (_te.sum(g(i), axis=r), _te.sum(g(i) * (x[i].astype(acc) - mean[c]), axis=r))
 
-    sum_g = reduce(lambda i, c: g(i), "grad_sum")
-    sum_gx = reduce(lambda i, c: g(i) * (x[i].astype(acc) - mean[c]), "grad_dot")
+    sum_g, sum_gx = _te.compute((C,), sums, name=f"{out.name}.grad_sums",
+                                tag="batch_norm_grad")
     res = {}
     if any(t is x for t in wanted):
         def dx(*i):

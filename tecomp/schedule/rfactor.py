@@ -6,6 +6,10 @@ put at position ``factor_axis``) and ``C[i] = sum(C.rf[ki, i], ki)``.  The other
 axes derived from the reduce axes stay reductions of ``C.rf``; a tail that does not
 divide becomes part of the reduction's ``where=`` condition.  ``C``'s stage is reset
 (its loops are those of the new reduction).
+
+A multi-output reduction (a tuple reducer: ``tc.sum(x), tc.sum(x * x)`` in one compute,
+an argmax) is factored whole: ``C.rf`` has one output per output of ``C`` (the tensor
+returned is the first, ``.op.output(k)`` the others), all computed in one loop nest.
 """
 from __future__ import annotations
 
@@ -23,8 +27,7 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
         raise ScheduleError(f"rfactor: tensor must be a Tensor, got {tensor!r}")
     st = sch[tensor]
     op = st.op
-    st._single_output("rfactor")
-    if not isinstance(op.body, Reduce):
+    if not isinstance(op.bodies[0], Reduce):
         raise ScheduleError(f"rfactor on stage {st.name}: it is not a reduction; rfactor splits "
                             "the reduction of a tc.sum/max/min compute")
     iv = st._iv(axis, "rfactor")
@@ -93,7 +96,8 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     for r in op.reduce_axis:
         # (an axis split past int32 is int64; the original axis keeps its own type)
         vmap[r.var] = _op.add(r.dom.min, value[r]).astype(r.var.dtype)
-    body = op.body
+    bodies = op.bodies
+    body = bodies[0]
     cond = substitute(body.condition, vmap)
     guard = None
     for c in conds:
@@ -105,16 +109,20 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     else:
         for c in conds:
             cond = _and(cond, c)
-    src = substitute(body.source, vmap)
+    srcs = [substitute(b.source, vmap) for b in bodies]
     # (a user reducer's combiner and identity may read the output indices too)
     comb = map_combiner(body.combiner, lambda e: substitute(e, vmap))
+    idents = comb.identity if len(bodies) > 1 else (comb.identity,)
     rf_axes = list(out_axis)
     rf_axes.insert(factor_axis, rf_axis_iv)
     if rf_reduce:
-        rf_body = Reduce(comb, src, tuple(rf_reduce), cond, body.dtype)
+        rf_bodies = [Reduce(comb, src, tuple(rf_reduce), cond, b.dtype, b.value_index)
+                     for src, b in zip(srcs, bodies)]
     else:
-        rf_body = src if _is_true(cond) else if_then_else(cond, src, comb.identity)
-    rf_op = ComputeOp(f"{op.name}.rf", rf_axes, rf_body, op.tag, op.attrs)
+        rf_bodies = [src if _is_true(cond) else if_then_else(cond, src, ident)
+                     for src, ident in zip(srcs, idents)]
+    rf_op = ComputeOp(f"{op.name}.rf", rf_axes,
+                      tuple(rf_bodies) if len(bodies) > 1 else rf_bodies[0], op.tag, op.attrs)
     rf = rf_op.output(0)
     rst = type(st)(rf_op, sch)   # a Stage (this module does not import schedule.py)
     sch.stages.insert(sch.stages.index(st), rst)
@@ -123,9 +131,10 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     k2 = _axis(iv, ext[iv], "reduce")
     idx = [a.var for a in op.axis]
     idx.insert(factor_axis, k2.var)
-    new_body = Reduce(body.combiner, ProducerLoad(rf, tuple(idx), rf.dtype), (k2,),
-                      Const(True, "bool"), body.dtype)
-    sch._replace_op(st, _with_body(op, new_body))
+    new_bodies = tuple(Reduce(b.combiner, ProducerLoad(t, tuple(idx), t.dtype), (k2,),
+                              Const(True, "bool"), b.dtype, b.value_index)
+                       for b, t in zip(bodies, rf_op._outs))
+    sch._replace_op(st, _with_body(op, new_bodies if len(bodies) > 1 else new_bodies[0]))
     st._reset_loops()
     return rf
 

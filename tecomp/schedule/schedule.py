@@ -97,6 +97,7 @@ class Stage(TracedStage):
         self.bound_aligns: Dict[int, int] = {}   # output dimension -> align_bounds factor
         self.tensorized: Optional[tuple] = None  # (IterVar, TensorIntrin): tensorize
         self.double_buffered = False  # double_buffer
+        self.stored_root = False  # store_root
 
     def _reset_loops(self):
         op = self.op
@@ -440,6 +441,25 @@ class Stage(TracedStage):
                                     f"itself computed inside {self.name}: that is a cycle")
             a = a.attach_stage
         self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, iv
+
+    def store_root(self):
+        """Keep this stage's buffer whole at the root while ``compute_at`` computes it at a
+        consumer's loop (Halide's ``store_root``).
+
+        Each iteration of that loop computes the region its own consumers there read, as
+        any ``compute_at`` does, but into the stage's full-size buffer (indexed as the
+        tensor is), allocated once outside every loop; stages outside the loop (an output
+        of the schedule among them) may then read the stage after the loop nest that
+        computes it.  E.g. batch norm's gradient: the two per-channel sums computed at
+        the data gradient's channel loop, just before the channel's elements read them,
+        and read again by the scale and shift gradients at the root.
+
+        Lowering refuses it for a stage computed in ``local``/``shared`` scope or on the
+        GPU, with ``align_bounds``, or where iterations of an enclosing parallel loop may
+        compute overlapping parts of the stage (two threads writing one element).  At
+        the root it changes nothing."""
+        self._check_attachable("store_root")
+        self.stored_root = True
 
     def compute_inline(self):
         """Substitute this stage's body into every consumer (no buffer, no loops)."""
@@ -956,7 +976,10 @@ class Schedule:
     def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
         """Factor the reduction of ``tensor`` over ``axis`` (a leaf axis derived from its
         reduce axes) into a new tensor with ``axis`` as a data-parallel dimension at
-        position ``factor_axis``; ``tensor`` then reduces that one.  Returns the new tensor."""
+        position ``factor_axis``; ``tensor`` then reduces that one.  Returns the new tensor.
+        A multi-output reduction (``tc.sum(a), tc.sum(b)`` in one compute, an argmax) is
+        factored whole, into one stage with as many outputs: the first is returned,
+        ``.op.output(k)`` gives the others."""
         return rfactor(self, tensor, axis, factor_axis)
 
     def normalize(self) -> "Schedule":

@@ -44,6 +44,7 @@ STAGE_PRIMITIVES = (
     "split", "tile", "fuse", "reorder", "unroll", "vectorize", "parallel", "bind", "pragma",
     "prefetch", "compute_at", "compute_inline", "compute_root", "set_scope",
     "storage_align", "storage_order", "align_bounds", "tensorize", "double_buffer",
+    "store_root",
 )
 SCHEDULE_PRIMITIVES = ("cache_read", "cache_write", "rfactor")
 _MAKES_TENSOR = ("cache_read", "cache_write", "rfactor")
@@ -235,7 +236,7 @@ _ARGS: Dict[str, Dict[str, str]] = {
     "pragma": {"axis": "axis", "name": "string", "value": "scalar"},
     "prefetch": {"tensor": "tensor", "axis": "axis", "offset": "int32", "along": "axis?"},
     "compute_at": {"parent": "stage", "axis": "axis"},
-    "compute_inline": {}, "compute_root": {}, "double_buffer": {},
+    "compute_inline": {}, "compute_root": {}, "double_buffer": {}, "store_root": {},
     "set_scope": {"scope": "string"},
     "storage_align": {"axis": "axis", "factor": "factor", "offset": "int32"},
     "align_bounds": {"axis": "axis", "factor": "factor"},

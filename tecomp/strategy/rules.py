@@ -509,20 +509,21 @@ class _Rules(BlockRules):
         self.fallback(st)
 
     def plane_reduction(self, st: Stage) -> bool:
-        """A sum/max/min over several axes whose last one runs along contiguous memory (a
-        batch norm's per-channel statistics over ``n, h, w``, a bias gradient): the output
-        axes fused and in parallel, and per output element the reduction ``rfactor``-ed
-        into one vector of partial results along the last axis, the other reduce axes
-        outside it.  True when it applied."""
+        """A sum/max/min (or several in one pass) over several axes whose last one runs
+        along contiguous memory (batch norm's per-channel sums over ``n, h, w``, a bias
+        gradient): the output axes fused and in parallel, and per output element the
+        reduction ``rfactor``-ed into one vector of partial results along the last axis,
+        the other reduce axes outside it.  True when it applied."""
         op = st.op
-        if len(op.bodies) != 1 or len(op.reduce_axis) < 2 or not op.axis:
+        if (len(op.bodies) > 1 and not op.bodies[0].combiner.independent) or \
+                len(op.reduce_axis) < 2 or not op.axis:
             return False
         r = op.reduce_axis[-1]
         e = self.ext(r.dom.extent)
         exts = [self.ext(a.dom.extent) for a in op.axis]
         if e is None or e < 4 or None in exts:   # (4-15 lanes: one masked vector)
             return False
-        kinds = [_stride_along(ld.indices, r.var) for ld in _loads(op.body.source)]
+        kinds = [_stride_along(ld.indices, r.var) for b in op.bodies for ld in _loads(b.source)]
         if "strided" in kinds or "unit" not in kinds:
             return False
         if not self.k.choose(f"{op.name}.plane", [True, False], True):
@@ -533,8 +534,7 @@ class _Rules(BlockRules):
         lanes = rf.op.axis[-1]
         rf.reorder(*(list(rf.op.axis[:-1]) + list(rf.op.reduce_axis) + [lanes]))
         rf.vectorize(lanes)
-        st = s[op.output(0)]
-        axes = list(st.op.axis)
+        st, axes = s[op.output(0)], list(s[op.output(0)].op.axis)
         row = axes[0] if len(axes) == 1 else st.fuse(*axes)
         if self.info.threads > 1 and math.prod(exts) >= 2:
             st.parallel(row)

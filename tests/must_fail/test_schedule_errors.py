@@ -9,7 +9,7 @@ import tecomp as tc
 import small_programs as sp  # tests/must_fail/small_programs.py
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from helpers import triangular_sum  # noqa: E402  (tests/helpers.py)
+from helpers import channel_sum as _channel_sum, triangular_sum  # noqa: E402  (tests/helpers.py)
 
 
 def _mm(n=64):
@@ -896,11 +896,14 @@ def test_cache_write_of_a_multi_output_compute():
         s.cache_write(val, "local")
 
 
-def test_rfactor_of_a_multi_output_compute():
-    A, idx, val = _argmax_rows()
-    s = tc.create_schedule(idx.op)
-    with pytest.raises(tc.ScheduleError, match=r"rfactor on stage am: it computes 2 outputs"):
-        s.rfactor(idx, s[idx].op.reduce_axis[0])
+def test_rfactor_of_a_multi_output_elementwise_compute():
+    """A multi-output reduction is factored whole; a multi-output compute without a
+    reduction has nothing to factor."""
+    A = tc.placeholder((8, 6), name="A")
+    lo, hi = tc.compute((8, 6), lambda i, j: (A[i, j] - 1.0, A[i, j] + 1.0), name="lohi")
+    s = tc.create_schedule(lo.op)
+    with pytest.raises(tc.ScheduleError, match=r"rfactor on stage lohi: it is not a reduction"):
+        s.rfactor(lo, s[lo].op.axis[1])
 
 
 def test_tuple_reduction_across_threads():
@@ -1521,3 +1524,65 @@ def test_double_buffer_outside_a_gpu_kernel():
                                                r"k.outer, which is outside any GPU kernel"):
         tc.lower(s, args)
 
+
+
+def test_store_root_under_a_parallel_loop_whose_iterations_overlap():
+    """At D's parallel batch loop every iteration computes all of S: two threads would
+    sum into the same elements of the shared buffer."""
+    X, S, D, G = _channel_sum()
+    s = tc.create_schedule([D.op, G.op])
+    s[D].parallel(s[D].op.axis[0])
+    s[S].compute_at(s[D], s[D].op.axis[0])
+    s[S].store_root()
+    with pytest.raises(tc.ScheduleError, match=r"store_root on stage S: iterations of the "
+                                               r"parallel loop D.i may compute overlapping "
+                                               r"parts of S"):
+        tc.lower(s, [X, D, G])
+
+
+def test_store_root_of_a_local_stage():
+    X, S, D, G = _channel_sum()
+    s = tc.create_schedule([D.op, G.op])
+    s[S].compute_at(s[D], s[D].op.axis[1])
+    s[S].set_scope("local")
+    s[S].store_root()
+    with pytest.raises(tc.ScheduleError, match=r"store_root on stage S: its scope is local; "
+                                               r"a buffer kept at the root is global"):
+        tc.lower(s, [X, D, G])
+
+
+def test_store_root_of_an_output():
+    X, S, D, G = _channel_sum()
+    s = tc.create_schedule([D.op, G.op])
+    with pytest.raises(tc.ScheduleError, match=r"store_root on stage G: it is an output"):
+        s[G].store_root()
+
+
+def test_store_root_whose_outside_reader_is_read_inside():
+    """G reads S (computed inside D's nest) and D reads G: no order of the nests works."""
+    X = tc.placeholder((3, 9, 13), name="X")
+    n, w = tc.reduce_axis((0, 3), name="n"), tc.reduce_axis((0, 13), name="w")
+    S = tc.compute((9,), lambda c: tc.sum(X[n, c, w], axis=[n, w]), name="S")
+    G = tc.compute((9,), lambda c: S[c] * 2.0, name="G")
+    D = tc.compute((3, 9, 13), lambda i, c, j: X[i, c, j] - S[c] + G[(c + 1) % 9], name="D")
+    s = tc.create_schedule(D.op)
+    s[S].compute_at(s[D], s[D].op.axis[1])
+    s[S].store_root()
+    with pytest.raises(tc.ScheduleError, match=r"store_root: the loop nests of G, D cannot be "
+                                               r"ordered"):
+        tc.lower(s, [X, D])
+
+
+def test_store_root_read_in_the_same_nest_before_it_is_computed():
+    """E, computed at D's channel loop, reads S, which is computed at D's inner loop:
+    in the same nest, before S (store_root does not make it ready there)."""
+    X, S, D, G = _channel_sum()
+    E = tc.compute((3, 9, 13), lambda i, c, j: D[i, c, j] + S[(c + 1) % 9], name="E")
+    s = tc.create_schedule([E.op, G.op])
+    i, c, j = s[E].op.axis
+    s[D].compute_at(s[E], c)
+    s[S].compute_at(s[D], s[D].op.axis[2])
+    s[S].store_root()
+    with pytest.raises(tc.ScheduleError, match=r"compute_at of S at D.j: its consumer E is not "
+                                               r"computed inside that loop"):
+        tc.lower(s, [X, E, G])

@@ -21,6 +21,7 @@ runtime (``tc.set_num_threads``).
 :mod:`.depthwise`      depthwise conv2d NCHW / NHWC (memory-bound) with an epilogue
 :mod:`.grouped`        grouped conv2d NCHW / NHWC (``groups=``) with an epilogue
 :mod:`.softmax`        softmax, ``softmax_fast``
+:mod:`.batch_norm`     batch norm's gradient (NCHW: per channel, its sums then its ``dx``)
 :mod:`.pool`           max / average / adaptive pooling, 1-3-d, channels first or last
 :mod:`.attention`      ``scaled_dot_product_attention``, FlashAttention's way
 :mod:`.elementwise`    injective operators and epilogues

@@ -14,6 +14,7 @@ from ...lower import lower
 from ...schedule.schedule import Schedule, create_schedule
 from .._common import _walk
 from .attention import _attention_into, _attention_part
+from .batch_norm import _bn_grad_part
 from .common import _NoTemplate, _auto_rest, _op_tags
 from .conv3d import _conv3d_template
 from .conv_nd import _conv1d_template, _phases_template
@@ -83,10 +84,11 @@ TEMPLATES = (_skinny_template, _auto_template, _phases_template, _conv1d_templat
 
 #: templates of an operator inside a larger DAG, by the tag of its output stage (see
 #: :func:`tecomp.strategy.rules.generic_rules`): attention inside a transformer layer, a
-#: depthwise convolution inside a block
+#: depthwise convolution inside a block, batch norm's data gradient with its two sums
 PART_TEMPLATES: Dict[str, object] = {"sdpa": _attention_part,
                                      "depthwise_conv2d_nchw": _depthwise_part,
-                                     "depthwise_conv2d_nhwc": _depthwise_part}
+                                     "depthwise_conv2d_nhwc": _depthwise_part,
+                                     "batch_norm_grad": _bn_grad_part}
 
 
 def _template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
