@@ -182,7 +182,9 @@ def test_gemm_column_edge_is_one_kernel(shape, nr, threads):
     old = tc.get_num_threads()
     tc.set_num_threads(threads)
     try:
-        s = sc.schedule_matmul(C)
+        # (the template's blocking given: without a config a matmul of at most 16 rows
+        # streams B in place, tests/test_skinny_gemm.py)
+        s = sc.schedule_matmul(C, config={"nr": nr})
         text = str(tc.lower(s, [A, B, C]))
         f = tc.build(s, [A, B, C])
         p = sc.gemm_params(m, n, k, nr=nr)

@@ -12,7 +12,7 @@ import pytest
 
 import tecomp as tc
 from tecomp.nn import ops
-from tecomp.strategy import cpu as sc
+from tecomp.strategy import Knobs, apply_rules, cpu as sc
 
 from helpers import with_fma_model, with_l2
 
@@ -154,12 +154,14 @@ def test_matmul_symbolic_columns_or_reduction_on_two_threads(sym, packed, thread
 @pytest.mark.parametrize("M", [64, 7])
 def test_matmul_schedule_shape(M, threads):
     """The micro-kernel structure: rows unrolled, columns one vector, FMA pragma, and a
-    parallel loop (over row panels, or over column blocks when rows are few)."""
+    parallel loop (over row panels, or over column blocks when rows are few).  (Without
+    a config a matmul of at most 16 rows streams B in place: tests/test_skinny_gemm.py.)"""
     tc.set_num_threads(2)
     A = tc.placeholder((M, 64), name="A")
     B = tc.placeholder((64, 64), name="B")
     C = ops.matmul(A, B)
-    text = str(tc.lower(sc.schedule_matmul(C), [A, B, C]))
+    config = {"nr": sc.gemm_params(M, 64, 64).nr}
+    text = str(tc.lower(sc.schedule_matmul(C, config=config), [A, B, C]))
     assert "pragma_fp_contract" in text
     assert "unrolled (i.inner" in text and "vectorized (j.inner.inner" in text
     assert "B.local" in text  # the packed block of B
@@ -243,20 +245,24 @@ def test_dense_in_place_vectorizes_the_reduction():
 def test_dense_in_place_reads_aligned_copies(offset):
     """X is copied once (root) and W's rows once per output tile into buffers of their
     own, for operands at any offset from a cache line (numpy's large arrays start 16
-    bytes past one); a batch of one block reads both in place."""
-    X = tc.placeholder((13, 70), name="X")
+    bytes past one); a batch of one block reads both in place (the template asked for
+    by its knobs: at most 16 rows get the skinny schedule by default)."""
+    X = tc.placeholder((29, 70), name="X")
     W = tc.placeholder((21, 70), name="W")
     Y = ops.dense(X, W)
     s = sc.schedule_dense(Y)
     text = str(tc.lower(s, [X, W, Y]))
     assert "allocate X.global" in text and "allocate W.local" in text, text
-    buf = _arr(13 * 70 + 21 * 70 + 8)
-    x = buf[offset:offset + 13 * 70].reshape(13, 70)
-    w = buf[offset + 13 * 70 + 3:offset + 13 * 70 + 3 + 21 * 70].reshape(21, 70)
+    buf = _arr(29 * 70 + 21 * 70 + 8)
+    x = buf[offset:offset + 29 * 70].reshape(29, 70)
+    w = buf[offset + 29 * 70 + 3:offset + 29 * 70 + 3 + 21 * 70].reshape(21, 70)
     _close(_run(s, [X, W, Y], [x, w]), x.astype("float64") @ w.T.astype("float64"))
     X1 = tc.placeholder((3, 70), name="X")
     Y1 = ops.dense(X1, W)
-    text = str(tc.lower(sc.schedule_dense(Y1), [X1, W, Y1]))
+    knobs = Knobs({"skinny": False})
+    s1 = apply_rules([X1, W, Y1], knobs, sc.cpu_model())
+    assert knobs.values["skinny"] is False and "dense.rf" in str(tc.lower(s1, [X1, W, Y1]))
+    text = str(tc.lower(s1, [X1, W, Y1]))
     assert "X.global" not in text and "W.local" not in text
 
 

@@ -12,7 +12,7 @@ import pytest
 import tecomp as tc
 import tecomp.nn as nn
 from tecomp.strategy import Knobs, apply_rules
-from tecomp.strategy.cpu import cpu_model
+from tecomp.strategy.cpu import cpu_model, schedule_dense, schedule_matmul
 from tecomp.strategy.cpu.skinny import SKINNY_MAX_ROWS, skinny_plan, skinny_tile
 from tecomp.target import CpuModel
 from tecomp.te.tensor import ComputeOp
@@ -96,26 +96,49 @@ def test_llm_decoding_shape_reads_w_in_place():
     assert "allocate" not in _no_copy_of(s, args, W)
 
 
-def test_nn_dense_and_matmul_get_the_skinny_schedule():
-    """``tecomp.nn.dense`` with a bias and a ReLU (the epilogue applied on the way
-    out) and ``tecomp.nn.matmul`` of 3 rows: the skinny schedule, no copy of W."""
-    M, N, K = 3, 50, 37
+def _dense_and_matmul_stream_w(M, N, K, dense_schedule, matmul_schedule):
+    """``relu(dense(X, W, b))`` and ``matmul(X, W)`` scheduled by the two functions (each
+    ``fn(args) -> Schedule``): no copy of W, numpy's results.  Returns the matmul's
+    args."""
     X = tc.placeholder((M, K), name="X")
     Wd = tc.placeholder((N, K), name="Wd")
     b = tc.placeholder((N,), name="b")
     D = nn.relu(nn.dense(X, Wd, b))
-    knobs = Knobs()
-    s = apply_rules([X, Wd, b, D], knobs, cpu_model())
-    assert knobs.values.get("skinny") is True
+    s = dense_schedule([X, Wd, b, D])
     _no_copy_of(s, [X, Wd, b, D], Wd)
     bias = RNG.standard_normal(N).astype("float32")
     c, want = _run(s, [X, Wd, b, D], "wt", bias)
     np.testing.assert_allclose(c, np.maximum(want, 0), rtol=1e-4, atol=1e-4)
     Wm = tc.placeholder((K, N), name="Wm")
     Mm = nn.matmul(X, Wm)
-    s = tc.auto_schedule([X, Wm, Mm])
+    s = matmul_schedule([X, Wm, Mm])
     _no_copy_of(s, [X, Wm, Mm], Wm)
     c, want = _run(s, [X, Wm, Mm], "w")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+    return [X, Wm, Mm]
+
+
+def test_nn_dense_and_matmul_get_the_skinny_schedule():
+    """``tecomp.nn.dense`` with a bias and a ReLU (the epilogue applied on the way
+    out) and ``tecomp.nn.matmul`` of 3 rows: the skinny schedule, no copy of W."""
+    def rules(args):
+        knobs = Knobs()
+        s = apply_rules(args, knobs, cpu_model())
+        assert knobs.values.get("skinny") is True
+        return s
+
+    _dense_and_matmul_stream_w(3, 50, 37, rules, tc.auto_schedule)
+
+
+def test_schedule_dense_and_matmul_called_directly_stream_w():
+    """``schedule_dense`` / ``schedule_matmul`` called as TVM users call TOPI's schedules
+    (no config) give a skinny GEMM the same in-place schedule; with a ``config`` they
+    apply the GEMM template's blocking as asked (W copied into panels)."""
+    args = _dense_and_matmul_stream_w(5, 70, 40, lambda a: schedule_dense([a[-1]]),
+                                      lambda a: schedule_matmul([a[-1]]))
+    s = schedule_matmul([args[-1]], config={"mr": 4, "nr": 16})
+    assert "cache_read" in s.trace.python(args)
+    c, want = _run(s, args, "w")
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
 
 

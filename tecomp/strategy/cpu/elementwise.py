@@ -7,7 +7,7 @@ from typing import Optional
 from ...schedule.schedule import Schedule, create_schedule
 from ...te.tensor import Tensor
 from .._common import _cint, _inline_injective, _is_injective, _outs, _walk
-from .common import _loads
+from .common import _auto_rest, _loads
 from ...target import CpuModel, cpu_model
 
 
@@ -107,3 +107,14 @@ def _fusable_epilogue(outs, main: Tensor) -> Optional[Tensor]:
                             i is not v for i, v in zip(ld.indices, axes)):
                         return None
     return out
+
+
+def _gemm_epilogues(s: Schedule, outs, info: CpuModel, keep) -> Schedule:
+    """The epilogues (bias, activation) of GEMM stages already scheduled (the ops whose
+    ids are in ``keep``): the injective chain inlined into the output, which is
+    scheduled as an elementwise loop; the rules for anything else."""
+    _inline_injective(s, [op for op in _walk(outs) if id(op) not in keep])
+    for t in outs:
+        if id(t.op) not in keep and _is_injective(t.op):
+            _schedule_elementwise_stage(s, t, info)
+    return _auto_rest(s, outs, info)

@@ -46,13 +46,14 @@ from ...ir.expr import ProducerLoad
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import ComputeOp, Tensor
 from ...te.tensor_intrin import transpose_intrin
-from .._common import (_ceil, _cint, _gemm_operands, _has_tag, _inline_injective,
-                               _is_injective, _outs, _walk)
+from .._common import _ceil, _cint, _gemm_operands, _has_tag, _outs
 from ..rules import Knobs
 from .common import _auto_rest, _find, _loads, _op_tags, check_positive_int, config_fields
-from .elementwise import _schedule_elementwise_stage
 from ...target import CpuModel, cpu_model
-from .microkernel import accumulate_block, copy_out, vector_columns
+from .elementwise import _gemm_epilogues
+from .microkernel import (accumulate_block, accumulate_lanes, copy_out, lane_vectors,
+                          vector_columns)
+from .skinny import _skinny_template
 from ...nn.linalg import _dense_args, _gemm_output, _matmul_args
 
 
@@ -457,53 +458,6 @@ def _schedule_dense_nopack(s: Schedule, C: Tensor, info: CpuModel):
     return None
 
 
-def lane_vectors(s: Schedule, C: Tensor, L: int):
-    """``C[i, j] = sum_k ...`` with its reduction in vectors of ``L`` lanes along ``k``:
-    ``C.rf[i, j, kl]`` (rfactor of ``k``'s inner ``L``; its stage accumulates the
-    vectors), and the stages that sum their lanes as a tree: ``L/2 + L/2``, then ``L/4
-    + L/4``, ... (one rfactor per level: each a vector add of two halves of a
-    register) instead of ``L - 1`` scalar adds in a row with a shuffle each: faster at
-    every batch and thread count measured
-    (measurements: benchmarks/DECISIONS.md, "Dense: lane sums as a tree").  Returns
-    ``(rf, halves)``; ``C``'s stage sums the last two lanes.  Batch axes before ``i,
-    j`` are kept in front."""
-    st = s[C]
-    last = len(C.op.axis)    # (batch axes before i, j: the lanes' axis after them)
-    _, kl = st.split(C.op.reduce_axis[0], factor=L)
-    rf = s.rfactor(C, kl, factor_axis=last)
-    halves = []
-    w = L
-    while w > 2:
-        w //= 2
-        _, kq = s[C].split(s[C].op.reduce_axis[0], factor=w)
-        halves.append(s.rfactor(C, kq, factor_axis=last))
-    return rf, halves
-
-
-def accumulate_lanes(s: Schedule, rf: Tensor, st: Stage, at, rows: int, cols: int,
-                     kblock: Optional[int] = None) -> None:
-    """The vector accumulation ``C.rf[i, j, kl]`` of :func:`lane_vectors` computed at
-    ``st``'s loop ``at``, in register tiles of ``rows x cols`` accumulators (unrolled;
-    the vectors along ``k``, ``fp_contract``: FMAs).  ``kblock``: the reduction in
-    blocks of that many vectors, outermost, each over every tile (``cols`` outer)."""
-    rs = s[rf]
-    rs.compute_at(st, at)
-    *_, fb, fo, fk = rs.op.axis
-    rko, = rs.op.reduce_axis
-    fbo, fbi = rs.split(fb, factor=rows)
-    foo, foi = rs.split(fo, factor=cols)
-    if kblock is None:
-        rs.reorder(fbo, foo, rko, fbi, foi, fk)
-    else:
-        kbo, rko = rs.split(rko, factor=kblock)
-        rs.reorder(kbo, foo, fbo, rko, fbi, foi, fk)
-    rs.unroll(fbi)
-    rs.unroll(foi)
-    rs.vectorize(fk)
-    rs.pragma(rko, "fp_contract")
-    rs.pragma(rko, "unroll_count", 2)
-
-
 def _dense_aligned_copies(s: Schedule, op: ComputeOp, rf: Tensor, st: Stage, oo, M, K,
                           bb: int, L: int, info: CpuModel):
     """The dense micro-kernel's vector loads of X and W from copies that start on a
@@ -679,6 +633,12 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
         # no template for this DAG (e.g. a batched matmul written as a compute): the
         # auto-scheduler's rules
         return _auto_rest(s, outs, info)
+    if not config and len(gemms) == 1:
+        # a GEMM of at most 16 rows (a GEMV, a decoding step) streams W in place, as
+        # tc.auto_schedule schedules it (None: not a skinny GEMM)
+        skinny = _skinny_template(outs, Knobs(), info)
+        if skinny is not None:
+            return skinny
     if not config and len(gemms) == 1 and "dense" in tags:
         if _dense_rows_for_generic_rules(gemms[0], Knobs()):
             # a plain dense with many rows: the rules, as tc.auto_schedule picks for it
@@ -697,23 +657,14 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
     return _gemm_epilogues(s, outs, info, set(id(g) for g in gemms) | set(packs))
 
 
-def _gemm_epilogues(s: Schedule, outs, info: CpuModel, keep) -> Schedule:
-    """The epilogues (bias, activation) of GEMM stages already scheduled (the ops whose
-    ids are in ``keep``): the injective chain inlined into the output, which is
-    scheduled as an elementwise loop; the rules for anything else."""
-    _inline_injective(s, [op for op in _walk(outs) if id(op) not in keep])
-    for t in outs:
-        if id(t.op) not in keep and _is_injective(t.op):
-            _schedule_elementwise_stage(s, t, info)
-    return _auto_rest(s, outs, info)
-
-
 def schedule_matmul(outs, target: str = "llvm", config=None) -> Schedule:
     """The tuned GEMM schedule for ``tecomp.nn.matmul`` (B read in place and copied into
     micro-panels) and :func:`matmul_packed` (B packed by its own stage), plus any
     elementwise epilogue on top.  ``config``: the blocking, a :class:`GemmParams` or a
     dict of some of its fields (``mr``, ``nr``, ``kc``, ``mc``, ``nc``, ``par``); the
-    others follow them.  By default :func:`gemm_params`, the heuristic."""
+    others follow them.  By default :func:`gemm_params`, the heuristic; a float32 matmul
+    of at most 16 rows with no ``config`` streams B in place instead (the skinny-GEMM
+    schedule of :mod:`.skinny`, as ``tc.auto_schedule`` picks)."""
     return _schedule_gemm_like(outs, target, ("matmul", "matmul_packed"), config)
 
 
@@ -721,7 +672,8 @@ def schedule_dense(outs, target: str = "llvm", config=None) -> Schedule:
     """The tuned schedule of ``tecomp.nn.dense`` (with or without bias) and of
     :func:`dense_packed`.  Plain ``dense`` reads ``W[O, I]`` in place with the vector
     over the reduction (:func:`_schedule_dense_nopack`, TVM's ``dense_nopack``) up to
-    :data:`DENSE_NOPACK_MAX_ROWS` rows, and gets the auto-scheduler's rules above, as
+    :data:`DENSE_NOPACK_MAX_ROWS` rows (at most 16 float32 rows: the skinny-GEMM schedule
+    of :mod:`.skinny`, W streamed once), and gets the auto-scheduler's rules above, as
     ``tc.auto_schedule`` does; :func:`dense_packed` packs W into panels first (transposed
     in registers, :func:`_transposed_panels`) and runs the GEMM micro-kernel, faster
     when the batch is large.  ``config``: as :func:`schedule_matmul` (the blocking of the

@@ -13,9 +13,10 @@ per window tap).  Measurements behind the choices: benchmarks/DECISIONS.md, "GEM
 """
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
-from ...schedule.schedule import Stage
+from ...schedule.schedule import Schedule, Stage
+from ...te.tensor import Tensor
 
 
 def vector_columns(st: Stage, ji, nr: int, lanes: int):
@@ -65,3 +66,50 @@ def accumulate_block(cs: Stage, rows, cols, reduce: Sequence, *, mr: int, nr: in
     for name, value in pragmas:
         cs.pragma(reduce[-1], name, value)
     return ri, ci
+
+
+def lane_vectors(s: Schedule, C: Tensor, L: int):
+    """``C[i, j] = sum_k ...`` with its reduction in vectors of ``L`` lanes along ``k``:
+    ``C.rf[i, j, kl]`` (rfactor of ``k``'s inner ``L``; its stage accumulates the
+    vectors), and the stages that sum their lanes as a tree: ``L/2 + L/2``, then ``L/4
+    + L/4``, ... (one rfactor per level: each a vector add of two halves of a
+    register) instead of ``L - 1`` scalar adds in a row with a shuffle each: faster at
+    every batch and thread count measured
+    (measurements: benchmarks/DECISIONS.md, "Dense: lane sums as a tree").  Returns
+    ``(rf, halves)``; ``C``'s stage sums the last two lanes.  Batch axes before ``i,
+    j`` are kept in front."""
+    st = s[C]
+    last = len(C.op.axis)    # (batch axes before i, j: the lanes' axis after them)
+    _, kl = st.split(C.op.reduce_axis[0], factor=L)
+    rf = s.rfactor(C, kl, factor_axis=last)
+    halves = []
+    w = L
+    while w > 2:
+        w //= 2
+        _, kq = s[C].split(s[C].op.reduce_axis[0], factor=w)
+        halves.append(s.rfactor(C, kq, factor_axis=last))
+    return rf, halves
+
+
+def accumulate_lanes(s: Schedule, rf: Tensor, st: Stage, at, rows: int, cols: int,
+                     kblock: Optional[int] = None) -> None:
+    """The vector accumulation ``C.rf[i, j, kl]`` of :func:`lane_vectors` computed at
+    ``st``'s loop ``at``, in register tiles of ``rows x cols`` accumulators (unrolled;
+    the vectors along ``k``, ``fp_contract``: FMAs).  ``kblock``: the reduction in
+    blocks of that many vectors, outermost, each over every tile (``cols`` outer)."""
+    rs = s[rf]
+    rs.compute_at(st, at)
+    *_, fb, fo, fk = rs.op.axis
+    rko, = rs.op.reduce_axis
+    fbo, fbi = rs.split(fb, factor=rows)
+    foo, foi = rs.split(fo, factor=cols)
+    if kblock is None:
+        rs.reorder(fbo, foo, rko, fbi, foi, fk)
+    else:
+        kbo, rko = rs.split(rko, factor=kblock)
+        rs.reorder(kbo, foo, fbo, rko, fbi, foi, fk)
+    rs.unroll(fbi)
+    rs.unroll(foi)
+    rs.vectorize(fk)
+    rs.pragma(rko, "fp_contract")
+    rs.pragma(rko, "unroll_count", 2)

@@ -48,8 +48,8 @@ from ...te.tensor import ComputeOp, PlaceholderOp, Tensor
 from ...target import CpuModel
 from .._common import _ceil, _cint, _contraction_operands, _is_injective, _walk
 from ..rules import Knobs
-from .gemm import _gemm_epilogues, accumulate_lanes, lane_vectors
-from .microkernel import vector_columns
+from .elementwise import _gemm_epilogues
+from .microkernel import accumulate_lanes, lane_vectors, vector_columns
 
 #: the most rows (of C and A) a GEMM may have to be scheduled as a skinny one (above it
 #: the register-blocked GEMM templates, which reuse W across more rows, take over)
@@ -186,7 +186,7 @@ def _parallel_tasks(st: Stage, bs, jo, tasks: int, info: CpuModel):
 
 def _schedule_rows_of_w(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
     """``C[i, j] = sum_k A[i, k] * W[j, k]``: vectors along ``k`` (``C.rf[i, j, kl]``,
-    their lanes summed as a tree at the end, :func:`.gemm.lane_vectors`); per thread
+    their lanes summed as a tree at the end, :func:`.microkernel.lane_vectors`); per thread
     task of rows of W, for each block of ``kb`` columns of A and W, each tile of ``nb``
     rows of W and each block of ``mb`` rows of A, the ``mb x nb`` accumulators in
     registers over the block (A's block of ``M x kb`` stays in L1 while the task's rows
