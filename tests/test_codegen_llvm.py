@@ -1848,14 +1848,16 @@ _MORE_F32 = {
             [np.nan, np.nan, 0, -0.0, 1e-30, -1e-30]),
     "cos": (np.cos, (np.pi / 4, np.pi / 2, np.pi, 3 * np.pi / 2, 125.0, 65536.0), (2.0, 2.5),
             [np.inf, -np.inf, 0.0, -0.0], [np.nan, np.nan, 1, 1]),
-    # computed in float64 lanes and rounded once (codegen/llvm/emit_math_wide.py)
-    # (tan: 0.51 ulp up to |x| = 2^20, test_tan_float32_up_to_2_20; libm's tanf beyond)
-    "tan": (np.tan, (np.pi / 4, np.pi / 2, np.pi, 1e-4, 1048576.0, 1e4), (1.5, 1.5),
+    # float32 lanes (codegen/llvm/emit_math_f32.py); tan: float64 lanes beyond 65536 (FMA)
+    # or 125 (no FMA), libm's tanf beyond 2^20
+    "tan": (np.tan, (np.pi / 4, np.pi / 2, np.pi, 1e-4, 2.0 ** -12, 125.0, 581.19464,
+                     65536.0, 1048576.0, 1e4), (1.5, 1.5),
             [np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 1e-45],
             [np.nan, np.nan, 0, -0.0, 1e-30, -1e-30, 1e-45]),
-    "atan": (np.arctan, (0.41421357, 2.4142137, 1.0, 1e-4, 1.1529215e18), (0.51, 0.51),
+    "atan": (np.arctan, (1.0, 0.41421357, 2.4142137, 1e-4, 1.1529215e18), (1.5, 1.5),
              [np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e30, 1.0],
              [np.pi / 2, -np.pi / 2, 0, -0.0, 1e-45, -np.pi / 2, np.pi / 4]),
+    # computed in float64 lanes and rounded once (codegen/llvm/emit_math_wide.py)
     "cbrt": (np.cbrt, (1.0, 8.0, 1.1754944e-38, 2.0, 4.0, -1.0), (0.51, 0.51),
              [np.inf, -np.inf, 0.0, -0.0, 8.0, -27.0, 2.0 ** -149, 2.0 ** 126],
              [np.inf, -np.inf, 0, -0.0, 2, -3, np.float32(np.cbrt(2.0 ** -149)), 2.0 ** 42]),
@@ -1865,12 +1867,16 @@ _MORE_F32 = {
 }
 
 
-def test_tan_float32_up_to_2_20(exp_variant):
-    """float32 tan up to |x| = 2^20 (where the reduction by pi/2 in three float64 parts is
-    exact, and no lane calls libm) is within 0.51 ulp of float64 tan on a dense sample."""
-    x = _dense_inputs(np.pi / 4, np.pi / 2, np.pi, 1e-4, 1048576.0, 1e4, 0.5, 3 * np.pi / 2)
-    x = x[np.abs(x) <= 1048576.0]
-    _check_float32_function("tan", x, np.tan, 0.51, [0.0, -0.0], [0, -0.0], exp_variant)
+def test_tan_float32_reduced_in_float32(exp_variant):
+    """float32 tan where its float32 code reduces the argument (``|x| <= 65536`` with
+    FMA, 125 without; float64 lanes beyond) is within 1.25 ulp (1.5 without FMA) of
+    float64 tan on a dense sample, the windows around multiples of pi/4 included."""
+    limit = 65536.0 if _has_fma(exp_variant) else 125.0
+    x = _dense_inputs(np.pi / 4, np.pi / 2, np.pi, 1e-4, 3 * np.pi / 4, 581.19464, 0.5,
+                      3 * np.pi / 2, 1e4, 32884.62, limit)
+    x = x[np.abs(x) <= limit]
+    _check_float32_function("tan", x, np.tan, 1.25 if _has_fma(exp_variant) else 1.5,
+                            [0.0, -0.0], [0, -0.0], exp_variant)
 
 
 def _scipy_special():

@@ -2,8 +2,9 @@
 :class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the ``Call`` node -- LLVM intrinsics
 (``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
 ``tan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
-``sigmoid``), ``log``, ``erf``, ``tanh``, ``sin`` ... and, computed in float64 lanes,
-``tan``, ``atan``, ``atan2``, ``cbrt``, ``erfc`` and ``pow``
+``sigmoid``), ``log``, ``erf``, ``tanh``, ``sin`` ..., ``tan`` and ``atan``
+(:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in float64 lanes,
+``atan2``, ``cbrt``, ``erfc`` and ``pow``
 (:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp`` and
 ``log``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
@@ -15,11 +16,12 @@ import llvmlite.ir as ir
 from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
 from ...ir.expr import SPECIAL_CALLS, Call, Const
+from .emit_math_f32 import _F32MathEmitter
 from .emit_math_wide import _WideMathEmitter
 from .values import _I32, _REG, Val, _poison, _splat, _unsigned, _with_lanes
 
 
-class _MathEmitter(_WideMathEmitter):
+class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
     """The part of :class:`~tecomp.codegen.llvm.emitter._FnEmitter` that emits math functions
     (the state it works on: ``_FnEmitter.__init__``)."""
 
@@ -443,29 +445,9 @@ class _MathEmitter(_WideMathEmitter):
     def _libm_where(self, cond, fname: str, x, res):
         """``res`` with the lanes where ``cond`` holds replaced by the float32 libm
         function ``fname`` of ``x``'s lanes, in a branch taken only when some lane needs
-        it."""
-        b = self.b
-        ty = x.type
-        if isinstance(ty, ir.VectorType):
-            ity = ir.IntType(ty.count)
-            anyc = b.icmp_unsigned("!=", b.bitcast(cond, ity), ir.Constant(ity, 0))
-        else:
-            anyc = cond
-        entry = b.block
-        slow_bb = self.fn.append_basic_block(f"{fname}.libm")
-        end_bb = self.fn.append_basic_block(f"{fname}.end")
-        b.cbranch(anyc, slow_bb, end_bb)
-        b.position_at_end(slow_bb)
-        slow = self._call_lanes(fname, x)
-        if isinstance(ty, ir.VectorType):
-            slow = b.select(cond, slow, res)
-        slow_end = b.block
-        b.branch(end_bb)
-        b.position_at_end(end_bb)
-        phi = b.phi(ty)
-        phi.add_incoming(res, entry)
-        phi.add_incoming(slow, slow_end)
-        return phi
+        it (:meth:`_slow_where`)."""
+        return self._slow_where(cond, f"{fname}.libm",
+                                lambda v: self._call_lanes(fname, v), x, res)
 
     #: tanh(x) = x + x * z * P(z), z = x^2, for |x| < 0.625 (the coefficients of Cephes'
     #: tanhf, a minimax fit on that interval)

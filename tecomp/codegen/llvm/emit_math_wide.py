@@ -1,6 +1,6 @@
 """Float32 math functions that tecomp evaluates in float64 lanes (:class:`_WideMathEmitter`,
-a part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`): ``tan``, ``atan``,
-``atan2``, ``cbrt``, ``erfc`` and ``pow``.
+a part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`): ``atan2``, ``cbrt``,
+``erfc`` and ``pow``, and ``tan``'s lanes of large ``|x|``.
 
 Each widens its float32 operands to float64 (exact), computes with an error far below
 float32's rounding (about 1e-11 relative or less) and rounds once to float32, so the
@@ -48,7 +48,6 @@ class _WideMathEmitter:
                0.1110753871617319, -0.09029469483865511, 0.07137825266855728,
                -0.04048051288744851)
     _TAN_PI8 = 0.41421356237309503
-    _TAN_3PI8 = 2.414213562373095
     #: erfc(a) = t exp(-a^2 + P(t)), t = 1 / (1 + a/2), 0 <= a <= 10.1 (Numerical Recipes'
     #: form, fitted for tecomp to degree 12 against mpmath: 1.8e-10 absolute in P)
     _ERFC_P = (-1.2655050069293203, 0.9997496173799914, 0.37893021515697634,
@@ -114,8 +113,10 @@ class _WideMathEmitter:
 
     # -- the functions ---------------------------------------------------------------------
 
-    def tan_f32(self, x):
-        """tan(x) for float32: in float64, ``q = roundeven(x 2/pi)``, ``r = x - q pi/2``
+    def tan_f64_lanes(self, x):
+        """tan(x) for float32, in float64 (the lanes of large ``|x|`` of
+        :meth:`~tecomp.codegen.llvm.emit_math_f32._F32MathEmitter.tan_f32`):
+        ``q = roundeven(x 2/pi)``, ``r = x - q pi/2``
         (pi/2 in three parts, exact products for ``|x| <= 2^20``), ``sin(r)/cos(r)`` or
         ``-cos(r)/sin(r)`` for odd ``q`` (Taylor polynomials to 1e-15), rounded once.
         Lanes with ``|x| > 2^20``, inf or NaN take a branch that calls libm's ``tanf``.
@@ -138,27 +139,6 @@ class _WideMathEmitter:
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
         big = b.fcmp_unordered(">", ax, _splat(ty, self._TAN_LIMIT))
         return self._libm_where(big, "tanf", x, res)
-
-    def atan_f32(self, x):
-        """atan(x) for float32: :meth:`_atan_f64` of ``|x|`` in float64, rounded once, with
-        the sign of ``x``.  ``atan(+-inf) = +-pi/2`` (rounded), ``atan(+-0) = +-0``, NaN
-        stays NaN."""
-        b = self.b
-        ty = x.type
-        xd, kit = self._kit64(x)
-        _, dty, _, C, _, _ = kit
-        # above 2^60, atan(a) = pi/2 - 1/a rounds to pi/2 (and 1/a keeps a normal float32)
-        a = b.call(self._fn1("llvm.minnum", dty, 2),
-                   [b.call(self._fn1("llvm.fabs", dty), [xd]), C(2.0 ** 60)])
-        mid = b.fcmp_ordered(">", a, C(self._TAN_PI8))
-        high = b.fcmp_ordered(">", a, C(self._TAN_3PI8))
-        # u = a, (a - 1)/(a + 1) (+ pi/4) or -1/a (+ pi/2), |u| <= tan(pi/8)
-        num = b.select(high, C(-1.0), b.select(mid, b.fsub(a, C(1.0)), a))
-        den = b.select(high, a, b.select(mid, b.fadd(a, C(1.0)), C(1.0)))
-        base = b.select(high, C(math.pi / 2), b.select(mid, C(math.pi / 4), C(0.0)))
-        res = self._narrow(self._atan_f64(num, den, base, kit), ty)
-        res = b.call(self._fn1("llvm.copysign", ty, 2), [res, x])
-        return b.select(b.fcmp_unordered("uno", x, x), x, res)
 
     def atan2_f32(self, y, x):
         """atan2(y, x) for float32, in float64: ``q = min(|x|,|y|) / max(|x|,|y|)`` (0
