@@ -2,9 +2,9 @@
 :class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the ``Call`` node -- LLVM intrinsics
 (``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
 ``tan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
-``sigmoid``), ``log``, ``erf``, ``tanh``, ``sin`` ..., ``tan`` and ``atan``
+``sigmoid``), ``log``, ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan`` and ``erfc``
 (:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in float64 lanes,
-``atan2``, ``cbrt``, ``erfc`` and ``pow``
+``atan2``, ``cbrt`` and ``pow``
 (:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp`` and
 ``log``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
