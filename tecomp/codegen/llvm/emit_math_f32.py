@@ -138,7 +138,7 @@ class _F32MathEmitter:
             al = b.fsub(a, ah)
             lo = b.fadd(b.fadd(b.fsub(b.fmul(ah, ah), h), b.fmul(b.fadd(ah, ah), al)),
                         b.fmul(al, al))
-        n, r = self._exp_reduce(b.fneg(h), -104.0, 89.0)
+        n, r = self._exp_reduce(b.fneg(h), None, None)    # (-h in [-102.01, 0])
         e1 = self._expm1_poly(r)
         corr = b.fsub(rho, lo)
         w = madd(e1, corr, b.fadd(e1, corr))

@@ -189,7 +189,7 @@ class _WideMathEmitter:
         ``|x|`` 0 or inf and ``y`` +-inf."""
         b, ty, ity, C, I, _ = self._kit(x)
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
-        ef, f = self._log_reduce(ax)
+        ef, f, _ = self._log_reduce(ax)
         fd, kit = self._kit64(f)
         _, dty, _, D, _, madd = kit
         s = self._div_f64(fd, b.fadd(fd, D(2.0)), kit)
