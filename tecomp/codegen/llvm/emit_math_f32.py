@@ -19,8 +19,8 @@ class _F32MathEmitter:
 
     #: tan(r) = r + r z P(z), z = r^2, |r| <= pi/4 (fitted: 1.3e-9 relative)
     _TAN32_P = (0.33333349227905273, 0.13332675397396088, 0.05405890569090843,
-              0.021286293864250183, 0.010827098973095417, 9.882983431452885e-05,
-              0.004372341558337212)
+                0.021286293864250183, 0.010827098973095417, 9.882983431452885e-05,
+                0.004372341558337212)
 
     def tan_f32(self, x):
         """tan(x) for float32 in float32 lanes: ``q = roundeven(x 2/pi)``,
@@ -54,7 +54,7 @@ class _F32MathEmitter:
         c = madd(b.fmul(rh, z), self._horner(self._TAN32_P, z, madd), madd(rl, z, rl))
         t = b.fadd(rh, c)
         # odd q: -1/(rh + c), the quotient y of the rounded t corrected by one Newton step
-        # on the unrounded sum: y (1 + (1 + y rh + y c))
+        # on the unrounded sum: y + y (1 + y rh + y c)
         y = b.fdiv(C(-1.0), t)
         y = madd(y, madd(y, c, madd(y, rh, C(1.0))), y)
         odd = b.icmp_unsigned("!=", b.and_(b.fptosi(q, ity), I(1)), I(0))
@@ -66,8 +66,8 @@ class _F32MathEmitter:
 
     #: atan(u) = u + u z P(z), z = u^2, 0 <= u <= 1 (fitted: 2.6e-9 relative)
     _ATAN01_P = (-0.33333298563957214, 0.1999853402376175, -0.14264100790023804,
-               0.10951489210128784, -0.08401504158973694, 0.057925451546907425,
-               -0.031146740540862083, 0.010898301377892494, -0.001790048205293715)
+                 0.10951489210128784, -0.08401504158973694, 0.057925451546907425,
+                 -0.031146740540862083, 0.010898301377892494, -0.001790048205293715)
     #: pi/2 as a float32 and the rest
     _PIO2_F32 = (1.5707963705062866, -4.371139000186243e-08)
 
