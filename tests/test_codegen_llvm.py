@@ -1854,7 +1854,8 @@ _MORE_F32 = {
                      65536.0, 1048576.0, 1e4), (1.5, 1.5),
             [np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 1e-45],
             [np.nan, np.nan, 0, -0.0, 1e-30, -1e-30, 1e-45]),
-    "atan": (np.arctan, (1.0, 0.41421357, 2.4142137, 1e-4, 1.1529215e18), (1.5, 1.5),
+    "atan": (np.arctan, (1.0, 1.0087918, 1.0148398, 0.41421357, 2.4142137, 1e-4, 1.1529215e18),
+             (1.5, 1.6),
              [np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e30, 1.0],
              [np.pi / 2, -np.pi / 2, 0, -0.0, 1e-45, -np.pi / 2, np.pi / 4]),
     # computed in float64 lanes and rounded once (codegen/llvm/emit_math_wide.py)
