@@ -2,8 +2,9 @@
 :class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the ``Call`` node -- LLVM intrinsics
 (``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
 ``tan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
-``sigmoid``), ``log``, ``erf``, ``tanh``, ``sin`` ... and, computed in float64 lanes,
-``tan``, ``atan``, ``atan2``, ``cbrt``, ``erfc`` and ``pow``
+``sigmoid``), ``log``, ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan`` and ``erfc``
+(:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in float64 lanes,
+``atan2``, ``cbrt`` and ``pow``
 (:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp`` and
 ``log``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
@@ -15,11 +16,12 @@ import llvmlite.ir as ir
 from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
 from ...ir.expr import SPECIAL_CALLS, Call, Const
+from .emit_math_f32 import _F32MathEmitter
 from .emit_math_wide import _WideMathEmitter
 from .values import _I32, _REG, Val, _poison, _splat, _unsigned, _with_lanes
 
 
-class _MathEmitter(_WideMathEmitter):
+class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
     """The part of :class:`~tecomp.codegen.llvm.emitter._FnEmitter` that emits math functions
     (the state it works on: ``_FnEmitter.__init__``)."""
 
@@ -191,11 +193,16 @@ class _MathEmitter(_WideMathEmitter):
         *every* float32 input to be within 1 ulp of the correctly rounded exp
         (subnormal results included; docs/numerics.md), and they may differ from each
         other by 1 ulp on some inputs."""
-        b, ty, ity, C, I, madd = self._kit(x)
-        n, r = self._exp_reduce(x, -104.0, 89.0)
-        p = b.fadd(self._expm1_poly(r), C(1.0))
-        res = self._ldexp(p, n)
+        b = self.b
+        res = self._exp_in(x, -104.0, 89.0)
         return b.select(b.fcmp_unordered("uno", x, x), x, res)
+
+    def _exp_in(self, x, lo, hi):
+        """exp(x) as :meth:`exp_f32` computes it, ``x`` clamped to ``[lo, hi]`` (None: not
+        clamped there: the caller knows ``x`` is inside ``[-104, 89]``), NaN not handled."""
+        b, _, _, C, _, _ = self._kit(x)
+        n, r = self._exp_reduce(x, lo, hi)
+        return self._ldexp(b.fadd(self._expm1_poly(r), C(1.0)), n)
 
     def _clamp(self, x, lo: float, hi: float):
         """``x`` clamped to ``[lo, hi]`` (a NaN gives ``hi``: the callers select NaN
@@ -204,12 +211,18 @@ class _MathEmitter(_WideMathEmitter):
         return b.call(self._fn1("llvm.maxnum", ty, 2),
                       [b.call(self._fn1("llvm.minnum", ty, 2), [x, C(hi)]), C(lo)])
 
-    def _exp_reduce(self, x, lo: float, hi: float):
-        """``x`` clamped to ``[lo, hi]`` as ``n*ln2 + r``: ``n = roundeven(x * log2(e))``
-        (a float) and ``r = x - n*ln2`` with ``ln2`` in two constants (``n * 0.693359375``
-        and its subtraction are exact), ``|r| <~ ln2/2``."""
+    def _exp_reduce(self, x, lo, hi):
+        """``x`` clamped to ``[lo, hi]`` (``lo`` None: only above; both None: not at all)
+        as ``n*ln2 + r``:
+        ``n = roundeven(x * log2(e))`` (a float) and ``r = x - n*ln2`` with ``ln2`` in two
+        constants (``n * 0.693359375`` and its subtraction are exact), ``|r| <~ ln2/2``."""
         b, ty, _, C, _, madd = self._kit(x)
-        xc = self._clamp(x, lo, hi)
+        if lo is not None and hi is not None:
+            xc = self._clamp(x, lo, hi)
+        elif hi is not None:
+            xc = b.call(self._fn1("llvm.minnum", ty, 2), [x, C(hi)])
+        else:
+            xc = x
         n = b.call(self._fn1("llvm.roundeven", ty), [b.fmul(xc, C(1.44269504088896341))])
         r = madd(n, C(-0.693359375), xc)
         return n, madd(n, C(2.12194440e-4), r)
@@ -281,71 +294,86 @@ class _MathEmitter(_WideMathEmitter):
         return b.fmul(b.fmul(p, s1), s2)
 
     #: log(1 + f) = f - f^2/2 + f^3 * P(f), for sqrt(1/2) - 1 <= f < sqrt(2) - 1 (the
-    #: coefficients of Cephes' logf)
+    #: coefficients of Cephes' logf: log2)
     _LOG_P = (3.3333331174e-1, -2.4999993993e-1, 2.0000714765e-1, -1.6668057665e-1,
               1.4249322787e-1, -1.2420140846e-1, 1.1676998740e-1, -1.1514610310e-1,
               7.0376836292e-2)
+
+    #: log(1 + f) = f - f^2/2 + f^3 * P(f), for -1/4 <= f < 1/2 (a degree-7 P fitted for
+    #: tecomp: weighted least squares towards the minimax relative error, 5e-9)
+    _LOG34_P = (0.3333345055580139, -0.25000104308128357, 0.19990821182727814,
+              -0.16646987199783325, 0.14478252828121185, -0.1316399723291397,
+              0.10469737648963928, -0.0451212041079998)
+    #: ln2 in two positive parts (``e * _LN2_F32[0]`` is exact: 15 significant bits)
+    _LN2_F32 = (0.693145751953125, 1.428606765330187e-06)
 
     def log_f32(self, x):
         """log(x) for float32 (scalar or vector) in plain vector instructions (``llvm.log``
         becomes one libm ``logf`` call per vector lane).
 
-        ``x = m * 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` read from the bits (a
-        subnormal ``x`` is first scaled by ``2^23``), or with AVX-512's ``vgetmantps``
-        and ``vgetexpps`` (``policy.vector_op``; the same ``m`` and ``e``); ``f = m - 1``;
-        ``log(x) = e*ln2 + f - f^2/2 + f^3 P(f)`` with a degree-8 ``P`` and ``ln2`` in two
-        parts (``e * 0.693359375`` is exact).  Never contracted: the same bits under every
-        schedule; measured on every float32 input against float64 log: docs/numerics.md.
-        ``log(0) = -inf``, ``log(x < 0) = NaN``, ``log(inf) = inf``, NaN stays NaN."""
+        ``x = m * 2^e`` with ``m`` in ``[3/4, 3/2)`` read from the bits (a subnormal
+        ``x`` is first scaled by ``2^23``), or with AVX-512's ``vgetmantps`` and
+        ``vgetexpps`` (``policy.vector_op``; the same ``m`` and ``e``); ``f = m - 1``;
+        ``log(x) = e*ln2 + f - f^2/2 + f^3 P(f)`` with a degree-7 ``P`` and ``ln2`` in two
+        positive parts (so that ``e = +-inf``, which ``vgetexpps`` gives for inf and 0,
+        gives ``+-inf`` without a NaN on the way).  Never contracted: the same bits under
+        every schedule; measured on every float32 input against float64 log:
+        docs/numerics.md.  ``log(0) = -inf``, ``log(x < 0) = NaN``, ``log(inf) = inf``,
+        NaN stays NaN."""
         b, ty, ity, C, I, madd = self._kit(x)
-        ef, f = self._log_reduce(x)
+        ef, f, exact = self._log_reduce(x, 0.75)
         z = b.fmul(f, f)
-        y = b.fmul(b.fmul(self._horner(self._LOG_P, f, madd), f), z)
-        y = madd(ef, C(-2.12194440e-4), y)
+        y = b.fmul(b.fmul(self._horner(self._LOG34_P, f, madd), f), z)
+        y = madd(ef, C(self._LN2_F32[1]), y)
         y = madd(z, C(-0.5), y)
-        res = madd(ef, C(0.693359375), b.fadd(f, y))
-        return self._log_specials(x, res)
+        res = madd(ef, C(self._LN2_F32[0]), b.fadd(f, y))
+        return self._log_specials(x, res, exact)
 
-    def _log_specials(self, x, res):
+    def _log_specials(self, x, res, exact: bool = False):
         """``res`` with the special values of a logarithm: ``+inf`` at ``+inf``,
-        ``-inf`` at 0 (either sign), NaN below 0 and for a NaN."""
+        ``-inf`` at 0 (either sign), NaN below 0 and for a NaN (``exact``: ``res`` has
+        the infinities already, as :meth:`_log_reduce`'s AVX-512 form makes them)."""
         b, _, _, C, _, _ = self._kit(x)
-        res = b.select(b.fcmp_ordered("==", x, C(float("inf"))), x, res)
-        res = b.select(b.fcmp_ordered("==", x, C(0.0)), C(float("-inf")), res)
-        # (getmant gives a NaN for x < 0 too, but one with the sign bit set: the select
-        # makes it the NaN of the code without getmant, so every schedule gives the same
-        # bits)
+        if not exact:
+            res = b.select(b.fcmp_ordered("==", x, C(float("inf"))), x, res)
+            res = b.select(b.fcmp_ordered("==", x, C(0.0)), C(float("-inf")), res)
+        # (one NaN, whatever the computation made of x < 0 or a NaN: every schedule gives
+        # the same bits)
         return b.select(b.fcmp_unordered("<", x, C(0.0)), C(float("nan")), res)
 
-    def _log_reduce(self, x):
-        """``x = m * 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))``: ``(e, f = m - 1)``,
-        both float32 (``f`` exact), for a positive finite ``x`` (other values give
-        garbage that :meth:`_log_specials` replaces)."""
+    def _log_reduce(self, x, low: float = 0.7071067811865476):
+        """``x = m * 2^e`` with ``m`` in ``[low, 2 low)`` (``low`` sqrt(1/2), or 3/4):
+        ``(e, f = m - 1, exact)``, ``e`` and ``f`` float32 (``f`` exact), for a positive
+        finite ``x`` (other values give garbage that :meth:`_log_specials` replaces);
+        ``exact`` says ``e`` is ``-inf`` at 0 and ``inf`` at ``inf`` with ``f`` finite
+        (AVX-512's instructions, for ``low = 3/4``)."""
         b, ty, ity, C, I, madd = self._kit(x)
-        getmant = self.policy.vector_op("getmant", ty)
+        quarter = low == 0.75
+        getmant = self.policy.vector_op("getmant34" if quarter else "getmant", ty)
         getexp = self.policy.vector_op("getexp", ty)
         if getmant is not None and getexp is not None:
-            # m in [1, 2) and floor(log2 x), subnormals included, in one instruction each;
-            # m >= sqrt(2): m/2 - 1 and one more in the exponent, else m - 1 (the same f
-            # and exponent as below, so the same bits)
+            # m and floor(log2 |x|), subnormals included, in one instruction each (the
+            # same f and exponent as below, so the same bits)
             m = getmant(b, self.mb, x)
             e = getexp(b, self.mb, x)
+            if quarter:     # m in [3/4, 3/2); m < 1: one more in the exponent
+                ef = b.select(b.fcmp_ordered("<", m, C(1.0)), b.fadd(e, C(1.0)), e)
+                return ef, b.fsub(m, C(1.0)), True
+            # m in [1, 2); m >= sqrt(2): m/2 - 1 and one more in the exponent
             high = b.fcmp_ordered(">=", m, C(2 * 0.70710677))
             f = b.fsub(b.select(high, b.fmul(m, C(0.5)), m), C(1.0))
-            ef = b.select(high, b.fadd(e, C(1.0)), e)
-        else:
-            # subnormals: scaled into the normal range first, their exponent corrected
-            tiny = b.fcmp_ordered("<", x, C(1.1754943508222875e-38))
-            xs = b.select(tiny, b.fmul(x, C(8388608.0)), x)
-            bits = b.bitcast(xs, ity)
-            e = b.sub(b.lshr(bits, I(23)), b.select(tiny, I(126 + 23), I(126)))
-            # m in [0.5, 1): the bits of x with the exponent of 0.5
-            m = b.bitcast(b.or_(b.and_(bits, I(0x007FFFFF)), I(0x3F000000)), ty)
-            # m < sqrt(1/2): 2m - 1 and one less in the exponent, else m - 1
-            low = b.fcmp_ordered("<", m, C(0.707106781186547524))
-            f = b.fsub(b.select(low, b.fadd(m, m), m), C(1.0))
-            ef = b.sitofp(b.select(low, b.sub(e, I(1)), e), ty)
-        return ef, f
+            return b.select(high, b.fadd(e, C(1.0)), e), f, False
+        # subnormals: scaled into the normal range first, their exponent corrected
+        tiny = b.fcmp_ordered("<", x, C(1.1754943508222875e-38))
+        xs = b.select(tiny, b.fmul(x, C(8388608.0)), x)
+        bits = b.bitcast(xs, ity)
+        e = b.sub(b.lshr(bits, I(23)), b.select(tiny, I(126 + 23), I(126)))
+        # m in [0.5, 1): the bits of x with the exponent of 0.5
+        m = b.bitcast(b.or_(b.and_(bits, I(0x007FFFFF)), I(0x3F000000)), ty)
+        # m < low: 2m - 1 and one less in the exponent, else m - 1
+        below = b.fcmp_ordered("<", m, C(low))
+        f = b.fsub(b.select(below, b.fadd(m, m), m), C(1.0))
+        return b.sitofp(b.select(below, b.sub(e, I(1)), e), ty), f, False
 
     #: log2(e) as a float32 and the rest
     _LOG2E = (1.4426950216293335, 1.925963033500011e-08)
@@ -356,7 +384,7 @@ class _MathEmitter(_WideMathEmitter):
         polynomial's part), then ``e + f*log2(e) + y*log2(e)`` with ``log2(e)`` in two
         parts.  Special values as ``log``."""
         b, ty, _, C, _, madd = self._kit(x)
-        ef, f = self._log_reduce(x)
+        ef, f, _ = self._log_reduce(x)
         z = b.fmul(f, f)
         y = b.fmul(b.fmul(self._horner(self._LOG_P, f, madd), f), z)
         y = madd(z, C(-0.5), y)
@@ -443,58 +471,31 @@ class _MathEmitter(_WideMathEmitter):
     def _libm_where(self, cond, fname: str, x, res):
         """``res`` with the lanes where ``cond`` holds replaced by the float32 libm
         function ``fname`` of ``x``'s lanes, in a branch taken only when some lane needs
-        it."""
-        b = self.b
-        ty = x.type
-        if isinstance(ty, ir.VectorType):
-            ity = ir.IntType(ty.count)
-            anyc = b.icmp_unsigned("!=", b.bitcast(cond, ity), ir.Constant(ity, 0))
-        else:
-            anyc = cond
-        entry = b.block
-        slow_bb = self.fn.append_basic_block(f"{fname}.libm")
-        end_bb = self.fn.append_basic_block(f"{fname}.end")
-        b.cbranch(anyc, slow_bb, end_bb)
-        b.position_at_end(slow_bb)
-        slow = self._call_lanes(fname, x)
-        if isinstance(ty, ir.VectorType):
-            slow = b.select(cond, slow, res)
-        slow_end = b.block
-        b.branch(end_bb)
-        b.position_at_end(end_bb)
-        phi = b.phi(ty)
-        phi.add_incoming(res, entry)
-        phi.add_incoming(slow, slow_end)
-        return phi
-
-    #: tanh(x) = x + x * z * P(z), z = x^2, for |x| < 0.625 (the coefficients of Cephes'
-    #: tanhf, a minimax fit on that interval)
-    _TANH_P = (-3.33332819422e-1, 1.33314422036e-1, -5.37397155531e-2, 2.06390887954e-2,
-               -5.70498872745e-3)
+        it (:meth:`_slow_where`)."""
+        return self._slow_where(cond, f"{fname}.libm",
+                                lambda v: self._call_lanes(fname, v), x, res)
 
     def tanh_f32(self, x):
         """tanh(x) for float32 (scalar or vector) in plain vector instructions (libm's
         ``tanhf`` is one call per lane: a GELU written with ``tc.tanh`` ran at a tenth of
         PyTorch's speed).
 
-        Both branches are computed and one is selected per lane.  ``|x| < 0.625``:
-        ``x + x*z*P(z)`` with ``z = x*x`` and a degree-4 ``P``.  Beyond:
-        ``1 - 2 / (exp(2|x|) + 1)`` with :meth:`exp_f32` (``exp`` overflows to inf from
-        ``|x| ~ 44``, and the result is then exactly 1), then the sign of ``x``.  As
+        One formula over the whole range: ``e = expm1(2|x|)`` (``2|x|`` clamped to 20:
+        tanh rounds to 1 from 9.01 on) as :meth:`expm1_f32` computes it (``2^n u +
+        (2^n - 1)``, exactly ``u`` for ``n = 0``, so the result keeps its relative
+        accuracy near 0), then ``e / (e + 2)`` and the sign of ``x``.  As
         :meth:`exp_f32`, no step is ever contracted, so every schedule gives the same
         bits; measured on every float32 input against float64 tanh: docs/numerics.md.
         NaN stays NaN, ``tanh(+-inf) = +-1``, ``tanh(-0.0) = -0.0``."""
         b, ty, _, C, _, madd = self._kit(x)
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
-        z = b.fmul(x, x)
-        small = madd(b.fmul(x, z), self._horner(self._TANH_P, z, madd), x)
-        e = self.exp_f32(b.fadd(ax, ax))
-        large = b.fsub(C(1.0), b.fdiv(C(2.0), b.fadd(e, C(1.0))))
-        # tanh is odd: the sign of x (also makes tanh(-0.0) = -0.0, which the polynomial
-        # loses: -0 * z * P(z) is +0).  A NaN takes the second branch (the comparison is
-        # false) and stays NaN through exp_f32, the division and copysign
-        return b.call(self._fn1("llvm.copysign", ty, 2),
-                      [b.select(b.fcmp_ordered("<", ax, C(0.625)), small, large), x])
+        # (2|x| >= 0: clamped above only; a NaN becomes 20 and is selected back at the end)
+        n, r = self._exp_reduce(b.fadd(ax, ax), None, 20.0)
+        u = self._expm1_poly(r)
+        e = b.fadd(self._ldexp(u, n), b.fsub(self._ldexp(C(1.0), n), C(1.0)))
+        res = b.call(self._fn1("llvm.copysign", ty, 2),
+                     [b.fdiv(e, b.fadd(e, C(2.0))), x])
+        return b.select(b.fcmp_unordered("uno", x, x), x, res)
 
     #: erf(x) = x * (c0 + z * P(z)), z = x^2, for |x| < 1 (c0 = 2/sqrt(pi) split in two)
     _ERF_C0 = (1.128379225730896, -5.8635382771399236e-08)
@@ -533,7 +534,8 @@ class _MathEmitter(_WideMathEmitter):
         a = b.call(self._fn1("llvm.minnum", ty, 2), [ax, C(4.0)])
         u = b.fdiv(C(1.0), a)
         q = self._horner(self._ERF_Q, u, madd)
-        e = self.exp_f32(b.fneg(b.fmul(a, a)))
+        # (-a^2 in [-16, 0]: no clamp; a NaN is selected back at the end)
+        e = self._exp_in(b.fneg(b.fmul(a, a)), None, None)
         large = madd(b.fneg(b.fmul(e, u)), q, C(1.0))
         # erf is odd: the sign of x (also makes erf(-0.0) = -0.0)
         res = b.call(self._fn1("llvm.copysign", ty, 2),

@@ -1,6 +1,6 @@
 """Float32 math functions that tecomp evaluates in float64 lanes (:class:`_WideMathEmitter`,
-a part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`): ``tan``, ``atan``,
-``atan2``, ``cbrt``, ``erfc`` and ``pow``.
+a part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`): ``atan2``, ``cbrt``
+and ``pow``, and ``tan``'s lanes of large ``|x|``.
 
 Each widens its float32 operands to float64 (exact), computes with an error far below
 float32's rounding (about 1e-11 relative or less) and rounds once to float32, so the
@@ -48,14 +48,6 @@ class _WideMathEmitter:
                0.1110753871617319, -0.09029469483865511, 0.07137825266855728,
                -0.04048051288744851)
     _TAN_PI8 = 0.41421356237309503
-    _TAN_3PI8 = 2.414213562373095
-    #: erfc(a) = t exp(-a^2 + P(t)), t = 1 / (1 + a/2), 0 <= a <= 10.1 (Numerical Recipes'
-    #: form, fitted for tecomp to degree 12 against mpmath: 1.8e-10 absolute in P)
-    _ERFC_P = (-1.2655050069293203, 0.9997496173799914, 0.37893021515697634,
-               0.04694636332118192, 0.13526591608489122, -1.0729091484577908,
-               2.6656885755765565, -5.759291750592017, 8.547827076220392,
-               -7.890685374280896, 4.403927177630188, -1.3763060642776048,
-               0.18636240334372434)
     #: log1p(f) = 2 atanh(s) = 2s (1 + z/3 + z^2/5 + ... + z^7/15), s = f / (2 + f),
     #: z = s^2 <= 0.0295 (5e-14 relative)
     _ATANH_T = _taylor(lambda k: 1.0 / (2 * k + 3), 7)
@@ -78,16 +70,6 @@ class _WideMathEmitter:
         b, dty, lty, C, L, _ = kit
         bits = b.bitcast(b.fadd(n, C(6755399441055744.0)), lty)
         return b.bitcast(b.shl(b.add(bits, L(1023)), L(52)), dty)
-
-    def _exp_f64_small(self, z, kit):
-        """``exp(z)`` for float64 ``z`` in ``[-700, 700]`` (about 1e-14 relative):
-        ``n = roundeven(z/ln2)``, ``r = z - n ln2`` (ln2 in two parts), a Taylor
-        polynomial of degree 11, times ``2**n``."""
-        b, dty, _, C, _, madd = kit
-        n = b.call(self._fn1("llvm.roundeven", dty), [b.fmul(z, C(1.4426950408889634))])
-        r = madd(n, C(-self._LN2[0]), z)
-        r = madd(n, C(-self._LN2[1]), r)
-        return b.fmul(self._horner(self._EXP_T, r, madd), self._pow2_f64(n, kit))
 
     def _div_f64(self, num, den, kit):
         """``num / den`` in float64 to about 1e-14 relative, for ``|den|`` in
@@ -114,8 +96,10 @@ class _WideMathEmitter:
 
     # -- the functions ---------------------------------------------------------------------
 
-    def tan_f32(self, x):
-        """tan(x) for float32: in float64, ``q = roundeven(x 2/pi)``, ``r = x - q pi/2``
+    def tan_f64_lanes(self, x):
+        """tan(x) for float32, in float64 (the lanes of large ``|x|`` of
+        :meth:`~tecomp.codegen.llvm.emit_math_f32._F32MathEmitter.tan_f32`):
+        ``q = roundeven(x 2/pi)``, ``r = x - q pi/2``
         (pi/2 in three parts, exact products for ``|x| <= 2^20``), ``sin(r)/cos(r)`` or
         ``-cos(r)/sin(r)`` for odd ``q`` (Taylor polynomials to 1e-15), rounded once.
         Lanes with ``|x| > 2^20``, inf or NaN take a branch that calls libm's ``tanf``.
@@ -138,27 +122,6 @@ class _WideMathEmitter:
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
         big = b.fcmp_unordered(">", ax, _splat(ty, self._TAN_LIMIT))
         return self._libm_where(big, "tanf", x, res)
-
-    def atan_f32(self, x):
-        """atan(x) for float32: :meth:`_atan_f64` of ``|x|`` in float64, rounded once, with
-        the sign of ``x``.  ``atan(+-inf) = +-pi/2`` (rounded), ``atan(+-0) = +-0``, NaN
-        stays NaN."""
-        b = self.b
-        ty = x.type
-        xd, kit = self._kit64(x)
-        _, dty, _, C, _, _ = kit
-        # above 2^60, atan(a) = pi/2 - 1/a rounds to pi/2 (and 1/a keeps a normal float32)
-        a = b.call(self._fn1("llvm.minnum", dty, 2),
-                   [b.call(self._fn1("llvm.fabs", dty), [xd]), C(2.0 ** 60)])
-        mid = b.fcmp_ordered(">", a, C(self._TAN_PI8))
-        high = b.fcmp_ordered(">", a, C(self._TAN_3PI8))
-        # u = a, (a - 1)/(a + 1) (+ pi/4) or -1/a (+ pi/2), |u| <= tan(pi/8)
-        num = b.select(high, C(-1.0), b.select(mid, b.fsub(a, C(1.0)), a))
-        den = b.select(high, a, b.select(mid, b.fadd(a, C(1.0)), C(1.0)))
-        base = b.select(high, C(math.pi / 2), b.select(mid, C(math.pi / 4), C(0.0)))
-        res = self._narrow(self._atan_f64(num, den, base, kit), ty)
-        res = b.call(self._fn1("llvm.copysign", ty, 2), [res, x])
-        return b.select(b.fcmp_unordered("uno", x, x), x, res)
 
     def atan2_f32(self, y, x):
         """atan2(y, x) for float32, in float64: ``q = min(|x|,|y|) / max(|x|,|y|)`` (0
@@ -215,24 +178,6 @@ class _WideMathEmitter:
         regular = b.and_(b.fcmp_ordered(">", ax, C(0.0)), b.fcmp_ordered("<", ax, C(math.inf)))
         return b.select(regular, res, x)
 
-    def erfc_f32(self, x):
-        """erfc(x) = 1 - erf(x) for float32, accurate in the tail (relative error, down to
-        the subnormal results near ``x = 10``): in float64, ``a = min(|x|, 10.1)``,
-        ``t = 1/(1 + a/2)``, ``t exp(-a^2 + P(t))`` with a degree-12 ``P``
-        (:meth:`_exp_f64_small`; ``a^2`` is exact), ``2 - that`` for ``x < 0``, rounded
-        once.  ``erfc(+inf) = 0``, ``erfc(-inf) = 2``, NaN stays NaN."""
-        b = self.b
-        ty = x.type
-        xd, kit = self._kit64(x)
-        _, dty, _, C, _, madd = kit
-        a = b.call(self._fn1("llvm.minnum", dty, 2),
-                   [b.call(self._fn1("llvm.fabs", dty), [xd]), C(10.1)])
-        t = self._div_f64(C(1.0), madd(a, C(0.5), C(1.0)), kit)
-        z = madd(b.fneg(a), a, self._horner(self._ERFC_P, t, madd))
-        e = b.fmul(t, self._exp_f64_small(z, kit))
-        res = b.select(b.fcmp_ordered("<", xd, C(0.0)), b.fsub(C(2.0), e), e)
-        return b.select(b.fcmp_unordered("uno", x, x), x, self._narrow(res, ty))
-
     def pow_f32(self, x, y):
         """x**y for float32: ``log2|x| = e + log1p(f)/ln2`` in float64 (``e`` and ``f``
         exact from :meth:`_log_reduce`, ``log1p(f) = 2 atanh(f/(2+f))`` by its series),
@@ -244,7 +189,7 @@ class _WideMathEmitter:
         ``|x|`` 0 or inf and ``y`` +-inf."""
         b, ty, ity, C, I, _ = self._kit(x)
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
-        ef, f = self._log_reduce(ax)
+        ef, f, _ = self._log_reduce(ax)
         fd, kit = self._kit64(f)
         _, dty, _, D, _, madd = kit
         s = self._div_f64(fd, b.fadd(fd, D(2.0)), kit)

@@ -99,9 +99,10 @@ Lowering
   LLVM intrinsics (libm calls per lane where the CPU has no instruction); float64
   ``tanh``, ``erf``, ``tan`` ... call libm per lane; float32 ``erf``, ``tanh``, ``log``,
   ``sin`` ... are tecomp's own vector code (``_FnEmitter.erf_f32``, ``tanh_f32``,
-  ``log_f32``: at most 1.62, 1.33 and 0.83 ulp, docs/numerics.md), and so are float32
-  ``tan``, ``atan``, ``atan2``, ``cbrt``, ``erfc`` and ``pow`` and float64 ``exp`` and
-  ``log`` (:mod:`~tecomp.codegen.llvm.emit_math_wide`: float32 in float64 lanes, rounded
+  ``log_f32``: at most 1.62, 2.36 and 0.84 ulp, docs/numerics.md), and so are float32
+  ``tan``, ``atan`` and ``erfc`` (:mod:`~tecomp.codegen.llvm.emit_math_f32`, float32
+  lanes), float32 ``atan2``, ``cbrt`` and ``pow`` and float64 ``exp`` and ``log``
+  (:mod:`~tecomp.codegen.llvm.emit_math_wide`: float32 in float64 lanes, rounded
   once);
   ``rsqrt`` is ``1/sqrt(x)``.
   Float32 ``exp`` is tecomp's own vector code (``_FnEmitter.exp_f32``; ``llvm.exp``

@@ -76,7 +76,9 @@ class TargetPolicy:
         * ``"getexp"``, ``(x,)``: ``floor(log2(|x|))`` as a float, subnormals included
           (``-inf`` for 0, ``inf`` for infinities);
         * ``"getmant"``, ``(x,)``: the significand of ``x`` scaled into ``[1, 2)``, a NaN
-          for a negative ``x`` (but ``-0.0``), 0 for 0, 1 for ``inf``.
+          for a negative ``x`` (but ``-0.0``), 0 for 0, 1 for ``inf``;
+        * ``"getmant34"``, ``(x,)``: the significand of ``|x|`` scaled into ``[3/4, 3/2)``
+          (``|x| = m 2^k`` with ``k`` ``getexp``'s or one more), 0 for 0, 1 for ``inf``.
 
         Here: None for all.
         """

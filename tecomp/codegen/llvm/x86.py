@@ -89,7 +89,9 @@ class X86Policy(TargetPolicy):
     #: immediate operand it takes after the vector ones (None: none)
     _AVX512_OPS = {"scalef": ("scalef", None), "getexp": ("getexp", None),
                    # interval [1, 2), a NaN for a negative source (imm 0b1000)
-                   "getmant": ("getmant", 8)}
+                   "getmant": ("getmant", 8),
+                   # interval [3/4, 3/2), the sign dropped (imm 0b0111)
+                   "getmant34": ("getmant", 7)}
 
     def vector_op(self, op: str, ty):
         """AVX-512's ``vscalefps``, ``vgetexpps`` and ``vgetmantps`` (and their ``pd``
