@@ -8,7 +8,8 @@ images by default; 32 tokens for the language models), eager PyTorch against the
 compiled model on the same input.  Reported per model:
 
 * ``max rel err``: max |compiled - eager| / max |eager| over the output (the criterion:
-  at most 1e-4);
+  at most 1e-4), and beside it eager float32 against eager float64 (float32's own
+  rounding error on this model, for scale);
 * ``fallbacks``: the ATen operators that ran eagerly (the backend's log line per
   unsupported operator, with its reason) and the regions that failed to compile;
 * ``compile s``: the first call of the compiled model (TorchDynamo's tracing, the
@@ -202,9 +203,18 @@ def _child(name: str, size: int) -> None:
         compile_s = time.perf_counter() - t0
         again = _tensor_out(compiled(*inputs))
     err = max(max_rel_error(got, want), max_rel_error(again, want))
+    # the float32 noise floor: eager float32 against eager float64 (copies of the model)
+    torch._dynamo.reset()
+    import copy
+
+    with torch.no_grad():
+        ref64 = _tensor_out(copy.deepcopy(model).double()(
+            *[x.double() if x.is_floating_point() else x for x in inputs]))
+    floor = max_rel_error(want, ref64)
     print("RESULT " + json.dumps({
         "model": name, "input": what, "max_rel_err": err, "compile_s": compile_s,
         "scale": float(want.abs().max()), "spread": float(want.double().std()),
+        "eager_f32_vs_f64": floor,
         "eager_ops": handler.eager, "failed": handler.failed,
         "stats": dict(tecomp.dynamo.STATS)}), flush=True)
 
@@ -240,7 +250,8 @@ def _line(r: dict) -> str:
     eager = ", ".join(f"{op} ({why})" for op, why in sorted(r["eager_ops"].items())) or "-"
     st = r["stats"]
     s = (f"{r['model']:<20} {ok} {r['input']:<34} err {r['max_rel_err']:.2e} (max |y| "
-         f"{r['scale']:.2g}, std {r['spread']:.2g})  compile "
+         f"{r['scale']:.2g}, std {r['spread']:.2g}; eager f32 vs f64 "
+         f"{r.get('eager_f32_vs_f64', float('nan')):.1e})  compile "
          f"{r['compile_s']:6.1f} s  kernels built {st.get('built', 0)} disk "
          f"{st.get('disk', 0)} failed {st.get('failed', 0)}  eager: {eager}")
     for f in r["failed"]:

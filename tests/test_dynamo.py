@@ -209,6 +209,22 @@ def test_views_slices_cat():
         torch.testing.assert_close(g, w)
 
 
+def test_outputs_that_eager_returns_as_broadcast_or_strided_views():
+    """A region's output that eager PyTorch returns as a view with zero strides (an
+    expand) or with gaps (a slice): the kernel writes it to dense memory (it was handed
+    the broadcast view's strides, and the call refused to write overlapping elements)."""
+    def f(x):
+        y = x * 2
+        return y.expand(3, 4, 5), y.t()[1:4:2], (x + 1)[:, 1:3]
+    x = torch.randn(4, 1)
+    got = torch.compile(f, backend="tecomp")(x)
+    for g, w in zip(got, f(x)):
+        torch.testing.assert_close(g, w)
+    x = torch.randn(4, 5)
+    g = torch.compile(lambda t: (t * 2)[:, 1:3], backend="tecomp")(x)
+    torch.testing.assert_close(g, (x * 2)[:, 1:3])
+
+
 @pytest.mark.parametrize("mark_dynamic", [False, True])
 def test_new_shapes_are_specialised(mark_dynamic):
     """New batch sizes: static graphs recompiled by TorchDynamo's guards, or (after
