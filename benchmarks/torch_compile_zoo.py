@@ -104,7 +104,8 @@ def build(name: str, size: int):
         model = tf.BertModel(cfg)
         what = "BERT h128 L2 A4 ff512"
     elif name == "gpt2":
-        cfg = tf.GPT2Config(vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_positions=64)
+        cfg = tf.GPT2Config(vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_positions=64,
+                             bos_token_id=0, eos_token_id=0)
         model = tf.GPT2Model(cfg)
         what = "GPT-2 h128 L2 A4"
     elif name == "distilbert":

@@ -225,6 +225,25 @@ def test_outputs_that_eager_returns_as_broadcast_or_strided_views():
     torch.testing.assert_close(g, (x * 2)[:, 1:3])
 
 
+def test_slice_bounds_computed_from_a_dynamic_size(caplog):
+    """A slice whose start is a SymInt node of the graph (a dynamic size halved: the
+    backward of a channel split, ShuffleNet's training step) is lowered with the
+    specialisation's integer (the rule compared the node with 0: TypeError)."""
+    def f(x):
+        h = x.shape[1] // 2
+        return x[:, h:] * 2 + x[:, :h], x.narrow(1, h - 1, 2).exp()
+    c = torch.compile(f, backend="tecomp")
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        for n in (8, 6):
+            x = torch.randn(3, n)
+            torch._dynamo.mark_dynamic(x, 1)
+            for g, w in zip(c(x), f(x)):
+                torch.testing.assert_close(g, w)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert not [m for m in msgs if "could not be" in m], msgs
+    assert any(re.search(r"graph: [1-9]\d* tecomp kernel", m) for m in msgs), msgs
+
+
 @pytest.mark.parametrize("mark_dynamic", [False, True])
 def test_new_shapes_are_specialised(mark_dynamic):
     """New batch sizes: static graphs recompiled by TorchDynamo's guards, or (after

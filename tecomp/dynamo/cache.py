@@ -30,7 +30,7 @@ from ..build import build
 from ..errors import InternalError, TecompError
 from ..runtime.aot import load_module
 from ..runtime.libfiles import cache_root, private_dir
-from .lowering import lower_region
+from .lowering import bound_args, lower_region
 from .lowering_nn import GRADIENT_OPS
 
 log = logging.getLogger("tecomp.dynamo")
@@ -87,14 +87,7 @@ def region_key(region, vals, options) -> str:
 def region_value(n, vals, local):
     """A node's arguments with the Python values of nodes outside the region (the
     integers of a specialised shape) put in."""
-    def sub(a):
-        if isinstance(a, torch.fx.Node) and a not in local:
-            v = vals.get(a)
-            return v if not isinstance(v, torch.Tensor) else a
-        if isinstance(a, (list, tuple)):
-            return type(a)(sub(x) for x in a)
-        return a
-    return (sub(n.args), {k: sub(v) for k, v in n.kwargs.items()})
+    return bound_args(n, vals, local)
 
 
 def _out_spec(v) -> tuple:
