@@ -2,7 +2,7 @@
 torchvision's classification models, transformers' BERT/GPT-2/DistilBERT in small
 configurations, random weights): inference outputs within 1e-4 relative of eager.
 
-By default two tiny torchvision models at 32 x 32 (skipped where torchvision is not
+By default a tiny torchvision model at 32 x 32 (skipped where torchvision is not
 installed); every model of the sweep, each in its own process, with TECOMP_LONG_TESTS=1."""
 import logging
 import os
@@ -36,7 +36,15 @@ def _torchvision():
     return tv
 
 
-@pytest.mark.parametrize("name", ["squeezenet1_1", "mobilenet_v3_small"])
+#: squeezenet1_1 (the cheapest to compile) by default; mobilenet_v3_small and
+#: shufflenet_v2_x0_5 (grouped convolutions and a channel split run eagerly between
+#: kernels) with TECOMP_LONG_TESTS=1
+_TINY = ["squeezenet1_1"] + [pytest.param(n, marks=pytest.mark.skipif(
+    not LONG, reason="slow: set TECOMP_LONG_TESTS=1")) for n in ("mobilenet_v3_small",
+                                                                  "shufflenet_v2_x0_5")]
+
+
+@pytest.mark.parametrize("name", _TINY)
 def test_torchvision_model_matches_eager(name, caplog):
     _torchvision()
     model, inputs, _ = zoo.build(name, 32)
