@@ -209,6 +209,41 @@ def test_views_slices_cat():
         torch.testing.assert_close(g, w)
 
 
+def test_outputs_that_eager_returns_as_broadcast_or_strided_views():
+    """A region's output that eager PyTorch returns as a view with zero strides (an
+    expand) or with gaps (a slice): the kernel writes it to dense memory (it was handed
+    the broadcast view's strides, and the call refused to write overlapping elements)."""
+    def f(x):
+        y = x * 2
+        return y.expand(3, 4, 5), y.t()[1:4:2], (x + 1)[:, 1:3]
+    x = torch.randn(4, 1)
+    got = torch.compile(f, backend="tecomp")(x)
+    for g, w in zip(got, f(x)):
+        torch.testing.assert_close(g, w)
+    x = torch.randn(4, 5)
+    g = torch.compile(lambda t: (t * 2)[:, 1:3], backend="tecomp")(x)
+    torch.testing.assert_close(g, (x * 2)[:, 1:3])
+
+
+def test_slice_bounds_computed_from_a_dynamic_size(caplog):
+    """A slice whose start is a SymInt node of the graph (a dynamic size halved: the
+    backward of a channel split, ShuffleNet's training step) is lowered with the
+    specialisation's integer (the rule compared the node with 0: TypeError)."""
+    def f(x):
+        h = x.shape[1] // 2
+        return x[:, h:] * 2 + x[:, :h], x.narrow(1, h - 1, 2).exp()
+    c = torch.compile(f, backend="tecomp")
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        for n in (8, 6):
+            x = torch.randn(3, n)
+            torch._dynamo.mark_dynamic(x, 1)
+            for g, w in zip(c(x), f(x)):
+                torch.testing.assert_close(g, w)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert not [m for m in msgs if "could not be" in m], msgs
+    assert any(re.search(r"graph: [1-9]\d* tecomp kernel", m) for m in msgs), msgs
+
+
 @pytest.mark.parametrize("mark_dynamic", [False, True])
 def test_new_shapes_are_specialised(mark_dynamic):
     """New batch sizes: static graphs recompiled by TorchDynamo's guards, or (after

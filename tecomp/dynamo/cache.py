@@ -30,7 +30,7 @@ from ..build import build
 from ..errors import InternalError, TecompError
 from ..runtime.aot import load_module
 from ..runtime.libfiles import cache_root, private_dir
-from .lowering import lower_region
+from .lowering import bound_args, lower_region
 from .lowering_nn import GRADIENT_OPS
 
 log = logging.getLogger("tecomp.dynamo")
@@ -87,14 +87,23 @@ def region_key(region, vals, options) -> str:
 def region_value(n, vals, local):
     """A node's arguments with the Python values of nodes outside the region (the
     integers of a specialised shape) put in."""
-    def sub(a):
-        if isinstance(a, torch.fx.Node) and a not in local:
-            v = vals.get(a)
-            return v if not isinstance(v, torch.Tensor) else a
-        if isinstance(a, (list, tuple)):
-            return type(a)(sub(x) for x in a)
-        return a
-    return (sub(n.args), {k: sub(v) for k, v in n.kwargs.items()})
+    return bound_args(n, vals, local)
+
+
+def _out_spec(v) -> tuple:
+    """(shape, strides, dtype) of the tensor a region's kernel writes output ``v`` to:
+    ``v``'s own strides where they lay its elements out densely without overlap, else
+    row-major ones -- eager PyTorch can return a broadcast view (an ``expand``, strides
+    0) or a strided slice where the kernel writes every element once."""
+    shape, strides = tuple(int(e) for e in v.shape), tuple(int(e) for e in v.stride())
+    step = 1
+    for e, st in sorted(zip(shape, strides), key=lambda p: p[1]):
+        if e != 1:
+            if st != step:  # a gap, or elements that overlap
+                strides = tuple(torch.empty(shape, device="meta").stride())
+                break
+            step *= e
+    return shape, strides, v.dtype
 
 
 def compile_region(region, vals, options) -> Optional[Exception]:
@@ -102,8 +111,7 @@ def compile_region(region, vals, options) -> Optional[Exception]:
     region that cannot be compiled, ``module`` stays None and the error is returned."""
     key = region_key(region, vals, options)
     region.key = key
-    region.out_specs = [(tuple(vals[n].shape), tuple(vals[n].stride()), vals[n].dtype)
-                        for n in region.outputs]
+    region.out_specs = [_out_spec(vals[n]) for n in region.outputs]
     with _LOCK:
         mod = _MEMORY.get(key)
     if mod is not None:

@@ -68,6 +68,7 @@ def unsupported(node, vals) -> Optional[str]:
     if entry is None:
         return "no tecomp lowering"
     fn, check = entry
+    node = _bind(node, vals)
     ins = [vals.get(a) for a in node.all_input_nodes]
     for t in list(_tensors(ins)) + list(_tensors(vals.get(node))):
         if t.dtype not in DTYPES:
@@ -83,6 +84,49 @@ def unsupported(node, vals) -> Optional[str]:
     if check is not None:
         return check(node, vals)
     return None
+
+
+def bound_args(node, vals, inside=()) -> tuple:
+    """``node``'s ``(args, kwargs)`` with the values of the nodes it reads that are not
+    tensors (the integers of a specialised symbolic shape: a slice's start computed from
+    a dynamic size) put in; nodes in ``inside`` (those of the region) are kept."""
+    def sub(a):
+        if isinstance(a, torch.fx.Node) and a not in inside:
+            v = vals.get(a)
+            return v if not isinstance(v, torch.Tensor) else a
+        if isinstance(a, (list, tuple)):
+            return type(a)(sub(x) for x in a)
+        return a
+    return (sub(node.args), {k: sub(v) for k, v in node.kwargs.items()})
+
+
+class _Bound:
+    """An FX node seen through :func:`bound_args` (the rules read plain integers where
+    the graph has SymInt nodes); everything else, its hash and its equality are the
+    node's, so ``vals[bound]`` is ``vals[node]``."""
+
+    __slots__ = ("node", "args", "kwargs")
+
+    def __init__(self, node, vals):
+        self.node = node
+        self.args, self.kwargs = bound_args(node, vals)
+
+    def __getattr__(self, name):
+        return getattr(self.node, name)
+
+    def __hash__(self):
+        return hash(self.node)
+
+    def __eq__(self, other):
+        return other is self.node or other is self
+
+
+def _bind(node, vals):
+    """``node``, or a :class:`_Bound` of it where it reads a non-tensor node."""
+    for a in node.all_input_nodes:
+        if not isinstance(vals.get(a), torch.Tensor):
+            return _Bound(node, vals)
+    return node
 
 
 class Lowering:
@@ -118,7 +162,7 @@ class Lowering:
         if node.target is operator.getitem:
             return self.arg(node.args[0])[node.args[1]]
         fn, _ = RULES[node.target]
-        return fn(self, node)
+        return fn(self, _bind(node, self.vals))
 
     def out(self, node) -> torch.Tensor:
         v = self.vals[node]
