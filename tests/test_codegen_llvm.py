@@ -1942,7 +1942,7 @@ def _tanh_inputs():
 
 def test_tanh_float32_error_everywhere(exp_variant):
     """float32 tanh is vector code (no libm tanhf per lane), within the documented bound
-    (docs/numerics.md, 1.33 ulp measured on every input) of float64 tanh."""
+    (docs/numerics.md, 2.42 ulp measured on every input) of float64 tanh."""
     _check_float32_function("tanh", _tanh_inputs(), np.tanh, 2.5,
                             [np.inf, -np.inf, 0.0, -0.0, 9.1, 44.5, 100.0, -1e30, 1e-40],
                             [1, -1, 0, -0.0, 1, 1, 1, -1, 1e-40], exp_variant)
@@ -1954,6 +1954,9 @@ def test_more_float32_functions(fn, exp_variant):
     call per lane, but sin/cos's branch for large arguments), the same bits vectorized
     and serial, within the documented bound of the float64 function on a dense sample of
     every float32 input, with their special values."""
+    if (os.environ.get("TECOMP_LONG_TESTS", "") in ("", "0")
+            and exp_variant == _MATH_TARGETS["no-fma"] and sorted(_MORE_F32).index(fn) % 2):
+        pytest.skip("without FMA every other function by default: set TECOMP_LONG_TESTS=1")
     ref, edges, limits, special, want = _MORE_F32[fn]
     _check_float32_function(fn, _dense_inputs(*edges), ref, limits[not _has_fma(exp_variant)],
                             special, want, exp_variant)
