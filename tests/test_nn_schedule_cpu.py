@@ -264,8 +264,8 @@ def test_dense_in_place_reads_aligned_copies(offset):
     Y1 = ops.dense(X1, W)
     knobs = Knobs({"skinny": False})
     s1 = apply_rules([X1, W, Y1], knobs, sc.cpu_model())
-    assert knobs.values["skinny"] is False and "dense.rf" in str(tc.lower(s1, [X1, W, Y1]))
     text = str(tc.lower(s1, [X1, W, Y1]))
+    assert knobs.values["skinny"] is False and "dense.rf" in text
     assert "X.global" not in text and "W.local" not in text
 
 
