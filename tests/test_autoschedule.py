@@ -853,7 +853,8 @@ def test_row_compositions_are_computed_a_row_at_a_time(make, M, N):
     """A user's softmax, log-softmax and layer norm written as several computes: the
     rules compute every stage at the output's row loop, so no intermediate holds more
     than one row (no M x N buffer in the IR, and one parallel loop nest), with the
-    results of the composition (float64 reference; float32 tolerance)."""
+    results of the composition (float64 reference; float32 tolerance); a whole-row pass
+    prefetches the next row of the input, as the softmax template does."""
     import re
 
     args, ref = make(M, N)
@@ -863,6 +864,7 @@ def test_row_compositions_are_computed_a_row_at_a_time(make, M, N):
         size = int(np.prod([int(d) for d in shape.split(",")]))
         assert size <= N, (name, shape)
     assert ir.count("parallel (") == 1, ir
+    assert re.search(rf"prefetch x\[min\(\w+ \+ 1, {M - 1}\), ", ir), ir
     rng = np.random.default_rng(0)
     ins = [rng.standard_normal([int(d) for d in a.shape]).astype("float32") for a in args[:-1]]
     out = np.empty([int(d) for d in args[-1].shape], "float32")

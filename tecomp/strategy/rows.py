@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..ir.expr import Const
 from ..schedule.schedule import Schedule, Stage
-from ..te.tensor import Tensor
+from ..te.tensor import PlaceholderOp, Tensor
 
 
 def _cint(e):
@@ -40,3 +40,35 @@ def _vector_partials_at(s: Schedule, red: Tensor, factor: int, st: Stage, axis) 
     rki = rf.op.axis[-1]
     rf.reorder(*(list(rf.op.axis[:-1]) + [rko, rki]))
     rf.vectorize(rki)
+
+
+def prefetch_next_row(s: Schedule, out: Tensor, ops_, vec_loops, st: Stage, R, J,
+                      l1_bytes: int):
+    """Prefetch the next row of each input of a row-wise kernel (softmax), spread over
+    the row: in the vector loop of a full-row stage computed at the row that reads the
+    input (softmax's exp pass, which has the most arithmetic per element; ``vec_loops`` maps
+    each full-row stage at ``R`` to that loop, None for a row of one vector), each step
+    prefetches the same columns of the next row (``prefetch(x, j, 1, along=R)``).  A
+    row of up to 4 KiB starts a new page, where the hardware prefetcher stops.  Spread
+    over the exp pass, it measured best, ahead of the whole next row prefetched at the
+    start of each row (the prefetches queue up) and of no prefetch.  Without such a loop
+    (rows of one vector), the whole next row at the start of the row, for rows of at
+    most L1 / 4 (more would evict the current row).
+    The softmax template and the auto-scheduler's rows (a softmax or a norm written as
+    several computes) both use it (measurements: benchmarks/DECISIONS.md, "Softmax: next
+    row prefetched")"""
+    ndim = len(out.shape)
+    inside = set(id(op) for op in ops_)
+    ins = []
+    for op in ops_:
+        for t in op.input_tensors:
+            if id(t.op) not in inside and len(t.shape) == ndim and t not in ins and (
+                    isinstance(t.op, PlaceholderOp) or s[t].attach_type == "root"):
+                ins.append(t)   # (an inlined stage has no buffer to prefetch)
+    for t in ins:
+        reader = next((o for o in reversed(ops_) if o in vec_loops
+                       and vec_loops[o] is not None and t in o.input_tensors), None)
+        if reader is not None:
+            s[reader.output(0)].prefetch(t, vec_loops[reader], 1, along=R)
+        elif J is not None and J * 4 <= l1_bytes // 4:
+            st.prefetch(t, R, 1)

@@ -62,7 +62,7 @@ from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .blocks import BlockRules
 from ._common import _cheap, _cint, _elems, _is_injective, _loads, _stride_along, _tags
-from .rows import row_reduce_at
+from .rows import prefetch_next_row, row_reduce_at
 from .tensorize import tensorize_reduction
 
 
@@ -293,7 +293,13 @@ class _Rules(BlockRules):
         # producers that are per row (fewer axes, indexed by our leading axes)
         lead = list(op.axis[:-1]) if len(axes) == len(op.axis) else []
         if lead and row is not None:
-            self.attach_rows(st, lead, row if len(axes[:-1]) and row is not None else None)
+            at_row = self.attach_rows(st, lead, row if len(axes[:-1]) and row is not None
+                                      else None)
+            if at_row:
+                own = vo if vec_f > 1 and ce is not None and ce > vec_f and vo is not row \
+                    and vo in st.leaf_iter_vars else None
+                at_row[op] = own
+                self._prefetch_rows(st, row, at_row)
 
     def _leaf_extent(self, st, iv):
         # extent of a leaf axis made by a split of an op axis (for task counting)
@@ -336,11 +342,14 @@ class _Rules(BlockRules):
         that row already; row reductions are vectorized there.  So is an elementwise
         producer of whole rows (``exp(x - max)`` between a softmax's two reductions)
         whose readers are all at the row: it is computed a row at a time, in a row
-        buffer that stays in cache, instead of a full-size intermediate array."""
+        buffer that stays in cache, instead of a full-size intermediate array.  Returns
+        the ops it computed at the row, each with its loop over the row's vectors (None
+        for a reduction, a per-row value or a row of one step)."""
         s = self.s
+        at_row_loops = {}
         if row is None or any(a in st.leaf_iter_vars for a in lead[1:]) or (
                 len(lead) == 1 and row is not lead[0] and lead[0] in st.leaf_iter_vars):
-            return   # the row loop does not cover exactly the leading axes
+            return at_row_loops   # the row loop does not cover exactly the leading axes
         want = [self.ext(a.dom.extent) for a in lead]
         changed = True
         while changed:
@@ -366,12 +375,24 @@ class _Rules(BlockRules):
                     continue
                 if pop.reduce_axis and self._row_reducible(pop):
                     self.attach_row_reduction(pop, st, row)
+                    at_row_loops[pop] = None
                 else:
                     pst.compute_at(st, row)
-                    if whole_row:
-                        self._vector_row(pst)
+                    at_row_loops[pop] = self._vector_row(pst) if whole_row else None
                 self.done.add(id(pop))
                 changed = True
+        return at_row_loops
+
+    def _prefetch_rows(self, st: Stage, row, vec_loops):
+        """A row-wise kernel (whole-row stages computed at ``st``'s row loop) prefetches
+        the next row of its inputs during a whole-row stage's vector loop, as the
+        softmax template does (:func:`tecomp.strategy.rows.prefetch_next_row`); only
+        where such a loop reads the input."""
+        ops_ = [x.op for x in self.s.stages if x.attach_stage is st and
+                x.attach_ivar is row] + [st.op]
+        if self.k.choose(f"prefetch_rows.{st.op.name}", [True, False], True):
+            prefetch_next_row(self.s, st.op.output(0), ops_, vec_loops, st, row, None,
+                              self.info.l1_bytes)
 
     def _row_block(self, op, lead, want) -> bool:
         """Whether ``op`` is an elementwise stage of whole rows over ``lead`` (its leading
@@ -416,7 +437,10 @@ class _Rules(BlockRules):
         inner = st.op.axis[-1]
         L, ce = self.L, self.ext(inner.dom.extent)
         if ce is not None and ce >= L:
-            self._vectorize_by(st, inner, 4 * L if ce % (4 * L) == 0 else L)
+            f = 4 * L if ce % (4 * L) == 0 else L
+            vo = self._vectorize_by(st, inner, f)
+            return vo if ce > f else None
+        return None
 
     def _vectorize_by(self, st: Stage, inner, vec_f: int):
         """Split ``inner`` by ``vec_f`` lanes, vectors of the target's width unrolled

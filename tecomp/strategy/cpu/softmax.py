@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ... import te as _te
-from ..rows import row_reduce_at
+from ..rows import prefetch_next_row, row_reduce_at
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import Tensor
 from .._common import _cint, _outs, _walk
@@ -37,7 +37,7 @@ def schedule_softmax(outs, target: str = "llvm") -> Schedule:
     """``tecomp.nn.softmax`` / ``log_softmax`` and :func:`softmax_fast`: one task per
     block of rows, every stage of a row computed at the row (the row stays in L1), each
     reduction over the row vectorized (``rfactor`` into one vector accumulator), and
-    the input's next row prefetched during the exp pass (:func:`_prefetch_next_row`)."""
+    the input's next row prefetched during the exp pass (:func:`tecomp.strategy.rows.prefetch_next_row`)."""
     outs = _outs(outs)
     info = cpu_model(target)
     s = create_schedule([t.op for t in outs])
@@ -81,32 +81,5 @@ def schedule_softmax(outs, target: str = "llvm") -> Schedule:
             s[t].compute_at(st, R)
         elif len(op.axis) == ndim:
             vec_loops[op] = _row_stage_at(s, t, st, R, info)
-    _prefetch_next_row(s, out, ops_, vec_loops, st, R, J, info)
+    prefetch_next_row(s, out, ops_, vec_loops, st, R, J, info.l1_bytes)
     return s
-
-
-def _prefetch_next_row(s: Schedule, out: Tensor, ops_, vec_loops, st: Stage, R, J, info):
-    """Prefetch the next row of each input of a row-wise kernel (softmax), spread over
-    the row: in the vector loop of a full-row stage computed at the row that reads the
-    input (softmax's exp pass, which has the most arithmetic per element), each step
-    prefetches the same columns of the next row (``prefetch(x, j, 1, along=R)``).  A
-    row of up to 4 KiB starts a new page, where the hardware prefetcher stops.  Spread
-    over the exp pass, it measured best, ahead of the whole next row prefetched at the
-    start of each row (the prefetches queue up) and of no prefetch.  Without such a loop
-    (rows of one vector), the whole next row at the start of the row, for rows of at
-    most L1 / 4 (more would evict the current row).
-    (measurements: benchmarks/DECISIONS.md, "Softmax: next row prefetched")"""
-    ndim = len(out.shape)
-    inside = set(id(op) for op in ops_)
-    ins = []
-    for op in ops_:
-        for t in op.input_tensors:
-            if id(t.op) not in inside and len(t.shape) == ndim and t not in ins:
-                ins.append(t)
-    for t in ins:
-        reader = next((o for o in reversed(ops_) if o in vec_loops
-                       and vec_loops[o] is not None and t in o.input_tensors), None)
-        if reader is not None:
-            s[reader.output(0)].prefetch(t, vec_loops[reader], 1, along=R)
-        elif J is not None and J * 4 <= info.l1_bytes // 4:
-            st.prefetch(t, R, 1)
