@@ -19,10 +19,12 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Tuple
 import tecomp as tc
 from ..runtime.nvcc import find_nvcc
+from ..threads import available_cpus
 from ..errors import BuildError, RuntimeUnavailableError
 from ..strategy import cuda as sc
 from ..nn import ops
@@ -140,13 +142,17 @@ def shipped_kernels() -> List[Tuple[str, Callable]]:
 
 
 def report(archs=ARCHS) -> List[KernelUsage]:
+    """A row per kernel and architecture; the ``nvcc`` runs go in parallel, one per CPU
+    the process may use (each is a process of its own)."""
+    jobs = [(name, build().get_source("cuda"), arch)
+            for name, build in shipped_kernels() for arch in archs]
+    with ThreadPoolExecutor(max_workers=available_cpus()) as pool:
+        usages = list(pool.map(lambda j: ptxas_usage(j[1], j[2]), jobs))
     rows = []
-    for name, build in shipped_kernels():
-        src = build().get_source("cuda")
-        for arch in archs:
-            for k, u in ptxas_usage(src, arch).items():
-                rows.append(KernelUsage(name, k, arch, u["registers"], u["spill_stores"],
-                                        u["spill_loads"], u["stack"], u["smem"]))
+    for (name, _, arch), usage in zip(jobs, usages):
+        for k, u in usage.items():
+            rows.append(KernelUsage(name, k, arch, u["registers"], u["spill_stores"],
+                                    u["spill_loads"], u["stack"], u["smem"]))
     return rows
 
 
