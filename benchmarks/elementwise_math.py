@@ -13,7 +13,7 @@ Inductor kernels also allocate theirs), interleaved, medians in ms (PyTorch's ti
 tecomp's: > 1 means tecomp is faster).  Every result is checked against a float64
 reference first.
 
-    python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only tan,atan2]
+    python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only gelu,tanh]
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from common import base_parser, interleaved_turns, pin_threads, torch_or_none
 def main() -> None:
     ap = base_parser(__doc__, rounds=15)
     ap.add_argument("--only", default="", help="comma-separated functions to time (and "
-                    "the copy), e.g. tan,atan2; all by default")
+                    "the copy), e.g. tan,atan2 or gelu,tanh; all by default")
     args = ap.parse_args()
     pin_threads(args.threads)
     import numpy as np
@@ -77,11 +77,12 @@ def main() -> None:
     # name: (tecomp's function, float64 reference, torch's out= function, inputs)
     binary = {"atan2": (tc.atan2, np.arctan2, "atan2", (x, y)),
               "pow": (tc.pow, np.power, "pow", (pos, x))}
-    if args.only:
-        keep = set(args.only.split(",")) | {"copy"}
+    keep = set(args.only.split(",")) | {"copy"} if args.only else None
+    gelu = keep is None or "gelu" in keep
+    if keep is not None:
         unary = {k: v for k, v in unary.items() if k in keep}
         binary = {k: v for k, v in binary.items() if k in keep}
-    fns = {"tecomp gelu": lambda: f_gelu(x, bias, y, out)} if not args.only else {}
+    fns = {"tecomp gelu": lambda: f_gelu(x, bias, y, out)} if gelu else {}
     for name, (fn, ref, _, a) in unary.items():
         T = tc.compute((M, N), (lambda fn: lambda i, j: fn(X[i, j]))(fn), name=name)
         f = tc.build(tc.auto_schedule([X, T]), [X, T])
@@ -111,7 +112,7 @@ def main() -> None:
             torch.ops.aten.gelu.out(t1, approximate="tanh", out=t1)
             torch.mul(t1, ty, out=to)
 
-        if not args.only:
+        if gelu:
             fns["torch gelu"] = torch_gelu
             fns["torch gelu, out="] = torch_gelu_out
         for name, (_, _, tname, a) in unary.items():

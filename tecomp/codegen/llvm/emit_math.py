@@ -231,11 +231,11 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         """``exp(r) - 1 = r + r^2 P(r)`` for ``|r| <~ ln2/2`` (the degree-5 ``P`` of
         Cephes' ``expf``), with ``r^2 P(r)`` as ``r*(r*P(r)) + r``."""
         b, _, _, C, _, madd = self._kit(r)
-        p = C(1.9875691500e-4)
-        for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-                  5.0000001201e-1):
-            p = madd(p, r, C(c))
-        return madd(b.fmul(p, r), r, r)
+        return madd(b.fmul(self._horner(self._EXPM1_P, r, madd), r), r, r)
+
+    #: the degree-5 P of :meth:`_expm1_poly` (Cephes' ``expf``), constant term first
+    _EXPM1_P = (5.0000001201e-1, 1.6666665459e-1, 4.1665795894e-2, 8.3334519073e-3,
+                1.3981999507e-3, 1.9875691500e-4)
 
     #: 2^r = 1 + r Q(r) for |r| <= 1/2 (a degree-5 Q fitted for tecomp: least squares
     #: towards the minimax relative error, 0.15 ulp before rounding)
@@ -480,22 +480,42 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         ``tanhf`` is one call per lane: a GELU written with ``tc.tanh`` ran at a tenth of
         PyTorch's speed).
 
-        One formula over the whole range: ``e = expm1(2|x|)`` (``2|x|`` clamped to 20:
-        tanh rounds to 1 from 9.01 on) as :meth:`expm1_f32` computes it (``2^n u +
-        (2^n - 1)``, exactly ``u`` for ``n = 0``, so the result keeps its relative
-        accuracy near 0), then ``e / (e + 2)`` and the sign of ``x``.  As
-        :meth:`exp_f32`, no step is ever contracted, so every schedule gives the same
-        bits; measured on every float32 input against float64 tanh: docs/numerics.md.
-        NaN stays NaN, ``tanh(+-inf) = +-1``, ``tanh(-0.0) = -0.0``."""
-        b, ty, _, C, _, madd = self._kit(x)
+        One formula over the whole range, on ``a = |x|`` (clamped to 10: tanh rounds to 1
+        from 9.01 on; a NaN goes through every step): ``E = expm1(2a) / 2``, then
+        ``q = E / (E + 1)`` and the sign of ``x``.  ``2a = n ln2 + 2r``: ``n`` by adding
+        ``1.5 * 2^23 + 127`` to ``2a log2(e)`` (one FMA; the sum's low bits are the
+        exponent of ``2^n``), ``r = a - n ln2/2`` (one FMA with one constant: ``n <= 29``
+        keeps its error below 3e-8 of ``r``; without FMA ``ln2/2`` in two parts, the first
+        exact in the product); ``u/2 = (exp(2r) - 1)/2`` by :meth:`_expm1_poly`'s
+        polynomial with its coefficients scaled by powers of 2 (the same bits as that of
+        ``2r``, halved), ``E = 2^n (u/2) + (2^n - 1)/2`` (``2^n u/2`` exact, one rounding;
+        ``u/2`` itself for ``n = 0``, so the result keeps its relative accuracy near 0).
+        Below ``a = atanh(1/2)`` (``E < 1``) the quotient is refined by
+        ``E - E q = E / (E + 1) - E^2 / (E + 1) d``: the relative error ``d`` of ``q``
+        (the rounding of ``E + 1`` and of the division) is scaled down by ``E``.  No
+        step is ever contracted, so every schedule gives the same bits; measured on
+        every float32 input against float64 tanh: docs/numerics.md.  NaN stays NaN,
+        ``tanh(+-inf) = +-1``, ``tanh(-0.0) = -0.0``."""
+        b, ty, ity, C, I, madd = self._kit(x)
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
-        # (2|x| >= 0: clamped above only; a NaN becomes 20 and is selected back at the end)
-        n, r = self._exp_reduce(b.fadd(ax, ax), None, 20.0)
-        u = self._expm1_poly(r)
-        e = b.fadd(self._ldexp(u, n), b.fsub(self._ldexp(C(1.0), n), C(1.0)))
-        res = b.call(self._fn1("llvm.copysign", ty, 2),
-                     [b.fdiv(e, b.fadd(e, C(2.0))), x])
-        return b.select(b.fcmp_unordered("uno", x, x), x, res)
+        # min(ax, 10) that keeps a NaN (one vminps, the NaN as its second operand)
+        a = b.select(b.fcmp_ordered(">", ax, C(10.0)), C(10.0), ax)
+        # t = 1.5 * 2^23 + 127 + n: n = roundeven(2a log2(e)) in the low bits
+        magic = 12582912.0 + 127.0
+        t = madd(a, C(2.8853900817779268), C(magic))
+        n = b.fsub(t, C(magic))
+        if self.policy.has_fma:
+            r = madd(n, C(-0.34657359027997264), a)
+        else:       # (n * 0.3466796875 is exact: 9 significant bits times 5)
+            r = madd(n, C(2.12194440e-4 / 2), madd(n, C(-0.693359375 / 2), a))
+        # (u/2)(r) = (exp(2r) - 1)/2 = r + 2 r^2 P(2r): P(2r) 2 by Horner with c_k 2^(k+1)
+        p = self._horner([c * 2.0 ** (k + 1) for k, c in enumerate(self._EXPM1_P)], r, madd)
+        uh = madd(b.fmul(p, r), r, r)
+        s = b.bitcast(b.shl(b.bitcast(t, ity), I(23)), ty)      # 2^n
+        e = madd(s, uh, madd(s, C(0.5), C(-0.5)))
+        q = b.fdiv(e, b.fadd(e, C(1.0)))
+        q = b.select(b.fcmp_ordered("<", a, C(0.54930615)), madd(b.fneg(e), q, e), q)
+        return b.call(self._fn1("llvm.copysign", ty, 2), [q, x])
 
     #: erf(x) = x * (c0 + z * P(z)), z = x^2, for |x| < 1 (c0 = 2/sqrt(pi) split in two)
     _ERF_C0 = (1.128379225730896, -5.8635382771399236e-08)
