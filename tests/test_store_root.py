@@ -146,3 +146,29 @@ def test_store_root_whose_parts_overlap_covers_what_is_read_after(read):
     else:
         want = np.broadcast_to(ref + ref[np.minimum(np.arange(12) + 1, 11)], (4, 12))
     np.testing.assert_allclose(d, want, rtol=1e-5, atol=1e-5)
+
+
+def test_store_root_with_a_symbolic_channel_count_split_by_4():
+    """n channels split by 4, the blocks in parallel: lowering proves that the blocks'
+    channels join up to all n (the last block, past the edge where 4 does not divide n,
+    computes fewer), so G may read all of S after the nest."""
+    n = tc.var("n")
+    X = tc.placeholder((3, n, 5), name="X")
+    b, w = tc.reduce_axis((0, 3), name="b"), tc.reduce_axis((0, 5), name="w")
+    S = tc.compute((n,), lambda c: tc.sum(X[b, c, w], axis=[b, w]), name="S")
+    D = tc.compute((3, n, 5), lambda i, c, j: X[i, c, j] - S[c], name="D")
+    G = tc.compute((n,), lambda c: S[c] * 2.0, name="G")
+    s = tc.create_schedule([D.op, G.op])
+    i, c, j = s[D].op.axis
+    co, ci = s[D].split(c, factor=4)
+    s[D].reorder(co, ci, i, j)
+    s[D].parallel(co)
+    s[S].compute_at(s[D], ci)
+    s[S].store_root()
+    f = tc.build(s, [X, D, G, n])
+    x = np.random.default_rng(5).standard_normal((3, 7, 5)).astype("float32")
+    d, g = np.full_like(x, np.nan), np.full(7, np.nan, "float32")
+    f(x, d, g, 7)
+    ref = x.sum(axis=(0, 2))
+    np.testing.assert_allclose(g, 2 * ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d, x - ref[None, :, None], rtol=1e-5, atol=1e-5)

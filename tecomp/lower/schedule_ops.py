@@ -159,6 +159,8 @@ class StageInfo:
         # per dimension, the needed extent before clipping to the shape (compute_at only):
         # often a constant even where the clipped extent depends on outer loops
         self.raw_extent: List[Expr] = []
+        # per dimension, (lo, hi) of that needed region before clipping (compute_at only)
+        self.needed: List[tuple] = []
         # GPU tiles past the tensor's edge (rule 5): dimension -> (lo, hi) of the needed
         # region, which the loops cover unclipped
         self.unclipped: Dict[int, tuple] = {}
@@ -633,10 +635,16 @@ class LowerContext:
         moves = [[v for v in loops if uses_var(lo, v) or uses_var(hi, v)] for lo, hi in bounds]
         shared = len({v for m in moves for v in m}) < sum(len(m) for m in moves)
         # per axis: the computed elements as disjoint [lo, hi] pieces, or None (not known)
+        # (the proof takes the parts before they are clipped to the shape, and clips their
+        # union: an iteration past the edge computes nothing, yet its unclipped part
+        # still touches the one before it)
+        needed = self.info[st].needed
+        if len(needed) != len(bounds):
+            needed = bounds
         pieces = [None if shared else
                   (self._pieces_counted(lo, hi, m, outer, ext)
-                   or self._pieces_proved(lo, hi, m, outer))
-                  for (lo, hi), m, ext in zip(bounds, moves, st.op.shape)]
+                   or self._pieces_proved(*needed[d], m, outer, ext))
+                  for d, ((lo, hi), m, ext) in enumerate(zip(bounds, moves, st.op.shape))]
         root = _root_of(st)
         for c in outside:
             read = self._read_region(c, st)
@@ -681,11 +689,14 @@ class LowerContext:
                 merged.append([a, b])
         return [(Const(a, lo.dtype), Const(b, lo.dtype)) for a, b in merged]
 
-    def _pieces_proved(self, lo: Expr, hi: Expr, moves: List[Var], outer):
+    def _pieces_proved(self, lo: Expr, hi: Expr, moves: List[Var], outer, extent: Expr):
         """``[(lo, hi)]``, the range the iterations of the loops ``moves`` (innermost
         first) cover where each iteration's part provably touches the next one's
-        (ascending or descending); None where that is not proved."""
+        (ascending or descending), clipped to ``[0, extent)``; None where that is not
+        proved."""
         arith = _arith()
+        lo, hi = _simplify(lo, outer), _simplify(hi, outer)
+        moves = [v for v in moves if uses_var(lo, v) or uses_var(hi, v)]
         for v in moves:
             ext = outer[v].extent
             if not (isinstance(ext, Const) and ext.value <= 1):
@@ -700,7 +711,8 @@ class LowerContext:
             hi = arith.eval_interval(hi, outer, relax={v}).hi
             if lo is None or hi is None:
                 return None
-        return [(lo, hi)]
+        return [(_simplify(_op.maximum(lo, Const(0, lo.dtype))),
+                 _simplify(_op.minimum(hi, _op.sub(extent, Const(1, extent.dtype)))))]
 
     def _read_region(self, c: Stage, st: Stage) -> List[Tuple[Optional[Expr], Optional[Expr]]]:
         """``[lo, hi]`` along each axis of what stage ``c`` reads of ``st`` in all of its
@@ -845,6 +857,7 @@ class LowerContext:
                 out.append(Range(lo, ext))
                 continue
             raw_ext = _simplify(_op.add(_op.sub(hi, lo), Const(1, hi.dtype)), outer)
+            self.info[st].needed.append((lo, hi))
             clo = _simplify(_op.maximum(lo, Const(0, lo.dtype)), outer)
             chi = _simplify(_op.minimum(hi, _op.sub(shape[d], Const(1, shape[d].dtype))), outer)
             # an extent is never negative: a region read only under guards can lie wholly
