@@ -49,8 +49,8 @@ def test_every_illegal_variant_is_refused_as_documented(variant):
 
 def test_a_legal_case_reaches_the_interesting_schedules():
     """The legal cases the generator draws include multi-output reductions, a second
-    store_root stage, parallel and vectorized loops, rfactor, nests two deep and every
-    kind of outside reader (drawn, not run: cheap)."""
+    store_root stage, parallel and vectorized loops, rfactor, nests two deep, a symbolic
+    channel count and every kind of outside reader (drawn, not run: cheap)."""
     seen = set()
     for seed in range(300):
         sp = draw_store_root_case(seed).spec
@@ -63,13 +63,15 @@ def test_a_legal_case_reaches_the_interesting_schedules():
         seen.update({("chain",)} if sp["chain"] else set())
         seen.update({("rfactor",)} if sp["rfactor"] else set())
         seen.update({("vectorize",)} if sp["vectorize"] else set())
+        seen.update({("symbolic",)} if sp["sym"] else set())
         if sp["parallel"] is not None:
             seen.add(("parallel above" if sp["parallel"] <= sp["at"] else "parallel inside",))
     want = {("red", r) for r in ("sum", "max", "pair")} | \
         {("imap", m) for m in ("id", "rev", "pair", "window")} | \
         {("outside", o) for o in ("map", "total", "via", "at")} | \
         {("nest", n) for n in ("plain", "under")} | \
-        {("chain",), ("rfactor",), ("vectorize",), ("parallel above",), ("parallel inside",)}
+        {("chain",), ("rfactor",), ("vectorize",), ("parallel above",), ("parallel inside",),
+         ("symbolic",)}
     assert want <= seen, want - seen
 
 

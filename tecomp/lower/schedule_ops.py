@@ -646,9 +646,12 @@ class LowerContext:
                    or self._pieces_proved(*needed[d], m, outer, ext))
                   for d, ((lo, hi), m, ext) in enumerate(zip(bounds, moves, st.op.shape))]
         root = _root_of(st)
+        # (a shape's symbolic extents are at least 1 where anything is read at all)
+        sizes = {v: Interval(Const(1, v.dtype), None) for e in st.op.shape for v in free_vars(e)}
         for c in outside:
             read = self._read_region(c, st)
-            if all(p is not None and _within(p, rlo, rhi) for p, (rlo, rhi) in zip(pieces, read)):
+            if all(p is not None and _within(p, rlo, rhi, sizes)
+                   for p, (rlo, rhi) in zip(pieces, read)):
                 continue
             computed = ", ".join("?" if p is None else " and ".join(_slices([x]) for x in p)
                                  for p in pieces)
@@ -1507,13 +1510,14 @@ def _next_iteration(v: Var, ranges) -> tuple:
     return {v: _op.add(v, Const(1, v.dtype))}, pairs
 
 
-def _within(pieces, lo, hi) -> bool:
-    """Whether ``[lo, hi]`` provably lies inside one of ``pieces``."""
+def _within(pieces, lo, hi, ranges) -> bool:
+    """Whether ``[lo, hi]`` provably lies inside one of ``pieces`` (``ranges``: what is
+    known of the variables)."""
     if lo is None or hi is None:
         return False
     for a, b in pieces:
-        x, _ = _arith().const_interval(_simplify(_op.sub(lo, a)))
-        y, _ = _arith().const_interval(_simplify(_op.sub(b, hi)))
+        x, _ = _arith().const_interval(_simplify(_op.sub(lo, a), ranges), ranges)
+        y, _ = _arith().const_interval(_simplify(_op.sub(b, hi), ranges), ranges)
         if x is not None and x >= 0 and y is not None and y >= 0:
             return True
     return False

@@ -4,7 +4,8 @@ stage after that nest.
 
 Each case is drawn from its own random stream (``RandomDraw(seed * 7907 + 29)``), so the
 family changes no other family's draws.  The program is a channel statistic of an input
-``X`` (rank 2 or 3, the channel at any position):
+``X`` (rank 2 or 3, the channel at any position, sometimes a symbolic number ``n`` of
+channels, from a stream of its own):
 
 * ``S[c]``, a reduction of ``X`` over its other axes (``sum`` or ``max``), or a
   multi-output reduction ``S, Q`` (the sum and the sum of squares in one pass);
@@ -94,7 +95,7 @@ class StoreRootCase:
     name: str = ""
     fuzz_seed: int = 0
     family: str = FAMILY
-    n: int = 0                    # (no symbolic extent; for Outcome.report)
+    n: int = 0                    # the value of n, where the channel count is symbolic
     twist: dict = field(default_factory=dict)
 
     @property
@@ -116,14 +117,19 @@ class StoreRootCase:
                 "--store-root-every 1 --edge-every 0 --gpu-every 0",
                 "import numpy as np", "import tecomp as tc", "from tecomp.ir import interp", ""]
         body = self.program_source().splitlines()
+        C = sp["ext"][sp["cpos"]]
+        # (a symbolic channel count: n is the last argument, C its value)
+        outs, call = ("args[1:-1]", f"*got, {C}") if sp["sym"] else ("args[1:]", "*got")
         tail = ["print(tc.lower(s, args))",
                 f'f = tc.build(s, args, target="{self.target}")',
                 f"rng = np.random.default_rng({self.seed})",
                 f"x = {_input_src(sp)}",
-                "got = [x] + [np.zeros([int(e) for e in t.shape], t.dtype) for t in args[1:]]",
+                f"got = [x] + [np.zeros([int(e.value) if hasattr(e, 'value') else {C} "
+                f"for e in t.shape], t.dtype) for t in {outs}]",
                 "want = [x] + [np.zeros_like(a) for a in got[1:]]",
-                "f(*got)",
-                "interp.run(tc.lower(s, args), *want)  # the reference interpreter",
+                f"f({call})",
+                f"interp.run(tc.lower(s, args), {call.replace('got', 'want')})  "
+                "# the reference interpreter",
                 "for g, w in zip(got[1:], want[1:]):",
                 "    print(np.max(np.abs(g.astype('float64') - w), initial=0))"]
         return "\n".join(head + body + tail)
@@ -134,8 +140,16 @@ def draw_store_root_case(seed: int, target: str = "llvm") -> StoreRootCase:
     d = RandomDraw(seed * 7907 + 29)
     variant = "legal" if d.bool(0.6) else d.choice(tuple(ILLEGAL))
     sp = _draw_spec(d, variant)
+    # a symbolic channel count n (its own stream: the draws above stay as they were), where
+    # D covers every channel, no vectorized loop runs over them and the channel loop is
+    # not split (with n channels split by a factor, lowering proves what the iterations
+    # compute only in simple cases, and refuses the others as documented)
+    C = sp["ext"][sp["cpos"]]
+    sp["sym"] = (RandomDraw(seed * 7907 + 30).bool(0.3) and sp["cd"] == C
+                 and not sp["split"] and not (sp["vectorize"] and sp["loops"][-1] == "c"))
     return StoreRootCase(sp, d.int(0, 2**16), target, f"fuzz seed {seed} (store_root: "
-                         f"{variant})", fuzz_seed=seed, twist={"variant": variant})
+                         f"{variant})", fuzz_seed=seed, n=C if sp["sym"] else 0,
+                         twist={"variant": variant})
 
 
 # ---------------------------------------------------------------------------------
@@ -244,7 +258,12 @@ def _draw_parallel(d, sp, variant) -> Optional[int]:
     if not d.bool(0.6):
         return None
     cands = list(range(p + 1, len(loops)))      # inside the loop S is computed at
-    if sp["imap"] in ("id", "rev"):
+    C, f = sp["ext"][sp["cpos"]], sp["split"]
+    # (not where T reads S[C - 1 - c] and the channel split leaves iterations past the
+    # edge: there the region lowering gives S is S[0] where T's is empty, so the threads
+    # of the last block all compute S[0], which store_root refuses as documented)
+    past_edge = sp["chain"] and sp["imap"] == "rev" and f and C % f
+    if sp["imap"] in ("id", "rev") and not past_edge:
         # a channel loop above it (or it) under which no other channel loop varies
         for q in range(p + 1):
             if loops[q] in ("c", "co", "ci") and not any(
@@ -259,12 +278,19 @@ def _draw_parallel(d, sp, variant) -> Optional[int]:
 
 def _source(sp) -> str:
     rank, cpos, bpos, dt = sp["rank"], sp["cpos"], sp["bpos"], sp["dtype"]
-    ext, C, cd = sp["ext"], sp["ext"][sp["cpos"]], sp["cd"]
+    ext, cd = sp["ext"], sp["cd"]
+    # the channel count, and one less: "n" and "n - 1" where it is symbolic
+    C, C1 = ("n", "n - 1") if sp["sym"] else (sp["ext"][cpos], sp["ext"][cpos] - 1)
+
+    def shape(cext):
+        return "(" + "".join(f"{cext if k == cpos else e}, " for k, e in enumerate(ext)) + ")"
+
     fl = dt != "int32"
     two = "2.0" if fl else "2"
     one = "1.0" if fl else "1"
     red_axes = [k for k in range(rank) if k != cpos]
-    L = [f'X = tc.placeholder({tuple(ext)}, dtype="{dt}", name="X")']
+    L = (['n = tc.var("n")'] if sp["sym"] else []) + \
+        [f'X = tc.placeholder({shape(C)}, dtype="{dt}", name="X")']
     rnames = [f"r{k}" for k in red_axes]
     for k in red_axes:
         L.append(f'r{k} = tc.reduce_axis((0, {ext[k]}), name="r{k}")')
@@ -294,15 +320,14 @@ def _source(sp) -> str:
     if sp["outside"] in ("via", "at"):
         L.append(f'H = tc.compute(({C},), lambda c: G[c] + {one}, name="H")')
     # D
-    dshape = list(ext)
-    dshape[cpos] = cd
+    dshape = shape(C if sp["sym"] else cd)
     names = [f"i{k}" for k in range(rank)]
     c, b = names[cpos], names[bpos]
-    m = {"id": c, "rev": f"{C - 1} - {c}", "pair": c, "window": f"{b} + {c}"}[sp["imap"]]
+    m = {"id": c, "rev": f"{C1} - {c}", "pair": c, "window": f"{b} + {c}"}[sp["imap"]]
     terms = [xat(c, names), f"S[{m}]"]
     ops = [" - "]
     if sp["imap"] == "pair":
-        terms.append(f"S[tc.min({c} + 1, {C - 1})]")
+        terms.append(f"S[tc.min({c} + 1, {C1})]")
         ops.append(" + ")
     if sp["red"] == "pair":
         terms.append(f"Q[{m}]")
@@ -314,15 +339,15 @@ def _source(sp) -> str:
         terms.append(f"G[({c} + 1) % {C}]")
         ops.append(" + ")
     body = terms[0] + "".join(o + t for o, t in zip(ops, terms[1:]))
-    L.append(f'D = tc.compute({tuple(dshape)}, lambda {", ".join(names)}: {body}, name="D")')
+    L.append(f'D = tc.compute({dshape}, lambda {", ".join(names)}: {body}, name="D")')
     if sp["nest"] == "under":
-        L.append(f'E = tc.compute({tuple(dshape)}, lambda {", ".join(names)}: '
+        L.append(f'E = tc.compute({dshape}, lambda {", ".join(names)}: '
                  f'D[{", ".join(names)}] * {two}, name="E")')
     M = "E" if sp["nest"] == "under" else "D"
     gout = "H" if sp["outside"] in ("via", "at") else "G"
     outs = [M, gout] if sp["outputs_first"] == "M" else [gout, M]
     L.append(f"outs = [{', '.join(outs)}]")
-    L.append(f"args = [X, {', '.join(outs)}]")
+    L.append(f"args = [X, {', '.join(outs)}{', n' if sp['sym'] else ''}]")
     L.append("s = tc.create_schedule([t.op for t in outs])")
     L += _schedule_source(sp, M)
     return "\n".join(L)
@@ -493,9 +518,12 @@ def run_store_root_case(case: StoreRootCase, check_passes: bool = False) -> Outc
         x = case_input(case)
         ref = reference(case.spec, x)
 
+        outs = args[1:-1] if case.spec["sym"] else args[1:]
+        scalars = [x.shape[case.spec["cpos"]]] if case.spec["sym"] else []
+
         def fresh():
-            return [x.copy()] + [np.full([int(e) for e in t.shape], _poison(t.dtype), t.dtype)
-                                 for t in args[1:]]
+            return [x.copy()] + [np.full(ref[t.name].shape, _poison(t.dtype), t.dtype)
+                                 for t in outs] + scalars
 
         results = {}
         stage = case.target
@@ -512,7 +540,7 @@ def run_store_root_case(case: StoreRootCase, check_passes: bool = False) -> Outc
         return _refusal_or_crash(case, stage, e, None, ir)
     problems = []
     dt = case.spec["dtype"]
-    for pos, t in enumerate(args[1:], start=1):
+    for pos, t in enumerate(outs, start=1):
         w = ref[t.name]
         for name, arrs in results.items():
             msg = compare(arrs[pos], w, dt, f"{name} vs numpy, output {t.name}")
