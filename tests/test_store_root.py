@@ -172,3 +172,31 @@ def test_store_root_with_a_symbolic_channel_count_split_by_4():
     ref = x.sum(axis=(0, 2))
     np.testing.assert_allclose(g, 2 * ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(d, x - ref[None, :, None], rtol=1e-5, atol=1e-5)
+
+
+def test_store_root_of_all_n_channels_at_an_outer_loop():
+    """S computed whole (all n channels) at D's loop over the batch of 1, inside E's
+    nest: lowering knows n >= 1 where anything is read, so S[0:max(n, 0) - 1 + 1] is
+    S[0:n], all that G reads after the nest (refused before: fuzzer, store_root family,
+    seed 630)."""
+    n = tc.var("n")
+    X = tc.placeholder((1, n, 2), name="X")
+    b, w = tc.reduce_axis((0, 1), name="b"), tc.reduce_axis((0, 2), name="w")
+    S = tc.compute((n,), lambda c: tc.sum(X[b, c, w], axis=[b, w]), name="S")
+    D = tc.compute((1, n, 2), lambda i, c, j: X[i, c, j] - S[c] + S[tc.min(c + 1, n - 1)],
+                   name="D")
+    E = tc.compute((1, n, 2), lambda i, c, j: D[i, c, j] * 2.0, name="E")
+    G = tc.compute((n,), lambda c: S[c] * 2.0, name="G")
+    s = tc.create_schedule([E.op, G.op])
+    i = s[E].op.axis[0]
+    s[D].compute_at(s[E], i)
+    s[S].compute_at(s[E], i)
+    s[S].store_root()
+    f = tc.build(s, [X, E, G, n])
+    x = np.random.default_rng(6).standard_normal((1, 6, 2)).astype("float32")
+    e, g = np.full_like(x, np.nan), np.full(6, np.nan, "float32")
+    f(x, e, g, 6)
+    ref = x.sum(axis=(0, 2))
+    np.testing.assert_allclose(g, 2 * ref, rtol=1e-5, atol=1e-5)
+    want = x - ref[None, :, None] + ref[np.minimum(np.arange(6) + 1, 5)][None, :, None]
+    np.testing.assert_allclose(e, 2 * want, rtol=1e-5, atol=1e-5)
