@@ -31,6 +31,7 @@ How bounds are found (``docs/bounds.md`` says the same for users):
 """
 from __future__ import annotations
 
+import itertools
 from typing import Dict, List, Optional, Tuple
 
 from ..errors import InternalError, LowerError, ScheduleError, internal_assert
@@ -158,6 +159,8 @@ class StageInfo:
         # per dimension, the needed extent before clipping to the shape (compute_at only):
         # often a constant even where the clipped extent depends on outer loops
         self.raw_extent: List[Expr] = []
+        # per dimension, (lo, hi) of that needed region before clipping (compute_at only)
+        self.needed: List[tuple] = []
         # GPU tiles past the tensor's edge (rule 5): dimension -> (lo, hi) of the needed
         # region, which the loops cover unclipped
         self.unclipped: Dict[int, tuple] = {}
@@ -515,8 +518,9 @@ class LowerContext:
         return st.attach_type == "scope" and not st.stored_root
 
     def _check_store_root(self, st: Stage):
-        """``store_root``: a global buffer on the CPU, no ``align_bounds``, and no two
-        iterations of an enclosing parallel loop computing the same element."""
+        """``store_root``: a global buffer on the CPU, no ``align_bounds``, no two
+        iterations of an enclosing parallel loop computing the same element, and every
+        element that a stage outside the loop nest reads computed by some iteration."""
         what = f"store_root on stage {st.name}"
         if st.scope != "global":
             raise ScheduleError(f"{what}: its scope is {st.scope}; a buffer kept at the root is "
@@ -525,34 +529,219 @@ class LowerContext:
             why = ("align_bounds computes past the region its consumers read" if st.bound_aligns
                    else "it is computed inside a GPU kernel")
             raise ScheduleError(f"{what}: {why}; compute it at the root, or drop store_root")
-        inf = self.info[st]
         outer = self._outer_ranges(st)
-        arith = _arith()
+        loops = []   # the loops around the attach point, innermost first
         x, axis = st.attach_stage, st.attach_ivar
         while x is not None:
             leaves = x.leaf_iter_vars
-            for iv in leaves[:leaves.index(axis) + 1]:
-                a = x.iter_attrs.get(iv)
-                if a is None or a.kind != "parallel":
-                    continue
-                v = iv.var
-                nxt = {v: _op.add(v, Const(1, v.dtype))}
-                # disjoint: along some axis, the next iteration's region starts past this one's
-                ok = False
-                for ax in st.op.axis:
-                    lo, ext = inf.root_min[ax], inf.extent[ax]
-                    gap = _simplify(_op.sub(_op.sub(substitute(lo, nxt), lo), ext), outer)
-                    glo, _ = arith.const_interval(gap, outer)
-                    if glo is not None and glo >= 0:
-                        ok = True
-                        break
-                if not ok:
-                    raise ScheduleError(
-                        f"{what}: iterations of the parallel loop {x.name}.{iv.name} may compute "
-                        f"overlapping parts of {st.name} (two threads writing one element of "
-                        f"its buffer); compute it at a loop inside which each iteration's part "
-                        "is its own, drop parallel there, or drop store_root")
+            for iv in reversed(leaves[:leaves.index(axis) + 1]):
+                loops.append((x, iv))
             x, axis = x.attach_stage, x.attach_ivar
+        for k, (x, iv) in enumerate(loops):
+            a = x.iter_attrs.get(iv)
+            if a is not None and a.kind == "parallel" and \
+                    not self._disjoint_per_thread(st, iv.var, [v.var for _, v in loops[:k]], outer):
+                raise ScheduleError(
+                    f"{what}: iterations of the parallel loop {x.name}.{iv.name} may compute "
+                    f"overlapping parts of {st.name} (two threads writing one element of "
+                    f"its buffer); compute it at a loop inside which each iteration's part "
+                    "is its own, drop parallel there, or drop store_root")
+        self._check_store_root_covers(st, [v.var for _, v in loops], outer)
+
+    def _region_bounds(self, st: Stage) -> List[Tuple[Expr, Expr]]:
+        """``[lo, hi]`` of ``st``'s region along each axis, in the enclosing loop counters."""
+        inf = self.info[st]
+        out = []
+        for ax in st.op.axis:
+            lo = inf.root_min[ax]
+            out.append((lo, _op.sub(_op.add(lo, inf.extent[ax]), Const(1, lo.dtype))))
+        return out
+
+    def _disjoint_per_thread(self, st: Stage, v: Var, inner: List[Var], outer) -> bool:
+        """Whether the parts of ``st`` that two iterations of the parallel loop ``v``
+        compute (each over all its iterations of the loops ``inner``, between ``v`` and
+        the attach point) are disjoint: along some axis, each iteration's part lies
+        wholly past (or wholly before) the part of the iteration before it."""
+        ext = outer[v].extent
+        if isinstance(ext, Const) and ext.value <= 1:
+            return True          # (one iteration)
+        arith = _arith()
+        nxt, pairs = _next_iteration(v, outer)
+        one = Const(1, v.dtype)
+        for lo, hi in self._region_bounds(st):
+            lo, hi = _simplify(lo, outer), _simplify(hi, outer)
+            if inner:
+                lo = arith.eval_interval(lo, outer, relax=set(inner)).lo
+                hi = arith.eval_interval(hi, outer, relax=set(inner)).hi
+                if lo is None or hi is None:
+                    continue
+            for gap in (_op.sub(_op.sub(substitute(lo, nxt), hi), one),    # ascending
+                        _op.sub(_op.sub(lo, substitute(hi, nxt)), one)):   # descending
+                glo, _ = arith.const_interval(_simplify(gap, pairs), pairs)
+                if glo is not None and glo >= 0:
+                    return True
+        return self._disjoint_counted(st, v, inner, outer)
+
+    def _disjoint_counted(self, st: Stage, v: Var, inner: List[Var], outer) -> bool:
+        """:meth:`_disjoint_per_thread` by counting, where the loop ``v`` and the loops
+        outside it that the part depends on have constant ranges (4096 combinations at
+        most): for each value of those outside, each iteration's part (its hull over the
+        loops ``inner``, clipped to the stage's shape; an empty one computes nothing),
+        and along some axis no two of them overlap."""
+        shape = st.op.shape
+        bounds = self._region_bounds(st)
+        # v, and the loops outside it that the part depends on, take each value in turn
+        fixed = [v] + [u for u in outer if u is not v and u not in inner
+                       and any(uses_var(lo, u) or uses_var(hi, u) for lo, hi in bounds)]
+        if not all(isinstance(e, Const) for e in shape) or not all(
+                isinstance(outer[u].min, Const) and isinstance(outer[u].extent, Const)
+                for u in fixed):
+            return False
+        rngs = [range(outer[u].min.value, outer[u].min.value + outer[u].extent.value)
+                for u in fixed]
+        if _prod(len(x) for x in rngs) > 4096:
+            return False
+        arith = _arith()
+        for rest in itertools.product(*rngs[1:]):
+            boxes = []
+            for x in rngs[0]:
+                sub = {u: Const(val, u.dtype) for u, val in zip(fixed, (x,) + rest)}
+                box = []
+                for (lo, hi), e in zip(bounds, shape):
+                    a = arith.eval_interval(substitute(lo, sub), outer, relax=set(inner)).lo
+                    b = arith.eval_interval(substitute(hi, sub), outer, relax=set(inner)).hi
+                    if not (isinstance(a, Const) and isinstance(b, Const)):
+                        return False
+                    box.append((max(a.value, 0), min(b.value, e.value - 1)))
+                if all(a <= b for a, b in box):
+                    boxes.append(box)
+            if not any(all(s[k + 1][0] > s[k][1] for k in range(len(s) - 1))
+                       for s in (sorted(box[d] for box in boxes) for d in range(len(shape)))):
+                return False
+        return True
+
+    def _check_store_root_covers(self, st: Stage, loops: List[Var], outer):
+        """Every element of ``st`` that a stage outside its loop nest reads (after the
+        nest) is computed by some iteration of the nest.  Each loop around the attach
+        point may move the part an iteration computes along one axis only (so that the
+        parts make up a box); along each axis, the elements the iterations compute are
+        counted exactly where the loops moving along it have constant extents (4096
+        iterations at most), else proved to join up without gaps (loop by loop,
+        innermost first, each iteration's part touching the next one's)."""
+        outside = [c for c in self.readers[st] if self._relax_set(c, st) is None]
+        if not outside:
+            return
+        bounds = [(_simplify(lo, outer), _simplify(hi, outer)) for lo, hi in self._region_bounds(st)]
+        moves = [[v for v in loops if uses_var(lo, v) or uses_var(hi, v)] for lo, hi in bounds]
+        shared = len({v for m in moves for v in m}) < sum(len(m) for m in moves)
+        # per axis: the computed elements as disjoint [lo, hi] pieces, or None (not known)
+        # (the proof takes the parts before they are clipped to the shape, and clips their
+        # union: an iteration past the edge computes nothing, yet its unclipped part
+        # still touches the one before it)
+        needed = self.info[st].needed
+        if len(needed) != len(bounds):
+            needed = bounds
+        pieces = [None if shared else
+                  (self._pieces_counted(lo, hi, m, outer, ext)
+                   or self._pieces_proved(*needed[d], m, outer, ext))
+                  for d, ((lo, hi), m, ext) in enumerate(zip(bounds, moves, st.op.shape))]
+        root = _root_of(st)
+        # (a shape's symbolic extents are at least 1 where anything is read at all)
+        sizes = {v: Interval(Const(1, v.dtype), None) for e in st.op.shape for v in free_vars(e)}
+        for c in outside:
+            read = self._read_region(c, st)
+            if all(p is not None and _within(p, rlo, rhi, sizes)
+                   for p, (rlo, rhi) in zip(pieces, read)):
+                continue
+            computed = ", ".join("?" if p is None else " and ".join(_slices([x]) for x in p)
+                                 for p in pieces)
+            raise ScheduleError(
+                f"store_root on stage {st.name}: the loop nest of {root.name} computes "
+                f"{st.name}[{computed}] but {c.name} reads {st.name}[{_slices(read)}] after it: "
+                f"it would read elements that are never written (or that lowering cannot "
+                f"prove are); compute {st.name} at a loop of a stage that reads all of them, "
+                "or at the root")
+
+    def _pieces_counted(self, lo: Expr, hi: Expr, moves: List[Var], outer, extent: Expr):
+        """The elements ``[lo, hi]`` covers over all values of the loop counters
+        ``moves`` (constant ranges, 4096 combinations at most), as sorted disjoint
+        ``[lo, hi]`` pieces of Consts clipped to ``[0, extent)``; None where that
+        cannot be counted."""
+        rngs = []
+        for v in moves:
+            r = outer[v]
+            if not (isinstance(r.min, Const) and isinstance(r.extent, Const)):
+                return None
+            rngs.append(range(r.min.value, r.min.value + r.extent.value))
+        if not isinstance(extent, Const) or _prod(len(r) for r in rngs) > 4096:
+            return None
+        spans = []
+        for vals in itertools.product(*rngs):
+            sub = {v: Const(x, v.dtype) for v, x in zip(moves, vals)}
+            a, b = _simplify(substitute(lo, sub)), _simplify(substitute(hi, sub))
+            if not (isinstance(a, Const) and isinstance(b, Const)):
+                return None
+            a, b = max(a.value, 0), min(b.value, extent.value - 1)
+            if a <= b:
+                spans.append((a, b))
+        merged: List[List[int]] = []
+        for a, b in sorted(spans):
+            if merged and a <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        return [(Const(a, lo.dtype), Const(b, lo.dtype)) for a, b in merged]
+
+    def _pieces_proved(self, lo: Expr, hi: Expr, moves: List[Var], outer, extent: Expr):
+        """``[(lo, hi)]``, the range the iterations of the loops ``moves`` (innermost
+        first) cover where each iteration's part provably touches the next one's
+        (ascending or descending), clipped to ``[0, extent)``; None where that is not
+        proved."""
+        arith = _arith()
+        lo, hi = _simplify(lo, outer), _simplify(hi, outer)
+        moves = [v for v in moves if uses_var(lo, v) or uses_var(hi, v)]
+        for v in moves:
+            ext = outer[v].extent
+            if not (isinstance(ext, Const) and ext.value <= 1):
+                nxt, pairs = _next_iteration(v, outer)
+                one = Const(1, v.dtype)
+                for gap in (_op.sub(_op.sub(substitute(lo, nxt), hi), one),
+                            _op.sub(_op.sub(lo, substitute(hi, nxt)), one)):
+                    _, ghi = arith.const_interval(_simplify(gap, pairs), pairs)
+                    if ghi is None or ghi > 0:
+                        return None
+            lo = arith.eval_interval(lo, outer, relax={v}).lo
+            hi = arith.eval_interval(hi, outer, relax={v}).hi
+            if lo is None or hi is None:
+                return None
+        return [(_simplify(_op.maximum(lo, Const(0, lo.dtype))),
+                 _simplify(_op.minimum(hi, _op.sub(extent, Const(1, extent.dtype)))))]
+
+    def _read_region(self, c: Stage, st: Stage) -> List[Tuple[Optional[Expr], Optional[Expr]]]:
+        """``[lo, hi]`` along each axis of what stage ``c`` reads of ``st`` in all of its
+        run (every loop of ``c`` and of the stages it is computed in relaxed)."""
+        run = {}
+        x, axis = c, None
+        while x is not None:
+            leaves = x.leaf_iter_vars
+            cut = len(leaves) if axis is None else leaves.index(axis) + 1
+            for iv in leaves[:cut]:
+                run[iv.var] = _range0(self.info[x].extent[iv])
+            x, axis = x.attach_stage, x.attach_ivar
+        arith = _arith()
+        cinf = self.info[c]
+        vmap = {iv.var: self.root_value(c, iv) for iv in list(c.op.axis) + list(c.op.reduce_axis)}
+        out: List[Tuple[Optional[Expr], Optional[Expr]]] = []
+        for load in (ld for t in st.op._outs for b in cinf.bodies for ld in _producer_loads(b, t)):
+            for d, idx in enumerate(load.indices):
+                itv = arith.eval_interval(_simplify(substitute(idx, vmap)), run)
+                if d == len(out):
+                    out.append((itv.lo, itv.hi))
+                    continue
+                lo, hi = out[d]
+                out[d] = (None if lo is None or itv.lo is None else _simplify(_op.minimum(lo, itv.lo)),
+                          None if hi is None or itv.hi is None else _simplify(_op.maximum(hi, itv.hi)))
+        return out
 
     def _relax_set(self, consumer: Stage, producer: Stage) -> Optional[Dict[Var, Range]]:
         """Loop counters to relax for one iteration of producer's attach loop; None for a
@@ -671,6 +860,7 @@ class LowerContext:
                 out.append(Range(lo, ext))
                 continue
             raw_ext = _simplify(_op.add(_op.sub(hi, lo), Const(1, hi.dtype)), outer)
+            self.info[st].needed.append((lo, hi))
             clo = _simplify(_op.maximum(lo, Const(0, lo.dtype)), outer)
             chi = _simplify(_op.minimum(hi, _op.sub(shape[d], Const(1, shape[d].dtype))), outer)
             # an extent is never negative: a region read only under guards can lie wholly
@@ -1309,6 +1499,45 @@ class LowerContext:
             out.append(r)
             placed.add(id(r))
         return out
+
+
+def _next_iteration(v: Var, ranges) -> tuple:
+    """``({v: v + 1}, ranges)`` with ``v``'s range cut to the iterations that have a next
+    one (``[0, extent - 1)``): what two consecutive iterations of loop ``v`` compare."""
+    r = ranges[v]
+    pairs = dict(ranges)
+    pairs[v] = Range(r.min, _simplify(_op.sub(r.extent, Const(1, r.extent.dtype))))
+    return {v: _op.add(v, Const(1, v.dtype))}, pairs
+
+
+def _within(pieces, lo, hi, ranges) -> bool:
+    """Whether ``[lo, hi]`` provably lies inside one of ``pieces`` (``ranges``: what is
+    known of the variables)."""
+    if lo is None or hi is None:
+        return False
+    for a, b in pieces:
+        x, _ = _arith().const_interval(_simplify(_op.sub(lo, a), ranges), ranges)
+        y, _ = _arith().const_interval(_simplify(_op.sub(b, hi), ranges), ranges)
+        if x is not None and x >= 0 and y is not None and y >= 0:
+            return True
+    return False
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def _slices(bounds) -> str:
+    """``lo:hi+1`` per axis (``?`` for a side that is not bounded)."""
+    def side(e, plus=0):
+        if e is None:
+            return "?"
+        e = _simplify(_op.add(e, Const(plus, e.dtype))) if plus else e
+        return str(e.value) if isinstance(e, Const) else str(e)
+    return ", ".join(f"{side(lo)}:{side(hi, 1)}" for lo, hi in bounds)
 
 
 def _root_of(st: Stage) -> Stage:

@@ -363,12 +363,7 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
         arrs = fresh()
         if foreign:
             stage = f"{case.target} under qemu"
-            with tempfile.TemporaryDirectory(prefix="tecomp-fuzz-cross-") as d:
-                path = os.path.join(d, "kernel.so")
-                mod.export_library(path)
-                _qemu.run_library(path, *arrs)
-        else:
-            mod(*arrs)
+        call_built(mod, case.target, arrs)
         results[case.target] = arrs
         if emu is not None:
             stage = "cuda-emu"
@@ -431,6 +426,18 @@ def run_case(case: Case, *, interp: bool = True, check_passes: bool = False,
     if hw_vs_emu or problems:
         return Outcome("mismatch", case, "compare", "\n".join(hw_vs_emu + problems), ir)
     return Outcome("ok", case, "", "", ir)
+
+
+def call_built(mod, target: str, arrs: list) -> None:
+    """Call the module built for ``target`` on ``arrs``: here, or (a CPU of another
+    instruction set) exported and run under qemu-user."""
+    if not _cross(target):
+        mod(*arrs)
+        return
+    with tempfile.TemporaryDirectory(prefix="tecomp-fuzz-cross-") as d:
+        path = os.path.join(d, "kernel.so")
+        mod.export_library(path)
+        _qemu.run_library(path, *arrs)
 
 
 def numpy_problems(case: Case, inputs: dict, ref: dict, unknown: dict, results: dict) -> list:

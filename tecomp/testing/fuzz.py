@@ -13,7 +13,10 @@ GEMM the GEMM template takes with an operand read through a view (composed ``//`
 ``--tensorize-every``-th case is an int8 GEMM (8-bit inputs over their whole range) that
 the auto-scheduler tensorizes with the target's u8 x s8 dot-product intrinsic where its
 shape allows (random knobs: which intrinsic or none, the register block); every
-``--gpu-every``-th case is a GPU-bound schedule run
+``--store-root-every``-th case (of those that are not edge cases) is one of the
+``store_root`` family (a stage computed inside a consumer's loop into its whole buffer,
+read after the loop nest; illegal schedules among them must raise the documented
+``ScheduleError``); every ``--gpu-every``-th case is a GPU-bound schedule run
 in the CUDA emulation (needs g++; 0 disables), a quarter of them (with
 ``--tensorize-every``) int8 GEMMs whose reduction runs as CUDA's dp4a and a quarter
 (with ``--auto-every``) the auto-scheduler's GPU schedule of a random program.  With
@@ -53,6 +56,7 @@ from .diff import (draw_case, draw_gpu_int8_gemm_case, draw_int8_gemm_case, draw
                    run_case)
 from .draw import RandomDraw
 from .edges import EdgeCase, draw_edge_case, run_edge_case
+from .store_root import StoreRootCase, draw_store_root_case, run_store_root_case
 
 
 GPU_TARGETS = ("cuda-emu", "cuda")
@@ -65,10 +69,13 @@ def _have_cxx() -> bool:
 
 
 def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: str = "llvm",
-                  tensorize_every: int = 0, gpu_target: str = "cuda-emu", edge_every: int = 0):
+                  tensorize_every: int = 0, gpu_target: str = "cuda-emu", edge_every: int = 0,
+                  store_root_every: int = 0):
     """Case ``seed``.  Every ``edge_every``-th is an edge case (``edges.py``: the drawn
     case of the same seed, written or called the way a careless user or an attacker
-    would).  ``cpu_target``: the llvm target its CPU cases are built for (the
+    would); of the others, every ``store_root_every``-th is a case of the ``store_root``
+    family (``store_root.py``, its own random stream: the seeds of the other families
+    draw what they drew without it).  ``cpu_target``: the llvm target its CPU cases are built for (the
     same program and schedule as with ``"llvm"``; e.g. ``"llvm -mcpu=haswell"`` runs AVX2
     code built on this machine).  ``gpu_target``: the target its GPU cases are built for,
     ``"cuda-emu"`` (the emulation) or ``"cuda"`` (the GPU, and the emulation beside it; see
@@ -80,6 +87,8 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
         raise ValueError(f"gpu_target must be one of {GPU_TARGETS}, not {gpu_target!r}")
     if edge_every and seed % edge_every == 1 % edge_every:
         return draw_edge_case(seed)
+    if store_root_every and seed % store_root_every == store_root_family_residue(store_root_every):
+        return draw_store_root_case(seed, cpu_target)
     target = "llvm"
     if gpu_every and seed % gpu_every == gpu_every - 1 and _have_cxx():
         target = "cuda-emu"
@@ -106,6 +115,13 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
     if cpu_target == "llvm":
         return case
     return dataclasses.replace(case, target=cpu_target)
+
+
+def store_root_family_residue(every: int) -> int:
+    """The seeds of the ``store_root`` family are those ``seed % every ==`` this: with the
+    defaults (``--store-root-every 20``, ``--edge-every 5``, ``--gpu-every 25``) 15, a
+    residue no edge or GPU seed has (and 0 with ``--store-root-every 1``: every seed)."""
+    return 3 * every // 4
 
 
 def cuda_unavailable() -> "str | None":
@@ -160,7 +176,8 @@ def _worker(args) -> int:
             time.sleep(3600)   # the test of --case-timeout: a case that never ends
         try:
             case = case_for_seed(seed, args.gpu_every, args.auto_every, args.cpu_target,
-                                 args.tensorize_every, args.gpu_target, args.edge_every)
+                                 args.tensorize_every, args.gpu_target, args.edge_every,
+                                 args.store_root_every)
             o = _run(case, seed, args)
         except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself
             print(json.dumps({"seed": seed, "kind": "crash", "target": "?",
@@ -188,11 +205,16 @@ def _run(case, seed, args):
     """Run case ``seed`` with the runner its kind has."""
     if isinstance(case, EdgeCase):
         return run_edge_case(case)
+    if isinstance(case, StoreRootCase):
+        return run_store_root_case(case, check_passes=args.check_passes)
     return run_case(case, check_passes=args.check_passes, also=also_for_seed(seed, args))
 
 
 def _target_label(case) -> str:
-    """What the summary counts a case under: its target, or ``edge:<family>``."""
+    """What the summary counts a case under: its target, ``edge:<family>`` or
+    ``store_root``."""
+    if isinstance(case, StoreRootCase):
+        return case.family
     family = getattr(case, "family", "")
     return f"edge:{family}" if family else case.target
 
@@ -203,7 +225,7 @@ def _spawn(args, start, count, step):
            "--auto-every", str(args.auto_every), "--cpu-target", args.cpu_target,
            "--torch-every", str(args.torch_every), "--aot-every", str(args.aot_every),
            "--tensorize-every", str(args.tensorize_every), "--gpu-target", args.gpu_target,
-           "--edge-every", str(args.edge_every),
+           "--edge-every", str(args.edge_every), "--store-root-every", str(args.store_root_every),
            "--out", args.out]
     if args.check_passes:
         cmd.append("--check-passes")
@@ -233,6 +255,12 @@ def main(argv=None) -> int:
                          "through == != | ~, split factors past 2**31, aliasing and stride-0 "
                          "arguments, torch's lazy bits, foreign CPU targets, tampered "
                          "libraries; 0: none)")
+    ap.add_argument("--store-root-every", type=int, default=20,
+                    help="every k-th case (of those that are not edge cases) is a case of the "
+                         "store_root family (tecomp.testing.store_root: a stage computed at a "
+                         "consumer's loop into its whole buffer and read after that loop nest; "
+                         "legal schedules against numpy, illegal ones must raise the "
+                         "documented ScheduleError; 0: none)")
     ap.add_argument("--check-passes", action="store_true",
                     help="also run the pass-by-pass checker on every case")
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "tecomp-fuzz-reports"),
@@ -265,7 +293,8 @@ def main(argv=None) -> int:
             return 2
     if args.replay is not None:
         case = case_for_seed(args.replay, args.gpu_every, args.auto_every, args.cpu_target,
-                             args.tensorize_every, args.gpu_target, args.edge_every)
+                             args.tensorize_every, args.gpu_target, args.edge_every,
+                             args.store_root_every)
         o = _run(case, args.replay, args)
         if o.kind == "refused":
             print(f"seed {args.replay}: refused as documented in {o.stage}: {o.detail}\n"
@@ -385,8 +414,8 @@ def main(argv=None) -> int:
         print(f"  [{len(seeds)}x] {sig}  (seeds {', '.join(map(str, seeds[:8]))}"
               f"{', ...' if len(seeds) > 8 else ''})")
     if refusals:
-        print(f"edge cases refused as documented (a TecompError where the family allows "
-              f"one): {kinds['refused']}")
+        print(f"cases refused as documented (an edge or store_root case's TecompError where "
+              f"its family allows one): {kinds['refused']}")
         for sig, seeds in sorted(refusals.items(), key=lambda x: -len(x[1])):
             print(f"  [{len(seeds)}x] {sig}  (seeds {', '.join(map(str, seeds[:8]))}"
                   f"{', ...' if len(seeds) > 8 else ''})")

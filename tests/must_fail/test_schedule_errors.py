@@ -1586,3 +1586,40 @@ def test_store_root_read_in_the_same_nest_before_it_is_computed():
     with pytest.raises(tc.ScheduleError, match=r"compute_at of S at D.j: its consumer E is not "
                                                r"computed inside that loop"):
         tc.lower(s, [X, E, G])
+
+
+def test_store_root_whose_outside_reader_reads_what_the_nest_never_computes():
+    """D covers 5 of S's 9 channels, so its nest computes S[0:5]; G reads all 9 after it
+    (before the check, G read 4 elements no iteration wrote: fuzzer, store_root family)."""
+    X = tc.placeholder((3, 9, 13), name="X")
+    n, w = tc.reduce_axis((0, 3), name="n"), tc.reduce_axis((0, 13), name="w")
+    S = tc.compute((9,), lambda c: tc.sum(X[n, c, w], axis=[n, w]), name="S")
+    D = tc.compute((3, 5, 13), lambda i, c, j: X[i, c, j] - S[c], name="D")
+    G = tc.compute((9,), lambda c: S[c] * 2.0, name="G")
+    s = tc.create_schedule([D.op, G.op])
+    s[S].compute_at(s[D], s[D].op.axis[1])
+    s[S].store_root()
+    with pytest.raises(tc.ScheduleError, match=r"store_root on stage S: the loop nest of D "
+                                               r"computes S\[0:5\] but G reads S\[0:9\] after "
+                                               r"it: it would read elements that are never "
+                                               r"written"):
+        tc.lower(s, [X, D, G])
+
+
+def test_store_root_under_a_parallel_loop_whose_threads_overlap_over_an_inner_loop():
+    """D[i, c] reads S[i + c], S computed at the loop over c inside D's parallel loop over
+    i: thread i computes S[i:i + 9], thread i + 1 S[i + 1:i + 10] (before the check, each
+    iteration's part, one element, was compared, and the race was accepted)."""
+    X = tc.placeholder((3, 12), name="X")
+    r = tc.reduce_axis((0, 3), name="r")
+    S = tc.compute((12,), lambda k: tc.sum(X[r, k], axis=r), name="S")
+    D = tc.compute((4, 9), lambda i, c: S[i + c], name="D")
+    G = tc.compute((12,), lambda k: S[k] * 2.0, name="G")
+    s = tc.create_schedule([D.op, G.op])
+    s[D].parallel(s[D].op.axis[0])
+    s[S].compute_at(s[D], s[D].op.axis[1])
+    s[S].store_root()
+    with pytest.raises(tc.ScheduleError, match=r"store_root on stage S: iterations of the "
+                                               r"parallel loop D.i may compute overlapping "
+                                               r"parts of S"):
+        tc.lower(s, [X, D, G])
