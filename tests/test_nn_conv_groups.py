@@ -275,16 +275,17 @@ def test_grouped_template_configs(config, layout):
 
 
 def test_grouped_template_defaults():
-    """The heuristic: channel blocks in NHWC, and in NCHW where a group's output
-    channels make whole vectors (rows of vectors otherwise); a task's groups read at
-    least 128 channels of a pixel while there are 4 tasks per thread."""
+    """The heuristic: channel blocks where a group's output channels make whole
+    vectors, and in NHWC without a stride; rows / pixels otherwise.  A task's groups
+    read at least 128 channels of a pixel while there are 4 tasks per thread."""
     info = cpu.cpu_model("llvm -mcpu=skylake-avx512")
-    for nchw, C, groups, blocks in ((True, 512, 32, True), (True, 128, 32, False),
-                                    (False, 128, 32, True), (False, 1024, 32, True)):
+    for nchw, C, groups, stride, blocks in (
+            (True, 512, 32, 2, True), (True, 128, 32, 1, False), (False, 128, 32, 1, True),
+            (False, 256, 32, 2, False), (False, 1024, 32, 1, True)):
         X = tc.placeholder((8, C, 14, 14) if nchw else (8, 14, 14, C), name="X")
         W = tc.placeholder((C, C // groups, 3, 3) if nchw else (3, 3, C // groups, C),
                            name="W")
-        Y = (nn.conv2d_nchw if nchw else nn.conv2d_nhwc)(X, W, padding=1, groups=groups)
+        Y = (nn.conv2d_nchw if nchw else nn.conv2d_nhwc)(X, W, stride, 1, groups=groups)
         p = group_conv2d_params(Y, info)
         assert p["channel_blocks"] == blocks
         if blocks:

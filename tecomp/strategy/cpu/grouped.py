@@ -17,8 +17,8 @@ only while it stays inside one group:
   P]``): every block then reads contiguous memory.  Read in place, a group's slice of
   an NHWC pixel is 64 bytes every ``C * 4`` bytes, and a 512-channel image's block
   kept 2 KB-strided lines, a few L1 sets' worth, where it needed 60.  The default
-  for NHWC, and for NCHW where the groups make whole vectors (``P`` a multiple of
-  ``L``).
+  where the groups make whole vectors (``P`` a multiple of ``L``), and for an NHWC
+  convolution without a stride.
 * Rows (NCHW, :func:`.depthwise._nchw_rows_into`): a block is ``OB`` output channels
   of one group (``OB`` divides ``P``) x ``YB`` rows x one vector of columns; the
   block's channels read the same input rows, so each input vector loaded feeds ``OB``
@@ -33,9 +33,10 @@ partitioned off the border ones (as the depthwise template, :mod:`.depthwise`): 
 
 Measured (ResNeXt-50 32x4d's layers at batch 8, one thread, interleaved with
 PyTorch, under load): with 16 or 32 channels per group, channel blocks took
-512x14x14 from 0.6x to 1.0x PyTorch and 1024x7x7 from 0.2-0.6x to 1.0x in both
-layouts; with 4 or 8, rows stayed faster in NCHW (2.3x against 1.0x at 128x56x56)
-and channel blocks were as fast or a little faster than pixels in NHWC."""
+512x14x14 from 0.6x to 1.0x PyTorch and 1024x7x7 from 0.35-0.6x to 1.0x in both
+layouts; with 4 or 8, rows and channel blocks ran as fast in NCHW, and in NHWC channel
+blocks ran faster without a stride (256x28x28: 1.0x against 0.85x) and slower with one
+(256x56x56 stride 2: 0.83x against 1.09x)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -99,7 +100,13 @@ def group_conv2d_params(conv, info: CpuModel) -> dict:
     ob = P if P <= 2 * L else (2 * L if P % (2 * L) == 0 else _largest_divisor_at_most(P, 2 * L))
     one = _packed_bytes(conv, 1)
     fits = one is not None and one <= info.l2_bytes // 4
-    blocks = fits and (not nchw or P % L == 0)
+    # NCHW: rows where the groups are narrower than a vector (2.7x and 1.2x PyTorch at
+    # 4 and 8 channels per group, as fast either way); NHWC: pixels read in place
+    # where a strided window's copy (4x the input per output) feeds half-empty vectors
+    # (256x56x56 stride 2 in groups of 8: 0.83x against 1.09x), channel blocks in the
+    # other cases measured (1.0-1.2x against 0.6-1.0x)
+    strided = any(v > 1 for v in conv.op.attrs["group_conv2d"][0])
+    blocks = fits and (P % L == 0 or (not nchw and not strided))
     gpt = 1
     if fits:
         # groups per task: a task reads at least 128 channels of a pixel (512 bytes
