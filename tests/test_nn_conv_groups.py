@@ -274,6 +274,27 @@ def test_grouped_template_configs(config, layout):
         tc.set_num_threads(old)
 
 
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_grouped_channel_blocks_epilogue_no_padding_symbolic_batch(layout):
+    """Channel blocks with a bias and a ReLU on the block on its way out (one kernel),
+    no padding (the task copies the input itself), a dilated window, a symbolic batch."""
+    nchw = layout == "nchw"
+    c = Conv("grouped", nchw, 2, 32, 9, 10, 32, 3, 3, 1, 0, 2, groups=2, dtype="float32",
+             batch=tc.var("n"))
+    b = tc.placeholder((32,), name="b")
+    Z = nn.relu(nn.bias_add(c.Y, b, axis=1 if nchw else 3))
+    sched = cpu.schedule_group_conv2d_nchw if nchw else cpu.schedule_group_conv2d_nhwc
+    s1 = sched(Z, config={"channel_blocks": True})
+    assert "X.global" in str(tc.lower(s1, [c.X, c.W, b, Z]))
+    f = tc.build(s1, [c.X, c.W, b, Z])
+    xa, wa = c.arrays()
+    ba = RNG.standard_normal(32).astype("float32")
+    out = np.zeros(c.ref().shape, "float32")
+    f(xa, wa, ba, out)
+    want = np.maximum(c.ref() + (ba[None, :, None, None] if nchw else ba), 0)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
 def test_grouped_template_defaults():
     """The heuristic: channel blocks where a group's output channels make whole
     vectors, and in NHWC without a stride; rows / pixels otherwise.  A task's groups
