@@ -1459,6 +1459,22 @@ def test_cpu_group_conv_template_bad_config(layout, config, match):
         sched(out, config=config)
 
 
+def test_cpu_group_conv_channel_blocks_data_is_weight():
+    """One tensor as both the data and the weight of a grouped convolution: the channel
+    blocks' two copies cannot both replace it; the other blocking takes it."""
+    from tecomp.strategy import cpu
+    from tecomp.nn import ops
+
+    x = tc.placeholder((3, 3, 3, 6), name="xw")
+    out = ops.conv2d_nhwc(x, x, groups=2)
+    with pytest.raises(tc.ScheduleError, match=r"group_conv2d_nhwc schedule of .*: channel "
+                       r"blocks copy the data and the weight apart, but they are one tensor "
+                       r"\(xw\); use channel_blocks=False"):
+        cpu.schedule_group_conv2d_nhwc(out, config={"channel_blocks": True})
+    for config in ({"channel_blocks": False}, None):   # (None: the heuristic's, no copies)
+        cpu.schedule_group_conv2d_nhwc(out, config=config)
+
+
 @pytest.mark.parametrize("config, match", [
     (dict(threads_k=32, threads_y=8, threads_x=8), r"conv2d_nchw: the tiling .* has 2048 "
      r"threads per block, more than CUDA's 1024; use fewer"),

@@ -44,10 +44,11 @@ from typing import Optional
 from ...ir import dtype as _dt
 from ...errors import ScheduleError
 from ...schedule.schedule import Schedule
-from ...te.tensor_intrin import transpose_intrin
 from .._common import _bytes, _cint, _largest_divisor_at_most
 from .common import _template_or_rules, _vector_split, check_positive_int, config_fields
-from .conv2d import _conv_block_nhwc, _conv_parts, _own_pad, _pixels_by_channels
+from .conv2d import (_conv_block_nhwc, _conv_parts, _conv_weight, _own_pad,
+                     _pixels_by_channels)
+from .conv2d_tasks import _weight_transpose
 from .depthwise import _lanes, _nchw_rows_into, _nhwc_pixels_into
 from .elementwise import _epilogue, _fusable_epilogue
 from ...target import CpuModel
@@ -99,7 +100,8 @@ def group_conv2d_params(conv, info: CpuModel) -> dict:
     # a block is whole vectors of one group: the largest divisor of P up to 2 vectors
     ob = P if P <= 2 * L else (2 * L if P % (2 * L) == 0 else _largest_divisor_at_most(P, 2 * L))
     one = _packed_bytes(conv, 1)
-    fits = one is not None and one <= info.l2_bytes // 4
+    # (the data and the weight one tensor: the channel blocks cannot copy both)
+    fits = one is not None and one <= info.l2_bytes // 4 and len(conv.op.input_tensors) > 1
     # NCHW: rows where the groups are narrower than a vector (2.7x and 1.2x PyTorch at
     # 4 and 8 channels per group, as fast either way); NHWC: pixels read in place
     # where a strided window's copy (4x the input per output) feeds half-empty vectors
@@ -153,7 +155,12 @@ def _group_blocks_into(s: Schedule, outs, info: CpuModel, nchw: bool, p: dict) -
     N, O, OH, OW, G, P, I = _group_dims(conv)
     L = _lanes(conv, info)
     ob, yb, xb, gpt = p["ob"], p["yb"], p["xb"], p["groups_per_task"]
-    src, weight = conv.op.input_tensors[:2]
+    weight = _conv_weight(conv)
+    src = [t for t in conv.op.input_tensors if t is not weight]
+    if not src:
+        raise ScheduleError(f"{tag} schedule of {conv.op.name}: channel blocks copy the data "
+                            f"and the weight apart, but they are one tensor "
+                            f"({weight.op.name}); use channel_blocks=False")
     fused = _fusable_epilogue(outs, conv)
     # (the input channel innermost, as the dense NHWC kernel: with it outside the
     # window instead, within the noise or slower)
@@ -165,7 +172,7 @@ def _group_blocks_into(s: Schedule, outs, info: CpuModel, nchw: bool, p: dict) -
         st.parallel(task)
     # the task's input, padded, group by group (NHWC: [n, group, row, column, channel];
     # NCHW: the group's planes, contiguous already)
-    pk = s.cache_read(pad if pad is not None else src, "global", [cs],
+    pk = s.cache_read(src[0], "global", [cs],
                       blocks=None if nchw else [(3, I)])
     if not nchw:
         a = s[pk].op.axis
@@ -183,9 +190,8 @@ def _group_blocks_into(s: Schedule, outs, info: CpuModel, nchw: bool, p: dict) -
     if not nchw:
         ws.storage_order(a[3], a[0], a[1], a[2], a[4])
         ws.reorder(a[3], a[0], a[1], a[2], a[4])
-    window = I * _cint(weight.shape[2]) * _cint(weight.shape[3]) if nchw and I else None
-    intrin = transpose_intrin(info.target, L, weight.dtype) if nchw else None
-    if intrin is not None and window is not None and window % L == 0 and P % L == 0:
+    intrin = _weight_transpose(weight, 0, P, info) if nchw else None
+    if intrin is not None:
         f = ws.fuse(*a[1:4])
         fo, po, fi, pi = ws.tile(f, a[4], L, L)
         ws.reorder(a[0], fo, po, fi, pi)
