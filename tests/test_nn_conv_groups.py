@@ -15,8 +15,9 @@ import pytest
 import tecomp as tc
 import tecomp.nn as nn
 from tecomp.autodiff import gradcheck
-from tecomp.strategy import cpu
 from tecomp.nn._check import Args
+from tecomp.strategy import Knobs, apply_rules, cpu
+from tecomp.strategy.cpu.grouped import group_conv2d_params
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -238,6 +239,79 @@ def test_grouped_template_every_blocking(case, layout, lanes, threads):
     assert ("parallel" in low) == (threads > 1)
     np.testing.assert_allclose(c.run(s1), c.ref(), rtol=1e-5, atol=1e-4)
     assert str(tc.lower(_auto(c), [c.X, c.W, c.Y])) == low
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("config", [
+    {"channel_blocks": False},
+    {"channel_blocks": True},
+    {"channel_blocks": True, "ob": 8, "yb": 3, "xb": 5, "groups_per_task": 2},
+    {"channel_blocks": True, "ob": 16, "yb": 1, "xb": 7, "groups_per_task": 4},
+], ids=["rows-pixels", "blocks", "blocks-tails", "blocks-one-task"])
+def test_grouped_template_configs(config, layout):
+    """Every decision of the grouped template pinned through ``config``: channel blocks
+    (a padded copy of each task's groups, stored group by group, and the weights copied
+    group by group) or the rows / pixels read in place, register blocks with tails in
+    both pixel dimensions and a channel block half a group wide, 2 or 4 groups per
+    task; the auto-scheduler's knobs give the same choices.  Each right, on 2 threads."""
+    nchw = layout == "nchw"
+    c = Conv("grouped", nchw, 2, 64, 7, 9, 64, 3, 3, (1, 2), 1, groups=4, dtype="float32")
+    sched = cpu.schedule_group_conv2d_nchw if nchw else cpu.schedule_group_conv2d_nhwc
+    old = tc.get_num_threads()
+    tc.set_num_threads(2)
+    try:
+        s1 = sched(c.Y, config=config)
+        low = str(tc.lower(s1, [c.X, c.W, c.Y]))
+        # the padded copy per task (a buffer of the task's groups), or none
+        assert ("pad.global" in low) == config["channel_blocks"], low
+        np.testing.assert_allclose(c.run(s1), c.ref(), rtol=1e-5, atol=1e-4)
+        if len(config) == 1:
+            knobs = Knobs({"group_conv2d.channel_blocks": config["channel_blocks"]})
+            s2 = apply_rules([c.X, c.W, c.Y], knobs, cpu.cpu_model())
+            assert sorted(knobs.space["group_conv2d.channel_blocks"]) == [False, True]
+            assert str(tc.lower(s2, [c.X, c.W, c.Y])) == low
+    finally:
+        tc.set_num_threads(old)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_grouped_channel_blocks_epilogue_no_padding_symbolic_batch(layout):
+    """Channel blocks with a bias and a ReLU on the block on its way out (one kernel),
+    no padding (the task copies the input itself), a dilated window, a symbolic batch."""
+    nchw = layout == "nchw"
+    c = Conv("grouped", nchw, 2, 32, 9, 10, 32, 3, 3, 1, 0, 2, groups=2, dtype="float32",
+             batch=tc.var("n"))
+    b = tc.placeholder((32,), name="b")
+    Z = nn.relu(nn.bias_add(c.Y, b, axis=1 if nchw else 3))
+    sched = cpu.schedule_group_conv2d_nchw if nchw else cpu.schedule_group_conv2d_nhwc
+    s1 = sched(Z, config={"channel_blocks": True})
+    assert "X.global" in str(tc.lower(s1, [c.X, c.W, b, Z]))
+    f = tc.build(s1, [c.X, c.W, b, Z])
+    xa, wa = c.arrays()
+    ba = RNG.standard_normal(32).astype("float32")
+    out = np.zeros(c.ref().shape, "float32")
+    f(xa, wa, ba, out)
+    want = np.maximum(c.ref() + (ba[None, :, None, None] if nchw else ba), 0)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+def test_grouped_template_defaults():
+    """The heuristic: channel blocks where a group's output channels make whole
+    vectors, and in NHWC without a stride; rows / pixels otherwise.  A task's groups
+    read at least 128 channels of a pixel while there are 4 tasks per thread."""
+    info = cpu.cpu_model("llvm -mcpu=skylake-avx512")
+    for nchw, C, groups, stride, blocks in (
+            (True, 512, 32, 2, True), (True, 128, 32, 1, False), (False, 128, 32, 1, True),
+            (False, 256, 32, 2, False), (False, 1024, 32, 1, True)):
+        X = tc.placeholder((8, C, 14, 14) if nchw else (8, 14, 14, C), name="X")
+        W = tc.placeholder((C, C // groups, 3, 3) if nchw else (3, 3, C // groups, C),
+                           name="W")
+        Y = (nn.conv2d_nchw if nchw else nn.conv2d_nhwc)(X, W, stride, 1, groups=groups)
+        p = group_conv2d_params(Y, info)
+        assert p["channel_blocks"] == blocks
+        if blocks:
+            assert p["groups_per_task"] * C // groups >= 128 or \
+                8 * groups // p["groups_per_task"] < 8 * info.threads
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])

@@ -1433,6 +1433,48 @@ def test_cpu_conv_template_bad_config(layout, config, match):
         sched(out, config=config)
 
 
+@pytest.mark.parametrize("layout, config, match", [
+    ("nchw", {"block": 4}, r"group_conv2d_nchw schedule: unknown parameters \['block'\]; use "
+                           r"channel_blocks, ob, yb, xb, groups_per_task"),
+    ("nhwc", {"channel_blocks": 1}, "group_conv2d_nhwc schedule: channel_blocks must be True "
+                                    "or False, got 1"),
+    ("nchw", {"yb": 0}, "group_conv2d_nchw schedule: yb must be a positive int, got 0"),
+    ("nhwc", {"ob": 3}, r"ob=3 must divide the 4 output channels of a group \(a block stays "
+                        r"in one group\); give a divisor of 4"),
+    ("nchw", {"groups_per_task": 3}, "groups_per_task=3 must divide the 2 groups; give a "
+                                     "divisor of 2"),
+    ("nhwc", [("ob", 4)], "group_conv2d_nhwc schedule: config must be a dict"),
+])
+def test_cpu_group_conv_template_bad_config(layout, config, match):
+    from tecomp.strategy import cpu
+    from tecomp.nn import ops
+
+    if layout == "nchw":
+        d, w = tc.placeholder((1, 4, 6, 6), name="d"), tc.placeholder((8, 2, 3, 3), name="w")
+        out, sched = ops.conv2d_nchw(d, w, groups=2), cpu.schedule_group_conv2d_nchw
+    else:
+        d, w = tc.placeholder((1, 6, 6, 4), name="d"), tc.placeholder((3, 3, 2, 8), name="w")
+        out, sched = ops.conv2d_nhwc(d, w, groups=2), cpu.schedule_group_conv2d_nhwc
+    with pytest.raises(tc.ScheduleError, match=match):
+        sched(out, config=config)
+
+
+def test_cpu_group_conv_channel_blocks_data_is_weight():
+    """One tensor as both the data and the weight of a grouped convolution: the channel
+    blocks' two copies cannot both replace it; the other blocking takes it."""
+    from tecomp.strategy import cpu
+    from tecomp.nn import ops
+
+    x = tc.placeholder((3, 3, 3, 6), name="xw")
+    out = ops.conv2d_nhwc(x, x, groups=2)
+    with pytest.raises(tc.ScheduleError, match=r"group_conv2d_nhwc schedule of .*: channel "
+                       r"blocks copy the data and the weight apart, but they are one tensor "
+                       r"\(xw\); use channel_blocks=False"):
+        cpu.schedule_group_conv2d_nhwc(out, config={"channel_blocks": True})
+    for config in ({"channel_blocks": False}, None):   # (None: the heuristic's, no copies)
+        cpu.schedule_group_conv2d_nhwc(out, config=config)
+
+
 @pytest.mark.parametrize("config, match", [
     (dict(threads_k=32, threads_y=8, threads_x=8), r"conv2d_nchw: the tiling .* has 2048 "
      r"threads per block, more than CUDA's 1024; use fewer"),

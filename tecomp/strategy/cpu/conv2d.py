@@ -716,17 +716,34 @@ def _conv2d_nhwc_into(s: Schedule, outs, info: CpuModel, config=None):
     p = _conv_config(conv2d_nhwc_params(conv, info), config, "nhwc")
     ob, yb, xb = p.ob, p.yb, p.xb
     fused = _fusable_epilogue(outs, conv)
-    st, (n, oc, yc, xc), cs, (cn, cy, cx, co), tiles = _conv_register_block(
-        s, conv, (1, yb, xb, ob), order=(0, 3, 1, 2), out=fused)
-    ky, kx, c = cs.op.reduce_axis
-    cs.reorder(*tiles, cn, ky, kx, c, cy, cx, co)
-    cs.unroll(cy)
-    cs.unroll(cx)
-    cs.vectorize(co)
+    st, (n, oc, yc, xc), cs = _pixels_by_channels(s, conv, ob, yb, xb, fused)
     _conv_tasks(s, st, cs, pad, _conv_weight(conv), info, n, oc, yc, N, K, ob, OH, yb,
                 pad_vec_dim=3, weight_vec_dim=3, weight_copy=p.weight_copy,
                 tasks=p.tasks, rows_per_task=p.rows_per_task)
     _epilogue(s, outs, conv, info, fused)
+
+
+def _pixels_by_channels(s: Schedule, conv: Tensor, ob: int, yb: int, xb: int, fused,
+                        nchw: bool = False):
+    """The NHWC kernel's register block (:func:`schedule_conv2d_nhwc`) of ``conv``: ``yb
+    x xb`` pixels x ``ob`` output channels (vectors), accumulated over the window and,
+    innermost, the input channels (each step one weight load per vector and one
+    broadcast per pixel).  ``nchw``: the same block of an NCHW stage, stored channels
+    innermost (``_conv_register_block``'s ``vec``).  Returns (the output's stage, its
+    tile loops ``n, oc, yc, xc``, the block's stage)."""
+    if nchw:
+        st, tiles4, cs, (cn, co, cy, cx), tiles = _conv_register_block(
+            s, conv, (1, ob, yb, xb), out=fused, vec=1)
+        c, ky, kx = cs.op.reduce_axis
+    else:
+        st, tiles4, cs, (cn, cy, cx, co), tiles = _conv_register_block(
+            s, conv, (1, yb, xb, ob), order=(0, 3, 1, 2), out=fused)
+        ky, kx, c = cs.op.reduce_axis
+    cs.reorder(*tiles, cn, ky, kx, c, cy, cx, co)
+    cs.unroll(cy)
+    cs.unroll(cx)
+    cs.vectorize(co)
+    return st, tiles4, cs
 
 
 def conv2d_knobs(conv, knobs, info: CpuModel) -> ConvParams:

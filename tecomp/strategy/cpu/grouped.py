@@ -6,26 +6,55 @@ Output channel ``o`` sums the ``I`` input channels of its group ``o // P`` (``P`
 channels per group).  A register block of outputs therefore shares its input vectors
 only while it stays inside one group:
 
-* NCHW: a block is ``OB`` output channels of one group (``OB`` divides ``P``) x ``YB``
-  rows x one vector of columns; the block's channels read the same input rows, so each
-  input vector loaded feeds ``OB`` FMAs (the weights are broadcasts).  Tasks are the
-  (image, channel block) pairs.
-* NHWC: a block is ``XB`` pixels x ``OB`` output channels, vectors along the channels;
-  when a vector of channels lies in one group (``P`` a multiple of the vector), each
-  lane reads the same input value (one broadcast per pixel and input channel).  With
-  smaller groups, the vector's lanes read ``L / P`` different input channels.  Tasks
+* Channel blocks (``channel_blocks``, :func:`_group_blocks_into`; both layouts): a
+  block is ``YB x XB`` pixels x ``OB`` output channels of one group (vectors across the
+  channels, ``OB`` divides ``P``): each pixel broadcasts one input value per input
+  channel and tap, the weights are ``OB / L`` vector loads, as in the dense NHWC
+  kernel (:func:`.conv2d.schedule_conv2d_nhwc`).  A task is an image's
+  ``groups_per_task`` groups: it first copies their input, padded, into a buffer
+  stored group by group (``[group, row, column, channel]`` for NHWC, the group's
+  planes for NCHW), and the weights are copied once, group by group (``[group, ...,
+  P]``): every block then reads contiguous memory.  Read in place, a group's slice of
+  an NHWC pixel is 64 bytes every ``C * 4`` bytes, and a 512-channel image's block
+  kept 2 KB-strided lines, a few L1 sets' worth, where it needed 60.  The default
+  where the groups make whole vectors (``P`` a multiple of ``L``), and for an NHWC
+  convolution without a stride.
+* Rows (NCHW, :func:`.depthwise._nchw_rows_into`): a block is ``OB`` output channels
+  of one group (``OB`` divides ``P``) x ``YB`` rows x one vector of columns; the
+  block's channels read the same input rows, so each input vector loaded feeds ``OB``
+  FMAs (the weights are broadcasts).  Tasks are the (image, channel block) pairs.
+* Pixels (NHWC, :func:`.depthwise._nhwc_pixels_into`): a block is ``XB`` pixels x
+  ``OB`` output channels, vectors along the channels, the input read in place.  Tasks
   are blocks of output rows.
 
-The padding is read in place and the blocks inside the image are partitioned off the
-border ones (as the depthwise template, :mod:`.depthwise`)."""
+In these two the padding is read in place and the blocks inside the image are
+partitioned off the border ones (as the depthwise template, :mod:`.depthwise`): on a
+14x14 or 7x7 plane every block touches the border, and each of its loads is a select.
+
+Measured (ResNeXt-50 32x4d's layers at batch 8, one thread, interleaved with
+PyTorch, under load): with 16 or 32 channels per group, channel blocks took
+512x14x14 from 0.6x to 1.0x PyTorch and 1024x7x7 from 0.35-0.6x to 1.0x in both
+layouts; with 4 or 8, rows and channel blocks ran as fast in NCHW, and in NHWC channel
+blocks ran faster without a stride (256x28x28: 1.0x against 0.85x) and slower with one
+(256x56x56 stride 2: 0.83x against 1.09x)."""
 from __future__ import annotations
 
+from typing import Optional
+
+from ...ir import dtype as _dt
+from ...errors import ScheduleError
 from ...schedule.schedule import Schedule
-from .._common import _cint, _largest_divisor_at_most
-from .common import _template_or_rules
-from .conv2d import _conv_parts
+from .._common import _bytes, _cint, _largest_divisor_at_most
+from .common import _template_or_rules, _vector_split, check_positive_int, config_fields
+from .conv2d import (_conv_block_nhwc, _conv_parts, _conv_weight, _own_pad,
+                     _pixels_by_channels)
+from .conv2d_tasks import _weight_transpose
 from .depthwise import _lanes, _nchw_rows_into, _nhwc_pixels_into
+from .elementwise import _epilogue, _fusable_epilogue
 from ...target import CpuModel
+
+#: the fields of a grouped convolution template's ``config``
+GROUP_CONV_FIELDS = ("channel_blocks", "ob", "yb", "xb", "groups_per_task")
 
 
 def _per_group(conv) -> int:
@@ -36,15 +65,162 @@ def _per_group(conv) -> int:
     return O // groups
 
 
-def _grouped_nchw_into(s: Schedule, outs, info: CpuModel) -> None:
+def _group_dims(conv):
+    """(N, O, OH, OW, G, P, I): a grouped stage's batch, output channels and plane, its
+    groups, output and input channels per group (None where not constant)."""
+    nchw = "group_conv2d_nchw" in conv.op.tag.split(",")
+    if nchw:
+        N, O, OH, OW = (_cint(e) for e in conv.shape)
+    else:
+        N, OH, OW, O = (_cint(e) for e in conv.shape)
+    G = conv.op.attrs["group_conv2d"][3]
+    I = _cint(conv.op.reduce_axis[0 if nchw else 2].dom.extent)
+    return N, O, OH, OW, G, O // G, I
+
+
+def _packed_bytes(conv, gpt: int) -> Optional[int]:
+    """Bytes of a channel-block task's padded input copy of ``gpt`` groups (None where
+    the plane or the channels are symbolic)."""
+    src = conv.op.input_tensors[0]
+    nchw = "group_conv2d_nchw" in conv.op.tag.split(",")
+    hw = [_cint(e) for e in (src.shape[2:] if nchw else src.shape[1:3])]
+    I = _group_dims(conv)[6]
+    if None in hw or I is None:
+        return None
+    return gpt * I * hw[0] * hw[1] * (_dt.bits(src.dtype) // 8)
+
+
+def group_conv2d_params(conv, info: CpuModel) -> dict:
+    """The heuristic's config of the grouped stage ``conv`` (a dict of
+    :data:`GROUP_CONV_FIELDS`, see :func:`schedule_group_conv2d_nchw`)."""
+    N, O, OH, OW, G, P, I = _group_dims(conv)
+    nchw = "group_conv2d_nchw" in conv.op.tag.split(",")
+    L = _lanes(conv, info)
+    ob, yb, xb = _conv_block_nhwc(P, OH, OW, info)
+    # a block is whole vectors of one group: the largest divisor of P up to 2 vectors
+    ob = P if P <= 2 * L else (2 * L if P % (2 * L) == 0 else _largest_divisor_at_most(P, 2 * L))
+    one = _packed_bytes(conv, 1)
+    # (the data and the weight one tensor: the channel blocks cannot copy both)
+    fits = one is not None and one <= info.l2_bytes // 4 and len(conv.op.input_tensors) > 1
+    # NCHW: rows where the groups are narrower than a vector (2.7x and 1.2x PyTorch at
+    # 4 and 8 channels per group, as fast either way); NHWC: pixels read in place
+    # where a strided window's copy (4x the input per output) feeds half-empty vectors
+    # (256x56x56 stride 2 in groups of 8: 0.83x against 1.09x), channel blocks in the
+    # other cases measured (1.0-1.2x against 0.6-1.0x)
+    strided = any(v > 1 for v in conv.op.attrs["group_conv2d"][0])
+    blocks = fits and (P % L == 0 or (not nchw and not strided))
+    gpt = 1
+    if fits:
+        # groups per task: a task reads at least 128 channels of a pixel (512 bytes
+        # in a row) while its copy stays within a quarter of L2 and there are still
+        # 4 tasks per thread
+        while (G % (2 * gpt) == 0 and gpt * I < 128
+               and _packed_bytes(conv, 2 * gpt) <= info.l2_bytes // 4
+               and (N or 1) * (G // (2 * gpt)) >= 4 * max(1, info.threads)):
+            gpt *= 2
+    return {"channel_blocks": blocks, "ob": ob, "yb": yb, "xb": xb, "groups_per_task": gpt}
+
+
+def _group_config(conv, info: CpuModel, config, layout: str) -> dict:
+    """``config`` (None or a dict of some of :data:`GROUP_CONV_FIELDS`) over the
+    heuristic's (:func:`group_conv2d_params`), checked."""
+    who = f"group_conv2d_{layout} schedule"
+    p = group_conv2d_params(conv, info)
+    p.update(config_fields(config, who, GROUP_CONV_FIELDS))
+    if not isinstance(p["channel_blocks"], bool):
+        raise ScheduleError(f"{who}: channel_blocks must be True or False, got "
+                            f"{p['channel_blocks']!r:.40}")
+    for k in GROUP_CONV_FIELDS[1:]:
+        check_positive_int(who, k, p[k])
+    N, O, OH, OW, G, P, I = _group_dims(conv)
+    if P % p["ob"]:
+        raise ScheduleError(f"{who}: ob={p['ob']} must divide the {P} output channels of a "
+                            f"group (a block stays in one group); give a divisor of {P}")
+    if G % p["groups_per_task"]:
+        raise ScheduleError(f"{who}: groups_per_task={p['groups_per_task']} must divide the "
+                            f"{G} groups; give a divisor of {G}")
+    return p
+
+
+def _group_blocks_into(s: Schedule, outs, info: CpuModel, nchw: bool, p: dict) -> None:
+    """Schedule the grouped stage under ``outs`` in channel blocks (see the module):
+    ``p["ob"]`` output channels of one group x ``p["yb"] x p["xb"]`` pixels in
+    registers over the window and the group's input channels (the input channel
+    innermost: each step one weight load per vector and one broadcast per pixel); tasks
+    of ``p["groups_per_task"]`` groups of an image, each copying their padded input
+    group by group first; the weights copied group by group at the root."""
+    tag = "group_conv2d_nchw" if nchw else "group_conv2d_nhwc"
+    conv, pad = _conv_parts(outs, tag)
+    pad = _own_pad(s, pad)
+    N, O, OH, OW, G, P, I = _group_dims(conv)
+    L = _lanes(conv, info)
+    ob, yb, xb, gpt = p["ob"], p["yb"], p["xb"], p["groups_per_task"]
+    weight = _conv_weight(conv)
+    src = [t for t in conv.op.input_tensors if t is not weight]
+    if not src:
+        raise ScheduleError(f"{tag} schedule of {conv.op.name}: channel blocks copy the data "
+                            f"and the weight apart, but they are one tensor "
+                            f"({weight.op.name}); use channel_blocks=False")
+    fused = _fusable_epilogue(outs, conv)
+    # (the input channel innermost, as the dense NHWC kernel: with it outside the
+    # window instead, within the noise or slower)
+    st, (n, oc, yc, xc), cs = _pixels_by_channels(s, conv, ob, yb, xb, fused, nchw)
+    go, gi = st.split(oc, factor=gpt * (P // ob))
+    st.reorder(n, go, gi, yc, xc)
+    task = st.fuse(n, go)
+    if info.threads > 1:
+        st.parallel(task)
+    # the task's input, padded, group by group (NHWC: [n, group, row, column, channel];
+    # NCHW: the group's planes, contiguous already)
+    pk = s.cache_read(src[0], "global", [cs],
+                      blocks=None if nchw else [(3, I)])
+    if not nchw:
+        a = s[pk].op.axis
+        # (the copy runs in the source's order: each pixel's channels read in a row)
+        s[pk].storage_order(a[0], a[3], a[1], a[2], a[4])
+    if pad is not None:
+        s[pad].compute_inline()
+    s[pk].compute_at(st, task)
+    _vector_split(s[pk], s[pk].op.axis[-1], _cint(pk.shape[-1]), L)
+    # the weights, group by group: [group, ky, kx, c, P] (NHWC) or [group, c, ky, kx, P]
+    # (NCHW, transposed in L x L tiles in registers where they make whole tiles)
+    wk = s.cache_read(weight, "global", [cs], blocks=[(0 if nchw else 3, P)])
+    ws = s[wk]
+    a = ws.op.axis
+    if not nchw:
+        ws.storage_order(a[3], a[0], a[1], a[2], a[4])
+        ws.reorder(a[3], a[0], a[1], a[2], a[4])
+    intrin = _weight_transpose(weight, 0, P, info) if nchw else None
+    if intrin is not None:
+        f = ws.fuse(*a[1:4])
+        fo, po, fi, pi = ws.tile(f, a[4], L, L)
+        ws.reorder(a[0], fo, po, fi, pi)
+        ws.tensorize(fi, intrin)
+    else:
+        _vector_split(ws, a[4], P, L)
+    if info.threads > 1 and (_bytes(weight) or 0) > info.l2_bytes // 4:
+        ws.parallel(a[0] if nchw else a[3])
+    st.pragma(st.leaf_iter_vars[0], "fp_contract")
+    _epilogue(s, outs, conv, info, fused)
+
+
+def _grouped_nchw_into(s: Schedule, outs, info: CpuModel, config=None) -> None:
     conv, _ = _conv_parts(outs, "group_conv2d_nchw")
+    p = _group_config(conv, info, config, "nchw")
+    if p["channel_blocks"]:
+        _group_blocks_into(s, outs, info, True, p)
+        return
     # up to 8 channels of one group share the input vectors
     _nchw_rows_into(s, outs, info, "group_conv2d_nchw",
                     _largest_divisor_at_most(_per_group(conv), 8))
 
 
-def _grouped_nhwc_into(s: Schedule, outs, info: CpuModel) -> None:
+def _grouped_nhwc_into(s: Schedule, outs, info: CpuModel, config=None) -> None:
     conv, _ = _conv_parts(outs, "group_conv2d_nhwc")
+    p = _group_config(conv, info, config, "nhwc")
+    if p["channel_blocks"]:
+        _group_blocks_into(s, outs, info, False, p)
+        return
     L = _lanes(conv, info)
     P = _per_group(conv)
     # a vector of channels inside one group: its lanes read one input value (a
@@ -57,7 +233,7 @@ def _grouped_nhwc_into(s: Schedule, outs, info: CpuModel) -> None:
     _nhwc_pixels_into(s, outs, info, "group_conv2d_nhwc", ob)
 
 
-def schedule_group_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
+def schedule_group_conv2d_nchw(outs, target: str = "llvm", config=None) -> Schedule:
     """The CPU schedule of ``tecomp.nn.conv2d_nchw`` with ``groups`` (a stage tagged
     ``group_conv2d_nchw``), plus any elementwise epilogue (see the module); other DAGs
     get the auto-scheduler's rules.
@@ -68,16 +244,41 @@ def schedule_group_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
         The operator's output (or the epilogue's).
     target : str or Target, optional
         An LLVM CPU target; its machine model sizes the blocks.
+    config : dict, optional
+        Pins the template's decisions (the others are the heuristic's): a dict of some
+        of ``channel_blocks`` (True: blocks of output channels of one group, vectors
+        across them, over a padded copy of each task's groups; False: blocks of rows,
+        vectors along them, the input read in place), ``ob``, ``yb``, ``xb`` (the
+        channel blocks' register block: ``ob`` channels, a divisor of a group's, x
+        ``yb`` x ``xb`` pixels) and ``groups_per_task`` (a divisor of the groups).
+        Every choice computes the same result.
 
     Returns
     -------
     Schedule
         The schedule.
+
+    Raises
+    ------
+    ScheduleError
+        An unknown field in ``config``, or a value out of its range.
+
+    Examples
+    --------
+    >>> import tecomp as tc
+    >>> import tecomp.nn as nn
+    >>> from tecomp.strategy import cpu
+    >>> X = tc.placeholder((1, 64, 14, 14), name="X")
+    >>> W = tc.placeholder((64, 16, 3, 3), name="W")
+    >>> Y = nn.conv2d_nchw(X, W, padding=1, groups=4)
+    >>> s = cpu.schedule_group_conv2d_nchw(Y, config={"channel_blocks": True, "ob": 16})
+    >>> f = tc.build(s, [X, W, Y])
     """
-    return _template_or_rules(_grouped_nchw_into, outs, target)
+    return _template_or_rules(lambda s, o, info: _grouped_nchw_into(s, o, info, config),
+                              outs, target)
 
 
-def schedule_group_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
+def schedule_group_conv2d_nhwc(outs, target: str = "llvm", config=None) -> Schedule:
     """The CPU schedule of ``tecomp.nn.conv2d_nhwc`` with ``groups`` (a stage tagged
     ``group_conv2d_nhwc``), plus any elementwise epilogue (see the module); other DAGs
     get the auto-scheduler's rules.
@@ -88,11 +289,39 @@ def schedule_group_conv2d_nhwc(outs, target: str = "llvm") -> Schedule:
         The operator's output (or the epilogue's).
     target : str or Target, optional
         An LLVM CPU target; its machine model sizes the blocks.
+    config : dict, optional
+        As :func:`schedule_group_conv2d_nchw`'s (``channel_blocks`` False: blocks of
+        pixels, vectors across the channels, the input read in place).
 
     Returns
     -------
     Schedule
         The schedule.
+
+    Raises
+    ------
+    ScheduleError
+        An unknown field in ``config``, or a value out of its range.
     """
-    return _template_or_rules(_grouped_nhwc_into, outs, target)
+    return _template_or_rules(lambda s, o, info: _grouped_nhwc_into(s, o, info, config),
+                              outs, target)
+
+
+def group_conv2d_knobs(conv, knobs, info: CpuModel) -> dict:
+    """The grouped template's config for the stage ``conv`` with its decisions as the
+    auto-scheduler's knobs (the heuristic's choice first): ``group_conv2d.channel_blocks``
+    and, for channel blocks, ``group_conv2d.groups_per_task`` (the heuristic's, half
+    and twice it, where they divide the groups).  Applied by
+    ``schedule_group_conv2d_*(outs, target, config)``."""
+    out = conv.output(0)
+    p = group_conv2d_params(out, info)
+    G = _group_dims(out)[4]
+    p["channel_blocks"] = knobs.choose("group_conv2d.channel_blocks",
+                                       [p["channel_blocks"], not p["channel_blocks"]],
+                                       p["channel_blocks"])
+    if p["channel_blocks"]:
+        g = p["groups_per_task"]
+        choices = [g] + [v for v in (g // 2, 2 * g) if v >= 1 and G % v == 0 and v != g]
+        p["groups_per_task"] = knobs.choose("group_conv2d.groups_per_task", choices, g)
+    return p
 

@@ -23,7 +23,8 @@ from .conv2d import (_conv_for_generic_rules, conv2d_knobs, plain_nchw_conv,
 from .depthwise import (_depthwise_part, schedule_depthwise_conv2d_nchw,
                         schedule_depthwise_conv2d_nhwc)
 from .gemm import _dense_rows_for_generic_rules, _gemm_template
-from .grouped import schedule_group_conv2d_nchw, schedule_group_conv2d_nhwc
+from .grouped import (group_conv2d_knobs, schedule_group_conv2d_nchw,
+                      schedule_group_conv2d_nhwc)
 from .pool import pool_into
 from .skinny import _skinny_template
 from ...target import CpuModel
@@ -64,7 +65,11 @@ def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
         return _auto_rest(s, outs, info)
     windowed = set(_WINDOWED) & _op_tags(reductions[0]) if len(reductions) == 1 else set()
     if windowed:
-        return _WINDOWED[windowed.pop()](outs, info.target)
+        tag = windowed.pop()
+        if tag.startswith("group_"):
+            return _WINDOWED[tag](outs, info.target,
+                                  group_conv2d_knobs(reductions[0], knobs, info))
+        return _WINDOWED[tag](outs, info.target)
     convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _op_tags(op)
              or plain_nchw_conv(op) is not None]
     if len(convs) == 1 and len(reductions) == 1:
