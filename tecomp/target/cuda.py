@@ -28,5 +28,12 @@ FRAGMENT_SCOPES = WMMA_SCOPES + MMA_SCOPES
 #: which runs the same code on it)
 PER_THREAD_SCOPES = ("local",) + FRAGMENT_SCOPES
 WARP_SIZE = 32
+#: the oldest architecture the cuda.mma_* intrinsics run on (mma.sync.m16n8k16)
+MMA_MIN_SM = 80
+
+
+def sm_number(arch: str) -> int:
+    """The compute capability of ``arch`` as a number: 90 for ``"sm_90a"``."""
+    return int("".join(c for c in arch if c.isdigit()))
 CUDA_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
               "sm_100", "sm_120")

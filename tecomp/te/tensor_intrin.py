@@ -55,7 +55,7 @@ from ..ir.expr import Const, ProducerLoad, Reduce, Var
 from ..ir.functor import collect
 from ..ir.names import display
 from ..ir.stmt import register_tensor_intrin
-from ..target import Target, as_target
+from ..target import MMA_MIN_SM, Target, as_target, sm_number
 from . import intrin_aarch64, intrin_cuda, intrin_mma, intrin_x86
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 
@@ -360,7 +360,7 @@ def tensor_intrins_for(target: Union[str, Target] = "llvm") -> List[TensorIntrin
     """
     tgt = as_target(target)
     if tgt.is_gpu:
-        old = tgt.arch is not None and int("".join(c for c in tgt.arch if c.isdigit())) < 80
+        old = tgt.arch is not None and sm_number(tgt.arch) < MMA_MIN_SM
         return sorted((t for t in builtin_intrins().values() if t.cuda is not None
                        and not (old and t.name.startswith("cuda.mma_"))), key=lambda t: t.name)
     if not tgt.is_cpu:

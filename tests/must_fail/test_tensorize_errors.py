@@ -323,7 +323,7 @@ def test_dp4a_at_a_loop_with_a_data_parallel_loop_inside():
 # ------------------------------------------------------------------ tensor cores (wmma)
 
 
-def _wmma_build(**kw):
+def _wmma_build(target="cuda-emu", **kw):
     import os
     import sys
 
@@ -331,7 +331,7 @@ def _wmma_build(**kw):
     from wmma_examples import hand_schedule
 
     s, args, _ = hand_schedule(**kw)
-    return tc.build(s, list(args), target="cuda-emu")
+    return tc.build(s, list(args), target=target)
 
 
 def test_wmma_fragment_touched_element_by_element():
@@ -404,6 +404,13 @@ def test_mma_with_a_block_narrower_than_a_warp():
     with pytest.raises(tc.BuildError, match=r"the kernel's blockDim.x is 16; an mma operation is "
                                             r"run by a whole warp"):
         _wmma_build(family="mma", lanes=16)
+
+
+def test_mma_intrinsics_for_an_architecture_before_sm_80():
+    with pytest.raises(tc.BuildError, match=r"the cuda.mma_\* tensor intrinsics \(mma.sync."
+                                            r"m16n8k16\) need sm_80 or later; this function is "
+                                            r"built for sm_75"):
+        _wmma_build(family="mma", target="cuda -arch=sm_75")
 
 
 def test_mma_fragment_of_another_dtype():
