@@ -536,7 +536,6 @@ class CudaRenderer(CSource):
         self.fragment_layouts[buf] = layout
         if buf.scope in MMA_FRAGMENTS:   # per-lane registers, exchanged by warp collectives
             size = f"[{MMA_FRAGMENTS[buf.scope][1]}]"
-            self.has_barrier = True      # (the emulation then runs its threads in step)
         else:
             ftype, size = ftype.replace("{layout}", layout), ""
             self.uses_wmma = True

@@ -156,4 +156,6 @@ class CudaIntrinBuilder:
         if name not in HELPERS:
             raise BuildError(f"tensor intrinsic {self.name}: no device helper {name!r:.40}; "
                              f"the helpers are {', '.join(HELPERS)}")
+        if name in MMA_HELPERS:   # warp-wide: the emulation then runs the threads in step
+            self._r.has_barrier = True
         return self._r.helper(name)
