@@ -206,11 +206,14 @@ def _edited_module(old, new):
      r"ldmatrix.x4(.trans)? in block \(0, 0, 0\), thread \(\d+, 0, 0\): lane \d+ of the warp "
      r"is at ldmatrix.x4(.trans)? instead: the 32 lanes of a warp must make the same "
      r"warp-wide operations"),
-], ids=["half the lanes leave", "lanes at different ldmatrix"])
+    ("(A_shared + ", "(A_shared + 4 + ",
+     r"ldmatrix.x4 in block \(0, 0, 0\), thread \(\d+, 0, 0\): a row address is not 16-byte "
+     r"aligned"),
+], ids=["half the lanes leave", "lanes at different ldmatrix", "misaligned ldmatrix rows"])
 def test_lanes_that_miss_a_warp_operation_are_an_error_not_a_hang(old, new, match):
-    """Hand-edited source (tecomp refuses to generate a lane-dependent tensor-core call):
-    half the lanes leave before an mma.sync, or take a different ldmatrix; every mode
-    reports it."""
+    """Hand-edited source (tecomp refuses to generate a lane-dependent tensor-core call or
+    a misaligned tile): half the lanes leave before an mma.sync, take a different
+    ldmatrix, or give it row addresses 8 bytes off; every mode reports it."""
     mod, (a, b, _) = _edited_module(old, new)
     for mode in MODES:
         c = np.zeros((a.shape[0], b.shape[1]), np.float32)
