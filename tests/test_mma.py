@@ -24,6 +24,7 @@ from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
 from tecomp.te import intrin_mma
 from tecomp.testing.gpu_resources import ptxas_usage
+from helpers import gpu_driver  # noqa: F401  (a fixture)
 from wmma_examples import hand_schedule, hgemm, inputs
 
 needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
@@ -141,10 +142,10 @@ def test_a_wrong_lane_mapping_is_caught(monkeypatch, mistake):
     assert not np.allclose(c, want, atol=1e-2)
 
 
-@needs_cxx
-def test_mma_template_in_every_operand_layout():
+def run_layouts(target):
     """WmmaConfig(family="mma"): A and B each stored either way round (ldmatrix with or
-    without .trans), batched, in the emulation."""
+    without .trans), batched; built for ``target``, run (in each emulation mode) and
+    checked."""
     rng = np.random.default_rng(7)
     f32 = np.float32
 
@@ -164,14 +165,19 @@ def test_mma_template_in_every_operand_layout():
     for args, ins, want, plain, trans in cases:
         s = tc.create_schedule(args[-1].op)
         schedule_wmma_gemm(s, args[-1], WmmaConfig(1, 1, 2, 3, 32, family="mma"))
-        mod = tc.build(s, args, target="cuda-emu")
+        mod = tc.build(s, args, target=target)
         src = mod.get_source()
         for helper, n in (("tc_ldmatrix_x4", plain), ("tc_ldmatrix_x4_trans", trans)):
             assert src.count(f"{helper}(") - src.count(f"void {helper}(") == n   # calls
-        for mode in MODES:
+        for mode in MODES if target == "cuda-emu" else [None]:
             out = np.full(want.shape, np.nan, np.float32)
-            mod(*ins, out, mode=mode)
+            mod(*ins, out, **({"mode": mode} if mode else {}))
             close(out, want, ins[0].shape[-1] if plain else ins[0].shape[-2])
+
+
+@needs_cxx
+def test_mma_template_in_every_operand_layout():
+    run_layouts("cuda-emu")
 
 
 def test_the_default_template_still_uses_wmma():
@@ -240,3 +246,37 @@ def test_ptx_has_mma_sync_and_ldmatrix_and_nothing_spills(arch):
     assert "wmma" not in ptx and "cp.async" in ptx
     for kernel, use in ptxas_usage(src, arch).items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_hand_written_mma_gemm_on_the_gpu(gpu_driver, name):
+    M, N, K, kw = SHAPES[name]
+    s, args = mma_schedule(M, N, K, kw)
+    mod = tc.build(s, args, target="cuda")
+    a, b, want = inputs(M, N, K)
+    c = np.full((M, N), np.nan, np.float32)
+    mod(a, b, c)
+    close(c, want, K)
+
+
+@pytest.mark.gpu
+def test_mma_template_in_every_operand_layout_on_the_gpu(gpu_driver):
+    run_layouts("cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (256, 384, 96)])
+def test_mma_template_on_the_gpu(gpu_driver, M, N, K):
+    A, B, C = hgemm(M, N, K)
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 4, 4, 32, family="mma") if M % 128 == 0
+                       and N % 128 == 0 else WmmaConfig(2, 2, 2, 2, 32, family="mma"))
+    mod = tc.build(s, [A, B, C], target="cuda")
+    a, b, want = inputs(M, N, K)
+    c = np.full((M, N), np.nan, np.float32)
+    mod(a, b, c)
+    close(c, want, K)

@@ -21,6 +21,10 @@ memory (dynamic shared memory) and 230 registers a thread; it was the fastest of
 sweeps (4096^3: 0.47 ms against 0.61 for 8 warps of 64 x 32 with k steps of 32, cuBLAS
 0.19; benchmarks/DECISIONS.md, "CUDA tensor cores").
 
+``WmmaConfig(..., family="mma")`` runs the same tiling on the ``cuda.mma_*`` intrinsics
+(:mod:`tecomp.te.intrin_mma`: ``ldmatrix`` and ``mma.sync.m16n8k16`` in PTX, sm_80 and
+later) instead of ``nvcuda::wmma``; the default stays ``"wmma"``.
+
 The tiles must divide the extents (tensor cores compute whole 16 x 16 x 16 blocks):
 :func:`wmma_config` picks the largest that does, and ``schedule_matmul`` falls back to
 the CUDA-core GEMM where none does (or an extent is not a multiple of 16).
