@@ -6,6 +6,7 @@ import numpy as np
 
 import tecomp as tc
 from tecomp.nn import ops
+from tecomp.strategy.cuda.tensorcore import FAMILIES
 
 
 def hgemm(M, N, K):
@@ -22,23 +23,31 @@ def inputs(M, N, K, seed=0):
 
 
 def hand_schedule(M=64, N=64, K=64, bm=64, warps=2, kt=32, lanes=32, load_a=True,
-                  store_by_lane=False):
+                  store_by_lane=False, family="wmma", bn=None, scopes=None, a_shared=True):
     """A tensor-core GEMM written with the schedule primitives, as TVM's tutorial does:
-    shared tiles, fragments, four tensorized stages.  The mistakes the must-fail tests
-    make: ``lanes`` threads on threadIdx.x (a warp needs 32), ``load_a=False`` (the A
-    fragment copied element by element), ``store_by_lane`` (the fragment tiles of C
-    stored by threadIdx.x, one per lane)."""
+    shared tiles, fragments, four tensorized stages; ``family`` "wmma" or "mma" (the
+    same schedule: only the fragment scopes and the intrinsics' names differ); ``bm x
+    bn`` (default ``bm x bm``) tiles of C per block, ``warps x warps`` warps.  The
+    mistakes the must-fail tests make: ``lanes`` threads on threadIdx.x (a warp needs
+    32), ``load_a=False`` (the A fragment copied element by element), ``store_by_lane``
+    (the fragment tiles of C stored by threadIdx.x, one per lane), ``scopes`` (the
+    fragments in the other family's scopes), ``a_shared=False`` (the A fragment loaded
+    from global memory)."""
+    names = FAMILIES[family]
+    scopes = scopes or family
+    bn = bn or bm
     A, B, C = hgemm(M, N, K)
     s = tc.create_schedule(C.op)
-    AS, BS = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
-    AF = s.cache_read(AS, "wmma.matrix_a", [C])
-    BF = s.cache_read(BS, "wmma.matrix_b", [C])
-    CF = s.cache_write(C, "wmma.accumulator")
+    AS = s.cache_read(A, "shared", [C]) if a_shared else A
+    BS = s.cache_read(B, "shared", [C])
+    AF = s.cache_read(AS, f"{scopes}.matrix_a", [C])
+    BF = s.cache_read(BS, f"{scopes}.matrix_b", [C])
+    CF = s.cache_write(C, f"{scopes}.accumulator")
     i, j = s[C].op.axis
     bi, i = s[C].split(i, bm)
-    bj, j = s[C].split(j, bm)
+    bj, j = s[C].split(j, bn)
     wi, i = s[C].split(i, bm // warps)
-    wj, j = s[C].split(j, bm // warps)
+    wj, j = s[C].split(j, bn // warps)
     ti, i = s[C].split(i, 16)
     tj, j = s[C].split(j, 16)
     s[C].reorder(bi, bj, wi, wj, ti, tj, i, j)
@@ -50,7 +59,7 @@ def hand_schedule(M=64, N=64, K=64, bm=64, warps=2, kt=32, lanes=32, load_a=True
         t = s[C].fuse(ti, tj)
         _, lane = s[C].split(t, 32)
         s[C].bind(lane, tc.thread_axis("threadIdx.x"))
-    s[C].tensorize(i, tc.tensor_intrin("cuda.wmma_store_f32"))
+    s[C].tensorize(i, tc.tensor_intrin(names["store"]))
     s[CF].compute_at(s[C], wj)
     ci, cj = s[CF].op.axis
     ko, k = s[CF].split(s[CF].op.reduce_axis[0], kt)
@@ -58,18 +67,18 @@ def hand_schedule(M=64, N=64, K=64, bm=64, warps=2, kt=32, lanes=32, load_a=True
     fi, ci = s[CF].split(ci, 16)
     fj, cj = s[CF].split(cj, 16)
     s[CF].reorder(ko, kf, fi, fj, ci, cj, k)
-    s[CF].tensorize(ci, tc.tensor_intrin("cuda.wmma_mma_f16f16f32"))
+    s[CF].tensorize(ci, tc.tensor_intrin(names["mma"]))
     s[AF].compute_at(s[CF], kf)
     s[BF].compute_at(s[CF], kf)
     r, _ = s[AF].op.axis
     _, r = s[AF].split(r, 16)
     if load_a:
-        s[AF].tensorize(r, tc.tensor_intrin("cuda.wmma_load_a_f16"))
+        s[AF].tensorize(r, tc.tensor_intrin(names["load_a"]))
     r, c = s[BF].op.axis
     co, c = s[BF].split(c, 16)
     s[BF].reorder(co, r, c)
-    s[BF].tensorize(r, tc.tensor_intrin("cuda.wmma_load_b_f16"))
-    for T in (AS, BS):
+    s[BF].tensorize(r, tc.tensor_intrin(names["load_b"]))
+    for T in (AS, BS) if a_shared else (BS,):
         s[T].compute_at(s[CF], ko)
         f = s[T].fuse(*s[T].op.axis)
         f, v = s[T].split(f, 8)

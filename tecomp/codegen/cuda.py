@@ -82,9 +82,9 @@ THREAD_TAGS = {
 # the CUDA limits (their one home is tecomp.target)
 from ..target import (  # noqa: E402,F401
     FRAGMENT_SCOPES, MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES,
-    MAX_THREADS_PER_BLOCK, SHARED_ALIGN, WARP_SIZE,
+    MAX_THREADS_PER_BLOCK, MMA_MIN_SM, SHARED_ALIGN, WARP_SIZE, sm_number,
 )
-from .cuda_intrin import CudaIntrinBuilder, CudaIntrinView
+from .cuda_intrin import MMA_FRAGMENTS, MMA_HELPERS, CudaIntrinBuilder, CudaIntrinView
 
 #: what a tensor-core fragment of each scope holds, as nvcuda::wmma's fragment type
 #: (m16n16k16; the operands row major) and the dtype its buffer must have
@@ -212,6 +212,7 @@ class CudaRenderer(CSource):
             "  asm volatile(\"cp.async.wait_all;\" ::: \"memory\");\n"
             "#endif\n"
             "}}"),
+        **MMA_HELPERS,   # ldmatrix, mma.sync (the cuda.mma_* intrinsics)
     }
 
     def __init__(self, namer: Namer, launch: Dict[str, Expr], shared: List[Buffer],
@@ -230,6 +231,7 @@ class CudaRenderer(CSource):
         self.async_depth = 0            # inside AttrStmt("async_copy"): copies may be cp.async
         self.waits_async = False        # the kernel issues cp.async: wait before each barrier
         self.lane_vars: set = set()     # vars whose value differs between the lanes of a warp
+        self.fragment_layouts: Dict[Buffer, str] = {}  # fragment -> layout as the mma sees it
         self.lane_divergent: List[str] = []  # enclosing conditions that differ between lanes
         self.uses_wmma = False          # tensor-core fragments: #include <mma.h>
         self.param_align: Dict[Buffer, int] = {}  # global buffers holding wmma tiles
@@ -508,13 +510,14 @@ class CudaRenderer(CSource):
                 f"so that the host allocates it")
         else:
             raise BuildError(f"buffer {s.buffer.name} has the unknown scope {scope!r}; "
-                             "use 'global', 'shared', 'local' or a wmma fragment scope")
+                             "use 'global', 'shared', 'local' or a wmma / mma fragment scope")
 
     def fragment_allocate(self, s: Allocate) -> None:
-        """A tensor-core fragment buffer: an array of ``nvcuda::wmma::fragment``, one per
-        16 x 16 tile of its last two dimensions (the tiles in row-major order)."""
+        """A tensor-core fragment buffer: an array of ``nvcuda::wmma::fragment`` (an
+        ``mma.*`` scope: of per-lane register arrays, :data:`MMA_FRAGMENTS`), one per 16 x
+        16 tile of its last two dimensions (the tiles in row-major order)."""
         buf = s.buffer
-        ftype, dtype = _FRAGMENT_TYPES[buf.scope]
+        ftype, dtype = _FRAGMENT_TYPES.get(buf.scope) or MMA_FRAGMENTS[buf.scope][::2]
         shape = [int(d.value) if isinstance(d, Const) else None for d in buf.shape]
         if buf.dtype != dtype or len(shape) < 2 or None in shape or shape[-1] % 16 \
                 or shape[-2] % 16 or buf.strides is not None:
@@ -529,12 +532,17 @@ class CudaRenderer(CSource):
         for n in shape[:-2]:
             count *= n
         count *= (shape[-2] // 16) * (shape[-1] // 16)
-        ftype = ftype.replace("{layout}", _fragment_layout(s))
-        self.uses_wmma = True
+        layout = _fragment_layout(s)
+        self.fragment_layouts[buf] = layout
+        if buf.scope in MMA_FRAGMENTS:   # per-lane registers, exchanged by warp collectives
+            size = f"[{MMA_FRAGMENTS[buf.scope][1]}]"
+        else:
+            ftype, size = ftype.replace("{layout}", layout), ""
+            self.uses_wmma = True
 
         def declare(b):
             self._scopes[-1].add(b)
-            self.emit(f"{ftype} {self.name(b)}[{max(count, 1)}];")
+            self.emit(f"{ftype} {self.name(b)}[{max(count, 1)}]{size};")
         self.local_allocate(s, declare)
 
     def fragment_ref(self, buf: Buffer, base) -> str:
@@ -545,7 +553,7 @@ class CudaRenderer(CSource):
             m = simplify(_op.floormod(base[d], Const(16, base[d].dtype)))
             if not (isinstance(m, Const) and m.value == 0):
                 raise BuildError(
-                    f"a wmma tile of fragment {buf.name} starts at "
+                    f"a tensor-core tile of fragment {buf.name} starts at "
                     f"[{', '.join(to_str(x) for x in base)}], which is not on a 16 x 16 tile "
                     "boundary; split the fragment's axes by 16 from their start")
         dims = shape[:-2] + [shape[-2] // 16, shape[-1] // 16]
@@ -560,23 +568,25 @@ class CudaRenderer(CSource):
         """A warp-wide intrinsic (a wmma fragment among its operands) runs the same call in
         every lane of a warp: refuse what would make the lanes differ."""
         what = f"tensorize {s.intrin.name} (stage {s.stage})"
+        frag = next(b for b in s.buffers if b.scope in FRAGMENT_SCOPES)
+        op = "a wmma" if frag.scope.startswith("wmma.") else "an mma"
         bx = self.launch.get("threadIdx.x", Const(1, "int32"))
         if not (isinstance(bx, Const) and bx.value % WARP_SIZE == 0):
             raise BuildError(
-                f"{what}: the kernel's blockDim.x is {to_str(bx)}; a wmma operation is run by "
+                f"{what}: the kernel's blockDim.x is {to_str(bx)}; {op} operation is run by "
                 f"a whole warp, whose {WARP_SIZE} lanes must be consecutive threadIdx.x: bind a "
                 f"loop of extent {WARP_SIZE} (or a multiple) to threadIdx.x (e.g. in the "
                 "shared-memory copies) and the warps to threadIdx.y / threadIdx.z")
         if self.lane_divergent:
             raise BuildError(
                 f"{what}: it runs under {self.lane_divergent[-1]}, which differs between the "
-                "lanes of a warp; all 32 lanes must run a wmma operation together: keep "
+                f"lanes of a warp; all 32 lanes must run {op} operation together: keep "
                 "threadIdx.x out of the loops and conditions around the tensor-core stages")
         for n in range(len(s.buffers)):
             if _uses_any_of(s.base(n), self.lane_vars):
                 raise BuildError(
                     f"{what}: the tile of {s.buffers[n].name} it works on depends on threadIdx.x, "
-                    "so the lanes of a warp would name different tiles; a wmma tile belongs to "
+                    f"so the lanes of a warp would name different tiles; {op} tile belongs to "
                     "the whole warp: index it by the warp (threadIdx.y / threadIdx.z), not by "
                     "the lane")
 
@@ -594,7 +604,7 @@ class CudaRenderer(CSource):
                 raise BuildError(
                     f"tensorize {intrin.name} (stage {s.stage}): it has no CUDA code and "
                     f"{fragments[0].name} is a tensor-core fragment, whose elements only the "
-                    "cuda.wmma_* intrinsics can touch")
+                    f"cuda.{fragments[0].scope.split('.')[0]}_* intrinsics can touch")
             super()._s_TensorIntrinCall(s)
             return
         if fragments:
@@ -617,13 +627,15 @@ class CudaRenderer(CSource):
             if buf.scope in FRAGMENT_SCOPES:
                 views.append(CudaIntrinView(ph.name, buf.name, buf.dtype, self.ctype(buf.dtype),
                                             shape, tuple(strides), self.buffer_ref(buf), "0",
-                                            fragment=self.fragment_ref(buf, s.base(n))))
+                                            fragment=self.fragment_ref(buf, s.base(n)),
+                                            scope=buf.scope,
+                                            layout=self.fragment_layouts.get(buf)))
                 continue
             if fragments:
                 self._check_tile_alignment(s, buf, s.base(n))
             views.append(CudaIntrinView(ph.name, buf.name, buf.dtype, self.ctype(buf.dtype),
                                         shape, tuple(strides), self.buffer_ref(buf),
-                                        self.flat_index(buf, s.base(n))))
+                                        self.flat_index(buf, s.base(n)), scope=buf.scope))
         self.emit(_comment(f"tensorize {intrin.name} (stage {s.stage})"))
         self.emit("{")
         self.indent += 1
@@ -752,8 +764,8 @@ def _no_fragment_element(buf: Buffer, how: str) -> None:
         raise BuildError(
             f"buffer {buf.name} in scope {buf.scope!r} is {how} element by element; a "
             "tensor-core fragment has no addressable elements: fill, compute and store it "
-            "only with the cuda.wmma_* intrinsics (s[...].tensorize on every stage that "
-            "reads or writes it)")
+            f"only with the cuda.{buf.scope.split('.')[0]}_* intrinsics (s[...].tensorize on "
+            "every stage that reads or writes it)")
 
 
 def _uses_any_of(exprs, vars_: set) -> bool:
@@ -829,6 +841,12 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         kernels.append(info)
         texts.append(_kernel_text(kern.index, info, r.lines, kern.stmt))
 
+    arch = as_target(tgt).arch
+    if arch and "tc_mma_m16n8k16_f16" in helpers and sm_number(arch) < MMA_MIN_SM:
+        raise BuildError(f"the cuda.mma_* tensor intrinsics (mma.sync.m16n8k16) need sm_"
+                         f"{MMA_MIN_SM} or later; this function is built for {arch}: build for "
+                         f"'cuda -arch=sm_{MMA_MIN_SM}' or later, or use the cuda.wmma_* "
+                         "intrinsics and wmma.* fragment scopes")
     head = [_comment(f"Generated by tecomp: CUDA C for `{func.name}` "
                      f"({len(kernels)} kernel{'s' if len(kernels) != 1 else ''}).")]
     if uses_half or uses_wmma:

@@ -18,8 +18,12 @@ comment documents the mapping.  In short:
     (in one of the two orders at least): the way to test that a schedule's barriers
     are where they must be.
 
-* a barrier not reached by all threads of a block, and a failed run-time check
-  (``__trap()``), raise errors instead of hanging or aborting the process.
+* the warp-wide PTX operations of the ``cuda.mma_*`` intrinsics (``ldmatrix``,
+  ``mma.sync``) run lane by lane: each thread holds its own lane's registers and the 32
+  lanes of a warp meet at each operation to exchange them (in every mode);
+* a barrier not reached by all threads of a block, a warp-wide operation not reached by
+  all lanes of a warp, and a failed run-time check (``__trap()``), raise errors instead
+  of hanging or aborting the process.
 
 Calls take numpy arrays and check them exactly like the CPU runtime, with the same
 messages (:class:`tecomp.runtime.argcheck.ArgChecker`).  Non-contiguous numpy arrays are
@@ -180,7 +184,7 @@ class EmuLibrary:
 
 def thread_stack_bytes(kern: KernelInfo, stack_kib: Optional[int] = None) -> int:
     """The stack each emulated thread of ``kern`` gets (an OS thread's, or a fiber's):
-    its per-thread arrays (``local`` arrays and wmma fragments, which C puts on the
+    its per-thread arrays (``local`` arrays and tensor-core fragments, which C puts on the
     stack: a 256 KiB local array overflowed the 256 KiB every thread had) and
     ``stack_kib`` KiB more (default :data:`DEFAULT_STACK_KIB`, or
     ``$TECOMP_CUDA_EMU_STACK_KIB``) for the rest of its frames; whole pages."""

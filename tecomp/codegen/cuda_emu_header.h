@@ -21,6 +21,10 @@
 //   rsqrtf, __expf, __int_as_float, min/max, __trap, printf -> CPU equivalents
 //   nvcuda::wmma (<mma.h>)         -> fragments that hold a whole tile in every thread
 //                                     (the end of this file)
+//   ldmatrix, mma.sync (PTX, through tecomp's tc_ldmatrix_* / tc_mma_* helpers)
+//                                  -> per-lane registers exchanged among the 32 lanes
+//                                     of a warp at a warp-wide rendezvous, with the
+//                                     PTX ISA's lane mappings (the end of this file)
 //
 // The threads of a block run in one of three modes:
 //
@@ -41,7 +45,9 @@
 //
 // A barrier that the threads of a block do not all reach (a __syncthreads() under a
 // thread-dependent condition, or some threads returning early) is reported as an error
-// instead of hanging.  __trap() (a failed run-time check) aborts the launch with the
+// instead of hanging; so is a warp-wide operation (ldmatrix, mma.sync) that the 32 lanes
+// of a warp do not all reach.  A kernel that makes warp-wide operations is launched as
+// one with barriers (has_barrier): its threads are fibers or wait for each other.  __trap() (a failed run-time check) aborts the launch with the
 // message the kernel printed.  Launches are serialized (the static __shared__ arrays
 // belong to the loaded library).
 #pragma once
@@ -166,6 +172,17 @@ enum Mode { THREADS = 0, SERIAL = 1, REVERSE = 2 };
 struct Trap {  // thrown by __trap(); carries what the thread printed before it
   char msg[1024];
 };
+struct Stuck {};  // thrown to unwind the threads of a block whose warp collective failed
+
+// What one lane brings to a warp-wide operation (ldmatrix: a row address; mma.sync: its
+// A, B and C registers).  Each thread has two slots, used alternately, so that a lane
+// that has gone on to the next operation never overwrites what a slower lane of its
+// warp is still reading (it cannot get two operations ahead: each waits for all lanes).
+struct Slot {
+  const char* op;  // the operation (all lanes must be at the same one)
+  const void* p;
+  unsigned int w[12];
+};
 
 static thread_local char printed[1024];  // what this thread printed since its last __trap
 static thread_local size_t printed_len = 0;
@@ -199,9 +216,16 @@ struct Runner {
   int failed = 0;  // read and written with __atomic builtins
   pthread_mutex_t err_mutex = PTHREAD_MUTEX_INITIALIZER;
   char error[1024] = {0};
+  Slot* slots = nullptr;        // 2 * nthreads: the warp exchange (see Slot)
+  unsigned* slot_gen = nullptr;  // per thread: how many warp-wide operations it made
 
-  virtual ~Runner() {}
+  virtual ~Runner() {
+    free(slots);
+    free(slot_gen);
+  }
   virtual void sync() = 0;
+  // Wait until all lanes of thread t's warp have called warp_sync (or throw Stuck).
+  virtual void warp_sync(int t) = 0;
 
   bool has_failed() const { return __atomic_load_n(&failed, __ATOMIC_ACQUIRE) != 0; }
   void fail(const char* msg) {
@@ -225,6 +249,19 @@ struct Runner {
     r.z = (unsigned)(b / ((long long)grid[0] * grid[1]));
     return r;
   }
+  int linear_thread() const {
+    return (int)(threadIdx.x + block[0] * (threadIdx.y + block[1] * threadIdx.z));
+  }
+  int warp_lanes(int w) const { return nthreads - 32 * w < 32 ? nthreads - 32 * w : 32; }
+  void fail_warp(int w, int arrived) {
+    char buf[400];
+    snprintf(buf, sizeof buf,
+             "a warp-wide operation (ldmatrix / mma.sync) was not reached by all 32 lanes of "
+             "warp %d of block (%u, %u, %u): %d lanes waited at it while the others finished "
+             "the kernel or waited elsewhere (__syncthreads() or another warp-wide operation)",
+             w, blockIdx.x, blockIdx.y, blockIdx.z, arrived);
+    fail(buf);
+  }
   void fail_divergence() {
     char buf[300];
     snprintf(buf, sizeof buf,
@@ -238,6 +275,7 @@ struct Runner {
     char buf[1300];
     try {
       entry(args);
+    } catch (Stuck&) {  // the failure is recorded already
     } catch (Trap& t) {
       snprintf(buf, sizeof buf, "the kernel trapped in block (%u, %u, %u), thread (%u, %u, %u)%s%s",
                blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z,
@@ -261,8 +299,15 @@ struct ThreadsRunner : Runner {
   int arrived = 0, exited = 0;
   unsigned long long bar_gen = 0, block_gen = 0;
   bool go = false, abort_all = false;  // the start gate: opened once every thread exists
+  // warp-wide operations: per warp, the lanes waiting and the release count
+  int* warp_arrived = nullptr;
+  unsigned long long* warp_gen = nullptr;
+  int warp_waiting = 0;  // lanes of all warps waiting at a warp-wide operation
+  bool stuck = false;    // every thread waits and none can go on: unwind the block
 
   ~ThreadsRunner() {
+    free(warp_arrived);
+    free(warp_gen);
     pthread_cond_destroy(&cv);
     pthread_mutex_destroy(&m);
   }
@@ -272,14 +317,51 @@ struct ThreadsRunner : Runner {
     ++bar_gen;
     pthread_cond_broadcast(&cv);
   }
+  // Every thread waits (at a barrier, at a warp-wide operation, or at the block's end)
+  // and some lanes wait at a warp-wide operation that their warp's other lanes will never
+  // reach: a failure.  Wake everyone to unwind (throw Stuck).
+  void check_stuck_locked() {
+    if (warp_waiting == 0 || arrived + exited + warp_waiting < nthreads) return;
+    for (int w = 0; 32 * w < nthreads; ++w)
+      if (warp_arrived[w] > 0) {
+        fail_warp(w, warp_arrived[w]);
+        break;
+      }
+    stuck = true;
+    pthread_cond_broadcast(&cv);
+  }
   void sync() override {
     Lock lk(&m);
+    if (stuck) throw Stuck();
     unsigned long long g = bar_gen;
     ++arrived;
-    if (arrived + exited == nthreads)
+    if (arrived + exited == nthreads) {
       release_locked();
-    else
-      while (bar_gen == g) pthread_cond_wait(&cv, &m);
+      return;
+    }
+    check_stuck_locked();
+    while (bar_gen == g && !stuck) pthread_cond_wait(&cv, &m);
+    if (bar_gen == g) {
+      --arrived;
+      throw Stuck();
+    }
+  }
+  void warp_sync(int t) override {
+    Lock lk(&m);
+    if (stuck) throw Stuck();
+    int w = t / 32;
+    unsigned long long g = warp_gen[w];
+    if (++warp_arrived[w] == warp_lanes(w)) {
+      warp_waiting -= warp_arrived[w] - 1;
+      warp_arrived[w] = 0;
+      ++warp_gen[w];
+      pthread_cond_broadcast(&cv);
+      return;
+    }
+    ++warp_waiting;
+    check_stuck_locked();
+    while (warp_gen[w] == g && !stuck) pthread_cond_wait(&cv, &m);
+    if (warp_gen[w] == g) throw Stuck();
   }
   // The calling thread has finished the block; wait until all have.
   void end_block() {
@@ -292,7 +374,8 @@ struct ThreadsRunner : Runner {
       pthread_cond_broadcast(&cv);
       return;
     }
-    if (arrived > 0 && arrived + exited == nthreads) release_locked();
+    if (!stuck && arrived > 0 && arrived + exited == nthreads) release_locked();
+    check_stuck_locked();
     while (block_gen == g) pthread_cond_wait(&cv, &m);
   }
   struct Start {
@@ -320,6 +403,13 @@ struct ThreadsRunner : Runner {
     return nullptr;
   }
   void run(size_t stack_bytes) {
+    int nwarps = (nthreads + 31) / 32;
+    warp_arrived = static_cast<int*>(calloc((size_t)nwarps, sizeof(int)));
+    warp_gen = static_cast<unsigned long long*>(calloc((size_t)nwarps, sizeof(unsigned long long)));
+    if (!warp_arrived || !warp_gen) {
+      fail("out of memory starting the emulated threads");
+      return;
+    }
     pthread_t* tids = static_cast<pthread_t*>(calloc((size_t)nthreads, sizeof(pthread_t)));
     Start* starts = static_cast<Start*>(calloc((size_t)nthreads, sizeof(Start)));
     if (!tids || !starts) {
@@ -362,7 +452,8 @@ struct FiberRunner : Runner {
   bool reverse = false;
   ucontext_t* ctx = nullptr;
   char** stacks = nullptr;
-  int* state = nullptr;  // 0 runnable, 1 waiting at a barrier, 2 finished
+  int* state = nullptr;  // 0 runnable, 1 waiting at a barrier, 2 finished, 3 waiting at a
+                         // warp-wide operation
   ucontext_t sched;
   int cur = 0;
 
@@ -379,6 +470,14 @@ struct FiberRunner : Runner {
   void sync() override {
     if (!has_barrier) return;
     state[cur] = 1;
+    swapcontext(&ctx[cur], &sched);
+  }
+  void warp_sync(int) override {
+    if (!has_barrier) {  // (the code generator marks such kernels: a tecomp bug)
+      fail("internal error: a warp-wide operation in a kernel launched without barriers");
+      throw Stuck();
+    }
+    state[cur] = 3;
     swapcontext(&ctx[cur], &sched);
   }
   static void trampoline() {
@@ -411,10 +510,31 @@ struct FiberRunner : Runner {
         threadIdx = thread_index(i);
         swapcontext(&sched, &ctx[i]);
       }
-      int waiting = 0, done = 0;
+      int waiting = 0, done = 0, warp_waiting = 0;
       for (int i = 0; i < nthreads; ++i) {
         waiting += state[i] == 1;
         done += state[i] == 2;
+        warp_waiting += state[i] == 3;
+      }
+      if (warp_waiting > 0) {  // release each warp whose lanes all wait at its operation
+        int stuck_warp = -1, stuck_lanes = 0;
+        bool progress = false;
+        for (int w = 0; 32 * w < nthreads; ++w) {
+          int n = 0;
+          for (int i = 32 * w; i < 32 * w + warp_lanes(w); ++i) n += state[i] == 3;
+          if (n == warp_lanes(w)) {
+            for (int i = 32 * w; i < 32 * w + n; ++i) state[i] = 0;
+            progress = true;
+          } else if (n > 0 && stuck_warp < 0) {
+            stuck_warp = w;
+            stuck_lanes = n;
+          }
+        }
+        if (!progress) {  // the suspended fibers are abandoned (their stacks are reused)
+          fail_warp(stuck_warp, stuck_lanes);
+          return;
+        }
+        continue;
       }
       if (waiting == 0) return;
       if (done > 0) fail_divergence();
@@ -479,6 +599,12 @@ inline int launch(Entry entry, void** args, const long long* dims, int mode, int
   }
   r->nthreads = (int)nthreads;
   r->nblocks = nblocks;
+  r->slots = static_cast<Slot*>(calloc(2 * (size_t)nthreads, sizeof(Slot)));
+  r->slot_gen = static_cast<unsigned*>(calloc((size_t)nthreads, sizeof(unsigned)));
+  if (!r->slots || !r->slot_gen) {
+    snprintf(err, (size_t)errlen, "out of memory starting the emulated threads");
+    return 1;
+  }
   gridDim.x = r->grid[0]; gridDim.y = r->grid[1]; gridDim.z = r->grid[2];
   blockDim.x = r->block[0]; blockDim.y = r->block[1]; blockDim.z = r->block[2];
   if (mode == THREADS) {
@@ -597,3 +723,118 @@ inline void mma_sync(fragment<accumulator, M, N, K, TD, void>& d,
 }
 }  // namespace wmma
 }  // namespace nvcuda
+
+// ---------------------------------------------------------------------------- mma.sync
+// PTX's ldmatrix and mma.sync (the cuda.mma_* intrinsics reach them through tecomp's
+// tc_ldmatrix_* / tc_mma_* helpers) with their per-lane semantics: each emulated thread
+// holds only its own lane's registers, and each operation exchanges them among the 32
+// lanes of its warp at a rendezvous (warp_sync: a real wait among the OS threads, or a
+// switch to the fiber scheduler, which resumes the warp once all its lanes are there).
+// The lane mappings are the PTX ISA's ("Warp-level matrix load instruction: ldmatrix",
+// "Matrix Fragments for mma.m16n8k16"), so a schedule whose fragments are laid out
+// wrongly computes a wrong result here as it would on the GPU.  mma.sync sums in float,
+// k in order, after the accumulator.
+namespace tecomp_emu {
+
+// A misused warp-wide operation fails the launch (the other threads then unwind).
+[[noreturn]] inline void warp_op_error(const char* op, const char* what) {
+  char buf[600];
+  snprintf(buf, sizeof buf, "%s in block (%u, %u, %u), thread (%u, %u, %u): %s", op,
+           blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, what);
+  current->fail(buf);
+  throw Stuck();
+}
+
+// Put `mine` in the calling lane's slot, wait for the warp's other lanes, and return the
+// warp's 32 slots (lane i's at [i]); *lane is the caller's lane.  Lanes that meet at
+// different operations (on the GPU: divergent .aligned instructions, undefined) trap.
+inline const Slot* warp_exchange(const char* op, Slot mine, int* lane) {
+  Runner* r = current;
+  int t = r->linear_thread();
+  if (r->warp_lanes(t / 32) != 32)
+    warp_op_error(op, "the block's last warp has fewer than 32 threads; a warp-wide "
+                      "operation needs all 32 lanes");
+  unsigned parity = r->slot_gen[t]++ & 1u;
+  Slot* s = r->slots + (size_t)parity * (size_t)r->nthreads;
+  mine.op = op;
+  s[t] = mine;
+  r->warp_sync(t);
+  *lane = t & 31;
+  const Slot* w = s + (t & ~31);
+  for (int i = 0; i < 32; ++i)
+    if (strcmp(w[i].op, op) != 0) {
+      char what[160];
+      snprintf(what, sizeof what, "lane %d of the warp is at %s instead: the 32 lanes of a "
+               "warp must make the same warp-wide operations in the same order", i, w[i].op);
+      warp_op_error(op, what);
+    }
+  return w;
+}
+
+inline float b16_to_float(unsigned int bits16, int bf16) {
+  if (!bf16) return half_bits_to_float((unsigned short)bits16);
+  unsigned int b = bits16 << 16;
+  float f;
+  memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+// ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16: lanes 8q..8q+7 give the addresses of
+// the 8 rows (8 b16 each, 16-byte aligned) of matrix q; lane l gets in r[q] the two
+// elements (2 (l % 4), 2 (l % 4) + 1) of row l / 4 of matrix q, or with .trans
+// elements (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4); the lower half the first.
+inline void ldmatrix_x4(unsigned int* r, const void* row, int trans) {
+  const char* op = trans ? "ldmatrix.x4.trans" : "ldmatrix.x4";
+  if (((uintptr_t)row & 15u) != 0)
+    warp_op_error(op, "a row address is not 16-byte aligned");
+  Slot mine;
+  mine.p = row;
+  int lane;
+  const Slot* w = warp_exchange(op, mine, &lane);
+  int g = lane >> 2, t = lane & 3;
+  for (int q = 0; q < 4; ++q) {
+    unsigned int lo, hi;
+    if (!trans) {
+      const unsigned short* p = static_cast<const unsigned short*>(w[8 * q + g].p);
+      lo = p[2 * t];
+      hi = p[2 * t + 1];
+    } else {
+      lo = static_cast<const unsigned short*>(w[8 * q + 2 * t].p)[g];
+      hi = static_cast<const unsigned short*>(w[8 * q + 2 * t + 1].p)[g];
+    }
+    r[q] = lo | (hi << 16);
+  }
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32, d = a . b + d in
+// place.  groupID g = lane / 4, t = lane % 4.  A (16 x 16): a[0] holds A[g][2t, 2t+1],
+// a[1] A[g+8][2t, 2t+1], a[2] A[g][2t+8, 2t+9], a[3] A[g+8][2t+8, 2t+9].  B (16 x 8):
+// b[0] holds B[2t, 2t+1][g], b[1] B[2t+8, 2t+9][g].  C, D (16 x 8): d[i] is
+// C[g + 8 (i / 2)][2t + i % 2].
+inline void mma_m16n8k16(float* d, const unsigned int* a, const unsigned int* b, int bf16) {
+  Slot mine;
+  mine.p = nullptr;
+  for (int i = 0; i < 4; ++i) mine.w[i] = a[i];
+  mine.w[4] = b[0];
+  mine.w[5] = b[1];
+  int lane;
+  const Slot* w = warp_exchange("mma.sync.m16n8k16", mine, &lane);
+  int g = lane >> 2, t = lane & 3;
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+    float acc = d[i];
+    for (int k = 0; k < 16; ++k) {
+      // A[row][k]: lane (row % 8) * 4 + (k % 8) / 2, register row / 8 + 2 (k / 8)
+      unsigned int ar = w[(row & 7) * 4 + ((k & 7) >> 1)].w[(row >> 3) + 2 * (k >> 3)];
+      // B[k][col]: lane col * 4 + (k % 8) / 2, register k / 8
+      unsigned int br = w[col * 4 + ((k & 7) >> 1)].w[4 + (k >> 3)];
+      acc += b16_to_float((ar >> (16 * (k & 1))) & 0xffffu, bf16)
+             * b16_to_float((br >> (16 * (k & 1))) & 0xffffu, bf16);
+    }
+    out[i] = acc;
+  }
+  for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
+
+}  // namespace tecomp_emu

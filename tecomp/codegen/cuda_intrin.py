@@ -23,8 +23,58 @@ from ..errors import BuildError
 from ..ir.expr import Var
 from ..te.tensor_intrin import IntrinOperand
 
-#: tecomp's device helpers an emitter may call (defined in tecomp.codegen.cuda)
-HELPERS = ("tc_ld_b32", "tc_dp4a_us", "tc_dp4a_ss")
+#: tecomp's device helpers an emitter may call (defined in tecomp.codegen.cuda, the
+#: tc_ldmatrix_* / tc_mma_* ones below)
+HELPERS = ("tc_ld_b32", "tc_dp4a_us", "tc_dp4a_ss", "tc_ldmatrix_x4", "tc_ldmatrix_x4_trans",
+           "tc_mma_m16n8k16_f16")
+
+#: what one lane holds of a 16 x 16 tile of an ``mma.*`` fragment (C element type, count)
+#: and the dtype of the fragment buffer: A four f16x2 registers (ldmatrix.x4), B two per
+#: 16 x 8 half, the accumulator four floats per 16 x 8 half (the PTX ISA's m16n8k16
+#: fragments; the cuda.mma_* intrinsics of tecomp.te.intrin_mma fill and read them)
+MMA_FRAGMENTS = {
+    "mma.matrix_a": ("unsigned int", 4, "float16"),
+    "mma.matrix_b": ("unsigned int", 4, "float16"),
+    "mma.accumulator": ("float", 8, "float32"),
+}
+
+_LDMATRIX = (
+    "// ldmatrix.sync.aligned.m8n8.x4{t}.shared.b16: lane l gives the address of row l % 8\n"
+    "// of 8 x 8 matrix l / 8 (16-byte aligned, in shared memory); r[q] gets the lane's two\n"
+    "// elements of matrix q (the CUDA emulation: tecomp_emu::ldmatrix_x4).\n"
+    "{{q}} void tc_ldmatrix_x4{u}(unsigned int* r, const void* row) {{{{\n"
+    "#if defined(TECOMP_CUDA_EMU)\n"
+    "  tecomp_emu::ldmatrix_x4(r, row, {trans});\n"
+    "#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 750\n"
+    "#error \"tecomp: ldmatrix (the cuda.mma_* intrinsics) needs sm_75 or later\"\n"
+    "#else\n"
+    "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4{t}.shared.b16 {{{{%0, %1, %2, %3}}}}, [%4];\"\n"
+    "               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3])\n"
+    "               : \"r\"((unsigned)__cvta_generic_to_shared(row)));\n"
+    "#endif\n"
+    "}}}}")
+
+#: the device helpers of the cuda.mma_* intrinsics: inline PTX on the GPU, the CUDA
+#: emulation's per-lane implementations (tecomp/codegen/cuda_emu_header.h) there
+MMA_HELPERS = {
+    "tc_ldmatrix_x4": _LDMATRIX.format(t="", u="", trans=0),
+    "tc_ldmatrix_x4_trans": _LDMATRIX.format(t=".trans", u="_trans", trans=1),
+    "tc_mma_m16n8k16_f16": (
+        "// d += a . b, mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32: a the lane's 4\n"
+        "// registers of a 16 x 16 A, b its 2 of a 16 x 8 B, d its 4 floats of the 16 x 8 C.\n"
+        "{q} void tc_mma_m16n8k16_f16(float* d, const unsigned int* a, const unsigned int* b) {{\n"
+        "#if defined(TECOMP_CUDA_EMU)\n"
+        "  tecomp_emu::mma_m16n8k16(d, a, b, 0);\n"
+        "#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800\n"
+        "#error \"tecomp: mma.sync.m16n8k16 (the cuda.mma_* intrinsics) needs sm_80 or later\"\n"
+        "#else\n"
+        "  asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 \"\n"
+        "               \"{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\"\n"
+        "               : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])\n"
+        "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
+        "#endif\n"
+        "}}"),
+}
 
 
 class CudaIntrinView(IntrinOperand):
@@ -32,14 +82,21 @@ class CudaIntrinView(IntrinOperand):
     :class:`~tecomp.te.tensor_intrin.IntrinOperand`): ``ptr`` C text of a pointer to its
     first element, ``ctype`` the C type of an element, ``strides`` ints, or C text where
     they are known only when the kernel runs.  ``fragment``: for an operand in a
-    tensor-core fragment scope, the C lvalue of its ``nvcuda::wmma::fragment`` (it has no
-    elements in memory: ``ptr`` and ``at`` mean nothing for it); None for memory."""
+    tensor-core fragment scope, the C lvalue of its ``nvcuda::wmma::fragment`` (an
+    ``mma.*`` scope: of the lane's register array, :data:`MMA_FRAGMENTS`; it has no
+    elements in memory: ``ptr`` and ``at`` mean nothing for it); None for memory.
+    ``scope`` the buffer's scope; ``layout`` for a fragment, the layout of the memory
+    tiles its loads read as the mma sees the matrix (``"row_major"`` or
+    ``"col_major"``)."""
 
     def __init__(self, name: str, buffer_name: str, dtype: str, ctype: str,
                  shape: Tuple[int, ...], strides: Tuple[Union[int, str], ...], array: str,
-                 base: str, fragment: Optional[str] = None):
+                 base: str, fragment: Optional[str] = None, scope: str = "global",
+                 layout: Optional[str] = None):
         super().__init__(name, buffer_name, dtype, shape, strides)
         self.fragment = fragment
+        self.scope = scope
+        self.layout = layout
         self.ctype = ctype
         self._array = array   # C name of the buffer
         self._base = base     # C text: the element offset of the region's first element
@@ -99,4 +156,6 @@ class CudaIntrinBuilder:
         if name not in HELPERS:
             raise BuildError(f"tensor intrinsic {self.name}: no device helper {name!r:.40}; "
                              f"the helpers are {', '.join(HELPERS)}")
+        if name in MMA_HELPERS:   # warp-wide: the emulation then runs the threads in step
+            self._r.has_barrier = True
         return self._r.helper(name)

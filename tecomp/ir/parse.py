@@ -595,7 +595,7 @@ class _Parser:
         tok, b = self.buffer_decl(ln)
         ln.expect("(")
         scope = ln.name("the scope (global, local or shared)")
-        if scope.value not in _SCOPES and not scope.value.startswith("wmma."):
+        if scope.value not in _SCOPES and not scope.value.startswith(("wmma.", "mma.")):
             raise ln.error(scope.col, f"unknown scope {scope.value!r}: use one of "
                                       f"{', '.join(_SCOPES)}")
         strides = None

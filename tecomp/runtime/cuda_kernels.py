@@ -38,7 +38,7 @@ class KernelInfo:
     block: Tuple[Expr, Expr, Expr]
     shared_bytes: int                # __shared__ memory per block
     stage: str                       # the buffers the kernel computes (for messages)
-    has_barrier: bool = False        # whether it calls __syncthreads()
+    has_barrier: bool = False        # whether it calls __syncthreads() or a warp-wide PTX helper
     local_bytes: int = 0             # per-thread arrays (DeviceKernel.local_bytes)
 
     @property

@@ -62,6 +62,7 @@ from ..errors import ScheduleError, TargetError
 from ..threads import get_num_threads
 from .cuda import (  # noqa: F401  (the CUDA limits, for the code that reads them here)
     CUDA_ARCHS, FRAGMENT_SCOPES, MAX_BLOCK_DIMS, MAX_DYNAMIC_SHARED_BYTES, MAX_GRID_DIMS,
+    MMA_MIN_SM, MMA_SCOPES, WMMA_SCOPES, sm_number,
     MAX_LOCAL_BYTES_PER_THREAD, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK,
     PER_THREAD_SCOPES, SHARED_ALIGN, WARP_SIZE,
 )

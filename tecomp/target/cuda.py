@@ -17,12 +17,23 @@ MAX_LOCAL_BYTES_PER_THREAD = 512 * 1024
 # bytes: each __shared__ array starts on this boundary (16-byte vector loads; the 32-byte
 # alignment wmma's load_matrix_sync / store_matrix_sync need of a tile's first element)
 SHARED_ALIGN = 32
-#: the scopes of tensor-core fragments (nvcuda::wmma): per warp, 16 x 16 tiles held in
-#: registers, read and written only by the ``cuda.wmma_*`` tensor intrinsics
-FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+#: the scopes of tensor-core fragments: per warp, 16 x 16 tiles held in registers, read
+#: and written only by the tensor intrinsics of their family (``wmma.*``: nvcuda::wmma,
+#: the ``cuda.wmma_*`` intrinsics; ``mma.*``: PTX ldmatrix / mma.sync, the ``cuda.mma_*``
+#: intrinsics)
+WMMA_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+MMA_SCOPES = ("mma.matrix_a", "mma.matrix_b", "mma.accumulator")
+FRAGMENT_SCOPES = WMMA_SCOPES + MMA_SCOPES
 #: scopes whose buffer belongs to one thread (a fragment: to one warp, every lane of
 #: which runs the same code on it)
 PER_THREAD_SCOPES = ("local",) + FRAGMENT_SCOPES
 WARP_SIZE = 32
+#: the oldest architecture the cuda.mma_* intrinsics run on (mma.sync.m16n8k16)
+MMA_MIN_SM = 80
+
+
+def sm_number(arch: str) -> int:
+    """The compute capability of ``arch`` as a number: 90 for ``"sm_90a"``."""
+    return int("".join(c for c in arch if c.isdigit()))
 CUDA_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
               "sm_100", "sm_120")

@@ -108,21 +108,27 @@ def tile_layout(strides):
     return None, None
 
 
-def _leading_dim(intrin: str, view, multiple: int):
+def _leading_dim(intrin: str, view, multiple: int, what: str = "wmma"):
     """The layout and leading dimension of a 16 x 16 tile in memory (BuildError when it
-    is neither row nor column major with a suitable constant stride)."""
+    is neither row nor column major with a suitable constant stride; ``what`` reads or
+    writes it, for the message)."""
     layout, ld = tile_layout(view.strides)
     if layout is None or not isinstance(ld, int) or ld % multiple or ld < TILE:
         raise BuildError(
             f"tensor intrinsic {intrin}: operand {view.name} is a block of "
-            f"{view.buffer_name} with element strides {list(view.strides)}; wmma reads and "
-            f"writes a row- or column-major tile whose other stride is a constant multiple "
+            f"{view.buffer_name} with element strides {list(view.strides)}; {what} reads "
+            f"and writes a row- or column-major tile whose other stride is a constant multiple "
             f"of {multiple} elements and at least {TILE} (e.g. strides [{TILE * 2}, 1]): copy "
             "the tile to shared memory in that layout (cache_read, storage_align)")
     return layout, ld
 
 
 def _fragment(intrin: str, view) -> str:
+    if view.fragment is not None and not view.scope.startswith("wmma."):
+        raise BuildError(
+            f"tensor intrinsic {intrin}: operand {view.name} is {view.buffer_name}, a fragment "
+            f"of scope {view.scope!r}; the cuda.wmma_* intrinsics take fragments of the "
+            "wmma.* scopes (the mma.* scopes belong to the cuda.mma_* intrinsics)")
     if view.fragment is None:
         raise BuildError(
             f"tensor intrinsic {intrin}: operand {view.name} is a block of "

@@ -154,8 +154,9 @@ def test_unknown_builtin_name():
                                                r"built-ins are aarch64.neon_u8s8s32_4x4, aarch64.smmla_s8s8s32_2x2x8, "
                                                r"aarch64.ummla_u8u8s32_2x2x8, aarch64.usdot_u8s8s32_4x4, "
                                                r"aarch64.usmmla_u8s8s32_2x2x8, "
-                                               r"cuda.dp4a_s8s8s32, cuda.dp4a_u8s8s32, "
-                                               r"cuda.wmma_fill_f32, .*, x86.avx2_u8s8s32_8x4"):
+                                               r"cuda.dp4a_s8s8s32, cuda.dp4a_u8s8s32, cuda.mma_f16f16f32, "
+                                               r"cuda.mma_fill_f32, .*, cuda.wmma_fill_f32, .*, "
+                                               r"x86.avx2_u8s8s32_8x4"):
         tc.tensor_intrin("x86.amx")
 
 
@@ -322,7 +323,7 @@ def test_dp4a_at_a_loop_with_a_data_parallel_loop_inside():
 # ------------------------------------------------------------------ tensor cores (wmma)
 
 
-def _wmma_build(**kw):
+def _wmma_build(target="cuda-emu", **kw):
     import os
     import sys
 
@@ -330,7 +331,7 @@ def _wmma_build(**kw):
     from wmma_examples import hand_schedule
 
     s, args, _ = hand_schedule(**kw)
-    return tc.build(s, list(args), target="cuda-emu")
+    return tc.build(s, list(args), target=target)
 
 
 def test_wmma_fragment_touched_element_by_element():
@@ -367,6 +368,92 @@ def test_wmma_config_whose_tiles_do_not_divide():
     with pytest.raises(tc.ScheduleError, match=r"config is a WmmaConfig, but matmul is not a "
                                                r"tensor-core GEMM"):
         sc.schedule_matmul(ops.matmul(A32, A32), "cuda", config=sc.WmmaConfig(1, 1, 1, 1, 16))
+
+
+# ------------------------------------------------------- tensor cores (ldmatrix, mma.sync)
+
+
+def test_tensor_core_intrinsics_on_fragments_of_the_other_family():
+    with pytest.raises(tc.BuildError, match=r"tensor intrinsic cuda.mma_fill_f32: operand c is a "
+                                            r"block of matmul.wmma.accumulator, a fragment of "
+                                            r"scope 'wmma.accumulator'; this operand is an mma "
+                                            r"fragment of scope 'mma.accumulator'"):
+        _wmma_build(family="mma", scopes="wmma")
+    with pytest.raises(tc.BuildError, match=r"tensor intrinsic cuda.wmma_fill_f32: operand c is "
+                                            r"matmul.mma.accumulator, a fragment of scope "
+                                            r"'mma.accumulator'; the cuda.wmma_\* intrinsics take "
+                                            r"fragments of the wmma.\* scopes"):
+        _wmma_build(family="wmma", scopes="mma")
+
+
+def test_ldmatrix_from_global_memory():
+    with pytest.raises(tc.BuildError, match=r"tensor intrinsic cuda.mma_load_a_f16: operand a is a "
+                                            r"block of A, which is in global memory; ldmatrix "
+                                            r"reads shared memory only"):
+        _wmma_build(family="mma", a_shared=False)
+
+
+def test_mma_fragment_touched_element_by_element():
+    with pytest.raises(tc.BuildError, match=r"buffer A.shared.mma.matrix_a in scope "
+                                            r"'mma.matrix_a' is written element by element; .* "
+                                            r"only with the cuda.mma_\* intrinsics"):
+        _wmma_build(family="mma", load_a=False)
+
+
+def test_mma_with_a_block_narrower_than_a_warp():
+    with pytest.raises(tc.BuildError, match=r"the kernel's blockDim.x is 16; an mma operation is "
+                                            r"run by a whole warp"):
+        _wmma_build(family="mma", lanes=16)
+
+
+def test_mma_intrinsics_for_an_architecture_before_sm_80():
+    with pytest.raises(tc.BuildError, match=r"the cuda.mma_\* tensor intrinsics \(mma.sync."
+                                            r"m16n8k16\) need sm_80 or later; this function is "
+                                            r"built for sm_75"):
+        _wmma_build(family="mma", target="cuda -arch=sm_75")
+
+
+def test_mma_fragment_of_another_dtype():
+    A = tc.placeholder((32, 32), name="A")
+    C = tc.compute((32, 32), lambda i, j: A[i, j] * 2.0, name="C")
+    s = tc.create_schedule(C.op)
+    AF = s.cache_read(A, "mma.matrix_a", [C])
+    i, j = s[C].op.axis
+    s[C].bind(i, tc.thread_axis("blockIdx.x"))
+    s[C].bind(j, tc.thread_axis("threadIdx.x"))
+    s[AF].compute_at(s[C], i)
+    with pytest.raises(tc.BuildError, match=r"buffer A.mma.matrix_a in scope 'mma.matrix_a' is "
+                                            r"float32\[1, 32\]; a mma.matrix_a fragment holds "
+                                            r"float16 16 x 16 tiles"):
+        tc.build(s, [A, C], target="cuda")
+
+
+def test_mma_load_of_bfloat16_tiles():
+    A = tc.placeholder((32, 32), "bfloat16", name="A")
+    C = tc.compute((32, 32), lambda i, j: A[i, j].astype("float32"), name="C")
+    s = tc.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    AF = s.cache_read(AS, "mma.matrix_a", [C])
+    r, c = s[AF].op.axis
+    ro, r = s[AF].split(r, 16)
+    co, c = s[AF].split(c, 16)
+    s[AF].reorder(ro, co, r, c)
+    with pytest.raises(tc.ScheduleError, match=r"with cuda.mma_load_a_f16: the stage computes "
+                                               r"`A.shared\[.*\]` \(bfloat16\) where the "
+                                               r"intrinsic computes `a\[i0.inner, i1.inner\]` "
+                                               r"\(float16\)"):
+        s[AF].tensorize(r, tc.tensor_intrin("cuda.mma_load_a_f16"))
+        tc.lower(s, [A, C], target="cuda")
+
+
+def test_mma_config_family_unknown():
+    from tecomp.strategy import cuda as sc
+    from tecomp.nn import ops
+
+    A = tc.placeholder((32, 32), "float16", name="A")
+    C = ops.matmul(A, A, out_dtype="float32")
+    with pytest.raises(tc.ScheduleError, match=r"family 'tf32' is not one of 'wmma', 'mma'"):
+        sc.schedule_matmul(C, "cuda", config=sc.WmmaConfig(1, 1, 1, 1, 16, family="tf32"))
 
 
 def test_decl_with_an_init_that_is_not_the_identity():

@@ -21,6 +21,10 @@ memory (dynamic shared memory) and 230 registers a thread; it was the fastest of
 sweeps (4096^3: 0.47 ms against 0.61 for 8 warps of 64 x 32 with k steps of 32, cuBLAS
 0.19; benchmarks/DECISIONS.md, "CUDA tensor cores").
 
+``WmmaConfig(..., family="mma")`` runs the same tiling on the ``cuda.mma_*`` intrinsics
+(:mod:`tecomp.te.intrin_mma`: ``ldmatrix`` and ``mma.sync.m16n8k16`` in PTX, sm_80 and
+later) instead of ``nvcuda::wmma``; the default stays ``"wmma"``.
+
 The tiles must divide the extents (tensor cores compute whole 16 x 16 x 16 blocks):
 :func:`wmma_config` picks the largest that does, and ``schedule_matmul`` falls back to
 the CUDA-core GEMM where none does (or an extent is not a multiple of 16).
@@ -41,6 +45,13 @@ from .common import _bind, _cooperative_copy
 FRAG = 16       # the wmma tile side (m16n16k16)
 PAD = 8         # halves of padding per shared tile row (16 bytes: rows stay aligned)
 WARP = 32
+#: the intrinsics of each tensor-core family (:attr:`WmmaConfig.family`)
+FAMILIES = {
+    "wmma": {"load_a": "cuda.wmma_load_a_f16", "load_b": "cuda.wmma_load_b_f16",
+             "mma": "cuda.wmma_mma_f16f16f32", "store": "cuda.wmma_store_f32"},
+    "mma": {"load_a": "cuda.mma_load_a_f16", "load_b": "cuda.mma_load_b_f16",
+            "mma": "cuda.mma_f16f16f32", "store": "cuda.mma_store_f32"},
+}
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,10 @@ class WmmaConfig:
     """The tiling of a tensor-core GEMM: ``warps_m x warps_n`` warps per block, each
     ``frags_m x frags_n`` accumulator fragments of 16 x 16; ``k_tile`` (a multiple of 16)
     elements of the reduction per shared-memory step; ``double_buffer``: two buffers per
-    shared tile, the next step's copied (``cp.async``) while the block computes."""
+    shared tile, the next step's copied (``cp.async``) while the block computes;
+    ``family``: the tensor-core intrinsics, ``"wmma"`` (``nvcuda::wmma``, the default)
+    or ``"mma"`` (PTX ``ldmatrix`` and ``mma.sync.m16n8k16``, sm_80 and later: the
+    ``cuda.mma_*`` intrinsics of :mod:`tecomp.te.intrin_mma`), on the same tiles."""
 
     warps_m: int
     warps_n: int
@@ -56,6 +70,7 @@ class WmmaConfig:
     frags_n: int
     k_tile: int = 32
     double_buffer: bool = True
+    family: str = "wmma"
 
     @property
     def block_m(self) -> int:
@@ -139,15 +154,19 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
             f"the tensor-core GEMM {gemm.name} is {M} x {N} x {K}; {cfg} needs multiples of "
             f"{cfg.block_m} x {cfg.block_n} x {cfg.k_tile} (tensor cores compute whole tiles): "
             "pick a WmmaConfig whose tiles divide the extents (wmma_config), or pad the tensors")
+    if cfg.family not in FAMILIES:
+        raise ScheduleError(f"{cfg}: family {cfg.family!r:.40} is not one of "
+                            f"{', '.join(map(repr, FAMILIES))}")
     if cfg.threads > 1024:
         raise ScheduleError(f"{cfg} has {cfg.threads} threads per block; a CUDA block has at "
                             "most 1024")
     _, (a, a_kfirst), (b, b_kfirst) = _contraction_operands(gemm.op)
-    CF = s.cache_write(gemm, "wmma.accumulator")
+    fam, names = cfg.family, FAMILIES[cfg.family]
+    CF = s.cache_write(gemm, f"{fam}.accumulator")
     AS = s.cache_read(a, "shared", [CF])
     BS = s.cache_read(b, "shared", [CF])
-    AF = s.cache_read(AS, "wmma.matrix_a", [CF])
-    BF = s.cache_read(BS, "wmma.matrix_b", [CF])
+    AF = s.cache_read(AS, f"{fam}.matrix_a", [CF])
+    BF = s.cache_read(BS, f"{fam}.matrix_b", [CF])
 
     # C: blocks, warps (threadIdx.z / .y: each warp's 32 lanes share one fragment set),
     # the warp's fragments stored one 16 x 16 tile at a time
@@ -169,7 +188,7 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
     _bind(st, bx, "blockIdx.x")
     _bind(st, wy, "threadIdx.z")
     _bind(st, wx, "threadIdx.y")
-    st.tensorize(i, tensor_intrin("cuda.wmma_store_f32"))
+    st.tensorize(i, tensor_intrin(names["store"]))
 
     # the accumulators: per k step of the shared tiles, per 16 k, every fragment pair
     sc = s[CF]
@@ -180,12 +199,11 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
     fi, ci = sc.split(ci, factor=FRAG)
     fj, cj = sc.split(cj, factor=FRAG)
     sc.reorder(*cb, ko, kf, fi, fj, ci, cj, k)
-    sc.tensorize(ci, tensor_intrin("cuda.wmma_mma_f16f16f32"))
+    sc.tensorize(ci, tensor_intrin(names["mma"]))
 
     # the fragments of one 16-wide k step: the 16 x 16 tiles of the operand's last two
     # dimensions (in its own order), tiled along the one that is not k
-    for F, kfirst, intrin in ((AF, a_kfirst, "cuda.wmma_load_a_f16"),
-                              (BF, b_kfirst, "cuda.wmma_load_b_f16")):
+    for F, kfirst, intrin in ((AF, a_kfirst, names["load_a"]), (BF, b_kfirst, names["load_b"])):
         sf = s[F]
         sf.compute_at(sc, kf)
         *fb, r, c = sf.op.axis

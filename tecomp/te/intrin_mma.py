@@ -1,0 +1,140 @@
+"""The tensor cores through PTX (sm_80+): ``ldmatrix`` and ``mma.sync.m16n8k16``, as tensor
+intrinsics of the same 16 x 16 x 16 tiles as the ``cuda.wmma_*`` ones
+(:mod:`tecomp.te.intrin_cuda`), so a schedule written for wmma runs on these by renaming
+its intrinsics and fragment scopes (``wmma.*`` -> ``mma.*``)::
+
+    AF = s.cache_read(AS, "mma.matrix_a", [C])                       # AS in shared memory
+    BF = s.cache_read(BS, "mma.matrix_b", [C])
+    CF = s.cache_write(C, "mma.accumulator")
+    s[AF].tensorize(ii, tc.tensor_intrin("cuda.mma_load_a_f16"))     # ldmatrix.x4
+    s[BF].tensorize(kk, tc.tensor_intrin("cuda.mma_load_b_f16"))     # ldmatrix.x4(.trans)
+    s[CF].tensorize(ii, tc.tensor_intrin("cuda.mma_f16f16f32"))      # 2 x mma.sync m16n8k16
+    s[C].tensorize(ii, tc.tensor_intrin("cuda.mma_store_f32"))       # per-lane stores
+
+A fragment here is what each lane of the warp holds in registers, in the PTX ISA's
+fragment layouts ("Matrix Fragments for mma.m16n8k16"): with ``g = lane / 4``, ``t =
+lane % 4``, a 16 x 16 A tile is four f16x2 registers, ``A[g][2t:2t+2]``, ``A[g+8][2t:2t+2]``,
+``A[g][2t+8:2t+10]``, ``A[g+8][2t+8:2t+10]``; each 16 x 8 half ``h`` of a 16 x 16 B tile two,
+``B[2t:2t+2][8h+g]`` and ``B[2t+8:2t+10][8h+g]``; each half of the accumulator four
+floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
+
+* ``cuda.mma_load_a_f16`` / ``cuda.mma_load_b_f16`` -- a 16 x 16 float16 tile of *shared*
+  memory, row or column major (the other stride a multiple of 8 elements, the tile 32
+  bytes aligned), into a fragment: one ``ldmatrix.x4``, ``.trans`` where the tile is
+  stored the other way round from the registers (A column major, B row major);
+* ``cuda.mma_f16f16f32`` -- ``C[i, j] += float(A[i, k]) * float(B[k, j])`` over a 16 x 16 x
+  16 tile: two ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32``; its init
+  ``cuda.mma_fill_f32`` sets the lane's accumulator registers to 0;
+* ``cuda.mma_store_f32`` -- the accumulator tile to shared or global memory, row or
+  column major, each lane storing its 8 elements.
+
+The rules of the wmma intrinsics hold (whole warps, tiles that do not depend on the
+lane); the CUDA emulation implements ``ldmatrix`` and ``mma.sync`` lane by lane, the
+lanes of a warp exchanging their registers, so a wrong lane mapping gives a wrong result
+there as on the GPU.
+"""
+from __future__ import annotations
+
+from ..errors import BuildError
+from .intrin_cuda import _copy, _fill, _leading_dim, _memory, _mma
+
+#: the C text of a lane's index in its warp (the renderer requires blockDim.x to be a
+#: multiple of 32, so the lanes of a warp are consecutive threadIdx.x)
+LANE = "((int)threadIdx.x & 31)"
+#: the ldmatrix helper without and with ``.trans``
+TRANS_HELPERS = {False: "tc_ldmatrix_x4", True: "tc_ldmatrix_x4_trans"}
+
+
+def accumulator_coords(half: int, reg: int):
+    """``(row, col)`` of accumulator register ``reg`` (0..3) of 16 x 8 half ``half`` within
+    the 16 x 16 tile, as C text in the lane's ``g`` and ``t`` (the PTX ISA's m16n8k16 C
+    layout: rows ``g`` and ``g + 8``, columns ``2t`` and ``2t + 1``)."""
+    return f"g + {8 * (reg >> 1)}", f"{8 * half + (reg & 1)} + 2 * t"
+
+
+def _fragment(intrin: str, view, scope: str) -> str:
+    if view.fragment is None or view.scope != scope:
+        where = (f"{view.buffer_name}, which is in memory" if view.fragment is None else
+                 f"{view.buffer_name}, a fragment of scope {view.scope!r}")
+        raise BuildError(
+            f"tensor intrinsic {intrin}: operand {view.name} is a block of {where}; this "
+            f"operand is an mma fragment of scope {scope!r} (s.cache_read / s.cache_write "
+            "with that scope; the wmma.* scopes belong to the cuda.wmma_* intrinsics)")
+    return view.fragment
+
+
+def _load(name: str, operand: str):
+    scope = f"mma.matrix_{operand}"
+
+    def emit(cb, ins, outs):
+        frag = _fragment(name, outs[0], scope)
+        src = _memory(name, ins[0])
+        if src.scope != "shared":
+            raise BuildError(
+                f"tensor intrinsic {name}: operand {src.name} is a block of "
+                f"{src.buffer_name}, which is in {src.scope} memory; ldmatrix reads shared "
+                "memory only: copy the tile to shared memory first (s.cache_read(..., "
+                "\"shared\", ...)) and load the fragment from that stage")
+        _, ld = _leading_dim(name, src, 8, "ldmatrix")
+        # matrix q = lane / 8 of the x4 is the 8 x 8 block (q % 2, q / 2) of the tile as
+        # the mma sees it (A[m, k], B[k, n]); memory rows run along its first axis when
+        # the fragment is row major as the mma sees it, along the second otherwise
+        row_first = outs[0].layout != "col_major"
+        q, r = f"({LANE} >> 3)", f"({LANE} & 7)"
+        if row_first:
+            row, col = f"({r} + ({q} & 1) * 8)", f"({q} >> 1) * 8"
+        else:
+            row, col = f"({r} + ({q} >> 1) * 8)", f"({q} & 1) * 8"
+        # the registers pair elements along k: A's second axis, B's first
+        trans = row_first == (operand == "b")
+        helper = cb.helper(TRANS_HELPERS[trans])
+        cb.emit(f"{helper}({frag}, {src.ptr} + {row} * {ld} + {col});")
+    return emit
+
+
+def _mma_emit(name: str):
+    def emit(cb, ins, outs):
+        c = _fragment(name, outs[0], "mma.accumulator")
+        a = _fragment(name, ins[0], "mma.matrix_a")
+        b = _fragment(name, ins[1], "mma.matrix_b")
+        mma = cb.helper("tc_mma_m16n8k16_f16")
+        cb.emit(f"{mma}({c}, {a}, {b});")               # columns 0..7
+        cb.emit(f"{mma}({c} + 4, {a}, {b} + 2);")       # columns 8..15
+    return emit
+
+
+def _fill_emit(name: str):
+    def emit(cb, ins, outs):
+        c = _fragment(name, outs[0], "mma.accumulator")
+        cb.emit(f"for (int tc_r = 0; tc_r < 8; ++tc_r) {c}[tc_r] = 0.0f;")
+    return emit
+
+
+def _store(name: str):
+    def emit(cb, ins, outs):
+        c = _fragment(name, ins[0], "mma.accumulator")
+        dst = _memory(name, outs[0])
+        layout, ld = _leading_dim(name, dst, 4, "the mma store")
+        cb.emit(f"const int g = {LANE} >> 2, t = {LANE} & 3;")
+        for half in range(2):
+            for reg in range(4):
+                row, col = accumulator_coords(half, reg)
+                off = f"({row}) * {ld} + ({col})" if layout == "row_major" \
+                    else f"({col}) * {ld} + ({row})"
+                cb.emit(f"{dst.ptr}[{off}] = {c}[{4 * half + reg}];")
+    return emit
+
+
+def declarations():
+    """The ``cuda.mma_*`` intrinsics, as :func:`tecomp.te.intrin_cuda.declarations`."""
+    return [
+        (_copy("float16", "float16", "a_frag"), _load("cuda.mma_load_a_f16", "a"),
+         "cuda.mma_load_a_f16", False, None),
+        (_copy("float16", "float16", "b_frag"), _load("cuda.mma_load_b_f16", "b"),
+         "cuda.mma_load_b_f16", False, None),
+        (_fill("float32"), _fill_emit("cuda.mma_fill_f32"), "cuda.mma_fill_f32", False, None),
+        (_mma("float16", "float32"), _mma_emit("cuda.mma_f16f16f32"), "cuda.mma_f16f16f32",
+         False, "cuda.mma_fill_f32"),
+        (_copy("float32", "float32", "c"), _store("cuda.mma_store_f32"), "cuda.mma_store_f32",
+         False, None),
+    ]
