@@ -8,7 +8,9 @@ import ctypes
 
 import numpy as np
 
+import tecomp as tc
 from tecomp.codegen.cuda_emu import compile_emu_library
+from tecomp.runtime import cuda_driver
 from tecomp.runtime.fatbin import read_fatbin
 from tecomp.errors import LoadError
 
@@ -146,3 +148,11 @@ class FakeLibcuda:
 
     def cuStreamSynchronize(self, stream):
         return 0
+
+
+def load_with_fake(path, cs, monkeypatch, **kw):
+    """``(module, fake)``: the GPU library ``path`` loaded, its driver a FakeLibcuda of
+    ``cs`` (keywords: FakeLibcuda's) for the rest of the test."""
+    fake = FakeLibcuda(cs, **kw)
+    monkeypatch.setattr(cuda_driver, "libcuda", lambda: fake)
+    return tc.load_module(path), fake

@@ -17,17 +17,18 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.runtime import aot_format, cuda_driver
+from tecomp.runtime import aot_format
 from tecomp.runtime.elf import inspect_library
 from tecomp.runtime.fatbin import FATBIN_MAGIC, pick_code, read_fatbin
 from tecomp.runtime.nvcc import find_nvcc
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cuda_examples import tiled_matmul, two_kernels_workspace  # noqa: E402
-from fake_libcuda import DeviceArray, FakeLibcuda  # noqa: E402
+from fake_libcuda import DeviceArray, load_with_fake  # noqa: E402
 
 from tecomp.codegen.cuda import build_cuda  # noqa: E402
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc (the CUDA toolkit) is not "
                                 "installed: a GPU library cannot be exported")
 
@@ -103,9 +104,7 @@ def test_launch_through_the_driver_api(scale_lib, monkeypatch):
     """The parameters the loaded module passes to cuLaunchKernel, and the result of the
     kernel the stand-in runs in the emulation."""
     f, path = scale_lib
-    fake = FakeLibcuda(f.cuda_source)
-    monkeypatch.setattr(cuda_driver, "libcuda", lambda: fake)
-    g = tc.load_module(path)
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch)
     for n in (1000, 64, 1):
         a = np.random.default_rng(n).standard_normal(n).astype("float32")
         b = np.zeros(n, "float32")
@@ -119,6 +118,8 @@ def test_launch_through_the_driver_api(scale_lib, monkeypatch):
     assert fake.calls.count("cuCtxSynchronize") == 3
     g(DeviceArray(np.zeros(0, "float32")), DeviceArray(np.zeros(0, "float32")))
     assert len(fake.launches) == 3              # nothing to compute: no launch
+    g(DeviceArray(a), DeviceArray(b), stream=0x5000)   # on the stream, without waiting
+    assert fake.launches[-1][4] == 0x5000 and fake.calls.count("cuCtxSynchronize") == 4
 
 
 @needs_nvcc
@@ -130,9 +131,7 @@ def test_exported_kernels_run_end_to_end(make, tmp_path, monkeypatch):
     f = build_cuda(case.func)
     path = str(tmp_path / f"{case.name}.so")
     f.export_library(path)
-    fake = FakeLibcuda(f.cuda_source)
-    monkeypatch.setattr(cuda_driver, "libcuda", lambda: fake)
-    g = tc.load_module(path)
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch)
     args = case.make_args(np.random.default_rng(0))
     g(*[DeviceArray(a) if isinstance(a, np.ndarray) else a for a in args])
     for k, want in case.expected(args).items():
@@ -159,7 +158,7 @@ except tc.RuntimeUnavailableError as e:
     print("RAISED", e)
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
     assert proc.returncode == 0, proc.stderr
     assert "RAISED no CUDA driver on this machine" in proc.stdout
     assert "libcuda-absent.so.1" in proc.stdout
@@ -191,8 +190,37 @@ except tc.ArgumentError as e:
     print("CPU", e)
 print("OK")
 """
-    env = dict(os.environ, PATH="/usr/bin:/bin")     # no nvcc on the child's PATH
+    env = dict(os.environ, PATH="/usr/bin:/bin", PYTHONPATH=ROOT)   # no nvcc on its PATH
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "OK" in proc.stdout and "CPU" in proc.stdout, proc.stdout
+
+
+@needs_nvcc
+def test_host_assertions_travel_with_the_library(scale_lib, tmp_path, monkeypatch):
+    """A condition on the sizes the host checks before launching (comparisons, logic and
+    selects: the GPU format's expressions) is checked by the loaded module too."""
+    import dataclasses
+
+    from tecomp.codegen.cuda_export import export_cuda_library
+    from tecomp.ir.expr import GE, LT, And, Const, Not, Select
+    from tecomp.runtime.cuda import CudaModule
+
+    f, _ = scale_lib
+    n = f.cuda_source.kernels[0].params[2].obj
+    cond = And(LT(n, Const(100)), Not(GE(Select(LT(n, Const(0)), Const(0), n, "int32"),
+                                        Const(90))))
+    cs = dataclasses.replace(f.cuda_source, host_asserts=[(cond, "n must be below 90")])
+    path = str(tmp_path / "asserting.so")
+    CudaModule(cs, exporter=export_cuda_library).export_library(path)
+    g, fake = load_with_fake(path, cs, monkeypatch)
+    (got, message), = g.cuda_source.host_asserts
+    assert message == "n must be below 90" and str(got) == str(cond)
+    a = np.ones(89, "float32")
+    b = np.zeros(89, "float32")
+    g(DeviceArray(a), DeviceArray(b))
+    assert (b == 2).all()
+    a = np.ones(95, "float32")
+    with pytest.raises(tc.ArgumentError, match=r"scale: n must be below 90"):
+        g(DeviceArray(a), DeviceArray(a.copy()))

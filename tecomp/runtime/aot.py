@@ -79,7 +79,8 @@ _LOCK = threading.Lock()
 _LOADED: Dict[int, ctypes.CDLL] = {}
 
 
-def load_module(path: Union[str, os.PathLike], *, verify: bool = True):
+def load_module(path: Union[str, os.PathLike], *,
+                verify: bool = True) -> Union["_rt.Module", CudaLibraryModule]:
     """Load a library that ``Module.export_library`` wrote.
 
     Loading needs numpy and tecomp only (no llvmlite, no compiler); it checks the
