@@ -190,11 +190,13 @@ class DriverApi:
         finally:
             self.cu.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
 
-    def load_module(self, image: bytes) -> ctypes.c_void_p:
-        """The CUmodule of a fatbin or cubin (the driver picks the code for the device,
-        or compiles its PTX); returns the status too: ``(module, status)``."""
+    def load_module(self, image: bytes) -> Tuple[ctypes.c_void_p, int]:
+        """``(module, status)``: the CUmodule of a fatbin or cubin (the driver picks the
+        code for the device, or compiles its PTX) and ``cuModuleLoadData``'s CUresult."""
         module = ctypes.c_void_p()
-        status = self.cu.cuModuleLoadData(ctypes.byref(module), image)
+        # a copy in memory of ctypes' own (malloc-aligned), as the driver reads it
+        data = (ctypes.c_char * len(image)).from_buffer_copy(image)
+        status = self.cu.cuModuleLoadData(ctypes.byref(module), data)
         return module, status
 
     def get_function(self, module, name: str) -> _Function:

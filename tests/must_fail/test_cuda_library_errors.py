@@ -8,7 +8,9 @@ array of the wrong dtype or one on another GPU.  The driver is the stand-in of
 tests/fake_libcuda.py.  Without nvcc these skip (nothing can be exported).
 """
 import os
+import re
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -181,3 +183,16 @@ def test_gpu_library_format_refused_by_a_cpu_only_reader(lib):
     with pytest.raises(tc.LoadError, match=r"in library format 9; this tecomp .* reads formats "
                                            r"2 \(CPU\) and 3 \(GPU\)"):
         aot_format.parse_metadata(doc, "library 'x.so'")
+
+
+def test_cli_bench_of_a_gpu_library(lib):
+    """``tecomp bench`` times CPU libraries: a GPU library is refused with a message,
+    not a traceback."""
+    _, path, _ = lib
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.run([sys.executable, "-m", "tecomp", "bench", path, "--var", "n=64"],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": root})
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert re.fullmatch(r"tecomp bench: error: library '.*inc.so' holds GPU kernels, which take "
+                        r"device arrays: tecomp bench times CPU libraries; .*\n", p.stderr)
