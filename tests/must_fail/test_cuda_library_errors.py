@@ -5,7 +5,8 @@ when it was tampered with (its sidecar), and also when its fatbin is damaged or 
 one its metadata describes; a call is refused without a CUDA driver (in a child process:
 tests/test_cuda_library.py), on a GPU the fatbin has no code for, with a CPU array, an
 array of the wrong dtype or one on another GPU.  The driver is the stand-in of
-tests/fake_libcuda.py.  Without nvcc these skip (nothing can be exported).
+tests/fake_libcuda.py.  Without nvcc the export is refused (checked everywhere) and the
+other tests skip (nothing can be exported).
 """
 import os
 import re
@@ -17,19 +18,13 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.runtime import aot_format
+from tecomp.runtime import aot_format, nvcc
 from tecomp.runtime.libfiles import write_sidecar
-from tecomp.runtime.nvcc import find_nvcc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 from fake_libcuda import DeviceArray, load_with_fake  # noqa: E402
 
-pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc (the CUDA toolkit) is not "
-                                "installed: a GPU library cannot be exported")
-
-
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory):
+def inc_module():
     n = tc.var("n")
     A = tc.placeholder((n,), name="A")
     B = tc.compute((n,), lambda i: A[i] + 1.0, name="B")
@@ -37,11 +32,30 @@ def lib(tmp_path_factory):
     bx, tx = s[B].split(B.op.axis[0], factor=32)
     s[B].bind(bx, tc.thread_axis("blockIdx.x"))
     s[B].bind(tx, tc.thread_axis("threadIdx.x"))
-    f = tc.build(s, [A, B], target="cuda", name="inc")
+    return tc.build(s, [A, B], target="cuda", name="inc")
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    """(module, library path, library bytes); skipped without nvcc (nothing can be
+    exported)."""
+    if nvcc.find_nvcc() is None:
+        pytest.skip("nvcc (the CUDA toolkit) is not installed: a GPU library cannot be "
+                    "exported")
+    f = inc_module()
     path = str(tmp_path_factory.mktemp("gpulib") / "inc.so")
     f.export_library(path)
     with open(path, "rb") as fh:
         return f, path, fh.read()
+
+
+def test_export_without_nvcc(tmp_path, monkeypatch):
+    monkeypatch.setattr(nvcc, "find_nvcc", lambda: None)
+    with pytest.raises(tc.RuntimeUnavailableError, match=r"nvcc was not found on PATH \(nor "
+                                                         r"under \$CUDA_HOME/bin\): install the "
+                                                         r"CUDA toolkit"):
+        inc_module().export_library(str(tmp_path / "inc.so"))
+    assert list(tmp_path.iterdir()) == []
 
 
 def copy_with(tmp_path, data, name="bad.so", sidecar=True):
