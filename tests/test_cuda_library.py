@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.runtime import aot_format
+from tecomp.runtime import aot_format, cuda_driver
 from tecomp.runtime.elf import inspect_library
 from tecomp.runtime.fatbin import FATBIN_MAGIC, pick_code, read_fatbin
 from tecomp.runtime.nvcc import find_nvcc
@@ -168,6 +168,10 @@ except tc.RuntimeUnavailableError as e:
 def test_gpu_library_on_a_real_gpu(tmp_path):
     """Export, then load and run in a fresh process with torch CUDA tensors: the driver
     API alone (no pycuda, no nvcc in the child)."""
+    try:
+        cuda_driver.libcuda()
+    except tc.RuntimeUnavailableError as exc:
+        pytest.skip(str(exc))
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU for torch")
