@@ -16,7 +16,8 @@ import sys
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 from .errors import (  # noqa: E402
-    ArgumentError, AutodiffError, AutoScheduleError, BoundsError, BuildError, ComputeError, DTypeError, ExprError,
+    ArgumentError, AutodiffError, AutoScheduleError, BoundsError, BuildError, ComputeError, DeviceCodeError,
+    DTypeError, ExprError,
     ExportError, GPUModelError, InternalError, IRParseError, KernelAssertionError, KernelMemoryError, LoadError,
     LowerError, RaceError, ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError,
     TargetError, TecompError, UnknownNameError,
@@ -209,7 +210,8 @@ __all__ = [
     "viz", "roofline", "draw_schedule",
     # errors (tecomp.errors)
     "TecompError", "ArgumentError", "AutodiffError", "AutoScheduleError", "BoundsError",
-    "BuildError", "ComputeError", "DTypeError", "ExprError", "ExportError", "GPUModelError",
+    "BuildError", "ComputeError", "DeviceCodeError", "DTypeError", "ExprError", "ExportError",
+    "GPUModelError",
     "InternalError", "KernelAssertionError", "KernelMemoryError", "LoadError", "LowerError",
     "RaceError", "ResourceLimitError", "RuntimeUnavailableError", "ScheduleError", "ShapeError",
     "TargetError", "UnknownNameError", "IRParseError",

@@ -38,6 +38,7 @@ from .ir.functor import collect
 from .ir.host_eval import eval_host_expr
 from .ir.names import display
 from .runtime.aot import load_module
+from .runtime.cuda_library import CudaLibraryModule
 from .runtime.libfiles import cache_root
 from .target import Target, cpu_name
 
@@ -330,6 +331,11 @@ def _free(e):
 def _cmd_bench(a) -> int:
     values = _vars(a.var)
     mod = load_module(a.library, verify=not a.no_verify)
+    if isinstance(mod, CudaLibraryModule):
+        raise ArgumentError(
+            f"library '{display(a.library)}' holds GPU kernels, which take device arrays: "
+            f"tecomp bench times CPU libraries; time it in Python with "
+            f"tc.load_module(path).time_evaluator(...) on torch CUDA tensors or CuPy arrays")
     args = bench_arrays(mod, values, a.seed)
     res = mod.time_evaluator(number=a.number, repeat=a.repeat, min_repeat_ms=a.min_repeat_ms)(
         *args)

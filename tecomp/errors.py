@@ -6,7 +6,7 @@ raises :class:`InternalError`, whose message says it is a tecomp bug.
 """
 
 __all__ = ["TecompError", "ArgumentError", "AutodiffError", "AutoScheduleError", "BoundsError",
-           "BuildError", "ComputeError", "DTypeError", "ExportError", "ExprError",
+           "BuildError", "ComputeError", "DeviceCodeError", "DTypeError", "ExportError", "ExprError",
            "GPUModelError", "InternalError", "KernelAssertionError", "KernelMemoryError",
            "LoadError", "LowerError", "RaceError", "ResourceLimitError",
            "RuntimeUnavailableError", "ScheduleError", "ShapeError", "TargetError"]
@@ -85,6 +85,12 @@ class LoadError(TecompError, OSError):
     a library ``Module.export_library`` wrote, its sha256 sidecar missing or not matching,
     written by an incompatible tecomp, or needing a CPU feature this machine lacks.  The
     message names the file and says how to fix it; nothing of the library has run."""
+
+
+class DeviceCodeError(LoadError):
+    """A GPU library (``export_library`` of a ``cuda`` module) holds no code the GPU can
+    run: no cubin of its architecture, and PTX only of a newer one.  Raised before the
+    first launch; the message names the library, the GPU and what the library holds."""
 
 
 class AutodiffError(TecompError, ValueError):

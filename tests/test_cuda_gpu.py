@@ -31,6 +31,7 @@ from tecomp.runtime.nvcc import find_nvcc  # noqa: E402
 from tecomp.codegen.cuda_emu import compile_emu_library, find_cxx  # noqa: E402
 from tecomp.codegen.cuda import build_cuda  # noqa: E402
 from helpers import gpu_driver  # noqa: F401  (a fixture)
+from fake_libcuda import DeviceArray  # noqa: E402  (host memory as a "device" array)
 
 
 def _have_cxx():
@@ -122,20 +123,6 @@ class EmuDriver:
 
     def synchronize(self, stream=None):
         self.syncs.append(stream)
-
-
-class DeviceArray:
-    """A "device" array for the EmuDriver: host memory behind __cuda_array_interface__."""
-
-    def __init__(self, arr, readonly=False):
-        self.arr = arr
-        self.readonly = readonly
-
-    @property
-    def __cuda_array_interface__(self):
-        a = self.arr
-        return {"shape": a.shape, "typestr": a.dtype.str, "data": (a.ctypes.data, self.readonly),
-                "strides": None if a.flags.c_contiguous else a.strides, "version": 3}
 
 
 def check(case, args, gpu=False):

@@ -73,6 +73,7 @@ from ..lower.tensorize import operand_strides
 from ..target import as_target
 from ..te.intrin_cuda import tile_layout
 from .c_source import CSource, Namer, c_identifier, declared_size
+from .cuda_export import export_cuda_library
 
 # thread tag -> (launch field, dimension)
 THREAD_TAGS = {
@@ -915,4 +916,4 @@ def build_cuda(func: PrimFunc, driver=None, target=None) -> CudaModule:
     Works without pycuda or a GPU (the source is available); calling then raises
     RuntimeUnavailableError.  ``driver`` replaces the pycuda driver (tests).
     """
-    return CudaModule(codegen_cuda(func), driver, target)
+    return CudaModule(codegen_cuda(func), driver, target, exporter=export_cuda_library)

@@ -2,7 +2,8 @@
 
 :class:`Module` (:mod:`.module`), the protocol every compiled module follows; the LLVM
 module (:mod:`.llvm`), the CUDA one (:mod:`.cuda`); the argument checks every runtime and
-the interpreter share (:mod:`.argcheck`); ``tc.load_module`` (:mod:`.aot`);
+the interpreter share (:mod:`.argcheck`); ``tc.load_module`` (:mod:`.aot`; a GPU
+library's module, :mod:`.cuda_library`, over the CUDA driver API, :mod:`.cuda_driver`);
 ``time_evaluator`` (:mod:`.timing`); extern stages' calls (:mod:`.extern`).  The package
 imports nothing but the protocol itself, so that the code generators can use
 :mod:`.timing` without importing the loader.

@@ -60,6 +60,7 @@ from .. import threads as _threads
 from .libfiles import (
     FileRefused, digest_bytes, file_path, open_regular, read_fd, sidecar_digest, sidecar_path,
 )
+from .cuda_library import CudaLibraryModule
 from .signature import Signature
 from ..errors import BuildError, LoadError, TecompError
 from ..ir.names import display
@@ -78,11 +79,15 @@ _LOCK = threading.Lock()
 _LOADED: Dict[int, ctypes.CDLL] = {}
 
 
-def load_module(path: Union[str, os.PathLike], *, verify: bool = True) -> "_rt.Module":
+def load_module(path: Union[str, os.PathLike], *,
+                verify: bool = True) -> Union["_rt.Module", CudaLibraryModule]:
     """Load a library that ``Module.export_library`` wrote.
 
     Loading needs numpy and tecomp only (no llvmlite, no compiler); it checks the
     sidecar, the metadata and the CPU's features before any of the library's code runs.
+    A GPU library (``export_library`` of a ``cuda`` module) gives a
+    :class:`~tecomp.runtime.cuda_library.CudaLibraryModule`, which launches its kernels
+    through the CUDA driver alone and takes device arrays.
 
     Parameters
     ----------
@@ -95,8 +100,8 @@ def load_module(path: Union[str, os.PathLike], *, verify: bool = True) -> "_rt.M
     Returns
     -------
     Module
-        A module called exactly like the one that was exported: the same checks,
-        messages and results.
+        A module called like the one that was exported: the same checks, messages and
+        results (a GPU library's module takes device arrays only).
 
     Raises
     ------
@@ -136,6 +141,8 @@ def load_module(path: Union[str, os.PathLike], *, verify: bool = True) -> "_rt.M
         if verify:
             _verify_sidecar(path, data, where)
         info = _fmt.parse_metadata(image.section.rstrip(b"\0"), where)
+        if info.cuda is not None:
+            return _gpu_library(info, image, path, where, t0)
         _check_cpu(info, where)
         _check_object_layout(info, where)
         func, sig = _signature(info, where)
@@ -147,13 +154,30 @@ def load_module(path: Union[str, os.PathLike], *, verify: bool = True) -> "_rt.M
     mod = _rt.Module(func, sig, variants, code, build, checks=info.checks,
                      compile_seconds=0.0, target=None)
     mod.prim_func = None            # the library holds machine code, not the loop IR
-    #: the file it was loaded from, and its metadata (the JSON document, as read)
+    return _loaded(mod, info, path, where, t0)
+
+
+def _loaded(mod, info: "_fmt.LibraryInfo", path: str, where: str, t0: float):
+    """``mod`` with what every loaded module tells: the file it was loaded from, its
+    metadata (the JSON document, as read) and the seconds loading took."""
     mod.library_path = path
     mod.metadata = info.raw
     mod.load_seconds = time.perf_counter() - t0
     _log.debug("load_module %s: %s, in %.3f s", where, _fmt.library_description(info),
                mod.load_seconds)
     return mod
+
+
+def _gpu_library(info: "_fmt.LibraryInfo", image, path: str, where: str,
+                 t0: float) -> CudaLibraryModule:
+    """The module of a GPU library (its metadata checked): nothing of it is mapped; its
+    fatbin is handed to the CUDA driver at the first call."""
+    _signature(info, where)
+    fatbin = image.sections.get(_fmt.FATBIN_SECTION)
+    if fatbin is None:
+        raise LoadError(f"{where} is a GPU library without its GPU code (no "
+                        f"{_fmt.FATBIN_SECTION} section): export it again")
+    return _loaded(CudaLibraryModule(info, fatbin, where), info, path, where, t0)
 
 
 # ---------------------------------------------------------------------------------------

@@ -30,6 +30,14 @@ entries read.  Expressions are JSON lists (``["var", 0]``, ``["const", 4, "int32
 ``["mul", a, b, "int32"]``, ...): :class:`_ExprEncoder` writes them, :class:`_Reader`
 reads them and rejects anything else, naming the file.
 
+A GPU library (format :data:`CUDA_FORMAT_VERSION`, ``"device": "cuda"``; written by
+:mod:`tecomp.codegen.cuda_export`) holds no host code: the same parameter fields, and in
+``cuda`` what launching needs -- each kernel's name, parameters (``["param", k]``: the
+k-th parameter's buffer, ``["workspace", k]``, ``["var", i]``: a scalar), grid and block
+as expressions, shared memory; the global workspaces; the host assertions (conditions on
+the sizes and their messages); the architectures and PTX version of its fatbin, which is
+the contents of the section :data:`FATBIN_SECTION` (symbol :data:`FATBIN_SYMBOL`).
+
 This module imports no llvmlite: the loader (:mod:`tecomp.runtime.aot`) uses it.
 """
 from __future__ import annotations
@@ -43,23 +51,31 @@ from .._version import __version__
 from ..errors import BuildError, InternalError, LoadError
 from ..ir import dtype as _dt
 from ..ir.expr import (
-    Add, Buffer, Cast, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, Sub, TruncDiv, TruncMod,
-    Var, as_index,
+    EQ, GE, GT, LE, LT, NE, Add, And, Buffer, Cast, Const, Expr, FloorDiv, FloorMod, Max, Min,
+    Mul, Not, Or, Select, Sub, TruncDiv, TruncMod, Var, as_index,
 )
 from ..ir.printer import to_str
 from ..ir.stmt import ParamCheck
 from ..lower.in_place import in_place_pairs
+from .cuda_kernels import KernelInfo, KernelParam
 from .signature import CheckSite, Signature
 from ..threads import POOL_FUNCTIONS
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SECTION", "METADATA_SYMBOL", "METADATA_FUNCTION",
            "VARIANTS", "variant_symbol", "reserved_symbols", "build_metadata",
            "parse_metadata", "LibraryInfo", "check_signature", "needed_features",
-           "host_cpu_features", "CHECKED_FEATURES", "UNREPORTED_FEATURES"]
+           "host_cpu_features", "CHECKED_FEATURES", "UNREPORTED_FEATURES",
+           "CUDA_FORMAT_VERSION", "FATBIN_SECTION", "FATBIN_SYMBOL", "build_cuda_metadata",
+           "CudaLibraryInfo"]
 
 FORMAT = "tecomp-aot-library"
 #: the metadata format this tecomp writes and reads; a library of another is refused
 FORMAT_VERSION = 2   # 2: the pool defines the workspace cache (tecomp_ws_*, tecomp_pool_ws_*)
+#: the format of a GPU library: a tecomp that reads only CPU libraries refuses it by this
+CUDA_FORMAT_VERSION = 3
+#: the ELF section (and symbol) that holds a GPU library's fatbin
+FATBIN_SECTION = ".tecomp_fatbin"
+FATBIN_SYMBOL = "tecomp_fatbin"
 #: the ELF section that holds the metadata JSON
 SECTION = ".tecomp_meta"
 METADATA_SYMBOL = "tecomp_metadata_json"
@@ -86,7 +102,7 @@ def variant_symbol(entry: str, layout: str, noalias: bool) -> str:
 
 def reserved_symbols() -> FrozenSet[str]:
     """The names a library defines besides its kernel (a kernel may not take one)."""
-    return frozenset(_POOL_SYMBOLS + (METADATA_SYMBOL, METADATA_FUNCTION))
+    return frozenset(_POOL_SYMBOLS + (METADATA_SYMBOL, METADATA_FUNCTION, FATBIN_SYMBOL))
 
 
 # ---------------------------------------------------------------------------------------
@@ -151,6 +167,9 @@ def host_cpu_features() -> Optional[FrozenSet[str]]:
 _BINARY = {"add": Add, "sub": Sub, "mul": Mul, "floordiv": FloorDiv, "floormod": FloorMod,
            "truncdiv": TruncDiv, "truncmod": TruncMod, "min": Min, "max": Max}
 _BINARY_NAME = {cls: name for name, cls in _BINARY.items()}
+#: comparisons and logic (dtype bool): the host assertions of a GPU library
+_LOGIC = {"lt": LT, "le": LE, "gt": GT, "ge": GE, "eq": EQ, "ne": NE, "and": And, "or": Or}
+_LOGIC_NAME = {cls: name for name, cls in _LOGIC.items()}
 _INT_DTYPES = tuple(d for d in _dt.ALL_DTYPES if _dt.is_int(d))
 #: how deeply a shape expression may nest (the reader recurses once per level)
 _MAX_DEPTH = 256
@@ -161,8 +180,10 @@ _MAX_NDIM = 1024
 class _ExprEncoder:
     """Integer shape expressions as JSON lists; each variable once, in ``vars``."""
 
-    def __init__(self, func_name: str):
+    def __init__(self, func_name: str, logic: bool = False):
         self.func_name = func_name
+        #: comparisons, logic and selects too (GPU libraries' host assertions)
+        self.logic = logic
         self.vars: List[Var] = []
         self._index: Dict[Var, int] = {}
 
@@ -185,6 +206,15 @@ class _ExprEncoder:
             return [_BINARY_NAME[t], self.expr(e.a), self.expr(e.b), e.dtype]
         if t is Cast and e.dtype in _INT_DTYPES:
             return ["cast", self.expr(e.value), e.dtype]
+        if not self.logic:
+            pass
+        elif t in _LOGIC_NAME:
+            return [_LOGIC_NAME[t], self.expr(e.a), self.expr(e.b)]
+        elif t is Not:
+            return ["not", self.expr(e.a)]
+        elif t is Select and e.dtype in _INT_DTYPES + ("bool",):
+            return ["select", self.expr(e.cond), self.expr(e.true_value),
+                    self.expr(e.false_value), e.dtype]
         raise BuildError(
             f"cannot export {self.func_name}: the shape expression `{to_str(e)}` uses "
             f"{t.__name__} ({e.dtype}), which an exported library cannot describe (integer "
@@ -203,6 +233,36 @@ def build_metadata(*, func, sig: Signature, checks: bool, entry: str, target, cp
     of :data:`VARIANTS` to its check sites and vectorization notes;
     ``required_features``: the CPU features its tensor intrinsics require."""
     enc = _ExprEncoder(func.name)
+    checked, unchecked = needed_features(target, required_features)
+    doc = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "tecomp_version": __version__,
+        "name": func.name,
+        "entry": entry,
+        "target": str(target),
+        "cpu": cpu,
+        "features": checked,
+        "features_unchecked": unchecked,
+        "checks": bool(checks),
+        "pyobject_data_offset": int(pyobject_data_offset),
+        **_params_doc(func, sig, enc),
+        "err_words": ERR_WORDS,
+        "variants": [{"layout": layout, "noalias": noalias,
+                      "symbol": variant_symbol(entry, layout, noalias),
+                      "sites": [[s.kind, s.buffer, s.text, s.stmt]
+                                for s in variants[(layout, noalias)][0]],
+                      "notes": list(variants[(layout, noalias)][1])}
+                     for layout, noalias in VARIANTS],
+        # last: every variable the entries above used
+        "vars": None,
+    }
+    doc["vars"] = [{"name": v.name, "dtype": v.dtype} for v in enc.vars]
+    return json.dumps(doc, ensure_ascii=True, separators=(",", ":"))
+
+
+def _params_doc(func, sig: Signature, enc: "_ExprEncoder") -> Dict[str, Any]:
+    """The fields of the parameters, their ABI positions and checks (every library)."""
     params = []
     for p in sig.params:
         if hasattr(p, "buffer"):
@@ -221,33 +281,60 @@ def build_metadata(*, func, sig: Signature, checks: bool, entry: str, target, cp
 
     pos = {id(p): k for k, p in enumerate(func.params)}
     in_place = [[pos[id(i)], pos[id(o)]] for i, o in in_place_pairs(func)]
-    checked, unchecked = needed_features(target, required_features)
-    doc = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "tecomp_version": __version__,
-        "name": func.name,
-        "entry": entry,
-        "target": str(target),
-        "cpu": cpu,
-        "features": checked,
-        "features_unchecked": unchecked,
-        "checks": bool(checks),
-        "pyobject_data_offset": int(pyobject_data_offset),
+    return {
         "params": params,
         "slots": {"count": sig.num_slots, "vars": [enc.var(v) for v in sig.slot_vars]},
         "shape_var_origin": [[enc.var(v), bp.data_index, d]
                              for v, (bp, d) in sig.shape_var_origin.items()],
         "param_checks": param_checks,
         "in_place": in_place,
-        "err_words": ERR_WORDS,
-        "variants": [{"layout": layout, "noalias": noalias,
-                      "symbol": variant_symbol(entry, layout, noalias),
-                      "sites": [[s.kind, s.buffer, s.text, s.stmt]
-                                for s in variants[(layout, noalias)][0]],
-                      "notes": list(variants[(layout, noalias)][1])}
-                     for layout, noalias in VARIANTS],
-        # last: every variable the entries above used
+    }
+
+
+def build_cuda_metadata(*, func, sig: Signature, cs, entry: str, target, archs: Sequence[str],
+                        ptx: str, fatbin_bytes: int) -> str:
+    """The metadata JSON of a GPU library (see the module docstring): ``cs`` is the
+    module's :class:`~tecomp.runtime.cuda_kernels.CudaSource`, ``archs`` and ``ptx``
+    what its fatbin (``fatbin_bytes`` long) holds."""
+    enc = _ExprEncoder(func.name, logic=True)
+    params = list(func.params)
+    workspaces = list(cs.workspaces)
+
+    def obj(o) -> list:
+        if isinstance(o, Buffer):
+            for k, p in enumerate(params):
+                if p is o:
+                    return ["param", k]
+            for k, w in enumerate(workspaces):
+                if w is o:
+                    return ["workspace", k]
+            raise InternalError(f"kernel buffer {o.name} of {func.name} is neither a "
+                                f"parameter nor a workspace")
+        return ["var", enc.var(o)]
+
+    doc = {
+        "format": FORMAT,
+        "format_version": CUDA_FORMAT_VERSION,
+        "tecomp_version": __version__,
+        "device": "cuda",
+        "name": func.name,
+        "entry": entry,
+        "target": str(target),
+        **_params_doc(func, sig, enc),
+        "cuda": {
+            "archs": list(archs), "ptx": ptx, "fatbin_bytes": int(fatbin_bytes),
+            "kernels": [{
+                "name": k.name, "stage": k.stage, "shared_bytes": int(k.shared_bytes),
+                "has_barrier": bool(k.has_barrier), "local_bytes": int(k.local_bytes),
+                "grid": [enc.expr(d) for d in k.grid], "block": [enc.expr(d) for d in k.block],
+                "params": [{"name": p.name, "obj": obj(p.obj), "dtype": p.dtype,
+                            "is_buffer": bool(p.is_buffer), "is_const": bool(p.is_const),
+                            "align": int(p.align)} for p in k.params]}
+                for k in cs.kernels],
+            "workspaces": [{"name": w.name, "dtype": w.dtype,
+                            "shape": [enc.expr(d) for d in w.shape]} for w in workspaces],
+            "host_asserts": [[enc.expr(c), m] for c, m in cs.host_asserts],
+        },
         "vars": None,
     }
     doc["vars"] = [{"name": v.name, "dtype": v.dtype} for v in enc.vars]
@@ -287,6 +374,21 @@ class LibraryInfo:
     variants: Dict[Tuple[str, bool], LibraryVariant]
     tecomp_version: str
     raw: Dict[str, Any]              # the JSON document as read
+    #: a GPU library's kernels (its CPU fields above are then empty); None for a CPU one
+    cuda: Optional["CudaLibraryInfo"] = None
+
+
+@dataclass
+class CudaLibraryInfo:
+    """What a GPU library's metadata says about its code: the architectures of its
+    cubins, its PTX, its fatbin's size, and the launches (a CudaSource without source)."""
+
+    archs: Tuple[str, ...]
+    ptx: str
+    fatbin_bytes: int
+    kernels: List[KernelInfo]
+    workspaces: List[Buffer]
+    host_asserts: List[Tuple[Expr, str]]
 
 
 #: the kinds of check sites a kernel reports (CheckSite.kind)
@@ -309,6 +411,8 @@ class _Reader:
         #: the kernel being exported, when the export checks the metadata it wrote
         self.exporting = exporting
         self.vars: List[Var] = []
+        #: whether comparisons, logic and selects may appear (a GPU library)
+        self.logic = False
 
     def fail(self, what: str) -> Exception:
         if self.exporting is not None:
@@ -380,6 +484,15 @@ class _Reader:
             return _BINARY[op](a, b, self.dtype(j[3], _INT_DTYPES))
         if op == "cast" and len(j) == 3:
             return Cast(self.expr(j[1], depth + 1), self.dtype(j[2], _INT_DTYPES))
+        if not self.logic:
+            pass
+        elif op in _LOGIC and len(j) == 3:
+            return _LOGIC[op](self.expr(j[1], depth + 1), self.expr(j[2], depth + 1))
+        elif op == "not" and len(j) == 2:
+            return Not(self.expr(j[1], depth + 1))
+        elif op == "select" and len(j) == 5:
+            return Select(*(self.expr(x, depth + 1) for x in j[1:4]),
+                          self.dtype(j[4], _INT_DTYPES + ("bool",)))
         raise self.fail(f"an expression of kind {op[:40]!r}")
 
     def exprs(self, j, limit: int, what: str) -> Tuple[Expr, ...]:
@@ -421,11 +534,15 @@ def parse_metadata(raw: bytes, where: str, *, exporting: Optional[str] = None) -
         raise r.fail("no tecomp library format tag")
     version = r.get(doc, "format_version", int)
     made_by = r.text(doc, "tecomp_version", 64)
-    if version != FORMAT_VERSION:
+    if version not in (FORMAT_VERSION, CUDA_FORMAT_VERSION):
         raise LoadError(
             f"{where} was exported by tecomp {made_by!r:.70} in library format {version}; this "
-            f"tecomp ({__version__}) reads format {FORMAT_VERSION}: export it again with this "
-            f"tecomp, or load it with the tecomp that exported it")
+            f"tecomp ({__version__}) reads formats {FORMAT_VERSION} (CPU) and "
+            f"{CUDA_FORMAT_VERSION} (GPU): export it again with this tecomp, or load it with "
+            f"the tecomp that exported it")
+    cuda = r.logic = version == CUDA_FORMAT_VERSION
+    if cuda and doc.get("device") != "cuda":
+        raise r.fail("a GPU library format without device 'cuda'")
     name = r.text(doc, "name", _NAME_MAX)
     if not name.isidentifier():
         raise r.fail(f"the kernel name {name[:60]!r}")
@@ -475,6 +592,13 @@ def parse_metadata(raw: bytes, where: str, *, exporting: Optional[str] = None) -
                 and o in written and i.dtype == o.dtype and len(i.shape) == len(o.shape)):
             raise r.fail(f"the in-place pair {pair}")
         in_place.append((i, o))
+    if cuda:
+        return LibraryInfo(
+            name=name, entry=entry, vars=tuple(r.vars), params=tuple(params),
+            written=tuple(written), in_place=tuple(in_place), param_checks=tuple(checks_),
+            checks=False, target=r.text(doc, "target", 1024), cpu="", features=(),
+            pyobject_data_offset=0, variants={}, tecomp_version=made_by, raw=doc,
+            cuda=_cuda_part(r, r.get(doc, "cuda", dict), params))
     variants: Dict[Tuple[str, bool], LibraryVariant] = {}
     for v in r.items(doc, "variants", len(VARIANTS)):
         key = (r.get(v, "layout", str), r.get(v, "noalias", bool))
@@ -502,6 +626,79 @@ def parse_metadata(raw: bytes, where: str, *, exporting: Optional[str] = None) -
         features=tuple(features),
         pyobject_data_offset=r.get(doc, "pyobject_data_offset", int), variants=variants,
         tecomp_version=made_by, raw=doc)
+
+
+_ARCH = re.compile(r"sm_[1-9][0-9]{1,2}a?")
+_PTX = re.compile(r"compute_[1-9][0-9]{1,2}a?")
+
+
+def _cuda_part(r: _Reader, c: dict, params: List[Any]) -> CudaLibraryInfo:
+    """The ``cuda`` field of a GPU library's metadata, read."""
+    archs = r.items(c, "archs", 64)
+    if not archs or not all(isinstance(a, str) and _ARCH.fullmatch(a) for a in archs):
+        raise r.fail(f"the architectures {str(archs)[:60]}")
+    ptx = r.text(c, "ptx", 32)
+    if not _PTX.fullmatch(ptx):
+        raise r.fail(f"the PTX version {ptx[:40]!r}")
+    workspaces = []
+    for k, w in enumerate(r.items(c, "workspaces", 10000)):
+        what = f" of workspace {k}"
+        workspaces.append(Buffer(r.text(w, "name", what=what),
+                                 r.exprs(r.get(w, "shape", list, what), _MAX_NDIM,
+                                         f"the shape{what}"),
+                                 r.dtype(r.get(w, "dtype", str, what)), None, "global"))
+
+    def obj(j, what):
+        if isinstance(j, list) and len(j) == 2 and j[0] == "param":
+            p = params[r.index(j[1], len(params), "the parameter")]
+            if isinstance(p, Buffer):
+                return p
+        elif isinstance(j, list) and len(j) == 2 and j[0] == "workspace":
+            return workspaces[r.index(j[1], len(workspaces), "the workspace")]
+        elif isinstance(j, list) and len(j) == 2 and j[0] == "var":
+            return r.vars[r.index(j[1], len(r.vars), "variable")]
+        raise r.fail(f"the object {str(j)[:40]}{what}")
+
+    kernels = []
+    for k, kd in enumerate(r.items(c, "kernels", 10000)):
+        what = f" of kernel {k}"
+        kname = r.text(kd, "name", 256, what)
+        if not kname.isidentifier():
+            raise r.fail(f"the kernel name {kname[:60]!r}")
+        kparams = []
+        for j, pd in enumerate(r.items(kd, "params", 10000, what)):
+            pw = f" of parameter {j}{what}"
+            is_buffer = r.get(pd, "is_buffer", bool, pw)
+            o = obj(r.get(pd, "obj", list, pw), pw)
+            dtype = r.dtype(r.get(pd, "dtype", str, pw))
+            if is_buffer != isinstance(o, Buffer) or (is_buffer and dtype != o.dtype) or \
+                    (not is_buffer and dtype != o.dtype):
+                raise r.fail(f"the type{pw}")
+            align = r.get(pd, "align", int, pw)
+            if not 0 <= align <= 4096:
+                raise r.fail(f"the alignment{pw}")
+            kparams.append(KernelParam(r.text(pd, "name", 256, pw), o, dtype, is_buffer,
+                                       r.get(pd, "is_const", bool, pw), align))
+        dims = [r.exprs(r.get(kd, key, list, what), 3, f"the {key}{what}")
+                for key in ("grid", "block")]
+        if any(len(d) != 3 for d in dims):
+            raise r.fail(f"the launch dimensions{what}")
+        shared, local = r.get(kd, "shared_bytes", int, what), r.get(kd, "local_bytes", int, what)
+        if not (0 <= shared < 1 << 31 and 0 <= local < 1 << 31):
+            raise r.fail(f"the memory sizes{what}")
+        kernels.append(KernelInfo(kname, tuple(kparams), dims[0], dims[1], shared,
+                                  r.text(kd, "stage", what=what),
+                                  r.get(kd, "has_barrier", bool, what), local))
+    asserts = []
+    for a in r.items(c, "host_asserts", 100000):
+        if not (isinstance(a, list) and len(a) == 2 and isinstance(a[1], str)
+                and len(a[1]) <= _TEXT_MAX):
+            raise r.fail(f"a host assertion {str(a)[:40]}")
+        asserts.append((r.expr(a[0]), a[1]))
+    size = r.get(c, "fatbin_bytes", int)
+    if not 16 <= size <= MAX_METADATA_BYTES * 16:
+        raise r.fail(f"the fatbin size {size}")
+    return CudaLibraryInfo(tuple(archs), ptx, size, kernels, workspaces, asserts)
 
 
 def check_signature(info: LibraryInfo, sig: Signature, where: str) -> None:
@@ -536,5 +733,9 @@ def check_signature(info: LibraryInfo, sig: Signature, where: str) -> None:
 
 def library_description(info: LibraryInfo) -> str:
     """One line about a library, for messages: its kernel, target and tecomp version."""
+    if info.cuda is not None:
+        return (f"kernel {info.name} for target {info.target!r:.80} (GPU code "
+                f"{', '.join(info.cuda.archs)} and PTX {info.cuda.ptx}), exported by tecomp "
+                f"{info.tecomp_version!r:.40}")
     return (f"kernel {info.name} for target {info.target!r:.80} (cpu {info.cpu!r:.40}), "
             f"exported by tecomp {info.tecomp_version!r:.40}")

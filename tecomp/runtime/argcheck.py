@@ -268,8 +268,12 @@ def type_error(spec: "BufferSpec", a, device: Optional[bool] = False) -> Argumen
                f"not copy host arrays for this call)")
     else:
         fix = f"convert with np.asarray(..., dtype=np.{want})"
+    got = describe(a)
+    if device is True and (isinstance(a, np.ndarray) or hasattr(a, "__array_interface__")
+                           or getattr(getattr(a, "device", None), "type", None) == "cpu"):
+        got += " in host (CPU) memory"
     return ArgumentError(f"{spec.label} expects {_ARRAY_KIND[device]} of {want} with shape "
-                         f"{spec.shape_text}, got {describe(a)}: {fix}")
+                         f"{spec.shape_text}, got {got}: {fix}")
 
 
 def dtype_error(spec: "BufferSpec", got: np.dtype) -> ArgumentError:

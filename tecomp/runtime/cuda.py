@@ -41,6 +41,7 @@ import numpy as np
 from .argcheck import (
     ArgChecker, array_meta, eval_host_expr, in_place_of, param_checks_of, param_label,
 )
+from .cuda_driver import libcuda, pack_params
 from .cuda_kernels import CudaSource, KernelInfo
 from .nvcc import compile_cubin, compile_ptx
 from ..target import MAX_STATIC_SHARED_BYTES
@@ -184,7 +185,7 @@ class PycudaDriver:
         # pycuda launches only on its own Stream objects: a foreign stream (torch's,
         # CuPy's) goes through the driver API, with the same cubin loaded once more
         # through it (pycuda does not expose its CUfunction)
-        cu = _libcuda()
+        cu = libcuda()
         key = fn._tecomp_key
         handle = self._cu_functions.get(key)
         if handle is None:
@@ -200,12 +201,7 @@ class PycudaDriver:
                 _cu_check(cu.cuFuncSetAttribute(handle, ctypes.c_int(8), ctypes.c_int(shared)),
                           "cuFuncSetAttribute")
             self._cu_functions[key] = handle
-        ctype = {"P": ctypes.c_uint64, "b": ctypes.c_int8, "B": ctypes.c_uint8,
-                 "h": ctypes.c_int16, "i": ctypes.c_int32, "q": ctypes.c_int64,
-                 "?": ctypes.c_bool, "f": ctypes.c_float, "d": ctypes.c_double}
-        values = [ctype[t](int(a) if t == "P" else a) for t, a in zip(types, args)]
-        params = (ctypes.c_void_p * max(1, len(values)))(
-            *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+        params, _values = pack_params(types, args)
         _cu_check(cu.cuLaunchKernel(handle, *[ctypes.c_uint(int(g)) for g in grid],
                                     *[ctypes.c_uint(int(b)) for b in block],
                                     ctypes.c_uint(shared), ctypes.c_void_p(stream), params, None),
@@ -215,18 +211,8 @@ class PycudaDriver:
         if stream is None:
             self.context.synchronize()
         else:
-            _cu_check(_libcuda().cuStreamSynchronize(ctypes.c_void_p(stream)),
+            _cu_check(libcuda().cuStreamSynchronize(ctypes.c_void_p(stream)),
                       "cuStreamSynchronize")
-
-
-def _libcuda():
-    lib = getattr(_libcuda, "lib", None)
-    if lib is None:
-        lib = ctypes.CDLL("libcuda.so.1")
-        lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [
-            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        _libcuda.lib = lib
-    return lib
 
 
 def _cu_check(status: int, what: str) -> None:
@@ -325,11 +311,15 @@ class CudaSourceModule(Timed):
 class CudaModule(CudaSourceModule):
     """A PrimFunc compiled for the GPU.  Call it with device or numpy arrays."""
 
-    def __init__(self, cs: CudaSource, driver=None, target=None):
-        super().__init__(cs, device=None)
+    #: the arrays a call takes (ArgChecker's ``device``): None, device and numpy arrays
+    _arrays: Optional[bool] = None
+
+    def __init__(self, cs: CudaSource, driver=None, target=None, exporter=None):
+        super().__init__(cs, device=self._arrays)
         #: the :class:`~tecomp.target.Target` (``cuda -arch=...``: compiled for that
         #: architecture; without ``-arch``, for the device's)
         self.target = target
+        self._exporter = exporter
         self._driver = driver
         self._functions = None  # (driver, [function per kernel])
         self._launch_ok = set()  # (kernel, grid, block) checked against the device
@@ -347,6 +337,30 @@ class CudaModule(CudaSourceModule):
                 arch = drv.arch
             return compile_ptx(self.cuda_source.source, arch)
         raise ArgumentError(f"unknown source format {fmt!r}; use 'cuda' or 'ptx'")
+
+    def export_library(self, path) -> None:
+        """Write the kernels as a GPU library at ``path`` (and its ``path + ".sha256"``
+        sidecar) that ``tc.load_module(path)`` runs through the CUDA driver alone: a
+        fatbin with cubins for sm_80 and sm_90 and PTX for newer GPUs, and what the calls
+        need (argument checks, launch sizes).  Needs nvcc and a C compiler, not a GPU.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The library file to write (``kernels.so``).
+
+        Raises
+        ------
+        RuntimeUnavailableError
+            Without nvcc or a C compiler.
+        BuildError
+            When nvcc fails, or the module cannot be described by a library.
+        """
+        if self._exporter is None:
+            raise BuildError(f"{self.func.name} was not built by tc.build, which gives a module "
+                             f"export_library can write: build it with tc.build(..., "
+                             f"target='cuda')")
+        self._exporter(self, path)
 
     def driver(self):
         if self._driver is None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import platform
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..errors import LoadError
@@ -92,6 +92,8 @@ class LibraryImage:
     filters: Tuple[Tuple[str, str], ...] = ()   # (DT_FILTER or DT_AUXILIARY, library)
     other_tags: Tuple[str, ...] = () # tags outside PLAIN_TAGS and those above, by name
     exec_stack: bool = False         # asks for an executable stack
+    #: every section with contents, by name (the first of a name)
+    sections: Dict[str, bytes] = field(default_factory=dict)
 
 
 def host_machine() -> Optional[int]:
@@ -204,7 +206,7 @@ def inspect_library(data: bytes, where: str, section_name: str,
         sections.get(section_name),
         filters=tuple((FILTER_TAGS[t], names(v)) for t, v in dynamic if t in FILTER_TAGS),
         other_tags=tuple(_TAG_NAMES.get(t, f"dynamic tag {t:#x}") for t in other),
-        exec_stack=exec_stack)
+        exec_stack=exec_stack, sections=sections)
 
 
 def _strings(data: bytes, where: str, tags: Dict[int, int], dynamic,

@@ -1,6 +1,8 @@
 """Compiling CUDA C with nvcc: :func:`compile_ptx` (PTX text, e.g. to check that the
-generated source compiles for an architecture without a GPU) and :func:`compile_cubin`
-(the cubin the pycuda runtime loads, cached on disk), and :func:`find_nvcc`.  The CUDA C
+generated source compiles for an architecture without a GPU), :func:`compile_cubin`
+(the cubin the pycuda runtime loads, cached on disk), :func:`compile_fatbin` (the
+fatbin ``export_library`` puts in a GPU library: cubins for several architectures and
+PTX) and :func:`find_nvcc`.  The CUDA C
 comes from :func:`tecomp.codegen.cuda.codegen_cuda` (a :class:`CudaSource` or its text).
 """
 from __future__ import annotations
@@ -41,16 +43,18 @@ def _nvcc() -> str:
     return nvcc
 
 
-def _run_nvcc(nvcc: str, src: str, arch: str, kind: str, options) -> bytes:
-    """``nvcc -<kind> -arch=<arch> -std=c++17 <options>`` on ``src``: the output file."""
+def _run_nvcc(nvcc: str, src: str, arch, kind: str, options) -> bytes:
+    """``nvcc -<kind> -arch=<arch> -std=c++17 <options>`` on ``src``: the output file.
+    ``arch``: one architecture, or a tuple of nvcc's architecture flags (``-gencode``)."""
     with tempfile.TemporaryDirectory(prefix="tecomp-nvcc-") as d:
         cu, out = os.path.join(d, "kernel.cu"), os.path.join(d, "kernel." + kind)
         with open(cu, "w") as f:
             f.write(src)
-        cmd = [nvcc, "-" + kind, f"-arch={arch}", "-std=c++17", *options, "-o", out, cu]
+        flags = [f"-arch={arch}"] if isinstance(arch, str) else list(arch)
+        cmd = [nvcc, "-" + kind, *flags, "-std=c++17", *options, "-o", out, cu]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise BuildError(f"nvcc -{kind} -arch={arch} failed (exit {proc.returncode}):\n"
+            raise BuildError(f"nvcc -{kind} {' '.join(flags)} failed (exit {proc.returncode}):\n"
                              f"{proc.stderr.strip() or proc.stdout.strip()}")
         with open(out, "rb") as f:
             return f.read()
@@ -76,15 +80,33 @@ def compile_cubin(source: str, arch: str, options=()) -> bytes:
     Raises RuntimeUnavailableError when nvcc is missing and BuildError (with nvcc's
     messages) when compilation fails.
     """
+    return _cached(source, arch, "cubin", options)
+
+
+def gencode_flags(archs, ptx: str) -> tuple:
+    """nvcc's flags for cubins of ``archs`` (``sm_80``...) and PTX ``ptx`` (``compute_90``)."""
+    flags = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
+    return tuple(flags) + (f"-gencode=arch={ptx},code={ptx}",)
+
+
+def compile_fatbin(source, archs, ptx: str, options=()) -> bytes:
+    """The fatbin of CUDA C ``source``: a cubin for each of ``archs`` (``("sm_80",
+    "sm_90")``) and the PTX of ``ptx`` (``"compute_90"``), which the driver compiles for
+    newer GPUs (``nvcc -fatbin -gencode ...``); cached as :func:`compile_cubin`."""
+    return _cached(source, gencode_flags(archs, ptx), "fatbin", options)
+
+
+def _cached(source, arch, kind: str, options) -> bytes:
     nvcc = _nvcc()
     src = source.source if isinstance(source, CudaSource) else source
     options = tuple(options)
     h = hashlib.sha256()
-    for part in (tool_identity(nvcc), arch, "\0".join(options), src):
+    arch_text = arch if isinstance(arch, str) else " ".join(arch)
+    for part in (tool_identity(nvcc), arch_text, "\0".join(options), src):
         h.update(part.encode())
         h.update(b"\0")
     d = private_dir(cache_root() / "cuda", "the CUDA compile cache", BuildError)
-    path = d / f"{h.hexdigest()[:32]}.cubin"
+    path = d / f"{h.hexdigest()[:32]}.{kind}"
     try:
         data = path.read_bytes()
         if read_sidecar(path) == digest_bytes(data):
@@ -92,7 +114,7 @@ def compile_cubin(source: str, arch: str, options=()) -> bytes:
             return data
     except OSError:
         pass
-    _log.debug("nvcc cache miss: compiling %s for %s", path.name, arch)
-    data = _run_nvcc(nvcc, src, arch, "cubin", options)
+    _log.debug("nvcc cache miss: compiling %s for %s", path.name, arch_text)
+    data = _run_nvcc(nvcc, src, arch, kind, options)
     write_with_sidecar(path, data, 0o600)
     return data

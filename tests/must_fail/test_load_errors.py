@@ -416,12 +416,15 @@ def test_unreadable_cpu_features(good, tmp_path, monkeypatch):
 @pytest.mark.parametrize("old, new, match", [
     (b'"fma",', b'"zzz",', r"needs the CPU feature\(s\) zzz, which this tecomp cannot check"),
     (b'"format_version":2,', b'"format_version":7,',
-     r"was exported by tecomp '.*' in library format 7; this tecomp .* reads format 2: export "
-     r"it again"),
+     r"was exported by tecomp '.*' in library format 7; this tecomp .* reads formats 2 \(CPU\) "
+     r"and 3 \(GPU\): export it again"),
+    # a CPU library that claims the GPU format
+    (b'"format_version":2,', b'"format_version":3,',
+     r"a GPU library format without device 'cuda'"),
     (b'"stride_slot":2,', b'"stride_slot":3,',
      r"the argument layout it was compiled with is not the one this tecomp .* derives from "
      r"its parameters"),
-], ids=["unknown feature", "format version", "argument layout"])
+], ids=["unknown feature", "format version", "cpu library as gpu format", "argument layout"])
 def test_metadata_this_tecomp_does_not_accept(good, tmp_path, old, new, match):
     with pytest.raises(tc.LoadError, match=match):
         tc.load_module(write(tmp_path, patched(good, old, new)))

@@ -1,0 +1,279 @@
+"""The CUDA driver API through ctypes: what a GPU library ``tc.load_module`` loaded
+launches its kernels with -- ``libcuda`` alone, no nvcc, no pycuda.
+
+:func:`libcuda` is the one place the driver library comes from (``libcuda.so.1``, the
+NVIDIA driver's; a test substitutes an object with the same functions).
+:class:`DriverApi` is the driver the CUDA runtime's module classes call
+(:class:`tecomp.runtime.cuda.PycudaDriver`'s methods) over it, on the primary context
+of one device (the context PyTorch and CuPy use, so their arrays are valid in it): it
+loads a fatbin (``cuModuleLoadData``), finds kernels (``cuModuleGetFunction``), reads
+the device's limits (``cuDeviceGetAttribute``) and launches (``cuLaunchKernel``, the
+arguments as an array of pointers to their values: :func:`pack_params`).
+
+Every call passes ctypes objects (``c_uint``, ``c_uint64``, ``byref``), so that
+``libcuda`` needs no prototypes and a stand-in receives exactly what the driver would.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import threading
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..errors import RuntimeUnavailableError
+from ..target import MAX_STATIC_SHARED_BYTES
+
+__all__ = ["libcuda", "DriverApi", "driver", "pack_params", "LIBCUDA_NAMES"]
+
+#: the names the driver library is looked for under (the first is the driver's soname)
+LIBCUDA_NAMES = ("libcuda.so.1", "libcuda.so")
+
+# CUdevice_attribute
+_ATTR = {"max_threads_per_block": 1, "block_x": 2, "block_y": 3, "block_z": 4, "grid_x": 5,
+         "grid_y": 6, "grid_z": 7, "shared_per_block": 8, "major": 75, "minor": 76,
+         "shared_optin": 97}
+# CUfunction_attribute
+FUNC_MAX_THREADS, FUNC_NUM_REGS, FUNC_MAX_DYNAMIC_SHARED = 0, 4, 8
+# CUpointer_attribute
+POINTER_DEVICE_ORDINAL = 9
+CUDA_ERROR_NO_BINARY_FOR_GPU = 209
+
+_LOCK = threading.Lock()
+_LIB = None
+
+
+def libcuda():
+    """The CUDA driver library (``libcuda.so.1``), loaded once.
+
+    Raises
+    ------
+    RuntimeUnavailableError
+        Where there is no NVIDIA driver: names what was looked for.
+    """
+    global _LIB
+    with _LOCK:
+        if _LIB is None:
+            errors = []
+            names = list(LIBCUDA_NAMES)
+            found = ctypes.util.find_library("cuda")
+            if found and found not in names:
+                names.append(found)
+            for name in names:
+                try:
+                    lib = ctypes.CDLL(name)
+                except OSError as exc:
+                    errors.append(str(exc)[:200])
+                    continue
+                lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [
+                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+                _LIB = lib
+                break
+            else:
+                raise RuntimeUnavailableError(
+                    f"no CUDA driver on this machine: the NVIDIA driver's library was looked "
+                    f"for as {' and '.join(LIBCUDA_NAMES)} (and through ldconfig) and not "
+                    f"found ({errors[0] if errors else 'no such library'}): run on a machine "
+                    f"with an NVIDIA GPU and its driver, or add the directory of libcuda.so.1 "
+                    f"to LD_LIBRARY_PATH")
+        return _LIB
+
+
+_CTYPE = {"P": ctypes.c_uint64, "b": ctypes.c_int8, "B": ctypes.c_uint8,
+          "h": ctypes.c_int16, "i": ctypes.c_int32, "q": ctypes.c_int64,
+          "?": ctypes.c_bool, "f": ctypes.c_float, "d": ctypes.c_double}
+
+
+def pack_params(types: str, args: Sequence) -> Tuple[ctypes.Array, List]:
+    """``cuLaunchKernel``'s ``kernelParams``: an array of pointers to each argument's
+    value, typed by ``types`` (struct characters, ``P`` a device pointer), and the values
+    (keep them alive until the launch returns)."""
+    values = [_CTYPE[t](int(a) if t == "P" else a) for t, a in zip(types, args)]
+    params = (ctypes.c_void_p * max(1, len(values)))(
+        *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+    return params, values
+
+
+class _Function:
+    """A kernel of a loaded module: its CUfunction handle and name."""
+
+    def __init__(self, handle: ctypes.c_void_p, name: str):
+        self.handle = handle
+        self.name = name
+        self.dynamic_shared = 0     # the dynamic shared memory it was allowed so far
+
+
+class _DeviceMemory:
+    """A ``cuMemAlloc`` allocation; ``int()`` is its address."""
+
+    def __init__(self, drv: "DriverApi", nbytes: int):
+        self.drv = drv
+        self.ptr = ctypes.c_uint64()
+        drv.check(drv.cu.cuMemAlloc_v2(ctypes.byref(self.ptr), ctypes.c_size_t(max(1, nbytes))),
+                  "cuMemAlloc")
+
+    def __int__(self) -> int:
+        return int(self.ptr.value)
+
+    def free(self) -> None:
+        if self.ptr.value:
+            self.drv.cu.cuMemFree_v2(self.ptr)
+            self.ptr = ctypes.c_uint64()
+
+
+class DriverApi:
+    """The CUDA driver calls a GPU library makes, on device ``ordinal``'s primary context
+    (see the module docstring); ``cu``: the driver library (:func:`libcuda`)."""
+
+    def __init__(self, cu, ordinal: int = 0):
+        self.cu = cu
+        self.ordinal = ordinal
+        status = cu.cuInit(ctypes.c_uint(0))
+        if status != 0:
+            raise RuntimeUnavailableError(
+                f"no CUDA device: the CUDA driver did not start (cuInit returned "
+                f"{self.error_name(status)}): check the GPU and its driver (nvidia-smi)")
+        count = ctypes.c_int()
+        self.check(cu.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+        if count.value <= ordinal:
+            raise RuntimeUnavailableError(
+                f"no CUDA device: the driver sees {count.value} device(s), device {ordinal} "
+                f"was asked for")
+        self.device = ctypes.c_int()
+        self.check(cu.cuDeviceGet(ctypes.byref(self.device), ctypes.c_int(ordinal)),
+                   "cuDeviceGet")
+        name = ctypes.create_string_buffer(256)
+        self.check(cu.cuDeviceGetName(name, ctypes.c_int(256), self.device), "cuDeviceGetName")
+        self.name = name.value.decode("utf-8", "replace")
+        get = self._attribute
+        self.compute_capability = (get("major"), get("minor"))
+        self.max_threads_per_block = get("max_threads_per_block")
+        self.max_block_dims = (get("block_x"), get("block_y"), get("block_z"))
+        self.max_grid_dims = (get("grid_x"), get("grid_y"), get("grid_z"))
+        self.max_shared_per_block = get("shared_per_block")
+        self.max_shared_per_block_optin = get("shared_optin")
+        self.context = ctypes.c_void_p()
+        self.check(cu.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device),
+                   "cuDevicePrimaryCtxRetain")
+
+    @property
+    def arch(self) -> str:
+        return "sm_%d%d" % self.compute_capability
+
+    def error_name(self, status: int) -> str:
+        text = ctypes.c_char_p()
+        try:
+            if self.cu.cuGetErrorName(ctypes.c_int(status), ctypes.byref(text)) == 0 \
+                    and text.value:
+                return f"{text.value.decode('ascii', 'replace')} ({status})"
+        except (AttributeError, TypeError):
+            pass
+        return f"CUresult {status}"
+
+    def check(self, status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeUnavailableError(
+                f"the CUDA driver's {what} failed with {self.error_name(status)} on device "
+                f"{self.ordinal}")
+
+    def _attribute(self, key: str) -> int:
+        v = ctypes.c_int()
+        self.check(self.cu.cuDeviceGetAttribute(ctypes.byref(v), ctypes.c_int(_ATTR[key]),
+                                                self.device), "cuDeviceGetAttribute")
+        return v.value
+
+    @contextlib.contextmanager
+    def active(self):
+        self.check(self.cu.cuCtxPushCurrent_v2(self.context), "cuCtxPushCurrent")
+        try:
+            yield
+        finally:
+            self.cu.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+
+    def load_module(self, image: bytes) -> Tuple[ctypes.c_void_p, int]:
+        """``(module, status)``: the CUmodule of a fatbin or cubin (the driver picks the
+        code for the device, or compiles its PTX) and ``cuModuleLoadData``'s CUresult."""
+        module = ctypes.c_void_p()
+        # a copy in memory of ctypes' own (malloc-aligned), as the driver reads it
+        data = (ctypes.c_char * len(image)).from_buffer_copy(image)
+        status = self.cu.cuModuleLoadData(ctypes.byref(module), data)
+        return module, status
+
+    def get_function(self, module, name: str) -> _Function:
+        handle = ctypes.c_void_p()
+        self.check(self.cu.cuModuleGetFunction(ctypes.byref(handle), module, name.encode()),
+                   f"cuModuleGetFunction({name})")
+        return _Function(handle, name)
+
+    def _function_attribute(self, fn: _Function, attr: int) -> int:
+        v = ctypes.c_int()
+        self.check(self.cu.cuFuncGetAttribute(ctypes.byref(v), ctypes.c_int(attr), fn.handle),
+                   "cuFuncGetAttribute")
+        return v.value
+
+    def function_max_threads(self, fn: _Function) -> int:
+        return self._function_attribute(fn, FUNC_MAX_THREADS)
+
+    def function_registers(self, fn: _Function) -> int:
+        return self._function_attribute(fn, FUNC_NUM_REGS)
+
+    def pointer_device(self, ptr: int) -> Optional[int]:
+        """The ordinal of the device whose memory ``ptr`` points into; None where the
+        driver does not know the address (host memory)."""
+        v = ctypes.c_int()
+        status = self.cu.cuPointerGetAttribute(ctypes.byref(v),
+                                               ctypes.c_int(POINTER_DEVICE_ORDINAL),
+                                               ctypes.c_uint64(ptr))
+        return v.value if status == 0 else None
+
+    def alloc(self, nbytes: int) -> _DeviceMemory:
+        return _DeviceMemory(self, nbytes)
+
+    def htod(self, ptr, host) -> None:
+        if host.nbytes:
+            self.check(self.cu.cuMemcpyHtoD_v2(ctypes.c_uint64(int(ptr)),
+                                               ctypes.c_void_p(host.ctypes.data),
+                                               ctypes.c_size_t(host.nbytes)), "cuMemcpyHtoD")
+
+    def dtoh(self, host, ptr) -> None:
+        if host.nbytes:
+            self.check(self.cu.cuMemcpyDtoH_v2(ctypes.c_void_p(host.ctypes.data),
+                                               ctypes.c_uint64(int(ptr)),
+                                               ctypes.c_size_t(host.nbytes)), "cuMemcpyDtoH")
+
+    def launch(self, fn: _Function, grid, block, shared: int, types: str, args,
+               stream: Optional[int] = None) -> None:
+        """``cuLaunchKernel``; ``stream`` a CUstream handle (None or 0: the legacy default
+        stream)."""
+        if shared > MAX_STATIC_SHARED_BYTES and fn.dynamic_shared < shared:
+            self.check(self.cu.cuFuncSetAttribute(fn.handle,
+                                                  ctypes.c_int(FUNC_MAX_DYNAMIC_SHARED),
+                                                  ctypes.c_int(shared)), "cuFuncSetAttribute")
+            fn.dynamic_shared = shared
+        params, _values = pack_params(types, args)
+        self.check(self.cu.cuLaunchKernel(
+            fn.handle, *[ctypes.c_uint(int(g)) for g in grid],
+            *[ctypes.c_uint(int(b)) for b in block], ctypes.c_uint(shared),
+            ctypes.c_void_p(stream or 0), params, None), f"cuLaunchKernel({fn.name})")
+
+    def synchronize(self, stream: Optional[int] = None) -> None:
+        if stream is None:
+            self.check(self.cu.cuCtxSynchronize(), "cuCtxSynchronize")
+        else:
+            self.check(self.cu.cuStreamSynchronize(ctypes.c_void_p(stream)),
+                       "cuStreamSynchronize")
+
+
+_DRIVERS: Dict[Tuple[int, int], DriverApi] = {}
+
+
+def driver(ordinal: int = 0) -> DriverApi:
+    """The process's :class:`DriverApi` of device ``ordinal`` over :func:`libcuda` (made
+    once per driver library and device)."""
+    cu = libcuda()
+    key = (id(cu), ordinal)
+    with _LOCK:
+        drv = _DRIVERS.get(key)
+        if drv is None or drv.cu is not cu:
+            drv = _DRIVERS[key] = DriverApi(cu, ordinal)
+        return drv

@@ -1,0 +1,116 @@
+"""A GPU library ``tc.load_module`` loaded: :class:`CudaLibraryModule`.
+
+It is the CUDA runtime's module (:class:`~tecomp.runtime.cuda.CudaModule`: the same
+argument checks and messages, launch sizes computed from the shapes with the host
+evaluator, checked against the device) over the library's metadata instead of generated
+source, and over the CUDA driver API (:mod:`tecomp.runtime.cuda_driver`) instead of
+nvcc and pycuda.  Before the first launch it checks that the fatbin holds code the GPU
+runs (a cubin of its architecture family, or PTX it can compile), else
+:class:`~tecomp.errors.DeviceCodeError`.
+
+Calls take device arrays only (``__cuda_array_interface__``: PyTorch CUDA tensors, CuPy
+arrays, numba): a numpy array or CPU tensor is an ArgumentError (the library does not
+copy host memory), and so is an array on another GPU than the module's (device 0, or
+``module.device``).
+"""
+from __future__ import annotations
+
+from . import cuda_driver
+from .aot_format import LibraryInfo
+from .argcheck import param_label
+from .cuda import CudaModule
+from .cuda_kernels import CudaSource
+from .fatbin import describe_code, pick_code, read_fatbin
+from ..errors import ArgumentError, BuildError, DeviceCodeError, LoadError
+from ..ir.expr import Buffer
+from ..ir.stmt import PrimFunc, SeqStmt
+
+__all__ = ["CudaLibraryModule"]
+
+
+class CudaLibraryModule(CudaModule):
+    """The kernels of a GPU library, launched through the CUDA driver (see the module
+    docstring).  Made by ``tc.load_module``."""
+
+    _arrays = True   # device arrays only
+
+    def __init__(self, info: LibraryInfo, fatbin: bytes, where: str, device: int = 0):
+        c = info.cuda
+        entries = read_fatbin(fatbin, where, LoadError)
+        have = {e.name for e in entries}
+        missing = [a for a in c.archs + (c.ptx,) if a not in have]
+        if len(fatbin) != c.fatbin_bytes or missing:
+            raise LoadError(f"{where}: its fatbin ({len(fatbin)} bytes: "
+                            f"{describe_code(entries)}) is not the one its metadata describes "
+                            f"({c.fatbin_bytes} bytes: {', '.join(c.archs)} and PTX {c.ptx}); "
+                            f"export it again")
+        func = PrimFunc(info.name, info.params, SeqStmt(()),
+                        {"param_checks": info.param_checks, "in_place": info.in_place})
+        cs = CudaSource(func, "", list(c.kernels), list(c.workspaces), list(c.host_asserts),
+                        frozenset(info.written))
+        super().__init__(cs)
+        self.fatbin = fatbin
+        self.code = entries
+        self.where = where
+        #: the ordinal of the GPU the kernels run on (arrays must live there)
+        self.device = device
+        #: the target string the library was exported for
+        self.target_name = info.target
+
+    def driver(self):
+        if self._driver is None or self._driver.ordinal != self.device:
+            self._driver = cuda_driver.driver(self.device)
+        return self._driver
+
+    def _kernel_functions(self, drv):
+        if self._functions is None or self._functions[0] is not drv:
+            cc = tuple(drv.compute_capability)
+            if pick_code(self.code, cc) is None:
+                raise DeviceCodeError(
+                    f"{self.where} holds GPU code for {describe_code(self.code)}, none of "
+                    f"which runs on device {drv.ordinal} ({drv.name}, compute capability "
+                    f"{cc[0]}.{cc[1]}, sm_{cc[0]}{cc[1]}): export it with "
+                    f"tc.build(..., target='cuda -arch=sm_{cc[0]}{cc[1]}') for this GPU")
+            module, status = drv.load_module(self.fatbin)
+            if status == cuda_driver.CUDA_ERROR_NO_BINARY_FOR_GPU:
+                raise DeviceCodeError(
+                    f"{self.where}: the CUDA driver found no code for device {drv.ordinal} "
+                    f"({drv.name}, sm_{cc[0]}{cc[1]}) in its fatbin "
+                    f"({describe_code(self.code)}); its PTX needs a newer driver, or export "
+                    f"it for this GPU (target='cuda -arch=sm_{cc[0]}{cc[1]}')")
+            drv.check(status, f"cuModuleLoadData of {self.where}")
+            fns = [drv.get_function(module, k.name) for k in self.kernels]
+            self._functions = (drv, fns)
+            self._launch_ok = set()
+        return self._functions[1]
+
+    def _checked(self, args):
+        args, env, metas = super()._checked(args)
+        drv = self.driver()
+        for i, (p, meta) in enumerate(zip(self.func.params, metas)):
+            if not isinstance(p, Buffer) or meta is None or not meta.shape or \
+                    not all(meta.shape):
+                continue
+            dev = drv.pointer_device(meta.pointer)
+            if dev != drv.ordinal:
+                where = ("memory the CUDA driver does not know as device memory" if dev is None
+                         else f"device {dev}")
+                raise ArgumentError(
+                    f"{param_label(p.name, i)} is an array in {where}, but "
+                    f"{self.func.name}'s kernels run on device {drv.ordinal}: pass an array "
+                    f"on cuda:{drv.ordinal} (tensor.to('cuda:{drv.ordinal}')), or set the "
+                    f"module's device (module.device = {dev if dev is not None else 'N'})")
+        return args, env, metas
+
+    def get_source(self, fmt: str = "cuda") -> str:
+        raise LoadError(f"the module loaded from {self.where} has no source (the library "
+                        f"holds the GPU code as a fatbin: {describe_code(self.code)}); get "
+                        f"the source from the module that was exported")
+
+    def export_library(self, path) -> None:
+        raise BuildError(f"the module loaded from {self.where} is a library already: copy "
+                         f"the file and its .sha256 sidecar instead of exporting it again")
+
+    def __repr__(self):
+        return (f"<CudaLibraryModule {self.func.name}: {len(self.kernels)} kernel(s), "
+                f"{describe_code(self.code)}>")

@@ -1,0 +1,158 @@
+"""A stand-in for the CUDA driver library (``libcuda``) that runs kernels in tecomp's CUDA
+emulation, for the GPU-library tests (tests/test_cuda_library.py and the must-fail
+ones): it receives the very ctypes objects :mod:`tecomp.runtime.cuda_driver` passes to
+the driver, records each ``cuLaunchKernel`` (grid, block, shared bytes, the argument
+buffer decoded) and runs the kernel on host memory ("device memory" is host memory:
+:class:`DeviceArray`s are registered with it)."""
+import ctypes
+
+import numpy as np
+
+import tecomp as tc
+from tecomp.codegen.cuda_emu import compile_emu_library
+from tecomp.runtime import cuda_driver
+from tecomp.runtime.fatbin import read_fatbin
+from tecomp.errors import LoadError
+
+
+def _out(ref, value):
+    """Store ``value`` through a ``ctypes.byref`` argument."""
+    ref._obj.value = value
+
+
+class DeviceArray:
+    """Host memory behind ``__cuda_array_interface__`` (a stand-in for a CUDA tensor)."""
+
+    def __init__(self, arr, readonly=False):
+        self.arr = arr
+        self.readonly = readonly
+
+    @property
+    def __cuda_array_interface__(self):
+        a = self.arr
+        return {"shape": a.shape, "typestr": a.dtype.str, "data": (a.ctypes.data, self.readonly),
+                "strides": None if a.flags.c_contiguous else a.strides, "version": 3}
+
+
+class FakeLibcuda:
+    """The driver functions :class:`~tecomp.runtime.cuda_driver.DriverApi` calls.
+
+    ``cs``: the CudaSource of the exported module (the emulation runs its kernels);
+    ``capability``: the device's compute capability; ``load_status``: what
+    cuModuleLoadData returns; ``device_of``: the device ordinal a pointer is in (None:
+    unknown memory)."""
+
+    def __init__(self, cs, capability=(9, 0), load_status=0, device_of=lambda ptr: 0):
+        self.cs = cs
+        self.capability = capability
+        self.load_status = load_status
+        self.device_of = device_of
+        self.launches = []      # (name, grid, block, shared, stream, [argument values])
+        self.images = []        # what cuModuleLoadData was given
+        self.allocs = {}
+        self.calls = []
+        self._emu = None
+
+    def __getattr__(self, name):   # a driver function tecomp should not call
+        raise AttributeError(f"the fake libcuda has no {name}")
+
+    def cuInit(self, flags):
+        self.calls.append("cuInit")
+        return 0
+
+    def cuDeviceGetCount(self, count):
+        _out(count, 1)
+        return 0
+
+    def cuDeviceGet(self, dev, ordinal):
+        _out(dev, ordinal.value)
+        return 0
+
+    def cuDeviceGetName(self, buf, n, dev):
+        buf.value = b"Fake GPU (emulated)"
+        return 0
+
+    def cuDeviceGetAttribute(self, value, attr, dev):
+        table = {1: 1024, 2: 1024, 3: 1024, 4: 64, 5: 2**31 - 1, 6: 65535, 7: 65535,
+                 8: 48 * 1024, 75: self.capability[0], 76: self.capability[1], 97: 227 * 1024}
+        _out(value, table[attr.value])
+        return 0
+
+    def cuDevicePrimaryCtxRetain(self, ctx, dev):
+        _out(ctx, 0x1000)
+        return 0
+
+    def cuCtxPushCurrent_v2(self, ctx):
+        return 0
+
+    def cuCtxPopCurrent_v2(self, ctx):
+        return 0
+
+    def cuGetErrorName(self, status, text):
+        return 1
+
+    def cuModuleLoadData(self, module, image):
+        # the image must be the fatbin itself
+        read_fatbin(bytes(image), "the image given to cuModuleLoadData", LoadError)
+        self.images.append(bytes(image))
+        if self.load_status:
+            return self.load_status
+        self._emu = compile_emu_library(self.cs)
+        _out(module, 0x2000)
+        return 0
+
+    def cuModuleGetFunction(self, fn, module, name):
+        names = [k.name for k in self.cs.kernels]
+        _out(fn, 0x3000 + names.index(name.decode()))
+        return 0
+
+    def cuFuncGetAttribute(self, value, attr, fn):
+        _out(value, {0: 1024, 4: 32}[attr.value])
+        return 0
+
+    def cuPointerGetAttribute(self, value, attr, ptr):
+        dev = self.device_of(ptr.value)
+        if dev is None:
+            return 1
+        _out(value, dev)
+        return 0
+
+    def cuMemAlloc_v2(self, ptr, nbytes):
+        buf = np.zeros(nbytes.value + 256, np.uint8)
+        addr = buf.ctypes.data + (-buf.ctypes.data % 256)
+        self.allocs[addr] = buf
+        _out(ptr, addr)
+        return 0
+
+    def cuMemFree_v2(self, ptr):
+        self.allocs.pop(ptr.value)
+        return 0
+
+    def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        k = fn.value - 0x3000
+        kern = self.cs.kernels[k]
+        values = []
+        for i, p in enumerate(kern.params):
+            t = ctypes.c_uint64 if p.is_buffer else {
+                "int32": ctypes.c_int32, "int64": ctypes.c_int64,
+                "float32": ctypes.c_float, "float64": ctypes.c_double}[p.dtype]
+            values.append(ctypes.cast(params[i], ctypes.POINTER(t)).contents.value)
+        grid, block = (gx.value, gy.value, gz.value), (bx.value, by.value, bz.value)
+        self.launches.append((kern.name, grid, block, shared.value, stream.value or 0, values))
+        self._emu.launch(k, values, list(grid), list(block), "serial")
+        return 0
+
+    def cuCtxSynchronize(self):
+        self.calls.append("cuCtxSynchronize")
+        return 0
+
+    def cuStreamSynchronize(self, stream):
+        return 0
+
+
+def load_with_fake(path, cs, monkeypatch, **kw):
+    """``(module, fake)``: the GPU library ``path`` loaded, its driver a FakeLibcuda of
+    ``cs`` (keywords: FakeLibcuda's) for the rest of the test."""
+    fake = FakeLibcuda(cs, **kw)
+    monkeypatch.setattr(cuda_driver, "libcuda", lambda: fake)
+    return tc.load_module(path), fake

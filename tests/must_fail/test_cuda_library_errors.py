@@ -1,0 +1,212 @@
+"""GPU libraries that must not load and calls that must not launch.
+
+A library ``export_library`` wrote for a ``cuda`` module is refused as a CPU library is
+when it was tampered with (its sidecar), and also when its fatbin is damaged or not the
+one its metadata describes; a call is refused without a CUDA driver (in a child process:
+tests/test_cuda_library.py), on a GPU the fatbin has no code for, with a CPU array, an
+array of the wrong dtype or one on another GPU.  The driver is the stand-in of
+tests/fake_libcuda.py.  Without nvcc the export is refused (checked everywhere) and the
+other tests skip (nothing can be exported).
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.runtime import aot_format, nvcc
+from tecomp.runtime.libfiles import write_sidecar
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+from fake_libcuda import DeviceArray, load_with_fake  # noqa: E402
+
+def inc_module():
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    bx, tx = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(bx, tc.thread_axis("blockIdx.x"))
+    s[B].bind(tx, tc.thread_axis("threadIdx.x"))
+    return tc.build(s, [A, B], target="cuda", name="inc")
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    """(module, library path, library bytes); skipped without nvcc (nothing can be
+    exported)."""
+    if nvcc.find_nvcc() is None:
+        pytest.skip("nvcc (the CUDA toolkit) is not installed: a GPU library cannot be "
+                    "exported")
+    f = inc_module()
+    path = str(tmp_path_factory.mktemp("gpulib") / "inc.so")
+    f.export_library(path)
+    with open(path, "rb") as fh:
+        return f, path, fh.read()
+
+
+def test_export_without_nvcc(tmp_path, monkeypatch):
+    monkeypatch.setattr(nvcc, "find_nvcc", lambda: None)
+    with pytest.raises(tc.RuntimeUnavailableError, match=r"nvcc was not found on PATH \(nor "
+                                                         r"under \$CUDA_HOME/bin\): install the "
+                                                         r"CUDA toolkit"):
+        inc_module().export_library(str(tmp_path / "inc.so"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def copy_with(tmp_path, data, name="bad.so", sidecar=True):
+    path = str(tmp_path / name)
+    with open(path, "wb") as fh:
+        fh.write(data)
+    if sidecar:
+        write_sidecar(path)
+    return path
+
+
+def fatbin_offset(data):
+    return data.index((0xBA55ED50).to_bytes(4, "little"))
+
+
+def test_tampered_fatbin_is_refused_by_the_sidecar(lib, tmp_path):
+    f, path, data = lib
+    k = fatbin_offset(data) + 200
+    bad = copy_with(tmp_path, data[:k] + bytes([data[k] ^ 0xFF]) + data[k + 1:], sidecar=False)
+    shutil.copy(path + ".sha256", bad + ".sha256")
+    with pytest.raises(tc.LoadError, match=r"library '.*bad.so' does not match its sha256 "
+                                           r"sidecar"):
+        tc.load_module(bad)
+
+
+def test_damaged_fatbin_is_refused_even_unverified(lib, tmp_path):
+    _, _, data = lib
+    k = fatbin_offset(data)
+    bad = copy_with(tmp_path, data[:k] + b"\0\0\0\0" + data[k + 4:])
+    with pytest.raises(tc.LoadError, match=r"its GPU code is not a valid fatbin \(magic 0x0"):
+        tc.load_module(bad)
+
+
+def test_fatbin_other_than_the_metadata_says(lib, tmp_path):
+    _, _, data = lib
+    old = b'"archs":["sm_80","sm_90"]'
+    new = b'"archs":["sm_80","sm_86"]'
+    bad = copy_with(tmp_path, data.replace(old, new))
+    with pytest.raises(tc.LoadError, match=r"its fatbin \(\d+ bytes: sm_80, sm_90, PTX "
+                                           r"compute_90\) is not the one its metadata "
+                                           r"describes \(\d+ bytes: sm_80, sm_86 and PTX "
+                                           r"compute_90\)"):
+        tc.load_module(bad)
+
+
+def test_gpu_library_metadata_damaged(lib, tmp_path):
+    _, _, data = lib
+    bad = copy_with(tmp_path, data.replace(b'"ptx":"compute_90"', b'"ptx":"compute_9x"'))
+    with pytest.raises(tc.LoadError, match=r"metadata is damaged .*the PTX version "
+                                           r"'compute_9x'"):
+        tc.load_module(bad)
+
+
+def test_device_the_library_has_no_code_for(lib, monkeypatch):
+    f, path, _ = lib
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch, capability=(7, 5))
+    a = np.zeros(8, "float32")
+    with pytest.raises(tc.DeviceCodeError, match=r"library '.*inc.so' holds GPU code for "
+                                                 r"sm_80, sm_90, PTX compute_90, none of which "
+                                                 r"runs on device 0 \(Fake GPU \(emulated\), "
+                                                 r"compute capability 7.5, sm_75\): export it "
+                                                 r"with tc.build\(..., target='cuda "
+                                                 r"-arch=sm_75'\)"):
+        g(DeviceArray(a), DeviceArray(a.copy()))
+    assert fake.launches == [] and fake.images == []     # refused before the first launch
+
+
+def test_driver_finds_no_code_for_the_gpu(lib, monkeypatch):
+    """A newer GPU whose driver is too old for the library's PTX: cuModuleLoadData
+    answers CUDA_ERROR_NO_BINARY_FOR_GPU."""
+    f, path, _ = lib
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch, capability=(10, 0),
+                             load_status=209)
+    a = np.zeros(8, "float32")
+    with pytest.raises(tc.DeviceCodeError, match=r"the CUDA driver found no code for device 0 "
+                                                 r"\(Fake GPU \(emulated\), sm_100\)"):
+        g(DeviceArray(a), DeviceArray(a.copy()))
+    assert fake.launches == []
+
+
+def test_cpu_array_to_a_gpu_kernel(lib, monkeypatch):
+    f, path, _ = lib
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch)
+    a = np.zeros(8, "float32")
+    with pytest.raises(tc.ArgumentError, match=r"parameter A \(argument 1\) expects a device "
+                                               r"array \(__cuda_array_interface__\) of float32 "
+                                               r"with shape \(n,\), got a 1-d float32 array of "
+                                               r"shape \(8,\) in host \(CPU\) memory: pass a "
+                                               r"device array of float32"):
+        g(a, DeviceArray(a.copy()))
+    torch = pytest.importorskip("torch")
+    with pytest.raises(tc.ArgumentError, match=r"parameter B \(argument 2\) expects a device "
+                                               r"array .* in host \(CPU\) memory"):
+        g(DeviceArray(a), torch.zeros(8))
+    assert fake.launches == []
+
+
+def test_device_array_of_the_wrong_dtype(lib, monkeypatch):
+    f, path, _ = lib
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch)
+    with pytest.raises(tc.ArgumentError, match=r"parameter A \(argument 1\) expects float32, "
+                                               r"got float64"):
+        g(DeviceArray(np.zeros(8)), DeviceArray(np.zeros(8, "float32")))
+
+
+@pytest.mark.parametrize("device, match", [
+    (1, r"parameter B \(argument 2\) is an array in device 1, but inc's kernels run on device "
+        r"0: pass an array on cuda:0"),
+    (None, r"parameter B \(argument 2\) is an array in memory the CUDA driver does not know as "
+           r"device memory"),
+], ids=["other GPU", "not device memory"])
+def test_device_array_on_another_device(lib, monkeypatch, device, match):
+    f, path, _ = lib
+    a, b = np.zeros(8, "float32"), np.zeros(8, "float32")
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch,
+                             device_of=lambda ptr: device if ptr == b.ctypes.data else 0)
+    with pytest.raises(tc.ArgumentError, match=match):
+        g(DeviceArray(a), DeviceArray(b))
+    assert fake.launches == []
+
+
+def test_loaded_gpu_library_has_no_source_and_is_not_exported_again(lib, tmp_path):
+    _, path, _ = lib
+    g = tc.load_module(path)
+    with pytest.raises(tc.LoadError, match=r"has no source \(the library holds the GPU code "
+                                           r"as a fatbin: sm_80, sm_90, PTX compute_90\)"):
+        g.get_source("cuda")
+    with pytest.raises(tc.BuildError, match=r"is a library already: copy the file and its "
+                                            r".sha256 sidecar"):
+        g.export_library(str(tmp_path / "again.so"))
+
+
+def test_gpu_library_format_refused_by_a_cpu_only_reader(lib):
+    """What a tecomp that reads only CPU libraries says of a GPU library: its format."""
+    _, _, data = lib
+    start = data.index(b'{"format":"tecomp-aot-library"')
+    doc = data[start:data.index(b"\0", start)].replace(b'"format_version":3',
+                                                       b'"format_version":9')
+    with pytest.raises(tc.LoadError, match=r"in library format 9; this tecomp .* reads formats "
+                                           r"2 \(CPU\) and 3 \(GPU\)"):
+        aot_format.parse_metadata(doc, "library 'x.so'")
+
+
+def test_cli_bench_of_a_gpu_library(lib):
+    """``tecomp bench`` times CPU libraries: a GPU library is refused with a message,
+    not a traceback."""
+    _, path, _ = lib
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.run([sys.executable, "-m", "tecomp", "bench", path, "--var", "n=64"],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": root})
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert re.fullmatch(r"tecomp bench: error: library '.*inc.so' holds GPU kernels, which take "
+                        r"device arrays: tecomp bench times CPU libraries; .*\n", p.stderr)

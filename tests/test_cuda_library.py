@@ -1,0 +1,230 @@
+"""GPU kernels in exported libraries: ``export_library`` of a ``cuda`` module and
+``tc.load_module`` of the library, which launches through the CUDA driver alone.
+
+Without a GPU: the export runs nvcc (skipped without it); the library's fatbin is read
+(its header, cubins for sm_80 and sm_90, PTX compute_90); loading without libcuda fails
+as documented in a child process; the launcher runs against a stand-in libcuda
+(tests/fake_libcuda.py) that checks what it is given and runs the kernel in the CUDA
+emulation.  The ``gpu`` test runs the library on a real GPU.  Libraries and calls that
+must fail: tests/must_fail/test_cuda_library_errors.py.
+"""
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.runtime import aot_format, cuda_driver
+from tecomp.runtime.elf import inspect_library
+from tecomp.runtime.fatbin import FATBIN_MAGIC, pick_code, read_fatbin
+from tecomp.runtime.nvcc import find_nvcc
+
+sys.path.insert(0, os.path.dirname(__file__))
+from cuda_examples import tiled_matmul, two_kernels_workspace  # noqa: E402
+from fake_libcuda import DeviceArray, load_with_fake  # noqa: E402
+
+from tecomp.codegen.cuda import build_cuda  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc (the CUDA toolkit) is not "
+                                "installed: a GPU library cannot be exported")
+
+
+def scale_module():
+    """B = A * 2 over a symbolic n: 64 threads per block, (n + 63) // 64 blocks."""
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i] * 2.0, name="B")
+    s = tc.create_schedule(B.op)
+    bx, tx = s[B].split(B.op.axis[0], factor=64)
+    s[B].bind(bx, tc.thread_axis("blockIdx.x"))
+    s[B].bind(tx, tc.thread_axis("threadIdx.x"))
+    return tc.build(s, [A, B], target="cuda", name="scale")
+
+
+@pytest.fixture(scope="module")
+def scale_lib(tmp_path_factory):
+    if find_nvcc() is None:
+        pytest.skip("nvcc is not installed")
+    f = scale_module()
+    path = str(tmp_path_factory.mktemp("gpulib") / "scale.so")
+    f.export_library(path)
+    return f, path
+
+
+def fatbin_of(path):
+    with open(path, "rb") as fh:
+        image = inspect_library(fh.read(), path, aot_format.SECTION)
+    return image.sections[aot_format.FATBIN_SECTION]
+
+
+@needs_nvcc
+def test_library_holds_a_fatbin_for_sm80_sm90_and_ptx(scale_lib):
+    _, path = scale_lib
+    fatbin = fatbin_of(path)
+    magic, version, header, size = struct.unpack_from("<IHHQ", fatbin, 0)
+    assert (magic, version, header) == (FATBIN_MAGIC, 1, 16) and size + 16 == len(fatbin)
+    entries = read_fatbin(fatbin, path, AssertionError)
+    assert sorted(e.name for e in entries) == ["compute_90", "sm_80", "sm_90"]
+    for e in entries:   # each cubin an ELF file for EM_CUDA (190) of its architecture
+        if e.kind == "cubin":
+            assert e.payload[:4] == b"\x7fELF" and struct.unpack_from("<H", e.payload, 18)[0] == 190
+    meta = tc.load_module(path).metadata
+    assert meta["format_version"] == aot_format.CUDA_FORMAT_VERSION
+    assert meta["cuda"]["archs"] == ["sm_80", "sm_90"] and meta["cuda"]["ptx"] == "compute_90"
+    assert [k["name"] for k in meta["cuda"]["kernels"]] == ["scale_kernel0"]
+    # the sidecar is sha256sum's format
+    with open(path + ".sha256") as fh:
+        assert fh.read().split()[1] == "scale.so"
+
+
+def test_the_driver_picks_a_cubin_of_the_family_or_ptx():
+    from tecomp.runtime.fatbin import FatbinEntry
+    code = [FatbinEntry("cubin", (8, 0), b""), FatbinEntry("cubin", (9, 0), b""),
+            FatbinEntry("ptx", (9, 0), b"")]
+    assert pick_code(code, (8, 0)).name == "sm_80"
+    assert pick_code(code, (8, 9)).name == "sm_80"     # Ada runs sm_80 code
+    assert pick_code(code, (9, 0)).name == "sm_90"
+    assert pick_code(code, (10, 0)).name == "compute_90"   # Blackwell: PTX, compiled
+    assert pick_code(code, (7, 5)) is None
+
+
+def test_library_for_a_newer_target_arch():
+    from tecomp.codegen.cuda_export import library_archs
+    assert library_archs(None) == (("sm_80", "sm_90"), "compute_90")
+    assert library_archs(tc.Target("cuda -arch=sm_90")) == (("sm_90",), "compute_90")
+    assert library_archs(tc.Target("cuda -arch=sm_100")) == (("sm_100",), "compute_100")
+
+
+@needs_nvcc
+def test_launch_through_the_driver_api(scale_lib, monkeypatch):
+    """The parameters the loaded module passes to cuLaunchKernel, and the result of the
+    kernel the stand-in runs in the emulation."""
+    f, path = scale_lib
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch)
+    for n in (1000, 64, 1):
+        a = np.random.default_rng(n).standard_normal(n).astype("float32")
+        b = np.zeros(n, "float32")
+        g(DeviceArray(a), DeviceArray(b))
+        np.testing.assert_array_equal(b, a * 2)
+        name, grid, block, shared, stream, values = fake.launches[-1]
+        assert (name, grid, block, shared, stream) == (
+            "scale_kernel0", ((n + 63) // 64, 1, 1), (64, 1, 1), 0, 0)
+        assert values == [a.ctypes.data, b.ctypes.data, n]
+    assert fake.images == [fatbin_of(path)]     # the fatbin, loaded once
+    assert fake.calls.count("cuCtxSynchronize") == 3
+    g(DeviceArray(np.zeros(0, "float32")), DeviceArray(np.zeros(0, "float32")))
+    assert len(fake.launches) == 3              # nothing to compute: no launch
+    g(DeviceArray(a), DeviceArray(b), stream=0x5000)   # on the stream, without waiting
+    assert fake.launches[-1][4] == 0x5000 and fake.calls.count("cuCtxSynchronize") == 4
+
+
+@needs_nvcc
+@pytest.mark.parametrize("make", [tiled_matmul, two_kernels_workspace], ids=["matmul", "workspace"])
+def test_exported_kernels_run_end_to_end(make, tmp_path, monkeypatch):
+    """Shared memory (matmul) and a global workspace between two kernels (allocated with
+    cuMemAlloc, freed after the call)."""
+    case = make()
+    f = build_cuda(case.func)
+    path = str(tmp_path / f"{case.name}.so")
+    f.export_library(path)
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch)
+    args = case.make_args(np.random.default_rng(0))
+    g(*[DeviceArray(a) if isinstance(a, np.ndarray) else a for a in args])
+    for k, want in case.expected(args).items():
+        np.testing.assert_allclose(args[k], want, rtol=max(case.rtol, 1e-6), atol=case.atol)
+    assert [x[0] for x in fake.launches] == [k.name for k in f.kernels]
+    assert [x[3] for x in fake.launches] == [k.dynamic_shared for k in f.kernels]
+    assert fake.allocs == {}
+
+
+@needs_nvcc
+def test_load_without_libcuda_raises_in_a_child(scale_lib):
+    """No crash: the documented RuntimeUnavailableError, naming what was looked for (the
+    child hides any libcuda this machine has)."""
+    _, path = scale_lib
+    code = f"""
+import ctypes.util, numpy as np, tecomp as tc
+from tecomp.runtime import cuda_driver
+cuda_driver.LIBCUDA_NAMES = ("libcuda-absent.so.1",)
+ctypes.util.find_library = lambda name: None
+g = tc.load_module({path!r})
+try:
+    g(np.zeros(4, "float32"), np.zeros(4, "float32"))
+except tc.RuntimeUnavailableError as e:
+    print("RAISED", e)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stderr
+    assert "RAISED no CUDA driver on this machine" in proc.stdout
+    assert "libcuda-absent.so.1" in proc.stdout
+
+
+@pytest.mark.gpu
+def test_gpu_library_on_a_real_gpu(tmp_path):
+    """Export, then load and run in a fresh process with torch CUDA tensors: the driver
+    API alone (no pycuda, no nvcc in the child)."""
+    try:
+        cuda_driver.libcuda()
+    except tc.RuntimeUnavailableError as exc:
+        pytest.skip(str(exc))
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU for torch")
+    if find_nvcc() is None:
+        pytest.skip("nvcc is not installed")
+    path = str(tmp_path / "scale.so")
+    scale_module().export_library(path)
+    code = f"""
+import sys, time, torch, tecomp as tc
+sys.modules["pycuda"] = None       # the library must not need pycuda
+t0 = time.perf_counter()
+g = tc.load_module({path!r})
+a = torch.randn(1000, device="cuda"); b = torch.empty_like(a)
+g(a, b); torch.cuda.synchronize()
+print("FIRST", time.perf_counter() - t0)
+assert torch.equal(b, a * 2)
+try:
+    g(a.cpu(), b)
+except tc.ArgumentError as e:
+    print("CPU", e)
+print("OK")
+"""
+    env = dict(os.environ, PATH="/usr/bin:/bin", PYTHONPATH=ROOT)   # no nvcc on its PATH
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "OK" in proc.stdout and "CPU" in proc.stdout, proc.stdout
+
+
+@needs_nvcc
+def test_host_assertions_travel_with_the_library(scale_lib, tmp_path, monkeypatch):
+    """A condition on the sizes the host checks before launching (comparisons, logic and
+    selects: the GPU format's expressions) is checked by the loaded module too."""
+    import dataclasses
+
+    from tecomp.codegen.cuda_export import export_cuda_library
+    from tecomp.ir.expr import GE, LT, And, Const, Not, Select
+    from tecomp.runtime.cuda import CudaModule
+
+    f, _ = scale_lib
+    n = f.cuda_source.kernels[0].params[2].obj
+    cond = And(LT(n, Const(100)), Not(GE(Select(LT(n, Const(0)), Const(0), n, "int32"),
+                                        Const(90))))
+    cs = dataclasses.replace(f.cuda_source, host_asserts=[(cond, "n must be below 90")])
+    path = str(tmp_path / "asserting.so")
+    CudaModule(cs, exporter=export_cuda_library).export_library(path)
+    g, fake = load_with_fake(path, cs, monkeypatch)
+    (got, message), = g.cuda_source.host_asserts
+    assert message == "n must be below 90" and str(got) == str(cond)
+    a = np.ones(89, "float32")
+    b = np.zeros(89, "float32")
+    g(DeviceArray(a), DeviceArray(b))
+    assert (b == 2).all()
+    a = np.ones(95, "float32")
+    with pytest.raises(tc.ArgumentError, match=r"scale: n must be below 90"):
+        g(DeviceArray(a), DeviceArray(a.copy()))
