@@ -116,13 +116,14 @@ def compile_region(region, vals, options) -> Optional[Exception]:
         mod = _MEMORY.get(key)
     if mod is not None:
         STATS["memory"] += 1
-        region.module = mod
+        region.module, region.origin = mod, "memory"
         return None
     path = _path(key) if options.cache else None
     if path is not None and path.exists():
         try:
             mod = load_module(path)
             STATS["disk"] += 1
+            region.origin = "disk"
         except TecompError as e:
             log.info("tecomp.dynamo: cached kernel %s not loaded (%s): building it again",
                      path, e)
@@ -142,6 +143,7 @@ def compile_region(region, vals, options) -> Optional[Exception]:
         except (TecompError, InternalError) as e:
             return e
         STATS["built"] += 1
+        region.origin = "built"
         if path is not None:
             _save(mod, path)
     with _LOCK:
