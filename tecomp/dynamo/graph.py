@@ -92,6 +92,10 @@ class CompiledGraph:
         self.role = role
         self.plans: Dict[tuple, _Plan] = {}
         self._lock = threading.Lock()
+        # whether AOTAutograd traced the graph with symbolic sizes (before the plans'
+        # propagation writes their concrete values in the nodes' meta)
+        self.symbolic = any(_symbolic(n.meta.get("val")) for n in gm.graph.nodes
+                            if n.op == "placeholder")
 
     def __call__(self, args):
         args = list(args)
@@ -101,7 +105,8 @@ class CompiledGraph:
             with self._lock:
                 plan = self.plans.get(sig)
                 if plan is None:
-                    plan = self.plans[sig] = _Plan(self.gm, args, self.options, self.role)
+                    plan = self.plans[sig] = _Plan(self.gm, args, self.options, self.role,
+                                                     self.symbolic)
         return plan.run(args)
 
 
@@ -120,6 +125,14 @@ def _propagate(gm, args) -> Dict[torch.fx.Node, object]:
     return vals
 
 
+def _symbolic(v) -> bool:
+    """Whether a placeholder's traced value has a symbolic size (or is one)."""
+    if isinstance(v, (torch.SymInt, torch.SymFloat)):
+        return True
+    return isinstance(v, torch.Tensor) and any(isinstance(e, torch.SymInt)
+                                               for e in v.shape)
+
+
 def _concrete(v):
     """A fake-propagated Python scalar as a plain int/float (a SymInt of a static
     specialisation has a value)."""
@@ -133,7 +146,7 @@ def _concrete(v):
 class _Plan:
     """One specialisation of a graph: the regions' kernels and the eager nodes, in order."""
 
-    def __init__(self, gm, args, options, role):
+    def __init__(self, gm, args, options, role, symbolic=False):
         graph = gm.graph
         vals = _propagate(gm, args)
         vals = {n: _concrete(v) for n, v in vals.items()}
@@ -142,6 +155,9 @@ class _Plan:
         for n in graph.nodes:
             if n.op == "call_function":
                 reasons[n] = unsupported(n, vals)
+        for n in _returned_views(graph) if symbolic else ():
+            reasons[n] = ("a view the graph returns, of sizes that vary (dynamic): it runs "
+                          "as a view, so that AOTAutograd can rebuild it from its base")
         _log_unsupported(reasons, role)
         order = {n: k for k, n in enumerate(graph.nodes)}
         for attempt in range(2):
@@ -287,6 +303,23 @@ def _region(nodes, vals):
     if any(not isinstance(vals.get(o), torch.Tensor) for o in outputs):
         return None
     return Region(nodes, inputs, outputs)
+
+
+def _returned_views(graph) -> set:
+    """The chains of views (of an input or of a computed tensor) that ``graph`` returns.
+    AOTAutograd rebuilds such an output from its base: by replaying the views where
+    their arguments are static, else (a graph with symbolic sizes: a slice starting at
+    ``s0 // 2``) with ``base.as_strided()`` of the strides and storage offset of the
+    tensor the graph returned -- which must then be a view of the base, not a copy."""
+    out = next(n for n in graph.nodes if n.op == "output")
+    todo, seen = list(out.all_input_nodes), set()
+    while todo:
+        n = todo.pop()
+        if n not in seen and n.op == "call_function" and n.target in VIEWS:
+            seen.add(n)
+            if isinstance(n.args[0], torch.fx.Node):
+                todo.append(n.args[0])
+    return seen
 
 
 def _attr(mod, target: str):
