@@ -6,16 +6,17 @@ inputs: elementwise chains (unary functions, binary operators broadcasting again
 values or new inputs), reductions (``sum``, ``mean``, ``amax``, ``amin``, with and without
 ``keepdim``), views (``reshape``, ``flatten``, ``permute``, ``transpose``, ``unsqueeze``,
 ``squeeze``, ``expand``, slices with steps, ``narrow``, ``select``), ``cat``, matrix
-products (``@``, ``F.linear``, ``bmm``) and softmax.  Sizes are drawn twice (sets A and
-B): every operation takes its parameters from the sizes it is given at run time (a slice
-from ``x.shape[d] // 2``), and each is kept only if it runs on both sets, so the program
-also runs with dynamic sizes (``torch._dynamo.mark_dynamic``).  The program returns its
-last value and some intermediate ones, views among them (an ``expand`` returned as it
-is: a broadcast view).
+products (``@``, ``F.linear``, ``bmm``), softmax, convolution, pooling, layer and batch
+norm, attention.  Sizes are drawn twice (sets A and B): every operation takes its
+parameters from the sizes it is given at run time (a slice from ``x.shape[d] // 2``), and
+each is kept only if it runs on both sets, so the program also runs with dynamic sizes
+(``torch._dynamo.mark_dynamic``).  The program returns its last value and some
+intermediate ones, views among them (an ``expand`` returned as it is: a broadcast view).
 
-    python3 tests/dynamo_fuzz.py --seeds 0:200 [--dynamic]
+    python3 tests/dynamo_fuzz.py --seeds 0:200 [--dynamic] [--grad]
 
-runs seeds against eager PyTorch and prints the failing ones.
+runs seeds against eager PyTorch (``--grad``: the gradients too) and prints the failing
+ones.
 """
 from __future__ import annotations
 
@@ -155,7 +156,7 @@ class _Drawer:
         x = self.vals[k][0]
         nd = x.dim()
         kind = r.choice(["unary", "unary", "binary", "binary", "reduce", "view", "view",
-                         "view", "cat", "matmul", "softmax"])
+                         "view", "cat", "matmul", "softmax", "nn"])
         if kind == "unary":
             name, f = r.choice(_UNARY)
             self.try_step(name, f, (k,))
@@ -196,10 +197,41 @@ class _Drawer:
             else:
                 w = self.new_input((sa[-1], n), (sb[-1], n))
                 self.try_step("matmul", torch.matmul, (k, w))
+        elif kind == "nn" and nd >= 2:
+            self.nn(k, nd)
         elif kind == "softmax" and nd >= 1:
             log = r.random() < 0.3
             f = F.log_softmax if log else F.softmax
             self.try_step("log_softmax(-1)" if log else "softmax(-1)", lambda v: f(v, -1), (k,))
+
+    def nn(self, k: int, nd: int) -> None:
+        """A convolution, pooling, a norm or attention (the kernels' anchors)."""
+        r = self.rng
+        sa, sb = (tuple(v.shape) for v in self.vals[k])
+        what = r.choice(["conv", "pool", "layer_norm", "batch_norm", "attention"])
+        if what == "conv" and nd == 4:
+            co, ks = r.randint(1, 4), r.choice([1, 3])
+            w = self.new_input((co, sa[1], ks, ks), (co, sb[1], ks, ks))
+            bias = self.new_input((co,), (co,)) if r.random() < 0.5 else None
+            self.try_step(f"conv2d(k={ks}, padding={ks // 2})", lambda v, w, *b: F.conv2d(
+                v, w, b[0] if b else None, padding=ks // 2), (k, w) + ((bias,) if bias else ()))
+        elif what == "pool" and nd == 4:
+            avg = r.random() < 0.5
+            f = F.avg_pool2d if avg else F.max_pool2d
+            self.try_step(f"{'avg' if avg else 'max'}_pool2d(2)", lambda v: f(v, 2), (k,))
+        elif what == "layer_norm":
+            w = self.new_input(sa[-1:], sb[-1:])
+            bias = self.new_input(sa[-1:], sb[-1:])
+            self.try_step("layer_norm(last)", lambda v, w, b: F.layer_norm(
+                v, v.shape[-1:], w, b), (k, w, bias))
+        elif what == "batch_norm" and nd in (2, 4):
+            w = self.new_input(sa[1:2], sb[1:2])
+            bias = self.new_input(sa[1:2], sb[1:2])
+            self.try_step("batch_norm(batch statistics)", lambda v, w, b: F.batch_norm(
+                v, None, None, w, b, training=True), (k, w, bias))
+        elif what == "attention" and nd == 4:
+            self.try_step("scaled_dot_product_attention(v, v, v)",
+                          lambda v: F.scaled_dot_product_attention(v, v, v), (k,))
 
     def view(self, k: int, nd: int) -> None:
         r = self.rng
@@ -312,10 +344,12 @@ def max_error(got, want) -> float:
     return worst
 
 
-def run(prog: Program, dynamic: bool, options=None) -> float:
+def run(prog: Program, dynamic: bool, options=None, grad: bool = False) -> float:
     """Compile ``prog`` with backend="tecomp" and return its largest error against eager
-    on size set A (and B, with ``dynamic``: every dimension of size > 1 marked dynamic).
-    Raises AssertionError where a kernel could not be compiled (and ran eagerly)."""
+    on size set A (and B, with ``dynamic``: every dimension of size > 1 marked dynamic);
+    with ``grad``, of the inputs' gradients too (a random weighting of the outputs
+    summed, backward through the forward and backward graphs).  Raises AssertionError
+    where a kernel could not be compiled (and ran eagerly)."""
     failed = STATS["failed"]
     g = torch.Generator().manual_seed(prog.seed)
     c = torch.compile(prog, backend="tecomp", options=options or {})
@@ -327,10 +361,22 @@ def run(prog: Program, dynamic: bool, options=None) -> float:
                 for dim, s in enumerate(x.shape):
                     if s > 1:
                         torch._dynamo.maybe_mark_dynamic(x, dim)
-        with torch.no_grad():
-            want = prog(*xs)
-            got = c(*xs)
-        worst = max(worst, max_error(got, want))
+        if not grad:
+            with torch.no_grad():
+                want = prog(*xs)
+                got = c(*xs)
+            worst = max(worst, max_error(got, want))
+            continue
+        results = []
+        for fn in (prog, c):
+            leaves = [x.detach().clone().requires_grad_(True) for x in xs]
+            outs = fn(*leaves)
+            heads = [torch.randn(o.shape, generator=torch.Generator().manual_seed(k))
+                     for k, o in enumerate(outs)]
+            sum((o * h).sum() for o, h in zip(outs, heads)).backward()
+            results.append([o.detach() for o in outs] + [
+                x.grad if x.grad is not None else torch.zeros_like(x) for x in leaves])
+        worst = max(worst, max_error(results[1], results[0]))
     assert STATS["failed"] == failed, "a kernel could not be compiled (see the log)"
     return worst
 
@@ -339,6 +385,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0:50", help="first:last (exclusive)")
     ap.add_argument("--dynamic", action="store_true")
+    ap.add_argument("--grad", action="store_true", help="compare the inputs' gradients too")
     args = ap.parse_args(argv)
     lo, hi = (int(s) for s in args.seeds.split(":"))
     bad = 0
@@ -346,7 +393,7 @@ def main(argv=None) -> int:
         torch._dynamo.reset()
         prog = make_program(seed)
         try:
-            err = run(prog, args.dynamic, {"cache": False})
+            err = run(prog, args.dynamic, {"cache": False}, grad=args.grad)
         except Exception as e:  # noqa: BLE001  (a fuzzer reports every failure)
             err, why = math.inf, f"{type(e).__name__}: {str(e)[:300]}"
         else:

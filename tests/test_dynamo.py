@@ -306,6 +306,22 @@ def test_disk_cache_reused_by_a_second_process(tmp_path):
     assert list((tmp_path / "cache" / "dynamo").glob("*.so"))
 
 
+def test_kernels_written_to_disk_in_the_background(tmp_path, monkeypatch):
+    """The first call returns before its kernels are exported; flush() waits for the
+    writer, after which every built kernel is a library on disk."""
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
+    dcache.clear_memory()
+    before = dcache.STATS["built"]
+    x = torch.randn(3, 7)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(lambda t: torch.tanh(t) * 3,
+                                                 backend="tecomp")(x), torch.tanh(x) * 3)
+    dcache.flush()
+    assert dcache._WRITER is None and not dcache._PENDING
+    built = dcache.STATS["built"] - before
+    assert built >= 1 and len(list((tmp_path / "dynamo").glob("*.so"))) == built
+
+
 def test_kernels_shared_between_identical_regions():
     """Two identical blocks in one model: one kernel, built once."""
     torch.manual_seed(0)

@@ -12,9 +12,13 @@ directory), each with its sha256 sidecar, loaded by ``tc.load_module`` with all 
 checks: a second process builds nothing that the first built.  A library that cannot be
 loaded (damaged, for another CPU) is built again and replaced; one that cannot be
 written (no C compiler to link with) only stays in memory, said once in the log.
+Libraries are written by a background thread (exporting compiles every call variant of
+a kernel: about twice the time of building it), which the process waits for when it
+exits (:func:`flush` waits for it now).
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
 import os
@@ -145,7 +149,7 @@ def compile_region(region, vals, options) -> Optional[Exception]:
         STATS["built"] += 1
         region.origin = "built"
         if path is not None:
-            _save(mod, path)
+            _save_later(mod, path)
     with _LOCK:
         _MEMORY[key] = mod
     region.module = mod
@@ -171,6 +175,48 @@ def _path(key: str) -> Optional[Path]:
         _warn_once("dir", "tecomp.dynamo: kernels are not cached on disk: %s", e)
         return None
     return d / f"{key}.so"
+
+
+_PENDING: collections.deque = collections.deque()
+_WRITER: Optional[threading.Thread] = None
+
+
+def _save_later(mod, path: Path) -> None:
+    """Write ``mod`` to ``path`` in a background thread (exporting compiles every call
+    variant of the kernel, twice the time of building it): the first call of a model
+    does not wait for it.  The thread is not a daemon: the process writes what it built
+    before it exits."""
+    global _WRITER
+    with _LOCK:
+        _PENDING.append((mod, path))
+        if _WRITER is None:
+            _WRITER = threading.Thread(target=_write_pending, name="tecomp-dynamo-cache")
+            _WRITER.start()
+
+
+def _write_pending() -> None:
+    global _WRITER
+    while True:
+        with _LOCK:
+            if not _PENDING:
+                _WRITER = None
+                return
+            mod, path = _PENDING.popleft()
+        try:
+            _save(mod, path)
+        except Exception as e:  # noqa: BLE001  (a kernel not cached is not an error)
+            _warn_once("save", "tecomp.dynamo: kernels are not cached on disk: %s: %s",
+                       type(e).__name__, e)
+
+
+def flush() -> None:
+    """Wait until the kernels this process built are written to the disk cache."""
+    while True:
+        with _LOCK:
+            w = _WRITER
+        if w is None:
+            return
+        w.join()
 
 
 def _save(mod, path: Path) -> None:
