@@ -391,6 +391,24 @@ def test_operator_table_lists_every_lowering():
     assert listed == {str(op) for op in RULES}
 
 
+def test_kernel_whose_compilation_raises_a_bug_runs_eagerly(caplog, monkeypatch):
+    """An exception other than tecomp's own while compiling a kernel (a tecomp bug, as
+    the attention template's ValueError was) does not fail torch.compile: the kernel's
+    nodes run eagerly, with a WARNING that says it is a tecomp bug."""
+    def broken(args, **kw):
+        raise ValueError("not enough values to unpack (for the test)")
+    monkeypatch.setattr(dcache, "auto_schedule", broken)
+    dcache.clear_memory()
+    x = torch.randn(3, 4)
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"), torch.no_grad():
+        got = torch.compile(lambda t: torch.softmax(t * 3, -1),
+                            backend="tecomp", options={"cache": False})(x)
+    torch.testing.assert_close(got, torch.softmax(x * 3, -1))
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned and all("a tecomp bug" in m and "ValueError: not enough values" in m
+                          for m in warned), warned
+
+
 def test_region_that_cannot_be_compiled_runs_eagerly(caplog, monkeypatch):
     """A region the auto-scheduler refuses: first split at its views, then (still
     refused) run eagerly, with a WARNING naming its operators and the error."""

@@ -146,6 +146,9 @@ def compile_region(region, vals, options) -> Optional[Exception]:
             mod = build(s, args, target=options.target, name=f"tecomp_dynamo_{key[:16]}")
         except (TecompError, InternalError) as e:
             return e
+        except Exception as e:  # noqa: BLE001  (any other is a bug: the kernel runs eagerly)
+            return InternalError(f"tecomp.dynamo: compiling a kernel raised "
+                                 f"{type(e).__name__}: {e}")
         STATS["built"] += 1
         region.origin = "built"
         if path is not None:
