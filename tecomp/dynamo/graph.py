@@ -253,7 +253,7 @@ def _kernels(nodes):
     kernel).  Identical blocks of a model make identical kernels, which share
     one build (:mod:`tecomp.dynamo.cache`)."""
     members = set(nodes)
-    kernel: Dict[torch.fx.Node, float] = {}
+    kernel: Dict[torch.fx.Node, int] = {}
     is_op: List[bool] = []  # per kernel: whether it has an "op" anchor
     floating = []
     for n in nodes:
