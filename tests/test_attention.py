@@ -235,6 +235,25 @@ def test_attention_inside_a_larger_dag_keeps_its_fused_schedule():
     np.testing.assert_allclose(out, ref.reshape(seq, hidden).numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("how", ["schedule_attention", "auto_schedule"])
+def test_one_tensor_as_query_key_and_value(how):
+    """Attention of a tensor with itself (``sdpa(x, x, x)``, as a graph captured by
+    torch.compile hands over): the scores read one tensor, where the template looked for
+    two (ValueError: not enough values to unpack; the dynamo fuzzer's seed 293).  The
+    template, whose copy of the query's rows would also serve the keys, leaves it to the
+    rules."""
+    x = tc.placeholder((2, 3, 5, 8), name="x")
+    out = nn.scaled_dot_product_attention(x, x, x)
+    s = schedule_attention(out) if how == "schedule_attention" else tc.auto_schedule([x, out])
+    f = tc.build(s, [x, out])
+    xv = np.random.default_rng(0).standard_normal((2, 3, 5, 8)).astype("float32")
+    got = np.empty((2, 3, 5, 8), "float32")
+    f(xv, got)
+    t = torch.from_numpy(xv)
+    np.testing.assert_allclose(got, F.scaled_dot_product_attention(t, t, t).numpy(),
+                               rtol=2e-5, atol=2e-6)
+
+
 def test_schedule_attention_applies_a_config():
     """schedule_attention(out, config=...): the blocking given (here the auto-scheduler's
     other choices) is what is built, and computes the same; the heuristic's own values

@@ -514,3 +514,25 @@ def test_float16_gradients_accumulate_in_float32(case):
     errs = {x.name: np.abs(g.astype(np.float64) - t.grad.numpy()).max() /
             np.abs(t.grad.numpy()).max() for x, g, t in zip(phs, got, ts)}
     assert max(errs.values()) <= 2 * 2.0 ** -11, f"{name}: relative errors {errs}"
+
+
+def test_data_gradient_with_an_elementwise_epilogue():
+    """schedule_backward of a convolution's data gradient plus another gradient (what a
+    training graph sums for an input read twice): the convolution template caches the
+    gradient's stage, and the rules took the addition for the epilogue of the stage's old
+    reduction and split the template's axes again (ScheduleError: axis x was already
+    split; the dynamo fuzzer's training seed 61)."""
+    X = tc.placeholder((4, 5, 5, 4), name="X")
+    Wt = tc.placeholder((2, 5, 3, 3), name="W")
+    Hd = tc.placeholder((4, 2, 5, 4), name="H")
+    Z = tc.placeholder((4, 5, 5, 4), name="Z")
+    gX = tc.gradient(nn.conv2d_nchw(X, Wt, 1, 1), X, head=Hd)
+    total = tc.compute(gX.shape, lambda *i: gX[i] + Z[i], name="total")
+    args = [X, Wt, Hd, Z, total]
+    f = tc.build(tc.schedule_backward([total]), args)
+    vals = [rng.standard_normal(tuple(int(e) for e in t.shape)).astype("float32")
+            for t in args[:4]]
+    got = np.empty((4, 5, 5, 4), "float32")
+    f(*vals, got)
+    want, = ad.evaluate([gX], {X: vals[0], Wt: vals[1], Hd: vals[2]})
+    np.testing.assert_allclose(got, want + vals[3], rtol=1e-4, atol=1e-4)

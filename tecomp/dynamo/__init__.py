@@ -14,8 +14,10 @@ import.
 TorchDynamo captures the model's graph; AOTAutograd decomposes it to core ATen and
 splits training into a forward and a backward graph; :func:`backend` compiles each of
 them (and the inference graph) with :class:`~tecomp.dynamo.graph.CompiledGraph`: the
-supported ATen nodes are grouped into maximal regions, each one tecomp kernel scheduled
-by ``tc.auto_schedule``; the others run eagerly in the same compiled callable (a
+supported ATen nodes are grouped into kernels (each GEMM, convolution, pooling, norm,
+softmax or attention with its elementwise neighbours), each scheduled by
+``tc.auto_schedule``, identical ones built once; the others run eagerly in the same
+compiled callable (a
 partition of the graph, not a graph break), each unsupported operator named once in the
 log (logger ``tecomp.dynamo``, level INFO).  The supported operators:
 docs/torch_compile.md.

@@ -12,9 +12,13 @@ directory), each with its sha256 sidecar, loaded by ``tc.load_module`` with all 
 checks: a second process builds nothing that the first built.  A library that cannot be
 loaded (damaged, for another CPU) is built again and replaced; one that cannot be
 written (no C compiler to link with) only stays in memory, said once in the log.
+Libraries are written by a background thread (exporting compiles every call variant of
+a kernel: about twice the time of building it), which the process waits for when it
+exits (:func:`flush` waits for it now).
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
 import os
@@ -116,13 +120,14 @@ def compile_region(region, vals, options) -> Optional[Exception]:
         mod = _MEMORY.get(key)
     if mod is not None:
         STATS["memory"] += 1
-        region.module = mod
+        region.module, region.origin = mod, "memory"
         return None
     path = _path(key) if options.cache else None
     if path is not None and path.exists():
         try:
             mod = load_module(path)
             STATS["disk"] += 1
+            region.origin = "disk"
         except TecompError as e:
             log.info("tecomp.dynamo: cached kernel %s not loaded (%s): building it again",
                      path, e)
@@ -141,9 +146,13 @@ def compile_region(region, vals, options) -> Optional[Exception]:
             mod = build(s, args, target=options.target, name=f"tecomp_dynamo_{key[:16]}")
         except (TecompError, InternalError) as e:
             return e
+        except Exception as e:  # noqa: BLE001  (any other is a bug: the kernel runs eagerly)
+            return InternalError(f"tecomp.dynamo: compiling a kernel raised "
+                                 f"{type(e).__name__}: {e}")
         STATS["built"] += 1
+        region.origin = "built"
         if path is not None:
-            _save(mod, path)
+            _save_later(mod, path)
     with _LOCK:
         _MEMORY[key] = mod
     region.module = mod
@@ -169,6 +178,48 @@ def _path(key: str) -> Optional[Path]:
         _warn_once("dir", "tecomp.dynamo: kernels are not cached on disk: %s", e)
         return None
     return d / f"{key}.so"
+
+
+_PENDING: collections.deque = collections.deque()
+_WRITER: Optional[threading.Thread] = None
+
+
+def _save_later(mod, path: Path) -> None:
+    """Write ``mod`` to ``path`` in a background thread (exporting compiles every call
+    variant of the kernel, twice the time of building it): the first call of a model
+    does not wait for it.  The thread is not a daemon: the process writes what it built
+    before it exits."""
+    global _WRITER
+    with _LOCK:
+        _PENDING.append((mod, path))
+        if _WRITER is None:
+            _WRITER = threading.Thread(target=_write_pending, name="tecomp-dynamo-cache")
+            _WRITER.start()
+
+
+def _write_pending() -> None:
+    global _WRITER
+    while True:
+        with _LOCK:
+            if not _PENDING:
+                _WRITER = None
+                return
+            mod, path = _PENDING.popleft()
+        try:
+            _save(mod, path)
+        except Exception as e:  # noqa: BLE001  (a kernel not cached is not an error)
+            _warn_once("save", "tecomp.dynamo: kernels are not cached on disk: %s: %s",
+                       type(e).__name__, e)
+
+
+def flush() -> None:
+    """Wait until the kernels this process built are written to the disk cache."""
+    while True:
+        with _LOCK:
+            w = _WRITER
+        if w is None:
+            return
+        w.join()
 
 
 def _save(mod, path: Path) -> None:

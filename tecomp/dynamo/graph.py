@@ -1,6 +1,7 @@
 """One ATen FX graph (AOTAutograd's forward, backward or inference graph) compiled for
-the CPU: supported nodes grouped into regions, each region one tecomp kernel, every
-other node run eagerly between them.
+the CPU: supported nodes grouped into regions, each region cut into tecomp kernels (an
+anchor -- a GEMM, a convolution, a norm, a softmax, ... -- with its elementwise
+neighbours), every other node run eagerly between them.
 
 :class:`CompiledGraph` is what the backend hands AOTAutograd: a boxed callable.  On the
 first call with a new signature (the shapes, dtypes and strides of the tensor inputs and
@@ -11,12 +12,14 @@ the values of the integer inputs) it specialises the graph to it:
    the others are logged (logger ``tecomp.dynamo``, one line per operator) and run
    eagerly;
 3. ``torch.fx``'s capability partitioner groups the supported nodes into maximal
-   regions whose contraction leaves the graph acyclic; a region made only of views
-   runs eagerly (as views, without a copy);
-4. each region is translated to one tecomp DAG, scheduled by ``tc.auto_schedule``
-   (trials=0: the templates, elementwise stages inlined into their consumers and
-   producers) and built as one kernel -- or taken from the in-process or on-disk cache
-   (:mod:`tecomp.dynamo.cache`), keyed by the region's operators, shapes and the target;
+   regions whose contraction leaves the graph acyclic, and :func:`_kernels` cuts each
+   into the nodes of its kernels; a kernel made only of views runs eagerly (as views,
+   without a copy);
+4. each kernel's nodes (a :class:`Region`) are translated to one tecomp DAG, scheduled
+   by ``tc.auto_schedule`` (trials=0: the templates, elementwise stages inlined into
+   their consumers and producers) and built -- or taken from the in-process or on-disk
+   cache (:mod:`tecomp.dynamo.cache`), keyed by their operators, shapes and the target,
+   so that identical blocks share one kernel;
 5. the plan -- kernels and eager nodes in an order that respects every dependence -- is
    run.
 """
@@ -40,7 +43,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from ..errors import InternalError
 from . import cache as _cache
 from . import lowering_nn  # noqa: F401  (registers the nn rules)
-from .lowering import VIEWS, unsupported
+from .lowering import ANCHORS, VIEWS, unsupported
 
 log = logging.getLogger("tecomp.dynamo")
 
@@ -57,13 +60,14 @@ class Region:
     """Nodes lowered together: ``inputs`` (tensor nodes read from outside), ``outputs``
     (nodes read outside), and the built kernel."""
 
-    __slots__ = ("nodes", "inputs", "outputs", "module", "out_specs", "key")
+    __slots__ = ("nodes", "inputs", "outputs", "module", "out_specs", "key", "origin")
 
     def __init__(self, nodes, inputs, outputs):
         self.nodes, self.inputs, self.outputs = nodes, inputs, outputs
         self.module = None
         self.out_specs = []
         self.key = None
+        self.origin = None  # where its kernel came from: a key of STATS
 
 
 def _signature(args) -> tuple:
@@ -88,6 +92,10 @@ class CompiledGraph:
         self.role = role
         self.plans: Dict[tuple, _Plan] = {}
         self._lock = threading.Lock()
+        # whether AOTAutograd traced the graph with symbolic sizes (before the plans'
+        # propagation writes their concrete values in the nodes' meta)
+        self.symbolic = any(_symbolic(n.meta.get("val")) for n in gm.graph.nodes
+                            if n.op == "placeholder")
 
     def __call__(self, args):
         args = list(args)
@@ -97,7 +105,8 @@ class CompiledGraph:
             with self._lock:
                 plan = self.plans.get(sig)
                 if plan is None:
-                    plan = self.plans[sig] = _Plan(self.gm, args, self.options, self.role)
+                    plan = self.plans[sig] = _Plan(self.gm, args, self.options, self.role,
+                                                     self.symbolic)
         return plan.run(args)
 
 
@@ -116,6 +125,14 @@ def _propagate(gm, args) -> Dict[torch.fx.Node, object]:
     return vals
 
 
+def _symbolic(v) -> bool:
+    """Whether a placeholder's traced value has a symbolic size (or is one)."""
+    if isinstance(v, (torch.SymInt, torch.SymFloat)):
+        return True
+    return isinstance(v, torch.Tensor) and any(isinstance(e, torch.SymInt)
+                                               for e in v.shape)
+
+
 def _concrete(v):
     """A fake-propagated Python scalar as a plain int/float (a SymInt of a static
     specialisation has a value)."""
@@ -129,7 +146,7 @@ def _concrete(v):
 class _Plan:
     """One specialisation of a graph: the regions' kernels and the eager nodes, in order."""
 
-    def __init__(self, gm, args, options, role):
+    def __init__(self, gm, args, options, role, symbolic=False):
         graph = gm.graph
         vals = _propagate(gm, args)
         vals = {n: _concrete(v) for n, v in vals.items()}
@@ -138,6 +155,9 @@ class _Plan:
         for n in graph.nodes:
             if n.op == "call_function":
                 reasons[n] = unsupported(n, vals)
+        for n in _returned_views(graph) if symbolic else ():
+            reasons[n] = ("a view the graph returns, of sizes that vary (dynamic): it runs "
+                          "as a view, so that AOTAutograd can rebuild it from its base")
         _log_unsupported(reasons, role)
         order = {n: k for k, n in enumerate(graph.nodes)}
         for attempt in range(2):
@@ -173,6 +193,10 @@ class _Plan:
         log.info("tecomp.dynamo: %s graph: %d tecomp kernel%s (%d nodes), %d eager ATen "
                  "node%s", role, len(regions), "s" if len(regions) != 1 else "", len(inside),
                  eager, "s" if eager != 1 else "")
+        if log.isEnabledFor(logging.DEBUG):
+            for k, r in enumerate(item for kind, item in self.steps if kind == 0):
+                log.debug("tecomp.dynamo: %s graph: kernel %d (%s, %s): %s", role, k,
+                          r.origin, r.key[:12], _ops(r.nodes))
 
     def run(self, args):
         env = dict(zip(self.placeholders, args))
@@ -203,34 +227,66 @@ def _partition(gm, reasons, vals, order) -> List[Region]:
         nodes = sorted(p.nodes, key=order.__getitem__)
         if all(n.target is operator.getitem for n in nodes):
             continue
-        for seg in _segments(nodes):
+        for seg in _kernels(nodes):
             r = _region(seg, vals)
             if r is not None:
                 regions.append(r)
     return regions
 
 
-#: a region is cut after each of these (the end of a transformer's sublayer, of a
-#: convolution block): the repeated layers of a model then make identical regions, which
-#: share one kernel, and no kernel grows with the depth of the model
-_CUT_AFTER = {torch.ops.aten.native_layer_norm.default}
+def _kernels(nodes):
+    """``nodes`` (a region of supported nodes, in graph order, convex in the graph) cut
+    into the nodes of each kernel, as Inductor fuses: each anchor (an operator of
+    ``ANCHORS``: a GEMM, a convolution, a pooling, a norm, a softmax, attention) starts a
+    kernel, which takes the elementwise nodes and views that follow it as its epilogue;
+    a plain reduction starts a kernel after an anchor and joins one of elementwise
+    stages and reductions.  Nodes that read nothing of the region (a weight's
+    transpose, constants) go to the first kernel that reads them, as its prologue; those
+    that no kernel reads join the last kernel they read from (or, reading only nodes
+    outside the region, a kernel that reads the same), or make one of their own.
 
-
-def _segments(nodes):
-    """``nodes`` (a region, in graph order) cut after each operator of ``_CUT_AFTER`` and
-    its getitems.  Cutting a region in graph order keeps the plan acyclic: the region
-    was convex (no path leaves it and comes back), so each piece reads only earlier
-    pieces and nodes outside."""
-    segs, cur, cut = [], [], False
+    Each kernel is numbered; a node joins the highest-numbered kernel it reads from, a
+    new kernel gets a number above all, a prologue node the lowest number among its
+    readers: every edge goes from a kernel to one with a number at least its own, so the
+    kernels contracted keep the graph acyclic (the region was convex: no path leaves it
+    and comes back, so a node that reads and feeds only nodes outside may join any
+    kernel).  Identical blocks of a model make identical kernels, which share
+    one build (:mod:`tecomp.dynamo.cache`)."""
+    members = set(nodes)
+    kernel: Dict[torch.fx.Node, int] = {}
+    is_op: List[bool] = []  # per kernel: whether it has an "op" anchor
+    floating = []
     for n in nodes:
-        if cut and n.target is not operator.getitem:
-            segs.append(cur)
-            cur, cut = [], False
-        cur.append(n)
-        if n.target in _CUT_AFTER:
-            cut = True
-    segs.append(cur)
-    return [s for s in segs if not all(n.target is operator.getitem for n in s)]
+        ins = [kernel[a] for a in n.all_input_nodes if a in kernel]
+        kind = ANCHORS.get(n.target)
+        if kind == "op" or (kind == "reduction" and (not ins or is_op[max(ins)])):
+            kernel[n] = len(is_op)
+            is_op.append(kind == "op")
+        elif ins:
+            kernel[n] = max(ins)
+        else:
+            floating.append(n)
+    unread = []
+    for n in reversed(floating):
+        readers = [kernel[u] for u in n.users if u in kernel]
+        if readers:
+            kernel[n] = min(readers)
+        else:
+            unread.append(n)
+    for n in reversed(unread):  # in graph order: an epilogue of what they read, if any
+        ins = [kernel[a] for a in n.all_input_nodes if a in kernel]
+        if not ins:  # it reads only nodes outside: with a kernel that reads the same
+            ins = [min([kernel[u] for a in n.all_input_nodes for u in a.users if u in kernel],
+                       default=len(is_op))]
+        kernel[n] = max(ins)
+    for n in nodes:  # an operator's outputs are read where it is computed
+        if n.target is operator.getitem and n.args[0] in members:
+            kernel[n] = kernel[n.args[0]]
+    groups = collections.defaultdict(list)
+    for n in nodes:
+        groups[kernel[n]].append(n)
+    return [groups[k] for k in sorted(groups)
+            if not all(n.target in VIEWS or n.target is operator.getitem for n in groups[k])]
 
 
 def _region(nodes, vals):
@@ -247,6 +303,23 @@ def _region(nodes, vals):
     if any(not isinstance(vals.get(o), torch.Tensor) for o in outputs):
         return None
     return Region(nodes, inputs, outputs)
+
+
+def _returned_views(graph) -> set:
+    """The chains of views (of an input or of a computed tensor) that ``graph`` returns.
+    AOTAutograd rebuilds such an output from its base: by replaying the views where
+    their arguments are static, else (a graph with symbolic sizes: a slice starting at
+    ``s0 // 2``) with ``base.as_strided()`` of the strides and storage offset of the
+    tensor the graph returned -- which must then be a view of the base, not a copy."""
+    out = next(n for n in graph.nodes if n.op == "output")
+    todo, seen = list(out.all_input_nodes), set()
+    while todo:
+        n = todo.pop()
+        if n not in seen and n.op == "call_function" and n.target in VIEWS:
+            seen.add(n)
+            if isinstance(n.args[0], torch.fx.Node):
+                todo.append(n.args[0])
+    return seen
 
 
 def _attr(mod, target: str):
@@ -302,6 +375,13 @@ def _schedule(graph, regions, order) -> List[tuple]:
     if len(steps) != len(units):
         raise InternalError("tecomp.dynamo: the regions of a graph form a cycle")
     return steps
+
+
+def _ops(nodes) -> str:
+    """The operators of ``nodes``, in order, each once, without the ``aten.`` prefix."""
+    names = dict.fromkeys(str(n.target).replace("aten.", "") for n in nodes
+                          if isinstance(n.target, torch._ops.OpOverload))
+    return " ".join(names)
 
 
 def _log_unsupported(reasons, role):

@@ -35,13 +35,23 @@ RULES: Dict[object, tuple] = {}
 #: overloads that only move data: a region made of these alone runs eagerly (as views)
 VIEWS = set()
 
+#: overloads that anchor a kernel (see :mod:`tecomp.dynamo.graph`): ``"op"`` for those
+#: with a template of their own (GEMMs, convolutions, pooling, softmax, the norms,
+#: attention), each the start of a new kernel with its elementwise consumers as epilogue;
+#: ``"reduction"`` for plain reductions, which start a kernel after an ``"op"`` and join
+#: a kernel of elementwise stages and reductions
+ANCHORS: Dict[object, str] = {}
 
-def rule(*ops, check: Optional[Callable] = None, view: bool = False):
+
+def rule(*ops, check: Optional[Callable] = None, view: bool = False,
+         anchor: Optional[str] = None):
     def deco(fn):
         for o in ops:
             RULES[o] = (fn, check)
             if view:
                 VIEWS.add(o)
+            if anchor is not None:
+                ANCHORS[o] = anchor
         return fn
     return deco
 
@@ -294,7 +304,8 @@ def _identity_check(node, vals):
     return None
 
 
-@rule(aten.clone.default, aten.alias.default, aten._to_copy.default, check=_identity_check)
+@rule(aten.alias.default, check=_identity_check, view=True)
+@rule(aten.clone.default, aten._to_copy.default, check=_identity_check)
 def _copy(lw, node):
     x = lw.arg(node.args[0])
     if DTYPES[lw.out(node).dtype] == x.dtype:
@@ -482,7 +493,7 @@ def _reduce(lw, node, x, dims, keepdim, kind: str):
     return _te.compute(_shape(out), body, name=lw.name(node))
 
 
-@rule(aten.sum.dim_IntList, aten.sum.default)
+@rule(aten.sum.dim_IntList, aten.sum.default, anchor="reduction")
 def _sum(lw, node):
     x = lw.arg(node.args[0])
     dims = node.args[1] if len(node.args) > 1 and node.target is aten.sum.dim_IntList else None
@@ -491,7 +502,7 @@ def _sum(lw, node):
     return _reduce(lw, node, x, _dims(dims, len(x.shape)), keep, "sum")
 
 
-@rule(aten.mean.dim, check=_float_only)
+@rule(aten.mean.dim, check=_float_only, anchor="reduction")
 def _mean(lw, node):
     x = lw.arg(node.args[0])
     dims = _dims(node.args[1] if len(node.args) > 1 else None, len(x.shape))
@@ -504,7 +515,7 @@ def _mean(lw, node):
     return _te.compute(s.shape, lambda *i: s[i] * _te.const(1.0 / n, dt), name=lw.name(node))
 
 
-@rule(aten.amax.default, aten.amin.default)
+@rule(aten.amax.default, aten.amin.default, anchor="reduction")
 def _amax(lw, node):
     x = lw.arg(node.args[0])
     dims = _dims(node.args[1] if len(node.args) > 1 else None, len(x.shape))

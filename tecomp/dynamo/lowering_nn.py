@@ -37,12 +37,12 @@ def _matmul2d(lw, node, a, b, name):
     return _nn.matmul(a, b, name=name)
 
 
-@rule(aten.mm.default, check=_float_only)
+@rule(aten.mm.default, check=_float_only, anchor="op")
 def _mm(lw, node):
     return _matmul2d(lw, node, lw.arg(node.args[0]), lw.arg(node.args[1]), lw.name(node))
 
 
-@rule(aten.addmm.default, check=_float_only)
+@rule(aten.addmm.default, check=_float_only, anchor="op")
 def _addmm(lw, node):
     bias, a, b = (lw.arg(x) for x in node.args[:3])
     beta = node.kwargs.get("beta", 1)
@@ -65,7 +65,7 @@ def _addmm(lw, node):
     return _te.compute(shape, body, name=lw.name(node))
 
 
-@rule(aten.bmm.default, check=_float_only)
+@rule(aten.bmm.default, check=_float_only, anchor="op")
 def _bmm(lw, node):
     return _nn.batch_matmul(lw.arg(node.args[0]), lw.arg(node.args[1]), name=lw.name(node))
 
@@ -88,7 +88,7 @@ def _conv_check(node, vals):
     return _conv_kind(vals[node.args[0]], vals[node.args[1]], node.args[6], node.args[8])
 
 
-@rule(aten.convolution.default, check=_conv_check)
+@rule(aten.convolution.default, check=_conv_check, anchor="op")
 def _conv(lw, node):
     x, w, b = (lw.arg(a) for a in node.args[:3])
     stride, padding, dilation = node.args[3:6]
@@ -121,7 +121,7 @@ def _window(lw, node):
     return lw.arg(node.args[0]), k, s, p
 
 
-@rule(aten.max_pool2d_with_indices.default, check=_maxpool_check)
+@rule(aten.max_pool2d_with_indices.default, check=_maxpool_check, anchor="op")
 def _maxpool(lw, node):
     x, k, s, p = _window(lw, node)
     return (_nn.max_pool2d(x, k, stride=s, padding=p, name=lw.name(node)),)
@@ -140,7 +140,7 @@ def _avgpool_check(node, vals):
     return _float_only(node, vals)
 
 
-@rule(aten.avg_pool2d.default, check=_avgpool_check)
+@rule(aten.avg_pool2d.default, check=_avgpool_check, anchor="op")
 def _avgpool(lw, node):
     x, k, s, p = _window(lw, node)
     cip = node.args[5] if len(node.args) > 5 else True
@@ -156,7 +156,7 @@ def _adaptive_check(node, vals):
     return _float_only(node, vals)
 
 
-@rule(aten._adaptive_avg_pool2d.default, check=_adaptive_check)
+@rule(aten._adaptive_avg_pool2d.default, check=_adaptive_check, anchor="op")
 def _adaptive(lw, node):
     x = lw.arg(node.args[0])
     xs, os_ = _shape(x), _shape(lw.out(node))
@@ -176,7 +176,7 @@ def _softmax_check(node, vals):
     return _float_only(node, vals)
 
 
-@rule(aten._softmax.default, aten._log_softmax.default, check=_softmax_check)
+@rule(aten._softmax.default, aten._log_softmax.default, check=_softmax_check, anchor="op")
 def _softmax(lw, node):
     f = _nn.softmax if node.target is aten._softmax.default else _nn.log_softmax
     return f(lw.arg(node.args[0]), name=lw.name(node))
@@ -190,7 +190,7 @@ def _layer_norm_check(node, vals):
     return _float_only(node, vals)
 
 
-@rule(aten.native_layer_norm.default, check=_layer_norm_check)
+@rule(aten.native_layer_norm.default, check=_layer_norm_check, anchor="op")
 def _layer_norm(lw, node):
     x, w, b = lw.arg(node.args[0]), lw.arg(node.args[2]), lw.arg(node.args[3])
     eps = float(node.args[4])
@@ -268,7 +268,7 @@ def _sdpa_check(node, vals):
     return _users_only_first(node, vals) or _float_only(node, vals)
 
 
-@rule(aten._scaled_dot_product_flash_attention_for_cpu.default, check=_sdpa_check)
+@rule(aten._scaled_dot_product_flash_attention_for_cpu.default, check=_sdpa_check, anchor="op")
 def _sdpa(lw, node):
     q, k, v = (lw.arg(a) for a in node.args[:3])
     mask = node.kwargs.get("attn_mask")
@@ -283,7 +283,7 @@ def _bn_train_check(node, vals):
     return _bn_args(node, vals) or (None if node.args[5] else "not training")
 
 
-@rule(aten._native_batch_norm_legit_functional.default, check=_bn_train_check)
+@rule(aten._native_batch_norm_legit_functional.default, check=_bn_train_check, anchor="op")
 def _bn_train(lw, node):
     """Batch statistics: (output, mean, invstd, new running mean, new running var), the
     running variance updated with the unbiased batch variance (as PyTorch)."""
@@ -329,7 +329,7 @@ def _conv_backward_check(node, vals):
     return _conv_kind(vals[node.args[1]], vals[node.args[2]], node.args[7], node.args[9])
 
 
-@rule(aten.convolution_backward.default, check=_conv_backward_check)
+@rule(aten.convolution_backward.default, check=_conv_backward_check, anchor="op")
 def _conv_backward(lw, node):
     """(data gradient, weight gradient, bias gradient), each None where ``output_mask``
     does not ask for it: ``tc.gradient`` of ``nn.conv2d_nchw`` (its registered
@@ -372,7 +372,8 @@ def _maxpool_backward_check(node, vals):
     return _float_only(node, vals)
 
 
-@rule(aten.max_pool2d_with_indices_backward.default, check=_maxpool_backward_check)
+@rule(aten.max_pool2d_with_indices_backward.default, check=_maxpool_backward_check,
+      anchor="op")
 def _maxpool_backward(lw, node):
     """Each input element gets the incoming gradient of every window whose maximum it was
     (the forward's indices, flat in the image): a sum over the window offsets."""
@@ -420,7 +421,7 @@ def _avgpool_backward_check(node, vals):
     return _float_only(node, vals)
 
 
-@rule(aten.avg_pool2d_backward.default, check=_avgpool_backward_check)
+@rule(aten.avg_pool2d_backward.default, check=_avgpool_backward_check, anchor="op")
 def _avgpool_backward(lw, node):
     """``tc.gradient`` of ``nn.avg_pool2d`` with the incoming gradient as the head."""
     g, x = lw.arg(node.args[0]), lw.arg(node.args[1])

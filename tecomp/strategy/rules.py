@@ -504,8 +504,9 @@ class _Rules(BlockRules):
         red = reds[0]
         if id(red) in self.done or len(red.bodies) > 1 or len(op.bodies) > 1:
             return None
-        rst = self.s[red]
-        if rst.is_output or rst.attach_type != "root" or len(self.readers(red)) != 1:
+        rst = self.s[red]   # (a stage a template gave a cache_write: its op is not red)
+        if rst.op is not red or rst.is_output or rst.attach_type != "root" or \
+                len(self.readers(red)) != 1:
             return None
         if [self.ext(e) for e in red.shape] != [self.ext(e) for e in op.shape]:
             return None

@@ -35,6 +35,10 @@ def _attention_parts(out: Tensor) -> dict:
     if sc is None:
         raise _NoTemplate(f"{out.name}: no sdpa_scores stage under {ex.name}")
     mx = next(t for t in ex.op.input_tensors if t.op.name.endswith(".max"))
+    if len(sc.op.input_tensors) < 2:
+        # one tensor read as both the query and the key (attention of x with itself):
+        # the template packs the two apart; the generic rules schedule it
+        raise _NoTemplate(f"{out.name}: the query is the key")
     q, k = sc.op.input_tensors[:2]
     v = next(t for t in pv.op.input_tensors if t is not ex)
     rest = [t for t in ex.op.input_tensors if t is not sc and t is not mx]

@@ -1,0 +1,409 @@
+"""Random small PyTorch programs for fuzzing ``torch.compile(backend="tecomp")`` against
+eager PyTorch (tests/test_dynamo_fuzz.py).
+
+:func:`make_program` draws, from a seed, a straight-line program over a few float32
+inputs: elementwise chains (unary functions, binary operators broadcasting against other
+values or new inputs), reductions (``sum``, ``mean``, ``amax``, ``amin``, with and without
+``keepdim``), views (``reshape``, ``flatten``, ``permute``, ``transpose``, ``unsqueeze``,
+``squeeze``, ``expand``, slices with steps, ``narrow``, ``select``), ``cat``, matrix
+products (``@``, ``F.linear``, ``bmm``), softmax, convolution, pooling, layer and batch
+norm, attention.  Sizes are drawn twice (sets A and B): every operation takes its
+parameters from the sizes it is given at run time (a slice from ``x.shape[d] // 2``), and
+each is kept only if it runs on both sets, so the program also runs with dynamic sizes
+(``torch._dynamo.mark_dynamic``).  The program returns its last value and some
+intermediate ones, views among them (an ``expand`` returned as it is: a broadcast view).
+
+    python3 tests/dynamo_fuzz.py --seeds 0:200 [--dynamic] [--grad]
+
+runs seeds against eager PyTorch (``--grad``: the gradients too) and prints the failing
+ones.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+from typing import Callable, List, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from tecomp.dynamo import STATS  # also registers the backend "tecomp"
+
+#: unary elementwise functions that keep values finite and moderate
+_UNARY: List[Tuple[str, Callable]] = [
+    ("tanh", torch.tanh), ("sigmoid", torch.sigmoid), ("relu", torch.relu),
+    ("exp(-|x|)", lambda v: torch.exp(-v.abs())), ("sqrt(|x|+1)", lambda v: torch.sqrt(v.abs() + 1)),
+    ("sin", torch.sin), ("0.5x-1", lambda v: v * 0.5 - 1), ("neg", torch.neg),
+    ("log1p(|x|)", lambda v: torch.log1p(v.abs())), ("clamp", lambda v: v.clamp(-1.0, 1.0)),
+    ("gelu", F.gelu), ("erf", torch.erf), ("abs", torch.abs),
+]
+
+_BINARY: List[Tuple[str, Callable]] = [
+    ("add", torch.add), ("sub", torch.sub), ("mul", torch.mul), ("maximum", torch.maximum),
+    ("div", lambda a, b: a / (b.abs() + 1)), ("where", lambda a, b: torch.where(a > b, a, b * 2)),
+]
+
+
+class Program:
+    """A drawn program: ``inputs`` (shapes in sets A and B), ``steps`` (name, function,
+    operand indices), ``values`` (each value, numbered as drawn: ``("input", k)`` or
+    ``("step", k)``), ``outputs`` (value numbers)."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.inputs: List[Tuple[tuple, tuple]] = []
+        self.steps: List[Tuple[str, Callable, Tuple[int, ...]]] = []
+        self.values: List[Tuple[str, int]] = []
+        self.outputs: List[int] = []
+
+    def tensors(self, which: int, generator: torch.Generator) -> List[torch.Tensor]:
+        """Inputs of size set ``which`` (0: A, 1: B)."""
+        return [torch.randn(s[which], generator=generator) for s in self.inputs]
+
+    def __call__(self, *xs):
+        vals = []
+        for kind, k in self.values:
+            if kind == "input":
+                vals.append(xs[k])
+            else:
+                _, fn, idx = self.steps[k]
+                vals.append(fn(*(vals[i] for i in idx)))
+        return tuple(vals[k] for k in self.outputs)
+
+    def describe(self) -> str:
+        lines = [f"seed {self.seed}:"]
+        for v, (kind, k) in enumerate(self.values):
+            if kind == "input":
+                a, b = self.inputs[k]
+                lines.append(f"  v{v} = input {k}: {list(a)} (sizes B: {list(b)})")
+            else:
+                name, _, idx = self.steps[k]
+                lines.append(f"  v{v} = {name}({', '.join(f'v{i}' for i in idx)})")
+        lines.append("  return " + ", ".join(f"v{k}" for k in self.outputs))
+        return "\n".join(lines)
+
+
+class _Drawer:
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+        self.prog = Program(seed)
+        self.vals: List[Tuple[torch.Tensor, torch.Tensor]] = []  # (A, B) example values
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def new_input(self, a: Sequence[int], b: Sequence[int]) -> int:
+        self.prog.values.append(("input", len(self.prog.inputs)))
+        self.prog.inputs.append((tuple(a), tuple(b)))
+        self.vals.append((torch.randn(tuple(a), generator=self.gen),
+                          torch.randn(tuple(b), generator=self.gen)))
+        return len(self.vals) - 1
+
+    def sizes(self, rank: int) -> Tuple[List[int], List[int]]:
+        """Two size sets: a dimension is 1 in both (sometimes) or drawn in each."""
+        a, b = [], []
+        for _ in range(rank):
+            if self.rng.random() < 0.15:
+                a.append(1)
+                b.append(1)
+            else:
+                a.append(self.rng.randint(2, 5))
+                b.append(self.rng.randint(2, 6))
+        return a, b
+
+    def try_step(self, name: str, fn: Callable, idx: Tuple[int, ...]) -> bool:
+        """Append the step if it runs on both size sets and gives a non-empty float
+        tensor of at most 4 dimensions."""
+        outs = []
+        for w in (0, 1):
+            try:
+                with torch.no_grad():
+                    y = fn(*(self.vals[i][w] for i in idx))
+            except (RuntimeError, IndexError, ValueError, TypeError):
+                return False
+            if not isinstance(y, torch.Tensor) or y.numel() == 0 or y.dim() > 4 or \
+                    not y.dtype.is_floating_point or not torch.isfinite(y).all() or \
+                    float(y.abs().max()) > 1e4:
+                return False
+            outs.append(y)
+        self.prog.values.append(("step", len(self.prog.steps)))
+        self.prog.steps.append((name, fn, idx))
+        self.vals.append((outs[0], outs[1]))
+        return True
+
+    def pick(self) -> int:
+        """A value, the recent ones more likely."""
+        n = len(self.vals)
+        return max(0, n - 1 - int(self.rng.expovariate(0.5)))
+
+    def partner(self, k: int) -> int:
+        """A value that broadcasts with value ``k``: an existing one or a new input."""
+        sa, sb = (tuple(v.shape) for v in self.vals[k])
+        same = [j for j, (a, b) in enumerate(self.vals) if j != k and
+                _broadcasts(tuple(a.shape), sa) and _broadcasts(tuple(b.shape), sb)]
+        if same and self.rng.random() < 0.5:
+            return self.rng.choice(same)
+        drop = self.rng.randint(0, len(sa)) if self.rng.random() < 0.3 else 0
+        a, b = list(sa[drop:]), list(sb[drop:])
+        for d in range(len(a)):
+            if self.rng.random() < 0.3:
+                a[d] = b[d] = 1
+        return self.new_input(a, b)
+
+    def step(self) -> None:
+        r = self.rng
+        k = self.pick()
+        x = self.vals[k][0]
+        nd = x.dim()
+        kind = r.choice(["unary", "unary", "binary", "binary", "reduce", "view", "view",
+                         "view", "cat", "matmul", "softmax", "nn"])
+        if kind == "unary":
+            name, f = r.choice(_UNARY)
+            self.try_step(name, f, (k,))
+        elif kind == "binary":
+            name, f = r.choice(_BINARY)
+            j = self.partner(k)
+            self.try_step(name, f, (k, j) if r.random() < 0.5 else (j, k))
+        elif kind == "reduce" and nd >= 1:
+            dims = sorted(r.sample(range(nd), r.randint(1, nd)))
+            keep = r.random() < 0.5
+            op = r.choice(["sum", "mean", "amax", "amin"])
+            self.try_step(f"{op}({dims}, keepdim={keep})",
+                          lambda v, op=op: getattr(torch, op)(v, dim=dims, keepdim=keep), (k,))
+        elif kind == "view":
+            self.view(k, nd)
+        elif kind == "cat" and nd >= 1:
+            d = r.randrange(nd)
+            if r.random() < 0.5:
+                self.try_step(f"cat([v, v[..dim {d}.., ::2]], {d})", lambda v: torch.cat(
+                    [v, v[(slice(None),) * d + (slice(None, None, 2),)]], d), (k,))
+            else:
+                same = [j for j, (a, b) in enumerate(self.vals)
+                        if a.dim() == nd and _same_but(a.shape, x.shape, d) and
+                        _same_but(b.shape, self.vals[k][1].shape, d)]
+                j = r.choice(same) if same else k
+                self.try_step(f"cat(dim={d})", lambda a, b: torch.cat([a, b], d), (k, j))
+        elif kind == "matmul" and nd >= 1:
+            sa, sb = (tuple(v.shape) for v in self.vals[k])
+            n = r.randint(2, 6)
+            how = r.choice(["matmul", "linear", "bmm"])
+            if how == "bmm" and nd == 3:
+                w = self.new_input((sa[0], sa[2], n), (sb[0], sb[2], n))
+                self.try_step("bmm", torch.bmm, (k, w))
+            elif how == "linear":
+                w = self.new_input((n, sa[-1]), (n, sb[-1]))
+                bias = self.new_input((n,), (n,))
+                self.try_step("linear", F.linear, (k, w, bias))
+            else:
+                w = self.new_input((sa[-1], n), (sb[-1], n))
+                self.try_step("matmul", torch.matmul, (k, w))
+        elif kind == "nn" and nd >= 2:
+            self.nn(k, nd)
+        elif kind == "softmax" and nd >= 1:
+            log = r.random() < 0.3
+            f = F.log_softmax if log else F.softmax
+            self.try_step("log_softmax(-1)" if log else "softmax(-1)", lambda v: f(v, -1), (k,))
+
+    def nn(self, k: int, nd: int) -> None:
+        """A convolution, pooling, a norm or attention (the kernels' anchors)."""
+        r = self.rng
+        sa, sb = (tuple(v.shape) for v in self.vals[k])
+        what = r.choice(["conv", "pool", "layer_norm", "batch_norm", "attention"])
+        if what == "conv" and nd == 4:
+            co, ks = r.randint(1, 4), r.choice([1, 3])
+            w = self.new_input((co, sa[1], ks, ks), (co, sb[1], ks, ks))
+            bias = self.new_input((co,), (co,)) if r.random() < 0.5 else None
+            self.try_step(f"conv2d(k={ks}, padding={ks // 2})", lambda v, w, *b: F.conv2d(
+                v, w, b[0] if b else None, padding=ks // 2), (k, w) + ((bias,) if bias else ()))
+        elif what == "pool" and nd == 4:
+            avg = r.random() < 0.5
+            f = F.avg_pool2d if avg else F.max_pool2d
+            self.try_step(f"{'avg' if avg else 'max'}_pool2d(2)", lambda v: f(v, 2), (k,))
+        elif what == "layer_norm":
+            w = self.new_input(sa[-1:], sb[-1:])
+            bias = self.new_input(sa[-1:], sb[-1:])
+            self.try_step("layer_norm(last)", lambda v, w, b: F.layer_norm(
+                v, v.shape[-1:], w, b), (k, w, bias))
+        elif what == "batch_norm" and nd in (2, 4):
+            w = self.new_input(sa[1:2], sb[1:2])
+            bias = self.new_input(sa[1:2], sb[1:2])
+            self.try_step("batch_norm(batch statistics)", lambda v, w, b: F.batch_norm(
+                v, None, None, w, b, training=True), (k, w, bias))
+        elif what == "attention" and nd == 4:
+            self.try_step("scaled_dot_product_attention(v, v, v)",
+                          lambda v: F.scaled_dot_product_attention(v, v, v), (k,))
+
+    def view(self, k: int, nd: int) -> None:
+        r = self.rng
+        what = r.choice(["permute", "transpose", "flatten", "reshape", "unsqueeze",
+                         "squeeze", "expand", "slice", "narrow", "select"])
+        if what == "permute" and nd >= 2:
+            p = list(range(nd))
+            r.shuffle(p)
+            self.try_step(f"permute({p})", lambda v: v.permute(*p), (k,))
+        elif what == "transpose" and nd >= 2:
+            a, b = r.sample(range(nd), 2)
+            self.try_step(f"transpose({a}, {b})", lambda v: v.transpose(a, b), (k,))
+        elif what == "flatten" and nd >= 2:
+            a = r.randrange(nd - 1)
+            self.try_step(f"flatten({a}, {a + 1})", lambda v: v.flatten(a, a + 1), (k,))
+        elif what == "reshape":
+            self.try_step("reshape(-1)", lambda v: v.reshape(-1), (k,))
+        elif what == "unsqueeze":
+            d = r.randint(0, nd)
+            self.try_step(f"unsqueeze({d})", lambda v: v.unsqueeze(d), (k,))
+        elif what == "squeeze" and nd >= 1:
+            d = r.randrange(nd)
+            self.try_step(f"squeeze({d})", lambda v: v.squeeze(d), (k,))
+        elif what == "expand":
+            n = r.randint(2, 3)
+            self.try_step(f"unsqueeze(0).expand({n}, ...)",
+                          lambda v: v.unsqueeze(0).expand(n, *v.shape), (k,))
+        elif what in ("slice", "narrow") and nd >= 1:
+            d = r.randrange(nd)
+            step = r.choice([1, 1, 2])
+            if what == "slice":
+                # the bounds from the size at run time: a SymInt under dynamic sizes
+                def fn(v, d=d, step=step):
+                    h = v.shape[d] // 2
+                    return v[(slice(None),) * d + (slice(h, None, step),)]
+                self.try_step(f"v[..dim {d}.., n//2::{step}]", fn, (k,))
+            else:
+                def fn(v, d=d):
+                    h = v.shape[d] // 2
+                    return v.narrow(d, max(h - 1, 0), v.shape[d] - h)
+                self.try_step(f"narrow({d}, n//2 - 1, n - n//2)", fn, (k,))
+        elif what == "select" and nd >= 2:
+            d = r.randrange(nd)
+            last = r.random() < 0.5
+            self.try_step(f"select({d}, {'-1' if last else '0'})",
+                          lambda v: v.select(d, -1 if last else 0), (k,))
+
+
+def _broadcasts(a: tuple, b: tuple) -> bool:
+    """Whether ``a`` broadcasts to ``b`` (b's shape unchanged)."""
+    if len(a) > len(b):
+        return False
+    return all(x in (1, y) for x, y in zip(a[::-1], b[::-1]))
+
+
+def _same_but(a, b, d: int) -> bool:
+    return all(x == y for k, (x, y) in enumerate(zip(a, b)) if k != d)
+
+
+def make_program(seed: int, steps: int = 0) -> Program:
+    """The program of ``seed``: 2 to 10 operations (``steps``, if given) on one to a few
+    inputs of rank 1 to 4, some of its values returned (a view of one, sometimes)."""
+    d = _Drawer(seed)
+    a, b = d.sizes(d.rng.randint(1, 4))
+    d.new_input(a, b)
+    want = steps or d.rng.randint(2, 10)
+    tries = 0
+    while len(d.prog.steps) < want and tries < 200:
+        d.step()
+        tries += 1
+    computed = [v for v, (kind, _) in enumerate(d.prog.values) if kind == "step"]
+    if not computed:  # nothing drawn ran: one elementwise step
+        d.try_step("tanh", torch.tanh, (0,))
+        computed = [len(d.vals) - 1]
+    outs = {computed[-1]}
+    for _ in range(d.rng.randint(0, 2)):
+        outs.add(d.rng.choice(computed))
+    if d.rng.random() < 0.3:
+        # an output that eager returns as a view of a computed value: broadcast (strides
+        # 0), transposed, or a strided slice
+        k = d.rng.choice(computed)
+        n = len(d.prog.values)
+        for name, fn in d.rng.sample(_OUT_VIEWS, len(_OUT_VIEWS)):
+            if d.try_step(name, fn, (k,)):
+                outs.add(n)
+                break
+    d.prog.outputs = sorted(outs)
+    return d.prog
+
+
+#: views a program may return as they are
+_OUT_VIEWS: List[Tuple[str, Callable]] = [
+    ("expand(2, ...)", lambda v: v.expand(2, *v.shape)),
+    ("expand size-1 dims to 3", lambda v: v.expand(*(3 if s == 1 else s for s in v.shape))),
+    ("transpose(0, -1)", lambda v: v.transpose(0, -1)),
+    ("v[..., ::2]", lambda v: v[..., ::2]),
+    ("v[1:]", lambda v: v[1:]),
+]
+
+
+def max_error(got, want) -> float:
+    """max |got - want| / max(max |want|, 1), over the outputs (inf where shapes or dtypes
+    differ)."""
+    worst = 0.0
+    for g, w in zip(got, want):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return math.inf
+        scale = max(float(w.abs().max()), 1.0)
+        worst = max(worst, float((g.double() - w.double()).abs().max()) / scale)
+    return worst
+
+
+def run(prog: Program, dynamic: bool, options=None, grad: bool = False) -> float:
+    """Compile ``prog`` with backend="tecomp" and return its largest error against eager
+    on size set A (and B, with ``dynamic``: every dimension of size > 1 marked dynamic);
+    with ``grad``, of the inputs' gradients too (a random weighting of the outputs
+    summed, backward through the forward and backward graphs).  Raises AssertionError
+    where a kernel could not be compiled (and ran eagerly)."""
+    failed = STATS["failed"]
+    g = torch.Generator().manual_seed(prog.seed)
+    c = torch.compile(prog, backend="tecomp", options=options or {})
+    worst = 0.0
+    for which in ((0, 1) if dynamic else (0,)):
+        xs = prog.tensors(which, g)
+        if dynamic:
+            for x in xs:
+                for dim, s in enumerate(x.shape):
+                    if s > 1:
+                        torch._dynamo.maybe_mark_dynamic(x, dim)
+        if not grad:
+            with torch.no_grad():
+                want = prog(*xs)
+                got = c(*xs)
+            worst = max(worst, max_error(got, want))
+            continue
+        results = []
+        for fn in (prog, c):
+            leaves = [x.detach().clone().requires_grad_(True) for x in xs]
+            outs = fn(*leaves)
+            heads = [torch.randn(o.shape, generator=torch.Generator().manual_seed(k))
+                     for k, o in enumerate(outs)]
+            sum((o * h).sum() for o, h in zip(outs, heads)).backward()
+            results.append([o.detach() for o in outs] + [
+                x.grad if x.grad is not None else torch.zeros_like(x) for x in leaves])
+        worst = max(worst, max_error(results[1], results[0]))
+    assert STATS["failed"] == failed, "a kernel could not be compiled (see the log)"
+    return worst
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", default="0:50", help="first:last (exclusive)")
+    ap.add_argument("--dynamic", action="store_true")
+    ap.add_argument("--grad", action="store_true", help="compare the inputs' gradients too")
+    args = ap.parse_args(argv)
+    lo, hi = (int(s) for s in args.seeds.split(":"))
+    bad = 0
+    for seed in range(lo, hi):
+        torch._dynamo.reset()
+        prog = make_program(seed)
+        try:
+            err = run(prog, args.dynamic, {"cache": False}, grad=args.grad)
+        except Exception as e:  # noqa: BLE001  (a fuzzer reports every failure)
+            err, why = math.inf, f"{type(e).__name__}: {str(e)[:300]}"
+        else:
+            why = f"max error {err:.3g}"
+        if not err <= 1e-4:
+            bad += 1
+            print(f"FAIL {why}\n{prog.describe()}", flush=True)
+    print(f"{hi - lo - bad} of {hi - lo} seeds agree with eager")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""torch.compile(backend="tecomp") against eager PyTorch on random small programs
+(tests/dynamo_fuzz.py: elementwise chains, reductions, views, cat, matrix products,
+softmax; outputs returned as views), with static sizes and with dynamic ones
+(``torch._dynamo.maybe_mark_dynamic`` on every dimension, two size sets).
+
+A handful of seeds by default (seconds); many with TECOMP_LONG_TESTS=1 (static and
+dynamic sizes, inference and training), run in a child process (a kernel that crashed
+would take pytest with it), which prints every failing seed's program.  The bugs it
+found are pinned here and in tests/test_dynamo.py, test_attention.py and
+test_autodiff_nn.py."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import dynamo_fuzz as fz  # noqa: E402
+from test_dynamo import RTOL, ROOT, _fresh_dynamo  # noqa: E402,F401  (an autouse fixture)
+
+LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
+
+
+# programs that return a broadcast view (21, 75), a transposed one (65), slices with
+# symbolic bounds (74, 75: wrong values before the returned views ran as views), with
+# matmuls, bmm, linear layers, softmax, reductions, cat, permute and select
+@pytest.mark.parametrize("seed", [21, 30, 65])
+def test_random_program_matches_eager(seed):
+    prog = fz.make_program(seed)
+    err = fz.run(prog, dynamic=False, options={"cache": False})
+    assert err <= RTOL, f"max error {err:.3g}\n{prog.describe()}"
+
+
+@pytest.mark.parametrize("seed", [74, 75])
+def test_random_program_with_dynamic_sizes_matches_eager(seed):
+    prog = fz.make_program(seed)
+    err = fz.run(prog, dynamic=True, options={"cache": False})
+    assert err <= RTOL, f"max error {err:.3g}\n{prog.describe()}"
+
+
+def test_random_training_program_matches_eager():
+    """Outputs and input gradients (forward and backward graphs) of a program with a
+    convolution whose input is read again, with dynamic sizes: the backward sums the
+    convolution's data gradient and another (a ScheduleError before, seed 61)."""
+    prog = fz.make_program(61)
+    err = fz.run(prog, dynamic=True, options={"cache": False}, grad=True)
+    assert err <= RTOL, f"max error {err:.3g}\n{prog.describe()}"
+
+
+@pytest.mark.skipif(not LONG, reason="slow (minutes): set TECOMP_LONG_TESTS=1")
+@pytest.mark.parametrize("flags", [[], ["--dynamic"], ["--grad"], ["--grad", "--dynamic"]])
+def test_many_random_programs_match_eager(flags):
+    cmd = [sys.executable, os.path.join(ROOT, "tests", "dynamo_fuzz.py"), "--seeds", "0:300"]
+    p = subprocess.run(cmd + flags, capture_output=True, text=True, timeout=3600,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
