@@ -217,9 +217,16 @@ def flush() -> None:
     while True:
         with _LOCK:
             w = _WRITER
-        if w is None:
+        if w is None or w is threading.current_thread():
             return
         w.join()
+
+
+# A process forked while the writer compiles (the auto-scheduler's measuring workers,
+# multiprocessing's "fork") would inherit LLVM's lock held by a thread that does not
+# exist in the child: the fork waits for the writer first.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=flush)
 
 
 def _save(mod, path: Path) -> None:
