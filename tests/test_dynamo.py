@@ -322,6 +322,31 @@ def test_kernels_written_to_disk_in_the_background(tmp_path, monkeypatch):
     assert built >= 1 and len(list((tmp_path / "dynamo").glob("*.so"))) == built
 
 
+def test_a_fork_waits_for_the_disk_writer(tmp_path, monkeypatch):
+    """A process forked while the background writer exports a kernel would inherit its
+    locks held by a thread it does not have: the fork waits for the writer first."""
+    import os
+    import threading
+    import time
+
+    started = threading.Event()
+    done = []
+
+    def slow_save(mod, path):
+        started.set()
+        time.sleep(0.5)
+        done.append(path)
+
+    monkeypatch.setattr(dcache, "_save", slow_save)
+    dcache._save_later(object(), tmp_path / "k.so")
+    assert started.wait(10)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert done == [tmp_path / "k.so"] and dcache._WRITER is None
+
+
 def test_kernels_shared_between_identical_regions():
     """Two identical blocks in one model: one kernel, built once."""
     torch.manual_seed(0)
