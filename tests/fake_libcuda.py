@@ -156,3 +156,16 @@ def load_with_fake(path, cs, monkeypatch, **kw):
     fake = FakeLibcuda(cs, **kw)
     monkeypatch.setattr(cuda_driver, "libcuda", lambda: fake)
     return tc.load_module(path), fake
+
+
+def one_axis_module(name: str, fn, threads: int):
+    """``B[i] = fn(A[i])`` over a symbolic ``n``, built for ``cuda``: ``threads`` threads
+    per block, ``(n + threads - 1) // threads`` blocks (the GPU-library tests' kernel)."""
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: fn(A[i]), name="B")
+    s = tc.create_schedule(B.op)
+    bx, tx = s[B].split(B.op.axis[0], factor=threads)
+    s[B].bind(bx, tc.thread_axis("blockIdx.x"))
+    s[B].bind(tx, tc.thread_axis("threadIdx.x"))
+    return tc.build(s, [A, B], target="cuda", name=name)

@@ -24,7 +24,7 @@ from tecomp.runtime.nvcc import find_nvcc
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cuda_examples import tiled_matmul, two_kernels_workspace  # noqa: E402
-from fake_libcuda import DeviceArray, load_with_fake  # noqa: E402
+from fake_libcuda import DeviceArray, load_with_fake, one_axis_module  # noqa: E402
 
 from tecomp.codegen.cuda import build_cuda  # noqa: E402
 
@@ -35,14 +35,7 @@ needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc (the CUDA tool
 
 def scale_module():
     """B = A * 2 over a symbolic n: 64 threads per block, (n + 63) // 64 blocks."""
-    n = tc.var("n")
-    A = tc.placeholder((n,), name="A")
-    B = tc.compute((n,), lambda i: A[i] * 2.0, name="B")
-    s = tc.create_schedule(B.op)
-    bx, tx = s[B].split(B.op.axis[0], factor=64)
-    s[B].bind(bx, tc.thread_axis("blockIdx.x"))
-    s[B].bind(tx, tc.thread_axis("threadIdx.x"))
-    return tc.build(s, [A, B], target="cuda", name="scale")
+    return one_axis_module("scale", lambda a: a * 2.0, 64)
 
 
 @pytest.fixture(scope="module")

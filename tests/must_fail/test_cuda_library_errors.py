@@ -22,17 +22,10 @@ from tecomp.runtime import aot_format, nvcc
 from tecomp.runtime.libfiles import write_sidecar
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-from fake_libcuda import DeviceArray, load_with_fake  # noqa: E402
+from fake_libcuda import DeviceArray, load_with_fake, one_axis_module  # noqa: E402
 
 def inc_module():
-    n = tc.var("n")
-    A = tc.placeholder((n,), name="A")
-    B = tc.compute((n,), lambda i: A[i] + 1.0, name="B")
-    s = tc.create_schedule(B.op)
-    bx, tx = s[B].split(B.op.axis[0], factor=32)
-    s[B].bind(bx, tc.thread_axis("blockIdx.x"))
-    s[B].bind(tx, tc.thread_axis("threadIdx.x"))
-    return tc.build(s, [A, B], target="cuda", name="inc")
+    return one_axis_module("inc", lambda a: a + 1.0, 32)
 
 
 @pytest.fixture(scope="module")

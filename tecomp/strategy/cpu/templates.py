@@ -30,11 +30,12 @@ from .skinny import _skinny_template
 from ...target import CpuModel
 from .softmax import schedule_softmax
 
-#: the depthwise and grouped convolutions' templates, by their stages' tags
-_WINDOWED = {"depthwise_conv2d_nchw": schedule_depthwise_conv2d_nchw,
-             "depthwise_conv2d_nhwc": schedule_depthwise_conv2d_nhwc,
-             "group_conv2d_nchw": schedule_group_conv2d_nchw,
-             "group_conv2d_nhwc": schedule_group_conv2d_nhwc}
+#: the depthwise and grouped convolutions' templates, by their stages' tags, each with the
+#: function that makes its config from the auto-scheduler's knobs (None: no config)
+_WINDOWED = {"depthwise_conv2d_nchw": (schedule_depthwise_conv2d_nchw, None),
+             "depthwise_conv2d_nhwc": (schedule_depthwise_conv2d_nhwc, None),
+             "group_conv2d_nchw": (schedule_group_conv2d_nchw, group_conv2d_knobs),
+             "group_conv2d_nhwc": (schedule_group_conv2d_nhwc, group_conv2d_knobs)}
 
 
 def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
@@ -65,11 +66,10 @@ def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
         return _auto_rest(s, outs, info)
     windowed = set(_WINDOWED) & _op_tags(reductions[0]) if len(reductions) == 1 else set()
     if windowed:
-        tag = windowed.pop()
-        if tag.startswith("group_"):
-            return _WINDOWED[tag](outs, info.target,
-                                  group_conv2d_knobs(reductions[0], knobs, info))
-        return _WINDOWED[tag](outs, info.target)
+        schedule, config = _WINDOWED[windowed.pop()]
+        if config is not None:
+            return schedule(outs, info.target, config(reductions[0], knobs, info))
+        return schedule(outs, info.target)
     convs = [op for op in reductions if {"conv2d_nchw", "conv2d_nhwc"} & _op_tags(op)
              or plain_nchw_conv(op) is not None]
     if len(convs) == 1 and len(reductions) == 1:
