@@ -668,16 +668,18 @@ def test_a_cuda_intrinsic_on_the_cpu_runs_its_loops(backend):
 
 def test_tensor_intrins_for_a_cuda_target():
     names = [t.name for t in tc.tensor_intrins_for("cuda")]
-    mma = ["cuda.mma_f16f16f32", "cuda.mma_fill_f32", "cuda.mma_load_a_f16",
+    mma = ["cuda.mma_bf16bf16f32", "cuda.mma_f16f16f32", "cuda.mma_fill_f32",
+           "cuda.mma_load_a_bf16", "cuda.mma_load_a_f16", "cuda.mma_load_b_bf16",
            "cuda.mma_load_b_f16", "cuda.mma_store_f32"]
-    wmma = ["cuda.wmma_fill_f32", "cuda.wmma_load_a_f16", "cuda.wmma_load_b_f16",
+    wmma = ["cuda.wmma_fill_f32", "cuda.wmma_load_a_bf16", "cuda.wmma_load_a_f16",
+            "cuda.wmma_load_b_bf16", "cuda.wmma_load_b_f16", "cuda.wmma_mma_bf16bf16f32",
             "cuda.wmma_mma_f16f16f32", "cuda.wmma_store_f32"]
     assert names == ["cuda.dp4a_s8s8s32", "cuda.dp4a_u8s8s32"] + mma + wmma
     assert names == [t.name for t in tc.tensor_intrins_for("cuda-emu")]
     assert names == [t.name for t in tc.tensor_intrins_for("cuda -arch=sm_80")]
-    # ldmatrix / mma.sync m16n8k16 need sm_80
+    # ldmatrix / mma.sync m16n8k16 and bfloat16 fragments need sm_80
     assert [t.name for t in tc.tensor_intrins_for("cuda -arch=sm_75")] == \
-        ["cuda.dp4a_s8s8s32", "cuda.dp4a_u8s8s32"] + wmma
+        ["cuda.dp4a_s8s8s32", "cuda.dp4a_u8s8s32"] + [n for n in wmma if "bf16" not in n]
     assert not any(n.startswith("cuda.") for n in
                    (t.name for t in tc.tensor_intrins_for("llvm")))
 

@@ -6,7 +6,7 @@ import numpy as np
 
 import tecomp as tc
 from tecomp.nn import ops
-from tecomp.strategy.cuda.tensorcore import FAMILIES
+from tecomp.strategy.cuda.tensorcore import family_intrinsics
 
 
 def hgemm(M, N, K):
@@ -33,7 +33,7 @@ def hand_schedule(M=64, N=64, K=64, bm=64, warps=2, kt=32, lanes=32, load_a=True
     (the fragment tiles of C stored by threadIdx.x, one per lane), ``scopes`` (the
     fragments in the other family's scopes), ``a_shared=False`` (the A fragment loaded
     from global memory)."""
-    names = FAMILIES[family]
+    names = family_intrinsics(family, "float16")
     scopes = scopes or family
     bn = bn or bm
     A, B, C = hgemm(M, N, K)

@@ -24,9 +24,11 @@ How the IR's semantics (``tecomp/ir/expr.py``) map onto C:
 * ``Min``/``Max`` of floats propagate NaN like numpy (``fminf``/``fmaxf`` do *not*):
   helpers ``tc_fminf``/``tc_fmaxf``/``tc_fmin``/``tc_fmax``.
 * ``Select`` is C's ``?:``, which evaluates only the chosen operand.
-* float16 is a storage type: an expression of dtype float16 is a C ``float`` value;
-  loads widen (``LOAD_HALF``), stores narrow with round-to-nearest-even
-  (``STORE_HALF``), and ``Cast(x, "float16")`` rounds to float16 precision.
+* float16 and bfloat16 are storage types: an expression of either dtype is a C ``float``
+  value; loads widen, stores narrow with round-to-nearest-even (the conversions of
+  ``NARROW_FLOATS``), and ``Cast(x, "float16")`` rounds to float16 precision
+  (``Cast(x, "bfloat16")`` to bfloat16's; a float64 value rounds to float first, as the
+  CPU code and the IR's interpreter do).
 * ``round`` is ``rintf`` (half to even under the default rounding mode).
 * ``Prefetch`` (a cache hint) is a comment: ``// prefetch x[...] (cache hint: no-op on
   this target)``.
@@ -201,7 +203,8 @@ def _fmt_float(value: float, dtype: str) -> Optional[str]:
     if dtype == "float64":
         s = repr(float(value))
     else:
-        v = np.float32(np.float16(value)) if dtype == "float16" else np.float32(value)
+        v = np.float32(_dt.round_storage(dtype, value) if _dt.is_storage_float(dtype)
+                       else value)
         s = str(v)  # numpy prints the shortest text that round-trips in float32
     if "e" not in s and "." not in s:
         s += ".0"
@@ -220,16 +223,19 @@ class CSource:
 
     #: C type of each dtype in memory (buffers, parameters, declarations).
     TYPES = {
-        "float32": "float", "float64": "double", "float16": "half", "int8": "signed char",
+        "float32": "float", "float64": "double", "float16": "half",
+        "bfloat16": "__nv_bfloat16", "int8": "signed char",
         "int16": "short", "int32": "int", "int64": "long long", "uint8": "unsigned char",
         "bool": "bool",
     }
     #: qualifier of the helper functions.
     HELPER_QUALIFIER = "static inline"
-    #: widen a loaded float16 / narrow a stored value / round a float to float16.
-    LOAD_HALF = "__half2float({0})"
-    STORE_HALF = "__float2half({0})"
-    STORE_HALF_F64 = "__double2half({0})"
+    #: the storage floats: widen a loaded value to float, narrow a float (and a double,
+    #: None: through float) with round-to-nearest-even.
+    NARROW_FLOATS = {
+        "float16": ("__half2float({0})", "__float2half({0})", "__double2half({0})"),
+        "bfloat16": ("__bfloat162float({0})", "__float2bfloat16({0})", None),
+    }
     #: float constants that have no decimal literal.
     INF_F32, NAN_F32 = "INFINITY", "NAN"
     INF_F64, NAN_F64 = "((double)INFINITY)", "((double)NAN)"
@@ -270,7 +276,7 @@ class CSource:
         self.lines: List[str] = []
         self.indent = 0
         self.helpers: set = set()
-        self.uses_half = False
+        self.narrow_used: set = set()   # the storage floats the text uses
         # Var -> C text that replaces it (thread indices, ...).
         self.var_text: Dict[Var, str] = {}
         # Vars known to be >= 0 (loop counters from a non-negative start, ...).
@@ -318,9 +324,28 @@ class CSource:
     # ---------------------------------------------------------------- types
     def ctype(self, dtype: str) -> str:
         """The C type of ``dtype`` in memory."""
-        if dtype == "float16":
-            self.uses_half = True
+        if dtype in self.NARROW_FLOATS:
+            self.narrow_used.add(dtype)
         return self.TYPES[dtype]
+
+    def widen(self, dtype: str, text: str) -> str:
+        """The float value of the storage float ``text`` of ``dtype``."""
+        self.narrow_used.add(dtype)
+        return self.NARROW_FLOATS[dtype][0].format(text)
+
+    def narrow(self, dtype: str, v: Expr) -> str:
+        """The value of expression ``v`` rounded to the storage float ``dtype`` (a C
+        ``half``/``__nv_bfloat16``)."""
+        self.narrow_used.add(dtype)
+        _, from_float, from_double = self.NARROW_FLOATS[dtype]
+        src = v.dtype
+        if src == "float64":
+            if from_double is not None:
+                return from_double.format(self.expr_top(v))
+            return from_float.format(f"(float){self.expr(v)}")
+        if src == "float32" or _dt.is_storage_float(src):
+            return from_float.format(self.expr_top(v))
+        return from_float.format(f"(float){self.expr(v)}")
 
     def value_ctype(self, dtype: str) -> str:
         """The C type a value of ``dtype`` computes in (float16 computes in float)."""
@@ -394,8 +419,10 @@ class CSource:
             if dt != "float64":
                 import numpy as np
 
-                r = float(np.float16(f)) if dt == "float16" else float(np.float32(f))
-                if math.isinf(r):  # out of float16/float32 range: the constant overflows
+                with np.errstate(over="ignore"):
+                    r = (_dt.round_storage(dt, f) if _dt.is_storage_float(dt)
+                         else float(np.float32(f)))
+                if math.isinf(r):  # out of the dtype's range: the constant overflows
                     inf = self.INF_F32
                     return inf if r > 0 else f"(-{inf})"
             s = _fmt_float(f, dt) + ("" if dt == "float64" else "f")
@@ -543,16 +570,11 @@ class CSource:
         if dst == "bool":
             zero = "0.f" if _dt.compute_dtype(src) == "float32" else ("0.0" if src == "float64" else "0")
             return f"({v} != {zero})"
-        if dst == "float16":
-            # round to float16 precision; the value keeps computing in float
-            if src == "float64":
-                narrow = self.STORE_HALF_F64.format(strip_parens(v))
-            else:
-                inner = strip_parens(v) if src in ("float32", "float16") else f"(float){v}"
-                narrow = self.STORE_HALF.format(inner)
-            return self.LOAD_HALF.format(narrow)
-        if src == "float16" and dst == "float32":
-            return v  # a float16 value already is a float
+        if dst in self.NARROW_FLOATS:
+            # round to the storage float's precision; the value keeps computing in float
+            return self.widen(dst, self.narrow(dst, e.value))
+        if _dt.is_storage_float(src) and dst in ("float32", "float16", "bfloat16"):
+            return v  # a storage float's value already is a float
         return f"(({self.value_ctype(dst)}){v})"
 
     def _e_Call(self, e: Call) -> str:
@@ -571,9 +593,8 @@ class CSource:
 
     def _e_BufferLoad(self, e: BufferLoad) -> str:
         text = f"{self.buffer_ref(e.buffer)}[{self.flat_index(e.buffer, e.indices)}]"
-        if e.buffer.dtype == "float16":
-            self.uses_half = True
-            return self.LOAD_HALF.format(text)
+        if e.buffer.dtype in self.NARROW_FLOATS:
+            return self.widen(e.buffer.dtype, text)
         return text
 
     def _e_Let(self, e: Let) -> str:
@@ -636,20 +657,15 @@ class CSource:
         buf = s.buffer
         target = f"{self.buffer_ref(buf)}[{self.flat_index(buf, s.indices)}]"
         v = s.value
-        if buf.dtype == "float16":
-            self.uses_half = True
-            if isinstance(v, BufferLoad) and v.buffer.dtype == "float16":
-                # a float16 copy: move the bits, no round trip through float
+        if buf.dtype in self.NARROW_FLOATS:
+            self.narrow_used.add(buf.dtype)
+            if isinstance(v, BufferLoad) and v.buffer.dtype == buf.dtype:
+                # a copy: move the bits, no round trip through float
                 value = f"{self.buffer_ref(v.buffer)}[{self.flat_index(v.buffer, v.indices)}]"
             else:
-                if isinstance(v, Cast) and v.dtype == "float16":
-                    v = v.value  # the store rounds to float16 anyway: round once
-                if v.dtype == "float64":
-                    value = self.STORE_HALF_F64.format(self.expr_top(v))
-                elif v.dtype in ("float32", "float16"):
-                    value = self.STORE_HALF.format(self.expr_top(v))
-                else:
-                    value = self.STORE_HALF.format(f"(float){self.expr(v)}")
+                if isinstance(v, Cast) and v.dtype == buf.dtype:
+                    v = v.value  # the store rounds anyway: round once
+                value = self.narrow(buf.dtype, v)
         else:
             value = self.expr_top(v)
         self.emit(f"{target} = {value};")

@@ -90,13 +90,14 @@ from .cuda_intrin import MMA_FRAGMENTS, MMA_HELPERS, CudaIntrinBuilder, CudaIntr
 #: what a tensor-core fragment of each scope holds, as nvcuda::wmma's fragment type
 #: (m16n16k16; the operands row major) and the dtype its buffer must have
 _FRAGMENT_TYPES = {
-    "wmma.matrix_a": ("nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, half, "
-                      "nvcuda::wmma::{layout}>", "float16"),
-    "wmma.matrix_b": ("nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, half, "
-                      "nvcuda::wmma::{layout}>", "float16"),
+    "wmma.matrix_a": ("nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, {elem}, "
+                      "nvcuda::wmma::{layout}>", ("float16", "bfloat16")),
+    "wmma.matrix_b": ("nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, {elem}, "
+                      "nvcuda::wmma::{layout}>", ("float16", "bfloat16")),
     "wmma.accumulator": ("nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>",
-                         "float32"),
+                         ("float32",)),
 }
+
 #: the bytes a wmma tile in memory must be aligned to (load_matrix_sync, store_matrix_sync)
 WMMA_ALIGN = 32
 
@@ -235,6 +236,7 @@ class CudaRenderer(CSource):
         self.fragment_layouts: Dict[Buffer, str] = {}  # fragment -> layout as the mma sees it
         self.lane_divergent: List[str] = []  # enclosing conditions that differ between lanes
         self.uses_wmma = False          # tensor-core fragments: #include <mma.h>
+        self.bf16_fragments: List[str] = []   # wmma fragments of bfloat16 (sm_80 and later)
         self.param_align: Dict[Buffer, int] = {}  # global buffers holding wmma tiles
 
     # thread loops -------------------------------------------------------------
@@ -518,17 +520,17 @@ class CudaRenderer(CSource):
         ``mma.*`` scope: of per-lane register arrays, :data:`MMA_FRAGMENTS`), one per 16 x
         16 tile of its last two dimensions (the tiles in row-major order)."""
         buf = s.buffer
-        ftype, dtype = _FRAGMENT_TYPES.get(buf.scope) or MMA_FRAGMENTS[buf.scope][::2]
+        ftype, dtypes = _FRAGMENT_TYPES.get(buf.scope) or MMA_FRAGMENTS[buf.scope][::2]
         shape = [int(d.value) if isinstance(d, Const) else None for d in buf.shape]
-        if buf.dtype != dtype or len(shape) < 2 or None in shape or shape[-1] % 16 \
+        if buf.dtype not in dtypes or len(shape) < 2 or None in shape or shape[-1] % 16 \
                 or shape[-2] % 16 or buf.strides is not None:
             raise BuildError(
                 f"buffer {buf.name} in scope {buf.scope!r} is {buf.dtype}"
                 f"[{', '.join(to_str(d) for d in buf.shape)}]"
                 f"{' with explicit strides' if buf.strides is not None else ''}; a "
-                f"{buf.scope} fragment holds {dtype} 16 x 16 tiles: its last two extents must "
-                "be constant multiples of 16 (split the axes it is computed over by multiples "
-                "of 16) and its dtype " + dtype)
+                f"{buf.scope} fragment holds {' or '.join(dtypes)} 16 x 16 tiles: its last two "
+                "extents must be constant multiples of 16 (split the axes it is computed over "
+                "by multiples of 16) and its dtype " + " or ".join(dtypes))
         count = 1
         for n in shape[:-2]:
             count *= n
@@ -538,8 +540,11 @@ class CudaRenderer(CSource):
         if buf.scope in MMA_FRAGMENTS:   # per-lane registers, exchanged by warp collectives
             size = f"[{MMA_FRAGMENTS[buf.scope][1]}]"
         else:
-            ftype, size = ftype.replace("{layout}", layout), ""
+            ftype = ftype.replace("{layout}", layout).replace("{elem}", self.ctype(buf.dtype))
+            size = ""
             self.uses_wmma = True
+            if buf.dtype == "bfloat16":
+                self.bf16_fragments.append(buf.name)
 
         def declare(b):
             self._scopes[-1].add(b)
@@ -808,8 +813,9 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
     kernels: List[KernelInfo] = []
     texts: List[str] = []
     helpers: set = set()
-    uses_half = any(b.dtype == "float16" for b in params_buffers + workspaces)
+    narrow = {b.dtype for b in params_buffers + workspaces if _dt.is_storage_float(b.dtype)}
     uses_wmma = False
+    bf16_fragments: List[str] = []
 
     for attr in kernels_of(split):
         kern = attr.value
@@ -835,23 +841,32 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         if r.param_align:
             params = [dataclasses.replace(p, align=r.param_align.get(p.obj, 0)) for p in params]
         helpers |= r.helpers
-        uses_half |= r.uses_half
+        narrow |= r.narrow_used
         uses_wmma |= r.uses_wmma
+        bf16_fragments += r.bf16_fragments
         info = KernelInfo(kname, tuple(params), kern.grid, kern.block, kern.shared_bytes,
                           kern.stage, r.has_barrier, kern.local_bytes)
         kernels.append(info)
         texts.append(_kernel_text(kern.index, info, r.lines, kern.stmt))
 
     arch = as_target(tgt).arch
-    if arch and "tc_mma_m16n8k16_f16" in helpers and sm_number(arch) < MMA_MIN_SM:
+    if arch and sm_number(arch) < MMA_MIN_SM and bf16_fragments:
+        raise BuildError(f"the wmma fragment {bf16_fragments[0]} holds bfloat16, which the "
+                         f"tensor cores take from sm_{MMA_MIN_SM} on; this function is built for "
+                         f"{arch}: build for 'cuda -arch=sm_{MMA_MIN_SM}' or later, or use "
+                         "float16 operands")
+    if arch and sm_number(arch) < MMA_MIN_SM and (
+            helpers & {"tc_mma_m16n8k16_f16", "tc_mma_m16n8k16_bf16"}):
         raise BuildError(f"the cuda.mma_* tensor intrinsics (mma.sync.m16n8k16) need sm_"
                          f"{MMA_MIN_SM} or later; this function is built for {arch}: build for "
                          f"'cuda -arch=sm_{MMA_MIN_SM}' or later, or use the cuda.wmma_* "
                          "intrinsics and wmma.* fragment scopes")
     head = [_comment(f"Generated by tecomp: CUDA C for `{func.name}` "
                      f"({len(kernels)} kernel{'s' if len(kernels) != 1 else ''}).")]
-    if uses_half or uses_wmma:
+    if "float16" in narrow or uses_wmma:
         head.append("#include <cuda_fp16.h>")
+    if "bfloat16" in narrow:
+        head.append("#include <cuda_bf16.h>")
     if uses_wmma:
         head.append("#include <mma.h>")
     hr = CudaRenderer(Namer(), {}, [])

@@ -52,6 +52,7 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 
 from ..errors import ArgumentError, BoundsError, BuildError, RuntimeUnavailableError
+from ..ir import dtype as _dt
 from ..ir.expr import Buffer
 from ..ir.stmt import PrimFunc
 from ..runtime.argcheck import eval_host_expr
@@ -76,7 +77,8 @@ _log = logging.getLogger(__name__)
 _CTYPES_SCALAR = {
     "int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32,
     "int64": ctypes.c_int64, "uint8": ctypes.c_uint8, "bool": ctypes.c_bool,
-    "float32": ctypes.c_float, "float16": ctypes.c_float, "float64": ctypes.c_double,
+    "float32": ctypes.c_float, "float16": ctypes.c_float, "bfloat16": ctypes.c_float,
+    "float64": ctypes.c_double,
 }
 
 
@@ -134,7 +136,7 @@ def launcher_source(cs: CudaSource) -> str:
 
 
 def _scalar_ctype(p) -> str:
-    return CudaRenderer.TYPES["float32" if p.dtype == "float16" else p.dtype]
+    return CudaRenderer.TYPES[_dt.compute_dtype(p.dtype)]  # a storage float is a float
 
 
 class EmuLibrary:
@@ -270,6 +272,7 @@ def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Pa
     try:
         files = {HEADER_NAME: header, "cuda_fp16.h": f'#include "{HEADER_NAME}"\n',
                  "mma.h": f'#include "{HEADER_NAME}"\n',
+                 "cuda_bf16.h": f'#include "{HEADER_NAME}"\n',
                  "kernel.cu": source, "launcher.cc": launcher}
         for name, text in files.items():
             with open(os.path.join(tmp, name), "w") as f:

@@ -15,8 +15,9 @@
 //   threadIdx, blockIdx            -> thread_local uint3, set for each emulated thread
 //   blockDim, gridDim              -> globals set for each launch
 //   __syncthreads()                -> a real barrier among the block's threads
-//   half, __half2float, __float2half, __double2half
-//                                  -> a 16-bit storage struct and correctly rounded
+//   half, __half2float, __float2half, __double2half,
+//   __nv_bfloat16, __bfloat162float, __float2bfloat16
+//                                  -> 16-bit storage structs and correctly rounded
 //                                     (round-to-nearest-even) conversions
 //   rsqrtf, __expf, __int_as_float, min/max, __trap, printf -> CPU equivalents
 //   nvcuda::wmma (<mma.h>)         -> fragments that hold a whole tile in every thread
@@ -141,6 +142,30 @@ inline float __half2float(half h) { return tecomp_emu::half_bits_to_float(h.__x)
 inline half __float2half(float f) { half h; h.__x = tecomp_emu::double_to_half_bits((double)f); return h; }
 inline half __float2half_rn(float f) { return __float2half(f); }
 inline half __double2half(double d) { half h; h.__x = tecomp_emu::double_to_half_bits(d); return h; }
+
+// ---------------------------------------------------------------------------- bfloat16
+
+struct __nv_bfloat16 { unsigned short __x; };
+
+inline float __bfloat162float(__nv_bfloat16 h) {
+  unsigned int b = (unsigned int)h.__x << 16;
+  float f;
+  memcpy(&f, &b, sizeof f);
+  return f;
+}
+// Round a float to the nearest bfloat16 (ties to even); a NaN stays a (quiet) NaN.
+inline __nv_bfloat16 __float2bfloat16(float f) {
+  unsigned int b;
+  memcpy(&b, &f, sizeof b);
+  __nv_bfloat16 h;
+  if ((b & 0x7fffffffu) > 0x7f800000u) {
+    h.__x = (unsigned short)((b >> 16) | 0x0040u);
+  } else {
+    h.__x = (unsigned short)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+  }
+  return h;
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
 
 // ---------------------------------------------------------------------------- math
 
@@ -667,6 +692,7 @@ struct fragment {
 };
 
 inline float tc_to_float(half h) { return __half2float(h); }
+inline float tc_to_float(__nv_bfloat16 h) { return __bfloat162float(h); }
 inline float tc_to_float(float f) { return f; }
 inline void tc_from_float(half* p, float v) { *p = __float2half(v); }
 inline void tc_from_float(float* p, float v) { *p = v; }

@@ -26,16 +26,17 @@ from ..te.tensor_intrin import IntrinOperand
 #: tecomp's device helpers an emitter may call (defined in tecomp.codegen.cuda, the
 #: tc_ldmatrix_* / tc_mma_* ones below)
 HELPERS = ("tc_ld_b32", "tc_dp4a_us", "tc_dp4a_ss", "tc_ldmatrix_x4", "tc_ldmatrix_x4_trans",
-           "tc_mma_m16n8k16_f16")
+           "tc_mma_m16n8k16_f16", "tc_mma_m16n8k16_bf16")
 
 #: what one lane holds of a 16 x 16 tile of an ``mma.*`` fragment (C element type, count)
-#: and the dtype of the fragment buffer: A four f16x2 registers (ldmatrix.x4), B two per
-#: 16 x 8 half, the accumulator four floats per 16 x 8 half (the PTX ISA's m16n8k16
-#: fragments; the cuda.mma_* intrinsics of tecomp.te.intrin_mma fill and read them)
+#: and the dtypes the fragment buffer may have: A four f16x2 (bf16x2) registers
+#: (ldmatrix.x4), B two per 16 x 8 half, the accumulator four floats per 16 x 8 half (the
+#: PTX ISA's m16n8k16 fragments; the cuda.mma_* intrinsics of tecomp.te.intrin_mma fill
+#: and read them)
 MMA_FRAGMENTS = {
-    "mma.matrix_a": ("unsigned int", 4, "float16"),
-    "mma.matrix_b": ("unsigned int", 4, "float16"),
-    "mma.accumulator": ("float", 8, "float32"),
+    "mma.matrix_a": ("unsigned int", 4, ("float16", "bfloat16")),
+    "mma.matrix_b": ("unsigned int", 4, ("float16", "bfloat16")),
+    "mma.accumulator": ("float", 8, ("float32",)),
 }
 
 _LDMATRIX = (
@@ -54,26 +55,29 @@ _LDMATRIX = (
     "#endif\n"
     "}}}}")
 
+_MMA = (
+    "// d += a . b, mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32: a the lane's 4\n"
+    "// registers of a 16 x 16 A, b its 2 of a 16 x 8 B, d its 4 floats of the 16 x 8 C.\n"
+    "{{q}} void tc_mma_m16n8k16_{t}(float* d, const unsigned int* a, const unsigned int* b) {{{{\n"
+    "#if defined(TECOMP_CUDA_EMU)\n"
+    "  tecomp_emu::mma_m16n8k16(d, a, b, {bf16});\n"
+    "#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800\n"
+    "#error \"tecomp: mma.sync.m16n8k16 (the cuda.mma_* intrinsics) needs sm_80 or later\"\n"
+    "#else\n"
+    "  asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 \"\n"
+    "               \"{{{{%0, %1, %2, %3}}}}, {{{{%4, %5, %6, %7}}}}, {{{{%8, %9}}}}, {{{{%0, %1, %2, %3}}}};\"\n"
+    "               : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])\n"
+    "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
+    "#endif\n"
+    "}}}}")
+
 #: the device helpers of the cuda.mma_* intrinsics: inline PTX on the GPU, the CUDA
 #: emulation's per-lane implementations (tecomp/codegen/cuda_emu_header.h) there
 MMA_HELPERS = {
     "tc_ldmatrix_x4": _LDMATRIX.format(t="", u="", trans=0),
     "tc_ldmatrix_x4_trans": _LDMATRIX.format(t=".trans", u="_trans", trans=1),
-    "tc_mma_m16n8k16_f16": (
-        "// d += a . b, mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32: a the lane's 4\n"
-        "// registers of a 16 x 16 A, b its 2 of a 16 x 8 B, d its 4 floats of the 16 x 8 C.\n"
-        "{q} void tc_mma_m16n8k16_f16(float* d, const unsigned int* a, const unsigned int* b) {{\n"
-        "#if defined(TECOMP_CUDA_EMU)\n"
-        "  tecomp_emu::mma_m16n8k16(d, a, b, 0);\n"
-        "#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800\n"
-        "#error \"tecomp: mma.sync.m16n8k16 (the cuda.mma_* intrinsics) needs sm_80 or later\"\n"
-        "#else\n"
-        "  asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 \"\n"
-        "               \"{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\"\n"
-        "               : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])\n"
-        "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
-        "#endif\n"
-        "}}"),
+    "tc_mma_m16n8k16_f16": _MMA.format(t="f16", bf16=0),
+    "tc_mma_m16n8k16_bf16": _MMA.format(t="bf16", bf16=1),
 }
 
 

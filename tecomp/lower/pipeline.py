@@ -141,17 +141,8 @@ def lower(s: Schedule, args: Sequence[Union[Tensor, Var]], name: str = "main",
                 f"the schedule has the scan {scans[0]} (tc.scan): tecomp runs scans on the CPU "
                 f"(llvm), and target {tgt} has no loop over steps outside its kernels yet; build "
                 "for llvm")
-        # one walk for what the CUDA C backends cannot generate
-        found = collect(body, lambda n: isinstance(n, ExternCall)
-                        or getattr(n, "dtype", None) == "bfloat16"
-                        or getattr(getattr(n, "buffer", None), "dtype", None) == "bfloat16")
-        calls = [n for n in found if isinstance(n, ExternCall)]
-        bf16 = [p.name for p in params if getattr(p, "dtype", None) == "bfloat16"] or (
-            ["an expression"] if len(calls) < len(found) else [])
-        if bf16:
-            raise LowerError(
-                f"{bf16[0]} is bfloat16, which the CUDA C backends do not generate yet (the CPU "
-                f"code does); build for llvm, or use float16 or float32 for target {tgt}")
+        # what the CUDA C backends cannot generate
+        calls = collect(body, lambda n: isinstance(n, ExternCall))
         if calls:
             raise LowerError(
                 f"the schedule has an extern stage calling {calls[0].name} (tc.extern): it runs "

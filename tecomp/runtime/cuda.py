@@ -51,10 +51,10 @@ from .timing import Timed
 
 # struct format characters of kernel parameters (pycuda's prepared calls)
 _STRUCT = {"int8": "b", "uint8": "B", "int16": "h", "int32": "i", "int64": "q", "bool": "?",
-           "float16": "f", "float32": "f", "float64": "d"}
+           "float16": "f", "bfloat16": "f", "float32": "f", "float64": "d"}
 # the Python type a scalar argument is packed from (pycuda packs with struct)
 _PY_SCALAR = {"int8": int, "uint8": int, "int16": int, "int32": int, "int64": int, "bool": bool,
-              "float16": float, "float32": float, "float64": float}
+              "float16": float, "bfloat16": float, "float32": float, "float64": float}
 
 
 class PycudaDriver:

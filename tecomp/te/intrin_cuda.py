@@ -179,25 +179,31 @@ def _fill_emit(name: str):
     return emit
 
 
+#: the operand dtypes of the tensor-core intrinsics: the suffix of their names
+TC_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+
 #: built-in intrinsics that a whole warp runs together (each lane the same call)
-WARP_INTRINS = ("cuda.wmma_load_a_f16", "cuda.wmma_load_b_f16", "cuda.wmma_fill_f32",
-                "cuda.wmma_mma_f16f16f32", "cuda.wmma_store_f32")
+WARP_INTRINS = tuple(f"cuda.wmma_{n}_{t}" for t in TC_DTYPES.values()
+                     for n in ("load_a", "load_b")) + tuple(
+    f"cuda.wmma_mma_{t}{t}f32" for t in TC_DTYPES.values()) + (
+    "cuda.wmma_fill_f32", "cuda.wmma_store_f32")
 
 
 def declarations():
     """The built-in CUDA intrinsics: (computation, CUDA C emitter, name, dense, the name
     of its ``init`` intrinsic or None); a fresh computation each call, an ``init`` named
     before the intrinsic that uses it."""
-    return [
+    out = [
         (_dot4("uint8", "int8", "c"), _dp4a("tc_dp4a_us"), "cuda.dp4a_u8s8s32", True, None),
         (_dot4("int8", "int8", "c"), _dp4a("tc_dp4a_ss"), "cuda.dp4a_s8s8s32", True, None),
-        (_copy("float16", "float16", "a_frag"), _load("cuda.wmma_load_a_f16"),
-         "cuda.wmma_load_a_f16", False, None),
-        (_copy("float16", "float16", "b_frag"), _load("cuda.wmma_load_b_f16"),
-         "cuda.wmma_load_b_f16", False, None),
         (_fill("float32"), _fill_emit("cuda.wmma_fill_f32"), "cuda.wmma_fill_f32", False, None),
-        (_mma("float16", "float32"), _mma_emit("cuda.wmma_mma_f16f16f32"),
-         "cuda.wmma_mma_f16f16f32", False, "cuda.wmma_fill_f32"),
-        (_copy("float32", "float32", "c"), _store("cuda.wmma_store_f32"), "cuda.wmma_store_f32",
-         False, None),
     ]
+    for dt, t in TC_DTYPES.items():
+        for operand in ("a", "b"):
+            name = f"cuda.wmma_load_{operand}_{t}"
+            out.append((_copy(dt, dt, f"{operand}_frag"), _load(name), name, False, None))
+        name = f"cuda.wmma_mma_{t}{t}f32"
+        out.append((_mma(dt, "float32"), _mma_emit(name), name, False, "cuda.wmma_fill_f32"))
+    out.append((_copy("float32", "float32", "c"), _store("cuda.wmma_store_f32"),
+                "cuda.wmma_store_f32", False, None))
+    return out

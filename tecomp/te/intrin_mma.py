@@ -28,6 +28,10 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
 * ``cuda.mma_store_f32`` -- the accumulator tile to shared or global memory, row or
   column major, each lane storing its 8 elements.
 
+Each has a bfloat16 twin, ``_f16`` spelled ``_bf16`` (``cuda.mma_load_a_bf16``,
+``cuda.mma_bf16bf16f32``: ``mma.sync....f32.bf16.bf16.f32``; ldmatrix moves 16-bit
+values whatever they hold).
+
 The rules of the wmma intrinsics hold (whole warps, tiles that do not depend on the
 lane); the CUDA emulation implements ``ldmatrix`` and ``mma.sync`` lane by lane, the
 lanes of a warp exchanging their registers, so a wrong lane mapping gives a wrong result
@@ -36,7 +40,7 @@ there as on the GPU.
 from __future__ import annotations
 
 from ..errors import BuildError
-from .intrin_cuda import _copy, _fill, _leading_dim, _memory, _mma
+from .intrin_cuda import TC_DTYPES, _copy, _fill, _leading_dim, _memory, _mma
 
 #: the C text of a lane's index in its warp (the renderer requires blockDim.x to be a
 #: multiple of 32, so the lanes of a warp are consecutive threadIdx.x)
@@ -92,12 +96,12 @@ def _load(name: str, operand: str):
     return emit
 
 
-def _mma_emit(name: str):
+def _mma_emit(name: str, t: str):
     def emit(cb, ins, outs):
         c = _fragment(name, outs[0], "mma.accumulator")
         a = _fragment(name, ins[0], "mma.matrix_a")
         b = _fragment(name, ins[1], "mma.matrix_b")
-        mma = cb.helper("tc_mma_m16n8k16_f16")
+        mma = cb.helper(f"tc_mma_m16n8k16_{t}")
         cb.emit(f"{mma}({c}, {a}, {b});")               # columns 0..7
         cb.emit(f"{mma}({c} + 4, {a}, {b} + 2);")       # columns 8..15
     return emit
@@ -127,14 +131,14 @@ def _store(name: str):
 
 def declarations():
     """The ``cuda.mma_*`` intrinsics, as :func:`tecomp.te.intrin_cuda.declarations`."""
-    return [
-        (_copy("float16", "float16", "a_frag"), _load("cuda.mma_load_a_f16", "a"),
-         "cuda.mma_load_a_f16", False, None),
-        (_copy("float16", "float16", "b_frag"), _load("cuda.mma_load_b_f16", "b"),
-         "cuda.mma_load_b_f16", False, None),
-        (_fill("float32"), _fill_emit("cuda.mma_fill_f32"), "cuda.mma_fill_f32", False, None),
-        (_mma("float16", "float32"), _mma_emit("cuda.mma_f16f16f32"), "cuda.mma_f16f16f32",
-         False, "cuda.mma_fill_f32"),
-        (_copy("float32", "float32", "c"), _store("cuda.mma_store_f32"), "cuda.mma_store_f32",
-         False, None),
-    ]
+    out = [(_fill("float32"), _fill_emit("cuda.mma_fill_f32"), "cuda.mma_fill_f32", False, None)]
+    for dt, t in TC_DTYPES.items():
+        for operand in ("a", "b"):
+            name = f"cuda.mma_load_{operand}_{t}"
+            out.append((_copy(dt, dt, f"{operand}_frag"), _load(name, operand), name, False,
+                        None))
+        name = f"cuda.mma_{t}{t}f32"
+        out.append((_mma(dt, "float32"), _mma_emit(name, t), name, False, "cuda.mma_fill_f32"))
+    out.append((_copy("float32", "float32", "c"), _store("cuda.mma_store_f32"),
+                "cuda.mma_store_f32", False, None))
+    return out

@@ -362,7 +362,8 @@ def tensor_intrins_for(target: Union[str, Target] = "llvm") -> List[TensorIntrin
     if tgt.is_gpu:
         old = tgt.arch is not None and sm_number(tgt.arch) < MMA_MIN_SM
         return sorted((t for t in builtin_intrins().values() if t.cuda is not None
-                       and not (old and t.name.startswith("cuda.mma_"))), key=lambda t: t.name)
+                       and not (old and (t.name.startswith("cuda.mma_")
+                                         or "bf16" in t.name))), key=lambda t: t.name)
     if not tgt.is_cpu:
         return []
     found = [t for t in builtin_intrins().values()

@@ -16,13 +16,13 @@ from .program import (
 
 # first option = what a failing case shrinks to
 DTYPES = ("float32", "int32", "float64", "float32", "int8", "int64", "uint8", "float16")
-try:   # bfloat16 arrays are ml_dtypes' (the test extra); the CUDA C backends have none
+try:   # bfloat16 arrays are ml_dtypes' (the test extra)
     import ml_dtypes  # noqa: F401
     DTYPES = DTYPES + ("bfloat16",)
 except ImportError:  # pragma: no cover
     pass
 #: the dtypes of the programs run in the CUDA emulation
-GPU_DTYPES = tuple(d for d in DTYPES if d != "bfloat16")
+GPU_DTYPES = DTYPES
 SIZES = (4, 1, 2, 3, 5, 7, 8, 13, 16)
 RSIZES = (3, 1, 2, 4, 5, 8)
 N_VALUES = (5, 0, 1, 2, 3, 7, 11, 17)

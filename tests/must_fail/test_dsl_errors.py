@@ -439,16 +439,6 @@ def test_bfloat16_mixed_with_float32():
         tc.compute((4,), lambda i: A[i] + B[i], name="C")
 
 
-def test_bfloat16_for_a_cuda_target():
-    A = tc.placeholder((64,), dtype="bfloat16", name="A")
-    C = tc.compute((64,), lambda i: A[i] * 2, name="C")
-    s = tc.create_schedule(C.op)
-    s[C].bind(C.op.axis[0], tc.thread_axis("threadIdx.x"))
-    with pytest.raises(tc.LowerError, match=r"A is bfloat16, which the CUDA C backends do not "
-                                            r"generate yet"):
-        tc.lower(s, [A, C], target="cuda")
-
-
 def test_bfloat16_kernel_given_a_float32_array():
     A = tc.placeholder((4,), dtype="bfloat16", name="A")
     C = tc.compute((4,), lambda i: A[i] * 2, name="C")

@@ -154,7 +154,8 @@ def test_unknown_builtin_name():
                                                r"built-ins are aarch64.neon_u8s8s32_4x4, aarch64.smmla_s8s8s32_2x2x8, "
                                                r"aarch64.ummla_u8u8s32_2x2x8, aarch64.usdot_u8s8s32_4x4, "
                                                r"aarch64.usmmla_u8s8s32_2x2x8, "
-                                               r"cuda.dp4a_s8s8s32, cuda.dp4a_u8s8s32, cuda.mma_f16f16f32, "
+                                               r"cuda.dp4a_s8s8s32, cuda.dp4a_u8s8s32, cuda.mma_bf16bf16f32, "
+                                                   r"cuda.mma_f16f16f32, "
                                                r"cuda.mma_fill_f32, .*, cuda.wmma_fill_f32, .*, "
                                                r"x86.avx2_u8s8s32_8x4"):
         tc.tensor_intrin("x86.amx")
@@ -424,7 +425,7 @@ def test_mma_fragment_of_another_dtype():
     s[AF].compute_at(s[C], i)
     with pytest.raises(tc.BuildError, match=r"buffer A.mma.matrix_a in scope 'mma.matrix_a' is "
                                             r"float32\[1, 32\]; a mma.matrix_a fragment holds "
-                                            r"float16 16 x 16 tiles"):
+                                            r"float16 or bfloat16 16 x 16 tiles"):
         tc.build(s, [A, C], target="cuda")
 
 
@@ -444,6 +445,22 @@ def test_mma_load_of_bfloat16_tiles():
                                                r"\(float16\)"):
         s[AF].tensorize(r, tc.tensor_intrin("cuda.mma_load_a_f16"))
         tc.lower(s, [A, C], target="cuda")
+
+
+def test_bfloat16_wmma_fragments_for_an_architecture_before_sm_80():
+    from tecomp.nn import ops
+    from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
+
+    X = tc.placeholder((32, 32), "bfloat16", name="X")
+    W = tc.placeholder((32, 32), "bfloat16", name="W")
+    C = ops.dense(X, W, out_dtype="float32")
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, WmmaConfig(1, 1, 2, 2, 32))
+    with pytest.raises(tc.BuildError, match=r"the wmma fragment \S+ holds bfloat16, which the "
+                                            r"tensor cores take from sm_80 on; this function is "
+                                            r"built for sm_75: build for 'cuda -arch=sm_80' or "
+                                            r"later, or use float16 operands"):
+        tc.build(s, [X, W, C], target="cuda -arch=sm_75")
 
 
 def test_mma_config_family_unknown():

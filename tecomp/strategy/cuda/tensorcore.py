@@ -1,4 +1,4 @@
-"""GEMM on tensor cores: float16 operands, float32 accumulation and result
+"""GEMM on tensor cores: float16 or bfloat16 operands, float32 accumulation and result
 (``schedule_matmul``, ``schedule_dense`` and the GPU rules of ``auto_schedule``).
 
 ``C[.., i, j] = sum_k float32(A) * float32(B)``, ``A`` read ``[.., i, k]`` or ``[.., k,
@@ -45,13 +45,19 @@ from .common import _bind, _cooperative_copy
 FRAG = 16       # the wmma tile side (m16n16k16)
 PAD = 8         # halves of padding per shared tile row (16 bytes: rows stay aligned)
 WARP = 32
-#: the intrinsics of each tensor-core family (:attr:`WmmaConfig.family`)
-FAMILIES = {
-    "wmma": {"load_a": "cuda.wmma_load_a_f16", "load_b": "cuda.wmma_load_b_f16",
-             "mma": "cuda.wmma_mma_f16f16f32", "store": "cuda.wmma_store_f32"},
-    "mma": {"load_a": "cuda.mma_load_a_f16", "load_b": "cuda.mma_load_b_f16",
-            "mma": "cuda.mma_f16f16f32", "store": "cuda.mma_store_f32"},
-}
+#: the tensor-core families (:attr:`WmmaConfig.family`)
+FAMILIES = ("wmma", "mma")
+#: the operand dtypes of the tensor-core GEMM and their intrinsics' suffix
+OPERAND_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+
+
+def family_intrinsics(family: str, dtype: str) -> dict:
+    """The intrinsics of a tensor-core ``family`` for ``dtype`` operands (``cuda.wmma_*``
+    or ``cuda.mma_*``, :mod:`tecomp.te.intrin_cuda` / :mod:`tecomp.te.intrin_mma`)."""
+    t = OPERAND_DTYPES[dtype]
+    return {"load_a": f"cuda.{family}_load_a_{t}", "load_b": f"cuda.{family}_load_b_{t}",
+            "mma": f"cuda.{family}_mma_{t}{t}f32" if family == "wmma" else f"cuda.mma_{t}{t}f32",
+            "store": f"cuda.{family}_store_f32"}
 
 
 @dataclass(frozen=True)
@@ -124,16 +130,16 @@ def wmma_config(M: Optional[int], N: Optional[int], K: Optional[int],
 def tensor_core_gemm(gemm: Tensor) -> bool:
     """Whether ``gemm`` is a (batched) ``C[.., i, j] = sum_k f32(A) * f32(B)`` with ``A``
     read ``[.., i, k]`` or ``[.., k, i]``, ``B`` read ``[.., k, j]`` or ``[.., j, k]``,
-    both float16, ``C`` float32: what the tensor-core schedule computes."""
+    both float16 or both bfloat16, ``C`` float32: what the tensor-core schedule computes."""
     op = gemm.op
     found = _contraction_operands(op)
     if found is None:
         return False
     nbatch, (a, a_kfirst), (b, b_kfirst) = found
-    if a.dtype != "float16" or b.dtype != "float16" or gemm.dtype != "float32":
+    if a.dtype not in OPERAND_DTYPES or b.dtype != a.dtype or gemm.dtype != "float32":
         return False
     src = op.body.source
-    return all(isinstance(x, Cast) and x.dtype == "float32" and x.value.dtype == "float16"
+    return all(isinstance(x, Cast) and x.dtype == "float32" and x.value.dtype == a.dtype
                for x in (getattr(src, "a", None), getattr(src, "b", None)))
 
 
@@ -161,7 +167,7 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
         raise ScheduleError(f"{cfg} has {cfg.threads} threads per block; a CUDA block has at "
                             "most 1024")
     _, (a, a_kfirst), (b, b_kfirst) = _contraction_operands(gemm.op)
-    fam, names = cfg.family, FAMILIES[cfg.family]
+    fam, names = cfg.family, family_intrinsics(cfg.family, a.dtype)
     CF = s.cache_write(gemm, f"{fam}.accumulator")
     AS = s.cache_read(a, "shared", [CF])
     BS = s.cache_read(b, "shared", [CF])
