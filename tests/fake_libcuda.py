@@ -40,15 +40,21 @@ class FakeLibcuda:
     ``cs``: the CudaSource of the exported module (the emulation runs its kernels);
     ``capability``: the device's compute capability; ``load_status``: what
     cuModuleLoadData returns; ``device_of``: the device ordinal a pointer is in (None:
-    unknown memory)."""
+    unknown memory); ``devices``: how many GPUs it has (each launch records the device
+    whose context is current)."""
 
-    def __init__(self, cs, capability=(9, 0), load_status=0, device_of=lambda ptr: 0):
+    def __init__(self, cs, capability=(9, 0), load_status=0, device_of=lambda ptr: 0,
+                 devices=1):
+        self.devices = devices
+        self.current = []       # the stack of current contexts (device ordinals)
         self.cs = cs
         self.capability = capability
         self.load_status = load_status
         self.device_of = device_of
         self.launches = []      # (name, grid, block, shared, stream, [argument values])
         self.images = []        # what cuModuleLoadData was given
+        self.loaded_on = []     # the device current at each cuModuleLoadData
+        self.launched_on = []   # the device current at each launch
         self.allocs = {}
         self.calls = []
         self._emu = None
@@ -61,7 +67,7 @@ class FakeLibcuda:
         return 0
 
     def cuDeviceGetCount(self, count):
-        _out(count, 1)
+        _out(count, self.devices)
         return 0
 
     def cuDeviceGet(self, dev, ordinal):
@@ -79,13 +85,15 @@ class FakeLibcuda:
         return 0
 
     def cuDevicePrimaryCtxRetain(self, ctx, dev):
-        _out(ctx, 0x1000)
+        _out(ctx, 0x1000 + dev.value)
         return 0
 
     def cuCtxPushCurrent_v2(self, ctx):
+        self.current.append(ctx.value - 0x1000)
         return 0
 
     def cuCtxPopCurrent_v2(self, ctx):
+        self.current.pop()
         return 0
 
     def cuGetErrorName(self, status, text):
@@ -95,6 +103,7 @@ class FakeLibcuda:
         # the image must be the fatbin itself
         read_fatbin(bytes(image), "the image given to cuModuleLoadData", LoadError)
         self.images.append(bytes(image))
+        self.loaded_on.append(self.current[-1] if self.current else None)
         if self.load_status:
             return self.load_status
         self._emu = compile_emu_library(self.cs)
@@ -139,6 +148,7 @@ class FakeLibcuda:
             values.append(ctypes.cast(params[i], ctypes.POINTER(t)).contents.value)
         grid, block = (gx.value, gy.value, gz.value), (bx.value, by.value, bz.value)
         self.launches.append((kern.name, grid, block, shared.value, stream.value or 0, values))
+        self.launched_on.append(self.current[-1] if self.current else None)
         self._emu.launch(k, values, list(grid), list(block), "serial")
         return 0
 

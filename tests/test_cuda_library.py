@@ -116,6 +116,31 @@ def test_launch_through_the_driver_api(scale_lib, monkeypatch):
 
 
 @needs_nvcc
+def test_kernels_run_on_the_arrays_gpu(scale_lib, monkeypatch):
+    """On a machine with two GPUs, a call's kernels run on the GPU its arrays live on:
+    the library's code is loaded once per device, in that device's context; with
+    ``module.device`` set, on that device only."""
+    f, path = scale_lib
+    a = np.arange(64, dtype="float32")
+    b1, b0 = np.zeros(64, "float32"), np.zeros(64, "float32")
+    on = {b1.ctypes.data: 1}
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch, devices=2,
+                             device_of=lambda ptr: on.get(ptr, 0))
+    on[a.ctypes.data] = 1
+    g(DeviceArray(a), DeviceArray(b1))
+    on[a.ctypes.data] = 0
+    g(DeviceArray(a), DeviceArray(b0))
+    g(DeviceArray(a), DeviceArray(b0))
+    np.testing.assert_array_equal(b1, a * 2)
+    np.testing.assert_array_equal(b0, a * 2)
+    assert fake.loaded_on == [1, 0]             # loaded once per device
+    assert fake.launched_on == [1, 0, 0]
+    g.device = 0
+    g(DeviceArray(a), DeviceArray(b0))
+    assert fake.launched_on[-1] == 0 and fake.loaded_on == [1, 0]
+
+
+@needs_nvcc
 @pytest.mark.parametrize("make", [tiled_matmul, two_kernels_workspace], ids=["matmul", "workspace"])
 def test_exported_kernels_run_end_to_end(make, tmp_path, monkeypatch):
     """Shared memory (matmul) and a global workspace between two kernels (allocated with

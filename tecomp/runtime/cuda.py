@@ -367,6 +367,11 @@ class CudaModule(CudaSourceModule):
             self._driver = default_driver()
         return self._driver
 
+    def _driver_for(self, metas):
+        """The driver of the device this call's kernels run on (``metas``: what the
+        argument checks found of each argument)."""
+        return self.driver()
+
     def _kernel_functions(self, drv):
         if self._functions is None or self._functions[0] is not drv:
             mod = drv.compile(self.cuda_source, getattr(self.target, "arch", None))
@@ -382,10 +387,11 @@ class CudaModule(CudaSourceModule):
         orders the stream with its other work, as with any CUDA library call); with numpy
         arguments or intermediate buffers the call waits for the stream before it copies
         results back or frees them.  Without ``stream`` the call waits for the kernels."""
-        drv = self.driver()
+        self.driver()   # (no driver or no GPU: RuntimeUnavailableError before the arguments)
         cs, func = self.cuda_source, self.func
         handle = None if stream is None else stream_handle(stream)
         args, env, metas = self._checked(args)
+        drv = self._driver_for(metas)
         launches = self._launches(env)
         with drv.active():
             fns = self._kernel_functions(drv)

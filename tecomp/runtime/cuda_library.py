@@ -10,10 +10,14 @@ runs (a cubin of its architecture family, or PTX it can compile), else
 
 Calls take device arrays only (``__cuda_array_interface__``: PyTorch CUDA tensors, CuPy
 arrays, numba): a numpy array or CPU tensor is an ArgumentError (the library does not
-copy host memory), and so is an array on another GPU than the module's (device 0, or
-``module.device``).
+copy host memory).  The kernels run on the GPU the arrays live on (as a PyTorch operator
+does: the library's code is loaded once per device it runs on); arrays on two GPUs in
+one call are an ArgumentError, and so is an array on another GPU than ``module.device``
+where that is set (an int: the kernels run there only).
 """
 from __future__ import annotations
+
+from typing import Dict, Optional
 
 from . import cuda_driver
 from .aot_format import LibraryInfo
@@ -34,7 +38,8 @@ class CudaLibraryModule(CudaModule):
 
     _arrays = True   # device arrays only
 
-    def __init__(self, info: LibraryInfo, fatbin: bytes, where: str, device: int = 0):
+    def __init__(self, info: LibraryInfo, fatbin: bytes, where: str,
+                 device: Optional[int] = None):
         c = info.cuda
         entries = read_fatbin(fatbin, where, LoadError)
         have = {e.name for e in entries}
@@ -52,55 +57,75 @@ class CudaLibraryModule(CudaModule):
         self.fatbin = fatbin
         self.code = entries
         self.where = where
-        #: the ordinal of the GPU the kernels run on (arrays must live there)
+        #: the ordinal of the GPU the kernels run on (arrays must live there); None: the
+        #: GPU of each call's arrays
         self.device = device
         #: the target string the library was exported for
         self.target_name = info.target
+        self._per_device: Dict[int, tuple] = {}   # ordinal -> (driver, functions, launches ok)
 
-    def driver(self):
-        if self._driver is None or self._driver.ordinal != self.device:
-            self._driver = cuda_driver.driver(self.device)
-        return self._driver
+    def driver(self, ordinal: Optional[int] = None):
+        """The driver of device ``ordinal`` (default: ``module.device``, else 0)."""
+        if ordinal is None:
+            ordinal = self.device if self.device is not None else 0
+        return cuda_driver.driver(ordinal)
 
-    def _kernel_functions(self, drv):
-        if self._functions is None or self._functions[0] is not drv:
-            cc = tuple(drv.compute_capability)
-            if pick_code(self.code, cc) is None:
-                raise DeviceCodeError(
-                    f"{self.where} holds GPU code for {describe_code(self.code)}, none of "
-                    f"which runs on device {drv.ordinal} ({drv.name}, compute capability "
-                    f"{cc[0]}.{cc[1]}, sm_{cc[0]}{cc[1]}): export it with "
-                    f"tc.build(..., target='cuda -arch=sm_{cc[0]}{cc[1]}') for this GPU")
-            module, status = drv.load_module(self.fatbin)
-            if status == cuda_driver.CUDA_ERROR_NO_BINARY_FOR_GPU:
-                raise DeviceCodeError(
-                    f"{self.where}: the CUDA driver found no code for device {drv.ordinal} "
-                    f"({drv.name}, sm_{cc[0]}{cc[1]}) in its fatbin "
-                    f"({describe_code(self.code)}); its PTX needs a newer driver, or export "
-                    f"it for this GPU (target='cuda -arch=sm_{cc[0]}{cc[1]}')")
-            drv.check(status, f"cuModuleLoadData of {self.where}")
-            fns = [drv.get_function(module, k.name) for k in self.kernels]
-            self._functions = (drv, fns)
-            self._launch_ok = set()
-        return self._functions[1]
-
-    def _checked(self, args):
-        args, env, metas = super()._checked(args)
-        drv = self.driver()
+    def _driver_for(self, metas):
+        drv = self.driver()   # any device's driver tells where a pointer lives
+        found = None          # (ordinal, label of the first array there)
         for i, (p, meta) in enumerate(zip(self.func.params, metas)):
             if not isinstance(p, Buffer) or meta is None or not meta.shape or \
                     not all(meta.shape):
                 continue
             dev = drv.pointer_device(meta.pointer)
-            if dev != drv.ordinal:
-                where = ("memory the CUDA driver does not know as device memory" if dev is None
-                         else f"device {dev}")
+            label = param_label(p.name, i)
+            if dev is None:
                 raise ArgumentError(
-                    f"{param_label(p.name, i)} is an array in {where}, but "
-                    f"{self.func.name}'s kernels run on device {drv.ordinal}: pass an array "
-                    f"on cuda:{drv.ordinal} (tensor.to('cuda:{drv.ordinal}')), or set the "
-                    f"module's device (module.device = {dev if dev is not None else 'N'})")
-        return args, env, metas
+                    f"{label} is an array in memory the CUDA driver does not know as device "
+                    f"memory; {self.func.name}'s kernels take device arrays: pass a CUDA tensor "
+                    f"(tensor.to('cuda'))")
+            want = self.device if self.device is not None else (
+                found[0] if found is not None else dev)
+            if dev != want:
+                if self.device is not None:
+                    raise ArgumentError(
+                        f"{label} is an array in device {dev}, but {self.func.name}'s kernels "
+                        f"run on device {want} (module.device): pass an array on cuda:{want} "
+                        f"(tensor.to('cuda:{want}')), or set module.device = {dev} (or None: "
+                        f"the arrays' device)")
+                raise ArgumentError(
+                    f"{label} is an array in device {dev}, but {found[1]} is in device "
+                    f"{want}: the arrays of one call of {self.func.name} must live on one GPU; "
+                    f"move them to one device (tensor.to('cuda:{want}'))")
+            if found is None:
+                found = (dev, label)
+        ordinal = self.device if self.device is not None else (found[0] if found else 0)
+        return drv if drv.ordinal == ordinal else self.driver(ordinal)
+
+    def _kernel_functions(self, drv):
+        entry = self._per_device.get(drv.ordinal)
+        if entry is not None and entry[0] is drv:
+            self._functions, self._launch_ok = (drv, entry[1]), entry[2]
+            return entry[1]
+        cc = tuple(drv.compute_capability)
+        if pick_code(self.code, cc) is None:
+            raise DeviceCodeError(
+                f"{self.where} holds GPU code for {describe_code(self.code)}, none of "
+                f"which runs on device {drv.ordinal} ({drv.name}, compute capability "
+                f"{cc[0]}.{cc[1]}, sm_{cc[0]}{cc[1]}): export it with "
+                f"tc.build(..., target='cuda -arch=sm_{cc[0]}{cc[1]}') for this GPU")
+        module, status = drv.load_module(self.fatbin)
+        if status == cuda_driver.CUDA_ERROR_NO_BINARY_FOR_GPU:
+            raise DeviceCodeError(
+                f"{self.where}: the CUDA driver found no code for device {drv.ordinal} "
+                f"({drv.name}, sm_{cc[0]}{cc[1]}) in its fatbin "
+                f"({describe_code(self.code)}); its PTX needs a newer driver, or export "
+                f"it for this GPU (target='cuda -arch=sm_{cc[0]}{cc[1]}')")
+        drv.check(status, f"cuModuleLoadData of {self.where}")
+        fns = [drv.get_function(module, k.name) for k in self.kernels]
+        self._functions, self._launch_ok = (drv, fns), set()
+        self._per_device[drv.ordinal] = (drv, fns, self._launch_ok)
+        return self._functions[1]
 
     def get_source(self, fmt: str = "cuda") -> str:
         raise LoadError(f"the module loaded from {self.where} has no source (the library "

@@ -154,17 +154,24 @@ def test_device_array_of_the_wrong_dtype(lib, monkeypatch):
         g(DeviceArray(np.zeros(8)), DeviceArray(np.zeros(8, "float32")))
 
 
-@pytest.mark.parametrize("device, match", [
-    (1, r"parameter B \(argument 2\) is an array in device 1, but inc's kernels run on device "
-        r"0: pass an array on cuda:0"),
-    (None, r"parameter B \(argument 2\) is an array in memory the CUDA driver does not know as "
-           r"device memory"),
-], ids=["other GPU", "not device memory"])
-def test_device_array_on_another_device(lib, monkeypatch, device, match):
+@pytest.mark.parametrize("devices, module_device, match", [
+    ({"A": 0, "B": 1}, 0, r"parameter B \(argument 2\) is an array in device 1, but inc's "
+                          r"kernels run on device 0 \(module.device\): pass an array on "
+                          r"cuda:0 \(tensor.to\('cuda:0'\)\), or set module.device = 1"),
+    ({"A": 1, "B": 0}, None, r"parameter B \(argument 2\) is an array in device 0, but "
+                             r"parameter A \(argument 1\) is in device 1: the arrays of one "
+                             r"call of inc must live on one GPU"),
+    ({"A": 0, "B": None}, None, r"parameter B \(argument 2\) is an array in memory the CUDA "
+                                r"driver does not know as device memory; inc's kernels take "
+                                r"device arrays"),
+], ids=["not module.device", "two GPUs in one call", "not device memory"])
+def test_device_array_on_another_device(lib, monkeypatch, devices, module_device, match):
     f, path, _ = lib
     a, b = np.zeros(8, "float32"), np.zeros(8, "float32")
-    g, fake = load_with_fake(path, f.cuda_source, monkeypatch,
-                             device_of=lambda ptr: device if ptr == b.ctypes.data else 0)
+    where = {a.ctypes.data: devices["A"], b.ctypes.data: devices["B"]}
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch, devices=2,
+                             device_of=lambda ptr: where.get(ptr, 0))
+    g.device = module_device
     with pytest.raises(tc.ArgumentError, match=match):
         g(DeviceArray(a), DeviceArray(b))
     assert fake.launches == []
