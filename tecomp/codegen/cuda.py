@@ -85,7 +85,8 @@ from ..target import (  # noqa: E402,F401
     FRAGMENT_SCOPES, MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES,
     MAX_THREADS_PER_BLOCK, MMA_MIN_SM, SHARED_ALIGN, WARP_SIZE, sm_number,
 )
-from .cuda_intrin import MMA_FRAGMENTS, MMA_HELPERS, CudaIntrinBuilder, CudaIntrinView
+from .cuda_intrin import (MMA_FRAGMENTS, MMA_HELPERS, MMA_TILE_REGS, CudaIntrinBuilder,
+                          CudaIntrinView)
 
 #: what a tensor-core fragment of each scope holds, as nvcuda::wmma's fragment type
 #: (m16n16k16; the operands row major) and the dtype its buffer must have
@@ -528,9 +529,9 @@ class CudaRenderer(CSource):
                 f"buffer {buf.name} in scope {buf.scope!r} is {buf.dtype}"
                 f"[{', '.join(to_str(d) for d in buf.shape)}]"
                 f"{' with explicit strides' if buf.strides is not None else ''}; a "
-                f"{buf.scope} fragment holds {' or '.join(dtypes)} 16 x 16 tiles: its last two "
+                f"{buf.scope} fragment holds {_one_of(dtypes)} 16 x 16 tiles: its last two "
                 "extents must be constant multiples of 16 (split the axes it is computed over "
-                "by multiples of 16) and its dtype " + " or ".join(dtypes))
+                "by multiples of 16) and its dtype " + _one_of(dtypes))
         count = 1
         for n in shape[:-2]:
             count *= n
@@ -538,7 +539,7 @@ class CudaRenderer(CSource):
         layout = _fragment_layout(s)
         self.fragment_layouts[buf] = layout
         if buf.scope in MMA_FRAGMENTS:   # per-lane registers, exchanged by warp collectives
-            size = f"[{MMA_FRAGMENTS[buf.scope][1]}]"
+            size = f"[{MMA_TILE_REGS.get(buf.dtype, MMA_FRAGMENTS[buf.scope][1])}]"
         else:
             ftype = ftype.replace("{layout}", layout).replace("{elem}", self.ctype(buf.dtype))
             size = ""
@@ -774,6 +775,11 @@ def _no_fragment_element(buf: Buffer, how: str) -> None:
             "every stage that reads or writes it)")
 
 
+def _one_of(names) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 def _uses_any_of(exprs, vars_: set) -> bool:
     return any(_uses_any(e, vars_) for e in exprs)
 
@@ -856,7 +862,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
                          f"{arch}: build for 'cuda -arch=sm_{MMA_MIN_SM}' or later, or use "
                          "float16 operands")
     if arch and sm_number(arch) < MMA_MIN_SM and (
-            helpers & {"tc_mma_m16n8k16_f16", "tc_mma_m16n8k16_bf16"}):
+            helpers & {"tc_mma_m16n8k16_f16", "tc_mma_m16n8k16_bf16", "tc_mma_m16n8k8_tf32"}):
         raise BuildError(f"the cuda.mma_* tensor intrinsics (mma.sync.m16n8k16) need sm_"
                          f"{MMA_MIN_SM} or later; this function is built for {arch}: build for "
                          f"'cuda -arch=sm_{MMA_MIN_SM}' or later, or use the cuda.wmma_* "

@@ -832,19 +832,26 @@ inline void ldmatrix_x4(unsigned int* r, const void* row, int trans) {
   }
 }
 
+// An mma.sync's operand registers (the lane's 4 of A, 2 of B) exchanged among the warp:
+// register i of lane l is w[l].w[i], B's at 4 and 5.
+inline const Slot* exchange_mma_operands(const char* op, const unsigned int* a,
+                                         const unsigned int* b, int* lane) {
+  Slot mine;
+  mine.p = nullptr;
+  for (int i = 0; i < 4; ++i) mine.w[i] = a[i];
+  mine.w[4] = b[0];
+  mine.w[5] = b[1];
+  return warp_exchange(op, mine, lane);
+}
+
 // mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32, d = a . b + d in
 // place.  groupID g = lane / 4, t = lane % 4.  A (16 x 16): a[0] holds A[g][2t, 2t+1],
 // a[1] A[g+8][2t, 2t+1], a[2] A[g][2t+8, 2t+9], a[3] A[g+8][2t+8, 2t+9].  B (16 x 8):
 // b[0] holds B[2t, 2t+1][g], b[1] B[2t+8, 2t+9][g].  C, D (16 x 8): d[i] is
 // C[g + 8 (i / 2)][2t + i % 2].
 inline void mma_m16n8k16(float* d, const unsigned int* a, const unsigned int* b, int bf16) {
-  Slot mine;
-  mine.p = nullptr;
-  for (int i = 0; i < 4; ++i) mine.w[i] = a[i];
-  mine.w[4] = b[0];
-  mine.w[5] = b[1];
   int lane;
-  const Slot* w = warp_exchange("mma.sync.m16n8k16", mine, &lane);
+  const Slot* w = exchange_mma_operands("mma.sync.m16n8k16", a, b, &lane);
   int g = lane >> 2, t = lane & 3;
   float out[4];
   for (int i = 0; i < 4; ++i) {
@@ -857,6 +864,46 @@ inline void mma_m16n8k16(float* d, const unsigned int* a, const unsigned int* b,
       unsigned int br = w[col * 4 + ((k & 7) >> 1)].w[4 + (k >> 3)];
       acc += b16_to_float((ar >> (16 * (k & 1))) & 0xffffu, bf16)
              * b16_to_float((br >> (16 * (k & 1))) & 0xffffu, bf16);
+    }
+    out[i] = acc;
+  }
+  for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
+
+// cvt.rna.tf32.f32: a float rounded to 10 mantissa bits, to nearest with ties away from
+// zero (NaN and inf kept; a value that rounds past the largest finite becomes inf).
+inline unsigned int round_tf32(float x) {
+  unsigned int b;
+  memcpy(&b, &x, sizeof b);
+  if ((b & 0x7f800000u) == 0x7f800000u) return (b & 0x7fffffffu) > 0x7f800000u ? (b | 0x00400000u) & 0xffffe000u : b;
+  return (b + 0x1000u) & 0xffffe000u;
+}
+
+inline float bits_float(unsigned int b) {
+  float f;
+  memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, d = a . b + d in place.  groupID
+// g = lane / 4, t = lane % 4.  A (16 x 8): a[0] holds A[g][t], a[1] A[g+8][t], a[2]
+// A[g][t+4], a[3] A[g+8][t+4].  B (8 x 8): b[0] holds B[t][g], b[1] B[t+4][g].  C, D
+// (16 x 8): d[i] is C[g + 8 (i / 2)][2t + i % 2].
+inline void mma_m16n8k8_tf32(float* d, const unsigned int* a, const unsigned int* b) {
+  int lane;
+  const Slot* w = exchange_mma_operands("mma.sync.m16n8k8.tf32", a, b, &lane);
+  int g = lane >> 2, t = lane & 3;
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+    float acc = d[i];
+    for (int k = 0; k < 8; ++k) {
+      // A[row][k]: lane (row % 8) * 4 + k % 4, register row / 8 + 2 (k / 4)
+      unsigned int ar = w[(row & 7) * 4 + (k & 3)].w[(row >> 3) + 2 * (k >> 2)];
+      // B[k][col]: lane col * 4 + k % 4, register 4 + k / 4
+      unsigned int br = w[col * 4 + (k & 3)].w[4 + (k >> 2)];
+      // the tensor core reads the tf32 part of each operand
+      acc += bits_float(ar & 0xffffe000u) * bits_float(br & 0xffffe000u);
     }
     out[i] = acc;
   }

@@ -26,7 +26,7 @@ from ..te.tensor_intrin import IntrinOperand
 #: tecomp's device helpers an emitter may call (defined in tecomp.codegen.cuda, the
 #: tc_ldmatrix_* / tc_mma_* ones below)
 HELPERS = ("tc_ld_b32", "tc_dp4a_us", "tc_dp4a_ss", "tc_ldmatrix_x4", "tc_ldmatrix_x4_trans",
-           "tc_mma_m16n8k16_f16", "tc_mma_m16n8k16_bf16")
+           "tc_mma_m16n8k16_f16", "tc_mma_m16n8k16_bf16", "tc_tf32", "tc_mma_m16n8k8_tf32")
 
 #: what one lane holds of a 16 x 16 tile of an ``mma.*`` fragment (C element type, count)
 #: and the dtypes the fragment buffer may have: A four f16x2 (bf16x2) registers
@@ -34,10 +34,13 @@ HELPERS = ("tc_ld_b32", "tc_dp4a_us", "tc_dp4a_ss", "tc_ldmatrix_x4", "tc_ldmatr
 #: PTX ISA's m16n8k16 fragments; the cuda.mma_* intrinsics of tecomp.te.intrin_mma fill
 #: and read them)
 MMA_FRAGMENTS = {
-    "mma.matrix_a": ("unsigned int", 4, ("float16", "bfloat16")),
-    "mma.matrix_b": ("unsigned int", 4, ("float16", "bfloat16")),
+    "mma.matrix_a": ("unsigned int", 8, ("float16", "bfloat16", "float32")),
+    "mma.matrix_b": ("unsigned int", 8, ("float16", "bfloat16", "float32")),
     "mma.accumulator": ("float", 8, ("float32",)),
 }
+#: registers per lane of a 16 x 16 operand tile, by its dtype (a float32 tile holds
+#: tf32 values, one per register; the 16-bit ones two per register)
+MMA_TILE_REGS = {"float16": 4, "bfloat16": 4, "float32": 8}
 
 _LDMATRIX = (
     "// ldmatrix.sync.aligned.m8n8.x4{t}.shared.b16: lane l gives the address of row l % 8\n"
@@ -71,6 +74,37 @@ _MMA = (
     "#endif\n"
     "}}}}")
 
+_TF32 = (
+    "// a float rounded to tf32 (10 mantissa bits, to nearest, ties away from zero:\n"
+    "// cvt.rna.tf32.f32), as the bits of a float.\n"
+    "{q} unsigned int tc_tf32(float x) {{\n"
+    "#if defined(TECOMP_CUDA_EMU)\n"
+    "  return tecomp_emu::round_tf32(x);\n"
+    "#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800\n"
+    "#error \"tecomp: tf32 (the cuda.mma_*_tf32 intrinsics) needs sm_80 or later\"\n"
+    "#else\n"
+    "  unsigned int r;\n"
+    "  asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(r) : \"f\"(x));\n"
+    "  return r;\n"
+    "#endif\n"
+    "}}")
+
+_MMA_TF32 = (
+    "// d += a . b, mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: a the lane's 4\n"
+    "// registers of a 16 x 8 A, b its 2 of an 8 x 8 B, d its 4 floats of the 16 x 8 C.\n"
+    "{q} void tc_mma_m16n8k8_tf32(float* d, const unsigned int* a, const unsigned int* b) {{\n"
+    "#if defined(TECOMP_CUDA_EMU)\n"
+    "  tecomp_emu::mma_m16n8k8_tf32(d, a, b);\n"
+    "#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800\n"
+    "#error \"tecomp: mma.sync.m16n8k8 (the cuda.mma_*_tf32 intrinsics) needs sm_80 or later\"\n"
+    "#else\n"
+    "  asm volatile(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \"\n"
+    "               \"{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\"\n"
+    "               : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])\n"
+    "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
+    "#endif\n"
+    "}}")
+
 #: the device helpers of the cuda.mma_* intrinsics: inline PTX on the GPU, the CUDA
 #: emulation's per-lane implementations (tecomp/codegen/cuda_emu_header.h) there
 MMA_HELPERS = {
@@ -78,6 +112,8 @@ MMA_HELPERS = {
     "tc_ldmatrix_x4_trans": _LDMATRIX.format(t=".trans", u="_trans", trans=1),
     "tc_mma_m16n8k16_f16": _MMA.format(t="f16", bf16=0),
     "tc_mma_m16n8k16_bf16": _MMA.format(t="bf16", bf16=1),
+    "tc_tf32": _TF32,
+    "tc_mma_m16n8k8_tf32": _MMA_TF32,
 }
 
 

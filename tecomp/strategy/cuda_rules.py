@@ -194,7 +194,8 @@ class _CudaRules:
         *batch, M, N = (self.cint(e) for e in gemm.shape)
         K = self.cint(op.reduce_axis[0].dom.extent)
         nb = None if any(b is None for b in batch) else math.prod(batch)
-        if out is gemm and tensor_core_gemm(gemm) and not isinstance(self.gemm, GemmConfig):
+        if out is gemm and not isinstance(self.gemm, GemmConfig) and tensor_core_gemm(
+                gemm, tf32=getattr(self.gemm, "tf32", False)):
             wcfg = self.gemm or wmma_config(M, N, K, nb)
             if wcfg is not None:   # float16 in, float32 out, tiles of 16: tensor cores
                 schedule_wmma_gemm(s, gemm, wcfg if self.gemm else self.wmma_knobs(op.name, wcfg))

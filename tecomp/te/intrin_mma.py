@@ -67,18 +67,24 @@ def _fragment(intrin: str, view, scope: str) -> str:
     return view.fragment
 
 
+def _shared(name: str, view, what: str):
+    """``view``, a tile of shared memory (BuildError otherwise: ``what`` reads it)."""
+    src = _memory(name, view)
+    if src.scope != "shared":
+        raise BuildError(
+            f"tensor intrinsic {name}: operand {src.name} is a block of {src.buffer_name}, "
+            f"which is in {src.scope} memory; {what} shared memory only: copy the tile to "
+            "shared memory first (s.cache_read(..., \"shared\", ...)) and load the fragment "
+            "from that stage")
+    return src
+
+
 def _load(name: str, operand: str):
     scope = f"mma.matrix_{operand}"
 
     def emit(cb, ins, outs):
         frag = _fragment(name, outs[0], scope)
-        src = _memory(name, ins[0])
-        if src.scope != "shared":
-            raise BuildError(
-                f"tensor intrinsic {name}: operand {src.name} is a block of "
-                f"{src.buffer_name}, which is in {src.scope} memory; ldmatrix reads shared "
-                "memory only: copy the tile to shared memory first (s.cache_read(..., "
-                "\"shared\", ...)) and load the fragment from that stage")
+        src = _shared(name, ins[0], "ldmatrix reads")
         _, ld = _leading_dim(name, src, 8, "ldmatrix")
         # matrix q = lane / 8 of the x4 is the 8 x 8 block (q % 2, q / 2) of the tile as
         # the mma sees it (A[m, k], B[k, n]); memory rows run along its first axis when
@@ -93,6 +99,46 @@ def _load(name: str, operand: str):
         trans = row_first == (operand == "b")
         helper = cb.helper(TRANS_HELPERS[trans])
         cb.emit(f"{helper}({frag}, {src.ptr} + {row} * {ld} + {col});")
+    return emit
+
+
+def _load_tf32(name: str, operand: str):
+    """A 16 x 16 float32 tile of shared memory into a tf32 fragment: each lane reads its 8
+    elements (the PTX ISA's m16n8k8 fragments: A ``[g + 8 (r % 2)][t + 4 (r / 2) + 8 h]``
+    in register ``4 h + r``, ``h`` the k half; B ``[t + 4 j + 8 h][8 n + g]`` in register
+    ``4 n + 2 h + j``, ``n`` the column half) and rounds them to tf32."""
+    scope = f"mma.matrix_{operand}"
+
+    def emit(cb, ins, outs):
+        frag = _fragment(name, outs[0], scope)
+        src = _shared(name, ins[0], "the tf32 fragment loads read")
+        layout, ld = _leading_dim(name, src, 1, "the tf32 fragment load")
+        # element (r, c) of the matrix as the mma sees it sits at r * ld + c where the
+        # tile is indexed as the mma sees it and stored row major, or both the other way
+        straight = (outs[0].layout != "col_major") == (layout == "row_major")
+        cvt = cb.helper("tc_tf32")
+        cb.emit(f"{{ const int g = {LANE} >> 2, t = {LANE} & 3;")
+        for reg in range(8):
+            if operand == "a":   # (row, k) of the 16 x 16 A tile
+                r, c = f"g + {8 * (reg & 1)}", f"t + {4 * ((reg >> 1) & 1) + 8 * (reg >> 2)}"
+            else:                # (k, n) of the 16 x 16 B tile
+                r, c = f"t + {4 * (reg & 1) + 8 * ((reg >> 1) & 1)}", f"g + {8 * (reg >> 2)}"
+            off = f"({r}) * {ld} + ({c})" if straight else f"({c}) * {ld} + ({r})"
+            cb.emit(f"  {frag}[{reg}] = {cvt}({src.ptr}[{off}]);")
+        cb.emit("}")
+    return emit
+
+
+def _mma_tf32_emit(name: str):
+    def emit(cb, ins, outs):
+        c = _fragment(name, outs[0], "mma.accumulator")
+        a = _fragment(name, ins[0], "mma.matrix_a")
+        b = _fragment(name, ins[1], "mma.matrix_b")
+        mma = cb.helper("tc_mma_m16n8k8_tf32")
+        for n in range(2):          # the 16 x 8 halves of C
+            for h in range(2):      # the k halves
+                cb.emit(f"{mma}({c}{f' + {4 * n}' if n else ''}, {a}{f' + {4 * h}' if h else ''}, "
+                        f"{b} + {4 * n + 2 * h});")
     return emit
 
 
@@ -139,6 +185,15 @@ def declarations():
                         None))
         name = f"cuda.mma_{t}{t}f32"
         out.append((_mma(dt, "float32"), _mma_emit(name, t), name, False, "cuda.mma_fill_f32"))
+    # tf32: float32 tiles, rounded to tf32 as they are loaded (four mma.sync.m16n8k8 per
+    # 16 x 16 x 16 tile); the computation declared is float32's, which the tensor cores
+    # approximate (10 mantissa bits per operand): what a user asks for with tf32=True
+    for operand in ("a", "b"):
+        name = f"cuda.mma_load_{operand}_tf32"
+        out.append((_copy("float32", "float32", f"{operand}_frag"), _load_tf32(name, operand),
+                    name, False, None))
+    out.append((_mma("float32", "float32"), _mma_tf32_emit("cuda.mma_tf32tf32f32"),
+                "cuda.mma_tf32tf32f32", False, "cuda.mma_fill_f32"))
     out.append((_copy("float32", "float32", "c"), _store("cuda.mma_store_f32"),
                 "cuda.mma_store_f32", False, None))
     return out

@@ -425,7 +425,7 @@ def test_mma_fragment_of_another_dtype():
     s[AF].compute_at(s[C], i)
     with pytest.raises(tc.BuildError, match=r"buffer A.mma.matrix_a in scope 'mma.matrix_a' is "
                                             r"float32\[1, 32\]; a mma.matrix_a fragment holds "
-                                            r"float16 or bfloat16 16 x 16 tiles"):
+                                            r"float16, bfloat16 or float32 16 x 16 tiles"):
         tc.build(s, [A, C], target="cuda")
 
 
@@ -461,6 +461,26 @@ def test_bfloat16_wmma_fragments_for_an_architecture_before_sm_80():
                                             r"built for sm_75: build for 'cuda -arch=sm_80' or "
                                             r"later, or use float16 operands"):
         tc.build(s, [X, W, C], target="cuda -arch=sm_75")
+
+
+@pytest.mark.parametrize("cfg, match", [
+    (dict(family="mma"), r"dense is not a tensor-core GEMM: the tensor cores take float16 "
+                         r"or bfloat16 operands with a float32 result .*, or float32 ones "
+                         r"with WmmaConfig\(..., family='mma', tf32=True\); dense reads "
+                         r"float32 and float32 into float32"),
+    (dict(family="wmma", tf32=True), r"tf32 runs on the mma family only: use "
+                                     r"WmmaConfig\(..., family='mma', tf32=True\)"),
+], ids=["tf32 not asked for", "tf32 on wmma"])
+def test_float32_gemm_on_tensor_cores(cfg, match):
+    from tecomp.nn import ops
+    from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
+
+    X = tc.placeholder((32, 32), "float32", name="X")
+    W = tc.placeholder((32, 32), "float32", name="W")
+    C = ops.dense(X, W)
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=match):
+        schedule_wmma_gemm(s, C, WmmaConfig(1, 1, 2, 2, 32, **cfg))
 
 
 def test_mma_config_family_unknown():

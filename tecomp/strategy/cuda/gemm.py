@@ -283,7 +283,7 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
         _check_same_index_reads(s, out, gemm)
     M, N = (_cint(e) for e in gemm.shape)
     K = _cint(gemm.op.reduce_axis[0].dom.extent)
-    if out is gemm and tensor_core_gemm(gemm):
+    if out is gemm and tensor_core_gemm(gemm, tf32=getattr(config, "tf32", False)):
         wcfg = config if isinstance(config, WmmaConfig) else (
             wmma_config(M, N, K) if config is None else None)
         if wcfg is not None:
@@ -291,9 +291,10 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
             return s
     if isinstance(config, WmmaConfig):
         raise ScheduleError(
-            f"config is a WmmaConfig, but {gemm.name} is not a tensor-core GEMM (float16 "
-            "operands, a float32 result, no epilogue: tc.nn.matmul(A, B, "
-            "out_dtype='float32'), tc.nn.dense(X, W, out_dtype='float32')); pass a GemmConfig")
+            f"config is a WmmaConfig, but {gemm.name} is not a tensor-core GEMM (float16 or "
+            "bfloat16 operands, a float32 result, no epilogue: tc.nn.matmul(A, B, "
+            "out_dtype='float32'), tc.nn.dense(X, W, out_dtype='float32'); float32 operands "
+            "with WmmaConfig(..., family='mma', tf32=True)); pass a GemmConfig")
     cfg = config if config is not None else gemm_config(M, N, K)
     if not isinstance(cfg, GemmConfig):
         raise ScheduleError(f"config must be a GemmConfig, got {cfg!r}")

@@ -11,8 +11,9 @@ fragments), on the ``cuda.wmma_*`` intrinsics
 ``warps_m x warps_n`` warps, each warp ``frags_m x frags_n`` 16 x 16 accumulator
 fragments (``block_m = warps_m * frags_m * 16``).  The reduction advances ``k_tile`` at a
 time: the block copies an ``A`` tile (``block_m x k_tile``) and a ``B`` tile (``k_tile x
-block_n``), each in its tensor's own layout, to shared memory, 8 halves (16 bytes) per thread and copy, the rows padded by
-8 halves (fewer bank conflicts for the fragment loads, rows still 16-byte aligned), and
+block_n``), each in its tensor's own layout, to shared memory, 16 bytes per thread and
+copy, the rows padded by 16 bytes (fewer bank conflicts for the fragment loads, rows still
+16-byte aligned), and
 double-buffered (``cp.async`` on sm_80+); then per 16 steps of k each warp loads
 ``frags_m`` A fragments and ``frags_n`` B fragments and does ``frags_m * frags_n``
 ``mma_sync``.  The accumulators are stored straight to C.  The default for large
@@ -35,7 +36,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ...errors import ScheduleError
-from ...ir.expr import Cast
+from ...ir import dtype as _dt
+from ...ir.expr import Cast, Mul
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 from ...te.tensor_intrin import tensor_intrin
@@ -43,12 +45,12 @@ from .._common import _cint, _contraction_operands
 from .common import _bind, _cooperative_copy
 
 FRAG = 16       # the wmma tile side (m16n16k16)
-PAD = 8         # halves of padding per shared tile row (16 bytes: rows stay aligned)
 WARP = 32
 #: the tensor-core families (:attr:`WmmaConfig.family`)
 FAMILIES = ("wmma", "mma")
-#: the operand dtypes of the tensor-core GEMM and their intrinsics' suffix
-OPERAND_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+#: the operand dtypes of the tensor-core GEMM and their intrinsics' suffix (float32 as
+#: tf32: only when a WmmaConfig asks for it, with the mma family)
+OPERAND_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
 
 
 def family_intrinsics(family: str, dtype: str) -> dict:
@@ -68,7 +70,10 @@ class WmmaConfig:
     shared tile, the next step's copied (``cp.async``) while the block computes;
     ``family``: the tensor-core intrinsics, ``"wmma"`` (``nvcuda::wmma``, the default)
     or ``"mma"`` (PTX ``ldmatrix`` and ``mma.sync.m16n8k16``, sm_80 and later: the
-    ``cuda.mma_*`` intrinsics of :mod:`tecomp.te.intrin_mma`), on the same tiles."""
+    ``cuda.mma_*`` intrinsics of :mod:`tecomp.te.intrin_mma`), on the same tiles;
+    ``tf32``: a float32 GEMM on the tensor cores, its operands rounded to tf32 (10
+    mantissa bits; the ``mma`` family only) -- off by default, as PyTorch's
+    ``allow_tf32``, since it changes the result's precision."""
 
     warps_m: int
     warps_n: int
@@ -77,6 +82,7 @@ class WmmaConfig:
     k_tile: int = 32
     double_buffer: bool = True
     family: str = "wmma"
+    tf32: bool = False
 
     @property
     def block_m(self) -> int:
@@ -127,10 +133,11 @@ def wmma_config(M: Optional[int], N: Optional[int], K: Optional[int],
     return fitting[-1] if fitting else None
 
 
-def tensor_core_gemm(gemm: Tensor) -> bool:
+def tensor_core_gemm(gemm: Tensor, tf32: bool = False) -> bool:
     """Whether ``gemm`` is a (batched) ``C[.., i, j] = sum_k f32(A) * f32(B)`` with ``A``
     read ``[.., i, k]`` or ``[.., k, i]``, ``B`` read ``[.., k, j]`` or ``[.., j, k]``,
-    both float16 or both bfloat16, ``C`` float32: what the tensor-core schedule computes."""
+    both float16 or both bfloat16 (with ``tf32``, both float32), ``C`` float32: what the
+    tensor-core schedule computes."""
     op = gemm.op
     found = _contraction_operands(op)
     if found is None:
@@ -139,6 +146,8 @@ def tensor_core_gemm(gemm: Tensor) -> bool:
     if a.dtype not in OPERAND_DTYPES or b.dtype != a.dtype or gemm.dtype != "float32":
         return False
     src = op.body.source
+    if a.dtype == "float32":
+        return tf32 and isinstance(src, Mul)
     return all(isinstance(x, Cast) and x.dtype == "float32" and x.value.dtype == a.dtype
                for x in (getattr(src, "a", None), getattr(src, "b", None)))
 
@@ -167,7 +176,17 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
         raise ScheduleError(f"{cfg} has {cfg.threads} threads per block; a CUDA block has at "
                             "most 1024")
     _, (a, a_kfirst), (b, b_kfirst) = _contraction_operands(gemm.op)
+    if not tensor_core_gemm(gemm, tf32=cfg.tf32):
+        raise ScheduleError(
+            f"{gemm.name} is not a tensor-core GEMM: the tensor cores take float16 or bfloat16 "
+            f"operands with a float32 result (sum of float32(A) * float32(B)), or float32 ones "
+            f"with WmmaConfig(..., family='mma', tf32=True); {gemm.name} reads {a.dtype} and "
+            f"{b.dtype} into {gemm.dtype}")
+    if a.dtype == "float32" and cfg.family != "mma":
+        raise ScheduleError(f"{cfg}: tf32 runs on the mma family only: use "
+                            "WmmaConfig(..., family='mma', tf32=True)")
     fam, names = cfg.family, family_intrinsics(cfg.family, a.dtype)
+    per16 = 16 // _dt.nbytes(a.dtype)   # elements per 16-byte copy (and per row pad)
     CF = s.cache_write(gemm, f"{fam}.accumulator")
     AS = s.cache_read(a, "shared", [CF])
     BS = s.cache_read(b, "shared", [CF])
@@ -230,7 +249,7 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
                           (BS, cfg.block_n, cfg.k_tile)):
         ss = s[S]
         ss.compute_at(sc, ko)
-        ss.storage_align(ss.op.axis[-2], cols, PAD)
-        _cooperative_copy(ss, threads, rows * cols, 8)
+        ss.storage_align(ss.op.axis[-2], cols, per16)
+        _cooperative_copy(ss, threads, rows * cols, per16)
         if cfg.double_buffer:
             ss.double_buffer()

@@ -1,11 +1,12 @@
-"""bfloat16 in the CUDA C backends: a storage type (loads widen to float, stores round to
-nearest even, as on the CPU), and tensor-core GEMMs of bfloat16 operands with float32
-accumulation on both families (``nvcuda::wmma`` fragments of ``__nv_bfloat16``, and PTX
-``mma.sync.m16n8k16.bf16``).
+"""The CUDA C backends' dtypes beyond float16: bfloat16 as a storage type (loads widen to
+float, stores round to nearest even, as on the CPU), tensor-core GEMMs of bfloat16
+operands with float32 accumulation on both families (``nvcuda::wmma`` fragments of
+``__nv_bfloat16``, and PTX ``mma.sync.m16n8k16.bf16``), and float32 GEMMs on the tensor
+cores as tf32 when a WmmaConfig asks for it (``mma.sync.m16n8k8.tf32``; off by default).
 
 The CUDA emulation must agree with the CPU code bit for bit on the storage semantics
 (the same rounding, special values included); the tensor-core GEMMs are checked against
-numpy in float32; nvcc's PTX shows the instructions."""
+numpy; nvcc's PTX shows the instructions."""
 from __future__ import annotations
 
 import shutil
@@ -17,6 +18,7 @@ import tecomp as tc
 from tecomp.nn import ops
 from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
+from tecomp.testing.gpu_resources import ptxas_usage
 from helpers import gpu_driver  # noqa: F401  (a fixture)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -100,21 +102,32 @@ def test_auto_scheduled_reduction_and_epilogue():
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=1e-2, atol=1e-2)
 
 
-def _gemms(rng):
-    X = tc.placeholder((64, 96), "bfloat16", name="X")
-    W = tc.placeholder((48, 96), "bfloat16", name="W")
-    A = tc.placeholder((2, 32, 64), "bfloat16", name="A")
-    B = tc.placeholder((2, 32, 48), "bfloat16", name="B")
+def _tf32(x):
+    """``x`` (float32) rounded to tf32 as cvt.rna.tf32.f32 does (to nearest, ties away)."""
+    b = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((b + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
 
-    def bf(*shape):
-        return rng.standard_normal(shape).astype(np.float32).astype(BF16)
-    x, w, a, b = bf(64, 96), bf(48, 96), bf(2, 32, 64), bf(2, 32, 48)
-    f32 = np.float32
+
+def _gemms(rng, dtype="bfloat16"):
+    """Two GEMMs (a dense, a batched one with A stored k-first) of ``dtype`` operands, and
+    what they compute in float64 from the operands as the tensor cores read them."""
+    X = tc.placeholder((64, 96), dtype, name="X")
+    W = tc.placeholder((48, 96), dtype, name="W")
+    A = tc.placeholder((2, 32, 64), dtype, name="A")
+    B = tc.placeholder((2, 32, 48), dtype, name="B")
+
+    def make(*shape):
+        v = rng.standard_normal(shape).astype(np.float32)
+        return v.astype(BF16) if dtype == "bfloat16" else v
+    x, w, a, b = make(64, 96), make(48, 96), make(2, 32, 64), make(2, 32, 48)
+
+    def seen(v):   # the operand as the tensor cores read it, in float64
+        return (_tf32(v) if dtype == "float32" else v.astype(np.float32)).astype(np.float64)
+    out = {} if dtype == "float32" else {"out_dtype": "float32"}
     return [
-        ([X, W, ops.dense(X, W, out_dtype="float32")], [x, w],
-         x.astype(f32) @ w.astype(f32).T),
-        ([A, B, ops.batch_matmul(A, B, transpose_a=True, out_dtype="float32")], [a, b],
-         np.einsum("bki,bkj->bij", a.astype(f32), b.astype(f32))),
+        ([X, W, ops.dense(X, W, **out)], [x, w], seen(x) @ seen(w).T),
+        ([A, B, ops.batch_matmul(A, B, transpose_a=True, **out)], [a, b],
+         np.einsum("bki,bkj->bij", seen(a), seen(b))),
     ]
 
 
@@ -138,6 +151,35 @@ def test_tensor_core_gemm_of_bfloat16(family):
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
 
 
+@needs_cxx
+def test_tf32_gemm_when_asked_for():
+    """``WmmaConfig(family="mma", tf32=True)``: a float32 GEMM on the tensor cores, each
+    operand rounded to tf32 as it is loaded (cvt.rna), the sums in float32: the result is
+    the product of the tf32-rounded operands (and not float32's: tf32 is a choice)."""
+    for args, ins, want in _gemms(np.random.default_rng(6), "float32"):
+        s = tc.create_schedule(args[-1].op)
+        schedule_wmma_gemm(s, args[-1], WmmaConfig(1, 1, 2, 3, 32, family="mma", tf32=True))
+        mod = tc.build(s, args, target="cuda-emu")
+        assert "tc_mma_m16n8k8_tf32(" in mod.get_source()
+        out = np.full(want.shape, np.nan, np.float32)
+        mod(*ins, out)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+        exact = (np.einsum("bki,bkj->bij", *[v.astype(np.float64) for v in ins])
+                 if out.ndim == 3 else ins[0].astype(np.float64) @ ins[1].astype(np.float64).T)
+        assert np.abs(out - exact).max() > 1e-3    # tf32's 10 mantissa bits, not float32's
+
+
+def test_float32_gemm_stays_off_the_tensor_cores_by_default():
+    """TF32 is off unless asked for (as PyTorch's allow_tf32): the GPU rules give a
+    float32 GEMM the CUDA-core template."""
+    X = tc.placeholder((256, 128), "float32", name="X")
+    W = tc.placeholder((128, 128), "float32", name="W")
+    C = ops.dense(X, W)
+    src = tc.build(tc.auto_schedule([X, W, C], target="cuda"), [X, W, C],
+                   target="cuda -arch=sm_90").get_source()
+    assert "mma" not in src and "tf32" not in src
+
+
 def test_the_rules_put_a_bfloat16_gemm_on_tensor_cores():
     X = tc.placeholder((256, 128), "bfloat16", name="X")
     W = tc.placeholder((128, 128), "bfloat16", name="W")
@@ -148,32 +190,41 @@ def test_the_rules_put_a_bfloat16_gemm_on_tensor_cores():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("family", ["wmma", "mma"])
-def test_ptx_holds_the_bfloat16_instructions(family):
-    X = tc.placeholder((128, 64), "bfloat16", name="X")
-    W = tc.placeholder((128, 64), "bfloat16", name="W")
+@pytest.mark.parametrize("family, dtype", [("wmma", "bfloat16"), ("mma", "bfloat16"),
+                                           ("mma", "float32")], ids=["wmma bf16", "mma bf16",
+                                                                     "mma tf32"])
+def test_ptx_holds_the_instructions_and_nothing_spills(family, dtype):
+    X = tc.placeholder((256, 64), dtype, name="X")
+    W = tc.placeholder((256, 64), dtype, name="W")
     C = ops.dense(X, W, out_dtype="float32")
-    O = tc.compute((128, 128), lambda i, j: (C[i, j] * 0.5).astype("bfloat16"), name="O")
+    O = tc.compute((256, 256), lambda i, j: (C[i, j] * 0.5).astype("bfloat16"), name="O")
     s = tc.create_schedule([C.op, O.op])
-    schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 2, 2, 32, family=family))
+    schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 4, 4, 32, family=family, tf32=dtype == "float32"))
     so = s[O]
     bo, bi = so.split(so.fuse(*O.op.axis), 128)
     so.bind(bo, tc.thread_axis("blockIdx.x"))
     so.bind(bi, tc.thread_axis("threadIdx.x"))
-    ptx = compile_ptx(tc.build(s, [X, W, C, O], target="cuda -arch=sm_80").get_source(), "sm_80")
-    assert "cvt.rn.bf16.f32" in ptx
-    if family == "mma":
-        assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
-    else:
-        assert "wmma.mma.sync.aligned.row.col.m16n16k16.f32.bf16.bf16.f32" in ptx
+    src = tc.build(s, [X, W, C, O], target="cuda -arch=sm_80").get_source()
+    ptx = compile_ptx(src, "sm_80")
+    assert "cvt.rn.bf16.f32" in ptx and "cp.async" in ptx
+    want = {"wmma bfloat16": "wmma.mma.sync.aligned.row.col.m16n16k16.f32.bf16.bf16.f32",
+            "mma bfloat16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+            "mma float32": "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"}
+    assert want[f"{family} {dtype}"] in ptx
+    if dtype == "float32":
+        assert "cvt.rna.tf32.f32" in ptx
+    for kernel, use in ptxas_usage(src, "sm_80").items():
+        assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("family", ["wmma", "mma"])
-def test_tensor_core_gemm_of_bfloat16_on_the_gpu(gpu_driver, family):
-    for args, ins, want in _gemms(np.random.default_rng(4)):
+@pytest.mark.parametrize("family, dtype", [("wmma", "bfloat16"), ("mma", "bfloat16"),
+                                           ("mma", "float32")])
+def test_tensor_core_gemms_on_the_gpu(gpu_driver, family, dtype):
+    for args, ins, want in _gemms(np.random.default_rng(4), dtype):
         s = tc.create_schedule(args[-1].op)
-        schedule_wmma_gemm(s, args[-1], WmmaConfig(1, 1, 2, 3, 32, family=family))
+        schedule_wmma_gemm(s, args[-1], WmmaConfig(1, 1, 2, 3, 32, family=family,
+                                                   tf32=dtype == "float32"))
         mod = tc.build(s, args, target="cuda")
         out = np.full(want.shape, np.nan, np.float32)
         mod(*ins, out)
