@@ -246,6 +246,9 @@ class _FnEmitter(_MemoryEmitter, _ControlEmitter, _ExprEmitter, _MathEmitter,
         self._unroll_copies = 1
         #: (op, operand keys) -> (block, value) for :meth:`_int_op`
         self._int_cse: Dict[tuple, tuple] = {}
+        #: the constant lane offsets of loads, by flattened offset and widened loop
+        #: (``lane_pattern``)
+        self._lane_patterns: Dict[tuple, tuple] = {}
 
     # -- dispatch ----------------------------------------------------------------------------
     def stmt(self, s: Stmt):
