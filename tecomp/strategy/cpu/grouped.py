@@ -25,7 +25,12 @@ only while it stays inside one group:
   FMAs (the weights are broadcasts).  Tasks are the (image, channel block) pairs.
 * Pixels (NHWC, :func:`.depthwise._nhwc_pixels_into`): a block is ``XB`` pixels x
   ``OB`` output channels, vectors along the channels, the input read in place.  Tasks
-  are blocks of output rows.
+  are blocks of output rows.  Where a group is at most a quarter of a vector
+  (:func:`_across_groups`: ResNeXt's 128 channels in 32 groups of 4, 16 float32 lanes)
+  a vector spans several groups: each lane reads its own group's input channel, one
+  contiguous load and a shuffle per pixel, channel and tap (the code generator's
+  ``lane_pattern``), where a vector of the group's channels would fill a quarter of
+  its lanes.  This is the default there, in both strides.
 
 In these two the padding is read in place and the blocks inside the image are
 partitioned off the border ones (as the depthwise template, :mod:`.depthwise`): on a
