@@ -320,8 +320,8 @@ def test_grouped_template_defaults():
 # (N, C, H, W, O, stride, padding, dilation, groups): groups of 2 and 4 output channels
 # (a quarter of a vector or less), input channels per group other than output ones,
 # strides, dilations, asymmetric padding, odd planes
-ACROSS = [(1, 16, 9, 9, 16, 1, 1, 1, 4), (2, 64, 7, 11, 32, (2, 1), (1, 0, 0, 1), 1, 16),
-          (1, 32, 8, 9, 64, 1, "SAME", 2, 16), (1, 24, 6, 5, 16, 2, 0, (1, 2), 8)]
+ACROSS = [(1, 16, 9, 9, 16, 1, "SAME", 2, 4), (2, 64, 7, 11, 32, (2, 1), (1, 0, 0, 1), 1, 16),
+          (1, 24, 6, 5, 16, 2, 0, (1, 2), 8)]
 
 
 @pytest.mark.parametrize("case", ACROSS, ids=[f"across-{k}" for k in range(len(ACROSS))])
