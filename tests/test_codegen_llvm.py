@@ -5,6 +5,7 @@ it through ``build_llvm`` and checks the result against numpy / Python semantics
 """
 import math
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -2331,3 +2332,96 @@ def test_pow_by_a_constant(c):
     same = (outs[0].view(np.uint32) == want.view(np.uint32)) | (
         np.isnan(outs[0]) & np.isnan(want))
     assert same.all(), (x[~same][:5], outs[0][~same][:5], want[~same][:5])
+
+
+_PATTERN_CHILD = r"""
+import ctypes, mmap, sys
+import numpy as np
+import tecomp as tc
+
+lanes = 16
+n = lanes * 3
+# kind -> (the index of lane i, the elements of A, the reference): the last lane of the
+# last vector reads the last element of A
+KINDS = {
+    # a grouped convolution's vector across groups of 4: each group's lanes read one value
+    "groups": (lambda i: (i // 4) * 4 + 3, n, lambda a: a[(np.arange(n) // 4) * 4 + 3]),
+    # lanes in reverse
+    "reverse": (lambda i: (n - 1) - i, n, lambda a: a[::-1]),
+    # every lane twice
+    "pairs": (lambda i: i // 2, n // 2, lambda a: np.repeat(a, 2)),
+}
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+keep = []
+for kind, dtype in zip(sys.argv[1::2], sys.argv[2::2]):
+    index, m, want = KINDS[kind]
+    A = tc.placeholder((m,), name="A", dtype=dtype)
+    B = tc.compute((n,), lambda i: A[index(i)] + 1, name="B")
+    s = tc.create_schedule(B.op)
+    _, xi = s[B].split(B.op.axis[0], factor=lanes)
+    s[B].vectorize(xi)
+    f = tc.build(s, [A, B])
+    assert "llvm.masked.gather" not in f.get_source("llvm-unopt"), kind
+    page = mmap.PAGESIZE
+    size = -(-m * np.dtype(dtype).itemsize // page) * page
+    buf = mmap.mmap(-1, size + page)
+    keep.append(buf)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert libc.mprotect(base + size, page, 0) == 0   # PROT_NONE: reading it faults
+    a = np.frombuffer(buf, dtype=dtype, count=m, offset=size - m * np.dtype(dtype).itemsize)
+    a[:] = np.arange(m) % 1000
+    out = np.empty(n, dtype)
+    f(a, out)
+    np.testing.assert_array_equal(out, want(a) + 1)
+    fc = tc.build(s, [A, B], checks=True)
+    fc(a, out)
+    np.testing.assert_array_equal(out, want(a) + 1)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 policy")
+def test_constant_lane_pattern_loads_read_only_their_span():
+    """A vector load whose lanes read constant offsets from one base within a short span
+    (``(i // 4) * 4 + 3``: a grouped convolution's vector across groups; lanes reversed;
+    each element twice) is one load of the span and a shuffle, not a gather: the right
+    values, with and without bounds checks, and nothing read past the last element the
+    lanes use (an unreadable page after it; in a child process, so that a fault fails
+    the test instead of ending the run)."""
+    r = subprocess.run([sys.executable, "-c", _PATTERN_CHILD, "groups", "float32",
+                        "reverse", "float64", "pairs", "int32"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
+
+
+def test_lane_patterns_that_stay_gathers():
+    """Lanes too far apart (a span past the policy's bound), lanes that depend on a
+    second vector (a loaded index) and a masked tail keep the gather, and agree."""
+    import tecomp as tc
+
+    n = 64
+    A = tc.placeholder((n * n,), name="A")
+    I = tc.placeholder((n,), name="I", dtype="int32")
+    B = tc.compute((n,), lambda i: A[(i // 2) * 64] + A[I[i]], name="B")
+    s = tc.create_schedule(B.op)
+    _, xi = s[B].split(B.op.axis[0], factor=16)
+    s[B].vectorize(xi)
+    f = tc.build(s, [A, I, B])
+    assert f.get_source("llvm-unopt").count("llvm.masked.gather") >= 2
+    a = np.random.default_rng(1).standard_normal(n * n).astype("float32")
+    idx = np.random.default_rng(2).integers(0, n * n, n).astype("int32")
+    out = np.zeros(n, "float32")
+    f(a, idx, out)
+    np.testing.assert_array_equal(out, a[(np.arange(n) // 2) * 64] + a[idx])
+    m = tc.var("m")
+    A2 = tc.placeholder((m,), name="A2")
+    C = tc.compute((m,), lambda i: A2[(i // 4) * 4], name="C")
+    s2 = tc.create_schedule(C.op)
+    _, ci = s2[C].split(C.op.axis[0], factor=16)
+    s2[C].vectorize(ci)
+    g = tc.build(s2, [A2, C])
+    a2 = np.arange(37, dtype="float32")
+    out2 = np.zeros(37, "float32")
+    g(a2, out2)
+    np.testing.assert_array_equal(out2, a2[(np.arange(37) // 4) * 4])

@@ -7,6 +7,7 @@ blockings, 1 and 2 threads, the ones ``tc.auto_schedule`` gives) and the GPU rul
 the emulation.
 Correctness only, never speed."""
 import os
+import platform
 import shutil
 
 import numpy as np
@@ -17,7 +18,7 @@ import tecomp.nn as nn
 from tecomp.autodiff import gradcheck
 from tecomp.nn._check import Args
 from tecomp.strategy import Knobs, apply_rules, cpu
-from tecomp.strategy.cpu.grouped import group_conv2d_params
+from tecomp.strategy.cpu.grouped import _across_groups, group_conv2d_params
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -297,12 +298,14 @@ def test_grouped_channel_blocks_epilogue_no_padding_symbolic_batch(layout):
 
 def test_grouped_template_defaults():
     """The heuristic: channel blocks where a group's output channels make whole
-    vectors, and in NHWC without a stride; rows / pixels otherwise.  A task's groups
-    read at least 128 channels of a pixel while there are 4 tasks per thread."""
+    vectors, and in NHWC without a stride where a group is wider than a quarter of a
+    vector; rows / pixels otherwise.  A task's groups read at least 128 channels of a
+    pixel while there are 4 tasks per thread."""
     info = cpu.cpu_model("llvm -mcpu=skylake-avx512")
     for nchw, C, groups, stride, blocks in (
-            (True, 512, 32, 2, True), (True, 128, 32, 1, False), (False, 128, 32, 1, True),
-            (False, 256, 32, 2, False), (False, 1024, 32, 1, True)):
+            (True, 512, 32, 2, True), (True, 128, 32, 1, False), (False, 128, 32, 1, False),
+            (False, 256, 32, 1, True), (False, 256, 32, 2, False),
+            (False, 1024, 32, 1, True)):
         X = tc.placeholder((8, C, 14, 14) if nchw else (8, 14, 14, C), name="X")
         W = tc.placeholder((C, C // groups, 3, 3) if nchw else (3, 3, C // groups, C),
                            name="W")
@@ -312,6 +315,42 @@ def test_grouped_template_defaults():
         if blocks:
             assert p["groups_per_task"] * C // groups >= 128 or \
                 8 * groups // p["groups_per_task"] < 8 * info.threads
+
+
+# (N, C, H, W, O, stride, padding, dilation, groups): groups of 2 and 4 output channels
+# (a quarter of a vector or less), input channels per group other than output ones,
+# strides, dilations, asymmetric padding, odd planes
+ACROSS = [(1, 16, 9, 9, 16, 1, "SAME", 2, 4), (2, 64, 7, 11, 32, (2, 1), (1, 0, 0, 1), 1, 16),
+          (1, 24, 6, 5, 16, 2, 0, (1, 2), 8)]
+
+
+@pytest.mark.parametrize("case", ACROSS, ids=[f"across-{k}" for k in range(len(ACROSS))])
+def test_grouped_nhwc_vectors_across_groups(case, lanes):
+    """NHWC groups of at most a quarter of a vector: the pixels' vectors span several
+    groups (each lane reads its group's input channel: one load and a shuffle, no
+    gather), right over strides, dilations, paddings, input channels per group other
+    than output ones, and with a bias and a ReLU on the block (one kernel)."""
+    N, C, H, W, O, s, p, d, g = case
+    c = Conv("grouped", False, N, C, H, W, O, 3, 3, s, p, d, groups=g, dtype="float32")
+    info = cpu.cpu_model()
+    assert info.lanes == lanes
+    assert _across_groups(c.Y, info) == (4 * (O // g) <= lanes)
+    b = tc.placeholder((O,), name="b")
+    Z = nn.relu(nn.bias_add(c.Y, b, axis=3))
+    s1 = cpu.schedule_group_conv2d_nhwc(Z)
+    low = str(tc.lower(s1, [c.X, c.W, b, Z]))
+    across = _across_groups(c.Y, info)
+    if across:
+        # the input read in place (no copy per task), the products fused with the sums
+        assert "fp_contract" in low and ".global" not in low, low
+    f = tc.build(s1, [c.X, c.W, b, Z])
+    if across and platform.machine() in ("x86_64", "AMD64"):
+        assert "llvm.masked.gather" not in f.get_source("llvm-unopt")
+    xa, wa = c.arrays()
+    ba = RNG.standard_normal(O).astype("float32")
+    out = np.full(c.ref().shape, np.nan, "float32")
+    f(xa, wa, ba, out)
+    np.testing.assert_allclose(out, np.maximum(c.ref() + ba, 0), rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])

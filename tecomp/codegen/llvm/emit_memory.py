@@ -19,6 +19,7 @@ import llvmlite.ir as ir
 from ...errors import BuildError, InternalError, ResourceLimitError
 from ...ir import dtype as _dt
 from ...ir.expr import Add, Buffer, BufferLoad, Cast, Const, Expr, Mul, Sub, Var
+from ...ir.functor import free_vars, substitute
 from ...ir.simplify import simplify
 from ...ir.stmt import (
     Allocate, BufferStore, For, IfThenElse, Prefetch, SeqStmt, Stmt, TensorIntrinCall,
@@ -367,6 +368,12 @@ class _MemoryEmitter:
             # a small constant step (x86: a stride-2 convolution's input row): one
             # contiguous load of step*lanes elements and a shuffle, instead of a gather
             x = self.wide_load(bi, off, memty, align, off.step * self.lanes, off.step)
+        elif (self.mask is None
+              and (pat := self.lane_pattern(bi, node.indices, memty)) is not None):
+            # constant lane offsets within a short span (a grouped convolution's vector
+            # across groups: each group's lanes read one input channel): one contiguous
+            # load of the span and a shuffle, instead of a gather
+            x = self.pattern_load(bi, pat[0], memty, align, pat[1])
         else:
             ptrs = self._vec_ptrs(bi, self.vec(off))
             pty = ir.VectorType(_PTR, self.lanes)
@@ -382,12 +389,68 @@ class _MemoryEmitter:
         a whole register (``pad_lanes``, step 1) or a load of every ``step``-th element
         (``policy.strided_wide_load``).  The load is masked past the last element the
         lanes use, so it reads nothing they would not."""
-        n = self.lanes
+        return self.pattern_load(bi, off.s, memty, align,
+                                 [i * step for i in range(self.lanes)], width)
+
+    def pattern_load(self, bi, base, memty, align, offsets, width: Optional[int] = None):
+        """The lanes ``base + offsets[i]`` (``offsets`` constants from 0 up) as one
+        ``llvm.masked.load`` of ``width`` contiguous elements from ``base`` (default:
+        the span of ``offsets`` rounded up to a power of two) and a shuffle.  The load is
+        masked past the last element the lanes use: every element it reads lies between
+        two that the lanes read."""
+        span = max(offsets) + 1
+        width = width or 1 << (span - 1).bit_length()
         wty = ir.VectorType(memty, width)
-        w = self.masked_load(self._elem_ptr(bi, off.s, False), wty, align,
-                             self._pad_mask(width, step * (n - 1) + 1))
+        w = self.masked_load(self._elem_ptr(bi, base, False), wty, align,
+                             self._pad_mask(width, span))
         return self.b.shuffle_vector(w, _poison(wty), ir.Constant(
-            ir.VectorType(_I32, n), [ir.Constant(_I32, i * step) for i in range(n)]))
+            ir.VectorType(_I32, len(offsets)), [ir.Constant(_I32, o) for o in offsets]))
+
+    def lane_pattern(self, bi: _Buf, indices, memty):
+        """``(base, offsets)`` where the lanes of the load of ``bi`` at ``indices`` read
+        ``base + offsets[i]``, ``offsets`` constants from 0 whose span the policy loads
+        whole (``policy.pattern_wide_load``), ``base`` a scalar i64; else None.  Applies
+        where exactly one variable of the flattened offset differs between lanes, the
+        widened loop's, bound to a constant start (a vectorized inner loop): the offset is
+        simplified with each lane's value of it, and every difference from lane 0 must
+        be a constant (``(o // 4) * 4 + c`` over ``o`` in 0..15: 0, 0, 0, 0, 4, ...)."""
+        flat = self._flat_offset(bi, indices)
+        if flat is None:
+            return None
+        wide = None
+        for v in free_vars(flat):
+            val = self.env64.get(v, self.env.get(v))
+            if val is None or val.uniform:
+                continue
+            if wide is not None or val.v is not None or not _is_const(val.s):
+                return None
+            wide = (v, val.s.constant, val.step)
+        if wide is None:
+            return None
+        key = (node_text(flat), wide, self.lanes)
+        hit = self._lane_patterns.get(key)
+        if hit is None:
+            v, start, step = wide
+            lanes = [simplify(substitute(flat, {v: Const(start + i * step, v.dtype)}))
+                     for i in range(self.lanes)]
+            diffs = [simplify(Sub(e, lanes[0], e.dtype)) for e in lanes]
+            hit = (None,)
+            if all(isinstance(d, Const) for d in diffs):
+                d = [int(x.value) for x in diffs]
+                lo = min(d)
+                offsets = [x - lo for x in d]
+                if self.policy.pattern_wide_load(max(offsets) + 1, self.lanes, memty):
+                    hit = (lanes[0], lo, offsets)
+            if len(self._lane_patterns) > 4096:
+                self._lane_patterns.clear()
+            self._lane_patterns[key] = hit
+        if hit[0] is None:
+            return None
+        e0, lo, offsets = hit
+        base = self.index64(e0)
+        if not base.uniform:
+            return None
+        return self.iadd(base.s, ir.Constant(_I64, lo)), offsets
 
     def masked_load(self, p, vty, align: int, mask):
         """``llvm.masked.load`` of ``vty`` at ``p`` (zero where ``mask`` is false), as

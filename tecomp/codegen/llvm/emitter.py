@@ -32,7 +32,10 @@ Lowering
   simplified first: ``(f // 14)*14 + f % 14`` is ``f``), a lane-invariant one a
   scalar load (+ broadcast), affine with a small constant step (x86: 2-4, a strided
   convolution's input row; ``policy.strided_wide_load``) one wider masked load and a
-  shuffle (``wide_load``), anything else a ``llvm.masked.gather``; a store is a vector
+  shuffle (``wide_load``), constant lane offsets within a short span (a widened loop from
+  a constant start: ``(i // 4)*4 + c``, a grouped convolution's vector across groups;
+  ``policy.pattern_wide_load``) one masked load of the span and a shuffle
+  (``lane_pattern``), anything else a ``llvm.masked.gather``; a store is a vector
   store, a scalar store or a ``llvm.masked.scatter``.  An ``if`` whose condition
   depends on the lane, a ``Select`` with loads in its branches, and the tail of a loop
   with a symbolic extent are *predicated*: loads and stores under a lane mask become
@@ -246,6 +249,9 @@ class _FnEmitter(_MemoryEmitter, _ControlEmitter, _ExprEmitter, _MathEmitter,
         self._unroll_copies = 1
         #: (op, operand keys) -> (block, value) for :meth:`_int_op`
         self._int_cse: Dict[tuple, tuple] = {}
+        #: the constant lane offsets of loads, by flattened offset and widened loop
+        #: (``lane_pattern``)
+        self._lane_patterns: Dict[tuple, tuple] = {}
 
     # -- dispatch ----------------------------------------------------------------------------
     def stmt(self, s: Stmt):

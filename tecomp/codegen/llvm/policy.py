@@ -66,6 +66,14 @@ class TargetPolicy:
         ``llvm.masked.gather``.  Here: no (a gather, which LLVM lowers for any CPU)."""
         return False
 
+    def pattern_wide_load(self, span: int, lanes: int, memty) -> bool:
+        """Whether an unmasked load whose ``lanes`` lanes read constant offsets from one
+        base, within ``span`` contiguous elements of ``memty`` (a grouped convolution's
+        input channel repeated over each group's lanes), is one contiguous masked load of
+        the span and a shuffle (``_FnEmitter.pattern_load``) instead of a
+        ``llvm.masked.gather``.  Here: no."""
+        return False
+
     def vector_op(self, op: str, ty):
         """The target's one instruction for the operation ``op`` on values of the LLVM
         vector type ``ty``, as a function ``emit(builder, module_builder, *operands)``

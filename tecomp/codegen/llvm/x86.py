@@ -124,3 +124,11 @@ class X86Policy(TargetPolicy):
         two loads and a vpermt2ps against a 16-element vgatherdps)."""
         return (2 <= step <= MAX_STRIDED_STEP and step * lanes <= MAX_WIDEN_LANES
                 and memty in (_F32, _I32, _F64, _I64))
+
+    def pattern_wide_load(self, span: int, lanes: int, memty) -> bool:
+        """Constant lane offsets within a span of at most ``MAX_STRIDED_STEP * lanes``
+        elements (the strided loads' bound): one load of the span and a shuffle (16
+        float32 lanes repeating 4 channels of each group of 4: one load and a
+        ``vpermilps`` against a 16-element ``vgatherdps``)."""
+        return (span <= MAX_STRIDED_STEP * lanes and span <= MAX_WIDEN_LANES
+                and memty in (_F32, _I32, _F64, _I64))

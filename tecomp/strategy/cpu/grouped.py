@@ -25,7 +25,12 @@ only while it stays inside one group:
   FMAs (the weights are broadcasts).  Tasks are the (image, channel block) pairs.
 * Pixels (NHWC, :func:`.depthwise._nhwc_pixels_into`): a block is ``XB`` pixels x
   ``OB`` output channels, vectors along the channels, the input read in place.  Tasks
-  are blocks of output rows.
+  are blocks of output rows.  Where a group is at most a quarter of a vector
+  (:func:`_across_groups`: ResNeXt's 128 channels in 32 groups of 4, 16 float32 lanes)
+  a vector spans several groups: each lane reads its own group's input channel, one
+  contiguous load and a shuffle per pixel, channel and tap (the code generator's
+  ``lane_pattern``), where a vector of the group's channels would fill a quarter of
+  its lanes.  This is the default there, in both strides.
 
 In these two the padding is read in place and the blocks inside the image are
 partitioned off the border ones (as the depthwise template, :mod:`.depthwise`): on a
@@ -90,6 +95,22 @@ def _packed_bytes(conv, gpt: int) -> Optional[int]:
     return gpt * I * hw[0] * hw[1] * (_dt.bits(src.dtype) // 8)
 
 
+def _across_groups(conv, info: CpuModel) -> bool:
+    """Whether the NHWC stage ``conv``'s vectors span several groups: where a group is
+    at most a quarter of a vector (and the vectors hold whole groups).  Its lanes then
+    read each group's input channel with one load and an in-register shuffle per
+    pixel, channel and tap, and each FMA fills the vector; a vector of the group's
+    ``P`` channels fills ``P / L`` of its lanes with one broadcast load.  Two FMAs a
+    cycle against one shuffle: the wider vector does twice the work per cycle where
+    ``P <= L / 4`` and no more at ``L / 2`` (measured, one thread, under load, batch 8:
+    128x56x56 in groups of 4 1.4-1.5x PyTorch against 1.0x; 256x28x28 in groups of 8
+    2.5x slower)."""
+    N, O, OH, OW, G, P, I = _group_dims(conv)
+    L = _lanes(conv, info)
+    return (P is not None and O is not None and 4 * P <= L and L % P == 0
+            and O % L == 0 and I is not None and I <= 2 * L)
+
+
 def group_conv2d_params(conv, info: CpuModel) -> dict:
     """The heuristic's config of the grouped stage ``conv`` (a dict of
     :data:`GROUP_CONV_FIELDS`, see :func:`schedule_group_conv2d_nchw`)."""
@@ -108,7 +129,8 @@ def group_conv2d_params(conv, info: CpuModel) -> dict:
     # (256x56x56 stride 2 in groups of 8: 0.83x against 1.09x), channel blocks in the
     # other cases measured (1.0-1.2x against 0.6-1.0x)
     strided = any(v > 1 for v in conv.op.attrs["group_conv2d"][0])
-    blocks = fits and (P % L == 0 or (not nchw and not strided))
+    blocks = fits and (P % L == 0 or (not nchw and not strided
+                                      and not _across_groups(conv, info)))
     gpt = 1
     if fits:
         # groups per task: a task reads at least 128 channels of a pixel (512 bytes
@@ -223,11 +245,13 @@ def _grouped_nhwc_into(s: Schedule, outs, info: CpuModel, config=None) -> None:
         return
     L = _lanes(conv, info)
     P = _per_group(conv)
+    if _across_groups(conv, info):
+        # a vector spans L / P groups (see group_conv2d_params)
+        _nhwc_pixels_into(s, outs, info, "group_conv2d_nhwc", L, across=True)
+        return
     # a vector of channels inside one group: its lanes read one input value (a
-    # broadcast); groups narrower than a vector get vectors of their width (a vector
-    # across groups reads a different input channel per lane group: a gather, 8x
-    # slower single-threaded at 128 channels in groups of 4, 56x56), wider ones two
-    # vectors where they divide them
+    # broadcast); groups narrower than a vector get vectors of their width, wider ones
+    # two vectors where they divide them
     ob = 2 * L if P % (2 * L) == 0 else L if P % L == 0 else P if P < L else \
         _largest_divisor_at_most(P, L)
     _nhwc_pixels_into(s, outs, info, "group_conv2d_nhwc", ob)
