@@ -227,6 +227,33 @@ def test_lanes_that_miss_a_warp_operation_are_an_error_not_a_hang(old, new, matc
             mod(a, b, c, mode=mode)
 
 
+@needs_cxx
+def test_the_emulation_counts_ldmatrix_bank_conflicts(built):
+    """The emulation's bank accounting: the template pads each shared row by 16 bytes, so
+    the 8 rows of every ldmatrix phase fall in distinct banks (one wavefront each); the
+    hand-written schedule leaves the rows of 32 halves (64 bytes) unpadded, so rows 0, 2,
+    4, 6 share banks: 4 wavefronts per phase of A, where the row-major B tile of 64
+    halves puts all 8 rows on one bank group."""
+    M, N, K, kw = SHAPES["4 warps, 3 k steps"]
+    a, b, want = inputs(M, N, K)
+    A, B, C = hgemm(M, N, K)
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 1, 2, 32, family="mma"))
+    for mod, clean in ((tc.build(s, [A, B, C], target="cuda-emu"), True),
+                       (built("4 warps, 3 k steps"), False)):
+        mod.shared_memory_stats(reset=True)
+        c = np.full((M, N), np.nan, np.float32)
+        mod(a, b, c, mode="serial")
+        close(c, want, K)
+        st = mod.shared_memory_stats()
+        assert st["ldmatrix_phases"] > 0
+        assert st["ldmatrix_wavefronts"] == st["ldmatrix_phases"] + st["ldmatrix_bank_conflicts"]
+        if clean:
+            assert st["ldmatrix_bank_conflicts"] == 0, st
+        else:
+            assert st["ldmatrix_wavefronts"] >= 3 * st["ldmatrix_phases"], st
+
+
 # --------------------------------------------------------------------------- PTX
 
 

@@ -63,7 +63,7 @@ from ..runtime.libfiles import (cache_root, digest_file, private_dir, sidecar_ma
                        write_sidecar)
 from ..runtime.cuda import CudaSourceModule, stream_handle
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 MODES = {"threads": 0, "serial": 1, "reverse": 2}
 HEADER_NAME = "tecomp_cuda_emu.h"
 CXX_FLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC", "-fwrapv", "-fno-strict-aliasing",
@@ -132,6 +132,12 @@ def launcher_source(cs: CudaSource) -> str:
             f"  return tecomp_emu::launch(&tecomp_entry_{k}, args, dims, mode, "
             f"{1 if kern.has_barrier else 0}, stack, err, errlen);\n}}")
     lines.append(f'extern "C" int tecomp_emu_abi_version(void) {{ return {ABI_VERSION}; }}')
+    lines.append('extern "C" void tecomp_emu_smem_stats(long long* out, int reset) {\n'
+                 '  pthread_mutex_lock(tecomp_emu::smem_stats_lock());\n'
+                 '  out[0] = tecomp_emu::smem_stats().phases;\n'
+                 '  out[1] = tecomp_emu::smem_stats().wavefronts;\n'
+                 '  if (reset) tecomp_emu::smem_stats().phases = tecomp_emu::smem_stats().wavefronts = 0;\n'
+                 '  pthread_mutex_unlock(tecomp_emu::smem_stats_lock());\n}')
     return "\n".join(lines) + "\n"
 
 
@@ -153,6 +159,17 @@ class EmuLibrary:
                            ctypes.c_int, ctypes.c_longlong, ctypes.c_char_p, ctypes.c_int]
             fn.restype = ctypes.c_int
             self._launchers.append(fn)
+
+    def smem_stats(self, reset: bool = False) -> Dict[str, int]:
+        """The shared-memory accounting of this library's warp-wide loads since it was
+        loaded (or last reset): see :meth:`CudaEmuModule.shared_memory_stats`."""
+        out = (ctypes.c_longlong * 2)()
+        fn = self.lib.tecomp_emu_smem_stats
+        fn.argtypes = [ctypes.POINTER(ctypes.c_longlong), ctypes.c_int]
+        fn.restype = None
+        fn(out, 1 if reset else 0)
+        return {"ldmatrix_phases": out[0], "ldmatrix_wavefronts": out[1],
+                "ldmatrix_bank_conflicts": out[1] - out[0]}
 
     def launch(self, k: int, args: Sequence, grid, block, mode: str = "threads",
                stack_kib: Optional[int] = None) -> None:
@@ -312,6 +329,17 @@ class CudaEmuModule(CudaSourceModule):
         super().__init__(cs, device=False)
         self.lib = lib
         self.mode = _check_mode(mode)
+
+    def shared_memory_stats(self, reset: bool = False) -> Dict[str, int]:
+        """How the warp-wide shared-memory loads of this module's kernels met the 32 banks,
+        over the calls since the library was loaded or last ``reset``:
+        ``ldmatrix_phases`` (8 x 8 matrices loaded: 4 per ``ldmatrix.x4``),
+        ``ldmatrix_wavefronts`` (the bank accesses they took: a bank serves one 4-byte word
+        per wavefront) and ``ldmatrix_bank_conflicts`` (the wavefronts beyond one per
+        phase: 0 when the tiles' layout, padded or swizzled, is conflict-free).  Counted
+        once per warp.  The library is shared by every module built from the same source,
+        so the counts are those of all their calls."""
+        return self.lib.smem_stats(reset)
 
     def get_source(self, fmt: str = "cuda") -> str:
         """``"cuda"``: the CUDA C; ``"emu"``: the C++ launcher compiled around it."""

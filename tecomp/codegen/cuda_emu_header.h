@@ -797,6 +797,37 @@ inline const Slot* warp_exchange(const char* op, Slot mine, int* lane) {
   return w;
 }
 
+// Shared-memory bank accounting of the warp-wide loads (ldmatrix): a phase is one 8 x 8
+// matrix, 8 rows of 16 bytes; the 32 banks serve one 4-byte word each per wavefront (rows
+// reading the same word share it), so a phase takes as many wavefronts as the most
+// distinct words any bank holds -- 1 when conflict-free.  Counted once per warp (by lane
+// 0), for the whole library, read and reset through tecomp_emu_smem_stats.
+struct SmemStats {
+  long long phases, wavefronts;
+};
+inline SmemStats& smem_stats() {
+  static SmemStats s = {0, 0};
+  return s;
+}
+inline pthread_mutex_t* smem_stats_lock() {
+  static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  return &m;
+}
+
+inline int ldmatrix_phase_wavefronts(const Slot* rows) {
+  uintptr_t words[32][8];
+  int n[32] = {0}, most = 0;
+  for (int r = 0; r < 8; ++r)
+    for (uintptr_t word = (uintptr_t)rows[r].p / 4, j = 0; j < 4; ++j) {
+      uintptr_t wd = word + j;
+      int bank = (int)(wd % 32), seen = 0;
+      for (int i = 0; i < n[bank]; ++i) seen |= words[bank][i] == wd;
+      if (!seen) words[bank][n[bank]++] = wd;
+      if (n[bank] > most) most = n[bank];
+    }
+  return most;
+}
+
 inline float b16_to_float(unsigned int bits16, int bf16) {
   if (!bf16) return half_bits_to_float((unsigned short)bits16);
   unsigned int b = bits16 << 16;
@@ -817,6 +848,14 @@ inline void ldmatrix_x4(unsigned int* r, const void* row, int trans) {
   mine.p = row;
   int lane;
   const Slot* w = warp_exchange(op, mine, &lane);
+  if (lane == 0) {
+    long long waves = 0;
+    for (int q = 0; q < 4; ++q) waves += ldmatrix_phase_wavefronts(w + 8 * q);
+    pthread_mutex_lock(smem_stats_lock());
+    smem_stats().phases += 4;
+    smem_stats().wavefronts += waves;
+    pthread_mutex_unlock(smem_stats_lock());
+  }
   int g = lane >> 2, t = lane & 3;
   for (int q = 0; q < 4; ++q) {
     unsigned int lo, hi;
