@@ -118,6 +118,43 @@ def test_double_buffer_is_traced_and_replays():
     assert str(tc.lower(again, args, target="cuda")) == str(tc.lower(s, args, target="cuda"))
 
 
+@pytest.mark.parametrize("n, stages", [(32, 3), (32, 4), (16, 4)],
+                         ids=["4 steps, 3 stages", "4 steps, 4 stages", "2 steps, 4 stages"])
+def test_pipeline_of_more_stages_no_race(n, stages):
+    """``double_buffer(stages=n)``: a ring of n tiles, the first n - 1 copied before the
+    loop (those past the loop's end not at all), the copy n - 1 steps ahead after the
+    one barrier, each step's copies one group and the barrier waiting for all groups but
+    the n - 2 latest; the interpreter (threads interleaved between barriers, races
+    reported) gets numpy's result."""
+    s, args = tiled_matmul(n, 8)
+    for st in s.stages:
+        if st.scope == "shared":
+            st.double_buffer(stages=stages)
+    f = tc.lower(s, args, target="cuda")
+    text = str(f)
+    steps = n // 8
+    assert f"allocate A.shared: float32[{stages}, 8, 8] (shared)" in text
+    head, loop = text[:text.index("for (k.outer")], text[text.index("for (k.outer"):]
+    assert head.count("attr async_group") == stages - 1
+    assert head.count("attr async_copy") == min(stages - 1, steps)
+    assert loop.count("syncthreads()") == 1
+    assert f"attr async_wait = {stages - 2}" in loop
+    assert f"if (k.outer + {stages - 1} < {steps}) {{" in loop
+    assert f"A.shared[(k.outer + {stages - 1}) % {stages}, " in loop
+    assert f"A.shared[k.outer % {stages}, " in loop
+    _interp_matches_numpy(f, n)
+
+
+def test_pipeline_stages_are_traced_and_replay():
+    s, args = tiled_matmul(32, 8)
+    for st in s.stages:
+        if st.scope == "shared":
+            st.double_buffer(stages=3)
+    assert s.trace.python(args).count(".double_buffer(stages=3)") == 2
+    again = replay(json.loads(json.dumps(s.trace.to_json())), args[-1:])
+    assert str(tc.lower(again, args, target="cuda")) == str(tc.lower(s, args, target="cuda"))
+
+
 def test_double_buffer_where_the_loop_is_gone():
     """One k.outer iteration (K = the tile): no loop to pipeline, one buffer per tile."""
     s, args = _double_buffered(16, 16)

@@ -254,6 +254,23 @@ def test_the_emulation_counts_ldmatrix_bank_conflicts(built):
             assert st["ldmatrix_wavefronts"] >= 3 * st["ldmatrix_phases"], st
 
 
+@needs_cxx
+@pytest.mark.parametrize("family, stages, K", [("mma", 3, 96), ("wmma", 4, 64), ("mma", 5, 224)])
+def test_template_with_a_ring_of_shared_tiles(family, stages, K):
+    """``WmmaConfig(stages=n)``: the shared tiles in a ring of n buffers (n - 1 k steps'
+    copies in flight), fewer and more k steps than stages."""
+    M, N = 64, 64
+    A, B, C = hgemm(M, N, K)
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 1, 1, 32, family=family, stages=stages))
+    mod = tc.build(s, [A, B, C], target="cuda-emu")
+    assert f"tc_cp_async_wait_group{stages - 2}();" in mod.get_source()
+    a, b, want = inputs(M, N, K)
+    c = np.full((M, N), np.nan, np.float32)
+    mod(a, b, c)
+    close(c, want, K)
+
+
 # --------------------------------------------------------------------------- PTX
 
 
@@ -272,6 +289,18 @@ def test_ptx_has_mma_sync_and_ldmatrix_and_nothing_spills(arch):
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
     assert "wmma" not in ptx and "cp.async" in ptx
     for kernel, use in ptxas_usage(src, arch).items():
+        assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
+
+
+@needs_nvcc
+def test_ptx_of_a_four_stage_pipeline():
+    A, B, C = hgemm(256, 256, 256)
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 4, 4, 32, family="mma", stages=4))
+    src = tc.build(s, [A, B, C], target="cuda -arch=sm_90").get_source()
+    ptx = compile_ptx(src, "sm_90")
+    assert "cp.async.commit_group" in ptx and "cp.async.wait_group 2" in ptx
+    for kernel, use in ptxas_usage(src, "sm_90").items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
 
 

@@ -63,7 +63,7 @@ from ..ir.printer import to_str
 from ..ir.stmt import (
     Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc, Stmt, TensorIntrinCall,
 )
-from ..lower.double_buffer import ASYNC_COPY
+from ..lower.double_buffer import ASYNC_COPY, ASYNC_GROUP, ASYNC_WAIT
 from ..lower.device_split import (  # noqa: F401  (is_vthread, CROSS_THREAD_REDUCE: re-exported)
     CROSS_THREAD_REDUCE, buffers_in, dims_text, is_vthread, kernels_of, shared_array_bytes,
     stored_buffers, unpack_cross_thread_reduce,
@@ -215,6 +215,20 @@ class CudaRenderer(CSource):
             "  asm volatile(\"cp.async.wait_all;\" ::: \"memory\");\n"
             "#endif\n"
             "}}"),
+        "tc_cp_async_commit": (
+            "// Close this thread's group of asynchronous copies (a pipeline stage's tile).\n"
+            "{q} void tc_cp_async_commit() {{\n"
+            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n"
+            "  asm volatile(\"cp.async.commit_group;\" ::: \"memory\");\n"
+            "#endif\n"
+            "}}"),
+        **{f"tc_cp_async_wait_group{k}": (
+            f"// Wait for this thread's groups of asynchronous copies but the {k} latest.\n"
+            f"{{q}} void tc_cp_async_wait_group{k}() {{{{\n"
+            f"#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n"
+            f"  asm volatile(\"cp.async.wait_group {k};\" ::: \"memory\");\n"
+            f"#endif\n"
+            f"}}}}") for k in range(1, 7)},
         **MMA_HELPERS,   # ldmatrix, mma.sync (the cuda.mma_* intrinsics)
     }
 
@@ -233,6 +247,7 @@ class CudaRenderer(CSource):
         self.has_barrier = False
         self.async_depth = 0            # inside AttrStmt("async_copy"): copies may be cp.async
         self.waits_async = False        # the kernel issues cp.async: wait before each barrier
+        self.async_pending = 0          # groups the next barrier may leave in flight
         self.lane_vars: set = set()     # vars whose value differs between the lanes of a warp
         self.fragment_layouts: Dict[Buffer, str] = {}  # fragment -> layout as the mma sees it
         self.lane_divergent: List[str] = []  # enclosing conditions that differ between lanes
@@ -428,6 +443,15 @@ class CudaRenderer(CSource):
             self.async_depth += 1
             self.stmt(s.body)
             self.async_depth -= 1
+            return
+        if s.key == ASYNC_GROUP:   # one pipeline stage's copies (maybe none): one group
+            self.stmt(s.body)
+            self.emit(f"{self.helper('tc_cp_async_commit')}();")
+            return
+        if s.key == ASYNC_WAIT:
+            self.async_pending = int(s.value.value)
+            self.stmt(s.body)
+            self.async_pending = 0
             return
         super()._s_AttrStmt(s)
 
@@ -670,7 +694,9 @@ class CudaRenderer(CSource):
     def special_call(self, c: Call) -> None:
         if c.op == "syncthreads":
             self.has_barrier = True
-            if self.waits_async:
+            if self.waits_async and self.async_pending:
+                self.emit(f"{self.helper(f'tc_cp_async_wait_group{self.async_pending}')}();")
+            elif self.waits_async:
                 self.emit(f"{self.helper('tc_cp_async_wait')}();")
             self.emit("__syncthreads();")
             return

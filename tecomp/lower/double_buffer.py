@@ -22,6 +22,16 @@ enough.  The copies are wrapped in ``AttrStmt("async_copy", ko, ...)``: a code
 generator may issue them asynchronously (CUDA: ``cp.async`` on sm_80+) provided it
 waits for them before the next barrier, which the CUDA renderer does.
 
+With ``double_buffer(stages=n)`` (``AttrStmt("buffer_stages", n, ...)`` around the
+mark) the tile gets n buffers, a ring: the copies of the first n - 1 iterations come
+before the loop (those past its end not at all), and iteration ``ko`` copies the tile of
+``ko + n - 1`` into slot ``(ko + n - 1) % n``, the one iteration ``ko - 1`` read.  Each
+of those copy regions is an ``AttrStmt("async_group")``, closed even where its guard
+skips the copies, so that the groups count iterations, and the loop's barrier is an
+``AttrStmt("async_wait", n - 2, ...)``: the code generator waits for all groups but the
+n - 2 latest, i.e. for the tile of ``ko``, before it (CUDA: ``cp.async.commit_group`` /
+``cp.async.wait_group``).
+
 What does not have that shape is a ScheduleError naming the stage: a copy that reads
 what the rest of the iteration writes, a shared stage copied in the same iteration but
 not double-buffered (it would be overwritten while read), a stage not copied at the
@@ -43,7 +53,16 @@ from .barriers import Access, access
 from .device_split import shared_array_bytes
 
 DOUBLE_BUFFER = "double_buffer"
+#: ``AttrStmt("buffer_stages", Const(n), AttrStmt("double_buffer", ...))``: n buffers
+BUFFER_STAGES = "buffer_stages"
 ASYNC_COPY = "async_copy"
+#: ``AttrStmt("async_wait", Const(k), barrier)``: before this barrier, wait for the
+#: thread's asynchronous copies but the ``k`` latest groups of them
+ASYNC_WAIT = "async_wait"
+#: ``AttrStmt("async_group", Const(0), body)``: the asynchronous copies ``body`` issues
+#: are one group, closed after it even where it issues none (a guard false near the end
+#: of the loop), so that the groups count the loop's iterations
+ASYNC_GROUP = "async_group"
 
 
 def _is_barrier(s) -> bool:
@@ -95,11 +114,11 @@ class _Retarget(Mutator):
                                    coefs=tuple(coefs), fallback=fallback)
 
 
-def _doubled(b: Buffer) -> Buffer:
+def _doubled(b: Buffer, stages: int = 2) -> Buffer:
     inner = b.strides if b.strides is not None else b.row_major_strides()
-    # the second slot starts as aligned as the first (vector moves, wmma tiles)
+    # each slot starts as aligned as the first (vector moves, wmma tiles)
     span = Const(shared_array_bytes(b) // _dt.nbytes(b.dtype), "int32")
-    return Buffer(b.name, (Const(2, "int32"),) + tuple(b.shape), b.dtype,
+    return Buffer(b.name, (Const(stages, "int32"),) + tuple(b.shape), b.dtype,
                   (span,) + tuple(inner), b.scope)
 
 
@@ -112,10 +131,10 @@ class _DoubleBuffer(Mutator):
         self.kernel_depth += is_thread
         chain, inner = [], s.body
         while isinstance(inner, Allocate) or (isinstance(inner, AttrStmt)
-                                               and inner.key == DOUBLE_BUFFER):
+                                               and inner.key in (DOUBLE_BUFFER, BUFFER_STAGES)):
             chain.append(inner)
             inner = inner.body
-        marked = [c.value for c in chain if isinstance(c, AttrStmt)]
+        marked = [c.value for c in chain if isinstance(c, AttrStmt) and c.key == DOUBLE_BUFFER]
         if marked:
             out = self._transform(s, chain, self.visit(inner), marked)
             self.kernel_depth -= is_thread
@@ -125,7 +144,7 @@ class _DoubleBuffer(Mutator):
         return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
 
     def visit_AttrStmt(self, s):
-        if s.key == DOUBLE_BUFFER:
+        if s.key in (DOUBLE_BUFFER, BUFFER_STAGES):
             # its loop is gone (an extent of 1, or a part that loop partitioning peeled
             # off): one iteration has nothing to overlap, one buffer is enough
             return self.visit(s.body)
@@ -193,31 +212,69 @@ class _DoubleBuffer(Mutator):
                 f"{what}: the copies of loop {display(loop.var.name)}'s iteration and the rest "
                 f"of it both use {display(b.name)}, so the next iteration's copy cannot run "
                 f"before this iteration's reads")
-        bufs = {b: _doubled(b) for b in marked}
+        stages = _stages(chain, marked, what, loop)
+        bufs = {b: _doubled(b, stages) for b in marked}
         ko, lo, ext = loop.var, loop.min, loop.extent
+        end = _op.add(lo, ext)
 
         def slot_of(it):
             rel = it if isinstance(lo, Const) and lo.value == 0 else _op.sub(it, lo)
-            return _op.floormod(rel, Const(2, ko.dtype))
+            return _op.floormod(rel, Const(stages, ko.dtype))
 
         def copies_at(it, slot):
             body = _Retarget(bufs, slot).visit(simplify(substitute(seq(*copies), {ko: it})))
             return AttrStmt(ASYNC_COPY, ko, body)
 
-        nxt = _op.add(ko, Const(1, ko.dtype))
+        def group(stmt):
+            # (more than two stages: the barrier waits for all groups but the latest)
+            return AttrStmt(ASYNC_GROUP, Const(0, "int32"), stmt) if stages > 2 else stmt
+
+        def guarded(it, stmt):
+            cond = simplify(_op.compare(LT, it, end))
+            if isinstance(cond, Const):
+                return group(stmt if cond.value else Evaluate(Const(0, "int32")))
+            return group(IfThenElse(cond, stmt, None))
+
+        ahead = _op.add(ko, Const(stages - 1, ko.dtype))
+        barrier = Evaluate(Call("syncthreads", (), "int32"))
+        if stages > 2:   # the tiles of the next stages - 2 iterations may still be in flight
+            barrier = AttrStmt(ASYNC_WAIT, Const(stages - 2, "int32"), barrier)
         body = seq(
-            Evaluate(Call("syncthreads", (), "int32")),
-            IfThenElse(_op.compare(LT, nxt, _op.add(lo, ext)), copies_at(nxt, slot_of(nxt)), None),
+            barrier,
+            group(IfThenElse(_op.compare(LT, ahead, end), copies_at(ahead, slot_of(ahead)),
+                             None)),
             _Retarget(bufs, slot_of(ko)).visit(seq(*rest)),
         )
         for c in reversed(chain):  # allocations of other stages stay in the loop
             if isinstance(c, Allocate) and c.buffer not in marked_set:
                 body = Allocate(c.buffer, body)
-        out = seq(copies_at(lo, Const(0, ko.dtype)),
-                  For(ko, lo, ext, loop.kind, body, loop.thread_tag))
+        prologue = [group(copies_at(lo, Const(0, ko.dtype)))]
+        for p in range(1, stages - 1):   # the first stages - 1 tiles before the loop
+            it = _op.add(lo, Const(p, ko.dtype))
+            prologue.append(guarded(it, copies_at(it, Const(p, ko.dtype))))
+        out = seq(*prologue, For(ko, lo, ext, loop.kind, body, loop.thread_tag))
         for b in reversed(marked):
             out = Allocate(bufs[b], out)
         return out
+
+
+def _stages(chain, marked, what, loop) -> int:
+    """The buffers of the loop's marked stages (``double_buffer(stages=...)``): one
+    number for all of them, since they share the ring's slot."""
+    counts, n = {}, 2
+    for c in chain:   # a BUFFER_STAGES attribute sits right around its DOUBLE_BUFFER one
+        if isinstance(c, AttrStmt) and c.key == BUFFER_STAGES:
+            n = int(c.value.value)
+        elif isinstance(c, AttrStmt) and c.key == DOUBLE_BUFFER:
+            counts[c.value] = n
+            n = 2
+    found = sorted({counts.get(b, 2) for b in marked})
+    if len(found) > 1:
+        raise ScheduleError(
+            f"{what}: the stages copied in loop {display(loop.var.name)}'s iteration have "
+            f"{' and '.join(map(str, found))} buffers; they share the loop's ring of "
+            f"buffers: give each the same double_buffer(stages=...)")
+    return found[0]
 
 
 def double_buffer(func):

@@ -97,6 +97,7 @@ class Stage(TracedStage):
         self.bound_aligns: Dict[int, int] = {}   # output dimension -> align_bounds factor
         self.tensorized: Optional[tuple] = None  # (IterVar, TensorIntrin): tensorize
         self.double_buffered = False  # double_buffer
+        self.buffer_stages = 2        # double_buffer(stages=...)
         self.stored_root = False  # store_root
 
     def _reset_loops(self):
@@ -580,27 +581,35 @@ class Stage(TracedStage):
                 f"give every output axis ({names}) exactly once, outermost first")
         self.storage_perm = None if dims == tuple(range(len(dims))) else dims
 
-    def double_buffer(self):
-        """Give this shared-memory stage two buffers, so that a GPU block copies the tile
-        of the next iteration into one while it computes from the other (TVM's
-        ``double_buffer``).
+    def double_buffer(self, stages: int = 2):
+        """Give this shared-memory stage two buffers (``stages`` of them), so that a GPU
+        block copies the tile of the next iteration into one while it computes from the
+        other (TVM's ``double_buffer``; with ``stages`` > 2, a ring of buffers as Triton's
+        ``num_stages`` and CUTLASS's multistage pipelines: ``stages - 1`` tiles in flight).
 
         For a ``shared`` stage computed at a serial loop of a kernel (``compute_at``)
         whose iteration first copies the stage (every thread a share, e.g. a GEMM's
         tiles at its ``k.outer`` loop) and then reads it: lowering copies the first
-        iteration's tile before the loop, and in each iteration, after its one barrier,
-        issues the copy of the next iteration's tile into the other buffer before the
-        reads of the current one.  One barrier an iteration instead of two; the
-        buffer takes twice the shared memory.  On the GPU a copy of global memory
-        into the tile is asynchronous (``cp.async`` on sm_80 and later), so the next
-        tile's loads are in flight while the block computes.  Every shared stage
-        copied in the same iteration must be double-buffered too."""
+        ``stages - 1`` iterations' tiles before the loop, and in each iteration, after its
+        one barrier, issues the copy of the tile ``stages - 1`` iterations ahead into the
+        buffer the previous iteration read, before the reads of the current one.  One
+        barrier an iteration instead of two; the buffer takes ``stages`` times the shared
+        memory.  On the GPU a copy of global memory into the tile is asynchronous
+        (``cp.async`` on sm_80 and later; with more than two stages each iteration's
+        copies are a commit group, and the barrier waits only for the oldest), so the
+        next tiles' loads are in flight while the block computes.  Every shared stage
+        copied in the same iteration must be buffered too, with the same ``stages``."""
         if self.scope != "shared":
             raise ScheduleError(
                 f"double_buffer on stage {display(self.name)}: its scope is {self.scope}; "
                 "double buffering is for a GPU tile in shared memory (s.cache_read(t, "
                 "'shared', readers) or set_scope('shared') first)")
+        if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= 8:
+            raise ScheduleError(
+                f"double_buffer on stage {display(self.name)}: stages={stages!r:.40}; give "
+                "an int from 2 (two buffers, the default) to 8 (a ring of 8 tiles)")
         self.double_buffered = True
+        self.buffer_stages = stages
 
     def align_bounds(self, axis, factor: int):
         """Compute the region of output axis ``axis`` rounded out to whole multiples of

@@ -1529,6 +1529,28 @@ def _tiled_gpu_gemm(n=64, kt=8, double=("A.shared", "B.shared"), at="ko", bind=T
     return s, [A, B, C]
 
 
+@pytest.mark.parametrize("stages", [1, 9, "3", True])
+def test_double_buffer_with_a_bad_number_of_stages(stages):
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    with pytest.raises(tc.ScheduleError, match=r"double_buffer on stage A.shared: stages=.*; "
+                                               r"give an int from 2 \(two buffers, the default\) "
+                                               r"to 8"):
+        s[AS].double_buffer(stages=stages)
+
+
+def test_double_buffer_with_different_stages_in_one_loop():
+    s, args = _tiled_gpu_gemm(double=("A.shared",))
+    BS = [st for st in s.stages if st.op.name == "B.shared"][0]
+    BS.double_buffer(stages=3)
+    with pytest.raises(tc.ScheduleError, match=r"double_buffer on stages .*: the stages copied "
+                                               r"in loop k.outer's iteration have 2 and 3 "
+                                               r"buffers; .* give each the same "
+                                               r"double_buffer\(stages=...\)"):
+        tc.lower(s, args, target="cuda")
+
+
 def test_double_buffer_of_a_global_stage():
     A, B, C, k = _mm()
     s = tc.create_schedule(C.op)

@@ -73,7 +73,9 @@ class WmmaConfig:
     ``cuda.mma_*`` intrinsics of :mod:`tecomp.te.intrin_mma`), on the same tiles;
     ``tf32``: a float32 GEMM on the tensor cores, its operands rounded to tf32 (10
     mantissa bits; the ``mma`` family only) -- off by default, as PyTorch's
-    ``allow_tf32``, since it changes the result's precision."""
+    ``allow_tf32``, since it changes the result's precision; ``stages``: with
+    ``double_buffer``, the shared tiles' ring of buffers (``double_buffer(stages=...)``:
+    3 to 5 keep two to four k steps' copies in flight)."""
 
     warps_m: int
     warps_n: int
@@ -83,6 +85,7 @@ class WmmaConfig:
     double_buffer: bool = True
     family: str = "wmma"
     tf32: bool = False
+    stages: int = 2
 
     @property
     def block_m(self) -> int:
@@ -252,4 +255,4 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
         ss.storage_align(ss.op.axis[-2], cols, per16)
         _cooperative_copy(ss, threads, rows * cols, per16)
         if cfg.double_buffer:
-            ss.double_buffer()
+            ss.double_buffer(stages=cfg.stages)
