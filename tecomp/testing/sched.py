@@ -138,7 +138,7 @@ class Replay:
             _, _, pos, name = step
             st.tensorize(leaves[pos], tc.tensor_intrin(name))
         elif k == "double_buffer":
-            st.double_buffer()
+            st.double_buffer(**({"stages": step[2]} if len(step) > 2 else {}))
         else:
             raise ValueError(f"unknown step {step!r}")
 
@@ -201,7 +201,8 @@ def steps_source(steps) -> str:
             L.append(f's[{step[1]}].tensorize({lv(step[1])}[{step[2]}], '
                      f'tc.tensor_intrin("{step[3]}"))')
         elif k == "double_buffer":
-            L.append(f"s[{step[1]}].double_buffer()")
+            n = f"stages={step[2]}" if len(step) > 2 else ""
+            L.append(f"s[{step[1]}].double_buffer({n})")
     return "\n".join(L)
 
 
@@ -626,7 +627,9 @@ def gen_gpu_schedule(d, prog, built=None, nvar=None):
             _try(r, steps, ("split", h, nlead, "factor", d.choice((2, 3, 4))))
             _gpu_shared_copy(r, steps, shared, h, nlead, T)
             if d.bool(0.6):
-                _try(r, steps, ("double_buffer", shared))
+                # two buffers, or a ring of 3 or 4 (the tiles of later steps in flight)
+                n = d.choice((2, 2, 3, 4))
+                _try(r, steps, ("double_buffer", shared) + ((n,) if n > 2 else ()))
         elif shared is not None:
             _gpu_shared_copy(r, steps, shared, h, 0, T)
     return steps
