@@ -2396,3 +2396,30 @@ def test_float_max_reduction_without_vectorized_loops_keeps_llvm_maximum():
     f(x, out)
     np.testing.assert_array_equal(out, np.max(x, 1))
     assert "llvm.maximum" in f.get_source("llvm-unopt")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_max_min_of_every_lane_count(dtype):
+    """Elementwise max and min vectorized by 2 to 64 lanes, register multiples or not (3,
+    5, 12 and 48 float32: pieces of xmm/ymm/zmm joined again), NaN in either operand."""
+    import tecomp as tc
+
+    vals = [np.nan, -np.inf, -2.5, -0.0, 0.0, 1, 7, np.inf]
+    a = np.array([x for x in vals for _ in vals] * 3, dtype)
+    c = np.array([y for _ in vals for y in vals] * 3, dtype)
+    n = len(a)
+    A, B = tc.placeholder((n,), name="a", dtype=dtype), tc.placeholder((n,), name="b", dtype=dtype)
+    for lanes in (2, 3, 5, 8, 12, 16, 24, 48, 64):
+        Mx = tc.compute((n,), lambda i: tc.max(A[i], B[i]), name="mx")
+        Mn = tc.compute((n,), lambda i: tc.min(A[i], B[i]), name="mn")
+        s = tc.create_schedule([Mx.op, Mn.op])
+        for T in (Mx, Mn):
+            _, xi = s[T].split(T.op.axis[0], factor=lanes)
+            s[T].vectorize(xi)
+        f = tc.build(s, [A, B, Mx, Mn])
+        mx, mn = np.ones(n, dtype), np.ones(n, dtype)
+        f(a, c, mx, mn)
+        both_zero = (a == 0) & (c == 0)          # which zero: unspecified
+        np.testing.assert_array_equal(mx[~both_zero], np.maximum(a, c)[~both_zero], str(lanes))
+        np.testing.assert_array_equal(mn[~both_zero], np.minimum(a, c)[~both_zero], str(lanes))
+        assert (mx[both_zero] == 0).all() and (mn[both_zero] == 0).all()

@@ -118,11 +118,17 @@ class X86Policy(TargetPolicy):
                 parts.append(b.call(f, [b.shuffle_vector(x, x, idx),
                                         b.shuffle_vector(y, y, idx)] + extra))
             while len(parts) > 1:      # join pairs: 2n lanes from two of n
+                if len(parts) % 2:     # (an odd count: a poison part, cut off below)
+                    parts.append(ir.Constant(parts[0].type, ir.Undefined))
                 n = parts[0].type.count
                 idx = ir.Constant(ir.VectorType(_I32, 2 * n), list(range(2 * n)))
                 parts = [b.shuffle_vector(parts[i], parts[i + 1], idx)
                          for i in range(0, len(parts), 2)]
-            return parts[0]
+            out = parts[0]
+            if out.type.count != ty.count:
+                idx = ir.Constant(ir.VectorType(_I32, ty.count), list(range(ty.count)))
+                out = b.shuffle_vector(out, out, idx)
+            return out
         return emit
 
     def pad_lanes(self, lanes: int, memty) -> int:
