@@ -11,9 +11,13 @@ ops on the same arrays (as written, each op allocating its result, and with ever
 preallocated through the ``out=`` variants: PyTorch at its best here, torch.compile's
 Inductor kernels also allocate theirs), interleaved, medians in ms (PyTorch's time over
 tecomp's: > 1 means tecomp is faster).  Every result is checked against a float64
-reference first.
+reference first.  Where gcc and SLEEF (``libsleef-dev``) are installed, SLEEF's 1.0-ulp
+and 3.5-ulp vector functions of the host's widest vector (``Sleef_expf16_u10`` ... with
+AVX-512; benchmarks/sleef.py) are a third column for exp, tanh, erf and log; ``--ulps``
+adds each tool's max ulp error for those four; ``--rows 4096`` makes the arrays 16M floats.
 
     python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only gelu,tanh]
+                                           [--rows 4096] [--ulps]
 """
 from __future__ import annotations
 
@@ -27,6 +31,10 @@ def main() -> None:
     ap = base_parser(__doc__, rounds=15)
     ap.add_argument("--only", default="", help="comma-separated functions to time (and "
                     "the copy), e.g. tan,atan2 or gelu,tanh; all by default")
+    ap.add_argument("--rows", type=int, default=2048, help="the arrays' rows (4096: 16M floats)")
+    ap.add_argument("--ulps", action="store_true", help="also the max ulp error of tecomp, "
+                    "SLEEF and PyTorch for exp, tanh, erf and log, over float32 bit patterns "
+                    "spread evenly over all 2^32, one per array element")
     args = ap.parse_args()
     pin_threads(args.threads)
     import numpy as np
@@ -34,7 +42,7 @@ def main() -> None:
     import tecomp as tc
 
     torch = torch_or_none(args.threads)
-    M, N = 2048, 4096
+    M, N = args.rows, 4096
     rng = np.random.default_rng(0)
     x = tc.aligned(rng.standard_normal((M, N)).astype("float32"))
     y = tc.aligned(rng.standard_normal((M, N)).astype("float32"))
@@ -83,9 +91,10 @@ def main() -> None:
         unary = {k: v for k, v in unary.items() if k in keep}
         binary = {k: v for k, v in binary.items() if k in keep}
     fns = {"tecomp gelu": lambda: f_gelu(x, bias, y, out)} if gelu else {}
+    built = {}
     for name, (fn, ref, _, a) in unary.items():
         T = tc.compute((M, N), (lambda fn: lambda i, j: fn(X[i, j]))(fn), name=name)
-        f = tc.build(tc.auto_schedule([X, T]), [X, T])
+        f = built[name] = tc.build(tc.auto_schedule([X, T]), [X, T])
         f(a, out)
         np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)
         fns["tecomp " + name] = lambda f=f, a=a: f(a, out)
@@ -130,20 +139,81 @@ def main() -> None:
             ta, tc_ = torch.from_numpy(a), torch.from_numpy(c)
             fns[f"torch {tname}, out="] = lambda ta=ta, tc_=tc_, g=getattr(torch, tname): g(
                 ta, tc_, out=to)
+    import sleef
+
+    lib, why = sleef.load(args.threads)
+    sleef_fns = {}      # name: [(label, SLEEF's name in the driver)]
+    if lib is None:
+        print(f"no SLEEF column: {why}")
+    else:
+        for sname, base, _ in sleef.FUNCTIONS:
+            if base in unary:
+                a = unary[base][3]
+                lib.map(sname, a, out)
+                np.testing.assert_allclose(out, unary[base][1](a.astype(np.float64)),
+                                           rtol=3e-6, atol=1e-7)
+                label = "sleef " + lib.label(sname)
+                fns[label] = lambda sname=sname, a=a: lib.map(sname, a, out)
+                sleef_fns.setdefault(base, []).append((label, sname))
     t = interleaved_turns(fns, args.rounds)
     print(f"{platform.processor() or platform.machine()}, {args.threads} threads, "
-          f"{args.rounds} rounds, {M}x{N} float32")
+          f"{args.rounds} rounds, {M}x{N} float32 (ratio: the peer's time over tecomp's; "
+          f"Gelem/s: elements per second)")
     rows = [("gelu", ("torch gelu", "torch gelu, out="))] + [
-        (name, (f"torch {name}, out=",)) for name in list(unary) + list(binary)]
+        (name, (f"torch {name}, out=",) + tuple(lb for lb, _ in sleef_fns.get(name, ())))
+        for name in list(unary) + list(binary)]
     for op, peers in rows:
         if "tecomp " + op not in t:
             continue
         mine = t["tecomp " + op]
-        line = f"  {op:8s} tecomp {mine * 1e3:7.2f} ms"
+        line = f"  {op:8s} tecomp {mine * 1e3:7.2f} ms {M * N / mine / 1e9:5.2f} Gelem/s"
         for peer in peers:
             if peer in t:
-                line += f" | {peer} {t[peer] * 1e3:7.2f} ms, ratio {t[peer] / mine:.2f}x"
+                line += (f" | {peer} {t[peer] * 1e3:7.2f} ms {M * N / t[peer] / 1e9:5.2f} "
+                         f"Gelem/s, ratio {t[peer] / mine:.2f}x")
         print(line)
+    if args.ulps:
+        _ulp_table(np, torch, built, unary, lib, sleef_fns, out)
+
+
+def _ulp_error(np, got, want):
+    """(max ulp error over the inputs whose float32 result is finite, number of inputs whose
+    special result -- NaN, an infinity, an overflow -- differs)."""
+    with np.errstate(all="ignore"):
+        want32 = want.astype(np.float32)
+        special = ~np.isfinite(want32)
+        ulp = np.ldexp(1.0, np.maximum(np.frexp(want)[1] - 24, -149))
+        err = np.abs(got.astype(np.float64) - want) / ulp
+    ok = ~special & np.isfinite(got)
+    bad = (special & ~((got == want32) | (np.isnan(got) & np.isnan(want32)))) | (
+        ~special & ~np.isfinite(got))
+    return float(err[ok].max()), int(bad.sum())
+
+
+def _ulp_table(np, torch, built, unary, lib, sleef_fns, out):
+    """Each tool's max ulp error on float32 bit patterns evenly spread over all 2^32 (every
+    ``step``-th, ``step`` odd), against the float64 reference."""
+    step = (2 ** 32 // out.size) | 1
+    bits = (np.arange(out.size, dtype=np.uint64) * step % 2 ** 32).astype(np.uint32)
+    sample = bits.view(np.float32).reshape(out.shape)
+    print(f"max ulp error over {out.size} float32 inputs (bit patterns i*{step} mod 2^32; "
+          "'n special' counts inputs whose NaN/inf/overflow result differs)")
+    for name in ("exp", "tanh", "erf", "log"):
+        if name not in built:
+            continue
+        with np.errstate(all="ignore"):
+            want = unary[name][1](sample.astype(np.float64))
+        cols = []
+        built[name](sample, out)
+        cols.append(("tecomp", _ulp_error(np, out, want)))
+        for label, sname in sleef_fns.get(name, ()):
+            lib.map(sname, sample, out)
+            cols.append((label.split()[1], _ulp_error(np, out, want)))
+        if torch is not None:
+            getattr(torch, name)(torch.from_numpy(sample), out=torch.from_numpy(out))
+            cols.append(("torch", _ulp_error(np, out, want)))
+        print(f"  {name:5s} " + " | ".join(f"{k} {e:.3f} ulp ({n} special)"
+                                           for k, (e, n) in cols))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ __all__ = ["softmax", "log_softmax", "cross_entropy", "mse_loss"]
 
 # The row maximum of softmax / log_softmax only shifts the exponent, so it is reduced
 # with ``a > b ? a : b`` (one ``vmaxps``) rather than tc.max's NaN-propagating maximum
-# (three instructions on x86): the outputs are the same.  A NaN in a row reaches the sum
+# (two instructions on x86): the outputs are the same.  A NaN in a row reaches the sum
 # through exp (NaN - max is NaN), and +inf gives inf - inf = NaN there, so such a row
 # comes out all NaN either way, as numpy's does.
 shift_max = _te.comm_reducer(lambda a, b: _te.if_then_else(a > b, a, b),

@@ -303,23 +303,32 @@ class _ExprEmitter:
         a, c, dt = self._operands(e)
         b = self.b
         if _dt.is_float(dt):
-            # vectors where the policy says so (x86): ``x < y ? x : y`` (one vminps /
-            # vmaxps, which gives y when either is NaN), then x where x is NaN: NaN
-            # propagates, the zero of min(0.0, -0.0) is unspecified (see ir.expr.Min).
-            # Three instructions per vector where llvm.minimum / llvm.maximum, which also
-            # orders -0 below +0, takes six.
-            # Scalars use the intrinsic: LLVM's loop vectorizer (it runs on modules that
-            # tecomp did not vectorize) never returned on a max reduction written as
-            # this compare-select (a loop of ``acc = max(acc, alpha + x[k % 3])``)
+            # where the policy says so (x86), vectors, and scalars in a kernel the schedule
+            # vectorized: ``y > x ? y : x`` as the target's own max (one vmaxps/vmaxss,
+            # which gives x when either is NaN), then y where y is NaN.  NaN propagates,
+            # the zero of max(0.0, -0.0) is unspecified (see ir.expr.Max).  A reduction's
+            # update is ``max(acc, v)``: the accumulator goes through the max alone (one
+            # vmaxps masked by v's NaN test, done beside it), 4 cycles a step where a
+            # compare-select on it took 6 and llvm.maximum (which also orders -0 below +0)
+            # more.  Other scalars use llvm.maximum: LLVM's loop vectorizer (it runs on
+            # modules that tecomp did not vectorize) never returned on a max reduction
+            # written as a compare-select (a loop of ``acc = max(acc, alpha + x[k % 3])``).
             select = self.policy.vector_minmax_select
+            op = "min" if is_min else "max"
 
             def fn(x, y):
-                if not (select and isinstance(x.type, ir.VectorType)):
+                vector = isinstance(x.type, ir.VectorType)
+                hw = self.policy.vector_op(op, x.type) if select else None
+                if not (vector and select) and not (hw is not None
+                                                    and self.mb.has_vectorized_loop):
                     name = "llvm.minimum" if is_min else "llvm.maximum"
                     return b.call(self.mb.intrinsic(name, x.type, [x.type, x.type], [x.type]),
                                   [x, y])
-                r = b.select(b.fcmp_ordered("<" if is_min else ">", x, y), x, y)
-                return b.select(b.fcmp_unordered("uno", x, x), x, r)
+                if hw is not None:
+                    r = hw(b, self.mb, y, x)
+                else:
+                    r = b.select(b.fcmp_ordered("<" if is_min else ">", y, x), y, x)
+                return b.select(b.fcmp_ordered("ord", y, y), r, y)
         else:
             cmp = b.icmp_unsigned if _unsigned(dt) else b.icmp_signed
 

@@ -108,8 +108,9 @@ class _F32MathEmitter:
         per lane), ``a^2 = h + l`` split exactly, ``exp(-h) = 2^n (1 + e1)`` as in
         :meth:`exp_f32`, and the corrections (``1 - l``, and ``u``'s exact residual)
         gathered in ``w``: ``2^n (b + b w)``, ``b`` the polynomial's part, rounded once
-        (subnormal results included).  ``2 - erfc(|x|)`` for ``x < 0``.  ``erfc(+inf) = 0``,
-        ``erfc(-inf) = 2``, ``erfc(+-0) = 1``, NaN stays NaN."""
+        (subnormal results included); with FMA ``b`` is carried as ``b + bl`` (the
+        rounding of the polynomial's last step and of ``u q``): ``2^n (b + (bl + b w))``.
+        ``2 - erfc(|x|)`` for ``x < 0``.  ``erfc(+inf) = 0``, ``erfc(-inf) = 2``, ``erfc(+-0) = 1``, NaN stays NaN."""
         b, ty, ity, C, I, madd = self._kit(x)
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
         a = b.call(self._fn1("llvm.minnum", ty, 2), [ax, C(10.1)])
@@ -122,13 +123,23 @@ class _F32MathEmitter:
         u = b.fdiv(C(1.0), a)
         v = b.select(big, b.fmul(u, u), b.fsub(a, C(1.25)))
         q = b.select(big, C(self._ERFCX_G[-1]), C(self._ERFCX_P[-1]))
-        for cp, cg in zip(reversed(self._ERFCX_P[:-1]), reversed(self._ERFCX_G[:-1])):
+        for cp, cg in zip(reversed(self._ERFCX_P[1:-1]), reversed(self._ERFCX_G[1:-1])):
             q = madd(q, v, b.select(big, C(cg), C(cp)))
+        c0 = b.select(big, C(self._ERFCX_G[0]), C(self._ERFCX_P[0]))
+        q1 = q
+        q = madd(q1, v, c0)
         # the product erfcx(a) exp(-a^2), rounded once into 2^n base (1 + w): base = q, or
         # u q with 1/a = u (1 + rho) (rho = 1 - a u, exact with FMA); a^2 = h + l, exact
         # (FMA: l = fma(a, a, -h); without, Dekker's product of 12-bit halves), and
         # exp(-a^2) = 2^n (1 + e1) (1 - l) (exp(-h) as exp_f32 computes it)
         base = b.select(big, b.fmul(u, q), q)
+        blo = None
+        if self.policy.has_fma:
+            # base kept as base + blo (double-float): q's last rounding, ql = q1 v + c0 - q
+            # (c0 - q is exact: q lies within a factor 2 of c0 on both pieces), and the
+            # rounding of u q (an FMA)
+            ql = madd(q1, v, b.fsub(c0, q))
+            blo = b.select(big, madd(u, ql, madd(u, q, b.fneg(base))), ql)
         rho = b.select(big, madd(b.fneg(a), u, C(1.0)), C(0.0))
         h = z2
         if self.policy.has_fma:
@@ -142,7 +153,10 @@ class _F32MathEmitter:
         e1 = self._expm1_poly(r)
         corr = b.fsub(rho, lo)
         w = madd(e1, corr, b.fadd(e1, corr))
-        large = self._ldexp(madd(base, w, base), n)
+        if blo is None:
+            large = self._ldexp(madd(base, w, base), n)
+        else:   # 2^n (base + (blo + base w))
+            large = self._ldexp(b.fadd(base, madd(base, w, blo)), n)
         res = b.select(b.fcmp_ordered("<", a, C(0.5)), small, large)
         res = b.select(b.fcmp_ordered("<", x, C(0.0)), b.fsub(C(2.0), res), res)
         return b.select(b.fcmp_unordered("uno", x, x), x, res)

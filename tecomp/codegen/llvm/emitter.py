@@ -88,11 +88,14 @@ Lowering
 * **Numerics**: see ``tecomp/ir/expr.py``.  Integer division by a zero divisor (and
   ``INT_MIN // -1``) does not trap: ``x // 0`` and ``x % 0`` give 0 (as numpy), so a
   kernel never kills the process; divisions by non-zero constants compile to plain
-  LLVM divisions.  Float ``min``/``max`` of vectors are, on x86
-  (``policy.vector_minmax_select``), a compare and select (``vminps``/``vmaxps``) plus a
-  NaN test of the first operand; of scalars, and of vectors elsewhere,
-  ``llvm.minimum``/``llvm.maximum`` (LLVM's loop vectorizer hung on a scalar max
-  reduction in the compare-select form): NaN propagates as in numpy, and which zero
+  LLVM divisions.  Float ``min(a, b)``/``max(a, b)`` of vectors are, on x86
+  (``policy.vector_minmax_select``), the target's ``vminps``/``vmaxps`` (which keeps
+  ``a`` when either is NaN) masked by a NaN test of ``b`` (a reduction's accumulator
+  ``a`` goes through one instruction a step); of scalars the same ``vminss``/``vmaxss``
+  in a kernel the schedule vectorized, else, and of vectors elsewhere,
+  ``llvm.minimum``/``llvm.maximum`` (LLVM's loop vectorizer, which runs on kernels not
+  vectorized by tecomp, hung on a scalar max reduction in the compare-select form):
+  NaN propagates as in numpy, and which zero
   ``max(0.0, -0.0)`` gives is unspecified.  Float -> int
   conversion is ``fptosi`` (frozen, so an out-of-range value gives an unspecified
   number, never poison); to int8/int16/uint8 it goes through int32 and wraps, like

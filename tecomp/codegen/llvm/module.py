@@ -56,6 +56,22 @@ def _rmw_buffers(body) -> set:
     return out
 
 
+def _has_vectorized_loop(body) -> bool:
+    """Whether some loop of ``body`` is ``vectorized`` (the schedule widens it; LLVM's loop
+    vectorizer then does not run on the module, unless a loop is left to it)."""
+    found = []
+
+    class _V(Visitor):
+        def visit_For(self, s):
+            if s.kind == "vectorized":
+                found.append(s)
+            elif not found:
+                self.generic_visit(s)
+
+    _V().visit(body)
+    return bool(found)
+
+
 class _ModuleBuilder:
     """Builds the LLVM module of one variant of one PrimFunc."""
 
@@ -88,6 +104,9 @@ class _ModuleBuilder:
         #: fast-math flags on float +, -, *: "contract" lets LLVM fuse a*b+c into an FMA
         #: (one rounding instead of two); opt in with PrimFunc.attrs["fp_contract"] = True
         self.fp_flags = ("contract",) if func.attrs.get("fp_contract", False) else ()
+        #: the schedule vectorized some loop: scalar float min/max may be the target's own
+        #: instruction (_FnEmitter._minmax), which LLVM's loop vectorizer cannot widen
+        self.has_vectorized_loop = _has_vectorized_loop(func.body)
 
     # -- declarations ----------------------------------------------------------------
     def declare(self, name: str, ret, args) -> ir.Function:

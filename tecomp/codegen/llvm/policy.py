@@ -31,7 +31,8 @@ class TargetPolicy:
     * ``pads_lanes``: whether :meth:`pad_lanes` may widen an access (the module builder
       then finds the buffers a store reads back, which are never padded).
     * ``vector_minmax_select``: float ``min``/``max`` of vectors as a compare and select
-      plus a NaN test of the first operand; False here: ``llvm.minimum`` /
+      (the target's own instruction where :meth:`vector_op` gives one) plus a NaN test
+      of the second operand; False here: ``llvm.minimum`` /
       ``llvm.maximum``, as for scalars (both propagate NaN; which zero ``max(0.0, -0.0)``
       gives is unspecified either way).
     * ``function_attributes``: LLVM function attributes every generated function gets
@@ -86,7 +87,10 @@ class TargetPolicy:
         * ``"getmant"``, ``(x,)``: the significand of ``x`` scaled into ``[1, 2)``, a NaN
           for a negative ``x`` (but ``-0.0``), 0 for 0, 1 for ``inf``;
         * ``"getmant34"``, ``(x,)``: the significand of ``|x|`` scaled into ``[3/4, 3/2)``
-          (``|x| = m 2^k`` with ``k`` ``getexp``'s or one more), 0 for 0, 1 for ``inf``.
+          (``|x| = m 2^k`` with ``k`` ``getexp``'s or one more), 0 for 0, 1 for ``inf``;
+        * ``"max"``/``"min"``, ``(x, y)``: ``x > y ? x : y`` / ``x < y ? x : y`` lane by
+          lane, ``y`` where either is NaN (x86's ``maxps``/``minps``), as one instruction
+          per register that LLVM does not merge with the selects around it.
 
         Here: None for all.
         """

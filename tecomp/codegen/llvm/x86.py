@@ -21,9 +21,14 @@ measured or forced by LLVM's x86 backend:
   is one ``vscalefps`` (:meth:`X86Policy.vector_op`) instead of eight integer and float
   instructions building ``2**n`` from exponent bits in two halves; the result is the same
   (``p * 2**n`` rounded once, subnormal results included).
-* **Float min/max of vectors**: ``x < y ? x : y`` is one ``vminps``/``vmaxps`` (which
-  gives ``y`` when either is NaN), then ``x`` where ``x`` is NaN: three instructions per
-  vector where ``llvm.minimum``/``llvm.maximum`` take six.
+* **Float min/max**: ``min(a, b)`` is ``vminps b, a`` (``b < a ? b : a``, which gives
+  ``a`` when either is NaN) through LLVM's x86 intrinsic, then ``b`` where ``b`` is NaN,
+  which LLVM makes one masked ``vminps`` (:meth:`X86Policy.vector_op`): in a reduction
+  ``acc = min(acc, v)`` the accumulator goes through that one instruction (4 cycles a
+  step), where a compare and select took three dependent instructions (6 cycles: LLVM
+  merges the two selects) and ``llvm.minimum``/``llvm.maximum`` six.  Scalars the same
+  with ``vminss`` in kernels the schedule vectorized (LLVM's loop vectorizer is off
+  there).
 
 The vectorizer's plan (``tecomp/lower/vectorize.py``: whether a loop is widened whole,
 in register-wide pieces or in chunks, and the chunk width) is the lowering's decision,
@@ -67,6 +72,65 @@ class X86Policy(TargetPolicy):
         self.has_fma = target.has_feature("fma")
         self.vector_minmax_select = True
 
+    def _minmax_op(self, op: str, ty):
+        """``maxss``/``minss`` (``sd``) on a float32/float64 scalar, ``maxps``/``minps``
+        (``pd``) on float32/float64 vectors of a whole number of
+        128-bit pieces, one instruction per register (``zmm`` with AVX-512, ``ymm`` with
+        AVX, else ``xmm``; a wider vector is split into registers and joined again by
+        shuffles, which cost nothing after LLVM's type legalisation).  Written as a
+        compare and a select, LLVM merges ``x > y ? x : y`` with a NaN select around it
+        into one compare, a mask ``or`` and a blend: three dependent instructions where
+        an accumulator (a max reduction's) needs one."""
+        if ty in (_F32, _F64):      # a scalar: maxss / maxsd on the lowest lane
+            vty = ir.VectorType(ty, 4 if ty == _F32 else 2)
+            name = (f"llvm.x86.sse.{op}.ss" if ty == _F32 else f"llvm.x86.sse2.{op}.sd")
+            zero = ir.Constant(_I32, 0)
+
+            def emit_scalar(b, mb, x, y):
+                f = mb.declare(name, vty, [vty, vty])
+                u = ir.Constant(vty, ir.Undefined)
+                return b.extract_element(b.call(f, [b.insert_element(u, x, zero),
+                                                    b.insert_element(u, y, zero)]), zero)
+            return emit_scalar
+        if not hasattr(ty, "count") or ty.element not in (_F32, _F64):
+            return None
+        ebits = 32 if ty.element == _F32 else 64
+        bits = ty.count * ebits
+        reg = 512 if self.avx512 else 256 if self.target.has_feature("avx") else 128
+        while reg > 128 and bits % reg:
+            reg //= 2
+        if bits % reg:
+            return None
+        sfx = "ps" if ebits == 32 else "pd"
+        name = {512: f"llvm.x86.avx512.{op}.{sfx}.512", 256: f"llvm.x86.avx.{op}.{sfx}.256",
+                128: f"llvm.x86.sse.{op}.ps" if ebits == 32 else f"llvm.x86.sse2.{op}.pd"}[reg]
+        per = reg // ebits
+        pty = ir.VectorType(ty.element, per)
+        extra = [ir.Constant(_I32, 4)] if reg == 512 else []   # the current rounding
+
+        def emit(b, mb, x, y):
+            f = mb.declare(name, pty, [pty, pty] + [e.type for e in extra])
+            if per == ty.count:
+                return b.call(f, [x, y] + extra)
+            parts = []
+            for k in range(0, ty.count, per):
+                idx = ir.Constant(ir.VectorType(_I32, per), list(range(k, k + per)))
+                parts.append(b.call(f, [b.shuffle_vector(x, x, idx),
+                                        b.shuffle_vector(y, y, idx)] + extra))
+            while len(parts) > 1:      # join pairs: 2n lanes from two of n
+                if len(parts) % 2:     # (an odd count: a poison part, cut off below)
+                    parts.append(ir.Constant(parts[0].type, ir.Undefined))
+                n = parts[0].type.count
+                idx = ir.Constant(ir.VectorType(_I32, 2 * n), list(range(2 * n)))
+                parts = [b.shuffle_vector(parts[i], parts[i + 1], idx)
+                         for i in range(0, len(parts), 2)]
+            out = parts[0]
+            if out.type.count != ty.count:
+                idx = ir.Constant(ir.VectorType(_I32, ty.count), list(range(ty.count)))
+                out = b.shuffle_vector(out, out, idx)
+            return out
+        return emit
+
     def pad_lanes(self, lanes: int, memty) -> int:
         """The next power of two when ``lanes`` is not one and less than a zmm register,
         else the next whole number of zmm registers (AVX-512 only, 32- and 64-bit
@@ -97,7 +161,10 @@ class X86Policy(TargetPolicy):
         """AVX-512's ``vscalefps``, ``vgetexpps`` and ``vgetmantps`` (and their ``pd``
         forms) on float32/float64 vectors of a whole zmm register, or of a ymm/xmm
         register with AVX-512VL; None otherwise (scalars, other lane counts, no
-        AVX-512).  Called through LLVM's masked intrinsics with an all-ones mask."""
+        AVX-512).  Called through LLVM's masked intrinsics with an all-ones mask.
+        ``"max"``/``"min"``: :meth:`_minmax_op`."""
+        if op in ("max", "min"):
+            return self._minmax_op(op, ty)
         if (op not in self._AVX512_OPS or not self.avx512 or not hasattr(ty, "count")
                 or ty.element not in (_F32, _F64)):
             return None
