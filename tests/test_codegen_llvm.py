@@ -2426,6 +2426,7 @@ def test_lane_patterns_that_stay_gathers():
     g(a2, out2)
     np.testing.assert_array_equal(out2, a2[(np.arange(37) // 4) * 4])
 
+
 #: x86 targets of every vector width (zmm, ymm with and without FMA, xmm only)
 _WIDTH_TARGETS = ["llvm -mcpu=skylake-avx512", "llvm -mcpu=haswell", "llvm -mcpu=sandybridge",
                   "llvm -mcpu=nehalem"]
