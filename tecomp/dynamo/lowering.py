@@ -268,7 +268,14 @@ def _neg(lw, node):
 
 @rule(aten.sign.default)
 def _sign(lw, node):
-    return _elementwise(lw, node, _te.sign, node.args[:1])
+    # PyTorch's sign is (0 < x) - (x < 0): 0 for NaN (tc.sign keeps NaN, as numpy does),
+    # +0 for -0.0; a bool tensor is its own sign
+    dt = DTYPES[lw.out(node).dtype]
+    if dt == "bool":
+        return _elementwise(lw, node, lambda x: x, node.args[:1])
+    one, zero = _te.const(1, dt), _te.const(0, dt)
+    return _elementwise(lw, node, lambda x: _te.select(x > zero, one, zero) -
+                        _te.select(x < zero, one, zero), node.args[:1])
 
 
 @rule(aten.relu.default)

@@ -1,0 +1,36 @@
+"""torch.compile(backend="tecomp") at the edges (the session 7 attack campaign): values
+where tecomp's own semantics differ from PyTorch's (sign of NaN), ids outside an
+embedding's table, a disk-cache entry that holds another kernel, float sums over more
+elements than float32 counts exactly -- each compared with eager PyTorch."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tecomp.dynamo import STATS  # noqa: E402
+from test_dynamo import _fresh_dynamo  # noqa: E402,F401  (an autouse fixture)
+
+NAN, INF = float("nan"), float("inf")
+
+
+def _compiled(f, *args):
+    """``f`` compiled and called on ``args``, with every region built by tecomp (a
+    region that fell back to eager fails the test)."""
+    failed, built = STATS["failed"], STATS["built"] + STATS["memory"]
+    got = torch.compile(f, backend="tecomp", options={"cache": False})(*args)
+    assert STATS["failed"] == failed, "a region could not be compiled (see the log)"
+    assert STATS["built"] + STATS["memory"] > built, "nothing ran through tecomp"
+    return got
+
+
+def test_sign_matches_torch():
+    """PyTorch's sign is 0 at NaN and +0 at -0.0 (tc.sign keeps NaN, as numpy does: the
+    backend returned NaN); a bool tensor is its own sign (a DTypeError before: the
+    region ran eagerly, logged as a failure)."""
+    x = torch.tensor([0.5, -0.5, 2.0, 0.0, -0.0, NAN, INF, -INF])
+    xs = [x, x.double(), x[:6].long(), x.bool()]
+    got = _compiled(lambda *v: [torch.sign(t) for t in v], *xs)
+    for g, t in zip(got, xs):
+        want = torch.sign(t)
+        assert g.dtype == want.dtype and torch.equal(g, want), (t.dtype, g, want)
+        if t.dtype.is_floating_point:  # +0 at -0.0 and at NaN, as PyTorch
+            assert torch.equal(torch.signbit(g), torch.signbit(want))
