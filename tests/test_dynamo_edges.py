@@ -34,3 +34,40 @@ def test_sign_matches_torch():
         assert g.dtype == want.dtype and torch.equal(g, want), (t.dtype, g, want)
         if t.dtype.is_floating_point:  # +0 at -0.0 and at NaN, as PyTorch
             assert torch.equal(torch.signbit(g), torch.signbit(want))
+
+
+def test_cache_entry_holding_another_kernel_is_rebuilt(tmp_path, monkeypatch, caplog):
+    """A library in the disk cache under one kernel's name that holds another kernel of
+    the same signature (copied over it, with a matching sha256 sidecar): loaded and run
+    before (tanh's kernel computed sigmoid's values, silently); now refused, rebuilt and
+    replaced."""
+    import logging
+    import shutil
+
+    from tecomp.dynamo import cache as dcache
+    from tecomp.runtime.libfiles import digest_bytes
+
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
+    x = torch.randn(4, 8)
+    paths = []
+    for f in (torch.tanh, torch.sigmoid):
+        dcache.clear_memory()
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(lambda t, f=f: f(t) * 2, backend="tecomp")(x)
+        dcache.flush()
+        paths.append(next(p for p in (tmp_path / "dynamo").glob("*.so") if p not in paths))
+    tanh_lib, sigmoid_lib = paths
+    shutil.copyfile(sigmoid_lib, tanh_lib)
+    tanh_lib.with_name(tanh_lib.name + ".sha256").write_text(
+        f"{digest_bytes(tanh_lib.read_bytes())}  {tanh_lib.name}\n")
+    dcache.clear_memory()
+    torch._dynamo.reset()
+    before = dict(STATS)
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"), torch.no_grad():
+        got = torch.compile(lambda t: torch.tanh(t) * 2, backend="tecomp")(x)
+    torch.testing.assert_close(got, torch.tanh(x) * 2)
+    assert STATS["disk"] == before["disk"] and STATS["built"] == before["built"] + 1
+    assert any("holds kernel 'tecomp_dynamo_" in r.getMessage() for r in caplog.records)
+    dcache.flush()  # the rebuilt kernel replaced the entry
+    assert dcache.load_module(tanh_lib).name != dcache.load_module(sigmoid_lib).name
