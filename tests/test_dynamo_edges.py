@@ -71,3 +71,23 @@ def test_cache_entry_holding_another_kernel_is_rebuilt(tmp_path, monkeypatch, ca
     assert any("holds kernel 'tecomp_dynamo_" in r.getMessage() for r in caplog.records)
     dcache.flush()  # the rebuilt kernel replaced the entry
     assert dcache.load_module(tanh_lib).name != dcache.load_module(sigmoid_lib).name
+
+
+def test_embedding_ids_checked_only_where_read():
+    """Ids in range run through tecomp's kernel: those of a slice are checked as the
+    slice (an id past the table outside it is no error, as in eager); ids computed by
+    the same kernel leave the embedding to run eagerly (eager PyTorch checks them).
+    Out-of-range ids raise BoundsError (tests/must_fail/test_dynamo_edge_errors.py);
+    before, their rows were zeros."""
+    w = torch.randn(5, 3)
+
+    def f(ids, w):
+        return (torch.nn.functional.embedding(ids[:, :2], w) * 2,
+                torch.nn.functional.embedding(ids[:, :2] + 1, w))
+
+    ids = torch.tensor([[0, 3, 99], [2, 1, -5]])
+    with torch.no_grad():
+        got = _compiled(f, ids, w)
+    for g, want in zip(got, f(ids, w)):
+        torch.testing.assert_close(g, want, rtol=0, atol=0)
+
