@@ -91,3 +91,17 @@ def test_embedding_ids_checked_only_where_read():
     for g, want in zip(got, f(ids, w)):
         torch.testing.assert_close(g, want, rtol=0, atol=0)
 
+
+def test_long_float32_sum_accumulates_in_float64():
+    """A sum of 2**25 ones was 2**24 (a float32 running sum stops growing there), one of
+    2**20 squares off by 0.1 %: sums of at least LONG_SUM float32 terms per output
+    accumulate in float64 (eager PyTorch sums in a cascade).  Inputs broadcast with
+    stride 0: nothing of their size is allocated."""
+    ones = torch.ones(1).expand(2 ** 25)
+    sq = torch.rand(2 ** 20, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = _compiled(lambda a, b: (a.sum(), (b * b).sum(), (b * b).mean()), ones, sq)
+    assert float(got[0]) == 2.0 ** 25
+    want = (sq.double() * sq.double()).sum()
+    assert abs(float(got[1]) - float(want)) <= 1e-6 * float(want)
+    assert abs(float(got[2]) * 2 ** 20 - float(want)) <= 1e-6 * float(want)

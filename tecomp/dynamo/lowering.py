@@ -478,6 +478,11 @@ def _reduce(lw, node, x, dims, keepdim, kind: str):
     xs = _shape(x)
     axes = {d: _te.reduce_axis((0, xs[d]), name=f"k{d}") for d in dims}
     cdt = odt
+    if kind == "sum" and odt == "float32" and math.prod(xs[d] for d in dims) >= LONG_SUM:
+        # a float32 running sum stops growing at 2**24 times its terms (2**25 ones summed
+        # to 16777216), and drifts long before; eager PyTorch sums in a cascade: a sum of
+        # that many terms per output accumulates in float64
+        cdt = "float64"
 
     def body(*i):
         idx, j = [], 0
@@ -497,7 +502,14 @@ def _reduce(lw, node, x, dims, keepdim, kind: str):
             return _te.max(v, axis=ax)
         return _te.min(v, axis=ax)
 
-    return _te.compute(_shape(out), body, name=lw.name(node))
+    r = _te.compute(_shape(out), body, name=lw.name(node))
+    if cdt != odt:
+        r = _te.compute(r.shape, lambda *i: _te.cast(r[i], odt), name=lw.name(node))
+    return r
+
+
+#: the number of float32 terms per output from which a sum accumulates in float64
+LONG_SUM = 1 << 16
 
 
 @rule(aten.sum.dim_IntList, aten.sum.default, anchor="reduction")
