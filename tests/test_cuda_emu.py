@@ -3,6 +3,7 @@ thread mode; a missing barrier gives a wrong answer; divergent barriers and trap
 errors; argument checks; the on-disk cache."""
 import dataclasses
 import os
+import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -356,6 +357,29 @@ def test_disk_cache_survives_a_corrupted_library(tmp_path, monkeypatch):
     mod(*args)
     check(case, args)
     assert path.read_bytes()[:4] == b"\x7fELF"  # rebuilt in place
+
+
+def test_disk_cache_refuses_another_kernels_library(tmp_path, monkeypatch):
+    """Another kernel's library copied over an entry with a sidecar of its own (its
+    kernels ran in place of these before): not loaded, rebuilt."""
+    from tecomp.runtime.libfiles import write_sidecar
+
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_emu, "_LIBS", {})
+    case = vector_add(symbolic=False, n_const=77)
+    cs = codegen_cuda(case.func)
+    path = compile_emu_library(cs).path
+    other = compile_emu_library(codegen_cuda(vector_add(symbolic=False, n_const=5).func)).path
+    os.unlink(path)
+    shutil.copyfile(other, path)
+    write_sidecar(path)
+    monkeypatch.setattr(cuda_emu, "_LIBS", {})
+    mod = CudaEmuModule(cs, compile_emu_library(cs))
+    args = case.make_args(np.random.default_rng(0), 77)
+    mod(*args)
+    check(case, args)
+    with open(path, "rb") as f, open(other, "rb") as g:
+        assert f.read() != g.read()  # rebuilt in place
 
 
 def test_cache_directory_is_created_private(tmp_path, monkeypatch):
