@@ -20,16 +20,21 @@ program returns its last value and some intermediate ones, views among them (an
 ``expand`` returned as it is: a broadcast view).
 
     python3 tests/dynamo_fuzz.py --seeds 0:200 [--dynamic] [--grad] [--edges] [--specials]
+                                 [--swapped-cache]
 
 runs seeds against eager PyTorch (``--grad``: the gradients too) and prints the failing
-ones.
+ones; ``--swapped-cache`` runs them twice through a disk cache whose entries are rotated
+among each other in between (each then holds another kernel, with a valid sidecar: none
+may be loaded).
 """
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import sys
+from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -479,6 +484,21 @@ def run(prog: Program, dynamic: bool, options=None, grad: bool = False) -> float
     return worst
 
 
+def swap_cache_entries(cache_dir) -> int:
+    """Rotate the kernels' libraries of the backend's disk cache under ``cache_dir`` among
+    their entries, each with a sidecar of its own (a file copied over another: every
+    entry now holds another kernel); the number of entries."""
+    from tecomp.runtime.libfiles import write_sidecar
+
+    libs = sorted(Path(cache_dir, "dynamo").glob("*.so"))
+    datas = [p.read_bytes() for p in libs]
+    for p, data in zip(libs, datas[1:] + datas[:1]):
+        p.unlink()
+        p.write_bytes(data)
+        write_sidecar(str(p))
+    return len(libs)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0:50", help="first:last (exclusive)")
@@ -489,22 +509,44 @@ def main(argv=None) -> int:
     ap.add_argument("--specials", action="store_true",
                     help="float inputs hold NaN, +-inf and +-0 among normal values (and "
                          "--edges)")
+    ap.add_argument("--swapped-cache", action="store_true",
+                    help="run the seeds with the disk cache (a temporary one), rotate its "
+                         "entries among each other, run them again: every entry must be "
+                         "refused and rebuilt, and the results agree")
     args = ap.parse_args(argv)
     lo, hi = (int(s) for s in args.seeds.split(":"))
     bad = 0
-    for seed in range(lo, hi):
-        torch._dynamo.reset()
-        prog = make_program(seed, specials=args.specials, edges=args.edges)
-        try:
-            err = run(prog, args.dynamic, {"cache": False}, grad=args.grad)
-        except Exception as e:  # noqa: BLE001  (a fuzzer reports every failure)
-            err, why = math.inf, f"{type(e).__name__}: {str(e)[:300]}"
-        else:
-            why = f"max error {err:.3g}"
-        if not err <= 1e-4:
+    rounds = ["plain"]
+    if args.swapped_cache:
+        import tempfile
+
+        from tecomp.dynamo import cache
+
+        os.environ["TECOMP_CACHE_DIR"] = tempfile.mkdtemp(prefix="tecomp-fuzz-cache-")
+        rounds = ["written", "swapped"]
+    for r in rounds:
+        if r == "swapped":
+            cache.flush()
+            n = swap_cache_entries(os.environ["TECOMP_CACHE_DIR"])
+            cache.clear_memory()
+            loaded = STATS["disk"]
+            print(f"{n} cache entries rotated", flush=True)
+        for seed in range(lo, hi):
+            torch._dynamo.reset()
+            prog = make_program(seed, specials=args.specials, edges=args.edges)
+            try:
+                err = run(prog, args.dynamic, {"cache": r != "plain"}, grad=args.grad)
+            except Exception as e:  # noqa: BLE001  (a fuzzer reports every failure)
+                err, why = math.inf, f"{type(e).__name__}: {str(e)[:300]}"
+            else:
+                why = f"max error {err:.3g}"
+            if not err <= 1e-4:
+                bad += 1
+                print(f"FAIL ({r}) {why}\n{prog.describe()}", flush=True)
+        if r == "swapped" and STATS["disk"] != loaded:
             bad += 1
-            print(f"FAIL {why}\n{prog.describe()}", flush=True)
-    print(f"{hi - lo - bad} of {hi - lo} seeds agree with eager")
+            print(f"FAIL {STATS['disk'] - loaded} rotated cache entries were loaded")
+    print(f"{len(rounds) * (hi - lo) - bad} of {len(rounds) * (hi - lo)} runs agree with eager")
     return 1 if bad else 0
 
 

@@ -4,11 +4,11 @@ softmax; outputs returned as views), with static sizes and with dynamic ones
 (``torch._dynamo.maybe_mark_dynamic`` on every dimension, two size sets).
 
 A handful of seeds by default (seconds); many with TECOMP_LONG_TESTS=1 (static and
-dynamic sizes, inference and training, the edges -- sign, embeddings, long sums -- and
-special values: NaN, +-inf, +-0), run in a child process (a kernel that crashed
-would take pytest with it), which prints every failing seed's program.  The bugs it
-found are pinned here and in tests/test_dynamo.py, test_attention.py and
-test_autodiff_nn.py."""
+dynamic sizes, inference and training, the edges -- sign, embeddings, long sums --,
+special values -- NaN, +-inf, +-0 -- and a disk cache whose entries are swapped), run in
+a child process (a kernel that crashed would take pytest with it), which prints every
+failing seed's program.  The bugs it found are pinned here and in tests/test_dynamo.py,
+test_dynamo_edges.py, test_attention.py and test_autodiff_nn.py."""
 import os
 import subprocess
 import sys
@@ -61,7 +61,8 @@ def test_random_program_at_the_edges_matches_eager(seed, specials):
 
 @pytest.mark.skipif(not LONG, reason="slow (minutes): set TECOMP_LONG_TESTS=1")
 @pytest.mark.parametrize("flags", [[], ["--dynamic"], ["--grad"], ["--grad", "--dynamic"],
-                                   ["--edges"], ["--edges", "--dynamic"], ["--specials"]])
+                                   ["--edges"], ["--edges", "--dynamic"], ["--specials"],
+                                   ["--swapped-cache"]])
 def test_many_random_programs_match_eager(flags):
     cmd = [sys.executable, os.path.join(ROOT, "tests", "dynamo_fuzz.py"), "--seeds", "0:300"]
     p = subprocess.run(cmd + flags, capture_output=True, text=True, timeout=3600,
