@@ -337,6 +337,8 @@ def test_workspace_is_allocated_per_call(modules):
 
 
 def test_disk_cache_survives_a_corrupted_library(tmp_path, monkeypatch):
+    from tecomp.runtime.libfiles import write_sidecar
+
     monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cuda_emu, "_LIBS", {})
     case = vector_add(symbolic=False, n_const=77)
@@ -357,29 +359,18 @@ def test_disk_cache_survives_a_corrupted_library(tmp_path, monkeypatch):
     mod(*args)
     check(case, args)
     assert path.read_bytes()[:4] == b"\x7fELF"  # rebuilt in place
-
-
-def test_disk_cache_refuses_another_kernels_library(tmp_path, monkeypatch):
-    """Another kernel's library copied over an entry with a sidecar of its own (its
-    kernels ran in place of these before): not loaded, rebuilt."""
-    from tecomp.runtime.libfiles import write_sidecar
-
-    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cuda_emu, "_LIBS", {})
-    case = vector_add(symbolic=False, n_const=77)
-    cs = codegen_cuda(case.func)
-    path = compile_emu_library(cs).path
-    other = compile_emu_library(codegen_cuda(vector_add(symbolic=False, n_const=5).func)).path
-    os.unlink(path)
-    shutil.copyfile(other, path)
-    write_sidecar(path)
-    monkeypatch.setattr(cuda_emu, "_LIBS", {})
-    mod = CudaEmuModule(cs, compile_emu_library(cs))
-    args = case.make_args(np.random.default_rng(0), 77)
+    # this library copied to another kernel's entry with a sidecar of its own: its kernels
+    # ran in place of the other's before; now the entry is rebuilt
+    other = vector_add(symbolic=False, n_const=5)
+    ocs = codegen_cuda(other.func)
+    opath = tmp_path / "cuda_emu" / f"{cuda_emu._library_key(ocs)[0]}.so"
+    shutil.copyfile(path, opath)
+    write_sidecar(str(opath))
+    mod = CudaEmuModule(ocs, compile_emu_library(ocs))
+    args = other.make_args(np.random.default_rng(0), 5)
     mod(*args)
-    check(case, args)
-    with open(path, "rb") as f, open(other, "rb") as g:
-        assert f.read() != g.read()  # rebuilt in place
+    check(other, args)
+    assert opath.read_bytes() != path.read_bytes()
 
 
 def test_cache_directory_is_created_private(tmp_path, monkeypatch):
