@@ -58,7 +58,7 @@ from .ir import dtype as _dt
 from .ir.expr import Call, Var
 from .ir.functor import collect, free_vars
 from .nn import ops as _nn_ops
-from .runtime.argcheck import compile_shape_expr
+from .runtime.argcheck import compile_shape_expr, shape_text
 from .schedule import Schedule
 from .target import Target, as_target
 from .te import compute, placeholder, reduce_axis as _te_reduce_axis, sum as _te_sum, \
@@ -347,7 +347,7 @@ class Op:
                 continue
             raise ArgumentError(
                 f"{self.name}: input {x.name} is declared {x.dtype}, got a {td} tensor: "
-                f"convert it (x.to(torch.{_TORCH_DTYPE.get(x.dtype, torch.float32)}))" +
+                f"convert it (x.to({_TORCH_DTYPE.get(x.dtype, torch.float32)}))" +
                 ("; a float op is compiled for other float dtypes only when every input of "
                  "one declared float type gets the same one" if want and _dt.is_float(want)
                  else ""))
@@ -471,9 +471,28 @@ class Op:
     # -- running ----------------------------------------------------------------------
     def _env(self, tensors) -> dict:
         env = {}
-        for var, (i, d) in self._binds.items():
-            env[var] = tensors[i].shape[d]
+        try:
+            for var, (i, d) in self._binds.items():
+                env[var] = tensors[i].shape[d]
+        except (IndexError, RuntimeError):  # (a nested tensor has no sizes)
+            self._check_ranks(tensors)
+            raise
         return env
+
+    def _check_ranks(self, tensors) -> None:
+        """An ArgumentError for a tensor of another rank than its input's, or nested."""
+        for k, (x, t) in enumerate(zip(self.inputs, tensors)):
+            where = f"{self.name}: input {x.name} (argument {k + 1})"
+            if t.is_nested:
+                raise ArgumentError(
+                    f"{where} is a nested tensor, and tecomp reads dense (strided) memory: "
+                    f"pass x.to_padded_tensor(0.0), or call the op on each of its tensors")
+            if t.dim() != len(x.shape):
+                raise ArgumentError(
+                    f"{where} has {len(x.shape)} dimension{'s' if len(x.shape) != 1 else ''} "
+                    f"{shape_text(x.shape)}, got a {t.dim()}-d tensor of shape "
+                    f"{tuple(t.shape)}: pass a tensor of rank {len(x.shape)} (reshape it, or "
+                    f"declare the placeholder with its rank)")
 
     def forward(self, *tensors) -> List[torch.Tensor]:
         """Run the forward kernel on ``tensors`` (no autograd); a list of outputs."""

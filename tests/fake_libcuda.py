@@ -112,7 +112,20 @@ class FakeLibcuda:
 
     def cuModuleGetFunction(self, fn, module, name):
         names = [k.name for k in self.cs.kernels]
+        if name.decode() not in names:
+            return 500  # CUDA_ERROR_NOT_FOUND
         _out(fn, 0x3000 + names.index(name.decode()))
+        return 0
+
+    def cuFuncGetParamInfo(self, fn, index, offset, size):
+        """The parameters of the kernel's code (the CudaSource's, whatever a library's
+        metadata says): 8-byte pointers and scalars of their dtype's size."""
+        params = self.cs.kernels[fn.value - 0x3000].params
+        if index.value >= len(params):
+            return 1  # CUDA_ERROR_INVALID_VALUE
+        sizes = [8 if p.is_buffer else np.dtype(p.dtype).itemsize for p in params]
+        _out(offset, sum(sizes[:index.value]))
+        _out(size, sizes[index.value])
         return 0
 
     def cuFuncGetAttribute(self, value, attr, fn):

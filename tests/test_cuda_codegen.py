@@ -619,7 +619,8 @@ def test_nvcc_reports_errors():
 @needs_nvcc
 def test_cubins_are_cached_on_disk_and_checked(tmp_path, monkeypatch):
     """compile_cubin: nvcc once per (nvcc, arch, options, source); the cache is private;
-    a cubin whose sidecar does not match (truncated, replaced) is compiled again."""
+    a cubin whose sidecar does not match (truncated, replaced), or another source's entry
+    copied over it, is compiled again."""
     import tecomp.runtime.nvcc as cg
 
     monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
@@ -637,7 +638,14 @@ def test_cubins_are_cached_on_disk_and_checked(tmp_path, monkeypatch):
     assert d.stat().st_mode & 0o777 == 0o700
     path.write_bytes(a[:100])
     assert cg.compile_cubin(VECTOR_ADD, "sm_80") == a and len(runs) == 4
-    assert path.read_bytes() == a
+    assert path.read_bytes().endswith(a)
+    # another source's entry copied over this one with a sidecar of its own (the cubin
+    # of the other source was returned before): a miss, compiled again
+    from tecomp.runtime.libfiles import write_sidecar
+    other = next(p for p in d.glob("*.cubin") if p != path)
+    path.write_bytes(other.read_bytes())
+    write_sidecar(str(path))
+    assert cg.compile_cubin(VECTOR_ADD, "sm_80") == a and len(runs) == 5
 
 
 def test_missing_nvcc_is_runtime_unavailable(monkeypatch):

@@ -3,6 +3,7 @@ thread mode; a missing barrier gives a wrong answer; divergent barriers and trap
 errors; argument checks; the on-disk cache."""
 import dataclasses
 import os
+import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -336,6 +337,8 @@ def test_workspace_is_allocated_per_call(modules):
 
 
 def test_disk_cache_survives_a_corrupted_library(tmp_path, monkeypatch):
+    from tecomp.runtime.libfiles import write_sidecar
+
     monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cuda_emu, "_LIBS", {})
     case = vector_add(symbolic=False, n_const=77)
@@ -356,6 +359,18 @@ def test_disk_cache_survives_a_corrupted_library(tmp_path, monkeypatch):
     mod(*args)
     check(case, args)
     assert path.read_bytes()[:4] == b"\x7fELF"  # rebuilt in place
+    # this library copied to another kernel's entry with a sidecar of its own: its kernels
+    # ran in place of the other's before; now the entry is rebuilt
+    other = vector_add(symbolic=False, n_const=5)
+    ocs = codegen_cuda(other.func)
+    opath = tmp_path / "cuda_emu" / f"{cuda_emu._library_key(ocs)[0]}.so"
+    shutil.copyfile(path, opath)
+    write_sidecar(str(opath))
+    mod = CudaEmuModule(ocs, compile_emu_library(ocs))
+    args = other.make_args(np.random.default_rng(0), 5)
+    mod(*args)
+    check(other, args)
+    assert opath.read_bytes() != path.read_bytes()
 
 
 def test_cache_directory_is_created_private(tmp_path, monkeypatch):

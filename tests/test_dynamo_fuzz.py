@@ -4,10 +4,11 @@ softmax; outputs returned as views), with static sizes and with dynamic ones
 (``torch._dynamo.maybe_mark_dynamic`` on every dimension, two size sets).
 
 A handful of seeds by default (seconds); many with TECOMP_LONG_TESTS=1 (static and
-dynamic sizes, inference and training), run in a child process (a kernel that crashed
-would take pytest with it), which prints every failing seed's program.  The bugs it
-found are pinned here and in tests/test_dynamo.py, test_attention.py and
-test_autodiff_nn.py."""
+dynamic sizes, inference and training, the edges -- sign, embeddings, long sums --,
+special values -- NaN, +-inf, +-0 -- and a disk cache whose entries are swapped), run in
+a child process (a kernel that crashed would take pytest with it), which prints every
+failing seed's program.  The bugs it found are pinned here and in tests/test_dynamo.py,
+test_dynamo_edges.py, test_attention.py and test_autodiff_nn.py."""
 import os
 import subprocess
 import sys
@@ -48,8 +49,20 @@ def test_random_training_program_matches_eager():
     assert err <= RTOL, f"max error {err:.3g}\n{prog.describe()}"
 
 
+# the edges (make_program(edges=True)): an embedding whose ids are called past the table
+# (131: its rows were zeros, no IndexError), sign with NaN among the inputs (258: NaN,
+# eager 0), means of 2**19 to 2**21 float32 terms (131, 181: 0.3 % off)
+@pytest.mark.parametrize("seed,specials", [(131, False), (258, True), (181, True)])
+def test_random_program_at_the_edges_matches_eager(seed, specials):
+    prog = fz.make_program(seed, specials=specials, edges=True)
+    err = fz.run(prog, dynamic=False, options={"cache": False})
+    assert err <= RTOL, f"max error {err:.3g}\n{prog.describe()}"
+
+
 @pytest.mark.skipif(not LONG, reason="slow (minutes): set TECOMP_LONG_TESTS=1")
-@pytest.mark.parametrize("flags", [[], ["--dynamic"], ["--grad"], ["--grad", "--dynamic"]])
+@pytest.mark.parametrize("flags", [[], ["--dynamic"], ["--grad"], ["--grad", "--dynamic"],
+                                   ["--edges"], ["--edges", "--dynamic"], ["--specials"],
+                                   ["--swapped-cache"]])
 def test_many_random_programs_match_eager(flags):
     cmd = [sys.executable, os.path.join(ROOT, "tests", "dynamo_fuzz.py"), "--seeds", "0:300"]
     p = subprocess.run(cmd + flags, capture_output=True, text=True, timeout=3600,

@@ -258,11 +258,11 @@ def compile_emu_library(cs: CudaSource, load: bool = True) -> Optional[EmuLibrar
             _log.debug("cuda-emu cache hit: %s", final)
             if not load:
                 return None
-            loaded = _try_load(str(final))
+            loaded = _try_load(str(final), key)
         if loaded is None:
             _log.debug("cuda-emu cache miss: compiling %s", final)
             t0 = time.perf_counter()
-            loaded = _build(cxx, header, launcher, cs.source, d, final, load)
+            loaded = _build(cxx, header, launcher, cs.source, d, final, load, key)
             _log.debug("cuda-emu compiled %s in %.2f s", final.name, time.perf_counter() - t0)
         if not load:
             return None
@@ -271,26 +271,32 @@ def compile_emu_library(cs: CudaSource, load: bool = True) -> Optional[EmuLibrar
         return lib
 
 
-def _try_load(path: str) -> Optional[ctypes.CDLL]:
+def _try_load(path: str, key: str) -> Optional[ctypes.CDLL]:
+    """The library at ``path`` if it is the one of ``key`` (a library of other kernels
+    copied over the entry, with a sidecar of its own, is not: it names another key)."""
     try:
         lib = ctypes.CDLL(path)
         fn = lib.tecomp_emu_abi_version
         fn.restype = ctypes.c_int
         if fn() != ABI_VERSION:
             return None
+        if (ctypes.c_char * (len(key) + 1)).in_dll(lib, "tecomp_emu_key").value != \
+                key.encode():
+            return None
         return lib
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, ValueError):
         return None
 
 
 def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Path,
-           load: bool = True) -> Optional[ctypes.CDLL]:
+           load: bool = True, key: str = "") -> Optional[ctypes.CDLL]:
     tmp = tempfile.mkdtemp(prefix="build-", dir=str(d))
     try:
         files = {HEADER_NAME: header, "cuda_fp16.h": f'#include "{HEADER_NAME}"\n',
                  "mma.h": f'#include "{HEADER_NAME}"\n',
                  "cuda_bf16.h": f'#include "{HEADER_NAME}"\n',
-                 "kernel.cu": source, "launcher.cc": launcher}
+                 "kernel.cu": source,
+                 "launcher.cc": f'{launcher}\nextern "C" const char tecomp_emu_key[] = "{key}";\n'}
         for name, text in files.items():
             with open(os.path.join(tmp, name), "w") as f:
                 f.write(text)
@@ -302,7 +308,7 @@ def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Pa
                 "compiling the CUDA emulation library failed (this is likely a tecomp bug; "
                 f"please report it with the generated source):\n{' '.join(cmd)}\n"
                 f"{(proc.stderr or proc.stdout).strip()[:8000]}")
-        lib = _try_load(out) if load else None
+        lib = _try_load(out, key) if load else None
         if load and lib is None:
             raise BuildError(f"the freshly built CUDA emulation library {out} does not load")
         digest = digest_file(out)

@@ -31,7 +31,7 @@ import torch
 from ..strategy import schedule_backward
 from ..autoschedule import auto_schedule
 from ..build import build
-from ..errors import InternalError, TecompError
+from ..errors import InternalError, LoadError, TecompError
 from ..runtime.aot import load_module
 from ..runtime.libfiles import cache_root, private_dir
 from .lowering import bound_args, lower_region
@@ -126,6 +126,11 @@ def compile_region(region, vals, options) -> Optional[Exception]:
     if path is not None and path.exists():
         try:
             mod = load_module(path)
+            if getattr(mod, "name", None) != _kernel_name(key):
+                # a library with a valid sidecar that holds another kernel (a file copied
+                # or renamed over this one): its shapes may even match this region's
+                raise LoadError(f"library '{path}' holds kernel {str(mod.name)[:60]!r}, "
+                                f"not {_kernel_name(key)!r}")
             STATS["disk"] += 1
             region.origin = "disk"
         except TecompError as e:
@@ -143,7 +148,7 @@ def compile_region(region, vals, options) -> Optional[Exception]:
             else:
                 s = auto_schedule(args, target=options.target, trials=options.trials,
                                   log=options.log, progress=False)
-            mod = build(s, args, target=options.target, name=f"tecomp_dynamo_{key[:16]}")
+            mod = build(s, args, target=options.target, name=_kernel_name(key))
         except (TecompError, InternalError) as e:
             return e
         except Exception as e:  # noqa: BLE001  (any other is a bug: the kernel runs eagerly)
@@ -157,6 +162,11 @@ def compile_region(region, vals, options) -> Optional[Exception]:
         _MEMORY[key] = mod
     region.module = mod
     return None
+
+
+def _kernel_name(key: str) -> str:
+    """The name of the kernel of ``key`` (which its library on disk must carry)."""
+    return f"tecomp_dynamo_{key[:16]}"
 
 
 def log_failure(region, e) -> None:

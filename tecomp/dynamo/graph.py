@@ -60,7 +60,8 @@ class Region:
     """Nodes lowered together: ``inputs`` (tensor nodes read from outside), ``outputs``
     (nodes read outside), and the built kernel."""
 
-    __slots__ = ("nodes", "inputs", "outputs", "module", "out_specs", "key", "origin")
+    __slots__ = ("nodes", "inputs", "outputs", "module", "out_specs", "key", "origin",
+                 "guards")
 
     def __init__(self, nodes, inputs, outputs):
         self.nodes, self.inputs, self.outputs = nodes, inputs, outputs
@@ -68,6 +69,7 @@ class Region:
         self.out_specs = []
         self.key = None
         self.origin = None  # where its kernel came from: a key of STATS
+        self.guards = []  # checks of its inputs before it runs (lowering_nn.index_guards)
 
 
 def _signature(args) -> tuple:
@@ -162,6 +164,8 @@ class _Plan:
         order = {n: k for k, n in enumerate(graph.nodes)}
         for attempt in range(2):
             regions = _partition(gm, reasons, vals, order)
+            while _guard(regions, vals, reasons):
+                regions = _partition(gm, reasons, vals, order)
             failed = []
             for r in regions:
                 err = _cache.compile_region(r, vals, options)
@@ -187,6 +191,7 @@ class _Plan:
         self.steps = _schedule(graph, regions, order)
         self.output = next(n for n in graph.nodes if n.op == "output")
         self.regions = regions
+        self.vals = vals
         inside = {n for r in regions for n in r.nodes}
         eager = sum(1 for n in graph.nodes if n.op == "call_function" and n not in inside
                     and isinstance(n.target, torch._ops.OpOverload))
@@ -204,6 +209,8 @@ class _Plan:
         for kind, item in self.steps:
             if kind == 0:  # a region
                 ins = [env[n] for n in item.inputs]
+                if item.guards:
+                    lowering_nn.check_ids(ins, item.guards, self.vals)
                 outs = [torch.empty_strided(s, st, dtype=d) for s, st, d in item.out_specs]
                 item.module.call_grad_inputs(*ins, *outs)
                 for n, o in zip(item.outputs, outs):
@@ -232,6 +239,18 @@ def _partition(gm, reasons, vals, order) -> List[Region]:
             if r is not None:
                 regions.append(r)
     return regions
+
+
+def _guard(regions, vals, reasons) -> bool:
+    """Give each region the checks of its inputs (an embedding's ids); mark the
+    embeddings whose ids a region computes to run eagerly (True if any)."""
+    again = False
+    for r in regions:
+        r.guards, inner = lowering_nn.index_guards(r, vals)
+        for n in inner:
+            reasons[n] = "ids computed in the same kernel (their range is checked eagerly)"
+            again = True
+    return again
 
 
 def _kernels(nodes):

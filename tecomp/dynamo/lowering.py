@@ -268,7 +268,14 @@ def _neg(lw, node):
 
 @rule(aten.sign.default)
 def _sign(lw, node):
-    return _elementwise(lw, node, _te.sign, node.args[:1])
+    # PyTorch's sign is (0 < x) - (x < 0): 0 for NaN (tc.sign keeps NaN, as numpy does),
+    # +0 for -0.0; a bool tensor is its own sign
+    dt = DTYPES[lw.out(node).dtype]
+    if dt == "bool":
+        return _elementwise(lw, node, lambda x: x, node.args[:1])
+    one, zero = _te.const(1, dt), _te.const(0, dt)
+    return _elementwise(lw, node, lambda x: _te.select(x > zero, one, zero) -
+                        _te.select(x < zero, one, zero), node.args[:1])
 
 
 @rule(aten.relu.default)
@@ -471,6 +478,11 @@ def _reduce(lw, node, x, dims, keepdim, kind: str):
     xs = _shape(x)
     axes = {d: _te.reduce_axis((0, xs[d]), name=f"k{d}") for d in dims}
     cdt = odt
+    if kind == "sum" and odt == "float32" and math.prod(xs[d] for d in dims) >= LONG_SUM:
+        # a float32 running sum stops growing at 2**24 times its terms (2**25 ones summed
+        # to 16777216), and drifts long before; eager PyTorch sums in a cascade: a sum of
+        # that many terms per output accumulates in float64
+        cdt = "float64"
 
     def body(*i):
         idx, j = [], 0
@@ -490,7 +502,14 @@ def _reduce(lw, node, x, dims, keepdim, kind: str):
             return _te.max(v, axis=ax)
         return _te.min(v, axis=ax)
 
-    return _te.compute(_shape(out), body, name=lw.name(node))
+    r = _te.compute(_shape(out), body, name=lw.name(node))
+    if cdt != odt:
+        r = _te.compute(r.shape, lambda *i: _te.cast(r[i], odt), name=lw.name(node))
+    return r
+
+
+#: the number of float32 terms per output from which a sum accumulates in float64
+LONG_SUM = 1 << 16
 
 
 @rule(aten.sum.dim_IntList, aten.sum.default, anchor="reduction")

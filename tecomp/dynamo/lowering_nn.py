@@ -10,7 +10,8 @@ import torch
 from .. import nn as _nn
 from .. import te as _te
 from ..autodiff import gradient as _gradient
-from .lowering import _float_only, _shape, rule
+from ..errors import BoundsError
+from .lowering import VIEWS, _float_only, _shape, bound_args, rule
 
 aten = torch.ops.aten
 
@@ -254,6 +255,50 @@ def _embedding_check(node, vals):
 @rule(aten.embedding.default, check=_embedding_check)
 def _embedding(lw, node):
     return _nn.embedding(lw.arg(node.args[0]), lw.arg(node.args[1]), name=lw.name(node))
+
+
+def index_guards(region, vals):
+    """The run-time checks of the ids that ``region``'s embeddings read: tc.nn.embedding
+    gives an id outside ``[0, V)`` a row of zeros, where eager PyTorch raises an
+    IndexError.  Returns ``(guards, inner)``: ``guards`` a list of ``(input position,
+    views, V, node)`` -- the ids are the region's input at that position seen through
+    the chain of ``views`` (FX view nodes of the region, replayed on the tensor) -- and
+    ``inner`` the embeddings whose ids the region computes (no tensor to check before
+    the kernel runs: they must run eagerly)."""
+    guards, inner = [], []
+    for n in region.nodes:
+        if n.target is not aten.embedding.default:
+            continue
+        chain, ids = [], n.args[1]
+        while ids not in region.inputs and ids in region.nodes and ids.target in VIEWS:
+            chain.append(ids)
+            ids = ids.args[0]
+        if ids in region.inputs:
+            guards.append((region.inputs.index(ids), chain[::-1],
+                           int(vals[n.args[0]].shape[0]), n))
+        else:
+            inner.append(n)
+    return guards, inner
+
+
+def check_ids(ins, guards, vals) -> None:
+    """Raise BoundsError where an embedding's ids (see :func:`index_guards`) are outside
+    its table, as eager PyTorch raises IndexError."""
+    for pos, chain, rows, node in guards:
+        t = ins[pos]
+        for v in chain:
+            a, kw = bound_args(v, vals)
+            t = v.target(t, *a[1:], **kw)
+        if t.numel() == 0:
+            continue
+        lo, hi = torch.aminmax(t)
+        if lo < 0 or hi >= rows:
+            bad = int(lo) if lo < 0 else int(hi)
+            raise BoundsError(
+                f"torch.compile(backend='tecomp'): {node.name} (aten.embedding of a table of "
+                f"{rows} rows) is given id {bad}, outside [0, {rows}), in its ids of shape "
+                f"{list(t.shape)} (eager PyTorch raises 'index out of range in self'): pass "
+                f"ids below the table's num_embeddings, or make the table larger")
 
 
 def _sdpa_check(node, vals):

@@ -681,7 +681,11 @@ def _cuda_part(r: _Reader, c: dict, params: List[Any]) -> CudaLibraryInfo:
                                        r.get(pd, "is_const", bool, pw), align))
         dims = [r.exprs(r.get(kd, key, list, what), 3, f"the {key}{what}")
                 for key in ("grid", "block")]
-        if any(len(d) != 3 for d in dims):
+        if any(len(d) != 3 for d in dims) or any(
+                isinstance(e, Const) and not e.value >= low
+                for d, low in zip(dims, (0, 1)) for e in d):
+            # (a block of no threads, or a negative extent, launches nothing: the outputs
+            # would be left as they were)
             raise r.fail(f"the launch dimensions{what}")
         shared, local = r.get(kd, "shared_bytes", int, what), r.get(kd, "local_bytes", int, what)
         if not (0 <= shared < 1 << 31 and 0 <= local < 1 << 31):

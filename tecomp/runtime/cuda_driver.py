@@ -38,6 +38,9 @@ FUNC_MAX_THREADS, FUNC_NUM_REGS, FUNC_MAX_DYNAMIC_SHARED = 0, 4, 8
 # CUpointer_attribute
 POINTER_DEVICE_ORDINAL = 9
 CUDA_ERROR_NO_BINARY_FOR_GPU = 209
+CUDA_ERROR_INVALID_VALUE = 1
+#: more parameters than any kernel can take (their bytes are limited to 32 KiB)
+MAX_KERNEL_PARAMS = 8192
 
 _LOCK = threading.Lock()
 _LIB = None
@@ -204,6 +207,25 @@ class DriverApi:
         self.check(self.cu.cuModuleGetFunction(ctypes.byref(handle), module, name.encode()),
                    f"cuModuleGetFunction({name})")
         return _Function(handle, name)
+
+    def param_sizes(self, fn: _Function) -> Optional[List[int]]:
+        """The sizes in bytes of ``fn``'s parameters as its code declares them
+        (``cuFuncGetParamInfo``, CUDA 12.4); None where the driver cannot say."""
+        try:
+            info = self.cu.cuFuncGetParamInfo
+        except AttributeError:  # an older driver
+            return None
+        sizes: List[int] = []
+        offset, size = ctypes.c_size_t(), ctypes.c_size_t()
+        while len(sizes) <= MAX_KERNEL_PARAMS:
+            status = info(fn.handle, ctypes.c_size_t(len(sizes)), ctypes.byref(offset),
+                          ctypes.byref(size))
+            if status == CUDA_ERROR_INVALID_VALUE:  # past the last parameter
+                return sizes
+            if status != 0:
+                return None
+            sizes.append(size.value)
+        return None
 
     def _function_attribute(self, fn: _Function, attr: int) -> int:
         v = ctypes.c_int()

@@ -123,9 +123,30 @@ class CudaLibraryModule(CudaModule):
                 f"it for this GPU (target='cuda -arch=sm_{cc[0]}{cc[1]}')")
         drv.check(status, f"cuModuleLoadData of {self.where}")
         fns = [drv.get_function(module, k.name) for k in self.kernels]
+        for k, fn in zip(self.kernels, fns):
+            self._check_params(k, drv.param_sizes(fn))
         self._functions, self._launch_ok = (drv, fns), set()
         self._per_device[drv.ordinal] = (drv, fns, self._launch_ok)
         return self._functions[1]
+
+    def _check_params(self, kernel, sizes) -> None:
+        """LoadError unless kernel ``kernel``'s code takes the parameters its metadata
+        says (``sizes``: their bytes, as the driver reads the code; None: unknown): a
+        launch with fewer arguments than the code reads would hand it stray values as
+        pointers."""
+        if sizes is None:
+            return
+        ok = len(sizes) == len(kernel.params) and all(
+            size == 8 for size, p in zip(sizes, kernel.params) if p.is_buffer)
+        if not ok:
+            said = ", ".join(f"{p.name} ({'pointer' if p.is_buffer else p.dtype})"
+                             for p in kernel.params)[:300]
+            raise LoadError(
+                f"{self.where}: kernel {kernel.name}'s GPU code takes {len(sizes)} "
+                f"parameter{'s' if len(sizes) != 1 else ''} of {sizes[:16]} bytes, and its "
+                f"metadata describes {len(kernel.params)}: {said}; the metadata is not the "
+                f"one exported with this code: export the library again with "
+                f"Module.export_library")
 
     def get_source(self, fmt: str = "cuda") -> str:
         raise LoadError(f"the module loaded from {self.where} has no source (the library "

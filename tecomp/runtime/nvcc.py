@@ -107,14 +107,17 @@ def _cached(source, arch, kind: str, options) -> bytes:
         h.update(b"\0")
     d = private_dir(cache_root() / "cuda", "the CUDA compile cache", BuildError)
     path = d / f"{h.hexdigest()[:32]}.{kind}"
+    # the entry starts with its whole key: a file of another source copied over it (with
+    # a sidecar of its own) is a miss, not that source's code
+    head = f"tecomp-nvcc-cache {h.hexdigest()}\n".encode()
     try:
         data = path.read_bytes()
-        if read_sidecar(path) == digest_bytes(data):
+        if read_sidecar(path) == digest_bytes(data) and data.startswith(head):
             _log.debug("nvcc cache hit: %s", path)
-            return data
+            return data[len(head):]
     except OSError:
         pass
     _log.debug("nvcc cache miss: compiling %s for %s", path.name, arch_text)
     data = _run_nvcc(nvcc, src, arch, kind, options)
-    write_with_sidecar(path, data, 0o600)
+    write_with_sidecar(path, head + data, 0o600)
     return data

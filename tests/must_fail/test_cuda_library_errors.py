@@ -210,3 +210,45 @@ def test_cli_bench_of_a_gpu_library(lib):
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert re.fullmatch(r"tecomp bench: error: library '.*inc.so' holds GPU kernels, which take "
                         r"device arrays: tecomp bench times CPU libraries; .*\n", p.stderr)
+
+
+def with_metadata(tmp_path, data, change):
+    """A copy of the library whose metadata ``change(meta)`` edited (padded with spaces
+    to its length, with a matching sidecar: a forged library, not a damaged one)."""
+    import json
+    start = data.index(b'{"format"')
+    meta, n = json.JSONDecoder().raw_decode(data[start:].decode("latin-1"))
+    for c in meta.get("param_checks", []):
+        c["uses"] = ["u"]  # (room for the edits)
+    change(meta)
+    text = json.dumps(meta, separators=(",", ":")).encode()
+    assert len(text) <= n
+    return copy_with(tmp_path, data[:start] + text.ljust(n) + data[start + n:])
+
+
+def test_metadata_with_fewer_kernel_parameters_than_the_code(lib, tmp_path, monkeypatch):
+    """The launch would pass 2 arguments to a kernel that reads 3 (the driver reads the
+    code's parameters: cuFuncGetParamInfo)."""
+    f, _, data = lib
+    bad = with_metadata(tmp_path, data, lambda m: m["cuda"]["kernels"][0]["params"].pop(0))
+    g, fake = load_with_fake(bad, f.cuda_source, monkeypatch)
+    a = np.zeros(40, "float32")
+    with pytest.raises(tc.LoadError, match=r"kernel inc_kernel0's GPU code takes 3 parameters "
+                                           r"of \[8, 8, 4\] bytes, and its metadata describes "
+                                           r"2: B \(pointer\), n \(int32\); the metadata is "
+                                           r"not the one exported with this code"):
+        g(DeviceArray(a), DeviceArray(a.copy()))
+    assert fake.launches == []
+
+
+def test_metadata_with_a_block_of_no_threads(lib, tmp_path):
+    """A kernel launched with no threads computes nothing: the output was left as it was,
+    silently."""
+    _, _, data = lib
+
+    def change(m):
+        m["cuda"]["kernels"][0]["block"][0] = ["const", 0, "int32"]
+    bad = with_metadata(tmp_path, data, change)
+    with pytest.raises(tc.LoadError, match=r"metadata is damaged or not tecomp's \(the launch "
+                                           r"dimensions of kernel 0\)"):
+        tc.load_module(bad)

@@ -99,7 +99,7 @@ def test_op_called_wrongly(op):
                                             r"got ndarray"):
         o(x.numpy())
     with pytest.raises(ArgumentError, match=r"input X is declared float32, got a torch.int32 "
-                                            r"tensor: convert it"):
+                                            r"tensor: convert it \(x.to\(torch.float32\)\)"):
         o(x.int())
     torch.testing.assert_close(o(x), 3 * x)          # still works
 
@@ -289,3 +289,26 @@ def test_dlpack_memory_the_producer_exports_read_only(axpy):
                                             r"span bytes .* but the numpy\.ndarray its memory "
                                             r"comes from holds .*\(128 bytes\)"):
         axpy(big, np.ones((40, 8), np.float32), np.zeros((40, 8), np.float32))
+
+
+def test_tensor_of_another_rank_for_a_symbolic_input():
+    """A 0-d tensor where the op binds n from X.shape[0] (an IndexError from the op's
+    shape binding before)."""
+    n = tc.var("n")
+    X = tc.placeholder((n, 8), name="X")
+    o = tct.op([X], [tc.compute(X.shape, lambda i, j: X[i, j] + 1.0, name="inc")])
+    with pytest.raises(ArgumentError, match=r"input X \(argument 1\) has 2 dimensions \(n, 8\), "
+                                            r"got a 0-d tensor of shape \(\): pass a tensor of "
+                                            r"rank 2"):
+        o(torch.tensor(1.0))
+
+
+def test_nested_tensor_for_a_symbolic_input():
+    """A nested tensor has no sizes (torch's RuntimeError 'Internal error' before)."""
+    n = tc.var("n")
+    X = tc.placeholder((n, 8), name="X")
+    o = tct.op([X], [tc.compute(X.shape, lambda i, j: X[i, j] + 1.0, name="inc")])
+    x = torch.nested.as_nested_tensor([torch.randn(2, 8), torch.randn(3, 8)])
+    with pytest.raises(ArgumentError, match=r"input X \(argument 1\) is a nested tensor.*pass "
+                                            r"x.to_padded_tensor\(0.0\)"):
+        o(x)
