@@ -151,7 +151,8 @@ def _max_with_indices(x, k, s, p, out_shape, name):
         inside = _te.all(iy >= 0, iy < H, ix >= 0, ix < W)
         sy = _te.if_then_else(inside, iy, 0)
         sx = _te.if_then_else(inside, ix, 0)
-        pos = _te.cast(iy * W + ix, "int64")
+        # in int64 before the product: an image of more than 2**31 elements
+        pos = _te.cast(iy, "int64") * _te.const(W, "int64") + _te.cast(ix, "int64")
         return _ARGMAX((pos, x[n, c, sy, sx]), axis=[ry, rx], where=inside)
 
     idx, val = _te.compute(out_shape, f, name=name)
