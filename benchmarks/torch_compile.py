@@ -8,14 +8,16 @@ Models (random weights, nothing downloaded):
   encoder of examples/torch_compile_bert.py), batch 1 and 8 x 128;
 * ``cnn-train``: a small CNN (conv + batch norm + ReLU + pool, twice, + linear), one
   training step (forward, backward, SGD), batch 32 x 3 x 32 x 32;
-* ``bert-layer-train``: one BERT layer (hidden 768), one training step, batch 8 x 128.
+* ``bert-layer-train``: one BERT layer (hidden 768), one training step, batch 8 x 128;
+* ``resnet50``: torchvision's ResNet-50, inference, fp32, batch 1 and 8 x 3 x 224 x 224
+  (eval mode, the batch norms' running statistics those of a random batch).
 
 Each configuration runs in a fresh process per thread count (``--threads``, default
 1,2), so every tool starts its thread pool with that count.  Compile time: the first call
 of the tecomp-compiled model with an empty kernel cache (cold) and, in another process,
 with the cache the first filled (warm); TorchDynamo's tracing is in both.
 
-    python3 benchmarks/torch_compile.py [--models bert,cnn-train,bert-layer-train]
+    python3 benchmarks/torch_compile.py [--models bert,cnn-train,bert-layer-train,resnet50]
                                         [--threads 1,2] [--rounds 5] [--layers 12]
 
 Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
@@ -68,6 +70,20 @@ def _case(name: str, batch: int, layers: int):
             with torch.no_grad():
                 return fn(ids)
         return {k: (lambda f=f: step(f)) for k, f in tools.items()}, f"{what}, batch {batch}x128"
+    if name == "resnet50":
+        sys.path.insert(0, HERE)
+        from torch_compile_zoo import build
+
+        model, _, _ = build("resnet50", 224)  # eval mode, calibrated statistics
+        img = torch.randn(batch, 3, 224, 224)
+        tools = {"eager": model, "inductor": torch.compile(model),
+                 "tecomp": torch.compile(model, backend="tecomp")}
+
+        def infer(fn):
+            with torch.no_grad():
+                return fn(img)
+        return ({k: (lambda f=f: infer(f)) for k, f in tools.items()},
+                f"ResNet-50 (torchvision), batch {batch}x3x224x224")
     if name == "cnn-train":
         model = _cnn(torch)
         x, labels = torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,))
@@ -141,7 +157,7 @@ def main() -> int:
         _child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="bert,cnn-train,bert-layer-train")
+    ap.add_argument("--models", default="bert,cnn-train,bert-layer-train,resnet50")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--layers", type=int, default=12)
@@ -151,7 +167,8 @@ def main() -> int:
     from workloads import machine
 
     print(f"# {machine()}", flush=True)
-    configs = {"bert": [1, 8], "cnn-train": [32], "bert-layer-train": [8]}
+    configs = {"bert": [1, 8], "cnn-train": [32], "bert-layer-train": [8],
+               "resnet50": [1, 8]}
     for name in args.models.split(","):
         for batch in configs[name]:
             with tempfile.TemporaryDirectory(prefix="tecomp-bench-cache-") as cache:

@@ -276,7 +276,17 @@ class _Drawer:
         elif what == "pool" and nd == 4:
             avg = r.random() < 0.5
             f = F.avg_pool2d if avg else F.max_pool2d
-            self.try_step(f"{'avg' if avg else 'max'}_pool2d(2)", lambda v: f(v, 2), (k,))
+            # windows that tile the image, overlap with padding, or slide by one; max
+            # pooling's values sometimes read through a view (in training its indices
+            # are a second output of the same kernel)
+            ks, st, pad = r.choice([(2, 2, 0), (3, 2, 1), (3, 1, 1)])
+            if avg or r.random() < 0.5 or min(sa[2:]) < ks:
+                ks, st, pad = 2, 2, 0
+            view = not avg and r.random() < 0.3
+            self.try_step(f"{'avg' if avg else 'max'}_pool2d({ks}, {st}, {pad})"
+                          + (".transpose(2, 3)" if view else ""),
+                          lambda v: (lambda y: y.transpose(2, 3) if view else y)(
+                              f(v, ks, st, pad)), (k,))
         elif what == "layer_norm":
             w = self.new_input(sa[-1:], sb[-1:])
             bias = self.new_input(sa[-1:], sb[-1:])

@@ -91,13 +91,43 @@ def test_cnn_train_and_inference(caplog):
         torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
         torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 8, 3, padding=1),
         torch.nn.ReLU(), torch.nn.AvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 2 * 2, 10))
-    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+    with caplog.at_level(logging.DEBUG, logger="tecomp.dynamo"):
         _check_model(cnn, torch.randn(2, 3, 8, 8))
     msgs = [r.getMessage() for r in caplog.records]
     bw = [m for m in msgs if m.startswith("tecomp.dynamo: backward graph:")]
     assert bw and bw[0].endswith(" 0 eager ATen nodes"), msgs
-    assert not any("batch_norm" in m or "convolution" in m for m in msgs
+    assert not any("batch_norm" in m or "convolution" in m or "max_pool" in m for m in msgs
                    if "runs eagerly" in m), msgs
+    # the activations the forward saves for the backward are views of the kernels'
+    # outputs, not copies written by a kernel
+    fw = [m for m in msgs if re.search(r"forward graph: kernel \d+ ", m)]
+    assert fw and not any("alias" in m for m in fw), fw
+
+
+def test_max_pool_indices_lowered_for_training(caplog):
+    """Max pooling whose indices the backward reads is a kernel, not eager: the values
+    and PyTorch's indices (the first of tied maxima, the last NaN, a window of -inf,
+    padding), and the input gradient through them."""
+    x = torch.randn(2, 3, 9, 9)
+    x[0, 0, 1, 1] = x[0, 0, 1, 2] = float("nan")
+    x[0, 1, :4, :4] = float("-inf")
+    x[1, 2, 4, 4] = x[1, 2, 4, 5] = 5.0
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        for k, s, p in [(2, 2, 0), (3, 2, 1)]:
+            def pool(t, k=k, s=s, p=p):
+                return torch.ops.aten.max_pool2d_with_indices(t, [k, k], [s, s], [p, p])
+            got, want = torch.compile(pool, backend="tecomp")(x), pool(x)
+            assert torch.equal(got[1], want[1]), (k, s, p)
+            assert torch.equal(got[0].nan_to_num(), want[0].nan_to_num()), (k, s, p)
+
+        def net(t):  # overlapping windows: an element can be the maximum of several
+            return torch.nn.functional.max_pool2d(t * 2, 3, 2, 1).square()
+        xs = [x.nan_to_num(0.0, 0.0, -9.0).requires_grad_() for _ in range(2)]
+        torch.compile(net, backend="tecomp")(xs[0]).sum().backward()
+        net(xs[1]).sum().backward()
+        _close(xs[0].grad, xs[1].grad, "input gradient")
+    assert not any("max_pool2d_with_indices.default runs eagerly" in r.getMessage()
+                   for r in caplog.records)
 
 
 def test_transformer_encoder_layer_train_and_inference():

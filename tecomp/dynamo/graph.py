@@ -193,11 +193,14 @@ class _Plan:
         self.regions = regions
         self.vals = vals
         inside = {n for r in regions for n in r.nodes}
-        eager = sum(1 for n in graph.nodes if n.op == "call_function" and n not in inside
-                    and isinstance(n.target, torch._ops.OpOverload))
-        log.info("tecomp.dynamo: %s graph: %d tecomp kernel%s (%d nodes), %d eager ATen "
+        outside = [n for n in graph.nodes if n.op == "call_function" and n not in inside
+                   and isinstance(n.target, torch._ops.OpOverload)]
+        views = sum(1 for n in outside if n.target in VIEWS and reasons.get(n) is None)
+        eager = len(outside) - views
+        log.info("tecomp.dynamo: %s graph: %d tecomp kernel%s (%d nodes), %s%d eager ATen "
                  "node%s", role, len(regions), "s" if len(regions) != 1 else "", len(inside),
-                 eager, "s" if eager != 1 else "")
+                 f"{views} view{'s' if views != 1 else ''} of kernels' outputs, "
+                 if views else "", eager, "s" if eager != 1 else "")
         if log.isEnabledFor(logging.DEBUG):
             for k, r in enumerate(item for kind, item in self.steps if kind == 0):
                 log.debug("tecomp.dynamo: %s graph: kernel %d (%s, %s): %s", role, k,
@@ -275,10 +278,15 @@ def _kernels(nodes):
     kernel: Dict[torch.fx.Node, int] = {}
     is_op: List[bool] = []  # per kernel: whether it has an "op" anchor
     floating = []
+    views = set()  # the kernels of views that run eagerly (_eager_view)
     for n in nodes:
         ins = [kernel[a] for a in n.all_input_nodes if a in kernel]
         kind = ANCHORS.get(n.target)
-        if kind == "op" or (kind == "reduction" and (not ins or is_op[max(ins)])):
+        if _eager_view(n, members):
+            kernel[n] = len(is_op)
+            views.add(len(is_op))
+            is_op.append(False)
+        elif kind == "op" or (kind == "reduction" and (not ins or is_op[max(ins)])):
             kernel[n] = len(is_op)
             is_op.append(kind == "op")
         elif ins:
@@ -287,7 +295,7 @@ def _kernels(nodes):
             floating.append(n)
     unread = []
     for n in reversed(floating):
-        readers = [kernel[u] for u in n.users if u in kernel]
+        readers = [kernel[u] for u in n.users if u in kernel and kernel[u] not in views]
         if readers:
             kernel[n] = min(readers)
         else:
@@ -295,8 +303,8 @@ def _kernels(nodes):
     for n in reversed(unread):  # in graph order: an epilogue of what they read, if any
         ins = [kernel[a] for a in n.all_input_nodes if a in kernel]
         if not ins:  # it reads only nodes outside: with a kernel that reads the same
-            ins = [min([kernel[u] for a in n.all_input_nodes for u in a.users if u in kernel],
-                       default=len(is_op))]
+            ins = [min([kernel[u] for a in n.all_input_nodes for u in a.users
+                        if u in kernel and kernel[u] not in views], default=len(is_op))]
         kernel[n] = max(ins)
     for n in nodes:  # an operator's outputs are read where it is computed
         if n.target is operator.getitem and n.args[0] in members:
@@ -306,6 +314,21 @@ def _kernels(nodes):
         groups[kernel[n]].append(n)
     return [groups[k] for k in sorted(groups)
             if not all(n.target in VIEWS or n.target is operator.getitem for n in groups[k])]
+
+
+def _eager_view(n, members) -> bool:
+    """Whether the view ``n`` runs better eagerly, as a view of what a kernel computes,
+    than copied as one more output of that kernel: the alias of a tensor the forward
+    saves for the backward (read by no node of the region), and a view of one output of
+    a multi-output operator (max pooling's values beside its indices: a kernel writing
+    the view keeps the values in a temporary buffer, allocated at each call)."""
+    if n.target not in VIEWS:
+        return False
+    if n.target is torch.ops.aten.alias.default:
+        return not any(u in members for u in n.users)
+    a = n.args[0]
+    return (isinstance(a, torch.fx.Node) and a.target is operator.getitem
+            and isinstance(a.args[0], torch.fx.Node) and a.args[0] in members)
 
 
 def _region(nodes, vals):

@@ -111,7 +111,7 @@ def _maxpool_check(node, vals):
         return "ceil_mode"
     if any(d != 1 for d in (dil if isinstance(dil, (list, tuple)) else [dil])):
         return "dilation"
-    return _users_only_first(node, vals) or _float_only(node, vals)
+    return _float_only(node, vals)
 
 
 def _window(lw, node):
@@ -124,8 +124,40 @@ def _window(lw, node):
 
 @rule(aten.max_pool2d_with_indices.default, check=_maxpool_check, anchor="op")
 def _maxpool(lw, node):
+    """The pooled values (the pooling template) or, where the indices are read (the
+    backward of training reads them), both from one window scan (PyTorch's
+    indices: ``y * W + x`` in the input's image, the first maximum, the last NaN)."""
     x, k, s, p = _window(lw, node)
-    return (_nn.max_pool2d(x, k, stride=s, padding=p, name=lw.name(node)),)
+    if _users_only_first(node, lw.vals) is None:
+        return (_nn.max_pool2d(x, k, stride=s, padding=p, name=lw.name(node)),)
+    return _max_with_indices(x, k, s, p, _shape(lw.out(node)), lw.name(node))
+
+
+#: (index, value) pairs scanned in order: the later one wins where it is larger or NaN,
+#: or where nothing was taken yet (a window of -inf has an index)
+_ARGMAX = _te.comm_reducer(
+    lambda a, b: (_te.if_then_else(_te.any(b[1] > a[1], _te.isnan(b[1]), a[0] < 0), b[0],
+                                   a[0]),
+                  _te.if_then_else(_te.any(b[1] > a[1], _te.isnan(b[1]), a[0] < 0), b[1],
+                                   a[1])),
+    lambda t0, t1: (_te.const(-1, t0), _te.min_value(t1)), name="pool_argmax")
+
+
+def _max_with_indices(x, k, s, p, out_shape, name):
+    _, _, H, W = _shape(x)
+    ry, rx = _te.reduce_axis((0, k[0]), name="ky"), _te.reduce_axis((0, k[1]), name="kx")
+
+    def f(n, c, i, j):
+        iy, ix = i * s[0] - p[0] + ry, j * s[1] - p[1] + rx
+        inside = _te.all(iy >= 0, iy < H, ix >= 0, ix < W)
+        sy = _te.if_then_else(inside, iy, 0)
+        sx = _te.if_then_else(inside, ix, 0)
+        # in int64 before the product: an image of more than 2**31 elements
+        pos = _te.cast(iy, "int64") * _te.const(W, "int64") + _te.cast(ix, "int64")
+        return _ARGMAX((pos, x[n, c, sy, sx]), axis=[ry, rx], where=inside)
+
+    idx, val = _te.compute(out_shape, f, name=name)
+    return (val, idx)
 
 
 def _avgpool_check(node, vals):
