@@ -25,7 +25,7 @@ from ..target import cpu_model
 from ..te import compute, placeholder, reduce_axis, sum as te_sum
 from ..threads import get_num_threads
 
-__all__ = ["fma_peak", "stream_bandwidth", "host_peaks", "STREAM_BYTES"]
+__all__ = ["fma_peak", "dot_peak", "stream_bandwidth", "host_peaks", "STREAM_BYTES"]
 
 _LOCK = threading.Lock()
 _PEAKS: Dict[int, Tuple[float, float]] = {}
@@ -159,3 +159,49 @@ def host_peaks(threads: Optional[int] = None) -> Tuple[float, float]:
         if got is None:
             got = _PEAKS[P] = (fma_peak(P), stream_bandwidth(P))
         return got
+
+
+def dot_peak(threads: Optional[int] = None, steps: int = 100000, calls: int = 5,
+             bursts: int = 3, pause: float = 0.0) -> Tuple[float, str]:
+    """``(GOP/s, name)``: the rate of the target's widest uint8 x int8 -> int32
+    dot-product intrinsic (``x86.vnni_u8s8s32_16x4``: one ``vpdpbusd``; without VNNI the
+    AVX2 emulation) in a kernel that is nothing else, laid out as :func:`fma_peak`'s
+    (R x 2 vector accumulators in registers, one broadcast of 4 bytes per 2
+    intrinsics), a multiply and an add counted as two operations; ``(0.0, "")`` where
+    the target has none.  The roof of an int8 GEMM (``benchmarks/int8_gemm.py``)."""
+    from ..te.tensor_intrin import tensor_intrins_for
+
+    dots = [t for t in tensor_intrins_for("llvm") if "u8s8s32" in t.name]
+    if not dots:
+        return 0.0, ""
+    intrin = dots[0]
+    L = int(intrin.op.axis[0].dom.extent.value)
+    P = _threads(threads)
+    R = 7 if cpu_model().vregs >= 32 else 6
+    A = placeholder((64, R, 4), "uint8", name="A")
+    B = placeholder((P, 2 * L, 4), "int8", name="B")
+    k = reduce_axis((0, steps), name="k")
+    t = reduce_axis((0, 4), name="t")
+    Y = compute((P, R, 2 * L), lambda p, r, v: te_sum(
+        A[k % 64, r, t].astype("int32") * B[p, v, t].astype("int32"), axis=[k, t]),
+        name="Y")
+    s = create_schedule(Y.op)
+    YL = s.cache_write(Y, "local")
+    p = s[Y].op.axis[0]
+    s[YL].compute_at(s[Y], p)
+    yp, yr, yv = s[YL].op.axis
+    yk, yt = s[YL].op.reduce_axis
+    yvo, yvi = s[YL].split(yv, factor=L)
+    s[YL].reorder(yp, yk, yr, yvo, yvi, yt)
+    s[YL].unroll(yr)
+    s[YL].unroll(yvo)
+    s[YL].tensorize(yvi, intrin)
+    s[Y].vectorize(s[Y].op.axis[2])
+    if P > 1:
+        s[Y].parallel(p)
+    f = build(s, [A, B, Y], name="dot_peak")
+    a = np.ones((64, R, 4), "uint8")
+    b = np.ones((P, 2 * L, 4), "int8")
+    y = np.empty((P, R, 2 * L), "int32")
+    return (_best_rate(f, (a, b, y), 2.0 * P * R * 2 * L * 4 * steps, calls, bursts, pause)
+            / 1e9, intrin.name)
