@@ -74,6 +74,13 @@ def main() -> int:
     inc(a, b, c3)
     assert np.array_equal(c3, c), "tensorized GEMM (sums in C) is wrong"
     fns["tecomp int8 tensorized, sums in C"] = lambda: inc(a, b, c3)
+    # the blocks column panel by column panel (the rule's other order: its knob)
+    cols = tc.build(apply_rules(q, Knobs({"tensorize.C.cols_outer": True}),
+                                cpu_model("llvm")), q)
+    c4 = np.zeros_like(c)
+    cols(a, b, c4)
+    assert np.array_equal(c4, c), "tensorized GEMM (columns outer) is wrong"
+    fns["tecomp int8 tensorized, cols outer"] = lambda: cols(a, b, c4)
     plain = tc.build(apply_rules(q, Knobs({"tensorize.C": "none"}), cpu_model("llvm")), q)
     c2 = np.zeros_like(c)
     fns["tecomp int8 plain"] = lambda: plain(a, b, c2)

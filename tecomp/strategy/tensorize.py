@@ -159,6 +159,14 @@ def tensorize_reduction(rules, st) -> bool:
     return True
 
 
+#: the blocks of C column panel by column panel (each panel of the packed B reused by
+#: every row block while it is in cache) rather than row block by row block: a knob
+#: (``tensorize.<name>.cols_outer``), off by default: on Zen 5 under load each order
+#: won some interleaved runs by 3-5% (benchmarks/DECISIONS.md, "Tensorize rule: the
+#: accumulators in a local block"; ``benchmarks/int8_gemm.py`` shows both)
+COLS_OUTER = False
+
+
 def _dot_block_in_registers(rules, st, intrin, L: int, nv: int, mr: int, eu, ev: int) -> None:
     """The rule's ``mr`` x ``nv L`` blocks of ``C`` summed in a local block
     (``cache_write``, computed at each block of ``C``, then copied out in vectors): the
@@ -177,12 +185,15 @@ def _dot_block_in_registers(rules, st, intrin, L: int, nv: int, mr: int, eu, ev:
     lead = list(op.axis[:-2])
     uo, ui = st.split(u_iv, factor=mr)
     vo, vi = st.split(v_iv, factor=L * nv)
-    st.reorder(*lead, uo, vo, ui, vi)
+    eo = [None if eu is None else -(-eu // mr), ev // (L * nv)]
+    outer = [uo, vo]
+    if rules.k.choose(f"tensorize.{op.name}.cols_outer", [False, True], COLS_OUTER):
+        outer, eo = outer[::-1], eo[::-1]
+    st.reorder(*lead, *outer, ui, vi)
     vio, vii = st.split(vi, factor=L)
     st.unroll(vio)
     st.vectorize(vii)
-    row = rules.parallel(st, lead + [uo, vo], [rules.ext(a.dom.extent) for a in lead] + [
-        None if eu is None else -(-eu // mr), ev // (L * nv)])
+    row = rules.parallel(st, lead + outer, [rules.ext(a.dom.extent) for a in lead] + eo)
     cs.compute_at(st, vo if row is None or vo in st.leaf_iter_vars else row)
     # rows split by mr again: a constant extent also in the last block of rows (guarded
     # there, and peeled off by loop partitioning), as the GEMM's micro-kernel
