@@ -2,7 +2,7 @@
 the machine's dot-product intrinsic against the same GEMM without it, tecomp's float32
 GEMM, and PyTorch's fbgemm quantized linear and float32 matmul; interleaved, medians.
 
-    python3 benchmarks/int8_gemm.py [--threads 2] [--rounds 15] [--size 1024]
+    python3 benchmarks/int8_gemm.py [--threads 2] [--rounds 15] [--size 1024] [--cpu-time]
 
 tecomp's int8 figures include packing B into the intrinsic's panels on every call (the
 auto-scheduler's schedule); fbgemm's weights are prepacked once, and its output is
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -25,6 +26,9 @@ from common import base_parser, pin_threads  # noqa: E402
 def main() -> int:
     ap = base_parser(__doc__, 15)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time CPU time (process_time) instead of wall time: on a loaded "
+                         "machine, with --threads 1")
     args = ap.parse_args()
     pin_threads(args.threads)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -100,10 +104,11 @@ def main() -> int:
         fns["torch float32 matmul"] = lambda: torch.matmul(at, bt)
     from tecomp.viz.peaks import dot_peak
     peak, dot = dot_peak(args.threads)     # the best of before and after the rounds
-    t = interleaved(fns, args.rounds)
+    t = interleaved(fns, args.rounds, clock=time.process_time if args.cpu_time else
+                    time.perf_counter)
     peak = max(peak, dot_peak(args.threads)[0])
     ops = 2.0 * n ** 3
-    print(f"\n## GEMM {n}^3 (ms and GOP/s, medians)")
+    print(f"\n## GEMM {n}^3 (ms and GOP/s, medians{', CPU time' if args.cpu_time else ''})")
     for k, v in t.items():
         print(f"{k:32s} {v * 1e3:9.3f} ms {ops / v / 1e9:9.1f} GOP/s")
     base = t["tecomp int8 tensorized"]

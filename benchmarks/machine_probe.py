@@ -25,6 +25,9 @@ from the same rounds):
   vector loads, ``R`` broadcasts, ``2 R`` FMAs) reading its vectors from an L1-resident
   array at an aligned address against 16 bytes past it (every 64-byte vector load across
   two cache lines): ``split_loads_cheap`` where the split reads cost under 10 % more.
+  The flag decides whether NHWC convolutions read their weights in place, which also
+  moves where the weights lie in cache: confirm it with ``benchmarks/model_ab.py --only
+  NHWC`` (on Zen 5 the loads were cheap but the copy won; the entry says False).
   (Also shown: the same with one vector load per FMA, where the load ports, not the FMAs,
   set the pace.)
 

@@ -142,11 +142,14 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #: * ``transpose_cost``: copying one in ``L x L`` register transposes (0.65-0.86 on Zen 4;
 #:   0.66-0.67 on Zen 5 by the probe);
 #: * ``split_loads_cheap``: a vector load across two cache lines costs about what an
-#:   aligned one does (an NHWC convolution read its weights at +16 bytes as fast on Zen 4;
-#:   on Zen 5 the probe's micro-kernel ran 1.00x with its vector loads at +16 bytes).
+#:   aligned one does, so that an NHWC convolution reads its weights in place (it did, at
+#:   +16 bytes, as fast on Zen 4).  On Zen 5 the probe's micro-kernel ran 1.00x with its
+#:   loads split, but the decision the flag makes lost there: the 3x3 256x14x14 NHWC
+#:   layer ran 0.93-0.96x with its weights in place (64x56x56: a tie)
+#:   (``benchmarks/model_ab.py``), so Zen 5 keeps the copy.
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
                "split_loads_cheap": True},
     "znver5": {"fma_bits": 512, "gather_cost": 2.1, "transpose_cost": 0.66,
-               "split_loads_cheap": True},
+               "split_loads_cheap": False},
 }
