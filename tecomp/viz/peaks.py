@@ -168,10 +168,12 @@ def dot_peak(threads: Optional[int] = None, steps: int = 100000, calls: int = 5,
     AVX2 emulation) in a kernel that is nothing else, laid out as :func:`fma_peak`'s
     (R x 2 vector accumulators in registers, one broadcast of 4 bytes per 2
     intrinsics), a multiply and an add counted as two operations; ``(0.0, "")`` where
-    the target has none.  The roof of an int8 GEMM (``benchmarks/int8_gemm.py``)."""
+    the target has none (of one row of ``C``: AArch64's dot products, not its i8mm
+    blocks).  The roof of an int8 GEMM (``benchmarks/int8_gemm.py``)."""
     from ..te.tensor_intrin import tensor_intrins_for
 
-    dots = [t for t in tensor_intrins_for("llvm") if "u8s8s32" in t.name]
+    dots = [t for t in tensor_intrins_for("llvm")
+            if "u8s8s32" in t.name and len(t.output.shape) == 1]
     if not dots:
         return 0.0, ""
     intrin = dots[0]
