@@ -86,6 +86,16 @@ def test_caches_of_named_cpus_and_cores():
     assert (info.l2_bytes, info.threads) == (1 << 20, 8)
 
 
+def test_measured_costs_of_named_cpus():
+    # Zen 4 runs a 16-lane FMA as two 8-lane halves, Zen 5 whole (benchmarks/machine_probe.py)
+    z4, z5 = (tc.Target(f"llvm -mcpu={c}").machine for c in ("znver4", "znver5"))
+    assert (z4.lanes, z4.fma_lanes, z5.lanes, z5.fma_lanes) == (16, 8, 16, 16)
+    assert z4.split_loads_cheap and 0 < z5.transpose_cost < z5.gather_cost
+    # an unmeasured CPU: the defaults, the FMA as wide as the register
+    sk = tc.Target("llvm -mcpu=skylake-avx512").machine
+    assert sk.fma_lanes == sk.lanes and not sk.split_loads_cheap
+
+
 def test_host_is_read_from_the_machine():
     from tecomp.codegen.llvm import jit as llvm_jit
 

@@ -292,6 +292,9 @@ def test_auto_schedule_picks_vnni_where_the_target_has_it():
     s = tc.auto_schedule([X, W, C], target=t)
     assert f"tc.tensor_intrin('{VNNI16}')" in s.trace.python([X, W, C])
     assert "vpdpbusd" in tc.build(s, [X, W, C], target=t).get_source("asm")
+    # the sums in a local block (registers), not in C: LLVM stored C's at every step of
+    # the serial kernel (one thread)
+    assert "allocate C.local" in str(tc.lower(s, [X, W, C], target=t))
     assert [x.name for x in tc.tensor_intrins_for(t)] == [VNNI16, T16, I16, VNNI8, AVX2, T8,
                                                            I8]
     assert [x.name for x in tc.tensor_intrins_for("llvm -mcpu=haswell")] == [I16, AVX2, T8, I8]

@@ -141,6 +141,11 @@ def test_roofline_measures_the_host_peaks_once(monkeypatch):
 
 def test_peak_kernels_measure_positive_rates():
     assert _peaks.fma_peak(1, steps=2000, calls=1, bursts=1) > 0
+    # in vectors of half the register's lanes (machine_probe.py's FMA width)
+    assert _peaks.fma_peak(1, steps=2000, calls=1, bursts=1, lanes=4) > 0
+    # the u8 x s8 dot-product intrinsic's rate (none on a CPU without AVX2 or NEON dots)
+    rate, name = _peaks.dot_peak(1, steps=2000, calls=1, bursts=1)
+    assert (rate > 0) == bool(name)
     assert _peaks.stream_bandwidth(1, nbytes=1 << 20, calls=1) > 0
 
 

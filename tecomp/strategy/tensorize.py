@@ -135,10 +135,13 @@ def tensorize_reduction(rules, st) -> bool:
     mr = rules.k.choose(f"{name}.mr", [1, 2, 3, 4, 6], 6 if wide and nv == 4 else 4)
     if eu is not None:
         mr = max(1, min(mr, eu))
+    lead = list(op.axis[:-2])
+    if u_iv is not None and rules.k.choose(f"{name}.local", [True, False], True):
+        _dot_block_in_registers(rules, st, intrin, L, nv, mr, eu, ev)
+        return True
     vo, vi = st.split(v_iv, factor=L * nv)
     vio, vii = st.split(vi, factor=L)
     ko, ki = st.split(k_iv, factor=4)
-    lead = list(op.axis[:-2])
     if u_iv is not None:
         uo, ui = st.split(u_iv, factor=mr)
         st.reorder(*lead, uo, vo, ko, ui, vio, vii, ki)
@@ -154,6 +157,53 @@ def tensorize_reduction(rules, st) -> bool:
     st.tensorize(vii, intrin)
     rules.parallel(st, outer, exts)
     return True
+
+
+#: the blocks of C column panel by column panel (each panel of the packed B reused by
+#: every row block while it is in cache) rather than row block by row block: a knob
+#: (``tensorize.<name>.cols_outer``), off by default: on Zen 5 under load each order
+#: won some interleaved runs by 3-5% (benchmarks/DECISIONS.md, "Tensorize rule: the
+#: accumulators in a local block"; ``benchmarks/int8_gemm.py`` shows both)
+COLS_OUTER = False
+
+
+def _dot_block_in_registers(rules, st, intrin, L: int, nv: int, mr: int, eu, ev: int) -> None:
+    """The rule's ``mr`` x ``nv L`` blocks of ``C`` summed in a local block
+    (``cache_write``, computed at each block of ``C``, then copied out in vectors): the
+    accumulators are a block of their own, which LLVM keeps in registers across the
+    reduction wherever the kernel runs.  (Summed in ``C`` itself, LLVM kept them in
+    registers only where it could prove that no load of the loop reads ``C``: in a
+    parallel task's body, not in the serial kernel of one thread, which stored every
+    accumulator at every step: 2.7x slower on one thread of Zen 5;
+    benchmarks/DECISIONS.md, "Tensorize rule: the accumulators in a local block".)"""
+    op = st.op
+    s = rules.s
+    k_iv, v_iv, u_iv = op.reduce_axis[0], op.axis[-1], op.axis[-2]
+    acc = s.cache_write(op.output(0), "local")
+    cs = s[acc]
+    rules.done.add(id(acc.op))
+    lead = list(op.axis[:-2])
+    uo, ui = st.split(u_iv, factor=mr)
+    vo, vi = st.split(v_iv, factor=L * nv)
+    eo = [None if eu is None else -(-eu // mr), ev // (L * nv)]
+    outer = [uo, vo]
+    if rules.k.choose(f"tensorize.{op.name}.cols_outer", [False, True], COLS_OUTER):
+        outer, eo = outer[::-1], eo[::-1]
+    st.reorder(*lead, *outer, ui, vi)
+    vio, vii = st.split(vi, factor=L)
+    st.unroll(vio)
+    st.vectorize(vii)
+    row = rules.parallel(st, lead + outer, [rules.ext(a.dom.extent) for a in lead] + eo)
+    cs.compute_at(st, vo if row is None or vo in st.leaf_iter_vars else row)
+    # rows split by mr again: a constant extent also in the last block of rows (guarded
+    # there, and peeled off by loop partitioning), as the GEMM's micro-kernel
+    cuo, cu = cs.split(cs.op.axis[-2], factor=mr)
+    cvo, cvi = cs.split(cs.op.axis[-1], factor=L)
+    ko, ki = cs.split(cs.op.reduce_axis[0], factor=4)
+    cs.reorder(*cs.op.axis[:-2], cuo, ko, cu, cvo, cvi, ki)
+    cs.unroll(cu)
+    cs.unroll(cvo)
+    cs.tensorize(cvi, intrin)
 
 
 def _tensorize_blocks(rules, st, x, w, intrin, name: str) -> None:

@@ -129,16 +129,27 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #: what measurements on a microarchitecture (LLVM's CPU name) say about costs the schedules
 #: weigh, where they differ from the defaults of :class:`~tecomp.target.machine.CpuModel`
 #: (benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost", "Conv NCHW: a 3x3 window's
-#: weights transposed", "Conv tasks: aligned weights"):
+#: weights transposed", "Conv tasks: aligned weights", "Zen 5: the machine model from
+#: benchmarks/machine_probe.py"; ``python3 benchmarks/machine_probe.py`` prints the
+#: entry for the host it runs on):
 #:
 #: * ``fma_bits``: the width one FMA operation computes; AMD Zen 4 runs a 512-bit
 #:   operation as two 256-bit halves (an 8-lane vector costs half a 16-lane one there);
+#:   Zen 5 runs it whole (16 lanes compute 1.98-1.99x the FLOPs of 8);
 #: * ``gather_cost``: copying one float32 element with a strided vector load, in the time
-#:   of one full-vector FMA (3.3-5.4 measured on Zen 4);
-#: * ``transpose_cost``: copying one in ``L x L`` register transposes (0.65-0.86 on Zen 4);
+#:   of one full-vector FMA (3.3-5.4 measured on Zen 4 in convolutions; 2.1 on Zen 5 by
+#:   the probe's copy of 64 x 576 weights);
+#: * ``transpose_cost``: copying one in ``L x L`` register transposes (0.65-0.86 on Zen 4;
+#:   0.66-0.67 on Zen 5 by the probe);
 #: * ``split_loads_cheap``: a vector load across two cache lines costs about what an
-#:   aligned one does (an NHWC convolution read its weights at +16 bytes as fast).
+#:   aligned one does, so that an NHWC convolution reads its weights in place (it did, at
+#:   +16 bytes, as fast on Zen 4).  On Zen 5 the probe's micro-kernel ran 1.00x with its
+#:   loads split, but the decision the flag makes lost there: the 3x3 256x14x14 NHWC
+#:   layer ran 0.93-0.96x with its weights in place (64x56x56: a tie)
+#:   (``benchmarks/model_ab.py``), so Zen 5 keeps the copy.
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
                "split_loads_cheap": True},
+    "znver5": {"fma_bits": 512, "gather_cost": 2.1, "transpose_cost": 0.66,
+               "split_loads_cheap": False},
 }

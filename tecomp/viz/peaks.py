@@ -25,7 +25,7 @@ from ..target import cpu_model
 from ..te import compute, placeholder, reduce_axis, sum as te_sum
 from ..threads import get_num_threads
 
-__all__ = ["fma_peak", "stream_bandwidth", "host_peaks", "STREAM_BYTES"]
+__all__ = ["fma_peak", "dot_peak", "stream_bandwidth", "host_peaks", "STREAM_BYTES"]
 
 _LOCK = threading.Lock()
 _PEAKS: Dict[int, Tuple[float, float]] = {}
@@ -53,17 +53,23 @@ def _best_rate(f, args, work: float, calls: int, bursts: int, pause: float) -> f
     return best
 
 
-def _accumulate(s, Y, parallel: bool):
+def _accumulate(s, Y, parallel: bool, lanes: Optional[int] = None):
     """The schedule both kernels share: the accumulators of ``Y[p, r, v]`` in a local
     block (registers after LLVM's SROA, as in the GEMM micro-kernel: accumulating into
     Y itself would load and store it every step), the reduction outside the unrolled
-    rows and the vectorized lanes, one task per ``p``."""
+    rows and the vectorized lanes (in vectors of ``lanes`` where given), one task per
+    ``p``."""
     YL = s.cache_write(Y, "local")
     p = s[Y].op.axis[0]
     s[YL].compute_at(s[Y], p)
     yp, yr, yv = s[YL].op.axis
     yk, = s[YL].op.reduce_axis
-    s[YL].reorder(yp, yk, yr, yv)
+    if lanes:
+        yvo, yv = s[YL].split(yv, factor=lanes)
+        s[YL].reorder(yp, yk, yr, yvo, yv)
+        s[YL].unroll(yvo)
+    else:
+        s[YL].reorder(yp, yk, yr, yv)
     s[YL].unroll(yr)
     s[YL].vectorize(yv)
     s[YL].pragma(yk, "fp_contract")
@@ -73,7 +79,7 @@ def _accumulate(s, Y, parallel: bool):
 
 
 def fma_peak(threads: Optional[int] = None, steps: int = 200000, calls: int = 5,
-             bursts: int = 3, pause: float = 0.0) -> float:
+             bursts: int = 3, pause: float = 0.0, lanes: Optional[int] = None) -> float:
     """GFLOP/s of a tecomp kernel that is nothing but independent FMAs in registers, on
     ``threads`` threads (default: the runtime's, ``tc.get_num_threads()``): per thread,
     R x 2 vector accumulators, two input vectors kept in registers and one broadcast
@@ -85,11 +91,16 @@ def fma_peak(threads: Optional[int] = None, steps: int = 200000, calls: int = 5,
     (The former layout, one input vector per accumulator, fit only 6 accumulators in
     AVX2's registers: 116-131 GFLOP/s on the 2-core Zen 3 where the GEMM ran at 186;
     an older 6 x 4 one needed 48 registers: LLVM kept the inputs on the stack, 83
-    against 152 GFLOP/s on one thread on the Xeon.)"""
+    against 152 GFLOP/s on one thread on the Xeon.)  ``lanes``: float32 lanes of each
+    FMA (default the register's; fewer: each accumulator split into vectors of
+    ``lanes``, e.g. 8 on AVX-512 to see whether the core runs a 16-lane FMA at once or
+    as two halves: ``benchmarks/machine_probe.py``)."""
     P = _threads(threads)
     info = cpu_model()
     L = info.lanes
     R, V = (7 if info.vregs >= 32 else 6), 2 * L
+    sub = lanes if lanes and lanes < L else None
+    V = 2 * (sub or L)   # as many accumulators, each of ``lanes``
     X = placeholder((P, V), name="X")
     # the R broadcasts of a k step from one row of a 64-row table in L1 (W streamed from
     # L2/L3 held it to 65-70 GFLOP/s per core on the Zen 3)
@@ -98,7 +109,7 @@ def fma_peak(threads: Optional[int] = None, steps: int = 200000, calls: int = 5,
     Y = compute((P, R, V), lambda p, r, v: te_sum(X[p, v] * Wt[k % 64, r], axis=k),
                    name="Y")
     s = create_schedule(Y.op)
-    _accumulate(s, Y, P > 1)
+    _accumulate(s, Y, P > 1, sub)
     f = build(s, [X, Wt, Y], name="fma_peak")
     x = np.ones((P, V), "float32")
     w = np.full((64, R), 1e-6, "float32")
@@ -148,3 +159,51 @@ def host_peaks(threads: Optional[int] = None) -> Tuple[float, float]:
         if got is None:
             got = _PEAKS[P] = (fma_peak(P), stream_bandwidth(P))
         return got
+
+
+def dot_peak(threads: Optional[int] = None, steps: int = 100000, calls: int = 5,
+             bursts: int = 3, pause: float = 0.0) -> Tuple[float, str]:
+    """``(GOP/s, name)``: the rate of the target's widest uint8 x int8 -> int32
+    dot-product intrinsic (``x86.vnni_u8s8s32_16x4``: one ``vpdpbusd``; without VNNI the
+    AVX2 emulation) in a kernel that is nothing else, laid out as :func:`fma_peak`'s
+    (R x 2 vector accumulators in registers, one broadcast of 4 bytes per 2
+    intrinsics), a multiply and an add counted as two operations; ``(0.0, "")`` where
+    the target has none (of one row of ``C``: AArch64's dot products, not its i8mm
+    blocks).  The roof of an int8 GEMM (``benchmarks/int8_gemm.py``)."""
+    from ..te.tensor_intrin import tensor_intrins_for
+
+    dots = [t for t in tensor_intrins_for("llvm")
+            if "u8s8s32" in t.name and len(t.output.shape) == 1]
+    if not dots:
+        return 0.0, ""
+    intrin = dots[0]
+    L = int(intrin.op.axis[0].dom.extent.value)
+    P = _threads(threads)
+    R = 7 if cpu_model().vregs >= 32 else 6
+    A = placeholder((64, R, 4), "uint8", name="A")
+    B = placeholder((P, 2 * L, 4), "int8", name="B")
+    k = reduce_axis((0, steps), name="k")
+    t = reduce_axis((0, 4), name="t")
+    Y = compute((P, R, 2 * L), lambda p, r, v: te_sum(
+        A[k % 64, r, t].astype("int32") * B[p, v, t].astype("int32"), axis=[k, t]),
+        name="Y")
+    s = create_schedule(Y.op)
+    YL = s.cache_write(Y, "local")
+    p = s[Y].op.axis[0]
+    s[YL].compute_at(s[Y], p)
+    yp, yr, yv = s[YL].op.axis
+    yk, yt = s[YL].op.reduce_axis
+    yvo, yvi = s[YL].split(yv, factor=L)
+    s[YL].reorder(yp, yk, yr, yvo, yvi, yt)
+    s[YL].unroll(yr)
+    s[YL].unroll(yvo)
+    s[YL].tensorize(yvi, intrin)
+    s[Y].vectorize(s[Y].op.axis[2])
+    if P > 1:
+        s[Y].parallel(p)
+    f = build(s, [A, B, Y], name="dot_peak")
+    a = np.ones((64, R, 4), "uint8")
+    b = np.ones((P, 2 * L, 4), "int8")
+    y = np.empty((P, R, 2 * L), "int32")
+    return (_best_rate(f, (a, b, y), 2.0 * P * R * 2 * L * 4 * steps, calls, bursts, pause)
+            / 1e9, intrin.name)
