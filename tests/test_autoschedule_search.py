@@ -178,7 +178,9 @@ def test_dask_runner_measures_what_the_local_runner_measures():
     assert [t.error is None for t in local.trials] == [t.error is None for t in dist.trials]
 
     def clear(res):
-        ts = sorted(t.seconds for t in res.trials)
-        return ts[1] > 1.5 * ts[0]
+        # (a winner 3x ahead of the next: a busy machine moves times by 2x, which made a
+        # 1.5x lead flip between the two runs under load)
+        ts = sorted(t.seconds for t in res.trials if t.seconds is not None)
+        return len(ts) > 1 and ts[1] > 3 * ts[0]
     if clear(local) and clear(dist):
         assert local.best.trace == dist.best.trace
