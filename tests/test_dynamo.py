@@ -262,6 +262,35 @@ def test_kernel_outputs_read_only_by_kernels_are_row_major(monkeypatch):
     assert heads == {(192, 48, 8, 1), (192, 8, 32, 1)}, specs
 
 
+def test_kernel_output_read_by_a_region_that_runs_eagerly_keeps_eager_strides(
+        monkeypatch):
+    """When the attention's kernel cannot be compiled, its nodes run eagerly on the
+    query, key and value the projections' kernels wrote: with eager's strides (the
+    attention's output follows its inputs' layout, and the ``view`` after it needs
+    that layout), not the row-major ones kernels exchange."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 96)
+
+    def f(x):
+        q, k, v = lin(x).view(2, 6, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return a.transpose(1, 2).reshape(2, 6, 32).view(12, 32) * 2
+
+    lower = dcache.lower_region
+
+    def refuse_attention(region, vals):
+        if any("scaled_dot_product" in str(n.target) for n in region.nodes):
+            raise td.graph.InternalError("no attention (for the test)")
+        return lower(region, vals)
+
+    monkeypatch.setattr(dcache, "lower_region", refuse_attention)
+    dcache.clear_memory()
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        got = torch.compile(f, backend="tecomp", options={"cache": False})(x)
+    _close(got, f(x), "output")
+
+
 def test_slice_bounds_computed_from_a_dynamic_size(caplog):
     """A slice whose start is a SymInt node of the graph (a dynamic size halved: the
     backward of a channel split, ShuffleNet's training step) is lowered with the

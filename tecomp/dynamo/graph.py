@@ -186,6 +186,7 @@ class _Plan:
         for r, e in failed:
             _cache.log_failure(r, e)
         regions = [r for r in regions if r.module is not None]
+        _eager_layouts_for_eager_readers(regions, traced)
         self.steps = _schedule(graph, regions, order)
         self.output = next(n for n in graph.nodes if n.op == "output")
         self.regions = regions
@@ -326,6 +327,21 @@ def _row_major_between_kernels(regions, vals) -> dict:
                     all(u in inside for u in n.users):
                 out[n] = torch.empty(tuple(v.shape), dtype=v.dtype, device="meta")
     return out
+
+
+def _eager_layouts_for_eager_readers(regions, traced) -> None:
+    """Lay out every kernel output that a node run eagerly reads (an unsupported node,
+    a node of a region whose kernel could not be compiled, the graph's output) with the
+    strides it was traced with, gaps included (a select of a permuted projection:
+    attention's query), unless its elements overlap: an eager node's result takes its
+    layout from its inputs', and a ``view`` of it (attention's output) may only be
+    legal in the traced layout.  (:func:`_row_major_between_kernels` made row-major
+    the outputs that only kernels read.)"""
+    inside = {n for r in regions for n in r.nodes}
+    for r in regions:
+        for k, n in enumerate(r.outputs):
+            if not all(u in inside for u in n.users):
+                r.out_specs[k] = _cache.out_spec(traced[n], gaps=True)
 
 
 def _returned_views(graph) -> set:
