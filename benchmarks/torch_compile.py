@@ -19,9 +19,20 @@ with the cache the first filled (warm); TorchDynamo's tracing is in both.
 
     python3 benchmarks/torch_compile.py [--models bert,cnn-train,bert-layer-train,resnet50]
                                         [--threads 1,2] [--rounds 5] [--layers 12]
+                                        [--profile]
 
 Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
 time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
+
+``--profile`` (the ``bert`` model) adds a per-kernel breakdown of the tecomp-compiled
+forward: each distinct kernel once (its ATen operators, input shapes and how many times
+a forward calls it), its median time per call against the same nodes run by eager
+PyTorch (the ATen operators: MKL/oneDNN for the GEMMs), the two taking turns with the
+inputs of a real forward, and the time a forward spends between kernels (the plan's
+Python, the eager nodes, the output allocations): the forward's median less the
+kernels' sum.  Each also as its least process CPU time (all threads), which on a loaded
+machine leaves out the time the process waited for a core (at one thread a fair figure;
+with more, spinning threads count).
 """
 from __future__ import annotations
 
@@ -119,7 +130,128 @@ def _case(name: str, batch: int, layers: int):
     return tools, what
 
 
-def _child(name: str, batch: int, layers: int, rounds: int) -> None:
+def _kernel_profile(fns, rounds: int) -> dict:
+    """The per-kernel breakdown of ``--profile`` (see the module docstring): the
+    tecomp-compiled forward's plan (tecomp.dynamo.graph's internals: the plan with the
+    most kernels) run once with its kernels' inputs kept, then each distinct kernel and
+    its nodes run eagerly, taking turns."""
+    import statistics
+
+    import torch
+    from common import interleaved_turns
+    from tecomp.dynamo import graph as G
+
+    seen = {}
+    run = G._Plan.run
+
+    def keep(plan, args):
+        env = dict(zip(plan.placeholders, args))
+        for kind, item in plan.steps:
+            if kind == 0:
+                ins = [env[n] for n in item.inputs]
+                outs = [torch.empty_strided(s, st, dtype=d) for s, st, d in item.out_specs]
+                item.module.call_grad_inputs(*ins, *outs)
+                env.update(zip(item.outputs, outs))
+                seen.setdefault(id(plan), {}).setdefault(item.key, [item, ins, 0])[2] += 1
+            elif kind == 1:
+                a, kw = torch.fx.node.map_arg((item.args, item.kwargs), env.__getitem__)
+                env[item] = item.target(*a, **kw)
+            else:
+                env[item] = G._attr(item.graph.owning_module, item.target)
+        args.clear()
+        return torch.fx.node.map_arg(plan.output.args[0], env.__getitem__)
+
+    G._Plan.run = keep
+    try:
+        fns["tecomp"]()
+    finally:
+        G._Plan.run = run
+    kernels = max(seen.values(), key=lambda d: sum(c for _, _, c in d.values()))
+
+    def tecomp_call(r, ins):
+        def f():
+            outs = [torch.empty_strided(s, st, dtype=d) for s, st, d in r.out_specs]
+            r.module.call_grad_inputs(*ins, *outs)
+        return f
+
+    def eager_call(r, ins):
+        # the inputs in the layouts PyTorch traced them with (the kernels exchange some
+        # row-major), on which its views (after attention's) are legal
+        ins = [_traced_layout(n, x) for n, x in zip(r.inputs, ins)]
+
+        def f():
+            env = dict(zip(r.inputs, ins))
+            for n in r.nodes:
+                a, kw = torch.fx.node.map_arg((n.args, n.kwargs), env.__getitem__)
+                env[n] = n.target(*a, **kw)
+        try:
+            with torch.no_grad():
+                f()
+        except Exception:  # noqa: BLE001  (a node reads a value from outside: not timed)
+            return None
+        return f
+
+    rows = []
+    with torch.no_grad():
+        for key, (r, ins, count) in kernels.items():
+            calls = {"tecomp": tecomp_call(r, ins), "eager": eager_call(r, ins)}
+            m = interleaved_turns({k: f for k, f in calls.items() if f is not None}, rounds,
+                                  turn_seconds=0.02)
+            cpu = {k: _cpu_min(f, 4 * rounds) for k, f in calls.items() if f is not None}
+            rows.append({"ops": G._ops(r.nodes), "count": count,
+                         "inputs": [list(x.shape) for x in ins if isinstance(x, torch.Tensor)],
+                         "tecomp": m["tecomp"], "eager": m.get("eager"),
+                         "tecomp_cpu": cpu["tecomp"], "eager_cpu": cpu.get("eager")})
+        forward_cpu = _cpu_min(fns["tecomp"], rounds)
+    rows.sort(key=lambda row: -row["tecomp"] * row["count"])
+    return {"kernels": rows, "kernel_sum": sum(r["tecomp"] * r["count"] for r in rows),
+            "kernel_sum_cpu": sum(r["tecomp_cpu"] * r["count"] for r in rows),
+            "forward_cpu": forward_cpu}
+
+
+def _traced_layout(node, x):
+    """``x`` copied to the strides of ``node``'s traced value, where they differ."""
+    import torch
+
+    v = node.meta.get("val")
+    if not isinstance(x, torch.Tensor) or not isinstance(v, torch.Tensor) or \
+            tuple(v.stride()) == tuple(x.stride()):
+        return x
+    return torch.empty_strided(tuple(x.shape), tuple(int(e) for e in v.stride()),
+                               dtype=x.dtype).copy_(x)
+
+
+def _cpu_min(fn, calls: int) -> float:
+    """The least process CPU time (all threads) of ``calls`` calls of ``fn``: on a
+    loaded machine the time the process held no core is not in it (a thread that spins
+    waiting is, so it is a fair figure at one thread only)."""
+    best = float("inf")
+    for _ in range(calls):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+def _print_profile(p: dict, forward_s: float) -> None:
+    print("  per kernel: median wall ms per call, then least CPU ms (process time, all "
+          "threads); eager: the same ATen nodes run by PyTorch", flush=True)
+    for r in p["kernels"]:
+        shapes = " ".join("x".join(str(e) for e in s) for s in r["inputs"][:4])
+        if r["eager"] is not None:
+            eager = (f"eager {r['eager'] * 1e3:8.3f} ms ({r['eager'] / r['tecomp']:.2f}x), "
+                     f"cpu {r['eager_cpu'] * 1e3:8.3f} ms "
+                     f"({r['eager_cpu'] / r['tecomp_cpu']:.2f}x)")
+        else:
+            eager = "eager        -                      -          "
+        print(f"  {r['count']:3d} x {r['tecomp'] * 1e3:8.3f} ms, cpu {r['tecomp_cpu'] * 1e3:8.3f} "
+              f"ms  {eager}  {r['ops'][:60]}  [{shapes}]", flush=True)
+    print(f"  kernels {p['kernel_sum'] * 1e3:.1f} ms of the forward's {forward_s * 1e3:.1f} ms "
+          f"(between kernels {(forward_s - p['kernel_sum']) * 1e3:.1f} ms); CPU time: kernels "
+          f"{p['kernel_sum_cpu'] * 1e3:.1f} ms of {p['forward_cpu'] * 1e3:.1f} ms", flush=True)
+
+
+def _child(name: str, batch: int, layers: int, rounds: int, profile: bool = False) -> None:
     sys.path.insert(0, HERE)
     sys.path.insert(1, ROOT)
     from common import interleaved_turns
@@ -135,16 +267,19 @@ def _child(name: str, batch: int, layers: int, rounds: int) -> None:
     out = {"what": what, "tecomp_first_call_s": compile_s, "stats": dict(tecomp.dynamo.STATS)}
     if rounds:
         out["medians"] = interleaved_turns(fns, rounds)
+        if profile and name == "bert":
+            out["profile"] = _kernel_profile(fns, rounds)
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def _run(name, batch, layers, rounds, threads, cache_dir):
+def _run(name, batch, layers, rounds, threads, cache_dir, profile=False):
     env = dict(os.environ, TECOMP_CACHE_DIR=cache_dir, PYTHONPATH=ROOT)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                 "TECOMP_NUM_THREADS"):
         env[var] = str(threads)
     p = subprocess.run([sys.executable, __file__, "--child", name, str(batch), str(layers),
-                        str(rounds)], capture_output=True, text=True, env=env)
+                        str(rounds)] + (["--profile"] if profile else []),
+                       capture_output=True, text=True, env=env)
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
@@ -154,13 +289,16 @@ def _run(name, batch, layers, rounds, threads, cache_dir):
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        _child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        _child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
+               "--profile" in sys.argv[6:])
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="bert,cnn-train,bert-layer-train,resnet50")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--profile", action="store_true",
+                    help="bert: each tecomp kernel's time against eager's for its nodes")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
     sys.path.insert(1, ROOT)
@@ -178,7 +316,8 @@ def main() -> int:
                         if "error" in cold:
                             print(f"{name} batch {batch}: {cold['error']}", flush=True)
                             break
-                    r = _run(name, batch, args.layers, args.rounds, threads, cache)
+                    r = _run(name, batch, args.layers, args.rounds, threads, cache,
+                             args.profile)
                     if "error" in r:
                         print(f"{name} batch {batch}, {threads} threads: {r['error']}",
                               flush=True)
@@ -196,6 +335,8 @@ def main() -> int:
                                  f"(kernels loaded {r['stats']['disk']}, built "
                                  f"{r['stats']['built']})")
                     print(line, flush=True)
+                    if "profile" in r:
+                        _print_profile(r["profile"], m["tecomp"])
     return 0
 
 

@@ -71,9 +71,26 @@ class Encoder(torch.nn.Module):
         return x
 
 
+def _skip_broken_torchvision() -> None:
+    """Hide an installed torchvision that cannot be imported (one built for another
+    torch: "operator torchvision::nms does not exist"), which transformers would
+    otherwise import and fail on, so that ``BertModel`` imports without it."""
+    import importlib.util
+
+    if "torchvision" in sys.modules or importlib.util.find_spec("torchvision") is None:
+        return
+    try:
+        import torchvision  # noqa: F401
+    except Exception as e:  # noqa: BLE001  (any failure: transformers treats it as absent)
+        print(f"torchvision does not import ({type(e).__name__}: {str(e)[:80]}): "
+              f"transformers runs without it")
+        sys.modules["torchvision"] = None
+
+
 def build_model(args):
     """(model, what it is): transformers' BertModel if installed, else :class:`Encoder`."""
     if not args.hand_written:
+        _skip_broken_torchvision()
         try:
             from transformers import BertConfig, BertModel
         except ImportError:

@@ -20,16 +20,20 @@ program returns its last value and some intermediate ones, views among them (an
 ``expand`` returned as it is: a broadcast view).
 
     python3 tests/dynamo_fuzz.py --seeds 0:200 [--dynamic] [--grad] [--edges] [--specials]
-                                 [--swapped-cache]
+                                 [--swapped-cache] [--refuse-every N]
 
 runs seeds against eager PyTorch (``--grad``: the gradients too) and prints the failing
 ones; ``--swapped-cache`` runs them twice through a disk cache whose entries are rotated
 among each other in between (each then holds another kernel, with a valid sidecar: none
-may be loaded).
+may be loaded).  ``--refuse-every N`` refuses to compile about one kernel in ``N``
+(chosen by its key), so that its nodes run eagerly between kernels, on the tensors the
+kernels wrote (their layouts then matter: a ``view`` of an eager result whose strides
+follow its inputs').
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import random
@@ -443,12 +447,40 @@ def max_error(got, want) -> float:
     return worst
 
 
-def run(prog: Program, dynamic: bool, options=None, grad: bool = False) -> float:
+@contextlib.contextmanager
+def refusing(every: int):
+    """Within it, tecomp.dynamo refuses to compile the kernels whose key's first eight
+    hex digits are a multiple of ``every`` (0: none): their nodes run eagerly."""
+    from tecomp.dynamo import cache
+    from tecomp.errors import InternalError
+
+    lower = cache.lower_region
+
+    def refuse(region, vals):
+        if every and int(region.key[:8], 16) % every == 0:
+            raise InternalError("refused by the fuzzer (--refuse-every)")
+        return lower(region, vals)
+
+    cache.lower_region = refuse
+    try:
+        yield
+    finally:
+        cache.lower_region = lower
+
+
+def run(prog: Program, dynamic: bool, options=None, grad: bool = False,
+        refuse_every: int = 0) -> float:
     """Compile ``prog`` with backend="tecomp" and return its largest error against eager
     on size set A (and B, with ``dynamic``: every dimension of size > 1 marked dynamic);
     with ``grad``, of the inputs' gradients too (a random weighting of the outputs
     summed, backward through the forward and backward graphs).  Raises AssertionError
-    where a kernel could not be compiled (and ran eagerly)."""
+    where a kernel could not be compiled (and ran eagerly), unless ``refuse_every``
+    refused some (see :func:`refusing`)."""
+    with refusing(refuse_every):
+        return _run(prog, dynamic, options, grad, check_failed=not refuse_every)
+
+
+def _run(prog, dynamic, options, grad, check_failed) -> float:
     failed = STATS["failed"]
     g = torch.Generator().manual_seed(prog.seed)
     c = torch.compile(prog, backend="tecomp", options=options or {})
@@ -476,7 +508,8 @@ def run(prog: Program, dynamic: bool, options=None, grad: bool = False) -> float
             results.append([o.detach() for o in outs] + [
                 x.grad if x.grad is not None else torch.zeros_like(x) for x in leaves])
         worst = max(worst, max_error(results[1], results[0]))
-    assert STATS["failed"] == failed, "a kernel could not be compiled (see the log)"
+    assert not check_failed or STATS["failed"] == failed, \
+        "a kernel could not be compiled (see the log)"
     live = prog.live_inputs()
     for k, rows in enumerate(prog.ids):
         if rows is not None and k in live:  # an id past the table: IndexError, as eager
@@ -523,6 +556,8 @@ def main(argv=None) -> int:
                     help="run the seeds with the disk cache (a temporary one), rotate its "
                          "entries among each other, run them again: every entry must be "
                          "refused and rebuilt, and the results agree")
+    ap.add_argument("--refuse-every", type=int, default=0, metavar="N",
+                    help="refuse to compile about one kernel in N (they run eagerly)")
     args = ap.parse_args(argv)
     lo, hi = (int(s) for s in args.seeds.split(":"))
     bad = 0
@@ -545,7 +580,8 @@ def main(argv=None) -> int:
             torch._dynamo.reset()
             prog = make_program(seed, specials=args.specials, edges=args.edges)
             try:
-                err = run(prog, args.dynamic, {"cache": r != "plain"}, grad=args.grad)
+                err = run(prog, args.dynamic, {"cache": r != "plain"}, grad=args.grad,
+                          refuse_every=args.refuse_every)
             except Exception as e:  # noqa: BLE001  (a fuzzer reports every failure)
                 err, why = math.inf, f"{type(e).__name__}: {str(e)[:300]}"
             else:

@@ -259,6 +259,68 @@ def test_outputs_that_eager_returns_as_broadcast_or_strided_views():
     torch.testing.assert_close(g, (x * 2)[:, 1:3])
 
 
+def test_kernel_outputs_read_only_by_kernels_are_row_major(monkeypatch):
+    """Eager PyTorch computes attention's query as a permuted view (strides of
+    ``view(b, s, h, d).permute(0, 2, 1, 3)``); the kernel that computes it for the
+    attention kernel writes it row-major (both then run their contiguous variants),
+    while the same values returned by the graph keep eager's strides."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 32)
+
+    def f(x):
+        q = lin(x).view(2, 6, 4, 8).permute(0, 2, 1, 3)
+        a = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        return a.transpose(1, 2).reshape(2, 6, 32), q + 1
+
+    specs = []
+    compile_region = td.graph._cache.compile_region
+
+    def record(region, vals, options):
+        err = compile_region(region, vals, options)
+        specs.extend(region.out_specs)
+        return err
+
+    monkeypatch.setattr(td.graph._cache, "compile_region", record)
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        got = torch.compile(f, backend="tecomp")(x)
+        want = f(x)
+    for g, w in zip(got, want):
+        _close(g, w, "output")
+    assert got[1].stride() == want[1].stride() == (192, 8, 32, 1)
+    heads = {st for shape, st, _ in specs if shape == (2, 4, 6, 8)}
+    assert heads == {(192, 48, 8, 1), (192, 8, 32, 1)}, specs
+
+
+def test_kernel_output_read_by_a_region_that_runs_eagerly_keeps_eager_strides(
+        monkeypatch):
+    """When the attention's kernel cannot be compiled, its nodes run eagerly on the
+    query, key and value the projections' kernels wrote: with eager's strides (the
+    attention's output follows its inputs' layout, and the ``view`` after it needs
+    that layout), not the row-major ones kernels exchange."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 96)
+
+    def f(x):
+        q, k, v = lin(x).view(2, 6, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return a.transpose(1, 2).reshape(2, 6, 32).view(12, 32) * 2
+
+    lower = dcache.lower_region
+
+    def refuse_attention(region, vals):
+        if any("scaled_dot_product" in str(n.target) for n in region.nodes):
+            raise td.graph.InternalError("no attention (for the test)")
+        return lower(region, vals)
+
+    monkeypatch.setattr(dcache, "lower_region", refuse_attention)
+    dcache.clear_memory()
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        got = torch.compile(f, backend="tecomp", options={"cache": False})(x)
+    _close(got, f(x), "output")
+
+
 def test_slice_bounds_computed_from_a_dynamic_size(caplog):
     """A slice whose start is a SymInt node of the graph (a dynamic size halved: the
     backward of a channel split, ShuffleNet's training step) is lowered with the

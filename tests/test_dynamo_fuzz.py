@@ -40,6 +40,14 @@ def test_random_program_with_dynamic_sizes_matches_eager(seed):
     assert err <= RTOL, f"max error {err:.3g}\n{prog.describe()}"
 
 
+def test_random_program_with_refused_kernels_matches_eager():
+    """Some kernels refused (their nodes run eagerly between the others, on tensors the
+    kernels wrote: their layouts must be eager's where an eager view reads them)."""
+    prog = fz.make_program(30)
+    err = fz.run(prog, dynamic=False, options={"cache": False}, refuse_every=2)
+    assert err <= RTOL, f"max error {err:.3g}\n{prog.describe()}"
+
+
 def test_random_training_program_matches_eager():
     """Outputs and input gradients (forward and backward graphs) of a program with a
     convolution whose input is read again, with dynamic sizes: the backward sums the
@@ -62,7 +70,7 @@ def test_random_program_at_the_edges_matches_eager(seed, specials):
 @pytest.mark.skipif(not LONG, reason="slow (minutes): set TECOMP_LONG_TESTS=1")
 @pytest.mark.parametrize("flags", [[], ["--dynamic"], ["--grad"], ["--grad", "--dynamic"],
                                    ["--edges"], ["--edges", "--dynamic"], ["--specials"],
-                                   ["--swapped-cache"]])
+                                   ["--swapped-cache"], ["--refuse-every", "2"]])
 def test_many_random_programs_match_eager(flags):
     cmd = [sys.executable, os.path.join(ROOT, "tests", "dynamo_fuzz.py"), "--seeds", "0:300"]
     p = subprocess.run(cmd + flags, capture_output=True, text=True, timeout=3600,

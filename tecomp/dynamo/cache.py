@@ -94,19 +94,22 @@ def region_value(n, vals, local):
     return bound_args(n, vals, local)
 
 
-def _out_spec(v) -> tuple:
+def out_spec(v, gaps: bool = False) -> tuple:
     """(shape, strides, dtype) of the tensor a region's kernel writes output ``v`` to:
     ``v``'s own strides where they lay its elements out densely without overlap, else
     row-major ones -- eager PyTorch can return a broadcast view (an ``expand``, strides
-    0) or a strided slice where the kernel writes every element once."""
+    0) or a strided slice where the kernel writes every element once.  ``gaps``: keep
+    strides with gaps between the elements too (only overlap is refused), for a tensor
+    that eager nodes read, whose own results' layouts (and so whether a later ``view``
+    of them is legal) follow it."""
     shape, strides = tuple(int(e) for e in v.shape), tuple(int(e) for e in v.stride())
     step = 1
     for e, st in sorted(zip(shape, strides), key=lambda p: p[1]):
         if e != 1:
-            if st != step:  # a gap, or elements that overlap
+            if st < step or (st != step and not gaps):  # overlap (or a gap)
                 strides = tuple(torch.empty(shape, device="meta").stride())
                 break
-            step *= e
+            step = st * e
     return shape, strides, v.dtype
 
 
@@ -115,7 +118,7 @@ def compile_region(region, vals, options) -> Optional[Exception]:
     region that cannot be compiled, ``module`` stays None and the error is returned."""
     key = region_key(region, vals, options)
     region.key = key
-    region.out_specs = [_out_spec(vals[n]) for n in region.outputs]
+    region.out_specs = [out_spec(vals[n]) for n in region.outputs]
     with _LOCK:
         mod = _MEMORY.get(key)
     if mod is not None:
