@@ -759,21 +759,25 @@ def test_fuzzer_gpu_cases_include_the_gpu_rules():
 
 
 @pytest.mark.skipif(not HAVE_CXX, reason="the CUDA emulation needs a C++ compiler")
-@pytest.mark.parametrize("seed,pipelined", [(60044, True), (60122, True), (60060, False)])
+@pytest.mark.parametrize("seed,pipelined", [(60044, True), (60122, True), (60540, True),
+                                            (60060, False)])
 def test_fuzzer_gpu_reductions_with_double_buffered_tiles(seed, pipelined):
     """The GPU generator copies an input tile per step of a reduction's outer loop and
-    sometimes double-buffers it (seeds pinned: 60044 and 60122 pipeline their loop; 60060's
-    reduction has one step, so its tile keeps one buffer); the emulation and the
-    interpreter (no race) agree with numpy."""
+    sometimes double-buffers it, or makes a ring of 3 or 4 buffers (seeds pinned: 60044
+    and 60122 pipeline their loop, 60540 in a ring of 4 (async_wait); 60060's reduction
+    has one step, so its tile keeps one buffer); the emulation and the interpreter (no
+    race) agree with numpy."""
     from tecomp.testing.fuzz import case_for_seed
     from tecomp.testing.sched import apply_steps
 
     case = case_for_seed(seed, 1, 5, "llvm", 10)
     assert case.target == "cuda-emu"
     assert any(st[0] == "double_buffer" for st in case.steps), case.steps
-    assert ".double_buffer()" in case.source()
+    assert ".double_buffer(" in case.source()
     r = apply_steps(case.program, case.steps)
-    assert ("async_copy" in str(tc.lower(r.s, r.args, target="cuda-emu"))) == pipelined
+    text = str(tc.lower(r.s, r.args, target="cuda-emu"))
+    assert ("async_copy" in text) == pipelined
+    assert ("async_wait" in text) == (seed == 60540)
     out = run_case(case)
     assert out.ok, out.report()
 

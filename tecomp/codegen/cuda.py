@@ -449,7 +449,7 @@ class CudaRenderer(CSource):
             self.emit(f"{self.helper('tc_cp_async_commit')}();")
             return
         if s.key == ASYNC_WAIT:
-            self.async_pending = int(s.value.value)
+            self.async_pending = int(s.value)
             self.stmt(s.body)
             self.async_pending = 0
             return

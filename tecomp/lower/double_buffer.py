@@ -23,8 +23,8 @@ generator may issue them asynchronously (CUDA: ``cp.async`` on sm_80+) provided 
 waits for them before the next barrier, which the CUDA renderer does.
 
 With ``double_buffer(stages=n)`` (``AttrStmt("buffer_stages", n, ...)`` around the
-mark) the tile gets n buffers, a ring: the copies of the first n - 1 iterations come
-before the loop (those past its end not at all), and iteration ``ko`` copies the tile of
+mark) the tile gets n buffers (no more than the loop's iterations plus one), a ring: the
+copies of the first n - 1 iterations come before the loop (those past its end not at all), and iteration ``ko`` copies the tile of
 ``ko + n - 1`` into slot ``(ko + n - 1) % n``, the one iteration ``ko - 1`` read.  Each
 of those copy regions is an ``AttrStmt("async_group")``, closed even where its guard
 skips the copies, so that the groups count iterations, and the loop's barrier is an
@@ -53,13 +53,13 @@ from .barriers import Access, access
 from .device_split import shared_array_bytes
 
 DOUBLE_BUFFER = "double_buffer"
-#: ``AttrStmt("buffer_stages", Const(n), AttrStmt("double_buffer", ...))``: n buffers
+#: ``AttrStmt("buffer_stages", n, AttrStmt("double_buffer", ...))``: n buffers
 BUFFER_STAGES = "buffer_stages"
 ASYNC_COPY = "async_copy"
-#: ``AttrStmt("async_wait", Const(k), barrier)``: before this barrier, wait for the
+#: ``AttrStmt("async_wait", k, barrier)``: before this barrier, wait for the
 #: thread's asynchronous copies but the ``k`` latest groups of them
 ASYNC_WAIT = "async_wait"
-#: ``AttrStmt("async_group", Const(0), body)``: the asynchronous copies ``body`` issues
+#: ``AttrStmt("async_group", 0, body)``: the asynchronous copies ``body`` issues
 #: are one group, closed after it even where it issues none (a guard false near the end
 #: of the loop), so that the groups count the loop's iterations
 ASYNC_GROUP = "async_group"
@@ -213,8 +213,11 @@ class _DoubleBuffer(Mutator):
                 f"of it both use {display(b.name)}, so the next iteration's copy cannot run "
                 f"before this iteration's reads")
         stages = _stages(chain, marked, what, loop)
-        bufs = {b: _doubled(b, stages) for b in marked}
         ko, lo, ext = loop.var, loop.min, loop.extent
+        if isinstance(ext, Const):
+            # no more buffers than the loop has tiles: every copy before the loop runs
+            stages = max(2, min(stages, int(ext.value) + 1))
+        bufs = {b: _doubled(b, stages) for b in marked}
         end = _op.add(lo, ext)
 
         def slot_of(it):
@@ -227,18 +230,18 @@ class _DoubleBuffer(Mutator):
 
         def group(stmt):
             # (more than two stages: the barrier waits for all groups but the latest)
-            return AttrStmt(ASYNC_GROUP, Const(0, "int32"), stmt) if stages > 2 else stmt
+            return AttrStmt(ASYNC_GROUP, 0, stmt) if stages > 2 else stmt
 
         def guarded(it, stmt):
             cond = simplify(_op.compare(LT, it, end))
-            if isinstance(cond, Const):
-                return group(stmt if cond.value else Evaluate(Const(0, "int32")))
+            if isinstance(cond, Const) and cond.value:
+                return group(stmt)
             return group(IfThenElse(cond, stmt, None))
 
         ahead = _op.add(ko, Const(stages - 1, ko.dtype))
         barrier = Evaluate(Call("syncthreads", (), "int32"))
         if stages > 2:   # the tiles of the next stages - 2 iterations may still be in flight
-            barrier = AttrStmt(ASYNC_WAIT, Const(stages - 2, "int32"), barrier)
+            barrier = AttrStmt(ASYNC_WAIT, stages - 2, barrier)
         body = seq(
             barrier,
             group(IfThenElse(_op.compare(LT, ahead, end), copies_at(ahead, slot_of(ahead)),
@@ -264,7 +267,7 @@ def _stages(chain, marked, what, loop) -> int:
     counts, n = {}, 2
     for c in chain:   # a BUFFER_STAGES attribute sits right around its DOUBLE_BUFFER one
         if isinstance(c, AttrStmt) and c.key == BUFFER_STAGES:
-            n = int(c.value.value)
+            n = int(c.value)
         elif isinstance(c, AttrStmt) and c.key == DOUBLE_BUFFER:
             counts[c.value] = n
             n = 2

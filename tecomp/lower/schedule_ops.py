@@ -1440,7 +1440,7 @@ class LowerContext:
                     # lower.double_buffer splits the loop's copies from its reads
                     out = AttrStmt("double_buffer", b, out)
                     if s.buffer_stages != 2:
-                        out = AttrStmt("buffer_stages", Const(s.buffer_stages, "int32"), out)
+                        out = AttrStmt("buffer_stages", s.buffer_stages, out)
         return out
 
     def lower_expr(self, e: Expr) -> Expr:

@@ -23,6 +23,7 @@ from ..runtime.timing import time_calls
 from ..schedule import create_schedule
 from ..target import cpu_model
 from ..te import compute, placeholder, reduce_axis, sum as te_sum
+from ..te.tensor_intrin import tensor_intrins_for
 from ..threads import get_num_threads
 
 __all__ = ["fma_peak", "dot_peak", "stream_bandwidth", "host_peaks", "STREAM_BYTES"]
@@ -170,8 +171,6 @@ def dot_peak(threads: Optional[int] = None, steps: int = 100000, calls: int = 5,
     intrinsics), a multiply and an add counted as two operations; ``(0.0, "")`` where
     the target has none (of one row of ``C``: AArch64's dot products, not its i8mm
     blocks).  The roof of an int8 GEMM (``benchmarks/int8_gemm.py``)."""
-    from ..te.tensor_intrin import tensor_intrins_for
-
     dots = [t for t in tensor_intrins_for("llvm")
             if "u8s8s32" in t.name and len(t.output.shape) == 1]
     if not dots:
