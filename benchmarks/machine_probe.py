@@ -141,8 +141,10 @@ def main() -> int:
     for r in range(args.rounds):
         res["fma16"].append(fma_peak(1, lanes=L))
         res["fma8"].append(fma_peak(1, lanes=L // 2))
-        if threads > 1:
+        if threads > 1:   # (the runtime's pool, on 1 thread for the rest: P threads here)
+            tc.set_num_threads(threads)
             res["fma_t"].append(fma_peak(threads, lanes=L))
+            tc.set_num_threads(1)
         res["gather"].append(t(gather, (w, out)))
         if trans is not None:
             res["transpose"].append(t(trans, (w, out)))
