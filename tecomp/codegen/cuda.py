@@ -545,7 +545,7 @@ class CudaRenderer(CSource):
         ``mma.*`` scope: of per-lane register arrays, :data:`MMA_FRAGMENTS`), one per 16 x
         16 tile of its last two dimensions (the tiles in row-major order)."""
         buf = s.buffer
-        ftype, dtypes = _FRAGMENT_TYPES.get(buf.scope) or MMA_FRAGMENTS[buf.scope][::2]
+        ftype, dtypes = _FRAGMENT_TYPES.get(buf.scope) or MMA_FRAGMENTS[buf.scope]
         shape = [int(d.value) if isinstance(d, Const) else None for d in buf.shape]
         if buf.dtype not in dtypes or len(shape) < 2 or None in shape or shape[-1] % 16 \
                 or shape[-2] % 16 or buf.strides is not None:
@@ -563,7 +563,7 @@ class CudaRenderer(CSource):
         layout = _fragment_layout(s)
         self.fragment_layouts[buf] = layout
         if buf.scope in MMA_FRAGMENTS:   # per-lane registers, exchanged by warp collectives
-            size = f"[{MMA_TILE_REGS.get(buf.dtype, MMA_FRAGMENTS[buf.scope][1])}]"
+            size = f"[{MMA_TILE_REGS[buf.dtype]}]"
         else:
             ftype = ftype.replace("{layout}", layout).replace("{elem}", self.ctype(buf.dtype))
             size = ""

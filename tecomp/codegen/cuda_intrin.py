@@ -28,18 +28,17 @@ from ..te.tensor_intrin import IntrinOperand
 HELPERS = ("tc_ld_b32", "tc_dp4a_us", "tc_dp4a_ss", "tc_ldmatrix_x4", "tc_ldmatrix_x4_trans",
            "tc_mma_m16n8k16_f16", "tc_mma_m16n8k16_bf16", "tc_tf32", "tc_mma_m16n8k8_tf32")
 
-#: what one lane holds of a 16 x 16 tile of an ``mma.*`` fragment (C element type, count)
-#: and the dtypes the fragment buffer may have: A four f16x2 (bf16x2) registers
-#: (ldmatrix.x4), B two per 16 x 8 half, the accumulator four floats per 16 x 8 half (the
-#: PTX ISA's m16n8k16 fragments; the cuda.mma_* intrinsics of tecomp.te.intrin_mma fill
-#: and read them)
+#: what one lane holds of a 16 x 16 tile of an ``mma.*`` fragment: its C element type and
+#: the dtypes the fragment buffer may have (the PTX ISA's m16n8k16 / m16n8k8 fragments; the
+#: cuda.mma_* intrinsics of tecomp.te.intrin_mma fill and read them)
 MMA_FRAGMENTS = {
-    "mma.matrix_a": ("unsigned int", 8, ("float16", "bfloat16", "float32")),
-    "mma.matrix_b": ("unsigned int", 8, ("float16", "bfloat16", "float32")),
-    "mma.accumulator": ("float", 8, ("float32",)),
+    "mma.matrix_a": ("unsigned int", ("float16", "bfloat16", "float32")),
+    "mma.matrix_b": ("unsigned int", ("float16", "bfloat16", "float32")),
+    "mma.accumulator": ("float", ("float32",)),
 }
-#: registers per lane of a 16 x 16 operand tile, by its dtype (a float32 tile holds
-#: tf32 values, one per register; the 16-bit ones two per register)
+#: registers per lane of a 16 x 16 tile, by the fragment's dtype: A four f16x2 (bf16x2)
+#: registers (ldmatrix.x4), B two per 16 x 8 half; a float32 operand tile eight tf32
+#: values, one per register; the accumulator four floats per 16 x 8 half
 MMA_TILE_REGS = {"float16": 4, "bfloat16": 4, "float32": 8}
 
 _LDMATRIX = (

@@ -12,7 +12,7 @@ import llvmlite.ir as ir
 
 from ...errors import BuildError
 from ...ir.expr import BufferLoad
-from ...ir.functor import Visitor, post_order
+from ...ir.functor import Visitor, collect, post_order
 from ...ir.names import display
 from ...ir.stmt import For, PrimFunc
 from ...target import as_target
@@ -59,17 +59,7 @@ def _rmw_buffers(body) -> set:
 def _has_vectorized_loop(body) -> bool:
     """Whether some loop of ``body`` is ``vectorized`` (the schedule widens it; LLVM's loop
     vectorizer then does not run on the module, unless a loop is left to it)."""
-    found = []
-
-    class _V(Visitor):
-        def visit_For(self, s):
-            if s.kind == "vectorized":
-                found.append(s)
-            elif not found:
-                self.generic_visit(s)
-
-    _V().visit(body)
-    return bool(found)
+    return bool(collect(body, lambda n: isinstance(n, For) and n.kind == "vectorized"))
 
 
 class _ModuleBuilder:
