@@ -1065,6 +1065,72 @@ def test_stack_and_heap_allocations():
         np.testing.assert_allclose(out, (a + 1) * (np.arange(size) % 16), rtol=1e-6)
 
 
+
+def _access_scopes(src: str):
+    """``[(instruction text, scope names, noalias names)]`` of the accesses of LLVM IR
+    text ``src`` that carry tecomp's alias scopes (the domain named "... buffers")."""
+    md = {int(k): v for k, v in re.findall(r"^!(\d+) = (.*)$", src, re.M)}
+    refs = lambda text: [int(x) for x in re.findall(r"!(\d+)", text)]
+
+    def names(list_id):
+        out = set()
+        for sid in refs(md[list_id]):
+            m = re.fullmatch(r'distinct !\{\s*!(\d+),\s*!(\d+),\s*!"([^"]*)"\s*\}', md[sid])
+            assert m and int(m[1]) == sid and md[int(m[2])].endswith('buffers" }'), md[sid]
+            out.add(m[3])
+        return out
+
+    found = []
+    for line in src.splitlines():
+        m = re.search(r"!alias\.scope !(\d+), !noalias !(\d+)", line)
+        if m:
+            found.append((line.strip(), names(int(m[1])), names(int(m[2]))))
+    return found
+
+
+def test_allocated_buffers_carry_alias_scopes():
+    """Every access through a buffer carries scoped no-alias metadata: a buffer tecomp
+    allocates (a workspace block, a stack array) is a scope of its own, disjoint from the
+    arguments' and from each other's, in the serial kernel (one thread) as in a parallel
+    task; the arguments have one scope each where the variant promises no overlap, one
+    shared scope where they may overlap.  (The int8 GEMM summed in C stored every
+    accumulator at every step on one thread: LLVM could not tell that the loads of its
+    packed operand in the workspace do not read C.)"""
+    n = Var("n")
+    W, C = buf("W", (n, 64)), buf("C", (n,))
+    P = buf("P", (64, n), scope="global")           # tecomp_ws_alloc (symbolic size)
+    T = buf("T", (4,), scope="local")               # alloca
+    i, k, j = Var("i"), Var("k"), Var("j")
+    # P = W^T; C[i] = sum_k P[k, i] * T[k % 4], T a constant table
+    body = Allocate(P, seq(
+        loop(i, n, loop(k, 64, st(P, ld(W, i, k), k, i))),
+        Allocate(T, seq(
+            loop(j, 4, st(T, Cast(j, "float32") + 1.0, j), "unrolled"),
+            loop(i, n, seq(st(C, 0.0, i), loop(k, 64, st(C, ld(C, i) + ld(P, k, i) * ld(
+                T, FloorMod(k, c(4, "int32"), "int32")), i))))))))
+    w = np.random.rand(7, 64).astype(np.float32)
+    want = (w * np.tile(np.arange(1, 5, dtype=np.float32), 16)).sum(1)
+    for kind in ("serial", "parallel"):
+        f = PrimFunc(f"scopes_{kind}", (W, C), body if kind == "serial" else
+                     loop(Var("o"), 1, body, "parallel"))
+        m = build_llvm(f)
+        assert ("scopes_parallel.par0" in m.get_source("llvm-unopt")) == (kind == "parallel")
+        for noalias in (True, False):
+            acc = _access_scopes(m.get_source("llvm-unopt", noalias=noalias))
+            every = {b for _, own, others in acc for b in own | others}
+            args = {"W", "C"} if noalias else {"arguments"}
+            assert every == args | {"P", "T"}, every
+            seen = set()
+            for text, own, others in acc:
+                assert len(own) == 1 and own.isdisjoint(others) \
+                    and own | others == every, text
+                seen |= own
+            assert seen == every, (kind, noalias, seen)
+        out = np.zeros(7, np.float32)
+        m(w, out)
+        np.testing.assert_allclose(out, want, rtol=1e-5)
+
+
 _MANY_TEMPORARIES = """
 import sys
 sys.path.insert(0, %r)

@@ -300,6 +300,34 @@ def test_auto_schedule_picks_vnni_where_the_target_has_it():
     assert [x.name for x in tc.tensor_intrins_for("llvm -mcpu=haswell")] == [I16, AVX2, T8, I8]
 
 
+
+def test_sums_in_c_stay_in_registers_on_one_thread():
+    """The int8 GEMM's accumulators summed in C itself (knob tensorize.C.local off) on
+    one thread (no parallel task): the packed B lives in the workspace (past the 64 KiB
+    of the stack), and its loads carry alias scopes disjoint from C's, so LLVM keeps the
+    24 sums in registers across the reduction loop: no store in the loop of the dot
+    products (there were 24, one per sum, at every step).  Code for a named CPU, not run."""
+    import re
+
+    from tecomp.strategy import Knobs, apply_rules
+    from tecomp.target import cpu_model
+
+    A, B, C = _gemm(6, 64, 1040)
+    t = "llvm -mcpu=cascadelake -num-cores=1"
+    s = apply_rules([A, B, C], Knobs({"tensorize.C.local": False}), cpu_model(t))
+    low = str(tc.lower(s, [A, B, C], target=t))
+    assert "parallel" not in low and "C.local" not in low and "B.global: int8" in low
+    asm = tc.build(s, [A, B, C], target=t).get_source("asm")
+    loops = []
+    for label in re.findall(r"^(\.LBB\d+_\d+):", asm, re.M):
+        body = asm.split(label + ":", 1)[1]
+        end = body.find("\tjne\t" + label + "\n")
+        if end > 0 and "vpdpbusd" in body[:end] and "\n.LBB" not in body[:end]:
+            loops.append(body[:end])
+    assert len(loops) == 1 and loops[0].count("vpdpbusd") == 24, asm
+    assert not re.findall(r"vmovdq\w*\s+%zmm\d+, [^%\n]*\(", loops[0]), loops[0]
+
+
 def test_auto_schedule_leaves_what_does_not_fit_untensorized():
     # 20 columns: no multiple of 8; an int32 x int8 product: not u8 x s8
     for dx, N in (("uint8", 20), ("int32", 16)):

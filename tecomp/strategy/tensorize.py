@@ -171,11 +171,12 @@ def _dot_block_in_registers(rules, st, intrin, L: int, nv: int, mr: int, eu, ev:
     """The rule's ``mr`` x ``nv L`` blocks of ``C`` summed in a local block
     (``cache_write``, computed at each block of ``C``, then copied out in vectors): the
     accumulators are a block of their own, which LLVM keeps in registers across the
-    reduction wherever the kernel runs.  (Summed in ``C`` itself, LLVM kept them in
-    registers only where it could prove that no load of the loop reads ``C``: in a
-    parallel task's body, not in the serial kernel of one thread, which stored every
-    accumulator at every step: 2.7x slower on one thread of Zen 5;
-    benchmarks/DECISIONS.md, "Tensorize rule: the accumulators in a local block".)"""
+    reduction wherever the kernel runs.  (Summed in ``C`` itself, LLVM once kept them
+    in registers only in a parallel task's body, not in the serial kernel of one thread,
+    which stored every accumulator at every step, 2.7x slower on one thread of Zen 5:
+    benchmarks/DECISIONS.md, "Tensorize rule: the accumulators in a local block"; the
+    loads of the packed ``W`` in the workspace now carry alias scopes disjoint from
+    ``C``'s, :mod:`tecomp.codegen.llvm.alias`.)"""
     op = st.op
     s = rules.s
     k_iv, v_iv, u_iv = op.reduce_axis[0], op.axis[-1], op.axis[-2]

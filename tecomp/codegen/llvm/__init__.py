@@ -21,6 +21,8 @@ The modules of this package:
   (values in a lane context, integer folding, arithmetic, comparisons, selects, casts),
   ``emit_math`` (math functions: LLVM intrinsics, libm, tecomp's vector ``exp`` and
   ``erf``) and ``emit_calls`` (tensor intrinsics, extern calls);
+* ``alias`` -- the scoped no-alias metadata of every load and store (each buffer tecomp
+  allocates a scope of its own, the arguments one each or one together by variant);
 * ``values`` -- the LLVM types of each dtype, the lane-context value ``Val``, buffers as a
   function sees them, constants;
 * ``intrinsics`` -- intrinsic name mangling, the float16/bfloat16 conversions, and what

@@ -78,7 +78,7 @@ class _CallEmitter:
                     if shape[d] > 1:
                         checks.append(b.icmp_signed("==", acc, ir.Constant(_I64, want[d])))
             views.append(IntrinView(ph.name, buf.name, ph.dtype, shape, tuple(strides),
-                                    self._elem_ptr(bi, off.s, False), _MEM[bi.dtype]))
+                                    self._elem_ptr(bi, off.s, False), _MEM[bi.dtype], buf))
 
         def emit():
             intrin.llvm(IntrinBuilder(self, intrin.name, builtin_name(intrin) is not None),

@@ -285,6 +285,11 @@ class _MemoryEmitter:
 
                 self.guard(self.any_lane(fails), on_fail, name="bounds")
 
+    def _tag(self, inst, bi: _Buf):
+        """``inst`` (a load, store or masked memory intrinsic through ``bi``) with the
+        buffer's alias scopes (:mod:`tecomp.codegen.llvm.alias`)."""
+        return self.mb.alias.tag(inst, bi.buffer)
+
     def _elem_ptr(self, bi: _Buf, off, inbounds: bool):
         return self.b.gep(bi.ptr, [off], inbounds=inbounds, source_etype=_MEM[bi.dtype])
 
@@ -344,8 +349,8 @@ class _MemoryEmitter:
             def scalar():
                 if self.checks:
                     self.bounds_check(bi, idx, node, "load")
-                return Val(self.from_mem(
-                    b.load(self._elem_ptr(bi, off.s, True), typ=memty, align=align), dtype))
+                return Val(self.from_mem(self._tag(
+                    b.load(self._elem_ptr(bi, off.s, True), typ=memty, align=align), bi), dtype))
 
             if self.lanes > 1 and self.mask is not None:
                 zero = Val(_splat(_REG[dtype], 0))
@@ -360,9 +365,9 @@ class _MemoryEmitter:
         elif off.v is None and off.step == 1:
             p = self._elem_ptr(bi, off.s, self.mask is None)
             if self.mask is None:
-                x = b.load(p, typ=vty, align=align)
+                x = self._tag(b.load(p, typ=vty, align=align), bi)
             else:
-                x = self.masked_load(p, vty, align, self.mask)
+                x = self.masked_load(p, vty, align, self.mask, bi)
         elif (off.v is None and self.mask is None
               and self.policy.strided_wide_load(off.step, self.lanes, memty)):
             # a small constant step (x86: a stride-2 convolution's input row): one
@@ -380,7 +385,7 @@ class _MemoryEmitter:
             f = self.mb.intrinsic("llvm.masked.gather", vty,
                                   [pty, _I32, self.vtype(_I1), vty], [vty, pty])
             m = self.mask if self.mask is not None else self.all_true()
-            x = b.call(f, [ptrs, ir.Constant(_I32, align), m, _splat(vty, 0)])
+            x = self._tag(b.call(f, [ptrs, ir.Constant(_I32, align), m, _splat(vty, 0)]), bi)
         return Val(v=self.from_mem(x, dtype))
 
     def wide_load(self, bi, off, memty, align, width: int, step: int):
@@ -402,7 +407,7 @@ class _MemoryEmitter:
         width = width or 1 << (span - 1).bit_length()
         wty = ir.VectorType(memty, width)
         w = self.masked_load(self._elem_ptr(bi, base, False), wty, align,
-                             self._pad_mask(width, span))
+                             self._pad_mask(width, span), bi)
         return self.b.shuffle_vector(w, _poison(wty), ir.Constant(
             ir.VectorType(_I32, len(offsets)), [ir.Constant(_I32, o) for o in offsets]))
 
@@ -452,7 +457,7 @@ class _MemoryEmitter:
             return None
         return self.iadd(base.s, ir.Constant(_I64, lo)), offsets
 
-    def masked_load(self, p, vty, align: int, mask):
+    def masked_load(self, p, vty, align: int, mask, bi: _Buf):
         """``llvm.masked.load`` of ``vty`` at ``p`` (zero where ``mask`` is false), as
         register-wide pieces where ``vty`` is wider than a register
         (``policy.register_bytes``).  LLVM's backend splits a wider one itself, and
@@ -465,7 +470,7 @@ class _MemoryEmitter:
         if n <= per:
             f = self.mb.intrinsic("llvm.masked.load", vty,
                                   [_PTR, _I32, ir.VectorType(_I1, n), vty], [vty, _PTR])
-            return b.call(f, [p, ir.Constant(_I32, align), mask, _splat(vty, 0)])
+            return self._tag(b.call(f, [p, ir.Constant(_I32, align), mask, _splat(vty, 0)]), bi)
         pty = ir.VectorType(et, per)
         pieces = []
         for start in range(0, n, per):
@@ -479,7 +484,8 @@ class _MemoryEmitter:
             q = b.gep(p, [ir.Constant(_I64, start)], source_etype=et)
             f = self.mb.intrinsic("llvm.masked.load", pty,
                                   [_PTR, _I32, ir.VectorType(_I1, per), pty], [pty, _PTR])
-            pieces.append(b.call(f, [q, ir.Constant(_I32, align), m, _splat(pty, 0)]))
+            pieces.append(self._tag(b.call(f, [q, ir.Constant(_I32, align), m,
+                                               _splat(pty, 0)]), bi))
         while len(pieces) & (len(pieces) - 1):
             pieces.append(_splat(pieces[0].type, 0))
         while len(pieces) > 1:
@@ -505,7 +511,8 @@ class _MemoryEmitter:
             def scalar():
                 if self.checks:
                     self.bounds_check(bi, idx, node, "store")
-                b.store(self.to_mem(val.s, dtype), self._elem_ptr(bi, off.s, True), align=align)
+                self._tag(b.store(self.to_mem(val.s, dtype), self._elem_ptr(bi, off.s, True),
+                                  align=align), bi)
 
             if self.lanes > 1 and self.mask is not None:
                 self.if_(self.any_lane(self.mask), scalar, name="st")
@@ -526,15 +533,15 @@ class _MemoryEmitter:
                                              [ir.Constant(_I32, min(i, n)) for i in range(P)]))
             f = self.mb.intrinsic("llvm.masked.store", ir.VoidType(),
                                   [wty, _PTR, _I32, ir.VectorType(_I1, P)], [wty, _PTR])
-            b.call(f, [w, p, ir.Constant(_I32, align), self._pad_mask(P)])
+            self._tag(b.call(f, [w, p, ir.Constant(_I32, align), self._pad_mask(P)]), bi)
         elif off.v is None and off.step == 1:
             p = self._elem_ptr(bi, off.s, self.mask is None)
             if self.mask is None:
-                b.store(x, p, align=align)
+                self._tag(b.store(x, p, align=align), bi)
             else:
                 f = self.mb.intrinsic("llvm.masked.store", ir.VoidType(),
                                       [vty, _PTR, _I32, self.vtype(_I1)], [vty, _PTR])
-                b.call(f, [x, p, ir.Constant(_I32, align), self.mask])
+                self._tag(b.call(f, [x, p, ir.Constant(_I32, align), self.mask]), bi)
         else:
             # scatter: lanes are written in order, so a lane-invariant address keeps the
             # last lane's value, as the serial loop would
@@ -543,7 +550,7 @@ class _MemoryEmitter:
             f = self.mb.intrinsic("llvm.masked.scatter", ir.VoidType(),
                                   [vty, pty, _I32, self.vtype(_I1)], [vty, pty])
             m = self.mask if self.mask is not None else self.all_true()
-            b.call(f, [x, ptrs, ir.Constant(_I32, align), m])
+            self._tag(b.call(f, [x, ptrs, ir.Constant(_I32, align), m]), bi)
 
     def e_load(self, e: BufferLoad) -> Val:
         return self.load(e)

@@ -81,6 +81,11 @@ Lowering
   block is reached through no other pointer, so LLVM keeps values loaded from the
   kernel's arrays across stores to it (without it, attention's scratch past 64 KiB ran
   1.5x slower than the same scratch on the stack).
+* **Aliasing**: every load and store through a buffer carries ``!alias.scope`` and
+  ``!noalias`` (:mod:`tecomp.codegen.llvm.alias`): a buffer tecomp allocates never
+  aliases another buffer, in the serial kernel as in a parallel task (``noalias`` on
+  the body function's arguments alone did not reach accesses through a workspace
+  pointer in a large kernel).
 * **Prefetch**: ``llvm.prefetch.p0(ptr, rw, 3, 1)`` on the element's address, computed
   like a load's (both layouts) through a plain, non-``inbounds`` getelementptr; ``rw`` is
   1 for a write-intent prefetch (x86 ``prefetchw`` where the CPU has PRFCHW, else

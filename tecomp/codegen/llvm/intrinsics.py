@@ -136,10 +136,11 @@ class IntrinView(IntrinOperand):
     :class:`~tecomp.te.tensor_intrin.IntrinOperand`): ``strides`` are ints."""
 
     def __init__(self, name: str, buffer_name: str, dtype: str, shape: Tuple[int, ...],
-                 strides: Tuple[int, ...], ptr, mem_type):
+                 strides: Tuple[int, ...], ptr, mem_type, buffer=None):
         super().__init__(name, buffer_name, dtype, shape, strides)
         self._ptr = ptr
         self._mem = mem_type
+        self._buffer = buffer       # the Buffer (its alias scopes: alias.py)
 
 
 class IntrinBuilder:
@@ -181,11 +182,13 @@ class IntrinBuilder:
 
     def load(self, view: IntrinView, ty, index: Sequence[int] = ()):
         """Load a value of type ``ty`` from ``view[index]`` (unaligned)."""
-        return self.b.load(self.ptr(view, index), typ=self.type(ty), align=1)
+        return self._em.mb.alias.tag(
+            self.b.load(self.ptr(view, index), typ=self.type(ty), align=1), view._buffer)
 
     def store(self, view: IntrinView, value, index: Sequence[int] = ()):
         """Store ``value`` at ``view[index]`` (unaligned)."""
-        self.b.store(value, self.ptr(view, index), align=1)
+        self._em.mb.alias.tag(self.b.store(value, self.ptr(view, index), align=1),
+                              view._buffer)
 
     # -- values ------------------------------------------------------------------------
     def call(self, name: str, ret, *args):

@@ -19,6 +19,7 @@ from ...target import as_target
 from ...runtime.signature import CheckSite, Signature
 from . import jit as llvm_jit
 from .abi import ERR_WORDS, body_params, emit_entry, emit_pyarrays_entry
+from .alias import AliasScopes
 from .emit_memory import frame_overflow
 from .emitter import _FnEmitter
 from .intrinsics import _mangle
@@ -84,6 +85,7 @@ class _ModuleBuilder:
         #: the CPU features the tensor intrinsics in it require (checked before it runs)
         self.required_features: Set[str] = set()
         self._loop_ids = 0
+        self._selfref_ids = 0
         self._par_count = 0
         self._has_load: Dict[int, bool] = {}
         #: the target's decisions the emitter asks about (policy.py, x86.py)
@@ -97,6 +99,8 @@ class _ModuleBuilder:
         #: the schedule vectorized some loop: scalar float min/max may be the target's own
         #: instruction (_FnEmitter._minmax), which LLVM's loop vectorizer cannot widen
         self.has_vectorized_loop = _has_vectorized_loop(func.body)
+        #: the scoped no-alias metadata of the accesses (alias.py)
+        self.alias = AliasScopes(self, func, sig, noalias)
 
     # -- declarations ----------------------------------------------------------------
     def declare(self, name: str, ret, args) -> ir.Function:
@@ -216,9 +220,10 @@ class _ModuleBuilder:
         s = llvm_jit.with_target_attributes(str(self.module), self.target,
                                             self.policy.function_attributes,
                                             self.policy.unconstrained)
-        # llvmlite cannot build self-referential metadata: loop ids are emitted as
-        # !{!"tecomp.loopid.K", ...} and patched into distinct !{!N, ...} here.
-        return re.sub(r'^(!\d+) = !\{\s*!"tecomp\.loopid\.\d+"\s*,\s*',
+        # llvmlite cannot build self-referential metadata: loop ids (and the alias
+        # scopes and their domain) are emitted as !{!"tecomp.loopid.K", ...}
+        # (!{!"tecomp.selfref.K", ...}) and patched into distinct !{!N, ...} here.
+        return re.sub(r'^(!\d+) = !\{\s*!"tecomp\.(?:loopid|selfref)\.\d+"\s*,\s*',
                       lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}, ",
                       s, flags=re.M)
 
