@@ -78,13 +78,20 @@ def main() -> int:
     inc(a, b, c3)
     assert np.array_equal(c3, c), "tensorized GEMM (sums in C) is wrong"
     fns["tecomp int8 tensorized, sums in C"] = lambda: inc(a, b, c3)
-    # the blocks column panel by column panel (the rule's other order: its knob)
-    cols = tc.build(apply_rules(q, Knobs({"tensorize.C.cols_outer": True}),
-                                cpu_model("llvm")), q)
-    c4 = np.zeros_like(c)
-    cols(a, b, c4)
-    assert np.array_equal(c4, c), "tensorized GEMM (columns outer) is wrong"
-    fns["tecomp int8 tensorized, cols outer"] = lambda: cols(a, b, c4)
+    # the rule's other loop order and W's other packing (its knobs): the blocks row
+    # block by row block (or column panel by column panel, whichever the default is
+    # not: tensorize.cols_outer_default), W in blocks of one vector instead of panels
+    from tecomp.strategy.tensorize import cols_outer_default
+    other = not cols_outer_default(cpu_model("llvm"), n, n, 64)
+    for label, knobs in ((f"{'cols' if other else 'rows'} outer",
+                          {"tensorize.C.cols_outer": other}),
+                         ("W in vector blocks", {"tensorize.C.panels": False})):
+        f_alt = tc.build(apply_rules(q, Knobs(knobs), cpu_model("llvm")), q)
+        c_alt = np.zeros_like(c)
+        f_alt(a, b, c_alt)
+        assert np.array_equal(c_alt, c), f"tensorized GEMM ({label}) is wrong"
+        fns[f"tecomp int8 tensorized, {label}"] = lambda f_alt=f_alt, c_alt=c_alt: f_alt(
+            a, b, c_alt)
     plain = tc.build(apply_rules(q, Knobs({"tensorize.C": "none"}), cpu_model("llvm")), q)
     c2 = np.zeros_like(c)
     fns["tecomp int8 plain"] = lambda: plain(a, b, c2)

@@ -328,6 +328,37 @@ def test_sums_in_c_stay_in_registers_on_one_thread():
     assert not re.findall(r"vmovdq\w*\s+%zmm\d+, [^%\n]*\(", loops[0]), loops[0]
 
 
+
+@pytest.mark.parametrize("cols_outer", [False, True])
+@pytest.mark.parametrize("panels", [False, True])
+def test_int8_rule_orders_and_panels_are_exact(cols_outer, panels):
+    """The rule's knobs: W packed in panels of the block's columns (each panel's groups
+    of 4 rows one after another) or in blocks of one vector; the blocks of C column
+    panel by column panel or row block by row block (13 rows: a short last block).
+    The default order follows the machine model's L2 (cols_outer_default)."""
+    from tecomp.strategy import Knobs, apply_rules
+    from tecomp.strategy.tensorize import cols_outer_default
+    from tecomp.target import cpu_model
+
+    t = "llvm -mcpu=cascadelake"
+    info = cpu_model(t)
+    assert cols_outer_default(info, 1024, 1024, 64) and not cols_outer_default(
+        info, 256, 256, 64) and not cols_outer_default(info, 64 << 20, 64, 64)
+    A, B, C = _gemm(13, 128, 64)
+    s = apply_rules([A, B, C], Knobs({"tensorize.C.cols_outer": cols_outer,
+                                      "tensorize.C.panels": panels}), info)
+    low = str(tc.lower(s, [A, B, C], target=t))
+    # [j / 64, k / 4, 64, 4] in panels, else [k / 4, j / 16, 16, 4]
+    assert ("B.global: int8[16, 2, 64, 4] (global, strides [256, 4096, 4, 1])" in low) == panels
+    assert ("B.global: int8[16, 8, 16, 4] (global)" in low) != panels
+    assert "allocate C.local: int32[6, 64]" in low, low
+    if tc.Target(t).runs_here() is None:
+        a, b = _data(13, 128, 64)
+        c = np.zeros((13, 128), np.int32)
+        tc.build(s, [A, B, C], target=t)(a, b, c)
+        np.testing.assert_array_equal(c, _ref(a, b))
+
+
 def test_auto_schedule_leaves_what_does_not_fit_untensorized():
     # 20 columns: no multiple of 8; an int32 x int8 product: not u8 x s8
     for dx, N in (("uint8", 20), ("int32", 16)):

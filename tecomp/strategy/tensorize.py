@@ -113,16 +113,6 @@ def tensorize_reduction(rules, st) -> bool:
         return True
     L = int(intrin.output.shape[0].value)
     s = rules.s
-    wt = w.producer
-    dv = list(w.indices).index(v_iv.var)
-    dk = list(w.indices).index(k_iv.var)
-    packed = s.cache_read(wt, "global", [st], blocks=[(dv, L), (dk, 4)])
-    ps = s[packed]
-    pax = list(ps.op.axis)
-    nd = len(wt.shape)
-    rules.parallel(ps, pax[:nd], [rules.ext(a.dom.extent) for a in pax[:nd]])
-    _interleave_pack(rules, ps, pax, wt, dv, L, name)
-    rules.done.add(id(packed.op))
     # the block: mr rows (the axis before j) by nv vectors; registers: AVX2's 16 hold
     # 8 accumulators and the widened operands, AVX-512's 32 hold 24
     wide = rules.info.vregs >= 32
@@ -131,6 +121,8 @@ def tensorize_reduction(rules, st) -> bool:
                         min(nv_max, 4 if wide else 2))
     while (ev // L) % nv:
         nv -= 1
+    packed = _pack_w(rules, st, w, v_iv, k_iv, L, nv, name)
+    rules.done.add(id(packed.op))
     # AVX-512: 6 rows x 4 vectors = 24 accumulators (DECISIONS.md, "Tensorize rule")
     mr = rules.k.choose(f"{name}.mr", [1, 2, 3, 4, 6], 6 if wide and nv == 4 else 4)
     if eu is not None:
@@ -159,12 +151,18 @@ def tensorize_reduction(rules, st) -> bool:
     return True
 
 
-#: the blocks of C column panel by column panel (each panel of the packed B reused by
-#: every row block while it is in cache) rather than row block by row block: a knob
-#: (``tensorize.<name>.cols_outer``), off by default: on Zen 5 under load each order
-#: won some interleaved runs by 3-5% (benchmarks/DECISIONS.md, "Tensorize rule: the
-#: accumulators in a local block"; ``benchmarks/int8_gemm.py`` shows both)
-COLS_OUTER = False
+def cols_outer_default(info, ek: int, ev: int, panel: int) -> bool:
+    """Whether the blocks of ``C`` go column panel by column panel (each panel of the
+    packed ``W``, ``ek x panel`` bytes, read by every block of rows while it stays in
+    L2; ``X``'s rows read again for each panel) rather than row block by row block
+    (a block's rows of ``X`` stay in L1; the whole packed ``W``, ``ek x ev`` bytes, read
+    again for each block of rows): where the whole ``W`` does not fit half of L2 and
+    one panel does.  1024^3 on Zen 5 (1 MiB L2), one thread, CPU time under load:
+    2.15-2.19 ms against 2.25-2.28 row block by row block (benchmarks/DECISIONS.md,
+    "Tensorize rule: W in panels, columns outer").  The knob
+    ``tensorize.<name>.cols_outer``."""
+    half = info.l2_bytes // 2
+    return ek * ev > half and ek * panel <= half
 
 
 def _dot_block_in_registers(rules, st, intrin, L: int, nv: int, mr: int, eu, ev: int) -> None:
@@ -188,14 +186,17 @@ def _dot_block_in_registers(rules, st, intrin, L: int, nv: int, mr: int, eu, ev:
     vo, vi = st.split(v_iv, factor=L * nv)
     eo = [None if eu is None else -(-eu // mr), ev // (L * nv)]
     outer = [uo, vo]
-    if rules.k.choose(f"tensorize.{op.name}.cols_outer", [False, True], COLS_OUTER):
+    ek = rules.ext(k_iv.dom.extent)
+    if rules.k.choose(f"tensorize.{op.name}.cols_outer", [False, True],
+                      cols_outer_default(rules.info, ek, ev, L * nv)):
         outer, eo = outer[::-1], eo[::-1]
     st.reorder(*lead, *outer, ui, vi)
     vio, vii = st.split(vi, factor=L)
     st.unroll(vio)
     st.vectorize(vii)
     row = rules.parallel(st, lead + outer, [rules.ext(a.dom.extent) for a in lead] + eo)
-    cs.compute_at(st, vo if row is None or vo in st.leaf_iter_vars else row)
+    block = outer[-1]     # the loop over blocks (of rows, or of columns with cols_outer)
+    cs.compute_at(st, block if row is None or block in st.leaf_iter_vars else row)
     # rows split by mr again: a constant extent also in the last block of rows (guarded
     # there, and peeled off by loop partitioning), as the GEMM's micro-kernel
     cuo, cu = cs.split(cs.op.axis[-2], factor=mr)
@@ -264,13 +265,48 @@ def _tensorize_blocks(rules, st, x, w, intrin, name: str) -> None:
     cs.tensorize(uii, intrin)
 
 
-def _interleave_pack(rules, ps, pax, wt, dv: int, L: int, name: str) -> None:
+#: W packed in panels of the block's ``nv L`` columns, each panel's groups of 4 rows one
+#: after another (``[j / nv L, k / 4, nv L, 4]``: a block reads one sequential stream of
+#: ``nv`` vectors a step), rather than in ``[k / 4, j / L, L, 4]`` (a block's step ``nv``
+#: vectors of a row of panels, the next step a whole row of panels further: one new page
+#: per step, which the prefetchers do not follow); the knob ``tensorize.<name>.panels``
+PANELS = True
+
+
+def _pack_w(rules, st, w, v_iv, k_iv, L: int, nv: int, name: str):
+    """Copy ``W`` into the intrinsic's blocks of ``L`` columns by 4 rows
+    (``cache_read(..., blocks=)``), in panels of ``nv L`` columns (:data:`PANELS`), the
+    copy in parallel over the panels; returns the copy."""
+    s = rules.s
+    wt = w.producer
+    dv = list(w.indices).index(v_iv.var)
+    dk = list(w.indices).index(k_iv.var)
+    panel = L * nv if rules.k.choose(f"{name}.panels", [True, False], PANELS) else L
+    packed = s.cache_read(wt, "global", [st], blocks=[(dv, panel), (dk, 4)])
+    ps = s[packed]
+    pax = list(ps.op.axis)
+    nd = len(wt.shape)
+    outer = pax[:nd]
+    if panel > L and dk < dv:
+        # each panel's groups of rows one after another; the copy writes them in order
+        outer = [a for d, a in enumerate(pax[:nd]) if d not in (dv, dk)] + [pax[dv], pax[dk]]
+        ps.storage_order(*outer, *pax[nd:])
+        ps.reorder(*outer, *pax[nd:])
+    rules.parallel(ps, outer, [rules.ext(a.dom.extent) for a in outer])
+    _interleave_pack(rules, ps, pax, wt, dv, L, panel, name)
+    return packed
+
+
+def _interleave_pack(rules, ps, pax, wt, dv: int, L: int, panel: int, name: str) -> None:
     """The packing of ``W[.., k, j]`` (``j`` last: rows of ``L`` bytes) as one
-    ``x86.interleave_s8_4xL`` per panel block (4 row loads, shuffles, one store) instead
-    of ``4 L`` one-byte copies (DECISIONS.md, "Tensorize rule")."""
+    ``x86.interleave_s8_4xL`` per block of a panel (4 row loads, shuffles, one store)
+    instead of ``4 L`` one-byte copies (DECISIONS.md, "Tensorize rule")."""
     if dv != len(wt.shape) - 1:
         return   # W[.., j, k]: the copy moves 4 contiguous bytes at a time already
     intrin = rules.target_intrin(f"x86.interleave_s8_4x{L}")
     if intrin is None or not rules.k.choose(f"{name}.pack_interleave", [True, False], True):
         return
-    ps.tensorize(pax[-2], intrin)
+    col = pax[-2]
+    if panel > L:
+        _, col = ps.split(col, factor=L)
+    ps.tensorize(col, intrin)
