@@ -52,7 +52,7 @@ def _no_copy_of(s, args, W, limit=None):
     readers = [st.op for st in s.stages
                if isinstance(st.op, ComputeOp) and W in st.op.input_tensors]
     assert len(readers) == 1 and readers[0].reduce_axis, [op.name for op in readers]
-    assert "cache_read" not in s.trace.python(args)
+    assert f"cache_read({W.name}," not in s.trace.python(args)
     ir = str(tc.lower(s, args))
     for name, shape in re.findall(r"allocate (\S+): \w+\[([^\]]*)\]", ir):
         assert limit is None or int(np.prod([int(d) for d in shape.split(",")])) < limit, \
@@ -94,6 +94,36 @@ def test_llm_decoding_shape_reads_w_in_place():
     A, W, C = args = _plain(4, 11008, 4096, "w")
     s = tc.auto_schedule(args)
     assert "allocate" not in _no_copy_of(s, args, W)
+
+
+def test_sixteen_rows_copy_a_and_prefetch_w():
+    """16 x 4096 @ (11008 x 4096)^T (lowered, not run): W still read in place, A read
+    from a copy whose rows are a cache line further apart than 4 KiB (they shared one
+    cache set with the tile's rows of W), each tile's rows of W prefetched a block of
+    the reduction ahead; 4 rows (a block of 1024 columns) and a K whose rows fall into
+    different sets anyway keep A in place."""
+    from tecomp.strategy.cpu.skinny import rows_share_sets
+
+    assert rows_share_sets(4096, 8) and not rows_share_sets(45, 8) \
+        and not rows_share_sets(4096 + 16, 8)
+    A, W, C = args = _plain(16, 11008, 4096, "wt")
+    s = tc.auto_schedule(args)
+    ir = _no_copy_of(s, args, W, 16 * 4112 + 1)
+    assert "allocate A.global: float32[16, 4096] (global, strides [4112, 1])" in ir, ir
+    assert re.search(r"prefetch W\[.*min\(k\.outer\.outer \+ 1, 15\)\*256", ir), ir
+    A, W, C = args = _plain(4, 11008, 4096, "wt")
+    ir = _no_copy_of(tc.auto_schedule(args), args, W)
+    assert "A.global" not in ir and "prefetch" not in ir
+    args = _plain(16, 83, 45, "wt")
+    ir = _no_copy_of(apply_rules(args, Knobs(), cpu_model()), args, args[1])
+    assert "A.global" not in ir and "prefetch" not in ir
+    # run: 9 rows (a short row block), 1024 columns in blocks, 37 rows of W (a short tile)
+    args = _plain(9, 37, 1024, "wt")
+    s = apply_rules(args, Knobs(), cpu_model())
+    ir = _no_copy_of(s, args, args[1])
+    assert "A.global" in ir and "prefetch W" in ir, ir
+    c, want = _run(s, args, "wt")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
 
 
 def _dense_and_matmul_stream_w(M, N, K, dense_schedule, matmul_schedule):

@@ -92,17 +92,20 @@ def lane_vectors(s: Schedule, C: Tensor, L: int):
 
 
 def accumulate_lanes(s: Schedule, rf: Tensor, st: Stage, at, rows: int, cols: int,
-                     kblock: Optional[int] = None) -> None:
+                     kblock: Optional[int] = None):
     """The vector accumulation ``C.rf[i, j, kl]`` of :func:`lane_vectors` computed at
     ``st``'s loop ``at``, in register tiles of ``rows x cols`` accumulators (unrolled;
     the vectors along ``k``, ``fp_contract``: FMAs).  ``kblock``: the reduction in
-    blocks of that many vectors, outermost, each over every tile (``cols`` outer)."""
+    blocks of that many vectors, outermost, each over every tile (``cols`` outer).
+    Returns the loops over the reduction's blocks (None without ``kblock``) and over the
+    tiles' columns."""
     rs = s[rf]
     rs.compute_at(st, at)
     *_, fb, fo, fk = rs.op.axis
     rko, = rs.op.reduce_axis
     fbo, fbi = rs.split(fb, factor=rows)
     foo, foi = rs.split(fo, factor=cols)
+    kbo = None
     if kblock is None:
         rs.reorder(fbo, foo, rko, fbi, foi, fk)
     else:
@@ -113,3 +116,4 @@ def accumulate_lanes(s: Schedule, rf: Tensor, st: Stage, at, rows: int, cols: in
     rs.vectorize(fk)
     rs.pragma(rko, "fp_contract")
     rs.pragma(rko, "unroll_count", 2)
+    return kbo, foo

@@ -13,7 +13,11 @@ streaming its own columns of C, the sums accumulated in vector registers:
   reduction in blocks of ``kb`` (A's ``M x kb`` block fills at most half of L1 and is
   re-read from there by every tile of the thread task's rows of W, the accumulators
   kept in the task's buffer between blocks; with whole rows of A re-read from L2
-  instead, 16 rows ran 1.3x slower, 1 thread on the Xeon, under load);
+  instead, 16 rows ran 1.3x slower, 1 thread on the Xeon, under load); from
+  :data:`PREFETCH_MIN_ROWS` rows on, A is read from a copy whose rows lie in different
+  cache sets (``storage_align``; rows 16 KiB apart shared one set with the tile's rows
+  of W) and each tile prefetches its rows of W in the next block (a task's rows are
+  each read a block at a time: too many streams for the hardware prefetchers);
 * ``W[k, j]``: vectors along ``j``, a register block of ``mb`` rows by ``nv`` vectors,
   ``A[i, k]`` broadcast (``nv`` vector loads of one row of W and ``mb`` broadcasts per
   ``mb * nv`` FMAs), accumulated in registers over a block of ``kb`` rows of W
@@ -59,6 +63,16 @@ SKINNY_MAX_ROWS = 16
 #: C: as many sequential streams (the hardware prefetchers follow a few dozen)
 K_BLOCK = 16
 
+#: the bytes of one way of L1d (48 KiB in 12 ways on Zen 5, 32 in 8 on Intel cores):
+#: rows this many bytes apart fall into the same sets
+CACHE_WAY_BYTES = 4096
+
+#: ``W[j, k]``: from this many rows on, A is read from a copy whose rows lie in other
+#: cache sets and each tile's rows of W are prefetched a block of the reduction ahead
+#: (16 rows, 1 thread, Zen 5, under load: 10.7-11.7 ms against 18-20; 8 rows 7.7
+#: against 11.4; 4 rows, a block of 1024 columns, 6.8-7.9 against 6.3-7.0: slower)
+PREFETCH_MIN_ROWS = 8
+
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
 #: fewer than two tasks each
@@ -79,6 +93,8 @@ class SkinnyPlan:
     nb: int
     kb: int = K_BLOCK
     batch: int = 1      # the product of the batch axes' extents (a batched GEMV)
+    copy_a: bool = False  # W[j, k]: A read from a copy with its rows in other sets
+    prefetch: int = 0     # W[j, k]: a tile's W prefetched this many blocks of k ahead
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
@@ -108,7 +124,19 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
         most = max(L, info.l1_bytes // 2 // (4 * M) // L * L)
         fit = [b for b in range(most, most // 2, -L) if K % b == 0]
         kb = K if K <= most else (fit[0] if fit else most)
-    return SkinnyPlan(M, N, K, not w_kfirst, mb, nb, kb, batch)
+    # W[j, k] with 8 rows or more: A copied with its rows in other cache sets, and each
+    # tile's W for the next block of the reduction prefetched (one prefetch per line of
+    # W feeds 8 FMAs or more); see _aligned_copy_of_a and _schedule_rows_of_w
+    dense = not w_kfirst and M >= PREFETCH_MIN_ROWS
+    return SkinnyPlan(M, N, K, not w_kfirst, mb, nb, kb, batch,
+                      copy_a=dense and rows_share_sets(K, mb),
+                      prefetch=1 if dense and kb < K else 0)
+
+
+def rows_share_sets(K: int, mb: int) -> bool:
+    """Whether ``mb`` rows of ``K`` float32 fall into fewer than ``mb`` different sets of
+    the cache at a given column (their distance a multiple of a large power of two)."""
+    return CACHE_WAY_BYTES // math.gcd(4 * K, CACHE_WAY_BYTES) < mb
 
 
 def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel, batch: int = 1):
@@ -142,7 +170,9 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     blocks = (8, 32, 64) if not plan.rows_of_w else (256, 1024, plan.K)
     kb = knobs.choose("skinny.kblock", sorted({plan.kb} | {b for b in blocks if b <= plan.K}),
                       plan.kb)
-    return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb)
+    copy_a = plan.rows_of_w and knobs.choose("skinny.copy_a", [False, True], plan.copy_a)
+    pf = knobs.choose("skinny.prefetch", [0, 1, 2], plan.prefetch) if plan.rows_of_w else 0
+    return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf)
 
 
 def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
@@ -193,6 +223,8 @@ def _schedule_rows_of_w(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan
     of W go by; the accumulators wait in the task's buffer between blocks)."""
     L = info.lanes
     rf, halves = lane_vectors(s, C, L)
+    if plan.copy_a:
+        _aligned_copy_of_a(s, C, rf, L)
     st = s[C]
     *bs, i, j = st.op.axis
     tiles = _ceil(plan.N, plan.nb)
@@ -209,7 +241,25 @@ def _schedule_rows_of_w(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan
         hs.reorder(hj, hi, hk, hq)
         hs.unroll(hk)
         hs.vectorize(hq)
-    accumulate_lanes(s, rf, st, jo, plan.mb, plan.nb, max(1, plan.kb // L))
+    kbo, tile = accumulate_lanes(s, rf, st, jo, plan.mb, plan.nb, max(1, plan.kb // L))
+    if plan.prefetch and kbo is not None and plan.kb < plan.K:
+        # at each tile, its rows of W in the next block of the reduction
+        s[rf].prefetch(_contraction_operands(C.op)[2][0], tile, plan.prefetch, along=kbo)
+
+
+def _aligned_copy_of_a(s: Schedule, C: Tensor, rf: Tensor, L: int) -> None:
+    """``W[j, k]``: the accumulation reads A from a copy whose rows are one cache line
+    further apart than a multiple of :data:`CACHE_WAY_BYTES` (``storage_align``): a
+    step reads the same columns of the ``mb`` rows of a block, which, rows of 4096
+    float32 apart, all fell into one set of L1 with the ``nb`` rows of W (16 rows: 8 + 3
+    lines a step in one set of 12 ways, with the lines of the steps before).  A is
+    ``M x K``, a few hundred KiB copied once; W is not copied."""
+    copy = s.cache_read(_contraction_operands(C.op)[1][0], "global", [rf])
+    cs = s[copy]
+    *_, ci, ck = cs.op.axis
+    cs.storage_align(ci, CACHE_WAY_BYTES // 4, 64 // 4)
+    _, cv = cs.split(ck, factor=L)
+    cs.vectorize(cv)
 
 
 def _skinny_template(outs, knobs: Knobs, info: CpuModel) -> Optional[Schedule]:
