@@ -884,6 +884,36 @@ def test_cpu_info_follows_threads(threads):
     assert (p.mr, p.nr) == (6, 16)
 
 
+def test_gemm_block_with_fewest_loads(threads):
+    """Where the machine model has a measured cost of the micro-kernel's loads
+    (``gemm_load_cost``: Zen 5), a matrix of at least 128 columns (AVX-512) takes the
+    register block with the fewest loads per useful FMA among 1, 2 and 4 vectors: 6 x 64
+    at 2048^3 (10 loads for 24 FMAs, against 8 x 32's 10 for 16), its rows dividing M
+    where a nearby count does (1000: 5); narrower matrices keep their rules (77: one
+    vector), and without the cost (Skylake-AVX512, or the cost 0) nothing changes."""
+    import dataclasses
+    tc.set_num_threads(2)
+    z5 = sc.cpu_model("llvm -mcpu=znver5")
+    assert z5.gemm_load_cost > 0 and z5.fma_latency * z5.fma_ports <= 24
+    for M, N, K, block in [(2048, 2048, 2048, (6, 64)), (1024, 1024, 1024, (6, 64)),
+                           (1000, 1000, 1000, (5, 64)), (333, 77, 1031, (9, 16)),
+                           (200, 96, 2000, (10, 32)), (1024, 40, 1024, (8, 16))]:
+        p = sc.gemm_params(M, N, K, z5)
+        assert (p.mr, p.nr) == block, (M, N, K, p)
+        q = sc.gemm_params(M, N, K, dataclasses.replace(z5, gemm_load_cost=0.0))
+        assert q == sc.gemm_params(M, N, K, dataclasses.replace(
+            sc.cpu_model("llvm -mcpu=skylake-avx512"), threads=z5.threads,
+            l1_bytes=z5.l1_bytes, l2_bytes=z5.l2_bytes)), (M, N, K)
+    # a padded last panel counts: 16 x 64 columns pad 1000 to 1024, 2 vectors too, so
+    # the wider block still wins; a cost of loads so small that padding dominates keeps
+    # the narrower block where it pads less (the 77-column rule's domain is not reached)
+    cheap = dataclasses.replace(z5, gemm_load_cost=1e-3)
+    assert sc.gemm_params(2048, 2048, 2048, cheap).nr == 64
+    assert sc.gemm_params(2048, 2000, 2048, cheap).nr == 16   # 2000 = 125 x 16
+    # symbolic extents: the panel width from N alone (matmul_packed's default)
+    assert sc.gemm_params(None, 2048, None, z5).nr == 64
+
+
 def test_gemm_threads_mode_where_blocks_share_unevenly(threads):
     """Two threads, AVX-512: "threads" (one contiguous share of row panels per thread,
     each packing B itself) where no block split exists (333 rows = 37 panels of 9) or the

@@ -151,5 +151,5 @@ MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
                "split_loads_cheap": True},
     "znver5": {"fma_bits": 512, "gather_cost": 2.1, "transpose_cost": 0.66,
-               "split_loads_cheap": False},
+               "split_loads_cheap": False, "gemm_load_cost": 0.5},
 }
