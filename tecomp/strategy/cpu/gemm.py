@@ -1,8 +1,9 @@
 """GEMM (``schedule_matmul``, ``schedule_dense``, the packed layouts).
 
 A register-blocked micro-kernel in the style of GotoBLAS/BLIS (:mod:`.microkernel`): an
-``MR x NR`` block of C (``NR`` = two vectors; ``matmul_packed(nr=...)`` chooses another
-width) held in ``MR * NR / lanes`` vector accumulators over a ``KC``-long slice of the
+``MR x NR`` block of C (``NR`` = two vectors, or where the machine model has a measured
+cost of the micro-kernel's loads the width of 1, 2 or 4 vectors with the fewest loads
+per FMA: 6 x 64 on Zen 5; ``matmul_packed(nr=...)`` chooses another width) held in ``MR * NR / lanes`` vector accumulators over a ``KC``-long slice of the
 reduction: the ``k`` loop is innermost-but-two, the ``MR`` rows are unrolled, the ``NR``
 columns are one widened vector (16-lane vectors, unrolled, beyond two), so each ``k`` step
 is ``NR/lanes`` vector loads of B, ``MR`` broadcasts of A and ``MR*NR/lanes`` FMAs
@@ -616,7 +617,8 @@ def matmul_packed(A: Tensor, B: Tensor, nr: Optional[int] = None, name: str = "m
     the GEMM tutorials: each ``KC x NR`` micro-panel is contiguous.  Same result as
     ``tecomp.nn.matmul`` (``out_dtype`` and the float32 accumulation of float16/bfloat16
     operands too); schedule it with :func:`schedule_matmul`.  A layout for a
-    target: ``nr`` by default from ``target``'s vector width (two vectors)."""
+    target: ``nr`` by default as :func:`gemm_params` blocks ``N`` for ``target`` (two
+    vectors; four on Zen 5 from 128 columns)."""
     a, acc, out = _matmul_args("matmul_packed", name, A, B, out_dtype)
     if nr is not None:
         nr = a.ints("nr", nr, 1, count=1)
