@@ -914,6 +914,28 @@ def test_gemm_block_with_fewest_loads(threads):
     assert sc.gemm_params(None, 2048, None, z5).nr == 64
 
 
+def test_gemm_wide_block_stays_in_registers():
+    """The 6 x 64 block Zen 5's model picks (24 accumulators, 4 vectors of B, one
+    broadcast: 29 of the 32 registers), compiled for znver5 (the assembly only): its k
+    loop is broadcasts of A and FMAs with register operands, 4 FMAs per broadcast, and
+    nothing from or to the stack."""
+    target = "llvm -mcpu=znver5"
+    if tc.Target("llvm").isa != "x86-64":
+        pytest.skip("x86 assembly")
+    A = tc.placeholder((120, 256), name="A")
+    B = tc.placeholder((256, 256), name="B")
+    C = sc.matmul_packed(A, B, target=target)
+    assert C.op.attrs["nr"] == 64
+    asm = tc.build(sc.schedule_matmul(C, target), [A, B, C], target=target,
+                   name="mm").get_source("asm")
+    loops = re.split(r"\n\.LBB\S*:", asm)
+    # (each block up to its branch back: the loop)
+    body = max((re.split(r"\n\tj", b)[0] for b in loops), key=lambda b: b.count("vfmadd231ps"))
+    fmas, bcasts = body.count("vfmadd231ps"), body.count("vbroadcastss")
+    assert fmas >= 24 and fmas == 4 * bcasts, body
+    assert "rsp" not in body and not re.search(r"vfmadd231ps\s+[^%\n]*\(", body), body
+
+
 def test_gemm_threads_mode_where_blocks_share_unevenly(threads):
     """Two threads, AVX-512: "threads" (one contiguous share of row panels per thread,
     each packing B itself) where no block split exists (333 rows = 37 panels of 9) or the
