@@ -936,6 +936,25 @@ def test_gemm_wide_block_stays_in_registers():
     assert "rsp" not in body and not re.search(r"vfmadd231ps\s+[^%\n]*\(", body), body
 
 
+def test_gemm_column_blocks_are_whole_panels(threads):
+    """With several threads, where N is a multiple of NR, the column blocks of the
+    "blocks" mode divide the panels evenly: a ragged last block put a guard on every
+    micro-kernel of the fused parallel loop (1024x160x1024: 5 panels of 32 in blocks of
+    2 ran 3x slower than blocks of 1)."""
+    tc.set_num_threads(2)
+    for model in (sc.cpu_model(), sc.cpu_model("llvm -mcpu=skylake-avx512")):
+        for M, N, K in [(1024, 160, 1024), (512, 224, 256), (2048, 2048, 2048), (256, 96, 64)]:
+            p = sc.gemm_params(M, N, K, model)
+            if p.par == "blocks" and N % p.nr == 0:
+                assert (N // p.nr) % (p.nc // p.nr) == 0, (M, N, K, p)
+    A = tc.placeholder((64, 64), name="A")
+    B = tc.placeholder((64, 160), name="B")
+    C = sc.matmul_packed(A, B, nr=32)
+    text = str(tc.lower(sc.schedule_matmul(C, config={"par": "blocks", "mr": 8}),
+                        [A, B, C]))
+    assert "parallel" in text and "if (j.inner <" not in text, text
+
+
 def test_gemm_threads_mode_where_blocks_share_unevenly(threads):
     """Two threads, AVX-512: "threads" (one contiguous share of row panels per thread,
     each packing B itself) where no block split exists (333 rows = 37 panels of 9) or the

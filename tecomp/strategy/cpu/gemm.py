@@ -238,8 +238,16 @@ def _blocks_params(M, N, mr, nr, kc, L, T, panels, fit, col_blocks, row_panels) 
     col_blocks = max(col_blocks, min(panels, 2 * T))
     if col_blocks > T and col_blocks % T:
         col_blocks = min(panels, _ceil(col_blocks, T) * T)
-    nc = nr * _ceil(panels, col_blocks)
-    col_blocks = _ceil(panels, _ceil(panels, col_blocks))
+    per = _ceil(panels, col_blocks)
+    if N is not None and N % nr == 0:
+        # column blocks of equal whole panels: a ragged last block guards every
+        # micro-kernel of the fused parallel loop, as a ragged row block does (where
+        # N is not a multiple of NR the last panel is computed whole over its padding,
+        # the block's edge with it: as fast)
+        # (measurements: benchmarks/DECISIONS.md, "GEMM: equal row blocks")
+        per = max(q for q in range(1, per + 1) if panels % q == 0)
+    nc = nr * per
+    col_blocks = _ceil(panels, per)
     if col_blocks >= 2 * T:
         return GemmParams(mr, nr, kc, M, nc, L, "blocks")
     # too few column panels: split the rows too, into equal blocks of whole MR-row
