@@ -3,10 +3,10 @@
 A register-blocked micro-kernel in the style of GotoBLAS/BLIS (:mod:`.microkernel`): an
 ``MR x NR`` block of C (``NR`` = two vectors, or where the machine model has a measured
 cost of the micro-kernel's loads the width of 1, 2 or 4 vectors with the fewest loads
-per FMA: 6 x 64 on Zen 5; ``matmul_packed(nr=...)`` chooses another width) held in ``MR * NR / lanes`` vector accumulators over a ``KC``-long slice of the
-reduction: the ``k`` loop is innermost-but-two, the ``MR`` rows are unrolled, the ``NR``
-columns are one widened vector (16-lane vectors, unrolled, beyond two), so each ``k`` step
-is ``NR/lanes`` vector loads of B, ``MR`` broadcasts of A and ``MR*NR/lanes`` FMAs
+per FMA: 6 x 64 on Zen 5; ``matmul_packed(nr=...)`` chooses another width) held in
+``MR * NR / lanes`` vector accumulators over a ``KC``-long slice of the reduction: the
+``k`` loop is innermost-but-two, the ``MR`` rows are unrolled, the ``NR`` columns are one
+widened vector (16-lane vectors, unrolled, beyond two), so each ``k`` step is ``NR/lanes`` vector loads of B, ``MR`` broadcasts of A and ``MR*NR/lanes`` FMAs
 (``vfmadd231ps``, no spills: check with ``get_source("asm")``).  B is packed into
 ``NR``-wide panels (the compute stage of :func:`matmul_packed`, or a ``cache_read`` copy
 for plain ``matmul``) per block of ``KC x NC``, sized to half of L2.  Loops, outermost
@@ -188,7 +188,8 @@ def _fewest_loads(M: Optional[int], N: int, info: CpuModel) -> int:
     columns padded past N wasted.  Blocks with fewer accumulators than the FMA latency x
     the FMA ports are left out (they would leave the FMA units waiting); ties keep two
     vectors.  (Zen 5, one thread: 2048^3 6 x 64 ran 1.08-1.15x 8 x 32, 2048x2000x2048
-    1.09x, 4096x1024x1024 1.04x; 1024^3, 1000^3, 512x768x3072 even.)"""
+    1.09x, 4096x1024x1024 1.04x, 1024x1024x8192 1.16x; 1024^3 and 1000^3 even,
+    512x768x3072 0.98-1.00x.)"""
     L, c = info.lanes, info.gemm_load_cost
     need = info.fma_latency * info.fma_ports
     best = None
@@ -200,6 +201,8 @@ def _fewest_loads(M: Optional[int], N: int, info: CpuModel) -> int:
         if best is None or cost < best[0] * (1 - 1e-9):
             best = (cost, nv * L)
     return best[1]
+
+
 #: "threads" is taken over "blocks" where its slowest thread has this much less to do
 THREADS_GAIN = 1.03
 #: packing an element of B costs about as much as this many micro-kernel rows of it
