@@ -1,7 +1,7 @@
 """Measure on this host what the machine model's measured costs mean
 (``tecomp.target.x86.MEASURED``: ``fma_bits``, ``gather_cost``, ``transpose_cost``,
-``split_loads_cheap``, ``gemm_load_cost``), with small tecomp kernels, so that an entry for a new CPU is read
-from measurements, not guessed.
+``split_loads_cheap``, ``gemm_load_cost``), with small tecomp kernels, so that an entry
+for a new CPU is read from measurements, not guessed.
 
     python3 benchmarks/machine_probe.py [--rounds 7] [--threads 1]
 

@@ -6,7 +6,8 @@ cost of the micro-kernel's loads the width of 1, 2 or 4 vectors with the fewest 
 per FMA: 6 x 64 on Zen 5; ``matmul_packed(nr=...)`` chooses another width) held in
 ``MR * NR / lanes`` vector accumulators over a ``KC``-long slice of the reduction: the
 ``k`` loop is innermost-but-two, the ``MR`` rows are unrolled, the ``NR`` columns are one
-widened vector (16-lane vectors, unrolled, beyond two), so each ``k`` step is ``NR/lanes`` vector loads of B, ``MR`` broadcasts of A and ``MR*NR/lanes`` FMAs
+widened vector (16-lane vectors, unrolled, beyond two), so each ``k`` step is
+``NR/lanes`` vector loads of B, ``MR`` broadcasts of A and ``MR*NR/lanes`` FMAs
 (``vfmadd231ps``, no spills: check with ``get_source("asm")``).  B is packed into
 ``NR``-wide panels (the compute stage of :func:`matmul_packed`, or a ``cache_read`` copy
 for plain ``matmul``) per block of ``KC x NC``, sized to half of L2.  Loops, outermost
