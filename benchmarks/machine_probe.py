@@ -1,7 +1,7 @@
 """Measure on this host what the machine model's measured costs mean
 (``tecomp.target.x86.MEASURED``: ``fma_bits``, ``gather_cost``, ``transpose_cost``,
-``split_loads_cheap``), with small tecomp kernels, so that an entry for a new CPU is read
-from measurements, not guessed.
+``split_loads_cheap``, ``gemm_load_cost``), with small tecomp kernels, so that an entry
+for a new CPU is read from measurements, not guessed.
 
     python3 benchmarks/machine_probe.py [--rounds 7] [--threads 1]
 
@@ -30,6 +30,12 @@ from the same rounds):
   NHWC`` (on Zen 5 the loads were cheap but the copy won; the entry says False).
   (Also shown: the same with one vector load per FMA, where the load ports, not the FMAs,
   set the pace.)
+* ``gemm``: a GEMM (``matmul_packed``, ``M x N x K`` = 1536 x 1024 x 2048: the reduction
+  in one slice, its operands streamed from L2) with two register blocks that differ in
+  loads per FMA: ``MR x 2`` vectors (8 x 32 with AVX-512: 10 loads for 16 FMAs) and
+  ``MR x 4`` (6 x 64: 10 loads for 24), ``MR`` as ``gemm_params`` gives it.  Fitting
+  ``t = FMAs x (1 + c x loads / FMAs)`` to both gives ``gemm_load_cost`` = ``c``
+  (0 where the wider block is not faster by over 1 %: the two-vector default then stays).
 
 The FMA unit for the costs is the one-thread full-register rate: the copies run on one
 thread too.  Prints the figures and the ``MEASURED`` entry they give.  Speed only: not a
@@ -102,6 +108,23 @@ def _split_kernel(tc, L, R, rows, steps, shared):
     return tc.build(s, [X, C, Y], name="split_fma")
 
 
+def _gemm_blocks(tc, info, M=1536, N=1024, K=2048):
+    """``matmul_packed`` ``M x N x K`` with register blocks two and four vectors wide
+    (rows from ``gemm_params``): ``{vectors: (function, loads per FMA)}``."""
+    from tecomp.strategy import cpu as sc
+    from tecomp.strategy.cpu.gemm import _rows
+    out = {}
+    for nv in (2, 4):
+        mr, nr = _rows(M, nv, info), nv * info.lanes
+        A = tc.placeholder((M, K), name="A")
+        B = tc.placeholder((K, N), name="B")
+        C = sc.matmul_packed(A, B, nr=nr)
+        f = tc.build(sc.schedule_matmul(C, config={"nr": nr, "mr": mr}), [A, B, C],
+                     name=f"gemm_{mr}x{nr}")
+        out[nv] = (f, (mr + nv) / (mr * nv))
+    return out
+
+
 def main() -> int:
     ap = base_parser(__doc__, 7)
     args = ap.parse_args()
@@ -136,8 +159,11 @@ def main() -> int:
         f(*a)
         return min(time_calls(f, a, 1, n))
 
+    gemms = _gemm_blocks(tc, info)
+    ga, gb = _aligned((1536, 2048)), _aligned((2048, 1024))
+    gc = _aligned((1536, 1024))
     res = {k: [] for k in ("fma16", "fma8", "fma_t", "gather", "transpose", "aligned",
-                           "split", "worst_aligned", "worst_split")}
+                           "split", "worst_aligned", "worst_split", "gemm2", "gemm4")}
     for r in range(args.rounds):
         res["fma16"].append(fma_peak(1, lanes=L))
         res["fma8"].append(fma_peak(1, lanes=L // 2))
@@ -152,6 +178,8 @@ def main() -> int:
         res["split"].append(t(kernel, (x_sp, c, y)))
         res["worst_aligned"].append(t(worst, (x_al, c, y)))
         res["worst_split"].append(t(worst, (x_sp, c, y)))
+        for nv, (f, _) in gemms.items():
+            res[f"gemm{nv}"].append(t(f, (ga, gb, gc), 3))
     med = {k: statistics.median(v) for k, v in res.items() if v}
     t_fma = 2 * L / (med["fma16"] * 1e9)   # seconds per full-register FMA, one thread
     width = med["fma16"] / med["fma8"]
@@ -177,6 +205,16 @@ def main() -> int:
     print(f"one vector load per FMA: aligned {med['worst_aligned'] * 1e6:.1f} us, 16 bytes "
           f"past {med['worst_split'] * 1e6:.1f} us (ratio {worst:.3f}; not the criterion)")
     entry["split_loads_cheap"] = ratio < 1.10
+    r = med["gemm2"] / med["gemm4"]
+    a2, a4 = gemms[2][1], gemms[4][1]
+    load_cost = max(0.0, (r - 1) / (a2 - r * a4)) if r > 1.01 and a2 > r * a4 else 0.0
+    flops = 2.0 * 1536 * 1024 * 2048
+    print(f"GEMM 1536x1024x2048, 1 thread: {L * 2}-wide block "
+          f"{flops / med['gemm2'] / 1e9:.1f} GFLOP/s ({a2:.3f} loads per FMA), "
+          f"{L * 4}-wide {flops / med['gemm4'] / 1e9:.1f} ({a4:.3f}): ratio {r:.3f}, "
+          f"gemm_load_cost {load_cost:.2f}")
+    if load_cost > 0:
+        entry["gemm_load_cost"] = round(load_cost, 2)
     print(f"MEASURED[{tc.Target('llvm').cpu!r}] = {entry}")
     return 0
 

@@ -884,6 +884,77 @@ def test_cpu_info_follows_threads(threads):
     assert (p.mr, p.nr) == (6, 16)
 
 
+def test_gemm_block_with_fewest_loads(threads):
+    """Where the machine model has a measured cost of the micro-kernel's loads
+    (``gemm_load_cost``: Zen 5), a matrix of at least 128 columns (AVX-512) takes the
+    register block with the fewest loads per useful FMA among 1, 2 and 4 vectors: 6 x 64
+    at 2048^3 (10 loads for 24 FMAs, against 8 x 32's 10 for 16), its rows dividing M
+    where a nearby count does (1000: 5); narrower matrices keep their rules (77: one
+    vector), and without the cost (Skylake-AVX512, or the cost 0) nothing changes."""
+    import dataclasses
+    tc.set_num_threads(2)
+    z5 = sc.cpu_model("llvm -mcpu=znver5")
+    assert z5.gemm_load_cost > 0 and z5.fma_latency * z5.fma_ports <= 24
+    for M, N, K, block in [(2048, 2048, 2048, (6, 64)), (1024, 1024, 1024, (6, 64)),
+                           (1000, 1000, 1000, (5, 64)), (333, 77, 1031, (9, 16)),
+                           (200, 96, 2000, (10, 32)), (1024, 40, 1024, (8, 16))]:
+        p = sc.gemm_params(M, N, K, z5)
+        assert (p.mr, p.nr) == block, (M, N, K, p)
+        q = sc.gemm_params(M, N, K, dataclasses.replace(z5, gemm_load_cost=0.0))
+        assert q == sc.gemm_params(M, N, K, dataclasses.replace(
+            sc.cpu_model("llvm -mcpu=skylake-avx512"), threads=z5.threads,
+            l1_bytes=z5.l1_bytes, l2_bytes=z5.l2_bytes)), (M, N, K)
+    # a padded last panel counts: 16 x 64 columns pad 1000 to 1024, 2 vectors too, so
+    # the wider block still wins; a cost of loads so small that padding dominates keeps
+    # the narrower block where it pads less (the 77-column rule's domain is not reached)
+    cheap = dataclasses.replace(z5, gemm_load_cost=1e-3)
+    assert sc.gemm_params(2048, 2048, 2048, cheap).nr == 64
+    assert sc.gemm_params(2048, 2000, 2048, cheap).nr == 16   # 2000 = 125 x 16
+    # symbolic extents: the panel width from N alone (matmul_packed's default)
+    assert sc.gemm_params(None, 2048, None, z5).nr == 64
+
+
+def test_gemm_wide_block_stays_in_registers():
+    """The 6 x 64 block Zen 5's model picks (24 accumulators, 4 vectors of B, one
+    broadcast: 29 of the 32 registers), compiled for znver5 (the assembly only): its k
+    loop is broadcasts of A and FMAs with register operands, 4 FMAs per broadcast, and
+    nothing from or to the stack."""
+    target = "llvm -mcpu=znver5"
+    if tc.Target("llvm").isa != "x86-64":
+        pytest.skip("x86 assembly")
+    A = tc.placeholder((120, 256), name="A")
+    B = tc.placeholder((256, 256), name="B")
+    C = sc.matmul_packed(A, B, target=target)
+    assert C.op.attrs["nr"] == 64
+    asm = tc.build(sc.schedule_matmul(C, target), [A, B, C], target=target,
+                   name="mm").get_source("asm")
+    loops = re.split(r"\n\.LBB\S*:", asm)
+    # (each block up to its branch back: the loop)
+    body = max((re.split(r"\n\tj", b)[0] for b in loops), key=lambda b: b.count("vfmadd231ps"))
+    fmas, bcasts = body.count("vfmadd231ps"), body.count("vbroadcastss")
+    assert fmas >= 24 and fmas == 4 * bcasts, body
+    assert "rsp" not in body and not re.search(r"vfmadd231ps\s+[^%\n]*\(", body), body
+
+
+def test_gemm_column_blocks_are_whole_panels(threads):
+    """With several threads, where N is a multiple of NR, the column blocks of the
+    "blocks" mode divide the panels evenly: a ragged last block put a guard on every
+    micro-kernel of the fused parallel loop (1024x160x1024: 5 panels of 32 in blocks of
+    2 ran 3x slower than blocks of 1)."""
+    tc.set_num_threads(2)
+    for model in (sc.cpu_model(), sc.cpu_model("llvm -mcpu=skylake-avx512")):
+        for M, N, K in [(1024, 160, 1024), (512, 224, 256), (2048, 2048, 2048), (256, 96, 64)]:
+            p = sc.gemm_params(M, N, K, model)
+            if p.par == "blocks" and N % p.nr == 0:
+                assert (N // p.nr) % (p.nc // p.nr) == 0, (M, N, K, p)
+    A = tc.placeholder((64, 64), name="A")
+    B = tc.placeholder((64, 160), name="B")
+    C = sc.matmul_packed(A, B, nr=32)
+    text = str(tc.lower(sc.schedule_matmul(C, config={"par": "blocks", "mr": 8}),
+                        [A, B, C]))
+    assert "parallel" in text and "if (j.inner <" not in text, text
+
+
 def test_gemm_threads_mode_where_blocks_share_unevenly(threads):
     """Two threads, AVX-512: "threads" (one contiguous share of row panels per thread,
     each packing B itself) where no block split exists (333 rows = 37 panels of 9) or the

@@ -54,6 +54,11 @@ class CpuModel:
     split_loads_cheap : bool, optional
         Whether a vector load straddling two cache lines costs about what one that does
         not costs.
+    gemm_load_cost : float, optional
+        What one load of the GEMM micro-kernel (a broadcast of A or a vector of B) costs
+        beyond the FMAs it feeds, in the time of one full-vector FMA (0: not measured).
+    fma_latency, fma_ports : int, optional
+        Cycles from an FMA to one that needs its result, and FMAs issued per cycle.
     target : str, optional
         The target (its string) these facts are from.
     """
@@ -81,6 +86,18 @@ class CpuModel:
     #: whether a vector load that straddles two cache lines costs about what one that
     #: does not costs (False where unmeasured)
     split_loads_cheap: bool = False
+    #: what one load of the GEMM micro-kernel (a broadcast of A or a vector of B, with
+    #: the whole reduction in one slice: streamed from L2) costs beyond the FMAs it
+    #: feeds, in the time of one full-vector FMA, as fitted from the times of two
+    #: register blocks (``benchmarks/machine_probe.py``); the GEMM's register block is
+    #: then the one with the fewest such costs per FMA (``strategy.cpu.gemm``).  0
+    #: where unmeasured: the block is two vectors wide, as rows as the registers allow
+    gemm_load_cost: float = 0.0
+    #: the latency of an FMA in cycles and the FMAs issued per cycle: a register block
+    #: needs at least their product of independent accumulators to keep the FMA units
+    #: busy (4 x 2 on the x86 cores of AVX2 and AVX-512 since Skylake and Zen 2)
+    fma_latency: int = 4
+    fma_ports: int = 2
     target: str = "llvm"   # the tc.Target (its string) these facts are from
 
     def __post_init__(self):

@@ -146,10 +146,16 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   +16 bytes, as fast on Zen 4).  On Zen 5 the probe's micro-kernel ran 1.00x with its
 #:   loads split, but the decision the flag makes lost there: the 3x3 256x14x14 NHWC
 #:   layer ran 0.93-0.96x with its weights in place (64x56x56: a tie)
-#:   (``benchmarks/model_ab.py``), so Zen 5 keeps the copy.
+#:   (``benchmarks/model_ab.py``), so Zen 5 keeps the copy;
+#: * ``gemm_load_cost``: what a load of the GEMM micro-kernel costs beyond its FMAs, in
+#:   FMAs, fitted from the times of a two- and a four-vector register block (0.32 by the
+#:   probe under load on Zen 5, 0.4-0.6 from the 2048^3 blockings: 0.5; the blocks it
+#:   picks are the same from 0.3 to 0.5 over 120 shapes): GEMMs of 128 columns or more
+#:   take the block with the fewest loads per FMA (6 x 64 at 2048^3)
+#:   (benchmarks/DECISIONS.md, "GEMM: the register block with the fewest loads per FMA").
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
                "split_loads_cheap": True},
     "znver5": {"fma_bits": 512, "gather_cost": 2.1, "transpose_cost": 0.66,
-               "split_loads_cheap": False},
+               "split_loads_cheap": False, "gemm_load_cost": 0.5},
 }

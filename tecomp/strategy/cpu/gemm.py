@@ -1,11 +1,13 @@
 """GEMM (``schedule_matmul``, ``schedule_dense``, the packed layouts).
 
 A register-blocked micro-kernel in the style of GotoBLAS/BLIS (:mod:`.microkernel`): an
-``MR x NR`` block of C (``NR`` = two vectors; ``matmul_packed(nr=...)`` chooses another
-width) held in ``MR * NR / lanes`` vector accumulators over a ``KC``-long slice of the
-reduction: the ``k`` loop is innermost-but-two, the ``MR`` rows are unrolled, the ``NR``
-columns are one widened vector (16-lane vectors, unrolled, beyond two), so each ``k`` step
-is ``NR/lanes`` vector loads of B, ``MR`` broadcasts of A and ``MR*NR/lanes`` FMAs
+``MR x NR`` block of C (``NR`` = two vectors, or where the machine model has a measured
+cost of the micro-kernel's loads the width of 1, 2 or 4 vectors with the fewest loads
+per FMA: 6 x 64 on Zen 5; ``matmul_packed(nr=...)`` chooses another width) held in
+``MR * NR / lanes`` vector accumulators over a ``KC``-long slice of the reduction: the
+``k`` loop is innermost-but-two, the ``MR`` rows are unrolled, the ``NR`` columns are one
+widened vector (16-lane vectors, unrolled, beyond two), so each ``k`` step is
+``NR/lanes`` vector loads of B, ``MR`` broadcasts of A and ``MR*NR/lanes`` FMAs
 (``vfmadd231ps``, no spills: check with ``get_source("asm")``).  B is packed into
 ``NR``-wide panels (the compute stage of :func:`matmul_packed`, or a ``cache_read`` copy
 for plain ``matmul``) per block of ``KC x NC``, sized to half of L2.  Loops, outermost
@@ -83,16 +85,22 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
     L = info.lanes
     # NR: two vectors (one when N is small), never much wider than N.  Three vectors
     # (8 x 48: 24 accumulators, the shape of MKL's kernel; matmul_packed(nr=48)) are not
-    # the default: with the column edge computed over the padded panel (no edge kernel)
-    # they take about twice as long to build (24 unrolled statements per k step instead
-    # of 8 widened ones) and are not consistently faster (a few percent either way)
-    # (measurements: benchmarks/DECISIONS.md, "GEMM: NR, two vectors")
+    # the default where the machine model has no measured cost of the micro-kernel's
+    # loads: with the column edge computed over the padded panel (no edge kernel) they
+    # take about twice as long to build (24 unrolled statements per k step instead of 8
+    # widened ones) and were not consistently faster on the Xeon (a few percent either
+    # way) (measurements: benchmarks/DECISIONS.md, "GEMM: NR, two vectors").  Where it
+    # has one (gemm_load_cost), matrices of at least two of the widest panels take the
+    # block with the fewest loads per FMA (_fewest_loads; narrower ones keep the rules
+    # below, measured on their shapes)
     if nr is not None:
         nr = int(nr)
     elif N is not None and N <= L:
         nr = N
     elif N is not None and N <= 2 * L:
         nr = L
+    elif N is not None and info.gemm_load_cost > 0 and N >= 2 * max(NR_VECTORS) * L:
+        nr = _fewest_loads(M, N, info)
     elif (N is not None and info.vregs >= 32
           and (_ceil(N, 2 * L) * 2 * L - _ceil(N, L) * L) * NR_PAD_SHARE > N):
         # two vectors would pad the last panel by over 1/NR_PAD_SHARE of N more than one
@@ -103,21 +111,7 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
         nr = L
     else:
         nr = 2 * L
-    nvec = max(1, -(-nr // L))
-    # MR: as many rows as the accumulators allow (leave room for B and a broadcast):
-    # 12 x 2 vectors with AVX-512's 32 registers (9 x 3 for NR = 48), 6 x 2 with AVX2's 16
-    budget = max(1, min((info.vregs - nvec - 2) // nvec, 12))
-    mr = budget
-    if M is not None and M < mr:
-        mr = M
-    elif M is not None and M % mr:
-        # a row count that divides M avoids a second (tail) micro-kernel: less code to
-        # compile, and the tail rows run at full speed
-        low = -(-budget * 2 // 3) if budget >= 9 else budget - 1
-        for cand in range(budget - 1, max(low, 1) - 1, -1):
-            if M % cand == 0:
-                mr = cand
-                break
+    mr = _rows(M, max(1, -(-nr // L)), info)
     # KC: the whole reduction in one slice (C's block then lives in registers from start
     # to end: see _schedule_gemm_write_cache) up to K = 8192, whatever the caches; longer
     # reductions in equal slices of at most that.  With several slices the block is
@@ -157,6 +151,59 @@ def gemm_params(M: Optional[int], N: Optional[int], K: Optional[int],
 
 #: see gemm_params's NR: one vector where two pad the columns by over 1/16 of N more
 NR_PAD_SHARE = 16
+#: the register block widths _fewest_loads chooses from, in vectors (ties keep the
+#: first): three vectors divide no power-of-two column count (the last panel padded, and
+#: column blocks of an odd number of panels: 61x1000x1024 ran 0.64 ms with 9 x 48 against
+#: 0.56 with 6 x 64 on Zen 5, and 8 x 48 below 6 x 64 at 2048^3 and 4096x1024x1024), and
+#: wider ones leave too few rows (2048^3, one thread: 5 x 80 ran 81% of the FMA peak,
+#: 4 x 96 77%, 3 x 128 47%, 6 x 64 86-91%)
+#: (measurements: benchmarks/DECISIONS.md, "GEMM: the register block with the fewest
+#: loads per FMA")
+NR_VECTORS = (2, 1, 4)
+
+
+def _rows(M: Optional[int], nvec: int, info: CpuModel) -> int:
+    """MR for a register block ``nvec`` vectors wide: as many rows as the accumulators
+    allow (leaving room for the ``nvec`` vectors of B and a broadcast), at most 12: 12 x 2
+    vectors with AVX-512's 32 registers, 9 x 3, 6 x 4; 6 x 2 with AVX2's 16.  Where M is
+    not a multiple of it, a somewhat smaller count that divides M (no second, tail
+    micro-kernel: less code to compile, and the tail rows run at full speed)."""
+    budget = max(1, min((info.vregs - nvec - 2) // nvec, 12))
+    mr = budget
+    if M is not None and M < mr:
+        mr = M
+    elif M is not None and M % mr:
+        low = -(-budget * 2 // 3) if budget >= 9 else budget - 1
+        for cand in range(budget - 1, max(low, 1) - 1, -1):
+            if M % cand == 0:
+                mr = cand
+                break
+    return mr
+
+
+def _fewest_loads(M: Optional[int], N: int, info: CpuModel) -> int:
+    """The panel width (NR) of the register block ``MR x NR`` (``NR`` one of
+    :data:`NR_VECTORS` vectors, ``MR`` from :func:`_rows`) that costs the least per
+    useful FMA: each k step is ``MR * NR/L`` FMAs and ``MR + NR/L`` loads (broadcasts of
+    A, vectors of B), each load costing ``info.gemm_load_cost`` FMAs, the FMAs on the
+    columns padded past N wasted.  Blocks with fewer accumulators than the FMA latency x
+    the FMA ports are left out (they would leave the FMA units waiting); ties keep two
+    vectors.  (Zen 5, one thread: 2048^3 6 x 64 ran 1.08-1.15x 8 x 32, 2048x2000x2048
+    1.09x, 4096x1024x1024 1.04x, 1024x1024x8192 1.16x; 1024^3 and 1000^3 even,
+    512x768x3072 0.98-1.00x.)"""
+    L, c = info.lanes, info.gemm_load_cost
+    need = info.fma_latency * info.fma_ports
+    best = None
+    for nv in NR_VECTORS:
+        mr = _rows(M, nv, info)
+        if nv > _ceil(N, L) or (mr * nv < need and best is not None):
+            continue
+        cost = (1 + c * (mr + nv) / (mr * nv)) * (_ceil(N, nv * L) * nv * L) / N
+        if best is None or cost < best[0] * (1 - 1e-9):
+            best = (cost, nv * L)
+    return best[1]
+
+
 #: "threads" is taken over "blocks" where its slowest thread has this much less to do
 THREADS_GAIN = 1.03
 #: packing an element of B costs about as much as this many micro-kernel rows of it
@@ -195,8 +242,16 @@ def _blocks_params(M, N, mr, nr, kc, L, T, panels, fit, col_blocks, row_panels) 
     col_blocks = max(col_blocks, min(panels, 2 * T))
     if col_blocks > T and col_blocks % T:
         col_blocks = min(panels, _ceil(col_blocks, T) * T)
-    nc = nr * _ceil(panels, col_blocks)
-    col_blocks = _ceil(panels, _ceil(panels, col_blocks))
+    per = _ceil(panels, col_blocks)
+    if N is not None and N % nr == 0:
+        # column blocks of equal whole panels: a ragged last block guards every
+        # micro-kernel of the fused parallel loop, as a ragged row block does (where
+        # N is not a multiple of NR the last panel is computed whole over its padding,
+        # the block's edge with it: as fast)
+        # (measurements: benchmarks/DECISIONS.md, "GEMM: equal row blocks")
+        per = max(q for q in range(1, per + 1) if panels % q == 0)
+    nc = nr * per
+    col_blocks = _ceil(panels, per)
     if col_blocks >= 2 * T:
         return GemmParams(mr, nr, kc, M, nc, L, "blocks")
     # too few column panels: split the rows too, into equal blocks of whole MR-row
@@ -574,7 +629,8 @@ def matmul_packed(A: Tensor, B: Tensor, nr: Optional[int] = None, name: str = "m
     the GEMM tutorials: each ``KC x NR`` micro-panel is contiguous.  Same result as
     ``tecomp.nn.matmul`` (``out_dtype`` and the float32 accumulation of float16/bfloat16
     operands too); schedule it with :func:`schedule_matmul`.  A layout for a
-    target: ``nr`` by default from ``target``'s vector width (two vectors)."""
+    target: ``nr`` by default as :func:`gemm_params` blocks ``N`` for ``target`` (two
+    vectors; four on Zen 5 from 128 columns)."""
     a, acc, out = _matmul_args("matmul_packed", name, A, B, out_dtype)
     if nr is not None:
         nr = a.ints("nr", nr, 1, count=1)
