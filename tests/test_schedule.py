@@ -148,6 +148,34 @@ def test_cache_read_write(backend):
     _check_mm(s, A, B, C, backend)
 
 
+def test_cache_write_blocks():
+    """``cache_write(..., blocks=)``: the cache stored blocked as ``cache_read``'s copy
+    is (the outer parts, then the inner ones in the order listed), twice in a row, the
+    middle one inlined: C[16, 32] accumulated as [16, 2, 8, 2] (column ``j`` at
+    ``[j // 16, j % 8, j // 8 % 2]``), a vector of the last two dimensions; the trace
+    replays it."""
+    from tecomp.schedule.trace import replay
+
+    A, B, C, k = matmul(n=16, m=32, K=8)
+    s = tc.create_schedule(C.op)
+    C1 = s.cache_write(C, "local", blocks=[(1, 8)])
+    C2 = s.cache_write(C1, "local", blocks=[(1, 2)])
+    assert [int(e.value) for e in C1.shape] == [16, 4, 8]
+    assert [int(e.value) for e in C2.shape] == [16, 2, 8, 2]
+    s[C1].compute_inline()
+    jo, ji = s[C].split(C.op.axis[1], factor=16)
+    s[C].vectorize(ji)
+    s[C2].compute_at(s[C], jo)
+    i, j, q, r = s[C2].op.axis
+    s[C2].reorder(i, j, s[C2].op.reduce_axis[0], q, r)
+    s[C2].vectorize(s[C2].fuse(q, r))
+    text = str(tc.lower(s, [A, B, C]))
+    assert "C.local.local[0, 0, j.inner % 8, j.inner // 8]" in text, text
+    _check_mm(s, A, B, C, "llvm")
+    s2 = replay(s.trace.to_json(), [C])
+    assert str(tc.lower(s2, [A, B, C])) == text
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("factor_axis", [0, 1])
 def test_rfactor(backend, factor_axis):
