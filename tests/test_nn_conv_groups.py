@@ -416,6 +416,36 @@ def test_grouped_nhwc_interleaved_symbolic_batch_and_knob():
         np.testing.assert_allclose(c.run(s1), c.ref(), rtol=1e-5, atol=1e-4)
 
 
+def test_grouped_nhwc_interleaved_inside_a_block():
+    """A ResNeXt-like block (a dense NHWC conv and a ReLU, then a grouped one in groups
+    of 8 with a bias and a ReLU): the grouped convolution gets the interleaved template
+    as a part of the larger DAG (where it interleaves), right; the trace replays."""
+    from tecomp.schedule.trace import replay
+
+    X = tc.placeholder((2, 6, 9, 16), name="X")
+    W1 = tc.placeholder((3, 3, 16, 32), name="W1")
+    W2 = tc.placeholder((3, 3, 8, 32), name="W2")
+    b = tc.placeholder((32,), name="b")
+    Y2 = nn.relu(nn.bias_add(nn.conv2d_nhwc(nn.relu(nn.conv2d_nhwc(X, W1, 1, 1)), W2, 1, 1,
+                                            groups=4), b, axis=3))
+    args = [X, W1, W2, b, Y2]
+    s = tc.auto_schedule(args, trials=0)
+    low = str(tc.lower(s, args))
+    lanes = cpu.cpu_model().lanes
+    if lanes % 8 == 0 and lanes > 8:
+        assert f", 8, {lanes // 8}] (local)" in low, low
+    x, w1, w2, bb = (RNG.standard_normal(shape).astype("float32") for shape in
+                     ((2, 6, 9, 16), (3, 3, 16, 32), (3, 3, 8, 32), (32,)))
+    out = np.full((2, 6, 9, 32), np.nan, "float32")
+    tc.build(s, args)(x, w1, w2, bb, out)
+    t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
+    r = F.relu(F.conv2d(t(x).permute(0, 3, 1, 2), t(w1).permute(3, 2, 0, 1), padding=1))
+    r = F.relu(F.conv2d(r, t(w2).permute(3, 2, 0, 1), padding=1, groups=4) +
+               t(bb)[None, :, None, None]).permute(0, 2, 3, 1).numpy()
+    np.testing.assert_allclose(out, r, rtol=1e-4, atol=1e-4)
+    assert str(tc.lower(replay(s.trace.to_json(), [Y2]), args)) == low
+
+
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_depthwise_template_with_epilogue(layout):
     """A bias and a ReLU6 (MobileNet's) on the block on its way out: one kernel."""

@@ -61,7 +61,8 @@ from ...ir import dtype as _dt
 from ...errors import ScheduleError
 from ...schedule.schedule import Schedule
 from .._common import _bytes, _cint, _largest_divisor_at_most
-from .common import _template_or_rules, _vector_split, check_positive_int, config_fields
+from .common import (_NoTemplate, _template_or_rules, _vector_split, check_positive_int,
+                     config_fields)
 from .conv2d import (_conv_block_nhwc, _conv_parts, _conv_weight, _own_pad,
                      _pixels_by_channels)
 from .conv2d_tasks import _weight_transpose
@@ -340,6 +341,23 @@ def _interleaved_into(s: Schedule, outs, info: CpuModel) -> None:
         ws.parallel(ws.op.axis[0])
     _epilogue(s, outs, conv, info, fused)
 
+
+def _grouped_part(s: Schedule, out, knobs, info: CpuModel):
+    """The interleaved template (:func:`_interleaved_into`) for a grouped NHWC
+    convolution inside a larger DAG (a ResNeXt block): the ids of the operations it
+    scheduled (the stage, its inlined padding, the copies and accumulators it made), or
+    None where the groups cannot be interleaved (the generic rules take it)."""
+    if not _interleaves(out, info):
+        return None
+    before = {id(st.op) for st in s.stages}
+    try:
+        _, pad = _conv_parts([out], "group_conv2d_nhwc")
+    except _NoTemplate:
+        return None
+    inlined = pad is not None and _own_pad(s, pad) is not None
+    _interleaved_into(s, [out], info)
+    return ({id(out.op)} | ({id(pad.op)} if inlined else set())
+            | {id(st.op) for st in s.stages if id(st.op) not in before})
 
 def _grouped_nchw_into(s: Schedule, outs, info: CpuModel, config=None) -> None:
     conv, _ = _conv_parts(outs, "group_conv2d_nchw")
