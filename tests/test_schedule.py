@@ -176,6 +176,40 @@ def test_cache_write_blocks():
     assert str(tc.lower(s2, [A, B, C])) == text
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_cache_write_blocks_random(seed):
+    """Random blocked caches of a 3-d reduction (each dimension blocked or not, by a
+    random divisor, in a random order, once or twice in a row), computed at a random
+    loop of the output or at the root, the last dimension vectorized or not: every one
+    computes the sum."""
+    rng = np.random.default_rng(seed)
+    shape = [int(rng.choice([4, 6, 8, 12])) for _ in range(3)]
+    X = tc.placeholder(tuple(shape) + (5,), name="X")
+    r = tc.reduce_axis((0, 5), name="r")
+    Y = tc.compute(tuple(shape), lambda i, j, k: tc.sum(X[i, j, k, r] * 2.0, axis=r), name="Y")
+    s = tc.create_schedule(Y.op)
+    src, made = Y, []
+    for _ in range(int(rng.integers(1, 3))):
+        dims = [int(d) for d in rng.permutation(len(src.shape))[:int(rng.integers(1, 3))]]
+        blocks = []
+        for d in dims:
+            ext = int(src.shape[d].value)
+            blocks.append((d, int(rng.choice([f for f in range(1, ext + 1) if ext % f == 0]))))
+        src = s.cache_write(src, "local", blocks=blocks)
+        made.append(src)
+    for c in made[:-1]:
+        s[c].compute_inline()
+    last = s[made[-1]]
+    if rng.random() < 0.5:
+        last.compute_at(s[Y], s[Y].op.axis[int(rng.integers(0, 3))])
+    if rng.random() < 0.5:
+        last.vectorize(last.op.axis[-1])
+    x = np.random.default_rng(seed).random(tuple(shape) + (5,)).astype("float32")
+    y = np.full(shape, np.nan, "float32")
+    tc.build(s, [X, Y], checks=True)(x, y)
+    np.testing.assert_allclose(y, 2 * x.sum(axis=3), rtol=1e-5)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("factor_axis", [0, 1])
 def test_rfactor(backend, factor_axis):
