@@ -401,10 +401,14 @@ def test_grouped_nhwc_interleaved(case, lanes, threads):
 
 def test_grouped_nhwc_interleaved_symbolic_batch_and_knob():
     """Interleaved vectors with a symbolic batch, without an epilogue; the knob
-    ``group_conv2d.interleave`` gives both schedules, each right."""
+    ``group_conv2d.interleave`` gives both schedules, each right.  Not where the input
+    rows one output row reads (each task's copy) exceed L2."""
+    info = cpu.cpu_model()
+    big = nn.conv2d_nhwc(tc.placeholder((1, 112, 112, 1024)),
+                         tc.placeholder((3, 3, 4, 1024)), 1, 1, groups=256)
+    assert _interleaves(big, info) == (info.lanes > 4 and 3 * 114 * 1024 * 4 <= info.l2_bytes)
     c = Conv("grouped", False, 3, 32, 6, 7, 32, 3, 3, 1, 1, groups=8, dtype="float32",
              batch=tc.var("n"))
-    info = cpu.cpu_model()
     want = _interleaves(c.Y, info)
     for choice in (True, False):
         if choice and not want:

@@ -127,14 +127,22 @@ def _interleaves(conv, info: CpuModel) -> bool:
     """Whether the NHWC stage ``conv`` can run in interleaved vectors
     (:func:`_interleaved_into`): float32, a group narrower than a vector and dividing
     it (``Q = L / P`` groups to a vector, at least 2), the output channels whole
-    vectors, a constant plane."""
+    vectors, a constant plane, and the padded input rows that one output row reads
+    (every task copies them) within L2 (a bound on the tasks' buffers, not a measured
+    threshold: ResNeXt's largest, 256x56x56 stride 2, copies 178 KB a row)."""
     if "group_conv2d_nhwc" not in conv.op.tag.split(","):
         return False
     N, O, OH, OW, G, P, I = _group_dims(conv)
     L = _lanes(conv, info)
-    return (all(t.dtype == "float32" for t in [conv] + list(conv.op.input_tensors))
+    if not (all(t.dtype == "float32" for t in [conv] + list(conv.op.input_tensors))
             and None not in (O, OH, OW, P, I) and len(conv.op.input_tensors) == 2
-            and P < L and L % P == 0 and O % L == 0)
+            and P < L and L % P == 0 and O % L == 0):
+        return False
+    weight = _conv_weight(conv)
+    src = [t for t in conv.op.input_tensors if t is not weight][0]
+    KH, dh = _cint(weight.shape[0]), conv.op.attrs["group_conv2d"][2][0]
+    W, C = _cint(src.shape[2]), _cint(src.shape[3])
+    return None not in (KH, W, C) and ((KH - 1) * dh + 1) * W * C * 4 <= info.l2_bytes
 
 
 def group_conv2d_params(conv, info: CpuModel) -> dict:
