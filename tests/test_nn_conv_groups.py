@@ -18,7 +18,7 @@ import tecomp.nn as nn
 from tecomp.autodiff import gradcheck
 from tecomp.nn._check import Args
 from tecomp.strategy import Knobs, apply_rules, cpu
-from tecomp.strategy.cpu.grouped import _across_groups, group_conv2d_params
+from tecomp.strategy.cpu.grouped import _across_groups, _interleaves, group_conv2d_params
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -326,10 +326,11 @@ ACROSS = [(1, 16, 9, 9, 16, 1, "SAME", 2, 4), (2, 64, 7, 11, 32, (2, 1), (1, 0, 
 
 @pytest.mark.parametrize("case", ACROSS, ids=[f"across-{k}" for k in range(len(ACROSS))])
 def test_grouped_nhwc_vectors_across_groups(case, lanes):
-    """NHWC groups of at most a quarter of a vector: the pixels' vectors span several
-    groups (each lane reads its group's input channel: one load and a shuffle, no
-    gather), right over strides, dilations, paddings, input channels per group other
-    than output ones, and with a bias and a ReLU on the block (one kernel)."""
+    """NHWC groups of at most a quarter of a vector, not interleaved
+    (``interleave=False``): the pixels' vectors span several groups (each lane reads its
+    group's input channel: one load and a shuffle, no gather), right over strides,
+    dilations, paddings, input channels per group other than output ones, and with a
+    bias and a ReLU on the block (one kernel)."""
     N, C, H, W, O, s, p, d, g = case
     c = Conv("grouped", False, N, C, H, W, O, 3, 3, s, p, d, groups=g, dtype="float32")
     info = cpu.cpu_model()
@@ -337,7 +338,7 @@ def test_grouped_nhwc_vectors_across_groups(case, lanes):
     assert _across_groups(c.Y, info) == (4 * (O // g) <= lanes)
     b = tc.placeholder((O,), name="b")
     Z = nn.relu(nn.bias_add(c.Y, b, axis=3))
-    s1 = cpu.schedule_group_conv2d_nhwc(Z)
+    s1 = cpu.schedule_group_conv2d_nhwc(Z, config={"interleave": False})
     low = str(tc.lower(s1, [c.X, c.W, b, Z]))
     across = _across_groups(c.Y, info)
     if across:
@@ -351,6 +352,102 @@ def test_grouped_nhwc_vectors_across_groups(case, lanes):
     out = np.full(c.ref().shape, np.nan, "float32")
     f(xa, wa, ba, out)
     np.testing.assert_allclose(out, np.maximum(c.ref() + ba, 0), rtol=1e-5, atol=1e-4)
+
+
+# (N, C, H, W, O, stride, padding, dilation, groups): groups of 2, 4 and 8 output
+# channels (2 to 8 groups to a 16-lane vector), input channels per group other than
+# output ones, widths that the pixel block leaves a tail of, no padding, strides and
+# dilations, asymmetric padding
+INTERLEAVED = [(1, 16, 9, 31, 16, 1, "SAME", 2, 4), (2, 64, 7, 11, 32, (2, 1), (1, 0, 0, 1), 1, 16),
+               (1, 24, 6, 5, 16, 2, 0, (1, 2), 8), (1, 32, 6, 33, 64, 1, 0, 1, 8)]
+
+
+@pytest.mark.parametrize("case", INTERLEAVED,
+                         ids=[f"interleaved-{k}" for k in range(len(INTERLEAVED))])
+def test_grouped_nhwc_interleaved(case, lanes, threads):
+    """NHWC groups narrower than a vector (and dividing it): interleaved vectors, lane
+    ``k * Q + t`` holding channel ``k`` of the ``t``-th of ``Q`` groups, the input and
+    the weights copied into that order and the accumulators put back in channel order
+    on their way out; right over tails, strides, dilations and paddings, a bias and a
+    ReLU on the block, 1 and 2 threads, and what auto_schedule gives."""
+    _diagonal(lanes, threads)
+    N, C, H, W, O, s, p, d, g = case
+    c = Conv("grouped", False, N, C, H, W, O, 3, 3, s, p, d, groups=g, dtype="float32")
+    info = cpu.cpu_model()
+    P = O // g
+    assert _interleaves(c.Y, info) == (P < lanes and lanes % P == 0)
+    assert group_conv2d_params(c.Y, info)["interleave"] == _interleaves(c.Y, info)
+    b = tc.placeholder((O,), name="b")
+    Z = nn.relu(nn.bias_add(c.Y, b, axis=3))
+    s1 = cpu.schedule_group_conv2d_nhwc(Z)
+    low = str(tc.lower(s1, [c.X, c.W, b, Z]))
+    assert ("parallel" in low) == (threads > 1)
+    if _interleaves(c.Y, info):
+        Q = lanes // P
+        # the accumulators [.., O / L, P, Q], the input and weight copies likewise
+        assert f"float32[1, 1, " in low and f", {P}, {Q}] (local)" in low, low
+        f = tc.build(s1, [c.X, c.W, b, Z])
+        if platform.machine() in ("x86_64", "AMD64"):
+            assert "llvm.masked.gather" not in f.get_source("llvm-unopt")
+    else:
+        f = tc.build(s1, [c.X, c.W, b, Z])
+    xa, wa = c.arrays()
+    ba = RNG.standard_normal(O).astype("float32")
+    out = np.full(c.ref().shape, np.nan, "float32")
+    f(xa, wa, ba, out)
+    np.testing.assert_allclose(out, np.maximum(c.ref() + ba, 0), rtol=1e-5, atol=1e-4)
+    assert str(tc.lower(tc.auto_schedule([c.X, c.W, b, Z], trials=0), [c.X, c.W, b, Z])) == low
+
+
+def test_grouped_nhwc_interleaved_symbolic_batch_and_knob():
+    """Interleaved vectors with a symbolic batch, without an epilogue; the knob
+    ``group_conv2d.interleave`` gives both schedules, each right.  Not where the input
+    rows one output row reads (each task's copy) exceed L2."""
+    info = cpu.cpu_model()
+    big = nn.conv2d_nhwc(tc.placeholder((1, 112, 112, 1024)),
+                         tc.placeholder((3, 3, 4, 1024)), 1, 1, groups=256)
+    assert _interleaves(big, info) == (info.lanes > 4 and 3 * 114 * 1024 * 4 <= info.l2_bytes)
+    c = Conv("grouped", False, 3, 32, 6, 7, 32, 3, 3, 1, 1, groups=8, dtype="float32",
+             batch=tc.var("n"))
+    want = _interleaves(c.Y, info)
+    for choice in (True, False):
+        if choice and not want:
+            continue
+        knobs = Knobs({"group_conv2d.interleave": choice})
+        s1 = apply_rules([c.X, c.W, c.Y], knobs, info)
+        if want:
+            assert sorted(knobs.space["group_conv2d.interleave"]) == [False, True]
+        np.testing.assert_allclose(c.run(s1), c.ref(), rtol=1e-5, atol=1e-4)
+
+
+def test_grouped_nhwc_interleaved_inside_a_block():
+    """A ResNeXt-like block (a dense NHWC conv and a ReLU, then a grouped one in groups
+    of 8 with a bias and a ReLU): the grouped convolution gets the interleaved template
+    as a part of the larger DAG (where it interleaves), right; the trace replays."""
+    from tecomp.schedule.trace import replay
+
+    X = tc.placeholder((2, 6, 9, 16), name="X")
+    W1 = tc.placeholder((3, 3, 16, 32), name="W1")
+    W2 = tc.placeholder((3, 3, 8, 32), name="W2")
+    b = tc.placeholder((32,), name="b")
+    Y2 = nn.relu(nn.bias_add(nn.conv2d_nhwc(nn.relu(nn.conv2d_nhwc(X, W1, 1, 1)), W2, 1, 1,
+                                            groups=4), b, axis=3))
+    args = [X, W1, W2, b, Y2]
+    s = tc.auto_schedule(args, trials=0)
+    low = str(tc.lower(s, args))
+    lanes = cpu.cpu_model().lanes
+    if lanes % 8 == 0 and lanes > 8:
+        assert f", 8, {lanes // 8}] (local)" in low, low
+    x, w1, w2, bb = (RNG.standard_normal(shape).astype("float32") for shape in
+                     ((2, 6, 9, 16), (3, 3, 16, 32), (3, 3, 8, 32), (32,)))
+    out = np.full((2, 6, 9, 32), np.nan, "float32")
+    tc.build(s, args)(x, w1, w2, bb, out)
+    t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
+    r = F.relu(F.conv2d(t(x).permute(0, 3, 1, 2), t(w1).permute(3, 2, 0, 1), padding=1))
+    r = F.relu(F.conv2d(r, t(w2).permute(3, 2, 0, 1), padding=1, groups=4) +
+               t(bb)[None, :, None, None]).permute(0, 2, 3, 1).numpy()
+    np.testing.assert_allclose(out, r, rtol=1e-4, atol=1e-4)
+    assert str(tc.lower(replay(s.trace.to_json(), [Y2]), args)) == low
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])

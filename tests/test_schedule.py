@@ -148,6 +148,68 @@ def test_cache_read_write(backend):
     _check_mm(s, A, B, C, backend)
 
 
+def test_cache_write_blocks():
+    """``cache_write(..., blocks=)``: the cache stored blocked as ``cache_read``'s copy
+    is (the outer parts, then the inner ones in the order listed), twice in a row, the
+    middle one inlined: C[16, 32] accumulated as [16, 2, 8, 2] (column ``j`` at
+    ``[j // 16, j % 8, j // 8 % 2]``), a vector of the last two dimensions; the trace
+    replays it."""
+    from tecomp.schedule.trace import replay
+
+    A, B, C, k = matmul(n=16, m=32, K=8)
+    s = tc.create_schedule(C.op)
+    C1 = s.cache_write(C, "local", blocks=[(1, 8)])
+    C2 = s.cache_write(C1, "local", blocks=[(1, 2)])
+    assert [int(e.value) for e in C1.shape] == [16, 4, 8]
+    assert [int(e.value) for e in C2.shape] == [16, 2, 8, 2]
+    s[C1].compute_inline()
+    jo, ji = s[C].split(C.op.axis[1], factor=16)
+    s[C].vectorize(ji)
+    s[C2].compute_at(s[C], jo)
+    i, j, q, r = s[C2].op.axis
+    s[C2].reorder(i, j, s[C2].op.reduce_axis[0], q, r)
+    s[C2].vectorize(s[C2].fuse(q, r))
+    text = str(tc.lower(s, [A, B, C]))
+    assert "C.local.local[0, 0, j.inner % 8, j.inner // 8]" in text, text
+    _check_mm(s, A, B, C, "llvm")
+    s2 = replay(s.trace.to_json(), [C])
+    assert str(tc.lower(s2, [A, B, C])) == text
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cache_write_blocks_random(seed):
+    """Random blocked caches of a 3-d reduction (each dimension blocked or not, by a
+    random divisor, in a random order, once or twice in a row), computed at a random
+    loop of the output or at the root, the last dimension vectorized or not: every one
+    computes the sum."""
+    rng = np.random.default_rng(seed)
+    shape = [int(rng.choice([4, 6, 8, 12])) for _ in range(3)]
+    X = tc.placeholder(tuple(shape) + (5,), name="X")
+    r = tc.reduce_axis((0, 5), name="r")
+    Y = tc.compute(tuple(shape), lambda i, j, k: tc.sum(X[i, j, k, r] * 2.0, axis=r), name="Y")
+    s = tc.create_schedule(Y.op)
+    src, made = Y, []
+    for _ in range(int(rng.integers(1, 3))):
+        dims = [int(d) for d in rng.permutation(len(src.shape))[:int(rng.integers(1, 3))]]
+        blocks = []
+        for d in dims:
+            ext = int(src.shape[d].value)
+            blocks.append((d, int(rng.choice([f for f in range(1, ext + 1) if ext % f == 0]))))
+        src = s.cache_write(src, "local", blocks=blocks)
+        made.append(src)
+    for c in made[:-1]:
+        s[c].compute_inline()
+    last = s[made[-1]]
+    if rng.random() < 0.5:
+        last.compute_at(s[Y], s[Y].op.axis[int(rng.integers(0, 3))])
+    if rng.random() < 0.5:
+        last.vectorize(last.op.axis[-1])
+    x = np.random.default_rng(seed).random(tuple(shape) + (5,)).astype("float32")
+    y = np.full(shape, np.nan, "float32")
+    tc.build(s, [X, Y], checks=True)(x, y)
+    np.testing.assert_allclose(y, 2 * x.sum(axis=3), rtol=1e-5)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("factor_axis", [0, 1])
 def test_rfactor(backend, factor_axis):

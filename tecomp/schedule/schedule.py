@@ -819,12 +819,11 @@ class Schedule:
         return cache
 
     @staticmethod
-    def _blocked_copy(tensor: Tensor, scope: str, blocks, fill=None):
-        """The blocked copy of ``cache_read(..., blocks=)`` and the map from an index of
-        ``tensor`` to the copy's; ``fill`` (a Const, or None): the value of a copy
-        rounded up to whole blocks past ``tensor``'s edge."""
+    def _blocks(tensor: Tensor, blocks, what: str, fill=None):
+        """``(dims, factors)`` of a ``blocks=`` argument (``[(dimension, factor), ...]``),
+        checked against ``tensor``'s shape: every factor divides its dimension unless
+        ``fill`` (a Const: the copy is rounded up to whole blocks) is given."""
         nd = len(tensor.shape)
-        what = f"cache_read of {tensor.name}"
         if not isinstance(blocks, (list, tuple)) or not blocks or not all(
                 isinstance(b, (list, tuple)) and len(b) == 2 for b in blocks):
             raise ScheduleError(f"{what}: blocks must be a list of (dimension, factor) pairs, "
@@ -837,12 +836,36 @@ class Schedule:
             ext = tensor.shape[d]
             if isinstance(f, bool) or not isinstance(f, int) or f < 1 or not isinstance(
                     ext, Const) or (ext.value % f and fill is None):
+                hint = ("(or pad=, the value of the copy's last block past the edge)"
+                        if what.startswith("cache_read") else "")
                 raise ScheduleError(
                     f"{what}: blocks: dimension {d} has extent {ext}, which a factor of "
-                    f"{f!r:.20} does not divide; give a positive factor that divides it "
-                    "(or pad=, the value of the copy's last block past the edge)")
+                    f"{f!r:.20} does not divide; give a positive factor that divides it" +
+                    (f" {hint}" if hint else ""))
             dims.append(d)
+        return dims, {d: f for d, f in blocks}
+
+    @staticmethod
+    def _blocked_remap(blocks):
+        """The map from an index of a tensor to the index of its copy blocked by
+        ``blocks`` (the outer parts in the tensor's order, then the inner parts in the
+        order listed)."""
         fac = {d: f for d, f in blocks}
+
+        def remap(idx):
+            outer = [_op.floordiv(i, Const(fac[d], i.dtype)) if d in fac else i
+                     for d, i in enumerate(idx)]
+            return tuple(outer) + tuple(_op.floormod(idx[d], Const(f, idx[d].dtype))
+                                        for d, f in blocks)
+        return remap
+
+    @staticmethod
+    def _blocked_copy(tensor: Tensor, scope: str, blocks, fill=None):
+        """The blocked copy of ``cache_read(..., blocks=)`` and the map from an index of
+        ``tensor`` to the copy's; ``fill`` (a Const, or None): the value of a copy
+        rounded up to whole blocks past ``tensor``'s edge."""
+        nd = len(tensor.shape)
+        dims, fac = Schedule._blocks(tensor, blocks, f"cache_read of {tensor.name}", fill)
         rounded = [d for d in dims if tensor.shape[d].value % fac[d]]
         shape = [Const(-(-tensor.shape[d].value // fac[d]), tensor.shape[d].dtype) if d in fac
                  else tensor.shape[d] for d in range(nd)] + \
@@ -861,17 +884,19 @@ class Schedule:
             inside = _op.all_(*[idx[d] < tensor.shape[d] for d in rounded])
             return _op.if_then_else(inside, tensor[tuple(idx)], fill)
 
-        def remap(idx):
-            outer = [_op.floordiv(i, Const(fac[d], i.dtype)) if d in fac else i
-                     for d, i in enumerate(idx)]
-            return tuple(outer) + tuple(_op.floormod(idx[d], Const(f, idx[d].dtype))
-                                        for d, f in blocks)
+        return (compute(tuple(shape), fcompute, name=f"{tensor.name}.{scope}"),
+                Schedule._blocked_remap(blocks))
 
-        return compute(tuple(shape), fcompute, name=f"{tensor.name}.{scope}"), remap
-
-    def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
+    def cache_write(self, tensor: Tensor, scope: str, blocks=None) -> Tensor:
         """Compute ``tensor`` into a ``scope`` buffer first, then copy it out; returns
-        the cache tensor, which takes over the original body (and its reduction)."""
+        the cache tensor, which takes over the original body (and its reduction).
+
+        ``blocks`` (a list of ``(dimension, factor)``, each factor dividing its
+        dimension): the cache is blocked as ``cache_read``'s copy is, its dimensions
+        the outer parts in ``tensor``'s order, then the inner parts in the order listed;
+        the copy out reads ``cache[y // 16, x, y % 16]`` for ``blocks=[(0, 16)]``.  The
+        stage must not be transformed yet (its loops are the cache's, of another
+        shape)."""
         if not isinstance(tensor, Tensor):
             raise ScheduleError(f"cache_write: tensor must be a Tensor, got {tensor!r}")
         if scope not in SCOPES:
@@ -879,13 +904,33 @@ class Schedule:
                                 f"one of {', '.join(SCOPES)}")
         st = self[tensor]
         st._single_output("cache_write")
+        fac, order = {}, []
+        if blocks is not None:
+            what = f"cache_write of {tensor.name}"
+            order, fac = self._blocks(tensor, blocks, what)
+            if st.relations or st.iter_attrs or st.leaf_iter_vars != st.all_iter_vars:
+                raise ScheduleError(
+                    f"{what}: blocks= makes a cache of another shape, but stage {st.name}'s "
+                    f"loops are already transformed; call cache_write(..., blocks=) first")
         kept = self._loops_without_reduction(st, tensor)
         op = st.op
-        vmap, new_axis = {}, []
-        for iv in op.axis:
-            nv = IterVar(Var(iv.var.name, iv.var.dtype), iv.dom, iv.kind)
-            vmap[iv.var] = nv.var
+        vmap, new_axis, inner = {}, [], {}
+        for d in order:
+            iv = op.axis[d]
+            inner[d] = IterVar(Var(f"{iv.var.name}.inner", iv.var.dtype),
+                               Range(Const(0, iv.var.dtype), Const(fac[d], iv.var.dtype)),
+                               iv.kind)
+        for d, iv in enumerate(op.axis):
+            if d in fac:
+                ext = Const(iv.dom.extent.value // fac[d], iv.var.dtype)
+                nv = IterVar(Var(f"{iv.var.name}.outer", iv.var.dtype),
+                             Range(Const(0, iv.var.dtype), ext), iv.kind)
+                vmap[iv.var] = nv.var * Const(fac[d], iv.var.dtype) + inner[d].var
+            else:
+                nv = IterVar(Var(iv.var.name, iv.var.dtype), iv.dom, iv.kind)
+                vmap[iv.var] = nv.var
             new_axis.append(nv)
+        new_axis += [inner[d] for d in order]
         body = op.body
         if isinstance(body, Reduce):
             new_red = []
@@ -908,7 +953,10 @@ class Schedule:
         idx = self.stages.index(st)
         self.stages.insert(idx, cst)
         self._stage_of[id(cache_op)] = cst
-        copy_body = ProducerLoad(cache, tuple(iv.var for iv in op.axis), cache.dtype)
+        out_idx = tuple(iv.var for iv in op.axis)
+        if blocks is not None:
+            out_idx = self._blocked_remap(blocks)(out_idx)
+        copy_body = ProducerLoad(cache, out_idx, cache.dtype)
         self._replace_op(st, _with_body(op, copy_body))
         st._reset_loops()
         if kept is not None:

@@ -244,7 +244,7 @@ _ARGS: Dict[str, Dict[str, str]] = {
     "tensorize": {"axis": "axis", "intrin": "intrin"},
     "cache_read": {"tensor": "tensor", "scope": "string", "readers": "stages",
                    "pad": "number?", "blocks": "blocks?"},
-    "cache_write": {"tensor": "tensor", "scope": "string"},
+    "cache_write": {"tensor": "tensor", "scope": "string", "blocks": "blocks?"},
     "rfactor": {"tensor": "tensor", "axis": "axis", "factor_axis": "int32"},
 }
 #: the factor arguments and the axis each one splits (checked against its extent)

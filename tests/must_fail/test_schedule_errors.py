@@ -179,6 +179,26 @@ def test_cache_read_bad_scope():
         s.cache_read(A, "texture", [B])
 
 
+def test_cache_write_blocks_bad():
+    """cache_write(..., blocks=): a factor that does not divide its dimension, and a
+    stage whose loops are already transformed (the cache has another shape)."""
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    n = int(C.shape[1].value)
+    with pytest.raises(tc.ScheduleError, match=rf"cache_write of C: blocks: dimension 1 has "
+                       rf"extent {n}, which a factor of 5 does not divide; give a positive "
+                       rf"factor that divides it$"):
+        s.cache_write(C, "local", blocks=[(1, 5)])
+    with pytest.raises(tc.ScheduleError, match=r"cache_write of C: blocks: 2 is not a "
+                       r"dimension of the 2-d tensor"):
+        s.cache_write(C, "local", blocks=[(2, 2)])
+    s[C].split(C.op.axis[0], factor=2)
+    with pytest.raises(tc.ScheduleError, match=r"cache_write of C: blocks= makes a cache of "
+                       r"another shape, but stage C's loops are already transformed; call "
+                       r"cache_write\(\.\.\., blocks=\) first"):
+        s.cache_write(C, "local", blocks=[(1, 2)])
+
+
 def test_cache_write_after_scheduling_the_reduction():
     """cache_write after the output axes were split is fine (see test_schedule.py); after
     the reduce axis was, it is refused: the reduction moves to the cache."""
@@ -1435,7 +1455,16 @@ def test_cpu_conv_template_bad_config(layout, config, match):
 
 @pytest.mark.parametrize("layout, config, match", [
     ("nchw", {"block": 4}, r"group_conv2d_nchw schedule: unknown parameters \['block'\]; use "
-                           r"channel_blocks, ob, yb, xb, groups_per_task"),
+                           r"channel_blocks, ob, yb, xb, groups_per_task, interleave"),
+    ("nhwc", {"interleave": 1}, "group_conv2d_nhwc schedule: interleave must be True or "
+                                "False, got 1"),
+    ("nhwc", {"interleave": True}, r"group_conv2d_nhwc schedule: interleave=True needs an "
+                                   r"NHWC float32 convolution whose groups' output channels "
+                                   r"divide a vector \(\d+ lanes here\) into 2 or more "
+                                   r"groups, .*; conv2d_nhwc has 4 per group: use "
+                                   r"interleave=False"),
+    ("nchw", {"interleave": True}, r"group_conv2d_nchw schedule: interleave=True needs an "
+                                   r"NHWC float32 convolution"),
     ("nhwc", {"channel_blocks": 1}, "group_conv2d_nhwc schedule: channel_blocks must be True "
                                     "or False, got 1"),
     ("nchw", {"yb": 0}, "group_conv2d_nchw schedule: yb must be a positive int, got 0"),

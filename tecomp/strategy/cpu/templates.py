@@ -23,7 +23,7 @@ from .conv2d import (_conv_for_generic_rules, conv2d_knobs, plain_nchw_conv,
 from .depthwise import (_depthwise_part, schedule_depthwise_conv2d_nchw,
                         schedule_depthwise_conv2d_nhwc)
 from .gemm import _dense_rows_for_generic_rules, _gemm_template
-from .grouped import (group_conv2d_knobs, schedule_group_conv2d_nchw,
+from .grouped import (_grouped_part, group_conv2d_knobs, schedule_group_conv2d_nchw,
                       schedule_group_conv2d_nhwc)
 from .pool import pool_into
 from .skinny import _skinny_template
@@ -89,10 +89,12 @@ TEMPLATES = (_skinny_template, _auto_template, _phases_template, _conv1d_templat
 
 #: templates of an operator inside a larger DAG, by the tag of its output stage (see
 #: :func:`tecomp.strategy.rules.generic_rules`): attention inside a transformer layer, a
-#: depthwise convolution inside a block, batch norm's data gradient with its two sums
+#: depthwise convolution inside a block, batch norm's data gradient with its two sums, a
+#: grouped NHWC convolution whose groups interleave in the vectors
 PART_TEMPLATES: Dict[str, object] = {"sdpa": _attention_part,
                                      "depthwise_conv2d_nchw": _depthwise_part,
                                      "depthwise_conv2d_nhwc": _depthwise_part,
+                                     "group_conv2d_nhwc": _grouped_part,
                                      "batch_norm_grad": _bn_grad_part}
 
 
