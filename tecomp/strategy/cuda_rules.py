@@ -13,9 +13,10 @@ tilings of :mod:`tecomp.strategy.cuda` as the building blocks; no measurement:
    runs the GEMM template: blocks of ``gemm_config``'s tiling (the batch axes fused on
    ``blockIdx.z``), shared tiles per k step, a register micro-tile per thread.  An
    elementwise output that reads the GEMM only at its own index (a bias, an activation)
-   is computed from the registers when C is stored.  A contraction of float16 operands
-   summed in float32, with no epilogue and tiles of 16 that divide it, runs on tensor
-   cores instead (:mod:`tecomp.strategy.cuda.tensorcore`, ``wmma_config``'s tiling; its knobs
+   is computed from the registers when C is stored.  A contraction of float16 or bfloat16
+   operands summed in float32, with tiles of 16 that divide it, runs on tensor cores
+   instead, with its epilogue applied from a tile of C in shared memory
+   (:mod:`tecomp.strategy.cuda.tensorcore`, ``wmma_config``'s tiling; its knobs
    ``<name>.warps_m``, ``.warps_n``, ``.frags_m``, ``.frags_n``, ``.k_tile``,
    ``.double_buffer``).
 3. **Row reductions fused into their output**: an elementwise output whose reductions
@@ -50,7 +51,7 @@ from .cuda.injective import _schedule_injective_stage
 from .cuda.softmax import _cross_thread_rows, _row_loop
 from .cuda.tensorcore import schedule_wmma_gemm, tensor_core_gemm, wmma_config
 from ..schedule.schedule import Schedule, create_schedule
-from .cuda.common import _pow2_at_least
+from .cuda.common import _pow2_at_least, max_shared_bytes
 from ..te.tensor import ComputeOp, Tensor, thread_axis
 from .rules import Knobs, outputs_of, _cint
 
@@ -194,12 +195,15 @@ class _CudaRules:
         *batch, M, N = (self.cint(e) for e in gemm.shape)
         K = self.cint(op.reduce_axis[0].dom.extent)
         nb = None if any(b is None for b in batch) else math.prod(batch)
-        if out is gemm and not isinstance(self.gemm, GemmConfig) and tensor_core_gemm(
+        if not isinstance(self.gemm, GemmConfig) and tensor_core_gemm(
                 gemm, tf32=getattr(self.gemm, "tf32", False)):
-            wcfg = self.gemm or wmma_config(M, N, K, nb)
-            if wcfg is not None:   # float16 in, float32 out, tiles of 16: tensor cores
-                schedule_wmma_gemm(s, gemm, wcfg if self.gemm else self.wmma_knobs(op.name, wcfg))
-                self.done |= {id(op)}
+            _, (a, _), _ = _contraction_operands(op)
+            wcfg = self.gemm or wmma_config(M, N, K, nb, epilogue=out is not gemm,
+                                            max_shared=max_shared_bytes("cuda"), dtype=a.dtype)
+            if wcfg is not None:   # float16 in, float32 sums, tiles of 16: tensor cores
+                schedule_wmma_gemm(s, gemm, wcfg if self.gemm else self.wmma_knobs(op.name, wcfg),
+                                   out)
+                self.done |= {id(op), id(out.op)}
                 return
         _schedule_gemm(s, gemm, out, self.gemm or self.gemm_knobs(
             op.name, gemm_config(M, N, K, nb)))
