@@ -317,9 +317,9 @@ def gemm_workload(n: int, half: bool = False) -> Workload:
 
 
 def wmma_sweep(n: int, N: Optional[int] = None, K: Optional[int] = None,
-               batch: int = 1) -> List[object]:
+               batch: int = 1, epilogue: bool = False) -> List[object]:
     """The tensor-core tilings that divide an ``n x N x K`` GEMM (``n^3`` by default), the
-    default first."""
+    default first (with an ``epilogue``: the default of a GEMM with one, on GPU 0)."""
     N = n if N is None else N
     K = n if K is None else K
     W = nn_cuda.WmmaConfig
@@ -329,7 +329,9 @@ def wmma_sweep(n: int, N: Optional[int] = None, K: Optional[int] = None,
         W(2, 4, 4, 4, 64), W(4, 4, 4, 2, 32), W(4, 2, 2, 4, 64),
         W(4, 2, 2, 4, 32), W(2, 4, 2, 4, 32), W(2, 4, 4, 2, 32, False)]
     fit = [c for c in cands if nn_cuda.tensorcore.fits(c, n, N, K)]
-    return _unique([nn_cuda.wmma_config(n, N, K, batch)] + fit)
+    first = nn_cuda.wmma_config(n, N, K, batch, epilogue=epilogue,
+                                max_shared=nn_cuda.common.max_shared_bytes("cuda"))
+    return _unique([first] + fit)
 
 
 def _template_build(args: Callable[[], list], schedule, name: str) -> Callable[..., object]:
@@ -426,6 +428,43 @@ def hdense_workload(M: int, N: int, K: int) -> Workload:
 
     return Workload(f"hdense {M}x{K} -> {N} f16 (tensor cores)", build, setup,
                     flops=2.0 * M * N * K, tolerance=2e-3, configs=lambda: wmma_sweep(M, N, K))
+
+
+def hdense_gelu_workload(M: int, N: int, K: int) -> Workload:
+    """``tc.nn.gelu(tc.nn.dense(X, W, b))`` of float16 ``X[M, K]``, ``W[N, K]``, ``b[N]``: a
+    float16 result, the bias and the GELU (erf) fused into the tensor-core GEMM's epilogue,
+    against ``F.gelu(F.linear(x, w, b))`` in torch (cuBLAS with the bias, then a separate
+    GELU kernel); checked against float64 products of the same inputs."""
+    def args():
+        X = tc.placeholder((M, K), "float16", name="X")
+        W = tc.placeholder((N, K), "float16", name="W")
+        b = tc.placeholder((N,), "float16", name="b")
+        return [X, W, b, tc.nn.gelu(ops.dense(X, W, b))]
+
+    build = _template_build(args, nn_cuda.schedule_dense, f"hdense_gelu{M}x{N}x{K}")
+
+    def setup(torch, cupy):
+        rng = np.random.default_rng(0)
+        x, w = _randn(rng, (M, K), np.float16), _randn(rng, (N, K), np.float16)
+        b = _randn(rng, (N,), np.float16)
+
+        def gelu64(y):
+            from math import erf, sqrt
+            return 0.5 * y * (1.0 + np.vectorize(erf)(y / sqrt(2.0)))
+        refs = {}
+        expect = lambda: gelu64(x.astype(np.float64) @ w.astype(np.float64).T  # noqa: E731
+                                + b.astype(np.float64))
+        if torch is not None:
+            tx, tw, tb = (torch.from_numpy(v).cuda() for v in (x, w, b))
+            F = torch.nn.functional
+            refs["torch"] = Reference(lambda: F.gelu(F.linear(tx, tw, tb)),
+                                      lambda: _np(F.gelu(F.linear(tx, tw, tb)).float()))
+            expect = lambda: _np(F.gelu(tx.double() @ tw.double().T + tb.double()))  # noqa: E731
+        return Setup([x, w, b, np.zeros((M, N), np.float16)], refs, expect)
+
+    return Workload(f"hdense {M}x{K} -> {N} f16 + bias + GELU (fused)", build, setup,
+                    flops=2.0 * M * N * K, tolerance=4e-3,
+                    configs=lambda: wmma_sweep(M, N, K, epilogue=True))
 
 
 def conv_workload(C: int, HW: int, layout: str, N: int = 32) -> Workload:
@@ -651,6 +690,7 @@ WORKLOADS = [
     bmm_workload(96, 512, 64),
     bmm_workload(96, 512, 64, half=True),
     hdense_workload(4096, 3072, 768),
+    hdense_gelu_workload(4096, 3072, 768),
     conv_gemm_workload(256, 14, "nchw"),
     conv_gemm_workload(256, 14, "nhwc"),
 ]

@@ -126,6 +126,46 @@ def test_fuzzer_gpu_int8_gemm_cases_are_tensorized_often():
     assert 6 <= hits <= 40
 
 
+@pytest.mark.parametrize("seed", range(60 if LONG else 3))
+def test_fuzz_tensor_core_gemms_with_epilogues(seed):
+    """float16 / bfloat16 GEMMs summed in float32, maybe batched, with either operand
+    layout and maybe an epilogue (bias, max/min/tanh, a 16-bit result), under the GPU
+    rules with their default tiling or random knobs (warps, fragments, k step, rings,
+    wmma or mma), in the CUDA emulation: against numpy and the interpreter; the
+    reproducer replays the same knobs."""
+    import shutil
+
+    from tecomp.testing.diff import draw_tensor_core_case
+
+    if not shutil.which("g++"):
+        pytest.skip("no C++ compiler for the CUDA emulation")
+    case = draw_tensor_core_case(RandomDraw(40_000 + seed), name=f"seed {40_000 + seed}")
+    out = run_case(case)
+    assert out.ok, out.report()
+    assert "knobs=Knobs(rng=" in case.source()
+
+
+def test_fuzzer_tensor_core_cases_reach_the_tensor_cores():
+    """The family's cases run on tensor cores (any tiling the knobs draw divides the
+    extents), most with an epilogue, in both families of intrinsics."""
+    from tecomp.strategy.cuda_rules import apply_cuda_rules  # noqa: F401
+    from tecomp.testing.diff import auto_schedule_case, draw_tensor_core_case
+
+    kinds = []
+    for seed in range(24):
+        case = draw_tensor_core_case(RandomDraw(seed))
+        built, nvar = case.program.build()
+        args = case.program.args(built, nvar)
+        text = str(tc.lower(auto_schedule_case(case, args), args))
+        wmma = "tensorize cuda.wmma_mma_" in text
+        assert wmma or "tensorize cuda.mma_f" in text or "tensorize cuda.mma_bf" in text, seed
+        kinds.append(("wmma" if wmma else "mma",
+                      len(case.program.outputs) and case.program.outputs[0] != 2
+                      and case.program.tensors[case.program.outputs[0]].reduce is None))
+    assert {k for k, _ in kinds} == {"wmma", "mma"}
+    assert 10 <= sum(e for _, e in kinds) <= 23
+
+
 # ---------------------------------------------------------------------------------
 # the fuzzer itself
 
@@ -216,7 +256,8 @@ def test_a_missing_barrier_is_caught(monkeypatch):
 
 def _run_fuzz(tmp_path, cases, gpu_every, seed, extra=(), env_extra=None):
     """``python -m tecomp.testing.fuzz`` in a subprocess, with this checkout importable
-    (no edge cases unless ``extra`` asks: the seeds pinned here are the generator's)."""
+    (no edge or tensor-core cases unless ``extra`` asks: the seeds pinned here are the
+    generator's)."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -224,7 +265,7 @@ def _run_fuzz(tmp_path, cases, gpu_every, seed, extra=(), env_extra=None):
     return subprocess.run(
         [sys.executable, "-m", "tecomp.testing.fuzz", "--cases", str(cases), "--jobs", "1",
          "--gpu-every", str(gpu_every), "--seed", str(seed), "--out", str(tmp_path), "--quiet",
-         "--edge-every", "0", *extra],
+         "--edge-every", "0", "--tensor-core-every", "0", *extra],
         capture_output=True, text=True, env=env, timeout=300)
 
 

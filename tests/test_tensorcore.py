@@ -162,16 +162,18 @@ def test_wmma_config_choices():
     assert (c.block_m, c.block_n, c.threads) == (128, 128, 128)
 
 
-def test_only_the_float16_to_float32_matmul_takes_tensor_cores():
-    # float32 operands, or a float16 result: the CUDA-core GEMM
+def test_float32_operands_take_the_cuda_core_gemm_and_float16_results_tensor_cores():
+    # float32 operands (without tf32): the CUDA-core GEMM
     A = tc.placeholder((64, 64), name="A")
     B = tc.placeholder((64, 64), name="B")
     s = sc.schedule_matmul(ops.matmul(A, B), "cuda")
     assert "wmma" not in str(tc.lower(s, [A, B, s.outputs[0].output(0)]))
+    # float16 operands summed in float32 into a float16 result (matmul's default): tensor
+    # cores, the rounding applied from the tile of C in shared memory
     A, B, _ = hgemm(64, 64, 64)
     C16 = ops.matmul(A, B)
     s = sc.schedule_matmul(C16, "cuda")
-    assert "wmma" not in str(tc.lower(s, [A, B, C16]))
+    assert "tensorize cuda.wmma_mma_f16f16f32" in str(tc.lower(s, [A, B, C16]))
 
 
 @needs_nvcc

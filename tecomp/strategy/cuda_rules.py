@@ -13,11 +13,13 @@ tilings of :mod:`tecomp.strategy.cuda` as the building blocks; no measurement:
    runs the GEMM template: blocks of ``gemm_config``'s tiling (the batch axes fused on
    ``blockIdx.z``), shared tiles per k step, a register micro-tile per thread.  An
    elementwise output that reads the GEMM only at its own index (a bias, an activation)
-   is computed from the registers when C is stored.  A contraction of float16 operands
-   summed in float32, with no epilogue and tiles of 16 that divide it, runs on tensor
-   cores instead (:mod:`tecomp.strategy.cuda.tensorcore`, ``wmma_config``'s tiling; its knobs
-   ``<name>.warps_m``, ``.warps_n``, ``.frags_m``, ``.frags_n``, ``.k_tile``,
-   ``.double_buffer``).
+   is computed from the registers when C is stored.  A contraction of float16 or bfloat16
+   operands summed in float32, with tiles of 16 that divide it, runs on tensor cores
+   instead, with its epilogue applied from a tile of C in shared memory
+   (:mod:`tecomp.strategy.cuda.tensorcore`, ``wmma_config``'s tiling; its knobs
+   ``<name>.warps_m``, ``.warps_n``, ``.frags_m``, ``.frags_n``, ``.k_tile`` (each among
+   the values whose tiles divide the extents), ``.double_buffer``, ``.stages``,
+   ``.family``).
 3. **Row reductions fused into their output**: an elementwise output whose reductions
    (after inlining) all reduce over the output's last axis per row, read at the row's
    own index (softmax, layer norm, a row-wise normalisation): one block per row (the
@@ -50,7 +52,7 @@ from .cuda.injective import _schedule_injective_stage
 from .cuda.softmax import _cross_thread_rows, _row_loop
 from .cuda.tensorcore import schedule_wmma_gemm, tensor_core_gemm, wmma_config
 from ..schedule.schedule import Schedule, create_schedule
-from .cuda.common import _pow2_at_least
+from .cuda.common import _pow2_at_least, max_shared_bytes
 from ..te.tensor import ComputeOp, Tensor, thread_axis
 from .rules import Knobs, outputs_of, _cint
 
@@ -194,31 +196,43 @@ class _CudaRules:
         *batch, M, N = (self.cint(e) for e in gemm.shape)
         K = self.cint(op.reduce_axis[0].dom.extent)
         nb = None if any(b is None for b in batch) else math.prod(batch)
-        if out is gemm and not isinstance(self.gemm, GemmConfig) and tensor_core_gemm(
+        if not isinstance(self.gemm, GemmConfig) and tensor_core_gemm(
                 gemm, tf32=getattr(self.gemm, "tf32", False)):
-            wcfg = self.gemm or wmma_config(M, N, K, nb)
-            if wcfg is not None:   # float16 in, float32 out, tiles of 16: tensor cores
-                schedule_wmma_gemm(s, gemm, wcfg if self.gemm else self.wmma_knobs(op.name, wcfg))
-                self.done |= {id(op)}
+            _, (a, _), _ = _contraction_operands(op)
+            wcfg = self.gemm or wmma_config(M, N, K, nb, epilogue=out is not gemm,
+                                            max_shared=max_shared_bytes("cuda"), dtype=a.dtype)
+            if wcfg is not None:   # float16 in, float32 sums, tiles of 16: tensor cores
+                schedule_wmma_gemm(s, gemm, wcfg if self.gemm else self.wmma_knobs(
+                    op.name, wcfg, M, N, K), out)
+                self.done |= {id(op), id(out.op)}
                 return
         _schedule_gemm(s, gemm, out, self.gemm or self.gemm_knobs(
             op.name, gemm_config(M, N, K, nb)))
         self.done |= {id(op), id(out.op)}
 
-    def wmma_knobs(self, name: str, d):
-        """The tensor-core tiling of contraction ``name``: ``d`` (``wmma_config``'s) by
-        default; a sampled tiling whose tiles do not divide the extents is a ScheduleError
-        (not a candidate)."""
+    def wmma_knobs(self, name: str, d, M: int, N: int, K: int):
+        """The tensor-core tiling of contraction ``name`` (``M x N x K``): ``d``
+        (``wmma_config``'s) by default; the warps and fragments per axis and the k step
+        among the values whose tiles divide the extents, drawn outermost first; the family
+        (``"mma"``: sm_80 and later, refused by the build for older GPUs), double buffering
+        and the ring's stages."""
         from dataclasses import replace
 
         k = self.knobs.choose
-        return replace(
-            d, warps_m=k(f"{name}.warps_m", [1, 2, 4], d.warps_m),
-            warps_n=k(f"{name}.warps_n", [1, 2, 4], d.warps_n),
-            frags_m=k(f"{name}.frags_m", [1, 2, 4], d.frags_m),
-            frags_n=k(f"{name}.frags_n", [1, 2, 4], d.frags_n),
-            k_tile=k(f"{name}.k_tile", [16, 32, 64], d.k_tile),
-            double_buffer=k(f"{name}.double_buffer", [False, True], d.double_buffer))
+
+        def pick(knob, values, default, divides):
+            ok = [v for v in values if divides(v)]
+            return k(knob, ok, default if divides(default) else ok[-1])
+
+        wm = pick(f"{name}.warps_m", [1, 2, 4], d.warps_m, lambda v: M % (16 * v) == 0)
+        wn = pick(f"{name}.warps_n", [1, 2, 4], d.warps_n, lambda v: N % (16 * v) == 0)
+        fm = pick(f"{name}.frags_m", [1, 2, 4], d.frags_m, lambda v: M % (16 * wm * v) == 0)
+        fn = pick(f"{name}.frags_n", [1, 2, 4], d.frags_n, lambda v: N % (16 * wn * v) == 0)
+        kt = pick(f"{name}.k_tile", [16, 32, 64], d.k_tile, lambda v: K % v == 0)
+        db = k(f"{name}.double_buffer", [False, True], d.double_buffer)
+        return replace(d, warps_m=wm, warps_n=wn, frags_m=fm, frags_n=fn, k_tile=kt,
+                       double_buffer=db, family=k(f"{name}.family", ["wmma", "mma"], d.family),
+                       stages=k(f"{name}.stages", [2, 3, 4], d.stages) if db else d.stages)
 
     def gemm_knobs(self, name: str, d):
         """The GEMM tiling of contraction ``name``: ``d`` (``gemm_config``'s) by default."""

@@ -32,6 +32,19 @@ WARP_SIZE = 32
 MMA_MIN_SM = 80
 
 
+#: the most shared memory (static and dynamic) one block may take, by compute capability
+MAX_BLOCK_SHARED_BYTES = {70: 96 * 1024, 75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024,
+                          87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024,
+                          120: 99 * 1024}
+
+
+def block_shared_limit(arch) -> int:
+    """The shared memory one block of ``arch`` (``"sm_86"``) may take; for an unknown or
+    unnamed architecture, sm_80's (A100, and less than Hopper's)."""
+    sm = sm_number(arch) if arch else 80
+    return MAX_BLOCK_SHARED_BYTES.get(sm, MAX_BLOCK_SHARED_BYTES[80])
+
+
 def sm_number(arch: str) -> int:
     """The compute capability of ``arch`` as a number: 90 for ``"sm_90a"``."""
     return int("".join(c for c in arch if c.isdigit()))

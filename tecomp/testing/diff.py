@@ -27,7 +27,8 @@ from ..strategy import Knobs, apply_rules
 from ..ir import interp as _interp
 from .. import target as _target  # cpu_model looked up at call time (tests patch it)
 from .draw import HypothesisDraw, RandomDraw
-from .gen import DTYPES, GPU_DTYPES, gen_int8_gemm, gen_n, gen_program, gen_view_gemm
+from .gen import (DTYPES, GPU_DTYPES, gen_int8_gemm, gen_n, gen_program,
+                  gen_tensor_core_gemm, gen_view_gemm)
 from . import qemu as _qemu
 from .pass_check import check_passes as _check_passes
 from .program import Program, is_float
@@ -78,8 +79,10 @@ class Case:
         if self.auto is None:
             sched = ["s = tc.create_schedule(outs)", steps_source(self.steps)]
         elif _on_gpu(self.target):
-            sched = ["from tecomp.strategy.cuda_rules import apply_cuda_rules",
-                     f"s = apply_cuda_rules(args, {{'n': {self.n}}})"]
+            sched = ["import random", "from tecomp.strategy import Knobs",
+                     "from tecomp.strategy.cuda_rules import apply_cuda_rules",
+                     f"s = apply_cuda_rules(args, {{'n': {self.n}}}, "
+                     f"knobs=Knobs(rng={_auto_rng_src(self.auto)}))"]
         else:
             sched = ["import random", "from tecomp.strategy import Knobs, apply_rules",
                      "from tecomp.strategy.cpu import cpu_model",
@@ -228,9 +231,9 @@ def auto_schedule_case(case: Case, args):
     """The auto-scheduler's schedule of a case with ``case.auto`` set."""
     import random
 
-    if _on_gpu(case.target):
-        return apply_cuda_rules(args, {"n": case.n})
     rng = None if case.auto < 0 else random.Random(case.auto)
+    if _on_gpu(case.target):
+        return apply_cuda_rules(args, {"n": case.n}, knobs=Knobs(rng=rng))
     return apply_rules(args, Knobs(rng=rng), _target.cpu_model(case.target), {"n": case.n})
 
 
@@ -535,6 +538,18 @@ def draw_int8_gemm_case(d, *, name: str = "", target: str = "llvm") -> Case:
     tensorize it with the target's dot-product intrinsic where the shape allows, with
     random knobs (which intrinsic or none, the block) three times in four."""
     prog = gen_int8_gemm(d)
+    seed = d.int(0, 2**16)
+    pick = d.int(0, 3)
+    return Case(prog, [], 5, seed, target, name, auto=-1 if pick == 0 else d.int(0, 2**16))
+
+
+def draw_tensor_core_case(d, *, name: str = "", target: str = "cuda-emu") -> Case:
+    """A float16 / bfloat16 GEMM summed in float32 with maybe an epilogue
+    (``gen.gen_tensor_core_gemm``) under the GPU rules, which put it on tensor cores: their
+    default tiling, or (three times in four) random knobs (warps, fragments, k step,
+    double buffering; a sampled tiling that does not divide the extents is refused, a
+    ``ScheduleError`` the run reports as such)."""
+    prog = gen_tensor_core_gemm(d)
     seed = d.int(0, 2**16)
     pick = d.int(0, 3)
     return Case(prog, [], 5, seed, target, name, auto=-1 if pick == 0 else d.int(0, 2**16))

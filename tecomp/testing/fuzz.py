@@ -19,7 +19,10 @@ read after the loop nest; illegal schedules among them must raise the documented
 ``ScheduleError``); every ``--gpu-every``-th case is a GPU-bound schedule run
 in the CUDA emulation (needs g++; 0 disables), a quarter of them (with
 ``--tensorize-every``) int8 GEMMs whose reduction runs as CUDA's dp4a and a quarter
-(with ``--auto-every``) the auto-scheduler's GPU schedule of a random program.  With
+(with ``--auto-every``) the auto-scheduler's GPU schedule of a random program, and with
+``--tensor-core-every k`` every k-th of another quarter a float16 / bfloat16 GEMM summed
+in float32, maybe with an epilogue, that the GPU rules put on tensor cores (their
+default tiling or random knobs: warps, fragments, k step, rings, wmma or mma).  With
 ``--gpu-target cuda`` the same GPU cases (the same programs, schedules and data) run on
 the GPU through pycuda (device 0, kernels compiled by nvcc) and in the emulation too: the
 GPU's outputs are compared with numpy, the interpreter (the emulation's tolerances) and
@@ -52,8 +55,8 @@ import time
 from collections import Counter, defaultdict
 from ..errors import RuntimeUnavailableError
 from ..runtime.cuda import default_driver
-from .diff import (draw_case, draw_gpu_int8_gemm_case, draw_int8_gemm_case, draw_view_gemm_case,
-                   run_case)
+from .diff import (draw_case, draw_gpu_int8_gemm_case, draw_int8_gemm_case,
+                   draw_tensor_core_case, draw_view_gemm_case, run_case)
 from .draw import RandomDraw
 from .edges import EdgeCase, draw_edge_case, run_edge_case
 from .store_root import StoreRootCase, draw_store_root_case, run_store_root_case
@@ -70,7 +73,7 @@ def _have_cxx() -> bool:
 
 def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: str = "llvm",
                   tensorize_every: int = 0, gpu_target: str = "cuda-emu", edge_every: int = 0,
-                  store_root_every: int = 0):
+                  store_root_every: int = 0, tensor_core_every: int = 0):
     """Case ``seed``.  Every ``edge_every``-th is an edge case (``edges.py``: the drawn
     case of the same seed, written or called the way a careless user or an attacker
     would); of the others, every ``store_root_every``-th is a case of the ``store_root``
@@ -95,6 +98,10 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
     if target == "cuda-emu" and tensorize_every and (seed // gpu_every) % 4 == 3:
         case = draw_gpu_int8_gemm_case(RandomDraw(seed), name=f"fuzz seed {seed} (int8 GEMM, "
                                        f"{gpu_target}: dp4a)")
+    elif target == "cuda-emu" and tensor_core_every and (seed // gpu_every) % 4 == 2 and \
+            (seed // (4 * gpu_every)) % tensor_core_every == 0:
+        case = draw_tensor_core_case(RandomDraw(seed), name=f"fuzz seed {seed} (tensor cores, "
+                                     f"{gpu_target}: the GPU rules)")
     elif target == "cuda-emu" and auto_every and (seed // gpu_every) % 4 == 1:
         case = draw_case(RandomDraw(seed), target=target, auto=True,
                          name=f"fuzz seed {seed} (auto_schedule, {gpu_target})")
@@ -177,7 +184,7 @@ def _worker(args) -> int:
         try:
             case = case_for_seed(seed, args.gpu_every, args.auto_every, args.cpu_target,
                                  args.tensorize_every, args.gpu_target, args.edge_every,
-                                 args.store_root_every)
+                                 args.store_root_every, args.tensor_core_every)
             o = _run(case, seed, args)
         except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself
             print(json.dumps({"seed": seed, "kind": "crash", "target": "?",
@@ -226,7 +233,7 @@ def _spawn(args, start, count, step):
            "--torch-every", str(args.torch_every), "--aot-every", str(args.aot_every),
            "--tensorize-every", str(args.tensorize_every), "--gpu-target", args.gpu_target,
            "--edge-every", str(args.edge_every), "--store-root-every", str(args.store_root_every),
-           "--out", args.out]
+           "--tensor-core-every", str(args.tensor_core_every), "--out", args.out]
     if args.check_passes:
         cmd.append("--check-passes")
     env = dict(os.environ)
@@ -250,6 +257,10 @@ def main(argv=None) -> int:
     ap.add_argument("--tensorize-every", type=int, default=10,
                     help="every k-th case is an int8 GEMM the auto-scheduler tensorizes with "
                          "the target's dot-product intrinsic (0: none)")
+    ap.add_argument("--tensor-core-every", type=int, default=1,
+                    help="of the GPU cases a quarter are candidates, and every k-th of those "
+                         "is a float16/bfloat16 GEMM (maybe with an epilogue) on tensor cores "
+                         "under the GPU rules (0: none)")
     ap.add_argument("--edge-every", type=int, default=5,
                     help="every k-th case is an edge case (tecomp.testing.edges: conditions "
                          "through == != | ~, split factors past 2**31, aliasing and stride-0 "
@@ -294,7 +305,7 @@ def main(argv=None) -> int:
     if args.replay is not None:
         case = case_for_seed(args.replay, args.gpu_every, args.auto_every, args.cpu_target,
                              args.tensorize_every, args.gpu_target, args.edge_every,
-                             args.store_root_every)
+                             args.store_root_every, args.tensor_core_every)
         o = _run(case, args.replay, args)
         if o.kind == "refused":
             print(f"seed {args.replay}: refused as documented in {o.stage}: {o.detail}\n"

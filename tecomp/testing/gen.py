@@ -426,6 +426,48 @@ def gen_int8_gemm(d) -> Program:
     return prog
 
 
+def gen_tensor_core_gemm(d) -> Program:
+    """A float16 or bfloat16 GEMM summed in float32, ``C[(b,) i, j] = sum(f32(A) *
+    f32(W), k)``, extents multiples of 16 (what the GPU rules put on tensor cores), ``A``
+    as ``[M, K]`` or ``[K, M]`` and ``W`` as ``[K, N]`` or ``[N, K]``, maybe batched, and
+    mostly with an elementwise epilogue (a bias over the columns or a constant, a max,
+    min or tanh, a float32, float16 or bfloat16 result) that the tensor-core template
+    applies from its tile of C in shared memory."""
+    dt = d.choice(("float16", "bfloat16"))
+    batch = d.choice((0, 0, 2))
+    M, N, K = (16 * d.choice(c) for c in ((1, 2, 3), (1, 2, 3), (1, 2)))
+    while M * N * K * max(batch, 1) > 16 * MAX_POINTS and N > 16:
+        N -= 16
+    lead = (batch,) if batch else ()
+    nb = len(lead)
+    b = [Ax(0)] if batch else []
+    i, j, k = Ax(nb), Ax(nb + 1), Ax(nb + 2)
+    at, wt = d.bool(0.3), d.bool(0.5)     # A[K, M]; W[N, K] as a dense layer stores it
+    tensors = [TSpec("A", lead + ((K, M) if at else (M, K)), dt),
+               TSpec("W", lead + ((N, K) if wt else (K, N)), dt)]
+    bias = d.bool(0.5)
+    if bias:
+        tensors.append(TSpec("bias", (N,), "float32"))
+    xa = VCast(Load(0, tuple(b + ([k, i] if at else [i, k]))), dt)
+    xw = VCast(Load(1, tuple(b + ([j, k] if wt else [k, j]))), dt)
+    c = len(tensors)
+    tensors.append(TSpec("C", lead + (M, N), "float32", VBin("*", xa, xw),
+                         ReduceSpec("sum", (K,))))
+    prog = Program(tensors, [c])
+    if d.bool(0.75):
+        e = Load(c, tuple(b + [i, j]))
+        e = VBin("+", e, Load(2, (j,)) if bias else VConst(d.choice((0.5, -1.25))))
+        pick = d.int(0, 3)
+        if pick == 1:
+            e = VBin(d.choice(("max", "min")), e, VConst(0.0))
+        elif pick == 2:
+            e = VUn("tanh", e)
+        odt = d.choice(("float32", dt, dt))
+        prog.tensors.append(TSpec("D", lead + (M, N), odt, VCast(e, "float32")))
+        prog.outputs = [c + 1]
+    return prog
+
+
 def gen_view_gemm(d) -> Program:
     """A float32 GEMM tagged ``matmul`` (as :func:`tecomp.nn.matmul`'s, so the GEMM
     template schedules it) one of whose operands is a view of a placeholder read through

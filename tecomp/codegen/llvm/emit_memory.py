@@ -30,7 +30,7 @@ from .threadpool import WS_ALLOC, WS_FREE
 from .intrinsics import _bf16_to_f32, _f32_to_bf16
 from .values import (
     _F16, _F32, _I1, _I8, _I32, _I64, _IR_SIZE, _MEM, _PTR, _REG, _SIZE, Val, _Buf, _is_const,
-    _poison, _sanitize, _splat, _with_lanes,
+    _join_pieces, _piece, _poison, _sanitize, _splat, _with_lanes,
 )
 
 
@@ -475,9 +475,7 @@ class _MemoryEmitter:
         pieces = []
         for start in range(0, n, per):
             k = min(per, n - start)
-            m = b.shuffle_vector(mask, _poison(mask.type), ir.Constant(
-                ir.VectorType(_I32, per), [ir.Constant(_I32, start + i if i < k else start)
-                                           for i in range(per)]))
+            m = _piece(b, mask, start, per)
             if k < per:   # past the end: lanes off
                 m = b.and_(m, ir.Constant(ir.VectorType(_I1, per),
                                           [ir.Constant(_I1, int(i < k)) for i in range(per)]))
@@ -486,19 +484,7 @@ class _MemoryEmitter:
                                   [_PTR, _I32, ir.VectorType(_I1, per), pty], [pty, _PTR])
             pieces.append(self._tag(b.call(f, [q, ir.Constant(_I32, align), m,
                                                _splat(pty, 0)]), bi))
-        while len(pieces) & (len(pieces) - 1):
-            pieces.append(_splat(pieces[0].type, 0))
-        while len(pieces) > 1:
-            w = pieces[0].type.count
-            idx = ir.Constant(ir.VectorType(_I32, 2 * w), [ir.Constant(_I32, i)
-                                                          for i in range(2 * w)])
-            pieces = [b.shuffle_vector(pieces[i], pieces[i + 1], idx)
-                      for i in range(0, len(pieces), 2)]
-        whole = pieces[0]
-        if whole.type.count == n:
-            return whole
-        return b.shuffle_vector(whole, _poison(whole.type), ir.Constant(
-            ir.VectorType(_I32, n), [ir.Constant(_I32, i) for i in range(n)]))
+        return _join_pieces(b, pieces, n)
 
     def store(self, node: BufferStore, val: Val):
         bi = self.buf(node.buffer)

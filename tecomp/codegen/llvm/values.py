@@ -178,6 +178,35 @@ def _poison(ty) -> _Lit:
     return _lit(ty, "poison")
 
 
+def _piece(b: ir.IRBuilder, v, start: int, per: int):
+    """Lanes ``start .. start + per - 1`` of vector ``v`` as a vector of ``per`` lanes
+    (those past ``v``'s end repeat lane ``start``)."""
+    n = v.type.count
+    idx = [start + i if start + i < n else start for i in range(per)]
+    return b.shuffle_vector(v, _poison(v.type), ir.Constant(
+        ir.VectorType(ir.IntType(32), per), [ir.Constant(ir.IntType(32), i) for i in idx]))
+
+
+def _join_pieces(b: ir.IRBuilder, pieces: list, n: int):
+    """The vector of the first ``n`` lanes of ``pieces`` (vectors of one type) laid end to
+    end: joined in pairs (a count that is not a power of two padded with poison pieces),
+    then cut to ``n``."""
+    pieces = list(pieces)
+    while len(pieces) & (len(pieces) - 1):
+        pieces.append(_poison(pieces[0].type))
+    while len(pieces) > 1:
+        w = pieces[0].type.count
+        idx = ir.Constant(ir.VectorType(ir.IntType(32), 2 * w),
+                          [ir.Constant(ir.IntType(32), i) for i in range(2 * w)])
+        pieces = [b.shuffle_vector(pieces[i], pieces[i + 1], idx)
+                  for i in range(0, len(pieces), 2)]
+    whole = pieces[0]
+    if whole.type.count == n:
+        return whole
+    return b.shuffle_vector(whole, _poison(whole.type), ir.Constant(
+        ir.VectorType(ir.IntType(32), n), [ir.Constant(ir.IntType(32), i) for i in range(n)]))
+
+
 def _splat_const(vty, c) -> _Lit:
     """The vector of type ``vty`` with every element the scalar constant ``c``."""
     return _lit(vty, f"splat ({c.type} {c.get_reference()})")

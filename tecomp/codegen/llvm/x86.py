@@ -40,7 +40,7 @@ import llvmlite.ir as ir
 
 from ...lower.vectorize import MAX_WIDEN_LANES
 from .policy import TargetPolicy
-from .values import _F32, _F64, _I8, _I16, _I32, _I64
+from .values import _F32, _F64, _I8, _I16, _I32, _I64, _join_pieces, _piece
 
 #: a vector load of every 2nd, ..., MAX_STRIDED_STEP-th element is a wider load and a
 #: shuffle (``_FnEmitter.wide_load``), a larger step a gather
@@ -112,23 +112,9 @@ class X86Policy(TargetPolicy):
             f = mb.declare(name, pty, [pty, pty] + [e.type for e in extra])
             if per == ty.count:
                 return b.call(f, [x, y] + extra)
-            parts = []
-            for k in range(0, ty.count, per):
-                idx = ir.Constant(ir.VectorType(_I32, per), list(range(k, k + per)))
-                parts.append(b.call(f, [b.shuffle_vector(x, x, idx),
-                                        b.shuffle_vector(y, y, idx)] + extra))
-            while len(parts) > 1:      # join pairs: 2n lanes from two of n
-                if len(parts) % 2:     # (an odd count: a poison part, cut off below)
-                    parts.append(ir.Constant(parts[0].type, ir.Undefined))
-                n = parts[0].type.count
-                idx = ir.Constant(ir.VectorType(_I32, 2 * n), list(range(2 * n)))
-                parts = [b.shuffle_vector(parts[i], parts[i + 1], idx)
-                         for i in range(0, len(parts), 2)]
-            out = parts[0]
-            if out.type.count != ty.count:
-                idx = ir.Constant(ir.VectorType(_I32, ty.count), list(range(ty.count)))
-                out = b.shuffle_vector(out, out, idx)
-            return out
+            return _join_pieces(b, [b.call(f, [_piece(b, x, k, per), _piece(b, y, k, per)]
+                                           + extra) for k in range(0, ty.count, per)],
+                                ty.count)
         return emit
 
     def pad_lanes(self, lanes: int, memty) -> int:

@@ -6,7 +6,9 @@ from typing import Sequence, Tuple
 
 from ...errors import ScheduleError, TargetError
 from ...schedule.schedule import Stage
+from ...build import device_arch
 from ...target import as_target
+from ...target.cuda import block_shared_limit
 from ...te.tensor import thread_axis
 from .._common import _ceil
 
@@ -27,6 +29,16 @@ def _check_target(target) -> None:
         raise ScheduleError(f"the tecomp.nn CUDA schedules are for target 'cuda' or 'cuda-emu', "
                             f"got {str(target)!r} (the CPU schedules are in "
                             f"tecomp.strategy.cpu)")
+
+
+def max_shared_bytes(target) -> int:
+    """The shared memory a block may take on ``target``'s GPU: its ``-arch``, else GPU 0's
+    (``cuda``), else sm_80's (:func:`tecomp.target.cuda.block_shared_limit`)."""
+    t = as_target(target)
+    arch = t.arch
+    if arch is None and t.kind == "cuda":
+        arch = device_arch()
+    return block_shared_limit(arch)
 
 
 def _pow2_at_least(n: int) -> int:

@@ -27,7 +27,8 @@ from ...schedule.schedule import Schedule, create_schedule
 from ...te.tensor import ComputeOp, Tensor
 from .._common import (_ceil, _cint, _contraction_operands, _gemm_operands, _has_tag,
                                _inline_injective, _is_injective, _outs, _walk)
-from .common import MIN_BLOCKS, _bind, _check_target, _cooperative_copy, _pow2_at_least
+from .common import (MIN_BLOCKS, _bind, _check_target, _cooperative_copy, _pow2_at_least,
+                     max_shared_bytes)
 from .tensorcore import WmmaConfig, schedule_wmma_gemm, tensor_core_gemm, wmma_config
 
 
@@ -283,18 +284,20 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
         _check_same_index_reads(s, out, gemm)
     M, N = (_cint(e) for e in gemm.shape)
     K = _cint(gemm.op.reduce_axis[0].dom.extent)
-    if out is gemm and tensor_core_gemm(gemm, tf32=getattr(config, "tf32", False)):
+    if tensor_core_gemm(gemm, tf32=getattr(config, "tf32", False)):
         wcfg = config if isinstance(config, WmmaConfig) else (
-            wmma_config(M, N, K) if config is None else None)
+            wmma_config(M, N, K, epilogue=out is not gemm, max_shared=max_shared_bytes(target),
+                        dtype=_contraction_operands(gemm.op)[1][0].dtype)
+            if config is None else None)
         if wcfg is not None:
-            schedule_wmma_gemm(s, gemm, wcfg)
+            schedule_wmma_gemm(s, gemm, wcfg, out)
             return s
     if isinstance(config, WmmaConfig):
         raise ScheduleError(
             f"config is a WmmaConfig, but {gemm.name} is not a tensor-core GEMM (float16 or "
-            "bfloat16 operands, a float32 result, no epilogue: tc.nn.matmul(A, B, "
-            "out_dtype='float32'), tc.nn.dense(X, W, out_dtype='float32'); float32 operands "
-            "with WmmaConfig(..., family='mma', tf32=True)); pass a GemmConfig")
+            "bfloat16 operands summed in float32, tc.nn.matmul(A, B, out_dtype='float32'), "
+            "tc.nn.dense(X, W), with any elementwise epilogue; float32 operands with "
+            "WmmaConfig(..., family='mma', tf32=True)); pass a GemmConfig")
     cfg = config if config is not None else gemm_config(M, N, K)
     if not isinstance(cfg, GemmConfig):
         raise ScheduleError(f"config must be a GemmConfig, got {cfg!r}")

@@ -22,6 +22,13 @@ memory (dynamic shared memory) and 230 registers a thread; it was the fastest of
 sweeps (4096^3: 0.47 ms against 0.61 for 8 warps of 64 x 32 with k steps of 32, cuBLAS
 0.19; benchmarks/DECISIONS.md, "CUDA tensor cores").
 
+An elementwise epilogue on top of ``C`` (``dense``'s bias, an activation, a residual,
+the cast to float16 or bfloat16: anything that reads ``C`` at its own index) is fused:
+the warps store their fragments to a ``block_m x block_n`` float32 tile in shared memory
+instead of to C, and after a barrier the block's threads apply the epilogue to the tile,
+each a few consecutive elements of a row, and write the output, coalesced (the tile adds
+``block_m * (block_n + 4) * 4`` bytes of shared memory: :func:`shared_bytes`).
+
 ``WmmaConfig(..., family="mma")`` runs the same tiling on the ``cuda.mma_*`` intrinsics
 (:mod:`tecomp.te.intrin_mma`: ``ldmatrix`` and ``mma.sync.m16n8k16`` in PTX, sm_80 and
 later) instead of ``nvcuda::wmma``; the default stays ``"wmma"``.
@@ -120,16 +127,35 @@ def fits(cfg: WmmaConfig, M: int, N: int, K: int) -> bool:
     return M % cfg.block_m == 0 and N % cfg.block_n == 0 and K % cfg.k_tile == 0
 
 
+#: the float32 elements a row of the epilogue's shared tile of C is padded by (16 bytes:
+#: store_matrix_sync's leading dimension stays a multiple of 4, rows 16-byte aligned)
+EPILOGUE_PAD = 4
+
+
+def shared_bytes(cfg: WmmaConfig, dtype: str = "float16", epilogue: bool = False) -> int:
+    """The shared memory a block of ``cfg``'s tiling takes with ``dtype`` operands: the A
+    and B tiles (rows padded by 16 bytes; ``stages`` of each when double-buffered) and,
+    with an ``epilogue``, the float32 tile of C it is applied from."""
+    per16 = 16 // _dt.nbytes(dtype)
+    copies = max(2, cfg.stages) if cfg.double_buffer else 1
+    tiles = (cfg.block_m + cfg.block_n) * (cfg.k_tile + per16) * _dt.nbytes(dtype) * copies
+    return tiles + (cfg.block_m * (cfg.block_n + EPILOGUE_PAD) * 4 if epilogue else 0)
+
+
 def wmma_config(M: Optional[int], N: Optional[int], K: Optional[int],
-                batch: Optional[int] = 1) -> Optional[WmmaConfig]:
+                batch: Optional[int] = 1, epilogue: bool = False,
+                max_shared: Optional[int] = None,
+                dtype: str = "float16") -> Optional[WmmaConfig]:
     """The tiling of an ``M x N x K`` tensor-core GEMM (``batch`` of them): the first of
     :data:`WMMA_CONFIGS` whose tiles divide the extents and that gives
     :data:`WMMA_MIN_BLOCKS` blocks (counted over the batch; else the smallest that
     divides: the most blocks); None when no tiling divides them (an extent symbolic or not
-    a multiple of 16)."""
+    a multiple of 16).  ``max_shared``: only tilings whose blocks take at most that many
+    bytes of shared memory (:func:`shared_bytes`, with the ``epilogue``'s tile of C)."""
     if None in (M, N, K):
         return None
-    fitting = [c for c in WMMA_CONFIGS if fits(c, M, N, K)]
+    fitting = [c for c in WMMA_CONFIGS if fits(c, M, N, K) and (
+        max_shared is None or shared_bytes(c, dtype, epilogue) <= max_shared)]
     for c in fitting:
         if (batch or 1) * (M // c.block_m) * (N // c.block_n) >= WMMA_MIN_BLOCKS:
             return c
@@ -155,11 +181,15 @@ def tensor_core_gemm(gemm: Tensor, tf32: bool = False) -> bool:
                for x in (getattr(src, "a", None), getattr(src, "b", None)))
 
 
-def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
-    """Schedule ``gemm`` (:func:`tensor_core_gemm`, an output) on tensor cores with
-    ``cfg``'s tiling (its tiles must divide the extents).  Batch axes are fused onto
-    ``blockIdx.z``; an operand stored with ``k`` in its other dimension (``A[k, i]``,
-    ``W[j, k]``) is copied as it is stored and loaded into column-major fragments."""
+def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
+                       out: Optional[Tensor] = None) -> None:
+    """Schedule ``gemm`` (:func:`tensor_core_gemm`) on tensor cores with ``cfg``'s tiling
+    (its tiles must divide the extents).  Batch axes are fused onto ``blockIdx.z``; an
+    operand stored with ``k`` in its other dimension (``A[k, i]``, ``W[j, k]``) is copied
+    as it is stored and loaded into column-major fragments.  ``out``: the output, an
+    elementwise epilogue of ``gemm`` of its shape that reads it at its own index, with the
+    stages between them inlined (default: ``gemm`` is the output); the fragments then go
+    through a float32 tile of C in shared memory (see the module docstring)."""
     *batch, M, N = (_cint(e) for e in gemm.shape)
     K = _cint(gemm.op.reduce_axis[0].dom.extent)
     if not isinstance(cfg, WmmaConfig):
@@ -196,24 +226,28 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
     AF = s.cache_read(AS, f"{fam}.matrix_a", [CF])
     BF = s.cache_read(BS, f"{fam}.matrix_b", [CF])
 
-    # C: blocks, warps (threadIdx.z / .y: each warp's 32 lanes share one fragment set),
-    # the warp's fragments stored one 16 x 16 tile at a time
+    if out is not None and out.op is not gemm.op:
+        st, bx = _epilogue_blocks(s, out, cfg)
+        s[gemm].set_scope("shared")
+        s[gemm].compute_at(st, bx)
+        s[gemm].storage_align(s[gemm].op.axis[-2], cfg.block_n, EPILOGUE_PAD)
+    # C (or its tile in shared memory): blocks, warps (threadIdx.z / .y: each warp's 32
+    # lanes share one fragment set), the warp's fragments stored one 16 x 16 tile at a time
     st = s[gemm]
     *bat, i, j = st.op.axis
-    by, i = st.split(i, factor=cfg.block_m)
-    bx, j = st.split(j, factor=cfg.block_n)
+    if out is not None and out.op is not gemm.op:
+        by = bx = None   # the epilogue's blocks
+    else:
+        by, i = st.split(i, factor=cfg.block_m)
+        bx, j = st.split(j, factor=cfg.block_n)
     wy, i = st.split(i, factor=cfg.frags_m * FRAG)
     wx, j = st.split(j, factor=cfg.frags_n * FRAG)
     fi, i = st.split(i, factor=FRAG)
     fj, j = st.split(j, factor=FRAG)
-    if bat:
-        bz = st.fuse(*bat) if len(bat) > 1 else bat[0]
-        st.reorder(bz, by, bx, wy, wx, fi, fj, i, j)
-        _bind(st, bz, "blockIdx.z")
+    if by is None:
+        st.reorder(*bat, wy, wx, fi, fj, i, j)
     else:
-        st.reorder(by, bx, wy, wx, fi, fj, i, j)
-    _bind(st, by, "blockIdx.y")
-    _bind(st, bx, "blockIdx.x")
+        _blocks(st, bat, by, bx, wy, wx, fi, fj, i, j)
     _bind(st, wy, "threadIdx.z")
     _bind(st, wx, "threadIdx.y")
     st.tensorize(i, tensor_intrin(names["store"]))
@@ -256,3 +290,41 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig) -> None:
         _cooperative_copy(ss, threads, rows * cols, per16)
         if cfg.double_buffer:
             ss.double_buffer(stages=cfg.stages)
+
+
+def _blocks(st, bat, by, bx, *inner) -> None:
+    """The block loops of a C tile, then the ``inner`` ones: the batch axes fused onto
+    ``blockIdx.z``, ``by`` and ``bx`` on ``blockIdx.y`` / ``.x``."""
+    if bat:
+        bz = st.fuse(*bat) if len(bat) > 1 else bat[0]
+        st.reorder(bz, by, bx, *inner)
+        _bind(st, bz, "blockIdx.z")
+    else:
+        st.reorder(by, bx, *inner)
+    _bind(st, by, "blockIdx.y")
+    _bind(st, bx, "blockIdx.x")
+
+
+def _epilogue_blocks(s: Schedule, out: Tensor, cfg: WmmaConfig):
+    """Tile the epilogue ``out`` over blocks of ``block_m x block_n`` and spread each
+    block's tile over its threads: ``vec`` consecutive elements of a row per thread and
+    step (16 bytes of the output where its rows allow it, at least 4), consecutive threads
+    on consecutive elements (coalesced).  Returns the stage; its last block loop is where
+    the tile of C is computed: ``(stage, that loop)``."""
+    st = s[out]
+    *bat, i, j = st.op.axis
+    by, i = st.split(i, factor=cfg.block_m)
+    bx, j = st.split(j, factor=cfg.block_n)
+    _blocks(st, bat, by, bx, i, j)
+    vec = max(EPILOGUE_PAD, 16 // _dt.nbytes(out.dtype))
+    while cfg.block_n % vec:
+        vec //= 2
+    e = st.fuse(i, j)
+    e, v = st.split(e, factor=vec)
+    for tag, ext in (("threadIdx.x", WARP), ("threadIdx.y", cfg.warps_n),
+                     ("threadIdx.z", cfg.warps_m)):
+        e, t = st.split(e, factor=ext)
+        _bind(st, t, tag)
+    if vec > 1:
+        st.vectorize(v)
+    return st, bx
