@@ -36,7 +36,8 @@ __all__ = ["PoolControls", "register", "set_num_threads", "get_num_threads",
            "default_num_threads", "available_cpus", "cgroup_cpu_limit", "spin_from_env",
            "DEFAULT_SPIN", "DEFAULT_WAIT_SPIN",
            "MAX_THREADS", "POOL_FUNCTIONS", "DEFAULT_WORKSPACE_LIMIT", "set_workspace_limit",
-           "release_workspace", "workspace_cached", "workspace_limit_from_env"]
+           "release_workspace", "workspace_cached", "workspace_limit_from_env",
+           "shared_pool_from_env", "PARALLEL_FOR", "DELEGATE_TO"]
 
 #: the most threads a pool runs
 MAX_THREADS = 1024
@@ -45,6 +46,13 @@ DEFAULT_SPIN = 2000
 DEFAULT_WAIT_SPIN = 1024
 #: the default of TECOMP_WORKSPACE_LIMIT: the most bytes each pool's workspace cache keeps
 DEFAULT_WORKSPACE_LIMIT = 1 << 30
+
+#: the function kernels call to run a parallel loop (see ``llvm.threadpool``)
+PARALLEL_FOR = "tecomp_parallel_for"
+#: ``void tecomp_pool_delegate_to(fn)``: the pool runs its regions by calling ``fn`` (another
+#: pool's ``tecomp_parallel_for``) instead of on its own threads; NULL: on its own again.
+#: Not in :data:`POOL_FUNCTIONS` (libraries exported before it existed lack it).
+DELEGATE_TO = "tecomp_pool_delegate_to"
 
 #: the C functions that control a pool: name -> (restype, argtypes)
 POOL_FUNCTIONS = {
@@ -65,18 +73,29 @@ class PoolControls:
     """The control functions of one pool, as ctypes callables: ``set_threads(n)``,
     ``get_threads()``, ``num_workers()``, ``set_spin(n)``, ``set_wait_spin(n)``,
     ``shutdown()``, ``after_fork()``, and the workspace cache's ``ws_release()``,
-    ``ws_set_limit(n)``, ``ws_cached()``."""
+    ``ws_set_limit(n)``, ``ws_cached()``; ``parallel_for`` (the address of its
+    ``tecomp_parallel_for``) and ``delegate_to(address)`` where the pool has them (a
+    library exported before they existed has neither: None)."""
 
     __slots__ = ("set_threads", "get_threads", "num_workers", "set_spin", "set_wait_spin",
-                 "shutdown", "after_fork", "ws_release", "ws_set_limit", "ws_cached", "owner")
+                 "shutdown", "after_fork", "ws_release", "ws_set_limit", "ws_cached", "owner",
+                 "parallel_for", "delegate_to")
 
-    def __init__(self, lookup: Callable[[str], int], owner: object = None):
+    def __init__(self, lookup: Callable[[str], int], owner: object = None,
+                 optional: Optional[Callable[[str], Optional[int]]] = None):
         """``lookup(name)`` gives the address of the C function ``name``; ``owner`` is
-        kept alive as long as the controls (the JIT engine or the loaded library)."""
+        kept alive as long as the controls (the JIT engine or the loaded library);
+        ``optional(name)`` the address of a function the pool may lack, or None
+        (default: ``lookup``)."""
         for name, (restype, argtypes) in POOL_FUNCTIONS.items():
             fn = ctypes.CFUNCTYPE(restype, *argtypes)(lookup(name))
             setattr(self, name[len("tecomp_pool_"):], fn)
         self.owner = owner
+        optional = optional or lookup
+        self.parallel_for = optional(PARALLEL_FOR)
+        addr = optional(DELEGATE_TO)
+        self.delegate_to = (ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr)
+                            if addr and self.parallel_for else None)
 
 
 _LOCK = threading.Lock()
@@ -229,9 +248,18 @@ def spin_from_env(name: str = "TECOMP_SPIN") -> Optional[int]:
         return None
 
 
+def shared_pool_from_env() -> bool:
+    """Whether the pools of a process share the first one's threads (see
+    :func:`register`): unless ``TECOMP_SHARED_POOL`` is ``0``."""
+    return os.environ.get("TECOMP_SHARED_POOL", "1").strip() != "0"
+
+
 def register(pool: PoolControls) -> None:
     """Add ``pool`` to the pools every setting applies to, and give it the current
-    thread count and the spin settings of the environment."""
+    thread count and the spin settings of the environment.  Unless
+    ``TECOMP_SHARED_POOL=0``, a pool registered after another runs its parallel
+    regions on the first one's threads (``tecomp_pool_delegate_to``): one set of workers
+    per process, however many libraries are loaded."""
     global _desired, _hooks_installed
     with _LOCK:
         if _desired is None:
@@ -244,6 +272,14 @@ def register(pool: PoolControls) -> None:
         if wspin is not None:
             pool.set_wait_spin(wspin)
         pool.ws_set_limit(_ws_limit if _ws_limit is not None else workspace_limit_from_env())
+        primary = next((p for p in _POOLS if p.parallel_for), None)
+        if primary is not None and pool.delegate_to is not None and shared_pool_from_env():
+            # one pool for the process: each pool has its own workers, which spin on
+            # their core for a while after each region; a model of many kernels loaded
+            # from as many libraries (torch.compile's disk cache) woke a different pool
+            # for every kernel, whose worker then competed for a core with the previous
+            # pool's still spinning (20 small kernels in a row: 1.8x the time on 2 threads)
+            pool.delegate_to(primary.parallel_for)
         _POOLS.append(pool)
         if not _hooks_installed:
             _hooks_installed = True
