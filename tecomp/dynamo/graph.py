@@ -195,6 +195,7 @@ class _Plan:
         self.output = next(n for n in graph.nodes if n.op == "output")
         self.regions = regions
         self.vals = vals
+        self.role = role
         inside = {n for r in regions for n in r.nodes}
         outside = [n for n in graph.nodes if n.op == "call_function" and n not in inside
                    and isinstance(n.target, torch._ops.OpOverload)]
