@@ -105,6 +105,8 @@ _desired: Optional[int] = None
 #: the workspace limit every pool uses; None until set (TECOMP_WORKSPACE_LIMIT then)
 _ws_limit: Optional[int] = None
 _hooks_installed = False
+#: where every pool's regions run instead (run_parallel_loops_on), or None
+_external: Optional[int] = None
 
 
 #: where the cgroup file systems are mounted, and the file naming this process's cgroups
@@ -273,7 +275,9 @@ def register(pool: PoolControls) -> None:
             pool.set_wait_spin(wspin)
         pool.ws_set_limit(_ws_limit if _ws_limit is not None else workspace_limit_from_env())
         primary = next((p for p in _POOLS if p.parallel_for), None)
-        if primary is not None and pool.delegate_to is not None and shared_pool_from_env():
+        if _external is not None and pool.delegate_to is not None:
+            pool.delegate_to(_external)
+        elif primary is not None and pool.delegate_to is not None and shared_pool_from_env():
             # one pool for the process: each pool has its own workers, which spin on
             # their core for a while after each region; a model of many kernels loaded
             # from as many libraries (torch.compile's disk cache) woke a different pool
@@ -286,6 +290,28 @@ def register(pool: PoolControls) -> None:
             atexit.register(_shutdown_at_exit)
             if hasattr(os, "register_at_fork"):
                 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def run_parallel_loops_on(parallel_for: Optional[int]) -> None:
+    """Make every pool, now and registered later, run its parallel regions by calling
+    the function at address ``parallel_for`` (with ``tecomp_parallel_for``'s signature:
+    ``tecomp.dynamo.openmp``'s, on PyTorch's OpenMP threads) instead of on tecomp's
+    threads; None: back to tecomp's (each pool on the first, see :func:`register`).
+    Pools of libraries exported before ``tecomp_pool_delegate_to`` existed keep their
+    own threads."""
+    global _external
+    with _LOCK:
+        _external = parallel_for
+        primary = next((p for p in _POOLS if p.parallel_for), None)
+        for p in _POOLS:
+            if p.delegate_to is None:
+                continue
+            if parallel_for is not None:
+                p.delegate_to(parallel_for)
+            elif p is not primary and shared_pool_from_env():
+                p.delegate_to(primary.parallel_for)
+            else:
+                p.delegate_to(None)
 
 
 def set_num_threads(n: int) -> None:
