@@ -19,10 +19,13 @@ with the cache the first filled (warm); TorchDynamo's tracing is in both.
 
     python3 benchmarks/torch_compile.py [--models bert,cnn-train,bert-layer-train,resnet50]
                                         [--threads 1,2] [--rounds 5] [--layers 12]
-                                        [--profile]
+                                        [--profile] [--torch-threads]
 
 Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
 time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
+
+``--torch-threads`` adds a fourth tool to the same turns: the tecomp backend with
+``options={"threads": "torch"}`` (its kernels on PyTorch's OpenMP threads).
 
 ``--profile`` adds a per-kernel breakdown of the tecomp-compiled step: each distinct
 kernel once (the graph it is in -- inference, forward or backward --, its ATen operators,
@@ -69,6 +72,21 @@ def _cnn(torch):
         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 8 * 8, 10))
 
 
+#: the tecomp tools' options
+_TOOL_OPTIONS = {"tecomp": {}, "tecomp-torch-threads": {"threads": "torch"}}
+
+
+def _torch_threads_tool(model) -> dict:
+    """With ``--torch-threads``: the tool "tecomp-torch-threads" (the backend's option
+    threads='torch', its kernels on PyTorch's OpenMP threads), else none."""
+    if os.environ.get("TECOMP_BENCH_TORCH_THREADS") != "1":
+        return {}
+    import torch
+
+    return {"tecomp-torch-threads": torch.compile(model, backend="tecomp",
+                                                  options=_TOOL_OPTIONS["tecomp-torch-threads"])}
+
+
 def _case(name: str, batch: int, layers: int):
     """(model step functions by tool, what) for one configuration; a step is a
     zero-argument callable."""
@@ -80,6 +98,7 @@ def _case(name: str, batch: int, layers: int):
         ids = torch.randint(0, 30522, (batch, 128))
         tools = {"eager": model, "inductor": torch.compile(model),
                  "tecomp": torch.compile(model, backend="tecomp")}
+        tools.update(_torch_threads_tool(model))
 
         def step(fn):
             with torch.no_grad():
@@ -93,6 +112,7 @@ def _case(name: str, batch: int, layers: int):
         img = torch.randn(batch, 3, 224, 224)
         tools = {"eager": model, "inductor": torch.compile(model),
                  "tecomp": torch.compile(model, backend="tecomp")}
+        tools.update(_torch_threads_tool(model))
 
         def infer(fn):
             with torch.no_grad():
@@ -115,11 +135,11 @@ def _case(name: str, batch: int, layers: int):
     import copy
 
     tools = {}
-    for tool in ("eager", "inductor", "tecomp"):
+    for tool in ("eager", "inductor", "tecomp") + tuple(_torch_threads_tool(model)):
         m = copy.deepcopy(model)
         opt = torch.optim.SGD(m.parameters(), lr=1e-3)
-        fn = m if tool == "eager" else torch.compile(
-            m, **({"backend": "tecomp"} if tool == "tecomp" else {}))
+        fn = m if tool == "eager" else torch.compile(m) if tool == "inductor" else \
+            torch.compile(m, backend="tecomp", options=_TOOL_OPTIONS[tool])
 
         def train_step(fn=fn, opt=opt):
             opt.zero_grad(set_to_none=True)
@@ -322,8 +342,10 @@ def _child(name: str, batch: int, layers: int, rounds: int, profile: bool = Fals
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def _run(name, batch, layers, rounds, threads, cache_dir, profile=False):
-    env = dict(os.environ, TECOMP_CACHE_DIR=cache_dir, PYTHONPATH=ROOT)
+def _run(name, batch, layers, rounds, threads, cache_dir, profile=False,
+         torch_threads=False):
+    env = dict(os.environ, TECOMP_CACHE_DIR=cache_dir, PYTHONPATH=ROOT,
+               TECOMP_BENCH_TORCH_THREADS="1" if torch_threads else "0")
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                 "TECOMP_NUM_THREADS"):
         env[var] = str(threads)
@@ -349,6 +371,8 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--profile", action="store_true",
                     help="each tecomp kernel's time against eager's for its nodes")
+    ap.add_argument("--torch-threads", action="store_true",
+                    help="also tecomp with options={'threads': 'torch'}, in the same turns")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
     sys.path.insert(1, ROOT)
@@ -367,7 +391,7 @@ def main() -> int:
                             print(f"{name} batch {batch}: {cold['error']}", flush=True)
                             break
                     r = _run(name, batch, args.layers, args.rounds, threads, cache,
-                             args.profile)
+                             args.profile, args.torch_threads)
                     if "error" in r:
                         print(f"{name} batch {batch}, {threads} threads: {r['error']}",
                               flush=True)
@@ -378,6 +402,11 @@ def main() -> int:
                             f"{m['inductor'] * 1e3:.1f} ms, tecomp {m['tecomp'] * 1e3:.1f} ms "
                             f"({m['eager'] / m['tecomp']:.2f}x eager, "
                             f"{m['inductor'] / m['tecomp']:.2f}x inductor)")
+                    if "tecomp-torch-threads" in m:
+                        t = m["tecomp-torch-threads"]
+                        line += (f"; tecomp threads='torch' {t * 1e3:.1f} ms "
+                                 f"({m['eager'] / t:.2f}x eager, {m['inductor'] / t:.2f}x "
+                                 f"inductor)")
                     if k == 0:
                         line += (f"; tecomp first call: cold cache "
                                  f"{cold['tecomp_first_call_s']:.1f} s, warm "
