@@ -79,7 +79,7 @@ _TOOL_OPTIONS = {"tecomp": {}, "tecomp-torch-threads": {"threads": "torch"}}
 def _torch_threads_tool(model) -> dict:
     """With ``--torch-threads``: the tool "tecomp-torch-threads" (the backend's option
     threads='torch', its kernels on PyTorch's OpenMP threads), else none."""
-    if os.environ.get("TECOMP_BENCH_TORCH_THREADS") != "1":
+    if os.environ.get("BENCH_TECOMP_TORCH_THREADS") != "1":
         return {}
     import torch
 
@@ -345,7 +345,7 @@ def _child(name: str, batch: int, layers: int, rounds: int, profile: bool = Fals
 def _run(name, batch, layers, rounds, threads, cache_dir, profile=False,
          torch_threads=False):
     env = dict(os.environ, TECOMP_CACHE_DIR=cache_dir, PYTHONPATH=ROOT,
-               TECOMP_BENCH_TORCH_THREADS="1" if torch_threads else "0")
+               BENCH_TECOMP_TORCH_THREADS="1" if torch_threads else "0")
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                 "TECOMP_NUM_THREADS"):
         env[var] = str(threads)

@@ -252,14 +252,14 @@ def spin_from_env(name: str = "TECOMP_SPIN") -> Optional[int]:
 
 def shared_pool_from_env() -> bool:
     """Whether the pools of a process share the first one's threads (see
-    :func:`register`): unless ``TECOMP_SHARED_POOL`` is ``0``."""
-    return os.environ.get("TECOMP_SHARED_POOL", "1").strip() != "0"
+    :func:`register`): where ``TECOMP_SHARED_POOL`` is ``1``."""
+    return os.environ.get("TECOMP_SHARED_POOL", "0").strip() == "1"
 
 
 def register(pool: PoolControls) -> None:
     """Add ``pool`` to the pools every setting applies to, and give it the current
-    thread count and the spin settings of the environment.  Unless
-    ``TECOMP_SHARED_POOL=0``, a pool registered after another runs its parallel
+    thread count and the spin settings of the environment.  With
+    ``TECOMP_SHARED_POOL=1``, a pool registered after another runs its parallel
     regions on the first one's threads (``tecomp_pool_delegate_to``): one set of workers
     per process, however many libraries are loaded."""
     global _desired, _hooks_installed
@@ -278,11 +278,15 @@ def register(pool: PoolControls) -> None:
         if _external is not None and pool.delegate_to is not None:
             pool.delegate_to(_external)
         elif primary is not None and pool.delegate_to is not None and shared_pool_from_env():
-            # one pool for the process: each pool has its own workers, which spin on
-            # their core for a while after each region; a model of many kernels loaded
-            # from as many libraries (torch.compile's disk cache) woke a different pool
-            # for every kernel, whose worker then competed for a core with the previous
-            # pool's still spinning (20 small kernels in a row: 1.8x the time on 2 threads)
+            # one pool for the process (opt-in): each pool has its own workers, which
+            # spin on their core for a while after each region; kernels from many
+            # libraries in a row wake a different pool each, whose worker competes for a
+            # core with the previous pool's, still spinning (20 small kernels in a row:
+            # 1.4-2x the time of one pool on 2 threads).  Not the default: on the models
+            # measured (torch.compile's ResNet-50 and a CNN's training step, 2 threads,
+            # under load) one always-warm worker kept PyTorch's OpenMP threads and the
+            # caller from their cores more than the many pools' workers, which sleep
+            # between their kernels (benchmarks/history/2026-11-29.md, session 8)
             pool.delegate_to(primary.parallel_for)
         _POOLS.append(pool)
         if not _hooks_installed:

@@ -281,18 +281,18 @@ def test_thread_count_applies_to_the_library(saxpy_pair, libdir):
 
 
 def test_loaded_libraries_run_on_the_first_pool(saxpy_pair, libdir, monkeypatch):
-    """A library loaded where a pool exists runs its parallel loops on that pool's
-    threads, starting none of its own (unless TECOMP_SHARED_POOL=0)."""
+    """With TECOMP_SHARED_POOL=1, a library loaded where a pool exists runs its parallel
+    loops on that pool's threads, starting none of its own; by default on its own."""
     from tecomp import threads
 
     f, g = saxpy_pair
-    monkeypatch.setenv("TECOMP_SHARED_POOL", "0")
-    own = roundtrip(f, libdir, "saxpy_own_pool")
+    monkeypatch.setenv("TECOMP_SHARED_POOL", "1")
+    shared = roundtrip(f, libdir, "saxpy_shared_pool")
     old = tc.get_num_threads()
     a = np.arange(50000, dtype="float32")
     try:
         tc.set_num_threads(2)
-        for m, workers in ((g, 0), (own, 1)):
+        for m, workers in ((shared, 0), (g, 1)):
             c = np.empty_like(a)
             m(a, a, c, 2.0)
             np.testing.assert_array_equal(c, 3 * a)

@@ -78,15 +78,15 @@ How it works
   oldest blocks to make room; ``tc.release_workspace()`` frees them all.  Smaller
   blocks go to ``aligned_alloc`` and ``free`` directly.  Each block carries its size in
   a 64-byte header before the (64-byte aligned) address the kernel gets.
-* **One pool per process.**  ``tecomp_pool_delegate_to(f)`` makes a pool run every
-  region by calling ``f`` -- another pool's ``tecomp_parallel_for`` -- instead of on
-  its own threads; :func:`tecomp.threads.register` points each pool registered after the
-  first at the first (unless ``TECOMP_SHARED_POOL=0``), so a process that loads many
-  libraries (torch.compile's kernel cache) keeps one set of workers.  With a pool
-  each, every kernel woke its own worker, which then competed for a core with the
-  previous kernel's worker, still spinning: twenty kernels of 2^18 elements in a row,
-  each from its own library, took 1.56 ms on the 2-core Zen 5 VM against 0.75 ms when
-  they ran on one pool (min of 200, under load).
+* **One pool per process (opt-in).**  ``tecomp_pool_delegate_to(f)`` makes a pool run
+  every region by calling ``f`` -- another pool's ``tecomp_parallel_for``, or
+  ``tecomp.dynamo.openmp``'s, on PyTorch's OpenMP threads -- instead of on its own
+  threads; with ``TECOMP_SHARED_POOL=1``, :func:`tecomp.threads.register` points each
+  pool registered after the first at the first.  Twenty kernels of 2^18 elements in a
+  row, each from its own library, took 0.79-1.04 ms on the 2-core Zen 5 VM with a pool
+  each against 0.73-0.76 ms on one pool (min of 200, under load); but torch.compile's
+  ResNet-50 and a CNN's training step ran slower on one pool (see
+  :func:`tecomp.threads.register`), so each library keeps its own by default.
 * **Lifetime.**  An ``atexit`` hook (:mod:`tecomp.threads`) joins the workers
   before the interpreter tears the JIT memory down; after ``fork()`` the child resets
   the pool (its workers did not survive the fork) and starts new ones on its first
