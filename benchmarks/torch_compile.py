@@ -19,21 +19,28 @@ with the cache the first filled (warm); TorchDynamo's tracing is in both.
 
     python3 benchmarks/torch_compile.py [--models bert,cnn-train,bert-layer-train,resnet50]
                                         [--threads 1,2] [--rounds 5] [--layers 12]
-                                        [--profile]
+                                        [--profile] [--torch-threads]
 
 Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
 time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
 
-``--profile`` (the ``bert`` model) adds a per-kernel breakdown of the tecomp-compiled
-forward: each distinct kernel once (its ATen operators, input shapes and how many times
-a forward calls it), its median time per call against the same nodes run by eager
-PyTorch (the ATen operators: MKL/oneDNN for the GEMMs), the two taking turns with the
-inputs of a real forward, and the time a forward spends between kernels (the plan's
-Python, the eager nodes, the output allocations): the forward's median less the
-kernels' sum.  Each also as its least process CPU time (all threads), which on a loaded
-machine leaves out the time the process waited for a core (at one thread a fair figure;
-with more, spinning threads count).
+``--torch-threads`` adds a fourth tool to the same turns: the tecomp backend with
+``options={"threads": "torch"}`` (its kernels on PyTorch's OpenMP threads).
+
+``--profile`` adds a per-kernel breakdown of the tecomp-compiled step: each distinct
+kernel once (the graph it is in -- inference, forward or backward --, its ATen operators,
+input shapes and how many times a step calls it), its median time per call against the
+same nodes run by eager PyTorch (the ATen operators: MKL/oneDNN for the GEMMs), the two
+taking turns with the inputs of a real step, and the time a step spends between kernels
+(the plan's Python, the eager nodes, the output allocations, and in training PyTorch's
+own work: the loss, autograd, the optimizer): the step's median less the kernels' sum.
+Each also as its least process CPU time (all threads), which on a loaded machine leaves
+out the time the process waited for a core (at one thread a fair figure; with more,
+spinning threads count), and, with more than one thread, as the least CPU time of its
+busiest thread (Linux): what its wall time would be with every thread on a core of its
+own, so that how a kernel's work divides among the threads shows under load too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,6 +72,21 @@ def _cnn(torch):
         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 8 * 8, 10))
 
 
+#: the tecomp tools' options
+_TOOL_OPTIONS = {"tecomp": {}, "tecomp-torch-threads": {"threads": "torch"}}
+
+
+def _torch_threads_tool(model) -> dict:
+    """With ``--torch-threads``: the tool "tecomp-torch-threads" (the backend's option
+    threads='torch', its kernels on PyTorch's OpenMP threads), else none."""
+    if os.environ.get("BENCH_TECOMP_TORCH_THREADS") != "1":
+        return {}
+    import torch
+
+    return {"tecomp-torch-threads": torch.compile(model, backend="tecomp",
+                                                  options=_TOOL_OPTIONS["tecomp-torch-threads"])}
+
+
 def _case(name: str, batch: int, layers: int):
     """(model step functions by tool, what) for one configuration; a step is a
     zero-argument callable."""
@@ -76,6 +98,7 @@ def _case(name: str, batch: int, layers: int):
         ids = torch.randint(0, 30522, (batch, 128))
         tools = {"eager": model, "inductor": torch.compile(model),
                  "tecomp": torch.compile(model, backend="tecomp")}
+        tools.update(_torch_threads_tool(model))
 
         def step(fn):
             with torch.no_grad():
@@ -89,6 +112,7 @@ def _case(name: str, batch: int, layers: int):
         img = torch.randn(batch, 3, 224, 224)
         tools = {"eager": model, "inductor": torch.compile(model),
                  "tecomp": torch.compile(model, backend="tecomp")}
+        tools.update(_torch_threads_tool(model))
 
         def infer(fn):
             with torch.no_grad():
@@ -111,11 +135,11 @@ def _case(name: str, batch: int, layers: int):
     import copy
 
     tools = {}
-    for tool in ("eager", "inductor", "tecomp"):
+    for tool in ("eager", "inductor", "tecomp") + tuple(_torch_threads_tool(model)):
         m = copy.deepcopy(model)
         opt = torch.optim.SGD(m.parameters(), lr=1e-3)
-        fn = m if tool == "eager" else torch.compile(
-            m, **({"backend": "tecomp"} if tool == "tecomp" else {}))
+        fn = m if tool == "eager" else torch.compile(m) if tool == "inductor" else \
+            torch.compile(m, backend="tecomp", options=_TOOL_OPTIONS[tool])
 
         def train_step(fn=fn, opt=opt):
             opt.zero_grad(set_to_none=True)
@@ -132,8 +156,8 @@ def _case(name: str, batch: int, layers: int):
 
 def _kernel_profile(fns, rounds: int) -> dict:
     """The per-kernel breakdown of ``--profile`` (see the module docstring): the
-    tecomp-compiled forward's plan (tecomp.dynamo.graph's internals: the plan with the
-    most kernels) run once with its kernels' inputs kept, then each distinct kernel and
+    tecomp-compiled step's plans (tecomp.dynamo.graph's internals: inference, or forward
+    and backward) run once with their kernels' inputs kept, then each distinct kernel and
     its nodes run eagerly, taking turns."""
     import statistics
 
@@ -152,7 +176,7 @@ def _kernel_profile(fns, rounds: int) -> dict:
                 outs = [torch.empty_strided(s, st, dtype=d) for s, st, d in item.out_specs]
                 item.module.call_grad_inputs(*ins, *outs)
                 env.update(zip(item.outputs, outs))
-                seen.setdefault(id(plan), {}).setdefault(item.key, [item, ins, 0])[2] += 1
+                seen.setdefault(plan.role, {}).setdefault(item.key, [item, ins, 0])[2] += 1
             elif kind == 1:
                 a, kw = torch.fx.node.map_arg((item.args, item.kwargs), env.__getitem__)
                 env[item] = item.target(*a, **kw)
@@ -166,7 +190,8 @@ def _kernel_profile(fns, rounds: int) -> dict:
         fns["tecomp"]()
     finally:
         G._Plan.run = run
-    kernels = max(seen.values(), key=lambda d: sum(c for _, _, c in d.values()))
+    # every plan the step ran (inference; forward and backward), each kernel once
+    kernels = {(role, key): v for role, d in seen.items() for key, v in d.items()}
 
     def tecomp_call(r, ins):
         def f():
@@ -193,20 +218,24 @@ def _kernel_profile(fns, rounds: int) -> dict:
 
     rows = []
     with torch.no_grad():
-        for key, (r, ins, count) in kernels.items():
+        for (role, key), (r, ins, count) in kernels.items():
             calls = {"tecomp": tecomp_call(r, ins), "eager": eager_call(r, ins)}
             m = interleaved_turns({k: f for k, f in calls.items() if f is not None}, rounds,
                                   turn_seconds=0.02)
             cpu = {k: _cpu_min(f, 4 * rounds) for k, f in calls.items() if f is not None}
-            rows.append({"ops": G._ops(r.nodes), "count": count,
+            rows.append({"graph": role, "ops": G._ops(r.nodes), "count": count,
                          "inputs": [list(x.shape) for x in ins if isinstance(x, torch.Tensor)],
                          "tecomp": m["tecomp"], "eager": m.get("eager"),
-                         "tecomp_cpu": cpu["tecomp"], "eager_cpu": cpu.get("eager")})
-        forward_cpu = _cpu_min(fns["tecomp"], rounds)
+                         "tecomp_cpu": cpu["tecomp"], "eager_cpu": cpu.get("eager"),
+                         "tecomp_busiest": _busiest_min(calls["tecomp"], 4 * rounds)})
+    forward_cpu = _cpu_min(fns["tecomp"], rounds)
     rows.sort(key=lambda row: -row["tecomp"] * row["count"])
+    busiest = [r["tecomp_busiest"] for r in rows]
     return {"kernels": rows, "kernel_sum": sum(r["tecomp"] * r["count"] for r in rows),
             "kernel_sum_cpu": sum(r["tecomp_cpu"] * r["count"] for r in rows),
-            "forward_cpu": forward_cpu}
+            "kernel_sum_busiest": None if None in busiest else
+            sum(b * r["count"] for b, r in zip(busiest, rows)),
+            "forward_cpu": forward_cpu, "forward_busiest": _busiest_min(fns["tecomp"], rounds)}
 
 
 def _traced_layout(node, x):
@@ -233,10 +262,46 @@ def _cpu_min(fn, calls: int) -> float:
     return best
 
 
+def _thread_cpu() -> dict:
+    """CPU seconds of each thread of this process (Linux: the per-thread CPU clocks of
+    /proc/self/task's threads); {} where they cannot be read."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for t in tids:
+        try:  # the kernel's clock id of thread t's CPU time (CPUCLOCK_SCHED, per thread)
+            out[t] = time.clock_gettime(((~int(t)) << 3) | 6)
+        except (OSError, ValueError, AttributeError):
+            pass
+    return out
+
+
+def _busiest_min(fn, calls: int):
+    """The least CPU time, over ``calls`` calls of ``fn``, of the thread that spent the
+    most in the call (None where threads' CPU times cannot be read, and at one thread:
+    the process time there)."""
+    import torch
+
+    if fn is None or torch.get_num_threads() == 1 or not _thread_cpu():
+        return None
+    best = float("inf")
+    for _ in range(calls):
+        a = _thread_cpu()
+        fn()
+        b = _thread_cpu()
+        best = min(best, max(v - a.get(t, 0.0) for t, v in b.items()))
+    return best
+
+
 def _print_profile(p: dict, forward_s: float) -> None:
     print("  per kernel: median wall ms per call, then least CPU ms (process time, all "
-          "threads); eager: the same ATen nodes run by PyTorch", flush=True)
+          "threads; with more threads, then that of the busiest thread); eager: the same "
+          "ATen nodes run by PyTorch", flush=True)
     for r in p["kernels"]:
+        busiest = (f", busiest {r['tecomp_busiest'] * 1e3:8.3f}"
+                   if r["tecomp_busiest"] is not None else "")
         shapes = " ".join("x".join(str(e) for e in s) for s in r["inputs"][:4])
         if r["eager"] is not None:
             eager = (f"eager {r['eager'] * 1e3:8.3f} ms ({r['eager'] / r['tecomp']:.2f}x), "
@@ -244,11 +309,16 @@ def _print_profile(p: dict, forward_s: float) -> None:
                      f"({r['eager_cpu'] / r['tecomp_cpu']:.2f}x)")
         else:
             eager = "eager        -                      -          "
-        print(f"  {r['count']:3d} x {r['tecomp'] * 1e3:8.3f} ms, cpu {r['tecomp_cpu'] * 1e3:8.3f} "
-              f"ms  {eager}  {r['ops'][:60]}  [{shapes}]", flush=True)
-    print(f"  kernels {p['kernel_sum'] * 1e3:.1f} ms of the forward's {forward_s * 1e3:.1f} ms "
-          f"(between kernels {(forward_s - p['kernel_sum']) * 1e3:.1f} ms); CPU time: kernels "
-          f"{p['kernel_sum_cpu'] * 1e3:.1f} ms of {p['forward_cpu'] * 1e3:.1f} ms", flush=True)
+        print(f"  {r['graph'][:3]} {r['count']:3d} x {r['tecomp'] * 1e3:8.3f} ms, cpu "
+              f"{r['tecomp_cpu'] * 1e3:8.3f}{busiest} ms  {eager}  {r['ops'][:60]}  [{shapes}]",
+              flush=True)
+    line = (f"  kernels {p['kernel_sum'] * 1e3:.1f} ms of the step's {forward_s * 1e3:.1f} ms "
+            f"(between kernels {(forward_s - p['kernel_sum']) * 1e3:.1f} ms); CPU time: kernels "
+            f"{p['kernel_sum_cpu'] * 1e3:.1f} ms of {p['forward_cpu'] * 1e3:.1f} ms")
+    if p["kernel_sum_busiest"] is not None and p["forward_busiest"] is not None:
+        line += (f"; busiest thread: kernels {p['kernel_sum_busiest'] * 1e3:.1f} ms of "
+                 f"{p['forward_busiest'] * 1e3:.1f} ms")
+    print(line, flush=True)
 
 
 def _child(name: str, batch: int, layers: int, rounds: int, profile: bool = False) -> None:
@@ -267,13 +337,15 @@ def _child(name: str, batch: int, layers: int, rounds: int, profile: bool = Fals
     out = {"what": what, "tecomp_first_call_s": compile_s, "stats": dict(tecomp.dynamo.STATS)}
     if rounds:
         out["medians"] = interleaved_turns(fns, rounds)
-        if profile and name == "bert":
+        if profile:
             out["profile"] = _kernel_profile(fns, rounds)
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def _run(name, batch, layers, rounds, threads, cache_dir, profile=False):
-    env = dict(os.environ, TECOMP_CACHE_DIR=cache_dir, PYTHONPATH=ROOT)
+def _run(name, batch, layers, rounds, threads, cache_dir, profile=False,
+         torch_threads=False):
+    env = dict(os.environ, TECOMP_CACHE_DIR=cache_dir, PYTHONPATH=ROOT,
+               BENCH_TECOMP_TORCH_THREADS="1" if torch_threads else "0")
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                 "TECOMP_NUM_THREADS"):
         env[var] = str(threads)
@@ -298,7 +370,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--profile", action="store_true",
-                    help="bert: each tecomp kernel's time against eager's for its nodes")
+                    help="each tecomp kernel's time against eager's for its nodes")
+    ap.add_argument("--torch-threads", action="store_true",
+                    help="also tecomp with options={'threads': 'torch'}, in the same turns")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
     sys.path.insert(1, ROOT)
@@ -317,7 +391,7 @@ def main() -> int:
                             print(f"{name} batch {batch}: {cold['error']}", flush=True)
                             break
                     r = _run(name, batch, args.layers, args.rounds, threads, cache,
-                             args.profile)
+                             args.profile, args.torch_threads)
                     if "error" in r:
                         print(f"{name} batch {batch}, {threads} threads: {r['error']}",
                               flush=True)
@@ -328,6 +402,11 @@ def main() -> int:
                             f"{m['inductor'] * 1e3:.1f} ms, tecomp {m['tecomp'] * 1e3:.1f} ms "
                             f"({m['eager'] / m['tecomp']:.2f}x eager, "
                             f"{m['inductor'] / m['tecomp']:.2f}x inductor)")
+                    if "tecomp-torch-threads" in m:
+                        t = m["tecomp-torch-threads"]
+                        line += (f"; tecomp threads='torch' {t * 1e3:.1f} ms "
+                                 f"({m['eager'] / t:.2f}x eager, {m['inductor'] / t:.2f}x "
+                                 f"inductor)")
                     if k == 0:
                         line += (f"; tecomp first call: cold cache "
                                  f"{cold['tecomp_first_call_s']:.1f} s, warm "

@@ -36,7 +36,8 @@ __all__ = ["PoolControls", "register", "set_num_threads", "get_num_threads",
            "default_num_threads", "available_cpus", "cgroup_cpu_limit", "spin_from_env",
            "DEFAULT_SPIN", "DEFAULT_WAIT_SPIN",
            "MAX_THREADS", "POOL_FUNCTIONS", "DEFAULT_WORKSPACE_LIMIT", "set_workspace_limit",
-           "release_workspace", "workspace_cached", "workspace_limit_from_env"]
+           "release_workspace", "workspace_cached", "workspace_limit_from_env",
+           "shared_pool_from_env", "PARALLEL_FOR", "DELEGATE_TO"]
 
 #: the most threads a pool runs
 MAX_THREADS = 1024
@@ -45,6 +46,13 @@ DEFAULT_SPIN = 2000
 DEFAULT_WAIT_SPIN = 1024
 #: the default of TECOMP_WORKSPACE_LIMIT: the most bytes each pool's workspace cache keeps
 DEFAULT_WORKSPACE_LIMIT = 1 << 30
+
+#: the function kernels call to run a parallel loop (see ``llvm.threadpool``)
+PARALLEL_FOR = "tecomp_parallel_for"
+#: ``void tecomp_pool_delegate_to(fn)``: the pool runs its regions by calling ``fn`` (another
+#: pool's ``tecomp_parallel_for``) instead of on its own threads; NULL: on its own again.
+#: Not in :data:`POOL_FUNCTIONS` (libraries exported before it existed lack it).
+DELEGATE_TO = "tecomp_pool_delegate_to"
 
 #: the C functions that control a pool: name -> (restype, argtypes)
 POOL_FUNCTIONS = {
@@ -65,18 +73,29 @@ class PoolControls:
     """The control functions of one pool, as ctypes callables: ``set_threads(n)``,
     ``get_threads()``, ``num_workers()``, ``set_spin(n)``, ``set_wait_spin(n)``,
     ``shutdown()``, ``after_fork()``, and the workspace cache's ``ws_release()``,
-    ``ws_set_limit(n)``, ``ws_cached()``."""
+    ``ws_set_limit(n)``, ``ws_cached()``; ``parallel_for`` (the address of its
+    ``tecomp_parallel_for``) and ``delegate_to(address)`` where the pool has them (a
+    library exported before they existed has neither: None)."""
 
     __slots__ = ("set_threads", "get_threads", "num_workers", "set_spin", "set_wait_spin",
-                 "shutdown", "after_fork", "ws_release", "ws_set_limit", "ws_cached", "owner")
+                 "shutdown", "after_fork", "ws_release", "ws_set_limit", "ws_cached", "owner",
+                 "parallel_for", "delegate_to")
 
-    def __init__(self, lookup: Callable[[str], int], owner: object = None):
+    def __init__(self, lookup: Callable[[str], int], owner: object = None,
+                 optional: Optional[Callable[[str], Optional[int]]] = None):
         """``lookup(name)`` gives the address of the C function ``name``; ``owner`` is
-        kept alive as long as the controls (the JIT engine or the loaded library)."""
+        kept alive as long as the controls (the JIT engine or the loaded library);
+        ``optional(name)`` the address of a function the pool may lack, or None
+        (default: ``lookup``)."""
         for name, (restype, argtypes) in POOL_FUNCTIONS.items():
             fn = ctypes.CFUNCTYPE(restype, *argtypes)(lookup(name))
             setattr(self, name[len("tecomp_pool_"):], fn)
         self.owner = owner
+        optional = optional or lookup
+        self.parallel_for = optional(PARALLEL_FOR)
+        addr = optional(DELEGATE_TO)
+        self.delegate_to = (ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr)
+                            if addr and self.parallel_for else None)
 
 
 _LOCK = threading.Lock()
@@ -86,6 +105,8 @@ _desired: Optional[int] = None
 #: the workspace limit every pool uses; None until set (TECOMP_WORKSPACE_LIMIT then)
 _ws_limit: Optional[int] = None
 _hooks_installed = False
+#: where every pool's regions run instead (run_parallel_loops_on), or None
+_external: Optional[int] = None
 
 
 #: where the cgroup file systems are mounted, and the file naming this process's cgroups
@@ -229,9 +250,18 @@ def spin_from_env(name: str = "TECOMP_SPIN") -> Optional[int]:
         return None
 
 
+def shared_pool_from_env() -> bool:
+    """Whether the pools of a process share the first one's threads (see
+    :func:`register`): where ``TECOMP_SHARED_POOL`` is ``1``."""
+    return os.environ.get("TECOMP_SHARED_POOL", "0").strip() == "1"
+
+
 def register(pool: PoolControls) -> None:
     """Add ``pool`` to the pools every setting applies to, and give it the current
-    thread count and the spin settings of the environment."""
+    thread count and the spin settings of the environment.  With
+    ``TECOMP_SHARED_POOL=1``, a pool registered after another runs its parallel
+    regions on the first one's threads (``tecomp_pool_delegate_to``): one set of workers
+    per process, however many libraries are loaded."""
     global _desired, _hooks_installed
     with _LOCK:
         if _desired is None:
@@ -244,12 +274,48 @@ def register(pool: PoolControls) -> None:
         if wspin is not None:
             pool.set_wait_spin(wspin)
         pool.ws_set_limit(_ws_limit if _ws_limit is not None else workspace_limit_from_env())
+        primary = next((p for p in _POOLS if p.parallel_for), None)
+        if _external is not None and pool.delegate_to is not None:
+            pool.delegate_to(_external)
+        elif primary is not None and pool.delegate_to is not None and shared_pool_from_env():
+            # one pool for the process (opt-in): each pool has its own workers, which
+            # spin on their core for a while after each region; kernels from many
+            # libraries in a row wake a different pool each, whose worker competes for a
+            # core with the previous pool's, still spinning (20 small kernels in a row:
+            # 1.4-2x the time of one pool on 2 threads).  Not the default: on the models
+            # measured (torch.compile's ResNet-50 and a CNN's training step, 2 threads,
+            # under load) one always-warm worker kept PyTorch's OpenMP threads and the
+            # caller from their cores more than the many pools' workers, which sleep
+            # between their kernels (benchmarks/history/2026-11-29.md, session 8)
+            pool.delegate_to(primary.parallel_for)
         _POOLS.append(pool)
         if not _hooks_installed:
             _hooks_installed = True
             atexit.register(_shutdown_at_exit)
             if hasattr(os, "register_at_fork"):
                 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def run_parallel_loops_on(parallel_for: Optional[int]) -> None:
+    """Make every pool, now and registered later, run its parallel regions by calling
+    the function at address ``parallel_for`` (with ``tecomp_parallel_for``'s signature:
+    ``tecomp.dynamo.openmp``'s, on PyTorch's OpenMP threads) instead of on tecomp's
+    threads; None: back to tecomp's (each pool on the first, see :func:`register`).
+    Pools of libraries exported before ``tecomp_pool_delegate_to`` existed keep their
+    own threads."""
+    global _external
+    with _LOCK:
+        _external = parallel_for
+        primary = next((p for p in _POOLS if p.parallel_for), None)
+        for p in _POOLS:
+            if p.delegate_to is None:
+                continue
+            if parallel_for is not None:
+                p.delegate_to(parallel_for)
+            elif p is not primary and shared_pool_from_env():
+                p.delegate_to(primary.parallel_for)
+            else:
+                p.delegate_to(None)
 
 
 def set_num_threads(n: int) -> None:

@@ -280,6 +280,30 @@ def test_thread_count_applies_to_the_library(saxpy_pair, libdir):
     assert lib.tecomp_pool_get_threads() == old
 
 
+def test_loaded_libraries_run_on_the_first_pool(saxpy_pair, libdir, monkeypatch):
+    """With TECOMP_SHARED_POOL=1, a library loaded where a pool exists runs its parallel
+    loops on that pool's threads, starting none of its own; by default on its own."""
+    from tecomp import threads
+
+    f, g = saxpy_pair
+    monkeypatch.setenv("TECOMP_SHARED_POOL", "1")
+    shared = roundtrip(f, libdir, "saxpy_shared_pool")
+    old = tc.get_num_threads()
+    a = np.arange(50000, dtype="float32")
+    try:
+        tc.set_num_threads(2)
+        for m, workers in ((shared, 0), (g, 1)):
+            c = np.empty_like(a)
+            m(a, a, c, 2.0)
+            np.testing.assert_array_equal(c, 3 * a)
+            lib = ctypes.CDLL(m.library_path)  # the same loaded copy
+            lib.tecomp_pool_num_workers.restype = ctypes.c_int32
+            assert lib.tecomp_pool_num_workers() == workers
+        assert threads._POOLS[0].num_workers() == 1
+    finally:
+        tc.set_num_threads(old)
+
+
 def test_loaded_module_reports_what_it_is(saxpy_pair, libdir):
     f, g = saxpy_pair
     assert g.metadata["name"] == "saxpy" and g.metadata["format_version"] == 2

@@ -36,12 +36,12 @@ def _close(got, want, what):
     assert err <= RTOL * scale, f"{what}: max error {err:.3g} at scale {scale:.3g}"
 
 
-def _check_model(model, x, train=True, eval_=True):
+def _check_model(model, x, train=True, eval_=True, options=None):
     """The compiled model's outputs (train and eval) and parameter gradients against
     eager PyTorch's, from the same weights."""
     torch.manual_seed(1)
     ref = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="tecomp")
+    compiled = torch.compile(model, backend="tecomp", options=options)
     if train:
         w = torch.randn_like(copy.deepcopy(ref)(x))  # a random head: no zero gradient
         y = compiled(x)
@@ -102,6 +102,49 @@ def test_cnn_train_and_inference(caplog):
     # outputs, not copies written by a kernel
     fw = [m for m in msgs if re.search(r"forward graph: kernel \d+ ", m)]
     assert fw and not any("alias" in m for m in fw), fw
+
+
+def test_kernels_on_pytorchs_threads():
+    """threads='torch': the kernels' parallel loops run on PyTorch's OpenMP team (every
+    tecomp pool delegates to it) while the graph runs, with the same results and a
+    kernel's error reported as before; a graph compiled with threads='tecomp' puts the
+    pools back."""
+    import numpy as np
+
+    import tecomp as tc
+    from tecomp import threads
+    from tecomp.dynamo import openmp
+
+    addr = openmp.parallel_for_address()
+    if addr is None:
+        pytest.skip("PyTorch does not run on libgomp's OpenMP here")
+    old = torch.get_num_threads(), tc.get_num_threads()
+    torch.set_num_threads(2)
+    tc.set_num_threads(2)
+    try:
+        torch.manual_seed(0)
+        cnn = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
+        _check_model(cnn, torch.randn(4, 3, 8, 8), eval_=False, options={"threads": "torch"})
+        assert threads._external == addr
+        # a bounds error in a parallel loop run by the team is the serial run's
+        from tecomp.ir import Buffer, BufferLoad, BufferStore, Const, For, PrimFunc, Var
+        from tecomp.ir.expr import as_expr
+        A, B = (Buffer(n, (Const(64),), "float32") for n in "AB")
+        i = Var("i")
+        f = tc.build(PrimFunc("oob", (A, B), For(
+            i, as_expr(0), as_expr(64), "parallel",
+            BufferStore(B, BufferLoad(A, (i + 3,), "float32"), (i,)))), checks=True)
+        with pytest.raises(tc.BoundsError, match="index 64 is outside"):
+            f(np.zeros(64, "float32"), np.zeros(64, "float32"))
+        torch._dynamo.reset()
+        _check_model(torch.nn.Linear(4, 3), torch.randn(5, 4), eval_=False)
+        assert threads._external is None
+    finally:
+        openmp.use("tecomp")
+        torch.set_num_threads(old[0])
+        tc.set_num_threads(old[1])
 
 
 def test_max_pool_indices_lowered_for_training(caplog):

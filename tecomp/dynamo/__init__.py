@@ -30,6 +30,17 @@ Options (``torch.compile(model, backend="tecomp", options={...})``):
     The auto-scheduler's records (reused by later compilations).
 ``cache`` (bool, default True)
     Keep the kernels in ``$TECOMP_CACHE_DIR/dynamo`` for other processes.
+``threads`` (``"tecomp"``, the default, or ``"torch"``)
+    Whose threads the kernels' parallel loops run on while the compiled model runs:
+    tecomp's pool, or PyTorch's OpenMP team (where PyTorch runs on libgomp; elsewhere
+    tecomp's, said once in the log).  PyTorch's and tecomp's idle threads both spin
+    for a while before they sleep, so where PyTorch's operators and tecomp's kernels
+    alternate (a training step: the loss, autograd and the optimizer are PyTorch's),
+    two pools' threads compete for the cores; ``"torch"`` makes it one set of
+    threads, every thread taking a contiguous share of each loop (as OpenMP's static
+    schedule: a thread that loses its core to another process holds the loop up,
+    where tecomp's pool hands its share to the others).  The setting is the process's
+    while a graph runs (the last graph called decides).
 
 Shapes are specialised: each new signature of a graph's inputs (shapes, dtypes,
 strides, integer values) compiles its own kernels, as TorchDynamo's guards recompile a
@@ -75,6 +86,9 @@ class Options:
         Keep the kernels on disk (``$TECOMP_CACHE_DIR/dynamo``).
     target : str or Target, optional
         A CPU target (``"llvm"``, the default: this machine).
+    threads : str, optional
+        ``"tecomp"`` (the default) or ``"torch"``: whose threads run the kernels'
+        parallel loops (see the module docstring).
 
     Raises
     ------
@@ -85,7 +99,7 @@ class Options:
     """
 
     def __init__(self, trials: int = 0, log: Any = None, cache: bool = True,
-                 target: Any = "llvm"):
+                 target: Any = "llvm", threads: str = "tecomp"):
         if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
             raise ArgumentError(f"torch.compile(backend='tecomp'): option trials must be an "
                                 f"int >= 0, got {trials!r:.60}")
@@ -97,14 +111,18 @@ class Options:
             raise TargetError(
                 f"torch.compile(backend='tecomp'): target {t} is not this machine's CPU; the "
                 f"backend compiles for the CPU tensors live on: use target='llvm'")
+        if threads not in ("tecomp", "torch"):
+            raise ArgumentError(f"torch.compile(backend='tecomp'): option threads must be "
+                                f"'tecomp' or 'torch', got {threads!r:.60}")
         self.trials, self.log, self.cache, self.target = trials, log, cache, t
+        self.threads = threads
 
     def __repr__(self):
         return (f"Options(trials={self.trials}, log={self.log!r}, cache={self.cache}, "
-                f"target='{self.target}')")
+                f"target='{self.target}', threads='{self.threads}')")
 
 
-_OPTION_NAMES = ("trials", "log", "cache", "target")
+_OPTION_NAMES = ("trials", "log", "cache", "target", "threads")
 
 
 def _options(kwargs) -> Options:
@@ -159,7 +177,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options: Any) 
     example_inputs : list
         Its (fake) example inputs.
     **options
-        ``trials``, ``log``, ``cache``, ``target`` (see :class:`Options`).
+        ``trials``, ``log``, ``cache``, ``target``, ``threads`` (see :class:`Options`).
 
     Returns
     -------

@@ -42,7 +42,8 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..errors import InternalError
 from . import cache as _cache
-from . import lowering_nn  # noqa: F401  (registers the nn rules)
+from . import lowering_nn
+from . import openmp as _openmp  # noqa: F401  (registers the nn rules)
 from .lowering import ANCHORS, VIEWS, unsupported
 
 log = logging.getLogger("tecomp.dynamo")
@@ -109,6 +110,7 @@ class CompiledGraph:
                 if plan is None:
                     plan = self.plans[sig] = _Plan(self.gm, args, self.options, self.role,
                                                      self.symbolic)
+        _openmp.use(self.options.threads)
         return plan.run(args)
 
 
@@ -195,6 +197,7 @@ class _Plan:
         self.output = next(n for n in graph.nodes if n.op == "output")
         self.regions = regions
         self.vals = vals
+        self.role = role
         inside = {n for r in regions for n in r.nodes}
         outside = [n for n in graph.nodes if n.op == "call_function" and n not in inside
                    and isinstance(n.target, torch._ops.OpOverload)]

@@ -52,7 +52,7 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Dict, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 from . import aot_format as _fmt
 from . import llvm as _rt
@@ -320,18 +320,27 @@ def _dlopen(fd: int, path: str, where: str, section: bytes) -> ctypes.CDLL:
         known = _LOADED.get(lib._handle)
         if known is not None:
             return known
-        pool = _threads.PoolControls(lambda name: _address(lib, name, where), owner=lib)
+        pool = _threads.PoolControls(lambda name: _address(lib, name, where), owner=lib,
+                                     optional=lambda name: _optional_address(lib, name))
         _threads.register(pool)
         _LOADED[lib._handle] = lib
     return lib
 
 
-def _address(lib: ctypes.CDLL, name: str, where: str) -> int:
+def _optional_address(lib: ctypes.CDLL, name: str) -> Optional[int]:
+    """The address of ``lib``'s function ``name``, or None where it has none."""
     try:
         return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
     except AttributeError:
+        return None
+
+
+def _address(lib: ctypes.CDLL, name: str, where: str) -> int:
+    addr = _optional_address(lib, name)
+    if addr is None:
         raise LoadError(f"{where} does not define {name}, which its metadata promises: it "
-                        f"is damaged; export it again") from None
+                        f"is damaged; export it again")
+    return addr
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ def _graph():
 
 def test_unknown_option():
     with pytest.raises(ArgumentError, match=r"unknown option 'trails'; the options are trials, "
-                                            r"log, cache, target"):
+                                            r"log, cache, target, threads"):
         td.backend(_graph(), [torch.randn(3, 4)], trails=3)
 
 
@@ -27,6 +27,12 @@ def test_bad_trials():
 def test_bad_cache():
     with pytest.raises(ArgumentError, match=r"option cache must be True or False, got 'no'"):
         td.backend(_graph(), [torch.randn(3, 4)], cache="no")
+
+
+def test_bad_threads():
+    with pytest.raises(ArgumentError, match=r"option threads must be 'tecomp' or 'torch', "
+                                            r"got 'openmp'"):
+        td.backend(_graph(), [torch.randn(3, 4)], threads="openmp")
 
 
 def test_gpu_target():
