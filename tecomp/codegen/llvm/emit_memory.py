@@ -201,6 +201,13 @@ class _MemoryEmitter:
             raise InternalError(f"`{node_text(e)}` must not depend on a vectorized lane here")
         return v.s
 
+    def non_negative(self, v):
+        """``max(v, 0)`` of an i64 value."""
+        if _is_const(v):
+            return v if v.constant >= 0 else ir.Constant(_I64, 0)
+        zero = ir.Constant(_I64, 0)
+        return self.b.select(self.b.icmp_signed("<", v, zero), zero, v)
+
     def declared_strides(self, buf: Buffer, extents) -> List[object]:
         if buf.strides is not None:
             return [self.scalar_index(s) for s in buf.strides]
@@ -561,7 +568,12 @@ class _MemoryEmitter:
         if buf in self.bufs:
             raise InternalError(f"buffer {buf.name} is allocated twice")
         _dt.canon(buf.dtype)
-        extents = [self.scalar_index(x) for x in buf.shape]
+        # a negative extent (lowering checks its own symbolic ones at the call; an edited
+        # or hand-built function may still have one) is 0: no element, so that every
+        # access fails the bounds checks, whose unsigned compare let any index past a
+        # negative extent (the stores of `allocate B: float32[n - 5]` at n = 3 wrote past
+        # the 1-byte block: "double free or corruption")
+        extents = [self.non_negative(self.scalar_index(x)) for x in buf.shape]
         strides = self.declared_strides(buf, extents)
         elem = _SIZE[buf.dtype]
         count, overflow = self.alloc_count(buf, extents, strides)
