@@ -104,6 +104,26 @@ def test_var_left_out_of_the_arguments(where):
     np.testing.assert_array_equal(c, want)
 
 
+@pytest.mark.parametrize("name", ["parallel_for", "ws_alloc", "ws_free", "extern_call"])
+def test_kernel_named_like_a_runtime_function_it_calls(name):
+    """tecomp_<name> is the kernel's symbol: under the name of a runtime function the
+    kernel calls (a parallel loop calls tecomp_parallel_for, a large buffer
+    tecomp_ws_alloc/free), llvmlite raised DuplicatedNameError, an InternalError."""
+    A = tc.placeholder((1 << 16,), name="A")
+    B = tc.compute((1 << 16,), lambda i: A[i] * 2, name="B")
+    C = tc.compute((1 << 16,), lambda i: B[i] + 1, name="C")       # B: 256 KiB, on the heap
+    s = tc.create_schedule(C.op)
+    o, _ = s[C].split(C.op.axis[0], 1024)
+    s[C].parallel(o)
+    with pytest.raises(tc.BuildError, match=rf"cannot build {name}: its symbol tecomp_{name} "
+                                            rf"is one of tecomp's runtime functions, which its "
+                                            rf"code may call; build it under another name"):
+        tc.build(s, [A, C], name=name)
+    a, c = np.ones(1 << 16, np.float32), np.zeros(1 << 16, np.float32)
+    tc.build(s, [A, C], name=name + "_k")(a, c)
+    assert (c == 3).all()
+
+
 def test_build_target_int():
     with pytest.raises(tc.TargetError, match=r"a target is a string or a tc\.Target, got int"):
         A, B, C = sp.chain3()
