@@ -19,7 +19,7 @@ import llvmlite.ir as ir
 from ...errors import BuildError, InternalError, ResourceLimitError
 from ...ir import dtype as _dt
 from ...ir.expr import Add, Buffer, BufferLoad, Cast, Const, Expr, Mul, Sub, Var
-from ...ir.functor import free_vars, substitute
+from ...ir.functor import collect, free_vars, substitute
 from ...ir.simplify import simplify
 from ...ir.stmt import (
     Allocate, BufferStore, For, IfThenElse, Prefetch, SeqStmt, Stmt, TensorIntrinCall,
@@ -58,6 +58,12 @@ def _constant_bytes(buf: Buffer) -> Optional[int]:
         n = 1 + sum((max(int(e.value), 1) - 1) * int(st.value)
                     for e, st in zip(buf.shape, buf.strides))
     return n * _SIZE[buf.dtype]
+
+
+def _reads_memory(indices) -> bool:
+    """Whether some index of an access loads from a buffer (a data-dependent index)."""
+    return any(collect(i, lambda n: isinstance(n, BufferLoad)) for i in indices
+               if not isinstance(i, (Const, Var)))
 
 
 def frame_overflow(body: Stmt, in_parallel: bool) -> set:
@@ -266,6 +272,15 @@ class _MemoryEmitter:
             flat = term if flat is None else Add(flat, term, dt)
         return simplify(flat)
 
+    def access_checked(self, node) -> bool:
+        """Whether the access ``node`` (a BufferLoad or BufferStore) is bounds-checked:
+        every one with ``checks=True``; else one whose index reads memory (a gather
+        ``X[ids[i]]``, a scatter ``Y[ids[i]] = ...``), since no check before the call can
+        know where such an index points: an id past the table read (or wrote) memory
+        outside the arrays.  The others are proved in bounds by lowering or by the
+        argument checks."""
+        return self.checks or _reads_memory(node.indices)
+
     def bounds_check(self, bi: _Buf, idx: List[Val], node, kind: str):
         stmt = self._stmt_stack[-1] if self._stmt_stack else node
         site = self.mb.add_site(kind, bi.buffer.name, node_text(node), node_text(stmt))
@@ -349,7 +364,7 @@ class _MemoryEmitter:
         b = self.b
         if off.uniform:
             def scalar():
-                if self.checks:
+                if self.access_checked(node):
                     self.bounds_check(bi, idx, node, "load")
                 return Val(self.from_mem(
                     b.load(self._elem_ptr(bi, off.s, True), typ=memty, align=align), dtype))
@@ -358,7 +373,7 @@ class _MemoryEmitter:
                 zero = Val(_splat(_REG[dtype], 0))
                 return self.if_value(self.any_lane(self.mask), scalar, lambda: zero, name="ld")
             return scalar()
-        if self.checks:
+        if self.access_checked(node):
             self.bounds_check(bi, idx, node, "load")
         vty = self.vtype(memty)
         P = self.pad_lanes(bi, memty, off)
@@ -510,7 +525,7 @@ class _MemoryEmitter:
         b = self.b
         if off.uniform and val.uniform:
             def scalar():
-                if self.checks:
+                if self.access_checked(node):
                     self.bounds_check(bi, idx, node, "store")
                 b.store(self.to_mem(val.s, dtype), self._elem_ptr(bi, off.s, True), align=align)
 
@@ -519,7 +534,7 @@ class _MemoryEmitter:
             else:
                 scalar()
             return
-        if self.checks:
+        if self.access_checked(node):
             self.bounds_check(bi, idx, node, "store")
         vty = self.vtype(memty)
         x = self.to_mem(self.vec(val), dtype)
