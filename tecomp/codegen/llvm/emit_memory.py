@@ -60,10 +60,10 @@ def _constant_bytes(buf: Buffer) -> Optional[int]:
     return n * _SIZE[buf.dtype]
 
 
-def _reads_memory(indices) -> bool:
-    """Whether some index of an access loads from a buffer (a data-dependent index)."""
-    return any(collect(i, lambda n: isinstance(n, BufferLoad)) for i in indices
-               if not isinstance(i, (Const, Var)))
+def _reads_memory(index: Expr) -> bool:
+    """Whether an index loads from a buffer (a data-dependent index)."""
+    return not isinstance(index, (Const, Var)) and \
+        bool(collect(index, lambda n: isinstance(n, BufferLoad)))
 
 
 def frame_overflow(body: Stmt, in_parallel: bool) -> set:
@@ -272,20 +272,25 @@ class _MemoryEmitter:
             flat = term if flat is None else Add(flat, term, dt)
         return simplify(flat)
 
-    def access_checked(self, node) -> bool:
-        """Whether the access ``node`` (a BufferLoad or BufferStore) is bounds-checked:
-        every one with ``checks=True``; else one whose index reads memory (a gather
-        ``X[ids[i]]``, a scatter ``Y[ids[i]] = ...``), since no check before the call can
-        know where such an index points: an id past the table read (or wrote) memory
-        outside the arrays.  The others are proved in bounds by lowering or by the
-        argument checks."""
-        return self.checks or _reads_memory(node.indices)
+    def access_checked(self, node):
+        """The dimensions of the access ``node`` (a BufferLoad or BufferStore) that are
+        bounds-checked: every one with ``checks=True``; else those whose index reads
+        memory (a gather ``X[ids[i], j]``, a scatter ``Y[ids[i]] = ...``), since no check
+        before the call can know where such an index points: an id past the table read
+        (or wrote) memory outside the arrays.  The others are proved in bounds by
+        lowering or by the argument checks."""
+        if self.checks:
+            return range(len(node.indices))
+        return [d for d, i in enumerate(node.indices) if _reads_memory(i)]
 
-    def bounds_check(self, bi: _Buf, idx: List[Val], node, kind: str):
+    def bounds_check(self, bi: _Buf, idx: List[Val], node, kind: str, dims=None):
+        """Check the indices ``idx`` of dimensions ``dims`` (default: all)."""
         stmt = self._stmt_stack[-1] if self._stmt_stack else node
         site = self.mb.add_site(kind, bi.buffer.name, node_text(node), node_text(stmt))
         b = self.b
         for d, (ix, ext) in enumerate(zip(idx, bi.extents)):
+            if dims is not None and d not in dims:
+                continue
             if ix.uniform:
                 fail = b.icmp_unsigned(">=", ix.s, ext)
                 if self.mask is not None:
@@ -362,10 +367,11 @@ class _MemoryEmitter:
         align = _SIZE[dtype]
         off, idx = self.offset(bi, node.indices)
         b = self.b
+        dims = self.access_checked(node)
         if off.uniform:
             def scalar():
-                if self.access_checked(node):
-                    self.bounds_check(bi, idx, node, "load")
+                if dims:
+                    self.bounds_check(bi, idx, node, "load", dims)
                 return Val(self.from_mem(
                     b.load(self._elem_ptr(bi, off.s, True), typ=memty, align=align), dtype))
 
@@ -373,8 +379,8 @@ class _MemoryEmitter:
                 zero = Val(_splat(_REG[dtype], 0))
                 return self.if_value(self.any_lane(self.mask), scalar, lambda: zero, name="ld")
             return scalar()
-        if self.access_checked(node):
-            self.bounds_check(bi, idx, node, "load")
+        if dims:
+            self.bounds_check(bi, idx, node, "load", dims)
         vty = self.vtype(memty)
         P = self.pad_lanes(bi, memty, off)
         if P != self.lanes:
@@ -523,10 +529,11 @@ class _MemoryEmitter:
         align = _SIZE[dtype]
         off, idx = self.offset(bi, node.indices)
         b = self.b
+        dims = self.access_checked(node)
         if off.uniform and val.uniform:
             def scalar():
-                if self.access_checked(node):
-                    self.bounds_check(bi, idx, node, "store")
+                if dims:
+                    self.bounds_check(bi, idx, node, "store", dims)
                 b.store(self.to_mem(val.s, dtype), self._elem_ptr(bi, off.s, True), align=align)
 
             if self.lanes > 1 and self.mask is not None:
@@ -534,8 +541,8 @@ class _MemoryEmitter:
             else:
                 scalar()
             return
-        if self.access_checked(node):
-            self.bounds_check(bi, idx, node, "store")
+        if dims:
+            self.bounds_check(bi, idx, node, "store", dims)
         vty = self.vtype(memty)
         x = self.to_mem(self.vec(val), dtype)
         P = self.pad_lanes(bi, memty, off)
