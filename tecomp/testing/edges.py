@@ -920,13 +920,23 @@ def _edit_ir(text: str, tw: dict):
     import re
 
     if tw["edit"].startswith("alloc"):
-        sites = list(re.finditer(r"(allocate [^\n]*?: \w+\[)([^\]]*)(\])", text))
+        pat = r"(allocate ([^\n]*?): \w+\[)([^\]]*)(\])"
+        sites = list(re.finditer(pat, text))
         if sites:
-            m = sites[tw["pick"] % len(sites)]
-            exts = m.group(2).split(", ")
-            k = tw["pick"] % len(exts)
-            exts[k] = "0" if tw["edit"] == "alloc_zero" else f"-{tw['by']}"
-            return text[:m.start(2)] + ", ".join(exts) + text[m.end(2):]
+            # one buffer (allocated once per copy of its loop where a loop was partitioned:
+            # every declaration alike, as tc.ir.parse requires)
+            name = sites[tw["pick"] % len(sites)].group(2)
+            k = tw["pick"]
+            new = "0" if tw["edit"] == "alloc_zero" else f"-{tw['by']}"
+
+            def edit(m):
+                if m.group(2) != name:
+                    return m.group(0)
+                exts = m.group(3).split(", ")
+                exts[k % len(exts)] = new
+                return m.group(1) + ", ".join(exts) + m.group(4)
+
+            return re.sub(pat, edit, text)
         tw = {**tw, "edit": "index_past"}
     # an index of a load or store: `name[a, b]` -> `name[a + by, b]` (or - by)
     sites = [m for m in re.finditer(r"(?<![\w.])([A-Za-z_][\w.]*)\[([^\[\]:]+)\]", text)
