@@ -141,6 +141,7 @@ def test_campaign_findings_run_clean(seed):
 @pytest.mark.parametrize("seed", [
     64,     # gather_ids: id 2**40 in a table of 33 rows (SIGSEGV before d7115f3)
     69,     # build_args: a kernel named "ws_alloc" (InternalError before)
+    65,     # build_args: an extern function keeping a view of a temporary (freed memory)
     66,     # ir_edit: an allocation of extent -7 (ran silently before)
     135,    # shared_reduction: every thread ran the block's reduction (wrong sums before)
 ])

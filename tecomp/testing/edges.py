@@ -58,7 +58,9 @@ other seed draws what it drew before them; :func:`family_of`):
     the case built under the name of a runtime function its code may call
     (``parallel_for``, ``ws_alloc``...): a ``BuildError``; or an output's axis split by a
     ``tc.var`` left out of the arguments: a ``LowerError``, then passed (1, 3, past the
-    extent) and called: equal to the plain build.
+    extent) and called: equal to the plain build; or an extern stage whose function keeps
+    a view of the kernel's memory past the call (in a list, a slice of it, in the
+    exception it raises): a ``ComputeError`` (a copy: runs).
 ``ir_edit``
     the case's printed IR edited as a user might (an allocation's extent made 0 or
     negative, an index shifted past its buffer), read back with ``tc.ir.parse``, built
@@ -208,6 +210,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
     elif family == "build_args":
         twist = {"variant": d.choice(("runtime_name", "unbound_factor")),
                  "name": d.choice(RUNTIME_NAMES), "factor": d.choice((1, 3, 7, 1000))}
+        if d.bool(0.3):       # drawn after the others (d7115f3's seeds keep their draws)
+            twist["variant"] = "extern_keeps_view"
+            twist["keep"] = d.choice(("global", "slice", "exception", "copy"))
     elif family == "ir_edit":
         twist = {"edit": d.choice(("alloc_negative", "alloc_zero", "index_past", "index_minus")),
                  "pick": d.int(0, 10**6), "by": d.choice((1, 7, 2**20))}
@@ -876,7 +881,46 @@ def _run_gather_ids(ec: EdgeCase) -> Outcome:
     return Outcome("ok", ec, "", "")
 
 
+def _run_extern_keeps_view(ec: EdgeCase) -> Outcome:
+    """An extern stage whose function keeps a view of the kernel's memory past the call
+    (a ComputeError), or a copy of it (runs)."""
+    how = ec.twist["keep"]
+    kept = []
+
+    def fn(x, y):
+        y[:] = x * 2
+        if how == "global":
+            kept.append(y)
+        elif how == "slice":
+            kept.append(y[::2])
+        elif how == "exception":
+            raise ValueError("values kept", y)
+        else:
+            kept.append(np.array(y))
+
+    X = tc.placeholder((6,), name="X")
+    Y = tc.extern((6,), [X], lambda ins, outs: tc.call_packed(fn, ins[0], outs[0]), name="Y")
+    Z = tc.compute((6,), lambda i: Y[i] + 1.0, name="Z")
+    try:
+        mod = tc.build(tc.create_schedule(Z.op), [X, Z])
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "build", e)
+    x, z = np.arange(6, dtype=np.float32), np.zeros(6, np.float32)
+    if how != "copy":
+        return _expect_refusal(ec, lambda: mod(x, z), (tc.ComputeError,), "call", "",
+                               f"an extern function keeping a view ({how})")
+    try:
+        mod(x, z)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "call", e)
+    if not (np.array_equal(z, x * 2 + 1) and np.array_equal(kept[0], x * 2)):
+        return Outcome("mismatch", ec, "compare", f"extern copy: {z.tolist()}, {kept}")
+    return Outcome("ok", ec, "", "")
+
+
 def _run_build_args(ec: EdgeCase) -> Outcome:
+    if ec.twist["variant"] == "extern_keeps_view":
+        return _run_extern_keeps_view(ec)
     c, bad = _prepare(ec)
     if bad:
         return bad
