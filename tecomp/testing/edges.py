@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import stat
 import tempfile
 from dataclasses import dataclass, field
@@ -93,6 +94,7 @@ import numpy as np
 
 import tecomp as tc
 from ..autoschedule import records
+from ..ir import interp
 from .deep import chain_compute, chain_reference, random_chain
 from .diff import (
     Case, Outcome, _exc_text, case_arrays, compare, draw_case, numpy_problems, run_case, schedule_case,
@@ -1025,10 +1027,6 @@ def _run_ir_edit(ec: EdgeCase) -> Outcome:
 
 
 def _run_shared_reduction(ec: EdgeCase) -> Outcome:
-    import shutil
-
-    from ..ir import interp
-
     if shutil.which(os.environ.get("CXX", "g++")) is None:
         return Outcome("ok", ec, "", "no C++ compiler for the CUDA emulation")
     tw = ec.twist
