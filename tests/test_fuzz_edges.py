@@ -8,18 +8,33 @@ import pytest
 
 import tecomp as tc
 from tecomp.testing import edges
-from tecomp.testing.edges import FAMILIES, draw_edge_case, run_edge_case
+from tecomp.testing.edges import FAMILIES, MORE_FAMILIES, draw_edge_case, family_of, run_edge_case
 
 LONG = os.environ.get("TECOMP_LONG_TESTS") == "1"
 
 
 def _seeds(family, count):
-    """The first ``count`` seeds of ``family`` (a seed's family is ``seed % len(FAMILIES)``)."""
-    k = FAMILIES.index(family)
-    return [k + len(FAMILIES) * j for j in range(count)]
+    """The first ``count`` seeds of ``family`` (edges.family_of)."""
+    out, seed = [], 0
+    while len(out) < count:
+        if family_of(seed) == family:
+            out.append(seed)
+        seed += 1
+    return out
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+def test_the_families_of_session_8_leave_the_other_seeds_alone():
+    """A seed draws one of MORE_FAMILIES only where (seed // 9) % 8 == 7; every other
+    seed keeps the family seed % 9 gave it (the pinned seeds below among them)."""
+    for seed in list(range(2000)) + [10011706, 10017506]:
+        if (seed // len(FAMILIES)) % 8 != 7:
+            assert family_of(seed) == FAMILIES[seed % len(FAMILIES)]
+        else:
+            assert family_of(seed) in MORE_FAMILIES
+    assert {family_of(s) for s in range(2000)} == set(FAMILIES) | set(MORE_FAMILIES)
+
+
+@pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES)
 def test_family_runs_clean(family):
     if family == "lazy_bits":
         pytest.importorskip("torch")
@@ -121,3 +136,15 @@ def test_records_family_replays_the_genuine_record():
 def test_campaign_findings_run_clean(seed):
     out = run_edge_case(draw_edge_case(seed))
     assert out.ok, out.report()
+
+
+@pytest.mark.parametrize("seed", [
+    64,     # gather_ids: id 2**40 in a table of 33 rows (SIGSEGV before d7115f3)
+    69,     # build_args: a kernel named "ws_alloc" (InternalError before)
+    65,     # build_args: an extern function keeping a view of a temporary (freed memory)
+    66,     # ir_edit: an allocation of extent -7 (ran silently before)
+    135,    # shared_reduction: every thread ran the block's reduction (wrong sums before)
+])
+def test_session_8_findings_run_clean(seed):
+    out = run_edge_case(draw_edge_case(seed))
+    assert out.ok and out.kind == "refused", out.report()

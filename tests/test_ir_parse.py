@@ -286,6 +286,46 @@ def test_an_edit_that_indexes_out_of_bounds_raises_instead_of_reading_memory():
         mod(np.ones(8, np.float32), np.zeros(8, np.float32))
 
 
+_NEGATIVE_ALLOCATION = """primfn main(A: float32[n], C: float32[n]) {
+  allocate B: float32[EXT] (global)
+  for (i, 0, 1000) {
+    B[i] = 2f
+  }
+  for (i_1, 0, n) {
+    C[i_1] = 1f
+  }
+}"""
+
+
+@pytest.mark.parametrize("ext", ["-1", "n - 5"])
+def test_an_allocation_of_negative_extent_has_no_element(ext):
+    """An edited allocation of negative extent (a constant, or a symbolic one negative at
+    the call): its stores are out of bounds.  Before, the bounds checks compared unsigned,
+    so every index passed: the constant one ran silently, the symbolic one wrote past the
+    1-byte block it got (glibc: 'double free or corruption', the process aborted)."""
+    import subprocess
+    import sys
+    code = f"""
+import numpy as np, tecomp as tc
+f = tc.build(tc.ir.parse({_NEGATIVE_ALLOCATION.replace("EXT", ext)!r}))
+for n in (8, 3):
+    try:
+        f(np.ones(n, np.float32), np.zeros(n, np.float32))
+        print(n, "ran")
+    except tc.BoundsError as e:
+        print(n, "BoundsError", e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    want_8 = "8 BoundsError out-of-bounds store to buffer B: index 0 is outside [0, 0)" \
+        if ext == "-1" else "8 BoundsError out-of-bounds store to buffer B: index 3 is outside [0, 3)"
+    assert lines[0].startswith(want_8), lines
+    assert lines[1].startswith("3 BoundsError out-of-bounds store to buffer B: index 0 is "
+                               "outside [0, 0) in dimension 0"), lines
+
+
 def test_a_parsed_function_keeps_the_checks_on_its_arguments():
     n, f_ = tc.var("n"), tc.var("f")
     A = tc.placeholder((n,), name="A")

@@ -419,3 +419,16 @@ def test_features_llvm_emits_only_for_intrinsics_are_not_compared(monkeypatch):
                         (T._HOST_INFO["features"] | t.checked_features) - {"pku", "rdrnd"})
     assert t.missing_here() == ()
     assert t.missing_here(required=("pku",)) == ("pku",)
+
+
+@pytest.mark.parametrize("triple, isa", [
+    ("aarch64-unknown-linux-gnu", "aarch64"), ("aarch64-none-linux-gnu", "aarch64"),
+    ("aarch64-linux-musl", "aarch64"), ("aarch64-linux-android", "aarch64"),
+    ("arm64-linux-gnu", "aarch64"), ("x86_64-pc-linux-gnu", "x86-64"),
+    ("x86_64-unknown-linux", "x86-64")])
+def test_linux_triples_of_every_vendor_are_taken(triple, isa):
+    """Only the system part of -mtriple is checked (Linux, 64-bit pointers): the vendor
+    is free; tests/must_fail/test_cross_target_errors.py has the refused ones."""
+    t = Target("llvm -mtriple=" + triple)
+    assert t.isa == isa and str(t) == "llvm -mtriple=" + triple
+    assert "linux" in t.triple

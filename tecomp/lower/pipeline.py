@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Sequence, Union
 
 from ..errors import LowerError, TecompError
 from ..ir.deep import deep_entry
-from ..ir.functor import collect
+from ..ir.expr import Buffer, Var
+from ..ir.functor import collect, free_vars
 from ..ir.stmt import ExternCall, PrimFunc
 from ..schedule.schedule import Schedule
 from ..target import Target, as_target
@@ -126,6 +127,7 @@ def lower(s: Schedule, args: Sequence[Union[Tensor, Var]], name: str = "main",
         raise LowerError(f"function name {name!r} must be a Python-style identifier")
     t0 = time.perf_counter()
     params, body, ctx = schedule_to_stmt(s, list(args))
+    check_bound_vars(name, params, body, LowerError)
     if not tgt.is_cpu:
         scans = [st.name for st in s.stages if hasattr(st.op, "scan_axis")]
 
@@ -160,6 +162,27 @@ def lower(s: Schedule, args: Sequence[Union[Tensor, Var]], name: str = "main",
     if stats is not None:
         stats["lower_seconds"] = time.perf_counter() - t0
     return func
+
+
+def check_bound_vars(fname: str, params, body, error) -> None:
+    """Every variable ``body`` reads must be bound by a parameter: a scalar parameter, or
+    the extent of a dimension of a buffer parameter.  A ``tc.var`` used in a compute, a
+    split factor or a condition and left out of the arguments is the user's ``error``
+    here, before a pass meets a value it cannot know (an unbound split factor or loop
+    bound has no range, which the index-dtype pass would take for a tecomp bug)."""
+    known = set()
+    for p in params:
+        if isinstance(p, Var):
+            known.add(p)
+        elif isinstance(p, Buffer):
+            known.update(e for e in p.shape if isinstance(e, Var))
+    for v in free_vars(body):
+        if v not in known:
+            raise error(
+                f"variable `{v.name}` is used in the body of {fname} but is neither a scalar "
+                f"parameter nor the extent of a buffer parameter's dimension; add it to the "
+                f"parameters (a tc.var read by a compute, a condition, a reduction's range or a "
+                f"split factor: tc.build(s, [..., {v.name}]), and pass its value in the call)")
 
 
 def prepare_for_codegen(func: PrimFunc, target=None) -> PrimFunc:

@@ -498,6 +498,7 @@ class LowerContext:
                     ranges[iv] = iv.dom
             self.infer_loops(st, ranges)
             self._check_loop_kinds(st)
+            self._check_shared_reduction(st)
             self._make_buffer(st)
             if self._stored_root(st):
                 self._check_store_root(st)
@@ -978,6 +979,31 @@ class LowerContext:
                 raise ScheduleError(
                     f"{verb} on stage {st.name}: axis {iv.name} has extent {ext}, which is not a "
                     f"constant; {how}")
+
+    def _check_shared_reduction(self, st: Stage):
+        """A ``shared`` stage computed inside a loop bound to ``threadIdx.*`` whose own
+        loops bind no loop to that thread axis runs whole in every thread of the block
+        (its region is relaxed over the threads, section 5).  Plain stores then write the
+        same values (redundant, not wrong); a reduction's updates add into the same shared
+        elements at once: a data race, and wrong sums (``cache_write(C, "shared")``
+        computed at C's threadIdx loop summed about 16 times too much on 16 threads)."""
+        if st.scope != "shared" or not isinstance(self.info[st].bodies[0], Reduce):
+            return
+        own = {_thread_tag(st, iv) for iv in st.leaf_iter_vars} - {""}
+        for x, iv in self._loops_around(st, [])[::-1]:
+            tag = _thread_tag(x, iv)
+            ext = self.info[x].extent[iv]
+            if not tag.startswith("threadIdx") or tag in own or \
+                    (isinstance(ext, Const) and ext.value == 1):
+                continue
+            raise ScheduleError(
+                f"compute_at of {st.name}: it is a reduction into shared memory, computed "
+                f"inside the loop {iv.name} of stage {x.name}, which is bound to {tag}, and no "
+                f"loop of {st.name} is bound to {tag}: every thread of the block would run "
+                f"the whole reduction, adding into the same shared elements at once (a data "
+                f"race: wrong sums); bind a data-parallel axis of {st.name} to {tag} (split "
+                f"it by {ext}) so that the threads share its elements, give it scope "
+                f"'local', or compute it at a loop outside {iv.name}")
 
     def _make_buffer(self, st: Stage):
         inf = self.info[st]

@@ -58,11 +58,12 @@ from ..ir.printer import to_str
 from ..ir.stmt import ParamCheck
 from ..lower.in_place import in_place_pairs
 from .cuda_kernels import KernelInfo, KernelParam
+from .extern import SYMBOL as EXTERN_SYMBOL
 from .signature import CheckSite, Signature
 from ..threads import DELEGATE_TO, PARALLEL_FOR, POOL_FUNCTIONS
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SECTION", "METADATA_SYMBOL", "METADATA_FUNCTION",
-           "VARIANTS", "variant_symbol", "reserved_symbols", "build_metadata",
+           "VARIANTS", "variant_symbol", "reserved_symbols", "check_kernel_symbol", "build_metadata",
            "parse_metadata", "LibraryInfo", "check_signature", "needed_features",
            "host_cpu_features", "CHECKED_FEATURES", "UNREPORTED_FEATURES",
            "CUDA_FORMAT_VERSION", "FATBIN_SECTION", "FATBIN_SYMBOL", "build_cuda_metadata",
@@ -104,6 +105,29 @@ def variant_symbol(entry: str, layout: str, noalias: bool) -> str:
 def reserved_symbols() -> FrozenSet[str]:
     """The names a library defines besides its kernel (a kernel may not take one)."""
     return frozenset(_POOL_SYMBOLS + (METADATA_SYMBOL, METADATA_FUNCTION, FATBIN_SYMBOL))
+
+
+#: the runtime functions a kernel's code calls (the thread pool's, the extern stages'):
+#: no kernel may be built under one of their names
+CALLED_SYMBOLS = _POOL_SYMBOLS[:3] + (EXTERN_SYMBOL,)
+
+
+def check_kernel_symbol(name: str, entry: str, doing: str) -> None:
+    """A BuildError where kernel ``name``'s symbols clash with the runtime's: for
+    ``doing="build"``, its entry symbol ``entry`` with a function its code may call
+    (``tc.build(..., name="parallel_for")`` defined ``tecomp_parallel_for`` in the module
+    that calls the thread pool's: llvmlite's DuplicatedNameError, an InternalError, in
+    a kernel with a parallel loop); for ``"export"``, any call variant's symbol with one
+    the library defines besides its kernel."""
+    if doing == "build":
+        clash = {entry} & set(CALLED_SYMBOLS)
+    else:
+        clash = {variant_symbol(entry, *key) for key in VARIANTS} & reserved_symbols()
+    if clash:
+        where = "tecomp's runtime functions, which its code may call" if doing == "build" \
+            else "the library's runtime functions"
+        raise BuildError(f"cannot {doing} {name}: its symbol {sorted(clash)[0]} is one of "
+                         f"{where}; build it under another name (tc.build(..., name=...))")
 
 
 # ---------------------------------------------------------------------------------------

@@ -151,8 +151,8 @@ class Stage(TracedStage):
         a = self._attr(iv)
         if a.kind not in ("serial", kind):
             raise ScheduleError(
-                f"{what} on stage {self.name}: axis {iv.name} is already {a.kind}"
-                f"{' to ' + a.thread.thread_tag if a.thread is not None else ''}; an axis runs "
+                f"{what} on stage {self.name}: axis {iv.name} is already "
+                f"{'bound to ' + a.thread.thread_tag if a.thread is not None else a.kind}; an axis runs "
                 f"one way: split it to combine kinds")
         a.kind = kind
 

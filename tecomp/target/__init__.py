@@ -40,7 +40,9 @@ runtime's thread count (``tc.set_num_threads``) unless ``-num-cores`` says other
 ``-mcpu=native`` is the host, as in LLVM.
 
 ``-mtriple`` picks the instruction set: ``x86_64-...`` (the default on an x86-64 host) or
-``aarch64-...`` (64-bit Arm).  The facts of each are in a module of their own
+``aarch64-...`` (64-bit Arm); its system is Linux (``...-linux-gnu``, ``-musl``,
+``-android``): another system's triple (``aarch64-apple-darwin``) or a 32-bit-pointer ABI
+(``x86_64-linux-gnux32``) is a :class:`TargetError`.  The facts of each are in a module of their own
 (:mod:`tecomp.target.x86`, :mod:`tecomp.target.aarch64`: CPUs, features, vector width,
 registers).  Code for another instruction set than this machine's is compiled, printed
 (``get_source``) and exported (``export_library``, linked with that machine's cross
@@ -89,6 +91,33 @@ def isa_of_triple(triple: str) -> "str | None":
     or None for one tecomp does not generate code for."""
     arch = triple.split("-", 1)[0].lower()
     return next((name for name, m in ISAS.items() if arch in m.TRIPLE_ARCHS), None)
+
+
+#: the environments (the triple's part after ``linux``) of the 64-bit Linux ABI tecomp's
+#: code and its exported ELF libraries follow (not ``gnux32``, ``gnu_ilp32``: 32-bit
+#: pointers in a 64-bit instruction set)
+LINUX_ENVIRONMENTS = ("gnu", "musl", "android")
+
+
+def _triple_system_problem(triple: str) -> "str | None":
+    """What is wrong with the system part of ``triple`` (whose instruction set tecomp
+    knows), or None.  tecomp's code is Linux code: the kernels are JIT-compiled into this
+    Linux process or exported as Linux ELF shared libraries (loaded by ``tc.load_module``,
+    run under qemu-user), with 64-bit pointers.  Another system's object format (Mach-O,
+    COFF) or ABI would make a library that cannot be linked or loaded -- LLVM itself aborts
+    the process on tecomp's ELF metadata section in a Mach-O object -- and on this
+    machine's instruction set the system part was silently replaced by Linux's."""
+    parts = triple.lower().split("-")[1:]
+    if "linux" not in parts:
+        return (f"names the system {'-'.join(parts)!r:.40}, and tecomp generates Linux code "
+                f"only (ELF libraries with the Linux ABI): write a Linux triple, e.g. "
+                f"-mtriple={triple.split('-', 1)[0]}-linux-gnu")
+    env = parts[parts.index("linux") + 1:]
+    if env and (len(env) > 1 or env[0] not in LINUX_ENVIRONMENTS):
+        return (f"names the environment {'-'.join(env)!r:.30}, and tecomp's code follows the "
+                f"64-bit Linux ABI of {', '.join(LINUX_ENVIRONMENTS)} (64-bit pointers): write "
+                f"-mtriple={triple.split('-', 1)[0]}-linux-gnu")
+    return None
 
 
 def host_isa() -> "str | None":
@@ -176,6 +205,9 @@ class Target:
                         f"target llvm: -mtriple={trip!r:.60} is not supported (tecomp "
                         f"generates code for x86_64-... and aarch64-... triples, e.g. "
                         f"-mtriple=aarch64-linux-gnu)"))
+                system = _triple_system_problem(trip)
+                if system:
+                    raise TargetError(_fix(f"target llvm: -mtriple={trip!r:.60} {system}"))
             isa = isa or here or _x86.ISA
             facts = ISAS[isa]
             native = isa == here
@@ -319,8 +351,8 @@ class Target:
     @property
     def triple(self) -> str:
         """The LLVM target triple code is compiled for: this process's for this machine's
-        instruction set (whatever ``-mtriple`` says of vendor and system: the code is
-        JIT-compiled here), else ``-mtriple``."""
+        instruction set (whatever ``-mtriple`` says of the vendor: the code is JIT-compiled
+        here; its system is Linux, as every ``-mtriple`` says), else ``-mtriple``."""
         self._need("llvm", "triple")
         if self._isa == host_isa():
             return host_triple()

@@ -47,6 +47,35 @@ read the docs, or one who wants to crash the caller, would:
     swapped, replaced by a FIFO, a directory or a link): ``tc.load_module`` refuses it
     with a ``LoadError``; the untouched copy still loads.
 
+Session 8's families, drawn for the edge seeds whose ``(seed // 9) % 8 == 7`` (every
+other seed draws what it drew before them; :func:`family_of`):
+
+``gather_ids``
+    a gather ``X[ids[i], j]`` through an index tensor (int32 or int64; serial, vectorized,
+    parallel or split), built without ``checks=True``, called with ids in range (equal to
+    numpy) or with one past the table, at ``-1`` or far outside: a ``BoundsError``.
+``build_args``
+    the case built under the name of a runtime function its code may call
+    (``parallel_for``, ``ws_alloc``...): a ``BuildError``; or an output's axis split by a
+    ``tc.var`` left out of the arguments: a ``LowerError``, then passed (1, 3, past the
+    extent) and called: equal to the plain build; or an extern stage whose function keeps
+    a view of the kernel's memory past the call (in a list, a slice of it, in the
+    exception it raises): a ``ComputeError`` (a copy: runs).
+``ir_edit``
+    the case's printed IR edited as a user might (an allocation's extent made 0 or
+    negative, an index shifted past its buffer), read back with ``tc.ir.parse``, built
+    and called: the right answer or a ``TecompError`` (``BoundsError``), never a crash.
+``shared_reduction``
+    row sums cached in shared memory (``cache_write(C, "shared")``) in the CUDA emulation:
+    computed at the threadIdx loop with no loop of their own bound to it (a
+    ``ScheduleError``: every thread would run the whole reduction into the same shared
+    elements), or shared among the threads, or in ``local`` scope (equal to numpy, no
+    race in the interpreter).
+
+The ``foreign_target`` family also draws (one case in five, after its other draws) a
+triple of another system or ABI (``aarch64-apple-darwin``, ``x86_64-linux-gnux32``): a
+``TargetError``.
+
 A case's outcome is ``ok``, ``refused`` (a documented refusal: the family allows a
 ``TecompError`` there and got one, other than ``InternalError``), ``rejected`` (a
 resource limit, as in ``diff.py``), ``mismatch`` or ``crash``.  Everything runs in the
@@ -56,6 +85,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import stat
 import tempfile
 from dataclasses import dataclass, field
@@ -64,6 +94,7 @@ import numpy as np
 
 import tecomp as tc
 from ..autoschedule import records
+from ..ir import interp
 from .deep import chain_compute, chain_reference, random_chain
 from .diff import (
     Case, Outcome, _exc_text, case_arrays, compare, draw_case, numpy_problems, run_case, schedule_case,
@@ -73,6 +104,29 @@ from .program import Cmp, CAnd, CNot, COr, is_float
 
 FAMILIES = ("conditions", "big_split", "layouts", "lazy_bits", "foreign_target",
             "library_file", "records", "big_extent", "deep")
+
+#: session 8's families (see the module doc); :func:`family_of` draws them
+MORE_FAMILIES = ("gather_ids", "build_args", "ir_edit", "shared_reduction")
+
+#: -mtriple values of another system or a 32-bit-pointer ABI (a TargetError)
+FOREIGN_SYSTEM_TRIPLES = (
+    "llvm -mtriple=aarch64-apple-darwin", "llvm -mtriple=arm64-apple-ios",
+    "llvm -mtriple=x86_64-apple-darwin", "llvm -mtriple=aarch64-pc-windows-msvc",
+    "llvm -mtriple=x86_64-pc-windows-gnu", "llvm -mtriple=x86_64-linux-gnux32",
+    "llvm -mtriple=aarch64-linux-gnu_ilp32", "llvm -mtriple=aarch64-unknown-freebsd",
+)
+
+#: the kernel names whose symbols (tecomp_<name>) are runtime functions kernels call
+RUNTIME_NAMES = ("parallel_for", "ws_alloc", "ws_free", "extern_call")
+
+
+def family_of(seed: int) -> str:
+    """The family of edge seed ``seed``: one of :data:`FAMILIES` by ``seed % 9``, except
+    the seeds with ``(seed // 9) % 8 == 7``, which draw one of :data:`MORE_FAMILIES`."""
+    if (seed // len(FAMILIES)) % 8 == 7:
+        return MORE_FAMILIES[seed % len(MORE_FAMILIES)]
+    return FAMILIES[seed % len(FAMILIES)]
+
 
 #: split factors past any extent the generator draws
 BIG_FACTORS = (2**31 - 1, 2**31, 2**31 + 1, 2**32 + 1, 2**40)
@@ -105,7 +159,7 @@ class EdgeCase(Case):
 def draw_edge_case(seed: int) -> EdgeCase:
     """Edge case ``seed``: its family, the drawn case it twists, and the twist."""
     d = RandomDraw(seed * 7919 + 17)      # the twist's own stream: the base case is seed's
-    family = FAMILIES[seed % len(FAMILIES)]
+    family = family_of(seed)
     base = draw_case(RandomDraw(seed), name=f"edge seed {seed} ({family})")
     twist: dict = {}
     steps = list(base.steps)
@@ -119,6 +173,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
     elif family == "foreign_target":
         target = d.choice(FOREIGN_TARGETS)
         twist = {"target": target, "aot": d.bool(0.5)}
+        if d.bool(0.2):                         # drawn after the others: they stay
+            target = twist["target"] = d.choice(FOREIGN_SYSTEM_TRIPLES)
+            twist["system"] = True
     elif family == "layouts":
         twist = {"variant": d.choice(("broadcast_inputs", "reversed_inputs", "overlapping_inputs",
                                       "output_overlaps_input", "stride0_output",
@@ -147,6 +204,24 @@ def draw_edge_case(seed: int) -> EdgeCase:
     elif family == "records":
         twist = {"forgeries": [_draw_forgery(d) for _ in range(d.int(1, 3))],
                  "genuine": d.bool(0.5)}
+    elif family == "gather_ids":
+        twist = {"V": d.int(1, 40), "D": d.int(1, 20), "B": d.int(1, 30),
+                 "ids_dtype": d.choice(("int32", "int64")),
+                 "schedule": d.choice(("serial", "vectorize", "parallel", "split")),
+                 "bad": d.choice((None, None, "past", "far", "minus_one", "huge"))}
+    elif family == "build_args":
+        twist = {"variant": d.choice(("runtime_name", "unbound_factor")),
+                 "name": d.choice(RUNTIME_NAMES), "factor": d.choice((1, 3, 7, 1000))}
+        if d.bool(0.3):       # drawn after the others (d7115f3's seeds keep their draws)
+            twist["variant"] = "extern_keeps_view"
+            twist["keep"] = d.choice(("global", "slice", "exception", "copy"))
+    elif family == "ir_edit":
+        twist = {"edit": d.choice(("alloc_negative", "alloc_zero", "index_past", "index_minus")),
+                 "pick": d.int(0, 10**6), "by": d.choice((1, 7, 2**20))}
+    elif family == "shared_reduction":
+        twist = {"rows": d.choice((16, 40, 64)), "K": d.int(1, 50),
+                 "threads": d.choice((4, 8, 16)),
+                 "variant": d.choice(("at_thread_loop", "cooperative", "local"))}
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
 
@@ -299,7 +374,9 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
         return run_case(ec)
     runner = {"layouts": _run_layouts, "lazy_bits": _run_lazy_bits,
               "foreign_target": _run_foreign_target, "library_file": _run_library_file,
-              "records": _run_records, "big_extent": _run_big_extent, "deep": _run_deep}
+              "records": _run_records, "big_extent": _run_big_extent, "deep": _run_deep,
+              "gather_ids": _run_gather_ids, "build_args": _run_build_args,
+              "ir_edit": _run_ir_edit, "shared_reduction": _run_shared_reduction}
     return runner[ec.family](ec)
 
 
@@ -481,6 +558,9 @@ def _run_foreign_target(ec: EdgeCase) -> Outcome:
     except Exception as e:  # noqa: BLE001
         return _failure(ec, "build for this machine", e)
     ir = str(func)
+    if ec.twist.get("system"):
+        return _expect_refusal(ec, lambda: tc.build(func, target=ec.target), (tc.TargetError,),
+                               f"build for {ec.target}", ir, "a triple of another system")
     stage = f"build for {ec.target}"
     try:
         fmod = tc.build(func, target=ec.target)
@@ -748,3 +828,242 @@ def _run_deep(ec: EdgeCase) -> Outcome:
         return Outcome("mismatch", ec, "compare", f"a chain {tw['depth']} levels deep: got "
                        f"{got[:4].tolist()}, numpy {want[:4].tolist()}")
     return Outcome("ok", ec, "", "")
+
+
+# ---------------------------------------------------------------------------------
+# session 8's families
+
+
+def _gather_ids(tw: dict):
+    """The ids of a ``gather_ids`` case: in range, or one of them outside the table."""
+    V, B = tw["V"], tw["B"]
+    rng = np.random.default_rng(V * 1000 + B)
+    ids = rng.integers(0, V, B).astype(tw["ids_dtype"])
+    bad = {"past": V, "far": V + 12345, "minus_one": -1,
+           "huge": 2**31 - 1 if tw["ids_dtype"] == "int32" else 2**40}.get(tw["bad"])
+    if bad is not None:
+        ids[rng.integers(0, B)] = bad
+    return ids, bad
+
+
+def _run_gather_ids(ec: EdgeCase) -> Outcome:
+    tw = ec.twist
+    V, D, B = tw["V"], tw["D"], tw["B"]
+    ids_t = tc.placeholder((B,), name="ids", dtype=tw["ids_dtype"])
+    X = tc.placeholder((V, D), name="X")
+    G = tc.compute((B, D), lambda i, j: X[ids_t[i], j] * 2.0 + 1.0, name="G")
+    s = tc.create_schedule(G.op)
+    how = tw["schedule"]
+    if how == "vectorize":
+        s[G].vectorize(G.op.axis[1])
+    elif how == "parallel":
+        s[G].parallel(G.op.axis[0])
+    elif how == "split":
+        o, i = s[G].split(G.op.axis[1], 4)
+        s[G].vectorize(i)
+        s[G].parallel(G.op.axis[0])
+    try:
+        f = tc.build(s, [ids_t, X, G])
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "build", e)
+    ids, bad = _gather_ids(tw)
+    x = np.random.default_rng(ec.seed).random((V, D), dtype=np.float32)
+    g = np.zeros((B, D), np.float32)
+    if bad is not None:
+        return _expect_refusal(ec, lambda: f(ids, x, g), (tc.BoundsError,), "call", "",
+                               f"a gather with id {bad} of a table of {V} rows")
+    try:
+        f(ids, x, g)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "call", e)
+    want = x[ids.astype(np.int64)] * np.float32(2) + np.float32(1)
+    if not np.array_equal(g, want):
+        return Outcome("mismatch", ec, "compare", f"gather: got {g.ravel()[:6].tolist()}, "
+                       f"numpy {want.ravel()[:6].tolist()}")
+    return Outcome("ok", ec, "", "")
+
+
+def _run_extern_keeps_view(ec: EdgeCase) -> Outcome:
+    """An extern stage whose function keeps a view of the kernel's memory past the call
+    (a ComputeError), or a copy of it (runs)."""
+    how = ec.twist["keep"]
+    kept = []
+
+    def fn(x, y):
+        y[:] = x * 2
+        if how == "global":
+            kept.append(y)
+        elif how == "slice":
+            kept.append(y[::2])
+        elif how == "exception":
+            raise ValueError("values kept", y)
+        else:
+            kept.append(np.array(y))
+
+    X = tc.placeholder((6,), name="X")
+    Y = tc.extern((6,), [X], lambda ins, outs: tc.call_packed(fn, ins[0], outs[0]), name="Y")
+    Z = tc.compute((6,), lambda i: Y[i] + 1.0, name="Z")
+    try:
+        mod = tc.build(tc.create_schedule(Z.op), [X, Z])
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "build", e)
+    x, z = np.arange(6, dtype=np.float32), np.zeros(6, np.float32)
+    if how != "copy":
+        return _expect_refusal(ec, lambda: mod(x, z), (tc.ComputeError,), "call", "",
+                               f"an extern function keeping a view ({how})")
+    try:
+        mod(x, z)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "call", e)
+    if not (np.array_equal(z, x * 2 + 1) and np.array_equal(kept[0], x * 2)):
+        return Outcome("mismatch", ec, "compare", f"extern copy: {z.tolist()}, {kept}")
+    return Outcome("ok", ec, "", "")
+
+
+def _run_build_args(ec: EdgeCase) -> Outcome:
+    if ec.twist["variant"] == "extern_keeps_view":
+        return _run_extern_keeps_view(ec)
+    c, bad = _prepare(ec)
+    if bad:
+        return bad
+    s, args, _ = schedule_case(ec)
+    tw = ec.twist
+    if tw["variant"] == "runtime_name":
+        return _expect_refusal(ec, lambda: tc.build(s, args, name=tw["name"]), (tc.BuildError,),
+                               "build", c.ir, f"a kernel named {tw['name']!r}")
+    # an output's data-parallel axis (serial, no stage attached at it) split by a tc.var
+    attached = {(st.attach_stage, st.attach_ivar) for st in s.stages
+                if st.attach_type == "scope"}
+    outs = [a for a in args if isinstance(a, tc.Tensor) and any(a.op is o for o in s.outputs)]
+    for t in outs:
+        st = s[t]
+        for iv in st.leaf_iter_vars:
+            a = st.iter_attrs.get(iv)
+            if iv.kind != "reduce" and (st, iv) not in attached and \
+                    (a is None or a.kind == "serial"):
+                break
+        else:
+            continue
+        f = tc.var("f")
+        st.split(iv, factor=f)
+        refused = _expect_refusal(ec, lambda: tc.build(s, args), (tc.LowerError,), "build",
+                                  c.ir, "a split factor left out of the arguments")
+        if refused.kind != "refused":
+            return refused
+        try:
+            mod = tc.build(s, list(args) + [f])
+            mod(*c.arrs, tw["factor"])
+        except Exception as e:  # noqa: BLE001
+            return _failure(ec, "build and call with the factor passed", e, ir=c.ir)
+        msg = _same_outputs(ec, c.arrs, c.want, f"split by f = {tw['factor']} vs the plain build")
+        return Outcome("mismatch", ec, "compare", msg, c.ir) if msg else \
+            Outcome("ok", ec, "", "", c.ir)
+    return Outcome("ok", ec, "", "no serial data-parallel axis of an output to split", c.ir)
+
+
+def _edit_ir(text: str, tw: dict):
+    """The printed IR ``text`` edited as ``tw`` says, or None where it has no such site."""
+    import re
+
+    if tw["edit"].startswith("alloc"):
+        pat = r"(allocate ([^\n]*?): \w+\[)([^\]]*)(\])"
+        sites = list(re.finditer(pat, text))
+        if sites:
+            # one buffer (allocated once per copy of its loop where a loop was partitioned:
+            # every declaration alike, as tc.ir.parse requires)
+            name = sites[tw["pick"] % len(sites)].group(2)
+            k = tw["pick"]
+            new = "0" if tw["edit"] == "alloc_zero" else f"-{tw['by']}"
+
+            def edit(m):
+                if m.group(2) != name:
+                    return m.group(0)
+                exts = m.group(3).split(", ")
+                exts[k % len(exts)] = new
+                return m.group(1) + ", ".join(exts) + m.group(4)
+
+            return re.sub(pat, edit, text)
+        tw = {**tw, "edit": "index_past"}
+    # an index of a load or store: `name[a, b]` -> `name[a + by, b]` (or - by)
+    sites = [m for m in re.finditer(r"(?<![\w.])([A-Za-z_][\w.]*)\[([^\[\]:]+)\]", text)
+             if not text[:m.start()].rstrip().endswith(("allocate", "primfn"))
+             and ": " not in m.group(2)]
+    sites = [m for m in sites if not re.search(r"(allocate|primfn)[^\n]*$", text[:m.start()])]
+    if not sites:
+        return None
+    m = sites[tw["pick"] % len(sites)]
+    parts = m.group(2).split(", ")
+    k = tw["pick"] % len(parts)
+    sign = "+" if tw["edit"] == "index_past" else "-"
+    parts[k] = f"{parts[k]} {sign} {tw['by']}"
+    return text[:m.start(2)] + ", ".join(parts) + text[m.end(2):]
+
+
+def _run_ir_edit(ec: EdgeCase) -> Outcome:
+    c, bad = _prepare(ec)
+    if bad:
+        return bad
+    text = _edit_ir(c.ir, ec.twist)
+    if text is None:
+        return Outcome("ok", ec, "", "nothing to edit", c.ir)
+    stage = "parse"
+    try:
+        func = tc.ir.parse(text)
+        stage = "build"
+        mod = tc.build(func)
+        stage = "call"
+        if ec.twist["edit"].startswith("alloc") and "allocate" in c.ir:
+            # the stage that owns the buffer stores into it: no element to store to
+            return _expect_refusal(ec, lambda: mod(*case_arrays(ec, c.inputs)),
+                                   (tc.BoundsError,), stage, text,
+                                   "stores into an allocation of no element")
+        mod(*case_arrays(ec, c.inputs))
+    except tc.IRParseError as e:
+        return Outcome("crash", ec, stage, f"the edit made text tc.ir.parse refuses (a bug of "
+                       f"the family's edit):\n{_exc_text(e)}", text)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e, (tc.TecompError,), text)
+    return Outcome("ok", ec, "", "", text)
+
+
+def _run_shared_reduction(ec: EdgeCase) -> Outcome:
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        return Outcome("ok", ec, "", "no C++ compiler for the CUDA emulation")
+    tw = ec.twist
+    R, K, T = tw["rows"], tw["K"], tw["threads"]
+    A = tc.placeholder((R, K), name="A")
+    k = tc.reduce_axis((0, K), name="k")
+    C = tc.compute((R,), lambda i: tc.sum(A[i, k] * 2.0, axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    o, i = s[C].split(C.op.axis[0], T)
+    s[C].bind(o, tc.thread_axis("blockIdx.x"))
+    s[C].bind(i, tc.thread_axis("threadIdx.x"))
+    v = tw["variant"]
+    CS = s.cache_write(C, "local" if v == "local" else "shared")
+    if v == "cooperative":
+        s[CS].compute_at(s[C], o)
+        s[CS].bind(CS.op.axis[0], tc.thread_axis("threadIdx.x"))
+    else:
+        s[CS].compute_at(s[C], i)
+    if v == "at_thread_loop":
+        return _expect_refusal(ec, lambda: tc.lower(s, [A, C], target="cuda-emu"),
+                               (tc.ScheduleError,), "lower", "",
+                               "a shared reduction run whole by every thread")
+    a = np.random.default_rng(ec.seed).random((R, K), dtype=np.float32)
+    want = (a * np.float32(2)).sum(1, dtype=np.float64)
+    stage = "lower"
+    try:
+        func = tc.lower(s, [A, C], target="cuda-emu")
+        stage = "interp"
+        ci = np.zeros(R, np.float32)
+        interp.run(func, a, ci)
+        stage = "cuda-emu"
+        ce = np.zeros(R, np.float32)
+        tc.build(s, [A, C], target="cuda-emu")(a, ce)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
+    for name, got in (("interp", ci), ("cuda-emu", ce)):
+        if not np.allclose(got, want, rtol=1e-5, atol=1e-5):
+            return Outcome("mismatch", ec, name, f"{v}: got {got[:4].tolist()}, numpy "
+                           f"{want[:4].tolist()}", str(func))
+    return Outcome("ok", ec, "", "", str(func))

@@ -110,3 +110,27 @@ def test_checked_build_condition_guarding_a_store():
         i < Const(8), BufferStore(B, BufferLoad(A, (i,), "float32"), (i,))))
     b = _call(PrimFunc("guarded", (A, B), body, {"target": "llvm"}))
     np.testing.assert_array_equal(b, np.arange(8, dtype="float32"))
+
+
+@pytest.mark.parametrize("schedule", ["serial", "vectorized", "parallel"])
+def test_index_read_from_memory_is_checked_without_checks(schedule):
+    """A gather through an index tensor, built without checks=True: no check before the
+    call can know where ids[i] points, so the access itself is checked.  Before, X[ids[i]]
+    read past the table (id 100: garbage; id -1: the element before it)."""
+    ids = tc.placeholder((6,), name="ids", dtype="int32")
+    X = tc.placeholder((5, 4), name="X")
+    G = tc.compute((6, 4), lambda i, j: X[ids[i], j] * 2, name="G")
+    s = tc.create_schedule(G.op)
+    if schedule == "vectorized":
+        s[G].vectorize(G.op.axis[1])
+    elif schedule == "parallel":
+        s[G].parallel(G.op.axis[0])
+    f = tc.build(s, [ids, X, G])
+    x, g = np.arange(20, dtype="float32").reshape(5, 4), np.zeros((6, 4), "float32")
+    f(np.array([4, 0, 3, 3, 1, 2], "int32"), x, g)
+    np.testing.assert_array_equal(g, x[[4, 0, 3, 3, 1, 2]] * 2)
+    for bad in (5, 100, -1):
+        with pytest.raises(tc.BoundsError, match=rf"out-of-bounds load from buffer X: index {bad} "
+                                                 rf"is outside \[0, 5\) in dimension 0, at "
+                                                 rf"`X\[ids\[i\], j\]`"):
+            f(np.array([4, 0, 3, bad, 1, 2], "int32"), x, g)

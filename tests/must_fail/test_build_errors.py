@@ -77,6 +77,53 @@ def test_lower_symbolic_var_not_bound():
         tc.build(s, [A, C])
 
 
+@pytest.mark.parametrize("where", ["split factor", "split nparts", "condition", "lower"])
+def test_var_left_out_of_the_arguments(where):
+    """A tc.var that is a split factor or sits in a condition, not passed in the arguments:
+    an InternalError from the index-dtype pass before ('loop i runs past int32 ... the
+    schedule should have made it int64', 'the extent of loop i.outer ... does not fit
+    int32'), now the same LowerError as for a value."""
+    k = tc.var("k")
+    A = tc.placeholder((37,), name="A")
+    if where == "condition":
+        C = tc.compute((37,), lambda i: tc.if_then_else(i < k, A[i], 0.0), name="C")
+    else:
+        C = tc.compute((37,), lambda i: A[i] * 2, name="C")
+    s = tc.create_schedule(C.op)
+    if where.startswith("split") or where == "lower":
+        s[C].split(C.op.axis[0], **{"nparts" if where == "split nparts" else "factor": k})
+    with pytest.raises(tc.LowerError, match=r"variable `k` is used in the body of main but is "
+                                            r"neither a scalar parameter nor the extent of a "
+                                            r"buffer parameter's dimension; add it to the "
+                                            r"parameters .*tc\.build\(s, \[\.\.\., k\]\)"):
+        (tc.lower if where == "lower" else tc.build)(s, [A, C])
+    f = tc.build(s, [A, C, k])          # the fix the message names
+    a, c = np.arange(37, dtype="float32"), np.zeros(37, "float32")
+    f(a, c, 5)
+    want = np.where(np.arange(37) < 5, a, 0) if where == "condition" else a * 2
+    np.testing.assert_array_equal(c, want)
+
+
+@pytest.mark.parametrize("name", ["parallel_for", "ws_alloc", "ws_free", "extern_call"])
+def test_kernel_named_like_a_runtime_function_it_calls(name):
+    """tecomp_<name> is the kernel's symbol: under the name of a runtime function the
+    kernel calls (a parallel loop calls tecomp_parallel_for, a large buffer
+    tecomp_ws_alloc/free), llvmlite raised DuplicatedNameError, an InternalError."""
+    A = tc.placeholder((1 << 16,), name="A")
+    B = tc.compute((1 << 16,), lambda i: A[i] * 2, name="B")
+    C = tc.compute((1 << 16,), lambda i: B[i] + 1, name="C")       # B: 256 KiB, on the heap
+    s = tc.create_schedule(C.op)
+    o, _ = s[C].split(C.op.axis[0], 1024)
+    s[C].parallel(o)
+    with pytest.raises(tc.BuildError, match=rf"cannot build {name}: its symbol tecomp_{name} "
+                                            rf"is one of tecomp's runtime functions, which its "
+                                            rf"code may call; build it under another name"):
+        tc.build(s, [A, C], name=name)
+    a, c = np.ones(1 << 16, np.float32), np.zeros(1 << 16, np.float32)
+    tc.build(s, [A, C], name=name + "_k")(a, c)
+    assert (c == 3).all()
+
+
 def test_build_target_int():
     with pytest.raises(tc.TargetError, match=r"a target is a string or a tc\.Target, got int"):
         A, B, C = sp.chain3()

@@ -22,6 +22,25 @@ def test_unknown_triple():
         tc.Target("llvm -mtriple=riscv64-linux-gnu")
 
 
+@pytest.mark.parametrize("triple", ["aarch64-apple-darwin", "arm64-apple-ios",
+                                    "aarch64-pc-windows-msvc", "x86_64-apple-darwin"])
+def test_triple_of_another_system(triple):
+    """A Mach-O triple's export aborted the process (LLVM: 'invalid section specifier
+    .tecomp_meta'); x86_64's system part was silently replaced by Linux's."""
+    arch = triple.split("-")[0]
+    with pytest.raises(tc.TargetError, match=rf"-mtriple='{triple}' names the system "
+                                             rf"'.*', and tecomp generates Linux code only.*"
+                                             rf"-mtriple={arch}-linux-gnu"):
+        tc.Target("llvm -mtriple=" + triple)
+
+
+@pytest.mark.parametrize("triple", ["aarch64-linux-gnu_ilp32", "x86_64-linux-gnux32"])
+def test_triple_of_a_32_bit_pointer_abi(triple):
+    with pytest.raises(tc.TargetError, match=rf"-mtriple='{triple}' names the environment "
+                                             rf"'{triple.split('-')[-1]}'.*64-bit pointers"):
+        tc.Target("llvm -mtriple=" + triple)
+
+
 def test_native_cpu_of_another_isa():
     if tc.Target("llvm").isa == "aarch64":
         pytest.skip("this machine is an aarch64 one")

@@ -136,3 +136,39 @@ def test_the_callers_arrays_stay_checked():
     f = tc.build(tc.create_schedule(Y.op), [X, Y])
     with pytest.raises(tc.ArgumentError):
         f(np.zeros(5, "float32"), np.zeros(4, "float32"))
+
+
+@pytest.mark.parametrize("how", ["global", "slice", "exception"])
+def test_the_function_keeps_a_view_of_the_kernels_memory(how):
+    """A view of a kernel's temporary kept past the call read freed memory (garbage) and
+    wrote into it; now the call raises.  The same function keeping a copy runs."""
+    kept = []
+
+    def keep(x, y):
+        y[:] = x * 2
+        if how == "global":
+            kept.append(y)
+        elif how == "slice":
+            kept.append(y[1:])
+        else:
+            raise ValueError("bad values", y)
+
+    def copy(x, y):
+        y[:] = x * 2
+        kept.append(np.array(y))
+
+    def build(fn):
+        X = tc.placeholder((4,), name="X")
+        Y = tc.extern((4,), [X], lambda ins, outs: tc.call_packed(fn, ins[0], outs[0]), name="Y")
+        Z = tc.compute((4,), lambda i: Y[i] + 1, name="Z")   # Y: the kernel's temporary
+        return tc.build(tc.create_schedule(Z.op), [X, Z])
+
+    x, z = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    with pytest.raises(tc.ComputeError, match=r"extern call .*keep: the function kept a "
+                                              r"reference to an array it was given \(a view of "
+                                              r"the kernel's memory, valid only during the call"):
+        build(keep)(x, z)
+    kept.clear()
+    build(copy)(x, z)
+    np.testing.assert_array_equal(z, x * 2 + 1)
+    np.testing.assert_array_equal(kept[0], x * 2)

@@ -600,7 +600,7 @@ def test_export_of_a_shape_condition_the_format_cannot_describe(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("name", ["parallel_for", "pool_shutdown", "metadata"])
+@pytest.mark.parametrize("name", ["pool_shutdown", "metadata", "fatbin"])
 def test_export_of_a_kernel_named_like_the_runtime(tmp_path, name):
     A = tc.placeholder((4,), name="A")
     B = tc.compute((4,), lambda i: A[i] + 1, name="B")

@@ -1716,3 +1716,43 @@ def test_store_root_under_a_parallel_loop_whose_threads_overlap_over_an_inner_lo
                                                r"parallel loop D.i may compute overlapping "
                                                r"parts of S"):
         tc.lower(s, [X, D, G])
+
+
+def _row_sums_in_shared(cooperative):
+    A = tc.placeholder((64, 48), name="A")
+    k = tc.reduce_axis((0, 48), name="k")
+    C = tc.compute((64,), lambda i: tc.sum(A[i, k] * 2, axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    o, i = s[C].split(C.op.axis[0], 16)
+    s[C].bind(o, tc.thread_axis("blockIdx.x"))
+    s[C].bind(i, tc.thread_axis("threadIdx.x"))
+    CS = s.cache_write(C, "shared")
+    if cooperative:     # the threads share the tile's rows: one row each
+        s[CS].compute_at(s[C], o)
+        s[CS].bind(CS.op.axis[0], tc.thread_axis("threadIdx.x"))
+    else:
+        s[CS].compute_at(s[C], i)
+    return s, [A, C]
+
+
+def test_shared_reduction_run_whole_by_every_thread():
+    """Every thread ran the block's whole reduction into the same shared elements: wrong
+    sums in the CUDA emulation (and a race on a GPU; the interpreter says RaceError)."""
+    s, args = _row_sums_in_shared(cooperative=False)
+    with pytest.raises(tc.ScheduleError,
+                       match=r"compute_at of C.shared: it is a reduction into shared memory, "
+                             r"computed inside the loop i.inner of stage C, which is bound to "
+                             r"threadIdx.x, and no loop of C.shared is bound to threadIdx.x: "
+                             r"every thread of the block would run the whole reduction.*bind a "
+                             r"data-parallel axis of C.shared to threadIdx.x \(split it by 16\)"):
+        tc.lower(s, args, target="cuda-emu")
+
+
+def test_shared_reduction_shared_among_the_threads():
+    """The fix the message names: the tile's rows bound to threadIdx.x."""
+    from tecomp.ir import interp
+    s, args = _row_sums_in_shared(cooperative=True)
+    a = np.random.default_rng(0).random((64, 48), dtype=np.float32)
+    c = np.zeros(64, np.float32)
+    interp.run(tc.lower(s, args, target="cuda-emu"), a, c)      # no RaceError
+    np.testing.assert_allclose(c, (a * 2).sum(1), rtol=1e-5)

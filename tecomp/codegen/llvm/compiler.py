@@ -9,10 +9,10 @@ import time
 
 from ...errors import BuildError, InternalError, TecompError
 from ...ir.deep import deep_entry
-from ...ir.functor import Visitor, free_vars
+from ...ir.functor import Visitor
 from ...ir.names import display
 from ...ir.stmt import PrimFunc
-from ...lower.pipeline import prepare_for_codegen
+from ...lower.pipeline import check_bound_vars, prepare_for_codegen
 from ...lower.vectorize import buffer_uses
 from ...runtime.llvm import PYOBJECT_DATA_OFFSET, Module
 from ...target import as_target
@@ -26,13 +26,7 @@ from .threadpool import ensure_pool
 
 def _check_func(func: PrimFunc, sig: Signature) -> None:
     """Build-time checks of things the CPU target cannot run or the IR gets wrong."""
-    known = set(sig.slot_vars)
-    for v in free_vars(func.body):
-        if v not in known:
-            raise BuildError(
-                f"variable `{v.name}` is used in the body of {func.name} but is neither a "
-                f"scalar parameter nor the extent of a buffer parameter's dimension; add it "
-                f"to the parameters")
+    check_bound_vars(func.name, func.params, func.body, BuildError)
     params = {bp.buffer for bp in sig.buffers}
     uses = buffer_uses(func.body)
     for b in uses.used:

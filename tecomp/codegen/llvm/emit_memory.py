@@ -19,7 +19,7 @@ import llvmlite.ir as ir
 from ...errors import BuildError, InternalError, ResourceLimitError
 from ...ir import dtype as _dt
 from ...ir.expr import Add, Buffer, BufferLoad, Cast, Const, Expr, Mul, Sub, Var
-from ...ir.functor import free_vars, substitute
+from ...ir.functor import collect, free_vars, substitute
 from ...ir.simplify import simplify
 from ...ir.stmt import (
     Allocate, BufferStore, For, IfThenElse, Prefetch, SeqStmt, Stmt, TensorIntrinCall,
@@ -58,6 +58,12 @@ def _constant_bytes(buf: Buffer) -> Optional[int]:
         n = 1 + sum((max(int(e.value), 1) - 1) * int(st.value)
                     for e, st in zip(buf.shape, buf.strides))
     return n * _SIZE[buf.dtype]
+
+
+def _reads_memory(index: Expr) -> bool:
+    """Whether an index loads from a buffer (a data-dependent index)."""
+    return not isinstance(index, (Const, Var)) and \
+        bool(collect(index, lambda n: isinstance(n, BufferLoad)))
 
 
 def frame_overflow(body: Stmt, in_parallel: bool) -> set:
@@ -201,6 +207,13 @@ class _MemoryEmitter:
             raise InternalError(f"`{node_text(e)}` must not depend on a vectorized lane here")
         return v.s
 
+    def non_negative(self, v):
+        """``max(v, 0)`` of an i64 value."""
+        if _is_const(v):
+            return v if v.constant >= 0 else ir.Constant(_I64, 0)
+        zero = ir.Constant(_I64, 0)
+        return self.b.select(self.b.icmp_signed("<", v, zero), zero, v)
+
     def declared_strides(self, buf: Buffer, extents) -> List[object]:
         if buf.strides is not None:
             return [self.scalar_index(s) for s in buf.strides]
@@ -259,11 +272,25 @@ class _MemoryEmitter:
             flat = term if flat is None else Add(flat, term, dt)
         return simplify(flat)
 
-    def bounds_check(self, bi: _Buf, idx: List[Val], node, kind: str):
+    def access_checked(self, node):
+        """The dimensions of the access ``node`` (a BufferLoad or BufferStore) that are
+        bounds-checked: every one with ``checks=True``; else those whose index reads
+        memory (a gather ``X[ids[i], j]``, a scatter ``Y[ids[i]] = ...``), since no check
+        before the call can know where such an index points: an id past the table read
+        (or wrote) memory outside the arrays.  The others are proved in bounds by
+        lowering or by the argument checks."""
+        if self.checks:
+            return range(len(node.indices))
+        return [d for d, i in enumerate(node.indices) if _reads_memory(i)]
+
+    def bounds_check(self, bi: _Buf, idx: List[Val], node, kind: str, dims=None):
+        """Check the indices ``idx`` of dimensions ``dims`` (default: all)."""
         stmt = self._stmt_stack[-1] if self._stmt_stack else node
         site = self.mb.add_site(kind, bi.buffer.name, node_text(node), node_text(stmt))
         b = self.b
         for d, (ix, ext) in enumerate(zip(idx, bi.extents)):
+            if dims is not None and d not in dims:
+                continue
             if ix.uniform:
                 fail = b.icmp_unsigned(">=", ix.s, ext)
                 if self.mask is not None:
@@ -345,10 +372,11 @@ class _MemoryEmitter:
         align = _SIZE[dtype]
         off, idx = self.offset(bi, node.indices)
         b = self.b
+        dims = self.access_checked(node)
         if off.uniform:
             def scalar():
-                if self.checks:
-                    self.bounds_check(bi, idx, node, "load")
+                if dims:
+                    self.bounds_check(bi, idx, node, "load", dims)
                 return Val(self.from_mem(self._tag(
                     b.load(self._elem_ptr(bi, off.s, True), typ=memty, align=align), bi), dtype))
 
@@ -356,8 +384,8 @@ class _MemoryEmitter:
                 zero = Val(_splat(_REG[dtype], 0))
                 return self.if_value(self.any_lane(self.mask), scalar, lambda: zero, name="ld")
             return scalar()
-        if self.checks:
-            self.bounds_check(bi, idx, node, "load")
+        if dims:
+            self.bounds_check(bi, idx, node, "load", dims)
         vty = self.vtype(memty)
         P = self.pad_lanes(bi, memty, off)
         if P != self.lanes:
@@ -493,10 +521,11 @@ class _MemoryEmitter:
         align = _SIZE[dtype]
         off, idx = self.offset(bi, node.indices)
         b = self.b
+        dims = self.access_checked(node)
         if off.uniform and val.uniform:
             def scalar():
-                if self.checks:
-                    self.bounds_check(bi, idx, node, "store")
+                if dims:
+                    self.bounds_check(bi, idx, node, "store", dims)
                 self._tag(b.store(self.to_mem(val.s, dtype), self._elem_ptr(bi, off.s, True),
                                   align=align), bi)
 
@@ -505,8 +534,8 @@ class _MemoryEmitter:
             else:
                 scalar()
             return
-        if self.checks:
-            self.bounds_check(bi, idx, node, "store")
+        if dims:
+            self.bounds_check(bi, idx, node, "store", dims)
         vty = self.vtype(memty)
         x = self.to_mem(self.vec(val), dtype)
         P = self.pad_lanes(bi, memty, off)
@@ -554,7 +583,12 @@ class _MemoryEmitter:
         if buf in self.bufs:
             raise InternalError(f"buffer {buf.name} is allocated twice")
         _dt.canon(buf.dtype)
-        extents = [self.scalar_index(x) for x in buf.shape]
+        # a negative extent (lowering checks its own symbolic ones at the call; an edited
+        # or hand-built function may still have one) is 0: no element, so that every
+        # access fails the bounds checks, whose unsigned compare let any index past a
+        # negative extent (the stores of `allocate B: float32[n - 5]` at n = 3 wrote past
+        # the 1-byte block: "double free or corruption")
+        extents = [self.non_negative(self.scalar_index(x)) for x in buf.shape]
         strides = self.declared_strides(buf, extents)
         elem = _SIZE[buf.dtype]
         count, overflow = self.alloc_count(buf, extents, strides)

@@ -69,11 +69,7 @@ def export_library(mod, path, *, pyobject_data_offset: int) -> None:
     target = mod.target if mod.target is not None else Target("llvm")
     cc = find_c_compiler(target)
     entry = mod.entry_symbol
-    clash = {fmt.variant_symbol(entry, *key) for key in fmt.VARIANTS} & fmt.reserved_symbols()
-    if clash:
-        raise BuildError(f"cannot export {name}: its symbol {sorted(clash)[0]} is one of the "
-                         f"library's runtime functions; build it under another name "
-                         f"(tc.build(..., name=...))")
+    fmt.check_kernel_symbol(name, entry, "export")
     variants = {key: mod._variant(*key) for key in fmt.VARIANTS}
     sig = mod._plan.sig
     doc = fmt.build_metadata(

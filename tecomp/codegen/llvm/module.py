@@ -16,6 +16,7 @@ from ...ir.functor import Visitor, collect, post_order
 from ...ir.names import display
 from ...ir.stmt import For, PrimFunc
 from ...target import as_target
+from ...runtime.aot_format import check_kernel_symbol
 from ...runtime.signature import CheckSite, Signature
 from . import jit as llvm_jit
 from .abi import ERR_WORDS, body_params, emit_entry, emit_pyarrays_entry
@@ -75,6 +76,7 @@ class _ModuleBuilder:
         self.noalias = noalias
         self.checks = checks
         self.symbol = "tecomp_" + _sanitize(func.name)
+        check_kernel_symbol(func.name, self.symbol, "build")
         self.module = ir.Module(name=self.symbol)
         self.module.triple, self.module.data_layout = llvm_jit.triple_and_layout(self.target)
         self.decls: Dict[str, ir.Function] = {}
