@@ -23,6 +23,9 @@ import logging
 import threading
 from typing import Optional
 
+from .. import threads
+from ..codegen.llvm import jit as llvm_jit
+
 log = logging.getLogger("tecomp.dynamo")
 _WARNED: list = []
 
@@ -144,8 +147,6 @@ def parallel_for_address() -> Optional[int]:
         lib = _libgomp()
         if lib is None:
             return None
-        from ..codegen.llvm import jit as llvm_jit
-
         mod = llvm_jit.compile_ir(_IR, ("tecomp_omp_init", "tecomp_omp_parallel_for"))
         addr = {n: mod.addresses[n] for n in ("tecomp_omp_init", "tecomp_omp_parallel_for")}
         fns = [ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
@@ -167,8 +168,6 @@ def use(mode: str) -> str:
     global _ACTIVE
     if mode == _ACTIVE:
         return mode
-    from .. import threads
-
     addr = parallel_for_address() if mode == "torch" else None
     if mode == "torch" and addr is None:
         if not _WARNED:
