@@ -26,10 +26,11 @@ def parser(doc: str, rounds: int) -> argparse.ArgumentParser:
 
 
 def pin_threads(threads: int) -> None:
-    """Every tool on ``threads`` threads (set before numpy, OpenBLAS or PyTorch load), and
-    tecomp and ``benchmarks/`` importable."""
+    """Every tool on ``threads`` threads (set before numpy, OpenBLAS, PyTorch, TVM or
+    Halide load: their pools read these when they start), and tecomp and ``benchmarks/``
+    importable."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                "TECOMP_NUM_THREADS"):
+                "TVM_NUM_THREADS", "HL_NUM_THREADS", "TECOMP_NUM_THREADS"):
         os.environ[var] = str(threads)
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
