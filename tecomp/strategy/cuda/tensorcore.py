@@ -308,8 +308,8 @@ def _blocks(st, bat, by, bx, *inner) -> None:
 def _epilogue_blocks(s: Schedule, out: Tensor, cfg: WmmaConfig):
     """Tile the epilogue ``out`` over blocks of ``block_m x block_n`` and spread each
     block's tile over its threads: ``vec`` consecutive elements of a row per thread and
-    step (16 bytes of the output where its rows allow it, at least 4), consecutive threads
-    on consecutive elements (coalesced).  Returns the stage; its last block loop is where
+    step (16 bytes of the output, at least 4 elements: both divide ``block_n``, a multiple
+    of 16), consecutive threads on consecutive elements (coalesced).  Returns the stage; its last block loop is where
     the tile of C is computed: ``(stage, that loop)``."""
     st = s[out]
     *bat, i, j = st.op.axis
@@ -317,14 +317,11 @@ def _epilogue_blocks(s: Schedule, out: Tensor, cfg: WmmaConfig):
     bx, j = st.split(j, factor=cfg.block_n)
     _blocks(st, bat, by, bx, i, j)
     vec = max(EPILOGUE_PAD, 16 // _dt.nbytes(out.dtype))
-    while cfg.block_n % vec:
-        vec //= 2
     e = st.fuse(i, j)
     e, v = st.split(e, factor=vec)
     for tag, ext in (("threadIdx.x", WARP), ("threadIdx.y", cfg.warps_n),
                      ("threadIdx.z", cfg.warps_m)):
         e, t = st.split(e, factor=ext)
         _bind(st, t, tag)
-    if vec > 1:
-        st.vectorize(v)
+    st.vectorize(v)
     return st, bx
