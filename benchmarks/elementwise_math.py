@@ -81,6 +81,7 @@ def main() -> None:
         "sin": (tc.sin, np.sin, "sin", x), "cos": (tc.cos, np.cos, "cos", x),
         "tan": (tc.tan, np.tan, "tan", x), "atan": (tc.atan, np.arctan, "atan", x),
         "erfc": (tc.erfc, erfc64, "erfc", x), "cbrt": (tc.cbrt, np.cbrt, "cbrt", pos),
+        "fast_erfc": (tc.fast_erfc, erfc64, "erfc", x),
     }
     # name: (tecomp's function, float64 reference, torch's out= function, inputs)
     binary = {"atan2": (tc.atan2, np.arctan2, "atan2", (x, y)),
@@ -160,13 +161,14 @@ def main() -> None:
           f"{args.rounds} rounds, {M}x{N} float32 (ratio: the peer's time over tecomp's; "
           f"Gelem/s: elements per second)")
     rows = [("gelu", ("torch gelu", "torch gelu, out="))] + [
-        (name, (f"torch {name}, out=",) + tuple(lb for lb, _ in sleef_fns.get(name, ())))
+        (name, (f"torch {name.removeprefix('fast_')}, out=",)
+         + tuple(lb for lb, _ in sleef_fns.get(name.removeprefix("fast_"), ())))
         for name in list(unary) + list(binary)]
     for op, peers in rows:
         if "tecomp " + op not in t:
             continue
         mine = t["tecomp " + op]
-        line = f"  {op:8s} tecomp {mine * 1e3:7.2f} ms {M * N / mine / 1e9:5.2f} Gelem/s"
+        line = f"  {op:9s} tecomp {mine * 1e3:7.2f} ms {M * N / mine / 1e9:5.2f} Gelem/s"
         for peer in peers:
             if peer in t:
                 line += (f" | {peer} {t[peer] * 1e3:7.2f} ms {M * N / t[peer] / 1e9:5.2f} "

@@ -177,7 +177,8 @@ class _Compiled:
 #: intrinsics whose evaluation costs tens of instructions a vector (docs/numerics.md)
 _TRANSCENDENTAL = frozenset({"exp", "fast_exp", "log", "erf", "tanh", "sigmoid", "pow",
                              "sin", "cos", "exp2", "expm1", "log2", "log1p", "softplus",
-                             "tan", "atan", "atan2", "cbrt", "erfc"})
+                             "tan", "atan", "atan2", "cbrt", "erfc",
+                             "fast_erfc"})
 
 
 def _transcendental(op) -> bool:

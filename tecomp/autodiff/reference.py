@@ -39,6 +39,7 @@ _CALLS = {
     "softplus": lambda x: np.logaddexp(0, x),
     "tan": np.tan, "atan": np.arctan, "atan2": np.arctan2, "cbrt": np.cbrt,
     "erfc": lambda x: _erfc(x).astype(np.asarray(x).dtype),
+    "fast_erfc": lambda x: _erfc(x).astype(np.asarray(x).dtype),
 }
 _CMP = {EQ: np.equal, NE: np.not_equal, LT: np.less, LE: np.less_equal, GT: np.greater,
         GE: np.greater_equal}

@@ -23,7 +23,7 @@ tan            ``1 + tan(x)**2``
 atan           ``1 / (1 + x*x)``
 atan2(y, x)    ``x/(x*x+y*y)``, ``-y/(x*x+y*y)``       NaN at (0, 0), as PyTorch
 cbrt           ``1 / (3 cbrt(x)**2)``                  ``inf`` at 0
-erfc           ``-2/sqrt(pi) * exp(-x*x)``
+erfc           ``-2/sqrt(pi) * exp(-x*x)``             (also ``fast_erfc``)
 abs            ``sign(x)``                             0 at 0 (PyTorch's ``sgn``)
 pow(x, y)      ``y * pow(x, y-1)``, ``pow(x,y)*log(x)``  d/dx is 0 where y == 0; d/dy is 0 where
                                                        x == 0 and y >= 0 (PyTorch's masks)
@@ -82,6 +82,11 @@ def _atan2_rule(args, out):
     return x / r2, -y / r2
 
 
+def _erfc_rule(a, out):
+    """d erfc(x) / dx = -2/sqrt(pi) exp(-x^2) (``erfc`` and ``fast_erfc``)."""
+    return ((-2.0 / math.sqrt(math.pi)) * _op.call("exp", -(a[0] * a[0])),)
+
+
 _BUILTIN_INTRINSICS: Dict[str, Callable] = {
     "exp": lambda a, out: (out,),
     "fast_exp": lambda a, out: (out,),
@@ -108,7 +113,8 @@ _BUILTIN_INTRINSICS: Dict[str, Callable] = {
     "atan": lambda a, out: (1 / (1 + a[0] * a[0]),),
     "atan2": _atan2_rule,
     "cbrt": lambda a, out: ((1.0 / 3.0) / (out * out),),
-    "erfc": lambda a, out: ((-2.0 / math.sqrt(math.pi)) * _op.call("exp", -(a[0] * a[0])),),
+    "erfc": _erfc_rule,
+    "fast_erfc": _erfc_rule,
 }
 
 # user registrations

@@ -289,6 +289,7 @@ _MATH = {
     "atan2": lambda y, x: float(np.arctan2(np.float64(y), np.float64(x))),
     "cbrt": _np1(np.cbrt),
     "erfc": math.erfc,
+    "fast_erfc": math.erfc,
 }
 assert set(_MATH) == set(INTRINSICS), "every IR intrinsic needs an interpreter rule"
 

@@ -34,6 +34,9 @@ _UNARY_DOC = {
     "atan": "the arc tangent of ``x``, in ``[-pi/2, pi/2]``",
     "cbrt": "the cube root of ``x`` (negative for negative ``x``)",
     "erfc": "``1 - erf(x)``, accurate where it is tiny (relative error, for large ``x``)",
+    "fast_erfc": "``1 - erf(x)`` as :func:`erfc`, with a looser bound for float32 (2.3 ulp "
+                 "against 0.6) at about twice the speed on the CPU; the same as "
+                 ":func:`erfc` on float64 and on the GPU",
 }
 
 
@@ -95,6 +98,7 @@ tan = _unary("tan")
 atan = _unary("atan")
 cbrt = _unary("cbrt")
 erfc = _unary("erfc")
+fast_erfc = _unary("fast_erfc")
 
 
 # ---------------------------------------------------------------------------------

@@ -288,7 +288,7 @@ def _value(c: _StageCtx, depth: int):
         if is_float(dt):
             op = d.choice(("neg", "abs", "exp", "tanh", "sigmoid", "sqrt", "leaky", "log1p",
                            "expm1", "exp2", "log2", "softplus", "sin", "cos", "erf", "log",
-                           "tan", "atan", "cbrt", "erfc"))
+                           "tan", "atan", "cbrt", "erfc", "fast_erfc"))
         else:
             op = d.choice(("neg", "abs"))
         return VUn(op, _value(c, depth - 1))

@@ -426,7 +426,7 @@ def _val_tc(e, axes, dt, built, prog, env):
             return getattr(tc, op)(tc.min(a, tc.const(3.0, dt)))
         if op in ("log1p", "log2", "log"):
             return getattr(tc, op)(tc.abs(a) + tc.const(0.5, dt))
-        if op in ("softplus", "sin", "cos", "erf", "atan", "cbrt", "erfc"):
+        if op in ("softplus", "sin", "cos", "erf", "atan", "cbrt", "erfc", "fast_erfc"):
             return getattr(tc, op)(a)
         if op == "tan":
             return tc.tan(tc.min(tc.abs(a), tc.const(1.0, dt)))
@@ -610,7 +610,7 @@ def _val_np(e, g, n, dt, vals, prog, full_shape):
             return getattr(np, op)(a)
         if op == "erf":
             return _np_erf(a)
-        if op == "erfc":
+        if op in ("erfc", "fast_erfc"):
             return _np_erfc(a)
         if op == "atan":
             return np.arctan(a)
@@ -792,7 +792,7 @@ def _src_value(e, axes, dt, prog) -> str:
             **{fn: f'tc.{fn}(tc.min({a}, tc.const(3.0, "{dt}")))' for fn in ("expm1", "exp2")},
             **{fn: f'tc.{fn}(tc.abs({a}) + tc.const(0.5, "{dt}"))' for fn in ("log1p", "log2", "log")},
             **{fn: f"tc.{fn}({a})" for fn in ("softplus", "sin", "cos", "erf", "atan", "cbrt",
-                                              "erfc")},
+                                              "erfc", "fast_erfc")},
             "tan": f'tc.tan(tc.min(tc.abs({a}), tc.const(1.0, "{dt}")))',
         }[e.op]
     if isinstance(e, VBin):

@@ -2,9 +2,9 @@
 :class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the ``Call`` node -- LLVM intrinsics
 (``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
 ``tan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
-``sigmoid``), ``log``, ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan`` and ``erfc``
+``sigmoid``), ``log``, ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan`` and ``fast_erfc``
 (:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in float64 lanes,
-``atan2``, ``cbrt`` and ``pow``
+``atan2``, ``cbrt``, ``pow`` and ``erfc``
 (:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp`` and
 ``log``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
@@ -34,13 +34,15 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
     _LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf"), "expm1": ("expm1f", "expm1"),
              "log1p": ("log1pf", "log1p"), "tan": ("tanf", "tan"), "atan": ("atanf", "atan"),
              "cbrt": ("cbrtf", "cbrt"), "erfc": ("erfcf", "erfc"),
+             "fast_erfc": ("erfcf", "erfc"),
              "atan2": ("atan2f", "atan2")}
     #: the functions tecomp evaluates itself on float32 (and float16/bfloat16, which
     #: compute in float32): the method of each
     _OWN_F32 = {"log": "log_f32", "erf": "erf_f32", "tanh": "tanh_f32", "exp2": "exp2_f32",
                 "expm1": "expm1_f32", "log2": "log2_f32", "log1p": "log1p_f32",
                 "softplus": "softplus", "sin": "sin_f32", "cos": "cos_f32", "tan": "tan_f32",
-                "atan": "atan_f32", "cbrt": "cbrt_f32", "erfc": "erfc_f32"}
+                "atan": "atan_f32", "cbrt": "cbrt_f32", "erfc": "erfc_f32",
+                "fast_erfc": "fast_erfc_f32"}
     #: the same for the functions of two arguments (computed in float64 lanes:
     #: :mod:`~tecomp.codegen.llvm.emit_math_wide`)
     _OWN_F32_2 = {"pow": "pow_f32", "atan2": "atan2_f32"}

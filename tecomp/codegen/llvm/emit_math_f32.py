@@ -1,4 +1,4 @@
-"""Float32 ``tan`` and ``atan`` in float32 lanes (:class:`_F32MathEmitter`, a
+"""Float32 ``tan``, ``atan`` and ``fast_erfc`` in float32 lanes (:class:`_F32MathEmitter`, a
 part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`).
 
 Range reduction and polynomials fitted for tecomp (weighted least squares towards the
@@ -15,7 +15,7 @@ import llvmlite.ir as ir
 
 
 class _F32MathEmitter:
-    """The float32-lane ``tan`` and ``atan`` (see the module's docstring)."""
+    """The float32-lane ``tan``, ``atan`` and ``fast_erfc`` (see the module's docstring)."""
 
     #: tan(r) = r + r z P(z), z = r^2, |r| <= pi/4 (fitted: 1.3e-9 relative)
     _TAN32_P = (0.33333349227905273, 0.13332675397396088, 0.05405890569090843,
@@ -85,6 +85,72 @@ class _F32MathEmitter:
         hi, lo = self._PIO2_F32
         res = b.select(high, b.fadd(C(hi), b.fadd(p, C(lo))), p)
         res = b.call(self._fn1("llvm.copysign", ty, 2), [res, x])
+        return b.select(b.fcmp_unordered("uno", x, x), x, res)
+
+    def fast_erfc_f32(self, x):
+        """``fast_erfc``: erfc(x) = 1 - erf(x) for float32 in float32 lanes, about twice
+        as fast as ``erfc`` (:meth:`erfc_f32`, float64 lanes) at 2.3 ulp against 0.6;
+        accurate in the tail (relative error down to the subnormal results near ``x =
+        10``).  ``a = |x|``
+        (clamped to 10.1, where erfc rounds to 0).  ``a < 0.5``: ``1 - erf(a)`` from
+        :meth:`erf_f32`'s polynomial, ``(1 - a c0_hi) - a t`` in two FMAs.  Beyond:
+        ``exp(-a^2) erfcx(a)`` with ``erfcx`` a polynomial in ``a - 1.25`` below 2, and
+        ``u G(u^2)`` above, ``u = 1/a`` (one Horner evaluation, the coefficients selected
+        per lane), ``a^2 = h + l`` split exactly, ``exp(-h) = 2^n (1 + e1)`` as in
+        :meth:`exp_f32`, and the corrections (``1 - l``, and ``u``'s exact residual)
+        gathered in ``w``: ``2^n (b + b w)``, ``b`` the polynomial's part, rounded once
+        (subnormal results included); with FMA ``b`` is carried as ``b + bl`` (the
+        rounding of the polynomial's last step and of ``u q``): ``2^n (b + (bl + b w))``.
+        ``2 - erfc(|x|)`` for ``x < 0``.  ``erfc(+inf) = 0``, ``erfc(-inf) = 2``,
+        ``erfc(+-0) = 1``, NaN stays NaN."""
+        b, ty, ity, C, I, madd = self._kit(x)
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        a = b.call(self._fn1("llvm.minnum", ty, 2), [ax, C(10.1)])
+        # a < 0.5: 1 - erf(a)
+        z2 = b.fmul(a, a)
+        t = madd(z2, self._horner(self._ERF_P, z2, madd), C(self._ERF_C0[1]))
+        small = madd(b.fneg(a), t, madd(b.fneg(a), C(self._ERF_C0[0]), C(1.0)))
+        # erfcx(a): P(a - 1.25) below 2, (1/a) G(1/a^2) above
+        big = b.fcmp_ordered(">=", a, C(2.0))
+        u = b.fdiv(C(1.0), a)
+        v = b.select(big, b.fmul(u, u), b.fsub(a, C(1.25)))
+        q = b.select(big, C(self._ERFCX_G[-1]), C(self._ERFCX_P[-1]))
+        for cp, cg in zip(reversed(self._ERFCX_P[1:-1]), reversed(self._ERFCX_G[1:-1])):
+            q = madd(q, v, b.select(big, C(cg), C(cp)))
+        c0 = b.select(big, C(self._ERFCX_G[0]), C(self._ERFCX_P[0]))
+        q1 = q
+        q = madd(q1, v, c0)
+        # the product erfcx(a) exp(-a^2), rounded once into 2^n base (1 + w): base = q, or
+        # u q with 1/a = u (1 + rho) (rho = 1 - a u, exact with FMA); a^2 = h + l, exact
+        # (FMA: l = fma(a, a, -h); without, Dekker's product of 12-bit halves), and
+        # exp(-a^2) = 2^n (1 + e1) (1 - l) (exp(-h) as exp_f32 computes it)
+        base = b.select(big, b.fmul(u, q), q)
+        blo = None
+        if self.policy.has_fma:
+            # base kept as base + blo (double-float): q's last rounding, ql = q1 v + c0 - q
+            # (c0 - q is exact: q lies within a factor 2 of c0 on both pieces), and the
+            # rounding of u q (an FMA)
+            ql = madd(q1, v, b.fsub(c0, q))
+            blo = b.select(big, madd(u, ql, madd(u, q, b.fneg(base))), ql)
+        rho = b.select(big, madd(b.fneg(a), u, C(1.0)), C(0.0))
+        h = z2
+        if self.policy.has_fma:
+            lo = madd(a, a, b.fneg(h))
+        else:
+            ah = b.bitcast(b.and_(b.bitcast(a, ity), I(-4096)), ty)
+            al = b.fsub(a, ah)
+            lo = b.fadd(b.fadd(b.fsub(b.fmul(ah, ah), h), b.fmul(b.fadd(ah, ah), al)),
+                        b.fmul(al, al))
+        n, r = self._exp_reduce(b.fneg(h), None, None)    # (-h in [-102.01, 0])
+        e1 = self._expm1_poly(r)
+        corr = b.fsub(rho, lo)
+        w = madd(e1, corr, b.fadd(e1, corr))
+        if blo is None:
+            large = self._ldexp(madd(base, w, base), n)
+        else:   # 2^n (base + (blo + base w))
+            large = self._ldexp(b.fadd(base, madd(base, w, blo)), n)
+        res = b.select(b.fcmp_ordered("<", a, C(0.5)), small, large)
+        res = b.select(b.fcmp_ordered("<", x, C(0.0)), b.fsub(C(2.0), res), res)
         return b.select(b.fcmp_unordered("uno", x, x), x, res)
 
     def _slow_where(self, cond, label: str, slow_fn, x, res):
