@@ -134,6 +134,7 @@ from .autoschedule import auto_schedule  # noqa: E402  (tc.auto_schedule)
 from .strategy import schedule_backward  # noqa: E402  (tc.schedule_backward)
 from . import viz  # noqa: E402  (pictures: tc.roofline, tc.draw_schedule)
 from .viz import draw_schedule, roofline  # noqa: E402
+from . import calibration  # noqa: E402  (the host CPU's costs measured at first use)
 
 
 _GRAPHS = ("tecomp compiles tensor expressions, not model graphs: write the operators with "

@@ -31,6 +31,7 @@ from . import threads
 from ._version import __version__
 from .autoschedule import records
 from .autoschedule.search import format_table
+from .calibration import cache_path, calibrate
 from .errors import ArgumentError, TecompError
 from .ir import dtype as _dt
 from .ir.expr import Buffer, Var
@@ -128,6 +129,18 @@ def _cmd_info(a) -> int:
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k.ljust(w)}  {v}")
+    return 0
+
+
+def _cmd_calibrate(a) -> int:
+    t = Target("llvm")
+    costs = calibrate(t, rounds=a.rounds, save=not a.dry_run)
+    if a.json:
+        print(json.dumps(costs, indent=2, sort_keys=True))
+    else:
+        print(f"{t.cpu}: " + ", ".join(f"{k} {v}" for k, v in sorted(costs.items())))
+        if not a.dry_run:
+            print(f"kept in {cache_path(t)}")
     return 0
 
 
@@ -383,6 +396,13 @@ def parser() -> argparse.ArgumentParser:
                        "caches, threads, cache dir, package versions)")
     s.add_argument("--json", action="store_true", help="print it as JSON")
     s.set_defaults(run=_cmd_info)
+    s = sub.add_parser("calibrate", help="measure this CPU's costs for the machine model "
+                       "(FMA width, weight copies, split loads, GEMM loads) and keep them "
+                       "in the cache dir (run it on a quiet machine)")
+    s.add_argument("--rounds", type=_positive, default=5, help="rounds of the kernels (5)")
+    s.add_argument("--dry-run", action="store_true", help="print the costs, keep nothing")
+    s.add_argument("--json", action="store_true", help="print them as JSON")
+    s.set_defaults(run=_cmd_calibrate)
     s = sub.add_parser("show", help="the records of a tuning log, as a table")
     s.add_argument("log", help="a tuning log (JSON lines written by tc.auto_schedule)")
     s.add_argument("--workload", metavar="HASH", default="",

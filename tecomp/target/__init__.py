@@ -73,7 +73,7 @@ from .host import (
     cpu_name, feature_names, host_cache, host_cpu, host_features, host_triple,
     llvm_cpu_features,
 )
-from .machine import MEMORY_COPY_COST, CpuModel  # noqa: F401
+from .machine import HOST_COSTS, MEMORY_COPY_COST, CpuModel  # noqa: F401
 from .x86 import BASELINE, CPUS, INTRINSIC_ONLY, MEASURED
 
 __all__ = ["Target", "KINDS", "CPUS", "BASELINE", "INTRINSIC_ONLY", "CpuModel", "cpu_model",
@@ -330,7 +330,7 @@ class Target:
         if env and self._host:
             lanes = int(env)
             vregs = 32 if lanes == 16 else 16
-        measured = MEASURED.get(self.cpu, {})
+        measured = measured_costs(self)
         fma_bits = measured.get("fma_bits")
         costs = {k: v for k, v in measured.items() if k != "fma_bits"}
         if "gather_cost" in costs and "transpose_cost" not in costs:
@@ -507,6 +507,17 @@ def cross_compilers(target: Target) -> Tuple[Tuple[str, ...], Optional[str]]:
     var = facts.CROSS_CC_VARIABLE
     names = (os.environ[var],) if os.environ.get(var) else tuple(facts.CROSS_COMPILERS)
     return names, next((shutil.which(n) for n in names if shutil.which(n)), None)
+
+
+def measured_costs(target: "Target") -> dict:
+    """The measured costs of the ``llvm`` target ``target``'s machine model: for the
+    host's CPU, what :data:`tecomp.target.machine.HOST_COSTS` gives (its calibration);
+    for any other, its entry in :data:`tecomp.target.x86.MEASURED` (``{}``: the
+    defaults)."""
+    table = MEASURED.get(target.cpu)
+    if HOST_COSTS and target.is_host and target.is_native_isa:
+        return HOST_COSTS[0](target, table)
+    return dict(table or {})
 
 
 def as_target(target) -> Target:

@@ -25,6 +25,12 @@ MEMORY_COPY_COST = 1.2
 #: rows at 49 pixels, which puts it at 1.9 or less there
 DEFAULT_GATHER_COST = 1.5
 
+#: the function that gives the measured costs of the host's CPU, ``f(target, entry)``
+#: with ``entry`` the CPU's :data:`tecomp.target.x86.MEASURED` entry (or None):
+#: :mod:`tecomp.calibration` registers its cached measurement at first use here
+#: (empty: the table's entry or the defaults)
+HOST_COSTS: list = []
+
 
 @dataclass(frozen=True)
 class CpuModel:

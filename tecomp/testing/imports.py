@@ -46,6 +46,7 @@ LAYERS: List[tuple] = [
     ("tecomp.strategy",),      # how each operator is scheduled per target: templates, rules
     ("tecomp.autoschedule",),  # search, measurement, records, cost model
     ("tecomp.viz",),           # pictures: rooflines, loop nests
+    ("tecomp.calibration",),   # the machine model's costs measured at first use
     ("tecomp",),
     ("tecomp.torch", "tecomp.testing", "tecomp.cli"),
     ("tecomp.dynamo",),        # torch.compile(backend="tecomp"): ATen graphs -> kernels

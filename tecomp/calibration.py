@@ -1,0 +1,345 @@
+"""The machine model's measured costs, measured on this CPU at first use and cached.
+
+The CPU schedules read a few costs that no datasheet gives (:class:`~tecomp.target.machine.
+CpuModel`): ``fma_bits`` (does the core run a full-register FMA at once, or as two
+halves), ``gather_cost`` and ``transpose_cost`` (copying weights across a row, in FMAs
+per element), ``split_loads_cheap`` (a vector load across two cache lines costs what an
+aligned one does) and ``gemm_load_cost`` (what a load costs the GEMM micro-kernel beyond
+its FMAs).  For the CPUs in :data:`tecomp.target.x86.MEASURED` they come from that table
+(measured with ``benchmarks/machine_probe.py`` and confirmed by A/B runs).  For any other
+host CPU, the first schedule that reads the machine model measures them here with five
+small kernels (a few seconds, once) and keeps the result in
+``$TECOMP_CACHE_DIR/machine/<cpu>-<hash>.json`` (the hash: the CPU's features, vector
+width and this tecomp's version), which every later process reads.
+
+``TECOMP_CALIBRATE`` chooses: ``auto`` (the default: measure at first use where the table
+has no entry), ``0`` / ``off`` (never measure; use a cached result if there is one, else
+the defaults: the costs of a CPU without an entry), ``force`` (measure even where the table
+has an entry, and use the measurement).  :func:`calibrate` measures on demand (also
+``python -m tecomp calibrate``).
+
+The measurement times kernels: on a busy machine its figures are those of a busy machine.
+Run ``python -m tecomp calibrate`` on a quiet one to replace them.  A cache file is data
+this process trusts: one that does not parse, names a cost this version does not know, or
+holds a value outside the range the costs can take is ignored with a warning (and
+replaced by the next measurement)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import statistics
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from typing import Dict, Optional
+
+import numpy as np
+
+from ._version import __version__
+from .build import build
+from .errors import TargetError
+from .runtime.libfiles import cache_root, private_dir
+from .runtime.timing import time_calls
+from .schedule import create_schedule
+from .strategy import cpu as _scpu
+from .strategy.cpu.gemm import _rows
+from .target import Target, machine as _machine
+from .te import compute, placeholder, reduce_axis, sum as te_sum
+from .te.tensor_intrin import transpose_intrin
+from .threads import get_num_threads, set_num_threads
+from .viz.peaks import fma_peak
+
+__all__ = ["calibrate", "cache_path", "MODES"]
+
+_log = logging.getLogger("tecomp.calibrate")
+
+#: the values of ``TECOMP_CALIBRATE``
+MODES = ("auto", "0", "off", "force")
+
+#: the costs a calibration gives, each with the check a cached value must pass
+_CHECKS = {
+    "fma_bits": lambda v, lanes: isinstance(v, int) and not isinstance(v, bool)
+    and v in (16 * lanes, 32 * lanes),
+    "gather_cost": lambda v, lanes: _finite(v) and 0.0 < v <= 64.0,
+    "transpose_cost": lambda v, lanes: _finite(v) and 0.0 < v <= 64.0,
+    "split_loads_cheap": lambda v, lanes: isinstance(v, bool),
+    "gemm_load_cost": lambda v, lanes: _finite(v) and 0.0 <= v <= 8.0,
+}
+
+_LOCK = threading.Lock()
+#: a measurement runs (in any thread): its own kernels, and any other build meanwhile, use
+#: the defaults (no thread waits for it: a compile worker of the measuring thread would
+#: wait for itself)
+_BUSY = threading.Event()
+_MEMO: Dict[str, Optional[dict]] = {}
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def mode() -> str:
+    """``TECOMP_CALIBRATE`` (``auto`` when unset or empty); a :class:`TargetError` for any
+    other value."""
+    m = os.environ.get("TECOMP_CALIBRATE", "").strip().lower() or "auto"
+    if m not in MODES:
+        raise TargetError(f"TECOMP_CALIBRATE={m!r} is not one of {', '.join(MODES)}: set it to "
+                          "auto (measure the machine model's costs at first use), 0/off "
+                          "(never) or force (measure even CPUs tecomp has a table entry for)")
+    return m
+
+
+def cache_path(target) -> Path:
+    """The file that keeps the calibration of the host ``target``'s CPU."""
+    key = f"{target.cpu}|{target.lanes}|{','.join(sorted(target.features))}|{__version__}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    cpu = "".join(c if c.isalnum() or c in "-_" else "_" for c in target.cpu)[:40] or "cpu"
+    return cache_root() / "machine" / f"{cpu}-{digest}.json"
+
+
+def _valid(entry, lanes: int) -> Optional[str]:
+    """Why ``entry`` is not a calibration this version can use (None if it is one)."""
+    if not isinstance(entry, dict):
+        return "its costs are not a JSON object"
+    for k, v in entry.items():
+        if k not in _CHECKS:
+            return f"it names {k!r}, not a cost tecomp measures"
+        if not _CHECKS[k](v, lanes):
+            return f"its {k} is {v!r}, outside what the cost can be"
+    return None
+
+
+def _load(path: Path, lanes: int) -> Optional[dict]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        warnings.warn(f"tecomp: cannot read the machine calibration {path} ({e.strerror}); "
+                      "the machine model uses its defaults", RuntimeWarning, stacklevel=3)
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        why = "it is not JSON"
+    else:
+        why = ("it is not a JSON object" if not isinstance(doc, dict) else
+               "it has no costs" if "costs" not in doc else _valid(doc["costs"], lanes))
+    if why is not None:
+        warnings.warn(f"tecomp: ignoring the machine calibration {path}: {why}; delete it or "
+                      "run `python -m tecomp calibrate` to measure again", RuntimeWarning,
+                      stacklevel=3)
+        return None
+    return dict(doc["costs"])
+
+
+def _save(path: Path, costs: dict, figures: dict, target) -> None:
+    d = private_dir(path.parent, "the machine calibration cache", TargetError)
+    doc = {"cpu": target.cpu, "lanes": target.lanes, "tecomp": __version__,
+           "costs": costs, "figures": figures}
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".calib-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _host_costs(target, table: Optional[dict]) -> dict:
+    """The measured costs of the host ``target``'s CPU the machine model uses
+    (:data:`tecomp.target.machine.HOST_COSTS`): ``table`` (its entry in
+    :data:`tecomp.target.x86.MEASURED`, or None), else its calibration (kept, or measured
+    now where ``TECOMP_CALIBRATE`` allows), else ``{}`` (the defaults)."""
+    m = mode()
+    if table is not None and m != "force":
+        return dict(table)
+    path = cache_path(target)
+    key = f"{path}|{m}"
+    if key in _MEMO:
+        return dict(_MEMO[key] or table or {})
+    if _BUSY.is_set():        # the calibration's own kernels: the defaults
+        return dict(table or {})
+    costs = _load(path, target.lanes)
+    if costs is None and m in ("auto", "force"):
+        costs = calibrate(target, save=True)
+    _MEMO[key] = costs
+    return dict(costs or table or {})
+
+
+def calibrate(target=None, *, rounds: int = 3, save: bool = True) -> dict:
+    """Measure the machine model's costs on this CPU (the host ``llvm`` target ``target``,
+    default ``tc.Target("llvm")``): ``rounds`` rounds of five small kernels on one thread,
+    the median of each.  Returns the costs (a dict as :data:`tecomp.target.x86.MEASURED`'s
+    entries) and, with ``save``, keeps them where :func:`measured_costs` reads them.
+
+    >>> import tecomp as tc
+    >>> costs = tc.calibration.calibrate(save=False)  # doctest: +SKIP
+    >>> sorted(costs)                                 # doctest: +SKIP
+    ['fma_bits', 'gather_cost', 'gemm_load_cost', 'split_loads_cheap', 'transpose_cost']
+    """
+    target = Target("llvm") if target is None else Target(target) \
+        if isinstance(target, str) else target
+    if not (target.is_cpu and target.is_host and target.is_native_isa):
+        raise TargetError(f"cannot calibrate {target}: only this machine's own CPU can be "
+                          "measured (tc.Target('llvm'))")
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or not 1 <= rounds <= 100:
+        raise TargetError(f"calibrate(rounds={rounds!r}): give an int from 1 to 100")
+    with _LOCK:
+        _BUSY.set()
+        try:
+            _log.info("tecomp: measuring this CPU's costs for the machine model (%s), once",
+                      target.cpu)
+            costs, figures = _measure(target, rounds)
+        finally:
+            _BUSY.clear()
+        if save:
+            _save(cache_path(target), costs, figures, target)
+            for k in [k for k in _MEMO if k.startswith(f"{cache_path(target)}|")]:
+                del _MEMO[k]
+    return costs
+
+
+# -- the kernels ----------------------------------------------------------------------------
+# (benchmarks/machine_probe.py prints the same measurements with more rounds)
+
+def aligned(shape, offset_bytes: int = 0):
+    """A float32 numpy array of ``shape`` starting ``offset_bytes`` past a 64-byte
+    boundary, filled with ones."""
+    n = int(np.prod(shape))
+    raw = np.empty(n * 4 + 128 + offset_bytes, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset_bytes
+    a = raw[start:start + n * 4].view(np.float32).reshape(shape)
+    a[...] = 1.0
+    return a
+
+
+def copy_kernel(N: int, K: int, L: int, transpose: bool, target=None):
+    """``out[k, n] = w[n, k]``: vectors of ``L`` along ``n`` read with a strided load, or
+    ``L x L`` tiles through the transpose intrinsic (None where the target has none)."""
+    target = target or "llvm"
+    W = placeholder((N, K), name="w")
+    O = compute((K, N), lambda k, n: W[n, k], name="out")
+    s = create_schedule(O.op)
+    k, n = s[O].op.axis
+    if transpose:
+        intrin = transpose_intrin("llvm", L, "float32")
+        if intrin is None:
+            return None
+        ko, no, ki, ni = s[O].tile(k, n, L, L)
+        s[O].tensorize(ki, intrin)
+    else:
+        no, ni = s[O].split(n, factor=L)
+        s[O].reorder(k, no, ni)
+        s[O].vectorize(ni)
+    return build(s, [W, O], target=target,
+                 name="transpose_copy" if transpose else "gather_copy")
+
+
+def split_kernel(L: int, R: int, rows: int, steps: int, shared: bool, target=None):
+    """FMAs into ``R x 2L`` accumulators reading vectors of ``x`` (``rows`` x ``2 L``, in
+    L1) and broadcasts of ``c``: ``y[r, v] = sum_k x[k % rows, v] * c[k % 64, r]`` (with
+    ``shared``: a GEMM/NHWC-conv micro-kernel, 2 vector loads per ``2 R`` FMAs), or
+    ``x[(k + r) % rows, v]`` (each FMA its own vector load: as load-heavy as FMAs get)."""
+    target = target or "llvm"
+    X = placeholder((rows, 2 * L), name="x")
+    C = placeholder((64, R), name="c")
+    k = reduce_axis((0, steps), name="k")
+    Y = compute((R, 2 * L), lambda r, v: te_sum(
+        X[(k if shared else k + r) % rows, v] * C[k % 64, r], axis=k), name="y")
+    s = create_schedule(Y.op)
+    YL = s.cache_write(Y, "local")
+    yr, yv = s[YL].op.axis
+    yk, = s[YL].op.reduce_axis
+    s[YL].reorder(yk, yr, yv)
+    s[YL].unroll(yr)
+    s[YL].vectorize(yv)
+    s[YL].pragma(yk, "fp_contract")
+    s[Y].vectorize(s[Y].op.axis[1])
+    return build(s, [X, C, Y], target=target, name="split_fma")
+
+
+def gemm_blocks(info, M: int = 1536, N: int = 1024, K: int = 2048, target=None):
+    """``matmul_packed`` ``M x N x K`` with register blocks two and four vectors wide
+    (rows from ``gemm_params``): ``{vectors: (function, loads per FMA)}``."""
+    target, out = target or "llvm", {}
+    for nv in (2, 4):
+        mr, nr = _rows(M, nv, info), nv * info.lanes
+        A = placeholder((M, K), name="A")
+        B = placeholder((K, N), name="B")
+        C = _scpu.matmul_packed(A, B, nr=nr)
+        f = build(_scpu.schedule_matmul(C, config={"nr": nr, "mr": mr}, target=target),
+                  [A, B, C], target=target, name=f"gemm_{mr}x{nr}")
+        out[nv] = (f, (mr + nv) / (mr * nv))
+    return out
+
+
+def costs_from(med: dict, L: int, N: int, K: int, gemm_loads: tuple) -> dict:
+    """The costs that the medians ``med`` (seconds, and GFLOP/s for ``fma16``/``fma8``)
+    of the kernels above give (``N x K`` copies; ``gemm_loads``: the two GEMM blocks'
+    loads per FMA)."""
+    t_fma = 2 * L / (med["fma16"] * 1e9)     # seconds per full-register FMA, one thread
+    costs = {"fma_bits": 32 * L if med["fma16"] / med["fma8"] > 1.5 else 16 * L,
+             "gather_cost": round(min(max(med["gather"] / (N * K) / t_fma, 0.01), 64.0), 2)}
+    if "transpose" in med:
+        costs["transpose_cost"] = round(
+            min(max(med["transpose"] / (N * K) / t_fma, 0.01), 64.0), 2)
+    costs["split_loads_cheap"] = bool(med["split"] / med["aligned"] < 1.10)
+    r = med["gemm2"] / med["gemm4"]
+    a2, a4 = gemm_loads
+    load_cost = (r - 1) / (a2 - r * a4) if r > 1.01 and a2 > r * a4 else 0.0
+    if load_cost > 0:
+        costs["gemm_load_cost"] = round(min(load_cost, 8.0), 2)
+    return costs
+
+
+def _measure(target, rounds: int):
+    """(costs, figures): the kernels above, ``rounds`` rounds interleaved, on one
+    thread (the runtime's thread count is restored after)."""
+    info = target.machine
+    L = info.lanes
+    N, K, rows, steps, R = 64, 576, 64, 20000, 7
+    before = get_num_threads()
+    set_num_threads(1)
+    try:
+        w, out = aligned((N, K)), aligned((K, N))
+        gather = copy_kernel(N, K, L, False, target)
+        trans = copy_kernel(N, K, L, True, target)
+        micro = split_kernel(L, R, rows, steps, True, target)
+        x_al, x_sp = aligned((rows, 2 * L)), aligned((rows, 2 * L), 16)
+        c = np.full((64, R), 1e-6, np.float32)
+        y = np.empty((R, 2 * L), np.float32)
+        gemms = gemm_blocks(info, target=target)
+        ga, gb, gc = aligned((1536, 2048)), aligned((2048, 1024)), aligned((1536, 1024))
+
+        def t(f, a, n=20):
+            f(*a)
+            return min(time_calls(f, a, 1, n))
+
+        res = {k: [] for k in ("fma16", "fma8", "gather", "transpose", "aligned", "split",
+                               "gemm2", "gemm4")}
+        for _ in range(rounds):
+            res["fma16"].append(fma_peak(1, lanes=L, steps=50000, calls=3, bursts=2))
+            res["fma8"].append(fma_peak(1, lanes=L // 2, steps=50000, calls=3, bursts=2))
+            res["gather"].append(t(gather, (w, out)))
+            if trans is not None:
+                res["transpose"].append(t(trans, (w, out)))
+            res["aligned"].append(t(micro, (x_al, c, y)))
+            res["split"].append(t(micro, (x_sp, c, y)))
+            for nv, (f, _) in gemms.items():
+                res[f"gemm{nv}"].append(t(f, (ga, gb, gc), 2))
+    finally:
+        set_num_threads(before)
+    med = {k: statistics.median(v) for k, v in res.items() if v}
+    return costs_from(med, L, N, K, (gemms[2][1], gemms[4][1])), med
+
+
+_machine.HOST_COSTS[:] = [_host_costs]

@@ -1,0 +1,132 @@
+"""The machine model's costs measured at first use and cached (tecomp.calibration):
+what is measured, where it is kept, when it is used, and that a cache file is checked
+before its numbers reach a schedule.  No assertion here depends on the CPU's speed."""
+import json
+import math
+
+import pytest
+
+import tecomp as tc
+from tecomp import calibration as cal
+import tecomp.target as tgt
+
+COSTS = {"fma_bits": None, "gather_cost": 3.25, "transpose_cost": 0.75,
+         "split_loads_cheap": False, "gemm_load_cost": 0.37}
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    """A private cache dir, no memory of earlier lookups, and the host's CPU without an
+    entry in the table (as a CPU tecomp has never seen)."""
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cal, "_MEMO", {})
+    host = tc.Target("llvm")
+    monkeypatch.setattr(tgt, "MEASURED", {k: v for k, v in tgt.MEASURED.items()
+                                          if k != host.cpu})
+    costs = dict(COSTS, fma_bits=32 * host.lanes)
+    return host, costs
+
+
+def _write(path, doc):
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+
+
+def test_cached_calibration_reaches_the_machine_model(fresh, monkeypatch):
+    host, costs = fresh
+    monkeypatch.setenv("TECOMP_CALIBRATE", "0")
+    _write(cal.cache_path(host), {"costs": costs})
+    m = tc.Target("llvm").machine
+    assert (m.gather_cost, m.transpose_cost, m.split_loads_cheap, m.gemm_load_cost) == (
+        3.25, 0.75, False, 0.37)
+    assert m.fma_lanes == host.lanes
+
+
+def test_first_use_measures_once_and_keeps_it(fresh, monkeypatch):
+    host, costs = fresh
+    monkeypatch.setenv("TECOMP_CALIBRATE", "auto")
+    calls = []
+
+    def measure(target, rounds):
+        calls.append(rounds)
+        # the measuring kernels see the defaults, not a half-made calibration
+        assert target.machine.gemm_load_cost == 0.0
+        return dict(costs), {"fma16": 1.0}
+
+    monkeypatch.setattr(cal, "_measure", measure)
+    assert tc.Target("llvm").machine.gemm_load_cost == 0.37
+    assert tc.Target("llvm").machine.gemm_load_cost == 0.37
+    assert calls == [3]
+    doc = json.loads(cal.cache_path(host).read_text())
+    assert doc["costs"] == costs and doc["cpu"] == host.cpu
+    monkeypatch.setattr(cal, "_MEMO", {})          # another process: reads the file
+    assert tc.Target("llvm").machine.gemm_load_cost == 0.37
+    assert calls == [3]
+
+
+def test_off_never_measures_and_the_table_wins(fresh, monkeypatch):
+    host, costs = fresh
+    monkeypatch.setattr(cal, "_measure", lambda *a: pytest.fail("measured"))
+    monkeypatch.setenv("TECOMP_CALIBRATE", "off")
+    assert tc.Target("llvm").machine.gemm_load_cost == 0.0          # the defaults
+    monkeypatch.setenv("TECOMP_CALIBRATE", "auto")
+    monkeypatch.setattr(tgt, "MEASURED", {host.cpu: {"gemm_load_cost": 0.5}})
+    _write(cal.cache_path(host), {"costs": costs})
+    assert tc.Target("llvm").machine.gemm_load_cost == 0.5          # the table's entry
+    monkeypatch.setenv("TECOMP_CALIBRATE", "force")
+    assert tc.Target("llvm").machine.gemm_load_cost == 0.37         # the measurement
+
+
+def test_other_cpus_are_never_measured(fresh, monkeypatch):
+    monkeypatch.setattr(cal, "_measure", lambda *a: pytest.fail("measured"))
+    monkeypatch.setenv("TECOMP_CALIBRATE", "force")
+    assert tc.Target("llvm -mcpu=haswell").machine.lanes == 8
+    assert tc.Target("llvm -mcpu=znver4").machine.fma_lanes == 8     # the table's
+    assert tc.Target("llvm -mtriple=aarch64-linux-gnu").machine.lanes == 4
+
+
+@pytest.mark.parametrize("doc, why", [
+    ("{not json", "it is not JSON"),
+    ([1, 2], "it is not a JSON object"),
+    ({"costs": {"gemm_load_cost": float("nan")}}, "its gemm_load_cost is nan"),
+    ({"costs": {"gemm_load_cost": 1e300}}, "its gemm_load_cost is 1e\\+300"),
+    ({"costs": {"gather_cost": True}}, "its gather_cost is True"),
+    ({"costs": {"fma_bits": 48}}, "its fma_bits is 48"),
+    ({"costs": {"split_loads_cheap": "yes"}}, "its split_loads_cheap is 'yes'"),
+    ({"costs": {"__class__": 1}}, "it names '__class__'"),
+    ({"costs": "rm -rf /"}, "its costs are not a JSON object"),
+    ({}, "it has no costs"),
+])
+def test_a_forged_cache_file_is_ignored(fresh, monkeypatch, doc, why):
+    """A file that is not a calibration this version wrote: a warning naming it, the
+    defaults, and (in auto mode) a new measurement in its place."""
+    host, costs = fresh
+    monkeypatch.setenv("TECOMP_CALIBRATE", "0")
+    path = cal.cache_path(host)
+    _write(path, doc if isinstance(doc, str) else json.dumps(doc, allow_nan=True))
+    with pytest.warns(RuntimeWarning, match=rf"ignoring the machine calibration .*{why}.*"
+                                            r"python -m tecomp calibrate"):
+        m = tc.Target("llvm").machine
+    assert m.gemm_load_cost == 0.0 and m.split_loads_cheap is False
+    monkeypatch.setattr(cal, "_MEMO", {})
+    monkeypatch.setenv("TECOMP_CALIBRATE", "auto")
+    monkeypatch.setattr(cal, "_measure", lambda t, r: (dict(costs), {}))
+    with pytest.warns(RuntimeWarning):
+        assert tc.Target("llvm").machine.gemm_load_cost == 0.37
+    assert json.loads(path.read_text())["costs"] == costs
+
+
+def test_the_measurement_itself(fresh):
+    """One round of the real kernels on this CPU: every cost present and in range (what
+    the values are depends on the CPU and how busy it is), the thread count restored."""
+    host, _ = fresh
+    before = tc.get_num_threads()
+    tc.set_num_threads(2)
+    try:
+        costs, figures = cal._measure(host, 1)
+        assert tc.get_num_threads() == 2
+    finally:
+        tc.set_num_threads(before)
+    assert cal._valid(costs, host.lanes) is None
+    assert {"fma_bits", "gather_cost", "split_loads_cheap"} <= set(costs)
+    assert all(math.isfinite(v) and v > 0 for v in figures.values())
