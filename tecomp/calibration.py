@@ -76,6 +76,8 @@ _LOCK = threading.Lock()
 #: wait for itself)
 _BUSY = threading.Event()
 _MEMO: Dict[str, Optional[dict]] = {}
+#: the largest calibration file read (one is a few hundred bytes)
+_MAX_FILE = 1 << 16
 
 
 def _finite(v) -> bool:
@@ -115,7 +117,10 @@ def _valid(entry, lanes: int) -> Optional[str]:
 
 def _load(path: Path, lanes: int) -> Optional[dict]:
     try:
-        text = path.read_text()
+        with open(path, "rb") as f:
+            text = f.read(_MAX_FILE + 1).decode("utf-8", "replace")
+        if len(text) > _MAX_FILE:
+            text = ""     # (not JSON: the warning below)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -170,9 +175,28 @@ def _host_costs(target, table: Optional[dict]) -> dict:
         return dict(table or {})
     costs = _load(path, target.lanes)
     if costs is None and m in ("auto", "force"):
-        costs = calibrate(target, save=True)
+        costs = _first_use(target, path)
     _MEMO[key] = costs
     return dict(costs or table or {})
+
+
+def _first_use(target, path: Path) -> Optional[dict]:
+    """Measure at first use.  A measurement that fails, or a cache dir it cannot be kept
+    in, is a warning, not an error: the schedule that asked goes on with the defaults
+    (or the measurement, unkept)."""
+    try:
+        costs, figures = _run(target, 3)
+    except Exception as e:    # (a schedule must not fail because a timing did)
+        warnings.warn(f"tecomp: could not measure this CPU's costs for the machine model "
+                      f"({type(e).__name__}: {e}); using the defaults (set "
+                      "TECOMP_CALIBRATE=0 to stop trying)", RuntimeWarning, stacklevel=4)
+        return None
+    try:
+        _save(path, costs, figures, target)
+    except (TargetError, OSError) as e:
+        warnings.warn(f"tecomp: cannot keep the machine calibration in {path.parent} ({e}); "
+                      "it is used in this process only", RuntimeWarning, stacklevel=4)
+    return costs
 
 
 def calibrate(target=None, *, rounds: int = 3, save: bool = True) -> dict:
@@ -193,19 +217,25 @@ def calibrate(target=None, *, rounds: int = 3, save: bool = True) -> dict:
                           "measured (tc.Target('llvm'))")
     if not isinstance(rounds, int) or isinstance(rounds, bool) or not 1 <= rounds <= 100:
         raise TargetError(f"calibrate(rounds={rounds!r}): give an int from 1 to 100")
+    costs, figures = _run(target, rounds)
+    if save:
+        path = cache_path(target)
+        _save(path, costs, figures, target)
+        for k in [k for k in _MEMO if k.startswith(f"{path}|")]:
+            del _MEMO[k]
+    return costs
+
+
+def _run(target, rounds: int):
+    """(costs, figures) of one measurement, one at a time in this process."""
     with _LOCK:
         _BUSY.set()
         try:
-            _log.info("tecomp: measuring this CPU's costs for the machine model (%s), once",
+            _log.info("tecomp: measuring this CPU's costs for the machine model (%s)",
                       target.cpu)
-            costs, figures = _measure(target, rounds)
+            return _measure(target, rounds)
         finally:
             _BUSY.clear()
-        if save:
-            _save(cache_path(target), costs, figures, target)
-            for k in [k for k in _MEMO if k.startswith(f"{cache_path(target)}|")]:
-                del _MEMO[k]
-    return costs
 
 
 # -- the kernels ----------------------------------------------------------------------------

@@ -130,3 +130,37 @@ def test_the_measurement_itself(fresh):
     assert cal._valid(costs, host.lanes) is None
     assert {"fma_bits", "gather_cost", "split_loads_cheap"} <= set(costs)
     assert all(math.isfinite(v) and v > 0 for v in figures.values())
+
+
+@pytest.mark.filterwarnings("ignore:tecomp. cannot read the machine calibration")
+def test_first_use_that_fails_is_a_warning(fresh, monkeypatch):
+    """A measurement that raises, or a cache dir that cannot hold the result, leaves the
+    schedule that asked with the defaults (or the unkept result): a warning, no error."""
+    host, costs = fresh
+    monkeypatch.setenv("TECOMP_CALIBRATE", "auto")
+
+    def broken(target, rounds):
+        raise RuntimeError("no timer")
+
+    monkeypatch.setattr(cal, "_measure", broken)
+    with pytest.warns(RuntimeWarning, match=r"could not measure this CPU's costs .*"
+                                            r"RuntimeError: no timer.*TECOMP_CALIBRATE=0"):
+        assert tc.Target("llvm").machine.gemm_load_cost == 0.0
+    monkeypatch.setattr(cal, "_MEMO", {})
+    monkeypatch.setattr(cal, "_measure", lambda t, r: (dict(costs), {}))
+    blocker = cal.cache_path(host).parent
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("a file where the directory should be")
+    with pytest.warns(RuntimeWarning, match=r"cannot keep the machine calibration in .*"
+                                            r"used in this process only"):
+        assert tc.Target("llvm").machine.gemm_load_cost == 0.37
+
+
+def test_an_oversized_cache_file_is_not_read_whole(fresh, monkeypatch):
+    host, _ = fresh
+    monkeypatch.setenv("TECOMP_CALIBRATE", "0")
+    path = cal.cache_path(host)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.write_text('{"costs": {}}' + " " * (1 << 20))
+    with pytest.warns(RuntimeWarning, match="it is not JSON"):
+        assert tc.Target("llvm").machine.gemm_load_cost == 0.0
