@@ -25,6 +25,7 @@ holds a value outside the range the costs can take is ignored with a warning (an
 replaced by the next measurement)."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -97,10 +98,15 @@ def mode() -> str:
 
 def cache_path(target) -> Path:
     """The file that keeps the calibration of the host ``target``'s CPU."""
-    key = f"{target.cpu}|{target.lanes}|{','.join(sorted(target.features))}|{__version__}"
+    return cache_root() / "machine" / _file_name(target.cpu, target.lanes, target.features)
+
+
+@functools.lru_cache(maxsize=16)
+def _file_name(cpu: str, lanes: int, features: frozenset) -> str:
+    key = f"{cpu}|{lanes}|{','.join(sorted(features))}|{__version__}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    cpu = "".join(c if c.isalnum() or c in "-_" else "_" for c in target.cpu)[:40] or "cpu"
-    return cache_root() / "machine" / f"{cpu}-{digest}.json"
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in cpu)[:40] or "cpu"
+    return f"{safe}-{digest}.json"
 
 
 def _valid(entry, lanes: int) -> Optional[str]:
