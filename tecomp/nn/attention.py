@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 from .. import te as _te
-from ..errors import DTypeError
+from ..errors import DTypeError, ShapeError
+from ..ir import op as _op
 from ..ir.expr import Const
 from ..te.tensor import Tensor
 from ..autodiff.reverse import stop_gradient
@@ -12,7 +13,7 @@ from ._check import Args, same_extent as _same, shape_text as _shape_text
 from ._common import _acc, _c, _is_one
 from .softmax import shift_max
 
-__all__ = ["scaled_dot_product_attention"]
+__all__ = ["scaled_dot_product_attention", "flash_attention"]
 
 
 # ---------------------------------------------------------------------------------
@@ -136,3 +137,155 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     return _te.compute((B, H, Lq, Dv),
                        lambda b, h, i, e: (pv[b, h, i, e] * rc[b, h, i]).astype(q.dtype),
                        name=name, tag="sdpa")
+
+
+# ---------------------------------------------------------------------------------
+# FlashAttention (the tensor-core form of the GPU)
+
+#: the query and key lengths of :func:`flash_attention` are padded to a multiple of this
+#: (its stages compute whole tiles: 128 is a multiple of every tile the CUDA schedule takes)
+FLASH_PAD = 128
+#: the operand dtypes of :func:`flash_attention` (the tensor cores' 16-bit inputs)
+FLASH_DTYPES = ("float16", "bfloat16")
+#: the largest head dimension of :func:`flash_attention` (its accumulators stay in registers)
+FLASH_MAX_DIM = 128
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _online_softmax():
+    """The reducer of a row's softmax statistics ``(m, l)``: the running maximum and the
+    running sum of ``exp(x - m)``.  Combining two partial rows keeps the larger maximum and
+    rescales the other row's sum by ``exp(smaller - larger)`` (one exp per combine; a
+    partial row of no keys is ``(-inf, 0)``): FlashAttention's online softmax."""
+    f32 = "float32"
+
+    def combine(x, y):
+        m1, l1 = x
+        m2, l2 = y
+        first = m1 >= m2
+        hi, lo = _te.max(m1, m2), _te.min(m1, m2)
+        keep = _te.if_then_else(first, l1, l2)
+        other = _te.if_then_else(first, l2, l1)
+        scale = _te.if_then_else(lo > _c(-math.inf, f32), _te.exp(lo - hi), _c(0.0, f32))
+        return hi, keep + other * scale
+
+    return _te.comm_reducer(combine, lambda t0, t1: (_c(-math.inf, f32), _c(0.0, f32)),
+                            name="online_softmax")
+
+
+def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
+                    scale: float | None = None, name: str = "flash"):
+    """FlashAttention's forward: ``softmax(q k^T * scale) v`` per batch and head, and the
+    rows' logsumexp (what the backward recomputes the probabilities from), in computes
+    that never hold an ``Lq x Lk`` matrix once scheduled
+    (:func:`tecomp.strategy.cuda.schedule_flash_attention`, the tensor cores).
+
+    Stages (``<name>.<what>``): ``q``, ``k``, ``v`` padded with zeros to a multiple of
+    :data:`FLASH_PAD` rows (the tensor cores compute whole tiles); ``scores1`` (``q
+    k^T``, float32) and ``stats``, the rows' running maximum ``m`` and running sum ``l``
+    of ``exp(s - m)`` over the keys (:func:`_online_softmax`'s reducer: the rescaling of
+    the online softmax as a reduction), ``lse = m + log(l)``; then ``scores2`` (the
+    scores again), ``p = exp(s - lse)`` in q's dtype (already normalised: the
+    accumulator of ``p v`` needs no rescaling) and ``pv`` (float32); the output casts
+    ``pv`` to q's dtype.  The scores are computed twice (three GEMMs instead of
+    FlashAttention-2's two; its backward recomputes them the same way).  Keys past
+    ``Lk`` and, with ``causal``, keys ``j > i`` (PyTorch's ``is_causal``: the mask
+    aligned top-left) are left out; a row with no key left is 0 and its logsumexp
+    ``-inf``.
+
+    Parameters
+    ----------
+    q, k, v : Tensor
+        ``[b, h, Lq, d]``, ``[b, h, Lk, d]``, ``[b, h, Lk, dv]``, all float16 or all
+        bfloat16; ``d`` and ``dv`` constant multiples of 16 up to :data:`FLASH_MAX_DIM`.
+    causal : bool, optional
+        Query ``i`` attends to keys ``j <= i``.
+    scale : float, optional
+        Defaults to ``1/sqrt(d)``.
+    name : str, optional
+        The output stage's name.
+
+    Returns
+    -------
+    (Tensor, Tensor)
+        The output ``[b, h, Lq, dv]`` (q's dtype) and the logsumexp ``[b, h, Lq]``
+        (float32; ``<name>.lse``), both outputs of the schedule.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
+    scale = _attention_args(q, k, v, None, scale, name)
+    a = Args("flash_attention", name)
+    if q.dtype not in FLASH_DTYPES:
+        a.fail(f"q ({q.name}) is {q.dtype}; FlashAttention runs on the tensor cores, which take "
+               "float16 or bfloat16 (astype one of them; scaled_dot_product_attention takes "
+               "any float)", DTypeError)
+    if not isinstance(causal, bool):
+        a.fail(f"causal must be True or False, got {causal!r:.40}")
+    dims = {}
+    for what, t, ax in (("q", q, 2), ("k", k, 2), ("q", q, 3), ("v", v, 3), ("q", q, 0),
+                        ("q", q, 1)):
+        e = t.shape[ax]
+        if not isinstance(e, Const):
+            a.fail(f"{what} ({t.name}).shape[{ax}] = {e} is symbolic; flash_attention takes "
+                   "constant shapes (its tiles are chosen from them)")
+        dims[(what, ax)] = int(e.value)
+    for what, ax in (("q", 3), ("v", 3)):
+        d = dims[(what, ax)]
+        if d % 16 or not 16 <= d <= FLASH_MAX_DIM:
+            a.fail(f"{what}'s head dim is {d}; the tensor-core FlashAttention takes a multiple "
+                   f"of 16 from 16 to {FLASH_MAX_DIM} (pad the head dim with zeros, or use "
+                   "scaled_dot_product_attention, which takes any)", ShapeError)
+    B, H = dims[("q", 0)], dims[("q", 1)]
+    Lq, Lk, D, Dv = dims[("q", 2)], dims[("k", 2)], dims[("q", 3)], dims[("v", 3)]
+    if min(Lq, Lk) < 1:
+        a.fail(f"q has {Lq} queries and k {Lk} keys; give at least one of each")
+    dt, f32 = q.dtype, "float32"
+    Lqp, Lkp = _round_up(Lq, FLASH_PAD), _round_up(Lk, FLASH_PAD)
+    attrs = {"causal": causal, "scale": scale, "Lq": Lq, "Lk": Lk}
+
+    def padded(x, L, Lp, what):
+        dim = int(x.shape[3].value)
+        return _te.compute((B, H, Lp, dim), lambda b, h, i, d: _te.if_then_else(
+            i < L, x[b, h, _te.min(i, L - 1), d], _c(0.0, dt)),
+            name=f"{name}.{what}", tag="flash_pad")
+
+    def scores(qp, kp, what):
+        d = _te.reduce_axis(D, name="d")
+        return _te.compute((B, H, Lqp, Lkp), lambda b, h, i, j: _te.sum(
+            qp[b, h, i, d].astype(f32) * kp[b, h, j, d].astype(f32), axis=d),
+            name=f"{name}.{what}", tag="flash_scores")
+
+    def logit(s, b, h, i, j):
+        keep = j < Lk
+        if causal:
+            keep = _op.all_(keep, j <= i)
+        return _te.if_then_else(keep, s[b, h, i, j] * _c(scale, f32), _c(-math.inf, f32))
+
+    s1 = scores(padded(q, Lq, Lqp, "q1"), padded(k, Lk, Lkp, "k1"), "scores1")
+    rj = _te.reduce_axis(Lkp, name="j")
+    m, l = _te.compute((B, H, Lqp), lambda b, h, i: _online_softmax()(
+        (logit(s1, b, h, i, rj), _c(1.0, f32)), axis=rj), name=f"{name}.stats",
+        tag="flash_stats", attrs=attrs)
+    lse = _te.compute((B, H, Lqp), lambda b, h, i: _te.if_then_else(
+        l[b, h, i] > _c(0.0, f32), m[b, h, i] + _te.log(l[b, h, i]), _c(-math.inf, f32)),
+        name=f"{name}.lse_padded")
+    s2 = scores(padded(q, Lq, Lqp, "q2"), padded(k, Lk, Lkp, "k2"), "scores2")
+    p = _te.compute((B, H, Lqp, Lkp), lambda b, h, i, j: _te.if_then_else(
+        lse[b, h, i] > _c(-math.inf, f32), _te.exp(logit(s2, b, h, i, j) - lse[b, h, i]),
+        _c(0.0, f32)).astype(dt), name=f"{name}.p", tag="flash_p")
+    vp = padded(v, Lk, Lkp, "v")
+    rj2 = _te.reduce_axis(Lkp, name="j")
+    pv = _te.compute((B, H, Lqp, Dv), lambda b, h, i, e: _te.sum(
+        p[b, h, i, rj2].astype(f32) * vp[b, h, rj2, e].astype(f32), axis=rj2),
+        name=f"{name}.pv", tag="flash_pv")
+    out = _te.compute((B, H, Lq, Dv), lambda b, h, i, e: pv[b, h, i, e].astype(dt),
+                      name=name, tag="flash_attention", attrs=attrs)
+    lse_out = _te.compute((B, H, Lq), lambda b, h, i: lse[b, h, i], name=f"{name}.lse",
+                          tag="flash_attention_lse", attrs=attrs)
+    return out, lse_out
