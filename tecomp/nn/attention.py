@@ -20,9 +20,10 @@ __all__ = ["scaled_dot_product_attention", "flash_attention"]
 # attention
 
 
-def _attention_args(q, k, v, mask, scale, name):
-    """Check :func:`scaled_dot_product_attention`'s arguments; return the scale (a float)."""
-    a = Args("scaled_dot_product_attention", name)
+def _attention_args(q, k, v, mask, scale, name, op="scaled_dot_product_attention"):
+    """Check :func:`scaled_dot_product_attention`'s (or ``op``'s) arguments; return the
+    scale (a float)."""
+    a = Args(op, name)
     for what, t in (("q", q), ("k", k), ("v", v)):
         a.tensor(what, t, 4, "(batch, heads, seq, dim)",
                  like=None if what == "q" else ("q", q))
@@ -219,7 +220,7 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     ShapeError, DTypeError
         For an argument of the wrong rank, dtype or extent (the message names it).
     """
-    scale = _attention_args(q, k, v, None, scale, name)
+    scale = _attention_args(q, k, v, None, scale, name, "flash_attention")
     a = Args("flash_attention", name)
     if q.dtype not in FLASH_DTYPES:
         a.fail(f"q ({q.name}) is {q.dtype}; FlashAttention runs on the tensor cores, which take "

@@ -77,13 +77,20 @@ def shared_bytes(cfg: FlashConfig, d: int, dv: int, dtype: str = "float16") -> i
 FLASH_CONFIGS = (FlashConfig(4, 64), FlashConfig(4, 32), FlashConfig(2, 64), FlashConfig(2, 32))
 
 
+#: the float32 accumulators a thread of the output kernel may hold, ``block_kv`` of the
+#: scores and ``dv`` of ``p v`` (each warp's 32 rows over its 32 lanes): beyond 160 ptxas
+#: spills at 255 registers (head dim 128 with 64-key tiles on sm_90)
+MAX_ACCUMULATORS = 160
+
+
 def flash_config(d: int, dv: int, dtype: str = "float16",
                  max_shared: Optional[int] = None) -> FlashConfig:
     """The first of :data:`FLASH_CONFIGS` whose output kernel fits ``max_shared`` bytes of
-    shared memory (default: sm_80's 163 KiB), else the smallest."""
+    shared memory (default: sm_80's 163 KiB) and whose accumulators fit the registers
+    (:data:`MAX_ACCUMULATORS`), else the smallest."""
     limit = max_shared if max_shared is not None else 163 * 1024
     for c in FLASH_CONFIGS:
-        if shared_bytes(c, d, dv, dtype) <= limit:
+        if shared_bytes(c, d, dv, dtype) <= limit and c.block_kv + dv <= MAX_ACCUMULATORS:
             return c
     return FLASH_CONFIGS[-1]
 
