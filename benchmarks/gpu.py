@@ -22,7 +22,10 @@ Workloads (float32, the schedules of ``tecomp.strategy.cuda``):
 * attention's scores as a batched matmul (96 x 512 x 512 x 64) written in plain TE and
   scheduled by ``tc.auto_schedule(args, target="cuda")``, against ``torch.bmm``;
 * the 14x14 convolutions again, written as im2col + GEMM in plain TE and scheduled by
-  ``tc.auto_schedule(args, target="cuda")``, against cuDNN.
+  ``tc.auto_schedule(args, target="cuda")``, against cuDNN;
+* FlashAttention's forward in float16 (batch 4, 16 heads, seq 2048, head dim 64 and 128,
+  causal and not: ``tc.nn.flash_attention`` on tensor cores) against
+  ``F.scaled_dot_product_attention`` on its flash backend (``--only flash``).
 
 TF32 is off everywhere (``torch.backends.cuda.matmul.allow_tf32 = False``,
 ``torch.backends.cudnn.allow_tf32 = False``, ``CUPY_TF32=0``): every tool computes in
@@ -619,6 +622,64 @@ def softmax_workload(m: int, n: int) -> Workload:
                     configs=lambda: softmax_sweep(nn_cuda.softmax_config(n)))
 
 
+def flash_workload(B: int, H: int, L: int, d: int, causal: bool) -> Workload:
+    """FlashAttention's forward, float16 (``tc.nn.flash_attention`` scheduled by
+    ``tecomp.strategy.cuda.schedule_flash_attention``: tensor cores, the logsumexp saved
+    too), against ``F.scaled_dot_product_attention`` restricted to its flash backend
+    (``torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)``), checked against
+    PyTorch's math backend in float64 on the same inputs.  FLOP/s count FlashAttention's
+    two GEMMs (``4 b h L^2 d``, half with ``causal``); tecomp computes the scores twice
+    (see tecomp.strategy.cuda.attention) and every key tile even when causal."""
+    def args():
+        q, k, v = (tc.placeholder((B, H, L, d), "float16", name=n) for n in "qkv")
+        out, lse = tc.nn.flash_attention(q, k, v, causal=causal)
+        return [q, k, v, lse, out]
+
+    def build(target="cuda", config=None):
+        a = args()
+        s = nn_cuda.schedule_flash_attention(a[3:], target, config)
+        return tc.build(s, a, target=target, name=f"flash{d}{'c' if causal else ''}")
+
+    def setup(torch, cupy):
+        rng = np.random.default_rng(0)
+        q, k, v = (_randn(rng, (B, H, L, d), np.float16) for _ in range(3))
+        host = [q, k, v, np.zeros((B, H, L), np.float32), np.zeros((B, H, L, d), np.float16)]
+        refs = {}
+        if torch is None:
+            def expect():
+                s = q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2)
+                s /= math.sqrt(d)
+                if causal:
+                    s = np.where(np.tril(np.ones((L, L), bool)), s, -np.inf)
+                s = np.exp(s - s.max(-1, keepdims=True))
+                return (s / s.sum(-1, keepdims=True)) @ v.astype(np.float64)
+            return Setup(host, refs, expect)
+        F = torch.nn.functional
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        tq, tk, tv = (torch.from_numpy(x).cuda() for x in (q, k, v))
+        box = {}
+
+        def flash():
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                box["out"] = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+        refs["torch"] = Reference(flash, lambda: _np(box["out"].float()))
+
+        def expect():
+            with sdpa_kernel(SDPBackend.MATH):
+                return _np(F.scaled_dot_product_attention(tq.double(), tk.double(), tv.double(),
+                                                          is_causal=causal))
+        return Setup(host, refs, expect)
+
+    flops = 4.0 * B * H * L * L * d / (2 if causal else 1)
+    return Workload(f"flash attention fwd f16 b{B} h{H} s{L} d{d}{' causal' if causal else ''}",
+                    build, setup, flops=flops, tolerance=1e-2,
+                    configs=lambda: _unique([nn_cuda.flash_config(
+                        d, d, "float16", nn_cuda.common.max_shared_bytes("cuda"))]
+                        + list(nn_cuda.attention.FLASH_CONFIGS)
+                        + [nn_cuda.FlashConfig(4, 16), nn_cuda.FlashConfig(1, 64)]))
+
+
 def _unique(cfgs) -> List[object]:
     """The tilings in order, each once (the configs are frozen dataclasses: hashable)."""
     return list(dict.fromkeys(cfgs))
@@ -693,6 +754,10 @@ WORKLOADS = [
     hdense_gelu_workload(4096, 3072, 768),
     conv_gemm_workload(256, 14, "nchw"),
     conv_gemm_workload(256, 14, "nhwc"),
+    flash_workload(4, 16, 2048, 64, False),
+    flash_workload(4, 16, 2048, 64, True),
+    flash_workload(4, 16, 2048, 128, False),
+    flash_workload(4, 16, 2048, 128, True),
 ]
 
 
