@@ -68,7 +68,7 @@ def test_schedule_takes_both_outputs():
 def test_schedule_refuses_a_tiling_that_does_not_divide():
     out, lse = nn.flash_attention(*_qkv())
     with pytest.raises(tc.ScheduleError, match=r"block_kv \(48, a multiple of 16\) the padded "
-                                               r"key length 128"):
+                                               r"column extent 128"):
         schedule_flash_attention([out, lse], target="cuda", config=FlashConfig(4, 48))
 
 

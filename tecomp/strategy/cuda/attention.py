@@ -131,48 +131,90 @@ def schedule_flash_attention(outs, target: str = "cuda",
     t = _parts(outs)
     q = t["q1"]
     D, Dv = _cint(q.shape[3]), _cint(t["v"].shape[3])
-    Lqp, Lkp = _cint(q.shape[2]), _cint(t["k1"].shape[2])
-    dtype = q.dtype
-    cfg = config if config is not None else flash_config(D, Dv, dtype, max_shared_bytes(target))
-    if not isinstance(cfg, FlashConfig):
-        raise ScheduleError(f"schedule_flash_attention takes a FlashConfig, got {cfg!r:.80}")
-    bq, bk = cfg.block_q, cfg.block_kv
-    if cfg.warps < 1 or bk < FRAG or bk % FRAG or Lqp % bq or Lkp % bk:
-        raise ScheduleError(
-            f"{cfg}: block_q = 32 * warps ({bq}) must divide the padded query length {Lqp} "
-            f"and block_kv ({bk}, a multiple of {FRAG}) the padded key length {Lkp}; take "
-            "one of FLASH_CONFIGS")
-    names = family_intrinsics("mma", dtype)
-    per16 = 16 // _dt.nbytes(dtype)
-    threads = [("threadIdx.x", WARP), ("threadIdx.y", cfg.warps)]
-    s = create_schedule([t["out"].op, t["lse"].op])
+    cfg = config if config is not None else flash_config(D, Dv, q.dtype,
+                                                         max_shared_bytes(target))
+    k = _Kernels(create_schedule([t["out"].op, t["lse"].op]), cfg, q.dtype,
+                 _cint(q.shape[2]), _cint(t["k1"].shape[2]))
 
-    def blocks(st, i):
-        """Fuse the batch and head axes onto blockIdx.y, tile ``i`` by block_q on .x."""
+    # 1. statistics: a thread per query row, folding each key tile into (m, l)
+    st = k.s[t["m"]]
+    bz, bo, i = k.blocks(st, st.op.axis[2])
+    ko, kj = st.split(st.op.reduce_axis[0], factor=cfg.block_kv)
+    iy, ix = st.split(i, factor=WARP)
+    st.reorder(bz, bo, ko, iy, ix, kj)
+    _bind(st, bz, "blockIdx.y")
+    _bind(st, bo, "blockIdx.x")
+    _bind(st, iy, "threadIdx.y")
+    _bind(st, ix, "threadIdx.x")
+    k.shared_copy(t["q1"], st, bo)
+    k.scores(t["s1"], t["q1"], t["k1"], st, ko)
+    k.shared_copy(t["k1"], st, ko, step=True)
+    k.s[t["lse_p"]].compute_inline()
+    k.rows_kernel(t["lse"])
+
+    # 2. the output: per key tile, p (shared) and p v (each warp's accumulators)
+    ot, bo, pf, ko = k.accumulate(t["out"], t["pv"], t["p"], t["v"])
+    k.shared_copy(t["q2"], ot, bo)
+    k.tile16(t["p"], pf, ko)
+    k.shared_copy(t["v"], pf, ko, step=True)
+    k.scores(t["s2"], t["q2"], t["k2"], pf, ko)
+    k.shared_copy(t["k2"], pf, ko, step=True)
+    return k.s
+
+
+class _Kernels:
+    """The pieces the FlashAttention kernels are scheduled from: a block of ``32 *
+    warps`` rows (each warp 32), tiles of ``block_kv`` columns per step."""
+
+    def __init__(self, s: Schedule, cfg: FlashConfig, dtype: str, rows_extent: int,
+                 cols_extent: int):
+        if not isinstance(cfg, FlashConfig):
+            raise ScheduleError(f"the FlashAttention schedules take a FlashConfig, got "
+                                f"{cfg!r:.80}")
+        bq, bk = cfg.block_q, cfg.block_kv
+        if cfg.warps < 1 or bk < FRAG or bk % FRAG or rows_extent % bq or cols_extent % bk:
+            raise ScheduleError(
+                f"{cfg}: block_q = 32 * warps ({bq}) must divide the padded row extent "
+                f"{rows_extent} and block_kv ({bk}, a multiple of {FRAG}) the padded "
+                f"column extent {cols_extent}; take one of FLASH_CONFIGS")
+        self.s, self.cfg = s, cfg
+        self.names = family_intrinsics("mma", dtype)
+        self.per16 = 16 // _dt.nbytes(dtype)
+        self.threads = [("threadIdx.x", WARP), ("threadIdx.y", cfg.warps)]
+
+    def blocks(self, st, i):
+        """Fuse the batch and head axes of ``st`` (they come first); tile ``i`` by the
+        block's rows.  Returns (fused, block, row in the block)."""
         b, h = st.op.axis[:2]
         bz = st.fuse(b, h)
-        bo, i = st.split(i, factor=bq)
+        bo, i = st.split(i, factor=self.cfg.block_q)
         return bz, bo, i
 
-    def shared_copy(x, at, axis, rows):
-        st = s[x]
+    def shared_copy(self, x, at, axis, step: bool = False) -> None:
+        """``x`` (a 16-bit padded copy) into shared memory at ``at``'s ``axis``: a
+        block's rows, or with ``step`` a step's ``block_kv`` columns; rows padded by 16
+        bytes, 16 bytes a thread and copy."""
+        st = self.s[x]
         st.set_scope("shared")
         st.compute_at(at, axis)
         cols = _cint(x.shape[3])
-        st.storage_align(st.op.axis[-2], cols, per16)
-        _cooperative_copy(st, threads, rows * cols, per16)
+        st.storage_align(st.op.axis[-2], cols, self.per16)
+        rows = self.cfg.block_kv if step else self.cfg.block_q
+        _cooperative_copy(st, self.threads, rows * cols, self.per16)
 
-    def scores(S, Q, K, at, axis):
-        """The block_q x block_kv tile of the scores ``S`` at ``at``'s ``axis``, in a
-        float32 tile of shared memory, from the tensor cores: each warp its 32 rows."""
+    def scores(self, S, A, B, at, axis) -> None:
+        """The ``block_q x block_kv`` float32 tile of ``S[.., r, c] = sum_d A[.., r, d] *
+        B[.., c, d]`` at ``at``'s ``axis``, in shared memory, from the tensor cores: each
+        warp its 32 rows.  ``A`` and ``B`` are shared copies (:meth:`shared_copy`)."""
+        s, names = self.s, self.names
         ss = s[S]
         ss.set_scope("shared")
         ss.compute_at(at, axis)
         SF = s.cache_write(S, "mma.accumulator")
-        QF = s.cache_read(Q, "mma.matrix_a", [SF])
-        KF = s.cache_read(K, "mma.matrix_b", [SF])
+        AF = s.cache_read(A, "mma.matrix_a", [SF])
+        BF = s.cache_read(B, "mma.matrix_b", [SF])
         _, _, i, j = ss.op.axis
-        ss.storage_align(i, bk, F32_PAD)
+        ss.storage_align(i, self.cfg.block_kv, F32_PAD)
         w, i = ss.split(i, factor=WARP)
         fi, i = ss.split(i, factor=FRAG)
         fj, j = ss.split(j, factor=FRAG)
@@ -187,92 +229,85 @@ def schedule_flash_attention(outs, target: str = "cuda",
         fj, cj = sf.split(cj, factor=FRAG)
         sf.reorder(kf, fi, fj, ci, cj, kk)
         sf.tensorize(ci, tensor_intrin(names["mma"]))
-        for F, intrin in ((QF, names["load_a"]), (KF, names["load_b"])):
+        for F, intrin in ((AF, names["load_a"]), (BF, names["load_b"])):
             fs = s[F]
             fs.compute_at(sf, kf)
             *_, r, c = fs.op.axis       # [rows, d]: 16 x 16 tiles down the rows
             ro, r = fs.split(r, factor=FRAG)
             fs.reorder(ro, r, c)
             fs.tensorize(r, tensor_intrin(intrin))
-        shared_copy(K, at, axis, bk)
 
-    # 1. statistics: a thread per query row, folding each key tile into (m, l)
-    m, l = t["m"], t["l"]
-    st = s[m]
-    bz, bo, i = blocks(st, st.op.axis[2])
-    ko, kj = st.split(st.op.reduce_axis[0], factor=bk)
-    iy, ix = st.split(i, factor=WARP)
-    st.reorder(bz, bo, ko, iy, ix, kj)
-    _bind(st, bz, "blockIdx.y")
-    _bind(st, bo, "blockIdx.x")
-    _bind(st, iy, "threadIdx.y")
-    _bind(st, ix, "threadIdx.x")
-    shared_copy(t["q1"], st, bo, bq)
-    scores(t["s1"], t["q1"], t["k1"], st, ko)
-    s[t["lse_p"]].compute_inline()
+    def tile16(self, T, at, axis) -> None:
+        """The elementwise 16-bit tile ``T`` (``p``, ``dS``) in shared memory at ``at``'s
+        ``axis``, one element per thread and step."""
+        st = self.s[T]
+        st.set_scope("shared")
+        st.compute_at(at, axis)
+        st.storage_align(st.op.axis[-2], self.cfg.block_kv, self.per16)
+        _cooperative_copy(st, self.threads, self.cfg.block_q * self.cfg.block_kv)
 
-    # the logsumexp out: its own small kernel
-    lo = s[t["lse"]]
-    f = lo.fuse(*lo.op.axis)
-    fo, fi = lo.split(f, factor=128)
-    _bind(lo, fo, "blockIdx.x")
-    _bind(lo, fi, "threadIdx.x")
+    def rows_kernel(self, out) -> None:
+        """A small output (the logsumexp, FlashAttention's backward's ``delta``) in a
+        kernel of its own, 128 threads a block."""
+        st = self.s[out]
+        f = st.fuse(*st.op.axis)
+        fo, fi = st.split(f, factor=128)
+        _bind(st, fo, "blockIdx.x")
+        _bind(st, fi, "threadIdx.x")
 
-    # 2. the output: per key tile, p (shared) and p v (each warp's accumulators)
-    out, pv = t["out"], t["pv"]
-    ot = s[out]
-    bz, bo, i = blocks(ot, ot.op.axis[2])
-    e = ot.op.axis[3]
-    ot.reorder(bz, bo, i, e)
-    _bind(ot, bz, "blockIdx.y")
-    _bind(ot, bo, "blockIdx.x")
-    vec = max(F32_PAD, per16)
-    x = ot.fuse(i, e)
-    x, vv = ot.split(x, factor=vec)
-    for tag, ext in threads:
-        x, th = ot.split(x, factor=ext)
-        _bind(ot, th, tag)
-    ot.vectorize(vv)
-    shared_copy(t["q2"], ot, bo, bq)
-    ps = s[pv]
-    ps.set_scope("shared")
-    ps.compute_at(ot, bo)
-    PF = s.cache_write(pv, "mma.accumulator")
-    _, _, i, e = ps.op.axis
-    ps.storage_align(i, Dv, F32_PAD)
-    w, i = ps.split(i, factor=WARP)
-    fi, i = ps.split(i, factor=FRAG)
-    fe, e = ps.split(e, factor=FRAG)
-    ps.reorder(w, fi, fe, i, e)
-    _bind(ps, w, "threadIdx.y")
-    ps.tensorize(i, tensor_intrin(names["store"]))
-    pf = s[PF]
-    pf.compute_at(ps, w)
-    _, _, ci, ce = pf.op.axis
-    ko, kk = pf.split(pf.op.reduce_axis[0], factor=bk)
-    kf, kk = pf.split(kk, factor=FRAG)
-    fi, ci = pf.split(ci, factor=FRAG)
-    fe, ce = pf.split(ce, factor=FRAG)
-    pf.reorder(ko, kf, fi, fe, ci, ce, kk)
-    pf.tensorize(ci, tensor_intrin(names["mma"]))
-    AF = s.cache_read(t["p"], "mma.matrix_a", [PF])
-    VF = s.cache_read(t["v"], "mma.matrix_b", [PF])
-    fs = s[AF]
-    fs.compute_at(pf, kf)
-    *_, r, c = fs.op.axis               # p [rows, keys]: tiles down the rows
-    ro, r = fs.split(r, factor=FRAG)
-    fs.tensorize(r, tensor_intrin(names["load_a"]))
-    fs = s[VF]
-    fs.compute_at(pf, kf)
-    *_, r, c = fs.op.axis               # v [keys, dv]: tiles along dv
-    co, c = fs.split(c, factor=FRAG)
-    fs.reorder(co, r, c)
-    fs.tensorize(r, tensor_intrin(names["load_b"]))
-    pt = s[t["p"]]
-    pt.set_scope("shared")
-    pt.compute_at(pf, ko)
-    pt.storage_align(pt.op.axis[-2], bk, per16)
-    _cooperative_copy(pt, threads, bq * bk)
-    shared_copy(t["v"], pf, ko, bk)
-    scores(t["s2"], t["q2"], t["k2"], pf, ko)
-    return s
+    def accumulate(self, out, acc, A, B):
+        """The kernel of ``out``, the cast of ``acc[.., r, x] = sum_c A[.., r, c] *
+        B[.., c, x]`` (float32, ``A`` a 16-bit tile of :meth:`tile16`, ``B`` a shared
+        copy) to the inputs' dtype: blocks of rows, each warp's 32 rows accumulated in
+        its registers over the steps of ``block_kv`` columns, then stored through a
+        float32 tile in shared memory and cast, 16 bytes a thread.  Returns ``(out's
+        stage, its block loop, the accumulator's stage, its step loop)``: where the
+        block's operands and the steps' tiles are computed."""
+        s, names, cfg = self.s, self.names, self.cfg
+        ot = s[out]
+        bz, bo, i = self.blocks(ot, ot.op.axis[2])
+        e = ot.op.axis[3]
+        ot.reorder(bz, bo, i, e)
+        _bind(ot, bz, "blockIdx.y")
+        _bind(ot, bo, "blockIdx.x")
+        x = ot.fuse(i, e)
+        x, vv = ot.split(x, factor=max(F32_PAD, self.per16))
+        for tag, ext in self.threads:
+            x, th = ot.split(x, factor=ext)
+            _bind(ot, th, tag)
+        ot.vectorize(vv)
+        ps = s[acc]
+        ps.set_scope("shared")
+        ps.compute_at(ot, bo)
+        PF = s.cache_write(acc, "mma.accumulator")
+        _, _, i, e = ps.op.axis
+        ps.storage_align(i, _cint(acc.shape[3]), F32_PAD)
+        w, i = ps.split(i, factor=WARP)
+        fi, i = ps.split(i, factor=FRAG)
+        fe, e = ps.split(e, factor=FRAG)
+        ps.reorder(w, fi, fe, i, e)
+        _bind(ps, w, "threadIdx.y")
+        ps.tensorize(i, tensor_intrin(names["store"]))
+        pf = s[PF]
+        pf.compute_at(ps, w)
+        _, _, ci, ce = pf.op.axis
+        ko, kk = pf.split(pf.op.reduce_axis[0], factor=cfg.block_kv)
+        kf, kk = pf.split(kk, factor=FRAG)
+        fi, ci = pf.split(ci, factor=FRAG)
+        fe, ce = pf.split(ce, factor=FRAG)
+        pf.reorder(ko, kf, fi, fe, ci, ce, kk)
+        pf.tensorize(ci, tensor_intrin(names["mma"]))
+        AF = s.cache_read(A, "mma.matrix_a", [PF])
+        BF = s.cache_read(B, "mma.matrix_b", [PF])
+        fs = s[AF]
+        fs.compute_at(pf, kf)
+        *_, r, c = fs.op.axis               # A [rows, columns]: tiles down the rows
+        ro, r = fs.split(r, factor=FRAG)
+        fs.tensorize(r, tensor_intrin(names["load_a"]))
+        fs = s[BF]
+        fs.compute_at(pf, kf)
+        *_, r, c = fs.op.axis               # B [columns, x]: tiles along x
+        co, c = fs.split(c, factor=FRAG)
+        fs.reorder(co, r, c)
+        fs.tensorize(r, tensor_intrin(names["load_b"]))
+        return ot, bo, pf, ko
