@@ -13,7 +13,7 @@ from ._check import Args, same_extent as _same, shape_text as _shape_text
 from ._common import _acc, _c, _is_one
 from .softmax import shift_max
 
-__all__ = ["scaled_dot_product_attention", "flash_attention"]
+__all__ = ["scaled_dot_product_attention", "flash_attention", "flash_attention_backward"]
 
 
 # ---------------------------------------------------------------------------------
@@ -290,3 +290,125 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     lse_out = _te.compute((B, H, Lq), lambda b, h, i: lse[b, h, i], name=f"{name}.lse",
                           tag="flash_attention_lse", attrs=attrs)
     return out, lse_out
+
+
+def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor,
+                             lse: Tensor, causal: bool = False, scale: float | None = None,
+                             name: str = "flash_grad"):
+    """FlashAttention's backward: the gradients ``(dq, dk, dv)`` of
+    :func:`flash_attention`'s output contracted with ``dout``, from the forward's output
+    ``out`` and logsumexp ``lse``, in computes that never hold an ``Lq x Lk`` matrix once
+    scheduled (:func:`tecomp.strategy.cuda.schedule_flash_attention_backward`).
+
+    With ``p = exp(s * scale - lse)`` recomputed from ``q``, ``k`` and ``lse``: ``delta =
+    rowsum(dout * out)`` (float32), ``dv = p^T dout``, ``ds = p * (dout v^T - delta) *
+    scale``, ``dk = ds^T q``, ``dq = ds k``.  Stages (``<name>.<what>``): the inputs padded
+    to a multiple of :data:`FLASH_PAD` rows, one copy per kernel; ``delta``; per
+    gradient its scores (``k q^T`` for ``dk``/``dv``, ``q k^T`` for ``dq``), ``p`` or
+    ``ds`` in q's dtype, the float32 accumulation and the cast to q's dtype.  ``dk`` and
+    ``dv`` are separate kernels (each recomputes the scores), so the backward does eight
+    ``L^2 d`` GEMMs where FlashAttention-2's does five.
+
+    Parameters
+    ----------
+    q, k, v, causal, scale
+        As given to :func:`flash_attention`.
+    out : Tensor
+        Its output ``[b, h, Lq, dv]``.
+    dout : Tensor
+        The gradient of the loss with respect to ``out`` (its shape and dtype).
+    lse : Tensor
+        Its logsumexp ``[b, h, Lq]``, float32.
+    name : str, optional
+        The prefix of the stages' names.
+
+    Returns
+    -------
+    (Tensor, Tensor, Tensor)
+        ``dq``, ``dk``, ``dv`` (``<name>.dq`` ...), of q's, k's and v's shapes and dtype.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
+    fwd_out, fwd_lse = flash_attention(q, k, v, causal, scale, name)   # checks q, k, v
+    a = Args("flash_attention_backward", name)
+    for what, t, like in (("out", out, fwd_out), ("dout", dout, fwd_out), ("lse", lse, fwd_lse)):
+        a.tensor(what, t, like.ndim, dtype=(like.dtype,))
+        for d in range(like.ndim):
+            if _same(t.shape[d], like.shape[d]) is not True:
+                a.fail(f"{what} ({t.name}) has shape {_shape_text(t.shape)}; it must be "
+                       f"{_shape_text(like.shape)}, as flash_attention's "
+                       f"{'logsumexp' if what == 'lse' else 'output'}")
+    attrs = fwd_out.op.attrs
+    scale = attrs["scale"]
+    B, H, Lq, D = (int(e.value) for e in q.shape)
+    Lk, Dv = int(k.shape[2].value), int(v.shape[3].value)
+    dt, f32 = q.dtype, "float32"
+    Lqp, Lkp = _round_up(Lq, FLASH_PAD), _round_up(Lk, FLASH_PAD)
+    n = iter(range(100))
+
+    def padded(x, L, Lp, what):
+        dim = int(x.shape[3].value)
+        return _te.compute((B, H, Lp, dim), lambda b, h, i, d: _te.if_then_else(
+            i < L, x[b, h, _te.min(i, L - 1), d], _c(0.0, dt)),
+            name=f"{name}.{what}{next(n)}", tag="flash_pad")
+
+    def gemm_t(A, Bt, rows, cols, what):
+        """``A[r, :] . Bt[c, :]`` in float32: a score tile's compute."""
+        d = _te.reduce_axis(int(A.shape[3].value), name="d")
+        return _te.compute((B, H, rows, cols), lambda b, h, r, c: _te.sum(
+            A[b, h, r, d].astype(f32) * Bt[b, h, c, d].astype(f32), axis=d),
+            name=f"{name}.{what}", tag="flash_scores")
+
+    rd = _te.reduce_axis(Dv, name="e")
+    delta = _te.compute((B, H, Lqp), lambda b, h, i: _te.sum(_te.if_then_else(
+        i < Lq, dout[b, h, _te.min(i, Lq - 1), rd].astype(f32)
+        * out[b, h, _te.min(i, Lq - 1), rd].astype(f32), _c(0.0, f32)), axis=rd),
+        name=f"{name}.delta", tag="flash_delta")
+
+    def prob(s, b, h, i, j, key_major):
+        """p[i, j] in float32 from the scores tile ``s`` (``s[j, i]`` when key_major)."""
+        keep = _op.all_(i < Lq, j < Lk)
+        if causal:
+            keep = _op.all_(keep, j <= i)
+        sij = s[b, h, j, i] if key_major else s[b, h, i, j]
+        ls = lse[b, h, _te.min(i, Lq - 1)]
+        return _te.if_then_else(keep, _te.exp(sij * _c(scale, f32) - ls), _c(0.0, f32))
+
+    def grad_scores(prob_of, dp, b, h, i, j, key_major):
+        dpij = dp[b, h, j, i] if key_major else dp[b, h, i, j]
+        return (prob_of * (dpij - delta[b, h, i]) * _c(scale, f32)).astype(dt)
+
+    def accumulate(T, X, rows, cols, dim, what):
+        r = _te.reduce_axis(cols, name="c")
+        return _te.compute((B, H, rows, dim), lambda b, h, x, y: _te.sum(
+            T[b, h, x, r].astype(f32) * X[b, h, r, y].astype(f32), axis=r),
+            name=f"{name}.{what}_acc", tag="flash_grad_acc")
+
+    def cast(acc, L, dim, what):
+        return _te.compute((B, H, L, dim), lambda b, h, x, y: acc[b, h, x, y].astype(dt),
+                           name=f"{name}.{what}", tag=f"flash_attention_{what}",
+                           attrs=attrs)
+
+    # dv = p^T dout: rows are keys
+    st = gemm_t(padded(k, Lk, Lkp, "k"), padded(q, Lq, Lqp, "q"), Lkp, Lqp, "scores_v")
+    pt = _te.compute((B, H, Lkp, Lqp), lambda b, h, j, i: prob(st, b, h, i, j, True).astype(dt),
+                     name=f"{name}.pt", tag="flash_p")
+    dv = cast(accumulate(pt, padded(dout, Lq, Lqp, "do"), Lkp, Lqp, Dv, "dv"), Lk, Dv, "dv")
+    # dk = ds^T q: rows are keys; the q tile serves the scores and the accumulation
+    qk = padded(q, Lq, Lqp, "q")
+    st = gemm_t(padded(k, Lk, Lkp, "k"), qk, Lkp, Lqp, "scores_k")
+    dpt = gemm_t(padded(v, Lk, Lkp, "v"), padded(dout, Lq, Lqp, "do"), Lkp, Lqp, "dpt")
+    dst = _te.compute((B, H, Lkp, Lqp), lambda b, h, j, i: grad_scores(
+        prob(st, b, h, i, j, True), dpt, b, h, i, j, True), name=f"{name}.dst", tag="flash_ds")
+    dk = cast(accumulate(dst, qk, Lkp, Lqp, D, "dk"), Lk, D, "dk")
+    # dq = ds k: rows are queries; the k tile serves the scores and the accumulation
+    kq = padded(k, Lk, Lkp, "k")
+    sq = gemm_t(padded(q, Lq, Lqp, "q"), kq, Lqp, Lkp, "scores_q")
+    dp = gemm_t(padded(dout, Lq, Lqp, "do"), padded(v, Lk, Lkp, "v"), Lqp, Lkp, "dp")
+    ds = _te.compute((B, H, Lqp, Lkp), lambda b, h, i, j: grad_scores(
+        prob(sq, b, h, i, j, False), dp, b, h, i, j, False), name=f"{name}.ds", tag="flash_ds")
+    dq = cast(accumulate(ds, kq, Lqp, Lkp, D, "dq"), Lq, D, "dq")
+    return dq, dk, dv

@@ -40,6 +40,11 @@ from .._common import _cint, _has_tag
 from .common import _bind, _check_target, _cooperative_copy, max_shared_bytes
 from .tensorcore import FRAG, WARP, family_intrinsics
 
+def _tagged(op, tag: str) -> bool:
+    """Whether ``op`` is a compute with ``tag`` (placeholders have none)."""
+    return getattr(op, "tag", None) is not None and _has_tag(op, tag)
+
+
 #: the float32 elements a row of a float32 shared tile is padded by (16 bytes)
 F32_PAD = 4
 
@@ -98,8 +103,8 @@ def flash_config(d: int, dv: int, dtype: str = "float16",
 def _parts(outs):
     """The stages of a ``flash_attention``: a dict by role, or ScheduleError."""
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    out = [t for t in outs if isinstance(t, Tensor) and _has_tag(t.op, "flash_attention")]
-    lse = [t for t in outs if isinstance(t, Tensor) and _has_tag(t.op, "flash_attention_lse")]
+    out = [t for t in outs if isinstance(t, Tensor) and _tagged(t.op, "flash_attention")]
+    lse = [t for t in outs if isinstance(t, Tensor) and _tagged(t.op, "flash_attention_lse")]
     if len(outs) != 2 or len(out) != 1 or len(lse) != 1:
         raise ScheduleError(
             "schedule_flash_attention takes the two outputs of tecomp.nn.flash_attention, "
@@ -108,11 +113,11 @@ def _parts(outs):
     pv = out.op.input_tensors[0]
     p, vp = pv.op.input_tensors
     s2, lse_p = (t for t in p.op.input_tensors)
-    if _has_tag(lse_p.op, "flash_scores"):
+    if _tagged(lse_p.op, "flash_scores"):
         s2, lse_p = lse_p, s2
     stats = lse_p.op.input_tensors[0]
     m, l = stats.op.output(0), stats.op.output(1)
-    s1 = [t for t in stats.op.input_tensors if _has_tag(t.op, "flash_scores")][0]
+    s1 = [t for t in stats.op.input_tensors if _tagged(t.op, "flash_scores")][0]
     q1, k1 = s1.op.input_tensors
     q2, k2 = s2.op.input_tensors
     if lse_p.op is not lse.op.input_tensors[0].op:
@@ -311,3 +316,76 @@ class _Kernels:
         fs.reorder(co, r, c)
         fs.tensorize(r, tensor_intrin(names["load_b"]))
         return ot, bo, pf, ko
+
+
+def schedule_flash_attention_backward(outs, target: str = "cuda",
+                                      config: Optional[FlashConfig] = None) -> Schedule:
+    """The schedule of ``tecomp.nn.flash_attention_backward``'s ``(dq, dk, dv)`` on the
+    tensor cores: a kernel for ``delta`` (a thread per query row), then one per gradient,
+    each :meth:`_Kernels.accumulate`'s form: blocks of ``32 * warps`` rows (keys for
+    ``dk`` and ``dv``, queries for ``dq``) whose operands stay in shared memory, and per
+    step of ``block_kv`` columns the score tiles on the tensor cores (``k q^T`` and ``v
+    dout^T``, or ``q k^T`` and ``dout v^T``), the 16-bit tile of ``p`` or ``ds`` and its
+    product with the step's tile of ``dout``, ``q`` or ``k`` into each warp's
+    accumulators.  ``config``: :func:`flash_backward_config`'s by default."""
+    _check_target(target)
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    by = {}
+    for t in outs:
+        for what in ("dq", "dk", "dv"):
+            if isinstance(t, Tensor) and _tagged(t.op, f"flash_attention_{what}"):
+                by[what] = t
+    if len(outs) != 3 or len(by) != 3:
+        raise ScheduleError(
+            "schedule_flash_attention_backward takes the three outputs of "
+            "tecomp.nn.flash_attention_backward, (dq, dk, dv), got "
+            f"{', '.join(getattr(t, 'name', repr(t)[:30]) for t in outs)}")
+    dq_acc = by["dq"].op.input_tensors[0]
+    D = _cint(by["dq"].shape[3])
+    Dv = _cint(by["dv"].shape[3])
+    dtype = by["dq"].dtype
+    cfg = config if config is not None else flash_backward_config(
+        D, Dv, dtype, max_shared_bytes(target))
+    s = create_schedule([by["dq"].op, by["dk"].op, by["dv"].op])
+    ds = [x for x in dq_acc.op.input_tensors if _tagged(x.op, "flash_ds")][0]
+    Lqp, Lkp = _cint(ds.shape[2]), _cint(ds.shape[3])
+    delta = [x for x in ds.op.input_tensors if _tagged(x.op, "flash_delta")][0]
+    # the dq kernel's rows are queries, the dk and dv kernels' keys
+    for what, rows, cols in (("dq", Lqp, Lkp), ("dk", Lkp, Lqp), ("dv", Lkp, Lqp)):
+        k = _Kernels(s, cfg, dtype, rows, cols)
+        out = by[what]
+        acc = out.op.input_tensors[0]
+        T, X = acc.op.input_tensors
+        ot, bo, pf, ko = k.accumulate(out, acc, T, X)
+        k.tile16(T, pf, ko)
+        k.shared_copy(X, pf, ko, step=True)
+        for S in (x for x in T.op.input_tensors if _tagged(x.op, "flash_scores")):
+            A, B = S.op.input_tensors
+            k.scores(S, A, B, pf, ko)
+            k.shared_copy(A, ot, bo)
+            if B is not X:
+                k.shared_copy(B, pf, ko, step=True)
+    _Kernels(s, cfg, dtype, Lqp, Lkp).rows_kernel(delta)
+    return s
+
+
+def backward_shared_bytes(cfg: FlashConfig, d: int, dv: int, dtype: str = "float16") -> int:
+    """The shared memory of the largest backward kernel (``dk``'s: two block operands,
+    two step operands, two float32 score tiles, the 16-bit ``ds`` tile and the float32
+    tile of the result)."""
+    e = _dt.nbytes(dtype)
+    pad = 16 // e
+    bq, bk = cfg.block_q, cfg.block_kv
+    return ((bq * (d + pad) + bq * (dv + pad) + bk * (d + pad) + bk * (dv + pad)
+             + bq * (bk + pad)) * e + (2 * bq * (bk + F32_PAD) + bq * (d + F32_PAD)) * 4)
+
+
+def flash_backward_config(d: int, dv: int, dtype: str = "float16",
+                          max_shared: Optional[int] = None) -> FlashConfig:
+    """:func:`flash_config`'s choice for the backward (:func:`backward_shared_bytes`)."""
+    limit = max_shared if max_shared is not None else 163 * 1024
+    for c in FLASH_CONFIGS:
+        if backward_shared_bytes(c, d, dv, dtype) <= limit and \
+                c.block_kv + max(d, dv) <= MAX_ACCUMULATORS:
+            return c
+    return FLASH_CONFIGS[-1]
