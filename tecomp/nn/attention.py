@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 
 from .. import te as _te
 from ..errors import DTypeError, ShapeError
@@ -9,6 +10,7 @@ from ..ir import op as _op
 from ..ir.expr import Const
 from ..te.tensor import Tensor
 from ..autodiff.reverse import stop_gradient
+from ..autodiff.rules import register_derivative
 from ._check import Args, same_extent as _same, shape_text as _shape_text
 from ._common import _acc, _c, _is_one
 from .softmax import shift_max
@@ -220,6 +222,23 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     ShapeError, DTypeError
         For an argument of the wrong rank, dtype or extent (the message names it).
     """
+    out, lse = _flash_forward(q, k, v, causal, scale, name)
+    # tc.gradient of the output: flash_attention_backward, straight to q, k and v (the
+    # rule holds the outputs weakly: the registry's key must not be kept alive by it)
+    refs = weakref.ref(out.op), weakref.ref(lse.op)
+    scale = out.op.attrs["scale"]
+
+    def vjp(adjoint, *_):
+        o, ls = (r().output(0) for r in refs)
+        dq, dk, dv = flash_attention_backward(q, k, v, o, adjoint, ls, causal, scale,
+                                              f"{name}_grad")
+        return {q: dq, k: dk, v: dv}
+    register_derivative(out, vjp)
+    return out, lse
+
+
+def _flash_forward(q, k, v, causal, scale, name):
+    """:func:`flash_attention`'s computes (without the derivative's registration)."""
     scale = _attention_args(q, k, v, None, scale, name, "flash_attention")
     a = Args("flash_attention", name)
     if q.dtype not in FLASH_DTYPES:
@@ -272,7 +291,9 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     rj = _te.reduce_axis(Lkp, name="j")
     m, l = _te.compute((B, H, Lqp), lambda b, h, i: _online_softmax()(
         (logit(s1, b, h, i, rj), _c(1.0, f32)), axis=rj), name=f"{name}.stats",
-        tag="flash_stats", attrs=attrs)
+        tag="flash_stats", attrs=dict(attrs))
+    # constant for tc.gradient: flash_attention's derivative goes straight to q, k, v
+    stop_gradient(m)
     lse = _te.compute((B, H, Lqp), lambda b, h, i: _te.if_then_else(
         l[b, h, i] > _c(0.0, f32), m[b, h, i] + _te.log(l[b, h, i]), _c(-math.inf, f32)),
         name=f"{name}.lse_padded")
@@ -332,7 +353,7 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
     ShapeError, DTypeError
         For an argument of the wrong rank, dtype or extent (the message names it).
     """
-    fwd_out, fwd_lse = flash_attention(q, k, v, causal, scale, name)   # checks q, k, v
+    fwd_out, fwd_lse = _flash_forward(q, k, v, causal, scale, name)   # checks q, k, v
     a = Args("flash_attention_backward", name)
     for what, t, like in (("out", out, fwd_out), ("dout", dout, fwd_out), ("lse", lse, fwd_lse)):
         a.tensor(what, t, like.ndim, dtype=(like.dtype,))

@@ -138,8 +138,15 @@ def schedule_flash_attention(outs, target: str = "cuda",
     D, Dv = _cint(q.shape[3]), _cint(t["v"].shape[3])
     cfg = config if config is not None else flash_config(D, Dv, q.dtype,
                                                          max_shared_bytes(target))
-    k = _Kernels(create_schedule([t["out"].op, t["lse"].op]), cfg, q.dtype,
-                 _cint(q.shape[2]), _cint(t["k1"].shape[2]))
+    s = create_schedule([t["out"].op, t["lse"].op])
+    _forward_into(s, t, cfg)
+    return s
+
+
+def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
+    """The forward's kernels (the stages :func:`_parts` found) in ``s``."""
+    q = t["q1"]
+    k = _Kernels(s, cfg, q.dtype, _cint(q.shape[2]), _cint(t["k1"].shape[2]))
 
     # 1. statistics: a thread per query row, folding each key tile into (m, l)
     st = k.s[t["m"]]
@@ -164,7 +171,6 @@ def schedule_flash_attention(outs, target: str = "cuda",
     k.shared_copy(t["v"], pf, ko, step=True)
     k.scores(t["s2"], t["q2"], t["k2"], pf, ko)
     k.shared_copy(t["k2"], pf, ko, step=True)
-    return k.s
 
 
 class _Kernels:
@@ -330,11 +336,20 @@ def schedule_flash_attention_backward(outs, target: str = "cuda",
     accumulators.  ``config``: :func:`flash_backward_config`'s by default."""
     _check_target(target)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    by = {}
+    by, final = {}, {}
     for t in outs:
+        # tc.gradient's results copy the gradients (q.grad = flash_grad.dq)
+        g = t
+        while isinstance(g, Tensor) and not any(_tagged(g.op, f"flash_attention_{w}")
+                                                for w in ("dq", "dk", "dv")):
+            ins = getattr(g.op, "input_tensors", [])
+            if getattr(g.op, "reduce_axis", None) or len(ins) != 1:
+                g = None
+                break
+            g = ins[0]
         for what in ("dq", "dk", "dv"):
-            if isinstance(t, Tensor) and _tagged(t.op, f"flash_attention_{what}"):
-                by[what] = t
+            if isinstance(g, Tensor) and _tagged(g.op, f"flash_attention_{what}"):
+                by[what], final[what] = g, t
     if len(outs) != 3 or len(by) != 3:
         raise ScheduleError(
             "schedule_flash_attention_backward takes the three outputs of "
@@ -346,15 +361,33 @@ def schedule_flash_attention_backward(outs, target: str = "cuda",
     dtype = by["dq"].dtype
     cfg = config if config is not None else flash_backward_config(
         D, Dv, dtype, max_shared_bytes(target))
-    s = create_schedule([by["dq"].op, by["dk"].op, by["dv"].op])
+    s = create_schedule([t.op for t in outs])
+    for what in ("dq", "dk", "dv"):
+        for g in _chain(final[what], by[what]):
+            s[g].compute_inline()    # the copies down to the cast: into the output
+    fwd = [op for op in _walk(outs) if _tagged(op, "flash_attention")]
+    if fwd:   # tc.gradient's: the forward's output and logsumexp are computed too
+        ops = _walk(outs)
+        lse = [op for op in ops if _tagged(op, "flash_attention_lse")]
+        tf = _parts([fwd[0].output(0), lse[0].output(0)])
+        _forward_into(s, tf, config if config is not None else flash_config(
+            D, Dv, dtype, max_shared_bytes(target)))
+        mine = {id(x.op) for x in tf.values()}
+        for op in ops:   # a head of ones: into its readers
+            if id(op) not in mine and not op.reduce_axis and not any(
+                    _tagged(op, tg) for tg in ("flash_pad", "flash_p", "flash_ds",
+                                               "flash_attention_dq", "flash_attention_dk",
+                                               "flash_attention_dv")) \
+                    and all(op is not x.op for x in outs) and s[op].attach_type == "root":
+                s[op].compute_inline()
     ds = [x for x in dq_acc.op.input_tensors if _tagged(x.op, "flash_ds")][0]
     Lqp, Lkp = _cint(ds.shape[2]), _cint(ds.shape[3])
     delta = [x for x in ds.op.input_tensors if _tagged(x.op, "flash_delta")][0]
     # the dq kernel's rows are queries, the dk and dv kernels' keys
     for what, rows, cols in (("dq", Lqp, Lkp), ("dk", Lkp, Lqp), ("dv", Lkp, Lqp)):
         k = _Kernels(s, cfg, dtype, rows, cols)
-        out = by[what]
-        acc = out.op.input_tensors[0]
+        out = final[what]
+        acc = by[what].op.input_tensors[0]
         T, X = acc.op.input_tensors
         ot, bo, pf, ko = k.accumulate(out, acc, T, X)
         k.tile16(T, pf, ko)
@@ -367,6 +400,21 @@ def schedule_flash_attention_backward(outs, target: str = "cuda",
                 k.shared_copy(B, pf, ko, step=True)
     _Kernels(s, cfg, dtype, Lqp, Lkp).rows_kernel(delta)
     return s
+
+
+def _chain(top: Tensor, bottom: Tensor):
+    """The stages from ``top``'s input down to ``bottom`` (single-input copies)."""
+    out, t = [], top
+    while t is not bottom:
+        t = t.op.input_tensors[0]
+        out.append(t)
+    return out
+
+
+def _walk(outs):
+    """Every compute operation reachable from ``outs``."""
+    from ...te.tensor import compute_ops
+    return [op for op in compute_ops(outs) if hasattr(op, "reduce_axis")]
 
 
 def backward_shared_bytes(cfg: FlashConfig, d: int, dv: int, dtype: str = "float16") -> int:
