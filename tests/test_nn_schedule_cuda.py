@@ -682,7 +682,8 @@ def test_gpu_benchmark_script_exits_cleanly_without_pycuda():
                                BENCH.gemm_workload(32, half=True),
                                BENCH.bmm_workload(2, 32, 16, half=True),
                                BENCH.hdense_workload(32, 48, 32),
-                               BENCH.flash_workload(1, 2, 40, 64, True)],
+                               BENCH.flash_workload(1, 2, 40, 64, True),
+                               BENCH.flash_backward_workload(1, 2, 40, 64, True)],
                          ids=lambda w: w.name)
 def test_gpu_benchmark_workloads_check_out(w):
     """The benchmark's own data layouts and float64 references (numpy, as without PyTorch)
