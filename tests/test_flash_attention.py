@@ -13,8 +13,10 @@ import pytest
 
 import tecomp as tc
 from tecomp.runtime.nvcc import compile_ptx, find_nvcc
-from tecomp.strategy.cuda.attention import (FlashConfig, flash_config, schedule_flash_attention,
-                                            shared_bytes)
+from tecomp.strategy.cuda.attention import (FlashConfig, backward_shared_bytes,
+                                            flash_backward_config, flash_config,
+                                            schedule_flash_attention,
+                                            schedule_flash_attention_backward, shared_bytes)
 from tecomp.target.cuda import block_shared_limit
 from tecomp.testing.gpu_resources import ptxas_usage
 
@@ -23,6 +25,8 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
                                reason="the CUDA emulation needs a C++ compiler")
 _LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
+#: nvcc's checks of the other shapes and of the backward (10 s): TECOMP_LONG_TESTS=1
+_SLOW = [pytest.mark.slow, pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")]
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not on PATH")
 
 NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -36,23 +40,29 @@ def flash(B, H, Lq, Lk, D, dtype, causal, Dv=None):
     return [q, k, v, out, lse]
 
 
-def reference(q, k, v, causal):
+def reference(q, k, v, causal, dout=None):
+    """float64 attention: (output, logsumexp), and with ``dout`` (dq, dk, dv)."""
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
-    s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1])
+    scale = 1 / math.sqrt(q.shape[-1])
+    s = q @ k.transpose(0, 1, 3, 2) * scale
     if causal:
         s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
     m = s.max(-1, keepdims=True)
     lse = m + np.log(np.exp(s - m).sum(-1, keepdims=True))
-    return np.exp(s - lse) @ v, lse[..., 0]
+    p = np.exp(s - lse)
+    out = p @ v
+    if dout is None:
+        return out, lse[..., 0]
+    do = dout.astype(np.float64)
+    ds = p * (do @ v.transpose(0, 1, 3, 2) - (do * out).sum(-1, keepdims=True)) * scale
+    return ds @ k, ds.transpose(0, 1, 3, 2) @ q, p.transpose(0, 1, 3, 2) @ do
 
 
 #: (batch, heads, Lq, Lk, head dim, dtype, causal, config): lengths that are not
 #: multiples of the tiles, both dtypes, head dims 64 and 128
 CASES = [
-    (1, 2, 40, 40, 64, "float16", False, None),
     (2, 2, 100, 100, 64, "bfloat16", True, None),
-    (1, 2, 64, 100, 128, "float16", True, None),
-    (1, 2, 100, 64, 128, "bfloat16", False, None),
+    (1, 2, 64, 100, 128, "float16", False, None),
     (1, 1, 130, 200, 64, "float16", True, FlashConfig(2, 32)),
 ]
 
@@ -109,12 +119,65 @@ def test_the_config_fits_shared_memory_and_registers(d):
         cfg = flash_config(d, d, "float16", limit)
         assert shared_bytes(cfg, d, d) <= limit
         assert cfg.block_kv + d <= 160
+        cfg = flash_backward_config(d, d, "float16", limit)
+        assert backward_shared_bytes(cfg, d, d) <= limit
+        assert cfg.block_kv + d <= 160
+
+
+def _grad_data(shapes, dtype, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(NP[dtype]) for shape in shapes]
+
+
+@needs_cxx
+def test_tc_gradient_of_flash_attention_is_the_flash_backward():
+    """tc.gradient goes straight to q, k and v through flash_attention_backward (the
+    forward's kernels recompute the output and the logsumexp; no seq x seq buffer)."""
+    B, H, L, D = 1, 2, 40, 64
+    q, k, v, head = (tc.placeholder((B, H, L, D), "float16", name=n) for n in
+                     ("q", "k", "v", "head"))
+    out, _ = tc.nn.flash_attention(q, k, v, causal=True)
+    grads = tc.gradient(out, [q, k, v], head=head)
+    assert [g.op.input_tensors[0].name for g in grads] == [
+        "flash_grad.dq", "flash_grad.dk", "flash_grad.dv"]
+    args = [q, k, v, head, *grads]
+    s = tc.auto_schedule(args, target="cuda-emu")    # the GPU rules take the template
+    text = str(tc.lower(s, args, target="cuda-emu"))
+    for name, dims in re.findall(r"allocate ([\w.]+): \w+\[([\d, ]+)\]", text):
+        dims = [int(x) for x in dims.split(",")]
+        assert math.prod(dims) <= 128 * 128, (name, dims)
+    mod = tc.build(s, args, target="cuda-emu")
+    qa, ka, va, ha = _grad_data([(B, H, L, D)] * 4, "float16", 1)
+    got = [np.full((B, H, L, D), np.nan, np.float16) for _ in range(3)]
+    mod(qa, ka, va, ha, *got, mode="reverse")
+    for g, want in zip(got, reference(qa, ka, va, True, ha)):
+        np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
+                                   atol=2e-3 * np.abs(want).max())
+
+
+@needs_cxx
+def test_flash_attention_backward_bfloat16_head_dim_128_ragged():
+    B, H, Lq, Lk, D = 1, 1, 100, 70, 128
+    P = lambda shape, n, dt="bfloat16": tc.placeholder(shape, dt, name=n)  # noqa: E731
+    q, o, do = (P((B, H, Lq, D), n) for n in ("q", "o", "do"))
+    k, v = P((B, H, Lk, D), "k"), P((B, H, Lk, D), "v")
+    lse = P((B, H, Lq), "lse", "float32")
+    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse)
+    mod = tc.build(schedule_flash_attention_backward(list(grads), target="cuda-emu"),
+                   [q, k, v, o, do, lse, *grads], target="cuda-emu")
+    qa, ka, va, da = _grad_data([(B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, D), (B, H, Lq, D)],
+                                "bfloat16", 2)
+    oa, la = reference(qa, ka, va, False)
+    got = [np.full(x.shape, np.nan, NP["bfloat16"]) for x in (qa, ka, va)]
+    mod(qa, ka, va, oa.astype(NP["bfloat16"]), da, la.astype(np.float32), *got, mode="serial")
+    for g, want in zip(got, reference(qa, ka, va, False, da)):
+        np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
+                                   atol=2e-2 * np.abs(want).max())
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch,d", [("sm_80", 128), ("sm_90", 128),
-                                    pytest.param("sm_90", 64, marks=[pytest.mark.slow, pytest.mark.skipif(
-                                        not _LONG, reason="TECOMP_LONG_TESTS=1")])])
+@pytest.mark.parametrize("arch,d", [("sm_90", 128)] + [
+    pytest.param(arch, d, marks=_SLOW) for arch, d in (("sm_80", 128), ("sm_80", 64))])
 def test_ptx_has_the_tensor_cores_and_nothing_spills(arch, d):
     """The issue's shapes (batch 4, 16 heads, seq 2048): head dim 128 holds the most
     accumulators (the kernels' text does not depend on the batch or the lengths)."""
@@ -126,5 +189,24 @@ def test_ptx_has_the_tensor_cores_and_nothing_spills(arch, d):
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx   # v [keys, dv]
+    for kernel, use in ptxas_usage(src, arch).items():
+        assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", [pytest.param(a, marks=_SLOW) for a in ("sm_80", "sm_90")])
+def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch):
+    """Head dim 128, the backward's most registers (dk's kernel: 250 or so)."""
+    B, H, L, d = 4, 16, 2048, 128
+    P = lambda shape, n, dt="float16": tc.placeholder(shape, dt, name=n)  # noqa: E731
+    q, k, v, o, do = (P((B, H, L, d), n) for n in ("q", "k", "v", "o", "do"))
+    lse = P((B, H, L), "lse", "float32")
+    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=True)
+    tgt = f"cuda -arch={arch}"
+    src = tc.build(schedule_flash_attention_backward(list(grads), target=tgt),
+                   [q, k, v, o, do, lse, *grads], target=tgt).get_source()
+    ptx = compile_ptx(src, arch)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
     for kernel, use in ptxas_usage(src, arch).items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
