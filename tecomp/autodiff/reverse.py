@@ -429,6 +429,10 @@ class _Gradient:
             r = id(t) in self.is_input
             if not r and not self.stopped(t):
                 r = any(reach.get(id(d), False) for d in self.deps(t))
+                if not r and self.custom(t) is not None:
+                    # a registered derivative sees past stages marked constant for it
+                    # (flash_attention's statistics): it decides, or refuses
+                    r = any(id(x) in self.is_input for x in _topo([t]))
             reach[id(t)] = r
         contribs: Dict[int, list] = {id(t): [] for t in self.order}
         results: Dict[int, Tensor] = {}

@@ -5,7 +5,7 @@ import math
 import weakref
 
 from .. import te as _te
-from ..errors import DTypeError, ShapeError
+from ..errors import AutodiffError, DTypeError, ShapeError
 from ..ir import op as _op
 from ..ir.expr import Const
 from ..te.tensor import Tensor
@@ -234,6 +234,16 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
                                               f"{name}_grad")
         return {q: dq, k: dk, v: dv}
     register_derivative(out, vjp)
+
+    def no_vjp(adjoint, *_):
+        # the statistics are marked constant for the output's derivative: a derived
+        # gradient through them would be silently zero
+        raise AutodiffError(
+            f"tc.gradient: {refs[1]().name}, flash_attention's logsumexp, has no derivative "
+            "in tecomp yet; differentiate its output (flash_attention's first result), or "
+            "compute the logsumexp with tecomp.nn ops (e.g. scaled_dot_product_attention's "
+            "stages) where you need its gradient")
+    register_derivative(lse, no_vjp)
     return out, lse
 
 

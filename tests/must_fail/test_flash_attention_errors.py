@@ -5,6 +5,7 @@ import pytest
 import tecomp as tc
 from tecomp import nn
 from tecomp.strategy.cuda import FlashConfig, schedule_flash_attention
+from tecomp.strategy.cuda import schedule_flash_attention_backward as nn_cuda_backward
 
 
 def _qkv(q=(1, 2, 40, 64), k=(1, 2, 50, 64), v=(1, 2, 50, 64), dtype="float16", kdtype=None):
@@ -76,3 +77,44 @@ def test_schedule_is_for_cuda_targets():
     out, lse = nn.flash_attention(*_qkv())
     with pytest.raises(tc.ScheduleError, match=r"are for target 'cuda' or 'cuda-emu'"):
         schedule_flash_attention([out, lse], target="llvm")
+
+
+def _bwd_args(o=(1, 2, 40, 64), do=(1, 2, 40, 64), lse=(1, 2, 40), do_dtype="float16"):
+    q, k, v = _qkv()
+    return (q, k, v, tc.placeholder(o, "float16", name="O"),
+            tc.placeholder(do, do_dtype, name="dO"), tc.placeholder(lse, "float32", name="L"))
+
+
+def test_backward_dout_of_another_shape():
+    with pytest.raises(tc.ShapeError, match=r"flash_attention_backward flash_grad: dout \(dO\) "
+                                            r"has shape \(1, 2, 41, 64\); it must be "
+                                            r"\(1, 2, 40, 64\), as flash_attention's output"):
+        nn.flash_attention_backward(*_bwd_args(do=(1, 2, 41, 64)))
+
+
+def test_backward_dout_of_another_dtype():
+    with pytest.raises(tc.DTypeError, match=r"dout \(dO\) has dtype bfloat16; give float16"):
+        nn.flash_attention_backward(*_bwd_args(do_dtype="bfloat16"))
+
+
+def test_backward_lse_of_another_shape():
+    with pytest.raises(tc.ShapeError, match=r"lse \(L\) must be 3-d"):
+        nn.flash_attention_backward(*_bwd_args(lse=(1, 2, 40, 1)))
+
+
+def test_backward_schedule_takes_the_three_gradients():
+    dq, dk, dv = nn.flash_attention_backward(*_bwd_args())
+    with pytest.raises(tc.ScheduleError, match=r"schedule_flash_attention_backward takes the "
+                                               r"three outputs of "
+                                               r"tecomp.nn.flash_attention_backward, \(dq, dk, "
+                                               r"dv\), got flash_grad.dq, flash_grad.dk$"):
+        nn_cuda_backward([dq, dk], target="cuda")
+
+
+def test_gradient_of_the_logsumexp_is_refused():
+    q, k, v = _qkv()
+    _, lse = nn.flash_attention(q, k, v)
+    with pytest.raises(tc.AutodiffError, match=r"tc.gradient: flash.lse, flash_attention's "
+                                               r"logsumexp, has no derivative in tecomp yet; "
+                                               r"differentiate its output"):
+        tc.gradient(lse, [q])
