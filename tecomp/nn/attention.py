@@ -199,6 +199,10 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     aligned top-left) are left out; a row with no key left is 0 and its logsumexp
     ``-inf``.
 
+    ``tc.gradient(out, [q, k, v], head)`` is :func:`flash_attention_backward`'s computes
+    (a derivative registered for ``out``); the logsumexp has no gradient (an
+    AutodiffError says so).
+
     Parameters
     ----------
     q, k, v : Tensor
