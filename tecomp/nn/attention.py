@@ -228,22 +228,25 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     """
     out, lse = _flash_forward(q, k, v, causal, scale, name)
     # tc.gradient of the output: flash_attention_backward, straight to q, k and v (the
-    # rule holds the outputs weakly: the registry's key must not be kept alive by it)
-    refs = weakref.ref(out.op), weakref.ref(lse.op)
+    # rule holds the output weakly: the registry's key must not be kept alive by its
+    # value; the logsumexp strongly: the caller may have dropped it)
+    out_ref = weakref.ref(out.op)
     scale = out.op.attrs["scale"]
 
     def vjp(adjoint, *_):
-        o, ls = (r().output(0) for r in refs)
+        o, ls = out_ref().output(0), lse
         dq, dk, dv = flash_attention_backward(q, k, v, o, adjoint, ls, causal, scale,
                                               f"{name}_grad")
         return {q: dq, k: dk, v: dv}
     register_derivative(out, vjp)
 
+    lse_name = lse.name   # (not the tensor: the registry's key)
+
     def no_vjp(adjoint, *_):
         # the statistics are marked constant for the output's derivative: a derived
         # gradient through them would be silently zero
         raise AutodiffError(
-            f"tc.gradient: {refs[1]().name}, flash_attention's logsumexp, has no derivative "
+            f"tc.gradient: {lse_name}, flash_attention's logsumexp, has no derivative "
             "in tecomp yet; differentiate its output (flash_attention's first result), or "
             "compute the logsumexp with tecomp.nn ops (e.g. scaled_dot_product_attention's "
             "stages) where you need its gradient")
