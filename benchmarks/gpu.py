@@ -631,7 +631,7 @@ def flash_workload(B: int, H: int, L: int, d: int, causal: bool) -> Workload:
     (``torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)``), checked against
     PyTorch's math backend in float64 on the same inputs.  FLOP/s count FlashAttention's
     two GEMMs (``4 b h L^2 d``, half with ``causal``); tecomp computes the scores twice
-    (see tecomp.strategy.cuda.attention) and every key tile even when causal."""
+    (see tecomp.strategy.cuda.attention); causal, it skips the tiles past the diagonal."""
     def args():
         q, k, v = (tc.placeholder((B, H, L, d), "float16", name=n) for n in "qkv")
         out, lse = tc.nn.flash_attention(q, k, v, causal=causal)

@@ -103,6 +103,9 @@ def test_the_lowered_ir_has_no_seq_by_seq_buffer():
     for intrin in ("mma_load_a_f16", "mma_load_b_f16", "mma_f16f16f32", "mma_store_f32"):
         assert f"tensorize cuda.{intrin} " in text
     assert "flash.stats" in text
+    # causal: each block's key loops stop after the tile of its last query (128 rows,
+    # 64 keys a tile: 2 tiles a block)
+    assert len(re.findall(r"for \(j\.outer\w*, 0, i\.outer\w*\*2 \+ 2\)", text)) == 2
 
 
 def test_auto_schedule_takes_the_template():
@@ -156,21 +159,30 @@ def test_tc_gradient_of_flash_attention_is_the_flash_backward():
 
 
 @needs_cxx
-def test_flash_attention_backward_bfloat16_head_dim_128_ragged():
-    B, H, Lq, Lk, D = 1, 1, 100, 70, 128
+def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
+    """Four blocks of 64 rows and tiles of 32 columns: the causal tiles skipped (dq's
+    keys after its rows, dk's and dv's queries before theirs) are the empty ones."""
+    B, H, Lq, Lk, D = 1, 1, 200, 136, 128
     P = lambda shape, n, dt="bfloat16": tc.placeholder(shape, dt, name=n)  # noqa: E731
     q, o, do = (P((B, H, Lq, D), n) for n in ("q", "o", "do"))
     k, v = P((B, H, Lk, D), "k"), P((B, H, Lk, D), "v")
     lse = P((B, H, Lq), "lse", "float32")
-    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse)
-    mod = tc.build(schedule_flash_attention_backward(list(grads), target="cuda-emu"),
-                   [q, k, v, o, do, lse, *grads], target="cuda-emu")
+    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=True)
+    s = schedule_flash_attention_backward(list(grads), target="cuda-emu",
+                                          config=FlashConfig(2, 32))
+    text = str(tc.lower(s, [q, k, v, o, do, lse, *grads], target="cuda-emu"))
+    # dq: the key tiles up to the block's last query; dk, dv: the query tiles from the
+    # block's first key (8 tiles of 32 in 256)
+    assert len(re.findall(r"for \(c\.outer\w*, 0, x\.outer\w*\*2 \+ 2\)", text)) == 1
+    assert len(re.findall(r"for \(c\.outer\w*, x\.outer(\w*)\*2, 8 - x\.outer\1\*2\)",
+                          text)) == 2
+    mod = tc.build(s, [q, k, v, o, do, lse, *grads], target="cuda-emu")
     qa, ka, va, da = _grad_data([(B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, D), (B, H, Lq, D)],
                                 "bfloat16", 2)
-    oa, la = reference(qa, ka, va, False)
+    oa, la = reference(qa, ka, va, True)
     got = [np.full(x.shape, np.nan, NP["bfloat16"]) for x in (qa, ka, va)]
     mod(qa, ka, va, oa.astype(NP["bfloat16"]), da, la.astype(np.float32), *got, mode="serial")
-    for g, want in zip(got, reference(qa, ka, va, False, da)):
+    for g, want in zip(got, reference(qa, ka, va, True, da)):
         np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
                                    atol=2e-2 * np.abs(want).max())
 

@@ -262,6 +262,26 @@ def test_prefetch():
     }""")
 
 
+def test_causal_tiles():
+    """A loop over column tiles of 32 in blocks of 64 rows on blockIdx.x: "before" ends
+    it after the tile of the block's last row, "after" starts it at its first row's."""
+    for side, loop in (("before", "for (j.outer, 0, i.outer*2 + 2) {"),
+                       ("after", "for (j.outer, i.outer*2, 8 - i.outer*2) {")):
+        A = tc.placeholder((256, 256), name="A")
+        B = tc.compute((256, 256), lambda i, j: A[i, j] * 2.0, name="B")
+        s = tc.create_schedule(B.op)
+        i, j = B.op.axis
+        bo, ti = s[B].split(i, factor=64)
+        jo, ji = s[B].split(j, factor=32)
+        s[B].reorder(bo, jo, ti, ji)
+        s[B].bind(bo, tc.thread_axis("blockIdx.x"))
+        s[B].bind(ti, tc.thread_axis("threadIdx.x"))
+        s[B].pragma(jo, "causal_tiles", f"{side} 64 32")
+        before, after = _through("causal_tiles", s, [A, B], "cuda")
+        assert "for (j.outer, 0, 8) {" in before
+        assert loop in after, after
+
+
 def test_insert_barriers():
     s, args = gpu_shared_tile()
     before, after = _through("insert_barriers", s, args, "cuda")
@@ -512,6 +532,7 @@ def test_the_codegen_phase_is_what_tc_build_renders():
 PASS_TESTS = {
     "simplify": test_simplify, "simplify_after_partition": test_simplify,
     "prefetch": test_prefetch, "loop_partition": test_loop_partition,
+    "causal_tiles": test_causal_tiles,
     "unroll_explicit": test_unroll_explicit, "remove_no_op": test_remove_no_op,
     "verify_thread_extents": test_verify_thread_extents,
     "insert_barriers": test_insert_barriers, "double_buffer": test_double_buffer,

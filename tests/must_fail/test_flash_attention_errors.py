@@ -118,3 +118,18 @@ def test_gradient_of_the_logsumexp_is_refused():
                                                r"logsumexp, has no derivative in tecomp yet; "
                                                r"differentiate its output"):
         tc.gradient(lse, [q])
+
+
+def test_causal_tiles_pragma_with_a_bad_value():
+    A = tc.placeholder((64, 64), name="A")
+    C = tc.compute((64, 64), lambda i, j: A[i, j] * 2, name="C")
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    bo, ti = s[C].split(i, factor=32)
+    s[C].bind(bo, tc.thread_axis("blockIdx.x"))
+    s[C].bind(ti, tc.thread_axis("threadIdx.x"))
+    s[C].pragma(j, "causal_tiles", "sideways 1 2")
+    with pytest.raises(tc.ScheduleError, match=r"pragma causal_tiles: the value is 'before "
+                                               r"<rows> <cols>' or 'after <rows> <cols>' "
+                                               r"\(positive ints\), got 'sideways 1 2'"):
+        tc.lower(s, [A, C], target="cuda")

@@ -20,8 +20,9 @@ Two kernels carry the work (and a third writes the logsumexp out):
 
 Because the logsumexp is known before ``p v`` starts, ``p`` is already normalised and
 the accumulator needs no rescaling; the price is the scores computed twice (three GEMMs
-of ``Lq x Lk x d`` instead of FlashAttention-2's two).  Causal attention computes every
-key tile and masks (the tiles above the diagonal are not skipped yet).
+of ``Lq x Lk x d`` instead of FlashAttention-2's two).  Causal attention skips the
+key tiles past a block's last query (:meth:`_Kernels.skip_causal`), and masks in the
+diagonal ones.
 
 :class:`FlashConfig` holds the tiling; :func:`flash_config` picks it from the head
 dimension and the shared memory of the target (:func:`shared_bytes`).
@@ -147,6 +148,7 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
     """The forward's kernels (the stages :func:`_parts` found) in ``s``."""
     q = t["q1"]
     k = _Kernels(s, cfg, q.dtype, _cint(q.shape[2]), _cint(t["k1"].shape[2]))
+    causal = bool(t["out"].op.attrs.get("causal"))
 
     # 1. statistics: a thread per query row, folding each key tile into (m, l)
     st = k.s[t["m"]]
@@ -154,6 +156,8 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
     ko, kj = st.split(st.op.reduce_axis[0], factor=cfg.block_kv)
     iy, ix = st.split(i, factor=WARP)
     st.reorder(bz, bo, ko, iy, ix, kj)
+    if causal:
+        k.skip_causal(st, ko, "before")
     _bind(st, bz, "blockIdx.y")
     _bind(st, bo, "blockIdx.x")
     _bind(st, iy, "threadIdx.y")
@@ -166,6 +170,8 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
 
     # 2. the output: per key tile, p (shared) and p v (each warp's accumulators)
     ot, bo, pf, ko = k.accumulate(t["out"], t["pv"], t["p"], t["v"])
+    if causal:
+        k.skip_causal(pf, ko, "before")
     k.shared_copy(t["q2"], ot, bo)
     k.tile16(t["p"], pf, ko)
     k.shared_copy(t["v"], pf, ko, step=True)
@@ -256,6 +262,13 @@ class _Kernels:
         st.compute_at(at, axis)
         st.storage_align(st.op.axis[-2], self.cfg.block_kv, self.per16)
         _cooperative_copy(st, self.threads, self.cfg.block_q * self.cfg.block_kv)
+
+    def skip_causal(self, st, ko, side: str) -> None:
+        """The loop ``ko`` over the column tiles skips the tiles a causal mask empties for
+        the block's rows (``pragma causal_tiles``, :mod:`tecomp.lower.causal_tiles`):
+        ``"before"``, columns up to the rows (keys of a block of queries), or
+        ``"after"``, columns from the rows on (queries of a block of keys)."""
+        st.pragma(ko, "causal_tiles", f"{side} {self.cfg.block_q} {self.cfg.block_kv}")
 
     def rows_kernel(self, out) -> None:
         """A small output (the logsumexp, FlashAttention's backward's ``delta``) in a
@@ -390,6 +403,8 @@ def schedule_flash_attention_backward(outs, target: str = "cuda",
         acc = by[what].op.input_tensors[0]
         T, X = acc.op.input_tensors
         ot, bo, pf, ko = k.accumulate(out, acc, T, X)
+        if by[what].op.attrs.get("causal"):
+            k.skip_causal(pf, ko, "before" if what == "dq" else "after")
         k.tile16(T, pf, ko)
         k.shared_copy(X, pf, ko, step=True)
         for S in (x for x in T.op.input_tensors if _tagged(x.op, "flash_scores")):
