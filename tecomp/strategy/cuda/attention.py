@@ -35,7 +35,7 @@ from typing import Optional
 from ...errors import ScheduleError
 from ...ir import dtype as _dt
 from ...schedule.schedule import Schedule, create_schedule
-from ...te.tensor import Tensor
+from ...te.tensor import Tensor, compute_ops
 from ...te.tensor_intrin import tensor_intrin
 from .._common import _cint, _has_tag
 from .common import _bind, _check_target, _cooperative_copy, max_shared_bytes
@@ -428,7 +428,6 @@ def _chain(top: Tensor, bottom: Tensor):
 
 def _walk(outs):
     """Every compute operation reachable from ``outs``."""
-    from ...te.tensor import compute_ops
     return [op for op in compute_ops(outs) if hasattr(op, "reduce_axis")]
 
 
