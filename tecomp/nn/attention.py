@@ -69,7 +69,10 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     the output ``pv * rcp``.  For float16/bfloat16 inputs every stage but the output is
     float32 (the output rounds once).  As written they hold ``Lq x Lk`` scores;
     :func:`tecomp.strategy.cpu.schedule_attention` (what ``tc.auto_schedule`` gives this op)
-    computes them per block of rows of the output, FlashAttention's way.
+    computes them per block of rows of the output, FlashAttention's way.  On CUDA
+    targets this graph gets the generic GPU rules, which hold the scores whole; for
+    float16/bfloat16 without a mask (or causal) use :func:`flash_attention`, whose
+    template runs on the tensor cores and whose gradient is FlashAttention's backward.
 
     Parameters
     ----------
