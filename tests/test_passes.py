@@ -13,7 +13,7 @@ from tecomp.errors import InternalError, ScheduleError
 from tecomp.ir import (
     Buffer, BufferLoad, BufferStore, Const, For, PrimFunc, ProducerLoad, Var, seq, to_str,
 )
-from tecomp.ir.expr import Add, FloorDiv, Mul
+from tecomp.ir.expr import Add, Cast, FloorDiv, Mul
 from tecomp.lower import passes as P
 from tecomp.lower.schedule_ops import schedule_to_stmt
 
@@ -363,6 +363,24 @@ def test_verify_thread_extents():
     func = PrimFunc("main", tuple(params), body, {"target": tc.Target("cuda")})
     with pytest.raises(ScheduleError, match=r"1024|threads per block|threadIdx"):
         P.verify_thread_extents_pass(func)
+
+
+def test_verify_thread_extents_takes_one_extent_in_two_index_dtypes():
+    """A stage indexed in int64 (over 2**31 elements) beside one in int32 in the same
+    kernel: their loops bound to threadIdx.x have extent 4 and 4i64, the same extent
+    (FlashAttention's p tile at batch 64 x 32 heads x 32768^2 failed here)."""
+    t, j = Var("t", "int32"), Var("j", "int64")
+    tx = lambda v, ext, body: For(v, Const(0, v.dtype), Const(ext, v.dtype), "thread",  # noqa: E731
+                                  body, "threadIdx.x")
+    one = tx(t, 4, BufferStore(B16, Const(1.0, "float32"), (t,)))
+    two = tx(j, 4, BufferStore(B16, Const(2.0, "float32"), (Cast(j, "int32"),)))
+    kern = PrimFunc("f", (A16, B16), For(Var("b", "int32"), Const(0), Const(1), "thread",
+                                         seq(one, two), "blockIdx.x"))
+    assert P.verify_thread_extents_pass(kern) is kern
+    bad = PrimFunc("f", (A16, B16), For(Var("b", "int32"), Const(0), Const(1), "thread",
+                                        seq(one, tx(j, 8, two.body)), "blockIdx.x"))
+    with pytest.raises(ScheduleError, match=r"different extents"):
+        P.verify_thread_extents_pass(bad)
 
 
 def test_verify():
