@@ -22,7 +22,12 @@ Workloads (float32, the schedules of ``tecomp.strategy.cuda``):
 * attention's scores as a batched matmul (96 x 512 x 512 x 64) written in plain TE and
   scheduled by ``tc.auto_schedule(args, target="cuda")``, against ``torch.bmm``;
 * the 14x14 convolutions again, written as im2col + GEMM in plain TE and scheduled by
-  ``tc.auto_schedule(args, target="cuda")``, against cuDNN.
+  ``tc.auto_schedule(args, target="cuda")``, against cuDNN;
+* FlashAttention's forward in float16 (batch 4, 16 heads, seq 2048, head dim 64 and 128,
+  causal and not: ``tc.nn.flash_attention`` on tensor cores) against
+  ``F.scaled_dot_product_attention`` on its flash backend, and its backward
+  (``tc.nn.flash_attention_backward``) against ``torch.autograd.grad`` of the same
+  (``--only flash``).
 
 TF32 is off everywhere (``torch.backends.cuda.matmul.allow_tf32 = False``,
 ``torch.backends.cudnn.allow_tf32 = False``, ``CUPY_TF32=0``): every tool computes in
@@ -619,6 +624,134 @@ def softmax_workload(m: int, n: int) -> Workload:
                     configs=lambda: softmax_sweep(nn_cuda.softmax_config(n)))
 
 
+def flash_workload(B: int, H: int, L: int, d: int, causal: bool) -> Workload:
+    """FlashAttention's forward, float16 (``tc.nn.flash_attention`` scheduled by
+    ``tecomp.strategy.cuda.schedule_flash_attention``: tensor cores, the logsumexp saved
+    too), against ``F.scaled_dot_product_attention`` restricted to its flash backend
+    (``torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)``), checked against
+    PyTorch's math backend in float64 on the same inputs.  FLOP/s count FlashAttention's
+    two GEMMs (``4 b h L^2 d``, half with ``causal``); tecomp computes the scores twice
+    (see tecomp.strategy.cuda.attention); causal, it skips the tiles past the diagonal."""
+    def args():
+        q, k, v = (tc.placeholder((B, H, L, d), "float16", name=n) for n in "qkv")
+        out, lse = tc.nn.flash_attention(q, k, v, causal=causal)
+        return [q, k, v, lse, out]
+
+    def build(target="cuda", config=None):
+        a = args()
+        s = nn_cuda.schedule_flash_attention(a[3:], target, config)
+        return tc.build(s, a, target=target, name=f"flash{d}{'c' if causal else ''}")
+
+    def setup(torch, cupy):
+        rng = np.random.default_rng(0)
+        q, k, v = (_randn(rng, (B, H, L, d), np.float16) for _ in range(3))
+        host = [q, k, v, np.zeros((B, H, L), np.float32), np.zeros((B, H, L, d), np.float16)]
+        refs = {}
+        if torch is None:
+            return Setup(host, refs, lambda: _attention64(q, k, v, causal)[0])
+        F = torch.nn.functional
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        tq, tk, tv = (torch.from_numpy(x).cuda() for x in (q, k, v))
+        box = {}
+
+        def flash():
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                box["out"] = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+        refs["torch"] = Reference(flash, lambda: _np(box["out"].float()))
+
+        def expect():
+            with sdpa_kernel(SDPBackend.MATH):
+                return _np(F.scaled_dot_product_attention(tq.double(), tk.double(), tv.double(),
+                                                          is_causal=causal))
+        return Setup(host, refs, expect)
+
+    flops = 4.0 * B * H * L * L * d / (2 if causal else 1)
+    return Workload(f"flash attention fwd f16 b{B} h{H} s{L} d{d}{' causal' if causal else ''}",
+                    build, setup, flops=flops, tolerance=1e-2,
+                    configs=lambda: _unique([nn_cuda.flash_config(
+                        d, d, "float16", nn_cuda.common.max_shared_bytes("cuda"))]
+                        + list(nn_cuda.attention.FLASH_CONFIGS)
+                        + [nn_cuda.FlashConfig(4, 16), nn_cuda.FlashConfig(1, 64)]))
+
+
+def _attention64(q, k, v, causal):
+    """float64 attention in numpy: (output, logsumexp, probabilities)."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1])
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    lse = m + np.log(np.exp(s - m).sum(-1, keepdims=True))
+    p = np.exp(s - lse)
+    return p @ v, lse[..., 0], p
+
+
+def flash_backward_workload(B: int, H: int, L: int, d: int, causal: bool) -> Workload:
+    """FlashAttention's backward, float16: ``tc.nn.flash_attention_backward`` (dq, dk, dv
+    from q, k, v, the output, its gradient and the logsumexp; scheduled by
+    ``schedule_flash_attention_backward``) against ``torch.autograd.grad`` of
+    ``F.scaled_dot_product_attention`` on its flash backend (its backward kernels only: the
+    forward is run once, the graph retained).  The result checked is dv (the last
+    argument); dq and dk are checked in tests/test_flash_attention.py.  FLOP/s count
+    FlashAttention-2's five GEMMs (``10 b h L^2 d``, half with ``causal``); tecomp's
+    kernels do eight."""
+    def args():
+        P = lambda shape, n, dt="float16": tc.placeholder(shape, dt, name=n)  # noqa: E731
+        q, k, v, o, do = (P((B, H, L, d), n) for n in ("q", "k", "v", "o", "do"))
+        lse = P((B, H, L), "lse", "float32")
+        return [q, k, v, o, do, lse,
+                *tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=causal)]
+
+    def build(target="cuda", config=None):
+        a = args()
+        s = nn_cuda.schedule_flash_attention_backward(a[6:], target, config)
+        return tc.build(s, a, target=target, name=f"flash_bwd{d}{'c' if causal else ''}")
+
+    def setup(torch, cupy):
+        rng = np.random.default_rng(0)
+        q, k, v, do = (_randn(rng, (B, H, L, d), np.float16) for _ in range(4))
+        grads = [np.zeros((B, H, L, d), np.float16) for _ in range(3)]
+        refs = {}
+        if torch is None:
+            out, lse, p = _attention64(q, k, v, causal)
+            dv = p.transpose(0, 1, 3, 2) @ do.astype(np.float64)
+            return Setup([q, k, v, out.astype(np.float16), do, lse.astype(np.float32), *grads],
+                         refs, lambda: dv)
+        F = torch.nn.functional
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        tq, tk, tv = (torch.from_numpy(x).cuda().requires_grad_() for x in (q, k, v))
+        tdo = torch.from_numpy(do).cuda()
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            tout = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+        box = {}
+
+        def backward():
+            box["g"] = torch.autograd.grad(tout, (tq, tk, tv), tdo, retain_graph=True)
+        refs["torch"] = Reference(backward, lambda: _np(box["g"][2].float()))
+        with torch.no_grad():
+            s = (tq.double() @ tk.double().transpose(2, 3)) / math.sqrt(d)
+            if causal:
+                s = s.masked_fill(~torch.ones(L, L, dtype=torch.bool, device="cuda").tril(),
+                                  float("-inf"))
+            lse = torch.logsumexp(s, -1)
+            p = torch.exp(s - lse[..., None])
+            out = (p @ tv.double()).half().cpu().numpy()
+            dv = (p.transpose(2, 3) @ tdo.double()).cpu().numpy()
+            lse = lse.float().cpu().numpy()
+            del s, p
+        return Setup([q, k, v, out, do, lse, *grads], refs, lambda: dv)
+
+    flops = 10.0 * B * H * L * L * d / (2 if causal else 1)
+    return Workload(f"flash attention bwd f16 b{B} h{H} s{L} d{d}{' causal' if causal else ''}",
+                    build, setup, flops=flops, tolerance=1e-2,
+                    configs=lambda: _unique([nn_cuda.flash_backward_config(
+                        d, d, "float16", nn_cuda.common.max_shared_bytes("cuda"))]
+                        + list(nn_cuda.attention.FLASH_CONFIGS)
+                        + [nn_cuda.FlashConfig(4, 16), nn_cuda.FlashConfig(1, 64)]))
+
+
 def _unique(cfgs) -> List[object]:
     """The tilings in order, each once (the configs are frozen dataclasses: hashable)."""
     return list(dict.fromkeys(cfgs))
@@ -693,6 +826,14 @@ WORKLOADS = [
     hdense_gelu_workload(4096, 3072, 768),
     conv_gemm_workload(256, 14, "nchw"),
     conv_gemm_workload(256, 14, "nhwc"),
+    flash_workload(4, 16, 2048, 64, False),
+    flash_workload(4, 16, 2048, 64, True),
+    flash_workload(4, 16, 2048, 128, False),
+    flash_workload(4, 16, 2048, 128, True),
+    flash_backward_workload(4, 16, 2048, 64, False),
+    flash_backward_workload(4, 16, 2048, 64, True),
+    flash_backward_workload(4, 16, 2048, 128, False),
+    flash_backward_workload(4, 16, 2048, 128, True),
 ]
 
 

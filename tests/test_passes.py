@@ -13,7 +13,7 @@ from tecomp.errors import InternalError, ScheduleError
 from tecomp.ir import (
     Buffer, BufferLoad, BufferStore, Const, For, PrimFunc, ProducerLoad, Var, seq, to_str,
 )
-from tecomp.ir.expr import Add, FloorDiv, Mul
+from tecomp.ir.expr import Add, Cast, FloorDiv, Mul
 from tecomp.lower import passes as P
 from tecomp.lower.schedule_ops import schedule_to_stmt
 
@@ -262,6 +262,26 @@ def test_prefetch():
     }""")
 
 
+def test_causal_tiles():
+    """A loop over column tiles of 32 in blocks of 64 rows on blockIdx.x: "before" ends
+    it after the tile of the block's last row, "after" starts it at its first row's."""
+    for side, loop in (("before", "for (j.outer, 0, i.outer*2 + 2) {"),
+                       ("after", "for (j.outer, i.outer*2, 8 - i.outer*2) {")):
+        A = tc.placeholder((256, 256), name="A")
+        B = tc.compute((256, 256), lambda i, j: A[i, j] * 2.0, name="B")
+        s = tc.create_schedule(B.op)
+        i, j = B.op.axis
+        bo, ti = s[B].split(i, factor=64)
+        jo, ji = s[B].split(j, factor=32)
+        s[B].reorder(bo, jo, ti, ji)
+        s[B].bind(bo, tc.thread_axis("blockIdx.x"))
+        s[B].bind(ti, tc.thread_axis("threadIdx.x"))
+        s[B].pragma(jo, "causal_tiles", f"{side} 64 32")
+        before, after = _through("causal_tiles", s, [A, B], "cuda")
+        assert "for (j.outer, 0, 8) {" in before
+        assert loop in after, after
+
+
 def test_insert_barriers():
     s, args = gpu_shared_tile()
     before, after = _through("insert_barriers", s, args, "cuda")
@@ -343,6 +363,24 @@ def test_verify_thread_extents():
     func = PrimFunc("main", tuple(params), body, {"target": tc.Target("cuda")})
     with pytest.raises(ScheduleError, match=r"1024|threads per block|threadIdx"):
         P.verify_thread_extents_pass(func)
+
+
+def test_verify_thread_extents_takes_one_extent_in_two_index_dtypes():
+    """A stage indexed in int64 (over 2**31 elements) beside one in int32 in the same
+    kernel: their loops bound to threadIdx.x have extent 4 and 4i64, the same extent
+    (FlashAttention's p tile at batch 64 x 32 heads x 32768^2 failed here)."""
+    t, j = Var("t", "int32"), Var("j", "int64")
+    tx = lambda v, ext, body: For(v, Const(0, v.dtype), Const(ext, v.dtype), "thread",  # noqa: E731
+                                  body, "threadIdx.x")
+    one = tx(t, 4, BufferStore(B16, Const(1.0, "float32"), (t,)))
+    two = tx(j, 4, BufferStore(B16, Const(2.0, "float32"), (Cast(j, "int32"),)))
+    kern = PrimFunc("f", (A16, B16), For(Var("b", "int32"), Const(0), Const(1), "thread",
+                                         seq(one, two), "blockIdx.x"))
+    assert P.verify_thread_extents_pass(kern) is kern
+    bad = PrimFunc("f", (A16, B16), For(Var("b", "int32"), Const(0), Const(1), "thread",
+                                        seq(one, tx(j, 8, two.body)), "blockIdx.x"))
+    with pytest.raises(ScheduleError, match=r"different extents"):
+        P.verify_thread_extents_pass(bad)
 
 
 def test_verify():
@@ -512,6 +550,7 @@ def test_the_codegen_phase_is_what_tc_build_renders():
 PASS_TESTS = {
     "simplify": test_simplify, "simplify_after_partition": test_simplify,
     "prefetch": test_prefetch, "loop_partition": test_loop_partition,
+    "causal_tiles": test_causal_tiles,
     "unroll_explicit": test_unroll_explicit, "remove_no_op": test_remove_no_op,
     "verify_thread_extents": test_verify_thread_extents,
     "insert_barriers": test_insert_barriers, "double_buffer": test_double_buffer,

@@ -400,7 +400,7 @@ class _Gradient:
         for t in order:
             op = t.op
             if (isinstance(op, ComputeOp) and t is not self.output and id(t) not in self.is_input
-                    and not isinstance(op.body, Reduce) and not self.stopped(t)
+                    and not self.stopped(t) and not isinstance(op.body, Reduce)
                     and self.custom(t) is None and _data_movement(op.body)):
                 self._inline.add(op)
         self.order = [t for t in order if t.op not in self._inline]
@@ -429,6 +429,10 @@ class _Gradient:
             r = id(t) in self.is_input
             if not r and not self.stopped(t):
                 r = any(reach.get(id(d), False) for d in self.deps(t))
+                if not r and self.custom(t) is not None:
+                    # a registered derivative sees past stages marked constant for it
+                    # (flash_attention's statistics): it decides, or refuses
+                    r = any(id(x) in self.is_input for x in _topo([t]))
             reach[id(t)] = r
         contribs: Dict[int, list] = {id(t): [] for t in self.order}
         results: Dict[int, Tensor] = {}
@@ -575,6 +579,19 @@ class _Gradient:
                         name=f"{t.name}.ones")
         ins = list(t.op.input_tensors)
         res = rule(a, *ins)
+        if isinstance(res, dict):
+            # contributions straight to tensors further up (the stages between get none:
+            # e.g. FlashAttention's backward skips its forward's intermediates)
+            for x, g in res.items():
+                if not isinstance(x, Tensor) or not reach.get(id(x)):
+                    continue
+                if not isinstance(g, Tensor) or not _same_shape(g, x) or g.dtype != x.dtype:
+                    raise AutodiffError(
+                        f"the registered derivative of {t.name} returned {g!r} for "
+                        f"{x.name}; return a tensor of its shape {_shape_str(x)} and dtype "
+                        f"{x.dtype}")
+                contribs[id(x)].append(("tensor", t.name, g))
+            return
         if isinstance(res, Tensor):
             res = [res]
         res = list(res) if res is not None else []

@@ -149,7 +149,10 @@ def register_derivative(target: Union[str, Reducer, Tensor],
           ``rule(adjoint, *inputs)`` gets the adjoint of ``tensor`` (a Tensor of its
           shape) and the compute's input tensors (``tensor.op.input_tensors``, in that
           order) and returns one Tensor (the adjoint contribution, of that input's
-          shape) or ``None`` per input.
+          shape) or ``None`` per input -- or a dict ``{tensor: contribution}`` whose
+          keys may be any tensors the compute depends on, its inputs or further up (the
+          stages in between then get nothing from it: ``tecomp.nn.flash_attention``'s
+          backward goes straight to q, k and v this way).
     rule : callable or str, optional
         The rule (without it, a decorator is returned).
     override : bool, optional

@@ -189,7 +189,11 @@ def verify_thread_extents_pass(func: PrimFunc) -> PrimFunc:
         for tag, uses in by_tag.items():
             first_ext, first_who = uses[0]
             for ext, who in uses[1:]:
-                if ext != first_ext:
+                # the same constant in int32 and int64 (a stage indexed in int64 beside
+                # one in int32) is the same extent
+                same = (ext.value == first_ext.value if isinstance(ext, Const)
+                        and isinstance(first_ext, Const) else ext == first_ext)
+                if not same:
                     raise ScheduleError(
                         f"{tag} is bound to loops of different extents in one kernel: "
                         f"{first_who} ({first_ext}) and {who} ({ext}); a thread axis has one "

@@ -24,6 +24,7 @@ from . import passes as P
 if TYPE_CHECKING:
     from ..ir.expr import Var
     from ..te.tensor import Tensor
+from .causal_tiles import causal_tiles_pass
 from .device_split import split_host_device_pass
 from .parallel import parallel_plan_pass
 from .vectorize import vector_plan_pass
@@ -32,6 +33,7 @@ from .vectorize import vector_plan_pass
 # "cpu" = Target.is_cpu, "gpu" = Target.is_gpu)
 PASSES = [
     ("simplify", P.simplify_pass, None),
+    ("causal_tiles", causal_tiles_pass, "gpu"),
     ("prefetch", P.prefetch_pass, None),
     ("loop_partition", P.loop_partition_pass, None),
     ("simplify_after_partition", P.simplify_pass, None),

@@ -4,7 +4,7 @@ target-free; how each is scheduled per target is :mod:`tecomp.strategy`'s."""
 from .ops import (  # noqa: F401
     avg_pool2d, batch_matmul, batch_norm, batch_norm_train, bias_add, concatenate, conv2d_nchw, conv2d_nhwc,
     cross_entropy, dense, depthwise_conv2d_nchw, depthwise_conv2d_nhwc, dropout, embedding, flatten, gelu, layer_norm, log_softmax, matmul, max_pool2d, mse_loss,
-    pad, relu, reshape, scaled_dot_product_attention, sigmoid, softmax, split, tanh, transpose,
+    flash_attention, flash_attention_backward, pad, relu, reshape, scaled_dot_product_attention, sigmoid, softmax, split, tanh, transpose,
 )
 from .elementwise import (  # noqa: F401
     abs, atan, cast, cbrt, ceil, clip, cos, elu, erf, erfc, exp, exp2, expm1, floor, hardsigmoid,
@@ -30,7 +30,7 @@ __all__ = ["avg_pool2d", "batch_matmul", "batch_norm", "batch_norm_train", "bias
            "conv2d_nchw", "conv2d_nhwc", "cross_entropy", "dense", "depthwise_conv2d_nchw",
            "depthwise_conv2d_nhwc", "dropout", "embedding",
            "flatten", "gelu", "layer_norm", "log_softmax", "matmul", "max_pool2d", "mse_loss",
-           "pad", "relu", "reshape", "scaled_dot_product_attention", "sigmoid", "softmax",
+           "pad", "relu", "reshape", "scaled_dot_product_attention", "flash_attention", "flash_attention_backward", "sigmoid", "softmax",
            "split", "tanh", "transpose", "conv1d_ncw", "conv1d_nwc", "conv3d_ncdhw",
            "conv3d_ndhwc", "conv2d_transpose_nchw", "conv2d_transpose_nhwc"]
 __all__ += [n for n in _elementwise_all + _reduction_all + _pooling_all if n not in __all__]

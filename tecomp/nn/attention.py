@@ -2,26 +2,30 @@
 from __future__ import annotations
 
 import math
+import weakref
 
 from .. import te as _te
-from ..errors import DTypeError
+from ..errors import AutodiffError, DTypeError, ShapeError
+from ..ir import op as _op
 from ..ir.expr import Const
 from ..te.tensor import Tensor
 from ..autodiff.reverse import stop_gradient
+from ..autodiff.rules import register_derivative
 from ._check import Args, same_extent as _same, shape_text as _shape_text
 from ._common import _acc, _c, _is_one
 from .softmax import shift_max
 
-__all__ = ["scaled_dot_product_attention"]
+__all__ = ["scaled_dot_product_attention", "flash_attention", "flash_attention_backward"]
 
 
 # ---------------------------------------------------------------------------------
 # attention
 
 
-def _attention_args(q, k, v, mask, scale, name):
-    """Check :func:`scaled_dot_product_attention`'s arguments; return the scale (a float)."""
-    a = Args("scaled_dot_product_attention", name)
+def _attention_args(q, k, v, mask, scale, name, op="scaled_dot_product_attention"):
+    """Check :func:`scaled_dot_product_attention`'s (or ``op``'s) arguments; return the
+    scale (a float)."""
+    a = Args(op, name)
     for what, t in (("q", q), ("k", k), ("v", v)):
         a.tensor(what, t, 4, "(batch, heads, seq, dim)",
                  like=None if what == "q" else ("q", q))
@@ -65,7 +69,10 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     the output ``pv * rcp``.  For float16/bfloat16 inputs every stage but the output is
     float32 (the output rounds once).  As written they hold ``Lq x Lk`` scores;
     :func:`tecomp.strategy.cpu.schedule_attention` (what ``tc.auto_schedule`` gives this op)
-    computes them per block of rows of the output, FlashAttention's way.
+    computes them per block of rows of the output, FlashAttention's way.  On CUDA
+    targets this graph gets the generic GPU rules, which hold the scores whole; for
+    float16/bfloat16 without a mask (or causal) use :func:`flash_attention`, whose
+    template runs on the tensor cores and whose gradient is FlashAttention's backward.
 
     Parameters
     ----------
@@ -136,3 +143,313 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     return _te.compute((B, H, Lq, Dv),
                        lambda b, h, i, e: (pv[b, h, i, e] * rc[b, h, i]).astype(q.dtype),
                        name=name, tag="sdpa")
+
+
+# ---------------------------------------------------------------------------------
+# FlashAttention (the tensor-core form of the GPU)
+
+#: the query and key lengths of :func:`flash_attention` are padded to a multiple of this
+#: (its stages compute whole tiles: 128 is a multiple of every tile the CUDA schedule takes)
+FLASH_PAD = 128
+#: the operand dtypes of :func:`flash_attention` (the tensor cores' 16-bit inputs)
+FLASH_DTYPES = ("float16", "bfloat16")
+#: the largest head dimension of :func:`flash_attention` (its accumulators stay in registers)
+FLASH_MAX_DIM = 128
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _online_softmax():
+    """The reducer of a row's softmax statistics ``(m, l)``: the running maximum and the
+    running sum of ``exp(x - m)``.  Combining two partial rows keeps the larger maximum and
+    rescales the other row's sum by ``exp(smaller - larger)`` (one exp per combine; a
+    partial row of no keys is ``(-inf, 0)``): FlashAttention's online softmax."""
+    f32 = "float32"
+
+    def combine(x, y):
+        m1, l1 = x
+        m2, l2 = y
+        first = m1 >= m2
+        hi, lo = _te.max(m1, m2), _te.min(m1, m2)
+        keep = _te.if_then_else(first, l1, l2)
+        other = _te.if_then_else(first, l2, l1)
+        scale = _te.if_then_else(lo > _c(-math.inf, f32), _te.exp(lo - hi), _c(0.0, f32))
+        return hi, keep + other * scale
+
+    return _te.comm_reducer(combine, lambda t0, t1: (_c(-math.inf, f32), _c(0.0, f32)),
+                            name="online_softmax")
+
+
+def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
+                    scale: float | None = None, name: str = "flash"):
+    """FlashAttention's forward: ``softmax(q k^T * scale) v`` per batch and head, and the
+    rows' logsumexp (what the backward recomputes the probabilities from), in computes
+    that never hold an ``Lq x Lk`` matrix once scheduled
+    (:func:`tecomp.strategy.cuda.schedule_flash_attention`, the tensor cores).
+
+    Stages (``<name>.<what>``): ``q``, ``k``, ``v`` padded with zeros to a multiple of
+    :data:`FLASH_PAD` rows (the tensor cores compute whole tiles); ``scores1`` (``q
+    k^T``, float32) and ``stats``, the rows' running maximum ``m`` and running sum ``l``
+    of ``exp(s - m)`` over the keys (:func:`_online_softmax`'s reducer: the rescaling of
+    the online softmax as a reduction), ``lse = m + log(l)``; then ``scores2`` (the
+    scores again), ``p = exp(s - lse)`` in q's dtype (already normalised: the
+    accumulator of ``p v`` needs no rescaling) and ``pv`` (float32); the output casts
+    ``pv`` to q's dtype.  The scores are computed twice (three GEMMs instead of
+    FlashAttention-2's two; its backward recomputes them the same way).  Keys past
+    ``Lk`` and, with ``causal``, keys ``j > i`` (PyTorch's ``is_causal``: the mask
+    aligned top-left) are left out; a row with no key left is 0 and its logsumexp
+    ``-inf``.
+
+    ``tc.gradient(out, [q, k, v], head)`` is :func:`flash_attention_backward`'s computes
+    (a derivative registered for ``out``); the logsumexp has no gradient (an
+    AutodiffError says so).
+
+    Parameters
+    ----------
+    q, k, v : Tensor
+        ``[b, h, Lq, d]``, ``[b, h, Lk, d]``, ``[b, h, Lk, dv]``, all float16 or all
+        bfloat16; ``d`` and ``dv`` constant multiples of 16 up to :data:`FLASH_MAX_DIM`.
+    causal : bool, optional
+        Query ``i`` attends to keys ``j <= i``.
+    scale : float, optional
+        Defaults to ``1/sqrt(d)``.
+    name : str, optional
+        The output stage's name.
+
+    Returns
+    -------
+    (Tensor, Tensor)
+        The output ``[b, h, Lq, dv]`` (q's dtype) and the logsumexp ``[b, h, Lq]``
+        (float32; ``<name>.lse``), both outputs of the schedule.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
+    out, lse = _flash_forward(q, k, v, causal, scale, name)
+    # tc.gradient of the output: flash_attention_backward, straight to q, k and v (the
+    # rule holds the output weakly: the registry's key must not be kept alive by its
+    # value; the logsumexp strongly: the caller may have dropped it)
+    out_ref = weakref.ref(out.op)
+    scale = out.op.attrs["scale"]
+
+    def vjp(adjoint, *_):
+        o, ls = out_ref().output(0), lse
+        dq, dk, dv = flash_attention_backward(q, k, v, o, adjoint, ls, causal, scale,
+                                              f"{name}_grad")
+        return {q: dq, k: dk, v: dv}
+    register_derivative(out, vjp)
+
+    lse_name = lse.name   # (not the tensor: the registry's key)
+
+    def no_vjp(adjoint, *_):
+        # the statistics are marked constant for the output's derivative: a derived
+        # gradient through them would be silently zero
+        raise AutodiffError(
+            f"tc.gradient: {lse_name}, flash_attention's logsumexp, has no derivative "
+            "in tecomp yet; differentiate its output (flash_attention's first result), or "
+            "compute the logsumexp with tecomp.nn ops (e.g. scaled_dot_product_attention's "
+            "stages) where you need its gradient")
+    register_derivative(lse, no_vjp)
+    return out, lse
+
+
+def _flash_forward(q, k, v, causal, scale, name):
+    """:func:`flash_attention`'s computes (without the derivative's registration)."""
+    scale = _attention_args(q, k, v, None, scale, name, "flash_attention")
+    a = Args("flash_attention", name)
+    if q.dtype not in FLASH_DTYPES:
+        a.fail(f"q ({q.name}) is {q.dtype}; FlashAttention runs on the tensor cores, which take "
+               "float16 or bfloat16 (astype one of them; scaled_dot_product_attention takes "
+               "any float)", DTypeError)
+    if not isinstance(causal, bool):
+        a.fail(f"causal must be True or False, got {causal!r:.40}")
+    dims = {}
+    for what, t, ax in (("q", q, 2), ("k", k, 2), ("q", q, 3), ("v", v, 3), ("q", q, 0),
+                        ("q", q, 1)):
+        e = t.shape[ax]
+        if not isinstance(e, Const):
+            a.fail(f"{what} ({t.name}).shape[{ax}] = {e} is symbolic; flash_attention takes "
+                   "constant shapes (its tiles are chosen from them)")
+        dims[(what, ax)] = int(e.value)
+    for what, ax in (("q", 3), ("v", 3)):
+        d = dims[(what, ax)]
+        if d % 16 or not 16 <= d <= FLASH_MAX_DIM:
+            a.fail(f"{what}'s head dim is {d}; the tensor-core FlashAttention takes a multiple "
+                   f"of 16 from 16 to {FLASH_MAX_DIM} (pad the head dim with zeros, or use "
+                   "scaled_dot_product_attention, which takes any)", ShapeError)
+    B, H = dims[("q", 0)], dims[("q", 1)]
+    Lq, Lk, D, Dv = dims[("q", 2)], dims[("k", 2)], dims[("q", 3)], dims[("v", 3)]
+    if min(Lq, Lk) < 1:
+        a.fail(f"q has {Lq} queries and k {Lk} keys; give at least one of each")
+    dt, f32 = q.dtype, "float32"
+    Lqp, Lkp = _round_up(Lq, FLASH_PAD), _round_up(Lk, FLASH_PAD)
+    attrs = {"causal": causal, "scale": scale, "Lq": Lq, "Lk": Lk}
+
+    def padded(x, L, Lp, what):
+        dim = int(x.shape[3].value)
+        return _te.compute((B, H, Lp, dim), lambda b, h, i, d: _te.if_then_else(
+            i < L, x[b, h, _te.min(i, L - 1), d], _c(0.0, dt)),
+            name=f"{name}.{what}", tag="flash_pad")
+
+    def scores(qp, kp, what):
+        d = _te.reduce_axis(D, name="d")
+        return _te.compute((B, H, Lqp, Lkp), lambda b, h, i, j: _te.sum(
+            qp[b, h, i, d].astype(f32) * kp[b, h, j, d].astype(f32), axis=d),
+            name=f"{name}.{what}", tag="flash_scores")
+
+    def logit(s, b, h, i, j):
+        keep = j < Lk
+        if causal:
+            keep = _op.all_(keep, j <= i)
+        return _te.if_then_else(keep, s[b, h, i, j] * _c(scale, f32), _c(-math.inf, f32))
+
+    s1 = scores(padded(q, Lq, Lqp, "q1"), padded(k, Lk, Lkp, "k1"), "scores1")
+    rj = _te.reduce_axis(Lkp, name="j")
+    m, l = _te.compute((B, H, Lqp), lambda b, h, i: _online_softmax()(
+        (logit(s1, b, h, i, rj), _c(1.0, f32)), axis=rj), name=f"{name}.stats",
+        tag="flash_stats", attrs=dict(attrs))
+    # constant for tc.gradient: flash_attention's derivative goes straight to q, k, v
+    stop_gradient(m)
+    lse = _te.compute((B, H, Lqp), lambda b, h, i: _te.if_then_else(
+        l[b, h, i] > _c(0.0, f32), m[b, h, i] + _te.log(l[b, h, i]), _c(-math.inf, f32)),
+        name=f"{name}.lse_padded")
+    s2 = scores(padded(q, Lq, Lqp, "q2"), padded(k, Lk, Lkp, "k2"), "scores2")
+    p = _te.compute((B, H, Lqp, Lkp), lambda b, h, i, j: _te.if_then_else(
+        lse[b, h, i] > _c(-math.inf, f32), _te.exp(logit(s2, b, h, i, j) - lse[b, h, i]),
+        _c(0.0, f32)).astype(dt), name=f"{name}.p", tag="flash_p")
+    vp = padded(v, Lk, Lkp, "v")
+    rj2 = _te.reduce_axis(Lkp, name="j")
+    pv = _te.compute((B, H, Lqp, Dv), lambda b, h, i, e: _te.sum(
+        p[b, h, i, rj2].astype(f32) * vp[b, h, rj2, e].astype(f32), axis=rj2),
+        name=f"{name}.pv", tag="flash_pv")
+    out = _te.compute((B, H, Lq, Dv), lambda b, h, i, e: pv[b, h, i, e].astype(dt),
+                      name=name, tag="flash_attention", attrs=attrs)
+    lse_out = _te.compute((B, H, Lq), lambda b, h, i: lse[b, h, i], name=f"{name}.lse",
+                          tag="flash_attention_lse", attrs=attrs)
+    return out, lse_out
+
+
+def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor,
+                             lse: Tensor, causal: bool = False, scale: float | None = None,
+                             name: str = "flash_grad"):
+    """FlashAttention's backward: the gradients ``(dq, dk, dv)`` of
+    :func:`flash_attention`'s output contracted with ``dout``, from the forward's output
+    ``out`` and logsumexp ``lse``, in computes that never hold an ``Lq x Lk`` matrix once
+    scheduled (:func:`tecomp.strategy.cuda.schedule_flash_attention_backward`).
+
+    With ``p = exp(s * scale - lse)`` recomputed from ``q``, ``k`` and ``lse``: ``delta =
+    rowsum(dout * out)`` (float32), ``dv = p^T dout``, ``ds = p * (dout v^T - delta) *
+    scale``, ``dk = ds^T q``, ``dq = ds k``.  Stages (``<name>.<what>``): the inputs padded
+    to a multiple of :data:`FLASH_PAD` rows, one copy per kernel; ``delta``; per
+    gradient its scores (``k q^T`` for ``dk``/``dv``, ``q k^T`` for ``dq``), ``p`` or
+    ``ds`` in q's dtype, the float32 accumulation and the cast to q's dtype.  ``dk`` and
+    ``dv`` are separate kernels (each recomputes the scores), so the backward does eight
+    ``L^2 d`` GEMMs where FlashAttention-2's does five.
+
+    Parameters
+    ----------
+    q, k, v, causal, scale
+        As given to :func:`flash_attention`.
+    out : Tensor
+        Its output ``[b, h, Lq, dv]``.
+    dout : Tensor
+        The gradient of the loss with respect to ``out`` (its shape and dtype).
+    lse : Tensor
+        Its logsumexp ``[b, h, Lq]``, float32.
+    name : str, optional
+        The prefix of the stages' names.
+
+    Returns
+    -------
+    (Tensor, Tensor, Tensor)
+        ``dq``, ``dk``, ``dv`` (``<name>.dq`` ...), of q's, k's and v's shapes and dtype.
+
+    Raises
+    ------
+    ShapeError, DTypeError
+        For an argument of the wrong rank, dtype or extent (the message names it).
+    """
+    fwd_out, fwd_lse = _flash_forward(q, k, v, causal, scale, name)   # checks q, k, v
+    a = Args("flash_attention_backward", name)
+    for what, t, like in (("out", out, fwd_out), ("dout", dout, fwd_out), ("lse", lse, fwd_lse)):
+        a.tensor(what, t, like.ndim, dtype=(like.dtype,))
+        for d in range(like.ndim):
+            if _same(t.shape[d], like.shape[d]) is not True:
+                a.fail(f"{what} ({t.name}) has shape {_shape_text(t.shape)}; it must be "
+                       f"{_shape_text(like.shape)}, as flash_attention's "
+                       f"{'logsumexp' if what == 'lse' else 'output'}")
+    attrs = fwd_out.op.attrs
+    scale = attrs["scale"]
+    B, H, Lq, D = (int(e.value) for e in q.shape)
+    Lk, Dv = int(k.shape[2].value), int(v.shape[3].value)
+    dt, f32 = q.dtype, "float32"
+    Lqp, Lkp = _round_up(Lq, FLASH_PAD), _round_up(Lk, FLASH_PAD)
+    n = iter(range(100))
+
+    def padded(x, L, Lp, what):
+        dim = int(x.shape[3].value)
+        return _te.compute((B, H, Lp, dim), lambda b, h, i, d: _te.if_then_else(
+            i < L, x[b, h, _te.min(i, L - 1), d], _c(0.0, dt)),
+            name=f"{name}.{what}{next(n)}", tag="flash_pad")
+
+    def gemm_t(A, Bt, rows, cols, what):
+        """``A[r, :] . Bt[c, :]`` in float32: a score tile's compute."""
+        d = _te.reduce_axis(int(A.shape[3].value), name="d")
+        return _te.compute((B, H, rows, cols), lambda b, h, r, c: _te.sum(
+            A[b, h, r, d].astype(f32) * Bt[b, h, c, d].astype(f32), axis=d),
+            name=f"{name}.{what}", tag="flash_scores")
+
+    rd = _te.reduce_axis(Dv, name="e")
+    delta = _te.compute((B, H, Lqp), lambda b, h, i: _te.sum(_te.if_then_else(
+        i < Lq, dout[b, h, _te.min(i, Lq - 1), rd].astype(f32)
+        * out[b, h, _te.min(i, Lq - 1), rd].astype(f32), _c(0.0, f32)), axis=rd),
+        name=f"{name}.delta", tag="flash_delta")
+
+    def prob(s, b, h, i, j, key_major):
+        """p[i, j] in float32 from the scores tile ``s`` (``s[j, i]`` when key_major)."""
+        keep = _op.all_(i < Lq, j < Lk)
+        if causal:
+            keep = _op.all_(keep, j <= i)
+        sij = s[b, h, j, i] if key_major else s[b, h, i, j]
+        ls = lse[b, h, _te.min(i, Lq - 1)]
+        return _te.if_then_else(keep, _te.exp(sij * _c(scale, f32) - ls), _c(0.0, f32))
+
+    def grad_scores(prob_of, dp, b, h, i, j, key_major):
+        dpij = dp[b, h, j, i] if key_major else dp[b, h, i, j]
+        return (prob_of * (dpij - delta[b, h, i]) * _c(scale, f32)).astype(dt)
+
+    def accumulate(T, X, rows, cols, dim, what):
+        r = _te.reduce_axis(cols, name="c")
+        return _te.compute((B, H, rows, dim), lambda b, h, x, y: _te.sum(
+            T[b, h, x, r].astype(f32) * X[b, h, r, y].astype(f32), axis=r),
+            name=f"{name}.{what}_acc", tag="flash_grad_acc")
+
+    def cast(acc, L, dim, what):
+        return _te.compute((B, H, L, dim), lambda b, h, x, y: acc[b, h, x, y].astype(dt),
+                           name=f"{name}.{what}", tag=f"flash_attention_{what}",
+                           attrs=attrs)
+
+    # dv = p^T dout: rows are keys
+    st = gemm_t(padded(k, Lk, Lkp, "k"), padded(q, Lq, Lqp, "q"), Lkp, Lqp, "scores_v")
+    pt = _te.compute((B, H, Lkp, Lqp), lambda b, h, j, i: prob(st, b, h, i, j, True).astype(dt),
+                     name=f"{name}.pt", tag="flash_p")
+    dv = cast(accumulate(pt, padded(dout, Lq, Lqp, "do"), Lkp, Lqp, Dv, "dv"), Lk, Dv, "dv")
+    # dk = ds^T q: rows are keys; the q tile serves the scores and the accumulation
+    qk = padded(q, Lq, Lqp, "q")
+    st = gemm_t(padded(k, Lk, Lkp, "k"), qk, Lkp, Lqp, "scores_k")
+    dpt = gemm_t(padded(v, Lk, Lkp, "v"), padded(dout, Lq, Lqp, "do"), Lkp, Lqp, "dpt")
+    dst = _te.compute((B, H, Lkp, Lqp), lambda b, h, j, i: grad_scores(
+        prob(st, b, h, i, j, True), dpt, b, h, i, j, True), name=f"{name}.dst", tag="flash_ds")
+    dk = cast(accumulate(dst, qk, Lkp, Lqp, D, "dk"), Lk, D, "dk")
+    # dq = ds k: rows are queries; the k tile serves the scores and the accumulation
+    kq = padded(k, Lk, Lkp, "k")
+    sq = gemm_t(padded(q, Lq, Lqp, "q"), kq, Lqp, Lkp, "scores_q")
+    dp = gemm_t(padded(dout, Lq, Lqp, "do"), padded(v, Lk, Lkp, "v"), Lqp, Lkp, "dp")
+    ds = _te.compute((B, H, Lqp, Lkp), lambda b, h, i, j: grad_scores(
+        prob(sq, b, h, i, j, False), dp, b, h, i, j, False), name=f"{name}.ds", tag="flash_ds")
+    dq = cast(accumulate(ds, kq, Lqp, Lkp, D, "dq"), Lq, D, "dq")
+    return dq, dk, dv

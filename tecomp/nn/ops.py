@@ -50,7 +50,7 @@ is one gather over the unpadded input.
 """
 
 from .activation import bias_add, gelu, relu, sigmoid, tanh
-from .attention import scaled_dot_product_attention
+from .attention import flash_attention, flash_attention_backward, scaled_dot_product_attention
 from .conv import conv2d_nchw, conv2d_nhwc, depthwise_conv2d_nchw, depthwise_conv2d_nhwc
 from .conv_nd import conv1d_ncw, conv1d_nwc, conv3d_ncdhw, conv3d_ndhwc
 from .conv_transpose import conv2d_transpose_nchw, conv2d_transpose_nhwc
@@ -67,6 +67,6 @@ __all__ = [
     "sigmoid", "tanh", "gelu", "bias_add", "softmax", "log_softmax", "cross_entropy",
     "mse_loss", "batch_norm", "batch_norm_train", "layer_norm", "pad", "flatten", "batch_matmul",
     "transpose", "reshape", "concatenate", "split", "dropout", "squares32", "embedding",
-    "scaled_dot_product_attention", "conv1d_ncw", "conv1d_nwc", "conv3d_ncdhw", "conv3d_ndhwc",
+    "scaled_dot_product_attention", "flash_attention", "flash_attention_backward", "conv1d_ncw", "conv1d_nwc", "conv3d_ncdhw", "conv3d_ndhwc",
     "conv2d_transpose_nchw", "conv2d_transpose_nhwc",
 ]

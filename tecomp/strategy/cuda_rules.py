@@ -4,7 +4,8 @@ The analytic schedule (``trials=0``) of any compute DAG, read from its structure
 tilings of :mod:`tecomp.strategy.cuda` as the building blocks; no measurement:
 
 0. **Templates**: a DAG that is one of tecomp.strategy.cuda's operators (a convolution with its
-   elementwise epilogue, a softmax) gets its template; a convolution's tiling (threads
+   elementwise epilogue, a softmax, ``flash_attention``'s two outputs, its gradients)
+   gets its template; a convolution's tiling (threads
    and registers per axis, channel step) is a set of knobs around ``conv_config``'s.
 1. **Inline** every elementwise stage that is not an output and does not feed a
    contraction's operand (a GEMM's shared tiles copy a tensor in memory).
@@ -95,6 +96,13 @@ def _template(outs: List[Tensor], knobs) -> Optional[Schedule]:
     with its epilogue, a softmax), or None.  A convolution's tiling is a set of knobs
     (:func:`_conv_knobs`)."""
     ops = _walk(outs)
+    # tecomp.nn.flash_attention and its backward (tc.gradient's or
+    # flash_attention_backward's): their templates or nothing (the rules would hold the
+    # padded scores whole)
+    if any(_has_tag(op, "flash_attention_dq") for op in ops):
+        return nn_cuda.schedule_flash_attention_backward(outs, target="cuda")
+    if any(_has_tag(op, "flash_attention") for op in ops):
+        return nn_cuda.schedule_flash_attention(outs, target="cuda")
     for tag, fn in (("conv2d_nchw", nn_cuda.schedule_conv2d_nchw),
                     ("conv2d_nhwc", nn_cuda.schedule_conv2d_nhwc),
                     ("softmax", nn_cuda.schedule_softmax),

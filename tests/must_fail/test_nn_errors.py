@@ -342,6 +342,13 @@ CASES = [
     ("scaled_dot_product_attention",
      lambda: nn.scaled_dot_product_attention(P(4, 13, 24, name="Q"), P(2, 4, 9, 24), P(2, 4, 9, 8)),
      S, r"scaled_dot_product_attention sdpa: q \(Q\) must be 4-d"),
+    ("flash_attention",
+     lambda: nn.flash_attention(P(2, 4, 9, 24, name="Q"), P(2, 4, 9, 24), P(2, 4, 9, 24)),
+     D, r"flash_attention flash: q \(Q\) is float32; FlashAttention runs on the tensor cores"),
+    ("flash_attention_backward",
+     lambda: nn.flash_attention_backward(*(P(1, 2, 9, 16, dtype="float16") for _ in range(5)),
+                                         P(1, 2, 9, dtype="float16", name="L")),
+     D, r"flash_attention_backward flash_grad: lse \(L\) has dtype float16; give float32"),
     # layout
     ("pad", lambda: nn.pad(X4, (0, 0, 1), name="P"), S,
      r"pad P: pad_before must give one padding per dimension of data \(X, 4-d\)"),

@@ -1,0 +1,453 @@
+"""FlashAttention's forward on tensor cores (``tecomp.nn.flash_attention`` on ``cuda``
+targets): a schedule of its computes, every tile a schedule decision.
+
+Two kernels carry the work (and a third writes the logsumexp out):
+
+1. **statistics** -- one CUDA block per (batch x head, ``block_q`` queries), ``warps``
+   warps of 32 query rows each (``block_q = 32 * warps``).  The block's query tile is
+   copied to shared memory once; then per tile of ``block_kv`` keys: the key tile to
+   shared memory, the ``block_q x block_kv`` scores on the tensor cores (``ldmatrix`` +
+   ``mma.sync.m16n8k16``, :mod:`tecomp.te.intrin_mma`; each warp its 32 rows, stored to a
+   float32 tile in shared memory) and every thread folds its row of the tile into its
+   running maximum ``m`` and running sum ``l`` (the online softmax's reduction,
+   ``tecomp.nn.attention._online_softmax``).  ``m`` and ``l`` go to global memory
+   (``b * h * Lq`` floats each: no ``Lq x Lk`` buffer anywhere).
+2. **output** -- the same blocks; the query tile again; per key tile: the scores again
+   (tensor cores), ``p = exp(s - lse)`` into a 16-bit tile in shared memory (the
+   threads of the block, one element each), the value tile, and ``p v`` accumulated in
+   each warp's registers (tensor cores); at the end the accumulators go through a float32
+   tile in shared memory to the output, cast to q's dtype, 16 bytes a thread.
+
+Because the logsumexp is known before ``p v`` starts, ``p`` is already normalised and
+the accumulator needs no rescaling; the price is the scores computed twice (three GEMMs
+of ``Lq x Lk x d`` instead of FlashAttention-2's two).  Causal attention skips the
+key tiles past a block's last query (:meth:`_Kernels.skip_causal`), and masks in the
+diagonal ones.
+
+:class:`FlashConfig` holds the tiling; :func:`flash_config` picks it from the head
+dimension and the shared memory of the target (:func:`shared_bytes`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ...errors import ScheduleError
+from ...ir import dtype as _dt
+from ...schedule.schedule import Schedule, create_schedule
+from ...te.tensor import Tensor, compute_ops
+from ...te.tensor_intrin import tensor_intrin
+from .._common import _cint, _has_tag
+from .common import _bind, _check_target, _cooperative_copy, max_shared_bytes
+from .tensorcore import FRAG, WARP, family_intrinsics
+
+def _tagged(op, tag: str) -> bool:
+    """Whether ``op`` is a compute with ``tag`` (placeholders have none)."""
+    return getattr(op, "tag", None) is not None and _has_tag(op, tag)
+
+
+#: the float32 elements a row of a float32 shared tile is padded by (16 bytes)
+F32_PAD = 4
+
+
+@dataclass(frozen=True)
+class FlashConfig:
+    """The tiling of :func:`schedule_flash_attention`: ``warps`` warps per block, each
+    32 query rows (``block_q = 32 * warps`` rows a block); ``block_kv`` keys per step
+    (a multiple of 16 that divides 128, ``tecomp.nn.attention.FLASH_PAD``)."""
+
+    warps: int = 4
+    block_kv: int = 64
+
+    @property
+    def block_q(self) -> int:
+        return WARP * self.warps
+
+    @property
+    def threads(self) -> int:
+        return WARP * self.warps
+
+
+def shared_bytes(cfg: FlashConfig, d: int, dv: int, dtype: str = "float16") -> int:
+    """The shared memory of the output kernel (the larger of the two) with ``cfg``: the
+    query, key and value tiles and ``p`` (16-bit, rows padded by 16 bytes), the scores'
+    and the output's float32 tiles (rows padded by 16 bytes)."""
+    e = _dt.nbytes(dtype)
+    pad = 16 // e
+    bq, bk = cfg.block_q, cfg.block_kv
+    return ((bq * (d + pad) + bk * (d + pad) + bk * (dv + pad) + bq * (bk + pad)) * e
+            + (bq * (bk + F32_PAD) + bq * (dv + F32_PAD)) * 4)
+
+
+#: the tilings :func:`flash_config` tries, in order
+FLASH_CONFIGS = (FlashConfig(4, 64), FlashConfig(4, 32), FlashConfig(2, 64), FlashConfig(2, 32))
+
+
+#: the float32 accumulators a thread of the output kernel may hold, ``block_kv`` of the
+#: scores and ``dv`` of ``p v`` (each warp's 32 rows over its 32 lanes): beyond 160 ptxas
+#: spills at 255 registers (head dim 128 with 64-key tiles on sm_90)
+MAX_ACCUMULATORS = 160
+
+
+def flash_config(d: int, dv: int, dtype: str = "float16",
+                 max_shared: Optional[int] = None) -> FlashConfig:
+    """The first of :data:`FLASH_CONFIGS` whose output kernel fits ``max_shared`` bytes of
+    shared memory (default: sm_80's 163 KiB) and whose accumulators fit the registers
+    (:data:`MAX_ACCUMULATORS`), else the smallest."""
+    limit = max_shared if max_shared is not None else 163 * 1024
+    for c in FLASH_CONFIGS:
+        if shared_bytes(c, d, dv, dtype) <= limit and c.block_kv + dv <= MAX_ACCUMULATORS:
+            return c
+    return FLASH_CONFIGS[-1]
+
+
+def _parts(outs):
+    """The stages of a ``flash_attention``: a dict by role, or ScheduleError."""
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    out = [t for t in outs if isinstance(t, Tensor) and _tagged(t.op, "flash_attention")]
+    lse = [t for t in outs if isinstance(t, Tensor) and _tagged(t.op, "flash_attention_lse")]
+    if len(outs) != 2 or len(out) != 1 or len(lse) != 1:
+        raise ScheduleError(
+            "schedule_flash_attention takes the two outputs of tecomp.nn.flash_attention, "
+            f"(out, lse), got {', '.join(getattr(t, 'name', repr(t)[:30]) for t in outs)}")
+    out, lse = out[0], lse[0]
+    pv = out.op.input_tensors[0]
+    p, vp = pv.op.input_tensors
+    s2, lse_p = (t for t in p.op.input_tensors)
+    if _tagged(lse_p.op, "flash_scores"):
+        s2, lse_p = lse_p, s2
+    stats = lse_p.op.input_tensors[0]
+    m, l = stats.op.output(0), stats.op.output(1)
+    s1 = [t for t in stats.op.input_tensors if _tagged(t.op, "flash_scores")][0]
+    q1, k1 = s1.op.input_tensors
+    q2, k2 = s2.op.input_tensors
+    if lse_p.op is not lse.op.input_tensors[0].op:
+        raise ScheduleError(f"schedule_flash_attention: {out.name} and {lse.name} are not the "
+                            "outputs of one tecomp.nn.flash_attention call")
+    return dict(out=out, lse=lse, pv=pv, p=p, v=vp, s2=s2, lse_p=lse_p, m=m, l=l, s1=s1,
+                q1=q1, k1=k1, q2=q2, k2=k2)
+
+
+def schedule_flash_attention(outs, target: str = "cuda",
+                             config: Optional[FlashConfig] = None) -> Schedule:
+    """The schedule of ``tecomp.nn.flash_attention``'s outputs ``(out, lse)`` on the
+    tensor cores (see the module docstring); ``config`` a :class:`FlashConfig` (default
+    :func:`flash_config`'s for the target's shared memory)."""
+    _check_target(target)
+    t = _parts(outs)
+    q = t["q1"]
+    D, Dv = _cint(q.shape[3]), _cint(t["v"].shape[3])
+    cfg = config if config is not None else flash_config(D, Dv, q.dtype,
+                                                         max_shared_bytes(target))
+    s = create_schedule([t["out"].op, t["lse"].op])
+    _forward_into(s, t, cfg)
+    return s
+
+
+def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
+    """The forward's kernels (the stages :func:`_parts` found) in ``s``."""
+    q = t["q1"]
+    k = _Kernels(s, cfg, q.dtype, _cint(q.shape[2]), _cint(t["k1"].shape[2]))
+    causal = bool(t["out"].op.attrs.get("causal"))
+
+    # 1. statistics: a thread per query row, folding each key tile into (m, l)
+    st = k.s[t["m"]]
+    bz, bo, i = k.blocks(st, st.op.axis[2])
+    ko, kj = st.split(st.op.reduce_axis[0], factor=cfg.block_kv)
+    iy, ix = st.split(i, factor=WARP)
+    st.reorder(bz, bo, ko, iy, ix, kj)
+    if causal:
+        k.skip_causal(st, ko, "before")
+    _bind(st, bz, "blockIdx.y")
+    _bind(st, bo, "blockIdx.x")
+    _bind(st, iy, "threadIdx.y")
+    _bind(st, ix, "threadIdx.x")
+    k.shared_copy(t["q1"], st, bo)
+    k.scores(t["s1"], t["q1"], t["k1"], st, ko)
+    k.shared_copy(t["k1"], st, ko, step=True)
+    k.s[t["lse_p"]].compute_inline()
+    k.rows_kernel(t["lse"])
+
+    # 2. the output: per key tile, p (shared) and p v (each warp's accumulators)
+    ot, bo, pf, ko = k.accumulate(t["out"], t["pv"], t["p"], t["v"])
+    if causal:
+        k.skip_causal(pf, ko, "before")
+    k.shared_copy(t["q2"], ot, bo)
+    k.tile16(t["p"], pf, ko)
+    k.shared_copy(t["v"], pf, ko, step=True)
+    k.scores(t["s2"], t["q2"], t["k2"], pf, ko)
+    k.shared_copy(t["k2"], pf, ko, step=True)
+
+
+class _Kernels:
+    """The pieces the FlashAttention kernels are scheduled from: a block of ``32 *
+    warps`` rows (each warp 32), tiles of ``block_kv`` columns per step."""
+
+    def __init__(self, s: Schedule, cfg: FlashConfig, dtype: str, rows_extent: int,
+                 cols_extent: int):
+        if not isinstance(cfg, FlashConfig):
+            raise ScheduleError(f"the FlashAttention schedules take a FlashConfig, got "
+                                f"{cfg!r:.80}")
+        bq, bk = cfg.block_q, cfg.block_kv
+        if cfg.warps < 1 or bk < FRAG or bk % FRAG or rows_extent % bq or cols_extent % bk:
+            raise ScheduleError(
+                f"{cfg}: block_q = 32 * warps ({bq}) must divide the padded row extent "
+                f"{rows_extent} and block_kv ({bk}, a multiple of {FRAG}) the padded "
+                f"column extent {cols_extent}; take one of FLASH_CONFIGS")
+        self.s, self.cfg = s, cfg
+        self.names = family_intrinsics("mma", dtype)
+        self.per16 = 16 // _dt.nbytes(dtype)
+        self.threads = [("threadIdx.x", WARP), ("threadIdx.y", cfg.warps)]
+
+    def blocks(self, st, i):
+        """Fuse the batch and head axes of ``st`` (they come first); tile ``i`` by the
+        block's rows.  Returns (fused, block, row in the block)."""
+        b, h = st.op.axis[:2]
+        bz = st.fuse(b, h)
+        bo, i = st.split(i, factor=self.cfg.block_q)
+        return bz, bo, i
+
+    def shared_copy(self, x, at, axis, step: bool = False) -> None:
+        """``x`` (a 16-bit padded copy) into shared memory at ``at``'s ``axis``: a
+        block's rows, or with ``step`` a step's ``block_kv`` columns; rows padded by 16
+        bytes, 16 bytes a thread and copy."""
+        st = self.s[x]
+        st.set_scope("shared")
+        st.compute_at(at, axis)
+        cols = _cint(x.shape[3])
+        st.storage_align(st.op.axis[-2], cols, self.per16)
+        rows = self.cfg.block_kv if step else self.cfg.block_q
+        _cooperative_copy(st, self.threads, rows * cols, self.per16)
+
+    def scores(self, S, A, B, at, axis) -> None:
+        """The ``block_q x block_kv`` float32 tile of ``S[.., r, c] = sum_d A[.., r, d] *
+        B[.., c, d]`` at ``at``'s ``axis``, in shared memory, from the tensor cores: each
+        warp its 32 rows.  ``A`` and ``B`` are shared copies (:meth:`shared_copy`)."""
+        s, names = self.s, self.names
+        ss = s[S]
+        ss.set_scope("shared")
+        ss.compute_at(at, axis)
+        SF = s.cache_write(S, "mma.accumulator")
+        AF = s.cache_read(A, "mma.matrix_a", [SF])
+        BF = s.cache_read(B, "mma.matrix_b", [SF])
+        _, _, i, j = ss.op.axis
+        ss.storage_align(i, self.cfg.block_kv, F32_PAD)
+        w, i = ss.split(i, factor=WARP)
+        fi, i = ss.split(i, factor=FRAG)
+        fj, j = ss.split(j, factor=FRAG)
+        ss.reorder(w, fi, fj, i, j)
+        _bind(ss, w, "threadIdx.y")
+        ss.tensorize(i, tensor_intrin(names["store"]))
+        sf = s[SF]
+        sf.compute_at(ss, w)
+        _, _, ci, cj = sf.op.axis
+        kf, kk = sf.split(sf.op.reduce_axis[0], factor=FRAG)
+        fi, ci = sf.split(ci, factor=FRAG)
+        fj, cj = sf.split(cj, factor=FRAG)
+        sf.reorder(kf, fi, fj, ci, cj, kk)
+        sf.tensorize(ci, tensor_intrin(names["mma"]))
+        for F, intrin in ((AF, names["load_a"]), (BF, names["load_b"])):
+            fs = s[F]
+            fs.compute_at(sf, kf)
+            *_, r, c = fs.op.axis       # [rows, d]: 16 x 16 tiles down the rows
+            ro, r = fs.split(r, factor=FRAG)
+            fs.reorder(ro, r, c)
+            fs.tensorize(r, tensor_intrin(intrin))
+
+    def tile16(self, T, at, axis) -> None:
+        """The elementwise 16-bit tile ``T`` (``p``, ``dS``) in shared memory at ``at``'s
+        ``axis``, one element per thread and step."""
+        st = self.s[T]
+        st.set_scope("shared")
+        st.compute_at(at, axis)
+        st.storage_align(st.op.axis[-2], self.cfg.block_kv, self.per16)
+        _cooperative_copy(st, self.threads, self.cfg.block_q * self.cfg.block_kv)
+
+    def skip_causal(self, st, ko, side: str) -> None:
+        """The loop ``ko`` over the column tiles skips the tiles a causal mask empties for
+        the block's rows (``pragma causal_tiles``, :mod:`tecomp.lower.causal_tiles`):
+        ``"before"``, columns up to the rows (keys of a block of queries), or
+        ``"after"``, columns from the rows on (queries of a block of keys)."""
+        st.pragma(ko, "causal_tiles", f"{side} {self.cfg.block_q} {self.cfg.block_kv}")
+
+    def rows_kernel(self, out) -> None:
+        """A small output (the logsumexp, FlashAttention's backward's ``delta``) in a
+        kernel of its own, 128 threads a block."""
+        st = self.s[out]
+        f = st.fuse(*st.op.axis)
+        fo, fi = st.split(f, factor=128)
+        _bind(st, fo, "blockIdx.x")
+        _bind(st, fi, "threadIdx.x")
+
+    def accumulate(self, out, acc, A, B):
+        """The kernel of ``out``, the cast of ``acc[.., r, x] = sum_c A[.., r, c] *
+        B[.., c, x]`` (float32, ``A`` a 16-bit tile of :meth:`tile16`, ``B`` a shared
+        copy) to the inputs' dtype: blocks of rows, each warp's 32 rows accumulated in
+        its registers over the steps of ``block_kv`` columns, then stored through a
+        float32 tile in shared memory and cast, 16 bytes a thread.  Returns ``(out's
+        stage, its block loop, the accumulator's stage, its step loop)``: where the
+        block's operands and the steps' tiles are computed."""
+        s, names, cfg = self.s, self.names, self.cfg
+        ot = s[out]
+        bz, bo, i = self.blocks(ot, ot.op.axis[2])
+        e = ot.op.axis[3]
+        ot.reorder(bz, bo, i, e)
+        _bind(ot, bz, "blockIdx.y")
+        _bind(ot, bo, "blockIdx.x")
+        x = ot.fuse(i, e)
+        x, vv = ot.split(x, factor=max(F32_PAD, self.per16))
+        for tag, ext in self.threads:
+            x, th = ot.split(x, factor=ext)
+            _bind(ot, th, tag)
+        ot.vectorize(vv)
+        ps = s[acc]
+        ps.set_scope("shared")
+        ps.compute_at(ot, bo)
+        PF = s.cache_write(acc, "mma.accumulator")
+        _, _, i, e = ps.op.axis
+        ps.storage_align(i, _cint(acc.shape[3]), F32_PAD)
+        w, i = ps.split(i, factor=WARP)
+        fi, i = ps.split(i, factor=FRAG)
+        fe, e = ps.split(e, factor=FRAG)
+        ps.reorder(w, fi, fe, i, e)
+        _bind(ps, w, "threadIdx.y")
+        ps.tensorize(i, tensor_intrin(names["store"]))
+        pf = s[PF]
+        pf.compute_at(ps, w)
+        _, _, ci, ce = pf.op.axis
+        ko, kk = pf.split(pf.op.reduce_axis[0], factor=cfg.block_kv)
+        kf, kk = pf.split(kk, factor=FRAG)
+        fi, ci = pf.split(ci, factor=FRAG)
+        fe, ce = pf.split(ce, factor=FRAG)
+        pf.reorder(ko, kf, fi, fe, ci, ce, kk)
+        pf.tensorize(ci, tensor_intrin(names["mma"]))
+        AF = s.cache_read(A, "mma.matrix_a", [PF])
+        BF = s.cache_read(B, "mma.matrix_b", [PF])
+        fs = s[AF]
+        fs.compute_at(pf, kf)
+        *_, r, c = fs.op.axis               # A [rows, columns]: tiles down the rows
+        ro, r = fs.split(r, factor=FRAG)
+        fs.tensorize(r, tensor_intrin(names["load_a"]))
+        fs = s[BF]
+        fs.compute_at(pf, kf)
+        *_, r, c = fs.op.axis               # B [columns, x]: tiles along x
+        co, c = fs.split(c, factor=FRAG)
+        fs.reorder(co, r, c)
+        fs.tensorize(r, tensor_intrin(names["load_b"]))
+        return ot, bo, pf, ko
+
+
+def schedule_flash_attention_backward(outs, target: str = "cuda",
+                                      config: Optional[FlashConfig] = None) -> Schedule:
+    """The schedule of ``tecomp.nn.flash_attention_backward``'s ``(dq, dk, dv)`` on the
+    tensor cores: a kernel for ``delta`` (a thread per query row), then one per gradient,
+    each :meth:`_Kernels.accumulate`'s form: blocks of ``32 * warps`` rows (keys for
+    ``dk`` and ``dv``, queries for ``dq``) whose operands stay in shared memory, and per
+    step of ``block_kv`` columns the score tiles on the tensor cores (``k q^T`` and ``v
+    dout^T``, or ``q k^T`` and ``dout v^T``), the 16-bit tile of ``p`` or ``ds`` and its
+    product with the step's tile of ``dout``, ``q`` or ``k`` into each warp's
+    accumulators.  ``config``: :func:`flash_backward_config`'s by default."""
+    _check_target(target)
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    by, final = {}, {}
+    for t in outs:
+        # tc.gradient's results copy the gradients (q.grad = flash_grad.dq)
+        g = t
+        while isinstance(g, Tensor) and not any(_tagged(g.op, f"flash_attention_{w}")
+                                                for w in ("dq", "dk", "dv")):
+            ins = getattr(g.op, "input_tensors", [])
+            if getattr(g.op, "reduce_axis", None) or len(ins) != 1:
+                g = None
+                break
+            g = ins[0]
+        for what in ("dq", "dk", "dv"):
+            if isinstance(g, Tensor) and _tagged(g.op, f"flash_attention_{what}"):
+                by[what], final[what] = g, t
+    if len(outs) != 3 or len(by) != 3:
+        raise ScheduleError(
+            "schedule_flash_attention_backward takes the three outputs of "
+            "tecomp.nn.flash_attention_backward, (dq, dk, dv), got "
+            f"{', '.join(getattr(t, 'name', repr(t)[:30]) for t in outs)}")
+    dq_acc = by["dq"].op.input_tensors[0]
+    D = _cint(by["dq"].shape[3])
+    Dv = _cint(by["dv"].shape[3])
+    dtype = by["dq"].dtype
+    cfg = config if config is not None else flash_backward_config(
+        D, Dv, dtype, max_shared_bytes(target))
+    s = create_schedule([t.op for t in outs])
+    for what in ("dq", "dk", "dv"):
+        for g in _chain(final[what], by[what]):
+            s[g].compute_inline()    # the copies down to the cast: into the output
+    fwd = [op for op in _walk(outs) if _tagged(op, "flash_attention")]
+    if fwd:   # tc.gradient's: the forward's output and logsumexp are computed too
+        ops = _walk(outs)
+        lse = [op for op in ops if _tagged(op, "flash_attention_lse")]
+        tf = _parts([fwd[0].output(0), lse[0].output(0)])
+        _forward_into(s, tf, config if config is not None else flash_config(
+            D, Dv, dtype, max_shared_bytes(target)))
+        mine = {id(x.op) for x in tf.values()}
+        for op in ops:   # a head of ones: into its readers
+            if id(op) not in mine and not op.reduce_axis and not any(
+                    _tagged(op, tg) for tg in ("flash_pad", "flash_p", "flash_ds",
+                                               "flash_attention_dq", "flash_attention_dk",
+                                               "flash_attention_dv")) \
+                    and all(op is not x.op for x in outs) and s[op].attach_type == "root":
+                s[op].compute_inline()
+    ds = [x for x in dq_acc.op.input_tensors if _tagged(x.op, "flash_ds")][0]
+    Lqp, Lkp = _cint(ds.shape[2]), _cint(ds.shape[3])
+    delta = [x for x in ds.op.input_tensors if _tagged(x.op, "flash_delta")][0]
+    # the dq kernel's rows are queries, the dk and dv kernels' keys
+    for what, rows, cols in (("dq", Lqp, Lkp), ("dk", Lkp, Lqp), ("dv", Lkp, Lqp)):
+        k = _Kernels(s, cfg, dtype, rows, cols)
+        out = final[what]
+        acc = by[what].op.input_tensors[0]
+        T, X = acc.op.input_tensors
+        ot, bo, pf, ko = k.accumulate(out, acc, T, X)
+        if by[what].op.attrs.get("causal"):
+            k.skip_causal(pf, ko, "before" if what == "dq" else "after")
+        k.tile16(T, pf, ko)
+        k.shared_copy(X, pf, ko, step=True)
+        for S in (x for x in T.op.input_tensors if _tagged(x.op, "flash_scores")):
+            A, B = S.op.input_tensors
+            k.scores(S, A, B, pf, ko)
+            k.shared_copy(A, ot, bo)
+            if B is not X:
+                k.shared_copy(B, pf, ko, step=True)
+    _Kernels(s, cfg, dtype, Lqp, Lkp).rows_kernel(delta)
+    return s
+
+
+def _chain(top: Tensor, bottom: Tensor):
+    """The stages from ``top``'s input down to ``bottom`` (single-input copies)."""
+    out, t = [], top
+    while t is not bottom:
+        t = t.op.input_tensors[0]
+        out.append(t)
+    return out
+
+
+def _walk(outs):
+    """Every compute operation reachable from ``outs``."""
+    return [op for op in compute_ops(outs) if hasattr(op, "reduce_axis")]
+
+
+def backward_shared_bytes(cfg: FlashConfig, d: int, dv: int, dtype: str = "float16") -> int:
+    """The shared memory of the largest backward kernel (``dk``'s: two block operands,
+    two step operands, two float32 score tiles, the 16-bit ``ds`` tile and the float32
+    tile of the result)."""
+    e = _dt.nbytes(dtype)
+    pad = 16 // e
+    bq, bk = cfg.block_q, cfg.block_kv
+    return ((bq * (d + pad) + bq * (dv + pad) + bk * (d + pad) + bk * (dv + pad)
+             + bq * (bk + pad)) * e + (2 * bq * (bk + F32_PAD) + bq * (d + F32_PAD)) * 4)
+
+
+def flash_backward_config(d: int, dv: int, dtype: str = "float16",
+                          max_shared: Optional[int] = None) -> FlashConfig:
+    """:func:`flash_config`'s choice for the backward (:func:`backward_shared_bytes`)."""
+    limit = max_shared if max_shared is not None else 163 * 1024
+    for c in FLASH_CONFIGS:
+        if backward_shared_bytes(c, d, dv, dtype) <= limit and \
+                c.block_kv + max(d, dv) <= MAX_ACCUMULATORS:
+            return c
+    return FLASH_CONFIGS[-1]

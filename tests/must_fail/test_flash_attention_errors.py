@@ -1,0 +1,135 @@
+"""Mistakes in calling tecomp.nn.flash_attention and its CUDA schedule: each raises a
+TecompError subclass naming the tensor and saying how to fix it."""
+import pytest
+
+import tecomp as tc
+from tecomp import nn
+from tecomp.strategy.cuda import FlashConfig, schedule_flash_attention
+from tecomp.strategy.cuda import schedule_flash_attention_backward as nn_cuda_backward
+
+
+def _qkv(q=(1, 2, 40, 64), k=(1, 2, 50, 64), v=(1, 2, 50, 64), dtype="float16", kdtype=None):
+    return (tc.placeholder(q, dtype, name="Q"), tc.placeholder(k, kdtype or dtype, name="K"),
+            tc.placeholder(v, dtype, name="V"))
+
+
+def test_mismatched_dtypes():
+    q, k, v = _qkv(kdtype="bfloat16")
+    with pytest.raises(tc.DTypeError, match=r"flash_attention flash: k \(K\) is bfloat16 but q "
+                                            r"\(Q\) is float16; give them one dtype"):
+        nn.flash_attention(q, k, v)
+
+
+def test_float32_is_not_for_the_tensor_cores():
+    q, k, v = _qkv(dtype="float32")
+    with pytest.raises(tc.DTypeError, match=r"q \(Q\) is float32; FlashAttention runs on the "
+                                            r"tensor cores, which take float16 or bfloat16"):
+        nn.flash_attention(q, k, v)
+
+
+@pytest.mark.parametrize("d", [72, 8, 256])
+def test_a_head_dim_the_tensor_cores_do_not_take(d):
+    q, k, v = _qkv(q=(1, 2, 40, d), k=(1, 2, 50, d), v=(1, 2, 50, d))
+    with pytest.raises(tc.ShapeError, match=rf"q's head dim is {d}; the tensor-core "
+                                            r"FlashAttention takes a multiple of 16 from 16 to "
+                                            r"128 \(pad the head dim with zeros, or use "
+                                            r"scaled_dot_product_attention"):
+        nn.flash_attention(q, k, v)
+
+
+def test_symbolic_length():
+    n = tc.var("n")
+    q, k, v = _qkv(q=(1, 2, n, 64))
+    with pytest.raises(tc.ShapeError, match=r"q \(Q\).shape\[2\] = n is symbolic; "
+                                            r"flash_attention takes constant shapes"):
+        nn.flash_attention(q, k, v)
+
+
+def test_causal_must_be_a_bool():
+    q, k, v = _qkv()
+    with pytest.raises(tc.ShapeError, match=r"causal must be True or False, got 'yes'"):
+        nn.flash_attention(q, k, v, causal="yes")
+
+
+def test_mismatched_keys():
+    q, k, _ = _qkv()
+    v = tc.placeholder((1, 2, 51, 64), "float16", name="V")
+    with pytest.raises(tc.ShapeError, match=r"v \(V\) has 51 keys"):
+        nn.flash_attention(q, k, v)
+
+
+def test_schedule_takes_both_outputs():
+    out, lse = nn.flash_attention(*_qkv())
+    with pytest.raises(tc.ScheduleError, match=r"schedule_flash_attention takes the two outputs "
+                                               r"of tecomp.nn.flash_attention, \(out, lse\), "
+                                               r"got flash$"):
+        schedule_flash_attention([out], target="cuda")
+
+
+def test_schedule_refuses_a_tiling_that_does_not_divide():
+    out, lse = nn.flash_attention(*_qkv())
+    with pytest.raises(tc.ScheduleError, match=r"block_kv \(48, a multiple of 16\) the padded "
+                                               r"column extent 128"):
+        schedule_flash_attention([out, lse], target="cuda", config=FlashConfig(4, 48))
+
+
+def test_schedule_is_for_cuda_targets():
+    out, lse = nn.flash_attention(*_qkv())
+    with pytest.raises(tc.ScheduleError, match=r"are for target 'cuda' or 'cuda-emu'"):
+        schedule_flash_attention([out, lse], target="llvm")
+
+
+def _bwd_args(o=(1, 2, 40, 64), do=(1, 2, 40, 64), lse=(1, 2, 40), do_dtype="float16"):
+    q, k, v = _qkv()
+    return (q, k, v, tc.placeholder(o, "float16", name="O"),
+            tc.placeholder(do, do_dtype, name="dO"), tc.placeholder(lse, "float32", name="L"))
+
+
+def test_backward_dout_of_another_shape():
+    with pytest.raises(tc.ShapeError, match=r"flash_attention_backward flash_grad: dout \(dO\) "
+                                            r"has shape \(1, 2, 41, 64\); it must be "
+                                            r"\(1, 2, 40, 64\), as flash_attention's output"):
+        nn.flash_attention_backward(*_bwd_args(do=(1, 2, 41, 64)))
+
+
+def test_backward_dout_of_another_dtype():
+    with pytest.raises(tc.DTypeError, match=r"dout \(dO\) has dtype bfloat16; give float16"):
+        nn.flash_attention_backward(*_bwd_args(do_dtype="bfloat16"))
+
+
+def test_backward_lse_of_another_shape():
+    with pytest.raises(tc.ShapeError, match=r"lse \(L\) must be 3-d"):
+        nn.flash_attention_backward(*_bwd_args(lse=(1, 2, 40, 1)))
+
+
+def test_backward_schedule_takes_the_three_gradients():
+    dq, dk, dv = nn.flash_attention_backward(*_bwd_args())
+    with pytest.raises(tc.ScheduleError, match=r"schedule_flash_attention_backward takes the "
+                                               r"three outputs of "
+                                               r"tecomp.nn.flash_attention_backward, \(dq, dk, "
+                                               r"dv\), got flash_grad.dq, flash_grad.dk$"):
+        nn_cuda_backward([dq, dk], target="cuda")
+
+
+def test_gradient_of_the_logsumexp_is_refused():
+    q, k, v = _qkv()
+    _, lse = nn.flash_attention(q, k, v)
+    with pytest.raises(tc.AutodiffError, match=r"tc.gradient: flash.lse, flash_attention's "
+                                               r"logsumexp, has no derivative in tecomp yet; "
+                                               r"differentiate its output"):
+        tc.gradient(lse, [q])
+
+
+def test_causal_tiles_pragma_with_a_bad_value():
+    A = tc.placeholder((64, 64), name="A")
+    C = tc.compute((64, 64), lambda i, j: A[i, j] * 2, name="C")
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    bo, ti = s[C].split(i, factor=32)
+    s[C].bind(bo, tc.thread_axis("blockIdx.x"))
+    s[C].bind(ti, tc.thread_axis("threadIdx.x"))
+    s[C].pragma(j, "causal_tiles", "sideways 1 2")
+    with pytest.raises(tc.ScheduleError, match=r"pragma causal_tiles: the value is 'before "
+                                               r"<rows> <cols>' or 'after <rows> <cols>' "
+                                               r"\(positive ints\), got 'sideways 1 2'"):
+        tc.lower(s, [A, C], target="cuda")
