@@ -1,4 +1,6 @@
-"""``pragma(axis, "causal_tiles", "before <rows> <cols>")`` (or ``"after ..."``): the
+"""The pragma ``causal_tiles`` = ``"before <rows> <cols>"`` (or ``"after ..."``), which
+only the FlashAttention template sets (``Stage._causal_tiles``; ``Stage.pragma`` refuses
+it, since skipping iterations is right only where the causal mask empties them): the
 loop over ``axis`` steps over tiles of ``cols`` columns of a matrix whose rows come in
 blocks of ``rows``, one block per ``blockIdx.x``, and a causal mask leaves every element
 of some tiles out, so the loop skips them (FlashAttention's causal tiles:

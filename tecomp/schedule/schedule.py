@@ -341,10 +341,25 @@ class Stage(TracedStage):
                 f"pragma unroll_count on stage {display(self.name)}, axis {display(iv.name)}: "
                 f"the value is how many times LLVM unrolls the loop, an int from 1 to "
                 f"{MAX_UNROLL_COUNT}; got {value!r:.60}")
+        if name == "causal_tiles":
+            raise ScheduleError(
+                f"pragma causal_tiles on stage {display(self.name)}, axis {display(iv.name)}: "
+                f"the pragma skips loop iterations, which is correct only for the masked "
+                f"computes of tecomp.nn.flash_attention, and only their template sets it; "
+                f"schedule tc.nn.flash_attention with tecomp.strategy.cuda.attention (or "
+                f"tc.auto_schedule) to get its causal tile skipping")
         a = self._attr(iv)
         a.pragmas = a.pragmas + ((name, value),)
         if name == "unroll_explicit":
             self._set_kind(iv, "unrolled", "pragma unroll_explicit")
+
+    def _causal_tiles(self, axis, side: str, rows: int, cols: int) -> None:
+        """The FlashAttention template's ``causal_tiles`` pragma (:mod:`tecomp.lower.
+        causal_tiles`): not a schedule primitive (untraced, refused by :meth:`pragma`),
+        since skipping iterations is right only where a causal mask empties them."""
+        iv = self._iv(axis, "pragma")
+        a = self._attr(iv)
+        a.pragmas = a.pragmas + (("causal_tiles", f"{side} {int(rows)} {int(cols)}"),)
 
     def tensorize(self, axis, intrin):
         """Run the loops from ``axis`` inward as the tensor intrinsic ``intrin``

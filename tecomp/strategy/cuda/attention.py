@@ -268,7 +268,7 @@ class _Kernels:
         the block's rows (``pragma causal_tiles``, :mod:`tecomp.lower.causal_tiles`):
         ``"before"``, columns up to the rows (keys of a block of queries), or
         ``"after"``, columns from the rows on (queries of a block of keys)."""
-        st.pragma(ko, "causal_tiles", f"{side} {self.cfg.block_q} {self.cfg.block_kv}")
+        st._causal_tiles(ko, side, self.cfg.block_q, self.cfg.block_kv)
 
     def rows_kernel(self, out) -> None:
         """A small output (the logsumexp, FlashAttention's backward's ``delta``) in a
