@@ -99,9 +99,11 @@ def test_reduction_axis_and_negative_offset(backend):
     s[C].prefetch(B, ko, -1)
     func = tc.lower(s, [A, B, C])
     text = str(func)
-    # A: 8 elements of row i (two prefetches: they may straddle a line); B: 8 rows of
-    # column j, one prefetch per row
-    assert "prefetch A[i, min(k.outer + 2, 4)*8 + min(A.pf1*16, 7)]" in text
+    # A: 8 elements of row i, 8 further each step of k.outer (a stream: one prefetch
+    # at its start, the steps together bring every line); B: 8 rows of column j, one
+    # prefetch per row
+    assert "prefetch A[i, min(k.outer + 2, 4)*8]" in text
+    assert "A.pf1" not in text
     assert "prefetch B[max(k.outer - 1, 0)*8 + B.pf0, j]" in text
     a, b, c = matmul_data(A, B, C)
     run(s, [A, B, C], [a, b, c], backend)
@@ -236,10 +238,9 @@ def test_cuda_source_has_a_comment_only():
     ko, ki = s[C].split(k, factor=8)
     s[C].prefetch(A, ko, 1)
     func = tc.lower(s, [A, B, C], target="cuda")
-    assert "prefetch A[i, min(k.outer + 1, 7)*8 + min(A.pf1*16, 7)]" in str(func)
+    assert "prefetch A[i, min(k.outer + 1, 7)*8]" in str(func)
     src = codegen_cuda(func).source
-    assert "// cache hints (no-op on this target):" in src
-    assert "//   prefetch A[i, min(k.outer + 1, 7)*8 + min(A.pf1*16, 7)]" in src
+    assert "// prefetch A[i, min(k.outer + 1, 7)*8] (cache hint: no-op on this target)" in src
     assert "A_pf" not in src  # no loop emitted for it
     try:
         from tecomp.codegen.cuda_emu import build_cuda_emu, find_cxx
@@ -280,8 +281,8 @@ def test_along_an_enclosing_loop(backend):
     ex.vectorize(ji)
     ex.prefetch(X, jo, 1, along=R)
     func = tc.lower(s, [X, Y])
-    assert _prefetch_lines(func) == [
-        "for (X.pf1, 0, 2) {", "prefetch X[min(i + 1, 9), j.outer*16 + min(X.pf1*16, 15)]"]
+    # (a stream: 16 columns a step, one prefetch at their start)
+    assert _prefetch_lines(func) == ["prefetch X[min(i + 1, 9), j.outer*16]"]
     x = np.random.default_rng(3).standard_normal((10, 64)).astype("float32")
     y = np.full_like(x, np.nan)
     run(s, [X, Y], [x, y], backend)
@@ -294,6 +295,7 @@ def test_along_an_outer_axis_of_the_same_stage():
     s = tc.create_schedule(B.op)
     jo, ji = s[B].split(B.op.axis[1], factor=16)
     s[B].prefetch(A, jo, -2, along=B.op.axis[0])
+    # (3 steps of 16 columns: too short for a stream, a prefetch at each end of a step)
     assert _prefetch_lines(tc.lower(s, [A, B])) == [
         "for (A.pf1, 0, 2) {", "prefetch A[max(i - 2, 0), j.outer*16 + min(A.pf1*16, 15)]"]
     s[B].prefetch(A, jo, 1, along=jo)  # along the axis itself: the plain prefetch
