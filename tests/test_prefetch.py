@@ -304,3 +304,20 @@ def test_along_an_outer_axis_of_the_same_stage():
     b = np.full_like(a, np.nan)
     run(s, [A, B], [a, b], "llvm")
     np.testing.assert_array_equal(b, a - np.float32(1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stream_past_the_edge_prefetches_inside_or_nothing(backend):
+    """A stream (4 elements a step, under a condition that reads past the array's end):
+    one prefetch per step at the next step's start while that is inside the array, none
+    once the clip empties the region (the interpreter checks every prefetched element)."""
+    A = tc.placeholder((100,), name="A")
+    B = tc.compute((64,), lambda i: tc.if_then_else(i + 90 < 100, A[i + 90], 0.0), name="B")
+    s = tc.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=4)
+    s[B].prefetch(A, io, 1)
+    assert _prefetch_lines(tc.lower(s, [A, B])) == ["prefetch A[i.outer*4 + 94]"]
+    a = np.arange(100, dtype="float32")
+    b = np.full(64, np.nan, "float32")
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_array_equal(b, np.where(np.arange(64) < 10, np.arange(64) + 90, 0))

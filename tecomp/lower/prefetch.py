@@ -23,7 +23,7 @@ replaces each by a small loop nest at the start of that body:
    whatever the array's alignment (at most one prefetch more than the number of lines).
    A *stream* -- an innermost region narrower than a line (before the clip) whose start
    moves on by at most a line (at least one element) each iteration of the loop -- gets
-   one prefetch, at ``lo``, where the loop runs :data:`MIN_STREAM_STEPS` times or more:
+   one prefetch, at ``lo`` (none where the clip empties the region), where the loop runs :data:`MIN_STREAM_STEPS` times or more:
    the iterations' starts together fall in every line the loop walks but perhaps the
    last, whatever the alignment (a vector step of a row, where two prefetches per step
    would ask for each line twice); its outer dimensions, when they span a constant fewer
@@ -259,6 +259,9 @@ class _Expand(Mutator):
                 loops.append((q, _op.add(_op.sub(hi, lo), one), "serial"))
                 indices.append(_op.add(lo, q))
             elif stream:
+                # one prefetch at lo; none where the clip emptied the region (accesses
+                # under a condition past the array's edge)
+                loops.append((q, _op.minimum(one, _op.add(_op.sub(hi, lo), one)), "serial"))
                 indices.append(lo)
             else:
                 Lc = Const(L, "int32")
