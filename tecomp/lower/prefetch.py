@@ -22,11 +22,12 @@ replaces each by a small loop nest at the start of that body:
    ``hi < lo``).  The last point is ``hi`` itself, so every line of ``[lo, hi]`` gets one
    whatever the array's alignment (at most one prefetch more than the number of lines).
    A *stream* -- an innermost region narrower than a line (before the clip) whose start
-   moves on by at most a line (at least one element) each iteration of the loop -- gets
-   one prefetch, at ``lo`` (none where the clip empties the region), where the loop runs :data:`MIN_STREAM_STEPS` times or more:
-   the iterations' starts together fall in every line the loop walks but perhaps the
-   last, whatever the alignment (a vector step of a row, where two prefetches per step
-   would ask for each line twice); its outer dimensions, when they span a constant fewer
+   moves on by at most a line (at least one element) each iteration of a loop that runs
+   :data:`MIN_STREAM_STEPS` times or more -- gets one prefetch, at ``lo`` (none where
+   the clip empties the region): the iterations' starts together fall in every line the
+   loop walks but perhaps the last, whatever the alignment (a vector step of a row,
+   where two prefetches per step would ask for each line twice); its outer dimensions,
+   when they span a constant fewer
    than :data:`MAX_UNROLLED_ROWS` rows, are an unrolled loop over that span, each row
    clamped into the array (a few rows of a matrix streamed side by side).
 
