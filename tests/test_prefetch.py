@@ -321,3 +321,25 @@ def test_stream_past_the_edge_prefetches_inside_or_nothing(backend):
     b = np.full(64, np.nan, "float32")
     run(s, [A, B], [a, b], backend)
     np.testing.assert_array_equal(b, np.where(np.arange(64) < 10, np.arange(64) + 90, 0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stream_rows_before_the_edge_prefetch_nothing(backend):
+    """A stream over 4 rows (unrolled) whose rows all lie before the array's start in the
+    first block (a guarded read of row i - 7): no prefetch there (every prefetched
+    element inside the array: the interpreter checks), one per row and step later."""
+    A = tc.placeholder((12, 64), name="A")
+    B = tc.compute((12, 64), lambda i, j: tc.if_then_else(i >= 7, A[i - 7, j], 0.0), name="B")
+    s = tc.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=4)
+    jo, ji = s[B].split(B.op.axis[1], factor=16)
+    s[B].reorder(io, jo, ii, ji)
+    s[B].prefetch(A, jo, 0)
+    text = str(tc.lower(s, [A, B]))
+    assert "prefetch A[A.pf0 + 1, j.outer*16]" in text and "A.pf1" not in text, text
+    a = np.arange(12 * 64, dtype="float32").reshape(12, 64)
+    b = np.full((12, 64), np.nan, "float32")
+    run(s, [A, B], [a, b], backend)
+    want = np.zeros((12, 64), "float32")
+    want[7:] = a[:5]
+    np.testing.assert_array_equal(b, want)

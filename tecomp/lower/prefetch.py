@@ -29,7 +29,8 @@ replaces each by a small loop nest at the start of that body:
    where two prefetches per step would ask for each line twice); its outer dimensions,
    when they span a constant fewer
    than :data:`MAX_UNROLLED_ROWS` rows, are an unrolled loop over that span, each row
-   clamped into the array (a few rows of a matrix streamed side by side).
+   clamped into the array, none where the clip empties them (a few rows of a matrix
+   streamed side by side).
 
 It is a ``Prefetch(write=True)`` when the body stores to the buffer.  A loop of one
 iteration (removed by ``simplify``) has no other iteration to prefetch for: its request
@@ -245,6 +246,7 @@ class _Expand(Mutator):
         his = [substitute(x, vmap) for x in his]
         indices: List[Expr] = []
         loops = []
+        clipped: List[Expr] = []   # the unrolled rows' counts after the clip
         for d in range(ndim):
             q = Var(f"{buf.name}.pf{d}" if ndim > 1 else f"{buf.name}.pf", "int32")
             lo, hi = los[d], his[d]
@@ -256,13 +258,17 @@ class _Expand(Mutator):
                 # index clamped into the buffer (at its edge a row is prefetched twice)
                 loops.append((q, Const(spans[d].value + 1, "int32"), "unrolled"))
                 indices.append(_op.minimum(_op.add(lo, q), his[d]))
+                clipped.append(_op.add(_op.sub(hi, lo), one))   # 0 or less: no rows
             elif d < ndim - 1:
                 loops.append((q, _op.add(_op.sub(hi, lo), one), "serial"))
                 indices.append(_op.add(lo, q))
             elif stream:
                 # one prefetch at lo; none where the clip emptied the region (accesses
                 # under a condition past the array's edge)
-                loops.append((q, _op.minimum(one, _op.add(_op.sub(hi, lo), one)), "serial"))
+                count = _op.minimum(one, _op.add(_op.sub(hi, lo), one))
+                for rows in clipped:
+                    count = _op.minimum(count, rows)
+                loops.append((q, count, "serial"))
                 indices.append(lo)
             else:
                 Lc = Const(L, "int32")
