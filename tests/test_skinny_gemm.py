@@ -13,7 +13,8 @@ import tecomp as tc
 import tecomp.nn as nn
 from tecomp.strategy import Knobs, apply_rules
 from tecomp.strategy.cpu import cpu_model, schedule_dense, schedule_matmul
-from tecomp.strategy.cpu.skinny import SKINNY_MAX_ROWS, skinny_plan, skinny_tile
+from tecomp.strategy.cpu.skinny import (SKINNY_MAX_ROWS, prefetch_steps, skinny_plan,
+                                        skinny_tile)
 from tecomp.target import CpuModel
 from tecomp.te.tensor import ComputeOp
 
@@ -103,7 +104,7 @@ def test_sixteen_rows_copy_a_and_prefetch_w():
     the reduction ahead, and at each step the next tile's line of each row (a block of
     16 steps: too short to prefetch ahead in the tile's own rows); 4 rows (a block of
     1024 columns) and a K whose rows fall into different sets anyway keep A in place, 4
-    rows prefetching each row of the tile 16 steps ahead (one prefetch per row)."""
+    rows prefetching each row of the tile 1 KiB ahead (one prefetch per row)."""
     from tecomp.strategy.cpu.skinny import rows_share_sets
 
     assert rows_share_sets(4096, 8) and not rows_share_sets(45, 8) \
@@ -113,16 +114,19 @@ def test_sixteen_rows_copy_a_and_prefetch_w():
     ir = _no_copy_of(s, args, W, 16 * 4112 + 1)
     assert "allocate A.global: float32[16, 4096] (global, strides [4112, 1])" in ir, ir
     assert re.search(r"prefetch W\[.*min\(k\.outer\.outer \+ 1, 15\)\*256", ir), ir
-    assert ("prefetch W[j.outer*48 + min(j.outer_1 + 1, 15)*3 + W.pf0_1, "
-            "k.outer.outer*256 + k.outer.inner*16]") in ir, ir
+    assert re.search(r"prefetch W\[j\.outer\*\d+ \+ min\(j\.outer_1 \+ 1, \d+\)\*\d+ \+ "
+                     r"W\.pf0_1, k\.outer\.outer\*\d+ \+ k\.outer\.inner\*\d+\]", ir), ir
     A, W, C = args = _plain(4, 11008, 4096, "wt")
-    ir = _no_copy_of(tc.auto_schedule(args), args, W)
+    info = cpu_model()
+    knobs = Knobs()
+    ir = _no_copy_of(apply_rules(args, knobs, info), args, W)
     assert "A.global" not in ir
-    pf = [ln.strip() for ln in ir.splitlines() if "prefetch" in ln]
-    assert pf[0] == ("prefetch W[j.outer*96 + j.outer_1*6 + W.pf0, "
-                     "k.outer.outer*1024 + min(k.outer.inner + 16, 63)*16]"), pf
-    assert all(ln.endswith("min(k.outer.inner + 16, 63)*16]") for ln in pf), pf
-    assert ir.count("unrolled (W.pf0, 0, 6)") == len(pf)
+    L, kb, nb = info.lanes, knobs.values["skinny.kblock"], knobs.values["skinny.cols"]
+    ahead = f"min(k.outer.inner + {prefetch_steps(info)}, {kb // L - 1})*{L}]"
+    if knobs.values["skinny.stream"] == "rows":     # (a block of 1024 columns: 16 lanes)
+        pf = [ln.strip() for ln in ir.splitlines() if "prefetch" in ln]
+        assert pf and all(ln.endswith(ahead) for ln in pf), (ahead, pf)
+        assert ir.count(f"unrolled (W.pf0, 0, {nb})") == len(pf)
     args = _plain(16, 83, 45, "wt")
     ir = _no_copy_of(apply_rules(args, Knobs(), cpu_model()), args, args[1])
     assert "A.global" not in ir and "k.outer.outer + 1" not in ir
@@ -289,14 +293,14 @@ def test_odd_rows_stream_prefetch_and_threads(M, threads):
     if not LONG and (M, threads) not in ODD_DEFAULT:
         pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
     info = dataclasses.replace(cpu_model(), threads=threads)
-    # a block of 64 steps or more (1024 columns) prefetches ahead in the tile's rows, a
-    # shorter one the next tile's
+    # a block of 4 KiB or more of each row (1043 columns) prefetches ahead in the tile's
+    # rows, a shorter one the next tile's
     args = _plain(M, 71, 1043 if M <= 6 else 301, "wt")
     knobs = Knobs()
     s = apply_rules(args, knobs, info)
     want_stream = "off" if M < STREAM_PREFETCH_MIN_ROWS else knobs.values["skinny.stream"]
     assert knobs.values["skinny.stream"] == want_stream != ("off" if M >= 4 else "-")
-    if LONG or M == 5:
+    if (LONG or M == 5) and info.lanes == 16:     # (kb from a 32-48 KiB L1)
         assert want_stream == ("off" if M < 4 else "rows" if M <= 6 else "tile")
     ir = _no_copy_of(s, args, args[1])
     assert ("parallel (" in ir) == (threads > 1)
