@@ -48,13 +48,17 @@ def torch_or_none(threads: int):
     return torch
 
 
-def interleaved_turns(fns: dict, rounds: int, turn_seconds: float = 0.1) -> dict:
+def interleaved_turns(fns: dict, rounds: int, turn_seconds: float = 0.1,
+                      clock=time.perf_counter) -> dict:
     """Median seconds per call of each function.  The tools take turns (the order
     rotating every round); a turn is a block of back-to-back calls lasting about
     ``turn_seconds`` (at least four), of which the first quarter is not counted: on a
     2-core VM a tool's first calls after another tool's pay for waking its own sleeping
     threads and for the other's threads still spinning (PyTorch's OpenMP workers spin
-    after each call), which would otherwise be charged to whichever tool runs second."""
+    after each call), which would otherwise be charged to whichever tool runs second.
+    ``clock``: what a call's time is read from (``time.process_time``: the CPU time of
+    the process, which on a loaded machine leaves out the time other processes run, for
+    calls on one thread)."""
     names = list(fns)
     times = {n: [] for n in names}
     for n in names:       # warm up
@@ -65,8 +69,8 @@ def interleaved_turns(fns: dict, rounds: int, turn_seconds: float = 0.1) -> dict
             block = []
             t_end = time.perf_counter() + turn_seconds
             while len(block) < 4 or time.perf_counter() < t_end:
-                t0 = time.perf_counter()
+                t0 = clock()
                 fns[n]()
-                block.append(time.perf_counter() - t0)
+                block.append(clock() - t0)
             times[n].extend(block[len(block) // 4:])
     return {n: statistics.median(v) for n, v in times.items()}

@@ -12,9 +12,17 @@ same W (the best of a plain-TE row sum ``S[j] = sum_k W[j, k]`` and ``torch.sum(
 out=s)``).  Interleaved in one process (medians of blocks of calls, tools in rotating
 order); every result is checked against numpy first.
 
-    python3 benchmarks/skinny_gemm.py [--threads 2] [--rounds 7] [--m 1,2,4,8,16] [--layout wt,w]
+``--cpu-time`` (with ``--threads 1``) times each call by the process's CPU time rather
+than the wall clock: on a machine shared with other work, the time they take the core
+is left out (the read stream is timed the same way).  ``--knobs '{"skinny.stream": "off"}'`` adds the plain compute scheduled with those knob
+values (the rest as ``auto_schedule`` chooses them) as one more tool: an A/B of a
+schedule decision in the same process.
+
+    python3 benchmarks/skinny_gemm.py [--threads 2] [--rounds 7] [--m 1,2,4,8,16] [--layout wt,w] [--knobs JSON] [--cpu-time]
 """
 from __future__ import annotations
+
+import time
 
 from common import base_parser, interleaved_turns, pin_threads, torch_or_none
 
@@ -25,12 +33,21 @@ def main() -> None:
     ap.add_argument("--layout", default="wt,w", help="wt (W is N x K), w (W is K x N)")
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--n", type=int, default=11008)
+    ap.add_argument("--knobs", default="", help="JSON knob values: one more tool, plain TE with them")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time calls by the process's CPU time (needs --threads 1)")
     args = ap.parse_args()
+    if args.cpu_time and args.threads != 1:
+        ap.error("--cpu-time times one thread's calls: use it with --threads 1")
     pin_threads(args.threads)
     import numpy as np
 
+    import json
+
     import tecomp as tc
     import tecomp.nn as nn
+    from tecomp.strategy import Knobs, apply_rules
+    from tecomp.strategy.cpu import cpu_model
 
     torch = torch_or_none(args.threads)
     K, N = args.k, args.n
@@ -68,9 +85,14 @@ def main() -> None:
             c = tc.empty((M, N), "float32")
             key = (layout, M)
             row = {"key": key, "tools": []}
-            for tool, T in (("plain TE", C), ("tecomp.nn", Cn)):
+            tools = [("plain TE", C, None), ("tecomp.nn", Cn, None)]
+            if args.knobs:
+                tools.append((f"plain TE {args.knobs}", C, json.loads(args.knobs)))
+            for tool, T, over in tools:
                 targs = [A, W, T]
-                f = tc.build(tc.auto_schedule(targs), targs)
+                s = (tc.auto_schedule(targs) if over is None
+                     else apply_rules(targs, Knobs(over), cpu_model()))
+                f = tc.build(s, targs)
                 c[...] = np.nan
                 f(a, w, c)
                 np.testing.assert_allclose(c, want, rtol=1e-3, atol=1e-2)
@@ -84,8 +106,10 @@ def main() -> None:
                 fns[name] = lambda ta=ta, twx=twx, tcc=tcc: torch.matmul(ta, twx, out=tcc)
                 row["tools"].append(name)
             rows.append(row)
-    t = interleaved_turns(fns, args.rounds)
+    t = interleaved_turns(fns, args.rounds, clock=time.process_time if args.cpu_time
+                          else time.perf_counter)
     print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, "
+          f"{'CPU time' if args.cpu_time else 'wall clock'}, "
           f"K={K}, N={N} float32 (W {wbytes[layouts[0]] / 1e6:.0f} MB), "
           f"tecomp auto_schedule trials=0")
     stream = {}

@@ -99,9 +99,11 @@ def test_reduction_axis_and_negative_offset(backend):
     s[C].prefetch(B, ko, -1)
     func = tc.lower(s, [A, B, C])
     text = str(func)
-    # A: 8 elements of row i (two prefetches: they may straddle a line); B: 8 rows of
-    # column j, one prefetch per row
-    assert "prefetch A[i, min(k.outer + 2, 4)*8 + min(A.pf1*16, 7)]" in text
+    # A: 8 elements of row i, 8 further each step of k.outer (a stream: one prefetch
+    # at its start, the steps together bring every line); B: 8 rows of column j, one
+    # prefetch per row
+    assert "prefetch A[i, min(k.outer + 2, 4)*8]" in text
+    assert "A.pf1" not in text
     assert "prefetch B[max(k.outer - 1, 0)*8 + B.pf0, j]" in text
     a, b, c = matmul_data(A, B, C)
     run(s, [A, B, C], [a, b, c], backend)
@@ -236,10 +238,9 @@ def test_cuda_source_has_a_comment_only():
     ko, ki = s[C].split(k, factor=8)
     s[C].prefetch(A, ko, 1)
     func = tc.lower(s, [A, B, C], target="cuda")
-    assert "prefetch A[i, min(k.outer + 1, 7)*8 + min(A.pf1*16, 7)]" in str(func)
+    assert "prefetch A[i, min(k.outer + 1, 7)*8]" in str(func)
     src = codegen_cuda(func).source
-    assert "// cache hints (no-op on this target):" in src
-    assert "//   prefetch A[i, min(k.outer + 1, 7)*8 + min(A.pf1*16, 7)]" in src
+    assert "// prefetch A[i, min(k.outer + 1, 7)*8] (cache hint: no-op on this target)" in src
     assert "A_pf" not in src  # no loop emitted for it
     try:
         from tecomp.codegen.cuda_emu import build_cuda_emu, find_cxx
@@ -280,8 +281,8 @@ def test_along_an_enclosing_loop(backend):
     ex.vectorize(ji)
     ex.prefetch(X, jo, 1, along=R)
     func = tc.lower(s, [X, Y])
-    assert _prefetch_lines(func) == [
-        "for (X.pf1, 0, 2) {", "prefetch X[min(i + 1, 9), j.outer*16 + min(X.pf1*16, 15)]"]
+    # (a stream: 16 columns a step, one prefetch at their start)
+    assert _prefetch_lines(func) == ["prefetch X[min(i + 1, 9), j.outer*16]"]
     x = np.random.default_rng(3).standard_normal((10, 64)).astype("float32")
     y = np.full_like(x, np.nan)
     run(s, [X, Y], [x, y], backend)
@@ -294,6 +295,7 @@ def test_along_an_outer_axis_of_the_same_stage():
     s = tc.create_schedule(B.op)
     jo, ji = s[B].split(B.op.axis[1], factor=16)
     s[B].prefetch(A, jo, -2, along=B.op.axis[0])
+    # (3 steps of 16 columns: too short for a stream, a prefetch at each end of a step)
     assert _prefetch_lines(tc.lower(s, [A, B])) == [
         "for (A.pf1, 0, 2) {", "prefetch A[max(i - 2, 0), j.outer*16 + min(A.pf1*16, 15)]"]
     s[B].prefetch(A, jo, 1, along=jo)  # along the axis itself: the plain prefetch
@@ -302,3 +304,42 @@ def test_along_an_outer_axis_of_the_same_stage():
     b = np.full_like(a, np.nan)
     run(s, [A, B], [a, b], "llvm")
     np.testing.assert_array_equal(b, a - np.float32(1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stream_past_the_edge_prefetches_inside_or_nothing(backend):
+    """A stream (4 elements a step, under a condition that reads past the array's end):
+    one prefetch per step at the next step's start while that is inside the array, none
+    once the clip empties the region (the interpreter checks every prefetched element)."""
+    A = tc.placeholder((100,), name="A")
+    B = tc.compute((64,), lambda i: tc.if_then_else(i + 90 < 100, A[i + 90], 0.0), name="B")
+    s = tc.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=4)
+    s[B].prefetch(A, io, 1)
+    assert _prefetch_lines(tc.lower(s, [A, B])) == ["prefetch A[i.outer*4 + 94]"]
+    a = np.arange(100, dtype="float32")
+    b = np.full(64, np.nan, "float32")
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_array_equal(b, np.where(np.arange(64) < 10, np.arange(64) + 90, 0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stream_rows_before_the_edge_prefetch_nothing(backend):
+    """A stream over 4 rows (unrolled) whose rows all lie before the array's start in the
+    first block (a guarded read of row i - 7): no prefetch there (every prefetched
+    element inside the array: the interpreter checks), one per row and step later."""
+    A = tc.placeholder((12, 64), name="A")
+    B = tc.compute((12, 64), lambda i, j: tc.if_then_else(i >= 7, A[i - 7, j], 0.0), name="B")
+    s = tc.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=4)
+    jo, ji = s[B].split(B.op.axis[1], factor=16)
+    s[B].reorder(io, jo, ii, ji)
+    s[B].prefetch(A, jo, 0)
+    text = str(tc.lower(s, [A, B]))
+    assert "prefetch A[A.pf0 + 1, j.outer*16]" in text and "A.pf1" not in text, text
+    a = np.arange(12 * 64, dtype="float32").reshape(12, 64)
+    b = np.full((12, 64), np.nan, "float32")
+    run(s, [A, B], [a, b], backend)
+    want = np.zeros((12, 64), "float32")
+    want[7:] = a[:5]
+    np.testing.assert_array_equal(b, want)

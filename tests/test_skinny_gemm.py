@@ -13,7 +13,8 @@ import tecomp as tc
 import tecomp.nn as nn
 from tecomp.strategy import Knobs, apply_rules
 from tecomp.strategy.cpu import cpu_model, schedule_dense, schedule_matmul
-from tecomp.strategy.cpu.skinny import SKINNY_MAX_ROWS, skinny_plan, skinny_tile
+from tecomp.strategy.cpu.skinny import (SKINNY_MAX_ROWS, prefetch_steps, skinny_plan,
+                                        skinny_tile)
 from tecomp.target import CpuModel
 from tecomp.te.tensor import ComputeOp
 
@@ -100,8 +101,10 @@ def test_sixteen_rows_copy_a_and_prefetch_w():
     """16 x 4096 @ (11008 x 4096)^T (lowered, not run): W still read in place, A read
     from a copy whose rows are a cache line further apart than 4 KiB (they shared one
     cache set with the tile's rows of W), each tile's rows of W prefetched a block of
-    the reduction ahead; 4 rows (a block of 1024 columns) and a K whose rows fall into
-    different sets anyway keep A in place."""
+    the reduction ahead, and at each step the next tile's line of each row (a block of
+    16 steps: too short to prefetch ahead in the tile's own rows); 4 rows (a block of
+    1024 columns) and a K whose rows fall into different sets anyway keep A in place, 4
+    rows prefetching each row of the tile 1 KiB ahead (one prefetch per row)."""
     from tecomp.strategy.cpu.skinny import rows_share_sets
 
     assert rows_share_sets(4096, 8) and not rows_share_sets(45, 8) \
@@ -111,12 +114,22 @@ def test_sixteen_rows_copy_a_and_prefetch_w():
     ir = _no_copy_of(s, args, W, 16 * 4112 + 1)
     assert "allocate A.global: float32[16, 4096] (global, strides [4112, 1])" in ir, ir
     assert re.search(r"prefetch W\[.*min\(k\.outer\.outer \+ 1, 15\)\*256", ir), ir
+    assert re.search(r"prefetch W\[j\.outer\*\d+ \+ min\(j\.outer_1 \+ 1, \d+\)\*\d+ \+ "
+                     r"W\.pf0_1, k\.outer\.outer\*\d+ \+ k\.outer\.inner\*\d+\]", ir), ir
     A, W, C = args = _plain(4, 11008, 4096, "wt")
-    ir = _no_copy_of(tc.auto_schedule(args), args, W)
-    assert "A.global" not in ir and "prefetch" not in ir
+    info = cpu_model()
+    knobs = Knobs()
+    ir = _no_copy_of(apply_rules(args, knobs, info), args, W)
+    assert "A.global" not in ir
+    L, kb, nb = info.lanes, knobs.values["skinny.kblock"], knobs.values["skinny.cols"]
+    ahead = f"min(k.outer.inner + {prefetch_steps(info)}, {kb // L - 1})*{L}]"
+    if knobs.values["skinny.stream"] == "rows":     # (a block of 1024 columns: 16 lanes)
+        pf = [ln.strip() for ln in ir.splitlines() if "prefetch" in ln]
+        assert pf and all(ln.endswith(ahead) for ln in pf), (ahead, pf)
+        assert ir.count(f"unrolled (W.pf0, 0, {nb})") == len(pf)
     args = _plain(16, 83, 45, "wt")
     ir = _no_copy_of(apply_rules(args, Knobs(), cpu_model()), args, args[1])
-    assert "A.global" not in ir and "prefetch" not in ir
+    assert "A.global" not in ir and "k.outer.outer + 1" not in ir
     # run: 9 rows (a short row block), 1024 columns in blocks, 37 rows of W (a short tile)
     args = _plain(9, 37, 1024, "wt")
     s = apply_rules(args, Knobs(), cpu_model())
@@ -258,3 +271,73 @@ def test_tiles_fit_the_machine_models_registers(lanes, vregs):
                     assert -(-N // (nb * width)) >= 2 * threads or nb == 1
                     if N == 11008:
                         assert nb >= 2 or (not rows_of_w and M * 2 + 3 > vregs), (M, mb, nb)
+
+
+# odd row counts (a short row block), both thread counts of the machine model; every
+# row count from 1 to 16 with TECOMP_LONG_TESTS=1
+ODD = [(m, t) for m in range(1, SKINNY_MAX_ROWS + 1) for t in (1, 2)]
+ODD_DEFAULT = {(3, 1), (5, 2), (13, 1)}
+
+
+@pytest.mark.parametrize("M, threads", ODD, ids=[f"M{m}-t{t}" for m, t in ODD])
+def test_odd_rows_stream_prefetch_and_threads(M, threads):
+    """``A @ W^T`` with odd M, N and K (tails of the row block, of the tile of W's rows
+    and of the vectors along K), scheduled for 1 and 2 threads: numpy's results, no copy
+    of W; from STREAM_PREFETCH_MIN_ROWS rows on each step prefetches W (one prefetch per
+    row of the tile, the rows unrolled), below it none, and with the ``skinny.stream``
+    knob off neither."""
+    import dataclasses
+
+    from tecomp.strategy.cpu.skinny import STREAM_PREFETCH_MIN_ROWS
+
+    if not LONG and (M, threads) not in ODD_DEFAULT:
+        pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
+    info = dataclasses.replace(cpu_model(), threads=threads)
+    # a block of 4 KiB or more of each row (1043 columns) prefetches ahead in the tile's
+    # rows, a shorter one the next tile's
+    args = _plain(M, 71, 1043 if M <= 6 else 301, "wt")
+    knobs = Knobs()
+    s = apply_rules(args, knobs, info)
+    want_stream = "off" if M < STREAM_PREFETCH_MIN_ROWS else knobs.values["skinny.stream"]
+    assert knobs.values["skinny.stream"] == want_stream != ("off" if M >= 4 else "-")
+    if (LONG or M == 5) and info.lanes == 16:     # (kb from a 32-48 KiB L1)
+        assert want_stream == ("off" if M < 4 else "rows" if M <= 6 else "tile")
+    ir = _no_copy_of(s, args, args[1])
+    assert ("parallel (" in ir) == (threads > 1)
+    steps = [ln for ln in ir.splitlines() if "prefetch W[" in ln and "pf1" not in ln]
+    assert bool(steps) == (M >= STREAM_PREFETCH_MIN_ROWS), ir
+    c, want = _run(s, args, "wt")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    if M >= STREAM_PREFETCH_MIN_ROWS and (LONG or M == 5):
+        s = apply_rules(args, Knobs({"skinny.stream": "off"}), info)
+        ir = str(tc.lower(s, args))
+        assert not [ln for ln in ir.splitlines() if "prefetch W[" in ln and "pf1" not in ln]
+        c, want = _run(s, args, "wt")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+
+
+def test_dense_and_batched_gemv_stream_like_plain_te():
+    """``tecomp.nn.dense`` and a batched ``A @ W^T`` (``nn.batch_matmul``) of 6 rows get
+    the plain compute's stream prefetch (the same kernel: the skinny plan of the GEMM)."""
+    K, N = 1024, 40
+    X = tc.placeholder((6, K), name="X")
+    Wd = tc.placeholder((N, K), name="W")
+    plain = Knobs()
+    apply_rules(list(_plain(6, N, K, "wt")), plain, cpu_model())
+    dense = Knobs()
+    D = nn.dense(X, Wd)
+    apply_rules([X, Wd, D], dense, cpu_model())
+    Ab = tc.placeholder((2, 6, K), name="Ab")
+    Wb = tc.placeholder((2, N, K), name="Wb")
+    batched = Knobs()
+    B = nn.batch_matmul(Ab, Wb, transpose_b=True)
+    s = apply_rules([Ab, Wb, B], batched, cpu_model())
+    assert plain.values["skinny.stream"] != "off"
+    for kn in (dense, batched):
+        assert {k: v for k, v in kn.values.items() if k.startswith("skinny")} == \
+            {k: v for k, v in plain.values.items() if k.startswith("skinny")}, kn.values
+    a = RNG.standard_normal((2, 6, K)).astype("float32")
+    w = RNG.standard_normal((2, N, K)).astype("float32")
+    c = np.empty((2, 6, N), "float32")
+    tc.build(s, [Ab, Wb, B])(a, w, c)
+    np.testing.assert_allclose(c, a @ w.transpose(0, 2, 1), rtol=1e-4, atol=1e-3)

@@ -21,6 +21,16 @@ replaces each by a small loop nest at the start of that body:
    ``lo + min(p*L, hi - lo)`` for ``p`` in ``[0, ceil((hi - lo) / L) + 1)`` (none when
    ``hi < lo``).  The last point is ``hi`` itself, so every line of ``[lo, hi]`` gets one
    whatever the array's alignment (at most one prefetch more than the number of lines).
+   A *stream* -- an innermost region narrower than a line (before the clip) whose start
+   moves on by at most a line (at least one element) each iteration of a loop that runs
+   :data:`MIN_STREAM_STEPS` times or more -- gets one prefetch, at ``lo`` (none where
+   the clip empties the region): the iterations' starts together fall in every line the
+   loop walks but perhaps the last, whatever the alignment (a vector step of a row,
+   where two prefetches per step would ask for each line twice); its outer dimensions,
+   when they span a constant fewer
+   than :data:`MAX_UNROLLED_ROWS` rows, are an unrolled loop over that span, each row
+   clamped into the array, none where the clip empties them (a few rows of a matrix
+   streamed side by side).
 
 It is a ``Prefetch(write=True)`` when the body stores to the buffer.  A loop of one
 iteration (removed by ``simplify``) has no other iteration to prefetch for: its request
@@ -46,6 +56,14 @@ from .ranges import shape_var_ranges
 CACHE_LINE_BYTES = 64
 
 PREFETCH_ATTR = "prefetch"
+
+#: a loop of fewer iterations prefetches a region narrower than a line at both ends,
+#: never as a stream (``_streams``: its last iteration's end would be a share of the lines)
+MIN_STREAM_STEPS = 4
+
+#: a stream's prefetches (one line in each of a few rows, see ``_streams``) are unrolled
+#: up to this many rows (a skinny GEMM's tile of rows of W, ``strategy.cpu.skinny``)
+MAX_UNROLLED_ROWS = 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -180,6 +198,7 @@ class _Expand(Mutator):
         zero, one = Const(0, "int32"), Const(1, "int32")
         los: List[Expr] = []
         his: List[Expr] = []
+        spans: List[Expr] = []   # hi - lo before the clip into the buffer
         for d in range(ndim):
             lo = hi = None
             for indices, inner in acc.found:
@@ -198,6 +217,8 @@ class _Expand(Mutator):
             ext = buf.shape[d]
             los.append(simplify(_op.maximum(lo, zero), outer))
             his.append(simplify(_op.minimum(hi, _op.sub(ext, one)), outer))
+            spans.append(simplify(_op.sub(hi, lo), outer))
+            raw = (lo, hi)
         # the iteration to prefetch for (of this loop, or of the enclosing loop named by
         # along=), clamped into that loop
         v, off = loop.var, req.offset
@@ -218,30 +239,64 @@ class _Expand(Mutator):
             target = _op.maximum(shifted, vmin)
         else:
             target = v
+        L = max(1, CACHE_LINE_BYTES // _itemsize(buf.dtype))
+        stream = _streams(*raw, loop, L, outer)   # (the innermost, before the clip)
         vmap = {v: target}
         los = [substitute(x, vmap) for x in los]
         his = [substitute(x, vmap) for x in his]
-        L = max(1, CACHE_LINE_BYTES // _itemsize(buf.dtype))
         indices: List[Expr] = []
         loops = []
+        clipped: List[Expr] = []   # the unrolled rows' counts after the clip
         for d in range(ndim):
             q = Var(f"{buf.name}.pf{d}" if ndim > 1 else f"{buf.name}.pf", "int32")
             lo, hi = los[d], his[d]
-            if d < ndim - 1:
-                loops.append((q, _op.add(_op.sub(hi, lo), one)))
+            if d < ndim - 1 and isinstance(spans[d], Const) and spans[d].value == 0:
+                indices.append(lo)      # one row
+            elif d < ndim - 1 and stream and isinstance(spans[d], Const) \
+                    and spans[d].value < MAX_UNROLLED_ROWS:
+                # a few rows: unrolled over the region's extent before the clip, each
+                # index clamped into the buffer (at its edge a row is prefetched twice)
+                loops.append((q, Const(spans[d].value + 1, "int32"), "unrolled"))
+                indices.append(_op.minimum(_op.add(lo, q), his[d]))
+                clipped.append(_op.add(_op.sub(hi, lo), one))   # 0 or less: no rows
+            elif d < ndim - 1:
+                loops.append((q, _op.add(_op.sub(hi, lo), one), "serial"))
                 indices.append(_op.add(lo, q))
+            elif stream:
+                # one prefetch at lo; none where the clip emptied the region (accesses
+                # under a condition past the array's edge)
+                count = _op.minimum(one, _op.add(_op.sub(hi, lo), one))
+                for rows in clipped:
+                    count = _op.minimum(count, rows)
+                loops.append((q, count, "serial"))
+                indices.append(lo)
             else:
                 Lc = Const(L, "int32")
                 # ceil((hi - lo) / L) + 1 points, none for an empty region (hi < lo)
                 span = _op.sub(hi, lo)
                 count = _op.minimum(_op.floordiv(_op.add(span, Const(2 * L - 1, "int32")), Lc),
                                     _op.add(span, one))
-                loops.append((q, count))
+                loops.append((q, count, "serial"))
                 indices.append(_op.add(lo, _op.minimum(_op.mul(q, Lc), _op.sub(hi, lo))))
         stmt = Prefetch(buf, tuple(indices), acc.stores)
-        for q, ext in reversed(loops):
-            stmt = For(q, zero, ext, "serial", stmt)
+        for q, ext, kind in reversed(loops):
+            stmt = For(q, zero, ext, kind, stmt)
         return simplify(stmt, outer)
+
+
+def _streams(lo: Expr, hi: Expr, loop: For, L: int, outer) -> bool:
+    """Whether the innermost dimension's region ``[lo, hi]`` (in terms of the counter of
+    ``loop``, which runs :data:`MIN_STREAM_STEPS` times or more) is less than a line
+    wide and moves on by at most a line (at least one element) each iteration: one
+    prefetch at ``lo`` per iteration then brings every line that the iterations walk
+    but, where the alignment puts it in a line of its own, the end of the last one."""
+    v = loop.var
+    if isinstance(loop.extent, Const) and loop.extent.value < MIN_STREAM_STEPS:
+        return False
+    span = simplify(_op.sub(hi, lo), outer)
+    step = simplify(_op.sub(substitute(lo, {v: _op.add(v, Const(1, v.dtype))}), lo), outer)
+    return (isinstance(span, Const) and 0 <= span.value < L
+            and isinstance(step, Const) and 0 < step.value <= L)
 
 
 def expand_prefetches(func: PrimFunc) -> PrimFunc:

@@ -391,7 +391,10 @@ class Stage(TracedStage):
         iteration, the elements of ``tensor`` that iteration ``axis + offset`` accesses
         (every load and store of it in the loop body, stages computed inside included)
         are brought into the cache, one prefetch per 64-byte line along the innermost
-        dimension.  The iteration is clamped into the loop's range; when the body stores
+        dimension (a region under a line wide that moves on by at most a line each
+        iteration of a loop of 4 or more: one prefetch at its start, the iterations
+        together covering the lines).  The iteration is clamped into the loop's range;
+        when the body stores
         to ``tensor`` the prefetch announces a write.  Results never change.
 
         ``along`` (an IterVar of a loop around ``axis``: an outer loop of this stage or

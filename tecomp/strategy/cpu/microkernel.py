@@ -97,8 +97,8 @@ def accumulate_lanes(s: Schedule, rf: Tensor, st: Stage, at, rows: int, cols: in
     ``st``'s loop ``at``, in register tiles of ``rows x cols`` accumulators (unrolled;
     the vectors along ``k``, ``fp_contract``: FMAs).  ``kblock``: the reduction in
     blocks of that many vectors, outermost, each over every tile (``cols`` outer).
-    Returns the loops over the reduction's blocks (None without ``kblock``) and over the
-    tiles' columns."""
+    Returns the loops over the reduction's blocks (None without ``kblock``), over the
+    tiles' columns and over the reduction's vectors inside a tile."""
     rs = s[rf]
     rs.compute_at(st, at)
     *_, fb, fo, fk = rs.op.axis
@@ -116,4 +116,4 @@ def accumulate_lanes(s: Schedule, rf: Tensor, st: Stage, at, rows: int, cols: in
     rs.vectorize(fk)
     rs.pragma(rko, "fp_contract")
     rs.pragma(rko, "unroll_count", 2)
-    return kbo, foo
+    return kbo, foo, rko

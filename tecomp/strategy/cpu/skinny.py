@@ -17,7 +17,10 @@ streaming its own columns of C, the sums accumulated in vector registers:
   :data:`PREFETCH_MIN_ROWS` rows on, A is read from a copy whose rows lie in different
   cache sets (``storage_align``; rows 16 KiB apart shared one set with the tile's rows
   of W) and each tile prefetches its rows of W in the next block (a task's rows are
-  each read a block at a time: too many streams for the hardware prefetchers);
+  each read a block at a time: too many streams for the hardware prefetchers); from
+  :data:`STREAM_PREFETCH_MIN_ROWS` rows on, each step of a tile also prefetches one line
+  of each of its rows of W :data:`PREFETCH_BYTES` ahead (a block of four such distances
+  or more) or of the next tile's rows (``SkinnyPlan.stream``);
 * ``W[k, j]``: vectors along ``j``, a register block of ``mb`` rows by ``nv`` vectors,
   ``A[i, k]`` broadcast (``nv`` vector loads of one row of W and ``mb`` broadcasts per
   ``mb * nv`` FMAs), accumulated in registers over a block of ``kb`` rows of W
@@ -38,7 +41,8 @@ parallel loop.
 
 The auto-scheduler (:func:`tecomp.strategy.apply_rules`) gives every such GEMM this
 schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as knobs
-(``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``).
+(``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``, ``skinny.copy_a``,
+``skinny.prefetch``, ``skinny.stream``).
 """
 from __future__ import annotations
 
@@ -73,6 +77,18 @@ CACHE_WAY_BYTES = 4096
 #: against 11.4; 4 rows, a block of 1024 columns, 6.8-7.9 against 6.3-7.0: slower)
 PREFETCH_MIN_ROWS = 8
 
+#: ``W[j, k]``: from this many rows on (4 FMAs or more per line of W), the tiles prefetch
+#: W as they stream it (``SkinnyPlan.stream``): the FMAs held up by lines still on their
+#: way fill the core's window, and the hardware prefetchers alone fall behind (4 x 4096
+#: @ (11008 x 4096)^T, 1 thread, Zen 5: 6.2-6.3 ms against 6.9, the read stream 4.4;
+#: 2 rows: no change; 1 row: slower in a C model of the kernel)
+STREAM_PREFETCH_MIN_ROWS = 4
+
+#: ``W[j, k]``: how far ahead a tile prefetches its own rows of W, in bytes of each row
+#: (16 vector steps of 16 lanes; 4 rows, 1 thread, Zen 5: 6.4 ms, against 6.6 at half
+#: the distance and 6.7 at twice)
+PREFETCH_BYTES = 1024
+
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
 #: fewer than two tasks each
@@ -95,6 +111,8 @@ class SkinnyPlan:
     batch: int = 1      # the product of the batch axes' extents (a batched GEMV)
     copy_a: bool = False  # W[j, k]: A read from a copy with its rows in other sets
     prefetch: int = 0     # W[j, k]: a tile's W prefetched this many blocks of k ahead
+    stream: str = "off"   # W[j, k]: at each step, prefetch "rows" (the tile's own,
+    #                       PREFETCH_BYTES ahead) or "tile" (the next tile's), or "off"
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
@@ -130,7 +148,24 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
     dense = not w_kfirst and M >= PREFETCH_MIN_ROWS
     return SkinnyPlan(M, N, K, not w_kfirst, mb, nb, kb, batch,
                       copy_a=dense and rows_share_sets(K, mb),
-                      prefetch=1 if dense and kb < K else 0)
+                      prefetch=1 if dense and kb < K else 0,
+                      stream=_stream_prefetch(M, kb, w_kfirst, info))
+
+
+def _stream_prefetch(M: int, kb: int, w_kfirst: bool, info: CpuModel) -> str:
+    """``W[j, k]`` with :data:`STREAM_PREFETCH_MIN_ROWS` rows or more: each step of a
+    tile prefetches its own rows :data:`PREFETCH_BYTES` ahead (``"rows"``) where
+    a block of the reduction is long enough for that to run ahead of most of it (four
+    distances or more), else the next tile's rows at the same step (``"tile"``: a block
+    of the tile's rows of A later); ``"off"`` below that or for ``W[k, j]``."""
+    if w_kfirst or M < STREAM_PREFETCH_MIN_ROWS:
+        return "off"
+    return "rows" if kb // info.lanes >= 4 * prefetch_steps(info) else "tile"
+
+
+def prefetch_steps(info: CpuModel) -> int:
+    """:data:`PREFETCH_BYTES` in vector steps of the reduction (float32)."""
+    return max(1, PREFETCH_BYTES // (4 * info.lanes))
 
 
 def rows_share_sets(K: int, mb: int) -> bool:
@@ -172,7 +207,10 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
                       plan.kb)
     copy_a = plan.rows_of_w and knobs.choose("skinny.copy_a", [False, True], plan.copy_a)
     pf = knobs.choose("skinny.prefetch", [0, 1, 2], plan.prefetch) if plan.rows_of_w else 0
-    return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf)
+    stream = (knobs.choose("skinny.stream", ["off", "rows", "tile"], plan.stream)
+              if plan.rows_of_w else "off")
+    return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
+                               stream=stream)
 
 
 def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
@@ -241,10 +279,18 @@ def _schedule_rows_of_w(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan
         hs.reorder(hj, hi, hk, hq)
         hs.unroll(hk)
         hs.vectorize(hq)
-    kbo, tile = accumulate_lanes(s, rf, st, jo, plan.mb, plan.nb, max(1, plan.kb // L))
+    kbo, tile, step = accumulate_lanes(s, rf, st, jo, plan.mb, plan.nb,
+                                       max(1, plan.kb // L))
+    W = _contraction_operands(C.op)[2][0]
     if plan.prefetch and kbo is not None and plan.kb < plan.K:
         # at each tile, its rows of W in the next block of the reduction
-        s[rf].prefetch(_contraction_operands(C.op)[2][0], tile, plan.prefetch, along=kbo)
+        s[rf].prefetch(W, tile, plan.prefetch, along=kbo)
+    if plan.stream == "rows":
+        # at each step, a line of each of the tile's rows, PREFETCH_BYTES ahead
+        s[rf].prefetch(W, step, prefetch_steps(info))
+    elif plan.stream == "tile":
+        # at each step, the line of each row of the next tile that it reads there
+        s[rf].prefetch(W, step, 1, along=tile)
 
 
 def _aligned_copy_of_a(s: Schedule, C: Tensor, rf: Tensor, L: int) -> None:
