@@ -85,6 +85,7 @@ from ..target import (  # noqa: E402,F401
     FRAGMENT_SCOPES, MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES,
     MAX_THREADS_PER_BLOCK, MMA_MIN_SM, SHARED_ALIGN, WARP_SIZE, sm_number,
 )
+from .cuda_hopper import HOPPER_HELPERS
 from .cuda_intrin import (MMA_FRAGMENTS, MMA_HELPERS, MMA_TILE_REGS, CudaIntrinBuilder,
                           CudaIntrinView)
 
@@ -230,6 +231,7 @@ class CudaRenderer(CSource):
             f"#endif\n"
             f"}}}}") for k in range(1, 7)},
         **MMA_HELPERS,   # ldmatrix, mma.sync (the cuda.mma_* intrinsics)
+        **HOPPER_HELPERS,   # mbarrier, cp.async.bulk, wgmma (sm_90a; cuda_hopper.py)
     }
 
     def __init__(self, namer: Namer, launch: Dict[str, Expr], shared: List[Buffer],
