@@ -792,6 +792,14 @@ def run(args) -> int:
 
                     sweeps.append(f"sweep of {w.name} broke:\n{traceback.format_exc()}")
                 print(sweeps[-1], flush=True)
+        if args.family:
+            try:
+                sweeps.append(family_compare(drv, torch, args.family, timer, rounds, inner))
+            except Exception:  # noqa: BLE001 - keep the table of the other workloads
+                import traceback
+
+                sweeps.append(f"--family broke:\n{traceback.format_exc()}")
+            print(sweeps[-1], flush=True)
     print()
     print(format_table(rows, refs_available))
     for text in sweeps:
@@ -890,6 +898,76 @@ def tune(w: Workload, st: Setup, dev, want, timer: Timer, drv, rounds: int, inne
                       for k in refs) + f"\n  best knobs: {knobs}")
 
 
+FAMILIES = ("all", "mma", "wgmma")
+
+
+def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: int = 4096) -> str:
+    """HGEMM and bf16 GEMM ``n^3`` (float32 accumulation and result) on the tensor-core
+    families side by side, interleaved with ``torch.matmul`` (cuBLAS) in one process:
+    ``mma``, the template with ``WmmaConfig(..., family="mma")`` (ldmatrix + mma.sync, a
+    cp.async ring); ``wgmma`` (sm_90 devices only), the warp-specialised tile of
+    ``tecomp.testing.hopper_gemm`` (one producer warp issuing bulk copies that complete on
+    mbarriers, one consumer warpgroup of ``wgmma.m64n128k16``, 4 stages, 128-byte
+    swizzle; B read K-major, ``torch.matmul(A, B)``'s ``B`` passed transposed and both
+    operands pre-tiled once on the host, outside the timing).  Each result is checked
+    against torch's float32-accumulated product first."""
+    from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
+    from tecomp.testing import hopper_gemm as hg
+
+    if torch is None:
+        return "--family: needs PyTorch (the cuBLAS reference)"
+    hopper = drv.arch in ("sm_90", "sm_90a")
+    lines = [f"tensor-core families, {n}^3, float32 accumulation and result, on {drv.name} "
+             f"({drv.arch}); median ms (TFLOP/s), interleaved with torch.matmul"]
+    for dtype in ("float16", "bfloat16"):
+        bf16 = dtype == "bfloat16"
+        tdt = torch.float16 if not bf16 else torch.bfloat16
+        rng = np.random.default_rng(0)
+        a32 = rng.standard_normal((n, n), dtype=np.float32)
+        b32 = rng.standard_normal((n, n), dtype=np.float32)
+        ta, tb = torch.from_numpy(a32).to("cuda", tdt), torch.from_numpy(b32).to("cuda", tdt)
+        want = torch.matmul(ta.float(), tb.float()).cpu().numpy()
+        tout = torch.empty((n, n), device="cuda", dtype=tdt)
+        fns = {"torch": lambda: torch.matmul(ta, tb, out=tout)}
+        errors = {}
+        if family in ("all", "mma"):
+            A = tc.placeholder((n, n), dtype, name="A")
+            B = tc.placeholder((n, n), dtype, name="B")
+            C = ops.matmul(A, B, out_dtype="float32")
+            s = tc.create_schedule(C.op)
+            schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 4, 4, 64, family="mma", stages=3))
+            mod = tc.build(s, [A, B, C], target="cuda")
+            cm = torch.empty((n, n), device="cuda", dtype=torch.float32)
+            mod(ta, tb, cm)
+            errors["mma"] = max_rel_error(cm.cpu().numpy(), want)
+            fns["mma"] = DirectLaunch(mod, [ta, tb, cm], drv)
+        if family in ("all", "wgmma") and hopper:
+            tile = hg.GpuTile(drv, n, n, n, bn=128, stages=4, swizzle=1, bf16=bf16)
+            pa = torch.from_numpy(hg.pretile(hg.to_bits(a32, bf16), hg.BM, 1)).cuda()
+            pb = torch.from_numpy(hg.pretile(hg.to_bits(np.ascontiguousarray(b32.T), bf16),
+                                             128, 1)).cuda()
+            cw = torch.empty((n, n), device="cuda", dtype=torch.float32)
+            ptrs = (pa.data_ptr(), pb.data_ptr(), 0, cw.data_ptr())
+            tile.launch(*ptrs)
+            drv.synchronize()
+            errors["wgmma"] = max_rel_error(cw.cpu().numpy(), want)
+            fns["wgmma"] = lambda: tile.launch(*ptrs)
+        elif family == "wgmma":
+            lines.append(f"  {dtype}: wgmma needs an sm_90 device; this is {drv.arch}")
+        bad = {k: e for k, e in errors.items() if not e < 2e-3}
+        if bad:
+            lines.append(f"  {dtype}: wrong results {bad}; nothing timed")
+            continue
+        med = interleaved(timer, fns, rounds, inner)
+        tflops = lambda ms: 2.0 * n ** 3 / (ms * 1e-3) / 1e12  # noqa: E731
+        lines.append(f"  {dtype}: " + ", ".join(
+            f"{k} {ms:.3f} ms ({tflops(ms):.0f})" + (f" = {med['torch'] / ms:.2f}x torch"
+                                                     if k != "torch" else "")
+            for k, ms in med.items()) + "; errors " + ", ".join(
+            f"{k} {e:.1e}" for k, e in errors.items()))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -900,6 +978,10 @@ def main(argv=None) -> int:
     p.add_argument("--tune", type=int, default=0, metavar="N",
                    help="also run tc.auto_schedule(target='cuda', trials=N) on the workloads "
                         "written in plain TE and time its best against the analytic schedule")
+    p.add_argument("--family", choices=FAMILIES, default=None,
+                   help="also compare the tensor-core families on HGEMM / bf16 GEMM 4096^3: "
+                        "mma.sync (the template), wgmma (the sm_90 warp-specialised tile), "
+                        "or all, against torch.matmul")
     return run(p.parse_args(argv))
 
 

@@ -21,6 +21,7 @@ from tecomp.runtime.nvcc import find_nvcc
 from tecomp.target.cuda import block_shared_limit
 from tecomp.testing import hopper_gemm as hg
 from tecomp.testing.gpu_resources import parse_ptxas
+from helpers import gpu_driver  # noqa: F401  (a fixture)
 
 needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
                                reason="no C++ compiler for the CUDA emulation")
@@ -147,3 +148,31 @@ def test_wgmma_below_sm90a_is_a_compile_error():
         proc = subprocess.run([find_nvcc(), "-cubin", "-arch=sm_90", "-std=c++17", "-o",
                                os.path.join(d, "k.cubin"), cu], capture_output=True, text=True)
     assert proc.returncode != 0 and "wgmma needs -arch=sm_90a" in proc.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("swizzle,bf16,epilogue", [(1, False, True), (0, True, False),
+                                                   (1, True, False)])
+def test_warp_specialised_wgmma_gemm_on_the_gpu(gpu_driver, swizzle, bf16, epilogue):
+    """The same kernel on an sm_90 device: the descriptor, swizzle and accumulator
+    layouts the emulation implements, checked against the hardware."""
+    if gpu_driver.arch not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma needs an sm_90 device; this is {gpu_driver.arch}")
+    M, N, K = 200, 264, 328
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((N, K)).astype(np.float32)
+    bias = rng.standard_normal(N).astype(np.float32) if epilogue else np.zeros(1, np.float32)
+    tile = hg.GpuTile(gpu_driver, M, N, K, bn=128, stages=4, swizzle=swizzle, bf16=bf16,
+                      epilogue=epilogue)
+    host = [hg.pretile(hg.to_bits(a, bf16), hg.BM, swizzle),
+            hg.pretile(hg.to_bits(b, bf16), 128, swizzle), bias,
+            np.full((M, N), np.nan, np.float32)]
+    dev = [gpu_driver.alloc(x.nbytes) for x in host]
+    for d, x in zip(dev, host):
+        gpu_driver.htod(d, x)
+    tile.launch(*(int(d) for d in dev))
+    gpu_driver.synchronize()
+    gpu_driver.dtoh(host[3], dev[3])
+    np.testing.assert_allclose(host[3], reference(a, b, bias if epilogue else None, bf16),
+                               rtol=1e-3, atol=1e-2)

@@ -45,7 +45,7 @@ KERNEL = r"""
 #define TC_BUG(n) 0   /* the planted misuse is the emulation's test only */
 #endif
 template <int BN, int STAGES, int SWZ, int BF16, int EPI>
-__global__ void __launch_bounds__(160) tc_hopper_gemm(
+static __device__ __forceinline__ void tc_hopper_gemm(
     const unsigned short* __restrict__ A, const unsigned short* __restrict__ B,
     const float* __restrict__ bias, float* __restrict__ C, int M, int N, int ktiles, int bug) {
   constexpr unsigned A_BYTES = 64 * 64 * 2, B_BYTES = BN * 64 * 2;
@@ -143,8 +143,11 @@ def source(bn: int, variants, device: bool = False) -> str:
         name = variant_name(bn, st, sw, bf, ep)
         args = f"<{bn}, {st}, {sw}, {bf}, {ep}>"
         if device:
-            out.append(f"template __global__ void tc_hopper_gemm{args}(const unsigned short*, "
-                       "const unsigned short*, const float*, float*, int, int, int, int);")
+            out.append(
+                f'extern "C" __global__ void __launch_bounds__(160) tc_hopper_gemm_{name}('
+                "const unsigned short* __restrict__ A, const unsigned short* __restrict__ B, "
+                "const float* __restrict__ bias, float* __restrict__ C, int M, int N, "
+                f"int ktiles, int bug) {{\n  tc_hopper_gemm{args}(A, B, bias, C, M, N, ktiles, bug);\n}}")
             continue
         out.append(
             f"static void entry_{name}(void** a) {{ tc_hopper_gemm{args}("
@@ -257,3 +260,30 @@ def shared_bytes(bn: int, stages: int) -> int:
     """The dynamic shared memory a block takes on the GPU (the ring, the mbarriers, and
     1024 bytes to align the ring to the swizzle's repeat)."""
     return stages * (BM + bn) * KT * 2 + 2 * stages * 8 + 1024
+
+
+class _Source:   # what the runtime's driver compiles: an object with the CUDA C text
+    def __init__(self, text: str):
+        self.source = text
+
+
+class GpuTile:
+    """The kernel on a GPU (sm_90a) for fixed ``M x N x K``: ``launch(a, b, bias, c)``
+    takes device pointers to the pre-tiled operands (:func:`pretile`, uploaded by the
+    caller), the bias (or 0) and ``C``; ``drv`` is tecomp's runtime driver
+    (``tecomp.runtime.cuda.default_driver()``)."""
+
+    def __init__(self, drv, M: int, N: int, K: int, *, bn=128, stages=4, swizzle=1,
+                 bf16=False, epilogue=False):
+        self.drv, self.M, self.N, self.K = drv, M, N, K
+        self.bn, self.swizzle = bn, swizzle
+        variant = (stages, swizzle, int(bf16), int(epilogue))
+        mod = drv.compile(_Source(source(bn, [variant], device=True)), "sm_90a")
+        self.fn = drv.get_function(mod, "tc_hopper_gemm_" + variant_name(bn, *variant))
+        self.grid = (round_up(N, bn) // bn, round_up(M, BM) // BM, 1)
+        self.shared = shared_bytes(bn, stages)
+        self.ktiles = round_up(K, KT) // KT
+
+    def launch(self, a_ptr: int, b_ptr: int, bias_ptr: int, c_ptr: int) -> None:
+        self.drv.launch(self.fn, self.grid, (THREADS, 1, 1), self.shared, "PPPPiiii",
+                        [a_ptr, b_ptr, bias_ptr, c_ptr, self.M, self.N, self.ktiles, 0])
