@@ -68,6 +68,7 @@ import tecomp as tc  # noqa: E402
 from tecomp.errors import RuntimeUnavailableError  # noqa: E402
 from tecomp.strategy import cuda as nn_cuda  # noqa: E402
 from tecomp.nn import ops  # noqa: E402
+from tecomp.build import device_arch  # noqa: E402
 
 NO_GPU_STATUS = 2
 TOLERANCE = 1e-4  # max error relative to the largest value of the float64 result
@@ -217,7 +218,7 @@ class DirectLaunch:
                 * np.dtype(w.dtype).itemsize
             self.workspaces.append(drv.alloc(nbytes))
             ptrs[w] = int(self.workspaces[-1])
-        cmod = drv.compile(mod.cuda_source)
+        cmod = drv.compile(mod.cuda_source, getattr(mod.target, "arch", None))
         self.launches = []
         for k in mod.kernels:
             if not all(hasattr(d, "value") for d in k.grid + k.block) or \
@@ -289,7 +290,8 @@ def gemm_workload(n: int, half: bool = False) -> Workload:
         B = tc.placeholder((n, n), dtype, name="B")
         return [A, B, ops.matmul(A, B, out_dtype="float32" if half else None)]
 
-    build = _template_build(args, nn_cuda.schedule_matmul, f"{'h' if half else ''}gemm{n}")
+    build = _template_build(args, nn_cuda.schedule_matmul, f"{'h' if half else ''}gemm{n}",
+                            tensor_cores=half)
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
@@ -334,10 +336,15 @@ def wmma_sweep(n: int, N: Optional[int] = None, K: Optional[int] = None,
     return _unique([first] + fit)
 
 
-def _template_build(args: Callable[[], list], schedule, name: str) -> Callable[..., object]:
+def _template_build(args: Callable[[], list], schedule, name: str,
+                    tensor_cores: bool = False) -> Callable[..., object]:
     """``build(target, config)`` of a workload with a template: ``schedule(out, target,
-    config)`` (a ``tecomp.strategy.cuda.schedule_*``) of fresh ``args()``'s output."""
+    config)`` (a ``tecomp.strategy.cuda.schedule_*``) of fresh ``args()``'s output.
+    ``tensor_cores``: on an sm_90 GPU, plain ``cuda`` is built as ``cuda -arch=sm_90a``,
+    where the template takes Hopper's wgmma (``WmmaConfig(family="wgmma")``)."""
     def build(target="cuda", config=None):
+        if tensor_cores and target == "cuda" and device_arch() in ("sm_90", "sm_90a"):
+            target = "cuda -arch=sm_90a"
         a = args()
         return tc.build(schedule(a[-1], target, config), a, target=target, name=name)
     return build
@@ -412,7 +419,8 @@ def hdense_workload(M: int, N: int, K: int) -> Workload:
         W = tc.placeholder((N, K), "float16", name="W")
         return [X, W, ops.dense(X, W, out_dtype="float32")]
 
-    build = _template_build(args, nn_cuda.schedule_dense, f"hdense{M}x{N}x{K}")
+    build = _template_build(args, nn_cuda.schedule_dense, f"hdense{M}x{N}x{K}",
+                            tensor_cores=True)
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
@@ -441,7 +449,8 @@ def hdense_gelu_workload(M: int, N: int, K: int) -> Workload:
         b = tc.placeholder((N,), "float16", name="b")
         return [X, W, b, tc.nn.gelu(ops.dense(X, W, b))]
 
-    build = _template_build(args, nn_cuda.schedule_dense, f"hdense_gelu{M}x{N}x{K}")
+    build = _template_build(args, nn_cuda.schedule_dense, f"hdense_gelu{M}x{N}x{K}",
+                            tensor_cores=True)
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
@@ -905,7 +914,9 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
     """HGEMM and bf16 GEMM ``n^3`` (float32 accumulation and result) on the tensor-core
     families side by side, interleaved with ``torch.matmul`` (cuBLAS) in one process:
     ``mma``, the template with ``WmmaConfig(..., family="mma")`` (ldmatrix + mma.sync, a
-    cp.async ring); ``wgmma`` (sm_90 devices only), the warp-specialised tile of
+    cp.async ring); ``wgmma`` (sm_90 devices only), the template built for ``cuda
+    -arch=sm_90a``, where it takes ``WmmaConfig(family="wgmma")`` (wgmma fed by a cp.async
+    ring through all the block's threads), and ``wgmma-tile``, the warp-specialised tile of
     ``tecomp.testing.hopper_gemm`` (one producer warp issuing bulk copies that complete on
     mbarriers, one consumer warpgroup of ``wgmma.m64n128k16``, 4 stages, 128-byte
     swizzle; B read K-major, ``torch.matmul(A, B)``'s ``B`` passed transposed and both
@@ -942,6 +953,15 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
             errors["mma"] = max_rel_error(cm.cpu().numpy(), want)
             fns["mma"] = DirectLaunch(mod, [ta, tb, cm], drv)
         if family in ("all", "wgmma") and hopper:
+            A = tc.placeholder((n, n), dtype, name="A")
+            B = tc.placeholder((n, n), dtype, name="B")
+            C = ops.matmul(A, B, out_dtype="float32")
+            sm90a = "cuda -arch=sm_90a"   # the template takes wgmma by itself there
+            mod = tc.build(nn_cuda.schedule_matmul(C, sm90a), [A, B, C], target=sm90a)
+            cg = torch.empty((n, n), device="cuda", dtype=torch.float32)
+            mod(ta, tb, cg)
+            errors["wgmma"] = max_rel_error(cg.cpu().numpy(), want)
+            fns["wgmma"] = DirectLaunch(mod, [ta, tb, cg], drv)
             tile = hg.GpuTile(drv, n, n, n, bn=128, stages=4, swizzle=1, bf16=bf16)
             pa = torch.from_numpy(hg.pretile(hg.to_bits(a32, bf16), hg.BM, 1)).cuda()
             pb = torch.from_numpy(hg.pretile(hg.to_bits(np.ascontiguousarray(b32.T), bf16),
@@ -950,8 +970,8 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
             ptrs = (pa.data_ptr(), pb.data_ptr(), 0, cw.data_ptr())
             tile.launch(*ptrs)
             drv.synchronize()
-            errors["wgmma"] = max_rel_error(cw.cpu().numpy(), want)
-            fns["wgmma"] = lambda: tile.launch(*ptrs)
+            errors["wgmma-tile"] = max_rel_error(cw.cpu().numpy(), want)
+            fns["wgmma-tile"] = lambda: tile.launch(*ptrs)
         elif family == "wgmma":
             lines.append(f"  {dtype}: wgmma needs an sm_90 device; this is {drv.arch}")
         bad = {k: e for k, e in errors.items() if not e < 2e-3}

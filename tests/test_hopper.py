@@ -73,6 +73,7 @@ def test_threads_mode_runs_the_pipeline_and_reports_a_deadlock():
     (2, r"wgmma descriptor .* outside shared memory"),
     (3, r"no wgmma.fence"),
     (4, r"deadlocks: .* tx-count 16"),
+    (5, r"warp 1 gives wgmma #0 of warpgroup 0 the descriptors .* the 4 warps of a warpgroup"),
 ])
 def test_the_emulation_flags_misuse(bug, match):
     a = np.ones((64, 128), np.float32)

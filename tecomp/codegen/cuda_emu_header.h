@@ -697,6 +697,25 @@ inline unsigned char* wgmma_fenced_flags() {
   static unsigned char f[1024];
   return f;
 }
+// The warpgroups' latest wgmmas (8 warpgroups of a block, a ring of 64 calls each): the
+// first warp of a warpgroup to make its n-th wgmma records the descriptors, the others
+// must give the same ones.
+struct WgmmaCall {
+  unsigned long long n, da, db;
+  int set;
+};
+inline WgmmaCall* wgmma_calls() {
+  static WgmmaCall c[8 * 64];
+  return c;
+}
+inline unsigned long long* wgmma_counts() {  // per warp: wgmmas made
+  static unsigned long long c[32];
+  return c;
+}
+inline pthread_mutex_t* wgmma_lock() {
+  static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  return &m;
+}
 
 static pthread_mutex_t launch_mutex = PTHREAD_MUTEX_INITIALIZER;
 
@@ -732,6 +751,8 @@ inline int launch(Entry entry, void** args, const long long* dims, int mode, int
   smem_window().lo = nullptr;  // named again by each launch that uses it
   bulk_queue().n = 0;
   memset(wgmma_fenced_flags(), 0, 1024);
+  memset(wgmma_calls(), 0, 8 * 64 * sizeof(WgmmaCall));
+  memset(wgmma_counts(), 0, 32 * sizeof(unsigned long long));
   gridDim.x = r->grid[0]; gridDim.y = r->grid[1]; gridDim.z = r->grid[2];
   blockDim.x = r->block[0]; blockDim.y = r->block[1]; blockDim.z = r->block[2];
   if (mode == THREADS) {
@@ -1365,6 +1386,25 @@ inline void wgmma_m64nNk16(float* d, uint64_t desc_a, uint64_t desc_b, int scale
                         "be the same across the warpgroup)");
   wgmma_check_desc(op, desc_a, 64);
   wgmma_check_desc(op, desc_b, n);
+  if (lane == 0) {  // the warpgroup's 4 warps issue one wgmma: the same descriptors
+    int warp = t / 32, wg = warp / 4;
+    Lock lk(wgmma_lock());
+    unsigned long long k = wgmma_counts()[warp & 31]++;
+    if (wg < 8) {
+      WgmmaCall& c = wgmma_calls()[wg * 64 + (int)(k % 64)];
+      if (!c.set || c.n != k) {
+        c.n = k; c.da = desc_a; c.db = desc_b; c.set = 1;
+      } else if (c.da != desc_a || c.db != desc_b) {
+        char buf[300];
+        snprintf(buf, sizeof buf, "warp %d gives wgmma #%llu of warpgroup %d the descriptors "
+                 "0x%016llx / 0x%016llx, and another warp of the warpgroup 0x%016llx / "
+                 "0x%016llx: the 4 warps of a warpgroup issue one wgmma on one 64-row A "
+                 "block and one B block", warp, k, wg, (unsigned long long)desc_a,
+                 (unsigned long long)desc_b, c.da, c.db);
+        warp_op_error(op, buf);
+      }
+    }
+  }
   const unsigned char* base = reinterpret_cast<const unsigned char*>(smem_window().lo);
   int wi = (t / 32) % 4, g = lane >> 2, q = lane & 3;
   for (int i = 0; i < n / 2; ++i) {

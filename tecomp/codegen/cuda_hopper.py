@@ -69,6 +69,17 @@ def wgmma_desc(address: int, lbo: int, sbo: int, swizzle: str = "128B") -> int:
             | ((sbo >> 4) & 0x3FFF) << 32 | SWIZZLE[swizzle] << 62)
 
 
+def check_wgmma_target(arch) -> None:
+    """TargetError unless ``arch`` is ``sm_90a`` or unnamed (``cuda`` without ``-arch``:
+    the device's own, checked by nvcc's ``#error`` when it compiles)."""
+    if arch and str(arch) != "sm_90a":
+        raise TargetError(
+            f"wgmma.mma_async (the cuda.wgmma_* intrinsics, WmmaConfig(family='wgmma')) needs "
+            f"target 'cuda -arch=sm_90a' (Hopper, with its architecture-specific features); "
+            f"this function is built for {arch}.  Use the mma.sync family "
+            "(WmmaConfig(..., family='mma')) below sm_90a")
+
+
 def check_wgmma(arch, n: int, dtype: str, threads: int) -> None:
     """Raise the error a wgmma schedule the hardware cannot run gets at build time:
     TargetError for an architecture other than ``sm_90a`` (wgmma is an sm_90a feature:

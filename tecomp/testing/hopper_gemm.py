@@ -18,7 +18,8 @@ with zeros there; the epilogue stores only the elements inside ``C``.
 
 ``bug`` (a kernel argument) plants one misuse, for the emulation's checks: 1 the consumers
 wait on the wrong parity, 2 a descriptor points past shared memory, 3 no wgmma.fence,
-4 the producer expects more bytes than it copies.
+4 the producer expects more bytes than it copies, 5 one warp of the warpgroup gives
+another B descriptor.
 """
 from __future__ import annotations
 
@@ -104,6 +105,7 @@ static __device__ __forceinline__ void tc_hopper_gemm(
         da = tc_wgmma_desc(sa + kk * 2 * (64 * 16), 64 * 16, 128, 0);
         db = tc_wgmma_desc(sb + kk * 2 * (BN * 16) + (TC_BUG(2) ? SMEM : 0), BN * 16, 128, 0);
       }
+      if (TC_BUG(5) && (tid >> 5) == 1) db += 4;   // warp 1 reads B 64 bytes on
       if (BF16)
         TC_WGMMA_BF16(d, da, db, (kt > 0 || kk > 0) ? 1 : 0);
       else

@@ -37,3 +37,42 @@ def test_wgmma_takes_16_bit_operands():
 def test_bad_descriptor(kw, match):
     with pytest.raises(ScheduleError, match=match):
         wgmma_desc(**kw)
+
+
+def _dense(M=64, N=64, K=64, dtype="float16"):
+    import tecomp as tc
+    import tecomp.nn as nn
+    X = tc.placeholder((M, K), dtype, name="X")
+    W = tc.placeholder((N, K), dtype, name="W")
+    return X, W, nn.dense(X, W, out_dtype="float32")
+
+
+@pytest.mark.parametrize("cfg", [(2, 2, 1, 2, 32), (4, 1, 2, 4, 32), (4, 1, 1, 6, 32),
+                                 (2, 1, 1, 4, 32)])
+def test_wgmma_tiling_not_whole_warpgroups_along_m(cfg):
+    import tecomp as tc
+    from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
+    X, W, C = _dense(M=256, N=192)
+    s = tc.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="warpgroups of 4 warps .* warps_m a multiple of 4"):
+        schedule_wmma_gemm(s, C, WmmaConfig(*cfg, family="wgmma"))
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_wgmma_schedule_built_below_sm90a(arch):
+    import tecomp as tc
+    from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
+    X, W, C = _dense()
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, WmmaConfig(4, 1, 1, 4, 32, family="wgmma"))
+    with pytest.raises(TargetError, match=f"needs target 'cuda -arch=sm_90a'.*built for {arch}"):
+        tc.build(s, [X, W, C], target=f"cuda -arch={arch}")
+
+
+def test_wgmma_on_float32():
+    import tecomp as tc
+    from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
+    X, W, C = _dense(dtype="float32")
+    s = tc.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="not a tensor-core GEMM"):
+        schedule_wmma_gemm(s, C, WmmaConfig(4, 1, 1, 4, 32, family="wgmma"))
