@@ -32,6 +32,8 @@ needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("cla
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not on PATH")
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 SM90A = "cuda -arch=sm_90a"
+LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
+long_only = pytest.mark.skipif(not LONG, reason="more of the same: set TECOMP_LONG_TESTS=1")
 
 
 def gemm(M, N, K, dtype, layout):
@@ -47,7 +49,8 @@ def gemm(M, N, K, dtype, layout):
 @pytest.mark.parametrize("M,N,K,dtype,layout,cfg", [
     (64, 64, 96, "float16", "dense", WmmaConfig(4, 1, 1, 4, 32, family="wgmma")),
     (128, 128, 96, "bfloat16", "matmul", WmmaConfig(8, 1, 1, 8, 32, family="wgmma", stages=3)),
-    (64, 32, 64, "float16", "matmul", WmmaConfig(4, 1, 1, 2, 16, family="wgmma")),
+    pytest.param(64, 32, 64, "float16", "matmul", WmmaConfig(4, 1, 1, 2, 16, family="wgmma"),
+                 marks=long_only),
 ])
 def test_wgmma_template_in_the_emulation(M, N, K, dtype, layout, cfg):
     A, B, C = gemm(M, N, K, dtype, layout)
@@ -65,7 +68,7 @@ def test_wgmma_template_in_the_emulation(M, N, K, dtype, layout, cfg):
 
 
 @needs_cxx
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=long_only)])
 def test_dense_bias_gelu_epilogue_on_wgmma_in_the_emulation(dtype):
     """``gelu(dense(X, W, b))`` into float16 / bfloat16: the accumulators (mma.accumulator
     fragments: wgmma's layout per warp) stored to the shared tile of C, the epilogue fused."""
@@ -135,7 +138,7 @@ def test_shapes_the_wgmma_tiles_do_not_divide_are_refused():
 
 @needs_nvcc
 @pytest.mark.parametrize("dtype,layout", [
-    ("float16", "dense"), pytest.param("bfloat16", "matmul", marks=pytest.mark.slow)])
+    ("float16", "dense"), pytest.param("bfloat16", "matmul", marks=long_only)])
 def test_ptxas_sm90a_hgmma_and_no_spills(dtype, layout):
     """BERT's FFN up-projection with bias + GELU (dense) and a bf16 GEMM: wgmma in the PTX,
     HGMMA in the SASS (where a disassembler is on PATH), no spills, no serialised wgmma,
@@ -192,3 +195,56 @@ def test_wgmma_template_on_the_gpu(gpu_driver, dtype, layout):
     mod(a.cuda(), b.cuda(), ca)
     bd = b.double().T if layout == "dense" else b.double()
     np.testing.assert_allclose(ca.cpu().numpy(), (a.double() @ bd).numpy(), rtol=1e-3, atol=1e-2)
+
+
+
+@needs_cxx
+@pytest.mark.parametrize("seed", range(40 if LONG else 1))
+def test_fuzz_wgmma_tilings_in_the_emulation(seed):
+    """Random wgmma tilings (1 or 2 warpgroups, N of 16..128, k steps, rings or none),
+    operand layouts, dtypes and epilogues (bias + ReLU into a 16-bit result) against
+    torch in float64."""
+    rng = np.random.default_rng(9000 + seed)
+    dtype = str(rng.choice(["float16", "bfloat16"]))
+    layout = str(rng.choice(["dense", "matmul"]))
+    wm = int(rng.choice([4, 8]))
+    fn = int(rng.choice([1, 2, 4, 8]))
+    kt = int(rng.choice([16, 32, 64]))
+    M = 16 * wm * int(rng.integers(1, 3))
+    N = 16 * fn * int(rng.integers(1, 3))
+    K = kt * int(rng.integers(1, 4))
+    db = bool(rng.integers(0, 2))
+    cfg = WmmaConfig(wm, 1, 1, fn, kt, double_buffer=db, family="wgmma",
+                     stages=int(rng.choice([2, 3])) if db else 2)
+    A, B, C = gemm(M, N, K, dtype, layout)
+    epilogue = bool(rng.integers(0, 2))
+    args = [A, B]
+    if epilogue:
+        bias = tc.placeholder((N,), "float32", name="bias")
+        out = tc.compute((M, N), lambda i, j: tc.max(C[i, j] + bias[j], tc.const(0.0))
+                         .astype(dtype), name="Y")
+        args += [bias, out]
+        s = (sc.schedule_dense if layout == "dense" else sc.schedule_matmul)(out, "cuda-emu",
+                                                                            config=cfg)
+    else:
+        args.append(C)
+        s = tc.create_schedule(C.op)
+        schedule_wmma_gemm(s, C, cfg)
+    mod = tc.build(s, args, target="cuda-emu")
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(M, K, generator=g).to(TORCH[dtype])
+    b = torch.randn(*((N, K) if layout == "dense" else (K, N)), generator=g).to(TORCH[dtype])
+    want = a.double() @ (b.double().T if layout == "dense" else b.double())
+    if epilogue:
+        bv = torch.randn(N, generator=g)
+        res = torch.zeros((M, N), dtype=TORCH[dtype])
+        mod(a, b, bv, res)
+        want = torch.relu(want + bv.double()).to(TORCH[dtype]).double()
+        tol = 2e-2 if dtype == "bfloat16" else 3e-3
+    else:
+        res = np.full((M, N), np.nan, np.float32)
+        mod(a, b, res)
+        res = torch.from_numpy(res)
+        tol = 1e-3
+    np.testing.assert_allclose(res.double().numpy(), want.numpy(), rtol=tol, atol=tol,
+                               err_msg=f"{cfg} {M}x{N}x{K} {dtype} {layout} epilogue={epilogue}")
