@@ -157,7 +157,9 @@ def test_ptxas_sm90a_hgmma_and_no_spills(dtype, layout):
     mod = tc.build(s, args, target=SM90A)
     src = mod.get_source()
     t = "bf16" if dtype == "bfloat16" else "f16"
-    assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{t}.{t}" in compile_ptx(src, "sm_90a")
+    ptx = compile_ptx(src, "sm_90a")
+    assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{t}.{t}" in ptx
+    assert "fence.proxy.async.shared::cta" in ptx and "cp.async.commit_group" in ptx
     with tempfile.TemporaryDirectory() as d:
         cu, cubin = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
         with open(cu, "w") as f:

@@ -18,6 +18,7 @@ The helpers (``{q}`` is the renderer's qualifier, ``__device__ __forceinline__``
     tc_bulk_g2s(dst, src, n, bar)      // cp.async.bulk.shared::cluster.global
                                        //   .mbarrier::complete_tx::bytes
     tc_wgmma_desc(p, lbo, sbo, swz)    // a shared-memory matrix descriptor (64 bits)
+    tc_fence_proxy_async()             // fence.proxy.async.shared::cta
     tc_wgmma_fence()                   // wgmma.fence.sync.aligned
     tc_wgmma_commit()                  // wgmma.commit_group.sync.aligned
     tc_wgmma_wait<N>()                 // wgmma.wait_group.sync.aligned N
@@ -215,6 +216,13 @@ HOPPER_HELPERS: Dict[str, str] = {
         "       | (unsigned long long)((lbo >> 4) & 0x3FFFu) << 16\n"
         "       | (unsigned long long)((sbo >> 4) & 0x3FFFu) << 32\n"
         "       | (unsigned long long)(swizzle & 3u) << 62;", _NEED90A),
+    "tc_fence_proxy_async": _helper(
+        "// fence.proxy.async.shared::cta: shared memory written through the generic proxy\n"
+        "// (stores, cp.async) made visible to the async proxy (wgmma's operand reads, bulk\n"
+        "// copies) after the barrier that published it (PTX ISA, \"Memory Consistency\n"
+        "// Model: proxies\").",
+        "void tc_fence_proxy_async()", "",
+        '  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");'),
     "tc_wgmma_fence": _helper(
         "// wgmma.fence.sync.aligned: order the accumulator registers and shared memory\n"
         "// written before it ahead of the next wgmma.mma_async.",

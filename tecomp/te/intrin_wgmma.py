@@ -30,8 +30,10 @@ The warpgroup's 64-row A block starts 16 rows per warp before each warp's strip:
 warps of a warpgroup must hold consecutive 16-row strips of one A block and the same B
 block (warps stacked along M, bound to ``threadIdx.z`` / ``threadIdx.y`` with
 ``blockDim.x == 32``); the emulation checks that the lanes of each warp agree on the
-descriptors.  Each call is fenced, committed and waited for (``wgmma.wait_group 0``): the
-operands' shared tiles may be overwritten after it.
+descriptors.  Each call is preceded by ``fence.proxy.async`` (the tiles were written
+through the generic proxy, cp.async or stores; wgmma reads them through the async proxy)
+and ``wgmma.fence``, committed and waited for (``wgmma.wait_group 0``): the operands'
+shared tiles may be overwritten after it.
 """
 from __future__ import annotations
 
@@ -93,6 +95,9 @@ def _emit(name: str, t: str, n: int):
                     f"{desc}({a.ptr} - {WARP_IN_GROUP} * {2 * row_block}, {a_lbo}, {a_sbo}, 0)",
                     "da")
         db = cb.tmp("unsigned long long", f"{desc}({b.ptr}, {b_lbo}, {b_sbo}, 0)", "db")
+        # the tiles were written through the generic proxy (cp.async, stores); wgmma reads
+        # them through the async proxy
+        cb.emit(f"{cb.helper('tc_fence_proxy_async')}();")
         cb.emit(f"{cb.helper('tc_wgmma_fence')}();")
         cb.emit(f"{cb.helper(f'tc_wgmma_m64n{n}k16_{t}')}({c}, {da}, {db}, 1);")
         cb.emit(f"{cb.helper('tc_wgmma_commit')}();")
