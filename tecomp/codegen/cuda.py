@@ -85,7 +85,7 @@ from ..target import (  # noqa: E402,F401
     FRAGMENT_SCOPES, MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES,
     MAX_THREADS_PER_BLOCK, MMA_MIN_SM, SHARED_ALIGN, WARP_SIZE, sm_number,
 )
-from .cuda_hopper import HOPPER_HELPERS, check_wgmma_target
+from .cuda_hopper import HOPPER_HELPERS, WARPGROUP, check_wgmma_target
 from .cuda_intrin import (MMA_FRAGMENTS, MMA_HELPERS, MMA_TILE_REGS, CudaIntrinBuilder,
                           CudaIntrinView)
 
@@ -891,6 +891,8 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         bf16_fragments += r.bf16_fragments
         info = KernelInfo(kname, tuple(params), kern.grid, kern.block, kern.shared_bytes,
                           kern.stage, r.has_barrier, kern.local_bytes)
+        if any(h.startswith("tc_wgmma_m64") for h in r.helpers):
+            _check_warpgroups(info)
         kernels.append(info)
         texts.append(_kernel_text(kern.index, info, r.lines, kern.stmt))
 
@@ -930,6 +932,19 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         # buffers the kernels flatten in int32): the runtimes check them with the rest
         func = PrimFunc(func.name, func.params, func.body, {**func.attrs, "param_checks": checks})
     return CudaSource(func, source, kernels, workspaces, list(hp.asserts), hp.written)
+
+
+def _check_warpgroups(info: KernelInfo) -> None:
+    """A kernel that issues wgmma runs whole warpgroups: its block's threads a multiple of
+    128 (4 warps), where the launch extents are constants."""
+    block = info.constant_block
+    if block is not None and (block[0] * block[1] * block[2]) % WARPGROUP:
+        raise BuildError(
+            f"{info.name} (stage {info.stage}) issues wgmma, which a warpgroup of 4 warps "
+            f"({WARPGROUP} threads) runs together, but its block is {block[0]} x {block[1]} x "
+            f"{block[2]} = {block[0] * block[1] * block[2]} threads: bind the warps so that "
+            f"the block has a multiple of {WARPGROUP} threads (e.g. WmmaConfig(4, 1, 1, ..., "
+            "family='wgmma'): 4 warps on threadIdx.z)")
 
 
 def _uses_wgmma(body) -> bool:

@@ -76,3 +76,18 @@ def test_wgmma_on_float32():
     s = tc.create_schedule(C.op)
     with pytest.raises(ScheduleError, match="not a tensor-core GEMM"):
         schedule_wmma_gemm(s, C, WmmaConfig(4, 1, 1, 4, 32, family="wgmma"))
+
+
+def test_wgmma_block_not_whole_warpgroups(monkeypatch):
+    """A hand schedule of 2 warps (the template's own check switched off to write one):
+    the build refuses the block, which cannot run a warpgroup's wgmma."""
+    import tecomp as tc
+    from tecomp.errors import BuildError
+    from tecomp.strategy.cuda import tensorcore
+    X, W, C = _dense(M=32, N=64)
+    s = tc.create_schedule(C.op)
+    monkeypatch.setattr(tensorcore, "check_wgmma_config", lambda cfg, dtype: None)
+    tensorcore.schedule_wmma_gemm(s, C, tensorcore.WmmaConfig(2, 1, 1, 4, 32, family="wgmma"))
+    with pytest.raises(BuildError, match=r"issues wgmma, which a warpgroup of 4 warps \(128 "
+                       r"threads\) runs together, but its block is 32 x 1 x 2 = 64 threads"):
+        tc.build(s, [X, W, C], target="cuda-emu")
