@@ -96,7 +96,7 @@ def test_the_nn_templates_take_wgmma_on_sm90a_when_a_tiling_divides():
     b = tc.placeholder((N,), "float16", name="b")
     Y = nn.gelu(nn.dense(X, W, b))
     text = str(tc.lower(sc.schedule_dense(Y, SM90A), [X, W, b, Y]))
-    assert "tensorize cuda.wgmma_f16f16f32_n128 (accumulate)" in text
+    assert "tensorize cuda.wgmma_f16f16f32_n128_k64 (accumulate)" in text
     # sm_90 (no 'a'), or extents no wgmma tiling divides: the mma.sync / wmma families
     assert "wgmma" not in str(tc.lower(sc.schedule_dense(Y, "cuda -arch=sm_90"), [X, W, b, Y]))
     assert wgmma_config(100, 64, 64) is None and wgmma_config(64, 64, 24) is None
@@ -106,7 +106,8 @@ def test_the_nn_templates_take_wgmma_on_sm90a_when_a_tiling_divides():
 
 def test_printed_ir_of_the_wgmma_mainloop():
     """The region each warp hands to wgmma: its 16-row strip of A's core matrices, the
-    block's B core matrices, its strip of the accumulator."""
+    block's B core matrices (a whole k step of 32: two wgmmas, one group), its strip of
+    the accumulator."""
     A, B, C = gemm(64, 64, 32, "float16", "dense")
     s = tc.create_schedule(C.op)
     schedule_wmma_gemm(s, C, WmmaConfig(4, 1, 1, 4, 32, family="wgmma", double_buffer=False))
@@ -119,10 +120,10 @@ def test_printed_ir_of_the_wgmma_mainloop():
         "// out c: dense.mma.accumulator[8*x0 + x1, 8*x2 + x3]",
         "allocate W.shared: float16[8, 4, 8, 8] (shared)",
         "allocate A.shared: float16[8, 4, 8, 8] (shared)",
-        "tensorize cuda.wgmma_f16f16f32_n64 (accumulate) {",
+        "tensorize cuda.wgmma_f16f16f32_n64_k32 (accumulate) {",
         "// out c: dense.mma.accumulator[8*x0 + x1, 8*x2 + x3]",
-        "// in a: A.shared[b.inner.outer*2 + x0, k.inner.outer*2 + x1, x2, x3]",
-        "// in b: W.shared[x1, k.inner.outer*2 + x0, x2, x3]",
+        "// in a: A.shared[b.inner.outer*2 + x0, x1, x2, x3]",
+        "// in b: W.shared[x1, x0, x2, x3]",
         "tensorize cuda.mma_store_f32 (store) {",
         "// out c: dense[b.inner.outer*16 + x0, o.inner.inner.outer*16 + x1]",
         "// in a: dense.mma.accumulator[x0, o.inner.inner.outer*16 + x1]",

@@ -12,6 +12,9 @@ the same wgmma together::
     ...                                      # CF's loops: i -> (io 2, ii 8), j -> (jo N/8, ji 8),
     s[CF].tensorize(io, tc.tensor_intrin("cuda.wgmma_f16f16f32_n128"))   # k -> (ko 2, ki 8)
 
+(``cuda.wgmma_*_n<N>_k32`` / ``_k64``: a whole k step, ``ko`` of 4 / 8: its 2 / 4 wgmmas
+committed as one group and waited for once.)
+
 The declared computation, per warp, is ``c[io, ii, jo, ji] += f32(a[io, ko, ii, ki]) *
 f32(b[ko, jo, ji, ki])`` -- a ``16 x 16`` block of A (row ``8 io + ii``, k ``8 ko + ki``)
 and a ``16 x N`` block of B stored K-major, in 8 x 8 *core matrices* of 128 contiguous
@@ -45,15 +48,18 @@ from .reduce import sum as _sum
 
 #: the N of the declared intrinsics (one warpgroup's tile is 64 x N)
 WGMMA_TILE_N = (16, 32, 64, 128, 256)
+#: the k of the declared intrinsics: 16 (``cuda.wgmma_*_n<N>``), and whole k steps of 32
+#: or 64 (``cuda.wgmma_*_n<N>_k<K>``: K / 16 wgmmas committed as one group, waited once)
+WGMMA_TILE_K = (16, 32, 64)
 #: C text of the warp's index within its warpgroup
 WARP_IN_GROUP = ("((int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))"
                  " >> 5 & 3)")
 
 
-def _decl(dtype: str, n: int):
-    a = placeholder((2, 2, 8, 8), dtype, name="a")
-    b = placeholder((2, n // 8, 8, 8), dtype, name="b")
-    ko = reduce_axis((0, 2), name="ko")
+def _decl(dtype: str, n: int, k: int = 16):
+    a = placeholder((2, k // 8, 8, 8), dtype, name="a")
+    b = placeholder((k // 8, n // 8, 8, 8), dtype, name="b")
+    ko = reduce_axis((0, k // 8), name="ko")
     ki = reduce_axis((0, 8), name="ki")
     return compute((2, 8, n // 8, 8), lambda io, ii, jo, ji: _sum(
         a[io, ko, ii, ki].astype("float32") * b[ko, jo, ji, ki].astype("float32"),
@@ -81,7 +87,7 @@ def _core_strides(name: str, view, outer: int):
     return k_step, mn_step
 
 
-def _emit(name: str, t: str, n: int):
+def _emit(name: str, t: str, n: int, k: int = 16):
     def emit(cb, ins, outs):
         c = _fragment(name, outs[0], "mma.accumulator")
         a = _shared(name, ins[0], "wgmma reads")
@@ -91,15 +97,17 @@ def _emit(name: str, t: str, n: int):
         desc = cb.helper("tc_wgmma_desc")
         # the warpgroup's A block: this warp's strip is 16 rows (2 row blocks) per warp in
         row_block = a.strides[0]
-        da = cb.tmp("unsigned long long",
-                    f"{desc}({a.ptr} - {WARP_IN_GROUP} * {2 * row_block}, {a_lbo}, {a_sbo}, 0)",
-                    "da")
-        db = cb.tmp("unsigned long long", f"{desc}({b.ptr}, {b_lbo}, {b_sbo}, 0)", "db")
         # the tiles were written through the generic proxy (cp.async, stores); wgmma reads
         # them through the async proxy
         cb.emit(f"{cb.helper('tc_fence_proxy_async')}();")
         cb.emit(f"{cb.helper('tc_wgmma_fence')}();")
-        cb.emit(f"{cb.helper(f'tc_wgmma_m64n{n}k16_{t}')}({c}, {da}, {db}, 1);")
+        for kk in range(k // 16):   # k16 steps: 2 core matrices along k each, one group
+            da = cb.tmp("unsigned long long",
+                        f"{desc}({a.ptr} + {2 * kk * a.strides[1]} - {WARP_IN_GROUP} * "
+                        f"{2 * row_block}, {a_lbo}, {a_sbo}, 0)", "da")
+            db = cb.tmp("unsigned long long",
+                        f"{desc}({b.ptr} + {2 * kk * b.strides[0]}, {b_lbo}, {b_sbo}, 0)", "db")
+            cb.emit(f"{cb.helper(f'tc_wgmma_m64n{n}k16_{t}')}({c}, {da}, {db}, 1);")
         cb.emit(f"{cb.helper('tc_wgmma_commit')}();")
         cb.emit(f"{cb.helper('tc_wgmma_wait')}<0>();")
     return emit
@@ -121,4 +129,7 @@ def declarations():
         for dt, t in WGMMA_DTYPES.items():
             name = f"cuda.wgmma_{t}{t}f32_n{n}"
             out.append((_decl(dt, n), _emit(name, t, n), name, False, fill))
+            for k in WGMMA_TILE_K[1:]:   # a whole k step: k / 16 wgmmas, one group
+                name_k = f"{name}_k{k}"
+                out.append((_decl(dt, n, k), _emit(name_k, t, n, k), name_k, False, fill))
     return out

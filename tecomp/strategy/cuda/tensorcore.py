@@ -48,7 +48,7 @@ from ...ir.expr import Cast, Mul
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 from ...te.tensor_intrin import tensor_intrin
-from ...te.intrin_wgmma import WGMMA_TILE_N
+from ...te.intrin_wgmma import WGMMA_TILE_K, WGMMA_TILE_N
 from ...target import as_target
 from .._common import _cint, _contraction_operands
 from .common import _bind, _cooperative_copy
@@ -369,12 +369,18 @@ def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str) -> None:
     sc.compute_at(st, wx)
     *cb, ci, cj = sc.op.axis
     ko, k = sc.split(sc.op.reduce_axis[0], factor=cfg.k_tile)
-    kf, k = sc.split(k, factor=FRAG)
-    k8o, k8i = sc.split(k, factor=8)
+    name = f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}"
     cio, cii = sc.split(ci, factor=8)
     cjo, cji = sc.split(cj, factor=8)
-    sc.reorder(*cb, ko, kf, cio, cii, cjo, cji, k8o, k8i)
-    sc.tensorize(cio, tensor_intrin(f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}"))
+    if cfg.k_tile in WGMMA_TILE_K[1:]:   # the k step's wgmmas as one group, waited once
+        k8o, k8i = sc.split(k, factor=8)
+        sc.reorder(*cb, ko, cio, cii, cjo, cji, k8o, k8i)
+        name += f"_k{cfg.k_tile}"
+    else:                                # one wgmma per 16 of k
+        kf, k = sc.split(k, factor=FRAG)
+        k8o, k8i = sc.split(k, factor=8)
+        sc.reorder(*cb, ko, kf, cio, cii, cjo, cji, k8o, k8i)
+    sc.tensorize(cio, tensor_intrin(name))
     per16 = 16 // _dt.nbytes(dtype)
     threads = [("threadIdx.x", WARP), ("threadIdx.y", cfg.warps_n), ("threadIdx.z", cfg.warps_m)]
     for S, rows in ((AS, cfg.block_m), (BS, cfg.block_n)):
