@@ -73,6 +73,7 @@ import tecomp as tc  # noqa: E402
 from tecomp.errors import RuntimeUnavailableError  # noqa: E402
 from tecomp.strategy import cuda as nn_cuda  # noqa: E402
 from tecomp.nn import ops  # noqa: E402
+from tecomp.build import device_arch  # noqa: E402
 
 NO_GPU_STATUS = 2
 TOLERANCE = 1e-4  # max error relative to the largest value of the float64 result
@@ -222,7 +223,7 @@ class DirectLaunch:
                 * np.dtype(w.dtype).itemsize
             self.workspaces.append(drv.alloc(nbytes))
             ptrs[w] = int(self.workspaces[-1])
-        cmod = drv.compile(mod.cuda_source)
+        cmod = drv.compile(mod.cuda_source, getattr(mod.target, "arch", None))
         self.launches = []
         for k in mod.kernels:
             if not all(hasattr(d, "value") for d in k.grid + k.block) or \
@@ -294,7 +295,8 @@ def gemm_workload(n: int, half: bool = False) -> Workload:
         B = tc.placeholder((n, n), dtype, name="B")
         return [A, B, ops.matmul(A, B, out_dtype="float32" if half else None)]
 
-    build = _template_build(args, nn_cuda.schedule_matmul, f"{'h' if half else ''}gemm{n}")
+    build = _template_build(args, nn_cuda.schedule_matmul, f"{'h' if half else ''}gemm{n}",
+                            tensor_cores=half)
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
@@ -339,10 +341,15 @@ def wmma_sweep(n: int, N: Optional[int] = None, K: Optional[int] = None,
     return _unique([first] + fit)
 
 
-def _template_build(args: Callable[[], list], schedule, name: str) -> Callable[..., object]:
+def _template_build(args: Callable[[], list], schedule, name: str,
+                    tensor_cores: bool = False) -> Callable[..., object]:
     """``build(target, config)`` of a workload with a template: ``schedule(out, target,
-    config)`` (a ``tecomp.strategy.cuda.schedule_*``) of fresh ``args()``'s output."""
+    config)`` (a ``tecomp.strategy.cuda.schedule_*``) of fresh ``args()``'s output.
+    ``tensor_cores``: on an sm_90 GPU, plain ``cuda`` is built as ``cuda -arch=sm_90a``,
+    where the template takes Hopper's wgmma (``WmmaConfig(family="wgmma")``)."""
     def build(target="cuda", config=None):
+        if tensor_cores and target == "cuda" and device_arch() in ("sm_90", "sm_90a"):
+            target = "cuda -arch=sm_90a"
         a = args()
         return tc.build(schedule(a[-1], target, config), a, target=target, name=name)
     return build
@@ -417,7 +424,8 @@ def hdense_workload(M: int, N: int, K: int) -> Workload:
         W = tc.placeholder((N, K), "float16", name="W")
         return [X, W, ops.dense(X, W, out_dtype="float32")]
 
-    build = _template_build(args, nn_cuda.schedule_dense, f"hdense{M}x{N}x{K}")
+    build = _template_build(args, nn_cuda.schedule_dense, f"hdense{M}x{N}x{K}",
+                            tensor_cores=True)
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
@@ -446,7 +454,8 @@ def hdense_gelu_workload(M: int, N: int, K: int) -> Workload:
         b = tc.placeholder((N,), "float16", name="b")
         return [X, W, b, tc.nn.gelu(ops.dense(X, W, b))]
 
-    build = _template_build(args, nn_cuda.schedule_dense, f"hdense_gelu{M}x{N}x{K}")
+    build = _template_build(args, nn_cuda.schedule_dense, f"hdense_gelu{M}x{N}x{K}",
+                            tensor_cores=True)
 
     def setup(torch, cupy):
         rng = np.random.default_rng(0)
@@ -933,6 +942,14 @@ def run(args) -> int:
 
                     sweeps.append(f"sweep of {w.name} broke:\n{traceback.format_exc()}")
                 print(sweeps[-1], flush=True)
+        if args.family:
+            try:
+                sweeps.append(family_compare(drv, torch, args.family, timer, rounds, inner))
+            except Exception:  # noqa: BLE001 - keep the table of the other workloads
+                import traceback
+
+                sweeps.append(f"--family broke:\n{traceback.format_exc()}")
+            print(sweeps[-1], flush=True)
     print()
     print(format_table(rows, refs_available))
     for text in sweeps:
@@ -1031,6 +1048,87 @@ def tune(w: Workload, st: Setup, dev, want, timer: Timer, drv, rounds: int, inne
                       for k in refs) + f"\n  best knobs: {knobs}")
 
 
+FAMILIES = ("all", "mma", "wgmma")
+
+
+def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: int = 4096) -> str:
+    """HGEMM and bf16 GEMM ``n^3`` (float32 accumulation and result) on the tensor-core
+    families side by side, interleaved with ``torch.matmul`` (cuBLAS) in one process:
+    ``mma``, the template with ``WmmaConfig(..., family="mma")`` (ldmatrix + mma.sync, a
+    cp.async ring); ``wgmma`` (sm_90 devices only), the template built for ``cuda
+    -arch=sm_90a``, where it takes ``WmmaConfig(family="wgmma")`` (wgmma fed by a cp.async
+    ring through all the block's threads), and ``wgmma-tile``, the warp-specialised tile of
+    ``tecomp.testing.hopper_gemm`` (one producer warp issuing bulk copies that complete on
+    mbarriers, one consumer warpgroup of ``wgmma.m64n128k16``, 4 stages, 128-byte
+    swizzle; B read K-major, ``torch.matmul(A, B)``'s ``B`` passed transposed and both
+    operands pre-tiled once on the host, outside the timing).  Each result is checked
+    against torch's float32-accumulated product first."""
+    from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
+    from tecomp.testing import hopper_gemm as hg
+
+    if torch is None:
+        return "--family: needs PyTorch (the cuBLAS reference)"
+    hopper = drv.arch in ("sm_90", "sm_90a")
+    lines = [f"tensor-core families, {n}^3, float32 accumulation and result, on {drv.name} "
+             f"({drv.arch}); median ms (TFLOP/s), interleaved with torch.matmul"]
+    for dtype in ("float16", "bfloat16"):
+        bf16 = dtype == "bfloat16"
+        tdt = torch.float16 if not bf16 else torch.bfloat16
+        rng = np.random.default_rng(0)
+        a32 = rng.standard_normal((n, n), dtype=np.float32)
+        b32 = rng.standard_normal((n, n), dtype=np.float32)
+        ta, tb = torch.from_numpy(a32).to("cuda", tdt), torch.from_numpy(b32).to("cuda", tdt)
+        want = torch.matmul(ta.float(), tb.float()).cpu().numpy()
+        tout = torch.empty((n, n), device="cuda", dtype=tdt)
+        fns = {"torch": lambda: torch.matmul(ta, tb, out=tout)}
+        errors = {}
+        if family in ("all", "mma"):
+            A = tc.placeholder((n, n), dtype, name="A")
+            B = tc.placeholder((n, n), dtype, name="B")
+            C = ops.matmul(A, B, out_dtype="float32")
+            s = tc.create_schedule(C.op)
+            schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 4, 4, 64, family="mma", stages=3))
+            mod = tc.build(s, [A, B, C], target="cuda")
+            cm = torch.empty((n, n), device="cuda", dtype=torch.float32)
+            mod(ta, tb, cm)
+            errors["mma"] = max_rel_error(cm.cpu().numpy(), want)
+            fns["mma"] = DirectLaunch(mod, [ta, tb, cm], drv)
+        if family in ("all", "wgmma") and hopper:
+            A = tc.placeholder((n, n), dtype, name="A")
+            B = tc.placeholder((n, n), dtype, name="B")
+            C = ops.matmul(A, B, out_dtype="float32")
+            sm90a = "cuda -arch=sm_90a"   # the template takes wgmma by itself there
+            mod = tc.build(nn_cuda.schedule_matmul(C, sm90a), [A, B, C], target=sm90a)
+            cg = torch.empty((n, n), device="cuda", dtype=torch.float32)
+            mod(ta, tb, cg)
+            errors["wgmma"] = max_rel_error(cg.cpu().numpy(), want)
+            fns["wgmma"] = DirectLaunch(mod, [ta, tb, cg], drv)
+            tile = hg.GpuTile(drv, n, n, n, bn=128, stages=4, swizzle=1, bf16=bf16)
+            pa = torch.from_numpy(hg.pretile(hg.to_bits(a32, bf16), hg.BM, 1)).cuda()
+            pb = torch.from_numpy(hg.pretile(hg.to_bits(np.ascontiguousarray(b32.T), bf16),
+                                             128, 1)).cuda()
+            cw = torch.empty((n, n), device="cuda", dtype=torch.float32)
+            ptrs = (pa.data_ptr(), pb.data_ptr(), 0, cw.data_ptr())
+            tile.launch(*ptrs)
+            drv.synchronize()
+            errors["wgmma-tile"] = max_rel_error(cw.cpu().numpy(), want)
+            fns["wgmma-tile"] = lambda: tile.launch(*ptrs)
+        elif family == "wgmma":
+            lines.append(f"  {dtype}: wgmma needs an sm_90 device; this is {drv.arch}")
+        bad = {k: e for k, e in errors.items() if not e < 2e-3}
+        if bad:
+            lines.append(f"  {dtype}: wrong results {bad}; nothing timed")
+            continue
+        med = interleaved(timer, fns, rounds, inner)
+        tflops = lambda ms: 2.0 * n ** 3 / (ms * 1e-3) / 1e12  # noqa: E731
+        lines.append(f"  {dtype}: " + ", ".join(
+            f"{k} {ms:.3f} ms ({tflops(ms):.0f})" + (f" = {med['torch'] / ms:.2f}x torch"
+                                                     if k != "torch" else "")
+            for k, ms in med.items()) + "; errors " + ", ".join(
+            f"{k} {e:.1e}" for k, e in errors.items()))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1041,6 +1139,10 @@ def main(argv=None) -> int:
     p.add_argument("--tune", type=int, default=0, metavar="N",
                    help="also run tc.auto_schedule(target='cuda', trials=N) on the workloads "
                         "written in plain TE and time its best against the analytic schedule")
+    p.add_argument("--family", choices=FAMILIES, default=None,
+                   help="also compare the tensor-core families on HGEMM / bf16 GEMM 4096^3: "
+                        "mma.sync (the template), wgmma (the sm_90 warp-specialised tile), "
+                        "or all, against torch.matmul")
     return run(p.parse_args(argv))
 
 

@@ -737,9 +737,16 @@ def test_tensor_intrins_for_a_cuda_target():
     wmma = ["cuda.wmma_fill_f32", "cuda.wmma_load_a_bf16", "cuda.wmma_load_a_f16",
             "cuda.wmma_load_b_bf16", "cuda.wmma_load_b_f16", "cuda.wmma_mma_bf16bf16f32",
             "cuda.wmma_mma_f16f16f32", "cuda.wmma_store_f32"]
-    assert names == ["cuda.dp4a_s8s8s32", "cuda.dp4a_u8s8s32"] + mma + wmma
+    wgmma = sorted([f"cuda.wgmma_{t}{t}f32_n{n}{k}" for t in ("f16", "bf16")
+                    for n in (16, 32, 64, 128, 256) for k in ("", "_k32", "_k64")]
+                   + [f"cuda.wgmma_fill_f32_n{n}" for n in (16, 32, 64, 128, 256)])
+    assert names == ["cuda.dp4a_s8s8s32", "cuda.dp4a_u8s8s32"] + mma + wgmma + wmma
     assert names == [t.name for t in tc.tensor_intrins_for("cuda-emu")]
-    assert names == [t.name for t in tc.tensor_intrins_for("cuda -arch=sm_80")]
+    assert names == [t.name for t in tc.tensor_intrins_for("cuda -arch=sm_90a")]
+    # wgmma: sm_90a only
+    assert [n for n in names if "wgmma" not in n] == \
+        [t.name for t in tc.tensor_intrins_for("cuda -arch=sm_80")] == \
+        [t.name for t in tc.tensor_intrins_for("cuda -arch=sm_90")]
     # ldmatrix / mma.sync m16n8k16 and bfloat16 fragments need sm_80
     assert [t.name for t in tc.tensor_intrins_for("cuda -arch=sm_75")] == \
         ["cuda.dp4a_s8s8s32", "cuda.dp4a_u8s8s32"] + [n for n in wmma if "bf16" not in n]

@@ -243,12 +243,24 @@ struct Runner {
   char error[1024] = {0};
   Slot* slots = nullptr;        // 2 * nthreads: the warp exchange (see Slot)
   unsigned* slot_gen = nullptr;  // per thread: how many warp-wide operations it made
+  // mbarrier waits: bumped (atomically) by every change of an mbarrier or queued bulk
+  // copy; a thread whose wait fails sleeps until it moves (see poll)
+  unsigned long long progress_gen = 0;
+  void** poll_bar = nullptr;     // per thread: the mbarrier it waits on, and the parity
+  unsigned* poll_parity = nullptr;
 
   virtual ~Runner() {
     free(slots);
     free(slot_gen);
+    free(poll_bar);
+    free(poll_parity);
   }
   virtual void sync() = 0;
+  // The calling thread's mbarrier test failed: wait until an mbarrier or a bulk copy has
+  // changed since `token` (or throw Stuck when no thread can change one any more).
+  virtual void poll(unsigned long long token) = 0;
+  virtual void on_progress() {}
+  void fail_mbar(int t);
   // Wait until all lanes of thread t's warp have called warp_sync (or throw Stuck).
   virtual void warp_sync(int t) = 0;
 
@@ -328,9 +340,13 @@ struct ThreadsRunner : Runner {
   int* warp_arrived = nullptr;
   unsigned long long* warp_gen = nullptr;
   int warp_waiting = 0;  // lanes of all warps waiting at a warp-wide operation
+  // per thread: 1 + the progress token it sleeps on in an mbarrier wait (0: not); only
+  // those whose token is still current are asleep (the others are woken, not yet running)
+  unsigned long long* poll_sleep = nullptr;
   bool stuck = false;    // every thread waits and none can go on: unwind the block
 
   ~ThreadsRunner() {
+    free(poll_sleep);
     free(warp_arrived);
     free(warp_gen);
     pthread_cond_destroy(&cv);
@@ -345,8 +361,20 @@ struct ThreadsRunner : Runner {
   // Every thread waits (at a barrier, at a warp-wide operation, or at the block's end)
   // and some lanes wait at a warp-wide operation that their warp's other lanes will never
   // reach: a failure.  Wake everyone to unwind (throw Stuck).
+  int sleeping_pollers(int* first) {
+    unsigned long long now = __atomic_load_n(&progress_gen, __ATOMIC_SEQ_CST) + 1;
+    int n = 0;
+    for (int t = 0; t < nthreads; ++t)
+      if (poll_sleep[t] == now && n++ == 0) *first = t;
+    return n;
+  }
   void check_stuck_locked() {
-    if (warp_waiting == 0 || arrived + exited + warp_waiting < nthreads) return;
+    int poller = -1;
+    int polling = poll_sleep ? sleeping_pollers(&poller) : 0;
+    if ((warp_waiting == 0 && polling == 0) ||
+        arrived + exited + warp_waiting + polling < nthreads)
+      return;
+    if (polling > 0) fail_mbar(poller);
     for (int w = 0; 32 * w < nthreads; ++w)
       if (warp_arrived[w] > 0) {
         fail_warp(w, warp_arrived[w]);
@@ -387,6 +415,22 @@ struct ThreadsRunner : Runner {
     check_stuck_locked();
     while (warp_gen[w] == g && !stuck) pthread_cond_wait(&cv, &m);
     if (warp_gen[w] == g) throw Stuck();
+  }
+  void poll(unsigned long long token) override {
+    Lock lk(&m);
+    if (stuck) throw Stuck();
+    if (__atomic_load_n(&progress_gen, __ATOMIC_SEQ_CST) != token) return;
+    int t = linear_thread();
+    poll_sleep[t] = token + 1;
+    check_stuck_locked();
+    while (__atomic_load_n(&progress_gen, __ATOMIC_SEQ_CST) == token && !stuck)
+      pthread_cond_wait(&cv, &m);
+    poll_sleep[t] = 0;
+    if (stuck) throw Stuck();
+  }
+  void on_progress() override {
+    Lock lk(&m);
+    pthread_cond_broadcast(&cv);
   }
   // The calling thread has finished the block; wait until all have.
   void end_block() {
@@ -431,7 +475,8 @@ struct ThreadsRunner : Runner {
     int nwarps = (nthreads + 31) / 32;
     warp_arrived = static_cast<int*>(calloc((size_t)nwarps, sizeof(int)));
     warp_gen = static_cast<unsigned long long*>(calloc((size_t)nwarps, sizeof(unsigned long long)));
-    if (!warp_arrived || !warp_gen) {
+    poll_sleep = static_cast<unsigned long long*>(calloc((size_t)nthreads, sizeof(unsigned long long)));
+    if (!warp_arrived || !warp_gen || !poll_sleep) {
       fail("out of memory starting the emulated threads");
       return;
     }
@@ -478,7 +523,7 @@ struct FiberRunner : Runner {
   ucontext_t* ctx = nullptr;
   char** stacks = nullptr;
   int* state = nullptr;  // 0 runnable, 1 waiting at a barrier, 2 finished, 3 waiting at a
-                         // warp-wide operation
+                         // warp-wide operation, 4 waiting on an mbarrier
   ucontext_t sched;
   int cur = 0;
 
@@ -505,6 +550,15 @@ struct FiberRunner : Runner {
     state[cur] = 3;
     swapcontext(&ctx[cur], &sched);
   }
+  void poll(unsigned long long token) override {
+    if (__atomic_load_n(&progress_gen, __ATOMIC_SEQ_CST) != token) return;
+    if (!has_barrier) {
+      fail("internal error: an mbarrier wait in a kernel launched without barriers");
+      throw Stuck();
+    }
+    state[cur] = 4;
+    swapcontext(&ctx[cur], &sched);
+  }
   static void trampoline() {
     FiberRunner* r = static_cast<FiberRunner*>(current);
     int i = r->cur;
@@ -528,22 +582,34 @@ struct FiberRunner : Runner {
       state[i] = 0;
     }
     for (;;) {  // one round: every runnable thread runs to its next barrier or its end
+      unsigned long long before = __atomic_load_n(&progress_gen, __ATOMIC_SEQ_CST);
+      bool ran = false;  // a thread ran that was not merely re-testing an mbarrier
       for (int k = 0; k < nthreads; ++k) {
         int i = reverse ? nthreads - 1 - k : k;
-        if (state[i] != 0) continue;
+        if (state[i] != 0 && state[i] != 4) continue;
+        ran |= state[i] == 0;
+        state[i] = 0;
         cur = i;
         threadIdx = thread_index(i);
         swapcontext(&sched, &ctx[i]);
       }
-      int waiting = 0, done = 0, warp_waiting = 0;
+      int waiting = 0, done = 0, warp_waiting = 0, polling = 0, poller = -1;
       for (int i = 0; i < nthreads; ++i) {
         waiting += state[i] == 1;
         done += state[i] == 2;
         warp_waiting += state[i] == 3;
+        if (state[i] == 4 && poller < 0) poller = i;
+        polling += state[i] == 4;
+      }
+      bool polled = ran || __atomic_load_n(&progress_gen, __ATOMIC_SEQ_CST) != before;
+      if (polling > 0 && warp_waiting == 0) {
+        if (polled) continue;
+        fail_mbar(poller);
+        return;
       }
       if (warp_waiting > 0) {  // release each warp whose lanes all wait at its operation
         int stuck_warp = -1, stuck_lanes = 0;
-        bool progress = false;
+        bool progress = polling > 0 && polled;
         for (int w = 0; 32 * w < nthreads; ++w) {
           int n = 0;
           for (int i = 32 * w; i < 32 * w + warp_lanes(w); ++i) n += state[i] == 3;
@@ -556,6 +622,7 @@ struct FiberRunner : Runner {
           }
         }
         if (!progress) {  // the suspended fibers are abandoned (their stacks are reused)
+          if (polling > 0) fail_mbar(poller);
           fail_warp(stuck_warp, stuck_lanes);
           return;
         }
@@ -601,6 +668,55 @@ struct FiberRunner : Runner {
   }
 };
 
+// the Hopper emulation's per-launch state (used at the end of this file)
+struct SmemWindow {
+  char* lo;
+  unsigned long long bytes;
+};
+inline SmemWindow& smem_window() {
+  static SmemWindow w = {nullptr, 0};
+  return w;
+}
+struct BulkCopy {
+  void* dst;
+  const void* src;
+  unsigned bytes;
+  void* bar;
+};
+struct BulkQueue {
+  BulkCopy q[512];
+  int n;
+};
+inline BulkQueue& bulk_queue() {
+  static BulkQueue b;
+  return b;
+}
+// per emulated thread (fibers share their OS thread's thread_locals): fenced since the
+// last wait_group
+inline unsigned char* wgmma_fenced_flags() {
+  static unsigned char f[1024];
+  return f;
+}
+// The warpgroups' latest wgmmas (8 warpgroups of a block, a ring of 64 calls each): the
+// first warp of a warpgroup to make its n-th wgmma records the descriptors, the others
+// must give the same ones.
+struct WgmmaCall {
+  unsigned long long n, da, db;
+  int set;
+};
+inline WgmmaCall* wgmma_calls() {
+  static WgmmaCall c[8 * 64];
+  return c;
+}
+inline unsigned long long* wgmma_counts() {  // per warp: wgmmas made
+  static unsigned long long c[32];
+  return c;
+}
+inline pthread_mutex_t* wgmma_lock() {
+  static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  return &m;
+}
+
 static pthread_mutex_t launch_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 // dims: grid x, y, z, block x, y, z.  Returns 0, or 1 with a message in err.
@@ -626,10 +742,17 @@ inline int launch(Entry entry, void** args, const long long* dims, int mode, int
   r->nblocks = nblocks;
   r->slots = static_cast<Slot*>(calloc(2 * (size_t)nthreads, sizeof(Slot)));
   r->slot_gen = static_cast<unsigned*>(calloc((size_t)nthreads, sizeof(unsigned)));
-  if (!r->slots || !r->slot_gen) {
+  r->poll_bar = static_cast<void**>(calloc((size_t)nthreads, sizeof(void*)));
+  r->poll_parity = static_cast<unsigned*>(calloc((size_t)nthreads, sizeof(unsigned)));
+  if (!r->slots || !r->slot_gen || !r->poll_bar || !r->poll_parity) {
     snprintf(err, (size_t)errlen, "out of memory starting the emulated threads");
     return 1;
   }
+  smem_window().lo = nullptr;  // named again by each launch that uses it
+  bulk_queue().n = 0;
+  memset(wgmma_fenced_flags(), 0, 1024);
+  memset(wgmma_calls(), 0, 8 * 64 * sizeof(WgmmaCall));
+  memset(wgmma_counts(), 0, 32 * sizeof(unsigned long long));
   gridDim.x = r->grid[0]; gridDim.y = r->grid[1]; gridDim.z = r->grid[2];
   blockDim.x = r->block[0]; blockDim.y = r->block[1]; blockDim.z = r->block[2];
   if (mode == THREADS) {
@@ -947,6 +1070,354 @@ inline void mma_m16n8k8_tf32(float* d, const unsigned int* a, const unsigned int
     out[i] = acc;
   }
   for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
+
+}  // namespace tecomp_emu
+
+// ---------------------------------------------------------------------------- Hopper
+// sm_90's asynchronous machinery, reached through tecomp's tc_mbar_* / tc_bulk_* /
+// tc_wgmma_* helpers (tecomp/codegen/cuda_hopper.py), with the semantics of the PTX ISA:
+//
+//   the shared window     On the GPU a shared-memory operand of these instructions is a
+//                         32-bit address in the block's shared window.  Here the kernel
+//                         names its shared arena once (tc_smem_window: the emulation's
+//                         only addition; a no-op on the GPU) and an address is the offset
+//                         into it.  An mbarrier, a copy's destination or a wgmma operand
+//                         outside the arena is an error.
+//   mbarrier              ("Parallel Synchronization and Communication Instructions:
+//                         mbarrier"): the 8 bytes at the barrier hold its phase parity,
+//                         pending arrival count, expected arrival count and tx-count.  A
+//                         phase completes when both its pending arrivals and its tx-count
+//                         reach 0; the pending count is then reloaded and the parity
+//                         flips.  try_wait.parity P is true once the phase of parity P
+//                         has completed (the current phase's parity is not P).
+//   cp.async.bulk         ("Data Movement: cp.async.bulk"): the copy is queued and lands
+//                         (bytes in shared memory, then complete_tx on its mbarrier) only
+//                         when some thread next tests that barrier, so a consumer that
+//                         reads the tile without waiting on the barrier reads stale data.
+//   wgmma.mma_async       ("Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
+//                         both operands in shared memory through matrix descriptors,
+//                         K-major; each of the warpgroup's 128 threads computes its own
+//                         accumulator registers, in the layout of "Matrix fragments for
+//                         wgmma.mma_async .m64nNk16" (D register layout).  Done at issue
+//                         (not deferred to wait_group); wgmma.fence is required before a
+//                         thread's first wgmma after a wait_group (or kernel start).
+//
+// A thread that waits on an mbarrier whose phase can no longer complete (every other
+// thread is waiting too, or has finished) fails the launch with a message naming the
+// barrier, its state and the parity waited on, instead of hanging.
+namespace tecomp_emu {
+
+inline void set_smem_window(void* base, unsigned long long bytes) {
+  if (((uintptr_t)base & 1023u) != 0)
+    warp_op_error("tc_smem_window", "the shared arena must be 1024-byte aligned (the 128-byte "
+                                    "swizzle's pattern repeats every 1024 bytes)");
+  SmemWindow& w = smem_window();
+  w.lo = static_cast<char*>(base);
+  w.bytes = bytes;
+}
+// The shared-window address of p (what __cvta_generic_to_shared gives on the GPU), after
+// checking that [p, p + n) lies in the arena and p is `align`-byte aligned.
+inline unsigned smem_offset(const char* op, const void* p, unsigned long long n, unsigned align) {
+  SmemWindow& w = smem_window();
+  char buf[300];
+  if (!w.lo)
+    warp_op_error(op, "the kernel did not name its shared arena (tc_smem_window(base, bytes) "
+                      "before its first mbarrier, bulk copy or wgmma)");
+  const char* c = static_cast<const char*>(p);
+  if (c < w.lo || (unsigned long long)(c - w.lo) + n > w.bytes) {
+    snprintf(buf, sizeof buf, "the %llu bytes at shared offset %lld are outside shared memory "
+             "(the arena is %llu bytes)", n, (long long)(c - w.lo), w.bytes);
+    warp_op_error(op, buf);
+  }
+  if (((uintptr_t)(c - w.lo)) % align != 0) {
+    snprintf(buf, sizeof buf, "shared address 0x%llx is not %u-byte aligned",
+             (unsigned long long)(c - w.lo), align);
+    warp_op_error(op, buf);
+  }
+  return (unsigned)(c - w.lo);
+}
+
+// ---- mbarrier: the 64-bit word at the barrier, as the emulation lays it out
+//   bits 0-19 pending arrivals, 20-39 expected arrivals, 40 phase parity, 41 initialized,
+//   42-63 tx-count (two's complement, 22 bits)
+inline pthread_mutex_t* mbar_lock() {
+  static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  return &m;
+}
+struct MBar {
+  unsigned pending, expected, phase, init;
+  long long tx;
+};
+inline MBar mbar_load(const void* bar) {
+  uint64_t w;
+  memcpy(&w, bar, 8);
+  MBar b;
+  b.pending = (unsigned)(w & 0xfffffu);
+  b.expected = (unsigned)((w >> 20) & 0xfffffu);
+  b.phase = (unsigned)((w >> 40) & 1u);
+  b.init = (unsigned)((w >> 41) & 1u);
+  long long tx = (long long)(w >> 42);
+  b.tx = tx >= (1ll << 21) ? tx - (1ll << 22) : tx;
+  return b;
+}
+inline void mbar_store(void* bar, const MBar& b) {
+  uint64_t w = (uint64_t)b.pending | ((uint64_t)b.expected << 20) | ((uint64_t)b.phase << 40)
+               | ((uint64_t)b.init << 41) | ((uint64_t)(b.tx & ((1ll << 22) - 1)) << 42);
+  memcpy(bar, &w, 8);
+}
+// (under mbar_lock) the phase completes when nothing is pending
+inline void mbar_maybe_complete(MBar& b) {
+  if (b.pending == 0 && b.tx == 0) {
+    b.phase ^= 1u;
+    b.pending = b.expected;
+  }
+}
+inline MBar mbar_checked(const char* op, void* bar) {
+  smem_offset(op, bar, 8, 8);
+  MBar b = mbar_load(bar);
+  if (!b.init)
+    warp_op_error(op, "the mbarrier was not initialized (mbarrier.init, tc_mbar_init)");
+  return b;
+}
+inline void mbar_init(void* bar, unsigned count) {
+  smem_offset("mbarrier.init", bar, 8, 8);
+  if (count < 1 || count > 0xfffffu)
+    warp_op_error("mbarrier.init", "the expected arrival count must be in [1, 2^20 - 1]");
+  Lock lk(mbar_lock());
+  MBar b = {count, count, 0u, 1u, 0};
+  mbar_store(bar, b);
+}
+inline void note_progress();
+inline void mbar_tx_and_arrive(const char* op, void* bar, long long tx, unsigned arrivals) {
+  {
+    Lock lk(mbar_lock());
+    MBar b = mbar_checked(op, bar);
+    b.tx += tx;
+    if (b.tx > 0xfffffll || b.tx < -0xfffffll)
+      warp_op_error(op, "the tx-count left the range [-(2^20 - 1), 2^20 - 1]");
+    if (arrivals > b.pending)
+      warp_op_error(op, "more arrivals than the phase expects (the count given to "
+                        "mbarrier.init)");
+    b.pending -= arrivals;
+    mbar_maybe_complete(b);
+    mbar_store(bar, b);
+  }
+  note_progress();
+}
+
+// ---- cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes: queued copies
+inline pthread_mutex_t* bulk_lock() {
+  static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  return &m;
+}
+// Land the queued copies that complete on `bar` (all of them: bar == nullptr).
+inline void bulk_land(void* bar) {
+  BulkCopy done[512];
+  int nd = 0;
+  {
+    Lock lk(bulk_lock());
+    BulkQueue& b = bulk_queue();
+    int keep = 0;
+    for (int i = 0; i < b.n; ++i) {
+      if (bar == nullptr || b.q[i].bar == bar)
+        done[nd++] = b.q[i];
+      else
+        b.q[keep++] = b.q[i];
+    }
+    b.n = keep;
+  }
+  for (int i = 0; i < nd; ++i) {
+    memcpy(done[i].dst, done[i].src, done[i].bytes);
+    mbar_tx_and_arrive("cp.async.bulk (complete_tx)", done[i].bar, -(long long)done[i].bytes, 0);
+  }
+}
+inline void bulk_g2s(void* dst, const void* src, unsigned bytes, void* bar) {
+  const char* op = "cp.async.bulk.shared::cluster.global";
+  if (bytes == 0 || bytes % 16 != 0)
+    warp_op_error(op, "the size must be a non-zero multiple of 16 bytes");
+  if (((uintptr_t)src & 15u) != 0) warp_op_error(op, "the global source is not 16-byte aligned");
+  smem_offset(op, dst, bytes, 16);
+  mbar_checked(op, bar);
+  bool full;
+  {
+    Lock lk(bulk_lock());
+    BulkQueue& b = bulk_queue();
+    full = b.n == (int)(sizeof b.q / sizeof b.q[0]);
+    if (!full) {
+      BulkCopy c = {dst, src, bytes, bar};
+      b.q[b.n++] = c;
+    }
+  }
+  if (full) {
+    bulk_land(nullptr);
+    bulk_g2s(dst, src, bytes, bar);
+  }
+}
+
+// ---- waiting on an mbarrier
+struct PollState {  // what a waiting thread waits for (for the deadlock message)
+  void* bar;
+  unsigned parity;
+};
+inline bool mbar_test_parity(void* bar, unsigned parity) {
+  bulk_land(bar);
+  Lock lk(mbar_lock());
+  MBar b = mbar_checked("mbarrier.try_wait.parity", bar);
+  return b.phase != (parity & 1u);
+}
+inline void mbar_describe(char* buf, size_t n, void* bar, unsigned parity) {
+  MBar b = mbar_load(bar);
+  snprintf(buf, n, "mbarrier.try_wait.parity deadlocks: a thread waits on the mbarrier at "
+           "shared address 0x%x for the phase of parity %u to complete, but the barrier is in "
+           "its phase of parity %u with %u of %u arrivals pending and tx-count %lld, and every "
+           "thread of block (%u, %u, %u) waits or has finished (a wrong parity, a missing "
+           "arrive, or an expect_tx larger than the bytes copied)",
+           (unsigned)((char*)bar - smem_window().lo), parity & 1u, b.phase, b.pending,
+           b.expected, b.tx, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+inline unsigned long long progress_token() {
+  return __atomic_load_n(&current->progress_gen, __ATOMIC_SEQ_CST);
+}
+inline void note_progress() {
+  __atomic_add_fetch(&current->progress_gen, 1, __ATOMIC_SEQ_CST);
+  current->on_progress();
+}
+inline void poll_wait(unsigned long long token, void* bar, unsigned parity) {
+  int t = current->linear_thread();
+  current->poll_bar[t] = bar;
+  current->poll_parity[t] = parity;
+  current->poll(token);
+}
+inline void Runner::fail_mbar(int t) {
+  char buf[600];
+  if (t < 0 || !poll_bar[t]) return;
+  Lock lk(mbar_lock());
+  mbar_describe(buf, sizeof buf, poll_bar[t], poll_parity[t]);
+  fail(buf);
+}
+inline void mbar_wait(void* bar, unsigned parity) {
+  for (;;) {
+    unsigned long long token = progress_token();
+    if (mbar_test_parity(bar, parity)) return;
+    poll_wait(token, bar, parity);
+  }
+}
+
+// ---- wgmma
+inline void wgmma_fence() { wgmma_fenced_flags()[current->linear_thread()] = 1; }
+inline void wgmma_wait_group(int n) {
+  if (n < 0 || n > 7) warp_op_error("wgmma.wait_group", "N must be in [0, 7]");
+  wgmma_fenced_flags()[current->linear_thread()] = 0;
+}
+
+// One byte address of a K-major operand's element (row r, k) in the shared window,
+// decoded from a matrix descriptor ("Matrix Descriptor Format": start address bits 0-13,
+// leading byte offset 16-29, stride byte offset 32-45, base offset 49-51, swizzle mode
+// 62-63 -- 0 none, 1 128B, 2 64B, 3 32B; addresses and offsets in units of 16 bytes).
+// No swizzle: 8 x 16-byte core matrices of 128 contiguous bytes, LBO between core
+// matrices along K, SBO between 8-row groups.  Swizzled: rows of 128 / 64 / 32 bytes
+// along K, 8-row groups SBO apart (LBO unused: a k16 slice of 16-bit elements never
+// leaves a row), and the 16-byte chunk bits 4.. of the address XORed with bits 7..
+// ("Shared Memory Matrix Layout" / the swizzling modes: the pattern repeats every 1024,
+// 512, 256 bytes).
+inline unsigned wgmma_addr(uint64_t desc, int r, int k, int elem_bytes) {
+  unsigned start = (unsigned)(desc & 0x3fffu) << 4;
+  unsigned lbo = (unsigned)((desc >> 16) & 0x3fffu) << 4;
+  unsigned sbo = (unsigned)((desc >> 32) & 0x3fffu) << 4;
+  unsigned mode = (unsigned)(desc >> 62);
+  unsigned kb = (unsigned)k * (unsigned)elem_bytes;
+  if (mode == 0)
+    return start + (unsigned)(r / 8) * sbo + (kb / 16) * lbo + (unsigned)(r % 8) * 16 + kb % 16;
+  unsigned width = 256u >> mode;     // 128, 64, 32 bytes per row
+  unsigned mask = (16u >> mode) - 1;  // 7, 3, 1: the row bits of a pattern
+  unsigned a = start + (unsigned)(r / 8) * sbo + (unsigned)(r % 8) * width + kb;
+  return a ^ (((a >> 7) & mask) << 4);
+}
+
+inline void wgmma_check_desc(const char* op, uint64_t desc, int rows) {
+  if ((desc >> 49) & 7u)
+    warp_op_error(op, "the descriptor's matrix base offset is not 0 (the emulation supports "
+                      "swizzle patterns aligned to their repeat: 1024 bytes for 128B)");
+  if ((desc >> 14) & 3u || (desc >> 30) & 3u || (desc >> 46) & 7u || (desc >> 52) & 0x3ffu)
+    warp_op_error(op, "a reserved bit of the matrix descriptor is set");
+  // every byte the operand touches must lie in the arena
+  SmemWindow& w = smem_window();
+  for (int r = 0; r < rows; ++r)
+    for (int k = 0; k < 16; k += 8) {
+      unsigned a = wgmma_addr(desc, r, k, 2);
+      if (!w.lo || (unsigned long long)a + 16 > w.bytes) {
+        char buf[200];
+        snprintf(buf, sizeof buf, "the matrix descriptor 0x%016llx addresses shared bytes "
+                 "0x%x.. (row %d), outside the %llu-byte shared arena",
+                 (unsigned long long)desc, a, r, w.bytes);
+        warp_op_error(op, buf);
+      }
+    }
+}
+
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}, A and B K-major in
+// shared memory: d = A . B^T (+ d when scale_d).  Thread t of the warpgroup (warp w =
+// t / 32, g = lane / 4, q = lane % 4) holds in d[i] the element
+//   D[16 w + g + 8 ((i / 2) % 2)][8 (i / 4) + 2 q + i % 2],   i < N / 2.
+inline void wgmma_m64nNk16(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d, int n,
+                           int bf16) {
+  const char* op = "wgmma.mma_async.m64nNk16";
+  Runner* r = current;
+  int t = r->linear_thread();
+  if (r->nthreads % 128 != 0 && t >= r->nthreads / 128 * 128)
+    warp_op_error(op, "the thread is not in a whole warpgroup (4 warps, 128 threads, from a "
+                      "multiple of 128 in the block)");
+  if (!wgmma_fenced_flags()[t])
+    warp_op_error(op, "no wgmma.fence since the kernel began or since the last "
+                      "wgmma.wait_group (tc_wgmma_fence before the first wgmma of a batch)");
+  Slot mine;
+  mine.p = nullptr;
+  mine.w[0] = (unsigned)desc_a;
+  mine.w[1] = (unsigned)(desc_a >> 32);
+  mine.w[2] = (unsigned)desc_b;
+  mine.w[3] = (unsigned)(desc_b >> 32);
+  mine.w[4] = (unsigned)scale_d;
+  int lane;
+  const Slot* w = warp_exchange(op, mine, &lane);
+  for (int i = 0; i < 32; ++i)
+    if (memcmp(w[i].w, mine.w, 5 * sizeof(unsigned)) != 0)
+      warp_op_error(op, "the lanes of a warp give different descriptors or scale-d (they must "
+                        "be the same across the warpgroup)");
+  wgmma_check_desc(op, desc_a, 64);
+  wgmma_check_desc(op, desc_b, n);
+  if (lane == 0) {  // the warpgroup's 4 warps issue one wgmma: the same descriptors
+    int warp = t / 32, wg = warp / 4;
+    Lock lk(wgmma_lock());
+    unsigned long long k = wgmma_counts()[warp & 31]++;
+    if (wg < 8) {
+      WgmmaCall& c = wgmma_calls()[wg * 64 + (int)(k % 64)];
+      if (!c.set || c.n != k) {
+        c.n = k; c.da = desc_a; c.db = desc_b; c.set = 1;
+      } else if (c.da != desc_a || c.db != desc_b) {
+        char buf[300];
+        snprintf(buf, sizeof buf, "warp %d gives wgmma #%llu of warpgroup %d the descriptors "
+                 "0x%016llx / 0x%016llx, and another warp of the warpgroup 0x%016llx / "
+                 "0x%016llx: the 4 warps of a warpgroup issue one wgmma on one 64-row A "
+                 "block and one B block", warp, k, wg, (unsigned long long)desc_a,
+                 (unsigned long long)desc_b, c.da, c.db);
+        warp_op_error(op, buf);
+      }
+    }
+  }
+  const unsigned char* base = reinterpret_cast<const unsigned char*>(smem_window().lo);
+  int wi = (t / 32) % 4, g = lane >> 2, q = lane & 3;
+  for (int i = 0; i < n / 2; ++i) {
+    int row = 16 * wi + g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * q + (i & 1);
+    float acc = scale_d ? d[i] : 0.0f;
+    for (int k = 0; k < 16; ++k) {
+      unsigned short av, bv;
+      memcpy(&av, base + wgmma_addr(desc_a, row, k, 2), 2);
+      memcpy(&bv, base + wgmma_addr(desc_b, col, k, 2), 2);
+      acc += b16_to_float(av, bf16) * b16_to_float(bv, bf16);
+    }
+    d[i] = acc;
+  }
 }
 
 }  // namespace tecomp_emu

@@ -22,11 +22,13 @@ from typing import Optional, Sequence, Tuple, Union
 from ..errors import BuildError
 from ..ir.expr import Var
 from ..te.tensor_intrin import IntrinOperand
+from .cuda_hopper import HOPPER_COLLECTIVES, HOPPER_HELPERS
 
 #: tecomp's device helpers an emitter may call (defined in tecomp.codegen.cuda, the
 #: tc_ldmatrix_* / tc_mma_* ones below)
 HELPERS = ("tc_ld_b32", "tc_dp4a_us", "tc_dp4a_ss", "tc_ldmatrix_x4", "tc_ldmatrix_x4_trans",
-           "tc_mma_m16n8k16_f16", "tc_mma_m16n8k16_bf16", "tc_tf32", "tc_mma_m16n8k8_tf32")
+           "tc_mma_m16n8k16_f16", "tc_mma_m16n8k16_bf16", "tc_tf32", "tc_mma_m16n8k8_tf32",
+           *HOPPER_HELPERS)  # sm_90a: mbarrier, cp.async.bulk, wgmma (cuda_hopper.py)
 
 #: what one lane holds of a 16 x 16 tile of an ``mma.*`` fragment: its C element type and
 #: the dtypes the fragment buffer may have (the PTX ISA's m16n8k16 / m16n8k8 fragments; the
@@ -195,6 +197,7 @@ class CudaIntrinBuilder:
         if name not in HELPERS:
             raise BuildError(f"tensor intrinsic {self.name}: no device helper {name!r:.40}; "
                              f"the helpers are {', '.join(HELPERS)}")
-        if name in MMA_HELPERS:   # warp-wide: the emulation then runs the threads in step
+        if name in MMA_HELPERS or name in HOPPER_COLLECTIVES:
+            # warp-wide, or waiting on other threads: the emulation runs them in step
             self._r.has_barrier = True
         return self._r.helper(name)

@@ -41,8 +41,8 @@ The interpreter, and a backend the intrinsic has no emitter for, run the loops o
 declared computation (the ``fallback`` of :class:`~tecomp.ir.stmt.TensorIntrinCall`), so a
 tensorized schedule gives the same result everywhere.  Built-in intrinsics
 (``tc.tensor_intrin(name)``) live in :mod:`tecomp.te.intrin_x86`,
-:mod:`tecomp.te.intrin_aarch64`, :mod:`tecomp.te.intrin_cuda` and
-:mod:`tecomp.te.intrin_mma`; only those can be named in a stored trace or tuning record
+:mod:`tecomp.te.intrin_aarch64`, :mod:`tecomp.te.intrin_cuda`,
+:mod:`tecomp.te.intrin_mma` and :mod:`tecomp.te.intrin_wgmma`; only those can be named in a stored trace or tuning record
 (a record names an intrinsic, it never carries code).
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ from ..ir.functor import collect
 from ..ir.names import display
 from ..ir.stmt import register_tensor_intrin
 from ..target import MMA_MIN_SM, Target, as_target, sm_number
-from . import intrin_aarch64, intrin_cuda, intrin_mma, intrin_x86
+from . import intrin_aarch64, intrin_cuda, intrin_mma, intrin_wgmma, intrin_x86
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 
 
@@ -284,7 +284,8 @@ def builtin_intrins() -> Dict[str, TensorIntrin]:
                 _BUILTIN[name] = decl_tensor_intrin(op, llvm=emit, name=name, requires=requires,
                                                     dense=dense)
             for op, emit, name, dense, init in (intrin_cuda.declarations()
-                                                 + intrin_mma.declarations()):
+                                                 + intrin_mma.declarations()
+                                                 + intrin_wgmma.declarations()):
                 _BUILTIN[name] = decl_tensor_intrin(
                     op, cuda=emit, name=name, dense=dense,
                     init=_BUILTIN[init] if init is not None else None)
@@ -346,7 +347,8 @@ def tensor_intrins_for(target: Union[str, Target] = "llvm") -> List[TensorIntrin
     target : str or Target, optional
         The target (the host CPU by default); for a CPU, the intrinsics whose
         required features it has; for ``cuda``/``cuda-emu``, the CUDA ones (without the
-        ``cuda.mma_*`` ones, which need sm_80, for an older ``-arch``).
+        ``cuda.mma_*`` ones, which need sm_80, for an older ``-arch``, and the
+        ``cuda.wgmma_*`` ones for an ``-arch`` other than sm_90a).
 
     Returns
     -------
@@ -361,9 +363,13 @@ def tensor_intrins_for(target: Union[str, Target] = "llvm") -> List[TensorIntrin
     tgt = as_target(target)
     if tgt.is_gpu:
         old = tgt.arch is not None and sm_number(tgt.arch) < MMA_MIN_SM
+        # wgmma: sm_90a only (or the device's own arch, unnamed)
+        no_wgmma = tgt.arch is not None and str(tgt.arch) != "sm_90a"
         return sorted((t for t in builtin_intrins().values() if t.cuda is not None
                        and not (old and (t.name.startswith("cuda.mma_")
-                                         or "bf16" in t.name))), key=lambda t: t.name)
+                                         or "bf16" in t.name))
+                       and not (no_wgmma and t.name.startswith("cuda.wgmma_"))),
+                      key=lambda t: t.name)
     if not tgt.is_cpu:
         return []
     found = [t for t in builtin_intrins().values()

@@ -29,7 +29,8 @@ from .._common import (_ceil, _cint, _contraction_operands, _gemm_operands, _has
                                _inline_injective, _is_injective, _outs, _walk)
 from .common import (MIN_BLOCKS, _bind, _check_target, _cooperative_copy, _pow2_at_least,
                      max_shared_bytes)
-from .tensorcore import WmmaConfig, schedule_wmma_gemm, tensor_core_gemm, wmma_config
+from .tensorcore import (WmmaConfig, schedule_wmma_gemm, tensor_core_gemm, wgmma_config,
+                         wgmma_target, wmma_config)
 
 
 @dataclass(frozen=True)
@@ -285,10 +286,14 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
     M, N = (_cint(e) for e in gemm.shape)
     K = _cint(gemm.op.reduce_axis[0].dom.extent)
     if tensor_core_gemm(gemm, tf32=getattr(config, "tf32", False)):
-        wcfg = config if isinstance(config, WmmaConfig) else (
-            wmma_config(M, N, K, epilogue=out is not gemm, max_shared=max_shared_bytes(target),
-                        dtype=_contraction_operands(gemm.op)[1][0].dtype)
-            if config is None else None)
+        dtype = _contraction_operands(gemm.op)[1][0].dtype
+        wcfg = config if isinstance(config, WmmaConfig) else None
+        if config is None and wgmma_target(target):   # sm_90a: wgmma where a tiling divides
+            wcfg = wgmma_config(M, N, K, epilogue=out is not gemm,
+                                max_shared=max_shared_bytes(target), dtype=dtype)
+        if config is None and wcfg is None:
+            wcfg = wmma_config(M, N, K, epilogue=out is not gemm,
+                               max_shared=max_shared_bytes(target), dtype=dtype)
         if wcfg is not None:
             schedule_wmma_gemm(s, gemm, wcfg, out)
             return s

@@ -48,13 +48,15 @@ from ...ir.expr import Cast, Mul
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 from ...te.tensor_intrin import tensor_intrin
+from ...te.intrin_wgmma import WGMMA_TILE_K, WGMMA_TILE_N
+from ...target import as_target
 from .._common import _cint, _contraction_operands
 from .common import _bind, _cooperative_copy
 
 FRAG = 16       # the wmma tile side (m16n16k16)
 WARP = 32
 #: the tensor-core families (:attr:`WmmaConfig.family`)
-FAMILIES = ("wmma", "mma")
+FAMILIES = ("wmma", "mma", "wgmma")
 #: the operand dtypes of the tensor-core GEMM and their intrinsics' suffix (float32 as
 #: tf32: only when a WmmaConfig asks for it, with the mma family)
 OPERAND_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
@@ -64,6 +66,8 @@ def family_intrinsics(family: str, dtype: str) -> dict:
     """The intrinsics of a tensor-core ``family`` for ``dtype`` operands (``cuda.wmma_*``
     or ``cuda.mma_*``, :mod:`tecomp.te.intrin_cuda` / :mod:`tecomp.te.intrin_mma`)."""
     t = OPERAND_DTYPES[dtype]
+    if family == "wgmma":
+        return {"store": "cuda.mma_store_f32"}
     return {"load_a": f"cuda.{family}_load_a_{t}", "load_b": f"cuda.{family}_load_b_{t}",
             "mma": f"cuda.{family}_mma_{t}{t}f32" if family == "wmma" else f"cuda.mma_{t}{t}f32",
             "store": f"cuda.{family}_store_f32"}
@@ -152,14 +156,48 @@ def wmma_config(M: Optional[int], N: Optional[int], K: Optional[int],
     divides: the most blocks); None when no tiling divides them (an extent symbolic or not
     a multiple of 16).  ``max_shared``: only tilings whose blocks take at most that many
     bytes of shared memory (:func:`shared_bytes`, with the ``epilogue``'s tile of C)."""
+    return _pick(WMMA_CONFIGS, M, N, K, batch, epilogue, max_shared, dtype)
+
+
+def _pick(configs, M, N, K, batch, epilogue, max_shared, dtype) -> Optional[WmmaConfig]:
+    """The first of ``configs`` that divides the extents and gives enough blocks (see
+    :func:`wmma_config`), else the smallest that divides; None when none does."""
     if None in (M, N, K):
         return None
-    fitting = [c for c in WMMA_CONFIGS if fits(c, M, N, K) and (
+    fitting = [c for c in configs if fits(c, M, N, K) and (
         max_shared is None or shared_bytes(c, dtype, epilogue) <= max_shared)]
     for c in fitting:
         if (batch or 1) * (M // c.block_m) * (N // c.block_n) >= WMMA_MIN_BLOCKS:
             return c
     return fitting[-1] if fitting else None
+
+
+#: the wgmma tilings :func:`wgmma_config` tries (sm_90a), largest block first: warpgroups
+#: of 4 warps stacked along M, each warp a 16 x block_n strip
+WGMMA_CONFIGS = (
+    WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=3),   # 128 x 128, 2 warpgroups, k 64
+    WmmaConfig(4, 1, 1, 8, 64, family="wgmma", stages=3),   # 64 x 128, 1 warpgroup
+    WmmaConfig(4, 1, 1, 4, 32, family="wgmma", stages=3),   # 64 x 64
+)
+
+
+def wgmma_target(target) -> bool:
+    """Whether ``target`` names sm_90a (``cuda -arch=sm_90a``), where the GEMM templates
+    take the wgmma family when a tiling divides the extents."""
+    try:
+        return str(as_target(target).arch) == "sm_90a"
+    except Exception:   # noqa: BLE001 - a target the caller checks itself
+        return False
+
+
+def wgmma_config(M, N, K, batch=1, epilogue: bool = False, max_shared: Optional[int] = None,
+                 dtype: str = "float16") -> Optional[WmmaConfig]:
+    """The wgmma tiling of an ``M x N x K`` GEMM, as :func:`wmma_config` picks among
+    :data:`WGMMA_CONFIGS`; None when none divides the extents (or the operands are not
+    float16 / bfloat16): the mma.sync family then."""
+    if dtype not in ("float16", "bfloat16"):
+        return None
+    return _pick(WGMMA_CONFIGS, M, N, K, batch, epilogue, max_shared, dtype)
 
 
 def tensor_core_gemm(gemm: Tensor, tf32: bool = False) -> bool:
@@ -218,13 +256,23 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
     if a.dtype == "float32" and cfg.family != "mma":
         raise ScheduleError(f"{cfg}: tf32 runs on the mma family only: use "
                             "WmmaConfig(..., family='mma', tf32=True)")
+    if cfg.family == "wgmma":
+        check_wgmma_config(cfg, a.dtype)
     fam, names = cfg.family, family_intrinsics(cfg.family, a.dtype)
     per16 = 16 // _dt.nbytes(a.dtype)   # elements per 16-byte copy (and per row pad)
-    CF = s.cache_write(gemm, f"{fam}.accumulator")
-    AS = s.cache_read(a, "shared", [CF])
-    BS = s.cache_read(b, "shared", [CF])
-    AF = s.cache_read(AS, f"{fam}.matrix_a", [CF])
-    BF = s.cache_read(BS, f"{fam}.matrix_b", [CF])
+    if fam == "wgmma":   # per warp: the mma.* accumulator layout (see intrin_wgmma)
+        CF = s.cache_write(gemm, "mma.accumulator")
+        # the operands in 8 x 8 core matrices, k's block innermost (wgmma's K-major layout)
+        AS = s.cache_read(a, "shared", [CF], blocks=[(1, 8), (0, 8)] if a_kfirst
+                          else [(0, 8), (1, 8)])
+        BS = s.cache_read(b, "shared", [CF], blocks=[(1, 8), (0, 8)] if b_kfirst
+                          else [(0, 8), (1, 8)])
+    else:
+        CF = s.cache_write(gemm, f"{fam}.accumulator")
+        AS = s.cache_read(a, "shared", [CF])
+        BS = s.cache_read(b, "shared", [CF])
+        AF = s.cache_read(AS, f"{fam}.matrix_a", [CF])
+        BF = s.cache_read(BS, f"{fam}.matrix_b", [CF])
 
     if out is not None and out.op is not gemm.op:
         st, bx = _epilogue_blocks(s, out, cfg)
@@ -252,6 +300,9 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
     _bind(st, wx, "threadIdx.y")
     st.tensorize(i, tensor_intrin(names["store"]))
 
+    if fam == "wgmma":
+        _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg, a.dtype)
+        return
     # the accumulators: per k step of the shared tiles, per 16 k, every fragment pair
     sc = s[CF]
     sc.compute_at(st, wx)
@@ -288,6 +339,54 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
         ss.compute_at(sc, ko)
         ss.storage_align(ss.op.axis[-2], cols, per16)
         _cooperative_copy(ss, threads, rows * cols, per16)
+        if cfg.double_buffer:
+            ss.double_buffer(stages=cfg.stages)
+
+
+def check_wgmma_config(cfg: WmmaConfig, dtype: str) -> None:
+    """The tilings the wgmma family runs: warpgroups of 4 warps stacked along M
+    (``warps_m`` a multiple of 4, ``warps_n`` 1), each warp one 16-row strip
+    (``frags_m`` 1) of the warpgroup's ``64 x block_n`` tile, ``block_n`` one of
+    :data:`tecomp.te.intrin_wgmma.WGMMA_TILE_N`; float16 or bfloat16 operands."""
+    if dtype not in ("float16", "bfloat16"):
+        raise ScheduleError(f"{cfg}: wgmma takes float16 or bfloat16 operands, not {dtype}")
+    if cfg.warps_m % 4 or cfg.warps_n != 1 or cfg.frags_m != 1 or \
+            cfg.block_n not in WGMMA_TILE_N:
+        raise ScheduleError(
+            f"{cfg}: the wgmma family computes 64 x N tiles on warpgroups of 4 warps (128 "
+            "threads) stacked along M: warps_m a multiple of 4, warps_n 1, frags_m 1 and "
+            f"frags_n * 16 one of {', '.join(map(str, WGMMA_TILE_N))} (e.g. "
+            "WmmaConfig(8, 1, 1, 8, 64, family='wgmma'): 128 x 128 blocks of 2 warpgroups)")
+
+
+def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str) -> None:
+    """The accumulators of the wgmma family: per k step of the shared tiles, per 16 k, one
+    ``cuda.wgmma_*_n<block_n>`` per warp (its 16-row strip of its warpgroup's tile); the
+    shared tiles in core matrices (:mod:`tecomp.te.intrin_wgmma`), 16-byte copies spread
+    over the block, ``stages`` of them in a cp.async ring."""
+    t = OPERAND_DTYPES[dtype]
+    sc = s[CF]
+    sc.compute_at(st, wx)
+    *cb, ci, cj = sc.op.axis
+    ko, k = sc.split(sc.op.reduce_axis[0], factor=cfg.k_tile)
+    name = f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}"
+    cio, cii = sc.split(ci, factor=8)
+    cjo, cji = sc.split(cj, factor=8)
+    if cfg.k_tile in WGMMA_TILE_K[1:]:   # the k step's wgmmas as one group, waited once
+        k8o, k8i = sc.split(k, factor=8)
+        sc.reorder(*cb, ko, cio, cii, cjo, cji, k8o, k8i)
+        name += f"_k{cfg.k_tile}"
+    else:                                # one wgmma per 16 of k
+        kf, k = sc.split(k, factor=FRAG)
+        k8o, k8i = sc.split(k, factor=8)
+        sc.reorder(*cb, ko, kf, cio, cii, cjo, cji, k8o, k8i)
+    sc.tensorize(cio, tensor_intrin(name))
+    per16 = 16 // _dt.nbytes(dtype)
+    threads = [("threadIdx.x", WARP), ("threadIdx.y", cfg.warps_n), ("threadIdx.z", cfg.warps_m)]
+    for S, rows in ((AS, cfg.block_m), (BS, cfg.block_n)):
+        ss = s[S]
+        ss.compute_at(sc, ko)
+        _cooperative_copy(ss, threads, rows * cfg.k_tile, per16)
         if cfg.double_buffer:
             ss.double_buffer(stages=cfg.stages)
 

@@ -1,0 +1,135 @@
+"""Hopper's warpgroup MMA as tensor intrinsics: ``cuda.wgmma_{f16f16f32,bf16bf16f32}_n<N>``
+(``wgmma.mma_async.sync.aligned.m64nNk16``, sm_90a), its operands read straight from
+shared memory through matrix descriptors (:mod:`tecomp.codegen.cuda_hopper`).
+
+A warpgroup is 4 consecutive warps (128 threads).  Each warp tensorizes its own ``16 x
+N`` strip of the warpgroup's ``64 x N`` accumulator; the four warps of a warpgroup issue
+the same wgmma together::
+
+    AS = s.cache_read(A, "shared", [CF], blocks=[(0, 8), (1, 8)])   # A[M, K]: [M/8, K/8, 8, 8]
+    BS = s.cache_read(W, "shared", [CF], blocks=[(0, 8), (1, 8)])   # W[N, K]: [N/8, K/8, 8, 8]
+    CF = s.cache_write(C, "mma.accumulator")                        # per warp, 16 x N
+    ...                                      # CF's loops: i -> (io 2, ii 8), j -> (jo N/8, ji 8),
+    s[CF].tensorize(io, tc.tensor_intrin("cuda.wgmma_f16f16f32_n128"))   # k -> (ko 2, ki 8)
+
+(``cuda.wgmma_*_n<N>_k32`` / ``_k64``: a whole k step, ``ko`` of 4 / 8: its 2 / 4 wgmmas
+committed as one group and waited for once.)
+
+The declared computation, per warp, is ``c[io, ii, jo, ji] += f32(a[io, ko, ii, ki]) *
+f32(b[ko, jo, ji, ki])`` -- a ``16 x 16`` block of A (row ``8 io + ii``, k ``8 ko + ki``)
+and a ``16 x N`` block of B stored K-major, in 8 x 8 *core matrices* of 128 contiguous
+bytes: the layout of ``cache_read(..., blocks=)`` with the operand's row (or column) and
+k both blocked by 8, k's block innermost (``A[K, M]``: ``blocks=[(1, 8), (0, 8)]``;
+``B[K, N]``: ``blocks=[(1, 8), (0, 8)]``).  That is the PTX ISA's K-major layout without
+swizzle ("Shared Memory Matrix Layout"): the descriptor's leading byte offset is the
+stride between core matrices along k, its stride byte offset the stride between them
+along M (N).  The accumulator fragment is the ``mma.accumulator`` scope of the
+``cuda.mma_*`` intrinsics: a warp's part of wgmma's D fragment ("Matrix fragments for
+wgmma .m64nNk16": ``d[i] = D[16 w + g + 8 ((i / 2) % 2)][8 (i / 4) + 2 q + i % 2]``) is
+exactly those fragments' per-lane layout over its ``16 x 16`` tiles, so
+``cuda.mma_store_f32`` stores it and the fused epilogues work unchanged.
+
+The warpgroup's 64-row A block starts 16 rows per warp before each warp's strip: the
+warps of a warpgroup must hold consecutive 16-row strips of one A block and the same B
+block (warps stacked along M, bound to ``threadIdx.z`` / ``threadIdx.y`` with
+``blockDim.x == 32``); the emulation checks that the lanes of each warp agree on the
+descriptors.  Each call is preceded by ``fence.proxy.async`` (the tiles were written
+through the generic proxy, cp.async or stores; wgmma reads them through the async proxy)
+and ``wgmma.fence``, committed and waited for (``wgmma.wait_group 0``): the operands'
+shared tiles may be overwritten after it.
+"""
+from __future__ import annotations
+
+from ..errors import BuildError
+from .intrin_cuda import TC_DTYPES as WGMMA_DTYPES
+from .intrin_mma import _fragment, _shared
+from .tensor import compute, const, placeholder, reduce_axis
+from .reduce import sum as _sum
+
+#: the N of the declared intrinsics (one warpgroup's tile is 64 x N)
+WGMMA_TILE_N = (16, 32, 64, 128, 256)
+#: the k of the declared intrinsics: 16 (``cuda.wgmma_*_n<N>``), and whole k steps of 32
+#: or 64 (``cuda.wgmma_*_n<N>_k<K>``: K / 16 wgmmas committed as one group, waited once)
+WGMMA_TILE_K = (16, 32, 64)
+#: C text of the warp's index within its warpgroup
+WARP_IN_GROUP = ("((int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))"
+                 " >> 5 & 3)")
+
+
+def _decl(dtype: str, n: int, k: int = 16):
+    a = placeholder((2, k // 8, 8, 8), dtype, name="a")
+    b = placeholder((k // 8, n // 8, 8, 8), dtype, name="b")
+    ko = reduce_axis((0, k // 8), name="ko")
+    ki = reduce_axis((0, 8), name="ki")
+    return compute((2, 8, n // 8, 8), lambda io, ii, jo, ji: _sum(
+        a[io, ko, ii, ki].astype("float32") * b[ko, jo, ji, ki].astype("float32"),
+        axis=[ko, ki]), name="c")
+
+
+def _fill_decl(n: int):
+    return compute((2, 8, n // 8, 8), lambda io, ii, jo, ji: const(0, "float32"), name="c")
+
+
+def _core_strides(name: str, view, outer: int):
+    """(lbo, sbo) in bytes of a core-matrix operand: its strides ``[row-or-k blocks,
+    ..., 8, 1]`` (``outer``: the dimension that steps along k)."""
+    s = view.strides
+    if not all(isinstance(x, int) for x in s) or s[2] != 8 or s[3] != 1 or any(
+            x % 8 or x <= 0 or x * 2 >= 1 << 18 for x in s[:2]):
+        raise BuildError(
+            f"tensor intrinsic {name}: operand {view.name} is a block of {view.buffer_name} "
+            f"with element strides {list(s)}; wgmma reads 8 x 8 core matrices of 128 contiguous "
+            "bytes (strides [.., .., 8, 1], the outer two multiples of 8 below 2**17): copy the "
+            "operand to shared memory with cache_read(..., blocks=) blocking its row and k "
+            "dimensions by 8, k's block innermost")
+    k_step = s[outer] * 2
+    mn_step = s[1 - outer] * 2
+    return k_step, mn_step
+
+
+def _emit(name: str, t: str, n: int, k: int = 16):
+    def emit(cb, ins, outs):
+        c = _fragment(name, outs[0], "mma.accumulator")
+        a = _shared(name, ins[0], "wgmma reads")
+        b = _shared(name, ins[1], "wgmma reads")
+        a_lbo, a_sbo = _core_strides(name, a, 1)   # a: [row blocks, k blocks, 8, 8]
+        b_lbo, b_sbo = _core_strides(name, b, 0)   # b: [k blocks, col blocks, 8, 8]
+        desc = cb.helper("tc_wgmma_desc")
+        # the warpgroup's A block: this warp's strip is 16 rows (2 row blocks) per warp in
+        row_block = a.strides[0]
+        # the tiles were written through the generic proxy (cp.async, stores); wgmma reads
+        # them through the async proxy
+        cb.emit(f"{cb.helper('tc_fence_proxy_async')}();")
+        cb.emit(f"{cb.helper('tc_wgmma_fence')}();")
+        for kk in range(k // 16):   # k16 steps: 2 core matrices along k each, one group
+            da = cb.tmp("unsigned long long",
+                        f"{desc}({a.ptr} + {2 * kk * a.strides[1]} - {WARP_IN_GROUP} * "
+                        f"{2 * row_block}, {a_lbo}, {a_sbo}, 0)", "da")
+            db = cb.tmp("unsigned long long",
+                        f"{desc}({b.ptr} + {2 * kk * b.strides[0]}, {b_lbo}, {b_sbo}, 0)", "db")
+            cb.emit(f"{cb.helper(f'tc_wgmma_m64n{n}k16_{t}')}({c}, {da}, {db}, 1);")
+        cb.emit(f"{cb.helper('tc_wgmma_commit')}();")
+        cb.emit(f"{cb.helper('tc_wgmma_wait')}<0>();")
+    return emit
+
+
+def _fill_emit(name: str, n: int):
+    def emit(cb, ins, outs):
+        c = _fragment(name, outs[0], "mma.accumulator")
+        cb.emit(f"for (int tc_r = 0; tc_r < {n // 2}; ++tc_r) ({c})[tc_r] = 0.0f;")
+    return emit
+
+
+def declarations():
+    """The ``cuda.wgmma_*`` intrinsics, as :func:`tecomp.te.intrin_cuda.declarations`."""
+    out = []
+    for n in WGMMA_TILE_N:
+        fill = f"cuda.wgmma_fill_f32_n{n}"
+        out.append((_fill_decl(n), _fill_emit(fill, n), fill, False, None))
+        for dt, t in WGMMA_DTYPES.items():
+            name = f"cuda.wgmma_{t}{t}f32_n{n}"
+            out.append((_decl(dt, n), _emit(name, t, n), name, False, fill))
+            for k in WGMMA_TILE_K[1:]:   # a whole k step: k / 16 wgmmas, one group
+                name_k = f"{name}_k{k}"
+                out.append((_decl(dt, n, k), _emit(name_k, t, n, k), name_k, False, fill))
+    return out

@@ -1,0 +1,291 @@
+"""A warp-specialised GEMM tile on Hopper's helpers (tecomp/codegen/cuda_hopper.py): the
+vehicle that checks mbarriers, bulk copies and wgmma together, in the CUDA emulation and
+through nvcc / ptxas for sm_90a (and, in a GPU session, on the device).
+
+Each block computes a ``64 x BN`` tile of ``C = A . B^T (+ bias)`` (A ``[M, K]``, B
+``[N, K]``: both K-major, float16 or bfloat16, C float32) with 160 threads: warps 0-3 are
+the consumer warpgroup (``wgmma.m64nBNk16``, four per 64-wide k step), warp 4 the
+producer, whose lane 0 issues, per k step, two bulk copies into a ring of ``STAGES``
+shared buffers, each completing on the stage's *full* mbarrier; the consumers release a
+stage through its *empty* mbarrier (128 arrivals) once their wgmmas have read it.
+
+The copies are of contiguous bytes, so the host pre-tiles the operands (:func:`pretile`)
+into the order the tiles take in shared memory: ``swizzle=1`` the 128-byte swizzle (rows
+of 64 elements, 16-byte chunk ``c`` of row ``r`` at chunk ``c ^ (r % 8)``), ``swizzle=0``
+the core-matrix layout without swizzle (8 x 8 blocks of 128 contiguous bytes, the k
+blocks ``rows * 16`` bytes apart).  Extents that are not multiples of the tile are padded
+with zeros there; the epilogue stores only the elements inside ``C``.
+
+``bug`` (a kernel argument) plants one misuse, for the emulation's checks: 1 the consumers
+wait on the wrong parity, 2 a descriptor points past shared memory, 3 no wgmma.fence,
+4 the producer expects more bytes than it copies, 5 one warp of the warpgroup gives
+another B descriptor.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import tempfile
+from typing import Dict, Tuple
+
+import numpy as np
+
+from ..codegen import cuda_emu
+from ..codegen.cuda_hopper import prelude
+from ..errors import BoundsError, BuildError
+
+KT = 64          # k elements per stage: one 128-byte swizzle row of 16-bit elements
+BM = 64          # rows of a consumer warpgroup's tile (wgmma's M)
+THREADS = 160    # the consumer warpgroup and the producer warp
+
+KERNEL = r"""
+#if defined(TECOMP_CUDA_EMU)
+#define TC_BUG(n) (bug == (n))
+#else
+#define TC_BUG(n) 0   /* the planted misuse is the emulation's test only */
+#endif
+template <int BN, int STAGES, int SWZ, int BF16, int EPI>
+static __device__ __forceinline__ void tc_hopper_gemm(
+    const unsigned short* __restrict__ A, const unsigned short* __restrict__ B,
+    const float* __restrict__ bias, float* __restrict__ C, int M, int N, int ktiles, int bug) {
+  constexpr unsigned A_BYTES = 64 * 64 * 2, B_BYTES = BN * 64 * 2;
+  constexpr unsigned STAGE = A_BYTES + B_BYTES;
+  constexpr unsigned SMEM = STAGES * STAGE + 2 * STAGES * 8;
+#if defined(TECOMP_CUDA_EMU)
+  __shared__ __align__(1024) unsigned char raw[SMEM];
+  unsigned char* smem = raw;
+  tc_smem_window(raw, SMEM);
+#else
+  extern __shared__ __align__(1024) unsigned char raw[];   // SMEM + 1024 bytes
+  unsigned char* smem = raw + ((1024u - ((unsigned)__cvta_generic_to_shared(raw) & 1023u)) & 1023u);
+#endif
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE);
+  unsigned long long* empty = full + STAGES;
+  const int tid = threadIdx.x;
+  const int bm = blockIdx.y, bn = blockIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      tc_mbar_init(&full[s], 1);
+      tc_mbar_init(&empty[s], 128);
+    }
+    tc_mbar_init_fence();
+  }
+  __syncthreads();
+  if (tid >= 128) {            // the producer warp: lane 0 issues the copies
+    if (tid == 128) {
+      for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt % STAGES;
+        const unsigned ph = (unsigned)(kt / STAGES) & 1u;
+        tc_mbar_wait(&empty[s], ph ^ 1u);     // a fresh barrier's "previous" phase has completed
+        tc_mbar_arrive_expect_tx(&full[s], STAGE + (TC_BUG(4) ? 16u : 0u));
+        tc_bulk_g2s(smem + s * STAGE, A + ((size_t)bm * ktiles + kt) * (64 * 64), A_BYTES, &full[s]);
+        tc_bulk_g2s(smem + s * STAGE + A_BYTES, B + ((size_t)bn * ktiles + kt) * (BN * 64),
+                    B_BYTES, &full[s]);
+      }
+    }
+    return;
+  }
+  float d[BN / 2];
+  for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+  for (int kt = 0; kt < ktiles; ++kt) {
+    const int s = kt % STAGES;
+    const unsigned ph = (unsigned)(kt / STAGES) & 1u;
+    tc_mbar_wait(&full[s], TC_BUG(1) ? ph ^ 1u : ph);
+    unsigned char* sa = smem + s * STAGE;
+    unsigned char* sb = sa + A_BYTES;
+    if (!TC_BUG(3)) tc_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      unsigned long long da, db;
+      if (SWZ) {   // 128B swizzle: k16 = 32 bytes along the row; 8-row groups 1024 bytes apart
+        da = tc_wgmma_desc(sa + kk * 32, 16, 1024, 1);
+        db = tc_wgmma_desc(sb + kk * 32 + (TC_BUG(2) ? SMEM : 0), 16, 1024, 1);
+      } else {     // no swizzle: core matrices 128 bytes, k blocks rows * 16 bytes apart
+        da = tc_wgmma_desc(sa + kk * 2 * (64 * 16), 64 * 16, 128, 0);
+        db = tc_wgmma_desc(sb + kk * 2 * (BN * 16) + (TC_BUG(2) ? SMEM : 0), BN * 16, 128, 0);
+      }
+      if (TC_BUG(5) && (tid >> 5) == 1) db += 4;   // warp 1 reads B 64 bytes on
+      if (BF16)
+        TC_WGMMA_BF16(d, da, db, (kt > 0 || kk > 0) ? 1 : 0);
+      else
+        TC_WGMMA_F16(d, da, db, (kt > 0 || kk > 0) ? 1 : 0);
+    }
+    tc_wgmma_commit();
+    tc_wgmma_wait<0>();
+    tc_mbar_arrive(&empty[s]);
+  }
+  const int w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3;
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) {
+    const int row = bm * 64 + 16 * w + g + 8 * ((i >> 1) & 1);
+    const int col = bn * BN + 8 * (i >> 2) + 2 * q + (i & 1);
+    if (row < M && col < N) C[(size_t)row * N + col] = d[i] + (EPI ? bias[col] : 0.0f);
+  }
+}
+"""
+
+
+def _dispatch(bn: int) -> str:
+    return (f"#define TC_WGMMA_F16 tc_wgmma_m64n{bn}k16_f16\n"
+            f"#define TC_WGMMA_BF16 tc_wgmma_m64n{bn}k16_bf16\n")
+
+
+def variant_name(bn, stages, swizzle, bf16, epilogue) -> str:
+    return f"g{bn}_{stages}_{swizzle}_{bf16}_{epilogue}"
+
+
+def source(bn: int, variants, device: bool = False) -> str:
+    """The kernel text for block width ``bn`` with the explicit instantiations of
+    ``variants`` (``(stages, swizzle, bf16, epilogue)`` tuples); ``device``: for nvcc,
+    else with the emulation's launch wrappers."""
+    q = "static __device__ __forceinline__"
+    out = [prelude(q), _dispatch(bn), KERNEL]
+    for st, sw, bf, ep in variants:
+        name = variant_name(bn, st, sw, bf, ep)
+        args = f"<{bn}, {st}, {sw}, {bf}, {ep}>"
+        if device:
+            out.append(
+                f'extern "C" __global__ void __launch_bounds__(160) tc_hopper_gemm_{name}('
+                "const unsigned short* __restrict__ A, const unsigned short* __restrict__ B, "
+                "const float* __restrict__ bias, float* __restrict__ C, int M, int N, "
+                f"int ktiles, int bug) {{\n  tc_hopper_gemm{args}(A, B, bias, C, M, N, ktiles, bug);\n}}")
+            continue
+        out.append(
+            f"static void entry_{name}(void** a) {{ tc_hopper_gemm{args}("
+            "(const unsigned short*)a[0], (const unsigned short*)a[1], (const float*)a[2], "
+            "(float*)a[3], *(int*)a[4], *(int*)a[5], *(int*)a[6], *(int*)a[7]); }\n"
+            f'extern "C" int run_{name}(void** args, const long long* dims, int mode, '
+            "char* err, int errlen) {\n"
+            f"  return tecomp_emu::launch(&entry_{name}, args, dims, mode, 1, 1 << 20, err, errlen);\n}}")
+    return "\n".join(out) + "\n"
+
+
+_LIBS: Dict[Tuple, ctypes.CDLL] = {}
+
+
+def emu_library(bn: int, variants) -> ctypes.CDLL:
+    """The emulation library of :func:`source` (compiled once per process)."""
+    key = (bn, tuple(variants))
+    if key in _LIBS:
+        return _LIBS[key]
+    cxx = cuda_emu.find_cxx()
+    d = tempfile.mkdtemp(prefix="tecomp-hopper-")
+    with open(os.path.join(d, cuda_emu.HEADER_NAME), "w") as f:
+        f.write(cuda_emu.header_text())
+    with open(os.path.join(d, "k.cc"), "w") as f:
+        f.write(f'#include "{cuda_emu.HEADER_NAME}"\n' + source(bn, variants))
+    out = os.path.join(d, "k.so")
+    proc = subprocess.run([cxx, *cuda_emu.CXX_FLAGS, "-I", d, "-o", out, os.path.join(d, "k.cc")],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        raise BuildError(f"compiling the Hopper GEMM for the emulation failed:\n{proc.stderr[:6000]}")
+    lib = _LIBS[key] = ctypes.CDLL(out)
+    return lib
+
+
+def round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def to_bits(x: np.ndarray, bf16: bool) -> np.ndarray:
+    """float32 values as float16 or bfloat16 (round to nearest even) bit patterns."""
+    if not bf16:
+        return x.astype(np.float16).view(np.uint16)
+    b = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bits(b: np.ndarray, bf16: bool) -> np.ndarray:
+    if not bf16:
+        return b.view(np.float16).astype(np.float32)
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def tile_offsets(rows: int, swizzle: int) -> np.ndarray:
+    """``[rows, 64]``: the element offset of (row, k) within one pre-tiled ``rows x 64``
+    tile, in the tile's shared-memory layout (see the module doc)."""
+    r = np.arange(rows)[:, None]
+    k = np.arange(KT)[None, :]
+    if swizzle:
+        byte = r * 128 + k * 2
+        byte = byte ^ (((byte >> 7) & 7) << 4)
+    else:
+        byte = (k // 8) * (rows * 16) + (r // 8) * 128 + (r % 8) * 16 + (k % 8) * 2
+    return byte // 2
+
+
+def pretile(x_bits: np.ndarray, rows: int, swizzle: int) -> np.ndarray:
+    """``x_bits`` (``[R, K]`` 16-bit patterns) padded to multiples of ``rows x 64`` and laid
+    out tile after tile (``[R / rows][K / 64]``), each tile in its shared layout."""
+    R, K = x_bits.shape
+    Rp, Kp = round_up(R, rows), round_up(K, KT)
+    pad = np.zeros((Rp, Kp), np.uint16)
+    pad[:R, :K] = x_bits
+    off = tile_offsets(rows, swizzle)
+    out = np.zeros((Rp // rows, Kp // KT, rows * KT), np.uint16)
+    for b in range(Rp // rows):
+        for t in range(Kp // KT):
+            out[b, t][off] = pad[b * rows:(b + 1) * rows, t * KT:(t + 1) * KT]
+    return out.reshape(-1)
+
+
+def run_emu(a: np.ndarray, b: np.ndarray, bias, *, bn=64, stages=2, swizzle=1, bf16=False,
+            bug=0, mode="serial", variants=None) -> np.ndarray:
+    """``a [M, K] . b[N, K]^T (+ bias)`` with the kernel in the CUDA emulation (``a``,
+    ``b`` float32 values, rounded to the operand dtype).  Raises what the emulation
+    reports (a misuse: BuildError; a trap: BoundsError)."""
+    M, K = a.shape
+    N = b.shape[0]
+    epi = bias is not None
+    variants = variants or [(stages, swizzle, int(bf16), int(epi))]
+    lib = emu_library(bn, variants)
+    pa = pretile(to_bits(a, bf16), BM, swizzle)
+    pb = pretile(to_bits(b, bf16), bn, swizzle)
+    c = np.full((M, N), np.nan, np.float32)
+    bias_arr = np.ascontiguousarray(bias if epi else np.zeros(1), np.float32)
+    boxes = [ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(round_up(K, KT) // KT), ctypes.c_int(bug)]
+    ptrs = (ctypes.c_void_p * 8)(pa.ctypes.data, pb.ctypes.data, bias_arr.ctypes.data,
+                                 c.ctypes.data, *(ctypes.addressof(x) for x in boxes))
+    dims = (ctypes.c_longlong * 6)(round_up(N, bn) // bn, round_up(M, BM) // BM, 1, THREADS, 1, 1)
+    err = ctypes.create_string_buffer(2048)
+    fn = getattr(lib, "run_" + variant_name(bn, stages, swizzle, int(bf16), int(epi)))
+    fn.restype = ctypes.c_int
+    rc = fn(ptrs, dims, cuda_emu.MODES[mode], err, len(err))
+    if rc:
+        msg = err.value.decode("utf-8", "replace")
+        raise (BoundsError if msg.startswith("the kernel trapped") else BuildError)(msg)
+    return c
+
+
+def shared_bytes(bn: int, stages: int) -> int:
+    """The dynamic shared memory a block takes on the GPU (the ring, the mbarriers, and
+    1024 bytes to align the ring to the swizzle's repeat)."""
+    return stages * (BM + bn) * KT * 2 + 2 * stages * 8 + 1024
+
+
+class _Source:   # what the runtime's driver compiles: an object with the CUDA C text
+    def __init__(self, text: str):
+        self.source = text
+
+
+class GpuTile:
+    """The kernel on a GPU (sm_90a) for fixed ``M x N x K``: ``launch(a, b, bias, c)``
+    takes device pointers to the pre-tiled operands (:func:`pretile`, uploaded by the
+    caller), the bias (or 0) and ``C``; ``drv`` is tecomp's runtime driver
+    (``tecomp.runtime.cuda.default_driver()``)."""
+
+    def __init__(self, drv, M: int, N: int, K: int, *, bn=128, stages=4, swizzle=1,
+                 bf16=False, epilogue=False):
+        self.drv, self.M, self.N, self.K = drv, M, N, K
+        self.bn, self.swizzle = bn, swizzle
+        variant = (stages, swizzle, int(bf16), int(epilogue))
+        mod = drv.compile(_Source(source(bn, [variant], device=True)), "sm_90a")
+        self.fn = drv.get_function(mod, "tc_hopper_gemm_" + variant_name(bn, *variant))
+        self.grid = (round_up(N, bn) // bn, round_up(M, BM) // BM, 1)
+        self.shared = shared_bytes(bn, stages)
+        self.ktiles = round_up(K, KT) // KT
+
+    def launch(self, a_ptr: int, b_ptr: int, bias_ptr: int, c_ptr: int) -> None:
+        self.drv.launch(self.fn, self.grid, (THREADS, 1, 1), self.shared, "PPPPiiii",
+                        [a_ptr, b_ptr, bias_ptr, c_ptr, self.M, self.N, self.ktiles, 0])

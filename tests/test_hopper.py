@@ -1,0 +1,179 @@
+"""Hopper's asynchronous tensor-core machinery (tecomp/codegen/cuda_hopper.py): mbarriers,
+bulk copies completing on them, and wgmma.mma_async with shared-memory descriptors, run
+together by a warp-specialised GEMM tile (tecomp/testing/hopper_gemm.py) in the CUDA
+emulation, and compiled by nvcc / ptxas for sm_90a: the PTX has the instructions, ptxas
+does not serialise the wgmmas, nothing spills, and (where nvdisasm or cuobjdump is on
+PATH) the SASS has HGMMA."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+import pytest
+
+from tecomp.codegen.cuda_hopper import SWIZZLE, WGMMA_N, wgmma_desc
+from tecomp.errors import BuildError
+from tecomp.runtime.nvcc import find_nvcc
+from tecomp.target.cuda import block_shared_limit
+from tecomp.testing import hopper_gemm as hg
+from tecomp.testing.gpu_resources import parse_ptxas
+from helpers import gpu_driver  # noqa: F401  (a fixture)
+
+needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
+                               reason="no C++ compiler for the CUDA emulation")
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not on PATH")
+
+#: the variants the emulation tests share (one library): (stages, swizzle, bf16, epilogue)
+VARIANTS = [(2, 1, 0, 1), (3, 0, 1, 0), (2, 1, 1, 0), (2, 0, 0, 1), (2, 1, 0, 0)]
+
+
+def reference(a, b, bias, bf16):
+    ra = hg.from_bits(hg.to_bits(a, bf16), bf16).astype(np.float64)
+    rb = hg.from_bits(hg.to_bits(b, bf16), bf16).astype(np.float64)
+    return ra @ rb.T + (0 if bias is None else bias)
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,stages,swizzle,bf16,epilogue", [
+    (100, 72, 80, 2, 1, 0, 1),     # odd extents, 128B swizzle, float16, + bias
+    (70, 60, 200, 3, 0, 1, 0),     # no swizzle, bfloat16, three stages wrapping twice
+    (130, 128, 130, 2, 1, 1, 0),   # 128B swizzle, bfloat16
+    (64, 64, 64, 2, 0, 0, 1),      # exactly one tile
+])
+def test_warp_specialised_wgmma_gemm_in_the_emulation(M, N, K, stages, swizzle, bf16, epilogue):
+    rng = np.random.default_rng(M * N + K)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((N, K)).astype(np.float32)
+    bias = rng.standard_normal(N).astype(np.float32) if epilogue else None
+    c = hg.run_emu(a, b, bias, bn=64, stages=stages, swizzle=swizzle, bf16=bool(bf16),
+                   variants=VARIANTS)
+    np.testing.assert_allclose(c, reference(a, b, bias, bool(bf16)), rtol=1e-4, atol=1e-3)
+
+
+@needs_cxx
+def test_threads_mode_runs_the_pipeline_and_reports_a_deadlock():
+    """One OS thread per CUDA thread: the producer and consumers really wait for each
+    other; a wrong parity is reported, not hung."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((64, 128)).astype(np.float32)
+    b = rng.standard_normal((64, 128)).astype(np.float32)
+    c = hg.run_emu(a, b, None, mode="threads", swizzle=1, variants=VARIANTS, stages=2)
+    np.testing.assert_allclose(c, reference(a, b, None, False), rtol=1e-4, atol=1e-3)
+    with pytest.raises(BuildError, match="try_wait.parity deadlocks"):
+        hg.run_emu(a, b, None, mode="threads", bug=1, variants=VARIANTS, stages=2, swizzle=1)
+
+
+@needs_cxx
+@pytest.mark.parametrize("bug,match", [
+    (1, r"try_wait.parity deadlocks: .* for the phase of parity 1 .* its phase of parity 1"),
+    (2, r"wgmma descriptor .* outside shared memory"),
+    (3, r"no wgmma.fence"),
+    (4, r"deadlocks: .* tx-count 16"),
+    (5, r"warp 1 gives wgmma #0 of warpgroup 0 the descriptors .* the 4 warps of a warpgroup"),
+])
+def test_the_emulation_flags_misuse(bug, match):
+    a = np.ones((64, 128), np.float32)
+    with pytest.raises(BuildError, match=match):
+        hg.run_emu(a, a, None, bug=bug, variants=VARIANTS, stages=2, swizzle=1)
+
+
+def test_descriptor_encoding():
+    """PTX ISA, "Matrix Descriptor Format": address >> 4 in bits 0-13, LBO >> 4 in 16-29,
+    SBO >> 4 in 32-45, swizzle in 62-63 (1: 128B)."""
+    assert wgmma_desc(0x400, 16, 1024, "128B") == (1 << 62) | (64 << 32) | (1 << 16) | 0x40
+    assert wgmma_desc(0x2_0000 + 0x10, 1024, 128, "none") == (8 << 32) | (64 << 16) | 0x2001
+    assert wgmma_desc(0x4_0010, 16, 16) & 0x3FFF == 1      # the address modulo 2**18
+    assert SWIZZLE == {"none": 0, "128B": 1, "64B": 2, "32B": 3} and WGMMA_N[-1] == 256
+
+
+def test_pretiled_swizzle_matches_the_128_byte_pattern():
+    """16-byte chunk c of row r of a tile lands at chunk c ^ (r % 8) of its row."""
+    off = hg.tile_offsets(64, 1)
+    for r in (0, 3, 7, 8, 13):
+        for c in range(8):
+            assert off[r, 8 * c] * 2 == r * 128 + 16 * (c ^ (r % 8))
+    assert sorted(off.ravel()) == list(range(64 * 64))
+
+
+@needs_nvcc
+def test_ptxas_sm90a_has_wgmma_bulk_copies_and_mbarriers_and_nothing_spills():
+    variants = [(4, 1, 0, 1), (4, 1, 1, 0), (3, 0, 0, 0)]
+    src = hg.source(128, variants, device=True)
+    nvcc = find_nvcc()
+    with tempfile.TemporaryDirectory() as d:
+        cu = os.path.join(d, "k.cu")
+        with open(cu, "w") as f:
+            f.write(src)
+        ptx_path, cubin = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
+        subprocess.run([nvcc, "-ptx", "-arch=sm_90a", "-std=c++17", "-o", ptx_path, cu],
+                       check=True, capture_output=True)
+        proc = subprocess.run([nvcc, "-cubin", "-arch=sm_90a", "-std=c++17", "-Xptxas", "-v",
+                               "-o", cubin, cu], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        with open(ptx_path) as f:
+            ptx = f.read()
+        for want in ("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16",
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
+                     "wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned",
+                     "wgmma.wait_group.sync.aligned 0", "mbarrier.init.shared::cta.b64",
+                     "mbarrier.arrive.expect_tx.shared::cta.b64",
+                     "mbarrier.try_wait.parity.shared::cta.b64",
+                     "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"):
+            assert want in ptx, want
+        report = proc.stderr + proc.stdout
+        assert "serialized" not in report, report      # ptxas C7520: wgmma serialised
+        usage = parse_ptxas(report)
+        assert len(usage) == len(variants)
+        for kernel, use in usage.items():
+            assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
+        assert hg.shared_bytes(128, 4) <= block_shared_limit("sm_90a")
+        dis = shutil.which("nvdisasm") or shutil.which("cuobjdump")
+        if dis:   # the SASS, where a disassembler is installed
+            args = [dis, cubin] if dis.endswith("nvdisasm") else [dis, "-sass", cubin]
+            sass = subprocess.run(args, capture_output=True, text=True).stdout
+            assert re.search(r"HGMMA\.64x128x16\.F32", sass), sass[:2000]
+            assert "UBLKCP" in sass and "SYNCS" in sass
+
+
+@needs_nvcc
+def test_wgmma_below_sm90a_is_a_compile_error():
+    src = hg.source(64, [(2, 1, 0, 0)], device=True)
+    with tempfile.TemporaryDirectory() as d:
+        cu = os.path.join(d, "k.cu")
+        with open(cu, "w") as f:
+            f.write(src)
+        proc = subprocess.run([find_nvcc(), "-cubin", "-arch=sm_90", "-std=c++17", "-o",
+                               os.path.join(d, "k.cubin"), cu], capture_output=True, text=True)
+    assert proc.returncode != 0 and "wgmma needs -arch=sm_90a" in proc.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("swizzle,bf16,epilogue", [(1, False, True), (0, True, False),
+                                                   (1, True, False)])
+def test_warp_specialised_wgmma_gemm_on_the_gpu(gpu_driver, swizzle, bf16, epilogue):
+    """The same kernel on an sm_90 device: the descriptor, swizzle and accumulator
+    layouts the emulation implements, checked against the hardware."""
+    if gpu_driver.arch not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma needs an sm_90 device; this is {gpu_driver.arch}")
+    M, N, K = 200, 264, 328
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((N, K)).astype(np.float32)
+    bias = rng.standard_normal(N).astype(np.float32) if epilogue else np.zeros(1, np.float32)
+    tile = hg.GpuTile(gpu_driver, M, N, K, bn=128, stages=4, swizzle=swizzle, bf16=bf16,
+                      epilogue=epilogue)
+    host = [hg.pretile(hg.to_bits(a, bf16), hg.BM, swizzle),
+            hg.pretile(hg.to_bits(b, bf16), 128, swizzle), bias,
+            np.full((M, N), np.nan, np.float32)]
+    dev = [gpu_driver.alloc(x.nbytes) for x in host]
+    for d, x in zip(dev, host):
+        gpu_driver.htod(d, x)
+    tile.launch(*(int(d) for d in dev))
+    gpu_driver.synchronize()
+    gpu_driver.dtoh(host[3], dev[3])
+    np.testing.assert_allclose(host[3], reference(a, b, bias if epilogue else None, bf16),
+                               rtol=1e-3, atol=1e-2)

@@ -1,0 +1,253 @@
+"""The tensor-core GEMM template on Hopper's warpgroup MMA (``WmmaConfig(...,
+family="wgmma")``, the ``cuda.wgmma_*`` intrinsics of tecomp/te/intrin_wgmma.py): checked
+in the CUDA emulation (each thread computes its own accumulator registers from the
+descriptors' view of shared memory, so a wrong layout or descriptor gives a wrong result
+here as on the GPU), in its printed IR, and through nvcc / ptxas for sm_90a."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+import tecomp.nn as nn
+from tecomp.errors import ScheduleError, TargetError
+from tecomp.runtime.nvcc import compile_ptx, find_nvcc
+from tecomp.strategy import cuda as sc
+from tecomp.strategy.cuda.tensorcore import (WmmaConfig, schedule_wmma_gemm, shared_bytes,
+                                             wgmma_config)
+from tecomp.target.cuda import block_shared_limit
+from tecomp.testing.gpu_resources import parse_ptxas
+from helpers import gpu_driver  # noqa: F401  (a fixture)
+
+torch = pytest.importorskip("torch")   # bfloat16 arrays
+
+needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
+                               reason="the CUDA emulation needs a C++ compiler")
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not on PATH")
+TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+SM90A = "cuda -arch=sm_90a"
+LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
+long_only = pytest.mark.skipif(not LONG, reason="more of the same: set TECOMP_LONG_TESTS=1")
+
+
+def gemm(M, N, K, dtype, layout):
+    A = tc.placeholder((M, K), dtype, name="A")
+    if layout == "dense":
+        B = tc.placeholder((N, K), dtype, name="W")
+        return A, B, nn.dense(A, B, out_dtype="float32")
+    B = tc.placeholder((K, N), dtype, name="B")
+    return A, B, nn.matmul(A, B, out_dtype="float32")
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,dtype,layout,cfg", [
+    (64, 64, 96, "float16", "dense", WmmaConfig(4, 1, 1, 4, 32, family="wgmma")),
+    (128, 128, 96, "bfloat16", "matmul", WmmaConfig(8, 1, 1, 8, 32, family="wgmma", stages=3)),
+    pytest.param(64, 32, 64, "float16", "matmul", WmmaConfig(4, 1, 1, 2, 16, family="wgmma"),
+                 marks=long_only),
+])
+def test_wgmma_template_in_the_emulation(M, N, K, dtype, layout, cfg):
+    A, B, C = gemm(M, N, K, dtype, layout)
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, cfg)
+    mod = tc.build(s, [A, B, C], target="cuda-emu")
+    g = torch.Generator().manual_seed(M + N + K)
+    a = torch.randn(M, K, generator=g).to(TORCH[dtype])
+    b = torch.randn(*((N, K) if layout == "dense" else (K, N)), generator=g).to(TORCH[dtype])
+    c = np.full((M, N), np.nan, np.float32)
+    mod(a, b, c)
+    bd = b.double().T if layout == "dense" else b.double()
+    np.testing.assert_allclose(c, (a.double() @ bd).numpy(), rtol=1e-4, atol=1e-3)
+    assert "tc_wgmma_m64n" in mod.get_source()
+
+
+@needs_cxx
+@pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=long_only)])
+def test_dense_bias_gelu_epilogue_on_wgmma_in_the_emulation(dtype):
+    """``gelu(dense(X, W, b))`` into float16 / bfloat16: the accumulators (mma.accumulator
+    fragments: wgmma's layout per warp) stored to the shared tile of C, the epilogue fused."""
+    M, N, K = 64, 64, 64
+    X = tc.placeholder((M, K), dtype, name="X")
+    W = tc.placeholder((N, K), dtype, name="W")
+    b = tc.placeholder((N,), dtype, name="b")
+    Y = nn.gelu(nn.dense(X, W, b))
+    s = sc.schedule_dense(Y, "cuda-emu", config=WmmaConfig(4, 1, 1, 4, 32, family="wgmma"))
+    mod = tc.build(s, [X, W, b, Y], target="cuda-emu")
+    assert len(mod.kernels) == 1 and "tc_wgmma_m64n64k16" in mod.get_source()
+    g = torch.Generator().manual_seed(5)
+    x, w, bb = (torch.randn(*sh, generator=g).to(TORCH[dtype]) for sh in ((M, K), (N, K), (N,)))
+    out = torch.zeros((M, N), dtype=TORCH[dtype])
+    mod(x, w, bb, out)
+    want = torch.nn.functional.gelu(x.double() @ w.double().T + bb.double())
+    tol = 2e-2 if dtype == "bfloat16" else 3e-3
+    np.testing.assert_allclose(out.float().numpy(), want.float().numpy(), rtol=tol, atol=tol)
+
+
+def test_the_nn_templates_take_wgmma_on_sm90a_when_a_tiling_divides():
+    M, N, K = 4096, 3072, 768
+    X = tc.placeholder((M, K), "float16", name="X")
+    W = tc.placeholder((N, K), "float16", name="W")
+    b = tc.placeholder((N,), "float16", name="b")
+    Y = nn.gelu(nn.dense(X, W, b))
+    text = str(tc.lower(sc.schedule_dense(Y, SM90A), [X, W, b, Y]))
+    assert "tensorize cuda.wgmma_f16f16f32_n128_k64 (accumulate)" in text
+    # sm_90 (no 'a'), or extents no wgmma tiling divides: the mma.sync / wmma families
+    assert "wgmma" not in str(tc.lower(sc.schedule_dense(Y, "cuda -arch=sm_90"), [X, W, b, Y]))
+    assert wgmma_config(100, 64, 64) is None and wgmma_config(64, 64, 24) is None
+    cfg = wgmma_config(M, N, K, epilogue=True, max_shared=block_shared_limit("sm_90a"))
+    assert cfg.family == "wgmma" and shared_bytes(cfg, epilogue=True) <= block_shared_limit("sm_90a")
+
+
+def test_printed_ir_of_the_wgmma_mainloop():
+    """The region each warp hands to wgmma: its 16-row strip of A's core matrices, the
+    block's B core matrices (a whole k step of 32: two wgmmas, one group), its strip of
+    the accumulator."""
+    A, B, C = gemm(64, 64, 32, "float16", "dense")
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, WmmaConfig(4, 1, 1, 4, 32, family="wgmma", double_buffer=False))
+    text = str(tc.lower(s, [A, B, C]))
+    keep = ("allocate", "tensorize", "// ")
+    got = [ln.strip() for ln in text.splitlines() if ln.strip().startswith(keep)]
+    assert got == [
+        "allocate dense.mma.accumulator: float32[16, 64] (mma.accumulator)",
+        "tensorize cuda.wgmma_fill_f32_n64 (store) {",
+        "// out c: dense.mma.accumulator[8*x0 + x1, 8*x2 + x3]",
+        "allocate W.shared: float16[8, 4, 8, 8] (shared)",
+        "allocate A.shared: float16[8, 4, 8, 8] (shared)",
+        "tensorize cuda.wgmma_f16f16f32_n64_k32 (accumulate) {",
+        "// out c: dense.mma.accumulator[8*x0 + x1, 8*x2 + x3]",
+        "// in a: A.shared[b.inner.outer*2 + x0, x1, x2, x3]",
+        "// in b: W.shared[x1, x0, x2, x3]",
+        "tensorize cuda.mma_store_f32 (store) {",
+        "// out c: dense[b.inner.outer*16 + x0, o.inner.inner.outer*16 + x1]",
+        "// in a: dense.mma.accumulator[x0, o.inner.inner.outer*16 + x1]",
+    ], "\n".join(got)
+
+
+def test_shapes_the_wgmma_tiles_do_not_divide_are_refused():
+    A, B, C = gemm(100, 64, 64, "float16", "dense")
+    s = tc.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="needs multiples of 64 x 64 x 32"):
+        schedule_wmma_gemm(s, C, WmmaConfig(4, 1, 1, 4, 32, family="wgmma"))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dtype,layout", [
+    ("float16", "dense"), pytest.param("bfloat16", "matmul", marks=long_only)])
+def test_ptxas_sm90a_hgmma_and_no_spills(dtype, layout):
+    """BERT's FFN up-projection with bias + GELU (dense) and a bf16 GEMM: wgmma in the PTX,
+    HGMMA in the SASS (where a disassembler is on PATH), no spills, no serialised wgmma,
+    the shared memory within sm_90's limit."""
+    M, N, K = (4096, 3072, 768)
+    X = tc.placeholder((M, K), dtype, name="X")
+    if layout == "dense":
+        W = tc.placeholder((N, K), dtype, name="W")
+        b = tc.placeholder((N,), dtype, name="b")
+        args = [X, W, b, nn.gelu(nn.dense(X, W, b))]
+        s = sc.schedule_dense(args[-1], SM90A)
+    else:
+        W = tc.placeholder((K, N), dtype, name="B")
+        args = [X, W, nn.matmul(X, W, out_dtype="float32")]
+        s = sc.schedule_matmul(args[-1], SM90A)
+    mod = tc.build(s, args, target=SM90A)
+    src = mod.get_source()
+    t = "bf16" if dtype == "bfloat16" else "f16"
+    ptx = compile_ptx(src, "sm_90a")
+    assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{t}.{t}" in ptx
+    assert "fence.proxy.async.shared::cta" in ptx and "cp.async.commit_group" in ptx
+    with tempfile.TemporaryDirectory() as d:
+        cu, cubin = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
+        with open(cu, "w") as f:
+            f.write(src)
+        proc = subprocess.run([find_nvcc(), "-cubin", "-arch=sm_90a", "-std=c++17", "-Xptxas",
+                               "-v", "-o", cubin, cu], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        report = proc.stderr + proc.stdout
+        assert "serialized" not in report, report
+        (use,) = parse_ptxas(report).values()
+        assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, use
+        assert mod.kernels[0].shared_bytes <= block_shared_limit("sm_90a")
+        dis = shutil.which("nvdisasm") or shutil.which("cuobjdump")
+        if dis:
+            cmd = [dis, cubin] if dis.endswith("nvdisasm") else [dis, "-sass", cubin]
+            sass = subprocess.run(cmd, capture_output=True, text=True).stdout
+            assert re.search(r"HGMMA\.64x128x16\.F32", sass), sass[:1000]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,layout", [("float16", "dense"), ("bfloat16", "matmul")])
+def test_wgmma_template_on_the_gpu(gpu_driver, dtype, layout):
+    if gpu_driver.arch not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma needs an sm_90 device; this is {gpu_driver.arch}")
+    M, N, K = 256, 384, 192
+    A, B, C = gemm(M, N, K, dtype, layout)
+    s = sc.schedule_dense(C, SM90A) if layout == "dense" else sc.schedule_matmul(C, SM90A)
+    mod = tc.build(s, [A, B, C], target=SM90A)
+    assert "tc_wgmma" in mod.get_source()
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(M, K, generator=g).to(TORCH[dtype])
+    b = torch.randn(*((N, K) if layout == "dense" else (K, N)), generator=g).to(TORCH[dtype])
+    c = torch.full((M, N), float("nan"))
+    ca = c.cuda()
+    mod(a.cuda(), b.cuda(), ca)
+    bd = b.double().T if layout == "dense" else b.double()
+    np.testing.assert_allclose(ca.cpu().numpy(), (a.double() @ bd).numpy(), rtol=1e-3, atol=1e-2)
+
+
+
+@needs_cxx
+@pytest.mark.parametrize("seed", range(40 if LONG else 1))
+def test_fuzz_wgmma_tilings_in_the_emulation(seed):
+    """Random wgmma tilings (1 or 2 warpgroups, N of 16..128, k steps, rings or none),
+    operand layouts, dtypes and epilogues (bias + ReLU into a 16-bit result) against
+    torch in float64."""
+    rng = np.random.default_rng(9000 + seed)
+    dtype = str(rng.choice(["float16", "bfloat16"]))
+    layout = str(rng.choice(["dense", "matmul"]))
+    wm = int(rng.choice([4, 8]))
+    fn = int(rng.choice([1, 2, 4, 8]))
+    kt = int(rng.choice([16, 32, 64]))
+    M = 16 * wm * int(rng.integers(1, 3))
+    N = 16 * fn * int(rng.integers(1, 3))
+    K = kt * int(rng.integers(1, 4))
+    db = bool(rng.integers(0, 2))
+    cfg = WmmaConfig(wm, 1, 1, fn, kt, double_buffer=db, family="wgmma",
+                     stages=int(rng.choice([2, 3])) if db else 2)
+    A, B, C = gemm(M, N, K, dtype, layout)
+    epilogue = bool(rng.integers(0, 2))
+    args = [A, B]
+    if epilogue:
+        bias = tc.placeholder((N,), "float32", name="bias")
+        out = tc.compute((M, N), lambda i, j: tc.max(C[i, j] + bias[j], tc.const(0.0))
+                         .astype(dtype), name="Y")
+        args += [bias, out]
+        s = (sc.schedule_dense if layout == "dense" else sc.schedule_matmul)(out, "cuda-emu",
+                                                                            config=cfg)
+    else:
+        args.append(C)
+        s = tc.create_schedule(C.op)
+        schedule_wmma_gemm(s, C, cfg)
+    mod = tc.build(s, args, target="cuda-emu")
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(M, K, generator=g).to(TORCH[dtype])
+    b = torch.randn(*((N, K) if layout == "dense" else (K, N)), generator=g).to(TORCH[dtype])
+    want = a.double() @ (b.double().T if layout == "dense" else b.double())
+    if epilogue:
+        bv = torch.randn(N, generator=g)
+        res = torch.zeros((M, N), dtype=TORCH[dtype])
+        mod(a, b, bv, res)
+        want = torch.relu(want + bv.double()).to(TORCH[dtype]).double()
+        tol = 2e-2 if dtype == "bfloat16" else 3e-3
+    else:
+        res = np.full((M, N), np.nan, np.float32)
+        mod(a, b, res)
+        res = torch.from_numpy(res)
+        tol = 1e-3
+    np.testing.assert_allclose(res.double().numpy(), want.numpy(), rtol=tol, atol=tol,
+                               err_msg=f"{cfg} {M}x{N}x{K} {dtype} {layout} epilogue={epilogue}")
