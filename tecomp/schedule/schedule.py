@@ -990,11 +990,14 @@ class Schedule:
         stage is computed at one."""
         if not st.relations and not st.iter_attrs and st.leaf_iter_vars == st.all_iter_vars:
             return None
-        red = set(st.op.reduce_axis)  # (fuse never mixes reduce and output axes)
+        # (fuse never mixes reduce and output axes; a dict, not a set: in the order they
+        # were made, so that the message names the user's axis, the same in every run)
+        red = dict.fromkeys(st.op.reduce_axis)
         for rel in st.relations:
             srcs = [rel.parent] if hasattr(rel, "parent") else [rel.outer, rel.inner]
             if any(x in red for x in srcs):
-                red.update([rel.outer, rel.inner] if hasattr(rel, "parent") else [rel.fused])
+                red.update(dict.fromkeys([rel.outer, rel.inner] if hasattr(rel, "parent")
+                                         else [rel.fused]))
         touched = [iv for iv in red if iv not in st.op.reduce_axis or iv in st.iter_attrs
                    or any(getattr(r, "parent", None) is iv for r in st.relations)]
         if touched:
