@@ -254,6 +254,48 @@ def test_op_gradcheck_float64():
     assert torch.autograd.gradcheck(ffn, args)
 
 
+def test_op_second_derivative_matches_torch():
+    """A backward with create_graph=True gives gradients that are differentiable again
+    (tc.gradient of the gradient): a gradient penalty keeps its second-order term (it
+    was silently dropped: the gradients came back as constants), and gradgradcheck."""
+    n = tc.var("n")
+    X = tc.placeholder((n, 4), name="X")
+    W = tc.placeholder((4,), name="W")
+    k = tc.reduce_axis((0, 4), name="k")
+    Y = tc.compute((n,), lambda i: tc.sum(tc.exp(X[i, k]) * X[i, k] * W[k], axis=k), name="Y")
+    o = tct.op([X, W], Y)
+    x0, w0 = torch.randn(3, 4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+
+    def penalty(f):
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        gx, = torch.autograd.grad(f(x, w).sum(), x, create_graph=True)
+        ((gx ** 2).sum() + x.sum()).backward()
+        return x.grad, w.grad
+
+    for got, want in zip(penalty(o), penalty(lambda x, w: (torch.exp(x) * x * w).sum(1))):
+        torch.testing.assert_close(got, want)
+    assert torch.autograd.gradgradcheck(o, (x0.clone().requires_grad_(),
+                                            w0.clone().requires_grad_()))
+
+
+@pytest.mark.parametrize("dynamic", [None, False])
+def test_op_forward_and_backward_of_an_empty_batch(dynamic):
+    """An extent of 0 runs the shape-generic kernels (the backward of a kernel
+    specialised for 0 rows refused its incoming gradient's placeholder: ShapeError)."""
+    n = tc.var("n")
+    X = tc.placeholder((n, 4), name="X")
+    k = tc.reduce_axis((0, n), name="k")
+    Y = tc.compute((n, 4), lambda i, j: X[i, j] * X[i, j], name="Y")
+    S = tc.compute((4,), lambda j: tc.sum(X[k, j] * 3.0, axis=k), name="S")
+    o = tct.op([X], [Y, S], dynamic=dynamic)
+    x = torch.randn(0, 4, requires_grad=True)
+    y, s = o(x)
+    assert y.shape == (0, 4)
+    torch.testing.assert_close(s, torch.zeros(4))
+    (y.sum() + s.sum()).backward()
+    assert x.grad.shape == (0, 4)
+
+
 def test_op_multiple_outputs_and_int_inputs():
     n = tc.var("n")
     X = tc.placeholder((n, 4), name="X")
