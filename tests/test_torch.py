@@ -590,3 +590,39 @@ def test_call_grad_inputs_reads_inputs_that_require_grad_and_refuses_such_output
     with pytest.raises(ArgumentError, match="requires grad"):
         f.call_grad_inputs(a, b, out)  # an output is written: never one that requires grad
     assert not out.detach().any()
+
+
+@pytest.mark.parametrize("target", ["llvm", "cuda-emu"])
+def test_outputs_written_in_place_bump_the_version_counter(target):
+    """A torch tensor that autograd saved for a backward, then passed to a kernel as an
+    output: its version counter goes up (as after x.copy_(...)), so the backward raises
+    instead of computing the gradient from the overwritten values (it did, silently)."""
+    import shutil
+
+    if target == "cuda-emu" and shutil.which("g++") is None:
+        pytest.skip("no C++ compiler for the CUDA emulation")
+    A = tc.placeholder((4, 8), name="A")
+    B = tc.compute((4, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    s = tc.create_schedule(B.op)
+    if target == "cuda-emu":
+        s[B].bind(B.op.axis[0], tc.thread_axis("blockIdx.x"))
+        s[B].bind(B.op.axis[1], tc.thread_axis("threadIdx.x"))
+    f = tc.build(s, [A, B], target=target)
+    x = torch.ones(4, 8)
+    big = torch.randn(4, 16)
+    for out in (torch.randn(4, 8), big[:, ::2]):       # the fast path, a strided view
+        w = torch.randn(4, 8, requires_grad=True)
+        y = (w * out).sum()                              # saves out
+        v = out._version
+        f(x, out)
+        assert out._version > v
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
+    if target == "llvm":                                 # tecomp.torch's forward's call
+        out, v = torch.zeros(4, 8), 0
+        f.call_grad_inputs(x.requires_grad_(), out)
+        assert out._version > v
+    with torch.inference_mode():                         # no version counter: still written
+        inf = torch.zeros(4, 8)
+    f(torch.ones(4, 8), inf)
+    assert (inf == 2).all()

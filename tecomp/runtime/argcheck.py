@@ -35,6 +35,7 @@ import ctypes
 import math
 import numbers
 import operator
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -480,6 +481,8 @@ class ArgChecker:
                         if isinstance(p, Var)]
         self.buffers = [BufferSpec(p, i, k, p in written) for k, (i, p) in enumerate(
             (i, p) for i, p in enumerate(params) if isinstance(p, Buffer))]
+        #: the positions of the arguments the kernels write
+        self.written_positions = tuple(spec.pos for spec in self.buffers if spec.written)
         #: per written buffer: the other buffers its array must not overlap (each pair once)
         index = {spec.buffer: spec for spec in self.buffers}
         self.overlap_pairs = [(o, [q for q in self.buffers if q is not o and
@@ -579,6 +582,19 @@ class ArgChecker:
                 x, y = (o, q) if o.pos < q.pos else (q, o)
                 raise overlap_error(self.func_name, x, y, how)
         return aliased
+
+    def mark_written(self, args: Sequence) -> None:
+        """Tell torch's autograd that the torch tensors among ``args`` passed as outputs
+        were written in place (their version counters go up, as an in-place torch op's
+        do): a tensor that autograd saved for a backward and a kernel then overwrote makes
+        that backward raise, as after ``x.copy_(...)``, instead of silently computing the
+        gradient from the new values."""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+        ts = [a for a in (args[p] for p in self.written_positions) if isinstance(a, torch.Tensor)]
+        if ts:
+            torch._C._increment_version(ts)
 
     def host_arrays(self, args: Sequence) -> Sequence:
         """``args`` with every buffer argument that is a host array but not a
