@@ -563,13 +563,19 @@ def _run_layouts(ec: EdgeCase) -> Outcome:
                            f"an output that aliases ({v})")
 
 
-def _run_lazy_bits(ec: EdgeCase) -> Outcome:
+def _prepare_with_torch(ec):
+    """``(torch, ctx, None)``, or ``(None, None, outcome)`` where torch is not installed
+    or the case did not build or run plainly (:func:`_prepare`)."""
     try:
         import torch
     except ImportError:
-        return Outcome("ok", ec, "", "torch is not installed")
-
+        return None, None, Outcome("ok", ec, "", "torch is not installed")
     c, bad = _prepare(ec)
+    return (None, None, bad) if bad else (torch, c, None)
+
+
+def _run_lazy_bits(ec: EdgeCase) -> Outcome:
+    torch, c, bad = _prepare_with_torch(ec)
     if bad:
         return bad
     mod, ir, ins, outs, arrs, v = c.mod, c.ir, c.ins, c.outs, c.arrs, c.variant
@@ -1288,11 +1294,7 @@ def _run_quant_scales(ec: EdgeCase) -> Outcome:
 
 
 def _run_torch_inplace(ec: EdgeCase) -> Outcome:
-    try:
-        import torch
-    except ImportError:
-        return Outcome("ok", ec, "", "torch is not installed")
-    c, bad = _prepare(ec)
+    torch, c, bad = _prepare_with_torch(ec)
     if bad:
         return bad
     tw = ec.twist
