@@ -104,9 +104,10 @@ def array_meta(arg) -> Optional[ArrayMeta]:
 
 
 def _is_torch_tensor(a) -> bool:
-    t = type(a)
-    return t.__module__.startswith("torch") and hasattr(a, "untyped_storage") \
-        and hasattr(a, "requires_grad")
+    """Whether ``a`` is a torch tensor, a subclass's defined anywhere included (one of
+    ``__main__`` went through DLPack, unchecked, and raised under a dispatch mode)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(a, torch.Tensor)
 
 
 def as_host_array(a, label: str, written: bool = False):
@@ -211,7 +212,18 @@ def _plain_tensor(t, label: str, written: bool):
                 f"written in place, it would hold the wrong sign; pass a tensor without the "
                 f"bit, e.g. out = x.{fix}() or x.clone(), and read the result from it")
         t = t.resolve_conj().resolve_neg()  # a copy with the values the view shows
+    if type(t).__torch_dispatch__ is _plain_dispatch():
+        # a subclass that only adds Python behaviour (nn.Parameter, one of __torch_function__):
+        # its own memory, seen as a plain tensor (under a dispatch mode, such as the one
+        # torch.compile's AOT runtime runs a graph in, Tensor.numpy() of a subclass raised)
+        t = t.as_subclass(sys.modules["torch"].Tensor)
     return t
+
+
+def _plain_dispatch():
+    """torch.Tensor's own ``__torch_dispatch__`` (a subclass with another one wraps or
+    fakes its memory)."""
+    return sys.modules["torch"].Tensor.__torch_dispatch__
 
 
 # ---------------------------------------------------------------------------------------
