@@ -217,3 +217,16 @@ def test_torch_inplace_family_finds_outputs_written_behind_autograd(monkeypatch)
     monkeypatch.setattr(torch._C, "_increment_version", lambda ts: None)
     kinds = {run_edge_case(draw_edge_case(s)).kind for s in _seeds("torch_inplace", 3)}
     assert "mismatch" in kinds, kinds
+
+
+def test_torch_inplace_family_finds_subclasses_read_through_dlpack(monkeypatch):
+    """With torch tensors recognised by their class's module again (a subclass defined
+    elsewhere went through DLPack, before c203d64), the family's subclass tensors under a
+    dispatch mode that declines them crash the call."""
+    pytest.importorskip("torch")
+    from tecomp.runtime import argcheck
+
+    monkeypatch.setattr(argcheck, "_is_torch_tensor",
+                        lambda a: type(a).__module__.startswith("torch"))
+    seed = next(s for s in _seeds("torch_inplace", 8) if draw_edge_case(s).twist["subclass"])
+    assert run_edge_case(draw_edge_case(seed)).kind == "crash"

@@ -94,7 +94,9 @@ Session 9's families, drawn for the edge seeds whose ``seed // 576`` is odd and 
     binder; or strided views: the generic path; inputs as numpy arrays or torch tensors)
     that autograd saved for a backward (``(w * out).sum()``): the values of the plain
     call, and that backward raises ("modified by an inplace operation"), as after an
-    in-place torch op, instead of computing with the overwritten values.
+    in-place torch op, instead of computing with the overwritten values.  Half of them
+    pass every tensor as a ``torch.Tensor`` subclass defined here, called under a torch
+    dispatch mode that declines subclasses (as torch.compile's AOT runtime runs a graph).
 
 The ``foreign_target`` family also draws (one case in five, after its other draws) a
 triple of another system or ABI (``aarch64-apple-darwin``, ``x86_64-linux-gnux32``): a
@@ -272,7 +274,8 @@ def draw_edge_case(seed: int) -> EdgeCase:
                  "ids_dtype": d.choice(("int32", "int64")), "schedule": "gpu",
                  "bad": d.choice((None, None, "past", "far", "minus_one", "huge"))}
     elif family == "torch_inplace":
-        twist = {"variant": d.choice(("contiguous", "strided")), "torch_inputs": d.bool(0.5)}
+        twist = {"variant": d.choice(("contiguous", "strided")), "torch_inputs": d.bool(0.5),
+                 "subclass": d.bool(0.5)}
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
 
@@ -1317,7 +1320,7 @@ def _run_torch_inplace(ec: EdgeCase) -> Outcome:
                            requires_grad=True)
             saved.append((w * t).sum())           # autograd saves t for w's gradient
             call[pos] = t
-        elif pos in c.ins and tw["torch_inputs"] and a.dtype.isnative:
+        elif pos in c.ins and (tw["torch_inputs"] or tw.get("subclass")) and a.dtype.isnative:
             try:
                 call[pos] = torch.from_numpy(np.ascontiguousarray(a))
             except TypeError:                     # a dtype torch has no tensors of
@@ -1325,10 +1328,17 @@ def _run_torch_inplace(ec: EdgeCase) -> Outcome:
     if not saved:
         return Outcome("ok", ec, "", "no output torch has tensors of", c.ir)
     try:
-        c.mod(*call)
+        if tw.get("subclass"):
+            sub, mode = _subclass_and_mode(torch)
+            call = [t.as_subclass(sub) if isinstance(t, torch.Tensor) else t for t in call]
+            with mode():
+                c.mod(*call)
+        else:
+            c.mod(*call)
     except Exception as e:  # noqa: BLE001
         return _failure(ec, "call with torch outputs", e, ir=c.ir)
-    got = [t.numpy() if isinstance(t, torch.Tensor) else t for t in call]
+    got = [t.as_subclass(torch.Tensor).numpy() if isinstance(t, torch.Tensor) else t
+           for t in call]
     msg = _same_outputs(ec, got, c.want, f"torch outputs ({tw['variant']}) vs numpy")
     if msg:
         return Outcome("mismatch", ec, "compare", msg, c.ir)
@@ -1344,3 +1354,29 @@ def _run_torch_inplace(ec: EdgeCase) -> Outcome:
                        f"(its version counter did not go up)", c.ir)
     return Outcome("refused", ec, "backward", "the backward through an overwritten output "
                    "raised", c.ir)
+
+
+_SUBCLASS = None
+
+
+def _subclass_and_mode(torch):
+    """(a torch.Tensor subclass defined outside torch, a dispatch mode that declines every
+    call with a subclass's tensor among its arguments, as torch.compile's AOT runtime's
+    does)."""
+    global _SUBCLASS
+    if _SUBCLASS is None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class EdgeTensor(torch.Tensor):
+            pass
+
+        class DeclinesSubclasses(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                flat = torch.utils._pytree.tree_leaves((args, kwargs or {}))
+                if any(isinstance(x, torch.Tensor) and type(x) is not torch.Tensor
+                       for x in flat):
+                    return NotImplemented
+                return func(*args, **(kwargs or {}))
+
+        _SUBCLASS = (EdgeTensor, DeclinesSubclasses)
+    return _SUBCLASS
