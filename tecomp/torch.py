@@ -342,21 +342,31 @@ class Op:
     def _dtype_map(self, dtypes) -> Dict[str, str]:
         """The declared float types to compile in another one, for input tensors of torch
         dtypes ``dtypes``; an ArgumentError for a dtype that cannot stand in."""
-        dmap = {}
+        dmap: Dict[str, str] = {}
+        seen: Dict[str, tuple] = {}   # declared float type -> (dtype it gets, the input)
         for x, td in zip(self.inputs, dtypes):
             want = _TC_DTYPE.get(td)
+            floats = want is not None and _dt.is_float(want) and _dt.is_float(x.dtype)
+            if floats:
+                first, other = seen.setdefault(x.dtype, (want, x))
+                if first == want:
+                    if want != x.dtype:
+                        dmap[x.dtype] = want
+                    continue
+                # (an input of the declared type itself counts: f(float32, float64) of two
+                # float32 inputs compiled the op in float64 and refused the first tensor
+                # with the kernel's message about numpy's astype)
+                raise ArgumentError(
+                    f"{self.name}: inputs {other.name} and {x.name} are both declared "
+                    f"{x.dtype}, but got {_TORCH_DTYPE[first]} and {td} tensors: a float op "
+                    f"is compiled for another float dtype only when every input of one "
+                    f"declared float type gets the same one; convert them to one dtype "
+                    f"(e.g. x.to({_TORCH_DTYPE[first]}))")
             if want == x.dtype:
-                continue
-            if want is not None and _dt.is_float(want) and _dt.is_float(x.dtype) \
-                    and dmap.get(x.dtype, want) == want:
-                dmap[x.dtype] = want
                 continue
             raise ArgumentError(
                 f"{self.name}: input {x.name} is declared {x.dtype}, got a {td} tensor: "
-                f"convert it (x.to({_TORCH_DTYPE.get(x.dtype, torch.float32)}))" +
-                ("; a float op is compiled for other float dtypes only when every input of "
-                 "one declared float type gets the same one" if want and _dt.is_float(want)
-                 else ""))
+                f"convert it (x.to({_TORCH_DTYPE.get(x.dtype, torch.float32)}))")
         return dmap
 
     def _compile(self, dtypes, values: Optional[dict]) -> _Compiled:
