@@ -79,7 +79,9 @@ Session 9's families, drawn for the edge seeds whose ``seed // 576`` is odd and 
     a ``tecomp.torch.op`` of a small smooth formula (exp, tanh, sigmoid, log1p, products
     and a row sum) in float64: a gradient penalty (``torch.autograd.grad(...,
     create_graph=True)`` then a backward through the gradient) equal to torch autograd's
-    on the same formula; or a batch of 0 rows, forward and backward, specialised or not.
+    on the same formula; or a batch of 0 rows, forward and backward, specialised or not;
+    one in five called with float32 and float64 tensors for its two float32 inputs: the
+    op's ``ArgumentError`` naming both.
 ``quant_scales``
     ``quantize``, ``dequantize``, ``requantize`` or ``quantized_dense`` with scales at
     float32's ends (subnormal, the smallest normal, the largest, past it, and products of
@@ -265,6 +267,7 @@ def draw_edge_case(seed: int) -> EdgeCase:
         twist = {"formula": d.choice(tuple(_FORMULAS)), "rows": d.int(1, 5), "cols": d.int(1, 6),
                  "variant": d.choice(("second_derivative", "second_derivative", "empty_batch")),
                  "dynamic": d.choice((None, False, True))}
+        twist["mixed_floats"] = d.bool(0.2)   # (drawn last: the others keep their draws)
     elif family == "quant_scales":
         twist = {"op": d.choice(("quantize", "dequantize", "requantize", "quantized_dense")),
                  "scales": [d.choice(EDGE_SCALES) for _ in range(3)],
@@ -1183,6 +1186,17 @@ def _run_torch_autograd(ec: EdgeCase) -> Outcome:
             ((gx ** 2).sum() + (gw ** 2).sum() + y.sum()).backward()
             return [y, s_, x.grad, w.grad]
 
+        if tw.get("mixed_floats"):
+            # X and W (both declared float32) as float32 and float64: the op's own refusal
+            stage = "float32 and float64 for two inputs declared float32"
+            try:
+                o(x0.float(), w0)
+            except tc.ArgumentError as e:
+                if "are both declared float32" in str(e):
+                    return Outcome("refused", ec, stage, str(e).splitlines()[0][:300])
+                return Outcome("mismatch", ec, stage, f"refused, but not by the op, naming "
+                               f"both inputs:\n{_exc_text(e)}")
+            return Outcome("mismatch", ec, stage, "accepted: expected an ArgumentError")
         stage = f"{tw['variant']} through tecomp.torch.op"
         got = penalty(o)
         stage = "the same in torch"
