@@ -123,6 +123,7 @@ import numpy as np
 import tecomp as tc
 from ..autoschedule import records
 from ..ir import interp
+from ..nn import quant
 from .deep import chain_compute, chain_reference, random_chain
 from .diff import (
     Case, Outcome, _exc_text, case_arrays, compare, draw_case, numpy_problems, run_case, schedule_case,
@@ -1158,10 +1159,9 @@ _FORMULAS = {
 def _run_torch_autograd(ec: EdgeCase) -> Outcome:
     try:
         import torch
-
-        import tecomp.torch as tct
     except ImportError:
         return Outcome("ok", ec, "", "torch is not installed")
+    tct = tc.torch            # (the package's lazy attribute: tecomp.torch needs torch)
     tw = ec.twist
     body, ref = _FORMULAS[tw["formula"]]
     stage = "op"
@@ -1225,8 +1225,6 @@ def _f32_normal(v) -> bool:
 
 
 def _run_quant_scales(ec: EdgeCase) -> Outcome:
-    from ..nn import quant
-
     tw = ec.twist
     op, dt = tw["op"], tw["dtype"]
     s1, s2, s3 = (float(v) for v in tw["scales"])

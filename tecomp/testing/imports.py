@@ -47,7 +47,8 @@ LAYERS: List[tuple] = [
     ("tecomp.autoschedule",),  # search, measurement, records, cost model
     ("tecomp.viz",),           # pictures: rooflines, loop nests
     ("tecomp",),
-    ("tecomp.torch", "tecomp.testing", "tecomp.cli"),
+    ("tecomp.torch",),
+    ("tecomp.testing", "tecomp.cli"),  # (the fuzzer's torch families use tecomp.torch)
     ("tecomp.dynamo",),        # torch.compile(backend="tecomp"): ATen graphs -> kernels
     ("tecomp.__main__",),      # python -m tecomp: the command line (tecomp.cli)
 ]
