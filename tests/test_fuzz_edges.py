@@ -183,6 +183,7 @@ def test_torch_autograd_family_finds_constant_second_derivatives(monkeypatch):
     assert run_edge_case(draw_edge_case(seed)).kind == "mismatch"
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # (the unchecked scales)
 def test_quant_scales_family_finds_scales_outside_float32(monkeypatch):
     """Without the check of a scale's float32 range, the family's scales at float32's ends
     are accepted (a mismatch: a refusal was expected) or give wrong values."""
