@@ -120,7 +120,8 @@ def op(inputs: Sequence[Tensor], outputs: Union[Tensor, Sequence[Tensor]], *,
     dynamic : bool, optional
         None (the default): a kernel for each new value of the symbolic extents, up to
         8 per dtype combination, then one kernel for every shape; True: one kernel for
-        every shape; False: always specialise.
+        every shape; False: always specialise (an extent of 0 always takes the kernel
+        for every shape).
     trials : int, optional
         Measured auto-scheduler trials for the forward kernels (0: analytic).
     log : str or os.PathLike, optional
@@ -162,7 +163,8 @@ class _Compiled:
     first use): ``training`` for autograd in eager mode, ``bwd`` (which recomputes the
     forward's intermediates) for the custom op's autograd formula."""
 
-    __slots__ = ("inputs", "outputs", "fwd", "out_dtypes", "bwd", "training", "lock")
+    __slots__ = ("inputs", "outputs", "fwd", "out_dtypes", "bwd", "training", "grad_op",
+                 "lock")
 
     def __init__(self, inputs, outputs, fwd):
         self.inputs = inputs
@@ -171,6 +173,7 @@ class _Compiled:
         self.out_dtypes = [_TORCH_DTYPE[t.dtype] for t in outputs]
         self.bwd = None
         self.training = None
+        self.grad_op = None       # the backward as an Op (for a second derivative)
         self.lock = threading.Lock()
 
 
@@ -318,7 +321,10 @@ class Op:
                 if c is None:
                     c = self._compiled.get((key[0], None))  # this dtype's shape-generic one
                     if c is None:
-                        generic = not vals or self._generic(key[0])
+                        # an extent of 0 has no kernel of its own (a placeholder of no
+                        # elements, e.g. the backward's incoming gradient, is refused):
+                        # the shape-generic one runs it
+                        generic = not vals or 0 in vals or self._generic(key[0])
                         c = self._compile(key[0], None if generic else dict(zip(self._binds, vals)))
                         self._compiled[(key[0], None) if generic else key] = c
         self._last = (key, c)
@@ -337,21 +343,31 @@ class Op:
     def _dtype_map(self, dtypes) -> Dict[str, str]:
         """The declared float types to compile in another one, for input tensors of torch
         dtypes ``dtypes``; an ArgumentError for a dtype that cannot stand in."""
-        dmap = {}
+        dmap: Dict[str, str] = {}
+        seen: Dict[str, tuple] = {}   # declared float type -> (dtype it gets, the input)
         for x, td in zip(self.inputs, dtypes):
             want = _TC_DTYPE.get(td)
+            floats = want is not None and _dt.is_float(want) and _dt.is_float(x.dtype)
+            if floats:
+                first, other = seen.setdefault(x.dtype, (want, x))
+                if first == want:
+                    if want != x.dtype:
+                        dmap[x.dtype] = want
+                    continue
+                # (an input of the declared type itself counts: f(float32, float64) of two
+                # float32 inputs compiled the op in float64 and refused the first tensor
+                # with the kernel's message about numpy's astype)
+                raise ArgumentError(
+                    f"{self.name}: inputs {other.name} and {x.name} are both declared "
+                    f"{x.dtype}, but got {_TORCH_DTYPE[first]} and {td} tensors: a float op "
+                    f"is compiled for another float dtype only when every input of one "
+                    f"declared float type gets the same one; convert them to one dtype "
+                    f"(e.g. x.to({_TORCH_DTYPE[first]}))")
             if want == x.dtype:
-                continue
-            if want is not None and _dt.is_float(want) and _dt.is_float(x.dtype) \
-                    and dmap.get(x.dtype, want) == want:
-                dmap[x.dtype] = want
                 continue
             raise ArgumentError(
                 f"{self.name}: input {x.name} is declared {x.dtype}, got a {td} tensor: "
-                f"convert it (x.to({_TORCH_DTYPE.get(x.dtype, torch.float32)}))" +
-                ("; a float op is compiled for other float dtypes only when every input of "
-                 "one declared float type gets the same one" if want and _dt.is_float(want)
-                 else ""))
+                f"convert it (x.to({_TORCH_DTYPE.get(x.dtype, torch.float32)}))")
         return dmap
 
     def _compile(self, dtypes, values: Optional[dict]) -> _Compiled:
@@ -412,6 +428,29 @@ class Op:
         args = list(c.inputs) + heads + grads
         s = schedule_backward(grads, target=self.target)
         return build(s, args, target=self.target, name=f"{self.name}_backward")
+
+    def _grad_op(self, c: _Compiled) -> "Op":
+        """The backward of ``c`` as an Op of (inputs, incoming gradients) -> the floating
+        inputs' gradients: differentiable again (tc.gradient of the gradient), for a
+        backward with ``create_graph=True``."""
+        if c.grad_op is None:
+            with c.lock:
+                if c.grad_op is None:
+                    heads, grads = self._gradients(c)
+                    target = self.target
+                    c.grad_op = Op(list(c.inputs) + heads, grads, target=target,
+                                   name=f"{self.name}_grad", dynamic=True,
+                                   schedule=lambda outs: schedule_backward(outs, target=target))
+        return c.grad_op
+
+    def _differentiable_backward(self, tensors, grad_outputs) -> List[torch.Tensor]:
+        """The gradients of the floating inputs as :meth:`backward`'s, through autograd
+        (``create_graph=True``: a gradient of the gradient is asked for)."""
+        env = self._env(tensors)
+        c = self.compiled([t.dtype for t in tensors], env)
+        heads = self._heads(c, env, tensors, grad_outputs)
+        out = self._grad_op(c)(*tensors, *heads)
+        return [out] if isinstance(out, torch.Tensor) else list(out)
 
     def _training(self, c: _Compiled) -> _Training:
         if c.training is None:
@@ -635,13 +674,22 @@ class _Function(torch.autograd.Function):
         return outs[0] if op.single else tuple(outs)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, *grad_outputs):
         op, n, nsaved = ctx.state
         result = [None] * (1 + n)
-        st = [t.detach() if t.requires_grad else t for t in ctx.saved_tensors]  # outputs do
-        tensors, saved, outs = st[:n], st[n:n + nsaved], st[n + nsaved:]
-        for i, g in zip(op._diff, op._backward_saved(tensors, saved, outs, grad_outputs)):
+        if torch.is_grad_enabled() and \
+                any(t is not None and t.requires_grad
+                    for t in (*ctx.saved_tensors[:n], *grad_outputs)):
+            # create_graph=True: the gradients must be differentiable again (with the
+            # saved path, once_differentiable's, they came back as constants: a gradient
+            # penalty silently lost its second-order term)
+            grads = op._differentiable_backward(ctx.saved_tensors[:n], grad_outputs)
+        else:
+            with torch.no_grad():
+                st = [t.detach() if t.requires_grad else t for t in ctx.saved_tensors]
+                tensors, saved, outs = st[:n], st[n:n + nsaved], st[n + nsaved:]
+                grads = op._backward_saved(tensors, saved, outs, grad_outputs)
+        for i, g in zip(op._diff, grads):
             if ctx.needs_input_grad[1 + i]:
                 result[1 + i] = g
         return tuple(result)

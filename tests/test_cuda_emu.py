@@ -231,6 +231,50 @@ def test_failed_kernel_check_traps():
             mod(a.copy(), mode=mode)
 
 
+@pytest.mark.parametrize("ids_dtype", ["int32", "int64"])
+def test_gather_ids_outside_the_table_are_a_bounds_error(ids_dtype):
+    """A gather X[ids[i], j] and a scatter Y[ids[i]] on the GPU check each id where it is
+    used (the kernel traps: a BoundsError in the emulation) instead of reading or writing
+    outside the table (they ran silently before); an id that is not read (masked by a
+    select) is not checked, as on the CPU."""
+    import tecomp as tc
+
+    V = tc.var("V")
+    ids_t = tc.placeholder((6,), name="ids", dtype=ids_dtype)
+    X = tc.placeholder((V, 3), name="X")
+    G = tc.compute((6, 3), lambda i, j: tc.if_then_else(ids_t[i] >= 0, X[ids_t[i], j], 0.0),
+                   name="G")
+    s = tc.create_schedule(G.op)
+    s[G].bind(G.op.axis[0], tc.thread_axis("blockIdx.x"))
+    s[G].bind(G.op.axis[1], tc.thread_axis("threadIdx.x"))
+    f = tc.build(s, [ids_t, X, G], target="cuda-emu")
+    assert "tc_checked_index" in f.get_source("cuda")
+    x = np.random.default_rng(3).random((7, 3), dtype=np.float32)
+    ids = np.array([0, 6, -1, 2, -5, 1], ids_dtype)      # negative ids masked: not read
+    g = np.zeros((6, 3), np.float32)
+    f(ids, x, g)
+    assert np.array_equal(g, np.where((ids >= 0)[:, None], x[np.maximum(ids, 0)], 0))
+    for bad in (7, 1000, 2**31 - 1) + ((2**40,) if ids_dtype == "int64" else ()):
+        ids[3] = bad
+        with pytest.raises(BoundsError, match=rf"X\[ids\[i\]\] \(dimension 0 of X, extent V\): "
+                                              rf"index {bad} is outside \[0, 7\)"):
+            f(ids, x, g)
+
+    # a scatter: Y[ids[i]] = v[i] (an extern-free store at an index read from memory)
+    from tecomp.ir import BufferLoad, BufferStore
+    Y = Buffer("Y", (Const(4, "int32"),), "float32")
+    I = Buffer("I", (Const(3, "int32"),), ids_dtype)
+    bx = Var("bx")
+    body = thread(bx, 3, "blockIdx.x", BufferStore(
+        Y, Const(1.0, "float32"), (BufferLoad(I, (bx,), ids_dtype),)))
+    mod = build_cuda_emu(PrimFunc("scatter", (I, Y), body))
+    y = np.zeros(4, np.float32)
+    mod(np.array([0, 3, 1], ids_dtype), y)
+    assert y.tolist() == [1, 1, 0, 1]
+    with pytest.raises(BoundsError, match=r"Y\[I\[bx\]\] .*index -1 is outside \[0, 4\)"):
+        mod(np.array([0, -1, 1], ids_dtype), y)
+
+
 # --------------------------------------------------------------------------- arguments
 
 

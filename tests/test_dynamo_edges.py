@@ -105,3 +105,29 @@ def test_long_float32_sum_accumulates_in_float64():
     want = (sq.double() * sq.double()).sum()
     assert abs(float(got[1]) - float(want)) <= 1e-6 * float(want)
     assert abs(float(got[2]) * 2 ** 20 - float(want)) <= 1e-6 * float(want)
+
+
+def test_tensor_subclass_inputs_are_read_as_tensors():
+    """A torch.Tensor subclass defined outside torch (no __torch_dispatch__ of its own) as
+    an input of a compiled model: its memory is read as a plain tensor's (it went through
+    DLPack, whose export dispatches under the AOT runtime's mode and raised an
+    ArgumentError); outside torch.compile the checks of a tensor apply to it too."""
+    import tecomp as tc
+
+    class Sub(torch.Tensor):
+        pass
+
+    m = torch.nn.Linear(8, 4)
+    x = torch.randn(3, 8).as_subclass(Sub)
+    with torch.no_grad():
+        got = _compiled(m, x)
+        torch.testing.assert_close(got, m(x).as_subclass(torch.Tensor))
+    A = tc.placeholder((4,), name="A")
+    B = tc.compute((4,), lambda i: A[i] * 2.0, name="B")
+    f = tc.build(tc.create_schedule(B.op), [A, B])
+    with pytest.raises(tc.ArgumentError, match=r"parameter A \(argument 1\): the torch tensor "
+                                               r"requires grad"):
+        f(torch.ones(4).as_subclass(Sub).requires_grad_(), torch.zeros(4))
+    out = torch.zeros(4).as_subclass(Sub)
+    f(torch.ones(4).as_subclass(Sub), out)
+    assert type(out) is Sub and (out == 2).all()

@@ -8,7 +8,10 @@ import pytest
 
 import tecomp as tc
 from tecomp.testing import edges
-from tecomp.testing.edges import FAMILIES, MORE_FAMILIES, draw_edge_case, family_of, run_edge_case
+from tecomp.testing.edges import (
+    FAMILIES, MORE_FAMILIES, SESSION9_FAMILIES, draw_edge_case, family_of, in_session9_slot,
+    run_edge_case,
+)
 
 LONG = os.environ.get("TECOMP_LONG_TESTS") == "1"
 
@@ -23,23 +26,32 @@ def _seeds(family, count):
     return out
 
 
-def test_the_families_of_session_8_leave_the_other_seeds_alone():
-    """A seed draws one of MORE_FAMILIES only where (seed // 9) % 8 == 7; every other
+def test_the_families_of_sessions_8_and_9_leave_the_other_seeds_alone():
+    """A seed draws one of MORE_FAMILIES only where (seed // 9) % 8 == 7, one of
+    SESSION9_FAMILIES only in their slot (from seed 576 on, one in sixteen: those seeds
+    drew an earlier family before session 9; none of them is pinned below); every other
     seed keeps the family seed % 9 gave it (the pinned seeds below among them)."""
-    for seed in list(range(2000)) + [10011706, 10017506]:
-        if (seed // len(FAMILIES)) % 8 != 7:
+    pinned = [64, 65, 66, 69, 135, 10011706, 10017506]
+    assert not any(in_session9_slot(s) for s in list(range(576)) + pinned)
+    for seed in list(range(4000)) + pinned:
+        if in_session9_slot(seed):
+            assert family_of(seed) in SESSION9_FAMILIES
+        elif (seed // len(FAMILIES)) % 8 != 7:
             assert family_of(seed) == FAMILIES[seed % len(FAMILIES)]
         else:
             assert family_of(seed) in MORE_FAMILIES
-    assert {family_of(s) for s in range(2000)} == set(FAMILIES) | set(MORE_FAMILIES)
+    assert {family_of(s) for s in range(4000)} == \
+        set(FAMILIES) | set(MORE_FAMILIES) | set(SESSION9_FAMILIES)
+    assert sum(map(in_session9_slot, range(576 * 20))) == 576 * 20 // 16
 
 
-@pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES + SESSION9_FAMILIES)
 def test_family_runs_clean(family):
-    if family == "lazy_bits":
+    if family in ("lazy_bits", "torch_autograd", "torch_inplace"):
         pytest.importorskip("torch")
     kinds = []
-    for seed in _seeds(family, 12 if LONG else 3):
+    # (a torch_autograd case compiles a forward, a backward and a backward's backward)
+    for seed in _seeds(family, 12 if LONG else 1 if family == "torch_autograd" else 3):
         ec = draw_edge_case(seed)
         assert ec.family == family
         out = run_edge_case(ec)
@@ -148,3 +160,94 @@ def test_campaign_findings_run_clean(seed):
 def test_session_8_findings_run_clean(seed):
     out = run_edge_case(draw_edge_case(seed))
     assert out.ok and out.kind == "refused", out.report()
+
+
+# ---------------------------------------------------------------------------------
+# session 9's families find what they were made for
+
+
+def test_torch_autograd_family_finds_constant_second_derivatives(monkeypatch):
+    """With the backward's gradients made constants again (once_differentiable's, before
+    960918a), the gradient penalties of the family differ from torch's."""
+    tct = pytest.importorskip("tecomp.torch")
+
+    def constant(self, tensors, grad_outputs):
+        return [g.detach() for g in self.backward([t.detach() for t in tensors],
+                                                  [None if g is None else g.detach()
+                                                   for g in grad_outputs])]
+
+    monkeypatch.setattr(tct.Op, "_differentiable_backward", constant)
+    seed = next(s for s in _seeds("torch_autograd", 12)
+                if draw_edge_case(s).twist["variant"] == "second_derivative"
+                and not draw_edge_case(s).twist["mixed_floats"])
+    assert run_edge_case(draw_edge_case(seed)).kind == "mismatch"
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # (the unchecked scales)
+def test_quant_scales_family_finds_scales_outside_float32(monkeypatch):
+    """Without the check of a scale's float32 range, the family's scales at float32's ends
+    are accepted (a mismatch: a refusal was expected) or give wrong values."""
+    from tecomp.nn import quant
+
+    monkeypatch.setattr(quant, "_float32_scale", lambda v, what: None)
+    kinds = {run_edge_case(draw_edge_case(s)).kind for s in _seeds("quant_scales", 8)}
+    assert "mismatch" in kinds, kinds
+
+
+def test_gpu_gather_family_finds_unchecked_device_ids(monkeypatch):
+    """With the CUDA renderer's check of data-dependent indices taken away, an id one
+    past the table is read silently: the family expected a BoundsError (a mismatch)."""
+    import shutil
+
+    from tecomp.codegen import cuda
+    from tecomp.codegen.c_source import CSource
+
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        pytest.skip("no C++ compiler for the CUDA emulation")
+    monkeypatch.setattr(cuda.CudaRenderer, "flat_index", CSource.flat_index)
+    # only ids one past the table: a read of the row after it stays in the process' heap
+    seeds = [s for s in _seeds("gpu_gather", 40) if draw_edge_case(s).twist["bad"] == "past"]
+    assert seeds
+    assert run_edge_case(draw_edge_case(seeds[0])).kind == "mismatch"
+
+
+def test_torch_inplace_family_finds_outputs_written_behind_autograd(monkeypatch):
+    """With the version counters of written outputs left alone (as before 99b5903), the
+    family's backward through an overwritten output runs: a mismatch."""
+    torch = pytest.importorskip("torch")
+
+    monkeypatch.setattr(torch._C, "_increment_version", lambda ts: None)
+    kinds = {run_edge_case(draw_edge_case(s)).kind for s in _seeds("torch_inplace", 3)}
+    assert "mismatch" in kinds, kinds
+
+
+def test_torch_inplace_family_finds_subclasses_read_through_dlpack(monkeypatch):
+    """With torch tensors recognised by their class's module again (a subclass defined
+    elsewhere went through DLPack, before c203d64), the family's subclass tensors under a
+    dispatch mode that declines them crash the call."""
+    pytest.importorskip("torch")
+    from tecomp.runtime import argcheck
+
+    monkeypatch.setattr(argcheck, "_is_torch_tensor",
+                        lambda a: type(a).__module__.startswith("torch"))
+    seed = next(s for s in _seeds("torch_inplace", 8) if draw_edge_case(s).twist["subclass"])
+    assert run_edge_case(draw_edge_case(seed)).kind == "crash"
+
+
+def test_torch_autograd_family_finds_mixed_floats_refused_by_the_kernel(monkeypatch):
+    """With the op's dtype map of before 06550c9 (an input of its declared float type
+    itself not counted), float32 and float64 tensors for two float32 inputs reach the
+    kernel, whose message speaks of numpy: the family's mixed cases are mismatches."""
+    tct = pytest.importorskip("tecomp.torch")
+
+    def old_map(self, dtypes):
+        dmap = {}
+        for x, td in zip(self.inputs, dtypes):
+            want = tct._TC_DTYPE.get(td)
+            if want != x.dtype:
+                dmap[x.dtype] = want
+        return dmap
+
+    monkeypatch.setattr(tct.Op, "_dtype_map", old_map)
+    seed = next(s for s in _seeds("torch_autograd", 20) if draw_edge_case(s).twist["mixed_floats"])
+    assert run_edge_case(draw_edge_case(seed)).kind == "mismatch"

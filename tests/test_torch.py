@@ -254,6 +254,48 @@ def test_op_gradcheck_float64():
     assert torch.autograd.gradcheck(ffn, args)
 
 
+def test_op_second_derivative_matches_torch():
+    """A backward with create_graph=True gives gradients that are differentiable again
+    (tc.gradient of the gradient): a gradient penalty keeps its second-order term (it
+    was silently dropped: the gradients came back as constants), and gradgradcheck."""
+    n = tc.var("n")
+    X = tc.placeholder((n, 4), name="X")
+    W = tc.placeholder((4,), name="W")
+    k = tc.reduce_axis((0, 4), name="k")
+    Y = tc.compute((n,), lambda i: tc.sum(tc.exp(X[i, k]) * X[i, k] * W[k], axis=k), name="Y")
+    o = tct.op([X, W], Y)
+    x0, w0 = torch.randn(3, 4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+
+    def penalty(f):
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        gx, = torch.autograd.grad(f(x, w).sum(), x, create_graph=True)
+        ((gx ** 2).sum() + x.sum()).backward()
+        return x.grad, w.grad
+
+    for got, want in zip(penalty(o), penalty(lambda x, w: (torch.exp(x) * x * w).sum(1))):
+        torch.testing.assert_close(got, want)
+    assert torch.autograd.gradgradcheck(o, (x0.clone().requires_grad_(),
+                                            w0.clone().requires_grad_()))
+
+
+@pytest.mark.parametrize("dynamic", [None, False])
+def test_op_forward_and_backward_of_an_empty_batch(dynamic):
+    """An extent of 0 runs the shape-generic kernels (the backward of a kernel
+    specialised for 0 rows refused its incoming gradient's placeholder: ShapeError)."""
+    n = tc.var("n")
+    X = tc.placeholder((n, 4), name="X")
+    k = tc.reduce_axis((0, n), name="k")
+    Y = tc.compute((n, 4), lambda i, j: X[i, j] * X[i, j], name="Y")
+    S = tc.compute((4,), lambda j: tc.sum(X[k, j] * 3.0, axis=k), name="S")
+    o = tct.op([X], [Y, S], dynamic=dynamic)
+    x = torch.randn(0, 4, requires_grad=True)
+    y, s = o(x)
+    assert y.shape == (0, 4)
+    torch.testing.assert_close(s, torch.zeros(4))
+    (y.sum() + s.sum()).backward()
+    assert x.grad.shape == (0, 4)
+
+
 def test_op_multiple_outputs_and_int_inputs():
     n = tc.var("n")
     X = tc.placeholder((n, 4), name="X")
@@ -548,3 +590,39 @@ def test_call_grad_inputs_reads_inputs_that_require_grad_and_refuses_such_output
     with pytest.raises(ArgumentError, match="requires grad"):
         f.call_grad_inputs(a, b, out)  # an output is written: never one that requires grad
     assert not out.detach().any()
+
+
+@pytest.mark.parametrize("target", ["llvm", "cuda-emu"])
+def test_outputs_written_in_place_bump_the_version_counter(target):
+    """A torch tensor that autograd saved for a backward, then passed to a kernel as an
+    output: its version counter goes up (as after x.copy_(...)), so the backward raises
+    instead of computing the gradient from the overwritten values (it did, silently)."""
+    import shutil
+
+    if target == "cuda-emu" and shutil.which("g++") is None:
+        pytest.skip("no C++ compiler for the CUDA emulation")
+    A = tc.placeholder((4, 8), name="A")
+    B = tc.compute((4, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    s = tc.create_schedule(B.op)
+    if target == "cuda-emu":
+        s[B].bind(B.op.axis[0], tc.thread_axis("blockIdx.x"))
+        s[B].bind(B.op.axis[1], tc.thread_axis("threadIdx.x"))
+    f = tc.build(s, [A, B], target=target)
+    x = torch.ones(4, 8)
+    big = torch.randn(4, 16)
+    for out in (torch.randn(4, 8), big[:, ::2]):       # the fast path, a strided view
+        w = torch.randn(4, 8, requires_grad=True)
+        y = (w * out).sum()                              # saves out
+        v = out._version
+        f(x, out)
+        assert out._version > v
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
+    if target == "llvm":                                 # tecomp.torch's forward's call
+        out, v = torch.zeros(4, 8), 0
+        f.call_grad_inputs(x.requires_grad_(), out)
+        assert out._version > v
+    with torch.inference_mode():                         # no version counter: still written
+        inf = torch.zeros(4, 8)
+    f(torch.ones(4, 8), inf)
+    assert (inf == 2).all()

@@ -54,7 +54,7 @@ from ..errors import BuildError, InternalError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.expr import LT, Buffer, BufferLoad, Call, Const, Expr, Var, same_as
-from ..ir.functor import Visitor, collect, free_vars, substitute
+from ..ir.functor import Visitor, collect, free_vars, reads_memory, substitute
 from ..ir.simplify import simplify
 from ..ir.names import comment as _comment
 from ..runtime.cuda import CudaModule
@@ -72,7 +72,7 @@ from ..lower.pipeline import prepare_for_codegen
 from ..lower.tensorize import operand_strides
 from ..target import as_target
 from ..te.intrin_cuda import tile_layout
-from .c_source import CSource, Namer, c_identifier, declared_size
+from .c_source import CSource, Namer, c_identifier, c_string, declared_size
 from .cuda_export import export_cuda_library
 
 # thread tag -> (launch field, dimension)
@@ -116,6 +116,17 @@ def param_ctype(p: KernelParam) -> str:
 # the renderer
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _CheckedIndex(Expr):
+    """``index``, checked on the device to lie in ``[0, extent)`` (a data-dependent index:
+    a gather's id; ``site``: the failure's text), rendered by :class:`CudaRenderer`."""
+
+    index: Expr
+    extent: Expr
+    site: str
+    dtype: str
+
+
 class CudaRenderer(CSource):
     TYPES = dict(CSource.TYPES)
     HELPER_QUALIFIER = "__device__ __forceinline__"
@@ -136,6 +147,25 @@ class CudaRenderer(CSource):
             "}}"),
         # tensor intrinsics (tecomp.te.intrin_cuda): 4 bytes as one word, and dp4a, in
         # PTX on the device and in portable C in the emulation
+        # a data-dependent index (a gather's id) outside its buffer's dimension
+        "tc_index_fail": (
+            "// An index read from memory outside its buffer: print it and abort the kernel.\n"
+            "__device__ __noinline__ void tc_index_fail(const char* site, long long index,\n"
+            "                                           long long extent) {{\n"
+            "  printf(\"tecomp: check failed in block (%d, %d, %d), thread (%d, %d, %d): %s: \"\n"
+            "         \"index %lld is outside [0, %lld)\\n\", (int)blockIdx.x, (int)blockIdx.y,\n"
+            "         (int)blockIdx.z, (int)threadIdx.x, (int)threadIdx.y, (int)threadIdx.z,\n"
+            "         site, index, extent);\n"
+            "  __trap();\n"
+            "}}"),
+        "tc_checked_index": (
+            "// index, where 0 <= index < extent; else the kernel aborts (tc_index_fail).\n"
+            "__device__ __forceinline__ long long tc_checked_index(long long index, long long extent,\n"
+            "                                                      const char* site) {{\n"
+            "  if ((unsigned long long)index >= (unsigned long long)extent)\n"
+            "    tc_index_fail(site, index, extent);\n"
+            "  return index;\n"
+            "}}"),
         "tc_ld_b32": (
             "// 4 bytes at p as one little-endian word (one load where p is 4-byte aligned).\n"
             "{q} unsigned int tc_ld_b32(const void* p) {{\n"
@@ -391,6 +421,8 @@ class CudaRenderer(CSource):
         scopes = ("global", "shared")
         if nbytes not in (8, 16) or st.buffer.scope not in scopes or src.buffer.scope not in scopes:
             return False
+        if any(reads_memory(i) for i in (*st.indices, *src.indices)):
+            return False  # a gather: its element loop, whose indices are checked
         ptrs = []
         for buf, idx in ((st.buffer, st.indices), (src.buffer, src.indices)):
             flat = self.flat_expr(buf, idx)
@@ -415,6 +447,23 @@ class CudaRenderer(CSource):
         super().serial_loop(s)
         self.close_block()
         return True
+
+    def flat_index(self, buf: Buffer, indices) -> str:
+        # an index read from memory (a gather's id) is checked where it is used: no check
+        # of the arguments before the launch can know where it points (as the CPU's)
+        if any(reads_memory(i) for i in indices):
+            indices = tuple(
+                _CheckedIndex(i, buf.shape[d], f"{buf.name}[{to_str(i)}] (dimension {d} of "
+                              f"{buf.name}, extent {to_str(buf.shape[d])})", i.dtype)
+                if reads_memory(i) else i for d, i in enumerate(indices))
+        return super().flat_index(buf, indices)
+
+    def _e__CheckedIndex(self, e: _CheckedIndex) -> str:
+        call = (f"{self.helper('tc_checked_index')}((long long)({self.expr_top(e.index)}), "
+                f"(long long)({self.expr_top(e.extent)}), {c_string(e.site)})")
+        self.helper("tc_index_fail")
+        t = self.value_ctype(e.dtype)
+        return call if t == "long long" else f"(({t}){call})"
 
     def _e_BufferLoad(self, e: BufferLoad) -> str:
         _no_fragment_element(e.buffer, "read")

@@ -362,7 +362,15 @@ class CudaEmuModule(CudaSourceModule):
         if stream is not None:
             stream_handle(stream)
         cs, func = self.cuda_source, self.func
+        given = args
         args, env, _ = self._checked(args)
+        try:
+            self._run(args, env, mode)
+        finally:
+            self._checker.mark_written(given)  # torch's version counters of the outputs
+
+    def _run(self, args, env, mode: str) -> None:
+        cs, func = self.cuda_source, self.func
         # the memory each buffer lives in for the call
         memory: Dict[Buffer, np.ndarray] = {}
         copy_back = []

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Callable, Dict, Optional
 
 from .expr import (
-    SERVICES, Buffer, BufferLoad, CommReducer, Expr, IterVar, Let, Node, Range, Reduce, TupleCommReducer, Var,
+    SERVICES, Buffer, BufferLoad, CommReducer, Const, Expr, IterVar, Let, Node, Range, Reduce, TupleCommReducer, Var,
 )
 from .stmt import For, LetStmt, PrimFunc, Stmt
 
@@ -228,6 +228,14 @@ def collect(node, pred) -> list:
     out = []
     post_order(node, lambda n: out.append(n) if pred(n) else None)
     return out
+
+
+def reads_memory(index) -> bool:
+    """Whether the index expression ``index`` loads from a buffer (a data-dependent index:
+    a gather ``X[ids[i], j]``, a scatter ``Y[ids[i]] = ...``), whose value no analysis
+    before the call can bound."""
+    return not isinstance(index, (Const, Var)) and \
+        bool(collect(index, lambda n: isinstance(n, BufferLoad)))
 
 
 _BINDERS = None

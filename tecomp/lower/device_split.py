@@ -44,7 +44,7 @@ from typing import Dict, List, Tuple
 from ..errors import BuildError, ResourceLimitError
 from ..ir import dtype as _dt
 from ..ir.expr import Buffer, BufferLoad, Call, CommReducer, Const, Expr, Max, Var
-from ..ir.functor import Visitor, collect, free_vars, substitute
+from ..ir.functor import Visitor, collect, free_vars, reads_memory, substitute
 from ..ir.printer import to_str
 from ..ir.stmt import (
     Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, LetStmt, PrimFunc, SeqStmt,
@@ -420,6 +420,11 @@ def _kernel(k: int, plan: _Plan, func: PrimFunc, host: List[Var], host_lets, kno
     for b in gbufs:
         for st in b.effective_strides():
             needed |= set(free_vars(st))
+    # and by the extents that an index read from memory (a gather's id) is checked against
+    for acc in collect(stmt, lambda n: isinstance(n, (BufferLoad, BufferStore))):
+        for d, i in enumerate(acc.indices):
+            if reads_memory(i):
+                needed |= set(free_vars(acc.buffer.shape[d]))
     lets_inside = {w.var for w in collect(stmt, lambda n: isinstance(n, LetStmt))}
     for v in needed:
         if v not in host and v not in lets_inside:

@@ -47,7 +47,10 @@ differ from these (and from the exact sum); with 7-bit activations (PyTorch's x8
 ``reduce_range``) they agree bit for bit.
 
 Quantized dtypes: ``uint8`` (PyTorch's ``quint8``), ``int8`` (``qint8``), ``int32``
-(``qint32``).
+(``qint32``).  A scale, and the product ``x_scale * w_scale`` and the multiplier
+``x_scale * w_scale / out_scale`` of a quantized GEMM, must be normal float32 numbers
+(1.175e-38 to 3.403e38): the kernels hold them and their reciprocals in float32 (a
+``ComputeError`` otherwise; PyTorch takes them and gives saturated or NaN-derived values).
 """
 from __future__ import annotations
 
@@ -71,10 +74,30 @@ __all__ = ["quantize", "dequantize", "requantize", "quantized_add", "quantized_c
 QDTYPES = {"uint8": (0, 255), "int8": (-128, 127), "int32": (-2 ** 31, 2 ** 31 - 1)}
 
 
+#: the range of a scale (and of a product or ratio of scales): float32's normal numbers,
+#: whose reciprocals are finite float32 too (the kernels hold both in float32)
+_SCALE_MIN, _SCALE_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
+
+
 def _scale(v, what: str) -> float:
     if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
         raise ComputeError(f"{what} must be a finite number > 0, got {v!r}")
+    _float32_scale(float(v), what)
     return float(v)
+
+
+def _float32_scale(v: float, what: str) -> None:
+    """A ComputeError where ``v`` (a scale, or a product or ratio of scales that a kernel
+    multiplies by) rounds to 0, a subnormal or infinity in float32 (every value computed
+    with it would be 0, NaN or saturated: a scale of 1e-45 quantized 3e-45 to 127, one of
+    1e39 quantized everything to the zero point)."""
+    with np.errstate(over="ignore"):
+        v32 = abs(_f32(v))
+    if not _SCALE_MIN <= v32 <= _SCALE_MAX:
+        raise ComputeError(f"{what} is {v:.4g}, outside float32's normal range [{_SCALE_MIN:.4g}, "
+                           f"{_SCALE_MAX:.4g}] (the kernels compute in float32 with it and its "
+                           f"reciprocal): rescale the tensor's values so that its scale is in "
+                           f"that range")
 
 
 def _zp(v, dtype: str, what: str) -> int:
@@ -264,7 +287,12 @@ def _requantize_acc(acc, bias, out_axis: int, requant, name: str, correction=Non
     int32 expression, when given) plus ``bias`` (indexed by ``acc``'s axis ``out_axis``),
     requantized as fbgemm does (see the module docstring)."""
     (xs, ws, ys), yz, out_dtype = requant
-    s = np.float32(xs) * np.float32(ws)
+    with np.errstate(over="ignore", under="ignore"):
+        s = np.float32(xs) * np.float32(ws)
+    _float32_scale(float(s), f"{name}: x_scale * w_scale (the accumulator's scale)")
+    with np.errstate(over="ignore", under="ignore"):
+        _float32_scale(float(s / np.float32(ys)), f"{name}: x_scale * w_scale / out_scale "
+                       f"(the requantization multiplier)")
     m = Const(_f32(s / np.float32(ys)), "float32")
 
     def f(*i):

@@ -35,6 +35,7 @@ import ctypes
 import math
 import numbers
 import operator
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -103,9 +104,10 @@ def array_meta(arg) -> Optional[ArrayMeta]:
 
 
 def _is_torch_tensor(a) -> bool:
-    t = type(a)
-    return t.__module__.startswith("torch") and hasattr(a, "untyped_storage") \
-        and hasattr(a, "requires_grad")
+    """Whether ``a`` is a torch tensor, a subclass's defined anywhere included (one of
+    ``__main__`` went through DLPack, unchecked, and raised under a dispatch mode)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(a, torch.Tensor)
 
 
 def as_host_array(a, label: str, written: bool = False):
@@ -210,7 +212,18 @@ def _plain_tensor(t, label: str, written: bool):
                 f"written in place, it would hold the wrong sign; pass a tensor without the "
                 f"bit, e.g. out = x.{fix}() or x.clone(), and read the result from it")
         t = t.resolve_conj().resolve_neg()  # a copy with the values the view shows
+    if type(t).__torch_dispatch__ is _plain_dispatch():
+        # a subclass that only adds Python behaviour (nn.Parameter, one of __torch_function__):
+        # its own memory, seen as a plain tensor (under a dispatch mode, such as the one
+        # torch.compile's AOT runtime runs a graph in, Tensor.numpy() of a subclass raised)
+        t = t.as_subclass(sys.modules["torch"].Tensor)
     return t
+
+
+def _plain_dispatch():
+    """torch.Tensor's own ``__torch_dispatch__`` (a subclass with another one wraps or
+    fakes its memory)."""
+    return sys.modules["torch"].Tensor.__torch_dispatch__
 
 
 # ---------------------------------------------------------------------------------------
@@ -480,6 +493,8 @@ class ArgChecker:
                         if isinstance(p, Var)]
         self.buffers = [BufferSpec(p, i, k, p in written) for k, (i, p) in enumerate(
             (i, p) for i, p in enumerate(params) if isinstance(p, Buffer))]
+        #: the positions of the arguments the kernels write
+        self.written_positions = tuple(spec.pos for spec in self.buffers if spec.written)
         #: per written buffer: the other buffers its array must not overlap (each pair once)
         index = {spec.buffer: spec for spec in self.buffers}
         self.overlap_pairs = [(o, [q for q in self.buffers if q is not o and
@@ -579,6 +594,19 @@ class ArgChecker:
                 x, y = (o, q) if o.pos < q.pos else (q, o)
                 raise overlap_error(self.func_name, x, y, how)
         return aliased
+
+    def mark_written(self, args: Sequence) -> None:
+        """Tell torch's autograd that the torch tensors among ``args`` passed as outputs
+        were written in place (their version counters go up, as an in-place torch op's
+        do): a tensor that autograd saved for a backward and a kernel then overwrote makes
+        that backward raise, as after ``x.copy_(...)``, instead of silently computing the
+        gradient from the new values."""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+        ts = [a for a in (args[p] for p in self.written_positions) if isinstance(a, torch.Tensor)]
+        if ts:
+            torch._C._increment_version(ts)
 
     def host_arrays(self, args: Sequence) -> Sequence:
         """``args`` with every buffer argument that is a host array but not a

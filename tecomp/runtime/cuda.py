@@ -390,6 +390,7 @@ class CudaModule(CudaSourceModule):
         self.driver()   # (no driver or no GPU: RuntimeUnavailableError before the arguments)
         cs, func = self.cuda_source, self.func
         handle = None if stream is None else stream_handle(stream)
+        given = args
         args, env, metas = self._checked(args)
         drv = self._driver_for(metas)
         launches = self._launches(env)
@@ -463,6 +464,7 @@ class CudaModule(CudaSourceModule):
                     free = getattr(t, "free", None)
                     if free is not None:
                         free()
+        self._checker.mark_written(given)  # torch's version counters of the outputs
 
     def __repr__(self):
         return f"<CudaModule {self.func.name}: {len(self.kernels)} kernel(s)>"

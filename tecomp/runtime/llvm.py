@@ -523,6 +523,11 @@ def _fast_path_source(plan: _CallPlan, tensors: bool = False, grad_inputs: bool 
             w(f"    elif {test}: return None")
         else:
             w(f"    if {test}: return None")
+    outs = [names[p.data_index] for p in plan.bufs if p.is_output]
+    if tensors and outs:
+        # the outputs are written in place: their autograd version counters go up (as an
+        # in-place torch op's; ArgChecker.mark_written on the generic path)
+        w(f"    written(({', '.join(outs)},))")
     w("    return key")
     return "\n".join(L) + "\n"
 
@@ -562,6 +567,7 @@ def _compile_fast_path(src: str, plan: _CallPlan, tensors: bool = False):
         import torch
 
         ns["Tensor"] = torch.Tensor
+        ns["written"] = torch._C._increment_version
         for p in plan.bufs:
             tdt = getattr(torch, p.np_dtype.name, None) if p.np_dtype.isnative else None
             if not isinstance(tdt, torch.dtype):
@@ -793,10 +799,13 @@ class Module(Timed):
                                   for a in args])
                 # torch tensors, DLPack, the array interface: numpy views of their memory,
                 # kept alive by ``args`` until the kernel returns
+                given = args
                 args = plan.checker.host_arrays(args)
                 key = self._prepare(args, sc)
                 v = self._variants.get(key) or self._variant(*key)
                 rc = v.fn(sc.base, sc.args_addr, sc.err_addr)
+                if args is not given:
+                    plan.checker.mark_written(given)
         if rc:
             self._raise_kernel_error(v, rc, sc)
 

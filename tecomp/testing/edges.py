@@ -72,6 +72,34 @@ other seed draws what it drew before them; :func:`family_of`):
     elements), or shared among the threads, or in ``local`` scope (equal to numpy, no
     race in the interpreter).
 
+Session 9's families, drawn for the edge seeds whose ``seed // 576`` is odd and whose
+``(seed // 9) % 8 == 2`` (one in sixteen from seed 576 on; :func:`family_of`):
+
+``torch_autograd``
+    a ``tecomp.torch.op`` of a small smooth formula (exp, tanh, sigmoid, log1p, products
+    and a row sum) in float64: a gradient penalty (``torch.autograd.grad(...,
+    create_graph=True)`` then a backward through the gradient) equal to torch autograd's
+    on the same formula; or a batch of 0 rows, forward and backward, specialised or not;
+    one in five called with float32 and float64 tensors for its two float32 inputs: the
+    op's ``ArgumentError`` naming both.
+``quant_scales``
+    ``quantize``, ``dequantize``, ``requantize`` or ``quantized_dense`` with scales at
+    float32's ends (subnormal, the smallest normal, the largest, past it, and products of
+    scales that leave the range): a ``ComputeError`` where a scale the kernels hold in
+    float32 is not a normal float32, else within one unit of a float64 reference.
+``gpu_gather``
+    the ``gather_ids`` case scheduled for the GPU (rows on ``blockIdx.x``, columns on
+    ``threadIdx.x``) in the CUDA emulation: equal to numpy, or a ``BoundsError`` for an id
+    outside the table.
+``torch_inplace``
+    the drawn case called with torch tensors as its outputs (contiguous: the fast
+    binder; or strided views: the generic path; inputs as numpy arrays or torch tensors)
+    that autograd saved for a backward (``(w * out).sum()``): the values of the plain
+    call, and that backward raises ("modified by an inplace operation"), as after an
+    in-place torch op, instead of computing with the overwritten values.  Half of them
+    pass every tensor as a ``torch.Tensor`` subclass defined here, called under a torch
+    dispatch mode that declines subclasses (as torch.compile's AOT runtime runs a graph).
+
 The ``foreign_target`` family also draws (one case in five, after its other draws) a
 triple of another system or ABI (``aarch64-apple-darwin``, ``x86_64-linux-gnux32``): a
 ``TargetError``.
@@ -95,6 +123,7 @@ import numpy as np
 import tecomp as tc
 from ..autoschedule import records
 from ..ir import interp
+from ..nn import quant
 from .deep import chain_compute, chain_reference, random_chain
 from .diff import (
     Case, Outcome, _exc_text, case_arrays, compare, draw_case, numpy_problems, run_case, schedule_case,
@@ -108,6 +137,9 @@ FAMILIES = ("conditions", "big_split", "layouts", "lazy_bits", "foreign_target",
 #: session 8's families (see the module doc); :func:`family_of` draws them
 MORE_FAMILIES = ("gather_ids", "build_args", "ir_edit", "shared_reduction")
 
+#: session 9's families (see the module doc), in a slot of their own (:func:`family_of`)
+SESSION9_FAMILIES = ("torch_autograd", "quant_scales", "gpu_gather", "torch_inplace")
+
 #: -mtriple values of another system or a 32-bit-pointer ABI (a TargetError)
 FOREIGN_SYSTEM_TRIPLES = (
     "llvm -mtriple=aarch64-apple-darwin", "llvm -mtriple=arm64-apple-ios",
@@ -120,9 +152,19 @@ FOREIGN_SYSTEM_TRIPLES = (
 RUNTIME_NAMES = ("parallel_for", "ws_alloc", "ws_free", "extern_call")
 
 
+def in_session9_slot(seed: int) -> bool:
+    """Whether edge seed ``seed`` draws one of :data:`SESSION9_FAMILIES`: ``seed // 576``
+    odd and ``(seed // 9) % 8 == 2`` (no seed below 576, so the first seeds of every
+    earlier family, and the pinned ones, keep their families)."""
+    return (seed // 576) % 2 == 1 and (seed // len(FAMILIES)) % 8 == 2
+
+
 def family_of(seed: int) -> str:
     """The family of edge seed ``seed``: one of :data:`FAMILIES` by ``seed % 9``, except
-    the seeds with ``(seed // 9) % 8 == 7``, which draw one of :data:`MORE_FAMILIES`."""
+    the seeds with ``(seed // 9) % 8 == 7``, which draw one of :data:`MORE_FAMILIES`, and
+    those of :func:`in_session9_slot`, which draw one of :data:`SESSION9_FAMILIES`."""
+    if in_session9_slot(seed):
+        return SESSION9_FAMILIES[seed % len(SESSION9_FAMILIES)]
     if (seed // len(FAMILIES)) % 8 == 7:
         return MORE_FAMILIES[seed % len(MORE_FAMILIES)]
     return FAMILIES[seed % len(FAMILIES)]
@@ -222,6 +264,22 @@ def draw_edge_case(seed: int) -> EdgeCase:
         twist = {"rows": d.choice((16, 40, 64)), "K": d.int(1, 50),
                  "threads": d.choice((4, 8, 16)),
                  "variant": d.choice(("at_thread_loop", "cooperative", "local"))}
+    elif family == "torch_autograd":
+        twist = {"formula": d.choice(tuple(_FORMULAS)), "rows": d.int(1, 5), "cols": d.int(1, 6),
+                 "variant": d.choice(("second_derivative", "second_derivative", "empty_batch")),
+                 "dynamic": d.choice((None, False, True))}
+        twist["mixed_floats"] = d.bool(0.2)   # (drawn last: the others keep their draws)
+    elif family == "quant_scales":
+        twist = {"op": d.choice(("quantize", "dequantize", "requantize", "quantized_dense")),
+                 "scales": [d.choice(EDGE_SCALES) for _ in range(3)],
+                 "dtype": d.choice(("uint8", "int8", "int32")), "zp": d.int(0, 10**6)}
+    elif family == "gpu_gather":
+        twist = {"V": d.int(1, 40), "D": d.int(1, 20), "B": d.int(1, 30),
+                 "ids_dtype": d.choice(("int32", "int64")), "schedule": "gpu",
+                 "bad": d.choice((None, None, "past", "far", "minus_one", "huge"))}
+    elif family == "torch_inplace":
+        twist = {"variant": d.choice(("contiguous", "strided")), "torch_inputs": d.bool(0.5),
+                 "subclass": d.bool(0.5)}
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
 
@@ -376,7 +434,9 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
               "foreign_target": _run_foreign_target, "library_file": _run_library_file,
               "records": _run_records, "big_extent": _run_big_extent, "deep": _run_deep,
               "gather_ids": _run_gather_ids, "build_args": _run_build_args,
-              "ir_edit": _run_ir_edit, "shared_reduction": _run_shared_reduction}
+              "ir_edit": _run_ir_edit, "shared_reduction": _run_shared_reduction,
+              "torch_autograd": _run_torch_autograd, "quant_scales": _run_quant_scales,
+              "gpu_gather": _run_gather_ids, "torch_inplace": _run_torch_inplace}
     return runner[ec.family](ec)
 
 
@@ -510,13 +570,19 @@ def _run_layouts(ec: EdgeCase) -> Outcome:
                            f"an output that aliases ({v})")
 
 
-def _run_lazy_bits(ec: EdgeCase) -> Outcome:
+def _prepare_with_torch(ec):
+    """``(torch, ctx, None)``, or ``(None, None, outcome)`` where torch is not installed
+    or the case did not build or run plainly (:func:`_prepare`)."""
     try:
         import torch
     except ImportError:
-        return Outcome("ok", ec, "", "torch is not installed")
-
+        return None, None, Outcome("ok", ec, "", "torch is not installed")
     c, bad = _prepare(ec)
+    return (None, None, bad) if bad else (torch, c, None)
+
+
+def _run_lazy_bits(ec: EdgeCase) -> Outcome:
+    torch, c, bad = _prepare_with_torch(ec)
     if bad:
         return bad
     mod, ir, ins, outs, arrs, v = c.mod, c.ir, c.ins, c.outs, c.arrs, c.variant
@@ -862,8 +928,13 @@ def _run_gather_ids(ec: EdgeCase) -> Outcome:
         o, i = s[G].split(G.op.axis[1], 4)
         s[G].vectorize(i)
         s[G].parallel(G.op.axis[0])
+    elif how == "gpu":
+        if shutil.which(os.environ.get("CXX", "g++")) is None:
+            return Outcome("ok", ec, "", "no C++ compiler for the CUDA emulation")
+        s[G].bind(G.op.axis[0], tc.thread_axis("blockIdx.x"))
+        s[G].bind(G.op.axis[1], tc.thread_axis("threadIdx.x"))
     try:
-        f = tc.build(s, [ids_t, X, G])
+        f = tc.build(s, [ids_t, X, G], target="cuda-emu" if how == "gpu" else "llvm")
     except Exception as e:  # noqa: BLE001
         return _failure(ec, "build", e)
     ids, bad = _gather_ids(tw)
@@ -1067,3 +1138,257 @@ def _run_shared_reduction(ec: EdgeCase) -> Outcome:
             return Outcome("mismatch", ec, name, f"{v}: got {got[:4].tolist()}, numpy "
                            f"{want[:4].tolist()}", str(func))
     return Outcome("ok", ec, "", "", str(func))
+
+
+# ---------------------------------------------------------------------------------
+# session 9's families
+
+#: torch_autograd's formulas: (tecomp body of x = X[i, k] and w = W[k], torch's) of
+#: Y[i] = sum_k body
+_FORMULAS = {
+    "exp_mul": (lambda x, w: tc.exp(x) * x * w, lambda x, w: __import__("torch").exp(x) * x * w),
+    "tanh_sq": (lambda x, w: tc.tanh(x * w) * tc.tanh(x * w),
+                lambda x, w: __import__("torch").tanh(x * w) ** 2),
+    "sigmoid": (lambda x, w: tc.sigmoid(x) * w, lambda x, w: __import__("torch").sigmoid(x) * w),
+    "softplus": (lambda x, w: tc.log1p(tc.exp(x * w)),
+                 lambda x, w: __import__("torch").log1p(__import__("torch").exp(x * w))),
+    "cubic": (lambda x, w: x * x * x * w + x * w * w, lambda x, w: x ** 3 * w + x * w * w),
+}
+
+
+def _run_torch_autograd(ec: EdgeCase) -> Outcome:
+    try:
+        import torch
+    except ImportError:
+        return Outcome("ok", ec, "", "torch is not installed")
+    tct = tc.torch            # (the package's lazy attribute: tecomp.torch needs torch)
+    tw = ec.twist
+    body, ref = _FORMULAS[tw["formula"]]
+    stage = "op"
+    try:
+        n = tc.var("n")
+        X = tc.placeholder((n, tw["cols"]), name="X")
+        W = tc.placeholder((tw["cols"],), name="W")
+        k = tc.reduce_axis((0, tw["cols"]), name="k")
+        Y = tc.compute((n,), lambda i: tc.sum(body(X[i, k], W[k]), axis=k), name="Y")
+        r = tc.reduce_axis((0, n), name="r")
+        S = tc.compute((tw["cols"],), lambda j: tc.sum(X[r, j] * W[j], axis=r), name="S")
+        o = tct.op([X, W], [Y, S], dynamic=tw["dynamic"])
+        g = torch.Generator().manual_seed(ec.fuzz_seed)
+        rows = 0 if tw["variant"] == "empty_batch" else tw["rows"]
+        x0 = torch.randn(rows, tw["cols"], generator=g, dtype=torch.float64) * 0.5
+        w0 = torch.randn(tw["cols"], generator=g, dtype=torch.float64) * 0.5
+
+        def penalty(f):
+            x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+            y, s_ = f(x, w)
+            gx, gw = torch.autograd.grad(y.sum() + s_.sum(), (x, w), create_graph=True)
+            ((gx ** 2).sum() + (gw ** 2).sum() + y.sum()).backward()
+            return [y, s_, x.grad, w.grad]
+
+        if tw.get("mixed_floats"):
+            # X and W (both declared float32) as float32 and float64: the op's own refusal
+            stage = "float32 and float64 for two inputs declared float32"
+            try:
+                o(x0.float(), w0)
+            except tc.ArgumentError as e:
+                if "are both declared float32" in str(e):
+                    return Outcome("refused", ec, stage, str(e).splitlines()[0][:300])
+                return Outcome("mismatch", ec, stage, f"refused, but not by the op, naming "
+                               f"both inputs:\n{_exc_text(e)}")
+            return Outcome("mismatch", ec, stage, "accepted: expected an ArgumentError")
+        stage = f"{tw['variant']} through tecomp.torch.op"
+        got = penalty(o)
+        stage = "the same in torch"
+        want = penalty(lambda x, w: (ref(x, w).sum(1), (x * w).sum(0)))
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
+    for name, a, b in zip(("Y", "S", "x.grad", "w.grad"), got, want):
+        if a is None or b is None or a.shape != b.shape or \
+                not torch.allclose(a.detach(), b.detach(), rtol=1e-6, atol=1e-8):
+            return Outcome("mismatch", ec, "compare", f"{tw['variant']} of {tw['formula']}: "
+                           f"{name} {None if a is None else a.detach().flatten()[:4].tolist()}, "
+                           f"torch {None if b is None else b.detach().flatten()[:4].tolist()}")
+    return Outcome("ok", ec, "", "")
+
+
+#: quant_scales' scales: float32's ends (subnormal, the smallest normal, the largest, past
+#: them) and ordinary ones
+EDGE_SCALES = (1e-45, 1e-40, 1.1e-38, 1.2e-38, 1e-30, 1e-20, 0.01, 0.1, 1.0, 1e20, 1e30,
+               3e38, 3.5e38, 1e39, 1e300)
+
+
+def _f32_normal(v) -> bool:
+    with np.errstate(over="ignore", under="ignore"):
+        a = abs(float(np.float32(v)))
+    return float(np.finfo(np.float32).tiny) <= a <= float(np.finfo(np.float32).max)
+
+
+def _run_quant_scales(ec: EdgeCase) -> Outcome:
+    tw = ec.twist
+    op, dt = tw["op"], tw["dtype"]
+    s1, s2, s3 = (float(v) for v in tw["scales"])
+    rng = np.random.default_rng(ec.fuzz_seed)
+    lo, hi = quant.QDTYPES[dt]
+    zp = lo + tw["zp"] % (hi - lo + 1) if dt != "int32" else tw["zp"] % 201 - 100
+    sd = 3 if op == "quantized_dense" else 1
+    if op == "quantized_dense":
+        dt, zp = "uint8", tw["zp"] % 256
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            prod = np.float32(s1) * np.float32(s2)
+            legal = all(map(_f32_normal, (s1, s2, s3, prod, prod / np.float32(s3))))
+    else:
+        legal = all(_f32_normal(v) for v in (s1, s2)[:1 + (op == "requantize")])
+    stage = "compute"
+    try:
+        if op == "quantize":
+            X = tc.placeholder((40,), name="X")
+            Y = quant.quantize(X, s1, zp, dt)
+        elif op == "dequantize":
+            X = tc.placeholder((40,), dt, name="X")
+            Y = quant.dequantize(X, s1, zp)
+        elif op == "requantize":
+            X = tc.placeholder((40,), dt, name="X")
+            Y = quant.requantize(X, s1, zp, s2, 0)
+        else:
+            X = tc.placeholder((3, 8), "uint8", name="X")
+            Wt = tc.placeholder((5, 8), "int8", name="W")
+            Y = quant.quantized_dense(X, s1, zp, Wt, s2, 0, None, s3, 7, out_dtype="uint8")
+    except tc.ComputeError as e:
+        if legal:
+            return Outcome("crash", ec, stage, f"scales {tw['scales']} refused:\n{_exc_text(e)}")
+        return Outcome("refused", ec, stage, str(e).splitlines()[0][:300])
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
+    if not legal:
+        return Outcome("mismatch", ec, stage, f"{op} with scales {tw['scales'][:sd + 1]}: "
+                       f"accepted, though one is not a normal float32 (expected a ComputeError)")
+    ins = [X] if op != "quantized_dense" else [X, Wt]
+    stage = "build"
+    try:
+        f = tc.build(tc.auto_schedule(ins + [Y], trials=0), ins + [Y])
+        if op == "quantize":
+            with np.errstate(over="ignore"):
+                x = (np.float32(s1) * rng.uniform(-300, 300, 40)).astype(np.float32)
+            x[:4] = (0.0, 1e30, -3e38, 1.0)
+        elif op == "quantized_dense":
+            x = rng.integers(0, 256, (3, 8)).astype(np.uint8)
+            w = rng.integers(-128, 128, (5, 8)).astype(np.int8)
+        else:
+            x = rng.integers(lo, hi, 40, endpoint=True).astype(dt)
+        y = np.zeros([int(e.value) for e in Y.shape], Y.dtype)
+        stage = "call"
+        f(*((x, w) if op == "quantized_dense" else (x,)), y)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
+    f64 = lambda v: float(np.float32(v))  # noqa: E731  (a scale as the kernels hold it)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if op == "quantize":
+            want = np.clip(np.rint(x.astype(np.float64) / f64(s1)) + zp, lo, hi)
+        elif op == "dequantize":
+            want = ((x.astype(np.float64) - zp) * f64(s1)).astype(np.float32)
+        elif op == "requantize":
+            real = ((x.astype(np.float64) - zp) * f64(s1)).astype(np.float32).astype(np.float64)
+            want = np.clip(np.rint(real / f64(s2)), lo, hi)
+        else:
+            acc = (x.astype(np.int64) - zp) @ w.astype(np.int64).T
+            m = f64(s1) * f64(s2) / f64(s3)
+            want = np.clip(np.rint(acc * m) + 7, 0, 255)
+    got = y.astype(np.float64)
+    if op == "dequantize":
+        bad = ~np.isclose(got, want, rtol=1e-6, atol=0, equal_nan=True)
+    else:
+        # one unit, or float32's roundings (the dequantized value's and the quantized
+        # one's: a few units in the last place) of a value past 2**24 (int32)
+        bad = ~(np.abs(got - want) <= np.maximum(1, np.abs(want) * 2.0 ** -21))
+    if bad.any():
+        i = int(np.argmax(bad))
+        return Outcome("mismatch", ec, "compare", f"{op} ({dt}, zero point {zp}) with scales "
+                       f"{tw['scales'][:sd + 1]}: element {i} is {got.flat[i]}, the float64 "
+                       f"reference {want.flat[i]}")
+    return Outcome("ok", ec, "", "")
+
+
+def _run_torch_inplace(ec: EdgeCase) -> Outcome:
+    torch, c, bad = _prepare_with_torch(ec)
+    if bad:
+        return bad
+    tw = ec.twist
+    call, saved, keep = list(c.arrs), [], []
+    for pos, a in enumerate(c.arrs):
+        if not isinstance(a, np.ndarray):
+            continue
+        if pos in c.outs:
+            try:
+                dt = torch.from_numpy(np.zeros(0, a.dtype)).dtype
+            except TypeError:                     # a dtype torch has no tensors of
+                continue
+            t = torch.zeros(a.shape, dtype=dt)
+            if tw["variant"] == "strided" and a.ndim:
+                big = torch.zeros(*a.shape[:-1], 2 * a.shape[-1], dtype=dt)
+                t = big[..., ::2]
+                keep.append(big)
+            w = torch.ones(a.shape, dtype=dt if dt.is_floating_point else torch.float32,
+                           requires_grad=True)
+            saved.append((w * t).sum())           # autograd saves t for w's gradient
+            call[pos] = t
+        elif pos in c.ins and (tw["torch_inputs"] or tw.get("subclass")) and a.dtype.isnative:
+            try:
+                call[pos] = torch.from_numpy(np.ascontiguousarray(a))
+            except TypeError:                     # a dtype torch has no tensors of
+                pass
+    if not saved:
+        return Outcome("ok", ec, "", "no output torch has tensors of", c.ir)
+    try:
+        if tw.get("subclass"):
+            sub, mode = _subclass_and_mode(torch)
+            call = [t.as_subclass(sub) if isinstance(t, torch.Tensor) else t for t in call]
+            with mode():
+                c.mod(*call)
+        else:
+            c.mod(*call)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "call with torch outputs", e, ir=c.ir)
+    got = [t.as_subclass(torch.Tensor).numpy() if isinstance(t, torch.Tensor) else t
+           for t in call]
+    msg = _same_outputs(ec, got, c.want, f"torch outputs ({tw['variant']}) vs numpy")
+    if msg:
+        return Outcome("mismatch", ec, "compare", msg, c.ir)
+    for y in saved:
+        try:
+            y.backward()
+        except RuntimeError as e:
+            if "modified by an inplace operation" in str(e):
+                continue
+            return Outcome("crash", ec, "backward", _exc_text(e), c.ir)
+        return Outcome("mismatch", ec, "backward", f"an output tensor ({tw['variant']}) that "
+                       f"autograd saved was overwritten by the kernel, and the backward ran "
+                       f"(its version counter did not go up)", c.ir)
+    return Outcome("refused", ec, "backward", "the backward through an overwritten output "
+                   "raised", c.ir)
+
+
+_SUBCLASS = None
+
+
+def _subclass_and_mode(torch):
+    """(a torch.Tensor subclass defined outside torch, a dispatch mode that declines every
+    call with a subclass's tensor among its arguments, as torch.compile's AOT runtime's
+    does)."""
+    global _SUBCLASS
+    if _SUBCLASS is None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class EdgeTensor(torch.Tensor):
+            pass
+
+        class DeclinesSubclasses(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                flat = torch.utils._pytree.tree_leaves((args, kwargs or {}))
+                if any(isinstance(x, torch.Tensor) and type(x) is not torch.Tensor
+                       for x in flat):
+                    return NotImplemented
+                return func(*args, **(kwargs or {}))
+
+        _SUBCLASS = (EdgeTensor, DeclinesSubclasses)
+    return _SUBCLASS

@@ -265,7 +265,8 @@ def main(argv=None) -> int:
                     help="every k-th case is an edge case (tecomp.testing.edges: conditions "
                          "through == != | ~, split factors past 2**31, aliasing and stride-0 "
                          "arguments, torch's lazy bits, foreign CPU targets, tampered "
-                         "libraries; 0: none)")
+                         "libraries, gathers, second derivatives, quantization scales, "
+                         "outputs autograd saved; 0: none)")
     ap.add_argument("--store-root-every", type=int, default=20,
                     help="every k-th case (of those that are not edge cases) is a case of the "
                          "store_root family (tecomp.testing.store_root: a stage computed at a "

@@ -48,7 +48,8 @@ LAYERS: List[tuple] = [
     ("tecomp.viz",),           # pictures: rooflines, loop nests
     ("tecomp.calibration",),   # the machine model's costs measured at first use
     ("tecomp",),
-    ("tecomp.torch", "tecomp.testing", "tecomp.cli"),
+    ("tecomp.torch",),
+    ("tecomp.testing", "tecomp.cli"),  # (the fuzzer's torch families use tecomp.torch)
     ("tecomp.dynamo",),        # torch.compile(backend="tecomp"): ATen graphs -> kernels
     ("tecomp.__main__",),      # python -m tecomp: the command line (tecomp.cli)
 ]

@@ -343,6 +343,39 @@ def test_quantized_dense_errors():
         quant.quantized_dense(X, 0.1, 0, W, 0.1, 0, tc.placeholder((4,), name="B"), 0.1, 0)
 
 
+def test_quantization_scales_outside_float32():
+    """A scale (or the product and ratio of scales a quantized GEMM multiplies by) that
+    float32 holds as 0, a subnormal or infinity: refused (a scale of 1e-45 quantized 3e-45
+    to 127, where the answer is 2; one of 1e39 quantized every value to the zero point)."""
+    from tecomp.errors import ComputeError
+    from tecomp.nn import quant
+
+    X = tc.placeholder((8,), name="X")
+    Q = tc.placeholder((2, 8), "uint8", name="Q")
+    W = tc.placeholder((3, 8), "int8", name="W")
+    rng = r"outside float32's normal range \[1.175e-38, 3.403e\+38\].*rescale"
+    with pytest.raises(ComputeError, match=r"quantize quantize: scale is 1e-45, " + rng):
+        quant.quantize(X, 1e-45, 0, "int8")
+    with pytest.raises(ComputeError, match=r"dequantize dq: scale is 1e\+39, " + rng):
+        quant.dequantize(Q, 1e39, 0, name="dq")
+    with pytest.raises(ComputeError, match=r"requantize requantize: out_scale is 1e-300"):
+        quant.requantize(Q, 0.1, 0, 1e-300, 0)
+    with pytest.raises(ComputeError, match=r"quantized_dense: x_scale \* w_scale \(the "
+                                           r"accumulator's scale\) is 1e-40"):
+        quant.quantized_dense(Q, 1e-20, 0, W, 1e-20, 0, None, 1e-30, 0)
+    with pytest.raises(ComputeError, match=r"quantized_dense: x_scale \* w_scale / out_scale "
+                                           r"\(the requantization multiplier\) is inf"):
+        quant.quantized_dense(Q, 1e10, 0, W, 1e10, 0, None, 1e-20, 0)
+    for sc in (1.2e-38, 3e38):      # the ends of the range still build and run
+        x = np.array([0.0, 1e-30, 1e30, -1.0], np.float32)
+        Y = quant.quantize(tc.placeholder((4,), name="X4"), sc, 0, "int8")
+        f = tc.build(tc.create_schedule(Y.op), [Y.op.input_tensors[0], Y])
+        y = np.zeros(4, np.int8)
+        f(x, y)
+        want = np.clip(np.rint(x.astype(np.float64) / sc), -128, 127)
+        assert np.array_equal(y, want), (sc, y, want)
+
+
 def test_quantized_conv2d_errors():
     from tecomp.errors import ComputeError
     from tecomp.nn import quant

@@ -104,6 +104,24 @@ def test_op_called_wrongly(op):
     torch.testing.assert_close(o(x), 3 * x)          # still works
 
 
+def test_op_called_with_two_float_dtypes_for_one_declared_type():
+    """Two inputs declared float32 given float32 and float64 tensors: the op's own message
+    naming both (the op compiled itself in float64 and the kernel refused the float32
+    tensor with advice about numpy's astype)."""
+    A = tc.placeholder((4,), name="A")
+    W = tc.placeholder((4,), name="W")
+    o = tct.op([A, W], tc.compute((4,), lambda i: A[i] * W[i], name="AW"))
+    x = torch.randn(4)
+    for a, b, got in ((x, x.double(), r"torch.float32 and torch.float64"),
+                      (x.double(), x.half(), r"torch.float64 and torch.float16")):
+        with pytest.raises(ArgumentError, match=r"AW_\d+: inputs A and W are both declared "
+                                                r"float32, but got " + got + r" tensors: a float "
+                                                r"op is compiled for another float dtype only "
+                                                r"when every input .*convert them to one dtype"):
+            o(a, b)
+    torch.testing.assert_close(o(x.double(), x.double()), (x * x).double())  # still works
+
+
 def test_op_defined_wrongly(op):
     _, X, Y = op
     with pytest.raises(ComputeError, match=r"the outputs read placeholder X, which is not "

@@ -19,7 +19,7 @@ import llvmlite.ir as ir
 from ...errors import BuildError, InternalError, ResourceLimitError
 from ...ir import dtype as _dt
 from ...ir.expr import Add, Buffer, BufferLoad, Cast, Const, Expr, Mul, Sub, Var
-from ...ir.functor import collect, free_vars, substitute
+from ...ir.functor import collect, free_vars, reads_memory, substitute
 from ...ir.simplify import simplify
 from ...ir.stmt import (
     Allocate, BufferStore, For, IfThenElse, Prefetch, SeqStmt, Stmt, TensorIntrinCall,
@@ -60,10 +60,7 @@ def _constant_bytes(buf: Buffer) -> Optional[int]:
     return n * _SIZE[buf.dtype]
 
 
-def _reads_memory(index: Expr) -> bool:
-    """Whether an index loads from a buffer (a data-dependent index)."""
-    return not isinstance(index, (Const, Var)) and \
-        bool(collect(index, lambda n: isinstance(n, BufferLoad)))
+_reads_memory = reads_memory   # (the CUDA renderer checks the same accesses)
 
 
 def frame_overflow(body: Stmt, in_parallel: bool) -> set:
