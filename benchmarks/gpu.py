@@ -1097,8 +1097,12 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
             A = tc.placeholder((n, n), dtype, name="A")
             B = tc.placeholder((n, n), dtype, name="B")
             C = ops.matmul(A, B, out_dtype="float32")
-            sm90a = "cuda -arch=sm_90a"   # the template takes wgmma by itself there
-            mod = tc.build(nn_cuda.schedule_matmul(C, sm90a), [A, B, C], target=sm90a)
+            sm90a = "cuda -arch=sm_90a"
+            nn_cuda.tensorcore.WGMMA_BY_DEFAULT = True   # (off until this run checks it)
+            try:
+                mod = tc.build(nn_cuda.schedule_matmul(C, sm90a), [A, B, C], target=sm90a)
+            finally:
+                nn_cuda.tensorcore.WGMMA_BY_DEFAULT = False
             cg = torch.empty((n, n), device="cuda", dtype=torch.float32)
             mod(ta, tb, cg)
             errors["wgmma"] = max_rel_error(cg.cpu().numpy(), want)

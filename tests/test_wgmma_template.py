@@ -19,6 +19,7 @@ import tecomp.nn as nn
 from tecomp.errors import ScheduleError, TargetError
 from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.strategy import cuda as sc
+from tecomp.strategy.cuda import tensorcore
 from tecomp.strategy.cuda.tensorcore import (WmmaConfig, schedule_wmma_gemm, shared_bytes,
                                              wgmma_config)
 from tecomp.target.cuda import block_shared_limit
@@ -34,6 +35,20 @@ TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 SM90A = "cuda -arch=sm_90a"
 LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
 long_only = pytest.mark.skipif(not LONG, reason="more of the same: set TECOMP_LONG_TESTS=1")
+
+
+@pytest.fixture(autouse=True)
+def wgmma_by_default(monkeypatch):
+    """These tests check the family the templates take on sm_90a once it is the default
+    (``tensorcore.WGMMA_BY_DEFAULT``, off until checked on a GPU)."""
+    monkeypatch.setattr(tensorcore, "WGMMA_BY_DEFAULT", True)
+
+
+def test_sm90a_takes_mma_sync_until_wgmma_is_checked_on_a_gpu(monkeypatch):
+    monkeypatch.setattr(tensorcore, "WGMMA_BY_DEFAULT", False)
+    A, B, C = gemm(256, 256, 128, "float16", "dense")
+    text = str(tc.lower(sc.schedule_dense(C, SM90A), [A, B, C]))
+    assert "wgmma" not in text and ("cuda.wmma" in text or "cuda.mma" in text)
 
 
 def gemm(M, N, K, dtype, layout):

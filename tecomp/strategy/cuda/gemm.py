@@ -29,6 +29,7 @@ from .._common import (_ceil, _cint, _contraction_operands, _gemm_operands, _has
                                _inline_injective, _is_injective, _outs, _walk)
 from .common import (MIN_BLOCKS, _bind, _check_target, _cooperative_copy, _pow2_at_least,
                      max_shared_bytes)
+from . import tensorcore
 from .tensorcore import (WmmaConfig, schedule_wmma_gemm, tensor_core_gemm, wgmma_config,
                          wgmma_target, wmma_config)
 
@@ -288,7 +289,8 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
     if tensor_core_gemm(gemm, tf32=getattr(config, "tf32", False)):
         dtype = _contraction_operands(gemm.op)[1][0].dtype
         wcfg = config if isinstance(config, WmmaConfig) else None
-        if config is None and wgmma_target(target):   # sm_90a: wgmma where a tiling divides
+        if config is None and tensorcore.WGMMA_BY_DEFAULT and wgmma_target(target):
+            # sm_90a: wgmma where a tiling divides (once checked on a GPU)
             wcfg = wgmma_config(M, N, K, epilogue=out is not gemm,
                                 max_shared=max_shared_bytes(target), dtype=dtype)
         if config is None and wcfg is None:

@@ -181,6 +181,15 @@ WGMMA_CONFIGS = (
 )
 
 
+#: whether ``schedule_matmul`` / ``schedule_dense`` take the wgmma family by themselves on
+#: ``cuda -arch=sm_90a``.  Off until the family's encodings (descriptors, swizzles, the
+#: accumulator layout: checked so far in the emulation and by ptxas only) have passed
+#: ``pytest -m gpu tests/test_hopper.py tests/test_wgmma_template.py`` on an H100/H200;
+#: until then a wrong bit there would be a silently wrong GEMM.  ``WmmaConfig(...,
+#: family="wgmma")`` asks for it explicitly.
+WGMMA_BY_DEFAULT = False
+
+
 def wgmma_target(target) -> bool:
     """Whether ``target`` names sm_90a (``cuda -arch=sm_90a``), where the GEMM templates
     take the wgmma family when a tiling divides the extents."""
