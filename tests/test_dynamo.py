@@ -104,47 +104,151 @@ def test_cnn_train_and_inference(caplog):
     assert fw and not any("alias" in m for m in fw), fw
 
 
-def test_kernels_on_pytorchs_threads():
-    """threads='torch': the kernels' parallel loops run on PyTorch's OpenMP team (every
-    tecomp pool delegates to it) while the graph runs, with the same results and a
-    kernel's error reported as before; a graph compiled with threads='tecomp' puts the
-    pools back."""
+def _parallel_kernel():
+    """A tecomp kernel with a parallel loop (B = A + 1 over 4096 elements)."""
+    import tecomp as tc
+    from tecomp.ir import Buffer, BufferLoad, BufferStore, Const, For, PrimFunc, Var
+    from tecomp.ir.expr import as_expr
+
+    A, B = (Buffer(n, (Const(4096),), "float32") for n in "AB")
+    i = Var("i")
+    return tc.build(PrimFunc("plus1", (A, B), For(
+        i, as_expr(0), as_expr(4096), "parallel",
+        BufferStore(B, BufferLoad(A, (i,), "float32") + 1.0, (i,)))))
+
+
+def _ran_on_tecomps_pool(f) -> bool:
+    """Whether ``f``'s parallel loop, called now by this thread, ran on tecomp's JIT
+    pool: its workers, stopped first, are started again only by a region run on it."""
     import numpy as np
 
+    from tecomp.codegen.llvm import threadpool
+
+    pool = threadpool.pool()
+    pool.shutdown()
+    assert pool.num_workers() == 0
+    a = np.arange(4096, dtype="float32")
+    b = np.zeros(4096, "float32")
+    f(a, b)
+    assert (b == a + 1).all()
+    return pool.num_workers() > 0
+
+
+@pytest.fixture
+def _two_threads():
     import tecomp as tc
-    from tecomp import threads
     from tecomp.dynamo import openmp
 
-    addr = openmp.parallel_for_address()
-    if addr is None:
+    if openmp.parallel_for_address() is None:
         pytest.skip("PyTorch does not run on libgomp's OpenMP here")
     old = torch.get_num_threads(), tc.get_num_threads()
     torch.set_num_threads(2)
     tc.set_num_threads(2)
-    try:
-        torch.manual_seed(0)
-        cnn = torch.nn.Sequential(
-            torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
-            torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
-        _check_model(cnn, torch.randn(4, 3, 8, 8), eval_=False, options={"threads": "torch"})
-        assert threads._external == addr
+    yield
+    torch.set_num_threads(old[0])
+    tc.set_num_threads(old[1])
+
+
+def test_kernels_on_pytorchs_threads(_two_threads):
+    """threads='torch': the kernels' parallel loops run on PyTorch's OpenMP team while
+    the graph runs, with the same results and a kernel's error reported as before; a
+    plain tecomp kernel called after the graph (or beside it, by another thread) runs on
+    tecomp's pool."""
+    import threading
+
+    import numpy as np
+
+    import tecomp as tc
+    from tecomp.dynamo import openmp
+    from tecomp.ir import Buffer, BufferLoad, BufferStore, Const, For, PrimFunc, Var
+    from tecomp.ir.expr import as_expr
+
+    torch.manual_seed(0)
+    cnn = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
+    _check_model(cnn, torch.randn(4, 3, 8, 8), eval_=False, options={"threads": "torch"})
+    assert openmp.active() == "tecomp"
+    f = _parallel_kernel()
+    assert _ran_on_tecomps_pool(f)
+    with openmp.scope("torch"):
+        assert openmp.active() == "torch"
+        assert not _ran_on_tecomps_pool(f)
+        with openmp.scope("tecomp"):  # nested: the inner setting, then the outer's again
+            assert _ran_on_tecomps_pool(f)
+        assert not _ran_on_tecomps_pool(f)
         # a bounds error in a parallel loop run by the team is the serial run's
-        from tecomp.ir import Buffer, BufferLoad, BufferStore, Const, For, PrimFunc, Var
-        from tecomp.ir.expr import as_expr
         A, B = (Buffer(n, (Const(64),), "float32") for n in "AB")
         i = Var("i")
-        f = tc.build(PrimFunc("oob", (A, B), For(
+        g = tc.build(PrimFunc("oob", (A, B), For(
             i, as_expr(0), as_expr(64), "parallel",
             BufferStore(B, BufferLoad(A, (i + 3,), "float32"), (i,)))), checks=True)
         with pytest.raises(tc.BoundsError, match="index 64 is outside"):
-            f(np.zeros(64, "float32"), np.zeros(64, "float32"))
-        torch._dynamo.reset()
-        _check_model(torch.nn.Linear(4, 3), torch.randn(5, 4), eval_=False)
-        assert threads._external is None
-    finally:
-        openmp.use("tecomp")
-        torch.set_num_threads(old[0])
-        tc.set_num_threads(old[1])
+            g(np.zeros(64, "float32"), np.zeros(64, "float32"))
+        # another thread at the same time: on tecomp's pool
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(_ran_on_tecomps_pool(f)))
+        t.start()
+        t.join()
+        assert seen == [True]
+    assert openmp.active() == "tecomp" and _ran_on_tecomps_pool(f)
+
+
+def test_pytorchs_threads_restored_after_an_exception(_two_threads):
+    """A graph with threads='torch' that raises (an embedding index out of range, found
+    by the region's guard) leaves the calling thread on tecomp's pool."""
+    from tecomp.dynamo import openmp
+
+    emb = torch.nn.Embedding(10, 4)
+    compiled = torch.compile(emb, backend="tecomp", options={"threads": "torch"})
+    with torch.no_grad():
+        compiled(torch.tensor([[1, 2, 3]]))
+        assert openmp.active() == "tecomp"
+        with pytest.raises(Exception, match="out of range|outside"):
+            compiled(torch.tensor([[1, 2, 30]]))
+    assert openmp.active() == "tecomp"
+    assert _ran_on_tecomps_pool(_parallel_kernel())
+
+
+def test_pytorchs_threads_in_a_forked_child(_two_threads):
+    """After fork() (PyTorch's OpenMP team did not survive it; a region on it would wait
+    forever) a graph compiled with threads='torch' and a plain kernel run in the child,
+    on tecomp's pool, with the parent's results."""
+    import time
+    import warnings
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                              torch.nn.Linear(256, 8))
+    compiled = torch.compile(mlp, backend="tecomp", options={"threads": "torch"})
+    x = torch.randn(64, 64)
+    with torch.no_grad():
+        want = compiled(x)
+    f = _parallel_kernel()
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
+        pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        ok = False
+        try:
+            with torch.no_grad():
+                ok = torch.equal(compiled(x), want) and _ran_on_tecomps_pool(f)
+        finally:
+            os.write(w, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(w)
+    deadline = time.monotonic() + 60
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child did not finish in 60 s (a region waiting for "
+                        "the parent's OpenMP team?)")
+        time.sleep(0.05)
+    got = os.read(r, 1)
+    os.close(r)
+    assert got == b"1"
 
 
 def test_max_pool_indices_lowered_for_training(caplog):

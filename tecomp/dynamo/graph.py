@@ -43,7 +43,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from ..errors import InternalError
 from . import cache as _cache
 from . import lowering_nn
-from . import openmp as _openmp  # noqa: F401  (registers the nn rules)
+from . import openmp as _openmp
 from .lowering import ANCHORS, VIEWS, unsupported
 
 log = logging.getLogger("tecomp.dynamo")
@@ -110,8 +110,8 @@ class CompiledGraph:
                 if plan is None:
                     plan = self.plans[sig] = _Plan(self.gm, args, self.options, self.role,
                                                      self.symbolic)
-        _openmp.use(self.options.threads)
-        return plan.run(args)
+        with _openmp.scope(self.options.threads):
+            return plan.run(args)
 
 
 def _propagate(gm, args) -> Dict[torch.fx.Node, object]:
