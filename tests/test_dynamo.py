@@ -131,6 +131,60 @@ def test_1x1_convolutions_as_gemms():
     _check_model(_OneByOne(), torch.randn(2, 8, 14, 14))
 
 
+class _SameShapes(torch.nn.Module):
+    """Blocks of one shape (a later kernel output can take a released one's memory),
+    and the first block's output, transposed, read last by an eager node (cumsum)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x):
+        h = torch.relu(self.lin[0](x))
+        v = h.t()
+        for lin in self.lin[1:]:
+            h = torch.relu(lin(h)) + h
+        return h, torch.cumsum(v, 0)
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_kernel_outputs_reuse_released_memory(mode, monkeypatch):
+    """A plan gives a later kernel output the memory of a released intermediate of the
+    same layout, never one a live view still reads (under inference_mode a view holds
+    only the memory, not its base tensor): outputs as eager's, call after call."""
+    from tecomp.dynamo import graph
+
+    reused = []
+    allocate = graph._allocate
+
+    def counting(free, spec):
+        reused.append(bool(free.get(spec)))
+        return allocate(free, spec)
+
+    monkeypatch.setattr(graph, "_allocate", counting)
+    torch.manual_seed(0)
+    model = _SameShapes()
+    compiled = torch.compile(model, backend="tecomp")
+    ctx = torch.no_grad if mode == "no_grad" else torch.inference_mode
+    with ctx():
+        for _ in range(2):
+            x = torch.randn(16, 16)
+            for got, want in zip(compiled(x), model(x)):
+                _close(got, want, f"output under {mode}")
+    assert any(reused), reused
+    # what decides whether a released tensor's memory may be reused
+    with ctx():
+        t = torch.empty(8)
+        assert graph._unshared(t)
+        view = t[::2]  # under inference_mode it holds t's memory, not t
+        assert not graph._unshared(t)
+        del view
+        other = t
+        assert not graph._unshared(t)
+        del other
+        assert graph._unshared(t)
+
+
 def _parallel_kernel():
     """A tecomp kernel with a parallel loop (B = A + 1 over 4096 elements)."""
     import tecomp as tc
