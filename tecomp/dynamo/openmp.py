@@ -169,9 +169,12 @@ def parallel_for_address() -> Optional[int]:
 #: the pthread key that marks a thread running a graph with threads="torch" (its value:
 #: NULL or 1), created with the glue; None where there is no glue
 _KEY: Optional[int] = None
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_SET = _LIBC.pthread_setspecific
-_SET.argtypes, _SET.restype = (ctypes.c_uint, ctypes.c_void_p), ctypes.c_int
+try:  # the C library's pthread functions (POSIX; elsewhere threads="torch" is off)
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+    _SET = _LIBC.pthread_setspecific
+    _SET.argtypes, _SET.restype = (ctypes.c_uint, ctypes.c_void_p), ctypes.c_int
+except (OSError, TypeError, AttributeError):
+    _LIBC = _SET = None
 _MARK = ctypes.c_void_p(1)
 #: whether this thread is marked (mirrors its value of _KEY, without a ctypes call)
 _LOCAL = threading.local()
@@ -185,7 +188,7 @@ def _marked_key() -> Optional[int]:
     global _KEY
     if _KEY is not None:
         return _KEY
-    addr = parallel_for_address()
+    addr = parallel_for_address() if _SET is not None else None
     if addr is None:
         if not _WARNED:
             _WARNED.append(True)
