@@ -19,13 +19,14 @@ with the cache the first filled (warm); TorchDynamo's tracing is in both.
 
     python3 benchmarks/torch_compile.py [--models bert,cnn-train,bert-layer-train,resnet50]
                                         [--threads 1,2] [--rounds 5] [--layers 12]
-                                        [--profile] [--torch-threads]
+                                        [--profile] [--other-threads]
 
 Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
 time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
 
-``--torch-threads`` adds a fourth tool to the same turns: the tecomp backend with
-``options={"threads": "torch"}`` (its kernels on PyTorch's OpenMP threads).
+``--other-threads`` adds a fourth tool to the same turns: the tecomp backend with the
+option ``threads`` not its default (``"tecomp"``: its kernels on tecomp's pool; see the
+backend's options).
 
 ``--profile`` adds a per-kernel breakdown of the tecomp-compiled step: each distinct
 kernel once (the graph it is in -- inference, forward or backward --, its ATen operators,
@@ -72,19 +73,27 @@ def _cnn(torch):
         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 8 * 8, 10))
 
 
-#: the tecomp tools' options
-_TOOL_OPTIONS = {"tecomp": {}, "tecomp-torch-threads": {"threads": "torch"}}
+#: the tool of ``--other-threads``: the backend with the option threads not its default's
+OTHER = "tecomp-other-threads"
 
 
-def _torch_threads_tool(model) -> dict:
-    """With ``--torch-threads``: the tool "tecomp-torch-threads" (the backend's option
-    threads='torch', its kernels on PyTorch's OpenMP threads), else none."""
-    if os.environ.get("BENCH_TECOMP_TORCH_THREADS") != "1":
+def _other_threads() -> str:
+    from tecomp.dynamo import Options
+
+    return "tecomp" if Options().threads == "torch" else "torch"
+
+
+def _tool_options(tool: str) -> dict:
+    return {"threads": _other_threads()} if tool == OTHER else {}
+
+
+def _other_threads_tool(model) -> dict:
+    """With ``--other-threads``: the tool :data:`OTHER`, else none."""
+    if os.environ.get("BENCH_TECOMP_OTHER_THREADS") != "1":
         return {}
     import torch
 
-    return {"tecomp-torch-threads": torch.compile(model, backend="tecomp",
-                                                  options=_TOOL_OPTIONS["tecomp-torch-threads"])}
+    return {OTHER: torch.compile(model, backend="tecomp", options=_tool_options(OTHER))}
 
 
 def _case(name: str, batch: int, layers: int):
@@ -98,7 +107,7 @@ def _case(name: str, batch: int, layers: int):
         ids = torch.randint(0, 30522, (batch, 128))
         tools = {"eager": model, "inductor": torch.compile(model),
                  "tecomp": torch.compile(model, backend="tecomp")}
-        tools.update(_torch_threads_tool(model))
+        tools.update(_other_threads_tool(model))
 
         def step(fn):
             with torch.no_grad():
@@ -112,7 +121,7 @@ def _case(name: str, batch: int, layers: int):
         img = torch.randn(batch, 3, 224, 224)
         tools = {"eager": model, "inductor": torch.compile(model),
                  "tecomp": torch.compile(model, backend="tecomp")}
-        tools.update(_torch_threads_tool(model))
+        tools.update(_other_threads_tool(model))
 
         def infer(fn):
             with torch.no_grad():
@@ -135,11 +144,11 @@ def _case(name: str, batch: int, layers: int):
     import copy
 
     tools = {}
-    for tool in ("eager", "inductor", "tecomp") + tuple(_torch_threads_tool(model)):
+    for tool in ("eager", "inductor", "tecomp") + tuple(_other_threads_tool(model)):
         m = copy.deepcopy(model)
         opt = torch.optim.SGD(m.parameters(), lr=1e-3)
         fn = m if tool == "eager" else torch.compile(m) if tool == "inductor" else \
-            torch.compile(m, backend="tecomp", options=_TOOL_OPTIONS[tool])
+            torch.compile(m, backend="tecomp", options=_tool_options(tool))
 
         def train_step(fn=fn, opt=opt):
             opt.zero_grad(set_to_none=True)
@@ -343,9 +352,9 @@ def _child(name: str, batch: int, layers: int, rounds: int, profile: bool = Fals
 
 
 def _run(name, batch, layers, rounds, threads, cache_dir, profile=False,
-         torch_threads=False):
+         other_threads=False):
     env = dict(os.environ, TECOMP_CACHE_DIR=cache_dir, PYTHONPATH=ROOT,
-               BENCH_TECOMP_TORCH_THREADS="1" if torch_threads else "0")
+               BENCH_TECOMP_OTHER_THREADS="1" if other_threads else "0")
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                 "TECOMP_NUM_THREADS"):
         env[var] = str(threads)
@@ -371,8 +380,9 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--profile", action="store_true",
                     help="each tecomp kernel's time against eager's for its nodes")
-    ap.add_argument("--torch-threads", action="store_true",
-                    help="also tecomp with options={'threads': 'torch'}, in the same turns")
+    ap.add_argument("--other-threads", action="store_true",
+                    help="also tecomp with the option threads not its default's, in the "
+                         "same turns")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
     sys.path.insert(1, ROOT)
@@ -391,7 +401,7 @@ def main() -> int:
                             print(f"{name} batch {batch}: {cold['error']}", flush=True)
                             break
                     r = _run(name, batch, args.layers, args.rounds, threads, cache,
-                             args.profile, args.torch_threads)
+                             args.profile, args.other_threads)
                     if "error" in r:
                         print(f"{name} batch {batch}, {threads} threads: {r['error']}",
                               flush=True)
@@ -402,9 +412,9 @@ def main() -> int:
                             f"{m['inductor'] * 1e3:.1f} ms, tecomp {m['tecomp'] * 1e3:.1f} ms "
                             f"({m['eager'] / m['tecomp']:.2f}x eager, "
                             f"{m['inductor'] / m['tecomp']:.2f}x inductor)")
-                    if "tecomp-torch-threads" in m:
-                        t = m["tecomp-torch-threads"]
-                        line += (f"; tecomp threads='torch' {t * 1e3:.1f} ms "
+                    if OTHER in m:
+                        t = m[OTHER]
+                        line += (f"; tecomp threads='{_other_threads()}' {t * 1e3:.1f} ms "
                                  f"({m['eager'] / t:.2f}x eager, {m['inductor'] / t:.2f}x "
                                  f"inductor)")
                     if k == 0:

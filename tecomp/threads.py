@@ -37,7 +37,8 @@ __all__ = ["PoolControls", "register", "set_num_threads", "get_num_threads",
            "DEFAULT_SPIN", "DEFAULT_WAIT_SPIN",
            "MAX_THREADS", "POOL_FUNCTIONS", "DEFAULT_WORKSPACE_LIMIT", "set_workspace_limit",
            "release_workspace", "workspace_cached", "workspace_limit_from_env",
-           "shared_pool_from_env", "PARALLEL_FOR", "DELEGATE_TO"]
+           "shared_pool_from_env", "run_marked_threads_on", "PARALLEL_FOR", "DELEGATE_TO",
+           "DELEGATE_MARKED"]
 
 #: the most threads a pool runs
 MAX_THREADS = 1024
@@ -53,6 +54,10 @@ PARALLEL_FOR = "tecomp_parallel_for"
 #: pool's ``tecomp_parallel_for``) instead of on its own threads; NULL: on its own again.
 #: Not in :data:`POOL_FUNCTIONS` (libraries exported before it existed lack it).
 DELEGATE_TO = "tecomp_pool_delegate_to"
+#: ``void tecomp_pool_delegate_marked(fn, key)``: the regions dispatched by a thread whose
+#: value of the pthread key ``key`` is not NULL run by calling ``fn`` (checked before
+#: ``tecomp_pool_delegate_to``'s); fn NULL: none.  Not in :data:`POOL_FUNCTIONS` either.
+DELEGATE_MARKED = "tecomp_pool_delegate_marked"
 
 #: the C functions that control a pool: name -> (restype, argtypes)
 POOL_FUNCTIONS = {
@@ -74,12 +79,13 @@ class PoolControls:
     ``get_threads()``, ``num_workers()``, ``set_spin(n)``, ``set_wait_spin(n)``,
     ``shutdown()``, ``after_fork()``, and the workspace cache's ``ws_release()``,
     ``ws_set_limit(n)``, ``ws_cached()``; ``parallel_for`` (the address of its
-    ``tecomp_parallel_for``) and ``delegate_to(address)`` where the pool has them (a
-    library exported before they existed has neither: None)."""
+    ``tecomp_parallel_for``), ``delegate_to(address)`` and ``delegate_marked(address,
+    key)`` where the pool has them (a library exported before they existed lacks them:
+    None)."""
 
     __slots__ = ("set_threads", "get_threads", "num_workers", "set_spin", "set_wait_spin",
                  "shutdown", "after_fork", "ws_release", "ws_set_limit", "ws_cached", "owner",
-                 "parallel_for", "delegate_to")
+                 "parallel_for", "delegate_to", "delegate_marked")
 
     def __init__(self, lookup: Callable[[str], int], owner: object = None,
                  optional: Optional[Callable[[str], Optional[int]]] = None):
@@ -96,6 +102,9 @@ class PoolControls:
         addr = optional(DELEGATE_TO)
         self.delegate_to = (ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr)
                             if addr and self.parallel_for else None)
+        addr = optional(DELEGATE_MARKED)
+        self.delegate_marked = (ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(addr)
+                                if addr and self.parallel_for else None)
 
 
 _LOCK = threading.Lock()
@@ -105,8 +114,9 @@ _desired: Optional[int] = None
 #: the workspace limit every pool uses; None until set (TECOMP_WORKSPACE_LIMIT then)
 _ws_limit: Optional[int] = None
 _hooks_installed = False
-#: where every pool's regions run instead (run_parallel_loops_on), or None
-_external: Optional[int] = None
+#: (function, pthread key): where the regions of marked threads run
+#: (run_marked_threads_on), or None
+_marked: Optional[tuple] = None
 
 
 #: where the cgroup file systems are mounted, and the file naming this process's cgroups
@@ -275,9 +285,9 @@ def register(pool: PoolControls) -> None:
             pool.set_wait_spin(wspin)
         pool.ws_set_limit(_ws_limit if _ws_limit is not None else workspace_limit_from_env())
         primary = next((p for p in _POOLS if p.parallel_for), None)
-        if _external is not None and pool.delegate_to is not None:
-            pool.delegate_to(_external)
-        elif primary is not None and pool.delegate_to is not None and shared_pool_from_env():
+        if _marked is not None and pool.delegate_marked is not None:
+            pool.delegate_marked(*_marked)
+        if primary is not None and pool.delegate_to is not None and shared_pool_from_env():
             # one pool for the process (opt-in): each pool has its own workers, which
             # spin on their core for a while after each region; kernels from many
             # libraries in a row wake a different pool each, whose worker competes for a
@@ -296,26 +306,20 @@ def register(pool: PoolControls) -> None:
                 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def run_parallel_loops_on(parallel_for: Optional[int]) -> None:
-    """Make every pool, now and registered later, run its parallel regions by calling
-    the function at address ``parallel_for`` (with ``tecomp_parallel_for``'s signature:
-    ``tecomp.dynamo.openmp``'s, on PyTorch's OpenMP threads) instead of on tecomp's
-    threads; None: back to tecomp's (each pool on the first, see :func:`register`).
-    Pools of libraries exported before ``tecomp_pool_delegate_to`` existed keep their
-    own threads."""
-    global _external
+def run_marked_threads_on(parallel_for: Optional[int], key: int = 0) -> None:
+    """Make every pool, now and registered later, run the parallel regions that a thread
+    *marked* dispatches by calling the function at address ``parallel_for`` (with
+    ``tecomp_parallel_for``'s signature: ``tecomp.dynamo.openmp``'s, on PyTorch's
+    OpenMP threads) instead of on tecomp's threads.  A thread is marked while its value
+    of the pthread key ``key`` (``pthread_key_create``) is not NULL; the others' regions
+    run as before.  None: no thread's regions are redirected.  Pools of libraries
+    exported before ``tecomp_pool_delegate_marked`` existed keep their own threads."""
+    global _marked
     with _LOCK:
-        _external = parallel_for
-        primary = next((p for p in _POOLS if p.parallel_for), None)
+        _marked = None if parallel_for is None else (parallel_for, int(key))
         for p in _POOLS:
-            if p.delegate_to is None:
-                continue
-            if parallel_for is not None:
-                p.delegate_to(parallel_for)
-            elif p is not primary and shared_pool_from_env():
-                p.delegate_to(primary.parallel_for)
-            else:
-                p.delegate_to(None)
+            if p.delegate_marked is not None:
+                p.delegate_marked(*(_marked or (None, 0)))
 
 
 def set_num_threads(n: int) -> None:

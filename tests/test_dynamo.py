@@ -104,47 +104,231 @@ def test_cnn_train_and_inference(caplog):
     assert fw and not any("alias" in m for m in fw), fw
 
 
-def test_kernels_on_pytorchs_threads():
-    """threads='torch': the kernels' parallel loops run on PyTorch's OpenMP team (every
-    tecomp pool delegates to it) while the graph runs, with the same results and a
-    kernel's error reported as before; a graph compiled with threads='tecomp' puts the
-    pools back."""
+class _OneByOne(torch.nn.Module):
+    """A 1x1 convolution with a residual on a 14x14 plane (written as a GEMM), then a
+    stride-2 one onto 7x7 (the convolution template)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(8, 8, 1)
+        self.down = torch.nn.Conv2d(8, 12, 1, stride=2, bias=False)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.a(x) + x))
+
+
+def test_1x1_convolutions_as_gemms():
+    """The 1x1 convolutions whose plane lowering_nn writes as a GEMM (batch_matmul of
+    the weights over the flattened plane) and those it leaves to the convolution
+    template: inference outputs against eager (the backward's convolution gradients do
+    not use the forward's lowering)."""
+    from tecomp.dynamo import lowering_nn
+
+    lo, hi = lowering_nn.GEMM_1X1_PLANES
+    assert lo <= 14 * 14 <= hi and not lo <= 7 * 7 <= hi
+    torch.manual_seed(0)
+    _check_model(_OneByOne(), torch.randn(2, 8, 14, 14), train=False)
+
+
+class _SameShapes(torch.nn.Module):
+    """Blocks of one shape (a later kernel output can take a released one's memory),
+    and the first block's output, transposed, read last by an eager node (cumsum)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x):
+        h = torch.relu(self.lin[0](x))
+        v = h.t()
+        for lin in self.lin[1:]:
+            h = torch.relu(lin(h)) + h
+        return h, torch.cumsum(v, 0)
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_kernel_outputs_reuse_released_memory(mode, monkeypatch):
+    """A plan gives a later kernel output the memory of a released intermediate of the
+    same layout, never one a live view still reads (under inference_mode a view holds
+    only the memory, not its base tensor): outputs as eager's, call after call."""
+    from tecomp.dynamo import graph
+
+    reused = []
+    allocate = graph._allocate
+
+    def counting(free, spec):
+        reused.append(bool(free.get(spec)))
+        return allocate(free, spec)
+
+    monkeypatch.setattr(graph, "_allocate", counting)
+    torch.manual_seed(0)
+    model = _SameShapes()
+    compiled = torch.compile(model, backend="tecomp")
+    ctx = torch.no_grad if mode == "no_grad" else torch.inference_mode
+    with ctx():
+        for _ in range(2):
+            x = torch.randn(16, 16)
+            for got, want in zip(compiled(x), model(x)):
+                _close(got, want, f"output under {mode}")
+    assert any(reused), reused
+    # what decides whether a released tensor's memory may be reused
+    with ctx():
+        t = torch.empty(8)
+        assert graph._unshared(t)
+        view = t[::2]  # under inference_mode it holds t's memory, not t
+        assert not graph._unshared(t)
+        del view
+        other = t
+        assert not graph._unshared(t)
+        del other
+        assert graph._unshared(t)
+
+
+def _parallel_kernel():
+    """A tecomp kernel with a parallel loop (B = A + 1 over 4096 elements)."""
+    import tecomp as tc
+    from tecomp.ir import Buffer, BufferLoad, BufferStore, Const, For, PrimFunc, Var
+    from tecomp.ir.expr import as_expr
+
+    A, B = (Buffer(n, (Const(4096),), "float32") for n in "AB")
+    i = Var("i")
+    return tc.build(PrimFunc("plus1", (A, B), For(
+        i, as_expr(0), as_expr(4096), "parallel",
+        BufferStore(B, BufferLoad(A, (i,), "float32") + 1.0, (i,)))))
+
+
+def _ran_on_tecomps_pool(f) -> bool:
+    """Whether ``f``'s parallel loop, called now by this thread, ran on tecomp's JIT
+    pool: its workers, stopped first, are started again only by a region run on it."""
     import numpy as np
 
+    from tecomp.codegen.llvm import threadpool
+
+    pool = threadpool.pool()
+    pool.shutdown()
+    assert pool.num_workers() == 0
+    a = np.arange(4096, dtype="float32")
+    b = np.zeros(4096, "float32")
+    f(a, b)
+    assert (b == a + 1).all()
+    return pool.num_workers() > 0
+
+
+@pytest.fixture
+def _two_threads():
     import tecomp as tc
-    from tecomp import threads
     from tecomp.dynamo import openmp
 
-    addr = openmp.parallel_for_address()
-    if addr is None:
+    if openmp.parallel_for_address() is None:
         pytest.skip("PyTorch does not run on libgomp's OpenMP here")
     old = torch.get_num_threads(), tc.get_num_threads()
     torch.set_num_threads(2)
     tc.set_num_threads(2)
-    try:
-        torch.manual_seed(0)
-        cnn = torch.nn.Sequential(
-            torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
-            torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
-        _check_model(cnn, torch.randn(4, 3, 8, 8), eval_=False, options={"threads": "torch"})
-        assert threads._external == addr
+    yield
+    torch.set_num_threads(old[0])
+    tc.set_num_threads(old[1])
+
+
+def test_kernels_on_pytorchs_threads(_two_threads):
+    """threads='torch': the kernels' parallel loops run on PyTorch's OpenMP team while
+    the graph runs, with the same results and a kernel's error reported as before; a
+    plain tecomp kernel called after the graph (or beside it, by another thread) runs on
+    tecomp's pool."""
+    import threading
+
+    import numpy as np
+
+    import tecomp as tc
+    from tecomp.dynamo import openmp
+    from tecomp.ir import Buffer, BufferLoad, BufferStore, Const, For, PrimFunc, Var
+    from tecomp.ir.expr import as_expr
+
+    torch.manual_seed(0)
+    cnn = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
+    _check_model(cnn, torch.randn(4, 3, 8, 8), eval_=False, options={"threads": "torch"})
+    assert openmp.active() == "tecomp"
+    f = _parallel_kernel()
+    assert _ran_on_tecomps_pool(f)
+    with openmp.scope("torch"):
+        assert openmp.active() == "torch"
+        assert not _ran_on_tecomps_pool(f)
+        with openmp.scope("tecomp"):  # nested: the inner setting, then the outer's again
+            assert _ran_on_tecomps_pool(f)
+        assert not _ran_on_tecomps_pool(f)
         # a bounds error in a parallel loop run by the team is the serial run's
-        from tecomp.ir import Buffer, BufferLoad, BufferStore, Const, For, PrimFunc, Var
-        from tecomp.ir.expr import as_expr
         A, B = (Buffer(n, (Const(64),), "float32") for n in "AB")
         i = Var("i")
-        f = tc.build(PrimFunc("oob", (A, B), For(
+        g = tc.build(PrimFunc("oob", (A, B), For(
             i, as_expr(0), as_expr(64), "parallel",
             BufferStore(B, BufferLoad(A, (i + 3,), "float32"), (i,)))), checks=True)
         with pytest.raises(tc.BoundsError, match="index 64 is outside"):
-            f(np.zeros(64, "float32"), np.zeros(64, "float32"))
-        torch._dynamo.reset()
-        _check_model(torch.nn.Linear(4, 3), torch.randn(5, 4), eval_=False)
-        assert threads._external is None
-    finally:
-        openmp.use("tecomp")
-        torch.set_num_threads(old[0])
-        tc.set_num_threads(old[1])
+            g(np.zeros(64, "float32"), np.zeros(64, "float32"))
+        # another thread at the same time: on tecomp's pool
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(_ran_on_tecomps_pool(f)))
+        t.start()
+        t.join()
+        assert seen == [True]
+    assert openmp.active() == "tecomp" and _ran_on_tecomps_pool(f)
+
+
+def test_pytorchs_threads_restored_after_an_exception(_two_threads):
+    """A graph with threads='torch' that raises (an embedding index out of range, found
+    by the region's guard) leaves the calling thread on tecomp's pool."""
+    from tecomp.dynamo import openmp
+
+    emb = torch.nn.Embedding(10, 4)
+    compiled = torch.compile(emb, backend="tecomp", options={"threads": "torch"})
+    with torch.no_grad():
+        compiled(torch.tensor([[1, 2, 3]]))
+        assert openmp.active() == "tecomp"
+        with pytest.raises(Exception, match="out of range|outside"):
+            compiled(torch.tensor([[1, 2, 30]]))
+    assert openmp.active() == "tecomp"
+    assert _ran_on_tecomps_pool(_parallel_kernel())
+
+
+def test_pytorchs_threads_in_a_forked_child(_two_threads):
+    """After fork() (PyTorch's OpenMP team did not survive it; a region on it would wait
+    forever) a graph compiled with threads='torch' and a plain kernel run in the child,
+    on tecomp's pool, with the parent's results."""
+    import time
+    import warnings
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                              torch.nn.Linear(256, 8))
+    compiled = torch.compile(mlp, backend="tecomp", options={"threads": "torch"})
+    x = torch.randn(64, 64)
+    with torch.no_grad():
+        want = compiled(x)
+    f = _parallel_kernel()
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
+        pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        ok = False
+        try:
+            with torch.no_grad():
+                ok = torch.equal(compiled(x), want) and _ran_on_tecomps_pool(f)
+        finally:
+            os.write(w, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(w)
+    deadline = time.monotonic() + 60
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child did not finish in 60 s (a region waiting for "
+                        "the parent's OpenMP team?)")
+        time.sleep(0.05)
+    got = os.read(r, 1)
+    os.close(r)
+    assert got == b"1"
 
 
 def test_max_pool_indices_lowered_for_training(caplog):

@@ -31,16 +31,22 @@ Options (``torch.compile(model, backend="tecomp", options={...})``):
 ``cache`` (bool, default True)
     Keep the kernels in ``$TECOMP_CACHE_DIR/dynamo`` for other processes.
 ``threads`` (``"tecomp"``, the default, or ``"torch"``)
-    Whose threads the kernels' parallel loops run on while the compiled model runs:
+    Whose threads the kernels' parallel loops run on while a compiled graph runs:
     tecomp's pool, or PyTorch's OpenMP team (where PyTorch runs on libgomp; elsewhere
-    tecomp's, said once in the log).  PyTorch's and tecomp's idle threads both spin
+    tecomp's pool, said once in the log).  PyTorch's and tecomp's idle threads both spin
     for a while before they sleep, so where PyTorch's operators and tecomp's kernels
     alternate (a training step: the loss, autograd and the optimizer are PyTorch's),
     two pools' threads compete for the cores; ``"torch"`` makes it one set of
     threads, every thread taking a contiguous share of each loop (as OpenMP's static
     schedule: a thread that loses its core to another process holds the loop up,
-    where tecomp's pool hands its share to the others).  The setting is the process's
-    while a graph runs (the last graph called decides).
+    where tecomp's pool hands its share to the others).  The setting holds for the
+    calling thread during a graph's call only: a tecomp kernel called outside a graph,
+    or by another thread meanwhile, runs on tecomp's pool; in a child process made by
+    ``fork()`` (where the parent's OpenMP team does not exist) the graphs run on
+    tecomp's pool.  ``"torch"`` is faster on cores of one's own (a CNN's training step
+    1.6x on 2 threads) but not the default: where other processes load the cores,
+    PyTorch's OpenMP regions, and the kernels on them, slow down many times more than
+    tecomp's pool (benchmarks/history/2026-11-30.md).
 
 Shapes are specialised: each new signature of a graph's inputs (shapes, dtypes,
 strides, integer values) compiles its own kernels, as TorchDynamo's guards recompile a
@@ -88,7 +94,7 @@ class Options:
         A CPU target (``"llvm"``, the default: this machine).
     threads : str, optional
         ``"tecomp"`` (the default) or ``"torch"``: whose threads run the kernels'
-        parallel loops (see the module docstring).
+        parallel loops while a graph runs (see the module docstring).
 
     Raises
     ------

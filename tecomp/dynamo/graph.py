@@ -29,6 +29,7 @@ import collections
 import heapq
 import logging
 import operator
+import sys
 import threading
 from typing import Dict, List
 
@@ -43,7 +44,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from ..errors import InternalError
 from . import cache as _cache
 from . import lowering_nn
-from . import openmp as _openmp  # noqa: F401  (registers the nn rules)
+from . import openmp as _openmp
 from .lowering import ANCHORS, VIEWS, unsupported
 
 log = logging.getLogger("tecomp.dynamo")
@@ -110,8 +111,8 @@ class CompiledGraph:
                 if plan is None:
                     plan = self.plans[sig] = _Plan(self.gm, args, self.options, self.role,
                                                      self.symbolic)
-        _openmp.use(self.options.threads)
-        return plan.run(args)
+        with _openmp.scope(self.options.threads):
+            return plan.run(args)
 
 
 def _propagate(gm, args) -> Dict[torch.fx.Node, object]:
@@ -196,6 +197,8 @@ class _Plan:
         self.steps = _schedule(graph, regions, order)
         self.output = next(n for n in graph.nodes if n.op == "output")
         self.release = _releases(self.steps, self.output)
+        # the kernels' outputs by node: a released one's memory is reused (see run)
+        self.specs = {n: spec for r in regions for n, spec in zip(r.outputs, r.out_specs)}
         self.regions = regions
         self.vals = vals
         self.role = role
@@ -214,25 +217,65 @@ class _Plan:
                           r.origin, r.key[:12], _ops(r.nodes))
 
     def run(self, args):
+        """Run the steps on ``args`` (a list, emptied: AOTAutograd's boxed convention).
+
+        An intermediate a kernel wrote is dropped after its last use; where nothing else
+        holds it (no view of it is alive), a later kernel output of the same shape,
+        strides and dtype in this call takes its memory instead of a new allocation (as
+        Inductor reuses a buffer): ResNet-50's blocks of one stage have the same
+        shapes, and each new allocation of tens of MB is fresh pages the kernel then
+        faults in."""
         env = dict(zip(self.placeholders, args))
         args.clear()
+        free = collections.defaultdict(list)  # spec -> released kernel outputs
+        specs = self.specs
         for (kind, item), done in zip(self.steps, self.release):
             if kind == 0:  # a region
                 ins = [env[n] for n in item.inputs]
                 if item.guards:
                     lowering_nn.check_ids(ins, item.guards, self.vals)
-                outs = [torch.empty_strided(s, st, dtype=d) for s, st, d in item.out_specs]
+                outs = [_allocate(free, spec) for spec in item.out_specs]
                 item.module.call_grad_inputs(*ins, *outs)
                 for n, o in zip(item.outputs, outs):
                     env[n] = o
+                ins = outs = o = None
             elif kind == 1:  # an eager node
                 a, kw = torch.fx.node.map_arg((item.args, item.kwargs), env.__getitem__)
                 env[item] = item.target(*a, **kw)
+                a = kw = None
             else:  # get_attr
                 env[item] = _attr(item.graph.owning_module, item.target)
             for n in done:
-                del env[n]
+                t = env.pop(n)
+                spec = specs.get(n)
+                if spec is not None and _unshared(t):
+                    free[spec].append(t)
+                t = None
         return torch.fx.node.map_arg(self.output.args[0], env.__getitem__)
+
+
+#: the count of references to a tensor's storage (PyTorch's private binding, as
+#: AOTAutograd uses it), or None where this PyTorch lacks it (then nothing is reused)
+_STORAGE_USES = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def _unshared(t) -> bool:
+    """Whether the caller's ``t`` is the only reference to its tensor (besides
+    getrefcount's argument) and the tensor the only one to its memory: no view of it is
+    alive (under ``torch.inference_mode`` a view does not reference its base tensor,
+    only the memory), and no other node's value (an eager node that returned it)."""
+    return (_STORAGE_USES is not None and type(t) is torch.Tensor and
+            sys.getrefcount(t) == 3 and
+            _STORAGE_USES(t.untyped_storage()._cdata) == 2)
+
+
+def _allocate(free, spec) -> torch.Tensor:
+    """A tensor of ``spec`` (shape, strides, dtype): a released one of ``free`` or new."""
+    kept = free.get(spec)
+    if kept:
+        return kept.pop()
+    shape, strides, dtype = spec
+    return torch.empty_strided(shape, strides, dtype=dtype)
 
 
 def _releases(steps, output) -> List[list]:

@@ -10,20 +10,29 @@ thread taking a contiguous share of the iterations), tecomp's kernels and PyTorc
 operators use one set of threads.
 
 The glue is a small function in LLVM IR (:data:`_IR`), JIT-compiled once, that has the
-signature of ``tecomp_parallel_for``; :func:`tecomp.threads.run_parallel_loops_on`
-points every tecomp pool of the process at it.  Only where PyTorch's parallel backend
-is OpenMP through libgomp (its ``GOMP_parallel``, ``omp_get_thread_num`` and
-``omp_get_num_threads`` found in the library the process loaded); elsewhere
-:func:`use` leaves tecomp's pool in place.
+signature of ``tecomp_parallel_for``.  Only the threads that run a compiled graph use it:
+:func:`tecomp.threads.run_marked_threads_on` points every tecomp pool of the process at it
+for the regions of a thread *marked* by a pthread key, and :func:`scope` marks the calling
+thread for the duration of one graph's call (restoring the mark it found on return or
+exception).  A tecomp kernel called outside a graph, or by another thread at the same
+time, runs on tecomp's pool as before.  In a ``fork()``ed child the OpenMP team does not
+exist (libgomp's threads did not survive the fork, and a region would wait for them
+forever): there every graph runs its kernels on tecomp's pool, which starts new workers.
+Only where PyTorch's parallel backend is OpenMP through libgomp (its ``GOMP_parallel``,
+``omp_get_thread_num`` and ``omp_get_num_threads`` found in the library the process
+loaded); elsewhere :func:`scope` leaves tecomp's pool in place.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
+import os
 import threading
 from typing import Optional
 
 from .. import threads
+from ..errors import InternalError
 from ..codegen.llvm import jit as llvm_jit
 
 log = logging.getLogger("tecomp.dynamo")
@@ -157,26 +166,89 @@ def parallel_for_address() -> Optional[int]:
         return _GLUE[1]
 
 
-_ACTIVE = "tecomp"
+#: the pthread key that marks a thread running a graph with threads="torch" (its value:
+#: NULL or 1), created with the glue; None where there is no glue
+_KEY: Optional[int] = None
+try:  # the C library's pthread functions (POSIX; elsewhere threads="torch" is off)
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+    _SET = _LIBC.pthread_setspecific
+    _SET.argtypes, _SET.restype = (ctypes.c_uint, ctypes.c_void_p), ctypes.c_int
+except (OSError, TypeError, AttributeError):
+    _LIBC = _SET = None
+_MARK = ctypes.c_void_p(1)
+#: whether this thread is marked (mirrors its value of _KEY, without a ctypes call)
+_LOCAL = threading.local()
+#: True in a fork()ed child: no OpenMP team there (see the module docstring)
+_FORKED = False
 
 
-def use(mode: str) -> str:
-    """Run tecomp's parallel loops on ``mode``'s threads from now on: ``"torch"``
-    (PyTorch's OpenMP team) or ``"tecomp"`` (tecomp's pool); returns the mode in force
-    (``"tecomp"`` where PyTorch does not use libgomp, said once in the log).  Cheap when
-    the mode does not change (each compiled graph's call sets its own)."""
-    global _ACTIVE
-    if mode == _ACTIVE:
-        return mode
-    addr = parallel_for_address() if mode == "torch" else None
-    if mode == "torch" and addr is None:
+def _marked_key() -> Optional[int]:
+    """The pthread key of marked threads, with the glue compiled and every pool pointed
+    at it on first use; None where the glue is unavailable (said once in the log)."""
+    global _KEY
+    if _KEY is not None:
+        return _KEY
+    addr = parallel_for_address() if _SET is not None else None
+    if addr is None:
         if not _WARNED:
-            _WARNED.append(mode)
+            _WARNED.append(True)
             log.info("tecomp.dynamo: threads='torch' needs PyTorch's OpenMP through libgomp "
                      "(%s); the kernels run on tecomp's threads",
                      "not this PyTorch's parallel backend" if _libgomp() is None else
                      "its functions not found")
-        return _ACTIVE
-    threads.run_parallel_loops_on(addr)
-    _ACTIVE = mode
-    return mode
+        return None
+    with _LOCK:
+        if _KEY is None:
+            key = ctypes.c_uint(0)
+            if _LIBC.pthread_key_create(ctypes.byref(key), None) != 0:
+                log.info("tecomp.dynamo: threads='torch': pthread_key_create failed (errno "
+                         "%d); the kernels run on tecomp's threads", ctypes.get_errno())
+                _WARNED.append(True)
+                return None
+            threads.run_marked_threads_on(addr, key.value)
+            _KEY = key.value
+    return _KEY
+
+
+@contextlib.contextmanager
+def scope(mode: str):
+    """Within the block, the calling thread's tecomp kernels run their parallel loops on
+    ``mode``'s threads: ``"torch"`` (PyTorch's OpenMP team, where PyTorch runs on
+    libgomp and not in a fork()ed child) or ``"tecomp"`` (tecomp's pool); the thread's
+    previous setting is back on exit, however the block ends.  Other threads are not
+    affected."""
+    on = mode == "torch" and not _FORKED and _marked_key() is not None
+    was = getattr(_LOCAL, "on", False)
+    if on == was:
+        yield
+        return
+    _mark(on)
+    try:
+        yield
+    finally:
+        _mark(was)
+
+
+def _mark(on: bool) -> None:
+    on = on and not _FORKED
+    if _SET(_KEY, _MARK if on else None) != 0:
+        raise InternalError(f"pthread_setspecific failed for tecomp.dynamo's thread mark "
+                            f"(errno {ctypes.get_errno()}): this is a tecomp bug")
+    _LOCAL.on = on
+
+
+def active() -> str:
+    """Whose threads the calling thread's kernels run on now: ``"torch"`` or
+    ``"tecomp"``."""
+    return "torch" if getattr(_LOCAL, "on", False) else "tecomp"
+
+
+def _after_fork_in_child() -> None:
+    global _FORKED
+    _FORKED = True
+    if getattr(_LOCAL, "on", False):
+        _mark(False)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -60,7 +60,7 @@ from ..lower.in_place import in_place_pairs
 from .cuda_kernels import KernelInfo, KernelParam
 from .extern import SYMBOL as EXTERN_SYMBOL
 from .signature import CheckSite, Signature
-from ..threads import DELEGATE_TO, PARALLEL_FOR, POOL_FUNCTIONS
+from ..threads import DELEGATE_MARKED, DELEGATE_TO, PARALLEL_FOR, POOL_FUNCTIONS
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SECTION", "METADATA_SYMBOL", "METADATA_FUNCTION",
            "VARIANTS", "variant_symbol", "reserved_symbols", "check_kernel_symbol", "build_metadata",
@@ -90,8 +90,8 @@ ERR_WORDS = 5
 MAX_METADATA_BYTES = 64 << 20
 
 #: what the thread pool defines: the function kernels call, and its controls
-_POOL_SYMBOLS = (PARALLEL_FOR, "tecomp_ws_alloc", "tecomp_ws_free", DELEGATE_TO) + \
-    tuple(POOL_FUNCTIONS)
+_POOL_SYMBOLS = (PARALLEL_FOR, "tecomp_ws_alloc", "tecomp_ws_free", DELEGATE_TO,
+                 DELEGATE_MARKED) + tuple(POOL_FUNCTIONS)
 
 
 def variant_symbol(entry: str, layout: str, noalias: bool) -> str:

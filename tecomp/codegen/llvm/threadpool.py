@@ -79,14 +79,19 @@ How it works
   blocks go to ``aligned_alloc`` and ``free`` directly.  Each block carries its size in
   a 64-byte header before the (64-byte aligned) address the kernel gets.
 * **One pool per process (opt-in).**  ``tecomp_pool_delegate_to(f)`` makes a pool run
-  every region by calling ``f`` -- another pool's ``tecomp_parallel_for``, or
-  ``tecomp.dynamo.openmp``'s, on PyTorch's OpenMP threads -- instead of on its own
-  threads; with ``TECOMP_SHARED_POOL=1``, :func:`tecomp.threads.register` points each
+  every region by calling ``f`` (another pool's ``tecomp_parallel_for``) instead of
+  on its own threads; with ``TECOMP_SHARED_POOL=1``, :func:`tecomp.threads.register` points each
   pool registered after the first at the first.  Twenty kernels of 2^18 elements in a
   row, each from its own library, took 0.79-1.04 ms on the 2-core Zen 5 VM with a pool
   each against 0.73-0.76 ms on one pool (min of 200, under load); but torch.compile's
   ResNet-50 and a CNN's training step ran slower on one pool (see
   :func:`tecomp.threads.register`), so each library keeps its own by default.
+* **Marked threads.**  ``tecomp_pool_delegate_marked(f, key)`` makes a pool run the
+  regions of the threads whose value of the pthread key ``key`` is not NULL by calling
+  ``f`` (checked first: one atomic load per region while no ``f`` is set, a
+  ``pthread_getspecific`` after): ``tecomp.dynamo.openmp`` marks the thread that runs
+  a compiled graph, whose kernels then run on PyTorch's OpenMP threads, while other
+  threads' kernels stay on tecomp's.
 * **Lifetime.**  An ``atexit`` hook (:mod:`tecomp.threads`) joins the workers
   before the interpreter tears the JIT memory down; after ``fork()`` the child resets
   the pool (its workers did not survive the fork) and starts new ones on its first
@@ -103,7 +108,8 @@ from ...errors import InternalError
 from ...target import as_target
 from . import jit as llvm_jit
 from ...threads import (  # noqa: F401  (set_num_threads, get_num_threads: the public names)
-    DEFAULT_SPIN, DEFAULT_WAIT_SPIN, DEFAULT_WORKSPACE_LIMIT, DELEGATE_TO, MAX_THREADS,
+    DEFAULT_SPIN, DEFAULT_WAIT_SPIN, DEFAULT_WORKSPACE_LIMIT, DELEGATE_MARKED, DELEGATE_TO,
+    MAX_THREADS,
     PARALLEL_FOR, POOL_FUNCTIONS,
     PoolControls,
     default_num_threads, get_num_threads, register, set_num_threads, spin_from_env,
@@ -145,6 +151,8 @@ _POOL_IR = r"""
 @tp_desired = internal global i32 {DESIRED0}, align 4
 @tp_spin = internal global i64 2000, align 8
 @tp_delegate = internal global ptr null, align 8
+@tp_tls_delegate = internal global ptr null, align 8
+@tp_tls_key = internal global i64 0, align 8
 @ws_lock = internal global [128 x i8] zeroinitializer, align 64
 @ws_ptr = internal global [{WS_SLOTS} x ptr] zeroinitializer, align 8
 @ws_size = internal global [{WS_SLOTS} x i64] zeroinitializer, align 8
@@ -161,6 +169,7 @@ declare i32 @pthread_cond_init(ptr, ptr)
 declare i32 @pthread_cond_wait(ptr, ptr)
 declare i32 @pthread_cond_broadcast(ptr)
 declare i32 @sched_yield()
+declare ptr @pthread_getspecific(i64)
 declare ptr @malloc(i64)
 declare void @free(ptr)
 declare ptr @aligned_alloc(i64, i64)
@@ -390,12 +399,24 @@ entry:
 ret0:
   ret i32 0
 own:
+  ; the calling thread's regions run elsewhere (tecomp_pool_delegate_marked): where
+  ; its value of the pthread key tp_tls_key is set
+  %td = load atomic ptr, ptr @tp_tls_delegate seq_cst, align 8
+  %hastd = icmp ne ptr %td, null
+  br i1 %hastd, label %marked, label %shared
+marked:
+  %key = load atomic i64, ptr @tp_tls_key seq_cst, align 8
+  %mark = call ptr @pthread_getspecific(i64 %key)
+  %ismarked = icmp ne ptr %mark, null
+  br i1 %ismarked, label %delegated, label %shared
+shared:
   ; another pool of the process runs this pool's regions (tecomp_pool_delegate_to)
   %dl = load atomic ptr, ptr @tp_delegate seq_cst, align 8
   %hasdl = icmp ne ptr %dl, null
   br i1 %hasdl, label %delegated, label %go
 delegated:
-  %rdl = tail call i32 %dl(ptr %fn, ptr %cl, i64 %extent)
+  %to = phi ptr [ %td, %marked ], [ %dl, %shared ]
+  %rdl = tail call i32 %to(ptr %fn, ptr %cl, i64 %extent)
   ret i32 %rdl
 go:
   %want = call i32 @tp_wanted()
@@ -492,6 +513,15 @@ finished:
 define void @tecomp_pool_delegate_to(ptr %f) nounwind {
 entry:
   store atomic ptr %f, ptr @tp_delegate seq_cst, align 8
+  ret void
+}
+
+; the regions of a thread whose value of the pthread key %key is not NULL run by
+; calling %f (NULL: none); the key is stored before %f, which the dispatcher reads first
+define void @tecomp_pool_delegate_marked(ptr %f, i64 %key) nounwind {
+entry:
+  store atomic i64 %key, ptr @tp_tls_key seq_cst, align 8
+  store atomic ptr %f, ptr @tp_tls_delegate seq_cst, align 8
   ret void
 }
 
@@ -750,7 +780,8 @@ entry:
 }
 """
 
-_ENTRY_POINTS = (PARALLEL_FOR, WS_ALLOC, WS_FREE, DELEGATE_TO) + tuple(POOL_FUNCTIONS)
+_ENTRY_POINTS = (PARALLEL_FOR, WS_ALLOC, WS_FREE, DELEGATE_TO, DELEGATE_MARKED) + \
+    tuple(POOL_FUNCTIONS)
 
 # How many threads a region wants (``tp_desired``).  The JIT's pool is always told by
 # Python (tecomp.threads); a library's pool may be called from C without being
