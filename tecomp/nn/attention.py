@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from typing import Tuple
 
 from .. import te as _te
 from ..errors import AutodiffError, DTypeError, ShapeError
@@ -183,7 +184,7 @@ def _online_softmax():
 
 
 def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
-                    scale: float | None = None, name: str = "flash"):
+                    scale: float | None = None, name: str = "flash") -> Tuple[Tensor, Tensor]:
     """FlashAttention's forward: ``softmax(q k^T * scale) v`` per batch and head, and the
     rows' logsumexp (what the backward recomputes the probabilities from), in computes
     that never hold an ``Lq x Lk`` matrix once scheduled
@@ -335,7 +336,7 @@ def _flash_forward(q, k, v, causal, scale, name):
 
 def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor,
                              lse: Tensor, causal: bool = False, scale: float | None = None,
-                             name: str = "flash_grad"):
+                             name: str = "flash_grad") -> Tuple[Tensor, Tensor, Tensor]:
     """FlashAttention's backward: the gradients ``(dq, dk, dv)`` of
     :func:`flash_attention`'s output contracted with ``dout``, from the forward's output
     ``out`` and logsumexp ``lse``, in computes that never hold an ``Lq x Lk`` matrix once
