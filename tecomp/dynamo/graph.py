@@ -248,7 +248,7 @@ class _Plan:
             for n in done:
                 t = env.pop(n)
                 spec = specs.get(n)
-                if spec is not None and _unshared(t):
+                if spec is not None and _unshared(t, env):
                     free[spec].append(t)
                 t = None
         return torch.fx.node.map_arg(self.output.args[0], env.__getitem__)
@@ -259,13 +259,17 @@ class _Plan:
 _STORAGE_USES = getattr(torch._C, "_storage_Use_Count", None)
 
 
-def _unshared(t) -> bool:
-    """Whether the caller's ``t`` is the only reference to its tensor (besides
-    getrefcount's argument) and the tensor the only one to its memory: no view of it is
-    alive (under ``torch.inference_mode`` a view does not reference its base tensor,
-    only the memory), and no other node's value (an eager node that returned it)."""
+def _unshared(t, env=None) -> bool:
+    """Whether the kernel output ``t``, just dropped from the plan's values ``env``, is
+    no other node's value too (an eager node that returned the very tensor, e.g. an
+    in-place op) and the only tensor on its memory: no view of it is alive (under
+    ``torch.inference_mode`` a view does not reference its base tensor, only the
+    memory).  Nothing outside the plan holds a kernel output it has not returned.
+    (Not ``sys.getrefcount``: once a ``torch.compile`` had failed in the process, it
+    counted one more reference to every tensor here, 4 instead of 3, held by no node, and
+    nothing was reused again.)"""
     return (_STORAGE_USES is not None and type(t) is torch.Tensor and
-            sys.getrefcount(t) == 3 and
+            not any(v is t for v in (env or {}).values()) and
             _STORAGE_USES(t.untyped_storage()._cdata) == 2)
 
 
