@@ -29,7 +29,6 @@ import collections
 import heapq
 import logging
 import operator
-import sys
 import threading
 from typing import Dict, List
 
