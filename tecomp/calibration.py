@@ -48,7 +48,7 @@ from .runtime.timing import time_calls
 from .schedule import create_schedule
 from .strategy import cpu as _scpu
 from .strategy.cpu.gemm import _rows
-from .target import Target, machine as _machine
+from .target import as_target, machine as _machine
 from .te import compute, placeholder, reduce_axis, sum as te_sum
 from .te.tensor_intrin import transpose_intrin
 from .threads import get_num_threads, set_num_threads
@@ -216,8 +216,7 @@ def calibrate(target=None, *, rounds: int = 3, save: bool = True) -> dict:
     >>> sorted(costs)                                 # doctest: +SKIP
     ['fma_bits', 'gather_cost', 'gemm_load_cost', 'split_loads_cheap', 'transpose_cost']
     """
-    target = Target("llvm") if target is None else Target(target) \
-        if isinstance(target, str) else target
+    target = as_target("llvm" if target is None else target)
     if not (target.is_cpu and target.is_host and target.is_native_isa):
         raise TargetError(f"cannot calibrate {target}: only this machine's own CPU can be "
                           "measured (tc.Target('llvm'))")

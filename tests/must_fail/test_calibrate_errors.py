@@ -20,6 +20,11 @@ def test_calibrating_another_machine(target):
         tc.calibration.calibrate(target, save=False)
 
 
+def test_calibrating_something_that_is_no_target():
+    with pytest.raises(tc.TargetError, match=r"a target is a string or a tc.Target, got int"):
+        tc.calibration.calibrate(3, save=False)
+
+
 @pytest.mark.parametrize("rounds", [0, 101, 2.5, True, "3"])
 def test_bad_rounds(rounds):
     with pytest.raises(tc.TargetError, match=r"calibrate\(rounds=.*\): give an int from 1 "
