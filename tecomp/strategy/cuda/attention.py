@@ -219,27 +219,36 @@ class _Kernels:
         rows = self.cfg.block_kv if step else self.cfg.block_q
         _cooperative_copy(st, self.threads, rows * cols, self.per16)
 
+    def warp_tile(self, T, at, axis, row: int):
+        """The float32 tile ``T`` (``[.., rows, cols]``) in shared memory at ``at``'s
+        ``axis`` (rows padded from ``row`` floats), each warp storing its 32 rows from an
+        ``mma.accumulator`` fragment computed at its rows: returns that fragment's tensor,
+        its loops still to be tiled."""
+        s = self.s
+        ts = s[T]
+        ts.set_scope("shared")
+        ts.compute_at(at, axis)
+        F = s.cache_write(T, "mma.accumulator")
+        _, _, i, j = ts.op.axis
+        ts.storage_align(i, row, F32_PAD)
+        w, i = ts.split(i, factor=WARP)
+        fi, i = ts.split(i, factor=FRAG)
+        fj, j = ts.split(j, factor=FRAG)
+        ts.reorder(w, fi, fj, i, j)
+        _bind(ts, w, "threadIdx.y")
+        ts.tensorize(i, tensor_intrin(self.names["store"]))
+        s[F].compute_at(ts, w)
+        return F
+
     def scores(self, S, A, B, at, axis) -> None:
         """The ``block_q x block_kv`` float32 tile of ``S[.., r, c] = sum_d A[.., r, d] *
         B[.., c, d]`` at ``at``'s ``axis``, in shared memory, from the tensor cores: each
         warp its 32 rows.  ``A`` and ``B`` are shared copies (:meth:`shared_copy`)."""
         s, names = self.s, self.names
-        ss = s[S]
-        ss.set_scope("shared")
-        ss.compute_at(at, axis)
-        SF = s.cache_write(S, "mma.accumulator")
+        SF = self.warp_tile(S, at, axis, self.cfg.block_kv)
         AF = s.cache_read(A, "mma.matrix_a", [SF])
         BF = s.cache_read(B, "mma.matrix_b", [SF])
-        _, _, i, j = ss.op.axis
-        ss.storage_align(i, self.cfg.block_kv, F32_PAD)
-        w, i = ss.split(i, factor=WARP)
-        fi, i = ss.split(i, factor=FRAG)
-        fj, j = ss.split(j, factor=FRAG)
-        ss.reorder(w, fi, fj, i, j)
-        _bind(ss, w, "threadIdx.y")
-        ss.tensorize(i, tensor_intrin(names["store"]))
         sf = s[SF]
-        sf.compute_at(ss, w)
         _, _, ci, cj = sf.op.axis
         kf, kk = sf.split(sf.op.reduce_axis[0], factor=FRAG)
         fi, ci = sf.split(ci, factor=FRAG)
@@ -300,20 +309,8 @@ class _Kernels:
             x, th = ot.split(x, factor=ext)
             _bind(ot, th, tag)
         ot.vectorize(vv)
-        ps = s[acc]
-        ps.set_scope("shared")
-        ps.compute_at(ot, bo)
-        PF = s.cache_write(acc, "mma.accumulator")
-        _, _, i, e = ps.op.axis
-        ps.storage_align(i, _cint(acc.shape[3]), F32_PAD)
-        w, i = ps.split(i, factor=WARP)
-        fi, i = ps.split(i, factor=FRAG)
-        fe, e = ps.split(e, factor=FRAG)
-        ps.reorder(w, fi, fe, i, e)
-        _bind(ps, w, "threadIdx.y")
-        ps.tensorize(i, tensor_intrin(names["store"]))
+        PF = self.warp_tile(acc, ot, bo, _cint(acc.shape[3]))
         pf = s[PF]
-        pf.compute_at(ps, w)
         _, _, ci, ce = pf.op.axis
         ko, kk = pf.split(pf.op.reduce_axis[0], factor=cfg.block_kv)
         kf, kk = pf.split(kk, factor=FRAG)
