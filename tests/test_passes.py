@@ -546,11 +546,85 @@ def test_the_codegen_phase_is_what_tc_build_renders():
     assert codegen_cuda(lowered).source == codegen_cuda(prepared).source
 
 
+def test_hoist_guards():
+    """A guard that does not read a loop's counter leaves the loop; of a conjunction, only
+    the terms that do not read it; not out of a parallel loop, nor a guard that loads."""
+    from tecomp.ir.expr import GE
+    from tecomp.ir.stmt import IfThenElse
+    from tecomp.lower.hoist_guards import hoist_guards_pass
+    j, k = Var("j", "int32"), Var("k", "int32")
+    A = Buffer("A", (Const(4), Const(16)), "float32")
+    B = Buffer("B", (Const(16),), "float32")
+    cond = tc.all(GE(Add(I, k, "int32"), Const(1), "bool"), GE(Add(j, k, "int32"), Const(2), "bool"))
+    store = BufferStore(B, BufferLoad(A, (k, j), "float32"), (j,))
+    nest = For(k, Const(0), Const(4), "serial",
+               For(j, Const(0), Const(16), "vectorized", IfThenElse(cond, store)))
+    after = hoist_guards_pass(PrimFunc("f", (A, B), For(I, Const(0), Const(4), "parallel", nest)))
+    assert to_str(after) == _text("""
+    primfn f(A: float32[4, 16], B: float32[16]) {
+      parallel (i, 0, 4) {
+        for (k, 0, 4) {
+          if (i + k >= 1) {
+            vectorized (j, 0, 16) {
+              if (j + k >= 2) {
+                B[j] = A[k, j]
+              }
+            }
+          }
+        }
+      }
+    }""")
+    # out of no parallel loop; a condition that loads stays where it is
+    par = PrimFunc("f", (A, B), For(j, Const(0), Const(16), "parallel",
+                                    IfThenElse(GE(I, Const(1), "bool"), store)))
+    assert hoist_guards_pass(par) is par
+    loads = PrimFunc("f", (A, B), For(j, Const(0), Const(16), "serial", IfThenElse(
+        GE(BufferLoad(A, (I, Const(0)), "float32"), Const(0.0, "float32"), "bool"), store)))
+    assert hoist_guards_pass(loads) is loads
+
+
+def test_hoist_guards_in_a_padded_conv3d():
+    """The taps of a 3-d convolution's depth and rows that read the zero padding are left
+    out of the sum (``tecomp.nn``'s ``where=``), tested once per tap, outside the loops of
+    the columns and the vector of output channels."""
+    import tecomp.nn as nn
+    X, W = tc.placeholder((1, 16, 4, 6, 6), name="X"), tc.placeholder((16, 16, 3, 3, 3), name="W")
+    Y = nn.conv3d_ncdhw(X, W, padding=1)
+    s = tc.create_schedule(Y.op)
+    CL = s.cache_write(Y, "local")
+    n, o, z, y, x = s[Y].op.axis
+    oo, oi = s[Y].split(o, factor=8)
+    s[Y].reorder(n, oo, z, y, x, oi)
+    s[Y].vectorize(oi)
+    s[CL].compute_at(s[Y], x)
+    c, kd, kh, kw = s[CL].op.reduce_axis
+    s[CL].reorder(c, kd, kh, kw, s[CL].op.axis[1])
+    s[CL].vectorize(s[CL].op.axis[1])
+    before, after = _through("hoist_guards", s, [X, W, Y])
+    guard = "if (i2_1 + kd >= 1 && i3_1 + kh >= 1) {"
+    # before: the guard inside the vector loop; after: each term around its own tap loop,
+    # outside the columns' taps and the vector
+    assert before.index("for (kw, 0, 3) {") < before.index(guard) and guard not in after
+    at = after.index("for (c, 0, 16) {")
+    for line in ("for (kd, 0, 3) {", "if (i2_1 + kd >= 1) {", "for (kh, 0, 3) {",
+                 "if (i3_1 + kh >= 1) {", "for (kw, 0, 3) {", "vectorized (i1_1, 0, 8) {",
+                 "conv3d_ncdhw.local[0, i1_1, 0, 0, 0] = conv3d_ncdhw.local"):
+        at = after.index(line, at)   # in this order
+    x = np.random.default_rng(0).standard_normal((1, 16, 4, 6, 6)).astype("float32")
+    w = np.random.default_rng(1).standard_normal((16, 16, 3, 3, 3)).astype("float32")
+    p = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1), (1, 1)))
+    want = sum(np.einsum("ncdhw,oc->nodhw", p[:, :, a:a + 4, b:b + 6, e:e + 6], w[:, :, a, b, e])
+               for a in range(3) for b in range(3) for e in range(3))
+    y = np.empty((1, 16, 4, 6, 6), "float32")
+    tc.build(s, [X, W, Y])(x, w, y)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
 #: the test of each pass
 PASS_TESTS = {
     "simplify": test_simplify, "simplify_after_partition": test_simplify,
     "prefetch": test_prefetch, "loop_partition": test_loop_partition,
-    "causal_tiles": test_causal_tiles,
+    "causal_tiles": test_causal_tiles, "hoist_guards": test_hoist_guards,
     "unroll_explicit": test_unroll_explicit, "remove_no_op": test_remove_no_op,
     "verify_thread_extents": test_verify_thread_extents,
     "insert_barriers": test_insert_barriers, "double_buffer": test_double_buffer,

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..ir.expr import Var
     from ..te.tensor import Tensor
 from .causal_tiles import causal_tiles_pass
+from .hoist_guards import hoist_guards_pass
 from .device_split import split_host_device_pass
 from .parallel import parallel_plan_pass
 from .vectorize import vector_plan_pass
@@ -37,6 +38,7 @@ PASSES = [
     ("prefetch", P.prefetch_pass, None),
     ("loop_partition", P.loop_partition_pass, None),
     ("simplify_after_partition", P.simplify_pass, None),
+    ("hoist_guards", hoist_guards_pass, None),
     ("unroll_explicit", P.unroll_explicit_pass, None),
     ("remove_no_op", P.remove_no_op_pass, None),
     ("verify_thread_extents", P.verify_thread_extents_pass, None),

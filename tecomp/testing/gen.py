@@ -236,8 +236,19 @@ def _index_cond(c: _StageCtx, ks: List[int]):
     d = c.d
     ks = [k for k in ks if c.exts[k] != "n"] or ks
     k = d.choice(ks)
-    f = d.choice(("lt", "mod", "le2", "ge"))
+    f = d.choice(("lt", "mod", "le2", "ge", "tap"))
     e = c.exts[k]
+    data = [j for j in range(c.nd) if c.exts[j] != "n"]
+    ks = [r for r in ks if c.exts[r] != "n"]
+    if f == "tap" and data and ks:
+        # a convolution's taps inside the image: ``y + ky >= 1 && x + kx < W + 1``, terms
+        # that read outer and inner loops (lower/hoist_guards.py moves each out on its own)
+        def tap(op):
+            j = d.choice(data)
+            r = d.choice(ks)
+            bound = IC(1) if op == ">=" else IC(c.exts[j] + c.exts[r] - 2)
+            return Cmp(op, IBin("+", Ax(j), Ax(r)), bound)
+        return tap(">=") if d.bool(0.4) else CAnd(tap(">="), tap("<"))
     if f == "lt":
         bound = IC(d.int(0, e)) if e != "n" else IBin("-", NVar(), IC(1))
         return Cmp("<", Ax(k), bound)
