@@ -109,8 +109,24 @@ def grad_of_bmm():
     return [Q, K, dS, dQ], lambda q, kk, ds: ds @ kk
 
 
+def grad_of_two_dense():
+    """The gradient of X read by two GEMMs: one output summing two GEMMs (a BERT layer's
+    x.grad sums five), the epilogue of only one of them (the rules once scheduled it as the
+    epilogue of both: a ScheduleError)."""
+    X = tc.placeholder((24, 16), name="X")
+    W1, W2 = tc.placeholder((16, 20), name="W1"), tc.placeholder((16, 20), name="W2")
+    k1, k2 = tc.reduce_axis((0, 16), name="k1"), tc.reduce_axis((0, 16), name="k2")
+    Y1 = tc.compute((24, 20), lambda i, j: tc.sum(X[i, k1] * W1[k1, j], axis=k1), name="Y1")
+    Y2 = tc.compute((24, 20), lambda i, j: tc.sum(X[i, k2] * W2[k2, j], axis=k2), name="Y2")
+    Z = tc.compute((24, 20), lambda i, j: Y1[i, j] * Y2[i, j], name="Z")
+    dZ = tc.placeholder(Z.shape, name="dZ")
+    dX = tc.gradient(Z, [X], head=dZ)[0]
+    return [X, W1, W2, dZ, dX], \
+        lambda x, w1, w2, dz: (dz * (x @ w2)) @ w1.T + (dz * (x @ w1)) @ w2.T
+
+
 CASES = [bmm_qk, bmm_pv, at_b, gemm_bias_relu, layer_norm, row_sum, full_sum, short_sum,
-         softmax, grad_of_bmm]
+         softmax, grad_of_bmm, grad_of_two_dense]
 
 
 def _arrays(args, seed=0):

@@ -194,7 +194,10 @@ class _CudaRules:
         if id(op) not in self.out_ops:
             via = [c for c in self.ops if id(c) in self.out_ops and not c.reduce_axis
                    and self._reads(c, op)]
-            if len(via) == 1 and self._only_reader(op, via[0]):
+            # (an output that sums several GEMMs, a gradient's, is the epilogue of the first
+            # one only: the others are kernels of their own that it reads)
+            if len(via) == 1 and id(via[0]) not in self.done and \
+                    self._only_reader(op, via[0]):
                 cand = via[0].output(0)
                 if (len(cand.shape) == len(gemm.shape)
                         and all(self.cint(a) is not None and self.cint(a) == self.cint(b)

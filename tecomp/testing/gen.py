@@ -442,8 +442,8 @@ def gen_tensor_core_gemm(d) -> Program:
     f32(W), k)``, extents multiples of 16 (what the GPU rules put on tensor cores), ``A``
     as ``[M, K]`` or ``[K, M]`` and ``W`` as ``[K, N]`` or ``[N, K]``, maybe batched, and
     mostly with an elementwise epilogue (a bias over the columns or a constant, a max,
-    min or tanh, a float32, float16 or bfloat16 result) that the tensor-core template
-    applies from its tile of C in shared memory."""
+    min or tanh, a float32, float16 or bfloat16 result, sometimes plus a second GEMM's
+    ``C2``) that the tensor-core template applies from its tile of C in shared memory."""
     dt = d.choice(("float16", "bfloat16"))
     batch = d.choice((0, 0, 2))
     M, N, K = (16 * d.choice(c) for c in ((1, 2, 3), (1, 2, 3), (1, 2)))
@@ -468,6 +468,15 @@ def gen_tensor_core_gemm(d) -> Program:
     if d.bool(0.75):
         e = Load(c, tuple(b + [i, j]))
         e = VBin("+", e, Load(2, (j,)) if bias else VConst(d.choice((0.5, -1.25))))
+        if d.bool(0.3):
+            # plus a second GEMM of the same shape (a gradient summed from two products):
+            # the epilogue of one of the two, read by it from the other's kernel
+            a2 = len(prog.tensors)
+            prog.tensors += [TSpec("A2", lead + (M, K), dt), TSpec("W2", lead + (K, N), dt)]
+            prog.tensors.append(TSpec("C2", lead + (M, N), "float32", VBin(
+                "*", VCast(Load(a2, tuple(b + [i, k])), dt),
+                VCast(Load(a2 + 1, tuple(b + [k, j])), dt)), ReduceSpec("sum", (K,))))
+            e = VBin("+", e, Load(a2 + 2, tuple(b + [i, j])))
         pick = d.int(0, 3)
         if pick == 1:
             e = VBin(d.choice(("max", "min")), e, VConst(0.0))
@@ -475,7 +484,7 @@ def gen_tensor_core_gemm(d) -> Program:
             e = VUn("tanh", e)
         odt = d.choice(("float32", dt, dt))
         prog.tensors.append(TSpec("D", lead + (M, N), odt, VCast(e, "float32")))
-        prog.outputs = [c + 1]
+        prog.outputs = [len(prog.tensors) - 1]
     return prog
 
 
