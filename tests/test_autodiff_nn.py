@@ -5,6 +5,8 @@ The ops' forward and backward definitions are compiled with LLVM (the default sc
 few per kernel in a module-scoped fixture, so the file stays fast; each op is then its own
 test.
 """
+import math
+
 import numpy as np
 import pytest
 
@@ -514,6 +516,39 @@ def test_float16_gradients_accumulate_in_float32(case):
     errs = {x.name: np.abs(g.astype(np.float64) - t.grad.numpy()).max() /
             np.abs(t.grad.numpy()).max() for x, g, t in zip(phs, got, ts)}
     assert max(errs.values()) <= 2 * 2.0 ** -11, f"{name}: relative errors {errs}"
+
+
+def test_float16_gemm_gradients_read_the_16_bit_adjoint():
+    """A float16 dense layer's float32 sum is rounded to float16 (its output); the sum's
+    adjoint is then the output's adjoint widened at the same point, which the derivatives
+    read through the cast instead of from a float32 copy: both gradient GEMMs multiply two
+    float16 tensors summed in float32, what the GPU's tensor cores take (a BERT layer's
+    backward had its 12 projection GEMMs on CUDA cores, reading float32 copies)."""
+    from tecomp.strategy._common import _contraction_operands, _walk
+    from tecomp.strategy.cuda.tensorcore import tensor_core_gemm
+    X, W = tc.placeholder((32, 16), "float16", name="X"), tc.placeholder((48, 16), "float16",
+                                                                         name="W")
+    B = tc.placeholder((48,), "float16", name="B")
+    Y = nn.gelu(nn.dense(X, W, B))
+    head = tc.placeholder(Y.shape, "float16", name="head")
+    grads = tc.gradient(Y, [X, W, B], head=head)
+    gemms = [op for op in _walk(grads) if _contraction_operands(op) is not None]
+    # (the forward's, whose sum the gradient of gelu reads, and the two gradients)
+    assert len(gemms) == 3 and all(tensor_core_gemm(op.output(0)) for op in gemms), \
+        [str(op.body) for op in gemms]
+    x, w, b = (rng.uniform(-1, 1, s).astype(np.float16) for s in ((32, 16), (48, 16), (48,)))
+    h = rng.uniform(-1, 1, (32, 48)).astype(np.float16)
+    got = [np.zeros(s, np.float16) for s in ((32, 16), (48, 16), (48,))]
+    tc.build(tc.create_schedule([g.op for g in grads]), [X, W, B, head] + grads)(x, w, b, h, *got)
+    # the reference: the derivative at the float16-rounded sum, as the definition computes it
+    xd, wd = x.astype(np.float64), w.astype(np.float64)
+    a = (xd @ wd.T + b).astype(np.float16).astype(np.float64)
+    erf = np.vectorize(math.erf)
+    ga = h * (0.5 * (1 + erf(a / math.sqrt(2))) + a * np.exp(-a * a / 2) / math.sqrt(2 * math.pi))
+    ga = ga.astype(np.float16).astype(np.float64)
+    want = [ga @ wd, ga.T @ xd, ga.sum(0)]
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g.astype(np.float64), r, rtol=4e-3, atol=4e-3)
 
 
 def test_data_gradient_with_an_elementwise_epilogue():

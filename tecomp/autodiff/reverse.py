@@ -312,16 +312,44 @@ def partials(expr: Expr, is_target: Callable[[Expr], bool], seed: Optional[Expr]
 
 
 class _Adjoint:
-    """The adjoint of a tensor: a tensor, or ones (``head=None``)."""
+    """The adjoint of a tensor: a tensor, or ones (``head=None``).
+
+    An adjoint that only widens another tensor at the same point (``acc.grad[i, j] =
+    float32(out.grad[i, j])``: the float32 sum of a float16 GEMM under its rounding
+    ``out = float16(acc)``) is read through the cast, inlined: the derivatives' GEMMs
+    then read the 16-bit tensor itself (``sum(float32(out.grad[i, o]) * float32(w[o, k]))``),
+    which the GPU's tensor cores take, and no float32 copy of it is stored."""
 
     def __init__(self, tensor: Optional[Tensor], dtype: str):
         self.tensor = tensor
         self.dtype = dtype
+        self.widened = _widened(tensor)
 
     def read(self, idx) -> Optional[Expr]:
         if self.tensor is None:
             return None
+        if self.widened is not None:
+            return self.widened[tuple(idx)].astype(self.tensor.dtype)
         return self.tensor[tuple(idx)]
+
+
+def _widened(t: Optional[Tensor]) -> Optional[Tensor]:
+    """The tensor ``X`` of a compute ``t[p] = cast(X[p])`` that widens a float at the same
+    indices (same shape), else None."""
+    op = getattr(t, "op", None)
+    if not isinstance(op, ComputeOp) or op.reduce_axis or len(op.bodies) != 1:
+        return None
+    body = op.body
+    if not isinstance(body, Cast) or not isinstance(body.value, ProducerLoad):
+        return None
+    src = body.value.producer
+    if not (_dt.is_float(src.dtype) and _dt.is_float(t.dtype)
+            and _dt.bits(src.dtype) < _dt.bits(t.dtype) and _same_shape(src, t)):
+        return None
+    if len(body.value.indices) != len(op.axis) or not all(
+            i is iv.var for i, iv in zip(body.value.indices, op.axis)):
+        return None
+    return src
 
 
 class _Inliner(Mutator):
