@@ -46,16 +46,17 @@ def shapes(hidden: int, ffn: int):
 
 
 def bert_layer(batch: int, seq: int, hidden: int = 768, heads: int = 12, ffn: int = 3072,
-               fused: bool = True):
+               fused: bool = True, dtype: str = "float32"):
     """(inputs, output): the placeholders (x, mask, then the parameters of PARAMS) and the
     layer's output [batch*seq, hidden].  ``fused``: the attention is
     ``nn.scaled_dot_product_attention`` (one fused kernel per block of query rows); else
-    two batched matmuls around a softmax."""
+    two batched matmuls around a softmax.  ``dtype``: every input's and the output's
+    (``tecomp.nn`` sums float16/bfloat16 products and statistics in float32)."""
     dh = hidden // heads
     n = batch * seq
-    X = tc.placeholder((n, hidden), name="x")
-    M = tc.placeholder((batch, seq), name="mask")
-    P = {k: tc.placeholder(s, name=k) for k, s in shapes(hidden, ffn).items()}
+    X = tc.placeholder((n, hidden), dtype=dtype, name="x")
+    M = tc.placeholder((batch, seq), dtype=dtype, name="mask")
+    P = {k: tc.placeholder(s, dtype=dtype, name=k) for k, s in shapes(hidden, ffn).items()}
 
     if fused:
         def heads_of(t, name):  # [n, hidden] -> [batch, heads, seq, dh]

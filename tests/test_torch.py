@@ -2,6 +2,8 @@
 torch.compile), and the TVM habits (int() of extents, get_const_tuple, time_evaluator)."""
 import operator
 
+import os
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,7 @@ import tecomp.nn as nn  # noqa: E402
 import tecomp.torch as tct  # noqa: E402
 from tecomp.runtime.argcheck import as_host_array  # noqa: E402
 from tecomp.errors import ArgumentError  # noqa: E402
-from helpers import DLPackWrapper  # noqa: E402  (tests/helpers.py)
+from helpers import DLPackWrapper, gpu_driver  # noqa: E402, F401  (tests/helpers.py; a fixture)
 
 
 def _axpy(dtype="float32"):
@@ -554,6 +556,44 @@ def test_example_bert_layer_forward_and_backward_match_pytorch(capsys, attention
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "OK" in out.splitlines()[-1]
+
+
+def _example(name):
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TECOMP_LONG_TESTS", "") in ("", "0"),
+                    reason="slow (the layer and its gradient compiled for the CUDA emulation, "
+                    "about 20 s a dtype): set TECOMP_LONG_TESTS=1")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_example_bert_layer_gpu_in_the_emulation(capsys, dtype):
+    """examples/bert_layer_gpu.py's path without a GPU: the 16-bit layer and tc.gradient
+    of it built for cuda-emu (the GPU rules, tensor cores in the emulation) against
+    PyTorch's float32 layer on the rounded inputs (about 20 s a dtype)."""
+    rc = _example("bert_layer_gpu").main(["--emulate", "--dtype", dtype])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.splitlines()[-1] == "OK", out
+
+
+@pytest.mark.gpu
+def test_example_bert_layer_gpu_trains_next_to_autocast(capsys, gpu_driver):
+    """examples/bert_layer_gpu.py on the GPU at a small size: the losses of three SGD steps
+    through the tecomp op on CUDA tensors match PyTorch's layer under torch.autocast."""
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    rc = _example("bert_layer_gpu").main(["--batch", "2", "--seq", "64", "--hidden", "128",
+                                          "--heads", "2", "--ffn", "256", "--steps", "3",
+                                          "--rounds", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.splitlines()[-1] == "OK", out
 
 
 def test_embedding_and_its_gradient_match_torch():
