@@ -439,18 +439,30 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
     pt = _te.compute((B, H, Lkp, Lqp), lambda b, h, j, i: prob(st, b, h, i, j, True).astype(dt),
                      name=f"{name}.pt", tag="flash_p")
     dv = cast(accumulate(pt, padded(dout, Lq, Lqp, "do"), Lkp, Lqp, Dv, "dv"), Lk, Dv, "dv")
-    # dk = ds^T q: rows are keys; the q tile serves the scores and the accumulation
-    qk = padded(q, Lq, Lqp, "q")
-    st = gemm_t(padded(k, Lk, Lkp, "k"), qk, Lkp, Lqp, "scores_k")
-    dpt = gemm_t(padded(v, Lk, Lkp, "v"), padded(dout, Lq, Lqp, "do"), Lkp, Lqp, "dpt")
-    dst = _te.compute((B, H, Lkp, Lqp), lambda b, h, j, i: grad_scores(
-        prob(st, b, h, i, j, True), dpt, b, h, i, j, True), name=f"{name}.dst", tag="flash_ds")
-    dk = cast(accumulate(dst, qk, Lkp, Lqp, D, "dk"), Lk, D, "dk")
-    # dq = ds k: rows are queries; the k tile serves the scores and the accumulation
-    kq = padded(k, Lk, Lkp, "k")
-    sq = gemm_t(padded(q, Lq, Lqp, "q"), kq, Lqp, Lkp, "scores_q")
-    dp = gemm_t(padded(dout, Lq, Lqp, "do"), padded(v, Lk, Lkp, "v"), Lqp, Lkp, "dp")
-    ds = _te.compute((B, H, Lqp, Lkp), lambda b, h, i, j: grad_scores(
-        prob(sq, b, h, i, j, False), dp, b, h, i, j, False), name=f"{name}.ds", tag="flash_ds")
-    dq = cast(accumulate(ds, kq, Lqp, Lkp, D, "dq"), Lq, D, "dq")
+    def through_scores(key_major):
+        """dk (``key_major``: rows are keys, ``ds^T q``) or dq (rows are queries, ``ds
+        k``): the scores and ``dout v^T`` of a tile recomputed, ``ds`` in q's dtype, and
+        its product with the other side's tile, which also serves the scores."""
+        if key_major:
+            rows, cols, Lr, Lc, Lrp, Lcp = k, q, Lk, Lq, Lkp, Lqp
+            ops, what = ("q", "k", "v", "do"), ("scores_k", "dpt", "dst", "dk")
+        else:
+            rows, cols, Lr, Lc, Lrp, Lcp = q, k, Lq, Lk, Lqp, Lkp
+            ops, what = ("k", "q", "do", "v"), ("scores_q", "dp", "ds", "dq")
+        rows_dp, cols_dp = (v, dout) if key_major else (dout, v)
+        other = padded(cols, Lc, Lcp, ops[0])
+        sc = gemm_t(padded(rows, Lr, Lrp, ops[1]), other, Lrp, Lcp, what[0])
+        dp = gemm_t(padded(rows_dp, Lr, Lrp, ops[2]), padded(cols_dp, Lc, Lcp, ops[3]),
+                    Lrp, Lcp, what[1])
+
+        def body(b, h, i, j):
+            return grad_scores(prob(sc, b, h, i, j, key_major), dp, b, h, i, j, key_major)
+        # (the axes named as the rows and columns they are: keys j, queries i)
+        fn = (lambda b, h, j, i: body(b, h, i, j)) if key_major else body
+        ds = _te.compute((B, H, Lrp, Lcp), fn, name=f"{name}.{what[2]}", tag="flash_ds")
+        dim = int(cols.shape[3].value)
+        return cast(accumulate(ds, other, Lrp, Lcp, dim, what[3]), Lr, dim, what[3])
+
+    dk = through_scores(True)
+    dq = through_scores(False)
     return dq, dk, dv
