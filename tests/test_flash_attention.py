@@ -108,6 +108,35 @@ def test_the_lowered_ir_has_no_seq_by_seq_buffer():
     assert len(re.findall(r"for \(j\.outer\w*, 0, i\.outer\w*\*2 \+ 2\)", text)) == 2
 
 
+def gemms(text):
+    """The accumulators of the tensorized mma loops in a lowered function, in order: one
+    per ``L x L x d`` GEMM of the kernels (each a loop of ``tensorize cuda.mma_*f32
+    (accumulate)`` whose output fragment names the stage)."""
+    return re.findall(r"tensorize cuda\.mma_(?:f16f16|bf16bf16)f32 \(accumulate\) \{\s*"
+                      r"// out c: ([\w.]+)\.mma\.accumulator", text)
+
+
+def test_the_gemms_of_the_forward_and_the_backward(dtype="bfloat16", causal=True):
+    """The forward computes the scores twice (statistics, then ``p v``): three GEMMs,
+    FlashAttention-2's two plus one; the backward eight (five in FlashAttention-2's):
+    ``dq``'s kernel recomputes the scores and ``dout v^T``, ``dk``'s both again and
+    ``dv``'s the scores once more (each gradient its own kernel, no atomics).  A change
+    of either count is a change of the kernels: update the docstrings and docs/operators.md."""
+    args = flash(1, 2, 100, 130, 64, dtype, causal)
+    tgt = "cuda -arch=sm_90"
+    text = str(tc.lower(schedule_flash_attention(args[3:], target=tgt), args, target=tgt))
+    assert gemms(text) == ["flash.scores1", "flash.scores2", "flash.pv"]
+    q, k, v = args[:3]
+    o, do = (tc.placeholder(q.shape, dtype, name=n) for n in ("o", "do"))
+    lse = tc.placeholder(q.shape[:3], "float32", name="lse")
+    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=causal)
+    bargs = [q, k, v, o, do, lse, *grads]
+    text = str(tc.lower(schedule_flash_attention_backward(list(grads), target=tgt), bargs,
+                        target=tgt))
+    assert gemms(text) == ["flash_grad." + n for n in (
+        "scores_q", "dp", "dq_acc", "scores_k", "dpt", "dk_acc", "scores_v", "dv_acc")]
+
+
 def test_auto_schedule_takes_the_template():
     args = flash(1, 1, 64, 64, 64, "float16", False)
     s = tc.auto_schedule(args, target="cuda -arch=sm_80")
