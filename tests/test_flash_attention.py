@@ -253,3 +253,32 @@ def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch):
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
     for kernel, use in ptxas_usage(src, arch).items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
+
+
+@needs_cxx
+def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
+    """The GPU rules compute scaled_dot_product_attention as flash_attention where it is
+    one (float16/bfloat16, no mask, head dims multiples of 16 up to 128), with its
+    scale; the general stages otherwise (a mask, float32, head dim 40)."""
+    B, H, L, D = 1, 2, 40, 64
+    q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
+    out = tc.nn.scaled_dot_product_attention(q, k, v, scale=0.3)
+    s = tc.auto_schedule([q, k, v, out], target="cuda-emu")
+    text = str(tc.lower(s, [q, k, v, out], target="cuda-emu"))
+    assert gemms(text) == ["sdpa.flash.scores", "sdpa.flash.pv"]
+    assert "sdpa.exp" not in text and not re.search(r"sdpa\.flash\.lse[\[:]", text)
+    mod = tc.build(s, [q, k, v, out], target="cuda-emu")
+    qa, ka, va = _grad_data([(B, H, L, D)] * 3, "float16", 3)
+    got = np.full((B, H, L, D), np.nan, np.float16)
+    mod(qa, ka, va, got, mode="reverse")
+    want, _ = reference(qa * np.float16(0.3 * math.sqrt(D)), ka, va, False)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=4e-3)
+    mask = tc.placeholder((L, L), "bool", name="mask")
+    for args in ([q, k, v, mask, tc.nn.scaled_dot_product_attention(q, k, v, mask)],
+                 [*(tc.placeholder((B, H, L, D), "float32", name=n) for n in "qkv")],
+                 [*(tc.placeholder((B, H, L, 40), "float16", name=n) for n in "qkv")]):
+        if len(args) == 3:
+            args.append(tc.nn.scaled_dot_product_attention(*args))
+        text = str(tc.lower(tc.auto_schedule(args, target="cuda-emu"), args,
+                            target="cuda-emu"))
+        assert "sdpa.scores" in text and "flash" not in text and "mma_" not in text

@@ -146,6 +146,82 @@ def schedule_flash_attention(outs, target: str = "cuda",
     return s
 
 
+def sdpa_as_flash(out: Tensor) -> Optional[tuple]:
+    """``(q, k, v, scale)`` where ``out``, a ``tecomp.nn.scaled_dot_product_attention``
+    output, is what :func:`tecomp.nn.flash_attention` computes on the tensor cores: no
+    mask, q, k and v of one dtype among ``FLASH_DTYPES`` and of constant shapes, head
+    dims multiples of 16 up to ``FLASH_MAX_DIM``; else None (the generic GPU rules)."""
+    from ...ir.expr import Const as _Const, Mul, ProducerLoad
+    from ...ir.functor import collect
+    from ...nn.attention import FLASH_DTYPES, FLASH_MAX_DIM
+    from ..cpu.attention import _attention_parts
+    from ..cpu.common import _NoTemplate
+    try:
+        t = _attention_parts(out)
+    except _NoTemplate:
+        return None
+    q, k, v = t["q"], t["k"], t["v"]
+    if t["mask"] is not None or q.dtype not in FLASH_DTYPES or \
+            not q.dtype == k.dtype == v.dtype or not all(
+                isinstance(e, _Const) for x in (q, k, v) for e in x.shape):
+        return None
+    if any(d % 16 or not 16 <= d <= FLASH_MAX_DIM for d in (_cint(q.shape[3]),
+                                                            _cint(v.shape[3]))):
+        return None
+    # the scale: the constant the scores are multiplied by in the exps' stage
+    sc = t["scores"]
+    found = {float(m.b.value) for m in collect(t["exp"].op.body, lambda n: isinstance(
+        n, Mul) and isinstance(n.a, ProducerLoad) and n.a.producer is sc
+        and isinstance(n.b, _Const))}
+    if len(found) != 1:
+        return None
+    return q, k, v, found.pop()
+
+
+def schedule_sdpa_as_flash(outs, target: str = "cuda",
+                           config: Optional[FlashConfig] = None) -> Optional[Schedule]:
+    """``tecomp.nn.scaled_dot_product_attention`` on CUDA targets: where
+    :func:`sdpa_as_flash` finds it to be a FlashAttention, a schedule whose output stage
+    computes it as :func:`tecomp.nn.flash_attention` does (``<name>.flash.*`` stages,
+    :func:`schedule_flash_attention`'s kernel; the logsumexp is not computed), the
+    graph's own stages left out; else None.  ``p`` is then rounded to the inputs' dtype
+    before ``p v``, as FlashAttention's (the general stages keep it float32).  The
+    schedule's trace is not replayable (the substitution is no primitive)."""
+    from ...ir.functor import substitute
+    from ...nn.attention import _flash_forward
+    from ...schedule.relations import _with_body
+    from ...schedule.schedule import Stage
+    _check_target(target)
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if len(outs) != 1 or not isinstance(outs[0], Tensor):
+        return None
+    out = outs[0]
+    got = sdpa_as_flash(out)
+    if got is None:
+        return None
+    q, k, v, scale = got
+    fout, flse = _flash_forward(q, k, v, False, scale, f"{out.op.name}.flash")
+    s = create_schedule([out.op])
+    st = s[out]
+    new = _with_body(out.op, substitute(fout.op.body, {
+        a.var: b.var for a, b in zip(fout.op.axis, out.op.axis)}))
+    new.tag, new.attrs = fout.op.tag, dict(fout.op.attrs)
+    s._replace_op(st, new)
+    stages = [Stage(op, s) for op in compute_ops(fout.op.input_tensors)]
+    s.stages = stages + [st]
+    s._stage_of = {id(x.op): x for x in stages}
+    s._stage_of[id(new)] = s._stage_of[id(out.op)] = st
+    s.trace.problem = (f"{out.name}: scaled_dot_product_attention computed as "
+                       "flash_attention (a substitution, not a schedule primitive)")
+    t = _parts([fout, flse])
+    t["out"], t["lse"] = out, None
+    D, Dv = _cint(q.shape[3]), _cint(v.shape[3])
+    cfg = config if config is not None else flash_config(D, Dv, q.dtype,
+                                                         max_shared_bytes(target))
+    _forward_into(s, t, cfg)
+    return s
+
+
 def _rescale(old, new):
     """The factor of a row's accumulator when its statistics go from ``old`` to ``new``
     (``(m, l)`` each): ``exp(lse_old - lse_new) = exp(m_old - m_new) * l_old / l_new``,
@@ -165,7 +241,8 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
     # reading the statistics the output kernel leaves in global memory
     ls = s.cache_read(t["lse_p"], "shared", [t["p"]])
     s[t["lse_p"]].compute_inline()
-    k.rows_kernel(t["lse"])
+    if t["lse"] is not None:
+        k.rows_kernel(t["lse"])
 
     # the output: per key tile the scores (tensor cores), the rows' statistics updated
     # in step (each thread a row), p (shared) and p v into each warp's accumulators,
