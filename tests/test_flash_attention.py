@@ -282,3 +282,32 @@ def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
         text = str(tc.lower(tc.auto_schedule(args, target="cuda-emu"), args,
                             target="cuda-emu"))
         assert "sdpa.scores" in text and "flash" not in text and "mma_" not in text
+
+
+@needs_cxx
+@pytest.mark.slow
+@pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
+@pytest.mark.parametrize("seed", range(6))
+def test_the_one_pass_forward_on_random_shapes(seed):
+    """The single pass's rescaling on random lengths, head dims (dv != d too), tilings and
+    score magnitudes (up to hundreds: the running maximum moves by a lot between tiles)."""
+    rng = np.random.default_rng(seed)
+    Lq, Lk = (int(x) for x in rng.integers(1, 300, 2))
+    D, Dv = (int(x) for x in rng.choice([16, 32, 64, 128], 2))
+    dtype = ["float16", "bfloat16"][seed % 2]
+    causal = bool(seed % 3)
+    cfg = FlashConfig(*[(4, 64), (4, 32), (2, 32), (1, 64), (4, 16)][seed % 5])
+    args = flash(1, 2, Lq, Lk, D, dtype, causal, Dv)
+    mod = tc.build(schedule_flash_attention(args[3:], target="cuda-emu", config=cfg), args,
+                   target="cuda-emu")
+    big = float(rng.choice([1, 4, 30]))
+    q = (rng.standard_normal((1, 2, Lq, D)) * big).astype(NP[dtype])
+    k = rng.standard_normal((1, 2, Lk, D)).astype(NP[dtype])
+    v = rng.standard_normal((1, 2, Lk, Dv)).astype(NP[dtype])
+    out = np.full((1, 2, Lq, Dv), np.nan, NP[dtype])
+    lse = np.full((1, 2, Lq), np.nan, np.float32)
+    mod(q, k, v, out, lse, mode="reverse")
+    want, want_lse = reference(q, k, v, causal)
+    tol = 4e-3 if dtype == "float16" else 3e-2
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=0, atol=tol)
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-6, atol=1e-5 * big)
