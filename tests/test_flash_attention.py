@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
+from tecomp.ir import parse
 from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.strategy.cuda.attention import (FlashConfig, backward_shared_bytes,
                                             flash_backward_config, flash_config,
@@ -126,8 +127,11 @@ def test_the_gemms_of_the_forward_and_the_backward(dtype="bfloat16", causal=True
     of either count is a change of the kernels: update the docstrings and docs/operators.md."""
     args = flash(1, 2, 100, 130, 64, dtype, causal)
     tgt = "cuda -arch=sm_90"
-    text = str(tc.lower(schedule_flash_attention(args[3:], target=tgt), args, target=tgt))
+    func = tc.lower(schedule_flash_attention(args[3:], target=tgt), args, target=tgt)
+    text = str(func)
     assert gemms(text) == ["flash.scores", "flash.pv"]
+    # the printed IR, with the statistics' steps and the rescaling, parses back
+    assert str(parse(text)) == text
     q, k, v = args[:3]
     o, do = (tc.placeholder(q.shape, dtype, name=n) for n in ("o", "do"))
     lse = tc.placeholder(q.shape[:3], "float32", name="lse")
@@ -144,6 +148,10 @@ def test_auto_schedule_takes_the_template():
     s = tc.auto_schedule(args, target="cuda -arch=sm_80")
     text = str(tc.lower(s, args, target="cuda -arch=sm_80"))
     assert "tensorize cuda.mma_f16f16f32 " in text
+    # its single pass is no trace to replay: a search has nothing to try but it
+    assert not s.trace.replayable
+    s = tc.auto_schedule(args, target="cuda-emu", trials=2, progress=False)
+    assert "tensorize cuda.mma_scale_rows_f32 " in str(tc.lower(s, args, target="cuda-emu"))
 
 
 @pytest.mark.parametrize("d", [64, 128])

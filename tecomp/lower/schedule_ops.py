@@ -59,6 +59,7 @@ from ..te.scan import ScanOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, input_tensors_of
 from .prefetch import PrefetchRequest
 from .tensorize import tensorize_call
+from ..te.tensor_intrin import tensor_intrin
 
 
 def _when_nonempty(extent: Expr) -> Expr:
@@ -563,17 +564,20 @@ class LowerContext:
 
     def _check_lockstep(self, st: Stage) -> None:
         """``Stage._lockstep``: computed at the first reduction loop of a reduction
-        tensorized onto an ``mma.accumulator`` (the one it rescales), whose loop steps
-        cover its own reduction; its state's axes the accumulator's first ones; its own
-        reduction loop innermost and whole.  Makes the buffer of its factors."""
+        tensorized onto an ``mma.accumulator`` inside that loop (the accumulator it
+        rescales at each step), whose steps cover its own reduction; its state's axes
+        the accumulator's first ones; its own reduction loop innermost and whole.  Makes
+        the buffer of its factors."""
         host, ko = st.attach_stage, st.attach_ivar
         what = f"_lockstep of {st.name} at {host.name}.{ko.name}"
         leaves = host.leaf_iter_vars
         red = [iv for iv in leaves if iv.kind == "reduce"]
-        hinf, inf = self.info[host], self.info[st]
+        hinf = self.info[host]
         steps, iv = st.lockstep[0], st.op.reduce_axis[0]
         ok = (host.tensorized is not None and host.scope == "mma.accumulator" and red
-              and red[0] is ko and st.leaf_iter_vars[-1] is iv
+              and red[0] is ko and host.tensorized[0] in leaves
+              and leaves.index(host.tensorized[0]) > leaves.index(ko)
+              and st.leaf_iter_vars[-1] is iv
               and len(st.op.axis) == len(host.op.axis) - 1
               and all(_same(a.dom.extent, b.dom.extent)
                       for a, b in zip(st.op.axis, host.op.axis))
@@ -608,7 +612,6 @@ class LowerContext:
         """The accumulator of the tensorized reduction ``st`` multiplied, at its step loop
         ``leaves[p]``, by the factors of the ``_lockstep`` stage ``lock`` of its rows
         (``cuda.mma_scale_rows_f32`` per tile, looped over the accumulator's tiles)."""
-        from ..te.tensor_intrin import tensor_intrin
         intrin = tensor_intrin("cuda.mma_scale_rows_f32")
         region = leaves[t:]
         zero = {iv.var: Const(0, iv.var.dtype) for iv in region}

@@ -381,13 +381,18 @@ class Stage(TracedStage):
         ``exp(-g(state))`` (FlashAttention's ``p = exp(s - lse)``), the accumulated
         products are linear in it, and ``rescale(old, new) = exp(g(old) - g(new))``: the
         accumulator is then at every step what the whole reduction would have given over
-        the steps so far (the template answers for it)."""
+        the steps so far (the template answers for it).  The schedule's trace is then
+        not replayable (``tc.auto_schedule`` does not search it)."""
         if self.attach_type != "scope" or not self.op.reduce_axis or \
                 len(self.op.reduce_axis) != 1:
             raise ScheduleError(f"_lockstep on stage {self.name}: a reduction over one axis "
                                 "computed at a consumer's loop (compute_at first)")
         self.lockstep = (int(steps), rescale)
         self.stored_root = True
+        tr = self.schedule.trace
+        if tr.problem is None:   # (replayed without this step, the schedule would fail)
+            tr.problem = (f"_lockstep on stage {self.name}: the FlashAttention template's "
+                          "single pass, not a schedule primitive")
 
     def tensorize(self, axis, intrin):
         """Run the loops from ``axis`` inward as the tensor intrinsic ``intrin``
