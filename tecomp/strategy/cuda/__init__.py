@@ -13,8 +13,8 @@ guarded, and the reduction tail is guarded and partitioned off.
 :mod:`.tensorcore` matmul of float16 on tensor cores (wmma); :class:`WmmaConfig`
 :mod:`.conv2d`     conv2d NCHW / NHWC; :class:`ConvConfig`
 :mod:`.softmax`    softmax, log_softmax; :class:`SoftmaxConfig`
-:mod:`.attention`  flash_attention (FlashAttention's forward on tensor cores);
-                   :class:`FlashConfig`
+:mod:`.attention`  flash_attention (FlashAttention-2's forward on tensor cores, its
+                   backward), scaled_dot_product_attention as it; :class:`FlashConfig`
 :mod:`.injective`  elementwise / injective operators
 =================  ==========================================================
 
