@@ -266,8 +266,9 @@ def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch):
 @needs_cxx
 def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
     """The GPU rules compute scaled_dot_product_attention as flash_attention where it is
-    one (float16/bfloat16, no mask, head dims multiples of 16 up to 128), with its
-    scale; the general stages otherwise (a mask, float32, head dim 40)."""
+    one (float16/bfloat16, no mask, head dims multiples of 16 up to 128, the attention
+    alone), with its scale; the general stages otherwise (a mask, float32, head dim 40,
+    a compute before it)."""
     B, H, L, D = 1, 2, 40, 64
     q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
     out = tc.nn.scaled_dot_product_attention(q, k, v, scale=0.3)
@@ -282,7 +283,9 @@ def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
     want, _ = reference(qa * np.float16(0.3 * math.sqrt(D)), ka, va, False)
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=4e-3)
     mask = tc.placeholder((L, L), "bool", name="mask")
+    q2 = tc.compute(q.shape, lambda *i: q[i] * tc.const(2.0, "float16"), name="q2")
     for args in ([q, k, v, mask, tc.nn.scaled_dot_product_attention(q, k, v, mask)],
+                 [q, k, v, tc.nn.scaled_dot_product_attention(q2, k, v)],
                  [*(tc.placeholder((B, H, L, D), "float32", name=n) for n in "qkv")],
                  [*(tc.placeholder((B, H, L, 40), "float16", name=n) for n in "qkv")]):
         if len(args) == 3:

@@ -40,7 +40,7 @@ from ...errors import ScheduleError
 from ...ir import dtype as _dt
 from ...schedule.schedule import Schedule, create_schedule
 from ... import te as _te
-from ...te.tensor import Tensor, compute_ops
+from ...te.tensor import PlaceholderOp, Tensor, compute_ops
 from ...te.tensor_intrin import tensor_intrin
 from .._common import _cint, _has_tag
 from .common import _bind, _check_target, _cooperative_copy, max_shared_bytes
@@ -149,7 +149,7 @@ def schedule_flash_attention(outs, target: str = "cuda",
 def sdpa_as_flash(out: Tensor) -> Optional[tuple]:
     """``(q, k, v, scale)`` where ``out``, a ``tecomp.nn.scaled_dot_product_attention``
     output, is what :func:`tecomp.nn.flash_attention` computes on the tensor cores: no
-    mask, q, k and v of one dtype among ``FLASH_DTYPES`` and of constant shapes, head
+    mask, q, k and v placeholders (the attention alone) of one dtype among ``FLASH_DTYPES`` and of constant shapes, head
     dims multiples of 16 up to ``FLASH_MAX_DIM``; else None (the generic GPU rules)."""
     from ...ir.expr import Const as _Const, Mul, ProducerLoad
     from ...ir.functor import collect
@@ -161,6 +161,9 @@ def sdpa_as_flash(out: Tensor) -> Optional[tuple]:
     except _NoTemplate:
         return None
     q, k, v = t["q"], t["k"], t["v"]
+    # (computes before the attention would be root stages the template does not schedule)
+    if not all(isinstance(x.op, PlaceholderOp) for x in (q, k, v)):
+        return None
     if t["mask"] is not None or q.dtype not in FLASH_DTYPES or \
             not q.dtype == k.dtype == v.dtype or not all(
                 isinstance(e, _Const) for x in (q, k, v) for e in x.shape):
