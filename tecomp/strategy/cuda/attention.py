@@ -149,8 +149,9 @@ def schedule_flash_attention(outs, target: str = "cuda",
 def sdpa_as_flash(out: Tensor) -> Optional[tuple]:
     """``(q, k, v, scale)`` where ``out``, a ``tecomp.nn.scaled_dot_product_attention``
     output, is what :func:`tecomp.nn.flash_attention` computes on the tensor cores: no
-    mask, q, k and v placeholders (the attention alone) of one dtype among ``FLASH_DTYPES`` and of constant shapes, head
-    dims multiples of 16 up to ``FLASH_MAX_DIM``; else None (the generic GPU rules)."""
+    mask; q, k and v placeholders (the attention alone) of one dtype among
+    ``FLASH_DTYPES``, of constant shapes, head dims multiples of 16 up to
+    ``FLASH_MAX_DIM``; else None (the generic GPU rules)."""
     from ...ir.expr import Const as _Const, Mul, ProducerLoad
     from ...ir.functor import collect
     from ...nn.attention import FLASH_DTYPES, FLASH_MAX_DIM
