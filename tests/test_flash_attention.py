@@ -215,6 +215,8 @@ def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
     assert len(re.findall(r"for \(c\.outer\w*, 0, x\.outer\w*\*2 \+ 2\)", text)) == 1
     assert len(re.findall(r"for \(c\.outer\w*, x\.outer(\w*)\*2, 8 - x\.outer\1\*2\)",
                           text)) == 2
+    # the skipping is no primitive: the trace is not one to replay (it would skip nothing)
+    assert not s.trace.replayable
     mod = tc.build(s, [q, k, v, o, do, lse, *grads], target="cuda-emu")
     qa, ka, va, da = _grad_data([(B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, D), (B, H, Lq, D)],
                                 "bfloat16", 2)

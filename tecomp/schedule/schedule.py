@@ -357,10 +357,15 @@ class Stage(TracedStage):
     def _causal_tiles(self, axis, side: str, rows: int, cols: int) -> None:
         """The FlashAttention template's ``causal_tiles`` pragma (:mod:`tecomp.lower.
         causal_tiles`): not a schedule primitive (untraced, refused by :meth:`pragma`),
-        since skipping iterations is right only where a causal mask empties them."""
+        since skipping iterations is right only where a causal mask empties them.  The
+        schedule's trace is then not replayable (replayed, it would skip nothing)."""
         iv = self._iv(axis, "pragma")
         a = self._attr(iv)
         a.pragmas = a.pragmas + (("causal_tiles", f"{side} {int(rows)} {int(cols)}"),)
+        tr = self.schedule.trace
+        if tr.problem is None:
+            tr.problem = (f"stage {self.name}: the FlashAttention template's causal tile "
+                          "skipping, not a schedule primitive")
 
     def _lockstep(self, steps: int, rescale) -> None:
         """FlashAttention-2's online softmax (:mod:`tecomp.strategy.cuda.attention`): not a
