@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
+from tecomp.ir import parse
 from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.strategy.cuda.attention import (FlashConfig, backward_shared_bytes,
                                             flash_backward_config, flash_config,
@@ -103,9 +104,43 @@ def test_the_lowered_ir_has_no_seq_by_seq_buffer():
     for intrin in ("mma_load_a_f16", "mma_load_b_f16", "mma_f16f16f32", "mma_store_f32"):
         assert f"tensorize cuda.{intrin} " in text
     assert "flash.stats" in text
-    # causal: each block's key loops stop after the tile of its last query (128 rows,
-    # 64 keys a tile: 2 tiles a block)
-    assert len(re.findall(r"for \(j\.outer\w*, 0, i\.outer\w*\*2 \+ 2\)", text)) == 2
+    # one pass over the keys (FlashAttention-2's): the statistics updated at each tile
+    # and the accumulators rescaled; causal: the key loop stops after the tile of the
+    # block's last query (128 rows, 64 keys a tile: 2 tiles a block)
+    assert len(re.findall(r"for \(j\.outer\w*, 0, i\.outer\w*\*2 \+ 2\)", text)) == 1
+    assert "tensorize cuda.mma_scale_rows_f32 " in text
+
+
+def gemms(text):
+    """The accumulators of the tensorized mma loops in a lowered function, in order: one
+    per ``L x L x d`` GEMM of the kernels (each a loop of ``tensorize cuda.mma_*f32
+    (accumulate)`` whose output fragment names the stage)."""
+    return re.findall(r"tensorize cuda\.mma_(?:f16f16|bf16bf16)f32 \(accumulate\) \{\s*"
+                      r"// out c: ([\w.]+)\.mma\.accumulator", text)
+
+
+def test_the_gemms_of_the_forward_and_the_backward(dtype="bfloat16", causal=True):
+    """The forward computes the scores once (FlashAttention-2's two GEMMs: ``s = q k^T``
+    and ``p v``, one pass over the keys); the backward eight (five in FlashAttention-2's):
+    ``dq``'s kernel recomputes the scores and ``dout v^T``, ``dk``'s both again and
+    ``dv``'s the scores once more (each gradient its own kernel, no atomics).  A change
+    of either count is a change of the kernels: update the docstrings and docs/operators.md."""
+    args = flash(1, 2, 100, 130, 64, dtype, causal)
+    tgt = "cuda -arch=sm_90"
+    func = tc.lower(schedule_flash_attention(args[3:], target=tgt), args, target=tgt)
+    text = str(func)
+    assert gemms(text) == ["flash.scores", "flash.pv"]
+    # the printed IR, with the statistics' steps and the rescaling, parses back
+    assert str(parse(text)) == text
+    q, k, v = args[:3]
+    o, do = (tc.placeholder(q.shape, dtype, name=n) for n in ("o", "do"))
+    lse = tc.placeholder(q.shape[:3], "float32", name="lse")
+    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=causal)
+    bargs = [q, k, v, o, do, lse, *grads]
+    text = str(tc.lower(schedule_flash_attention_backward(list(grads), target=tgt), bargs,
+                        target=tgt))
+    assert gemms(text) == ["flash_grad." + n for n in (
+        "scores_q", "dp", "dq_acc", "scores_k", "dpt", "dk_acc", "scores_v", "dv_acc")]
 
 
 def test_auto_schedule_takes_the_template():
@@ -113,6 +148,10 @@ def test_auto_schedule_takes_the_template():
     s = tc.auto_schedule(args, target="cuda -arch=sm_80")
     text = str(tc.lower(s, args, target="cuda -arch=sm_80"))
     assert "tensorize cuda.mma_f16f16f32 " in text
+    # its single pass is no trace to replay: a search has nothing to try but it
+    assert not s.trace.replayable
+    s = tc.auto_schedule(args, target="cuda-emu", trials=2, progress=False)
+    assert "tensorize cuda.mma_scale_rows_f32 " in str(tc.lower(s, args, target="cuda-emu"))
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -176,6 +215,8 @@ def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
     assert len(re.findall(r"for \(c\.outer\w*, 0, x\.outer\w*\*2 \+ 2\)", text)) == 1
     assert len(re.findall(r"for \(c\.outer\w*, x\.outer(\w*)\*2, 8 - x\.outer\1\*2\)",
                           text)) == 2
+    # the skipping is no primitive: the trace is not one to replay (it would skip nothing)
+    assert not s.trace.replayable
     mod = tc.build(s, [q, k, v, o, do, lse, *grads], target="cuda-emu")
     qa, ka, va, da = _grad_data([(B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, D), (B, H, Lq, D)],
                                 "bfloat16", 2)
@@ -222,3 +263,64 @@ def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch):
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
     for kernel, use in ptxas_usage(src, arch).items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
+
+
+@needs_cxx
+def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
+    """The GPU rules compute scaled_dot_product_attention as flash_attention where it is
+    one (float16/bfloat16, no mask, head dims multiples of 16 up to 128, the attention
+    alone), with its scale; the general stages otherwise (a mask, float32, head dim 40,
+    a compute before it)."""
+    B, H, L, D = 1, 2, 40, 64
+    q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
+    out = tc.nn.scaled_dot_product_attention(q, k, v, scale=0.3)
+    s = tc.auto_schedule([q, k, v, out], target="cuda-emu")
+    text = str(tc.lower(s, [q, k, v, out], target="cuda-emu"))
+    assert gemms(text) == ["sdpa.flash.scores", "sdpa.flash.pv"]
+    assert "sdpa.exp" not in text and not re.search(r"sdpa\.flash\.lse[\[:]", text)
+    mod = tc.build(s, [q, k, v, out], target="cuda-emu")
+    qa, ka, va = _grad_data([(B, H, L, D)] * 3, "float16", 3)
+    got = np.full((B, H, L, D), np.nan, np.float16)
+    mod(qa, ka, va, got, mode="reverse")
+    want, _ = reference(qa * np.float16(0.3 * math.sqrt(D)), ka, va, False)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=4e-3)
+    mask = tc.placeholder((L, L), "bool", name="mask")
+    q2 = tc.compute(q.shape, lambda *i: q[i] * tc.const(2.0, "float16"), name="q2")
+    for args in ([q, k, v, mask, tc.nn.scaled_dot_product_attention(q, k, v, mask)],
+                 [q, k, v, tc.nn.scaled_dot_product_attention(q2, k, v)],
+                 [*(tc.placeholder((B, H, L, D), "float32", name=n) for n in "qkv")],
+                 [*(tc.placeholder((B, H, L, 40), "float16", name=n) for n in "qkv")]):
+        if len(args) == 3:
+            args.append(tc.nn.scaled_dot_product_attention(*args))
+        text = str(tc.lower(tc.auto_schedule(args, target="cuda-emu"), args,
+                            target="cuda-emu"))
+        assert "sdpa.scores" in text and "flash" not in text and "mma_" not in text
+
+
+@needs_cxx
+@pytest.mark.slow
+@pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
+@pytest.mark.parametrize("seed", range(6))
+def test_the_one_pass_forward_on_random_shapes(seed):
+    """The single pass's rescaling on random lengths, head dims (dv != d too), tilings and
+    score magnitudes (up to hundreds: the running maximum moves by a lot between tiles)."""
+    rng = np.random.default_rng(seed)
+    Lq, Lk = (int(x) for x in rng.integers(1, 300, 2))
+    D, Dv = (int(x) for x in rng.choice([16, 32, 64, 128], 2))
+    dtype = ["float16", "bfloat16"][seed % 2]
+    causal = bool(seed % 3)
+    cfg = FlashConfig(*[(4, 64), (4, 32), (2, 32), (1, 64), (4, 16)][seed % 5])
+    args = flash(1, 2, Lq, Lk, D, dtype, causal, Dv)
+    mod = tc.build(schedule_flash_attention(args[3:], target="cuda-emu", config=cfg), args,
+                   target="cuda-emu")
+    big = float(rng.choice([1, 4, 30]))
+    q = (rng.standard_normal((1, 2, Lq, D)) * big).astype(NP[dtype])
+    k = rng.standard_normal((1, 2, Lk, D)).astype(NP[dtype])
+    v = rng.standard_normal((1, 2, Lk, Dv)).astype(NP[dtype])
+    out = np.full((1, 2, Lq, Dv), np.nan, NP[dtype])
+    lse = np.full((1, 2, Lq), np.nan, np.float32)
+    mod(q, k, v, out, lse, mode="reverse")
+    want, want_lse = reference(q, k, v, causal)
+    tol = 4e-3 if dtype == "float16" else 3e-2
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=0, atol=tol)
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-6, atol=1e-5 * big)

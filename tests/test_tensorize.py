@@ -733,7 +733,7 @@ def test_tensor_intrins_for_a_cuda_target():
     mma = ["cuda.mma_bf16bf16f32", "cuda.mma_f16f16f32", "cuda.mma_fill_f32",
            "cuda.mma_load_a_bf16", "cuda.mma_load_a_f16", "cuda.mma_load_a_tf32",
            "cuda.mma_load_b_bf16", "cuda.mma_load_b_f16", "cuda.mma_load_b_tf32",
-           "cuda.mma_store_f32", "cuda.mma_tf32tf32f32"]
+           "cuda.mma_scale_rows_f32", "cuda.mma_store_f32", "cuda.mma_tf32tf32f32"]
     wmma = ["cuda.wmma_fill_f32", "cuda.wmma_load_a_bf16", "cuda.wmma_load_a_f16",
             "cuda.wmma_load_b_bf16", "cuda.wmma_load_b_f16", "cuda.wmma_mma_bf16bf16f32",
             "cuda.wmma_mma_f16f16f32", "cuda.wmma_store_f32"]

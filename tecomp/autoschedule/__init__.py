@@ -166,6 +166,14 @@ def auto_schedule(args: Sequence[Union[Tensor, Var]], target: Union[str, Target]
         _log.debug("auto_schedule %s: the rule-based schedule for %s (no measurement)",
                    outputs_of(args)[0].name, target)
         return rules(args, Knobs(), info, shapes)
+    if gpu:
+        s = rules(args, Knobs(), info, shapes)
+        if not s.trace.replayable:
+            # a template whose schedule is no trace (flash_attention's single pass, which
+            # no primitive makes): there is nothing to search, and no record to replay
+            _log.info("auto_schedule %s: the template's schedule (%s); nothing to search",
+                      outputs_of(args)[0].name, s.trace.problem)
+            return s
     # (lazy: the search measures through llvmlite, which `import tecomp` does not load)
     from .search import tune
 

@@ -59,6 +59,7 @@ from ..te.scan import ScanOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, input_tensors_of
 from .prefetch import PrefetchRequest
 from .tensorize import tensorize_call
+from ..te.tensor_intrin import tensor_intrin
 
 
 def _when_nonempty(extent: Expr) -> Expr:
@@ -226,6 +227,10 @@ class LowerContext:
         #: (expr, use): splits with disable_predication that must divide (expr >= 0)
         self.unpredicated: List[tuple] = []
         self._bind_args(args)
+        #: Stage._lockstep: per stage its factors' buffer; per (host stage, loop) the
+        #: state's initialisation, emitted before that loop
+        self.lockstep_factors: Dict[Stage, Buffer] = {}
+        self._before_loop: Dict[tuple, list] = {}
         self.readers: Dict[Stage, List[Stage]] = {st: [] for st in self.stages}
         for st in self.stages:
             for t in self.info[st].loads():
@@ -483,6 +488,12 @@ class LowerContext:
             ranges = {}
             for iv in op.reduce_axis:
                 ranges[iv] = iv.dom
+            if st.lockstep is not None:
+                # (Stage._lockstep) the elements of the host loop's current step
+                iv, dt = op.reduce_axis[0], op.reduce_axis[0].var.dtype
+                ko, n = st.attach_ivar.var, Const(st.lockstep[0], dt)
+                ranges[iv] = Range(_op.add(iv.dom.min, _op.mul(
+                    ko if ko.dtype == dt else Cast(ko, dt), n)), n)
             if st.attach_type == "scope":
                 needed = self._needed_region(st)
                 for iv, r in zip(op.axis, needed):
@@ -500,7 +511,9 @@ class LowerContext:
             self._check_loop_kinds(st)
             self._check_shared_reduction(st)
             self._make_buffer(st)
-            if self._stored_root(st):
+            if st.lockstep is not None:
+                self._check_lockstep(st)
+            elif self._stored_root(st):
                 self._check_store_root(st)
         for st in self.stages:
             self._add_domain_guards(st)
@@ -548,6 +561,77 @@ class LowerContext:
                     f"its buffer); compute it at a loop inside which each iteration's part "
                     "is its own, drop parallel there, or drop store_root")
         self._check_store_root_covers(st, [v.var for _, v in loops], outer)
+
+    def _check_lockstep(self, st: Stage) -> None:
+        """``Stage._lockstep``: computed at the first reduction loop of a reduction
+        tensorized onto an ``mma.accumulator`` inside that loop (the accumulator it
+        rescales at each step), whose steps cover its own reduction; its state's axes
+        the accumulator's first ones; its own reduction loop innermost and whole.  Makes
+        the buffer of its factors."""
+        host, ko = st.attach_stage, st.attach_ivar
+        what = f"_lockstep of {st.name} at {host.name}.{ko.name}"
+        leaves = host.leaf_iter_vars
+        red = [iv for iv in leaves if iv.kind == "reduce"]
+        hinf = self.info[host]
+        steps, iv = st.lockstep[0], st.op.reduce_axis[0]
+        ok = (host.tensorized is not None and host.scope == "mma.accumulator" and red
+              and red[0] is ko and host.tensorized[0] in leaves
+              and leaves.index(host.tensorized[0]) > leaves.index(ko)
+              and st.leaf_iter_vars[-1] is iv
+              and len(st.op.axis) == len(host.op.axis) - 1
+              and all(_same(a.dom.extent, b.dom.extent)
+                      for a, b in zip(st.op.axis, host.op.axis))
+              and isinstance(hinf.extent[ko], Const) and isinstance(iv.dom.extent, Const)
+              and hinf.extent[ko].value * steps == iv.dom.extent.value)
+        if not ok:   # (only the FlashAttention template sets it)
+            raise InternalError(f"{what}: not the form the online softmax takes (a tecomp "
+                                "bug: the FlashAttention template made it)")
+        shape = tuple(st.op.shape)
+        self.lockstep_factors[st] = Buffer(f"{st.name}.rescale", shape, "float32")
+
+    def _lockstep_nest(self, st: Stage, bufs, comb, update, init, store_idx, leaves, p, dguards):
+        """A ``_lockstep`` stage's step at its host's loop: per element of its region the
+        state before the step, the step's elements combined in, and the factor
+        ``rescale(old, new)`` stored; then a barrier (the state and the factors are
+        global: the threads that read them are not the ones that wrote them).  Its
+        initialisation is kept for the host to emit before that loop."""
+        inf = self.info[st]
+        olds = tuple(Var(f"{b.name}.old", b.dtype) for b in bufs)
+        curs = tuple(BufferLoad(b, store_idx, b.dtype) for b in bufs)
+        factor = st.lockstep[1](olds, curs)
+        body = seq(self._loops(st, leaves[p:], _guard(update, inf.guards)),
+                   BufferStore(self.lockstep_factors[st], factor, store_idx))
+        for o, c in reversed(list(zip(olds, curs))):
+            body = LetStmt(o, c, body)
+        key = (st.attach_stage, st.attach_ivar)
+        self._before_loop.setdefault(key, []).append(
+            self._loops(st, leaves[:p], _guard(init, dguards), attach=False))
+        return seq(self._loops(st, leaves[:p], _guard(body, dguards)), _barrier())
+
+    def _rescale_nest(self, st: Stage, lock: Stage, tic, leaves, t: int, p: int):
+        """The accumulator of the tensorized reduction ``st`` multiplied, at its step loop
+        ``leaves[p]``, by the factors of the ``_lockstep`` stage ``lock`` of its rows
+        (``cuda.mma_scale_rows_f32`` per tile, looped over the accumulator's tiles)."""
+        intrin = tensor_intrin("cuda.mma_scale_rows_f32")
+        region = leaves[t:]
+        zero = {iv.var: Const(0, iv.var.dtype) for iv in region}
+        ranges = self.leaf_ranges(st)
+        rows = [_simplify(substitute(self.root_value(st, iv), zero), ranges)
+                for iv in st.op.axis[:len(lock.op.axis)]]
+        fac = self.lockstep_factors[lock]
+        nd = len(fac.shape)
+        coefs = (tic.coefs[0], tic.coefs[0],
+                 (tuple(int(d == nd - 1) for d in range(nd)), (0,) * nd))
+        buf = tic.buffers[0]
+        idx = tuple(self.info[st].value[iv] for iv in st.op.axis)
+        fallback = self._loops(st, [iv for iv in region if iv.kind != "reduce"], BufferStore(
+            buf, _op.mul(BufferLoad(buf, idx, buf.dtype), BufferLoad(
+                fac, tuple(self.root_value(st, iv) for iv in st.op.axis[:nd]), fac.dtype)),
+            idx), attach=False)
+        call = TensorIntrinCall(intrin, st.name, (buf, buf, fac),
+                                tuple(tic.base(0)) * 2 + tuple(rows), coefs, False, fallback)
+        outside = [iv for iv in leaves[p + 1:t] if iv.kind != "reduce"]
+        return self._loops(st, outside, call, attach=False)
 
     def _region_bounds(self, st: Stage) -> List[Tuple[Expr, Expr]]:
         """``[lo, hi]`` of ``st``'s region along each axis, in the enclosing loop counters."""
@@ -782,6 +866,8 @@ class LowerContext:
         the whole grid (``blockIdx.*`` too); a ``local`` one belongs to a single thread.
         """
         tags = {"shared": ("threadIdx", "vthread"), "global": ("threadIdx", "blockIdx", "vthread")}.get(st.scope)
+        if st.lockstep is not None:   # (global, but each block computes its own region)
+            tags = ("threadIdx", "vthread")
         out: Dict[Var, Range] = {}
         if not tags:
             return out
@@ -1156,6 +1242,10 @@ class LowerContext:
             if not (isinstance(cond, Const) and cond.value is True):
                 update = IfThenElse(cond, update)
             p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
+            if st.lockstep is not None:
+                return self._lockstep_nest(
+                    st, bufs, comb, update, init, store_idx, leaves, p,
+                    [g for g in inf.guards if not _uses_reduce(g, st, inf)])
             tred = [iv for iv in leaves[p:] if iv.kind == "reduce" and _thread_tag(st, iv)]
             if tred:
                 if len(bufs) > 1:
@@ -1188,8 +1278,15 @@ class LowerContext:
                                             tic.flat[:1] if tic.is_flat(0) else ())
                     outside = [iv for iv in data_loops if iv not in region_data]
                     return self._loops(st, outside, _guard(fill, dguards), attach=False)
+                lock = [x for x in self.stages if x.lockstep is not None
+                        and x.attach_stage is st and x.attach_ivar is leaves[p]]
                 if t >= p:
                     init_nest = init_over([iv for iv in leaves[p:] if iv.kind != "reduce"])
+                    if lock:   # (Stage._lockstep) the accumulator rescaled at each step
+                        inner = seq(self._rescale_nest(st, lock[0], tic, leaves, t, p),
+                                    self._loops(st, leaves[p + 1:t], call))
+                        return self._loops(st, leaves[:p], seq(init_nest, self._loops(
+                            st, leaves[p:p + 1], inner)))
                     return self._loops(st, leaves[:p], seq(init_nest, self._loops(
                         st, leaves[p:t], call)))
                 init_nest = init_over(region_data)
@@ -1383,6 +1480,8 @@ class LowerContext:
             if a is not None:
                 for name, val in reversed(a.pragmas):
                     body = AttrStmt("pragma_" + name, val, body)
+            if attach and (st, iv) in self._before_loop:   # (Stage._lockstep)
+                body = seq(*self._before_loop.pop((st, iv)), body)
         return body
 
     def _prefetch_attrs(self, st: Stage, iv: IterVar, a, body):
@@ -1490,6 +1589,8 @@ class LowerContext:
         for s in reversed(kept):
             for b in reversed(self.info[s].buffers):
                 body = Allocate(b, body)
+            if s in self.lockstep_factors:
+                body = Allocate(self.lockstep_factors[s], body)
         for s in reversed(roots):
             for t, b in reversed(list(zip(s.origin_op._outs, self.info[s].buffers))):
                 if _key(t) not in self.arg_buffers:

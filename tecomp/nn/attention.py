@@ -191,17 +191,18 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     (:func:`tecomp.strategy.cuda.schedule_flash_attention`, the tensor cores).
 
     Stages (``<name>.<what>``): ``q``, ``k``, ``v`` padded with zeros to a multiple of
-    :data:`FLASH_PAD` rows (the tensor cores compute whole tiles); ``scores1`` (``q
-    k^T``, float32) and ``stats``, the rows' running maximum ``m`` and running sum ``l``
-    of ``exp(s - m)`` over the keys (:func:`_online_softmax`'s reducer: the rescaling of
-    the online softmax as a reduction), ``lse = m + log(l)``; then ``scores2`` (the
-    scores again), ``p = exp(s - lse)`` in q's dtype (already normalised: the
-    accumulator of ``p v`` needs no rescaling) and ``pv`` (float32); the output casts
-    ``pv`` to q's dtype.  The scores are computed twice (three GEMMs instead of
-    FlashAttention-2's two; its backward recomputes them the same way).  Keys past
-    ``Lk`` and, with ``causal``, keys ``j > i`` (PyTorch's ``is_causal``: the mask
-    aligned top-left) are left out; a row with no key left is 0 and its logsumexp
-    ``-inf``.
+    :data:`FLASH_PAD` rows (the tensor cores compute whole tiles); ``scores`` (``q k^T``,
+    float32); ``stats``, the rows' maximum ``m`` and sum ``l`` of ``exp(s - m)`` over the
+    keys (:func:`_online_softmax`'s reducer: the rescaling of the online softmax as a
+    reduction), ``lse = m + log(l)``; ``p = exp(s - lse)`` in q's dtype (normalised) and
+    ``pv`` (float32); the output casts ``pv`` to q's dtype.  As computes these are
+    three passes (the statistics before ``p``); the CUDA schedule runs them as
+    FlashAttention-2's one: per tile of keys the scores once, the statistics updated in
+    step, ``p`` from the running ``lse`` and the accumulators of ``p v`` rescaled by
+    ``exp(lse_old - lse_new)`` first (two GEMMs per tile; see
+    :mod:`tecomp.strategy.cuda.attention`).  Keys past ``Lk`` and, with ``causal``, keys
+    ``j > i`` (PyTorch's ``is_causal``: the mask aligned top-left) are left out; a row
+    with no key left is 0 and its logsumexp ``-inf``.
 
     ``tc.gradient(out, [q, k, v], head)`` is :func:`flash_attention_backward`'s computes
     (a derivative registered for ``out``); the logsumexp has no gradient (an
@@ -308,19 +309,18 @@ def _flash_forward(q, k, v, causal, scale, name):
             keep = _op.all_(keep, j <= i)
         return _te.if_then_else(keep, s[b, h, i, j] * _c(scale, f32), _c(-math.inf, f32))
 
-    s1 = scores(padded(q, Lq, Lqp, "q1"), padded(k, Lk, Lkp, "k1"), "scores1")
+    sc = scores(padded(q, Lq, Lqp, "q"), padded(k, Lk, Lkp, "k"), "scores")
     rj = _te.reduce_axis(Lkp, name="j")
     m, l = _te.compute((B, H, Lqp), lambda b, h, i: _online_softmax()(
-        (logit(s1, b, h, i, rj), _c(1.0, f32)), axis=rj), name=f"{name}.stats",
+        (logit(sc, b, h, i, rj), _c(1.0, f32)), axis=rj), name=f"{name}.stats",
         tag="flash_stats", attrs=dict(attrs))
     # constant for tc.gradient: flash_attention's derivative goes straight to q, k, v
     stop_gradient(m)
     lse = _te.compute((B, H, Lqp), lambda b, h, i: _te.if_then_else(
         l[b, h, i] > _c(0.0, f32), m[b, h, i] + _te.log(l[b, h, i]), _c(-math.inf, f32)),
         name=f"{name}.lse_padded")
-    s2 = scores(padded(q, Lq, Lqp, "q2"), padded(k, Lk, Lkp, "k2"), "scores2")
     p = _te.compute((B, H, Lqp, Lkp), lambda b, h, i, j: _te.if_then_else(
-        lse[b, h, i] > _c(-math.inf, f32), _te.exp(logit(s2, b, h, i, j) - lse[b, h, i]),
+        lse[b, h, i] > _c(-math.inf, f32), _te.exp(logit(sc, b, h, i, j) - lse[b, h, i]),
         _c(0.0, f32)).astype(dt), name=f"{name}.p", tag="flash_p")
     vp = padded(v, Lk, Lkp, "v")
     rj2 = _te.reduce_axis(Lkp, name="j")
@@ -347,9 +347,11 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
     scale``, ``dk = ds^T q``, ``dq = ds k``.  Stages (``<name>.<what>``): the inputs padded
     to a multiple of :data:`FLASH_PAD` rows, one copy per kernel; ``delta``; per
     gradient its scores (``k q^T`` for ``dk``/``dv``, ``q k^T`` for ``dq``), ``p`` or
-    ``ds`` in q's dtype, the float32 accumulation and the cast to q's dtype.  ``dk`` and
-    ``dv`` are separate kernels (each recomputes the scores), so the backward does eight
-    ``L^2 d`` GEMMs where FlashAttention-2's does five.
+    ``ds`` in q's dtype, the float32 accumulation and the cast to q's dtype.  Each
+    gradient is a kernel of its own (no atomics; each recomputes the scores, ``dq`` and
+    ``dk`` also ``dout v^T``), so the backward does eight ``L^2 d`` GEMMs where
+    FlashAttention-2's does five (one kernel for ``dk`` and ``dv``, ``dq`` added
+    atomically).
 
     Parameters
     ----------
@@ -439,18 +441,30 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
     pt = _te.compute((B, H, Lkp, Lqp), lambda b, h, j, i: prob(st, b, h, i, j, True).astype(dt),
                      name=f"{name}.pt", tag="flash_p")
     dv = cast(accumulate(pt, padded(dout, Lq, Lqp, "do"), Lkp, Lqp, Dv, "dv"), Lk, Dv, "dv")
-    # dk = ds^T q: rows are keys; the q tile serves the scores and the accumulation
-    qk = padded(q, Lq, Lqp, "q")
-    st = gemm_t(padded(k, Lk, Lkp, "k"), qk, Lkp, Lqp, "scores_k")
-    dpt = gemm_t(padded(v, Lk, Lkp, "v"), padded(dout, Lq, Lqp, "do"), Lkp, Lqp, "dpt")
-    dst = _te.compute((B, H, Lkp, Lqp), lambda b, h, j, i: grad_scores(
-        prob(st, b, h, i, j, True), dpt, b, h, i, j, True), name=f"{name}.dst", tag="flash_ds")
-    dk = cast(accumulate(dst, qk, Lkp, Lqp, D, "dk"), Lk, D, "dk")
-    # dq = ds k: rows are queries; the k tile serves the scores and the accumulation
-    kq = padded(k, Lk, Lkp, "k")
-    sq = gemm_t(padded(q, Lq, Lqp, "q"), kq, Lqp, Lkp, "scores_q")
-    dp = gemm_t(padded(dout, Lq, Lqp, "do"), padded(v, Lk, Lkp, "v"), Lqp, Lkp, "dp")
-    ds = _te.compute((B, H, Lqp, Lkp), lambda b, h, i, j: grad_scores(
-        prob(sq, b, h, i, j, False), dp, b, h, i, j, False), name=f"{name}.ds", tag="flash_ds")
-    dq = cast(accumulate(ds, kq, Lqp, Lkp, D, "dq"), Lq, D, "dq")
+    def through_scores(key_major):
+        """dk (``key_major``: rows are keys, ``ds^T q``) or dq (rows are queries, ``ds
+        k``): the scores and ``dout v^T`` of a tile recomputed, ``ds`` in q's dtype, and
+        its product with the other side's tile, which also serves the scores."""
+        if key_major:
+            rows, cols, Lr, Lc, Lrp, Lcp = k, q, Lk, Lq, Lkp, Lqp
+            ops, what = ("q", "k", "v", "do"), ("scores_k", "dpt", "dst", "dk")
+        else:
+            rows, cols, Lr, Lc, Lrp, Lcp = q, k, Lq, Lk, Lqp, Lkp
+            ops, what = ("k", "q", "do", "v"), ("scores_q", "dp", "ds", "dq")
+        rows_dp, cols_dp = (v, dout) if key_major else (dout, v)
+        other = padded(cols, Lc, Lcp, ops[0])
+        sc = gemm_t(padded(rows, Lr, Lrp, ops[1]), other, Lrp, Lcp, what[0])
+        dp = gemm_t(padded(rows_dp, Lr, Lrp, ops[2]), padded(cols_dp, Lc, Lcp, ops[3]),
+                    Lrp, Lcp, what[1])
+
+        def body(b, h, i, j):
+            return grad_scores(prob(sc, b, h, i, j, key_major), dp, b, h, i, j, key_major)
+        # (the axes named as the rows and columns they are: keys j, queries i)
+        fn = (lambda b, h, j, i: body(b, h, i, j)) if key_major else body
+        ds = _te.compute((B, H, Lrp, Lcp), fn, name=f"{name}.{what[2]}", tag="flash_ds")
+        dim = int(cols.shape[3].value)
+        return cast(accumulate(ds, other, Lrp, Lcp, dim, what[3]), Lr, dim, what[3])
+
+    dk = through_scores(True)
+    dq = through_scores(False)
     return dq, dk, dv

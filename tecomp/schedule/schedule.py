@@ -99,6 +99,7 @@ class Stage(TracedStage):
         self.double_buffered = False  # double_buffer
         self.buffer_stages = 2        # double_buffer(stages=...)
         self.stored_root = False  # store_root
+        self.lockstep = None      # _lockstep: (steps, rescale)
 
     def _reset_loops(self):
         op = self.op
@@ -356,10 +357,47 @@ class Stage(TracedStage):
     def _causal_tiles(self, axis, side: str, rows: int, cols: int) -> None:
         """The FlashAttention template's ``causal_tiles`` pragma (:mod:`tecomp.lower.
         causal_tiles`): not a schedule primitive (untraced, refused by :meth:`pragma`),
-        since skipping iterations is right only where a causal mask empties them."""
+        since skipping iterations is right only where a causal mask empties them.  The
+        schedule's trace is then not replayable (replayed, it would skip nothing)."""
         iv = self._iv(axis, "pragma")
         a = self._attr(iv)
         a.pragmas = a.pragmas + (("causal_tiles", f"{side} {int(rows)} {int(cols)}"),)
+        tr = self.schedule.trace
+        if tr.problem is None:
+            tr.problem = (f"stage {self.name}: the FlashAttention template's causal tile "
+                          "skipping, not a schedule primitive")
+
+    def _lockstep(self, steps: int, rescale) -> None:
+        """FlashAttention-2's online softmax (:mod:`tecomp.strategy.cuda.attention`): not a
+        schedule primitive (untraced), since it is right only for the template's computes.
+
+        This stage, a reduction over one axis computed at a consumer's loop ``ko`` over
+        the tiles of that axis (``compute_at(consumer, ko)`` first), runs in step with
+        that loop instead of whole at each of its iterations: its state is kept whole at
+        the root (``store_root``: global, indexed as the tensor), set to the reducer's
+        identity before the loop, and at iteration ``ko`` combined with the ``steps``
+        elements ``[ko * steps, ko * steps + steps)`` only; readers inside the loop see
+        the running state.  Each row's factor ``rescale(old, new)`` (the state before
+        and after the step, as tuples of loads) is then stored for the tensorized
+        accumulator the consumer adds into at ``ko`` (its fragments are multiplied by it
+        before the step's products, ``cuda.mma_scale_rows_f32``).
+
+        Right where every reader inside the loop reads the state only through a factor
+        ``exp(-g(state))`` (FlashAttention's ``p = exp(s - lse)``), the accumulated
+        products are linear in it, and ``rescale(old, new) = exp(g(old) - g(new))``: the
+        accumulator is then at every step what the whole reduction would have given over
+        the steps so far (the template answers for it).  The schedule's trace is then
+        not replayable (``tc.auto_schedule`` does not search it)."""
+        if self.attach_type != "scope" or not self.op.reduce_axis or \
+                len(self.op.reduce_axis) != 1:
+            raise ScheduleError(f"_lockstep on stage {self.name}: a reduction over one axis "
+                                "computed at a consumer's loop (compute_at first)")
+        self.lockstep = (int(steps), rescale)
+        self.stored_root = True
+        tr = self.schedule.trace
+        if tr.problem is None:   # (replayed without this step, the schedule would fail)
+            tr.problem = (f"_lockstep on stage {self.name}: the FlashAttention template's "
+                          "single pass, not a schedule primitive")
 
     def tensorize(self, axis, intrin):
         """Run the loops from ``axis`` inward as the tensor intrinsic ``intrin``

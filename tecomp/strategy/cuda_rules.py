@@ -103,6 +103,12 @@ def _template(outs: List[Tensor], knobs) -> Optional[Schedule]:
         return nn_cuda.schedule_flash_attention_backward(outs, target="cuda")
     if any(_has_tag(op, "flash_attention") for op in ops):
         return nn_cuda.schedule_flash_attention(outs, target="cuda")
+    # scaled_dot_product_attention alone, float16/bfloat16 without a mask: computed as
+    # flash_attention, on its template (the tensor cores); else the rules
+    if len(outs) == 1 and _has_tag(outs[0].op, "sdpa"):
+        s = nn_cuda.schedule_sdpa_as_flash(outs, target="cuda")
+        if s is not None:
+            return s
     for tag, fn in (("conv2d_nchw", nn_cuda.schedule_conv2d_nchw),
                     ("conv2d_nhwc", nn_cuda.schedule_conv2d_nhwc),
                     ("softmax", nn_cuda.schedule_softmax),

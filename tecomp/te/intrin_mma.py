@@ -26,7 +26,12 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   16 tile: two ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32``; its init
   ``cuda.mma_fill_f32`` sets the lane's accumulator registers to 0;
 * ``cuda.mma_store_f32`` -- the accumulator tile to shared or global memory, row or
-  column major, each lane storing its 8 elements.
+  column major, each lane storing its 8 elements;
+* ``cuda.mma_scale_rows_f32`` -- ``C[i, j] *= f[i]``: each row of an accumulator tile in
+  place by a factor from memory (``f`` a 16 x 16 view of a vector, column stride 0), each
+  lane its 8 elements by the factors of its two rows.  Lowering emits it, not a schedule:
+  the rescaling of an accumulator between the steps of an online reduction
+  (``Stage._lockstep``, FlashAttention-2's ``acc *= exp(m_old - m_new)``).
 
 Each has a bfloat16 twin, ``_f16`` spelled ``_bf16`` (``cuda.mma_load_a_bf16``,
 ``cuda.mma_bf16bf16f32``: ``mma.sync....f32.bf16.bf16.f32``; ldmatrix moves 16-bit
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 from ..errors import BuildError
 from .intrin_cuda import TC_DTYPES, _copy, _fill, _leading_dim, _memory, _mma
+from .tensor import compute, placeholder
 
 #: the C text of a lane's index in its warp (the renderer requires blockDim.x to be a
 #: multiple of 32, so the lanes of a warp are consecutive threadIdx.x)
@@ -175,6 +181,29 @@ def _store(name: str):
     return emit
 
 
+def _scale_rows_emit(name: str):
+    def emit(cb, ins, outs):
+        c = _fragment(name, outs[0], "mma.accumulator")
+        f = ins[1]         # (ins[0]: the same fragment, as read)
+        if f.fragment is not None or f.strides[1] != 0:
+            raise BuildError(f"tensor intrinsic {name}: operand {f.name} is a vector in memory "
+                             f"read along the tile's rows (column stride 0), got {f.buffer_name} "
+                             f"with strides {list(f.strides)}")
+        cb.emit(f"const int g = {LANE} >> 2;")
+        cb.emit(f"const float tc_f0 = {f.ptr}[g * {f.strides[0]}], "
+                f"tc_f1 = {f.ptr}[(g + 8) * {f.strides[0]}];")
+        for half in range(2):
+            for reg in range(4):   # (registers 2 and 3 of a half: row g + 8)
+                cb.emit(f"{c}[{4 * half + reg}] *= tc_f{reg >> 1};")
+    return emit
+
+
+def _scale_rows():
+    c = placeholder((16, 16), "float32", name="c")
+    f = placeholder((16, 16), "float32", name="f")
+    return compute((16, 16), lambda i, j: c[i, j] * f[i, j], name="c")
+
+
 def declarations():
     """The ``cuda.mma_*`` intrinsics, as :func:`tecomp.te.intrin_cuda.declarations`."""
     out = [(_fill("float32"), _fill_emit("cuda.mma_fill_f32"), "cuda.mma_fill_f32", False, None)]
@@ -196,4 +225,6 @@ def declarations():
                 "cuda.mma_tf32tf32f32", False, "cuda.mma_fill_f32"))
     out.append((_copy("float32", "float32", "c"), _store("cuda.mma_store_f32"),
                 "cuda.mma_store_f32", False, None))
+    out.append((_scale_rows(), _scale_rows_emit("cuda.mma_scale_rows_f32"),
+                "cuda.mma_scale_rows_f32", False, None))
     return out

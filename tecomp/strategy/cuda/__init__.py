@@ -13,8 +13,8 @@ guarded, and the reduction tail is guarded and partitioned off.
 :mod:`.tensorcore` matmul of float16 on tensor cores (wmma); :class:`WmmaConfig`
 :mod:`.conv2d`     conv2d NCHW / NHWC; :class:`ConvConfig`
 :mod:`.softmax`    softmax, log_softmax; :class:`SoftmaxConfig`
-:mod:`.attention`  flash_attention (FlashAttention's forward on tensor cores);
-                   :class:`FlashConfig`
+:mod:`.attention`  flash_attention (FlashAttention-2's forward on tensor cores, its
+                   backward), scaled_dot_product_attention as it; :class:`FlashConfig`
 :mod:`.injective`  elementwise / injective operators
 =================  ==========================================================
 
@@ -28,7 +28,8 @@ float16 operands with a float32 result (:mod:`.tensorcore`) and
 ``tecomp.nn.flash_attention`` (:mod:`.attention`); not yet convolutions.
 """
 from .attention import (FlashConfig, flash_backward_config, flash_config,
-                        schedule_flash_attention, schedule_flash_attention_backward)
+                        schedule_flash_attention, schedule_flash_attention_backward,
+                        schedule_sdpa_as_flash)
 from .conv2d import ConvConfig, conv_config, schedule_conv2d_nchw, schedule_conv2d_nhwc
 from .gemm import GemmConfig, gemm_config, schedule_dense, schedule_matmul
 from .injective import schedule_elementwise, schedule_injective
@@ -38,6 +39,6 @@ from .tensorcore import WmmaConfig, wmma_config
 __all__ = [
     "schedule_matmul", "schedule_dense", "schedule_conv2d_nchw", "schedule_conv2d_nhwc",
     "schedule_softmax", "schedule_injective", "schedule_flash_attention", "FlashConfig",
-    "flash_config", "schedule_flash_attention_backward", "flash_backward_config", "schedule_elementwise",
+    "flash_config", "schedule_flash_attention_backward", "flash_backward_config", "schedule_sdpa_as_flash", "schedule_elementwise",
     "GemmConfig", "gemm_config", "WmmaConfig", "wmma_config", "ConvConfig", "conv_config", "SoftmaxConfig", "softmax_config",
 ]

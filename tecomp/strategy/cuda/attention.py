@@ -1,28 +1,32 @@
 """FlashAttention's forward on tensor cores (``tecomp.nn.flash_attention`` on ``cuda``
 targets): a schedule of its computes, every tile a schedule decision.
 
-Two kernels carry the work (and a third writes the logsumexp out):
+One kernel carries the work, FlashAttention-2's single pass over the keys (a second,
+small one writes the logsumexp out):
 
-1. **statistics** -- one CUDA block per (batch x head, ``block_q`` queries), ``warps``
-   warps of 32 query rows each (``block_q = 32 * warps``).  The block's query tile is
-   copied to shared memory once; then per tile of ``block_kv`` keys: the key tile to
-   shared memory, the ``block_q x block_kv`` scores on the tensor cores (``ldmatrix`` +
-   ``mma.sync.m16n8k16``, :mod:`tecomp.te.intrin_mma`; each warp its 32 rows, stored to a
-   float32 tile in shared memory) and every thread folds its row of the tile into its
-   running maximum ``m`` and running sum ``l`` (the online softmax's reduction,
-   ``tecomp.nn.attention._online_softmax``).  ``m`` and ``l`` go to global memory
-   (``b * h * Lq`` floats each: no ``Lq x Lk`` buffer anywhere).
-2. **output** -- the same blocks; the query tile again; per key tile: the scores again
-   (tensor cores), ``p = exp(s - lse)`` into a 16-bit tile in shared memory (the
-   threads of the block, one element each), the value tile, and ``p v`` accumulated in
-   each warp's registers (tensor cores); at the end the accumulators go through a float32
-   tile in shared memory to the output, cast to q's dtype, 16 bytes a thread.
+* one CUDA block per (batch x head, ``block_q`` queries), ``warps`` warps of 32 query
+  rows each (``block_q = 32 * warps``); the block's query tile is copied to shared
+  memory once;
+* per tile of ``block_kv`` keys (the loop of ``p v``'s reduction, ``ko``): the key tile
+  to shared memory; the ``block_q x block_kv`` scores on the tensor cores (``ldmatrix``
+  + ``mma.sync.m16n8k16``, :mod:`tecomp.te.intrin_mma`; each warp its 32 rows, stored to
+  a float32 tile in shared memory); every thread folds its row of the tile into the
+  row's running maximum ``m`` and sum ``l`` (the online softmax's reducer,
+  ``tecomp.nn.attention._online_softmax``, run in step with ``ko``:
+  ``Stage._lockstep``) and stores the row's factor ``exp(lse_old - lse_new)``
+  (``lse = m + log l``); ``p = exp(s - lse)`` into a 16-bit tile in shared memory (the
+  threads of the block, one element each); the value tile; each warp's ``p v``
+  accumulators (registers) are multiplied by their rows' factors
+  (``cuda.mma_scale_rows_f32``) and the tile's ``p v`` added (tensor cores);
+* at the end the accumulators go through a float32 tile in shared memory to the output,
+  cast to q's dtype, 16 bytes a thread.
 
-Because the logsumexp is known before ``p v`` starts, ``p`` is already normalised and
-the accumulator needs no rescaling; the price is the scores computed twice (three GEMMs
-of ``Lq x Lk x d`` instead of FlashAttention-2's two).  Causal attention skips the
-key tiles past a block's last query (:meth:`_Kernels.skip_causal`), and masks in the
-diagonal ones.
+Since ``p`` is normalised by the running ``lse``, the accumulator is at every step the
+attention over the keys seen so far: no division at the end, and the two GEMMs of
+FlashAttention-2 (``q k^T`` and ``p v``) per tile.  The rows' ``m`` and ``l`` stay in
+global memory (``b * h * Lq`` floats each, no ``Lq x Lk`` buffer), for the logsumexp's
+kernel.  Causal attention skips the key tiles past a block's last query
+(:meth:`_Kernels.skip_causal`), and masks in the diagonal ones.
 
 :class:`FlashConfig` holds the tiling; :func:`flash_config` picks it from the head
 dimension and the shared memory of the target (:func:`shared_bytes`).
@@ -35,7 +39,8 @@ from typing import Optional
 from ...errors import ScheduleError
 from ...ir import dtype as _dt
 from ...schedule.schedule import Schedule, create_schedule
-from ...te.tensor import Tensor, compute_ops
+from ... import te as _te
+from ...te.tensor import PlaceholderOp, Tensor, compute_ops
 from ...te.tensor_intrin import tensor_intrin
 from .._common import _cint, _has_tag
 from .common import _bind, _check_target, _cooperative_copy, max_shared_bytes
@@ -69,14 +74,14 @@ class FlashConfig:
 
 
 def shared_bytes(cfg: FlashConfig, d: int, dv: int, dtype: str = "float16") -> int:
-    """The shared memory of the output kernel (the larger of the two) with ``cfg``: the
-    query, key and value tiles and ``p`` (16-bit, rows padded by 16 bytes), the scores'
-    and the output's float32 tiles (rows padded by 16 bytes)."""
+    """The shared memory of the forward's kernel with ``cfg``: the query, key and value
+    tiles and ``p`` (16-bit, rows padded by 16 bytes), the scores' and the output's
+    float32 tiles (rows padded by 16 bytes) and the rows' logsumexp."""
     e = _dt.nbytes(dtype)
     pad = 16 // e
     bq, bk = cfg.block_q, cfg.block_kv
     return ((bq * (d + pad) + bk * (d + pad) + bk * (dv + pad) + bq * (bk + pad)) * e
-            + (bq * (bk + F32_PAD) + bq * (dv + F32_PAD)) * 4)
+            + (bq * (bk + F32_PAD) + bq * (dv + F32_PAD) + bq) * 4)
 
 
 #: the tilings :func:`flash_config` tries, in order
@@ -113,19 +118,16 @@ def _parts(outs):
     out, lse = out[0], lse[0]
     pv = out.op.input_tensors[0]
     p, vp = pv.op.input_tensors
-    s2, lse_p = (t for t in p.op.input_tensors)
+    sc, lse_p = (t for t in p.op.input_tensors)
     if _tagged(lse_p.op, "flash_scores"):
-        s2, lse_p = lse_p, s2
+        sc, lse_p = lse_p, sc
     stats = lse_p.op.input_tensors[0]
     m, l = stats.op.output(0), stats.op.output(1)
-    s1 = [t for t in stats.op.input_tensors if _tagged(t.op, "flash_scores")][0]
-    q1, k1 = s1.op.input_tensors
-    q2, k2 = s2.op.input_tensors
+    q, k = sc.op.input_tensors
     if lse_p.op is not lse.op.input_tensors[0].op:
         raise ScheduleError(f"schedule_flash_attention: {out.name} and {lse.name} are not the "
                             "outputs of one tecomp.nn.flash_attention call")
-    return dict(out=out, lse=lse, pv=pv, p=p, v=vp, s2=s2, lse_p=lse_p, m=m, l=l, s1=s1,
-                q1=q1, k1=k1, q2=q2, k2=k2)
+    return dict(out=out, lse=lse, pv=pv, p=p, v=vp, s=sc, lse_p=lse_p, m=m, l=l, q=q, k=k)
 
 
 def schedule_flash_attention(outs, target: str = "cuda",
@@ -135,7 +137,7 @@ def schedule_flash_attention(outs, target: str = "cuda",
     :func:`flash_config`'s for the target's shared memory)."""
     _check_target(target)
     t = _parts(outs)
-    q = t["q1"]
+    q = t["q"]
     D, Dv = _cint(q.shape[3]), _cint(t["v"].shape[3])
     cfg = config if config is not None else flash_config(D, Dv, q.dtype,
                                                          max_shared_bytes(target))
@@ -144,39 +146,127 @@ def schedule_flash_attention(outs, target: str = "cuda",
     return s
 
 
+def sdpa_as_flash(out: Tensor) -> Optional[tuple]:
+    """``(q, k, v, scale)`` where ``out``, a ``tecomp.nn.scaled_dot_product_attention``
+    output, is what :func:`tecomp.nn.flash_attention` computes on the tensor cores: no
+    mask; q, k and v placeholders (the attention alone) of one dtype among
+    ``FLASH_DTYPES``, of constant shapes, head dims multiples of 16 up to
+    ``FLASH_MAX_DIM``; else None (the generic GPU rules)."""
+    from ...ir.expr import Const as _Const, Mul, ProducerLoad
+    from ...ir.functor import collect
+    from ...nn.attention import FLASH_DTYPES, FLASH_MAX_DIM
+    from ..cpu.attention import _attention_parts
+    from ..cpu.common import _NoTemplate
+    try:
+        t = _attention_parts(out)
+    except _NoTemplate:
+        return None
+    q, k, v = t["q"], t["k"], t["v"]
+    # (computes before the attention would be root stages the template does not schedule)
+    if not all(isinstance(x.op, PlaceholderOp) for x in (q, k, v)):
+        return None
+    if t["mask"] is not None or q.dtype not in FLASH_DTYPES or \
+            not q.dtype == k.dtype == v.dtype or not all(
+                isinstance(e, _Const) for x in (q, k, v) for e in x.shape):
+        return None
+    if any(d % 16 or not 16 <= d <= FLASH_MAX_DIM for d in (_cint(q.shape[3]),
+                                                            _cint(v.shape[3]))):
+        return None
+    # the scale: the constant the scores are multiplied by in the exps' stage
+    sc = t["scores"]
+    found = {float(m.b.value) for m in collect(t["exp"].op.body, lambda n: isinstance(
+        n, Mul) and isinstance(n.a, ProducerLoad) and n.a.producer is sc
+        and isinstance(n.b, _Const))}
+    if len(found) != 1:
+        return None
+    return q, k, v, found.pop()
+
+
+def schedule_sdpa_as_flash(outs, target: str = "cuda",
+                           config: Optional[FlashConfig] = None) -> Optional[Schedule]:
+    """``tecomp.nn.scaled_dot_product_attention`` on CUDA targets: where
+    :func:`sdpa_as_flash` finds it to be a FlashAttention, a schedule whose output stage
+    computes it as :func:`tecomp.nn.flash_attention` does (``<name>.flash.*`` stages,
+    :func:`schedule_flash_attention`'s kernel; the logsumexp is not computed), the
+    graph's own stages left out; else None.  ``p`` is then rounded to the inputs' dtype
+    before ``p v``, as FlashAttention's (the general stages keep it float32).  The
+    schedule's trace is not replayable (the substitution is no primitive)."""
+    from ...ir.functor import substitute
+    from ...nn.attention import _flash_forward
+    from ...schedule.relations import _with_body
+    from ...schedule.schedule import Stage
+    _check_target(target)
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if len(outs) != 1 or not isinstance(outs[0], Tensor):
+        return None
+    out = outs[0]
+    got = sdpa_as_flash(out)
+    if got is None:
+        return None
+    q, k, v, scale = got
+    fout, flse = _flash_forward(q, k, v, False, scale, f"{out.op.name}.flash")
+    s = create_schedule([out.op])
+    st = s[out]
+    new = _with_body(out.op, substitute(fout.op.body, {
+        a.var: b.var for a, b in zip(fout.op.axis, out.op.axis)}))
+    new.tag, new.attrs = fout.op.tag, dict(fout.op.attrs)
+    s._replace_op(st, new)
+    stages = [Stage(op, s) for op in compute_ops(fout.op.input_tensors)]
+    s.stages = stages + [st]
+    s._stage_of = {id(x.op): x for x in stages}
+    s._stage_of[id(new)] = s._stage_of[id(out.op)] = st
+    s.trace.problem = (f"{out.name}: scaled_dot_product_attention computed as "
+                       "flash_attention (a substitution, not a schedule primitive)")
+    t = _parts([fout, flse])
+    t["out"], t["lse"] = out, None
+    D, Dv = _cint(q.shape[3]), _cint(v.shape[3])
+    cfg = config if config is not None else flash_config(D, Dv, q.dtype,
+                                                         max_shared_bytes(target))
+    _forward_into(s, t, cfg)
+    return s
+
+
+def _rescale(old, new):
+    """The factor of a row's accumulator when its statistics go from ``old`` to ``new``
+    (``(m, l)`` each): ``exp(lse_old - lse_new) = exp(m_old - m_new) * l_old / l_new``,
+    0 while the row had no key (its accumulator is 0 then)."""
+    (m0, l0), (m1, l1) = old, new
+    f32 = "float32"
+    return _te.if_then_else(l0 > _te.const(0.0, f32), _te.exp(m0 - m1) * l0 / l1,
+                            _te.const(0.0, f32))
+
+
 def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
     """The forward's kernels (the stages :func:`_parts` found) in ``s``."""
-    q = t["q1"]
-    k = _Kernels(s, cfg, q.dtype, _cint(q.shape[2]), _cint(t["k1"].shape[2]))
+    q = t["q"]
+    k = _Kernels(s, cfg, q.dtype, _cint(q.shape[2]), _cint(t["k"].shape[2]))
     causal = bool(t["out"].op.attrs.get("causal"))
+    # the rows' logsumexp, for p: a shared copy per key tile; the output's: its own kernel
+    # reading the statistics the output kernel leaves in global memory
+    ls = s.cache_read(t["lse_p"], "shared", [t["p"]])
+    s[t["lse_p"]].compute_inline()
+    if t["lse"] is not None:
+        k.rows_kernel(t["lse"])
 
-    # 1. statistics: a thread per query row, folding each key tile into (m, l)
-    st = k.s[t["m"]]
-    bz, bo, i = k.blocks(st, st.op.axis[2])
-    ko, kj = st.split(st.op.reduce_axis[0], factor=cfg.block_kv)
-    iy, ix = st.split(i, factor=WARP)
-    st.reorder(bz, bo, ko, iy, ix, kj)
-    if causal:
-        k.skip_causal(st, ko, "before")
-    _bind(st, bz, "blockIdx.y")
-    _bind(st, bo, "blockIdx.x")
-    _bind(st, iy, "threadIdx.y")
-    _bind(st, ix, "threadIdx.x")
-    k.shared_copy(t["q1"], st, bo)
-    k.scores(t["s1"], t["q1"], t["k1"], st, ko)
-    k.shared_copy(t["k1"], st, ko, step=True)
-    k.s[t["lse_p"]].compute_inline()
-    k.rows_kernel(t["lse"])
-
-    # 2. the output: per key tile, p (shared) and p v (each warp's accumulators)
+    # the output: per key tile the scores (tensor cores), the rows' statistics updated
+    # in step (each thread a row), p (shared) and p v into each warp's accumulators,
+    # rescaled first by exp(lse_old - lse_new)
     ot, bo, pf, ko = k.accumulate(t["out"], t["pv"], t["p"], t["v"])
     if causal:
         k.skip_causal(pf, ko, "before")
-    k.shared_copy(t["q2"], ot, bo)
+    k.shared_copy(t["q"], ot, bo)
     k.tile16(t["p"], pf, ko)
     k.shared_copy(t["v"], pf, ko, step=True)
-    k.scores(t["s2"], t["q2"], t["k2"], pf, ko)
-    k.shared_copy(t["k2"], pf, ko, step=True)
+    k.scores(t["s"], t["q"], t["k"], pf, ko)
+    k.shared_copy(t["k"], pf, ko, step=True)
+    st = s[t["m"]]
+    st.compute_at(pf, ko)
+    _cooperative_copy(st, k.threads, cfg.block_q)
+    st._lockstep(cfg.block_kv, _rescale)
+    lt = s[ls]
+    lt.set_scope("shared")
+    lt.compute_at(pf, ko)
+    _cooperative_copy(lt, k.threads, cfg.block_q)
 
 
 class _Kernels:
