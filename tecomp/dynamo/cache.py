@@ -4,8 +4,8 @@ A region's key is the sha256 of what determines its kernel: its operators and th
 arguments in order (nodes named by position in the region, not by their names in the
 graph, so the twelve identical layers of a BERT share one kernel), the shapes, dtypes
 and strides of its inputs (and the layouts its constant weights are packed in), which
-nodes it returns, the target, the auto-scheduler's
-trials and log, and the source of the tecomp that compiles it.
+nodes it returns, the target, the auto-scheduler's trials and log, and the source of
+the tecomp that compiles it.
 
 On disk the kernels are shared libraries (``Module.export_library``) under
 ``$TECOMP_CACHE_DIR/dynamo/`` (see :func:`tecomp.runtime.libfiles.cache_root`; a private
