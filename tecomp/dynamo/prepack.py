@@ -27,7 +27,9 @@ from typing import Dict
 
 import torch
 
-_LOCK = threading.Lock()
+#: (reentrant: a weight's weak-reference callback may run from a garbage collection that
+#: an allocation under the lock set off, on the same thread)
+_LOCK = threading.RLock()
 #: (id(weight), pack name) -> (weak reference to the weight, its state, the packed copy)
 _KEPT: Dict[tuple, tuple] = {}
 
