@@ -23,7 +23,7 @@ with the cache the first filled (warm); TorchDynamo's tracing is in both.
                                                   resnet50-downsample]
                                         [--threads 1,2] [--rounds 5] [--layers 12]
                                         [--profile] [--other-threads]
-                                        [--ab no-prepack,no-strided-gemm]
+                                        [--ab no-prepack,no-strided-gemm] [--cpu]
 
 Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
 time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
@@ -38,6 +38,10 @@ option ``prepack=False`` (the convolutions' weights copied into the kernels' lay
 at every call, not once), ``no-strided-gemm`` the strided 1x1 convolutions left to the
 convolution template instead of a subsampled copy and a GEMM (compiled without the
 disk cache).
+
+``--cpu`` reads each call's process CPU time (all threads) instead of its wall time: on
+a loaded machine it leaves out the time the process waited for a core, a fair figure at
+one thread (with more, threads that spin while they wait count too).
 
 ``--profile`` adds a per-kernel breakdown of the tecomp-compiled step: each distinct
 kernel once (the graph it is in -- inference, forward or backward --, its ATen operators,
@@ -410,17 +414,19 @@ def _child(name: str, batch: int, layers: int, rounds: int, profile: bool = Fals
     compile_s = time.perf_counter() - t0
     out = {"what": what, "tecomp_first_call_s": compile_s, "stats": dict(tecomp.dynamo.STATS)}
     if rounds:
-        out["medians"] = interleaved_turns(fns, rounds)
+        cpu = os.environ.get("BENCH_TECOMP_CPU") == "1"
+        out["medians"] = interleaved_turns(fns, rounds, **(
+            {"clock": time.process_time} if cpu else {}))
         if profile:
             out["profile"] = _kernel_profile(fns, rounds)
     print("RESULT " + json.dumps(out), flush=True)
 
 
 def _run(name, batch, layers, rounds, threads, cache_dir, profile=False,
-         other_threads=False, ab=""):
+         other_threads=False, ab="", cpu=False):
     env = dict(os.environ, TECOMP_CACHE_DIR=cache_dir, PYTHONPATH=ROOT,
                BENCH_TECOMP_OTHER_THREADS="1" if other_threads else "0",
-               BENCH_TECOMP_AB=ab)
+               BENCH_TECOMP_AB=ab, BENCH_TECOMP_CPU="1" if cpu else "0")
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                 "TECOMP_NUM_THREADS"):
         env[var] = str(threads)
@@ -452,6 +458,9 @@ def main() -> int:
     ap.add_argument("--ab", default="",
                     help="also these variants of the backend in the same turns, "
                          "comma-separated: " + ", ".join(VARIANTS) + " (resnet50*)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="medians of the process CPU time per call, not wall time (on a "
+                         "loaded machine a fair figure at one thread)")
     args = ap.parse_args()
     bad = [v for v in args.ab.split(",") if v and v not in VARIANTS]
     if bad:
@@ -474,13 +483,14 @@ def main() -> int:
                             print(f"{name} batch {batch}: {cold['error']}", flush=True)
                             break
                     r = _run(name, batch, args.layers, args.rounds, threads, cache,
-                             args.profile, args.other_threads, args.ab)
+                             args.profile, args.other_threads, args.ab, args.cpu)
                     if "error" in r:
                         print(f"{name} batch {batch}, {threads} threads: {r['error']}",
                               flush=True)
                         continue
                     m = r["medians"]
-                    line = (f"{r['what']}, {threads} thread{'s' if threads > 1 else ''}: "
+                    line = (f"{r['what']}, {threads} thread{'s' if threads > 1 else ''}"
+                            f"{' (process CPU time)' if args.cpu else ''}: "
                             f"eager {m['eager'] * 1e3:.1f} ms, inductor "
                             f"{m['inductor'] * 1e3:.1f} ms, tecomp {m['tecomp'] * 1e3:.1f} ms "
                             f"({m['eager'] / m['tecomp']:.2f}x eager, "
