@@ -20,6 +20,7 @@ from tecomp.dynamo import lowering_nn, prepack  # noqa: E402
 from tecomp.target import cpu_model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
 RTOL = 1e-4
 
 
@@ -860,9 +861,10 @@ def test_training_and_prepack_off_read_weights_as_they_are(blocked):
     """A training graph packs nothing (its weights change at every step); nor does an
     inference graph with the option prepack=False, which sees even a change made
     through ``weight.data`` (behind the version counter)."""
-    model = _net().train()
+    torch.manual_seed(0)
+    model = torch.nn.Conv2d(4, 2 * cpu_model().lanes, 3, padding=1)
     f = torch.compile(model, backend="tecomp", options={"cache": False})
-    x = torch.randn(2, 8, 12, 12)
+    x = torch.randn(2, 4, 6, 6)
     before = prepack.STATS["packed"]
     ref = copy.deepcopy(model)
     f(x).square().sum().backward()
@@ -875,13 +877,17 @@ def test_training_and_prepack_off_read_weights_as_they_are(blocked):
     g = torch.compile(model, backend="tecomp", options={"cache": False, "prepack": False})
     with torch.no_grad():
         _close(g(x), model(x), "prepack=False")
-        model[0].weight.data.mul_(2.0)
+        model.weight.data.mul_(2.0)
         _close(g(x), model(x), "prepack=False after weight.data.mul_")
     assert prepack.STATS["packed"] == before
 
 
 @pytest.mark.parametrize("stride,hw,channels_last", [
-    (2, (29, 31), False), (2, (28, 28), True), (3, (43, 44), False), (3, (44, 43), True)])
+    (2, (29, 31), False), (3, (44, 43), True),
+    pytest.param(2, (28, 28), True, marks=[pytest.mark.slow, pytest.mark.skipif(
+        not _LONG, reason="slow: set TECOMP_LONG_TESTS=1")]),
+    pytest.param(3, (43, 44), False, marks=[pytest.mark.slow, pytest.mark.skipif(
+        not _LONG, reason="slow: set TECOMP_LONG_TESTS=1")])])
 def test_strided_1x1_as_subsampled_gemm(stride, hw, channels_last):
     """A strided 1x1 convolution onto a plane the GEMM path takes is a subsampled copy
     and a GEMM: odd sizes, strides 2 and 3, NCHW and channels-last inputs, with the
