@@ -257,11 +257,13 @@ def weight_packs(region, vals) -> tuple:
     out = []
     for n in region.inputs:
         readers = [u for u in n.users if u in members]
+        conv = readers[0] if len(readers) == 1 else None
         name = None
-        if n.op == "placeholder" and len(readers) == 1 and readers[0].target is aten.convolution.default and \
-                readers[0].args[1] is n and n not in readers[0].args[:1] + readers[0].args[2:]:
+        if n.op == "placeholder" and conv is not None and \
+                conv.target is aten.convolution.default and conv.args[1] is n and \
+                not any(a is n for a in conv.args[:1] + conv.args[2:3]):
             try:
-                name = _conv_pack(readers[0], vals)
+                name = _conv_pack(conv, vals)
             except TecompError:
                 name = None
         out.append(name)
