@@ -11,15 +11,19 @@ Models (random weights, nothing downloaded):
 * ``bert-layer-train``: one BERT layer (hidden 768), one training step, batch 8 x 128;
 * ``resnet50``: torchvision's ResNet-50, inference, fp32, batch 1 and 8 x 3 x 224 x 224
   (eval mode, the batch norms' running statistics those of a random batch).
+* ``resnet50-downsample``: one layer of it, the 1x1 512->1024 stride-2 downsample over
+  28x28 with its batch norm, inference, batch 1 and 8.
 
 Each configuration runs in a fresh process per thread count (``--threads``, default
 1,2), so every tool starts its thread pool with that count.  Compile time: the first call
 of the tecomp-compiled model with an empty kernel cache (cold) and, in another process,
 with the cache the first filled (warm); TorchDynamo's tracing is in both.
 
-    python3 benchmarks/torch_compile.py [--models bert,cnn-train,bert-layer-train,resnet50]
+    python3 benchmarks/torch_compile.py [--models bert,cnn-train,bert-layer-train,resnet50,
+                                                  resnet50-downsample]
                                         [--threads 1,2] [--rounds 5] [--layers 12]
                                         [--profile] [--other-threads]
+                                        [--ab no-prepack,no-strided-gemm] [--cpu]
 
 Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
 time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
@@ -27,6 +31,17 @@ time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
 ``--other-threads`` adds a fourth tool to the same turns: the tecomp backend with the
 option ``threads`` not its default (``"tecomp"``: its kernels on tecomp's pool; see the
 backend's options).
+
+``--ab no-prepack,no-strided-gemm`` (the ResNet-50 cases) adds variants of the tecomp backend to
+the same turns, each printed with its time over the default's: ``no-prepack`` the
+option ``prepack=False`` (the convolutions' weights copied into the kernels' layouts
+at every call, not once), ``no-strided-gemm`` the strided 1x1 convolutions left to the
+convolution template instead of a subsampled copy and a GEMM (compiled without the
+disk cache).
+
+``--cpu`` reads each call's process CPU time (all threads) instead of its wall time: on
+a loaded machine it leaves out the time the process waited for a core, a fair figure at
+one thread (with more, threads that spin while they wait count too).
 
 ``--profile`` adds a per-kernel breakdown of the tecomp-compiled step: each distinct
 kernel once (the graph it is in -- inference, forward or backward --, its ATen operators,
@@ -73,6 +88,17 @@ def _cnn(torch):
         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 8 * 8, 10))
 
 
+def _downsample(torch):
+    """ResNet-50's layer3 downsample (conv 1x1 512->1024 stride 2 over 28x28, its batch
+    norm), eval mode, random weights and statistics."""
+    nn = torch.nn
+    m = nn.Sequential(nn.Conv2d(512, 1024, 1, stride=2, bias=False), nn.BatchNorm2d(1024))
+    with torch.no_grad():
+        m[1].running_mean.normal_()
+        m[1].running_var.uniform_(0.5, 2.0)
+    return m.eval()
+
+
 #: the tool of ``--other-threads``: the backend with the option threads not its default's
 OTHER = "tecomp-other-threads"
 
@@ -96,6 +122,42 @@ def _other_threads_tool(model) -> dict:
     return {OTHER: torch.compile(model, backend="tecomp", options=_tool_options(OTHER))}
 
 
+#: the variants ``--ab`` can add to the turns: the backend with an option not its
+#: default's, or a lowering switched off (compiled without the disk cache, whose keys do
+#: not know the switch)
+VARIANTS = ("no-prepack", "no-strided-gemm")
+
+
+def _variant_tools(model, run) -> dict:
+    """With ``--ab``: each variant of :data:`VARIANTS` named there, as the tool
+    ``tecomp <variant>``, compiled by its first call ``run(fn)`` (under its switch)."""
+    names = [v for v in os.environ.get("BENCH_TECOMP_AB", "").split(",") if v]
+    if not names:
+        return {}
+    import copy
+
+    import torch
+    from tecomp.dynamo import cache as dcache
+    from tecomp.dynamo import lowering_nn
+
+    out = {}
+    for v in names:
+        opts = {"prepack": False} if v == "no-prepack" else {"cache": False}
+        fn = torch.compile(copy.deepcopy(model), backend="tecomp", options=opts)
+        strided = lowering_nn.GEMM_1X1_STRIDED
+        if v == "no-strided-gemm":
+            lowering_nn.GEMM_1X1_STRIDED = False
+            dcache.clear_memory()
+        try:
+            run(fn)
+        finally:
+            lowering_nn.GEMM_1X1_STRIDED = strided
+            if v == "no-strided-gemm":
+                dcache.clear_memory()
+        out[f"tecomp {v}"] = fn
+    return out
+
+
 def _case(name: str, batch: int, layers: int):
     """(model step functions by tool, what) for one configuration; a step is a
     zero-argument callable."""
@@ -113,12 +175,18 @@ def _case(name: str, batch: int, layers: int):
             with torch.no_grad():
                 return fn(ids)
         return {k: (lambda f=f: step(f)) for k, f in tools.items()}, f"{what}, batch {batch}x128"
-    if name == "resnet50":
-        sys.path.insert(0, HERE)
-        from torch_compile_zoo import build
+    if name in ("resnet50", "resnet50-downsample"):
+        if name == "resnet50":
+            sys.path.insert(0, HERE)
+            from torch_compile_zoo import build
 
-        model, _, _ = build("resnet50", 224)  # eval mode, calibrated statistics
-        img = torch.randn(batch, 3, 224, 224)
+            model, _, _ = build("resnet50", 224)  # eval mode, calibrated statistics
+            img = torch.randn(batch, 3, 224, 224)
+            what = f"ResNet-50 (torchvision), batch {batch}x3x224x224"
+        else:
+            model = _downsample(torch)
+            img = torch.randn(batch, 512, 28, 28)
+            what = f"ResNet-50's downsample 1x1 512->1024 stride 2 + batch norm, batch {batch}"
         tools = {"eager": model, "inductor": torch.compile(model),
                  "tecomp": torch.compile(model, backend="tecomp")}
         tools.update(_other_threads_tool(model))
@@ -126,8 +194,8 @@ def _case(name: str, batch: int, layers: int):
         def infer(fn):
             with torch.no_grad():
                 return fn(img)
-        return ({k: (lambda f=f: infer(f)) for k, f in tools.items()},
-                f"ResNet-50 (torchvision), batch {batch}x3x224x224")
+        tools.update(_variant_tools(model, infer))
+        return {k: (lambda f=f: infer(f)) for k, f in tools.items()}, what
     if name == "cnn-train":
         model = _cnn(torch)
         x, labels = torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,))
@@ -181,11 +249,12 @@ def _kernel_profile(fns, rounds: int) -> dict:
         env = dict(zip(plan.placeholders, args))
         for kind, item in plan.steps:
             if kind == 0:
-                ins = [env[n] for n in item.inputs]
+                ins = item.kernel_inputs(env)
                 outs = [torch.empty_strided(s, st, dtype=d) for s, st, d in item.out_specs]
                 item.module.call_grad_inputs(*ins, *outs)
                 env.update(zip(item.outputs, outs))
-                seen.setdefault(plan.role, {}).setdefault(item.key, [item, ins, 0])[2] += 1
+                raw = [env[n] for n in item.inputs]  # (weights not packed: for eager)
+                seen.setdefault(plan.role, {}).setdefault(item.key, [item, ins, 0, raw])[2] += 1
             elif kind == 1:
                 a, kw = torch.fx.node.map_arg((item.args, item.kwargs), env.__getitem__)
                 env[item] = item.target(*a, **kw)
@@ -227,8 +296,8 @@ def _kernel_profile(fns, rounds: int) -> dict:
 
     rows = []
     with torch.no_grad():
-        for (role, key), (r, ins, count) in kernels.items():
-            calls = {"tecomp": tecomp_call(r, ins), "eager": eager_call(r, ins)}
+        for (role, key), (r, ins, count, raw) in kernels.items():
+            calls = {"tecomp": tecomp_call(r, ins), "eager": eager_call(r, raw)}
             m = interleaved_turns({k: f for k, f in calls.items() if f is not None}, rounds,
                                   turn_seconds=0.02)
             cpu = {k: _cpu_min(f, 4 * rounds) for k, f in calls.items() if f is not None}
@@ -345,16 +414,19 @@ def _child(name: str, batch: int, layers: int, rounds: int, profile: bool = Fals
     compile_s = time.perf_counter() - t0
     out = {"what": what, "tecomp_first_call_s": compile_s, "stats": dict(tecomp.dynamo.STATS)}
     if rounds:
-        out["medians"] = interleaved_turns(fns, rounds)
+        cpu = os.environ.get("BENCH_TECOMP_CPU") == "1"
+        out["medians"] = interleaved_turns(fns, rounds, **(
+            {"clock": time.process_time} if cpu else {}))
         if profile:
             out["profile"] = _kernel_profile(fns, rounds)
     print("RESULT " + json.dumps(out), flush=True)
 
 
 def _run(name, batch, layers, rounds, threads, cache_dir, profile=False,
-         other_threads=False):
+         other_threads=False, ab="", cpu=False):
     env = dict(os.environ, TECOMP_CACHE_DIR=cache_dir, PYTHONPATH=ROOT,
-               BENCH_TECOMP_OTHER_THREADS="1" if other_threads else "0")
+               BENCH_TECOMP_OTHER_THREADS="1" if other_threads else "0",
+               BENCH_TECOMP_AB=ab, BENCH_TECOMP_CPU="1" if cpu else "0")
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                 "TECOMP_NUM_THREADS"):
         env[var] = str(threads)
@@ -383,14 +455,24 @@ def main() -> int:
     ap.add_argument("--other-threads", action="store_true",
                     help="also tecomp with the option threads not its default's, in the "
                          "same turns")
+    ap.add_argument("--ab", default="",
+                    help="also these variants of the backend in the same turns, "
+                         "comma-separated: " + ", ".join(VARIANTS) + " (resnet50*)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="medians of the process CPU time per call, not wall time (on a "
+                         "loaded machine a fair figure at one thread)")
     args = ap.parse_args()
+    bad = [v for v in args.ab.split(",") if v and v not in VARIANTS]
+    if bad:
+        ap.error(f"--ab: unknown variant(s) {', '.join(bad)}; the variants are "
+                 f"{', '.join(VARIANTS)}")
     sys.path.insert(0, HERE)
     sys.path.insert(1, ROOT)
     from workloads import machine
 
     print(f"# {machine()}", flush=True)
     configs = {"bert": [1, 8], "cnn-train": [32], "bert-layer-train": [8],
-               "resnet50": [1, 8]}
+               "resnet50": [1, 8], "resnet50-downsample": [1, 8]}
     for name in args.models.split(","):
         for batch in configs[name]:
             with tempfile.TemporaryDirectory(prefix="tecomp-bench-cache-") as cache:
@@ -401,13 +483,14 @@ def main() -> int:
                             print(f"{name} batch {batch}: {cold['error']}", flush=True)
                             break
                     r = _run(name, batch, args.layers, args.rounds, threads, cache,
-                             args.profile, args.other_threads)
+                             args.profile, args.other_threads, args.ab, args.cpu)
                     if "error" in r:
                         print(f"{name} batch {batch}, {threads} threads: {r['error']}",
                               flush=True)
                         continue
                     m = r["medians"]
-                    line = (f"{r['what']}, {threads} thread{'s' if threads > 1 else ''}: "
+                    line = (f"{r['what']}, {threads} thread{'s' if threads > 1 else ''}"
+                            f"{' (process CPU time)' if args.cpu else ''}: "
                             f"eager {m['eager'] * 1e3:.1f} ms, inductor "
                             f"{m['inductor'] * 1e3:.1f} ms, tecomp {m['tecomp'] * 1e3:.1f} ms "
                             f"({m['eager'] / m['tecomp']:.2f}x eager, "
@@ -417,6 +500,9 @@ def main() -> int:
                         line += (f"; tecomp threads='{_other_threads()}' {t * 1e3:.1f} ms "
                                  f"({m['eager'] / t:.2f}x eager, {m['inductor'] / t:.2f}x "
                                  f"inductor)")
+                    for v in (t for t in m if t.startswith("tecomp ")):
+                        line += (f"; {v} {m[v] * 1e3:.1f} ms (tecomp {v[7:]} / tecomp: "
+                                 f"{m[v] / m['tecomp']:.2f}x)")
                     if k == 0:
                         line += (f"; tecomp first call: cold cache "
                                  f"{cold['tecomp_first_call_s']:.1f} s, warm "

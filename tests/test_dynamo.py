@@ -1,7 +1,8 @@
 """torch.compile(model, backend="tecomp"): small models (an MLP, a CNN, a transformer
 encoder layer) compiled against eager PyTorch, outputs and gradients; the eager
 fallback of unsupported operators and dtypes; shape specialisation; the disk cache
-reused by a second process."""
+reused by a second process; in inference, convolution weights packed once and packed
+again whenever they change, and strided 1x1 convolutions as a subsampled GEMM."""
 import copy
 import logging
 import os
@@ -15,8 +16,11 @@ torch = pytest.importorskip("torch")
 
 import tecomp.dynamo as td  # noqa: E402
 from tecomp.dynamo import cache as dcache  # noqa: E402
+from tecomp.dynamo import lowering_nn, prepack  # noqa: E402
+from tecomp.target import cpu_model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
 RTOL = 1e-4
 
 
@@ -122,8 +126,6 @@ def test_1x1_convolutions_as_gemms():
     the weights over the flattened plane) and those it leaves to the convolution
     template: inference outputs against eager (the backward's convolution gradients do
     not use the forward's lowering)."""
-    from tecomp.dynamo import lowering_nn
-
     lo, hi = lowering_nn.GEMM_1X1_PLANES
     assert lo <= 14 * 14 <= hi and not lo <= 7 * 7 <= hi
     torch.manual_seed(0)
@@ -779,3 +781,126 @@ def test_region_that_cannot_be_compiled_runs_eagerly(caplog, monkeypatch):
     assert len(calls) >= 2 and dcache.STATS["failed"] > before
     assert any(re.search(r"graph: 0 tecomp kernels \(0 nodes\), \d+ eager", m) for m in msgs)
 
+
+# -- inference: constant weights packed once (tecomp.dynamo.prepack); strided 1x1 -----
+@pytest.fixture
+def blocked(monkeypatch):
+    """Every float32 convolution whose output channels make whole blocks of two vectors
+    packed (``oihw_blocked``) where the heuristic would not pack it (that depends on
+    the machine's vector width): the packed path is exercised on any CPU."""
+    ob = 2 * cpu_model().lanes
+    decide = lowering_nn._conv_pack
+
+    def force(node, vals):
+        name = decide(node, vals)
+        if name is None and vals[node.args[1]].dtype == torch.float32 and \
+                vals[node.args[1]].shape[0] % ob == 0:
+            return f"oihw_blocked{ob}"
+        return name
+
+    monkeypatch.setattr(lowering_nn, "_conv_pack", force)
+    return ob
+
+
+def _net():
+    torch.manual_seed(0)
+    ob = 2 * cpu_model().lanes
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(8, ob, 3, padding=1, bias=False), torch.nn.BatchNorm2d(ob),
+        torch.nn.ReLU(), torch.nn.Conv2d(ob, ob, 3, stride=2, padding=1),
+        torch.nn.Conv2d(ob, 8, 1)).eval()
+
+
+def test_packed_weights_match_eager_and_see_every_update(blocked):
+    """The packed copies are made once and reused; an in-place update under no_grad, a
+    load_state_dict, a new Parameter and a call under inference_mode each give eager's
+    answer (a changed weight is packed again, never read stale)."""
+    model = _net()
+    f = torch.compile(model, backend="tecomp", options={"cache": False})
+    x = torch.randn(2, 8, 12, 12)
+    packed0, reused0 = prepack.STATS["packed"], prepack.STATS["reused"]
+    with torch.no_grad():
+        _close(f(x), model(x), "first call")
+        made = prepack.STATS["packed"] - packed0
+        assert made >= 2, made  # the two 3x3 convolutions' weights
+        _close(f(x), model(x), "second call")
+        assert prepack.STATS["packed"] - packed0 == made
+        assert prepack.STATS["reused"] - reused0 >= made
+        model[0].weight.add_(0.5)                       # in place: a new version
+        _close(f(x), model(x), "after weight.add_")
+        assert prepack.STATS["packed"] - packed0 == made + 1
+        other = _net()
+        with torch.no_grad():
+            for p in other.parameters():
+                p.mul_(-1.5)
+        model.load_state_dict(other.state_dict())      # copy_ into every weight
+        _close(f(x), model(x), "after load_state_dict")
+        model[3].weight = torch.nn.Parameter(torch.randn_like(model[3].weight))
+        _close(f(x), model(x), "after a new Parameter")
+    with torch.inference_mode():
+        _close(f(x), model(x), "under inference_mode")
+
+
+def test_packed_copy_dies_with_its_weight(blocked):
+    """A packed copy is kept no longer than its weight."""
+    model = _net()
+    f = torch.compile(model, backend="tecomp", options={"cache": False})
+    with torch.no_grad():
+        f(torch.randn(1, 8, 12, 12))
+    assert prepack.kept() >= 2
+    ids = {id(p) for p in model.parameters()}
+    assert any(k[0] in ids for k in prepack._KEPT)
+    del f, model
+    torch._dynamo.reset()
+    import gc
+    gc.collect()
+    assert not any(k[0] in ids for k in prepack._KEPT)
+
+
+def test_training_and_prepack_off_read_weights_as_they_are(blocked):
+    """A training graph packs nothing (its weights change at every step); nor does an
+    inference graph with the option prepack=False, which sees even a change made
+    through ``weight.data`` (behind the version counter)."""
+    torch.manual_seed(0)
+    model = torch.nn.Conv2d(4, 2 * cpu_model().lanes, 3, padding=1)
+    f = torch.compile(model, backend="tecomp", options={"cache": False})
+    x = torch.randn(2, 4, 6, 6)
+    before = prepack.STATS["packed"]
+    ref = copy.deepcopy(model)
+    f(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        _close(p.grad, q.grad, f"gradient of {n}")
+    assert prepack.STATS["packed"] == before
+    torch._dynamo.reset()
+    model.eval()
+    g = torch.compile(model, backend="tecomp", options={"cache": False, "prepack": False})
+    with torch.no_grad():
+        _close(g(x), model(x), "prepack=False")
+        model.weight.data.mul_(2.0)
+        _close(g(x), model(x), "prepack=False after weight.data.mul_")
+    assert prepack.STATS["packed"] == before
+
+
+@pytest.mark.parametrize("stride,hw,channels_last", [
+    (2, (29, 31), False), (3, (44, 43), True),
+    pytest.param(2, (28, 28), True, marks=[pytest.mark.slow, pytest.mark.skipif(
+        not _LONG, reason="slow: set TECOMP_LONG_TESTS=1")]),
+    pytest.param(3, (43, 44), False, marks=[pytest.mark.slow, pytest.mark.skipif(
+        not _LONG, reason="slow: set TECOMP_LONG_TESTS=1")])])
+def test_strided_1x1_as_subsampled_gemm(stride, hw, channels_last):
+    """A strided 1x1 convolution onto a plane the GEMM path takes is a subsampled copy
+    and a GEMM: odd sizes, strides 2 and 3, NCHW and channels-last inputs, with the
+    batch norm and ReLU after it, as eager."""
+    oh, ow = ((e - 1) // stride + 1 for e in hw)
+    assert lowering_nn._gemm_1x1_plane((2, 8) + hw, (12, 8, 1, 1), [stride] * 2, [0, 0],
+                                       "float32") == (oh, ow)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 12, 1, stride=stride, bias=False),
+                                torch.nn.BatchNorm2d(12), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 8, *hw)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    f = torch.compile(model, backend="tecomp", options={"cache": False})
+    with torch.no_grad():
+        _close(f(x), model(x), f"stride {stride} {hw}")

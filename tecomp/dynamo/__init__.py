@@ -47,6 +47,16 @@ Options (``torch.compile(model, backend="tecomp", options={...})``):
     1.6x on 2 threads) but not the default: where other processes load the cores,
     PyTorch's OpenMP regions, and the kernels on them, slow down many times more than
     tecomp's pool (benchmarks/history/2026-11-30.md).
+``prepack`` (bool, default True)
+    In an inference graph (``torch.no_grad()``, ``torch.inference_mode()``, or
+    parameters without gradients), pack a convolution's weight once into the layout its
+    kernel reads (where its template would copy it at every call: vectors across the
+    output channels, a 1x1 convolution's GEMM) and reuse the packed copy while the
+    weight is unchanged: the copy is keyed by the tensor, its version counter and its
+    memory, so an in-place update (an optimizer's step, ``load_state_dict``,
+    ``w.add_(1)`` under ``torch.no_grad()``) or a new tensor is packed again.  A change
+    made behind the version counter (``w.data.copy_(v)``) is not seen: turn it off for
+    such code (:mod:`tecomp.dynamo.prepack`).  Training graphs are not affected.
 
 Shapes are specialised: each new signature of a graph's inputs (shapes, dtypes,
 strides, integer values) compiles its own kernels, as TorchDynamo's guards recompile a
@@ -95,6 +105,9 @@ class Options:
     threads : str, optional
         ``"tecomp"`` (the default) or ``"torch"``: whose threads run the kernels'
         parallel loops while a graph runs (see the module docstring).
+    prepack : bool, optional
+        Pack the convolutions' constant weights of inference graphs once (see the
+        module docstring).
 
     Raises
     ------
@@ -105,7 +118,7 @@ class Options:
     """
 
     def __init__(self, trials: int = 0, log: Any = None, cache: bool = True,
-                 target: Any = "llvm", threads: str = "tecomp"):
+                 target: Any = "llvm", threads: str = "tecomp", prepack: bool = True):
         if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
             raise ArgumentError(f"torch.compile(backend='tecomp'): option trials must be an "
                                 f"int >= 0, got {trials!r:.60}")
@@ -121,14 +134,19 @@ class Options:
             raise ArgumentError(f"torch.compile(backend='tecomp'): option threads must be "
                                 f"'tecomp' or 'torch', got {threads!r:.60}")
         self.trials, self.log, self.cache, self.target = trials, log, cache, t
+        if not isinstance(prepack, bool):
+            raise ArgumentError(f"torch.compile(backend='tecomp'): option prepack must be "
+                                f"True or False, got {prepack!r:.60}")
         self.threads = threads
+        self.prepack = prepack
 
     def __repr__(self):
         return (f"Options(trials={self.trials}, log={self.log!r}, cache={self.cache}, "
-                f"target='{self.target}', threads='{self.threads}')")
+                f"target='{self.target}', threads='{self.threads}', "
+                f"prepack={self.prepack})")
 
 
-_OPTION_NAMES = ("trials", "log", "cache", "target", "threads")
+_OPTION_NAMES = ("trials", "log", "cache", "target", "threads", "prepack")
 
 
 def _options(kwargs) -> Options:
@@ -183,7 +201,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options: Any) 
     example_inputs : list
         Its (fake) example inputs.
     **options
-        ``trials``, ``log``, ``cache``, ``target``, ``threads`` (see :class:`Options`).
+        ``trials``, ``log``, ``cache``, ``target``, ``threads``, ``prepack`` (see
+        :class:`Options`).
 
     Returns
     -------

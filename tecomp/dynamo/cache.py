@@ -3,8 +3,9 @@
 A region's key is the sha256 of what determines its kernel: its operators and their
 arguments in order (nodes named by position in the region, not by their names in the
 graph, so the twelve identical layers of a BERT share one kernel), the shapes, dtypes
-and strides of its inputs, which nodes it returns, the target, the auto-scheduler's
-trials and log, and the source of the tecomp that compiles it.
+and strides of its inputs (and the layouts its constant weights are packed in), which
+nodes it returns, the target, the auto-scheduler's trials and log, and the source of
+the tecomp that compiles it.
 
 On disk the kernels are shared libraries (``Module.export_library``) under
 ``$TECOMP_CACHE_DIR/dynamo/`` (see :func:`tecomp.runtime.libfiles.cache_root`; a private
@@ -76,10 +77,12 @@ def region_key(region, vals, options) -> str:
     local = {}
     parts = [source_digest(), str(options.target), f"trials={options.trials}",
              f"log={options.log}"]
-    for k, n in enumerate(region.inputs):
+    packs = region.packs or (None,) * len(region.inputs)
+    for k, (n, pk) in enumerate(zip(region.inputs, packs)):
         local[n] = f"in{k}"
         v = vals[n]
-        parts.append(f"in{k}:{v.dtype}{tuple(v.shape)}{tuple(v.stride())}")
+        parts.append(f"in{k}:{v.dtype}{tuple(v.shape)}{tuple(v.stride())}" +
+                     (f" packed {pk}" if pk is not None else ""))
     for k, n in enumerate(region.nodes):
         local[n] = f"%{k}"
         args = _describe(region_value(n, vals, local), local)

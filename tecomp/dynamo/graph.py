@@ -15,7 +15,9 @@ the values of the integer inputs) it specialises the graph to it:
    regions whose contraction leaves the graph acyclic, and :func:`_kernels` cuts each
    into the nodes of its kernels; a kernel made only of views runs eagerly (as views,
    without a copy);
-4. each kernel's nodes (a :class:`Region`) are translated to one tecomp DAG, scheduled
+4. each kernel's nodes (a :class:`Region`) are translated to one tecomp DAG (in an
+   inference graph, a convolution's weight read in the layout its template copies it
+   into, packed once ahead of the calls: :mod:`tecomp.dynamo.prepack`), scheduled
    by ``tc.auto_schedule`` (trials=0: the templates, elementwise stages inlined into
    their consumers and producers) and built -- or taken from the in-process or on-disk
    cache (:mod:`tecomp.dynamo.cache`), keyed by their operators, shapes and the target,
@@ -44,6 +46,7 @@ from ..errors import InternalError
 from . import cache as _cache
 from . import lowering_nn
 from . import openmp as _openmp
+from . import prepack as _prepack
 from .lowering import ANCHORS, VIEWS, unsupported
 
 log = logging.getLogger("tecomp.dynamo")
@@ -62,7 +65,7 @@ class Region:
     (nodes read outside), and the built kernel."""
 
     __slots__ = ("nodes", "inputs", "outputs", "module", "out_specs", "key", "origin",
-                 "guards")
+                 "guards", "packs", "_packers")
 
     def __init__(self, nodes, inputs, outputs):
         self.nodes, self.inputs, self.outputs = nodes, inputs, outputs
@@ -71,6 +74,20 @@ class Region:
         self.key = None
         self.origin = None  # where its kernel came from: a key of STATS
         self.guards = []  # checks of its inputs before it runs (lowering_nn.index_guards)
+        # per input, the name of the layout its kernel reads it packed in, or None
+        # (lowering_nn.weight_packs; None: every input as it is)
+        self.packs = None
+        self._packers = None
+
+    def kernel_inputs(self, env) -> list:
+        """The kernel's arguments before its outputs: the inputs' values in ``env``, the
+        packed ones in their packed layout (:mod:`tecomp.dynamo.prepack`)."""
+        ins = [env[n] for n in self.inputs]
+        if self.packs is None:
+            return ins
+        if self._packers is None:
+            self._packers = [None if p is None else lowering_nn._pack(p) for p in self.packs]
+        return [x if p is None else _prepack.packed(x, p) for x, p in zip(ins, self._packers)]
 
 
 def _signature(args) -> tuple:
@@ -172,6 +189,9 @@ class _Plan:
             vals = _row_major_between_kernels(regions, traced)
             failed = []
             for r in regions:
+                if role == "inference" and getattr(options, "prepack", False):
+                    packs = lowering_nn.weight_packs(r, vals)
+                    r.packs = packs if any(p is not None for p in packs) else None
                 err = _cache.compile_region(r, vals, options)
                 if err is not None:
                     failed.append((r, err))
@@ -230,7 +250,7 @@ class _Plan:
         specs = self.specs
         for (kind, item), done in zip(self.steps, self.release):
             if kind == 0:  # a region
-                ins = [env[n] for n in item.inputs]
+                ins = item.kernel_inputs(env)
                 if item.guards:
                     lowering_nn.check_ids(ins, item.guards, self.vals)
                 outs = [_allocate(free, spec) for spec in item.out_specs]

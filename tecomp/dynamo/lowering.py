@@ -148,6 +148,8 @@ class Lowering:
         self.env: Dict[object, object] = {}
         self.count = 0
         self.transposed: Dict[int, object] = {}  # id(te tensor) -> its 2-d source
+        # an input read packed (lowering_nn.weight_packs) -> (its Pack, its placeholder)
+        self.packs: Dict[object, tuple] = {}
 
     def name(self, node) -> str:
         self.count += 1
@@ -744,12 +746,22 @@ def tensors_of(v) -> Sequence:
 
 def lower_region(region: Region, vals):
     """The region as a tecomp DAG: (placeholders, outputs)."""
+    from .lowering_nn import _pack
+
     lw = Lowering(vals)
     ins = []
-    for k, n in enumerate(region.inputs):
+    packs = region.packs or (None,) * len(region.inputs)
+    for k, (n, pk) in enumerate(zip(region.inputs, packs)):
         v = vals[n]
-        ph = _te.placeholder(tuple(int(s) for s in v.shape), DTYPES[v.dtype], name=f"in{k}")
-        lw.env[n] = ph
+        shape = tuple(int(s) for s in v.shape)
+        if pk is None:
+            ph = _te.placeholder(shape, DTYPES[v.dtype], name=f"in{k}")
+            lw.env[n] = ph
+        else:  # the kernel reads the input packed; the rule that packed it reads that
+            pack = _pack(pk)
+            ph = _te.placeholder(pack.shape(shape), DTYPES[v.dtype], name=f"in{k}")
+            lw.packs[n] = (pack, ph)
+            lw.env[n] = pack.view(ph, shape, f"in{k}.unpacked")
         ins.append(ph)
     for n in region.nodes:
         lw.env[n] = lw.lower(n)

@@ -4,14 +4,19 @@ embedding and attention), so that ``tc.auto_schedule`` gives each its template."
 from __future__ import annotations
 
 import operator
+from typing import Dict, Optional
 
 import torch
 
 from .. import nn as _nn
 from .. import te as _te
 from ..autodiff import gradient as _gradient
-from ..errors import BoundsError
+from ..errors import BoundsError, InternalError, TecompError
 from ..ir.expr import Const
+from ..strategy.cpu.conv2d import _conv_for_generic_rules, conv2d_nchw_params
+from ..strategy.cpu.conv2d_tasks import PREPACKED_WEIGHT
+from ..strategy.rules import NO_INLINE, Knobs
+from ..target import cpu_model
 from .lowering import VIEWS, _float_only, _shape, bound_args, rule
 
 aten = torch.ops.aten
@@ -93,27 +98,176 @@ def _conv_check(node, vals):
 #: the output planes (pixels, least and most) of the 1x1 convolutions written as GEMMs
 GEMM_1X1_PLANES = (14 * 14, 28 * 28)
 
+#: whether a strided 1x1 convolution (a ResNet downsample) is written as a GEMM too,
+#: over a subsampled copy of its input (see :func:`_conv_1x1_as_gemm`)
+GEMM_1X1_STRIDED = True
 
-def _conv_1x1_as_gemm(x, w, stride, padding, name):
-    """A 1x1 float32 convolution of stride 1 without padding, whose output plane has
+
+def _gemm_1x1_plane(xs, ws, stride, padding, dtype):
+    """``(OH, OW)`` where a convolution of data ``xs`` and weight ``ws`` (shapes) is one
+    :func:`_conv_1x1_as_gemm` writes as a GEMM, else None."""
+    N, C, H, W = xs
+    K, _, R, S = ws
+    if None in (N, C, H, W, K) or (R, S) != (1, 1) or any(p != 0 for p in padding) or \
+            (any(t != 1 for t in stride) and not GEMM_1X1_STRIDED) or dtype != "float32":
+        return None
+    OH, OW = (H - 1) // stride[0] + 1, (W - 1) // stride[1] + 1
+    if not GEMM_1X1_PLANES[0] <= OH * OW <= GEMM_1X1_PLANES[1]:
+        return None
+    return OH, OW
+
+
+def _conv_1x1_as_gemm(x, w, stride, padding, name, packed=None):
+    """A 1x1 float32 convolution without padding, whose output plane has
     :data:`GEMM_1X1_PLANES` pixels, as the GEMM it is: ``W[k, c] @ X[n, c, pixels]`` for
     each image (``batch_matmul`` of the weights broadcast over the batch, the image
     plane flattened), so that the GEMM template schedules it; else None.  On ResNet-50's
     1x1 layers at 28x28 and 14x14 (with the batch norm and ReLU as epilogue) the GEMM
     took 0.79-0.89 of the convolution template's time at batch 8 and 0.89-1.0 at batch
-    1; at 7x7, at 56x56 (batch 8) and of stride 2 (batch 1) more (one thread, Zen 5:
-    benchmarks/history/2026-11-30.md)."""
-    N, C, H, W = (e.value if isinstance(e, Const) else None for e in x.shape)
-    K, _, R, S = (e.value if isinstance(e, Const) else None for e in w.shape)
-    if None in (N, C, H, W, K) or (R, S) != (1, 1) or any(p != 0 for p in padding) or \
-            any(t != 1 for t in stride) or x.dtype != "float32" or w.dtype != "float32" or \
-            not GEMM_1X1_PLANES[0] <= H * W <= GEMM_1X1_PLANES[1]:
+    1; at 7x7 and at 56x56 (batch 8) more (one thread, Zen 5:
+    benchmarks/history/2026-11-30.md).
+
+    A strided one (ResNet's downsample, stride 2; with :data:`GEMM_1X1_STRIDED`) first
+    copies the pixels it reads into a compact plane of its own (the stage
+    ``<name>.subsample``, ``X[n, c, i*S, j*T]``, kept in memory: tagged
+    ``rules.NO_INLINE``), and the GEMM reads that plane as a stride-1 one: the GEMM's
+    panels read with a stride of 2 (the gather inlined into them) ran 1.27x slower than
+    the copy and the GEMM, and the convolution template 1.43x; the subsample inlined
+    into the flattened plane (a gather per element, by division) 1.24x
+    (benchmarks/history/2026-11-30.md, "downsample 1x1 512->1024 stride 2").
+
+    ``packed``: the weights as ``[1, K, C]`` already (:data:`PACKS` ``"gemm_1x1"``),
+    read in place; else the stage ``<name>.weights`` reads them from ``w``."""
+    dims = [tuple(e.value if isinstance(e, Const) else None for e in t.shape) for t in (x, w)]
+    plane = _gemm_1x1_plane(*dims, stride, padding, x.dtype if x.dtype == w.dtype else None)
+    if plane is None:
         return None
-    flat = _te.compute((N, C, H * W), lambda n, c, p: x[n, c, p // W, p % W],
+    (N, C, _, _), (K, _, _, _) = dims
+    OH, OW = plane
+    sh, sw = stride
+    if (sh, sw) != (1, 1):
+        x = _te.compute((N, C, OH, OW), lambda n, c, i, j: x[n, c, i * sh, j * sw],
+                        name=name + ".subsample", tag=NO_INLINE)
+    flat = _te.compute((N, C, OH * OW), lambda n, c, p: x[n, c, p // OW, p % OW],
                        name=name + ".pixels")
-    wk = _te.compute((1, K, C), lambda _, k, c: w[k, c, 0, 0], name=name + ".weights")
+    wk = packed if packed is not None else \
+        _te.compute((1, K, C), lambda _, k, c: w[k, c, 0, 0], name=name + ".weights")
     g = _nn.batch_matmul(wk, flat, name=name + ".gemm")
-    return _te.compute((N, K, H, W), lambda n, k, i, j: g[n, k, i * W + j], name=name)
+    return _te.compute((N, K, OH, OW), lambda n, k, i, j: g[n, k, i * OW + j], name=name)
+
+
+# -- constant weights packed once -----------------------------------------------------
+class Pack:
+    """A layout a convolution's weight is packed into ahead of the calls (see
+    :func:`weight_packs`): ``shape(w)`` its shape, ``pack(w)`` the packed tensor, ``view``
+    the rule's tensor in the weight's own layout over the packed placeholder; ``cached``:
+    whether the packed tensor is a copy, kept while the weight is unchanged (else a view,
+    made at each call)."""
+
+    def __init__(self, name, shape, pack, view, cached):
+        self.name, self.shape, self.pack, self.view, self.cached = \
+            name, shape, pack, view, cached
+
+    def __repr__(self):
+        return f"Pack({self.name!r})"
+
+
+def _blocked(ob):
+    """OIHW weights as ``[O / ob, C, KH, KW, ob]``: each block of ``ob`` output channels
+    contiguous, the layout the NCHW template copies them into when its vectors run
+    across the output channels (``by_channels``)."""
+    def shape(ws):
+        O, C, KH, KW = ws
+        return (O // ob, C, KH, KW, ob)
+
+    def pack(t):
+        O, C, KH, KW = t.shape
+        return t.detach().reshape(O // ob, ob, C, KH, KW).permute(0, 2, 3, 4, 1) \
+            .contiguous()
+
+    def view(p, ws, name):
+        return _te.compute(ws, lambda o, c, y, x: p[o // ob, c, y, x, o % ob], name=name,
+                           tag=PREPACKED_WEIGHT)
+    return Pack(f"oihw_blocked{ob}", shape, pack, view, cached=True)
+
+
+def _gemm_1x1_pack():
+    def shape(ws):
+        return (1, ws[0], ws[1])
+
+    def pack(t):  # (a view of a contiguous weight: no copy)
+        return t.detach().reshape(1, t.shape[0], t.shape[1]).contiguous()
+
+    def view(p, ws, name):
+        return _te.compute(ws, lambda k, c, y, x: p[0, k, c], name=name)
+    return Pack("gemm_1x1", shape, pack, view, cached=False)
+
+
+#: the packs by name (a region's ``packs`` name them; they are part of its kernel's key)
+PACKS: Dict[str, Pack] = {}
+
+
+def _pack(name) -> Pack:
+    p = PACKS.get(name)
+    if p is None:
+        if name == "gemm_1x1":
+            p = _gemm_1x1_pack()
+        elif name.startswith("oihw_blocked"):
+            p = _blocked(int(name[len("oihw_blocked"):]))
+        else:
+            raise InternalError(f"tecomp.dynamo: unknown weight pack {name!r:.40}")
+        PACKS[name] = p
+    return p
+
+
+def _conv_pack(node, vals) -> Optional[str]:
+    """The pack of the weight of the convolution ``node`` (see :func:`weight_packs`):
+    ``"gemm_1x1"`` for a 1x1 convolution written as a GEMM, ``"oihw_blocked<OB>"`` where
+    the NCHW template, given packed weights, runs its vectors across the output channels
+    (it then reads them in place; else it copies them across the output channels at
+    every call), else None."""
+    x, w = vals[node.args[0]], vals[node.args[1]]
+    if x.dtype != torch.float32 or w.dtype != torch.float32 or node.args[6] or \
+            node.args[8] != 1:
+        return None
+    stride, padding, dilation = (list(a) for a in node.args[3:6])
+    xs, ws = tuple(int(e) for e in x.shape), tuple(int(e) for e in w.shape)
+    if _gemm_1x1_plane(xs, ws, stride, padding, "float32") is not None:
+        return "gemm_1x1"
+    info = cpu_model()
+    X = _te.placeholder(xs, "float32", name="X")
+    P = _te.placeholder((1,) + ws[1:] + (ws[0],), "float32", name="P")
+    view = _blocked(ws[0]).view(P, ws, "W")
+    conv = _nn.conv2d_nchw(X, view, stride=stride, padding=padding, dilation=dilation)
+    if _conv_for_generic_rules(conv.op, Knobs(), info):
+        return None
+    p = conv2d_nchw_params(conv, info)
+    if not p.by_channels or ws[0] % p.ob:
+        return None
+    return f"oihw_blocked{p.ob}"
+
+
+def weight_packs(region, vals) -> tuple:
+    """Per input of ``region``: the name of the :class:`Pack` its kernel reads it in, or
+    None (as it is).  Only the weights of convolutions that read them alone in the region
+    (the backend packs those of an inference graph, which are the same tensors call
+    after call: :mod:`tecomp.dynamo.prepack` keeps each packed copy while its weight is
+    unchanged)."""
+    members = set(region.nodes)
+    out = []
+    for n in region.inputs:
+        readers = [u for u in n.users if u in members]
+        conv = readers[0] if len(readers) == 1 else None
+        name = None
+        if n.op == "placeholder" and conv is not None and \
+                conv.target is aten.convolution.default and conv.args[1] is n and \
+                not any(a is n for a in conv.args[:1] + conv.args[2:3]):
+            try:
+                name = _conv_pack(conv, vals)
+            except TecompError:
+                name = None
+        out.append(name)
+    return tuple(out)
 
 
 @rule(aten.convolution.default, check=_conv_check, anchor="op")
@@ -121,8 +275,13 @@ def _conv(lw, node):
     x, w, b = (lw.arg(a) for a in node.args[:3])
     stride, padding, dilation = node.args[3:6]
     name = lw.name(node) + ("_conv" if b is not None else "")
-    y = _conv_1x1_as_gemm(x, w, list(stride), list(padding), name)
+    pack, packed = lw.packs.get(node.args[1], (None, None))
+    y = _conv_1x1_as_gemm(x, w, list(stride), list(padding), name,
+                          packed if pack is not None and pack.name == "gemm_1x1" else None)
     if y is None:
+        if pack is not None and pack.name.startswith("oihw_blocked"):
+            # the pack's view, tagged: the template reads the packed weights in place
+            w = pack.view(packed, _shape(w), name + ".w")
         y = _nn.conv2d_nchw(x, w, stride=list(stride), padding=list(padding),
                             dilation=list(dilation), name=name)
     if b is None:

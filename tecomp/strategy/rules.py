@@ -19,8 +19,9 @@ in spirit):
    operator with a template inside a larger DAG (``parts``) gets it before rule 2.
 2. **Inline** every elementwise (reduction-free) intermediate whose readers are elementwise
    and which is not read with broadcast reuse (a per-row value read by every column is
-   computed once per row instead); an elementwise stage read by a reduction (a padded
-   input) is computed per task of that reduction, not inlined into its inner loop.
+   computed once per row instead), nor tagged :data:`NO_INLINE`; an elementwise stage
+   read by a reduction (a padded input) is computed per task of that reduction, not
+   inlined into its inner loop.
 3. **Reductions with a vectorizable output axis** (GEMM-like: batched matmul, ``A^T B``,
    convolutions written as plain computes, most gradients; :mod:`tecomp.strategy.blocks`):
    a register block of ``mr`` rows of one axis (``u``) by ``nv`` vectors of the output's
@@ -64,6 +65,13 @@ from .blocks import BlockRules
 from ._common import _cheap, _cint, _elems, _is_injective, _loads, _stride_along, _tags
 from .rows import prefetch_next_row, row_reduce_at
 from .tensorize import tensorize_reduction
+
+
+#: the tag of an elementwise stage that rule 2 keeps in memory by default (the knob
+#: ``inline.<stage>`` defaults to False): a strided subsample its readers would
+#: otherwise read through their own index arithmetic, a gather per element (the
+#: ``torch.compile`` backend's strided 1x1 convolutions)
+NO_INLINE = "no_inline"
 
 
 # ---------------------------------------------------------------------------------------
@@ -191,7 +199,7 @@ class _Rules(BlockRules):
             if reused and not all(_cheap(b) for b in op.bodies):
                 continue   # a per-row value read by every column: once per row
             name = f"inline.{op.name}"
-            if self.k.choose(f"{name}", [True, False], True):
+            if self.k.choose(f"{name}", [True, False], NO_INLINE not in _tags(op)):
                 st.compute_inline()
 
     def part_templates(self):

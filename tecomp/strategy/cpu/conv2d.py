@@ -23,7 +23,8 @@ from .common import (_NoTemplate, _find, _loads, _op_tags, _template_or_rules,
                      check_positive_int, config_fields)
 from .elementwise import _epilogue, _fusable_epilogue
 from ...target import MEMORY_COPY_COST, CpuModel, cpu_model
-from .conv2d_tasks import _conv_tasks, _rows_peeled, _small_weights, _weight_transpose, _window
+from .conv2d_tasks import (_conv_tasks, _rows_peeled, _small_weights, _weight_transpose,
+                           _window, prepacked)
 
 
 def _conv_parts(outs, tag):
@@ -371,6 +372,9 @@ def _conv2d_nchw_into(s: Schedule, outs, info: CpuModel, config=None):
     p = _conv_config(conv2d_nchw_params(conv, info), config, "nchw")
     ob, yb, xb, by_channels = p.ob, p.yb, p.xb, p.by_channels
     fused = _fusable_epilogue(outs, conv)
+    if prepacked(weight):
+        # weights packed ahead of the call: the block reads them in place, no copy
+        s[weight].compute_inline()
     st, (n, oc, yc, xc), cs, (cn, co, cy, cx), tiles = _conv_register_block(
         s, conv, (1, ob, yb, xb), out=fused, vec=1 if by_channels else None)
     c, ky, kx = cs.op.reduce_axis
@@ -428,7 +432,8 @@ def _nchw_by_channels(conv: Tensor, info: CpuModel,
     (measurements: benchmarks/DECISIONS.md, "Conv NCHW: vectors across output channels")
 
     But the channel vectors need the weights copied across the output channels first,
-    a strided gather per vector, once per call: rows are kept where the lanes they
+    a strided gather per vector, once per call (unless they were packed ahead of the
+    calls: ``conv2d_tasks.PREPACKED_WEIGHT``): rows are kept where the lanes they
     leave idle (:func:`_row_lane_use`, which knows that Zen 4 runs an 8-lane vector at
     half a 16-lane one's cost) cost less than that copy does for this batch and image
     (:func:`_channel_lane_use`): on Zen 4, rows of 7 at batch 1 and 4 and rows of 14 at
@@ -498,6 +503,8 @@ def _weight_copy_cost(conv: Tensor, ob: int, info: CpuModel) -> float:
     do not fit in half the last-level cache.
     (measurements: benchmarks/DECISIONS.md, "Conv NCHW: a 3x3 window's weights transposed")"""
     weight = _conv_weight(conv)
+    if prepacked(weight):
+        return 0.0  # packed once, ahead of the calls
     if _weight_transpose(weight, 0, ob, info) is None:
         return info.gather_cost
     if _bytes(weight) > info.l3_bytes // 2:

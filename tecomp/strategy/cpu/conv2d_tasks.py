@@ -22,6 +22,19 @@ def _small_weights(weight: Tensor, info: CpuModel) -> bool:
     return wbytes is not None and wbytes <= info.l2_bytes // 4
 
 
+#: the tag of a stage that is a convolution's OIHW weight read from a copy its caller
+#: packed once, ahead of the calls (the ``torch.compile`` backend's constant weights):
+#: ``W[o, c, ky, kx] = P[o // OB, c, ky, kx, o % OB]``, each block of ``OB`` output
+#: channels contiguous, as the template's own copy lays them out
+PREPACKED_WEIGHT = "prepacked_weight"
+
+
+def prepacked(weight: Tensor) -> bool:
+    """Whether ``weight`` is a :data:`PREPACKED_WEIGHT` stage (the template inlines it
+    and reads the packed weights in place instead of copying them)."""
+    return isinstance(weight.op, ComputeOp) and PREPACKED_WEIGHT in (weight.op.tag or "")
+
+
 def _rows_peeled(N, K, ob, OH, yb, info: CpuModel) -> bool:
     """Whether an NCHW convolution with ``OB x YB`` blocks runs its row blocks as a serial
     loop inside (batch, channel block) tasks, so that a row tail (``OH % YB`` rows) is
@@ -120,7 +133,8 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuModel, 
     block) pairs, or, when there are still fewer than 4 per thread, the row blocks of
     one channel block at a time (all the threads copying the block's weights first).
     With ``weight_copy`` False, a block whose weight vectors are contiguous already
-    (HWIO) reads them in place instead, with the same tasks.
+    (HWIO) reads them in place instead, with the same tasks; so does every block of
+    weights packed ahead of the call (:data:`PREPACKED_WEIGHT`).
     Small strided weights are copied once, at the root, into an aligned buffer (see the
     comment there), and small contiguous ones too unless ``weight_copy`` is False.
     When they are contiguous already (OIHW read as broadcasts) the
@@ -136,7 +150,7 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuModel, 
     peel_rows = weight_vec_dim is None and _rows_peeled(N, K, ob, OH, yb, info)
     # the weight vectors are copied unless they are contiguous already and weight_copy
     # is off (a strided weight vector, a gather, is always copied)
-    copy_weights = weight_vec_dim is not None and (
+    copy_weights = weight_vec_dim is not None and not prepacked(weight) and (
         weight_copy or weight_vec_dim != len(weight.shape) - 1)
     if not tasks:
         tasks = ("rows" if not peel_rows and (noc == 1 or (small and enough_rows)) else
