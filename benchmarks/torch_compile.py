@@ -23,7 +23,7 @@ with the cache the first filled (warm); TorchDynamo's tracing is in both.
                                                   resnet50-downsample]
                                         [--threads 1,2] [--rounds 5] [--layers 12]
                                         [--profile] [--other-threads]
-                                        [--ab no-prepack,no-strided-gemm] [--cpu]
+                                        [--ab prepack,no-strided-gemm] [--cpu]
 
 Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
 time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
@@ -32,10 +32,10 @@ time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
 option ``threads`` not its default (``"tecomp"``: its kernels on tecomp's pool; see the
 backend's options).
 
-``--ab no-prepack,no-strided-gemm`` (the ResNet-50 cases) adds variants of the tecomp backend to
-the same turns, each printed with its time over the default's: ``no-prepack`` the
-option ``prepack=False`` (the convolutions' weights copied into the kernels' layouts
-at every call, not once), ``no-strided-gemm`` the strided 1x1 convolutions left to the
+``--ab prepack,no-strided-gemm`` (the ResNet-50 cases) adds variants of the tecomp backend to
+the same turns, each printed with its time over the default's: ``prepack`` the option
+``prepack=True`` (the convolutions' weights packed into the kernels' layouts once, not
+copied at every call), ``no-strided-gemm`` the strided 1x1 convolutions left to the
 convolution template instead of a subsampled copy and a GEMM (compiled without the
 disk cache).
 
@@ -125,7 +125,7 @@ def _other_threads_tool(model) -> dict:
 #: the variants ``--ab`` can add to the turns: the backend with an option not its
 #: default's, or a lowering switched off (compiled without the disk cache, whose keys do
 #: not know the switch)
-VARIANTS = ("no-prepack", "no-strided-gemm")
+VARIANTS = ("prepack", "no-strided-gemm")
 
 
 def _variant_tools(model, run) -> dict:
@@ -142,7 +142,7 @@ def _variant_tools(model, run) -> dict:
 
     out = {}
     for v in names:
-        opts = {"prepack": False} if v == "no-prepack" else {"cache": False}
+        opts = {"prepack": True} if v == "prepack" else {"cache": False}
         fn = torch.compile(copy.deepcopy(model), backend="tecomp", options=opts)
         strided = lowering_nn.GEMM_1X1_STRIDED
         if v == "no-strided-gemm":

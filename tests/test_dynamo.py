@@ -816,7 +816,7 @@ def test_packed_weights_match_eager_and_see_every_update(blocked):
     load_state_dict, a new Parameter and a call under inference_mode each give eager's
     answer (a changed weight is packed again, never read stale)."""
     model = _net()
-    f = torch.compile(model, backend="tecomp", options={"cache": False})
+    f = torch.compile(model, backend="tecomp", options={"cache": False, "prepack": True})
     x = torch.randn(2, 8, 12, 12)
     packed0, reused0 = prepack.STATS["packed"], prepack.STATS["reused"]
     with torch.no_grad():
@@ -844,7 +844,7 @@ def test_packed_weights_match_eager_and_see_every_update(blocked):
 def test_packed_copy_dies_with_its_weight(blocked):
     """A packed copy is kept no longer than its weight."""
     model = _net()
-    f = torch.compile(model, backend="tecomp", options={"cache": False})
+    f = torch.compile(model, backend="tecomp", options={"cache": False, "prepack": True})
     with torch.no_grad():
         f(torch.randn(1, 8, 12, 12))
     assert prepack.kept() >= 2
@@ -858,12 +858,12 @@ def test_packed_copy_dies_with_its_weight(blocked):
 
 
 def test_training_and_prepack_off_read_weights_as_they_are(blocked):
-    """A training graph packs nothing (its weights change at every step); nor does an
-    inference graph with the option prepack=False, which sees even a change made
-    through ``weight.data`` (behind the version counter)."""
+    """A training graph packs nothing (its weights change at every step), even with
+    prepack=True; nor does an inference graph by default (prepack=False), which sees
+    even a change made through ``weight.data`` (behind the version counter)."""
     torch.manual_seed(0)
     model = torch.nn.Conv2d(4, 2 * cpu_model().lanes, 3, padding=1)
-    f = torch.compile(model, backend="tecomp", options={"cache": False})
+    f = torch.compile(model, backend="tecomp", options={"cache": False, "prepack": True})
     x = torch.randn(2, 4, 6, 6)
     before = prepack.STATS["packed"]
     ref = copy.deepcopy(model)
@@ -874,7 +874,7 @@ def test_training_and_prepack_off_read_weights_as_they_are(blocked):
     assert prepack.STATS["packed"] == before
     torch._dynamo.reset()
     model.eval()
-    g = torch.compile(model, backend="tecomp", options={"cache": False, "prepack": False})
+    g = torch.compile(model, backend="tecomp", options={"cache": False})
     with torch.no_grad():
         _close(g(x), model(x), "prepack=False")
         model.weight.data.mul_(2.0)

@@ -47,7 +47,7 @@ Options (``torch.compile(model, backend="tecomp", options={...})``):
     1.6x on 2 threads) but not the default: where other processes load the cores,
     PyTorch's OpenMP regions, and the kernels on them, slow down many times more than
     tecomp's pool (benchmarks/history/2026-11-30.md).
-``prepack`` (bool, default True)
+``prepack`` (bool, default False)
     In an inference graph (``torch.no_grad()``, ``torch.inference_mode()``, or
     parameters without gradients), pack a convolution's weight once into the layout its
     kernel reads (where its template would copy it at every call: vectors across the
@@ -55,8 +55,10 @@ Options (``torch.compile(model, backend="tecomp", options={...})``):
     weight is unchanged: the copy is keyed by the tensor, its version counter and its
     memory, so an in-place update (an optimizer's step, ``load_state_dict``,
     ``w.add_(1)`` under ``torch.no_grad()``) or a new tensor is packed again.  A change
-    made behind the version counter (``w.data.copy_(v)``) is not seen: turn it off for
-    such code (:mod:`tecomp.dynamo.prepack`).  Training graphs are not affected.
+    made behind the version counter (``w.data.copy_(v)``, an EMA updated through
+    ``.data``) is not seen, and the kernels then read the stale copy: so it is off by
+    default, as Inductor's ``freezing`` (:mod:`tecomp.dynamo.prepack`).  Training graphs
+    are not affected.
 
 Shapes are specialised: each new signature of a graph's inputs (shapes, dtypes,
 strides, integer values) compiles its own kernels, as TorchDynamo's guards recompile a
@@ -106,8 +108,8 @@ class Options:
         ``"tecomp"`` (the default) or ``"torch"``: whose threads run the kernels'
         parallel loops while a graph runs (see the module docstring).
     prepack : bool, optional
-        Pack the convolutions' constant weights of inference graphs once (see the
-        module docstring).
+        Pack the convolutions' constant weights of inference graphs once (off by
+        default; see the module docstring).
 
     Raises
     ------
@@ -118,7 +120,7 @@ class Options:
     """
 
     def __init__(self, trials: int = 0, log: Any = None, cache: bool = True,
-                 target: Any = "llvm", threads: str = "tecomp", prepack: bool = True):
+                 target: Any = "llvm", threads: str = "tecomp", prepack: bool = False):
         if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
             raise ArgumentError(f"torch.compile(backend='tecomp'): option trials must be an "
                                 f"int >= 0, got {trials!r:.60}")

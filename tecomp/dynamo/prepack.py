@@ -14,8 +14,9 @@ no more.
 What the version counter cannot see is a change made behind it: through ``w.data``
 (``w.data.copy_(v)``; a tensor of its own, with a counter of its own) or by another
 tensor over the same memory made without autograd's knowledge (``torch.from_numpy`` of
-an array that is changed in place).  Update weights in place through the parameters
-themselves (under ``torch.no_grad()``), or compile with ``options={"prepack": False}``.
+an array that is changed in place): the kernels then read the stale copy.  So the backend
+packs only with ``options={"prepack": True}`` (off by default), for code that updates
+weights in place through the parameters themselves (under ``torch.no_grad()``).
 A weight with no version counter (an inference tensor, made under
 ``torch.inference_mode``) is packed again at every call.
 """
