@@ -165,6 +165,25 @@ class FakeLibcuda:
         self._emu.launch(k, values, list(grid), list(block), "serial")
         return 0
 
+    def cuTensorMapEncodeTiled(self, out, dtype, rank, address, dims, strides, box, estrides,
+                               interleave, swizzle, l2, oob):
+        """Records the arguments and writes the map in the CUDA emulation's layout (so that
+        a kernel run by the emulation can copy through it)."""
+        from tecomp.codegen import tma
+        r = rank.value
+        rec = {"dtype": dtype.value, "rank": r, "address": address.value,
+               "map_aligned_64": out.value % 64 == 0, "dims": list(dims)[:r],
+               "strides": list(strides)[:r - 1], "box": list(box)[:r],
+               "elem_strides": list(estrides)[:r], "interleave": interleave.value,
+               "swizzle": swizzle.value, "l2_promotion": l2.value, "oob_fill": oob.value}
+        self.calls.append(("cuTensorMapEncodeTiled", rec))
+        name = {v: k for k, v in reversed(list(tma.DATA_TYPES.items()))}[rec["dtype"]]
+        spec = tma.TensorMapSpec(name, tuple(rec["dims"]), tuple(rec["strides"]),
+                                 tuple(rec["box"]), tuple(rec["elem_strides"]),
+                                 {v: k for k, v in tma.SWIZZLES.items()}[rec["swizzle"]])
+        ctypes.memmove(out.value, tma.emu_bytes(spec, rec["address"]), tma.MAP_BYTES)
+        return 0
+
     def cuCtxSynchronize(self):
         self.calls.append("cuCtxSynchronize")
         return 0

@@ -89,9 +89,11 @@ _CTYPE = {"P": ctypes.c_uint64, "b": ctypes.c_int8, "B": ctypes.c_uint8,
 
 def pack_params(types: str, args: Sequence) -> Tuple[ctypes.Array, List]:
     """``cuLaunchKernel``'s ``kernelParams``: an array of pointers to each argument's
-    value, typed by ``types`` (struct characters, ``P`` a device pointer), and the values
-    (keep them alive until the launch returns)."""
-    values = [_CTYPE[t](int(a) if t == "P" else a) for t, a in zip(types, args)]
+    value, typed by ``types`` (struct characters, ``P`` a device pointer, ``T`` a
+    128-byte CUtensorMap given as bytes), and the values (keep them alive until the
+    launch returns)."""
+    values = [(ctypes.c_uint64 * 16).from_buffer_copy(a) if t == "T" else
+              _CTYPE[t](int(a) if t == "P" else a) for t, a in zip(types, args)]
     params = (ctypes.c_void_p * max(1, len(values)))(
         *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
     return params, values
