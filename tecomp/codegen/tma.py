@@ -141,8 +141,8 @@ def check_target(arch) -> None:
     own) has TMA: sm_90 and later."""
     if arch and sm_number(str(arch)) < 90:
         raise TargetError(f"TMA (cp.async.bulk.tensor, tensor maps) needs sm_90 or later; the "
-                          f"target is -arch={arch}.  Build for 'cuda -arch=sm_90a' or copy "
-                          "the tiles with cp.async (double_buffer without producer='tma')")
+                          f"target is -arch={arch}.  Build for 'cuda -arch=sm_90a', or copy "
+                          "the tiles with cp.async (Stage.double_buffer) on this architecture")
 
 
 def emu_bytes(spec: TensorMapSpec, address: int) -> bytes:
