@@ -1061,8 +1061,11 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
     ``tecomp.testing.hopper_gemm`` (one producer warp issuing bulk copies that complete on
     mbarriers, one consumer warpgroup of ``wgmma.m64n128k16``, 4 stages, 128-byte
     swizzle; B read K-major, ``torch.matmul(A, B)``'s ``B`` passed transposed and both
-    operands pre-tiled once on the host, outside the timing).  Each result is checked
-    against torch's float32-accumulated product first."""
+    operands pre-tiled once on the host, outside the timing); ``wgmma-tma``, the same tile
+    copying the operands as they are through TMA tensor maps (encoded once), and
+    ``wgmma-tma-persistent``, that with one block per SM looping over the output tiles in
+    grouped order.  Each result is checked against torch's float32-accumulated product
+    first."""
     from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
     from tecomp.testing import hopper_gemm as hg
 
@@ -1117,6 +1120,19 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
             drv.synchronize()
             errors["wgmma-tile"] = max_rel_error(cw.cpu().numpy(), want)
             fns["wgmma-tile"] = lambda: tile.launch(*ptrs)
+            # the same tile with TMA: the operands as they are (A, and B transposed once
+            # to be K-major), through tensor maps; then persistent blocks, one per SM
+            ua = torch.from_numpy(hg.to_bits(a32, bf16)).cuda()
+            ub = torch.from_numpy(hg.to_bits(np.ascontiguousarray(b32.T), bf16)).cuda()
+            for name, persistent in (("wgmma-tma", False), ("wgmma-tma-persistent", True)):
+                tt = hg.GpuTile(drv, n, n, n, bn=128, stages=4, swizzle=1, bf16=bf16,
+                                tma_maps=True, persistent=persistent)
+                ct = torch.empty((n, n), device="cuda", dtype=torch.float32)
+                args = (ua.data_ptr(), ub.data_ptr(), 0, ct.data_ptr())
+                tt.launch(*args)
+                drv.synchronize()
+                errors[name] = max_rel_error(ct.cpu().numpy(), want)
+                fns[name] = (lambda t, a: lambda: t.launch(*a))(tt, args)
         elif family == "wgmma":
             lines.append(f"  {dtype}: wgmma needs an sm_90 device; this is {drv.arch}")
         bad = {k: e for k, e in errors.items() if not e < 2e-3}

@@ -80,7 +80,8 @@ class FakeLibcuda:
 
     def cuDeviceGetAttribute(self, value, attr, dev):
         table = {1: 1024, 2: 1024, 3: 1024, 4: 64, 5: 2**31 - 1, 6: 65535, 7: 65535,
-                 8: 48 * 1024, 75: self.capability[0], 76: self.capability[1], 97: 227 * 1024}
+                 8: 48 * 1024, 16: 132, 75: self.capability[0], 76: self.capability[1],
+                 97: 227 * 1024}
         _out(value, table[attr.value])
         return 0
 

@@ -30,9 +30,10 @@ needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("cla
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not on PATH")
 
 #: the variants the emulation tests share (one library): (stages, swizzle, bf16, epilogue
-#: [, tma])
+#: [, tma[, persistent]])
 VARIANTS = [(2, 1, 0, 1), (3, 0, 1, 0), (2, 1, 1, 0), (2, 0, 0, 1), (2, 1, 0, 0),
-            (2, 1, 0, 1, 1), (3, 0, 1, 0, 1), (2, 1, 1, 0, 1), (2, 0, 0, 1, 1)]
+            (2, 1, 0, 1, 1), (3, 0, 1, 0, 1), (2, 1, 1, 0, 1), (2, 0, 0, 1, 1),
+            (3, 1, 1, 1, 1, 1), (2, 0, 0, 0, 0, 1)]
 
 
 def reference(a, b, bias, bf16):
@@ -77,6 +78,31 @@ def test_tma_tensor_maps_feed_the_gemm_without_padding(M, N, K, stages, swizzle,
     c = hg.run_emu(a, b, bias, bn=64, stages=stages, swizzle=swizzle, bf16=bool(bf16),
                    variants=VARIANTS, tma_maps=True)
     np.testing.assert_allclose(c, reference(a, b, bias, bool(bf16)), rtol=1e-4, atol=1e-3)
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,blocks,stages,swizzle,bf16,epilogue,tma_maps", [
+    (200, 136, 72, 3, 3, 1, 1, 1, True),    # 4 x 3 tiles over 3 blocks, TMA, bf16, + bias
+    (600, 72, 24, 7, 2, 0, 0, 0, False),    # 10 x 2 tiles (two groups of 8 rows), 7 blocks
+    (64, 64, 64, 5, 3, 1, 1, 1, True),      # one tile: four of the five blocks have none
+])
+def test_persistent_blocks_loop_over_the_tiles(M, N, K, blocks, stages, swizzle, bf16, epilogue,
+                                               tma_maps):
+    """Fewer blocks than tiles, each taking tiles blockIdx.x, + gridDim.x, ... in grouped
+    order, the ring's phases running on across a block's tiles: every tile of C written
+    (C starts as NaN), with the right values."""
+    rng = np.random.default_rng(M + N + K)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((N, K)).astype(np.float32)
+    bias = rng.standard_normal(N).astype(np.float32) if epilogue else None
+    c = hg.run_emu(a, b, bias, bn=64, stages=stages, swizzle=swizzle, bf16=bool(bf16),
+                   variants=VARIANTS, tma_maps=tma_maps, persistent_blocks=blocks)
+    np.testing.assert_allclose(c, reference(a, b, bias, bool(bf16)), rtol=1e-4, atol=1e-3)
+
+
+def test_persistent_grid_and_tile_order():
+    assert hg.grid(200, 136, 64, 3) == (3, 1, 1) and hg.grid(200, 136, 64) == (3, 4, 1)
+    assert hg.grid(64, 64, 64, 132) == (1, 1, 1)   # no more blocks than tiles
 
 
 @needs_cxx
@@ -139,11 +165,10 @@ def test_tensor_maps_are_encoded_by_the_driver_after_the_checks():
     128 bytes travel as one kernel parameter ('T')."""
     from fake_libcuda import FakeLibcuda
     from tecomp.errors import TensorMapError
-    from tecomp.runtime.cuda_driver import DriverApi, pack_params
+    from tecomp.runtime.cuda_driver import pack_params
     cu = FakeLibcuda(None)
-    drv = DriverApi(cu)
     sa, sb = hg.tensor_maps(200, 264, 328, 128, 1, True)
-    raw = tma.encode(drv, sb, 0x7000_0000_0100)
+    raw = tma.encode(sb, 0x7000_0000_0100, cu)
     rec = cu.calls[-1][1]
     assert cu.calls[-1][0] == "cuTensorMapEncodeTiled"
     assert rec == {"dtype": 9, "rank": 2, "address": 0x7000_0000_0100, "map_aligned_64": True,
@@ -153,7 +178,7 @@ def test_tensor_maps_are_encoded_by_the_driver_after_the_checks():
     assert raw == tma.emu_bytes(sb, 0x7000_0000_0100)
     n = len(cu.calls)
     with pytest.raises(TensorMapError, match="not 16-byte aligned"):
-        tma.encode(drv, sa, 0x7000_0000_0108)
+        tma.encode(sa, 0x7000_0000_0108, cu)
     assert len(cu.calls) == n
     params, values = pack_params("iT", [3, raw])
     assert ctypes.sizeof(values[1]) == 128 and bytes(values[1]) == raw
@@ -220,7 +245,7 @@ _PTX_TMA = ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_t
 @needs_nvcc
 @pytest.mark.parametrize("variants,ptx_wants,sass_wants", [
     ([(4, 1, 0, 1), (4, 1, 1, 0), (3, 0, 0, 0)], _PTX_BULK, ("UBLKCP", "SYNCS")),
-    ([(4, 1, 0, 1, 1), (4, 1, 1, 0, 1), (3, 0, 0, 0, 1)], _PTX_TMA,
+    ([(4, 1, 0, 1, 1), (4, 1, 1, 0, 1), (3, 0, 0, 0, 1), (4, 1, 0, 1, 1, 1)], _PTX_TMA,
      ("UTMALDG.2D", "UTMALDG.3D", "SYNCS")),
 ], ids=["bulk", "tma"])
 def test_ptxas_sm90a_has_wgmma_copies_and_mbarriers_and_nothing_spills(variants, ptx_wants,

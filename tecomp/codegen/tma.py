@@ -158,21 +158,28 @@ def emu_bytes(spec: TensorMapSpec, address: int) -> bytes:
     return raw + bytes(MAP_BYTES - len(raw))
 
 
-def encode(drv, spec: TensorMapSpec, address: int) -> bytes:
+def encode(spec: TensorMapSpec, address: int, cu=None) -> bytes:
     """The 128-byte CUtensorMap of ``spec`` at global ``address``, encoded by the CUDA
-    driver's ``cuTensorMapEncodeTiled`` (``drv`` a
-    :class:`tecomp.runtime.cuda_driver.DriverApi`), after :func:`check`."""
+    driver's ``cuTensorMapEncodeTiled`` (``cu``: the driver library, by default
+    :func:`tecomp.runtime.cuda_driver.libcuda`'s), after :func:`check`."""
+    from ..errors import RuntimeUnavailableError
+    from ..runtime.cuda_driver import libcuda
     check(spec, address)
+    cu = cu if cu is not None else libcuda()
     r = len(spec.dims)
     buf = ctypes.create_string_buffer(MAP_BYTES + 64)   # the map 64-byte aligned
     at = ctypes.addressof(buf) + (-ctypes.addressof(buf)) % 64
     u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-    status = drv.cu.cuTensorMapEncodeTiled(
+    status = cu.cuTensorMapEncodeTiled(
         ctypes.c_void_p(at), ctypes.c_int(DATA_TYPES[spec.dtype]), u32(r), ctypes.c_void_p(address),
         (u64 * r)(*spec.dims), (u64 * max(1, r - 1))(*spec.strides), (u32 * r)(*spec.box),
         (u32 * r)(*spec.elem_strides), ctypes.c_int(0), ctypes.c_int(SWIZZLES[spec.swizzle]),
         ctypes.c_int(2), ctypes.c_int(0))   # no interleave; L2 promotion 128B; OOB zeros
-    drv.check(status, f"cuTensorMapEncodeTiled({spec.name!r:.60})")
+    if status != 0:
+        raise RuntimeUnavailableError(
+            f"the CUDA driver's cuTensorMapEncodeTiled({spec.name!r:.60}) failed with CUresult "
+            f"{status} (the map passed tecomp's checks: dims {spec.dims}, strides "
+            f"{spec.strides}, box {spec.box}, swizzle {spec.swizzle})")
     return ctypes.string_at(at, MAP_BYTES)
 
 

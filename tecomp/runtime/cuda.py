@@ -100,6 +100,7 @@ class PycudaDriver:
         self.max_shared_per_block = get(a.MAX_SHARED_MEMORY_PER_BLOCK)
         # what a kernel can opt in to (dynamic shared memory beyond the static 48 KiB)
         self.max_shared_per_block_optin = get(a.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        self.multiprocessors = get(a.MULTIPROCESSOR_COUNT)
         self._modules: Dict[str, object] = {}
         self._cubins: Dict[int, bytes] = {}      # id(module) -> its cubin (stream launches)
         self._cu_functions: Dict[tuple, object] = {}   # (id(module), name) -> CUfunction

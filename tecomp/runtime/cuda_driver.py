@@ -32,7 +32,7 @@ LIBCUDA_NAMES = ("libcuda.so.1", "libcuda.so")
 # CUdevice_attribute
 _ATTR = {"max_threads_per_block": 1, "block_x": 2, "block_y": 3, "block_z": 4, "grid_x": 5,
          "grid_y": 6, "grid_z": 7, "shared_per_block": 8, "major": 75, "minor": 76,
-         "shared_optin": 97}
+         "shared_optin": 97, "multiprocessors": 16}
 # CUfunction_attribute
 FUNC_MAX_THREADS, FUNC_NUM_REGS, FUNC_MAX_DYNAMIC_SHARED = 0, 4, 8
 # CUpointer_attribute
@@ -157,6 +157,7 @@ class DriverApi:
         self.max_grid_dims = (get("grid_x"), get("grid_y"), get("grid_z"))
         self.max_shared_per_block = get("shared_per_block")
         self.max_shared_per_block_optin = get("shared_optin")
+        self.multiprocessors = get("multiprocessors")
         self.context = ctypes.c_void_p()
         self.check(cu.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device),
                    "cuDevicePrimaryCtxRetain")

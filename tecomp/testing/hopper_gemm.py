@@ -20,6 +20,12 @@ the core-matrix layout without swizzle (8 x 8 blocks of 128 contiguous bytes, th
 blocks ``rows * 16`` bytes apart).  Extents that are not multiples of the tile are padded
 with zeros there; the epilogue stores only the elements inside ``C``.
 
+The persistent variant (the sixth entry of a variant) runs as many blocks as the GPU has
+SMs (:func:`grid`), each taking output tiles ``blockIdx.x``, ``+ gridDim.x``, ... in a
+grouped order (8 tile rows at a time, down a group's rows before its next column); its
+producer runs on into the next tile's k steps while the consumers store the last one
+(the ring's slots and phases count the block's k steps across its tiles).
+
 ``bug`` (a kernel argument) plants one misuse, for the emulation's checks: 1 the consumers
 wait on the wrong parity, 2 a descriptor points past shared memory, 3 no wgmma.fence,
 4 the producer expects more bytes than it copies, 5 one warp of the warpgroup gives
@@ -49,7 +55,19 @@ KERNEL = r"""
 #else
 #define TC_BUG(n) 0   /* the planted misuse is the emulation's test only */
 #endif
-template <int BN, int STAGES, int SWZ, int BF16, int EPI, int TMA>
+// Output tile t of a persistent block's sequence, in grouped order: GROUP_M tile rows at a
+// time, down the rows of a group before the next column (so that the blocks running at
+// once share A's and B's tiles in L2).
+static __device__ __forceinline__ void tc_tile_of(int t, int tiles_m, int tiles_n, int* bm,
+                                                  int* bn) {
+  constexpr int GROUP_M = 8;
+  const int per_group = GROUP_M * tiles_n;
+  const int first_m = (t / per_group) * GROUP_M;
+  const int rows = min(tiles_m - first_m, GROUP_M);
+  *bm = first_m + (t % per_group) % rows;
+  *bn = (t % per_group) / rows;
+}
+template <int BN, int STAGES, int SWZ, int BF16, int EPI, int TMA, int PERSIST>
 static __device__ __forceinline__ void tc_hopper_gemm(
     const unsigned short* __restrict__ A, const unsigned short* __restrict__ B,
     const float* __restrict__ bias, float* __restrict__ C, int M, int N, int ktiles, int bug,
@@ -68,7 +86,12 @@ static __device__ __forceinline__ void tc_hopper_gemm(
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE);
   unsigned long long* empty = full + STAGES;
   const int tid = threadIdx.x;
-  const int bm = blockIdx.y, bn = blockIdx.x;
+  // the output tiles of this block: its own (blockIdx.y, blockIdx.x), or (PERSIST) tiles
+  // blockIdx.x, + gridDim.x, ... of all of them in grouped order; the ring's slot and
+  // phase run on across tiles (it: the block's k steps so far)
+  const int tiles_m = (M + 63) / 64, tiles_n = (N + BN - 1) / BN;
+  const int ntiles = PERSIST ? tiles_m * tiles_n : 1;
+  const int first = PERSIST ? (int)blockIdx.x : 0, step = PERSIST ? (int)gridDim.x : 1;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       tc_mbar_init(&full[s], 1);
@@ -83,9 +106,13 @@ static __device__ __forceinline__ void tc_hopper_gemm(
         tc_tma_prefetch(ma);
         tc_tma_prefetch(mb);
       }
-      for (int kt = 0; kt < ktiles; ++kt) {
-        const int s = kt % STAGES;
-        const unsigned ph = (unsigned)(kt / STAGES) & 1u;
+      int it = 0;
+      for (int t = first; t < ntiles; t += step) {
+      int bm = blockIdx.y, bn = blockIdx.x;
+      if (PERSIST) tc_tile_of(t, tiles_m, tiles_n, &bm, &bn);
+      for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int s = it % STAGES;
+        const unsigned ph = (unsigned)(it / STAGES) & 1u;
         tc_mbar_wait(&empty[s], ph ^ 1u);     // a fresh barrier's "previous" phase has completed
         tc_mbar_arrive_expect_tx(&full[s], STAGE + (TC_BUG(4) ? 16u : 0u));
         if (TMA && SWZ) {          // boxes (64 k, rows) of A [M, K] and B [N, K], 128B-swizzled
@@ -101,14 +128,19 @@ static __device__ __forceinline__ void tc_hopper_gemm(
                       B_BYTES, &full[s]);
         }
       }
+      }
     }
     return;
   }
+  int it = 0;
+  for (int t = first; t < ntiles; t += step) {
+  int bm = blockIdx.y, bn = blockIdx.x;
+  if (PERSIST) tc_tile_of(t, tiles_m, tiles_n, &bm, &bn);
   float d[BN / 2];
   for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
-  for (int kt = 0; kt < ktiles; ++kt) {
-    const int s = kt % STAGES;
-    const unsigned ph = (unsigned)(kt / STAGES) & 1u;
+  for (int kt = 0; kt < ktiles; ++kt, ++it) {
+    const int s = it % STAGES;
+    const unsigned ph = (unsigned)(it / STAGES) & 1u;
     tc_mbar_wait(&full[s], TC_BUG(1) ? ph ^ 1u : ph);
     unsigned char* sa = smem + s * STAGE;
     unsigned char* sb = sa + A_BYTES;
@@ -140,6 +172,7 @@ static __device__ __forceinline__ void tc_hopper_gemm(
     const int col = bn * BN + 8 * (i >> 2) + 2 * q + (i & 1);
     if (row < M && col < N) C[(size_t)row * N + col] = d[i] + (EPI ? bias[col] : 0.0f);
   }
+  }
 }
 """
 
@@ -149,13 +182,15 @@ def _dispatch(bn: int) -> str:
             f"#define TC_WGMMA_BF16 tc_wgmma_m64n{bn}k16_bf16\n")
 
 
-def variant_name(bn, stages, swizzle, bf16, epilogue, tma=0) -> str:
-    return f"g{bn}_{stages}_{swizzle}_{bf16}_{epilogue}" + ("_tma" if tma else "")
+def variant_name(bn, stages, swizzle, bf16, epilogue, tma=0, persistent=0) -> str:
+    return (f"g{bn}_{stages}_{swizzle}_{bf16}_{epilogue}" + ("_tma" if tma else "")
+            + ("_persistent" if persistent else ""))
 
 
-def _full(variant) -> Tuple[int, int, int, int, int]:
-    """``(stages, swizzle, bf16, epilogue, tma)`` (``tma`` 0 where a 4-tuple omits it)."""
-    return tuple(variant) + (0,) * (5 - len(variant))
+def _full(variant) -> Tuple[int, int, int, int, int, int]:
+    """``(stages, swizzle, bf16, epilogue, tma, persistent)`` (0 for the flags a shorter
+    tuple omits)."""
+    return tuple(variant) + (0,) * (6 - len(variant))
 
 
 def source(bn: int, variants, device: bool = False) -> str:
@@ -166,9 +201,9 @@ def source(bn: int, variants, device: bool = False) -> str:
     variants, whose ``A`` and ``B`` are then unused)."""
     q = "static __device__ __forceinline__"
     out = [prelude(q), _dispatch(bn), KERNEL]
-    for st, sw, bf, ep, tm in map(_full, variants):
-        name = variant_name(bn, st, sw, bf, ep, tm)
-        args = f"<{bn}, {st}, {sw}, {bf}, {ep}, {tm}>"
+    for st, sw, bf, ep, tm, ps in map(_full, variants):
+        name = variant_name(bn, st, sw, bf, ep, tm, ps)
+        args = f"<{bn}, {st}, {sw}, {bf}, {ep}, {tm}, {ps}>"
         if device:
             out.append(
                 f'extern "C" __global__ void __launch_bounds__(160) tc_hopper_gemm_{name}('
@@ -276,18 +311,30 @@ def tensor_maps(M: int, N: int, K: int, bn: int, swizzle: int, bf16: bool):
     return specs
 
 
+def grid(M: int, N: int, bn: int, persistent_blocks: int = 0) -> Tuple[int, int, int]:
+    """The launch grid: a block per ``64 x bn`` output tile, or (``persistent_blocks``)
+    that many blocks, no more than the tiles, each looping over its share of them."""
+    tiles_m, tiles_n = round_up(M, BM) // BM, round_up(N, bn) // bn
+    if persistent_blocks:
+        return (min(persistent_blocks, tiles_m * tiles_n), 1, 1)
+    return (tiles_n, tiles_m, 1)
+
+
 def run_emu(a: np.ndarray, b: np.ndarray, bias, *, bn=64, stages=2, swizzle=1, bf16=False,
-            bug=0, mode="serial", variants=None, tma_maps=False) -> np.ndarray:
+            bug=0, mode="serial", variants=None, tma_maps=False,
+            persistent_blocks=0) -> np.ndarray:
     """``a [M, K] . b[N, K]^T (+ bias)`` with the kernel in the CUDA emulation (``a``,
     ``b`` float32 values, rounded to the operand dtype).  ``tma_maps``: the operands
     stay as they are and the producer copies their tiles through tensor maps
-    (:func:`tensor_maps`), else they are pre-tiled (:func:`pretile`).  Raises what the
-    emulation reports (a misuse: BuildError; a trap: BoundsError)."""
+    (:func:`tensor_maps`), else they are pre-tiled (:func:`pretile`).
+    ``persistent_blocks``: that many blocks (as many as the GPU's SMs, on a GPU) each
+    loop over the output tiles (the persistent variant), instead of one block a tile.
+    Raises what the emulation reports (a misuse: BuildError; a trap: BoundsError)."""
     M, K = a.shape
     N = b.shape[0]
     epi = bias is not None
-    tm = int(bool(tma_maps))
-    variants = variants or [(stages, swizzle, int(bf16), int(epi), tm)]
+    tm, ps = int(bool(tma_maps)), int(persistent_blocks > 0)
+    variants = variants or [(stages, swizzle, int(bf16), int(epi), tm, ps)]
     if tm:
         pa = np.ascontiguousarray(to_bits(a, bf16))
         pb = np.ascontiguousarray(to_bits(b, bf16))
@@ -305,9 +352,9 @@ def run_emu(a: np.ndarray, b: np.ndarray, bias, *, bn=64, stages=2, swizzle=1, b
     ptrs = (ctypes.c_void_p * 10)(pa.ctypes.data, pb.ctypes.data, bias_arr.ctypes.data,
                                   c.ctypes.data, *(ctypes.addressof(x) for x in boxes),
                                   maps[0].ctypes.data, maps[1].ctypes.data)
-    dims = (ctypes.c_longlong * 6)(round_up(N, bn) // bn, round_up(M, BM) // BM, 1, THREADS, 1, 1)
+    dims = (ctypes.c_longlong * 6)(*grid(M, N, bn, persistent_blocks), THREADS, 1, 1)
     err = ctypes.create_string_buffer(2048)
-    fn = getattr(lib, "run_" + variant_name(bn, stages, swizzle, int(bf16), int(epi), tm))
+    fn = getattr(lib, "run_" + variant_name(bn, stages, swizzle, int(bf16), int(epi), tm, ps))
     fn.restype = ctypes.c_int
     rc = fn(ptrs, dims, cuda_emu.MODES[mode], err, len(err))
     if rc:
@@ -334,14 +381,15 @@ class GpuTile:
     (``tecomp.runtime.cuda.default_driver()``)."""
 
     def __init__(self, drv, M: int, N: int, K: int, *, bn=128, stages=4, swizzle=1,
-                 bf16=False, epilogue=False, tma_maps=False):
+                 bf16=False, epilogue=False, tma_maps=False, persistent=False):
         self.drv, self.M, self.N, self.K = drv, M, N, K
         self.bn, self.swizzle, self.bf16 = bn, swizzle, bf16
         self.tma = bool(tma_maps)
-        variant = (stages, swizzle, int(bf16), int(epilogue), int(self.tma))
+        self._maps: Dict[Tuple[int, int], list] = {}
+        variant = (stages, swizzle, int(bf16), int(epilogue), int(self.tma), int(persistent))
         mod = drv.compile(_Source(source(bn, [variant], device=True)), "sm_90a")
         self.fn = drv.get_function(mod, "tc_hopper_gemm_" + variant_name(bn, *variant))
-        self.grid = (round_up(N, bn) // bn, round_up(M, BM) // BM, 1)
+        self.grid = grid(M, N, bn, drv.multiprocessors if persistent else 0)
         self.shared = shared_bytes(bn, stages)
         self.ktiles = round_up(K, KT) // KT
 
@@ -349,11 +397,18 @@ class GpuTile:
         """``a_ptr``, ``b_ptr``: the operands pre-tiled, or (``tma_maps``) as they are,
         ``[M, K]`` and ``[N, K]`` C-contiguous: their tensor maps are encoded here."""
         maps = [bytes(tma.MAP_BYTES)] * 2
-        if self.tma:
-            specs = tensor_maps(self.M, self.N, self.K, self.bn, self.swizzle, self.bf16)
-            maps = [tma.encode(self.drv, sp, p) for sp, p in zip(specs, (a_ptr, b_ptr))]
+        if self.tma:   # (encoded once per pair of operands)
+            maps = self._maps.get((a_ptr, b_ptr))
+            if maps is None:
+                specs = tensor_maps(self.M, self.N, self.K, self.bn, self.swizzle, self.bf16)
+                maps = self._maps[a_ptr, b_ptr] = [
+                    tma.encode(sp, p, getattr(self.drv, "cu", None))
+                    for sp, p in zip(specs, (a_ptr, b_ptr))]
+        # (stream 0: the driver API's cuLaunchKernel, each argument at the offset the
+        # kernel declares: the maps 64-byte aligned)
         self.drv.launch(self.fn, self.grid, (THREADS, 1, 1), self.shared, "PPPPiiiiTT",
-                        [a_ptr, b_ptr, bias_ptr, c_ptr, self.M, self.N, self.ktiles, 0, *maps])
+                        [a_ptr, b_ptr, bias_ptr, c_ptr, self.M, self.N, self.ktiles, 0, *maps],
+                        stream=0)
 
 
 BOX_KERNEL = r"""
