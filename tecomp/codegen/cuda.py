@@ -86,6 +86,12 @@ from ..target import (  # noqa: E402,F401
     MAX_THREADS_PER_BLOCK, MMA_MIN_SM, SHARED_ALIGN, WARP_SIZE, sm_number,
 )
 from .cuda_hopper import HOPPER_HELPERS, WARPGROUP, check_wgmma_target
+from . import tma as _tma
+from ..lower.tma_pipeline import (TMA_CONSUME, TMA_COPY, TMA_PIPELINE, TMA_PRODUCE,
+                                  box_of)
+
+#: the dtype of a kernel parameter that is a TMA tensor map (KernelParam.obj: its TmaBox)
+TENSOR_MAP = "tensor_map"
 from .cuda_intrin import (MMA_FRAGMENTS, MMA_HELPERS, MMA_TILE_REGS, CudaIntrinBuilder,
                           CudaIntrinView)
 
@@ -106,6 +112,8 @@ WMMA_ALIGN = 32
 
 def param_ctype(p: KernelParam) -> str:
     """The C type of a kernel parameter in the signature."""
+    if p.dtype == TENSOR_MAP:   # a TMA tensor map, by value (its address taken in the kernel)
+        return "const __grid_constant__ tc_tensor_map"
     if p.is_buffer:
         base = CudaRenderer.TYPES[p.dtype]
         return f"{'const ' if p.is_const else ''}{base}* __restrict__"
@@ -286,6 +294,8 @@ class CudaRenderer(CSource):
         self.uses_wmma = False          # tensor-core fragments: #include <mma.h>
         self.bf16_fragments: List[str] = []   # wmma fragments of bfloat16 (sm_80 and later)
         self.param_align: Dict[Buffer, int] = {}  # global buffers holding wmma tiles
+        self.tma_ring: List[tuple] = []  # the enclosing TMA rings: (barriers, stages)
+        self.tma_maps: List[tuple] = []  # (parameter name, TmaBox) of each tensor map
 
     # thread loops -------------------------------------------------------------
     def thread_loop(self, s: For) -> None:
@@ -504,7 +514,71 @@ class CudaRenderer(CSource):
             self.stmt(s.body)
             self.async_pending = 0
             return
+        if s.key in (TMA_PIPELINE, TMA_PRODUCE, TMA_CONSUME, TMA_COPY):
+            self.tma_stmt(s)
+            return
         super()._s_AttrStmt(s)
+
+    # TMA rings (tecomp/lower/tma_pipeline.py) -------------------------------------------
+    _TID = "(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))"
+
+    def tma_stmt(self, s: AttrStmt) -> None:
+        """A TMA ring's statements: its mbarriers set up (``tma_pipeline``), a slot filled
+        by thread 0 (``tma_produce``: wait until the slot is empty, expect the bytes, the
+        ``tma_copy`` boxes), a slot read (``tma_consume``: wait until it is full, the body,
+        arrive on its empty barrier)."""
+        self.has_barrier = True   # (mbarrier waits: the emulation runs the threads in step)
+        h = self.helper
+        if s.key == TMA_PIPELINE:
+            bars, n = s.value
+            name = self.buffer_ref(bars)
+            self.tma_ring.append((f"reinterpret_cast<unsigned long long*>({name})", int(n)))
+            bar = self.tma_ring[-1][0]
+            self.emit(f"if ({self._TID} == 0) {{")
+            self.emit(f"  for (int tc_s = 0; tc_s < {n}; ++tc_s) {{")
+            self.emit(f"    {h('tc_mbar_init')}(&{bar}[tc_s], 1);")
+            self.emit(f"    {h('tc_mbar_init')}(&{bar}[{n} + tc_s], blockDim.x * blockDim.y * "
+                      "blockDim.z);")
+            self.emit("  }")
+            self.emit(f"  {h('tc_mbar_init_fence')}();")
+            self.emit("}")
+            self.emit("__syncthreads();")
+            self.stmt(s.body)
+            self.tma_ring.pop()
+            return
+        if not self.tma_ring:
+            raise InternalError(f"AttrStmt {s.key} outside a tma_pipeline (a tecomp bug)")
+        bar, n = self.tma_ring[-1]
+        rel = f"({self.expr(s.value)})"
+        if s.key == TMA_CONSUME:
+            self.emit(f"{h('tc_mbar_wait')}(&{bar}[{rel} % {n}], ({rel} / {n}) & 1);")
+            self.stmt(s.body)
+            self.emit(f"{h('tc_mbar_arrive')}(&{bar}[{n} + {rel} % {n}]);")
+            return
+        if s.key == TMA_COPY:
+            raise InternalError("a tma_copy outside a tma_produce (a tecomp bug)")
+        copies = collect(s.body, lambda x: isinstance(x, AttrStmt) and x.key == TMA_COPY)
+        boxes = [(box_of(c.body)[0], c.value.indices) for c in copies]
+        total = sum(b.nbytes for b, _ in boxes)
+        self.emit(f"if ({self._TID} == 0) {{")
+        self.emit(f"  {h('tc_mbar_wait')}(&{bar}[{n} + {rel} % {n}], (({rel} / {n}) & 1) ^ 1);")
+        self.emit(f"  {h('tc_mbar_arrive_expect_tx')}(&{bar}[{rel} % {n}], {total}u);")
+        for box, origin in boxes:
+            mp = self.tma_param(box)
+            coords = ", ".join(self.expr(c) for c in box.coords(origin))
+            dst = f"&{self.buffer_ref(box.dst)}[{self.flat_index(box.dst, box.dst_origin)}]"
+            self.emit(f"  {h(f'tc_tma_load_{len(box.dims)}d')}({dst}, &{mp}, {coords}, "
+                      f"&{bar}[{rel} % {n}]);")
+        self.emit("}")
+
+    def tma_param(self, box) -> str:
+        """The name of the tensor-map parameter of ``box`` (one per distinct box)."""
+        for name, b in self.tma_maps:
+            if b.src is box.src and b.dims == box.dims:
+                return name
+        name = self.name.fresh(f"{self.name(box.src)}_tmap")
+        self.tma_maps.append((name, box))
+        return name
 
     def cross_thread_reduce(self, s: AttrStmt) -> None:
         """``AttrStmt("cross_thread_reduce", (reducer, source, BufferLoad(dest, idx), tags),
@@ -780,6 +854,16 @@ class _BarrierFinder(Visitor):
         return
 
 
+def _tma_rings(body) -> set:
+    """The shared buffers TMA copies of ``body`` write (its rings, and their mbarriers)."""
+    out = set()
+    for p in collect(body, lambda n: isinstance(n, AttrStmt) and n.key == TMA_PIPELINE):
+        out.add(p.value[0])
+        for c in collect(p.body, lambda n: isinstance(n, AttrStmt) and n.key == TMA_COPY):
+            out.add(box_of(c.body)[0].dst)
+    return out
+
+
 def _has_async_copy(s) -> bool:
     return bool(collect(s, lambda n: isinstance(n, AttrStmt) and n.key == ASYNC_COPY))
 
@@ -899,6 +983,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
     helpers: set = set()
     narrow = {b.dtype for b in params_buffers + workspaces if _dt.is_storage_float(b.dtype)}
     uses_wmma = False
+    uses_tma = False
     bf16_fragments: List[str] = []
 
     for attr in kernels_of(split):
@@ -915,17 +1000,21 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         r.size_vars |= shape_vars
         r.indent = 1
         r.waits_async = _has_async_copy(attr.body)  # (a barrier may come before the copy)
+        # a TMA ring's slots are 128-byte aligned copy destinations: the rings first in
+        # the arena (their sizes multiples of 128), each array aligned to 128
+        rings = _tma_rings(attr.body)
+        shared = sorted(kern.shared, key=lambda b: b not in rings) if rings else list(kern.shared)
+        window = _uses_wgmma(attr.body) or bool(rings)
         if kern.shared_bytes > MAX_STATIC_SHARED_BYTES:
-            _dynamic_shared(r, namer, kern.shared, kern.shared_bytes,
-                            window=_uses_wgmma(attr.body))
-        elif _uses_wgmma(attr.body) and kern.shared:
+            _dynamic_shared(r, namer, shared, kern.shared_bytes, window=window)
+        elif window and kern.shared:
             # the emulation decodes wgmma descriptors as offsets into one shared arena
             r.emit("#if defined(TECOMP_CUDA_EMU)")
-            _arena(r, namer, kern.shared, kern.shared_bytes)
+            _arena(r, namer, shared, kern.shared_bytes)
             r.emit("#else")
-            for b in kern.shared:
-                r.emit(f"__shared__ __align__({SHARED_ALIGN}) {r.ctype(b.dtype)} {namer(b)}"
-                       f"[{declared_size(b)}];")
+            for b in shared:
+                r.emit(f"__shared__ __align__({128 if rings else SHARED_ALIGN}) "
+                       f"{r.ctype(b.dtype)} {namer(b)}[{declared_size(b)}];")
             r.emit("#endif")
         else:
             for b in kern.shared:
@@ -934,6 +1023,8 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         r.stmt(attr.body)
         if r.param_align:
             params = [dataclasses.replace(p, align=r.param_align.get(p.obj, 0)) for p in params]
+        params += [KernelParam(name, box, TENSOR_MAP, False) for name, box in r.tma_maps]
+        uses_tma |= bool(r.tma_maps)
         helpers |= r.helpers
         narrow |= r.narrow_used
         uses_wmma |= r.uses_wmma
@@ -957,6 +1048,8 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
                          f"{MMA_MIN_SM} or later; this function is built for {arch}: build for "
                          f"'cuda -arch=sm_{MMA_MIN_SM}' or later, or use the cuda.wmma_* "
                          "intrinsics and wmma.* fragment scopes")
+    if uses_tma:
+        _tma.check_target(arch)
     if helpers & {n for n in HOPPER_HELPERS if n.startswith("tc_wgmma_m64")}:
         check_wgmma_target(arch)
     head = [_comment(f"Generated by tecomp: CUDA C for `{func.name}` "
@@ -1025,7 +1118,9 @@ def _dynamic_shared(r: CudaRenderer, namer: Namer, shared: List[Buffer], nbytes:
     else:
         r.emit(f"  __shared__ __align__({SHARED_ALIGN}) unsigned char tc_dynamic_smem[{nbytes}];")
     r.emit("#else")
-    r.emit(f"  extern __shared__ __align__({SHARED_ALIGN}) unsigned char tc_dynamic_smem[];")
+    # (wgmma's swizzled tiles and TMA's destinations: aligned as the emulation's window)
+    r.emit(f"  extern __shared__ __align__({1024 if window else SHARED_ALIGN}) unsigned char "
+           "tc_dynamic_smem[];")
     r.emit("#endif")
     _shared_pointers(r, namer, shared)
 

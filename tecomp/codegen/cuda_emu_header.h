@@ -74,6 +74,7 @@
 #define __restrict__ __restrict
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __align__(n) __attribute__((aligned(n)))
 
 struct uint3 { unsigned int x, y, z; };

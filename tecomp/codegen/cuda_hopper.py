@@ -235,7 +235,7 @@ HOPPER_HELPERS: Dict[str, str] = {
         '               "[%0], [%1], %2, [%3];"\n'
         f'               :: "r"({_SMEM}(dst)), "l"(src), "r"(bytes), "r"({_SMEM}(bar))\n'
         '               : "memory");'),
-    **{f"tc_tma_load_{r}d": _tma_load(r) for r in (2, 3)},
+    **{f"tc_tma_load_{r}d": _tma_load(r) for r in range(1, 6)},
     "tc_tma_prefetch": _TENSOR_MAP_TYPE + _helper(
         "// prefetch.tensormap: bring the tensor map (a __grid_constant__ kernel parameter)\n"
         "// into the TMA unit's cache ahead of the first copy through it.",

@@ -1465,6 +1465,8 @@ class LowerContext:
                 if s.double_buffered:
                     # lower.double_buffer splits the loop's copies from its reads
                     out = AttrStmt("double_buffer", b, out)
+                    if s.buffer_producer != "threads":
+                        out = AttrStmt("buffer_producer", s.buffer_producer, out)
                     if s.buffer_stages != 2:
                         out = AttrStmt("buffer_stages", s.buffer_stages, out)
         return out

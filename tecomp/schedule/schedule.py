@@ -98,6 +98,7 @@ class Stage(TracedStage):
         self.tensorized: Optional[tuple] = None  # (IterVar, TensorIntrin): tensorize
         self.double_buffered = False  # double_buffer
         self.buffer_stages = 2        # double_buffer(stages=...)
+        self.buffer_producer = "threads"   # double_buffer(producer=...)
         self.stored_root = False  # store_root
 
     def _reset_loops(self):
@@ -599,7 +600,7 @@ class Stage(TracedStage):
                 f"give every output axis ({names}) exactly once, outermost first")
         self.storage_perm = None if dims == tuple(range(len(dims))) else dims
 
-    def double_buffer(self, stages: int = 2):
+    def double_buffer(self, stages: int = 2, producer: str = "threads"):
         """Give this shared-memory stage two buffers (``stages`` of them), so that a GPU
         block copies the tile of the next iteration into one while it computes from the
         other (TVM's ``double_buffer``; with ``stages`` > 2, a ring of buffers as Triton's
@@ -616,7 +617,21 @@ class Stage(TracedStage):
         (``cp.async`` on sm_80 and later; with more than two stages each iteration's
         copies are a commit group, and the barrier waits only for the oldest), so the
         next tiles' loads are in flight while the block computes.  Every shared stage
-        copied in the same iteration must be buffered too, with the same ``stages``."""
+        copied in the same iteration must be buffered too, with the same ``stages``.
+
+        ``producer="tma"`` (sm_90 and later): the tile is not copied by the block's threads
+        but by the TMA unit -- one thread issues, per iteration, one
+        ``cp.async.bulk.tensor`` of the whole tile through a tensor map of the tensor it
+        reads (a ``const __grid_constant__`` kernel parameter the runtime encodes at each
+        call), into the ring; each slot has a *full* mbarrier (the copy's bytes complete
+        it) that the threads wait on instead of a barrier, and an *empty* one they arrive
+        on when they have read it, which the issuing thread waits on before copying into
+        the slot again.  The stage's loops must be its own (no split, fuse or binding:
+        the tile is one box), its copy a plain read of a C-contiguous global tensor with
+        the tile's innermost dimension along the tensor's (TMA copies boxes as they lie
+        in memory; a transposed tile is a ScheduleError), the box at most 256 along each
+        dimension; the rows of the tensor must be 16-byte aligned (a TensorMapError when
+        it is called otherwise)."""
         if self.scope != "shared":
             raise ScheduleError(
                 f"double_buffer on stage {display(self.name)}: its scope is {self.scope}; "
@@ -626,8 +641,14 @@ class Stage(TracedStage):
             raise ScheduleError(
                 f"double_buffer on stage {display(self.name)}: stages={stages!r:.40}; give "
                 "an int from 2 (two buffers, the default) to 8 (a ring of 8 tiles)")
+        if producer not in ("threads", "tma"):
+            raise ScheduleError(
+                f"double_buffer on stage {display(self.name)}: producer={producer!r:.40}; give "
+                "'threads' (the block's threads copy the tile, cp.async) or 'tma' (one thread "
+                "issues a TMA copy of the whole tile, sm_90 and later)")
         self.double_buffered = True
         self.buffer_stages = stages
+        self.buffer_producer = producer
 
     def align_bounds(self, axis, factor: int):
         """Compute the region of output axis ``axis`` rounded out to whole multiples of

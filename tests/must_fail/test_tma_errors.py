@@ -70,3 +70,61 @@ def test_dtype_without_a_tma_type():
 def test_tma_below_sm90(arch):
     with pytest.raises(TargetError, match=f"TMA .* needs sm_90 or later; the target is -arch={arch}"):
         tma.check_target(arch)
+
+
+def _dense(producer="tma", family="wgmma", kfirst=False, target="cuda -arch=sm_90a"):
+    import tecomp as tc
+    import tecomp.nn  # noqa: F401
+    from tecomp.strategy import cuda as sc
+    X = tc.placeholder((128, 128), "float16", name="X")
+    if kfirst:   # C = X . B with B[K, N]: B's tile is read transposed
+        from tecomp.nn import ops
+        B = tc.placeholder((128, 128), "float16", name="B")
+        Y = ops.matmul(X, B, out_dtype="float32")
+        cfg = sc.WmmaConfig(4, 1, 1, 8, 64, family=family, stages=3, producer=producer)
+        s = sc.schedule_matmul(Y, target, config=cfg)
+        return tc, s, [X, B, Y]
+    W = tc.placeholder((128, 128), "float16", name="W")
+    Y = tc.nn.dense(X, W)
+    cfg = sc.WmmaConfig(4, 1, 1, 8, 64, family=family, stages=3, producer=producer)
+    return tc, sc.schedule_dense(Y, target, config=cfg), [X, W, Y]
+
+
+def test_tma_producer_on_a_transposed_tile():
+    from tecomp.errors import ScheduleError
+    tc, s, args = _dense(kfirst=True)
+    with pytest.raises(ScheduleError, match="stage B.shared's innermost dimension steps along "
+                                            "dimension 0 of B .* TMA copies boxes as they lie"):
+        tc.lower(s, args)
+
+
+def test_tma_producer_built_for_sm80():
+    tc, s, args = _dense(target="cuda -arch=sm_80")
+    with pytest.raises(TargetError, match="TMA .* needs sm_90 or later; the target is -arch=sm_80"):
+        tc.build(s, args, target="cuda -arch=sm_80").get_source("cuda")
+
+
+def test_tma_producer_for_the_mma_family():
+    from tecomp.errors import ScheduleError
+    with pytest.raises(ScheduleError, match="the TMA producer .* fills the double-buffered tiles "
+                                            "of the wgmma family"):
+        _dense(family="mma")
+
+
+def test_unknown_producer():
+    import tecomp as tc
+    from tecomp.errors import ScheduleError
+    A = tc.placeholder((64, 64), "float16", name="A")
+    B = tc.compute((64, 64), lambda i, j: A[i, j] * 2, name="B")
+    s = tc.create_schedule(B.op)
+    AS = s.cache_read(A, "shared", [B])
+    with pytest.raises(ScheduleError, match="producer='dma'; give 'threads'"):
+        s[AS].double_buffer(stages=3, producer="dma")
+
+
+def test_exporting_a_tma_kernel(tmp_path):
+    from tecomp.errors import ExportError
+    tc, s, args = _dense()
+    mod = tc.build(s, args, target="cuda -arch=sm_90a")
+    with pytest.raises(ExportError, match="copy tiles with TMA through tensor maps"):
+        mod.export_library(str(tmp_path / "dense.so"))

@@ -1,0 +1,157 @@
+"""The TMA producer of a ring of shared tiles (``double_buffer(stages, producer="tma")``,
+tecomp/lower/tma_pipeline.py): the wgmma template's tiles copied by one thread through
+tensor maps into a ring guarded by mbarriers, in the CUDA emulation (against the threads'
+cp.async ring and PyTorch), through the GPU runtime's launch path (the maps encoded by a
+stand-in driver), and compiled by nvcc for sm_90a (UTMALDG, HGMMA, SYNCS, no spills)."""
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import tecomp as tc
+import tecomp.nn  # noqa: F401
+from tecomp.codegen.cuda import build_cuda
+from tecomp.runtime.nvcc import find_nvcc
+from tecomp.strategy import cuda as sc
+from tecomp.testing.gpu_resources import parse_ptxas, ptxas_build
+from helpers import gpu_driver  # noqa: F401  (a fixture)
+
+needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
+                               reason="no C++ compiler for the CUDA emulation")
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not on PATH")
+SM90A = "cuda -arch=sm_90a"
+
+
+def dense(M, N, K, dtype, epilogue, producer, target="cuda-emu", cfg=None):
+    X = tc.placeholder((M, K), dtype, name="X")
+    W = tc.placeholder((N, K), dtype, name="W")
+    b = tc.placeholder((N,), dtype, name="b")
+    if epilogue:
+        Y = tc.nn.gelu(tc.nn.dense(X, W, b))
+        args = [X, W, b, Y]
+    else:
+        Y = tc.nn.dense(X, W)
+        args = [X, W, Y]
+    cfg = cfg or sc.WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=3, producer=producer)
+    return sc.schedule_dense(Y, target, config=cfg), args
+
+
+def _run(f, M, N, K, dtype, epilogue, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    tdt = getattr(torch, dtype)
+    x, w, bb = (torch.randn(M, K, generator=g).to(tdt), torch.randn(N, K, generator=g).to(tdt),
+                torch.randn(N, generator=g).to(tdt))
+    y = torch.zeros(M, N, dtype=tdt)
+    f(*((x, w, bb, y) if epilogue else (x, w, y)))
+    want = x.double() @ w.double().T
+    if epilogue:
+        want = torch.nn.functional.gelu(want + bb.double())
+    return y, want
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,dtype,epilogue,cfg", [
+    (128, 128, 192, "float16", True, (8, 1, 1, 8, 64, 3)),    # 2 warpgroups, k 64, 3 stages
+    (128, 256, 192, "bfloat16", False, (4, 1, 1, 8, 32, 4)),  # 1 warpgroup, k 32, 4 stages
+])
+def test_tma_ring_computes_what_the_threads_ring_does(M, N, K, dtype, epilogue, cfg):
+    """The same wgmmas on the same tiles: bit for bit the cp.async ring's result."""
+    out = {}
+    for producer in ("tma", "threads"):
+        c = sc.WmmaConfig(*cfg[:5], family="wgmma", stages=cfg[5], producer=producer)
+        s, args = dense(M, N, K, dtype, epilogue, producer, cfg=c)
+        out[producer], want = _run(tc.build(s, args, target="cuda-emu"), M, N, K, dtype,
+                                   epilogue)
+    assert torch.equal(out["tma"], out["threads"])
+    np.testing.assert_allclose(out["tma"].float().numpy(), want.float().numpy(), rtol=2e-2,
+                               atol=2e-2 if dtype == "float16" else 0.3)
+
+
+def test_the_ring_in_the_printed_ir():
+    s, args = dense(128, 128, 192, "float16", False, "tma")
+    text = str(tc.lower(s, args))
+    for want in ("allocate X.shared: float16[3, 16, 8, 8, 8] (shared)",
+                 "allocate W.shared.bars: int64[16] (shared)",
+                 "// attr tma_pipeline = (W.shared.bars: int64[16], 3)",
+                 "// attr tma_produce = 0", "// attr tma_produce = k.outer + 2",
+                 "// attr tma_copy = W[0, k.outer*64 + 128]",
+                 "// attr tma_consume = k.outer"):
+        assert want in text, want
+    assert "syncthreads" not in text.split("tma_pipeline")[1].split("mma_store")[0]
+
+
+def test_the_cuda_source_passes_tensor_maps_and_waits_on_mbarriers():
+    s, args = dense(128, 128, 192, "float16", True, "tma", target=SM90A)
+    src = tc.build(s, args, target=SM90A).get_source("cuda")
+    assert re.search(r"const __grid_constant__ tc_tensor_map X_tmap", src)
+    assert src.count("tc_tma_load_4d(&") == 6          # 2 tiles x (2 before the loop + 1)
+    for want in ("tc_mbar_arrive_expect_tx(", "tc_mbar_wait(", "tc_mbar_arrive(",
+                 "tc_mbar_init_fence();", "extern __shared__ __align__(1024)"):
+        assert want in src, want
+
+
+class _GpuLike:
+    """What the GPU runtime's launch needs from a driver, over the CUDA emulation, with a
+    stand-in libcuda whose cuTensorMapEncodeTiled writes the emulation's maps."""
+
+    def __init__(self):
+        from test_cuda_gpu import EmuDriver
+        from fake_libcuda import FakeLibcuda
+        self.inner = EmuDriver()
+        self.inner.compute_capability, self.inner.arch = (9, 0), "sm_90a"
+        self.cu = FakeLibcuda(None)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@needs_cxx
+def test_the_gpu_runtime_encodes_the_maps_by_the_driver_and_launches_with_them():
+    drv = _GpuLike()
+    s, args = dense(128, 128, 192, "float16", True, "tma", target=SM90A)
+    mod = build_cuda(tc.lower(s, args), driver=drv, target=SM90A)
+    y, want = _run(mod, 128, 128, 192, "float16", True)
+    np.testing.assert_allclose(y.float().numpy(), want.float().numpy(), rtol=2e-2, atol=2e-2)
+    encoded = [c[1] for c in drv.cu.calls if c[0] == "cuTensorMapEncodeTiled"]
+    # W[128, 192] as [N / 8, K / 8, 8, 8] core matrices: a 4-d view, boxes of 8 k x 8 rows
+    # x 8 k blocks x 16 row blocks
+    assert {"dims": [8, 8, 24, 16], "strides": [384, 16, 3072], "box": [8, 8, 8, 16]}.items() \
+        <= encoded[0].items() and encoded[0]["swizzle"] == 0
+    name, grid, block, types = drv.inner.launches[0]
+    assert types.endswith("TT") and drv.inner.streams == [0]   # the driver API's launch
+
+
+@needs_nvcc
+def test_nvcc_sm90a_has_tma_hgmma_and_mbarriers_and_nothing_spills():
+    s, args = dense(4096, 3072, 768, "float16", True, "tma", target=SM90A)
+    src = tc.build(s, args, target=SM90A).get_source("cuda")
+    report, sass = ptxas_build(src, "sm_90a", sass=True)
+    assert "serialized" not in report, report
+    for kernel, use in parse_ptxas(report).items():
+        assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
+    if sass is not None:   # (where a disassembler is installed)
+        for want in ("UTMALDG.4D", "HGMMA.64x128x16.F32", "SYNCS.PHASECHK.TRANS64.TRYWAIT",
+                     "SYNCS.ARRIVE.TRANS64"):
+            assert want in sass, want
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tma_ring_on_the_gpu(gpu_driver, dtype):
+    if gpu_driver.arch not in ("sm_90", "sm_90a"):
+        pytest.skip(f"TMA and wgmma need an sm_90 device; this is {gpu_driver.arch}")
+    s, args = dense(256, 384, 320, dtype, True, "tma", target=SM90A)
+    f = tc.build(s, args, target=SM90A)
+    g = torch.Generator().manual_seed(3)
+    tdt = getattr(torch, dtype)
+    x, w, bb = (torch.randn(256, 320, generator=g).to(tdt), torch.randn(384, 320, generator=g)
+                .to(tdt), torch.randn(384, generator=g).to(tdt))
+    y = torch.zeros(256, 384, dtype=tdt)
+    f(x, w, bb, y)
+    want = torch.nn.functional.gelu(x.double() @ w.double().T + bb.double())
+    np.testing.assert_allclose(y.float().numpy(), want.float().numpy(), rtol=2e-2,
+                               atol=2e-2 if dtype == "float16" else 0.3)
