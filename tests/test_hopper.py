@@ -239,13 +239,14 @@ _PTX_BULK = ("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16",
 _PTX_TMA = ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
             "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes",
             "prefetch.tensormap", ".param .align 64 .b8",   # the __grid_constant__ maps
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16")
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16")
 
 
 @needs_nvcc
 @pytest.mark.parametrize("variants,ptx_wants,sass_wants", [
     ([(4, 1, 0, 1), (4, 1, 1, 0), (3, 0, 0, 0)], _PTX_BULK, ("UBLKCP", "SYNCS")),
-    ([(4, 1, 0, 1, 1), (4, 1, 1, 0, 1), (3, 0, 0, 0, 1), (4, 1, 0, 1, 1, 1)], _PTX_TMA,
+    ([(4, 1, 1, 0, 1, 1), (3, 0, 0, 1, 1)], _PTX_TMA,
      ("UTMALDG.2D", "UTMALDG.3D", "SYNCS")),
 ], ids=["bulk", "tma"])
 def test_ptxas_sm90a_has_wgmma_copies_and_mbarriers_and_nothing_spills(variants, ptx_wants,

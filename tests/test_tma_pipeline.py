@@ -5,6 +5,7 @@ cp.async ring and PyTorch), through the GPU runtime's launch path (the maps enco
 stand-in driver), and compiled by nvcc for sm_90a (UTMALDG, HGMMA, SYNCS, no spills)."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 
@@ -24,6 +25,7 @@ needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("cla
                                reason="no C++ compiler for the CUDA emulation")
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not on PATH")
 SM90A = "cuda -arch=sm_90a"
+LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
 
 
 def dense(M, N, K, dtype, epilogue, producer, target="cuda-emu", cfg=None):
@@ -56,7 +58,9 @@ def _run(f, M, N, K, dtype, epilogue, seed=0):
 @needs_cxx
 @pytest.mark.parametrize("M,N,K,dtype,epilogue,cfg", [
     (128, 128, 192, "float16", True, (8, 1, 1, 8, 64, 3)),    # 2 warpgroups, k 64, 3 stages
-    (128, 256, 192, "bfloat16", False, (4, 1, 1, 8, 32, 4)),  # 1 warpgroup, k 32, 4 stages
+    pytest.param(128, 256, 192, "bfloat16", False, (4, 1, 1, 8, 32, 4),  # k 32, 4 stages
+                 marks=[pytest.mark.slow, pytest.mark.skipif(not LONG, reason=(
+                     "slow: set TECOMP_LONG_TESTS=1"))]),
 ])
 def test_tma_ring_computes_what_the_threads_ring_does(M, N, K, dtype, epilogue, cfg):
     """The same wgmmas on the same tiles: bit for bit the cp.async ring's result."""
@@ -69,6 +73,56 @@ def test_tma_ring_computes_what_the_threads_ring_does(M, N, K, dtype, epilogue, 
     assert torch.equal(out["tma"], out["threads"])
     np.testing.assert_allclose(out["tma"].float().numpy(), want.float().numpy(), rtol=2e-2,
                                atol=2e-2 if dtype == "float16" else 0.3)
+
+
+def hand_gemm(M, N, K, dtype, layout, producer, stages=3):
+    """``C = A . B^T`` (``layout`` "nt": ``B[N, K]``) or ``A . B`` ("nn": ``B[K, N]``),
+    float32 sums, scheduled by hand: 64 x 64 blocks of 16 x 16 threads, 4 x 4 each, the
+    tiles of A and B at each 32 of k in shared memory, double-buffered by ``producer``."""
+    A = tc.placeholder((M, K), dtype, name="A")
+    B = tc.placeholder((N, K) if layout == "nt" else (K, N), dtype, name="B")
+    k = tc.reduce_axis((0, K), name="k")
+    C = tc.compute((M, N), lambda i, j: tc.sum(A[i, k].astype("float32") * (
+        B[j, k] if layout == "nt" else B[k, j]).astype("float32"), axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    AS, BS = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    i, j = s[C].op.axis
+    bi, i = s[C].split(i, factor=64)
+    bj, j = s[C].split(j, factor=64)
+    ti, i = s[C].split(i, factor=4)
+    tj, j = s[C].split(j, factor=4)
+    s[C].reorder(bi, bj, ti, tj, i, j)
+    for ax, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (ti, "threadIdx.y"),
+                    (tj, "threadIdx.x")):
+        s[C].bind(ax, tc.thread_axis(tag))
+    s[CL].compute_at(s[C], tj)
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=32)
+    s[CL].reorder(ko, ki, *s[CL].op.axis)
+    for S in (AS, BS):
+        s[S].compute_at(s[CL], ko)
+        s[S].double_buffer(stages=stages, producer=producer)
+    return s, [A, B, C]
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,dtype,layout", [
+    (100, 72, 88, "float16", "nt"),     # the edge tiles' boxes past M, N and K: zeros
+    (70, 136, 40, "bfloat16", "nn"),    # B[K, N]: its tiles' rows are n, as B's
+])
+def test_a_hand_schedule_on_odd_shapes(M, N, K, dtype, layout):
+    """Any shared stage the primitive's rules allow, not only the tensor-core template's:
+    plain [rows, k] tiles as 2-d boxes, clipped at the tensors' edges (the copy of the
+    whole box reads zeros there)."""
+    rng = np.random.default_rng(M + N + K)
+    a = torch.from_numpy(rng.standard_normal((M, K), np.float32)).to(getattr(torch, dtype))
+    b = torch.from_numpy(rng.standard_normal((N, K) if layout == "nt" else (K, N),
+                                             np.float32)).to(getattr(torch, dtype))
+    s, args = hand_gemm(M, N, K, dtype, layout, "tma")
+    c = torch.full((M, N), float("nan"))
+    tc.build(s, args, target="cuda-emu")(a, b, c)
+    want = a.double() @ (b.double().T if layout == "nt" else b.double())
+    np.testing.assert_allclose(c.numpy(), want.numpy(), rtol=1e-4, atol=1e-3)
 
 
 def test_the_ring_in_the_printed_ir():

@@ -31,6 +31,9 @@ constant coefficient; dimensions of ``T`` that several tile dimensions step alon
 whole inner part (its extent the outer coefficient) and an outer one (the tensor's extent
 divided by it, which must be exact).  The tile's innermost dimension must step along
 ``T``'s innermost with coefficient 1 (TMA copies boxes as they lie: no transposition).
+A loop clipped at the tensor's edge (``min(rest, c)``: an odd extent's last tile) is a box
+of ``c``: the copy reads zeros past the edge into the part of the slot the clipped copy
+leaves alone, which the readers of the clipped tile do not read.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from typing import Dict, List, Sequence, Tuple
 from ..codegen import tma as _tma
 from ..errors import ScheduleError
 from ..ir import dtype as _dt, op as _op
-from ..ir.expr import Buffer, BufferLoad, Const, Expr, Var
+from ..ir.expr import Buffer, BufferLoad, Const, Expr, Min, Var
 from ..ir.functor import substitute
 from ..ir.names import display
 from ..ir.simplify import simplify
@@ -103,6 +106,20 @@ def _stage_name(buf: Buffer) -> str:
     return display(buf.name)
 
 
+def _box_extent(e):
+    """The box's extent along a copy loop of extent ``e``: a constant, or ``min(rest,
+    c)`` -- the tile clipped at the tensor's edge, where the copy of the whole box
+    reads zeros past the edge (TMA's out-of-bounds fill) into the part of the slot the
+    clipped copy leaves alone; None otherwise."""
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, Min):
+        consts = [x for x in (e.a, e.b) if isinstance(x, Const)]
+        if len(consts) == 1:
+            return int(consts[0].value)
+    return None
+
+
 def box_of(copy: Stmt, what: str = "") -> Tuple[TmaBox, Tuple[Expr, ...]]:
     """The box of a tile's copy (a perfect nest of serial loops from 0 around one
     ``S[i0, .., ir] = T[f(i)]``) and the tensor's indices at the tile's first element;
@@ -122,15 +139,17 @@ def box_of(copy: Stmt, what: str = "") -> Tuple[TmaBox, Tuple[Expr, ...]]:
             "bind) and compute it where its tile lies inside the tensor")
     dst, load = store.buffer, store.value
     src = load.buffer
+    ext = {}
     for lp in loops:
+        full = _box_extent(lp.extent)
         if lp.kind != "serial" or not (isinstance(lp.min, Const) and lp.min.value == 0) \
-                or not isinstance(lp.extent, Const):
+                or full is None:
             raise ScheduleError(
                 f"{where}: stage {_stage_name(dst)}'s loop {display(lp.var.name)} is "
                 f"{lp.kind} or has a variable extent; a TMA copy is one box: leave the "
                 "stage's loops as they are (no split, fuse, bind or vectorize)")
+        ext[lp.var] = full
     ivars = [lp.var for lp in loops]
-    ext = {lp.var: int(lp.extent.value) for lp in loops}
     lead = len(store.indices) - len(ivars)   # (a ring's slot comes first)
     if src.scope != "global" or src.strides is not None:
         raise ScheduleError(
@@ -143,6 +162,12 @@ def box_of(copy: Stmt, what: str = "") -> Tuple[TmaBox, Tuple[Expr, ...]]:
             f"{where}: stage {_stage_name(dst)} does not store its elements in the order of "
             "its own loops; a TMA copy fills the tile in its own order (leave the stage's "
             "loops as they are)")
+    for d, v in enumerate(ivars):   # the whole box lands inside the slot
+        room = dst.shape[lead + d]
+        if not isinstance(room, Const) or int(room.value) < ext[v]:
+            raise ScheduleError(
+                f"{where}: stage {_stage_name(dst)}'s buffer has {room} elements along its "
+                f"dimension {d}, fewer than the box's {ext[v]}")
     zero = {v: Const(0, v.dtype) for v in ivars}
     origin = tuple(simplify(substitute(e, zero)) for e in load.indices)
     dst_origin = tuple(simplify(substitute(e, zero)) for e in store.indices)
