@@ -125,6 +125,20 @@ def test_a_hand_schedule_on_odd_shapes(M, N, K, dtype, layout):
     np.testing.assert_allclose(c.numpy(), want.numpy(), rtol=1e-4, atol=1e-3)
 
 
+@needs_cxx
+def test_maps_follow_each_calls_arrays():
+    """A symbolic extent: the map is encoded per call from the arguments' extents and
+    addresses (a non-contiguous view: from the emulation's contiguous copy of it)."""
+    s, args = hand_gemm(tc.var("M"), 64, 64, "float16", "nt", "tma", stages=2)
+    f = tc.build(s, args, target="cuda-emu")
+    b = torch.randn(64, 64).half()
+    for a in (torch.randn(37, 64).half(), torch.randn(130, 128).half()[:, ::2]):
+        c = torch.zeros(a.shape[0], 64)
+        f(a, b, c)
+        np.testing.assert_allclose(c.numpy(), (a.double() @ b.double().T).numpy(), rtol=1e-4,
+                                   atol=1e-3)
+
+
 def test_the_ring_in_the_printed_ir():
     s, args = dense(128, 128, 192, "float16", False, "tma")
     text = str(tc.lower(s, args))

@@ -530,6 +530,16 @@ class CudaRenderer(CSource):
         self.has_barrier = True   # (mbarrier waits: the emulation runs the threads in step)
         h = self.helper
         if s.key == TMA_PIPELINE:
+            for tag, extents in self.active_tags.items():
+                full = self.launch.get(tag)
+                if extents and full is not None and not _fits_in(full, extents[-1],
+                                                                 self.host_lets):
+                    raise BuildError(
+                        f"the TMA ring of {self.buffer_ref(s.value[0])} is inside a "
+                        f"{tag} loop of extent {to_str(extents[-1])}, fewer threads than the "
+                        f"block's {to_str(full)}: every thread of the block waits on and "
+                        f"arrives at the ring's barriers; bind the same number of threads "
+                        f"along {tag} in every stage of the kernel")
             bars, n = s.value
             name = self.buffer_ref(bars)
             self.tma_ring.append((f"reinterpret_cast<unsigned long long*>({name})", int(n)))
