@@ -534,12 +534,12 @@ class CudaRenderer(CSource):
                 full = self.launch.get(tag)
                 if extents and full is not None and not _fits_in(full, extents[-1],
                                                                  self.host_lets):
-                    raise BuildError(
+                    # (the lowering gives a thread axis one extent per kernel)
+                    raise InternalError(
                         f"the TMA ring of {self.buffer_ref(s.value[0])} is inside a "
                         f"{tag} loop of extent {to_str(extents[-1])}, fewer threads than the "
-                        f"block's {to_str(full)}: every thread of the block waits on and "
-                        f"arrives at the ring's barriers; bind the same number of threads "
-                        f"along {tag} in every stage of the kernel")
+                        f"block's {to_str(full)}, which would never arrive at its barriers "
+                        "(a tecomp bug)")
             bars, n = s.value
             name = self.buffer_ref(bars)
             self.tma_ring.append((f"reinterpret_cast<unsigned long long*>({name})", int(n)))
