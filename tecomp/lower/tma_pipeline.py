@@ -151,6 +151,11 @@ def box_of(copy: Stmt, what: str = "") -> Tuple[TmaBox, Tuple[Expr, ...]]:
         ext[lp.var] = full
     ivars = [lp.var for lp in loops]
     lead = len(store.indices) - len(ivars)   # (a ring's slot comes first)
+    if src.dtype not in _tma.DATA_TYPES:
+        raise ScheduleError(
+            f"{where}: stage {_stage_name(dst)} copies {display(src.name)} of {src.dtype}, "
+            f"which TMA does not copy (its types: {', '.join(_tma.DATA_TYPES)}); use "
+            "producer='threads'")
     if src.scope != "global" or src.strides is not None:
         raise ScheduleError(
             f"{where}: stage {_stage_name(dst)} reads {display(src.name)}, which is "

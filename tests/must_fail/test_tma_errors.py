@@ -128,3 +128,20 @@ def test_exporting_a_tma_kernel(tmp_path):
     mod = tc.build(s, args, target="cuda -arch=sm_90a")
     with pytest.raises(ExportError, match="copy tiles with TMA through tensor maps"):
         mod.export_library(str(tmp_path / "dense.so"))
+
+
+def test_tma_producer_on_a_bool_tensor():
+    import tecomp as tc
+    from tecomp.errors import ScheduleError
+    A = tc.placeholder((64, 64), "bool", name="A")
+    k = tc.reduce_axis((0, 64), name="k")
+    C = tc.compute((64,), lambda i: tc.sum(A[i, k].astype("float32"), axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    (i,) = s[C].op.axis
+    s[C].bind(i, tc.thread_axis("threadIdx.x"))
+    ko, ki = s[C].split(s[C].op.reduce_axis[0], factor=32)
+    s[AS].compute_at(s[C], ko)
+    s[AS].double_buffer(stages=2, producer="tma")
+    with pytest.raises(ScheduleError, match="copies A of bool, which TMA does not copy"):
+        tc.lower(s, [A, C])
