@@ -139,12 +139,30 @@ def test_maps_follow_each_calls_arrays():
                                    atol=1e-3)
 
 
+@needs_cxx
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_producer_warp_fills_the_ring(dtype):
+    """producer='tma_warp': one more threadIdx.z, whose first thread issues every
+    iteration's copies ahead of the computing warps (the emulation's threads run
+    concurrently); the computing warps' loops leave it out."""
+    cfg = sc.WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=3, producer="tma_warp")
+    s, args = dense(128, 128, 256, dtype, dtype == "float16", "tma_warp", cfg=cfg)
+    f = tc.build(s, args, target="cuda-emu")
+    assert f.kernels[0].constant_block == (32, 1, 9)
+    y, want = _run(f, 128, 128, 256, dtype, dtype == "float16")
+    np.testing.assert_allclose(y.float().numpy(), want.float().numpy(), rtol=2e-2,
+                               atol=2e-2 if dtype == "float16" else 0.3)
+    src = f.get_source("cuda") if hasattr(f, "get_source") else ""
+    assert "if (threadIdx.z == 8 && threadIdx.y == 0 && threadIdx.x == 0)" in src
+    assert "blockDim.x * blockDim.y * (blockDim.z - 1)" in src
+
+
 def test_the_ring_in_the_printed_ir():
     s, args = dense(128, 128, 192, "float16", False, "tma")
     text = str(tc.lower(s, args))
     for want in ("allocate X.shared: float16[3, 16, 8, 8, 8] (shared)",
                  "allocate W.shared.bars: int64[16] (shared)",
-                 "// attr tma_pipeline = (W.shared.bars: int64[16], 3)",
+                 "// attr tma_pipeline = (W.shared.bars: int64[16], 3, 'thread')",
                  "// attr tma_produce = 0", "// attr tma_produce = k.outer + 2",
                  "// attr tma_copy = W[0, k.outer*64 + 128]",
                  "// attr tma_consume = k.outer"):
@@ -194,8 +212,9 @@ def test_the_gpu_runtime_encodes_the_maps_by_the_driver_and_launches_with_them()
 
 
 @needs_nvcc
-def test_nvcc_sm90a_has_tma_hgmma_and_mbarriers_and_nothing_spills():
-    s, args = dense(4096, 3072, 768, "float16", True, "tma", target=SM90A)
+@pytest.mark.parametrize("producer", ["tma", "tma_warp"])
+def test_nvcc_sm90a_has_tma_hgmma_and_mbarriers_and_nothing_spills(producer):
+    s, args = dense(4096, 3072, 768, "float16", True, producer, target=SM90A)
     src = tc.build(s, args, target=SM90A).get_source("cuda")
     report, sass = ptxas_build(src, "sm_90a", sass=True)
     assert "serialized" not in report, report
@@ -208,11 +227,12 @@ def test_nvcc_sm90a_has_tma_hgmma_and_mbarriers_and_nothing_spills():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_tma_ring_on_the_gpu(gpu_driver, dtype):
+@pytest.mark.parametrize("dtype,producer", [("float16", "tma"), ("bfloat16", "tma"),
+                                            ("float16", "tma_warp"), ("bfloat16", "tma_warp")])
+def test_tma_ring_on_the_gpu(gpu_driver, dtype, producer):
     if gpu_driver.arch not in ("sm_90", "sm_90a"):
         pytest.skip(f"TMA and wgmma need an sm_90 device; this is {gpu_driver.arch}")
-    s, args = dense(256, 384, 320, dtype, True, "tma", target=SM90A)
+    s, args = dense(256, 384, 320, dtype, True, producer, target=SM90A)
     f = tc.build(s, args, target=SM90A)
     g = torch.Generator().manual_seed(3)
     tdt = getattr(torch, dtype)

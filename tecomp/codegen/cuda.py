@@ -61,7 +61,8 @@ from ..runtime.cuda import CudaModule
 from ..runtime.cuda_kernels import CudaSource, KernelInfo, KernelParam
 from ..ir.printer import to_str
 from ..ir.stmt import (
-    Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc, Stmt, TensorIntrinCall,
+    Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt,
+    TensorIntrinCall,
 )
 from ..lower.double_buffer import ASYNC_COPY, ASYNC_GROUP, ASYNC_WAIT
 from ..lower.device_split import (  # noqa: F401  (is_vthread, CROSS_THREAD_REDUCE: re-exported)
@@ -294,7 +295,8 @@ class CudaRenderer(CSource):
         self.uses_wmma = False          # tensor-core fragments: #include <mma.h>
         self.bf16_fragments: List[str] = []   # wmma fragments of bfloat16 (sm_80 and later)
         self.param_align: Dict[Buffer, int] = {}  # global buffers holding wmma tiles
-        self.tma_ring: List[tuple] = []  # the enclosing TMA rings: (barriers, stages)
+        self.tma_ring: List[tuple] = []  # the enclosing TMA rings: (barriers, stages, mode)
+        self.tma_issuing = False        # rendering a producer warp's copies
         self.tma_maps: List[tuple] = []  # (parameter name, TmaBox) of each tensor map
 
     # thread loops -------------------------------------------------------------
@@ -313,6 +315,10 @@ class CudaRenderer(CSource):
                 f"bound to {tag} of extent {to_str(enclosing[-1])}: the inner loop reuses the "
                 f"outer loop's threads, so its extent cannot be larger; split it by the outer "
                 f"extent before binding")
+        if tag.startswith("threadIdx") and not any(
+                t.startswith("threadIdx") and e for t, e in self.active_tags.items()):
+            for ring in _warp_rings(s):
+                self.tma_warp_prelude(ring, s)
         ct = self.value_ctype(s.var.dtype)
         idx = f"(({ct}){tag})"
         if isinstance(s.min, Const) and s.min.value == 0:
@@ -530,8 +536,11 @@ class CudaRenderer(CSource):
         self.has_barrier = True   # (mbarrier waits: the emulation runs the threads in step)
         h = self.helper
         if s.key == TMA_PIPELINE:
+            warp = s.value[2] == "warp"   # (its producer is the one more threadIdx.z)
             for tag, extents in self.active_tags.items():
                 full = self.launch.get(tag)
+                if warp and tag == "threadIdx.z" and extents:
+                    full = _op.sub(full, Const(1, "int32"))
                 if extents and full is not None and not _fits_in(full, extents[-1],
                                                                  self.host_lets):
                     # (the lowering gives a thread axis one extent per kernel)
@@ -540,25 +549,17 @@ class CudaRenderer(CSource):
                         f"{tag} loop of extent {to_str(extents[-1])}, fewer threads than the "
                         f"block's {to_str(full)}, which would never arrive at its barriers "
                         "(a tecomp bug)")
-            bars, n = s.value
-            name = self.buffer_ref(bars)
-            self.tma_ring.append((f"reinterpret_cast<unsigned long long*>({name})", int(n)))
-            bar = self.tma_ring[-1][0]
-            self.emit(f"if ({self._TID} == 0) {{")
-            self.emit(f"  for (int tc_s = 0; tc_s < {n}; ++tc_s) {{")
-            self.emit(f"    {h('tc_mbar_init')}(&{bar}[tc_s], 1);")
-            self.emit(f"    {h('tc_mbar_init')}(&{bar}[{n} + tc_s], blockDim.x * blockDim.y * "
-                      "blockDim.z);")
-            self.emit("  }")
-            self.emit(f"  {h('tc_mbar_init_fence')}();")
-            self.emit("}")
-            self.emit("__syncthreads();")
+            bars, n, mode = s.value
+            bar = f"reinterpret_cast<unsigned long long*>({self.buffer_ref(bars)})"
+            if mode != "warp":   # (a producer warp's ring is set up before the thread loops)
+                self.tma_ring_setup(bar, int(n), "blockDim.x * blockDim.y * blockDim.z")
+            self.tma_ring.append((bar, int(n), mode))
             self.stmt(s.body)
             self.tma_ring.pop()
             return
         if not self.tma_ring:
             raise InternalError(f"AttrStmt {s.key} outside a tma_pipeline (a tecomp bug)")
-        bar, n = self.tma_ring[-1]
+        bar, n, mode = self.tma_ring[-1]
         rel = f"({self.expr(s.value)})"
         if s.key == TMA_CONSUME:
             self.emit(f"{h('tc_mbar_wait')}(&{bar}[{rel} % {n}], ({rel} / {n}) & 1);")
@@ -567,19 +568,71 @@ class CudaRenderer(CSource):
             return
         if s.key == TMA_COPY:
             raise InternalError("a tma_copy outside a tma_produce (a tecomp bug)")
+        if mode == "warp" and not self.tma_issuing:
+            return   # (the producer warp issues it: tma_warp_prelude)
         copies = collect(s.body, lambda x: isinstance(x, AttrStmt) and x.key == TMA_COPY)
         boxes = [(box_of(c.body)[0], c.value.indices) for c in copies]
         total = sum(b.nbytes for b, _ in boxes)
-        self.emit(f"if ({self._TID} == 0) {{")
-        self.emit(f"  {h('tc_mbar_wait')}(&{bar}[{n} + {rel} % {n}], (({rel} / {n}) & 1) ^ 1);")
-        self.emit(f"  {h('tc_mbar_arrive_expect_tx')}(&{bar}[{rel} % {n}], {total}u);")
+        if mode != "warp":
+            self.open_block(f"if ({self._TID} == 0)")
+        self.emit(f"{h('tc_mbar_wait')}(&{bar}[{n} + {rel} % {n}], (({rel} / {n}) & 1) ^ 1);")
+        self.emit(f"{h('tc_mbar_arrive_expect_tx')}(&{bar}[{rel} % {n}], {total}u);")
         for box, origin in boxes:
             mp = self.tma_param(box)
             coords = ", ".join(self.expr(c) for c in box.coords(origin))
             dst = f"&{self.buffer_ref(box.dst)}[{self.flat_index(box.dst, box.dst_origin)}]"
-            self.emit(f"  {h(f'tc_tma_load_{len(box.dims)}d')}({dst}, &{mp}, {coords}, "
+            self.emit(f"{h(f'tc_tma_load_{len(box.dims)}d')}({dst}, &{mp}, {coords}, "
                       f"&{bar}[{rel} % {n}]);")
+        if mode != "warp":
+            self.close_block()
+
+    def tma_ring_setup(self, bar: str, n: int, consumers: str) -> None:
+        """Thread 0 initialises the ring's full (1 arrival) and empty (``consumers``)
+        mbarriers; a barrier publishes them to the block."""
+        h = self.helper
+        self.emit(f"if ({self._TID} == 0) {{")
+        self.emit(f"  for (int tc_s = 0; tc_s < {n}; ++tc_s) {{")
+        self.emit(f"    {h('tc_mbar_init')}(&{bar}[tc_s], 1);")
+        self.emit(f"    {h('tc_mbar_init')}(&{bar}[{n} + tc_s], {consumers});")
+        self.emit("  }")
+        self.emit(f"  {h('tc_mbar_init_fence')}();")
         self.emit("}")
+        self.emit("__syncthreads();")
+
+    def tma_warp_prelude(self, ring: AttrStmt, loop: For) -> None:
+        """Before the outermost thread loop ``loop`` around a ``producer="tma_warp"`` ring:
+        the ring's setup (every thread), then the producer warp (the last ``threadIdx.z``,
+        which the computing threads' loops leave out): its first thread issues the copies
+        of every iteration of the ring's loop, in order, each when its slot is empty."""
+        self.has_barrier = True
+        bars, n, _ = ring.value
+        bar = f"reinterpret_cast<unsigned long long*>({self.buffer_ref(bars)})"
+        z = self.launch["threadIdx.z"]
+        self.tma_ring_setup(bar, int(n), f"blockDim.x * blockDim.y * (blockDim.z - 1)")
+        ko_loop = next(x for x in collect(ring.body, lambda x: isinstance(x, For)) if collect(
+            x.body, lambda y: isinstance(y, AttrStmt) and y.key == TMA_CONSUME))
+        produce = next(iter(collect(ko_loop.body, lambda y: isinstance(y, AttrStmt)
+                                    and y.key == TMA_PRODUCE)))
+        r = Var("tc_r", ko_loop.var.dtype)
+        ahead = _op.sub(_op.add(ko_loop.min, r), Const(int(n) - 1, r.dtype))
+        body = simplify(substitute(produce, {ko_loop.var: ahead}))
+        threads = {x.var for x in collect(loop, lambda x: isinstance(x, For)
+                                         and x.kind == "thread")}
+        used = set(free_vars(body)) & threads
+        if used:
+            raise BuildError(
+                f"producer='tma_warp' on the ring of {self.buffer_ref(bars)}: its tiles' "
+                f"origins depend on the computing threads' loops "
+                f"({', '.join(sorted(v.name for v in used))}), which the "
+                "producer warp does not run; use producer='tma'")
+        self.open_block(f"if (threadIdx.z == {self.expr_top(_op.sub(z, Const(1, 'int32')))} "
+                        "&& threadIdx.y == 0 && threadIdx.x == 0)")
+        self.tma_ring.append((bar, int(n), "warp"))
+        self.tma_issuing = True
+        self.stmt(For(r, Const(0, r.dtype), ko_loop.extent, "serial", body))
+        self.tma_issuing = False
+        self.tma_ring.pop()
+        self.close_block()
 
     def tma_param(self, box) -> str:
         """The name of the tensor-map parameter of ``box`` (one per distinct box)."""
@@ -864,6 +917,12 @@ class _BarrierFinder(Visitor):
         return
 
 
+def _warp_rings(body) -> List[AttrStmt]:
+    """The ``producer="tma_warp"`` rings in ``body``."""
+    return list(collect(body, lambda n: isinstance(n, AttrStmt) and n.key == TMA_PIPELINE
+                        and n.value[2] == "warp"))
+
+
 def _tma_rings(body) -> set:
     """The shared buffers TMA copies of ``body`` write (its rings, and their mbarriers)."""
     out = set()
@@ -1005,7 +1064,10 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         for v in kern.scalars:
             params.append(KernelParam(namer(v), v, v.dtype, False))
         kname = namer.fresh(f"{fname}_kernel{kern.index}")
-        r = CudaRenderer(namer, kern.launch, list(kern.shared), hp.lets, kern.red_bufs)
+        launch, block = kern.launch, kern.block
+        if _warp_rings(attr.body):   # one more threadIdx.z: the producer warp
+            launch, block = _with_producer_warp(kern, attr.body)
+        r = CudaRenderer(namer, launch, list(kern.shared), hp.lets, kern.red_bufs)
         r.nonneg_vars |= shape_vars  # a dimension is never negative
         r.size_vars |= shape_vars
         r.indent = 1
@@ -1039,10 +1101,10 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         narrow |= r.narrow_used
         uses_wmma |= r.uses_wmma
         bf16_fragments += r.bf16_fragments
-        info = KernelInfo(kname, tuple(params), kern.grid, kern.block, kern.shared_bytes,
+        info = KernelInfo(kname, tuple(params), kern.grid, block, kern.shared_bytes,
                           kern.stage, r.has_barrier, kern.local_bytes)
         if any(h.startswith("tc_wgmma_m64") for h in r.helpers):
-            _check_warpgroups(info)
+            _check_warpgroups(dataclasses.replace(info, block=kern.block))
         kernels.append(info)
         texts.append(_kernel_text(kern.index, info, r.lines, kern.stmt))
 
@@ -1084,6 +1146,50 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         # buffers the kernels flatten in int32): the runtimes check them with the rest
         func = PrimFunc(func.name, func.params, func.body, {**func.attrs, "param_checks": checks})
     return CudaSource(func, source, kernels, workspaces, list(hp.asserts), hp.written)
+
+
+def _with_producer_warp(kern, body):
+    """The launch extents and block of a kernel with a producer warp: one more
+    ``threadIdx.z`` than the computing threads, whose statements must all lie in
+    ``threadIdx.z`` loops (which leave the producer out) but for barriers."""
+    z = kern.launch.get("threadIdx.z")
+    if not isinstance(z, Const) or any(
+            not isinstance(e, Const) for e in kern.launch.values()):
+        raise BuildError(
+            f"{kern.stage}: producer='tma_warp' needs constant thread extents and the "
+            "computing threads bound along threadIdx.z (the producer warp is one more "
+            "threadIdx.z); use producer='tma'")
+    stray = _outside_z_loops(body)
+    if stray:
+        raise BuildError(
+            f"{kern.stage}: producer='tma_warp': {stray} runs outside the kernel's threadIdx.z "
+            "loops, so the producer warp (one more threadIdx.z) would run it too; bind every "
+            "stage of the kernel along threadIdx.z, or use producer='tma'")
+    launch = dict(kern.launch)
+    launch["threadIdx.z"] = Const(int(z.value) + 1, z.dtype)
+    bx, by, _ = kern.block
+    return launch, (bx, by, launch["threadIdx.z"])
+
+
+def _outside_z_loops(s) -> str:
+    """A statement of ``s`` (its printed start) that is not in a ``threadIdx.z`` loop,
+    barriers and the structure around the loops aside; "" if none."""
+    if isinstance(s, For) and s.kind == "thread" and s.thread_tag == "threadIdx.z":
+        return ""
+    if isinstance(s, SeqStmt):
+        for x in s.seq:
+            w = _outside_z_loops(x)
+            if w:
+                return w
+        return ""
+    if isinstance(s, (For, Allocate, AttrStmt, LetStmt)):
+        return _outside_z_loops(s.body)
+    if isinstance(s, IfThenElse):
+        return _outside_z_loops(s.then_case) or (
+            _outside_z_loops(s.else_case) if s.else_case is not None else "")
+    if isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.op == "syncthreads":
+        return ""
+    return to_str(s).strip().splitlines()[0][:80]
 
 
 def _check_warpgroups(info: KernelInfo) -> None:

@@ -220,9 +220,10 @@ class _DoubleBuffer(Mutator):
             stages = max(2, min(stages, int(ext.value) + 1))
         bufs = {b: _doubled(b, stages) for b in marked}
         end = _op.add(lo, ext)
-        if _producers(chain, marked, what, loop) == "tma":
+        producer = _producers(chain, marked, what, loop)
+        if producer in ("tma", "tma_warp"):
             return tma_ring(loop, chain, copies, rest, marked, bufs, stages, what,
-                            _Retarget, Allocate)
+                            _Retarget, Allocate, warp=producer == "tma_warp")
 
         def slot_of(it):
             rel = it if isinstance(lo, Const) and lo.value == 0 else _op.sub(it, lo)

@@ -6,7 +6,7 @@ Where the threads' copies of the tiles at the top of a serial loop ``ko`` would 
 one thread, and the barriers become mbarriers (the PTX ISA's ``mbarrier`` and
 ``cp.async.bulk.tensor``; the CUDA renderer emits them).  The lowered loop, printed::
 
-    // attr tma_pipeline = (X.shared.bars, 3)      the ring's mbarriers: full[3], empty[3]
+    // attr tma_pipeline = (X.shared.bars, 3, 'thread')   mbarriers: full[3], empty[3]
       // attr tma_produce = 0                      thread 0: wait until slot 0 is empty,
         // attr tma_copy = X[i0.outer*64, 0]       expect the bytes, copy each tile's box
           for (i0, ...) ... X.shared[0, i0, ...] = X[...]    (what the copy does, as loops)
@@ -19,7 +19,10 @@ one thread, and the barriers become mbarriers (the PTX ISA's ``mbarrier`` and
 
 The values are the iteration relative to the loop's start (``rel``: the slot is ``rel %
 n``, the phase parity ``rel / n % 2``) and, for a copy, the element of the tensor at the
-tile's origin.  The copy keeps its loops as its body: what the IR interpreter runs, and
+tile's origin.  With ``producer="tma_warp"`` the pipeline's value ends in ``'warp'``: the
+CUDA renderer issues the copies from a warp of its own (the block one ``threadIdx.z``
+larger), which loops over the iterations ahead of the others; the IR is the same (what
+the interpreter runs).  The copy keeps its loops as its body: what the IR interpreter runs, and
 what the renderer reads the box from (:func:`box_of`); the CUDA renderer emits
 ``tc_tma_load_<r>d`` instead, through a tensor map the runtime encodes at each call from
 the tensor's shape and address (:func:`map_spec`).
@@ -288,7 +291,7 @@ def map_spec(box: TmaBox, shape: Sequence[int], name: str = "") -> _tma.TensorMa
 
 
 def tma_ring(loop: For, chain, copies, rest, marked, bufs, stages: int, what: str, retarget,
-             allocate) -> Stmt:
+             allocate, warp: bool = False) -> Stmt:
     """The loop with its marked stages' copies made a TMA ring (the module doc);
     ``copies`` and ``rest``: the statements of an iteration before and after its barrier
     (double_buffer.py's split), ``bufs`` the ring buffer of each marked stage."""
@@ -336,7 +339,7 @@ def tma_ring(loop: For, chain, copies, rest, marked, bufs, stages: int, what: st
     # 128-byte aligned (a TMA copy's destination)
     bars = Buffer(f"{marked[0].name}.bars", (Const(max(2 * stages, 16), "int32"),), "int64",
                   None, "shared")
-    out = AttrStmt(TMA_PIPELINE, (bars, stages),
+    out = AttrStmt(TMA_PIPELINE, (bars, stages, "warp" if warp else "thread"),
                    seq(*prologue, For(ko, lo, ext, loop.kind, body, loop.thread_tag)))
     out = allocate(bars, out)
     for b in reversed(marked):

@@ -631,7 +631,14 @@ class Stage(TracedStage):
         the tile's innermost dimension along the tensor's (TMA copies boxes as they lie
         in memory; a transposed tile is a ScheduleError), the box at most 256 along each
         dimension; the rows of the tensor must be 16-byte aligned (a TensorMapError when
-        it is called otherwise)."""
+        it is called otherwise).
+
+        ``producer="tma_warp"``: the same ring, the copies issued by a warp of its own
+        (warp specialisation): the kernel is launched with one more ``threadIdx.z``
+        (the block's threads along x and y, a warp when they are 32), whose first thread
+        runs ahead through all the loop's iterations, waiting only for empty slots, while
+        the other threads compute; the tiles' origins may depend only on the block and
+        the loop (not on the computing threads)."""
         if self.scope != "shared":
             raise ScheduleError(
                 f"double_buffer on stage {display(self.name)}: its scope is {self.scope}; "
@@ -641,11 +648,12 @@ class Stage(TracedStage):
             raise ScheduleError(
                 f"double_buffer on stage {display(self.name)}: stages={stages!r:.40}; give "
                 "an int from 2 (two buffers, the default) to 8 (a ring of 8 tiles)")
-        if producer not in ("threads", "tma"):
+        if producer not in ("threads", "tma", "tma_warp"):
             raise ScheduleError(
                 f"double_buffer on stage {display(self.name)}: producer={producer!r:.40}; give "
-                "'threads' (the block's threads copy the tile, cp.async) or 'tma' (one thread "
-                "issues a TMA copy of the whole tile, sm_90 and later)")
+                "'threads' (the block's threads copy the tile, cp.async), 'tma' (one thread "
+                "issues a TMA copy of the whole tile, sm_90 and later) or 'tma_warp' (a warp "
+                "of its own issues them: warp specialisation)")
         self.double_buffered = True
         self.buffer_stages = stages
         self.buffer_producer = producer

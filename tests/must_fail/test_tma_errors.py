@@ -145,3 +145,63 @@ def test_tma_producer_on_a_bool_tensor():
     s[AS].double_buffer(stages=2, producer="tma")
     with pytest.raises(ScheduleError, match="copies A of bool, which TMA does not copy"):
         tc.lower(s, [A, C])
+
+
+def test_producer_warp_without_threadidx_z():
+    """A producer warp is one more threadIdx.z: a kernel whose threads are bound along x
+    and y only would run its computation on the producer warp too."""
+    import tecomp as tc
+    from tecomp.errors import BuildError
+    A = tc.placeholder((64, 64), "float16", name="A")
+    k = tc.reduce_axis((0, 64), name="k")
+    C = tc.compute((64, 64), lambda i, j: tc.sum(A[i, k].astype("float32") * A[j, k].astype(
+        "float32"), axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    CL = s.cache_write(C, "local")
+    i, j = s[C].op.axis
+    ti, i = s[C].split(i, factor=4)
+    tj, j = s[C].split(j, factor=4)
+    s[C].reorder(ti, tj, i, j)
+    s[C].bind(ti, tc.thread_axis("threadIdx.y"))
+    s[C].bind(tj, tc.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], tj)
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=32)
+    s[CL].reorder(ko, ki, *s[CL].op.axis)
+    s[AS].compute_at(s[CL], ko)
+    s[AS].double_buffer(stages=2, producer="tma_warp")
+    with pytest.raises(BuildError, match="producer='tma_warp' needs constant thread extents and "
+                                         "the computing threads bound along threadIdx.z"):
+        tc.build(s, [A, C], target="cuda -arch=sm_90a").get_source("cuda")
+
+
+def test_producer_warp_with_a_stage_outside_threadidx_z():
+    import tecomp as tc
+    from tecomp.errors import BuildError
+    A = tc.placeholder((64, 64), "float16", name="A")
+    k = tc.reduce_axis((0, 64), name="k")
+    C = tc.compute((64, 64), lambda i, j: tc.sum(A[i, k].astype("float32") * A[j, k].astype(
+        "float32"), axis=k), name="C")
+    D = tc.compute((64, 64), lambda i, j: C[i, j] + 1.0, name="D")
+    s = tc.create_schedule(D.op)
+    s[C].set_scope("shared")
+    AS = s.cache_read(A, "shared", [C])
+    i, j = s[D].op.axis
+    bi, i = s[D].split(i, factor=64)
+    tx, j = s[D].split(j, factor=4)
+    s[D].reorder(bi, tx, i, j)
+    s[D].bind(bi, tc.thread_axis("blockIdx.x"))
+    s[D].bind(tx, tc.thread_axis("threadIdx.x"))     # D: along x only
+    s[C].compute_at(s[D], bi)
+    ci, cj = s[C].op.axis
+    cz, ci = s[C].split(ci, factor=4)
+    cx, cj = s[C].split(cj, factor=4)
+    ko, ki = s[C].split(s[C].op.reduce_axis[0], factor=32)
+    s[C].reorder(cz, cx, ko, ki, ci, cj)
+    s[C].bind(cz, tc.thread_axis("threadIdx.z"))
+    s[C].bind(cx, tc.thread_axis("threadIdx.x"))
+    s[AS].compute_at(s[C], ko)
+    s[AS].double_buffer(stages=2, producer="tma_warp")
+    with pytest.raises(BuildError, match=r"runs outside the kernel's threadIdx.z loops, so the "
+                                         r"producer warp \(one more threadIdx.z\) would run it"):
+        tc.build(s, [A, D], target="cuda -arch=sm_90a").get_source("cuda")
