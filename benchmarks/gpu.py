@@ -225,21 +225,30 @@ class DirectLaunch:
             ptrs[w] = int(self.workspaces[-1])
         cmod = drv.compile(mod.cuda_source, getattr(mod.target, "arch", None))
         self.launches = []
+        from tecomp.codegen import tma
+        from tecomp.lower.tma_pipeline import map_spec
         for k in mod.kernels:
             if not all(hasattr(d, "value") for d in k.grid + k.block) or \
-                    not all(p.is_buffer for p in k.params):
+                    not all(p.is_buffer or p.dtype == "tensor_map" for p in k.params):
                 raise ValueError(f"{k.name}: DirectLaunch takes kernels with constant launch "
-                                 "sizes and buffer parameters only")
+                                 "sizes and buffer or tensor-map parameters only")
             grid = tuple(int(d.value) for d in k.grid)
             block = tuple(int(d.value) for d in k.block)
-            types = "".join("P" for p in k.params)
-            args = [ptrs[p.obj] for p in k.params]
+            types = "".join("P" if p.is_buffer else "T" for p in k.params)
+            # (a TMA tensor map: encoded once, by the driver, for these arrays)
+            args = [ptrs[p.obj] if p.is_buffer else tma.encode(
+                map_spec(p.obj, [int(d.value) for d in p.obj.src.shape]), ptrs[p.obj.src],
+                getattr(drv, "cu", None))
+                for p in k.params]
             self.launches.append((drv.get_function(cmod, k.name), grid, block,
                                   k.dynamic_shared, types, args))
 
     def __call__(self) -> None:
         for fn, grid, block, shared, types, args in self.launches:
-            self.drv.launch(fn, grid, block, shared, types, args)
+            if "T" in types:   # (the driver API's launch: the maps 64-byte aligned)
+                self.drv.launch(fn, grid, block, shared, types, args, stream=0)
+            else:
+                self.drv.launch(fn, grid, block, shared, types, args)
 
 
 # ---------------------------------------------------------------------------------
@@ -1064,8 +1073,10 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
     operands pre-tiled once on the host, outside the timing); ``wgmma-tma``, the same tile
     copying the operands as they are through TMA tensor maps (encoded once), and
     ``wgmma-tma-persistent``, that with one block per SM looping over the output tiles in
-    grouped order.  Each result is checked against torch's float32-accumulated product
-    first."""
+    grouped order; ``wgmma-te-tma`` / ``wgmma-te-tma-warp``, the template with
+    ``WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=4, producer="tma" / "tma_warp")``
+    on ``dense(A, B^T)`` (its float16 / bfloat16 result).  Each result is checked against
+    torch's float32-accumulated product first."""
     from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
     from tecomp.testing import hopper_gemm as hg
 
@@ -1133,6 +1144,20 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
                 drv.synchronize()
                 errors[name] = max_rel_error(ct.cpu().numpy(), want)
                 fns[name] = (lambda t, a: lambda: t.launch(*a))(tt, args)
+            # the template's tiles by TMA rings (tecomp.lower.tma_pipeline): dense's K-major
+            # W = B^T, the copies issued by one thread or by a producer warp
+            tw = tb.T.contiguous()
+            for name, producer in (("wgmma-te-tma", "tma"), ("wgmma-te-tma-warp", "tma_warp")):
+                X = tc.placeholder((n, n), dtype, name="X")
+                Wt = tc.placeholder((n, n), dtype, name="W")
+                Y = tc.nn.dense(X, Wt)
+                cfg = WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=4, producer=producer)
+                mod = tc.build(nn_cuda.schedule_dense(Y, sm90a, config=cfg), [X, Wt, Y],
+                               target=sm90a)
+                cy = torch.empty((n, n), device="cuda", dtype=tdt)
+                mod(ta, tw, cy)
+                errors[name] = max_rel_error(cy.float().cpu().numpy(), want)
+                fns[name] = DirectLaunch(mod, [ta, tw, cy], drv)
         elif family == "wgmma":
             lines.append(f"  {dtype}: wgmma needs an sm_90 device; this is {drv.arch}")
         bad = {k: e for k, e in errors.items() if not e < 2e-3}
