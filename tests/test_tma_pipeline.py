@@ -157,6 +157,44 @@ def test_a_producer_warp_fills_the_ring(dtype):
     assert "blockDim.x * blockDim.y * (blockDim.z - 1)" in src
 
 
+@needs_cxx
+@pytest.mark.parametrize("dtype,producer,blocks,group_m", [
+    ("float16", "tma_warp", 5, 2),     # 12 tiles over 5 blocks, groups of 2 tile rows
+    ("bfloat16", "threads", 3, 8),     # the cp.async ring, one group
+])
+def test_persistent_blocks_loop_over_the_tiles(dtype, producer, blocks, group_m):
+    """s[out].persistent(blocks, group_m): fewer blocks than tiles, each looping over its
+    share in grouped order (a TMA ring set up again for each tile); every element of the
+    output written once (it starts as NaN)."""
+    cfg = sc.WmmaConfig(4, 1, 1, 4, 64, family="wgmma", stages=3, producer=producer)
+    s, args = dense(256, 192, 128, dtype, True, producer, cfg=cfg)
+    s[args[-1]].persistent(blocks, group_m=group_m)
+    f = tc.build(s, args, target="cuda-emu")
+    assert f.kernels[0].constant_block[2] == 4 + (producer == "tma_warp")
+    assert [int(d.value) for d in f.kernels[0].grid] == [blocks, 1, 1]
+    g = torch.Generator().manual_seed(5)
+    tdt = getattr(torch, dtype)
+    x, w, bb = (torch.randn(256, 128, generator=g).to(tdt), torch.randn(192, 128, generator=g)
+                .to(tdt), torch.randn(192, generator=g).to(tdt))
+    y = torch.full((256, 192), float("nan"), dtype=tdt)
+    f(x, w, bb, y)
+    want = torch.nn.functional.gelu(x.double() @ w.double().T + bb.double())
+    np.testing.assert_allclose(y.float().numpy(), want.float().numpy(), rtol=2e-2,
+                               atol=2e-2 if dtype == "float16" else 0.3)
+
+
+def test_persistent_blocks_in_the_printed_ir():
+    cfg = sc.WmmaConfig(4, 1, 1, 4, 64, family="wgmma", stages=3, producer="tma")
+    s, args = dense(256, 192, 128, "float16", True, "tma", cfg=cfg)
+    s[args[-1]].persistent(5, group_m=2)
+    text = str(tc.lower(s, args, target="cuda"))
+    for want in ("blockIdx.x (persistent.block, 0, 5) {",
+                 "for (persistent.step, 0, (12 - persistent.block + 4) // 5) {",
+                 "let persistent.tile = persistent.block + persistent.step*5",
+                 "let i1.outer = persistent.tile % 6 // min(4 - (persistent.tile // 6)*2, 2)"):
+        assert want in text, want
+
+
 def test_the_ring_in_the_printed_ir():
     s, args = dense(128, 128, 192, "float16", False, "tma")
     text = str(tc.lower(s, args))
@@ -212,9 +250,11 @@ def test_the_gpu_runtime_encodes_the_maps_by_the_driver_and_launches_with_them()
 
 
 @needs_nvcc
-@pytest.mark.parametrize("producer", ["tma", "tma_warp"])
-def test_nvcc_sm90a_has_tma_hgmma_and_mbarriers_and_nothing_spills(producer):
+@pytest.mark.parametrize("producer,persistent", [("tma", False), ("tma_warp", True)])
+def test_nvcc_sm90a_has_tma_hgmma_and_mbarriers_and_nothing_spills(producer, persistent):
     s, args = dense(4096, 3072, 768, "float16", True, producer, target=SM90A)
+    if persistent:
+        s[args[-1]].persistent(132)
     src = tc.build(s, args, target=SM90A).get_source("cuda")
     report, sass = ptxas_build(src, "sm_90a", sass=True)
     assert "serialized" not in report, report

@@ -588,8 +588,10 @@ class CudaRenderer(CSource):
 
     def tma_ring_setup(self, bar: str, n: int, consumers: str) -> None:
         """Thread 0 initialises the ring's full (1 arrival) and empty (``consumers``)
-        mbarriers; a barrier publishes them to the block."""
+        mbarriers; a barrier publishes them to the block (and one before: a ring set up
+        again, for each tile of persistent blocks, after every thread is done with it)."""
         h = self.helper
+        self.emit("__syncthreads();")
         self.emit(f"if ({self._TID} == 0) {{")
         self.emit(f"  for (int tc_s = 0; tc_s < {n}; ++tc_s) {{")
         self.emit(f"    {h('tc_mbar_init')}(&{bar}[tc_s], 1);")

@@ -1084,6 +1084,9 @@ class LowerContext:
             return self._scatter_nest(st)
         if isinstance(st.op, ScanOp):
             return seq(self._scan_init(st), self._make_nest(st))
+        if getattr(st, "persistent_blocks", None):
+            # lower.persistent turns its block loops into a persistent tile loop
+            return AttrStmt("persistent", st.persistent_blocks, self._make_nest(st))
         return self._make_nest(st)
 
     def _scan_init(self, st: Stage):

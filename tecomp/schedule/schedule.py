@@ -99,6 +99,7 @@ class Stage(TracedStage):
         self.double_buffered = False  # double_buffer
         self.buffer_stages = 2        # double_buffer(stages=...)
         self.buffer_producer = "threads"   # double_buffer(producer=...)
+        self.persistent_blocks = None      # persistent(blocks, group_m)
         self.stored_root = False  # store_root
 
     def _reset_loops(self):
@@ -657,6 +658,21 @@ class Stage(TracedStage):
         self.double_buffered = True
         self.buffer_stages = stages
         self.buffer_producer = producer
+
+    def persistent(self, blocks: int, group_m: int = 8):
+        """Run this stage's blocks as a persistent grid: ``blocks`` blocks (as many as the
+        GPU has SMs: 132 on an H100 SXM), each looping over the output tiles
+        ``blockIdx.x``, ``+ blocks``, ... (no more blocks than tiles), taken in grouped
+        order: ``group_m`` tile rows at a time, down a group's rows before its next
+        column, so that the blocks running at once share their operands' tiles in L2.
+        The stage's loops bound to ``blockIdx.y`` (rows) and ``blockIdx.x`` (columns) must
+        be its two outermost, of constant extents; a TMA ring inside starts again with
+        each tile."""
+        for name, v, lo in (("blocks", blocks, 1), ("group_m", group_m, 1)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo or v > 1 << 20:
+                raise ScheduleError(f"persistent on stage {display(self.name)}: {name}="
+                                    f"{v!r:.40}; give a positive int")
+        self.persistent_blocks = (blocks, group_m)
 
     def align_bounds(self, axis, factor: int):
         """Compute the region of output axis ``axis`` rounded out to whole multiples of

@@ -205,3 +205,28 @@ def test_producer_warp_with_a_stage_outside_threadidx_z():
     with pytest.raises(BuildError, match=r"runs outside the kernel's threadIdx.z loops, so the "
                                          r"producer warp \(one more threadIdx.z\) would run it"):
         tc.build(s, [A, D], target="cuda -arch=sm_90a").get_source("cuda")
+
+
+def test_persistent_with_no_blocks():
+    import tecomp as tc
+    from tecomp.errors import ScheduleError
+    A = tc.placeholder((64,), "float32", name="A")
+    B = tc.compute((64,), lambda i: A[i] * 2, name="B")
+    s = tc.create_schedule(B.op)
+    with pytest.raises(ScheduleError, match="persistent on stage B: blocks=0; give a positive int"):
+        s[B].persistent(0)
+
+
+def test_persistent_without_a_2d_grid():
+    import tecomp as tc
+    from tecomp.errors import ScheduleError
+    A = tc.placeholder((4096,), "float32", name="A")
+    B = tc.compute((4096,), lambda i: A[i] * 2, name="B")
+    s = tc.create_schedule(B.op)
+    bx, tx = s[B].split(B.op.axis[0], factor=128)
+    s[B].bind(bx, tc.thread_axis("blockIdx.x"))
+    s[B].bind(tx, tc.thread_axis("threadIdx.x"))
+    s[B].persistent(8)
+    with pytest.raises(ScheduleError, match="persistent: the stage's two outermost loops are not "
+                                            "bound to blockIdx.y .tile rows. and blockIdx.x"):
+        tc.build(s, [A, B], target="cuda-emu")
