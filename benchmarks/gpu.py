@@ -225,21 +225,30 @@ class DirectLaunch:
             ptrs[w] = int(self.workspaces[-1])
         cmod = drv.compile(mod.cuda_source, getattr(mod.target, "arch", None))
         self.launches = []
+        from tecomp.codegen import tma
+        from tecomp.lower.tma_pipeline import map_spec
         for k in mod.kernels:
             if not all(hasattr(d, "value") for d in k.grid + k.block) or \
-                    not all(p.is_buffer for p in k.params):
+                    not all(p.is_buffer or p.dtype == "tensor_map" for p in k.params):
                 raise ValueError(f"{k.name}: DirectLaunch takes kernels with constant launch "
-                                 "sizes and buffer parameters only")
+                                 "sizes and buffer or tensor-map parameters only")
             grid = tuple(int(d.value) for d in k.grid)
             block = tuple(int(d.value) for d in k.block)
-            types = "".join("P" for p in k.params)
-            args = [ptrs[p.obj] for p in k.params]
+            types = "".join("P" if p.is_buffer else "T" for p in k.params)
+            # (a TMA tensor map: encoded once, by the driver, for these arrays)
+            args = [ptrs[p.obj] if p.is_buffer else tma.encode(
+                map_spec(p.obj, [int(d.value) for d in p.obj.src.shape]), ptrs[p.obj.src],
+                getattr(drv, "cu", None))
+                for p in k.params]
             self.launches.append((drv.get_function(cmod, k.name), grid, block,
                                   k.dynamic_shared, types, args))
 
     def __call__(self) -> None:
         for fn, grid, block, shared, types, args in self.launches:
-            self.drv.launch(fn, grid, block, shared, types, args)
+            if "T" in types:   # (the driver API's launch: the maps 64-byte aligned)
+                self.drv.launch(fn, grid, block, shared, types, args, stream=0)
+            else:
+                self.drv.launch(fn, grid, block, shared, types, args)
 
 
 # ---------------------------------------------------------------------------------
@@ -1061,8 +1070,13 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
     ``tecomp.testing.hopper_gemm`` (one producer warp issuing bulk copies that complete on
     mbarriers, one consumer warpgroup of ``wgmma.m64n128k16``, 4 stages, 128-byte
     swizzle; B read K-major, ``torch.matmul(A, B)``'s ``B`` passed transposed and both
-    operands pre-tiled once on the host, outside the timing).  Each result is checked
-    against torch's float32-accumulated product first."""
+    operands pre-tiled once on the host, outside the timing); ``wgmma-tma``, the same tile
+    copying the operands as they are through TMA tensor maps (encoded once), and
+    ``wgmma-tma-persistent``, that with one block per SM looping over the output tiles in
+    grouped order; ``wgmma-te-tma`` / ``wgmma-te-tma-warp``, the template with
+    ``WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=4, producer="tma" / "tma_warp")``
+    on ``dense(A, B^T)`` (its float16 / bfloat16 result).  Each result is checked against
+    torch's float32-accumulated product first."""
     from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
     from tecomp.testing import hopper_gemm as hg
 
@@ -1117,6 +1131,33 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
             drv.synchronize()
             errors["wgmma-tile"] = max_rel_error(cw.cpu().numpy(), want)
             fns["wgmma-tile"] = lambda: tile.launch(*ptrs)
+            # the same tile with TMA: the operands as they are (A, and B transposed once
+            # to be K-major), through tensor maps; then persistent blocks, one per SM
+            ua = torch.from_numpy(hg.to_bits(a32, bf16)).cuda()
+            ub = torch.from_numpy(hg.to_bits(np.ascontiguousarray(b32.T), bf16)).cuda()
+            for name, persistent in (("wgmma-tma", False), ("wgmma-tma-persistent", True)):
+                tt = hg.GpuTile(drv, n, n, n, bn=128, stages=4, swizzle=1, bf16=bf16,
+                                tma_maps=True, persistent=persistent)
+                ct = torch.empty((n, n), device="cuda", dtype=torch.float32)
+                args = (ua.data_ptr(), ub.data_ptr(), 0, ct.data_ptr())
+                tt.launch(*args)
+                drv.synchronize()
+                errors[name] = max_rel_error(ct.cpu().numpy(), want)
+                fns[name] = (lambda t, a: lambda: t.launch(*a))(tt, args)
+            # the template's tiles by TMA rings (tecomp.lower.tma_pipeline): dense's K-major
+            # W = B^T, the copies issued by one thread or by a producer warp
+            tw = tb.T.contiguous()
+            for name, producer in (("wgmma-te-tma", "tma"), ("wgmma-te-tma-warp", "tma_warp")):
+                X = tc.placeholder((n, n), dtype, name="X")
+                Wt = tc.placeholder((n, n), dtype, name="W")
+                Y = tc.nn.dense(X, Wt)
+                cfg = WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=4, producer=producer)
+                mod = tc.build(nn_cuda.schedule_dense(Y, sm90a, config=cfg), [X, Wt, Y],
+                               target=sm90a)
+                cy = torch.empty((n, n), device="cuda", dtype=tdt)
+                mod(ta, tw, cy)
+                errors[name] = max_rel_error(cy.float().cpu().numpy(), want)
+                fns[name] = DirectLaunch(mod, [ta, tw, cy], drv)
         elif family == "wgmma":
             lines.append(f"  {dtype}: wgmma needs an sm_90 device; this is {drv.arch}")
         bad = {k: e for k, e in errors.items() if not e < 2e-3}

@@ -20,7 +20,7 @@ from .errors import (  # noqa: E402
     DTypeError, ExprError,
     ExportError, GPUModelError, InternalError, IRParseError, KernelAssertionError, KernelMemoryError, LoadError,
     LowerError, RaceError, ResourceLimitError, RuntimeUnavailableError, ScheduleError, ShapeError,
-    TargetError, TecompError, UnknownNameError,
+    TargetError, TecompError, TensorMapError, UnknownNameError,
 )
 from .ir import dtype as _dtype_mod
 from .ir.expr import Expr, IterVar, Var
@@ -215,5 +215,5 @@ __all__ = [
     "GPUModelError",
     "InternalError", "KernelAssertionError", "KernelMemoryError", "LoadError", "LowerError",
     "RaceError", "ResourceLimitError", "RuntimeUnavailableError", "ScheduleError", "ShapeError",
-    "TargetError", "UnknownNameError", "IRParseError",
+    "TargetError", "TensorMapError", "UnknownNameError", "IRParseError",
 ]

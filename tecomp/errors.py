@@ -9,7 +9,8 @@ __all__ = ["TecompError", "ArgumentError", "AutodiffError", "AutoScheduleError",
            "BuildError", "ComputeError", "DeviceCodeError", "DTypeError", "ExportError", "ExprError",
            "GPUModelError", "InternalError", "KernelAssertionError", "KernelMemoryError",
            "LoadError", "LowerError", "RaceError", "ResourceLimitError",
-           "RuntimeUnavailableError", "ScheduleError", "ShapeError", "TargetError"]
+           "RuntimeUnavailableError", "ScheduleError", "ShapeError", "TargetError",
+           "TensorMapError"]
 
 
 class TecompError(Exception):
@@ -40,6 +41,13 @@ class TargetError(TecompError, ValueError):
     """A target string or :class:`~tecomp.target.Target` that is not valid (an unknown
     kind, option, CPU or architecture), or a module built for a CPU feature this machine
     lacks being called."""
+
+
+class TensorMapError(TecompError, ValueError):
+    """A TMA tensor map (``cuTensorMapEncodeTiled``'s arguments: a global tensor's
+    address, extents and strides, the box one ``cp.async.bulk.tensor`` copies, its element
+    strides and swizzle) that the hardware cannot use: checked before the driver is
+    called, the message names the field and the limit."""
 
 
 class LowerError(TecompError, ValueError):

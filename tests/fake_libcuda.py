@@ -80,7 +80,8 @@ class FakeLibcuda:
 
     def cuDeviceGetAttribute(self, value, attr, dev):
         table = {1: 1024, 2: 1024, 3: 1024, 4: 64, 5: 2**31 - 1, 6: 65535, 7: 65535,
-                 8: 48 * 1024, 75: self.capability[0], 76: self.capability[1], 97: 227 * 1024}
+                 8: 48 * 1024, 16: 132, 75: self.capability[0], 76: self.capability[1],
+                 97: 227 * 1024}
         _out(value, table[attr.value])
         return 0
 
@@ -163,6 +164,25 @@ class FakeLibcuda:
         self.launches.append((kern.name, grid, block, shared.value, stream.value or 0, values))
         self.launched_on.append(self.current[-1] if self.current else None)
         self._emu.launch(k, values, list(grid), list(block), "serial")
+        return 0
+
+    def cuTensorMapEncodeTiled(self, out, dtype, rank, address, dims, strides, box, estrides,
+                               interleave, swizzle, l2, oob):
+        """Records the arguments and writes the map in the CUDA emulation's layout (so that
+        a kernel run by the emulation can copy through it)."""
+        from tecomp.codegen import tma
+        r = rank.value
+        rec = {"dtype": dtype.value, "rank": r, "address": address.value,
+               "map_aligned_64": out.value % 64 == 0, "dims": list(dims)[:r],
+               "strides": list(strides)[:r - 1], "box": list(box)[:r],
+               "elem_strides": list(estrides)[:r], "interleave": interleave.value,
+               "swizzle": swizzle.value, "l2_promotion": l2.value, "oob_fill": oob.value}
+        self.calls.append(("cuTensorMapEncodeTiled", rec))
+        name = {v: k for k, v in reversed(list(tma.DATA_TYPES.items()))}[rec["dtype"]]
+        spec = tma.TensorMapSpec(name, tuple(rec["dims"]), tuple(rec["strides"]),
+                                 tuple(rec["box"]), tuple(rec["elem_strides"]),
+                                 {v: k for k, v in tma.SWIZZLES.items()}[rec["swizzle"]])
+        ctypes.memmove(out.value, tma.emu_bytes(spec, rec["address"]), tma.MAP_BYTES)
         return 0
 
     def cuCtxSynchronize(self):

@@ -620,8 +620,40 @@ def test_hoist_guards_in_a_padded_conv3d():
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
+def test_persistent():
+    A = tc.placeholder((8, 8), name="A")
+    C = tc.compute((8, 8), lambda i, j: A[i, j] * 2, name="C")
+    s = tc.create_schedule(C.op)
+    i, j = C.op.axis
+    bi, i = s[C].split(i, factor=4)
+    bj, j = s[C].split(j, factor=4)
+    s[C].reorder(bi, bj, i, j)
+    s[C].bind(bi, tc.thread_axis("blockIdx.y"))
+    s[C].bind(bj, tc.thread_axis("blockIdx.x"))
+    s[C].bind(j, tc.thread_axis("threadIdx.x"))
+    s[C].persistent(3, group_m=2)
+    before, after = _through("persistent", s, [A, C], "cuda")
+    assert "// attr persistent = (3, 2)" in before
+    assert after == _text("""
+    primfn main(A: float32[8, 8], C: float32[8, 8]) {
+      blockIdx.x (persistent.block, 0, 3) {
+        for (persistent.step, 0, (4 - persistent.block + 2) // 3) {
+          let persistent.tile = persistent.block + persistent.step*3
+          let i.outer = (persistent.tile // 4)*2 + persistent.tile % 4 % min(2 - (persistent.tile // 4)*2, 2)
+          let j.outer = persistent.tile % 4 // min(2 - (persistent.tile // 4)*2, 2)
+          for (i.inner, 0, 4) {
+            threadIdx.x (j.inner, 0, 4) {
+              C[i.outer*4 + i.inner, j.outer*4 + j.inner] = A[i.outer*4 + i.inner, j.outer*4 + j.inner]*2f
+            }
+          }
+        }
+      }
+    }""")
+
+
 #: the test of each pass
 PASS_TESTS = {
+    "persistent": test_persistent,
     "simplify": test_simplify, "simplify_after_partition": test_simplify,
     "prefetch": test_prefetch, "loop_partition": test_loop_partition,
     "causal_tiles": test_causal_tiles, "hoist_guards": test_hoist_guards,

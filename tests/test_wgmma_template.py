@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
-import tempfile
 
 import numpy as np
 import pytest
@@ -23,7 +21,7 @@ from tecomp.strategy.cuda import tensorcore
 from tecomp.strategy.cuda.tensorcore import (WmmaConfig, schedule_wmma_gemm, shared_bytes,
                                              wgmma_config)
 from tecomp.target.cuda import block_shared_limit
-from tecomp.testing.gpu_resources import parse_ptxas
+from tecomp.testing.gpu_resources import parse_ptxas, ptxas_build
 from helpers import gpu_driver  # noqa: F401  (a fixture)
 
 torch = pytest.importorskip("torch")   # bfloat16 arrays
@@ -176,23 +174,13 @@ def test_ptxas_sm90a_hgmma_and_no_spills(dtype, layout):
     ptx = compile_ptx(src, "sm_90a")
     assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{t}.{t}" in ptx
     assert "fence.proxy.async.shared::cta" in ptx and "cp.async.commit_group" in ptx
-    with tempfile.TemporaryDirectory() as d:
-        cu, cubin = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
-        with open(cu, "w") as f:
-            f.write(src)
-        proc = subprocess.run([find_nvcc(), "-cubin", "-arch=sm_90a", "-std=c++17", "-Xptxas",
-                               "-v", "-o", cubin, cu], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        report = proc.stderr + proc.stdout
-        assert "serialized" not in report, report
-        (use,) = parse_ptxas(report).values()
-        assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, use
-        assert mod.kernels[0].shared_bytes <= block_shared_limit("sm_90a")
-        dis = shutil.which("nvdisasm") or shutil.which("cuobjdump")
-        if dis:
-            cmd = [dis, cubin] if dis.endswith("nvdisasm") else [dis, "-sass", cubin]
-            sass = subprocess.run(cmd, capture_output=True, text=True).stdout
-            assert re.search(r"HGMMA\.64x128x16\.F32", sass), sass[:1000]
+    report, sass = ptxas_build(src, "sm_90a", sass=True)
+    assert "serialized" not in report, report
+    (use,) = parse_ptxas(report).values()
+    assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, use
+    assert mod.kernels[0].shared_bytes <= block_shared_limit("sm_90a")
+    if sass is not None:   # (where a disassembler is installed)
+        assert re.search(r"HGMMA\.64x128x16\.F32", sass), sass[:1000]
 
 
 @pytest.mark.gpu

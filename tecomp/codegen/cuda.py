@@ -61,7 +61,8 @@ from ..runtime.cuda import CudaModule
 from ..runtime.cuda_kernels import CudaSource, KernelInfo, KernelParam
 from ..ir.printer import to_str
 from ..ir.stmt import (
-    Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc, Stmt, TensorIntrinCall,
+    Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt,
+    TensorIntrinCall,
 )
 from ..lower.double_buffer import ASYNC_COPY, ASYNC_GROUP, ASYNC_WAIT
 from ..lower.device_split import (  # noqa: F401  (is_vthread, CROSS_THREAD_REDUCE: re-exported)
@@ -86,6 +87,12 @@ from ..target import (  # noqa: E402,F401
     MAX_THREADS_PER_BLOCK, MMA_MIN_SM, SHARED_ALIGN, WARP_SIZE, sm_number,
 )
 from .cuda_hopper import HOPPER_HELPERS, WARPGROUP, check_wgmma_target
+from . import tma as _tma
+from ..lower.tma_pipeline import (TMA_CONSUME, TMA_COPY, TMA_PIPELINE, TMA_PRODUCE,
+                                  box_of)
+
+#: the dtype of a kernel parameter that is a TMA tensor map (KernelParam.obj: its TmaBox)
+TENSOR_MAP = "tensor_map"
 from .cuda_intrin import (MMA_FRAGMENTS, MMA_HELPERS, MMA_TILE_REGS, CudaIntrinBuilder,
                           CudaIntrinView)
 
@@ -106,6 +113,8 @@ WMMA_ALIGN = 32
 
 def param_ctype(p: KernelParam) -> str:
     """The C type of a kernel parameter in the signature."""
+    if p.dtype == TENSOR_MAP:   # a TMA tensor map, by value (its address taken in the kernel)
+        return "const __grid_constant__ tc_tensor_map"
     if p.is_buffer:
         base = CudaRenderer.TYPES[p.dtype]
         return f"{'const ' if p.is_const else ''}{base}* __restrict__"
@@ -286,6 +295,9 @@ class CudaRenderer(CSource):
         self.uses_wmma = False          # tensor-core fragments: #include <mma.h>
         self.bf16_fragments: List[str] = []   # wmma fragments of bfloat16 (sm_80 and later)
         self.param_align: Dict[Buffer, int] = {}  # global buffers holding wmma tiles
+        self.tma_ring: List[tuple] = []  # the enclosing TMA rings: (barriers, stages, mode)
+        self.tma_issuing = False        # rendering a producer warp's copies
+        self.tma_maps: List[tuple] = []  # (parameter name, TmaBox) of each tensor map
 
     # thread loops -------------------------------------------------------------
     def thread_loop(self, s: For) -> None:
@@ -303,6 +315,10 @@ class CudaRenderer(CSource):
                 f"bound to {tag} of extent {to_str(enclosing[-1])}: the inner loop reuses the "
                 f"outer loop's threads, so its extent cannot be larger; split it by the outer "
                 f"extent before binding")
+        if tag.startswith("threadIdx") and not any(
+                t.startswith("threadIdx") and e for t, e in self.active_tags.items()):
+            for ring in _warp_rings(s):
+                self.tma_warp_prelude(ring, s)
         ct = self.value_ctype(s.var.dtype)
         idx = f"(({ct}){tag})"
         if isinstance(s.min, Const) and s.min.value == 0:
@@ -504,7 +520,130 @@ class CudaRenderer(CSource):
             self.stmt(s.body)
             self.async_pending = 0
             return
+        if s.key in (TMA_PIPELINE, TMA_PRODUCE, TMA_CONSUME, TMA_COPY):
+            self.tma_stmt(s)
+            return
         super()._s_AttrStmt(s)
+
+    # TMA rings (tecomp/lower/tma_pipeline.py) -------------------------------------------
+    _TID = "(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))"
+
+    def tma_stmt(self, s: AttrStmt) -> None:
+        """A TMA ring's statements: its mbarriers set up (``tma_pipeline``), a slot filled
+        by thread 0 (``tma_produce``: wait until the slot is empty, expect the bytes, the
+        ``tma_copy`` boxes), a slot read (``tma_consume``: wait until it is full, the body,
+        arrive on its empty barrier)."""
+        self.has_barrier = True   # (mbarrier waits: the emulation runs the threads in step)
+        h = self.helper
+        if s.key == TMA_PIPELINE:
+            warp = s.value[2] == "warp"   # (its producer is the one more threadIdx.z)
+            for tag, extents in self.active_tags.items():
+                full = self.launch.get(tag)
+                if warp and tag == "threadIdx.z" and extents:
+                    full = _op.sub(full, Const(1, "int32"))
+                if extents and full is not None and not _fits_in(full, extents[-1],
+                                                                 self.host_lets):
+                    # (the lowering gives a thread axis one extent per kernel)
+                    raise InternalError(
+                        f"the TMA ring of {self.buffer_ref(s.value[0])} is inside a "
+                        f"{tag} loop of extent {to_str(extents[-1])}, fewer threads than the "
+                        f"block's {to_str(full)}, which would never arrive at its barriers "
+                        "(a tecomp bug)")
+            bars, n, mode = s.value
+            bar = f"reinterpret_cast<unsigned long long*>({self.buffer_ref(bars)})"
+            if mode != "warp":   # (a producer warp's ring is set up before the thread loops)
+                self.tma_ring_setup(bar, int(n), "blockDim.x * blockDim.y * blockDim.z")
+            self.tma_ring.append((bar, int(n), mode))
+            self.stmt(s.body)
+            self.tma_ring.pop()
+            return
+        if not self.tma_ring:
+            raise InternalError(f"AttrStmt {s.key} outside a tma_pipeline (a tecomp bug)")
+        bar, n, mode = self.tma_ring[-1]
+        rel = f"({self.expr(s.value)})"
+        if s.key == TMA_CONSUME:
+            self.emit(f"{h('tc_mbar_wait')}(&{bar}[{rel} % {n}], ({rel} / {n}) & 1);")
+            self.stmt(s.body)
+            self.emit(f"{h('tc_mbar_arrive')}(&{bar}[{n} + {rel} % {n}]);")
+            return
+        if s.key == TMA_COPY:
+            raise InternalError("a tma_copy outside a tma_produce (a tecomp bug)")
+        if mode == "warp" and not self.tma_issuing:
+            return   # (the producer warp issues it: tma_warp_prelude)
+        copies = collect(s.body, lambda x: isinstance(x, AttrStmt) and x.key == TMA_COPY)
+        boxes = [(box_of(c.body)[0], c.value.indices) for c in copies]
+        total = sum(b.nbytes for b, _ in boxes)
+        if mode != "warp":
+            self.open_block(f"if ({self._TID} == 0)")
+        self.emit(f"{h('tc_mbar_wait')}(&{bar}[{n} + {rel} % {n}], (({rel} / {n}) & 1) ^ 1);")
+        self.emit(f"{h('tc_mbar_arrive_expect_tx')}(&{bar}[{rel} % {n}], {total}u);")
+        for box, origin in boxes:
+            mp = self.tma_param(box)
+            coords = ", ".join(self.expr(c) for c in box.coords(origin))
+            dst = f"&{self.buffer_ref(box.dst)}[{self.flat_index(box.dst, box.dst_origin)}]"
+            self.emit(f"{h(f'tc_tma_load_{len(box.dims)}d')}({dst}, &{mp}, {coords}, "
+                      f"&{bar}[{rel} % {n}]);")
+        if mode != "warp":
+            self.close_block()
+
+    def tma_ring_setup(self, bar: str, n: int, consumers: str) -> None:
+        """Thread 0 initialises the ring's full (1 arrival) and empty (``consumers``)
+        mbarriers; a barrier publishes them to the block (and one before: a ring set up
+        again, for each tile of persistent blocks, after every thread is done with it)."""
+        h = self.helper
+        self.emit("__syncthreads();")
+        self.emit(f"if ({self._TID} == 0) {{")
+        self.emit(f"  for (int tc_s = 0; tc_s < {n}; ++tc_s) {{")
+        self.emit(f"    {h('tc_mbar_init')}(&{bar}[tc_s], 1);")
+        self.emit(f"    {h('tc_mbar_init')}(&{bar}[{n} + tc_s], {consumers});")
+        self.emit("  }")
+        self.emit(f"  {h('tc_mbar_init_fence')}();")
+        self.emit("}")
+        self.emit("__syncthreads();")
+
+    def tma_warp_prelude(self, ring: AttrStmt, loop: For) -> None:
+        """Before the outermost thread loop ``loop`` around a ``producer="tma_warp"`` ring:
+        the ring's setup (every thread), then the producer warp (the last ``threadIdx.z``,
+        which the computing threads' loops leave out): its first thread issues the copies
+        of every iteration of the ring's loop, in order, each when its slot is empty."""
+        self.has_barrier = True
+        bars, n, _ = ring.value
+        bar = f"reinterpret_cast<unsigned long long*>({self.buffer_ref(bars)})"
+        z = self.launch["threadIdx.z"]
+        self.tma_ring_setup(bar, int(n), f"blockDim.x * blockDim.y * (blockDim.z - 1)")
+        ko_loop = next(x for x in collect(ring.body, lambda x: isinstance(x, For)) if collect(
+            x.body, lambda y: isinstance(y, AttrStmt) and y.key == TMA_CONSUME))
+        produce = next(iter(collect(ko_loop.body, lambda y: isinstance(y, AttrStmt)
+                                    and y.key == TMA_PRODUCE)))
+        r = Var("tc_r", ko_loop.var.dtype)
+        ahead = _op.sub(_op.add(ko_loop.min, r), Const(int(n) - 1, r.dtype))
+        body = simplify(substitute(produce, {ko_loop.var: ahead}))
+        threads = {x.var for x in collect(loop, lambda x: isinstance(x, For)
+                                         and x.kind == "thread")}
+        used = set(free_vars(body)) & threads
+        if used:
+            raise BuildError(
+                f"producer='tma_warp' on the ring of {self.buffer_ref(bars)}: its tiles' "
+                f"origins depend on the computing threads' loops "
+                f"({', '.join(sorted(v.name for v in used))}), which the "
+                "producer warp does not run; use producer='tma'")
+        self.open_block(f"if (threadIdx.z == {self.expr_top(_op.sub(z, Const(1, 'int32')))} "
+                        "&& threadIdx.y == 0 && threadIdx.x == 0)")
+        self.tma_ring.append((bar, int(n), "warp"))
+        self.tma_issuing = True
+        self.stmt(For(r, Const(0, r.dtype), ko_loop.extent, "serial", body))
+        self.tma_issuing = False
+        self.tma_ring.pop()
+        self.close_block()
+
+    def tma_param(self, box) -> str:
+        """The name of the tensor-map parameter of ``box`` (one per distinct box)."""
+        for name, b in self.tma_maps:
+            if b.src is box.src and b.dims == box.dims:
+                return name
+        name = self.name.fresh(f"{self.name(box.src)}_tmap")
+        self.tma_maps.append((name, box))
+        return name
 
     def cross_thread_reduce(self, s: AttrStmt) -> None:
         """``AttrStmt("cross_thread_reduce", (reducer, source, BufferLoad(dest, idx), tags),
@@ -780,6 +919,22 @@ class _BarrierFinder(Visitor):
         return
 
 
+def _warp_rings(body) -> List[AttrStmt]:
+    """The ``producer="tma_warp"`` rings in ``body``."""
+    return list(collect(body, lambda n: isinstance(n, AttrStmt) and n.key == TMA_PIPELINE
+                        and n.value[2] == "warp"))
+
+
+def _tma_rings(body) -> set:
+    """The shared buffers TMA copies of ``body`` write (its rings, and their mbarriers)."""
+    out = set()
+    for p in collect(body, lambda n: isinstance(n, AttrStmt) and n.key == TMA_PIPELINE):
+        out.add(p.value[0])
+        for c in collect(p.body, lambda n: isinstance(n, AttrStmt) and n.key == TMA_COPY):
+            out.add(box_of(c.body)[0].dst)
+    return out
+
+
 def _has_async_copy(s) -> bool:
     return bool(collect(s, lambda n: isinstance(n, AttrStmt) and n.key == ASYNC_COPY))
 
@@ -899,6 +1054,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
     helpers: set = set()
     narrow = {b.dtype for b in params_buffers + workspaces if _dt.is_storage_float(b.dtype)}
     uses_wmma = False
+    uses_tma = False
     bf16_fragments: List[str] = []
 
     for attr in kernels_of(split):
@@ -910,22 +1066,29 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         for v in kern.scalars:
             params.append(KernelParam(namer(v), v, v.dtype, False))
         kname = namer.fresh(f"{fname}_kernel{kern.index}")
-        r = CudaRenderer(namer, kern.launch, list(kern.shared), hp.lets, kern.red_bufs)
+        launch, block = kern.launch, kern.block
+        if _warp_rings(attr.body):   # one more threadIdx.z: the producer warp
+            launch, block = _with_producer_warp(kern, attr.body)
+        r = CudaRenderer(namer, launch, list(kern.shared), hp.lets, kern.red_bufs)
         r.nonneg_vars |= shape_vars  # a dimension is never negative
         r.size_vars |= shape_vars
         r.indent = 1
         r.waits_async = _has_async_copy(attr.body)  # (a barrier may come before the copy)
+        # a TMA ring's slots are 128-byte aligned copy destinations: the rings first in
+        # the arena (their sizes multiples of 128), each array aligned to 128
+        rings = _tma_rings(attr.body)
+        shared = sorted(kern.shared, key=lambda b: b not in rings) if rings else list(kern.shared)
+        window = _uses_wgmma(attr.body) or bool(rings)
         if kern.shared_bytes > MAX_STATIC_SHARED_BYTES:
-            _dynamic_shared(r, namer, kern.shared, kern.shared_bytes,
-                            window=_uses_wgmma(attr.body))
-        elif _uses_wgmma(attr.body) and kern.shared:
+            _dynamic_shared(r, namer, shared, kern.shared_bytes, window=window)
+        elif window and kern.shared:
             # the emulation decodes wgmma descriptors as offsets into one shared arena
             r.emit("#if defined(TECOMP_CUDA_EMU)")
-            _arena(r, namer, kern.shared, kern.shared_bytes)
+            _arena(r, namer, shared, kern.shared_bytes)
             r.emit("#else")
-            for b in kern.shared:
-                r.emit(f"__shared__ __align__({SHARED_ALIGN}) {r.ctype(b.dtype)} {namer(b)}"
-                       f"[{declared_size(b)}];")
+            for b in shared:
+                r.emit(f"__shared__ __align__({128 if rings else SHARED_ALIGN}) "
+                       f"{r.ctype(b.dtype)} {namer(b)}[{declared_size(b)}];")
             r.emit("#endif")
         else:
             for b in kern.shared:
@@ -934,14 +1097,16 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         r.stmt(attr.body)
         if r.param_align:
             params = [dataclasses.replace(p, align=r.param_align.get(p.obj, 0)) for p in params]
+        params += [KernelParam(name, box, TENSOR_MAP, False) for name, box in r.tma_maps]
+        uses_tma |= bool(r.tma_maps)
         helpers |= r.helpers
         narrow |= r.narrow_used
         uses_wmma |= r.uses_wmma
         bf16_fragments += r.bf16_fragments
-        info = KernelInfo(kname, tuple(params), kern.grid, kern.block, kern.shared_bytes,
+        info = KernelInfo(kname, tuple(params), kern.grid, block, kern.shared_bytes,
                           kern.stage, r.has_barrier, kern.local_bytes)
         if any(h.startswith("tc_wgmma_m64") for h in r.helpers):
-            _check_warpgroups(info)
+            _check_warpgroups(dataclasses.replace(info, block=kern.block))
         kernels.append(info)
         texts.append(_kernel_text(kern.index, info, r.lines, kern.stmt))
 
@@ -957,6 +1122,8 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
                          f"{MMA_MIN_SM} or later; this function is built for {arch}: build for "
                          f"'cuda -arch=sm_{MMA_MIN_SM}' or later, or use the cuda.wmma_* "
                          "intrinsics and wmma.* fragment scopes")
+    if uses_tma:
+        _tma.check_target(arch)
     if helpers & {n for n in HOPPER_HELPERS if n.startswith("tc_wgmma_m64")}:
         check_wgmma_target(arch)
     head = [_comment(f"Generated by tecomp: CUDA C for `{func.name}` "
@@ -981,6 +1148,50 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         # buffers the kernels flatten in int32): the runtimes check them with the rest
         func = PrimFunc(func.name, func.params, func.body, {**func.attrs, "param_checks": checks})
     return CudaSource(func, source, kernels, workspaces, list(hp.asserts), hp.written)
+
+
+def _with_producer_warp(kern, body):
+    """The launch extents and block of a kernel with a producer warp: one more
+    ``threadIdx.z`` than the computing threads, whose statements must all lie in
+    ``threadIdx.z`` loops (which leave the producer out) but for barriers."""
+    z = kern.launch.get("threadIdx.z")
+    if not isinstance(z, Const) or any(
+            not isinstance(e, Const) for e in kern.launch.values()):
+        raise BuildError(
+            f"{kern.stage}: producer='tma_warp' needs constant thread extents and the "
+            "computing threads bound along threadIdx.z (the producer warp is one more "
+            "threadIdx.z); use producer='tma'")
+    stray = _outside_z_loops(body)
+    if stray:
+        raise BuildError(
+            f"{kern.stage}: producer='tma_warp': {stray} runs outside the kernel's threadIdx.z "
+            "loops, so the producer warp (one more threadIdx.z) would run it too; bind every "
+            "stage of the kernel along threadIdx.z, or use producer='tma'")
+    launch = dict(kern.launch)
+    launch["threadIdx.z"] = Const(int(z.value) + 1, z.dtype)
+    bx, by, _ = kern.block
+    return launch, (bx, by, launch["threadIdx.z"])
+
+
+def _outside_z_loops(s) -> str:
+    """A statement of ``s`` (its printed start) that is not in a ``threadIdx.z`` loop,
+    barriers and the structure around the loops aside; "" if none."""
+    if isinstance(s, For) and s.kind == "thread" and s.thread_tag == "threadIdx.z":
+        return ""
+    if isinstance(s, SeqStmt):
+        for x in s.seq:
+            w = _outside_z_loops(x)
+            if w:
+                return w
+        return ""
+    if isinstance(s, (For, Allocate, AttrStmt, LetStmt)):
+        return _outside_z_loops(s.body)
+    if isinstance(s, IfThenElse):
+        return _outside_z_loops(s.then_case) or (
+            _outside_z_loops(s.else_case) if s.else_case is not None else "")
+    if isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.op == "syncthreads":
+        return ""
+    return to_str(s).strip().splitlines()[0][:80]
 
 
 def _check_warpgroups(info: KernelInfo) -> None:
@@ -1025,7 +1236,9 @@ def _dynamic_shared(r: CudaRenderer, namer: Namer, shared: List[Buffer], nbytes:
     else:
         r.emit(f"  __shared__ __align__({SHARED_ALIGN}) unsigned char tc_dynamic_smem[{nbytes}];")
     r.emit("#else")
-    r.emit(f"  extern __shared__ __align__({SHARED_ALIGN}) unsigned char tc_dynamic_smem[];")
+    # (wgmma's swizzled tiles and TMA's destinations: aligned as the emulation's window)
+    r.emit(f"  extern __shared__ __align__({1024 if window else SHARED_ALIGN}) unsigned char "
+           "tc_dynamic_smem[];")
     r.emit("#endif")
     _shared_pointers(r, namer, shared)
 

@@ -62,6 +62,9 @@ from .cuda import (MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaRen
 from ..runtime.libfiles import (cache_root, digest_file, private_dir, sidecar_matches, tool_identity,
                        write_sidecar)
 from ..runtime.cuda import CudaSourceModule, stream_handle
+from ..lower.tma_pipeline import map_spec
+from . import tma
+from .cuda import TENSOR_MAP
 
 ABI_VERSION = 2
 MODES = {"threads": 0, "serial": 1, "reverse": 2}
@@ -123,6 +126,8 @@ def launcher_source(cs: CudaSource) -> str:
         for i, p in enumerate(kern.params):
             if p.is_buffer:
                 args.append(f"({param_ctype(p).replace(' __restrict__', '')})a[{i}]")
+            elif p.dtype == TENSOR_MAP:
+                args.append(f"*(const tc_tensor_map*)a[{i}]")
             else:
                 args.append(f"*({_scalar_ctype(p)}*)a[{i}]")
         lines.append(f"static void tecomp_entry_{k}(void** a) {{ {kern.name}({', '.join(args)}); }}")
@@ -183,6 +188,10 @@ class EmuLibrary:
         for i, (p, a) in enumerate(zip(kern.params, args)):
             if p.is_buffer:
                 ptrs[i] = int(a)
+            elif p.dtype == TENSOR_MAP:   # a map's 128 bytes (tma.emu_bytes)
+                box = ctypes.create_string_buffer(bytes(a), tma.MAP_BYTES)
+                keep.append(box)
+                ptrs[i] = ctypes.addressof(box)
             else:
                 box = _CTYPES_SCALAR[p.dtype](a)
                 keep.append(box)
@@ -389,7 +398,8 @@ class CudaEmuModule(CudaSourceModule):
             memory[w] = np.empty(shape, dtype=np.dtype(w.dtype))
         for k, kern, grid, block in self._launches(env):
             _check_launch(kern, grid, block)
-            kargs = [memory[p.obj].ctypes.data if p.is_buffer else env[p.obj]
+            kargs = [memory[p.obj].ctypes.data if p.is_buffer else
+                     _emu_map(p.obj, memory[p.obj.src]) if p.dtype == TENSOR_MAP else env[p.obj]
                      for p in kern.params]
             self.lib.launch(k, kargs, grid, block, mode)
         for orig, c in copy_back:
@@ -397,6 +407,12 @@ class CudaEmuModule(CudaSourceModule):
 
     def __repr__(self):
         return f"<CudaEmuModule {self.func.name}: {len(self.kernels)} kernel(s), mode={self.mode}>"
+
+
+def _emu_map(box, array: np.ndarray) -> bytes:
+    """The emulation's tensor map of ``box`` over ``array`` (its run-time shape and address;
+    C-contiguous: the emulation copies other arrays first)."""
+    return tma.emu_bytes(map_spec(box, array.shape), array.ctypes.data)
 
 
 def _check_launch(kern: KernelInfo, grid, block) -> None:

@@ -74,6 +74,7 @@
 #define __restrict__ __restrict
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __align__(n) __attribute__((aligned(n)))
 
 struct uint3 { unsigned int x, y, z; };
@@ -682,6 +683,7 @@ struct BulkCopy {
   const void* src;
   unsigned bytes;
   void* bar;
+  int owned;  // src is the copy's own image (a TMA box), freed when it lands
 };
 struct BulkQueue {
   BulkCopy q[512];
@@ -1229,7 +1231,23 @@ inline void bulk_land(void* bar) {
   }
   for (int i = 0; i < nd; ++i) {
     memcpy(done[i].dst, done[i].src, done[i].bytes);
+    if (done[i].owned) free(const_cast<void*>(done[i].src));
     mbar_tx_and_arrive("cp.async.bulk (complete_tx)", done[i].bar, -(long long)done[i].bytes, 0);
+  }
+}
+// Queue a copy (landing every queued one first where the queue is full).
+inline void bulk_enqueue(void* dst, const void* src, unsigned bytes, void* bar, int owned) {
+  for (;;) {
+    {
+      Lock lk(bulk_lock());
+      BulkQueue& b = bulk_queue();
+      if (b.n < (int)(sizeof b.q / sizeof b.q[0])) {
+        BulkCopy c = {dst, src, bytes, bar, owned};
+        b.q[b.n++] = c;
+        return;
+      }
+    }
+    bulk_land(nullptr);
   }
 }
 inline void bulk_g2s(void* dst, const void* src, unsigned bytes, void* bar) {
@@ -1239,20 +1257,74 @@ inline void bulk_g2s(void* dst, const void* src, unsigned bytes, void* bar) {
   if (((uintptr_t)src & 15u) != 0) warp_op_error(op, "the global source is not 16-byte aligned");
   smem_offset(op, dst, bytes, 16);
   mbar_checked(op, bar);
-  bool full;
-  {
-    Lock lk(bulk_lock());
-    BulkQueue& b = bulk_queue();
-    full = b.n == (int)(sizeof b.q / sizeof b.q[0]);
-    if (!full) {
-      BulkCopy c = {dst, src, bytes, bar};
-      b.q[b.n++] = c;
+  bulk_enqueue(dst, src, bytes, bar, 0);
+}
+
+// ---- cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes (TMA)
+// The tensor map as tecomp.codegen.tma.emu_bytes lays it out (the first 112 of its 128
+// bytes): dims innermost first, byte strides of dims 1.., the box and element strides.
+struct TmaMap {
+  unsigned magic, rank, elem_bytes, swizzle;  // swizzle: 0 none, 1 32B, 2 64B, 3 128B
+  unsigned long long addr;
+  unsigned long long dims[5];
+  unsigned long long strides[4];
+  unsigned short box[5];
+  unsigned char estride[5];
+  unsigned char oob;
+};
+// The box of `map` at element coordinates `coords` (innermost first): element s of the
+// box along dim i is the tensor's element coords[i] + s * estride[i]; the box lands
+// densely (dim 0 fastest) at dst, each address's 16-byte chunk bits XORed with its bits
+// 7.. (the swizzle: the layout a wgmma descriptor of the same swizzle decodes), elements
+// outside the tensor as zeros; the copy completes the whole box's bytes on `bar` when it
+// lands (as cp.async.bulk: when a thread next tests the barrier).  The global tensor is
+// read when the copy is issued (the kernel does not write its own TMA sources).
+inline void tma_load(void* dst, const void* map, const int* coords, int rank, void* bar) {
+  const char* op = "cp.async.bulk.tensor.shared::cluster.global";
+  char buf[300];
+  TmaMap m;
+  memcpy(&m, map, sizeof m);
+  if (m.magic != 0x4D544354u)
+    warp_op_error(op, "the tensor map's bytes are not an encoded map (tecomp.codegen.tma."
+                      "emu_bytes for the emulation)");
+  if ((int)m.rank != rank) {
+    snprintf(buf, sizeof buf, "the tensor map has rank %u, the instruction gives %d "
+             "coordinates (tc_tma_load_%ud)", m.rank, rank, m.rank);
+    warp_op_error(op, buf);
+  }
+  unsigned long long shape[5], n = m.elem_bytes, elems = 1;
+  for (int i = 0; i < rank; ++i) {
+    shape[i] = ((unsigned long long)m.box[i] + m.estride[i] - 1) / m.estride[i];
+    n *= shape[i];
+    elems *= shape[i];
+  }
+  const unsigned span = m.swizzle ? (16u << m.swizzle) : 0u;   // 32, 64, 128 bytes a row
+  if (m.swizzle && n % 128 != 0)
+    warp_op_error(op, "the emulation takes swizzled boxes of whole 128-byte rows (the box's "
+                      "bytes a multiple of 128)");
+  const unsigned image = (unsigned)n;
+  const unsigned base = smem_offset(op, dst, image, m.swizzle ? span * 8 : 128);
+  mbar_checked(op, bar);
+  unsigned char* img = static_cast<unsigned char*>(calloc(image, 1));
+  if (!img) warp_op_error(op, "out of memory for the copy's image");
+  for (unsigned long long e = 0; e < elems; ++e) {
+    unsigned long long rem = e, goff = 0;
+    bool inside = true;
+    for (int i = 0; i < rank; ++i) {
+      long long s = (long long)(rem % shape[i]);
+      rem /= shape[i];
+      long long g = (long long)coords[i] + s * (long long)m.estride[i];
+      if (g < 0 || g >= (long long)m.dims[i])
+        inside = false;
+      else
+        goff += (unsigned long long)g * (i == 0 ? m.elem_bytes : m.strides[i - 1]);
     }
+    unsigned a = base + (unsigned)(e * m.elem_bytes);
+    if (m.swizzle) a ^= ((a >> 7) & (span / 16 - 1)) << 4;
+    if (inside)
+      memcpy(img + (a - base), reinterpret_cast<const char*>(m.addr) + goff, m.elem_bytes);
   }
-  if (full) {
-    bulk_land(nullptr);
-    bulk_g2s(dst, src, bytes, bar);
-  }
+  bulk_enqueue(dst, img, image, bar, 1);
 }
 
 // ---- waiting on an mbarrier

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import sys
 
-from ..errors import BuildError, RuntimeUnavailableError
+from ..errors import ExportError, BuildError, RuntimeUnavailableError
 from ..ir.names import identifier
 from ..runtime import aot_format as fmt
 from ..runtime.fatbin import describe_code, read_fatbin
@@ -65,6 +65,12 @@ def export_cuda_library(mod, path) -> None:
     docstring."""
     cs = mod.cuda_source
     name = cs.func.name
+    if any(p.dtype == "tensor_map" for k in cs.kernels for p in k.params):
+        raise ExportError(
+            f"cannot export {name}: its kernels copy tiles with TMA through tensor maps, which "
+            "the calling process encodes from each call's arrays (cuTensorMapEncodeTiled); "
+            "the exported library's launcher does not encode them yet: build it without "
+            "producer='tma' to export it, or call it from Python")
     dest = destination(path, name)
     if not sys.platform.startswith("linux"):
         raise RuntimeUnavailableError(f"{name}.export_library writes ELF shared libraries, "

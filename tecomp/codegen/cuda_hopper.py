@@ -17,6 +17,13 @@ The helpers (``{q}`` is the renderer's qualifier, ``__device__ __forceinline__``
     tc_mbar_wait(bar, parity)          // mbarrier.try_wait.parity.shared::cta.b64 loop
     tc_bulk_g2s(dst, src, n, bar)      // cp.async.bulk.shared::cluster.global
                                        //   .mbarrier::complete_tx::bytes
+    tc_tma_load_2d(dst, map, c0, c1, bar)
+    tc_tma_load_3d(dst, map, c0, c1, c2, bar)
+                                       // cp.async.bulk.tensor.{2,3}d.shared::cluster.global
+                                       //   .mbarrier::complete_tx::bytes (TMA: the box of a
+                                       //   tensor map, a const __grid_constant__
+                                       //   tc_tensor_map kernel parameter)
+    tc_tma_prefetch(map)               // prefetch.tensormap
     tc_wgmma_desc(p, lbo, sbo, swz)    // a shared-memory matrix descriptor (64 bits)
     tc_fence_proxy_async()             // fence.proxy.async.shared::cta
     tc_wgmma_fence()                   // wgmma.fence.sync.aligned
@@ -25,11 +32,12 @@ The helpers (``{q}`` is the renderer's qualifier, ``__device__ __forceinline__``
     tc_wgmma_m64n<N>k16_<t>(d, da, db, scale_d)
                                        // wgmma.mma_async.sync.aligned.m64nNk16.f32.t.t
 
-The bulk copies are ``cp.async.bulk`` of contiguous bytes (a tile pre-tiled in global
-memory, already in its shared layout: swizzled or core-matrix interleaved), not TMA's
-``cp.async.bulk.tensor`` with a ``CUtensorMap``: the tensor map is built by the driver
-(``cuTensorMapEncodeTiled``) on a machine with a GPU, which this code could not be
-checked against; the plain bulk copy's semantics are fully emulated.
+``tc_bulk_g2s`` copies contiguous bytes (a tile pre-tiled in global memory, already in its
+shared layout); ``tc_tma_load_*d`` copy a box of a tensor (TMA), swizzled on the way and
+zero-filled outside the tensor, through a tensor map built on the host
+(:mod:`tecomp.codegen.tma`: checked there, then encoded by the driver's
+``cuTensorMapEncodeTiled``, or in the emulation's own layout, whose ``tma_load``
+implements the box, element strides, swizzle, zero fill and complete_tx).
 """
 from __future__ import annotations
 
@@ -110,7 +118,7 @@ def needs_sm90(arch) -> bool:
 
 _EMU, _GPU = "#if defined(TECOMP_CUDA_EMU)", "#else"
 _NEED90 = ('#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900\n'
-           '#error "tecomp: mbarrier expect_tx / cp.async.bulk need sm_90 or later"')
+           '#error "tecomp: mbarrier expect_tx / cp.async.bulk / TMA need sm_90 or later"')
 _NEED90A = ('#elif defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n'
             '#error "tecomp: wgmma needs -arch=sm_90a"')
 
@@ -145,6 +153,34 @@ def _wgmma(n: int, t: str) -> str:
         "int scale_d)",
         f"  tecomp_emu::wgmma_m64nNk16(d, da, db, scale_d, {n}, {int(t == 'bf16')});",
         gpu, _NEED90A)
+
+
+#: the CUtensorMap of a kernel parameter (``const __grid_constant__ tc_tensor_map``): 128
+#: opaque bytes, 64-byte aligned, encoded on the host (tecomp.codegen.tma: by the driver's
+#: cuTensorMapEncodeTiled for a GPU, in the emulation's own layout for TECOMP_CUDA_EMU)
+_TENSOR_MAP_TYPE = (
+    "#ifndef TECOMP_TC_TENSOR_MAP\n#define TECOMP_TC_TENSOR_MAP\n"
+    "// A TMA tensor map (CUtensorMap): 128 opaque bytes encoded on the host.\n"
+    "struct __align__(64) tc_tensor_map {{ unsigned long long opaque[16]; }};\n#endif\n")
+
+
+def _tma_load(rank: int) -> str:
+    coords = ", ".join(f"c{i}" for i in range(rank))
+    regs = ", ".join(f"%{i + 2}" for i in range(rank))
+    ins = ", ".join(f'"r"(c{i})' for i in range(rank))
+    return _TENSOR_MAP_TYPE + _helper(
+        f"// cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes:\n"
+        f"// the box of tensor map `map` at element coordinates ({coords}) (innermost first;\n"
+        "// those outside the tensor read as zeros) to shared dst (128-byte aligned; the\n"
+        "// swizzle's repeat for a swizzled map), completing the box's bytes on `bar`.",
+        f"void tc_tma_load_{rank}d(void* dst, const tc_tensor_map* map, "
+        + ", ".join(f"int c{i}" for i in range(rank)) + ", unsigned long long* bar)",
+        f"  const int c[{rank}] = {{{coords}}};\n"
+        f"  tecomp_emu::tma_load(dst, map, c, {rank}, bar);\n  tecomp_emu::note_progress();",
+        f'  asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::"\n'
+        f'               "complete_tx::bytes [%0], [%1, {{{regs}}}], [%{rank + 2}];"\n'
+        f'               :: "r"({_SMEM}(dst)), "l"(map), {ins}, "r"({_SMEM}(bar))\n'
+        '               : "memory");')
 
 
 HOPPER_HELPERS: Dict[str, str] = {
@@ -199,6 +235,12 @@ HOPPER_HELPERS: Dict[str, str] = {
         '               "[%0], [%1], %2, [%3];"\n'
         f'               :: "r"({_SMEM}(dst)), "l"(src), "r"(bytes), "r"({_SMEM}(bar))\n'
         '               : "memory");'),
+    **{f"tc_tma_load_{r}d": _tma_load(r) for r in range(1, 6)},
+    "tc_tma_prefetch": _TENSOR_MAP_TYPE + _helper(
+        "// prefetch.tensormap: bring the tensor map (a __grid_constant__ kernel parameter)\n"
+        "// into the TMA unit's cache ahead of the first copy through it.",
+        "void tc_tma_prefetch(const tc_tensor_map* map)", "  (void)map;",
+        '  asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");'),
     "tc_wgmma_desc": _helper(
         "// A wgmma shared-memory matrix descriptor (PTX ISA, \"Matrix Descriptor Format\"):\n"
         "// start address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29, stride byte\n"
@@ -244,7 +286,7 @@ HOPPER_HELPERS: Dict[str, str] = {
 
 #: the helpers that make their threads wait for each other (the emulation then runs the
 #: kernel's threads as fibers or blocking OS threads: has_barrier)
-HOPPER_COLLECTIVES = tuple(n for n in HOPPER_HELPERS if n not in ("tc_wgmma_desc",))
+HOPPER_COLLECTIVES = tuple(n for n in HOPPER_HELPERS if n not in ("tc_wgmma_desc", "tc_tma_prefetch"))
 
 
 def prelude(qualifier: str = "static __device__ __forceinline__") -> str:

@@ -51,6 +51,7 @@ from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, SeqStmt, seq
 from .barriers import Access, access
 from .device_split import shared_array_bytes
+from .tma_pipeline import BUFFER_PRODUCER, tma_ring
 
 DOUBLE_BUFFER = "double_buffer"
 #: ``AttrStmt("buffer_stages", n, AttrStmt("double_buffer", ...))``: n buffers
@@ -130,8 +131,8 @@ class _DoubleBuffer(Mutator):
         is_thread = s.kind == "thread"
         self.kernel_depth += is_thread
         chain, inner = [], s.body
-        while isinstance(inner, Allocate) or (isinstance(inner, AttrStmt)
-                                               and inner.key in (DOUBLE_BUFFER, BUFFER_STAGES)):
+        while isinstance(inner, Allocate) or (isinstance(inner, AttrStmt) and inner.key in (
+                DOUBLE_BUFFER, BUFFER_STAGES, BUFFER_PRODUCER)):
             chain.append(inner)
             inner = inner.body
         marked = [c.value for c in chain if isinstance(c, AttrStmt) and c.key == DOUBLE_BUFFER]
@@ -144,7 +145,7 @@ class _DoubleBuffer(Mutator):
         return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
 
     def visit_AttrStmt(self, s):
-        if s.key in (DOUBLE_BUFFER, BUFFER_STAGES):
+        if s.key in (DOUBLE_BUFFER, BUFFER_STAGES, BUFFER_PRODUCER):
             # its loop is gone (an extent of 1, or a part that loop partitioning peeled
             # off): one iteration has nothing to overlap, one buffer is enough
             return self.visit(s.body)
@@ -219,6 +220,10 @@ class _DoubleBuffer(Mutator):
             stages = max(2, min(stages, int(ext.value) + 1))
         bufs = {b: _doubled(b, stages) for b in marked}
         end = _op.add(lo, ext)
+        producer = _producers(chain, marked, what, loop)
+        if producer in ("tma", "tma_warp"):
+            return tma_ring(loop, chain, copies, rest, marked, bufs, stages, what,
+                            _Retarget, Allocate, warp=producer == "tma_warp")
 
         def slot_of(it):
             rel = it if isinstance(lo, Const) and lo.value == 0 else _op.sub(it, lo)
@@ -261,11 +266,30 @@ class _DoubleBuffer(Mutator):
         return out
 
 
+def _producers(chain, marked, what, loop) -> str:
+    """The producer of the loop's marked stages (``double_buffer(producer=...)``): one
+    for all of them."""
+    found, n = {}, "threads"
+    for c in chain:   # a BUFFER_PRODUCER attribute sits right around its DOUBLE_BUFFER one
+        if isinstance(c, AttrStmt) and c.key == BUFFER_PRODUCER:
+            n = str(c.value)
+        elif isinstance(c, AttrStmt) and c.key == DOUBLE_BUFFER:
+            found[c.value] = n
+            n = "threads"
+    kinds = sorted({found.get(b, "threads") for b in marked})
+    if len(kinds) > 1:
+        raise ScheduleError(
+            f"{what}: the stages copied in loop {display(loop.var.name)}'s iteration have the "
+            f"producers {' and '.join(map(repr, kinds))}; they share the loop's ring: give "
+            "each the same double_buffer(producer=...)")
+    return kinds[0]
+
+
 def _stages(chain, marked, what, loop) -> int:
     """The buffers of the loop's marked stages (``double_buffer(stages=...)``): one
     number for all of them, since they share the ring's slot."""
     counts, n = {}, 2
-    for c in chain:   # a BUFFER_STAGES attribute sits right around its DOUBLE_BUFFER one
+    for c in chain:   # a BUFFER_STAGES attribute sits around its DOUBLE_BUFFER one
         if isinstance(c, AttrStmt) and c.key == BUFFER_STAGES:
             n = int(c.value)
         elif isinstance(c, AttrStmt) and c.key == DOUBLE_BUFFER:

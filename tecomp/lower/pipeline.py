@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 from .causal_tiles import causal_tiles_pass
 from .hoist_guards import hoist_guards_pass
 from .device_split import split_host_device_pass
+from .persistent import persistent
 from .parallel import parallel_plan_pass
 from .vectorize import vector_plan_pass
 
@@ -44,6 +45,7 @@ PASSES = [
     ("verify_thread_extents", P.verify_thread_extents_pass, None),
     ("insert_barriers", P.insert_barriers_pass, None),
     ("double_buffer", P.double_buffer_pass, None),
+    ("persistent", persistent, "gpu"),
     ("index_dtype", P.index_dtype_pass, None),
     ("verify", P.verify_pass, None),
 ]

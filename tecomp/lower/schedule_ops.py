@@ -1170,6 +1170,9 @@ class LowerContext:
             return self._scatter_nest(st)
         if isinstance(st.op, ScanOp):
             return seq(self._scan_init(st), self._make_nest(st))
+        if getattr(st, "persistent_blocks", None):
+            # lower.persistent turns its block loops into a persistent tile loop
+            return AttrStmt("persistent", st.persistent_blocks, self._make_nest(st))
         return self._make_nest(st)
 
     def _scan_init(self, st: Stage):
@@ -1564,6 +1567,8 @@ class LowerContext:
                 if s.double_buffered:
                     # lower.double_buffer splits the loop's copies from its reads
                     out = AttrStmt("double_buffer", b, out)
+                    if s.buffer_producer != "threads":
+                        out = AttrStmt("buffer_producer", s.buffer_producer, out)
                     if s.buffer_stages != 2:
                         out = AttrStmt("buffer_stages", s.buffer_stages, out)
         return out

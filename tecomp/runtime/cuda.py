@@ -100,6 +100,7 @@ class PycudaDriver:
         self.max_shared_per_block = get(a.MAX_SHARED_MEMORY_PER_BLOCK)
         # what a kernel can opt in to (dynamic shared memory beyond the static 48 KiB)
         self.max_shared_per_block_optin = get(a.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        self.multiprocessors = get(a.MULTIPROCESSOR_COUNT)
         self._modules: Dict[str, object] = {}
         self._cubins: Dict[int, bytes] = {}      # id(module) -> its cubin (stream launches)
         self._cu_functions: Dict[tuple, object] = {}   # (id(module), name) -> CUfunction
@@ -213,6 +214,16 @@ class PycudaDriver:
         else:
             _cu_check(libcuda().cuStreamSynchronize(ctypes.c_void_p(stream)),
                       "cuStreamSynchronize")
+
+
+def _gpu_map(box, address: int, env, drv) -> bytes:
+    """The CUtensorMap of a TMA box over the argument of its tensor (``address`` on the
+    device, its extents from the call's ``env``), encoded by the driver after tecomp's
+    checks."""
+    from ..codegen import tma
+    from ..lower.tma_pipeline import map_spec
+    shape = [int(eval_host_expr(d, env)) for d in box.src.shape]
+    return tma.encode(map_spec(box, shape), address, getattr(drv, "cu", None))
 
 
 def _cu_check(status: int, what: str) -> None:
@@ -443,10 +454,18 @@ class CudaModule(CudaSourceModule):
                                 f"{kp.align}-byte aligned (a fresh allocation, or a contiguous "
                                 f"copy of a view)")
                 for k, kern, grid, block in launches:
-                    types = "".join("P" if p.is_buffer else _STRUCT[p.dtype] for p in kern.params)
-                    kargs = [pointers[p.obj] if p.is_buffer else _PY_SCALAR[p.dtype](env[p.obj])
+                    types = "".join("P" if p.is_buffer else "T" if p.dtype == "tensor_map" else
+                                    _STRUCT[p.dtype] for p in kern.params)
+                    kargs = [pointers[p.obj] if p.is_buffer else
+                             _gpu_map(p.obj, pointers[p.obj.src], env, drv)
+                             if p.dtype == "tensor_map" else _PY_SCALAR[p.dtype](env[p.obj])
                              for p in kern.params]
-                    if handle is None:
+                    if handle is None and "T" in types:
+                        # (a tensor map is 64-byte aligned among the parameters: the driver
+                        # API's launch places each one where the kernel declares it)
+                        drv.launch(fns[k], grid, block, kern.dynamic_shared, types, kargs,
+                                   stream=0)
+                    elif handle is None:
                         drv.launch(fns[k], grid, block, kern.dynamic_shared, types, kargs)
                     else:
                         drv.launch(fns[k], grid, block, kern.dynamic_shared, types, kargs,

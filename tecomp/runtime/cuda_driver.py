@@ -32,7 +32,7 @@ LIBCUDA_NAMES = ("libcuda.so.1", "libcuda.so")
 # CUdevice_attribute
 _ATTR = {"max_threads_per_block": 1, "block_x": 2, "block_y": 3, "block_z": 4, "grid_x": 5,
          "grid_y": 6, "grid_z": 7, "shared_per_block": 8, "major": 75, "minor": 76,
-         "shared_optin": 97}
+         "shared_optin": 97, "multiprocessors": 16}
 # CUfunction_attribute
 FUNC_MAX_THREADS, FUNC_NUM_REGS, FUNC_MAX_DYNAMIC_SHARED = 0, 4, 8
 # CUpointer_attribute
@@ -89,9 +89,11 @@ _CTYPE = {"P": ctypes.c_uint64, "b": ctypes.c_int8, "B": ctypes.c_uint8,
 
 def pack_params(types: str, args: Sequence) -> Tuple[ctypes.Array, List]:
     """``cuLaunchKernel``'s ``kernelParams``: an array of pointers to each argument's
-    value, typed by ``types`` (struct characters, ``P`` a device pointer), and the values
-    (keep them alive until the launch returns)."""
-    values = [_CTYPE[t](int(a) if t == "P" else a) for t, a in zip(types, args)]
+    value, typed by ``types`` (struct characters, ``P`` a device pointer, ``T`` a
+    128-byte CUtensorMap given as bytes), and the values (keep them alive until the
+    launch returns)."""
+    values = [(ctypes.c_uint64 * 16).from_buffer_copy(a) if t == "T" else
+              _CTYPE[t](int(a) if t == "P" else a) for t, a in zip(types, args)]
     params = (ctypes.c_void_p * max(1, len(values)))(
         *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
     return params, values
@@ -155,6 +157,7 @@ class DriverApi:
         self.max_grid_dims = (get("grid_x"), get("grid_y"), get("grid_z"))
         self.max_shared_per_block = get("shared_per_block")
         self.max_shared_per_block_optin = get("shared_optin")
+        self.multiprocessors = get("multiprocessors")
         self.context = ctypes.c_void_p()
         self.check(cu.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device),
                    "cuDevicePrimaryCtxRetain")

@@ -98,6 +98,8 @@ class Stage(TracedStage):
         self.tensorized: Optional[tuple] = None  # (IterVar, TensorIntrin): tensorize
         self.double_buffered = False  # double_buffer
         self.buffer_stages = 2        # double_buffer(stages=...)
+        self.buffer_producer = "threads"   # double_buffer(producer=...)
+        self.persistent_blocks = None      # persistent(blocks, group_m)
         self.stored_root = False  # store_root
         self.lockstep = None      # _lockstep: (steps, rescale)
 
@@ -637,7 +639,7 @@ class Stage(TracedStage):
                 f"give every output axis ({names}) exactly once, outermost first")
         self.storage_perm = None if dims == tuple(range(len(dims))) else dims
 
-    def double_buffer(self, stages: int = 2):
+    def double_buffer(self, stages: int = 2, producer: str = "threads"):
         """Give this shared-memory stage two buffers (``stages`` of them), so that a GPU
         block copies the tile of the next iteration into one while it computes from the
         other (TVM's ``double_buffer``; with ``stages`` > 2, a ring of buffers as Triton's
@@ -654,7 +656,28 @@ class Stage(TracedStage):
         (``cp.async`` on sm_80 and later; with more than two stages each iteration's
         copies are a commit group, and the barrier waits only for the oldest), so the
         next tiles' loads are in flight while the block computes.  Every shared stage
-        copied in the same iteration must be buffered too, with the same ``stages``."""
+        copied in the same iteration must be buffered too, with the same ``stages``.
+
+        ``producer="tma"`` (sm_90 and later): the tile is not copied by the block's threads
+        but by the TMA unit -- one thread issues, per iteration, one
+        ``cp.async.bulk.tensor`` of the whole tile through a tensor map of the tensor it
+        reads (a ``const __grid_constant__`` kernel parameter the runtime encodes at each
+        call), into the ring; each slot has a *full* mbarrier (the copy's bytes complete
+        it) that the threads wait on instead of a barrier, and an *empty* one they arrive
+        on when they have read it, which the issuing thread waits on before copying into
+        the slot again.  The stage's loops must be its own (no split, fuse or binding:
+        the tile is one box), its copy a plain read of a C-contiguous global tensor with
+        the tile's innermost dimension along the tensor's (TMA copies boxes as they lie
+        in memory; a transposed tile is a ScheduleError), the box at most 256 along each
+        dimension; the rows of the tensor must be 16-byte aligned (a TensorMapError when
+        it is called otherwise).
+
+        ``producer="tma_warp"``: the same ring, the copies issued by a warp of its own
+        (warp specialisation): the kernel is launched with one more ``threadIdx.z``
+        (the block's threads along x and y, a warp when they are 32), whose first thread
+        runs ahead through all the loop's iterations, waiting only for empty slots, while
+        the other threads compute; the tiles' origins may depend only on the block and
+        the loop (not on the computing threads)."""
         if self.scope != "shared":
             raise ScheduleError(
                 f"double_buffer on stage {display(self.name)}: its scope is {self.scope}; "
@@ -664,8 +687,30 @@ class Stage(TracedStage):
             raise ScheduleError(
                 f"double_buffer on stage {display(self.name)}: stages={stages!r:.40}; give "
                 "an int from 2 (two buffers, the default) to 8 (a ring of 8 tiles)")
+        if producer not in ("threads", "tma", "tma_warp"):
+            raise ScheduleError(
+                f"double_buffer on stage {display(self.name)}: producer={producer!r:.40}; give "
+                "'threads' (the block's threads copy the tile, cp.async), 'tma' (one thread "
+                "issues a TMA copy of the whole tile, sm_90 and later) or 'tma_warp' (a warp "
+                "of its own issues them: warp specialisation)")
         self.double_buffered = True
         self.buffer_stages = stages
+        self.buffer_producer = producer
+
+    def persistent(self, blocks: int, group_m: int = 8):
+        """Run this stage's blocks as a persistent grid: ``blocks`` blocks (as many as the
+        GPU has SMs: 132 on an H100 SXM), each looping over the output tiles
+        ``blockIdx.x``, ``+ blocks``, ... (no more blocks than tiles), taken in grouped
+        order: ``group_m`` tile rows at a time, down a group's rows before its next
+        column, so that the blocks running at once share their operands' tiles in L2.
+        The stage's loops bound to ``blockIdx.y`` (rows) and ``blockIdx.x`` (columns) must
+        be its two outermost, of constant extents; a TMA ring inside starts again with
+        each tile."""
+        for name, v, lo in (("blocks", blocks, 1), ("group_m", group_m, 1)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo or v > 1 << 20:
+                raise ScheduleError(f"persistent on stage {display(self.name)}: {name}="
+                                    f"{v!r:.40}; give a positive int")
+        self.persistent_blocks = (blocks, group_m)
 
     def align_bounds(self, axis, factor: int):
         """Compute the region of output axis ``axis`` rounded out to whole multiples of

@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 import tecomp as tc
 from ..runtime.nvcc import find_nvcc
 from ..threads import available_cpus
@@ -48,19 +49,30 @@ def ptxas_usage(source: str, arch: str) -> Dict[str, dict]:
     """``{kernel: {"registers", "spill_stores", "spill_loads", "stack", "smem"}}`` from
     ``nvcc -cubin -Xptxas -v``.  Raises RuntimeUnavailableError without nvcc, BuildError
     when it fails."""
+    return parse_ptxas(ptxas_build(source, arch)[0])
+
+
+def ptxas_build(source: str, arch: str, sass: bool = False) -> Tuple[str, Optional[str]]:
+    """``nvcc -cubin -arch=<arch> -Xptxas -v`` of CUDA C ``source``: ptxas's report and
+    (``sass``) the cubin's SASS, from nvdisasm or cuobjdump where one is on PATH (else
+    None).  Raises RuntimeUnavailableError without nvcc, BuildError when it fails."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise RuntimeUnavailableError("nvcc was not found on PATH (nor under $CUDA_HOME/bin)")
     with tempfile.TemporaryDirectory(prefix="tecomp-ptxas-") as d:
-        cu = os.path.join(d, "k.cu")
+        cu, cubin = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
         with open(cu, "w") as f:
             f.write(source)
         proc = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v",
-                               "-o", os.path.join(d, "k.cubin"), cu],
-                              capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BuildError(f"nvcc -cubin -arch={arch} failed:\n{proc.stderr.strip()}")
-    return parse_ptxas(proc.stderr + proc.stdout)
+                               "-o", cubin, cu], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"nvcc -cubin -arch={arch} failed:\n{proc.stderr.strip()}")
+        text = None
+        dis = shutil.which("nvdisasm") or shutil.which("cuobjdump")
+        if sass and dis:
+            cmd = [dis, cubin] if dis.endswith("nvdisasm") else [dis, "-sass", cubin]
+            text = subprocess.run(cmd, capture_output=True, text=True).stdout
+    return proc.stderr + proc.stdout, text
 
 
 def parse_ptxas(text: str) -> Dict[str, dict]:

@@ -86,7 +86,11 @@ class WmmaConfig:
     mantissa bits; the ``mma`` family only) -- off by default, as PyTorch's
     ``allow_tf32``, since it changes the result's precision; ``stages``: with
     ``double_buffer``, the shared tiles' ring of buffers (``double_buffer(stages=...)``:
-    3 to 5 keep two to four k steps' copies in flight)."""
+    3 to 5 keep two to four k steps' copies in flight); ``producer``: who fills the ring,
+    ``"threads"`` (every thread a share, cp.async), ``"tma"`` (the wgmma family on
+    K-major operands: one thread issues a TMA copy of each tile, the ring guarded by
+    mbarriers: ``double_buffer(producer="tma")``) or ``"tma_warp"`` (the same, issued by
+    a producer warp of its own: the block gets one more warp)."""
 
     warps_m: int
     warps_n: int
@@ -97,6 +101,7 @@ class WmmaConfig:
     family: str = "wmma"
     tf32: bool = False
     stages: int = 2
+    producer: str = "threads"
 
     @property
     def block_m(self) -> int:
@@ -267,6 +272,13 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
                             "WmmaConfig(..., family='mma', tf32=True)")
     if cfg.family == "wgmma":
         check_wgmma_config(cfg, a.dtype)
+    if cfg.producer != "threads" and (cfg.family != "wgmma" or cfg.producer not in (
+            "tma", "tma_warp") or not cfg.double_buffer):
+        raise ScheduleError(
+            f"{cfg}: producer={cfg.producer!r:.20}; the TMA producer ('tma', 'tma_warp') "
+            "fills the double-buffered tiles of the wgmma family (WmmaConfig(..., "
+            "family='wgmma', producer='tma')); the other families' tiles are copied by the "
+            "threads")
     fam, names = cfg.family, family_intrinsics(cfg.family, a.dtype)
     per16 = 16 // _dt.nbytes(a.dtype)   # elements per 16-byte copy (and per row pad)
     if fam == "wgmma":   # per warp: the mma.* accumulator layout (see intrin_wgmma)
@@ -395,6 +407,9 @@ def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str) -> None:
     for S, rows in ((AS, cfg.block_m), (BS, cfg.block_n)):
         ss = s[S]
         ss.compute_at(sc, ko)
+        if cfg.producer in ("tma", "tma_warp"):   # one TMA copy of the tile: its own loops
+            ss.double_buffer(stages=cfg.stages, producer=cfg.producer)
+            continue
         _cooperative_copy(ss, threads, rows * cfg.k_tile, per16)
         if cfg.double_buffer:
             ss.double_buffer(stages=cfg.stages)
