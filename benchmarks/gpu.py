@@ -225,8 +225,9 @@ class DirectLaunch:
             ptrs[w] = int(self.workspaces[-1])
         cmod = drv.compile(mod.cuda_source, getattr(mod.target, "arch", None))
         self.launches = []
-        from tecomp.codegen import tma
         from tecomp.lower.tma_pipeline import map_spec
+        from tecomp.runtime.cuda_driver import libcuda
+        from tecomp.target import tma
         for k in mod.kernels:
             if not all(hasattr(d, "value") for d in k.grid + k.block) or \
                     not all(p.is_buffer or p.dtype == "tensor_map" for p in k.params):
@@ -238,7 +239,7 @@ class DirectLaunch:
             # (a TMA tensor map: encoded once, by the driver, for these arrays)
             args = [ptrs[p.obj] if p.is_buffer else tma.encode(
                 map_spec(p.obj, [int(d.value) for d in p.obj.src.shape]), ptrs[p.obj.src],
-                getattr(drv, "cu", None))
+                getattr(drv, "cu", None) or libcuda())
                 for p in k.params]
             self.launches.append((drv.get_function(cmod, k.name), grid, block,
                                   k.dynamic_shared, types, args))

@@ -170,7 +170,7 @@ class FakeLibcuda:
                                interleave, swizzle, l2, oob):
         """Records the arguments and writes the map in the CUDA emulation's layout (so that
         a kernel run by the emulation can copy through it)."""
-        from tecomp.codegen import tma
+        from tecomp.target import tma
         r = rank.value
         rec = {"dtype": dtype.value, "rank": r, "address": address.value,
                "map_aligned_64": out.value % 64 == 0, "dims": list(dims)[:r],

@@ -16,7 +16,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from tecomp.codegen import tma
+from tecomp.target import tma
 from tecomp.codegen.cuda_hopper import SWIZZLE, WGMMA_N, wgmma_desc
 from tecomp.errors import BuildError
 from tecomp.runtime.nvcc import find_nvcc

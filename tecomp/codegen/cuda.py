@@ -87,7 +87,7 @@ from ..target import (  # noqa: E402,F401
     MAX_THREADS_PER_BLOCK, MMA_MIN_SM, SHARED_ALIGN, WARP_SIZE, sm_number,
 )
 from .cuda_hopper import HOPPER_HELPERS, WARPGROUP, check_wgmma_target
-from . import tma as _tma
+from ..target import tma as _tma
 from ..lower.tma_pipeline import (TMA_CONSUME, TMA_COPY, TMA_PIPELINE, TMA_PRODUCE,
                                   box_of)
 

@@ -63,7 +63,7 @@ from ..runtime.libfiles import (cache_root, digest_file, private_dir, sidecar_ma
                        write_sidecar)
 from ..runtime.cuda import CudaSourceModule, stream_handle
 from ..lower.tma_pipeline import map_spec
-from . import tma
+from ..target import tma
 from .cuda import TENSOR_MAP
 
 ABI_VERSION = 2

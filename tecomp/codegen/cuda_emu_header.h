@@ -1261,7 +1261,7 @@ inline void bulk_g2s(void* dst, const void* src, unsigned bytes, void* bar) {
 }
 
 // ---- cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes (TMA)
-// The tensor map as tecomp.codegen.tma.emu_bytes lays it out (the first 112 of its 128
+// The tensor map as tecomp.target.tma.emu_bytes lays it out (the first 112 of its 128
 // bytes): dims innermost first, byte strides of dims 1.., the box and element strides.
 struct TmaMap {
   unsigned magic, rank, elem_bytes, swizzle;  // swizzle: 0 none, 1 32B, 2 64B, 3 128B
@@ -1285,7 +1285,7 @@ inline void tma_load(void* dst, const void* map, const int* coords, int rank, vo
   TmaMap m;
   memcpy(&m, map, sizeof m);
   if (m.magic != 0x4D544354u)
-    warp_op_error(op, "the tensor map's bytes are not an encoded map (tecomp.codegen.tma."
+    warp_op_error(op, "the tensor map's bytes are not an encoded map (tecomp.target.tma."
                       "emu_bytes for the emulation)");
   if ((int)m.rank != rank) {
     snprintf(buf, sizeof buf, "the tensor map has rank %u, the instruction gives %d "

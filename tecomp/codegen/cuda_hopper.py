@@ -35,7 +35,7 @@ The helpers (``{q}`` is the renderer's qualifier, ``__device__ __forceinline__``
 ``tc_bulk_g2s`` copies contiguous bytes (a tile pre-tiled in global memory, already in its
 shared layout); ``tc_tma_load_*d`` copy a box of a tensor (TMA), swizzled on the way and
 zero-filled outside the tensor, through a tensor map built on the host
-(:mod:`tecomp.codegen.tma`: checked there, then encoded by the driver's
+(:mod:`tecomp.target.tma`: checked there, then encoded by the driver's
 ``cuTensorMapEncodeTiled``, or in the emulation's own layout, whose ``tma_load``
 implements the box, element strides, swizzle, zero fill and complete_tx).
 """
@@ -156,7 +156,7 @@ def _wgmma(n: int, t: str) -> str:
 
 
 #: the CUtensorMap of a kernel parameter (``const __grid_constant__ tc_tensor_map``): 128
-#: opaque bytes, 64-byte aligned, encoded on the host (tecomp.codegen.tma: by the driver's
+#: opaque bytes, 64-byte aligned, encoded on the host (tecomp.target.tma: by the driver's
 #: cuTensorMapEncodeTiled for a GPU, in the emulation's own layout for TECOMP_CUDA_EMU)
 _TENSOR_MAP_TYPE = (
     "#ifndef TECOMP_TC_TENSOR_MAP\n#define TECOMP_TC_TENSOR_MAP\n"

@@ -22,6 +22,7 @@ import torch
 from .. import nn as _nn
 from .. import te as _te
 from ..errors import InternalError
+from .prepack import _pack
 
 aten = torch.ops.aten
 
@@ -746,8 +747,6 @@ def tensors_of(v) -> Sequence:
 
 def lower_region(region: Region, vals):
     """The region as a tecomp DAG: (placeholders, outputs)."""
-    from .lowering_nn import _pack
-
     lw = Lowering(vals)
     ins = []
     packs = region.packs or (None,) * len(region.inputs)

@@ -18,6 +18,7 @@ from ..strategy.cpu.conv2d_tasks import PREPACKED_WEIGHT
 from ..strategy.rules import NO_INLINE, Knobs
 from ..target import cpu_model
 from .lowering import VIEWS, _float_only, _shape, bound_args, rule
+from .prepack import Pack, _blocked, _pack  # noqa: F401  (Pack: the type weight_packs returns)
 
 aten = torch.ops.aten
 
@@ -136,7 +137,7 @@ def _conv_1x1_as_gemm(x, w, stride, padding, name, packed=None):
     into the flattened plane (a gather per element, by division) 1.24x
     (benchmarks/history/2026-11-30.md, "downsample 1x1 512->1024 stride 2").
 
-    ``packed``: the weights as ``[1, K, C]`` already (:data:`PACKS` ``"gemm_1x1"``),
+    ``packed``: the weights as ``[1, K, C]`` already (:data:`tecomp.dynamo.prepack.PACKS` ``"gemm_1x1"``),
     read in place; else the stage ``<name>.weights`` reads them from ``w``."""
     dims = [tuple(e.value if isinstance(e, Const) else None for e in t.shape) for t in (x, w)]
     plane = _gemm_1x1_plane(*dims, stride, padding, x.dtype if x.dtype == w.dtype else None)
@@ -154,70 +155,6 @@ def _conv_1x1_as_gemm(x, w, stride, padding, name, packed=None):
         _te.compute((1, K, C), lambda _, k, c: w[k, c, 0, 0], name=name + ".weights")
     g = _nn.batch_matmul(wk, flat, name=name + ".gemm")
     return _te.compute((N, K, OH, OW), lambda n, k, i, j: g[n, k, i * OW + j], name=name)
-
-
-# -- constant weights packed once -----------------------------------------------------
-class Pack:
-    """A layout a convolution's weight is packed into ahead of the calls (see
-    :func:`weight_packs`): ``shape(w)`` its shape, ``pack(w)`` the packed tensor, ``view``
-    the rule's tensor in the weight's own layout over the packed placeholder; ``cached``:
-    whether the packed tensor is a copy, kept while the weight is unchanged (else a view,
-    made at each call)."""
-
-    def __init__(self, name, shape, pack, view, cached):
-        self.name, self.shape, self.pack, self.view, self.cached = \
-            name, shape, pack, view, cached
-
-    def __repr__(self):
-        return f"Pack({self.name!r})"
-
-
-def _blocked(ob):
-    """OIHW weights as ``[O / ob, C, KH, KW, ob]``: each block of ``ob`` output channels
-    contiguous, the layout the NCHW template copies them into when its vectors run
-    across the output channels (``by_channels``)."""
-    def shape(ws):
-        O, C, KH, KW = ws
-        return (O // ob, C, KH, KW, ob)
-
-    def pack(t):
-        O, C, KH, KW = t.shape
-        return t.detach().reshape(O // ob, ob, C, KH, KW).permute(0, 2, 3, 4, 1) \
-            .contiguous()
-
-    def view(p, ws, name):
-        return _te.compute(ws, lambda o, c, y, x: p[o // ob, c, y, x, o % ob], name=name,
-                           tag=PREPACKED_WEIGHT)
-    return Pack(f"oihw_blocked{ob}", shape, pack, view, cached=True)
-
-
-def _gemm_1x1_pack():
-    def shape(ws):
-        return (1, ws[0], ws[1])
-
-    def pack(t):  # (a view of a contiguous weight: no copy)
-        return t.detach().reshape(1, t.shape[0], t.shape[1]).contiguous()
-
-    def view(p, ws, name):
-        return _te.compute(ws, lambda k, c, y, x: p[0, k, c], name=name)
-    return Pack("gemm_1x1", shape, pack, view, cached=False)
-
-
-#: the packs by name (a region's ``packs`` name them; they are part of its kernel's key)
-PACKS: Dict[str, Pack] = {}
-
-
-def _pack(name) -> Pack:
-    p = PACKS.get(name)
-    if p is None:
-        if name == "gemm_1x1":
-            p = _gemm_1x1_pack()
-        elif name.startswith("oihw_blocked"):
-            p = _blocked(int(name[len("oihw_blocked"):]))
-        else:
-            raise InternalError(f"tecomp.dynamo: unknown weight pack {name!r:.40}")
-        PACKS[name] = p
-    return p
 
 
 def _conv_pack(node, vals) -> Optional[str]:

@@ -43,14 +43,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Sequence, Tuple
 
-from ..codegen import tma as _tma
+from ..target import tma as _tma
 from ..errors import ScheduleError
 from ..ir import dtype as _dt, op as _op
-from ..ir.expr import Buffer, BufferLoad, Const, Expr, Min, Var
+from ..ir.expr import LT, Buffer, BufferLoad, Const, Expr, Min, Var
 from ..ir.functor import substitute
 from ..ir.names import display
 from ..ir.simplify import simplify
-from ..ir.stmt import AttrStmt, BufferStore, For, Stmt
+from ..ir.stmt import AttrStmt, BufferStore, For, IfThenElse, Stmt, seq
 
 TMA_PIPELINE = "tma_pipeline"
 TMA_PRODUCE = "tma_produce"
@@ -295,8 +295,6 @@ def tma_ring(loop: For, chain, copies, rest, marked, bufs, stages: int, what: st
     """The loop with its marked stages' copies made a TMA ring (the module doc);
     ``copies`` and ``rest``: the statements of an iteration before and after its barrier
     (double_buffer.py's split), ``bufs`` the ring buffer of each marked stage."""
-    from ..ir.stmt import IfThenElse, seq
-    from ..ir.expr import LT
     nests = []
     for c in copies:
         box, _ = box_of(c, what)

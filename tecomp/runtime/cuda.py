@@ -45,6 +45,8 @@ from .cuda_driver import libcuda, pack_params
 from .cuda_kernels import CudaSource, KernelInfo
 from .nvcc import compile_cubin, compile_ptx
 from ..target import MAX_STATIC_SHARED_BYTES
+from ..target import tma as _tma
+from ..lower.tma_pipeline import map_spec
 from ..errors import ArgumentError, BuildError, ResourceLimitError, RuntimeUnavailableError
 from ..ir.expr import Buffer
 from .timing import Timed
@@ -220,10 +222,8 @@ def _gpu_map(box, address: int, env, drv) -> bytes:
     """The CUtensorMap of a TMA box over the argument of its tensor (``address`` on the
     device, its extents from the call's ``env``), encoded by the driver after tecomp's
     checks."""
-    from ..codegen import tma
-    from ..lower.tma_pipeline import map_spec
     shape = [int(eval_host_expr(d, env)) for d in box.src.shape]
-    return tma.encode(map_spec(box, shape), address, getattr(drv, "cu", None))
+    return _tma.encode(map_spec(box, shape), address, getattr(drv, "cu", None) or libcuda())
 
 
 def _cu_check(status: int, what: str) -> None:

@@ -41,7 +41,9 @@ from typing import Dict, Tuple
 
 import numpy as np
 
-from ..codegen import cuda_emu, tma
+from ..codegen import cuda_emu
+from ..runtime.cuda_driver import libcuda
+from ..target import tma
 from ..codegen.cuda_hopper import prelude
 from ..errors import BoundsError, BuildError
 
@@ -294,7 +296,7 @@ def pretile(x_bits: np.ndarray, rows: int, swizzle: int) -> np.ndarray:
 
 
 def tensor_maps(M: int, N: int, K: int, bn: int, swizzle: int, bf16: bool):
-    """The :class:`~tecomp.codegen.tma.TensorMapSpec` of A ``[M, K]`` and B ``[N, K]``
+    """The :class:`~tecomp.target.tma.TensorMapSpec` of A ``[M, K]`` and B ``[N, K]``
     (C-contiguous) for the ``tma`` variants: ``swizzle=1`` boxes of ``64 k x rows``
     128B-swizzled (the layout of :func:`tile_offsets`); ``swizzle=0`` boxes ``(8 k, rows,
     8 k blocks)`` of the view ``[K / 8, rows, 8]`` (core matrices, k blocks ``rows * 16``
@@ -402,7 +404,7 @@ class GpuTile:
             if maps is None:
                 specs = tensor_maps(self.M, self.N, self.K, self.bn, self.swizzle, self.bf16)
                 maps = self._maps[a_ptr, b_ptr] = [
-                    tma.encode(sp, p, getattr(self.drv, "cu", None))
+                    tma.encode(sp, p, getattr(self.drv, "cu", None) or libcuda())
                     for sp, p in zip(specs, (a_ptr, b_ptr))]
         # (stream 0: the driver API's cuLaunchKernel, each argument at the offset the
         # kernel declares: the maps 64-byte aligned)

@@ -3,7 +3,7 @@ checked on the host before cuTensorMapEncodeTiled is called, and TMA below sm_90
 import numpy as np
 import pytest
 
-from tecomp.codegen import tma
+from tecomp.target import tma
 from tecomp.errors import TargetError, TensorMapError
 from tecomp.testing import hopper_gemm as hg
 

@@ -38,11 +38,17 @@ from typing import Optional
 
 from ...errors import ScheduleError
 from ...ir import dtype as _dt
-from ...schedule.schedule import Schedule, create_schedule
+from ...ir.expr import Const as _Const, Mul, ProducerLoad
+from ...ir.functor import collect, substitute
+from ...nn.attention import FLASH_DTYPES, FLASH_MAX_DIM, _flash_forward
+from ...schedule.relations import _with_body
+from ...schedule.schedule import Schedule, Stage, create_schedule
 from ... import te as _te
 from ...te.tensor import PlaceholderOp, Tensor, compute_ops
 from ...te.tensor_intrin import tensor_intrin
 from .._common import _cint, _has_tag
+from ..cpu.attention import _attention_parts
+from ..cpu.common import _NoTemplate
 from .common import _bind, _check_target, _cooperative_copy, max_shared_bytes
 from .tensorcore import FRAG, WARP, family_intrinsics
 
@@ -152,11 +158,6 @@ def sdpa_as_flash(out: Tensor) -> Optional[tuple]:
     mask; q, k and v placeholders (the attention alone) of one dtype among
     ``FLASH_DTYPES``, of constant shapes, head dims multiples of 16 up to
     ``FLASH_MAX_DIM``; else None (the generic GPU rules)."""
-    from ...ir.expr import Const as _Const, Mul, ProducerLoad
-    from ...ir.functor import collect
-    from ...nn.attention import FLASH_DTYPES, FLASH_MAX_DIM
-    from ..cpu.attention import _attention_parts
-    from ..cpu.common import _NoTemplate
     try:
         t = _attention_parts(out)
     except _NoTemplate:
@@ -191,10 +192,6 @@ def schedule_sdpa_as_flash(outs, target: str = "cuda",
     graph's own stages left out; else None.  ``p`` is then rounded to the inputs' dtype
     before ``p v``, as FlashAttention's (the general stages keep it float32).  The
     schedule's trace is not replayable (the substitution is no primitive)."""
-    from ...ir.functor import substitute
-    from ...nn.attention import _flash_forward
-    from ...schedule.relations import _with_body
-    from ...schedule.schedule import Stage
     _check_target(target)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     if len(outs) != 1 or not isinstance(outs[0], Tensor):

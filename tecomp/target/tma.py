@@ -26,8 +26,8 @@ import dataclasses
 import struct
 from typing import Sequence, Tuple
 
-from ..errors import TargetError, TensorMapError
-from ..target.cuda import sm_number
+from ..errors import RuntimeUnavailableError, TargetError, TensorMapError
+from .cuda import sm_number
 
 #: CUtensorMapDataType of the dtypes a map may hold
 DATA_TYPES = {"uint8": 0, "int8": 0, "uint16": 1, "uint32": 2, "int32": 3, "uint64": 4,
@@ -158,14 +158,11 @@ def emu_bytes(spec: TensorMapSpec, address: int) -> bytes:
     return raw + bytes(MAP_BYTES - len(raw))
 
 
-def encode(spec: TensorMapSpec, address: int, cu=None) -> bytes:
+def encode(spec: TensorMapSpec, address: int, cu) -> bytes:
     """The 128-byte CUtensorMap of ``spec`` at global ``address``, encoded by the CUDA
-    driver's ``cuTensorMapEncodeTiled`` (``cu``: the driver library, by default
+    driver's ``cuTensorMapEncodeTiled`` (``cu``: the driver library,
     :func:`tecomp.runtime.cuda_driver.libcuda`'s), after :func:`check`."""
-    from ..errors import RuntimeUnavailableError
-    from ..runtime.cuda_driver import libcuda
     check(spec, address)
-    cu = cu if cu is not None else libcuda()
     r = len(spec.dims)
     buf = ctypes.create_string_buffer(MAP_BYTES + 64)   # the map 64-byte aligned
     at = ctypes.addressof(buf) + (-ctypes.addressof(buf)) % 64
