@@ -48,9 +48,16 @@ Options (``torch.compile(model, backend="tecomp", options={...})``):
     PyTorch's OpenMP regions, and the kernels on them, slow down many times more than
     tecomp's pool (benchmarks/history/2026-11-30.md).
 
-Shapes are specialised: each new signature of a graph's inputs (shapes, dtypes,
-strides, integer values) compiles its own kernels, as TorchDynamo's guards recompile a
-graph for new static shapes.
+``dynamic`` (bool, default True)
+    In a graph with symbolic sizes (TorchDynamo's automatic dynamic shapes, or
+    ``torch._dynamo.mark_dynamic``), build each kernel once with symbolic extents
+    (``tc.var``), for every size (True), or for each new size (False: a kernel of
+    constant extents per size, as for static graphs).
+
+Shapes: a static graph (TorchDynamo's guards recompile it for new shapes) gets kernels of
+its constant sizes; a graph with symbolic sizes gets kernels with symbolic extents, built
+once and run for every size, except those that cannot be expressed so (each logged),
+which are built for each new size (docs/torch_compile.md, "Shapes").
 """
 from __future__ import annotations
 
@@ -95,6 +102,9 @@ class Options:
     threads : str, optional
         ``"tecomp"`` (the default) or ``"torch"``: whose threads run the kernels'
         parallel loops while a graph runs (see the module docstring).
+    dynamic : bool, optional
+        Kernels with symbolic extents for a graph with symbolic sizes (True, the
+        default), or a kernel per size (False).
 
     Raises
     ------
@@ -105,7 +115,7 @@ class Options:
     """
 
     def __init__(self, trials: int = 0, log: Any = None, cache: bool = True,
-                 target: Any = "llvm", threads: str = "tecomp"):
+                 target: Any = "llvm", threads: str = "tecomp", dynamic: bool = True):
         if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
             raise ArgumentError(f"torch.compile(backend='tecomp'): option trials must be an "
                                 f"int >= 0, got {trials!r:.60}")
@@ -121,14 +131,18 @@ class Options:
             raise ArgumentError(f"torch.compile(backend='tecomp'): option threads must be "
                                 f"'tecomp' or 'torch', got {threads!r:.60}")
         self.trials, self.log, self.cache, self.target = trials, log, cache, t
+        if not isinstance(dynamic, bool):
+            raise ArgumentError(f"torch.compile(backend='tecomp'): option dynamic must be "
+                                f"True or False, got {dynamic!r:.60}")
         self.threads = threads
+        self.dynamic = dynamic
 
     def __repr__(self):
         return (f"Options(trials={self.trials}, log={self.log!r}, cache={self.cache}, "
-                f"target='{self.target}', threads='{self.threads}')")
+                f"target='{self.target}', threads='{self.threads}', dynamic={self.dynamic})")
 
 
-_OPTION_NAMES = ("trials", "log", "cache", "target", "threads")
+_OPTION_NAMES = ("trials", "log", "cache", "target", "threads", "dynamic")
 
 
 def _options(kwargs) -> Options:
@@ -183,7 +197,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options: Any) 
     example_inputs : list
         Its (fake) example inputs.
     **options
-        ``trials``, ``log``, ``cache``, ``target``, ``threads`` (see :class:`Options`).
+        ``trials``, ``log``, ``cache``, ``target``, ``threads``, ``dynamic`` (see
+        :class:`Options`).
 
     Returns
     -------

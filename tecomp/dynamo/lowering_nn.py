@@ -12,7 +12,7 @@ from .. import te as _te
 from ..autodiff import gradient as _gradient
 from ..errors import BoundsError
 from ..ir.expr import Const
-from .lowering import VIEWS, _float_only, _shape, bound_args, rule
+from .lowering import VIEWS, _float_only, _shape, bound_args, rule, same
 
 aten = torch.ops.aten
 
@@ -55,8 +55,8 @@ def _addmm(lw, node):
     bs = _shape(bias)
 
     def body(i, j):
-        bi = bias[tuple(([] if len(bs) < 2 else [0 if bs[0] == 1 else i]) +
-                        ([0 if bs[-1] == 1 else j] if bs else []))]
+        bi = bias[tuple(([] if len(bs) < 2 else [0 if same(bs[0], 1) else i]) +
+                        ([0 if same(bs[-1], 1) else j] if bs else []))]
         v = p[i, j]
         if alpha != 1:
             v = v * _te.const(alpha, dt)
