@@ -127,3 +127,50 @@ def test_symbolic_kernel_refuses_inconsistent_sizes():
         mod(torch.randn(5, 8), torch.randn(6, 8), torch.empty(5, 8))
     with pytest.raises(ArgumentError):
         mod(torch.randn(5, 8), torch.randn(5, 8), torch.empty(7, 8))
+
+
+def test_norm_and_projection_with_a_symbolic_sequence_length():
+    """A layer norm, a projection and GELU over ``[2, n, 8]``: the GEMM's rows are
+    ``2*n0`` only (n0 passed to the kernel as a scalar argument)."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.LayerNorm(8), torch.nn.Linear(8, 8), torch.nn.GELU())
+    dcache.clear_memory()
+    c = torch.compile(m, backend="tecomp", options=OPTS)
+    builds = _run(c, m, (3, 10, 17), dim=1, make=lambda n: torch.randn(2, n, 8))
+    assert builds[-1] == builds[0]
+
+
+@pytest.mark.skipif(not LONG, reason="slow (a GEMM of two symbolic extents: 7 s to build)")
+def test_attention_with_a_symbolic_sequence_length():
+    """Scores, softmax and their product with the values over a symbolic sequence length
+    (batched GEMMs of extents n0 x n0), the projection's extent only ``2*n0``."""
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(8, 8)
+
+    def f(x):
+        q = proj(x)
+        return torch.softmax(q @ x.transpose(1, 2), dim=-1) @ x
+    dcache.clear_memory()
+    c = torch.compile(f, backend="tecomp", options=OPTS)
+    builds = _run(c, f, (3, 10, 17), dim=1, make=lambda n: torch.randn(2, n, 8))
+    assert builds[-1] == builds[0]
+
+
+def test_symbolic_kernel_from_the_disk_cache_at_another_size(tmp_path, monkeypatch):
+    """A kernel with symbolic extents is one library on disk, keyed by its symbolic
+    signature: after the process forgets its kernels, a new size loads it (no build)."""
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
+    f = lambda t: torch.tanh(t) * 3  # noqa: E731
+    dcache.clear_memory()
+    c = torch.compile(f, backend="tecomp")
+    before = dict(td.STATS)
+    _run(c, f, (5,))
+    dcache.flush()
+    assert td.STATS["built"] - before["built"] == 1
+    assert len(list((tmp_path / "dynamo").glob("*.so"))) == 1
+    dcache.clear_memory()
+    torch._dynamo.reset()
+    c = torch.compile(f, backend="tecomp")
+    _run(c, f, (12, 7))
+    assert td.STATS["built"] - before["built"] == 1
+    assert td.STATS["disk"] - before["disk"] == 1
