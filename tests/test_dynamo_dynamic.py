@@ -174,3 +174,24 @@ def test_symbolic_kernel_from_the_disk_cache_at_another_size(tmp_path, monkeypat
     _run(c, f, (12, 7))
     assert td.STATS["built"] - before["built"] == 1
     assert td.STATS["disk"] - before["disk"] == 1
+
+
+def test_cat_along_a_symbolic_extent():
+    """Concatenations along the symbolic batch (of two computed parts and a constant
+    one, each read at an index clamped into it) and across it, one kernel for every
+    size."""
+    p = torch.randn(3, 4)
+
+    def f(x, y):
+        return torch.tanh(torch.cat([x, x * 2, p], dim=0)) + 1, torch.cat([y, x[:, :2]], 1) * 3
+    dcache.clear_memory()
+    c = torch.compile(f, backend="tecomp", options=OPTS)
+    before = td.STATS["built"]
+    with torch.no_grad():
+        for n in (5, 2, 9):
+            x, y = torch.randn(n, 4), torch.randn(n, 7)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(y, 0)
+            for g, w in zip(c(x, y), f(x, y)):
+                torch.testing.assert_close(g, w)
+    assert td.STATS["built"] - before == 1

@@ -791,7 +791,32 @@ def _cat(lw, node):
     xs = [_cast_tensor(lw, x, dt) for x in xs]
     if len(xs) == 1:
         return xs[0]
+    if not all(isinstance(_shape(x)[dim], int) for x in xs):
+        return _cat_symbolic(xs, dim, _shape(lw.out(node)), lw.name(node))
     return _nn.concatenate(xs, axis=dim, name=lw.name(node))
+
+
+def _cat_symbolic(xs, dim, shape, name):
+    """The concatenation along a symbolic extent (``nn.concatenate`` takes constant
+    ones): each element selected from the part its index falls in, every part read at
+    an index clamped into it (select evaluates both sides)."""
+    parts, off = [], 0
+    for x in xs:
+        e = _shape(x)[dim]
+        parts.append((off, e, x))
+        off = e if isinstance(off, int) and off == 0 else off + e
+
+    def body(*i):
+        k = i[dim]
+        v = None
+        for start, e, x in reversed(parts):
+            j = k if isinstance(start, int) and start == 0 else k - start
+            idx = list(i)
+            idx[dim] = _te.minimum(_te.maximum(j, 0), e - 1)
+            load = x[tuple(idx)]
+            v = load if v is None else _te.select(k < start + e, load, v)
+        return v
+    return _te.compute(shape, body, name=name)
 
 
 def _cast_tensor(lw, x, dt):

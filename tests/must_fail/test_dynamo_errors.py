@@ -15,7 +15,7 @@ def _graph():
 
 def test_unknown_option():
     with pytest.raises(ArgumentError, match=r"unknown option 'trails'; the options are trials, "
-                                            r"log, cache, target, threads"):
+                                            r"log, cache, target, threads, dynamic"):
         td.backend(_graph(), [torch.randn(3, 4)], trails=3)
 
 
@@ -33,6 +33,11 @@ def test_bad_threads():
     with pytest.raises(ArgumentError, match=r"option threads must be 'tecomp' or 'torch', "
                                             r"got 'openmp'"):
         td.backend(_graph(), [torch.randn(3, 4)], threads="openmp")
+
+
+def test_bad_dynamic():
+    with pytest.raises(ArgumentError, match=r"option dynamic must be True or False, got 1"):
+        td.backend(_graph(), [torch.randn(3, 4)], dynamic=1)
 
 
 def test_gpu_target():
