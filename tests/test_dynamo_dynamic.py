@@ -195,3 +195,27 @@ def test_cat_along_a_symbolic_extent():
             for g, w in zip(c(x, y), f(x, y)):
                 torch.testing.assert_close(g, w)
     assert td.STATS["built"] - before == 1
+
+
+def test_static_kernel_of_a_view_of_a_symbolic_tensor_built_once():
+    """A kernel of static shapes whose input is a view of a tensor of symbolic size (a
+    BERT pooler on the first token): the view's strides change with the size, the kernel
+    (keyed without them) does not."""
+    torch.manual_seed(0)
+    lin, norm = torch.nn.Linear(8, 4), torch.nn.LayerNorm(8)
+
+    def f(x):
+        y = norm(x)
+        return y, torch.tanh(lin(y[:, 0]))
+    dcache.clear_memory()
+    c = torch.compile(f, backend="tecomp", options=OPTS)
+    before = td.STATS["built"]
+    with torch.no_grad():
+        for n in (5, 9):
+            x = torch.randn(2, n, 8)
+            torch._dynamo.mark_dynamic(x, 1)
+            for g, w in zip(c(x), f(x)):
+                torch.testing.assert_close(g, w)
+            if n == 5:
+                first = td.STATS["built"] - before
+    assert td.STATS["built"] - before == first

@@ -9,7 +9,9 @@ with symbolic sizes (:mod:`tecomp.dynamo.symbolic`) is keyed by its symbolic sig
 instead -- its inputs' shapes as expressions of the symbols, renamed in the order the
 region meets them, without strides (the kernel reads any) --, so that one kernel, built
 with ``tc.var`` extents, serves every size; a region that cannot be expressed so is keyed
-and built per size, as a static one, said once in the log.
+and built per size, as a static one, said once in the log.  (In such a graph a static
+region's key has no strides either: its input may be a view of a tensor of symbolic
+size, BERT's pooler reading the first token.)
 
 On disk the kernels are shared libraries (``Module.export_library``) under
 ``$TECOMP_CACHE_DIR/dynamo/`` (see :func:`tecomp.runtime.libfiles.cache_root`; a private
@@ -79,9 +81,12 @@ def _describe(a, local) -> str:
     return repr(a)
 
 
-def region_key(region, vals, options, symbolic: bool = False) -> str:
+def region_key(region, vals, options, symbolic: bool = False, strides: bool = True) -> str:
     """The sha256 that names a region's kernel (see the module docstring); ``symbolic``:
-    ``vals`` are a symbolic region's (:class:`~tecomp.dynamo.symbolic.SymMeta`)."""
+    ``vals`` are a symbolic region's (:class:`~tecomp.dynamo.symbolic.SymMeta`);
+    ``strides``: whether the inputs' strides are part of it (not in a graph of symbolic
+    sizes, where a static region's input may be a view of a tensor of symbolic size: its
+    strides change with the size, the kernel, which reads any, does not)."""
     local = {}
     parts = [source_digest(), str(options.target), f"trials={options.trials}",
              f"log={options.log}"]
@@ -90,7 +95,7 @@ def region_key(region, vals, options, symbolic: bool = False) -> str:
     for k, n in enumerate(region.inputs):
         local[n] = f"in{k}"
         v = vals[n]
-        layout = "" if symbolic else tuple(v.stride())
+        layout = "" if symbolic or not strides else tuple(v.stride())
         parts.append(f"in{k}:{v.dtype}{tuple(v.shape)}{layout}")
     for k, n in enumerate(region.nodes):
         local[n] = f"%{k}"
@@ -135,7 +140,7 @@ def compile_region(region, vals, options, sym=None) -> Optional[Exception]:
     region.out_specs = [out_spec(vals[n]) for n in region.outputs]
     if sym is not None and _compile_symbolic(region, options, sym):
         return None
-    key = region_key(region, vals, options)
+    key = region_key(region, vals, options, strides=sym is None)
     return _compile(region, key, options, lambda: lower_region(region, vals))
 
 
