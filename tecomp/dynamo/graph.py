@@ -22,6 +22,11 @@ the values of the integer inputs) it specialises the graph to it:
    so that identical blocks share one kernel;
 5. the plan -- kernels and eager nodes in an order that respects every dependence -- is
    run.
+
+In a graph traced with symbolic sizes (TorchDynamo's dynamic shapes) the kernels of step 4
+are lowered from the traced symbolic values instead (:mod:`tecomp.dynamo.symbolic`), with
+``tc.var`` extents and a symbolic key: a new size makes a new plan (steps 1-3 and 5, no
+build) that takes the same kernels from the in-process cache.
 """
 from __future__ import annotations
 
