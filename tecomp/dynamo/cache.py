@@ -180,13 +180,13 @@ def _compile_symbolic(region, options, sym) -> bool:
 
 
 def _log_specialised(region, key, why) -> None:
-    if key is not None:
-        with _LOCK:
-            if key in _NOT_SYMBOLIC:
-                return
-            _NOT_SYMBOLIC[key] = why
     ops = " ".join(dict.fromkeys(str(n.target).replace("aten.", "") for n in region.nodes
                                  if isinstance(n.target, torch._ops.OpOverload)))
+    with _LOCK:  # once per kernel (or, where it has no symbolic key, per operators and why)
+        seen = key if key is not None else f"{ops}\n{why}"
+        if seen in _NOT_SYMBOLIC:
+            return
+        _NOT_SYMBOLIC[seen] = why
     log.info("tecomp.dynamo: a kernel (%s) is built for each size, not once with symbolic "
              "extents: %s", ops[:200], why)
 
@@ -337,6 +337,8 @@ def _warn_once(what, msg, *args):
 
 
 def clear_memory() -> None:
-    """Forget the kernels of this process (the disk cache stays)."""
+    """Forget the kernels of this process (the disk cache stays), and which could not be
+    built with symbolic extents."""
     with _LOCK:
         _MEMORY.clear()
+        _NOT_SYMBOLIC.clear()
