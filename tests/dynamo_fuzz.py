@@ -456,10 +456,10 @@ def refusing(every: int):
 
     lower = cache.lower_region
 
-    def refuse(region, vals):
+    def refuse(region, vals, **kw):
         if every and int(region.key[:8], 16) % every == 0:
             raise InternalError("refused by the fuzzer (--refuse-every)")
-        return lower(region, vals)
+        return lower(region, vals, **kw)
 
     cache.lower_region = refuse
     try:

@@ -502,8 +502,8 @@ def test_kernel_outputs_read_only_by_kernels_are_row_major(monkeypatch):
     specs = []
     compile_region = td.graph._cache.compile_region
 
-    def record(region, vals, options):
-        err = compile_region(region, vals, options)
+    def record(region, vals, options, *sym):
+        err = compile_region(region, vals, options, *sym)
         specs.extend(region.out_specs)
         return err
 
@@ -535,10 +535,10 @@ def test_kernel_output_read_by_a_region_that_runs_eagerly_keeps_eager_strides(
 
     lower = dcache.lower_region
 
-    def refuse_attention(region, vals):
+    def refuse_attention(region, vals, **kw):
         if any("scaled_dot_product" in str(n.target) for n in region.nodes):
             raise td.graph.InternalError("no attention (for the test)")
-        return lower(region, vals)
+        return lower(region, vals, **kw)
 
     monkeypatch.setattr(dcache, "lower_region", refuse_attention)
     dcache.clear_memory()

@@ -60,9 +60,16 @@ Options (``torch.compile(model, backend="tecomp", options={...})``):
     default, as Inductor's ``freezing`` (:mod:`tecomp.dynamo.prepack`).  Training graphs
     are not affected.
 
-Shapes are specialised: each new signature of a graph's inputs (shapes, dtypes,
-strides, integer values) compiles its own kernels, as TorchDynamo's guards recompile a
-graph for new static shapes.
+``dynamic`` (bool, default True)
+    In a graph with symbolic sizes (TorchDynamo's automatic dynamic shapes, or
+    ``torch._dynamo.mark_dynamic``), build each kernel once with symbolic extents
+    (``tc.var``), for every size (True), or for each new size (False: a kernel of
+    constant extents per size, as for static graphs).
+
+Shapes: a static graph (TorchDynamo's guards recompile it for new shapes) gets kernels of
+its constant sizes; a graph with symbolic sizes gets kernels with symbolic extents, built
+once and run for every size, except those that cannot be expressed so (each logged),
+which are built for each new size (docs/torch_compile.md, "Shapes").
 """
 from __future__ import annotations
 
@@ -110,6 +117,9 @@ class Options:
     prepack : bool, optional
         Pack the convolutions' constant weights of inference graphs once (off by
         default; see the module docstring).
+    dynamic : bool, optional
+        Kernels with symbolic extents for a graph with symbolic sizes (True, the
+        default), or a kernel per size (False).
 
     Raises
     ------
@@ -120,7 +130,8 @@ class Options:
     """
 
     def __init__(self, trials: int = 0, log: Any = None, cache: bool = True,
-                 target: Any = "llvm", threads: str = "tecomp", prepack: bool = False):
+                 target: Any = "llvm", threads: str = "tecomp", prepack: bool = False,
+                 dynamic: bool = True):
         if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
             raise ArgumentError(f"torch.compile(backend='tecomp'): option trials must be an "
                                 f"int >= 0, got {trials!r:.60}")
@@ -139,16 +150,20 @@ class Options:
         if not isinstance(prepack, bool):
             raise ArgumentError(f"torch.compile(backend='tecomp'): option prepack must be "
                                 f"True or False, got {prepack!r:.60}")
+        if not isinstance(dynamic, bool):
+            raise ArgumentError(f"torch.compile(backend='tecomp'): option dynamic must be "
+                                f"True or False, got {dynamic!r:.60}")
         self.threads = threads
         self.prepack = prepack
+        self.dynamic = dynamic
 
     def __repr__(self):
         return (f"Options(trials={self.trials}, log={self.log!r}, cache={self.cache}, "
                 f"target='{self.target}', threads='{self.threads}', "
-                f"prepack={self.prepack})")
+                f"prepack={self.prepack}, dynamic={self.dynamic})")
 
 
-_OPTION_NAMES = ("trials", "log", "cache", "target", "threads", "prepack")
+_OPTION_NAMES = ("trials", "log", "cache", "target", "threads", "prepack", "dynamic")
 
 
 def _options(kwargs) -> Options:
@@ -203,7 +218,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options: Any) 
     example_inputs : list
         Its (fake) example inputs.
     **options
-        ``trials``, ``log``, ``cache``, ``target``, ``threads``, ``prepack`` (see
+        ``trials``, ``log``, ``cache``, ``target``, ``threads``, ``prepack``, ``dynamic`` (see
         :class:`Options`).
 
     Returns

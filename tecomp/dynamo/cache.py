@@ -5,7 +5,14 @@ arguments in order (nodes named by position in the region, not by their names in
 graph, so the twelve identical layers of a BERT share one kernel), the shapes, dtypes
 and strides of its inputs (and the layouts its constant weights are packed in), which
 nodes it returns, the target, the auto-scheduler's trials and log, and the source of
-the tecomp that compiles it.
+the tecomp that compiles it.  A region of a graph
+with symbolic sizes (:mod:`tecomp.dynamo.symbolic`) is keyed by its symbolic signature
+instead -- its inputs' shapes as expressions of the symbols, renamed in the order the
+region meets them, without strides (the kernel reads any) --, so that one kernel, built
+with ``tc.var`` extents, serves every size; a region that cannot be expressed so is keyed
+and built per size, as a static one, said once in the log.  (In such a graph a static
+region's key has no strides either: its input may be a view of a tensor of symbolic
+size, BERT's pooler reading the first token.)
 
 On disk the kernels are shared libraries (``Module.export_library``) under
 ``$TECOMP_CACHE_DIR/dynamo/`` (see :func:`tecomp.runtime.libfiles.cache_root`; a private
@@ -36,6 +43,7 @@ from ..errors import InternalError, LoadError, TecompError
 from ..runtime.aot import load_module
 from ..runtime.libfiles import cache_root, private_dir
 from .lowering import bound_args, lower_region
+from .symbolic import NotSymbolic
 from .lowering_nn import GRADIENT_OPS
 
 log = logging.getLogger("tecomp.dynamo")
@@ -44,6 +52,8 @@ _MEMORY: Dict[str, object] = {}
 _LOCK = threading.Lock()
 _SOURCE: Optional[str] = None
 _WARNED = set()
+#: symbolic keys whose kernel could not be built with symbolic extents -> why
+_NOT_SYMBOLIC: Dict[str, str] = {}
 
 #: counts of this process's region kernels by where they came from (for tests and logs)
 STATS = {"built": 0, "disk": 0, "memory": 0, "failed": 0}
@@ -72,22 +82,31 @@ def _describe(a, local) -> str:
     return repr(a)
 
 
-def region_key(region, vals, options) -> str:
-    """The sha256 that names a region's kernel (see the module docstring)."""
+def region_key(region, vals, options, symbolic: bool = False, strides: bool = True) -> str:
+    """The sha256 that names a region's kernel (see the module docstring); ``symbolic``:
+    ``vals`` are a symbolic region's (:class:`~tecomp.dynamo.symbolic.SymMeta`);
+    ``strides``: whether the inputs' strides are part of it (not in a graph of symbolic
+    sizes, where a static region's input may be a view of a tensor of symbolic size: its
+    strides change with the size, the kernel, which reads any, does not)."""
     local = {}
     parts = [source_digest(), str(options.target), f"trials={options.trials}",
              f"log={options.log}"]
+    if symbolic:
+        parts.append("symbolic")
     packs = region.packs or (None,) * len(region.inputs)
     for k, (n, pk) in enumerate(zip(region.inputs, packs)):
         local[n] = f"in{k}"
         v = vals[n]
-        parts.append(f"in{k}:{v.dtype}{tuple(v.shape)}{tuple(v.stride())}" +
+        layout = "" if symbolic or not strides else tuple(v.stride())
+        parts.append(f"in{k}:{v.dtype}{tuple(v.shape)}{layout}" +
                      (f" packed {pk}" if pk is not None else ""))
     for k, n in enumerate(region.nodes):
         local[n] = f"%{k}"
         args = _describe(region_value(n, vals, local), local)
         parts.append(f"%{k}={n.target}({args})")
     parts.append("out:" + ",".join(local[n] for n in region.outputs))
+    if symbolic:  # the outputs' shapes (an extent no input has)
+        parts.append("shapes:" + ",".join(repr(vals[n]) for n in region.outputs))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -116,12 +135,69 @@ def out_spec(v, gaps: bool = False) -> tuple:
     return shape, strides, v.dtype
 
 
-def compile_region(region, vals, options) -> Optional[Exception]:
+def compile_region(region, vals, options, sym=None) -> Optional[Exception]:
     """Give ``region`` its kernel: from memory, from disk, or built (and saved); for a
-    region that cannot be compiled, ``module`` stays None and the error is returned."""
-    key = region_key(region, vals, options)
-    region.key = key
+    region that cannot be compiled, ``module`` stays None and the error is returned.
+    ``sym``: the graph's :class:`~tecomp.dynamo.symbolic.SymbolicGraph` where its sizes
+    are symbolic (the kernel is then built for every size where it can be)."""
     region.out_specs = [out_spec(vals[n]) for n in region.outputs]
+    if sym is not None and _compile_symbolic(region, options, sym):
+        return None
+    key = region_key(region, vals, options, strides=sym is None)
+    return _compile(region, key, options, lambda: lower_region(region, vals))
+
+
+def _compile_symbolic(region, options, sym) -> bool:
+    """Give ``region`` its kernel with symbolic extents (True), or say why it is
+    specialised per size instead (False: it has no symbolic size, or cannot be
+    expressed or built with symbolic extents -- logged once per kernel)."""
+    try:
+        got = sym.region(region)
+    except NotSymbolic as e:
+        _log_specialised(region, None, str(e))
+        return False
+    if got is None:
+        return False  # nothing symbolic: a static kernel
+    svals, symbols = got
+    try:
+        key = region_key(region, svals, options, symbolic=True)
+        scalars = sym.scalars(region, svals, symbols)
+    except NotSymbolic as e:
+        _log_specialised(region, None, str(e))
+        return False
+    if key in _NOT_SYMBOLIC:
+        return False
+
+    def lower():
+        ins, outs = lower_region(region, svals, ranges=symbols.ranges)
+        return ins, outs, [v for v, _ in scalars]
+    err = _compile(region, key, options, lower)
+    if err is None:
+        region.scalars = [k for _, k in scalars]
+        return True
+    why = f"{type(err).__name__}: {str(err)[:300]}"
+    if isinstance(err, InternalError) and isinstance(err.__cause__, NotSymbolic):
+        why = str(err.__cause__)
+    _log_specialised(region, key, why)
+    return False
+
+
+def _log_specialised(region, key, why) -> None:
+    ops = " ".join(dict.fromkeys(str(n.target).replace("aten.", "") for n in region.nodes
+                                 if isinstance(n.target, torch._ops.OpOverload)))
+    with _LOCK:  # once per kernel (or, where it has no symbolic key, per operators and why)
+        seen = key if key is not None else f"{ops}\n{why}"
+        if seen in _NOT_SYMBOLIC:
+            return
+        _NOT_SYMBOLIC[seen] = why
+    log.info("tecomp.dynamo: a kernel (%s) is built for each size, not once with symbolic "
+             "extents: %s", ops[:200], why)
+
+
+def _compile(region, key, options, lower) -> Optional[Exception]:
+    """``region``'s kernel of ``key`` from memory, disk, or built from ``lower()`` (its
+    placeholders and outputs)."""
+    region.key = key
     with _LOCK:
         mod = _MEMORY.get(key)
     if mod is not None:
@@ -145,7 +221,7 @@ def compile_region(region, vals, options) -> Optional[Exception]:
             mod = None
     if mod is None:
         try:
-            ins, outs = lower_region(region, vals)
+            ins, outs, *extra = lower()
             args = list(ins) + list(outs)
             if options.trials == 0 and any(n.target in GRADIENT_OPS for n in region.nodes):
                 # computes from tc.gradient: the backward scheduler gives the convolution
@@ -154,9 +230,14 @@ def compile_region(region, vals, options) -> Optional[Exception]:
             else:
                 s = auto_schedule(args, target=options.target, trials=options.trials,
                                   log=options.log, progress=False)
-            mod = build(s, args, target=options.target, name=_kernel_name(key))
+            mod = build(s, args + (extra[0] if extra else []), target=options.target,
+                        name=_kernel_name(key))
         except (TecompError, InternalError) as e:
             return e
+        except NotSymbolic as e:
+            err = InternalError(f"tecomp.dynamo: {e}")
+            err.__cause__ = e
+            return err
         except Exception as e:  # noqa: BLE001  (any other is a bug: the kernel runs eagerly)
             return InternalError(f"tecomp.dynamo: compiling a kernel raised "
                                  f"{type(e).__name__}: {e}")
@@ -259,6 +340,8 @@ def _warn_once(what, msg, *args):
 
 
 def clear_memory() -> None:
-    """Forget the kernels of this process (the disk cache stays)."""
+    """Forget the kernels of this process (the disk cache stays), and which could not be
+    built with symbolic extents."""
     with _LOCK:
         _MEMORY.clear()
+        _NOT_SYMBOLIC.clear()

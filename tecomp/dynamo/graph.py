@@ -24,6 +24,11 @@ the values of the integer inputs) it specialises the graph to it:
    so that identical blocks share one kernel;
 5. the plan -- kernels and eager nodes in an order that respects every dependence -- is
    run.
+
+In a graph traced with symbolic sizes (TorchDynamo's dynamic shapes) the kernels of step 4
+are lowered from the traced symbolic values instead (:mod:`tecomp.dynamo.symbolic`), with
+``tc.var`` extents and a symbolic key: a new size makes a new plan (steps 1-3 and 5, no
+build) that takes the same kernels from the in-process cache.
 """
 from __future__ import annotations
 
@@ -48,6 +53,7 @@ from . import lowering_nn
 from . import openmp as _openmp
 from . import prepack as _prepack
 from .lowering import ANCHORS, VIEWS, unsupported
+from .symbolic import SymbolicGraph
 
 log = logging.getLogger("tecomp.dynamo")
 
@@ -65,7 +71,7 @@ class Region:
     (nodes read outside), and the built kernel."""
 
     __slots__ = ("nodes", "inputs", "outputs", "module", "out_specs", "key", "origin",
-                 "guards", "packs", "_packers")
+                 "guards", "packs", "_packers", "scalars")
 
     def __init__(self, nodes, inputs, outputs):
         self.nodes, self.inputs, self.outputs = nodes, inputs, outputs
@@ -74,6 +80,9 @@ class Region:
         self.key = None
         self.origin = None  # where its kernel came from: a key of STATS
         self.guards = []  # checks of its inputs before it runs (lowering_nn.index_guards)
+        # the positions of the graph's arguments (symbols' values) that its kernel takes
+        # after its tensors (symbolic.SymbolicGraph.scalars)
+        self.scalars = []
         # per input, the name of the layout its kernel reads it packed in, or None
         # (lowering_nn.weight_packs; None: every input as it is)
         self.packs = None
@@ -116,6 +125,10 @@ class CompiledGraph:
         # propagation writes their concrete values in the nodes' meta)
         self.symbolic = any(_symbolic(n.meta.get("val")) for n in gm.graph.nodes
                             if n.op == "placeholder")
+        # its traced symbolic values: each plan's kernels are built with symbolic
+        # extents from them where they can be (once for every size)
+        self.sym = SymbolicGraph(gm) if self.symbolic and getattr(options, "dynamic", True) \
+            else None
 
     def __call__(self, args):
         args = list(args)
@@ -126,7 +139,7 @@ class CompiledGraph:
                 plan = self.plans.get(sig)
                 if plan is None:
                     plan = self.plans[sig] = _Plan(self.gm, args, self.options, self.role,
-                                                     self.symbolic)
+                                                     self.symbolic, self.sym)
         with _openmp.scope(self.options.threads):
             return plan.run(args)
 
@@ -167,7 +180,7 @@ def _concrete(v):
 class _Plan:
     """One specialisation of a graph: the regions' kernels and the eager nodes, in order."""
 
-    def __init__(self, gm, args, options, role, symbolic=False):
+    def __init__(self, gm, args, options, role, symbolic=False, sym=None):
         graph = gm.graph
         vals = _propagate(gm, args)
         vals = {n: _concrete(v) for n, v in vals.items()}
@@ -192,7 +205,7 @@ class _Plan:
                 if role == "inference" and getattr(options, "prepack", False):
                     packs = lowering_nn.weight_packs(r, vals)
                     r.packs = packs if any(p is not None for p in packs) else None
-                err = _cache.compile_region(r, vals, options)
+                err = _cache.compile_region(r, vals, options, sym)
                 if err is not None:
                     failed.append((r, err))
             retry = [n for r, _ in failed for n in r.nodes if n.target in VIEWS]
@@ -219,6 +232,10 @@ class _Plan:
         # the kernels' outputs by node: a released one's memory is reused (see run)
         self.specs = {n: spec for r in regions for n, spec in zip(r.outputs, r.out_specs)}
         self.regions = regions
+        # the graph's arguments the kernels take as scalars, and each region's among them
+        self.scalars = sorted({k for r in regions for k in r.scalars})
+        for r in regions:
+            r.scalars = [self.scalars.index(k) for k in r.scalars]
         self.vals = vals
         self.role = role
         inside = {n for r in regions for n in r.nodes}
@@ -245,6 +262,7 @@ class _Plan:
         shapes, and each new allocation of tens of MB is fresh pages the kernel then
         faults in."""
         env = dict(zip(self.placeholders, args))
+        sizes = [args[k] for k in self.scalars]
         args.clear()
         free = collections.defaultdict(list)  # spec -> released kernel outputs
         specs = self.specs
@@ -254,7 +272,11 @@ class _Plan:
                 if item.guards:
                     lowering_nn.check_ids(ins, item.guards, self.vals)
                 outs = [_allocate(free, spec) for spec in item.out_specs]
-                item.module.call_grad_inputs(*ins, *outs)
+                if item.scalars:
+                    item.module.call_grad_inputs(*ins, *outs,
+                                                 *[sizes[k] for k in item.scalars])
+                else:
+                    item.module.call_grad_inputs(*ins, *outs)
                 for n, o in zip(item.outputs, outs):
                     env[n] = o
                 ins = outs = o = None

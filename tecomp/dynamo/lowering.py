@@ -9,12 +9,18 @@ operator's template; the rest are written here as ``tc.compute`` over the output
 index space (broadcasting as PyTorch does).  :func:`unsupported` says why a node cannot be
 translated (None where it can): those run eagerly.
 
-Shapes are the concrete ones of the specialisation being compiled (every extent an int).
+Shapes are the concrete ones of the specialisation being compiled (every extent an int),
+or, for a region of a graph with symbolic sizes (:mod:`tecomp.dynamo.symbolic`), ints and
+tecomp expressions of ``tc.var`` extents: the rules then decide what depends on a size
+(broadcasting, a reshape's groups) by proving it for every size in the symbols' ranges
+(:func:`same`, :func:`less`), and raise :class:`~tecomp.dynamo.symbolic.NotSymbolic` where
+they cannot (the region is then specialised per size).
 """
 from __future__ import annotations
 
 import math
 import operator
+import threading
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -22,6 +28,9 @@ import torch
 from .. import nn as _nn
 from .. import te as _te
 from ..errors import InternalError
+from ..ir.arith import disprove, prove
+from ..ir.expr import Const, Expr
+from .symbolic import NotSymbolic, SymMeta
 from .prepack import _pack
 
 aten = torch.ops.aten
@@ -55,6 +64,44 @@ def rule(*ops, check: Optional[Callable] = None, view: bool = False,
                 ANCHORS[o] = anchor
         return fn
     return deco
+
+
+def is_tensor(v) -> bool:
+    """Whether a node's value is a tensor (a fake tensor, or a symbolic region's
+    :class:`~tecomp.dynamo.symbolic.SymMeta`)."""
+    return isinstance(v, (torch.Tensor, SymMeta))
+
+
+#: the ranges of the symbolic extents of the region being lowered (lower_region)
+_CTX = threading.local()
+
+
+def _decide(cond, what: str) -> bool:
+    r = getattr(_CTX, "ranges", None)
+    if prove(cond, r):
+        return True
+    if disprove(cond, r):
+        return False
+    raise NotSymbolic(f"{what} depends on the size")
+
+
+def _as_expr(a):
+    return _te.const(a, "int64") if isinstance(a, int) else a
+
+
+def same(a, b) -> bool:
+    """Whether extents ``a`` and ``b`` (ints or symbolic) are equal for every size;
+    NotSymbolic where that depends on the size."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return _decide(_as_expr(a) == _as_expr(b), f"whether {a} equals {b}")
+
+
+def less(a, b) -> bool:
+    """Whether extent ``a`` is below ``b`` for every size (as :func:`same`)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a < b
+    return _decide(_as_expr(a) < _as_expr(b), f"whether {a} is below {b}")
 
 
 def _tensors(x):
@@ -104,7 +151,7 @@ def bound_args(node, vals, inside=()) -> tuple:
     def sub(a):
         if isinstance(a, torch.fx.Node) and a not in inside:
             v = vals.get(a)
-            return v if not isinstance(v, torch.Tensor) else a
+            return v if not is_tensor(v) else a
         if isinstance(a, (list, tuple)):
             return type(a)(sub(x) for x in a)
         return a
@@ -135,7 +182,7 @@ class _Bound:
 def _bind(node, vals):
     """``node``, or a :class:`_Bound` of it where it reads a non-tensor node."""
     for a in node.all_input_nodes:
-        if not isinstance(vals.get(a), torch.Tensor):
+        if not is_tensor(vals.get(a)):
             return _Bound(node, vals)
     return node
 
@@ -163,7 +210,7 @@ class Lowering:
             if a in self.env:
                 return self.env[a]
             v = self.vals.get(a)
-            if isinstance(v, torch.Tensor):
+            if is_tensor(v):
                 raise InternalError(f"tecomp.dynamo: node {a.name} is not an input of the "
                                     f"region being lowered")
             return v
@@ -179,12 +226,21 @@ class Lowering:
 
     def out(self, node) -> torch.Tensor:
         v = self.vals[node]
-        return v if isinstance(v, torch.Tensor) else v[0]
+        return v if is_tensor(v) else v[0]
 
 
 # -- helpers --------------------------------------------------------------------------
+def _dim(s):
+    """An extent: an int, or a tecomp expression where it is symbolic."""
+    if isinstance(s, Const):
+        return int(s.value)
+    if isinstance(s, Expr):
+        return s
+    return int(s)
+
+
 def _shape(t) -> tuple:
-    return tuple(int(s) for s in t.shape)
+    return tuple(_dim(s) for s in t.shape)
 
 
 def _cast(x, dtype: str):
@@ -202,13 +258,22 @@ def _load(x, idx, shape, dtype):
         return _cast(x, dtype)
     xs = _shape(x)
     off = len(shape) - len(xs)
-    ix = tuple(0 if (xs[k] == 1 and shape[off + k] != 1) else idx[off + k]
-               for k in range(len(xs)))
-    return _cast(x[ix], dtype)
+    ix = []
+    for k in range(len(xs)):
+        a, b = xs[k], shape[off + k]
+        if isinstance(a, int) and isinstance(b, int):
+            ix.append(0 if (a == 1 and b != 1) else idx[off + k])
+        elif isinstance(a, int) and a == 1:  # broadcast along a symbolic extent
+            ix.append(0)
+        elif same(a, b):
+            ix.append(idx[off + k])
+        else:
+            raise NotSymbolic(f"a broadcast of extent {a} to {b}")
+    return _cast(x[tuple(ix)], dtype)
 
 
 def _proxy(v):
-    if isinstance(v, torch.Tensor):
+    if is_tensor(v):
         return torch.empty(() if v.dim() == 0 else (1,), dtype=v.dtype)
     return v
 
@@ -217,7 +282,7 @@ def _promoted(lw, node, args) -> str:
     """The dtype PyTorch computes ``args`` in (its type promotion)."""
     vals = [lw.vals.get(a) if isinstance(a, torch.fx.Node) else a for a in args]
     return DTYPES[torch.result_type(*[_proxy(v) for v in vals])] if len(vals) == 2 else \
-        DTYPES[_proxy(vals[0]).dtype if isinstance(vals[0], torch.Tensor) else torch.float32]
+        DTYPES[_proxy(vals[0]).dtype if is_tensor(vals[0]) else torch.float32]
 
 
 def _elementwise(lw, node, fn, args, compute_dtype: Optional[str] = None):
@@ -481,10 +546,12 @@ def _reduce(lw, node, x, dims, keepdim, kind: str):
     xs = _shape(x)
     axes = {d: _te.reduce_axis((0, xs[d]), name=f"k{d}") for d in dims}
     cdt = odt
-    if kind == "sum" and odt == "float32" and math.prod(xs[d] for d in dims) >= LONG_SUM:
+    terms = [xs[d] for d in dims]
+    if kind == "sum" and odt == "float32" and (
+            not all(isinstance(t, int) for t in terms) or math.prod(terms) >= LONG_SUM):
         # a float32 running sum stops growing at 2**24 times its terms (2**25 ones summed
         # to 16777216), and drifts long before; eager PyTorch sums in a cascade: a sum of
-        # that many terms per output accumulates in float64
+        # that many terms per output (or of a symbolic count) accumulates in float64
         cdt = "float64"
 
     def body(*i):
@@ -534,6 +601,8 @@ def _mean(lw, node):
     for d in dims:
         n *= _shape(x)[d]
     dt = s.dtype
+    if not isinstance(n, int):  # a symbolic count
+        return _te.compute(s.shape, lambda *i: s[i] / _te.cast(n, dt), name=lw.name(node))
     return _te.compute(s.shape, lambda *i: s[i] * _te.const(1.0 / n, dt), name=lw.name(node))
 
 
@@ -585,11 +654,12 @@ def _reshape(lw, node):
     xs, shape = _shape(x), _shape(lw.out(node))
     if xs == shape:
         return x
-    a = [s for s in xs if s != 1]
-    b = [s for s in shape if s != 1]
-    if a == b:  # only unit dimensions added or dropped
-        src = [d for d, s in enumerate(xs) if s != 1]
-        dst = [d for d, s in enumerate(shape) if s != 1]
+    a = [s for s in xs if not same(s, 1)]
+    b = [s for s in shape if not same(s, 1)]
+    if len(a) == len(b) and all(same(p, q) for p, q in zip(a, b)):
+        # only unit dimensions added or dropped
+        src = [d for d, s in enumerate(xs) if not same(s, 1)]
+        dst = [d for d, s in enumerate(shape) if not same(s, 1)]
 
         def idx(i):
             m = dict(zip(src, (i[d] for d in dst)))
@@ -629,11 +699,11 @@ def _reshape_groups(xs, ys):
         if b < len(ys):
             pb *= ys[b]
             b += 1
-        while pa != pb:
-            if pa < pb and a < len(xs):
+        while not same(pa, pb):
+            if less(pa, pb) and a < len(xs):
                 pa *= xs[a]
                 a += 1
-            elif pb < pa and b < len(ys):
+            elif less(pb, pa) and b < len(ys):
                 pb *= ys[b]
                 b += 1
             else:
@@ -689,9 +759,14 @@ def _slice(lw, node):
     dim = (node.args[1] if len(node.args) > 1 else 0) % len(xs)
     start = node.args[2] if len(node.args) > 2 else 0
     start = 0 if start is None else start
-    if start < 0:
-        start += xs[dim]
-    start = min(max(start, 0), xs[dim])
+    if isinstance(start, int) and isinstance(xs[dim], int):
+        if start < 0:
+            start += xs[dim]
+        start = min(max(start, 0), xs[dim])
+    elif not (isinstance(start, int) and start >= 0) and not \
+            _decide(_as_expr(start) >= 0, f"whether the slice start {start} is >= 0"):
+        # (a start at or past a symbolic extent leaves nothing to read)
+        raise NotSymbolic(f"a negative slice start {start} of a symbolic extent")
     step = node.args[4] if len(node.args) > 4 else 1
     return _gather(lw, node, x, lambda i: [i[d] * step + start if d == dim else i[d]
                                            for d in range(len(xs))])
@@ -701,7 +776,13 @@ def _slice(lw, node):
 def _select(lw, node):
     x = lw.arg(node.args[0])
     xs = _shape(x)
-    dim, k = node.args[1] % len(xs), node.args[2] % xs[node.args[1] % len(xs)]
+    dim, k = node.args[1] % len(xs), node.args[2]
+    if isinstance(k, int) and isinstance(xs[dim], int):
+        k %= xs[dim]
+    elif isinstance(k, int) and k < 0:
+        k = xs[dim] + k
+    elif not isinstance(k, int) and not _decide(k >= 0, f"whether index {k} is >= 0"):
+        raise NotSymbolic(f"a negative index {k} of a symbolic extent")
     return _gather(lw, node, x, lambda i: list(i[:dim]) + [k] + list(i[dim:]))
 
 
@@ -713,7 +794,32 @@ def _cat(lw, node):
     xs = [_cast_tensor(lw, x, dt) for x in xs]
     if len(xs) == 1:
         return xs[0]
+    if not all(isinstance(_shape(x)[dim], int) for x in xs):
+        return _cat_symbolic(xs, dim, _shape(lw.out(node)), lw.name(node))
     return _nn.concatenate(xs, axis=dim, name=lw.name(node))
+
+
+def _cat_symbolic(xs, dim, shape, name):
+    """The concatenation along a symbolic extent (``nn.concatenate`` takes constant
+    ones): each element selected from the part its index falls in, every part read at
+    an index clamped into it (select evaluates both sides)."""
+    parts, off = [], 0
+    for x in xs:
+        e = _shape(x)[dim]
+        parts.append((off, e, x))
+        off = e if isinstance(off, int) and off == 0 else off + e
+
+    def body(*i):
+        k = i[dim]
+        v = None
+        for start, e, x in reversed(parts):
+            j = k if isinstance(start, int) and start == 0 else k - start
+            idx = list(i)
+            idx[dim] = _te.minimum(_te.maximum(j, 0), e - 1)
+            load = x[tuple(idx)]
+            v = load if v is None else _te.select(k < start + e, load, v)
+        return v
+    return _te.compute(shape, body, name=name)
 
 
 def _cast_tensor(lw, x, dt):
@@ -745,14 +851,23 @@ def tensors_of(v) -> Sequence:
     return list(_tensors(v))
 
 
-def lower_region(region: Region, vals):
-    """The region as a tecomp DAG: (placeholders, outputs)."""
+def lower_region(region: Region, vals, ranges=None):
+    """The region as a tecomp DAG: (placeholders, outputs).  ``ranges``: those of the
+    symbolic extents of a symbolic region's ``vals`` (:mod:`tecomp.dynamo.symbolic`)."""
+    _CTX.ranges = ranges
+    try:
+        return _lower_region(region, vals)
+    finally:
+        _CTX.ranges = None
+
+
+def _lower_region(region, vals):
     lw = Lowering(vals)
     ins = []
     packs = region.packs or (None,) * len(region.inputs)
     for k, (n, pk) in enumerate(zip(region.inputs, packs)):
         v = vals[n]
-        shape = tuple(int(s) for s in v.shape)
+        shape = tuple(_dim(s) for s in v.shape)
         if pk is None:
             ph = _te.placeholder(shape, DTYPES[v.dtype], name=f"in{k}")
             lw.env[n] = ph
@@ -771,7 +886,9 @@ def lower_region(region: Region, vals):
             t = _te.compute(t.shape, lambda *i, _t=t: _t[i], name=f"out{k}")
         seen.add(id(t))
         v = vals[n]
-        if tuple(int(s) for s in t.shape) != tuple(v.shape) or t.dtype != DTYPES[v.dtype]:
+        ts, vs = _shape(t), tuple(_dim(s) for s in v.shape)
+        if len(ts) != len(vs) or not all(same(p, q) for p, q in zip(ts, vs)) or \
+                t.dtype != DTYPES[v.dtype]:
             raise InternalError(
                 f"tecomp.dynamo: {n.target} lowered to {t.dtype}{list(t.shape)}, but PyTorch "
                 f"computes {v.dtype}{list(v.shape)}")

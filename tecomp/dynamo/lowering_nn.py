@@ -17,7 +17,7 @@ from ..strategy.cpu.conv2d import _conv_for_generic_rules, conv2d_nchw_params
 from ..strategy.cpu.conv2d_tasks import PREPACKED_WEIGHT
 from ..strategy.rules import NO_INLINE, Knobs
 from ..target import cpu_model
-from .lowering import VIEWS, _float_only, _shape, bound_args, rule
+from .lowering import VIEWS, _float_only, _shape, bound_args, rule, same
 from .prepack import Pack, _blocked, _pack  # noqa: F401  (Pack: the type weight_packs returns)
 
 aten = torch.ops.aten
@@ -61,8 +61,8 @@ def _addmm(lw, node):
     bs = _shape(bias)
 
     def body(i, j):
-        bi = bias[tuple(([] if len(bs) < 2 else [0 if bs[0] == 1 else i]) +
-                        ([0 if bs[-1] == 1 else j] if bs else []))]
+        bi = bias[tuple(([] if len(bs) < 2 else [0 if same(bs[0], 1) else i]) +
+                        ([0 if same(bs[-1], 1) else j] if bs else []))]
         v = p[i, j]
         if alpha != 1:
             v = v * _te.const(alpha, dt)

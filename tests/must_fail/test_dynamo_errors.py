@@ -15,7 +15,7 @@ def _graph():
 
 def test_unknown_option():
     with pytest.raises(ArgumentError, match=r"unknown option 'trails'; the options are trials, "
-                                            r"log, cache, target, threads, prepack"):
+                                            r"log, cache, target, threads, prepack, dynamic"):
         td.backend(_graph(), [torch.randn(3, 4)], trails=3)
 
 
@@ -38,6 +38,11 @@ def test_bad_threads():
 def test_bad_prepack():
     with pytest.raises(ArgumentError, match=r"option prepack must be True or False, got 1"):
         td.backend(_graph(), [torch.randn(3, 4)], prepack=1)
+
+
+def test_bad_dynamic():
+    with pytest.raises(ArgumentError, match=r"option dynamic must be True or False, got 1"):
+        td.backend(_graph(), [torch.randn(3, 4)], dynamic=1)
 
 
 def test_gpu_target():

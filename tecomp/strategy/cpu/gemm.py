@@ -754,7 +754,11 @@ def _dense_rows_for_generic_rules(gemm, knobs) -> bool:
     if operands[1] is None or operands[1][1]:
         return False  # B read as B[k, j]: the GEMM template, not dense_nopack
     M = _cint(gemm.shape[0])
-    generic = M is not None and M > DENSE_NOPACK_MAX_ROWS
+    # a symbolic M (a batch that varies: torch.compile's dynamic shapes) takes the rules
+    # too: 1.6-1.9x faster than dense_nopack from 61 to 256 rows, 1.5x slower at 8,
+    # and built in less than half the time (256 -> 1024, Zen 5, under load:
+    # benchmarks/history/2026-11-30.md, "symbolic extents")
+    generic = M is None or M > DENSE_NOPACK_MAX_ROWS
     return knobs.choose("dense.generic_rules", [True, False], generic)
 
 
