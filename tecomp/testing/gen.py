@@ -468,21 +468,21 @@ def gen_tensor_core_gemm(d) -> Program:
     if d.bool(0.75):
         e = Load(c, tuple(b + [i, j]))
         e = VBin("+", e, Load(2, (j,)) if bias else VConst(d.choice((0.5, -1.25))))
-        if d.bool(0.3):
-            # plus a second GEMM of the same shape (a gradient summed from two products):
-            # the epilogue of one of the two, read by it from the other's kernel
-            a2 = len(prog.tensors)
-            prog.tensors += [TSpec("A2", lead + (M, K), dt), TSpec("W2", lead + (K, N), dt)]
-            prog.tensors.append(TSpec("C2", lead + (M, N), "float32", VBin(
-                "*", VCast(Load(a2, tuple(b + [i, k])), dt),
-                VCast(Load(a2 + 1, tuple(b + [k, j])), dt)), ReduceSpec("sum", (K,))))
-            e = VBin("+", e, Load(a2 + 2, tuple(b + [i, j])))
         pick = d.int(0, 3)
         if pick == 1:
             e = VBin(d.choice(("max", "min")), e, VConst(0.0))
         elif pick == 2:
             e = VUn("tanh", e)
         odt = d.choice(("float32", dt, dt))
+        if not batch and d.bool(0.3):
+            # plus a second GEMM of the same shape (a gradient summed from two products):
+            # the epilogue of one of the two, read by it from the other's kernel
+            a2 = len(prog.tensors)
+            prog.tensors += [TSpec("A2", (M, K), dt), TSpec("W2", (K, N), dt)]
+            prog.tensors.append(TSpec("C2", (M, N), "float32", VBin(
+                "*", VCast(Load(a2, (i, k)), dt), VCast(Load(a2 + 1, (k, j)), dt)),
+                ReduceSpec("sum", (K,))))
+            e = VBin("+", e, Load(a2 + 2, (i, j)))
         prog.tensors.append(TSpec("D", lead + (M, N), odt, VCast(e, "float32")))
         prog.outputs = [len(prog.tensors) - 1]
     return prog
