@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 
@@ -16,7 +15,7 @@ from ..errors import ArgumentError, BuildError, ExportError, InternalError, Load
     RuntimeUnavailableError
 from ..runtime import aot_format as fmt
 from ..runtime.elf import check_plain, inspect_library
-from ..runtime.libfiles import file_path, sidecar_path, write_with_sidecar
+from ..runtime.libfiles import file_path, sidecar_path, special_file, write_with_sidecar
 from ..target import ISAS, cross_compilers
 
 __all__ = ["find_c_compiler", "destination", "link", "write_checked", "LINK_FLAGS"]
@@ -69,13 +68,12 @@ def destination(path, name: str) -> str:
         raise BuildError(f"{name}.export_library: the directory of {p!r:.200} does not "
                          f"exist; create it first")
     for f, what in ((p, "the path"), (str(sidecar_path(p)), "the sidecar's path")):
-        kind = _not_a_file(f)
-        if kind:
-            raise BuildError(f"{name}.export_library: {what} {f!r:.200} is {kind}, which "
-                             f"the library would replace (its file is renamed onto the "
-                             f"path: /dev/null, exported to as root, became a regular "
-                             f"file); give the path of a file, e.g. "
-                             f"{os.path.join(d, name + '.so')!r:.220}")
+        why = special_file(f)
+        if why:
+            raise BuildError(f"{name}.export_library: {what} {f!r:.200} {why}: the file "
+                             f"written (renamed onto the path) would replace it, as it "
+                             f"replaced /dev/null exported to as root; give the path of a "
+                             f"file, e.g. {os.path.join(d, name + '.so')!r:.220}")
     side = os.fsencode(sidecar_path(p).name)
     try:
         limit = os.pathconf(d, "PC_NAME_MAX")
@@ -87,34 +85,6 @@ def destination(path, name: str) -> str:
                          f"'.sha256') would be {len(side)}, more than the {limit} this file "
                          f"system allows: give a shorter file name")
     return p
-
-
-def _not_a_file(path: str) -> str:
-    """What is at ``path`` where it is a device, a FIFO or a socket, or a symbolic link to
-    one: "a character device", "a symbolic link to a FIFO ('/tmp/f')", ...; else "".
-    (The library's temporary file is renamed onto ``path``: whatever is there is
-    replaced, a device node included; a directory is refused by the caller, or fails
-    the rename.)"""
-    for st in _stats(path):
-        for test, kind in ((stat.S_ISCHR, "a character device"),
-                           (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
-                           (stat.S_ISSOCK, "a socket")):
-            if test(st.st_mode):
-                return kind if not os.path.islink(path) else \
-                    f"a symbolic link to {kind} ({os.path.realpath(path)!r:.120})"
-    return ""
-
-
-def _stats(path: str):
-    """The ``lstat`` of ``path`` and, for a link, the ``stat`` of what it names (those
-    that exist)."""
-    out = []
-    for fn in (os.lstat, os.stat):
-        try:
-            out.append(fn(path))
-        except (OSError, ValueError):
-            pass
-    return out
 
 
 def write_checked(data: bytes, doc: str, machine, cc: str, name: str, dest: str) -> None:

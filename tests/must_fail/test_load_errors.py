@@ -13,6 +13,7 @@ import ctypes.util
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -618,10 +619,12 @@ def _special_files(tmp_path):
     os.mkfifo(fifo)
     link = tmp_path / "link.so"
     link.symlink_to(fifo)
-    out = [(fifo, "a FIFO"), (link, r"a symbolic link to a FIFO \('.*fifo\.so'\)")]
+    out = [(fifo, r"is a FIFO \(named pipe\), not a regular file"),
+           (link, r"is a symbolic link to '.*fifo\.so', which is a FIFO \(named pipe\), not a "
+                  r"regular file")]
     try:
-        os.mknod(tmp_path / "null.so", 0o666 | __import__("stat").S_IFCHR, os.makedev(1, 3))
-        out.append((tmp_path / "null.so", "a character device"))
+        os.mknod(tmp_path / "null.so", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        out.append((tmp_path / "null.so", "is a character device, not a regular file"))
     except (PermissionError, AttributeError):
         pass
     return out
@@ -633,13 +636,12 @@ def test_export_onto_a_device_or_a_fifo(small, tmp_path):
     regular file (the library), and a FIFO or a socket with one too.  Now a device, a
     FIFO or a socket at the path or at its sidecar's, or a link to one, is refused and
     left as it was."""
-    import stat
-
     for path, what in _special_files(tmp_path):
         before = os.lstat(path)
-        with pytest.raises(tc.BuildError, match=r"double.export_library: the path '.*' is "
-                                                + what + r", which the library would replace "
-                                                r".*give the path of a file, e.g. '.*double\.so'"):
+        with pytest.raises(tc.BuildError, match=r"double.export_library: the path '.*' "
+                                                + what + r": the file written \(renamed onto "
+                                                r"the path\) would replace it, .*give the path "
+                                                r"of a file, e.g. '.*double\.so'"):
             small.export_library(path)
         after = os.lstat(path)
         assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
