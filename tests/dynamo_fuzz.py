@@ -20,7 +20,7 @@ program returns its last value and some intermediate ones, views among them (an
 ``expand`` returned as it is: a broadcast view).
 
     python3 tests/dynamo_fuzz.py --seeds 0:200 [--dynamic] [--grad] [--edges] [--specials]
-                                 [--swapped-cache] [--refuse-every N]
+                                 [--swapped-cache] [--refuse-every N] [--faults]
 
 runs seeds against eager PyTorch (``--grad``: the gradients too) and prints the failing
 ones; ``--swapped-cache`` runs them twice through a disk cache whose entries are rotated
@@ -28,7 +28,13 @@ among each other in between (each then holds another kernel, with a valid sideca
 may be loaded).  ``--refuse-every N`` refuses to compile about one kernel in ``N``
 (chosen by its key), so that its nodes run eagerly between kernels, on the tensors the
 kernels wrote (their layouts then matter: a ``view`` of an eager result whose strides
-follow its inputs').
+follow its inputs').  ``--faults`` (the faults family, :func:`run_faults`) makes each
+seed's compilation fail part-way -- an exception (KeyboardInterrupt, MemoryError,
+RuntimeError, SystemExit) raised in a region's lowering, its auto-schedule, its build or
+while the LLVM worker's reply is read, a full disk under the cache's writes, or the disk
+cache damaged (truncated, a bit flipped, a bad sidecar, a FIFO or a directory in a
+library's place, another entry's files) -- and then checks the state left behind and
+calls and compiles the program again.
 """
 from __future__ import annotations
 
@@ -527,6 +533,212 @@ def _run(prog, dynamic, options, grad, check_failed) -> float:
     return worst
 
 
+#: where the "faults" family makes a compilation fail part-way: a region's lowering, its
+#: auto-schedule, its build, the LLVM optimiser worker's reply being read (in the calling
+#: thread, as a signal's KeyboardInterrupt would), the disk cache's writes (a full disk),
+#: or the disk cache damaged between two compilations
+FAULT_POINTS = ("lower", "schedule", "build", "worker_reply", "disk_full", "damaged_cache")
+#: what a fault raises (the disk's faults: OSError ENOSPC)
+FAULT_ERRORS = (KeyboardInterrupt, MemoryError, RuntimeError, SystemExit)
+#: how the damaged_cache fault damages each library (or its sidecar)
+DAMAGES = ("truncate", "flip", "sidecar", "fifo", "directory", "swap")
+
+
+class _Injected:
+    """Raises ``error`` at the ``at``-th call of the functions it wraps (counted
+    together), in the main thread only (where a signal's handler runs)."""
+
+    def __init__(self, error, at: int):
+        self.error, self.at, self.calls = error, at, 0
+
+    def wrap(self, fn):
+        import threading
+
+        def faulty(*a, **kw):
+            if threading.current_thread() is threading.main_thread():
+                self.calls += 1
+                if self.calls == self.at:
+                    raise self.error
+            return fn(*a, **kw)
+        return faulty
+
+
+@contextlib.contextmanager
+def injecting(point: str, error, at: int):
+    """Within it, the ``at``-th call at ``point`` (of :data:`FAULT_POINTS`, but
+    ``damaged_cache``) raises ``error``."""
+    import errno
+
+    from tecomp.codegen.llvm import jit
+    from tecomp.dynamo import cache
+    from tecomp.runtime import libfiles
+
+    if point == "disk_full":   # in the writer thread: every thread counts
+        error, inj = OSError(errno.ENOSPC, "No space left on device"), None
+        calls = [0]
+
+        def place():
+            real = libfiles._temporary
+
+            def full(*a, **kw):
+                calls[0] += 1
+                if calls[0] >= at:
+                    raise error
+                return real(*a, **kw)
+            return full
+        targets = [(libfiles, "_temporary", place())]
+    else:
+        inj = _Injected(error, at)
+        owner, name = {"lower": (cache, "lower_region"), "schedule": (cache, "auto_schedule"),
+                       "build": (cache, "build"),
+                       "worker_reply": (jit._optproc, "_read_exact")}[point]
+        targets = [(owner, name, inj.wrap(getattr(owner, name)))]
+    saved = [(o, n, getattr(o, n)) for o, n, _ in targets]
+    for o, n, f in targets:
+        setattr(o, n, f)
+    try:
+        yield
+    finally:
+        for o, n, f in saved:
+            setattr(o, n, f)
+
+
+def damage_cache(cache_dir, rng: random.Random) -> List[str]:
+    """Damage each library of the backend's disk cache under ``cache_dir`` in a way of
+    :data:`DAMAGES`, drawn by ``rng``; what was done, per file."""
+    import shutil
+
+    done = []
+    libs = sorted(Path(cache_dir, "dynamo").glob("*.so"))
+    for k, p in enumerate(libs):
+        how = rng.choice(DAMAGES)
+        side = p.with_name(p.name + ".sha256")
+        if how == "truncate":
+            data = p.read_bytes()
+            p.write_bytes(data[:rng.randrange(len(data))])
+        elif how == "flip":
+            data = bytearray(p.read_bytes())
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+            p.write_bytes(bytes(data))
+        elif how == "sidecar":
+            side.write_text(rng.choice(["", "0" * 64 + "\n", "zz\n", "\x00" * 100]))
+        elif how == "fifo":
+            p.unlink()
+            os.mkfifo(p)
+        elif how == "directory":
+            p.unlink()
+            p.mkdir()
+        elif how == "swap" and len(libs) > 1:   # another entry's library and sidecar
+            other = libs[(k + 1) % len(libs)]
+            if other.is_file():
+                shutil.copyfile(other, p)
+                shutil.copyfile(other.with_name(other.name + ".sha256"), side)
+        done.append(f"{p.name[:12]}: {how}")
+    return done
+
+
+def check_clean_state(cache_dir=None) -> List[str]:
+    """What a failed compilation left behind that it must not: a kernel in memory that
+    is no module, an LLVM worker taking requests with a reply unread in its pipe (the
+    next build would read it as its own), a disk writer registered that is not running,
+    temporary files in the disk cache (after :func:`tecomp.dynamo.cache.flush`)."""
+    import select
+
+    from tecomp.codegen.llvm import jit
+    from tecomp.dynamo import cache
+
+    cache.flush()
+    bad = []
+    if any(m is None or not hasattr(m, "call_grad_inputs") for m in cache._MEMORY.values()):
+        bad.append("a kernel in memory that is no module")
+    for w in jit._WORKERS.values():   # one that takes requests has nothing to say
+        if w.alive() and select.select([w.proc.stdout], [], [], 0)[0]:
+            bad.append("an idle LLVM worker with a reply unread in its pipe")
+    w = cache._WRITER
+    if w is not None and not w.is_alive():
+        bad.append("a disk writer registered that no longer runs")
+    if cache_dir is not None and Path(cache_dir, "dynamo").is_dir():
+        left = [p.name for p in Path(cache_dir, "dynamo").iterdir() if p.name.startswith(".")]
+        if left:
+            bad.append(f"temporary files left in the cache: {left[:4]}")
+    return bad
+
+
+def run_faults(prog: Program, fault_seed: int) -> Tuple[float, str]:
+    """The "faults" family: compile and call ``prog`` with a fault injected (drawn from
+    ``fault_seed``: a point of :data:`FAULT_POINTS`, an error of :data:`FAULT_ERRORS`,
+    the call that raises), with the disk cache in a fresh directory; then check the state
+    it left (:func:`check_clean_state`), call the same compiled function again, and
+    compile it again twice (from memory, then from the disk cache alone), without the
+    fault.  Returns the largest error against eager of every call that returned, and
+    what was injected.  A call may raise the injected error (a KeyboardInterrupt or
+    SystemExit, which tecomp lets through; an error that makes a kernel run eagerly
+    must not); anything else, and a wrong value, is a finding (AssertionError)."""
+    import tempfile
+
+    from tecomp.dynamo import cache
+
+    rng = random.Random(fault_seed)
+    point = rng.choice(FAULT_POINTS)
+    error = rng.choice(FAULT_ERRORS)("injected by the fuzzer")
+    at = rng.randint(1, 4)
+    what = f"fault {point} (call {at}: {type(error).__name__})"
+    old_dir = os.environ.get("TECOMP_CACHE_DIR")
+    cache_dir = tempfile.mkdtemp(prefix="tecomp-fuzz-faults-")
+    os.environ["TECOMP_CACHE_DIR"] = cache_dir
+    g = torch.Generator().manual_seed(prog.seed)
+    xs = prog.tensors(0, g)
+    worst = 0.0
+
+    def call(c):
+        with torch.no_grad():
+            return max_error(c(*xs), want)
+
+    try:
+        with torch.no_grad():
+            want = prog(*xs)
+        cache.clear_memory()
+        torch._dynamo.reset()
+        c = torch.compile(prog, backend="tecomp")
+        if point == "damaged_cache":
+            worst = call(c)
+            cache.flush()
+            what += "; " + ", ".join(damage_cache(cache_dir, rng))
+            cache.clear_memory()
+        else:
+            with injecting(point, error, at):
+                try:
+                    worst = call(c)
+                except BaseException as e:  # noqa: BLE001  (only the injected one may pass)
+                    if not (e is error or isinstance(e, (KeyboardInterrupt, SystemExit)) and
+                            type(e) is type(error)):
+                        raise AssertionError(f"{what}: the call raised "
+                                             f"{type(e).__name__}: {str(e)[:300]}") from e
+        bad = check_clean_state(cache_dir)
+        assert not bad, f"{what}: " + "; ".join(bad)
+        worst = max(worst, call(c))              # the same compiled function again
+        failed = STATS["failed"]
+        torch._dynamo.reset()
+        worst = max(worst, call(torch.compile(prog, backend="tecomp")))   # compiled again
+        cache.flush()
+        cache.clear_memory()
+        torch._dynamo.reset()
+        worst = max(worst, call(torch.compile(prog, backend="tecomp")))   # from the disk
+        assert STATS["failed"] == failed, f"{what}: a kernel could not be compiled again"
+        bad = check_clean_state(cache_dir)
+        assert not bad, f"{what}, after compiling again: " + "; ".join(bad)
+    finally:
+        cache.flush()
+        if old_dir is None:
+            os.environ.pop("TECOMP_CACHE_DIR", None)
+        else:
+            os.environ["TECOMP_CACHE_DIR"] = old_dir
+        import shutil
+
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    return worst, what
+
+
 def swap_cache_entries(cache_dir) -> int:
     """Rotate the kernels' libraries of the backend's disk cache under ``cache_dir`` among
     their entries, each with a sidecar of its own (a file copied over another: every
@@ -558,9 +770,28 @@ def main(argv=None) -> int:
                          "refused and rebuilt, and the results agree")
     ap.add_argument("--refuse-every", type=int, default=0, metavar="N",
                     help="refuse to compile about one kernel in N (they run eagerly)")
+    ap.add_argument("--faults", action="store_true",
+                    help="the faults family: each seed's compilation fails part-way (an "
+                         "exception in lowering, scheduling, building or the LLVM worker's "
+                         "reply, a full disk, a damaged disk cache), then the program is "
+                         "called and compiled again: the state left must be clean and every "
+                         "result eager's")
     args = ap.parse_args(argv)
     lo, hi = (int(s) for s in args.seeds.split(":"))
     bad = 0
+    if args.faults:
+        for seed in range(lo, hi):
+            prog = make_program(seed)
+            try:
+                err, what = run_faults(prog, seed)
+            except Exception as e:  # noqa: BLE001  (a fuzzer reports every failure)
+                err, what = math.inf, f"{type(e).__name__}: {str(e)[:400]}"
+            if not err <= 1e-4:
+                bad += 1
+                print(f"FAIL (faults) {what} (max error {err:.3g})\n{prog.describe()}",
+                      flush=True)
+        print(f"{hi - lo - bad} of {hi - lo} runs with faults agree with eager")
+        return 1 if bad else 0
     rounds = ["plain"]
     if args.swapped_cache:
         import tempfile

@@ -155,7 +155,7 @@ def test_unusable_logs_are_one_error_line_and_status_2(tmp_path, cmd):
         "bin": "is not a tuning log: none of its 21 lines is a record (line 1: not JSON",
         "text.jsonl": "is not a tuning log: none of its 2 lines is a record (line 1: not JSON",
         "wrong.jsonl": "(line 1: version 2, not 1",
-        "fifo": "is not a regular file",
+        "fifo": "is a FIFO (named pipe), not a regular file",
         "dir": "is a directory",
     }
     for name, msg in cases.items():

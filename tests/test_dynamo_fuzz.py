@@ -67,10 +67,50 @@ def test_random_program_at_the_edges_matches_eager(seed, specials):
     assert err <= RTOL, f"max error {err:.3g}\n{prog.describe()}"
 
 
+# the faults family (fz.run_faults): a SystemExit while the LLVM worker's reply was read
+# (0: the worker's next reply was the interrupted module's, and the kernel compiled again
+# could not be linked), a disk cache damaged between compilations (26), a
+# KeyboardInterrupt in a region's build (36)
+@pytest.mark.parametrize("seed", [0, 26, 36])
+def test_a_compilation_that_fails_part_way_leaves_a_clean_state(seed):
+    prog = fz.make_program(seed)
+    err, what = fz.run_faults(prog, seed)
+    assert err <= RTOL, f"{what}: max error {err:.3g}\n{prog.describe()}"
+
+
+def test_a_disk_writer_that_dies_is_replaced(tmp_path, monkeypatch):
+    """The disk cache's writer thread ended by a BaseException (a SystemExit a library
+    raised) stayed registered: cache.flush() -- and so every fork(), which waits for the
+    writer -- looped forever joining the dead thread, and no kernel was written to disk
+    again in the process."""
+    from tecomp.dynamo import cache
+
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
+    save, calls = cache._save, []
+
+    def dies_once(mod, path):
+        calls.append(path)
+        if len(calls) == 1:
+            raise SystemExit("injected")
+        save(mod, path)
+
+    monkeypatch.setattr(cache, "_save", dies_once)
+    monkeypatch.setattr(cache.threading, "excepthook", lambda args: None)
+    for f in (torch.tanh, torch.sigmoid):
+        cache.clear_memory()
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(lambda t, f=f: f(t) * 2, backend="tecomp")(torch.randn(4, 8))
+        cache.flush()
+    assert cache._WRITER is None and len(calls) == 2
+    assert len(list((tmp_path / "dynamo").glob("*.so"))) == 1
+
+
 @pytest.mark.skipif(not LONG, reason="slow (minutes): set TECOMP_LONG_TESTS=1")
 @pytest.mark.parametrize("flags", [[], ["--dynamic"], ["--grad"], ["--grad", "--dynamic"],
                                    ["--edges"], ["--edges", "--dynamic"], ["--specials"],
-                                   ["--swapped-cache"], ["--refuse-every", "2"]])
+                                   ["--swapped-cache"], ["--refuse-every", "2"],
+                                   ["--faults"]])
 def test_many_random_programs_match_eager(flags):
     cmd = [sys.executable, os.path.join(ROOT, "tests", "dynamo_fuzz.py"), "--seeds", "0:300"]
     p = subprocess.run(cmd + flags, capture_output=True, text=True, timeout=3600,

@@ -111,6 +111,22 @@ def test_library_family_refuses_every_tampering():
     assert all(kind == "refused" for _, kind in seen), seen
 
 
+def test_library_family_finds_an_export_that_replaces_a_device(monkeypatch):
+    """The library_file family first exports onto a device node, a FIFO, a link to one,
+    a socket or a FIFO in the sidecar's place: refused, left as it was; with the check
+    taken away (export_library renamed its file onto whatever was there: /dev/null,
+    exported to as root, became a regular file) the family reports it."""
+    from tecomp.codegen import libwrite
+
+    seeds = [s for s in _seeds("library_file", 40) if draw_edge_case(s).twist["export_onto"]]
+    for seed in seeds[:3]:
+        out = run_edge_case(draw_edge_case(seed))
+        assert out.ok and out.kind == "refused", out.report()
+    monkeypatch.setattr(libwrite, "special_file", lambda path: "")
+    out = run_edge_case(draw_edge_case(seeds[0]))
+    assert out.kind == "mismatch" and "was replaced" in out.report(), out.report()
+
+
 def test_records_family_replays_the_genuine_record():
     """The genuine record of a records case is found for the workload and replayed: the
     family tests the log's checks, not a log that never matches."""

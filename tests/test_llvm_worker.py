@@ -204,3 +204,37 @@ def test_a_busy_worker_exits_when_its_parent_is_killed():
     finally:
         if p.poll() is None:
             p.kill()
+
+
+@pytest.mark.parametrize("where", ["reply", "payload"])
+def test_an_interrupted_build_leaves_no_reply_for_the_next_one(monkeypatch, where):
+    """A KeyboardInterrupt (any signal handler's exception) while the worker's reply was
+    read left that reply, or the rest of it, in the pipe; the next build read it as its
+    own and linked the interrupted kernel's code under the new one (every build after
+    one a module late: ``x * 3`` computed ``x * 2``, silently).  Now a worker with a
+    request pending is killed and replaced."""
+    def kernel(c):
+        A = tc.placeholder((16,), name="A")
+        B = tc.compute((16,), lambda i: A[i] * c, name="B")
+        return tc.create_schedule(B.op), [A, B]
+
+    tc.build(*kernel(1.0))   # the worker has started
+    pid = llvm_jit.worker_pid()
+    read = llvm_jit._optproc._read_exact
+    seen = []
+
+    def interrupted(f, n):
+        seen.append(n)
+        if where == "reply" or len(seen) == 2:   # before the header, or the payload
+            raise KeyboardInterrupt
+        return read(f, n)
+
+    monkeypatch.setattr(llvm_jit._optproc, "_read_exact", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tc.build(*kernel(2.0))
+    monkeypatch.undo()
+    f = tc.build(*kernel(3.0))
+    a, b = np.arange(16, dtype="float32"), np.zeros(16, "float32")
+    f(a, b)
+    np.testing.assert_array_equal(b, a * 3)
+    assert llvm_jit.worker_pid() not in (None, pid)

@@ -148,6 +148,8 @@ def auto_schedule(args: Sequence[Union[Tensor, Var]], target: Union[str, Target]
     if log is not None and not isinstance(log, (str, os.PathLike)):
         raise AutoScheduleError(f"auto_schedule: log must be a file path (str or Path) or "
                                 f"None, got {type(log).__name__}")
+    if log is not None:
+        records.check_log_path(log, "auto_schedule: log")
     shapes = check_shapes(args, shapes)
     why = (measure_unavailable(target) if gpu else target.runs_here()) if trials else None
     if why is not None:

@@ -40,6 +40,7 @@ from typing import List, Optional, Tuple
 
 from ..errors import AutoScheduleError
 from ..ir.expr import Var, CommReducer, TupleCommReducer
+from ..runtime.libfiles import file_path, special_file
 from .. import target as _machine  # cpu_model, cpu_name: looked up at call time (tests patch them)
 from ..target import as_target
 from ..te.scatter import ScatterOp
@@ -185,16 +186,18 @@ def make_record(key: dict, trace: list, times: Optional[List[float]], error: Opt
     return rec
 
 
-def _check_path(path, what: str) -> str:
-    if not isinstance(path, (str, os.PathLike)):
-        raise AutoScheduleError(f"{what}: the log must be a file path, got "
-                                f"{type(path).__name__}")
-    p = os.fspath(path)
-    if isinstance(p, bytes):
-        p = os.fsdecode(p)
+def check_log_path(path, what: str, error=AutoScheduleError) -> str:
+    """``path`` of a tuning log as a str; ``error``, its message starting with ``what``,
+    for anything else than a str or os.PathLike, for bytes, an empty path or one with a
+    NUL, and for a directory, a device, a FIFO or a socket (or a link to one)."""
+    p = file_path(path, what, error)
     if os.path.isdir(p):
-        raise AutoScheduleError(f"{what}: {p!r} is a directory; give a file path for the log, "
-                                f"e.g. {os.path.join(p, 'tuning.jsonl')!r}")
+        raise error(f"{what}: {p!r} is a directory; give a file path for the log, "
+                    f"e.g. {os.path.join(p, 'tuning.jsonl')!r}")
+    why = special_file(p)
+    if why:
+        raise error(f"{what}: {p!r:.200} {why}; give the path of a tuning log, e.g. "
+                    f"'tuning.jsonl'")
     return p
 
 
@@ -230,7 +233,7 @@ def append_record(path, record: dict) -> None:
     folders); safe when several processes append to the same log."""
     import fcntl
 
-    p = _check_path(path, "append_record")
+    p = check_log_path(path, "append_record")
     try:
         line = json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except ValueError as e:
@@ -373,7 +376,7 @@ def _read_log(p: str) -> Optional[bytes]:
 def load_records(path, key: Optional[dict] = None, *, lines: bool = False) -> list:
     """The valid records of the log at ``path`` (those of workload ``key`` when given); a
     missing file has none.  ``lines=True``: ``(line number, record)`` pairs."""
-    p = _check_path(path, "load_records")
+    p = check_log_path(path, "load_records")
     pairs, skipped = scan_log(p, key)
     for n, why, head in skipped:
         warnings.warn(f"{p}:{n}: {why}; line skipped: {head!r}", RecordWarning, stacklevel=2)
@@ -385,7 +388,7 @@ def scan_log(path, key: Optional[dict] = None) -> Tuple[List[Tuple[int, dict]],
     """The ``(line number, record)`` pairs of the log at ``path`` (of workload ``key``
     when given) and its lines that are not records, as ``(line number, why, its first 60
     bytes)``; :func:`load_records` warns of those.  A missing file has neither."""
-    p = _check_path(path, "load_records")
+    p = check_log_path(path, "load_records")
     raw = _read_log(p)
     if raw is None:
         return [], []

@@ -15,7 +15,7 @@ from ..errors import ArgumentError, BuildError, ExportError, InternalError, Load
     RuntimeUnavailableError
 from ..runtime import aot_format as fmt
 from ..runtime.elf import check_plain, inspect_library
-from ..runtime.libfiles import file_path, sidecar_path, write_with_sidecar
+from ..runtime.libfiles import file_path, sidecar_path, special_file, write_with_sidecar
 from ..target import ISAS, cross_compilers
 
 __all__ = ["find_c_compiler", "destination", "link", "write_checked", "LINK_FLAGS"]
@@ -67,6 +67,13 @@ def destination(path, name: str) -> str:
     if not os.path.isdir(d):
         raise BuildError(f"{name}.export_library: the directory of {p!r:.200} does not "
                          f"exist; create it first")
+    for f, what in ((p, "the path"), (str(sidecar_path(p)), "the sidecar's path")):
+        why = special_file(f)
+        if why:
+            raise BuildError(f"{name}.export_library: {what} {f!r:.200} {why}: the file "
+                             f"written (renamed onto the path) would replace it, as it "
+                             f"replaced /dev/null exported to as root; give the path of a "
+                             f"file, e.g. {os.path.join(d, name + '.so')!r:.220}")
     side = os.fsencode(sidecar_path(p).name)
     try:
         limit = os.pathconf(d, "PC_NAME_MAX")

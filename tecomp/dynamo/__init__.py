@@ -80,6 +80,7 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends import registry as _registry
 from torch._dynamo.backends.common import aot_autograd
 
+from ..autoschedule.records import check_log_path
 from ..errors import ArgumentError, TargetError
 from ..target import as_target
 from . import cache as _cache
@@ -124,7 +125,8 @@ class Options:
     Raises
     ------
     ArgumentError
-        For an option of the wrong type or value.
+        For an option of the wrong type or value (a ``log`` that is no file path, or a
+        directory, a device, a FIFO or a socket).
     TargetError
         For a target that is not this machine's CPU.
     """
@@ -135,6 +137,11 @@ class Options:
         if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
             raise ArgumentError(f"torch.compile(backend='tecomp'): option trials must be an "
                                 f"int >= 0, got {trials!r:.60}")
+        if log is not None:
+            # a bad log failed every kernel's auto_schedule: the whole model ran eagerly,
+            # with a warning per kernel
+            log = check_log_path(log, "torch.compile(backend='tecomp'): option log",
+                                 ArgumentError)
         if not isinstance(cache, bool):
             raise ArgumentError(f"torch.compile(backend='tecomp'): option cache must be True "
                                 f"or False, got {cache!r:.60}")

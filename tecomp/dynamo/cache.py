@@ -296,17 +296,28 @@ def _save_later(mod, path: Path) -> None:
 
 def _write_pending() -> None:
     global _WRITER
-    while True:
-        with _LOCK:
-            if not _PENDING:
+    ended = False
+    try:
+        while True:
+            with _LOCK:
+                if not _PENDING:
+                    _WRITER = None
+                    ended = True
+                    return
+                mod, path = _PENDING.popleft()
+            try:
+                _save(mod, path)
+            except Exception as e:  # noqa: BLE001  (a kernel not cached is not an error)
+                _warn_once("save", "tecomp.dynamo: kernels are not cached on disk: %s: %s",
+                           type(e).__name__, e)
+    finally:
+        if not ended:
+            # the thread ends on a BaseException (a SystemExit a library raised): a writer
+            # left registered made flush() (and every fork) join the dead thread forever,
+            # and was never replaced; the next kernel built starts a new one (which writes
+            # those still pending too)
+            with _LOCK:
                 _WRITER = None
-                return
-            mod, path = _PENDING.popleft()
-        try:
-            _save(mod, path)
-        except Exception as e:  # noqa: BLE001  (a kernel not cached is not an error)
-            _warn_once("save", "tecomp.dynamo: kernels are not cached on disk: %s: %s",
-                       type(e).__name__, e)
 
 
 def flush() -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Optional, Type, Union
 
 __all__ = ["file_path", "digest_bytes", "digest_file", "sidecar_path", "read_sidecar",
-           "sidecar_digest", "sidecar_matches", "write_atomic", "write_sidecar",
+           "sidecar_digest", "sidecar_matches", "special_file", "write_atomic", "write_sidecar",
            "write_with_sidecar", "open_regular", "read_fd", "FileRefused", "cache_root",
            "private_dir", "tool_identity"]
 
@@ -82,6 +82,24 @@ def _not_regular(mode: int) -> FileRefused:
         if test(mode):
             return FileRefused(f"is {what}, not a regular file")
     return FileRefused("is not a regular file")
+
+
+def special_file(path: PathLike) -> str:
+    """How ``path`` names a device, a FIFO or a socket, or a symbolic link to one, in
+    words that follow its name (``"is a FIFO (named pipe), not a regular file"``); ""
+    for nothing there, a regular file, a directory, or a link to one of them.  A file
+    tecomp writes is renamed onto its path: such a file would be replaced (a device node
+    too), and one is never opened to be written either (a FIFO blocks until read)."""
+    for look in (os.lstat, os.stat):
+        try:
+            mode = look(path).st_mode
+        except (OSError, ValueError):
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            why = _not_regular(mode).reason
+            return why if look is os.lstat else \
+                f"is a symbolic link to {os.path.realpath(path)!r:.120}, which {why}"
+    return ""
 
 
 def open_regular(path: PathLike, limit: int) -> int:

@@ -45,7 +45,10 @@ read the docs, or one who wants to crash the caller, would:
 ``library_file``
     an exported library tampered with (bytes flipped, truncated, extended, the sidecar
     swapped, replaced by a FIFO, a directory or a link): ``tc.load_module`` refuses it
-    with a ``LoadError``; the untouched copy still loads.
+    with a ``LoadError``; the untouched copy still loads.  Five cases in six first export
+    the library onto a device node (made in a temporary directory), a FIFO, a link to
+    one, a socket, or with a FIFO in the sidecar's place: a ``BuildError``, the file
+    left as it was (drawn after the tamper, so each seed keeps its tamper).
 
 Session 8's families, drawn for the edge seeds whose ``(seed // 9) % 8 == 7`` (every
 other seed draws what it drew before them; :func:`family_of`):
@@ -116,6 +119,7 @@ import os
 import shutil
 import stat
 import tempfile
+from typing import Optional
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -147,6 +151,11 @@ FOREIGN_SYSTEM_TRIPLES = (
     "llvm -mtriple=x86_64-pc-windows-gnu", "llvm -mtriple=x86_64-linux-gnux32",
     "llvm -mtriple=aarch64-linux-gnu_ilp32", "llvm -mtriple=aarch64-unknown-freebsd",
 )
+
+#: what the library_file family first exports onto (None: nothing special): a device
+#: node (made in a temporary directory, where this user may: the device of /dev/null), a
+#: FIFO, a link to one, a socket, a FIFO in the sidecar's place
+EXPORT_ONTO = (None, "char_device", "fifo", "link_to_fifo", "socket", "sidecar_fifo")
 
 #: the kernel names whose symbols (tecomp_<name>) are runtime functions kernels call
 RUNTIME_NAMES = ("parallel_for", "ws_alloc", "ws_free", "extern_call")
@@ -228,6 +237,8 @@ def draw_edge_case(seed: int) -> EdgeCase:
         twist = {"tamper": d.choice(("flip_byte", "truncate", "append", "swap_sidecar",
                                      "empty", "fifo", "directory", "symlink_to_dev",
                                      "sidecar_fifo", "sidecar_huge"))}
+        # (drawn after the tamper: each seed keeps the tamper it drew before)
+        twist["export_onto"] = d.choice(EXPORT_ONTO)
     elif family == "big_extent":
         v = d.choice(("huge_strides", "huge_strides", "huge_strides", "int64_n", "int64_n",
                       "int64_n", "int64_n", "big_reduction"))
@@ -686,6 +697,59 @@ def _tamper(path: str, how: str, rng) -> None:
         raise ValueError(how)
 
 
+def _special(path: str, how: str) -> str:
+    """A device node, FIFO, link to a FIFO or socket made at ``path`` (or at its
+    sidecar's: ``sidecar_fifo``); the path of what was made."""
+    if how == "char_device":
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            return path
+        except (PermissionError, AttributeError, OSError):
+            how = "fifo"   # (not this user's to make)
+    if how == "fifo":
+        os.mkfifo(path)
+    elif how == "link_to_fifo":
+        os.mkfifo(path + ".fifo")
+        os.symlink(path + ".fifo", path)
+    elif how == "socket":
+        import socket
+
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.bind(path)
+        finally:
+            s.close()
+    elif how == "sidecar_fifo":
+        os.mkfifo(path + ".sha256")
+        return path + ".sha256"
+    else:
+        raise ValueError(how)
+    return path
+
+
+def _export_onto(ec: EdgeCase, mod, path: str, how: str, ir) -> Optional[Outcome]:
+    """Export ``mod`` onto a device, FIFO or socket (``how``): a ``BuildError``, and the
+    special file left as it was (export_library renamed its file onto a device: as root,
+    /dev/null became a regular file); None when so."""
+    os.makedirs(path)
+    target = os.path.join(path, "k.so")
+    made = _special(target, how)
+    before = os.lstat(made)
+    what = f"an export onto {how.replace('_', ' ')}"
+    out = _expect_refusal(ec, lambda: mod.export_library(target), (tc.BuildError,),
+                          f"export_library onto {how}", ir, what)
+    try:
+        after = os.lstat(made)
+        same = (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+    except OSError:
+        same = False
+    if not same:
+        return Outcome("mismatch", ec, f"export_library onto {how}",
+                       f"{what}: the {stat.filemode(before.st_mode)} file at the path was "
+                       f"replaced", ir)
+    return None if out.kind == "refused" else out
+
+
 def _run_library_file(ec: EdgeCase) -> Outcome:
     c, bad = _prepare(ec)
     if bad:
@@ -703,6 +767,11 @@ def _run_library_file(ec: EdgeCase) -> Outcome:
         msg = _same_outputs(ec, arrs, c.want, "loaded vs built")
         if msg:
             return Outcome("mismatch", ec, "export and load", msg, ir)
+        onto = ec.twist.get("export_onto")
+        if onto:
+            bad = _export_onto(ec, mod, os.path.join(d, "onto"), onto, ir)
+            if bad is not None:
+                return bad
         bad_path = os.path.join(d, "bad.so")
         mod.export_library(bad_path)
         _tamper(bad_path, how, np.random.default_rng(ec.seed))

@@ -155,6 +155,10 @@ def test_auto_schedule_bad_args(bad, msg):
     (dict(seed="x"), r"auto_schedule: seed must be an int, got 'x'"),
     (dict(timeout=0), r"auto_schedule: timeout must be a positive number of seconds or None"),
     (dict(log=3), r"auto_schedule: log must be a file path \(str or Path\) or None, got int"),
+    # a NUL raised ValueError from os.stat; an empty path was read as no log, and a
+    # measured search failed on its first record
+    (dict(log="tune\0.jsonl"), r"auto_schedule: log: 'tune\\x00.jsonl' is not a file path"),
+    (dict(log=""), r"auto_schedule: log: '' is not a file path"),
     (dict(progress="yes"), r"auto_schedule: progress must be True, False or None \(None: "
                            r"shown on a terminal, in Jupyter and in CI logs\), got 'yes'"),
     (dict(shapes={"m": 3}), r"auto_schedule: shapes names 'm', which is no symbolic extent of "
@@ -182,7 +186,7 @@ def test_auto_schedule_shapes_value():
 # records
 
 def test_log_is_a_directory(tmp_path):
-    with pytest.raises(AutoScheduleError, match=r"load_records: .* is a directory; give a file "
+    with pytest.raises(AutoScheduleError, match=r"auto_schedule: log: .* is a directory; give a file "
                                                 r"path for the log, e\.g\. .*tuning\.jsonl"):
         tc.auto_schedule(_mm(), log=str(tmp_path))
 
@@ -218,10 +222,10 @@ def test_log_that_is_a_fifo(tmp_path):
                        capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     read, append = p.stdout.splitlines()
-    for line, who in ((read, "load_records"), (append, "append_record")):
-        assert re.fullmatch(rf"\w+ AutoScheduleError {who}: '.*log\.jsonl' is not a regular "
-                            rf"file \(a FIFO, a device or a socket\); give the path of a "
-                            rf"tuning log, e\.g\. 'tuning\.jsonl'", line), line
+    for line, who in ((read, "auto_schedule: log"), (append, "append_record")):
+        assert re.fullmatch(rf"\w+ AutoScheduleError {who}: '.*log\.jsonl' is a FIFO \(named "
+                            rf"pipe\), not a regular file; give the path of a tuning log, "
+                            rf"e\.g\. 'tuning\.jsonl'", line), line
 
 
 def test_record_with_a_time_json_cannot_store(tmp_path):

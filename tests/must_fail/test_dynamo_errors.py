@@ -1,6 +1,8 @@
 """Mistakes with torch.compile(backend="tecomp"): an unknown or bad option, a target that
 is not this machine's CPU, tensors on another device: each a TecompError subclass naming
 the option or the input and the fix."""
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -43,6 +45,28 @@ def test_bad_prepack():
 def test_bad_dynamic():
     with pytest.raises(ArgumentError, match=r"option dynamic must be True or False, got 1"):
         td.backend(_graph(), [torch.randn(3, 4)], dynamic=1)
+
+
+@pytest.mark.parametrize("log, msg", [
+    (5, r"option log expects a file path \(str or os.PathLike\), got int"),
+    ("tune\0.jsonl", r"option log: 'tune\\x00.jsonl' is not a file path"),
+    ("", r"option log: '' is not a file path"),
+    ("DIR", r"option log: '.*' is a directory; give a file path for the log, e.g. "
+            r"'.*tuning\.jsonl'"),
+    ("FIFO", r"option log: '.*fifo' is a FIFO \(named pipe\), not a regular file; give the "
+             r"path of a tuning log"),
+])
+def test_bad_log(log, msg, tmp_path):
+    """A log that is no file path, or names a directory or a FIFO: refused when the model
+    is compiled (every kernel's auto_schedule refused it before, and the whole model ran
+    eagerly, with a warning per kernel; a NUL in the path was logged as a tecomp bug)."""
+    if log == "DIR":
+        log = tmp_path
+    elif log == "FIFO":
+        log = tmp_path / "fifo"
+        os.mkfifo(log)
+    with pytest.raises(ArgumentError, match=r"torch.compile\(backend='tecomp'\): " + msg):
+        td.backend(_graph(), [torch.randn(3, 4)], log=log)
 
 
 def test_gpu_target():

@@ -13,6 +13,7 @@ import ctypes.util
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -609,3 +610,43 @@ def test_export_of_a_kernel_named_like_the_runtime(tmp_path, name):
                                             rf"one of the library's runtime functions; build it "
                                             rf"under another name"):
         f.export_library(tmp_path / "k.so")
+
+
+def _special_files(tmp_path):
+    """(path, what) of a FIFO, a link to it and, where this user may make one, a
+    character device node (the same device as /dev/null), all in ``tmp_path``."""
+    fifo = tmp_path / "fifo.so"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.so"
+    link.symlink_to(fifo)
+    out = [(fifo, r"is a FIFO \(named pipe\), not a regular file"),
+           (link, r"is a symbolic link to '.*fifo\.so', which is a FIFO \(named pipe\), not a "
+                  r"regular file")]
+    try:
+        os.mknod(tmp_path / "null.so", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        out.append((tmp_path / "null.so", "is a character device, not a regular file"))
+    except (PermissionError, AttributeError):
+        pass
+    return out
+
+
+def test_export_onto_a_device_or_a_fifo(small, tmp_path):
+    """The library's temporary file was renamed onto the path, whatever was there:
+    ``export_library("/dev/null")`` run as root replaced the system's /dev/null with a
+    regular file (the library), and a FIFO or a socket with one too.  Now a device, a
+    FIFO or a socket at the path or at its sidecar's, or a link to one, is refused and
+    left as it was."""
+    for path, what in _special_files(tmp_path):
+        before = os.lstat(path)
+        with pytest.raises(tc.BuildError, match=r"double.export_library: the path '.*' "
+                                                + what + r": the file written \(renamed onto "
+                                                r"the path\) would replace it, .*give the path "
+                                                r"of a file, e.g. '.*double\.so'"):
+            small.export_library(path)
+        after = os.lstat(path)
+        assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+    os.mkfifo(tmp_path / "k.so.sha256")
+    with pytest.raises(tc.BuildError, match=r"the sidecar's path '.*k\.so\.sha256' is a FIFO"):
+        small.export_library(tmp_path / "k.so")
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "k.so.sha256").st_mode)
+    assert not (tmp_path / "k.so").exists()

@@ -194,19 +194,36 @@ class OptWorker:
             # out the whole limit
             bufsize=0)
         self.ready = False  # its start-up message has been read
+        # a request written whose whole reply has not been read: set until optimize()
+        # returns; still set after an exception (a KeyboardInterrupt, any signal
+        # handler's) left a reply, or part of one, in the pipe, which the next request
+        # would read as its own (the previous kernel's code linked for a new one)
+        self.pending = False
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """Whether the worker runs and can take a request: not while a request's reply
+        is unread (an interrupted :meth:`optimize`): its pipe is out of step."""
+        return not self.pending and self.proc.poll() is None
 
     def optimize(self, text: str, explicit: bool, timeout: Optional[float] = None):
         """``(status, retiring, payload)`` for one module; ``"nostart"`` when the worker
         died before it could start, None when it died before replying, ``"timeout"``
         when it did not reply within ``timeout`` seconds (it is then still working)."""
+        if self.pending:  # pragma: no cover - _get_worker replaces such a worker
+            raise RuntimeError("tecomp bug: a request to an LLVM worker whose pipe is out "
+                               "of step; please report it")
         data = text.encode("utf-8")
+        self.pending = True
+        r = self._request(data, explicit, timeout)
+        if r != "timeout":   # a timeout leaves the reply coming: the caller kills it
+            self.pending = False
+        return r
+
+    def _request(self, data: bytes, explicit: bool, timeout: Optional[float]):
         try:
             _write_all(self.proc.stdin, _optproc._REQ.pack(_optproc._MAGIC, int(explicit),
                                                            len(data)) + data)
@@ -249,7 +266,10 @@ class OptWorker:
         return f"exit status {rc}"
 
     def close(self) -> None:
-        """Ask the worker to exit (end of input) and reap it."""
+        """Ask the worker to exit (end of input) and reap it; kill it first where a
+        request is still pending (it would finish that module first)."""
+        if self.pending and self.proc.poll() is None:
+            self.proc.kill()
         for f in (self.proc.stdin, self.proc.stdout):
             try:
                 f.close()
