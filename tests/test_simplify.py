@@ -1106,3 +1106,37 @@ def test_affine_steps_sees_through_floor_division():
     assert steps == ((1,), (4608,), (0,)) and str(base) == str(b * 7)
     assert affine_steps([f // 9, f % 9], [f]) is None
     assert affine_steps([2 - f % 3], [f]) is None
+
+
+def test_main_part_of_a_symbolic_split_runs_whole_tiles():
+    """In the main part of a split of a symbolic extent, ``for (io, 0, n // 14)``, the
+    rows left from a tile on are at least 14: ``n - io*14 - 14`` relaxed at ``io = n // 14
+    - 1`` is ``n - (n // 14)*14``, which the fuse identity makes ``n % 14 >= 0``.  With
+    an int64 ``n`` in ``[0, 2**40]`` (tecomp.lower.ranges) the main part's extent is
+    ``n // 14``."""
+    n = Var("n", "int64")
+    i = Var("io", "int64")
+    rng = {n: Range(Const(0, "int64"), Const(2**40 + 1, "int64")),
+           i: Range(Const(0, "int64"), n // 14)}
+    assert str(simplify(Min(n - i * 14, Const(14, "int64"), "int64"), rng)) == "14i64"
+    assert str(simplify(Min(n // 14, (n + 13) // 14, "int64"), rng)) == "n // 14i64"
+    # over all of int64, n + 13 may wrap: the extent keeps its general form
+    wide = {n: Range(Const(0, "int64"), Const(2**63 - 1, "int64"))}
+    assert str(simplify(Min(n // 14, (n + 13) // 14, "int64"), wide)) != "n // 14i64"
+
+
+def test_symbolic_gemm_unrolls_whole_tiles():
+    """An int64-symbolic batched GEMM: the register tile's rows in the main part are an
+    unrolled loop of constant extent (before the bound, each was ``min(n - i*14, 14)``
+    and unrolled as guarded copies: 3x the LLVM IR)."""
+    import re
+    import tecomp as tc
+    n = tc.var("n", "int64")
+    A = tc.placeholder((2, n, 64), name="A")
+    B = tc.placeholder((2, n, 64), name="B")
+    k = tc.reduce_axis((0, 64), name="k")
+    C = tc.compute((2, n, n), lambda b, i, j: tc.sum(A[b, i, k] * B[b, j, k], axis=k), name="C")
+    s = tc.auto_schedule([A, B, C], target="llvm -mcpu=znver4")
+    text = str(tc.lower(s, [A, B, C]))
+    extents = re.findall(r"unrolled \(i\.inner[_0-9]*, 0i64, ([^)]*)\)", text)
+    assert extents and re.fullmatch(r"\d+i64", extents[0]), extents

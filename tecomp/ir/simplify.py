@@ -565,6 +565,7 @@ class Simplifier:
             sv = self._symbolic_vars(f)
             if sv:
                 slo, shi = self.interval_of(f, sv)
+                slo, shi = self._fused_bound(slo), self._fused_bound(shi)
                 if slo is not None:
                     l2 = self.an.form_mbound(slo)[0]
                     if l2 is not None and (lo is None or l2 > lo):
@@ -574,6 +575,21 @@ class Simplifier:
                     if h2 is not None and (hi is None or h2 < hi):
                         hi = h2
         return lo, hi
+
+    def _fused_bound(self, f):
+        """A relaxed bound with the fuse identities applied (``n - (n // 14)*14`` is
+        ``n % 14``, in ``[0, 13]``: the extent of a loop's main part, ``n - i*14`` for
+        ``i < n // 14``, is then provably at least 14)."""
+        if f is None or len(f.terms) < 2:
+            return f
+        r = self._ring(f)
+        if r is None:
+            return f
+        nr = self._normalize(r)
+        if nr is r:
+            return f
+        m = self._math(nr)
+        return f if m is None else m
 
     def decide(self, t, d: LinForm):
         """``d OP 0`` for the exact form ``d`` (math semantics): True, False or None."""

@@ -264,6 +264,11 @@ class ParamCheck:
             uses = uses[:3] + [f"{len(self.uses) - 3} more"]
         used = uses[0] if len(uses) == 1 else ", ".join(uses[:-1]) + " and " + uses[-1]
         e, lo = self.expr, self.lower
+        if self.upper is not None and isinstance(e, Var) and e.dtype == "int64":
+            # the bound every int64 symbolic extent has (tecomp.lower.ranges)
+            return (f"{_var_origin(e, params)} = {value} is outside [{lo}, {self.upper}]: it is "
+                    f"{used}; no array that long fits in memory (a stride-0 view can be): "
+                    f"split the call along that dimension into parts of at most {self.upper}")
         if self.upper is not None:
             vals = ", ".join(f"{_var_origin(v, params)} = {env[v]}"
                              for v in free_vars(e) if v in env)

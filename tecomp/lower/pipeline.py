@@ -20,6 +20,7 @@ from ..target import Target, as_target
 from ..te.scatter import ScatterOp
 from .schedule_ops import schedule_to_stmt
 from . import passes as P
+from .ranges import extent_checks
 
 if TYPE_CHECKING:
     from ..ir.expr import Var
@@ -157,7 +158,7 @@ def lower(s: Schedule, args: Sequence[Union[Tensor, Var]], name: str = "main",
                 f"on the CPU, and target {tgt} cannot call it; build for llvm, or compute that "
                 "stage with tc.compute")
     func = PrimFunc(name, tuple(params), body,
-                    {"target": tgt, "param_checks": ctx.param_checks(),
+                    {"target": tgt, "param_checks": ctx.param_checks() + extent_checks(params),
                      "written_once": ctx.written_once()})
     dump = os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")
     if dump:

@@ -680,3 +680,25 @@ def test_symbolic_sizes_that_would_wrap_int32_index_arithmetic(runner):
                     r"4295032832 with n \(from X\.shape\[0\]\) = 65536, m \(from "
                     r"X\.shape\[1\]\) = 65537: outside int32.*tc\.var\('n', 'int64'\), "
                     r"tc\.var\('m', 'int64'\)", second), second
+
+
+def test_int64_extent_past_two_to_the_40():
+    """An int64 symbolic extent is at most 2**40 (lowering proves its index arithmetic
+    with that bound: tecomp.lower.ranges): a stride-0 view longer than that is refused
+    before the kernel runs; the module still works afterwards."""
+    n = tc.var("n", "int64")
+    A = tc.placeholder((n,), name="A")
+    B = tc.compute((n,), lambda i: A[i] + 1, name="B")
+    s = tc.create_schedule(B.op)
+    f = tc.build(s, [A, B])
+    big = 2**40 + 1
+    a = np.lib.stride_tricks.as_strided(np.zeros(1, "float32"), (big,), (0,))
+    b = np.lib.stride_tricks.as_strided(np.zeros(1, "float32"), (big,), (0,))
+    with pytest.raises(tc.ArgumentError, match=r"n \(from A.shape\[0\]\) = 1099511627777 is "
+                                               r"outside \[0, 1099511627776\]: it is a symbolic "
+                                               r"extent"):
+        f(a, b)
+    x = np.arange(5, dtype="float32")
+    y = np.zeros(5, "float32")
+    f(x, y)
+    np.testing.assert_array_equal(y, x + 1)
