@@ -108,6 +108,10 @@ from .stmt import (
 
 __all__ = ["simplify", "affine_steps", "Simplifier", "StmtSimplifier"]
 
+#: an unrolled loop's symbolic extent gets its constant bound written out (``min(e, c)``)
+#: where the enclosing loops prove one of at most this (:meth:`StmtSimplifier.visit_For`)
+UNROLL_BOUND_MAX = 64
+
 _TRUE = Const(True, "bool")
 _FALSE = Const(False, "bool")
 _EMPTY = SeqStmt(())
@@ -1603,6 +1607,8 @@ class StmtSimplifier(Mutator):
                 return _EMPTY
             if fe.is_const and fe.value == 1 and s.kind == "serial":
                 return self.visit(substitute(s.body, {s.var: mn}))
+            if s.kind == "unrolled" and not fe.is_const:
+                ext = self._unroll_bound(ext, fe)
         with ex.scope():
             if _is_int(mn.dtype) and _is_int(ext.dtype) and mn.dtype == ext.dtype:
                 hi = ex.expr(LinForm.combine(mn.dtype, [(ex.lin(mn), 1), (ex.lin(ext), 1)]).add_const(-1))
@@ -1613,6 +1619,20 @@ class StmtSimplifier(Mutator):
         if mn is s.min and ext is s.extent and body is s.body:
             return s
         return For(s.var, mn, ext, s.kind, body, s.thread_tag)
+
+    def _unroll_bound(self, ext: Expr, fe: LinForm) -> Expr:
+        """The symbolic extent of an unrolled loop, with the constant bound that only the
+        enclosing loops prove made explicit: a tail part's ``n - i.outer*14`` (``i.outer >=
+        n // 14``) becomes ``min(n - i.outer*14, 13)``, which code generation unrolls as
+        13 guarded copies (it sees no loop around; without the bound the loop stays a loop
+        and its register tile goes to memory)."""
+        top = self.ex.an.cbound(ext)[1]
+        if top is not None and top <= UNROLL_BOUND_MAX:
+            return ext
+        hi = self.ex.best_bound(fe)[1]
+        if hi is None or hi > UNROLL_BOUND_MAX:
+            return ext
+        return Min(ext, Const(max(hi, 0), ext.dtype), ext.dtype)
 
     def visit_IfThenElse(self, s: IfThenElse):
         ex = self.ex
