@@ -13,11 +13,17 @@ streaming its own columns of C, the sums accumulated in vector registers:
   reduction in blocks of ``kb`` (A's ``M x kb`` block fills at most half of L1 and is
   re-read from there by every tile of the thread task's rows of W, the accumulators
   kept in the task's buffer between blocks; with whole rows of A re-read from L2
-  instead, 16 rows ran 1.3x slower, 1 thread on the Xeon, under load); from
-  :data:`PREFETCH_MIN_ROWS` rows on, A is read from a copy whose rows lie in different
-  cache sets (``storage_align``; rows 16 KiB apart shared one set with the tile's rows
-  of W) and each tile prefetches its rows of W in the next block (a task's rows are
-  each read a block at a time: too many streams for the hardware prefetchers); from
+  instead, 16 rows ran 1.3x slower, 1 thread on the Xeon, under load); below
+  :data:`STREAM_PREFETCH_MIN_ROWS` rows, where the hardware prefetchers alone fetch W,
+  a tile reads at most the machine model's ``read_streams`` rows of W at a time, each
+  whole where all of A fits in L1 (each block of a row is a stream they pick up again;
+  2 rows x 4096 columns, Zen 5, 1 thread, under load: 4 rows of W at a time, whole,
+  83-91% of the read stream; in blocks of 2048 columns 80-87%; 8 rows 76%, 2 rows 72%);
+  from :data:`PREFETCH_MIN_ROWS` rows on, A is read from a copy whose rows lie in
+  different cache sets (``storage_align``; rows 16 KiB apart shared one set with the
+  tile's rows of W) and each tile prefetches its rows of W in the next block (a task's
+  rows are each read a block at a time: too many streams for the hardware
+  prefetchers); from
   :data:`STREAM_PREFETCH_MIN_ROWS` rows on, each step of a tile also prefetches one line
   of each of its rows of W :data:`PREFETCH_BYTES` ahead (a block of four such distances
   or more) or of the next tile's rows (``SkinnyPlan.stream``);
@@ -137,6 +143,8 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
     mb, nb = skinny_tile(M, N, not w_kfirst, info, batch)
     if w_kfirst:
         kb = min(K, K_BLOCK)
+    elif M < STREAM_PREFETCH_MIN_ROWS and 4 * M * K <= info.l1_bytes:
+        kb = K  # rows of W that the hardware prefetches: read whole, A kept in L1
     else:   # A's block of M x kb: at most half of L1, whole vectors, dividing K if it can
         L = info.lanes
         most = max(L, info.l1_bytes // 2 // (4 * M) // L * L)
@@ -178,8 +186,10 @@ def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel, batch: int = 1)
     """The register tile ``(mb, nb)`` of an ``M``-row GEMM with ``N`` columns: ``mb``
     rows of A (in equal blocks of at most a quarter of the vector registers), and as many
     ``nb`` (rows of W, or vectors of its columns) as the registers hold besides the
-    ``mb * nb`` accumulators and the operands' loads, at most 8, fewer where the tiles
-    would not give every thread two (counting the ``batch`` GEMMs' tiles)."""
+    ``mb * nb`` accumulators and the operands' loads, at most 8 (rows of W with fewer
+    than :data:`STREAM_PREFETCH_MIN_ROWS` rows of A, which the tile does not prefetch: at
+    most the machine model's ``read_streams``), fewer where the tiles would not give
+    every thread two (counting the ``batch`` GEMMs' tiles)."""
     R = info.vregs
     # mb*nb accumulators, nb vectors of W and a vector of A (W[j, k]: A's vectors read
     # by the FMAs from L1; W[k, j]: broadcasts, folded into the FMAs) live per k step;
@@ -191,6 +201,10 @@ def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel, batch: int = 1)
     nb = (R - 2) // (mb + 1)
     width = 1 if rows_of_w else info.lanes
     nb = max(1, min(nb, 8))
+    if rows_of_w and M < STREAM_PREFETCH_MIN_ROWS:
+        # the tile's rows of W fetched by the hardware prefetchers alone: as many at a
+        # time as they follow far enough ahead (the machine model's read_streams)
+        nb = max(1, min(nb, info.read_streams))
     while nb > 1 and _ceil(N, nb * width) * batch < 2 * info.threads:
         nb -= 1
     return mb, nb
