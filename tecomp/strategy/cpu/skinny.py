@@ -87,7 +87,10 @@ PREFETCH_MIN_ROWS = 8
 #: W as they stream it (``SkinnyPlan.stream``): the FMAs held up by lines still on their
 #: way fill the core's window, and the hardware prefetchers alone fall behind (4 x 4096
 #: @ (11008 x 4096)^T, 1 thread, Zen 5: 6.2-6.3 ms against 6.9, the read stream 4.4;
-#: 2 rows: no change; 1 row: slower in a C model of the kernel)
+#: 2 rows: no change; 1 row: slower in a C model of the kernel).  It wins back part of
+#: what the waiting FMAs cost, not all: in C models of the kernel (a GEMV at 92-93% of
+#: the read stream, with 3 more FMAs per vector of W that do not read it 83-84%, that do
+#: 64-65%, prefetched at any distance or hint at most 74%: benchmarks/skinny_ceiling.py)
 STREAM_PREFETCH_MIN_ROWS = 4
 
 #: ``W[j, k]``: how far ahead a tile prefetches its own rows of W, in bytes of each row
