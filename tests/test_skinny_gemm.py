@@ -306,6 +306,28 @@ def test_few_rows_read_at_most_read_streams_rows_of_w(streams):
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
 
 
+def test_rows_of_w_blocks_from_l2():
+    """``A @ W`` (W is K x N): the block of W's rows a register block accumulates over is
+    read from the machine model's L2: a power of two whose strip of W (the block's rows
+    by the tile's columns) fills at most a quarter of L2 (at least K_BLOCK rows, at
+    most K), whatever the CPU."""
+    import dataclasses
+
+    from tecomp.strategy.cpu.skinny import K_BLOCK
+
+    base = cpu_model()
+    for l2 in (256 << 10, 1 << 20, 2 << 20):
+        info = dataclasses.replace(base, l2_bytes=l2)
+        for M in (1, 4, 16):
+            for K in (45, 4096):
+                plan = skinny_plan(_plain(M, 11008, K, "w")[2].op, info)
+                strip = 4 * plan.nb * info.lanes
+                kb = plan.kb
+                assert kb == K or (kb & (kb - 1) == 0 and kb >= K_BLOCK), plan
+                assert kb * strip <= l2 // 4 or kb == K_BLOCK, (l2, plan)
+                assert kb == K or 2 * kb * strip > l2 // 4, (l2, plan)
+
+
 # odd row counts (a short row block), both thread counts of the machine model; every
 # row count from 1 to 16 with TECOMP_LONG_TESTS=1
 ODD = [(m, t) for m in range(1, SKINNY_MAX_ROWS + 1) for t in (1, 2)]
