@@ -1,6 +1,6 @@
 """Measure on this host what the machine model's measured costs mean
 (``tecomp.target.x86.MEASURED``: ``fma_bits``, ``gather_cost``, ``transpose_cost``,
-``split_loads_cheap``, ``gemm_load_cost``), with small tecomp kernels, so that an entry
+``split_loads_cheap``, ``gemm_load_cost``, ``read_streams``), with small tecomp kernels, so that an entry
 for a new CPU is read from measurements, not guessed.
 
     python3 benchmarks/machine_probe.py [--rounds 7] [--threads 1]
@@ -36,6 +36,10 @@ from the same rounds):
   ``MR x 4`` (6 x 64: 10 loads for 24), ``MR`` as ``gemm_params`` gives it.  Fitting
   ``t = FMAs x (1 + c x loads / FMAs)`` to both gives ``gemm_load_cost`` = ``c``
   (0 where the wider block is not faster by over 1 %: the two-vector default then stays).
+* ``streams``: a GEMV ``x @ W^T`` over a W of twice the last-level cache (4096 columns)
+  with its tile reading 2, 3, 4, 6 and 8 rows of W at a time (the ``skinny.cols`` knob):
+  ``read_streams`` is the most rows whose time is within 3 % of the best (Zen 5: 4;
+  benchmarks/history/2026-11-30.md, "skinny GEMMs").
 
 The FMA unit for the costs is the one-thread full-register rate: the copies run on one
 thread too.  Prints the figures and the ``MEASURED`` entry they give.  Speed only: not a
@@ -64,6 +68,7 @@ def main() -> int:
     from tecomp.runtime.timing import time_calls
     from tecomp.calibration import (aligned as _aligned, copy_kernel, costs_from,
                                     gemm_blocks, split_kernel)
+    from tecomp.strategy import Knobs, apply_rules
     from tecomp.viz.peaks import fma_peak
     from workloads import machine
 
@@ -92,8 +97,19 @@ def main() -> int:
     gemms = gemm_blocks(info)
     ga, gb = _aligned((1536, 2048)), _aligned((2048, 1024))
     gc = _aligned((1536, 1024))
+    # the GEMV of the streams probe: W twice the last-level cache, 4096 columns
+    SK = 4096
+    SN = max(1024, 2 * info.l3_bytes // (4 * SK))
+    sx, sw, sy = _aligned((1, SK)), _aligned((SN, SK)), _aligned((1, SN))
+    SX, SW = tc.placeholder((1, SK), name="x"), tc.placeholder((SN, SK), name="W")
+    sk = tc.reduce_axis((0, SK), name="k")
+    SY = tc.compute((1, SN), lambda i, j: tc.sum(SX[i, sk] * SW[j, sk], axis=sk), name="y")
+    NBS = (2, 3, 4, 6, 8)
+    gemvs = {nb: tc.build(apply_rules([SX, SW, SY], Knobs({"skinny.cols": nb}), info),
+                          [SX, SW, SY]) for nb in NBS}
     res = {k: [] for k in ("fma16", "fma8", "fma_t", "gather", "transpose", "aligned",
-                           "split", "worst_aligned", "worst_split", "gemm2", "gemm4")}
+                           "split", "worst_aligned", "worst_split", "gemm2", "gemm4",
+                           *(f"gemv{nb}" for nb in NBS))}
     for r in range(args.rounds):
         res["fma16"].append(fma_peak(1, lanes=L))
         res["fma8"].append(fma_peak(1, lanes=L // 2))
@@ -110,6 +126,8 @@ def main() -> int:
         res["worst_split"].append(t(worst, (x_sp, c, y)))
         for nv, (f, _) in gemms.items():
             res[f"gemm{nv}"].append(t(f, (ga, gb, gc), 3))
+        for nb, f in gemvs.items():
+            res[f"gemv{nb}"].append(t(f, (sx, sw, sy), 5))
     med = {k: statistics.median(v) for k, v in res.items() if v}
     a2, a4 = gemms[2][1], gemms[4][1]
     entry = costs_from(med, L, N, K, (a2, a4))
@@ -135,6 +153,11 @@ def main() -> int:
           f"{L * 4}-wide {flops / med['gemm4'] / 1e9:.1f} ({a4:.3f}): ratio "
           f"{med['gemm2'] / med['gemm4']:.3f}, gemm_load_cost "
           f"{entry.get('gemm_load_cost', 0.0):.2f}")
+    best = min(med[f"gemv{nb}"] for nb in NBS)
+    entry["read_streams"] = max(nb for nb in NBS if med[f"gemv{nb}"] <= 1.03 * best)
+    print(f"GEMV 1 x {SK} @ ({SN} x {SK})^T, 1 thread, rows of W at a time: " + ", ".join(
+        f"{nb} {sw.nbytes / med[f'gemv{nb}'] / 1e9:.1f} GB/s" for nb in NBS)
+        + f": read_streams {entry['read_streams']}")
     print(f"MEASURED[{tc.Target('llvm').cpu!r}] = {entry}")
     return 0
 

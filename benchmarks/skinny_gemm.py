@@ -14,11 +14,12 @@ order); every result is checked against numpy first.
 
 ``--cpu-time`` (with ``--threads 1``) times each call by the process's CPU time rather
 than the wall clock: on a machine shared with other work, the time they take the core
-is left out (the read stream is timed the same way).  ``--knobs '{"skinny.stream": "off"}'`` adds the plain compute scheduled with those knob
-values (the rest as ``auto_schedule`` chooses them) as one more tool: an A/B of a
-schedule decision in the same process.
+is left out (the read stream is timed the same way).  ``--knobs '{"skinny.stream": "off"}'`` adds the plain compute
+scheduled with those knob values (the rest as ``auto_schedule`` chooses them) as one
+more tool: an A/B of a schedule decision in the same process (given again, one more
+tool for each).
 
-    python3 benchmarks/skinny_gemm.py [--threads 2] [--rounds 7] [--m 1,2,4,8,16] [--layout wt,w] [--knobs JSON] [--cpu-time]
+    python3 benchmarks/skinny_gemm.py [--threads 2] [--rounds 7] [--m 1,2,4,8,16] [--layout wt,w] [--knobs JSON ...] [--cpu-time]
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def main() -> None:
     ap.add_argument("--layout", default="wt,w", help="wt (W is N x K), w (W is K x N)")
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--n", type=int, default=11008)
-    ap.add_argument("--knobs", default="", help="JSON knob values: one more tool, plain TE with them")
+    ap.add_argument("--knobs", action="append", default=[],
+                    help="JSON knob values: one more tool, plain TE with them (repeatable)")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time calls by the process's CPU time (needs --threads 1)")
     args = ap.parse_args()
@@ -86,8 +88,8 @@ def main() -> None:
             key = (layout, M)
             row = {"key": key, "tools": []}
             tools = [("plain TE", C, None), ("tecomp.nn", Cn, None)]
-            if args.knobs:
-                tools.append((f"plain TE {args.knobs}", C, json.loads(args.knobs)))
+            for kn in args.knobs:
+                tools.append((f"plain TE {kn}", C, json.loads(kn)))
             for tool, T, over in tools:
                 targs = [A, W, T]
                 s = (tc.auto_schedule(targs) if over is None

@@ -169,21 +169,22 @@ def _host_costs(target, table: Optional[dict]) -> dict:
     """The measured costs of the host ``target``'s CPU the machine model uses
     (:data:`tecomp.target.machine.HOST_COSTS`): ``table`` (its entry in
     :data:`tecomp.target.x86.MEASURED`, or None), else its calibration (kept, or measured
-    now where ``TECOMP_CALIBRATE`` allows), else ``{}`` (the defaults)."""
+    now where ``TECOMP_CALIBRATE`` allows, the table's facts that a calibration does not
+    measure kept: ``read_streams``), else ``{}`` (the defaults)."""
     m = mode()
     if table is not None and m != "force":
         return dict(table)
     path = cache_path(target)
     key = f"{path}|{m}"
     if key in _MEMO:
-        return dict(_MEMO[key] or table or {})
+        return {**(table or {}), **(_MEMO[key] or {})}
     if _BUSY.is_set():        # the calibration's own kernels: the defaults
         return dict(table or {})
     costs = _load(path, target.lanes)
     if costs is None and m in ("auto", "force"):
         costs = _first_use(target, path)
     _MEMO[key] = costs
-    return dict(costs or table or {})
+    return {**(table or {}), **(costs or {})}
 
 
 def _first_use(target, path: Path) -> Optional[dict]:

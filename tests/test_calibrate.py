@@ -70,11 +70,14 @@ def test_off_never_measures_and_the_table_wins(fresh, monkeypatch):
     monkeypatch.setenv("TECOMP_CALIBRATE", "off")
     assert tc.Target("llvm").machine.gemm_load_cost == 0.0          # the defaults
     monkeypatch.setenv("TECOMP_CALIBRATE", "auto")
-    monkeypatch.setattr(tgt, "MEASURED", {host.cpu: {"gemm_load_cost": 0.5}})
+    monkeypatch.setattr(tgt, "MEASURED", {host.cpu: {"gemm_load_cost": 0.5,
+                                                     "read_streams": 3}})
     _write(cal.cache_path(host), {"costs": costs})
     assert tc.Target("llvm").machine.gemm_load_cost == 0.5          # the table's entry
     monkeypatch.setenv("TECOMP_CALIBRATE", "force")
-    assert tc.Target("llvm").machine.gemm_load_cost == 0.37         # the measurement
+    m = tc.Target("llvm").machine
+    assert m.gemm_load_cost == 0.37                                 # the measurement,
+    assert m.read_streams == 3                  # with what a calibration does not measure
 
 
 def test_other_cpus_are_never_measured(fresh, monkeypatch):

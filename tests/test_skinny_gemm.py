@@ -273,6 +273,61 @@ def test_tiles_fit_the_machine_models_registers(lanes, vregs):
                         assert nb >= 2 or (not rows_of_w and M * 2 + 3 > vregs), (M, mb, nb)
 
 
+@pytest.mark.parametrize("streams", [1, 3])
+def test_few_rows_read_at_most_read_streams_rows_of_w(streams):
+    """Below STREAM_PREFETCH_MIN_ROWS rows of A (tiles that leave W's prefetch to the
+    hardware) a tile of ``A @ W^T`` reads at most the machine model's ``read_streams``
+    rows of W at a time, each whole where A fits in L1, and gives numpy's results; from
+    there on (the tiles prefetch W) the tile and the blocks do not depend on it; ``A @
+    W`` neither."""
+    import dataclasses
+
+    from tecomp.strategy.cpu.skinny import STREAM_PREFETCH_MIN_ROWS
+
+    base = cpu_model()
+    info = dataclasses.replace(base, read_streams=streams)
+    wide = dataclasses.replace(base, read_streams=8)
+    K = base.l1_bytes // 4 // 2          # 2 rows of A fill L1
+    for M in range(1, SKINNY_MAX_ROWS + 1):
+        for layout in ("wt", "w"):
+            op = _plain(M, 11008, K, layout)[2].op
+            plan, plan8 = skinny_plan(op, info), skinny_plan(op, wide)
+            if layout == "wt" and M < STREAM_PREFETCH_MIN_ROWS:
+                assert plan.nb == min(streams, plan8.nb), (M, plan)
+                assert plan.kb == (K if M <= 2 else plan8.kb), (M, plan)
+            else:
+                assert plan == plan8, (M, layout, plan, plan8)
+    args = _plain(2, 37, 45, "wt")
+    knobs = Knobs()
+    s = apply_rules(args, knobs, info)
+    assert knobs.values["skinny.cols"] == streams
+    _no_copy_of(s, args, args[1])
+    c, want = _run(s, args, "wt")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+
+
+def test_rows_of_w_blocks_from_l2():
+    """``A @ W`` (W is K x N): the block of W's rows a register block accumulates over is
+    read from the machine model's L2: a power of two whose strip of W (the block's rows
+    by the tile's columns) fills at most a quarter of L2 (at least K_BLOCK rows, at
+    most K), whatever the CPU."""
+    import dataclasses
+
+    from tecomp.strategy.cpu.skinny import K_BLOCK
+
+    base = cpu_model()
+    for l2 in (256 << 10, 1 << 20, 2 << 20):
+        info = dataclasses.replace(base, l2_bytes=l2)
+        for M in (1, 4, 16):
+            for K in (45, 4096):
+                plan = skinny_plan(_plain(M, 11008, K, "w")[2].op, info)
+                strip = 4 * plan.nb * info.lanes
+                kb = plan.kb
+                assert kb == K or (kb & (kb - 1) == 0 and kb >= K_BLOCK), plan
+                assert kb * strip <= l2 // 4 or kb == K_BLOCK, (l2, plan)
+                assert kb == K or 2 * kb * strip > l2 // 4, (l2, plan)
+
+
 # odd row counts (a short row block), both thread counts of the machine model; every
 # row count from 1 to 16 with TECOMP_LONG_TESTS=1
 ODD = [(m, t) for m in range(1, SKINNY_MAX_ROWS + 1) for t in (1, 2)]

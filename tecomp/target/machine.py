@@ -65,6 +65,9 @@ class CpuModel:
         beyond the FMAs it feeds, in the time of one full-vector FMA (0: not measured).
     fma_latency, fma_ports : int, optional
         Cycles from an FMA to one that needs its result, and FMAs issued per cycle.
+    read_streams : int, optional
+        The rows of a matrix read at once (a line of each per step) that the hardware
+        prefetchers still keep up with.
     target : str, optional
         The target (its string) these facts are from.
     """
@@ -104,6 +107,11 @@ class CpuModel:
     #: busy (4 x 2 on the x86 cores of AVX2 and AVX-512 since Skylake and Zen 2)
     fma_latency: int = 4
     fma_ports: int = 2
+    #: the rows of a matrix that a loop reading one line of each per step may stream at
+    #: once and still have the hardware prefetchers keep up with memory (more rows, and
+    #: each is followed less far ahead): a skinny GEMM's tile that leaves W's prefetch
+    #: to the hardware reads at most this many rows of W at a time (8 where unmeasured)
+    read_streams: int = 8
     target: str = "llvm"   # the tc.Target (its string) these facts are from
 
     def __post_init__(self):

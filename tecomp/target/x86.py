@@ -152,10 +152,16 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   probe under load on Zen 5, 0.4-0.6 from the 2048^3 blockings: 0.5; the blocks it
 #:   picks are the same from 0.3 to 0.5 over 120 shapes): GEMMs of 128 columns or more
 #:   take the block with the fewest loads per FMA (6 x 64 at 2048^3)
-#:   (benchmarks/DECISIONS.md, "GEMM: the register block with the fewest loads per FMA").
+#:   (benchmarks/DECISIONS.md, "GEMM: the register block with the fewest loads per FMA");
+#: * ``read_streams``: the rows of W a skinny GEMM's tile streams at once where the
+#:   hardware prefetchers alone fetch them (1 to 3 rows of A): on Zen 5, 1 thread, under
+#:   load, a GEMV of 11008 x 4096 read W at 97-102% of the read stream 2-4 rows at a time
+#:   against 88-89% at 6-8, 2 rows of A at 80-91% 4 rows at a time against 72-79% at 2 or
+#:   8 (the same in a C model of the kernel: ``benchmarks/skinny_ceiling.py``,
+#:   benchmarks/history/2026-11-30.md).
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
                "split_loads_cheap": True},
     "znver5": {"fma_bits": 512, "gather_cost": 2.1, "transpose_cost": 0.66,
-               "split_loads_cheap": False, "gemm_load_cost": 0.5},
+               "split_loads_cheap": False, "gemm_load_cost": 0.5, "read_streams": 4},
 }

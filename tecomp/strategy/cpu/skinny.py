@@ -13,21 +13,30 @@ streaming its own columns of C, the sums accumulated in vector registers:
   reduction in blocks of ``kb`` (A's ``M x kb`` block fills at most half of L1 and is
   re-read from there by every tile of the thread task's rows of W, the accumulators
   kept in the task's buffer between blocks; with whole rows of A re-read from L2
-  instead, 16 rows ran 1.3x slower, 1 thread on the Xeon, under load); from
-  :data:`PREFETCH_MIN_ROWS` rows on, A is read from a copy whose rows lie in different
-  cache sets (``storage_align``; rows 16 KiB apart shared one set with the tile's rows
-  of W) and each tile prefetches its rows of W in the next block (a task's rows are
-  each read a block at a time: too many streams for the hardware prefetchers); from
+  instead, 16 rows ran 1.3x slower, 1 thread on the Xeon, under load); below
+  :data:`STREAM_PREFETCH_MIN_ROWS` rows, where the hardware prefetchers alone fetch W,
+  a tile reads at most the machine model's ``read_streams`` rows of W at a time, each
+  whole where all of A fits in L1 (each block of a row is a stream they pick up again;
+  2 rows x 4096 columns, Zen 5, 1 thread, under load: 4 rows of W at a time, whole,
+  83-91% of the read stream; in blocks of 2048 columns 80-87%; 8 rows 76%, 2 rows 72%);
+  from :data:`PREFETCH_MIN_ROWS` rows on, A is read from a copy whose rows lie in
+  different cache sets (``storage_align``; rows 16 KiB apart shared one set with the
+  tile's rows of W) and each tile prefetches its rows of W in the next block (a task's
+  rows are each read a block at a time: too many streams for the hardware
+  prefetchers); from
   :data:`STREAM_PREFETCH_MIN_ROWS` rows on, each step of a tile also prefetches one line
   of each of its rows of W :data:`PREFETCH_BYTES` ahead (a block of four such distances
   or more) or of the next tile's rows (``SkinnyPlan.stream``);
 * ``W[k, j]``: vectors along ``j``, a register block of ``mb`` rows by ``nv`` vectors,
   ``A[i, k]`` broadcast (``nv`` vector loads of one row of W and ``mb`` broadcasts per
-  ``mb * nv`` FMAs), accumulated in registers over a block of ``kb`` rows of W
-  (:data:`K_BLOCK`) and added into C after each: a task's tiles go across the same
-  ``kb`` rows one after the other, so W is read as ``kb`` sequential streams (over the
-  whole reduction at once, each tile read one line of each row, a row of W apart: a
-  pattern no prefetcher follows, several times slower).
+  ``mb * nv`` FMAs), accumulated in registers over a block of ``kb`` rows of W and
+  added into C after each: a task's tiles go across the same ``kb`` rows one after the
+  other, each reading a strip of them (``kb`` rows by the tile's columns) a strip
+  further on than the one before, whose lines the prefetchers have brought into L2: a
+  strip fills at most a quarter of L2 (:func:`_rows_block`; blocks of 16 rows, C loaded
+  and stored every 16 steps, ran 1.3-1.85x slower from 4 rows on, 1 thread, Zen 5; the
+  whole reduction at once, each tile reading one line of each row, a row of W apart:
+  4 rows at 73% of the read stream against 84%).
 
 The tiles are sized to the vector registers of the target's machine model (its lanes and
 registers, :class:`~tecomp.target.CpuModel`), the reduction blocks to its L1; the
@@ -63,8 +72,8 @@ from .microkernel import accumulate_lanes, lane_vectors, vector_columns
 #: the register-blocked GEMM templates, which reuse W across more rows, take over)
 SKINNY_MAX_ROWS = 16
 
-#: ``W[k, j]``: the rows of W a register block accumulates over before it is added into
-#: C: as many sequential streams (the hardware prefetchers follow a few dozen)
+#: ``W[k, j]``: the fewest rows of W a register block accumulates over before it is
+#: added into C (:func:`_rows_block` sizes the block from L2)
 K_BLOCK = 16
 
 #: the bytes of one way of L1d (48 KiB in 12 ways on Zen 5, 32 in 8 on Intel cores):
@@ -81,7 +90,10 @@ PREFETCH_MIN_ROWS = 8
 #: W as they stream it (``SkinnyPlan.stream``): the FMAs held up by lines still on their
 #: way fill the core's window, and the hardware prefetchers alone fall behind (4 x 4096
 #: @ (11008 x 4096)^T, 1 thread, Zen 5: 6.2-6.3 ms against 6.9, the read stream 4.4;
-#: 2 rows: no change; 1 row: slower in a C model of the kernel)
+#: 2 rows: no change; 1 row: slower in a C model of the kernel).  It wins back part of
+#: what the waiting FMAs cost, not all: in C models of the kernel (a GEMV at 92-93% of
+#: the read stream, with 3 more FMAs per vector of W that do not read it 83-84%, that do
+#: 64-65%, prefetched at any distance or hint at most 74%: benchmarks/skinny_ceiling.py)
 STREAM_PREFETCH_MIN_ROWS = 4
 
 #: ``W[j, k]``: how far ahead a tile prefetches its own rows of W, in bytes of each row
@@ -136,7 +148,9 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
     batch = math.prod(bs)
     mb, nb = skinny_tile(M, N, not w_kfirst, info, batch)
     if w_kfirst:
-        kb = min(K, K_BLOCK)
+        kb = min(K, _rows_block(nb * info.lanes, info))
+    elif M < STREAM_PREFETCH_MIN_ROWS and 4 * M * K <= info.l1_bytes:
+        kb = K  # rows of W that the hardware prefetches: read whole, A kept in L1
     else:   # A's block of M x kb: at most half of L1, whole vectors, dividing K if it can
         L = info.lanes
         most = max(L, info.l1_bytes // 2 // (4 * M) // L * L)
@@ -150,6 +164,18 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
                       copy_a=dense and rows_share_sets(K, mb),
                       prefetch=1 if dense and kb < K else 0,
                       stream=_stream_prefetch(M, kb, w_kfirst, info))
+
+
+def _rows_block(cols: int, info: CpuModel) -> int:
+    """``W[k, j]``: the rows of W a register block of ``cols`` columns accumulates over
+    before it is added into C: the largest power of two whose strip of W (the block's
+    rows by the tile's columns) fills at most a quarter of L2, at least :data:`K_BLOCK`.
+    The next tile reads the same rows a strip further on, where the prefetchers have
+    brought lines of them into L2 (``A @ W``, 11008 columns, 4096 rows, 1 thread, Zen 5,
+    under load: 4 rows, blocks of 512-1024 rows, 76-84% of the read stream against 56-60%
+    at 16 and 73% at 4096; 16 rows: 1024, 47% against 27% at 16 and 42% at 2048)."""
+    rows = info.l2_bytes // 4 // (4 * cols)
+    return max(K_BLOCK, 1 << max(0, rows.bit_length() - 1))
 
 
 def _stream_prefetch(M: int, kb: int, w_kfirst: bool, info: CpuModel) -> str:
@@ -178,8 +204,10 @@ def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel, batch: int = 1)
     """The register tile ``(mb, nb)`` of an ``M``-row GEMM with ``N`` columns: ``mb``
     rows of A (in equal blocks of at most a quarter of the vector registers), and as many
     ``nb`` (rows of W, or vectors of its columns) as the registers hold besides the
-    ``mb * nb`` accumulators and the operands' loads, at most 8, fewer where the tiles
-    would not give every thread two (counting the ``batch`` GEMMs' tiles)."""
+    ``mb * nb`` accumulators and the operands' loads, at most 8 (rows of W with fewer
+    than :data:`STREAM_PREFETCH_MIN_ROWS` rows of A, which the tile does not prefetch: at
+    most the machine model's ``read_streams``), fewer where the tiles would not give
+    every thread two (counting the ``batch`` GEMMs' tiles)."""
     R = info.vregs
     # mb*nb accumulators, nb vectors of W and a vector of A (W[j, k]: A's vectors read
     # by the FMAs from L1; W[k, j]: broadcasts, folded into the FMAs) live per k step;
@@ -191,6 +219,10 @@ def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel, batch: int = 1)
     nb = (R - 2) // (mb + 1)
     width = 1 if rows_of_w else info.lanes
     nb = max(1, min(nb, 8))
+    if rows_of_w and M < STREAM_PREFETCH_MIN_ROWS:
+        # the tile's rows of W fetched by the hardware prefetchers alone: as many at a
+        # time as they follow far enough ahead (the machine model's read_streams)
+        nb = max(1, min(nb, info.read_streams))
     while nb > 1 and _ceil(N, nb * width) * batch < 2 * info.threads:
         nb -= 1
     return mb, nb
@@ -202,7 +234,7 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     rows = sorted({plan.mb, plan.M} | {m for m in (1, 2, 4, 8) if m < plan.M})
     mb = knobs.choose("skinny.rows", rows, plan.mb)
     nb = knobs.choose("skinny.cols", sorted({plan.nb, 1, 2, 3, 4, 6, 8}), plan.nb)
-    blocks = (8, 32, 64) if not plan.rows_of_w else (256, 1024, plan.K)
+    blocks = (8, 16, 64, 256, 1024) if not plan.rows_of_w else (256, 1024, plan.K)
     kb = knobs.choose("skinny.kblock", sorted({plan.kb} | {b for b in blocks if b <= plan.K}),
                       plan.kb)
     copy_a = plan.rows_of_w and knobs.choose("skinny.copy_a", [False, True], plan.copy_a)
