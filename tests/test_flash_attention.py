@@ -14,7 +14,8 @@ import pytest
 import tecomp as tc
 from tecomp.ir import parse
 from tecomp.runtime.nvcc import compile_ptx, find_nvcc
-from tecomp.strategy.cuda.attention import (FlashConfig, backward_shared_bytes,
+from tecomp.strategy.cuda.attention import (FlashConfig, backward_accumulators,
+                                            backward_shared_bytes,
                                             flash_backward_config, flash_config,
                                             schedule_flash_attention,
                                             schedule_flash_attention_backward, shared_bytes)
@@ -121,10 +122,11 @@ def gemms(text):
 
 def test_the_gemms_of_the_forward_and_the_backward(dtype="bfloat16", causal=True):
     """The forward computes the scores once (FlashAttention-2's two GEMMs: ``s = q k^T``
-    and ``p v``, one pass over the keys); the backward eight (five in FlashAttention-2's):
-    ``dq``'s kernel recomputes the scores and ``dout v^T``, ``dk``'s both again and
-    ``dv``'s the scores once more (each gradient its own kernel, no atomics).  A change
-    of either count is a change of the kernels: update the docstrings and docs/operators.md."""
+    and ``p v``, one pass over the keys); the backward seven (five in FlashAttention-2's):
+    ``dk`` and ``dv``'s kernel computes the scores and ``dout v^T`` once per tile and adds
+    into both accumulators (one stacked reduction: two GEMMs in one loop), ``dq``'s
+    kernel recomputes the scores and ``dout v^T`` (no atomics).  A change of either count
+    is a change of the kernels: update the docstrings and docs/tutorial/gpu.md."""
     args = flash(1, 2, 100, 130, 64, dtype, causal)
     tgt = "cuda -arch=sm_90"
     func = tc.lower(schedule_flash_attention(args[3:], target=tgt), args, target=tgt)
@@ -140,7 +142,17 @@ def test_the_gemms_of_the_forward_and_the_backward(dtype="bfloat16", causal=True
     text = str(tc.lower(schedule_flash_attention_backward(list(grads), target=tgt), bargs,
                         target=tgt))
     assert gemms(text) == ["flash_grad." + n for n in (
-        "scores_q", "dp", "dq_acc", "scores_k", "dpt", "dk_acc", "scores_v", "dv_acc")]
+        "scores_q", "dp", "dq_acc", "scores_k", "dpt", "dkv_acc")]
+    assert str(parse(text)) == text
+    # dk's and dv's accumulators: one fragment of both, the stacking loop inside the
+    # single loop over the query tiles (causal: from the block's first key on)
+    acc = re.search(r"allocate flash_grad\.dkv_acc\.mma\.accumulator: float32\[1, 1, 2, ", text)
+    assert acc, text
+    loop = re.search(r"for \(c\.outer\w*, x\.outer\w*\*\d, \d+ - x\.outer\w*\*\d\) \{", text)
+    assert loop and loop.start() > acc.start()
+    body = text[loop.start():]
+    assert len(re.findall(r"for \(c\.outer\w*, x\.outer", body)) == 1
+    assert re.search(r"for \(w, 0, 2\) \{\s*for \(c\.inner\.outer\w*, 0, \d\)", body), body
 
 
 def test_auto_schedule_takes_the_template():
@@ -163,7 +175,7 @@ def test_the_config_fits_shared_memory_and_registers(d):
         assert cfg.block_kv + d <= 160
         cfg = flash_backward_config(d, d, "float16", limit)
         assert backward_shared_bytes(cfg, d, d) <= limit
-        assert cfg.block_kv + d <= 160
+        assert backward_accumulators(cfg, d, d) <= 160
 
 
 def _grad_data(shapes, dtype, seed):
@@ -181,7 +193,7 @@ def test_tc_gradient_of_flash_attention_is_the_flash_backward():
     out, _ = tc.nn.flash_attention(q, k, v, causal=True)
     grads = tc.gradient(out, [q, k, v], head=head)
     assert [g.op.input_tensors[0].name for g in grads] == [
-        "flash_grad.dq", "flash_grad.dk", "flash_grad.dv"]
+        "flash_grad.dq", "flash_grad.dkv.v0", "flash_grad.dkv.v1"]
     args = [q, k, v, head, *grads]
     s = tc.auto_schedule(args, target="cuda-emu")    # the GPU rules take the template
     text = str(tc.lower(s, args, target="cuda-emu"))
@@ -200,7 +212,8 @@ def test_tc_gradient_of_flash_attention_is_the_flash_backward():
 @needs_cxx
 def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
     """Four blocks of 64 rows and tiles of 32 columns: the causal tiles skipped (dq's
-    keys after its rows, dk's and dv's queries before theirs) are the empty ones."""
+    keys after its rows, dk's and dv's queries before theirs: one kernel for both) are
+    the empty ones."""
     B, H, Lq, Lk, D = 1, 1, 200, 136, 128
     P = lambda shape, n, dt="bfloat16": tc.placeholder(shape, dt, name=n)  # noqa: E731
     q, o, do = (P((B, H, Lq, D), n) for n in ("q", "o", "do"))
@@ -211,10 +224,10 @@ def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
                                           config=FlashConfig(2, 32))
     text = str(tc.lower(s, [q, k, v, o, do, lse, *grads], target="cuda-emu"))
     # dq: the key tiles up to the block's last query; dk, dv: the query tiles from the
-    # block's first key (8 tiles of 32 in 256)
+    # block's first key (8 tiles of 32 in 256), in one loop
     assert len(re.findall(r"for \(c\.outer\w*, 0, x\.outer\w*\*2 \+ 2\)", text)) == 1
     assert len(re.findall(r"for \(c\.outer\w*, x\.outer(\w*)\*2, 8 - x\.outer\1\*2\)",
-                          text)) == 2
+                          text)) == 1
     # the skipping is no primitive: the trace is not one to replay (it would skip nothing)
     assert not s.trace.replayable
     mod = tc.build(s, [q, k, v, o, do, lse, *grads], target="cuda-emu")
@@ -226,6 +239,32 @@ def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
     for g, want in zip(got, reference(qa, ka, va, True, da)):
         np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
                                    atol=2e-2 * np.abs(want).max())
+
+
+@needs_cxx
+def test_flash_attention_backward_head_dims_that_differ():
+    """k's head dim 32, v's 48: the stacked dk/dv kernel is 48 wide (q's columns past 32
+    are zeros), dk narrowed from it by a small kernel of its own; float16, not causal,
+    16-row warps."""
+    B, H, Lq, Lk, D, Dv = 1, 2, 37, 21, 32, 48
+    P = lambda shape, n, dt="float16": tc.placeholder(shape, dt, name=n)  # noqa: E731
+    q, k, v = P((B, H, Lq, D), "q"), P((B, H, Lk, D), "k"), P((B, H, Lk, Dv), "v")
+    o, do = P((B, H, Lq, Dv), "o"), P((B, H, Lq, Dv), "do")
+    lse = P((B, H, Lq), "lse", "float32")
+    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse)
+    assert [g.name for g in grads] == ["flash_grad.dq", "flash_grad.dk", "flash_grad.dkv.v1"]
+    s = schedule_flash_attention_backward(list(grads), target="cuda-emu",
+                                          config=FlashConfig(2, 32, 16))
+    args = [q, k, v, o, do, lse, *grads]
+    mod = tc.build(s, args, target="cuda-emu")
+    qa, ka, va, da = _grad_data([(B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, Dv), (B, H, Lq, Dv)],
+                                "float16", 4)
+    oa, la = reference(qa, ka, va, False)
+    got = [np.full(x.shape, np.nan, np.float16) for x in (qa, ka, va)]
+    mod(qa, ka, va, oa.astype(np.float16), da, la.astype(np.float32), *got, mode="reverse")
+    for g, want in zip(got, reference(qa, ka, va, False, da)):
+        np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
+                                   atol=2e-3 * np.abs(want).max())
 
 
 @needs_nvcc
@@ -247,10 +286,13 @@ def test_ptx_has_the_tensor_cores_and_nothing_spills(arch, d):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", [pytest.param(a, marks=_SLOW) for a in ("sm_80", "sm_90")])
-def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch):
-    """Head dim 128, the backward's most registers (dk's kernel: 250 or so)."""
-    B, H, L, d = 4, 16, 2048, 128
+@pytest.mark.parametrize("arch,d", [pytest.param(a, d, marks=_SLOW)
+                                    for a in ("sm_80", "sm_90") for d in (64, 128)])
+def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch, d):
+    """The issue's shapes: no spill at the default tiling (head dim 128 holds the most:
+    two accumulators of 16-row warps); per step of the loops the dk/dv kernel issues 4/3
+    of dq's mma instructions (four GEMMs against three), the PTX's loops unrolled."""
+    B, H, L = 4, 16, 2048
     P = lambda shape, n, dt="float16": tc.placeholder(shape, dt, name=n)  # noqa: E731
     q, k, v, o, do = (P((B, H, L, d), n) for n in ("q", "k", "v", "o", "do"))
     lse = P((B, H, L), "lse", "float32")
@@ -261,6 +303,8 @@ def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch):
     ptx = compile_ptx(src, arch)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
+    mmas = sorted(body.count("mma.sync.aligned") for body in ptx.split(".entry ")[1:])
+    assert mmas[0] == 0 and mmas[2] * 3 == mmas[1] * 4, mmas   # delta, dq, dk and dv
     for kernel, use in ptxas_usage(src, arch).items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
 

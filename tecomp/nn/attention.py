@@ -345,13 +345,18 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
     With ``p = exp(s * scale - lse)`` recomputed from ``q``, ``k`` and ``lse``: ``delta =
     rowsum(dout * out)`` (float32), ``dv = p^T dout``, ``ds = p * (dout v^T - delta) *
     scale``, ``dk = ds^T q``, ``dq = ds k``.  Stages (``<name>.<what>``): the inputs padded
-    to a multiple of :data:`FLASH_PAD` rows, one copy per kernel; ``delta``; per
-    gradient its scores (``k q^T`` for ``dk``/``dv``, ``q k^T`` for ``dq``), ``p`` or
-    ``ds`` in q's dtype, the float32 accumulation and the cast to q's dtype.  Each
-    gradient is a kernel of its own (no atomics; each recomputes the scores, ``dq`` and
-    ``dk`` also ``dout v^T``), so the backward does eight ``L^2 d`` GEMMs where
-    FlashAttention-2's does five (one kernel for ``dk`` and ``dv``, ``dq`` added
-    atomically).
+    to a multiple of :data:`FLASH_PAD` rows; ``delta``; for ``dk`` and ``dv`` (rows are
+    keys) ``do_q``, ``dout`` and ``q`` stacked (``[b, h, 2, Lq, w]``, ``w`` the larger head
+    dim, zero columns past each one's), the scores ``scores_k`` (``k q^T``) and ``dpt``
+    (``v dout^T``), ``pt_dst``, ``p^T`` and ``ds^T`` stacked the same way (q's dtype), and
+    ``dkv_acc``, the stacked products (float32): ``dv`` and ``dk`` as one reduction over
+    the queries, so that the CUDA schedule runs both in one loop with two accumulators
+    (FlashAttention-2's kernel: four GEMMs per tile); ``dkv``, their cast, has both as
+    outputs (``dk`` its first, ``dv`` its second; where the head dims differ the narrower
+    is sliced by a stage ``<name>.dk`` or ``<name>.dv``).  For ``dq`` (rows are
+    queries) its own pass: ``scores_q`` and ``dp`` recomputed, ``ds``, ``dq_acc`` and
+    the cast ``dq`` (three GEMMs per tile, no atomics: FlashAttention-2 adds ``ds k`` into
+    ``dq`` atomically from the first loop, five GEMMs in all; here seven).
 
     Parameters
     ----------
@@ -369,7 +374,8 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
     Returns
     -------
     (Tensor, Tensor, Tensor)
-        ``dq``, ``dk``, ``dv`` (``<name>.dq`` ...), of q's, k's and v's shapes and dtype.
+        ``dq``, ``dk``, ``dv`` (``<name>.dq``, ``<name>.dkv.v0``, ``<name>.dkv.v1``), of
+        q's, k's and v's shapes and dtype.
 
     Raises
     ------
@@ -436,35 +442,56 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
                            name=f"{name}.{what}", tag=f"flash_attention_{what}",
                            attrs=attrs)
 
-    # dv = p^T dout: rows are keys
-    st = gemm_t(padded(k, Lk, Lkp, "k"), padded(q, Lq, Lqp, "q"), Lkp, Lqp, "scores_v")
-    pt = _te.compute((B, H, Lkp, Lqp), lambda b, h, j, i: prob(st, b, h, i, j, True).astype(dt),
-                     name=f"{name}.pt", tag="flash_p")
-    dv = cast(accumulate(pt, padded(dout, Lq, Lqp, "do"), Lkp, Lqp, Dv, "dv"), Lk, Dv, "dv")
-    def through_scores(key_major):
-        """dk (``key_major``: rows are keys, ``ds^T q``) or dq (rows are queries, ``ds
-        k``): the scores and ``dout v^T`` of a tile recomputed, ``ds`` in q's dtype, and
-        its product with the other side's tile, which also serves the scores."""
-        if key_major:
-            rows, cols, Lr, Lc, Lrp, Lcp = k, q, Lk, Lq, Lkp, Lqp
-            ops, what = ("q", "k", "v", "do"), ("scores_k", "dpt", "dst", "dk")
-        else:
-            rows, cols, Lr, Lc, Lrp, Lcp = q, k, Lq, Lk, Lqp, Lkp
-            ops, what = ("k", "q", "do", "v"), ("scores_q", "dp", "ds", "dq")
-        rows_dp, cols_dp = (v, dout) if key_major else (dout, v)
-        other = padded(cols, Lc, Lcp, ops[0])
-        sc = gemm_t(padded(rows, Lr, Lrp, ops[1]), other, Lrp, Lcp, what[0])
-        dp = gemm_t(padded(rows_dp, Lr, Lrp, ops[2]), padded(cols_dp, Lc, Lcp, ops[3]),
-                    Lrp, Lcp, what[1])
+    # dk and dv in one pass over the queries (rows are keys): the step's operands stacked,
+    # [.., 0] dout and [.., 1] q (zero columns past their dims); the scores k q^T and
+    # dout v^T from them; p^T and ds^T stacked the same way, so that dv = p^T dout and
+    # dk = ds^T q are one reduction of two accumulators (one loop, four GEMMs)
+    W = max(D, Dv)
 
-        def body(b, h, i, j):
-            return grad_scores(prob(sc, b, h, i, j, key_major), dp, b, h, i, j, key_major)
-        # (the axes named as the rows and columns they are: keys j, queries i)
-        fn = (lambda b, h, j, i: body(b, h, i, j)) if key_major else body
-        ds = _te.compute((B, H, Lrp, Lcp), fn, name=f"{name}.{what[2]}", tag="flash_ds")
-        dim = int(cols.shape[3].value)
-        return cast(accumulate(ds, other, Lrp, Lcp, dim, what[3]), Lr, dim, what[3])
+    def stacked(b, h, w, i, y):
+        def side(x, dim):
+            val = x[b, h, _te.min(i, Lq - 1), _te.min(y, dim - 1)]
+            return val if dim == W else _te.if_then_else(y < dim, val, _c(0.0, dt))
+        return _te.if_then_else(i < Lq, _te.if_then_else(w == 0, side(dout, Dv), side(q, D)),
+                                _c(0.0, dt))
+    xs = _te.compute((B, H, 2, Lqp, W), stacked, name=f"{name}.do_q", tag="flash_pad")
 
-    dk = through_scores(True)
-    dq = through_scores(False)
+    def from_stack(A, w, dim, what):
+        """``A[j, :] . xs[w, i, :dim]``: a score tile of the dk and dv kernel."""
+        d = _te.reduce_axis(dim, name="d")
+        return _te.compute((B, H, Lkp, Lqp), lambda b, h, j, i: _te.sum(
+            A[b, h, j, d].astype(f32) * xs[b, h, w, i, d].astype(f32), axis=d),
+            name=f"{name}.{what}", tag="flash_scores")
+    st = from_stack(padded(k, Lk, Lkp, "k"), 1, D, "scores_k")
+    dpt = from_stack(padded(v, Lk, Lkp, "v"), 0, Dv, "dpt")
+
+    def p_ds(b, h, w, j, i):
+        pij = prob(st, b, h, i, j, True)
+        return _te.if_then_else(w == 0, pij.astype(dt),
+                                grad_scores(pij, dpt, b, h, i, j, True))
+    pds = _te.compute((B, H, 2, Lkp, Lqp), p_ds, name=f"{name}.pt_dst", tag="flash_pds")
+    rc = _te.reduce_axis(Lqp, name="c")
+    acc = _te.compute((B, H, 2, Lkp, W), lambda b, h, w, x, y: _te.sum(
+        pds[b, h, w, x, rc].astype(f32) * xs[b, h, w, rc, y].astype(f32), axis=rc),
+        name=f"{name}.dkv_acc", tag="flash_grad_acc")
+    dkw, dvw = _te.compute((B, H, Lk, W), lambda b, h, x, y: (
+        acc[b, h, 1, x, y].astype(dt), acc[b, h, 0, x, y].astype(dt)),
+        name=f"{name}.dkv", tag="flash_attention_dkv", attrs=attrs)
+
+    def narrow(t, dim, what):   # (dims of k and v that differ: the stack is the wider)
+        if dim == W:
+            return t
+        return _te.compute((B, H, Lk, dim), lambda b, h, x, y: t[b, h, x, y],
+                           name=f"{name}.{what}", tag="flash_narrow")
+    dk, dv = narrow(dkw, D, "dk"), narrow(dvw, Dv, "dv")
+
+    # dq (rows are queries): its own pass over the keys, the scores and dout v^T
+    # recomputed, then ds k (three GEMMs; no atomics)
+    qp, dop = padded(q, Lq, Lqp, "q"), padded(dout, Lq, Lqp, "do")
+    kq, vq = padded(k, Lk, Lkp, "k"), padded(v, Lk, Lkp, "v")
+    sc = gemm_t(qp, kq, Lqp, Lkp, "scores_q")
+    dp = gemm_t(dop, vq, Lqp, Lkp, "dp")
+    ds = _te.compute((B, H, Lqp, Lkp), lambda b, h, i, j: grad_scores(
+        prob(sc, b, h, i, j, False), dp, b, h, i, j, False), name=f"{name}.ds", tag="flash_ds")
+    dq = cast(accumulate(ds, kq, Lqp, Lkp, D, "dq"), Lq, D, "dq")
     return dq, dk, dv
