@@ -42,11 +42,14 @@ def flash(B, H, Lq, Lk, D, dtype, causal, Dv=None):
     return [q, k, v, out, lse]
 
 
-def reference(q, k, v, causal, dout=None):
-    """float64 attention: (output, logsumexp), and with ``dout`` (dq, dk, dv)."""
+def reference(q, k, v, causal, dout=None, mask=None):
+    """float64 attention: (output, logsumexp), and with ``dout`` (dq, dk, dv); ``mask``
+    added to the scaled scores."""
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
     scale = 1 / math.sqrt(q.shape[-1])
     s = q @ k.transpose(0, 1, 3, 2) * scale
+    if mask is not None:
+        s = s + mask.astype(np.float64)
     if causal:
         s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
     m = s.max(-1, keepdims=True)
@@ -186,25 +189,28 @@ def _grad_data(shapes, dtype, seed):
 @needs_cxx
 def test_tc_gradient_of_flash_attention_is_the_flash_backward():
     """tc.gradient goes straight to q, k and v through flash_attention_backward (the
-    forward's kernels recompute the output and the logsumexp; no seq x seq buffer)."""
+    forward's kernels recompute the output and the logsumexp; no seq x seq buffer), a
+    padding mask (keys left out with -inf) in the forward and the backward."""
     B, H, L, D = 1, 2, 40, 64
     q, k, v, head = (tc.placeholder((B, H, L, D), "float16", name=n) for n in
                      ("q", "k", "v", "head"))
-    out, _ = tc.nn.flash_attention(q, k, v, causal=True)
+    m = tc.placeholder((B, 1, 1, L), "float16", name="m")
+    out, _ = tc.nn.flash_attention(q, k, v, causal=True, mask=m)
     grads = tc.gradient(out, [q, k, v], head=head)
     assert [g.op.input_tensors[0].name for g in grads] == [
         "flash_grad.dq", "flash_grad.dkv.v0", "flash_grad.dkv.v1"]
-    args = [q, k, v, head, *grads]
+    args = [q, k, v, m, head, *grads]
     s = tc.auto_schedule(args, target="cuda-emu")    # the GPU rules take the template
     text = str(tc.lower(s, args, target="cuda-emu"))
     for name, dims in re.findall(r"allocate ([\w.]+): \w+\[([\d, ]+)\]", text):
         dims = [int(x) for x in dims.split(",")]
         assert math.prod(dims) <= 128 * 128, (name, dims)
     mod = tc.build(s, args, target="cuda-emu")
-    qa, ka, va, ha = _grad_data([(B, H, L, D)] * 4, "float16", 1)
+    qa, ka, va, ha, ma = _grad_data([(B, H, L, D)] * 4 + [(B, 1, 1, L)], "float16", 1)
+    ma[..., 3::4] = -np.inf
     got = [np.full((B, H, L, D), np.nan, np.float16) for _ in range(3)]
-    mod(qa, ka, va, ha, *got, mode="reverse")
-    for g, want in zip(got, reference(qa, ka, va, True, ha)):
+    mod(qa, ka, va, ma, ha, *got, mode="reverse")
+    for g, want in zip(got, reference(qa, ka, va, True, ha, ma)):
         np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
                                    atol=2e-3 * np.abs(want).max())
 
@@ -312,9 +318,9 @@ def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch, d):
 @needs_cxx
 def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
     """The GPU rules compute scaled_dot_product_attention as flash_attention where it is
-    one (float16/bfloat16, no mask, head dims multiples of 16 up to 128, the attention
-    alone), with its scale; the general stages otherwise (a mask, float32, head dim 40,
-    a compute before it)."""
+    one (float16/bfloat16, no mask or a padding mask, head dims multiples of 16 up to
+    128), with its scale; the general stages otherwise (a bool mask, a mask that varies
+    over the queries, float32, head dim 40)."""
     B, H, L, D = 1, 2, 40, 64
     q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
     out = tc.nn.scaled_dot_product_attention(q, k, v, scale=0.3)
@@ -329,9 +335,9 @@ def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
     want, _ = reference(qa * np.float16(0.3 * math.sqrt(D)), ka, va, False)
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=4e-3)
     mask = tc.placeholder((L, L), "bool", name="mask")
-    q2 = tc.compute(q.shape, lambda *i: q[i] * tc.const(2.0, "float16"), name="q2")
+    additive = tc.placeholder((L, L), "float16", name="mask")   # varies over the queries
     for args in ([q, k, v, mask, tc.nn.scaled_dot_product_attention(q, k, v, mask)],
-                 [q, k, v, tc.nn.scaled_dot_product_attention(q2, k, v)],
+                 [q, k, v, additive, tc.nn.scaled_dot_product_attention(q, k, v, additive)],
                  [*(tc.placeholder((B, H, L, D), "float32", name=n) for n in "qkv")],
                  [*(tc.placeholder((B, H, L, 40), "float16", name=n) for n in "qkv")]):
         if len(args) == 3:
@@ -342,6 +348,41 @@ def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
 
 
 @needs_cxx
+@needs_cxx
+def test_sdpa_with_a_padding_mask_inside_a_graph_is_flash_attention():
+    """Inside a larger graph (q computed before it, an output after it), with an additive
+    mask over the keys broadcast over heads and queries ((batch, 1, 1, Lk), a compute of
+    a (batch, Lk) padding mask, as BERT's), scaled_dot_product_attention runs on the
+    flash template and the rules schedule the rest; the second batch's keys all masked
+    out give rows of 0, as the general stages'."""
+    B, H, L, D = 2, 2, 37, 32
+    q, k, v = (tc.placeholder((B, H, L, D), "bfloat16", name=n) for n in "qkv")
+    pad = tc.placeholder((B, L), "bfloat16", name="pad")
+    q2 = tc.compute(q.shape, lambda *i: q[i] * tc.const(2.0, "bfloat16"), name="q2")
+    keys = tc.compute((B, 1, 1, L), lambda b, _h, _i, j: pad[b, j], name="keys")
+    att = tc.nn.scaled_dot_product_attention(q2, k, v, keys, name="attn")
+    out = tc.compute(att.shape, lambda *i: att[i] + att[i], name="twice")
+    args = [q, k, v, pad, out]
+    s = tc.auto_schedule(args, target="cuda-emu")
+    text = str(tc.lower(s, args, target="cuda-emu"))
+    assert gemms(text) == ["attn.flash.scores", "attn.flash.pv"]
+    assert "attn.scores" not in text and "attn.exp" not in text
+    mod = tc.build(s, args, target="cuda-emu")
+    qa, ka, va = _grad_data([(B, H, L, D)] * 3, "bfloat16", 5)
+    pa = np.where(np.arange(L) < 29, 0.0, -1e4)[None].repeat(B, 0)
+    pa[1] = -np.inf
+    pa = pa.astype(NP["bfloat16"])
+    got = np.full((B, H, L, D), np.nan, NP["bfloat16"])
+    mod(qa, ka, va, pa, got, mode="reverse")
+    q64, k64, v64 = (x.astype(np.float64) for x in (qa, ka, va))
+    sc = 2 * q64 @ k64.transpose(0, 1, 3, 2) / math.sqrt(D) + pa.astype(np.float64)[:, None, None]
+    with np.errstate(invalid="ignore"):
+        p = np.exp(sc - sc.max(-1, keepdims=True))
+        want = 2 * np.nan_to_num((p / p.sum(-1, keepdims=True)) @ v64)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=3e-2)
+    assert not np.any(got[1].astype(np.float64))
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
 @pytest.mark.parametrize("seed", range(6))

@@ -71,9 +71,11 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     float32 (the output rounds once).  As written they hold ``Lq x Lk`` scores;
     :func:`tecomp.strategy.cpu.schedule_attention` (what ``tc.auto_schedule`` gives this op)
     computes them per block of rows of the output, FlashAttention's way.  On CUDA
-    targets this graph gets the generic GPU rules, which hold the scores whole; for
-    float16/bfloat16 without a mask (or causal) use :func:`flash_attention`, whose
-    template runs on the tensor cores and whose gradient is FlashAttention's backward.
+    targets ``tc.auto_schedule`` computes it as :func:`flash_attention` (the tensor
+    cores) for float16/bfloat16 without a mask or with an additive padding mask
+    (``(b, 1, 1, Lk)``), alone or inside a larger graph, unless a gradient reads its
+    stages; else the generic GPU rules, which hold the scores whole.  For a causal
+    attention, or FlashAttention's backward as the gradient, use :func:`flash_attention`.
 
     Parameters
     ----------
@@ -184,7 +186,8 @@ def _online_softmax():
 
 
 def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
-                    scale: float | None = None, name: str = "flash") -> Tuple[Tensor, Tensor]:
+                    scale: float | None = None, name: str = "flash",
+                    mask: Tensor | None = None) -> Tuple[Tensor, Tensor]:
     """FlashAttention's forward: ``softmax(q k^T * scale) v`` per batch and head, and the
     rows' logsumexp (what the backward recomputes the probabilities from), in computes
     that never hold an ``Lq x Lk`` matrix once scheduled
@@ -219,6 +222,12 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
         Defaults to ``1/sqrt(d)``.
     name : str, optional
         The output stage's name.
+    mask : Tensor, optional
+        An additive mask of q's dtype over the keys, broadcast over the heads and the
+        queries (``(b, 1, 1, Lk)``, ``(1, 1, 1, Lk)`` or ``(1, Lk)``: a padding mask;
+        ``-inf`` leaves a key out): added to the scaled scores, as
+        ``scaled_dot_product_attention``'s.  It has no gradient (the derivative goes to
+        q, k and v).
 
     Returns
     -------
@@ -231,7 +240,7 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     ShapeError, DTypeError
         For an argument of the wrong rank, dtype or extent (the message names it).
     """
-    out, lse = _flash_forward(q, k, v, causal, scale, name)
+    out, lse = _flash_forward(q, k, v, causal, scale, name, mask)
     # tc.gradient of the output: flash_attention_backward, straight to q, k and v (the
     # rule holds the output weakly: the registry's key must not be kept alive by its
     # value; the logsumexp strongly: the caller may have dropped it)
@@ -241,7 +250,7 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     def vjp(adjoint, *_):
         o, ls = out_ref().output(0), lse
         dq, dk, dv = flash_attention_backward(q, k, v, o, adjoint, ls, causal, scale,
-                                              f"{name}_grad")
+                                              f"{name}_grad", mask)
         return {q: dq, k: dk, v: dv}
     register_derivative(out, vjp)
 
@@ -259,9 +268,41 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     return out, lse
 
 
-def _flash_forward(q, k, v, causal, scale, name):
+def _key_mask(mask, q, name, op):
+    """A function ``(b, j) -> float32`` of ``mask`` (None: no mask), an additive mask
+    of q's dtype that broadcasts over the heads and the queries (``(b|1, 1, 1, Lk)``,
+    ``(1, Lk)``, ...: a padding mask), read at key ``j`` (clamped: the padded keys are
+    left out anyway); a ShapeError or DTypeError for another."""
+    if mask is None:
+        return None
+    a = Args(op, name)
+    if mask.dtype != q.dtype:
+        a.fail(f"mask ({mask.name}) is {mask.dtype}; flash_attention takes an additive mask "
+               f"of q's dtype {q.dtype} (a bool mask: where(mask, 0, -inf) in that dtype)",
+               DTypeError)
+    nd = mask.ndim
+    for d, label in ((-3, "heads"), (-2, "queries")):
+        if nd >= -d and not _is_one(mask.shape[d]):
+            a.fail(f"mask ({mask.name}) has shape {_shape_text(mask.shape)}; flash_attention "
+                   f"takes a mask over the keys that broadcasts over the {label} (extent 1 "
+                   "there: (batch, 1, 1, Lk) or (1, Lk), a padding mask); use "
+                   "scaled_dot_product_attention for another", ShapeError)
+    Lk = int(mask.shape[-1].value) if not _is_one(mask.shape[-1]) else 1
+    f32 = "float32"
+
+    def read(b, j):
+        idx = [0] * nd
+        if nd == 4 and not _is_one(mask.shape[0]):
+            idx[0] = b
+        idx[-1] = _te.min(j, Lk - 1) if Lk > 1 else 0
+        return mask[tuple(idx)].astype(f32)
+    return read
+
+
+def _flash_forward(q, k, v, causal, scale, name, mask=None):
     """:func:`flash_attention`'s computes (without the derivative's registration)."""
-    scale = _attention_args(q, k, v, None, scale, name, "flash_attention")
+    scale = _attention_args(q, k, v, mask, scale, name, "flash_attention")
+    key_mask = _key_mask(mask, q, name, "flash_attention")
     a = Args("flash_attention", name)
     if q.dtype not in FLASH_DTYPES:
         a.fail(f"q ({q.name}) is {q.dtype}; FlashAttention runs on the tensor cores, which take "
@@ -289,7 +330,7 @@ def _flash_forward(q, k, v, causal, scale, name):
         a.fail(f"q has {Lq} queries and k {Lk} keys; give at least one of each")
     dt, f32 = q.dtype, "float32"
     Lqp, Lkp = _round_up(Lq, FLASH_PAD), _round_up(Lk, FLASH_PAD)
-    attrs = {"causal": causal, "scale": scale, "Lq": Lq, "Lk": Lk}
+    attrs = {"causal": causal, "scale": scale, "Lq": Lq, "Lk": Lk, "masked": mask is not None}
 
     def padded(x, L, Lp, what):
         dim = int(x.shape[3].value)
@@ -307,7 +348,10 @@ def _flash_forward(q, k, v, causal, scale, name):
         keep = j < Lk
         if causal:
             keep = _op.all_(keep, j <= i)
-        return _te.if_then_else(keep, s[b, h, i, j] * _c(scale, f32), _c(-math.inf, f32))
+        x = s[b, h, i, j] * _c(scale, f32)
+        if key_mask is not None:
+            x = x + key_mask(b, j)
+        return _te.if_then_else(keep, x, _c(-math.inf, f32))
 
     sc = scores(padded(q, Lq, Lqp, "q"), padded(k, Lk, Lkp, "k"), "scores")
     rj = _te.reduce_axis(Lkp, name="j")
@@ -336,7 +380,8 @@ def _flash_forward(q, k, v, causal, scale, name):
 
 def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor,
                              lse: Tensor, causal: bool = False, scale: float | None = None,
-                             name: str = "flash_grad") -> Tuple[Tensor, Tensor, Tensor]:
+                             name: str = "flash_grad",
+                             mask: Tensor | None = None) -> Tuple[Tensor, Tensor, Tensor]:
     """FlashAttention's backward: the gradients ``(dq, dk, dv)`` of
     :func:`flash_attention`'s output contracted with ``dout``, from the forward's output
     ``out`` and logsumexp ``lse``, in computes that never hold an ``Lq x Lk`` matrix once
@@ -360,7 +405,7 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
 
     Parameters
     ----------
-    q, k, v, causal, scale
+    q, k, v, causal, scale, mask
         As given to :func:`flash_attention`.
     out : Tensor
         Its output ``[b, h, Lq, dv]``.
@@ -382,7 +427,8 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
     ShapeError, DTypeError
         For an argument of the wrong rank, dtype or extent (the message names it).
     """
-    fwd_out, fwd_lse = _flash_forward(q, k, v, causal, scale, name)   # checks q, k, v
+    fwd_out, fwd_lse = _flash_forward(q, k, v, causal, scale, name, mask)  # checks q, k, v
+    key_mask = _key_mask(mask, q, name, "flash_attention_backward")
     a = Args("flash_attention_backward", name)
     for what, t, like in (("out", out, fwd_out), ("dout", dout, fwd_out), ("lse", lse, fwd_lse)):
         a.tensor(what, t, like.ndim, dtype=(like.dtype,))
@@ -423,9 +469,13 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
         keep = _op.all_(i < Lq, j < Lk)
         if causal:
             keep = _op.all_(keep, j <= i)
-        sij = s[b, h, j, i] if key_major else s[b, h, i, j]
+        x = (s[b, h, j, i] if key_major else s[b, h, i, j]) * _c(scale, f32)
+        if key_mask is not None:
+            x = x + key_mask(b, j)
         ls = lse[b, h, _te.min(i, Lq - 1)]
-        return _te.if_then_else(keep, _te.exp(sij * _c(scale, f32) - ls), _c(0.0, f32))
+        # (a row with every key masked out: lse -inf, p 0)
+        return _te.if_then_else(_op.all_(keep, ls > _c(-math.inf, f32)), _te.exp(x - ls),
+                                _c(0.0, f32))
 
     def grad_scores(prob_of, dp, b, h, i, j, key_major):
         dpij = dp[b, h, j, i] if key_major else dp[b, h, i, j]

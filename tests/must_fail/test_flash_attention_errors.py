@@ -136,3 +136,30 @@ def test_causal_tiles_pragma_from_a_schedule():
                                                r"only for the masked computes of "
                                                r"tecomp.nn.flash_attention"):
         s[C].pragma(j, "causal_tiles", "before 32 32")
+
+
+def test_a_bool_mask_is_not_additive():
+    q, k, v = _qkv()
+    m = tc.placeholder((1, 1, 1, 50), "bool", name="M")
+    with pytest.raises(tc.DTypeError, match=r"flash_attention flash: mask \(M\) is bool; "
+                                            r"flash_attention takes an additive mask of q's "
+                                            r"dtype float16"):
+        nn.flash_attention(q, k, v, mask=m)
+
+
+@pytest.mark.parametrize("shape,label", [((40, 50), "queries"), ((1, 2, 1, 50), "heads")])
+def test_a_mask_that_is_not_over_the_keys_alone(shape, label):
+    q, k, v = _qkv()
+    m = tc.placeholder(shape, "float16", name="M")
+    with pytest.raises(tc.ShapeError, match=rf"flash_attention flash: mask \(M\) has shape "
+                                            rf".*; flash_attention takes a mask over the keys "
+                                            rf"that broadcasts over the {label}"):
+        nn.flash_attention(q, k, v, mask=m)
+
+
+def test_a_mask_that_does_not_broadcast():
+    q, k, v = _qkv()
+    m = tc.placeholder((1, 1, 1, 49), "float16", name="M")
+    with pytest.raises(tc.ShapeError, match=r"mask \(M\) has shape \(1, 1, 1, 49\), which does "
+                                            r"not broadcast"):
+        nn.flash_attention(q, k, v, mask=m)

@@ -40,7 +40,8 @@ from ...errors import ScheduleError
 from ...ir import dtype as _dt
 from ...ir.expr import Const as _Const, Mul, ProducerLoad
 from ...ir.functor import collect, substitute
-from ...nn.attention import FLASH_DTYPES, FLASH_MAX_DIM, _flash_forward
+from ...errors import TecompError
+from ...nn.attention import FLASH_DTYPES, FLASH_MAX_DIM, _flash_forward, _key_mask
 from ...schedule.relations import _with_body
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ... import te as _te
@@ -133,9 +134,10 @@ def _parts(outs):
     out, lse = out[0], lse[0]
     pv = out.op.input_tensors[0]
     p, vp = pv.op.input_tensors
-    sc, lse_p = (t for t in p.op.input_tensors)
-    if _tagged(lse_p.op, "flash_scores"):
-        sc, lse_p = lse_p, sc
+    # (p reads the scores, the rows' logsumexp and a mask)
+    sc = next(t for t in p.op.input_tensors if _tagged(t.op, "flash_scores"))
+    lse_p = next(t for t in p.op.input_tensors if any(
+        _tagged(x.op, "flash_stats") for x in getattr(t.op, "input_tensors", ())))
     stats = lse_p.op.input_tensors[0]
     m, l = stats.op.output(0), stats.op.output(1)
     q, k = sc.op.input_tensors
@@ -161,24 +163,32 @@ def schedule_flash_attention(outs, target: str = "cuda",
     return s
 
 
-def sdpa_as_flash(out: Tensor) -> Optional[tuple]:
-    """``(q, k, v, scale)`` where ``out``, a ``tecomp.nn.scaled_dot_product_attention``
-    output, is what :func:`tecomp.nn.flash_attention` computes on the tensor cores: no
-    mask; q, k and v placeholders (the attention alone) of one dtype among
-    ``FLASH_DTYPES``, of constant shapes, head dims multiples of 16 up to
-    ``FLASH_MAX_DIM``; else None (the generic GPU rules)."""
+def sdpa_as_flash(out: Tensor, alone: bool = True) -> Optional[tuple]:
+    """``(q, k, v, scale, mask)`` where ``out``, a
+    ``tecomp.nn.scaled_dot_product_attention`` output, is what
+    :func:`tecomp.nn.flash_attention` computes on the tensor cores: no mask or an
+    additive one broadcast over the heads and the queries (a padding mask, ``(b, 1, 1,
+    Lk)``; else None); q, k and v of one dtype among ``FLASH_DTYPES``, of constant shapes,
+    head dims multiples of 16 up to ``FLASH_MAX_DIM``, and with ``alone`` placeholders
+    (the attention alone: computes before it would be root stages the template does not
+    schedule); else None (the generic GPU rules)."""
     try:
         t = _attention_parts(out)
     except _NoTemplate:
         return None
-    q, k, v = t["q"], t["k"], t["v"]
-    # (computes before the attention would be root stages the template does not schedule)
-    if not all(isinstance(x.op, PlaceholderOp) for x in (q, k, v)):
+    q, k, v, mask = t["q"], t["k"], t["v"], t["mask"]
+    if alone and not all(isinstance(x.op, PlaceholderOp) for x in (q, k, v)):
         return None
-    if t["mask"] is not None or q.dtype not in FLASH_DTYPES or \
-            not q.dtype == k.dtype == v.dtype or not all(
-                isinstance(e, _Const) for x in (q, k, v) for e in x.shape):
+    if q.dtype not in FLASH_DTYPES or not q.dtype == k.dtype == v.dtype or not all(
+            isinstance(e, _Const) for x in (q, k, v) for e in x.shape):
         return None
+    if mask is not None:
+        if alone and not isinstance(mask.op, PlaceholderOp):
+            return None
+        try:
+            _key_mask(mask, q, out.name, "flash_attention")
+        except TecompError:
+            return None
     if any(d % 16 or not 16 <= d <= FLASH_MAX_DIM for d in (_cint(q.shape[3]),
                                                             _cint(v.shape[3]))):
         return None
@@ -189,7 +199,32 @@ def sdpa_as_flash(out: Tensor) -> Optional[tuple]:
         and isinstance(n.b, _Const))}
     if len(found) != 1:
         return None
-    return q, k, v, found.pop()
+    return q, k, v, found.pop(), mask
+
+
+def _substitute_flash(s: Schedule, st: Stage, q, k, v, scale, mask):
+    """Stage ``st`` (a scaled_dot_product_attention output) computed as
+    :func:`tecomp.nn.flash_attention`'s output (``<name>.flash.*`` stages inserted
+    before it, whichever compute stages they read staying as they are); returns
+    :func:`_parts` of the flash stages, the output being ``st``'s tensor."""
+    out = st.op.output(0)
+    fout, flse = _flash_forward(q, k, v, False, scale, f"{st.op.name}.flash", mask)
+    new = _with_body(st.op, substitute(fout.op.body, {
+        a.var: b.var for a, b in zip(fout.op.axis, st.op.axis)}))
+    new.tag, new.attrs = fout.op.tag, dict(fout.op.attrs)
+    s._replace_op(st, new)
+    stages = [Stage(op, s) for op in compute_ops(fout.op.input_tensors)
+              if id(op) not in s._stage_of]
+    at = s.stages.index(st)
+    s.stages[at:at] = stages
+    for x in stages:
+        s._stage_of[id(x.op)] = x
+    s._stage_of[id(out.op)] = st
+    s.trace.problem = (f"{out.name}: scaled_dot_product_attention computed as "
+                       "flash_attention (a substitution, not a schedule primitive)")
+    t = _parts([fout, flse])
+    t["out"], t["lse"] = out, None
+    return t
 
 
 def schedule_sdpa_as_flash(outs, target: str = "cuda",
@@ -209,27 +244,54 @@ def schedule_sdpa_as_flash(outs, target: str = "cuda",
     got = sdpa_as_flash(out)
     if got is None:
         return None
-    q, k, v, scale = got
-    fout, flse = _flash_forward(q, k, v, False, scale, f"{out.op.name}.flash")
     s = create_schedule([out.op])
     st = s[out]
-    new = _with_body(out.op, substitute(fout.op.body, {
-        a.var: b.var for a, b in zip(fout.op.axis, out.op.axis)}))
-    new.tag, new.attrs = fout.op.tag, dict(fout.op.attrs)
-    s._replace_op(st, new)
-    stages = [Stage(op, s) for op in compute_ops(fout.op.input_tensors)]
-    s.stages = stages + [st]
-    s._stage_of = {id(x.op): x for x in stages}
-    s._stage_of[id(new)] = s._stage_of[id(out.op)] = st
-    s.trace.problem = (f"{out.name}: scaled_dot_product_attention computed as "
-                       "flash_attention (a substitution, not a schedule primitive)")
-    t = _parts([fout, flse])
-    t["out"], t["lse"] = out, None
-    D, Dv = _cint(q.shape[3]), _cint(v.shape[3])
-    cfg = config if config is not None else flash_config(D, Dv, q.dtype,
-                                                         max_shared_bytes(target))
-    _forward_into(s, t, cfg)
+    s.stages = [st]     # (the graph's own stages: left out)
+    s._stage_of = {id(out.op): st}
+    t = _substitute_flash(s, st, *got)
+    _forward_into(s, t, config if config is not None else _config_of(t, target))
     return s
+
+
+def _config_of(t: dict, target: str) -> FlashConfig:
+    q = t["q"]
+    return flash_config(_cint(q.shape[3]), _cint(t["v"].shape[3]), q.dtype,
+                        max_shared_bytes(target))
+
+
+def sdpa_into_flash(s: Schedule, target: str = "cuda") -> set:
+    """In ``s``, a schedule of a larger graph: every
+    ``tecomp.nn.scaled_dot_product_attention`` output that :func:`sdpa_as_flash` (not
+    ``alone``) finds to be a FlashAttention, and whose stages nothing else reads (a
+    gradient reads them), computed as :func:`tecomp.nn.flash_attention`'s (on its
+    template, the stages it reads staying as they are).  Returns the ids of the
+    operations it scheduled, its own stages' and the output's: the GPU rules schedule
+    the others."""
+    _check_target(target)
+    before = {id(st.op) for st in s.stages}
+    mine = set()
+    for st in list(s.stages):
+        if not _tagged(st.op, "sdpa") or st.op is not st.origin_op:
+            continue
+        out = st.op.output(0)
+        got = sdpa_as_flash(out, alone=False)
+        if got is None:
+            continue
+        parts = _attention_parts(out)
+        inner = {id(parts[w].op) for w in ("scores", "max", "exp", "sum", "rcp", "pv")}
+        if any(id(op) in inner for op in s.outputs) or any(
+                id(x.op) not in inner and x is not st and any(
+                    id(t.op) in inner for t in x.op.input_tensors) for x in s.stages):
+            continue
+        s.stages = [x for x in s.stages if id(x.op) not in inner]
+        for i in inner:
+            s._stage_of.pop(i, None)
+        t = _substitute_flash(s, st, *got)
+        _forward_into(s, t, _config_of(t, target))
+        mine |= {id(st.op), id(st.origin_op)}
+    if mine:
+        mine |= {id(st.op) for st in s.stages} - before
+    return mine
 
 
 def _rescale(old, new):
