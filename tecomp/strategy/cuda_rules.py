@@ -71,8 +71,10 @@ def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None, knobs=None)
     """The rule-based GPU schedule of ``args`` (the list given to ``tc.build``).
     ``gemm``: a :class:`~tecomp.strategy.cuda.GemmConfig` for every contraction instead of
     ``gemm_config``'s, or a :class:`~tecomp.strategy.cuda.WmmaConfig` for every tensor-core one
-    (float16 operands, a float32 sum) instead of ``wmma_config``'s (what
-    ``benchmarks/gpu.py --sweep`` tries).  ``knobs``: a
+    (float16 operands, a float32 sum) instead of ``wmma_config``'s, or a
+    :class:`~tecomp.strategy.cuda.FlashConfig` for every attention computed as
+    FlashAttention instead of ``flash_config``'s (what ``benchmarks/gpu.py --sweep``
+    tries).  ``knobs``: a
     :class:`~tecomp.strategy.rules.Knobs` that takes the decisions (the search's
     candidates; by default the analytic ones): per contraction its GEMM tiling, per
     reduction or elementwise kernel its threads per block."""
@@ -85,8 +87,9 @@ def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None, knobs=None)
     try:
         # scaled_dot_product_attention inside the graph (a layer's, a padding mask):
         # FlashAttention's template, the rules for the rest
-        flash = nn_cuda.attention.sdpa_into_flash(s)
-        _CudaRules(s, outs, shapes or {}, gemm, knobs, skip=flash).run()
+        fcfg = gemm if isinstance(gemm, nn_cuda.FlashConfig) else None
+        flash = nn_cuda.attention.sdpa_into_flash(s, config=fcfg)
+        _CudaRules(s, outs, shapes or {}, None if fcfg else gemm, knobs, skip=flash).run()
     except ScheduleError as exc:
         raise AutoScheduleError(
             f"auto_schedule(target='cuda'): no GPU schedule for these computes ({exc}); "

@@ -259,14 +259,15 @@ def _config_of(t: dict, target: str) -> FlashConfig:
                         max_shared_bytes(target))
 
 
-def sdpa_into_flash(s: Schedule, target: str = "cuda") -> set:
+def sdpa_into_flash(s: Schedule, target: str = "cuda",
+                    config: Optional[FlashConfig] = None) -> set:
     """In ``s``, a schedule of a larger graph: every
     ``tecomp.nn.scaled_dot_product_attention`` output that :func:`sdpa_as_flash` (not
     ``alone``) finds to be a FlashAttention, and whose stages nothing else reads (a
     gradient reads them), computed as :func:`tecomp.nn.flash_attention`'s (on its
     template, the stages it reads staying as they are).  Returns the ids of the
     operations it scheduled, its own stages' and the output's: the GPU rules schedule
-    the others."""
+    the others.  ``config``: the tiling of every one (default :func:`flash_config`'s)."""
     _check_target(target)
     before = {id(st.op) for st in s.stages}
     mine = set()
@@ -287,7 +288,7 @@ def sdpa_into_flash(s: Schedule, target: str = "cuda") -> set:
         for i in inner:
             s._stage_of.pop(i, None)
         t = _substitute_flash(s, st, *got)
-        _forward_into(s, t, _config_of(t, target))
+        _forward_into(s, t, config if config is not None else _config_of(t, target))
         mine |= {id(st.op), id(st.origin_op)}
     if mine:
         mine |= {id(st.op) for st in s.stages} - before
