@@ -19,6 +19,7 @@ from tecomp.strategy.cuda.attention import (FlashConfig, backward_accumulators,
                                             flash_backward_config, flash_config,
                                             schedule_flash_attention,
                                             schedule_flash_attention_backward, shared_bytes)
+from tecomp.strategy.cuda.common import max_shared_bytes
 from tecomp.target.cuda import block_shared_limit
 from tecomp.testing.gpu_resources import ptxas_usage
 
@@ -409,3 +410,53 @@ def test_the_one_pass_forward_on_random_shapes(seed):
     tol = 4e-3 if dtype == "float16" else 3e-2
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=0, atol=tol)
     np.testing.assert_allclose(lse, want_lse, rtol=1e-6, atol=1e-5 * big)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
+@pytest.mark.parametrize("seed", range(8))
+def test_the_backward_on_random_shapes(seed):
+    """The backward's two kernels on random lengths, head dims (dv != d too: the stacked
+    dk/dv kernel as wide as the wider), dtypes, causal or not, padding masks (keys left
+    out with -inf, a batch with every key out) and tilings (16- and 32-row warps)."""
+    rng = np.random.default_rng(100 + seed)
+    B, H = 2, 1
+    Lq, Lk = (int(x) for x in rng.integers(1, 200, 2))
+    D, Dv = (int(x) for x in rng.choice([16, 32, 64, 128], 2))
+    dtype = ["float16", "bfloat16"][seed % 2]
+    causal = bool(seed % 3)
+    masked = seed % 4 >= 2
+    cfg = FlashConfig(*[(4, 32, 16), (2, 32), (4, 64, 16), (2, 64), (1, 16, 16),
+                        (8, 16, 16)][seed % 6])
+    if backward_shared_bytes(cfg, D, Dv, dtype) > max_shared_bytes("cuda-emu"):
+        cfg = flash_backward_config(D, Dv, dtype, max_shared_bytes("cuda-emu"))
+    P = lambda shape, n, dt=dtype: tc.placeholder(shape, dt, name=n)  # noqa: E731
+    q, k, v = P((B, H, Lq, D), "q"), P((B, H, Lk, D), "k"), P((B, H, Lk, Dv), "v")
+    o, do = P((B, H, Lq, Dv), "o"), P((B, H, Lq, Dv), "do")
+    lse = P((B, H, Lq), "lse", "float32")
+    m = P((B, 1, 1, Lk), "m") if masked else None
+    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=causal, mask=m)
+    args = [q, k, v, o, do, lse] + ([m] if masked else []) + list(grads)
+    mod = tc.build(schedule_flash_attention_backward(list(grads), target="cuda-emu",
+                                                     config=cfg), args, target="cuda-emu")
+    qa, ka, va, da = _grad_data([(B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, Dv),
+                                 (B, H, Lq, Dv)], dtype, seed)
+    ma = None
+    if masked:
+        ma = np.where(rng.random((B, 1, 1, Lk)) < 0.3, -np.inf,
+                      rng.standard_normal((B, 1, 1, Lk))).astype(NP[dtype])
+        ma[0, ..., 0] = 0
+        ma[1] = -np.inf            # every key out: rows of 0, gradients of 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        oa, la = reference(qa, ka, va, causal, mask=ma)
+        wants = reference(qa, ka, va, causal, da, ma)
+    if masked:   # (the second batch's rows: 0 and -inf, as tecomp computes them)
+        oa, wants = np.nan_to_num(oa), [np.nan_to_num(w) for w in wants]
+    got = [np.full(x.shape, np.nan, NP[dtype]) for x in (qa, ka, va)]
+    extra = [ma] if masked else []
+    mod(qa, ka, va, oa.astype(NP[dtype]), da, la.astype(np.float32), *extra, *got,
+        mode="reverse")
+    tol = 4e-3 if dtype == "float16" else 3e-2
+    for g, want in zip(got, wants):
+        np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
+                                   atol=tol * max(1.0, np.abs(want).max()))
