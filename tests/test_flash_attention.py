@@ -216,6 +216,31 @@ def test_tc_gradient_of_flash_attention_is_the_flash_backward():
                                    atol=2e-3 * np.abs(want).max())
 
 
+def test_the_gradient_of_the_mask_on_the_cpu():
+    """tc.gradient of flash_attention's mask (a (1, Lk) one: summed over batches, heads
+    and queries) is computed, on the CPU (the CUDA template refuses it: must_fail)."""
+    B, H, L, D = 2, 1, 19, 16
+    q, k, v, head = (tc.placeholder((B, H, L, D), "float16", name=n) for n in
+                     ("q", "k", "v", "head"))
+    m = tc.placeholder((1, L), "float16", name="m")
+    out, _ = tc.nn.flash_attention(q, k, v, causal=True, mask=m)
+    dm, = tc.gradient(out, [m], head=head)
+    args = [q, k, v, m, head, dm]
+    mod = tc.build(tc.auto_schedule(args, target="llvm"), args, target="llvm")
+    qa, ka, va, ha, ma = _grad_data([(B, H, L, D)] * 4 + [(1, L)], "float16", 6)
+    got = np.full((1, L), np.nan, np.float16)
+    mod(qa, ka, va, ma, ha, got)
+    q64, k64, v64, h64 = (x.astype(np.float64) for x in (qa, ka, va, ha))
+    s = q64 @ k64.transpose(0, 1, 3, 2) / math.sqrt(D) + ma.astype(np.float64)
+    s = np.where(np.tril(np.ones((L, L), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dp = h64 @ v64.transpose(0, 1, 3, 2)
+    want = (p * (dp - (dp * p).sum(-1, keepdims=True))).sum((0, 1, 2))[None]
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0,
+                               atol=4e-3 * np.abs(want).max())
+
+
 @needs_cxx
 def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
     """Four blocks of 64 rows and tiles of 32 columns: the causal tiles skipped (dq's

@@ -226,8 +226,10 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
         An additive mask of q's dtype over the keys, broadcast over the heads and the
         queries (``(b, 1, 1, Lk)``, ``(1, 1, 1, Lk)`` or ``(1, Lk)``: a padding mask;
         ``-inf`` leaves a key out): added to the scaled scores, as
-        ``scaled_dot_product_attention``'s.  It has no gradient (the derivative goes to
-        q, k and v).
+        ``scaled_dot_product_attention``'s (FlashAttention's backward goes to
+        q, k and v; the mask's, where ``tc.gradient`` is asked for it, is computed by
+        plain computes that hold the ``Lq x Lk`` scores, for the CPU: the CUDA
+        template refuses it).
 
     Returns
     -------
@@ -251,7 +253,11 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
         o, ls = out_ref().output(0), lse
         dq, dk, dv = flash_attention_backward(q, k, v, o, adjoint, ls, causal, scale,
                                               f"{name}_grad", mask)
-        return {q: dq, k: dk, v: dv}
+        if mask is None:
+            return {q: dq, k: dk, v: dv}
+        return {q: dq, k: dk, v: dv,
+                mask: _mask_grad(q, k, v, o, adjoint, ls, causal, scale, mask,
+                                 f"{name}_grad")}
     register_derivative(out, vjp)
 
     lse_name = lse.name   # (not the tensor: the registry's key)
@@ -297,6 +303,54 @@ def _key_mask(mask, q, name, op):
         idx[-1] = _te.min(j, Lk - 1) if Lk > 1 else 0
         return mask[tuple(idx)].astype(f32)
     return read
+
+
+def _mask_grad(q, k, v, out, dout, lse, causal, scale, mask, name):
+    """The gradient of :func:`flash_attention`'s additive mask: ``dmask[.., j]``, the sum
+    of ``p (dout v^T - delta)`` over the heads, the queries (and the batches, where the
+    mask broadcasts over them), in plain computes that hold the ``Lq x Lk`` scores
+    (``<name>.dmask``; the CUDA template refuses them:
+    :func:`tecomp.strategy.cuda.schedule_flash_attention_backward`)."""
+    B, H, Lq, D = (int(e.value) for e in q.shape)
+    Lk, Dv = int(k.shape[2].value), int(v.shape[3].value)
+    f32 = "float32"
+    key_mask = _key_mask(mask, q, name, "flash_attention")
+    rd, re_, re2 = (_te.reduce_axis(n, name=x) for n, x in ((D, "d"), (Dv, "e"), (Dv, "e")))
+    sc = _te.compute((B, H, Lq, Lk), lambda b, h, i, j: _te.sum(
+        q[b, h, i, rd].astype(f32) * k[b, h, j, rd].astype(f32), axis=rd),
+        name=f"{name}.mask_scores")
+    dp = _te.compute((B, H, Lq, Lk), lambda b, h, i, j: _te.sum(
+        dout[b, h, i, re_].astype(f32) * v[b, h, j, re_].astype(f32), axis=re_),
+        name=f"{name}.mask_dp")
+    delta = _te.compute((B, H, Lq), lambda b, h, i: _te.sum(
+        dout[b, h, i, re2].astype(f32) * out[b, h, i, re2].astype(f32), axis=re2),
+        name=f"{name}.mask_delta")
+
+    def ds(b, h, i, j):
+        ls = lse[b, h, i]
+        keep = ls > _c(-math.inf, f32)
+        if causal:
+            keep = _op.all_(keep, j <= i)
+        p = _te.if_then_else(keep, _te.exp(sc[b, h, i, j] * _c(scale, f32)
+                                           + key_mask(b, j) - ls), _c(0.0, f32))
+        return p * (dp[b, h, i, j] - delta[b, h, i])
+    dsm = _te.compute((B, H, Lq, Lk), ds, name=f"{name}.mask_ds")
+    nd = mask.ndim
+    over_b = not (nd == 4 and not _is_one(mask.shape[0]))
+    over_j = _is_one(mask.shape[-1])
+    axes = [_te.reduce_axis(H, name="h"), _te.reduce_axis(Lq, name="i")]
+    if over_b:
+        axes.append(_te.reduce_axis(B, name="b"))
+    if over_j:
+        axes.append(_te.reduce_axis(Lk, name="j"))
+
+    def body(*idx):
+        b = axes[2] if over_b else idx[0]
+        j = axes[-1] if over_j else idx[-1]
+        return _te.sum(dsm[b, axes[0], axes[1], j], axis=axes)
+    acc = _te.compute(tuple(mask.shape), body, name=f"{name}.dmask_acc")
+    return _te.compute(tuple(mask.shape), lambda *idx: acc[idx].astype(mask.dtype),
+                       name=f"{name}.dmask", tag="flash_attention_dmask")
 
 
 def _flash_forward(q, k, v, causal, scale, name, mask=None):

@@ -163,3 +163,15 @@ def test_a_mask_that_does_not_broadcast():
     with pytest.raises(tc.ShapeError, match=r"mask \(M\) has shape \(1, 1, 1, 49\), which does "
                                             r"not broadcast"):
         nn.flash_attention(q, k, v, mask=m)
+
+
+def test_the_gradient_of_the_mask_has_no_cuda_template():
+    q, k, v = _qkv(k=(1, 2, 40, 64), v=(1, 2, 40, 64))
+    m = tc.placeholder((1, 40), "float16", name="M")
+    head = tc.placeholder((1, 2, 40, 64), "float16", name="head")
+    out, _ = nn.flash_attention(q, k, v, mask=m)
+    grads = tc.gradient(out, [q, m], head=head)
+    with pytest.raises(tc.ScheduleError, match=r"flash_grad.dmask, the gradient of "
+                                               r"flash_attention's mask, has no CUDA template "
+                                               r".*; ask tc.gradient for q, k and v only"):
+        tc.auto_schedule([q, k, v, m, head, *grads], target="cuda")

@@ -517,6 +517,13 @@ def schedule_flash_attention_backward(outs, target: str = "cuda",
     ``config``: :func:`flash_backward_config`'s by default (the same tiling for both)."""
     _check_target(target)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    dmask = [op for op in _walk(outs) if _tagged(op, "flash_attention_dmask")]
+    if dmask:
+        raise ScheduleError(
+            f"schedule_flash_attention_backward: {dmask[0].name}, the gradient of "
+            "flash_attention's mask, has no CUDA template (its computes hold the Lq x Lk "
+            "scores); ask tc.gradient for q, k and v only, or build the mask's gradient "
+            "for the CPU")
     by, final = {}, {}
     for t in outs:
         # tc.gradient's results copy the gradients (q.grad = flash_grad.dq); dk and dv
