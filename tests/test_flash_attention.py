@@ -409,6 +409,21 @@ def test_sdpa_with_a_padding_mask_inside_a_graph_is_flash_attention():
     assert not np.any(got[1].astype(np.float64))
 
 
+def test_two_attentions_in_a_graph_each_on_the_flash_template():
+    """The second attention reads the first's output (an output of the graph too): each
+    runs on the flash template, and no stage of the first's general form is left (the
+    second's copies of its input stop at the first's stage)."""
+    B, H, L, D = 1, 2, 24, 16
+    q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
+    a1 = tc.nn.scaled_dot_product_attention(q, k, v, name="a1")
+    a2 = tc.nn.scaled_dot_product_attention(a1, k, v, name="a2")
+    both = tc.compute(a2.shape, lambda *i: a2[i] + a1[i], name="both")
+    args = [q, k, v, a1, both]
+    text = str(tc.lower(tc.auto_schedule(args, target="cuda-emu"), args, target="cuda-emu"))
+    assert gemms(text) == ["a1.flash.scores", "a1.flash.pv", "a2.flash.scores", "a2.flash.pv"]
+    assert not re.search(r"a[12]\.(scores|max|exp|sum|rcp|pv)\b", text)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
 @pytest.mark.parametrize("seed", range(6))

@@ -213,8 +213,7 @@ def _substitute_flash(s: Schedule, st: Stage, q, k, v, scale, mask):
         a.var: b.var for a, b in zip(fout.op.axis, st.op.axis)}))
     new.tag, new.attrs = fout.op.tag, dict(fout.op.attrs)
     s._replace_op(st, new)
-    stages = [Stage(op, s) for op in compute_ops(fout.op.input_tensors)
-              if id(op) not in s._stage_of]
+    stages = [Stage(op, s) for op in _new_ops(fout.op.input_tensors, s._stage_of)]
     at = s.stages.index(st)
     s.stages[at:at] = stages
     for x in stages:
@@ -225,6 +224,24 @@ def _substitute_flash(s: Schedule, st: Stage, q, k, v, scale, mask):
     t = _parts([fout, flse])
     t["out"], t["lse"] = out, None
     return t
+
+
+def _new_ops(tensors, known) -> list:
+    """The compute operations under ``tensors``, producers first, down to those in
+    ``known`` (ids: stages of the schedule already, whose own producers are not
+    walked)."""
+    out, seen = [], set()
+
+    def visit(op):
+        if id(op) in seen or id(op) in known or isinstance(op, PlaceholderOp):
+            return
+        seen.add(id(op))
+        for t in getattr(op, "input_tensors", ()):
+            visit(t.op)
+        out.append(op)
+    for t in tensors:
+        visit(t.op)
+    return out
 
 
 def schedule_sdpa_as_flash(outs, target: str = "cuda",
