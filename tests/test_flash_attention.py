@@ -484,8 +484,9 @@ def test_the_backward_on_random_shapes(seed):
     with np.errstate(invalid="ignore", divide="ignore"):
         oa, la = reference(qa, ka, va, causal, mask=ma)
         wants = reference(qa, ka, va, causal, da, ma)
-    if masked:   # (the second batch's rows: 0 and -inf, as tecomp computes them)
+    if masked:   # (the second batch's rows: 0 and -inf, as flash_attention gives them)
         oa, wants = np.nan_to_num(oa), [np.nan_to_num(w) for w in wants]
+        la = np.where(np.isnan(la), -np.inf, la)
     got = [np.full(x.shape, np.nan, NP[dtype]) for x in (qa, ka, va)]
     extra = [ma] if masked else []
     mod(qa, ka, va, oa.astype(NP[dtype]), da, la.astype(np.float32), *extra, *got,

@@ -524,12 +524,13 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
         if causal:
             keep = _op.all_(keep, j <= i)
         x = (s[b, h, j, i] if key_major else s[b, h, i, j]) * _c(scale, f32)
+        ls = lse[b, h, _te.min(i, Lq - 1)]
         if key_mask is not None:
             x = x + key_mask(b, j)
-        ls = lse[b, h, _te.min(i, Lq - 1)]
-        # (a row with every key masked out: lse -inf, p 0)
-        return _te.if_then_else(_op.all_(keep, ls > _c(-math.inf, f32)), _te.exp(x - ls),
-                                _c(0.0, f32))
+            # (a row whose every key the mask leaves out: lse -inf and every x -inf;
+            # p = exp(-inf - the lowest float) = 0, not exp(-inf + inf))
+            ls = _te.max(ls, _c(-3.4028234663852886e38, f32))
+        return _te.if_then_else(keep, _te.exp(x - ls), _c(0.0, f32))
 
     def grad_scores(prob_of, dp, b, h, i, j, key_major):
         dpij = dp[b, h, j, i] if key_major else dp[b, h, i, j]
