@@ -312,20 +312,24 @@ def test_ptx_has_the_tensor_cores_and_nothing_spills(arch, d):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch,d", [pytest.param(a, d, marks=_SLOW)
-                                    for a in ("sm_80", "sm_90") for d in (64, 128)])
-def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch, d):
+@pytest.mark.parametrize("arch,d,masked", [pytest.param(a, d, m, marks=_SLOW)
+                                           for a in ("sm_80", "sm_90") for d in (64, 128)
+                                           for m in (False, True)])
+def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch, d, masked):
     """The issue's shapes: no spill at the default tiling (head dim 128 holds the most:
-    two accumulators of 16-row warps); per step of the loops the dk/dv kernel issues 4/3
-    of dq's mma instructions (four GEMMs against three), the PTX's loops unrolled."""
+    two accumulators of 16-row warps), with a padding mask too; per step of the loops
+    the dk/dv kernel issues 4/3 of dq's mma instructions (four GEMMs against three),
+    the PTX's loops unrolled."""
     B, H, L = 4, 16, 2048
     P = lambda shape, n, dt="float16": tc.placeholder(shape, dt, name=n)  # noqa: E731
     q, k, v, o, do = (P((B, H, L, d), n) for n in ("q", "k", "v", "o", "do"))
     lse = P((B, H, L), "lse", "float32")
-    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=True)
+    m = [P((B, 1, 1, L), "m")] if masked else []
+    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=True,
+                                           mask=m[0] if m else None)
     tgt = f"cuda -arch={arch}"
     src = tc.build(schedule_flash_attention_backward(list(grads), target=tgt),
-                   [q, k, v, o, do, lse, *grads], target=tgt).get_source()
+                   [q, k, v, o, do, lse, *m, *grads], target=tgt).get_source()
     ptx = compile_ptx(src, arch)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
