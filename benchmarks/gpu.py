@@ -27,7 +27,11 @@ Workloads (float32, the schedules of ``tecomp.strategy.cuda``):
   causal and not: ``tc.nn.flash_attention`` on tensor cores) against
   ``F.scaled_dot_product_attention`` on its flash backend, and its backward
   (``tc.nn.flash_attention_backward``) against ``torch.autograd.grad`` of the same
-  (``--only flash``).
+  (``--only flash``);
+* ``tc.nn.scaled_dot_product_attention`` with BERT-base's padding mask (batch 8, 12
+  heads, seq 512, head dim 64) inside a graph, which the GPU rules run on FlashAttention's
+  template, against ``F.scaled_dot_product_attention`` with the same ``attn_mask``
+  (``--only sdpa``).
 
 TF32 is off everywhere (``torch.backends.cuda.matmul.allow_tf32 = False``,
 ``torch.backends.cudnn.allow_tf32 = False``, ``CUPY_TF32=0``): every tool computes in
@@ -714,7 +718,8 @@ def flash_backward_workload(B: int, H: int, L: int, d: int, causal: bool) -> Wor
     forward is run once, the graph retained).  The result checked is dv (the last
     argument); dq and dk are checked in tests/test_flash_attention.py.  FLOP/s count
     FlashAttention-2's five GEMMs (``10 b h L^2 d``, half with ``causal``); tecomp's
-    kernels do eight."""
+    kernels do seven (dk and dv in one kernel, four GEMMs a tile; dq in its own, three:
+    no atomics)."""
     def args():
         P = lambda shape, n, dt="float16": tc.placeholder(shape, dt, name=n)  # noqa: E731
         q, k, v, o, do = (P((B, H, L, d), n) for n in ("q", "k", "v", "o", "do"))
@@ -766,6 +771,53 @@ def flash_backward_workload(B: int, H: int, L: int, d: int, causal: bool) -> Wor
     return Workload(f"flash attention bwd f16 b{B} h{H} s{L} d{d}{' causal' if causal else ''}",
                     build, setup, flops=flops, tolerance=1e-2,
                     configs=lambda: _unique([nn_cuda.flash_backward_config(
+                        d, d, "float16", nn_cuda.common.max_shared_bytes("cuda"))]
+                        + list(nn_cuda.attention.FLASH_BACKWARD_CONFIGS)
+                        + [nn_cuda.FlashConfig(8, 64, 16), nn_cuda.FlashConfig(2, 64, 16)]))
+
+
+def masked_sdpa_workload(B: int, H: int, L: int, d: int) -> Workload:
+    """``tc.nn.scaled_dot_product_attention`` with BERT's padding mask, float16: a
+    ``(batch, 1, 1, L)`` additive mask computed from a ``(batch, L)`` one inside the graph
+    (the last eighth of each sequence's keys -10000), scheduled by the GPU rules, which
+    run it on FlashAttention's template (``sdpa_into_flash``), against
+    ``F.scaled_dot_product_attention`` with the same ``attn_mask`` (PyTorch's choice of
+    backend), checked against float64 attention of the same inputs.  FLOP/s count the
+    two GEMMs (``4 b h L^2 d``)."""
+    def args():
+        q, k, v = (tc.placeholder((B, H, L, d), "float16", name=n) for n in "qkv")
+        pad = tc.placeholder((B, L), "float16", name="pad")
+        keys = tc.compute((B, 1, 1, L), lambda b, _h, _i, j: pad[b, j], name="keymask")
+        return [q, k, v, pad, tc.nn.scaled_dot_product_attention(q, k, v, keys, name="attn")]
+
+    def setup(torch, cupy):
+        rng = np.random.default_rng(0)
+        q, k, v = (_randn(rng, (B, H, L, d), np.float16) for _ in range(3))
+        pad = np.where(np.arange(L) < L - L // 8, 0.0, -10000.0)[None].repeat(B, 0)
+        pad = pad.astype(np.float16)
+        host = [q, k, v, pad, np.zeros((B, H, L, d), np.float16)]
+
+        def expect():
+            s = (q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2)
+                 / math.sqrt(d) + pad.astype(np.float64)[:, None, None])
+            p = np.exp(s - s.max(-1, keepdims=True))
+            return (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
+        refs = {}
+        if torch is not None:
+            F = torch.nn.functional
+            tq, tk, tv = (torch.from_numpy(x).cuda() for x in (q, k, v))
+            tm = torch.from_numpy(pad).cuda()[:, None, None, :]
+            box = {}
+
+            def run():
+                box["out"] = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm)
+            refs["torch"] = Reference(run, lambda: _np(box["out"].float()))
+        return Setup(host, refs, expect)
+
+    return Workload(f"sdpa padding mask f16 b{B} h{H} s{L} d{d} (flash in a graph)",
+                    _rules_build(args, f"sdpa_pad{d}"), setup,
+                    flops=4.0 * B * H * L * L * d, tolerance=1e-2,
+                    configs=lambda: _unique([nn_cuda.flash_config(
                         d, d, "float16", nn_cuda.common.max_shared_bytes("cuda"))]
                         + list(nn_cuda.attention.FLASH_CONFIGS)
                         + [nn_cuda.FlashConfig(4, 16), nn_cuda.FlashConfig(1, 64)]))
@@ -853,6 +905,7 @@ WORKLOADS = [
     flash_backward_workload(4, 16, 2048, 64, True),
     flash_backward_workload(4, 16, 2048, 128, False),
     flash_backward_workload(4, 16, 2048, 128, True),
+    masked_sdpa_workload(8, 12, 512, 64),
 ]
 
 

@@ -6,7 +6,10 @@ The layer is ``examples/bert_layer.py``'s (Hugging Face's ``BertLayer``, eval mo
 declared with float16 (or bfloat16) placeholders: ``tecomp.nn`` sums the products, the
 softmax's and the layer norms' statistics in float32 and rounds each stage's result to
 the 16-bit dtype, as autocast's kernels do.  Its backward is ``tc.gradient`` of the whole
-layer, scheduled for the GPU by the auto-scheduler like the forward.  Each training step:
+layer, scheduled for the GPU by the auto-scheduler like the forward.  The forward's
+attention, with its padding mask, runs on FlashAttention's template (tensor cores, no
+``seq x seq`` buffer); the backward differentiates its general stages, which hold the
+scores.  Each training step:
 
     p16 = [w.to(dtype) for w in masters]        # float32 masters, cast per step
     y = layer(x, mask, *p16)                    # tecomp, CUDA tensors in and out

@@ -14,10 +14,12 @@ import pytest
 import tecomp as tc
 from tecomp.ir import parse
 from tecomp.runtime.nvcc import compile_ptx, find_nvcc
-from tecomp.strategy.cuda.attention import (FlashConfig, backward_shared_bytes,
+from tecomp.strategy.cuda.attention import (FlashConfig, backward_accumulators,
+                                            backward_shared_bytes,
                                             flash_backward_config, flash_config,
                                             schedule_flash_attention,
                                             schedule_flash_attention_backward, shared_bytes)
+from tecomp.strategy.cuda.common import max_shared_bytes
 from tecomp.target.cuda import block_shared_limit
 from tecomp.testing.gpu_resources import ptxas_usage
 
@@ -41,11 +43,14 @@ def flash(B, H, Lq, Lk, D, dtype, causal, Dv=None):
     return [q, k, v, out, lse]
 
 
-def reference(q, k, v, causal, dout=None):
-    """float64 attention: (output, logsumexp), and with ``dout`` (dq, dk, dv)."""
+def reference(q, k, v, causal, dout=None, mask=None):
+    """float64 attention: (output, logsumexp), and with ``dout`` (dq, dk, dv); ``mask``
+    added to the scaled scores."""
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
     scale = 1 / math.sqrt(q.shape[-1])
     s = q @ k.transpose(0, 1, 3, 2) * scale
+    if mask is not None:
+        s = s + mask.astype(np.float64)
     if causal:
         s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
     m = s.max(-1, keepdims=True)
@@ -121,10 +126,11 @@ def gemms(text):
 
 def test_the_gemms_of_the_forward_and_the_backward(dtype="bfloat16", causal=True):
     """The forward computes the scores once (FlashAttention-2's two GEMMs: ``s = q k^T``
-    and ``p v``, one pass over the keys); the backward eight (five in FlashAttention-2's):
-    ``dq``'s kernel recomputes the scores and ``dout v^T``, ``dk``'s both again and
-    ``dv``'s the scores once more (each gradient its own kernel, no atomics).  A change
-    of either count is a change of the kernels: update the docstrings and docs/operators.md."""
+    and ``p v``, one pass over the keys); the backward seven (five in FlashAttention-2's):
+    ``dk`` and ``dv``'s kernel computes the scores and ``dout v^T`` once per tile and adds
+    into both accumulators (one stacked reduction: two GEMMs in one loop), ``dq``'s
+    kernel recomputes the scores and ``dout v^T`` (no atomics).  A change of either count
+    is a change of the kernels: update the docstrings and docs/tutorial/gpu.md."""
     args = flash(1, 2, 100, 130, 64, dtype, causal)
     tgt = "cuda -arch=sm_90"
     func = tc.lower(schedule_flash_attention(args[3:], target=tgt), args, target=tgt)
@@ -140,7 +146,17 @@ def test_the_gemms_of_the_forward_and_the_backward(dtype="bfloat16", causal=True
     text = str(tc.lower(schedule_flash_attention_backward(list(grads), target=tgt), bargs,
                         target=tgt))
     assert gemms(text) == ["flash_grad." + n for n in (
-        "scores_q", "dp", "dq_acc", "scores_k", "dpt", "dk_acc", "scores_v", "dv_acc")]
+        "scores_q", "dp", "dq_acc", "scores_k", "dpt", "dkv_acc")]
+    assert str(parse(text)) == text
+    # dk's and dv's accumulators: one fragment of both, the stacking loop inside the
+    # single loop over the query tiles (causal: from the block's first key on)
+    acc = re.search(r"allocate flash_grad\.dkv_acc\.mma\.accumulator: float32\[1, 1, 2, ", text)
+    assert acc, text
+    loop = re.search(r"for \(c\.outer\w*, x\.outer\w*\*\d, \d+ - x\.outer\w*\*\d\) \{", text)
+    assert loop and loop.start() > acc.start()
+    body = text[loop.start():]
+    assert len(re.findall(r"for \(c\.outer\w*, x\.outer", body)) == 1
+    assert re.search(r"for \(w, 0, 2\) \{\s*for \(c\.inner\.outer\w*, 0, \d\)", body), body
 
 
 def test_auto_schedule_takes_the_template():
@@ -163,7 +179,7 @@ def test_the_config_fits_shared_memory_and_registers(d):
         assert cfg.block_kv + d <= 160
         cfg = flash_backward_config(d, d, "float16", limit)
         assert backward_shared_bytes(cfg, d, d) <= limit
-        assert cfg.block_kv + d <= 160
+        assert backward_accumulators(cfg, d, d) <= 160
 
 
 def _grad_data(shapes, dtype, seed):
@@ -174,33 +190,62 @@ def _grad_data(shapes, dtype, seed):
 @needs_cxx
 def test_tc_gradient_of_flash_attention_is_the_flash_backward():
     """tc.gradient goes straight to q, k and v through flash_attention_backward (the
-    forward's kernels recompute the output and the logsumexp; no seq x seq buffer)."""
+    forward's kernels recompute the output and the logsumexp; no seq x seq buffer), a
+    padding mask (keys left out with -inf) in the forward and the backward."""
     B, H, L, D = 1, 2, 40, 64
     q, k, v, head = (tc.placeholder((B, H, L, D), "float16", name=n) for n in
                      ("q", "k", "v", "head"))
-    out, _ = tc.nn.flash_attention(q, k, v, causal=True)
+    m = tc.placeholder((B, 1, 1, L), "float16", name="m")
+    out, _ = tc.nn.flash_attention(q, k, v, causal=True, mask=m)
     grads = tc.gradient(out, [q, k, v], head=head)
     assert [g.op.input_tensors[0].name for g in grads] == [
-        "flash_grad.dq", "flash_grad.dk", "flash_grad.dv"]
-    args = [q, k, v, head, *grads]
+        "flash_grad.dq", "flash_grad.dkv.v0", "flash_grad.dkv.v1"]
+    args = [q, k, v, m, head, *grads]
     s = tc.auto_schedule(args, target="cuda-emu")    # the GPU rules take the template
     text = str(tc.lower(s, args, target="cuda-emu"))
     for name, dims in re.findall(r"allocate ([\w.]+): \w+\[([\d, ]+)\]", text):
         dims = [int(x) for x in dims.split(",")]
         assert math.prod(dims) <= 128 * 128, (name, dims)
     mod = tc.build(s, args, target="cuda-emu")
-    qa, ka, va, ha = _grad_data([(B, H, L, D)] * 4, "float16", 1)
+    qa, ka, va, ha, ma = _grad_data([(B, H, L, D)] * 4 + [(B, 1, 1, L)], "float16", 1)
+    ma[..., 3::4] = -np.inf
     got = [np.full((B, H, L, D), np.nan, np.float16) for _ in range(3)]
-    mod(qa, ka, va, ha, *got, mode="reverse")
-    for g, want in zip(got, reference(qa, ka, va, True, ha)):
+    mod(qa, ka, va, ma, ha, *got, mode="reverse")
+    for g, want in zip(got, reference(qa, ka, va, True, ha, ma)):
         np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
                                    atol=2e-3 * np.abs(want).max())
+
+
+def test_the_gradient_of_the_mask_on_the_cpu():
+    """tc.gradient of flash_attention's mask (a (1, Lk) one: summed over batches, heads
+    and queries) is computed, on the CPU (the CUDA template refuses it: must_fail)."""
+    B, H, L, D = 2, 1, 19, 16
+    q, k, v, head = (tc.placeholder((B, H, L, D), "float16", name=n) for n in
+                     ("q", "k", "v", "head"))
+    m = tc.placeholder((1, L), "float16", name="m")
+    out, _ = tc.nn.flash_attention(q, k, v, causal=True, mask=m)
+    dm, = tc.gradient(out, [m], head=head)
+    args = [q, k, v, m, head, dm]
+    mod = tc.build(tc.auto_schedule(args, target="llvm"), args, target="llvm")
+    qa, ka, va, ha, ma = _grad_data([(B, H, L, D)] * 4 + [(1, L)], "float16", 6)
+    got = np.full((1, L), np.nan, np.float16)
+    mod(qa, ka, va, ma, ha, got)
+    q64, k64, v64, h64 = (x.astype(np.float64) for x in (qa, ka, va, ha))
+    s = q64 @ k64.transpose(0, 1, 3, 2) / math.sqrt(D) + ma.astype(np.float64)
+    s = np.where(np.tril(np.ones((L, L), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dp = h64 @ v64.transpose(0, 1, 3, 2)
+    want = (p * (dp - (dp * p).sum(-1, keepdims=True))).sum((0, 1, 2))[None]
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0,
+                               atol=4e-3 * np.abs(want).max())
 
 
 @needs_cxx
 def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
     """Four blocks of 64 rows and tiles of 32 columns: the causal tiles skipped (dq's
-    keys after its rows, dk's and dv's queries before theirs) are the empty ones."""
+    keys after its rows, dk's and dv's queries before theirs: one kernel for both) are
+    the empty ones."""
     B, H, Lq, Lk, D = 1, 1, 200, 136, 128
     P = lambda shape, n, dt="bfloat16": tc.placeholder(shape, dt, name=n)  # noqa: E731
     q, o, do = (P((B, H, Lq, D), n) for n in ("q", "o", "do"))
@@ -211,10 +256,10 @@ def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
                                           config=FlashConfig(2, 32))
     text = str(tc.lower(s, [q, k, v, o, do, lse, *grads], target="cuda-emu"))
     # dq: the key tiles up to the block's last query; dk, dv: the query tiles from the
-    # block's first key (8 tiles of 32 in 256)
+    # block's first key (8 tiles of 32 in 256), in one loop
     assert len(re.findall(r"for \(c\.outer\w*, 0, x\.outer\w*\*2 \+ 2\)", text)) == 1
     assert len(re.findall(r"for \(c\.outer\w*, x\.outer(\w*)\*2, 8 - x\.outer\1\*2\)",
-                          text)) == 2
+                          text)) == 1
     # the skipping is no primitive: the trace is not one to replay (it would skip nothing)
     assert not s.trace.replayable
     mod = tc.build(s, [q, k, v, o, do, lse, *grads], target="cuda-emu")
@@ -226,6 +271,26 @@ def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
     for g, want in zip(got, reference(qa, ka, va, True, da)):
         np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
                                    atol=2e-2 * np.abs(want).max())
+
+
+def test_flash_attention_backward_head_dims_that_differ():
+    """k's head dim 32, v's 48: the stacked dk/dv kernel is 48 wide (q's columns past 32
+    are zeros), dk narrowed from it by a small kernel of its own (the numbers: the slow
+    test_the_backward_on_random_shapes, whose head dims differ too)."""
+    B, H, Lq, Lk, D, Dv = 1, 2, 37, 21, 32, 48
+    P = lambda shape, n, dt="float16": tc.placeholder(shape, dt, name=n)  # noqa: E731
+    q, k, v = P((B, H, Lq, D), "q"), P((B, H, Lk, D), "k"), P((B, H, Lk, Dv), "v")
+    o, do = P((B, H, Lq, Dv), "o"), P((B, H, Lq, Dv), "do")
+    lse = P((B, H, Lq), "lse", "float32")
+    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse)
+    assert [g.name for g in grads] == ["flash_grad.dq", "flash_grad.dk", "flash_grad.dkv.v1"]
+    s = schedule_flash_attention_backward(list(grads), target="cuda-emu",
+                                          config=FlashConfig(2, 32, 16))
+    text = str(tc.lower(s, [q, k, v, o, do, lse, *grads], target="cuda-emu"))
+    assert re.search(r"allocate flash_grad\.dkv_acc\.mma\.accumulator: float32\[1, 1, 2, 16, "
+                     r"48\]", text), text
+    assert re.search(r"allocate flash_grad\.dkv\.v0: float16\[1, 2, 21, 48\]", text), text
+    assert re.search(r"flash_grad\.dk\[.*\] = flash_grad\.dkv\.v0\[", text), text
 
 
 @needs_nvcc
@@ -247,20 +312,29 @@ def test_ptx_has_the_tensor_cores_and_nothing_spills(arch, d):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", [pytest.param(a, marks=_SLOW) for a in ("sm_80", "sm_90")])
-def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch):
-    """Head dim 128, the backward's most registers (dk's kernel: 250 or so)."""
-    B, H, L, d = 4, 16, 2048, 128
+@pytest.mark.parametrize("arch,d,masked", [pytest.param(a, d, m, marks=_SLOW)
+                                           for a in ("sm_80", "sm_90") for d in (64, 128)
+                                           for m in (False, True)])
+def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch, d, masked):
+    """The issue's shapes: no spill at the default tiling (head dim 128 holds the most:
+    two accumulators of 16-row warps), with a padding mask too; per step of the loops
+    the dk/dv kernel issues 4/3 of dq's mma instructions (four GEMMs against three),
+    the PTX's loops unrolled."""
+    B, H, L = 4, 16, 2048
     P = lambda shape, n, dt="float16": tc.placeholder(shape, dt, name=n)  # noqa: E731
     q, k, v, o, do = (P((B, H, L, d), n) for n in ("q", "k", "v", "o", "do"))
     lse = P((B, H, L), "lse", "float32")
-    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=True)
+    m = [P((B, 1, 1, L), "m")] if masked else []
+    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=True,
+                                           mask=m[0] if m else None)
     tgt = f"cuda -arch={arch}"
     src = tc.build(schedule_flash_attention_backward(list(grads), target=tgt),
-                   [q, k, v, o, do, lse, *grads], target=tgt).get_source()
+                   [q, k, v, o, do, lse, *m, *grads], target=tgt).get_source()
     ptx = compile_ptx(src, arch)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
+    mmas = sorted(body.count("mma.sync.aligned") for body in ptx.split(".entry ")[1:])
+    assert mmas[0] == 0 and mmas[2] * 3 == mmas[1] * 4, mmas   # delta, dq, dk and dv
     for kernel, use in ptxas_usage(src, arch).items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
 
@@ -268,9 +342,9 @@ def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch):
 @needs_cxx
 def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
     """The GPU rules compute scaled_dot_product_attention as flash_attention where it is
-    one (float16/bfloat16, no mask, head dims multiples of 16 up to 128, the attention
-    alone), with its scale; the general stages otherwise (a mask, float32, head dim 40,
-    a compute before it)."""
+    one (float16/bfloat16, no mask or a padding mask, head dims multiples of 16 up to
+    128), with its scale; the general stages otherwise (a bool mask, a mask that varies
+    over the queries, float32, head dim 40)."""
     B, H, L, D = 1, 2, 40, 64
     q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
     out = tc.nn.scaled_dot_product_attention(q, k, v, scale=0.3)
@@ -285,9 +359,9 @@ def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
     want, _ = reference(qa * np.float16(0.3 * math.sqrt(D)), ka, va, False)
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=4e-3)
     mask = tc.placeholder((L, L), "bool", name="mask")
-    q2 = tc.compute(q.shape, lambda *i: q[i] * tc.const(2.0, "float16"), name="q2")
+    additive = tc.placeholder((L, L), "float16", name="mask")   # varies over the queries
     for args in ([q, k, v, mask, tc.nn.scaled_dot_product_attention(q, k, v, mask)],
-                 [q, k, v, tc.nn.scaled_dot_product_attention(q2, k, v)],
+                 [q, k, v, additive, tc.nn.scaled_dot_product_attention(q, k, v, additive)],
                  [*(tc.placeholder((B, H, L, D), "float32", name=n) for n in "qkv")],
                  [*(tc.placeholder((B, H, L, 40), "float16", name=n) for n in "qkv")]):
         if len(args) == 3:
@@ -298,6 +372,56 @@ def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
 
 
 @needs_cxx
+@needs_cxx
+def test_sdpa_with_a_padding_mask_inside_a_graph_is_flash_attention():
+    """Inside a larger graph (q computed before it, an output after it), with an additive
+    mask over the keys broadcast over heads and queries ((batch, 1, 1, Lk), a compute of
+    a (batch, Lk) padding mask, as BERT's), scaled_dot_product_attention runs on the
+    flash template and the rules schedule the rest; the second batch's keys all masked
+    out give rows of 0, as the general stages'."""
+    B, H, L, D = 2, 2, 37, 32
+    q, k, v = (tc.placeholder((B, H, L, D), "bfloat16", name=n) for n in "qkv")
+    pad = tc.placeholder((B, L), "bfloat16", name="pad")
+    q2 = tc.compute(q.shape, lambda *i: q[i] * tc.const(2.0, "bfloat16"), name="q2")
+    keys = tc.compute((B, 1, 1, L), lambda b, _h, _i, j: pad[b, j], name="keys")
+    att = tc.nn.scaled_dot_product_attention(q2, k, v, keys, name="attn")
+    out = tc.compute(att.shape, lambda *i: att[i] + att[i], name="twice")
+    args = [q, k, v, pad, out]
+    s = tc.auto_schedule(args, target="cuda-emu")
+    text = str(tc.lower(s, args, target="cuda-emu"))
+    assert gemms(text) == ["attn.flash.scores", "attn.flash.pv"]
+    assert "attn.scores" not in text and "attn.exp" not in text
+    mod = tc.build(s, args, target="cuda-emu")
+    qa, ka, va = _grad_data([(B, H, L, D)] * 3, "bfloat16", 5)
+    pa = np.where(np.arange(L) < 29, 0.0, -1e4)[None].repeat(B, 0)
+    pa[1] = -np.inf
+    pa = pa.astype(NP["bfloat16"])
+    got = np.full((B, H, L, D), np.nan, NP["bfloat16"])
+    mod(qa, ka, va, pa, got, mode="reverse")
+    q64, k64, v64 = (x.astype(np.float64) for x in (qa, ka, va))
+    sc = 2 * q64 @ k64.transpose(0, 1, 3, 2) / math.sqrt(D) + pa.astype(np.float64)[:, None, None]
+    with np.errstate(invalid="ignore"):
+        p = np.exp(sc - sc.max(-1, keepdims=True))
+        want = 2 * np.nan_to_num((p / p.sum(-1, keepdims=True)) @ v64)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=3e-2)
+    assert not np.any(got[1].astype(np.float64))
+
+
+def test_two_attentions_in_a_graph_each_on_the_flash_template():
+    """The second attention reads the first's output (an output of the graph too): each
+    runs on the flash template, and no stage of the first's general form is left (the
+    second's copies of its input stop at the first's stage)."""
+    B, H, L, D = 1, 2, 24, 16
+    q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
+    a1 = tc.nn.scaled_dot_product_attention(q, k, v, name="a1")
+    a2 = tc.nn.scaled_dot_product_attention(a1, k, v, name="a2")
+    both = tc.compute(a2.shape, lambda *i: a2[i] + a1[i], name="both")
+    args = [q, k, v, a1, both]
+    text = str(tc.lower(tc.auto_schedule(args, target="cuda-emu"), args, target="cuda-emu"))
+    assert gemms(text) == ["a1.flash.scores", "a1.flash.pv", "a2.flash.scores", "a2.flash.pv"]
+    assert not re.search(r"a[12]\.(scores|max|exp|sum|rcp|pv)\b", text)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
 @pytest.mark.parametrize("seed", range(6))
@@ -324,3 +448,54 @@ def test_the_one_pass_forward_on_random_shapes(seed):
     tol = 4e-3 if dtype == "float16" else 3e-2
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=0, atol=tol)
     np.testing.assert_allclose(lse, want_lse, rtol=1e-6, atol=1e-5 * big)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
+@pytest.mark.parametrize("seed", range(8))
+def test_the_backward_on_random_shapes(seed):
+    """The backward's two kernels on random lengths, head dims (dv != d too: the stacked
+    dk/dv kernel as wide as the wider), dtypes, causal or not, padding masks (keys left
+    out with -inf, a batch with every key out) and tilings (16- and 32-row warps)."""
+    rng = np.random.default_rng(100 + seed)
+    B, H = 2, 1
+    Lq, Lk = (int(x) for x in rng.integers(1, 200, 2))
+    D, Dv = (int(x) for x in rng.choice([16, 32, 64, 128], 2))
+    dtype = ["float16", "bfloat16"][seed % 2]
+    causal = bool(seed % 3)
+    masked = seed % 4 >= 2
+    cfg = FlashConfig(*[(4, 32, 16), (2, 32), (4, 64, 16), (2, 64), (1, 16, 16),
+                        (8, 16, 16)][seed % 6])
+    if backward_shared_bytes(cfg, D, Dv, dtype) > max_shared_bytes("cuda-emu"):
+        cfg = flash_backward_config(D, Dv, dtype, max_shared_bytes("cuda-emu"))
+    P = lambda shape, n, dt=dtype: tc.placeholder(shape, dt, name=n)  # noqa: E731
+    q, k, v = P((B, H, Lq, D), "q"), P((B, H, Lk, D), "k"), P((B, H, Lk, Dv), "v")
+    o, do = P((B, H, Lq, Dv), "o"), P((B, H, Lq, Dv), "do")
+    lse = P((B, H, Lq), "lse", "float32")
+    m = P((B, 1, 1, Lk), "m") if masked else None
+    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=causal, mask=m)
+    args = [q, k, v, o, do, lse] + ([m] if masked else []) + list(grads)
+    mod = tc.build(schedule_flash_attention_backward(list(grads), target="cuda-emu",
+                                                     config=cfg), args, target="cuda-emu")
+    qa, ka, va, da = _grad_data([(B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, Dv),
+                                 (B, H, Lq, Dv)], dtype, seed)
+    ma = None
+    if masked:
+        ma = np.where(rng.random((B, 1, 1, Lk)) < 0.3, -np.inf,
+                      rng.standard_normal((B, 1, 1, Lk))).astype(NP[dtype])
+        ma[0, ..., 0] = 0
+        ma[1] = -np.inf            # every key out: rows of 0, gradients of 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        oa, la = reference(qa, ka, va, causal, mask=ma)
+        wants = reference(qa, ka, va, causal, da, ma)
+    if masked:   # (the second batch's rows: 0 and -inf, as flash_attention gives them)
+        oa, wants = np.nan_to_num(oa), [np.nan_to_num(w) for w in wants]
+        la = np.where(np.isnan(la), -np.inf, la)
+    got = [np.full(x.shape, np.nan, NP[dtype]) for x in (qa, ka, va)]
+    extra = [ma] if masked else []
+    mod(qa, ka, va, oa.astype(NP[dtype]), da, la.astype(np.float32), *extra, *got,
+        mode="reverse")
+    tol = 4e-3 if dtype == "float16" else 3e-2
+    for g, want in zip(got, wants):
+        np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
+                                   atol=tol * max(1.0, np.abs(want).max()))

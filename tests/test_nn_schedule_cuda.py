@@ -683,7 +683,8 @@ def test_gpu_benchmark_script_exits_cleanly_without_pycuda():
                                BENCH.bmm_workload(2, 32, 16, half=True),
                                BENCH.hdense_workload(32, 48, 32),
                                BENCH.flash_workload(1, 2, 40, 64, True),
-                               BENCH.flash_backward_workload(1, 2, 40, 64, True)],
+                               BENCH.flash_backward_workload(1, 2, 40, 64, True),
+                               BENCH.masked_sdpa_workload(2, 2, 40, 32)],
                          ids=lambda w: w.name)
 def test_gpu_benchmark_workloads_check_out(w):
     """The benchmark's own data layouts and float64 references (numpy, as without PyTorch)

@@ -71,9 +71,11 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     float32 (the output rounds once).  As written they hold ``Lq x Lk`` scores;
     :func:`tecomp.strategy.cpu.schedule_attention` (what ``tc.auto_schedule`` gives this op)
     computes them per block of rows of the output, FlashAttention's way.  On CUDA
-    targets this graph gets the generic GPU rules, which hold the scores whole; for
-    float16/bfloat16 without a mask (or causal) use :func:`flash_attention`, whose
-    template runs on the tensor cores and whose gradient is FlashAttention's backward.
+    targets ``tc.auto_schedule`` computes it as :func:`flash_attention` (the tensor
+    cores) for float16/bfloat16 without a mask or with an additive padding mask
+    (``(b, 1, 1, Lk)``), alone or inside a larger graph, unless a gradient reads its
+    stages; else the generic GPU rules, which hold the scores whole.  For a causal
+    attention, or FlashAttention's backward as the gradient, use :func:`flash_attention`.
 
     Parameters
     ----------
@@ -184,7 +186,8 @@ def _online_softmax():
 
 
 def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
-                    scale: float | None = None, name: str = "flash") -> Tuple[Tensor, Tensor]:
+                    scale: float | None = None, name: str = "flash",
+                    mask: Tensor | None = None) -> Tuple[Tensor, Tensor]:
     """FlashAttention's forward: ``softmax(q k^T * scale) v`` per batch and head, and the
     rows' logsumexp (what the backward recomputes the probabilities from), in computes
     that never hold an ``Lq x Lk`` matrix once scheduled
@@ -219,6 +222,14 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
         Defaults to ``1/sqrt(d)``.
     name : str, optional
         The output stage's name.
+    mask : Tensor, optional
+        An additive mask of q's dtype over the keys, broadcast over the heads and the
+        queries (``(b, 1, 1, Lk)``, ``(1, 1, 1, Lk)`` or ``(1, Lk)``: a padding mask;
+        ``-inf`` leaves a key out): added to the scaled scores, as
+        ``scaled_dot_product_attention``'s (FlashAttention's backward goes to
+        q, k and v; the mask's, where ``tc.gradient`` is asked for it, is computed by
+        plain computes that hold the ``Lq x Lk`` scores, for the CPU: the CUDA
+        template refuses it).
 
     Returns
     -------
@@ -231,7 +242,7 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     ShapeError, DTypeError
         For an argument of the wrong rank, dtype or extent (the message names it).
     """
-    out, lse = _flash_forward(q, k, v, causal, scale, name)
+    out, lse = _flash_forward(q, k, v, causal, scale, name, mask)
     # tc.gradient of the output: flash_attention_backward, straight to q, k and v (the
     # rule holds the output weakly: the registry's key must not be kept alive by its
     # value; the logsumexp strongly: the caller may have dropped it)
@@ -241,8 +252,12 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     def vjp(adjoint, *_):
         o, ls = out_ref().output(0), lse
         dq, dk, dv = flash_attention_backward(q, k, v, o, adjoint, ls, causal, scale,
-                                              f"{name}_grad")
-        return {q: dq, k: dk, v: dv}
+                                              f"{name}_grad", mask)
+        if mask is None:
+            return {q: dq, k: dk, v: dv}
+        return {q: dq, k: dk, v: dv,
+                mask: _mask_grad(q, k, v, o, adjoint, ls, causal, scale, mask,
+                                 f"{name}_grad")}
     register_derivative(out, vjp)
 
     lse_name = lse.name   # (not the tensor: the registry's key)
@@ -259,9 +274,89 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     return out, lse
 
 
-def _flash_forward(q, k, v, causal, scale, name):
+def _key_mask(mask, q, name, op):
+    """A function ``(b, j) -> float32`` of ``mask`` (None: no mask), an additive mask
+    of q's dtype that broadcasts over the heads and the queries (``(b|1, 1, 1, Lk)``,
+    ``(1, Lk)``, ...: a padding mask), read at key ``j`` (clamped: the padded keys are
+    left out anyway); a ShapeError or DTypeError for another."""
+    if mask is None:
+        return None
+    a = Args(op, name)
+    if mask.dtype != q.dtype:
+        a.fail(f"mask ({mask.name}) is {mask.dtype}; flash_attention takes an additive mask "
+               f"of q's dtype {q.dtype} (a bool mask: where(mask, 0, -inf) in that dtype)",
+               DTypeError)
+    nd = mask.ndim
+    for d, label in ((-3, "heads"), (-2, "queries")):
+        if nd >= -d and not _is_one(mask.shape[d]):
+            a.fail(f"mask ({mask.name}) has shape {_shape_text(mask.shape)}; flash_attention "
+                   f"takes a mask over the keys that broadcasts over the {label} (extent 1 "
+                   "there: (batch, 1, 1, Lk) or (1, Lk), a padding mask); use "
+                   "scaled_dot_product_attention for another", ShapeError)
+    Lk = int(mask.shape[-1].value) if not _is_one(mask.shape[-1]) else 1
+    f32 = "float32"
+
+    def read(b, j):
+        idx = [0] * nd
+        if nd == 4 and not _is_one(mask.shape[0]):
+            idx[0] = b
+        idx[-1] = _te.min(j, Lk - 1) if Lk > 1 else 0
+        return mask[tuple(idx)].astype(f32)
+    return read
+
+
+def _mask_grad(q, k, v, out, dout, lse, causal, scale, mask, name):
+    """The gradient of :func:`flash_attention`'s additive mask: ``dmask[.., j]``, the sum
+    of ``p (dout v^T - delta)`` over the heads, the queries (and the batches, where the
+    mask broadcasts over them), in plain computes that hold the ``Lq x Lk`` scores
+    (``<name>.dmask``; the CUDA template refuses them:
+    :func:`tecomp.strategy.cuda.schedule_flash_attention_backward`)."""
+    B, H, Lq, D = (int(e.value) for e in q.shape)
+    Lk, Dv = int(k.shape[2].value), int(v.shape[3].value)
+    f32 = "float32"
+    key_mask = _key_mask(mask, q, name, "flash_attention")
+    rd, re_, re2 = (_te.reduce_axis(n, name=x) for n, x in ((D, "d"), (Dv, "e"), (Dv, "e")))
+    sc = _te.compute((B, H, Lq, Lk), lambda b, h, i, j: _te.sum(
+        q[b, h, i, rd].astype(f32) * k[b, h, j, rd].astype(f32), axis=rd),
+        name=f"{name}.mask_scores")
+    dp = _te.compute((B, H, Lq, Lk), lambda b, h, i, j: _te.sum(
+        dout[b, h, i, re_].astype(f32) * v[b, h, j, re_].astype(f32), axis=re_),
+        name=f"{name}.mask_dp")
+    delta = _te.compute((B, H, Lq), lambda b, h, i: _te.sum(
+        dout[b, h, i, re2].astype(f32) * out[b, h, i, re2].astype(f32), axis=re2),
+        name=f"{name}.mask_delta")
+
+    def ds(b, h, i, j):
+        ls = lse[b, h, i]
+        keep = ls > _c(-math.inf, f32)
+        if causal:
+            keep = _op.all_(keep, j <= i)
+        p = _te.if_then_else(keep, _te.exp(sc[b, h, i, j] * _c(scale, f32)
+                                           + key_mask(b, j) - ls), _c(0.0, f32))
+        return p * (dp[b, h, i, j] - delta[b, h, i])
+    dsm = _te.compute((B, H, Lq, Lk), ds, name=f"{name}.mask_ds")
+    nd = mask.ndim
+    over_b = not (nd == 4 and not _is_one(mask.shape[0]))
+    over_j = _is_one(mask.shape[-1])
+    axes = [_te.reduce_axis(H, name="h"), _te.reduce_axis(Lq, name="i")]
+    if over_b:
+        axes.append(_te.reduce_axis(B, name="b"))
+    if over_j:
+        axes.append(_te.reduce_axis(Lk, name="j"))
+
+    def body(*idx):
+        b = axes[2] if over_b else idx[0]
+        j = axes[-1] if over_j else idx[-1]
+        return _te.sum(dsm[b, axes[0], axes[1], j], axis=axes)
+    acc = _te.compute(tuple(mask.shape), body, name=f"{name}.dmask_acc")
+    return _te.compute(tuple(mask.shape), lambda *idx: acc[idx].astype(mask.dtype),
+                       name=f"{name}.dmask", tag="flash_attention_dmask")
+
+
+def _flash_forward(q, k, v, causal, scale, name, mask=None):
     """:func:`flash_attention`'s computes (without the derivative's registration)."""
-    scale = _attention_args(q, k, v, None, scale, name, "flash_attention")
+    scale = _attention_args(q, k, v, mask, scale, name, "flash_attention")
+    key_mask = _key_mask(mask, q, name, "flash_attention")
     a = Args("flash_attention", name)
     if q.dtype not in FLASH_DTYPES:
         a.fail(f"q ({q.name}) is {q.dtype}; FlashAttention runs on the tensor cores, which take "
@@ -289,7 +384,7 @@ def _flash_forward(q, k, v, causal, scale, name):
         a.fail(f"q has {Lq} queries and k {Lk} keys; give at least one of each")
     dt, f32 = q.dtype, "float32"
     Lqp, Lkp = _round_up(Lq, FLASH_PAD), _round_up(Lk, FLASH_PAD)
-    attrs = {"causal": causal, "scale": scale, "Lq": Lq, "Lk": Lk}
+    attrs = {"causal": causal, "scale": scale, "Lq": Lq, "Lk": Lk, "masked": mask is not None}
 
     def padded(x, L, Lp, what):
         dim = int(x.shape[3].value)
@@ -307,7 +402,10 @@ def _flash_forward(q, k, v, causal, scale, name):
         keep = j < Lk
         if causal:
             keep = _op.all_(keep, j <= i)
-        return _te.if_then_else(keep, s[b, h, i, j] * _c(scale, f32), _c(-math.inf, f32))
+        x = s[b, h, i, j] * _c(scale, f32)
+        if key_mask is not None:
+            x = x + key_mask(b, j)
+        return _te.if_then_else(keep, x, _c(-math.inf, f32))
 
     sc = scores(padded(q, Lq, Lqp, "q"), padded(k, Lk, Lkp, "k"), "scores")
     rj = _te.reduce_axis(Lkp, name="j")
@@ -336,7 +434,8 @@ def _flash_forward(q, k, v, causal, scale, name):
 
 def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor,
                              lse: Tensor, causal: bool = False, scale: float | None = None,
-                             name: str = "flash_grad") -> Tuple[Tensor, Tensor, Tensor]:
+                             name: str = "flash_grad",
+                             mask: Tensor | None = None) -> Tuple[Tensor, Tensor, Tensor]:
     """FlashAttention's backward: the gradients ``(dq, dk, dv)`` of
     :func:`flash_attention`'s output contracted with ``dout``, from the forward's output
     ``out`` and logsumexp ``lse``, in computes that never hold an ``Lq x Lk`` matrix once
@@ -345,17 +444,22 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
     With ``p = exp(s * scale - lse)`` recomputed from ``q``, ``k`` and ``lse``: ``delta =
     rowsum(dout * out)`` (float32), ``dv = p^T dout``, ``ds = p * (dout v^T - delta) *
     scale``, ``dk = ds^T q``, ``dq = ds k``.  Stages (``<name>.<what>``): the inputs padded
-    to a multiple of :data:`FLASH_PAD` rows, one copy per kernel; ``delta``; per
-    gradient its scores (``k q^T`` for ``dk``/``dv``, ``q k^T`` for ``dq``), ``p`` or
-    ``ds`` in q's dtype, the float32 accumulation and the cast to q's dtype.  Each
-    gradient is a kernel of its own (no atomics; each recomputes the scores, ``dq`` and
-    ``dk`` also ``dout v^T``), so the backward does eight ``L^2 d`` GEMMs where
-    FlashAttention-2's does five (one kernel for ``dk`` and ``dv``, ``dq`` added
-    atomically).
+    to a multiple of :data:`FLASH_PAD` rows; ``delta``; for ``dk`` and ``dv`` (rows are
+    keys) ``do_q``, ``dout`` and ``q`` stacked (``[b, h, 2, Lq, w]``, ``w`` the larger head
+    dim, zero columns past each one's), the scores ``scores_k`` (``k q^T``) and ``dpt``
+    (``v dout^T``), ``pt_dst``, ``p^T`` and ``ds^T`` stacked the same way (q's dtype), and
+    ``dkv_acc``, the stacked products (float32): ``dv`` and ``dk`` as one reduction over
+    the queries, so that the CUDA schedule runs both in one loop with two accumulators
+    (FlashAttention-2's kernel: four GEMMs per tile); ``dkv``, their cast, has both as
+    outputs (``dk`` its first, ``dv`` its second; where the head dims differ the narrower
+    is sliced by a stage ``<name>.dk`` or ``<name>.dv``).  For ``dq`` (rows are
+    queries) its own pass: ``scores_q`` and ``dp`` recomputed, ``ds``, ``dq_acc`` and
+    the cast ``dq`` (three GEMMs per tile, no atomics: FlashAttention-2 adds ``ds k`` into
+    ``dq`` atomically from the first loop, five GEMMs in all; here seven).
 
     Parameters
     ----------
-    q, k, v, causal, scale
+    q, k, v, causal, scale, mask
         As given to :func:`flash_attention`.
     out : Tensor
         Its output ``[b, h, Lq, dv]``.
@@ -369,14 +473,16 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
     Returns
     -------
     (Tensor, Tensor, Tensor)
-        ``dq``, ``dk``, ``dv`` (``<name>.dq`` ...), of q's, k's and v's shapes and dtype.
+        ``dq``, ``dk``, ``dv`` (``<name>.dq``, ``<name>.dkv.v0``, ``<name>.dkv.v1``), of
+        q's, k's and v's shapes and dtype.
 
     Raises
     ------
     ShapeError, DTypeError
         For an argument of the wrong rank, dtype or extent (the message names it).
     """
-    fwd_out, fwd_lse = _flash_forward(q, k, v, causal, scale, name)   # checks q, k, v
+    fwd_out, fwd_lse = _flash_forward(q, k, v, causal, scale, name, mask)  # checks q, k, v
+    key_mask = _key_mask(mask, q, name, "flash_attention_backward")
     a = Args("flash_attention_backward", name)
     for what, t, like in (("out", out, fwd_out), ("dout", dout, fwd_out), ("lse", lse, fwd_lse)):
         a.tensor(what, t, like.ndim, dtype=(like.dtype,))
@@ -417,9 +523,14 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
         keep = _op.all_(i < Lq, j < Lk)
         if causal:
             keep = _op.all_(keep, j <= i)
-        sij = s[b, h, j, i] if key_major else s[b, h, i, j]
+        x = (s[b, h, j, i] if key_major else s[b, h, i, j]) * _c(scale, f32)
         ls = lse[b, h, _te.min(i, Lq - 1)]
-        return _te.if_then_else(keep, _te.exp(sij * _c(scale, f32) - ls), _c(0.0, f32))
+        if key_mask is not None:
+            x = x + key_mask(b, j)
+            # (a row whose every key the mask leaves out: lse -inf and every x -inf;
+            # p = exp(-inf - the lowest float) = 0, not exp(-inf + inf))
+            ls = _te.max(ls, _c(-3.4028234663852886e38, f32))
+        return _te.if_then_else(keep, _te.exp(x - ls), _c(0.0, f32))
 
     def grad_scores(prob_of, dp, b, h, i, j, key_major):
         dpij = dp[b, h, j, i] if key_major else dp[b, h, i, j]
@@ -436,35 +547,56 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
                            name=f"{name}.{what}", tag=f"flash_attention_{what}",
                            attrs=attrs)
 
-    # dv = p^T dout: rows are keys
-    st = gemm_t(padded(k, Lk, Lkp, "k"), padded(q, Lq, Lqp, "q"), Lkp, Lqp, "scores_v")
-    pt = _te.compute((B, H, Lkp, Lqp), lambda b, h, j, i: prob(st, b, h, i, j, True).astype(dt),
-                     name=f"{name}.pt", tag="flash_p")
-    dv = cast(accumulate(pt, padded(dout, Lq, Lqp, "do"), Lkp, Lqp, Dv, "dv"), Lk, Dv, "dv")
-    def through_scores(key_major):
-        """dk (``key_major``: rows are keys, ``ds^T q``) or dq (rows are queries, ``ds
-        k``): the scores and ``dout v^T`` of a tile recomputed, ``ds`` in q's dtype, and
-        its product with the other side's tile, which also serves the scores."""
-        if key_major:
-            rows, cols, Lr, Lc, Lrp, Lcp = k, q, Lk, Lq, Lkp, Lqp
-            ops, what = ("q", "k", "v", "do"), ("scores_k", "dpt", "dst", "dk")
-        else:
-            rows, cols, Lr, Lc, Lrp, Lcp = q, k, Lq, Lk, Lqp, Lkp
-            ops, what = ("k", "q", "do", "v"), ("scores_q", "dp", "ds", "dq")
-        rows_dp, cols_dp = (v, dout) if key_major else (dout, v)
-        other = padded(cols, Lc, Lcp, ops[0])
-        sc = gemm_t(padded(rows, Lr, Lrp, ops[1]), other, Lrp, Lcp, what[0])
-        dp = gemm_t(padded(rows_dp, Lr, Lrp, ops[2]), padded(cols_dp, Lc, Lcp, ops[3]),
-                    Lrp, Lcp, what[1])
+    # dk and dv in one pass over the queries (rows are keys): the step's operands stacked,
+    # [.., 0] dout and [.., 1] q (zero columns past their dims); the scores k q^T and
+    # dout v^T from them; p^T and ds^T stacked the same way, so that dv = p^T dout and
+    # dk = ds^T q are one reduction of two accumulators (one loop, four GEMMs)
+    W = max(D, Dv)
 
-        def body(b, h, i, j):
-            return grad_scores(prob(sc, b, h, i, j, key_major), dp, b, h, i, j, key_major)
-        # (the axes named as the rows and columns they are: keys j, queries i)
-        fn = (lambda b, h, j, i: body(b, h, i, j)) if key_major else body
-        ds = _te.compute((B, H, Lrp, Lcp), fn, name=f"{name}.{what[2]}", tag="flash_ds")
-        dim = int(cols.shape[3].value)
-        return cast(accumulate(ds, other, Lrp, Lcp, dim, what[3]), Lr, dim, what[3])
+    def stacked(b, h, w, i, y):
+        def side(x, dim):
+            val = x[b, h, _te.min(i, Lq - 1), _te.min(y, dim - 1)]
+            return val if dim == W else _te.if_then_else(y < dim, val, _c(0.0, dt))
+        return _te.if_then_else(i < Lq, _te.if_then_else(w == 0, side(dout, Dv), side(q, D)),
+                                _c(0.0, dt))
+    xs = _te.compute((B, H, 2, Lqp, W), stacked, name=f"{name}.do_q", tag="flash_pad")
 
-    dk = through_scores(True)
-    dq = through_scores(False)
+    def from_stack(A, w, dim, what):
+        """``A[j, :] . xs[w, i, :dim]``: a score tile of the dk and dv kernel."""
+        d = _te.reduce_axis(dim, name="d")
+        return _te.compute((B, H, Lkp, Lqp), lambda b, h, j, i: _te.sum(
+            A[b, h, j, d].astype(f32) * xs[b, h, w, i, d].astype(f32), axis=d),
+            name=f"{name}.{what}", tag="flash_scores")
+    st = from_stack(padded(k, Lk, Lkp, "k"), 1, D, "scores_k")
+    dpt = from_stack(padded(v, Lk, Lkp, "v"), 0, Dv, "dpt")
+
+    def p_ds(b, h, w, j, i):
+        pij = prob(st, b, h, i, j, True)
+        return _te.if_then_else(w == 0, pij.astype(dt),
+                                grad_scores(pij, dpt, b, h, i, j, True))
+    pds = _te.compute((B, H, 2, Lkp, Lqp), p_ds, name=f"{name}.pt_dst", tag="flash_pds")
+    rc = _te.reduce_axis(Lqp, name="c")
+    acc = _te.compute((B, H, 2, Lkp, W), lambda b, h, w, x, y: _te.sum(
+        pds[b, h, w, x, rc].astype(f32) * xs[b, h, w, rc, y].astype(f32), axis=rc),
+        name=f"{name}.dkv_acc", tag="flash_grad_acc")
+    dkw, dvw = _te.compute((B, H, Lk, W), lambda b, h, x, y: (
+        acc[b, h, 1, x, y].astype(dt), acc[b, h, 0, x, y].astype(dt)),
+        name=f"{name}.dkv", tag="flash_attention_dkv", attrs=attrs)
+
+    def narrow(t, dim, what):   # (dims of k and v that differ: the stack is the wider)
+        if dim == W:
+            return t
+        return _te.compute((B, H, Lk, dim), lambda b, h, x, y: t[b, h, x, y],
+                           name=f"{name}.{what}", tag="flash_narrow")
+    dk, dv = narrow(dkw, D, "dk"), narrow(dvw, Dv, "dv")
+
+    # dq (rows are queries): its own pass over the keys, the scores and dout v^T
+    # recomputed, then ds k (three GEMMs; no atomics)
+    qp, dop = padded(q, Lq, Lqp, "q"), padded(dout, Lq, Lqp, "do")
+    kq, vq = padded(k, Lk, Lkp, "k"), padded(v, Lk, Lkp, "v")
+    sc = gemm_t(qp, kq, Lqp, Lkp, "scores_q")
+    dp = gemm_t(dop, vq, Lqp, Lkp, "dp")
+    ds = _te.compute((B, H, Lqp, Lkp), lambda b, h, i, j: grad_scores(
+        prob(sc, b, h, i, j, False), dp, b, h, i, j, False), name=f"{name}.ds", tag="flash_ds")
+    dq = cast(accumulate(ds, kq, Lqp, Lkp, D, "dq"), Lq, D, "dq")
     return dq, dk, dv

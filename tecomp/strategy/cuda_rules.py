@@ -71,8 +71,10 @@ def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None, knobs=None)
     """The rule-based GPU schedule of ``args`` (the list given to ``tc.build``).
     ``gemm``: a :class:`~tecomp.strategy.cuda.GemmConfig` for every contraction instead of
     ``gemm_config``'s, or a :class:`~tecomp.strategy.cuda.WmmaConfig` for every tensor-core one
-    (float16 operands, a float32 sum) instead of ``wmma_config``'s (what
-    ``benchmarks/gpu.py --sweep`` tries).  ``knobs``: a
+    (float16 operands, a float32 sum) instead of ``wmma_config``'s, or a
+    :class:`~tecomp.strategy.cuda.FlashConfig` for every attention computed as
+    FlashAttention instead of ``flash_config``'s (what ``benchmarks/gpu.py --sweep``
+    tries).  ``knobs``: a
     :class:`~tecomp.strategy.rules.Knobs` that takes the decisions (the search's
     candidates; by default the analytic ones): per contraction its GEMM tiling, per
     reduction or elementwise kernel its threads per block."""
@@ -83,7 +85,11 @@ def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None, knobs=None)
         return s
     s = create_schedule([t.op for t in outs])
     try:
-        _CudaRules(s, outs, shapes or {}, gemm, knobs).run()
+        # scaled_dot_product_attention inside the graph (a layer's, a padding mask):
+        # FlashAttention's template, the rules for the rest
+        fcfg = gemm if isinstance(gemm, nn_cuda.FlashConfig) else None
+        flash = nn_cuda.attention.sdpa_into_flash(s, config=fcfg)
+        _CudaRules(s, outs, shapes or {}, None if fcfg else gemm, knobs, skip=flash).run()
     except ScheduleError as exc:
         raise AutoScheduleError(
             f"auto_schedule(target='cuda'): no GPU schedule for these computes ({exc}); "
@@ -158,11 +164,19 @@ def _conv_knobs(knobs, name: str, d, shape):
 
 
 class _CudaRules:
-    def __init__(self, s: Schedule, outs: List[Tensor], shapes: Dict[str, int], gemm, knobs):
+    def __init__(self, s: Schedule, outs: List[Tensor], shapes: Dict[str, int], gemm, knobs,
+                 skip=frozenset()):
         self.s, self.outs, self.shapes, self.gemm, self.knobs = s, outs, shapes, gemm, knobs
-        self.ops = _walk(outs)
+        if skip:   # (ops scheduled already, by a template inside the graph)
+            self.ops = [st.op for st in s.stages if isinstance(st.op, ComputeOp)
+                        and id(st.op) not in skip and id(st.origin_op) not in skip]
+        else:
+            self.ops = _walk(outs)
         self.out_ops = {id(t.op) for t in outs}
-        self.done = set()  # ids of the ops scheduled already
+        self.done = set(skip)  # ids of the ops scheduled already
+        #: the tensors a template inside the graph reads: computed whole, not inlined
+        self.keep = [t.op for op in s.stages if id(op.op) in skip
+                     for t in op.op.input_tensors if id(t.op) not in skip]
 
     def cint(self, e) -> Optional[int]:
         return _cint(e, self.shapes)
@@ -178,7 +192,7 @@ class _CudaRules:
         for op in contractions:
             _, (a, _), (b, _) = _contraction_operands(op)
             operands += [a.op, b.op]
-        _inline_injective(s, self.ops, keep=operands)
+        _inline_injective(s, self.ops, keep=operands + self.keep)
         for op in contractions:
             self.contraction(op)
         for t in self.outs:

@@ -107,7 +107,8 @@ def test_backward_schedule_takes_the_three_gradients():
     with pytest.raises(tc.ScheduleError, match=r"schedule_flash_attention_backward takes the "
                                                r"three outputs of "
                                                r"tecomp.nn.flash_attention_backward, \(dq, dk, "
-                                               r"dv\), got flash_grad.dq, flash_grad.dk$"):
+                                               r"dv\), got flash_grad.dq, "
+                                               r"flash_grad.dkv.v0$"):
         nn_cuda_backward([dq, dk], target="cuda")
 
 
@@ -135,3 +136,42 @@ def test_causal_tiles_pragma_from_a_schedule():
                                                r"only for the masked computes of "
                                                r"tecomp.nn.flash_attention"):
         s[C].pragma(j, "causal_tiles", "before 32 32")
+
+
+def test_a_bool_mask_is_not_additive():
+    q, k, v = _qkv()
+    m = tc.placeholder((1, 1, 1, 50), "bool", name="M")
+    with pytest.raises(tc.DTypeError, match=r"flash_attention flash: mask \(M\) is bool; "
+                                            r"flash_attention takes an additive mask of q's "
+                                            r"dtype float16"):
+        nn.flash_attention(q, k, v, mask=m)
+
+
+@pytest.mark.parametrize("shape,label", [((40, 50), "queries"), ((1, 2, 1, 50), "heads")])
+def test_a_mask_that_is_not_over_the_keys_alone(shape, label):
+    q, k, v = _qkv()
+    m = tc.placeholder(shape, "float16", name="M")
+    with pytest.raises(tc.ShapeError, match=rf"flash_attention flash: mask \(M\) has shape "
+                                            rf".*; flash_attention takes a mask over the keys "
+                                            rf"that broadcasts over the {label}"):
+        nn.flash_attention(q, k, v, mask=m)
+
+
+def test_a_mask_that_does_not_broadcast():
+    q, k, v = _qkv()
+    m = tc.placeholder((1, 1, 1, 49), "float16", name="M")
+    with pytest.raises(tc.ShapeError, match=r"mask \(M\) has shape \(1, 1, 1, 49\), which does "
+                                            r"not broadcast"):
+        nn.flash_attention(q, k, v, mask=m)
+
+
+def test_the_gradient_of_the_mask_has_no_cuda_template():
+    q, k, v = _qkv(k=(1, 2, 40, 64), v=(1, 2, 40, 64))
+    m = tc.placeholder((1, 40), "float16", name="M")
+    head = tc.placeholder((1, 2, 40, 64), "float16", name="head")
+    out, _ = nn.flash_attention(q, k, v, mask=m)
+    grads = tc.gradient(out, [q, m], head=head)
+    with pytest.raises(tc.ScheduleError, match=r"flash_grad.dmask, the gradient of "
+                                               r"flash_attention's mask, has no CUDA template "
+                                               r".*; ask tc.gradient for q, k and v only"):
+        tc.auto_schedule([q, k, v, m, head, *grads], target="cuda")

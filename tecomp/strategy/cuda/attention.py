@@ -40,7 +40,8 @@ from ...errors import ScheduleError
 from ...ir import dtype as _dt
 from ...ir.expr import Const as _Const, Mul, ProducerLoad
 from ...ir.functor import collect, substitute
-from ...nn.attention import FLASH_DTYPES, FLASH_MAX_DIM, _flash_forward
+from ...errors import TecompError
+from ...nn.attention import FLASH_DTYPES, FLASH_MAX_DIM, _flash_forward, _key_mask
 from ...schedule.relations import _with_body
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ... import te as _te
@@ -51,6 +52,12 @@ from ..cpu.attention import _attention_parts
 from ..cpu.common import _NoTemplate
 from .common import _bind, _check_target, _cooperative_copy, max_shared_bytes
 from .tensorcore import FRAG, WARP, family_intrinsics
+
+def _stacked(t) -> int:
+    """The extent of the stacking axis of a 5-d operand of the backward's ``dk`` and
+    ``dv`` kernel (``[b, h, 2, rows, cols]``), 1 for the others."""
+    return _cint(t.shape[2]) if len(t.shape) == 5 else 1
+
 
 def _tagged(op, tag: str) -> bool:
     """Whether ``op`` is a compute with ``tag`` (placeholders have none)."""
@@ -64,15 +71,18 @@ F32_PAD = 4
 @dataclass(frozen=True)
 class FlashConfig:
     """The tiling of :func:`schedule_flash_attention`: ``warps`` warps per block, each
-    32 query rows (``block_q = 32 * warps`` rows a block); ``block_kv`` keys per step
-    (a multiple of 16 that divides 128, ``tecomp.nn.attention.FLASH_PAD``)."""
+    ``warp_rows`` query rows (32 or 16; ``block_q = warp_rows * warps`` rows a block);
+    ``block_kv`` keys per step (a multiple of 16 that divides 128,
+    ``tecomp.nn.attention.FLASH_PAD``).  The backward's blocks are of keys for ``dk``
+    and ``dv``, of queries for ``dq``."""
 
     warps: int = 4
     block_kv: int = 64
+    warp_rows: int = WARP
 
     @property
     def block_q(self) -> int:
-        return WARP * self.warps
+        return self.warp_rows * self.warps
 
     @property
     def threads(self) -> int:
@@ -124,9 +134,10 @@ def _parts(outs):
     out, lse = out[0], lse[0]
     pv = out.op.input_tensors[0]
     p, vp = pv.op.input_tensors
-    sc, lse_p = (t for t in p.op.input_tensors)
-    if _tagged(lse_p.op, "flash_scores"):
-        sc, lse_p = lse_p, sc
+    # (p reads the scores, the rows' logsumexp and a mask)
+    sc = next(t for t in p.op.input_tensors if _tagged(t.op, "flash_scores"))
+    lse_p = next(t for t in p.op.input_tensors if any(
+        _tagged(x.op, "flash_stats") for x in getattr(t.op, "input_tensors", ())))
     stats = lse_p.op.input_tensors[0]
     m, l = stats.op.output(0), stats.op.output(1)
     q, k = sc.op.input_tensors
@@ -152,24 +163,32 @@ def schedule_flash_attention(outs, target: str = "cuda",
     return s
 
 
-def sdpa_as_flash(out: Tensor) -> Optional[tuple]:
-    """``(q, k, v, scale)`` where ``out``, a ``tecomp.nn.scaled_dot_product_attention``
-    output, is what :func:`tecomp.nn.flash_attention` computes on the tensor cores: no
-    mask; q, k and v placeholders (the attention alone) of one dtype among
-    ``FLASH_DTYPES``, of constant shapes, head dims multiples of 16 up to
-    ``FLASH_MAX_DIM``; else None (the generic GPU rules)."""
+def sdpa_as_flash(out: Tensor, alone: bool = True) -> Optional[tuple]:
+    """``(q, k, v, scale, mask)`` where ``out``, a
+    ``tecomp.nn.scaled_dot_product_attention`` output, is what
+    :func:`tecomp.nn.flash_attention` computes on the tensor cores: no mask or an
+    additive one broadcast over the heads and the queries (a padding mask, ``(b, 1, 1,
+    Lk)``; else None); q, k and v of one dtype among ``FLASH_DTYPES``, of constant shapes,
+    head dims multiples of 16 up to ``FLASH_MAX_DIM``, and with ``alone`` placeholders
+    (the attention alone: computes before it would be root stages the template does not
+    schedule); else None (the generic GPU rules)."""
     try:
         t = _attention_parts(out)
     except _NoTemplate:
         return None
-    q, k, v = t["q"], t["k"], t["v"]
-    # (computes before the attention would be root stages the template does not schedule)
-    if not all(isinstance(x.op, PlaceholderOp) for x in (q, k, v)):
+    q, k, v, mask = t["q"], t["k"], t["v"], t["mask"]
+    if alone and not all(isinstance(x.op, PlaceholderOp) for x in (q, k, v)):
         return None
-    if t["mask"] is not None or q.dtype not in FLASH_DTYPES or \
-            not q.dtype == k.dtype == v.dtype or not all(
-                isinstance(e, _Const) for x in (q, k, v) for e in x.shape):
+    if q.dtype not in FLASH_DTYPES or not q.dtype == k.dtype == v.dtype or not all(
+            isinstance(e, _Const) for x in (q, k, v) for e in x.shape):
         return None
+    if mask is not None:
+        if alone and not isinstance(mask.op, PlaceholderOp):
+            return None
+        try:
+            _key_mask(mask, q, out.name, "flash_attention")
+        except TecompError:
+            return None
     if any(d % 16 or not 16 <= d <= FLASH_MAX_DIM for d in (_cint(q.shape[3]),
                                                             _cint(v.shape[3]))):
         return None
@@ -180,7 +199,49 @@ def sdpa_as_flash(out: Tensor) -> Optional[tuple]:
         and isinstance(n.b, _Const))}
     if len(found) != 1:
         return None
-    return q, k, v, found.pop()
+    return q, k, v, found.pop(), mask
+
+
+def _substitute_flash(s: Schedule, st: Stage, q, k, v, scale, mask):
+    """Stage ``st`` (a scaled_dot_product_attention output) computed as
+    :func:`tecomp.nn.flash_attention`'s output (``<name>.flash.*`` stages inserted
+    before it, whichever compute stages they read staying as they are); returns
+    :func:`_parts` of the flash stages, the output being ``st``'s tensor."""
+    out = st.op.output(0)
+    fout, flse = _flash_forward(q, k, v, False, scale, f"{st.op.name}.flash", mask)
+    new = _with_body(st.op, substitute(fout.op.body, {
+        a.var: b.var for a, b in zip(fout.op.axis, st.op.axis)}))
+    new.tag, new.attrs = fout.op.tag, dict(fout.op.attrs)
+    s._replace_op(st, new)
+    stages = [Stage(op, s) for op in _new_ops(fout.op.input_tensors, s._stage_of)]
+    at = s.stages.index(st)
+    s.stages[at:at] = stages
+    for x in stages:
+        s._stage_of[id(x.op)] = x
+    s._stage_of[id(out.op)] = st
+    s.trace.problem = (f"{out.name}: scaled_dot_product_attention computed as "
+                       "flash_attention (a substitution, not a schedule primitive)")
+    t = _parts([fout, flse])
+    t["out"], t["lse"] = out, None
+    return t
+
+
+def _new_ops(tensors, known) -> list:
+    """The compute operations under ``tensors``, producers first, down to those in
+    ``known`` (ids: stages of the schedule already, whose own producers are not
+    walked)."""
+    out, seen = [], set()
+
+    def visit(op):
+        if id(op) in seen or id(op) in known or isinstance(op, PlaceholderOp):
+            return
+        seen.add(id(op))
+        for t in getattr(op, "input_tensors", ()):
+            visit(t.op)
+        out.append(op)
+    for t in tensors:
+        visit(t.op)
+    return out
 
 
 def schedule_sdpa_as_flash(outs, target: str = "cuda",
@@ -200,27 +261,55 @@ def schedule_sdpa_as_flash(outs, target: str = "cuda",
     got = sdpa_as_flash(out)
     if got is None:
         return None
-    q, k, v, scale = got
-    fout, flse = _flash_forward(q, k, v, False, scale, f"{out.op.name}.flash")
     s = create_schedule([out.op])
     st = s[out]
-    new = _with_body(out.op, substitute(fout.op.body, {
-        a.var: b.var for a, b in zip(fout.op.axis, out.op.axis)}))
-    new.tag, new.attrs = fout.op.tag, dict(fout.op.attrs)
-    s._replace_op(st, new)
-    stages = [Stage(op, s) for op in compute_ops(fout.op.input_tensors)]
-    s.stages = stages + [st]
-    s._stage_of = {id(x.op): x for x in stages}
-    s._stage_of[id(new)] = s._stage_of[id(out.op)] = st
-    s.trace.problem = (f"{out.name}: scaled_dot_product_attention computed as "
-                       "flash_attention (a substitution, not a schedule primitive)")
-    t = _parts([fout, flse])
-    t["out"], t["lse"] = out, None
-    D, Dv = _cint(q.shape[3]), _cint(v.shape[3])
-    cfg = config if config is not None else flash_config(D, Dv, q.dtype,
-                                                         max_shared_bytes(target))
-    _forward_into(s, t, cfg)
+    s.stages = [st]     # (the graph's own stages: left out)
+    s._stage_of = {id(out.op): st}
+    t = _substitute_flash(s, st, *got)
+    _forward_into(s, t, config if config is not None else _config_of(t, target))
     return s
+
+
+def _config_of(t: dict, target: str) -> FlashConfig:
+    q = t["q"]
+    return flash_config(_cint(q.shape[3]), _cint(t["v"].shape[3]), q.dtype,
+                        max_shared_bytes(target))
+
+
+def sdpa_into_flash(s: Schedule, target: str = "cuda",
+                    config: Optional[FlashConfig] = None) -> set:
+    """In ``s``, a schedule of a larger graph: every
+    ``tecomp.nn.scaled_dot_product_attention`` output that :func:`sdpa_as_flash` (not
+    ``alone``) finds to be a FlashAttention, and whose stages nothing else reads (a
+    gradient reads them), computed as :func:`tecomp.nn.flash_attention`'s (on its
+    template, the stages it reads staying as they are).  Returns the ids of the
+    operations it scheduled, its own stages' and the output's: the GPU rules schedule
+    the others.  ``config``: the tiling of every one (default :func:`flash_config`'s)."""
+    _check_target(target)
+    before = {id(st.op) for st in s.stages}
+    mine = set()
+    for st in list(s.stages):
+        if not _tagged(st.op, "sdpa") or st.op is not st.origin_op:
+            continue
+        out = st.op.output(0)
+        got = sdpa_as_flash(out, alone=False)
+        if got is None:
+            continue
+        parts = _attention_parts(out)
+        inner = {id(parts[w].op) for w in ("scores", "max", "exp", "sum", "rcp", "pv")}
+        if any(id(op) in inner for op in s.outputs) or any(
+                id(x.op) not in inner and x is not st and any(
+                    id(t.op) in inner for t in x.op.input_tensors) for x in s.stages):
+            continue
+        s.stages = [x for x in s.stages if id(x.op) not in inner]
+        for i in inner:
+            s._stage_of.pop(i, None)
+        t = _substitute_flash(s, st, *got)
+        _forward_into(s, t, config if config is not None else _config_of(t, target))
+        mine |= {id(st.op), id(st.origin_op)}
+    if mine:
+        mine |= {id(st.op) for st in s.stages} - before
+    return mine
 
 
 def _rescale(old, new):
@@ -276,9 +365,11 @@ class _Kernels:
             raise ScheduleError(f"the FlashAttention schedules take a FlashConfig, got "
                                 f"{cfg!r:.80}")
         bq, bk = cfg.block_q, cfg.block_kv
-        if cfg.warps < 1 or bk < FRAG or bk % FRAG or rows_extent % bq or cols_extent % bk:
+        if cfg.warps < 1 or bk < FRAG or bk % FRAG or rows_extent % bq or \
+                cols_extent % bk or cfg.warp_rows not in (FRAG, WARP):
             raise ScheduleError(
-                f"{cfg}: block_q = 32 * warps ({bq}) must divide the padded row extent "
+                f"{cfg}: warp_rows is {FRAG} or {WARP}, block_q = warp_rows * warps ({bq}) "
+                f"must divide the padded row extent "
                 f"{rows_extent} and block_kv ({bk}, a multiple of {FRAG}) the padded "
                 f"column extent {cols_extent}; take one of FLASH_CONFIGS")
         self.s, self.cfg = s, cfg
@@ -301,10 +392,10 @@ class _Kernels:
         st = self.s[x]
         st.set_scope("shared")
         st.compute_at(at, axis)
-        cols = _cint(x.shape[3])
+        cols = _cint(x.shape[-1])
         st.storage_align(st.op.axis[-2], cols, self.per16)
         rows = self.cfg.block_kv if step else self.cfg.block_q
-        _cooperative_copy(st, self.threads, rows * cols, self.per16)
+        _cooperative_copy(st, self.threads, rows * cols * _stacked(x), self.per16)
 
     def warp_tile(self, T, at, axis, row: int):
         """The float32 tile ``T`` (``[.., rows, cols]``) in shared memory at ``at``'s
@@ -316,12 +407,13 @@ class _Kernels:
         ts.set_scope("shared")
         ts.compute_at(at, axis)
         F = s.cache_write(T, "mma.accumulator")
-        _, _, i, j = ts.op.axis
+        _, _, *stack, i, j = ts.op.axis
         ts.storage_align(i, row, F32_PAD)
-        w, i = ts.split(i, factor=WARP)
+        w, i = ts.split(i, factor=self.cfg.warp_rows)
         fi, i = ts.split(i, factor=FRAG)
         fj, j = ts.split(j, factor=FRAG)
-        ts.reorder(w, fi, fj, i, j)
+        # (a stacked tile: each warp its rows of every accumulator, one reduction)
+        ts.reorder(w, *stack, fi, fj, i, j)
         _bind(ts, w, "threadIdx.y")
         ts.tensorize(i, tensor_intrin(self.names["store"]))
         s[F].compute_at(ts, w)
@@ -357,7 +449,8 @@ class _Kernels:
         st.set_scope("shared")
         st.compute_at(at, axis)
         st.storage_align(st.op.axis[-2], self.cfg.block_kv, self.per16)
-        _cooperative_copy(st, self.threads, self.cfg.block_q * self.cfg.block_kv)
+        _cooperative_copy(st, self.threads,
+                          self.cfg.block_q * self.cfg.block_kv * _stacked(T))
 
     def skip_causal(self, st, ko, side: str) -> None:
         """The loop ``ko`` over the column tiles skips the tiles a causal mask empties for
@@ -396,14 +489,15 @@ class _Kernels:
             x, th = ot.split(x, factor=ext)
             _bind(ot, th, tag)
         ot.vectorize(vv)
-        PF = self.warp_tile(acc, ot, bo, _cint(acc.shape[3]))
+        PF = self.warp_tile(acc, ot, bo, _cint(acc.shape[-1]))
         pf = s[PF]
-        _, _, ci, ce = pf.op.axis
+        _, _, *stack, ci, ce = pf.op.axis
         ko, kk = pf.split(pf.op.reduce_axis[0], factor=cfg.block_kv)
         kf, kk = pf.split(kk, factor=FRAG)
         fi, ci = pf.split(ci, factor=FRAG)
         fe, ce = pf.split(ce, factor=FRAG)
-        pf.reorder(ko, kf, fi, fe, ci, ce, kk)
+        # stacked accumulators (dk's and dv's): each step adds into each in turn
+        pf.reorder(ko, *stack, kf, fi, fe, ci, ce, kk)
         pf.tensorize(ci, tensor_intrin(names["mma"]))
         AF = s.cache_read(A, "mma.matrix_a", [PF])
         BF = s.cache_read(B, "mma.matrix_b", [PF])
@@ -424,43 +518,61 @@ class _Kernels:
 def schedule_flash_attention_backward(outs, target: str = "cuda",
                                       config: Optional[FlashConfig] = None) -> Schedule:
     """The schedule of ``tecomp.nn.flash_attention_backward``'s ``(dq, dk, dv)`` on the
-    tensor cores: a kernel for ``delta`` (a thread per query row), then one per gradient,
-    each :meth:`_Kernels.accumulate`'s form: blocks of ``32 * warps`` rows (keys for
-    ``dk`` and ``dv``, queries for ``dq``) whose operands stay in shared memory, and per
-    step of ``block_kv`` columns the score tiles on the tensor cores (``k q^T`` and ``v
-    dout^T``, or ``q k^T`` and ``dout v^T``), the 16-bit tile of ``p`` or ``ds`` and its
-    product with the step's tile of ``dout``, ``q`` or ``k`` into each warp's
-    accumulators.  ``config``: :func:`flash_backward_config`'s by default."""
+    tensor cores: a kernel for ``delta`` (a thread per query row), then two of
+    :meth:`_Kernels.accumulate`'s form, blocks of ``block_q`` rows whose operands stay
+    in shared memory and a loop over steps of ``block_kv`` columns:
+
+    * ``dk`` and ``dv`` (rows: keys): per step of queries the scores ``k q^T`` and ``v
+      dout^T`` on the tensor cores, the 16-bit tiles of ``p^T`` and ``ds^T`` (one stacked
+      tile), and their products with the step's ``dout`` and ``q`` (one stacked copy)
+      added into the two accumulators each warp holds in its registers: four GEMMs a
+      step, FlashAttention-2's loop;
+    * ``dq`` (rows: queries): per step of keys the scores and ``dout v^T`` again, ``ds``
+      and ``ds k``: three GEMMs (no atomics: FlashAttention-2 adds ``ds k`` into ``dq``
+      atomically from the first kernel, five GEMMs in all; here seven).
+
+    ``config``: :func:`flash_backward_config`'s by default (the same tiling for both)."""
     _check_target(target)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    dmask = [op for op in _walk(outs) if _tagged(op, "flash_attention_dmask")]
+    if dmask:
+        raise ScheduleError(
+            f"schedule_flash_attention_backward: {dmask[0].name}, the gradient of "
+            "flash_attention's mask, has no CUDA template (its computes hold the Lq x Lk "
+            "scores); ask tc.gradient for q, k and v only, or build the mask's gradient "
+            "for the CPU")
     by, final = {}, {}
     for t in outs:
-        # tc.gradient's results copy the gradients (q.grad = flash_grad.dq)
+        # tc.gradient's results copy the gradients (q.grad = flash_grad.dq); dk and dv
+        # of head dims that differ are narrowed from the stacked kernel's outputs
         g = t
         while isinstance(g, Tensor) and not any(_tagged(g.op, f"flash_attention_{w}")
-                                                for w in ("dq", "dk", "dv")):
+                                                for w in ("dq", "dkv")):
             ins = getattr(g.op, "input_tensors", [])
             if getattr(g.op, "reduce_axis", None) or len(ins) != 1:
                 g = None
                 break
             g = ins[0]
-        for what in ("dq", "dk", "dv"):
-            if isinstance(g, Tensor) and _tagged(g.op, f"flash_attention_{what}"):
-                by[what], final[what] = g, t
-    if len(outs) != 3 or len(by) != 3:
+        if not isinstance(g, Tensor):
+            continue
+        what = ("dq" if _tagged(g.op, "flash_attention_dq")
+                else ("dk", "dv")[g.value_index])
+        by[what], final[what] = g, t
+    if len(outs) != 3 or len(by) != 3 or (by["dk"].op is not by["dv"].op):
         raise ScheduleError(
             "schedule_flash_attention_backward takes the three outputs of "
             "tecomp.nn.flash_attention_backward, (dq, dk, dv), got "
             f"{', '.join(getattr(t, 'name', repr(t)[:30]) for t in outs)}")
-    dq_acc = by["dq"].op.input_tensors[0]
+    dkv = by["dk"].op
     D = _cint(by["dq"].shape[3])
-    Dv = _cint(by["dv"].shape[3])
+    Dv = _cint(final["dv"].shape[3])
     dtype = by["dq"].dtype
     cfg = config if config is not None else flash_backward_config(
         D, Dv, dtype, max_shared_bytes(target))
     s = create_schedule([t.op for t in outs])
     for what in ("dq", "dk", "dv"):
-        for g in _chain(final[what], by[what]):
+        chain = _chain(final[what], by[what])
+        for g in (chain if what == "dq" else chain[:-1]):
             s[g].compute_inline()    # the copies down to the cast: into the output
     fwd = [op for op in _walk(outs) if _tagged(op, "flash_attention")]
     if fwd:   # tc.gradient's: the forward's output and logsumexp are computed too
@@ -472,33 +584,48 @@ def schedule_flash_attention_backward(outs, target: str = "cuda",
         mine = {id(x.op) for x in tf.values()}
         for op in ops:   # a head of ones: into its readers
             if id(op) not in mine and not op.reduce_axis and not any(
-                    _tagged(op, tg) for tg in ("flash_pad", "flash_p", "flash_ds",
-                                               "flash_attention_dq", "flash_attention_dk",
-                                               "flash_attention_dv")) \
+                    _tagged(op, tg) for tg in ("flash_pad", "flash_p", "flash_ds", "flash_pds",
+                                               "flash_attention_dq", "flash_attention_dkv",
+                                               "flash_narrow")) \
                     and all(op is not x.op for x in outs) and s[op].attach_type == "root":
                 s[op].compute_inline()
+    dq_acc = by["dq"].op.input_tensors[0]
     ds = [x for x in dq_acc.op.input_tensors if _tagged(x.op, "flash_ds")][0]
     Lqp, Lkp = _cint(ds.shape[2]), _cint(ds.shape[3])
     delta = [x for x in ds.op.input_tensors if _tagged(x.op, "flash_delta")][0]
-    # the dq kernel's rows are queries, the dk and dv kernels' keys
-    for what, rows, cols in (("dq", Lqp, Lkp), ("dk", Lkp, Lqp), ("dv", Lkp, Lqp)):
-        k = _Kernels(s, cfg, dtype, rows, cols)
-        out = final[what]
-        acc = by[what].op.input_tensors[0]
-        T, X = acc.op.input_tensors
-        ot, bo, pf, ko = k.accumulate(out, acc, T, X)
-        if by[what].op.attrs.get("causal"):
-            k.skip_causal(pf, ko, "before" if what == "dq" else "after")
-        k.tile16(T, pf, ko)
-        k.shared_copy(X, pf, ko, step=True)
-        for S in (x for x in T.op.input_tensors if _tagged(x.op, "flash_scores")):
-            A, B = S.op.input_tensors
-            k.scores(S, A, B, pf, ko)
-            k.shared_copy(A, ot, bo)
-            if B is not X:
-                k.shared_copy(B, pf, ko, step=True)
-    _Kernels(s, cfg, dtype, Lqp, Lkp).rows_kernel(delta)
+    causal = bool(dkv.attrs.get("causal"))
+    # dk and dv: blocks of keys, steps of queries, two accumulators
+    k = _Kernels(s, cfg, dtype, Lkp, Lqp)
+    _gradient_kernel(k, dkv.output(0), dkv.input_tensors[0], "flash_pds",
+                     "after" if causal else None)
+    for what in ("dk", "dv"):   # narrowed or copied: a small kernel of their own
+        if final[what] is not by[what]:
+            k.rows_kernel(final[what])
+    # dq: blocks of queries, steps of keys
+    k = _Kernels(s, cfg, dtype, Lqp, Lkp)
+    _gradient_kernel(k, final["dq"], dq_acc, "flash_ds", "before" if causal else None)
+    k.rows_kernel(delta)
     return s
+
+
+def _gradient_kernel(k: "_Kernels", out, acc, tile_tag: str, causal) -> None:
+    """A kernel of the backward (:meth:`_Kernels.accumulate`'s form): ``out``, the cast
+    of ``acc = T X`` (``T`` the 16-bit tile tagged ``tile_tag``, ``p^T``/``ds^T`` or
+    ``ds``; ``X`` the step's operand), per step the score tiles ``T`` reads (their
+    block operands copied once, their step operands per step) on the tensor cores;
+    ``causal``: the side whose column tiles are skipped, or None."""
+    T, X = sorted(acc.op.input_tensors, key=lambda x: not _tagged(x.op, tile_tag))
+    ot, bo, pf, ko = k.accumulate(out, acc, T, X)
+    if causal:
+        k.skip_causal(pf, ko, causal)
+    k.tile16(T, pf, ko)
+    k.shared_copy(X, pf, ko, step=True)
+    for S in (x for x in T.op.input_tensors if _tagged(x.op, "flash_scores")):
+        A, B = S.op.input_tensors
+        k.scores(S, A, B, pf, ko)
+        k.shared_copy(A, ot, bo)
+        if B is not X:
+            k.shared_copy(B, pf, ko, step=True)
 
 
 def _chain(top: Tensor, bottom: Tensor):
@@ -516,22 +643,45 @@ def _walk(outs):
 
 
 def backward_shared_bytes(cfg: FlashConfig, d: int, dv: int, dtype: str = "float16") -> int:
-    """The shared memory of the largest backward kernel (``dk``'s: two block operands,
-    two step operands, two float32 score tiles, the 16-bit ``ds`` tile and the float32
-    tile of the result)."""
+    """The shared memory of the larger backward kernel with ``cfg``: ``dk`` and ``dv``'s
+    (the key block's ``k`` and ``v``, the step's stacked ``dout`` and ``q``, the two
+    float32 score tiles, the stacked 16-bit ``p^T``/``ds^T`` tile and the stacked
+    float32 tile of the results) or ``dq``'s (two block and two step operands, two
+    score tiles, ``ds`` and the float32 tile of ``dq``)."""
     e = _dt.nbytes(dtype)
     pad = 16 // e
-    bq, bk = cfg.block_q, cfg.block_kv
-    return ((bq * (d + pad) + bq * (dv + pad) + bk * (d + pad) + bk * (dv + pad)
-             + bq * (bk + pad)) * e + (2 * bq * (bk + F32_PAD) + bq * (d + F32_PAD)) * 4)
+    bq, bk, w = cfg.block_q, cfg.block_kv, max(d, dv)
+    scores = 2 * bq * (bk + F32_PAD) * 4
+    dkv = ((bq * (d + pad) + bq * (dv + pad) + 2 * bk * (w + pad) + 2 * bq * (bk + pad)) * e
+           + scores + 2 * bq * (w + F32_PAD) * 4)
+    dq = ((bq * (d + pad) + bq * (dv + pad) + bk * (d + pad) + bk * (dv + pad)
+           + bq * (bk + pad)) * e + scores + bq * (d + F32_PAD) * 4)
+    return max(dkv, dq)
+
+
+def backward_accumulators(cfg: FlashConfig, d: int, dv: int) -> int:
+    """The float32 accumulators a thread of the backward's ``dk`` and ``dv`` kernel
+    holds at most: its share of its warp's rows of both results and of a score tile
+    (``dq``'s kernel holds fewer)."""
+    return cfg.warp_rows * (2 * max(d, dv) + cfg.block_kv) // WARP
+
+
+#: the tilings :func:`flash_backward_config` tries, in order: 16-row warps where the
+#: two accumulators of 32 rows would not fit the registers
+FLASH_BACKWARD_CONFIGS = (FlashConfig(4, 64), FlashConfig(4, 32), FlashConfig(2, 64),
+                          FlashConfig(8, 32, 16), FlashConfig(4, 64, 16),
+                          FlashConfig(2, 32), FlashConfig(4, 32, 16), FlashConfig(2, 32, 16))
 
 
 def flash_backward_config(d: int, dv: int, dtype: str = "float16",
                           max_shared: Optional[int] = None) -> FlashConfig:
-    """:func:`flash_config`'s choice for the backward (:func:`backward_shared_bytes`)."""
+    """The first of :data:`FLASH_BACKWARD_CONFIGS` whose kernels fit ``max_shared``
+    bytes of shared memory (default: sm_80's 163 KiB; :func:`backward_shared_bytes`)
+    and whose accumulators fit the registers (:func:`backward_accumulators` up to
+    :data:`MAX_ACCUMULATORS`), else the smallest."""
     limit = max_shared if max_shared is not None else 163 * 1024
-    for c in FLASH_CONFIGS:
+    for c in FLASH_BACKWARD_CONFIGS:
         if backward_shared_bytes(c, d, dv, dtype) <= limit and \
-                c.block_kv + max(d, dv) <= MAX_ACCUMULATORS:
+                backward_accumulators(c, d, dv) <= MAX_ACCUMULATORS:
             return c
-    return FLASH_CONFIGS[-1]
+    return FLASH_BACKWARD_CONFIGS[-1]
