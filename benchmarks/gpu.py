@@ -18,6 +18,9 @@ Workloads (float32, the schedules of ``tecomp.strategy.cuda``):
 * the two ResNet 3x3 convolutions (stride 1, padding 1, N = 32): C = K = 64 at 56x56 and
   C = K = 256 at 14x14, NCHW and NHWC, against cuDNN through ``torch.nn.functional.conv2d``
   (``cudnn.benchmark`` on, so cuDNN picks its fastest algorithm; NHWC as channels-last);
+* float16 / bfloat16 GEMMs of odd extents on tensor cores (boundary tiles: 4097 x 4096 x
+  4096, 1000 x 3072 x 768, 1000 x 768 x 3072, K = 100, bfloat16 4095^3; ``--only odd``)
+  against ``torch.matmul``, and the BERT FFN's dense + bias + GELU at 1000 tokens;
 * softmax over the rows of a 4096 x 1024 matrix against ``torch.softmax``;
 * attention's scores as a batched matmul (96 x 512 x 512 x 64) written in plain TE and
   scheduled by ``tc.auto_schedule(args, target="cuda")``, against ``torch.bmm``;
@@ -337,6 +340,44 @@ def gemm_workload(n: int, half: bool = False) -> Workload:
                     configs=lambda: gemm_sweep(nn_cuda.gemm_config(n, n, n)), search=args)
 
 
+def odd_gemm_workload(M: int, N: int, K: int, dtype: str = "float16") -> Workload:
+    """``A[M, K] @ B[K, N]`` of float16 or bfloat16 summed in float32 on tensor cores,
+    extents that are not multiples of the tile (odd: boundary tiles, zero-filled copies,
+    the result written under the edge's guard), against ``torch.matmul`` of the same
+    16-bit tensors (cuBLAS: a 16-bit result); checked against float64 products."""
+    def args():
+        A = tc.placeholder((M, K), dtype, name="A")
+        B = tc.placeholder((K, N), dtype, name="B")
+        return [A, B, ops.matmul(A, B, out_dtype="float32")]
+
+    build = _template_build(args, nn_cuda.schedule_matmul, f"hgemm_odd{M}x{N}x{K}",
+                            tensor_cores=True)
+
+    def setup(torch, cupy):
+        rng = np.random.default_rng(0)
+        np_dt = np.float16 if dtype == "float16" else np.float32
+        a, b = _randn(rng, (M, K), np_dt), _randn(rng, (K, N), np_dt)
+        refs = {}
+        expect = lambda: a.astype(np.float64) @ b.astype(np.float64)  # noqa: E731
+        host = [a, b]
+        if torch is not None:
+            tdt = getattr(torch, dtype)
+            ta, tb = torch.from_numpy(a).cuda().to(tdt), torch.from_numpy(b).cuda().to(tdt)
+            tout = torch.empty((M, N), device="cuda", dtype=tdt)
+            refs["torch"] = Reference(lambda: torch.matmul(ta, tb, out=tout),
+                                      lambda: _np(tout.float()))
+            expect = lambda: torch.matmul(ta.double(), tb.double()).cpu().numpy()  # noqa: E731
+            if dtype == "bfloat16":   # (numpy has no bfloat16: tecomp gets torch's tensors)
+                host = [ta, tb]
+        elif dtype == "bfloat16":
+            raise RuntimeError("the bfloat16 GEMM needs PyTorch for its bfloat16 arrays")
+        return Setup(host + [np.zeros((M, N), np.float32)], refs, expect)
+
+    return Workload(f"hgemm odd {M}x{N}x{K} {dtype} (tensor cores, boundary tiles)", build,
+                    setup, flops=2.0 * M * N * K, tolerance=2e-3 if dtype == "float16" else 1e-2,
+                    configs=lambda: wmma_sweep(M, N, K))
+
+
 def wmma_sweep(n: int, N: Optional[int] = None, K: Optional[int] = None,
                batch: int = 1, epilogue: bool = False) -> List[object]:
     """The tensor-core tilings that divide an ``n x N x K`` GEMM (``n^3`` by default), the
@@ -349,9 +390,14 @@ def wmma_sweep(n: int, N: Optional[int] = None, K: Optional[int] = None,
         W(2, 4, 4, 4, 32), W(4, 2, 4, 4, 32), W(2, 4, 4, 2, 64), W(2, 2, 4, 4, 64),
         W(2, 4, 4, 4, 64), W(4, 4, 4, 2, 32), W(4, 2, 2, 4, 64),
         W(4, 2, 2, 4, 32), W(2, 4, 2, 4, 32), W(2, 4, 4, 2, 32, False)]
-    fit = [c for c in cands if nn_cuda.tensorcore.fits(c, n, N, K)]
+    tcm = nn_cuda.tensorcore
+    fit = [c for c in cands if tcm.fits(c, n, N, K)]
     first = nn_cuda.wmma_config(n, N, K, batch, epilogue=epilogue,
                                 max_shared=nn_cuda.common.max_shared_bytes("cuda"))
+    if first is not None and not tcm.fits(first, n, N, K):
+        # odd extents: the padded tilings (each with the k step that pads K least)
+        fit = [e for e in (tcm.edge_k_tile(c, K) for c in cands)
+               if tcm.waste(e, n, N, K) <= tcm.WMMA_MAX_WASTE]
     return _unique([first] + fit)
 
 
@@ -886,6 +932,13 @@ WORKLOADS = [
     gemm_workload(1024),
     gemm_workload(4096, half=True),
     gemm_workload(1024, half=True),
+    # odd extents on tensor cores (boundary tiles): one row past 4096, BERT-ish 1000
+    # tokens, a short k (100), a bfloat16 GEMM 1 short of 4096 everywhere
+    odd_gemm_workload(4097, 4096, 4096),
+    odd_gemm_workload(1000, 3072, 768),
+    odd_gemm_workload(1000, 768, 3072),
+    odd_gemm_workload(4096, 4096, 100),
+    odd_gemm_workload(4095, 4095, 4095, "bfloat16"),
     conv_workload(64, 56, "nchw"),
     conv_workload(256, 14, "nchw"),
     conv_workload(64, 56, "nhwc"),
@@ -895,6 +948,7 @@ WORKLOADS = [
     bmm_workload(96, 512, 64, half=True),
     hdense_workload(4096, 3072, 768),
     hdense_gelu_workload(4096, 3072, 768),
+    hdense_gelu_workload(1000, 3072, 768),   # odd: 1000 tokens (boundary tiles)
     conv_gemm_workload(256, 14, "nchw"),
     conv_gemm_workload(256, 14, "nhwc"),
     flash_workload(4, 16, 2048, 64, False),
@@ -916,8 +970,9 @@ def max_rel_error(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def _to_device(host: Sequence[np.ndarray], torch, cupy):
-    if torch is not None:
-        return [torch.from_numpy(h).cuda() for h in host]
+    if torch is not None:   # (a torch tensor already: a bfloat16 operand)
+        return [h.cuda() if isinstance(h, torch.Tensor) else torch.from_numpy(h).cuda()
+                for h in host]
     if cupy is not None:
         return [cupy.asarray(h) for h in host]
     import pycuda.gpuarray as gpuarray

@@ -266,3 +266,37 @@ def test_cache_read_pad(backend):
     c = np.full(30, np.nan, "float32")
     run(s, [A, C], [a, c], backend)
     np.testing.assert_array_equal(c, a * 3)
+
+
+def _padded_dot(pad_b=True):
+    """``S[i] = sum(A[i, k] * B[k], k < 100)`` run in steps of 16 to 112: A and B read
+    through copies zero past their edge, computed whole per step (``align_bounds``)."""
+    A = tc.placeholder((20, 100), name="A")
+    B = tc.placeholder((100,), name="B")
+    k = tc.reduce_axis((0, 100), name="k")
+    S = tc.compute((20,), lambda i: tc.sum(A[i, k] * B[k], axis=k), name="S")
+    s = tc.create_schedule(S.op)
+    copies = [s.cache_read(A, "global", [S], pad=0.0)]
+    if pad_b:
+        copies.append(s.cache_read(B, "global", [S], pad=0.0))
+    ko, _ = s[S].split(S.op.reduce_axis[0], factor=16)
+    s[S].align_bounds(S.op.reduce_axis[0], 16)
+    for P in copies:
+        s[P].compute_at(s[S], ko)
+        s[P].align_bounds(P.op.axis[-1], 16)
+    return s, [A, B, S]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_reduction_aligned_runs_whole_steps_over_zeros(backend):
+    """align_bounds on a reduce axis (what the tensor-core GEMM's odd K takes): the sum
+    runs 7 whole steps of 16, no guard on its inner loop; the copies hold zeros past 100."""
+    s, args = _padded_dot()
+    text = str(tc.lower(s, args))
+    assert "for (k.outer, 0, 7) {" in text and "for (k.inner, 0, 16) {" in text
+    assert "k.outer*16 + k.inner < 100" not in text
+    rng = np.random.default_rng(0)
+    a, b = rng.random((20, 100), np.float32), rng.random(100, np.float32)
+    out = np.full(20, np.nan, np.float32)
+    run(s, args, [a, b, out], backend)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5)

@@ -368,7 +368,9 @@ def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
             args.append(tc.nn.scaled_dot_product_attention(*args))
         text = str(tc.lower(tc.auto_schedule(args, target="cuda-emu"), args,
                             target="cuda-emu"))
-        assert "sdpa.scores" in text and "flash" not in text and "mma_" not in text
+        # (its GEMMs may run on tensor cores: L = 40 in boundary tiles; not the single
+        # pass's rescaled accumulators)
+        assert "sdpa.scores" in text and "flash" not in text and "mma_scale_rows" not in text
 
 
 @needs_cxx

@@ -128,11 +128,13 @@ def test_fuzzer_gpu_int8_gemm_cases_are_tensorized_often():
 
 @pytest.mark.parametrize("seed", range(60 if LONG else 3))
 def test_fuzz_tensor_core_gemms_with_epilogues(seed):
-    """float16 / bfloat16 GEMMs summed in float32, maybe batched, with either operand
-    layout and maybe an epilogue (bias, max/min/tanh, a 16-bit result), under the GPU
-    rules with their default tiling or random knobs (warps, fragments, k step, rings,
-    wmma or mma), in the CUDA emulation: against numpy and the interpreter; the
-    reproducer replays the same knobs."""
+    """float16 / bfloat16 GEMMs summed in float32, extents multiples of 16 or odd
+    (boundary tiles), maybe batched, with either operand layout and maybe an epilogue
+    (bias, max/min/tanh, a 16-bit result), under the GPU rules with their default tiling
+    or random knobs (warps, fragments, k step, rings, wmma or mma), in the CUDA
+    emulation: against numpy and the interpreter; the reproducer replays the same
+    knobs.  (The three default seeds draw multiples of 16, as before: the odd extents
+    are drawn last; tests/test_tensorcore_edges.py runs odd shapes by default.)"""
     import shutil
 
     from tecomp.testing.diff import draw_tensor_core_case
@@ -147,10 +149,11 @@ def test_fuzz_tensor_core_gemms_with_epilogues(seed):
 
 def test_fuzzer_tensor_core_cases_reach_the_tensor_cores():
     """The family's cases run on tensor cores (any tiling the knobs draw divides the
-    extents), most with an epilogue, in both families of intrinsics."""
+    extents, or pads odd ones at the edge), most with an epilogue, in both families of
+    intrinsics; some of odd extents."""
     from tecomp.testing.diff import auto_schedule_case, draw_tensor_core_case
 
-    kinds = []
+    kinds, odd = [], 0
     for seed in range(24):
         case = draw_tensor_core_case(RandomDraw(seed))
         built, nvar = case.program.build()
@@ -161,7 +164,10 @@ def test_fuzzer_tensor_core_cases_reach_the_tensor_cores():
         # an epilogue: the output is an elementwise stage, not the GEMM
         out = case.program.tensors[case.program.outputs[0]]
         kinds.append(("wmma" if wmma else "mma", out.reduce is None))
+        c = case.program.tensors[[t.name for t in case.program.tensors].index("C")]
+        odd += any(x % 16 for x in c.shape) or c.reduce.extents[0] % 16 != 0
     assert {k for k, _ in kinds} == {"wmma", "mma"}
+    assert 4 <= odd <= 20
     assert 10 <= sum(e for _, e in kinds) <= 23
 
 

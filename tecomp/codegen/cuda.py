@@ -53,7 +53,7 @@ from typing import Dict, List, Optional
 from ..errors import BuildError, InternalError
 from ..ir import dtype as _dt
 from ..ir import op as _op
-from ..ir.expr import LT, Buffer, BufferLoad, Call, Const, Expr, Var, same_as
+from ..ir.expr import LT, And, Buffer, BufferLoad, Call, Const, Expr, Select, Var, same_as
 from ..ir.functor import Visitor, collect, free_vars, reads_memory, substitute
 from ..ir.simplify import simplify
 from ..ir.names import comment as _comment
@@ -134,6 +134,10 @@ class _CheckedIndex(Expr):
     extent: Expr
     site: str
     dtype: str
+
+
+def _conjuncts(c) -> list:
+    return _conjuncts(c.a) + _conjuncts(c.b) if isinstance(c, And) else [c]
 
 
 class CudaRenderer(CSource):
@@ -248,6 +252,21 @@ class CudaRenderer(CSource):
             f"  __builtin_memcpy(d, s, {n});\n"
             f"#endif\n"
             f"}}}}") for n in (4, 8, 16)},
+        **{f"tc_cp_async_zfill{n}": (
+            f"// {n} bytes to shared d, both d and global s {n}-byte aligned: the first\n"
+            f"// src_bytes (0 to {n}) from s, zeros after them (a tile's edge): an asynchronous\n"
+            f"// copy on sm_80+ (cp.async's src-size form; s is not read past src_bytes), else\n"
+            f"// a plain one.\n"
+            f"{{q}} void tc_cp_async_zfill{n}(void* d, const void* s, int src_bytes) {{{{\n"
+            f"#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n"
+            f"  asm volatile(\"cp.async.{'cg' if n == 16 else 'ca'}.shared.global [%0], [%1], {n}, %2;\" "
+            f":: \"r\"((unsigned)__cvta_generic_to_shared(d)), \"l\"(s), \"r\"(src_bytes) : "
+            f"\"memory\");\n"
+            f"#else\n"
+            f"  for (int b = 0; b < {n}; ++b)\n"
+            f"    ((char*)d)[b] = b < src_bytes ? ((const char*)s)[b] : (char)0;\n"
+            f"#endif\n"
+            f"}}}}") for n in (8, 16)},
         "tc_cp_async_wait": (
             "// Wait for this thread's asynchronous copies (before a barrier makes them visible).\n"
             "{q} void tc_cp_async_wait() {{\n"
@@ -428,6 +447,8 @@ class CudaRenderer(CSource):
         one ``cp.async``) where both addresses are aligned at run time, else the
         element loop.  False (not handled) for any other vectorized loop."""
         st = s.body
+        if isinstance(st, BufferStore) and isinstance(st.value, Select) and self.async_depth:
+            return self.zero_fill_copy(s)
         if not (isinstance(s.extent, Const) and isinstance(s.min, Const) and s.min.value == 0
                 and isinstance(st, BufferStore)
                 and isinstance(st.value, BufferLoad) and st.value.dtype == st.buffer.dtype):
@@ -439,13 +460,9 @@ class CudaRenderer(CSource):
             return False
         if any(reads_memory(i) for i in (*st.indices, *src.indices)):
             return False  # a gather: its element loop, whose indices are checked
-        ptrs = []
-        for buf, idx in ((st.buffer, st.indices), (src.buffer, src.indices)):
-            flat = self.flat_expr(buf, idx)
-            base = simplify(substitute(flat, {s.var: Const(0, s.var.dtype)}))
-            if simplify(_op.sub(flat, base)) is not s.var:  # not contiguous in the loop
-                return False
-            ptrs.append(f"&{self.buffer_ref(buf)}[{self.expr_top(base)}]")
+        ptrs = self.copy_pointers(s, st, src)
+        if ptrs is None:
+            return False
         asynchronous = (self.async_depth and st.buffer.scope == "shared"
                         and src.buffer.scope == "global")
         move = self.helper(f"tc_cp_async{nbytes}" if asynchronous else f"tc_move{nbytes}")
@@ -461,6 +478,80 @@ class CudaRenderer(CSource):
         self.indent += 1
         self._scopes.append(set())
         super().serial_loop(s)
+        self.close_block()
+        return True
+
+    def copy_pointers(self, s: For, st: BufferStore, src: BufferLoad):
+        """The C pointers to the first elements the vectorized copy ``s`` (``st`` of
+        ``src``) writes and reads, ``[dst, src]``; None where either side is not
+        contiguous in the loop."""
+        ptrs = []
+        for buf, idx in ((st.buffer, st.indices), (src.buffer, src.indices)):
+            flat = self.flat_expr(buf, idx)
+            base = simplify(substitute(flat, {s.var: Const(0, s.var.dtype)}))
+            if simplify(_op.sub(flat, base)) is not s.var:  # not contiguous in the loop
+                return None
+            ptrs.append(f"&{self.buffer_ref(buf)}[{self.expr_top(base)}]")
+        return ptrs
+
+    def zero_fill_copy(self, s: For) -> bool:
+        """A vectorized loop of a double-buffered tile's copy from global to shared
+        memory, zeros past the tensor's edge (``cache_read(..., pad=0)``, a padded
+        tensor-core tile): ``d[.. v] = select(c, g[.. v], 0)`` with ``c`` the conjunction of
+        conditions the same for every lane and at most one ``base + v < limit``: one
+        8- or 16-byte ``cp.async`` of the lanes inside (``min(max(limit - base, 0), n)``
+        of them) that zero-fills the rest, where both addresses are aligned, else the
+        element loop.  False (not handled) for any other loop."""
+        st, sel = s.body, s.body.value
+        src = sel.true_value
+        if not (isinstance(s.extent, Const) and isinstance(s.min, Const) and s.min.value == 0
+                and isinstance(src, BufferLoad) and src.dtype == st.buffer.dtype
+                and isinstance(sel.false_value, Const) and sel.false_value.value == 0
+                and st.buffer.scope == "shared" and src.buffer.scope == "global"):
+            return False
+        n = int(s.extent.value)
+        nbytes = n * _dt.bits(st.buffer.dtype) // 8
+        if nbytes not in (8, 16) or any(reads_memory(i) for i in (*st.indices, *src.indices)):
+            return False
+        same, lanes = [], None   # lane-invariant conditions; the lanes inside (an Expr)
+        for c in _conjuncts(sel.cond):
+            if not _uses_any(c, {s.var}):
+                same.append(c)
+                continue
+            if lanes is not None or not isinstance(c, LT) or _uses_any(c.b, {s.var}):
+                return False
+            base = simplify(substitute(c.a, {s.var: Const(0, s.var.dtype)}))
+            if simplify(_op.sub(c.a, base)) is not s.var:
+                return False
+            lanes = _op.minimum(_op.maximum(simplify(_op.sub(c.b, base)),
+                                            Const(0, base.dtype)), Const(n, base.dtype))
+        ptrs = self.copy_pointers(s, st, src)
+        if ptrs is None:
+            return False
+        size = _dt.bits(st.buffer.dtype) // 8
+        valid = self.expr_top(lanes) if lanes is not None else str(n)
+        if same:
+            inside = _op.all_(*same)
+            valid = f"(({self.expr_top(inside)}) ? {valid} : 0)"
+        self.waits_async = True
+        self.emit(_comment(f"vectorized {s.var.name}: {n} elements, zeros past the edge, in "
+                           f"one {nbytes}-byte asynchronous copy where both addresses are "
+                           f"aligned"))
+        self.open_block("")
+        self.emit(f"const int tc_in = {valid};")
+        # (past the edge no byte of the source is read: its address is the tensor's own)
+        self.emit(f"const void* tc_src = tc_in > 0 ? (const void*)({ptrs[1]}) : "
+                  f"(const void*){self.buffer_ref(src.buffer)};")
+        self.open_block(f"if ({self.helper('tc_aligned2')}({ptrs[0]}, tc_src, {nbytes}))")
+        self.emit(f"{self.helper(f'tc_cp_async_zfill{nbytes}')}({ptrs[0]}, tc_src, "
+                  f"tc_in * {size});")
+        self.indent -= 1
+        self._scopes.pop()
+        self.emit("} else {")
+        self.indent += 1
+        self._scopes.append(set())
+        super().serial_loop(s)
+        self.close_block()
         self.close_block()
         return True
 

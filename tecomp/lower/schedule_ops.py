@@ -486,8 +486,12 @@ class LowerContext:
         for st in reversed(self.stages):
             op = st.op
             ranges = {}
-            for iv in op.reduce_axis:
+            for r, iv in enumerate(op.reduce_axis):
                 ranges[iv] = iv.dom
+                f = st.reduce_aligns.get(r)
+                if f is not None:   # align_bounds on a reduce axis: its extent rounded up
+                    ext = iv.dom.extent
+                    ranges[iv] = Range(iv.dom.min, Const(-(-ext.value // f) * f, ext.dtype))
             if st.lockstep is not None:
                 # (Stage._lockstep) the elements of the host loop's current step
                 iv, dt = op.reduce_axis[0], op.reduce_axis[0].var.dtype
@@ -519,6 +523,8 @@ class LowerContext:
             self._add_domain_guards(st)
             if self.info[st].aligned:
                 self._check_aligned_reads(st)
+            if st.reduce_aligns:
+                self._check_reduce_aligned_reads(st)
 
     @staticmethod
     def _stored_root(st: Stage) -> bool:
@@ -1045,6 +1051,26 @@ class LowerContext:
                         f"drop align_bounds there, or make {ld.producer.name} cover that region "
                         f"(a stage computed at an enclosing loop with align_bounds too, or the "
                         f"read guarded by tc.if_then_else(index < extent, ...))")
+
+    def _check_reduce_aligned_reads(self, st: Stage):
+        """``align_bounds`` on a reduce axis: past the axis' extent the stage reads its
+        operands past their edge, so each read indexed by that axis must be of a stage
+        whose buffer holds its region unclipped there (``align_bounds``, or a GPU tile:
+        rule 5), not of an argument or a clipped buffer (memory outside it)."""
+        op = st.op
+        kvars = {op.reduce_axis[r].var: op.reduce_axis[r] for r in st.reduce_aligns}
+        for ld, _ in (x for b in self.info[st].bodies for x in _guarded_loads(b)):
+            _, pinf = self.buffer_of(ld.producer)
+            for d, idx in enumerate(ld.indices):
+                ks = [kvars[v] for v in free_vars(idx) if v in kvars]
+                if ks and (pinf is None or not (d in pinf.unclipped or d in pinf.aligned)):
+                    raise ScheduleError(
+                        f"align_bounds on stage {st.name}, reduce axis {ks[0].name}: past the "
+                        f"axis' extent {ks[0].dom.extent} the stage reads {ld.producer.name} "
+                        f"(dimension {d}, index {idx}) past its edge, outside its memory; read "
+                        f"it through a copy computed at a loop of {st.name} that holds the "
+                        "whole tile, zeros past the edge (cache_read(..., pad=0.0) with "
+                        "align_bounds)")
 
     def _check_loop_kinds(self, st: Stage):
         inf = self.info[st]

@@ -15,7 +15,9 @@ from typing import Dict, List, Optional, Sequence, Union
 
 from ..errors import ScheduleError, ShapeError, TecompError
 from ..ir import op as _op
-from ..ir.expr import Const, Expr, IterVar, ProducerLoad, Range, Reduce, Var, as_index
+from ..ir.expr import (
+    LT, And, Cast, Const, Expr, IterVar, Mul, ProducerLoad, Range, Reduce, Select, Var, as_index,
+)
 from ..ir.deep import deep_entry
 from ..ir.functor import Mutator, map_combiner, substitute
 from ..ir.names import display, is_pragma_name
@@ -95,6 +97,7 @@ class Stage(TracedStage):
         self.storage_aligns: Dict[int, tuple] = {}
         self.storage_perm: Optional[tuple] = None   # storage_order: dims, outermost first
         self.bound_aligns: Dict[int, int] = {}   # output dimension -> align_bounds factor
+        self.reduce_aligns: Dict[int, int] = {}  # reduce axis position -> align_bounds factor
         self.tensorized: Optional[tuple] = None  # (IterVar, TensorIntrin): tensorize
         self.double_buffered = False  # double_buffer
         self.buffer_stages = 2        # double_buffer(stages=...)
@@ -723,11 +726,23 @@ class Stage(TracedStage):
         read in the stage's body must stay inside the memory of what it reads there (an
         input's shape, or the buffer of a stage computed at an enclosing loop); lowering
         checks it and raises otherwise.  An iteration whose region lies wholly past the
-        edge skips the stage.  ``factor=1`` keeps the needed region unclipped."""
+        edge skips the stage.  ``factor=1`` keeps the needed region unclipped.
+
+        ``axis`` a reduce axis of a sum (a tensor-core GEMM's ``k`` of extent 100 run as
+        112 in steps of 16): the reduction runs over its extent rounded up to a multiple
+        of ``factor``, so that a split by ``factor`` divides it (no guard: a tensorized
+        region stays whole).  Right only where every term past the extent is zero: the
+        sum's terms must be products with a factor read at the bare reduce index from a
+        copy made by ``cache_read(..., pad=0.0)`` (or a plain copy of one) whose region
+        past the edge is computed (``align_bounds`` on it, or a GPU tile); checked here
+        (ScheduleError otherwise)."""
+        if isinstance(axis, IterVar) and axis in self.op.reduce_axis:
+            self._align_reduction(axis, factor)
+            return
         if not isinstance(axis, IterVar) or axis not in self.op.axis:
             raise ScheduleError(
                 f"align_bounds on stage {self.name}: axis must be one of its output axes "
-                f"({', '.join(iv.name for iv in self.op.axis)}), got {axis!r}")
+                f"({', '.join(iv.name for iv in self.op.axis)}) or reduce axes, got {axis!r}")
         if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
             raise ScheduleError(
                 f"align_bounds on stage {self.name}, axis {axis.name}: factor must be an int "
@@ -739,8 +754,71 @@ class Stage(TracedStage):
                 f"intermediate stage (e.g. s.cache_write({self.name}, 'local'))")
         self.bound_aligns[self.op.axis.index(axis)] = factor
 
+    def _align_reduction(self, axis: IterVar, factor) -> None:
+        """``align_bounds`` on a reduce axis (see there): checked, then recorded."""
+        what = f"align_bounds on stage {self.name}, reduce axis {axis.name}"
+        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+            raise ScheduleError(f"{what}: factor must be an int >= 1 (the step the "
+                                f"reduction's extent is rounded up to), got {factor!r}")
+        body = self.op.body if len(self.op.bodies) == 1 else None
+        dom = axis.dom
+        if not isinstance(body, Reduce) or body.combiner.name != "sum" or not (
+                isinstance(dom.min, Const) and isinstance(dom.extent, Const)):
+            raise ScheduleError(f"{what}: the stage must be a sum over a constant range (the "
+                                "terms past the extent are zeros only in a sum)")
+        if not _zero_past_edge(body.source, axis.var):
+            raise ScheduleError(
+                f"{what}: the terms past its extent {dom.extent.value} may not be zero; every "
+                f"term must be a product with a factor read at {axis.name} from a copy made "
+                "by cache_read(..., pad=0.0) (the copy holds zeros past the edge)")
+        self.reduce_aligns[self.op.reduce_axis.index(axis)] = factor
+
 
 # ---------------------------------------------------------------------------------
+
+
+def _strip_casts(e):
+    while isinstance(e, Cast):
+        e = e.value
+    return e
+
+
+def _conjuncts(c):
+    return _conjuncts(c.a) + _conjuncts(c.b) if isinstance(c, And) else [c]
+
+
+def _zero_past_edge(source, k: Var) -> bool:
+    """Whether the sum term ``source`` is zero wherever the reduce variable ``k`` is past
+    its extent: a product (under casts) with a factor read at ``k`` (in some dimension
+    ``d``) from a ``cache_read(..., pad=0)`` copy, directly or through plain copies of
+    it, guarded there by ``index < extent`` (the copy is zero past it)."""
+    e = _strip_casts(source)
+    if not isinstance(e, Mul):
+        return False
+    for f in (_strip_casts(e.a), _strip_casts(e.b)):
+        if not isinstance(f, ProducerLoad):
+            continue
+        dims = [d for d, i in enumerate(f.indices) if i is k]
+        t = f.producer
+        for _ in range(8):   # plain copies (shared tiles, fragments) down to the padded one
+            op = t.op
+            if not isinstance(op, ComputeOp) or len(op.bodies) != 1:
+                break
+            ax = [iv.var for iv in op.axis]
+            b = op.body
+            if isinstance(b, ProducerLoad) and len(b.indices) == len(ax) and all(
+                    i is v for i, v in zip(b.indices, ax)):
+                t = b.producer
+                continue
+            if isinstance(b, Select) and isinstance(b.false_value, Const) and \
+                    b.false_value.value == 0 and isinstance(b.true_value, ProducerLoad) and \
+                    all(i is v for i, v in zip(b.true_value.indices, ax)):
+                if any(isinstance(c, LT) and c.a is ax[d] and isinstance(c.b, Const) and
+                       isinstance(op.shape[d], Const) and c.b.value == op.shape[d].value
+                       for d in dims for c in _conjuncts(b.cond)):
+                    return True
+            break
+    return False
 
 
 class _ReplaceLoads(Mutator):

@@ -15,11 +15,12 @@ tilings of :mod:`tecomp.strategy.cuda` as the building blocks; no measurement:
    ``blockIdx.z``), shared tiles per k step, a register micro-tile per thread.  An
    elementwise output that reads the GEMM only at its own index (a bias, an activation)
    is computed from the registers when C is stored.  A contraction of float16 or bfloat16
-   operands summed in float32, with tiles of 16 that divide it, runs on tensor cores
-   instead, with its epilogue applied from a tile of C in shared memory
-   (:mod:`tecomp.strategy.cuda.tensorcore`, ``wmma_config``'s tiling; its knobs
-   ``<name>.warps_m``, ``.warps_n``, ``.frags_m``, ``.frags_n``, ``.k_tile`` (each among
-   the values whose tiles divide the extents), ``.double_buffer``, ``.stages``,
+   operands summed in float32, of constant extents, runs on tensor cores instead (odd
+   extents in boundary tiles; a GEMV on the CUDA cores), with its epilogue applied from
+   a tile of C in shared memory (:mod:`tecomp.strategy.cuda.tensorcore`,
+   ``wmma_config``'s tiling; its knobs ``<name>.warps_m``, ``.warps_n``, ``.frags_m``,
+   ``.frags_n``, ``.k_tile`` (each among the values whose tiles divide the extents; odd
+   extents: no larger than them rounded up to 16), ``.double_buffer``, ``.stages``,
    ``.family``).
 3. **Row reductions fused into their output**: an elementwise output whose reductions
    (after inlining) all reduce over the output's last axis per row, read at the row's
@@ -51,7 +52,7 @@ from ._common import _has_tag, _walk, _contraction_operands, _inline_injective
 from .cuda.gemm import GemmConfig, _schedule_gemm, gemm_config, reads_at_own_index, expanded_loads
 from .cuda.injective import _schedule_injective_stage
 from .cuda.softmax import _cross_thread_rows, _row_loop
-from .cuda.tensorcore import schedule_wmma_gemm, tensor_core_gemm, wmma_config
+from .cuda.tensorcore import fits, schedule_wmma_gemm, tensor_core_gemm, wmma_config
 from ..schedule.schedule import Schedule, create_schedule
 from .cuda.common import _pow2_at_least, max_shared_bytes
 from ..te.tensor import ComputeOp, Tensor, thread_axis
@@ -232,7 +233,7 @@ class _CudaRules:
             _, (a, _), _ = _contraction_operands(op)
             wcfg = self.gemm or wmma_config(M, N, K, nb, epilogue=out is not gemm,
                                             max_shared=max_shared_bytes("cuda"), dtype=a.dtype)
-            if wcfg is not None:   # float16 in, float32 sums, tiles of 16: tensor cores
+            if wcfg is not None:   # float16 in, float32 sums, constant extents: tensor cores
                 schedule_wmma_gemm(s, gemm, wcfg if self.gemm else self.wmma_knobs(
                     op.name, wcfg, M, N, K), out)
                 self.done |= {id(op), id(out.op)}
@@ -244,7 +245,8 @@ class _CudaRules:
     def wmma_knobs(self, name: str, d, M: int, N: int, K: int):
         """The tensor-core tiling of contraction ``name`` (``M x N x K``): ``d``
         (``wmma_config``'s) by default; the warps and fragments per axis and the k step
-        among the values whose tiles divide the extents, drawn outermost first; the family
+        among the values whose tiles divide the extents (odd extents, padded: whose tiles
+        are no larger than the extents rounded up to 16), drawn outermost first; the family
         (``"mma"``: sm_80 and later, refused by the build for older GPUs), double buffering
         and the ring's stages."""
         from dataclasses import replace
@@ -255,11 +257,17 @@ class _CudaRules:
             ok = [v for v in values if divides(v)]
             return k(knob, ok, default if divides(default) else ok[-1])
 
-        wm = pick(f"{name}.warps_m", [1, 2, 4], d.warps_m, lambda v: M % (16 * v) == 0)
-        wn = pick(f"{name}.warps_n", [1, 2, 4], d.warps_n, lambda v: N % (16 * v) == 0)
-        fm = pick(f"{name}.frags_m", [1, 2, 4], d.frags_m, lambda v: M % (16 * wm * v) == 0)
-        fn = pick(f"{name}.frags_n", [1, 2, 4], d.frags_n, lambda v: N % (16 * wn * v) == 0)
-        kt = pick(f"{name}.k_tile", [16, 32, 64], d.k_tile, lambda v: K % v == 0)
+        if fits(d, M, N, K):
+            def tiles(x, t):   # (extents the tiles divide)
+                return x % t == 0
+        else:   # odd extents (padded tiles): no tile past the extent rounded up to 16
+            def tiles(x, t):
+                return t <= -(-x // 16) * 16
+        wm = pick(f"{name}.warps_m", [1, 2, 4], d.warps_m, lambda v: tiles(M, 16 * v))
+        wn = pick(f"{name}.warps_n", [1, 2, 4], d.warps_n, lambda v: tiles(N, 16 * v))
+        fm = pick(f"{name}.frags_m", [1, 2, 4], d.frags_m, lambda v: tiles(M, 16 * wm * v))
+        fn = pick(f"{name}.frags_n", [1, 2, 4], d.frags_n, lambda v: tiles(N, 16 * wn * v))
+        kt = pick(f"{name}.k_tile", [16, 32, 64], d.k_tile, lambda v: tiles(K, v))
         db = k(f"{name}.double_buffer", [False, True], d.double_buffer)
         return replace(d, warps_m=wm, warps_n=wn, frags_m=fm, frags_n=fn, k_tile=kt,
                        double_buffer=db, family=k(f"{name}.family", ["wmma", "mma"], d.family),

@@ -548,8 +548,8 @@ def draw_tensor_core_case(d, *, name: str = "", target: str = "cuda-emu") -> Cas
     """A float16 / bfloat16 GEMM summed in float32 with maybe an epilogue
     (``gen.gen_tensor_core_gemm``) under the GPU rules, which put it on tensor cores: their
     default tiling, or (three times in four) random knobs (warps, fragments, k step,
-    double buffering; a sampled tiling that does not divide the extents is refused, a
-    ``ScheduleError`` the run reports as such)."""
+    double buffering: tilings that divide the extents, or for odd extents tiles no larger
+    than them rounded up to 16, padded at the edge)."""
     prog = gen_tensor_core_gemm(d)
     seed = d.int(0, 2**16)
     pick = d.int(0, 3)

@@ -21,7 +21,8 @@ in the CUDA emulation (needs g++; 0 disables), a quarter of them (with
 ``--tensorize-every``) int8 GEMMs whose reduction runs as CUDA's dp4a and a quarter
 (with ``--auto-every``) the auto-scheduler's GPU schedule of a random program, and with
 ``--tensor-core-every k`` every k-th of another quarter a float16 / bfloat16 GEMM summed
-in float32, maybe with an epilogue, that the GPU rules put on tensor cores (their
+in float32 (half of them of odd extents: boundary tiles), maybe with an epilogue, that
+the GPU rules put on tensor cores (their
 default tiling or random knobs: warps, fragments, k step, rings, wmma or mma).  With
 ``--gpu-target cuda`` the same GPU cases (the same programs, schedules and data) run on
 the GPU through pycuda (device 0, kernels compiled by nvcc) and in the emulation too: the

@@ -439,7 +439,9 @@ def gen_int8_gemm(d) -> Program:
 
 def gen_tensor_core_gemm(d) -> Program:
     """A float16 or bfloat16 GEMM summed in float32, ``C[(b,) i, j] = sum(f32(A) *
-    f32(W), k)``, extents multiples of 16 (what the GPU rules put on tensor cores), ``A``
+    f32(W), k)``, extents multiples of 16 or (one case in two) some of them 1 to 7 short
+    of a multiple of 32 (the GPU rules put both on tensor cores, the odd ones in padded
+    tiles: zero-filled copies, guarded stores; no larger than the even ones), ``A``
     as ``[M, K]`` or ``[K, M]`` and ``W`` as ``[K, N]`` or ``[N, K]``, maybe batched, and
     mostly with an elementwise epilogue (a bias over the columns or a constant, a max,
     min or tanh, a float32, float16 or bfloat16 result, sometimes plus a second GEMM's
@@ -449,14 +451,24 @@ def gen_tensor_core_gemm(d) -> Program:
     M, N, K = (16 * d.choice(c) for c in ((1, 2, 3), (1, 2, 3), (1, 2)))
     while M * N * K * max(batch, 1) > 16 * MAX_POINTS and N > 16:
         N -= 16
+    at, wt = d.bool(0.3), d.bool(0.5)     # A[K, M]; W[N, K] as a dense layer stores it
+    bias = d.bool(0.5)
+    epi = None
+    if d.bool(0.75):   # (bias or constant, activation, result dtype, a second GEMM)
+        const = None if bias else d.choice((0.5, -1.25))
+        pick = d.int(0, 3)
+        act = d.choice(("max", "min")) if pick == 1 else ("tanh" if pick == 2 else None)
+        epi = (const, act, d.choice(("float32", dt, dt)), not batch and d.bool(0.3))
+    # odd extents, drawn last (the draws above, and so the seeds' other choices, are as
+    # they were): each of those of 32 or more maybe 1 to 7 short
+    if d.bool(0.5):
+        M, N, K = (x - d.int(1, 7) if x >= 32 and d.bool(0.6) else x for x in (M, N, K))
     lead = (batch,) if batch else ()
     nb = len(lead)
     b = [Ax(0)] if batch else []
     i, j, k = Ax(nb), Ax(nb + 1), Ax(nb + 2)
-    at, wt = d.bool(0.3), d.bool(0.5)     # A[K, M]; W[N, K] as a dense layer stores it
     tensors = [TSpec("A", lead + ((K, M) if at else (M, K)), dt),
                TSpec("W", lead + ((N, K) if wt else (K, N)), dt)]
-    bias = d.bool(0.5)
     if bias:
         tensors.append(TSpec("bias", (N,), "float32"))
     xa = VCast(Load(0, tuple(b + ([k, i] if at else [i, k]))), dt)
@@ -465,16 +477,15 @@ def gen_tensor_core_gemm(d) -> Program:
     tensors.append(TSpec("C", lead + (M, N), "float32", VBin("*", xa, xw),
                          ReduceSpec("sum", (K,))))
     prog = Program(tensors, [c])
-    if d.bool(0.75):
+    if epi is not None:
+        const, act, odt, second = epi
         e = Load(c, tuple(b + [i, j]))
-        e = VBin("+", e, Load(2, (j,)) if bias else VConst(d.choice((0.5, -1.25))))
-        pick = d.int(0, 3)
-        if pick == 1:
-            e = VBin(d.choice(("max", "min")), e, VConst(0.0))
-        elif pick == 2:
+        e = VBin("+", e, Load(2, (j,)) if bias else VConst(const))
+        if act in ("max", "min"):
+            e = VBin(act, e, VConst(0.0))
+        elif act == "tanh":
             e = VUn("tanh", e)
-        odt = d.choice(("float32", dt, dt))
-        if not batch and d.bool(0.3):
+        if second:
             # plus a second GEMM of the same shape (a gradient summed from two products):
             # the epilogue of one of the two, read by it from the other's kernel
             a2 = len(prog.tensors)

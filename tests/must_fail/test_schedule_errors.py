@@ -637,6 +637,46 @@ def test_align_bounds_bad_factor(factor):
         s[P].align_bounds(P.op.axis[0], factor)
 
 
+def _dot(op="sum"):
+    A = tc.placeholder((20, 100), name="A")
+    B = tc.placeholder((100,), name="B")
+    k = tc.reduce_axis((0, 100), name="k")
+    red = tc.sum if op == "sum" else tc.max
+    S = tc.compute((20,), lambda i: red(A[i, k] * B[k], axis=k), name="S")
+    return tc.create_schedule(S.op), A, B, S
+
+
+def test_align_bounds_on_a_reduction_whose_terms_past_the_edge_may_not_be_zero():
+    """A reduce axis run past its extent adds terms: only zeros may be added, read from
+    copies zero past the edge (cache_read(..., pad=0.0))."""
+    s, A, B, S = _dot()
+    with pytest.raises(tc.ScheduleError, match=r"align_bounds on stage S, reduce axis k: the "
+                       r"terms past its extent 100 may not be zero; .*cache_read\(\.\.\., "
+                       r"pad=0\.0\)"):
+        s[S].align_bounds(S.op.reduce_axis[0], 16)
+    s, A, B, S = _dot("max")
+    with pytest.raises(tc.ScheduleError, match=r"align_bounds on stage S, reduce axis k: the "
+                       r"stage must be a sum"):
+        s[S].align_bounds(S.op.reduce_axis[0], 16)
+    with pytest.raises(tc.ScheduleError, match=r"reduce axis k: factor must be an int >= 1"):
+        s[S].align_bounds(S.op.reduce_axis[0], 0)
+
+
+def test_align_bounds_on_a_reduction_reading_an_argument_past_its_edge():
+    """A copied (zeros past the edge), B read as it is: past k = 100 the sum would read B
+    outside its memory; refused when lowering."""
+    s, A, B, S = _dot()
+    AP = s.cache_read(A, "global", [S], pad=0.0)
+    ko, _ = s[S].split(S.op.reduce_axis[0], factor=16)
+    s[S].align_bounds(S.op.reduce_axis[0], 16)
+    s[AP].compute_at(s[S], ko)
+    s[AP].align_bounds(AP.op.axis[1], 16)
+    with pytest.raises(tc.ScheduleError, match=r"align_bounds on stage S, reduce axis k: past "
+                       r"the axis' extent 100 the stage reads B \(dimension 0, index k\) past "
+                       r"its edge, outside its memory"):
+        tc.lower(s, [A, B, S])
+
+
 def test_align_bounds_axis_not_an_output_axis():
     s, A, P, C = _blocked()
     with pytest.raises(tc.ScheduleError, match=r"align_bounds on stage P: axis must be one of its "

@@ -319,9 +319,9 @@ def schedule_matmul(outs, target: str = "cuda", config=None) -> Schedule:
     """The CUDA schedule of ``tecomp.nn.matmul`` (``A[M, K] @ B[K, N]``), with any
     elementwise epilogue on top (see the module docstring for the tiling).  ``config``
     overrides the tiling :func:`gemm_config` picks.  float16 operands with a float32
-    result (``tc.nn.matmul(A, B, out_dtype="float32")``) and no epilogue run on tensor
-    cores (:mod:`.tensorcore`; ``config`` a :class:`WmmaConfig`) where tiles of 16
-    divide the extents."""
+    result (``tc.nn.matmul(A, B, out_dtype="float32")``), with any elementwise epilogue,
+    run on tensor cores (:mod:`.tensorcore`; ``config`` a :class:`WmmaConfig`), odd
+    extents in boundary tiles (a GEMV and symbolic extents: the CUDA-core GEMM)."""
     return _schedule_gemm_like(outs, target, ("matmul",), config)
 
 

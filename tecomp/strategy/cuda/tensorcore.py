@@ -33,13 +33,26 @@ each a few consecutive elements of a row, and write the output, coalesced (the t
 (:mod:`tecomp.te.intrin_mma`: ``ldmatrix`` and ``mma.sync.m16n8k16`` in PTX, sm_80 and
 later) instead of ``nvcuda::wmma``; the default stays ``"wmma"``.
 
-The tiles must divide the extents (tensor cores compute whole 16 x 16 x 16 blocks):
-:func:`wmma_config` picks the largest that does, and ``schedule_matmul`` falls back to
-the CUDA-core GEMM where none does (or an extent is not a multiple of 16).
+Odd extents (not multiples of the tile, or of 16: 1000 x 768 x 3072, M = 4097, K = 100)
+run on tensor cores in boundary tiles, since they compute whole 16 x 16 x 16 blocks: the
+operands' shared tiles are copied whole with zeros past the edge
+(``cache_read(..., pad=0.0)`` with ``align_bounds``: ``cp.async``'s zero-filling form on
+sm_80+, the lanes inside the edge copied and the rest zeroed), the sum runs to a multiple
+of ``k_tile`` over those zeros (``align_bounds`` on the reduce axis), the block grid covers
+``ceil(M / block_m) x ceil(N / block_n)``, and where M or N is odd C goes through the
+block's tile in shared memory, written out element by element under the edge's guard (a
+GEMM without an epilogue gets the identity one).  Extents the tiles divide keep the code
+they had: no guard, no padding, the fragments stored straight to C.  :func:`wmma_config`
+picks the largest tiling that divides the extents, else the one that pads least
+(:func:`waste`);
+``schedule_matmul`` falls back to the CUDA-core GEMM only for symbolic extents and where
+even the least padding wastes more than :data:`WMMA_MAX_WASTE` of the work (a GEMV).  The
+wgmma family takes only extents its tiles divide (:func:`wgmma_config`; the mma.sync
+family pads the others).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from ...errors import ScheduleError
@@ -151,6 +164,38 @@ def shared_bytes(cfg: WmmaConfig, dtype: str = "float16", epilogue: bool = False
     return tiles + (cfg.block_m * (cfg.block_n + EPILOGUE_PAD) * 4 if epilogue else 0)
 
 
+#: the largest fraction of a padded GEMM's multiply-adds that may fall past the edge
+#: (zeros) before :func:`wmma_config` leaves it to the CUDA cores: the tensor cores do
+#: about 15 times the CUDA cores' float32 multiply-adds (H100), so even a quarter of
+#: their work useful wins; a GEMV (M = 1: 15/16 of a 16-row tile wasted) does not
+#: (unmeasured: a first guess, to be set on a GPU with benchmarks/gpu.py's odd shapes)
+WMMA_MAX_WASTE = 0.75
+#: among the tilings of odd extents, those within this much of the least waste count as
+#: good as it (the larger block first, as for extents they divide)
+WMMA_WASTE_SLACK = 0.05
+
+
+def waste(cfg: WmmaConfig, M: int, N: int, K: int) -> float:
+    """The fraction of the multiply-adds of ``cfg``'s padded tiles that fall past the
+    edge of an ``M x N x K`` GEMM (0 where the tiles divide the extents)."""
+    def up(x, t):
+        return -(-x // t) * t
+    return 1 - M * N * K / (up(M, cfg.block_m) * up(N, cfg.block_n) * up(K, cfg.k_tile))
+
+
+def edge_k_tile(cfg: WmmaConfig, K: int) -> WmmaConfig:
+    """``cfg`` with the k step (``k_tile``, 64, 32 or 16, at most its own) that pads
+    ``K`` least, the larger on a tie (``K = 100``: 112 in steps of 16); at most 32 where
+    ``K`` is not a multiple of 8 (the rows of a K-major operand are then not all 16-byte
+    aligned, and each copy keeps its element loop beside the 16-byte one: with k steps
+    of 64 the 128 x 128 blocks of 4 warps spill registers, ptxas sm_80 / sm_90a,
+    4095^3 bfloat16)."""
+    cap = cfg.k_tile if K % 8 == 0 else min(cfg.k_tile, 32)
+    steps = [t for t in (cfg.k_tile, 64, 32, 16) if t <= cap]
+    best = min(steps, key=lambda t: (-(-K // t) * t, -t))
+    return cfg if best == cfg.k_tile else replace(cfg, k_tile=best)
+
+
 def wmma_config(M: Optional[int], N: Optional[int], K: Optional[int],
                 batch: Optional[int] = 1, epilogue: bool = False,
                 max_shared: Optional[int] = None,
@@ -158,10 +203,36 @@ def wmma_config(M: Optional[int], N: Optional[int], K: Optional[int],
     """The tiling of an ``M x N x K`` tensor-core GEMM (``batch`` of them): the first of
     :data:`WMMA_CONFIGS` whose tiles divide the extents and that gives
     :data:`WMMA_MIN_BLOCKS` blocks (counted over the batch; else the smallest that
-    divides: the most blocks); None when no tiling divides them (an extent symbolic or not
-    a multiple of 16).  ``max_shared``: only tilings whose blocks take at most that many
-    bytes of shared memory (:func:`shared_bytes`, with the ``epilogue``'s tile of C)."""
-    return _pick(WMMA_CONFIGS, M, N, K, batch, epilogue, max_shared, dtype)
+    divides: the most blocks).  Where none divides them (an extent not a multiple of 16,
+    or of any block), the tiles are padded at the edge (zero-filled copies, guarded
+    stores: :func:`schedule_wmma_gemm`): the tilings are then ranked by the fraction of
+    their work that falls past the edge (:func:`waste`; the k step of each the one that
+    pads ``K`` least), and the first within :data:`WMMA_WASTE_SLACK` of the least that
+    gives enough blocks is taken (else the smallest of those); None when even the least
+    waste passes :data:`WMMA_MAX_WASTE` (a GEMV) or an extent is symbolic: the CUDA-core
+    GEMM then.  ``max_shared``: only tilings whose blocks take at most that many bytes of
+    shared memory (:func:`shared_bytes`, with the ``epilogue``'s tile of C)."""
+    found = _pick(WMMA_CONFIGS, M, N, K, batch, epilogue, max_shared, dtype)
+    if found is not None or None in (M, N, K, batch):
+        return found
+    return _pick_edge(WMMA_CONFIGS, M, N, K, batch, max_shared, dtype)
+
+
+def _pick_edge(configs, M, N, K, batch, max_shared, dtype) -> Optional[WmmaConfig]:
+    """The padded tiling of extents no tiling divides (see :func:`wmma_config`); their
+    C goes through the shared tile of the epilogue, counted in the shared memory."""
+    cands = [c for c in dict.fromkeys(edge_k_tile(c, K) for c in configs)
+             if max_shared is None or shared_bytes(c, dtype, True) <= max_shared]
+    if not cands:
+        return None
+    least = min(waste(c, M, N, K) for c in cands)
+    if least > WMMA_MAX_WASTE:
+        return None
+    good = [c for c in cands if waste(c, M, N, K) <= least + WMMA_WASTE_SLACK]
+    for c in good:
+        if (batch or 1) * -(-M // c.block_m) * -(-N // c.block_n) >= WMMA_MIN_BLOCKS:
+            return c
+    return good[-1]
 
 
 def _pick(configs, M, N, K, batch, epilogue, max_shared, dtype) -> Optional[WmmaConfig]:
@@ -236,7 +307,8 @@ def tensor_core_gemm(gemm: Tensor, tf32: bool = False) -> bool:
 def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
                        out: Optional[Tensor] = None) -> None:
     """Schedule ``gemm`` (:func:`tensor_core_gemm`) on tensor cores with ``cfg``'s tiling
-    (its tiles must divide the extents).  Batch axes are fused onto ``blockIdx.z``; an
+    (constant extents; tiles that do not divide them are padded at the edge, see the
+    module docstring: not for the wgmma family).  Batch axes are fused onto ``blockIdx.z``; an
     operand stored with ``k`` in its other dimension (``A[k, i]``, ``W[j, k]``) is copied
     as it is stored and loaded into column-major fragments.  ``out``: the output, an
     elementwise epilogue of ``gemm`` of its shape that reads it at its own index, with the
@@ -249,11 +321,20 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
     if cfg.k_tile % FRAG or min(cfg.warps_m, cfg.warps_n, cfg.frags_m, cfg.frags_n) < 1:
         raise ScheduleError(f"{cfg}: k_tile must be a multiple of {FRAG} and the warp and "
                             "fragment counts at least 1")
-    if None in (M, N, K) or not fits(cfg, M, N, K):
+    if None in (M, N, K) or None in batch:
+        dims = " x ".join(str(e) if c is None else str(c) for e, c in zip(
+            (*gemm.shape[-2:], gemm.op.reduce_axis[0].dom.extent), (M, N, K)))
         raise ScheduleError(
-            f"the tensor-core GEMM {gemm.name} is {M} x {N} x {K}; {cfg} needs multiples of "
-            f"{cfg.block_m} x {cfg.block_n} x {cfg.k_tile} (tensor cores compute whole tiles): "
-            "pick a WmmaConfig whose tiles divide the extents (wmma_config), or pad the tensors")
+            f"the tensor-core GEMM {gemm.name} is {dims} with a symbolic extent; the "
+            "tensor-core template takes constant extents: schedule it with a GemmConfig "
+            "(the CUDA-core GEMM), or give the shapes")
+    edge = not fits(cfg, M, N, K)   # boundary tiles: zero-filled copies, guarded stores
+    if edge and cfg.family == "wgmma":
+        raise ScheduleError(
+            f"the tensor-core GEMM {gemm.name} is {M} x {N} x {K}; the wgmma family {cfg} "
+            f"needs multiples of {cfg.block_m} x {cfg.block_n} x {cfg.k_tile} (its boundary "
+            "tiles are not built yet): pick a wgmma tiling that divides the extents, or the "
+            "wmma / mma family (WmmaConfig(..., family='mma')), which pads the edge tiles")
     if cfg.family not in FAMILIES:
         raise ScheduleError(f"{cfg}: family {cfg.family!r:.40} is not one of "
                             f"{', '.join(map(repr, FAMILIES))}")
@@ -281,6 +362,11 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
             "threads")
     fam, names = cfg.family, family_intrinsics(cfg.family, a.dtype)
     per16 = 16 // _dt.nbytes(a.dtype)   # elements per 16-byte copy (and per row pad)
+    if (M % cfg.block_m or N % cfg.block_n) and (out is None or out.op is gemm.op):
+        # the fragments of a boundary tile cannot be stored whole: they go through a tile
+        # of C in shared memory, copied out element by element under the edge's guard
+        # (an odd K alone keeps the fragments' stores to C)
+        out, gemm = gemm, s.cache_write(gemm, "shared")
     if fam == "wgmma":   # per warp: the mma.* accumulator layout (see intrin_wgmma)
         CF = s.cache_write(gemm, "mma.accumulator")
         # the operands in 8 x 8 core matrices, k's block innermost (wgmma's K-major layout)
@@ -290,8 +376,9 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
                           else [(0, 8), (1, 8)])
     else:
         CF = s.cache_write(gemm, f"{fam}.accumulator")
-        AS = s.cache_read(a, "shared", [CF])
-        BS = s.cache_read(b, "shared", [CF])
+        pad = 0.0 if edge else None   # past the edge the copies hold zeros
+        AS = s.cache_read(a, "shared", [CF], pad=pad)
+        BS = s.cache_read(b, "shared", [CF], pad=pad)
         AF = s.cache_read(AS, f"{fam}.matrix_a", [CF])
         BF = s.cache_read(BS, f"{fam}.matrix_b", [CF])
 
@@ -334,6 +421,8 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
     fj, cj = sc.split(cj, factor=FRAG)
     sc.reorder(*cb, ko, kf, fi, fj, ci, cj, k)
     sc.tensorize(ci, tensor_intrin(names["mma"]))
+    if K % cfg.k_tile:   # the last k step's zeros: the sum runs to a multiple of k_tile
+        sc.align_bounds(sc.op.reduce_axis[0], cfg.k_tile)
 
     # the fragments of one 16-wide k step: the 16 x 16 tiles of the operand's last two
     # dimensions (in its own order), tiled along the one that is not k
@@ -358,6 +447,9 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
                           (BS, cfg.block_n, cfg.k_tile)):
         ss = s[S]
         ss.compute_at(sc, ko)
+        if edge:   # the whole tile, zeros past the edge (no guard: every element written)
+            ss.align_bounds(ss.op.axis[-2], rows)
+            ss.align_bounds(ss.op.axis[-1], cols)
         ss.storage_align(ss.op.axis[-2], cols, per16)
         _cooperative_copy(ss, threads, rows * cols, per16)
         if cfg.double_buffer:
