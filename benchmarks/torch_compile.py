@@ -40,7 +40,10 @@ convolutions left to the convolution template instead of a subsampled copy and a
 (compiled without the disk cache), ``shared-pools`` the default's kernels with the
 thread pools of the libraries loaded from the disk cache (one each) running their loops
 on the process's first pool (``tecomp.dynamo.cache.SHARE_POOLS``), as the process that
-built the kernels ran them on the JIT's one pool.
+built the kernels ran them on the JIT's one pool.  A variant compiled without the disk
+cache builds its kernels in this process: they run on the JIT's one pool, while the
+default's, loaded from the disk cache, run on a pool each; ``no-strided-gemm`` compares
+fairly with ``shared-pools``, not with the default.
 
 ``--cpu`` reads each call's process CPU time (all threads) instead of its wall time: on
 a loaded machine it leaves out the time the process waited for a core, a fair figure at
