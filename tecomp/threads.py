@@ -37,8 +37,8 @@ __all__ = ["PoolControls", "register", "set_num_threads", "get_num_threads",
            "DEFAULT_SPIN", "DEFAULT_WAIT_SPIN",
            "MAX_THREADS", "POOL_FUNCTIONS", "DEFAULT_WORKSPACE_LIMIT", "set_workspace_limit",
            "release_workspace", "workspace_cached", "workspace_limit_from_env",
-           "shared_pool_from_env", "run_marked_threads_on", "PARALLEL_FOR", "DELEGATE_TO",
-           "DELEGATE_MARKED"]
+           "shared_pool_from_env", "share_pool", "run_marked_threads_on", "PARALLEL_FOR",
+           "DELEGATE_TO", "DELEGATE_MARKED"]
 
 #: the most threads a pool runs
 MAX_THREADS = 1024
@@ -304,6 +304,25 @@ def register(pool: PoolControls) -> None:
             atexit.register(_shutdown_at_exit)
             if hasattr(os, "register_at_fork"):
                 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def share_pool(owner: object) -> bool:
+    """Run the parallel regions of the pool that ``owner`` (a loaded library) registered
+    on the threads of the process's first pool (``tecomp_pool_delegate_to``), as
+    ``TECOMP_SHARED_POOL=1`` does for every pool; True where it now does (False: no
+    such pool, it is the first, or it lacks the function).
+
+    ``tecomp.dynamo`` does so for the kernels it loads from its disk cache where
+    ``tecomp.dynamo.cache.SHARE_POOLS`` is set: a model's kernels run one after
+    another, and with a pool each every kernel wakes its own sleeping worker while the
+    previous kernel's worker may still spin on the other core."""
+    with _LOCK:
+        primary = next((p for p in _POOLS if p.parallel_for), None)
+        mine = next((p for p in _POOLS if p.owner is owner), None)
+        if primary is None or mine is None or mine is primary or mine.delegate_to is None:
+            return False
+        mine.delegate_to(primary.parallel_for)
+        return True
 
 
 def run_marked_threads_on(parallel_for: Optional[int], key: int = 0) -> None:

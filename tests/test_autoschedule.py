@@ -282,6 +282,34 @@ def test_a_producer_every_task_reads_whole_stays_at_the_root():
     np.testing.assert_allclose(d, g @ w2.T + bb2, rtol=1e-4, atol=1e-4)
 
 
+def test_conv_1x1_as_gemm_copies_no_operand_twice():
+    """A 1x1 convolution written as a GEMM (the torch.compile backend's lowering) at
+    batch 1: the weights' ``[1, K, C]`` view is read in place (every task of the
+    column blocks copied all of it: the batch of one was taken for an axis that
+    narrows it), and the flattened pixels, computed per task, are the panel itself
+    (they were copied once more into a packed panel); the values are unchanged."""
+    from tecomp.dynamo import lowering_nn
+
+    x = tc.placeholder((1, 64, 14, 14), name="x")
+    w = tc.placeholder((48, 64, 1, 1), name="w")
+    y = lowering_nn._conv_1x1_as_gemm(x, w, [1, 1], [0, 0], "conv")
+    assert y is not None
+    out = tc.compute(y.shape, lambda n, k, i, j: tc.max(y[n, k, i, j], tc.const(0.0)),
+                     name="relu")
+    args = [x, w, out]
+    s = tc.auto_schedule(args)
+    ir = str(tc.lower(s, args))
+    assert "conv.weights" not in ir and "conv.pixels.local" not in ir, ir
+    assert "conv.pixels[" in ir
+    rng = np.random.default_rng(0)
+    xv = rng.standard_normal((1, 64, 14, 14)).astype(np.float32)
+    wv = rng.standard_normal((48, 64, 1, 1)).astype(np.float32)
+    o = np.empty((1, 48, 14, 14), np.float32)
+    tc.build(s, args)(xv, wv, o)
+    ref = np.maximum(np.einsum("kc,nchw->nkhw", wv[:, :, 0, 0], xv), 0)
+    np.testing.assert_allclose(o, ref, rtol=1e-4, atol=1e-4)
+
+
 def test_dense_template_only_for_few_rows():
     """The dense_nopack template (vectors along the reduction) for a dense of few rows; the
     register-blocked rules from DENSE_NOPACK_MAX_ROWS + 1 rows on (1024x768 -> 768: 3.9

@@ -601,14 +601,22 @@ def test_new_shapes_are_specialised(mark_dynamic):
 
 
 _SECOND = r"""
-import sys, torch, tecomp.dynamo as td
+import sys, torch, tecomp, tecomp.dynamo as td
+tecomp.set_num_threads(2)
+td.cache.SHARE_POOLS = True
 torch.manual_seed(0)
 m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU())  # one kernel
 x = torch.randn(3, 8)
+def two(t):  # two kernels with parallel loops (the sort between them runs eagerly)
+    return torch.sort(torch.tanh(t) * 3, dim=1)[0].exp() + 1
+t = torch.randn(64, 256)
 with torch.no_grad():
     y = torch.compile(m, backend="tecomp")(x)
     assert torch.allclose(y, m(x), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.compile(two, backend="tecomp")(t), two(t))
 print("STATS", td.STATS["built"], td.STATS["disk"])
+# the libraries loaded from the disk cache run on the first pool: no workers of their own
+print("WORKERS", [p.num_workers() for p in tecomp.threads._POOLS])
 """
 
 
@@ -620,8 +628,11 @@ def test_disk_cache_reused_by_a_second_process(tmp_path):
                            text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]
         runs.append(tuple(int(v) for v in re.search(r"STATS (\d+) (\d+)", p.stdout).groups()))
-    assert runs[0][0] >= 1 and runs[0][1] == 0       # the first process builds
+    assert runs[0][0] >= 3 and runs[0][1] == 0       # the first process builds
     assert runs[1] == (0, runs[0][0])                # the second loads every kernel
+    # the second process's pools: one per library, the first with the workers
+    workers = [int(w) for w in re.search(r"WORKERS \[([\d, ]*)\]", p.stdout).group(1).split(",")]
+    assert len(workers) == runs[0][0] and workers[0] == 1 and not any(workers[1:]), workers
     assert list((tmp_path / "cache" / "dynamo").glob("*.so"))
 
 

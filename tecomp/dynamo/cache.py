@@ -40,6 +40,7 @@ from ..strategy import schedule_backward
 from ..autoschedule import auto_schedule
 from ..build import build
 from ..errors import InternalError, LoadError, TecompError
+from .. import threads as _threads
 from ..runtime.aot import load_module
 from ..runtime.libfiles import cache_root, private_dir
 from .lowering import bound_args, lower_region
@@ -57,6 +58,15 @@ _NOT_SYMBOLIC: Dict[str, str] = {}
 
 #: counts of this process's region kernels by where they came from (for tests and logs)
 STATS = {"built": 0, "disk": 0, "memory": 0, "failed": 0}
+
+#: whether the kernels loaded from the disk cache run their parallel loops on the
+#: process's first thread pool (:func:`tecomp.threads.share_pool`) instead of a pool of
+#: their own each (every library carries one), as the process that built them ran them
+#: on the JIT's one pool.  Off: on the loaded 2-core Zen 5 VM (load average 8-15)
+#: ResNet-50 at batch 1 on 2 threads ran slower on one pool (median 81.8 against 62.8
+#: ms; least process CPU 51.7 against 55.8), as in session 8 at batch 8; not yet
+#: measured on a quiet machine (``benchmarks/torch_compile.py --ab shared-pools``)
+SHARE_POOLS = False
 
 
 def source_digest() -> str:
@@ -215,6 +225,8 @@ def _compile(region, key, options, lower) -> Optional[Exception]:
                                 f"not {_kernel_name(key)!r}")
             STATS["disk"] += 1
             region.origin = "disk"
+            if SHARE_POOLS:
+                _threads.share_pool(getattr(getattr(mod, "_compiler", None), "lib", None))
         except TecompError as e:
             log.info("tecomp.dynamo: cached kernel %s not loaded (%s): building it again",
                      path, e)

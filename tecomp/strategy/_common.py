@@ -145,6 +145,28 @@ def _is_padding(op) -> bool:
     return isinstance(b.true_value, ProducerLoad) and len(op.input_tensors) == 1
 
 
+def _is_view(op) -> bool:
+    """Whether ``op`` only re-indexes one tensor: one output, its body a load whose
+    indices are each a constant or one of ``op``'s own axes, each axis at most once and
+    in ``op``'s order (``W[k, c, 0, 0]`` as ``[1, K, C]``: unit dimensions added or
+    dropped).  Read in place, such a stage costs its readers nothing: the memory is
+    walked in the same order."""
+    if not isinstance(op, ComputeOp) or op.reduce_axis or len(op.bodies) != 1:
+        return False
+    b = op.body
+    if not isinstance(b, ProducerLoad):
+        return False
+    pos = {a.var: d for d, a in enumerate(op.axis)}
+    seen = []
+    for i in b.indices:
+        if isinstance(i, Const):
+            continue
+        if not isinstance(i, Var) or i not in pos:
+            return False
+        seen.append(pos[i])
+    return seen == sorted(set(seen))
+
+
 def _cheap(body) -> bool:
     """No call to an intrinsic, no division: worth recomputing where it is read."""
     return not collect(body, lambda n: isinstance(n, (Call, Div)))

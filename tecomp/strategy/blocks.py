@@ -428,6 +428,8 @@ class BlockRules:
                 eu = self.ext(u.dom.extent) if u is not None else 1
                 default = kind == "strided" or (row > 2 * self.L * 4 and (eu or 64) >= 16)
                 key, where, lane = v, at, v.var
+                if default and idx[-1] is v.var and self._panel_of_its_own(red_op, t, outer, at):
+                    default = False
             elif mu and not mv and last_r is not None and \
                     _stride_along(idx, last_r) != "bcast":
                 # (an operand the last reduction axis does not index has no dimension
@@ -467,6 +469,22 @@ class BlockRules:
                 if e is not None and e >= self.L:
                     _, vi = cs.split(ax[-1], factor=self.L)
                     cs.vectorize(vi)
+
+    def _panel_of_its_own(self, red_op, t, outer, at) -> bool:
+        """Whether ``t`` is an elementwise stage that :meth:`_attach_producers` computes
+        at the loop ``at`` (the tasks), whose region there is the panel already (a 1x1
+        convolution's flattened pixels, ``nr`` columns of them): a packed copy of it
+        would copy the same panel once more."""
+        pop = t.op
+        if not isinstance(pop, ComputeOp) or pop.reduce_axis \
+                or id(pop) in self.done or at is None or at not in outer.leaf_iter_vars:
+            return False
+        pst = self.s[pop]
+        if pst.is_output or pst.attach_type != "root":
+            return False
+        readers = [st for st in self.s.stages if any(x is t for x in st.op.input_tensors)]
+        return len(readers) == 1 and readers[0].op is red_op and \
+            self._narrows(red_op, t, outer, at)
 
     def _transpose_panel(self, cs, t, idx, order, red_op, v, nr, name) -> bool:
         """The panel copy ``cs`` (``nr`` wide, stored ``v`` innermost: ``order``; ``t``
@@ -592,7 +610,10 @@ class BlockRules:
                 todo.extend(parents[iv])
             else:
                 roots.add(iv)
-        dims = [d for d, iv in enumerate(outer.op.axis) if iv in roots]
+        # (an axis of extent 1 narrows nothing: batch_matmul's batch of one reads its
+        # weights at [b, i, k] too, and every task would copy all of them)
+        dims = [d for d, iv in enumerate(outer.op.axis) if iv in roots and
+                _cint(iv.dom.extent) != 1]
         if len(red_op.axis) != len(outer.op.axis):
             return True  # no positional correspondence to check: keep the old behaviour
         vars_ = {red_op.axis[d].var for d in dims}

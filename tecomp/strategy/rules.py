@@ -21,7 +21,8 @@ in spirit):
    and which is not read with broadcast reuse (a per-row value read by every column is
    computed once per row instead), nor tagged :data:`NO_INLINE`; an elementwise stage
    read by a reduction (a padded input) is computed per task of that reduction, not
-   inlined into its inner loop.
+   inlined into its inner loop (one that only re-indexes its input in the same order,
+   a 1x1 convolution's weights as a GEMM operand, is inlined: read in place).
 3. **Reductions with a vectorizable output axis** (GEMM-like: batched matmul, ``A^T B``,
    convolutions written as plain computes, most gradients; :mod:`tecomp.strategy.blocks`):
    a register block of ``mr`` rows of one axis (``u``) by ``nv`` vectors of the output's
@@ -62,7 +63,7 @@ from ..schedule.schedule import Schedule, Split, Stage, create_schedule
 from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .blocks import BlockRules
-from ._common import _cheap, _cint, _elems, _is_injective, _loads, _stride_along, _tags
+from ._common import _cheap, _cint, _elems, _is_injective, _is_view, _loads, _stride_along, _tags
 from .rows import prefetch_next_row, row_reduce_at
 from .tensorize import tensorize_reduction
 
@@ -190,7 +191,14 @@ class _Rules(BlockRules):
             if not rd:
                 continue
             if any(r.reduce_axis for r in rd):
-                continue   # read by a reduction: computed per task (see attach_producers)
+                # read by a reduction: computed per task (see attach_producers), unless
+                # it only re-indexes its input in the same order (a 1x1 convolution's
+                # weights as a GEMM's [1, K, C]): read in place, it costs nothing, where
+                # a copy per task copied all of it again for every task
+                if _is_view(op) and NO_INLINE not in _tags(op) and \
+                        self.k.choose(f"inline.{op.name}", [True, False], True):
+                    st.compute_inline()
+                continue
             if any(getattr(r, "call", None) is not None or isinstance(r, ScatterOp) for r in rd):
                 continue   # read by an extern stage's function or a scatter: it stays in memory
             n_me = _elems(op.output(0), self.shapes)
