@@ -19,7 +19,9 @@ read the docs, or one who wants to crash the caller, would:
     itself (stride 0): refused with an ``ArgumentError``.
 ``lazy_bits``
     torch tensors with the negation bit (``torch._neg_view``, ``z.conj().imag``) as
-    inputs (read with their sign) and outputs (refused with an ``ArgumentError``).
+    inputs (read with their sign) and outputs (refused with an ``ArgumentError``); or
+    an input or output whose storage was shrunk after a first call
+    (``untyped_storage().resize_``, as FSDP frees a parameter; refused likewise).
 ``foreign_target``
     the case built for another CPU (``-mcpu``, ``-mattr`` additions and removals), called
     here: the right answer, or a :class:`~tecomp.errors.TecompError` naming the target --
@@ -127,6 +129,7 @@ import numpy as np
 import tecomp as tc
 from ..autoschedule import records
 from ..ir import interp
+from ..ir.dtype import numpy_dtype
 from ..nn import quant
 from .deep import chain_compute, chain_reference, random_chain
 from .diff import (
@@ -233,6 +236,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
                                       "output_overlaps_itself"))}
     elif family == "lazy_bits":
         twist = {"variant": d.choice(("neg_view_input", "conj_imag_input", "neg_view_output"))}
+        if d.bool(0.3):       # drawn after the variant (the other seeds keep their draws)
+            twist = {"variant": "shrunk_storage", "pick": d.int(0, 10**6),
+                     "to": d.choice(("empty", "one_element_less", "half", "offset_past"))}
     elif family == "library_file":
         twist = {"tamper": d.choice(("flip_byte", "truncate", "append", "swap_sidecar",
                                      "empty", "fifo", "directory", "symlink_to_dev",
@@ -597,6 +603,8 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
     if bad:
         return bad
     mod, ir, ins, outs, arrs, v = c.mod, c.ir, c.ins, c.outs, c.arrs, c.variant
+    if v == "shrunk_storage":
+        return _run_shrunk_storage(ec, torch, c)
     call = []
     twisted = False
     for pos, a in enumerate(arrs):
@@ -627,6 +635,46 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
     msg = _same_outputs(ec, arrs, c.want, f"{v} vs plain arrays")
     return Outcome("mismatch", ec, f"lazy_bits {v}", msg, ir) if msg else \
         Outcome("ok", ec, "", "", ir)
+
+
+def _run_shrunk_storage(ec: EdgeCase, torch, c) -> Outcome:
+    """The case called with torch tensors (its fast binder made by a first, plain call),
+    then with the storage of one of them shrunk under it (``untyped_storage().resize_``,
+    as FSDP frees a parameter): an ArgumentError, never a read or write past the
+    storage (which read garbage, wrote into freed memory or segfaulted)."""
+    tw = ec.twist
+    def tensor(a):
+        if not isinstance(a, np.ndarray):
+            return a
+        a = np.ascontiguousarray(a)
+        if a.dtype == np.dtype(numpy_dtype("bfloat16")):   # numpy has no bfloat16 of its own
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).clone()
+        return torch.from_numpy(a).clone() if a.dtype.isnative else a
+
+    call = [tensor(a) for a in c.arrs]
+    tensors = [p for p, t in enumerate(call) if isinstance(t, torch.Tensor) and t.numel()]
+    if not tensors:
+        return Outcome("ok", ec, "", "", c.ir)
+    try:
+        c.mod(*call)
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", ec, "lazy_bits shrunk_storage", _exc_text(e), c.ir)
+    pos = tensors[tw["pick"] % len(tensors)]
+    t = call[pos]
+    nbytes = t.numel() * t.element_size()
+    how = tw["to"]
+    if how == "offset_past":
+        # a tensor that starts one element into its storage, which holds one less
+        st = torch.empty(t.numel() + 1, dtype=t.dtype).untyped_storage()
+        t = call[pos] = torch.empty(0, dtype=t.dtype).set_(st, 1, t.shape)
+        st.resize_(nbytes)
+    else:
+        t.untyped_storage().resize_({"empty": 0, "one_element_less": nbytes - t.element_size(),
+                                     "half": nbytes // 2}[how])
+    role = "an output" if pos in c.outs else "an input"
+    return _expect_refusal(ec, lambda: c.mod(*call), (tc.ArgumentError,),
+                           "lazy_bits shrunk_storage", c.ir,
+                           f"{role} tensor whose storage was shrunk ({how})")
 
 
 def _run_foreign_target(ec: EdgeCase) -> Outcome:
