@@ -301,3 +301,34 @@ def test_lazy_bits_family_finds_tensors_read_past_their_storage(monkeypatch):
         ec.twist.update(pick=sized.index(c.ins[0]), to="half")
         kinds.append(run_edge_case(ec).kind)
     assert kinds == ["mismatch", "mismatch"], kinds
+
+
+def _window_seeds(offs, count):
+    out = []
+    for s in _seeds("gather_ids", 200):
+        w = draw_edge_case(s).twist.get("window")
+        if w and w["off"] in offs:
+            out.append(s)
+            if len(out) == count:
+                break
+    return out
+
+
+def test_gather_family_windows_at_offsets_given_when_called():
+    """``X[i * step + off, j]`` with ``off`` a scalar parameter: numpy's values in range,
+    an ArgumentError before the kernel runs outside (it read outside X before)."""
+    for seed in _window_seeds(("ok", "one_past", "huge", "most_negative"), 8 if LONG else 3):
+        out = run_edge_case(draw_edge_case(seed))
+        assert out.ok, out.report()
+
+
+def test_gather_family_finds_windows_read_outside_the_table(monkeypatch):
+    """With the conditions on reads that the arguments decide taken away (before this
+    session's fix), an offset one row before or past the table is accepted: a mismatch
+    (only a row outside: a far one could kill the process)."""
+    from tecomp.lower import schedule_ops
+
+    monkeypatch.setattr(schedule_ops, "symbolic_read_conditions", lambda *a, **k: [])
+    kinds = [run_edge_case(draw_edge_case(s)).kind
+             for s in _window_seeds(("minus_one", "one_past"), 2)]
+    assert kinds == ["mismatch", "mismatch"], kinds
