@@ -241,8 +241,6 @@ def symbolic_read_conditions(op, skip=(), ranges=None):
                                          Const(1, dom.extent.dtype)) if hi else dom.min
                         if not isinstance(dom.extent, Const):
                             empty.append(dom.extent)
-                    busy = dict(ranges or {})   # the domain not empty: its extents >= 1
-                    busy.update({x: Interval(1, None) for x in empty if isinstance(x, Var)})
                     at = substitute(idx, env)
                     where = ", ".join(f"{x.name} = {to_str(simplify(env[x]))}" for x in vs)
                     what = (f"the read {to_str(load)} of compute {op.name}"
@@ -252,10 +250,7 @@ def symbolic_read_conditions(op, skip=(), ranges=None):
                                     f"the room left in dimension {d} of {t.name} (extent "
                                     f"{to_str(ext)}) after index {d} of {what}")):
                         e = simplify(e)
-                        if isinstance(e, Const) and e.value >= 0 or \
-                                prove(GE(e, Const(0, e.dtype)), busy) or \
-                                any(_at_least(e, _op.sub(x, Const(1, x.dtype)), ranges)
-                                    for x in empty if not isinstance(x, Var)):
+                        if _holds_if_busy(e, empty, ranges):
                             continue
                         if isinstance(e, Const):   # out of range whatever the arguments
                             raise ShapeError(
@@ -286,10 +281,29 @@ def _is_zero(e) -> bool:
     return type(e) is Const and e.value == 0
 
 
-def _at_least(e, floor, ranges) -> bool:
-    """Whether ``e >= floor`` always (``floor`` >= 0 where the domain is not empty)."""
-    d = simplify(_op.sub(e, floor))
-    return (isinstance(d, Const) and d.value >= 0) or prove(GE(d, Const(0, d.dtype)), ranges)
+def _nonneg(e, ranges) -> bool:
+    return (isinstance(e, Const) and e.value >= 0) or prove(GE(e, Const(0, e.dtype)), ranges)
+
+
+def _holds_if_busy(e, empty, ranges) -> bool:
+    """Whether ``e >= 0`` whenever the symbolic extents ``empty`` are all >= 1 (the
+    variables in ``ranges``): proved with the extents that are variables >= 1, or as
+    ``e >= c * (E - 1)`` for an extent ``E`` and a small ``c`` (``2*((n+1)//2) - 2`` over
+    ``(n + 1) // 2`` rows)."""
+    if isinstance(e, Const):
+        return e.value >= 0
+    busy = dict(ranges or {})
+    busy.update({x: Interval(1, None) for x in empty if isinstance(x, Var)})
+    if _nonneg(e, busy):
+        return True
+    for x in empty:
+        if isinstance(x, Var):
+            continue
+        below = _op.sub(x, Const(1, x.dtype))
+        for c in (1, 2, 4):
+            if _nonneg(simplify(_op.sub(e, _op.mul(Const(c, x.dtype), below))), ranges):
+                return True
+    return False
 
 
 def _strongest(conds, ranges=None):
@@ -299,15 +313,13 @@ def _strongest(conds, ranges=None):
     keep = []
     for i, (e, use, empty) in enumerate(conds):
         implied = False
-        busy = dict(ranges or {})   # the domain not empty: its extents >= 1
-        busy.update({x: Interval(1, None) for x in empty if isinstance(x, Var)})
         for j, (f, _, other) in enumerate(conds):
             if j == i or len(other) != len(empty) or \
                     not all(a is b for a, b in zip(other, empty)):
                 continue
             diff = simplify(_op.sub(e, f))
             if isinstance(diff, Const) and (diff.value > 0 or (diff.value == 0 and j < i)) or \
-                    not isinstance(diff, Const) and prove(GE(diff, Const(0, diff.dtype)), busy):
+                    not isinstance(diff, Const) and _holds_if_busy(diff, empty, ranges):
                 implied = True
                 break
         if not implied:
