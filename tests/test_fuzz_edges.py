@@ -267,3 +267,68 @@ def test_torch_autograd_family_finds_mixed_floats_refused_by_the_kernel(monkeypa
     monkeypatch.setattr(tct.Op, "_dtype_map", old_map)
     seed = next(s for s in _seeds("torch_autograd", 20) if draw_edge_case(s).twist["mixed_floats"])
     assert run_edge_case(draw_edge_case(seed)).kind == "mismatch"
+
+
+def _shrunk_storage_seeds(count):
+    return [s for s in _seeds("lazy_bits", 60)
+            if draw_edge_case(s).twist["variant"] == "shrunk_storage"][:count]
+
+
+def test_lazy_bits_family_refuses_tensors_whose_storage_was_shrunk():
+    pytest.importorskip("torch")
+    for seed in _shrunk_storage_seeds(12 if LONG else 3):
+        out = run_edge_case(draw_edge_case(seed))
+        assert out.kind == "refused", out.report()
+
+
+def test_lazy_bits_family_finds_tensors_read_past_their_storage(monkeypatch):
+    """With the storage checks taken away (both binders read and wrote past a storage
+    shrunk by untyped_storage().resize_(), before 3a28358), an input whose storage was
+    halved is read: accepted, a mismatch (inputs only: a write past it could damage
+    this process's heap)."""
+    torch = pytest.importorskip("torch")
+    from tecomp.runtime import argcheck, llvm
+
+    src = llvm._fast_path_source
+    monkeypatch.setattr(argcheck, "_check_inside_storage", lambda t, label, written: None)
+    monkeypatch.setattr(llvm, "_fast_path_source", lambda *a, **k: "\n".join(
+        line for line in src(*a, **k).split("\n") if "untyped_storage" not in line) + "\n")
+    kinds = []
+    for seed in _shrunk_storage_seeds(2):
+        ec = draw_edge_case(seed)
+        c, _ = edges._prepare(ec)
+        sized = [p for p, a in enumerate(c.arrs) if isinstance(a, np.ndarray) and a.size]
+        ec.twist.update(pick=sized.index(c.ins[0]), to="half")
+        kinds.append(run_edge_case(ec).kind)
+    assert kinds == ["mismatch", "mismatch"], kinds
+
+
+def _window_seeds(offs, count):
+    out = []
+    for s in _seeds("gather_ids", 200):
+        w = draw_edge_case(s).twist.get("window")
+        if w and w["off"] in offs:
+            out.append(s)
+            if len(out) == count:
+                break
+    return out
+
+
+def test_gather_family_windows_at_offsets_given_when_called():
+    """``X[i * step + off, j]`` with ``off`` a scalar parameter: numpy's values in range,
+    an ArgumentError before the kernel runs outside (it read outside X before)."""
+    for seed in _window_seeds(("ok", "one_past", "huge", "most_negative"), 8 if LONG else 3):
+        out = run_edge_case(draw_edge_case(seed))
+        assert out.ok, out.report()
+
+
+def test_gather_family_finds_windows_read_outside_the_table(monkeypatch):
+    """With the conditions on reads that the arguments decide taken away (before this
+    session's fix), an offset one row before or past the table is accepted: a mismatch
+    (only a row outside: a far one could kill the process)."""
+    from tecomp.lower import schedule_ops
+
+    monkeypatch.setattr(schedule_ops, "symbolic_read_conditions", lambda *a, **k: [])
+    kinds = [run_edge_case(draw_edge_case(s)).kind
+             for s in _window_seeds(("minus_one", "one_past"), 2)]
+    assert kinds == ["mismatch", "mismatch"], kinds

@@ -234,7 +234,9 @@ class ParamCheck:
     """A condition on the values of a PrimFunc's parameters, ``expr >= lower`` (and
     ``expr <= upper`` where ``upper`` is given), that lowering derives from the schedule:
     an extent of a stage that depends on a variable must be ``>= 0``, a symbolic split
-    factor ``>= 1``, and index arithmetic that the kernel computes in int32 must stay in
+    factor ``>= 1``, a read whose range depends on the arguments (``A[i + off]``) must
+    stay inside its tensor at the corners of its compute's domain
+    (:func:`tecomp.te.range_check.symbolic_read_conditions`), and index arithmetic that the kernel computes in int32 must stay in
     int32's range (``upper``: the checks of :mod:`tecomp.lower.index_dtype`).  Kept in
     ``PrimFunc.attrs["param_checks"]`` (a tuple); every runtime (the shared
     :mod:`tecomp.runtime.argcheck`) and the interpreter check them before the body runs,

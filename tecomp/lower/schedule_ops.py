@@ -55,6 +55,7 @@ from ..ir.extern_sites import Site, register_site
 from ..te.extern import ExternOp
 from ..te.scatter import ScatterOp
 from ..target import PER_THREAD_SCOPES
+from ..te.range_check import symbolic_read_conditions
 from ..te.scan import ScanOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, input_tensors_of
 from .prefetch import PrefetchRequest
@@ -246,18 +247,18 @@ class LowerContext:
         """The :class:`~tecomp.ir.stmt.ParamCheck` conditions on the arguments (kept in
         ``PrimFunc.attrs["param_checks"]``): every extent of a stage (its axes and reduce
         axes) that depends on a variable is ``>= 0``, every split factor (or ``nparts``)
-        that is not a constant is ``>= 1``.  A condition that already holds because the
+        that is not a constant is ``>= 1``, every read of a compute whose range depends
+        on the arguments stays inside the tensor it reads.  A condition that already holds because the
         variables of the buffer parameters' shapes are never negative is left out, so
         is an extent that is exactly such a variable."""
         nonneg = {x: Interval(0, None) for p in self.params if isinstance(p, Buffer)
                   for x in p.shape if isinstance(x, Var)}
         found: Dict[tuple, list] = {}
 
-        def need(e: Expr, lower: int, use: str):
+        def need(e: Expr, lower: int, use: str, fix: str = "fix the shape or the split"):
             e = _simplify(e)
             if isinstance(e, Const) and e.value < lower:  # e.g. a shape (n - n - 1,)
-                raise LowerError(f"{use} is {e.value}; it must be >= {lower}: fix the "
-                                 f"shape or the split")
+                raise LowerError(f"{use} is {e.value}; it must be >= {lower}: {fix}")
             if isinstance(e, Const) or prove(GE(e, Const(lower, e.dtype)), nonneg):
                 return
             uses = found.setdefault((e, lower), [])
@@ -280,6 +281,21 @@ class LowerContext:
                          f"{what} of axis {rel.parent.var.name} of stage {st.name}")
         for e, use in self.unpredicated:
             need(e, 0, use)
+        # reads whose range depends on the arguments (``A[i + m]``; ``A[i]`` over 8 rows
+        # of an ``A`` of ``n``): inside the tensor they read at every iteration of the
+        # compute that makes them, or the call is refused before the kernel touches
+        # memory outside an argument (a scan's state is read before its start by design)
+        known = {p for p in self.params if isinstance(p, Var)} | set(nonneg)
+        states = [st.op.state for st in self.sch.stages if isinstance(st.op, ScanOp)]
+        seen = set()
+        for st in self.sch.stages:
+            for op in (st.origin_op, st.op):
+                if id(op) in seen or not getattr(op, "user_reads", False):
+                    continue
+                seen.add(id(op))
+                for e, use in symbolic_read_conditions(op, skip=states, ranges=nonneg):
+                    if all(v in known for v in free_vars(e)):
+                        need(e, 0, use, "fix the index")
         return tuple(ParamCheck(e, lower, tuple(uses)) for (e, lower), uses in found.items())
 
     def written_once(self) -> tuple:

@@ -200,6 +200,7 @@ def _plain_tensor(t, label: str, written: bool):
         raise ArgumentError(
             f"{label}: the torch tensor is on the meta device, which holds no data: pass a "
             f"tensor with memory (e.g. torch.empty(shape) on the CPU)")
+    _check_inside_storage(t, label, written)
     neg, conj = t.is_neg(), t.is_conj()
     if neg or conj:
         bit, views, held, fix = (("negation", "torch._neg_view(x) or z.conj().imag", "negated",
@@ -218,6 +219,31 @@ def _plain_tensor(t, label: str, written: bool):
         # torch.compile's AOT runtime runs a graph in, Tensor.numpy() of a subclass raised)
         t = t.as_subclass(sys.modules["torch"].Tensor)
     return t
+
+
+def _check_inside_storage(t, label: str, written: bool) -> None:
+    """An ArgumentError unless the storage of the torch tensor ``t`` holds all of its
+    elements.  torch does not keep a tensor inside its storage: ``untyped_storage().
+    resize_()`` (FSDP's way of freeing a parameter's memory) shrinks the memory under
+    tensors whose shapes stay, and ``Tensor.numpy()`` of a tensor whose storage is
+    empty gives an array of memory numpy allocates (a kernel's output written there is
+    lost)."""
+    if t.numel() == 0:
+        return
+    try:
+        have = t.untyped_storage().nbytes()
+        span = t.storage_offset() + sum((d - 1) * st for d, st in zip(t.shape, t.stride()))
+        need = (span + 1) * t.element_size()
+    except Exception:  # noqa: BLE001 -- a subclass without storage: refused further on
+        return
+    if need > have:
+        raise ArgumentError(
+            f"{label}: the torch tensor's elements reach byte {need} of its storage, which "
+            f"holds {have} bytes: the storage was shrunk (untyped_storage().resize_(), as "
+            f"FSDP frees a parameter's memory) after the tensor was made, and the kernel "
+            f"would {'write' if written else 'read'} past it; resize the storage back to "
+            f"at least {need} bytes before the call, or pass a tensor that holds its "
+            f"elements")
 
 
 def _plain_dispatch():

@@ -495,6 +495,14 @@ def _fast_path_source(plan: _CallPlan, tensors: bool = False, grad_inputs: bool 
         if tensors:
             w(f"    if not {nm}.is_contiguous(): return None")
             w(f"    d{k} = ints[{k}] = {nm}.data_ptr()")
+            # a tensor is not always inside its storage: untyped_storage().resize_()
+            # (FSDP's way of freeing a parameter) shrinks the memory under a tensor whose
+            # shape stays; the generic path refuses such a tensor
+            shape = p.bp.buffer.shape
+            size = (str(p.itemsize * int(np.prod([int(x.value) for x in shape], dtype=np.int64)))
+                    if all(isinstance(x, Const) for x in shape) else f"{nm}.nbytes")
+            w(f"    if {nm}.untyped_storage().nbytes() < {nm}.storage_offset() * {p.itemsize} "
+              f"+ {size}: return None")
             if aliased:
                 w(f"    e{k} = d{k} + {nm}.nbytes")
             continue

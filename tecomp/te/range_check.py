@@ -13,9 +13,12 @@ from __future__ import annotations
 import itertools
 
 from ..errors import ShapeError
-from ..ir.expr import Add, Cast, Const, FloorDiv, FloorMod, Max, Min, Mul, Reduce, Sub, Var
-from ..ir.functor import Visitor, free_vars
+from ..ir import op as _op
+from ..ir.arith import Interval, prove
+from ..ir.expr import GE, Add, Cast, Const, FloorDiv, FloorMod, Max, Min, Mul, Reduce, Sub, Var
+from ..ir.functor import Visitor, free_vars, substitute
 from ..ir.printer import to_str
+from ..ir.simplify import simplify
 
 _MAX_VARS = 8
 
@@ -123,3 +126,203 @@ def load_error(name: str, load, doms):
                         f"{t.name} has extent {ext.value}; fix the index, or guard the read "
                         f"with tc.if_then_else(cond, {t.name}[...], 0) (padding)")
     return None
+
+
+# ---------------------------------------------------------------------------------------
+# reads whose range depends on the arguments: conditions checked at call time
+
+#: at most this many corners of one read are turned into conditions (2**6)
+_MAX_CORNER_VARS = 6
+
+
+def _merge(a, b):
+    """The directions of a sum of two expressions whose directions are ``a`` and ``b``."""
+    if a is None or b is None:
+        return None
+    out = dict(a)
+    for v, d in b.items():
+        if v in out and (out[v] != d or d == "?"):
+            return None   # increasing in one term, decreasing (or either) in the other
+        out[v] = d
+    return out
+
+
+_FLIP = {"+": "-", "-": "+", "?": "?"}
+
+
+def _directions(e, dom_vars):
+    """How the integer expression ``e`` moves with each domain variable it uses, the
+    others fixed: ``{var: "+"}`` (never decreases), ``"-"`` (never increases), ``"?"``
+    (one or the other, by the values of the other variables: ``i * m``, ``i * j``); None
+    when it may do both (``i % 3``, ``i * i``, ``i // 2 - i``).  An expression monotone
+    in each variable has its extremes over a box at the box's corners."""
+    t = type(e)
+    if t is Const:
+        return {} if isinstance(e.value, int) and not isinstance(e.value, bool) else None
+    if t is Var:
+        return {e: "+"} if e in dom_vars else {}
+    if t is Cast:
+        return _directions(e.value, dom_vars) if e.dtype.startswith("int") else None
+    if t in (Add, Sub, Min, Max):
+        a, b = _directions(e.a, dom_vars), _directions(e.b, dom_vars)
+        if t is Sub and b is not None:
+            b = {v: _FLIP[d] for v, d in b.items()}
+        return _merge(a, b)
+    if t is FloorDiv:
+        if type(e.b) is Const and isinstance(e.b.value, int) and e.b.value > 0:
+            return _directions(e.a, dom_vars)
+        return None
+    if t is Mul:
+        a, b = _directions(e.a, dom_vars), _directions(e.b, dom_vars)
+        if a is None or b is None or set(a) & set(b):
+            return None
+        out = {}
+        for x, y, factor in ((a, b, e.b), (b, a, e.a)):
+            if not x:
+                continue
+            if y or type(factor) is not Const:   # a factor of unknown sign
+                out.update({v: "?" for v in x})
+            elif factor.value > 0:
+                out.update(x)
+            elif factor.value < 0:
+                out.update({v: _FLIP[d] for v, d in x.items()})
+        return out
+    return None
+
+
+def symbolic_read_conditions(op, skip=(), ranges=None):
+    """``[(expr, use)]``: the conditions ``expr >= 0`` on the arguments under which every
+    always-evaluated read of the compute ``op`` is inside the tensor it reads, over the
+    whole iteration domain, for the reads whose index or extent depends on a variable
+    (a symbolic extent, a scalar parameter): ``A[i + m]``, or ``A[i]`` over 8 rows of an
+    ``A`` of ``n``.  :func:`check_reads_in_range` judges the others when the compute is
+    defined; these are only known when the kernel is called (lowering makes them
+    ``ParamCheck`` conditions).  A read of a tensor in ``skip`` (a scan's state, read
+    before its start by design) is left out, so is a read whose index is not monotone in
+    each of the domain's variables (:func:`_directions`: ``%``, a data-dependent index):
+    its extremes need not be at a corner.  ``ranges`` (``{var: Interval}``: the shape variables are never
+    negative) proves conditions that always hold, which are left out.  Over a domain
+    whose symbolic extent may be 0 every condition holds vacuously when it is 0: one is
+    left out where it holds whenever the extents are >= 1, else it is kept as
+    ``max(expr, -min(extents, 1)) >= 0``."""
+    doms = {iv.var: iv.dom for iv in op.axis}
+    for iv in getattr(op, "reduce_axis", ()):
+        doms[iv.var] = iv.dom
+    out, done = [], set()
+    for body in op.bodies:
+        v = _UnguardedLoads()
+        v.visit(body)
+        for load in v.loads:
+            t = load.producer
+            if any(t is s for s in skip):
+                continue
+            for d, idx in enumerate(load.indices):
+                ext = t.shape[d]
+                vs = [x for x in free_vars(idx) if x in doms]
+                others = [x for x in free_vars(idx) if x not in doms]
+                if not others and isinstance(ext, Const) and \
+                        all(isinstance(doms[x].extent, Const) for x in vs):
+                    continue   # a constant range: check_reads_in_range judged it
+                if type(idx) is Var and idx in doms and _is_zero(doms[idx].min) and \
+                        doms[idx].extent == ext:
+                    continue   # an axis over its tensor's whole dimension (elementwise)
+                if len(vs) > _MAX_CORNER_VARS or _directions(idx, set(doms)) is None:
+                    continue
+                key = (idx, ext, tuple((x, doms[x].min, doms[x].extent) for x in vs))
+                if key in done:
+                    continue   # the same index into the same extent over the same domain
+                done.add(key)
+                sides = ([], [])
+                for point in itertools.product(*[(False, True) for _ in vs]):
+                    env, empty = {}, []
+                    for x, hi in zip(vs, point):
+                        dom = doms[x]
+                        env[x] = _op.sub(_op.add(dom.min, dom.extent),
+                                         Const(1, dom.extent.dtype)) if hi else dom.min
+                        if not isinstance(dom.extent, Const):
+                            empty.append(dom.extent)
+                    at = substitute(idx, env)
+                    where = ", ".join(f"{x.name} = {to_str(simplify(env[x]))}" for x in vs)
+                    what = (f"the read {to_str(load)} of compute {op.name}"
+                            f"{' at ' + where if where else ''}")
+                    for side, e, use in ((0, at, f"index {d} of {what}, which must be >= 0"),
+                                   (1, _op.sub(_op.sub(ext, Const(1, ext.dtype)), at),
+                                    f"the room left in dimension {d} of {t.name} (extent "
+                                    f"{to_str(ext)}) after index {d} of {what}")):
+                        e = simplify(e)
+                        if _holds_if_busy(e, empty, ranges):
+                            continue
+                        if isinstance(e, Const):   # out of range whatever the arguments
+                            raise ShapeError(
+                                f"compute {op.name}: the read {to_str(load)} is out of range "
+                                f"for every value of the arguments (where the compute is not "
+                                f"empty): {use} is {e.value}; fix the index, or guard the "
+                                f"read with tc.if_then_else(cond, {t.name}[...], 0) (padding)")
+                        sides[side].append((e, use, tuple(empty)))
+                for conds in sides:
+                    out.extend((_vacuous_when_empty(e, empty), use)
+                               for e, use, empty in _strongest(conds, ranges))
+    return out
+
+
+def _vacuous_when_empty(e, empty):
+    """``e``, or where the domain has symbolic extents ``empty``, ``max(e, -min(extents,
+    1))``: >= 0 when one of them is 0 (no iteration reads), else exactly when ``e`` is."""
+    if not empty:
+        return e
+    g = empty[0]
+    for x in empty[1:]:
+        g = _op.minimum(g, x)
+    one = Const(1, g.dtype)
+    return simplify(_op.maximum(e, _op.sub(Const(0, g.dtype), _op.minimum(g, one))))
+
+
+def _is_zero(e) -> bool:
+    return type(e) is Const and e.value == 0
+
+
+def _nonneg(e, ranges) -> bool:
+    return (isinstance(e, Const) and e.value >= 0) or prove(GE(e, Const(0, e.dtype)), ranges)
+
+
+def _holds_if_busy(e, empty, ranges) -> bool:
+    """Whether ``e >= 0`` whenever the symbolic extents ``empty`` are all >= 1 (the
+    variables in ``ranges``): proved with the extents that are variables >= 1, or as
+    ``e >= c * (E - 1)`` for an extent ``E`` and a small ``c`` (``2*((n+1)//2) - 2`` over
+    ``(n + 1) // 2`` rows)."""
+    if isinstance(e, Const):
+        return e.value >= 0
+    busy = dict(ranges or {})
+    busy.update({x: Interval(1, None) for x in empty if isinstance(x, Var)})
+    if _nonneg(e, busy):
+        return True
+    for x in empty:
+        if isinstance(x, Var):
+            continue
+        below = _op.sub(x, Const(1, x.dtype))
+        for c in (1, 2, 4):
+            if _nonneg(simplify(_op.sub(e, _op.mul(Const(c, x.dtype), below))), ranges):
+                return True
+    return False
+
+
+def _strongest(conds, ranges=None):
+    """``conds`` (``[(expr, use, empty)]``, each ``expr >= 0`` where the extents
+    ``empty`` are not 0) less those another implies (one that exceeds another by a
+    constant >= 0, under the same extents)."""
+    keep = []
+    for i, (e, use, empty) in enumerate(conds):
+        implied = False
+        for j, (f, _, other) in enumerate(conds):
+            if j == i or len(other) != len(empty) or \
+                    not all(a is b for a, b in zip(other, empty)):
+                continue
+            diff = simplify(_op.sub(e, f))
+            if isinstance(diff, Const) and (diff.value > 0 or (diff.value == 0 and j < i)) or \
+                    not isinstance(diff, Const) and _holds_if_busy(diff, empty, ranges):
+                implied = True
+                break
+        if not implied:
+            keep.append((e, use, empty))
+    return keep
+

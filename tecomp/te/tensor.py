@@ -514,6 +514,7 @@ def _make_compute(name, axis, bodies, multi, tag, attrs):
         _AXIS_VARS[iv.var] = True  # a value that refers to the key would keep it alive
     op = ComputeOp(name, axis, tuple(bodies) if multi else bodies[0], tag, attrs)
     op.range_deferred = deferred   # tc.scan clears its state's; create_schedule raises the rest
+    op.user_reads = True   # reads as written: lowering checks those the arguments decide
     return op._outs if multi else op.output(0)
 
 

@@ -19,7 +19,9 @@ read the docs, or one who wants to crash the caller, would:
     itself (stride 0): refused with an ``ArgumentError``.
 ``lazy_bits``
     torch tensors with the negation bit (``torch._neg_view``, ``z.conj().imag``) as
-    inputs (read with their sign) and outputs (refused with an ``ArgumentError``).
+    inputs (read with their sign) and outputs (refused with an ``ArgumentError``); or
+    an input or output whose storage was shrunk after a first call
+    (``untyped_storage().resize_``, as FSDP frees a parameter; refused likewise).
 ``foreign_target``
     the case built for another CPU (``-mcpu``, ``-mattr`` additions and removals), called
     here: the right answer, or a :class:`~tecomp.errors.TecompError` naming the target --
@@ -127,6 +129,7 @@ import numpy as np
 import tecomp as tc
 from ..autoschedule import records
 from ..ir import interp
+from ..ir.dtype import numpy_dtype
 from ..nn import quant
 from .deep import chain_compute, chain_reference, random_chain
 from .diff import (
@@ -233,6 +236,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
                                       "output_overlaps_itself"))}
     elif family == "lazy_bits":
         twist = {"variant": d.choice(("neg_view_input", "conj_imag_input", "neg_view_output"))}
+        if d.bool(0.3):       # drawn after the variant (the other seeds keep their draws)
+            twist = {"variant": "shrunk_storage", "pick": d.int(0, 10**6),
+                     "to": d.choice(("empty", "one_element_less", "half", "offset_past"))}
     elif family == "library_file":
         twist = {"tamper": d.choice(("flip_byte", "truncate", "append", "swap_sidecar",
                                      "empty", "fifo", "directory", "symlink_to_dev",
@@ -262,6 +268,11 @@ def draw_edge_case(seed: int) -> EdgeCase:
                  "ids_dtype": d.choice(("int32", "int64")),
                  "schedule": d.choice(("serial", "vectorize", "parallel", "split")),
                  "bad": d.choice((None, None, "past", "far", "minus_one", "huge"))}
+        if twist["bad"] is None and d.bool(0.6):   # drawn last: the seeds with a bad id
+            # (seed 64's among them) and the others keep their draws
+            twist["window"] = {"step": d.choice((1, 2, "var")), "symbolic_rows": d.bool(0.5),
+                               "off": d.choice(("ok", "ok", "ok", "minus_one", "one_past",
+                                                "huge", "most_negative"))}
     elif family == "build_args":
         twist = {"variant": d.choice(("runtime_name", "unbound_factor")),
                  "name": d.choice(RUNTIME_NAMES), "factor": d.choice((1, 3, 7, 1000))}
@@ -597,6 +608,8 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
     if bad:
         return bad
     mod, ir, ins, outs, arrs, v = c.mod, c.ir, c.ins, c.outs, c.arrs, c.variant
+    if v == "shrunk_storage":
+        return _run_shrunk_storage(ec, torch, c)
     call = []
     twisted = False
     for pos, a in enumerate(arrs):
@@ -627,6 +640,46 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
     msg = _same_outputs(ec, arrs, c.want, f"{v} vs plain arrays")
     return Outcome("mismatch", ec, f"lazy_bits {v}", msg, ir) if msg else \
         Outcome("ok", ec, "", "", ir)
+
+
+def _run_shrunk_storage(ec: EdgeCase, torch, c) -> Outcome:
+    """The case called with torch tensors (its fast binder made by a first, plain call),
+    then with the storage of one of them shrunk under it (``untyped_storage().resize_``,
+    as FSDP frees a parameter): an ArgumentError, never a read or write past the
+    storage (which read garbage, wrote into freed memory or segfaulted)."""
+    tw = ec.twist
+    def tensor(a):
+        if not isinstance(a, np.ndarray):
+            return a
+        a = np.ascontiguousarray(a)
+        if a.dtype == np.dtype(numpy_dtype("bfloat16")):   # numpy has no bfloat16 of its own
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).clone()
+        return torch.from_numpy(a).clone() if a.dtype.isnative else a
+
+    call = [tensor(a) for a in c.arrs]
+    tensors = [p for p, t in enumerate(call) if isinstance(t, torch.Tensor) and t.numel()]
+    if not tensors:
+        return Outcome("ok", ec, "", "", c.ir)
+    try:
+        c.mod(*call)
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", ec, "lazy_bits shrunk_storage", _exc_text(e), c.ir)
+    pos = tensors[tw["pick"] % len(tensors)]
+    t = call[pos]
+    nbytes = t.numel() * t.element_size()
+    how = tw["to"]
+    if how == "offset_past":
+        # a tensor that starts one element into its storage, which holds one less
+        st = torch.empty(t.numel() + 1, dtype=t.dtype).untyped_storage()
+        t = call[pos] = torch.empty(0, dtype=t.dtype).set_(st, 1, t.shape)
+        st.resize_(nbytes)
+    else:
+        t.untyped_storage().resize_({"empty": 0, "one_element_less": nbytes - t.element_size(),
+                                     "half": nbytes // 2}[how])
+    role = "an output" if pos in c.outs else "an input"
+    return _expect_refusal(ec, lambda: c.mod(*call), (tc.ArgumentError,),
+                           "lazy_bits shrunk_storage", c.ir,
+                           f"{role} tensor whose storage was shrunk ({how})")
 
 
 def _run_foreign_target(ec: EdgeCase) -> Outcome:
@@ -981,14 +1034,8 @@ def _gather_ids(tw: dict):
     return ids, bad
 
 
-def _run_gather_ids(ec: EdgeCase) -> Outcome:
-    tw = ec.twist
-    V, D, B = tw["V"], tw["D"], tw["B"]
-    ids_t = tc.placeholder((B,), name="ids", dtype=tw["ids_dtype"])
-    X = tc.placeholder((V, D), name="X")
-    G = tc.compute((B, D), lambda i, j: X[ids_t[i], j] * 2.0 + 1.0, name="G")
-    s = tc.create_schedule(G.op)
-    how = tw["schedule"]
+def _schedule_gather(s, G, how: str) -> None:
+    """The CPU schedules of a gather's rows and columns (``how``; "gpu" binds them apart)."""
     if how == "vectorize":
         s[G].vectorize(G.op.axis[1])
     elif how == "parallel":
@@ -997,7 +1044,20 @@ def _run_gather_ids(ec: EdgeCase) -> Outcome:
         o, i = s[G].split(G.op.axis[1], 4)
         s[G].vectorize(i)
         s[G].parallel(G.op.axis[0])
-    elif how == "gpu":
+
+
+def _run_gather_ids(ec: EdgeCase) -> Outcome:
+    tw = ec.twist
+    if "window" in tw:
+        return _run_window(ec)
+    V, D, B = tw["V"], tw["D"], tw["B"]
+    ids_t = tc.placeholder((B,), name="ids", dtype=tw["ids_dtype"])
+    X = tc.placeholder((V, D), name="X")
+    G = tc.compute((B, D), lambda i, j: X[ids_t[i], j] * 2.0 + 1.0, name="G")
+    s = tc.create_schedule(G.op)
+    how = tw["schedule"]
+    _schedule_gather(s, G, how)
+    if how == "gpu":
         if shutil.which(os.environ.get("CXX", "g++")) is None:
             return Outcome("ok", ec, "", "no C++ compiler for the CUDA emulation")
         s[G].bind(G.op.axis[0], tc.thread_axis("blockIdx.x"))
@@ -1019,6 +1079,52 @@ def _run_gather_ids(ec: EdgeCase) -> Outcome:
     want = x[ids.astype(np.int64)] * np.float32(2) + np.float32(1)
     if not np.array_equal(g, want):
         return Outcome("mismatch", ec, "compare", f"gather: got {g.ravel()[:6].tolist()}, "
+                       f"numpy {want.ravel()[:6].tolist()}")
+    return Outcome("ok", ec, "", "")
+
+
+def _run_window(ec: EdgeCase) -> Outcome:
+    """The gather's rows read at ``X[i * step + off, j]`` instead, ``off`` (and maybe
+    ``step``) scalar parameters, the table's rows maybe a symbolic extent: the read's
+    range is only known when the kernel is called.  In range: numpy's values; outside
+    (``off`` -1, one past, 2**31 - 1, -2**31): an ArgumentError before the kernel runs
+    (an unchecked build read and wrote nothing wrong, it read outside X)."""
+    tw, w = ec.twist, ec.twist["window"]
+    step = 2 if w["step"] == "var" else w["step"]
+    D, B = tw["D"], tw["B"]
+    V = tw["V"] + (B - 1) * step          # room for the window at tw["V"] offsets
+    off_v = tc.var("off")
+    step_v = tc.var("step") if w["step"] == "var" else None
+    rows = tc.var("rows") if w["symbolic_rows"] else V
+    X = tc.placeholder((rows, D), name="X")
+    step_e = step_v if step_v is not None else w["step"]
+    G = tc.compute((B, D), lambda i, j: X[i * step_e + off_v, j] * 2.0 + 1.0, name="G")
+    s = tc.create_schedule(G.op)
+    how = tw["schedule"]
+    _schedule_gather(s, G, how)
+    args = [X, G, off_v] + ([step_v] if step_v is not None else [])
+    try:
+        f = tc.build(s, args)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "build", e)
+    top = V - 1 - (B - 1) * step          # the largest offset in range
+    rng = np.random.default_rng(ec.seed)
+    off = {"ok": int(rng.integers(0, top + 1)), "minus_one": -1, "one_past": top + 1,
+           "huge": 2**31 - 1, "most_negative": -2**31}[w["off"]]
+    x = rng.random((V, D), dtype=np.float32)
+    g = np.zeros((B, D), np.float32)
+    call = [x, g, off] + ([step] if step_v is not None else [])
+    if not 0 <= off <= top:
+        return _expect_refusal(ec, lambda: f(*call), (tc.ArgumentError,), "call", "",
+                               f"rows X[i * {step} + {off}] of a table of {V} rows, "
+                               f"i < {B}")
+    try:
+        f(*call)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "call", e)
+    want = x[np.arange(B) * step + off] * np.float32(2) + np.float32(1)
+    if not np.array_equal(g, want):
+        return Outcome("mismatch", ec, "compare", f"window: got {g.ravel()[:6].tolist()}, "
                        f"numpy {want.ravel()[:6].tolist()}")
     return Outcome("ok", ec, "", "")
 

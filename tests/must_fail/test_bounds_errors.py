@@ -50,12 +50,13 @@ def test_checked_build_names_the_dimension_of_a_2d_buffer():
 
 
 def test_checked_build_of_a_schedule_wrong_on_purpose():
-    """A compute whose read is out of range only for some value of a scalar parameter
-    (so it cannot be rejected when defined): an unchecked build would read past the end;
-    the checked one names A, the index and the statement."""
+    """A compute whose read is out of range only for some value of a scalar parameter,
+    through an index whose extremes lowering cannot place (``%``), so it cannot be
+    rejected when defined nor before the call: an unchecked build would read past the
+    end; the checked one names A, the index and the statement."""
     off = tc.var("off")
     A = tc.placeholder((8,), name="A")
-    C = tc.compute((8,), lambda i: A[i + off] * 2, name="C")
+    C = tc.compute((8,), lambda i: A[(i + off) % 9] * 2, name="C")
     s = tc.create_schedule(C.op)
     xo, xi = s[C].split(C.op.axis[0], factor=4)
     f = tc.build(s, [A, C, off], checks=True)
@@ -63,8 +64,49 @@ def test_checked_build_of_a_schedule_wrong_on_purpose():
     f(np.arange(8, dtype="float32"), c, 0)
     np.testing.assert_array_equal(c, np.arange(8) * 2)
     with pytest.raises(tc.BoundsError, match=r"load from buffer A: index 8 is outside \[0, 8\).*"
-                                              r"`C\[i\.outer\*4 \+ i\.inner\] = A\[i\.outer\*4 \+ i\.inner \+ off\]\*2f`"):
+                                              r"`C\[i\.outer\*4 \+ i\.inner\] = A\[\(i\.outer\*4 \+ i\.inner \+ off\) % 9\]\*2f`"):
         f(np.zeros(8, "float32"), np.zeros(8, "float32"), 1)
+
+
+@pytest.mark.parametrize("checks", [False, True])
+def test_read_out_of_range_for_a_scalar_parameter(checks):
+    """``A[i + off]``: its range at the compute's first and last iteration is known from
+    ``off`` when the kernel is called: a call with an ``off`` that would read outside A
+    is refused before the kernel runs, checked build or not (the unchecked one read
+    past A's end, or segfaulted for a large ``off``)."""
+    off = tc.var("off")
+    A = tc.placeholder((8,), name="A")
+    C = tc.compute((6,), lambda i: A[i + off] * 2, name="C")
+    s = tc.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=4)
+    f = tc.build(s, [A, C, off], checks=checks)
+    c = np.zeros(6, "float32")
+    f(np.arange(8, dtype="float32"), c, 2)
+    np.testing.assert_array_equal(c, np.arange(2, 8) * 2)
+    with pytest.raises(tc.ArgumentError, match=r"2 - off = -1 must be >= 0 \(off = 3 from "
+                                               r"parameter off \(argument 3\)\): it is the room "
+                                               r"left in dimension 0 of A \(extent 8\) after index "
+                                               r"0 of the read A\[i \+ off\] of compute C at i = 5"):
+        f(np.zeros(8, "float32"), c, 3)
+    for bad in (-1, 2**31 - 1, -2**31):
+        with pytest.raises(tc.ArgumentError, match=r"the read A\[i \+ off\] of compute C"):
+            f(np.zeros(8, "float32"), c, bad)
+
+
+def test_read_past_a_symbolic_extent():
+    """``A[i]`` over 8 rows of an ``A`` of ``n``: a call with ``n < 8`` is refused."""
+    n = tc.var("n")
+    A = tc.placeholder((n, 3), name="A")
+    C = tc.compute((8,), lambda i: A[i, 0] + A[i, 2], name="C")
+    f = tc.build(tc.create_schedule(C.op), [A, C])
+    with pytest.raises(tc.ArgumentError, match=r"n - 8 = -3 must be >= 0 \(n = 5 from n \(from "
+                                               r"A\.shape\[0\]\)\): it is the room left in "
+                                               r"dimension 0 of A \(extent n\) after index 0 of "
+                                               r"the read A\[i, 0\] of compute C at i = 7"):
+        f(np.zeros((5, 3), "float32"), np.zeros(8, "float32"))
+    c = np.zeros(8, "float32")
+    f(np.ones((9, 3), "float32"), c)
+    np.testing.assert_array_equal(c, 2)
 
 
 def test_index_provably_out_of_range_is_rejected_when_defined():
@@ -79,11 +121,23 @@ def test_index_provably_out_of_range_is_rejected_when_defined():
 def test_checked_build_symbolic_extent():
     n = tc.var("n")
     A = tc.placeholder((n,), name="A")
-    C = tc.compute((n,), lambda i: A[n - 1 - i + 1], name="C")
+    C = tc.compute((n,), lambda i: A[(n - i) % (n + 1)], name="C")
     s = tc.create_schedule(C.op)
     f = tc.build(s, [A, C], checks=True)
     with pytest.raises(tc.BoundsError, match=r"buffer A: index 5 is outside \[0, 5\)"):
         f(np.zeros(5, "float32"), np.zeros(5, "float32"))
+
+
+def test_read_out_of_range_for_every_symbolic_extent():
+    """``A[n - i]`` over ``n`` rows reads ``A[n]`` first, whatever ``n`` is: refused when
+    the kernel is lowered (the constant-extent version when it is defined)."""
+    n = tc.var("n")
+    A = tc.placeholder((n,), name="A")
+    C = tc.compute((n,), lambda i: A[n - 1 - i + 1], name="C")
+    with pytest.raises(tc.ShapeError, match=r"compute C: the read A\[n - 1 - i \+ 1\] is out "
+                                            r"of range for every value of the arguments \(where "
+                                            r"the compute is not empty\).* is -1; fix the index"):
+        tc.build(tc.create_schedule(C.op), [A, C])
 
 
 def test_checked_build_guarded_access_is_fine_and_results_match():

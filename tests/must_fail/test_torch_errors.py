@@ -330,3 +330,40 @@ def test_nested_tensor_for_a_symbolic_input():
     with pytest.raises(ArgumentError, match=r"input X \(argument 1\) is a nested tensor.*pass "
                                             r"x.to_padded_tensor\(0.0\)"):
         o(x)
+
+
+def test_tensor_whose_storage_was_shrunk(axpy, op):
+    # untyped_storage().resize_() (FSDP's way of freeing a parameter) leaves the tensor's
+    # shape: the binders read and wrote past the storage (a shrunk output: a segfault, or
+    # an output written into memory numpy allocated and then lost)
+    fix = r"resize the storage back to at least 128 bytes before the call"
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    for size in (0, 16, 124):
+        out = torch.zeros(4, 8)
+        axpy(x, y, out)                      # the fast binder, once with a whole storage
+        out.untyped_storage().resize_(size)
+        with pytest.raises(ArgumentError, match=rf"parameter C \(argument 3\): the torch "
+                                                rf"tensor's elements reach byte 128 of its "
+                                                rf"storage, which holds {size} bytes.*would "
+                                                rf"write past it; {fix}"):
+            axpy(x, y, out)
+        shrunk = torch.randn(4, 8)
+        shrunk.untyped_storage().resize_(size)
+        with pytest.raises(ArgumentError, match=rf"parameter B \(argument 2\).*holds {size} "
+                                                rf"bytes.*would read past it; {fix}"):
+            axpy(x, shrunk, torch.zeros(4, 8))
+    # a strided view (the generic path) and an offset into the storage
+    base = torch.zeros(8, 9)
+    view = base[:4, 1:]
+    base.untyped_storage().resize_(4 * 30)
+    with pytest.raises(ArgumentError, match=r"parameter C.*reach byte 144 of its storage, "
+                                            r"which holds 120 bytes"):
+        axpy(x, y, view)
+    f, _, _ = op
+    leaf = torch.randn(3, 4, requires_grad=True)
+    leaf.untyped_storage().resize_(0)
+    with pytest.raises(ArgumentError, match=r"parameter X \(argument 1\).*holds 0 bytes"):
+        f(leaf)
+    out = torch.zeros(4, 8)
+    axpy(x, y, out)                          # still callable
+    torch.testing.assert_close(out, 2 * x + y)

@@ -122,3 +122,45 @@ def test_draw_schedule_png_without_matplotlib(monkeypatch, tmp_path):
         nest.save(tmp_path / "nest.png")
     nest.save(tmp_path / "nest.html")   # the page needs nothing
     assert (tmp_path / "nest.html").read_text().startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link_to_fifo", "directory"])
+@pytest.mark.parametrize("suffix", ["html", "png"])
+def test_loopnest_save_onto_a_special_file(tmp_path, kind, suffix):
+    # writing a FIFO blocks until someone reads it: save() hung forever
+    import os
+    import signal
+    s, args, _, _ = _scale_kernel()
+    nest = tc.draw_schedule(s, args)
+    fifo = tmp_path / f"pipe.{suffix}"
+    if kind == "directory":
+        fifo.mkdir()
+        path, why = fifo, "is a directory"
+    else:
+        os.mkfifo(fifo)
+        path, why = fifo, "is a FIFO"
+        if kind == "link_to_fifo":
+            path = tmp_path / f"link.{suffix}"
+            path.symlink_to(fifo)
+            why = "is a symbolic link to .*which is a FIFO"
+    old = signal.signal(signal.SIGALRM, signal.default_int_handler)
+    signal.alarm(20)   # a regression fails here instead of hanging the suite
+    try:
+        with pytest.raises(tc.ArgumentError, match=rf"LoopNest\.save: .*(pipe|link)\.{suffix}' {why}"):
+            nest.save(path)
+        with pytest.raises(tc.ArgumentError, match=why):
+            tc.draw_schedule(s, args, path)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_roofline_plot_onto_a_fifo(tmp_path):
+    import os
+    _, _, f, arrays = _scale_kernel()
+    r = tc.roofline(f, arrays, **PEAKS)
+    fifo = tmp_path / "r.png"
+    os.mkfifo(fifo)
+    with pytest.raises(tc.ArgumentError, match=r"Roofline\.plot: .*r\.png' is a FIFO \(named "
+                                               r"pipe\), not a regular file; give the path"):
+        r.plot(fifo)

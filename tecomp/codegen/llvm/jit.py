@@ -44,6 +44,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 import llvmlite.binding as llvm
 
+from ...errors import InternalError
 from ...target import host as _host
 from . import libcalls, optproc as _optproc
 from .optproc import _LEN
@@ -214,8 +215,8 @@ class OptWorker:
         died before it could start, None when it died before replying, ``"timeout"``
         when it did not reply within ``timeout`` seconds (it is then still working)."""
         if self.pending:  # pragma: no cover - _get_worker replaces such a worker
-            raise RuntimeError("tecomp bug: a request to an LLVM worker whose pipe is out "
-                               "of step; please report it")
+            raise InternalError("a request to an LLVM worker whose pipe is out of step "
+                                "(its previous reply is unread)")
         data = text.encode("utf-8")
         self.pending = True
         r = self._request(data, explicit, timeout)
