@@ -10,12 +10,18 @@ becomes a main part without the guard and a guarded tail::
     for (v, m, K) { ... S ... }           K = clamp((N - rhi - 1) // a + 1 - m, 0, E)
     for (v, m + K, E - K) { ... if (a*v + r < N) S ... }
 
+An ``if`` term ``a >= b`` linear in ``v`` (a lower bound either way: a convolution's tap
+inside the image, ``y + ky >= 1``) splits the loop too, as a select's bound (below):
+the first output rows go apart, their tap loops starting past the padding (a part
+where the guard fails for every inner value loses the guarded statement).
+
 This is what makes a non-divisible split cheap: the vectorized or unrolled inner loop
 of the main part has no guard, so it stays vectorized/unrolled.  Loops bound to GPU
 threads are not partitioned, vectorized loops only where every part has a constant
 width (on the CPU: otherwise the guard stays a per-lane mask), nor
-is an unrolled loop inside a GPU kernel at a split point that is not a constant (it
-would no longer unroll, and the register arrays it indexes would go to local memory).
+is an unrolled loop at a split point that is not a constant (it would no longer unroll,
+and the register arrays it indexes would go to memory: a GPU thread's micro-tile, a CPU
+register block's accumulators).
 
 The same for the condition of a ``select`` that is a stored value, bounding the loop's
 counter either way (a padded input ``P[y, x] = select(y >= 1 && y <= H && ..., X[y - 1,
@@ -135,6 +141,12 @@ class _FindGuards(Visitor):
                 # a < b  <=>  coef*v + rest < 0, rest free of v (inner counters are relaxed)
                 lin = _linear(_op.sub(term.a, term.b), self.v)
                 if lin is not None and lin[0] > 0:
+                    self.found.append((term, lin, dict(self.inner)))
+            elif isinstance(term, GE) and uses_var(term, self.v):
+                # a >= b, either way (a convolution's tap inside the image, ``y + ky >=
+                # 1``: its first taps split off the rows they skip)
+                lin = _normalized(term, self.v)
+                if lin is not None:
                     self.found.append((term, lin, dict(self.inner)))
         self.generic_visit(s)
 
@@ -278,11 +290,15 @@ class LoopPartition(Mutator):
                 # unmasked loop); other widths (a 29-lane accumulator) LLVM legalizes
                 # worse than the mask (gemm 127x509x257: 30% slower)
                 parts = None
-            if parts is not None and s.kind == "unrolled" and self.in_kernel \
+            if parts is not None and s.kind == "unrolled" \
                     and not all(isinstance(p.extent, Const) for p in parts):
-                # in a GPU kernel an unrolled loop indexes register arrays (a thread's
-                # micro-tile): split at a run-time point, it would not unroll and the
-                # arrays would go to local memory; the guard is cheaper (predication)
+                # an unrolled loop indexes register arrays (a GPU thread's micro-tile, a
+                # CPU register block's accumulators): split at a run-time point, it would
+                # not unroll and the arrays would go to memory; the guard is cheaper
+                # (predication; on the CPU a branch per iteration, the accumulators kept
+                # in registers: a convolution's border block whose tap tests were split
+                # at run-time points ran its block through memory, ResNet's 64x56x56
+                # 4% slower in all)
                 parts = None
             if parts is not None and self.budget is not None:
                 extra = _size(s.body) * (len(parts) - 1)
@@ -417,7 +433,7 @@ class LoopPartition(Mutator):
         if not (isinstance(mid, Const) and mid.value == 0):
             parts.append(For(s.var, self.simplify(_op.add(s.min, kf), self.ranges), mid, s.kind,
                              s.body, s.thread_tag))
-        if not parts:
+        if isinstance(kt, Const) and kt.value == 0:
             return None   # the guard holds everywhere already: nothing to split off
         body_true = self.simplify(_DropTerm(term, True).visit(s.body), self.ranges)
         parts.append(For(s.var, self.simplify(_op.add(s.min, kt), self.ranges),
