@@ -7,12 +7,16 @@ Workloads: ResNeXt-50 32x4d's grouped 3x3 layers (``depthwise_conv.GROUPED``, 32
 groups) and ResNet's 3x3 layers (``resnet.LAYERS``), padding 1, float32, NCHW and NHWC
 (PyTorch on channels-last tensors for NHWC).  Medians, ms; "skip" is the speed-up of
 skipping (full / skip), the PyTorch ratios its time over tecomp's (> 1: tecomp is
-faster).  Every result is checked against PyTorch's first.
+faster).  Every result is checked against PyTorch's first.  ``--cpu-time`` (with
+``--threads 1``) times each call by the process's CPU time, which leaves out the time
+other processes run on a loaded machine.
 
     python3 benchmarks/conv_taps.py [--threads 2] [--rounds 9] [--batch 1,8]
-        [--layout nchw,nhwc] [--only grouped|dense] [--shapes 512x14,1024x7]
+        [--layout nchw,nhwc] [--only grouped|dense] [--shapes 512x14,1024x7] [--cpu-time]
 """
 from __future__ import annotations
+
+import time
 
 from common import base_parser, interleaved_turns, pin_threads, torch_or_none
 
@@ -23,7 +27,11 @@ def main() -> None:
     ap.add_argument("--layout", default="nchw,nhwc")
     ap.add_argument("--only", default="grouped,dense")
     ap.add_argument("--shapes", default="", help="only these CxH (e.g. 512x14,1024x7)")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time by the process's CPU time (with --threads 1)")
     args = ap.parse_args()
+    if args.cpu_time and args.threads != 1:
+        ap.error("--cpu-time times one thread's calls: use it with --threads 1")
     pin_threads(args.threads)
     import numpy as np
 
@@ -79,8 +87,10 @@ def main() -> None:
                 fns[f"torch {key}"] = (lambda tx=tx, tw=tw, s=s, g=groups:
                                        F.conv2d(tx, tw, stride=s, padding=1, groups=g))
                 rows.append(key)
-    t = interleaved_turns(fns, args.rounds)
-    print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds: 3x3 "
+    t = interleaved_turns(fns, args.rounds,
+                          clock=time.process_time if args.cpu_time else time.perf_counter)
+    print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, "
+          f"{'CPU time' if args.cpu_time else 'wall clock'}: 3x3 "
           f"convolutions, padding 1, taps on the padding skipped or computed")
     for key in rows:
         sk, fu, th = t[f"skip {key}"], t[f"full {key}"], t[f"torch {key}"]

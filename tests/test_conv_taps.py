@@ -58,6 +58,34 @@ def test_the_padded_taps_are_left_out_and_marked(nchw, groups):
     assert ZERO_WHERE not in plain.attrs and plain.body.condition.value is True
 
 
+def test_skipped_where_the_padding_is_a_share_worth_it():
+    """Taps are skipped where at least SKIP_SHARE of the products read the padding (a
+    56 x 56 plane padded by 1 under a 3 x 3 kernel: 2.4%, computed; 28 x 28: 4.7%,
+    skipped); padded_share counts them as a loop over every product does."""
+    from tecomp.nn.conv import SKIP_SHARE, padded_share
+    W = tc.placeholder((4, 4, 3, 3), name="W")
+    for n, marked in ((56, False), (28, True)):
+        op = _conv_op(nn.conv2d_nchw(tc.placeholder((1, 4, n, n), name="X"), W, padding=1))
+        assert bool(op.attrs.get(ZERO_WHERE)) is marked
+        assert (getattr(op.body.condition, "value", None) is True) is not marked
+    assert padded_share((56, 56), (3, 3), ((1, 1), (1, 1)), (1, 1), (1, 1), (56, 56)) < \
+        SKIP_SHARE < padded_share((28, 28), (3, 3), ((1, 1), (1, 1)), (1, 1), (1, 1), (28, 28))
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        hw, khw, st, dl = (tuple(int(v) for v in rng.integers(1, hi, 2))
+                           for hi in (10, 5, 4, 4))
+        pads = tuple(tuple(int(v) for v in rng.integers(0, 4, 2)) for _ in range(2))
+        out = [(hw[i] + sum(pads[i]) - dl[i] * (khw[i] - 1) - 1) // st[i] + 1 for i in (0, 1)]
+        if min(out) < 1:
+            continue
+        inside = sum(0 <= y * st[0] + a * dl[0] - pads[0][0] < hw[0] and
+                     0 <= x * st[1] + b * dl[1] - pads[1][0] < hw[1]
+                     for y in range(out[0]) for x in range(out[1])
+                     for a in range(khw[0]) for b in range(khw[1]))
+        want = 1 - inside / (out[0] * out[1] * khw[0] * khw[1])
+        assert abs(padded_share(hw, khw, pads, st, dl, out) - want) < 1e-12
+
+
 def test_terms_read_in_every_lane_are_dropped():
     """Vectors along the output's columns: the test of the columns (one per lane) is
     dropped, the padding's zeros multiplied instead; the rows' test is partitioned off

@@ -18,16 +18,42 @@ __all__ = ["conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d_nchw", "depthwise_con
 
 
 #: leave the taps that read the zero padding out of a 2-d convolution's sum (a ``where=``
-#: that lowering may drop: see ``_common.ZERO_WHERE``)
+#: that lowering may drop: see ``tecomp.te.reduce.ZERO_WHERE``)
 SKIP_PADDED_TAPS = True
 
+#: ... where at least this share of the products reads the padding.  The border blocks
+#: split off cost more than they save below it (measured on Zen 5, 1 thread, CPU time,
+#: under load: ResNet's 64x56x56, 2.4% of its taps on the padding, 0.96-0.98x; 128x28x28,
+#: 4.7%, 1.05x; 512x7x7, 18%, 1.18-1.22x)
+SKIP_SHARE = 0.04
 
-def _skipping(attrs, pads, hw):
+
+def padded_share(hw, khw, pads, stride, dilation, out_hw) -> float:
+    """The share of a convolution's products (output pixel x tap) that read its zero
+    padding: the ``hw`` plane padded by ``pads``, a ``khw`` kernel, ``out_hw`` outputs."""
+    inside = total = 1
+    for n, K, (b, _), s, d, out in zip(hw, khw, pads, stride, dilation, out_hw):
+        valid = 0
+        for k in range(K):
+            # outputs y with 0 <= y*s + k*d - b < n
+            lo = max(0, -((k * d - b) // s))
+            hi = min(out - 1, (n - 1 + b - k * d) // s)
+            valid += max(0, hi - lo + 1)
+        inside *= valid
+        total *= out * K
+    return 1 - inside / total if total else 0.0
+
+
+def _skipping(attrs, pads, hw, khw=None, stride=None, dilation=None, out_hw=None):
     """``(attrs, where)`` of a convolution of the ``hw`` plane padded by ``pads`` (None:
     not padded): ``attrs`` marked (``ZERO_WHERE``) where taps are skipped, and
     ``where(window)`` the ``where=`` of its sum at the padded input's ``(row, column)``
-    (None: every tap)."""
-    if not (SKIP_PADDED_TAPS and pads is not None and any(b or e for b, e in pads)):
+    (None: every tap).  Skipped where ``SKIP_PADDED_TAPS`` and at least ``SKIP_SHARE``
+    of the products read the padding."""
+    if not (SKIP_PADDED_TAPS and pads is not None and any(b or e for b, e in pads)) or \
+            padded_share(hw, [_int(e, "kernel extent") for e in khw], pads, stride, dilation,
+                         [e if isinstance(e, int) else _int(e, "output extent")
+                          for e in out_hw]) < SKIP_SHARE:
         return attrs, lambda win: None
     return {**attrs, ZERO_WHERE: True}, lambda win: padded_taps(win, pads, hw)
 
@@ -61,7 +87,7 @@ def _conv_compute(nchw: bool, src, weight, out_hw, stride, dilation, name: str, 
         def cin(o):
             return o // per * ci + c
     tag = ("group_" if groups > 1 else "") + ("conv2d_nchw" if nchw else "conv2d_nhwc")
-    attrs, where = _skipping(attrs, pads, hw)
+    attrs, where = _skipping(attrs, pads, hw, (KH, KW), stride, dilation, out_hw)
 
     def window(y, x):
         return y * sh + ky * dh, x * sw + kx * dw
@@ -269,11 +295,12 @@ def conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
 
     Notes
     -----
-    The taps that fall in the zero padding are left out of the sum (a ``where=`` marked
+    The taps that fall in the zero padding are left out of the sum where they are at
+    least ``tecomp.nn.conv.SKIP_SHARE`` (4%) of its products (a ``where=`` marked
     ``tecomp.te.reduce.ZERO_WHERE``, dense and grouped alike; depthwise convolutions,
     bound by memory, read their padding): the compiled loops split the border rows and
     columns off, their tap loops starting past the padding (on a 7 x 7 plane, a 3 x 3
-    kernel skips 18% of its products).  Where the vectors run along the columns, the
+    kernel skips 18% of its products; on 56 x 56, 2.4%, it computes them all).  Where the vectors run along the columns, the
     columns' test is dropped and the padding's zeros multiplied instead; a tensorized
     stage computes the full sum.  The result is the padded convolution's, but where a
     weight at such a tap is ``inf`` or NaN: it may add nothing to the outputs on the
