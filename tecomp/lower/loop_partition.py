@@ -19,9 +19,8 @@ This is what makes a non-divisible split cheap: the vectorized or unrolled inner
 of the main part has no guard, so it stays vectorized/unrolled.  Loops bound to GPU
 threads are not partitioned, vectorized loops only where every part has a constant
 width (on the CPU: otherwise the guard stays a per-lane mask), nor
-is an unrolled loop at a split point that is not a constant (it would no longer unroll,
-and the register arrays it indexes would go to memory: a GPU thread's micro-tile, a CPU
-register block's accumulators).
+is an unrolled loop inside a GPU kernel at a split point that is not a constant (it
+would no longer unroll, and the register arrays it indexes would go to local memory).
 
 The same for the condition of a ``select`` that is a stored value, bounding the loop's
 counter either way (a padded input ``P[y, x] = select(y >= 1 && y <= H && ..., X[y - 1,
@@ -290,15 +289,11 @@ class LoopPartition(Mutator):
                 # unmasked loop); other widths (a 29-lane accumulator) LLVM legalizes
                 # worse than the mask (gemm 127x509x257: 30% slower)
                 parts = None
-            if parts is not None and s.kind == "unrolled" \
+            if parts is not None and s.kind == "unrolled" and self.in_kernel \
                     and not all(isinstance(p.extent, Const) for p in parts):
-                # an unrolled loop indexes register arrays (a GPU thread's micro-tile, a
-                # CPU register block's accumulators): split at a run-time point, it would
-                # not unroll and the arrays would go to memory; the guard is cheaper
-                # (predication; on the CPU a branch per iteration, the accumulators kept
-                # in registers: a convolution's border block whose tap tests were split
-                # at run-time points ran its block through memory, ResNet's 64x56x56
-                # 4% slower in all)
+                # in a GPU kernel an unrolled loop indexes register arrays (a thread's
+                # micro-tile): split at a run-time point, it would not unroll and the
+                # arrays would go to local memory; the guard is cheaper (predication)
                 parts = None
             if parts is not None and self.budget is not None:
                 extra = _size(s.body) * (len(parts) - 1)
