@@ -90,6 +90,32 @@ def test_loop_partition():
     }""")
 
 
+def test_loop_partition_on_a_lower_bound():
+    """An if's lower bound ``i + k >= 2`` splits the loops as an upper bound does: the
+    rows where it holds for every tap lose it, the others start their tap loop past the
+    taps it leaves out (no test left)."""
+    A = tc.placeholder((8,), name="A")
+    k = tc.reduce_axis((0, 3), name="k")
+    B = tc.compute((6,), lambda i: tc.sum(A[i + k], axis=k, where=i + k >= 2), name="B")
+    before, after = _through("loop_partition", tc.create_schedule(B.op), [A, B])
+    assert "if (i + k >= 2) {" in before
+    assert after == _text("""
+    primfn main(A: float32[8], B: float32[6]) {
+      for (i, 0, 2) {
+        B[i] = 0f
+        for (k, min(max(2 - i, 0), 3), 3 - min(max(2 - i, 0), 3)) {
+          B[i] = B[i] + A[i + k]
+        }
+      }
+      for (i, 2, 4) {
+        B[i] = 0f
+        for (k, 0, 3) {
+          B[i] = B[i] + A[i + k]
+        }
+      }
+    }"""), after
+
+
 def test_loop_partition_drops_the_iterations_a_guard_rules_out():
     """A row of 56 split into panels of 48 lanes, each three unrolled vectors of 16: the
     last panel has 8 lanes, so its second and third vectors store nothing. They are
@@ -583,10 +609,10 @@ def test_hoist_guards():
     assert hoist_guards_pass(loads) is loads
 
 
-def test_hoist_guards_in_a_padded_conv3d():
-    """The taps of a 3-d convolution's depth and rows that read the zero padding are left
-    out of the sum (``tecomp.nn``'s ``where=``), tested once per tap, outside the loops of
-    the columns and the vector of output channels."""
+def _padded_conv3d(partition: bool):
+    """A 3-d convolution padded by 1 (its sum's ``where=`` leaves the taps in the padding
+    out), a vector of 8 output channels per pixel; ``partition`` False: its pixel and tap
+    loops under ``no_partition``."""
     import tecomp.nn as nn
     X, W = tc.placeholder((1, 16, 4, 6, 6), name="X"), tc.placeholder((16, 16, 3, 3, 3), name="W")
     Y = nn.conv3d_ncdhw(X, W, padding=1)
@@ -600,24 +626,54 @@ def test_hoist_guards_in_a_padded_conv3d():
     c, kd, kh, kw = s[CL].op.reduce_axis
     s[CL].reorder(c, kd, kh, kw, s[CL].op.axis[1])
     s[CL].vectorize(s[CL].op.axis[1])
-    before, after = _through("hoist_guards", s, [X, W, Y])
-    guard = "if (i2_1 + kd >= 1 && i3_1 + kh >= 1) {"
-    # before: the guard inside the vector loop; after: each term around its own tap loop,
-    # outside the columns' taps and the vector
-    assert before.index("for (kw, 0, 3) {") < before.index(guard) and guard not in after
-    at = after.index("for (c, 0, 16) {")
-    for line in ("for (kd, 0, 3) {", "if (i2_1 + kd >= 1) {", "for (kh, 0, 3) {",
-                 "if (i3_1 + kh >= 1) {", "for (kw, 0, 3) {", "vectorized (i1_1, 0, 8) {",
-                 "conv3d_ncdhw.local[0, i1_1, 0, 0, 0] = conv3d_ncdhw.local"):
-        at = after.index(line, at)   # in this order
+    if not partition:
+        for st, iv in ((s[Y], z), (s[Y], y), (s[CL], kd), (s[CL], kh)):
+            st.pragma(iv, "no_partition")
+    return s, [X, W, Y]
+
+
+def _check_padded_conv3d(s, args):
     x = np.random.default_rng(0).standard_normal((1, 16, 4, 6, 6)).astype("float32")
     w = np.random.default_rng(1).standard_normal((16, 16, 3, 3, 3)).astype("float32")
     p = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1), (1, 1)))
     want = sum(np.einsum("ncdhw,oc->nodhw", p[:, :, a:a + 4, b:b + 6, e:e + 6], w[:, :, a, b, e])
                for a in range(3) for b in range(3) for e in range(3))
     y = np.empty((1, 16, 4, 6, 6), "float32")
-    tc.build(s, [X, W, Y])(x, w, y)
+    tc.build(s, args)(x, w, y)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def test_hoist_guards_in_a_padded_conv3d():
+    """The taps of a 3-d convolution's depth and rows that read the zero padding are left
+    out of the sum (``tecomp.nn``'s ``where=``): where the loops are not partitioned,
+    tested once per tap, outside the loops of the columns and the vector of output
+    channels."""
+    s, args = _padded_conv3d(partition=False)
+    before, after = _through("hoist_guards", s, args)
+    guard = "if (i2_1 + kd >= 1 && i2_1 + kd < 5 && i3_1 + kh >= 1 && i3_1 + kh < 7) {"
+    # before: the guard inside the vector loop; after: each term around its own tap loop,
+    # outside the columns' taps and the vector
+    assert before.index("for (kw, 0, 3) {") < before.index(guard) and guard not in after
+    at = after.index("for (c, 0, 16) {")
+    for line in ("for (kd, 0, 3) {", "if (i2_1 + kd >= 1 && i2_1 + kd < 5) {",
+                 "for (kh, 0, 3) {", "if (i3_1 + kh >= 1 && i3_1 + kh < 7) {", "for (kw, 0, 3) {", "vectorized (i1_1, 0, 8) {",
+                 "conv3d_ncdhw.local[0, i1_1, 0, 0, 0] = conv3d_ncdhw.local"):
+        at = after.index(line, at)   # in this order
+    _check_padded_conv3d(s, args)
+
+
+def test_loop_partition_of_padded_taps():
+    """The same convolution partitioned: the first plane and row of outputs split off the
+    others, where their tap loops start past the taps in the padding (a lower bound,
+    ``i2_1 + kd >= 1``, splits a loop as an upper bound does), and no test is left."""
+    s, args = _padded_conv3d(partition=True)
+    _, after = _through("loop_partition", s, args)
+    conv = after[after.index("for (i1.outer"):]
+    assert "if (" not in conv
+    for line in ("for (i2_1, 0, 1) {", "for (kd, 1, 2) {", "for (kh, 1, 2) {",
+                 "for (i2_1, 1, 2) {", "for (kd, 0, 3) {"):
+        assert line in conv, line
+    _check_padded_conv3d(s, args)
 
 
 def test_persistent():

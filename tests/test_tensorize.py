@@ -210,6 +210,38 @@ def test_a_user_declared_float_intrinsic(backend):
 
 
 @pytest.mark.parametrize("backend", HOST_BACKENDS)
+@pytest.mark.parametrize("marked", [True, False])
+def test_tensorize_computes_a_marked_where_in_full(backend, marked):
+    """A sum whose where= leaves out zero products (the first two columns of X, zeros
+    here: a padding; ``ZERO_WHERE``) tensorizes, the intrinsic (the interpreter: its
+    declared loops) adding them; an unmarked where= is refused."""
+    if backend == "llvm" and not HOST.has_feature("fma"):
+        pytest.skip("this CPU has no FMA")
+    from tecomp.te.reduce import ZERO_WHERE
+    X = tc.placeholder((6, 10), name="X")
+    W = tc.placeholder((10, 16), name="W")
+    k = tc.reduce_axis((0, 10), name="k")
+    Y = tc.compute((6, 16), lambda i, j: tc.sum(X[i, k] * W[k, j], axis=k, where=k >= 2),
+                   name="Y", attrs={ZERO_WHERE: True} if marked else None)
+    s = tc.create_schedule(Y.op)
+    i, j = Y.op.axis
+    jo, ji = s[Y].split(j, factor=8)
+    ko, ki = s[Y].split(k, factor=2)
+    s[Y].reorder(i, jo, ko, ki, ji)
+    s[Y].tensorize(ki, _fma8())
+    if not marked:
+        with pytest.raises(tc.ScheduleError, match="where= condition"):
+            tc.lower(s, [X, W, Y])
+        return
+    rng = np.random.default_rng(2)
+    x, w = rng.random((6, 10), np.float32), rng.random((10, 16), np.float32)
+    x[:, :2] = 0
+    y = np.zeros((6, 16), np.float32)
+    run(s, [X, W, Y], [x, w, y], backend)
+    np.testing.assert_allclose(y, x.astype(np.float64) @ w, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
 def test_an_elementwise_intrinsic_with_strides_it_reads_itself(backend):
     """A non-reduction intrinsic that overwrites its output, declared dense=False: it gets
     the region's strides (a column of a row-major matrix here) and handles them."""

@@ -25,9 +25,9 @@ from ..ir.stmt import For, IfThenElse, PrimFunc
 _KINDS = ("serial", "unrolled", "vectorized")
 
 
-def _terms(c):
-    """The conjuncts of ``c``."""
-    return _terms(c.a) + _terms(c.b) if isinstance(c, And) else [c]
+def conjuncts(c):
+    """The terms of the conjunction ``c`` (``[c]`` where it is not one)."""
+    return conjuncts(c.a) + conjuncts(c.b) if isinstance(c, And) else [c]
 
 
 def _pure(c) -> bool:
@@ -39,9 +39,9 @@ class _Hoist(Mutator):
         body = self.visit(s.body)
         if s.kind in _KINDS and not s.thread_tag and isinstance(body, IfThenElse):
             if body.else_case is None:
-                out = [t for t in _terms(body.cond) if _pure(t) and not uses_var(t, s.var)]
+                out = [t for t in conjuncts(body.cond) if _pure(t) and not uses_var(t, s.var)]
                 if out:
-                    keep = [t for t in _terms(body.cond) if not any(t is o for o in out)]
+                    keep = [t for t in conjuncts(body.cond) if not any(t is o for o in out)]
                     inner = body.then_case if not keep else IfThenElse(_op.all_(*keep),
                                                                        body.then_case)
                     return IfThenElse(_op.all_(*out), self.visit(

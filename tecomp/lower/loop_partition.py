@@ -10,6 +10,11 @@ becomes a main part without the guard and a guarded tail::
     for (v, m, K) { ... S ... }           K = clamp((N - rhi - 1) // a + 1 - m, 0, E)
     for (v, m + K, E - K) { ... if (a*v + r < N) S ... }
 
+An ``if`` term ``a >= b`` linear in ``v`` (a lower bound either way: a convolution's tap
+inside the image, ``y + ky >= 1``) splits the loop too, as a select's bound (below):
+the first output rows go apart, their tap loops starting past the padding (a part
+where the guard fails for every inner value loses the guarded statement).
+
 This is what makes a non-divisible split cheap: the vectorized or unrolled inner loop
 of the main part has no guard, so it stays vectorized/unrolled.  Loops bound to GPU
 threads are not partitioned, vectorized loops only where every part has a constant
@@ -135,6 +140,12 @@ class _FindGuards(Visitor):
                 # a < b  <=>  coef*v + rest < 0, rest free of v (inner counters are relaxed)
                 lin = _linear(_op.sub(term.a, term.b), self.v)
                 if lin is not None and lin[0] > 0:
+                    self.found.append((term, lin, dict(self.inner)))
+            elif isinstance(term, GE) and uses_var(term, self.v):
+                # a >= b, either way (a convolution's tap inside the image, ``y + ky >=
+                # 1``: its first taps split off the rows they skip)
+                lin = _normalized(term, self.v)
+                if lin is not None:
                     self.found.append((term, lin, dict(self.inner)))
         self.generic_visit(s)
 
@@ -417,7 +428,7 @@ class LoopPartition(Mutator):
         if not (isinstance(mid, Const) and mid.value == 0):
             parts.append(For(s.var, self.simplify(_op.add(s.min, kf), self.ranges), mid, s.kind,
                              s.body, s.thread_tag))
-        if not parts:
+        if isinstance(kt, Const) and kt.value == 0:
             return None   # the guard holds everywhere already: nothing to split off
         body_true = self.simplify(_DropTerm(term, True).visit(s.body), self.ranges)
         parts.append(For(s.var, self.simplify(_op.add(s.min, kt), self.ranges),

@@ -61,6 +61,8 @@ from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, input_tensors_of
 from .prefetch import PrefetchRequest
 from .tensorize import tensorize_call
 from ..te.tensor_intrin import tensor_intrin
+from ..te.reduce import ZERO_WHERE
+from .hoist_guards import conjuncts
 
 
 def _when_nonempty(extent: Expr) -> Expr:
@@ -1265,7 +1267,8 @@ class LowerContext:
             # (a user reducer's combiner and identity may read the indices too)
             comb = map_combiner(body.combiner, lambda e: self.lower_expr(substitute(e, vmap)))
             srcs = [self.lower_expr(substitute(b.source, vmap)) for b in inf.bodies]
-            cond = self.lower_expr(substitute(body.condition, vmap))
+            cond = _kept_terms(st, self.lower_expr(substitute(body.condition, vmap)),
+                               self._tensorized_at(st) is not None)
             if len(bufs) == 1:
                 buf = bufs[0]
                 cur = BufferLoad(buf, store_idx, buf.dtype)
@@ -1844,6 +1847,38 @@ def _is_zero(e: Expr) -> bool:
 
 def _uses_reduce(g: Expr, st: Stage, inf: StageInfo) -> bool:
     return any(uses_var(g, iv.var) for iv in st.leaf_iter_vars if iv.kind == "reduce")
+
+
+def _kept_terms(st: Stage, cond, tensorized: bool):
+    """The reduction condition ``cond`` (lowered) of stage ``st`` as its loops test it.
+    A stage whose ``where=`` leaves out only zero products (``ZERO_WHERE``: a
+    convolution's taps on its zero padding) drops the terms that read one of its
+    vectorized loops (every lane would test them: computing the zero products is
+    cheaper), and the whole condition where it is tensorized (the intrinsic computes
+    the full sum); the others are tested once per iteration of the loops they read
+    (``hoist_guards``).  In a GPU kernel the condition is dropped too: its threads
+    compute the zero products, as they did before convolutions skipped them (a test per
+    tap in every thread, not measured on a device)."""
+    if not st.op.attrs.get(ZERO_WHERE) or (isinstance(cond, Const) and cond.value is True):
+        return cond
+    if tensorized or _in_kernel(st):
+        return Const(True, "bool")
+    lanes = [iv.var for iv in st.leaf_iter_vars
+             if getattr(st.iter_attrs.get(iv), "kind", None) == "vectorized"]
+    kept = [t for t in conjuncts(cond) if not any(uses_var(t, v) for v in lanes)]
+    return _op.all_(*kept) if kept else Const(True, "bool")
+
+
+def _in_kernel(st: Stage) -> bool:
+    """Whether stage ``st`` runs in a GPU kernel: a loop of its own or of a stage it is
+    computed at (up the chain) is bound to a thread axis."""
+    seen = set()
+    while st is not None and id(st) not in seen:
+        seen.add(id(st))
+        if any(_thread_tag(st, iv) for iv in st.leaf_iter_vars):
+            return True
+        st = st.attach_stage if st.attach_type == "scope" else None
+    return False
 
 
 def _guard(stmt, guards):

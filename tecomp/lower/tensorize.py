@@ -28,6 +28,7 @@ from ..ir.names import display
 from ..ir.printer import to_str
 from ..ir.simplify import affine_steps, simplify
 from ..ir.stmt import TensorIntrinCall
+from ..te.reduce import ZERO_WHERE
 from ..te.tensor_intrin import row_major
 
 
@@ -51,7 +52,9 @@ def tensorize_call(ctx, st, leaves, t: int, value: Expr, store_idx, fallback, re
         body = st.op.bodies[0]
         ibody = iop.body
         _check_reducer(body, ibody, intrin, what)
-        if not (isinstance(body.condition, Const) and body.condition.value is True):
+        # (a where= that leaves out only zero products, ZERO_WHERE, is computed anyway)
+        if not (isinstance(body.condition, Const) and body.condition.value is True) \
+                and not st.op.attrs.get(ZERO_WHERE):
             raise ScheduleError(f"{what}: the stage's reduction has a where= condition, which "
                                 "the intrinsic does not compute; tensorize a reduction without one")
         isrc = ibody.source

@@ -9,6 +9,7 @@ from ..ir import dtype as _dt
 from ..ir.expr import Const, Expr, Var
 from ..ir.functor import collect, substitute
 from ..ir.simplify import simplify
+from ..te.reduce import ZERO_WHERE  # noqa: F401 (the convolutions mark their where=)
 from ..te.tensor import Tensor
 from ._check import Args
 
@@ -82,3 +83,13 @@ def _largest_divisor_at_most(n: int, cap: int) -> int:
         if n % d == 0:
             return d
     return 1
+
+
+def padded_taps(win, pads, size):
+    """The ``where=`` of a convolution's sum that leaves out the taps in the zero
+    padding: ``win[d]`` (the padded input's index of spatial dimension ``d``) inside
+    ``[before, before + size[d])`` for each dimension padded (``pads[d] = (before,
+    after)``); None where none is."""
+    inside = [cond for y, (b, e), n in zip(win, pads, size) if b or e
+              for cond in ((y >= b,) if b else ()) + ((y < b + n,) if e else ())]
+    return _te.all(*inside) if inside else None

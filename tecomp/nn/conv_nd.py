@@ -8,7 +8,7 @@ from .. import te as _te
 from ..te.tensor import Tensor
 from ..ir.expr import Const
 from ._check import Args
-from ._common import _acc, _rounded
+from ._common import ZERO_WHERE, _acc, _rounded, padded_taps
 from .transform import pad
 
 __all__ = ["conv1d_ncw", "conv1d_nwc", "conv3d_ncdhw", "conv3d_ndhwc"]
@@ -110,14 +110,14 @@ def conv_nd(op: str, data, weight, stride, padding, dilation, groups, name: str,
         w = weight[(o, c, *ks)] if first else weight[(*ks, c, o)]
         # the taps of the outer spatial dimensions that fall in the zero padding are left
         # out of the sum (tested once per tap, not per lane: lower/hoist_guards.py)
-        inside = [cond for y, (b, e), n in zip(win[:-1], pads[:-1], size[:-1]) if b or e
-                  for cond in (y >= b, y < b + n)] if SKIP_PADDED_TAPS else []
         return _te.sum(x.astype(acc) * w.astype(acc), axis=[c, *ks],
-                       where=_te.all(*inside) if inside else None)
+                       where=padded_taps(win[:-1], pads[:-1], size[:-1]) if skip else None)
 
+    skip = SKIP_PADDED_TAPS and any(b or e for b, e in pads[:-1])
+    attrs = {"conv": (stride, pads, dilation, g)}
     shape = (N, O, *out_sp) if first else (N, *out_sp, O)
     conv = _te.compute(shape, body, name=name if acc == out else f"{name}.acc", tag=op,
-                       attrs={"conv": (stride, pads, dilation, g)})
+                       attrs={**attrs, ZERO_WHERE: True} if skip else attrs)
     return _rounded(conv, out, name)
 
 
@@ -144,11 +144,13 @@ _PARAMS = """    stride : int or sequence of int, optional
 _SKIPPED = """    Notes
     -----
     The taps of the depth and height that fall in the zero padding are left out of the
-    sum (a ``where=`` on the reduction, tested once per tap by the compiled loops: a
-    quarter of the work of a 3x3x3 kernel over 4 planes of 14 x 14). The result is the
-    padded convolution's, but where a weight at such a tap is ``inf`` or NaN: it adds
-    nothing to the outputs on the border here, where PyTorch adds ``0 * inf = NaN``
-    (the outputs inside, which read it, are NaN in both).
+    sum (a ``where=`` on the reduction marked ``tecomp.te.reduce.ZERO_WHERE``: the
+    compiled loops split the border planes and rows off, their tap loops starting past
+    the padding, or test it once per tap; a quarter of the work of a 3x3x3 kernel over 4
+    planes of 14 x 14).  The result is the padded convolution's, but where a weight at
+    such a tap is ``inf`` or NaN: it may add nothing to the outputs on the border here,
+    where PyTorch adds ``0 * inf = NaN`` (the outputs inside, which read it, are NaN in
+    both; whether a border output is depends on the schedule).
 """
 
 RAISES = """    Raises

@@ -18,6 +18,7 @@ from ..ir import op as _op
 from ..ir.expr import LT, And, Const, IterVar, ProducerLoad, Range, Reduce, Select, Var
 from ..ir.functor import collect, map_combiner, substitute
 from ..ir.op import if_then_else
+from ..te.reduce import ZERO_WHERE
 from ..te.tensor import ComputeOp, Tensor
 from .relations import Fuse, Split, _with_body, covering_extent
 
@@ -121,8 +122,10 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     else:
         rf_bodies = [src if _is_true(cond) else if_then_else(cond, src, ident)
                      for src, ident in zip(srcs, idents)]
+    # (the tail guard leaves out terms that are not zero: ZERO_WHERE no longer holds)
+    attrs = {k: v for k, v in op.attrs.items() if k != ZERO_WHERE} if conds else op.attrs
     rf_op = ComputeOp(f"{op.name}.rf", rf_axes,
-                      tuple(rf_bodies) if len(bodies) > 1 else rf_bodies[0], op.tag, op.attrs)
+                      tuple(rf_bodies) if len(bodies) > 1 else rf_bodies[0], op.tag, attrs)
     rf = rf_op.output(0)
     rst = type(st)(rf_op, sch)   # a Stage (this module does not import schedule.py)
     sch.stages.insert(sch.stages.index(st), rst)

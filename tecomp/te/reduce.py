@@ -14,6 +14,16 @@ from ..ir import dtype as _dt
 from ..ir.expr import CommReducer, Const, Expr, IterVar, Reduce, TupleCommReducer, Var, as_expr
 from ..ir import op as _op
 
+#: The ``attrs`` key (value True) of a compute whose sum's ``where=`` leaves out only
+#: terms that are zero products, such as a convolution's taps on its zero padding
+#: (``tecomp.nn``'s convolutions set it).  Lowering may then test the condition or
+#: compute those terms anyway, whichever is cheaper: a term of the condition that reads
+#: a vectorized loop is dropped rather than tested in every lane, and ``tensorize``
+#: computes the intrinsic's full sum.  The value is the same where the operands are
+#: finite (a skipped ``0 * inf`` is NaN when computed).  A ``where=`` that excludes
+#: nonzero terms must not carry it; ``rfactor`` drops it when it adds its tail guard.
+ZERO_WHERE = "where_zero_terms"
+
 
 #: every Reducer made (the built-ins and tc.comm_reducer's), for :func:`reducer_of`
 _REDUCERS: "weakref.WeakSet[Reducer]" = weakref.WeakSet()

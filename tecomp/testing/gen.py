@@ -242,7 +242,8 @@ def _index_cond(c: _StageCtx, ks: List[int]):
     ks = [r for r in ks if c.exts[r] != "n"]
     if f == "tap" and data and ks:
         # a convolution's taps inside the image: ``y + ky >= 1 && x + kx < W + 1``, terms
-        # that read outer and inner loops (lower/hoist_guards.py moves each out on its own)
+        # that read outer and inner loops (lower/loop_partition.py splits on either bound,
+        # lower/hoist_guards.py moves each term out on its own where loops stay whole)
         def tap(op):
             j = d.choice(data)
             r = d.choice(ks)
