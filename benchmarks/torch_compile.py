@@ -23,7 +23,7 @@ with the cache the first filled (warm); TorchDynamo's tracing is in both.
                                                   resnet50-downsample]
                                         [--threads 1,2] [--rounds 5] [--layers 12]
                                         [--profile] [--other-threads]
-                                        [--ab prepack,no-strided-gemm,shared-pools] [--cpu]
+                                        [--ab prepack,no-strided-gemm,own-pools] [--cpu]
 
 Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
 time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
@@ -32,18 +32,16 @@ time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
 option ``threads`` not its default (``"tecomp"``: its kernels on tecomp's pool; see the
 backend's options).
 
-``--ab prepack,no-strided-gemm,shared-pools`` (the ResNet-50 cases) adds variants of the
+``--ab prepack,no-strided-gemm,own-pools`` (the ResNet-50 cases) adds variants of the
 tecomp backend to the same turns, each printed with its time over the default's:
 ``prepack`` the option ``prepack=True`` (the convolutions' weights packed into the
 kernels' layouts once, not copied at every call), ``no-strided-gemm`` the strided 1x1
 convolutions left to the convolution template instead of a subsampled copy and a GEMM
-(compiled without the disk cache), ``shared-pools`` the default's kernels with the
-thread pools of the libraries loaded from the disk cache (one each) running their loops
-on the process's first pool (``tecomp.dynamo.cache.SHARE_POOLS``), as the process that
-built the kernels ran them on the JIT's one pool.  A variant compiled without the disk
-cache builds its kernels in this process: they run on the JIT's one pool, while the
-default's, loaded from the disk cache, run on a pool each; ``no-strided-gemm`` compares
-fairly with ``shared-pools``, not with the default.
+(compiled without the disk cache: its kernels run on the JIT's one pool, as the
+default's, loaded from the disk cache, run on the process's first pool), ``own-pools``
+the default's kernels with the thread pools of the libraries loaded from the disk cache
+(one each) running their loops on their own threads (``tecomp.dynamo.cache.SHARE_POOLS``
+off).
 
 ``--cpu`` reads each call's process CPU time (all threads) instead of its wall time: on
 a loaded machine it leaves out the time the process waited for a core, a fair figure at
@@ -131,13 +129,13 @@ def _other_threads_tool(model) -> dict:
 #: the variants ``--ab`` can add to the turns: the backend with an option not its
 #: default's, or a lowering switched off (compiled without the disk cache, whose keys do
 #: not know the switch)
-VARIANTS = ("prepack", "no-strided-gemm", "shared-pools")
+VARIANTS = ("prepack", "no-strided-gemm", "own-pools")
 
 
-def _shared_pools(fn):
-    """``fn`` run with every loaded library's thread pool on the process's first pool
-    (:func:`tecomp.threads.share_pool`, as ``tecomp.dynamo.cache.SHARE_POOLS`` does for
-    the kernels loaded from the disk cache), each on its own threads again after it."""
+def _own_pools(fn):
+    """``fn`` run with every loaded library's thread pool on its own threads (the
+    default runs them on the process's first pool: ``tecomp.dynamo.cache.SHARE_POOLS``,
+    :func:`tecomp.threads.share_pool`), each on the first pool again after it."""
     from tecomp import threads
 
     first = next((p for p in threads._POOLS if p.parallel_for), None)
@@ -145,12 +143,12 @@ def _shared_pools(fn):
 
     def call(*a, **k):
         for p in pools:
-            threads.share_pool(p.owner)
+            p.delegate_to(None)
         try:
             return fn(*a, **k)
         finally:
             for p in pools:
-                p.delegate_to(None)
+                threads.share_pool(p.owner)
     return call
 
 
@@ -168,12 +166,12 @@ def _variant_tools(model, run) -> dict:
 
     out = {}
     for v in names:
-        opts = {"prepack": True} if v == "prepack" else {} if v == "shared-pools" else \
+        opts = {"prepack": True} if v == "prepack" else {} if v == "own-pools" else \
             {"cache": False}
         fn = torch.compile(copy.deepcopy(model), backend="tecomp", options=opts)
-        if v == "shared-pools":
+        if v == "own-pools":
             run(fn)   # (the default's kernels, loaded by it from the disk cache)
-            out[f"tecomp {v}"] = _shared_pools(fn)
+            out[f"tecomp {v}"] = _own_pools(fn)
             continue
         strided = lowering_nn.GEMM_1X1_STRIDED
         if v == "no-strided-gemm":

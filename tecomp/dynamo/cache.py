@@ -62,11 +62,12 @@ STATS = {"built": 0, "disk": 0, "memory": 0, "failed": 0}
 #: whether the kernels loaded from the disk cache run their parallel loops on the
 #: process's first thread pool (:func:`tecomp.threads.share_pool`) instead of a pool of
 #: their own each (every library carries one), as the process that built them ran them
-#: on the JIT's one pool.  Off: on the loaded 2-core Zen 5 VM (load average 8-15)
-#: ResNet-50 at batch 1 on 2 threads ran slower on one pool (median 81.8 against 62.8
-#: ms; least process CPU 51.7 against 55.8), as in session 8 at batch 8; not yet
-#: measured on a quiet machine (``benchmarks/torch_compile.py --ab shared-pools``)
-SHARE_POOLS = False
+#: on the JIT's one pool.  On: ResNet-50 on 2 threads of the quiet Zen 5 VM, two runs
+#: (``benchmarks/torch_compile.py --ab shared-pools`` at 730ca5b, medians of 7), batch 1:
+#: 26.4 against 29.0 ms and 27.8 against 29.1; batch 8: 176.1 against 179.7 and 198.8
+#: against 198.6 (``--ab own-pools`` is the comparison since).
+#: (Under load, on one pool ResNet-50 at batch 1 ran slower: median 81.8 against 62.8 ms.)
+SHARE_POOLS = True
 
 
 def source_digest() -> str:
