@@ -470,8 +470,13 @@ class CudaRenderer(CSource):
         self.emit(_comment(f"vectorized {s.var.name}: {s.extent.value} elements in one "
                            f"{nbytes}-byte {'asynchronous copy' if asynchronous else 'move'} "
                            f"where both addresses are aligned"))
-        self.open_block(f"if ({self.helper('tc_aligned2')}({ptrs[0]}, {ptrs[1]}, {nbytes}))")
-        self.emit(f"{move}({ptrs[0]}, {ptrs[1]});")
+        self._aligned_else_loop(s, ptrs[0], ptrs[1], nbytes, f"{move}({ptrs[0]}, {ptrs[1]});")
+        return True
+
+    def _aligned_else_loop(self, s: For, dst: str, src: str, nbytes: int, line: str):
+        """``if (both addresses aligned to nbytes) line; else`` the loop ``s`` as it is."""
+        self.open_block(f"if ({self.helper('tc_aligned2')}({dst}, {src}, {nbytes}))")
+        self.emit(line)
         self.indent -= 1
         self._scopes.pop()
         self.emit("} else {")
@@ -479,7 +484,6 @@ class CudaRenderer(CSource):
         self._scopes.append(set())
         super().serial_loop(s)
         self.close_block()
-        return True
 
     def copy_pointers(self, s: For, st: BufferStore, src: BufferLoad):
         """The C pointers to the first elements the vectorized copy ``s`` (``st`` of
@@ -542,16 +546,9 @@ class CudaRenderer(CSource):
         # (past the edge no byte of the source is read: its address is the tensor's own)
         self.emit(f"const void* tc_src = tc_in > 0 ? (const void*)({ptrs[1]}) : "
                   f"(const void*){self.buffer_ref(src.buffer)};")
-        self.open_block(f"if ({self.helper('tc_aligned2')}({ptrs[0]}, tc_src, {nbytes}))")
-        self.emit(f"{self.helper(f'tc_cp_async_zfill{nbytes}')}({ptrs[0]}, tc_src, "
-                  f"tc_in * {size});")
-        self.indent -= 1
-        self._scopes.pop()
-        self.emit("} else {")
-        self.indent += 1
-        self._scopes.append(set())
-        super().serial_loop(s)
-        self.close_block()
+        self._aligned_else_loop(s, ptrs[0], "tc_src", nbytes,
+                                f"{self.helper(f'tc_cp_async_zfill{nbytes}')}({ptrs[0]}, "
+                                f"tc_src, tc_in * {size});")
         self.close_block()
         return True
 
