@@ -707,6 +707,78 @@ def test_persistent():
     }""")
 
 
+def _tiles_of_a_symbolic_row():
+    """``parallel (f)`` over (row, 32-column tile) fused, ``n`` symbolic: the tile's
+    columns run to ``min(n - (f % c)*32, 32)``, ``c = (n + 31) // 32`` tiles a row."""
+    from tecomp.ir.expr import Max, Min
+    from tecomp.ir import op as O
+    from tecomp.lower.ranges import extent_checks
+    n, f, j = Var("n", "int64"), Var("f", "int64"), Var("j", "int64")
+    i64 = lambda v: Const(v, "int64")  # noqa: E731
+    A, B = Buffer("A", (i64(2), n), "float32"), Buffer("B", (i64(2), n), "float32")
+    c = O.floordiv(O.add(n, i64(31)), i64(32))
+    col = O.add(O.mul(O.floormod(f, c), i64(32)), j)
+    row = O.floordiv(f, c)
+    cols = Max(Min(O.sub(n, O.mul(O.floormod(f, c), i64(32))), i64(32), "int64"), i64(0), "int64")
+    body = For(j, i64(0), cols, "unrolled", BufferStore(
+        B, O.mul(BufferLoad(A, (row, col), "float32"), Const(2.0, "float32")), (row, col)))
+    return PrimFunc("f", (A, B), For(f, i64(0), O.mul(c, i64(2)), "parallel", body),
+                    {"param_checks": extent_checks((A, B))})
+
+
+def test_version_tiles():
+    """A parallel loop whose tiles have a symbolic tail gets a version for full tiles,
+    where the simplifier reads the condition (the tile's extent is 32, unrolled), and
+    one for the tail (its unrolled loops plain loops)."""
+    from tecomp.lower.version_tiles import version_tiles_pass
+    after = P.simplify_pass(version_tiles_pass(_tiles_of_a_symbolic_row()))
+    assert to_str(after) == _text("""
+    primfn f(A: float32[2i64, n], B: float32[2i64, n]) {
+      // var n: int64
+      // param_check n in [0, 1099511627776]: 'a symbolic extent (at most 2**40 = 1099511627776)'
+      parallel (f, 0i64, ((n + 31i64) // 32i64)*2i64) {
+        if (n >= (f % ((n + 31i64) // 32i64))*32i64 + 32i64) {
+          unrolled (j, 0i64, 32i64) {
+            B[f // ((n + 31i64) // 32i64), (f % ((n + 31i64) // 32i64))*32i64 + j] = A[f // ((n + 31i64) // 32i64), (f % ((n + 31i64) // 32i64))*32i64 + j]*2f
+          }
+        } else {
+          for (j, 0i64, max(n - (f % ((n + 31i64) // 32i64))*32i64, 0i64)) {
+            B[f // ((n + 31i64) // 32i64), (f % ((n + 31i64) // 32i64))*32i64 + j] = A[f // ((n + 31i64) // 32i64), (f % ((n + 31i64) // 32i64))*32i64 + j]*2f
+          }
+        }
+      }
+    }""")
+    # a tail linear in the loop's counter is loop partitioning's: nothing to version
+    k = Var("k", "int32")
+    lin = PrimFunc("f", (A16, B16), For(k, Const(0), Const(2), "parallel", For(
+        I, Const(0), tc.min(Const(16) - k * 8, Const(8)), "unrolled",
+        BufferStore(B16, BufferLoad(A16, (k * 8 + I,), "float32"), (k * 8 + I,)))))
+    assert version_tiles_pass(lin) is lin
+
+
+def test_hoist_divisions():
+    """Divisions by a symbolic divisor are bound once at the top of the body of the
+    innermost loop whose counter they read (a loop bound too: here none is costly)."""
+    from tecomp.lower.hoist_divisions import hoist_divisions_pass
+    after = hoist_divisions_pass(_tiles_of_a_symbolic_row())
+    assert to_str(after) == _text("""
+    primfn f(A: float32[2i64, n], B: float32[2i64, n]) {
+      // var n: int64
+      // param_check n in [0, 1099511627776]: 'a symbolic extent (at most 2**40 = 1099511627776)'
+      parallel (f, 0i64, ((n + 31i64) // 32i64)*2i64) {
+        let cse0 = f % ((n + 31i64) // 32i64)
+        let cse1 = f // ((n + 31i64) // 32i64)
+        unrolled (j, 0i64, max(min(n - cse0*32i64, 32i64), 0i64)) {
+          B[cse1, cse0*32i64 + j] = A[cse1, cse0*32i64 + j]*2f
+        }
+      }
+    }""")
+    x = np.random.default_rng(0).standard_normal((2, 77)).astype("float32")
+    y = np.zeros_like(x)
+    tc.build(after)(x, y)
+    np.testing.assert_array_equal(y, x * 2)
+
+
 #: the test of each pass
 PASS_TESTS = {
     "persistent": test_persistent,
@@ -720,6 +792,7 @@ PASS_TESTS = {
     "vector_plan": test_vector_plan, "parallel_plan": test_parallel_plan,
     "split_host_device": test_split_host_device,
     "index_dtype": test_index_dtype, "offset_checks": test_offset_checks,
+    "version_tiles": test_version_tiles, "hoist_divisions": test_hoist_divisions,
 }
 
 

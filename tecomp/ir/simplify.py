@@ -243,19 +243,22 @@ class Simplifier:
         self._memo: dict = {}  # id(expr) -> (expr, simplified expr)
         self._lmemo: dict = {}  # id(expr) -> (expr, LinForm); also the simplifier's own outputs
         self._facts: dict = {}  # key of a bool expr -> its known truth value
+        # exact (math) forms known to be >= 0, from the comparisons assumed in this scope
+        # (``n >= (f % c)*32 + 32`` in a tile's full-tile version): decide() reads them
+        self._lin_facts: tuple = ()
         self._relaxing = 0  # > 0 while computing symbolic intervals (no nested relaxation)
         self._var_stack: set = set()
 
     # contexts ------------------------------------------------------------------------
     @contextmanager
     def scope(self):
-        saved = (self._memo, self._lmemo, self._facts)
+        saved = (self._memo, self._lmemo, self._facts, self._lin_facts)
         self._memo, self._lmemo, self._facts = {}, {}, dict(self._facts)
         try:
             with self.an.scope():
                 yield self
         finally:
-            self._memo, self._lmemo, self._facts = saved
+            self._memo, self._lmemo, self._facts, self._lin_facts = saved
 
     def bind(self, var: Var, lo: Expr | None, hi: Expr | None) -> None:
         """Give ``var`` the inclusive bounds ``[lo, hi]`` (call inside a ``scope()``)."""
@@ -612,12 +615,30 @@ class Simplifier:
             else:
                 b = self._div_pair_bound(d)
                 if b is None:
-                    return None
+                    break
                 lo, hi = b
             r = _decide_bounds(t, lo, hi)
             if r is not None:
                 return r
+        if self._lin_facts:
+            return _decide_bounds(t, *self._fact_bound(d))
         return None
+
+    def _fact_bound(self, d: LinForm):
+        """Bounds of ``d`` from the linear facts ``g >= 0`` of the scope: ``d - g`` bounded
+        below by ``lo`` gives ``d >= lo``; ``d + g`` bounded above by ``hi``, ``d <= hi``."""
+        lo = hi = None
+        dt = d.dtype
+        for g in self._lin_facts:
+            if g.dtype != dt:
+                continue
+            l1 = self.an.form_mbound(LinForm.combine(dt, [(d, 1), (g, -1)], math=True))[0]
+            if l1 is not None and (lo is None or l1 > lo):
+                lo = l1
+            h1 = self.an.form_mbound(LinForm.combine(dt, [(d, 1), (g, 1)], math=True))[1]
+            if h1 is not None and (hi is None or h1 < hi):
+                hi = h1
+        return lo, hi
 
     def _div_pair_bound(self, d: LinForm):
         """Bounds of the exact form ``d`` with its floor divisions by the same positive
@@ -1337,8 +1358,32 @@ class Simplifier:
         cmp = c if truth else n
         if cmp is not None and isinstance(cmp, CmpOp) and _is_int(cmp.a.dtype):
             self._refine(cmp)
+            self._learn_linear(cmp)
         self._memo.clear()
         self._lmemo.clear()
+
+    def _learn_linear(self, c: CmpOp) -> None:
+        """Keep the true int comparison ``c`` as forms known to be >= 0 (exact sides
+        only: a side that may wrap says nothing about the math values)."""
+        t = type(c)
+        if t is NE or c.a.dtype != c.b.dtype:
+            return
+        ea, eb = self.an.exact(self.lin(c.a)), self.an.exact(self.lin(c.b))
+        if ea is None or eb is None:
+            return
+        d = LinForm.combine(ea.dtype, [(ea, 1), (eb, -1)], math=True)
+        if d.is_const:
+            return
+        new = []
+        if t is GE or t is EQ:
+            new.append(d)
+        if t is GT:
+            new.append(d.add_const(-1))
+        if t is LE or t is EQ:
+            new.append(d.scale(-1))
+        if t is LT:
+            new.append(d.scale(-1).add_const(-1))
+        self._lin_facts = self._lin_facts + tuple(new)
 
     def _refine(self, c: CmpOp) -> None:
         """Tighten the range of a lone variable on either side of a known comparison."""

@@ -26,11 +26,13 @@ if TYPE_CHECKING:
     from ..ir.expr import Var
     from ..te.tensor import Tensor
 from .causal_tiles import causal_tiles_pass
+from .hoist_divisions import hoist_divisions_pass
 from .hoist_guards import hoist_guards_pass
 from .device_split import split_host_device_pass
 from .persistent import persistent
 from .parallel import parallel_plan_pass
 from .vectorize import vector_plan_pass
+from .version_tiles import version_tiles_pass
 
 # The passes, in order.  (name, function, the machines it runs for: None = every target,
 # "cpu" = Target.is_cpu, "gpu" = Target.is_gpu)
@@ -39,6 +41,7 @@ PASSES = [
     ("causal_tiles", causal_tiles_pass, "gpu"),
     ("prefetch", P.prefetch_pass, None),
     ("loop_partition", P.loop_partition_pass, None),
+    ("version_tiles", version_tiles_pass, "cpu"),
     ("simplify_after_partition", P.simplify_pass, None),
     ("hoist_guards", hoist_guards_pass, None),
     ("unroll_explicit", P.unroll_explicit_pass, None),
@@ -56,6 +59,7 @@ PASSES = [
 # tc.build runs it (prepare_for_codegen), TECOMP_DUMP_IR=1 shows it, and
 # ``tc.lower(..., phase="codegen")`` returns the IR the code generator renders.
 CODEGEN_PASSES = [
+    ("hoist_divisions", hoist_divisions_pass, "cpu"),
     ("vector_plan", vector_plan_pass, "cpu"),
     ("parallel_plan", parallel_plan_pass, "cpu"),
     ("offset_checks", P.offset_checks_pass, "gpu"),
