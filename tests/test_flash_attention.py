@@ -3,6 +3,7 @@ tecomp.strategy.cuda.attention) in the CUDA emulation against float64 references
 without a seq x seq buffer, and nvcc's PTX / ptxas report for sm_80 and sm_90."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -20,6 +21,7 @@ from tecomp.strategy.cuda.attention import (FlashConfig, backward_accumulators,
                                             schedule_flash_attention,
                                             schedule_flash_attention_backward, shared_bytes)
 from tecomp.strategy.cuda.common import max_shared_bytes
+from tecomp.strategy.cuda.tensorcore import WARP
 from tecomp.target.cuda import block_shared_limit
 from tecomp.testing.gpu_resources import ptxas_usage
 
@@ -124,13 +126,16 @@ def gemms(text):
                       r"// out c: ([\w.]+)\.mma\.accumulator", text)
 
 
-def test_the_gemms_of_the_forward_and_the_backward(dtype="bfloat16", causal=True):
+@pytest.mark.parametrize("dq", ["atomic", "recompute"])
+def test_the_gemms_of_the_forward_and_the_backward(dq, dtype="bfloat16", causal=True):
     """The forward computes the scores once (FlashAttention-2's two GEMMs: ``s = q k^T``
-    and ``p v``, one pass over the keys); the backward seven (five in FlashAttention-2's):
-    ``dk`` and ``dv``'s kernel computes the scores and ``dout v^T`` once per tile and adds
-    into both accumulators (one stacked reduction: two GEMMs in one loop), ``dq``'s
-    kernel recomputes the scores and ``dout v^T`` (no atomics).  A change of either count
-    is a change of the kernels: update the docstrings and docs/tutorial/gpu.md."""
+    and ``p v``, one pass over the keys); the backward five (``dq="atomic"``,
+    FlashAttention-2's) or seven (``"recompute"``): ``dk`` and ``dv``'s kernel computes
+    the scores and ``dout v^T`` once per tile and adds into both accumulators (one
+    stacked reduction: two GEMMs in one loop); ``ds k`` of the tile is added into a
+    float32 ``dq`` from there with atomics, or ``dq``'s own kernel recomputes the scores
+    and ``dout v^T`` (no atomics).  A change of either count is a change of the kernels:
+    update the docstrings and docs/tutorial/gpu.md."""
     args = flash(1, 2, 100, 130, 64, dtype, causal)
     tgt = "cuda -arch=sm_90"
     func = tc.lower(schedule_flash_attention(args[3:], target=tgt), args, target=tgt)
@@ -143,10 +148,19 @@ def test_the_gemms_of_the_forward_and_the_backward(dtype="bfloat16", causal=True
     lse = tc.placeholder(q.shape[:3], "float32", name="lse")
     grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=causal)
     bargs = [q, k, v, o, do, lse, *grads]
-    text = str(tc.lower(schedule_flash_attention_backward(list(grads), target=tgt), bargs,
-                        target=tgt))
-    assert gemms(text) == ["flash_grad." + n for n in (
-        "scores_q", "dp", "dq_acc", "scores_k", "dpt", "dkv_acc")]
+    cfg = dataclasses.replace(flash_backward_config(64, 64, dtype, max_shared_bytes(tgt)),
+                              dq=dq)
+    text = str(tc.lower(schedule_flash_attention_backward(list(grads), target=tgt, config=cfg),
+                        bargs, target=tgt))
+    if dq == "atomic":   # (dq_acc: ds k of the step, in the loop over the query tiles)
+        assert gemms(text) == ["flash_grad." + n for n in (
+            "scores_k", "dpt", "dq_acc", "dkv_acc")]
+        assert text.count("tensorize cuda.mma_atomic_add_f32 ") == 1
+        assert "scores_q" not in text and "flash_grad.ds[" not in text
+    else:
+        assert gemms(text) == ["flash_grad." + n for n in (
+            "scores_q", "dp", "dq_acc", "scores_k", "dpt", "dkv_acc")]
+        assert "atomic" not in text
     assert str(parse(text)) == text
     # dk's and dv's accumulators: one fragment of both, the stacking loop inside the
     # single loop over the query tiles (causal: from the block's first key on)
@@ -242,10 +256,13 @@ def test_the_gradient_of_the_mask_on_the_cpu():
 
 
 @needs_cxx
-def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
+@pytest.mark.parametrize("dq", ["recompute", "atomic"])
+def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged(dq):
     """Four blocks of 64 rows and tiles of 32 columns: the causal tiles skipped (dq's
     keys after its rows, dk's and dv's queries before theirs: one kernel for both) are
-    the empty ones."""
+    the empty ones.  ``dq="atomic"``: dq added from the dk/dv kernel's blocks with
+    atomicAdd, run with the blocks in launch order and last first (the emulation's
+    "reverse"): another order of the additions, both within the tolerance."""
     B, H, Lq, Lk, D = 1, 1, 200, 136, 128
     P = lambda shape, n, dt="bfloat16": tc.placeholder(shape, dt, name=n)  # noqa: E731
     q, o, do = (P((B, H, Lq, D), n) for n in ("q", "o", "do"))
@@ -253,11 +270,12 @@ def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
     lse = P((B, H, Lq), "lse", "float32")
     grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=True)
     s = schedule_flash_attention_backward(list(grads), target="cuda-emu",
-                                          config=FlashConfig(2, 32))
+                                          config=FlashConfig(2, 32, dq=dq))
     text = str(tc.lower(s, [q, k, v, o, do, lse, *grads], target="cuda-emu"))
     # dq: the key tiles up to the block's last query; dk, dv: the query tiles from the
     # block's first key (8 tiles of 32 in 256), in one loop
-    assert len(re.findall(r"for \(c\.outer\w*, 0, x\.outer\w*\*2 \+ 2\)", text)) == 1
+    assert len(re.findall(r"for \(c\.outer\w*, 0, x\.outer\w*\*2 \+ 2\)", text)) == (
+        dq == "recompute")
     assert len(re.findall(r"for \(c\.outer\w*, x\.outer(\w*)\*2, 8 - x\.outer\1\*2\)",
                           text)) == 1
     # the skipping is no primitive: the trace is not one to replay (it would skip nothing)
@@ -266,11 +284,13 @@ def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
     qa, ka, va, da = _grad_data([(B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, D), (B, H, Lq, D)],
                                 "bfloat16", 2)
     oa, la = reference(qa, ka, va, True)
-    got = [np.full(x.shape, np.nan, NP["bfloat16"]) for x in (qa, ka, va)]
-    mod(qa, ka, va, oa.astype(NP["bfloat16"]), da, la.astype(np.float32), *got, mode="serial")
-    for g, want in zip(got, reference(qa, ka, va, True, da)):
-        np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
-                                   atol=2e-2 * np.abs(want).max())
+    wants = reference(qa, ka, va, True, da)
+    for mode in ("serial", "reverse") if dq == "atomic" else ("serial",):
+        got = [np.full(x.shape, np.nan, NP["bfloat16"]) for x in (qa, ka, va)]
+        mod(qa, ka, va, oa.astype(NP["bfloat16"]), da, la.astype(np.float32), *got, mode=mode)
+        for g, want in zip(got, wants):
+            np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
+                                       atol=2e-2 * np.abs(want).max())
 
 
 def test_flash_attention_backward_head_dims_that_differ():
@@ -312,14 +332,17 @@ def test_ptx_has_the_tensor_cores_and_nothing_spills(arch, d):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch,d,masked", [pytest.param(a, d, m, marks=_SLOW)
-                                           for a in ("sm_80", "sm_90") for d in (64, 128)
-                                           for m in (False, True)])
-def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch, d, masked):
+@pytest.mark.parametrize("arch,d,masked,dq", [pytest.param(a, d, m, dq, marks=_SLOW)
+                                              for a in ("sm_80", "sm_90") for d in (64, 128)
+                                              for m in (False, True)
+                                              for dq in ("atomic", "recompute")])
+def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch, d, masked, dq):
     """The issue's shapes: no spill at the default tiling (head dim 128 holds the most:
-    two accumulators of 16-row warps), with a padding mask too; per step of the loops
-    the dk/dv kernel issues 4/3 of dq's mma instructions (four GEMMs against three),
-    the PTX's loops unrolled."""
+    two accumulators of 16-row warps, and with dq "atomic" its tile), with a padding mask
+    too.  "recompute": per step of the loops the dk/dv kernel issues 4/3 of dq's mma
+    instructions (four GEMMs against three), the PTX's loops unrolled; "atomic": one
+    kernel issues them all (five GEMMs a step: 5/4 of the recomputing dk/dv kernel's)
+    and adds into dq with atom.global.add.f32 (atomicAdd)."""
     B, H, L = 4, 16, 2048
     P = lambda shape, n, dt="float16": tc.placeholder(shape, dt, name=n)  # noqa: E731
     q, k, v, o, do = (P((B, H, L, d), n) for n in ("q", "k", "v", "o", "do"))
@@ -328,13 +351,24 @@ def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch, d, ma
     grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=True,
                                            mask=m[0] if m else None)
     tgt = f"cuda -arch={arch}"
-    src = tc.build(schedule_flash_attention_backward(list(grads), target=tgt),
+    cfg = dataclasses.replace(flash_backward_config(d, d, "float16", max_shared_bytes(tgt)),
+                              dq=dq)
+    src = tc.build(schedule_flash_attention_backward(list(grads), target=tgt, config=cfg),
                    [q, k, v, o, do, lse, *m, *grads], target=tgt).get_source()
     ptx = compile_ptx(src, arch)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
-    mmas = sorted(body.count("mma.sync.aligned") for body in ptx.split(".entry ")[1:])
-    assert mmas[0] == 0 and mmas[2] * 3 == mmas[1] * 4, mmas   # delta, dq, dk and dv
+    bodies = ptx.split(".entry ")[1:]
+    mmas = sorted(body.count("mma.sync.aligned") for body in bodies)
+    if dq == "atomic":   # delta, dq's zeroing and cast, the one kernel of the five GEMMs
+        assert mmas[:3] == [0, 0, 0] and mmas[3] > 0, mmas
+        fused = next(b for b in bodies if "mma.sync.aligned" in b)
+        assert "atom.global.add.f32" in fused
+        # (per step the block_kv x d tile of dq over the warps' lanes, loops unrolled)
+        assert fused.count("atom.global.add.f32") == cfg.block_kv * d // (cfg.warps * WARP)
+    else:
+        assert mmas[0] == 0 and mmas[2] * 3 == mmas[1] * 4, mmas   # delta, dq, dk and dv
+        assert "atom.global" not in ptx
     for kernel, use in ptxas_usage(src, arch).items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
 

@@ -16,7 +16,8 @@ comment documents the mapping.  In short:
     one at a time from barrier to barrier, in thread order or in reverse.  A missing
     barrier between a write and another thread's read gives a wrong answer every time
     (in one of the two orders at least): the way to test that a schedule's barriers
-    are where they must be.
+    are where they must be.  ``"reverse"`` runs the blocks last first too: ``atomicAdd``s
+    of several blocks into one element come in the other order.
 
 * the warp-wide PTX operations of the ``cuda.mma_*`` intrinsics (``ldmatrix``,
   ``mma.sync``) run lane by lane: each thread holds its own lane's registers and the 32

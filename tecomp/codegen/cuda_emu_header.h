@@ -20,6 +20,7 @@
 //                                  -> 16-bit storage structs and correctly rounded
 //                                     (round-to-nearest-even) conversions
 //   rsqrtf, __expf, __int_as_float, min/max, __trap, printf -> CPU equivalents
+//   atomicAdd (float32)            -> a compare-and-swap loop
 //   nvcuda::wmma (<mma.h>)         -> fragments that hold a whole tile in every thread
 //                                     (the end of this file)
 //   ldmatrix, mma.sync (PTX, through tecomp's tc_ldmatrix_* / tc_mma_* helpers)
@@ -35,7 +36,7 @@
 //   TECOMP_EMU_SERIAL (1), TECOMP_EMU_REVERSE (2): deterministic.  Each CUDA thread is a
 //       fiber (ucontext) on the calling OS thread; the scheduler runs the fibers one at
 //       a time, each until its next __syncthreads() (or its end), in thread order (or
-//       reverse thread order), then starts the next round.  A schedule that is missing
+//       reverse thread order, and the blocks last first), then starts the next round.  A schedule that is missing
 //       a barrier reads data that no thread has written yet and gives a wrong answer
 //       every time.  Kernels without __syncthreads() need no fibers: their threads run
 //       as plain calls in that order.
@@ -659,7 +660,9 @@ struct FiberRunner : Runner {
       }
     }
     for (long long b = 0; b < nblocks && !has_failed(); ++b) {
-      blockIdx = block_index(b);
+      // (reverse: the blocks too, last first: atomicAdds into one element then come in
+      // the other order, as a GPU's scheduling may give them)
+      blockIdx = block_index(reverse ? nblocks - 1 - b : b);
       if (has_barrier)
         run_block_fibers(stack_bytes);
       else
@@ -779,6 +782,24 @@ inline void __syncthreads() {
 }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+// atomicAdd on float32 global (or shared) memory: a real atomic read-modify-write (a
+// compare-and-swap loop; the threads of a block run at once in the threads mode), the
+// old value returned.  The blocks that add into one element run one after another, in
+// launch order, or last first in the reverse mode: the float sum's rounding depends on
+// that order, as on a GPU it depends on the scheduling.
+inline float atomicAdd(float* p, float v) {
+  unsigned int* w = reinterpret_cast<unsigned int*>(p);
+  unsigned int old = __atomic_load_n(w, __ATOMIC_RELAXED);
+  for (;;) {
+    float f;
+    __builtin_memcpy(&f, &old, 4);
+    float sum = f + v;
+    unsigned int nw;
+    __builtin_memcpy(&nw, &sum, 4);
+    if (__atomic_compare_exchange_n(w, &old, nw, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+      return f;
+  }
+}
 [[noreturn]] inline void __trap() {
   tecomp_emu::Trap t;
   size_t n = tecomp_emu::printed_len;

@@ -38,7 +38,8 @@ from typing import Optional
 
 from ...errors import ScheduleError
 from ...ir import dtype as _dt
-from ...ir.expr import Const as _Const, Mul, ProducerLoad
+from ...ir import op as _op
+from ...ir.expr import Const as _Const, Mul, ProducerLoad, Range as _Range
 from ...ir.functor import collect, substitute
 from ...errors import TecompError
 from ...nn.attention import FLASH_DTYPES, FLASH_MAX_DIM, _flash_forward, _key_mask
@@ -74,11 +75,18 @@ class FlashConfig:
     ``warp_rows`` query rows (32 or 16; ``block_q = warp_rows * warps`` rows a block);
     ``block_kv`` keys per step (a multiple of 16 that divides 128,
     ``tecomp.nn.attention.FLASH_PAD``).  The backward's blocks are of keys for ``dk``
-    and ``dv``, of queries for ``dq``."""
+    and ``dv``, of queries for ``dq`` where ``dq`` is ``"recompute"`` (with
+    ``"atomic"``, the forward ignores it, ``dq`` is added from the ``dk``/``dv``
+    kernel)."""
 
     warps: int = 4
     block_kv: int = 64
     warp_rows: int = WARP
+    #: the backward's ``dq``: ``"atomic"``, FlashAttention-2's five GEMMs (``ds k`` of
+    #: each step added into a float32 ``dq`` with atomics from the ``dk``/``dv`` kernel),
+    #: or ``"recompute"``, a second pass over the keys recomputing the scores and ``dout
+    #: v^T`` (seven GEMMs, no atomics: deterministic)
+    dq: str = "atomic"
 
     @property
     def block_q(self) -> int:
@@ -594,18 +602,127 @@ def schedule_flash_attention_backward(outs, target: str = "cuda",
     Lqp, Lkp = _cint(ds.shape[2]), _cint(ds.shape[3])
     delta = [x for x in ds.op.input_tensors if _tagged(x.op, "flash_delta")][0]
     causal = bool(dkv.attrs.get("causal"))
+    if cfg.dq not in ("atomic", "recompute"):
+        raise ScheduleError(f"{cfg}: dq is \"atomic\" (FlashAttention-2's five GEMMs) or "
+                            f"\"recompute\" (a second pass, seven), got {cfg.dq!r:.40}")
+    atomic = cfg.dq == "atomic"
+    if atomic:
+        pds = _dq_from_the_stacked_tile(s, dq_acc, dkv.input_tensors[0])
     # dk and dv: blocks of keys, steps of queries, two accumulators
     k = _Kernels(s, cfg, dtype, Lkp, Lqp)
-    _gradient_kernel(k, dkv.output(0), dkv.input_tensors[0], "flash_pds",
-                     "after" if causal else None)
+    ot, bo, pf, ko = _gradient_kernel(k, dkv.output(0), dkv.input_tensors[0], "flash_pds",
+                                      "after" if causal else None)
     for what in ("dk", "dv"):   # narrowed or copied: a small kernel of their own
         if final[what] is not by[what]:
             k.rows_kernel(final[what])
-    # dq: blocks of queries, steps of keys
-    k = _Kernels(s, cfg, dtype, Lqp, Lkp)
-    _gradient_kernel(k, final["dq"], dq_acc, "flash_ds", "before" if causal else None)
+    if atomic:
+        # dq: ds k of each step added into a float32 dq by the dk/dv kernel, then cast
+        _atomic_dq(k, dq_acc, pds, ot, bo, pf, ko, _cint(dkv.output(0).shape[1]))
+        k.rows_kernel(final["dq"])
+    else:
+        # dq: blocks of queries, steps of keys
+        k = _Kernels(s, cfg, dtype, Lqp, Lkp)
+        _gradient_kernel(k, final["dq"], dq_acc, "flash_ds", "before" if causal else None)
     k.rows_kernel(delta)
     return s
+
+
+def _dq_from_the_stacked_tile(s: Schedule, dq_acc: Tensor, acc: Tensor) -> Tensor:
+    """FlashAttention-2's ``dq``: ``dq_acc``'s body replaced by ``sum_j ds[i, j] k[j, :]``
+    read from the ``dk``/``dv`` kernel's stacked tile (``ds^T``, its second half) and
+    its padded ``k`` (the same values as the second pass's ``ds``: the products of the
+    same tiles), the second pass's stages dropped from ``s``.  Returns the stacked tile
+    (``<name>.pt_dst``)."""
+    pds = next(x for x in acc.op.input_tensors if _tagged(x.op, "flash_pds"))
+    st = next(x for x in pds.op.input_tensors if x.name.endswith(".scores_k"))
+    kp = st.op.input_tensors[0]
+    f32 = "float32"
+    j = _te.reduce_axis(_cint(kp.shape[2]), name="j")
+    body = _te.compute(tuple(dq_acc.shape), lambda b, h, i, d: _te.sum(
+        pds[b, h, 1, j, i].astype(f32) * kp[b, h, j, d].astype(f32), axis=j),
+        name=dq_acc.op.name)
+    st_acc = s[dq_acc]
+    s._replace_op(st_acc, _with_body(st_acc.op, substitute(body.op.body, {
+        a.var: b.var for a, b in zip(body.op.axis, st_acc.op.axis)})))
+    # the stages only the second pass read: out of the schedule
+    live, todo = set(), [x for x in s.stages if x.is_output]
+    while todo:
+        x = todo.pop()
+        if id(x) in live:
+            continue
+        live.add(id(x))
+        for t in x.op.input_tensors:
+            y = s._stage_of.get(id(t.op))
+            if y is not None:
+                todo.append(y)
+    for x in [x for x in s.stages if id(x) not in live]:
+        s.stages.remove(x)
+        for key in [key for key, y in s._stage_of.items() if y is x]:
+            del s._stage_of[key]
+    return pds
+
+
+def _atomic_dq(k: "_Kernels", dq_acc: Tensor, pds: Tensor, ot: Stage, bo, pf: Stage, ko,
+               heads: int) -> None:
+    """FlashAttention-2's ``dq`` in the ``dk``/``dv`` kernel: at each step ``ko`` (a
+    tile of ``block_kv`` queries), ``ds k`` over the block's keys (the stacked tile's
+    ``ds^T`` read transposed, ``k`` the block's shared copy) on the tensor cores, each
+    warp a part of the ``block_kv x d`` tile in its registers, added into the float32
+    ``dq_acc`` with ``atomicAdd`` (``Stage._atomic_add``: zeroed by a kernel of its
+    own before; the blocks of other keys add into the same rows)."""
+    s, cfg, names = k.s, k.cfg, k.names
+    D = _cint(dq_acc.shape[3])
+    bk, warps = cfg.block_kv, cfg.warps
+    QF = s.cache_write(dq_acc, "mma.accumulator")
+    st = s[dq_acc]
+    s.stages.remove(st)
+    s.stages.remove(s[QF])
+    # (after the stacked tile and before the host: lowering infers a stage's bounds
+    # after its readers' and its host's)
+    at = s.stages.index(pf)
+    s.stages[at:at] = [s[QF], st]
+    b, h, i, d = st.op.axis
+    if (bk // 16) % warps == 0:
+        w, i = st.split(i, nparts=warps)
+    elif (D // 16) % warps == 0:
+        w, d = st.split(d, nparts=warps)
+    else:
+        raise ScheduleError(f"{cfg}: with dq \"atomic\" the warps ({warps}) share the "
+                            f"{bk} x {D} tile of dq by 16 rows or 16 columns; take another "
+                            "tiling (or dq=\"recompute\")")
+    fi, i = st.split(i, factor=FRAG)
+    fd, d = st.split(d, factor=FRAG)
+    st.reorder(b, h, w, fi, fd, i, d)
+    _bind(st, w, "threadIdx.y")
+    st.tensorize(i, tensor_intrin(names["store"]))
+    bz = ot.leaf_iter_vars[0]
+    i32 = "int32"
+    H = _Const(heads, i32)
+    st._atomic_at(pf, ko, [(_op.floordiv(bz.var, H), 1), (_op.floormod(bz.var, H), 1),
+                           (_op.mul(ko.var, _Const(bk, i32)), bk), (0, D)])
+    qf = s[QF]
+    qf.compute_at(st, w)
+    qf._reduce_range(_op.mul(bo.var, _Const(cfg.block_q, i32)), cfg.block_q)
+    _, _, ci, cd = qf.op.axis
+    kf, kk = qf.split(qf.op.reduce_axis[0], factor=FRAG)
+    fi, ci = qf.split(ci, factor=FRAG)
+    fd, cd = qf.split(cd, factor=FRAG)
+    qf.reorder(kf, fi, fd, ci, cd, kk)
+    qf.tensorize(ci, tensor_intrin(names["mma"]))
+    for src, scope, intrin in ((pds, "mma.matrix_a", names["load_a"]),
+                               (_key_tile(QF), "mma.matrix_b", names["load_b"])):
+        F = s.cache_read(src, scope, [QF])
+        fs = s[F]
+        fs.compute_at(qf, kf)
+        *_, r, c = fs.op.axis      # [j, i] (ds^T) and [j, d] (k): tiles along the columns
+        co, c = fs.split(c, factor=FRAG)
+        fs.reorder(co, r, c)
+        fs.tensorize(r, tensor_intrin(intrin))
+
+
+def _key_tile(QF: Tensor) -> Tensor:
+    """The padded ``k`` that the atomic ``dq``'s accumulator reads."""
+    return next(t for t in QF.op.input_tensors if not _tagged(t.op, "flash_pds"))
 
 
 def _gradient_kernel(k: "_Kernels", out, acc, tile_tag: str, causal) -> None:
@@ -616,6 +733,7 @@ def _gradient_kernel(k: "_Kernels", out, acc, tile_tag: str, causal) -> None:
     ``causal``: the side whose column tiles are skipped, or None."""
     T, X = sorted(acc.op.input_tensors, key=lambda x: not _tagged(x.op, tile_tag))
     ot, bo, pf, ko = k.accumulate(out, acc, T, X)
+    loops = (ot, bo, pf, ko)
     if causal:
         k.skip_causal(pf, ko, causal)
     k.tile16(T, pf, ko)
@@ -626,6 +744,7 @@ def _gradient_kernel(k: "_Kernels", out, acc, tile_tag: str, causal) -> None:
         k.shared_copy(A, ot, bo)
         if B is not X:
             k.shared_copy(B, pf, ko, step=True)
+    return loops
 
 
 def _chain(top: Tensor, bottom: Tensor):
