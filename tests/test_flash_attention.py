@@ -15,7 +15,7 @@ import pytest
 import tecomp as tc
 from tecomp.ir import parse
 from tecomp.runtime.nvcc import compile_ptx, find_nvcc
-from tecomp.strategy.cuda.attention import (FlashConfig, backward_accumulators,
+from tecomp.strategy.cuda.attention import (FlashConfig, atomic_warps, backward_accumulators,
                                             backward_shared_bytes,
                                             flash_backward_config, flash_config,
                                             schedule_flash_attention,
@@ -24,6 +24,8 @@ from tecomp.strategy.cuda.common import max_shared_bytes
 from tecomp.strategy.cuda.tensorcore import WARP
 from tecomp.target.cuda import block_shared_limit
 from tecomp.testing.gpu_resources import ptxas_usage
+
+from helpers import gpu_driver  # noqa: F401  (a fixture)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -256,13 +258,13 @@ def test_the_gradient_of_the_mask_on_the_cpu():
 
 
 @needs_cxx
-@pytest.mark.parametrize("dq", ["recompute", "atomic"])
+@pytest.mark.parametrize("dq", [pytest.param("recompute", marks=_SLOW), "atomic"])
 def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged(dq):
     """Four blocks of 64 rows and tiles of 32 columns: the causal tiles skipped (dq's
     keys after its rows, dk's and dv's queries before theirs: one kernel for both) are
     the empty ones.  ``dq="atomic"``: dq added from the dk/dv kernel's blocks with
     atomicAdd, run with the blocks in launch order and last first (the emulation's
-    "reverse"): another order of the additions, both within the tolerance."""
+    "last_block_first"): another order of the additions, both within the tolerance."""
     B, H, Lq, Lk, D = 1, 1, 200, 136, 128
     P = lambda shape, n, dt="bfloat16": tc.placeholder(shape, dt, name=n)  # noqa: E731
     q, o, do = (P((B, H, Lq, D), n) for n in ("q", "o", "do"))
@@ -285,7 +287,7 @@ def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged(dq):
                                 "bfloat16", 2)
     oa, la = reference(qa, ka, va, True)
     wants = reference(qa, ka, va, True, da)
-    for mode in ("serial", "reverse") if dq == "atomic" else ("serial",):
+    for mode in ("serial", "last_block_first") if dq == "atomic" else ("serial",):
         got = [np.full(x.shape, np.nan, NP["bfloat16"]) for x in (qa, ka, va)]
         mod(qa, ka, va, oa.astype(NP["bfloat16"]), da, la.astype(np.float32), *got, mode=mode)
         for g, want in zip(got, wants):
@@ -490,9 +492,10 @@ def test_the_one_pass_forward_on_random_shapes(seed):
 @pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
 @pytest.mark.parametrize("seed", range(8))
 def test_the_backward_on_random_shapes(seed):
-    """The backward's two kernels on random lengths, head dims (dv != d too: the stacked
+    """The backward's kernels on random lengths, head dims (dv != d too: the stacked
     dk/dv kernel as wide as the wider), dtypes, causal or not, padding masks (keys left
-    out with -inf, a batch with every key out) and tilings (16- and 32-row warps)."""
+    out with -inf, a batch with every key out), tilings (16- and 32-row warps) and both
+    forms of dq (atomic: the blocks last first, another order of the additions)."""
     rng = np.random.default_rng(100 + seed)
     B, H = 2, 1
     Lq, Lk = (int(x) for x in rng.integers(1, 200, 2))
@@ -504,6 +507,9 @@ def test_the_backward_on_random_shapes(seed):
                         (8, 16, 16)][seed % 6])
     if backward_shared_bytes(cfg, D, Dv, dtype) > max_shared_bytes("cuda-emu"):
         cfg = flash_backward_config(D, Dv, dtype, max_shared_bytes("cuda-emu"))
+    # dq: atomic on even seeds where the warps can share its tile, else recomputed
+    cfg = dataclasses.replace(cfg, dq="atomic" if seed % 2 == 0 and atomic_warps(cfg, D)
+                              else "recompute")
     P = lambda shape, n, dt=dtype: tc.placeholder(shape, dt, name=n)  # noqa: E731
     q, k, v = P((B, H, Lq, D), "q"), P((B, H, Lk, D), "k"), P((B, H, Lk, Dv), "v")
     o, do = P((B, H, Lq, Dv), "o"), P((B, H, Lq, Dv), "do")
@@ -530,8 +536,100 @@ def test_the_backward_on_random_shapes(seed):
     got = [np.full(x.shape, np.nan, NP[dtype]) for x in (qa, ka, va)]
     extra = [ma] if masked else []
     mod(qa, ka, va, oa.astype(NP[dtype]), da, la.astype(np.float32), *extra, *got,
-        mode="reverse")
+        mode="last_block_first" if cfg.dq == "atomic" else "reverse")
     tol = 4e-3 if dtype == "float16" else 3e-2
     for g, want in zip(got, wants):
         np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
                                    atol=tol * max(1.0, np.abs(want).max()))
+
+
+def _sdpa_flash_backward_graph(B=2, H=2, L=37, D=32):
+    """tc.gradient of a graph with scaled_dot_product_attention(backward="flash") inside
+    (q computed before it, a padding mask computed, a head that reads its output), and
+    its GPU rules' schedule for cuda-emu: (args, schedule, lowered text)."""
+    x, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "xkv")
+    pad = tc.placeholder((B, L), "float16", name="pad")
+    q = tc.compute(x.shape, lambda *i: x[i] * tc.const(2.0, "float16"), name="q2")
+    keys = tc.compute((B, 1, 1, L), lambda b, _h, _i, j: pad[b, j], name="keys")
+    att = tc.nn.scaled_dot_product_attention(q, k, v, keys, name="attn", backward="flash")
+    out = tc.compute(att.shape, lambda *i: att[i] * att[i], name="sq")
+    head = tc.placeholder(out.shape, "float16", name="head")
+    args = [x, k, v, pad, head, *tc.gradient(out, [x, k, v], head=head)]
+    s = tc.auto_schedule(args, target="cuda-emu")
+    return args, s, str(tc.lower(s, args, target="cuda-emu"))
+
+
+def test_sdpa_with_the_flash_backward_inside_a_graph():
+    """tc.gradient of a graph with scaled_dot_product_attention(backward="flash") inside
+    runs the attention's backward on the flash template (five GEMMs, dq added with
+    atomics, the logsumexp from a recomputed forward; the general stages nowhere, no
+    seq x seq buffer) and the rest on the GPU rules (the numbers: the slow test below)."""
+    _, _, text = _sdpa_flash_backward_graph()
+    # the forward (the head reads it) and the backward's recomputed one, then the backward
+    assert gemms(text) == ["attn.flash.scores", "attn.flash.pv"] * 2 + [
+        "attn.flash_grad." + n for n in ("scores_k", "dpt", "dq_acc", "dkv_acc")]
+    assert not re.search(r"attn\.(scores|exp|max|sum|pv|rcp)\b", text)
+    for name, dims in re.findall(r"allocate ([\w.]+): \w+\[([\d, ]+)\]", text):
+        assert math.prod(int(d) for d in dims.split(",")) <= 128 * 128, (name, dims)
+
+
+@needs_cxx
+@pytest.mark.slow
+@pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
+def test_sdpa_with_the_flash_backward_inside_a_graph_matches_torch():
+    """The graph of test_sdpa_with_the_flash_backward_inside_a_graph in the emulation
+    against torch.autograd in float64 (40 s: the emulation's compile)."""
+    torch = pytest.importorskip("torch")
+    B, H, L, D = 2, 2, 37, 32
+    args, s, _ = _sdpa_flash_backward_graph(B, H, L, D)
+    mod = tc.build(s, args, target="cuda-emu")
+    xa, ka, va, ha = _grad_data([(B, H, L, D)] * 4, "float16", 7)
+    pa = np.where(np.arange(L) < 29, 0.0, -np.inf)[None].repeat(B, 0).astype(np.float16)
+    got = [np.full((B, H, L, D), np.nan, np.float16) for _ in range(3)]
+    mod(xa, ka, va, pa, ha, *got, mode="serial")
+    tx, tk, tv = (torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (xa, ka, va))
+    o = torch.nn.functional.scaled_dot_product_attention(
+        2 * tx, tk, tv, torch.from_numpy(pa.astype(np.float64))[:, None, None])
+    (o * o).backward(torch.from_numpy(ha.astype(np.float64)))
+    for g, want in zip(got, (tx.grad, tk.grad, tv.grad)):
+        np.testing.assert_allclose(g.astype(np.float64), want.numpy(), rtol=0,
+                                   atol=3e-3 * want.abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dq", ["atomic", "recompute"])
+@pytest.mark.parametrize("d,dtype,causal,masked", [(64, "float16", True, False),
+                                                   (128, "bfloat16", False, True),
+                                                   (128, "float16", True, True)])
+def test_gpu_backward_matches_float64(gpu_driver, dq, d, dtype, causal, masked):
+    """The backward on the GPU, both forms of dq, lengths that are not multiples of the
+    tiles, a padding mask: against float64, three runs each (dq "atomic": the order of
+    the blocks' additions differs from run to run, the results within the tolerance)."""
+    B, H, Lq, Lk = 2, 4, 1000, 777
+    P = lambda shape, n, dt=dtype: tc.placeholder(shape, dt, name=n)  # noqa: E731
+    q, o, do = (P((B, H, Lq, d), n) for n in ("q", "o", "do"))
+    k, v = P((B, H, Lk, d), "k"), P((B, H, Lk, d), "v")
+    lse = P((B, H, Lq), "lse", "float32")
+    m = P((B, 1, 1, Lk), "m") if masked else None
+    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=causal, mask=m)
+    cfg = dataclasses.replace(flash_backward_config(d, d, dtype, max_shared_bytes("cuda")),
+                              dq=dq)
+    args = [q, k, v, o, do, lse] + ([m] if masked else []) + list(grads)
+    mod = tc.build(schedule_flash_attention_backward(list(grads), target="cuda", config=cfg),
+                   args, target="cuda")
+    qa, ka, va, da = _grad_data([(B, H, Lq, d), (B, H, Lk, d), (B, H, Lk, d), (B, H, Lq, d)],
+                                dtype, 11)
+    ma = None
+    if masked:
+        ma = np.where(np.arange(Lk) < Lk - 100, 0.0, -np.inf)[None, None, None].repeat(
+            B, 0).astype(NP[dtype])
+    oa, la = reference(qa, ka, va, causal, mask=ma)
+    wants = reference(qa, ka, va, causal, da, ma)
+    tol = 4e-3 if dtype == "float16" else 3e-2
+    for _ in range(3):
+        got = [np.full(x.shape, np.nan, NP[dtype]) for x in (qa, ka, va)]
+        mod(qa, ka, va, oa.astype(NP[dtype]), da, la.astype(np.float32),
+            *([ma] if masked else []), *got)
+        for g, want in zip(got, wants):
+            np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
+                                       atol=tol * max(1.0, np.abs(want).max()))
