@@ -22,6 +22,7 @@ and the PyTorch layer does the same from its own copy of the masters under
 ``torch.autocast("cuda", dtype)``.  The losses of the two are printed step by step.
 
     python3 examples/bert_layer_gpu.py [--dtype float16] [--batch 8] [--seq 512] [--steps 5]
+                                       [--attention-backward flash|stages]
 
 Needs a CUDA GPU, torch with CUDA and tecomp's ``cuda`` extra.  Without a GPU it runs a
 small layer (hidden 64, 2 heads) in tecomp's CUDA emulation instead -- the same
@@ -97,7 +98,7 @@ def train(args) -> int:
     target = torch.randn(b * s, args.hidden, generator=gen).to(dev)
     x, mask = x.to(dev, dt), mask.to(dev, dt)
     ins, y = bert_layer(b, s, args.hidden, args.heads, args.ffn, dtype=args.dtype,
-                        attention_backward="flash")
+                        attention_backward=args.attention_backward)
     layer = tct.op(ins, y, target="cuda", name="bert_layer_gpu")
     mine = {k: t.to(dev).requires_grad_() for k, t in p.items()}     # float32 masters
     theirs = {k: t.to(dev).requires_grad_() for k, t in p.items()}
@@ -156,6 +157,9 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--lr", type=float, default=1e-2)
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--attention-backward", choices=["flash", "stages"], default="flash",
+                    help="the attention's gradient: FlashAttention's backward (default), or "
+                         "its general stages (which hold the seq x seq scores), to compare")
     ap.add_argument("--emulate", action="store_true",
                     help="run the small layer in the CUDA emulation even where there is a GPU")
     args = ap.parse_args(argv)
