@@ -5,6 +5,7 @@
     python3 benchmarks/gpu.py --quick         # fewer repetitions
     python3 benchmarks/gpu.py --only conv     # workloads whose name contains "conv"
     python3 benchmarks/gpu.py --sweep         # each schedule under several tilings
+    python3 benchmarks/gpu.py --only flash --ab   # the flash backward's dq: atomic vs recompute
     python3 benchmarks/gpu.py --only bmm --tune 40   # the GPU search, 40 candidates
     python3 benchmarks/gpu.py --only C=K=256 --tune 48   # the 14x14 convolutions' tilings
 
@@ -62,6 +63,7 @@ their Python APIs (their host work overlaps the GPU work when kernels are long).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import statistics
@@ -287,6 +289,7 @@ class Workload:
     bytes: float = 0.0
     configs: Callable[[], List[object]] = lambda: []  # --sweep's tilings, the default first
     search: Optional[Callable[[], list]] = None  # --tune: fresh args for tc.auto_schedule
+    ab: Callable[[], List[object]] = lambda: []  # --ab: two forms of its schedule, A first
     tolerance: float = TOLERANCE           # the largest error a result may have
 
 
@@ -763,9 +766,10 @@ def flash_backward_workload(B: int, H: int, L: int, d: int, causal: bool) -> Wor
     ``F.scaled_dot_product_attention`` on its flash backend (its backward kernels only: the
     forward is run once, the graph retained).  The result checked is dv (the last
     argument); dq and dk are checked in tests/test_flash_attention.py.  FLOP/s count
-    FlashAttention-2's five GEMMs (``10 b h L^2 d``, half with ``causal``); tecomp's
-    kernels do seven (dk and dv in one kernel, four GEMMs a tile; dq in its own, three:
-    no atomics)."""
+    FlashAttention-2's five GEMMs (``10 b h L^2 d``, half with ``causal``), which
+    tecomp's default does too (``FlashConfig.dq="atomic"``: one kernel, ``dq`` added
+    with atomics); ``--ab`` times it against ``dq="recompute"`` (seven GEMMs: dk and dv
+    in one kernel, four a tile; dq in its own, three: no atomics), the same tiling."""
     def args():
         P = lambda shape, n, dt="float16": tc.placeholder(shape, dt, name=n)  # noqa: E731
         q, k, v, o, do = (P((B, H, L, d), n) for n in ("q", "k", "v", "o", "do"))
@@ -819,7 +823,17 @@ def flash_backward_workload(B: int, H: int, L: int, d: int, causal: bool) -> Wor
                     configs=lambda: _unique([nn_cuda.flash_backward_config(
                         d, d, "float16", nn_cuda.common.max_shared_bytes("cuda"))]
                         + list(nn_cuda.attention.FLASH_BACKWARD_CONFIGS)
-                        + [nn_cuda.FlashConfig(8, 64, 16), nn_cuda.FlashConfig(2, 64, 16)]))
+                        + [nn_cuda.FlashConfig(8, 64, 16), nn_cuda.FlashConfig(2, 64, 16)]
+                        + [dataclasses.replace(c, dq="recompute")
+                           for c in nn_cuda.attention.FLASH_BACKWARD_CONFIGS]),
+                    ab=lambda: _dq_forms(nn_cuda.flash_backward_config(
+                        d, d, "float16", nn_cuda.common.max_shared_bytes("cuda"))))
+
+
+def _dq_forms(cfg) -> list:
+    """The flash backward's tiling ``cfg`` with ``dq`` atomic (A, the default) and
+    recomputed (B)."""
+    return [dataclasses.replace(cfg, dq="atomic"), dataclasses.replace(cfg, dq="recompute")]
 
 
 def masked_sdpa_workload(B: int, H: int, L: int, d: int) -> Workload:
@@ -1052,6 +1066,15 @@ def run(args) -> int:
 
                     sweeps.append(f"tuning {w.name} broke:\n{traceback.format_exc()}")
                 print(sweeps[-1], flush=True)
+            if args.ab and w.ab():
+                try:
+                    sweeps.append(sweep(w, st, dev, want, timer, drv, rounds, inner,
+                                        configs=w.ab()))
+                except Exception:  # noqa: BLE001 - keep the table of the other workloads
+                    import traceback
+
+                    sweeps.append(f"A/B of {w.name} broke:\n{traceback.format_exc()}")
+                print(sweeps[-1], flush=True)
             if args.sweep:
                 try:
                     sweeps.append(sweep(w, st, dev, want, timer, drv, rounds, inner))
@@ -1099,13 +1122,13 @@ def _fill_nan(a) -> None:
 
 
 def sweep(w: Workload, st: Setup, dev, want, timer: Timer, drv, rounds: int,
-          inner: int) -> str:
-    """``w``'s schedule under each tiling of ``w.configs()``: checked, then timed round
-    robin with the references; one line per tiling (ms, speed relative to the default
-    and to each reference)."""
+          inner: int, configs: Optional[List[object]] = None) -> str:
+    """``w``'s schedule under each tiling of ``w.configs()`` (or ``configs``: ``--ab``'s
+    two): checked, then timed round robin with the references; one line per tiling (ms,
+    speed relative to the default, the first, and to each reference)."""
     launches: Dict[str, Callable[[], None]] = {}
     lines, failed = [], []
-    for i, cfg in enumerate(w.configs()):
+    for i, cfg in enumerate(configs if configs is not None else w.configs()):
         label = f"{'default ' if i == 0 else ''}{config_text(cfg)}"
         try:
             mod = w.build(config=cfg)
@@ -1290,6 +1313,10 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="", help="run the workloads whose name contains this")
     p.add_argument("--sweep", action="store_true",
                    help="also time each schedule under several tilings (the default first)")
+    p.add_argument("--ab", action="store_true",
+                   help="also time the two forms of the schedules that have two, side by side "
+                        "(the flash backward: dq 'atomic', FlashAttention-2's five GEMMs, "
+                        "first, the default; dq 'recompute', seven GEMMs, second)")
     p.add_argument("--tune", type=int, default=0, metavar="N",
                    help="also run tc.auto_schedule(target='cuda', trials=N) on the workloads "
                         "written in plain TE and time its best against the analytic schedule")

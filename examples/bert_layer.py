@@ -46,12 +46,15 @@ def shapes(hidden: int, ffn: int):
 
 
 def bert_layer(batch: int, seq: int, hidden: int = 768, heads: int = 12, ffn: int = 3072,
-               fused: bool = True, dtype: str = "float32"):
+               fused: bool = True, dtype: str = "float32", attention_backward: str = "stages"):
     """(inputs, output): the placeholders (x, mask, then the parameters of PARAMS) and the
     layer's output [batch*seq, hidden].  ``fused``: the attention is
     ``nn.scaled_dot_product_attention`` (one fused kernel per block of query rows); else
     two batched matmuls around a softmax.  ``dtype``: every input's and the output's
-    (``tecomp.nn`` sums float16/bfloat16 products and statistics in float32)."""
+    (``tecomp.nn`` sums float16/bfloat16 products and statistics in float32).
+    ``attention_backward``: what ``tc.gradient`` makes of the fused attention,
+    ``scaled_dot_product_attention``'s ``backward`` (``"flash"``: FlashAttention's
+    backward, float16/bfloat16 only)."""
     dh = hidden // heads
     n = batch * seq
     X = tc.placeholder((n, hidden), dtype=dtype, name="x")
@@ -72,7 +75,8 @@ def bert_layer(batch: int, seq: int, hidden: int = 768, heads: int = 12, ffn: in
     v = heads_of(nn.dense(X, P["wv"], P["bv"], name="v"), "vh")
     if fused:
         keys = tc.compute((batch, 1, 1, seq), lambda b, _h, _i, j: M[b, j], name="keymask")
-        ctx = nn.scaled_dot_product_attention(q, k, v, keys, name="attn")
+        ctx = nn.scaled_dot_product_attention(q, k, v, keys, name="attn",
+                                              backward=attention_backward)
         merged = tc.compute((n, hidden), lambda r, c: ctx[r // seq, c // dh, r % seq, c % dh],
                             name="merged")
     else:

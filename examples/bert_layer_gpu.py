@@ -8,8 +8,10 @@ softmax's and the layer norms' statistics in float32 and rounds each stage's res
 the 16-bit dtype, as autocast's kernels do.  Its backward is ``tc.gradient`` of the whole
 layer, scheduled for the GPU by the auto-scheduler like the forward.  The forward's
 attention, with its padding mask, runs on FlashAttention's template (tensor cores, no
-``seq x seq`` buffer); the backward differentiates its general stages, which hold the
-scores.  Each training step:
+``seq x seq`` buffer); so does the backward's (``backward="flash"``: ``tc.gradient`` of
+the attention is FlashAttention's backward, five GEMMs a tile pair, ``dq`` added with
+atomics, never holding the scores; its logsumexp from a recomputed forward).  Each
+training step:
 
     p16 = [w.to(dtype) for w in masters]        # float32 masters, cast per step
     y = layer(x, mask, *p16)                    # tecomp, CUDA tensors in and out
@@ -20,6 +22,7 @@ and the PyTorch layer does the same from its own copy of the masters under
 ``torch.autocast("cuda", dtype)``.  The losses of the two are printed step by step.
 
     python3 examples/bert_layer_gpu.py [--dtype float16] [--batch 8] [--seq 512] [--steps 5]
+                                       [--attention-backward flash|stages]
 
 Needs a CUDA GPU, torch with CUDA and tecomp's ``cuda`` extra.  Without a GPU it runs a
 small layer (hidden 64, 2 heads) in tecomp's CUDA emulation instead -- the same
@@ -56,7 +59,7 @@ def emulated(dtype: str, batch: int = 2, seq: int = 16, hidden: int = 64, heads:
     difference relative to the largest gradient element)."""
     import ml_dtypes  # the numpy bfloat16 (tecomp's test extra)
     npdt = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
-    ins, y = bert_layer(batch, seq, hidden, heads, ffn, dtype=dtype)
+    ins, y = bert_layer(batch, seq, hidden, heads, ffn, dtype=dtype, attention_backward="flash")
     head = tc.placeholder(y.shape, dtype=dtype, name="head")
     grads = tc.gradient(y, [ins[0]] + ins[2:], head)
     fwd = tc.build(tc.auto_schedule(ins + [y], target="cuda-emu"), ins + [y],
@@ -94,7 +97,8 @@ def train(args) -> int:
     x, mask, p = random_inputs(b, s, args.hidden, args.ffn, gen)
     target = torch.randn(b * s, args.hidden, generator=gen).to(dev)
     x, mask = x.to(dev, dt), mask.to(dev, dt)
-    ins, y = bert_layer(b, s, args.hidden, args.heads, args.ffn, dtype=args.dtype)
+    ins, y = bert_layer(b, s, args.hidden, args.heads, args.ffn, dtype=args.dtype,
+                        attention_backward=args.attention_backward)
     layer = tct.op(ins, y, target="cuda", name="bert_layer_gpu")
     mine = {k: t.to(dev).requires_grad_() for k, t in p.items()}     # float32 masters
     theirs = {k: t.to(dev).requires_grad_() for k, t in p.items()}
@@ -153,6 +157,9 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--lr", type=float, default=1e-2)
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--attention-backward", choices=["flash", "stages"], default="flash",
+                    help="the attention's gradient: FlashAttention's backward (default), or "
+                         "its general stages (which hold the seq x seq scores), to compare")
     ap.add_argument("--emulate", action="store_true",
                     help="run the small layer in the CUDA emulation even where there is a GPU")
     args = ap.parse_args(argv)

@@ -446,3 +446,26 @@ def test_integer_division_by_zero_does_not_kill_the_process(modules):
     assert (out[:4, 10:20] == 0).all()  # floordiv, floormod, truncdiv, truncmod by 0
     ok = b != 0
     check(case, [a[ok].copy(), b[ok].copy(), out[:, ok].copy()])
+
+
+def test_atomic_add_of_many_threads_into_one_element():
+    """atomicAdd on float32 (hand-edited source: tecomp emits it for FlashAttention-2's dq)
+    is a real read-modify-write: 256 threads in 4 blocks each add A[i] into C[0] and
+    C[i % 2], at once in the threads mode; the sums are right in every mode (the values
+    are integers: no rounding whichever the order)."""
+    case = vector_add(symbolic=False, n_const=256)
+    cs = codegen_cuda(case.func)
+    i = "(((int)blockIdx.x) * 64) + ((int)threadIdx.x)"
+    store = f"C[{i}] = A[{i}] + B[{i}];"
+    assert store in cs.source
+    src = cs.source.replace(store, f"atomicAdd(C, A[{i}]); atomicAdd(C + 1 + (({i}) & 1), "
+                                   f"B[{i}]);")
+    mod = CudaEmuModule(dataclasses.replace(cs, source=src),
+                        compile_emu_library(dataclasses.replace(cs, source=src)))
+    a = np.arange(256, dtype="float32")
+    b = np.ones(256, "float32")
+    for mode in MODES + ("last_block_first",):
+        for _ in range(3 if mode == "threads" else 1):
+            c = np.zeros(256, "float32")
+            mod(a, b, c, mode=mode)
+            assert c[0] == a.sum() and c[1] == c[2] == 128 and not c[3:].any(), (mode, c[:3])

@@ -3,6 +3,7 @@ tecomp.strategy.cuda.attention) in the CUDA emulation against float64 references
 without a seq x seq buffer, and nvcc's PTX / ptxas report for sm_80 and sm_90."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -14,14 +15,17 @@ import pytest
 import tecomp as tc
 from tecomp.ir import parse
 from tecomp.runtime.nvcc import compile_ptx, find_nvcc
-from tecomp.strategy.cuda.attention import (FlashConfig, backward_accumulators,
+from tecomp.strategy.cuda.attention import (FlashConfig, atomic_warps, backward_accumulators,
                                             backward_shared_bytes,
                                             flash_backward_config, flash_config,
                                             schedule_flash_attention,
                                             schedule_flash_attention_backward, shared_bytes)
 from tecomp.strategy.cuda.common import max_shared_bytes
+from tecomp.strategy.cuda.tensorcore import WARP
 from tecomp.target.cuda import block_shared_limit
 from tecomp.testing.gpu_resources import ptxas_usage
+
+from helpers import gpu_driver  # noqa: F401  (a fixture)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -124,13 +128,16 @@ def gemms(text):
                       r"// out c: ([\w.]+)\.mma\.accumulator", text)
 
 
-def test_the_gemms_of_the_forward_and_the_backward(dtype="bfloat16", causal=True):
+@pytest.mark.parametrize("dq", ["atomic", "recompute"])
+def test_the_gemms_of_the_forward_and_the_backward(dq, dtype="bfloat16", causal=True):
     """The forward computes the scores once (FlashAttention-2's two GEMMs: ``s = q k^T``
-    and ``p v``, one pass over the keys); the backward seven (five in FlashAttention-2's):
-    ``dk`` and ``dv``'s kernel computes the scores and ``dout v^T`` once per tile and adds
-    into both accumulators (one stacked reduction: two GEMMs in one loop), ``dq``'s
-    kernel recomputes the scores and ``dout v^T`` (no atomics).  A change of either count
-    is a change of the kernels: update the docstrings and docs/tutorial/gpu.md."""
+    and ``p v``, one pass over the keys); the backward five (``dq="atomic"``,
+    FlashAttention-2's) or seven (``"recompute"``): ``dk`` and ``dv``'s kernel computes
+    the scores and ``dout v^T`` once per tile and adds into both accumulators (one
+    stacked reduction: two GEMMs in one loop); ``ds k`` of the tile is added into a
+    float32 ``dq`` from there with atomics, or ``dq``'s own kernel recomputes the scores
+    and ``dout v^T`` (no atomics).  A change of either count is a change of the kernels:
+    update the docstrings and docs/tutorial/gpu.md."""
     args = flash(1, 2, 100, 130, 64, dtype, causal)
     tgt = "cuda -arch=sm_90"
     func = tc.lower(schedule_flash_attention(args[3:], target=tgt), args, target=tgt)
@@ -143,10 +150,19 @@ def test_the_gemms_of_the_forward_and_the_backward(dtype="bfloat16", causal=True
     lse = tc.placeholder(q.shape[:3], "float32", name="lse")
     grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=causal)
     bargs = [q, k, v, o, do, lse, *grads]
-    text = str(tc.lower(schedule_flash_attention_backward(list(grads), target=tgt), bargs,
-                        target=tgt))
-    assert gemms(text) == ["flash_grad." + n for n in (
-        "scores_q", "dp", "dq_acc", "scores_k", "dpt", "dkv_acc")]
+    cfg = dataclasses.replace(flash_backward_config(64, 64, dtype, max_shared_bytes(tgt)),
+                              dq=dq)
+    text = str(tc.lower(schedule_flash_attention_backward(list(grads), target=tgt, config=cfg),
+                        bargs, target=tgt))
+    if dq == "atomic":   # (dq_acc: ds k of the step, in the loop over the query tiles)
+        assert gemms(text) == ["flash_grad." + n for n in (
+            "scores_k", "dpt", "dq_acc", "dkv_acc")]
+        assert text.count("tensorize cuda.mma_atomic_add_f32 ") == 1
+        assert "scores_q" not in text and "flash_grad.ds[" not in text
+    else:
+        assert gemms(text) == ["flash_grad." + n for n in (
+            "scores_q", "dp", "dq_acc", "scores_k", "dpt", "dkv_acc")]
+        assert "atomic" not in text
     assert str(parse(text)) == text
     # dk's and dv's accumulators: one fragment of both, the stacking loop inside the
     # single loop over the query tiles (causal: from the block's first key on)
@@ -242,10 +258,13 @@ def test_the_gradient_of_the_mask_on_the_cpu():
 
 
 @needs_cxx
-def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
+@pytest.mark.parametrize("dq", [pytest.param("recompute", marks=_SLOW), "atomic"])
+def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged(dq):
     """Four blocks of 64 rows and tiles of 32 columns: the causal tiles skipped (dq's
     keys after its rows, dk's and dv's queries before theirs: one kernel for both) are
-    the empty ones."""
+    the empty ones.  ``dq="atomic"``: dq added from the dk/dv kernel's blocks with
+    atomicAdd, run with the blocks in launch order and last first (the emulation's
+    "last_block_first"): another order of the additions, both within the tolerance."""
     B, H, Lq, Lk, D = 1, 1, 200, 136, 128
     P = lambda shape, n, dt="bfloat16": tc.placeholder(shape, dt, name=n)  # noqa: E731
     q, o, do = (P((B, H, Lq, D), n) for n in ("q", "o", "do"))
@@ -253,11 +272,12 @@ def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
     lse = P((B, H, Lq), "lse", "float32")
     grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=True)
     s = schedule_flash_attention_backward(list(grads), target="cuda-emu",
-                                          config=FlashConfig(2, 32))
+                                          config=FlashConfig(2, 32, dq=dq))
     text = str(tc.lower(s, [q, k, v, o, do, lse, *grads], target="cuda-emu"))
     # dq: the key tiles up to the block's last query; dk, dv: the query tiles from the
     # block's first key (8 tiles of 32 in 256), in one loop
-    assert len(re.findall(r"for \(c\.outer\w*, 0, x\.outer\w*\*2 \+ 2\)", text)) == 1
+    assert len(re.findall(r"for \(c\.outer\w*, 0, x\.outer\w*\*2 \+ 2\)", text)) == (
+        dq == "recompute")
     assert len(re.findall(r"for \(c\.outer\w*, x\.outer(\w*)\*2, 8 - x\.outer\1\*2\)",
                           text)) == 1
     # the skipping is no primitive: the trace is not one to replay (it would skip nothing)
@@ -266,11 +286,13 @@ def test_flash_attention_backward_bfloat16_head_dim_128_causal_ragged():
     qa, ka, va, da = _grad_data([(B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, D), (B, H, Lq, D)],
                                 "bfloat16", 2)
     oa, la = reference(qa, ka, va, True)
-    got = [np.full(x.shape, np.nan, NP["bfloat16"]) for x in (qa, ka, va)]
-    mod(qa, ka, va, oa.astype(NP["bfloat16"]), da, la.astype(np.float32), *got, mode="serial")
-    for g, want in zip(got, reference(qa, ka, va, True, da)):
-        np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
-                                   atol=2e-2 * np.abs(want).max())
+    wants = reference(qa, ka, va, True, da)
+    for mode in ("serial", "last_block_first") if dq == "atomic" else ("serial",):
+        got = [np.full(x.shape, np.nan, NP["bfloat16"]) for x in (qa, ka, va)]
+        mod(qa, ka, va, oa.astype(NP["bfloat16"]), da, la.astype(np.float32), *got, mode=mode)
+        for g, want in zip(got, wants):
+            np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
+                                       atol=2e-2 * np.abs(want).max())
 
 
 def test_flash_attention_backward_head_dims_that_differ():
@@ -312,14 +334,17 @@ def test_ptx_has_the_tensor_cores_and_nothing_spills(arch, d):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch,d,masked", [pytest.param(a, d, m, marks=_SLOW)
-                                           for a in ("sm_80", "sm_90") for d in (64, 128)
-                                           for m in (False, True)])
-def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch, d, masked):
+@pytest.mark.parametrize("arch,d,masked,dq", [pytest.param(a, d, m, dq, marks=_SLOW)
+                                              for a in ("sm_80", "sm_90") for d in (64, 128)
+                                              for m in (False, True)
+                                              for dq in ("atomic", "recompute")])
+def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch, d, masked, dq):
     """The issue's shapes: no spill at the default tiling (head dim 128 holds the most:
-    two accumulators of 16-row warps), with a padding mask too; per step of the loops
-    the dk/dv kernel issues 4/3 of dq's mma instructions (four GEMMs against three),
-    the PTX's loops unrolled."""
+    two accumulators of 16-row warps, and with dq "atomic" its tile), with a padding mask
+    too.  "recompute": per step of the loops the dk/dv kernel issues 4/3 of dq's mma
+    instructions (four GEMMs against three), the PTX's loops unrolled; "atomic": one
+    kernel issues them all (five GEMMs a step: 5/4 of the recomputing dk/dv kernel's)
+    and adds into dq with atom.global.add.f32 (atomicAdd)."""
     B, H, L = 4, 16, 2048
     P = lambda shape, n, dt="float16": tc.placeholder(shape, dt, name=n)  # noqa: E731
     q, k, v, o, do = (P((B, H, L, d), n) for n in ("q", "k", "v", "o", "do"))
@@ -328,13 +353,24 @@ def test_ptx_of_the_backward_has_the_tensor_cores_and_nothing_spills(arch, d, ma
     grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=True,
                                            mask=m[0] if m else None)
     tgt = f"cuda -arch={arch}"
-    src = tc.build(schedule_flash_attention_backward(list(grads), target=tgt),
+    cfg = dataclasses.replace(flash_backward_config(d, d, "float16", max_shared_bytes(tgt)),
+                              dq=dq)
+    src = tc.build(schedule_flash_attention_backward(list(grads), target=tgt, config=cfg),
                    [q, k, v, o, do, lse, *m, *grads], target=tgt).get_source()
     ptx = compile_ptx(src, arch)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
-    mmas = sorted(body.count("mma.sync.aligned") for body in ptx.split(".entry ")[1:])
-    assert mmas[0] == 0 and mmas[2] * 3 == mmas[1] * 4, mmas   # delta, dq, dk and dv
+    bodies = ptx.split(".entry ")[1:]
+    mmas = sorted(body.count("mma.sync.aligned") for body in bodies)
+    if dq == "atomic":   # delta, dq's zeroing and cast, the one kernel of the five GEMMs
+        assert mmas[:3] == [0, 0, 0] and mmas[3] > 0, mmas
+        fused = next(b for b in bodies if "mma.sync.aligned" in b)
+        assert "atom.global.add.f32" in fused
+        # (per step the block_kv x d tile of dq over the warps' lanes, loops unrolled)
+        assert fused.count("atom.global.add.f32") == cfg.block_kv * d // (cfg.warps * WARP)
+    else:
+        assert mmas[0] == 0 and mmas[2] * 3 == mmas[1] * 4, mmas   # delta, dq, dk and dv
+        assert "atom.global" not in ptx
     for kernel, use in ptxas_usage(src, arch).items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
 
@@ -456,9 +492,10 @@ def test_the_one_pass_forward_on_random_shapes(seed):
 @pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
 @pytest.mark.parametrize("seed", range(8))
 def test_the_backward_on_random_shapes(seed):
-    """The backward's two kernels on random lengths, head dims (dv != d too: the stacked
+    """The backward's kernels on random lengths, head dims (dv != d too: the stacked
     dk/dv kernel as wide as the wider), dtypes, causal or not, padding masks (keys left
-    out with -inf, a batch with every key out) and tilings (16- and 32-row warps)."""
+    out with -inf, a batch with every key out), tilings (16- and 32-row warps) and both
+    forms of dq (atomic: the blocks last first, another order of the additions)."""
     rng = np.random.default_rng(100 + seed)
     B, H = 2, 1
     Lq, Lk = (int(x) for x in rng.integers(1, 200, 2))
@@ -470,6 +507,9 @@ def test_the_backward_on_random_shapes(seed):
                         (8, 16, 16)][seed % 6])
     if backward_shared_bytes(cfg, D, Dv, dtype) > max_shared_bytes("cuda-emu"):
         cfg = flash_backward_config(D, Dv, dtype, max_shared_bytes("cuda-emu"))
+    # dq: atomic on even seeds where the warps can share its tile, else recomputed
+    cfg = dataclasses.replace(cfg, dq="atomic" if seed % 2 == 0 and atomic_warps(cfg, D)
+                              else "recompute")
     P = lambda shape, n, dt=dtype: tc.placeholder(shape, dt, name=n)  # noqa: E731
     q, k, v = P((B, H, Lq, D), "q"), P((B, H, Lk, D), "k"), P((B, H, Lk, Dv), "v")
     o, do = P((B, H, Lq, Dv), "o"), P((B, H, Lq, Dv), "do")
@@ -496,8 +536,100 @@ def test_the_backward_on_random_shapes(seed):
     got = [np.full(x.shape, np.nan, NP[dtype]) for x in (qa, ka, va)]
     extra = [ma] if masked else []
     mod(qa, ka, va, oa.astype(NP[dtype]), da, la.astype(np.float32), *extra, *got,
-        mode="reverse")
+        mode="last_block_first" if cfg.dq == "atomic" else "reverse")
     tol = 4e-3 if dtype == "float16" else 3e-2
     for g, want in zip(got, wants):
         np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
                                    atol=tol * max(1.0, np.abs(want).max()))
+
+
+def _sdpa_flash_backward_graph(B=2, H=2, L=37, D=32):
+    """tc.gradient of a graph with scaled_dot_product_attention(backward="flash") inside
+    (q computed before it, a padding mask computed, a head that reads its output), and
+    its GPU rules' schedule for cuda-emu: (args, schedule, lowered text)."""
+    x, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "xkv")
+    pad = tc.placeholder((B, L), "float16", name="pad")
+    q = tc.compute(x.shape, lambda *i: x[i] * tc.const(2.0, "float16"), name="q2")
+    keys = tc.compute((B, 1, 1, L), lambda b, _h, _i, j: pad[b, j], name="keys")
+    att = tc.nn.scaled_dot_product_attention(q, k, v, keys, name="attn", backward="flash")
+    out = tc.compute(att.shape, lambda *i: att[i] * att[i], name="sq")
+    head = tc.placeholder(out.shape, "float16", name="head")
+    args = [x, k, v, pad, head, *tc.gradient(out, [x, k, v], head=head)]
+    s = tc.auto_schedule(args, target="cuda-emu")
+    return args, s, str(tc.lower(s, args, target="cuda-emu"))
+
+
+def test_sdpa_with_the_flash_backward_inside_a_graph():
+    """tc.gradient of a graph with scaled_dot_product_attention(backward="flash") inside
+    runs the attention's backward on the flash template (five GEMMs, dq added with
+    atomics, the logsumexp from a recomputed forward; the general stages nowhere, no
+    seq x seq buffer) and the rest on the GPU rules (the numbers: the slow test below)."""
+    _, _, text = _sdpa_flash_backward_graph()
+    # the forward (the head reads it) and the backward's recomputed one, then the backward
+    assert gemms(text) == ["attn.flash.scores", "attn.flash.pv"] * 2 + [
+        "attn.flash_grad." + n for n in ("scores_k", "dpt", "dq_acc", "dkv_acc")]
+    assert not re.search(r"attn\.(scores|exp|max|sum|pv|rcp)\b", text)
+    for name, dims in re.findall(r"allocate ([\w.]+): \w+\[([\d, ]+)\]", text):
+        assert math.prod(int(d) for d in dims.split(",")) <= 128 * 128, (name, dims)
+
+
+@needs_cxx
+@pytest.mark.slow
+@pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
+def test_sdpa_with_the_flash_backward_inside_a_graph_matches_torch():
+    """The graph of test_sdpa_with_the_flash_backward_inside_a_graph in the emulation
+    against torch.autograd in float64 (40 s: the emulation's compile)."""
+    torch = pytest.importorskip("torch")
+    B, H, L, D = 2, 2, 37, 32
+    args, s, _ = _sdpa_flash_backward_graph(B, H, L, D)
+    mod = tc.build(s, args, target="cuda-emu")
+    xa, ka, va, ha = _grad_data([(B, H, L, D)] * 4, "float16", 7)
+    pa = np.where(np.arange(L) < 29, 0.0, -np.inf)[None].repeat(B, 0).astype(np.float16)
+    got = [np.full((B, H, L, D), np.nan, np.float16) for _ in range(3)]
+    mod(xa, ka, va, pa, ha, *got, mode="serial")
+    tx, tk, tv = (torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (xa, ka, va))
+    o = torch.nn.functional.scaled_dot_product_attention(
+        2 * tx, tk, tv, torch.from_numpy(pa.astype(np.float64))[:, None, None])
+    (o * o).backward(torch.from_numpy(ha.astype(np.float64)))
+    for g, want in zip(got, (tx.grad, tk.grad, tv.grad)):
+        np.testing.assert_allclose(g.astype(np.float64), want.numpy(), rtol=0,
+                                   atol=3e-3 * want.abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dq", ["atomic", "recompute"])
+@pytest.mark.parametrize("d,dtype,causal,masked", [(64, "float16", True, False),
+                                                   (128, "bfloat16", False, True),
+                                                   (128, "float16", True, True)])
+def test_gpu_backward_matches_float64(gpu_driver, dq, d, dtype, causal, masked):
+    """The backward on the GPU, both forms of dq, lengths that are not multiples of the
+    tiles, a padding mask: against float64, three runs each (dq "atomic": the order of
+    the blocks' additions differs from run to run, the results within the tolerance)."""
+    B, H, Lq, Lk = 2, 4, 1000, 777
+    P = lambda shape, n, dt=dtype: tc.placeholder(shape, dt, name=n)  # noqa: E731
+    q, o, do = (P((B, H, Lq, d), n) for n in ("q", "o", "do"))
+    k, v = P((B, H, Lk, d), "k"), P((B, H, Lk, d), "v")
+    lse = P((B, H, Lq), "lse", "float32")
+    m = P((B, 1, 1, Lk), "m") if masked else None
+    grads = tc.nn.flash_attention_backward(q, k, v, o, do, lse, causal=causal, mask=m)
+    cfg = dataclasses.replace(flash_backward_config(d, d, dtype, max_shared_bytes("cuda")),
+                              dq=dq)
+    args = [q, k, v, o, do, lse] + ([m] if masked else []) + list(grads)
+    mod = tc.build(schedule_flash_attention_backward(list(grads), target="cuda", config=cfg),
+                   args, target="cuda")
+    qa, ka, va, da = _grad_data([(B, H, Lq, d), (B, H, Lk, d), (B, H, Lk, d), (B, H, Lq, d)],
+                                dtype, 11)
+    ma = None
+    if masked:
+        ma = np.where(np.arange(Lk) < Lk - 100, 0.0, -np.inf)[None, None, None].repeat(
+            B, 0).astype(NP[dtype])
+    oa, la = reference(qa, ka, va, causal, mask=ma)
+    wants = reference(qa, ka, va, causal, da, ma)
+    tol = 4e-3 if dtype == "float16" else 3e-2
+    for _ in range(3):
+        got = [np.full(x.shape, np.nan, NP[dtype]) for x in (qa, ka, va)]
+        mod(qa, ka, va, oa.astype(NP[dtype]), da, la.astype(np.float32),
+            *([ma] if masked else []), *got)
+        for g, want in zip(got, wants):
+            np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
+                                       atol=tol * max(1.0, np.abs(want).max()))

@@ -7,7 +7,7 @@ comment documents the mapping.  In short:
 
 * blocks run one at a time, in order; ``__shared__`` arrays are function-scope
   ``static`` arrays, which is exactly one copy per block when one block runs at a time;
-* the threads of a block run in one of three modes, chosen per module or per call
+* the threads of a block run in one of four modes, chosen per module or per call
   (``mode=``) or by ``$TECOMP_CUDA_EMU_MODE``:
 
   - ``"threads"`` (default): one OS thread per CUDA thread, ``__syncthreads()`` a real
@@ -17,6 +17,9 @@ comment documents the mapping.  In short:
     barrier between a write and another thread's read gives a wrong answer every time
     (in one of the two orders at least): the way to test that a schedule's barriers
     are where they must be.
+  - ``"last_block_first"``: ``"serial"``'s threads, the blocks run last first:
+    ``atomicAdd``s of several blocks into one element come in the other order (their
+    float sum rounds differently, as on a GPU from run to run).
 
 * the warp-wide PTX operations of the ``cuda.mma_*`` intrinsics (``ldmatrix``,
   ``mma.sync``) run lane by lane: each thread holds its own lane's registers and the 32
@@ -67,7 +70,7 @@ from ..target import tma
 from .cuda import TENSOR_MAP
 
 ABI_VERSION = 2
-MODES = {"threads": 0, "serial": 1, "reverse": 2}
+MODES = {"threads": 0, "serial": 1, "reverse": 2, "last_block_first": 3}
 HEADER_NAME = "tecomp_cuda_emu.h"
 CXX_FLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC", "-fwrapv", "-fno-strict-aliasing",
              "-pthread", "-w")

@@ -20,6 +20,7 @@
 //                                  -> 16-bit storage structs and correctly rounded
 //                                     (round-to-nearest-even) conversions
 //   rsqrtf, __expf, __int_as_float, min/max, __trap, printf -> CPU equivalents
+//   atomicAdd (float32)            -> a compare-and-swap loop
 //   nvcuda::wmma (<mma.h>)         -> fragments that hold a whole tile in every thread
 //                                     (the end of this file)
 //   ldmatrix, mma.sync (PTX, through tecomp's tc_ldmatrix_* / tc_mma_* helpers)
@@ -27,7 +28,8 @@
 //                                     of a warp at a warp-wide rendezvous, with the
 //                                     PTX ISA's lane mappings (the end of this file)
 //
-// The threads of a block run in one of three modes:
+// The threads of a block run in one of four modes (LAST_BLOCK_FIRST (3): SERIAL's, the
+// blocks run last first):
 //
 //   TECOMP_EMU_THREADS (0): one OS thread per CUDA thread (pthreads, created once per
 //       launch and reused for every block), __syncthreads() a mutex/condition-variable
@@ -193,7 +195,7 @@ inline unsigned long long max(unsigned long long a, unsigned long long b) { retu
 
 namespace tecomp_emu {
 
-enum Mode { THREADS = 0, SERIAL = 1, REVERSE = 2 };
+enum Mode { THREADS = 0, SERIAL = 1, REVERSE = 2, LAST_BLOCK_FIRST = 3 };
 
 struct Trap {  // thrown by __trap(); carries what the thread printed before it
   char msg[1024];
@@ -521,6 +523,7 @@ struct ThreadsRunner : Runner {
 // ---- modes SERIAL / REVERSE: fibers on the calling thread, run in a fixed order
 struct FiberRunner : Runner {
   bool reverse = false;
+  bool blocks_reversed = false;   // LAST_BLOCK_FIRST: serial threads, the blocks last first
   ucontext_t* ctx = nullptr;
   char** stacks = nullptr;
   int* state = nullptr;  // 0 runnable, 1 waiting at a barrier, 2 finished, 3 waiting at a
@@ -659,7 +662,9 @@ struct FiberRunner : Runner {
       }
     }
     for (long long b = 0; b < nblocks && !has_failed(); ++b) {
-      blockIdx = block_index(b);
+      // (LAST_BLOCK_FIRST: atomicAdds of several blocks into one element then come in
+      // the other order, as a GPU's scheduling may give them)
+      blockIdx = block_index(blocks_reversed ? nblocks - 1 - b : b);
       if (has_barrier)
         run_block_fibers(stack_bytes);
       else
@@ -761,6 +766,7 @@ inline int launch(Entry entry, void** args, const long long* dims, int mode, int
     threads_runner.run((size_t)stack_bytes);
   } else {
     fiber_runner.reverse = mode == REVERSE;
+    fiber_runner.blocks_reversed = mode == LAST_BLOCK_FIRST;
     fiber_runner.run((size_t)stack_bytes);
   }
   if (r->has_failed()) {
@@ -779,6 +785,24 @@ inline void __syncthreads() {
 }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+// atomicAdd on float32 global (or shared) memory: a real atomic read-modify-write (a
+// compare-and-swap loop; the threads of a block run at once in the threads mode), the
+// old value returned.  The blocks that add into one element run one after another, in
+// launch order, or last first in the LAST_BLOCK_FIRST mode (3: the serial mode's thread
+// order): the float sum's rounding depends on that order, as on a GPU on the scheduling.
+inline float atomicAdd(float* p, float v) {
+  unsigned int* w = reinterpret_cast<unsigned int*>(p);
+  unsigned int old = __atomic_load_n(w, __ATOMIC_RELAXED);
+  for (;;) {
+    float f;
+    __builtin_memcpy(&f, &old, 4);
+    float sum = f + v;
+    unsigned int nw;
+    __builtin_memcpy(&nw, &sum, 4);
+    if (__atomic_compare_exchange_n(w, &old, nw, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+      return f;
+  }
+}
 [[noreturn]] inline void __trap() {
   tecomp_emu::Trap t;
   size_t n = tecomp_emu::printed_len;

@@ -31,6 +31,7 @@ How bounds are found (``docs/bounds.md`` says the same for users):
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Dict, List, Optional, Tuple
 
@@ -510,13 +511,27 @@ class LowerContext:
                 if f is not None:   # align_bounds on a reduce axis: its extent rounded up
                     ext = iv.dom.extent
                     ranges[iv] = Range(iv.dom.min, Const(-(-ext.value // f) * f, ext.dtype))
+            if st.reduce_range is not None:
+                # (Stage._reduce_range) a block's part of the reduction
+                iv = op.reduce_axis[0]
+                lo, n = st.reduce_range
+                ranges[iv] = Range(_in_dtype(lo, iv.var.dtype), Const(n, iv.var.dtype))
             if st.lockstep is not None:
                 # (Stage._lockstep) the elements of the host loop's current step
                 iv, dt = op.reduce_axis[0], op.reduce_axis[0].var.dtype
                 ko, n = st.attach_ivar.var, Const(st.lockstep[0], dt)
                 ranges[iv] = Range(_op.add(iv.dom.min, _op.mul(
                     ko if ko.dtype == dt else Cast(ko, dt), n)), n)
-            if st.attach_type == "scope":
+            if st.atomic is not None:
+                # (Stage._atomic_add) the region the template gives, added into the whole
+                inf = self.info[st]
+                for iv, (lo, n) in zip(op.axis, st.atomic):
+                    dt = iv.var.dtype
+                    lo = _in_dtype(lo, dt) if isinstance(lo, Expr) else Const(int(lo), dt)
+                    ranges[iv] = Range(lo, Const(int(n), dt))
+                    inf.raw_extent.append(Const(int(n), dt))
+                    inf.needed.append((lo, _op.add(lo, Const(int(n) - 1, dt))))
+            elif st.attach_type == "scope":
                 needed = self._needed_region(st)
                 for iv, r in zip(op.axis, needed):
                     ranges[iv] = r
@@ -535,6 +550,8 @@ class LowerContext:
             self._make_buffer(st)
             if st.lockstep is not None:
                 self._check_lockstep(st)
+            elif st.atomic is not None:
+                self._check_atomic(st)
             elif self._stored_root(st):
                 self._check_store_root(st)
         for st in self.stages:
@@ -612,6 +629,36 @@ class LowerContext:
                                 "bug: the FlashAttention template made it)")
         shape = tuple(st.op.shape)
         self.lockstep_factors[st] = Buffer(f"{st.name}.rescale", shape, "float32")
+
+    def _check_atomic(self, st: Stage) -> None:
+        """``Stage._atomic_add``: a float32 global copy of a tensorized reduction, itself
+        tensorized with ``cuda.mma_store_f32`` (lowered as its atomic twin), inside a GPU
+        kernel."""
+        what = f"_atomic_add of {st.name}"
+        ok = (st.scope == "global" and st.op.dtype == "float32" and st.tensorized is not None
+              and st.tensorized[1].name == "cuda.mma_store_f32" and self._in_gpu_kernel(st))
+        if not ok:   # (only the FlashAttention template sets it)
+            raise InternalError(f"{what}: not the form of FlashAttention-2's dq (a tecomp "
+                                "bug: the FlashAttention template made it)")
+
+    def _atomic_zero(self, st: Stage):
+        """The kernel that sets an ``_atomic_add`` stage's buffer to 0 before the kernel
+        that adds into it: 256 threads a block, an element each."""
+        buf = self.info[st].buffer
+        n = _prod(int(e.value) for e in buf.shape)
+        dt = "int64" if n >= 2**31 else "int32"
+        bx, tx = Var(f"{st.name}.zero.b", dt), Var(f"{st.name}.zero.t", dt)
+        flat = _op.add(_op.mul(bx, Const(256, dt)), tx)
+        idx, rest = [], flat
+        for e in reversed(buf.shape):
+            idx.append(_op.floormod(rest, Const(int(e.value), dt)))
+            rest = _op.floordiv(rest, Const(int(e.value), dt))
+        store = BufferStore(buf, Const(0.0, "float32"),
+                            tuple(_simplify(_narrowed(x, "int32") if dt != "int32" else x)
+                                  for x in reversed(idx)))
+        body = IfThenElse(_op.compare(LT, flat, Const(n, dt)), store)
+        body = For(tx, Const(0, dt), Const(256, dt), "thread", body, "threadIdx.x")
+        return For(bx, Const(0, dt), Const(-(-n // 256), dt), "thread", body, "blockIdx.x")
 
     def _lockstep_nest(self, st: Stage, bufs, comb, update, init, store_idx, leaves, p, dguards):
         """A ``_lockstep`` stage's step at its host's loop: per element of its region the
@@ -1345,12 +1392,18 @@ class LowerContext:
             inner = seq(init_nest, update_nest)
             return self._loops(st, leaves[:p], inner)
         values = [self.lower_expr(substitute(b, vmap)) for b in inf.bodies]
-        store = seq(*[BufferStore(buf, v, store_idx) for buf, v in zip(bufs, values)])
+        stored = values
+        if st.atomic is not None:   # (Stage._atomic_add) added in, not stored
+            stored = [_op.add(BufferLoad(buf, store_idx, buf.dtype), v)
+                      for buf, v in zip(bufs, values)]
+        store = seq(*[BufferStore(buf, v, store_idx) for buf, v in zip(bufs, stored)])
         t = self._tensorized_at(st)
         if t is not None:
-            return self._loops(st, leaves[:t], _guard(tensorize_call(
-                self, st, leaves, t, values[0], store_idx,
-                self._loops(st, leaves[t:], _guard(store, inf.guards)), False), inf.guards))
+            tic = tensorize_call(self, st, leaves, t, values[0], store_idx,
+                                 self._loops(st, leaves[t:], _guard(store, inf.guards)), False)
+            if st.atomic is not None:
+                tic = dataclasses.replace(tic, intrin=tensor_intrin("cuda.mma_atomic_add_f32"))
+            return self._loops(st, leaves[:t], _guard(tic, inf.guards))
         return self._loops(st, leaves, _guard(store, inf.guards))
 
     @staticmethod
@@ -1634,7 +1687,12 @@ class LowerContext:
         kept = [s for s in self.stages if self._stored_root(s)]
         if kept:
             roots = self._roots_in_order(roots)
-        nests = [self.make_nest(s) for s in roots]
+        nests = []
+        for s in roots:
+            # (Stage._atomic_add) the buffers added into, set to 0 before their kernel
+            nests += [self._atomic_zero(x) for x in self.stages
+                      if x.atomic is not None and _root_of(x) is s]
+            nests.append(self.make_nest(s))
         body = seq(*nests)
         for s in reversed(kept):
             for b in reversed(self.info[s].buffers):

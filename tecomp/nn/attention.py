@@ -6,7 +6,7 @@ import weakref
 from typing import Tuple
 
 from .. import te as _te
-from ..errors import AutodiffError, DTypeError, ShapeError
+from ..errors import ArgumentError, AutodiffError, DTypeError, ShapeError
 from ..ir import op as _op
 from ..ir.expr import Const
 from ..te.tensor import Tensor
@@ -59,7 +59,8 @@ def _attention_args(q, k, v, mask, scale, name, op="scaled_dot_product_attention
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                                 scale: float | None = None, name: str = "sdpa") -> Tensor:
+                                 scale: float | None = None, name: str = "sdpa",
+                                 backward: str = "stages") -> Tensor:
     """``softmax(q k^T * scale + mask) v`` per batch and head
     (``F.scaled_dot_product_attention``).
 
@@ -75,7 +76,16 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     cores) for float16/bfloat16 without a mask or with an additive padding mask
     (``(b, 1, 1, Lk)``), alone or inside a larger graph, unless a gradient reads its
     stages; else the generic GPU rules, which hold the scores whole.  For a causal
-    attention, or FlashAttention's backward as the gradient, use :func:`flash_attention`.
+    attention use :func:`flash_attention`.
+
+    ``tc.gradient`` of the output differentiates these stages (they hold the scores),
+    or with ``backward="flash"`` is FlashAttention's backward
+    (:func:`flash_attention_backward`, the logsumexp from a recomputed
+    :func:`flash_attention` forward, ``<name>.flash_grad.*`` and ``<name>.flash.*``
+    stages), which never holds an ``Lq x Lk`` matrix once scheduled: on CUDA targets the
+    GPU rules run it on its template, inside a larger graph too (a layer's gradient).
+    ``"flash"`` takes what :func:`flash_attention` takes (float16/bfloat16, head dims
+    multiples of 16 up to 128, no mask or an additive padding mask).
 
     Parameters
     ----------
@@ -94,6 +104,9 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
         Defaults to ``1/sqrt(d)`` (any finite number is taken).
     name : str, optional
         The output stage's name; helper stages are ``<name>.<what>``.
+    backward : str, optional
+        ``"stages"`` (the default) or ``"flash"``: what ``tc.gradient`` of the output is
+        (above).
 
     Returns
     -------
@@ -143,9 +156,42 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
                      lambda b, h, i, e: _te.sum(ex[b, h, i, rj3] * v[b, h, rj3, e].astype(dt),
                                                 axis=rj3),
                      name=f"{name}.pv", tag="sdpa_pv")
-    return _te.compute((B, H, Lq, Dv),
-                       lambda b, h, i, e: (pv[b, h, i, e] * rc[b, h, i]).astype(q.dtype),
-                       name=name, tag="sdpa")
+    out = _te.compute((B, H, Lq, Dv),
+                      lambda b, h, i, e: (pv[b, h, i, e] * rc[b, h, i]).astype(q.dtype),
+                      name=name, tag="sdpa")
+    if backward == "flash":
+        _flash_derivative(out, q, k, v, False, scale, name, mask)
+    elif backward != "stages":
+        Args("scaled_dot_product_attention", name).fail(
+            f"backward is \"stages\" (tc.gradient differentiates the stages) or \"flash\" "
+            f"(FlashAttention's backward), got {backward!r:.40}", ArgumentError)
+    return out
+
+
+def _flash_derivative(out, q, k, v, causal, scale, name, mask, lse=None) -> None:
+    """``tc.gradient`` of ``out`` (an attention's output): :func:`flash_attention_backward`
+    straight to q, k and v (and the mask's gradient, plain computes, where it is asked
+    for), from the logsumexp ``lse`` of a :func:`flash_attention` forward whose output is
+    ``out`` (None: a forward ``<name>.flash`` recomputed for it, whose output the
+    backward reads too; its checks are made now)."""
+    # (the rule holds the output weakly: the registry's key must not be kept alive by its
+    # value; the logsumexp strongly: the caller may have dropped it)
+    out_ref = weakref.ref(out.op)
+    if lse is None:
+        fout, lse = _flash_forward(q, k, v, causal, scale, f"{name}.flash", mask)
+        grad_name = f"{name}.flash_grad"
+    else:
+        fout, grad_name = None, f"{name}_grad"
+
+    def vjp(adjoint, *_):
+        o = fout if fout is not None else out_ref().output(0)
+        dq, dk, dv = flash_attention_backward(q, k, v, o, adjoint, lse, causal, scale,
+                                              grad_name, mask)
+        if mask is None:
+            return {q: dq, k: dk, v: dv}
+        return {q: dq, k: dk, v: dv,
+                mask: _mask_grad(q, k, v, o, adjoint, lse, causal, scale, mask, grad_name)}
+    register_derivative(out, vjp)
 
 
 # ---------------------------------------------------------------------------------
@@ -243,22 +289,8 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
         For an argument of the wrong rank, dtype or extent (the message names it).
     """
     out, lse = _flash_forward(q, k, v, causal, scale, name, mask)
-    # tc.gradient of the output: flash_attention_backward, straight to q, k and v (the
-    # rule holds the output weakly: the registry's key must not be kept alive by its
-    # value; the logsumexp strongly: the caller may have dropped it)
-    out_ref = weakref.ref(out.op)
-    scale = out.op.attrs["scale"]
-
-    def vjp(adjoint, *_):
-        o, ls = out_ref().output(0), lse
-        dq, dk, dv = flash_attention_backward(q, k, v, o, adjoint, ls, causal, scale,
-                                              f"{name}_grad", mask)
-        if mask is None:
-            return {q: dq, k: dk, v: dv}
-        return {q: dq, k: dk, v: dv,
-                mask: _mask_grad(q, k, v, o, adjoint, ls, causal, scale, mask,
-                                 f"{name}_grad")}
-    register_derivative(out, vjp)
+    # tc.gradient of the output: flash_attention_backward, straight to q, k and v
+    _flash_derivative(out, q, k, v, causal, out.op.attrs["scale"], name, mask, lse)
 
     lse_name = lse.name   # (not the tensor: the registry's key)
 
@@ -454,8 +486,10 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
     outputs (``dk`` its first, ``dv`` its second; where the head dims differ the narrower
     is sliced by a stage ``<name>.dk`` or ``<name>.dv``).  For ``dq`` (rows are
     queries) its own pass: ``scores_q`` and ``dp`` recomputed, ``ds``, ``dq_acc`` and
-    the cast ``dq`` (three GEMMs per tile, no atomics: FlashAttention-2 adds ``ds k`` into
-    ``dq`` atomically from the first loop, five GEMMs in all; here seven).
+    the cast ``dq`` (three GEMMs per tile).  The CUDA schedule runs that pass only with
+    ``FlashConfig(dq="recompute")`` (seven GEMMs); by default (``"atomic"``) it computes
+    ``dq_acc`` from ``pt_dst``'s ``ds^T`` in the ``dk``/``dv`` loop and adds it into a
+    float32 ``dq`` with atomics, FlashAttention-2's five GEMMs.
 
     Parameters
     ----------
@@ -591,7 +625,8 @@ def flash_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout:
     dk, dv = narrow(dkw, D, "dk"), narrow(dvw, Dv, "dv")
 
     # dq (rows are queries): its own pass over the keys, the scores and dout v^T
-    # recomputed, then ds k (three GEMMs; no atomics)
+    # recomputed, then ds k (three GEMMs; the CUDA schedule's default reads ds from the
+    # stacked tile instead and adds ds k into dq with atomics)
     qp, dop = padded(q, Lq, Lqp, "q"), padded(dout, Lq, Lqp, "do")
     kq, vq = padded(k, Lk, Lkp, "k"), padded(v, Lk, Lkp, "v")
     sc = gemm_t(qp, kq, Lqp, Lkp, "scores_q")

@@ -105,6 +105,8 @@ class Stage(TracedStage):
         self.persistent_blocks = None      # persistent(blocks, group_m)
         self.stored_root = False  # store_root
         self.lockstep = None      # _lockstep: (steps, rescale)
+        self.atomic = None        # _atomic_add: per axis (min, extent) of the region
+        self.reduce_range = None  # _reduce_range: (min, extent) of its one reduce axis
 
     def _reset_loops(self):
         op = self.op
@@ -403,6 +405,48 @@ class Stage(TracedStage):
         if tr.problem is None:   # (replayed without this step, the schedule would fail)
             tr.problem = (f"_lockstep on stage {self.name}: the FlashAttention template's "
                           "single pass, not a schedule primitive")
+
+    def _atomic_add(self, region) -> None:
+        """FlashAttention-2's ``dq`` (:mod:`tecomp.strategy.cuda.attention`): not a
+        schedule primitive (untraced), since it is right only for the template's computes.
+
+        This stage, a copy of a tensorized ``mma.accumulator`` (``cache_write``) computed
+        at a loop of a stage that does not read it (``compute_at`` is refused there: set
+        ``attach_type`` by this call), adds its region into its buffer instead of storing
+        it: the buffer is global and whole (float32), set to 0 by a kernel of its own
+        before the host's, and each iteration's region ``region`` (per axis ``(min,
+        extent)``, expressions of the enclosing loops' variables) is added with
+        ``atomicAdd`` (``cuda.mma_atomic_add_f32``), since the blocks of the host's kernel
+        add partial sums (over their own part of the reduction,
+        :meth:`_reduce_range`) into the same elements.  The sum is right whatever the
+        order of the additions; its rounding may differ from run to run."""
+        if self.attach_type != "scope" or self.op.reduce_axis or \
+                len(region) != len(self.op.axis):
+            raise ScheduleError(f"_atomic_add on stage {self.name}: a copy computed at a loop "
+                                "with a region per axis (a tecomp bug: the template calls it)")
+        self.atomic = tuple(region)
+        self.stored_root = True
+        tr = self.schedule.trace
+        if tr.problem is None:
+            tr.problem = (f"_atomic_add on stage {self.name}: the FlashAttention template's "
+                          "atomic dq, not a schedule primitive")
+
+    def _atomic_at(self, parent: "Stage", axis, region) -> None:
+        """:meth:`_atomic_add` at ``parent``'s loop ``axis``, which need not read this
+        stage (the template's fused kernel)."""
+        iv = parent._iv(axis, f"_atomic_at of {self.name}", "axis")
+        self._check_attachable("_atomic_at")
+        self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, iv
+        self._atomic_add(region)
+
+    def _reduce_range(self, lo, extent: int) -> None:
+        """The one reduce axis of this stage runs over ``[lo, lo + extent)`` only
+        (``lo`` an expression of the enclosing loops' variables): a block's partial sum,
+        which an :meth:`_atomic_add` stage adds into the whole.  Template-only."""
+        if len(self.op.reduce_axis) != 1:
+            raise ScheduleError(f"_reduce_range on stage {self.name}: a reduction over one "
+                                "axis (a tecomp bug: the template calls it)")
+        self.reduce_range = (lo, int(extent))
 
     def tensorize(self, axis, intrin):
         """Run the loops from ``axis`` inward as the tensor intrinsic ``intrin``

@@ -89,7 +89,9 @@ def apply_cuda_rules(args, shapes: Optional[dict] = None, gemm=None, knobs=None)
         # scaled_dot_product_attention inside the graph (a layer's, a padding mask):
         # FlashAttention's template, the rules for the rest
         fcfg = gemm if isinstance(gemm, nn_cuda.FlashConfig) else None
-        flash = nn_cuda.attention.sdpa_into_flash(s, config=fcfg)
+        # and FlashAttention's backward inside it (a layer's gradient): its template
+        flash = nn_cuda.attention.flash_backward_into(s)
+        flash |= nn_cuda.attention.sdpa_into_flash(s, config=fcfg)
         _CudaRules(s, outs, shapes or {}, None if fcfg else gemm, knobs, skip=flash).run()
     except ScheduleError as exc:
         raise AutoScheduleError(
@@ -106,9 +108,11 @@ def _template(outs: List[Tensor], knobs) -> Optional[Schedule]:
     # tecomp.nn.flash_attention and its backward (tc.gradient's or
     # flash_attention_backward's): their templates or nothing (the rules would hold the
     # padded scores whole)
-    if any(_has_tag(op, "flash_attention_dq") for op in ops):
+    # (inside a larger graph, a layer's gradient: apply_cuda_rules' flash_backward_into)
+    if any(_has_tag(op, "flash_attention_dq") for op in ops) and _flash_alone(outs, ops):
         return nn_cuda.schedule_flash_attention_backward(outs, target="cuda")
-    if any(_has_tag(op, "flash_attention") for op in ops):
+    if any(_has_tag(op, "flash_attention") for op in ops) and \
+            not any(_has_tag(op, "flash_attention_dq") for op in ops):
         return nn_cuda.schedule_flash_attention(outs, target="cuda")
     # scaled_dot_product_attention alone, float16/bfloat16 without a mask: computed as
     # flash_attention, on its template (the tensor cores); else the rules
@@ -133,6 +137,30 @@ def _template(outs: List[Tensor], knobs) -> Optional[Schedule]:
                     raise  # a sampled tiling the template refuses: not a candidate
                 return None  # not the operator alone (or no tiling fits): the rules
     return None
+
+
+def _flash_alone(outs: List[Tensor], ops) -> bool:
+    """Whether every one of ``outs`` is a gradient of a FlashAttention backward (dq, dk,
+    dv, the mask's), through copies (tc.gradient's): the backward alone, for its
+    template; else a larger graph (a layer's gradient: the rules, with the template
+    inside)."""
+    tags = ("flash_attention_dq", "flash_attention_dkv", "flash_narrow",
+            "flash_attention_dmask")
+    for t in outs:
+        g = t
+        while not any(_has_tag(g.op, tg) for tg in tags):
+            ins = getattr(g.op, "input_tensors", [])
+            if getattr(g.op, "reduce_axis", None) or len(ins) != 1:
+                return False
+            g = ins[0]
+    if any(_has_tag(op, "flash_attention_dmask") for op in ops):
+        return True   # (the mask's gradient: the template says it has none)
+    # (and no other reduction: a layer's, the general stages of an attention the
+    # gradient's head reads)
+    flash = nn_cuda.attention._FLASH_TAGS
+    return all(not getattr(op, "reduce_axis", None) or any(_has_tag(op, t) for t in flash)
+               or any(isinstance(t.op, ComputeOp) and _has_tag(t.op, "flash_stats")
+                      for t in op.input_tensors) for op in ops)
 
 
 def _conv_knobs(knobs, name: str, d, shape):

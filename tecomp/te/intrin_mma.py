@@ -27,6 +27,11 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   ``cuda.mma_fill_f32`` sets the lane's accumulator registers to 0;
 * ``cuda.mma_store_f32`` -- the accumulator tile to shared or global memory, row or
   column major, each lane storing its 8 elements;
+* ``cuda.mma_atomic_add_f32`` -- ``C[i, j] += F[i, j]``: the accumulator tile added into
+  float32 memory with ``atomicAdd`` per element (its declaration is the store's copy:
+  lowering emits it for a ``Stage._atomic_add`` stage tensorized with
+  ``cuda.mma_store_f32``, whose buffer it zeroes first), so that the blocks of a kernel
+  may add partial sums into one tile (FlashAttention-2's ``dq``);
 * ``cuda.mma_scale_rows_f32`` -- ``C[i, j] *= f[i]``: each row of an accumulator tile in
   place by a factor from memory (``f`` a 16 x 16 view of a vector, column stride 0), each
   lane its 8 elements by the factors of its two rows.  Lowering emits it, not a schedule:
@@ -166,7 +171,10 @@ def _fill_emit(name: str):
     return emit
 
 
-def _store(name: str):
+def _store(name: str, atomic: bool = False):
+    """The accumulator tile to memory, each lane its 8 elements; ``atomic``: added into
+    float32 memory with ``atomicAdd`` (several blocks add partial sums into one tile:
+    FlashAttention-2's ``dq``)."""
     def emit(cb, ins, outs):
         c = _fragment(name, ins[0], "mma.accumulator")
         dst = _memory(name, outs[0])
@@ -177,7 +185,9 @@ def _store(name: str):
                 row, col = accumulator_coords(half, reg)
                 off = f"({row}) * {ld} + ({col})" if layout == "row_major" \
                     else f"({col}) * {ld} + ({row})"
-                cb.emit(f"{dst.ptr}[{off}] = {c}[{4 * half + reg}];")
+                val = f"{c}[{4 * half + reg}]"
+                cb.emit(f"atomicAdd({dst.ptr} + {off}, {val});" if atomic
+                        else f"{dst.ptr}[{off}] = {val};")
     return emit
 
 
@@ -225,6 +235,8 @@ def declarations():
                 "cuda.mma_tf32tf32f32", False, "cuda.mma_fill_f32"))
     out.append((_copy("float32", "float32", "c"), _store("cuda.mma_store_f32"),
                 "cuda.mma_store_f32", False, None))
+    out.append((_copy("float32", "float32", "c"), _store("cuda.mma_atomic_add_f32", atomic=True),
+                "cuda.mma_atomic_add_f32", False, None))
     out.append((_scale_rows(), _scale_rows_emit("cuda.mma_scale_rows_f32"),
                 "cuda.mma_scale_rows_f32", False, None))
     return out

@@ -175,3 +175,35 @@ def test_the_gradient_of_the_mask_has_no_cuda_template():
                                                r"flash_attention's mask, has no CUDA template "
                                                r".*; ask tc.gradient for q, k and v only"):
         tc.auto_schedule([q, k, v, m, head, *grads], target="cuda")
+
+
+def test_sdpa_backward_of_another_name():
+    q, k, v = _qkv()
+    with pytest.raises(tc.ArgumentError, match=r"scaled_dot_product_attention sdpa: backward is "
+                                               r"\"stages\" \(tc.gradient differentiates the "
+                                               r"stages\) or \"flash\" \(FlashAttention's "
+                                               r"backward\), got 'flashy'"):
+        nn.scaled_dot_product_attention(q, k, v, backward="flashy")
+
+
+def test_sdpa_flash_backward_of_float32():
+    q, k, v = _qkv(dtype="float32")
+    with pytest.raises(tc.DTypeError, match=r"flash_attention sdpa.flash: q \(Q\) is float32; "
+                                            r"FlashAttention runs on the tensor cores"):
+        nn.scaled_dot_product_attention(q, k, v, backward="flash")
+
+
+def test_backward_config_dq_of_another_name():
+    grads = nn.flash_attention_backward(*_bwd_args())
+    with pytest.raises(tc.ScheduleError, match=r"dq is \"atomic\" \(FlashAttention-2's five "
+                                               r"GEMMs\) or \"recompute\" \(a second pass, "
+                                               r"seven\), got 'atomics'"):
+        nn_cuda_backward(list(grads), target="cuda", config=FlashConfig(dq="atomics"))
+
+
+def test_backward_config_whose_warps_cannot_share_dq():
+    grads = nn.flash_attention_backward(*_bwd_args())
+    with pytest.raises(tc.ScheduleError, match=r"with dq \"atomic\" the warps \(8\) share the "
+                                               r"16 x 64 tile of dq in tiles of 16 x 16; take "
+                                               r"another tiling \(or dq=\"recompute\"\)"):
+        nn_cuda_backward(list(grads), target="cuda", config=FlashConfig(8, 16, 16))

@@ -27,9 +27,9 @@ memory have 2- to 4-way bank conflicts).  Tensor cores (``wmma``) serve ``matmul
 float16 operands with a float32 result (:mod:`.tensorcore`) and
 ``tecomp.nn.flash_attention`` (:mod:`.attention`); not yet convolutions.
 """
-from .attention import (FlashConfig, flash_backward_config, flash_config,
-                        schedule_flash_attention, schedule_flash_attention_backward,
-                        schedule_sdpa_as_flash)
+from .attention import (FlashConfig, flash_backward_config, flash_backward_into,
+                        flash_config, schedule_flash_attention,
+                        schedule_flash_attention_backward, schedule_sdpa_as_flash)
 from .conv2d import ConvConfig, conv_config, schedule_conv2d_nchw, schedule_conv2d_nhwc
 from .gemm import GemmConfig, gemm_config, schedule_dense, schedule_matmul
 from .injective import schedule_elementwise, schedule_injective
@@ -39,6 +39,6 @@ from .tensorcore import WmmaConfig, wmma_config
 __all__ = [
     "schedule_matmul", "schedule_dense", "schedule_conv2d_nchw", "schedule_conv2d_nhwc",
     "schedule_softmax", "schedule_injective", "schedule_flash_attention", "FlashConfig",
-    "flash_config", "schedule_flash_attention_backward", "flash_backward_config", "schedule_sdpa_as_flash", "schedule_elementwise",
+    "flash_config", "schedule_flash_attention_backward", "flash_backward_config", "flash_backward_into", "schedule_sdpa_as_flash", "schedule_elementwise",
     "GemmConfig", "gemm_config", "WmmaConfig", "wmma_config", "ConvConfig", "conv_config", "SoftmaxConfig", "softmax_config",
 ]

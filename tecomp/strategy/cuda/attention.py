@@ -1,5 +1,6 @@
 """FlashAttention's forward on tensor cores (``tecomp.nn.flash_attention`` on ``cuda``
-targets): a schedule of its computes, every tile a schedule decision.
+targets): a schedule of its computes, every tile a schedule decision (the backward:
+:func:`schedule_flash_attention_backward`).
 
 One kernel carries the work, FlashAttention-2's single pass over the keys (a second,
 small one writes the logsumexp out):
@@ -33,11 +34,12 @@ dimension and the shared memory of the target (:func:`shared_bytes`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from ...errors import ScheduleError
 from ...ir import dtype as _dt
+from ...ir import op as _op
 from ...ir.expr import Const as _Const, Mul, ProducerLoad
 from ...ir.functor import collect, substitute
 from ...errors import TecompError
@@ -74,11 +76,18 @@ class FlashConfig:
     ``warp_rows`` query rows (32 or 16; ``block_q = warp_rows * warps`` rows a block);
     ``block_kv`` keys per step (a multiple of 16 that divides 128,
     ``tecomp.nn.attention.FLASH_PAD``).  The backward's blocks are of keys for ``dk``
-    and ``dv``, of queries for ``dq``."""
+    and ``dv``, of queries for ``dq`` where ``dq`` is ``"recompute"`` (with
+    ``"atomic"``, the forward ignores it, ``dq`` is added from the ``dk``/``dv``
+    kernel)."""
 
     warps: int = 4
     block_kv: int = 64
     warp_rows: int = WARP
+    #: the backward's ``dq``: ``"atomic"``, FlashAttention-2's five GEMMs (``ds k`` of
+    #: each step added into a float32 ``dq`` with atomics from the ``dk``/``dv`` kernel),
+    #: or ``"recompute"``, a second pass over the keys recomputing the scores and ``dout
+    #: v^T`` (seven GEMMs, no atomics: deterministic)
+    dq: str = "atomic"
 
     @property
     def block_q(self) -> int:
@@ -518,7 +527,7 @@ class _Kernels:
 def schedule_flash_attention_backward(outs, target: str = "cuda",
                                       config: Optional[FlashConfig] = None) -> Schedule:
     """The schedule of ``tecomp.nn.flash_attention_backward``'s ``(dq, dk, dv)`` on the
-    tensor cores: a kernel for ``delta`` (a thread per query row), then two of
+    tensor cores: a kernel for ``delta`` (a thread per query row), then kernels of
     :meth:`_Kernels.accumulate`'s form, blocks of ``block_q`` rows whose operands stay
     in shared memory and a loop over steps of ``block_kv`` columns:
 
@@ -527,9 +536,16 @@ def schedule_flash_attention_backward(outs, target: str = "cuda",
       tile), and their products with the step's ``dout`` and ``q`` (one stacked copy)
       added into the two accumulators each warp holds in its registers: four GEMMs a
       step, FlashAttention-2's loop;
-    * ``dq`` (rows: queries): per step of keys the scores and ``dout v^T`` again, ``ds``
-      and ``ds k``: three GEMMs (no atomics: FlashAttention-2 adds ``ds k`` into ``dq``
-      atomically from the first kernel, five GEMMs in all; here seven).
+    * ``dq`` with ``config.dq="atomic"`` (the default where the warps can share its
+      tile, :func:`atomic_warps`): in the same loop, ``ds k`` of the step (``ds^T`` of
+      the stacked tile read transposed, the block's ``k``) on the tensor cores, each warp
+      a part of the ``block_kv x d`` tile, added into a float32 ``dq`` with
+      ``atomicAdd`` (zeroed by a kernel before; the blocks of the other keys add into
+      the same rows), then a kernel casting it: FlashAttention-2's five GEMMs a step
+      (:func:`_atomic_dq`);
+    * ``dq`` with ``"recompute"`` (rows: queries): per step of keys the scores and
+      ``dout v^T`` again, ``ds`` and ``ds k``: three GEMMs, seven in all, no atomics
+      (deterministic).
 
     ``config``: :func:`flash_backward_config`'s by default (the same tiling for both)."""
     _check_target(target)
@@ -563,49 +579,261 @@ def schedule_flash_attention_backward(outs, target: str = "cuda",
             "schedule_flash_attention_backward takes the three outputs of "
             "tecomp.nn.flash_attention_backward, (dq, dk, dv), got "
             f"{', '.join(getattr(t, 'name', repr(t)[:30]) for t in outs)}")
-    dkv = by["dk"].op
-    D = _cint(by["dq"].shape[3])
-    Dv = _cint(final["dv"].shape[3])
-    dtype = by["dq"].dtype
-    cfg = config if config is not None else flash_backward_config(
-        D, Dv, dtype, max_shared_bytes(target))
     s = create_schedule([t.op for t in outs])
     for what in ("dq", "dk", "dv"):
         chain = _chain(final[what], by[what])
         for g in (chain if what == "dq" else chain[:-1]):
             s[g].compute_inline()    # the copies down to the cast: into the output
-    fwd = [op for op in _walk(outs) if _tagged(op, "flash_attention")]
-    if fwd:   # tc.gradient's: the forward's output and logsumexp are computed too
-        ops = _walk(outs)
-        lse = [op for op in ops if _tagged(op, "flash_attention_lse")]
-        tf = _parts([fwd[0].output(0), lse[0].output(0)])
-        _forward_into(s, tf, config if config is not None else flash_config(
-            D, Dv, dtype, max_shared_bytes(target)))
+    tf = _backward_into(s, by, final, target, config)
+    if tf is not None:
         mine = {id(x.op) for x in tf.values()}
-        for op in ops:   # a head of ones: into its readers
+        for op in _walk(outs):   # a head of ones: into its readers
             if id(op) not in mine and not op.reduce_axis and not any(
                     _tagged(op, tg) for tg in ("flash_pad", "flash_p", "flash_ds", "flash_pds",
                                                "flash_attention_dq", "flash_attention_dkv",
                                                "flash_narrow")) \
                     and all(op is not x.op for x in outs) and s[op].attach_type == "root":
                 s[op].compute_inline()
+    return s
+
+
+def _forward_of(delta: Tensor, pds: Tensor) -> Optional[dict]:
+    """:func:`_parts` of the forward whose output the backward's ``delta`` reads and whose
+    logsumexp its stacked tile ``pds`` reads (tc.gradient's), or None (given tensors)."""
+    out = [t for t in delta.op.input_tensors if _tagged(t.op, "flash_attention")]
+    lse = [t for t in pds.op.input_tensors if _tagged(t.op, "flash_attention_lse")]
+    if not out or not lse:
+        return None
+    return _parts([out[0], lse[0]])
+
+
+def _backward_into(s: Schedule, by: dict, final: dict, target: str,
+                   config: Optional[FlashConfig]) -> Optional[dict]:
+    """The backward's kernels in ``s`` (``by``: its ``dq`` cast and ``dkv``'s outputs;
+    ``final``: the stages that write them out, narrowed or copied), and the forward's
+    where its output and logsumexp are computes (tc.gradient's): returns that forward's
+    :func:`_parts`, or None."""
+    dkv = by["dk"].op
+    D = _cint(by["dq"].shape[3])
+    Dv = _cint(final["dv"].shape[3])
+    dtype = by["dq"].dtype
+    cfg = config if config is not None else flash_backward_config(
+        D, Dv, dtype, max_shared_bytes(target))
     dq_acc = by["dq"].op.input_tensors[0]
     ds = [x for x in dq_acc.op.input_tensors if _tagged(x.op, "flash_ds")][0]
     Lqp, Lkp = _cint(ds.shape[2]), _cint(ds.shape[3])
     delta = [x for x in ds.op.input_tensors if _tagged(x.op, "flash_delta")][0]
     causal = bool(dkv.attrs.get("causal"))
+    tf = _forward_of(delta, next(x for x in dkv.input_tensors[0].op.input_tensors
+                                 if _tagged(x.op, "flash_pds")))
+    if tf is not None:   # tc.gradient's: the forward's output and logsumexp are computed too
+        _forward_into(s, tf, config if config is not None else flash_config(
+            D, Dv, dtype, max_shared_bytes(target)))
+    if cfg.dq not in ("atomic", "recompute"):
+        raise ScheduleError(f"{cfg}: dq is \"atomic\" (FlashAttention-2's five GEMMs) or "
+                            f"\"recompute\" (a second pass, seven), got {cfg.dq!r:.40}")
+    atomic = cfg.dq == "atomic"
+    if atomic:
+        pds = _dq_from_the_stacked_tile(s, dq_acc, dkv.input_tensors[0])
     # dk and dv: blocks of keys, steps of queries, two accumulators
     k = _Kernels(s, cfg, dtype, Lkp, Lqp)
-    _gradient_kernel(k, dkv.output(0), dkv.input_tensors[0], "flash_pds",
-                     "after" if causal else None)
+    ot, bo, pf, ko = _gradient_kernel(k, dkv.output(0), dkv.input_tensors[0], "flash_pds",
+                                      "after" if causal else None)
     for what in ("dk", "dv"):   # narrowed or copied: a small kernel of their own
         if final[what] is not by[what]:
             k.rows_kernel(final[what])
-    # dq: blocks of queries, steps of keys
-    k = _Kernels(s, cfg, dtype, Lqp, Lkp)
-    _gradient_kernel(k, final["dq"], dq_acc, "flash_ds", "before" if causal else None)
+    if atomic:
+        # dq: ds k of each step added into a float32 dq by the dk/dv kernel, then cast
+        _atomic_dq(k, dq_acc, pds, ot, bo, pf, ko, _cint(dkv.output(0).shape[1]))
+        k.rows_kernel(final["dq"])
+    else:
+        # dq: blocks of queries, steps of keys
+        k = _Kernels(s, cfg, dtype, Lqp, Lkp)
+        _gradient_kernel(k, final["dq"], dq_acc, "flash_ds", "before" if causal else None)
     k.rows_kernel(delta)
-    return s
+    return tf
+
+
+def flash_backward_into(s: Schedule, target: str = "cuda",
+                        config: Optional[FlashConfig] = None) -> set:
+    """In ``s``, a schedule of a larger graph (a layer's gradient): every
+    :func:`tecomp.nn.flash_attention_backward` in it (``tc.gradient`` of a
+    ``flash_attention``, or of a ``scaled_dot_product_attention`` with
+    ``backward="flash"``) scheduled on its template, with the forward it recomputes;
+    the stages it reads (q, k, v, the output's gradient, a mask) stay as they are.
+    Returns the ids of the operations it scheduled: the GPU rules schedule the others.
+    ``config``: the backward's tiling (default :func:`flash_backward_config`'s)."""
+    _check_target(target)
+    mine: set = set()
+    before = {id(st.op) for st in s.stages}
+    dqs = [st.op for st in s.stages if _tagged(st.op, "flash_attention_dq")]
+    for st in list(s.stages):
+        if not _tagged(st.op, "flash_attention_dkv") or st.op is not st.origin_op:
+            continue
+        dkv = st.op
+        pds = next(x for x in dkv.input_tensors[0].op.input_tensors
+                   if _tagged(x.op, "flash_pds"))
+        delta = next(x for x in pds.op.input_tensors if _tagged(x.op, "flash_delta"))
+        dq = [op for op in dqs if any(
+            x.op is delta.op for t in op.input_tensors[0].op.input_tensors
+            if _tagged(t.op, "flash_ds") for x in t.op.input_tensors)]
+        if len(dq) != 1:
+            continue
+        by = {"dq": dq[0].output(0), "dk": dkv.output(0), "dv": dkv.output(1)}
+        final = dict(by)
+        for x in s.stages:   # (head dims that differ: dk or dv narrowed)
+            if _tagged(x.op, "flash_narrow"):
+                src = x.op.input_tensors[0]
+                if src.op is dkv:
+                    final[("dk", "dv")[src.value_index]] = x.op.output(0)
+        if any(_tagged(x.op, "flash_attention_dmask") for x in s.stages):
+            continue   # (the mask's gradient holds the scores: the rules)
+        ops = _backward_ops(list(final.values()))
+        tf = _backward_into(s, by, final, target, config)
+        mine |= {id(op) for op in ops}
+        if tf is not None:
+            mine |= {id(x.op) for x in tf.values() if x is not None}
+            mine |= {id(op) for op in _backward_ops([tf["out"], tf["lse"]])}
+    if mine:
+        mine |= {id(st.op) for st in s.stages} - before
+        mine |= {id(st.origin_op) for st in s.stages if id(st.op) in mine}
+    return mine
+
+
+#: the tags of FlashAttention's computes (forward and backward)
+_FLASH_TAGS = ("flash_pad", "flash_scores", "flash_pds", "flash_ds", "flash_grad_acc",
+               "flash_delta", "flash_attention_dq", "flash_attention_dkv", "flash_narrow",
+               "flash_stats", "flash_p", "flash_pv", "flash_attention", "flash_attention_lse")
+
+
+def _backward_ops(tensors) -> list:
+    """The FlashAttention computes under ``tensors`` (and the forward's unlabelled
+    logsumexp of its rows), down to the stages that are not FlashAttention's."""
+    out, seen, todo = [], set(), [t.op for t in tensors]
+    while todo:
+        op = todo.pop()
+        if id(op) in seen or isinstance(op, PlaceholderOp):
+            continue
+        seen.add(id(op))
+        ins = getattr(op, "input_tensors", ())
+        ours = any(_tagged(op, tg) for tg in _FLASH_TAGS) or any(
+            _tagged(t.op, "flash_stats") for t in ins)
+        if not ours:
+            continue
+        out.append(op)
+        todo += [t.op for t in ins]
+    return out
+
+
+def _dq_from_the_stacked_tile(s: Schedule, dq_acc: Tensor, acc: Tensor) -> Tensor:
+    """FlashAttention-2's ``dq``: ``dq_acc``'s body replaced by ``sum_j ds[i, j] k[j, :]``
+    read from the ``dk``/``dv`` kernel's stacked tile (``ds^T``, its second half) and
+    its padded ``k`` (the same values as the second pass's ``ds``: the products of the
+    same tiles), the second pass's stages dropped from ``s``.  Returns the stacked tile
+    (``<name>.pt_dst``)."""
+    pds = next(x for x in acc.op.input_tensors if _tagged(x.op, "flash_pds"))
+    st = next(x for x in pds.op.input_tensors if x.name.endswith(".scores_k"))
+    kp = st.op.input_tensors[0]
+    f32 = "float32"
+    j = _te.reduce_axis(_cint(kp.shape[2]), name="j")
+    body = _te.compute(tuple(dq_acc.shape), lambda b, h, i, d: _te.sum(
+        pds[b, h, 1, j, i].astype(f32) * kp[b, h, j, d].astype(f32), axis=j),
+        name=dq_acc.op.name)
+    st_acc = s[dq_acc]
+    s._replace_op(st_acc, _with_body(st_acc.op, substitute(body.op.body, {
+        a.var: b.var for a, b in zip(body.op.axis, st_acc.op.axis)})))
+    # the stages only the second pass read: out of the schedule
+    live, todo = set(), [x for x in s.stages if x.is_output]
+    while todo:
+        x = todo.pop()
+        if id(x) in live:
+            continue
+        live.add(id(x))
+        for t in x.op.input_tensors:
+            y = s._stage_of.get(id(t.op))
+            if y is not None:
+                todo.append(y)
+    for x in [x for x in s.stages if id(x) not in live]:
+        s.stages.remove(x)
+        for key in [key for key, y in s._stage_of.items() if y is x]:
+            del s._stage_of[key]
+    return pds
+
+
+def _atomic_dq(k: "_Kernels", dq_acc: Tensor, pds: Tensor, ot: Stage, bo, pf: Stage, ko,
+               heads: int) -> None:
+    """FlashAttention-2's ``dq`` in the ``dk``/``dv`` kernel: at each step ``ko`` (a
+    tile of ``block_kv`` queries), ``ds k`` over the block's keys (the stacked tile's
+    ``ds^T`` read transposed, ``k`` the block's shared copy) on the tensor cores, each
+    warp a part of the ``block_kv x d`` tile in its registers, added into the float32
+    ``dq_acc`` with ``atomicAdd`` (``Stage._atomic_add``: zeroed by a kernel of its
+    own before; the blocks of other keys add into the same rows)."""
+    s, cfg, names = k.s, k.cfg, k.names
+    D = _cint(dq_acc.shape[3])
+    bk, warps = cfg.block_kv, cfg.warps
+    split = atomic_warps(cfg, D)
+    if split is None:
+        raise ScheduleError(f"{cfg}: with dq \"atomic\" the warps ({warps}) share the "
+                            f"{bk} x {D} tile of dq in tiles of 16 x 16; take another "
+                            "tiling (or dq=\"recompute\")")
+    QF = s.cache_write(dq_acc, "mma.accumulator")
+    st = s[dq_acc]
+    s.stages.remove(st)
+    s.stages.remove(s[QF])
+    # (after the stacked tile and before the host: lowering infers a stage's bounds
+    # after its readers' and its host's)
+    at = s.stages.index(pf)
+    s.stages[at:at] = [s[QF], st]
+    b, h, i, d = st.op.axis
+    wi, i = st.split(i, nparts=split[0])
+    wd, d = st.split(d, nparts=split[1])
+    st.reorder(b, h, wi, wd, i, d)
+    w = st.fuse(wi, wd)
+    fi, i = st.split(i, factor=FRAG)
+    fd, d = st.split(d, factor=FRAG)
+    st.reorder(b, h, w, fi, fd, i, d)
+    _bind(st, w, "threadIdx.y")
+    st.tensorize(i, tensor_intrin(names["store"]))
+    bz = ot.leaf_iter_vars[0]
+    i32 = "int32"
+    H = _Const(heads, i32)
+    st._atomic_at(pf, ko, [(_op.floordiv(bz.var, H), 1), (_op.floormod(bz.var, H), 1),
+                           (_op.mul(ko.var, _Const(bk, i32)), bk), (0, D)])
+    qf = s[QF]
+    qf.compute_at(st, w)
+    qf._reduce_range(_op.mul(bo.var, _Const(cfg.block_q, i32)), cfg.block_q)
+    _, _, ci, cd = qf.op.axis
+    kf, kk = qf.split(qf.op.reduce_axis[0], factor=FRAG)
+    fi, ci = qf.split(ci, factor=FRAG)
+    fd, cd = qf.split(cd, factor=FRAG)
+    qf.reorder(kf, fi, fd, ci, cd, kk)
+    qf.tensorize(ci, tensor_intrin(names["mma"]))
+    for src, scope, intrin in ((pds, "mma.matrix_a", names["load_a"]),
+                               (_key_tile(QF), "mma.matrix_b", names["load_b"])):
+        F = s.cache_read(src, scope, [QF])
+        fs = s[F]
+        fs.compute_at(qf, kf)
+        *_, r, c = fs.op.axis      # [j, i] (ds^T) and [j, d] (k): tiles along the columns
+        co, c = fs.split(c, factor=FRAG)
+        fs.reorder(co, r, c)
+        fs.tensorize(r, tensor_intrin(intrin))
+
+
+def atomic_warps(cfg: FlashConfig, d: int) -> Optional[tuple]:
+    """How the warps of the backward's ``dk``/``dv`` kernel share the ``block_kv x d``
+    tile of ``dq`` with ``dq="atomic"``: ``(row parts, column parts)``, each part whole
+    16 x 16 tiles (the rows first), or None where they cannot."""
+    rows, cols = cfg.block_kv // FRAG, d // FRAG
+    for wi in range(min(rows, cfg.warps), 0, -1):
+        wd = cfg.warps // wi
+        if rows % wi == 0 and cfg.warps % wi == 0 and cols % wd == 0:
+            return wi, wd
+    return None
+
+
+def _key_tile(QF: Tensor) -> Tensor:
+    """The padded ``k`` that the atomic ``dq``'s accumulator reads."""
+    return next(t for t in QF.op.input_tensors if not _tagged(t.op, "flash_pds"))
 
 
 def _gradient_kernel(k: "_Kernels", out, acc, tile_tag: str, causal) -> None:
@@ -616,6 +844,7 @@ def _gradient_kernel(k: "_Kernels", out, acc, tile_tag: str, causal) -> None:
     ``causal``: the side whose column tiles are skipped, or None."""
     T, X = sorted(acc.op.input_tensors, key=lambda x: not _tagged(x.op, tile_tag))
     ot, bo, pf, ko = k.accumulate(out, acc, T, X)
+    loops = (ot, bo, pf, ko)
     if causal:
         k.skip_causal(pf, ko, causal)
     k.tile16(T, pf, ko)
@@ -626,6 +855,7 @@ def _gradient_kernel(k: "_Kernels", out, acc, tile_tag: str, causal) -> None:
         k.shared_copy(A, ot, bo)
         if B is not X:
             k.shared_copy(B, pf, ko, step=True)
+    return loops
 
 
 def _chain(top: Tensor, bottom: Tensor):
@@ -678,10 +908,22 @@ def flash_backward_config(d: int, dv: int, dtype: str = "float16",
     """The first of :data:`FLASH_BACKWARD_CONFIGS` whose kernels fit ``max_shared``
     bytes of shared memory (default: sm_80's 163 KiB; :func:`backward_shared_bytes`)
     and whose accumulators fit the registers (:func:`backward_accumulators` up to
-    :data:`MAX_ACCUMULATORS`), else the smallest."""
+    :data:`MAX_ACCUMULATORS`), else the smallest; ``dq="atomic"``, FlashAttention-2's
+    five GEMMs, where its warps share ``dq``'s tile in whole 16 x 16 tiles
+    (:func:`atomic_warps`), else ``"recompute"``.  (Atomic by default: FlashAttention-2
+    computes ``dq`` this way, five GEMMs a tile pair instead of seven, 2/7 fewer tensor
+    core operations, against float32 atomics into ``dq`` that the blocks of one head
+    contend for; its paper measures its backward so.  Not measured here yet:
+    ``benchmarks/gpu.py --only "flash attention bwd" --ab`` times both.)"""
     limit = max_shared if max_shared is not None else 163 * 1024
     for c in FLASH_BACKWARD_CONFIGS:
         if backward_shared_bytes(c, d, dv, dtype) <= limit and \
                 backward_accumulators(c, d, dv) <= MAX_ACCUMULATORS:
-            return c
-    return FLASH_BACKWARD_CONFIGS[-1]
+            return _with_dq(c, d)
+    return _with_dq(FLASH_BACKWARD_CONFIGS[-1], d)
+
+
+def _with_dq(cfg: FlashConfig, d: int) -> FlashConfig:
+    """``cfg`` with ``dq="atomic"`` (FlashAttention-2's five GEMMs, the default) where its
+    warps can share ``dq``'s tile (:func:`atomic_warps`), else ``"recompute"``."""
+    return cfg if atomic_warps(cfg, d) is not None else replace(cfg, dq="recompute")
