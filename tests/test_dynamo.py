@@ -132,6 +132,44 @@ def test_1x1_convolutions_as_gemms():
     _check_model(_OneByOne(), torch.randn(2, 8, 14, 14), train=False)
 
 
+class _OneByOneByChannels(torch.nn.Module):
+    """1x1 convolutions on planes outside GEMM_1X1_PLANES: on 30x30 (900 pixels) one
+    with as many output channels as input channels (a GEMM, with a batch norm and a
+    residual) and one with more (the template); on 7x7 one with more (a GEMM) and one
+    with fewer (the template)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(8, 8, 1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.b = torch.nn.Conv2d(8, 12, 1)
+        self.c = torch.nn.Conv2d(12, 16, 1, bias=False)
+        self.d = torch.nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.a(x)) + x)
+        h = torch.nn.functional.max_pool2d(self.b(h), 4)
+        return self.d(torch.relu(self.c(h)))
+
+
+def test_1x1_convolutions_as_gemms_by_channels():
+    """Outside GEMM_1X1_PLANES, the lowering takes the GEMM where the channels favour it
+    (GEMM_1X1_BY_CHANNELS): each path's inference output against eager."""
+    plane = lowering_nn._gemm_1x1_plane
+    if lowering_nn.GEMM_1X1_BY_CHANNELS is not None:
+        assert plane((2, 8, 30, 30), (8, 8, 1, 1), [1, 1], [0, 0], "float32") == (30, 30)
+        assert plane((2, 12, 7, 7), (16, 12, 1, 1), [1, 1], [0, 0], "float32") == (7, 7)
+    assert plane((2, 8, 30, 30), (12, 8, 1, 1), [1, 1], [0, 0], "float32") is None
+    assert plane((2, 16, 7, 7), (8, 16, 1, 1), [1, 1], [0, 0], "float32") is None
+    assert plane((2, 12, 14, 14), (16, 12, 1, 1), [2, 2], [0, 0], "float32") is None
+    torch.manual_seed(0)
+    model = _OneByOneByChannels()
+    with torch.no_grad():
+        model.bn.running_mean.normal_()
+        model.bn.running_var.uniform_(0.5, 2.0)
+    _check_model(model, torch.randn(2, 8, 30, 30), train=False)
+
+
 class _SameShapes(torch.nn.Module):
     """Blocks of one shape (a later kernel output can take a released one's memory),
     and the first block's output, transposed, read last by an eager node (cumsum)."""
