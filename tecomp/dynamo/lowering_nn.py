@@ -101,10 +101,11 @@ GEMM_1X1_PLANES = (14 * 14, 28 * 28)
 
 #: the planes (least and most) outside :data:`GEMM_1X1_PLANES` where a 1x1 convolution is
 #: a GEMM too when its channels favour it: a smaller plane where it has more output
-#: channels than input channels (ResNet-50's 512->2048 at 7x7), a larger one where it
-#: has at most as many (256->64, 256->128, 64->64 at 56x56); stride 1 only.  On those layers at batch 8
-#: the GEMM took 0.81-0.87 of the template's time on one thread (0.88-0.95 on two); on
-#: the others (64->256 at 56x56, 2048->512 at 7x7) 1.11-1.18 (Zen 5, under load:
+#: channels than input channels (ResNet-50's 512->2048 at 7x7, and its 1024->2048 stride-2
+#: downsample onto 7x7, with :data:`GEMM_1X1_STRIDED`), a larger one where it has at most
+#: as many, stride 1 (256->64, 256->128, 64->64 at 56x56).  On those layers at batch 8 the
+#: GEMM took 0.80-0.87 of the template's time on one thread (0.80-0.95 on two); on the
+#: others (64->256 at 56x56, 2048->512 at 7x7) 1.11-1.18 (Zen 5, under load:
 #: benchmarks/history/2026-11-30.md, "h12-resnet").  None: only GEMM_1X1_PLANES
 GEMM_1X1_BY_CHANNELS: Optional[Tuple[int, int]] = (7 * 7, 56 * 56)
 
@@ -126,8 +127,8 @@ def _gemm_1x1_plane(xs, ws, stride, padding, dtype):
     if lo <= OH * OW <= hi:
         return OH, OW
     wide = GEMM_1X1_BY_CHANNELS
-    if wide is not None and (stride[0], stride[1]) == (1, 1) and ((wide[0] <= OH * OW < lo and K > C) or
-                             (hi < OH * OW <= wide[1] and C >= K)):
+    if wide is not None and ((wide[0] <= OH * OW < lo and K > C) or (
+            hi < OH * OW <= wide[1] and C >= K and (stride[0], stride[1]) == (1, 1))):
         return OH, OW
     return None
 
