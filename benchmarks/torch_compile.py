@@ -23,7 +23,8 @@ with the cache the first filled (warm); TorchDynamo's tracing is in both.
                                                   resnet50-downsample]
                                         [--threads 1,2] [--rounds 5] [--layers 12]
                                         [--profile] [--other-threads]
-                                        [--ab prepack,no-strided-gemm,own-pools] [--cpu]
+                                        [--ab prepack,no-strided-gemm,no-gemm-by-channels,
+                                              own-pools] [--cpu]
 
 Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
 time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
@@ -32,13 +33,16 @@ time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
 option ``threads`` not its default (``"tecomp"``: its kernels on tecomp's pool; see the
 backend's options).
 
-``--ab prepack,no-strided-gemm,own-pools`` (the ResNet-50 cases) adds variants of the
-tecomp backend to the same turns, each printed with its time over the default's:
-``prepack`` the option ``prepack=True`` (the convolutions' weights packed into the
-kernels' layouts once, not copied at every call), ``no-strided-gemm`` the strided 1x1
-convolutions left to the convolution template instead of a subsampled copy and a GEMM
-(compiled without the disk cache: its kernels run on the JIT's one pool, as the
-default's, loaded from the disk cache, run on the process's first pool), ``own-pools``
+``--ab prepack,no-strided-gemm,no-gemm-by-channels,own-pools`` (the ResNet-50 cases) adds
+variants of the tecomp backend to the same turns, each printed with its time over the
+default's: ``prepack`` the option ``prepack=True`` (the convolutions' weights packed into
+the kernels' layouts once, not copied at every call), ``no-strided-gemm`` the strided 1x1
+convolutions left to the convolution template instead of a subsampled copy and a GEMM,
+``no-gemm-by-channels`` the 1x1 convolutions on 7x7 and 56x56 planes that the lowering
+writes as GEMMs for their channels (``lowering_nn.GEMM_1X1_BY_CHANNELS``) left to the
+convolution template (these two compiled without the disk cache: their kernels run on
+the JIT's one pool, as the default's, loaded from the disk cache, run on the process's
+first pool), ``own-pools``
 the default's kernels with the thread pools of the libraries loaded from the disk cache
 (one each) running their loops on their own threads (``tecomp.dynamo.cache.SHARE_POOLS``
 off).
@@ -129,7 +133,11 @@ def _other_threads_tool(model) -> dict:
 #: the variants ``--ab`` can add to the turns: the backend with an option not its
 #: default's, or a lowering switched off (compiled without the disk cache, whose keys do
 #: not know the switch)
-VARIANTS = ("prepack", "no-strided-gemm", "own-pools")
+VARIANTS = ("prepack", "no-strided-gemm", "no-gemm-by-channels", "own-pools")
+
+#: the variants that switch a lowering off: (the lowering_nn attribute, its value then)
+LOWERING_SWITCHES = {"no-strided-gemm": ("GEMM_1X1_STRIDED", False),
+                     "no-gemm-by-channels": ("GEMM_1X1_BY_CHANNELS", None)}
 
 
 def _own_pools(fn):
@@ -173,15 +181,16 @@ def _variant_tools(model, run) -> dict:
             run(fn)   # (the default's kernels, loaded by it from the disk cache)
             out[f"tecomp {v}"] = _own_pools(fn)
             continue
-        strided = lowering_nn.GEMM_1X1_STRIDED
-        if v == "no-strided-gemm":
-            lowering_nn.GEMM_1X1_STRIDED = False
+        switch = LOWERING_SWITCHES.get(v)
+        if switch is not None:
+            was = getattr(lowering_nn, switch[0])
+            setattr(lowering_nn, switch[0], switch[1])
             dcache.clear_memory()
         try:
             run(fn)
         finally:
-            lowering_nn.GEMM_1X1_STRIDED = strided
-            if v == "no-strided-gemm":
+            if switch is not None:
+                setattr(lowering_nn, switch[0], was)
                 dcache.clear_memory()
         out[f"tecomp {v}"] = fn
     return out

@@ -110,12 +110,12 @@ def test_cnn_train_and_inference(caplog):
 
 class _OneByOne(torch.nn.Module):
     """A 1x1 convolution with a residual on a 14x14 plane (written as a GEMM), then a
-    stride-2 one onto 7x7 (the convolution template)."""
+    stride-2 one onto 7x7 with fewer output channels (the convolution template)."""
 
     def __init__(self):
         super().__init__()
         self.a = torch.nn.Conv2d(8, 8, 1)
-        self.down = torch.nn.Conv2d(8, 12, 1, stride=2, bias=False)
+        self.down = torch.nn.Conv2d(8, 6, 1, stride=2, bias=False)
 
     def forward(self, x):
         return self.down(torch.relu(self.a(x) + x))
@@ -128,8 +128,49 @@ def test_1x1_convolutions_as_gemms():
     not use the forward's lowering)."""
     lo, hi = lowering_nn.GEMM_1X1_PLANES
     assert lo <= 14 * 14 <= hi and not lo <= 7 * 7 <= hi
+    assert lowering_nn._gemm_1x1_plane((2, 8, 14, 14), (6, 8, 1, 1), [2, 2], [0, 0],
+                                       "float32") is None
     torch.manual_seed(0)
     _check_model(_OneByOne(), torch.randn(2, 8, 14, 14), train=False)
+
+
+class _OneByOneByChannels(torch.nn.Module):
+    """1x1 convolutions the lowering writes as GEMMs for their channels, on planes
+    outside GEMM_1X1_PLANES: on 30x30 (900 pixels) one with as many output channels as
+    input channels (with a batch norm and a residual); on 8x8 one with more, and a
+    stride-2 one from 15x15 with more (a subsampled GEMM)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(8, 8, 1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.c = torch.nn.Conv2d(8, 16, 1)
+        self.e = torch.nn.Conv2d(8, 16, 1, stride=2, bias=False)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.a(x)) + x)
+        pool = torch.nn.functional.max_pool2d
+        return torch.relu(self.c(pool(h, 4, padding=1))) + self.e(pool(h, 2))
+
+
+def test_1x1_convolutions_as_gemms_by_channels():
+    """Outside GEMM_1X1_PLANES, the lowering takes the GEMM where the channels favour it
+    (GEMM_1X1_BY_CHANNELS), and not where they do not: the inference output against
+    eager."""
+    plane = lowering_nn._gemm_1x1_plane
+    if lowering_nn.GEMM_1X1_BY_CHANNELS is not None:
+        assert plane((2, 8, 30, 30), (8, 8, 1, 1), [1, 1], [0, 0], "float32") == (30, 30)
+        assert plane((2, 8, 8, 8), (16, 8, 1, 1), [1, 1], [0, 0], "float32") == (8, 8)
+        assert plane((2, 8, 15, 15), (16, 8, 1, 1), [2, 2], [0, 0], "float32") == (8, 8)
+    assert plane((2, 8, 30, 30), (12, 8, 1, 1), [1, 1], [0, 0], "float32") is None
+    assert plane((2, 16, 8, 8), (16, 16, 1, 1), [1, 1], [0, 0], "float32") is None
+    assert plane((2, 8, 60, 60), (8, 8, 1, 1), [2, 2], [0, 0], "float32") is None
+    torch.manual_seed(0)
+    model = _OneByOneByChannels()
+    with torch.no_grad():
+        model.bn.running_mean.normal_()
+        model.bn.running_var.uniform_(0.5, 2.0)
+    _check_model(model, torch.randn(2, 8, 30, 30), train=False)
 
 
 class _SameShapes(torch.nn.Module):

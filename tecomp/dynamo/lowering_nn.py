@@ -4,7 +4,7 @@ embedding and attention), so that ``tc.auto_schedule`` gives each its template."
 from __future__ import annotations
 
 import operator
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -99,6 +99,16 @@ def _conv_check(node, vals):
 #: the output planes (pixels, least and most) of the 1x1 convolutions written as GEMMs
 GEMM_1X1_PLANES = (14 * 14, 28 * 28)
 
+#: the planes (least and most) outside :data:`GEMM_1X1_PLANES` where a 1x1 convolution is
+#: a GEMM too when its channels favour it: a smaller plane where it has more output
+#: channels than input channels (ResNet-50's 512->2048 at 7x7, and its 1024->2048 stride-2
+#: downsample onto 7x7, with :data:`GEMM_1X1_STRIDED`), a larger one where it has at most
+#: as many, stride 1 (256->64, 256->128, 64->64 at 56x56).  On those layers at batch 8 the
+#: GEMM took 0.80-0.87 of the template's time on one thread (0.80-0.95 on two); on the
+#: others (64->256 at 56x56, 2048->512 at 7x7) 1.11-1.18 (Zen 5, under load:
+#: benchmarks/history/2026-11-30.md, "h12-resnet").  None: only GEMM_1X1_PLANES
+GEMM_1X1_BY_CHANNELS: Optional[Tuple[int, int]] = (7 * 7, 56 * 56)
+
 #: whether a strided 1x1 convolution (a ResNet downsample) is written as a GEMM too,
 #: over a subsampled copy of its input (see :func:`_conv_1x1_as_gemm`)
 GEMM_1X1_STRIDED = True
@@ -113,20 +123,26 @@ def _gemm_1x1_plane(xs, ws, stride, padding, dtype):
             (any(t != 1 for t in stride) and not GEMM_1X1_STRIDED) or dtype != "float32":
         return None
     OH, OW = (H - 1) // stride[0] + 1, (W - 1) // stride[1] + 1
-    if not GEMM_1X1_PLANES[0] <= OH * OW <= GEMM_1X1_PLANES[1]:
-        return None
-    return OH, OW
+    lo, hi = GEMM_1X1_PLANES
+    if lo <= OH * OW <= hi:
+        return OH, OW
+    wide = GEMM_1X1_BY_CHANNELS
+    if wide is not None and ((wide[0] <= OH * OW < lo and K > C) or (
+            hi < OH * OW <= wide[1] and C >= K and (stride[0], stride[1]) == (1, 1))):
+        return OH, OW
+    return None
 
 
 def _conv_1x1_as_gemm(x, w, stride, padding, name, packed=None):
     """A 1x1 float32 convolution without padding, whose output plane has
-    :data:`GEMM_1X1_PLANES` pixels, as the GEMM it is: ``W[k, c] @ X[n, c, pixels]`` for
+    :data:`GEMM_1X1_PLANES` pixels (or :data:`GEMM_1X1_BY_CHANNELS` with the channels
+    that favour it), as the GEMM it is: ``W[k, c] @ X[n, c, pixels]`` for
     each image (``batch_matmul`` of the weights broadcast over the batch, the image
     plane flattened), so that the GEMM template schedules it; else None.  On ResNet-50's
     1x1 layers at 28x28 and 14x14 (with the batch norm and ReLU as epilogue) the GEMM
     took 0.79-0.89 of the convolution template's time at batch 8 and 0.89-1.0 at batch
-    1; at 7x7 and at 56x56 (batch 8) more (one thread, Zen 5:
-    benchmarks/history/2026-11-30.md).
+    1; at 7x7 and at 56x56 (batch 8) more on some layers, less on others (one thread,
+    Zen 5: benchmarks/history/2026-11-30.md).
 
     A strided one (ResNet's downsample, stride 2; with :data:`GEMM_1X1_STRIDED`) first
     copies the pixels it reads into a compact plane of its own (the stage
