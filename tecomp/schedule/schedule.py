@@ -766,7 +766,8 @@ class Stage(TracedStage):
                 isinstance(dom.min, Const) and isinstance(dom.extent, Const)):
             raise ScheduleError(f"{what}: the stage must be a sum over a constant range (the "
                                 "terms past the extent are zeros only in a sum)")
-        if not _zero_past_edge(body.source, axis.var):
+        past = range(dom.extent.value, -(-dom.extent.value // factor) * factor)
+        if not _zero_past_edge(body.source, axis.var, past):
             raise ScheduleError(
                 f"{what}: the terms past its extent {dom.extent.value} may not be zero; every "
                 f"term must be a product with a factor read at {axis.name} from a copy made "
@@ -787,11 +788,14 @@ def _conjuncts(c):
     return _conjuncts(c.a) + _conjuncts(c.b) if isinstance(c, And) else [c]
 
 
-def _zero_past_edge(source, k: Var) -> bool:
+def _zero_past_edge(source, k: Var, past=()) -> bool:
     """Whether the sum term ``source`` is zero wherever the reduce variable ``k`` is past
     its extent: a product (under casts) with a factor read at ``k`` (in some dimension
     ``d``) from a ``cache_read(..., pad=0)`` copy, directly or through plain copies of
-    it, guarded there by ``index < extent`` (the copy is zero past it)."""
+    it, guarded there by ``index < extent`` (the copy is zero past it); or read from a
+    padded blocked copy (``cache_read(..., pad=0, blocks=)``: at ``k // f`` and ``k %
+    f``) one of whose guards is false at each ``k`` of ``past`` (the values past the
+    extent the aligned reduction runs over)."""
     e = _strip_casts(source)
     if not isinstance(e, Mul):
         return False
@@ -817,8 +821,23 @@ def _zero_past_edge(source, k: Var) -> bool:
                        isinstance(op.shape[d], Const) and c.b.value == op.shape[d].value
                        for d in dims for c in _conjuncts(b.cond)):
                     return True
+            if isinstance(b, Select) and isinstance(b.false_value, Const) and \
+                    b.false_value.value == 0 and past and len(f.indices) == len(ax):
+                at = dict(zip(ax, f.indices))
+                for c in _conjuncts(b.cond):
+                    ck = substitute(c, at)
+                    if all(_false_at(ck, k, v) for v in past):
+                        return True
             break
     return False
+
+
+def _false_at(cond, k: Var, value: int) -> bool:
+    """Whether ``cond`` simplifies to false with ``k = value`` (whatever else it reads:
+    a condition on other variables too is not false)."""
+    from ..ir.simplify import simplify
+    got = simplify(substitute(cond, {k: Const(value, k.dtype)}))
+    return isinstance(got, Const) and not got.value
 
 
 class _ReplaceLoads(Mutator):
@@ -1045,7 +1064,9 @@ class Schedule:
         rounded up to whole blocks past ``tensor``'s edge."""
         nd = len(tensor.shape)
         dims, fac = Schedule._blocks(tensor, blocks, f"cache_read of {tensor.name}", fill)
-        rounded = [d for d in dims if tensor.shape[d].value % fac[d]]
+        # with a fill, every blocked dimension is guarded: the copy may be computed past
+        # its shape (align_bounds: a tensor-core tile's k step past the reduction's end)
+        rounded = list(range(nd)) if fill is not None else []
         shape = [Const(-(-tensor.shape[d].value // fac[d]), tensor.shape[d].dtype) if d in fac
                  else tensor.shape[d] for d in range(nd)] + \
             [Const(f, tensor.shape[d].dtype) for d, f in blocks]
