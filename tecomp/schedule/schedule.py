@@ -102,6 +102,7 @@ class Stage(TracedStage):
         self.double_buffered = False  # double_buffer
         self.buffer_stages = 2        # double_buffer(stages=...)
         self.buffer_producer = "threads"   # double_buffer(producer=...)
+        self.buffer_swizzle = "none"       # double_buffer(swizzle=...)
         self.persistent_blocks = None      # persistent(blocks, group_m)
         self.stored_root = False  # store_root
         self.lockstep = None      # _lockstep: (steps, rescale)
@@ -642,7 +643,7 @@ class Stage(TracedStage):
                 f"give every output axis ({names}) exactly once, outermost first")
         self.storage_perm = None if dims == tuple(range(len(dims))) else dims
 
-    def double_buffer(self, stages: int = 2, producer: str = "threads"):
+    def double_buffer(self, stages: int = 2, producer: str = "threads", swizzle: str = "none"):
         """Give this shared-memory stage two buffers (``stages`` of them), so that a GPU
         block copies the tile of the next iteration into one while it computes from the
         other (TVM's ``double_buffer``; with ``stages`` > 2, a ring of buffers as Triton's
@@ -680,7 +681,18 @@ class Stage(TracedStage):
         (the block's threads along x and y, a warp when they are 32), whose first thread
         runs ahead through all the loop's iterations, waiting only for empty slots, while
         the other threads compute; the tiles' origins may depend only on the block and
-        the loop (not on the computing threads)."""
+        the loop (not on the computing threads).
+
+        ``swizzle`` (a TMA producer only: ``"32B"``, ``"64B"``, ``"128B"``): the ring's
+        slots are laid out swizzled, as the tensor map's ``CU_TENSOR_MAP_SWIZZLE_*`` writes
+        them: in each 8-row pattern (rows of exactly the swizzle's bytes: the tile's
+        innermost extent), the 16-byte chunks of row ``r`` exchanged by ``chunk ^ (r %
+        8)`` (128B; 64B and 32B the same on their narrower rows).  The stage's indices stay
+        logical (the printed IR and the interpreter read the tile unswizzled); only the
+        hardware sees the layout: the TMA copy, and the readers that know it -- the
+        ``cuda.wgmma_*_rows`` intrinsics, whose descriptors carry the same swizzle mode.
+        Each 8-row pattern meets all 32 banks, so reading a column of 16-byte chunks (an
+        8 x 8 core matrix, what wgmma reads) is conflict-free."""
         if self.scope != "shared":
             raise ScheduleError(
                 f"double_buffer on stage {display(self.name)}: its scope is {self.scope}; "
@@ -696,9 +708,16 @@ class Stage(TracedStage):
                 "'threads' (the block's threads copy the tile, cp.async), 'tma' (one thread "
                 "issues a TMA copy of the whole tile, sm_90 and later) or 'tma_warp' (a warp "
                 "of its own issues them: warp specialisation)")
+        if swizzle not in ("none", "32B", "64B", "128B") or (
+                swizzle != "none" and producer not in ("tma", "tma_warp")):
+            raise ScheduleError(
+                f"double_buffer on stage {display(self.name)}: swizzle={swizzle!r:.40}; give "
+                "'none', or with a TMA producer (producer='tma' / 'tma_warp') '32B', '64B' or "
+                "'128B' (the tensor map's swizzle: the tile's rows of that many bytes)")
         self.double_buffered = True
         self.buffer_stages = stages
         self.buffer_producer = producer
+        self.buffer_swizzle = swizzle
 
     def persistent(self, blocks: int, group_m: int = 8):
         """Run this stage's blocks as a persistent grid: ``blocks`` blocks (as many as the

@@ -369,12 +369,25 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
     if fam == "wgmma":   # per warp: the mma.* accumulator layout (see intrin_wgmma)
         CF = s.cache_write(gemm, "mma.accumulator")
         pad = 0.0 if edge else None   # past the edge the copies hold zeros
-        # the operands in 8 x 8 core matrices, k's block innermost (wgmma's K-major layout)
-        def core(t, kfirst):   # the last two dimensions, batch axes before them
-            r, c = len(t.shape) - 2, len(t.shape) - 1
-            return [(c, 8), (r, 8)] if kfirst else [(r, 8), (c, 8)]
-        AS = s.cache_read(a, "shared", [CF], pad=pad, blocks=core(a, a_kfirst))
-        BS = s.cache_read(b, "shared", [CF], pad=pad, blocks=core(b, b_kfirst))
+        if cfg.producer in ("tma", "tma_warp"):
+            if a_kfirst or b_kfirst or len(gemm.shape) > 2:
+                raise ScheduleError(
+                    f"{cfg}: the TMA producer copies K-major operands of a 2-d GEMM as they "
+                    f"lie (A[M, K], W[N, K]: dense); {gemm.name} reads "
+                    f"{'a batch of ' if len(gemm.shape) > 2 else ''}"
+                    f"{'A[K, M]' if a_kfirst else 'A[M, K]'} and "
+                    f"{'B[K, N]' if b_kfirst else 'W[N, K]'}: use producer='threads'")
+            # plain rows of the k step, swizzled by the TMA copies (see _wgmma_mainloop)
+            AS = s.cache_read(a, "shared", [CF], pad=pad)
+            BS = s.cache_read(b, "shared", [CF], pad=pad)
+        else:
+            # the operands in 8 x 8 core matrices, k's block innermost (wgmma's K-major
+            # layout without swizzle)
+            def core(t, kfirst):   # the last two dimensions, batch axes before them
+                r, c = len(t.shape) - 2, len(t.shape) - 1
+                return [(c, 8), (r, 8)] if kfirst else [(r, 8), (c, 8)]
+            AS = s.cache_read(a, "shared", [CF], pad=pad, blocks=core(a, a_kfirst))
+            BS = s.cache_read(b, "shared", [CF], pad=pad, blocks=core(b, b_kfirst))
     else:
         CF = s.cache_write(gemm, f"{fam}.accumulator")
         pad = 0.0 if edge else None   # past the edge the copies hold zeros
@@ -484,6 +497,9 @@ def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str, edge: bo
     sc.compute_at(st, wx)
     *cb, ci, cj = sc.op.axis
     ko, k = sc.split(sc.op.reduce_axis[0], factor=cfg.k_tile)
+    if cfg.producer in ("tma", "tma_warp"):
+        _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg, dtype, edge, K)
+        return
     name = f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}"
     cio, cii = sc.split(ci, factor=8)
     cjo, cji = sc.split(cj, factor=8)
@@ -506,12 +522,48 @@ def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str, edge: bo
         if edge:   # the whole tile of core matrices, zeros past the edge
             for ax in ss.op.axis:
                 ss.align_bounds(ax, 1)
-        if cfg.producer in ("tma", "tma_warp"):   # one TMA copy of the tile: its own loops
-            ss.double_buffer(stages=cfg.stages, producer=cfg.producer)
-            continue
         _cooperative_copy(ss, threads, rows * cfg.k_tile, per16)
         if cfg.double_buffer:
             ss.double_buffer(stages=cfg.stages)
+
+
+#: the TMA swizzle whose rows hold a k step of this many bytes (the ``_rows`` intrinsics)
+SWIZZLE_OF_ROW = {32: "32B", 64: "64B", 128: "128B"}
+
+
+def _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg: WmmaConfig, dtype: str,
+                    edge: bool, K: int) -> None:
+    """The wgmma mainloop on TMA rings: the A and B tiles ``[rows, k_tile]`` as they lie
+    in the tensors, one TMA box each, their slots swizzled (``double_buffer(...,
+    swizzle=)``: rows of ``k_tile`` elements, 128 bytes at k steps of 64 of a 16-bit
+    type, the TMA map's CU_TENSOR_MAP_SWIZZLE_128B); per k step one
+    ``cuda.wgmma_*_n<N>_k<k_tile>_rows`` per warp, whose descriptors carry the same
+    swizzle.  Past the edge the boxes read zeros (TMA's out-of-bounds fill: the padded
+    copies' zeros), so odd M, N and K take the same rings (K a multiple of 8: the
+    tensor's rows 16-byte aligned, which the tensor map needs)."""
+    t = OPERAND_DTYPES[dtype]
+    row = cfg.k_tile * _dt.nbytes(dtype)
+    if row not in SWIZZLE_OF_ROW:
+        raise ScheduleError(f"{cfg}: a TMA ring's swizzled rows hold 32, 64 or 128 bytes of "
+                            f"k; k_tile={cfg.k_tile} of {dtype} is {row}: give k_tile 16, 32 "
+                            "or 64")
+    if K % (16 // _dt.nbytes(dtype)):
+        raise ScheduleError(
+            f"{cfg}: K = {K} is not a multiple of {16 // _dt.nbytes(dtype)}, so the rows of "
+            "the operands are not 16-byte aligned, which a TMA tensor map needs: use "
+            "producer='threads' (its copies zero-fill any K)")
+    sc.reorder(*cb, ko, ci, cj, k)
+    sc.tensorize(ci, tensor_intrin(f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}_k{cfg.k_tile}_rows"))
+    if K % cfg.k_tile:   # the last k step's zeros: the sum runs to a multiple of k_tile
+        sc.align_bounds(sc.op.reduce_axis[0], cfg.k_tile)
+    for S, rows in ((AS, cfg.block_m), (BS, cfg.block_n)):
+        ss = s[S]
+        ss.compute_at(sc, ko)
+        if edge:   # the whole box, zeros past the edge (TMA's out-of-bounds fill)
+            ss.align_bounds(ss.op.axis[-2], rows)
+            ss.align_bounds(ss.op.axis[-1], cfg.k_tile)
+        ss.double_buffer(stages=cfg.stages, producer=cfg.producer,
+                         swizzle=SWIZZLE_OF_ROW[row])
 
 
 def _blocks(st, bat, by, bx, *inner) -> None:
