@@ -186,12 +186,24 @@ def test_unknown_producer():
         s[AS].double_buffer(stages=3, producer="dma")
 
 
-def test_exporting_a_tma_kernel(tmp_path):
-    from tecomp.errors import ExportError
+def test_a_library_whose_tensor_map_is_damaged(tmp_path):
+    """The metadata's tensor-map box is read as the host will use it: a box past 256
+    elements (hand-edited metadata) is a LoadError, not a map the driver refuses later."""
+    import json
+    from tecomp.errors import LoadError
+    from tecomp.runtime import aot_format
+    from tecomp.runtime.nvcc import find_nvcc
+    if find_nvcc() is None:
+        pytest.skip("nvcc is not installed: a GPU library cannot be exported")
     tc, s, args = _dense()
     mod = tc.build(s, args, target="cuda -arch=sm_90a")
-    with pytest.raises(ExportError, match="copy tiles with TMA through tensor maps"):
-        mod.export_library(str(tmp_path / "dense.so"))
+    mod.export_library(str(tmp_path / "dense.so"))
+    meta = tc.load_module(str(tmp_path / "dense.so")).metadata
+    box = next(p for k in meta["cuda"]["kernels"] for p in k["params"]
+               if p["dtype"] == "tensor_map")
+    box["obj"][1]["dims"][0][2] = 300
+    with pytest.raises(LoadError, match="a dimension of the tensor map of parameter"):
+        aot_format.parse_metadata(json.dumps(meta).encode(), "the library of main")
 
 
 def test_tma_producer_on_a_bool_tensor():
