@@ -301,7 +301,8 @@ def test_tma_ring_on_the_gpu(gpu_driver, dtype, producer):
 @needs_cxx
 @pytest.mark.parametrize("M,N,K,k_tile,producer", [
     (100, 72, 88, 64, "tma"),        # odd M, N, K: the boxes' out-of-bounds zeros; 128B
-    (130, 72, 40, 32, "tma_warp"),   # k steps of 32: 64B swizzle, a producer warp
+    pytest.param(130, 72, 40, 32, "tma_warp", marks=[pytest.mark.slow, pytest.mark.skipif(
+        not LONG, reason="slow: set TECOMP_LONG_TESTS=1")]),   # k 32: 64B, a producer warp
 ])
 def test_swizzled_rings_on_odd_shapes_without_bank_conflicts(M, N, K, k_tile, producer):
     """The template's TMA rings: [rows, k_tile] tiles as they lie in the tensors, the

@@ -263,21 +263,27 @@ def test_wgmma_template_on_the_gpu(gpu_driver, dtype, layout):
 @needs_cxx
 @pytest.mark.parametrize("seed", range(40 if LONG else 1))
 def test_fuzz_wgmma_tilings_in_the_emulation(seed):
-    """Random wgmma tilings (1 or 2 warpgroups, N of 16..128, k steps, rings or none),
-    operand layouts, dtypes and epilogues (bias + ReLU into a 16-bit result) against
-    torch in float64."""
+    """Random wgmma tilings (1 or 2 warpgroups, N of 16..128, k steps, rings or none,
+    the cp.async ring or -- dense, double-buffered -- the swizzled TMA ring), operand
+    layouts, dtypes, epilogues (bias + ReLU into a 16-bit result) and extents the tiles
+    divide or not (boundary tiles; K a multiple of 8 for TMA) against torch in float64."""
     rng = np.random.default_rng(9000 + seed)
     dtype = str(rng.choice(["float16", "bfloat16"]))
     layout = str(rng.choice(["dense", "matmul"]))
     wm = int(rng.choice([4, 8]))
     fn = int(rng.choice([1, 2, 4, 8]))
     kt = int(rng.choice([16, 32, 64]))
-    M = 16 * wm * int(rng.integers(1, 3))
-    N = 16 * fn * int(rng.integers(1, 3))
-    K = kt * int(rng.integers(1, 4))
+    odd = bool(rng.integers(0, 2))
     db = bool(rng.integers(0, 2))
+    tma = db and layout == "dense" and bool(rng.integers(0, 2))
+    M = 16 * wm * int(rng.integers(1, 3)) - (int(rng.integers(1, 40)) if odd else 0)
+    N = 16 * fn * int(rng.integers(1, 3)) - (int(rng.integers(1, 16 * fn)) if odd else 0)
+    K = kt * int(rng.integers(1, 4)) - ((int(rng.integers(1, kt // 8)) * 8 if kt > 8 and tma
+                                         else int(rng.integers(1, kt))) if odd else 0)
+    K = max(K, 8 if not tma else kt + 8)   # (TMA: two k steps or more, the ring's loop)
     cfg = WmmaConfig(wm, 1, 1, fn, kt, double_buffer=db, family="wgmma",
-                     stages=int(rng.choice([2, 3])) if db else 2)
+                     stages=int(rng.choice([2, 3])) if db else 2,
+                     producer="tma" if tma else "threads")
     A, B, C = gemm(M, N, K, dtype, layout)
     epilogue = bool(rng.integers(0, 2))
     args = [A, B]
@@ -310,3 +316,4 @@ def test_fuzz_wgmma_tilings_in_the_emulation(seed):
         tol = 1e-3
     np.testing.assert_allclose(res.double().numpy(), want.numpy(), rtol=tol, atol=tol,
                                err_msg=f"{cfg} {M}x{N}x{K} {dtype} {layout} epilogue={epilogue}")
+    assert "tc_wgmma_m64n" in mod.get_source()

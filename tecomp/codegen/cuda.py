@@ -1046,14 +1046,16 @@ def _swizzled_rings(body) -> Dict[Buffer, str]:
         body, lambda n: isinstance(n, AttrStmt) and n.key == BUFFER_SWIZZLE)}
 
 
-def _check_swizzled_offsets(shared: List[Buffer], swz: set) -> None:
-    """The swizzled rings lie first in the arena, each at a multiple of 1024 bytes (the
-    128B pattern's repeat: TMA and wgmma swizzle by the address's bits)."""
+def _check_swizzled_offsets(shared: List[Buffer], swz: Dict[Buffer, str]) -> None:
+    """The swizzled rings lie first in the arena, each at a multiple of its pattern's
+    repeat (8 rows: 1024 bytes for 128B, 512 for 64B, 256 for 32B; TMA and wgmma swizzle
+    by the address's bits; each ring a whole number of patterns)."""
     off = 0
     for b in shared:
-        if b in swz and off % 1024:
+        if b in swz and off % (8 * _tma.SWIZZLE_SPAN[swz[b]]):
             raise InternalError(f"the swizzled TMA ring {b.name} would start at shared byte "
-                                f"{off}, not a multiple of 1024 (a tecomp bug)")
+                                f"{off}, not a multiple of its {swz[b]} pattern's "
+                                f"{8 * _tma.SWIZZLE_SPAN[swz[b]]} bytes (a tecomp bug)")
         off += shared_array_bytes(b)
 
 

@@ -361,10 +361,12 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
             "threads")
     fam, names = cfg.family, family_intrinsics(cfg.family, a.dtype)
     per16 = 16 // _dt.nbytes(a.dtype)   # elements per 16-byte copy (and per row pad)
-    if (M % cfg.block_m or N % cfg.block_n) and (out is None or out.op is gemm.op):
+    tma = cfg.producer in ("tma", "tma_warp")
+    if (M % cfg.block_m or N % cfg.block_n or tma) and (out is None or out.op is gemm.op):
         # the fragments of a boundary tile cannot be stored whole: they go through a tile
         # of C in shared memory, copied out element by element under the edge's guard
-        # (an odd K alone keeps the fragments' stores to C)
+        # (an odd K alone keeps the fragments' stores to C); so do a TMA ring's, whose
+        # block has no other stage that spreads a warp's 32 lanes over threadIdx.x
         out, gemm = gemm, s.cache_write(gemm, "shared")
     if fam == "wgmma":   # per warp: the mma.* accumulator layout (see intrin_wgmma)
         CF = s.cache_write(gemm, "mma.accumulator")
@@ -552,6 +554,11 @@ def _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg: WmmaConfig, dtype: st
             f"{cfg}: K = {K} is not a multiple of {16 // _dt.nbytes(dtype)}, so the rows of "
             "the operands are not 16-byte aligned, which a TMA tensor map needs: use "
             "producer='threads' (its copies zero-fill any K)")
+    if -(-K // cfg.k_tile) < 2:
+        raise ScheduleError(
+            f"{cfg}: K = {K} is one k step of {cfg.k_tile}; the TMA producer pipelines the "
+            "k loop through its ring, which needs two steps or more: use producer='threads' "
+            "(or a smaller k_tile)")
     sc.reorder(*cb, ko, ci, cj, k)
     sc.tensorize(ci, tensor_intrin(f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}_k{cfg.k_tile}_rows"))
     if K % cfg.k_tile:   # the last k step's zeros: the sum runs to a multiple of k_tile
