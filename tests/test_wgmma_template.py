@@ -14,7 +14,6 @@ import pytest
 
 import tecomp as tc
 import tecomp.nn as nn
-from tecomp.errors import TargetError
 from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.strategy import cuda as sc
 from tecomp.strategy.cuda import tensorcore
