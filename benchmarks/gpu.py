@@ -22,6 +22,11 @@ Workloads (float32, the schedules of ``tecomp.strategy.cuda``):
 * float16 / bfloat16 GEMMs of odd extents on tensor cores (boundary tiles: 4097 x 4096 x
   4096, 1000 x 3072 x 768, 1000 x 768 x 3072, K = 100, bfloat16 4095^3; ``--only odd``)
   against ``torch.matmul``, and the BERT FFN's dense + bias + GELU at 1000 tokens;
+  ``--only odd`` then also times those shapes and skinny ones (M = 1 .. 64 at N = K =
+  4096) on every family -- wmma, mma.sync, wgmma (cp.async ring), wgmma with TMA rings,
+  the CUDA-core GEMM -- and prints the lines that set ``WMMA_MAX_WASTE`` (the waste at
+  which the tensor cores stop beating the CUDA cores) and ``WGMMA_BY_DEFAULT``;
+  ``--family all`` does the same A/B on HGEMM / bf16 GEMM 4096^3;
 * softmax over the rows of a 4096 x 1024 matrix against ``torch.softmax``;
 * attention's scores as a batched matmul (96 x 512 x 512 x 64) written in plain TE and
   scheduled by ``tc.auto_schedule(args, target="cuda")``, against ``torch.bmm``;
@@ -1083,6 +1088,14 @@ def run(args) -> int:
 
                     sweeps.append(f"sweep of {w.name} broke:\n{traceback.format_exc()}")
                 print(sweeps[-1], flush=True)
+        if "odd" in args.only:
+            try:
+                sweeps.append(odd_compare(drv, torch, timer, rounds, inner))
+            except Exception:  # noqa: BLE001 - keep the table of the other workloads
+                import traceback
+
+                sweeps.append(f"the odd families' comparison broke:\n{traceback.format_exc()}")
+            print(sweeps[-1], flush=True)
         if args.family:
             try:
                 sweeps.append(family_compare(drv, torch, args.family, timer, rounds, inner))
@@ -1191,10 +1204,177 @@ def tune(w: Workload, st: Setup, dev, want, timer: Timer, drv, rounds: int, inne
 
 FAMILIES = ("all", "mma", "wgmma")
 
+#: the odd GEMMs (dense: X[M, K] . W[N, K]^T, nn.Linear's layout) ``--only odd`` compares
+#: the families on: the workloads' odd shapes, then skinny M at N = K = 4096 (the waste of
+#: a 16- / 64-row tile from 15/16 down to 0), for the WMMA_MAX_WASTE crossover
+ODD_SHAPES = ((4097, 4096, 4096, "float16"), (1000, 3072, 768, "float16"),
+              (1000, 768, 3072, "float16"), (4096, 4096, 100, "float16"),
+              (4095, 4095, 4095, "bfloat16"),
+              *((m, 4096, 4096, "float16") for m in (1, 8, 16, 32, 64)))
+
+
+def odd_variants(M: int, N: int, K: int, dtype: str, hopper: bool) -> Dict[str, tuple]:
+    """The builds ``--only odd`` times for ``dense`` of ``M x N x K``: ``{name: (module,
+    waste or None, config)}`` -- ``wmma`` and ``mma``: the tensor-core tiling
+    ``wmma_config`` pads least, even past :data:`WMMA_MAX_WASTE` (the threshold is what
+    this measures); ``wgmma`` / ``wgmma-tma`` (an sm_90 device): the wgmma tiling (the
+    cp.async ring; TMA rings, swizzled 128B, where K's rows are 16-byte aligned);
+    ``cuda-cores``: the CUDA-core GEMM (``gemm_config``), what ``schedule_dense`` falls
+    back to past the threshold.  Built, not run (no GPU needed: tests build them)."""
+    tcm = nn_cuda.tensorcore
+    target = "cuda -arch=sm_90a" if hopper else "cuda"
+    limit = nn_cuda.common.max_shared_bytes(target)
+
+    def dense():
+        X = tc.placeholder((M, K), dtype, name="X")
+        W = tc.placeholder((N, K), dtype, name="W")
+        return [X, W, ops.dense(X, W, out_dtype="float32")]
+
+    def build(cfg):
+        a = dense()
+        return tc.build(nn_cuda.schedule_dense(a[-1], target, config=cfg), a, target=target,
+                        name=f"odd{M}x{N}x{K}")
+
+    old = tcm.WMMA_MAX_WASTE
+    tcm.WMMA_MAX_WASTE = 1.0    # (the least-waste tiling, whatever its waste)
+    try:
+        tiling = tcm.wmma_config(M, N, K, max_shared=limit, dtype=dtype)
+        wg = tcm.wgmma_config(M, N, K, max_shared=limit, dtype=dtype) if hopper else None
+    finally:
+        tcm.WMMA_MAX_WASTE = old
+    out: Dict[str, tuple] = {}
+    if tiling is not None:
+        for fam in ("wmma", "mma"):
+            cfg = replace(tiling, family=fam)
+            out[fam] = (build(cfg), tcm.waste(cfg, M, N, K), cfg)
+    if wg is not None:
+        out["wgmma"] = (build(wg), tcm.waste(wg, M, N, K), wg)
+        if K % 8 == 0:
+            t = replace(wg, producer="tma")
+            out["wgmma-tma"] = (build(t), tcm.waste(t, M, N, K), t)
+    g = nn_cuda.gemm_config(M, N, K)
+    out["cuda-cores"] = (build(g), None, g)
+    return out
+
+
+def waste_decision(results: Sequence[tuple], now: float) -> List[str]:
+    """The lines that set ``WMMA_MAX_WASTE`` from ``results``: ``(shape, waste, best
+    tensor-core ms, CUDA-core ms)`` per shape (waste of the tensor-core tiling): the
+    largest waste at which the tensor cores still win, the smallest at which they lose,
+    and the threshold between them."""
+    win = [(w, sh) for sh, w, t, c in results if w is not None and t is not None
+           and c is not None and t <= c]
+    lose = [(w, sh) for sh, w, t, c in results if w is not None and t is not None
+            and c is not None and t > c]
+    lines = [f"WMMA_MAX_WASTE (now {now}): the largest waste at which tensor cores (best of "
+             f"wmma/mma) beat the CUDA-core GEMM: "
+             + (f"{max(win)[0]:.3f} ({max(win)[1]})" if win else "none")
+             + "; the smallest at which they lose: "
+             + (f"{min(lose)[0]:.3f} ({min(lose)[1]})" if lose else "none")]
+    if win and lose and max(win)[0] < min(lose)[0]:
+        lines.append(f"  -> set WMMA_MAX_WASTE = {(max(win)[0] + min(lose)[0]) / 2:.2f} "
+                     "(midway: tecomp/strategy/cuda/tensorcore.py)")
+    elif win and not lose:
+        lines.append(f"  -> tensor cores win at every waste measured: WMMA_MAX_WASTE >= "
+                     f"{max(win)[0]:.3f} (keep {now} if that is above it)")
+    elif lose and not win:
+        lines.append("  -> the CUDA cores win at every waste measured: check the tensor-core "
+                     "rows' errors and timings before lowering the threshold")
+    elif win and lose:
+        lines.append("  -> the crossover is not monotone in the waste: pick by the shapes "
+                     "that matter (the rows above), not by one number")
+    return lines
+
+
+def wgmma_decision(ratios: Dict[str, List[float]]) -> List[str]:
+    """The lines that decide ``WGMMA_BY_DEFAULT``: ``ratios[name]``: time of the best of
+    wmma / mma over the time of wgmma variant ``name``, one per shape (above 1: wgmma
+    faster); the geometric mean and the worst of each."""
+    lines = []
+    best_name, best_gm = None, 0.0
+    for name, rs in ratios.items():
+        rs = [r for r in rs if r and r > 0]
+        if not rs:
+            continue
+        gm = math.exp(sum(math.log(r) for r in rs) / len(rs))
+        lines.append(f"  {name}: {gm:.2f}x the best of wmma/mma (geometric mean over "
+                     f"{len(rs)} shapes; worst {min(rs):.2f}x)")
+        if gm > best_gm:
+            best_name, best_gm = name, gm
+    if best_name is None:
+        return ["WGMMA_BY_DEFAULT: nothing measured (not an sm_90 device?)"]
+    verdict = ("-> set WGMMA_BY_DEFAULT = True" + (
+        f" and make {best_name}'s producer the WGMMA_CONFIGS default"
+        if best_name != "wgmma" else "") if best_gm >= 1.05 else
+        "-> keep WGMMA_BY_DEFAULT = False (wgmma not 5% faster)")
+    return (["WGMMA_BY_DEFAULT (now False; only after pytest -m gpu tests/test_hopper.py "
+             "tests/test_wgmma_template.py tests/test_tma_pipeline.py pass):"] + lines
+            + [f"  {verdict}"])
+
+
+def odd_compare(drv, torch, timer, rounds: int, inner: int) -> str:
+    """``--only odd``: the odd GEMMs of :data:`ODD_SHAPES` on every family
+    (:func:`odd_variants`), interleaved with ``torch.matmul(X, W.T)`` (cuBLAS) in one
+    process, each checked against float64 first; then the lines that set
+    ``WMMA_MAX_WASTE`` (:func:`waste_decision`) and ``WGMMA_BY_DEFAULT``
+    (:func:`wgmma_decision`) from them."""
+    if torch is None:
+        return "odd extents: needs PyTorch (the cuBLAS reference and bfloat16 arrays)"
+    hopper = drv.arch in ("sm_90", "sm_90a")
+    lines = [f"odd extents, dense X[M, K] . W[N, K]^T, float32 result, on {drv.name} "
+             f"({drv.arch}); median ms, interleaved with torch.matmul (cuBLAS, a 16-bit "
+             "result); waste: the fraction of the padded tiles' multiply-adds past the edge"]
+    results, ratios = [], {"wgmma": [], "wgmma-tma": []}
+    for M, N, K, dtype in ODD_SHAPES:
+        shape = f"{M}x{N}x{K} {dtype}"
+        tdt = getattr(torch, dtype)
+        g = torch.Generator(device="cuda").manual_seed(M + N + K)
+        x = torch.randn(M, K, device="cuda", generator=g).to(tdt)
+        w = torch.randn(N, K, device="cuda", generator=g).to(tdt)
+        want = (x.double() @ w.double().T).cpu().numpy()
+        tout = torch.empty((M, N), device="cuda", dtype=tdt)
+        wt = w.T
+        fns = {"torch": lambda: torch.matmul(x, wt, out=tout)}
+        cells, errors = {}, {}
+        try:
+            variants = odd_variants(M, N, K, dtype, hopper)
+        except Exception as exc:  # noqa: BLE001 - a shape that does not build: say so
+            lines.append(f"  {shape}: does not build: {type(exc).__name__}: {str(exc)[:200]}")
+            continue
+        for name, (mod, waste, cfg) in variants.items():
+            y = torch.full((M, N), float("nan"), device="cuda")
+            try:
+                mod(x, w, y)
+            except Exception as exc:  # noqa: BLE001
+                cells[name] = f"{name} failed ({type(exc).__name__}: {str(exc)[:80]})"
+                continue
+            errors[name] = max_rel_error(y.cpu().numpy(), want)
+            if not errors[name] < 2e-3:
+                cells[name] = f"{name} WRONG (error {errors[name]:.1e})"
+                continue
+            fns[name] = DirectLaunch(mod, [x, w, y], drv)
+            cells[name] = waste
+        med = interleaved(timer, fns, rounds, inner)
+        tcs = [med[k] for k in ("wmma", "mma") if k in med]
+        best_tc = min(tcs) if tcs else None
+        for k in ratios:
+            if k in med and best_tc is not None:
+                ratios[k].append(best_tc / med[k])
+        wastes = {k: v for k, v in cells.items() if not isinstance(v, str) and v is not None}
+        results.append((shape, wastes.get("wmma"), best_tc, med.get("cuda-cores")))
+        lines.append(f"  {shape}: torch {med['torch']:.3f}; " + ", ".join(
+            (f"{k} {med[k]:.3f} ({med['torch'] / med[k]:.2f}x torch"
+             + (f", waste {cells[k]:.3f}" if isinstance(cells.get(k), float) else "") + ")")
+            if k in med else str(cells.get(k)) for k in variants))
+    lines += waste_decision(results, nn_cuda.tensorcore.WMMA_MAX_WASTE)
+    lines += wgmma_decision(ratios)
+    return "\n".join(lines)
+
 
 def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: int = 4096) -> str:
     """HGEMM and bf16 GEMM ``n^3`` (float32 accumulation and result) on the tensor-core
     families side by side, interleaved with ``torch.matmul`` (cuBLAS) in one process:
+    ``wmma``, the template's default today (``schedule_matmul`` on ``cuda``: nvcuda::wmma);
     ``mma``, the template with ``WmmaConfig(..., family="mma")`` (ldmatrix + mma.sync, a
     cp.async ring); ``wgmma`` (sm_90 devices only), the template built for ``cuda
     -arch=sm_90a``, where it takes ``WmmaConfig(family="wgmma")`` (wgmma fed by a cp.async
@@ -1208,7 +1388,8 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
     grouped order; ``wgmma-te-tma`` / ``wgmma-te-tma-warp``, the template with
     ``WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=4, producer="tma" / "tma_warp")``
     on ``dense(A, B^T)`` (its float16 / bfloat16 result).  Each result is checked against
-    torch's float32-accumulated product first."""
+    torch's float32-accumulated product first.  With ``all`` on an sm_90 device, the
+    lines that decide ``WGMMA_BY_DEFAULT`` follow (:func:`wgmma_decision`)."""
     from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
     from tecomp.testing import hopper_gemm as hg
 
@@ -1217,6 +1398,7 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
     hopper = drv.arch in ("sm_90", "sm_90a")
     lines = [f"tensor-core families, {n}^3, float32 accumulation and result, on {drv.name} "
              f"({drv.arch}); median ms (TFLOP/s), interleaved with torch.matmul"]
+    ratios: Dict[str, List[float]] = {}
     for dtype in ("float16", "bfloat16"):
         bf16 = dtype == "bfloat16"
         tdt = torch.float16 if not bf16 else torch.bfloat16
@@ -1228,6 +1410,15 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
         tout = torch.empty((n, n), device="cuda", dtype=tdt)
         fns = {"torch": lambda: torch.matmul(ta, tb, out=tout)}
         errors = {}
+        if family in ("all", "mma"):   # the default today (wmma_config: the wmma family)
+            A = tc.placeholder((n, n), dtype, name="A")
+            B = tc.placeholder((n, n), dtype, name="B")
+            C = ops.matmul(A, B, out_dtype="float32")
+            mod = tc.build(nn_cuda.schedule_matmul(C, "cuda"), [A, B, C], target="cuda")
+            cd = torch.empty((n, n), device="cuda", dtype=torch.float32)
+            mod(ta, tb, cd)
+            errors["wmma"] = max_rel_error(cd.cpu().numpy(), want)
+            fns["wmma"] = DirectLaunch(mod, [ta, tb, cd], drv)
         if family in ("all", "mma"):
             A = tc.placeholder((n, n), dtype, name="A")
             B = tc.placeholder((n, n), dtype, name="B")
@@ -1297,12 +1488,19 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
             lines.append(f"  {dtype}: wrong results {bad}; nothing timed")
             continue
         med = interleaved(timer, fns, rounds, inner)
+        tcs = [med[k] for k in ("wmma", "mma") if k in med]
+        for k in ("wgmma", "wgmma-te-tma", "wgmma-te-tma-warp"):
+            if k in med and tcs:
+                ratios.setdefault(k, []).append(min(tcs) / med[k])
         tflops = lambda ms: 2.0 * n ** 3 / (ms * 1e-3) / 1e12  # noqa: E731
         lines.append(f"  {dtype}: " + ", ".join(
             f"{k} {ms:.3f} ms ({tflops(ms):.0f})" + (f" = {med['torch'] / ms:.2f}x torch"
                                                      if k != "torch" else "")
             for k, ms in med.items()) + "; errors " + ", ".join(
             f"{k} {e:.1e}" for k, e in errors.items()))
+    if family == "all" and hopper:
+        lines += wgmma_decision(ratios)
+        lines.append("  (decide with --only odd's lines too: the odd shapes' boundary tiles)")
     return "\n".join(lines)
 
 

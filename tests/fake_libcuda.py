@@ -124,10 +124,17 @@ class FakeLibcuda:
         params = self.cs.kernels[fn.value - 0x3000].params
         if index.value >= len(params):
             return 1  # CUDA_ERROR_INVALID_VALUE
-        sizes = [8 if p.is_buffer else np.dtype(p.dtype).itemsize for p in params]
+        sizes = [8 if p.is_buffer else 128 if p.dtype == "tensor_map" else
+                 np.dtype(p.dtype).itemsize for p in params]
         _out(offset, sum(sizes[:index.value]))
         _out(size, sizes[index.value])
         return 0
+
+    def cuFuncSetAttribute(self, fn, attr, value):
+        """(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 8: a kernel of more than 48 KiB
+        of shared memory)"""
+        self.calls.append(("cuFuncSetAttribute", attr.value, value.value))
+        return 0 if attr.value == 8 and value.value <= 227 * 1024 else 1
 
     def cuFuncGetAttribute(self, value, attr, fn):
         _out(value, {0: 1024, 4: 32}[attr.value])
@@ -156,6 +163,11 @@ class FakeLibcuda:
         kern = self.cs.kernels[k]
         values = []
         for i, p in enumerate(kern.params):
+            if p.dtype == "tensor_map":   # the CUtensorMap's 128 bytes (the driver copies
+                # them to where the kernel declares the parameter, 64-byte aligned)
+                values.append(ctypes.string_at(ctypes.cast(params[i], ctypes.c_void_p).value,
+                                               128))
+                continue
             t = ctypes.c_uint64 if p.is_buffer else {
                 "int32": ctypes.c_int32, "int64": ctypes.c_int64,
                 "float32": ctypes.c_float, "float64": ctypes.c_double}[p.dtype]

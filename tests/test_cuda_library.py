@@ -246,3 +246,92 @@ def test_host_assertions_travel_with_the_library(scale_lib, tmp_path, monkeypatc
     a = np.ones(95, "float32")
     with pytest.raises(tc.ArgumentError, match=r"scale: n must be below 90"):
         g(DeviceArray(a), DeviceArray(a.copy()))
+
+
+LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
+
+
+def tma_dense(M, N, K, producer):
+    """``dense(X, W)`` float16 on the wgmma template's TMA rings, built for sm_90a."""
+    from tecomp.strategy import cuda as sc
+    sm90a = "cuda -arch=sm_90a"
+    X = tc.placeholder((M, K), "float16", name="X")
+    W = tc.placeholder((N, K), "float16", name="W")
+    Y = tc.nn.dense(X, W)
+    cfg = sc.WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=3, producer=producer)
+    return tc.build(sc.schedule_dense(Y, sm90a, config=cfg), [X, W, Y], target=sm90a)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("M,N,K,producer", [
+    (100, 72, 88, "tma"),          # odd extents: the boxes' out-of-bounds zeros
+    pytest.param(128, 128, 192, "tma_warp", marks=pytest.mark.skipif(
+        not LONG, reason="more of the same: set TECOMP_LONG_TESTS=1")),   # a producer warp
+])
+def test_exported_tma_kernels_encode_their_maps_when_called(M, N, K, producer, tmp_path,
+                                                            monkeypatch):
+    """A module whose kernels copy tiles with TMA (the wgmma template's swizzled rings):
+    its library's metadata holds each tensor map's box (the parameter it views, its
+    dimensions, the swizzle), and the loaded library encodes the maps from each call's
+    arrays through the driver's cuTensorMapEncodeTiled (here a stand-in that writes the
+    emulation's maps and runs the kernel in the emulation), with no compiler involved."""
+    from tecomp.runtime import nvcc
+    f = tma_dense(M, N, K, producer)
+    path = str(tmp_path / "dense.so")
+    f.export_library(path)
+    meta = tc.load_module(path).metadata
+    assert meta["cuda"]["archs"] == ["sm_90a"] and meta["cuda"]["ptx"] == "compute_90a"
+    maps = [p["obj"] for k in meta["cuda"]["kernels"] for p in k["params"]
+            if p["dtype"] == "tensor_map"]
+    assert maps == [["tma", {"src": 1, "swizzle": "128B", "dims": [[1, 1, 64, "whole", 0],
+                                                                   [0, 1, 128, "whole", 0]]}],
+                    ["tma", {"src": 0, "swizzle": "128B", "dims": [[1, 1, 64, "whole", 0],
+                                                                   [0, 1, 128, "whole", 0]]}]]
+    def no_compiler(*a, **k):
+        raise AssertionError("the loaded library ran nvcc")
+    monkeypatch.setattr(nvcc, "_run_nvcc", no_compiler)
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((M, K)).astype(np.float16)
+    w = rng.standard_normal((N, K)).astype(np.float16)
+    y = np.full((M, N), np.nan, np.float16)
+    g(DeviceArray(x), DeviceArray(w), DeviceArray(y))
+    want = x.astype(np.float64) @ w.astype(np.float64).T
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=2e-2, atol=5e-2)
+    enc = [c[1] for c in fake.calls if isinstance(c, tuple) and c[0] == "cuTensorMapEncodeTiled"]
+    # W then X: [K, rows] as they lie, boxes of 64 k x 128 rows, CU_TENSOR_MAP_SWIZZLE_128B,
+    # out-of-bounds elements read as zeros (CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0)
+    assert [(e["dims"], e["box"], e["swizzle"], e["oob_fill"], e["map_aligned_64"])
+            for e in enc] == [([K, N], [64, 128], 3, 0, True), ([K, M], [64, 128], 3, 0, True)]
+    assert enc[0]["address"] == w.ctypes.data and enc[1]["address"] == x.ctypes.data
+
+
+@pytest.mark.gpu
+def test_exported_tma_library_on_a_real_gpu(tmp_path):
+    """The TMA library loaded and run in a fresh process (no nvcc, no pycuda): its maps
+    encoded by the driver's cuTensorMapEncodeTiled from torch CUDA tensors, odd extents."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma and TMA need an sm_90 GPU")
+    if find_nvcc() is None:
+        pytest.skip("nvcc is not installed")
+    path = str(tmp_path / "dense.so")
+    tma_dense(1000, 3072, 768, "tma").export_library(path)
+    code = f"""
+import sys, torch, tecomp as tc
+sys.modules["pycuda"] = None
+g = tc.load_module({path!r})
+x = torch.randn(1000, 768, device="cuda").half(); w = torch.randn(3072, 768, device="cuda").half()
+y = torch.full((1000, 3072), float("nan"), device="cuda").half()
+g(x, w, y); torch.cuda.synchronize()
+want = (x.double() @ w.double().T)
+err = ((y.double() - want).abs() / (want.abs() + 1)).max().item()
+print("ERR", err)
+assert err < 2e-2, err
+print("OK")
+"""
+    env = dict(os.environ, PATH="/usr/bin:/bin", PYTHONPATH=ROOT)   # no nvcc on its PATH
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "OK" in proc.stdout, proc.stdout

@@ -814,3 +814,23 @@ def test_gpu_benchmark_tune_line(monkeypatch):
     assert first.startswith("tune: bmm 2x40x40x16 (auto_schedule): 3 trials in ")
     assert "tuned 1.000 ms, analytic 2.000 ms (2.00x)" in first, first
     assert knobs.startswith("  best knobs: ") and "threads_m=" in knobs
+
+
+def test_gpu_benchmark_odd_families_build_and_decide():
+    """``--only odd``'s A/B (benchmarks/gpu.py): each family's build of an odd GEMM (the
+    tensor-core tiling past WMMA_MAX_WASTE too: the threshold is what it measures), and
+    the lines that set WMMA_MAX_WASTE and WGMMA_BY_DEFAULT from the timings."""
+    v = BENCH.odd_variants(8, 4096, 4096, "float16", hopper=True)   # waste 1/2 of 16 rows
+    assert list(v) == ["wmma", "mma", "wgmma", "wgmma-tma", "cuda-cores"]
+    assert v["wmma"][1] == 0.5 and v["wgmma"][2].family == "wgmma"
+    assert "tc_wgmma_m64n" in v["wgmma-tma"][0].get_source() and v["wgmma-tma"][2].producer == "tma"
+    assert "wmma" not in v["cuda-cores"][0].get_source()
+    assert "wgmma-tma" not in BENCH.odd_variants(100, 64, 100, "float16", hopper=True)
+    lines = BENCH.waste_decision([("a", 0.1, 1.0, 2.0), ("b", 0.6, 1.0, 1.5),
+                                  ("c", 0.9, 2.0, 1.0), ("d", None, None, 1.0)], 0.75)
+    assert "0.600 (b)" in lines[0] and "0.900 (c)" in lines[0]
+    assert lines[1] == "  -> set WMMA_MAX_WASTE = 0.75 (midway: tecomp/strategy/cuda/tensorcore.py)"
+    got = BENCH.wgmma_decision({"wgmma": [1.2, 1.3], "wgmma-tma": [1.5, 1.4], "x": []})
+    assert got[-1] == ("  -> set WGMMA_BY_DEFAULT = True and make wgmma-tma's producer the "
+                       "WGMMA_CONFIGS default")
+    assert BENCH.wgmma_decision({"wgmma": [0.9]})[-1].startswith("  -> keep")

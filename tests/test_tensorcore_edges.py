@@ -128,6 +128,7 @@ def check_case(M, N, K, dtype, bt, at, batch, epilogue, cfg, target):
         s = sc.schedule_matmul(args[-1], target, config=cfg)
     mod = run(args, s, dtype, bt, at, batch, epilogue, seed=M + N + K, target=target)
     assert "mma" in mod.get_source(), "not on tensor cores"
+    return mod
 
 
 @needs_cxx

@@ -771,7 +771,11 @@ def test_tensor_intrins_for_a_cuda_target():
             "cuda.wmma_mma_f16f16f32", "cuda.wmma_store_f32"]
     wgmma = sorted([f"cuda.wgmma_{t}{t}f32_n{n}{k}" for t in ("f16", "bf16")
                     for n in (16, 32, 64, 128, 256) for k in ("", "_k32", "_k64")]
-                   + [f"cuda.wgmma_fill_f32_n{n}" for n in (16, 32, 64, 128, 256)])
+                   + [f"cuda.wgmma_fill_f32_n{n}{r}" for n in (16, 32, 64, 128, 256)
+                      for r in ("", "_rows")]
+                   # (swizzled TMA rings' rows: a whole k step of 16, 32 or 64)
+                   + [f"cuda.wgmma_{t}{t}f32_n{n}_k{k}_rows" for t in ("f16", "bf16")
+                      for n in (16, 32, 64, 128, 256) for k in (16, 32, 64)])
     assert names == ["cuda.dp4a_s8s8s32", "cuda.dp4a_u8s8s32"] + mma + wgmma + wmma
     assert names == [t.name for t in tc.tensor_intrins_for("cuda-emu")]
     assert names == [t.name for t in tc.tensor_intrins_for("cuda -arch=sm_90a")]

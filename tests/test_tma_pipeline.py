@@ -16,7 +16,7 @@ import torch
 import tecomp as tc
 import tecomp.nn  # noqa: F401
 from tecomp.codegen.cuda import build_cuda
-from tecomp.runtime.nvcc import find_nvcc
+from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.strategy import cuda as sc
 from tecomp.testing.gpu_resources import parse_ptxas, ptxas_build
 from helpers import gpu_driver  # noqa: F401  (a fixture)
@@ -198,7 +198,9 @@ def test_persistent_blocks_in_the_printed_ir():
 def test_the_ring_in_the_printed_ir():
     s, args = dense(128, 128, 192, "float16", False, "tma")
     text = str(tc.lower(s, args))
-    for want in ("allocate X.shared: float16[3, 16, 8, 8, 8] (shared)",
+    for want in ("// attr buffer_swizzle = (X.shared: float16[3, 128, 64], '128B')",
+                 "allocate X.shared: float16[3, 128, 64] (shared)",
+                 "tensorize cuda.wgmma_f16f16f32_n128_k64_rows (accumulate) {",
                  "allocate W.shared.bars: int64[16] (shared)",
                  "// attr tma_pipeline = (W.shared.bars: int64[16], 3, 'thread')",
                  "// attr tma_produce = 0", "// attr tma_produce = k.outer + 2",
@@ -212,7 +214,10 @@ def test_the_cuda_source_passes_tensor_maps_and_waits_on_mbarriers():
     s, args = dense(128, 128, 192, "float16", True, "tma", target=SM90A)
     src = tc.build(s, args, target=SM90A).get_source("cuda")
     assert re.search(r"const __grid_constant__ tc_tensor_map X_tmap", src)
-    assert src.count("tc_tma_load_4d(&") == 6          # 2 tiles x (2 before the loop + 1)
+    assert src.count("tc_tma_load_2d(&") == 6          # 2 tiles x (2 before the loop + 1)
+    # the rings swizzled as the maps write them: descriptors of mode 1 (128B), SBO 1024
+    assert re.search(r"tc_wgmma_desc\([^;]*, 16, 1024, 1\)", src)
+    assert "__shared__ __align__(1024) __half X_shared" in src or "tc_dynamic_smem" in src
     for want in ("tc_mbar_arrive_expect_tx(", "tc_mbar_wait(", "tc_mbar_arrive(",
                  "tc_mbar_init_fence();", "extern __shared__ __align__(1024)"):
         assert want in src, want
@@ -241,10 +246,10 @@ def test_the_gpu_runtime_encodes_the_maps_by_the_driver_and_launches_with_them()
     y, want = _run(mod, 128, 128, 192, "float16", True)
     np.testing.assert_allclose(y.float().numpy(), want.float().numpy(), rtol=2e-2, atol=2e-2)
     encoded = [c[1] for c in drv.cu.calls if c[0] == "cuTensorMapEncodeTiled"]
-    # W[128, 192] as [N / 8, K / 8, 8, 8] core matrices: a 4-d view, boxes of 8 k x 8 rows
-    # x 8 k blocks x 16 row blocks
-    assert {"dims": [8, 8, 24, 16], "strides": [384, 16, 3072], "box": [8, 8, 8, 16]}.items() \
-        <= encoded[0].items() and encoded[0]["swizzle"] == 0
+    # W[128, 192] as it lies, boxes of 64 k x 128 rows, swizzled 128B
+    # (CU_TENSOR_MAP_SWIZZLE_128B = 3)
+    assert {"dims": [192, 128], "strides": [384], "box": [64, 128]}.items() \
+        <= encoded[0].items() and encoded[0]["swizzle"] == 3
     name, grid, block, types = drv.inner.launches[0]
     assert types.endswith("TT") and drv.inner.streams == [0]   # the driver API's launch
 
@@ -256,12 +261,20 @@ def test_nvcc_sm90a_has_tma_hgmma_and_mbarriers_and_nothing_spills(producer, per
     if persistent:
         s[args[-1]].persistent(132)
     src = tc.build(s, args, target=SM90A).get_source("cuda")
+    ptx = compile_ptx(src, "sm_90a")
+    for want in ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+                 "mbarrier.try_wait.parity.shared::cta.b64",
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16",
+                 # the descriptors' constant bits: 128B swizzle (1 << 62), SBO 1024 (the
+                 # 8-row pattern, 64 << 32), LBO 16 (1 << 16)
+                 str((1 << 62) | (64 << 32) | (1 << 16))):
+        assert want in ptx, want
     report, sass = ptxas_build(src, "sm_90a", sass=True)
     assert "serialized" not in report, report
     for kernel, use in parse_ptxas(report).items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
     if sass is not None:   # (where a disassembler is installed)
-        for want in ("UTMALDG.4D", "HGMMA.64x128x16.F32", "SYNCS.PHASECHK.TRANS64.TRYWAIT",
+        for want in ("UTMALDG.2D", "HGMMA.64x128x16.F32", "SYNCS.PHASECHK.TRANS64.TRYWAIT",
                      "SYNCS.ARRIVE.TRANS64"):
             assert want in sass, want
 
@@ -283,3 +296,30 @@ def test_tma_ring_on_the_gpu(gpu_driver, dtype, producer):
     want = torch.nn.functional.gelu(x.double() @ w.double().T + bb.double())
     np.testing.assert_allclose(y.float().numpy(), want.float().numpy(), rtol=2e-2,
                                atol=2e-2 if dtype == "float16" else 0.3)
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,k_tile,producer", [
+    (100, 72, 88, 64, "tma"),        # odd M, N, K: the boxes' out-of-bounds zeros; 128B
+    pytest.param(130, 72, 40, 32, "tma_warp", marks=[pytest.mark.slow, pytest.mark.skipif(
+        not LONG, reason="slow: set TECOMP_LONG_TESTS=1")]),   # k 32: 64B, a producer warp
+])
+def test_swizzled_rings_on_odd_shapes_without_bank_conflicts(M, N, K, k_tile, producer):
+    """The template's TMA rings: [rows, k_tile] tiles as they lie in the tensors, the
+    slots swizzled as the maps write them (CU_TENSOR_MAP_SWIZZLE_128B / 64B) and read by
+    wgmma descriptors of the same mode; at the edge the boxes' out-of-bounds zeros stand
+    for the padded copies'.  The emulation's bank counter sees each core matrix wgmma
+    reads in one wavefront (the swizzle spreads its 8 rows over the 32 banks)."""
+    cfg = sc.WmmaConfig(8 if k_tile == 64 else 4, 1, 1, 8, k_tile, family="wgmma", stages=3,
+                        producer=producer)
+    s, args = dense(M, N, K, "float16", False, producer, cfg=cfg)
+    f = tc.build(s, args, target="cuda-emu")
+    swz = {64: "128B", 32: "64B"}[k_tile]
+    assert f"attr buffer_swizzle = (X.shared: float16[3, {cfg.block_m}, {k_tile}], '{swz}')" \
+        in str(tc.lower(s, args))
+    f.shared_memory_stats(reset=True)
+    y, want = _run(f, M, N, K, "float16", False, seed=3)
+    np.testing.assert_allclose(y.float().numpy(), want.float().numpy(), rtol=2e-2, atol=2e-2)
+    st = f.shared_memory_stats()
+    assert st["wgmma_phases"] > 0 and st["wgmma_bank_conflicts"] == 0, st
+

@@ -14,7 +14,6 @@ import pytest
 
 import tecomp as tc
 import tecomp.nn as nn
-from tecomp.errors import ScheduleError, TargetError
 from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.strategy import cuda as sc
 from tecomp.strategy.cuda import tensorcore
@@ -112,7 +111,11 @@ def test_the_nn_templates_take_wgmma_on_sm90a_when_a_tiling_divides():
     assert "tensorize cuda.wgmma_f16f16f32_n128_k64 (accumulate)" in text
     # sm_90 (no 'a'), or extents no wgmma tiling divides: the mma.sync / wmma families
     assert "wgmma" not in str(tc.lower(sc.schedule_dense(Y, "cuda -arch=sm_90"), [X, W, b, Y]))
-    assert wgmma_config(100, 64, 64) is None and wgmma_config(64, 64, 24) is None
+    # extents no wgmma tiling divides: padded wgmma tiles (boundary tiles), not mma.sync
+    for M_, N_, K_ in ((100, 64, 64), (64, 64, 24), (1000, 768, 3072)):
+        c = wgmma_config(M_, N_, K_)
+        assert c.family == "wgmma" and not tensorcore.fits(c, M_, N_, K_)
+    assert wgmma_config(1, 768, 768) is None   # a GEMV: CUDA cores
     cfg = wgmma_config(M, N, K, epilogue=True, max_shared=block_shared_limit("sm_90a"))
     assert cfg.family == "wgmma" and shared_bytes(cfg, epilogue=True) <= block_shared_limit("sm_90a")
 
@@ -143,11 +146,27 @@ def test_printed_ir_of_the_wgmma_mainloop():
     ], "\n".join(got)
 
 
-def test_shapes_the_wgmma_tiles_do_not_divide_are_refused():
-    A, B, C = gemm(100, 64, 64, "float16", "dense")
-    s = tc.create_schedule(C.op)
-    with pytest.raises(ScheduleError, match="needs multiples of 64 x 64 x 32"):
-        schedule_wmma_gemm(s, C, WmmaConfig(4, 1, 1, 4, 32, family="wgmma"))
+W = tensorcore.WmmaConfig
+ODD = [  # M, N, K, dtype, bt (dense's W[N, K]), at (A[K, M]), batch, epilogue, config
+    (100, 72, 88, "float16", True, False, None, True, W(4, 1, 1, 4, 32, family="wgmma")),
+    (33, 64, 20, "float16", False, True, 2, False, W(4, 1, 1, 4, 32, family="wgmma", stages=3)),
+    pytest.param(70, 24, 19, "bfloat16", True, False, 2, True,
+                 W(4, 1, 1, 2, 16, family="wgmma"), marks=long_only),
+    pytest.param(70, 40, 40, "bfloat16", False, False, None, False,
+                 W(4, 1, 1, 4, 32, family="wgmma"), marks=long_only),
+]
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,dtype,bt,at,batch,epilogue,cfg", ODD)
+def test_wgmma_boundary_tiles_in_the_emulation(M, N, K, dtype, bt, at, batch, epilogue, cfg):
+    """Extents the wgmma tiles do not divide (M, N, K odd, both layouts of each operand,
+    batched, with an epilogue): the core-matrix copies hold zeros past the edge
+    (``cache_read(..., pad=0.0, blocks=)``), the sum runs over the padded k, C goes
+    through the block's shared tile under the edge's guard; float64 reference."""
+    from test_tensorcore_edges import check_case
+    mod = check_case(M, N, K, dtype, bt, at, batch, epilogue, cfg, "cuda-emu")
+    assert "tc_wgmma_m64n" in mod.get_source()
 
 
 @needs_nvcc
@@ -183,6 +202,42 @@ def test_ptxas_sm90a_hgmma_and_no_spills(dtype, layout):
         assert re.search(r"HGMMA\.64x128x16\.F32", sass), sass[:1000]
 
 
+@needs_nvcc
+@pytest.mark.parametrize("M,N,K,dtype,layout", [
+    (1000, 3072, 768, "float16", "dense"),               # BERT's FFN at 1000 tokens
+    pytest.param(4097, 256, 100, "bfloat16", "matmul", marks=long_only)])
+def test_ptxas_sm90a_boundary_tiles_do_not_spill(M, N, K, dtype, layout):
+    """The wgmma template on odd extents (zero-filling copies, the guarded store through
+    the shared tile of C): HGMMA, cp.async's zero-filling form, no spills."""
+    A, B, C = gemm(M, N, K, dtype, layout)
+    s = sc.schedule_dense(C, SM90A) if layout == "dense" else sc.schedule_matmul(C, SM90A)
+    mod = tc.build(s, [A, B, C], target=SM90A)
+    src = mod.get_source()
+    assert "tc_wgmma_m64n" in src
+    t = "bf16" if dtype == "bfloat16" else "f16"
+    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.{t}\.{t}",
+                     compile_ptx(src, "sm_90a"))
+    report, sass = ptxas_build(src, "sm_90a", sass=True)
+    assert "serialized" not in report, report
+    (use,) = parse_ptxas(report).values()
+    assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, use
+    assert mod.kernels[0].shared_bytes <= block_shared_limit("sm_90a")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,dtype,bt,at,batch,epilogue,cfg", ODD + [
+    (1000, 3072, 768, "float16", True, False, None, True, None),   # wgmma_config's own
+    (4097, 256, 100, "bfloat16", False, False, None, False, None),
+])
+def test_wgmma_boundary_tiles_on_the_gpu(gpu_driver, M, N, K, dtype, bt, at, batch, epilogue,
+                                         cfg):
+    if gpu_driver.arch not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma needs an sm_90 device; this is {gpu_driver.arch}")
+    from test_tensorcore_edges import check_case
+    mod = check_case(M, N, K, dtype, bt, at, batch, epilogue, cfg, SM90A)
+    assert "tc_wgmma_m64n" in mod.get_source()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,layout", [("float16", "dense"), ("bfloat16", "matmul")])
 def test_wgmma_template_on_the_gpu(gpu_driver, dtype, layout):
@@ -207,21 +262,27 @@ def test_wgmma_template_on_the_gpu(gpu_driver, dtype, layout):
 @needs_cxx
 @pytest.mark.parametrize("seed", range(40 if LONG else 1))
 def test_fuzz_wgmma_tilings_in_the_emulation(seed):
-    """Random wgmma tilings (1 or 2 warpgroups, N of 16..128, k steps, rings or none),
-    operand layouts, dtypes and epilogues (bias + ReLU into a 16-bit result) against
-    torch in float64."""
+    """Random wgmma tilings (1 or 2 warpgroups, N of 16..128, k steps, rings or none,
+    the cp.async ring or -- dense, double-buffered -- the swizzled TMA ring), operand
+    layouts, dtypes, epilogues (bias + ReLU into a 16-bit result) and extents the tiles
+    divide or not (boundary tiles; K a multiple of 8 for TMA) against torch in float64."""
     rng = np.random.default_rng(9000 + seed)
     dtype = str(rng.choice(["float16", "bfloat16"]))
     layout = str(rng.choice(["dense", "matmul"]))
     wm = int(rng.choice([4, 8]))
     fn = int(rng.choice([1, 2, 4, 8]))
     kt = int(rng.choice([16, 32, 64]))
-    M = 16 * wm * int(rng.integers(1, 3))
-    N = 16 * fn * int(rng.integers(1, 3))
-    K = kt * int(rng.integers(1, 4))
+    odd = bool(rng.integers(0, 2))
     db = bool(rng.integers(0, 2))
+    tma = db and layout == "dense" and bool(rng.integers(0, 2))
+    M = 16 * wm * int(rng.integers(1, 3)) - (int(rng.integers(1, 40)) if odd else 0)
+    N = 16 * fn * int(rng.integers(1, 3)) - (int(rng.integers(1, 16 * fn)) if odd else 0)
+    K = kt * int(rng.integers(1, 4)) - ((int(rng.integers(1, kt // 8)) * 8 if kt > 8 and tma
+                                         else int(rng.integers(1, kt))) if odd else 0)
+    K = max(K, 8 if not tma else kt + 8)   # (TMA: two k steps or more, the ring's loop)
     cfg = WmmaConfig(wm, 1, 1, fn, kt, double_buffer=db, family="wgmma",
-                     stages=int(rng.choice([2, 3])) if db else 2)
+                     stages=int(rng.choice([2, 3])) if db else 2,
+                     producer="tma" if tma else "threads")
     A, B, C = gemm(M, N, K, dtype, layout)
     epilogue = bool(rng.integers(0, 2))
     args = [A, B]
@@ -254,3 +315,4 @@ def test_fuzz_wgmma_tilings_in_the_emulation(seed):
         tol = 1e-3
     np.testing.assert_allclose(res.double().numpy(), want.numpy(), rtol=tol, atol=tol,
                                err_msg=f"{cfg} {M}x{N}x{K} {dtype} {layout} epilogue={epilogue}")
+    assert "tc_wgmma_m64n" in mod.get_source()

@@ -88,8 +88,8 @@ from ..target import (  # noqa: E402,F401
 )
 from .cuda_hopper import HOPPER_HELPERS, WARPGROUP, check_wgmma_target
 from ..target import tma as _tma
-from ..lower.tma_pipeline import (TMA_CONSUME, TMA_COPY, TMA_PIPELINE, TMA_PRODUCE,
-                                  box_of)
+from ..lower.tma_pipeline import (BUFFER_SWIZZLE, TMA_CONSUME, TMA_COPY, TMA_PIPELINE,
+                                  TMA_PRODUCE, box_of)
 
 #: the dtype of a kernel parameter that is a TMA tensor map (KernelParam.obj: its TmaBox)
 TENSOR_MAP = "tensor_map"
@@ -317,6 +317,7 @@ class CudaRenderer(CSource):
         self.tma_ring: List[tuple] = []  # the enclosing TMA rings: (barriers, stages, mode)
         self.tma_issuing = False        # rendering a producer warp's copies
         self.tma_maps: List[tuple] = []  # (parameter name, TmaBox) of each tensor map
+        self.swizzles: Dict[Buffer, str] = {}  # swizzled TMA rings -> their swizzle
 
     # thread loops -------------------------------------------------------------
     def thread_loop(self, s: For) -> None:
@@ -571,10 +572,20 @@ class CudaRenderer(CSource):
 
     def _e_BufferLoad(self, e: BufferLoad) -> str:
         _no_fragment_element(e.buffer, "read")
+        self._not_swizzled(e.buffer, "read")
         return super()._e_BufferLoad(e)
+
+    def _not_swizzled(self, buf: Buffer, what: str) -> None:
+        if buf in self.swizzles:
+            raise BuildError(
+                f"{buf.name} is a TMA ring with swizzle={self.swizzles[buf]!r}, {what} here "
+                "element by element; a swizzled tile is filled by its TMA copies and read only "
+                "by the tensor intrinsics that decode the swizzle (cuda.wgmma_*_rows): read "
+                "it with those, or double_buffer(..., swizzle='none')")
 
     def _s_BufferStore(self, s: BufferStore) -> None:
         _no_fragment_element(s.buffer, "written")
+        self._not_swizzled(s.buffer, "written")
         v = s.value
         if (self.async_depth and s.buffer.scope == "shared" and isinstance(v, BufferLoad)
                 and v.buffer.scope == "global" and v.dtype == s.buffer.dtype
@@ -610,6 +621,9 @@ class CudaRenderer(CSource):
             return
         if s.key in (TMA_PIPELINE, TMA_PRODUCE, TMA_CONSUME, TMA_COPY):
             self.tma_stmt(s)
+            return
+        if s.key == BUFFER_SWIZZLE:   # (a swizzled ring: self.swizzles, set for the kernel)
+            self.stmt(s.body)
             return
         super()._s_AttrStmt(s)
 
@@ -659,7 +673,8 @@ class CudaRenderer(CSource):
         if mode == "warp" and not self.tma_issuing:
             return   # (the producer warp issues it: tma_warp_prelude)
         copies = collect(s.body, lambda x: isinstance(x, AttrStmt) and x.key == TMA_COPY)
-        boxes = [(box_of(c.body)[0], c.value.indices) for c in copies]
+        boxes = [(dataclasses.replace(b, swizzle=self.swizzles.get(b.dst, "none")),
+                  c.value.indices) for c in copies for b in (box_of(c.body)[0],)]
         total = sum(b.nbytes for b, _ in boxes)
         if mode != "warp":
             self.open_block(f"if ({self._TID} == 0)")
@@ -727,7 +742,7 @@ class CudaRenderer(CSource):
     def tma_param(self, box) -> str:
         """The name of the tensor-map parameter of ``box`` (one per distinct box)."""
         for name, b in self.tma_maps:
-            if b.src is box.src and b.dims == box.dims:
+            if b.src is box.src and b.dims == box.dims and b.swizzle == box.swizzle:
                 return name
         name = self.name.fresh(f"{self.name(box.src)}_tmap")
         self.tma_maps.append((name, box))
@@ -944,7 +959,8 @@ class CudaRenderer(CSource):
                 self._check_tile_alignment(s, buf, s.base(n))
             views.append(CudaIntrinView(ph.name, buf.name, buf.dtype, self.ctype(buf.dtype),
                                         shape, tuple(strides), self.buffer_ref(buf),
-                                        self.flat_index(buf, s.base(n)), scope=buf.scope))
+                                        self.flat_index(buf, s.base(n)), scope=buf.scope,
+                                        swizzle=self.swizzles.get(buf, "none")))
         self.emit(_comment(f"tensorize {intrin.name} (stage {s.stage})"))
         self.emit("{")
         self.indent += 1
@@ -1021,6 +1037,26 @@ def _tma_rings(body) -> set:
         for c in collect(p.body, lambda n: isinstance(n, AttrStmt) and n.key == TMA_COPY):
             out.add(box_of(c.body)[0].dst)
     return out
+
+
+def _swizzled_rings(body) -> Dict[Buffer, str]:
+    """The swizzled TMA rings of ``body`` and their swizzles (``double_buffer(swizzle=)``;
+    known before the body is rendered: a producer warp's copies come first)."""
+    return {n.value[0]: str(n.value[1]) for n in collect(
+        body, lambda n: isinstance(n, AttrStmt) and n.key == BUFFER_SWIZZLE)}
+
+
+def _check_swizzled_offsets(shared: List[Buffer], swz: Dict[Buffer, str]) -> None:
+    """The swizzled rings lie first in the arena, each at a multiple of its pattern's
+    repeat (8 rows: 1024 bytes for 128B, 512 for 64B, 256 for 32B; TMA and wgmma swizzle
+    by the address's bits; each ring a whole number of patterns)."""
+    off = 0
+    for b in shared:
+        if b in swz and off % (8 * _tma.SWIZZLE_SPAN[swz[b]]):
+            raise InternalError(f"the swizzled TMA ring {b.name} would start at shared byte "
+                                f"{off}, not a multiple of its {swz[b]} pattern's "
+                                f"{8 * _tma.SWIZZLE_SPAN[swz[b]]} bytes (a tecomp bug)")
+        off += shared_array_bytes(b)
 
 
 def _has_async_copy(s) -> bool:
@@ -1165,7 +1201,12 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         # a TMA ring's slots are 128-byte aligned copy destinations: the rings first in
         # the arena (their sizes multiples of 128), each array aligned to 128
         rings = _tma_rings(attr.body)
-        shared = sorted(kern.shared, key=lambda b: b not in rings) if rings else list(kern.shared)
+        # (swizzled rings first: their slots start on their pattern's repeat, 1024 bytes)
+        swz = _swizzled_rings(attr.body)
+        shared = sorted(kern.shared, key=lambda b: (b not in swz, b not in rings)) if rings \
+            else list(kern.shared)
+        _check_swizzled_offsets(shared, swz)
+        r.swizzles = swz
         window = _uses_wgmma(attr.body) or bool(rings)
         if kern.shared_bytes > MAX_STATIC_SHARED_BYTES:
             _dynamic_shared(r, namer, shared, kern.shared_bytes, window=window)
@@ -1175,7 +1216,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
             _arena(r, namer, shared, kern.shared_bytes)
             r.emit("#else")
             for b in shared:
-                r.emit(f"__shared__ __align__({128 if rings else SHARED_ALIGN}) "
+                r.emit(f"__shared__ __align__({1024 if b in swz else 128 if rings else SHARED_ALIGN}) "
                        f"{r.ctype(b.dtype)} {namer(b)}[{declared_size(b)}];")
             r.emit("#endif")
         else:

@@ -144,7 +144,9 @@ def launcher_source(cs: CudaSource) -> str:
                  '  pthread_mutex_lock(tecomp_emu::smem_stats_lock());\n'
                  '  out[0] = tecomp_emu::smem_stats().phases;\n'
                  '  out[1] = tecomp_emu::smem_stats().wavefronts;\n'
-                 '  if (reset) tecomp_emu::smem_stats().phases = tecomp_emu::smem_stats().wavefronts = 0;\n'
+                 '  out[2] = tecomp_emu::smem_stats().wgmma_phases;\n'
+                 '  out[3] = tecomp_emu::smem_stats().wgmma_wavefronts;\n'
+                 '  if (reset) tecomp_emu::smem_stats() = tecomp_emu::SmemStats{0, 0, 0, 0};\n'
                  '  pthread_mutex_unlock(tecomp_emu::smem_stats_lock());\n}')
     return "\n".join(lines) + "\n"
 
@@ -171,13 +173,15 @@ class EmuLibrary:
     def smem_stats(self, reset: bool = False) -> Dict[str, int]:
         """The shared-memory accounting of this library's warp-wide loads since it was
         loaded (or last reset): see :meth:`CudaEmuModule.shared_memory_stats`."""
-        out = (ctypes.c_longlong * 2)()
+        out = (ctypes.c_longlong * 4)()
         fn = self.lib.tecomp_emu_smem_stats
         fn.argtypes = [ctypes.POINTER(ctypes.c_longlong), ctypes.c_int]
         fn.restype = None
         fn(out, 1 if reset else 0)
         return {"ldmatrix_phases": out[0], "ldmatrix_wavefronts": out[1],
-                "ldmatrix_bank_conflicts": out[1] - out[0]}
+                "ldmatrix_bank_conflicts": out[1] - out[0],
+                "wgmma_phases": out[2], "wgmma_wavefronts": out[3],
+                "wgmma_bank_conflicts": out[3] - out[2]}
 
     def launch(self, k: int, args: Sequence, grid, block, mode: str = "threads",
                stack_kib: Optional[int] = None) -> None:
@@ -355,7 +359,9 @@ class CudaEmuModule(CudaSourceModule):
         ``ldmatrix_wavefronts`` (the bank accesses they took: a bank serves one 4-byte word
         per wavefront) and ``ldmatrix_bank_conflicts`` (the wavefronts beyond one per
         phase: 0 when the tiles' layout, padded or swizzled, is conflict-free).  Counted
-        once per warp.  The library is shared by every module built from the same source,
+        once per warp.  ``wgmma_phases`` / ``_wavefronts`` / ``_bank_conflicts``: the same
+        for wgmma's operand reads, each 8 x 8 core matrix of A and B a phase, once per
+        wgmma of a warpgroup, its rows where the descriptor (layout, swizzle) puts them.  The library is shared by every module built from the same source,
         so the counts are those of all their calls."""
         return self.lib.smem_stats(reset)
 

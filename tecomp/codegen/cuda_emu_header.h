@@ -946,16 +946,19 @@ inline const Slot* warp_exchange(const char* op, Slot mine, int* lane) {
   return w;
 }
 
-// Shared-memory bank accounting of the warp-wide loads (ldmatrix): a phase is one 8 x 8
+// Shared-memory bank accounting of the warp-wide loads (ldmatrix, and wgmma's operand
+// reads through its descriptors, each 8 x 8 core matrix of A and B once per wgmma of a
+// warpgroup, as the descriptor's layout and swizzle place its 8 rows): a phase is one 8 x 8
 // matrix, 8 rows of 16 bytes; the 32 banks serve one 4-byte word each per wavefront (rows
 // reading the same word share it), so a phase takes as many wavefronts as the most
 // distinct words any bank holds -- 1 when conflict-free.  Counted once per warp (by lane
 // 0), for the whole library, read and reset through tecomp_emu_smem_stats.
 struct SmemStats {
-  long long phases, wavefronts;
+  long long phases, wavefronts;              // ldmatrix
+  long long wgmma_phases, wgmma_wavefronts;  // wgmma's operand reads
 };
 inline SmemStats& smem_stats() {
-  static SmemStats s = {0, 0};
+  static SmemStats s = {0, 0, 0, 0};
   return s;
 }
 inline pthread_mutex_t* smem_stats_lock() {
@@ -963,11 +966,11 @@ inline pthread_mutex_t* smem_stats_lock() {
   return &m;
 }
 
-inline int ldmatrix_phase_wavefronts(const Slot* rows) {
+inline int phase_wavefronts(const uintptr_t* row_bytes) {
   uintptr_t words[32][8];
   int n[32] = {0}, most = 0;
   for (int r = 0; r < 8; ++r)
-    for (uintptr_t word = (uintptr_t)rows[r].p / 4, j = 0; j < 4; ++j) {
+    for (uintptr_t word = row_bytes[r] / 4, j = 0; j < 4; ++j) {
       uintptr_t wd = word + j;
       int bank = (int)(wd % 32), seen = 0;
       for (int i = 0; i < n[bank]; ++i) seen |= words[bank][i] == wd;
@@ -975,6 +978,12 @@ inline int ldmatrix_phase_wavefronts(const Slot* rows) {
       if (n[bank] > most) most = n[bank];
     }
   return most;
+}
+
+inline int ldmatrix_phase_wavefronts(const Slot* rows) {
+  uintptr_t a[8];
+  for (int r = 0; r < 8; ++r) a[r] = (uintptr_t)rows[r].p;
+  return phase_wavefronts(a);
 }
 
 inline float b16_to_float(unsigned int bits16, int bf16) {
@@ -1500,6 +1509,24 @@ inline void wgmma_m64nNk16(float* d, uint64_t desc_a, uint64_t desc_b, int scale
         warp_op_error(op, buf);
       }
     }
+  }
+  if (t % 128 == 0) {   // the warpgroup's operand reads: A's 64 rows, B's n, 2 k chunks
+    long long waves = 0, phases = 0;
+    for (int op_i = 0; op_i < 2; ++op_i) {
+      uint64_t desc = op_i ? desc_b : desc_a;
+      int rows = op_i ? n : 64;
+      for (int r0 = 0; r0 < rows; r0 += 8)
+        for (int k = 0; k < 16; k += 8) {
+          uintptr_t a[8];
+          for (int r = 0; r < 8; ++r) a[r] = wgmma_addr(desc, r0 + r, k, 2);
+          waves += phase_wavefronts(a);
+          ++phases;
+        }
+    }
+    pthread_mutex_lock(smem_stats_lock());
+    smem_stats().wgmma_phases += phases;
+    smem_stats().wgmma_wavefronts += waves;
+    pthread_mutex_unlock(smem_stats_lock());
   }
   const unsigned char* base = reinterpret_cast<const unsigned char*>(smem_window().lo);
   int wi = (t / 32) % 4, g = lane >> 2, q = lane & 3;

@@ -12,7 +12,10 @@ its sha256 sidecar, holding
 * the metadata JSON in its section (symbol ``tecomp_metadata_json``; format
   :data:`~tecomp.runtime.aot_format.CUDA_FORMAT_VERSION`): the parameters and their
   checks, and for each kernel its name, parameters, grid and block as expressions of
-  the sizes, and shared memory; the workspaces; the host assertions;
+  the sizes, and shared memory; the workspaces; the host assertions; for a kernel that
+  copies tiles with TMA, each tensor-map parameter's box (the parameter it views, its
+  dimensions, swizzle), from which the loader encodes the map at each call through the
+  driver's ``cuTensorMapEncodeTiled`` (no compiler at load time);
 
 and no host code: the two constants are assembled and linked by the C compiler driver
 (:mod:`tecomp.codegen.libwrite`, as every library is linked; no llvmlite), and
@@ -25,7 +28,7 @@ from __future__ import annotations
 import re
 import sys
 
-from ..errors import ExportError, BuildError, RuntimeUnavailableError
+from ..errors import BuildError, RuntimeUnavailableError
 from ..ir.names import identifier
 from ..runtime import aot_format as fmt
 from ..runtime.fatbin import describe_code, read_fatbin
@@ -45,6 +48,10 @@ def library_archs(target) -> tuple:
     """``(archs, ptx)``: the cubins and PTX a library for ``target`` holds."""
     want = getattr(target, "arch", None)
     archs = list(ARCHS)
+    if want is not None and re.fullmatch(r"sm_\d+a", want):
+        # architecture-specific features (sm_90a's wgmma): that architecture's code only,
+        # which no other runs (its PTX neither: compute_90a is not forward-compatible)
+        return (want,), "compute_" + want[3:]
     if want is not None:
         num = _arch_number(want)
         archs = [a for a in archs if _arch_number(a) >= num]
@@ -65,12 +72,6 @@ def export_cuda_library(mod, path) -> None:
     docstring."""
     cs = mod.cuda_source
     name = cs.func.name
-    if any(p.dtype == "tensor_map" for k in cs.kernels for p in k.params):
-        raise ExportError(
-            f"cannot export {name}: its kernels copy tiles with TMA through tensor maps, which "
-            "the calling process encodes from each call's arrays (cuTensorMapEncodeTiled); "
-            "the exported library's launcher does not encode them yet: build it without "
-            "producer='tma' to export it, or call it from Python")
     dest = destination(path, name)
     if not sys.platform.startswith("linux"):
         raise RuntimeUnavailableError(f"{name}.export_library writes ELF shared libraries, "

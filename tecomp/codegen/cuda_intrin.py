@@ -128,13 +128,16 @@ class CudaIntrinView(IntrinOperand):
     elements in memory: ``ptr`` and ``at`` mean nothing for it); None for memory.
     ``scope`` the buffer's scope; ``layout`` for a fragment, the layout of the memory
     tiles its loads read as the mma sees the matrix (``"row_major"`` or
-    ``"col_major"``)."""
+    ``"col_major"``); ``swizzle`` the swizzle of a TMA ring's slots (``"none"``,
+    ``"32B"``, ``"64B"``, ``"128B"``: the indices stay logical, only the hardware that
+    decodes the swizzle may read it)."""
 
     def __init__(self, name: str, buffer_name: str, dtype: str, ctype: str,
                  shape: Tuple[int, ...], strides: Tuple[Union[int, str], ...], array: str,
                  base: str, fragment: Optional[str] = None, scope: str = "global",
-                 layout: Optional[str] = None):
+                 layout: Optional[str] = None, swizzle: str = "none"):
         super().__init__(name, buffer_name, dtype, shape, strides)
+        self.swizzle = swizzle   # a swizzled TMA ring's layout (double_buffer(swizzle=))
         self.fragment = fragment
         self.scope = scope
         self.layout = layout

@@ -51,7 +51,7 @@ from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, SeqStmt, seq
 from .barriers import Access, access
 from .device_split import shared_array_bytes
-from .tma_pipeline import BUFFER_PRODUCER, tma_ring
+from .tma_pipeline import BUFFER_PRODUCER, BUFFER_SWIZZLE, tma_ring
 
 DOUBLE_BUFFER = "double_buffer"
 #: ``AttrStmt("buffer_stages", n, AttrStmt("double_buffer", ...))``: n buffers
@@ -132,7 +132,7 @@ class _DoubleBuffer(Mutator):
         self.kernel_depth += is_thread
         chain, inner = [], s.body
         while isinstance(inner, Allocate) or (isinstance(inner, AttrStmt) and inner.key in (
-                DOUBLE_BUFFER, BUFFER_STAGES, BUFFER_PRODUCER)):
+                DOUBLE_BUFFER, BUFFER_STAGES, BUFFER_PRODUCER, BUFFER_SWIZZLE)):
             chain.append(inner)
             inner = inner.body
         marked = [c.value for c in chain if isinstance(c, AttrStmt) and c.key == DOUBLE_BUFFER]
@@ -145,7 +145,7 @@ class _DoubleBuffer(Mutator):
         return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
 
     def visit_AttrStmt(self, s):
-        if s.key in (DOUBLE_BUFFER, BUFFER_STAGES, BUFFER_PRODUCER):
+        if s.key in (DOUBLE_BUFFER, BUFFER_STAGES, BUFFER_PRODUCER, BUFFER_SWIZZLE):
             # its loop is gone (an extent of 1, or a part that loop partitioning peeled
             # off): one iteration has nothing to overlap, one buffer is enough
             return self.visit(s.body)
@@ -223,7 +223,8 @@ class _DoubleBuffer(Mutator):
         producer = _producers(chain, marked, what, loop)
         if producer in ("tma", "tma_warp"):
             return tma_ring(loop, chain, copies, rest, marked, bufs, stages, what,
-                            _Retarget, Allocate, warp=producer == "tma_warp")
+                            _Retarget, Allocate, warp=producer == "tma_warp",
+                            swizzles=_swizzles(chain))
 
         def slot_of(it):
             rel = it if isinstance(lo, Const) and lo.value == 0 else _op.sub(it, lo)
@@ -283,6 +284,19 @@ def _producers(chain, marked, what, loop) -> str:
             f"producers {' and '.join(map(repr, kinds))}; they share the loop's ring: give "
             "each the same double_buffer(producer=...)")
     return kinds[0]
+
+
+def _swizzles(chain) -> dict:
+    """The swizzle of each marked stage (``double_buffer(swizzle=...)``: a
+    ``BUFFER_SWIZZLE`` attribute right around its ``DOUBLE_BUFFER`` one)."""
+    found, n = {}, "none"
+    for c in chain:
+        if isinstance(c, AttrStmt) and c.key == BUFFER_SWIZZLE:
+            n = str(c.value)
+        elif isinstance(c, AttrStmt) and c.key == DOUBLE_BUFFER:
+            found[c.value] = n
+            n = "none"
+    return found
 
 
 def _stages(chain, marked, what, loop) -> int:

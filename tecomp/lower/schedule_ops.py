@@ -1667,6 +1667,8 @@ class LowerContext:
                     out = AttrStmt("double_buffer", b, out)
                     if s.buffer_producer != "threads":
                         out = AttrStmt("buffer_producer", s.buffer_producer, out)
+                    if s.buffer_swizzle != "none":
+                        out = AttrStmt("buffer_swizzle", s.buffer_swizzle, out)
                     if s.buffer_stages != 2:
                         out = AttrStmt("buffer_stages", s.buffer_stages, out)
         return out

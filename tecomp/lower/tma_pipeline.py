@@ -50,7 +50,7 @@ from ..ir.expr import LT, Buffer, BufferLoad, Const, Expr, Min, Var
 from ..ir.functor import substitute
 from ..ir.names import display
 from ..ir.simplify import simplify
-from ..ir.stmt import AttrStmt, BufferStore, For, IfThenElse, Stmt, seq
+from ..ir.stmt import AttrStmt, BufferStore, For, IfThenElse, SeqStmt, Stmt, seq
 
 TMA_PIPELINE = "tma_pipeline"
 TMA_PRODUCE = "tma_produce"
@@ -58,6 +58,10 @@ TMA_CONSUME = "tma_consume"
 TMA_COPY = "tma_copy"
 #: ``AttrStmt("buffer_producer", "tma", AttrStmt("double_buffer", ...))``
 BUFFER_PRODUCER = "buffer_producer"
+#: ``AttrStmt("buffer_swizzle", "128B", AttrStmt("double_buffer", ...))`` from the schedule;
+#: after this pass ``AttrStmt("buffer_swizzle", (ring, "128B"), Allocate(ring, ...))``:
+#: the ring's slots are swizzled (the TMA map's swizzle; the wgmma descriptors' mode)
+BUFFER_SWIZZLE = "buffer_swizzle"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +87,7 @@ class TmaBox:
     dst: Buffer
     dims: Tuple[TmaDim, ...]
     dst_origin: Tuple[Expr, ...]
+    swizzle: str = "none"
 
     @property
     def nbytes(self) -> int:
@@ -123,12 +128,41 @@ def _box_extent(e):
     return None
 
 
+def _without_zero_fill(copy: Stmt):
+    """``copy`` without its stores of zeros (and the loops left empty), and whether it
+    had any: a padded copy (``cache_read(..., pad=0.0)`` computed whole at the edge)
+    after loop partitioning is the plain copy of the part inside the tensor and zeros
+    for the rest of the tile, which is what TMA's out-of-bounds fill writes."""
+    found = []
+
+    def strip(st):
+        if isinstance(st, BufferStore) and isinstance(st.value, Const) and \
+                not st.value.value:
+            found.append(st.buffer)
+            return None
+        if isinstance(st, For):
+            body = strip(st.body)
+            if body is None:
+                return None
+            return st if body is st.body else For(st.var, st.min, st.extent, st.kind, body,
+                                                  st.thread_tag)
+        if isinstance(st, SeqStmt):
+            items = [x for x in (strip(y) for y in st.seq) if x is not None]
+            return seq(*items) if items else None
+        return st
+
+    out = strip(copy)
+    return (copy if out is None else out), found
+
+
 def box_of(copy: Stmt, what: str = "") -> Tuple[TmaBox, Tuple[Expr, ...]]:
     """The box of a tile's copy (a perfect nest of serial loops from 0 around one
-    ``S[i0, .., ir] = T[f(i)]``) and the tensor's indices at the tile's first element;
-    ScheduleError where TMA cannot copy it (see the module doc)."""
+    ``S[i0, .., ir] = T[f(i)]``, and maybe stores of zeros into the rest of ``S``: a
+    padded copy at the tensor's edge, the box then the whole tile) and the tensor's
+    indices at the tile's first element; ScheduleError where TMA cannot copy it (see the
+    module doc)."""
     loops: List[For] = []
-    s = copy
+    s, zeros = _without_zero_fill(copy)
     while isinstance(s, For):
         loops.append(s)
         s = s.body
@@ -142,6 +176,9 @@ def box_of(copy: Stmt, what: str = "") -> Tuple[TmaBox, Tuple[Expr, ...]]:
             "bind) and compute it where its tile lies inside the tensor")
     dst, load = store.buffer, store.value
     src = load.buffer
+    if any(z is not dst for z in zeros):
+        raise ScheduleError(f"{where}: the tile's copy also writes zeros into another buffer "
+                            f"than {_stage_name(dst)}; a TMA copy fills one tile")
     ext = {}
     for lp in loops:
         full = _box_extent(lp.extent)
@@ -154,6 +191,13 @@ def box_of(copy: Stmt, what: str = "") -> Tuple[TmaBox, Tuple[Expr, ...]]:
         ext[lp.var] = full
     ivars = [lp.var for lp in loops]
     lead = len(store.indices) - len(ivars)   # (a ring's slot comes first)
+    if zeros and lead >= 0:
+        # the zeros fill the tile past the tensor's edge: the box is the whole tile (its
+        # elements outside the tensor TMA's out-of-bounds zeros)
+        for d, v in enumerate(ivars):
+            room = dst.shape[lead + d]
+            if isinstance(room, Const):
+                ext[v] = max(ext[v], int(room.value))
     if src.dtype not in _tma.DATA_TYPES:
         raise ScheduleError(
             f"{where}: stage {_stage_name(dst)} copies {display(src.name)} of {src.dtype}, "
@@ -287,20 +331,66 @@ def map_spec(box: TmaBox, shape: Sequence[int], name: str = "") -> _tma.TensorMa
         if i:
             strides.append(row[d.axis] * d.coef)
     return _tma.TensorMapSpec(box.src.dtype, tuple(dims), tuple(strides),
-                              tuple(d.box for d in box.dims), name=name or box.src.name)
+                              tuple(d.box for d in box.dims), swizzle=box.swizzle,
+                              name=name or box.src.name)
+
+
+def check_swizzle(box: TmaBox, ring: Buffer, swizzle: str, what: str) -> None:
+    """ScheduleError unless the slots of ``ring`` can hold ``box`` swizzled: its rows
+    (the box's innermost extent) exactly the swizzle's bytes, packed, and each slot a
+    whole number of the pattern's repeat (8 rows), so that every slot starts on one."""
+    span = _tma.SWIZZLE_SPAN[swizzle]
+    esize = _dt.nbytes(box.src.dtype)
+    row = box.dims[0].box * esize
+    strides = [int(x.value) if isinstance(x, Const) else None for x in ring.strides]
+    packed = all(x is not None for x in strides) and strides[-1] == 1 and (
+        len(strides) < 3 or strides[-2] * esize == span)
+    if row != span or not packed or strides[0] is None or strides[0] * esize % (8 * span):
+        raise ScheduleError(
+            f"{what}: swizzle={swizzle!r} on stage {_stage_name(box.dst)}, whose tile's rows "
+            f"are {row} bytes ({box.dims[0].box} {box.src.dtype})"
+            + ("" if packed else " with padding between them")
+            + f"; a {swizzle} swizzled tile has rows of exactly {span} bytes, packed, in "
+            f"slots of whole {8 * span}-byte patterns (k steps of {span // esize} "
+            "elements, no storage_align; or swizzle='none')")
 
 
 def tma_ring(loop: For, chain, copies, rest, marked, bufs, stages: int, what: str, retarget,
-             allocate, warp: bool = False) -> Stmt:
+             allocate, warp: bool = False, swizzles=None) -> Stmt:
     """The loop with its marked stages' copies made a TMA ring (the module doc);
     ``copies`` and ``rest``: the statements of an iteration before and after its barrier
-    (double_buffer.py's split), ``bufs`` the ring buffer of each marked stage."""
+    (double_buffer.py's split), ``bufs`` the ring buffer of each marked stage,
+    ``swizzles`` the swizzle of each (``double_buffer(swizzle=)``: default none)."""
+    swizzles = {b: m for b, m in (swizzles or {}).items() if m != "none"}
+    # a padded copy partitioned at the tensor's edge: its nests of zeros go with the
+    # tile's copy (one TMA box, whose out-of-bounds fill writes them)
+    zero_only, grouped = {}, []
+    for c in copies:
+        rest_, zeros = _without_zero_fill(c)
+        if zeros and rest_ is c:   # nothing but zeros
+            zero_only.setdefault(zeros[0], []).append(c)
+        else:
+            grouped.append(c)
+    copies = []
+    for c in grouped:
+        st = _without_zero_fill(c)[0]
+        while isinstance(st, For):
+            st = st.body
+        dst = st.buffer if isinstance(st, BufferStore) else None
+        copies.append(seq(c, *zero_only.pop(dst, [])))
+    if zero_only:
+        b = next(iter(zero_only))
+        raise ScheduleError(f"{what}: stage {_stage_name(b)} is only zeros in an iteration "
+                            f"of loop {display(loop.var.name)}; a TMA ring's tile is a box of "
+                            "a tensor")
     nests = []
     for c in copies:
         box, _ = box_of(c, what)
         if box.dst not in bufs:
             raise ScheduleError(f"{what}: the iteration of loop {display(loop.var.name)} also "
                                 f"copies {display(box.dst.name)}, which has no TMA ring")
+        if box.dst in swizzles:
+            check_swizzle(box, bufs[box.dst], swizzles[box.dst], what)
         nests.append(c)
     ko, lo, ext = loop.var, loop.min, loop.extent
     end = _op.add(lo, ext)
@@ -342,4 +432,6 @@ def tma_ring(loop: For, chain, copies, rest, marked, bufs, stages: int, what: st
     out = allocate(bars, out)
     for b in reversed(marked):
         out = allocate(bufs[b], out)
+        if b in swizzles:
+            out = AttrStmt(BUFFER_SWIZZLE, (bufs[b], swizzles[b]), out)
     return out

@@ -57,6 +57,8 @@ from ..ir.expr import (
 from ..ir.printer import to_str
 from ..ir.stmt import ParamCheck
 from ..lower.in_place import in_place_pairs
+from ..lower.tma_pipeline import TmaBox, TmaDim
+from ..target import tma as _tma
 from .cuda_kernels import KernelInfo, KernelParam
 from .extern import SYMBOL as EXTERN_SYMBOL
 from .signature import CheckSite, Signature
@@ -73,7 +75,11 @@ FORMAT = "tecomp-aot-library"
 #: the metadata format this tecomp writes and reads; a library of another is refused
 FORMAT_VERSION = 2   # 2: the pool defines the workspace cache (tecomp_ws_*, tecomp_pool_ws_*)
 #: the format of a GPU library: a tecomp that reads only CPU libraries refuses it by this
+#: (a kernel parameter of dtype "tensor_map" has the object ["tma", {src, dims, swizzle}]:
+#: the box its map is encoded for from the argument ``src`` at each call)
 CUDA_FORMAT_VERSION = 3
+#: the dtype of a TMA tensor-map kernel parameter
+TENSOR_MAP = "tensor_map"
 #: the ELF section (and symbol) that holds a GPU library's fatbin
 FATBIN_SECTION = ".tecomp_fatbin"
 FATBIN_SYMBOL = "tecomp_fatbin"
@@ -326,6 +332,10 @@ def build_cuda_metadata(*, func, sig: Signature, cs, entry: str, target, archs: 
     workspaces = list(cs.workspaces)
 
     def obj(o) -> list:
+        if isinstance(o, TmaBox):   # a tensor map: what the loader encodes it from
+            return ["tma", {"src": obj(o.src)[1], "swizzle": o.swizzle,
+                            "dims": [[d.axis, d.coef, d.box, d.part, d.whole]
+                                     for d in o.dims]}]
         if isinstance(o, Buffer):
             for k, p in enumerate(params):
                 if p is o:
@@ -682,7 +692,29 @@ def _cuda_part(r: _Reader, c: dict, params: List[Any]) -> CudaLibraryInfo:
             return workspaces[r.index(j[1], len(workspaces), "the workspace")]
         elif isinstance(j, list) and len(j) == 2 and j[0] == "var":
             return r.vars[r.index(j[1], len(r.vars), "variable")]
+        elif isinstance(j, list) and len(j) == 2 and j[0] == "tma" and isinstance(j[1], dict):
+            return tma_box(j[1], what)
         raise r.fail(f"the object {str(j)[:40]}{what}")
+
+    def tma_box(d: dict, what: str) -> TmaBox:
+        """A tensor map's box (a TMA kernel parameter: the loader encodes its map from
+        the argument at each call), checked as the host will use it."""
+        src = params[r.index(r.get(d, "src", int, what), len(params), "the parameter")]
+        swizzle = r.get(d, "swizzle", str, what)
+        dims = r.get(d, "dims", list, what)
+        if not isinstance(src, Buffer) or src.dtype not in _tma.DATA_TYPES or \
+                swizzle not in _tma.SWIZZLES or not 1 <= len(dims) <= _tma.MAX_RANK:
+            raise r.fail(f"the tensor map{what}")
+        out = []
+        for x in dims:
+            ok = isinstance(x, list) and len(x) == 5 and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in x[:3] + x[4:])
+            if not ok or not 0 <= x[0] < len(src.shape) or not 1 <= x[1] <= 1 << 20 or \
+                    not 1 <= x[2] <= _tma.MAX_BOX or x[3] not in ("whole", "inner", "outer") \
+                    or not 0 <= x[4] <= 1 << 20:
+                raise r.fail(f"a dimension of the tensor map{what}")
+            out.append(TmaDim(x[0], x[1], x[2], x[3], x[4]))
+        return TmaBox(src, src, tuple(out), (), swizzle)
 
     kernels = []
     for k, kd in enumerate(r.items(c, "kernels", 10000)):
@@ -695,9 +727,12 @@ def _cuda_part(r: _Reader, c: dict, params: List[Any]) -> CudaLibraryInfo:
             pw = f" of parameter {j}{what}"
             is_buffer = r.get(pd, "is_buffer", bool, pw)
             o = obj(r.get(pd, "obj", list, pw), pw)
-            dtype = r.dtype(r.get(pd, "dtype", str, pw))
-            if is_buffer != isinstance(o, Buffer) or (is_buffer and dtype != o.dtype) or \
-                    (not is_buffer and dtype != o.dtype):
+            dtype = r.get(pd, "dtype", str, pw)
+            if dtype == TENSOR_MAP:
+                if is_buffer or not isinstance(o, TmaBox):
+                    raise r.fail(f"the type{pw}")
+            elif isinstance(o, TmaBox) or is_buffer != isinstance(o, Buffer) or \
+                    r.dtype(dtype) != o.dtype:
                 raise r.fail(f"the type{pw}")
             align = r.get(pd, "align", int, pw)
             if not 0 <= align <= 4096:

@@ -37,11 +37,14 @@ class FatbinEntry:
     kind: str
     arch: Tuple[int, int]
     payload: bytes
+    specific: bool = False   # architecture-specific features (sm_90a: wgmma)
 
     @property
     def name(self) -> str:
-        """``sm_80`` for a cubin, ``compute_90`` for PTX."""
-        return ("sm_%d%d" if self.kind == "cubin" else "compute_%d%d") % self.arch
+        """``sm_80`` for a cubin, ``compute_90`` for PTX (``sm_90a`` / ``compute_90a`` for
+        code of architecture-specific features)."""
+        return (("sm_%d%d" if self.kind == "cubin" else "compute_%d%d") % self.arch
+                + ("a" if self.specific else ""))
 
 
 def read_fatbin(data: bytes, where: str, error: Type[Exception]) -> List[FatbinEntry]:
@@ -71,8 +74,11 @@ def read_fatbin(data: bytes, where: str, error: Type[Exception]) -> List[FatbinE
         if kind == CUBIN and (payload[:4] != b"\x7fELF" or len(payload) < 20
                               or struct.unpack_from("<H", payload, 18)[0] != EM_CUDA):
             raise bad(f"the cubin at byte {off} is not a CUDA ELF file")
+        # (the entry's flags at byte 40: bit 20 set for architecture-specific code, as nvcc
+        # 12-13 write sm_90a / compute_90a entries)
+        flags = struct.unpack_from("<I", data, off + 40)[0] if ehsize >= 44 else 0
         out.append(FatbinEntry("cubin" if kind == CUBIN else "ptx",
-                               (arch // 10, arch % 10), payload))
+                               (arch // 10, arch % 10), payload, bool(flags >> 20 & 1)))
         off += ehsize + psize
     return out
 

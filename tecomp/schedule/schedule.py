@@ -102,6 +102,7 @@ class Stage(TracedStage):
         self.double_buffered = False  # double_buffer
         self.buffer_stages = 2        # double_buffer(stages=...)
         self.buffer_producer = "threads"   # double_buffer(producer=...)
+        self.buffer_swizzle = "none"       # double_buffer(swizzle=...)
         self.persistent_blocks = None      # persistent(blocks, group_m)
         self.stored_root = False  # store_root
         self.lockstep = None      # _lockstep: (steps, rescale)
@@ -686,7 +687,7 @@ class Stage(TracedStage):
                 f"give every output axis ({names}) exactly once, outermost first")
         self.storage_perm = None if dims == tuple(range(len(dims))) else dims
 
-    def double_buffer(self, stages: int = 2, producer: str = "threads"):
+    def double_buffer(self, stages: int = 2, producer: str = "threads", swizzle: str = "none"):
         """Give this shared-memory stage two buffers (``stages`` of them), so that a GPU
         block copies the tile of the next iteration into one while it computes from the
         other (TVM's ``double_buffer``; with ``stages`` > 2, a ring of buffers as Triton's
@@ -724,7 +725,18 @@ class Stage(TracedStage):
         (the block's threads along x and y, a warp when they are 32), whose first thread
         runs ahead through all the loop's iterations, waiting only for empty slots, while
         the other threads compute; the tiles' origins may depend only on the block and
-        the loop (not on the computing threads)."""
+        the loop (not on the computing threads).
+
+        ``swizzle`` (a TMA producer only: ``"32B"``, ``"64B"``, ``"128B"``): the ring's
+        slots are laid out swizzled, as the tensor map's ``CU_TENSOR_MAP_SWIZZLE_*`` writes
+        them: in each 8-row pattern (rows of exactly the swizzle's bytes: the tile's
+        innermost extent), the 16-byte chunks of row ``r`` exchanged by ``chunk ^ (r %
+        8)`` (128B; 64B and 32B the same on their narrower rows).  The stage's indices stay
+        logical (the printed IR and the interpreter read the tile unswizzled); only the
+        hardware sees the layout: the TMA copy, and the readers that know it -- the
+        ``cuda.wgmma_*_rows`` intrinsics, whose descriptors carry the same swizzle mode.
+        Each 8-row pattern meets all 32 banks, so reading a column of 16-byte chunks (an
+        8 x 8 core matrix, what wgmma reads) is conflict-free."""
         if self.scope != "shared":
             raise ScheduleError(
                 f"double_buffer on stage {display(self.name)}: its scope is {self.scope}; "
@@ -740,9 +752,16 @@ class Stage(TracedStage):
                 "'threads' (the block's threads copy the tile, cp.async), 'tma' (one thread "
                 "issues a TMA copy of the whole tile, sm_90 and later) or 'tma_warp' (a warp "
                 "of its own issues them: warp specialisation)")
+        if swizzle not in ("none", "32B", "64B", "128B") or (
+                swizzle != "none" and producer not in ("tma", "tma_warp")):
+            raise ScheduleError(
+                f"double_buffer on stage {display(self.name)}: swizzle={swizzle!r:.40}; give "
+                "'none', or with a TMA producer (producer='tma' / 'tma_warp') '32B', '64B' or "
+                "'128B' (the tensor map's swizzle: the tile's rows of that many bytes)")
         self.double_buffered = True
         self.buffer_stages = stages
         self.buffer_producer = producer
+        self.buffer_swizzle = swizzle
 
     def persistent(self, blocks: int, group_m: int = 8):
         """Run this stage's blocks as a persistent grid: ``blocks`` blocks (as many as the
@@ -810,7 +829,8 @@ class Stage(TracedStage):
                 isinstance(dom.min, Const) and isinstance(dom.extent, Const)):
             raise ScheduleError(f"{what}: the stage must be a sum over a constant range (the "
                                 "terms past the extent are zeros only in a sum)")
-        if not _zero_past_edge(body.source, axis.var):
+        past = range(dom.extent.value, -(-dom.extent.value // factor) * factor)
+        if not _zero_past_edge(body.source, axis.var, past):
             raise ScheduleError(
                 f"{what}: the terms past its extent {dom.extent.value} may not be zero; every "
                 f"term must be a product with a factor read at {axis.name} from a copy made "
@@ -831,11 +851,14 @@ def _conjuncts(c):
     return _conjuncts(c.a) + _conjuncts(c.b) if isinstance(c, And) else [c]
 
 
-def _zero_past_edge(source, k: Var) -> bool:
+def _zero_past_edge(source, k: Var, past=()) -> bool:
     """Whether the sum term ``source`` is zero wherever the reduce variable ``k`` is past
     its extent: a product (under casts) with a factor read at ``k`` (in some dimension
     ``d``) from a ``cache_read(..., pad=0)`` copy, directly or through plain copies of
-    it, guarded there by ``index < extent`` (the copy is zero past it)."""
+    it, guarded there by ``index < extent`` (the copy is zero past it); or read from a
+    padded blocked copy (``cache_read(..., pad=0, blocks=)``: at ``k // f`` and ``k %
+    f``) one of whose guards is false at each ``k`` of ``past`` (the values past the
+    extent the aligned reduction runs over)."""
     e = _strip_casts(source)
     if not isinstance(e, Mul):
         return False
@@ -861,8 +884,23 @@ def _zero_past_edge(source, k: Var) -> bool:
                        isinstance(op.shape[d], Const) and c.b.value == op.shape[d].value
                        for d in dims for c in _conjuncts(b.cond)):
                     return True
+            if isinstance(b, Select) and isinstance(b.false_value, Const) and \
+                    b.false_value.value == 0 and past and len(f.indices) == len(ax):
+                at = dict(zip(ax, f.indices))
+                for c in _conjuncts(b.cond):
+                    ck = substitute(c, at)
+                    if all(_false_at(ck, k, v) for v in past):
+                        return True
             break
     return False
+
+
+def _false_at(cond, k: Var, value: int) -> bool:
+    """Whether ``cond`` simplifies to false with ``k = value`` (whatever else it reads:
+    a condition on other variables too is not false)."""
+    from ..ir.simplify import simplify
+    got = simplify(substitute(cond, {k: Const(value, k.dtype)}))
+    return isinstance(got, Const) and not got.value
 
 
 class _ReplaceLoads(Mutator):
@@ -1089,7 +1127,9 @@ class Schedule:
         rounded up to whole blocks past ``tensor``'s edge."""
         nd = len(tensor.shape)
         dims, fac = Schedule._blocks(tensor, blocks, f"cache_read of {tensor.name}", fill)
-        rounded = [d for d in dims if tensor.shape[d].value % fac[d]]
+        # with a fill, every blocked dimension is guarded: the copy may be computed past
+        # its shape (align_bounds: a tensor-core tile's k step past the reduction's end)
+        rounded = list(range(nd)) if fill is not None else []
         shape = [Const(-(-tensor.shape[d].value // fac[d]), tensor.shape[d].dtype) if d in fac
                  else tensor.shape[d] for d in range(nd)] + \
             [Const(f, tensor.shape[d].dtype) for d, f in blocks]

@@ -15,6 +15,13 @@ the same wgmma together::
 (``cuda.wgmma_*_n<N>_k32`` / ``_k64``: a whole k step, ``ko`` of 4 / 8: its 2 / 4 wgmmas
 committed as one group and waited for once.)
 
+``cuda.wgmma_{f16f16f32,bf16bf16f32}_n<N>_k<K>_rows`` (K 16, 32, 64) read their operands
+as plain rows instead, ``a[i, k]`` (16 x K) and ``b[j, k]`` (N x K): the slots of a TMA ring
+laid out swizzled (``double_buffer(stages, producer="tma", swizzle=...)``: rows of
+exactly the swizzle's bytes, K = 64 with 128B, 32 with 64B, 16 with 32B), the
+descriptors carrying the same swizzle mode (SBO the 8-row pattern's bytes).  The fill
+for their accumulators is ``cuda.wgmma_fill_f32_n<N>_rows``.
+
 The declared computation, per warp, is ``c[io, ii, jo, ji] += f32(a[io, ko, ii, ki]) *
 f32(b[ko, jo, ji, ki])`` -- a ``16 x 16`` block of A (row ``8 io + ii``, k ``8 ko + ki``)
 and a ``16 x N`` block of B stored K-major, in 8 x 8 *core matrices* of 128 contiguous
@@ -66,6 +73,18 @@ def _decl(dtype: str, n: int, k: int = 16):
         axis=[ko, ki]), name="c")
 
 
+def _rows_decl(dtype: str, n: int, k: int):
+    a = placeholder((16, k), dtype, name="a")
+    b = placeholder((n, k), dtype, name="b")
+    r = reduce_axis((0, k), name="k")
+    return compute((16, n), lambda i, j: _sum(
+        a[i, r].astype("float32") * b[j, r].astype("float32"), axis=r), name="c")
+
+
+def _rows_fill_decl(n: int):
+    return compute((16, n), lambda i, j: const(0, "float32"), name="c")
+
+
 def _fill_decl(n: int):
     return compute((2, 8, n // 8, 8), lambda io, ii, jo, ji: const(0, "float32"), name="c")
 
@@ -113,6 +132,56 @@ def _emit(name: str, t: str, n: int, k: int = 16):
     return emit
 
 
+def _swizzled_rows(name: str, view, k: int):
+    """(swizzle mode, row stride in elements) of an operand of a ``_rows`` intrinsic: a
+    tile of a swizzled TMA ring whose rows are the swizzle's bytes (BuildError else)."""
+    from ..codegen.cuda_hopper import SWIZZLE_ROW_BYTES
+    swz = getattr(view, "swizzle", "none")
+    s = view.strides
+    span = SWIZZLE_ROW_BYTES.get(swz)
+    if span is None or not all(isinstance(x, int) for x in s) or s[1] != 1 or \
+            s[0] * 2 != span or k * 2 > span:
+        raise BuildError(
+            f"tensor intrinsic {name}: operand {view.name} is a block of {view.buffer_name} "
+            f"(swizzle {swz!r}, element strides {list(s)}); the _rows intrinsics read the "
+            "slots of a swizzled TMA ring whose rows hold the whole k step: "
+            "double_buffer(stages, producer='tma', swizzle='128B') on a [rows, 64] tile "
+            "(swizzle '64B' for k steps of 32, '32B' for 16)")
+    return swz, s[0]
+
+
+def _rows_emit(name: str, t: str, n: int, k: int):
+    """A warp's ``16 x n`` strip of its warpgroup's ``64 x n`` accumulator over a k step
+    of ``k``, A and B rows of a swizzled ring (the tensor maps' swizzle, the same mode in
+    the descriptors: SBO the 8-row pattern, LBO unused, each 16 of k 32 bytes further
+    along the row, as the hardware applies the XOR to the address it computes)."""
+    from ..codegen.cuda_hopper import SWIZZLE, SWIZZLE_ROW_BYTES
+
+    def emit(cb, ins, outs):
+        c = _fragment(name, outs[0], "mma.accumulator")
+        a = _shared(name, ins[0], "wgmma reads")
+        b = _shared(name, ins[1], "wgmma reads")
+        swz, a_row = _swizzled_rows(name, a, k)
+        swz_b, _ = _swizzled_rows(name, b, k)
+        if swz_b != swz:
+            raise BuildError(f"tensor intrinsic {name}: operands {a.name} and {b.name} have "
+                             f"the swizzles {swz!r} and {swz_b!r}; give both rings one")
+        sbo, mode = 8 * SWIZZLE_ROW_BYTES[swz], SWIZZLE[swz]
+        desc = cb.helper("tc_wgmma_desc")
+        cb.emit(f"{cb.helper('tc_fence_proxy_async')}();")
+        cb.emit(f"{cb.helper('tc_wgmma_fence')}();")
+        for kk in range(k // 16):
+            da = cb.tmp("unsigned long long",
+                        f"{desc}({a.ptr} + {16 * kk} - {WARP_IN_GROUP} * {16 * a_row}, 16, "
+                        f"{sbo}, {mode})", "da")
+            db = cb.tmp("unsigned long long", f"{desc}({b.ptr} + {16 * kk}, 16, {sbo}, {mode})",
+                        "db")
+            cb.emit(f"{cb.helper(f'tc_wgmma_m64n{n}k16_{t}')}({c}, {da}, {db}, 1);")
+        cb.emit(f"{cb.helper('tc_wgmma_commit')}();")
+        cb.emit(f"{cb.helper('tc_wgmma_wait')}<0>();")
+    return emit
+
+
 def _fill_emit(name: str, n: int):
     def emit(cb, ins, outs):
         c = _fragment(name, outs[0], "mma.accumulator")
@@ -126,6 +195,13 @@ def declarations():
     for n in WGMMA_TILE_N:
         fill = f"cuda.wgmma_fill_f32_n{n}"
         out.append((_fill_decl(n), _fill_emit(fill, n), fill, False, None))
+        rows_fill = f"{fill}_rows"
+        out.append((_rows_fill_decl(n), _fill_emit(rows_fill, n), rows_fill, False, None))
+        for dt, t in WGMMA_DTYPES.items():   # swizzled TMA rings: rows of a whole k step
+            for k in WGMMA_TILE_K:
+                name = f"cuda.wgmma_{t}{t}f32_n{n}_k{k}_rows"
+                out.append((_rows_decl(dt, n, k), _rows_emit(name, t, n, k), name, False,
+                            rows_fill))
         for dt, t in WGMMA_DTYPES.items():
             name = f"cuda.wgmma_{t}{t}f32_n{n}"
             out.append((_decl(dt, n), _emit(name, t, n), name, False, fill))

@@ -356,10 +356,10 @@ def test_wmma_tiles_picked_by_the_lane():
         _wmma_build(M=128, N=128, K=32, bm=128, warps=1, store_by_lane=True)
 
 
-def test_wmma_config_of_symbolic_extents_or_odd_wgmma_tiles():
+def test_wmma_config_of_symbolic_extents_or_tma_rows_not_16_byte_aligned():
     """A WmmaConfig asked for a GEMM of a symbolic extent (no tiles to pad), or the wgmma
-    family on extents its tiles do not divide (its boundary tiles are not built; the
-    wmma / mma families pad theirs)."""
+    family's TMA producer on a K whose rows are not 16-byte aligned (a tensor map needs
+    them; the threads' copies zero-fill any K)."""
     from tecomp.strategy import cuda as sc
     from tecomp.nn import ops
 
@@ -370,13 +370,15 @@ def test_wmma_config_of_symbolic_extents_or_odd_wgmma_tiles():
     with pytest.raises(tc.ScheduleError, match=r"the tensor-core GEMM matmul is n x 96 x 96 "
                                                r"with a symbolic extent; .*GemmConfig"):
         sc.schedule_matmul(C, "cuda", config=sc.WmmaConfig(2, 4, 4, 2, 32))
-    A = tc.placeholder((96, 96), "float16", name="A")
-    C = ops.matmul(A, B, out_dtype="float32")
-    with pytest.raises(tc.ScheduleError, match=r"the tensor-core GEMM matmul is 96 x 96 x 96; "
-                                               r"the wgmma family WmmaConfig\(.*\) needs "
-                                               r"multiples of 128 x 128 x 64 .*family='mma'"):
-        sc.schedule_matmul(C, "cuda -arch=sm_90a",
-                           config=sc.WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=3))
+    A = tc.placeholder((96, 100), "float16", name="A")
+    W = tc.placeholder((96, 100), "float16", name="W")
+    C = ops.dense(A, W, out_dtype="float32")
+    with pytest.raises(tc.ScheduleError, match=r"K = 100 is not a multiple of 8, so the rows "
+                                               r"of the operands are not 16-byte aligned, "
+                                               r"which a TMA tensor map needs: use "
+                                               r"producer='threads'"):
+        sc.schedule_dense(C, "cuda -arch=sm_90a", config=sc.WmmaConfig(
+            8, 1, 1, 8, 64, family="wgmma", stages=3, producer="tma"))
     A32 = tc.placeholder((96, 96), name="A32")
     with pytest.raises(tc.ScheduleError, match=r"config is a WmmaConfig, but matmul is not a "
                                                r"tensor-core GEMM"):

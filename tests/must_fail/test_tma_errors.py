@@ -92,10 +92,74 @@ def _dense(producer="tma", family="wgmma", kfirst=False, target="cuda -arch=sm_9
 
 def test_tma_producer_on_a_transposed_tile():
     from tecomp.errors import ScheduleError
-    tc, s, args = _dense(kfirst=True)
-    with pytest.raises(ScheduleError, match="stage B.shared's innermost dimension steps along "
-                                            "dimension 0 of B .* TMA copies boxes as they lie"):
+    with pytest.raises(ScheduleError, match=r"the TMA producer copies K-major operands .* "
+                                            r"reads A\[M, K\] and B\[K, N\]: use "
+                                            "producer='threads'"):
+        _dense(kfirst=True)
+
+
+def test_tma_producer_on_a_transposed_hand_tile():
+    import tecomp as tc
+    from tecomp.errors import ScheduleError
+    B = tc.placeholder((128, 64), "float16", name="B")
+    k = tc.reduce_axis((0, 128), name="k")
+    C = tc.compute((64, 64), lambda i, j: tc.sum(B[k, j].astype("float32") * B[k, i].astype(
+        "float32"), axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    # B[K, N] as [K/8, N/8, 8 (n), 8 (k)] core matrices: the innermost steps along k
+    BS = s.cache_read(B, "shared", [C], blocks=[(1, 8), (0, 8)])
+    s[C].bind(s[C].op.axis[0], tc.thread_axis("blockIdx.x"))
+    s[C].bind(s[C].op.axis[1], tc.thread_axis("threadIdx.x"))
+    ko, _ = s[C].split(s[C].op.reduce_axis[0], factor=32)
+    s[BS].compute_at(s[C], ko)
+    s[BS].double_buffer(stages=3, producer="tma")
+    with pytest.raises(ScheduleError, match="innermost dimension steps along dimension 0 of B "
+                                            ".* TMA copies boxes as they lie"):
+        tc.lower(s, [B, C])
+
+
+def test_swizzle_without_a_tma_producer():
+    import tecomp as tc
+    from tecomp.errors import ScheduleError
+    A = tc.placeholder((64, 64), "float16", name="A")
+    B = tc.compute((64, 64), lambda i, j: A[i, j] * 2, name="B")
+    s = tc.create_schedule(B.op)
+    AS = s.cache_read(A, "shared", [B])
+    with pytest.raises(ScheduleError, match="swizzle='128B'; give 'none', or with a TMA "
+                                            "producer"):
+        s[AS].double_buffer(stages=3, swizzle="128B")
+
+
+def test_swizzle_narrower_than_the_tiles_rows():
+    """A k step of 64 float16 is 128-byte rows: a 64B swizzle's rows are 64 bytes."""
+    import tecomp as tc
+    from tecomp.errors import ScheduleError
+    tc_, s, args = _dense()
+    st = next(x for x in s.stages if x.name == "X.shared")
+    st.double_buffer(3, producer="tma", swizzle="64B")
+    with pytest.raises(ScheduleError, match="swizzle='64B' on stage X.shared, whose tile's rows "
+                                            "are 128 bytes .* rows of exactly 64 bytes"):
         tc.lower(s, args)
+
+
+def test_a_swizzled_ring_read_element_by_element():
+    """Only the hardware that decodes the swizzle may read a swizzled ring."""
+    import tecomp as tc
+    from tecomp.errors import BuildError
+    A = tc.placeholder((256, 128), "float16", name="A")
+    k = tc.reduce_axis((0, 128), name="k")
+    C = tc.compute((256,), lambda i: tc.sum(A[i, k].astype("float32"), axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    bo, bi = s[C].split(s[C].op.axis[0], factor=128)
+    s[C].bind(bo, tc.thread_axis("blockIdx.x"))
+    s[C].bind(bi, tc.thread_axis("threadIdx.x"))
+    ko, _ = s[C].split(s[C].op.reduce_axis[0], factor=64)
+    s[AS].compute_at(s[C], ko)
+    s[AS].double_buffer(2, producer="tma", swizzle="128B")
+    with pytest.raises(BuildError, match="A.shared is a TMA ring with swizzle='128B', read here "
+                                         "element by element"):
+        tc.build(s, [A, C], target="cuda -arch=sm_90a").get_source("cuda")
 
 
 def test_tma_producer_built_for_sm80():
@@ -122,12 +186,25 @@ def test_unknown_producer():
         s[AS].double_buffer(stages=3, producer="dma")
 
 
-def test_exporting_a_tma_kernel(tmp_path):
-    from tecomp.errors import ExportError
+def test_a_library_whose_tensor_map_is_damaged(tmp_path):
+    """The metadata's tensor-map box is read as the host will use it: a box past 256
+    elements (hand-edited metadata) is a LoadError, not a map the driver refuses later."""
+    import json
+    from tecomp.errors import LoadError
+    from tecomp.runtime import aot_format
+    from tecomp.runtime.signature import Signature
     tc, s, args = _dense()
-    mod = tc.build(s, args, target="cuda -arch=sm_90a")
-    with pytest.raises(ExportError, match="copy tiles with TMA through tensor maps"):
-        mod.export_library(str(tmp_path / "dense.so"))
+    cs = tc.build(s, args, target="cuda -arch=sm_90a").cuda_source
+    # the metadata export_library writes (without its fatbin: no nvcc needed here)
+    meta = json.loads(aot_format.build_cuda_metadata(
+        func=cs.func, sig=Signature(cs.func, written=cs.written), cs=cs, entry="tecomp_main",
+        target="cuda -arch=sm_90a", archs=("sm_90a",), ptx="compute_90a", fatbin_bytes=4096))
+    aot_format.parse_metadata(json.dumps(meta).encode(), "the library of main")   # (as written)
+    box = next(p for k in meta["cuda"]["kernels"] for p in k["params"]
+               if p["dtype"] == "tensor_map")
+    box["obj"][1]["dims"][0][2] = 300
+    with pytest.raises(LoadError, match="a dimension of the tensor map of parameter"):
+        aot_format.parse_metadata(json.dumps(meta).encode(), "the library of main")
 
 
 def test_tma_producer_on_a_bool_tensor():
@@ -230,3 +307,16 @@ def test_persistent_without_a_2d_grid():
     with pytest.raises(ScheduleError, match="persistent: the stage's two outermost loops are not "
                                             "bound to blockIdx.y .tile rows. and blockIdx.x"):
         tc.build(s, [A, B], target="cuda-emu")
+
+
+def test_tma_producer_on_a_single_k_step():
+    """The TMA ring pipelines the k loop: K of one k step has no loop to pipeline."""
+    import tecomp as tc
+    from tecomp.errors import ScheduleError
+    from tecomp.strategy import cuda as sc
+    X = tc.placeholder((128, 48), "float16", name="X")
+    W = tc.placeholder((128, 48), "float16", name="W")
+    cfg = sc.WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=3, producer="tma")
+    with pytest.raises(ScheduleError, match="K = 48 is one k step of 64; the TMA producer "
+                                            "pipelines the k loop .* use producer='threads'"):
+        sc.schedule_dense(tc.nn.dense(X, W), "cuda -arch=sm_90a", config=cfg)

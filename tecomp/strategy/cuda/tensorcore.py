@@ -47,8 +47,8 @@ picks the largest tiling that divides the extents, else the one that pads least
 (:func:`waste`);
 ``schedule_matmul`` falls back to the CUDA-core GEMM only for symbolic extents and where
 even the least padding wastes more than :data:`WMMA_MAX_WASTE` of the work (a GEMV).  The
-wgmma family takes only extents its tiles divide (:func:`wgmma_config`; the mma.sync
-family pads the others).
+wgmma family pads its tiles the same way (:func:`wgmma_config`): its core-matrix copies
+(``cache_read(..., pad=0.0, blocks=)``) hold zeros past the edge.
 """
 from __future__ import annotations
 
@@ -278,11 +278,16 @@ def wgmma_target(target) -> bool:
 def wgmma_config(M, N, K, batch=1, epilogue: bool = False, max_shared: Optional[int] = None,
                  dtype: str = "float16") -> Optional[WmmaConfig]:
     """The wgmma tiling of an ``M x N x K`` GEMM, as :func:`wmma_config` picks among
-    :data:`WGMMA_CONFIGS`; None when none divides the extents (or the operands are not
-    float16 / bfloat16): the mma.sync family then."""
+    :data:`WGMMA_CONFIGS`: one that divides the extents, else the padded one that wastes
+    least (boundary tiles, as the other families'); None for symbolic extents, where even
+    the least waste passes :data:`WMMA_MAX_WASTE`, or operands that are not float16 /
+    bfloat16: the mma.sync family then."""
     if dtype not in ("float16", "bfloat16"):
         return None
-    return _pick(WGMMA_CONFIGS, M, N, K, batch, epilogue, max_shared, dtype)
+    found = _pick(WGMMA_CONFIGS, M, N, K, batch, epilogue, max_shared, dtype)
+    if found is not None or None in (M, N, K, batch):
+        return found
+    return _pick_edge(WGMMA_CONFIGS, M, N, K, batch, max_shared, dtype)
 
 
 def tensor_core_gemm(gemm: Tensor, tf32: bool = False) -> bool:
@@ -308,7 +313,7 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
                        out: Optional[Tensor] = None) -> None:
     """Schedule ``gemm`` (:func:`tensor_core_gemm`) on tensor cores with ``cfg``'s tiling
     (constant extents; tiles that do not divide them are padded at the edge, see the
-    module docstring: not for the wgmma family).  Batch axes are fused onto ``blockIdx.z``; an
+    module docstring).  Batch axes are fused onto ``blockIdx.z``; an
     operand stored with ``k`` in its other dimension (``A[k, i]``, ``W[j, k]``) is copied
     as it is stored and loaded into column-major fragments.  ``out``: the output, an
     elementwise epilogue of ``gemm`` of its shape that reads it at its own index, with the
@@ -329,12 +334,6 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
             "tensor-core template takes constant extents: schedule it with a GemmConfig "
             "(the CUDA-core GEMM), or give the shapes")
     edge = not fits(cfg, M, N, K)   # boundary tiles: zero-filled copies, guarded stores
-    if edge and cfg.family == "wgmma":
-        raise ScheduleError(
-            f"the tensor-core GEMM {gemm.name} is {M} x {N} x {K}; the wgmma family {cfg} "
-            f"needs multiples of {cfg.block_m} x {cfg.block_n} x {cfg.k_tile} (its boundary "
-            "tiles are not built yet): pick a wgmma tiling that divides the extents, or the "
-            "wmma / mma family (WmmaConfig(..., family='mma')), which pads the edge tiles")
     if cfg.family not in FAMILIES:
         raise ScheduleError(f"{cfg}: family {cfg.family!r:.40} is not one of "
                             f"{', '.join(map(repr, FAMILIES))}")
@@ -362,18 +361,35 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
             "threads")
     fam, names = cfg.family, family_intrinsics(cfg.family, a.dtype)
     per16 = 16 // _dt.nbytes(a.dtype)   # elements per 16-byte copy (and per row pad)
-    if (M % cfg.block_m or N % cfg.block_n) and (out is None or out.op is gemm.op):
+    tma = cfg.producer in ("tma", "tma_warp")
+    if (M % cfg.block_m or N % cfg.block_n or tma) and (out is None or out.op is gemm.op):
         # the fragments of a boundary tile cannot be stored whole: they go through a tile
         # of C in shared memory, copied out element by element under the edge's guard
-        # (an odd K alone keeps the fragments' stores to C)
+        # (an odd K alone keeps the fragments' stores to C); so do a TMA ring's, whose
+        # block has no other stage that spreads a warp's 32 lanes over threadIdx.x
         out, gemm = gemm, s.cache_write(gemm, "shared")
     if fam == "wgmma":   # per warp: the mma.* accumulator layout (see intrin_wgmma)
         CF = s.cache_write(gemm, "mma.accumulator")
-        # the operands in 8 x 8 core matrices, k's block innermost (wgmma's K-major layout)
-        AS = s.cache_read(a, "shared", [CF], blocks=[(1, 8), (0, 8)] if a_kfirst
-                          else [(0, 8), (1, 8)])
-        BS = s.cache_read(b, "shared", [CF], blocks=[(1, 8), (0, 8)] if b_kfirst
-                          else [(0, 8), (1, 8)])
+        pad = 0.0 if edge else None   # past the edge the copies hold zeros
+        if cfg.producer in ("tma", "tma_warp"):
+            if a_kfirst or b_kfirst or len(gemm.shape) > 2:
+                raise ScheduleError(
+                    f"{cfg}: the TMA producer copies K-major operands of a 2-d GEMM as they "
+                    f"lie (A[M, K], W[N, K]: dense); {gemm.name} reads "
+                    f"{'a batch of ' if len(gemm.shape) > 2 else ''}"
+                    f"{'A[K, M]' if a_kfirst else 'A[M, K]'} and "
+                    f"{'B[K, N]' if b_kfirst else 'W[N, K]'}: use producer='threads'")
+            # plain rows of the k step, swizzled by the TMA copies (see _wgmma_mainloop)
+            AS = s.cache_read(a, "shared", [CF], pad=pad)
+            BS = s.cache_read(b, "shared", [CF], pad=pad)
+        else:
+            # the operands in 8 x 8 core matrices, k's block innermost (wgmma's K-major
+            # layout without swizzle)
+            def core(t, kfirst):   # the last two dimensions, batch axes before them
+                r, c = len(t.shape) - 2, len(t.shape) - 1
+                return [(c, 8), (r, 8)] if kfirst else [(r, 8), (c, 8)]
+            AS = s.cache_read(a, "shared", [CF], pad=pad, blocks=core(a, a_kfirst))
+            BS = s.cache_read(b, "shared", [CF], pad=pad, blocks=core(b, b_kfirst))
     else:
         CF = s.cache_write(gemm, f"{fam}.accumulator")
         pad = 0.0 if edge else None   # past the edge the copies hold zeros
@@ -409,7 +425,7 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
     st.tensorize(i, tensor_intrin(names["store"]))
 
     if fam == "wgmma":
-        _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg, a.dtype)
+        _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg, a.dtype, edge, K)
         return
     # the accumulators: per k step of the shared tiles, per 16 k, every fragment pair
     sc = s[CF]
@@ -472,7 +488,8 @@ def check_wgmma_config(cfg: WmmaConfig, dtype: str) -> None:
             "WmmaConfig(8, 1, 1, 8, 64, family='wgmma'): 128 x 128 blocks of 2 warpgroups)")
 
 
-def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str) -> None:
+def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str, edge: bool = False,
+                    K: int = 0) -> None:
     """The accumulators of the wgmma family: per k step of the shared tiles, per 16 k, one
     ``cuda.wgmma_*_n<block_n>`` per warp (its 16-row strip of its warpgroup's tile); the
     shared tiles in core matrices (:mod:`tecomp.te.intrin_wgmma`), 16-byte copies spread
@@ -482,6 +499,9 @@ def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str) -> None:
     sc.compute_at(st, wx)
     *cb, ci, cj = sc.op.axis
     ko, k = sc.split(sc.op.reduce_axis[0], factor=cfg.k_tile)
+    if cfg.producer in ("tma", "tma_warp"):
+        _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg, dtype, edge, K)
+        return
     name = f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}"
     cio, cii = sc.split(ci, factor=8)
     cjo, cji = sc.split(cj, factor=8)
@@ -494,17 +514,63 @@ def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str) -> None:
         k8o, k8i = sc.split(k, factor=8)
         sc.reorder(*cb, ko, kf, cio, cii, cjo, cji, k8o, k8i)
     sc.tensorize(cio, tensor_intrin(name))
+    if K % cfg.k_tile:   # the last k step's zeros: the sum runs to a multiple of k_tile
+        sc.align_bounds(sc.op.reduce_axis[0], cfg.k_tile)
     per16 = 16 // _dt.nbytes(dtype)
     threads = [("threadIdx.x", WARP), ("threadIdx.y", cfg.warps_n), ("threadIdx.z", cfg.warps_m)]
     for S, rows in ((AS, cfg.block_m), (BS, cfg.block_n)):
         ss = s[S]
         ss.compute_at(sc, ko)
-        if cfg.producer in ("tma", "tma_warp"):   # one TMA copy of the tile: its own loops
-            ss.double_buffer(stages=cfg.stages, producer=cfg.producer)
-            continue
+        if edge:   # the whole tile of core matrices, zeros past the edge
+            for ax in ss.op.axis:
+                ss.align_bounds(ax, 1)
         _cooperative_copy(ss, threads, rows * cfg.k_tile, per16)
         if cfg.double_buffer:
             ss.double_buffer(stages=cfg.stages)
+
+
+#: the TMA swizzle whose rows hold a k step of this many bytes (the ``_rows`` intrinsics)
+SWIZZLE_OF_ROW = {32: "32B", 64: "64B", 128: "128B"}
+
+
+def _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg: WmmaConfig, dtype: str,
+                    edge: bool, K: int) -> None:
+    """The wgmma mainloop on TMA rings: the A and B tiles ``[rows, k_tile]`` as they lie
+    in the tensors, one TMA box each, their slots swizzled (``double_buffer(...,
+    swizzle=)``: rows of ``k_tile`` elements, 128 bytes at k steps of 64 of a 16-bit
+    type, the TMA map's CU_TENSOR_MAP_SWIZZLE_128B); per k step one
+    ``cuda.wgmma_*_n<N>_k<k_tile>_rows`` per warp, whose descriptors carry the same
+    swizzle.  Past the edge the boxes read zeros (TMA's out-of-bounds fill: the padded
+    copies' zeros), so odd M, N and K take the same rings (K a multiple of 8: the
+    tensor's rows 16-byte aligned, which the tensor map needs)."""
+    t = OPERAND_DTYPES[dtype]
+    row = cfg.k_tile * _dt.nbytes(dtype)
+    if row not in SWIZZLE_OF_ROW:
+        raise ScheduleError(f"{cfg}: a TMA ring's swizzled rows hold 32, 64 or 128 bytes of "
+                            f"k; k_tile={cfg.k_tile} of {dtype} is {row}: give k_tile 16, 32 "
+                            "or 64")
+    if K % (16 // _dt.nbytes(dtype)):
+        raise ScheduleError(
+            f"{cfg}: K = {K} is not a multiple of {16 // _dt.nbytes(dtype)}, so the rows of "
+            "the operands are not 16-byte aligned, which a TMA tensor map needs: use "
+            "producer='threads' (its copies zero-fill any K)")
+    if -(-K // cfg.k_tile) < 2:
+        raise ScheduleError(
+            f"{cfg}: K = {K} is one k step of {cfg.k_tile}; the TMA producer pipelines the "
+            "k loop through its ring, which needs two steps or more: use producer='threads' "
+            "(or a smaller k_tile)")
+    sc.reorder(*cb, ko, ci, cj, k)
+    sc.tensorize(ci, tensor_intrin(f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}_k{cfg.k_tile}_rows"))
+    if K % cfg.k_tile:   # the last k step's zeros: the sum runs to a multiple of k_tile
+        sc.align_bounds(sc.op.reduce_axis[0], cfg.k_tile)
+    for S, rows in ((AS, cfg.block_m), (BS, cfg.block_n)):
+        ss = s[S]
+        ss.compute_at(sc, ko)
+        if edge:   # the whole box, zeros past the edge (TMA's out-of-bounds fill)
+            ss.align_bounds(ss.op.axis[-2], rows)
+            ss.align_bounds(ss.op.axis[-1], cfg.k_tile)
+        ss.double_buffer(stages=cfg.stages, producer=cfg.producer,
+                         swizzle=SWIZZLE_OF_ROW[row])
 
 
 def _blocks(st, bat, by, bx, *inner) -> None:
