@@ -77,7 +77,7 @@ FORMAT_VERSION = 2   # 2: the pool defines the workspace cache (tecomp_ws_*, tec
 #: the format of a GPU library: a tecomp that reads only CPU libraries refuses it by this
 #: (a kernel parameter of dtype "tensor_map" has the object ["tma", {src, dims, swizzle}]:
 #: the box its map is encoded for from the argument ``src`` at each call)
-CUDA_FORMAT_VERSION = 3
+CUDA_FORMAT_VERSION = 4   # 4: TMA tensor-map parameters (an older reader refuses them by version)
 #: the dtype of a TMA tensor-map kernel parameter
 TENSOR_MAP = "tensor_map"
 #: the ELF section (and symbol) that holds a GPU library's fatbin

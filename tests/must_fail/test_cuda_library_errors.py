@@ -192,10 +192,10 @@ def test_gpu_library_format_refused_by_a_cpu_only_reader(lib):
     """What a tecomp that reads only CPU libraries says of a GPU library: its format."""
     _, _, data = lib
     start = data.index(b'{"format":"tecomp-aot-library"')
-    doc = data[start:data.index(b"\0", start)].replace(b'"format_version":3',
+    doc = data[start:data.index(b"\0", start)].replace(b'"format_version":4',
                                                        b'"format_version":9')
     with pytest.raises(tc.LoadError, match=r"in library format 9; this tecomp .* reads formats "
-                                           r"2 \(CPU\) and 3 \(GPU\)"):
+                                           r"2 \(CPU\) and 4 \(GPU\)"):
         aot_format.parse_metadata(doc, "library 'x.so'")
 
 

@@ -418,9 +418,9 @@ def test_unreadable_cpu_features(good, tmp_path, monkeypatch):
     (b'"fma",', b'"zzz",', r"needs the CPU feature\(s\) zzz, which this tecomp cannot check"),
     (b'"format_version":2,', b'"format_version":7,',
      r"was exported by tecomp '.*' in library format 7; this tecomp .* reads formats 2 \(CPU\) "
-     r"and 3 \(GPU\): export it again"),
+     r"and 4 \(GPU\): export it again"),
     # a CPU library that claims the GPU format
-    (b'"format_version":2,', b'"format_version":3,',
+    (b'"format_version":2,', b'"format_version":4,',
      r"a GPU library format without device 'cuda'"),
     (b'"stride_slot":2,', b'"stride_slot":3,',
      r"the argument layout it was compiled with is not the one this tecomp .* derives from "
