@@ -23,7 +23,8 @@ with the cache the first filled (warm); TorchDynamo's tracing is in both.
                                                   resnet50-downsample]
                                         [--threads 1,2] [--rounds 5] [--layers 12]
                                         [--profile] [--other-threads]
-                                        [--ab prepack,no-strided-gemm,own-pools] [--cpu]
+                                        [--ab prepack,no-strided-gemm,own-pools,no-keep]
+                                        [--cpu]
 
 Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
 time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
@@ -32,8 +33,9 @@ time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
 option ``threads`` not its default (``"tecomp"``: its kernels on tecomp's pool; see the
 backend's options).
 
-``--ab prepack,no-strided-gemm,own-pools`` (the ResNet-50 cases) adds variants of the
-tecomp backend to the same turns, each printed with its time over the default's:
+``--ab prepack,no-strided-gemm,own-pools,no-keep`` (the ResNet-50 cases; the training
+steps take ``no-keep``) adds variants of the tecomp backend to the same turns, each
+printed with its time over the default's:
 ``prepack`` the option ``prepack=True`` (the convolutions' weights packed into the
 kernels' layouts once, not copied at every call), ``no-strided-gemm`` the strided 1x1
 convolutions left to the convolution template instead of a subsampled copy and a GEMM
@@ -41,7 +43,9 @@ convolutions left to the convolution template instead of a subsampled copy and a
 default's, loaded from the disk cache, run on the process's first pool), ``own-pools``
 the default's kernels with the thread pools of the libraries loaded from the disk cache
 (one each) running their loops on their own threads (``tecomp.dynamo.cache.SHARE_POOLS``
-off).
+off), ``no-keep`` the default's kernels with no released intermediates kept from one
+call to the next (``tecomp.dynamo.graph.KEEP_BETWEEN_CALLS`` off: each call allocates
+its kernels' outputs anew).
 
 ``--cpu`` reads each call's process CPU time (all threads) instead of its wall time: on
 a loaded machine it leaves out the time the process waited for a core, a fair figure at
@@ -129,7 +133,27 @@ def _other_threads_tool(model) -> dict:
 #: the variants ``--ab`` can add to the turns: the backend with an option not its
 #: default's, or a lowering switched off (compiled without the disk cache, whose keys do
 #: not know the switch)
-VARIANTS = ("prepack", "no-strided-gemm", "own-pools")
+VARIANTS = ("prepack", "no-strided-gemm", "own-pools", "no-keep")
+#: the variants that apply to the training steps
+TRAIN_VARIANTS = ("no-keep",)
+
+
+def _switched(v, fn):
+    """``fn`` run with the switch of variant ``v`` thrown (``no-keep``: the plans keep
+    no released intermediates between calls, ``tecomp.dynamo.graph.KEEP_BETWEEN_CALLS``
+    off), restored after it."""
+    if v != "no-keep":
+        return fn
+    from tecomp.dynamo import graph
+
+    def call(*a, **k):
+        graph.KEEP_BETWEEN_CALLS = False
+        graph.release_spare()
+        try:
+            return fn(*a, **k)
+        finally:
+            graph.KEEP_BETWEEN_CALLS = True
+    return call
 
 
 def _own_pools(fn):
@@ -166,9 +190,12 @@ def _variant_tools(model, run) -> dict:
 
     out = {}
     for v in names:
-        opts = {"prepack": True} if v == "prepack" else {} if v == "own-pools" else \
-            {"cache": False}
+        opts = {"prepack": True} if v == "prepack" else {} if v in ("own-pools", "no-keep") \
+            else {"cache": False}
         fn = torch.compile(copy.deepcopy(model), backend="tecomp", options=opts)
+        if v == "no-keep":
+            out[f"tecomp {v}"] = _switched(v, fn)
+            continue
         if v == "own-pools":
             run(fn)   # (the default's kernels, loaded by it from the disk cache)
             out[f"tecomp {v}"] = _own_pools(fn)
@@ -241,7 +268,10 @@ def _case(name: str, batch: int, layers: int):
     import copy
 
     tools = {}
-    for tool in ("eager", "inductor", "tecomp") + tuple(_other_threads_tool(model)):
+    variants = [v for v in os.environ.get("BENCH_TECOMP_AB", "").split(",")
+                if v in TRAIN_VARIANTS]
+    for tool in ("eager", "inductor", "tecomp") + tuple(_other_threads_tool(model)) + \
+            tuple(f"tecomp {v}" for v in variants):
         m = copy.deepcopy(model)
         opt = torch.optim.SGD(m.parameters(), lr=1e-3)
         fn = m if tool == "eager" else torch.compile(m) if tool == "inductor" else \
@@ -256,7 +286,10 @@ def _case(name: str, batch: int, layers: int):
             loss.backward()
             opt.step()
             return loss
-        tools[tool] = train_step
+        # (a variant's switch thrown for the whole step: its backward graph runs in
+        # loss.backward())
+        tools[tool] = _switched(tool[7:], train_step) if tool.startswith("tecomp ") else \
+            train_step
     return tools, what
 
 
@@ -486,7 +519,8 @@ def main() -> int:
                          "same turns")
     ap.add_argument("--ab", default="",
                     help="also these variants of the backend in the same turns, "
-                         "comma-separated: " + ", ".join(VARIANTS) + " (resnet50*)")
+                         "comma-separated: " + ", ".join(VARIANTS) + " (resnet50*; "
+                         "the training steps: " + ", ".join(TRAIN_VARIANTS) + ")")
     ap.add_argument("--cpu", action="store_true",
                     help="medians of the process CPU time per call, not wall time (on a "
                          "loaded machine a fair figure at one thread)")

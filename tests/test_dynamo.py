@@ -148,11 +148,9 @@ class _SameShapes(torch.nn.Module):
         return h, torch.cumsum(v, 0)
 
 
-@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
-def test_kernel_outputs_reuse_released_memory(mode, monkeypatch):
-    """A plan gives a later kernel output the memory of a released intermediate of the
-    same layout, never one a live view still reads (under inference_mode a view holds
-    only the memory, not its base tensor): outputs as eager's, call after call."""
+def _count_reuse(monkeypatch) -> list:
+    """A list that gets, for each kernel output a plan allocates, whether a released
+    tensor of its layout was there to reuse."""
     from tecomp.dynamo import graph
 
     reused = []
@@ -163,6 +161,17 @@ def test_kernel_outputs_reuse_released_memory(mode, monkeypatch):
         return allocate(free, spec)
 
     monkeypatch.setattr(graph, "_allocate", counting)
+    return reused
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_kernel_outputs_reuse_released_memory(mode, monkeypatch):
+    """A plan gives a later kernel output the memory of a released intermediate of the
+    same layout, never one a live view still reads (under inference_mode a view holds
+    only the memory, not its base tensor): outputs as eager's, call after call."""
+    from tecomp.dynamo import graph
+
+    reused = _count_reuse(monkeypatch)
     torch.manual_seed(0)
     model = _SameShapes()
     compiled = torch.compile(model, backend="tecomp")
@@ -182,6 +191,50 @@ def test_kernel_outputs_reuse_released_memory(mode, monkeypatch):
         del view
         assert not graph._unshared(t, {"another node": t})   # (an in-place op's value)
         assert graph._unshared(t, {"another node": torch.empty(8)})
+
+
+def test_released_intermediates_kept_for_the_next_call(monkeypatch):
+    """A plan keeps the intermediates released at the end of a call for its next call
+    (a training step's backward took fresh pages for them at every step): the next call
+    takes its kernels' outputs from them, never from a tensor a caller still holds;
+    ``tc.release_workspace()`` frees them, and a workspace limit of 0 keeps none."""
+    import tecomp as tc
+    from tecomp import threads
+    from tecomp.dynamo import graph
+
+    reused = _count_reuse(monkeypatch)
+    torch.manual_seed(0)
+    # (test_mlp_train_and_inference's model and shapes: its kernels, from the cache)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="tecomp")
+    try:
+        outs = []
+        for k in range(3):
+            x = torch.randn(6, 16)
+            reused.clear()
+            y = compiled(x)
+            y.square().sum().backward()
+            if k:
+                assert any(reused), "a second call allocated every output anew"
+            yr = ref(x)
+            yr.square().sum().backward()
+            outs.append((y, yr))
+            for p, pr in zip(model.parameters(), ref.parameters()):
+                _close(p.grad, pr.grad, f"gradient, call {k}")
+            model.zero_grad()
+            ref.zero_grad()
+        for y, want in outs:  # earlier calls' outputs, held: none overwritten by later calls
+            _close(y, want, "output")
+        compiled(torch.randn(6, 16)).sum().backward()
+        assert tc.release_workspace() > 0  # (the pools' caches and the plans' buffers)
+        assert graph._Spare._total == 0
+        threads.set_workspace_limit(0)
+        compiled(torch.randn(6, 16)).sum().backward()
+        assert graph._Spare._total == 0
+    finally:
+        threads.set_workspace_limit(threads.workspace_limit_from_env())
 
 
 def _parallel_kernel():

@@ -37,6 +37,7 @@ import heapq
 import logging
 import operator
 import threading
+import weakref
 from typing import Dict, List
 
 import torch
@@ -47,6 +48,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from .. import threads as _threads
 from ..errors import InternalError
 from . import cache as _cache
 from . import lowering_nn
@@ -238,6 +240,8 @@ class _Plan:
             r.scalars = [self.scalars.index(k) for k in r.scalars]
         self.vals = vals
         self.role = role
+        # the intermediates released by the last call, for the next (see run)
+        self._spare = _Spare()
         inside = {n for r in regions for n in r.nodes}
         outside = [n for n in graph.nodes if n.op == "call_function" and n not in inside
                    and isinstance(n.target, torch._ops.OpOverload)]
@@ -260,11 +264,18 @@ class _Plan:
         strides and dtype in this call takes its memory instead of a new allocation (as
         Inductor reuses a buffer): ResNet-50's blocks of one stage have the same
         shapes, and each new allocation of tens of MB is fresh pages the kernel then
-        faults in."""
+        faults in.
+
+        The intermediates still released at the end of a call are kept for the next
+        call (:class:`_Spare`, at most the workspace limit over every plan): without
+        them, every call of a training step's backward took fresh pages for each of its
+        4 MB intermediates (malloc returns such blocks to the system once freed), 2,400
+        page faults and 2.5 ms of system time a step of the small CNN of
+        benchmarks/torch_compile.py (Zen 5, 1 thread), a sixth of the step."""
         env = dict(zip(self.placeholders, args))
         sizes = [args[k] for k in self.scalars]
         args.clear()
-        free = collections.defaultdict(list)  # spec -> released kernel outputs
+        free = self._spare.take()  # spec -> released kernel outputs
         specs = self.specs
         for (kind, item), done in zip(self.steps, self.release):
             if kind == 0:  # a region
@@ -292,7 +303,90 @@ class _Plan:
                 if spec is not None and _unshared(t, env):
                     free[spec].append(t)
                 t = None
-        return torch.fx.node.map_arg(self.output.args[0], env.__getitem__)
+        out = torch.fx.node.map_arg(self.output.args[0], env.__getitem__)
+        env = None
+        self._spare.keep(free)
+        return out
+
+
+#: whether plans keep their released intermediates for the next call (:class:`_Spare`);
+#: off: every call allocates its kernels' outputs anew (benchmarks/torch_compile.py
+#: ``--ab no-keep``)
+KEEP_BETWEEN_CALLS = True
+
+
+class _Spare:
+    """The released intermediates a plan keeps between its calls (spec -> tensors),
+    taken whole by a call and kept again at its end.  Over every plan of the process
+    they hold at most the workspace limit (``tc.set_workspace_limit``,
+    ``TECOMP_WORKSPACE_LIMIT``: 1 GiB by default; 0 keeps none); ``tc.release_workspace()``
+    frees them.  A call made while another thread's call of the same plan holds them
+    starts without."""
+
+    __slots__ = ("buffers", "nbytes", "__weakref__")
+    _lock = threading.RLock()  # (a plan collected while it is held frees its own)
+    _total = 0  # bytes kept over every plan
+    _all: "weakref.WeakSet" = weakref.WeakSet()
+
+    def __init__(self):
+        self.buffers = None
+        self.nbytes = 0
+
+    def take(self):
+        with _Spare._lock:
+            got, self.buffers = self.buffers, None
+            _Spare._total -= self.nbytes
+            self.nbytes = 0
+        return got if got is not None else collections.defaultdict(list)
+
+    def keep(self, free) -> None:
+        if not KEEP_BETWEEN_CALLS:
+            return
+        kept = collections.defaultdict(list)
+        with _Spare._lock:
+            if self.buffers is not None:  # (another thread's call kept its own)
+                return
+            room = _threads.workspace_limit() - _Spare._total
+            nbytes = 0
+            for spec, ts in free.items():
+                size = _nbytes(spec)
+                for t in ts:
+                    if nbytes + size > room:
+                        break
+                    kept[spec].append(t)
+                    nbytes += size
+            if nbytes:
+                self.buffers, self.nbytes = kept, nbytes
+                _Spare._total += nbytes
+                _Spare._all.add(self)
+
+    def __del__(self):
+        with _Spare._lock:
+            _Spare._total -= self.nbytes
+            self.nbytes = 0
+
+
+def _nbytes(spec) -> int:
+    """The bytes of a tensor of ``spec`` (shape, strides, dtype)."""
+    shape, strides, dtype = spec
+    if any(e == 0 for e in shape):
+        return 0
+    span = 1 + sum((e - 1) * abs(s) for e, s in zip(shape, strides))
+    return span * dtype.itemsize
+
+
+def release_spare() -> int:
+    """Free the intermediates every plan keeps for its next call; the bytes freed."""
+    freed = 0
+    for sp in list(_Spare._all):
+        with _Spare._lock:
+            freed += sp.nbytes
+            _Spare._total -= sp.nbytes
+            sp.buffers, sp.nbytes = None, 0
+    return freed
+
+
+_threads.on_release(release_spare)
 
 
 #: the count of references to a tensor's storage (PyTorch's private binding, as
