@@ -23,18 +23,18 @@ with the cache the first filled (warm); TorchDynamo's tracing is in both.
                                                   resnet50-downsample]
                                         [--threads 1,2] [--rounds 5] [--layers 12]
                                         [--profile] [--other-threads]
-                                        [--ab prepack,no-strided-gemm,own-pools,no-keep]
-                                        [--cpu]
+                                        [--ab prepack,no-strided-gemm,own-pools,no-keep,
+                                              threads-tecomp,threads-torch] [--cpu]
 
 Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
 time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
 
 ``--other-threads`` adds a fourth tool to the same turns: the tecomp backend with the
-option ``threads`` not its default (``"tecomp"``: its kernels on tecomp's pool; see the
-backend's options).
+option ``threads="torch"`` (``"tecomp"`` where that is the default; see the backend's
+options).
 
-``--ab prepack,no-strided-gemm,own-pools,no-keep`` (the ResNet-50 cases; the training
-steps take ``no-keep``) adds variants of the tecomp backend to the same turns, each
+``--ab prepack,no-strided-gemm,own-pools,...`` (the ResNet-50 cases; the training
+steps take ``no-keep``, ``threads-tecomp``, ``threads-torch``) adds variants of the tecomp backend to the same turns, each
 printed with its time over the default's:
 ``prepack`` the option ``prepack=True`` (the convolutions' weights packed into the
 kernels' layouts once, not copied at every call), ``no-strided-gemm`` the strided 1x1
@@ -45,7 +45,8 @@ the default's kernels with the thread pools of the libraries loaded from the dis
 (one each) running their loops on their own threads (``tecomp.dynamo.cache.SHARE_POOLS``
 off), ``no-keep`` the default's kernels with no released intermediates kept from one
 call to the next (``tecomp.dynamo.graph.KEEP_BETWEEN_CALLS`` off: each call allocates
-its kernels' outputs anew).
+its kernels' outputs anew), ``threads-tecomp`` and ``threads-torch`` (training steps)
+the option ``threads`` set so instead of its default ``"auto"``.
 
 ``--cpu`` reads each call's process CPU time (all threads) instead of its wall time: on
 a loaded machine it leaves out the time the process waited for a core, a fair figure at
@@ -114,10 +115,12 @@ OTHER = "tecomp-other-threads"
 def _other_threads() -> str:
     from tecomp.dynamo import Options
 
-    return "tecomp" if Options().threads == "torch" else "torch"
+    return "tecomp" if Options().threads == "torch" else "torch"  # (default "auto")
 
 
 def _tool_options(tool: str) -> dict:
+    if tool.startswith("tecomp threads-"):  # (an --ab variant)
+        return {"threads": tool[len("tecomp threads-"):]}
     return {"threads": _other_threads()} if tool == OTHER else {}
 
 
@@ -133,9 +136,10 @@ def _other_threads_tool(model) -> dict:
 #: the variants ``--ab`` can add to the turns: the backend with an option not its
 #: default's, or a lowering switched off (compiled without the disk cache, whose keys do
 #: not know the switch)
-VARIANTS = ("prepack", "no-strided-gemm", "own-pools", "no-keep")
+VARIANTS = ("prepack", "no-strided-gemm", "own-pools", "no-keep", "threads-tecomp",
+            "threads-torch")
 #: the variants that apply to the training steps
-TRAIN_VARIANTS = ("no-keep",)
+TRAIN_VARIANTS = ("no-keep", "threads-tecomp", "threads-torch")
 
 
 def _switched(v, fn):
@@ -179,7 +183,8 @@ def _own_pools(fn):
 def _variant_tools(model, run) -> dict:
     """With ``--ab``: each variant of :data:`VARIANTS` named there, as the tool
     ``tecomp <variant>``, compiled by its first call ``run(fn)`` (under its switch)."""
-    names = [v for v in os.environ.get("BENCH_TECOMP_AB", "").split(",") if v]
+    names = [v for v in os.environ.get("BENCH_TECOMP_AB", "").split(",")
+             if v and not v.startswith("threads-")]  # (those: the training steps')
     if not names:
         return {}
     import copy

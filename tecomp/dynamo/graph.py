@@ -37,6 +37,7 @@ import heapq
 import logging
 import operator
 import threading
+import time
 import weakref
 from typing import Dict, List
 
@@ -142,8 +143,21 @@ class CompiledGraph:
                 if plan is None:
                     plan = self.plans[sig] = _Plan(self.gm, args, self.options, self.role,
                                                      self.symbolic, self.sym)
-        with _openmp.scope(self.options.threads):
-            return plan.run(args)
+        mode = self.options.threads
+        if mode != "auto":
+            with _openmp.scope(mode):
+                return plan.run(args)
+        if self.role == "inference" or not _openmp.available():
+            return plan.run(args)  # (tecomp's pool: see Options, threads)
+        chooser = plan.chooser
+        if chooser is None:
+            chooser = plan.chooser = _openmp.Chooser()
+        mode = chooser.pick()
+        t0 = time.perf_counter()
+        with _openmp.scope(mode):
+            out = plan.run(args)
+        chooser.record(mode, time.perf_counter() - t0)
+        return out
 
 
 def _propagate(gm, args) -> Dict[torch.fx.Node, object]:
@@ -242,6 +256,9 @@ class _Plan:
         self.role = role
         # the intermediates released by the last call, for the next (see run)
         self._spare = _Spare()
+        # threads="auto" in a training graph: whose threads run its kernels
+        # (openmp.Chooser), made on the first call
+        self.chooser = None
         inside = {n for r in regions for n in r.nodes}
         outside = [n for n in graph.nodes if n.op == "call_function" and n not in inside
                    and isinstance(n.target, torch._ops.OpOverload)]
