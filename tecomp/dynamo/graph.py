@@ -150,8 +150,9 @@ class CompiledGraph:
         if self.role == "inference" or not _openmp.available():
             return plan.run(args)  # (tecomp's pool: see Options, threads)
         chooser = plan.chooser
-        if chooser is None:
-            chooser = plan.chooser = _openmp.Chooser()
+        if chooser is None:  # the first call (pages touched, pools started): not timed
+            plan.chooser = _openmp.Chooser()
+            return plan.run(args)
         mode = chooser.pick()
         t0 = time.perf_counter()
         with _openmp.scope(mode):
@@ -257,7 +258,7 @@ class _Plan:
         # the intermediates released by the last call, for the next (see run)
         self._spare = _Spare()
         # threads="auto" in a training graph: whose threads run its kernels
-        # (openmp.Chooser), made on the first call
+        # (openmp.Chooser), made at the first call, which it does not time
         self.chooser = None
         inside = {n for r in regions for n in r.nodes}
         outside = [n for n in graph.nodes if n.op == "call_function" and n not in inside

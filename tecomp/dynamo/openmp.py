@@ -289,7 +289,8 @@ class Chooser:
       is faster (so that the other, once faster, is soon tried again);
     * the other takes over once its median is the lower.
 
-    Only the calling thread's time of the graph's call is measured (``record``)."""
+    Only the calling thread's time of the graph's call is measured (``record``), from
+    the graph's second call on (its first touches its memory for the first time)."""
 
     WINDOW = 5
     MIN_SAMPLES = 2
