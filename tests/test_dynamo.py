@@ -374,6 +374,7 @@ def test_threads_auto_in_a_training_step(_two_threads, monkeypatch):
 
     class Recording(openmp.Chooser):
         __slots__ = ()
+        MIN_SAMPLES = 1  # (each setting once: fewer steps)
 
         def __init__(self):
             super().__init__()
@@ -386,7 +387,7 @@ def test_threads_auto_in_a_training_step(_two_threads, monkeypatch):
                                 torch.nn.Linear(32, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
     ref = copy.deepcopy(model)
     compiled = torch.compile(model, backend="tecomp")
-    for k in range(2 * Recording.MIN_SAMPLES + 1):
+    for k in range(2 * Recording.MIN_SAMPLES + 1):  # (the first call is not timed)
         x = torch.randn(6, 16)
         compiled(x).square().sum().backward()
         ref(x).square().sum().backward()
