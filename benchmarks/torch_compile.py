@@ -24,19 +24,21 @@ with the cache the first filled (warm); TorchDynamo's tracing is in both.
                                         [--threads 1,2] [--rounds 5] [--layers 12]
                                         [--profile] [--other-threads]
                                         [--ab prepack,no-strided-gemm,no-gemm-by-channels,
-                                              own-pools] [--cpu]
+                                              own-pools,no-keep,threads-tecomp,
+                                              threads-torch] [--cpu]
 
 Prints the CPU, then one line per configuration: medians in ms and the ratios (eager
 time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
 
 ``--other-threads`` adds a fourth tool to the same turns: the tecomp backend with the
-option ``threads`` not its default (``"tecomp"``: its kernels on tecomp's pool; see the
-backend's options).
+option ``threads="torch"`` (``"tecomp"`` where that is the default; see the backend's
+options).
 
-``--ab prepack,no-strided-gemm,no-gemm-by-channels,own-pools`` (the ResNet-50 cases) adds
-variants of the tecomp backend to the same turns, each printed with its time over the
-default's: ``prepack`` the option ``prepack=True`` (the convolutions' weights packed into
-the kernels' layouts once, not copied at every call), ``no-strided-gemm`` the strided 1x1
+``--ab prepack,no-strided-gemm,no-gemm-by-channels,own-pools,...`` (the ResNet-50 cases;
+the training steps take ``no-keep``, ``threads-tecomp``, ``threads-torch``) adds variants
+of the tecomp backend to the same turns, each printed with its time over the default's:
+``prepack`` the option ``prepack=True`` (the convolutions' weights packed into the
+kernels' layouts once, not copied at every call), ``no-strided-gemm`` the strided 1x1
 convolutions left to the convolution template instead of a subsampled copy and a GEMM,
 ``no-gemm-by-channels`` the 1x1 convolutions on 7x7 and 56x56 planes that the lowering
 writes as GEMMs for their channels (``lowering_nn.GEMM_1X1_BY_CHANNELS``) left to the
@@ -45,7 +47,10 @@ the JIT's one pool, as the default's, loaded from the disk cache, run on the pro
 first pool), ``own-pools``
 the default's kernels with the thread pools of the libraries loaded from the disk cache
 (one each) running their loops on their own threads (``tecomp.dynamo.cache.SHARE_POOLS``
-off).
+off), ``no-keep`` the default's kernels with no released intermediates kept from one
+call to the next (``tecomp.dynamo.graph.KEEP_BETWEEN_CALLS`` off: each call allocates
+its kernels' outputs anew), ``threads-tecomp`` and ``threads-torch`` (training steps)
+the option ``threads`` set so instead of its default ``"auto"``.
 
 ``--cpu`` reads each call's process CPU time (all threads) instead of its wall time: on
 a loaded machine it leaves out the time the process waited for a core, a fair figure at
@@ -114,10 +119,12 @@ OTHER = "tecomp-other-threads"
 def _other_threads() -> str:
     from tecomp.dynamo import Options
 
-    return "tecomp" if Options().threads == "torch" else "torch"
+    return "tecomp" if Options().threads == "torch" else "torch"  # (default "auto")
 
 
 def _tool_options(tool: str) -> dict:
+    if tool.startswith("tecomp threads-"):  # (an --ab variant)
+        return {"threads": tool[len("tecomp threads-"):]}
     return {"threads": _other_threads()} if tool == OTHER else {}
 
 
@@ -133,11 +140,32 @@ def _other_threads_tool(model) -> dict:
 #: the variants ``--ab`` can add to the turns: the backend with an option not its
 #: default's, or a lowering switched off (compiled without the disk cache, whose keys do
 #: not know the switch)
-VARIANTS = ("prepack", "no-strided-gemm", "no-gemm-by-channels", "own-pools")
+VARIANTS = ("prepack", "no-strided-gemm", "no-gemm-by-channels", "own-pools", "no-keep",
+            "threads-tecomp", "threads-torch")
 
 #: the variants that switch a lowering off: (the lowering_nn attribute, its value then)
 LOWERING_SWITCHES = {"no-strided-gemm": ("GEMM_1X1_STRIDED", False),
                      "no-gemm-by-channels": ("GEMM_1X1_BY_CHANNELS", None)}
+#: the variants that apply to the training steps
+TRAIN_VARIANTS = ("no-keep", "threads-tecomp", "threads-torch")
+
+
+def _switched(v, fn):
+    """``fn`` run with the switch of variant ``v`` thrown (``no-keep``: the plans keep
+    no released intermediates between calls, ``tecomp.dynamo.graph.KEEP_BETWEEN_CALLS``
+    off), restored after it."""
+    if v != "no-keep":
+        return fn
+    from tecomp.dynamo import graph
+
+    def call(*a, **k):
+        graph.KEEP_BETWEEN_CALLS = False
+        graph.release_spare()
+        try:
+            return fn(*a, **k)
+        finally:
+            graph.KEEP_BETWEEN_CALLS = True
+    return call
 
 
 def _own_pools(fn):
@@ -163,7 +191,8 @@ def _own_pools(fn):
 def _variant_tools(model, run) -> dict:
     """With ``--ab``: each variant of :data:`VARIANTS` named there, as the tool
     ``tecomp <variant>``, compiled by its first call ``run(fn)`` (under its switch)."""
-    names = [v for v in os.environ.get("BENCH_TECOMP_AB", "").split(",") if v]
+    names = [v for v in os.environ.get("BENCH_TECOMP_AB", "").split(",")
+             if v and not v.startswith("threads-")]  # (those: the training steps')
     if not names:
         return {}
     import copy
@@ -174,9 +203,12 @@ def _variant_tools(model, run) -> dict:
 
     out = {}
     for v in names:
-        opts = {"prepack": True} if v == "prepack" else {} if v == "own-pools" else \
-            {"cache": False}
+        opts = {"prepack": True} if v == "prepack" else {} if v in ("own-pools", "no-keep") \
+            else {"cache": False}
         fn = torch.compile(copy.deepcopy(model), backend="tecomp", options=opts)
+        if v == "no-keep":
+            out[f"tecomp {v}"] = _switched(v, fn)
+            continue
         if v == "own-pools":
             run(fn)   # (the default's kernels, loaded by it from the disk cache)
             out[f"tecomp {v}"] = _own_pools(fn)
@@ -250,7 +282,10 @@ def _case(name: str, batch: int, layers: int):
     import copy
 
     tools = {}
-    for tool in ("eager", "inductor", "tecomp") + tuple(_other_threads_tool(model)):
+    variants = [v for v in os.environ.get("BENCH_TECOMP_AB", "").split(",")
+                if v in TRAIN_VARIANTS]
+    for tool in ("eager", "inductor", "tecomp") + tuple(_other_threads_tool(model)) + \
+            tuple(f"tecomp {v}" for v in variants):
         m = copy.deepcopy(model)
         opt = torch.optim.SGD(m.parameters(), lr=1e-3)
         fn = m if tool == "eager" else torch.compile(m) if tool == "inductor" else \
@@ -265,7 +300,10 @@ def _case(name: str, batch: int, layers: int):
             loss.backward()
             opt.step()
             return loss
-        tools[tool] = train_step
+        # (a variant's switch thrown for the whole step: its backward graph runs in
+        # loss.backward())
+        tools[tool] = _switched(tool[7:], train_step) if tool.startswith("tecomp ") else \
+            train_step
     return tools, what
 
 
@@ -495,7 +533,8 @@ def main() -> int:
                          "same turns")
     ap.add_argument("--ab", default="",
                     help="also these variants of the backend in the same turns, "
-                         "comma-separated: " + ", ".join(VARIANTS) + " (resnet50*)")
+                         "comma-separated: " + ", ".join(VARIANTS) + " (resnet50*; "
+                         "the training steps: " + ", ".join(TRAIN_VARIANTS) + ")")
     ap.add_argument("--cpu", action="store_true",
                     help="medians of the process CPU time per call, not wall time (on a "
                          "loaded machine a fair figure at one thread)")

@@ -89,7 +89,9 @@ def get_num_threads() -> int:
 def release_workspace() -> int:
     """Free the temporaries that compiled CPU kernels keep for their next call.
 
-    Each thread pool keeps a workspace cache (docs/runtime.md, "Workspace").
+    Each thread pool keeps a workspace cache (docs/runtime.md, "Workspace"), and each
+    graph compiled by ``torch.compile(backend="tecomp")`` keeps its kernels' released
+    intermediates for its next call (docs/torch_compile.md, "Memory").
 
     Returns
     -------
@@ -100,7 +102,8 @@ def release_workspace() -> int:
 
 
 def set_workspace_limit(nbytes: int) -> None:
-    """Keep at most ``nbytes`` of freed kernel temporaries for reuse, per thread pool.
+    """Keep at most ``nbytes`` of freed kernel temporaries for reuse, per thread pool
+    (and as much again over the graphs of ``torch.compile(backend="tecomp")``).
 
     A pool that keeps more than the new limit frees everything it keeps.
 

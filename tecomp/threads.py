@@ -37,6 +37,7 @@ __all__ = ["PoolControls", "register", "set_num_threads", "get_num_threads",
            "DEFAULT_SPIN", "DEFAULT_WAIT_SPIN",
            "MAX_THREADS", "POOL_FUNCTIONS", "DEFAULT_WORKSPACE_LIMIT", "set_workspace_limit",
            "release_workspace", "workspace_cached", "workspace_limit_from_env",
+           "workspace_limit", "on_release",
            "shared_pool_from_env", "share_pool", "run_marked_threads_on", "PARALLEL_FOR",
            "DELEGATE_TO", "DELEGATE_MARKED"]
 
@@ -380,10 +381,34 @@ def set_workspace_limit(nbytes: int) -> None:
             p.ws_set_limit(n)
 
 
-def release_workspace() -> int:
-    """Free the kernel temporaries every pool keeps for reuse; returns the bytes freed."""
+def workspace_limit() -> int:
+    """The bytes of freed kernel temporaries each pool may keep (:func:`set_workspace_limit`,
+    else ``TECOMP_WORKSPACE_LIMIT``, else :data:`DEFAULT_WORKSPACE_LIMIT`)."""
+    v = _ws_limit
+    return v if v is not None else workspace_limit_from_env()
+
+
+#: functions that free other memory kept for reuse under the workspace limit, each
+#: returning the bytes it freed (:func:`on_release`)
+_RELEASERS: List[Callable[[], int]] = []
+
+
+def on_release(fn: Callable[[], int]) -> None:
+    """Have :func:`release_workspace` call ``fn()`` too: it frees other memory kept
+    for reuse (``tecomp.dynamo``'s plans keep their released intermediates) and returns
+    the bytes it freed."""
     with _LOCK:
-        return sum(int(p.ws_release()) for p in _POOLS)
+        if fn not in _RELEASERS:
+            _RELEASERS.append(fn)
+
+
+def release_workspace() -> int:
+    """Free the kernel temporaries every pool keeps for reuse, and what the functions
+    given to :func:`on_release` keep; returns the bytes freed."""
+    with _LOCK:
+        freed = sum(int(p.ws_release()) for p in _POOLS)
+        hooks = list(_RELEASERS)
+    return freed + sum(int(fn()) for fn in hooks)
 
 
 def workspace_cached() -> int:

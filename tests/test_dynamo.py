@@ -189,11 +189,9 @@ class _SameShapes(torch.nn.Module):
         return h, torch.cumsum(v, 0)
 
 
-@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
-def test_kernel_outputs_reuse_released_memory(mode, monkeypatch):
-    """A plan gives a later kernel output the memory of a released intermediate of the
-    same layout, never one a live view still reads (under inference_mode a view holds
-    only the memory, not its base tensor): outputs as eager's, call after call."""
+def _count_reuse(monkeypatch) -> list:
+    """A list that gets, for each kernel output a plan allocates, whether a released
+    tensor of its layout was there to reuse."""
     from tecomp.dynamo import graph
 
     reused = []
@@ -204,6 +202,17 @@ def test_kernel_outputs_reuse_released_memory(mode, monkeypatch):
         return allocate(free, spec)
 
     monkeypatch.setattr(graph, "_allocate", counting)
+    return reused
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_kernel_outputs_reuse_released_memory(mode, monkeypatch):
+    """A plan gives a later kernel output the memory of a released intermediate of the
+    same layout, never one a live view still reads (under inference_mode a view holds
+    only the memory, not its base tensor): outputs as eager's, call after call."""
+    from tecomp.dynamo import graph
+
+    reused = _count_reuse(monkeypatch)
     torch.manual_seed(0)
     model = _SameShapes()
     compiled = torch.compile(model, backend="tecomp")
@@ -223,6 +232,50 @@ def test_kernel_outputs_reuse_released_memory(mode, monkeypatch):
         del view
         assert not graph._unshared(t, {"another node": t})   # (an in-place op's value)
         assert graph._unshared(t, {"another node": torch.empty(8)})
+
+
+def test_released_intermediates_kept_for_the_next_call(monkeypatch):
+    """A plan keeps the intermediates released at the end of a call for its next call
+    (a training step's backward took fresh pages for them at every step): the next call
+    takes its kernels' outputs from them, never from a tensor a caller still holds;
+    ``tc.release_workspace()`` frees them, and a workspace limit of 0 keeps none."""
+    import tecomp as tc
+    from tecomp import threads
+    from tecomp.dynamo import graph
+
+    reused = _count_reuse(monkeypatch)
+    torch.manual_seed(0)
+    # (test_mlp_train_and_inference's model and shapes: its kernels, from the cache)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="tecomp")
+    try:
+        outs = []
+        for k in range(3):
+            x = torch.randn(6, 16)
+            reused.clear()
+            y = compiled(x)
+            y.square().sum().backward()
+            if k:
+                assert any(reused), "a second call allocated every output anew"
+            yr = ref(x)
+            yr.square().sum().backward()
+            outs.append((y, yr))
+            for p, pr in zip(model.parameters(), ref.parameters()):
+                _close(p.grad, pr.grad, f"gradient, call {k}")
+            model.zero_grad()
+            ref.zero_grad()
+        for y, want in outs:  # earlier calls' outputs, held: none overwritten by later calls
+            _close(y, want, "output")
+        compiled(torch.randn(6, 16)).sum().backward()
+        assert tc.release_workspace() > 0  # (the pools' caches and the plans' buffers)
+        assert graph._Spare._total == 0
+        threads.set_workspace_limit(0)
+        compiled(torch.randn(6, 16)).sum().backward()
+        assert graph._Spare._total == 0
+    finally:
+        threads.set_workspace_limit(threads.workspace_limit_from_env())
 
 
 def _parallel_kernel():
@@ -313,6 +366,83 @@ def test_kernels_on_pytorchs_threads(_two_threads):
         t.join()
         assert seen == [True]
     assert openmp.active() == "tecomp" and _ran_on_tecomps_pool(f)
+
+
+def test_threads_auto_chooses_by_the_times_measured():
+    """threads="auto" (openmp.Chooser): the two settings in turn until each has its
+    samples, then the one of the lower median; the other tried once the best has run
+    ``period`` times the other's last time (or MAX_CALLS calls), ``period`` doubling
+    while the tries lose, back to the first where one wins; the other takes over once
+    its median is the lower."""
+    from tecomp.dynamo.openmp import Chooser
+
+    c = Chooser()
+    first = []
+    for _ in range(2 * Chooser.MIN_SAMPLES):
+        m = c.pick()
+        first.append(m)
+        c.record(m, 2.0 if m == "tecomp" else 1.0)
+    assert first == ["tecomp", "torch"] * Chooser.MIN_SAMPLES
+    assert c.best == "torch"
+    runs = 0
+    while c.pick() == "torch":                     # torch (1 s a call) for 8 x 2 s
+        c.record("torch", 1.0)
+        runs += 1
+    assert runs == 2 * Chooser.FIRST_PERIOD
+    c.record("tecomp", 3.0)                         # the try lost: tried half as often
+    assert c.best == "torch" and c.period == 2 * Chooser.FIRST_PERIOD
+    assert c.pick() == "torch"
+    c.calls = Chooser.MAX_CALLS                     # (however cheap the best's calls)
+    assert c.pick() == "tecomp"
+    c.period = Chooser.LAST_PERIOD
+    c.record("tecomp", 3.0)
+    assert c.period == Chooser.LAST_PERIOD          # (no further than the last period)
+    c.record("tecomp", 0.5)                         # a try won: tried soon again
+    assert c.best == "torch" and c.period == Chooser.FIRST_PERIOD
+    for _ in range(Chooser.WINDOW // 2):            # the other got faster: it takes over
+        c.record("tecomp", 0.5)
+    assert c.best == "tecomp" and c.period == Chooser.FIRST_PERIOD and c.spent == 0
+
+
+def test_threads_auto_in_a_training_step(_two_threads, monkeypatch):
+    """By default (threads="auto") a training step's forward and backward graphs each
+    time both settings and run on the faster; the gradients are eager's whichever ran,
+    the inference graph runs on tecomp's pool, and the calling thread is back on
+    tecomp's pool after every call."""
+    from tecomp.dynamo import openmp
+
+    made = []
+
+    class Recording(openmp.Chooser):
+        __slots__ = ()
+        MIN_SAMPLES = 1  # (each setting once: fewer steps)
+
+        def __init__(self):
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(openmp, "Chooser", Recording)
+    torch.manual_seed(0)
+    # (test_mlp_train_and_inference's model and shapes: its kernels, from the cache)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="tecomp")
+    for k in range(2 * Recording.MIN_SAMPLES + 1):  # (the first call is not timed)
+        x = torch.randn(6, 16)
+        compiled(x).square().sum().backward()
+        ref(x).square().sum().backward()
+        assert openmp.active() == "tecomp"
+        for p, pr in zip(model.parameters(), ref.parameters()):
+            _close(p.grad, pr.grad, f"gradient, step {k}")
+        model.zero_grad()
+        ref.zero_grad()
+    assert len(made) == 2                           # the forward's and the backward's
+    for c in made:
+        assert all(len(t) >= Recording.MIN_SAMPLES for t in c.times.values()), c.times
+    with torch.no_grad():
+        _close(compiled(x), ref(x), "inference output")
+    assert len(made) == 2                           # (no chooser for inference)
 
 
 def test_pytorchs_threads_restored_after_an_exception(_two_threads):

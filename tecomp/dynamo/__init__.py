@@ -30,23 +30,27 @@ Options (``torch.compile(model, backend="tecomp", options={...})``):
     The auto-scheduler's records (reused by later compilations).
 ``cache`` (bool, default True)
     Keep the kernels in ``$TECOMP_CACHE_DIR/dynamo`` for other processes.
-``threads`` (``"tecomp"``, the default, or ``"torch"``)
+``threads`` (``"auto"``, the default, ``"tecomp"`` or ``"torch"``)
     Whose threads the kernels' parallel loops run on while a compiled graph runs:
     tecomp's pool, or PyTorch's OpenMP team (where PyTorch runs on libgomp; elsewhere
     tecomp's pool, said once in the log).  PyTorch's and tecomp's idle threads both spin
-    for a while before they sleep, so where PyTorch's operators and tecomp's kernels
-    alternate (a training step: the loss, autograd and the optimizer are PyTorch's),
-    two pools' threads compete for the cores; ``"torch"`` makes it one set of
-    threads, every thread taking a contiguous share of each loop (as OpenMP's static
-    schedule: a thread that loses its core to another process holds the loop up,
-    where tecomp's pool hands its share to the others).  The setting holds for the
+    for a while before they sleep (PyTorch's for milliseconds), so where PyTorch's
+    operators and tecomp's kernels alternate (a training step: the loss, autograd and
+    the optimizer are PyTorch's), two pools' threads compete for the cores; ``"torch"``
+    makes it one set of threads, every thread taking a contiguous share of each loop (as
+    OpenMP's static schedule: a thread that loses its core to another process holds the
+    loop up, where tecomp's pool hands its share to the others).  ``"torch"`` is faster
+    on cores of one's own (a CNN's training step 1.6x on 2 threads) but where other
+    processes load the cores, PyTorch's OpenMP regions, and the kernels on them, slow
+    down many times more than tecomp's pool (benchmarks/history/2026-11-30.md).
+    ``"auto"`` measures: each training graph (forward, backward) times its calls with
+    either setting and runs the faster, trying the other now and then
+    (:class:`~tecomp.dynamo.openmp.Chooser`); inference graphs, which need not have
+    PyTorch's operators around them, run on tecomp's pool.  The setting holds for the
     calling thread during a graph's call only: a tecomp kernel called outside a graph,
     or by another thread meanwhile, runs on tecomp's pool; in a child process made by
     ``fork()`` (where the parent's OpenMP team does not exist) the graphs run on
-    tecomp's pool.  ``"torch"`` is faster on cores of one's own (a CNN's training step
-    1.6x on 2 threads) but not the default: where other processes load the cores,
-    PyTorch's OpenMP regions, and the kernels on them, slow down many times more than
-    tecomp's pool (benchmarks/history/2026-11-30.md).
+    tecomp's pool.
 ``prepack`` (bool, default False)
     In an inference graph (``torch.no_grad()``, ``torch.inference_mode()``, or
     parameters without gradients), pack a convolution's weight once into the layout its
@@ -113,8 +117,8 @@ class Options:
     target : str or Target, optional
         A CPU target (``"llvm"``, the default: this machine).
     threads : str, optional
-        ``"tecomp"`` (the default) or ``"torch"``: whose threads run the kernels'
-        parallel loops while a graph runs (see the module docstring).
+        ``"auto"`` (the default), ``"tecomp"`` or ``"torch"``: whose threads run the
+        kernels' parallel loops while a graph runs (see the module docstring).
     prepack : bool, optional
         Pack the convolutions' constant weights of inference graphs once (off by
         default; see the module docstring).
@@ -132,7 +136,7 @@ class Options:
     """
 
     def __init__(self, trials: int = 0, log: Any = None, cache: bool = True,
-                 target: Any = "llvm", threads: str = "tecomp", prepack: bool = False,
+                 target: Any = "llvm", threads: str = "auto", prepack: bool = False,
                  dynamic: bool = True):
         if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
             raise ArgumentError(f"torch.compile(backend='tecomp'): option trials must be an "
@@ -150,9 +154,9 @@ class Options:
             raise TargetError(
                 f"torch.compile(backend='tecomp'): target {t} is not this machine's CPU; the "
                 f"backend compiles for the CPU tensors live on: use target='llvm'")
-        if threads not in ("tecomp", "torch"):
+        if threads not in ("auto", "tecomp", "torch"):
             raise ArgumentError(f"torch.compile(backend='tecomp'): option threads must be "
-                                f"'tecomp' or 'torch', got {threads!r:.60}")
+                                f"'auto', 'tecomp' or 'torch', got {threads!r:.60}")
         self.trials, self.log, self.cache, self.target = trials, log, cache, t
         if not isinstance(prepack, bool):
             raise ArgumentError(f"torch.compile(backend='tecomp'): option prepack must be "

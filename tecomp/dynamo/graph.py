@@ -37,6 +37,8 @@ import heapq
 import logging
 import operator
 import threading
+import time
+import weakref
 from typing import Dict, List
 
 import torch
@@ -47,6 +49,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from .. import threads as _threads
 from ..errors import InternalError
 from . import cache as _cache
 from . import lowering_nn
@@ -140,8 +143,22 @@ class CompiledGraph:
                 if plan is None:
                     plan = self.plans[sig] = _Plan(self.gm, args, self.options, self.role,
                                                      self.symbolic, self.sym)
-        with _openmp.scope(self.options.threads):
+        mode = self.options.threads
+        if mode != "auto":
+            with _openmp.scope(mode):
+                return plan.run(args)
+        if self.role == "inference" or not _openmp.available():
+            return plan.run(args)  # (tecomp's pool: see Options, threads)
+        chooser = plan.chooser
+        if chooser is None:  # the first call (pages touched, pools started): not timed
+            plan.chooser = _openmp.Chooser()
             return plan.run(args)
+        mode = chooser.pick()
+        t0 = time.perf_counter()
+        with _openmp.scope(mode):
+            out = plan.run(args)
+        chooser.record(mode, time.perf_counter() - t0)
+        return out
 
 
 def _propagate(gm, args) -> Dict[torch.fx.Node, object]:
@@ -238,6 +255,11 @@ class _Plan:
             r.scalars = [self.scalars.index(k) for k in r.scalars]
         self.vals = vals
         self.role = role
+        # the intermediates released by the last call, for the next (see run)
+        self._spare = _Spare()
+        # threads="auto" in a training graph: whose threads run its kernels
+        # (openmp.Chooser), made at the first call, which it does not time
+        self.chooser = None
         inside = {n for r in regions for n in r.nodes}
         outside = [n for n in graph.nodes if n.op == "call_function" and n not in inside
                    and isinstance(n.target, torch._ops.OpOverload)]
@@ -260,11 +282,18 @@ class _Plan:
         strides and dtype in this call takes its memory instead of a new allocation (as
         Inductor reuses a buffer): ResNet-50's blocks of one stage have the same
         shapes, and each new allocation of tens of MB is fresh pages the kernel then
-        faults in."""
+        faults in.
+
+        The intermediates still released at the end of a call are kept for the next
+        call (:class:`_Spare`, at most the workspace limit over every plan): without
+        them, every call of a training step's backward took fresh pages for each of its
+        4 MB intermediates (malloc returns such blocks to the system once freed), 2,400
+        page faults and 2.5 ms of system time a step of the small CNN of
+        benchmarks/torch_compile.py (Zen 5, 1 thread), a sixth of the step."""
         env = dict(zip(self.placeholders, args))
         sizes = [args[k] for k in self.scalars]
         args.clear()
-        free = collections.defaultdict(list)  # spec -> released kernel outputs
+        free = self._spare.take()  # spec -> released kernel outputs
         specs = self.specs
         for (kind, item), done in zip(self.steps, self.release):
             if kind == 0:  # a region
@@ -292,7 +321,90 @@ class _Plan:
                 if spec is not None and _unshared(t, env):
                     free[spec].append(t)
                 t = None
-        return torch.fx.node.map_arg(self.output.args[0], env.__getitem__)
+        out = torch.fx.node.map_arg(self.output.args[0], env.__getitem__)
+        env = None
+        self._spare.keep(free)
+        return out
+
+
+#: whether plans keep their released intermediates for the next call (:class:`_Spare`);
+#: off: every call allocates its kernels' outputs anew (benchmarks/torch_compile.py
+#: ``--ab no-keep``)
+KEEP_BETWEEN_CALLS = True
+
+
+class _Spare:
+    """The released intermediates a plan keeps between its calls (spec -> tensors),
+    taken whole by a call and kept again at its end.  Over every plan of the process
+    they hold at most the workspace limit (``tc.set_workspace_limit``,
+    ``TECOMP_WORKSPACE_LIMIT``: 1 GiB by default; 0 keeps none); ``tc.release_workspace()``
+    frees them.  A call made while another thread's call of the same plan holds them
+    starts without."""
+
+    __slots__ = ("buffers", "nbytes", "__weakref__")
+    _lock = threading.RLock()  # (a plan collected while it is held frees its own)
+    _total = 0  # bytes kept over every plan
+    _all: "weakref.WeakSet" = weakref.WeakSet()
+
+    def __init__(self):
+        self.buffers = None
+        self.nbytes = 0
+
+    def take(self):
+        with _Spare._lock:
+            got, self.buffers = self.buffers, None
+            _Spare._total -= self.nbytes
+            self.nbytes = 0
+        return got if got is not None else collections.defaultdict(list)
+
+    def keep(self, free) -> None:
+        if not KEEP_BETWEEN_CALLS:
+            return
+        kept = collections.defaultdict(list)
+        with _Spare._lock:
+            if self.buffers is not None:  # (another thread's call kept its own)
+                return
+            room = _threads.workspace_limit() - _Spare._total
+            nbytes = 0
+            for spec, ts in free.items():
+                size = _nbytes(spec)
+                for t in ts:
+                    if nbytes + size > room:
+                        break
+                    kept[spec].append(t)
+                    nbytes += size
+            if nbytes:
+                self.buffers, self.nbytes = kept, nbytes
+                _Spare._total += nbytes
+                _Spare._all.add(self)
+
+    def __del__(self):
+        with _Spare._lock:
+            _Spare._total -= self.nbytes
+            self.nbytes = 0
+
+
+def _nbytes(spec) -> int:
+    """The bytes of a tensor of ``spec`` (shape, strides, dtype)."""
+    shape, strides, dtype = spec
+    if any(e == 0 for e in shape):
+        return 0
+    span = 1 + sum((e - 1) * abs(s) for e, s in zip(shape, strides))
+    return span * dtype.itemsize
+
+
+def release_spare() -> int:
+    """Free the intermediates every plan keeps for its next call; the bytes freed."""
+    freed = 0
+    for sp in list(_Spare._all):
+        with _Spare._lock:
+            freed += sp.nbytes
+            _Spare._total -= sp.nbytes
+            sp.buffers, sp.nbytes = None, 0
+    return freed
+
+
+_threads.on_release(release_spare)
 
 
 #: the count of references to a tensor's storage (PyTorch's private binding, as

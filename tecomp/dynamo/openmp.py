@@ -24,10 +24,12 @@ loaded); elsewhere :func:`scope` leaves tecomp's pool in place.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import logging
 import os
+import statistics
 import threading
 from typing import Optional
 
@@ -252,3 +254,88 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def available() -> bool:
+    """Whether the calling process can run kernels on PyTorch's OpenMP team (PyTorch on
+    libgomp, not a ``fork()``ed child): where not, ``"torch"`` means tecomp's pool."""
+    return not _FORKED and _SET is not None and _marked_key() is not None
+
+
+class Chooser:
+    """Whose threads run one training graph's kernels under ``threads="auto"``: the
+    setting whose recent calls of the graph took less time, by measurement.
+
+    In a training step PyTorch's own operators run between the graphs (the loss,
+    autograd, the optimizer), and PyTorch's OpenMP threads spin for milliseconds after
+    each of them (the small CNN's step: 7 ms after each of its three, through most of
+    the next graph); tecomp's pool then competes with them for the cores, and its
+    kernels get little of the second core (the CNN's step on 2 threads of the quiet Zen 5
+    VM: 0.86x eager on tecomp's pool, 1.44x on PyTorch's team).  On PyTorch's team,
+    though, a loop waits for a thread that has lost its core to another process
+    (OpenMP's static schedule and join), where tecomp's pool hands its share to the
+    others: with other processes on the cores a graph's call took 1.2-1.7 s there
+    against 60-100 ms on tecomp's pool.  Neither is right on every machine at every
+    moment, so each graph measures both:
+
+    * the first calls alternate the two settings until each has :data:`MIN_SAMPLES`
+      times;
+    * then each call runs the setting whose median over its last :data:`WINDOW` calls
+      is lower (the *best*), and one call tries the other once the best has run
+      ``period`` times the other's last time, or :data:`MAX_CALLS` calls: a try costs
+      at most about ``1 / period`` of the time, whatever the ratio of the two;
+    * ``period`` starts at :data:`FIRST_PERIOD`, doubles each time a try is slower
+      than the best's median, up to :data:`LAST_PERIOD`, and starts again where a try
+      is faster (so that the other, once faster, is soon tried again);
+    * the other takes over once its median is the lower.
+
+    Only the calling thread's time of the graph's call is measured (``record``), from
+    the graph's second call on (its first touches its memory for the first time)."""
+
+    WINDOW = 5
+    MIN_SAMPLES = 2
+    FIRST_PERIOD = 8
+    LAST_PERIOD = 64
+    MAX_CALLS = 1024
+    SETTINGS = ("tecomp", "torch")
+
+    __slots__ = ("times", "best", "period", "spent", "calls")
+
+    def __init__(self):
+        self.times = {m: collections.deque(maxlen=self.WINDOW) for m in self.SETTINGS}
+        self.best = "tecomp"
+        self.period = self.FIRST_PERIOD
+        self.spent = 0.0  # seconds the best has run since the last try of the other
+        self.calls = 0    # and its calls
+
+    def _other(self, mode: str) -> str:
+        return "torch" if mode == "tecomp" else "tecomp"
+
+    def pick(self) -> str:
+        """The setting for the next call."""
+        n = {m: len(v) for m, v in self.times.items()}
+        if min(n.values()) < self.MIN_SAMPLES:  # warming up: each in turn
+            return "tecomp" if n["tecomp"] <= n["torch"] else "torch"
+        other = self._other(self.best)
+        if self.spent >= self.period * self.times[other][-1] or self.calls >= self.MAX_CALLS:
+            return other
+        return self.best
+
+    def record(self, mode: str, seconds: float) -> None:
+        """A call of ``mode`` took ``seconds``."""
+        times = self.times
+        warm = min(len(v) for v in times.values()) >= self.MIN_SAMPLES
+        if mode == self.best:
+            self.spent += seconds
+            self.calls += 1
+        elif warm:  # a try of the other
+            faster = seconds < statistics.median(times[self.best])
+            self.period = self.FIRST_PERIOD if faster else \
+                min(2 * self.period, self.LAST_PERIOD)
+            self.spent, self.calls = 0.0, 0
+        times[mode].append(seconds)
+        if min(len(v) for v in times.values()) < self.MIN_SAMPLES:
+            return
+        other = self._other(self.best)
+        if statistics.median(times[other]) < statistics.median(times[self.best]):
+            self.best, self.period, self.spent, self.calls = other, self.FIRST_PERIOD, 0.0, 0

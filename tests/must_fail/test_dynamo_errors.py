@@ -32,8 +32,8 @@ def test_bad_cache():
 
 
 def test_bad_threads():
-    with pytest.raises(ArgumentError, match=r"option threads must be 'tecomp' or 'torch', "
-                                            r"got 'openmp'"):
+    with pytest.raises(ArgumentError, match=r"option threads must be 'auto', 'tecomp' or "
+                                            r"'torch', got 'openmp'"):
         td.backend(_graph(), [torch.randn(3, 4)], threads="openmp")
 
 
