@@ -6,6 +6,7 @@ few per kernel in a module-scoped fixture, so the file stays fast; each op is th
 test.
 """
 import math
+import os
 
 import numpy as np
 import pytest
@@ -208,6 +209,9 @@ def test_conv_gradients_are_scheduled_as_convolutions(layout, stride, padding, d
     wg = gW if layout == "nhwc" else gW.op.input_tensors[0]
     assert wg.op.tag == "conv2d_nhwc_wgrad"
     s = tc.schedule_backward([gX, gW])
+    case = CONV_GRAD_CASES.index((stride, padding, dilation, k, form))
+    if os.environ.get("TECOMP_LONG_TESTS", "") in ("", "0") and case % 2 != (layout == "nhwc"):
+        return  # the gradients run by default for the even cases in NCHW, the odd in NHWC
     f = tc.build(s, [X, Wt, Hd, gX, gW])
     shape = lambda t: tuple(int(e.value) for e in t.shape)  # noqa: E731
     x = rng.standard_normal(shape(X)).astype("float32")

@@ -65,8 +65,8 @@ def test_search_returns_a_correct_schedule_and_writes_the_log(tmp_path, strategy
 
 def test_fixed_seed_random_search_measures_the_same_candidates(tmp_path):
     args = _atb()
-    r1 = tc.auto_schedule(args, trials=6, search="random", seed=11).tune_result
-    r2 = tc.auto_schedule(args, trials=6, search="random", seed=11).tune_result
+    r1 = tc.auto_schedule(args, trials=4, search="random", seed=11).tune_result
+    r2 = tc.auto_schedule(args, trials=4, search="random", seed=11).tune_result
     assert [t.trace for t in r1.trials] == [t.trace for t in r2.trials]
 
 

@@ -379,7 +379,7 @@ def test_every_fuzzer_program_round_trips():
     """The cases of `python -m tecomp.testing.fuzz` with its defaults: drawn programs and
     schedules, auto-scheduled ones, tensorized int8 GEMMs, GPU schedules for the CUDA
     emulation (1 in 25) and the edge cases."""
-    seeds = range(3000 if LONG else 300)
+    seeds = range(3000 if LONG else 200)
     done = sum(_fuzz_round_trip(case_for_seed(seed, gpu_every=25, auto_every=5,
                                               tensorize_every=10, edge_every=5))
                for seed in seeds)

@@ -448,7 +448,9 @@ def test_conv2d_nchw_by_channels(case, on16, on8, l2, lanes, monkeypatch):
     prefetches its input planes, and the result is right for strides, dilation, 1x1, row
     tails and blocks of several rows.  The others keep the row vectors.  (The machine
     model of a CPU with full-width FMAs, where gathering the weights costs 1.5 FMAs per
-    element: see test_conv2d_nchw_channel_vectors_weigh_the_weight_copy for Zen 4's.)"""
+    element: see test_conv2d_nchw_channel_vectors_weigh_the_weight_copy for Zen 4's.)
+    Every channel-vector kernel runs; a row-vector one once per case (16 lanes, large
+    weights) by default, in every pair with TECOMP_LONG_TESTS=1."""
     with_l2(monkeypatch, l2)
     with_fma_model(monkeypatch, half_width=False, gather_cost=1.5)
     N, C, H, W, O, R, st, p, dl = case
@@ -471,6 +473,8 @@ def test_conv2d_nchw_by_channels(case, on16, on8, l2, lanes, monkeypatch):
     else:
         assert "strides" not in text
     assert ("prefetch data[" in text) == (block is not None and R == 1 and st > 1), text
+    if not LONG and block is None and (lanes, l2) != (16, 16 << 10):
+        return  # the row vectors' kernel runs once per case (and in test_conv2d_nchw)
     dn, wn = _arr((N, C, H, W)), _arr((O, C, R, R))
     _close(_run(s, [d, w, out], [dn, wn]), _conv_ref(dn, wn, st, p, dl), 5e-5)
 
@@ -1205,7 +1209,8 @@ def test_templates_schedule_half_precision_definitions(name, define, schedule, r
                                                        lanes):
     """The float16/bfloat16 definitions (float32 sums under a rounding epilogue) get the
     template's own loop nest -- the one it gives the float32 operator with an
-    elementwise epilogue -- and the float32-accurate result."""
+    elementwise epilogue -- and the float32-accurate result (by default, float16's with
+    16 lanes and bfloat16's with 8; every pair with TECOMP_LONG_TESTS=1)."""
     if dtype == "bfloat16":
         half = pytest.importorskip("ml_dtypes").bfloat16
     else:
@@ -1218,6 +1223,8 @@ def test_templates_schedule_half_precision_definitions(name, define, schedule, r
         out32 = tc.compute(out32.shape, lambda *i: out32[i] * 2.0, name="epilogue",
                            tag="elemwise")
     assert _loops(s) == _loops(schedule(out32))
+    if not LONG and (dtype == "float16") != (lanes == 16):
+        return  # the kernels run float16 with AVX-512's lanes, bfloat16 with AVX2's
     vals = [RNG.uniform(-1.0, 1.0, _shape(t)).astype(half) for t in ins]
     got = np.zeros(_shape(out), half)
     tc.build(s, ins + [out], target="llvm")(*vals, got)
@@ -1248,11 +1255,16 @@ def test_conv_thread_split_is_pinned_by_the_config(layout, by_channels):
         base = {"ob": 16, "yb": 2, "xb": 4}
     args = [d, w, out]
     texts = {}
-    for tasks, rpt in [("rows", 0), ("rows", 3), ("blocks", 0), ("channels", 0),
-                       ("image_channels", 0), ("block_rows", 0)]:
+    # every split is lowered; by default each template runs every other split's kernel
+    # (the NCHW channel-vector one the odd ones, the others the even ones: each split
+    # runs in one NCHW template at least), all of them with TECOMP_LONG_TESTS=1
+    first = 1 if by_channels else 0
+    for k, (tasks, rpt) in enumerate([("rows", 0), ("rows", 3), ("blocks", 0), ("channels", 0),
+                                      ("image_channels", 0), ("block_rows", 0)]):
         s = sched(out, config=dict(base, tasks=tasks, rows_per_task=rpt))
         texts[tasks, rpt] = str(tc.lower(s, args))
-        _close(_run(s, args, inputs), ref, 5e-5)
+        if LONG or k % 2 == first:
+            _close(_run(s, args, inputs), ref, 5e-5)
     # the splits are different loop nests (the copy splits differ where weights are copied)
     assert len(set(texts.values())) >= 4
     default = str(tc.lower(sched(out, config=base), args))
