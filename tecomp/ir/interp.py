@@ -338,18 +338,25 @@ class _AccessLog:
             e = self.entries[key] = [buf, idx, _vkey(v0), {}, {}]
         return e
 
+    # (read and write look the entry up themselves: they run once per traced access)
     def read(self, arr, idx, actor, value, buf, node):
-        e = self._entry(arr, idx, buf, value)
+        e = self.entries.get((id(arr), idx))
+        if e is None:
+            e = self._entry(arr, idx, buf, value)
         if actor not in e[3]:  # reads after the actor's own write see that write
-            e[4].setdefault(actor, node)
+            r = e[4]
+            if actor not in r:
+                r[actor] = node
 
     def write(self, arr, idx, actor, old, new, buf, node):
-        e = self._entry(arr, idx, buf, old)
+        e = self.entries.get((id(arr), idx))
+        if e is None:
+            e = self._entry(arr, idx, buf, old)
         w = e[3].get(actor)
         if w is None:
-            e[3][actor] = [{_vkey(new)}, node]
+            e[3][actor] = [{new if new == new else "nan"}, node]
         else:
-            w[0].add(_vkey(new))
+            w[0].add(new if new == new else "nan")
 
     def check(self):
         try:
