@@ -118,6 +118,52 @@ def test_index_provably_out_of_range_is_rejected_when_defined():
     tc.compute((8,), lambda i: tc.if_then_else(i < 7, A[i + 1], 0.0), name="C")
 
 
+def test_index_out_of_range_between_the_corners_is_rejected_when_defined():
+    """An index whose extremes are not at the domain's corners -- ``(i % 7)*100`` over 10
+    rows (in range at i = 0 and i = 9, 300 at i = 3), ``int8(i) + 100`` over 256 rows
+    (the cast wraps at i = 128) -- is evaluated at every point of a small domain: a read
+    outside is a ShapeError naming the point, where it read past the tensor unchecked."""
+    A = tc.placeholder((300,), name="A")
+    with pytest.raises(tc.ShapeError, match=r"compute C: the read A\[\(i % 7\)\*100\] is out "
+                                            r"of range: index 0 .* is 300 at i = 3, but "
+                                            r"dimension 0 of tensor A has extent 300"):
+        tc.compute((10,), lambda i: A[i % 7 * 100], name="C")
+    with pytest.raises(tc.ShapeError, match=r"A\[0, int32\(int8\(i\)\) \+ 100\] is out of "
+                                            r"range: index 1 .* is -28 at i = 128"):
+        # (in range at the corners: 100 at i = 0, 99 at i = 255)
+        A2 = tc.placeholder((1, 300), name="A")
+        tc.compute((256,), lambda i: A2[0, i.astype("int8").astype("int32") + 100], name="C")
+    # in range at every point: built and equal to numpy (the cast wraps, as numpy's)
+    C = tc.compute((10,), lambda i: A[i % 7 * 40], name="C")
+    D = tc.compute((256,), lambda i: A[i.astype("int8").astype("int32") + 128], name="D")
+    f = tc.build(tc.create_schedule([C.op, D.op]), [A, C, D])
+    a, c, d = np.arange(300, dtype="float32"), np.zeros(10, "float32"), np.zeros(256, "float32")
+    f(a, c, d)
+    np.testing.assert_array_equal(c, a[np.arange(10) % 7 * 40])
+    np.testing.assert_array_equal(d, a[np.arange(256).astype(np.int8).astype(np.int32) + 128])
+
+
+def test_narrowing_cast_in_a_symbolic_read_must_not_wrap():
+    """``A[int32(k)]`` in a sum over an int64 ``N`` terms: at k = N - 1 = 2**32 the cast
+    gives 0, in range, and the corners passed while k = 10 .. 2**31 - 1 read past ``A``
+    (a segfault).  The cast's operand must fit int32 at the corners: ArgumentError."""
+    N = tc.var("N", "int64")
+    A = tc.placeholder((10,), name="A")
+    B = tc.placeholder((N,), name="B")
+    k = tc.reduce_axis((0, N), name="k")
+    C = tc.compute((1,), lambda i: tc.sum(A[k.astype("int32")] + B[k], axis=k), name="C")
+    f = tc.build(tc.create_schedule(C.op), [A, B, C])
+    b = np.lib.stride_tricks.as_strided(np.zeros(1, "float32"), shape=(2**32 + 1,),
+                                        strides=(0,))
+    with pytest.raises(tc.ArgumentError, match=r"N = 4294967297 .*the value k cast to int32 in "
+                                               r"the read A\[int32\(k\)\] of compute C at "
+                                               r"k = N - 1i64, which must be <= 2147483647"):
+        f(np.ones(10, "float32"), b, np.zeros(1, "float32"))
+    c = np.zeros(1, "float32")
+    f(np.arange(10, dtype="float32"), np.zeros(7, "float32"), c)
+    assert c[0] == 21
+
+
 def test_checked_build_symbolic_extent():
     n = tc.var("n")
     A = tc.placeholder((n,), name="A")
