@@ -61,9 +61,9 @@ other seed draws what it drew before them; :func:`family_of`):
     numpy) or with one past the table, at ``-1`` or far outside: a ``BoundsError``.
     Some (session 12, drawn last) read rows at an index whose extremes are not at the
     ends of its range instead -- ``X[(i % p)*q + c, j]``, ``X[int32(int8(i*q)) + c, j]``,
-    a sum of ``X[int32(k), j]`` over more than 2**31 int64 terms --, over a table that
-    holds them or misses a row: a ``ShapeError`` or ``ArgumentError``, never a read
-    outside (:func:`_run_wrapped`).
+    a sum of ``X[int32(k), j]`` over more than 2**31 int64 terms --, maybe only the rows
+    ``i < L`` (under ``tc.if_then_else``), over a table that holds them or misses a row:
+    a ``ShapeError`` or ``ArgumentError``, never a read outside (:func:`_run_wrapped`).
 ``build_args``
     the case built under the name of a runtime function its code may call
     (``parallel_for``, ``ws_alloc``...): a ``BuildError``; or an output's axis split by a
@@ -282,7 +282,8 @@ def draw_edge_case(seed: int) -> EdgeCase:
             twist["wrapped"] = {"form": d.choice(("mod", "int8", "int16", "cast_sum")),
                                 "p": d.int(2, 9), "q": d.choice((1, 3, 40, 300, 1000)),
                                 "slack": d.choice((0, 0, 0, -1, 5)),
-                                "terms": d.choice((7, 2**32 + 1, 2**32 + 9, 2**31 + 3))}
+                                "terms": d.choice((7, 2**32 + 1, 2**32 + 9, 2**31 + 3)),
+                                "guard": d.choice((None, None, 1, 2, 5))}
     elif family == "build_args":
         twist = {"variant": d.choice(("runtime_name", "unbound_factor")),
                  "name": d.choice(RUNTIME_NAMES), "factor": d.choice((1, 3, 7, 1000))}
@@ -1152,7 +1153,8 @@ def _run_window(ec: EdgeCase) -> Outcome:
 def _run_wrapped(ec: EdgeCase) -> Outcome:
     """The gather's rows read at an index whose extremes are not at the ends of its
     range: ``X[(i % p)*q + c, j]``, ``X[int32(int8(i*q)) + c, j]`` (or int16: the cast
-    wraps inside the range), over a table of rows that holds every row read or misses
+    wraps inside the range), maybe only for the rows ``i < L`` (``guard``: ``L = B -
+    guard``; the others -1, under ``tc.if_then_else``), over a table of rows that holds every row read or misses
     one (``slack`` -1); or ``sum(X[int32(k), j] + Z[k], k < N)`` over an int64 ``N`` of
     2**31 + 3 to 2**32 + 9 terms (``Z`` a stride-0 view), where int32(k) wraps past
     2**31 - 1.  A read outside the table is refused -- a ShapeError where the compute
@@ -1168,8 +1170,10 @@ def _run_wrapped(ec: EdgeCase) -> Outcome:
         raw = i % w["p"] * w["q"]
     else:
         raw = (i * w["q"]).astype(np.int8 if w["form"] == "int8" else np.int16).astype(np.int64)
-    c = int(-raw.min())
-    rows = raw + c
+    # guarded: only the rows i < L are read (tc.if_then_else), the table fits those
+    L = B if w.get("guard") is None else max(1, B - w["guard"])
+    c = int(-raw[:L].min())
+    rows = raw[:L] + c
     V = max(1, int(rows.max()) + 1 + w["slack"])
     X = tc.placeholder((V, D), name="X")
 
@@ -1178,11 +1182,16 @@ def _run_wrapped(ec: EdgeCase) -> Outcome:
             return i % w["p"] * w["q"] + c
         return (i * w["q"]).astype(w["form"]).astype("int32") + c
 
+    def read(i, j):
+        if L == B:
+            return X[index(i), j] * 2.0 + 1.0
+        return tc.if_then_else(i < L, X[index(i), j] * 2.0 + 1.0, -1.0)
+
     inside = 0 <= rows.min() and rows.max() < V
     x = np.random.default_rng(ec.seed).random((V, D), dtype=np.float32)
     g = np.zeros((B, D), np.float32)
     try:
-        G = tc.compute((B, D), lambda i, j: X[index(i), j] * 2.0 + 1.0, name="G")
+        G = tc.compute((B, D), read, name="G")
         s = tc.create_schedule(G.op)
         _schedule_gather(s, G, tw["schedule"])
         f = tc.build(s, [X, G])
@@ -1197,7 +1206,8 @@ def _run_wrapped(ec: EdgeCase) -> Outcome:
         return Outcome("mismatch", ec, "define",
                        f"rows {rows.min()}..{rows.max()} of a table of {V} were read: the "
                        f"read X[{w['form']} index] outside X was not refused")
-    want = x[rows] * np.float32(2) + np.float32(1)
+    want = np.full((B, D), -1, np.float32)
+    want[:L] = x[rows] * np.float32(2) + np.float32(1)
     if not np.array_equal(g, want):
         return Outcome("mismatch", ec, "compare", f"wrapped: got {g.ravel()[:6].tolist()}, "
                        f"numpy {want.ravel()[:6].tolist()}")

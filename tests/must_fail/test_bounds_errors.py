@@ -143,6 +143,47 @@ def test_index_out_of_range_between_the_corners_is_rejected_when_defined():
     np.testing.assert_array_equal(d, a[np.arange(256).astype(np.int8).astype(np.int32) + 128])
 
 
+def test_guarded_read_out_of_range_where_its_condition_holds():
+    """A read under ``tc.if_then_else`` or a reduction's ``where=`` whose condition lets
+    it read outside (the guard off by one: ``i < 8`` for ``A[i + 1]`` of an ``A`` of 8;
+    the else branch reading ``A[0, i - 1]`` at ``i = 0``) is a ShapeError when defined,
+    naming the condition and the point (it read past ``A`` unchecked); the right guards
+    build, and give numpy's values."""
+    A = tc.placeholder((8,), name="A")
+    with pytest.raises(tc.ShapeError, match=r"compute C: the read A\[i \+ 1\] is out of range "
+                                            r"where it is read \(where i < 8\): index 0 "
+                                            r"\(i \+ 1\) is 8 at i = 7, but dimension 0 of "
+                                            r"tensor A has extent 8; fix the index or the "
+                                            r"condition that guards it"):
+        tc.compute((8,), lambda i: tc.if_then_else(i < 8, A[i + 1], 0.0), name="C")
+    A2 = tc.placeholder((3, 8), name="A2")
+    with pytest.raises(tc.ShapeError, match=r"the read A2\[j, i - 1\] is out of range where it "
+                                            r"is read \(where not \(i >= 1 && j < 3\)\): "
+                                            r"index 1 \(i - 1\) is -1 at i = 0"):
+        tc.compute((8, 3), lambda i, j: tc.if_then_else(tc.all(i >= 1, j < 3), 0.0,
+                                                        A2[j, i - 1]), name="C")
+    k = tc.reduce_axis((0, 8), name="k")
+    with pytest.raises(tc.ShapeError, match=r"the read A\[k \+ 1\] is out of range where it is "
+                                            r"read \(where k <= 7\)"):
+        tc.compute((1,), lambda i: tc.sum(A[k + 1], axis=k, where=k <= 7), name="S")
+    # the right guards: built, numpy's values (a condition on another axis only needs to
+    # hold somewhere)
+    C = tc.compute((8,), lambda i: tc.if_then_else(i < 7, A[i + 1], 0.0), name="C")
+    D = tc.compute((8, 3), lambda i, j: tc.if_then_else(tc.all(i >= 1, j < 2), A2[j, i - 1],
+                                                        -1.0), name="D")
+    k = tc.reduce_axis((0, 8), name="k")
+    S = tc.compute((1,), lambda i: tc.sum(A[k + 1], axis=k, where=k < 7), name="S")
+    f = tc.build(tc.create_schedule([C.op, D.op, S.op]), [A, A2, C, D, S])
+    a, a2 = np.arange(8, dtype="float32"), np.arange(24, dtype="float32").reshape(3, 8)
+    c, d, s = np.zeros(8, "float32"), np.zeros((8, 3), "float32"), np.zeros(1, "float32")
+    f(a, a2, c, d, s)
+    np.testing.assert_array_equal(c, np.append(a[1:], 0))
+    want = np.full((8, 3), -1, "float32")
+    want[1:, :2] = a2[:2, :7].T
+    np.testing.assert_array_equal(d, want)
+    assert s[0] == a[1:].sum()
+
+
 def test_narrowing_cast_in_a_symbolic_read_must_not_wrap():
     """``A[int32(k)]`` in a sum over an int64 ``N`` terms: at k = N - 1 = 2**32 the cast
     gives 0, in range, and the corners passed while k = 10 .. 2**31 - 1 read past ``A``
