@@ -332,3 +332,52 @@ def test_gather_family_finds_windows_read_outside_the_table(monkeypatch):
     kinds = [run_edge_case(draw_edge_case(s)).kind
              for s in _window_seeds(("minus_one", "one_past"), 2)]
     assert kinds == ["mismatch", "mismatch"], kinds
+
+
+
+#: gather_ids seeds that read at a wrapped index (edges._run_wrapped): a table a row short
+#: (8996: int8(i) under if_then_else(i < 95) over 100 rows; 11156: (i % 2)*300 over 11
+#: rows, in range at the ends; 12376: (i % 3)*3 under i < 26 over 28), a sum of
+#: X[int32(k)] over 2**32 + 9 terms (11012), and in range (712: (i % 4)*1000; 428:
+#: int16(i*300), which wraps, under i < 29 over 30 rows)
+WRAPPED_SEEDS = {8996: ("int8", -1), 11156: ("mod", -1), 12376: ("mod", -1),
+                 11012: ("cast_sum", 0), 712: ("mod", 0), 428: ("int16", 0)}
+
+
+def test_gather_family_refuses_reads_outside_between_the_ends():
+    """``X[(i % p)*q + c, j]`` and ``X[int32(int8(i*q)) + c, j]`` over a table a row short
+    (a ShapeError when defined: every point of the rows is evaluated), and a sum of
+    ``X[int32(k), j]`` over 2**32 + 9 int64 terms (an ArgumentError: the cast's operand
+    must fit int32; with 2**32 + 1 terms int32(k) was 0 at the last one, and the sum
+    read past X or segfaulted), clean; so is each form in range."""
+    for seed, (form, slack) in WRAPPED_SEEDS.items():
+        ec = draw_edge_case(seed)
+        w = ec.twist["wrapped"]
+        assert "window" not in ec.twist and ec.twist["bad"] is None and \
+            (w["form"], w["slack"]) == (form, slack), (seed, ec.twist)
+        out = run_edge_case(ec)
+        assert out.ok, out.report()
+        assert out.kind == ("refused" if slack < 0 or form == "cast_sum" else "ok"), \
+            out.report()
+
+
+def test_gather_family_finds_reads_outside_between_the_ends(monkeypatch):
+    """With the indices whose extremes are not at the corners judged at the corners only
+    (before this session's fix), a table one row short is read past: a mismatch (only
+    constant domains: the int64 sum would read gigabytes past X)."""
+    from tecomp.te import range_check
+
+    monkeypatch.setattr(range_check, "_first_outside", lambda *a, **k: None)
+    kinds = [run_edge_case(draw_edge_case(s)).kind for s in (11156, 12376)]
+    assert kinds == ["mismatch", "mismatch"], kinds
+
+
+def test_gather_family_finds_guarded_reads_outside(monkeypatch):
+    """With the reads under tc.if_then_else judged nowhere (before this session's fix),
+    a table a row short of the rows its condition lets through is read past: a
+    mismatch."""
+    from tecomp.te import range_check
+
+    monkeypatch.setattr(range_check, "guarded_load_error", lambda *a, **k: None)
+    kinds = [run_edge_case(draw_edge_case(s)).kind for s in (8996, 12376)]
+    assert kinds == ["mismatch", "mismatch"], kinds

@@ -411,6 +411,24 @@ def test_padding_forms():
             a.padding(bad, *geo)
 
 
+def test_padded_extents_past_int32_are_exact():
+    """nn.pad (and the convolutions and pools through it) adds the padding to a constant
+    extent exactly: 2**31 - 4 rows padded by 3 and 3 are 2**31 + 2 (an int64 extent),
+    not the int32 wrap of it (a ShapeError saying the extent was -2**31 + 2; padding
+    2**31 - 1 on both sides of 3 rows made 1 row, silently)."""
+    def ints(t):
+        return [int(e.value) for e in t.shape]
+    Y = tc.placeholder((2**31 - 1,), name="Y")
+    assert ints(nn.pad(Y, (5,), (3,))) == [2**31 + 7]
+    X = tc.placeholder((1, 1, 2**31 - 4, 2), name="X")
+    W = tc.placeholder((1, 1, 1, 1), name="W")
+    Z = nn.conv2d_nchw(X, W, padding=3)
+    assert ints(Z) == [1, 1, 2**31 + 2, 8]
+    assert ints(Z.op.input_tensors[0]) == [1, 1, 2**31 + 2, 8]   # the padded copy
+    P = nn.pad(tc.placeholder((1, 2, 3, 3), name="D"), (0, 0, 2**31 - 1, 2**31 - 1))
+    assert ints(P) == [1, 2, 2**32 + 1, 2**32 + 1]
+
+
 @pytest.mark.parametrize("layout", ["HWIO", "OHWI", "HWOI"])
 def test_conv2d_nhwc_kernel_layouts(layout):
     """conv2d_nhwc reads its weight in HWIO, OHWI or HWOI (TOPI's kernel layouts), forward

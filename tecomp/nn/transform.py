@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import te as _te
 from ..errors import DTypeError
-from ..ir import dtype as _dt
+from ..ir import dtype as _dt, op as _op
 from ..ir.expr import Const, Expr, Var
 from ..te.tensor import Tensor
 from ._check import Args, same_extent as _same
@@ -65,7 +65,10 @@ def pad(data: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None
             (not _dt.is_float(data.dtype) and (not math.isfinite(value) or value != int(value))):
         a.fail(f"value must be a number that data ({data.name}, {data.dtype}) can hold, got "
                f"{value!r}", DTypeError)
-    shape = [e + b + a if (b or a) else e for e, b, a in zip(data.shape, pad_before, pad_after)]
+    # exact (index_add): a constant extent padded past int32 becomes an int64 one, where
+    # ``+`` would wrap it (2**31 - 4 rows padded by 3 and 3 made -2**31 + 2 of them)
+    shape = [_op.index_add(_op.index_add(e, int(b)), int(a)) if (b or a) else e
+             for e, b, a in zip(data.shape, pad_before, pad_after)]
 
     def f(*i):
         conds, idx = [], []
@@ -73,7 +76,7 @@ def pad(data: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None
             b, a = pad_before[d], pad_after[d]
             if b or a:
                 conds.append(x >= b)
-                conds.append(x < data.shape[d] + b)
+                conds.append(x < _op.index_add(data.shape[d], int(b)))
                 idx.append(x - b)
             else:
                 idx.append(x)

@@ -59,6 +59,11 @@ other seed draws what it drew before them; :func:`family_of`):
     a gather ``X[ids[i], j]`` through an index tensor (int32 or int64; serial, vectorized,
     parallel or split), built without ``checks=True``, called with ids in range (equal to
     numpy) or with one past the table, at ``-1`` or far outside: a ``BoundsError``.
+    Some (session 12, drawn last) read rows at an index whose extremes are not at the
+    ends of its range instead -- ``X[(i % p)*q + c, j]``, ``X[int32(int8(i*q)) + c, j]``,
+    a sum of ``X[int32(k), j]`` over more than 2**31 int64 terms --, maybe only the rows
+    ``i < L`` (under ``tc.if_then_else``), over a table that holds them or misses a row:
+    a ``ShapeError`` or ``ArgumentError``, never a read outside (:func:`_run_wrapped`).
 ``build_args``
     the case built under the name of a runtime function its code may call
     (``parallel_for``, ``ws_alloc``...): a ``BuildError``; or an output's axis split by a
@@ -273,6 +278,12 @@ def draw_edge_case(seed: int) -> EdgeCase:
             twist["window"] = {"step": d.choice((1, 2, "var")), "symbolic_rows": d.bool(0.5),
                                "off": d.choice(("ok", "ok", "ok", "minus_one", "one_past",
                                                 "huge", "most_negative"))}
+        if d.bool(0.3):   # drawn after the others: every seed keeps what it drew
+            twist["wrapped"] = {"form": d.choice(("mod", "int8", "int16", "cast_sum")),
+                                "p": d.int(2, 9), "q": d.choice((1, 3, 40, 300, 1000)),
+                                "slack": d.choice((0, 0, 0, -1, 5)),
+                                "terms": d.choice((7, 2**32 + 1, 2**32 + 9, 2**31 + 3)),
+                                "guard": d.choice((None, None, 1, 2, 5))}
     elif family == "build_args":
         twist = {"variant": d.choice(("runtime_name", "unbound_factor")),
                  "name": d.choice(RUNTIME_NAMES), "factor": d.choice((1, 3, 7, 1000))}
@@ -513,6 +524,19 @@ def _expect_refusal(ec, call, errors, stage, ir, what):
     return Outcome("mismatch", ec, stage, f"{what}: accepted, expected a refusal "
                    f"({', '.join(x.__name__ for x in errors)})", ir)
 
+
+
+def _call_or_refusal(ec, call, errors, refusal: Optional[str]) -> Optional[Outcome]:
+    """``call()`` (at the stage "call"): where ``refusal`` says what is wrong with it, it
+    must raise one of ``errors`` (:func:`_expect_refusal`); else an outcome where it
+    raised, None where it ran (the caller compares the values)."""
+    if refusal is not None:
+        return _expect_refusal(ec, call, errors, "call", "", refusal)
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "call", e)
+    return None
 
 def _prepare(ec):
     """``(ctx, None)``, or ``(None, outcome)`` where the case did not build or run plainly.
@@ -1050,6 +1074,8 @@ def _run_gather_ids(ec: EdgeCase) -> Outcome:
     tw = ec.twist
     if "window" in tw:
         return _run_window(ec)
+    if "wrapped" in tw and tw["bad"] is None:
+        return _run_wrapped(ec)
     V, D, B = tw["V"], tw["D"], tw["B"]
     ids_t = tc.placeholder((B,), name="ids", dtype=tw["ids_dtype"])
     X = tc.placeholder((V, D), name="X")
@@ -1069,13 +1095,11 @@ def _run_gather_ids(ec: EdgeCase) -> Outcome:
     ids, bad = _gather_ids(tw)
     x = np.random.default_rng(ec.seed).random((V, D), dtype=np.float32)
     g = np.zeros((B, D), np.float32)
-    if bad is not None:
-        return _expect_refusal(ec, lambda: f(ids, x, g), (tc.BoundsError,), "call", "",
-                               f"a gather with id {bad} of a table of {V} rows")
-    try:
-        f(ids, x, g)
-    except Exception as e:  # noqa: BLE001
-        return _failure(ec, "call", e)
+    out = _call_or_refusal(ec, lambda: f(ids, x, g), (tc.BoundsError,),
+                           None if bad is None else f"a gather with id {bad} of a table of "
+                           f"{V} rows")
+    if out is not None:
+        return out
     want = x[ids.astype(np.int64)] * np.float32(2) + np.float32(1)
     if not np.array_equal(g, want):
         return Outcome("mismatch", ec, "compare", f"gather: got {g.ravel()[:6].tolist()}, "
@@ -1114,18 +1138,109 @@ def _run_window(ec: EdgeCase) -> Outcome:
     x = rng.random((V, D), dtype=np.float32)
     g = np.zeros((B, D), np.float32)
     call = [x, g, off] + ([step] if step_v is not None else [])
-    if not 0 <= off <= top:
-        return _expect_refusal(ec, lambda: f(*call), (tc.ArgumentError,), "call", "",
-                               f"rows X[i * {step} + {off}] of a table of {V} rows, "
-                               f"i < {B}")
-    try:
-        f(*call)
-    except Exception as e:  # noqa: BLE001
-        return _failure(ec, "call", e)
+    out = _call_or_refusal(ec, lambda: f(*call), (tc.ArgumentError,),
+                           None if 0 <= off <= top else f"rows X[i * {step} + {off}] of a "
+                           f"table of {V} rows, i < {B}")
+    if out is not None:
+        return out
     want = x[np.arange(B) * step + off] * np.float32(2) + np.float32(1)
     if not np.array_equal(g, want):
         return Outcome("mismatch", ec, "compare", f"window: got {g.ravel()[:6].tolist()}, "
                        f"numpy {want.ravel()[:6].tolist()}")
+    return Outcome("ok", ec, "", "")
+
+
+def _run_wrapped(ec: EdgeCase) -> Outcome:
+    """The gather's rows read at an index whose extremes are not at the ends of its
+    range: ``X[(i % p)*q + c, j]``, ``X[int32(int8(i*q)) + c, j]`` (or int16: the cast
+    wraps inside the range), maybe only for the rows ``i < L`` (``guard``: ``L = B -
+    guard``; the others -1, under ``tc.if_then_else``), over a table of rows that holds every row read or misses
+    one (``slack`` -1); or ``sum(X[int32(k), j] + Z[k], k < N)`` over an int64 ``N`` of
+    2**31 + 3 to 2**32 + 9 terms (``Z`` a stride-0 view), where int32(k) wraps past
+    2**31 - 1.  A read outside the table is refused -- a ShapeError where the compute
+    is defined, or an ArgumentError at the call -- never read (an unchecked build read
+    rows before or past X, or segfaulted); in range: numpy's values."""
+    tw, w = ec.twist, ec.twist["wrapped"]
+    D = tw["D"]
+    if w["form"] == "cast_sum":
+        return _run_wrapped_sum(ec)
+    B = tw["B"] * (10 if w["form"] == "int8" else 1)
+    i = np.arange(B, dtype=np.int64)
+    if w["form"] == "mod":
+        raw = i % w["p"] * w["q"]
+    else:
+        raw = (i * w["q"]).astype(np.int8 if w["form"] == "int8" else np.int16).astype(np.int64)
+    # guarded: only the rows i < L are read (tc.if_then_else), the table fits those
+    L = B if w.get("guard") is None else max(1, B - w["guard"])
+    c = int(-raw[:L].min())
+    rows = raw[:L] + c
+    V = max(1, int(rows.max()) + 1 + w["slack"])
+    X = tc.placeholder((V, D), name="X")
+
+    def index(i):
+        if w["form"] == "mod":
+            return i % w["p"] * w["q"] + c
+        return (i * w["q"]).astype(w["form"]).astype("int32") + c
+
+    def read(i, j):
+        if L == B:
+            return X[index(i), j] * 2.0 + 1.0
+        return tc.if_then_else(i < L, X[index(i), j] * 2.0 + 1.0, -1.0)
+
+    inside = 0 <= rows.min() and rows.max() < V
+    x = np.random.default_rng(ec.seed).random((V, D), dtype=np.float32)
+    g = np.zeros((B, D), np.float32)
+    try:
+        G = tc.compute((B, D), read, name="G")
+        s = tc.create_schedule(G.op)
+        _schedule_gather(s, G, tw["schedule"])
+        f = tc.build(s, [X, G])
+        f(x, g)
+    except tc.ShapeError as e:
+        if not inside:
+            return Outcome("refused", ec, "define", str(e).splitlines()[0][:200])
+        return _failure(ec, "define", e)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "build", e)
+    if not inside:
+        return Outcome("mismatch", ec, "define",
+                       f"rows {rows.min()}..{rows.max()} of a table of {V} were read: the "
+                       f"read X[{w['form']} index] outside X was not refused")
+    want = np.full((B, D), -1, np.float32)
+    want[:L] = x[rows] * np.float32(2) + np.float32(1)
+    if not np.array_equal(g, want):
+        return Outcome("mismatch", ec, "compare", f"wrapped: got {g.ravel()[:6].tolist()}, "
+                       f"numpy {want.ravel()[:6].tolist()}")
+    return Outcome("ok", ec, "", "")
+
+
+def _run_wrapped_sum(ec: EdgeCase) -> Outcome:
+    """``S[j] = sum(X[int32(k), j] + Z[k], k < N)``, N int64 (see :func:`_run_wrapped`)."""
+    tw, w = ec.twist, ec.twist["wrapped"]
+    D, V = tw["D"], tw["V"]
+    N = tc.var("N", "int64")
+    X = tc.placeholder((V, D), name="X")
+    Z = tc.placeholder((N,), name="Z")
+    k = tc.reduce_axis((0, N), name="k")
+    S = tc.compute((D,), lambda j: tc.sum(X[k.astype("int32"), j] + Z[k], axis=k), name="S")
+    s = tc.create_schedule(S.op)
+    try:
+        f = tc.build(s, [X, Z, S])
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "build", e)
+    x = np.random.default_rng(ec.seed).random((V, D), dtype=np.float32)
+    out = np.zeros(D, np.float32)
+    terms = w["terms"] if w["terms"] != 7 else min(V, 7)
+    z = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape=(terms,), strides=(0,))
+    failed = _call_or_refusal(ec, lambda: f(x, z, out), (tc.ArgumentError,),
+                              None if terms <= V else f"a sum of X[int32(k)] over {terms} "
+                              f"terms, X of {V} rows")
+    if failed is not None:
+        return failed
+    want = x[:terms].astype(np.float64).sum(0)
+    if not np.allclose(out, want, rtol=1e-5, atol=1e-5):
+        return Outcome("mismatch", ec, "compare", f"wrapped sum: got {out.tolist()[:6]}, "
+                       f"numpy {want.tolist()[:6]}")
     return Outcome("ok", ec, "", "")
 
 

@@ -118,6 +118,93 @@ def test_index_provably_out_of_range_is_rejected_when_defined():
     tc.compute((8,), lambda i: tc.if_then_else(i < 7, A[i + 1], 0.0), name="C")
 
 
+def test_index_out_of_range_between_the_corners_is_rejected_when_defined():
+    """An index whose extremes are not at the domain's corners -- ``(i % 7)*100`` over 10
+    rows (in range at i = 0 and i = 9, 300 at i = 3), ``int8(i) + 100`` over 256 rows
+    (the cast wraps at i = 128) -- is evaluated at every point of a small domain: a read
+    outside is a ShapeError naming the point, where it read past the tensor unchecked."""
+    A = tc.placeholder((300,), name="A")
+    with pytest.raises(tc.ShapeError, match=r"compute C: the read A\[\(i % 7\)\*100\] is out "
+                                            r"of range: index 0 .* is 300 at i = 3, but "
+                                            r"dimension 0 of tensor A has extent 300"):
+        tc.compute((10,), lambda i: A[i % 7 * 100], name="C")
+    with pytest.raises(tc.ShapeError, match=r"A\[0, int32\(int8\(i\)\) \+ 100\] is out of "
+                                            r"range: index 1 .* is -28 at i = 128"):
+        # (in range at the corners: 100 at i = 0, 99 at i = 255)
+        A2 = tc.placeholder((1, 300), name="A")
+        tc.compute((256,), lambda i: A2[0, i.astype("int8").astype("int32") + 100], name="C")
+    # in range at every point: built and equal to numpy (the cast wraps, as numpy's)
+    C = tc.compute((10,), lambda i: A[i % 7 * 40], name="C")
+    D = tc.compute((256,), lambda i: A[i.astype("int8").astype("int32") + 128], name="D")
+    f = tc.build(tc.create_schedule([C.op, D.op]), [A, C, D])
+    a, c, d = np.arange(300, dtype="float32"), np.zeros(10, "float32"), np.zeros(256, "float32")
+    f(a, c, d)
+    np.testing.assert_array_equal(c, a[np.arange(10) % 7 * 40])
+    np.testing.assert_array_equal(d, a[np.arange(256).astype(np.int8).astype(np.int32) + 128])
+
+
+def test_guarded_read_out_of_range_where_its_condition_holds():
+    """A read under ``tc.if_then_else`` or a reduction's ``where=`` whose condition lets
+    it read outside (the guard off by one: ``i < 8`` for ``A[i + 1]`` of an ``A`` of 8;
+    the else branch reading ``A[0, i - 1]`` at ``i = 0``) is a ShapeError when defined,
+    naming the condition and the point (it read past ``A`` unchecked); the right guards
+    build, and give numpy's values."""
+    A = tc.placeholder((8,), name="A")
+    with pytest.raises(tc.ShapeError, match=r"compute C: the read A\[i \+ 1\] is out of range "
+                                            r"where it is read \(where i < 8\): index 0 "
+                                            r"\(i \+ 1\) is 8 at i = 7, but dimension 0 of "
+                                            r"tensor A has extent 8; fix the index or the "
+                                            r"condition that guards it"):
+        tc.compute((8,), lambda i: tc.if_then_else(i < 8, A[i + 1], 0.0), name="C")
+    A2 = tc.placeholder((3, 8), name="A2")
+    with pytest.raises(tc.ShapeError, match=r"the read A2\[j, i - 1\] is out of range where it "
+                                            r"is read \(where not \(i >= 1 && j < 3\)\): "
+                                            r"index 1 \(i - 1\) is -1 at i = 0"):
+        tc.compute((8, 3), lambda i, j: tc.if_then_else(tc.all(i >= 1, j < 3), 0.0,
+                                                        A2[j, i - 1]), name="C")
+    k = tc.reduce_axis((0, 8), name="k")
+    with pytest.raises(tc.ShapeError, match=r"the read A\[k \+ 1\] is out of range where it is "
+                                            r"read \(where k <= 7\)"):
+        tc.compute((1,), lambda i: tc.sum(A[k + 1], axis=k, where=k <= 7), name="S")
+    # the right guards: built, numpy's values (a condition on another axis only needs to
+    # hold somewhere)
+    C = tc.compute((8,), lambda i: tc.if_then_else(i < 7, A[i + 1], 0.0), name="C")
+    D = tc.compute((8, 3), lambda i, j: tc.if_then_else(tc.all(i >= 1, j < 2), A2[j, i - 1],
+                                                        -1.0), name="D")
+    k = tc.reduce_axis((0, 8), name="k")
+    S = tc.compute((1,), lambda i: tc.sum(A[k + 1], axis=k, where=k < 7), name="S")
+    f = tc.build(tc.create_schedule([C.op, D.op, S.op]), [A, A2, C, D, S])
+    a, a2 = np.arange(8, dtype="float32"), np.arange(24, dtype="float32").reshape(3, 8)
+    c, d, s = np.zeros(8, "float32"), np.zeros((8, 3), "float32"), np.zeros(1, "float32")
+    f(a, a2, c, d, s)
+    np.testing.assert_array_equal(c, np.append(a[1:], 0))
+    want = np.full((8, 3), -1, "float32")
+    want[1:, :2] = a2[:2, :7].T
+    np.testing.assert_array_equal(d, want)
+    assert s[0] == a[1:].sum()
+
+
+def test_narrowing_cast_in_a_symbolic_read_must_not_wrap():
+    """``A[int32(k)]`` in a sum over an int64 ``N`` terms: at k = N - 1 = 2**32 the cast
+    gives 0, in range, and the corners passed while k = 10 .. 2**31 - 1 read past ``A``
+    (a segfault).  The cast's operand must fit int32 at the corners: ArgumentError."""
+    N = tc.var("N", "int64")
+    A = tc.placeholder((10,), name="A")
+    B = tc.placeholder((N,), name="B")
+    k = tc.reduce_axis((0, N), name="k")
+    C = tc.compute((1,), lambda i: tc.sum(A[k.astype("int32")] + B[k], axis=k), name="C")
+    f = tc.build(tc.create_schedule(C.op), [A, B, C])
+    b = np.lib.stride_tricks.as_strided(np.zeros(1, "float32"), shape=(2**32 + 1,),
+                                        strides=(0,))
+    with pytest.raises(tc.ArgumentError, match=r"N = 4294967297 .*the value k cast to int32 in "
+                                               r"the read A\[int32\(k\)\] of compute C at "
+                                               r"k = N - 1i64, which must be <= 2147483647"):
+        f(np.ones(10, "float32"), b, np.zeros(1, "float32"))
+    c = np.zeros(1, "float32")
+    f(np.arange(10, dtype="float32"), np.zeros(7, "float32"), c)
+    assert c[0] == 21
+
+
 def test_checked_build_symbolic_extent():
     n = tc.var("n")
     A = tc.placeholder((n,), name="A")

@@ -146,7 +146,7 @@ def test_mangled_text_raises_only_parse_errors():
     reads it or raises IRParseError (never another exception)."""
     A = tc.placeholder((20, 16), name="A", dtype="float16")
     B = tc.compute((20, 16), lambda i, j: tc.if_then_else(
-        i > 2, A[i, j].astype("float32") * 0.5, tc.exp(A[i - 1, j].astype("float32"))),
+        i > 2, A[i, j].astype("float32") * 0.5, tc.exp(A[i + 1, j].astype("float32"))),
         name="B")
     s = tc.create_schedule(B.op)
     jo, ji = s[B].split(B.op.axis[1], factor=8)
