@@ -45,18 +45,14 @@ from typing import Dict
 
 from ..errors import ScheduleError, TargetError
 from ..target.cuda import sm_number
+# the descriptors' swizzle modes: the tensor intrinsics' (te) facts, read here too
+from ..te.intrin_wgmma import SWIZZLE, SWIZZLE_ROW_BYTES  # noqa: F401
 
 #: warpgroup: the 4 consecutive warps that issue one wgmma together
 WARPGROUP = 128
 #: the N extents of wgmma.mma_async.m64nNk16 for f16 / bf16 operands (PTX ISA, "Matrix
 #: shape": N a multiple of 8 from 8 to 256)
 WGMMA_N = tuple(range(8, 257, 8))
-#: the swizzle modes of a matrix descriptor, bits 62-63 (PTX ISA 8.x, "Asynchronous
-#: Warpgroup Level Matrix Shared Memory Layout: Matrix Descriptor Format")
-SWIZZLE = {"none": 0, "128B": 1, "64B": 2, "32B": 3}
-#: the bytes of one row of a swizzle pattern (the k extent a K-major swizzled tile's row
-#: holds), and the bytes after which the pattern repeats (8 rows)
-SWIZZLE_ROW_BYTES = {"128B": 128, "64B": 64, "32B": 32}
 WGMMA_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
 
 

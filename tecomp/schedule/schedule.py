@@ -21,6 +21,7 @@ from ..ir.expr import (
 from ..ir.deep import deep_entry
 from ..ir.functor import Mutator, map_combiner, substitute
 from ..ir.names import display, is_pragma_name
+from ..ir.simplify import simplify
 from ..target import FRAGMENT_SCOPES
 from ..te.scatter import ScatterOp
 from ..te.tensor import (
@@ -898,7 +899,6 @@ def _zero_past_edge(source, k: Var, past=()) -> bool:
 def _false_at(cond, k: Var, value: int) -> bool:
     """Whether ``cond`` simplifies to false with ``k = value`` (whatever else it reads:
     a condition on other variables too is not false)."""
-    from ..ir.simplify import simplify
     got = simplify(substitute(cond, {k: Const(value, k.dtype)}))
     return isinstance(got, Const) and not got.value
 

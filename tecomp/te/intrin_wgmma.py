@@ -53,6 +53,13 @@ from .intrin_mma import _fragment, _shared
 from .tensor import compute, const, placeholder, reduce_axis
 from .reduce import sum as _sum
 
+#: the swizzle modes of a matrix descriptor, bits 62-63 (PTX ISA 8.x, "Asynchronous
+#: Warpgroup Level Matrix Shared Memory Layout: Matrix Descriptor Format")
+SWIZZLE = {"none": 0, "128B": 1, "64B": 2, "32B": 3}
+#: the bytes of one row of a swizzle pattern (the k extent a K-major swizzled tile's row
+#: holds), and the bytes after which the pattern repeats (8 rows)
+SWIZZLE_ROW_BYTES = {"128B": 128, "64B": 64, "32B": 32}
+
 #: the N of the declared intrinsics (one warpgroup's tile is 64 x N)
 WGMMA_TILE_N = (16, 32, 64, 128, 256)
 #: the k of the declared intrinsics: 16 (``cuda.wgmma_*_n<N>``), and whole k steps of 32
@@ -135,7 +142,6 @@ def _emit(name: str, t: str, n: int, k: int = 16):
 def _swizzled_rows(name: str, view, k: int):
     """(swizzle mode, row stride in elements) of an operand of a ``_rows`` intrinsic: a
     tile of a swizzled TMA ring whose rows are the swizzle's bytes (BuildError else)."""
-    from ..codegen.cuda_hopper import SWIZZLE_ROW_BYTES
     swz = getattr(view, "swizzle", "none")
     s = view.strides
     span = SWIZZLE_ROW_BYTES.get(swz)
@@ -155,7 +161,6 @@ def _rows_emit(name: str, t: str, n: int, k: int):
     of ``k``, A and B rows of a swizzled ring (the tensor maps' swizzle, the same mode in
     the descriptors: SBO the 8-row pattern, LBO unused, each 16 of k 32 bytes further
     along the row, as the hardware applies the XOR to the address it computes)."""
-    from ..codegen.cuda_hopper import SWIZZLE, SWIZZLE_ROW_BYTES
 
     def emit(cb, ins, outs):
         c = _fragment(name, outs[0], "mma.accumulator")
