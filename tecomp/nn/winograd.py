@@ -30,7 +30,6 @@ from functools import lru_cache
 from typing import Sequence
 
 from .. import te as _te
-from ..errors import ShapeError
 from ..ir.expr import Const
 from ..te.tensor import Tensor
 from ._check import Args
@@ -38,8 +37,10 @@ from ._check import Args
 __all__ = ["winograd_matrices", "winograd_weight_transform", "conv2d_winograd",
            "WINOGRAD_TILES", "winograd_unsupported"]
 
-#: the output tile sizes ``m`` of F(m x m, 3 x 3) tecomp builds (6 is left out: its
-#: float32 error is 10-100x the others', docs/numerics.md)
+#: the output tile sizes ``m`` of F(m x m, 3 x 3) tecomp builds.  F(6x6, 3x3) is left
+#: out of the convolutions (its matrices are :func:`winograd_matrices`'s): its float32 error,
+#: 1.7x F(4x4)'s in a numpy emulation (docs/numerics.md), is acceptable, but its 64 points
+#: unrolled make transforms and builds about twice F(4x4)'s, not measured yet
 WINOGRAD_TILES = (2, 4)
 
 #: the interpolation points of F(m, 3): the first ``m + 1`` (and the point at infinity)
@@ -106,9 +107,9 @@ def winograd_matrices(m: int):
     >>> np.allclose(AT @ ((G @ g) * (BT @ d)), np.correlate(d, g, "valid"))
     True
     """
-    if m not in (2, 4, 6):
-        raise ShapeError(f"winograd_matrices: tile {m!r:.20} is not one tecomp builds; give "
-                         "2, 4 or 6")
+    if isinstance(m, bool) or m not in (2, 4, 6):
+        Args("winograd_matrices", "F(m x m, 3 x 3)").fail(
+            f"m={m!r:.20} is not one tecomp builds; give 2, 4 or 6")
     return tuple([[float(v) for v in row] for row in mat] for mat in _exact(m))
 
 
