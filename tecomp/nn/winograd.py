@@ -92,11 +92,21 @@ def _exact(m: int, r: int = 3):
     return tuple(AT), tuple(G), tuple(BT)
 
 
-def winograd_matrices(m: int):
+def winograd_matrices(m: int) -> tuple:
     """The transforms ``(AT, G, BT)`` of F(m x m, 3 x 3) as lists of rows of floats:
     ``AT`` is ``m x a``, ``G`` is ``a x 3``, ``BT`` is ``a x a`` (``a = m + 2``); the
     1-d convolution of ``d`` (``a`` values) with ``g`` (3 taps) is
     ``AT @ ((G @ g) * (BT @ d))``.
+
+    Parameters
+    ----------
+    m : {2, 4, 6}
+        The output tile.
+
+    Returns
+    -------
+    tuple of list
+        ``(AT, G, BT)``.
 
     Examples
     --------
@@ -182,6 +192,13 @@ def winograd_weight_transform(weight: Tensor, layout: str = "NCHW", tile: int = 
         ``m`` of F(m x m, 3 x 3).
     groups : int
         As :func:`tecomp.nn.conv2d_nchw`'s.
+    name : str, optional
+        The stage's name.
+
+    Returns
+    -------
+    Tensor
+        ``[a, a, groups, I, O // groups]``.
 
     Examples
     --------
@@ -256,6 +273,11 @@ def conv2d_winograd(data: Tensor, transformed: Tensor, layout: str = "NCHW",
         or float64.
     transformed : Tensor
         ``[a, a, groups, C // groups, O // groups]``, ``a`` = tile + 2.
+    layout : {"NCHW", "NHWC"}
+        The data's layout (and the output's).
+    name : str, optional
+        The output stage's name; the others are ``<name>.vt``, ``<name>.gemm``,
+        ``<name>.pad``.
     padding, groups
         As :func:`tecomp.nn.conv2d_nchw`'s.
     tile : int, optional

@@ -172,26 +172,35 @@ _BYTES_PER_CYCLE = 32
 def winograd_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw,
                   target="llvm") -> int:
     """``algorithm="auto"``'s choice for a 3x3 stride-1 convolution (``N`` images, ``C``
-    input and ``O`` output channels, ``out_hw`` outputs): the Winograd tile ``m`` (4, or
-    2 on a plane under 4 x 4), or 0 for the direct convolution.
+    input and ``O`` output channels, ``out_hw`` outputs): the Winograd tile ``m`` (4 or
+    2), or 0 for the direct convolution.
 
-    The rule weighs the products Winograd saves (``9 m^2 - a^2`` per tile and channel
-    pair, at the FMA rate of ``lanes`` x 2 units) against its transforms' passes over
-    memory (``V`` and ``M``, ``a^2`` values per tile and channel, written and read, at
-    ``_BYTES_PER_CYCLE``), and picks Winograd where the saving is at least twice the
-    cost.  Measured exceptions (benchmarks/winograd.py, Zen 5): grouped convolutions
-    (ResNeXt's 16 channels per group: 0.75-0.97x the direct template even with the
-    stages fused per group) and NCHW (its transforms run a channel at a time) stay
-    direct."""
-    if groups != 1 or nchw or min(C // groups, O // groups) < WINOGRAD_MIN_CHANNELS:
+    Per tile size, the rule weighs the products Winograd saves (``9 m^2`` per output tile
+    and channel pair for the direct sum against ``a^2``, at the FMA rate of ``lanes`` x
+    2 units per cycle) against what it adds: the transforms' passes over memory (``V``
+    and ``M``, ``a^2`` values per tile and channel, written and read; the transformed
+    weights, ``a^2`` per channel pair, written and read at every call) at
+    ``_BYTES_PER_CYCLE``, and the weight transform's arithmetic; it picks the tile whose
+    saving is largest past 3x that cost.  On Zen 5 (benchmarks/history/2026-11-30.md) it
+    keeps batch 1's 256x14 on F(2x2) and 512x7 direct (F(4x4) ran 0.80x and 0.09x the
+    direct template there, the weight transform of 37 MB per call at 512x7), and takes
+    F(4x4) elsewhere on ResNet's layers (1.1-3x).  Measured exceptions: grouped
+    convolutions (ResNeXt's 16 channels per group: 0.75-0.97x the direct template even
+    with the stages fused per group) and NCHW (its transforms run a channel at a time:
+    0.34-0.93x) stay direct."""
+    if groups != 1 or nchw or min(C, O) < WINOGRAD_MIN_CHANNELS:
         return 0
     info = cpu_model(target)
-    m = 4 if min(out_hw) >= 4 else 2
-    al = m + 2
-    tiles = N * (-(-out_hw[0] // m)) * (-(-out_hw[1] // m))
-    direct = 9 * N * out_hw[0] * out_hw[1] * C * O
-    products = al * al * tiles * C * O
     fma_per_cycle = 2 * info.lanes
-    saved = (direct - products) / fma_per_cycle
-    moved = 4 * al * al * tiles * (C + O) * 4 / _BYTES_PER_CYCLE
-    return m if saved >= 2 * moved else 0
+    direct = 9 * N * out_hw[0] * out_hw[1] * C * O
+    best, best_net = 0, 0.0
+    for m in (4, 2):
+        al = m + 2
+        tiles = N * (-(-out_hw[0] // m)) * (-(-out_hw[1] // m))
+        saved = (direct - al * al * tiles * C * O) / fma_per_cycle
+        moved = (4 * al * al * tiles * (C + O) + 2 * al * al * C * O) * 4 / _BYTES_PER_CYCLE
+        weights = al * al * 6 * C * O / fma_per_cycle
+        net = saved - 3 * (moved + weights)
+        if net > best_net:
+            best, best_net = m, net
+    return best
