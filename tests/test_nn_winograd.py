@@ -5,6 +5,8 @@ planes that tiles do not divide, paddings 0/1/2, groups, both layouts, the weigh
 transform run apart, ``algorithm="auto"``'s choice, the gradient, and the calls it
 refuses.  Correctness only, never speed.  Shapes are tiny: a Winograd kernel unrolls its
 transforms' points, a build of about a second each."""
+import os
+
 import numpy as np
 import pytest
 
@@ -97,12 +99,15 @@ def test_algorithm_winograd_in_conv2d_and_auto_choice():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="known: the adjoints of the transforms' select chains do not "
-                   "build (LLVM's optimiser past its 425 s limit); train with "
-                   "algorithm=\"direct\"", strict=False)
+@pytest.mark.skipif(os.environ.get("TECOMP_LONG_TESTS", "") in ("", "0"),
+                    reason="builds for minutes: set TECOMP_LONG_TESTS=1")
+@pytest.mark.xfail(reason="the build may not finish: LLVM's optimiser on the adjoints of "
+                   "the transforms' select chains passed its 425 s limit in one of two runs",
+                   strict=False)
 def test_winograd_gradient_matches_torch():
     """tc.gradient through the Winograd stages: data and weight gradients against
-    PyTorch's, float64.  Known to fail to build (see the mark); kept as the target."""
+    PyTorch's, float64 (passed in one run, 711 s under load; the other's build timed out:
+    see the marks).  Train with algorithm="direct"."""
     x = RNG.standard_normal((1, 2, 4, 5))
     w = RNG.standard_normal((3, 2, 3, 3))
     X = tc.placeholder(x.shape, "float64", name="X")

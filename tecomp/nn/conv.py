@@ -333,8 +333,8 @@ def conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
         stride 1, dilation 1, float32/float64, a constant batch and not depthwise (a
         ShapeError otherwise).  ``"auto"``: Winograd where the CPU cost rule
         (:func:`tecomp.strategy.cpu.winograd.winograd_tile`) says it is faster, else direct.
-        No gradient through Winograd yet (``tc.gradient`` of it does not build in
-        reasonable time): train with ``"direct"``.
+        ``tc.gradient`` through Winograd is correct but takes minutes to build: train
+        with ``"direct"``.
     name : str, optional
         The output stage's name; helper stages are ``<name>.<what>``.
 
