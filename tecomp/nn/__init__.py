@@ -14,6 +14,8 @@ from .elementwise import (  # noqa: F401
 )
 from .conv_nd import conv1d_ncw, conv1d_nwc, conv3d_ncdhw, conv3d_ndhwc  # noqa: F401
 from .conv_transpose import conv2d_transpose_nchw, conv2d_transpose_nhwc  # noqa: F401
+from .winograd import (conv2d_winograd, winograd_matrices,  # noqa: F401
+                       winograd_weight_transform)
 from .elementwise import __all__ as _elementwise_all  # noqa: E402
 from .reduction import __all__ as _reduction_all  # noqa: E402
 from .pooling import __all__ as _pooling_all  # noqa: E402
@@ -32,5 +34,6 @@ __all__ = ["avg_pool2d", "batch_matmul", "batch_norm", "batch_norm_train", "bias
            "flatten", "gelu", "layer_norm", "log_softmax", "matmul", "max_pool2d", "mse_loss",
            "pad", "relu", "reshape", "scaled_dot_product_attention", "flash_attention", "flash_attention_backward", "sigmoid", "softmax",
            "split", "tanh", "transpose", "conv1d_ncw", "conv1d_nwc", "conv3d_ncdhw",
-           "conv3d_ndhwc", "conv2d_transpose_nchw", "conv2d_transpose_nhwc"]
+           "conv3d_ndhwc", "conv2d_transpose_nchw", "conv2d_transpose_nhwc", "conv2d_winograd",
+           "winograd_weight_transform", "winograd_matrices"]
 __all__ += [n for n in _elementwise_all + _reduction_all + _pooling_all if n not in __all__]

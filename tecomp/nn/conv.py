@@ -9,6 +9,9 @@ from ..te.tensor import Tensor
 from ._check import Args
 from ._common import ZERO_WHERE, _acc, _int, _rounded, padded_taps
 from .transform import pad
+from .winograd import (WINOGRAD_DTYPES, _weight_transform, _winograd_stages,
+                       winograd_unsupported)
+from ..ir.expr import Const
 
 __all__ = ["conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d_nchw", "depthwise_conv2d_nhwc"]
 
@@ -165,10 +168,13 @@ def _window_args(a: Args, nchw: bool, data, weight, stride, padding, dilation, w
 
 
 def _conv2d(nchw: bool, data, weight, stride, padding, dilation, name: str, out_dtype,
-            groups=1):
+            groups=1, algorithm="direct"):
     op = "conv2d_nchw" if nchw else "conv2d_nhwc"
     a = Args(op, name)
     groups = a.ints("groups", groups, 1, count=1)
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        a.fail(f"algorithm {algorithm!r:.40} is not one tecomp has; give "
+               + ", ".join(f'"{x}"' for x in ALGORITHMS))
     per = "" if groups == 1 else " // groups"
     a.tensor("data", data, 4, "NCHW [batch, channels, height, width]" if nchw else
              "NHWC [batch, height, width, channels]", "number")
@@ -195,9 +201,17 @@ def _conv2d(nchw: bool, data, weight, stride, padding, dilation, name: str, out_
                    f"({C // groups} per group); weight must be "
                    + (f"[{O}, {C // groups}, kh, kw]" if nchw else
                       f"[kh, kw, {C // groups}, {O}]"))
-    src = _padded(nchw, data, pads, name)
     acc = _acc(data.dtype, out_dtype)
     out = out_dtype or data.dtype
+    if algorithm != "direct":
+        tile = _winograd_choice(a, algorithm, nchw, data, weight, khw, stride, dilation,
+                                groups, (OH, OW), acc, out)
+        if tile:
+            U = _weight_transform(nchw, weight, tile, groups,
+                                  int(weight.shape[0 if nchw else 3].value) // groups,
+                                  int(weight.shape[1 if nchw else 2].value), f"{name}.wt")
+            return _winograd_stages(nchw, data, U, pads, (OH, OW), tile, groups, name)
+    src = _padded(nchw, data, pads, name)
     cname = name if acc == out else f"{name}.acc"
     if groups == 1:
         conv = _conv_compute(nchw, src, weight, (OH, OW), stride, dilation, cname,
@@ -214,6 +228,38 @@ def _conv2d(nchw: bool, data, weight, stride, padding, dilation, name: str, out_
                              {"group_conv2d": (stride, pads, dilation, groups)}, acc, groups,
                              pads, hw)
     return _rounded(conv, out, name)
+
+
+#: the ``algorithm=`` values of :func:`conv2d_nchw` / :func:`conv2d_nhwc`
+ALGORITHMS = ("direct", "winograd", "auto")
+
+
+def _winograd_choice(a: Args, algorithm: str, nchw: bool, data, weight, khw, stride,
+                     dilation, groups: int, out_hw, acc: str, out: str) -> int:
+    """The Winograd tile ``m`` of a convolution whose ``algorithm=`` is "winograd" (a
+    ShapeError where it cannot be one) or "auto" (0 where the direct one is chosen:
+    :func:`tecomp.strategy.cpu.winograd.winograd_tile`)."""
+    why = winograd_unsupported(khw, stride, dilation)
+    if not why and not (acc == out == data.dtype and data.dtype in WINOGRAD_DTYPES
+                        and weight.dtype == data.dtype):
+        why = f"dtype {data.dtype} (out_dtype {out})"
+    if not why and groups > 1 and weight.shape[1 if nchw else 2].value == 1:
+        why = "a depthwise grouping (one input channel per group)"
+    if not why and not isinstance(data.shape[0], Const):
+        why = "a symbolic batch"
+    if why:
+        if algorithm == "winograd":
+            a.fail(f"algorithm=\"winograd\" is for 3x3 convolutions with stride 1 and "
+                   f"dilation 1 over float32/float64 of a constant batch; this one has "
+                   f"{why}: use algorithm=\"direct\" (or \"auto\", which picks it)")
+        return 0
+    from ..strategy.cpu.winograd import winograd_tile
+    C = int(data.shape[1 if nchw else 3].value)
+    O = int(weight.shape[0 if nchw else 3].value)
+    tile = winograd_tile(nchw, int(data.shape[0].value), C, O, groups, out_hw)
+    if algorithm == "winograd":
+        return tile or 4 if min(out_hw) >= 4 else 2
+    return tile
 
 
 def _depthwise(nchw: bool, data, weight, stride, padding, dilation, name: str, out_dtype):
@@ -251,7 +297,7 @@ def _depthwise(nchw: bool, data, weight, stride, padding, dilation, name: str, o
 def conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
                 padding: int | str | Sequence = 0, dilation: int | Sequence[int] = 1,
                 name: str = "conv2d_nchw", out_dtype: str | None = None,
-                groups: int = 1) -> Tensor:
+                groups: int = 1, algorithm: str = "direct") -> Tensor:
     """2-d convolution (cross-correlation, as PyTorch) in NCHW.
 
     Parameters
@@ -279,6 +325,16 @@ def conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
         ``weight`` ``[C * M, 1, KH, KW]`` is a depthwise convolution (the stage of
         :func:`depthwise_conv2d_nchw`, tag ``depthwise_conv2d_nchw``), other groupings
         a stage tagged ``group_conv2d_nchw``.
+    algorithm : {"direct", "winograd", "auto"}, optional
+        ``"direct"``: the sum over the window, one stage.  ``"winograd"``: Winograd's
+        F(m x m, 3 x 3) (:mod:`tecomp.nn.winograd`: a weight transform, an input transform,
+        a batched GEMM per transform point and an output transform; fewer products, an
+        error a few times the direct one's, docs/numerics.md) -- only for 3x3 kernels,
+        stride 1, dilation 1, float32/float64, a constant batch and not depthwise (a
+        ShapeError otherwise).  ``"auto"``: Winograd where the CPU cost rule
+        (:func:`tecomp.strategy.cpu.winograd.winograd_tile`) says it is faster, else direct.
+        ``tc.gradient`` through Winograd is correct but takes minutes to build: train
+        with ``"direct"``.
     name : str, optional
         The output stage's name; helper stages are ``<name>.<what>``.
 
@@ -320,13 +376,15 @@ def conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
     >>> tc.utils.get_const_tuple(nn.conv2d_nchw(X4, G, padding="SAME", groups=2).shape)
     (1, 8, 8, 8)
     """
-    return _conv2d(True, data, weight, stride, padding, dilation, name, out_dtype, groups)
+    return _conv2d(True, data, weight, stride, padding, dilation, name, out_dtype, groups,
+                   algorithm)
 
 
 def conv2d_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
                 padding: int | str | Sequence = 0, dilation: int | Sequence[int] = 1,
                 name: str = "conv2d_nhwc", out_dtype: str | None = None,
-                groups: int = 1, kernel_layout: str = "HWIO") -> Tensor:
+                groups: int = 1, kernel_layout: str = "HWIO",
+                algorithm: str = "direct") -> Tensor:
     """2-d convolution in NHWC, weights in HWIO (TensorFlow's and TVM's NHWC layout), or
     OHWI / HWOI (``kernel_layout=``, as TOPI's ``conv2d_nhwc``).
 
@@ -348,6 +406,8 @@ def conv2d_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
         The weight's layout: ``[KH, KW, I, O]``, ``[O, KH, KW, I]`` or ``[KH, KW, O, I]``.
         Another than HWIO is read through a stage ``<name>.hwio`` that puts it in HWIO
         (the templates copy their weights anyway).
+    algorithm : {"direct", "winograd", "auto"}, optional
+        As :func:`conv2d_nchw`'s.
     name : str, optional
         The output stage's name; helper stages are ``<name>.<what>``.
 
@@ -369,7 +429,8 @@ def conv2d_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
     """
     if kernel_layout != "HWIO":
         weight = _hwio(weight, kernel_layout, name)
-    return _conv2d(False, data, weight, stride, padding, dilation, name, out_dtype, groups)
+    return _conv2d(False, data, weight, stride, padding, dilation, name, out_dtype, groups,
+                   algorithm)
 
 
 #: the NHWC convolutions' kernel layouts: ``(h, w, i, o)`` -> the weight's index

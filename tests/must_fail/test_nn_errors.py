@@ -606,6 +606,41 @@ CASES = [
     ("conv2d_transpose_nhwc", lambda: nn.conv2d_transpose_nhwc(
         P(1, 4, 5, name="X"), P(3, 3, 2, 4, name="W")), S,
      r"data \(X\) must be 4-d NHWC \[batch, height, width, in channels\], got 3-d"),
+    # Winograd: only 3x3, stride 1, dilation 1, float32/float64, not depthwise
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, stride=2, algorithm="winograd"), S,
+     r"conv2d_nchw conv2d_nchw: algorithm=\"winograd\" is for 3x3 convolutions with stride 1 "
+     r"and dilation 1 .*; this one has stride \(2, 2\): use algorithm=\"direct\""),
+    ("conv2d_nhwc", lambda: nn.conv2d_nhwc(H4, P(5, 5, 3, 4, name="W"), padding=2,
+                                           algorithm="winograd"), S,
+     r"this one has a 5x5 kernel: use algorithm=\"direct\""),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, dilation=2, padding=2,
+                                           algorithm="winograd"), S,
+     r"this one has dilation \(2, 2\): use algorithm=\"direct\""),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(P(2, 3, 8, 8, dtype="float16", name="X"),
+                                           P(4, 3, 3, 3, dtype="float16", name="W"),
+                                           algorithm="winograd"), S,
+     r"this one has dtype float16 .*: use algorithm=\"direct\""),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, P(3, 1, 3, 3, name="W"), groups=3,
+                                           algorithm="winograd"), S,
+     r"this one has a depthwise grouping .*: use algorithm=\"direct\""),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, algorithm="fft"), S,
+     r"conv2d_nchw conv2d_nchw: algorithm 'fft' is not one tecomp has; give \"direct\", "
+     r"\"winograd\", \"auto\""),
+    ("winograd_matrices", lambda: nn.winograd_matrices(3), S,
+     r"winograd_matrices F\(m x m, 3 x 3\): m=3 is not one tecomp builds; give 2, 4 or 6"),
+    ("winograd_weight_transform", lambda: nn.winograd_weight_transform(W4, tile=6), S,
+     r"winograd_weight_transform winograd_weight: tile 6 is not one tecomp builds; give 2 or "
+     r"4"),
+    ("winograd_weight_transform", lambda: nn.winograd_weight_transform(
+        P(4, 3, 5, 5, name="W")), S, r"weight \(W\) is a 5x5 kernel; the Winograd transform "
+     r"is for 3x3 kernels"),
+    ("conv2d_winograd", lambda: nn.conv2d_winograd(
+        X4, nn.winograd_weight_transform(W4, tile=2), tile=4), S,
+     r"conv2d_winograd conv2d_winograd: transformed \(winograd_weight\) is 4x4 per channel "
+     r"pair but tile 4 needs 6x6"),
+    ("conv2d_winograd", lambda: nn.conv2d_winograd(
+        H4, nn.winograd_weight_transform(W4, tile=2), "NHWC", groups=3), S,
+     r"transformed \(winograd_weight\) has 1 groups but groups=3"),
 ]
 
 

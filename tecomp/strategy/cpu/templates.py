@@ -29,6 +29,7 @@ from .pool import pool_into
 from .skinny import _skinny_template
 from ...target import CpuModel
 from .softmax import schedule_softmax
+from .winograd import winograd_into
 
 #: the depthwise and grouped convolutions' templates, by their stages' tags, each with the
 #: function that makes its config from the auto-scheduler's knobs (None: no config)
@@ -46,6 +47,10 @@ def _auto_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     (:func:`apply_rules`); None for any other DAG."""
     ops = _walk(outs)
     reductions = [op for op in ops if op.reduce_axis]
+    if len(outs) == 1 and any("winograd_gemm" in _op_tags(op) for op in reductions):
+        s = create_schedule([outs[0].op])
+        winograd_into(s, outs, info)
+        return _auto_rest(s, outs, info)
     if len(reductions) == 1 and {"matmul", "dense", "matmul_packed"} & _op_tags(reductions[0]):
         if _dense_rows_for_generic_rules(reductions[0], knobs):
             return None
