@@ -14,7 +14,7 @@ import tecomp as tc
 import tecomp.nn as nn
 from tecomp.errors import ShapeError
 from tecomp.nn.winograd import winograd_matrices
-from tecomp.strategy.cpu.winograd import winograd_tile
+from tecomp.nn.winograd import winograd_tile
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -68,11 +68,11 @@ def test_forward_matches_torch_float64(case):
 
 
 def test_float32_error_against_direct():
-    """float32, F(4x4, 3x3), 32 channels: within 1e-4 of the output's largest value (the
+    """float32, F(4x4, 3x3), 16 channels: within 1e-4 of the output's largest value (the
     measured error is 1e-6-1e-5 at 64-512 channels: docs/numerics.md; the transforms'
     entries up to 5 and the products of G's 1/6 and 1/24 cost about a decimal digit over
     the direct sum)."""
-    out, want = _run(False, (1, 32, 9, 9), 16, 1, 1, 4, dtype="float32")
+    out, want = _run(False, (1, 16, 9, 9), 8, 1, 1, 4, dtype="float32")
     assert np.abs(out - want).max() <= 1e-4 * np.abs(want).max()
 
 

@@ -8,9 +8,9 @@ from .. import te as _te
 from ..te.tensor import Tensor
 from ._check import Args
 from ._common import ZERO_WHERE, _acc, _int, _rounded, padded_taps
-from .transform import pad
+from .transform import _padded
 from .winograd import (WINOGRAD_DTYPES, _weight_transform, _winograd_stages,
-                       winograd_unsupported)
+                       winograd_tile, winograd_unsupported)
 from ..ir.expr import Const
 
 __all__ = ["conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d_nchw", "depthwise_conv2d_nhwc"]
@@ -141,17 +141,6 @@ def _depthwise_compute(nchw: bool, src, wload, channels, mult: int, kernel, out_
         name=name, tag="depthwise_conv2d_nhwc", attrs=attrs)
 
 
-def _padded(nchw: bool, data, pads, name: str):
-    """``data`` padded by ``pads`` (one ``(before, after)`` pair per spatial dimension),
-    the stage ``<name>.pad``; ``data`` itself without padding."""
-    if not any(b or a for b, a in pads):
-        return data
-    (pt, pb), (pl, pr) = pads
-    before, after = ((0, 0, pt, pl), (0, 0, pb, pr)) if nchw else ((0, pt, pl, 0),
-                                                                   (0, pb, pr, 0))
-    return pad(data, before, after, name=f"{name}.pad")
-
-
 def _window_args(a: Args, nchw: bool, data, weight, stride, padding, dilation, wsp):
     """The stride, dilation, padding (``(before, after)`` pairs), kernel extents, output
     extents and data's plane of a 2-d convolution of ``data`` with ``weight`` (its
@@ -238,7 +227,7 @@ def _winograd_choice(a: Args, algorithm: str, nchw: bool, data, weight, khw, str
                      dilation, groups: int, out_hw, acc: str, out: str) -> int:
     """The Winograd tile ``m`` of a convolution whose ``algorithm=`` is "winograd" (a
     ShapeError where it cannot be one) or "auto" (0 where the direct one is chosen:
-    :func:`tecomp.strategy.cpu.winograd.winograd_tile`)."""
+    :func:`tecomp.nn.winograd.winograd_tile`)."""
     why = winograd_unsupported(khw, stride, dilation)
     if not why and not (acc == out == data.dtype and data.dtype in WINOGRAD_DTYPES
                         and weight.dtype == data.dtype):
@@ -253,7 +242,6 @@ def _winograd_choice(a: Args, algorithm: str, nchw: bool, data, weight, khw, str
                    f"dilation 1 over float32/float64 of a constant batch; this one has "
                    f"{why}: use algorithm=\"direct\" (or \"auto\", which picks it)")
         return 0
-    from ..strategy.cpu.winograd import winograd_tile
     C = int(data.shape[1 if nchw else 3].value)
     O = int(weight.shape[0 if nchw else 3].value)
     tile = winograd_tile(nchw, int(data.shape[0].value), C, O, groups, out_hw)
@@ -332,7 +320,7 @@ def conv2d_nchw(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
         error a few times the direct one's, docs/numerics.md) -- only for 3x3 kernels,
         stride 1, dilation 1, float32/float64, a constant batch and not depthwise (a
         ShapeError otherwise).  ``"auto"``: Winograd where the CPU cost rule
-        (:func:`tecomp.strategy.cpu.winograd.winograd_tile`) says it is faster, else direct.
+        (:func:`tecomp.nn.winograd.winograd_tile`) says it is faster, else direct.
         ``tc.gradient`` through Winograd is correct but takes minutes to build: train
         with ``"direct"``.
     name : str, optional

@@ -14,7 +14,8 @@ from ..ir import dtype as _dt
 from ..ir.expr import Const
 from ._common import _bytes, _largest_divisor_at_most
 from ._common import _c, _int, _rounded
-from .conv import _conv_compute, _depthwise_compute, _padded
+from .conv import _conv_compute, _depthwise_compute
+from .transform import _padded
 
 # The gradients below choose between reformulations of a convolution's gradient (NHWC,
 # panels, flat rows) for a fixed vector model, never for the machine: ``tc.gradient``

@@ -481,3 +481,14 @@ def dropout(x: Tensor, p: float, seed: int | Var = 0, name: str = "dropout") -> 
         return _te.if_then_else(keep, x[i] * scale, _c(0.0, x.dtype))
 
     return _te.compute(x.shape, f, name=name, tag="elemwise,dropout")
+
+
+def _padded(nchw: bool, data, pads, name: str):
+    """``data`` padded by ``pads`` (one ``(before, after)`` pair per spatial dimension),
+    the stage ``<name>.pad``; ``data`` itself without padding."""
+    if not any(b or a for b, a in pads):
+        return data
+    (pt, pb), (pl, pr) = pads
+    before, after = ((0, 0, pt, pl), (0, 0, pb, pr)) if nchw else ((0, pt, pl, 0),
+                                                                   (0, pb, pr, 0))
+    return pad(data, before, after, name=f"{name}.pad")

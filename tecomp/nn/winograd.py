@@ -31,8 +31,10 @@ from typing import Sequence
 
 from .. import te as _te
 from ..ir.expr import Const
+from ..target import cpu_model
 from ..te.tensor import Tensor
 from ._check import Args
+from .transform import _padded
 
 __all__ = ["winograd_matrices", "winograd_weight_transform", "conv2d_winograd",
            "WINOGRAD_TILES", "winograd_unsupported"]
@@ -330,7 +332,6 @@ def _winograd_stages(nchw: bool, data, U, pads, out_hw, m: int, groups: int, nam
                      attrs=None):
     """The input transform, the GEMM and the output transform of a Winograd convolution
     of ``data`` (padded by ``pads``) with the transformed weights ``U``."""
-    from .conv import _padded   # (conv imports this module)
     AT, _, BT = _exact(m)
     al = m + 2
     dt = data.dtype
@@ -380,3 +381,46 @@ def _winograd_stages(nchw: bool, data, U, pads, out_hw, m: int, groups: int, nam
                            attrs=conv_attrs)
     return _te.compute((N, OH, OW, O), lambda n, y, x, o: out(n, o, y, x), name=name,
                        tag="winograd_conv2d_nhwc", attrs=conv_attrs)
+
+
+#: the fewest input and output channels (per group) for which ``algorithm="auto"``
+#: considers Winograd
+WINOGRAD_MIN_CHANNELS = 32
+
+
+def winograd_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw,
+                  target="llvm") -> int:
+    """``algorithm="auto"``'s choice for a 3x3 stride-1 convolution (``N`` images, ``C``
+    input and ``O`` output channels, ``out_hw`` outputs): the Winograd tile ``m`` (4 or
+    2), or 0 for the direct convolution.
+
+    Per tile size, the rule weighs the products Winograd saves (``9 m^2`` per output tile
+    and channel pair for the direct sum against ``a^2``, at the FMA rate of the target's machine
+    model, ``fma_ports`` x ``fma_lanes``) against what it adds: the transforms' passes
+    over memory (``V`` and ``M``, ``a^2`` values per tile and channel, written and read;
+    the transformed weights, ``a^2`` per channel pair, written and read at every call) at
+    its ``stream_bytes`` per cycle, and the weight transform's arithmetic; it picks the
+    tile whose saving is largest past 3x that cost.  ``target``: the CPU the convolution
+    is for (the host by default).  On Zen 5 (benchmarks/history/2026-11-30.md) it
+    keeps batch 1's 256x14 on F(2x2) and 512x7 direct (F(4x4) ran 0.80x and 0.09x the
+    direct template there, the weight transform of 37 MB per call at 512x7), and takes
+    F(4x4) elsewhere on ResNet's layers (1.1-3x).  Measured exceptions: grouped
+    convolutions (ResNeXt's 16 channels per group: 0.75-0.97x the direct template even
+    with the stages fused per group) and NCHW (its transforms run a channel at a time:
+    0.34-0.93x) stay direct."""
+    if groups != 1 or nchw or min(C, O) < WINOGRAD_MIN_CHANNELS:
+        return 0
+    info = cpu_model(target)
+    fma_per_cycle = info.fma_ports * info.fma_lanes
+    direct = 9 * N * out_hw[0] * out_hw[1] * C * O
+    best, best_net = 0, 0.0
+    for m in (4, 2):
+        al = m + 2
+        tiles = N * (-(-out_hw[0] // m)) * (-(-out_hw[1] // m))
+        saved = (direct - al * al * tiles * C * O) / fma_per_cycle
+        moved = (4 * al * al * tiles * (C + O) + 2 * al * al * C * O) * 4 / info.stream_bytes
+        weights = al * al * 6 * C * O / fma_per_cycle
+        net = saved - 3 * (moved + weights)
+        if net > best_net:
+            best, best_net = m, net
+    return best

@@ -68,6 +68,9 @@ class CpuModel:
     read_streams : int, optional
         The rows of a matrix read at once (a line of each per step) that the hardware
         prefetchers still keep up with.
+    stream_bytes : int, optional
+        Bytes one core reads and writes per cycle in a pass over arrays that stay in its
+        L2 cache.
     target : str, optional
         The target (its string) these facts are from.
     """
@@ -112,6 +115,10 @@ class CpuModel:
     #: each is followed less far ahead): a skinny GEMM's tile that leaves W's prefetch
     #: to the hardware reads at most this many rows of W at a time (8 where unmeasured)
     read_streams: int = 8
+    #: the bytes one core reads and writes per cycle in a pass over arrays that stay in
+    #: its L2 (a Winograd convolution's transforms, ``nn.winograd.winograd_tile``): 32
+    #: where unmeasured (half a 64-byte line each way)
+    stream_bytes: int = 32
     target: str = "llvm"   # the tc.Target (its string) these facts are from
 
     def __post_init__(self):
