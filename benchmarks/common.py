@@ -74,3 +74,58 @@ def interleaved_turns(fns: dict, rounds: int, turn_seconds: float = 0.1,
                 block.append(clock() - t0)
             times[n].extend(block[len(block) // 4:])
     return {n: statistics.median(v) for n, v in times.items()}
+
+
+def conv3x3_parser(doc: str):
+    """The arguments of the 3x3-convolution benchmarks (conv_taps.py, winograd.py): the
+    batches, layouts, workload kinds, shapes and ``--cpu-time``."""
+    ap = base_parser(doc, rounds=9)
+    ap.add_argument("--batch", default="1,8")
+    ap.add_argument("--layout", default="nchw,nhwc")
+    ap.add_argument("--only", default="grouped,dense")
+    ap.add_argument("--shapes", default="", help="only these CxH (e.g. 512x14,1024x7)")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time by the process's CPU time (with --threads 1)")
+    return ap
+
+
+def conv3x3_cases(args, torch, stride1: bool = False):
+    """The 3x3 convolutions, padding 1, of ResNeXt-50 32x4d's grouped layers
+    (``depthwise_conv.GROUPED``) and ResNet's layers (``resnet.LAYERS``) that ``args``
+    (:func:`conv3x3_parser`) selects (``stride1``: the stride-1 ones only), per batch
+    and layout: dicts with ``kind, layout, nchw, batch, C, K, H, s, groups``, the arrays
+    ``xa, wa`` in the layout (aligned), PyTorch's ``tx, tw`` (channels-last for NHWC)
+    and its result ``ref`` in the layout."""
+    import numpy as np
+
+    import tecomp as tc
+    from depthwise_conv import GROUPED, GROUPS
+    from resnet import LAYERS
+
+    F = torch.nn.functional
+    rng = np.random.default_rng(0)
+    work = [("grouped", C, C, H, st, GROUPS) for C, H, st in GROUPED
+            if not stride1 or st == 1] if "grouped" in args.only else []
+    work += [("dense", C, K, H, st, 1) for C, K, H, R, st in LAYERS
+             if R == 3 and (not stride1 or st == 1)] if "dense" in args.only else []
+    if args.shapes:
+        keep = set(args.shapes.split(","))
+        work = [w for w in work if f"{w[1]}x{w[3]}" in keep]
+    for batch in (int(b) for b in args.batch.split(",")):
+        for layout in args.layout.split(","):
+            nchw = layout == "nchw"
+            for kind, C, K, H, st, groups in work:
+                x = rng.standard_normal((batch, C, H, H)).astype("float32")
+                w = (rng.standard_normal((K, C // groups, 3, 3)) /
+                     np.sqrt(9 * C // groups)).astype("float32")
+                tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+                if not nchw:
+                    tx = tx.contiguous(memory_format=torch.channels_last)
+                    tw = tw.contiguous(memory_format=torch.channels_last)
+                want = F.conv2d(tx, tw, stride=st, padding=1, groups=groups)
+                ref = want.numpy() if nchw else want.permute(0, 2, 3, 1).numpy()
+                xa = x if nchw else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+                wa = w if nchw else np.ascontiguousarray(w.transpose(2, 3, 1, 0))
+                yield dict(kind=kind, layout=layout, nchw=nchw, batch=batch, C=C, K=K, H=H,
+                           s=st, groups=groups, xa=tc.aligned(xa), wa=tc.aligned(wa),
+                           tx=tx, tw=tw, ref=ref)
