@@ -437,12 +437,7 @@ class _Kernels:
         AF = s.cache_read(A, "mma.matrix_a", [SF])
         BF = s.cache_read(B, "mma.matrix_b", [SF])
         sf = s[SF]
-        _, _, ci, cj = sf.op.axis
-        kf, kk = sf.split(sf.op.reduce_axis[0], factor=FRAG)
-        fi, ci = sf.split(ci, factor=FRAG)
-        fj, cj = sf.split(cj, factor=FRAG)
-        sf.reorder(kf, fi, fj, ci, cj, kk)
-        sf.tensorize(ci, tensor_intrin(names["mma"]))
+        kf = _mma_tiles(sf, names)
         for F, intrin in ((AF, names["load_a"]), (BF, names["load_b"])):
             fs = s[F]
             fs.compute_at(sf, kf)
@@ -802,12 +797,7 @@ def _atomic_dq(k: "_Kernels", dq_acc: Tensor, pds: Tensor, ot: Stage, bo, pf: St
     qf = s[QF]
     qf.compute_at(st, w)
     qf._reduce_range(_op.mul(bo.var, _Const(cfg.block_q, i32)), cfg.block_q)
-    _, _, ci, cd = qf.op.axis
-    kf, kk = qf.split(qf.op.reduce_axis[0], factor=FRAG)
-    fi, ci = qf.split(ci, factor=FRAG)
-    fd, cd = qf.split(cd, factor=FRAG)
-    qf.reorder(kf, fi, fd, ci, cd, kk)
-    qf.tensorize(ci, tensor_intrin(names["mma"]))
+    kf = _mma_tiles(qf, names)
     for src, scope, intrin in ((pds, "mma.matrix_a", names["load_a"]),
                                (_key_tile(QF), "mma.matrix_b", names["load_b"])):
         F = s.cache_read(src, scope, [QF])
@@ -817,6 +807,19 @@ def _atomic_dq(k: "_Kernels", dq_acc: Tensor, pds: Tensor, ot: Stage, bo, pf: St
         co, c = fs.split(c, factor=FRAG)
         fs.reorder(co, r, c)
         fs.tensorize(r, tensor_intrin(intrin))
+
+
+def _mma_tiles(st, names):
+    """Stage ``st``'s last two data axes and its reduction cut into ``FRAG`` tiles, the
+    inner tile tensorized with the mma intrinsic of ``names``; the outer reduction loop
+    (where the operands' fragments are loaded) is returned."""
+    *_, ci, cj = st.op.axis
+    kf, kk = st.split(st.op.reduce_axis[0], factor=FRAG)
+    fi, ci = st.split(ci, factor=FRAG)
+    fj, cj = st.split(cj, factor=FRAG)
+    st.reorder(kf, fi, fj, ci, cj, kk)
+    st.tensorize(ci, tensor_intrin(names["mma"]))
+    return kf
 
 
 def atomic_warps(cfg: FlashConfig, d: int) -> Optional[tuple]:
