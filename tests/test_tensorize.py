@@ -762,7 +762,8 @@ def test_a_cuda_intrinsic_on_the_cpu_runs_its_loops(backend):
 
 def test_tensor_intrins_for_a_cuda_target():
     names = [t.name for t in tc.tensor_intrins_for("cuda")]
-    mma = ["cuda.mma_bf16bf16f32", "cuda.mma_f16f16f32", "cuda.mma_fill_f32",
+    mma = ["cuda.mma_atomic_add_f32", "cuda.mma_bf16bf16f32", "cuda.mma_f16f16f32",
+           "cuda.mma_fill_f32",
            "cuda.mma_load_a_bf16", "cuda.mma_load_a_f16", "cuda.mma_load_a_tf32",
            "cuda.mma_load_b_bf16", "cuda.mma_load_b_f16", "cuda.mma_load_b_tf32",
            "cuda.mma_scale_rows_f32", "cuda.mma_store_f32", "cuda.mma_tf32tf32f32"]
