@@ -89,6 +89,16 @@ def conv3x3_parser(doc: str):
     return ap
 
 
+def conv3x3_args(ap):
+    """The arguments ``ap`` (:func:`conv3x3_parser`) parses, ``--cpu-time`` only with one
+    thread; the threads pinned."""
+    args = ap.parse_args()
+    if args.cpu_time and args.threads != 1:
+        ap.error("--cpu-time times one thread's calls: use it with --threads 1")
+    pin_threads(args.threads)
+    return args
+
+
 def conv3x3_cases(args, torch, stride1: bool = False):
     """The 3x3 convolutions, padding 1, of ResNeXt-50 32x4d's grouped layers
     (``depthwise_conv.GROUPED``) and ResNet's layers (``resnet.LAYERS``) that ``args``

@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import time
 
-from common import (conv3x3_cases, conv3x3_parser, interleaved_turns, pin_threads,
-                    torch_or_none)
+from common import conv3x3_args, conv3x3_cases, conv3x3_parser, interleaved_turns, torch_or_none
 
 
 def main() -> None:
     ap = conv3x3_parser(__doc__)
     ap.add_argument("--tiles", default="2,4", help="Winograd output tiles m to time")
-    args = ap.parse_args()
-    if args.cpu_time and args.threads != 1:
-        ap.error("--cpu-time times one thread's calls: use it with --threads 1")
-    pin_threads(args.threads)
+    args = conv3x3_args(ap)
     import numpy as np
 
     import tecomp as tc

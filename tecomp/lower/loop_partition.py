@@ -58,16 +58,17 @@ from __future__ import annotations
 
 from ..ir import op as _op
 from ..ir.arith import eval_interval
-from ..ir.expr import GE, GT, LE, LT, Add, And, Const, Mul, Range, Select, Sub
+from ..ir.expr import GE, GT, LE, LT, Add, And, Const, Mul, Range, Select, Sub, Var
 from ..ir.functor import Mutator, Visitor, collect, substitute, uses_var
 from ..ir.stmt import AttrStmt, For, IfThenElse, SeqStmt, annotated_loop, seq
 
 
 def _linear(e, v):
-    """(a, rest) with e == a*v + rest, a a Python int and rest free of v; or None."""
+    """(a, rest) with e == a*v + rest, a a Python int and rest free of v; or None.  ``v``
+    is a loop counter, or any expression (a tile index ``f % c``), found by identity."""
     if e is v:
         return 1, Const(0, e.dtype)
-    if not uses_var(e, v):
+    if not (uses_var(e, v) if type(v) is Var else collect(e, lambda x: x is v)):
         return 0, e
     t = type(e)
     if t is Add or t is Sub:

@@ -26,7 +26,7 @@ only the loop's counter and what is bound outside the loop.
 from __future__ import annotations
 
 from ..ir import op as _op
-from ..ir.expr import GE, Add, Const, FloorDiv, FloorMod, Min, Mul, Sub, Var
+from ..ir.expr import GE, Const, FloorDiv, FloorMod, Min, Var
 from ..ir.functor import Mutator, Visitor, collect, free_vars, uses_var
 from ..ir.stmt import For, IfThenElse, LetStmt, PrimFunc
 from .loop_partition import _linear, _size
@@ -82,32 +82,10 @@ def _is_tail(e, c: int, v: Var) -> bool:
     c`` then fails for the last tile alone (``n - (f % t)*32 >= 32``): ``min(e, c)`` is
     the extent of a tail."""
     for a in collect(e, lambda x: isinstance(x, (FloorMod, FloorDiv)) and uses_var(x, v)):
-        k, rest = _coef(e, a)
-        if k is not None and k <= -c and not uses_var(rest, v) and free_vars(rest):
+        lin = _linear(e, a)
+        if lin is not None and lin[0] <= -c and not uses_var(lin[1], v) and free_vars(lin[1]):
             return True
     return False
-
-
-def _coef(e, a):
-    """``(k, rest)`` with ``e == k*a + rest`` (``a`` an expression, found by identity)
-    and ``k`` a Python int; ``(None, None)`` where ``e`` is not linear in ``a``."""
-    if e is a:
-        return 1, Const(0, e.dtype)
-    t = type(e)
-    if t is Add or t is Sub:
-        ka, ra = _coef(e.a, a)
-        kb, rb = _coef(e.b, a)
-        if ka is None or kb is None:
-            return None, None
-        if t is Add:
-            return ka + kb, _op.add(ra, rb)
-        return ka - kb, _op.sub(ra, rb)
-    if t is Mul and isinstance(e.b, Const):
-        k, r = _coef(e.a, a)
-        return (None, None) if k is None else (k * int(e.b.value), _op.mul(r, e.b))
-    if not collect(e, lambda x: x is a):
-        return 0, e
-    return None, None
 
 
 class _PlainLoops(Mutator):
