@@ -30,7 +30,9 @@ What is here:
   for new intrinsics, ``tc.comm_reducer`` reducers and whole computes (a custom VJP);
   :func:`register_tag_derivative` for the computes of a tag (``tecomp.nn``'s convolutions:
   the data gradient is a convolution, one per phase of the data for a stride above 1, the
-  weight gradient a ``conv2d_*_wgrad``).
+  weight gradient a ``conv2d_*_wgrad``); :func:`register_tag_equivalent` for computes that
+  equal another definition, differentiated in their place (a Winograd convolution's
+  gradient is the direct convolution's).
 * :func:`gradcheck`: finite differences in float64 and the dot-product test.
 * A default CPU schedule for derived gradients is :func:`tecomp.schedule_backward`
   (:mod:`tecomp.strategy.backward`, with the other schedules).
@@ -40,13 +42,14 @@ What is here:
 Determinism: the same program gives the same printed gradient, every time.
 """
 from .reverse import gradient, partials, stop_gradient
-from .rules import (register_derivative, register_tag_derivative, unregister_derivative,
-                    unregister_tag_derivative)
+from .rules import (register_derivative, register_tag_derivative, register_tag_equivalent,
+                    unregister_derivative, unregister_tag_derivative, unregister_tag_equivalent)
 from .inversion import Inversion, invert
 from .reference import evaluate
 from .gradcheck import GradcheckError, gradcheck
 
 __all__ = ["gradient", "gradcheck", "GradcheckError", "register_derivative",
            "unregister_derivative", "register_tag_derivative", "unregister_tag_derivative",
+           "register_tag_equivalent", "unregister_tag_equivalent",
            "stop_gradient", "invert", "Inversion", "evaluate",
            "partials"]

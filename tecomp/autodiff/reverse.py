@@ -414,6 +414,7 @@ class _Gradient:
         self._leads: Dict[tuple, bool] = {}
         self._tags: Dict[str, str] = {}
         self._ptemplates: Dict[int, List[Var]] = {}
+        self._equal: Dict[int, Optional[Tensor]] = {}
 
     # -- the graph -----------------------------------------------------------------
     def stopped(self, t: Tensor) -> bool:
@@ -422,11 +423,68 @@ class _Gradient:
     def custom(self, t: Tensor):
         return _rules.tensor_rule(t.op) if isinstance(t.op, ComputeOp) else None
 
+    def equal(self, t: Tensor) -> Tensor:
+        """The tensor differentiated in ``t``'s place: the equivalent registered for its tag
+        (:func:`~tecomp.autodiff.rules.register_tag_equivalent`: a Winograd convolution's
+        direct convolution), else ``t``.  ``t`` keeps its own form when a gradient is
+        wanted for one of the stages it replaces (those between ``t`` and what the
+        equivalent reads) or one of them is marked constant."""
+        key = id(t)
+        if key in self._equal:
+            return self._equal[key] or t
+        e = None
+        op = t.op
+        fn = _rules.tag_equivalent(op) if isinstance(op, ComputeOp) else None
+        if fn is not None and not self.stopped(t) and self.custom(t) is None:
+            res = fn(t)
+            if res is not None:
+                e, reads = res if isinstance(res, tuple) and len(res) == 2 else (res, ())
+                if not isinstance(e, Tensor) or not _same_shape(e, t) or e.dtype != t.dtype \
+                        or not isinstance(reads, (tuple, list)) \
+                        or not all(isinstance(x, Tensor) for x in reads):
+                    raise AutodiffError(
+                        f"the equivalent registered for the tag {op.tag!r} of {t.name} "
+                        f"returned {res!r:.200}; return None or (tensor, reads): a tensor of "
+                        f"its shape {_shape_str(t)} and dtype {t.dtype}, and the tuple of "
+                        "the tensors it reads")
+                stop = {id(x) for x in reads}
+                seen: set = set()
+                stack = list(op.input_tensors)
+                while stack:
+                    x = stack.pop()
+                    if id(x) in stop or id(x) in seen:
+                        continue
+                    seen.add(id(x))
+                    if id(x) in self.is_input or self.stopped(x):
+                        e = None
+                        break
+                    stack.extend(x.op.input_tensors)
+        self._equal[key] = e
+        return e or t
+
+    def topo(self) -> List[Tensor]:
+        """Every tensor the output needs, producers first (as :func:`_topo`), a tensor with
+        an equivalent (:meth:`equal`) reading what its equivalent reads."""
+        order, seen = [], {id(self.output)}
+        root = self.output
+        stack = [(root, iter(self.equal(root).op.input_tensors))]
+        while stack:
+            t, it = stack[-1]
+            for d in it:
+                if id(d) not in seen:
+                    seen.add(id(d))
+                    stack.append((d, iter(self.equal(d).op.input_tensors)))
+                    break
+            else:
+                stack.pop()
+                order.append(t)
+        return order
+
     def collect(self):
         """Topological order (producers first) and the inlined data-movement stages."""
-        order = _topo([self.output])
+        order = self.topo()
         for t in order:
-            op = t.op
+            op = self.equal(t).op
             if (isinstance(op, ComputeOp) and t is not self.output and id(t) not in self.is_input
                     and not self.stopped(t) and not isinstance(op.body, Reduce)
                     and self.custom(t) is None and _data_movement(op.body)):
@@ -441,7 +499,7 @@ class _Gradient:
         return b
 
     def deps(self, t: Tensor) -> List[Tensor]:
-        op = t.op
+        op = self.equal(t).op
         if not isinstance(op, ComputeOp):
             return []
         if self.custom(t) is not None:
@@ -485,13 +543,14 @@ class _Gradient:
                 self.custom_contribs(t, rule, adj, reach, contribs)
                 continue
             wanted = [d for d in self.deps(t) if reach.get(id(d))]
-            own = self.tag_contribs(t, adj, wanted)
+            c = self.equal(t)   # t, or the compute differentiated in its place
+            own = self.tag_contribs(c, adj, wanted)
             for d in wanted:
                 g = own.get(id(d))
                 if g is not None:
-                    contribs[id(d)].append(("own", t.name, g))
+                    contribs[id(d)].append(("own", c.name, g))
                 else:
-                    contribs[id(d)].extend(self.contribs(t, d, adj))
+                    contribs[id(d)].extend(self.contribs(c, d, adj))
         out = []
         for x in self.inputs:
             g = results.get(id(x))

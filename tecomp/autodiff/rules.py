@@ -122,6 +122,7 @@ _INTRINSICS: Dict[str, Callable] = dict(_BUILTIN_INTRINSICS)
 _REDUCERS: list = []  # [(Reducer, rule)]
 _TENSORS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # op -> rule
 _TAGS: Dict[str, Callable] = {}  # compute tag -> rule(out, adjoint, wanted) (see tag_rule)
+_EQUIVALENTS: Dict[str, Callable] = {}  # compute tag -> fn(out) -> (tensor, reads) or None
 
 
 def _prod_rule(x, rest):
@@ -279,14 +280,19 @@ def register_tag_derivative(tag: str, rule: Callable, *, override: bool = False)
         For a tag that is not a string, a rule that is not callable, or a tag that has a
         rule already without ``override=True``.
     """
-    if not isinstance(tag, str) or not tag or not callable(rule):
-        raise AutodiffError("register_tag_derivative(tag, rule): give a tag string and a "
-                            "callable rule(out, adjoint, wanted) -> dict or None")
-    if tag in _TAGS and not override and _TAGS[tag] is not rule:
-        raise AutodiffError(f"the tag {tag!r} already has a derivative rule; pass "
-                            "override=True to replace it")
-    _TAGS[tag] = rule
-    return rule
+    return _register_by_tag(_TAGS, tag, rule, override, "register_tag_derivative(tag, rule)",
+                            "callable rule(out, adjoint, wanted) -> dict or None",
+                            "a derivative rule")
+
+
+def _register_by_tag(table, tag, fn, override: bool, call: str, wants: str, what: str):
+    if not isinstance(tag, str) or not tag or not callable(fn):
+        raise AutodiffError(f"{call}: give a tag string and a {wants}")
+    if tag in table and not override and table[tag] is not fn:
+        raise AutodiffError(f"the tag {tag!r} already has {what}; pass override=True to "
+                            "replace it")
+    table[tag] = fn
+    return fn
 
 
 def unregister_tag_derivative(tag: str) -> None:
@@ -300,16 +306,74 @@ def unregister_tag_derivative(tag: str) -> None:
     _TAGS.pop(tag, None)
 
 
-def tag_rule(op):
-    """The rule registered for one of ``op``'s tags, or None."""
+def register_tag_equivalent(tag: str, fn: Callable, *, override: bool = False) -> Callable:
+    """Register another compute definition that equals the computes carrying ``tag``, to be
+    differentiated in their place.
+
+    ``tecomp.nn`` registers its Winograd convolutions this way: their gradient is the
+    direct convolution's (a convolution for the data, a ``conv2d_*_wgrad`` for the
+    weight), not the adjoints of the transforms.  ``tc.gradient`` keeps the compute's own
+    form when a gradient is wanted for one of the stages between it and ``reads`` or one
+    of them is marked constant (:func:`~tecomp.autodiff.stop_gradient`).
+
+    Parameters
+    ----------
+    tag : str
+        One of the comma-separated tags of ``op.tag``.
+    fn : callable
+        ``fn(out)`` gets the compute's output tensor and returns ``None`` (no equivalent:
+        the compute is differentiated as it is) or ``(equal, reads)``: a tensor of
+        ``out``'s shape and dtype that computes the same values, and the tensors of
+        ``out``'s graph that it reads (the stages from ``out`` back to them are the ones
+        it replaces).
+    override : bool, optional
+        Replace the tag's function (otherwise an error).
+
+    Returns
+    -------
+    callable
+        ``fn``.
+
+    Raises
+    ------
+    AutodiffError
+        For a tag that is not a string, a function that is not callable, or a tag that
+        has one already without ``override=True``.
+    """
+    return _register_by_tag(_EQUIVALENTS, tag, fn, override, "register_tag_equivalent(tag, fn)",
+                            "callable fn(out) -> (tensor, reads) or None", "an equivalent")
+
+
+def unregister_tag_equivalent(tag: str) -> None:
+    """Remove the function registered for ``tag`` by :func:`register_tag_equivalent`.
+
+    Parameters
+    ----------
+    tag : str
+        The tag.
+    """
+    _EQUIVALENTS.pop(tag, None)
+
+
+def _by_tag(table: Dict[str, Callable], op):
     tags = getattr(op, "tag", "") or ""
-    if not _TAGS or not tags:
+    if not table or not tags:
         return None
     for t in tags.split(","):
-        r = _TAGS.get(t.strip())
+        r = table.get(t.strip())
         if r is not None:
             return r
     return None
+
+
+def tag_equivalent(op):
+    """The equivalent function registered for one of ``op``'s tags, or None."""
+    return _by_tag(_EQUIVALENTS, op)
+
+
+def tag_rule(op):
+    """The rule registered for one of ``op``'s tags, or None."""
+    return _by_tag(_TAGS, op)
 
 
 def intrinsic_rule(name: str):
@@ -355,4 +419,5 @@ def reducer_of(combiner):
 
 
 __all__ = ["register_derivative", "unregister_derivative", "register_tag_derivative",
-           "unregister_tag_derivative", "intrinsic_rule", "tag_rule", "reducer_kind", "as_expr"]
+           "unregister_tag_derivative", "register_tag_equivalent", "unregister_tag_equivalent",
+           "tag_equivalent", "intrinsic_rule", "tag_rule", "reducer_kind", "as_expr"]

@@ -20,6 +20,11 @@ the other channel count.  The transforms' entries come from the interpolation po
 ``0, 1, -1, 2, -2, 1/2, -1/2`` (Cook-Toom), computed exactly (fractions) and rounded once;
 the error against the direct convolution is in docs/numerics.md.
 
+Its gradient (``tc.gradient``) is the direct convolution's: the output's tag has that
+convolution registered as its equivalent (:func:`tecomp.autodiff.register_tag_equivalent`),
+differentiated in its place (a convolution for the data, a ``conv2d_*_wgrad`` for the
+weight) instead of the transforms' adjoints.
+
 The stages carry tags the CPU template (:mod:`tecomp.strategy.cpu.winograd`) finds:
 ``winograd_vt``, ``winograd_gemm``, ``winograd_conv2d_nchw`` / ``winograd_conv2d_nhwc``.
 """
@@ -30,6 +35,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from .. import te as _te
+from ..autodiff.rules import register_tag_equivalent as _register_tag_equivalent
 from ..ir.expr import Const
 from ..target import cpu_model
 from ..te.tensor import Tensor
@@ -361,7 +367,7 @@ def _winograd_stages(nchw: bool, data, U, pads, out_hw, m: int, groups: int, nam
         return _pick(xi, [_pick(nu, row) for row in leaves])
 
     V = _te.compute((al, al, P, C), vt, name=f"{name}.vt", tag="winograd_vt",
-                    attrs={"winograd": m})
+                    attrs={"winograd": m, "winograd_padded": src is not data})
     c = _te.reduce_axis(I, name="c")
     M = _te.compute((al, al, P, groups, kg),
                     lambda xi, nu, p, g, k: _te.sum(V[xi, nu, p, g * I + c] *
@@ -381,6 +387,42 @@ def _winograd_stages(nchw: bool, data, U, pads, out_hw, m: int, groups: int, nam
                            attrs=conv_attrs)
     return _te.compute((N, OH, OW, O), lambda n, y, x, o: out(n, o, y, x), name=name,
                        tag="winograd_conv2d_nhwc", attrs=conv_attrs)
+
+
+def _direct_equivalent(out: Tensor):
+    """The direct convolution a Winograd output ``out`` equals, and the data and weight it
+    reads, or None where the weights come transformed (a placeholder: there is no weight
+    to read).  ``tc.gradient`` differentiates it in ``out``'s place
+    (:func:`tecomp.autodiff.register_tag_equivalent`): the data gradient is a
+    convolution, the weight gradient a ``conv2d_*_wgrad``, as for ``algorithm="direct"``,
+    instead of the adjoints of the transforms."""
+    from .conv import conv2d_nchw, conv2d_nhwc
+
+    op = out.op
+    conf = op.attrs.get("conv2d")
+    ins = op.input_tensors
+    if conf is None or len(ins) != 1 or "winograd_gemm" not in _tags(ins[0]):
+        return None
+    stages = {_tags(x)[0]: x for x in ins[0].op.input_tensors}
+    V, U = stages.get("winograd_vt"), stages.get("winograd_weight")
+    if V is None or U is None or len(V.op.input_tensors) != 1 \
+            or len(U.op.input_tensors) != 1:
+        return None
+    weight, src = U.op.input_tensors[0], V.op.input_tensors[0]
+    data = src.op.input_tensors[0] if V.op.attrs.get("winograd_padded") else src
+    stride, pads, dilation = conf
+    conv = conv2d_nchw if "winograd_conv2d_nchw" in _tags(out) else conv2d_nhwc
+    direct = conv(data, weight, stride, pads, dilation, name=f"{op.name}.direct",
+                  groups=int(U.shape[2].value))
+    return direct, (data, weight)
+
+
+def _tags(t: Tensor):
+    return [x.strip() for x in (getattr(t.op, "tag", "") or "").split(",")]
+
+
+_register_tag_equivalent("winograd_conv2d_nchw", _direct_equivalent, override=True)
+_register_tag_equivalent("winograd_conv2d_nhwc", _direct_equivalent, override=True)
 
 
 #: the fewest input and output channels (per group) for which ``algorithm="auto"``

@@ -164,6 +164,31 @@ def test_tag_rule_returning_a_wrong_shape():
         ad.unregister_tag_derivative("test_bad_tag_rule")
 
 
+def test_register_tag_equivalent_needs_a_tag_and_a_function():
+    with pytest.raises(tc.AutodiffError, match=r"register_tag_equivalent\(tag, fn\): give a tag"):
+        ad.register_tag_equivalent("conv", "not callable")
+    import tecomp.nn  # noqa: F401  (registers the Winograd equivalents)
+
+    with pytest.raises(tc.AutodiffError, match=r"already has an equivalent; pass override"):
+        ad.register_tag_equivalent("winograd_conv2d_nchw", lambda out: None)
+
+
+@pytest.mark.parametrize("bad", ["shape", "pair"])
+def test_tag_equivalent_returning_a_wrong_tensor(bad):
+    X = tc.placeholder((4,), name="X")
+    Y = tc.compute((4,), lambda i: X[i] * 2.0, name="Y", tag="test_bad_equivalent")
+    other = tc.compute((3,), lambda i: X[i], name="other")
+    ad.register_tag_equivalent("test_bad_equivalent", lambda out: (
+        (other, (X,)) if bad == "shape" else (out, X)))
+    try:
+        with pytest.raises(tc.AutodiffError, match=r"the equivalent registered for the tag "
+                                                   r"'test_bad_equivalent' of Y returned .*; "
+                                                   r"return None or \(tensor, reads\)"):
+            tc.gradient(Y, X)
+    finally:
+        ad.unregister_tag_equivalent("test_bad_equivalent")
+
+
 def test_gradient_through_a_multi_output_compute():
     X = tc.placeholder((4, 6), name="X")
     k = tc.reduce_axis((0, 6), name="k")
