@@ -55,7 +55,9 @@ def _run(nchw, shape, O, pad, groups, tile, dtype="float64", auto=False):
 CASES = [(True, (1, 3, 5, 7), 4, 1, 1, 2),
          (False, (2, 4, 7, 6), 4, 0, 2, 4),
          (True, (1, 4, 6, 5), 6, 2, 2, 4),
-         (False, (1, 2, 5, 5), 3, 2, 1, 2)]
+         (False, (1, 2, 5, 5), 3, 2, 1, 2),
+         # NCHW's transforms on whole vectors of channels (the host's, up to 16)
+         (True, (1, 32, 4, 5), 16, 0, 1, 2)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{'nchw' if c[0] else 'nhwc'}-p{c[3]}-g{c[4]}-F{c[5]}"
@@ -94,6 +96,11 @@ def test_algorithm_winograd_in_conv2d_and_auto_choice():
     # auto's rule: the saving over the transforms' passes
     assert winograd_tile(False, 8, 256, 256, 1, (14, 14)) in (0, 2, 4)
     assert winograd_tile(False, 8, 256, 256, 32, (14, 14)) == 0
+    # NCHW pays its transforms' gathers and scatters on top: it never picks Winograd
+    # where NHWC does not (whatever the host's machine model says)
+    for n, c, hw in ((1, 64, 56), (1, 256, 14), (8, 128, 28), (8, 512, 7), (1, 32, 8)):
+        assert winograd_tile(True, n, c, c, 1, (hw, hw)) == 0 or \
+            winograd_tile(False, n, c, c, 1, (hw, hw)) != 0
 
 
 def _stage_tags(ts):

@@ -446,14 +446,19 @@ def winograd_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw,
     is for (the host by default).  On Zen 5 (benchmarks/history/2026-11-30.md) it
     keeps batch 1's 256x14 on F(2x2) and 512x7 direct (F(4x4) ran 0.80x and 0.09x the
     direct template there, the weight transform of 37 MB per call at 512x7), and takes
-    F(4x4) elsewhere on ResNet's layers (1.1-3x).  Measured exceptions: grouped
-    convolutions (ResNeXt's 16 channels per group: 0.75-0.97x the direct template even
-    with the stages fused per group) and NCHW (its transforms run a channel at a time:
-    0.34-0.93x) stay direct."""
-    if groups != 1 or nchw or min(C, O) < WINOGRAD_MIN_CHANNELS:
+    F(4x4) elsewhere on ResNet's layers (1.1-3x).  NCHW's transforms run on vectors of
+    channels whose elements lie a plane apart: each value the input transform reads,
+    the output transform writes and the weight transform reads (``a^2`` per tile and
+    input channel, ``m^2`` per tile and output channel, 9 per channel pair) is a gather
+    or scatter lane, charged once at the machine model's ``gather_cost``.  Measured
+    exception: grouped convolutions (ResNeXt's 16 channels per group: 0.75-0.97x the
+    direct template even with the stages fused per group) stay direct."""
+    if groups != 1 or min(C, O) < WINOGRAD_MIN_CHANNELS:
         return 0
     info = cpu_model(target)
     fma_per_cycle = info.fma_ports * info.fma_lanes
+    # one element gathered, in cycles (gather_cost is in full-vector FMAs)
+    gather = info.gather_cost * info.lanes / fma_per_cycle
     direct = 9 * N * out_hw[0] * out_hw[1] * C * O
     best, best_net = 0, 0.0
     for m in (4, 2):
@@ -463,6 +468,8 @@ def winograd_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw,
         moved = (4 * al * al * tiles * (C + O) + 2 * al * al * C * O) * 4 / info.stream_bytes
         weights = al * al * 6 * C * O / fma_per_cycle
         net = saved - 3 * (moved + weights)
+        if nchw:
+            net -= (al * al * tiles * C + m * m * tiles * O + 9 * C * O) * gather
         if net > best_net:
             best, best_net = m, net
     return best

@@ -7,13 +7,21 @@ The stages, each a parallel loop of its own:
   output channels in vectors, the ``a x a`` points unrolled (the transform's selects fold
   to one sum per point, the partial sums shared);
 * the input transform ``<name>.vt`` ``[a, a, p, C]``: per tile, the channels in vectors
-  (NHWC: contiguous loads; NCHW: one channel at a time), the points unrolled; the
-  padding is read through selects (inlined), not copied;
+  (NHWC: contiguous loads; NCHW: gathers across the channel planes, the stores
+  contiguous), the points unrolled; the padding is read through selects (inlined), not
+  copied;
 * the GEMM ``<name>.gemm`` ``[a, a, p, g, k]`` per point and group: the micro-kernel of
   :mod:`.microkernel` (``MR`` tiles x ``NR`` output channels in registers, the input
   channels as the reduction), parallel over (point, group, block of tiles);
 * the output transform ``<name>`` per tile: the ``m x m`` outputs unrolled, the output
-  channels in vectors (NHWC) or one output channel at a time (NCHW).
+  channels in vectors (the loads of ``M`` contiguous; NCHW's stores scattered across
+  the output's channel planes).
+
+NCHW's transforms on vectors against one channel at a time (``NCHW_VECTORS``), F(4x4),
+one thread, CPU time, Zen 5 under load: ResNet's 64x56 1.26 -> 0.65 ms (batch 1), 37.1
+-> 8.8 ms (batch 8); 128x28 0.77 -> 0.54, 18.3 -> 5.3; 256x14 2.59 -> 1.82, 13.7 ->
+7.0 (benchmarks/history/2026-11-30.md).  Grouped NCHW convolutions fused per group, and
+channel counts past one vector that are not whole vectors, keep a channel at a time.
 """
 from __future__ import annotations
 
@@ -23,6 +31,18 @@ from .._common import _cint, _outs, _walk
 from .common import _auto_rest, _op_tags
 from .microkernel import accumulate_block, copy_out
 from ...target import CpuModel, cpu_model
+
+
+#: NCHW's transforms on vectors of channels (gathers across the input's channel planes,
+#: stores across the output's); False: one channel at a time (kept to measure against)
+NCHW_VECTORS = True
+
+
+def _nchw_vectors(channels: int, L: int) -> bool:
+    """Whether an NCHW transform runs on vectors of ``channels``: one vector or whole
+    ones (a tail's predicated lanes through the unrolled points made builds about 3x
+    longer: 76 s against 27 s for 20 channels, under load)."""
+    return NCHW_VECTORS and (channels <= L or channels % L == 0)
 
 
 def _stage_of(outs, tag: str):
@@ -105,6 +125,12 @@ def winograd_into(s: Schedule, outs, info: CpuModel) -> None:
             oo, oi = _vec(sy, ok, kg, L)
             sy.reorder(n, og, yo, xo, *([oo] if oo is not None else []), yi, xi_, oi)
         at = _par(sy, [n, og], info)
+    elif nchw and _nchw_vectors(G * kg, L):
+        # the output channels in vectors: contiguous loads of M, each of the m x m
+        # outputs a store across L channel planes
+        oo, oi = _vec(sy, o, G * kg, L)
+        sy.reorder(n, *([oo] if oo is not None else []), yo, xo, yi, xi_, oi)
+        at = _par(sy, [n] + ([oo] if oo is not None else []), info)
     elif nchw:
         sy.reorder(n, o, yo, xo, yi, xi_)
         at = _par(sy, [n, o], info)
@@ -116,7 +142,7 @@ def winograd_into(s: Schedule, outs, info: CpuModel) -> None:
     # the input transform: per tile, channels in vectors (NHWC), the points unrolled
     sv = s[V]
     xi, nu, p, c = sv.op.axis
-    if nchw:
+    if nchw and (fused or not _nchw_vectors(C, L)):
         sv.reorder(p, c, xi, nu)
     else:
         co, ci = _vec(sv, c, C // G if fused else C, L)
