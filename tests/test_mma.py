@@ -229,7 +229,7 @@ def test_lanes_that_miss_a_warp_operation_are_an_error_not_a_hang(old, new, matc
 
 @needs_cxx
 def test_the_emulation_counts_ldmatrix_bank_conflicts(built):
-    """The emulation's bank accounting: the template pads each shared row by 16 bytes, so
+    """The emulation's bank accounting (ldmatrix's reads, cp.async's writes): the template pads each shared row by 16 bytes, so
     the 8 rows of every ldmatrix phase fall in distinct banks (one wavefront each); the
     hand-written schedule leaves the rows of 32 halves (64 bytes) unpadded, so rows 0, 2,
     4, 6 share banks: 4 wavefronts per phase of A, where the row-major B tile of 64
@@ -250,8 +250,14 @@ def test_the_emulation_counts_ldmatrix_bank_conflicts(built):
         assert st["ldmatrix_wavefronts"] == st["ldmatrix_phases"] + st["ldmatrix_bank_conflicts"]
         if clean:
             assert st["ldmatrix_bank_conflicts"] == 0, st
+            # its cp.async writes: 8 lanes of 16 bytes a phase over two padded rows of
+            # 64 + 16 bytes (80 bytes apart): where the second row wraps past 128 bytes
+            # it meets the first row's banks, 2 wavefronts (the padding's cost: a swizzle
+            # instead would make both sides conflict-free)
+            assert 0 < st["cp_async_bank_conflicts"] <= st["cp_async_phases"], st
         else:
             assert st["ldmatrix_wavefronts"] >= 3 * st["ldmatrix_phases"], st
+        assert st["cp_async_wavefronts"] == st["cp_async_phases"] + st["cp_async_bank_conflicts"]
 
 
 @needs_cxx
