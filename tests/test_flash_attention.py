@@ -611,6 +611,8 @@ def test_a_torch_training_step_computes_the_flash_forward_once(monkeypatch):
     assert gemms(bwd) == ["att.flash_grad." + n for n in ("scores_k", "dpt", "dq_acc", "dkv_acc")]
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
 def test_a_torch_training_step_with_the_flash_backward_on_the_cpu():
     """The same op on the CPU: the training forward saves the logsumexp (the backward reads
     it and the output, computing no forward); the gradients match PyTorch's."""

@@ -752,9 +752,11 @@ class Stage(TracedStage):
         the other threads compute; the tiles' origins may depend only on the block and
         the loop (not on the computing threads).
 
-        ``swizzle`` (a TMA producer only: ``"32B"``, ``"64B"``, ``"128B"``): the ring's
+        ``swizzle`` (``"32B"``, ``"64B"``, ``"128B"``): the ring's
         slots are laid out swizzled, as the tensor map's ``CU_TENSOR_MAP_SWIZZLE_*`` writes
-        them: in each 8-row pattern (rows of exactly the swizzle's bytes: the tile's
+        them (with ``producer="threads"`` the threads' copies and every element access
+        place each 16-byte chunk at its swizzled address, and ``ldmatrix`` reads the rows
+        there): in each 8-row pattern (rows of exactly the swizzle's bytes: the tile's
         innermost extent), the 16-byte chunks of row ``r`` exchanged by ``chunk ^ (r %
         8)`` (128B; 64B and 32B the same on their narrower rows).  The stage's indices stay
         logical (the printed IR and the interpreter read the tile unswizzled); only the
@@ -777,12 +779,10 @@ class Stage(TracedStage):
                 "'threads' (the block's threads copy the tile, cp.async), 'tma' (one thread "
                 "issues a TMA copy of the whole tile, sm_90 and later) or 'tma_warp' (a warp "
                 "of its own issues them: warp specialisation)")
-        if swizzle not in ("none", "32B", "64B", "128B") or (
-                swizzle != "none" and producer not in ("tma", "tma_warp")):
+        if swizzle not in ("none", "32B", "64B", "128B"):
             raise ScheduleError(
                 f"double_buffer on stage {display(self.name)}: swizzle={swizzle!r:.40}; give "
-                "'none', or with a TMA producer (producer='tma' / 'tma_warp') '32B', '64B' or "
-                "'128B' (the tensor map's swizzle: the tile's rows of that many bytes)")
+                "'none', '32B', '64B' or '128B' (the tile's rows of that many bytes)")
         self.double_buffered = True
         self.buffer_stages = stages
         self.buffer_producer = producer
