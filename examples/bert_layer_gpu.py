@@ -10,7 +10,8 @@ layer, scheduled for the GPU by the auto-scheduler like the forward.  The forwar
 attention, with its padding mask, runs on FlashAttention's template (tensor cores, no
 ``seq x seq`` buffer); so does the backward's (``backward="flash"``: ``tc.gradient`` of
 the attention is FlashAttention's backward, five GEMMs a tile pair, ``dq`` added with
-atomics, never holding the scores; its logsumexp from a recomputed forward).  Each
+atomics, never holding the scores; it reads the forward's output and logsumexp, which
+the forward's kernel wrote and ``tecomp.torch`` saved: the forward runs once a step).  Each
 training step:
 
     p16 = [w.to(dtype) for w in masters]        # float32 masters, cast per step

@@ -50,6 +50,7 @@ import torch.distributed as dist
 
 from .autodiff import gradient
 from .strategy import schedule_backward
+from .strategy._common import _has_tag
 from .autoschedule import auto_schedule
 from .build import build
 from .errors import (ArgumentError, ComputeError, DTypeError, RuntimeUnavailableError,
@@ -190,6 +191,24 @@ def _transcendental(op) -> bool:
         return False
     return any(collect(b, lambda n: isinstance(n, Call) and n.op in _TRANSCENDENTAL)
                for b in op.bodies)
+
+
+def _fused_output(op) -> bool:
+    """Whether compute ``op`` is the output of an operator whose stages run in one kernel
+    (``scaled_dot_product_attention``'s: FlashAttention's on CUDA), so that the
+    gradient reads it rather than the stages under it (saving those would keep them in
+    memory, whole, off the operator's template)."""
+    return isinstance(op, ComputeOp) and _has_tag(op, "sdpa")
+
+
+def _statistic_of(op, forward: set) -> bool:
+    """Whether compute ``op``, which only the gradient reads, is computed from the
+    forward's computes alone (e.g. ``scaled_dot_product_attention(backward="flash")``'s
+    logsumexp from its row maximum and sum): the training forward writes it too, the
+    statistics it reads staying inside the forward's kernels."""
+    ins = getattr(op, "input_tensors", ())
+    return isinstance(op, ComputeOp) and bool(ins) and all(
+        id(t.op) in forward for t in ins)
 
 
 class _Training:
@@ -392,12 +411,6 @@ class Op:
                 raise ScheduleError(f"tecomp.torch.op {self.name}: the schedule function "
                                     f"returned {s!r:.60}, not a Schedule")
             return s
-        if not self.target.is_cpu:
-            raise ScheduleError(
-                f"tecomp.torch.op {self.name}: target {self.target} has no default schedule "
-                f"for arbitrary computes (the auto-scheduler is CPU-only): pass schedule=, a "
-                f"Schedule or a function outputs -> Schedule (e.g. tecomp.nn's CUDA schedules)")
-
         return auto_schedule(list(ins) + list(outs), target=self.target, trials=self.trials,
                              log=self.log, progress=False)
 
@@ -426,8 +439,16 @@ class Op:
     def _compile_backward(self, c: _Compiled):
         heads, grads = self._gradients(c)
         args = list(c.inputs) + heads + grads
-        s = schedule_backward(grads, target=self.target)
+        s = self._backward_schedule(grads, args)
         return build(s, args, target=self.target, name=f"{self.name}_backward")
+
+    def _backward_schedule(self, grads, args):
+        """The schedule of a backward (``args``: its arguments, ``grads`` its outputs):
+        :func:`~tecomp.strategy.schedule_backward` on the CPU, the GPU rules'
+        (``tc.auto_schedule``, FlashAttention's backward on its template) on CUDA."""
+        if self.target.is_cpu:
+            return schedule_backward(grads, target=self.target)
+        return auto_schedule(list(args), target=self.target, progress=False)
 
     def _grad_op(self, c: _Compiled) -> "Op":
         """The backward of ``c`` as an Op of (inputs, incoming gradients) -> the floating
@@ -440,7 +461,8 @@ class Op:
                     target = self.target
                     c.grad_op = Op(list(c.inputs) + heads, grads, target=target,
                                    name=f"{self.name}_grad", dynamic=True,
-                                   schedule=lambda outs: schedule_backward(outs, target=target))
+                                   schedule=(lambda outs: schedule_backward(outs, target=target))
+                                   if target.is_cpu else None)
         return c.grad_op
 
     def _differentiable_backward(self, tensors, grad_outputs) -> List[torch.Tensor]:
@@ -481,8 +503,8 @@ class Op:
             seen.add(id(t.op))
             if id(t.op) in outs:
                 outputs_read.append(outs[id(t.op)])
-            elif save_inner and id(t.op) in forward and (t.op.reduce_axis or
-                                                          _transcendental(t.op)):
+            elif save_inner and (id(t.op) in forward or _statistic_of(t.op, forward)) and (
+                    t.op.reduce_axis or _transcendental(t.op) or _fused_output(t.op)):
                 saved.append(t)
             elif isinstance(t.op, ComputeOp):
                 stack.extend(t.op.input_tensors)
@@ -495,7 +517,7 @@ class Op:
         new_grads, new_ins = retype(grads, list(c.inputs) + heads, replace=replace)
         args = new_ins + [replace[t] for t in saved] + \
             [replace[c.outputs[k]] for k in outputs_read] + new_grads
-        s = schedule_backward(new_grads, target=self.target)
+        s = self._backward_schedule(new_grads, args)
         bwd = build(s, args, target=self.target, name=f"{self.name}_backward")
         if saved:
             fargs = list(c.inputs) + list(c.outputs) + saved

@@ -562,15 +562,72 @@ def _sdpa_flash_backward_graph(B=2, H=2, L=37, D=32):
 def test_sdpa_with_the_flash_backward_inside_a_graph():
     """tc.gradient of a graph with scaled_dot_product_attention(backward="flash") inside
     runs the attention's backward on the flash template (five GEMMs, dq added with
-    atomics, the logsumexp from a recomputed forward; the general stages nowhere, no
-    seq x seq buffer) and the rest on the GPU rules (the numbers: the slow test below)."""
+    atomics; the general stages nowhere, no seq x seq buffer) and the rest on the GPU
+    rules (the numbers: the slow test below).  The forward runs once: its kernel writes
+    the output and the rows' logsumexp, which the backward reads (FlashAttention's saved
+    O and L), and no kernel computes either again."""
     _, _, text = _sdpa_flash_backward_graph()
-    # the forward (the head reads it) and the backward's recomputed one, then the backward
-    assert gemms(text) == ["attn.flash.scores", "attn.flash.pv"] * 2 + [
+    assert gemms(text) == ["attn.flash.scores", "attn.flash.pv"] + [
         "attn.flash_grad." + n for n in ("scores_k", "dpt", "dq_acc", "dkv_acc")]
+    kernels = re.split(r"\n(?=  blockIdx)", text)
+    [fwd] = [x for x in kernels if "attn.flash.pv.mma" in x]
+    assert re.search(r"^ +attn\[", fwd, re.M) and re.search(r"^ +attn\.lse\[", fwd, re.M)
+    assert sum(bool(re.search(r"^ +attn\.lse\[.*\] =", x, re.M)) for x in kernels) == 1
     assert not re.search(r"attn\.(scores|exp|max|sum|pv|rcp)\b", text)
     for name, dims in re.findall(r"allocate ([\w.]+): \w+\[([\d, ]+)\]", text):
         assert math.prod(int(d) for d in dims.split(",")) <= 128 * 128, (name, dims)
+
+
+def _torch_op_sdpa_flash(target, B=1, H=2, L=40, D=32):
+    torch = pytest.importorskip("torch")
+    import tecomp.torch as tct
+    q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
+    out = tc.nn.scaled_dot_product_attention(q, k, v, name="att", backward="flash")
+    return torch, tct.op([q, k, v], out, target=target, name="att_flash")
+
+
+def test_a_torch_training_step_computes_the_flash_forward_once(monkeypatch):
+    """Through tecomp.torch on CUDA (the modules' lowered IR read, nothing run): the
+    training forward's flash kernel writes the output and the logsumexp, both saved for
+    the backward (autograd's ctx), and the backward's kernels compute no forward: 1 + 6
+    kernels a step (there were 1 + 8: the backward ran the forward's kernel and a
+    logsumexp kernel again)."""
+    import tecomp.torch as tct_mod
+    texts = {}
+
+    def lowered(s, args, target=None, name=None):
+        texts[name] = str(tc.lower(s, args, target="cuda"))
+        return object()
+    monkeypatch.setattr(tct_mod, "build", lowered)
+    torch, op = _torch_op_sdpa_flash("cuda")
+    tr = op._compile_training(tct_mod._Compiled(op.inputs, op.outputs, None))
+    assert [shape({}) for shape, _ in tr.saved] == [(1, 2, 40)] and tr.outputs_read == [0]
+    train, bwd = texts[f"{op.name}_train"], texts[f"{op.name}_backward"]
+    kernels = lambda t: re.split(r"\n(?=  blockIdx)", t)[1:]  # noqa: E731
+    [fwd] = [x for x in kernels(train) if "att.flash.pv.mma" in x]
+    assert re.search(r"^ +att\[.*\] =", fwd, re.M) and re.search(r"^ +att\.lse\[.*\] =",
+                                                                  fwd, re.M)
+    assert len(kernels(train)) == 1 and len(kernels(bwd)) == 6
+    assert gemms(bwd) == ["att.flash_grad." + n for n in ("scores_k", "dpt", "dq_acc", "dkv_acc")]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
+def test_a_torch_training_step_with_the_flash_backward_on_the_cpu():
+    """The same op on the CPU: the training forward saves the logsumexp (the backward reads
+    it and the output, computing no forward); the gradients match PyTorch's."""
+    torch, op = _torch_op_sdpa_flash("llvm", L=20, D=16)
+    gen = torch.Generator().manual_seed(3)
+    xs = [torch.randn(1, 2, 20, 16, generator=gen).half().requires_grad_() for _ in range(3)]
+    g = torch.randn(1, 2, 20, 16, generator=gen).half()
+    op(*xs).backward(g)
+    tr = next(iter(op._compiled.values())).training
+    assert len(tr.saved) == 1 and tr.outputs_read == [0]
+    ref = [x.detach().double().requires_grad_() for x in xs]
+    torch.nn.functional.scaled_dot_product_attention(*ref).backward(g.double())
+    for x, r in zip(xs, ref):
+        np.testing.assert_allclose(x.grad.double().numpy(), r.grad.numpy(), rtol=0,
+                                   atol=2e-3 * r.grad.abs().max().item())
 
 
 @needs_cxx

@@ -10,6 +10,7 @@ into PTX with the instructions and ptxas reports no spills."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 
 import numpy as np
@@ -30,6 +31,9 @@ from wmma_examples import hand_schedule, hgemm, inputs
 needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
                                reason="the CUDA emulation needs a C++ compiler")
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not on PATH")
+#: more of the same (nvcc, another emulation build): TECOMP_LONG_TESTS=1
+_SLOW = [pytest.mark.slow, pytest.mark.skipif(
+    os.environ.get("TECOMP_LONG_TESTS", "") in ("", "0"), reason="TECOMP_LONG_TESTS=1")]
 
 #: (M, N, K, hand_schedule's tiling): odd multiples of the 16 x 16 x 16 tile
 SHAPES = {
@@ -229,7 +233,7 @@ def test_lanes_that_miss_a_warp_operation_are_an_error_not_a_hang(old, new, matc
 
 @needs_cxx
 def test_the_emulation_counts_ldmatrix_bank_conflicts(built):
-    """The emulation's bank accounting: the template pads each shared row by 16 bytes, so
+    """The emulation's bank accounting (ldmatrix's reads, cp.async's writes): the template pads each shared row by 16 bytes, so
     the 8 rows of every ldmatrix phase fall in distinct banks (one wavefront each); the
     hand-written schedule leaves the rows of 32 halves (64 bytes) unpadded, so rows 0, 2,
     4, 6 share banks: 4 wavefronts per phase of A, where the row-major B tile of 64
@@ -250,8 +254,69 @@ def test_the_emulation_counts_ldmatrix_bank_conflicts(built):
         assert st["ldmatrix_wavefronts"] == st["ldmatrix_phases"] + st["ldmatrix_bank_conflicts"]
         if clean:
             assert st["ldmatrix_bank_conflicts"] == 0, st
+            # its cp.async writes: 8 lanes of 16 bytes a phase over two padded rows of
+            # 64 + 16 bytes (80 bytes apart): where the second row wraps past 128 bytes
+            # it meets the first row's banks, 2 wavefronts (the padding's cost: a swizzle
+            # instead would make both sides conflict-free)
+            assert 0 < st["cp_async_bank_conflicts"] <= st["cp_async_phases"], st
         else:
             assert st["ldmatrix_wavefronts"] >= 3 * st["ldmatrix_phases"], st
+        assert st["cp_async_wavefronts"] == st["cp_async_phases"] + st["cp_async_bank_conflicts"]
+
+
+def _swizzled_gemm(M, N, K, layout, target="cuda-emu", stages=3):
+    """The mma template's GEMM with its tiles swizzled instead of padded
+    (``WmmaConfig(swizzle=True)``): rows of a k step of 32 halves (64 bytes: A, dense's W)
+    and of block_n = 64 halves (128 bytes: matmul's B[K, N], read by ldmatrix.trans)."""
+    A = tc.placeholder((M, K), "float16", name="A")
+    B = tc.placeholder((N, K) if layout == "dense" else (K, N), "float16", name="B")
+    C = (ops.dense if layout == "dense" else ops.matmul)(A, B, out_dtype="float32")
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 1, 2, 32, family="mma", stages=stages,
+                                        swizzle=True))
+    return [A, B, C], s
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,layout", [
+    (70, 96, 40, "matmul"),      # two k steps through the ring, edges along M and K
+    pytest.param(33, 48, 19, "dense", marks=_SLOW),   # one k step (no ring): still swizzled
+])
+def test_swizzled_tiles_meet_every_bank_once(M, N, K, layout):
+    """double_buffer(swizzle=) with the threads' cp.async copies: each copy's 16-byte
+    chunk at its swizzled address, ldmatrix's rows read there (64B and 128B swizzles,
+    .trans too): float64's result, and the emulation's bank counter finds no conflict
+    on either side (padded rows: a third of the copies' phases conflict, above)."""
+    args, s = _swizzled_gemm(M, N, K, layout)
+    mod = tc.build(s, args, target="cuda-emu")
+    rng = np.random.default_rng(M + N + K)
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal(tuple(int(d.value) for d in args[1].shape)).astype(np.float16)
+    c = np.full((M, N), np.nan, np.float32)
+    mod.shared_memory_stats(reset=True)
+    mod(a, b, c, mode="reverse")
+    bt = b.astype(np.float64).T if layout == "dense" else b.astype(np.float64)
+    close(c, a.astype(np.float64) @ bt, K)
+    st = mod.shared_memory_stats()
+    assert st["ldmatrix_phases"] > 0 and st["ldmatrix_bank_conflicts"] == 0, st
+    assert st["cp_async_bank_conflicts"] == 0, st
+    if K > 32:
+        assert st["cp_async_phases"] > 0, st
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TECOMP_LONG_TESTS", "") in ("", "0"),
+                    reason="TECOMP_LONG_TESTS=1")
+def test_ptxas_of_swizzled_tiles():
+    """The swizzled copies and ldmatrix addresses through ptxas (sm_80): cp.async and
+    ldmatrix in the PTX, no spills."""
+    args, s = _swizzled_gemm(1000, 3072, 768, "dense", target="cuda -arch=sm_80", stages=4)
+    src = tc.build(s, args, target="cuda -arch=sm_80").get_source()
+    ptx = compile_ptx(src, "sm_80")
+    assert "cp.async.cg.shared.global" in ptx and "ldmatrix.sync.aligned.m8n8.x4" in ptx
+    for kernel, use in ptxas_usage(src, "sm_80").items():
+        assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
 
 
 @needs_cxx

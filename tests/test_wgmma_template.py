@@ -73,10 +73,18 @@ def test_wgmma_template_in_the_emulation(M, N, K, dtype, layout, cfg):
     a = torch.randn(M, K, generator=g).to(TORCH[dtype])
     b = torch.randn(*((N, K) if layout == "dense" else (K, N)), generator=g).to(TORCH[dtype])
     c = np.full((M, N), np.nan, np.float32)
+    mod.shared_memory_stats(reset=True)
     mod(a, b, c)
     bd = b.double().T if layout == "dense" else b.double()
     np.testing.assert_allclose(c, (a.double() @ bd).numpy(), rtol=1e-4, atol=1e-3)
     assert "tc_wgmma_m64n" in mod.get_source()
+    # the cp.async ring's core matrices (128 contiguous bytes each): wgmma's operand
+    # reads meet each bank once per phase, and so do the 16-byte cp.async writes (8
+    # lanes, the 8 rows of a core matrix): no conflict (the emulation's bank counter;
+    # matmul's B[K, N] is copied transposed, 2 bytes at a time, plain stores: uncounted)
+    st = mod.shared_memory_stats()
+    assert st["wgmma_phases"] > 0 and st["wgmma_bank_conflicts"] == 0, st
+    assert st["cp_async_phases"] > 0 and st["cp_async_bank_conflicts"] == 0, st
 
 
 @needs_cxx
@@ -167,6 +175,58 @@ def test_wgmma_boundary_tiles_in_the_emulation(M, N, K, dtype, bt, at, batch, ep
     from test_tensorcore_edges import check_case
     mod = check_case(M, N, K, dtype, bt, at, batch, epilogue, cfg, "cuda-emu")
     assert "tc_wgmma_m64n" in mod.get_source()
+    st = mod.shared_memory_stats()   # (zero-filled tiles: core matrices all the same)
+    assert st["wgmma_phases"] > 0 and st["wgmma_bank_conflicts"] == 0, st
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,dtype,k_tile", [
+    (100, 72, 88, "float16", 32),                                   # 64B, edges
+    pytest.param(130, 64, 200, "bfloat16", 64, marks=long_only),    # 128B
+    pytest.param(70, 40, 19, "float16", 16, marks=long_only),       # 32B, one k step
+])
+def test_swizzled_cp_async_rows_in_the_emulation(M, N, K, dtype, k_tile):
+    """``WmmaConfig(family="wgmma", swizzle=True)``: the threads' cp.async copies write
+    each 16-byte chunk of the K-major rows at its swizzled address and wgmma reads them
+    through the swizzled descriptors of the TMA ring (``cuda.wgmma_*_rows``): float64's
+    result, odd M, N and K (zeros past the edge), and the emulation's bank counter finds
+    no conflict in the copies or in wgmma's reads."""
+    A, B, C = gemm(M, N, K, dtype, "dense")
+    cfg = WmmaConfig(4, 1, 1, 8 if k_tile == 64 else 4, k_tile, family="wgmma", stages=3,
+                     swizzle=True)
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, cfg)
+    assert f"_k{k_tile}_rows" in str(tc.lower(s, [A, B, C], target="cuda-emu"))
+    mod = tc.build(s, [A, B, C], target="cuda-emu")
+    g = torch.Generator().manual_seed(M + N + K)
+    a = torch.randn(M, K, generator=g).to(TORCH[dtype])
+    b = torch.randn(N, K, generator=g).to(TORCH[dtype])
+    c = np.full((M, N), np.nan, np.float32)
+    mod.shared_memory_stats(reset=True)
+    mod(a, b, c, mode="reverse")
+    np.testing.assert_allclose(c, (a.double() @ b.double().T).numpy(), rtol=1e-4, atol=1e-3)
+    st = mod.shared_memory_stats()
+    assert st["wgmma_phases"] > 0 and st["wgmma_bank_conflicts"] == 0, st
+    assert st["cp_async_bank_conflicts"] == 0, st
+
+
+@needs_nvcc
+@long_only
+def test_ptxas_sm90a_swizzled_cp_async_rows():
+    """The cp.async wgmma GEMM on swizzled rows (BERT's FFN up-projection at 1000 tokens:
+    odd M): HGMMA, cp.async, no spills."""
+    A, B, C = gemm(1000, 3072, 768, "float16", "dense")
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=3,
+                                        swizzle=True))
+    src = tc.build(s, [A, B, C], target=SM90A).get_source()
+    ptx = compile_ptx(src, "sm_90a")
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in ptx
+    assert "cp.async.cg.shared.global" in ptx
+    report, _ = ptxas_build(src, "sm_90a", sass=False)
+    assert "serialized" not in report, report
+    (use,) = parse_ptxas(report).values()
+    assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, use
 
 
 @needs_nvcc

@@ -229,6 +229,19 @@ class CudaRenderer(CSource):
             "  __builtin_memcpy(d, s, 8);\n"
             "#endif\n"
             "}}"),
+        "tc_swizzled": (
+            "// The element offset i of a swizzled tile (double_buffer(swizzle=)), its 16-byte\n"
+            "// chunks exchanged within each row's span: chunk ^ (row % 8) over the bytes.\n"
+            "{q} long long tc_swizzled(long long i, int hi, int lo, int mask) {{\n"
+            "  return i ^ (((i >> hi) & mask) << lo);\n"
+            "}}"),
+        "tc_swizzled_ptr": (
+            "// A pointer into a swizzled tile (its slots on 1024-byte boundaries) moved to\n"
+            "// where the swizzle puts that 16-byte chunk (what ldmatrix's row addresses need).\n"
+            "template <typename T> {q} T* tc_swizzled_ptr(T* p, unsigned mask) {{\n"
+            "  unsigned long long a = (unsigned long long)p;\n"
+            "  return (T*)(a ^ (((a >> 7) & mask) << 4));\n"
+            "}}"),
         "tc_move16": (
             "// 16 bytes from s to d, both 16-byte aligned, as one move.\n"
             "{q} void tc_move16(void* d, const void* s) {{\n"
@@ -249,6 +262,9 @@ class CudaRenderer(CSource):
             f"  *({ {4: 'unsigned int', 8: 'uint2', 16: 'uint4'}[n]}*)d = "
             f"*(const { {4: 'unsigned int', 8: 'uint2', 16: 'uint4'}[n]}*)s;\n"
             f"#else\n"
+            f"#ifdef TECOMP_CUDA_EMU\n"
+            f"  tecomp_emu::cp_async_written(d, {n});   // (the emulation's bank count)\n"
+            f"#endif\n"
             f"  __builtin_memcpy(d, s, {n});\n"
             f"#endif\n"
             f"}}}}") for n in (4, 8, 16)},
@@ -263,6 +279,9 @@ class CudaRenderer(CSource):
             f":: \"r\"((unsigned)__cvta_generic_to_shared(d)), \"l\"(s), \"r\"(src_bytes) : "
             f"\"memory\");\n"
             f"#else\n"
+            f"#ifdef TECOMP_CUDA_EMU\n"
+            f"  tecomp_emu::cp_async_written(d, {n});   // (the emulation's bank count)\n"
+            f"#endif\n"
             f"  for (int b = 0; b < {n}; ++b)\n"
             f"    ((char*)d)[b] = b < src_bytes ? ((const char*)s)[b] : (char)0;\n"
             f"#endif\n"
@@ -496,7 +515,7 @@ class CudaRenderer(CSource):
             base = simplify(substitute(flat, {s.var: Const(0, s.var.dtype)}))
             if simplify(_op.sub(flat, base)) is not s.var:  # not contiguous in the loop
                 return None
-            ptrs.append(f"&{self.buffer_ref(buf)}[{self.expr_top(base)}]")
+            ptrs.append(f"&{self.buffer_ref(buf)}[{self.swizzled(buf, self.expr_top(base))}]")
         return ptrs
 
     def zero_fill_copy(self, s: For) -> bool:
@@ -553,7 +572,7 @@ class CudaRenderer(CSource):
         self.close_block()
         return True
 
-    def flat_index(self, buf: Buffer, indices) -> str:
+    def flat_index(self, buf: Buffer, indices, logical: bool = False) -> str:
         # an index read from memory (a gather's id) is checked where it is used: no check
         # of the arguments before the launch can know where it points (as the CPU's)
         if any(reads_memory(i) for i in indices):
@@ -561,7 +580,8 @@ class CudaRenderer(CSource):
                 _CheckedIndex(i, buf.shape[d], f"{buf.name}[{to_str(i)}] (dimension {d} of "
                               f"{buf.name}, extent {to_str(buf.shape[d])})", i.dtype)
                 if reads_memory(i) else i for d, i in enumerate(indices))
-        return super().flat_index(buf, indices)
+        flat = super().flat_index(buf, indices)
+        return flat if logical else self.swizzled(buf, flat)
 
     def _e__CheckedIndex(self, e: _CheckedIndex) -> str:
         call = (f"{self.helper('tc_checked_index')}((long long)({self.expr_top(e.index)}), "
@@ -572,20 +592,21 @@ class CudaRenderer(CSource):
 
     def _e_BufferLoad(self, e: BufferLoad) -> str:
         _no_fragment_element(e.buffer, "read")
-        self._not_swizzled(e.buffer, "read")
         return super()._e_BufferLoad(e)
 
-    def _not_swizzled(self, buf: Buffer, what: str) -> None:
-        if buf in self.swizzles:
-            raise BuildError(
-                f"{buf.name} is a TMA ring with swizzle={self.swizzles[buf]!r}, {what} here "
-                "element by element; a swizzled tile is filled by its TMA copies and read only "
-                "by the tensor intrinsics that decode the swizzle (cuda.wgmma_*_rows): read "
-                "it with those, or double_buffer(..., swizzle='none')")
+    def swizzled(self, buf: Buffer, offset: str) -> str:
+        """C text of the element offset ``offset`` (C text) of ``buf`` where its swizzle
+        (``double_buffer(swizzle=)``) puts it: each element access of a swizzled tile
+        goes there, as the TMA copies and the readers that decode the swizzle do."""
+        swz = self.swizzles.get(buf)
+        if swz is None or swz == "none":
+            return offset
+        shift = {1: 0, 2: 1, 4: 2, 8: 3}[_dt.nbytes(buf.dtype)]
+        mask = _tma.SWIZZLE_SPAN[swz] // 16 - 1
+        return f"{self.helper('tc_swizzled')}({offset}, {7 - shift}, {4 - shift}, {mask})"
 
     def _s_BufferStore(self, s: BufferStore) -> None:
         _no_fragment_element(s.buffer, "written")
-        self._not_swizzled(s.buffer, "written")
         v = s.value
         if (self.async_depth and s.buffer.scope == "shared" and isinstance(v, BufferLoad)
                 and v.buffer.scope == "global" and v.dtype == s.buffer.dtype
@@ -683,7 +704,8 @@ class CudaRenderer(CSource):
         for box, origin in boxes:
             mp = self.tma_param(box)
             coords = ", ".join(self.expr(c) for c in box.coords(origin))
-            dst = f"&{self.buffer_ref(box.dst)}[{self.flat_index(box.dst, box.dst_origin)}]"
+            dst = (f"&{self.buffer_ref(box.dst)}"
+                   f"[{self.flat_index(box.dst, box.dst_origin, logical=True)}]")
             self.emit(f"{h(f'tc_tma_load_{len(box.dims)}d')}({dst}, &{mp}, {coords}, "
                       f"&{bar}[{rel} % {n}]);")
         if mode != "warp":
@@ -959,7 +981,8 @@ class CudaRenderer(CSource):
                 self._check_tile_alignment(s, buf, s.base(n))
             views.append(CudaIntrinView(ph.name, buf.name, buf.dtype, self.ctype(buf.dtype),
                                         shape, tuple(strides), self.buffer_ref(buf),
-                                        self.flat_index(buf, s.base(n)), scope=buf.scope,
+                                        self.flat_index(buf, s.base(n), logical=True),
+                                        scope=buf.scope,
                                         swizzle=self.swizzles.get(buf, "none")))
         self.emit(_comment(f"tensorize {intrin.name} (stage {s.stage})"))
         self.emit("{")
@@ -1203,11 +1226,11 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         rings = _tma_rings(attr.body)
         # (swizzled rings first: their slots start on their pattern's repeat, 1024 bytes)
         swz = _swizzled_rings(attr.body)
-        shared = sorted(kern.shared, key=lambda b: (b not in swz, b not in rings)) if rings \
-            else list(kern.shared)
+        shared = sorted(kern.shared, key=lambda b: (b not in swz, b not in rings)) \
+            if rings or swz else list(kern.shared)
         _check_swizzled_offsets(shared, swz)
         r.swizzles = swz
-        window = _uses_wgmma(attr.body) or bool(rings)
+        window = _uses_wgmma(attr.body) or bool(rings) or bool(swz)
         if kern.shared_bytes > MAX_STATIC_SHARED_BYTES:
             _dynamic_shared(r, namer, shared, kern.shared_bytes, window=window)
         elif window and kern.shared:

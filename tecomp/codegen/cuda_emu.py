@@ -69,7 +69,7 @@ from ..lower.tma_pipeline import map_spec
 from ..target import tma
 from .cuda import TENSOR_MAP
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 MODES = {"threads": 0, "serial": 1, "reverse": 2, "last_block_first": 3}
 HEADER_NAME = "tecomp_cuda_emu.h"
 CXX_FLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC", "-fwrapv", "-fno-strict-aliasing",
@@ -146,7 +146,9 @@ def launcher_source(cs: CudaSource) -> str:
                  '  out[1] = tecomp_emu::smem_stats().wavefronts;\n'
                  '  out[2] = tecomp_emu::smem_stats().wgmma_phases;\n'
                  '  out[3] = tecomp_emu::smem_stats().wgmma_wavefronts;\n'
-                 '  if (reset) tecomp_emu::smem_stats() = tecomp_emu::SmemStats{0, 0, 0, 0};\n'
+                 '  out[4] = tecomp_emu::smem_stats().cp_phases;\n'
+                 '  out[5] = tecomp_emu::smem_stats().cp_wavefronts;\n'
+                 '  if (reset) tecomp_emu::smem_stats_reset();\n'
                  '  pthread_mutex_unlock(tecomp_emu::smem_stats_lock());\n}')
     return "\n".join(lines) + "\n"
 
@@ -173,7 +175,7 @@ class EmuLibrary:
     def smem_stats(self, reset: bool = False) -> Dict[str, int]:
         """The shared-memory accounting of this library's warp-wide loads since it was
         loaded (or last reset): see :meth:`CudaEmuModule.shared_memory_stats`."""
-        out = (ctypes.c_longlong * 4)()
+        out = (ctypes.c_longlong * 6)()
         fn = self.lib.tecomp_emu_smem_stats
         fn.argtypes = [ctypes.POINTER(ctypes.c_longlong), ctypes.c_int]
         fn.restype = None
@@ -181,7 +183,9 @@ class EmuLibrary:
         return {"ldmatrix_phases": out[0], "ldmatrix_wavefronts": out[1],
                 "ldmatrix_bank_conflicts": out[1] - out[0],
                 "wgmma_phases": out[2], "wgmma_wavefronts": out[3],
-                "wgmma_bank_conflicts": out[3] - out[2]}
+                "wgmma_bank_conflicts": out[3] - out[2],
+                "cp_async_phases": out[4], "cp_async_wavefronts": out[5],
+                "cp_async_bank_conflicts": out[5] - out[4]}
 
     def launch(self, k: int, args: Sequence, grid, block, mode: str = "threads",
                stack_kib: Optional[int] = None) -> None:
@@ -361,7 +365,11 @@ class CudaEmuModule(CudaSourceModule):
         phase: 0 when the tiles' layout, padded or swizzled, is conflict-free).  Counted
         once per warp.  ``wgmma_phases`` / ``_wavefronts`` / ``_bank_conflicts``: the same
         for wgmma's operand reads, each 8 x 8 core matrix of A and B a phase, once per
-        wgmma of a warpgroup, its rows where the descriptor (layout, swizzle) puts them.  The library is shared by every module built from the same source,
+        wgmma of a warpgroup, its rows where the descriptor (layout, swizzle) puts them.
+        ``cp_async_phases`` / ``_wavefronts`` / ``_bank_conflicts``: the same for the
+        writes of ``cp.async`` into shared memory (a double-buffered tile's copies), a
+        warp's n-th copies together, each 128 bytes of lanes a phase (8 lanes of 16
+        bytes); plain stores are not counted.  The library is shared by every module built from the same source,
         so the counts are those of all their calls."""
         return self.lib.smem_stats(reset)
 

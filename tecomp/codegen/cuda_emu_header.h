@@ -55,6 +55,8 @@
 // belong to the loaded library).
 #pragma once
 
+#include <map>
+#include <utility>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -956,9 +958,10 @@ inline const Slot* warp_exchange(const char* op, Slot mine, int* lane) {
 struct SmemStats {
   long long phases, wavefronts;              // ldmatrix
   long long wgmma_phases, wgmma_wavefronts;  // wgmma's operand reads
+  long long cp_phases, cp_wavefronts;        // cp.async's writes (cp_async_written)
 };
 inline SmemStats& smem_stats() {
-  static SmemStats s = {0, 0, 0, 0};
+  static SmemStats s = {0, 0, 0, 0, 0, 0};
   return s;
 }
 inline pthread_mutex_t* smem_stats_lock() {
@@ -978,6 +981,82 @@ inline int phase_wavefronts(const uintptr_t* row_bytes) {
       if (n[bank] > most) most = n[bank];
     }
   return most;
+}
+
+// The wavefronts of one phase of `lanes` accesses of `bytes` each (at most 32 words):
+// the most distinct 4-byte words any bank holds.
+inline int access_wavefronts(const uintptr_t* addr, int lanes, int bytes) {
+  uintptr_t words[32][32];
+  int n[32] = {0}, most = 0;
+  for (int l = 0; l < lanes; ++l)
+    for (uintptr_t wd = addr[l] / 4, end = (addr[l] + bytes + 3) / 4; wd < end; ++wd) {
+      int bank = (int)(wd % 32), seen = 0;
+      for (int i = 0; i < n[bank]; ++i) seen |= words[bank][i] == wd;
+      if (!seen && n[bank] < 32) words[bank][n[bank]++] = wd;
+      if (n[bank] > most) most = n[bank];
+    }
+  return most;
+}
+
+// cp.async's writes into shared memory, counted as the warp's: lane l's n-th copy of a
+// block meets the n-th of the other lanes of its warp (the cooperative copies of a tile:
+// every lane the same sequence); once all 32 have written it, each phase of 128 bytes'
+// worth of lanes (8 lanes of 16 bytes, 16 of 8, 32 of 4, as the hardware splits a
+// warp's wide accesses) takes the wavefronts of its banks.  Lanes that never meet (a
+// copy under a lane-dependent guard) are left uncounted.
+struct CpWrite {
+  uintptr_t addr[32];
+  unsigned mask;
+  int bytes;
+};
+struct CpKey {
+  long long block, seq;
+  int warp;
+  bool operator<(const CpKey& o) const {
+    return block != o.block ? block < o.block : warp != o.warp ? warp < o.warp : seq < o.seq;
+  }
+};
+struct CpLog {
+  std::map<CpKey, CpWrite> pending;
+  std::map<std::pair<long long, int>, long long> seq;   // (block, thread) -> copies so far
+};
+inline CpLog& cp_log() {
+  static CpLog l;
+  return l;
+}
+
+inline void cp_async_written(const void* dst, int bytes) {
+  Runner* r = current;
+  if (r == nullptr) return;
+  int t = r->linear_thread();
+  if (r->warp_lanes(t / 32) != 32) return;
+  long long b = (long long)blockIdx.x + (long long)r->grid[0] *
+                ((long long)blockIdx.y + (long long)r->grid[1] * blockIdx.z);
+  pthread_mutex_lock(smem_stats_lock());
+  CpLog& log = cp_log();
+  long long n = log.seq[std::make_pair(b, t)]++;
+  CpKey key = {b, n, t / 32};
+  CpWrite& w = log.pending[key];
+  if (w.mask == 0) w.bytes = bytes;
+  w.addr[t & 31] = (uintptr_t)dst;
+  w.mask |= 1u << (t & 31);
+  if (w.mask == 0xffffffffu) {
+    if (w.bytes == bytes) {
+      int per = 128 / bytes;
+      for (int l = 0; l < 32; l += per) {
+        smem_stats().cp_phases += 1;
+        smem_stats().cp_wavefronts += access_wavefronts(w.addr + l, per, bytes);
+      }
+    }
+    log.pending.erase(key);
+  }
+  pthread_mutex_unlock(smem_stats_lock());
+}
+
+inline void smem_stats_reset() {
+  smem_stats() = SmemStats{0, 0, 0, 0, 0, 0};
+  cp_log().pending.clear();
+  cp_log().seq.clear();
 }
 
 inline int ldmatrix_phase_wavefronts(const Slot* rows) {

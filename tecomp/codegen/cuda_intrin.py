@@ -28,7 +28,7 @@ from .cuda_hopper import HOPPER_COLLECTIVES, HOPPER_HELPERS
 #: tc_ldmatrix_* / tc_mma_* ones below)
 HELPERS = ("tc_ld_b32", "tc_dp4a_us", "tc_dp4a_ss", "tc_ldmatrix_x4", "tc_ldmatrix_x4_trans",
            "tc_mma_m16n8k16_f16", "tc_mma_m16n8k16_bf16", "tc_tf32", "tc_mma_m16n8k8_tf32",
-           *HOPPER_HELPERS)  # sm_90a: mbarrier, cp.async.bulk, wgmma (cuda_hopper.py)
+           "tc_swizzled_ptr", *HOPPER_HELPERS)  # sm_90a: mbarrier, cp.async.bulk, wgmma (cuda_hopper.py)
 
 #: what one lane holds of a 16 x 16 tile of an ``mma.*`` fragment: its C element type and
 #: the dtypes the fragment buffer may have (the PTX ISA's m16n8k16 / m16n8k8 fragments; the

@@ -51,6 +51,7 @@ from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, SeqStmt, seq
 from .barriers import Access, access
 from .device_split import shared_array_bytes
+from ..target import tma as _tma
 from .tma_pipeline import BUFFER_PRODUCER, BUFFER_SWIZZLE, tma_ring
 
 DOUBLE_BUFFER = "double_buffer"
@@ -147,8 +148,18 @@ class _DoubleBuffer(Mutator):
     def visit_AttrStmt(self, s):
         if s.key in (DOUBLE_BUFFER, BUFFER_STAGES, BUFFER_PRODUCER, BUFFER_SWIZZLE):
             # its loop is gone (an extent of 1, or a part that loop partitioning peeled
-            # off): one iteration has nothing to overlap, one buffer is enough
-            return self.visit(s.body)
+            # off): one iteration has nothing to overlap, one buffer is enough (still laid
+            # out swizzled where asked: its readers decode it)
+            body = self.visit(s.body)
+            if s.key == BUFFER_SWIZZLE and isinstance(s.value, str) and s.value != "none":
+                inner = s.body
+                while isinstance(inner, AttrStmt) and inner.key != DOUBLE_BUFFER:
+                    inner = inner.body
+                if isinstance(inner, AttrStmt) and isinstance(inner.value, Buffer):
+                    check_swizzled_rows(inner.value, s.value, f"double_buffer on stage "
+                                        f"{display(inner.value.name)}")
+                    return AttrStmt(BUFFER_SWIZZLE, (inner.value, s.value), body)
+            return body
         return self.generic_visit(s)
 
     def _transform(self, loop: For, chain, inner, marked) -> For:
@@ -262,8 +273,12 @@ class _DoubleBuffer(Mutator):
             it = _op.add(lo, Const(p, ko.dtype))
             prologue.append(guarded(it, copies_at(it, Const(p, ko.dtype))))
         out = seq(*prologue, For(ko, lo, ext, loop.kind, body, loop.thread_tag))
+        swizzles = _swizzles(chain)
         for b in reversed(marked):
             out = Allocate(bufs[b], out)
+            if swizzles.get(b, "none") != "none":
+                check_swizzled_rows(bufs[b], swizzles[b], what)
+                out = AttrStmt(BUFFER_SWIZZLE, (bufs[b], swizzles[b]), out)
         return out
 
 
@@ -284,6 +299,26 @@ def _producers(chain, marked, what, loop) -> str:
             f"producers {' and '.join(map(repr, kinds))}; they share the loop's ring: give "
             "each the same double_buffer(producer=...)")
     return kinds[0]
+
+
+def check_swizzled_rows(ring: Buffer, swizzle: str, what: str) -> None:
+    """ScheduleError unless the slots of ``ring`` (``[stages, ..., rows, cols]``) hold
+    rows of exactly the swizzle's bytes, packed, each slot whole 8-row patterns."""
+    span = _tma.SWIZZLE_SPAN[swizzle]
+    e = _dt.nbytes(ring.dtype)
+    strides = [int(x.value) if isinstance(x, Const) else None for x in
+               (ring.strides if ring.strides is not None else ring.row_major_strides())]
+    cols, rows = ring.shape[-1], ring.shape[-2]
+    ok = (isinstance(cols, Const) and int(cols.value) * e == span and strides[-1] == 1
+          and strides[-2] == int(cols.value) and isinstance(rows, Const)
+          and int(rows.value) % 8 == 0
+          and all(x is not None and (x * e) % (8 * span) == 0 for x in strides[:-2]))
+    if not ok:
+        raise ScheduleError(
+            f"{what}: swizzle={swizzle!r} needs the tile's rows of exactly {span} bytes "
+            f"({span // e} elements of {ring.dtype}), packed (no storage_align), in whole "
+            f"8-row patterns; its rows are {cols} elements (strides {list(ring.strides)}): "
+            "give the tile that width, or swizzle='none'")
 
 
 def _swizzles(chain) -> dict:

@@ -330,7 +330,8 @@ class LowerContext:
                     raise LowerError(f"argument {pos} ({a.name}) appears twice in the argument list")
                 seen.add(id(a))
                 st = self.stage_of_tensor(a)
-                if st is not None and st.attach_type != "root":
+                # (a Stage._written_at stage writes it in full from inside a kernel)
+                if st is not None and st.attach_type != "root" and st.written is None:
                     raise LowerError(
                         f"argument {pos}: tensor {a.name} is {'inlined' if st.attach_type == 'inline' else 'computed at ' + st.attach_stage.name}; "
                         f"a tensor in the argument list is written in full: compute_root() it or "
@@ -522,15 +523,19 @@ class LowerContext:
                 ko, n = st.attach_ivar.var, Const(st.lockstep[0], dt)
                 ranges[iv] = Range(_op.add(iv.dom.min, _op.mul(
                     ko if ko.dtype == dt else Cast(ko, dt), n)), n)
-            if st.atomic is not None:
-                # (Stage._atomic_add) the region the template gives, added into the whole
+            region = st.atomic if st.atomic is not None else st.written
+            if region is not None:
+                # (Stage._atomic_add, Stage._written_at) the region the template gives,
+                # added (stored) into the whole
                 inf = self.info[st]
-                for iv, (lo, n) in zip(op.axis, st.atomic):
+                for iv, (lo, n) in zip(op.axis, region):
                     dt = iv.var.dtype
                     lo = _in_dtype(lo, dt) if isinstance(lo, Expr) else Const(int(lo), dt)
                     ranges[iv] = Range(lo, Const(int(n), dt))
                     inf.raw_extent.append(Const(int(n), dt))
                     inf.needed.append((lo, _op.add(lo, Const(int(n) - 1, dt))))
+                    if st.written is not None:   # (guarded at the tensor's edge)
+                        inf.unclipped[len(inf.needed) - 1] = inf.needed[-1]
             elif st.attach_type == "scope":
                 needed = self._needed_region(st)
                 for iv, r in zip(op.axis, needed):
@@ -552,6 +557,8 @@ class LowerContext:
                 self._check_lockstep(st)
             elif st.atomic is not None:
                 self._check_atomic(st)
+            elif st.written is not None:
+                self._check_written(st)
             elif self._stored_root(st):
                 self._check_store_root(st)
         for st in self.stages:
@@ -640,6 +647,12 @@ class LowerContext:
         if not ok:   # (only the FlashAttention template sets it)
             raise InternalError(f"{what}: not the form of FlashAttention-2's dq (a tecomp "
                                 "bug: the FlashAttention template made it)")
+
+    def _check_written(self, st: Stage) -> None:
+        """``Stage._written_at``: a global buffer written from inside a GPU kernel."""
+        if st.scope != "global" or not self._in_gpu_kernel(st):
+            raise InternalError(f"_written_at of {st.name}: not a global buffer written in a "
+                                "GPU kernel (a tecomp bug: the FlashAttention template made it)")
 
     def _atomic_zero(self, st: Stage):
         """The kernel that sets an ``_atomic_add`` stage's buffer to 0 before the kernel
@@ -920,8 +933,11 @@ class LowerContext:
             for iv in leaves[:cut]:
                 relax[iv.var] = _range0(self.info[x].extent[iv])
             if outside or x.attach_type != "scope":
-                if producer.stored_root and _root_of(consumer) is not _root_of(target):
-                    return None   # (read after the nest that computes it)
+                if producer.stored_root and (_root_of(consumer) is not _root_of(target)
+                                             or consumer.written is not None):
+                    # (read after the nest that computes it, or by a Stage._written_at
+                    # after the loop, in the same kernel)
+                    return None
                 raise ScheduleError(
                     f"compute_at of {producer.name} at {target.name}.{axis.name}: its consumer "
                     f"{consumer.name} is not computed inside that loop, so {producer.name} would "
@@ -1060,7 +1076,7 @@ class LowerContext:
             if pinf is None or p.attach_type != "scope" or (p.scope != "shared" and p.scope not in PER_THREAD_SCOPES) \
                     or not pinf.covers_reads:
                 safe = False
-        if safe:
+        if safe and st.written is None:
             return
         outer = self._outer_ranges(st)
         ranges = {**outer, **self.leaf_ranges(st)}
@@ -1697,8 +1713,9 @@ class LowerContext:
             nests.append(self.make_nest(s))
         body = seq(*nests)
         for s in reversed(kept):
-            for b in reversed(self.info[s].buffers):
-                body = Allocate(b, body)
+            for t, b in reversed(list(zip(s.origin_op._outs, self.info[s].buffers))):
+                if _key(t) not in self.arg_buffers:   # (Stage._written_at: an argument)
+                    body = Allocate(b, body)
             if s in self.lockstep_factors:
                 body = Allocate(self.lockstep_factors[s], body)
         for s in reversed(roots):

@@ -80,10 +80,14 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
 
     ``tc.gradient`` of the output differentiates these stages (they hold the scores),
     or with ``backward="flash"`` is FlashAttention's backward
-    (:func:`flash_attention_backward`, the logsumexp from a recomputed
-    :func:`flash_attention` forward, ``<name>.flash_grad.*`` and ``<name>.flash.*``
-    stages), which never holds an ``Lq x Lk`` matrix once scheduled: on CUDA targets the
-    GPU rules run it on its template, inside a larger graph too (a layer's gradient).
+    (:func:`flash_attention_backward`, ``<name>.flash_grad.*`` stages), which never
+    holds an ``Lq x Lk`` matrix once scheduled: on CUDA targets the GPU rules run it on
+    its template, inside a larger graph too (a layer's gradient).  It reads the output
+    and ``<name>.lse``, the rows' logsumexp ``max + log(sum)`` of the forward's own
+    statistics (float32; ``-inf`` for a row with no key), which FlashAttention's forward
+    kernel writes beside the output on CUDA: no forward is computed again
+    (``tecomp.torch`` saves both for the backward).  On the CPU the attention is then
+    scheduled by the generic rules (the template computes the statistics per task).
     ``"flash"`` takes what :func:`flash_attention` takes (float16/bfloat16, head dims
     multiples of 16 up to 128, no mask or an additive padding mask).
 
@@ -160,7 +164,13 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
                       lambda b, h, i, e: (pv[b, h, i, e] * rc[b, h, i]).astype(q.dtype),
                       name=name, tag="sdpa")
     if backward == "flash":
-        _flash_derivative(out, q, k, v, False, scale, name, mask)
+        # the rows' logsumexp from the forward's own statistics (FlashAttention saves
+        # it): the backward reads it and the output, and computes no forward again
+        lse = _te.compute((B, H, Lq), lambda b, h, i: _te.if_then_else(
+            sm[b, h, i] > _c(0.0, dt), mx[b, h, i] + _te.log(sm[b, h, i]),
+            _c(-math.inf, dt)).astype("float32"), name=f"{name}.lse", tag="sdpa_lse")
+        _flash_forward(q, k, v, False, scale, f"{name}.flash", mask)   # (its checks)
+        _flash_derivative(out, q, k, v, False, scale, name, mask, lse, f"{name}.flash_grad")
     elif backward != "stages":
         Args("scaled_dot_product_attention", name).fail(
             f"backward is \"stages\" (tc.gradient differentiates the stages) or \"flash\" "
@@ -168,23 +178,17 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     return out
 
 
-def _flash_derivative(out, q, k, v, causal, scale, name, mask, lse=None) -> None:
+def _flash_derivative(out, q, k, v, causal, scale, name, mask, lse, grad_name) -> None:
     """``tc.gradient`` of ``out`` (an attention's output): :func:`flash_attention_backward`
     straight to q, k and v (and the mask's gradient, plain computes, where it is asked
-    for), from the logsumexp ``lse`` of a :func:`flash_attention` forward whose output is
-    ``out`` (None: a forward ``<name>.flash`` recomputed for it, whose output the
-    backward reads too; its checks are made now)."""
+    for), from ``out`` and the rows' logsumexp ``lse`` (float32, ``[b, h, Lq]``) its
+    forward computed; the backward's stages are ``<grad_name>.*``."""
     # (the rule holds the output weakly: the registry's key must not be kept alive by its
     # value; the logsumexp strongly: the caller may have dropped it)
     out_ref = weakref.ref(out.op)
-    if lse is None:
-        fout, lse = _flash_forward(q, k, v, causal, scale, f"{name}.flash", mask)
-        grad_name = f"{name}.flash_grad"
-    else:
-        fout, grad_name = None, f"{name}_grad"
 
     def vjp(adjoint, *_):
-        o = fout if fout is not None else out_ref().output(0)
+        o = out_ref().output(0)
         dq, dk, dv = flash_attention_backward(q, k, v, o, adjoint, lse, causal, scale,
                                               grad_name, mask)
         if mask is None:
@@ -290,7 +294,8 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     """
     out, lse = _flash_forward(q, k, v, causal, scale, name, mask)
     # tc.gradient of the output: flash_attention_backward, straight to q, k and v
-    _flash_derivative(out, q, k, v, causal, out.op.attrs["scale"], name, mask, lse)
+    _flash_derivative(out, q, k, v, causal, out.op.attrs["scale"], name, mask, lse,
+                      f"{name}_grad")
 
     lse_name = lse.name   # (not the tensor: the registry's key)
 

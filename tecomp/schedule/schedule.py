@@ -108,6 +108,7 @@ class Stage(TracedStage):
         self.stored_root = False  # store_root
         self.lockstep = None      # _lockstep: (steps, rescale)
         self.atomic = None        # _atomic_add: per axis (min, extent) of the region
+        self.written = None       # _written_at: per axis (min, extent) of the region
         self.reduce_range = None  # _reduce_range: (min, extent) of its one reduce axis
 
     def _reset_loops(self):
@@ -426,12 +427,19 @@ class Stage(TracedStage):
                 len(region) != len(self.op.axis):
             raise ScheduleError(f"_atomic_add on stage {self.name}: a copy computed at a loop "
                                 "with a region per axis (a tecomp bug: the template calls it)")
-        self.atomic = tuple(region)
+        self._template_region("atomic", region, "atomic dq")
+
+    def _template_region(self, field: str, region, what: str) -> None:
+        """This stage's ``field`` (``atomic``, ``written``) the region ``region``, its
+        buffer whole (``store_root``); the trace notes that the schedule is the
+        FlashAttention template's ``what``, no primitive (it does not replay)."""
+        setattr(self, field, tuple(region))
         self.stored_root = True
         tr = self.schedule.trace
         if tr.problem is None:
-            tr.problem = (f"_atomic_add on stage {self.name}: the FlashAttention template's "
-                          "atomic dq, not a schedule primitive")
+            tr.problem = (f"_{'atomic_add' if field == 'atomic' else 'written_at'} on stage "
+                          f"{self.name}: the FlashAttention template's {what}, not a schedule "
+                          "primitive")
 
     def _atomic_at(self, parent: "Stage", axis, region) -> None:
         """:meth:`_atomic_add` at ``parent``'s loop ``axis``, which need not read this
@@ -440,6 +448,22 @@ class Stage(TracedStage):
         self._check_attachable("_atomic_at")
         self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, iv
         self._atomic_add(region)
+
+    def _written_at(self, parent: "Stage", axis, region) -> None:
+        """This stage computed at ``parent``'s loop ``axis``, which need not read it, each
+        iteration storing the region ``region`` (per axis ``(min, extent)``, expressions
+        of the enclosing loops' variables) into its whole global buffer: the
+        FlashAttention template's forward kernel writing the rows' logsumexp once its key
+        tiles are done (the iterations of the host's kernel cover the stage: it may be an
+        output).  Not a schedule primitive (untraced): right only for the template's
+        computes."""
+        iv = parent._iv(axis, f"_written_at of {self.name}", "axis")
+        if self.op.reduce_axis or len(region) != len(self.op.axis) or \
+                type(self.op) is not ComputeOp:
+            raise ScheduleError(f"_written_at on stage {self.name}: an elementwise compute "
+                                "with a region per axis (a tecomp bug: the template calls it)")
+        self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, iv
+        self._template_region("written", region, "logsumexp")
 
     def _reduce_range(self, lo, extent: int) -> None:
         """The one reduce axis of this stage runs over ``[lo, lo + extent)`` only
@@ -728,9 +752,11 @@ class Stage(TracedStage):
         the other threads compute; the tiles' origins may depend only on the block and
         the loop (not on the computing threads).
 
-        ``swizzle`` (a TMA producer only: ``"32B"``, ``"64B"``, ``"128B"``): the ring's
+        ``swizzle`` (``"32B"``, ``"64B"``, ``"128B"``): the ring's
         slots are laid out swizzled, as the tensor map's ``CU_TENSOR_MAP_SWIZZLE_*`` writes
-        them: in each 8-row pattern (rows of exactly the swizzle's bytes: the tile's
+        them (with ``producer="threads"`` the threads' copies and every element access
+        place each 16-byte chunk at its swizzled address, and ``ldmatrix`` reads the rows
+        there): in each 8-row pattern (rows of exactly the swizzle's bytes: the tile's
         innermost extent), the 16-byte chunks of row ``r`` exchanged by ``chunk ^ (r %
         8)`` (128B; 64B and 32B the same on their narrower rows).  The stage's indices stay
         logical (the printed IR and the interpreter read the tile unswizzled); only the
@@ -753,12 +779,10 @@ class Stage(TracedStage):
                 "'threads' (the block's threads copy the tile, cp.async), 'tma' (one thread "
                 "issues a TMA copy of the whole tile, sm_90 and later) or 'tma_warp' (a warp "
                 "of its own issues them: warp specialisation)")
-        if swizzle not in ("none", "32B", "64B", "128B") or (
-                swizzle != "none" and producer not in ("tma", "tma_warp")):
+        if swizzle not in ("none", "32B", "64B", "128B"):
             raise ScheduleError(
                 f"double_buffer on stage {display(self.name)}: swizzle={swizzle!r:.40}; give "
-                "'none', or with a TMA producer (producer='tma' / 'tma_warp') '32B', '64B' or "
-                "'128B' (the tensor map's swizzle: the tile's rows of that many bytes)")
+                "'none', '32B', '64B' or '128B' (the tile's rows of that many bytes)")
         self.double_buffered = True
         self.buffer_stages = stages
         self.buffer_producer = producer

@@ -138,11 +138,20 @@ def _fragment(intrin: str, view) -> str:
     return view.fragment
 
 
-def _memory(intrin: str, view):
+def _memory(intrin: str, view, swizzled: bool = False):
+    """``view``, an operand in memory (BuildError for a fragment); ``swizzled``: the
+    intrinsic decodes a swizzled tile's layout (``double_buffer(swizzle=)``), else it
+    refuses one."""
     if view.fragment is not None:
         raise BuildError(
             f"tensor intrinsic {intrin}: operand {view.name} is {view.buffer_name}, a "
             "tensor-core fragment; this operand is shared or global memory")
+    swz = getattr(view, "swizzle", "none")
+    if swz != "none" and not swizzled:
+        raise BuildError(
+            f"tensor intrinsic {intrin}: operand {view.name} is a block of {view.buffer_name}, "
+            f"a tile laid out with swizzle={swz!r}, which {intrin} does not decode (ldmatrix "
+            "and the cuda.wgmma_*_rows intrinsics do): double_buffer(..., swizzle='none')")
     return view
 
 

@@ -78,9 +78,10 @@ def _fragment(intrin: str, view, scope: str) -> str:
     return view.fragment
 
 
-def _shared(name: str, view, what: str):
-    """``view``, a tile of shared memory (BuildError otherwise: ``what`` reads it)."""
-    src = _memory(name, view)
+def _shared(name: str, view, what: str, swizzled: bool = False):
+    """``view``, a tile of shared memory (BuildError otherwise: ``what`` reads it);
+    ``swizzled``: the intrinsic decodes a swizzled tile's layout (else it refuses one)."""
+    src = _memory(name, view, swizzled)
     if src.scope != "shared":
         raise BuildError(
             f"tensor intrinsic {name}: operand {src.name} is a block of {src.buffer_name}, "
@@ -95,7 +96,7 @@ def _load(name: str, operand: str):
 
     def emit(cb, ins, outs):
         frag = _fragment(name, outs[0], scope)
-        src = _shared(name, ins[0], "ldmatrix reads")
+        src = _shared(name, ins[0], "ldmatrix reads", swizzled=True)
         _, ld = _leading_dim(name, src, 8, "ldmatrix")
         # matrix q = lane / 8 of the x4 is the 8 x 8 block (q % 2, q / 2) of the tile as
         # the mma sees it (A[m, k], B[k, n]); memory rows run along its first axis when
@@ -109,7 +110,11 @@ def _load(name: str, operand: str):
         # the registers pair elements along k: A's second axis, B's first
         trans = row_first == (operand == "b")
         helper = cb.helper(TRANS_HELPERS[trans])
-        cb.emit(f"{helper}({frag}, {src.ptr} + {row} * {ld} + {col});")
+        ptr = f"{src.ptr} + {row} * {ld} + {col}"
+        if src.swizzle != "none":   # (each lane's row where the swizzle put it)
+            mask = int(src.swizzle[:-1]) // 16 - 1   # ("128B": 128 bytes a row)
+            ptr = f"{cb.helper('tc_swizzled_ptr')}({ptr}, {mask}u)"
+        cb.emit(f"{helper}({frag}, {ptr});")
     return emit
 
 

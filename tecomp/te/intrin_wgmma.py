@@ -164,8 +164,8 @@ def _rows_emit(name: str, t: str, n: int, k: int):
 
     def emit(cb, ins, outs):
         c = _fragment(name, outs[0], "mma.accumulator")
-        a = _shared(name, ins[0], "wgmma reads")
-        b = _shared(name, ins[1], "wgmma reads")
+        a = _shared(name, ins[0], "wgmma reads", swizzled=True)
+        b = _shared(name, ins[1], "wgmma reads", swizzled=True)
         swz, a_row = _swizzled_rows(name, a, k)
         swz_b, _ = _swizzled_rows(name, b, k)
         if swz_b != swz:

@@ -118,16 +118,24 @@ def test_tma_producer_on_a_transposed_hand_tile():
         tc.lower(s, [B, C])
 
 
-def test_swizzle_without_a_tma_producer():
+def test_a_threads_swizzle_wider_than_the_tiles_rows():
+    """The threads' copies (cp.async) place their 16-byte chunks swizzled too; a 128B
+    swizzle needs rows of 128 bytes, and the mma template's k steps of 32 float16 are 64."""
     import tecomp as tc
+    import tecomp.nn as nn
     from tecomp.errors import ScheduleError
-    A = tc.placeholder((64, 64), "float16", name="A")
-    B = tc.compute((64, 64), lambda i, j: A[i, j] * 2, name="B")
-    s = tc.create_schedule(B.op)
-    AS = s.cache_read(A, "shared", [B])
-    with pytest.raises(ScheduleError, match="swizzle='128B'; give 'none', or with a TMA "
-                                            "producer"):
-        s[AS].double_buffer(stages=3, swizzle="128B")
+    from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
+    A = tc.placeholder((64, 96), "float16", name="A")
+    W = tc.placeholder((64, 96), "float16", name="W")
+    C = nn.dense(A, W, out_dtype="float32")
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 1, 2, 32, family="mma", stages=3))
+    st = next(x for x in s.stages if x.name == "A.shared")
+    st.storage_aligns.clear()
+    st.double_buffer(stages=3, swizzle="128B")
+    with pytest.raises(ScheduleError, match="swizzle='128B' needs the tile's rows of exactly "
+                                            "128 bytes .* its rows are 32 elements"):
+        tc.lower(s, [A, W, C], target="cuda-emu")
 
 
 def test_swizzle_narrower_than_the_tiles_rows():
@@ -142,24 +150,23 @@ def test_swizzle_narrower_than_the_tiles_rows():
         tc.lower(s, args)
 
 
-def test_a_swizzled_ring_read_element_by_element():
-    """Only the hardware that decodes the swizzle may read a swizzled ring."""
+def test_a_swizzled_tile_read_by_an_intrinsic_that_does_not_decode_it():
+    """wmma's fragment loads read a tile as laid out: a swizzled one is refused."""
     import tecomp as tc
+    import tecomp.nn as nn
     from tecomp.errors import BuildError
-    A = tc.placeholder((256, 128), "float16", name="A")
-    k = tc.reduce_axis((0, 128), name="k")
-    C = tc.compute((256,), lambda i: tc.sum(A[i, k].astype("float32"), axis=k), name="C")
+    from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
+    A = tc.placeholder((64, 96), "float16", name="A")
+    W = tc.placeholder((64, 96), "float16", name="W")
+    C = nn.dense(A, W, out_dtype="float32")
     s = tc.create_schedule(C.op)
-    AS = s.cache_read(A, "shared", [C])
-    bo, bi = s[C].split(s[C].op.axis[0], factor=128)
-    s[C].bind(bo, tc.thread_axis("blockIdx.x"))
-    s[C].bind(bi, tc.thread_axis("threadIdx.x"))
-    ko, _ = s[C].split(s[C].op.reduce_axis[0], factor=64)
-    s[AS].compute_at(s[C], ko)
-    s[AS].double_buffer(2, producer="tma", swizzle="128B")
-    with pytest.raises(BuildError, match="A.shared is a TMA ring with swizzle='128B', read here "
-                                         "element by element"):
-        tc.build(s, [A, C], target="cuda -arch=sm_90a").get_source("cuda")
+    schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 1, 2, 32, family="wmma", stages=3))
+    st = next(x for x in s.stages if x.name == "A.shared")
+    st.storage_aligns.clear()
+    st.double_buffer(stages=3, swizzle="64B")
+    with pytest.raises(BuildError, match="A.shared, a tile laid out with swizzle='64B', which "
+                                         "cuda.wmma_load"):
+        tc.build(s, [A, W, C], target="cuda-emu")
 
 
 def test_tma_producer_built_for_sm80():

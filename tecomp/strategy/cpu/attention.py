@@ -237,6 +237,12 @@ def _attention_part(s: Schedule, out: Tensor, knobs, info: CpuModel):
         return None
     if any(s[parts[n]].is_output for n in ("scores", "max", "exp", "sum", "rcp", "pv")):
         return None   # (a training forward keeps them for the backward: in memory, whole)
+    inner = {id(parts[n].op) for n in ("max", "sum")}
+    if any(_has_tag(st.op, "sdpa_lse") and any(id(t.op) in inner for t in st.op.input_tensors)
+           for st in s.stages if isinstance(st.op, ComputeOp)):
+        # (backward="flash": its logsumexp reads the row statistics at the root, which
+        # the template computes per task; the CUDA rules compute it in the flash kernel)
+        return None
     before = {id(st.op) for st in s.stages}
     _attention_into(s, [out], info, knobs)
     mine = {id(s[parts[n]].op) for n in ("scores", "max", "exp", "sum", "rcp", "pv")}

@@ -2,8 +2,8 @@
 targets): a schedule of its computes, every tile a schedule decision (the backward:
 :func:`schedule_flash_attention_backward`).
 
-One kernel carries the work, FlashAttention-2's single pass over the keys (a second,
-small one writes the logsumexp out):
+One kernel carries the work, FlashAttention-2's single pass over the keys, and writes
+the output and the rows' logsumexp (what the backward reads):
 
 * one CUDA block per (batch x head, ``block_q`` queries), ``warps`` warps of 32 query
   rows each (``block_q = 32 * warps``); the block's query tile is copied to shared
@@ -25,8 +25,9 @@ small one writes the logsumexp out):
 Since ``p`` is normalised by the running ``lse``, the accumulator is at every step the
 attention over the keys seen so far: no division at the end, and the two GEMMs of
 FlashAttention-2 (``q k^T`` and ``p v``) per tile.  The rows' ``m`` and ``l`` stay in
-global memory (``b * h * Lq`` floats each, no ``Lq x Lk`` buffer), for the logsumexp's
-kernel.  Causal attention skips the key tiles past a block's last query
+global memory (``b * h * Lq`` floats each, no ``Lq x Lk`` buffer); once the key tiles are
+done, each thread writes its row's logsumexp ``m + log l`` (``Stage._written_at``: the
+logsumexp is no reader of the output).  Causal attention skips the key tiles past a block's last query
 (:meth:`_Kernels.skip_causal`), and masks in the diagonal ones.
 
 :class:`FlashConfig` holds the tiling; :func:`flash_config` picks it from the head
@@ -211,19 +212,25 @@ def sdpa_as_flash(out: Tensor, alone: bool = True) -> Optional[tuple]:
     return q, k, v, found.pop(), mask
 
 
-def _substitute_flash(s: Schedule, st: Stage, q, k, v, scale, mask):
+def _substitute_flash(s: Schedule, st: Stage, q, k, v, scale, mask,
+                      lse: Optional[Stage] = None):
     """Stage ``st`` (a scaled_dot_product_attention output) computed as
     :func:`tecomp.nn.flash_attention`'s output (``<name>.flash.*`` stages inserted
-    before it, whichever compute stages they read staying as they are); returns
-    :func:`_parts` of the flash stages, the output being ``st``'s tensor."""
+    before it, whichever compute stages they read staying as they are), and stage
+    ``lse`` (its ``sdpa_lse``, where ``backward="flash"`` made one) as its logsumexp;
+    returns :func:`_parts` of the flash stages, the output being ``st``'s tensor (and
+    the logsumexp ``lse``'s, else None)."""
     out = st.op.output(0)
     fout, flse = _flash_forward(q, k, v, False, scale, f"{st.op.name}.flash", mask)
-    new = _with_body(st.op, substitute(fout.op.body, {
-        a.var: b.var for a, b in zip(fout.op.axis, st.op.axis)}))
-    new.tag, new.attrs = fout.op.tag, dict(fout.op.attrs)
-    s._replace_op(st, new)
+    for x, f in ((st, fout), (lse, flse)):
+        if x is None:
+            continue
+        new = _with_body(x.op, substitute(f.op.body, {
+            a.var: b.var for a, b in zip(f.op.axis, x.op.axis)}))
+        new.tag, new.attrs = f.op.tag, dict(f.op.attrs)
+        s._replace_op(x, new)
     stages = [Stage(op, s) for op in _new_ops(fout.op.input_tensors, s._stage_of)]
-    at = s.stages.index(st)
+    at = min(s.stages.index(x) for x in (st, lse) if x is not None)
     s.stages[at:at] = stages
     for x in stages:
         s._stage_of[id(x.op)] = x
@@ -231,7 +238,7 @@ def _substitute_flash(s: Schedule, st: Stage, q, k, v, scale, mask):
     s.trace.problem = (f"{out.name}: scaled_dot_product_attention computed as "
                        "flash_attention (a substitution, not a schedule primitive)")
     t = _parts([fout, flse])
-    t["out"], t["lse"] = out, None
+    t["out"], t["lse"] = out, (lse.op.output(0) if lse is not None else None)
     return t
 
 
@@ -306,14 +313,20 @@ def sdpa_into_flash(s: Schedule, target: str = "cuda",
             continue
         parts = _attention_parts(out)
         inner = {id(parts[w].op) for w in ("scores", "max", "exp", "sum", "rcp", "pv")}
+        # its logsumexp (backward="flash": the backward reads it): the flash forward's
+        lse = [x for x in s.stages if _tagged(x.op, "sdpa_lse") and x.op is x.origin_op
+               and {id(t.op) for t in x.op.input_tensors} == {id(parts["max"].op),
+                                                               id(parts["sum"].op)}]
         if any(id(op) in inner for op in s.outputs) or any(
-                id(x.op) not in inner and x is not st and any(
+                id(x.op) not in inner and x is not st and x not in lse and any(
                     id(t.op) in inner for t in x.op.input_tensors) for x in s.stages):
             continue
         s.stages = [x for x in s.stages if id(x.op) not in inner]
         for i in inner:
             s._stage_of.pop(i, None)
-        t = _substitute_flash(s, st, *got)
+        t = _substitute_flash(s, st, *got, lse=lse[0] if lse else None)
+        if lse:
+            mine |= {id(lse[0].op), id(lse[0].origin_op)}
         _forward_into(s, t, config if config is not None else _config_of(t, target))
         mine |= {id(st.op), id(st.origin_op)}
     if mine:
@@ -340,8 +353,6 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
     # reading the statistics the output kernel leaves in global memory
     ls = s.cache_read(t["lse_p"], "shared", [t["p"]])
     s[t["lse_p"]].compute_inline()
-    if t["lse"] is not None:
-        k.rows_kernel(t["lse"])
 
     # the output: per key tile the scores (tensor cores), the rows' statistics updated
     # in step (each thread a row), p (shared) and p v into each warp's accumulators,
@@ -362,6 +373,17 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
     lt.set_scope("shared")
     lt.compute_at(pf, ko)
     _cooperative_copy(lt, k.threads, cfg.block_q)
+    if t["lse"] is not None:
+        # the logsumexp: written by the same kernel once the key tiles are done, a
+        # thread per row of the block
+        st = s[t["lse"]]
+        s.stages.remove(st)    # (after the loop over the key tiles: the last stage there)
+        s.stages.insert(s.stages.index(ot), st)
+        bz = ot.leaf_iter_vars[0]
+        H = _Const(_cint(q.shape[1]), "int32")
+        st._written_at(ot, bo, [(_op.floordiv(bz.var, H), 1), (_op.floormod(bz.var, H), 1),
+                                (_op.mul(bo.var, _Const(cfg.block_q, "int32")), cfg.block_q)])
+        _cooperative_copy(st, k.threads, cfg.block_q)
 
 
 class _Kernels:

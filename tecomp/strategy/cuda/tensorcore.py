@@ -103,7 +103,14 @@ class WmmaConfig:
     ``"threads"`` (every thread a share, cp.async), ``"tma"`` (the wgmma family on
     K-major operands: one thread issues a TMA copy of each tile, the ring guarded by
     mbarriers: ``double_buffer(producer="tma")``) or ``"tma_warp"`` (the same, issued by
-    a producer warp of its own: the block gets one more warp)."""
+    a producer warp of its own: the block gets one more warp); ``swizzle``: with the
+    threads' copies and ``double_buffer``, the shared tiles laid out swizzled
+    (``double_buffer(swizzle=)``: each row of a tile exactly 32, 64 or 128 bytes, its
+    16-byte chunks exchanged) instead of padded or in core matrices -- the mma family's
+    ldmatrix reads and cp.async writes both meet every bank once (a padded tile's copies
+    do not), the wgmma family reads K-major rows with the swizzled descriptors of the TMA
+    ring (``cuda.wgmma_*_rows``); a tile whose rows are another width keeps its layout.
+    Off by default until measured on a GPU."""
 
     warps_m: int
     warps_n: int
@@ -115,6 +122,7 @@ class WmmaConfig:
     tf32: bool = False
     stages: int = 2
     producer: str = "threads"
+    swizzle: bool = False
 
     @property
     def block_m(self) -> int:
@@ -371,15 +379,18 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
     if fam == "wgmma":   # per warp: the mma.* accumulator layout (see intrin_wgmma)
         CF = s.cache_write(gemm, "mma.accumulator")
         pad = 0.0 if edge else None   # past the edge the copies hold zeros
-        if cfg.producer in ("tma", "tma_warp"):
-            if a_kfirst or b_kfirst or len(gemm.shape) > 2:
+        row_tiles = tma or (cfg.swizzle and cfg.double_buffer and not (a_kfirst or b_kfirst)
+                       and cfg.k_tile * _dt.nbytes(a.dtype) in SWIZZLE_OF_ROW)
+        if row_tiles:
+            if tma and (a_kfirst or b_kfirst or len(gemm.shape) > 2):
                 raise ScheduleError(
                     f"{cfg}: the TMA producer copies K-major operands of a 2-d GEMM as they "
                     f"lie (A[M, K], W[N, K]: dense); {gemm.name} reads "
                     f"{'a batch of ' if len(gemm.shape) > 2 else ''}"
                     f"{'A[K, M]' if a_kfirst else 'A[M, K]'} and "
                     f"{'B[K, N]' if b_kfirst else 'W[N, K]'}: use producer='threads'")
-            # plain rows of the k step, swizzled by the TMA copies (see _wgmma_mainloop)
+            # plain rows of the k step, swizzled by the TMA copies or the threads' (see
+            # _wgmma_mainloop)
             AS = s.cache_read(a, "shared", [CF], pad=pad)
             BS = s.cache_read(b, "shared", [CF], pad=pad)
         else:
@@ -425,7 +436,7 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
     st.tensorize(i, tensor_intrin(names["store"]))
 
     if fam == "wgmma":
-        _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg, a.dtype, edge, K)
+        _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg, a.dtype, edge, K, row_tiles)
         return
     # the accumulators: per k step of the shared tiles, per 16 k, every fragment pair
     sc = s[CF]
@@ -466,10 +477,13 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
         if edge:   # the whole tile, zeros past the edge (no guard: every element written)
             ss.align_bounds(ss.op.axis[-2], rows)
             ss.align_bounds(ss.op.axis[-1], cols)
-        ss.storage_align(ss.op.axis[-2], cols, per16)
+        swz = SWIZZLE_OF_ROW.get(cols * _dt.nbytes(a.dtype)) if (
+            cfg.swizzle and cfg.double_buffer) else None
+        if swz is None:   # (rows padded by 16 bytes: ldmatrix's rows in distinct banks)
+            ss.storage_align(ss.op.axis[-2], cols, per16)
         _cooperative_copy(ss, threads, rows * cols, per16)
         if cfg.double_buffer:
-            ss.double_buffer(stages=cfg.stages)
+            ss.double_buffer(stages=cfg.stages, swizzle=swz or "none")
 
 
 def check_wgmma_config(cfg: WmmaConfig, dtype: str) -> None:
@@ -489,7 +503,7 @@ def check_wgmma_config(cfg: WmmaConfig, dtype: str) -> None:
 
 
 def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str, edge: bool = False,
-                    K: int = 0) -> None:
+                    K: int = 0, rows: bool = False) -> None:
     """The accumulators of the wgmma family: per k step of the shared tiles, per 16 k, one
     ``cuda.wgmma_*_n<block_n>`` per warp (its 16-row strip of its warpgroup's tile); the
     shared tiles in core matrices (:mod:`tecomp.te.intrin_wgmma`), 16-byte copies spread
@@ -499,7 +513,7 @@ def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str, edge: bo
     sc.compute_at(st, wx)
     *cb, ci, cj = sc.op.axis
     ko, k = sc.split(sc.op.reduce_axis[0], factor=cfg.k_tile)
-    if cfg.producer in ("tma", "tma_warp"):
+    if rows:   # (swizzled rows: a TMA ring, or the threads' swizzled copies)
         _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg, dtype, edge, K)
         return
     name = f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}"
@@ -545,16 +559,18 @@ def _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg: WmmaConfig, dtype: st
     tensor's rows 16-byte aligned, which the tensor map needs)."""
     t = OPERAND_DTYPES[dtype]
     row = cfg.k_tile * _dt.nbytes(dtype)
+    tma = cfg.producer in ("tma", "tma_warp")
+    threads = [("threadIdx.x", WARP), ("threadIdx.y", cfg.warps_n), ("threadIdx.z", cfg.warps_m)]
     if row not in SWIZZLE_OF_ROW:
         raise ScheduleError(f"{cfg}: a TMA ring's swizzled rows hold 32, 64 or 128 bytes of "
                             f"k; k_tile={cfg.k_tile} of {dtype} is {row}: give k_tile 16, 32 "
                             "or 64")
-    if K % (16 // _dt.nbytes(dtype)):
+    if tma and K % (16 // _dt.nbytes(dtype)):
         raise ScheduleError(
             f"{cfg}: K = {K} is not a multiple of {16 // _dt.nbytes(dtype)}, so the rows of "
             "the operands are not 16-byte aligned, which a TMA tensor map needs: use "
             "producer='threads' (its copies zero-fill any K)")
-    if -(-K // cfg.k_tile) < 2:
+    if tma and -(-K // cfg.k_tile) < 2:
         raise ScheduleError(
             f"{cfg}: K = {K} is one k step of {cfg.k_tile}; the TMA producer pipelines the "
             "k loop through its ring, which needs two steps or more: use producer='threads' "
@@ -569,6 +585,8 @@ def _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg: WmmaConfig, dtype: st
         if edge:   # the whole box, zeros past the edge (TMA's out-of-bounds fill)
             ss.align_bounds(ss.op.axis[-2], rows)
             ss.align_bounds(ss.op.axis[-1], cfg.k_tile)
+        if not tma:   # the threads' copies, 16 bytes each, at their swizzled addresses
+            _cooperative_copy(ss, threads, rows * cfg.k_tile, 16 // _dt.nbytes(dtype))
         ss.double_buffer(stages=cfg.stages, producer=cfg.producer,
                          swizzle=SWIZZLE_OF_ROW[row])
 
