@@ -409,7 +409,7 @@ def test_grouped_nhwc_interleaved(case, lanes, threads):
 # (N, G, I, H, W, stride, padding, dilation): groups of one vector of output channels
 # (G groups of L, I input channels each): a block of 2 groups in 2 vectors; tails of
 # the pixel block, strides, dilations, asymmetric padding, no padding; tasks of pairs of
-# groups over the plane (N * G / 2 >= 4 per thread) and of rows (fewer)
+# groups over the plane (N * G / 2 >= 4 per thread, the plane within L1) and of rows
 WHOLE_VECTORS = [(1, 2, 4, 4, 17, 1, "SAME", 1), (2, 2, 3, 7, 11, (2, 1), (1, 0, 0, 1), 1),
                  (3, 6, 5, 6, 5, 2, 0, (1, 2))]
 
@@ -444,7 +444,8 @@ def test_grouped_nhwc_interleaved_whole_vectors(case, lanes, threads, monkeypatc
         if on and G % 2 == 0:
             # the accumulators [.., G / 2, P, 2]: 2 vectors of a pixel
             assert f", {lanes}, 2] (local)" in low, low
-            tasks = N * G // 2 >= 4 * threads
+            tasks = (N * G // 2 >= 4 * threads
+                     and grouped._block_plane_bytes(c.Y, 2) <= info.l1_bytes)
             assert bool(re.search(rf"parallel \([^,]*, 0, {N * G // 2}\)", low)) == \
                 (tasks and threads > 1), low
         f = tc.build(s1, [c.X, c.W, b, Z])

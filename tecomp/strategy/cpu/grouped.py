@@ -44,11 +44,11 @@ only while it stays inside one group:
   1.12x -> 2.13x (benchmarks/DECISIONS.md, "Grouped NHWC: interleaved vectors").
   Groups of one vector (``P == L``: ResNeXt's 512 channels in 32 groups of 16) are
   interleaved two to two vectors (:func:`_interleave_shape`), each vector half of both
-  groups' channels, so that a broadcast feeds two FMAs; the tasks are then an image's
-  pairs of groups over the whole plane.  Measured on Zen 5 (one thread, CPU time,
-  minimum of interleaved calls, under load), against channel blocks: 512x14x14 batch 8
-  0.999 -> 0.934 ms, batch 1 0.123 -> 0.117 ms; 512x28x28 stride 2 batch 8 1.469 ->
-  1.400 ms.
+  groups' channels, so that a broadcast feeds two FMAs; the tasks are an image's pairs
+  of groups over the whole plane where its padded copy fits in L1.  Measured on Zen 5
+  (batch 8, one thread, CPU time, medians of 150 interleaved rounds, under load),
+  against channel blocks: 512x14x14 1.21 -> 1.17 ms and 1.16 -> 1.13 ms (two runs),
+  512x28x28 stride 2 2.09 -> 1.83 ms and 2.11 -> 1.80 ms.
 
 In the rows and pixels blockings the padding is read in place and the blocks inside the image are
 partitioned off the border ones (as the depthwise template, :mod:`.depthwise`): on a
@@ -152,6 +152,18 @@ def _interleave_shape(P: int, L: int):
     if P == L and L % 2 == 0 and INTERLEAVE_WHOLE_VECTORS:
         return 2, 2
     return None
+
+
+def _block_plane_bytes(conv, Q: int) -> int:
+    """About the bytes of the padded input plane of ``Q`` groups of the grouped NHWC
+    stage ``conv`` (the window's reach beyond the plane as padding), constant shapes."""
+    weight = _conv_weight(conv)
+    src = [t for t in conv.op.input_tensors if t is not weight][0]
+    dh, dw = conv.op.attrs["group_conv2d"][2]
+    H, W = _cint(src.shape[1]), _cint(src.shape[2])
+    KH, KW = _cint(weight.shape[0]), _cint(weight.shape[1])
+    I = _group_dims(conv)[6]
+    return (H + (KH - 1) * dh) * (W + (KW - 1) * dw) * I * Q * (_dt.bits(src.dtype) // 8)
 
 
 def _interleaves(conv, info: CpuModel) -> bool:
@@ -320,7 +332,8 @@ def _interleaved_into(s: Schedule, outs, info: CpuModel) -> None:
     ``V = 2`` vectors, vector ``j`` holding channels ``j * L / 2`` to ``(j + 1) * L / 2
     - 1`` of both groups; a block is up to ``(vregs - 4) / 2`` pixels x 2 vectors, each
     broadcast feeding both; the weights are stored block by block, and the tasks are an
-    image's pairs of groups over the whole plane (where there are 4 per thread)."""
+    image's pairs of groups over the whole plane where there are 4 per thread and its
+    padded copy fits in L1 (:func:`_block_plane_bytes`), else rows as above."""
     conv, pad = _conv_parts(outs, "group_conv2d_nhwc")
     pad = _own_pad(s, pad)
     N, O, OH, OW, G, P, I = _group_dims(conv)
@@ -349,11 +362,12 @@ def _interleaved_into(s: Schedule, outs, info: CpuModel) -> None:
     T = max(1, info.threads)
     R = next((r for r in (4, 2) if OH % r == 0 and (OH // r) * (N or 1) >= 8 * T), 1)
     attach = oo
-    if V > 1 and (N or 1) * (G // Q) >= 4 * T:
-        # tasks: an image's block of Q groups over the whole plane (its padded copy:
-        # Q * I channels of the plane, read once and within L1 for a 14x14 plane of 2
-        # groups of 16), where a task of rows copies every channel of its rows and of
-        # the rows around them
+    if V > 1 and (N or 1) * (G // Q) >= 4 * T and _block_plane_bytes(conv, Q) <= info.l1_bytes:
+        # tasks: an image's block of Q groups over the whole plane, where its padded
+        # copy (Q * I channels of the plane, read once) fits in L1, where a task of
+        # rows copies every channel of its rows and of the rows around them
+        # (measured on Zen 5, one thread, under load, batch 8, medians: 512x14x14 as
+        # fast either way or 3% faster, 512x28x28 stride 2, a 115 KB plane, 7% slower)
         st.reorder(n, oo, y, xo, xi, oi)
         task = st.fuse(n, oo)
         attach = xo
