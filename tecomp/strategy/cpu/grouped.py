@@ -239,7 +239,8 @@ def _group_config(conv, info: CpuModel, config, layout: str) -> dict:
         raise ScheduleError(
             f"{who}: interleave=True needs an NHWC float32 convolution whose groups' output "
             f"channels divide a vector ({_lanes(conv, info)} lanes here) into 2 or more "
-            f"groups, with whole vectors of output channels and a constant shape; "
+            f"groups, or fill exactly one (in an even number of groups), with whole vectors "
+            f"of output channels and a constant shape; "
             f"{conv.op.name} has {_per_group(conv)} per group: use interleave=False")
     N, O, OH, OW, G, P, I = _group_dims(conv)
     if P % p["ob"]:
