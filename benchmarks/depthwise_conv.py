@@ -12,7 +12,12 @@ machine (``tc.viz.host_peaks``).  Medians, ms; ratio = PyTorch's time over tecom
 tecomp is faster).  Every result is checked against PyTorch's first.
 
     python3 benchmarks/depthwise_conv.py [--threads 2] [--rounds 9] [--batch 1,8]
-        [--layout nchw,nhwc] [--only depthwise|grouped]
+        [--layout nchw,nhwc] [--only depthwise|grouped] [--ab]
+
+``--ab``: each grouped convolution also built with
+``tecomp.strategy.cpu.grouped.INTERLEAVE_WHOLE_VECTORS`` off (groups of one vector of
+output channels in channel blocks, as before interleaving them), timed in the same turns
+("before", and the speed-up over it).
 """
 from __future__ import annotations
 
@@ -32,12 +37,15 @@ def main() -> None:
     ap.add_argument("--batch", default="1,8")
     ap.add_argument("--layout", default="nchw,nhwc")
     ap.add_argument("--only", default="depthwise,grouped")
+    ap.add_argument("--ab", action="store_true",
+                    help="grouped: also time INTERLEAVE_WHOLE_VECTORS off")
     args = ap.parse_args()
     pin_threads(args.threads)
     import numpy as np
 
     import tecomp as tc
     import tecomp.nn as nn
+    from tecomp.strategy.cpu import grouped as grouped_mod
 
     torch = torch_or_none(args.threads)
     if torch is None:
@@ -77,15 +85,21 @@ def main() -> None:
                 else:
                     op = nn.conv2d_nchw if nchw else nn.conv2d_nhwc
                     Y = op(X, W, s, 1, groups=groups)
-                f = tc.build(tc.auto_schedule([X, W, Y]), [X, W, Y])
                 xa, wa = tc.aligned(xa), tc.aligned(wa)
-                out = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
-                f(xa, wa, out)
                 ref = want.numpy() if nchw else want.permute(0, 2, 3, 1).numpy()
-                np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
                 key = f"{kind} {layout} b{batch} {C}x{H}x{H} s{s}"
                 nbytes = 4 * (x.size + w.size + batch * C * OH * OH)
-                fns[f"tecomp {key}"] = lambda f=f, a=(xa, wa, out): f(*a)
+                for on in (True, False) if args.ab and kind == "grouped" else (True,):
+                    grouped_mod.INTERLEAVE_WHOLE_VECTORS = on
+                    try:
+                        f = tc.build(tc.auto_schedule([X, W, Y]), [X, W, Y])
+                    finally:
+                        grouped_mod.INTERLEAVE_WHOLE_VECTORS = True
+                    out = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
+                    f(xa, wa, out)
+                    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+                    fns[f"{'tecomp' if on else 'before'} {key}"] = \
+                        lambda f=f, a=(xa, wa, out): f(*a)
                 fns[f"torch {key}"] = (lambda tx=tx, tw=tw, s=s, g=groups:
                                        F.conv2d(tx, tw, stride=s, padding=1, groups=g))
                 rows.append((key, nbytes))
@@ -97,9 +111,11 @@ def main() -> None:
     for key, nbytes in rows:
         mine, theirs = t[f"tecomp {key}"], t[f"torch {key}"]
         gbps = nbytes / mine / 1e9
+        ab = (f" | before {t[f'before {key}'] * 1e3:7.3f} ms, {t[f'before {key}'] / mine:.2f}x"
+              if f"before {key}" in t else "")
         print(f"  {key:32s} tecomp {mine * 1e3:7.3f} ms ({gbps:5.1f} GB/s, "
               f"{gbps / stream:4.0%} of the stream) | torch {theirs * 1e3:7.3f} ms "
-              f"| {theirs / mine:.2f}x")
+              f"| {theirs / mine:.2f}x{ab}")
 
 
 if __name__ == "__main__":

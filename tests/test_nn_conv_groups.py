@@ -7,6 +7,7 @@ blockings, 1 and 2 threads, the ones ``tc.auto_schedule`` gives) and the GPU rul
 the emulation.
 Correctness only, never speed."""
 import os
+import re
 import platform
 import shutil
 
@@ -254,9 +255,15 @@ def test_grouped_template_configs(config, layout):
     (a padded copy of each task's groups, stored group by group, and the weights copied
     group by group) or the rows / pixels read in place, register blocks with tails in
     both pixel dimensions and a channel block half a group wide, 2 or 4 groups per
-    task; the auto-scheduler's knobs give the same choices.  Each right, on 2 threads."""
+    task; the auto-scheduler's knobs give the same choices.  Each right, on 2 threads.
+    (NHWC: not interleaved, the first decision where it applies: groups of 16 are one
+    vector with AVX-512.)"""
     nchw = layout == "nchw"
     c = Conv("grouped", nchw, 2, 64, 7, 9, 64, 3, 3, (1, 2), 1, groups=4, dtype="float32")
+    picks = {"group_conv2d.channel_blocks": config["channel_blocks"]}
+    if not nchw:
+        picks["group_conv2d.interleave"] = False
+        config = dict(config, interleave=False)
     sched = cpu.schedule_group_conv2d_nchw if nchw else cpu.schedule_group_conv2d_nhwc
     old = tc.get_num_threads()
     tc.set_num_threads(2)
@@ -266,8 +273,8 @@ def test_grouped_template_configs(config, layout):
         # the padded copy per task (a buffer of the task's groups), or none
         assert ("pad.global" in low) == config["channel_blocks"], low
         np.testing.assert_allclose(c.run(s1), c.ref(), rtol=1e-5, atol=1e-4)
-        if len(config) == 1:
-            knobs = Knobs({"group_conv2d.channel_blocks": config["channel_blocks"]})
+        if len(config) == len(picks):
+            knobs = Knobs(picks)
             s2 = apply_rules([c.X, c.W, c.Y], knobs, cpu.cpu_model())
             assert sorted(knobs.space["group_conv2d.channel_blocks"]) == [False, True]
             assert str(tc.lower(s2, [c.X, c.W, c.Y])) == low
@@ -375,7 +382,7 @@ def test_grouped_nhwc_interleaved(case, lanes, threads):
     c = Conv("grouped", False, N, C, H, W, O, 3, 3, s, p, d, groups=g, dtype="float32")
     info = cpu.cpu_model()
     P = O // g
-    assert _interleaves(c.Y, info) == (P < lanes and lanes % P == 0)
+    assert _interleaves(c.Y, info) == (P <= lanes and lanes % P == 0)
     assert group_conv2d_params(c.Y, info)["interleave"] == _interleaves(c.Y, info)
     b = tc.placeholder((O,), name="b")
     Z = nn.relu(nn.bias_add(c.Y, b, axis=3))
@@ -383,7 +390,7 @@ def test_grouped_nhwc_interleaved(case, lanes, threads):
     low = str(tc.lower(s1, [c.X, c.W, b, Z]))
     assert ("parallel" in low) == (threads > 1)
     if _interleaves(c.Y, info):
-        Q = lanes // P
+        Q = lanes // P if P < lanes else 2
         # the accumulators [.., O / L, P, Q], the input and weight copies likewise
         assert f"float32[1, 1, " in low and f", {P}, {Q}] (local)" in low, low
         f = tc.build(s1, [c.X, c.W, b, Z])
@@ -397,6 +404,56 @@ def test_grouped_nhwc_interleaved(case, lanes, threads):
     f(xa, wa, ba, out)
     np.testing.assert_allclose(out, np.maximum(c.ref() + ba, 0), rtol=1e-5, atol=1e-4)
     assert str(tc.lower(tc.auto_schedule([c.X, c.W, b, Z], trials=0), [c.X, c.W, b, Z])) == low
+
+
+# (N, G, I, H, W, stride, padding, dilation): groups of one vector of output channels
+# (G groups of L, I input channels each): a block of 2 groups in 2 vectors; tails of
+# the pixel block, strides, dilations, asymmetric padding, no padding; tasks of pairs of
+# groups over the plane (N * G / 2 >= 4 per thread, the plane within L1) and of rows
+# (the tail of a 14-pixel block, AVX-512's, slow to build: TECOMP_LONG_TESTS=1)
+WHOLE_VECTORS = [(1, 2, 4, 4, 9, 1, "SAME", 1), (2, 2, 3, 7, 11, (2, 1), (1, 0, 0, 1), 1),
+                 (3, 6, 5, 6, 5, 2, 0, (1, 2)),
+                 pytest.param((1, 2, 4, 4, 17, 1, "SAME", 1), marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("case", WHOLE_VECTORS,
+                         ids=[f"whole-{k}" for k in range(len(WHOLE_VECTORS))])
+def test_grouped_nhwc_interleaved_whole_vectors(case, lanes, threads, monkeypatch):
+    """NHWC groups of one vector of output channels (``P == L``, read from the machine
+    model): interleaved two groups to two vectors, each vector half of both groups'
+    channels (:func:`_interleave_shape`), the weights copied block by block; right with
+    a bias and a ReLU, over 1 and 2 threads, and (one case) with the switch
+    ``INTERLEAVE_WHOLE_VECTORS`` off (channel blocks, as before)."""
+    from tecomp.strategy.cpu import grouped
+
+    _diagonal(lanes, threads)
+    N, G, I, H, W, s, p, d = case
+    O = G * lanes
+    c = Conv("grouped", False, N, G * I, H, W, O, 3, 3, s, p, d, groups=G, dtype="float32")
+    info = cpu.cpu_model()
+    assert grouped._interleave_shape(lanes, lanes) == (2, 2)
+    assert _interleaves(c.Y, info) == (G % 2 == 0)
+    b = tc.placeholder((O,), name="b")
+    Z = nn.relu(nn.bias_add(c.Y, b, axis=3))
+    xa, wa = c.arrays()
+    ba = RNG.standard_normal(O).astype("float32")
+    want = np.maximum(c.ref() + ba, 0)
+    for on in (True, False) if case == WHOLE_VECTORS[1] else (True,):
+        monkeypatch.setattr(grouped, "INTERLEAVE_WHOLE_VECTORS", on)
+        assert _interleaves(c.Y, info) == (on and G % 2 == 0)
+        s1 = tc.auto_schedule([c.X, c.W, b, Z], trials=0)
+        low = str(tc.lower(s1, [c.X, c.W, b, Z]))
+        if on and G % 2 == 0:
+            # the accumulators [.., G / 2, P, 2]: 2 vectors of a pixel
+            assert f", {lanes}, 2] (local)" in low, low
+            tasks = (N * G // 2 >= 4 * threads
+                     and grouped._block_plane_bytes(c.Y, 2) <= info.l1_bytes)
+            assert bool(re.search(rf"parallel \([^,]*, 0, {N * G // 2}\)", low)) == \
+                (tasks and threads > 1), low
+        f = tc.build(s1, [c.X, c.W, b, Z])
+        out = np.full(want.shape, np.nan, "float32")
+        f(xa, wa, ba, out)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
 
 
 def test_grouped_nhwc_interleaved_symbolic_batch_and_knob():

@@ -42,6 +42,13 @@ only while it stays inside one group:
   Measured on Zen 5 (batch 8, one thread, CPU time, under load): 128x56x56 (groups of 4)
   1.51x -> 2.95x PyTorch, 256x56x56 stride 2 (groups of 8) 0.82x -> 1.65x, 256x28x28
   1.12x -> 2.13x (benchmarks/DECISIONS.md, "Grouped NHWC: interleaved vectors").
+  Groups of one vector (``P == L``: ResNeXt's 512 channels in 32 groups of 16) are
+  interleaved two to two vectors (:func:`_interleave_shape`), each vector half of both
+  groups' channels, so that a broadcast feeds two FMAs; the tasks are an image's pairs
+  of groups over the whole plane where its padded copy fits in L1.  Measured on Zen 5
+  (batch 8, one thread, CPU time, medians of 150 interleaved rounds, under load),
+  against channel blocks: 512x14x14 1.21 -> 1.17 ms and 1.16 -> 1.13 ms (two runs),
+  512x28x28 stride 2 2.09 -> 1.83 ms and 2.11 -> 1.80 ms.
 
 In the rows and pixels blockings the padding is read in place and the blocks inside the image are
 partitioned off the border ones (as the depthwise template, :mod:`.depthwise`): on a
@@ -123,6 +130,42 @@ def _across_groups(conv, info: CpuModel) -> bool:
             and O % L == 0 and I is not None and I <= 2 * L)
 
 
+#: whether groups of a whole vector of output channels (``P == L``) are interleaved too
+#: (:func:`_interleave_shape`: two groups to 2 vectors); off, they take channel blocks,
+#: one vector per pixel, as before (the A/B switch of ``benchmarks/depthwise_conv.py
+#: --ab``)
+INTERLEAVE_WHOLE_VECTORS = True
+
+
+def _interleave_shape(P: int, L: int):
+    """``(Q, V)``: ``Q`` groups to a vector and ``V`` vectors to a block of ``Q`` groups
+    (``P * Q == V * L``), or None where ``P`` output channels per group do not
+    interleave.  A group narrower than a vector (``P`` dividing ``L``): ``Q = L / P``,
+    one vector.  A group of one vector (``P == L``, :data:`INTERLEAVE_WHOLE_VECTORS`):
+    ``Q = 2``, each vector holding half of both groups' channels, so that each
+    2-element input broadcast feeds ``V = 2`` FMAs, where a vector of one group's
+    channels takes one broadcast load per FMA (on Zen 5, one core, a loop of 28 FMAs
+    each with its broadcast from memory ran at 88% of the FMA peak, 14 pixels x 2
+    vectors with the broadcast in a register at 100%)."""
+    if P < L and L % P == 0:
+        return L // P, 1
+    if P == L and L % 2 == 0 and INTERLEAVE_WHOLE_VECTORS:
+        return 2, 2
+    return None
+
+
+def _block_plane_bytes(conv, Q: int) -> int:
+    """About the bytes of the padded input plane of ``Q`` groups of the grouped NHWC
+    stage ``conv`` (the window's reach beyond the plane as padding), constant shapes."""
+    weight = _conv_weight(conv)
+    src = [t for t in conv.op.input_tensors if t is not weight][0]
+    dh, dw = conv.op.attrs["group_conv2d"][2]
+    H, W = _cint(src.shape[1]), _cint(src.shape[2])
+    KH, KW = _cint(weight.shape[0]), _cint(weight.shape[1])
+    I = _group_dims(conv)[6]
+    return (H + (KH - 1) * dh) * (W + (KW - 1) * dw) * I * Q * (_dt.bits(src.dtype) // 8)
+
+
 def _interleaves(conv, info: CpuModel) -> bool:
     """Whether the NHWC stage ``conv`` can run in interleaved vectors
     (:func:`_interleaved_into`): float32, a group narrower than a vector and dividing
@@ -136,7 +179,7 @@ def _interleaves(conv, info: CpuModel) -> bool:
     L = _lanes(conv, info)
     if not (all(t.dtype == "float32" for t in [conv] + list(conv.op.input_tensors))
             and None not in (O, OH, OW, P, I) and len(conv.op.input_tensors) == 2
-            and P < L and L % P == 0 and O % L == 0):
+            and (qv := _interleave_shape(P, L)) is not None and O % (P * qv[0]) == 0):
         return False
     weight = _conv_weight(conv)
     src = [t for t in conv.op.input_tensors if t is not weight][0]
@@ -196,7 +239,8 @@ def _group_config(conv, info: CpuModel, config, layout: str) -> dict:
         raise ScheduleError(
             f"{who}: interleave=True needs an NHWC float32 convolution whose groups' output "
             f"channels divide a vector ({_lanes(conv, info)} lanes here) into 2 or more "
-            f"groups, with whole vectors of output channels and a constant shape; "
+            f"groups, or fill exactly one (in an even number of groups), with whole vectors "
+            f"of output channels and a constant shape; "
             f"{conv.op.name} has {_per_group(conv)} per group: use interleave=False")
     N, O, OH, OW, G, P, I = _group_dims(conv)
     if P % p["ob"]:
@@ -283,12 +327,19 @@ def _interleaved_into(s: Schedule, outs, info: CpuModel) -> None:
     shuffle per vector on its way out.  Both copies are chained blocked
     ``cache_read``s (by ``I``/``P``, then by ``Q``).  Tasks are up to 4 output rows of
     an image (while there are 8 tasks per thread); each copies (and pads) the input
-    rows it reads."""
+    rows it reads.
+
+    Groups of one vector (``P == L``, :func:`_interleave_shape`): ``Q = 2`` groups to
+    ``V = 2`` vectors, vector ``j`` holding channels ``j * L / 2`` to ``(j + 1) * L / 2
+    - 1`` of both groups; a block is up to ``(vregs - 4) / 2`` pixels x 2 vectors, each
+    broadcast feeding both; the weights are stored block by block, and the tasks are an
+    image's pairs of groups over the whole plane where there are 4 per thread and its
+    padded copy fits in L1 (:func:`_block_plane_bytes`), else rows as above."""
     conv, pad = _conv_parts(outs, "group_conv2d_nhwc")
     pad = _own_pad(s, pad)
     N, O, OH, OW, G, P, I = _group_dims(conv)
     L = _lanes(conv, info)
-    Q = L // P
+    Q, V = _interleave_shape(P, L)
     weight = _conv_weight(conv)
     src = [t for t in conv.op.input_tensors if t is not weight][0]
     fused = _fusable_epilogue(outs, conv)
@@ -302,12 +353,26 @@ def _interleaved_into(s: Schedule, outs, info: CpuModel) -> None:
     else:
         st = s[conv]
     n, y, x, o = st.op.axis
-    xb = _block(OW, max(1, info.vregs - 4))
+    # a block: xb pixels x V vectors, beside V weight vectors and the broadcasts
+    xb = _block(OW, max(1, (info.vregs - 4) // V))
     xo, xi = st.split(x, factor=xb)
-    oo, oi = st.split(o, factor=L)
+    # a pixel's output vector: a block's Q groups, V * L lanes (V > 1: one vector of
+    # V * L lanes, its V accumulator vectors shuffled back to channel order together,
+    # where each L-lane piece alone read them from memory, L - 1 lanes off alignment)
+    oo, oi = st.split(o, factor=L * V)
     T = max(1, info.threads)
     R = next((r for r in (4, 2) if OH % r == 0 and (OH // r) * (N or 1) >= 8 * T), 1)
-    if R > 1:
+    attach = oo
+    if V > 1 and (N or 1) * (G // Q) >= 4 * T and _block_plane_bytes(conv, Q) <= info.l1_bytes:
+        # tasks: an image's block of Q groups over the whole plane, where its padded
+        # copy (Q * I channels of the plane, read once) fits in L1, where a task of
+        # rows copies every channel of its rows and of the rows around them
+        # (measured on Zen 5, one thread, under load, batch 8, medians: 512x14x14 as
+        # fast either way or 3% faster, 512x28x28 stride 2, a 115 KB plane, 7% slower)
+        st.reorder(n, oo, y, xo, xi, oi)
+        task = st.fuse(n, oo)
+        attach = xo
+    elif R > 1:
         yo, yi = st.split(y, factor=R)
         st.reorder(n, yo, yi, xo, oo, xi, oi)
         task = st.fuse(n, yo)
@@ -320,13 +385,19 @@ def _interleaved_into(s: Schedule, outs, info: CpuModel) -> None:
         st.parallel(task)
     st.pragma(task, "fp_contract")
     cs = s[acc]
-    cs.compute_at(st, oo)
+    cs.compute_at(st, attach)
     an, ay, ax, ag, ak, at = cs.op.axis
     ky, kx, c = cs.op.reduce_axis
     # (split by the block as the output is: a block of constant size at the right edge
     # too, guarded there)
     axo, ax = cs.split(ax, factor=xb)
-    cs.reorder(an, ay, axo, ag, ky, kx, c, ax, ak, at)
+    if V > 1:
+        # V vectors of L / Q channels of each of the Q groups: one broadcast, V FMAs
+        akv, ak = cs.split(ak, factor=L // Q)
+        cs.reorder(an, ay, axo, ag, ky, kx, c, ax, akv, ak, at)
+        cs.unroll(akv)
+    else:
+        cs.reorder(an, ay, axo, ag, ky, kx, c, ax, ak, at)
     lanes = cs.fuse(ak, at)
     cs.unroll(ax)
     cs.vectorize(lanes)
@@ -344,7 +415,13 @@ def _interleaved_into(s: Schedule, outs, info: CpuModel) -> None:
     wq = s.cache_read(w1, "global", [cs], blocks=[(3, Q)])
     s[w1].compute_inline()
     ws = s[wq]
-    ws.vectorize(ws.fuse(*ws.op.axis[4:]))
+    if V > 1:
+        # stored block by block ([G/Q, ky, kx, c, P, Q]): a block's 9 * I * V vectors
+        # contiguous, where a block's V vectors for one (ky, kx, c) were O * 4 bytes
+        # from the next (2 KB at 512 channels: the block's weights in 4 L1 sets)
+        a = ws.op.axis
+        ws.storage_order(a[3], a[0], a[1], a[2], a[4], a[5])
+    _vector_split(ws, ws.fuse(*ws.op.axis[4:]), P * Q, L)
     if info.threads > 1 and (_bytes(weight) or 0) > info.l2_bytes // 4:
         ws.parallel(ws.op.axis[0])
     _epilogue(s, outs, conv, info, fused)
