@@ -409,9 +409,10 @@ def test_rows_in_lanes(M, lanes):
     """``A @ W^T`` whose rows are a multiple of the machine model's lanes: vectors along
     A's rows (``skinny.rows_in_lanes``): A copied transposed, W read in place, no lane
     sums (no ``C.rf``), a tile of ``fma_latency x fma_ports`` rows of W (fewer where 16
-    registers do not hold them) each prefetched ahead; numpy's results with tails in N
-    and K, on 1 and 2 threads (one of them by default); the knob off gives the tile along
-    K."""
+    registers do not hold them) each prefetched ahead, by default with AVX-512 (the
+    model's masks), through the knob with AVX2's 8 lanes; numpy's results with tails in
+    N and K, on 1 and 2 threads (one of them by default); the knob off gives the tile
+    along K."""
     import dataclasses
 
     from tecomp.strategy.cpu.skinny import lanes_tile
@@ -419,15 +420,18 @@ def test_rows_in_lanes(M, lanes):
     if not LONG and M != 16:
         pytest.skip("8 rows: set TECOMP_LONG_TESTS=1")
 
-    info = dataclasses.replace(cpu_model(), lanes=lanes, vregs=32 if lanes == 16 else 16)
+    info = dataclasses.replace(cpu_model(), lanes=lanes, vregs=32 if lanes == 16 else 16,
+                               masks=lanes == 16)
     assert lanes_tile(M, info) == min(info.fma_latency * info.fma_ports,
                                       (info.vregs - 1 - M // lanes) // (M // lanes))
     args = _plain(M, 37, 301, "wt")
     for threads in (1, 2) if LONG else (2 if lanes == 16 else 1,):
         info = dataclasses.replace(info, threads=threads)
-        knobs = Knobs()
+        default = Knobs()
+        apply_rules(args, default, info)
+        assert default.values["skinny.rows_in_lanes"] is info.masks
+        knobs = Knobs({"skinny.rows_in_lanes": True})
         s = apply_rules(args, knobs, info)
-        assert knobs.values["skinny.rows_in_lanes"] is True
         ir = _no_copy_of(s, args, args[1])
         assert "C.rf" not in ir and "prefetch W[" in ir, ir
         assert re.search(rf"allocate A\.global: float32\[{M}, 301\] \(global, strides "

@@ -28,7 +28,9 @@ streaming its own columns of C, the sums accumulated in vector registers:
   of each of its rows of W :data:`PREFETCH_BYTES` ahead (a block of four such distances
   or more) or of the next tile's rows (``SkinnyPlan.stream``); where the rows are a
   multiple of the lanes (16 with AVX-512), the vectors run along A's rows instead, W's
-  elements broadcast (``SkinnyPlan.rows_in_lanes``, :func:`_schedule_rows_in_lanes`);
+  elements broadcast (``SkinnyPlan.rows_in_lanes``, :func:`_schedule_rows_in_lanes`; by
+  default where the FMAs take a broadcast operand: AVX-512, the machine model's
+  ``masks``);
 * ``W[k, j]``: vectors along ``j``, a register block of ``mb`` rows by ``nv`` vectors,
   ``A[i, k]`` broadcast (``nv`` vector loads of one row of W and ``mb`` broadcasts per
   ``mb * nv`` FMAs), accumulated in registers over a block of ``kb`` rows of W and
@@ -128,7 +130,8 @@ class SkinnyPlan:
     stream: str = "off"   # W[j, k]: at each step, prefetch "rows" (the tile's own,
     #                       PREFETCH_BYTES ahead) or "tile" (the next tile's), or "off"
     rows_in_lanes: bool = False  # W[j, k], M a multiple of the lanes: vectors along
-    #                              A's rows instead (_schedule_rows_in_lanes)
+    #                              A's rows instead (_schedule_rows_in_lanes) may be
+    #                              chosen (by default where the target has AVX-512)
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
@@ -246,7 +249,10 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     pf = knobs.choose("skinny.prefetch", [0, 1, 2], plan.prefetch) if plan.rows_of_w else 0
     stream = (knobs.choose("skinny.stream", ["off", "rows", "tile"], plan.stream)
               if plan.rows_of_w else "off")
-    lanes = plan.rows_in_lanes and knobs.choose("skinny.rows_in_lanes", [True, False], True)
+    # (by default with AVX-512, whose FMAs take W's element as a broadcast operand; with
+    # AVX2 each would be a broadcast load of its own: unmeasured, the knob only)
+    lanes = plan.rows_in_lanes and knobs.choose("skinny.rows_in_lanes", [True, False],
+                                                info.masks)
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes)
 
