@@ -12,6 +12,13 @@ same W (the best of a plain-TE row sum ``S[j] = sum_k W[j, k]`` and ``torch.sum(
 out=s)``).  Interleaved in one process (medians of blocks of calls, tools in rotating
 order); every result is checked against numpy first.
 
+Each row ends with the roofline of its shape on this host: the FMA peak measured here
+(``tc.viz.fma_peak`` on the same threads, the best of bursts) and the read stream above
+make the roofs, ``2 * M`` FLOPs per float32 of W (``M / 2`` FLOP per byte, A and C
+counted too) the intensity (``tc.viz.Roofline``); the row says which roof is lower (a
+GEMV is memory-bound; on Zen 5 16 rows are compute-bound on one thread and memory-bound
+on two), the time it allows and each tool's share of that roof.
+
 ``--cpu-time`` (with ``--threads 1``) times each call by the process's CPU time rather
 than the wall clock: on a machine shared with other work, the time they take the core
 is left out (the read stream is timed the same way).  ``--knobs '{"skinny.stream": "off"}'`` adds the plain compute
@@ -114,6 +121,10 @@ def main() -> None:
           f"{'CPU time' if args.cpu_time else 'wall clock'}, "
           f"K={K}, N={N} float32 (W {wbytes[layouts[0]] / 1e6:.0f} MB), "
           f"tecomp auto_schedule trials=0")
+    # the compute roof: the host's FMA peak on these threads (wall clock: the best of
+    # bursts of calls, what the core does when it is left to run)
+    peak = tc.viz.fma_peak(args.threads, calls=15, bursts=3, pause=0.2)
+    print(f"  FMA peak ({args.threads} threads): {peak:.0f} GFLOP/s")
     stream = {}
     for layout in layouts:
         cands = {n: wbytes[layout] / t[n] / 1e9 for n in t if n.startswith(f"stream {layout}:")}
@@ -127,6 +138,13 @@ def main() -> None:
             gbs = wbytes[layout] / t[name] / 1e9
             line += (f" | {name.split(': ', 1)[1]} {t[name] * 1e3:6.2f} ms {gbs:5.1f} GB/s "
                      f"{100 * gbs / stream[layout]:3.0f}%")
+        roof = tc.viz.Roofline(line, t[row["tools"][0]], 2.0 * M * K * args.n,
+                               wbytes[layout] + 4.0 * M * (K + args.n), args.threads,
+                               peak, stream[layout])
+        line += (f" || {roof.intensity:.1f} FLOP/B, {roof.bound}-bound: roof "
+                 f"{roof.flops / roof.roof_gflops / 1e6:.2f} ms; " + ", ".join(
+                     f"{name.split(': ', 1)[1]} {roof.flops / t[name] / 1e9 / roof.roof_gflops:.0%}"
+                     for name in row["tools"]))
         print(line)
 
 

@@ -98,8 +98,8 @@ def test_llm_decoding_shape_reads_w_in_place():
 
 
 def test_sixteen_rows_copy_a_and_prefetch_w():
-    """16 x 4096 @ (11008 x 4096)^T (lowered, not run): W still read in place, A read
-    from a copy whose rows are a cache line further apart than 4 KiB (they shared one
+    """16 x 4096 @ (11008 x 4096)^T with vectors along K (``skinny.rows_in_lanes`` off;
+    lowered, not run): W still read in place, A read from a copy whose rows are a cache line further apart than 4 KiB (they shared one
     cache set with the tile's rows of W), each tile's rows of W prefetched a block of
     the reduction ahead, and at each step the next tile's line of each row (a block of
     16 steps: too short to prefetch ahead in the tile's own rows); 4 rows (a block of
@@ -109,8 +109,9 @@ def test_sixteen_rows_copy_a_and_prefetch_w():
 
     assert rows_share_sets(4096, 8) and not rows_share_sets(45, 8) \
         and not rows_share_sets(4096 + 16, 8)
+    along_k = Knobs({"skinny.rows_in_lanes": False})
     A, W, C = args = _plain(16, 11008, 4096, "wt")
-    s = tc.auto_schedule(args)
+    s = apply_rules(args, along_k, cpu_model())
     ir = _no_copy_of(s, args, W, 16 * 4112 + 1)
     assert "allocate A.global: float32[16, 4096] (global, strides [4112, 1])" in ir, ir
     assert re.search(r"prefetch W\[.*min\(k\.outer\.outer \+ 1, 15\)\*256", ir), ir
@@ -128,7 +129,8 @@ def test_sixteen_rows_copy_a_and_prefetch_w():
         assert pf and all(ln.endswith(ahead) for ln in pf), (ahead, pf)
         assert ir.count(f"unrolled (W.pf0, 0, {nb})") == len(pf)
     args = _plain(16, 83, 45, "wt")
-    ir = _no_copy_of(apply_rules(args, Knobs(), cpu_model()), args, args[1])
+    ir = _no_copy_of(apply_rules(args, Knobs({"skinny.rows_in_lanes": False}), cpu_model()),
+                     args, args[1])
     assert "A.global" not in ir and "k.outer.outer + 1" not in ir
     # run: 9 rows (a short row block), 1024 columns in blocks, 37 rows of W (a short tile)
     args = _plain(9, 37, 1024, "wt")
@@ -396,3 +398,46 @@ def test_dense_and_batched_gemv_stream_like_plain_te():
     c = np.empty((2, 6, N), "float32")
     tc.build(s, [Ab, Wb, B])(a, w, c)
     np.testing.assert_allclose(c, a @ w.transpose(0, 2, 1), rtol=1e-4, atol=1e-3)
+
+
+# (rows of A, lanes of the machine model): one vector of A's rows, two (AVX2's 8 lanes)
+LANES = [(16, 16), (8, 8), (16, 8)]
+
+
+@pytest.mark.parametrize("M, lanes", LANES, ids=[f"M{m}-L{l}" for m, l in LANES])
+def test_rows_in_lanes(M, lanes):
+    """``A @ W^T`` whose rows are a multiple of the machine model's lanes: vectors along
+    A's rows (``skinny.rows_in_lanes``): A copied transposed, W read in place, no lane
+    sums (no ``C.rf``), a tile of ``fma_latency x fma_ports`` rows of W (fewer where 16
+    registers do not hold them) each prefetched ahead, by default with AVX-512 (the
+    model's masks), through the knob with AVX2's 8 lanes; numpy's results with tails in
+    N and K, on 1 and 2 threads (one of them by default); the knob off gives the tile
+    along K."""
+    import dataclasses
+
+    from tecomp.strategy.cpu.skinny import lanes_tile
+
+    if not LONG and M != 16:
+        pytest.skip("8 rows: set TECOMP_LONG_TESTS=1")
+
+    info = dataclasses.replace(cpu_model(), lanes=lanes, vregs=32 if lanes == 16 else 16,
+                               masks=lanes == 16)
+    assert lanes_tile(M, info) == min(info.fma_latency * info.fma_ports,
+                                      (info.vregs - 1 - M // lanes) // (M // lanes))
+    args = _plain(M, 37, 301, "wt")
+    for threads in (1, 2) if LONG else (2 if lanes == 16 else 1,):
+        info = dataclasses.replace(info, threads=threads)
+        default = Knobs()
+        apply_rules(args, default, info)
+        assert default.values["skinny.rows_in_lanes"] is info.masks
+        knobs = Knobs({"skinny.rows_in_lanes": True})
+        s = apply_rules(args, knobs, info)
+        ir = _no_copy_of(s, args, args[1])
+        assert "C.rf" not in ir and "prefetch W[" in ir, ir
+        assert re.search(rf"allocate A\.global: float32\[{M}, 301\] \(global, strides "
+                         r"\[1, " + str(M) + r"\]\)", ir), ir
+        assert ("parallel (" in ir) == (threads > 1)
+        c, want = _run(s, args, "wt")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    s = apply_rules(args, Knobs({"skinny.rows_in_lanes": False}), info)
+    assert "C.rf" in str(tc.lower(s, args))
