@@ -203,12 +203,14 @@ def _fused_output(op) -> bool:
 
 def _statistic_of(op, forward: set) -> bool:
     """Whether compute ``op``, which only the gradient reads, is computed from the
-    forward's computes alone (e.g. ``scaled_dot_product_attention(backward="flash")``'s
+    forward's reductions alone (e.g. ``scaled_dot_product_attention(backward="flash")``'s
     logsumexp from its row maximum and sum): the training forward writes it too, the
-    statistics it reads staying inside the forward's kernels."""
+    statistics it reads staying inside the forward's kernels.  (Only reductions: a
+    gradient-only elementwise function of the forward's other values stays in the
+    backward.)"""
     ins = getattr(op, "input_tensors", ())
     return isinstance(op, ComputeOp) and bool(ins) and all(
-        id(t.op) in forward for t in ins)
+        id(t.op) in forward and bool(getattr(t.op, "reduce_axis", ())) for t in ins)
 
 
 class _Training:
