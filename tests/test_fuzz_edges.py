@@ -155,6 +155,22 @@ def test_library_family_finds_tensor_maps_read_past_their_tensor(monkeypatch):
                          for out in found), [out.report() for out in found]
 
 
+def test_ir_edit_family_finds_facts_that_outlive_the_memory_they_read(monkeypatch):
+    """Three ir_edit cases in ten wrap a store in a branch whose condition reads what the
+    branch then writes: the simplifier's IR computes the same.  With the check taken
+    away (the simplifier knew such a condition everywhere in the branch, also after the
+    store), the family reports it."""
+    from tecomp.ir import simplify as simp
+
+    seeds = [s for s in _seeds("ir_edit", 30)
+             if draw_edge_case(s).twist["edit"] == "branch_writes_its_condition"][:1]
+    assert all(run_edge_case(draw_edge_case(s)).kind == "ok" for s in seeds), seeds
+    monkeypatch.setattr(simp, "_holding", lambda c, body, truth: (c, truth))
+    outs = [run_edge_case(draw_edge_case(s)) for s in seeds]
+    assert any(o.kind == "mismatch" and "a fact outlived the memory it read" in o.report()
+               for o in outs), [o.report() for o in outs]
+
+
 def test_records_family_replays_the_genuine_record():
     """The genuine record of a records case is found for the workload and replayed: the
     family tests the log's checks, not a log that never matches."""

@@ -80,6 +80,10 @@ other seed draws what it drew before them; :func:`family_of`):
     the case's printed IR edited as a user might (an allocation's extent made 0 or
     negative, an index shifted past its buffer), read back with ``tc.ir.parse``, built
     and called: the right answer or a ``TecompError`` (``BoundsError``), never a crash.
+    Three in ten (drawn after those) wrap a store ``X[i] = v`` in a branch whose
+    condition reads what it writes (``if (v != X[i]) { X[i] = v; X[i] = select(v !=
+    X[i], X[i], X[i] + 1) }``): the simplifier's IR computes what the edited IR computes
+    (the reference interpreter), bit for bit.
 ``shared_reduction``
     row sums cached in shared memory (``cache_write(C, "shared")``) in the CUDA emulation:
     computed at the threadIdx loop with no loop of their own bound to it (a
@@ -300,6 +304,8 @@ def draw_edge_case(seed: int) -> EdgeCase:
     elif family == "ir_edit":
         twist = {"edit": d.choice(("alloc_negative", "alloc_zero", "index_past", "index_minus")),
                  "pick": d.int(0, 10**6), "by": d.choice((1, 7, 2**20))}
+        if d.bool(0.3):   # drawn after the others: every seed keeps what it drew
+            twist["edit"] = "branch_writes_its_condition"
     elif family == "shared_reduction":
         twist = {"rows": d.choice((16, 40, 64)), "K": d.int(1, 50),
                  "threads": d.choice((4, 8, 16)),
@@ -1418,6 +1424,23 @@ def _edit_ir(text: str, tw: dict):
     """The printed IR ``text`` edited as ``tw`` says, or None where it has no such site."""
     import re
 
+    if tw["edit"] == "branch_writes_its_condition":
+        # `X[i] = v` -> `if (v != X[i]) { X[i] = v; X[i] = select(v != X[i], X[i], X[i] + 1) }`:
+        # the branch's condition, true on entry, is false once the branch stored v
+        # (stores to the parameters: an allocation's first values are undefined)
+        from ..ir.expr import Const
+        head = text.split("\n", 1)[0]
+        params = dict(re.findall(r"([A-Za-z_][\w.]*): (\w+)\[", head))
+        sites = [m for m in re.finditer(r"(?m)^( *)(([A-Za-z_][\w.]*)\[[^\n]*?\]) = ([^\n]+)$",
+                                        text) if params.get(m.group(3), "bool") != "bool"]
+        if not sites:
+            return None
+        m = sites[tw["pick"] % len(sites)]
+        ind, x, v = m.group(1), m.group(2), m.group(4)
+        cond, one = f"({v}) != {x}", Const(1, params[m.group(3)])
+        block = (f"{ind}if ({cond}) {{\n{ind}  {x} = {v}\n"
+                 f"{ind}  {x} = select({cond}, {x}, {x} + {one})\n{ind}}}")
+        return text[:m.start()] + block + text[m.end():]
     if tw["edit"].startswith("alloc"):
         pat = r"(allocate ([^\n]*?): \w+\[)([^\]]*)(\])"
         sites = list(re.finditer(pat, text))
@@ -1462,6 +1485,8 @@ def _run_ir_edit(ec: EdgeCase) -> Outcome:
     stage = "parse"
     try:
         func = tc.ir.parse(text)
+        if ec.twist["edit"] == "branch_writes_its_condition":
+            return _simplified_alike(ec, c, func, text)
         stage = "build"
         mod = tc.build(func)
         stage = "call"
@@ -1476,6 +1501,31 @@ def _run_ir_edit(ec: EdgeCase) -> Outcome:
                        f"the family's edit):\n{_exc_text(e)}", text)
     except Exception as e:  # noqa: BLE001
         return _failure(ec, stage, e, (tc.TecompError,), text)
+    return Outcome("ok", ec, "", "", text)
+
+
+def _simplified_alike(ec: EdgeCase, c, func, text: str) -> Outcome:
+    """The IR ``func`` and the simplifier's version of it compute the same (the reference
+    interpreter on the case's inputs): a fact the simplifier learned from a branch's
+    condition must not outlive the memory it read."""
+    from ..lower.passes import simplify_pass
+    try:
+        simple = simplify_pass(func)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "simplify", e, (), text)
+    runs = []
+    first = case_arrays(ec, c.inputs)
+    for f in (func, simple):
+        arrs = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in first]
+        try:
+            interp.run(f, *arrs)
+        except Exception as e:  # noqa: BLE001
+            return _failure(ec, "interp", e, (tc.TecompError,), str(f))
+        runs.append(arrs)
+    for pos, (a, b) in enumerate(zip(*runs)):
+        if isinstance(a, np.ndarray) and a.tobytes() != b.tobytes():   # (NaNs: bit for bit)
+            return Outcome("mismatch", ec, "simplify", f"argument {pos} differs after the "
+                           f"simplifier: a fact outlived the memory it read", str(simple))
     return Outcome("ok", ec, "", "", text)
 
 
