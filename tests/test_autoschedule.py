@@ -986,3 +986,24 @@ def test_short_rows_of_a_plane_are_one_contiguous_run(shape):
     f(x, r, gv, y)
     bshape = (1, shape[1]) + (1,) * (len(shape) - 2)
     np.testing.assert_allclose(y, np.maximum(x * gv.reshape(bshape) + r, 0), rtol=1e-6)
+
+
+def test_rules_do_not_vectorize_a_fused_run_of_symbolic_extent():
+    """Campaign seed 131047: an elementwise ``[2, n]`` output whose reads use neither axis,
+    scheduled with the shape estimate ``n = 1``: the rules took the estimate for a
+    constant, fused the last two axes as one contiguous run of 2 and vectorized it whole
+    (extent ``n*2``): a ScheduleError from the auto-scheduler's own schedule.  A
+    symbolic pair is not fused; the kernel is right at every size."""
+    n = tc.var("n", "int64")
+    A = tc.placeholder((n,), dtype="uint8", name="A")
+    B = tc.compute((8,), lambda i: A[0] + tc.const(1, "uint8"), name="B")
+    C = tc.compute((2, n), lambda i, j: B[3], name="C")
+    info = cpu_model()
+    s = apply_rules([A, C], Knobs(values={"coalesce.C": True, "vec.C": info.lanes}), info,
+                    {"n": 1})
+    f = tc.build(s, [A, C])
+    for size in (1, 3, 40):
+        a = np.arange(size, dtype="uint8") + 5
+        c = np.zeros((2, size), "uint8")
+        f(a, c)
+        np.testing.assert_array_equal(c, np.full((2, size), 6, "uint8"))

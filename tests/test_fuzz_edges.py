@@ -127,6 +127,50 @@ def test_library_family_finds_an_export_that_replaces_a_device(monkeypatch):
     assert out.kind == "mismatch" and "was replaced" in out.report(), out.report()
 
 
+def _tma_box_cases(count):
+    out = []
+    for s in _seeds("library_file", 4 * count):
+        ec = draw_edge_case(s)
+        if "tma_box" in ec.twist:
+            out.append(ec)
+            if len(out) == count:
+                break
+    return out
+
+
+def test_library_family_finds_tensor_maps_read_past_their_tensor(monkeypatch):
+    """Two cases in five of the library_file family also draw a tensor-map box as a GPU
+    library's metadata may say it: its map is refused exactly where the hardware's
+    model would read past the tensor.  With the check taken away (map_spec encoded a
+    forged box's map as given, before this check), the family reports it."""
+    from tecomp.lower import tma_pipeline
+
+    cases = _tma_box_cases(40 if LONG else 12)
+    for ec in cases:
+        assert edges._check_tma_box(ec, ec.twist["tma_box"]) is None, ec.twist
+    monkeypatch.setattr(tma_pipeline, "check_reach", lambda *a: None)
+    found = [edges._check_tma_box(ec, ec.twist["tma_box"]) for ec in cases]
+    found = [out for out in found if out is not None]
+    assert found and all(out.kind == "mismatch" and "reads past its tensor" in out.report()
+                         for out in found), [out.report() for out in found]
+
+
+def test_ir_edit_family_finds_facts_that_outlive_the_memory_they_read(monkeypatch):
+    """Three ir_edit cases in ten wrap a store in a branch whose condition reads what the
+    branch then writes: the simplifier's IR computes the same.  With the check taken
+    away (the simplifier knew such a condition everywhere in the branch, also after the
+    store), the family reports it."""
+    from tecomp.ir import simplify as simp
+
+    seeds = [s for s in _seeds("ir_edit", 30)
+             if draw_edge_case(s).twist["edit"] == "branch_writes_its_condition"][:1]
+    assert all(run_edge_case(draw_edge_case(s)).kind == "ok" for s in seeds), seeds
+    monkeypatch.setattr(simp, "_holding", lambda c, body, truth: (c, truth))
+    outs = [run_edge_case(draw_edge_case(s)) for s in seeds]
+    assert any(o.kind == "mismatch" and "a fact outlived the memory it read" in o.report()
+               for o in outs), [o.report() for o in outs]
+
+
 def test_records_family_replays_the_genuine_record():
     """The genuine record of a records case is found for the workload and replayed: the
     family tests the log's checks, not a log that never matches."""

@@ -96,14 +96,15 @@ from ..errors import ExprError
 from . import dtype as _dt
 from .arith import SIMPLIFY, Analyzer, LinForm, dtype_limits, wrap, wrap_centered
 from .expr import (
-    EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
-    IterVar, Let, Max, Min, Mul, Not, Or, Reduce, Select, Sub, TruncDiv, TruncMod, Var, as_expr,
+    EQ, GE, GT, LE, LT, NE, Add, And, BufferLoad, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv,
+    FloorMod, IterVar, Let, Max, Min, Mul, Not, Or, Reduce, Select, Sub, TruncDiv, TruncMod, Var,
+    as_expr,
 )
-from .functor import Mutator, child_fields, substitute, uses_var
+from .functor import Mutator, child_fields, collect, substitute, uses_var
 from .op import compare_values
 from .stmt import (
-    Allocate, AssertStmt, AttrStmt, Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt,
-    annotated_loop,
+    Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt,
+    PrimFunc, SeqStmt, Stmt, TensorIntrinCall, annotated_loop,
 )
 
 __all__ = ["simplify", "affine_steps", "Simplifier", "StmtSimplifier"]
@@ -1631,6 +1632,51 @@ def _decide_bounds(t, lo, hi):
 NEST_PRAGMAS = frozenset({"pragma_fp_contract"})
 
 
+def _holding(c: Expr, body: Stmt, truth: bool):
+    """``(cond, truth)`` for :meth:`Simplifier.assume` over ``body``: what of the
+    condition ``c`` being ``truth`` still holds everywhere in ``body``.  A condition that
+    reads memory says nothing after ``body`` writes that memory (``if (A[0] >= 5) {
+    A[0] = 0; ... A[0] >= 1 ... }``): its parts (the terms of an ``&&`` known true) that
+    read a buffer ``body`` stores to, or any buffer where ``body`` calls out (an extern
+    function, a tensor intrinsic, a barrier after which other threads' stores are
+    seen), are left out; ``(True, True)`` when nothing is left."""
+    if not collect(c, _is_load):
+        return c, truth
+    written = _written(body)
+    parts = _conjuncts(c) if truth else [c]
+    kept = [p for p in parts if written is not None and not any(
+        x.buffer.name in written for x in collect(p, _is_load))]
+    if len(kept) == len(parts):
+        return c, truth
+    out = kept[0] if kept else Const(1, "bool")
+    for p in kept[1:]:
+        out = And(out, p)
+    return out, (truth if kept else True)
+
+
+def _is_load(x) -> bool:
+    return isinstance(x, BufferLoad)
+
+
+def _conjuncts(c: Expr) -> list:
+    if type(c) is And:
+        return _conjuncts(c.a) + _conjuncts(c.b)
+    return [c]
+
+
+def _written(body: Stmt):
+    """The names of the buffers ``body`` stores to, or None where it calls out (what
+    the call writes is not in the IR)."""
+    names = set()
+    for x in collect(body, lambda n: isinstance(n, (BufferStore, ExternCall,
+                                                    TensorIntrinCall, Evaluate))):
+        if type(x) is BufferStore:
+            names.add(x.buffer.name)
+        else:
+            return None
+    return names
+
+
 class StmtSimplifier(Mutator):
     """Simplifies statements, learning loop ranges and branch conditions on the way."""
 
@@ -1686,11 +1732,11 @@ class StmtSimplifier(Mutator):
             if c.value:
                 return self.visit(s.then_case)
             return _EMPTY if s.else_case is None else self.visit(s.else_case)
-        with ex.assume(c, True):
+        with ex.assume(*_holding(c, s.then_case, True)):
             then = self.visit(s.then_case)
         els = None
         if s.else_case is not None:
-            with ex.assume(c, False):
+            with ex.assume(*_holding(c, s.else_case, False)):
                 els = self.visit(s.else_case)
             if _is_empty(els):
                 els = None
@@ -1744,7 +1790,7 @@ class StmtSimplifier(Mutator):
         c = self.ex.visit(s.cond)
         if type(c) is Const and c.value:
             return self.visit(s.body)
-        with self.ex.assume(c, True):
+        with self.ex.assume(*_holding(c, s.body, True)):
             body = self.visit(s.body)
         if c is s.cond and body is s.body:
             return s

@@ -330,9 +330,32 @@ def map_spec(box: TmaBox, shape: Sequence[int], name: str = "") -> _tma.TensorMa
         dims.append(extent)
         if i:
             strides.append(row[d.axis] * d.coef)
+    check_reach(box.src.name, shape, esize, dims, strides)
     return _tma.TensorMapSpec(box.src.dtype, tuple(dims), tuple(strides),
                               tuple(d.box for d in box.dims), swizzle=box.swizzle,
                               name=name or box.src.name)
+
+
+def check_reach(name: str, shape: Sequence[int], esize: int, dims: Sequence[int],
+                strides: Sequence[int]) -> None:
+    """TensorMapError unless the map of ``dims`` (innermost first, the driver taking
+    dimension 0 as contiguous) and byte ``strides`` reaches no byte past the C-contiguous
+    tensor of ``shape``, whatever box made it: a GPU library's metadata says the box,
+    and a forged one (an axis twice, an inner part run on past its block) would have
+    the copies read past the argument."""
+    total = esize
+    for n in shape:
+        total *= int(n)
+    if not total or not all(dims):
+        return   # (an empty map: tma.check refuses its extents)
+    reach = (dims[0] - 1) * esize + sum((n - 1) * st for n, st in zip(dims[1:], strides))
+    if reach + esize > total:
+        raise _tma.TensorMapError(
+            f"tensor map of {name!r:.60}: dimensions {list(dims)} with byte strides "
+            f"{[esize] + list(strides)} reach byte {reach + esize} of a tensor of {total} "
+            "bytes (shape " + "x".join(str(int(n)) for n in shape) + "): it would read "
+            "past the tensor; its box is not one tecomp makes (a library's metadata "
+            "edited?): export the library again")
 
 
 def check_swizzle(box: TmaBox, ring: Buffer, swizzle: str, what: str) -> None:

@@ -30,6 +30,7 @@ The stages carry tags the CPU template (:mod:`tecomp.strategy.cpu.winograd`) fin
 """
 from __future__ import annotations
 
+import numbers
 from fractions import Fraction
 from functools import lru_cache
 from typing import Sequence
@@ -125,10 +126,10 @@ def winograd_matrices(m: int) -> tuple:
     >>> np.allclose(AT @ ((G @ g) * (BT @ d)), np.correlate(d, g, "valid"))
     True
     """
-    if isinstance(m, bool) or m not in (2, 4, 6):
+    if not _is_int(m) or m not in (2, 4, 6):
         Args("winograd_matrices", "F(m x m, 3 x 3)").fail(
             f"m={m!r:.20} is not one tecomp builds; give 2, 4 or 6")
-    return tuple([[float(v) for v in row] for row in mat] for mat in _exact(m))
+    return tuple([[float(v) for v in row] for row in mat] for mat in _exact(int(m)))
 
 
 def _combine(terms, dtype):
@@ -240,11 +241,17 @@ def _layout(a: Args, layout) -> bool:
     return layout == "NCHW"
 
 
+def _is_int(x) -> bool:
+    """An integer (a numpy one too), not a bool and not a float that equals one (4.0 is
+    not a tile: it would slice the transforms' rows)."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
 def _tile(a: Args, tile) -> int:
-    if isinstance(tile, bool) or tile not in WINOGRAD_TILES:
+    if not _is_int(tile) or tile not in WINOGRAD_TILES:
         a.fail(f"tile {tile!r:.20} is not one tecomp builds; give "
                f"{' or '.join(map(str, WINOGRAD_TILES))} (F(m x m, 3 x 3)'s m)")
-    return tile
+    return int(tile)
 
 
 def _weight_transform(nchw: bool, weight, m: int, groups: int, kg: int, I: int, name: str):
@@ -313,6 +320,10 @@ def conv2d_winograd(data: Tensor, transformed: Tensor, layout: str = "NCHW",
     a.tensor("transformed", transformed, 5, "[a, a, groups, in // groups, out // groups]",
              like=("data", data))
     al = a.constant("transformed", transformed, 0, "transform size")
+    if tile is None and al - 2 not in WINOGRAD_TILES:
+        a.fail(f"transformed ({transformed.name}) is {al}x{transformed.shape[1]} per channel "
+               "pair, which no tile gives: give the output of winograd_weight_transform ("
+               + " or ".join(f"{m + 2}x{m + 2} for tile {m}" for m in WINOGRAD_TILES) + ")")
     m = _tile(a, al - 2 if tile is None else tile)
     if al != m + 2 or a.constant("transformed", transformed, 1, "transform size") != al:
         a.fail(f"transformed ({transformed.name}) is {al}x"

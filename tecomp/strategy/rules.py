@@ -433,7 +433,9 @@ class _Rules(BlockRules):
         if len(axes) < 2 or len(op.bodies) != 1:
             return False
         pair = axes[-2:]
-        exts = [self.ext(a.dom.extent) for a in pair]
+        # (constant: not the estimate of a symbolic extent, which the whole fused run
+        # would be vectorized by)
+        exts = [_cint(a.dom.extent) for a in pair]
         if None in exts or exts[1] % self.L == 0:
             return False
         vs = [a.var for a in pair]

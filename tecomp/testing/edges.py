@@ -50,7 +50,12 @@ read the docs, or one who wants to crash the caller, would:
     with a ``LoadError``; the untouched copy still loads.  Five cases in six first export
     the library onto a device node (made in a temporary directory), a FIFO, a link to
     one, a socket, or with a FIFO in the sidecar's place: a ``BuildError``, the file
-    left as it was (drawn after the tamper, so each seed keeps its tamper).
+    left as it was (drawn after the tamper, so each seed keeps its tamper).  Two in five
+    (drawn after those) also forge a TMA tensor-map box as a GPU library's metadata
+    says it (any axis twice, inner parts past their blocks, blocks of any size, within
+    the ranges the metadata reader checks) over a tensor of a drawn shape: the host's
+    checks refuse its map exactly where the hardware's model (``tma.reference_box``)
+    would read past the tensor.
 
 Session 8's families, drawn for the edge seeds whose ``(seed // 9) % 8 == 7`` (every
 other seed draws what it drew before them; :func:`family_of`):
@@ -75,6 +80,10 @@ other seed draws what it drew before them; :func:`family_of`):
     the case's printed IR edited as a user might (an allocation's extent made 0 or
     negative, an index shifted past its buffer), read back with ``tc.ir.parse``, built
     and called: the right answer or a ``TecompError`` (``BoundsError``), never a crash.
+    Three in ten (drawn after those) wrap a store ``X[i] = v`` in a branch whose
+    condition reads what it writes (``if (v != X[i]) { X[i] = v; X[i] = select(v !=
+    X[i], X[i], X[i] + 1) }``): the simplifier's IR computes what the edited IR computes
+    (the reference interpreter), bit for bit.
 ``shared_reduction``
     row sums cached in shared memory (``cache_write(C, "shared")``) in the CUDA emulation:
     computed at the threadIdx loop with no loop of their own bound to it (a
@@ -250,6 +259,8 @@ def draw_edge_case(seed: int) -> EdgeCase:
                                      "sidecar_fifo", "sidecar_huge"))}
         # (drawn after the tamper: each seed keeps the tamper it drew before)
         twist["export_onto"] = d.choice(EXPORT_ONTO)
+        if d.bool(0.4):   # drawn after the others: every seed keeps what it drew
+            twist["tma_box"] = _draw_tma_box(d)
     elif family == "big_extent":
         v = d.choice(("huge_strides", "huge_strides", "huge_strides", "int64_n", "int64_n",
                       "int64_n", "int64_n", "big_reduction"))
@@ -293,6 +304,8 @@ def draw_edge_case(seed: int) -> EdgeCase:
     elif family == "ir_edit":
         twist = {"edit": d.choice(("alloc_negative", "alloc_zero", "index_past", "index_minus")),
                  "pick": d.int(0, 10**6), "by": d.choice((1, 7, 2**20))}
+        if d.bool(0.3):   # drawn after the others: every seed keeps what it drew
+            twist["edit"] = "branch_writes_its_condition"
     elif family == "shared_reduction":
         twist = {"rows": d.choice((16, 40, 64)), "K": d.int(1, 50),
                  "threads": d.choice((4, 8, 16)),
@@ -827,7 +840,92 @@ def _export_onto(ec: EdgeCase, mod, path: str, how: str, ir) -> Optional[Outcome
     return None if out.kind == "refused" else out
 
 
+def _draw_tma_box(d) -> dict:
+    """A tensor-map box as a GPU library's metadata may say it (each field in the range
+    the reader checks: any axis, any part, coefficients, blocks and box extents): the
+    dims of a tensor of a drawn shape and dtype, innermost first.  A third are the
+    maps tecomp makes (the tensor's dimensions whole, the last one first)."""
+    rank = d.int(1, 3)
+    shape = [d.int(1, 40) for _ in range(rank)]
+    dtype = d.choice(("float16", "bfloat16", "float32", "uint8"))
+    if d.bool(0.33):
+        dims = [[rank - 1 - i, 1, d.int(1, 8), "whole", 0] for i in range(rank)]
+    else:
+        dims = []
+        for _ in range(d.int(1, 3)):
+            part = d.choice(("whole", "inner", "outer"))
+            dims.append([d.int(0, rank - 1), d.choice((1, 2, 4, 8)) if part == "outer" else 1,
+                         d.int(1, 8), part, d.choice((1, 2, 8, 16, 9999)) if part == "inner"
+                         else 0])
+    return {"shape": shape, "dtype": dtype, "dims": dims}
+
+
+def _check_tma_box(ec: EdgeCase, tw: dict) -> Optional[Outcome]:
+    """The map of the drawn box (:func:`_draw_tma_box`) over its tensor: refused by the
+    host's checks (``map_spec``, then ``tma.check``, as the loaded library encodes it)
+    exactly when the hardware's model (``tma.reference_box``, the emulation's copy) would
+    read bytes past the tensor's end with the box at the far corner of the map.  None
+    when it agrees."""
+    from ..ir.expr import Buffer
+    from ..lower.tma_pipeline import TmaBox, TmaDim, map_spec
+    from ..target import tma as _tma
+    shape, dims = tw["shape"], tw["dims"]
+    src = Buffer("X", list(shape), tw["dtype"])
+    box = TmaBox(src, src, tuple(TmaDim(*x) for x in dims), ())
+    esize = np.dtype(numpy_dtype(tw["dtype"])).itemsize
+    total = esize * int(np.prod(shape))
+    refused = None
+    try:
+        spec = map_spec(box, shape)
+    except tc.TensorMapError as e:
+        if "not whole blocks" in str(e):   # (a documented refusal of its own)
+            return None
+        refused, spec = str(e), None
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", ec, "tma map", f"{tw}\n{_exc_text(e)}")
+    if spec is None:
+        # the model, for the refused map: its extents and strides as map_spec makes them
+        row = [esize] * len(shape)
+        for a in range(len(shape) - 2, -1, -1):
+            row[a] = row[a + 1] * shape[a + 1]
+        ext = [x[4] if x[3] == "inner" else shape[x[0]] // x[1] if x[3] == "outer"
+               else shape[x[0]] for x in dims]
+        if not all(ext):
+            return None
+        spec = _tma.TensorMapSpec(tw["dtype"], tuple(ext),
+                                  tuple(row[x[0]] * x[1] for x in dims[1:]),
+                                  tuple(x[2] for x in dims), name="X")
+    elif not all(spec.dims):
+        try:
+            _tma.check(spec, 0)
+        except tc.TensorMapError:
+            return None
+        return Outcome("mismatch", ec, "tma map", f"{tw}: a map with an empty dimension "
+                       "passed the host's checks")
+    # the tensor's bytes (never 0xEE), then guard bytes of 0xEE: the box at the far
+    # corner reaches the map's last element
+    reach = (spec.dims[0] - 1) * esize + sum((n - 1) * st for n, st in
+                                              zip(spec.dims[1:], spec.strides)) + esize
+    mem = np.full(max(total, reach) + 64, 0xEE, np.uint8)
+    mem[:total] = np.arange(total) % 0xE0
+    corner = [max(n - b, 0) for n, b in zip(spec.dims, spec.box)]
+    got = _tma.reference_box(spec, mem, corner)
+    past = bool((got == 0xEE).any())
+    if refused is None and past:
+        return Outcome("mismatch", ec, "tma map", f"{tw}: the map reads past its tensor of "
+                       f"{total} bytes and the host's checks passed it")
+    if refused is not None and not past:
+        return Outcome("mismatch", ec, "tma map", f"{tw}: the map stays within its tensor "
+                       f"but was refused: {refused}")
+    return None
+
+
 def _run_library_file(ec: EdgeCase) -> Outcome:
+    tw = ec.twist.get("tma_box")
+    if tw is not None:
+        bad = _check_tma_box(ec, tw)
+        if bad is not None:
+            return bad
     c, bad = _prepare(ec)
     if bad:
         return bad
@@ -1326,6 +1424,23 @@ def _edit_ir(text: str, tw: dict):
     """The printed IR ``text`` edited as ``tw`` says, or None where it has no such site."""
     import re
 
+    if tw["edit"] == "branch_writes_its_condition":
+        # `X[i] = v` -> `if (v != X[i]) { X[i] = v; X[i] = select(v != X[i], X[i], X[i] + 1) }`:
+        # the branch's condition, true on entry, is false once the branch stored v
+        # (stores to the parameters: an allocation's first values are undefined)
+        from ..ir.expr import Const
+        head = text.split("\n", 1)[0]
+        params = dict(re.findall(r"([A-Za-z_][\w.]*): (\w+)\[", head))
+        sites = [m for m in re.finditer(r"(?m)^( *)(([A-Za-z_][\w.]*)\[[^\n]*?\]) = ([^\n]+)$",
+                                        text) if params.get(m.group(3), "bool") != "bool"]
+        if not sites:
+            return None
+        m = sites[tw["pick"] % len(sites)]
+        ind, x, v = m.group(1), m.group(2), m.group(4)
+        cond, one = f"({v}) != {x}", Const(1, params[m.group(3)])
+        block = (f"{ind}if ({cond}) {{\n{ind}  {x} = {v}\n"
+                 f"{ind}  {x} = select({cond}, {x}, {x} + {one})\n{ind}}}")
+        return text[:m.start()] + block + text[m.end():]
     if tw["edit"].startswith("alloc"):
         pat = r"(allocate ([^\n]*?): \w+\[)([^\]]*)(\])"
         sites = list(re.finditer(pat, text))
@@ -1370,6 +1485,8 @@ def _run_ir_edit(ec: EdgeCase) -> Outcome:
     stage = "parse"
     try:
         func = tc.ir.parse(text)
+        if ec.twist["edit"] == "branch_writes_its_condition":
+            return _simplified_alike(ec, c, func, text)
         stage = "build"
         mod = tc.build(func)
         stage = "call"
@@ -1384,6 +1501,31 @@ def _run_ir_edit(ec: EdgeCase) -> Outcome:
                        f"the family's edit):\n{_exc_text(e)}", text)
     except Exception as e:  # noqa: BLE001
         return _failure(ec, stage, e, (tc.TecompError,), text)
+    return Outcome("ok", ec, "", "", text)
+
+
+def _simplified_alike(ec: EdgeCase, c, func, text: str) -> Outcome:
+    """The IR ``func`` and the simplifier's version of it compute the same (the reference
+    interpreter on the case's inputs): a fact the simplifier learned from a branch's
+    condition must not outlive the memory it read."""
+    from ..lower.passes import simplify_pass
+    try:
+        simple = simplify_pass(func)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "simplify", e, (), text)
+    runs = []
+    first = case_arrays(ec, c.inputs)
+    for f in (func, simple):
+        arrs = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in first]
+        try:
+            interp.run(f, *arrs)
+        except Exception as e:  # noqa: BLE001
+            return _failure(ec, "interp", e, (tc.TecompError,), str(f))
+        runs.append(arrs)
+    for pos, (a, b) in enumerate(zip(*runs)):
+        if isinstance(a, np.ndarray) and a.tobytes() != b.tobytes():   # (NaNs: bit for bit)
+            return Outcome("mismatch", ec, "simplify", f"argument {pos} differs after the "
+                           f"simplifier: a fact outlived the memory it read", str(simple))
     return Outcome("ok", ec, "", "", text)
 
 

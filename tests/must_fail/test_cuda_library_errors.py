@@ -252,3 +252,42 @@ def test_metadata_with_a_block_of_no_threads(lib, tmp_path):
     with pytest.raises(tc.LoadError, match=r"metadata is damaged or not tecomp's \(the launch "
                                            r"dimensions of kernel 0\)"):
         tc.load_module(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dims", [
+    [[0, 1, 64, "whole", 0], [0, 1, 128, "whole", 0]],      # the rows twice
+    [[1, 1, 64, "inner", 9999], [0, 1, 128, "whole", 0]],   # a row run on past its end
+], ids=["axis_twice", "inner_past_its_block"])
+def test_forged_tensor_map_box_is_refused_before_the_copy(dims, tmp_path, monkeypatch):
+    """A TMA library whose metadata gives a tensor map's box that reads past its tensor
+    (each field in the reader's range; the sidecar matches: forged, not damaged) is
+    refused when the map is encoded, before the launch; before the check the copies read
+    past the argument (in the emulation behind the stand-in driver: values from outside
+    the array in the output)."""
+    from test_cuda_library import tma_dense
+    M, N, K = 100, 72, 88
+    f = tma_dense(M, N, K, "tma")
+    path = str(tmp_path / "dense.so")
+    f.export_library(path)
+    with open(path, "rb") as fh:
+        data = fh.read()
+
+    def change(m):
+        for k in m["cuda"]["kernels"]:
+            k["stage"] = "s"
+            for p in k["params"]:
+                p["name"] = p["name"][0]       # (room for the edit)
+                if p["dtype"] == "tensor_map":
+                    p["obj"][1]["dims"] = dims
+    bad = with_metadata(tmp_path, data, change)
+    g, fake = load_with_fake(bad, f.cuda_source, monkeypatch)
+    x = np.zeros((M, K), np.float16)
+    w = np.zeros((N, K), np.float16)
+    y = np.zeros((M, N), np.float16)
+    with pytest.raises(tc.TensorMapError, match=r"tensor map of '[WX]': dimensions .* reach "
+                                                r"byte \d+ of a tensor of \d+ bytes .* it "
+                                                r"would read past the tensor; .* export the "
+                                                r"library again"):
+        g(DeviceArray(x), DeviceArray(w), DeviceArray(y))
+    assert fake.launches == []

@@ -641,6 +641,19 @@ CASES = [
     ("conv2d_winograd", lambda: nn.conv2d_winograd(
         H4, nn.winograd_weight_transform(W4, tile=2), "NHWC", groups=3), S,
      r"transformed \(winograd_weight\) has 1 groups but groups=3"),
+    # a float that equals a tile is no tile (it sliced the transforms' rows: a TypeError)
+    ("winograd_weight_transform", lambda: nn.winograd_weight_transform(W4, tile=4.0), S,
+     r"winograd_weight_transform winograd_weight: tile 4.0 is not one tecomp builds; give 2 "
+     r"or 4"),
+    ("winograd_matrices", lambda: nn.winograd_matrices(2.0), S,
+     r"winograd_matrices F\(m x m, 3 x 3\): m=2.0 is not one tecomp builds"),
+    ("conv2d_winograd", lambda: nn.conv2d_winograd(
+        X4, nn.winograd_weight_transform(W4, tile=2), tile=2.0), S,
+     r"conv2d_winograd conv2d_winograd: tile 2.0 is not one tecomp builds"),
+    ("conv2d_winograd", lambda: nn.conv2d_winograd(X4, P(5, 5, 1, 3, 4, name="U")), S,
+     r"conv2d_winograd conv2d_winograd: transformed \(U\) is 5x5 per channel pair, which no "
+     r"tile gives: give the output of winograd_weight_transform \(4x4 for tile 2 or 6x6 for "
+     r"tile 4\)"),
 ]
 
 

@@ -327,3 +327,39 @@ def test_tma_producer_on_a_single_k_step():
     with pytest.raises(ScheduleError, match="K = 48 is one k step of 64; the TMA producer "
                                             "pipelines the k loop .* use producer='threads'"):
         sc.schedule_dense(tc.nn.dense(X, W), "cuda -arch=sm_90a", config=cfg)
+
+
+@pytest.mark.parametrize("dims,shape", [
+    # an axis twice (rows stepped as columns): one row past the end of a 100 x 88 tensor
+    ([(0, 1, 64, "whole", 0), (0, 1, 128, "whole", 0)], (100, 88)),
+    # an inner part that runs on past its block, to 9999 elements of a row of 88
+    ([(1, 1, 64, "inner", 9999), (0, 1, 128, "whole", 0)], (72, 88)),
+    # an inner part of 16 in blocks of 8: the last row's last block runs 8 past the end
+    ([(1, 1, 8, "inner", 16), (1, 8, 8, "outer", 0), (0, 1, 64, "whole", 0)], (64, 128)),
+])
+def test_tensor_map_that_reads_past_its_tensor(dims, shape):
+    """A tensor map made from a box that is not one tecomp lowers (a GPU library's
+    metadata forged: each field in its range, the whole past the array) is refused
+    before the driver encodes it, not copied from memory outside the argument."""
+    from tecomp.ir.expr import Buffer
+    from tecomp.lower.tma_pipeline import TmaBox, TmaDim, map_spec
+    src = Buffer("X", list(shape), "float16")
+    box = TmaBox(src, src, tuple(TmaDim(*d) for d in dims), (), "none")
+    with pytest.raises(TensorMapError, match=r"tensor map of 'X': dimensions .* reach byte "
+                                             r"\d+ of a tensor of \d+ bytes \(shape "
+                                             r"\d+x\d+\): it would read past the tensor; .*"
+                                             r"export the library again"):
+        map_spec(box, shape)
+
+
+def test_tensor_maps_tecomp_makes_reach_the_last_byte():
+    """The maps of whole dimensions and of whole blocks reach the tensor's last byte and
+    not past it: they are not refused."""
+    from tecomp.ir.expr import Buffer
+    from tecomp.lower.tma_pipeline import TmaBox, TmaDim, map_spec
+    src = Buffer("X", [64, 128], "float16")
+    for dims in ([(1, 1, 64, "whole", 0), (0, 1, 64, "whole", 0)],
+                 [(1, 1, 8, "inner", 8), (1, 8, 8, "outer", 0), (0, 1, 64, "whole", 0)]):
+        spec = map_spec(TmaBox(src, src, tuple(TmaDim(*d) for d in dims), ()), (64, 128))
+        assert spec.dims[0] * 2 + sum((n - 1) * s for n, s in zip(spec.dims[1:], spec.strides)) \
+            <= 64 * 128 * 2
