@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Sequence
 
 from .. import te as _te
+from ..autodiff.rules import register_tag_equivalent
 from ..te.tensor import Tensor
 from ._check import Args
 from ._common import ZERO_WHERE, _acc, _int, _rounded, padded_taps
 from .transform import _padded
 from .winograd import (WINOGRAD_DTYPES, _weight_transform, _winograd_stages,
-                       winograd_tile, winograd_unsupported)
+                       _tags, winograd_tile, winograd_unsupported)
 from ..ir.expr import Const
 
 __all__ = ["conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d_nchw", "depthwise_conv2d_nhwc"]
@@ -521,3 +522,35 @@ def depthwise_conv2d_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[i
         (the message names it).
     """
     return _depthwise(False, data, weight, stride, padding, dilation, name, out_dtype)
+
+
+# -- a Winograd convolution's gradient is the direct convolution's --------------------
+
+def _direct_equivalent(out: Tensor):
+    """The direct convolution a Winograd output ``out`` equals, and the data and weight it
+    reads, or None where the weights come transformed (a placeholder: there is no weight
+    to read).  ``tc.gradient`` differentiates it in ``out``'s place
+    (:func:`tecomp.autodiff.register_tag_equivalent`): the data gradient is a
+    convolution, the weight gradient a ``conv2d_*_wgrad``, as for ``algorithm="direct"``,
+    instead of the adjoints of the transforms."""
+    op = out.op
+    conf = op.attrs.get("conv2d")
+    ins = op.input_tensors
+    if conf is None or len(ins) != 1 or "winograd_gemm" not in _tags(ins[0]):
+        return None
+    stages = {_tags(x)[0]: x for x in ins[0].op.input_tensors}
+    V, U = stages.get("winograd_vt"), stages.get("winograd_weight")
+    if V is None or U is None or len(V.op.input_tensors) != 1 \
+            or len(U.op.input_tensors) != 1:
+        return None
+    weight, src = U.op.input_tensors[0], V.op.input_tensors[0]
+    data = src.op.input_tensors[0] if V.op.attrs.get("winograd_padded") else src
+    stride, pads, dilation = conf
+    conv = conv2d_nchw if "winograd_conv2d_nchw" in _tags(out) else conv2d_nhwc
+    direct = conv(data, weight, stride, pads, dilation, name=f"{op.name}.direct",
+                  groups=int(U.shape[2].value))
+    return direct, (data, weight)
+
+
+register_tag_equivalent("winograd_conv2d_nchw", _direct_equivalent, override=True)
+register_tag_equivalent("winograd_conv2d_nhwc", _direct_equivalent, override=True)

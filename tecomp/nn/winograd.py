@@ -36,7 +36,6 @@ from functools import lru_cache
 from typing import Sequence
 
 from .. import te as _te
-from ..autodiff.rules import register_tag_equivalent as _register_tag_equivalent
 from ..ir.expr import Const
 from ..target import cpu_model
 from ..te.tensor import Tensor
@@ -400,40 +399,8 @@ def _winograd_stages(nchw: bool, data, U, pads, out_hw, m: int, groups: int, nam
                        tag="winograd_conv2d_nhwc", attrs=conv_attrs)
 
 
-def _direct_equivalent(out: Tensor):
-    """The direct convolution a Winograd output ``out`` equals, and the data and weight it
-    reads, or None where the weights come transformed (a placeholder: there is no weight
-    to read).  ``tc.gradient`` differentiates it in ``out``'s place
-    (:func:`tecomp.autodiff.register_tag_equivalent`): the data gradient is a
-    convolution, the weight gradient a ``conv2d_*_wgrad``, as for ``algorithm="direct"``,
-    instead of the adjoints of the transforms."""
-    from .conv import conv2d_nchw, conv2d_nhwc
-
-    op = out.op
-    conf = op.attrs.get("conv2d")
-    ins = op.input_tensors
-    if conf is None or len(ins) != 1 or "winograd_gemm" not in _tags(ins[0]):
-        return None
-    stages = {_tags(x)[0]: x for x in ins[0].op.input_tensors}
-    V, U = stages.get("winograd_vt"), stages.get("winograd_weight")
-    if V is None or U is None or len(V.op.input_tensors) != 1 \
-            or len(U.op.input_tensors) != 1:
-        return None
-    weight, src = U.op.input_tensors[0], V.op.input_tensors[0]
-    data = src.op.input_tensors[0] if V.op.attrs.get("winograd_padded") else src
-    stride, pads, dilation = conf
-    conv = conv2d_nchw if "winograd_conv2d_nchw" in _tags(out) else conv2d_nhwc
-    direct = conv(data, weight, stride, pads, dilation, name=f"{op.name}.direct",
-                  groups=int(U.shape[2].value))
-    return direct, (data, weight)
-
-
 def _tags(t: Tensor):
     return [x.strip() for x in (getattr(t.op, "tag", "") or "").split(",")]
-
-
-_register_tag_equivalent("winograd_conv2d_nchw", _direct_equivalent, override=True)
-_register_tag_equivalent("winograd_conv2d_nhwc", _direct_equivalent, override=True)
 
 
 #: the fewest input and output channels (per group) for which ``algorithm="auto"``

@@ -143,8 +143,12 @@ import numpy as np
 import tecomp as tc
 from ..autoschedule import records
 from ..ir import interp
+from ..ir.expr import Buffer, Const
 from ..ir.dtype import numpy_dtype
+from ..lower.passes import simplify_pass
+from ..lower.tma_pipeline import TmaBox, TmaDim, map_spec
 from ..nn import quant
+from ..target import tma as _tma
 from .deep import chain_compute, chain_reference, random_chain
 from .diff import (
     Case, Outcome, _exc_text, case_arrays, compare, draw_case, numpy_problems, run_case, schedule_case,
@@ -866,9 +870,6 @@ def _check_tma_box(ec: EdgeCase, tw: dict) -> Optional[Outcome]:
     exactly when the hardware's model (``tma.reference_box``, the emulation's copy) would
     read bytes past the tensor's end with the box at the far corner of the map.  None
     when it agrees."""
-    from ..ir.expr import Buffer
-    from ..lower.tma_pipeline import TmaBox, TmaDim, map_spec
-    from ..target import tma as _tma
     shape, dims = tw["shape"], tw["dims"]
     src = Buffer("X", list(shape), tw["dtype"])
     box = TmaBox(src, src, tuple(TmaDim(*x) for x in dims), ())
@@ -1428,7 +1429,6 @@ def _edit_ir(text: str, tw: dict):
         # `X[i] = v` -> `if (v != X[i]) { X[i] = v; X[i] = select(v != X[i], X[i], X[i] + 1) }`:
         # the branch's condition, true on entry, is false once the branch stored v
         # (stores to the parameters: an allocation's first values are undefined)
-        from ..ir.expr import Const
         head = text.split("\n", 1)[0]
         params = dict(re.findall(r"([A-Za-z_][\w.]*): (\w+)\[", head))
         sites = [m for m in re.finditer(r"(?m)^( *)(([A-Za-z_][\w.]*)\[[^\n]*?\]) = ([^\n]+)$",
@@ -1508,7 +1508,6 @@ def _simplified_alike(ec: EdgeCase, c, func, text: str) -> Outcome:
     """The IR ``func`` and the simplifier's version of it compute the same (the reference
     interpreter on the case's inputs): a fact the simplifier learned from a branch's
     condition must not outlive the memory it read."""
-    from ..lower.passes import simplify_pass
     try:
         simple = simplify_pass(func)
     except Exception as e:  # noqa: BLE001
