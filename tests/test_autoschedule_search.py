@@ -120,13 +120,16 @@ def test_crashing_and_hanging_candidates_are_failures_never_returned(tmp_path):
     args = _atb()
     log = tmp_path / "x.jsonl"
     runner = _Tagging(timeout=3)
-    s = tc.auto_schedule(args, trials=16, log=str(log), runner=runner, search="random", seed=1)
+    # (12 trials: a first batch of 8, then 4 tagged: one right, the crash, the hang, and
+    # one measured after the hang)
+    s = tc.auto_schedule(args, trials=12, log=str(log), runner=runner, search="random", seed=1)
     _check(s, args)
     res = s.tune_result
     errors = [t.error for t in res.trials if t.error]
     assert any(e.startswith("crashed: SIGSEGV") for e in errors), errors
     assert any(e.startswith("timed out after 3") for e in errors), errors
     assert res.best.error is None
+    assert len(res.trials) == 12   # (the last measured after the hang)
     bad = {json.dumps(t.trace) for t in res.trials if t.error}
     assert json.dumps(res.best.trace) not in bad
     recs = [json.loads(x) for x in log.read_text().splitlines()]
