@@ -63,11 +63,29 @@ def test_search_returns_a_correct_schedule_and_writes_the_log(tmp_path, strategy
     assert s2.trace.to_json() == res.best.trace
 
 
+class _Timing(measure.LocalRunner):
+    """Builds nothing: every candidate "ran" in a time drawn from its own generator."""
+
+    def __init__(self, seed):
+        super().__init__()
+        self.rng = np.random.default_rng(seed)
+
+    def run(self, args, build_fn, payloads, shapes=None, reference=None):
+        return [measure.MeasureResult(True, times=list(self.rng.uniform(1e-6, 1e-3, 3)))
+                for _ in payloads]
+
+
 def test_fixed_seed_random_search_measures_the_same_candidates(tmp_path):
+    """The random search's candidates are the seed's, whatever their measured times (two
+    runners that report different times; the measuring itself is the other tests')."""
     args = _atb()
-    r1 = tc.auto_schedule(args, trials=4, search="random", seed=11).tune_result
-    r2 = tc.auto_schedule(args, trials=4, search="random", seed=11).tune_result
+    r1 = tc.auto_schedule(args, trials=4, search="random", seed=11,
+                          runner=_Timing(1)).tune_result
+    r2 = tc.auto_schedule(args, trials=4, search="random", seed=11,
+                          runner=_Timing(2)).tune_result
+    assert len(r1.trials) == 4
     assert [t.trace for t in r1.trials] == [t.trace for t in r2.trials]
+    assert [t.seconds for t in r1.trials] != [t.seconds for t in r2.trials]
 
 
 _CALLS = {"n": 0}
@@ -102,13 +120,16 @@ def test_crashing_and_hanging_candidates_are_failures_never_returned(tmp_path):
     args = _atb()
     log = tmp_path / "x.jsonl"
     runner = _Tagging(timeout=3)
-    s = tc.auto_schedule(args, trials=16, log=str(log), runner=runner, search="random", seed=1)
+    # (12 trials: a first batch of 8, then 4 tagged: one right, the crash, the hang, and
+    # one measured after the hang)
+    s = tc.auto_schedule(args, trials=12, log=str(log), runner=runner, search="random", seed=1)
     _check(s, args)
     res = s.tune_result
     errors = [t.error for t in res.trials if t.error]
     assert any(e.startswith("crashed: SIGSEGV") for e in errors), errors
     assert any(e.startswith("timed out after 3") for e in errors), errors
     assert res.best.error is None
+    assert len(res.trials) == 12   # (the last measured after the hang)
     bad = {json.dumps(t.trace) for t in res.trials if t.error}
     assert json.dumps(res.best.trace) not in bad
     recs = [json.loads(x) for x in log.read_text().splitlines()]

@@ -1645,45 +1645,79 @@ import ctypes, mmap, sys
 import numpy as np
 import tecomp as tc
 
-step, dtype, lanes = int(sys.argv[1]), sys.argv[2], 16
-n = lanes * 4
-m = step * (n - 1) + 1     # the last lane of the last vector reads the last element
-A = tc.placeholder((m,), name="A", dtype=dtype)
-B = tc.compute((n,), lambda i: A[i * step] + 1, name="B")
-s = tc.create_schedule(B.op)
-_, xi = s[B].split(B.op.axis[0], factor=lanes)
-s[B].vectorize(xi)
-f = tc.build(s, [A, B])
-assert "llvm.masked.gather" not in f.get_source("llvm-unopt")
-page = mmap.PAGESIZE
-size = -(-m * np.dtype(dtype).itemsize // page) * page
-buf = mmap.mmap(-1, size + page)
-base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-assert libc.mprotect(base + size, page, 0) == 0   # PROT_NONE: reading it faults
-a = np.frombuffer(buf, dtype=dtype, count=m, offset=size - m * np.dtype(dtype).itemsize)
-a[:] = np.arange(m) % 1000
-out = np.empty(n, dtype)
-f(a, out)
-np.testing.assert_array_equal(out, a[::step] + 1)
-print("ok")
+def check(step, dtype):
+  lanes = 16
+  n = lanes * 4
+  m = step * (n - 1) + 1     # the last lane of the last vector reads the last element
+  A = tc.placeholder((m,), name="A", dtype=dtype)
+  B = tc.compute((n,), lambda i: A[i * step] + 1, name="B")
+  s = tc.create_schedule(B.op)
+  _, xi = s[B].split(B.op.axis[0], factor=lanes)
+  s[B].vectorize(xi)
+  f = tc.build(s, [A, B])
+  assert "llvm.masked.gather" not in f.get_source("llvm-unopt")
+  page = mmap.PAGESIZE
+  size = -(-m * np.dtype(dtype).itemsize // page) * page
+  buf = mmap.mmap(-1, size + page)
+  base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+  libc = ctypes.CDLL(None, use_errno=True)
+  libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+  assert libc.mprotect(base + size, page, 0) == 0   # PROT_NONE: reading it faults
+  a = np.frombuffer(buf, dtype=dtype, count=m, offset=size - m * np.dtype(dtype).itemsize)
+  a[:] = np.arange(m) % 1000
+  out = np.empty(n, dtype)
+  f(a, out)
+  np.testing.assert_array_equal(out, a[::step] + 1)
+
+for arg in sys.argv[1:]:
+    step, dtype = arg.split(":")
+    print("begin", arg, flush=True)
+    check(int(step), dtype)
+    print("ok", arg, flush=True)
 """
 
 
-@pytest.mark.parametrize("step", [2, 3, 4])
-@pytest.mark.parametrize("dtype", ["float32", "int32", "float64"])
-def test_strided_vector_loads_read_only_their_lanes(step, dtype):
+_STRIDED_STEPS, _STRIDED_DTYPES = [2, 3, 4], ["float32", "int32", "float64"]
+
+
+@pytest.fixture(scope="module")
+def strided_results():
+    """Every (step, dtype) of the test below checked in child processes, one child for
+    all of them (a child's start and import of tecomp cost more than a case): after a
+    fault, the case it was running has the fault as its outcome and the cases after it
+    run in a new child.  {"step:dtype": None when right, else what went wrong}."""
+    import subprocess
+    import sys
+
+    todo = [f"{st}:{dt}" for dt in _STRIDED_DTYPES for st in _STRIDED_STEPS]
+    results = {}
+    while todo:
+        r = subprocess.run([sys.executable, "-c", _STRIDED_CHILD, *todo],
+                           capture_output=True, text=True, timeout=300)
+        begun = None
+        for line in r.stdout.splitlines():
+            word, _, arg = line.partition(" ")
+            if word == "begin":
+                begun = arg
+            elif word == "ok" and arg == begun:
+                results[arg], begun = None, None
+        if begun is not None:          # a fault or a failed check in this case
+            results[begun] = (r.returncode, r.stderr[-2000:])
+        elif r.returncode != 0 or not all(a in results for a in todo):
+            # (the child failed outside a case: every case it ran fails with it)
+            results.update({a: (r.returncode, r.stderr[-2000:]) for a in todo})
+        todo = [a for a in todo if a not in results]
+    return results
+
+
+@pytest.mark.parametrize("step", _STRIDED_STEPS)
+@pytest.mark.parametrize("dtype", _STRIDED_DTYPES)
+def test_strided_vector_loads_read_only_their_lanes(step, dtype, strided_results):
     """A vector load of every ``step``-th element (a strided convolution's input row) is
     one wide load and a shuffle, not a gather: the right values, and nothing read past the
     last element the lanes use (the array ends where an unreadable page begins; in a
     child process, so that a fault fails the test instead of ending the run)."""
-    import subprocess
-    import sys
-
-    r = subprocess.run([sys.executable, "-c", _STRIDED_CHILD, str(step), dtype],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
+    assert strided_results[f"{step}:{dtype}"] is None, strided_results[f"{step}:{dtype}"]
 
 
 def test_odd_width_accumulator_is_not_masked():

@@ -96,14 +96,30 @@ def new_upward(root: str) -> Dict[tuple, List[tuple]]:
     return {k: v for k, v in upward(root).items() if k not in KNOWN_UPWARD}
 
 
-def _local_import_nodes(root: str):
-    """``(module, node, imported tecomp modules, source lines)`` of each import statement
-    inside a function."""
+def _scan(root: str):
+    """``(edges, local)`` of the package at ``root``: module -> the tecomp modules it
+    imports, and ``(module, line, imported tecomp modules, explained)``
+    of each import statement inside a function (``explained``: a :data:`LOCAL_REASON` on
+    the line above it or its own lines).  Every file is parsed once per set of file
+    versions: the checks each ask for it, and parsing the package takes seconds."""
     mods = _modules(root)
+    stamp = []
+    for path in mods.values():
+        st = os.stat(path)
+        stamp.append((path, st.st_mtime_ns, st.st_size))
+    root, stamp = os.path.abspath(root), tuple(stamp)
+    if root in _SCANNED and _SCANNED[root][0] == stamp:
+        return _SCANNED[root][1]
+    edges: Dict[str, Set[str]] = defaultdict(set)
+    local = []
     for m, path in mods.items():
         with open(path, encoding="utf-8") as f:
             text = f.read()
         tree = ast.parse(text, path)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                edges[m].update(_targets(mods, m, node))
+        edges.setdefault(m, set())
         lines = text.splitlines()
         seen = set()
         for fn in ast.walk(tree):
@@ -114,21 +130,26 @@ def _local_import_nodes(root: str):
                     seen.add(id(node))
                     targets = _targets(mods, m, node)
                     if targets:
-                        yield m, node, targets, lines
+                        explained = any(LOCAL_REASON.search(x) for x in
+                                        lines[max(0, node.lineno - 2):node.end_lineno])
+                        local.append((m, node.lineno, targets, explained))
+    _SCANNED[root] = stamp, (dict(edges), local)
+    return _SCANNED[root][1]
+
+
+#: root -> (the versions of its files, what _scan found in them)
+_SCANNED: dict = {}
 
 
 def local_imports(root: str) -> List[tuple]:
     """(module, line, imported module) of each import of a tecomp module inside a function."""
-    return sorted((m, node.lineno, targets[0])
-                  for m, node, targets, _ in _local_import_nodes(root))
+    return sorted((m, line, targets[0]) for m, line, targets, _ in _scan(root)[1])
 
 
 def unexplained_local_imports(root: str) -> List[tuple]:
     """(module, line) of each function-local import of a tecomp module that gives no
     :data:`LOCAL_REASON` (on the line above it or its own lines)."""
-    return sorted((m, node.lineno) for m, node, _, lines in _local_import_nodes(root)
-                  if not any(LOCAL_REASON.search(x)
-                             for x in lines[max(0, node.lineno - 2):node.end_lineno]))
+    return sorted((m, line) for m, line, _, explained in _scan(root)[1] if not explained)
 
 
 def _modules(root: str) -> Dict[str, str]:
@@ -167,16 +188,7 @@ def _targets(mods: Dict[str, str], cur: str, node) -> List[str]:
 
 def graph(root: str) -> Dict[str, Set[str]]:
     """Module -> the tecomp modules it imports."""
-    mods = _modules(root)
-    edges: Dict[str, Set[str]] = defaultdict(set)
-    for m, path in mods.items():
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), path)
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                edges[m].update(_targets(mods, m, node))
-        edges.setdefault(m, set())
-    return edges
+    return defaultdict(set, {m: set(t) for m, t in _scan(root)[0].items()})
 
 
 def cycles(root: str) -> List[Set[str]]:
