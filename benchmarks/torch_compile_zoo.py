@@ -329,6 +329,7 @@ def _child_train(name: str, size: int) -> None:
         "out_err": err, "grad_err": gerr, "compile_s": compile_s,
         "scale": float(want_y.abs().max()), "spread": float(want_y.double().std()),
         "eager_f32_vs_f64": max(max_rel_error(want_y, y64), _grad_error(want, g64)),
+        "out_floor": max_rel_error(want_y, y64), "grad_floor": _grad_error(want, g64),
         "calls_differ": differ, "eager_ops": handler.eager, "failed": handler.failed,
         "stats": dict(tecomp.dynamo.STATS)}), flush=True)
 
@@ -366,7 +367,8 @@ def _line(r: dict) -> str:
     eager = ", ".join(f"{op} ({why})" for op, why in sorted(r["eager_ops"].items())) or "-"
     st = r["stats"]
     if "grad_err" in r:
-        ok += f" (output {r['out_err']:.1e}, gradients {r['grad_err']:.1e})"
+        ok += (f" (output {r['out_err']:.1e}, float32 vs float64 {r['out_floor']:.1e}; "
+               f"gradients {r['grad_err']:.1e}, float32 vs float64 {r['grad_floor']:.1e})")
     s = (f"{r['model']:<20} {ok} {r['input']:<34} err {r['max_rel_err']:.2e} (max |y| "
          f"{r['scale']:.2g}, std {r['spread']:.2g}; eager f32 vs f64 "
          f"{r.get('eager_f32_vs_f64', float('nan')):.1e}; calls differ "
