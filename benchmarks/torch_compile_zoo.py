@@ -23,7 +23,8 @@ off, batch 2): the output and every parameter's gradient of ``sum(output * w)``,
 random, compiled against eager; the gradients' error is max |g - g_eager| over all
 parameters / max |g_eager| over all of them.  Batch norm over 2 images normalises a
 few values per channel at the last stages (1 x 1 at 32 x 32 images: 2 values), where
-float32 itself is ill-conditioned: read the float32 vs float64 column beside it.
+float32 itself is ill-conditioned: read the float32 vs float64 column beside it, and
+the compiled gradients against float64's (as far from them as eager's: rounding).
 
     python3 benchmarks/torch_compile_zoo.py [--models resnet18,bert,...] [--size 64]
                                             [--threads 1] [--timeout 600] [--train]
@@ -330,6 +331,7 @@ def _child_train(name: str, size: int) -> None:
         "scale": float(want_y.abs().max()), "spread": float(want_y.double().std()),
         "eager_f32_vs_f64": max(max_rel_error(want_y, y64), _grad_error(want, g64)),
         "out_floor": max_rel_error(want_y, y64), "grad_floor": _grad_error(want, g64),
+        "grad_vs_f64": max(_grad_error(g, g64) for g in (got, again, rel)),
         "calls_differ": differ, "eager_ops": handler.eager, "failed": handler.failed,
         "stats": dict(tecomp.dynamo.STATS)}), flush=True)
 
@@ -368,7 +370,8 @@ def _line(r: dict) -> str:
     st = r["stats"]
     if "grad_err" in r:
         ok += (f" (output {r['out_err']:.1e}, float32 vs float64 {r['out_floor']:.1e}; "
-               f"gradients {r['grad_err']:.1e}, float32 vs float64 {r['grad_floor']:.1e})")
+               f"gradients {r['grad_err']:.1e}, float32 vs float64 {r['grad_floor']:.1e}, "
+               f"compiled vs float64 {r['grad_vs_f64']:.1e})")
     s = (f"{r['model']:<20} {ok} {r['input']:<34} err {r['max_rel_err']:.2e} (max |y| "
          f"{r['scale']:.2g}, std {r['spread']:.2g}; eager f32 vs f64 "
          f"{r.get('eager_f32_vs_f64', float('nan')):.1e}; calls differ "
