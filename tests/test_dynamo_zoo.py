@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import tecomp  # noqa: E402
 import tecomp.dynamo  # noqa: E402,F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,8 +51,15 @@ def test_torchvision_model_matches_eager(name, caplog):
     model, inputs, _ = zoo.build(name, 32)
     with torch.no_grad(), caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
         want = model(*inputs)
-        got = torch.compile(model, backend="tecomp")(*inputs)
+        compiled = torch.compile(model, backend="tecomp")
+        got = compiled(*inputs)
+        # the second call reuses the intermediates the first kept, the third allocates
+        # them again: the same outputs
+        again = compiled(*inputs)
+        tecomp.release_workspace()
+        released = compiled(*inputs)
     assert zoo.max_rel_error(got, want) <= RTOL
+    assert torch.equal(again, got) and torch.equal(released, got)
     msgs = [r.getMessage() for r in caplog.records]
     assert not [m for m in msgs if "could not be compiled" in m], msgs
     kernels = [m for m in msgs if "inference graph:" in m]
@@ -72,3 +80,4 @@ def test_zoo_model_matches_eager(name, tmp_path):
     assert "error" not in r, r["error"]
     assert not r["failed"], r["failed"]
     assert r["max_rel_err"] <= RTOL, r
+    assert r["calls_differ"] <= RTOL, r  # a second call, a call after release_workspace()

@@ -756,6 +756,33 @@ def test_version_tiles():
     assert version_tiles_pass(lin) is lin
 
 
+def test_version_tiles_clamped_chunks_and_row_tails():
+    """A tile's chunks clamped at zero (``min(max(n // 16 - (f % c)*2, 0), 2)``) are a
+    tail too: the full tiles' condition says they are 2; an unrolled loop of a symbolic
+    extent left in the full tiles' version (a row block's tail) runs as a loop."""
+    from tecomp.ir.expr import Max, Min
+    from tecomp.ir import op as O
+    from tecomp.lower.version_tiles import version_tiles_pass
+    n, f, j, i = Var("n", "int64"), Var("f", "int64"), Var("j", "int64"), Var("i", "int64")
+    i64 = lambda v: Const(v, "int64")  # noqa: E731
+    A, B = Buffer("A", (n, n), "float32"), Buffer("B", (n, n), "float32")
+    c = O.floordiv(O.add(n, i64(31)), i64(32))
+    chunks = Min(Max(O.sub(O.floordiv(n, i64(16)), O.mul(O.floormod(f, c), i64(2))), i64(0),
+                     "int64"), i64(2), "int64")
+    rows = Min(O.sub(n, O.mul(O.floordiv(n, i64(4)), i64(4))), i64(3), "int64")
+    col = O.add(O.mul(O.floormod(f, c), i64(32)), O.mul(j, i64(16)))
+    row = O.add(O.mul(O.floordiv(n, i64(4)), i64(4)), i)
+    body = For(i, i64(0), rows, "unrolled", For(j, i64(0), chunks, "unrolled", BufferStore(
+        B, BufferLoad(A, (row, col), "float32"), (row, col))))
+    func = PrimFunc("f", (A, B), For(f, i64(0), c, "parallel", body))
+    text = to_str(P.simplify_pass(version_tiles_pass(func)))
+    full, tail = text.split("} else {")
+    assert "if (n // 16i64 >= f*2i64 + 2i64) {" in full, text
+    assert "unrolled (j, 0i64, 2i64)" in full, text
+    assert "for (i, 0i64, n % 4i64)" in full, text
+    assert "unrolled" not in tail, text
+
+
 def test_hoist_divisions():
     """Divisions by a symbolic divisor are bound once at the top of the body of the
     innermost loop whose counter they read (a loop bound too: here none is costly)."""

@@ -3,6 +3,8 @@ tiles run a version with constant extents, the last one a version with its tests
 (tecomp/lower/version_tiles.py), each division by a symbolic value computed once per
 iteration (tecomp/lower/hoist_divisions.py).  Checked at sizes below, at and around the
 tile, against numpy."""
+import re
+
 import numpy as np
 import pytest
 
@@ -36,7 +38,18 @@ def test_full_tiles_have_their_own_version(scores_kernel):
     assert ifs, text
 
 
-@pytest.mark.parametrize("n", [1, 5, 16, 31, 32, 33, 47, 70])
+def test_full_tiles_unroll_only_constant_extents(scores_kernel):
+    """In the full tiles' version the column chunks are constant (its condition says the
+    tile's 2 chunks of 16 are whole) and the row block's tail (``n - i.outer*14`` rows,
+    13 at most) is a plain loop, not 13 guarded unrolled copies."""
+    ir, _ = scores_kernel
+    full = str(ir).split("} else {")[0]
+    unrolled = re.findall(r"unrolled \(\S+, \S+, ([^)]*)\)", full)
+    assert unrolled and all(re.fullmatch(r"\d+(i64)?", e) for e in unrolled), unrolled
+    assert "for (i.inner, 0i64, n - i.outer*14i64)" in full, full
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 31, 32, 33, 41, 47, 70])
 def test_scores_at_every_size(scores_kernel, n):
     _, f = scores_kernel
     rng = np.random.default_rng(n)
