@@ -1047,3 +1047,24 @@ def test_an_epilogue_over_a_flattened_plane_is_applied_per_block(monkeypatch, N,
         out = np.empty(want.shape, "float32")
         tc.build(s, args)(*vals, out)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_epilogue_at_the_reductions_own_indices_is_applied_per_block():
+    """A batched GEMM whose ReLU reads it at its own indices: the product stays in the
+    register block (a local buffer), and the result is numpy's."""
+    Wt = tc.placeholder((1, 12, 8), name="W")
+    X = tc.placeholder((2, 8, 20), name="X")
+    g = nn.batch_matmul(Wt, X, name="gemm")
+    out = tc.compute(g.shape, lambda n, k, p: tc.max(g[n, k, p], 0.0), name="out")
+    args = [Wt, X, out]
+    s = tc.auto_schedule(args)
+    text = str(tc.lower(s, args))
+    assert [ln for ln in text.splitlines() if "allocate gemm:" in ln][0].endswith("(local)"), \
+        text
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((1, 12, 8)).astype("float32")
+    x = rng.standard_normal((2, 8, 20)).astype("float32")
+    o = np.empty((2, 12, 20), "float32")
+    tc.build(s, args)(w, x, o)
+    np.testing.assert_allclose(o, np.maximum(np.einsum("kc,ncp->nkp", w[0], x), 0.0),
+                               rtol=1e-4, atol=1e-4)

@@ -539,7 +539,7 @@ class _Rules(BlockRules):
             flat = self._flat_epilogue_of(op)
             return (flat, True) if flat is not None else (None, False)
         red = reds[0]
-        if not self._tileable_epilogue(op, red, [red]) or \
+        if not self._tileable_epilogue(op, red, self.readers(red)) or \
                 [self.ext(e) for e in red.shape] != [self.ext(e) for e in op.shape] or \
                 not all(self._indexed_by(op, red.output(0), list(op.axis))):
             return None, False
