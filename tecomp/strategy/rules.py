@@ -28,7 +28,9 @@ in spirit):
    a register block of ``mr`` rows of one axis (``u``) by ``nv`` vectors of the output's
    innermost axis (``v``), sized to the vector registers, accumulated over the whole reduction in a
    ``local`` buffer (``cache_write``, or the reduction itself when an elementwise epilogue
-   reads it: the epilogue is applied to each block on its way out).  Operands read with a
+   reads it: the epilogue is applied to each block on its way out; also one that reads it,
+   through inlined stages, with its plane flattened, a 1x1 convolution's GEMM read back
+   as ``[N, K, H, W]``: :data:`FUSE_FLAT_EPILOGUES`).  Operands read with a
    stride along ``v`` are packed per panel into a copy stored ``v`` innermost
    (``cache_read`` + ``storage_order``).  Outer loops are fused and run in parallel.
    Where the output's last two axes, fused, fill the vectors better than its rows (a
