@@ -24,6 +24,7 @@ with the cache the first filled (warm); TorchDynamo's tracing is in both.
                                         [--threads 1,2] [--rounds 5] [--layers 12]
                                         [--profile] [--other-threads]
                                         [--ab prepack,no-strided-gemm,no-gemm-by-channels,
+                                              no-flat-epilogue,
                                               own-pools,no-keep,threads-tecomp,
                                               threads-torch] [--cpu]
 
@@ -34,7 +35,7 @@ time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
 option ``threads="torch"`` (``"tecomp"`` where that is the default; see the backend's
 options).
 
-``--ab prepack,no-strided-gemm,no-gemm-by-channels,own-pools,...`` (the ResNet-50 cases;
+``--ab prepack,no-strided-gemm,no-gemm-by-channels,no-flat-epilogue,own-pools,...`` (the ResNet-50 cases;
 the training steps take ``no-keep``, ``threads-tecomp``, ``threads-torch``) adds variants
 of the tecomp backend to the same turns, each printed with its time over the default's:
 ``prepack`` the option ``prepack=True`` (the convolutions' weights packed into the
@@ -42,9 +43,12 @@ kernels' layouts once, not copied at every call), ``no-strided-gemm`` the stride
 convolutions left to the convolution template instead of a subsampled copy and a GEMM,
 ``no-gemm-by-channels`` the 1x1 convolutions on 7x7 and 56x56 planes that the lowering
 writes as GEMMs for their channels (``lowering_nn.GEMM_1X1_BY_CHANNELS``) left to the
-convolution template (these two compiled without the disk cache: their kernels run on
+convolution template, ``no-flat-epilogue`` the batch norm, residual add and ReLU of a 1x1
+convolution written as a GEMM applied in a second pass over its output instead of to
+each register block of the GEMM on its way out (``tecomp.strategy.rules.FUSE_FLAT_EPILOGUES``)
+(these three compiled without the disk cache: their kernels run on
 the JIT's one pool, as the default's, loaded from the disk cache, run on the process's
-first pool), ``own-pools``
+first pool; an empty ``TECOMP_CACHE_DIR`` builds the default's in the process too), ``own-pools``
 the default's kernels with the thread pools of the libraries loaded from the disk cache
 (one each) running their loops on their own threads (``tecomp.dynamo.cache.SHARE_POOLS``
 off), ``no-keep`` the default's kernels with no released intermediates kept from one
@@ -73,6 +77,7 @@ own, so that how a kernel's work divides among the threads shows under load too.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -140,12 +145,16 @@ def _other_threads_tool(model) -> dict:
 #: the variants ``--ab`` can add to the turns: the backend with an option not its
 #: default's, or a lowering switched off (compiled without the disk cache, whose keys do
 #: not know the switch)
-VARIANTS = ("prepack", "no-strided-gemm", "no-gemm-by-channels", "own-pools", "no-keep",
+VARIANTS = ("prepack", "no-strided-gemm", "no-gemm-by-channels", "no-flat-epilogue",
+            "own-pools", "no-keep",
             "threads-tecomp", "threads-torch")
 
-#: the variants that switch a lowering off: (the lowering_nn attribute, its value then)
-LOWERING_SWITCHES = {"no-strided-gemm": ("GEMM_1X1_STRIDED", False),
-                     "no-gemm-by-channels": ("GEMM_1X1_BY_CHANNELS", None)}
+#: the variants that switch a lowering or a scheduling rule off: (the module, its
+#: attribute, its value then)
+LOWERING_SWITCHES = {"no-strided-gemm": ("tecomp.dynamo.lowering_nn", "GEMM_1X1_STRIDED", False),
+                     "no-gemm-by-channels": ("tecomp.dynamo.lowering_nn", "GEMM_1X1_BY_CHANNELS",
+                                             None),
+                     "no-flat-epilogue": ("tecomp.strategy.rules", "FUSE_FLAT_EPILOGUES", False)}
 #: the variants that apply to the training steps
 TRAIN_VARIANTS = ("no-keep", "threads-tecomp", "threads-torch")
 
@@ -199,8 +208,6 @@ def _variant_tools(model, run) -> dict:
 
     import torch
     from tecomp.dynamo import cache as dcache
-    from tecomp.dynamo import lowering_nn
-
     out = {}
     for v in names:
         opts = {"prepack": True} if v == "prepack" else {} if v in ("own-pools", "no-keep") \
@@ -215,14 +222,15 @@ def _variant_tools(model, run) -> dict:
             continue
         switch = LOWERING_SWITCHES.get(v)
         if switch is not None:
-            was = getattr(lowering_nn, switch[0])
-            setattr(lowering_nn, switch[0], switch[1])
+            module = importlib.import_module(switch[0])
+            was = getattr(module, switch[1])
+            setattr(module, switch[1], switch[2])
             dcache.clear_memory()
         try:
             run(fn)
         finally:
             if switch is not None:
-                setattr(lowering_nn, switch[0], was)
+                setattr(module, switch[1], was)
                 dcache.clear_memory()
         out[f"tecomp {v}"] = fn
     return out

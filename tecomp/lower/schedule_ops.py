@@ -150,6 +150,23 @@ class _InlineExpander(Mutator):
         return Reduce(comb, src, e.axis, cond, e.dtype, e.value_index)
 
 
+class _StagesOf:
+    """The ``stage_of_tensor`` of :class:`_InlineExpander`, for a schedule alone."""
+
+    def __init__(self, sch: Schedule):
+        self.sch = sch
+
+    def stage_of_tensor(self, t: Tensor):
+        return self.sch._stage_of.get(id(t.op))
+
+
+def expand_inlined(sch: Schedule, e: Expr) -> Expr:
+    """``e`` (a body of a stage of ``sch``) with every read of a stage that ``sch``
+    inlines replaced by that stage's body, as lowering computes it: what the stage reads
+    in the end (the auto-scheduler's rules look through inlined stages with it)."""
+    return _InlineExpander(_StagesOf(sch)).visit(e)
+
+
 class StageInfo:
     """What lowering learns about one (non-inlined) stage."""
 

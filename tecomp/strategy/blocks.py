@@ -8,7 +8,8 @@ block loops by what fits in L1/L2, packs operands read with a stride along ``v``
 panels (or transposes them with the target's register-transpose intrinsic), and attaches
 each operand's producer at the loop where it is used.  It is a part of the rules' class
 (``_Rules`` derives from it) and reads from it only the schedule ``s``, the knobs ``k``, the
-lane count ``L``, the machine ``info``, the set ``done`` of scheduled operations,
+lane count ``L``, the machine ``info``, the set ``done`` of scheduled operations, the
+extents ``fused_ext`` of fused axes,
 ``ext(extent)`` and ``parallel(stage, axes, extents)``.
 """
 from __future__ import annotations
@@ -61,15 +62,18 @@ class BlockRules:
                 return None   # (without rows to reuse it, a packed panel is a transpose)
         return u, v
 
-    def tile_reduction(self, inner: Stage, outer: Stage, red_op, origin=None):
+    def tile_reduction(self, inner: Stage, outer: Stage, red_op, origin=None, oaxes=None):
         """The register-blocked nest: ``outer`` (the copy out of the local buffer, or an
         elementwise epilogue) loops over blocks; ``inner`` (the reduction into a local
-        buffer) is computed at the block's loop."""
+        buffer) is computed at the block's loop.  ``oaxes``: ``outer``'s axes matching the
+        reduction's one for one, where they are not its own (an epilogue's plane fused
+        into one axis, its extent in ``fused_ext``)."""
         k, L, info = self.k, self.L, self.info
         name = (origin or red_op).name
         plan = self._plan_block(origin or red_op)
         u_red, v_red = plan
-        w_red = self._plane_axis(origin or red_op, outer.op, u_red, v_red)
+        w_red = None if oaxes is not None else \
+            self._plane_axis(origin or red_op, outer.op, u_red, v_red)
         if w_red is not None and k.choose(f"{name}.plane", [True, False], self._panel_bytes(
                 origin or red_op, v_red, u_red, self.ext(v_red.dom.extent) *
                 self.ext(w_red.dom.extent)) <= self.info.l2_bytes // 2):
@@ -83,9 +87,9 @@ class BlockRules:
         pos_u = list((origin or red_op).axis).index(u_red) if u_red is not None else None
         if inner.scope != "local":
             inner.set_scope("local")
-        oaxes = list(outer.op.axis)
-        ev = self.ext(oaxes[pos_v].dom.extent)
-        eu = self.ext(oaxes[pos_u].dom.extent) if pos_u is not None else 1
+        oaxes = list(oaxes if oaxes is not None else outer.op.axis)
+        ev = self._axis_ext(oaxes[pos_v])
+        eu = self._axis_ext(oaxes[pos_u]) if pos_u is not None else 1
         red_exts = [self.ext(r.dom.extent) for r in red_op.reduce_axis]
         fit = self._l2_fit(origin or red_op, u_red, v_red)
         most = self._rows_one_set(origin or red_op, u_red)
@@ -112,7 +116,7 @@ class BlockRules:
             first, second, ui = vo, None, None
         fdim = pos_v if order == "vu" or pos_u is None else pos_u
         fext = ev if fdim == pos_v else eu
-        lead = [(oaxes[d], self.ext(oaxes[d].dom.extent)) for d in odims]
+        lead = [(oaxes[d], self._axis_ext(oaxes[d])) for d in odims]
         first_task = (first, -(-fext // (nr if fdim == pos_v else mr))
                       if fext is not None else None)
         # the first panel loop after the other axes, or at its own axis's place among them
@@ -176,6 +180,13 @@ class BlockRules:
         self._attach_producers(red_op, outer, fused,
                                [a for a in (first, second) if a is not None and a is not fused
                                 and a in outer.leaf_iter_vars])
+
+    def _axis_ext(self, ax) -> Optional[int]:
+        """The constant extent of axis ``ax`` of a stage (an op's axis, or one fused of
+        several, recorded in ``fused_ext``), or None."""
+        if ax in self.fused_ext:
+            return self.fused_ext[ax]
+        return self.ext(ax.dom.extent) if ax.dom is not None else None
 
     def _plane_axis(self, op, outer_op, u, v):
         """The axis ``w`` before ``v`` when the output's last two axes, fused, make a
@@ -614,7 +625,12 @@ class BlockRules:
         # weights at [b, i, k] too, and every task would copy all of them)
         dims = [d for d, iv in enumerate(outer.op.axis) if iv in roots and
                 _cint(iv.dom.extent) != 1]
-        if len(red_op.axis) != len(outer.op.axis):
+        nr_, no = len(red_op.axis), len(outer.op.axis)
+        if no == nr_ + 1 and nr_ >= 1:
+            # an epilogue over the reduction's last axis unflattened (a plane of the
+            # rules' flat epilogues): its last two axes are that one
+            dims = [min(d, nr_ - 1) for d in dims]
+        elif nr_ != no:
             return True  # no positional correspondence to check: keep the old behaviour
         vars_ = {red_op.axis[d].var for d in dims}
         for ld in collect(red_op.body, lambda n: isinstance(n, ProducerLoad) and n.producer is t):

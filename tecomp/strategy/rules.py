@@ -28,7 +28,9 @@ in spirit):
    a register block of ``mr`` rows of one axis (``u``) by ``nv`` vectors of the output's
    innermost axis (``v``), sized to the vector registers, accumulated over the whole reduction in a
    ``local`` buffer (``cache_write``, or the reduction itself when an elementwise epilogue
-   reads it: the epilogue is applied to each block on its way out).  Operands read with a
+   reads it: the epilogue is applied to each block on its way out; also one that reads it,
+   through inlined stages, with its plane flattened, a 1x1 convolution's GEMM read back
+   as ``[N, K, H, W]``: :data:`FUSE_FLAT_EPILOGUES`).  Operands read with a
    stride along ``v`` are packed per panel into a copy stored ``v`` innermost
    (``cache_read`` + ``storage_order``).  Outer loops are fused and run in parallel.
    Where the output's last two axes, fused, fill the vectors better than its rows (a
@@ -53,12 +55,14 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AutoScheduleError
 from ..ir import dtype as _dt
-from ..ir.expr import Const, Var
+from ..ir.expr import Const, Var, same_as
 from ..ir.functor import uses_var
+from ..ir.simplify import simplify
+from ..lower.schedule_ops import expand_inlined
 from ..schedule.schedule import Schedule, Split, Stage, create_schedule
 from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -73,6 +77,13 @@ from .tensorize import tensorize_reduction
 #: otherwise read through their own index arithmetic, a gather per element (the
 #: ``torch.compile`` backend's strided 1x1 convolutions)
 NO_INLINE = "no_inline"
+
+#: whether an elementwise epilogue that reads a reduction through its last two axes
+#: flattened (a 1x1 convolution as a GEMM over the image's pixels, with its batch norm
+#: and ReLU; not with a residual add) is tiled with the reduction, applied to each
+#: register block on its way out (else the reduction goes to memory and the epilogue is
+#: a second pass)
+FUSE_FLAT_EPILOGUES = True
 
 
 # ---------------------------------------------------------------------------------------
@@ -266,9 +277,18 @@ class _Rules(BlockRules):
         reductions and per-row values it reads computed at its row loop."""
         op = st.op
         # an epilogue of one GEMM-like reduction: tile it like the reduction
-        red = self._epilogue_of(op)
+        red, flat = self._epilogue_of(op)
         if red is not None and self.k.choose(f"fuse_epilogue.{op.name}", [True, False], True):
-            self.tile_reduction(self.s[red], st, red)
+            oaxes = None
+            if flat:
+                # the reduction's plane is the epilogue's last two axes fused (a 1x1
+                # convolution as a GEMM over the flattened pixels): the epilogue's loops
+                # over that plane fused first, then tiled as the reduction's last axis
+                axes = list(op.axis)
+                fused = st.fuse(*axes[-2:])
+                self.fused_ext[fused] = self.ext(red.shape[-1])
+                oaxes = axes[:-2] + [fused]
+            self.tile_reduction(self.s[red], st, red, oaxes=oaxes)
             self.done.add(id(red))
             return
         axes = list(op.axis)
@@ -510,28 +530,78 @@ class _Rules(BlockRules):
         kinds = [_stride_along(ld.indices, r.var) for ld in _loads(op.body.source)]
         return "strided" not in kinds and "unit" in kinds
 
-    def _epilogue_of(self, op) -> Optional[ComputeOp]:
+    def _epilogue_of(self, op) -> Tuple[Optional[ComputeOp], bool]:
         """The one reduction ``op`` reads at its own indices (an elementwise epilogue of a
-        GEMM-like stage), when only ``op`` reads it and the reduction can be tiled."""
+        GEMM-like stage), when only ``op`` reads it and the reduction can be tiled, and
+        whether ``op`` reads it through its plane flattened and through inlined stages
+        (:meth:`_flat_epilogue_of`); ``(None, False)`` where there is none."""
         reds = []
         for t in op.input_tensors:
             if isinstance(t.op, ComputeOp) and t.op.reduce_axis:
                 reds.append(t.op)
         if len(reds) != 1:
-            return None
+            flat = self._flat_epilogue_of(op)
+            return (flat, True) if flat is not None else (None, False)
         red = reds[0]
+        if not self._tileable_epilogue(op, red, self.readers(red)) or \
+                [self.ext(e) for e in red.shape] != [self.ext(e) for e in op.shape] or \
+                not all(self._indexed_by(op, red.output(0), list(op.axis))):
+            return None, False
+        return red, False
+
+    def _tileable_epilogue(self, op, red, readers) -> bool:
+        """Whether reduction ``red``, read by ``op`` only (``readers``: its readers, those
+        inlined replaced by theirs), can be tiled with ``op`` as its epilogue."""
         if id(red) in self.done or len(red.bodies) > 1 or len(op.bodies) > 1:
-            return None
+            return False
         rst = self.s[red]   # (a stage a template gave a cache_write: its op is not red)
         if rst.op is not red or rst.is_output or rst.attach_type != "root" or \
-                len(self.readers(red)) != 1:
+                len(readers) != 1 or readers[0] is not op:
+            return False
+        return self._plan_block(red) is not None
+
+    def _flat_epilogue_of(self, op) -> Optional[ComputeOp]:
+        """The reduction ``red`` (``[..., H*W]``) that elementwise ``op`` (``[..., H, W]``,
+        the same leading extents) reads, through inlined stages (a batch norm, a ReLU),
+        only as ``red[..., h*W + w]`` at its own indices, reading no other tensor that
+        varies over the plane (no residual): the epilogue of a 1x1
+        convolution written as a GEMM over the flattened pixels (``tecomp.dynamo``'s
+        ``_conv_1x1_as_gemm``), which :meth:`elementwise` tiles with the reduction once
+        its last two axes are fused; None where there is none (or with
+        :data:`FUSE_FLAT_EPILOGUES` off)."""
+        if not FUSE_FLAT_EPILOGUES or len(op.bodies) != 1 or len(op.axis) < 3:
             return None
-        if [self.ext(e) for e in red.shape] != [self.ext(e) for e in op.shape]:
+        body = expand_inlined(self.s, op.body)
+        reds = {id(ld.producer.op): ld.producer.op for ld in _loads(body)
+                if isinstance(ld.producer.op, ComputeOp) and ld.producer.op.reduce_axis}
+        if len(reds) != 1:
             return None
-        if not all(self._indexed_by(op, red.output(0), list(op.axis))):
+        red = next(iter(reds.values()))
+        if len(red.axis) + 1 != len(op.axis) or \
+                not self._tileable_epilogue(op, red, self._readers_through_inline(red)):
             return None
-        if self._plan_block(red) is None:
+        oe = [self.ext(a.dom.extent) for a in op.axis]
+        re_ = [self.ext(e) for e in red.shape]
+        if None in oe or None in re_ or oe[:-2] != re_[:-1] or oe[-2] * oe[-1] != re_[-1]:
             return None
+        h, w = op.axis[-2].var, op.axis[-1].var
+        want = simplify(h * oe[-1] + w)
+        lead = [a.var for a in op.axis[:-2]]
+        for ld in _loads(body):
+            if ld.producer is not red.output(0):
+                if any(uses_var(i, v) for i in ld.indices for v in (h, w)):
+                    # another tensor over the plane (a residual): read a register block
+                    # at a time (a line of each of mr channel planes) it ran 1.2x the
+                    # time of the GEMM and a second pass (8 x 256->1024 at 14x14 and 8 x
+                    # 128->512 at 28x28 + add + ReLU, one thread, Zen 5, under load;
+                    # without the add, 0.94x and 0.88x: benchmarks/history/2026-11-30.md,
+                    # "h13-epilogue")
+                    return None
+                continue
+            idx = list(ld.indices)
+            if len(idx) != len(lead) + 1 or not all(i is v for i, v in zip(idx, lead)) or \
+                    not same_as(simplify(idx[-1]), want):
+                return None
         return red
 
     # -- 3/4. reductions ---------------------------------------------------------------
