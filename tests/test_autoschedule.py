@@ -988,7 +988,6 @@ def test_short_rows_of_a_plane_are_one_contiguous_run(shape):
     np.testing.assert_allclose(y, np.maximum(x * gv.reshape(bshape) + r, 0), rtol=1e-6)
 
 
-<<<<<<< HEAD
 def test_rules_do_not_vectorize_a_fused_run_of_symbolic_extent():
     """Campaign seed 131047: an elementwise ``[2, n]`` output whose reads use neither axis,
     scheduled with the shape estimate ``n = 1``: the rules took the estimate for a
@@ -1008,7 +1007,7 @@ def test_rules_do_not_vectorize_a_fused_run_of_symbolic_extent():
         c = np.zeros((2, size), "uint8")
         f(a, c)
         np.testing.assert_array_equal(c, np.full((2, size), 6, "uint8"))
-=======
+
 
 def _flat_gemm_with_epilogue(N, C, K, H, Wd, read="own"):
     """A 1x1 convolution as ``tecomp.dynamo`` writes it for a GEMM (the plane flattened,
@@ -1089,4 +1088,3 @@ def test_an_epilogue_at_the_reductions_own_indices_is_applied_per_block():
     tc.build(s, args)(w, x, o)
     np.testing.assert_allclose(o, np.maximum(np.einsum("kc,ncp->nkp", w[0], x), 0.0),
                                rtol=1e-4, atol=1e-4)
->>>>>>> h13-epilogue
