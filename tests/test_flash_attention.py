@@ -611,6 +611,42 @@ def test_a_torch_training_step_computes_the_flash_forward_once(monkeypatch):
     assert gemms(bwd) == ["att.flash_grad." + n for n in ("scores_k", "dpt", "dq_acc", "dkv_acc")]
 
 
+def test_the_cpu_training_forward_with_the_flash_backward_is_the_attention_template(
+        monkeypatch):
+    """Through tecomp.torch on the CPU: the training forward (which writes the output and
+    the logsumexp the flash backward reads) stays on the attention template, each task
+    writing its rows' logsumexp from its own row maximum and sum (the generic rules held
+    the Lq x Lk scores and exps whole); its output and logsumexp are right, the last
+    block of rows clipped at the query's end."""
+    import tecomp.torch as tct_mod
+    texts, real = {}, tct_mod.build
+
+    def lowered(s, args, target=None, name=None):
+        texts[name] = str(tc.lower(s, args, target="llvm"))
+        return real(s, args, target=target, name=name) if name.endswith("_train") else None
+    monkeypatch.setattr(tct_mod, "build", lowered)
+    B, H, L, D = 2, 3, 100, 16
+    _, op = _torch_op_sdpa_flash("llvm", B, H, L, D)
+    tr = op._compile_training(tct_mod._Compiled(op.inputs, op.outputs, None))
+    [train] = [t for n, t in texts.items() if n.endswith("_train")]
+    allocs = re.findall(r"allocate ([\w.]+): \w+\[([\d, ]+)\]", train)
+    assert {"att.scores", "att.exp"} <= {n for n, _ in allocs}
+    for name, dims in allocs:   # (a block of rows x Lk per task, never Lq x Lk)
+        assert math.prod(int(d) for d in dims.split(",")) < L * L, (name, dims)
+    par = re.search(r"^( *)parallel \(", train, re.M)
+    [store] = re.findall(r"^( *)att\.lse\[.*\] =", train, re.M)
+    assert par and len(store) > len(par.group(1)) and "allocate att.lse" not in train
+    q, k, v = _grad_data([(B, H, L, D)] * 3, "float16", 8)
+    out = np.full((B, H, L, D), np.nan, np.float16)
+    lse = np.full((B, H, L), np.nan, np.float32)
+    tr.fwd(q, k, v, out, lse)
+    s64 = q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2) / math.sqrt(D)
+    want = np.log(np.exp(s64 - s64.max(-1, keepdims=True)).sum(-1)) + s64.max(-1)
+    np.testing.assert_allclose(lse, want, rtol=0, atol=1e-4)
+    want_out = np.exp(s64 - want[..., None]) @ v.astype(np.float64)
+    np.testing.assert_allclose(out.astype(np.float64), want_out, rtol=0, atol=2e-3)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
 def test_a_torch_training_step_with_the_flash_backward_on_the_cpu():

@@ -666,10 +666,16 @@ class LowerContext:
                                 "bug: the FlashAttention template made it)")
 
     def _check_written(self, st: Stage) -> None:
-        """``Stage._written_at``: a global buffer written from inside a GPU kernel."""
-        if st.scope != "global" or not self._in_gpu_kernel(st):
+        """``Stage._written_at``: a global buffer written from inside a GPU kernel, or from
+        inside a CPU loop nest (one with no loop bound to the GPU's blocks or threads: the
+        CPU attention template's tasks)."""
+        root = _root_of(st)
+        cpu = not any(_thread_tag(x, iv) for x in self.stages if _root_of(x) is root
+                      for iv in x.leaf_iter_vars)
+        if st.scope != "global" or not (cpu or self._in_gpu_kernel(st)):
             raise InternalError(f"_written_at of {st.name}: not a global buffer written in a "
-                                "GPU kernel (a tecomp bug: the FlashAttention template made it)")
+                                "GPU kernel or a CPU loop nest (a tecomp bug: the attention "
+                                "templates made it)")
 
     def _atomic_zero(self, st: Stage):
         """The kernel that sets an ``_atomic_add`` stage's buffer to 0 before the kernel

@@ -86,8 +86,8 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     and ``<name>.lse``, the rows' logsumexp ``max + log(sum)`` of the forward's own
     statistics (float32; ``-inf`` for a row with no key), which FlashAttention's forward
     kernel writes beside the output on CUDA: no forward is computed again
-    (``tecomp.torch`` saves both for the backward).  On the CPU the attention is then
-    scheduled by the generic rules (the template computes the statistics per task).
+    (``tecomp.torch`` saves both for the backward); on the CPU the template's tasks
+    write it, each its block of rows, from the statistics they compute.
     ``"flash"`` takes what :func:`flash_attention` takes (float16/bfloat16, head dims
     multiples of 16 up to 128, no mask or an additive padding mask).
 

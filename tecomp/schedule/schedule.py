@@ -454,8 +454,9 @@ class Stage(TracedStage):
         iteration storing the region ``region`` (per axis ``(min, extent)``, expressions
         of the enclosing loops' variables) into its whole global buffer: the
         FlashAttention template's forward kernel writing the rows' logsumexp once its key
-        tiles are done (the iterations of the host's kernel cover the stage: it may be an
-        output).  Not a schedule primitive (untraced): right only for the template's
+        tiles are done, or the CPU attention template's task once its row sum is (the
+        iterations of the host's kernel or loop nest cover the stage: it may be an
+        output).  Not a schedule primitive (untraced): right only for the templates'
         computes."""
         iv = parent._iv(axis, f"_written_at of {self.name}", "axis")
         if self.op.reduce_axis or len(region) != len(self.op.axis) or \

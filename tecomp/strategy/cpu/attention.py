@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ...errors import ScheduleError
+from ...errors import InternalError, ScheduleError
 from ...ir import dtype as _dt
+from ...ir import op as _op
+from ...ir.expr import Const as _Const
 from ...schedule.schedule import Schedule, Stage
 from ...te.tensor import ComputeOp, Tensor
 from .._common import _cint, _has_tag
@@ -133,7 +135,10 @@ class _Checked:
         return v
 
 
-def _attention_into(s: Schedule, outs, info: CpuModel, knobs=None):
+def _attention_into(s: Schedule, outs, info: CpuModel, knobs=None, lse=()):
+    """The template's schedule of the attention ``outs[0]``; ``lse``, the stages of its
+    logsumexp (``backward="flash"``'s ``sdpa_lse``, outputs of a training forward),
+    written by the tasks too (see :func:`_lse_in_tasks`)."""
     if len(outs) != 1:
         raise _NoTemplate("one attention output")
     out = outs[0]
@@ -151,6 +156,8 @@ def _attention_into(s: Schedule, outs, info: CpuModel, knobs=None):
         # inside (the bounds of a block of a fused index over a symbolic number of
         # blocks are not simplified to the block: the scratch would be the whole query)
         par, task = st.fuse(b, h), io
+    if lse:
+        _lse_in_tasks(s, st, task, lse, T)
     if info.threads > 1:
         st.parallel(par)
     st.pragma(par, "fp_contract")
@@ -228,6 +235,38 @@ def _attention_into(s: Schedule, outs, info: CpuModel, knobs=None):
     vector_rows(ts, ro, rv)
 
 
+def _lse_in_tasks(s: Schedule, st: Stage, task, lse, T: int) -> None:
+    """The logsumexp stages ``lse`` computed at the output ``st``'s loop ``task``, the
+    fused (batch, head, block of ``T`` query rows), after the other stages there (the row
+    maximum and sum it reads are the task's): each task writes its block's rows (clipped
+    at the query's end) into the whole buffer, an output of the training forward
+    (``Stage._written_at``).  Constant shapes (``backward="flash"`` takes no others)."""
+    H, Lq = (_cint(x) for x in st.op.output(0).shape[1:3])
+    if H is None or Lq is None or task is not st.leaf_iter_vars[0]:
+        raise InternalError("schedule_attention: the logsumexp of an attention with a "
+                            "symbolic shape (a tecomp bug: backward=\"flash\" takes constant "
+                            "shapes)")
+    nb = -(-Lq // T)   # (the blocks of a head)
+    dt = task.var.dtype
+    x, c = task.var, (lambda n: _Const(n, dt))
+    region = [(_op.floordiv(x, c(H * nb)), 1), (_op.floormod(_op.floordiv(x, c(nb)), c(H)), 1),
+              (_op.mul(_op.floormod(x, c(nb)), c(T)), T)]
+    for t in lse:
+        ls = s[t]
+        s.stages.remove(ls)
+        s.stages.insert(s.stages.index(st), ls)
+        ls._written_at(st, task, region)
+
+
+def _lse_stages(s: Schedule, parts: dict) -> list:
+    """The ``sdpa_lse`` stages (``backward="flash"``'s logsumexp) that read the row
+    maximum or sum of the attention ``parts``."""
+    inner = {id(parts[n].op) for n in ("max", "sum")}
+    return [st.op.output(0) for st in s.stages if isinstance(st.op, ComputeOp) and
+            _has_tag(st.op, "sdpa_lse") and st.attach_type == "root" and
+            any(id(t.op) in inner for t in st.op.input_tensors)]
+
+
 def _attention_part(s: Schedule, out: Tensor, knobs, info: CpuModel):
     """The attention template for an attention inside a larger DAG: the ids of the
     operations it scheduled (its own stages and the copies it made), or None."""
@@ -237,13 +276,13 @@ def _attention_part(s: Schedule, out: Tensor, knobs, info: CpuModel):
         return None
     if any(s[parts[n]].is_output for n in ("scores", "max", "exp", "sum", "rcp", "pv")):
         return None   # (a training forward keeps them for the backward: in memory, whole)
-    inner = {id(parts[n].op) for n in ("max", "sum")}
-    if any(_has_tag(st.op, "sdpa_lse") and any(id(t.op) in inner for t in st.op.input_tensors)
-           for st in s.stages if isinstance(st.op, ComputeOp)):
-        # (backward="flash": its logsumexp reads the row statistics at the root, which
-        # the template computes per task; the CUDA rules compute it in the flash kernel)
-        return None
+    # (backward="flash": its logsumexp reads the row statistics, which the template
+    # computes per task: the tasks write it too)
+    lse = _lse_stages(s, parts)
+    if lse and any(_cint(x) is None for x in (*out.shape[1:3], parts["k"].shape[2])):
+        return None   # (backward="flash" takes constant shapes only)
     before = {id(st.op) for st in s.stages}
-    _attention_into(s, [out], info, knobs)
+    _attention_into(s, [out], info, knobs, lse)
     mine = {id(s[parts[n]].op) for n in ("scores", "max", "exp", "sum", "rcp", "pv")}
+    mine |= {id(s[t].op) for t in lse}
     return mine | {id(s[out].op)} | {id(st.op) for st in s.stages if id(st.op) not in before}
