@@ -204,6 +204,18 @@ def test_float64_rows_are_float64_vectors():
     assert attention_params(out, info)["lanes"] == 4   # 256-bit vectors of float64
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16_bit_attention_blocks_by_its_float32_stages(dtype):
+    """A float16/bfloat16 attention computes in float32 (only its output is rounded):
+    its row vectors are float32 vectors (a 16-bit vector's rows, two registers each,
+    made the register block of the scores twice the registers)."""
+    q, k, v, _ = _placeholders(1, 1, 40, 16, 8, 8, dtype)
+    out = nn.scaled_dot_product_attention(q, k, v)
+    info = cpu_model("llvm -mcpu=haswell")
+    p = attention_params(out, info)
+    assert p["lanes"] == 8 and p["rows"] * p["keys"] + p["rows"] + 1 <= info.vregs
+
+
 def test_attention_inside_a_larger_dag_keeps_its_fused_schedule():
     """tc.auto_schedule of a DAG with an attention between other stages (the projections
     and the head split of a transformer layer): the attention template schedules its part

@@ -78,8 +78,13 @@ def attention_params(out: Tensor, info: CpuModel, knobs=None) -> dict:
 
 
 def _attention_lanes(out: Tensor, info: CpuModel) -> int:
-    """The lanes of one vector register of ``out``'s dtype (8 float64 with AVX-512)."""
-    return max(1, info.lanes * 32 // _dt.bits(out.dtype))
+    """The lanes of one vector register of the dtype the stages compute in (8 float64
+    with AVX-512; float32 for a float16 or bfloat16 attention, whose stages are
+    float32: only its output is rounded to 16 bits)."""
+    ins = out.op.input_tensors if isinstance(out.op, ComputeOp) else ()
+    dt = next((t.dtype for t in ins if isinstance(t.op, ComputeOp) and
+               _has_tag(t.op, "sdpa_pv")), out.dtype)
+    return max(1, info.lanes * 32 // _dt.bits(dt))
 
 
 #: the fields of :func:`attention_params` a config may set
