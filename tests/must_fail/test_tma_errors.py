@@ -118,24 +118,33 @@ def test_tma_producer_on_a_transposed_hand_tile():
         tc.lower(s, [B, C])
 
 
-def test_a_threads_swizzle_wider_than_the_tiles_rows():
-    """The threads' copies (cp.async) place their 16-byte chunks swizzled too; a 128B
-    swizzle needs rows of 128 bytes, and the mma template's k steps of 32 float16 are 64."""
+def _tensor_core_dense_with_a_swizzled_tile(family: str, swizzle: str):
+    """A 64 x 96 float16 dense on the tensor-core template of ``family``, its A tile (k
+    steps of 32 float16: rows of 64 bytes) double-buffered with ``swizzle``: (the
+    schedule, its arguments)."""
     import tecomp as tc
     import tecomp.nn as nn
-    from tecomp.errors import ScheduleError
     from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
     A = tc.placeholder((64, 96), "float16", name="A")
     W = tc.placeholder((64, 96), "float16", name="W")
     C = nn.dense(A, W, out_dtype="float32")
     s = tc.create_schedule(C.op)
-    schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 1, 2, 32, family="mma", stages=3))
+    schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 1, 2, 32, family=family, stages=3))
     st = next(x for x in s.stages if x.name == "A.shared")
     st.storage_aligns.clear()
-    st.double_buffer(stages=3, swizzle="128B")
+    st.double_buffer(stages=3, swizzle=swizzle)
+    return s, [A, W, C]
+
+
+def test_a_threads_swizzle_wider_than_the_tiles_rows():
+    """The threads' copies (cp.async) place their 16-byte chunks swizzled too; a 128B
+    swizzle needs rows of 128 bytes, and the mma template's k steps of 32 float16 are 64."""
+    import tecomp as tc
+    from tecomp.errors import ScheduleError
+    s, args = _tensor_core_dense_with_a_swizzled_tile("mma", "128B")
     with pytest.raises(ScheduleError, match="swizzle='128B' needs the tile's rows of exactly "
                                             "128 bytes .* its rows are 32 elements"):
-        tc.lower(s, [A, W, C], target="cuda-emu")
+        tc.lower(s, args, target="cuda-emu")
 
 
 def test_swizzle_narrower_than_the_tiles_rows():
@@ -153,20 +162,11 @@ def test_swizzle_narrower_than_the_tiles_rows():
 def test_a_swizzled_tile_read_by_an_intrinsic_that_does_not_decode_it():
     """wmma's fragment loads read a tile as laid out: a swizzled one is refused."""
     import tecomp as tc
-    import tecomp.nn as nn
     from tecomp.errors import BuildError
-    from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
-    A = tc.placeholder((64, 96), "float16", name="A")
-    W = tc.placeholder((64, 96), "float16", name="W")
-    C = nn.dense(A, W, out_dtype="float32")
-    s = tc.create_schedule(C.op)
-    schedule_wmma_gemm(s, C, WmmaConfig(2, 2, 1, 2, 32, family="wmma", stages=3))
-    st = next(x for x in s.stages if x.name == "A.shared")
-    st.storage_aligns.clear()
-    st.double_buffer(stages=3, swizzle="64B")
+    s, args = _tensor_core_dense_with_a_swizzled_tile("wmma", "64B")
     with pytest.raises(BuildError, match="A.shared, a tile laid out with swizzle='64B', which "
                                          "cuda.wmma_load"):
-        tc.build(s, [A, W, C], target="cuda-emu")
+        tc.build(s, args, target="cuda-emu")
 
 
 def test_tma_producer_built_for_sm80():
