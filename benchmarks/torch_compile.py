@@ -24,7 +24,7 @@ with the cache the first filled (warm); TorchDynamo's tracing is in both.
                                         [--threads 1,2] [--rounds 5] [--layers 12]
                                         [--profile] [--other-threads]
                                         [--ab prepack,no-strided-gemm,no-gemm-by-channels,
-                                              no-flat-epilogue,
+                                              no-flat-epilogue,no-fold-tail,
                                               own-pools,no-keep,threads-tecomp,
                                               threads-torch] [--cpu]
 
@@ -35,7 +35,8 @@ time / tecomp time, Inductor time / tecomp time; above 1: tecomp is faster).
 option ``threads="torch"`` (``"tecomp"`` where that is the default; see the backend's
 options).
 
-``--ab prepack,no-strided-gemm,no-gemm-by-channels,no-flat-epilogue,own-pools,...`` (the ResNet-50 cases;
+``--ab prepack,no-strided-gemm,no-gemm-by-channels,no-flat-epilogue,no-fold-tail,...`` (the
+ResNet-50 cases;
 the training steps take ``no-keep``, ``threads-tecomp``, ``threads-torch``) adds variants
 of the tecomp backend to the same turns, each printed with its time over the default's:
 ``prepack`` the option ``prepack=True`` (the convolutions' weights packed into the
@@ -45,8 +46,11 @@ convolutions left to the convolution template instead of a subsampled copy and a
 writes as GEMMs for their channels (``lowering_nn.GEMM_1X1_BY_CHANNELS``) left to the
 convolution template, ``no-flat-epilogue`` the batch norm, residual add and ReLU of a 1x1
 convolution written as a GEMM applied in a second pass over its output instead of to
-each register block of the GEMM on its way out (``tecomp.strategy.rules.FUSE_FLAT_EPILOGUES``)
-(these three compiled without the disk cache: their kernels run on
+each register block of the GEMM on its way out (``tecomp.strategy.rules.FUSE_FLAT_EPILOGUES``),
+``no-fold-tail`` the pixels past the last whole vector of a GEMM's plane (14x14, 7x7)
+left to a narrow register block per image instead of one GEMM over all the images
+(``lowering_nn.GEMM_1X1_FOLD_TAIL``)
+(these four compiled without the disk cache: their kernels run on
 the JIT's one pool, as the default's, loaded from the disk cache, run on the process's
 first pool; an empty ``TECOMP_CACHE_DIR`` builds the default's in the process too), ``own-pools``
 the default's kernels with the thread pools of the libraries loaded from the disk cache
@@ -146,7 +150,7 @@ def _other_threads_tool(model) -> dict:
 #: default's, or a lowering switched off (compiled without the disk cache, whose keys do
 #: not know the switch)
 VARIANTS = ("prepack", "no-strided-gemm", "no-gemm-by-channels", "no-flat-epilogue",
-            "own-pools", "no-keep",
+            "no-fold-tail", "own-pools", "no-keep",
             "threads-tecomp", "threads-torch")
 
 #: the variants that switch a lowering or a scheduling rule off: (the module, its
@@ -154,7 +158,8 @@ VARIANTS = ("prepack", "no-strided-gemm", "no-gemm-by-channels", "no-flat-epilog
 LOWERING_SWITCHES = {"no-strided-gemm": ("tecomp.dynamo.lowering_nn", "GEMM_1X1_STRIDED", False),
                      "no-gemm-by-channels": ("tecomp.dynamo.lowering_nn", "GEMM_1X1_BY_CHANNELS",
                                              None),
-                     "no-flat-epilogue": ("tecomp.strategy.rules", "FUSE_FLAT_EPILOGUES", False)}
+                     "no-flat-epilogue": ("tecomp.strategy.rules", "FUSE_FLAT_EPILOGUES", False),
+                     "no-fold-tail": ("tecomp.dynamo.lowering_nn", "GEMM_1X1_FOLD_TAIL", None)}
 #: the variants that apply to the training steps
 TRAIN_VARIANTS = ("no-keep", "threads-tecomp", "threads-torch")
 

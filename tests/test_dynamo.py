@@ -173,6 +173,44 @@ def test_1x1_convolutions_as_gemms_by_channels():
     _check_model(model, torch.randn(2, 8, 30, 30), train=False)
 
 
+class _OneByOneTail(torch.nn.Module):
+    """A 1x1 convolution onto a 7x7 plane with more output channels than input channels
+    (a GEMM for its channels), then a batch norm, a residual and ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Conv2d(8, 24, 1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(24)
+
+    def forward(self, x, r):
+        return torch.relu(self.bn(self.c(x)) + r)
+
+
+@pytest.mark.parametrize("fold", [True, False])
+def test_1x1_gemm_plane_tail_folds_over_the_images(monkeypatch, fold):
+    """From a batch of GEMM_1X1_FOLD_TAIL the pixels of the plane past its last whole
+    vector, in every image, are one GEMM of their own (``<name>.tail_gemm``); with or without it,
+    the inference output as eager's."""
+    import tecomp as tc
+    monkeypatch.setattr(lowering_nn, "GEMM_1X1_FOLD_TAIL", 2 if fold else None)
+    x = tc.placeholder((3, 8, 7, 7), name="x")
+    w = tc.placeholder((24, 8, 1, 1), name="w")
+    y = lowering_nn._conv_1x1_as_gemm(x, w, [1, 1], [0, 0], "c")
+    reads = {t.op.name for t in y.op.input_tensors}
+    assert ("c.tail_gemm" in reads) == (fold and 49 % cpu_model().lanes != 0), reads
+    torch.manual_seed(0)
+    model = _OneByOneTail().eval()
+    with torch.no_grad():
+        model.bn.running_mean.normal_()
+        model.bn.running_var.uniform_(0.5, 2.0)
+    dcache.clear_memory()
+    f = torch.compile(model, backend="tecomp", options={"cache": False})
+    a, r = torch.randn(3, 8, 7, 7), torch.randn(3, 24, 7, 7)
+    with torch.no_grad():
+        _close(f(a, r), model(a, r), f"fold {fold}")
+    dcache.clear_memory()
+
+
 class _SameShapes(torch.nn.Module):
     """Blocks of one shape (a later kernel output can take a released one's memory),
     and the first block's output, transposed, read last by an eager node (cumsum)."""

@@ -113,6 +113,17 @@ GEMM_1X1_BY_CHANNELS: Optional[Tuple[int, int]] = (7 * 7, 56 * 56)
 #: over a subsampled copy of its input (see :func:`_conv_1x1_as_gemm`)
 GEMM_1X1_STRIDED = True
 
+#: the least batch from which a GEMM whose plane is not a whole number of vectors
+#: (``P % lanes`` pixels left over: 4 at 14x14, 1 at 7x7 with 16 float32 lanes) leaves
+#: those last pixels of every image to a GEMM of their own, ``W @ [C, N * (P % lanes)]``
+#: (the stages ``<name>.tail_pixels``, a copy, and ``<name>.tail_gemm``), rather than to
+#: a narrow register block per image that costs as much as a whole one.  The output then
+#: reads two products, so its batch norm and ReLU are a pass of their own.  On
+#: ResNet-50's 1x1 layers at 14x14 and 7x7, batch 8, the layer took 0.79-1.01 of the
+#: time (Zen 5, under load: benchmarks/history/2026-11-30.md, "h13-gemm1x1"); at batch 1
+#: there is no block to save.  None: never
+GEMM_1X1_FOLD_TAIL: Optional[int] = 8
+
 
 def _gemm_1x1_plane(xs, ws, stride, padding, dtype):
     """``(OH, OW)`` where a convolution of data ``xs`` and weight ``ws`` (shapes) is one
@@ -153,6 +164,12 @@ def _conv_1x1_as_gemm(x, w, stride, padding, name, packed=None):
     into the flattened plane (a gather per element, by division) 1.24x
     (benchmarks/history/2026-11-30.md, "downsample 1x1 512->1024 stride 2").
 
+    A plane of ``P`` pixels that is not a whole number of vectors (14x14, 7x7; from a
+    batch of :data:`GEMM_1X1_FOLD_TAIL`) is a ``batch_matmul`` over each image's first
+    ``P - P % lanes`` pixels and one ``matmul`` (``<name>.tail_gemm``) over the last
+    ``P % lanes`` of every image, copied side by side (``<name>.tail_pixels``,
+    ``[C, N * (P % lanes)]``); the output reads each pixel from one of the two.
+
     ``packed``: the weights as ``[1, K, C]`` already (:data:`tecomp.dynamo.prepack.PACKS` ``"gemm_1x1"``),
     read in place; else the stage ``<name>.weights`` reads them from ``w``."""
     dims = [tuple(e.value if isinstance(e, Const) else None for e in t.shape) for t in (x, w)]
@@ -165,12 +182,31 @@ def _conv_1x1_as_gemm(x, w, stride, padding, name, packed=None):
     if (sh, sw) != (1, 1):
         x = _te.compute((N, C, OH, OW), lambda n, c, i, j: x[n, c, i * sh, j * sw],
                         name=name + ".subsample", tag=NO_INLINE)
-    flat = _te.compute((N, C, OH * OW), lambda n, c, p: x[n, c, p // OW, p % OW],
-                       name=name + ".pixels")
     wk = packed if packed is not None else \
         _te.compute((1, K, C), lambda _, k, c: w[k, c, 0, 0], name=name + ".weights")
+    P = OH * OW
+    fold = GEMM_1X1_FOLD_TAIL is not None and N >= GEMM_1X1_FOLD_TAIL
+    R = P % cpu_model().lanes if fold else 0
+    R = 0 if R == P else R
+    # the plane's whole vectors per image (all of it where R is 0), then its last R
+    # pixels of every image as one GEMM of N*R columns (see GEMM_1X1_FOLD_TAIL)
+    Pm = P - R
+    flat = _te.compute((N, C, Pm), lambda n, c, p: x[n, c, p // OW, p % OW],
+                       name=name + ".pixels")
     g = _nn.batch_matmul(wk, flat, name=name + ".gemm")
-    return _te.compute((N, K, OH, OW), lambda n, k, i, j: g[n, k, i * OW + j], name=name)
+    if not R:
+        return _te.compute((N, K, OH, OW), lambda n, k, i, j: g[n, k, i * OW + j], name=name)
+    tail = _te.compute((C, N * R), lambda c, q: x[q // R, c, (Pm + q % R) // OW,
+                                                  (Pm + q % R) % OW],
+                       name=name + ".tail_pixels", tag=NO_INLINE)
+    wt = _te.compute((K, C), lambda k, c: wk[0, k, c], name=name + ".tail_weights")
+    g2 = _nn.matmul(wt, tail, name=name + ".tail_gemm")
+
+    def read(n, k, i, j):
+        p = i * OW + j
+        return _te.if_then_else(p < Pm, g[n, k, _te.minimum(p, Pm - 1)],
+                                g2[k, n * R + _te.maximum(p - Pm, 0)])
+    return _te.compute((N, K, OH, OW), read, name=name)
 
 
 def _conv_pack(node, vals) -> Optional[str]:
