@@ -516,3 +516,27 @@ def test_device_arrays_in_place_of_an_elementwise_input():
     with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\) and parameter B \(argument 2\) share "
                                             r"memory, and main writes B"):
         mod(DeviceArray(y[:99]), DeviceArray(y[1:]))
+
+
+class _TorchBf16Like(DeviceArray):
+    """What torch's ``__cuda_array_interface__`` gives for a CUDA bfloat16 tensor: the
+    typestr ``<V2`` (numpy has no bfloat16) and ``dtype`` ``torch.bfloat16``."""
+
+    dtype = "torch.bfloat16"
+
+    @property
+    def __cuda_array_interface__(self):
+        return {**super().__cuda_array_interface__, "typestr": "<V2"}
+
+
+def test_a_torch_cuda_bfloat16_tensor_is_read_as_bfloat16_not_void():
+    """On an H200, torch 2.11's CUDA bfloat16 tensors reached the checks as ``void16`` and
+    every bfloat16 GPU kernel refused them."""
+    from tecomp.ir.dtype import numpy_dtype
+    from tecomp.runtime import argcheck
+
+    bits = np.zeros((2, 3), np.uint16)
+    meta = argcheck.array_meta(_TorchBf16Like(bits))
+    assert meta.dtype == np.dtype(numpy_dtype("bfloat16")) and meta.shape == (2, 3)
+    # a two-byte void of anything else stays what it is: the checks name it
+    assert argcheck.array_meta(DeviceArray(bits.view("V2"))).dtype.kind == "V"

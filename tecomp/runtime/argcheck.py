@@ -88,6 +88,10 @@ def array_meta(arg) -> Optional[ArrayMeta]:
     if isinstance(cai, dict):
         shape = tuple(int(x) for x in cai["shape"])
         dt = np.dtype(cai["typestr"])
+        if dt.kind == "V" and dt.itemsize == 2 and str(getattr(arg, "dtype", "")).endswith(
+                "bfloat16"):
+            # torch exports a CUDA bfloat16 tensor's typestr as "<V2" (numpy has no bfloat16)
+            dt = np.dtype(_dt.numpy_dtype("bfloat16"))
         strides = cai.get("strides")
         ptr, readonly = cai["data"]
         return ArrayMeta(shape, dt, None if strides is None else tuple(int(s) for s in strides),
