@@ -821,7 +821,7 @@ def test_gpu_benchmark_odd_families_build_and_decide():
     tensor-core tiling past WMMA_MAX_WASTE too: the threshold is what it measures), and
     the lines that set WMMA_MAX_WASTE and WGMMA_BY_DEFAULT from the timings."""
     v = BENCH.odd_variants(8, 4096, 4096, "float16", hopper=True)   # waste 1/2 of 16 rows
-    assert list(v) == ["wmma", "mma", "wgmma", "wgmma-tma", "cuda-cores"]
+    assert list(v) == ["wmma", "mma", "wgmma", "wgmma-tma", "wgmma-tma-warp", "cuda-cores"]
     assert v["wmma"][1] == 0.5 and v["wgmma"][2].family == "wgmma"
     assert "tc_wgmma_m64n" in v["wgmma-tma"][0].get_source() and v["wgmma-tma"][2].producer == "tma"
     assert "wmma" not in v["cuda-cores"][0].get_source()
