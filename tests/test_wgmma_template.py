@@ -36,9 +36,27 @@ long_only = pytest.mark.skipif(not LONG, reason="more of the same: set TECOMP_LO
 
 @pytest.fixture(autouse=True)
 def wgmma_by_default(monkeypatch):
-    """These tests check the family the templates take on sm_90a once it is the default
-    (``tensorcore.WGMMA_BY_DEFAULT``, off until checked on a GPU)."""
+    """These tests check the wgmma family the templates take on sm_90a by default, on every
+    layout (``tensorcore.WGMMA_THREADS_BY_DEFAULT``: the cp.async-fed tiles too)."""
     monkeypatch.setattr(tensorcore, "WGMMA_BY_DEFAULT", True)
+    monkeypatch.setattr(tensorcore, "WGMMA_THREADS_BY_DEFAULT", True)
+
+
+def test_the_default_takes_wgmma_where_tma_fills_the_ring(monkeypatch):
+    """As shipped: wgmma fed by TMA where its ring can be (dense's A[M, K] and W[N, K],
+    K a multiple of 8, two k steps or more), else mma.sync / wmma (the cp.async-fed wgmma
+    was no faster on an H200)."""
+    monkeypatch.setattr(tensorcore, "WGMMA_THREADS_BY_DEFAULT", False)
+    for M, N, K, layout, want in ((256, 256, 128, "dense", "tma_warp"),
+                                  (1000, 3072, 768, "dense", "tma_warp"),
+                                  (256, 256, 100, "dense", None), (256, 256, 32, "dense", None),
+                                  (256, 256, 128, "matmul", None)):
+        A, B, C = gemm(M, N, K, "float16", layout)
+        text = str(tc.lower((sc.schedule_dense if layout == "dense" else sc.schedule_matmul)(
+            C, SM90A), [A, B, C]))
+        assert ("wgmma" in text) == (want is not None), (M, N, K, layout)
+        cfg = tensorcore.default_wgmma(M, N, K, False, layout == "matmul")
+        assert (cfg.producer if cfg else None) == want, (M, N, K, layout)
 
 
 def test_sm90a_takes_mma_sync_until_wgmma_is_checked_on_a_gpu(monkeypatch):
@@ -116,7 +134,7 @@ def test_the_nn_templates_take_wgmma_on_sm90a_when_a_tiling_divides():
     b = tc.placeholder((N,), "float16", name="b")
     Y = nn.gelu(nn.dense(X, W, b))
     text = str(tc.lower(sc.schedule_dense(Y, SM90A), [X, W, b, Y]))
-    assert "tensorize cuda.wgmma_f16f16f32_n128_k64 (accumulate)" in text
+    assert "tensorize cuda.wgmma_f16f16f32_n128_k64_rows (accumulate)" in text
     # sm_90 (no 'a'), or extents no wgmma tiling divides: the mma.sync / wmma families
     assert "wgmma" not in str(tc.lower(sc.schedule_dense(Y, "cuda -arch=sm_90"), [X, W, b, Y]))
     # extents no wgmma tiling divides: padded wgmma tiles (boundary tiles), not mma.sync
@@ -252,7 +270,10 @@ def test_ptxas_sm90a_hgmma_and_no_spills(dtype, layout):
     t = "bf16" if dtype == "bfloat16" else "f16"
     ptx = compile_ptx(src, "sm_90a")
     assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{t}.{t}" in ptx
-    assert "fence.proxy.async.shared::cta" in ptx and "cp.async.commit_group" in ptx
+    if layout == "dense":   # the default's TMA ring: bulk tensor copies on mbarriers
+        assert "cp.async.bulk.tensor" in ptx and "mbarrier" in ptx
+    else:                   # the threads' cp.async ring
+        assert "fence.proxy.async.shared::cta" in ptx and "cp.async.commit_group" in ptx
     report, sass = ptxas_build(src, "sm_90a", sass=True)
     assert "serialized" not in report, report
     (use,) = parse_ptxas(report).values()

@@ -30,7 +30,7 @@ from .._common import (_ceil, _cint, _contraction_operands, _gemm_operands, _has
 from .common import (MIN_BLOCKS, _bind, _check_target, _cooperative_copy, _pow2_at_least,
                      max_shared_bytes)
 from . import tensorcore
-from .tensorcore import (WmmaConfig, schedule_wmma_gemm, tensor_core_gemm, wgmma_config,
+from .tensorcore import (WmmaConfig, default_wgmma, schedule_wmma_gemm, tensor_core_gemm,
                          wgmma_target, wmma_config)
 
 
@@ -291,8 +291,9 @@ def _schedule_gemm_like(outs, target, tags, config) -> Schedule:
         wcfg = config if isinstance(config, WmmaConfig) else None
         if config is None and tensorcore.WGMMA_BY_DEFAULT and wgmma_target(target):
             # sm_90a: wgmma where a tiling divides (once checked on a GPU)
-            wcfg = wgmma_config(M, N, K, epilogue=out is not gemm,
-                                max_shared=max_shared_bytes(target), dtype=dtype)
+            _, (_, a_kfirst), (_, b_kfirst) = _contraction_operands(gemm.op)
+            wcfg = default_wgmma(M, N, K, a_kfirst, b_kfirst, epilogue=out is not gemm,
+                                 max_shared=max_shared_bytes(target), dtype=dtype)
         if config is None and wcfg is None:
             wcfg = wmma_config(M, N, K, epilogue=out is not gemm,
                                max_shared=max_shared_bytes(target), dtype=dtype)

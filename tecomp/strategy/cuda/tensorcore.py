@@ -266,12 +266,25 @@ WGMMA_CONFIGS = (
 
 
 #: whether ``schedule_matmul`` / ``schedule_dense`` take the wgmma family by themselves on
-#: ``cuda -arch=sm_90a``.  Off until the family's encodings (descriptors, swizzles, the
-#: accumulator layout: checked so far in the emulation and by ptxas only) have passed
-#: ``pytest -m gpu tests/test_hopper.py tests/test_wgmma_template.py`` on an H100/H200;
-#: until then a wrong bit there would be a silently wrong GEMM.  ``WmmaConfig(...,
-#: family="wgmma")`` asks for it explicitly.
-WGMMA_BY_DEFAULT = False
+#: ``cuda -arch=sm_90a`` where its TMA producer can fill the ring (:func:`default_wgmma`).
+#: On an H200 (2026-11-30) the family passed ``pytest -m gpu tests/test_hopper.py
+#: tests/test_wgmma_template.py tests/test_tma_pipeline.py``, and on the odd dense shapes
+#: of ``benchmarks/gpu.py --only odd`` (4097 x 4096 x 4096, 1000 x 3072 x 768, 1000 x 768
+#: x 3072, M = 8..64 x 4096 x 4096) wgmma fed by a TMA producer warp ran 2.41x the best
+#: of wmma and mma.sync (geometric mean over 7 shapes; worst 1.48x), by TMA copies issued
+#: from the consumers' first thread 1.58x.  ``WmmaConfig(..., family="wgmma")`` asks for
+#: it explicitly anywhere.
+WGMMA_BY_DEFAULT = True
+
+#: whether the default takes wgmma fed by the threads' cp.async copies where TMA cannot
+#: fill the ring (operands stored ``A[K, M]`` / ``B[K, N]``, ``K`` not a multiple of 8
+#: elements, a single k step): off, since on the same H200 run it was 1.01x the best of
+#: wmma and mma.sync (geometric mean; worst 0.63x): no gain worth its losses.
+WGMMA_THREADS_BY_DEFAULT = False
+
+#: the TMA producer :func:`default_wgmma` takes: ``"tma_warp"`` (a warp of its own issues
+#: the copies; measured above) or ``"tma"``
+WGMMA_DEFAULT_PRODUCER = "tma_warp"
 
 
 def wgmma_target(target) -> bool:
@@ -296,6 +309,23 @@ def wgmma_config(M, N, K, batch=1, epilogue: bool = False, max_shared: Optional[
     if found is not None or None in (M, N, K, batch):
         return found
     return _pick_edge(WGMMA_CONFIGS, M, N, K, batch, max_shared, dtype)
+
+
+def default_wgmma(M, N, K, a_kfirst: bool, b_kfirst: bool, epilogue: bool = False,
+                  max_shared: Optional[int] = None,
+                  dtype: str = "float16") -> Optional[WmmaConfig]:
+    """The wgmma tiling the 2-d GEMM templates take by themselves on sm_90a (with
+    :data:`WGMMA_BY_DEFAULT`): :func:`wgmma_config`'s, filled by the TMA producer where it
+    can be (``A[M, K]`` and ``W[N, K]`` as they lie, rows 16-byte aligned, two k steps or
+    more: :data:`WGMMA_DEFAULT_PRODUCER`); elsewhere the cp.async-fed tiling with
+    :data:`WGMMA_THREADS_BY_DEFAULT`, else None (the wmma / mma.sync tiling then)."""
+    cfg = wgmma_config(M, N, K, epilogue=epilogue, max_shared=max_shared, dtype=dtype)
+    if cfg is None or None in (M, N, K):
+        return None
+    if not (a_kfirst or b_kfirst) and K % (16 // _dt.nbytes(dtype)) == 0 \
+            and -(-K // cfg.k_tile) >= 2:
+        return replace(cfg, producer=WGMMA_DEFAULT_PRODUCER)
+    return cfg if WGMMA_THREADS_BY_DEFAULT else None
 
 
 def tensor_core_gemm(gemm: Tensor, tf32: bool = False) -> bool:
