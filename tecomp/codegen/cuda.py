@@ -58,7 +58,7 @@ from ..ir.functor import Visitor, collect, free_vars, reads_memory, substitute
 from ..ir.simplify import simplify
 from ..ir.names import comment as _comment
 from ..runtime.cuda import CudaModule
-from ..runtime.cuda_kernels import CudaSource, KernelInfo, KernelParam
+from ..runtime.cuda_kernels import WORKSPACE_ALIGN, CudaSource, KernelInfo, KernelParam
 from ..ir.printer import to_str
 from ..ir.stmt import (
     Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt,
@@ -337,6 +337,10 @@ class CudaRenderer(CSource):
         self.tma_issuing = False        # rendering a producer warp's copies
         self.tma_maps: List[tuple] = []  # (parameter name, TmaBox) of each tensor map
         self.swizzles: Dict[Buffer, str] = {}  # swizzled TMA rings -> their swizzle
+        # buffers whose first element is WORKSPACE_ALIGN-byte aligned: the workspaces (the
+        # shared arrays are SHARED_ALIGN-aligned); a copy of such buffers at offsets
+        # provably aligned needs no run-time check (see _aligned_else_loop)
+        self.aligned_buffers: set = set()
 
     # thread loops -------------------------------------------------------------
     def thread_loop(self, s: For) -> None:
@@ -483,6 +487,7 @@ class CudaRenderer(CSource):
         ptrs = self.copy_pointers(s, st, src)
         if ptrs is None:
             return False
+        aligned = self.provably_aligned(s, st, src, nbytes)
         asynchronous = (self.async_depth and st.buffer.scope == "shared"
                         and src.buffer.scope == "global")
         move = self.helper(f"tc_cp_async{nbytes}" if asynchronous else f"tc_move{nbytes}")
@@ -490,11 +495,18 @@ class CudaRenderer(CSource):
         self.emit(_comment(f"vectorized {s.var.name}: {s.extent.value} elements in one "
                            f"{nbytes}-byte {'asynchronous copy' if asynchronous else 'move'} "
                            f"where both addresses are aligned"))
-        self._aligned_else_loop(s, ptrs[0], ptrs[1], nbytes, f"{move}({ptrs[0]}, {ptrs[1]});")
+        self._aligned_else_loop(s, ptrs[0], ptrs[1], nbytes, f"{move}({ptrs[0]}, {ptrs[1]});",
+                                aligned)
         return True
 
-    def _aligned_else_loop(self, s: For, dst: str, src: str, nbytes: int, line: str):
-        """``if (both addresses aligned to nbytes) line; else`` the loop ``s`` as it is."""
+    def _aligned_else_loop(self, s: For, dst: str, src: str, nbytes: int, line: str,
+                           aligned: bool = False):
+        """``if (both addresses aligned to nbytes) line; else`` the loop ``s`` as it is;
+        ``aligned`` (both addresses provably aligned: :meth:`provably_aligned`): ``line``
+        alone."""
+        if aligned:
+            self.emit(line)
+            return
         self.open_block(f"if ({self.helper('tc_aligned2')}({dst}, {src}, {nbytes}))")
         self.emit(line)
         self.indent -= 1
@@ -504,6 +516,29 @@ class CudaRenderer(CSource):
         self._scopes.append(set())
         super().serial_loop(s)
         self.close_block()
+
+    def provably_aligned(self, s: For, st: BufferStore, src: BufferLoad, nbytes: int) -> bool:
+        """Whether both first elements of the vectorized copy ``s`` (``st`` of ``src``)
+        are ``nbytes``-aligned for every thread and iteration: each buffer shared (its
+        array SHARED_ALIGN-aligned) or a workspace (WORKSPACE_ALIGN-aligned) and not
+        swizzled, and its element offset a provable multiple of ``nbytes`` bytes (a tile
+        copied from a workspace whose rows are padded to 16 bytes: ``pack_rows`` of
+        the tensor-core GEMM)."""
+        for buf, idx in ((st.buffer, st.indices), (src.buffer, src.indices)):
+            if buf.scope == "shared":
+                align = SHARED_ALIGN
+            elif buf in self.aligned_buffers:
+                align = WORKSPACE_ALIGN
+            else:
+                return False
+            size = _dt.bits(buf.dtype) // 8
+            if align < nbytes or nbytes % size or self.swizzles.get(buf, "none") != "none":
+                return False
+            flat = simplify(substitute(self.flat_expr(buf, idx), {s.var: Const(0, s.var.dtype)}))
+            rem = simplify(_op.floormod(flat, Const(nbytes // size, flat.dtype)))
+            if not (isinstance(rem, Const) and rem.value == 0):
+                return False
+        return True
 
     def copy_pointers(self, s: For, st: BufferStore, src: BufferLoad):
         """The C pointers to the first elements the vectorized copy ``s`` (``st`` of
@@ -568,7 +603,8 @@ class CudaRenderer(CSource):
                   f"(const void*){self.buffer_ref(src.buffer)};")
         self._aligned_else_loop(s, ptrs[0], "tc_src", nbytes,
                                 f"{self.helper(f'tc_cp_async_zfill{nbytes}')}({ptrs[0]}, "
-                                f"tc_src, tc_in * {size});")
+                                f"tc_src, tc_in * {size});",
+                                self.provably_aligned(s, st, src, nbytes))
         self.close_block()
         return True
 
@@ -1217,6 +1253,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         if _warp_rings(attr.body):   # one more threadIdx.z: the producer warp
             launch, block = _with_producer_warp(kern, attr.body)
         r = CudaRenderer(namer, launch, list(kern.shared), hp.lets, kern.red_bufs)
+        r.aligned_buffers = set(workspaces)
         r.nonneg_vars |= shape_vars  # a dimension is never negative
         r.size_vars |= shape_vars
         r.indent = 1
