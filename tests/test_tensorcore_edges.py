@@ -232,3 +232,15 @@ def test_packed_tiles_are_copied_16_bytes_at_a_time(arch, family, bt):
     assert not re.search(r"ld\.global(\.\w+)*\.[bu]16\b", ptx), "2-byte loads of the tiles"
     assert "ld.local" not in ptx and "st.local" not in ptx
 
+
+
+def test_packed_tiles_past_2_31_elements_keep_16_byte_copies():
+    """A[70001, 40001] (2.8e9 elements: int64 indices, whose widening casts hid from the
+    code generator that a tile's row is contiguous and aligned): the packed tiles still
+    go in 16-byte cp.async with no alignment check."""
+    args = odd_gemm(70001, 64, 40001, "float16", bt=True)
+    src = tc.build(sc.schedule_dense(args[-1], "cuda"), args, target="cuda").get_source()
+    gemm = src.split("extern \"C\" __global__")[-1]
+    assert "long long" in gemm                            # (int64 indices)
+    assert "(&A_global[" in gemm and "tc_cp_async_zfill16(" in gemm
+    assert "tc_aligned2(&A_global" not in gemm and "__half2float(A_global" not in gemm

@@ -48,13 +48,16 @@ Determinism: the same PrimFunc gives byte-identical source.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Dict, List, Optional
 
 from ..errors import BuildError, InternalError
 from ..ir import dtype as _dt
 from ..ir import op as _op
-from ..ir.expr import LT, And, Buffer, BufferLoad, Call, Const, Expr, Select, Var, same_as
-from ..ir.functor import Visitor, collect, free_vars, reads_memory, substitute
+from ..ir.expr import (
+    LT, Add, And, Buffer, BufferLoad, Call, Cast, Const, Expr, Mul, Select, Sub, Var, same_as,
+)
+from ..ir.functor import Visitor, collect, free_vars, reads_memory, substitute, uses_var
 from ..ir.simplify import simplify
 from ..ir.names import comment as _comment
 from ..runtime.cuda import CudaModule
@@ -138,6 +141,45 @@ class _CheckedIndex(Expr):
 
 def _conjuncts(c) -> list:
     return _conjuncts(c.a) + _conjuncts(c.b) if isinstance(c, And) else [c]
+
+
+def _contiguous_innermost(buf: Buffer, idx, var: Var) -> bool:
+    """Whether ``buf[idx]`` steps one element per ``var``: ``var`` only in the last index,
+    as ``that index + var``, whose stride is 1 (what the flat index shows too, but
+    through the widening casts of int64 indices -- a tensor past 2**31 elements -- the
+    simplifier does not see it)."""
+    if not idx or (buf.strides is not None and not (
+            isinstance(buf.strides[-1], Const) and buf.strides[-1].value == 1)):
+        return False
+    if any(uses_var(i, var) for i in idx[:-1]):
+        return False
+    last = idx[-1]
+    base = simplify(substitute(last, {var: Const(0, var.dtype)}))
+    return simplify(_op.sub(last, base)) is var
+
+
+def _multiple_of(e: Expr, m: int) -> bool:
+    """Whether the integer index ``e`` is provably a multiple of ``m`` (sums, products
+    by constants, widening casts: the int64 indices of large tensors; else the
+    simplifier's ``e % m``)."""
+    if m == 1:
+        return True
+    if isinstance(e, Const):
+        return int(e.value) % m == 0
+    if isinstance(e, (Add, Sub)):
+        return _multiple_of(e.a, m) and _multiple_of(e.b, m)
+    if isinstance(e, Mul):
+        for c, x in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(c, Const):
+                return _multiple_of(x, m // math.gcd(int(c.value), m))
+        return _multiple_of(e.a, m) or _multiple_of(e.b, m)
+    if isinstance(e, Cast) and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype) and \
+            _dt.bits(e.dtype) >= _dt.bits(e.value.dtype):
+        return _multiple_of(e.value, m)
+    if isinstance(e, Select):
+        return _multiple_of(e.true_value, m) and _multiple_of(e.false_value, m)
+    rem = simplify(_op.floormod(e, Const(m, e.dtype)))
+    return isinstance(rem, Const) and rem.value == 0
 
 
 class CudaRenderer(CSource):
@@ -535,8 +577,7 @@ class CudaRenderer(CSource):
             if align < nbytes or nbytes % size or self.swizzles.get(buf, "none") != "none":
                 return False
             flat = simplify(substitute(self.flat_expr(buf, idx), {s.var: Const(0, s.var.dtype)}))
-            rem = simplify(_op.floormod(flat, Const(nbytes // size, flat.dtype)))
-            if not (isinstance(rem, Const) and rem.value == 0):
+            if not _multiple_of(flat, nbytes // size):
                 return False
         return True
 
@@ -548,7 +589,8 @@ class CudaRenderer(CSource):
         for buf, idx in ((st.buffer, st.indices), (src.buffer, src.indices)):
             flat = self.flat_expr(buf, idx)
             base = simplify(substitute(flat, {s.var: Const(0, s.var.dtype)}))
-            if simplify(_op.sub(flat, base)) is not s.var:  # not contiguous in the loop
+            if not (simplify(_op.sub(flat, base)) is s.var
+                    or _contiguous_innermost(buf, idx, s.var)):  # not contiguous
                 return None
             ptrs.append(f"&{self.buffer_ref(buf)}[{self.swizzled(buf, self.expr_top(base))}]")
         return ptrs
