@@ -36,7 +36,8 @@ for every thread, then runs ``body`` (see :meth:`CudaRenderer.cross_thread_reduc
 
 Copies: a vectorized loop that copies 8 or 16 contiguous bytes between global and shared
 memory becomes one move (``tc_move16``: a ``uint4``) where both addresses are aligned at
-run time, else its element loop.  Inside ``AttrStmt("async_copy")`` (the copies of a
+run time, else its element loop; where both are provably aligned (each a shared array or
+a workspace, at an offset that is a multiple of the move), the move alone.  Inside ``AttrStmt("async_copy")`` (the copies of a
 double-buffered tile, :mod:`tecomp.lower.double_buffer`) a copy from global to shared
 memory is a ``cp.async`` on sm_80+ (``tc_cp_async4/8/16``), and in a kernel that issues
 them every ``__syncthreads()`` is preceded by ``tc_cp_async_wait()`` (``cp.async.wait_all``),
