@@ -341,6 +341,28 @@ def two_kernels_workspace() -> Case:
     return Case(f.name, f, make, lambda a: {1: (a[0] * np.float32(2))[::-1] + np.float32(1)})
 
 
+def padded_rows_workspace() -> Case:
+    """A workspace with padded row strides (``storage_align``: rows of 3 elements 8 apart,
+    as the tensor-core GEMM's packed operands): T[i, j] = A[i, j] * 2, then C[i, j] =
+    T[n - 1 - i, j] + 1.  Its allocation spans the last row's stride (8 * (n - 1) + 3
+    elements), not the shape's 3 * n."""
+    n = Var("n")
+    A, C = Buffer("A", (n, Const(3)), "float32"), Buffer("C", (n, Const(3)), "float32")
+    T = Buffer("T", (n, Const(3)), "float32", (Const(8), Const(1)))
+    b0, t0, b1, t1 = Var("i"), Var("j"), Var("i"), Var("j")
+    k0 = thread(b0, n, "blockIdx.x", thread(t0, 3, "threadIdx.x",
+                S(T, L(A, b0, t0) * 2.0, b0, t0)))
+    k1 = thread(b1, n, "blockIdx.x", thread(t1, 3, "threadIdx.x",
+                S(C, L(T, (n - 1) - b1, t1) + 1.0, b1, t1)))
+    f = PrimFunc("padded_rows", (A, C), Allocate(T, seq(k0, k1)))
+
+    def make(rng, size=300):
+        return [rng.standard_normal((size, 3)).astype("float32"),
+                np.zeros((size, 3), "float32")]
+
+    return Case(f.name, f, make, lambda a: {1: (a[0] * np.float32(2))[::-1] + np.float32(1)})
+
+
 def sibling_extents() -> Case:
     """Two stages in one kernel with different threadIdx.x extents: 64 threads fill a
     shared array, a barrier, then 32 threads add pairs: the launch has 64 threads and the
@@ -479,6 +501,7 @@ ALL_CASES = [
     vector_add, lambda: vector_add(symbolic=False), block_reverse, tiled_matmul, grid2d,
     half_storage, lambda: intrinsics("float32"), lambda: intrinsics("float64"),
     lambda: int_divmod("int32"), lambda: int_divmod("int64"), minmax_nan, two_kernels_workspace,
+    padded_rows_workspace,
     sibling_extents, int8_wrap, shift_select_let, cross_thread_rowsum,
     lambda: cross_thread_rowsum(48, max_reducer), cross_thread_columns,
 ]

@@ -12,6 +12,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from cuda_examples import (  # noqa: E402
     ALL_CASES, L, S, SYNC, block_reverse, grid2d, half_storage, int_divmod, intrinsics, loop,
     minmax_nan, shift_select_let, sibling_extents, thread, tiled_matmul, two_kernels_workspace,
+    padded_rows_workspace,
     vector_add, int8_wrap,
 )
 
@@ -244,6 +245,22 @@ def test_two_top_level_stages_are_two_kernels_with_a_workspace():
     assert [(p.name, p.is_const) for p in k1.params] == [("C", False), ("T", True), ("n", False)]
     assert k0.stage == "T" and k1.stage == "C"
     assert "// kernel 1: stage C (reads T)" in cs.source
+
+
+def test_a_workspace_with_padded_rows_is_allocated_to_its_last_element():
+    """(The allocation was the shape's product, 3 * n: the rows 8 apart were written past
+    its end.)"""
+    from tecomp.runtime.argcheck import eval_host_expr
+    from tecomp.runtime.cuda_kernels import workspace_elements
+
+    case = padded_rows_workspace()
+    (ws,) = src(case).workspaces
+    n = case.func.params[0].shape[0]
+    assert eval_host_expr(workspace_elements(ws), {n: 300}) == 8 * 299 + 3
+    assert eval_host_expr(workspace_elements(ws), {n: 0}) == 0
+    plain = two_kernels_workspace()
+    (ws,) = src(plain).workspaces
+    assert eval_host_expr(workspace_elements(ws), {plain.func.params[0].shape[0]: 300}) == 300
 
 
 def test_sibling_stages_with_different_thread_extents_are_guarded():
@@ -591,7 +608,8 @@ def test_nvcc_compiles_every_example(ptx, arch):
     text = _ptx_text(ptx, ("all", arch))
     assert f".target {arch}" in text
     names = [k.name for cs in ptx["sources"].values() for k in cs.kernels]
-    assert len(names) == len(set(names)) == len(ALL_CASES) + 1  # two_kernels has two
+    # two_kernels and padded_rows have two each
+    assert len(names) == len(set(names)) == len(ALL_CASES) + 2
     for name in names:
         assert f".entry {name}(" in text, name
 

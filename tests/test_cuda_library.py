@@ -23,7 +23,7 @@ from tecomp.runtime.fatbin import FATBIN_MAGIC, pick_code, read_fatbin
 from tecomp.runtime.nvcc import find_nvcc
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cuda_examples import tiled_matmul, two_kernels_workspace  # noqa: E402
+from cuda_examples import padded_rows_workspace, tiled_matmul, two_kernels_workspace  # noqa: E402
 from fake_libcuda import DeviceArray, load_with_fake, one_axis_module  # noqa: E402
 
 from tecomp.codegen.cuda import build_cuda  # noqa: E402
@@ -141,10 +141,12 @@ def test_kernels_run_on_the_arrays_gpu(scale_lib, monkeypatch):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("make", [tiled_matmul, two_kernels_workspace], ids=["matmul", "workspace"])
+@pytest.mark.parametrize("make", [tiled_matmul, two_kernels_workspace, padded_rows_workspace],
+                         ids=["matmul", "workspace", "padded-workspace"])
 def test_exported_kernels_run_end_to_end(make, tmp_path, monkeypatch):
     """Shared memory (matmul) and a global workspace between two kernels (allocated with
-    cuMemAlloc, freed after the call)."""
+    cuMemAlloc, freed after the call; with padded rows, to its last element: the
+    library's metadata records that span)."""
     case = make()
     f = build_cuda(case.func)
     path = str(tmp_path / f"{case.name}.so")

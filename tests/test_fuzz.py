@@ -45,6 +45,20 @@ def test_fuzz_gpu_schedules_in_cuda_emulation(data):
     assert out.ok, out.report()
 
 
+@pytest.mark.skipif(not HAVE_CXX, reason="the CUDA emulation needs a C++ compiler")
+def test_gpu_fuzzer_draws_global_copies_with_padded_rows():
+    """Seed 37: the GPU schedule copies input T0 (int32[6, 4, 33]) to a global workspace
+    whose rows are padded (storage_align 3, 1: 34 elements apart, 815 in all), a kernel
+    of its own, as the tensor-core GEMM packs operands whose rows are not 16-byte
+    aligned.  The workspace was allocated to its shape's product (792), and the copy
+    wrote past its end (the emulation's heap was corrupted: the process aborted)."""
+    case = draw_case(RandomDraw(37), target="cuda-emu", name="seed 37")
+    assert ("cache_read", "T0", "global", ["T1"]) in case.steps
+    assert any(st[0] == "storage_align" and st[1] == "c0" for st in case.steps)
+    out = run_case(case)
+    assert out.ok, out.report()
+
+
 @settings(max_examples=400 if LONG else 25, **_SETTINGS)
 @given(st.data())
 def test_fuzz_auto_schedule(data):

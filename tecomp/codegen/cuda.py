@@ -36,7 +36,8 @@ for every thread, then runs ``body`` (see :meth:`CudaRenderer.cross_thread_reduc
 
 Copies: a vectorized loop that copies 8 or 16 contiguous bytes between global and shared
 memory becomes one move (``tc_move16``: a ``uint4``) where both addresses are aligned at
-run time, else its element loop.  Inside ``AttrStmt("async_copy")`` (the copies of a
+run time, else its element loop; where both are provably aligned (each a shared array or
+a workspace, at an offset that is a multiple of the move), the move alone.  Inside ``AttrStmt("async_copy")`` (the copies of a
 double-buffered tile, :mod:`tecomp.lower.double_buffer`) a copy from global to shared
 memory is a ``cp.async`` on sm_80+ (``tc_cp_async4/8/16``), and in a kernel that issues
 them every ``__syncthreads()`` is preceded by ``tc_cp_async_wait()`` (``cp.async.wait_all``),
@@ -48,17 +49,20 @@ Determinism: the same PrimFunc gives byte-identical source.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Dict, List, Optional
 
 from ..errors import BuildError, InternalError
 from ..ir import dtype as _dt
 from ..ir import op as _op
-from ..ir.expr import LT, And, Buffer, BufferLoad, Call, Const, Expr, Select, Var, same_as
-from ..ir.functor import Visitor, collect, free_vars, reads_memory, substitute
+from ..ir.expr import (
+    LT, Add, And, Buffer, BufferLoad, Call, Cast, Const, Expr, Mul, Select, Sub, Var, same_as,
+)
+from ..ir.functor import Visitor, collect, free_vars, reads_memory, substitute, uses_var
 from ..ir.simplify import simplify
 from ..ir.names import comment as _comment
 from ..runtime.cuda import CudaModule
-from ..runtime.cuda_kernels import CudaSource, KernelInfo, KernelParam
+from ..runtime.cuda_kernels import WORKSPACE_ALIGN, CudaSource, KernelInfo, KernelParam
 from ..ir.printer import to_str
 from ..ir.stmt import (
     Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt,
@@ -138,6 +142,45 @@ class _CheckedIndex(Expr):
 
 def _conjuncts(c) -> list:
     return _conjuncts(c.a) + _conjuncts(c.b) if isinstance(c, And) else [c]
+
+
+def _contiguous_innermost(buf: Buffer, idx, var: Var) -> bool:
+    """Whether ``buf[idx]`` steps one element per ``var``: ``var`` only in the last index,
+    as ``that index + var``, whose stride is 1 (what the flat index shows too, but
+    through the widening casts of int64 indices -- a tensor past 2**31 elements -- the
+    simplifier does not see it)."""
+    if not idx or (buf.strides is not None and not (
+            isinstance(buf.strides[-1], Const) and buf.strides[-1].value == 1)):
+        return False
+    if any(uses_var(i, var) for i in idx[:-1]):
+        return False
+    last = idx[-1]
+    base = simplify(substitute(last, {var: Const(0, var.dtype)}))
+    return simplify(_op.sub(last, base)) is var
+
+
+def _multiple_of(e: Expr, m: int) -> bool:
+    """Whether the integer index ``e`` is provably a multiple of ``m`` (sums, products
+    by constants, widening casts: the int64 indices of large tensors; else the
+    simplifier's ``e % m``)."""
+    if m == 1:
+        return True
+    if isinstance(e, Const):
+        return int(e.value) % m == 0
+    if isinstance(e, (Add, Sub)):
+        return _multiple_of(e.a, m) and _multiple_of(e.b, m)
+    if isinstance(e, Mul):
+        for c, x in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(c, Const):
+                return _multiple_of(x, m // math.gcd(int(c.value), m))
+        return _multiple_of(e.a, m) or _multiple_of(e.b, m)
+    if isinstance(e, Cast) and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype) and \
+            _dt.bits(e.dtype) >= _dt.bits(e.value.dtype):
+        return _multiple_of(e.value, m)
+    if isinstance(e, Select):
+        return _multiple_of(e.true_value, m) and _multiple_of(e.false_value, m)
+    rem = simplify(_op.floormod(e, Const(m, e.dtype)))
+    return isinstance(rem, Const) and rem.value == 0
 
 
 class CudaRenderer(CSource):
@@ -337,6 +380,10 @@ class CudaRenderer(CSource):
         self.tma_issuing = False        # rendering a producer warp's copies
         self.tma_maps: List[tuple] = []  # (parameter name, TmaBox) of each tensor map
         self.swizzles: Dict[Buffer, str] = {}  # swizzled TMA rings -> their swizzle
+        # buffers whose first element is WORKSPACE_ALIGN-byte aligned: the workspaces (the
+        # shared arrays are SHARED_ALIGN-aligned); a copy of such buffers at offsets
+        # provably aligned needs no run-time check (see _aligned_else_loop)
+        self.aligned_buffers: set = set()
 
     # thread loops -------------------------------------------------------------
     def thread_loop(self, s: For) -> None:
@@ -483,6 +530,7 @@ class CudaRenderer(CSource):
         ptrs = self.copy_pointers(s, st, src)
         if ptrs is None:
             return False
+        aligned = self.provably_aligned(s, st, src, nbytes)
         asynchronous = (self.async_depth and st.buffer.scope == "shared"
                         and src.buffer.scope == "global")
         move = self.helper(f"tc_cp_async{nbytes}" if asynchronous else f"tc_move{nbytes}")
@@ -490,11 +538,18 @@ class CudaRenderer(CSource):
         self.emit(_comment(f"vectorized {s.var.name}: {s.extent.value} elements in one "
                            f"{nbytes}-byte {'asynchronous copy' if asynchronous else 'move'} "
                            f"where both addresses are aligned"))
-        self._aligned_else_loop(s, ptrs[0], ptrs[1], nbytes, f"{move}({ptrs[0]}, {ptrs[1]});")
+        self._aligned_else_loop(s, ptrs[0], ptrs[1], nbytes, f"{move}({ptrs[0]}, {ptrs[1]});",
+                                aligned)
         return True
 
-    def _aligned_else_loop(self, s: For, dst: str, src: str, nbytes: int, line: str):
-        """``if (both addresses aligned to nbytes) line; else`` the loop ``s`` as it is."""
+    def _aligned_else_loop(self, s: For, dst: str, src: str, nbytes: int, line: str,
+                           aligned: bool = False):
+        """``if (both addresses aligned to nbytes) line; else`` the loop ``s`` as it is;
+        ``aligned`` (both addresses provably aligned: :meth:`provably_aligned`): ``line``
+        alone."""
+        if aligned:
+            self.emit(line)
+            return
         self.open_block(f"if ({self.helper('tc_aligned2')}({dst}, {src}, {nbytes}))")
         self.emit(line)
         self.indent -= 1
@@ -505,6 +560,28 @@ class CudaRenderer(CSource):
         super().serial_loop(s)
         self.close_block()
 
+    def provably_aligned(self, s: For, st: BufferStore, src: BufferLoad, nbytes: int) -> bool:
+        """Whether both first elements of the vectorized copy ``s`` (``st`` of ``src``)
+        are ``nbytes``-aligned for every thread and iteration: each buffer shared (its
+        array SHARED_ALIGN-aligned) or a workspace (WORKSPACE_ALIGN-aligned) and not
+        swizzled, and its element offset a provable multiple of ``nbytes`` bytes (a tile
+        copied from a workspace whose rows are padded to 16 bytes: ``pack_rows`` of
+        the tensor-core GEMM)."""
+        for buf, idx in ((st.buffer, st.indices), (src.buffer, src.indices)):
+            if buf.scope == "shared":
+                align = SHARED_ALIGN
+            elif buf in self.aligned_buffers:
+                align = WORKSPACE_ALIGN
+            else:
+                return False
+            size = _dt.bits(buf.dtype) // 8
+            if align < nbytes or nbytes % size or self.swizzles.get(buf, "none") != "none":
+                return False
+            flat = simplify(substitute(self.flat_expr(buf, idx), {s.var: Const(0, s.var.dtype)}))
+            if not _multiple_of(flat, nbytes // size):
+                return False
+        return True
+
     def copy_pointers(self, s: For, st: BufferStore, src: BufferLoad):
         """The C pointers to the first elements the vectorized copy ``s`` (``st`` of
         ``src``) writes and reads, ``[dst, src]``; None where either side is not
@@ -513,7 +590,8 @@ class CudaRenderer(CSource):
         for buf, idx in ((st.buffer, st.indices), (src.buffer, src.indices)):
             flat = self.flat_expr(buf, idx)
             base = simplify(substitute(flat, {s.var: Const(0, s.var.dtype)}))
-            if simplify(_op.sub(flat, base)) is not s.var:  # not contiguous in the loop
+            if not (simplify(_op.sub(flat, base)) is s.var
+                    or _contiguous_innermost(buf, idx, s.var)):  # not contiguous
                 return None
             ptrs.append(f"&{self.buffer_ref(buf)}[{self.swizzled(buf, self.expr_top(base))}]")
         return ptrs
@@ -568,7 +646,8 @@ class CudaRenderer(CSource):
                   f"(const void*){self.buffer_ref(src.buffer)};")
         self._aligned_else_loop(s, ptrs[0], "tc_src", nbytes,
                                 f"{self.helper(f'tc_cp_async_zfill{nbytes}')}({ptrs[0]}, "
-                                f"tc_src, tc_in * {size});")
+                                f"tc_src, tc_in * {size});",
+                                self.provably_aligned(s, st, src, nbytes))
         self.close_block()
         return True
 
@@ -1217,6 +1296,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         if _warp_rings(attr.body):   # one more threadIdx.z: the producer warp
             launch, block = _with_producer_warp(kern, attr.body)
         r = CudaRenderer(namer, launch, list(kern.shared), hp.lets, kern.red_bufs)
+        r.aligned_buffers = set(workspaces)
         r.nonneg_vars |= shape_vars  # a dimension is never negative
         r.size_vars |= shape_vars
         r.indent = 1

@@ -59,7 +59,7 @@ from ..ir import dtype as _dt
 from ..ir.expr import Buffer
 from ..ir.stmt import PrimFunc
 from ..runtime.argcheck import eval_host_expr
-from ..runtime.cuda_kernels import CudaSource, KernelInfo
+from ..runtime.cuda_kernels import WORKSPACE_ALIGN, CudaSource, KernelInfo, workspace_elements
 from .cuda import (MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaRenderer, codegen_cuda,
                    param_ctype)
 from ..runtime.libfiles import (cache_root, digest_file, private_dir, sidecar_matches, tool_identity,
@@ -411,8 +411,8 @@ class CudaEmuModule(CudaSourceModule):
             else:
                 memory[p] = a
         for w in cs.workspaces:
-            shape = tuple(int(eval_host_expr(d, env)) for d in w.shape)
-            memory[w] = np.empty(shape, dtype=np.dtype(w.dtype))
+            memory[w] = _aligned_empty(int(eval_host_expr(workspace_elements(w), env)),
+                                       np.dtype(w.dtype))
         for k, kern, grid, block in self._launches(env):
             _check_launch(kern, grid, block)
             kargs = [memory[p.obj].ctypes.data if p.is_buffer else
@@ -430,6 +430,14 @@ def _emu_map(box, array: np.ndarray) -> bytes:
     """The emulation's tensor map of ``box`` over ``array`` (its run-time shape and address;
     C-contiguous: the emulation copies other arrays first)."""
     return tma.emu_bytes(map_spec(box, array.shape), array.ctypes.data)
+
+
+def _aligned_empty(n: int, dtype: np.dtype) -> np.ndarray:
+    """An uninitialised array of ``n`` elements whose first is ``WORKSPACE_ALIGN``-byte
+    aligned (as the device's workspaces are: the generated code may assume it)."""
+    raw = np.empty(n * dtype.itemsize + WORKSPACE_ALIGN, np.uint8)
+    skip = -raw.ctypes.data % WORKSPACE_ALIGN
+    return raw[skip:skip + n * dtype.itemsize].view(dtype)
 
 
 def _check_launch(kern: KernelInfo, grid, block) -> None:

@@ -59,7 +59,7 @@ from ..ir.stmt import ParamCheck
 from ..lower.in_place import in_place_pairs
 from ..lower.tma_pipeline import TmaBox, TmaDim
 from ..target import tma as _tma
-from .cuda_kernels import KernelInfo, KernelParam
+from .cuda_kernels import KernelInfo, KernelParam, workspace_elements
 from .extern import SYMBOL as EXTERN_SYMBOL
 from .signature import CheckSite, Signature
 from ..threads import DELEGATE_MARKED, DELEGATE_TO, PARALLEL_FOR, POOL_FUNCTIONS
@@ -367,7 +367,10 @@ def build_cuda_metadata(*, func, sig: Signature, cs, entry: str, target, archs: 
                             "align": int(p.align)} for p in k.params]}
                 for k in cs.kernels],
             "workspaces": [{"name": w.name, "dtype": w.dtype,
-                            "shape": [enc.expr(d) for d in w.shape]} for w in workspaces],
+                            # (padded strides: the span, which the kernels index)
+                            "shape": [enc.expr(d) for d in (
+                                w.shape if w.strides is None else [workspace_elements(w)])]}
+                           for w in workspaces],
             "host_asserts": [[enc.expr(c), m] for c, m in cs.host_asserts],
         },
         "vars": None,

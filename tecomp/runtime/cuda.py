@@ -42,7 +42,7 @@ from .argcheck import (
     ArgChecker, array_meta, eval_host_expr, in_place_of, param_checks_of, param_label,
 )
 from .cuda_driver import libcuda, pack_params
-from .cuda_kernels import CudaSource, KernelInfo
+from .cuda_kernels import CudaSource, KernelInfo, workspace_elements
 from .nvcc import compile_cubin, compile_ptx
 from ..target import MAX_STATIC_SHARED_BYTES
 from ..target import tma as _tma
@@ -438,8 +438,8 @@ class CudaModule(CudaSourceModule):
                         if p in cs.written:
                             copy_back.append((a, host, dev))
                 for w in cs.workspaces:
-                    shape = [int(eval_host_expr(d, env)) for d in w.shape]
-                    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(w.dtype).itemsize
+                    nbytes = int(eval_host_expr(workspace_elements(w), env)) * \
+                        np.dtype(w.dtype).itemsize
                     dev = drv.alloc(nbytes)
                     temps.append(dev)
                     pointers[w] = int(dev)

@@ -13,7 +13,31 @@ from ..ir.expr import Buffer, Const, Expr
 from ..ir.stmt import PrimFunc
 from ..target import MAX_STATIC_SHARED_BYTES
 
-__all__ = ["KernelParam", "KernelInfo", "CudaSource"]
+__all__ = ["KernelParam", "KernelInfo", "CudaSource", "workspace_elements", "WORKSPACE_ALIGN"]
+
+#: the bytes every global workspace's first element is aligned to, which the generated
+#: code may assume (cuMemAlloc gives 256; the emulation aligns its arrays to this)
+WORKSPACE_ALIGN = 16
+
+
+def workspace_elements(buf: Buffer) -> Expr:
+    """The elements to allocate for the global workspace ``buf`` (an int64 expression of
+    host values): its shape's product, or with padded strides (``storage_align``) the
+    span ``1 + sum((extent - 1) * stride)`` (at least 0), which the kernels index into
+    (the product alone was short of it: the padded rows' copies wrote past the end)."""
+    from ..ir import op as _op
+
+    one = Const(1, "int64")
+    dims = [_op.widen(d, "int64") for d in buf.shape]
+    if buf.strides is None:
+        n = one
+        for d in dims:
+            n = _op.mul(n, d)
+        return n
+    n = one
+    for d, st in zip(dims, buf.strides):
+        n = _op.add(n, _op.mul(_op.sub(d, one), _op.widen(st, "int64")))
+    return _op.maximum(n, Const(0, "int64"))
 
 
 @dataclass(frozen=True)

@@ -632,7 +632,37 @@ def gen_gpu_schedule(d, prog, built=None, nvar=None):
                 _try(r, steps, ("double_buffer", shared) + ((n,) if n > 2 else ()))
         elif shared is not None:
             _gpu_shared_copy(r, steps, shared, h, 0, T)
+    if not prog.symbolic and d.bool(0.15):   # (drawn last: earlier seeds keep their steps)
+        _gpu_padded_copy(d, prog, r, steps)
     return steps
+
+
+def _gpu_padded_copy(d, prog, r: Replay, steps: list) -> None:
+    """A global copy of an input of two or more dimensions, read instead of it by its
+    readers, its rows padded (``storage_align`` of its next-to-last axis) and computed by a
+    kernel of its own, flat (as the tensor-core GEMM's packed operands, ``pack_rows``):
+    a workspace whose allocation must span its padded strides (it was the shape's
+    product, and the copy wrote past its end)."""
+    s = r.s
+    srcs = []
+    for name, t in r.h.items():
+        if not (name.startswith("T") and prog.tensors[int(name[1:])].is_placeholder
+                and len(t.shape) >= 2):
+            continue
+        readers = [x for x in s.stages if x.attach_type != "inline"
+                   and any(u is t for u in x.op.input_tensors)]
+        rh = [r.handle_of_stage(x) for x in readers]
+        if readers and all(x is not None for x in rh):
+            srcs.append((name, rh))
+    if not srcs:
+        return
+    name, rh = d.choice(srcs)
+    _try(r, steps, ("cache_read", name, "global", rh))
+    copy = f"c{r.ncache - 1}"
+    nd = len(r.stage(copy).op.axis)
+    factor = d.choice((3, 4, 8))
+    _try_storage_align(r, steps, copy, nd - 2, factor, d.int(0, factor - 1))
+    _gpu_flat(r, steps, copy, d.choice((8, 32, 3)))
 
 
 def _gpu_shared_copy(r: Replay, steps: list, shared: str, h: str, at: int, T: int) -> None:

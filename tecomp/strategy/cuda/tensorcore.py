@@ -45,6 +45,10 @@ GEMM without an epilogue gets the identity one).  Extents the tiles divide keep 
 they had: no guard, no padding, the fragments stored straight to C.  :func:`wmma_config`
 picks the largest tiling that divides the extents, else the one that pads least
 (:func:`waste`);
+an operand whose rows are not a multiple of 16 bytes (K = 4095 or 100 of ``A[M, K]``, N =
+4095 of ``B[K, N]``: most rows' tiles not 16-byte aligned, so each of their copies went
+element by element) is first copied by a kernel of its own to a workspace whose rows are
+(:func:`pack_rows`), and its tiles are copied from there, 16 bytes at a time;
 ``schedule_matmul`` falls back to the CUDA-core GEMM only for symbolic extents and where
 even the least padding wastes more than :data:`WMMA_MAX_WASTE` of the work (a GEMV).  The
 wgmma family pads its tiles the same way (:func:`wgmma_config`): its core-matrix copies
@@ -194,10 +198,10 @@ def waste(cfg: WmmaConfig, M: int, N: int, K: int) -> float:
 def edge_k_tile(cfg: WmmaConfig, K: int) -> WmmaConfig:
     """``cfg`` with the k step (``k_tile``, 64, 32 or 16, at most its own) that pads
     ``K`` least, the larger on a tie (``K = 100``: 112 in steps of 16); at most 32 where
-    ``K`` is not a multiple of 8 (the rows of a K-major operand are then not all 16-byte
-    aligned, and each copy keeps its element loop beside the 16-byte one: with k steps
-    of 64 the 128 x 128 blocks of 4 warps spill registers, ptxas sm_80 / sm_90a,
-    4095^3 bfloat16)."""
+    ``K`` is not a multiple of 8 (with k steps of 64 the 128 x 128 blocks of 4 warps
+    spill registers, ptxas sm_80 / sm_90a, 4095^3 bfloat16: before :func:`pack_rows`
+    from each copy's element loop; with the packed rows still 16 bytes on sm_90a, 48 on
+    sm_80 for ``dense``'s wmma, with its tile of C in shared memory)."""
     cap = cfg.k_tile if K % 8 == 0 else min(cfg.k_tile, 32)
     steps = [t for t in (cfg.k_tile, 64, 32, 16) if t <= cap]
     best = min(steps, key=lambda t: (-(-K // t) * t, -t))
@@ -406,6 +410,8 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
         # (an odd K alone keeps the fragments' stores to C); so do a TMA ring's, whose
         # block has no other stage that spreads a warp's 32 lanes over threadIdx.x
         out, gemm = gemm, s.cache_write(gemm, "shared")
+    if not tma:   # rows not 16-byte aligned: copied once to rows that are (see pack_rows)
+        a, b = (pack_rows(s, t, gemm, per16) for t in (a, b))
     if fam == "wgmma":   # per warp: the mma.* accumulator layout (see intrin_wgmma)
         CF = s.cache_write(gemm, "mma.accumulator")
         pad = 0.0 if edge else None   # past the edge the copies hold zeros
@@ -514,6 +520,37 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
         _cooperative_copy(ss, threads, rows * cols, per16)
         if cfg.double_buffer:
             ss.double_buffer(stages=cfg.stages, swizzle=swz or "none")
+
+
+#: whether an operand whose rows are not 16-byte aligned (the innermost extent not a
+#: multiple of 8 elements: K = 4095 of a K-major operand, N = 4095 of B[K, N]) is first
+#: copied, in a kernel of its own, to a workspace whose rows are (:func:`pack_rows`)
+PACK_MISALIGNED_ROWS = True
+#: the threads per block of that copy
+PACK_THREADS = 256
+
+
+def pack_rows(s: Schedule, t: Tensor, reader: Tensor, per16: int) -> Tensor:
+    """``t`` itself where its rows (its innermost dimension) hold a multiple of ``per16``
+    elements (16 bytes), else a copy of it in global memory that ``reader`` reads
+    instead, its rows padded to a multiple of 16 bytes (``storage_align``; the padding
+    never read: the tiles' copies zero-fill past ``t``'s edge) and computed first, by a
+    kernel of its own, one element per thread (2 x the tensor's bytes moved once).
+    Every row of a tile then starts 16-byte aligned (the workspace does: the code
+    generator drops the run-time check), and each copy into the shared tiles is one
+    16-byte ``cp.async``: with rows of 4095 elements 7 in 8 rows were not aligned, and
+    their copies went element by element, 2-byte loads waited for before the k step's
+    multiply-adds (nothing in flight behind them), 15-20x slower on an H200."""
+    if not PACK_MISALIGNED_ROWS or _cint(t.shape[-1]) % per16 == 0:
+        return t
+    P = s.cache_read(t, "global", [reader])
+    sp = s[P]
+    sp.storage_align(sp.op.axis[-2], per16, 0)
+    e = sp.fuse(*sp.op.axis)
+    bx, tx = sp.split(e, factor=PACK_THREADS)
+    _bind(sp, bx, "blockIdx.x")
+    _bind(sp, tx, "threadIdx.x")
+    return P
 
 
 def check_wgmma_config(cfg: WmmaConfig, dtype: str) -> None:
