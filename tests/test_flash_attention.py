@@ -74,6 +74,9 @@ CASES = [
     (2, 2, 100, 100, 64, "bfloat16", True, None),
     (1, 2, 64, 100, 128, "float16", False, None),
     (1, 1, 130, 200, 64, "float16", True, FlashConfig(2, 32)),
+    # the key and value tiles in rings of cp.async tiles (2 and 3), copied a step ahead
+    (2, 1, 100, 100, 64, "bfloat16", True, FlashConfig(4, 16, stages=2)),
+    (1, 1, 64, 100, 128, "float16", False, FlashConfig(2, 32, stages=3)),
 ]
 
 
@@ -121,6 +124,31 @@ def test_the_lowered_ir_has_no_seq_by_seq_buffer():
     assert len(re.findall(rf"for \(j\.outer\w*, 0, i\.outer\w*\*{per} \+ {per}\)",
                           text)) == 1, per
     assert "tensorize cuda.mma_scale_rows_f32 " in text
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_the_key_and_value_tiles_in_a_ring(stages):
+    """``FlashConfig.stages``: the key and value tiles copied together at the top of the
+    step, with cp.async, ``stages - 1`` steps ahead; the step's other barriers (the
+    scores', p's) wait for the copies but those of the steps ahead, which stay in flight
+    through the step (a wait for all of them would stall each step on the next tile)."""
+    args = flash(1, 2, 256, 256, 64, "float16", False)
+    tgt = "cuda -arch=sm_90"
+    cfg = FlashConfig(4, 16, stages=stages)
+    src = tc.build(schedule_flash_attention(args[3:], target=tgt, config=cfg), args,
+                   target=tgt).get_source()
+    loop = src[src.index("for (int j_outer"):]
+    loop = loop[:loop.rindex("tc_cp_async_wait();")]   # (the epilogue's)
+    # the top barrier waits for the step's tiles, the step's copies are one group
+    assert len(re.findall(r"tc_cp_async16\(&flash_[kv]\[", loop)) == 2
+    top = "tc_cp_async_wait();" if stages == 2 else f"tc_cp_async_wait_group{stages - 2}();"
+    barriers = re.findall(r"(tc_cp_async_wait\w*\(\);)\s*__syncthreads\(\);",
+                          src[src.index("for (int j_outer"):])
+    assert barriers[0] == top and len(barriers) == 6, barriers
+    assert set(barriers[1:-1]) == {f"tc_cp_async_wait_group{stages - 1}();"}, barriers
+    assert loop.count("tc_cp_async_commit();") == 1
+    assert shared_bytes(cfg, 64, 64) - shared_bytes(FlashConfig(4, 16), 64, 64) == (
+        (stages - 1) * 2 * 16 * (64 + 8) * 2)
 
 
 def gemms(text):

@@ -22,6 +22,11 @@ the output and the rows' logsumexp (what the backward reads):
 * at the end the accumulators go through a float32 tile in shared memory to the output,
   cast to q's dtype, 16 bytes a thread.
 
+With ``FlashConfig(stages=2)`` (or more) the key and value tiles are copied together at
+the top of each step, with ``cp.async`` into rings of ``stages`` tiles, ``stages - 1``
+steps ahead (:meth:`~tecomp.schedule.schedule.Stage.double_buffer`): the copies are in
+flight through the step's barriers instead of stalling it twice.
+
 Since ``p`` is normalised by the running ``lse``, the accumulator is at every step the
 attention over the keys seen so far: no division at the end, and the two GEMMs of
 FlashAttention-2 (``q k^T`` and ``p v``) per tile.  The rows' ``m`` and ``l`` stay in
@@ -89,6 +94,13 @@ class FlashConfig:
     #: or ``"recompute"``, a second pass over the keys recomputing the scores and ``dout
     #: v^T`` (seven GEMMs, no atomics: deterministic)
     dq: str = "atomic"
+    #: the forward's key and value tiles: 1, copied by the block's threads where the step
+    #: reads them (the key tile at the step's start, the value tile before ``p v``); 2 or
+    #: more, both copied at the step's start with ``cp.async`` into a ring of ``stages``
+    #: tiles (:meth:`~tecomp.schedule.schedule.Stage.double_buffer`), the copies of the
+    #: ``stages - 1`` steps ahead in flight while the block computes (the backward
+    #: ignores it)
+    stages: int = 1
 
     @property
     def block_q(self) -> int:
@@ -106,7 +118,8 @@ def shared_bytes(cfg: FlashConfig, d: int, dv: int, dtype: str = "float16") -> i
     e = _dt.nbytes(dtype)
     pad = 16 // e
     bq, bk = cfg.block_q, cfg.block_kv
-    return ((bq * (d + pad) + bk * (d + pad) + bk * (dv + pad) + bq * (bk + pad)) * e
+    return ((bq * (d + pad) + (bk * (d + pad) + bk * (dv + pad)) * max(1, cfg.stages)
+             + bq * (bk + pad)) * e
             + (bq * (bk + F32_PAD) + bq * (dv + F32_PAD) + bq) * 4)
 
 
@@ -372,6 +385,14 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
     k.shared_copy(t["v"], pf, ko, step=True)
     k.scores(t["s"], t["q"], t["k"], pf, ko)
     k.shared_copy(t["k"], pf, ko, step=True)
+    if cfg.stages > 1:
+        # the value tile copied with the key tile at the step's start, both a ring of
+        # cp.async tiles
+        kt, vt = s[t["k"]], s[t["v"]]
+        s.stages.remove(vt)
+        s.stages.insert(s.stages.index(kt) + 1, vt)
+        kt.double_buffer(cfg.stages)
+        vt.double_buffer(cfg.stages)
     st = s[t["m"]]
     st.compute_at(pf, ko)
     _cooperative_copy(st, k.threads, cfg.block_q)
@@ -410,6 +431,10 @@ class _Kernels:
                 f"must divide the padded row extent "
                 f"{rows_extent} and block_kv ({bk}, a multiple of {FRAG}) the padded "
                 f"column extent {cols_extent}; take one of FLASH_CONFIGS")
+        if isinstance(cfg.stages, bool) or not isinstance(cfg.stages, int) or \
+                not 1 <= cfg.stages <= 8:
+            raise ScheduleError(f"{cfg}: stages is 1 (the key and value tiles copied where "
+                                "they are read) or 2 to 8 (a ring of cp.async tiles)")
         self.s, self.cfg = s, cfg
         self.names = family_intrinsics("mma", dtype)
         self.per16 = 16 // _dt.nbytes(dtype)
