@@ -116,6 +116,8 @@ def test_the_lowered_ir_has_no_seq_by_seq_buffer():
     for intrin in ("mma_load_a_f16", "mma_load_b_f16", "mma_f16f16f32", "mma_store_f32"):
         assert f"tensorize cuda.{intrin} " in text
     assert "flash.stats" in text
+    # the statistics' and p's exponentials (and the rescaling's): fast_exp (__expf)
+    assert text.count("fast_exp(") >= 3 and " exp(" not in text
     # one pass over the keys (FlashAttention-2's): the statistics updated at each tile
     # and the accumulators rescaled; causal: the key loop stops after the tile of the
     # block's last query (128 rows; 16 keys a tile at head dim 64: 8 tiles a block)

@@ -360,7 +360,7 @@ def _rescale(old, new):
     0 while the row had no key (its accumulator is 0 then)."""
     (m0, l0), (m1, l1) = old, new
     f32 = "float32"
-    return _te.if_then_else(l0 > _te.const(0.0, f32), _te.exp(m0 - m1) * l0 / l1,
+    return _te.if_then_else(l0 > _te.const(0.0, f32), _te.fast_exp(m0 - m1) * l0 / l1,
                             _te.const(0.0, f32))
 
 
