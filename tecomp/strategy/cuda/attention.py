@@ -11,16 +11,17 @@ the output and the rows' logsumexp (what the backward reads):
 * per tile of ``block_kv`` keys (the loop of ``p v``'s reduction, ``ko``): the key tile
   to shared memory; the ``block_q x block_kv`` scores on the tensor cores (``ldmatrix``
   + ``mma.sync.m16n8k16``, :mod:`tecomp.te.intrin_mma`; each warp its 32 rows, stored to
-  a float32 tile in shared memory); every thread folds its row of the tile into the
-  row's running maximum ``m`` and sum ``l`` (the online softmax's reducer,
-  ``tecomp.nn.attention._online_softmax``, run in step with ``ko``:
+  a float32 tile in shared memory, its rows padded by one float); every thread folds
+  its row of the tile into the row's running maximum ``m`` and sum ``l`` (the online
+  softmax's reducer, ``tecomp.nn.attention._online_softmax``, run in step with ``ko``:
   ``Stage._lockstep``) and stores the row's factor ``exp(lse_old - lse_new)``
   (``lse = m + log l``); ``p = exp(s - lse)`` into a 16-bit tile in shared memory (the
   threads of the block, one element each); the value tile; each warp's ``p v``
   accumulators (registers) are multiplied by their rows' factors
   (``cuda.mma_scale_rows_f32``) and the tile's ``p v`` added (tensor cores);
-* at the end the accumulators go through a float32 tile in shared memory to the output,
-  cast to q's dtype, 16 bytes a thread.
+* at the end each warp converts its accumulators to q's dtype into a 16-bit tile in
+  shared memory (``cuda.mma_store_f16``/``_bf16``), copied to the output 16 bytes a
+  thread.
 
 With ``FlashConfig(stages=2)`` (or more) the key and value tiles are copied together at
 the top of each step, with ``cp.async`` into rings of ``stages`` tiles, ``stages - 1``
@@ -54,6 +55,7 @@ from ...schedule.relations import _with_body
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ... import te as _te
 from ...te.tensor import PlaceholderOp, Tensor, compute_ops
+from ...te.intrin_cuda import TC_DTYPES
 from ...te.tensor_intrin import tensor_intrin
 from .._common import _cint, _has_tag
 from ..cpu.attention import _attention_parts
@@ -113,14 +115,23 @@ class FlashConfig:
 
 def shared_bytes(cfg: FlashConfig, d: int, dv: int, dtype: str = "float16") -> int:
     """The shared memory of the forward's kernel with ``cfg``: the query, key and value
-    tiles and ``p`` (16-bit, rows padded by 16 bytes), the scores' and the output's
-    float32 tiles (rows padded by 16 bytes) and the rows' logsumexp."""
+    tiles, ``p`` and the output (16-bit, rows padded by 16 bytes; the key and value
+    tiles ``stages`` times), the scores' float32 tile (rows padded by
+    :func:`scores_pad`) and the rows' logsumexp."""
     e = _dt.nbytes(dtype)
     pad = 16 // e
     bq, bk = cfg.block_q, cfg.block_kv
     return ((bq * (d + pad) + (bk * (d + pad) + bk * (dv + pad)) * max(1, cfg.stages)
-             + bq * (bk + pad)) * e
-            + (bq * (bk + F32_PAD) + bq * (dv + F32_PAD) + bq) * 4)
+             + bq * (bk + pad) + bq * (dv + pad)) * e
+            + (bq * (bk + scores_pad(d, dv)) + bq) * 4)
+
+
+def scores_pad(d: int, dv: int) -> int:
+    """The float32 elements the forward's scores tile pads its rows by: 16 bytes up to
+    head dim 64 (the statistics' loop reads four floats of a row at a time, conflict-free
+    by quarter warps), one beyond (each row in a bank of its own; the 1536 bytes saved
+    at 128 rows fit two blocks of head dim 128 per SM of 228 KiB)."""
+    return F32_PAD if max(d, dv) <= 64 else 1
 
 
 #: the tilings :func:`flash_config` tries, in order
@@ -377,13 +388,14 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
     # the output: per key tile the scores (tensor cores), the rows' statistics updated
     # in step (each thread a row), p (shared) and p v into each warp's accumulators,
     # rescaled first by exp(lse_old - lse_new)
-    ot, bo, pf, ko = k.accumulate(t["out"], t["pv"], t["p"], t["v"])
+    ot, bo, pf, ko = k.accumulate(t["out"], t["pv"], t["p"], t["v"], cast16=True)
     if causal:
         k.skip_causal(pf, ko, "before")
     k.shared_copy(t["q"], ot, bo)
     k.tile16(t["p"], pf, ko)
     k.shared_copy(t["v"], pf, ko, step=True)
-    k.scores(t["s"], t["q"], t["k"], pf, ko)
+    k.scores(t["s"], t["q"], t["k"], pf, ko,
+             pad=scores_pad(_cint(q.shape[3]), _cint(t["v"].shape[3])))
     k.shared_copy(t["k"], pf, ko, step=True)
     if cfg.stages > 1:
         # the value tile copied with the key tile at the step's start, both a ring of
@@ -460,7 +472,7 @@ class _Kernels:
         rows = self.cfg.block_kv if step else self.cfg.block_q
         _cooperative_copy(st, self.threads, rows * cols * _stacked(x), self.per16)
 
-    def warp_tile(self, T, at, axis, row: int):
+    def warp_tile(self, T, at, axis, row: int, pad: int = F32_PAD):
         """The float32 tile ``T`` (``[.., rows, cols]``) in shared memory at ``at``'s
         ``axis`` (rows padded from ``row`` floats), each warp storing its 32 rows from an
         ``mma.accumulator`` fragment computed at its rows: returns that fragment's tensor,
@@ -471,7 +483,7 @@ class _Kernels:
         ts.compute_at(at, axis)
         F = s.cache_write(T, "mma.accumulator")
         _, _, *stack, i, j = ts.op.axis
-        ts.storage_align(i, row, F32_PAD)
+        ts.storage_align(i, row, pad)
         w, i = ts.split(i, factor=self.cfg.warp_rows)
         fi, i = ts.split(i, factor=FRAG)
         fj, j = ts.split(j, factor=FRAG)
@@ -482,12 +494,12 @@ class _Kernels:
         s[F].compute_at(ts, w)
         return F
 
-    def scores(self, S, A, B, at, axis) -> None:
+    def scores(self, S, A, B, at, axis, pad: int = F32_PAD) -> None:
         """The ``block_q x block_kv`` float32 tile of ``S[.., r, c] = sum_d A[.., r, d] *
         B[.., c, d]`` at ``at``'s ``axis``, in shared memory, from the tensor cores: each
         warp its 32 rows.  ``A`` and ``B`` are shared copies (:meth:`shared_copy`)."""
         s, names = self.s, self.names
-        SF = self.warp_tile(S, at, axis, self.cfg.block_kv)
+        SF = self.warp_tile(S, at, axis, self.cfg.block_kv, pad)
         AF = s.cache_read(A, "mma.matrix_a", [SF])
         BF = s.cache_read(B, "mma.matrix_b", [SF])
         sf = s[SF]
@@ -526,15 +538,42 @@ class _Kernels:
         _bind(st, fo, "blockIdx.x")
         _bind(st, fi, "threadIdx.x")
 
-    def accumulate(self, out, acc, A, B):
+    def cast_tile(self, tile, acc, at, axis):
+        """``tile`` (``s.cache_write(out, "shared")`` of an output ``out``, the cast of
+        the float32 ``acc`` to the inputs' 16-bit dtype) in shared memory at ``at``'s
+        ``axis`` (rows padded by 16 bytes), each warp converting and storing its rows
+        from an ``mma.accumulator`` fragment of ``acc`` (``cuda.mma_store_f16`` /
+        ``_bf16``): half the shared memory of a float32 tile.  Returns the fragment's
+        tensor, its loops still to be tiled."""
+        s = self.s
+        ts = s[tile]
+        F = s.cache_write(acc, "mma.accumulator")
+        s[acc].compute_inline()
+        ts.compute_at(at, axis)
+        _, _, i, j = ts.op.axis
+        ts.storage_align(i, _cint(tile.shape[-1]), self.per16)
+        w, i = ts.split(i, factor=self.cfg.warp_rows)
+        fi, i = ts.split(i, factor=FRAG)
+        fj, j = ts.split(j, factor=FRAG)
+        ts.reorder(w, fi, fj, i, j)
+        _bind(ts, w, "threadIdx.y")
+        ts.tensorize(i, tensor_intrin(f"cuda.mma_store_{TC_DTYPES[tile.dtype]}"))
+        s[F].compute_at(ts, w)
+        return F
+
+    def accumulate(self, out, acc, A, B, cast16: bool = False):
         """The kernel of ``out``, the cast of ``acc[.., r, x] = sum_c A[.., r, c] *
         B[.., c, x]`` (float32, ``A`` a 16-bit tile of :meth:`tile16`, ``B`` a shared
         copy) to the inputs' dtype: blocks of rows, each warp's 32 rows accumulated in
         its registers over the steps of ``block_kv`` columns, then stored through a
-        float32 tile in shared memory and cast, 16 bytes a thread.  Returns ``(out's
+        float32 tile in shared memory and cast, 16 bytes a thread (``cast16``: cast as
+        they are stored, into a 16-bit tile, :meth:`cast_tile`).  Returns ``(out's
         stage, its block loop, the accumulator's stage, its step loop)``: where the
         block's operands and the steps' tiles are computed."""
         s, names, cfg = self.s, self.names, self.cfg
+        if cast16:
+            # (out's own stage becomes the copy of the 16-bit tile to global memory)
+            tile = s.cache_write(out, "shared")
         ot = s[out]
         bz, bo, i = self.blocks(ot, ot.op.axis[2])
         e = ot.op.axis[3]
@@ -547,7 +586,8 @@ class _Kernels:
             x, th = ot.split(x, factor=ext)
             _bind(ot, th, tag)
         ot.vectorize(vv)
-        PF = self.warp_tile(acc, ot, bo, _cint(acc.shape[-1]))
+        PF = (self.cast_tile(tile, acc, ot, bo) if cast16
+              else self.warp_tile(acc, ot, bo, _cint(acc.shape[-1])))
         pf = s[PF]
         _, _, *stack, ci, ce = pf.op.axis
         ko, kk = pf.split(pf.op.reduce_axis[0], factor=cfg.block_kv)
