@@ -503,14 +503,16 @@ def test_two_attentions_in_a_graph_each_on_the_flash_template():
 @pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
 @pytest.mark.parametrize("seed", range(6))
 def test_the_one_pass_forward_on_random_shapes(seed):
-    """The single pass's rescaling on random lengths, head dims (dv != d too), tilings and
-    score magnitudes (up to hundreds: the running maximum moves by a lot between tiles)."""
+    """The single pass's rescaling on random lengths, head dims (dv != d too), tilings
+    (their key and value tiles in rings or not) and score magnitudes (up to hundreds:
+    the running maximum moves by a lot between tiles)."""
     rng = np.random.default_rng(seed)
     Lq, Lk = (int(x) for x in rng.integers(1, 300, 2))
     D, Dv = (int(x) for x in rng.choice([16, 32, 64, 128], 2))
     dtype = ["float16", "bfloat16"][seed % 2]
     causal = bool(seed % 3)
-    cfg = FlashConfig(*[(4, 64), (4, 32), (2, 32), (1, 64), (4, 16)][seed % 5])
+    cfg = FlashConfig(*[(4, 64), (4, 32), (2, 32), (1, 64), (4, 16)][seed % 5],
+                      stages=[1, 2, 3][seed // 2 % 3])   # (rings of cp.async K, V tiles)
     args = flash(1, 2, Lq, Lk, D, dtype, causal, Dv)
     mod = tc.build(schedule_flash_attention(args[3:], target="cuda-emu", config=cfg), args,
                    target="cuda-emu")
