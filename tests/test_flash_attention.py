@@ -102,6 +102,26 @@ def test_flash_attention_matches_float64(case):
     np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-5)
 
 
+@needs_cxx
+def test_a_nan_key_reaches_the_rows_that_see_it():
+    """A NaN in a key makes the output and the logsumexp of every row that attends to it
+    NaN (as softmax's), the rows before it (causal) finite: the online softmax's
+    reducer keeps the NaN in the running maximum (a select of the smaller instead of
+    the NaN-propagating min makes l NaN, which the guards then read as "no key": zeros)."""
+    L, key = 40, 5
+    args = flash(1, 1, L, L, 64, "float16", True)
+    mod = tc.build(schedule_flash_attention(args[3:], target="cuda-emu"), args,
+                   target="cuda-emu")
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 1, L, 64)).astype(np.float16) for _ in range(3))
+    k[0, 0, key, 3] = np.nan
+    out = np.zeros((1, 1, L, 64), np.float16)
+    lse = np.zeros((1, 1, L), np.float32)
+    mod(q, k, v, out, lse)
+    assert np.isnan(lse[0, 0, key:]).all() and np.isfinite(lse[0, 0, :key]).all()
+    assert np.isnan(out[0, 0, key:]).any(-1).all() and np.isfinite(out[0, 0, :key]).all()
+
+
 def test_the_lowered_ir_has_no_seq_by_seq_buffer():
     L = 512
     args = flash(1, 2, L, L, 64, "float16", True)
