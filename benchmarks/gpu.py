@@ -5,7 +5,8 @@
     python3 benchmarks/gpu.py --quick         # fewer repetitions
     python3 benchmarks/gpu.py --only conv     # workloads whose name contains "conv"
     python3 benchmarks/gpu.py --sweep         # each schedule under several tilings
-    python3 benchmarks/gpu.py --only flash --ab   # the flash backward's dq: atomic vs recompute
+    python3 benchmarks/gpu.py --only flash --ab   # flash fwd: K/V rings of cp.async or not;
+                                                  # flash bwd: dq atomic vs recompute
     python3 benchmarks/gpu.py --only bmm --tune 40   # the GPU search, 40 candidates
     python3 benchmarks/gpu.py --only C=K=256 --tune 48   # the 14x14 convolutions' tilings
 
@@ -707,8 +708,11 @@ def flash_workload(B: int, H: int, L: int, d: int, causal: bool) -> Workload:
     too), against ``F.scaled_dot_product_attention`` restricted to its flash backend
     (``torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)``), checked against
     PyTorch's math backend in float64 on the same inputs.  FLOP/s count FlashAttention's
-    two GEMMs (``4 b h L^2 d``, half with ``causal``); tecomp computes the scores twice
-    (see tecomp.strategy.cuda.attention); causal, it skips the tiles past the diagonal."""
+    two GEMMs (``4 b h L^2 d``, half with ``causal``), which tecomp computes once each
+    (see tecomp.strategy.cuda.attention); causal, it skips the tiles past the diagonal.
+    ``--ab`` times the default tiling with its key and value tiles copied where they are
+    read (A, ``stages=1``) against a ring of two ``cp.async`` tiles copied a step ahead
+    (B, ``stages=2``); ``--sweep`` tries rings of 2 and 3 at several tilings too."""
     def args():
         q, k, v = (tc.placeholder((B, H, L, d), "float16", name=n) for n in "qkv")
         out, lse = tc.nn.flash_attention(q, k, v, causal=causal)
@@ -749,7 +753,26 @@ def flash_workload(B: int, H: int, L: int, d: int, causal: bool) -> Workload:
                     configs=lambda: _unique([nn_cuda.flash_config(
                         d, d, "float16", nn_cuda.common.max_shared_bytes("cuda"))]
                         + list(nn_cuda.attention.FLASH_CONFIGS)
-                        + [nn_cuda.FlashConfig(4, 16), nn_cuda.FlashConfig(1, 64)]))
+                        + [nn_cuda.FlashConfig(4, 16), nn_cuda.FlashConfig(1, 64)]
+                        + _flash_rings(d)),
+                    ab=lambda: _stage_forms(nn_cuda.flash_config(
+                        d, d, "float16", nn_cuda.common.max_shared_bytes("cuda"))))
+
+
+def _stage_forms(cfg) -> list:
+    """The flash forward's tiling ``cfg`` with its key and value tiles copied where they
+    are read (A, ``stages=1``) and in a ring of two cp.async tiles (B)."""
+    return [dataclasses.replace(cfg, stages=1), dataclasses.replace(cfg, stages=2)]
+
+
+def _flash_rings(d: int) -> list:
+    """The forward's tilings with rings of 2 and 3 cp.async key and value tiles, those
+    whose shared memory fits the GPU's."""
+    limit = nn_cuda.common.max_shared_bytes("cuda")
+    return [c for c in (nn_cuda.FlashConfig(w, kv, stages=n) for n in (2, 3)
+                        for w, kv in ((4, 16), (4, 32), (4, 64), (2, 32)))
+            if nn_cuda.attention.shared_bytes(c, d, d) <= limit
+            and c.block_kv + d <= nn_cuda.attention.MAX_ACCUMULATORS]
 
 
 def _attention64(q, k, v, causal):
@@ -1540,8 +1563,10 @@ def main(argv=None) -> int:
                    help="also time each schedule under several tilings (the default first)")
     p.add_argument("--ab", action="store_true",
                    help="also time the two forms of the schedules that have two, side by side "
-                        "(the flash backward: dq 'atomic', FlashAttention-2's five GEMMs, "
-                        "first, the default; dq 'recompute', seven GEMMs, second)")
+                        "(the flash forward: its key and value tiles copied where they are "
+                        "read first, a ring of two cp.async tiles second; the flash backward: "
+                        "dq 'atomic', FlashAttention-2's five GEMMs, first, the default; dq "
+                        "'recompute', seven GEMMs, second)")
     p.add_argument("--tune", type=int, default=0, metavar="N",
                    help="also run tc.auto_schedule(target='cuda', trials=N) on the workloads "
                         "written in plain TE and time its best against the analytic schedule")

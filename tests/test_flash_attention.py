@@ -74,6 +74,9 @@ CASES = [
     (2, 2, 100, 100, 64, "bfloat16", True, None),
     (1, 2, 64, 100, 128, "float16", False, None),
     (1, 1, 130, 200, 64, "float16", True, FlashConfig(2, 32)),
+    # the key and value tiles in rings of cp.async tiles (2 and 3), copied a step ahead
+    (2, 1, 100, 100, 64, "bfloat16", True, FlashConfig(4, 16, stages=2)),
+    (1, 1, 64, 100, 128, "float16", False, FlashConfig(2, 32, stages=3)),
 ]
 
 
@@ -99,6 +102,26 @@ def test_flash_attention_matches_float64(case):
     np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-5)
 
 
+@needs_cxx
+def test_a_nan_key_reaches_the_rows_that_see_it():
+    """A NaN in a key makes the output and the logsumexp of every row that attends to it
+    NaN (as softmax's), the rows before it (causal) finite: the online softmax's
+    reducer keeps the NaN in the running maximum (a select of the smaller instead of
+    the NaN-propagating min makes l NaN, which the guards then read as "no key": zeros)."""
+    L, key = 40, 5
+    args = flash(1, 1, L, L, 64, "float16", True)
+    mod = tc.build(schedule_flash_attention(args[3:], target="cuda-emu"), args,
+                   target="cuda-emu")
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 1, L, 64)).astype(np.float16) for _ in range(3))
+    k[0, 0, key, 3] = np.nan
+    out = np.zeros((1, 1, L, 64), np.float16)
+    lse = np.zeros((1, 1, L), np.float32)
+    mod(q, k, v, out, lse)
+    assert np.isnan(lse[0, 0, key:]).all() and np.isfinite(lse[0, 0, :key]).all()
+    assert np.isnan(out[0, 0, key:]).any(-1).all() and np.isfinite(out[0, 0, :key]).all()
+
+
 def test_the_lowered_ir_has_no_seq_by_seq_buffer():
     L = 512
     args = flash(1, 2, L, L, 64, "float16", True)
@@ -113,6 +136,8 @@ def test_the_lowered_ir_has_no_seq_by_seq_buffer():
     for intrin in ("mma_load_a_f16", "mma_load_b_f16", "mma_f16f16f32", "mma_store_f32"):
         assert f"tensorize cuda.{intrin} " in text
     assert "flash.stats" in text
+    # the statistics' and p's exponentials (and the rescaling's): fast_exp (__expf)
+    assert text.count("fast_exp(") >= 3 and " exp(" not in text
     # one pass over the keys (FlashAttention-2's): the statistics updated at each tile
     # and the accumulators rescaled; causal: the key loop stops after the tile of the
     # block's last query (128 rows; 16 keys a tile at head dim 64: 8 tiles a block)
@@ -121,6 +146,33 @@ def test_the_lowered_ir_has_no_seq_by_seq_buffer():
     assert len(re.findall(rf"for \(j\.outer\w*, 0, i\.outer\w*\*{per} \+ {per}\)",
                           text)) == 1, per
     assert "tensorize cuda.mma_scale_rows_f32 " in text
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_the_key_and_value_tiles_in_a_ring(stages):
+    """``FlashConfig.stages``: the key and value tiles copied together at the top of the
+    step, with cp.async, ``stages - 1`` steps ahead; the step's other barriers (the
+    scores', p's) wait for the copies but those of the steps ahead, which stay in flight
+    through the step (a wait for all of them would stall each step on the next tile)."""
+    args = flash(1, 2, 256, 256, 64, "float16", False)
+    tgt = "cuda -arch=sm_90"
+    cfg = FlashConfig(4, 16, stages=stages)
+    src = tc.build(schedule_flash_attention(args[3:], target=tgt, config=cfg), args,
+                   target=tgt).get_source()
+    loop = src[src.index("for (int j_outer"):]
+    loop = loop[:loop.rindex("tc_cp_async_wait();")]   # (the epilogue's)
+    # the top barrier waits for the step's tiles, the step's copies are one group
+    assert len(re.findall(r"tc_cp_async16\(&flash_[kv]\[", loop)) == 2
+    top = "tc_cp_async_wait();" if stages == 2 else f"tc_cp_async_wait_group{stages - 2}();"
+    barriers = re.findall(r"(tc_cp_async_wait\w*\(\);)\s*__syncthreads\(\);",
+                          src[src.index("for (int j_outer"):])
+    assert barriers[0] == top and len(barriers) == 6, barriers
+    assert set(barriers[1:-1]) == {f"tc_cp_async_wait_group{stages - 1}();"}, barriers
+    assert loop.count("tc_cp_async_commit();") == 1
+    # shared_bytes is the kernel's
+    assert f"{shared_bytes(cfg, 64, 64)} bytes of shared memory" in src
+    assert shared_bytes(cfg, 64, 64) - shared_bytes(FlashConfig(4, 16), 64, 64) == (
+        (stages - 1) * 2 * 16 * (64 + 8) * 2)
 
 
 def gemms(text):
@@ -196,6 +248,10 @@ def test_the_config_fits_shared_memory_and_registers(d):
         cfg = flash_config(d, d, "float16", limit)
         assert shared_bytes(cfg, d, d) <= limit
         assert cfg.block_kv + d <= 160
+        if arch == "sm_90" and d == 128:
+            # the output through a 16-bit tile, the scores' rows padded by a float: two
+            # blocks per SM of 228 KiB (each block 1 KiB more), as the registers allow
+            assert 2 * (shared_bytes(cfg, d, d) + 1024) <= 228 * 1024
         cfg = flash_backward_config(d, d, "float16", limit)
         assert backward_shared_bytes(cfg, d, d) <= limit
         assert backward_accumulators(cfg, d, d) <= 160
@@ -467,14 +523,16 @@ def test_two_attentions_in_a_graph_each_on_the_flash_template():
 @pytest.mark.skipif(not _LONG, reason="TECOMP_LONG_TESTS=1")
 @pytest.mark.parametrize("seed", range(6))
 def test_the_one_pass_forward_on_random_shapes(seed):
-    """The single pass's rescaling on random lengths, head dims (dv != d too), tilings and
-    score magnitudes (up to hundreds: the running maximum moves by a lot between tiles)."""
+    """The single pass's rescaling on random lengths, head dims (dv != d too), tilings
+    (their key and value tiles in rings or not) and score magnitudes (up to hundreds:
+    the running maximum moves by a lot between tiles)."""
     rng = np.random.default_rng(seed)
     Lq, Lk = (int(x) for x in rng.integers(1, 300, 2))
     D, Dv = (int(x) for x in rng.choice([16, 32, 64, 128], 2))
     dtype = ["float16", "bfloat16"][seed % 2]
     causal = bool(seed % 3)
-    cfg = FlashConfig(*[(4, 64), (4, 32), (2, 32), (1, 64), (4, 16)][seed % 5])
+    cfg = FlashConfig(*[(4, 64), (4, 32), (2, 32), (1, 64), (4, 16)][seed % 5],
+                      stages=[1, 2, 3][seed // 2 % 3])   # (rings of cp.async K, V tiles)
     args = flash(1, 2, Lq, Lk, D, dtype, causal, Dv)
     mod = tc.build(schedule_flash_attention(args[3:], target="cuda-emu", config=cfg), args,
                    target="cuda-emu")

@@ -32,6 +32,12 @@ skips the copies, so that the groups count iterations, and the loop's barrier is
 n - 2 latest, i.e. for the tile of ``ko``, before it (CUDA: ``cp.async.commit_group`` /
 ``cp.async.wait_group``).
 
+Barriers inside the iteration's reads (FlashAttention's step, which fills and reads
+tiles of its own after the copies) are each an ``AttrStmt("async_wait", n - 1, ...)``,
+and the copies of each iteration a group (two stages too): they wait for the thread's
+copies but those of the iterations ahead, which only the next iterations read, after
+their own barrier; the copies stay in flight through the whole iteration.
+
 What does not have that shape is a ScheduleError naming the stage: a copy that reads
 what the rest of the iteration writes, a shared stage copied in the same iteration but
 not double-buffered (it would be overwritten while read), a stage not copied at the
@@ -245,9 +251,16 @@ class _DoubleBuffer(Mutator):
             body = _Retarget(bufs, slot).visit(simplify(substitute(seq(*copies), {ko: it})))
             return AttrStmt(ASYNC_COPY, ko, body)
 
+        # the barriers inside the iteration (after its reads of other tiles, as
+        # FlashAttention's) need not wait for the tiles of the iterations ahead: with
+        # groups, they wait for all but those
+        later = _LaterBarriers(min(stages - 1, MAX_WAIT_GROUP))
+        rest = [later.visit(r) for r in rest]
+        grouped = stages > 2 or later.found
+
         def group(stmt):
             # (more than two stages: the barrier waits for all groups but the latest)
-            return AttrStmt(ASYNC_GROUP, 0, stmt) if stages > 2 else stmt
+            return AttrStmt(ASYNC_GROUP, 0, stmt) if grouped else stmt
 
         def guarded(it, stmt):
             cond = simplify(_op.compare(LT, it, end))
@@ -280,6 +293,30 @@ class _DoubleBuffer(Mutator):
                 check_swizzled_rows(bufs[b], swizzles[b], what)
                 out = AttrStmt(BUFFER_SWIZZLE, (bufs[b], swizzles[b]), out)
         return out
+
+
+#: the most groups of copies a barrier leaves in flight (``tc_cp_async_wait_group1..6``)
+MAX_WAIT_GROUP = 6
+
+
+class _LaterBarriers(Mutator):
+    """The barriers of an iteration's reads, each ``AttrStmt("async_wait", n, ...)``:
+    waiting for the thread's copies but the ``n`` latest groups (the tiles of the
+    iterations ahead, which only the next iterations read, after their own barrier)."""
+
+    def __init__(self, n: int):
+        self.n, self.found = n, False
+
+    def visit_Evaluate(self, s):
+        if _is_barrier(s):
+            self.found = True
+            return AttrStmt(ASYNC_WAIT, self.n, s)
+        return s
+
+    def visit_AttrStmt(self, s):
+        if s.key == ASYNC_WAIT:
+            return s
+        return self.generic_visit(s)
 
 
 def _producers(chain, marked, what, loop) -> str:

@@ -228,7 +228,8 @@ def _online_softmax():
         hi, lo = _te.max(m1, m2), _te.min(m1, m2)
         keep = _te.if_then_else(first, l1, l2)
         other = _te.if_then_else(first, l2, l1)
-        scale = _te.if_then_else(lo > _c(-math.inf, f32), _te.exp(lo - hi), _c(0.0, f32))
+        scale = _te.if_then_else(lo > _c(-math.inf, f32), _te.fast_exp(lo - hi),
+                                 _c(0.0, f32))
         return hi, keep + other * scale
 
     return _te.comm_reducer(combine, lambda t0, t1: (_c(-math.inf, f32), _c(0.0, f32)),
@@ -255,7 +256,10 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     ``exp(lse_old - lse_new)`` first (two GEMMs per tile; see
     :mod:`tecomp.strategy.cuda.attention`).  Keys past ``Lk`` and, with ``causal``, keys
     ``j > i`` (PyTorch's ``is_causal``: the mask aligned top-left) are left out; a row
-    with no key left is 0 and its logsumexp ``-inf``.
+    with no key left is 0 and its logsumexp ``-inf``.  The statistics' and ``p``'s
+    exponentials are ``tc.fast_exp`` (on CUDA ``__expf``, ``ex2.approx``: within ``2 +
+    1.2 |x|`` float32 ulps, CUDA's bound, far under the rounding of the 16-bit ``p``; the
+    same code as ``exp`` on the CPU), the kernel's most frequent instruction sequence.
 
     ``tc.gradient(out, [q, k, v], head)`` is :func:`flash_attention_backward`'s computes
     (a derivative registered for ``out``); the logsumexp has no gradient (an
@@ -455,7 +459,7 @@ def _flash_forward(q, k, v, causal, scale, name, mask=None):
         l[b, h, i] > _c(0.0, f32), m[b, h, i] + _te.log(l[b, h, i]), _c(-math.inf, f32)),
         name=f"{name}.lse_padded")
     p = _te.compute((B, H, Lqp, Lkp), lambda b, h, i, j: _te.if_then_else(
-        lse[b, h, i] > _c(-math.inf, f32), _te.exp(logit(sc, b, h, i, j) - lse[b, h, i]),
+        lse[b, h, i] > _c(-math.inf, f32), _te.fast_exp(logit(sc, b, h, i, j) - lse[b, h, i]),
         _c(0.0, f32)).astype(dt), name=f"{name}.p", tag="flash_p")
     vp = padded(v, Lk, Lkp, "v")
     rj2 = _te.reduce_axis(Lkp, name="j")

@@ -27,6 +27,9 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   ``cuda.mma_fill_f32`` sets the lane's accumulator registers to 0;
 * ``cuda.mma_store_f32`` -- the accumulator tile to shared or global memory, row or
   column major, each lane storing its 8 elements;
+* ``cuda.mma_store_f16`` / ``cuda.mma_store_bf16`` -- ``C16[i, j] = C[i, j]`` cast: the
+  accumulator tile to 16-bit memory, each lane converting and storing its 8 elements (an
+  output cast to the inputs' dtype without a float32 tile: FlashAttention's epilogue);
 * ``cuda.mma_atomic_add_f32`` -- ``C[i, j] += F[i, j]``: the accumulator tile added into
   float32 memory with ``atomicAdd`` per element (its declaration is the store's copy:
   lowering emits it for a ``Stage._atomic_add`` stage tensorized with
@@ -176,14 +179,19 @@ def _fill_emit(name: str):
     return emit
 
 
-def _store(name: str, atomic: bool = False):
+#: the C conversion of a float to each 16-bit dtype (the cast stores)
+_FROM_FLOAT = {"float16": "__float2half", "bfloat16": "__float2bfloat16"}
+
+
+def _store(name: str, atomic: bool = False, cast: str = ""):
     """The accumulator tile to memory, each lane its 8 elements; ``atomic``: added into
     float32 memory with ``atomicAdd`` (several blocks add partial sums into one tile:
-    FlashAttention-2's ``dq``)."""
+    FlashAttention-2's ``dq``); ``cast``: converted to that 16-bit dtype (rounded to
+    nearest) as it is stored."""
     def emit(cb, ins, outs):
         c = _fragment(name, ins[0], "mma.accumulator")
         dst = _memory(name, outs[0])
-        layout, ld = _leading_dim(name, dst, 4, "the mma store")
+        layout, ld = _leading_dim(name, dst, 1, "the mma store")   # (element by element)
         cb.emit(f"const int g = {LANE} >> 2, t = {LANE} & 3;")
         for half in range(2):
             for reg in range(4):
@@ -191,6 +199,8 @@ def _store(name: str, atomic: bool = False):
                 off = f"({row}) * {ld} + ({col})" if layout == "row_major" \
                     else f"({col}) * {ld} + ({row})"
                 val = f"{c}[{4 * half + reg}]"
+                if cast:
+                    val = f"{_FROM_FLOAT[cast]}({val})"
                 cb.emit(f"atomicAdd({dst.ptr} + {off}, {val});" if atomic
                         else f"{dst.ptr}[{off}] = {val};")
     return emit
@@ -229,6 +239,8 @@ def declarations():
                         None))
         name = f"cuda.mma_{t}{t}f32"
         out.append((_mma(dt, "float32"), _mma_emit(name, t), name, False, "cuda.mma_fill_f32"))
+        name = f"cuda.mma_store_{t}"
+        out.append((_copy("float32", dt, "c"), _store(name, cast=dt), name, False, None))
     # tf32: float32 tiles, rounded to tf32 as they are loaded (four mma.sync.m16n8k8 per
     # 16 x 16 x 16 tile); the computation declared is float32's, which the tensor cores
     # approximate (10 mantissa bits per operand): what a user asks for with tf32=True

@@ -73,6 +73,15 @@ def test_schedule_refuses_a_tiling_that_does_not_divide():
         schedule_flash_attention([out, lse], target="cuda", config=FlashConfig(4, 48))
 
 
+@pytest.mark.parametrize("stages", [0, 9, 2.0, True])
+def test_config_stages_out_of_range(stages):
+    out, lse = nn.flash_attention(*_qkv())
+    with pytest.raises(tc.ScheduleError, match=r"stages is 1 \(the key and value tiles copied "
+                                               r"where they are read\) or 2 to 8"):
+        schedule_flash_attention([out, lse], target="cuda",
+                                 config=FlashConfig(4, 16, stages=stages))
+
+
 def test_schedule_is_for_cuda_targets():
     out, lse = nn.flash_attention(*_qkv())
     with pytest.raises(tc.ScheduleError, match=r"are for target 'cuda' or 'cuda-emu'"):

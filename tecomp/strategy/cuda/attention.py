@@ -11,16 +11,22 @@ the output and the rows' logsumexp (what the backward reads):
 * per tile of ``block_kv`` keys (the loop of ``p v``'s reduction, ``ko``): the key tile
   to shared memory; the ``block_q x block_kv`` scores on the tensor cores (``ldmatrix``
   + ``mma.sync.m16n8k16``, :mod:`tecomp.te.intrin_mma`; each warp its 32 rows, stored to
-  a float32 tile in shared memory); every thread folds its row of the tile into the
-  row's running maximum ``m`` and sum ``l`` (the online softmax's reducer,
-  ``tecomp.nn.attention._online_softmax``, run in step with ``ko``:
+  a float32 tile in shared memory, its rows padded by one float); every thread folds
+  its row of the tile into the row's running maximum ``m`` and sum ``l`` (the online
+  softmax's reducer, ``tecomp.nn.attention._online_softmax``, run in step with ``ko``:
   ``Stage._lockstep``) and stores the row's factor ``exp(lse_old - lse_new)``
   (``lse = m + log l``); ``p = exp(s - lse)`` into a 16-bit tile in shared memory (the
   threads of the block, one element each); the value tile; each warp's ``p v``
   accumulators (registers) are multiplied by their rows' factors
   (``cuda.mma_scale_rows_f32``) and the tile's ``p v`` added (tensor cores);
-* at the end the accumulators go through a float32 tile in shared memory to the output,
-  cast to q's dtype, 16 bytes a thread.
+* at the end each warp converts its accumulators to q's dtype into a 16-bit tile in
+  shared memory (``cuda.mma_store_f16``/``_bf16``), copied to the output 16 bytes a
+  thread.
+
+With ``FlashConfig(stages=2)`` (or more) the key and value tiles are copied together at
+the top of each step, with ``cp.async`` into rings of ``stages`` tiles, ``stages - 1``
+steps ahead (:meth:`~tecomp.schedule.schedule.Stage.double_buffer`): the copies are in
+flight through the step's barriers instead of stalling it twice.
 
 Since ``p`` is normalised by the running ``lse``, the accumulator is at every step the
 attention over the keys seen so far: no division at the end, and the two GEMMs of
@@ -49,6 +55,7 @@ from ...schedule.relations import _with_body
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ... import te as _te
 from ...te.tensor import PlaceholderOp, Tensor, compute_ops
+from ...te.intrin_cuda import TC_DTYPES
 from ...te.tensor_intrin import tensor_intrin
 from .._common import _cint, _has_tag
 from ..cpu.attention import _attention_parts
@@ -89,6 +96,13 @@ class FlashConfig:
     #: or ``"recompute"``, a second pass over the keys recomputing the scores and ``dout
     #: v^T`` (seven GEMMs, no atomics: deterministic)
     dq: str = "atomic"
+    #: the forward's key and value tiles: 1, copied by the block's threads where the step
+    #: reads them (the key tile at the step's start, the value tile before ``p v``); 2 or
+    #: more, both copied at the step's start with ``cp.async`` into a ring of ``stages``
+    #: tiles (:meth:`~tecomp.schedule.schedule.Stage.double_buffer`), the copies of the
+    #: ``stages - 1`` steps ahead in flight while the block computes (the backward
+    #: ignores it)
+    stages: int = 1
 
     @property
     def block_q(self) -> int:
@@ -101,13 +115,23 @@ class FlashConfig:
 
 def shared_bytes(cfg: FlashConfig, d: int, dv: int, dtype: str = "float16") -> int:
     """The shared memory of the forward's kernel with ``cfg``: the query, key and value
-    tiles and ``p`` (16-bit, rows padded by 16 bytes), the scores' and the output's
-    float32 tiles (rows padded by 16 bytes) and the rows' logsumexp."""
+    tiles, ``p`` and the output (16-bit, rows padded by 16 bytes; the key and value
+    tiles ``stages`` times), the scores' float32 tile (rows padded by
+    :func:`scores_pad`) and the rows' logsumexp."""
     e = _dt.nbytes(dtype)
     pad = 16 // e
     bq, bk = cfg.block_q, cfg.block_kv
-    return ((bq * (d + pad) + bk * (d + pad) + bk * (dv + pad) + bq * (bk + pad)) * e
-            + (bq * (bk + F32_PAD) + bq * (dv + F32_PAD) + bq) * 4)
+    return ((bq * (d + pad) + (bk * (d + pad) + bk * (dv + pad)) * max(1, cfg.stages)
+             + bq * (bk + pad) + bq * (dv + pad)) * e
+            + (bq * (bk + scores_pad(d, dv)) + bq) * 4)
+
+
+def scores_pad(d: int, dv: int) -> int:
+    """The float32 elements the forward's scores tile pads its rows by: 16 bytes up to
+    head dim 64 (the statistics' loop reads four floats of a row at a time, conflict-free
+    by quarter warps), one beyond (each row in a bank of its own; the 1536 bytes saved
+    at 128 rows fit two blocks of head dim 128 per SM of 228 KiB)."""
+    return F32_PAD if max(d, dv) <= 64 else 1
 
 
 #: the tilings :func:`flash_config` tries, in order
@@ -116,8 +140,12 @@ FLASH_CONFIGS = (FlashConfig(4, 64), FlashConfig(4, 32), FlashConfig(2, 64), Fla
 #: the tilings :func:`flash_config` tries first for head dims up to 64: 16-key tiles.  On an
 #: H200 (2026-11-30, ``benchmarks/gpu.py --quick --only "flash attention fwd f16 b4 h16
 #: s2048 d64" --sweep``) 4 warps of 16-key tiles ran 1.82x (4, 64) without a mask and
-#: 1.75x with ``causal``, the fastest tiling swept; head dim 128 was not swept.
-FLASH_CONFIGS_D64 = (FlashConfig(4, 16),)
+#: 1.75x with ``causal``, the fastest tiling swept; head dim 128 was not swept.  Their key
+#: and value tiles in rings of two (``stages=2``, not yet timed: ``--ab``): the same three
+#: blocks per SM of sm_90 (by the registers, 148 / 164 without / with ``causal``; 62976
+#: bytes of shared memory), one barrier a step fewer, the tiles' loads off the step's
+#: critical path.
+FLASH_CONFIGS_D64 = (FlashConfig(4, 16, stages=2), FlashConfig(4, 16))
 
 
 #: the float32 accumulators a thread of the output kernel may hold, ``block_kv`` of the
@@ -347,7 +375,7 @@ def _rescale(old, new):
     0 while the row had no key (its accumulator is 0 then)."""
     (m0, l0), (m1, l1) = old, new
     f32 = "float32"
-    return _te.if_then_else(l0 > _te.const(0.0, f32), _te.exp(m0 - m1) * l0 / l1,
+    return _te.if_then_else(l0 > _te.const(0.0, f32), _te.fast_exp(m0 - m1) * l0 / l1,
                             _te.const(0.0, f32))
 
 
@@ -364,14 +392,23 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
     # the output: per key tile the scores (tensor cores), the rows' statistics updated
     # in step (each thread a row), p (shared) and p v into each warp's accumulators,
     # rescaled first by exp(lse_old - lse_new)
-    ot, bo, pf, ko = k.accumulate(t["out"], t["pv"], t["p"], t["v"])
+    ot, bo, pf, ko = k.accumulate(t["out"], t["pv"], t["p"], t["v"], cast16=True)
     if causal:
         k.skip_causal(pf, ko, "before")
     k.shared_copy(t["q"], ot, bo)
     k.tile16(t["p"], pf, ko)
     k.shared_copy(t["v"], pf, ko, step=True)
-    k.scores(t["s"], t["q"], t["k"], pf, ko)
+    k.scores(t["s"], t["q"], t["k"], pf, ko,
+             pad=scores_pad(_cint(q.shape[3]), _cint(t["v"].shape[3])))
     k.shared_copy(t["k"], pf, ko, step=True)
+    if cfg.stages > 1:
+        # the value tile copied with the key tile at the step's start, both a ring of
+        # cp.async tiles
+        kt, vt = s[t["k"]], s[t["v"]]
+        s.stages.remove(vt)
+        s.stages.insert(s.stages.index(kt) + 1, vt)
+        kt.double_buffer(cfg.stages)
+        vt.double_buffer(cfg.stages)
     st = s[t["m"]]
     st.compute_at(pf, ko)
     _cooperative_copy(st, k.threads, cfg.block_q)
@@ -410,6 +447,10 @@ class _Kernels:
                 f"must divide the padded row extent "
                 f"{rows_extent} and block_kv ({bk}, a multiple of {FRAG}) the padded "
                 f"column extent {cols_extent}; take one of FLASH_CONFIGS")
+        if isinstance(cfg.stages, bool) or not isinstance(cfg.stages, int) or \
+                not 1 <= cfg.stages <= 8:
+            raise ScheduleError(f"{cfg}: stages is 1 (the key and value tiles copied where "
+                                "they are read) or 2 to 8 (a ring of cp.async tiles)")
         self.s, self.cfg = s, cfg
         self.names = family_intrinsics("mma", dtype)
         self.per16 = 16 // _dt.nbytes(dtype)
@@ -435,7 +476,7 @@ class _Kernels:
         rows = self.cfg.block_kv if step else self.cfg.block_q
         _cooperative_copy(st, self.threads, rows * cols * _stacked(x), self.per16)
 
-    def warp_tile(self, T, at, axis, row: int):
+    def warp_tile(self, T, at, axis, row: int, pad: int = F32_PAD):
         """The float32 tile ``T`` (``[.., rows, cols]``) in shared memory at ``at``'s
         ``axis`` (rows padded from ``row`` floats), each warp storing its 32 rows from an
         ``mma.accumulator`` fragment computed at its rows: returns that fragment's tensor,
@@ -446,7 +487,7 @@ class _Kernels:
         ts.compute_at(at, axis)
         F = s.cache_write(T, "mma.accumulator")
         _, _, *stack, i, j = ts.op.axis
-        ts.storage_align(i, row, F32_PAD)
+        ts.storage_align(i, row, pad)
         w, i = ts.split(i, factor=self.cfg.warp_rows)
         fi, i = ts.split(i, factor=FRAG)
         fj, j = ts.split(j, factor=FRAG)
@@ -457,12 +498,12 @@ class _Kernels:
         s[F].compute_at(ts, w)
         return F
 
-    def scores(self, S, A, B, at, axis) -> None:
+    def scores(self, S, A, B, at, axis, pad: int = F32_PAD) -> None:
         """The ``block_q x block_kv`` float32 tile of ``S[.., r, c] = sum_d A[.., r, d] *
         B[.., c, d]`` at ``at``'s ``axis``, in shared memory, from the tensor cores: each
         warp its 32 rows.  ``A`` and ``B`` are shared copies (:meth:`shared_copy`)."""
         s, names = self.s, self.names
-        SF = self.warp_tile(S, at, axis, self.cfg.block_kv)
+        SF = self.warp_tile(S, at, axis, self.cfg.block_kv, pad)
         AF = s.cache_read(A, "mma.matrix_a", [SF])
         BF = s.cache_read(B, "mma.matrix_b", [SF])
         sf = s[SF]
@@ -501,15 +542,42 @@ class _Kernels:
         _bind(st, fo, "blockIdx.x")
         _bind(st, fi, "threadIdx.x")
 
-    def accumulate(self, out, acc, A, B):
+    def cast_tile(self, tile, acc, at, axis):
+        """``tile`` (``s.cache_write(out, "shared")`` of an output ``out``, the cast of
+        the float32 ``acc`` to the inputs' 16-bit dtype) in shared memory at ``at``'s
+        ``axis`` (rows padded by 16 bytes), each warp converting and storing its rows
+        from an ``mma.accumulator`` fragment of ``acc`` (``cuda.mma_store_f16`` /
+        ``_bf16``): half the shared memory of a float32 tile.  Returns the fragment's
+        tensor, its loops still to be tiled."""
+        s = self.s
+        ts = s[tile]
+        F = s.cache_write(acc, "mma.accumulator")
+        s[acc].compute_inline()
+        ts.compute_at(at, axis)
+        _, _, i, j = ts.op.axis
+        ts.storage_align(i, _cint(tile.shape[-1]), self.per16)
+        w, i = ts.split(i, factor=self.cfg.warp_rows)
+        fi, i = ts.split(i, factor=FRAG)
+        fj, j = ts.split(j, factor=FRAG)
+        ts.reorder(w, fi, fj, i, j)
+        _bind(ts, w, "threadIdx.y")
+        ts.tensorize(i, tensor_intrin(f"cuda.mma_store_{TC_DTYPES[tile.dtype]}"))
+        s[F].compute_at(ts, w)
+        return F
+
+    def accumulate(self, out, acc, A, B, cast16: bool = False):
         """The kernel of ``out``, the cast of ``acc[.., r, x] = sum_c A[.., r, c] *
         B[.., c, x]`` (float32, ``A`` a 16-bit tile of :meth:`tile16`, ``B`` a shared
         copy) to the inputs' dtype: blocks of rows, each warp's 32 rows accumulated in
         its registers over the steps of ``block_kv`` columns, then stored through a
-        float32 tile in shared memory and cast, 16 bytes a thread.  Returns ``(out's
+        float32 tile in shared memory and cast, 16 bytes a thread (``cast16``: cast as
+        they are stored, into a 16-bit tile, :meth:`cast_tile`).  Returns ``(out's
         stage, its block loop, the accumulator's stage, its step loop)``: where the
         block's operands and the steps' tiles are computed."""
         s, names, cfg = self.s, self.names, self.cfg
+        if cast16:
+            # (out's own stage becomes the copy of the 16-bit tile to global memory)
+            tile = s.cache_write(out, "shared")
         ot = s[out]
         bz, bo, i = self.blocks(ot, ot.op.axis[2])
         e = ot.op.axis[3]
@@ -522,7 +590,8 @@ class _Kernels:
             x, th = ot.split(x, factor=ext)
             _bind(ot, th, tag)
         ot.vectorize(vv)
-        PF = self.warp_tile(acc, ot, bo, _cint(acc.shape[-1]))
+        PF = (self.cast_tile(tile, acc, ot, bo) if cast16
+              else self.warp_tile(acc, ot, bo, _cint(acc.shape[-1])))
         pf = s[PF]
         _, _, *stack, ci, ce = pf.op.axis
         ko, kk = pf.split(pf.op.reduce_axis[0], factor=cfg.block_kv)
