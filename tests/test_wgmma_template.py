@@ -247,6 +247,21 @@ def test_ptxas_sm90a_swizzled_cp_async_rows():
     assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, use
 
 
+def _ptxas_clean(mod, src, *sass_wants):
+    """ptxas for sm_90a: wgmma not serialised, no spills, the shared memory within
+    sm_90's limit; HGMMA.64x128x16 (and ``sass_wants``) in the SASS where a disassembler
+    is installed."""
+    report, sass = ptxas_build(src, "sm_90a", sass=True)
+    assert "serialized" not in report, report
+    (use,) = parse_ptxas(report).values()
+    assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, use
+    assert mod.kernels[0].shared_bytes <= block_shared_limit("sm_90a")
+    if sass is not None:
+        assert re.search(r"HGMMA\.64x128x16\.F32", sass), sass[:1000]
+        for want in sass_wants:
+            assert want in sass, want
+
+
 @needs_nvcc
 @pytest.mark.parametrize("dtype,layout", [
     ("float16", "dense"), pytest.param("bfloat16", "matmul", marks=long_only)])
@@ -274,13 +289,7 @@ def test_ptxas_sm90a_hgmma_and_no_spills(dtype, layout):
         assert "cp.async.bulk.tensor" in ptx and "mbarrier" in ptx
     else:                   # the threads' cp.async ring
         assert "fence.proxy.async.shared::cta" in ptx and "cp.async.commit_group" in ptx
-    report, sass = ptxas_build(src, "sm_90a", sass=True)
-    assert "serialized" not in report, report
-    (use,) = parse_ptxas(report).values()
-    assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, use
-    assert mod.kernels[0].shared_bytes <= block_shared_limit("sm_90a")
-    if sass is not None:   # (where a disassembler is installed)
-        assert re.search(r"HGMMA\.64x128x16\.F32", sass), sass[:1000]
+    _ptxas_clean(mod, src)
 
 
 @needs_nvcc
@@ -338,6 +347,139 @@ def test_wgmma_template_on_the_gpu(gpu_driver, dtype, layout):
     bd = b.double().T if layout == "dense" else b.double()
     np.testing.assert_allclose(ca.cpu().numpy(), (a.double() @ bd).numpy(), rtol=1e-3, atol=1e-2)
 
+
+
+NMAJOR = [  # M, N, K, dtype, producer, config: matmul's B[K, N] N-major on TMA rings
+    # boundary tiles in M, N (192 = 1.5 blocks: the second chunk's box past N) and K; 128B
+    (200, 192, 136, "float16", "tma", W(8, 1, 1, 8, 64, family="wgmma", stages=3,
+                                        producer="tma")),
+    # N = 80: chunks of 16 (32B swizzle), a producer warp, 1 warpgroup
+    (130, 80, 72, "bfloat16", "tma_warp", W(4, 1, 1, 8, 64, family="wgmma", stages=2,
+                                            producer="tma_warp")),
+    pytest.param(64, 96, 264, "bfloat16", "tma_warp",   # chunks of 32 (64B), 4 stages
+                 W(4, 1, 1, 8, 64, family="wgmma", stages=4, producer="tma_warp"),
+                 marks=long_only),
+    pytest.param(100, 64, 96, "float16", "tma",          # k steps of 32, N one chunk
+                 W(4, 1, 1, 4, 32, family="wgmma", stages=3, producer="tma"),
+                 marks=long_only),
+]
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,dtype,producer,cfg", NMAJOR)
+def test_matmul_n_major_b_on_tma_rings_in_the_emulation(M, N, K, dtype, producer, cfg):
+    """``matmul(A[M, K], B[K, N])`` on wgmma fed by TMA with B as it lies: B's tile one 3-d
+    box (chunks of N, k, chunks) into a ring swizzled by the chunk's bytes, read by
+    descriptors with wgmma's imm-trans-b set (the emulation decodes the N-major layout
+    as the PTX ISA's canonical layouts do: a wrong LBO, SBO, swizzle or transpose bit
+    gives a wrong product here); float64's result, no bank conflict in wgmma's reads."""
+    A, B, C = gemm(M, N, K, dtype, "matmul")
+    s = sc.schedule_matmul(C, "cuda-emu", config=cfg)
+    chunk = tensorcore.mn_chunk(cfg, N, dtype)
+    assert f"_k{cfg.k_tile}_rows_bmn{chunk} (accumulate)" in str(tc.lower(s, [A, B, C]))
+    mod = tc.build(s, [A, B, C], target="cuda-emu")
+    src = mod.get_source()
+    assert f"tc_wgmma_m64n{cfg.block_n}k16_{'bf16' if dtype == 'bfloat16' else 'f16'}_tb(" \
+        in src and "tc_tma_load_3d(" in src
+    g = torch.Generator().manual_seed(M + N + K)
+    a = torch.randn(M, K, generator=g).to(TORCH[dtype])
+    b = torch.randn(K, N, generator=g).to(TORCH[dtype])
+    c = np.full((M, N), np.nan, np.float32)
+    mod.shared_memory_stats(reset=True)
+    mod(a, b, c)
+    np.testing.assert_allclose(c, (a.double() @ b.double()).numpy(), rtol=1e-4, atol=1e-3)
+    st = mod.shared_memory_stats()
+    assert st["wgmma_phases"] > 0 and st["wgmma_bank_conflicts"] == 0, st
+
+
+@needs_cxx
+def test_matmul_n_major_b_with_a_fused_epilogue_in_the_emulation():
+    """The default's tiling with WGMMA_MN_MAJOR_BY_DEFAULT: ``relu(matmul(A, B) + bias)``
+    into float16 on the N-major TMA ring (the accumulators through the shared tile of C)."""
+    M, N, K = 128, 64, 128
+    A, B, C = gemm(M, N, K, "float16", "matmul")
+    bias = tc.placeholder((N,), "float32", name="bias")
+    Y = tc.compute((M, N), lambda i, j: tc.max(C[i, j] + bias[j], tc.const(0.0))
+                   .astype("float16"), name="Y")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", True)
+        mp.setattr(tensorcore, "WGMMA_THREADS_BY_DEFAULT", False)
+        cfg = tensorcore.default_wgmma(M, N, K, False, True, epilogue=True,
+                                       max_shared=block_shared_limit("sm_90a"))
+    assert cfg.producer == "tma_warp"
+    s = sc.schedule_matmul(Y, "cuda-emu", config=cfg)
+    assert "_rows_bmn64 (accumulate)" in str(tc.lower(s, [A, B, bias, Y]))
+    mod = tc.build(s, [A, B, bias, Y], target="cuda-emu")
+    g = torch.Generator().manual_seed(11)
+    a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
+    bv = torch.randn(N, generator=g)
+    y = torch.zeros((M, N), dtype=torch.float16)
+    mod(a, b, bv, y)
+    want = torch.relu(a.double() @ b.double() + bv.double()).half()
+    np.testing.assert_allclose(y.float().numpy(), want.float().numpy(), rtol=3e-3, atol=3e-3)
+
+
+def test_the_n_major_tma_ring_stays_off_by_default(monkeypatch):
+    """``WGMMA_MN_MAJOR_BY_DEFAULT`` (off until measured on a GPU): matmul's B[K, N] takes
+    the TMA producer warp only with it, and only where N is a multiple of 16 (the chunks
+    of the tensor map's view); A[K, M] and a single k step never."""
+    monkeypatch.setattr(tensorcore, "WGMMA_THREADS_BY_DEFAULT", False)
+    assert not tensorcore.WGMMA_MN_MAJOR_BY_DEFAULT   # (as shipped)
+    monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", False)
+    assert tensorcore.default_wgmma(4096, 4096, 4096, False, True) is None
+    monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", True)
+    assert tensorcore.default_wgmma(4096, 4096, 4096, False, True).producer == "tma_warp"
+    assert tensorcore.default_wgmma(1000, 3072, 768, False, True).producer == "tma_warp"
+    for M, N, K, at in ((256, 200, 128, False), (256, 256, 100, False),
+                        (256, 256, 32, False), (256, 256, 128, True)):
+        assert tensorcore.default_wgmma(M, N, K, at, True) is None, (M, N, K, at)
+    A, B, C = gemm(4096, 4096, 4096, "float16", "matmul")
+    assert "_rows_bmn64" in str(tc.lower(sc.schedule_matmul(C, SM90A), [A, B, C]))
+
+
+@needs_nvcc
+def test_ptxas_sm90a_n_major_b_tma_ring():
+    """HGEMM 4096^3 ``matmul(A, B)`` on the N-major TMA ring with a producer warp (the
+    config benchmarks/gpu.py times as wgmma-te-tma-warp-nmajor): wgmma with imm-trans-b
+    set, B's descriptors N-major (128B swizzle, LBO 8192: the next chunk of 64 n, SBO
+    1024: the next 8 k), 3-d and 2-d bulk tensor copies, no spills, the shared memory
+    within sm_90's limit."""
+    A, B, C = gemm(4096, 4096, 4096, "float16", "matmul")
+    cfg = WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=4, producer="tma_warp")
+    mod = tc.build(sc.schedule_matmul(C, SM90A, config=cfg), [A, B, C], target=SM90A)
+    src = mod.get_source()
+    ptx = compile_ptx(src, "sm_90a")
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16 "
+                     r"\{[^}]*\}, %rd\d+, %rd\d+, p, 1, 1, 0, 1;", ptx)
+    assert str((1 << 62) | (64 << 32) | (512 << 16)) in ptx   # B: 128B, SBO 1024, LBO 8192
+    for want in ("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes",
+                 "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+                 "mbarrier.try_wait.parity.shared::cta.b64"):
+        assert want in ptx, want
+    _ptxas_clean(mod, src, "UTMALDG.3D")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,dtype", [(256, 384, 192, "float16"), (256, 384, 192, "bfloat16"),
+                                         (200, 192, 136, "float16"), (130, 80, 72, "bfloat16")])
+def test_matmul_n_major_b_on_the_gpu(gpu_driver, monkeypatch, M, N, K, dtype):
+    """The N-major TMA ring on an sm_90 device, as the default takes it with
+    WGMMA_MN_MAJOR_BY_DEFAULT (the tensor map's 3-d view of B[K, N], the chunks' swizzle
+    and wgmma's imm-trans-b against the hardware; odd M, N and K: the boxes' zeros)."""
+    if gpu_driver.arch not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma needs an sm_90 device; this is {gpu_driver.arch}")
+    monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", True)
+    A, B, C = gemm(M, N, K, dtype, "matmul")
+    s = sc.schedule_matmul(C, SM90A)
+    assert "_rows_bmn" in str(tc.lower(s, [A, B, C]))
+    mod = tc.build(s, [A, B, C], target=SM90A)
+    g = torch.Generator().manual_seed(M + N)
+    a = torch.randn(M, K, generator=g).to(TORCH[dtype])
+    b = torch.randn(K, N, generator=g).to(TORCH[dtype])
+    ca = torch.full((M, N), float("nan")).cuda()
+    mod(a.cuda(), b.cuda(), ca)
+    np.testing.assert_allclose(ca.cpu().numpy(), (a.double() @ b.double()).numpy(),
+                               rtol=1e-3, atol=1e-2)
 
 
 @needs_cxx

@@ -49,6 +49,12 @@ picks the largest tiling that divides the extents, else the one that pads least
 even the least padding wastes more than :data:`WMMA_MAX_WASTE` of the work (a GEMV).  The
 wgmma family pads its tiles the same way (:func:`wgmma_config`): its core-matrix copies
 (``cache_read(..., pad=0.0, blocks=)``) hold zeros past the edge.
+
+Fed by TMA (``WmmaConfig(..., family="wgmma", producer="tma" / "tma_warp")``) the wgmma
+family copies its tiles as they lie: A ``[M, K]`` K-major rows, W ``[N, K]`` too, and
+matmul's ``B[K, N]`` N-major, in chunks of 64 (else 32, 16) of N whose k rows are each
+the swizzle's bytes, read by wgmma with its imm-trans-b set (:func:`_wgmma_tma_rows`); the
+default takes the N-major ring only with :data:`WGMMA_MN_MAJOR_BY_DEFAULT`.
 """
 from __future__ import annotations
 
@@ -61,7 +67,7 @@ from ...ir.expr import Cast, Mul
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 from ...te.tensor_intrin import tensor_intrin
-from ...te.intrin_wgmma import WGMMA_TILE_K, WGMMA_TILE_N
+from ...te.intrin_wgmma import MN_CHUNK_SWIZZLE, MN_CHUNKS, WGMMA_TILE_K, WGMMA_TILE_N
 from ...target import as_target
 from .._common import _cint, _contraction_operands
 from .common import _bind, _cooperative_copy
@@ -100,8 +106,9 @@ class WmmaConfig:
     ``allow_tf32``, since it changes the result's precision; ``stages``: with
     ``double_buffer``, the shared tiles' ring of buffers (``double_buffer(stages=...)``:
     3 to 5 keep two to four k steps' copies in flight); ``producer``: who fills the ring,
-    ``"threads"`` (every thread a share, cp.async), ``"tma"`` (the wgmma family on
-    K-major operands: one thread issues a TMA copy of each tile, the ring guarded by
+    ``"threads"`` (every thread a share, cp.async), ``"tma"`` (the wgmma family on A
+    K-major and B either way, matmul's ``B[K, N]`` N-major in chunks of N
+    (:func:`mn_chunk`): one thread issues a TMA copy of each tile, the ring guarded by
     mbarriers: ``double_buffer(producer="tma")``) or ``"tma_warp"`` (the same, issued by
     a producer warp of its own: the block gets one more warp); ``swizzle``: with the
     threads' copies and ``double_buffer``, the shared tiles laid out swizzled
@@ -282,6 +289,13 @@ WGMMA_BY_DEFAULT = True
 #: wmma and mma.sync (geometric mean; worst 0.63x): no gain worth its losses.
 WGMMA_THREADS_BY_DEFAULT = False
 
+#: whether the default also takes wgmma fed by the TMA producer for ``B[K, N]`` as it lies
+#: (``tc.nn.matmul``'s N-major B: its tile copied in chunks of N, wgmma's imm-trans-b;
+#: N a multiple of 16): off until measured on a GPU (benchmarks/gpu.py ``--family all``:
+#: ``wgmma-te-tma-warp-nmajor``).  ``WmmaConfig(..., family="wgmma",
+#: producer="tma_warp")`` asks for it explicitly.
+WGMMA_MN_MAJOR_BY_DEFAULT = False
+
 #: the TMA producer :func:`default_wgmma` takes: ``"tma_warp"`` (a warp of its own issues
 #: the copies; measured above) or ``"tma"``
 WGMMA_DEFAULT_PRODUCER = "tma_warp"
@@ -317,13 +331,16 @@ def default_wgmma(M, N, K, a_kfirst: bool, b_kfirst: bool, epilogue: bool = Fals
     """The wgmma tiling the 2-d GEMM templates take by themselves on sm_90a (with
     :data:`WGMMA_BY_DEFAULT`): :func:`wgmma_config`'s, filled by the TMA producer where it
     can be (``A[M, K]`` and ``W[N, K]`` as they lie, rows 16-byte aligned, two k steps or
-    more: :data:`WGMMA_DEFAULT_PRODUCER`); elsewhere the cp.async-fed tiling with
-    :data:`WGMMA_THREADS_BY_DEFAULT`, else None (the wmma / mma.sync tiling then)."""
+    more: :data:`WGMMA_DEFAULT_PRODUCER`; with :data:`WGMMA_MN_MAJOR_BY_DEFAULT` also
+    ``B[K, N]``, N a multiple of 16: :func:`mn_chunk`); elsewhere the cp.async-fed
+    tiling with :data:`WGMMA_THREADS_BY_DEFAULT`, else None (the wmma / mma.sync tiling
+    then)."""
     cfg = wgmma_config(M, N, K, epilogue=epilogue, max_shared=max_shared, dtype=dtype)
     if cfg is None or None in (M, N, K):
         return None
-    if not (a_kfirst or b_kfirst) and K % (16 // _dt.nbytes(dtype)) == 0 \
-            and -(-K // cfg.k_tile) >= 2:
+    per16 = 16 // _dt.nbytes(dtype)
+    b_ok = not b_kfirst or (WGMMA_MN_MAJOR_BY_DEFAULT and N % 16 == 0)
+    if not a_kfirst and b_ok and K % per16 == 0 and -(-K // cfg.k_tile) >= 2:
         return replace(cfg, producer=WGMMA_DEFAULT_PRODUCER)
     return cfg if WGMMA_THREADS_BY_DEFAULT else None
 
@@ -399,6 +416,7 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
             "threads")
     fam, names = cfg.family, family_intrinsics(cfg.family, a.dtype)
     per16 = 16 // _dt.nbytes(a.dtype)   # elements per 16-byte copy (and per row pad)
+    b_chunk = 0   # (a TMA ring's N-major B: its chunks of N)
     tma = cfg.producer in ("tma", "tma_warp")
     if (M % cfg.block_m or N % cfg.block_n or tma) and (out is None or out.op is gemm.op):
         # the fragments of a boundary tile cannot be stored whole: they go through a tile
@@ -412,17 +430,22 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
         row_tiles = tma or (cfg.swizzle and cfg.double_buffer and not (a_kfirst or b_kfirst)
                        and cfg.k_tile * _dt.nbytes(a.dtype) in SWIZZLE_OF_ROW)
         if row_tiles:
-            if tma and (a_kfirst or b_kfirst or len(gemm.shape) > 2):
+            if tma and (a_kfirst or len(gemm.shape) > 2):
                 raise ScheduleError(
-                    f"{cfg}: the TMA producer copies K-major operands of a 2-d GEMM as they "
-                    f"lie (A[M, K], W[N, K]: dense); {gemm.name} reads "
-                    f"{'a batch of ' if len(gemm.shape) > 2 else ''}"
+                    f"{cfg}: the TMA producer copies the operands of a 2-d GEMM as they lie, "
+                    f"A K-major (A[M, K]) and B either way (W[N, K]: dense, B[K, N]: matmul); "
+                    f"{gemm.name} reads {'a batch of ' if len(gemm.shape) > 2 else ''}"
                     f"{'A[K, M]' if a_kfirst else 'A[M, K]'} and "
                     f"{'B[K, N]' if b_kfirst else 'W[N, K]'}: use producer='threads'")
             # plain rows of the k step, swizzled by the TMA copies or the threads' (see
-            # _wgmma_mainloop)
+            # _wgmma_mainloop); B[K, N] in chunks of N, k rows each (wgmma's N-major B)
             AS = s.cache_read(a, "shared", [CF], pad=pad)
-            BS = s.cache_read(b, "shared", [CF], pad=pad)
+            if b_kfirst:
+                b_chunk = mn_chunk(cfg, N, b.dtype)
+                BS = s.cache_read(b, "shared", [CF], pad=pad,
+                                  blocks=[(0, cfg.k_tile), (1, b_chunk)])
+            else:
+                BS = s.cache_read(b, "shared", [CF], pad=pad)
         else:
             # the operands in 8 x 8 core matrices, k's block innermost (wgmma's K-major
             # layout without swizzle)
@@ -466,7 +489,7 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
     st.tensorize(i, tensor_intrin(names["store"]))
 
     if fam == "wgmma":
-        _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg, a.dtype, edge, K, row_tiles)
+        _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg, a.dtype, edge, K, row_tiles, b_chunk)
         return
     # the accumulators: per k step of the shared tiles, per 16 k, every fragment pair
     sc = s[CF]
@@ -533,7 +556,7 @@ def check_wgmma_config(cfg: WmmaConfig, dtype: str) -> None:
 
 
 def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str, edge: bool = False,
-                    K: int = 0, rows: bool = False) -> None:
+                    K: int = 0, rows: bool = False, b_chunk: int = 0) -> None:
     """The accumulators of the wgmma family: per k step of the shared tiles, per 16 k, one
     ``cuda.wgmma_*_n<block_n>`` per warp (its 16-row strip of its warpgroup's tile); the
     shared tiles in core matrices (:mod:`tecomp.te.intrin_wgmma`), 16-byte copies spread
@@ -544,7 +567,7 @@ def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str, edge: bo
     *cb, ci, cj = sc.op.axis
     ko, k = sc.split(sc.op.reduce_axis[0], factor=cfg.k_tile)
     if rows:   # (swizzled rows: a TMA ring, or the threads' swizzled copies)
-        _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg, dtype, edge, K)
+        _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg, dtype, edge, K, b_chunk)
         return
     name = f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}"
     cio, cii = sc.split(ci, factor=8)
@@ -577,8 +600,23 @@ def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str, edge: bo
 SWIZZLE_OF_ROW = {32: "32B", 64: "64B", 128: "128B"}
 
 
+def mn_chunk(cfg: WmmaConfig, N: int, dtype: str) -> int:
+    """The chunk of N (elements) in which the TMA ring holds an N-major ``B[K, N]`` tile
+    (``[block_n / chunk, k_tile, chunk]``: rows of ``chunk`` along N, one per k): the
+    widest of :data:`~tecomp.te.intrin_wgmma.MN_CHUNKS` (128, 64 or 32 bytes: the 128B,
+    64B or 32B swizzle) that divides ``block_n`` and ``N`` (the tensor map views B's
+    rows as whole chunks); ScheduleError where none does (N not a multiple of 16)."""
+    for c in MN_CHUNKS:
+        if cfg.block_n % c == 0 and N % c == 0:
+            return c
+    raise ScheduleError(
+        f"{cfg}: the TMA producer copies B[K, N] N-major in chunks of 64, 32 or 16 elements "
+        f"of N (the 128B, 64B, 32B swizzles); N = {N} is not a multiple of 16: use "
+        "producer='threads' (its copies take any N)")
+
+
 def _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg: WmmaConfig, dtype: str,
-                    edge: bool, K: int) -> None:
+                    edge: bool, K: int, b_chunk: int = 0) -> None:
     """The wgmma mainloop on TMA rings: the A and B tiles ``[rows, k_tile]`` as they lie
     in the tensors, one TMA box each, their slots swizzled (``double_buffer(...,
     swizzle=)``: rows of ``k_tile`` elements, 128 bytes at k steps of 64 of a 16-bit
@@ -586,7 +624,11 @@ def _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg: WmmaConfig, dtype: st
     ``cuda.wgmma_*_n<N>_k<k_tile>_rows`` per warp, whose descriptors carry the same
     swizzle.  Past the edge the boxes read zeros (TMA's out-of-bounds fill: the padded
     copies' zeros), so odd M, N and K take the same rings (K a multiple of 8: the
-    tensor's rows 16-byte aligned, which the tensor map needs)."""
+    tensor's rows 16-byte aligned, which the tensor map needs).  ``b_chunk``: B is
+    ``B[K, N]`` (matmul), its tile ``[k_tile, block_n]`` copied as it lies, N-major, in
+    chunks of ``b_chunk`` of N (:func:`mn_chunk`; one 3-d box: the chunk, k, the chunks),
+    each chunk's k rows swizzled by the chunk's bytes, read by the ``_bmn<chunk>``
+    intrinsics (wgmma's imm-trans-b); N a multiple of the chunk, odd M and K as above."""
     t = OPERAND_DTYPES[dtype]
     row = cfg.k_tile * _dt.nbytes(dtype)
     tma = cfg.producer in ("tma", "tma_warp")
@@ -605,20 +647,31 @@ def _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg: WmmaConfig, dtype: st
             f"{cfg}: K = {K} is one k step of {cfg.k_tile}; the TMA producer pipelines the "
             "k loop through its ring, which needs two steps or more: use producer='threads' "
             "(or a smaller k_tile)")
-    sc.reorder(*cb, ko, ci, cj, k)
-    sc.tensorize(ci, tensor_intrin(f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}_k{cfg.k_tile}_rows"))
+    name = f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}_k{cfg.k_tile}_rows"
+    if b_chunk:   # B's chunks of N: the intrinsic's b[jo, ji, k]
+        cjo, cji = sc.split(cj, factor=b_chunk)
+        sc.reorder(*cb, ko, ci, cjo, cji, k)
+        name += f"_bmn{b_chunk}"
+    else:
+        sc.reorder(*cb, ko, ci, cj, k)
+    sc.tensorize(ci, tensor_intrin(name))
     if K % cfg.k_tile:   # the last k step's zeros: the sum runs to a multiple of k_tile
         sc.align_bounds(sc.op.reduce_axis[0], cfg.k_tile)
     for S, rows in ((AS, cfg.block_m), (BS, cfg.block_n)):
         ss = s[S]
         ss.compute_at(sc, ko)
-        if edge:   # the whole box, zeros past the edge (TMA's out-of-bounds fill)
+        swz = SWIZZLE_OF_ROW[row]
+        if S is BS and b_chunk:   # [K / k_tile, N / chunk, k_tile, chunk]
+            swz = MN_CHUNK_SWIZZLE[b_chunk]
+            if edge:   # the whole box (chunks past N: TMA's out-of-bounds zeros)
+                for ax, f in zip(ss.op.axis, (1, cfg.block_n // b_chunk, 1, 1)):
+                    ss.align_bounds(ax, f)
+        elif edge:   # the whole box, zeros past the edge (TMA's out-of-bounds fill)
             ss.align_bounds(ss.op.axis[-2], rows)
             ss.align_bounds(ss.op.axis[-1], cfg.k_tile)
         if not tma:   # the threads' copies, 16 bytes each, at their swizzled addresses
             _cooperative_copy(ss, threads, rows * cfg.k_tile, 16 // _dt.nbytes(dtype))
-        ss.double_buffer(stages=cfg.stages, producer=cfg.producer,
-                         swizzle=SWIZZLE_OF_ROW[row])
+        ss.double_buffer(stages=cfg.stages, producer=cfg.producer, swizzle=swz)
 
 
 def _blocks(st, bat, by, bx, *inner) -> None:
