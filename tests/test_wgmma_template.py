@@ -486,7 +486,8 @@ def test_matmul_n_major_b_on_the_gpu(gpu_driver, monkeypatch, M, N, K, dtype):
 @pytest.mark.parametrize("seed", range(40 if LONG else 1))
 def test_fuzz_wgmma_tilings_in_the_emulation(seed):
     """Random wgmma tilings (1 or 2 warpgroups, N of 16..128, k steps, rings or none,
-    the cp.async ring or -- dense, double-buffered -- the swizzled TMA ring), operand
+    the cp.async ring or -- double-buffered -- the swizzled TMA ring, matmul's B N-major
+    in chunks of N), operand
     layouts, dtypes, epilogues (bias + ReLU into a 16-bit result) and extents the tiles
     divide or not (boundary tiles; K a multiple of 8 for TMA) against torch in float64."""
     rng = np.random.default_rng(9000 + seed)
@@ -497,9 +498,11 @@ def test_fuzz_wgmma_tilings_in_the_emulation(seed):
     kt = int(rng.choice([16, 32, 64]))
     odd = bool(rng.integers(0, 2))
     db = bool(rng.integers(0, 2))
-    tma = db and layout == "dense" and bool(rng.integers(0, 2))
+    tma = db and bool(rng.integers(0, 2))
     M = 16 * wm * int(rng.integers(1, 3)) - (int(rng.integers(1, 40)) if odd else 0)
     N = 16 * fn * int(rng.integers(1, 3)) - (int(rng.integers(1, 16 * fn)) if odd else 0)
+    if tma and layout == "matmul":   # (B[K, N] N-major in chunks of 16 n or more)
+        N = max(16, N - N % 16)
     K = kt * int(rng.integers(1, 4)) - ((int(rng.integers(1, kt // 8)) * 8 if kt > 8 and tma
                                          else int(rng.integers(1, kt))) if odd else 0)
     K = max(K, 8 if not tma else kt + 8)   # (TMA: two k steps or more, the ring's loop)
