@@ -54,6 +54,7 @@ static __device__ __forceinline__ void tc_probe_NAME(const unsigned char* __rest
 #endif
   const int t = threadIdx.x;
   for (int i = t; i < ARENA; i += 128) smem[i] = image[i];
+  tc_fence_proxy_async();   // (the stores, through the generic proxy, before wgmma's reads)
   __syncthreads();
   tc_fence_proxy_async();
   float d[64];
