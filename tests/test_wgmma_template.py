@@ -376,7 +376,7 @@ def test_matmul_n_major_b_on_tma_rings_in_the_emulation(M, N, K, dtype, producer
     gives a wrong product here); float64's result, no bank conflict in wgmma's reads."""
     A, B, C = gemm(M, N, K, dtype, "matmul")
     s = sc.schedule_matmul(C, "cuda-emu", config=cfg)
-    chunk = tensorcore.mn_chunk(cfg, N, dtype)
+    chunk = tensorcore.mn_chunk(cfg, N)
     assert f"_k{cfg.k_tile}_rows_bmn{chunk} (accumulate)" in str(tc.lower(s, [A, B, C]))
     mod = tc.build(s, [A, B, C], target="cuda-emu")
     src = mod.get_source()
@@ -392,6 +392,64 @@ def test_matmul_n_major_b_on_tma_rings_in_the_emulation(M, N, K, dtype, producer
     np.testing.assert_allclose(c, (a.double() @ b.double()).numpy(), rtol=1e-4, atol=1e-3)
     st = mod.shared_memory_stats()
     assert st["wgmma_phases"] > 0 and st["wgmma_bank_conflicts"] == 0, st
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,dtype,bt,cfg", [
+    # A[K, M] and B[K, N]: M = 96 in chunks of 32 (64B; the second warpgroup's block half
+    # past M), N = 80 in chunks of 16 (32B); a producer warp
+    (96, 80, 136, "bfloat16", False, W(8, 1, 1, 8, 64, family="wgmma", stages=3,
+                                       producer="tma_warp")),
+    pytest.param(208, 192, 72, "float16", True,   # A M-major, W[N, K] K-major; chunks of 16
+                 W(8, 1, 1, 8, 64, family="wgmma", stages=2, producer="tma"),
+                 marks=long_only),
+])
+def test_m_major_a_on_tma_rings_in_the_emulation(M, N, K, dtype, bt, cfg):
+    """``C = A^T B`` with ``A[K, M]`` stored (a weight gradient's layout) on the TMA rings:
+    A's tile in chunks of M as B's in chunks of N, read M-major (wgmma's imm-trans-a: the
+    descriptors' start the warpgroup's block, LBO the next chunk of M); float64's result."""
+    mod = _a_k_m_gemm(M, N, K, dtype, bt, cfg, "cuda-emu")
+    st = mod.shared_memory_stats()
+    assert st["wgmma_phases"] > 0 and st["wgmma_bank_conflicts"] == 0, st
+
+
+def _a_k_m_gemm(M, N, K, dtype, bt, cfg, target):
+    """``A[K, M]^T @ B[K, N]`` (``bt``: ``@ W[N, K]^T``) on ``cfg`` built for ``target``
+    (run on the device for a GPU target), checked against float64; the module."""
+    A = tc.placeholder((K, M), dtype, name="A")
+    B = tc.placeholder((N, K) if bt else (K, N), dtype, name="B")
+    k = tc.reduce_axis((0, K), name="k")
+    C = tc.compute((M, N), lambda i, j: tc.sum(A[k, i].astype("float32") * (
+        B[j, k] if bt else B[k, j]).astype("float32"), axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, cfg)
+    mod = tc.build(s, [A, B, C], target=target)
+    assert f"k16_{'bf16' if dtype == 'bfloat16' else 'f16'}_{'ta' if bt else 'tab'}(" \
+        in mod.get_source()
+    g = torch.Generator().manual_seed(M + N + K)
+    a = torch.randn(K, M, generator=g).to(TORCH[dtype])
+    b = torch.randn(*((N, K) if bt else (K, N)), generator=g).to(TORCH[dtype])
+    c = torch.full((M, N), float("nan"))
+    if target == "cuda-emu":
+        mod.shared_memory_stats(reset=True)
+        mod(a, b, c)
+    else:
+        cd = c.cuda()
+        mod(a.cuda(), b.cuda(), cd)
+        c = cd.cpu()
+    want = a.double().T @ (b.double().T if bt else b.double())
+    np.testing.assert_allclose(c.numpy(), want.numpy(), rtol=1e-3, atol=1e-2)
+    return mod
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,dtype,bt", [(96, 80, 136, "bfloat16", False),
+                                            (208, 192, 72, "float16", True)])
+def test_m_major_a_on_the_gpu(gpu_driver, M, N, K, dtype, bt):
+    if gpu_driver.arch not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma needs an sm_90 device; this is {gpu_driver.arch}")
+    _a_k_m_gemm(M, N, K, dtype, bt, W(8, 1, 1, 8, 64, family="wgmma", stages=3,
+                                      producer="tma_warp"), SM90A)
 
 
 @needs_cxx
@@ -426,9 +484,9 @@ def test_matmul_n_major_b_with_a_fused_epilogue_in_the_emulation():
 
 
 def test_the_n_major_tma_ring_stays_off_by_default(monkeypatch):
-    """``WGMMA_MN_MAJOR_BY_DEFAULT`` (off until measured on a GPU): matmul's B[K, N] takes
-    the TMA producer warp only with it, and only where N is a multiple of 16 (the chunks
-    of the tensor map's view); A[K, M] and a single k step never."""
+    """``WGMMA_MN_MAJOR_BY_DEFAULT`` (off until measured on a GPU): matmul's B[K, N] (and
+    an A[K, M]) takes the TMA producer warp only with it, and only where N (M) is a
+    multiple of 16 (the chunks of the tensor map's view); a single k step never."""
     monkeypatch.setattr(tensorcore, "WGMMA_THREADS_BY_DEFAULT", False)
     assert not tensorcore.WGMMA_MN_MAJOR_BY_DEFAULT   # (as shipped)
     monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", False)
@@ -436,8 +494,9 @@ def test_the_n_major_tma_ring_stays_off_by_default(monkeypatch):
     monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", True)
     assert tensorcore.default_wgmma(4096, 4096, 4096, False, True).producer == "tma_warp"
     assert tensorcore.default_wgmma(1000, 3072, 768, False, True).producer == "tma_warp"
+    assert tensorcore.default_wgmma(256, 256, 128, True, True).producer == "tma_warp"
     for M, N, K, at in ((256, 200, 128, False), (256, 256, 100, False),
-                        (256, 256, 32, False), (256, 256, 128, True)):
+                        (256, 256, 32, False), (200, 256, 128, True)):
         assert tensorcore.default_wgmma(M, N, K, at, True) is None, (M, N, K, at)
     A, B, C = gemm(4096, 4096, 4096, "float16", "matmul")
     assert "_rows_bmn64" in str(tc.lower(sc.schedule_matmul(C, SM90A), [A, B, C]))

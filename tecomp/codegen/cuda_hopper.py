@@ -49,7 +49,7 @@ from typing import Dict
 from ..errors import ScheduleError, TargetError
 from ..target.cuda import sm_number
 # the descriptors' swizzle modes: the tensor intrinsics' (te) facts, read here too
-from ..te.intrin_wgmma import SWIZZLE, SWIZZLE_ROW_BYTES  # noqa: F401
+from ..te.intrin_wgmma import SWIZZLE, SWIZZLE_ROW_BYTES, TRANS_SUFFIX  # noqa: F401
 
 #: warpgroup: the 4 consecutive warps that issue one wgmma together
 WARPGROUP = 128
@@ -131,11 +131,6 @@ def _helper(comment: str, sig: str, emu: str, gpu: str, need: str = _NEED90) -> 
 
 
 _SMEM = "(unsigned)__cvta_generic_to_shared"
-
-
-#: the suffix of the wgmma helpers whose operands lie MN-major in shared memory (the
-#: instruction's imm-trans-a / imm-trans-b): A M-major, B N-major, both
-TRANS_SUFFIX = {(0, 0): "", (1, 0): "_ta", (0, 1): "_tb", (1, 1): "_tab"}
 
 
 def _wgmma(n: int, t: str, ta: int = 0, tb: int = 0) -> str:
