@@ -110,11 +110,11 @@ class WmmaConfig:
     ``"threads"`` (every thread a share, cp.async), ``"tma"`` (the wgmma family on 2-d
     GEMMs, each operand as it lies, ``B[K, N]`` N-major and ``A[K, M]`` M-major in
     chunks (:func:`mn_chunk`): one thread issues a TMA copy of each tile, the ring
-    guarded by mbarriers: ``double_buffer(producer="tma")``) or ``"tma_warp"`` (the same, issued by
-    a producer warp of its own: the block gets one more warp); ``swizzle``: with the
-    threads' copies and ``double_buffer``, the shared tiles laid out swizzled
-    (``double_buffer(swizzle=)``: each row of a tile exactly 32, 64 or 128 bytes, its
-    16-byte chunks exchanged) instead of padded or in core matrices -- the mma family's
+    guarded by mbarriers: ``double_buffer(producer="tma")``) or ``"tma_warp"`` (the
+    same, issued by a producer warp of its own: the block gets one more warp);
+    ``swizzle``: with the threads' copies and ``double_buffer``, the shared tiles laid
+    out swizzled (``double_buffer(swizzle=)``: each row of a tile exactly 32, 64 or 128
+    bytes, its 16-byte chunks exchanged) instead of padded or in core matrices -- the mma family's
     ldmatrix reads and cp.async writes both meet every bank once (a padded tile's copies
     do not), the wgmma family reads K-major rows with the swizzled descriptors of the TMA
     ring (``cuda.wgmma_*_rows``); a tile whose rows are another width keeps its layout.
@@ -293,8 +293,8 @@ WGMMA_THREADS_BY_DEFAULT = False
 #: whether the default also takes wgmma fed by the TMA producer for ``B[K, N]`` as it lies
 #: (``tc.nn.matmul``'s N-major B: its tile copied in chunks of N, wgmma's imm-trans-b;
 #: N a multiple of 16; an ``A[K, M]`` likewise along M): off until measured on a GPU
-#: (benchmarks/gpu.py ``--family all``: ``wgmma-te-tma-warp-nmajor``).  ``WmmaConfig(..., family="wgmma",
-#: producer="tma_warp")`` asks for it explicitly.
+#: (benchmarks/gpu.py ``--family all``: ``wgmma-te-tma-warp-nmajor``).
+#: ``WmmaConfig(..., family="wgmma", producer="tma_warp")`` asks for it explicitly.
 WGMMA_MN_MAJOR_BY_DEFAULT = False
 
 #: the TMA producer :func:`default_wgmma` takes: ``"tma_warp"`` (a warp of its own issues
