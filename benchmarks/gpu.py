@@ -27,7 +27,9 @@ Workloads (float32, the schedules of ``tecomp.strategy.cuda``):
   4096) on every family -- wmma, mma.sync, wgmma (cp.async ring), wgmma with TMA rings,
   the CUDA-core GEMM -- and prints the lines that set ``WMMA_MAX_WASTE`` (the waste at
   which the tensor cores stop beating the CUDA cores) and ``WGMMA_BY_DEFAULT``;
-  ``--family all`` does the same A/B on HGEMM / bf16 GEMM 4096^3;
+  ``--family all`` does the same A/B on HGEMM / bf16 GEMM 4096^3, with matmul's B[K, N]
+  fed N-major through TMA (``wgmma-te-tma-warp-nmajor``), and prints the lines that set
+  ``WGMMA_MN_MAJOR_BY_DEFAULT``;
 * softmax over the rows of a 4096 x 1024 matrix against ``torch.softmax``;
 * attention's scores as a batched matmul (96 x 512 x 512 x 64) written in plain TE and
   scheduled by ``tc.auto_schedule(args, target="cuda")``, against ``torch.bmm``;
@@ -1434,9 +1436,12 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
     ``wgmma-tma-persistent``, that with one block per SM looping over the output tiles in
     grouped order; ``wgmma-te-tma`` / ``wgmma-te-tma-warp``, the template with
     ``WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=4, producer="tma" / "tma_warp")``
-    on ``dense(A, B^T)`` (its float16 / bfloat16 result).  Each result is checked against
-    torch's float32-accumulated product first.  With ``all`` on an sm_90 device, the
-    lines that decide ``WGMMA_BY_DEFAULT`` follow (:func:`wgmma_decision`)."""
+    on ``dense(A, B^T)`` (its float16 / bfloat16 result); ``wgmma-te-tma-warp-nmajor``,
+    the template on ``matmul(A, B)`` with B as it lies, N-major through the TMA producer
+    warp (:func:`nmajor_build`).  Each result is checked against torch's
+    float32-accumulated product first.  With ``all`` on an sm_90 device, the lines that
+    decide ``WGMMA_BY_DEFAULT`` (:func:`wgmma_decision`) and
+    ``WGMMA_MN_MAJOR_BY_DEFAULT`` (:func:`mn_major_decision`) follow."""
     from tecomp.strategy.cuda.tensorcore import WmmaConfig, schedule_wmma_gemm
     from tecomp.testing import hopper_gemm as hg
 
@@ -1446,6 +1451,7 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
     lines = [f"tensor-core families, {n}^3, float32 accumulation and result, on {drv.name} "
              f"({drv.arch}); median ms (TFLOP/s), interleaved with torch.matmul"]
     ratios: Dict[str, List[float]] = {}
+    mn_ratios: Dict[str, List[float]] = {}
     for dtype in ("float16", "bfloat16"):
         bf16 = dtype == "bfloat16"
         tdt = torch.float16 if not bf16 else torch.bfloat16
@@ -1482,11 +1488,11 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
             B = tc.placeholder((n, n), dtype, name="B")
             C = ops.matmul(A, B, out_dtype="float32")
             sm90a = "cuda -arch=sm_90a"
-            nn_cuda.tensorcore.WGMMA_BY_DEFAULT = True   # (off until this run checks it)
-            try:
-                mod = tc.build(nn_cuda.schedule_matmul(C, sm90a), [A, B, C], target=sm90a)
-            finally:
-                nn_cuda.tensorcore.WGMMA_BY_DEFAULT = False
+            # (the cp.async-fed wgmma, asked for: the default now takes wgmma on matmul's
+            # B[K, N] only through TMA, with WGMMA_MN_MAJOR_BY_DEFAULT)
+            cfg = nn_cuda.tensorcore.wgmma_config(n, n, n, dtype=dtype)
+            mod = tc.build(nn_cuda.schedule_matmul(C, sm90a, config=cfg), [A, B, C],
+                           target=sm90a)
             cg = torch.empty((n, n), device="cuda", dtype=torch.float32)
             mod(ta, tb, cg)
             errors["wgmma"] = max_rel_error(cg.cpu().numpy(), want)
@@ -1528,6 +1534,24 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
                 mod(ta, tw, cy)
                 errors[name] = max_rel_error(cy.float().cpu().numpy(), want)
                 fns[name] = DirectLaunch(mod, [ta, tw, cy], drv)
+            # the template on matmul(A, B) as it lies: B[K, N] N-major through the TMA
+            # producer warp (wgmma's imm-trans-b, no transposed copy): decides
+            # WGMMA_MN_MAJOR_BY_DEFAULT (mn_major_decision); new on a GPU: a failure or a
+            # wrong result is reported and the other variants are timed all the same
+            try:
+                mod = nmajor_build(n, dtype, sm90a)
+                cz = torch.empty((n, n), device="cuda", dtype=torch.float32)
+                mod(ta, tb, cz)
+                err = max_rel_error(cz.cpu().numpy(), want)
+                if err < 2e-3:
+                    errors[NMAJOR] = err
+                    fns[NMAJOR] = DirectLaunch(mod, [ta, tb, cz], drv)
+                else:
+                    lines.append(f"  {dtype}: {NMAJOR} wrong (max relative error {err:.1e}); "
+                                 "not timed")
+            except Exception as e:   # noqa: BLE001 - reported, the comparison goes on
+                lines.append(f"  {dtype}: {NMAJOR} failed: {type(e).__name__}: "
+                             f"{str(e)[:300]}")
         elif family == "wgmma":
             lines.append(f"  {dtype}: wgmma needs an sm_90 device; this is {drv.arch}")
         # the template's variants round their result to the operands' dtype, as torch's
@@ -1542,6 +1566,12 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
         for k in ("wgmma", "wgmma-te-tma", "wgmma-te-tma-warp"):
             if k in med and tcs:
                 ratios.setdefault(k, []).append(min(tcs) / med[k])
+        if NMAJOR in med:
+            for k, ref in (("wmma/mma", min(tcs) if tcs else None),
+                           ("wgmma-te-tma-warp", med.get("wgmma-te-tma-warp")),
+                           ("torch", med["torch"])):
+                if ref:
+                    mn_ratios.setdefault(k, []).append(ref / med[NMAJOR])
         tflops = lambda ms: 2.0 * n ** 3 / (ms * 1e-3) / 1e12  # noqa: E731
         lines.append(f"  {dtype}: " + ", ".join(
             f"{k} {ms:.3f} ms ({tflops(ms):.0f})" + (f" = {med['torch'] / ms:.2f}x torch"
@@ -1551,7 +1581,51 @@ def family_compare(drv, torch, family: str, timer, rounds: int, inner: int, n: i
     if family == "all" and hopper:
         lines += wgmma_decision(ratios)
         lines.append("  (decide with --only odd's lines too: the odd shapes' boundary tiles)")
+        lines += mn_major_decision(mn_ratios)
     return "\n".join(lines)
+
+
+#: the name of the N-major TMA variant in ``--family all`` (:func:`nmajor_build`)
+NMAJOR = "wgmma-te-tma-warp-nmajor"
+
+
+def nmajor_build(n: int, dtype: str, target: str = "cuda -arch=sm_90a"):
+    """``matmul(A[n, n], B[n, n])`` (float32 result) on the template's wgmma fed by a TMA
+    producer warp with ``B[K, N]`` as it lies: the ring's B tiles N-major in chunks of 64
+    n (wgmma's imm-trans-b), ``WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=4,
+    producer="tma_warp")``, what ``WGMMA_MN_MAJOR_BY_DEFAULT`` would make the default."""
+    from tecomp.strategy.cuda.tensorcore import WmmaConfig
+    A = tc.placeholder((n, n), dtype, name="A")
+    B = tc.placeholder((n, n), dtype, name="B")
+    C = ops.matmul(A, B, out_dtype="float32")
+    cfg = WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=4, producer="tma_warp")
+    return tc.build(nn_cuda.schedule_matmul(C, target, config=cfg), [A, B, C], target=target)
+
+
+def mn_major_decision(ratios: Dict[str, List[float]]) -> List[str]:
+    """The lines that decide ``WGMMA_MN_MAJOR_BY_DEFAULT`` (tensorcore.py): ``ratios[ref]``
+    the time of ``ref`` over :data:`NMAJOR`'s, one per dtype (above 1: the N-major ring
+    faster): ``"wmma/mma"`` (what matmul runs on today), ``"wgmma-te-tma-warp"`` (the same
+    ring on B transposed beforehand: what N-major costs), ``"torch"`` (cuBLAS)."""
+    def gm(rs):
+        rs = [r for r in rs if r and r > 0]
+        return math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else None
+    base = gm(ratios.get("wmma/mma", []))
+    if base is None:
+        return ["WGMMA_MN_MAJOR_BY_DEFAULT: nothing measured (not an sm_90 device?)"]
+    lines = [f"WGMMA_MN_MAJOR_BY_DEFAULT (now "
+             f"{nn_cuda.tensorcore.WGMMA_MN_MAJOR_BY_DEFAULT}; only after pytest -m gpu "
+             "tests/test_hopper.py tests/test_wgmma_template.py pass):"]
+    for k, what in (("wmma/mma", "the best of wmma/mma (matmul's default today)"),
+                    ("wgmma-te-tma-warp", "the K-major ring on B^T (dense)"),
+                    ("torch", "torch.matmul")):
+        g = gm(ratios.get(k, []))
+        if g is not None:
+            lines.append(f"  {NMAJOR}: {g:.2f}x {what} (geometric mean over "
+                         f"{len(ratios[k])} dtypes; worst {min(ratios[k]):.2f}x)")
+    lines.append("  -> set WGMMA_MN_MAJOR_BY_DEFAULT = True" if base >= 1.05 else
+                 "  -> keep WGMMA_MN_MAJOR_BY_DEFAULT = False (not 5% faster than wmma/mma)")
+    return lines
 
 
 def main(argv=None) -> int:

@@ -19,9 +19,10 @@ import pytest
 from tecomp.target import tma
 from tecomp.codegen.cuda_hopper import SWIZZLE, WGMMA_N, wgmma_desc
 from tecomp.errors import BuildError
-from tecomp.runtime.nvcc import find_nvcc
+from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.target.cuda import block_shared_limit
 from tecomp.testing import hopper_gemm as hg
+from tecomp.testing import wgmma_probe as wp
 from tecomp.testing.gpu_resources import parse_ptxas
 from helpers import gpu_driver  # noqa: F401  (a fixture)
 
@@ -281,6 +282,72 @@ def test_ptxas_sm90a_has_wgmma_copies_and_mbarriers_and_nothing_spills(variants,
             assert re.search(r"HGMMA\.64x128x16\.F32", sass), sass[:2000]
             for want in sass_wants:
                 assert want in sass, want
+
+
+#: the probe's cases: (imm-trans-a, imm-trans-b, swizzle mode of both, flip, bf16)
+PROBES = [(ta, tb, mode, flip, int(ta + tb + flip == 1 and mode == "128B"))
+          for ta in (0, 1) for tb in (0, 1) for mode in wp.MODES for flip in (0, 1)]
+
+
+def _probe_case(ta, tb, mode, flip, bf16):
+    rng = np.random.default_rng(100 * ta + 10 * tb + 2 * list(wp.MODES).index(mode) + flip)
+    a = hg.to_bits(rng.standard_normal((64, 16)).astype(np.float32), bool(bf16))
+    b = hg.to_bits(rng.standard_normal((wp.N, 16)).astype(np.float32), bool(bf16))
+    img, words = wp.image(a, b, ta, tb, mode, mode, bool(flip))
+    want = hg.from_bits(a, bool(bf16)).astype(np.float64) @ \
+        hg.from_bits(b, bool(bf16)).astype(np.float64).T
+    return img, words, want
+
+
+@needs_cxx
+def test_wgmma_descriptor_layouts_in_the_emulation():
+    """One wgmma.m64n128k16 on operands the host lays out as the PTX ISA's canonical
+    layouts (tecomp/testing/wgmma_probe.py, written from the ISA's table, not from the
+    emulation's code): K-major and MN-major (imm-trans-a / imm-trans-b), no swizzle and
+    the 128B, 64B, 32B swizzles, LBO and SBO told apart (the repeated blocks packed both
+    ways round); the emulation's product is float64's.  The same image read with the
+    transpose bit flipped, or B's LBO and SBO exchanged, is not."""
+    for ta, tb, mode, flip, bf16 in PROBES:
+        img, words, want = _probe_case(ta, tb, mode, flip, bf16)
+        d = wp.run_emu(img, words, ta, tb, bool(bf16))
+        np.testing.assert_allclose(d, want, rtol=1e-5, atol=1e-4,
+                                   err_msg=f"trans {ta}{tb}, {mode}, flip {flip}")
+        swapped = words.copy()
+        swapped[5], swapped[6] = words[6], words[5]
+        for w, t in ((words, 1 - tb), (swapped, tb)):
+            try:
+                wrong = wp.run_emu(img, w, ta, t, bool(bf16))
+            except BuildError as e:   # (read past the arena: the emulation says so)
+                assert "outside the" in str(e), e
+                continue
+            assert not np.allclose(wrong, want, rtol=1e-5, atol=1e-4), (ta, tb, mode, flip)
+
+
+@needs_nvcc
+def test_the_wgmma_probe_compiles_for_sm90a():
+    """The probe's device text (what the GPU test runs): wgmma with each pair of
+    transpose bits, for float16 and bfloat16."""
+    ptx = compile_ptx(wp.source(device=True), "sm_90a")
+    for t in ("f16", "bf16"):
+        for ta, tb in ((0, 0), (0, 1), (1, 0), (1, 1)):
+            assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.{t}\.{t} "
+                             rf"\{{[^}}]*\}}, %rd\d+, %rd\d+, p, 1, 1, {ta}, {tb};", ptx), (t, ta, tb)
+
+
+@pytest.mark.gpu
+def test_wgmma_descriptor_layouts_on_the_gpu(gpu_driver):
+    """The probe's cases on an sm_90 device: the hardware reads the canonical layouts
+    (and the transpose bits) as the emulation does."""
+    if gpu_driver.arch not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma needs an sm_90 device; this is {gpu_driver.arch}")
+    probe = wp.GpuProbe(gpu_driver)
+    bad = []
+    for ta, tb, mode, flip, bf16 in PROBES:
+        img, words, want = _probe_case(ta, tb, mode, flip, bf16)
+        d = probe.run(img, words, ta, tb, bool(bf16))
+        if not np.allclose(d, want, rtol=1e-3, atol=1e-2):
+            bad.append((ta, tb, mode, flip, bf16))
+    assert not bad, f"the hardware reads these probe layouts otherwise: {bad}"
 
 
 @needs_nvcc

@@ -834,3 +834,18 @@ def test_gpu_benchmark_odd_families_build_and_decide():
     assert got[-1] == ("  -> set WGMMA_BY_DEFAULT = True and make wgmma-tma's producer the "
                        "WGMMA_CONFIGS default")
     assert BENCH.wgmma_decision({"wgmma": [0.9]})[-1].startswith("  -> keep")
+
+
+def test_gpu_benchmark_n_major_variant_builds_and_decides():
+    """``--family all``'s wgmma-te-tma-warp-nmajor (benchmarks/gpu.py): matmul(A, B) with
+    B[K, N] N-major through the TMA producer warp (wgmma's imm-trans-b, a 3-d box of B),
+    and the lines that set WGMMA_MN_MAJOR_BY_DEFAULT from the timings."""
+    src = BENCH.nmajor_build(256, "float16").get_source()
+    assert "tc_wgmma_m64n128k16_f16_tb(" in src and "tc_tma_load_3d(" in src
+    got = BENCH.mn_major_decision({"wmma/mma": [1.3, 1.2], "wgmma-te-tma-warp": [0.95, 1.0],
+                                   "torch": [0.7, 0.72]})
+    assert got[0].startswith("WGMMA_MN_MAJOR_BY_DEFAULT (now False;")
+    assert got[1].startswith(f"  {BENCH.NMAJOR}: 1.25x the best of wmma/mma")
+    assert got[-1] == "  -> set WGMMA_MN_MAJOR_BY_DEFAULT = True"
+    assert BENCH.mn_major_decision({"wmma/mma": [1.01]})[-1].startswith("  -> keep")
+    assert BENCH.mn_major_decision({})[0].endswith("nothing measured (not an sm_90 device?)")

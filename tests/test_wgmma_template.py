@@ -247,6 +247,21 @@ def test_ptxas_sm90a_swizzled_cp_async_rows():
     assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, use
 
 
+def _ptxas_clean(mod, src, *sass_wants):
+    """ptxas for sm_90a: wgmma not serialised, no spills, the shared memory within
+    sm_90's limit; HGMMA.64x128x16 (and ``sass_wants``) in the SASS where a disassembler
+    is installed."""
+    report, sass = ptxas_build(src, "sm_90a", sass=True)
+    assert "serialized" not in report, report
+    (use,) = parse_ptxas(report).values()
+    assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, use
+    assert mod.kernels[0].shared_bytes <= block_shared_limit("sm_90a")
+    if sass is not None:
+        assert re.search(r"HGMMA\.64x128x16\.F32", sass), sass[:1000]
+        for want in sass_wants:
+            assert want in sass, want
+
+
 @needs_nvcc
 @pytest.mark.parametrize("dtype,layout", [
     ("float16", "dense"), pytest.param("bfloat16", "matmul", marks=long_only)])
@@ -274,13 +289,7 @@ def test_ptxas_sm90a_hgmma_and_no_spills(dtype, layout):
         assert "cp.async.bulk.tensor" in ptx and "mbarrier" in ptx
     else:                   # the threads' cp.async ring
         assert "fence.proxy.async.shared::cta" in ptx and "cp.async.commit_group" in ptx
-    report, sass = ptxas_build(src, "sm_90a", sass=True)
-    assert "serialized" not in report, report
-    (use,) = parse_ptxas(report).values()
-    assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, use
-    assert mod.kernels[0].shared_bytes <= block_shared_limit("sm_90a")
-    if sass is not None:   # (where a disassembler is installed)
-        assert re.search(r"HGMMA\.64x128x16\.F32", sass), sass[:1000]
+    _ptxas_clean(mod, src)
 
 
 @needs_nvcc
@@ -340,11 +349,210 @@ def test_wgmma_template_on_the_gpu(gpu_driver, dtype, layout):
 
 
 
+NMAJOR = [  # M, N, K, dtype, producer, config: matmul's B[K, N] N-major on TMA rings
+    # boundary tiles in M, N (192 = 1.5 blocks: the second chunk's box past N) and K; 128B
+    (200, 192, 136, "float16", "tma", W(8, 1, 1, 8, 64, family="wgmma", stages=3,
+                                        producer="tma")),
+    # N = 80: chunks of 16 (32B swizzle), a producer warp, 1 warpgroup
+    pytest.param(130, 80, 72, "bfloat16", "tma_warp",
+                 W(4, 1, 1, 8, 64, family="wgmma", stages=2, producer="tma_warp"),
+                 marks=long_only),
+    pytest.param(64, 96, 264, "bfloat16", "tma_warp",   # chunks of 32 (64B), 4 stages
+                 W(4, 1, 1, 8, 64, family="wgmma", stages=4, producer="tma_warp"),
+                 marks=long_only),
+    pytest.param(100, 64, 96, "float16", "tma",          # k steps of 32, N one chunk
+                 W(4, 1, 1, 4, 32, family="wgmma", stages=3, producer="tma"),
+                 marks=long_only),
+]
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,dtype,producer,cfg", NMAJOR)
+def test_matmul_n_major_b_on_tma_rings_in_the_emulation(M, N, K, dtype, producer, cfg):
+    """``matmul(A[M, K], B[K, N])`` on wgmma fed by TMA with B as it lies: B's tile one 3-d
+    box (chunks of N, k, chunks) into a ring swizzled by the chunk's bytes, read by
+    descriptors with wgmma's imm-trans-b set (the emulation decodes the N-major layout
+    as the PTX ISA's canonical layouts do: a wrong LBO, SBO, swizzle or transpose bit
+    gives a wrong product here); float64's result, no bank conflict in wgmma's reads."""
+    A, B, C = gemm(M, N, K, dtype, "matmul")
+    s = sc.schedule_matmul(C, "cuda-emu", config=cfg)
+    chunk = tensorcore.mn_chunk(cfg, N)
+    assert f"_k{cfg.k_tile}_rows_bmn{chunk} (accumulate)" in str(tc.lower(s, [A, B, C]))
+    mod = tc.build(s, [A, B, C], target="cuda-emu")
+    src = mod.get_source()
+    # (one box: 3-d over the chunks, 2-d where the tile is one chunk)
+    assert f"tc_wgmma_m64n{cfg.block_n}k16_{'bf16' if dtype == 'bfloat16' else 'f16'}_tb(" \
+        in src and f"tc_tma_load_{3 if cfg.block_n > chunk else 2}d(&B_shared" in src
+    g = torch.Generator().manual_seed(M + N + K)
+    a = torch.randn(M, K, generator=g).to(TORCH[dtype])
+    b = torch.randn(K, N, generator=g).to(TORCH[dtype])
+    c = np.full((M, N), np.nan, np.float32)
+    mod.shared_memory_stats(reset=True)
+    mod(a, b, c)
+    np.testing.assert_allclose(c, (a.double() @ b.double()).numpy(), rtol=1e-4, atol=1e-3)
+    st = mod.shared_memory_stats()
+    assert st["wgmma_phases"] > 0 and st["wgmma_bank_conflicts"] == 0, st
+
+
+@needs_cxx
+@pytest.mark.parametrize("M,N,K,dtype,bt,cfg", [
+    # A[K, M] and B[K, N]: M = 96 in chunks of 32 (64B; the second warpgroup's block half
+    # past M), N = 80 in chunks of 16 (32B); a producer warp
+    (96, 80, 136, "bfloat16", False, W(8, 1, 1, 8, 64, family="wgmma", stages=3,
+                                       producer="tma_warp")),
+    pytest.param(208, 192, 72, "float16", True,   # A M-major, W[N, K] K-major; chunks of 16
+                 W(8, 1, 1, 8, 64, family="wgmma", stages=2, producer="tma"),
+                 marks=long_only),
+])
+def test_m_major_a_on_tma_rings_in_the_emulation(M, N, K, dtype, bt, cfg):
+    """``C = A^T B`` with ``A[K, M]`` stored (a weight gradient's layout) on the TMA rings:
+    A's tile in chunks of M as B's in chunks of N, read M-major (wgmma's imm-trans-a: the
+    descriptors' start the warpgroup's block, LBO the next chunk of M); float64's result."""
+    mod = _a_k_m_gemm(M, N, K, dtype, bt, cfg, "cuda-emu")
+    st = mod.shared_memory_stats()
+    assert st["wgmma_phases"] > 0 and st["wgmma_bank_conflicts"] == 0, st
+
+
+def _a_k_m_gemm(M, N, K, dtype, bt, cfg, target):
+    """``A[K, M]^T @ B[K, N]`` (``bt``: ``@ W[N, K]^T``) on ``cfg`` built for ``target``
+    (run on the device for a GPU target), checked against float64; the module."""
+    A = tc.placeholder((K, M), dtype, name="A")
+    B = tc.placeholder((N, K) if bt else (K, N), dtype, name="B")
+    k = tc.reduce_axis((0, K), name="k")
+    C = tc.compute((M, N), lambda i, j: tc.sum(A[k, i].astype("float32") * (
+        B[j, k] if bt else B[k, j]).astype("float32"), axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    schedule_wmma_gemm(s, C, cfg)
+    mod = tc.build(s, [A, B, C], target=target)
+    assert f"k16_{'bf16' if dtype == 'bfloat16' else 'f16'}_{'ta' if bt else 'tab'}(" \
+        in mod.get_source()
+    g = torch.Generator().manual_seed(M + N + K)
+    a = torch.randn(K, M, generator=g).to(TORCH[dtype])
+    b = torch.randn(*((N, K) if bt else (K, N)), generator=g).to(TORCH[dtype])
+    c = torch.full((M, N), float("nan"))
+    if target == "cuda-emu":
+        mod.shared_memory_stats(reset=True)
+        mod(a, b, c)
+    else:
+        cd = c.cuda()
+        mod(a.cuda(), b.cuda(), cd)
+        c = cd.cpu()
+    want = a.double().T @ (b.double().T if bt else b.double())
+    np.testing.assert_allclose(c.numpy(), want.numpy(), rtol=1e-3, atol=1e-2)
+    return mod
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,dtype,bt", [(96, 80, 136, "bfloat16", False),
+                                            (208, 192, 72, "float16", True)])
+def test_m_major_a_on_the_gpu(gpu_driver, M, N, K, dtype, bt):
+    if gpu_driver.arch not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma needs an sm_90 device; this is {gpu_driver.arch}")
+    _a_k_m_gemm(M, N, K, dtype, bt, W(8, 1, 1, 8, 64, family="wgmma", stages=3,
+                                      producer="tma_warp"), SM90A)
+
+
+@needs_cxx
+def test_matmul_n_major_b_with_a_fused_epilogue_in_the_emulation():
+    """The default's tiling with WGMMA_MN_MAJOR_BY_DEFAULT on odd extents:
+    ``relu(matmul(A, B) + bias)`` into bfloat16, 130 x 80 x 72 (64 x 64 blocks, k steps
+    of 16: A's rows and B's chunks of 16 n both 32B-swizzled, a producer warp), the
+    accumulators through the shared tile of C."""
+    M, N, K = 130, 80, 72
+    A, B, C = gemm(M, N, K, "bfloat16", "matmul")
+    bias = tc.placeholder((N,), "float32", name="bias")
+    Y = tc.compute((M, N), lambda i, j: tc.max(C[i, j] + bias[j], tc.const(0.0))
+                   .astype("bfloat16"), name="Y")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", True)
+        mp.setattr(tensorcore, "WGMMA_THREADS_BY_DEFAULT", False)
+        cfg = tensorcore.default_wgmma(M, N, K, False, True, epilogue=True,
+                                       max_shared=block_shared_limit("sm_90a"),
+                                       dtype="bfloat16")
+    assert cfg.producer == "tma_warp" and cfg.k_tile == 16
+    s = sc.schedule_matmul(Y, "cuda-emu", config=cfg)
+    text = str(tc.lower(s, [A, B, bias, Y]))
+    assert "_k16_rows_bmn16 (accumulate)" in text and "'32B')" in text
+    mod = tc.build(s, [A, B, bias, Y], target="cuda-emu")
+    g = torch.Generator().manual_seed(11)
+    a, b = (torch.randn(*sh, generator=g).bfloat16() for sh in ((M, K), (K, N)))
+    bv = torch.randn(N, generator=g)
+    y = torch.zeros((M, N), dtype=torch.bfloat16)
+    mod(a, b, bv, y)
+    want = torch.relu(a.double() @ b.double() + bv.double()).bfloat16()
+    np.testing.assert_allclose(y.float().numpy(), want.float().numpy(), rtol=2e-2, atol=2e-2)
+
+
+def test_the_n_major_tma_ring_stays_off_by_default(monkeypatch):
+    """``WGMMA_MN_MAJOR_BY_DEFAULT`` (off until measured on a GPU): matmul's B[K, N] (and
+    an A[K, M]) takes the TMA producer warp only with it, and only where N (M) is a
+    multiple of 16 (the chunks of the tensor map's view); a single k step never."""
+    monkeypatch.setattr(tensorcore, "WGMMA_THREADS_BY_DEFAULT", False)
+    assert not tensorcore.WGMMA_MN_MAJOR_BY_DEFAULT   # (as shipped)
+    monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", False)
+    assert tensorcore.default_wgmma(4096, 4096, 4096, False, True) is None
+    monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", True)
+    assert tensorcore.default_wgmma(4096, 4096, 4096, False, True).producer == "tma_warp"
+    assert tensorcore.default_wgmma(1000, 3072, 768, False, True).producer == "tma_warp"
+    assert tensorcore.default_wgmma(256, 256, 128, True, True).producer == "tma_warp"
+    for M, N, K, at in ((256, 200, 128, False), (256, 256, 100, False),
+                        (256, 256, 32, False), (200, 256, 128, True)):
+        assert tensorcore.default_wgmma(M, N, K, at, True) is None, (M, N, K, at)
+    A, B, C = gemm(4096, 4096, 4096, "float16", "matmul")
+    assert "_rows_bmn64" in str(tc.lower(sc.schedule_matmul(C, SM90A), [A, B, C]))
+
+
+@needs_nvcc
+def test_ptxas_sm90a_n_major_b_tma_ring():
+    """HGEMM 4096^3 ``matmul(A, B)`` on the N-major TMA ring with a producer warp (the
+    config benchmarks/gpu.py times as wgmma-te-tma-warp-nmajor): wgmma with imm-trans-b
+    set, B's descriptors N-major (128B swizzle, LBO 8192: the next chunk of 64 n, SBO
+    1024: the next 8 k), 3-d and 2-d bulk tensor copies, no spills, the shared memory
+    within sm_90's limit."""
+    A, B, C = gemm(4096, 4096, 4096, "float16", "matmul")
+    cfg = WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=4, producer="tma_warp")
+    mod = tc.build(sc.schedule_matmul(C, SM90A, config=cfg), [A, B, C], target=SM90A)
+    src = mod.get_source()
+    ptx = compile_ptx(src, "sm_90a")
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16 "
+                     r"\{[^}]*\}, %rd\d+, %rd\d+, p, 1, 1, 0, 1;", ptx)
+    assert str((1 << 62) | (64 << 32) | (512 << 16)) in ptx   # B: 128B, SBO 1024, LBO 8192
+    for want in ("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes",
+                 "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+                 "mbarrier.try_wait.parity.shared::cta.b64"):
+        assert want in ptx, want
+    _ptxas_clean(mod, src, "UTMALDG.3D")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,dtype", [(256, 384, 192, "float16"), (256, 384, 192, "bfloat16"),
+                                         (200, 192, 136, "float16"), (130, 80, 72, "bfloat16")])
+def test_matmul_n_major_b_on_the_gpu(gpu_driver, monkeypatch, M, N, K, dtype):
+    """The N-major TMA ring on an sm_90 device, as the default takes it with
+    WGMMA_MN_MAJOR_BY_DEFAULT (the tensor map's 3-d view of B[K, N], the chunks' swizzle
+    and wgmma's imm-trans-b against the hardware; odd M, N and K: the boxes' zeros)."""
+    if gpu_driver.arch not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma needs an sm_90 device; this is {gpu_driver.arch}")
+    monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", True)
+    A, B, C = gemm(M, N, K, dtype, "matmul")
+    s = sc.schedule_matmul(C, SM90A)
+    assert "_rows_bmn" in str(tc.lower(s, [A, B, C]))
+    mod = tc.build(s, [A, B, C], target=SM90A)
+    g = torch.Generator().manual_seed(M + N)
+    a = torch.randn(M, K, generator=g).to(TORCH[dtype])
+    b = torch.randn(K, N, generator=g).to(TORCH[dtype])
+    ca = torch.full((M, N), float("nan")).cuda()
+    mod(a.cuda(), b.cuda(), ca)
+    np.testing.assert_allclose(ca.cpu().numpy(), (a.double() @ b.double()).numpy(),
+                               rtol=1e-3, atol=1e-2)
+
+
 @needs_cxx
 @pytest.mark.parametrize("seed", range(40 if LONG else 1))
 def test_fuzz_wgmma_tilings_in_the_emulation(seed):
     """Random wgmma tilings (1 or 2 warpgroups, N of 16..128, k steps, rings or none,
-    the cp.async ring or -- dense, double-buffered -- the swizzled TMA ring), operand
+    the cp.async ring or -- double-buffered -- the swizzled TMA ring, matmul's B N-major
+    in chunks of N), operand
     layouts, dtypes, epilogues (bias + ReLU into a 16-bit result) and extents the tiles
     divide or not (boundary tiles; K a multiple of 8 for TMA) against torch in float64."""
     rng = np.random.default_rng(9000 + seed)
@@ -355,9 +563,11 @@ def test_fuzz_wgmma_tilings_in_the_emulation(seed):
     kt = int(rng.choice([16, 32, 64]))
     odd = bool(rng.integers(0, 2))
     db = bool(rng.integers(0, 2))
-    tma = db and layout == "dense" and bool(rng.integers(0, 2))
+    tma = db and bool(rng.integers(0, 2))
     M = 16 * wm * int(rng.integers(1, 3)) - (int(rng.integers(1, 40)) if odd else 0)
     N = 16 * fn * int(rng.integers(1, 3)) - (int(rng.integers(1, 16 * fn)) if odd else 0)
+    if tma and layout == "matmul":   # (B[K, N] N-major in chunks of 16 n or more)
+        N = max(16, N - N % 16)
     K = kt * int(rng.integers(1, 4)) - ((int(rng.integers(1, kt // 8)) * 8 if kt > 8 and tma
                                          else int(rng.integers(1, kt))) if odd else 0)
     K = max(K, 8 if not tma else kt + 8)   # (TMA: two k steps or more, the ring's loop)

@@ -1495,57 +1495,71 @@ inline void wgmma_wait_group(int n) {
   wgmma_fenced_flags()[current->linear_thread()] = 0;
 }
 
-// One byte address of a K-major operand's element (row r, k) in the shared window,
+// One byte address of an operand's element (row r of M or N, k) in the shared window,
 // decoded from a matrix descriptor ("Matrix Descriptor Format": start address bits 0-13,
 // leading byte offset 16-29, stride byte offset 32-45, base offset 49-51, swizzle mode
-// 62-63 -- 0 none, 1 128B, 2 64B, 3 32B; addresses and offsets in units of 16 bytes).
-// No swizzle: 8 x 16-byte core matrices of 128 contiguous bytes, LBO between core
-// matrices along K, SBO between 8-row groups.  Swizzled: rows of 128 / 64 / 32 bytes
-// along K, 8-row groups SBO apart (LBO unused: a k16 slice of 16-bit elements never
-// leaves a row), and the 16-byte chunk bits 4.. of the address XORed with bits 7..
-// ("Shared Memory Matrix Layout" / the swizzling modes: the pattern repeats every 1024,
-// 512, 256 bytes).
-inline unsigned wgmma_addr(uint64_t desc, int r, int k, int elem_bytes) {
+// 62-63 -- 0 none, 1 128B, 2 64B, 3 32B; addresses and offsets in units of 16 bytes),
+// as the PTX ISA's canonical layouts place it ("Shared Memory Matrix Layout": "Leading
+// / Stride Dimension Byte Offset", "Canonical Layouts").
+// K-major (imm-trans 0).  No swizzle: 8 x 16-byte core matrices of 128 contiguous bytes,
+// LBO between core matrices along K, SBO between 8-row groups.  Swizzled: rows of 128 /
+// 64 / 32 bytes along K, 8-row groups SBO apart (LBO unused: a k16 slice of 16-bit
+// elements never leaves a row).
+// MN-major (imm-trans 1: A M-major, B N-major).  No swizzle: core matrices of 8 k rows
+// of 16 bytes along M/N (128 contiguous bytes), SBO between them along M/N, LBO between
+// 8-k groups.  Swizzled: rows of 128 / 64 / 32 bytes along M/N, one per k, 8 k rows a
+// pattern, 8-k groups SBO apart and the next 128 / 64 / 32 bytes of M/N LBO apart.
+// Swizzled either way, the 16-byte chunk bits 4.. of the address are XORed with bits
+// 7.. (the swizzling modes: the pattern repeats every 1024, 512, 256 bytes).
+inline unsigned wgmma_addr(uint64_t desc, int r, int k, int elem_bytes, int mn_major = 0) {
   unsigned start = (unsigned)(desc & 0x3fffu) << 4;
   unsigned lbo = (unsigned)((desc >> 16) & 0x3fffu) << 4;
   unsigned sbo = (unsigned)((desc >> 32) & 0x3fffu) << 4;
   unsigned mode = (unsigned)(desc >> 62);
   unsigned kb = (unsigned)k * (unsigned)elem_bytes;
-  if (mode == 0)
+  unsigned rb = (unsigned)r * (unsigned)elem_bytes;
+  if (mode == 0) {
+    if (mn_major)
+      return start + (rb / 16) * sbo + (unsigned)(k / 8) * lbo + (unsigned)(k % 8) * 16 + rb % 16;
     return start + (unsigned)(r / 8) * sbo + (kb / 16) * lbo + (unsigned)(r % 8) * 16 + kb % 16;
+  }
   unsigned width = 256u >> mode;     // 128, 64, 32 bytes per row
   unsigned mask = (16u >> mode) - 1;  // 7, 3, 1: the row bits of a pattern
-  unsigned a = start + (unsigned)(r / 8) * sbo + (unsigned)(r % 8) * width + kb;
+  unsigned a = mn_major
+      ? start + (rb / width) * lbo + (unsigned)(k / 8) * sbo + (unsigned)(k % 8) * width + rb % width
+      : start + (unsigned)(r / 8) * sbo + (unsigned)(r % 8) * width + kb;
   return a ^ (((a >> 7) & mask) << 4);
 }
 
-inline void wgmma_check_desc(const char* op, uint64_t desc, int rows) {
+inline void wgmma_check_desc(const char* op, uint64_t desc, int rows, int mn_major) {
   if ((desc >> 49) & 7u)
     warp_op_error(op, "the descriptor's matrix base offset is not 0 (the emulation supports "
                       "swizzle patterns aligned to their repeat: 1024 bytes for 128B)");
   if ((desc >> 14) & 3u || (desc >> 30) & 3u || (desc >> 46) & 7u || (desc >> 52) & 0x3ffu)
     warp_op_error(op, "a reserved bit of the matrix descriptor is set");
-  // every byte the operand touches must lie in the arena
+  // every byte the operand touches must lie in the arena: its 16-byte pieces (8 elements
+  // along k for K-major, along M/N for MN-major)
   SmemWindow& w = smem_window();
-  for (int r = 0; r < rows; ++r)
-    for (int k = 0; k < 16; k += 8) {
-      unsigned a = wgmma_addr(desc, r, k, 2);
+  for (int r = 0; r < rows; r += mn_major ? 8 : 1)
+    for (int k = 0; k < 16; k += mn_major ? 1 : 8) {
+      unsigned a = wgmma_addr(desc, r, k, 2, mn_major);
       if (!w.lo || (unsigned long long)a + 16 > w.bytes) {
         char buf[200];
         snprintf(buf, sizeof buf, "the matrix descriptor 0x%016llx addresses shared bytes "
-                 "0x%x.. (row %d), outside the %llu-byte shared arena",
-                 (unsigned long long)desc, a, r, w.bytes);
+                 "0x%x.. (row %d, k %d), outside the %llu-byte shared arena",
+                 (unsigned long long)desc, a, r, k, w.bytes);
         warp_op_error(op, buf);
       }
     }
 }
 
-// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}, A and B K-major in
-// shared memory: d = A . B^T (+ d when scale_d).  Thread t of the warpgroup (warp w =
-// t / 32, g = lane / 4, q = lane % 4) holds in d[i] the element
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}, A and B in shared
+// memory, K-major, or MN-major where imm-trans-a (tnsp_a) / imm-trans-b (tnsp_b) is 1:
+// d = A . B^T (+ d when scale_d).  Thread t of the warpgroup (warp w = t / 32, g = lane
+// / 4, q = lane % 4) holds in d[i] the element
 //   D[16 w + g + 8 ((i / 2) % 2)][8 (i / 4) + 2 q + i % 2],   i < N / 2.
 inline void wgmma_m64nNk16(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d, int n,
-                           int bf16) {
+                           int bf16, int tnsp_a = 0, int tnsp_b = 0) {
   const char* op = "wgmma.mma_async.m64nNk16";
   Runner* r = current;
   int t = r->linear_thread();
@@ -1568,8 +1582,8 @@ inline void wgmma_m64nNk16(float* d, uint64_t desc_a, uint64_t desc_b, int scale
     if (memcmp(w[i].w, mine.w, 5 * sizeof(unsigned)) != 0)
       warp_op_error(op, "the lanes of a warp give different descriptors or scale-d (they must "
                         "be the same across the warpgroup)");
-  wgmma_check_desc(op, desc_a, 64);
-  wgmma_check_desc(op, desc_b, n);
+  wgmma_check_desc(op, desc_a, 64, tnsp_a);
+  wgmma_check_desc(op, desc_b, n, tnsp_b);
   if (lane == 0) {  // the warpgroup's 4 warps issue one wgmma: the same descriptors
     int warp = t / 32, wg = warp / 4;
     Lock lk(wgmma_lock());
@@ -1590,14 +1604,15 @@ inline void wgmma_m64nNk16(float* d, uint64_t desc_a, uint64_t desc_b, int scale
     }
   }
   if (t % 128 == 0) {   // the warpgroup's operand reads: A's 64 rows, B's n, 2 k chunks
-    long long waves = 0, phases = 0;
-    for (int op_i = 0; op_i < 2; ++op_i) {
+    long long waves = 0, phases = 0;   // (a core matrix: 8 rows of 16 bytes along k, or
+    for (int op_i = 0; op_i < 2; ++op_i) {   // MN-major 8 k rows of 16 bytes along M/N)
       uint64_t desc = op_i ? desc_b : desc_a;
-      int rows = op_i ? n : 64;
+      int rows = op_i ? n : 64, mn = op_i ? tnsp_b : tnsp_a;
       for (int r0 = 0; r0 < rows; r0 += 8)
         for (int k = 0; k < 16; k += 8) {
           uintptr_t a[8];
-          for (int r = 0; r < 8; ++r) a[r] = wgmma_addr(desc, r0 + r, k, 2);
+          for (int r = 0; r < 8; ++r)
+            a[r] = mn ? wgmma_addr(desc, r0, k + r, 2, 1) : wgmma_addr(desc, r0 + r, k, 2);
           waves += phase_wavefronts(a);
           ++phases;
         }
@@ -1614,8 +1629,8 @@ inline void wgmma_m64nNk16(float* d, uint64_t desc_a, uint64_t desc_b, int scale
     float acc = scale_d ? d[i] : 0.0f;
     for (int k = 0; k < 16; ++k) {
       unsigned short av, bv;
-      memcpy(&av, base + wgmma_addr(desc_a, row, k, 2), 2);
-      memcpy(&bv, base + wgmma_addr(desc_b, col, k, 2), 2);
+      memcpy(&av, base + wgmma_addr(desc_a, row, k, 2, tnsp_a), 2);
+      memcpy(&bv, base + wgmma_addr(desc_b, col, k, 2, tnsp_b), 2);
       acc += b16_to_float(av, bf16) * b16_to_float(bv, bf16);
     }
     d[i] = acc;

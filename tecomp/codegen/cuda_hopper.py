@@ -31,6 +31,9 @@ The helpers (``{q}`` is the renderer's qualifier, ``__device__ __forceinline__``
     tc_wgmma_wait<N>()                 // wgmma.wait_group.sync.aligned N
     tc_wgmma_m64n<N>k16_<t>(d, da, db, scale_d)
                                        // wgmma.mma_async.sync.aligned.m64nNk16.f32.t.t
+    tc_wgmma_m64n<N>k16_<t>_tb / _ta / _tab(...)
+                                       // the same, B N-major / A M-major / both in shared
+                                       //   memory (imm-trans-b / imm-trans-a 1)
 
 ``tc_bulk_g2s`` copies contiguous bytes (a tile pre-tiled in global memory, already in its
 shared layout); ``tc_tma_load_*d`` copy a box of a tensor (TMA), swizzled on the way and
@@ -46,7 +49,7 @@ from typing import Dict
 from ..errors import ScheduleError, TargetError
 from ..target.cuda import sm_number
 # the descriptors' swizzle modes: the tensor intrinsics' (te) facts, read here too
-from ..te.intrin_wgmma import SWIZZLE, SWIZZLE_ROW_BYTES  # noqa: F401
+from ..te.intrin_wgmma import SWIZZLE, SWIZZLE_ROW_BYTES, TRANS_SUFFIX  # noqa: F401
 
 #: warpgroup: the 4 consecutive warps that issue one wgmma together
 WARPGROUP = 128
@@ -130,24 +133,26 @@ def _helper(comment: str, sig: str, emu: str, gpu: str, need: str = _NEED90) -> 
 _SMEM = "(unsigned)__cvta_generic_to_shared"
 
 
-def _wgmma(n: int, t: str) -> str:
+def _wgmma(n: int, t: str, ta: int = 0, tb: int = 0) -> str:
     regs = n // 2
     dlist = ", ".join(f"%{i}" for i in range(regs))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     gpu = (f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
            f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} "\n'
-           f'               "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"\n'
+           f'               "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, {ta}, {tb};\\n}}\\n"\n'
            f'               : {outs}\n'
            f'               : "l"(da), "l"(db), "r"(scale_d));')
+    major = (f"A ({'M' if ta else 'K'}-major)", f"B ({'N' if tb else 'K'}-major)")
     return _helper(
-        f"// d (= or +=) A . B^T, wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}: A\n"
-        f"// (64 x 16) and B (N x 16) K-major in shared memory (descriptors da, db), d the\n"
-        f"// thread's {regs} floats of the 64 x {n} accumulator (the PTX ISA's wgmma D\n"
-        "// fragment: d[i] = D[16 w + g + 8 ((i / 2) % 2)][8 (i / 4) + 2 q + i % 2], w the\n"
-        "// warp in the warpgroup, g = lane / 4, q = lane % 4); scale_d 0: d = A . B^T.",
-        f"void tc_wgmma_m64n{n}k16_{t}(float* d, unsigned long long da, unsigned long long db, "
-        "int scale_d)",
-        f"  tecomp_emu::wgmma_m64nNk16(d, da, db, scale_d, {n}, {int(t == 'bf16')});",
+        f"// d (= or +=) A . B^T, wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}: {major[0]}\n"
+        f"// (64 x 16) and {major[1]} (N x 16) in shared memory (descriptors da, db;\n"
+        f"// imm-trans-a {ta}, imm-trans-b {tb}), d the thread's {regs} floats of the 64 x {n}\n"
+        "// accumulator (the PTX ISA's wgmma D fragment: d[i] = D[16 w + g + 8 ((i / 2) % 2)]\n"
+        "// [8 (i / 4) + 2 q + i % 2], w the warp in the warpgroup, g = lane / 4, q = lane %\n"
+        "// 4); scale_d 0: d = A . B^T.",
+        f"void tc_wgmma_m64n{n}k16_{t}{TRANS_SUFFIX[ta, tb]}(float* d, unsigned long long da, "
+        "unsigned long long db, int scale_d)",
+        f"  tecomp_emu::wgmma_m64nNk16(d, da, db, scale_d, {n}, {int(t == 'bf16')}, {ta}, {tb});",
         gpu, _NEED90A)
 
 
@@ -277,7 +282,8 @@ HOPPER_HELPERS: Dict[str, str] = {
         "void tc_wgmma_wait()", "  tecomp_emu::wgmma_wait_group(N);",
         '  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");',
         _NEED90A),
-    **{f"tc_wgmma_m64n{n}k16_{t}": _wgmma(n, t) for t in ("f16", "bf16") for n in WGMMA_N},
+    **{f"tc_wgmma_m64n{n}k16_{t}{sfx}": _wgmma(n, t, *tr) for tr, sfx in TRANS_SUFFIX.items()
+       for t in ("f16", "bf16") for n in WGMMA_N},
 }
 
 #: the helpers that make their threads wait for each other (the emulation then runs the

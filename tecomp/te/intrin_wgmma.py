@@ -22,6 +22,17 @@ exactly the swizzle's bytes, K = 64 with 128B, 32 with 64B, 16 with 32B), the
 descriptors carrying the same swizzle mode (SBO the 8-row pattern's bytes).  The fill
 for their accumulators is ``cuda.wgmma_fill_f32_n<N>_rows``.
 
+``cuda.wgmma_{f16f16f32,bf16bf16f32}_n<N>_k<K>_rows_bmn<C>`` (C 64, 32, 16) read B
+N-major, as ``B[K, N]`` lies: ``b[jo, ji, k]`` (``N / C`` chunks of ``C`` n, ``K`` rows
+each), ``c[i, jo, ji]``: the tile of ``cache_read(B, ..., blocks=[(0, K), (1, C)])`` in
+a ring swizzled by the chunk's bytes (C 64: 128B, 32: 64B, 16: 32B).  Each wgmma has its
+imm-trans-b set (``tc_wgmma_m64n<N>k16_<t>_tb``) and B's descriptor is the PTX ISA's
+MN-major swizzled layout: rows of C n, one per k, 8 k a pattern, SBO from 8 k to the next
+8, LBO from one chunk of n to the next (each 16 of k two patterns further).  Their fill is
+``cuda.wgmma_fill_f32_n<N>_rows_bmn<C>``.  Both ``_rows`` kinds read ``a`` M-major where
+its strides are ``[1, C]`` (``A[K, M]``'s tile in chunks of C of m, ``K`` rows each, as
+B's): imm-trans-a, the descriptor's start the warpgroup's block of the strip's chunk.
+
 The declared computation, per warp, is ``c[io, ii, jo, ji] += f32(a[io, ko, ii, ki]) *
 f32(b[ko, jo, ji, ki])`` -- a ``16 x 16`` block of A (row ``8 io + ii``, k ``8 ko + ki``)
 and a ``16 x N`` block of B stored K-major, in 8 x 8 *core matrices* of 128 contiguous
@@ -65,6 +76,14 @@ WGMMA_TILE_N = (16, 32, 64, 128, 256)
 #: the k of the declared intrinsics: 16 (``cuda.wgmma_*_n<N>``), and whole k steps of 32
 #: or 64 (``cuda.wgmma_*_n<N>_k<K>``: K / 16 wgmmas committed as one group, waited once)
 WGMMA_TILE_K = (16, 32, 64)
+#: the chunks of N of an N-major B tile (the ``_bmn<chunk>`` intrinsics): a row of 16-bit
+#: elements of the 128B, 64B and 32B swizzles
+MN_CHUNKS = (64, 32, 16)
+#: the swizzle of each chunk's rows
+MN_CHUNK_SWIZZLE = {64: "128B", 32: "64B", 16: "32B"}
+#: the suffix of the wgmma helpers (tecomp.codegen.cuda_hopper) whose operands lie
+#: MN-major in shared memory (imm-trans-a, imm-trans-b): A M-major, B N-major, both
+TRANS_SUFFIX = {(0, 0): "", (1, 0): "_ta", (0, 1): "_tb", (1, 1): "_tab"}
 #: C text of the warp's index within its warpgroup
 WARP_IN_GROUP = ("((int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))"
                  " >> 5 & 3)")
@@ -90,6 +109,18 @@ def _rows_decl(dtype: str, n: int, k: int):
 
 def _rows_fill_decl(n: int):
     return compute((16, n), lambda i, j: const(0, "float32"), name="c")
+
+
+def _rows_bmn_decl(dtype: str, n: int, k: int, chunk: int):
+    a = placeholder((16, k), dtype, name="a")
+    b = placeholder((n // chunk, chunk, k), dtype, name="b")
+    r = reduce_axis((0, k), name="k")
+    return compute((16, n // chunk, chunk), lambda i, jo, ji: _sum(
+        a[i, r].astype("float32") * b[jo, ji, r].astype("float32"), axis=r), name="c")
+
+
+def _rows_bmn_fill_decl(n: int, chunk: int):
+    return compute((16, n // chunk, chunk), lambda i, jo, ji: const(0, "float32"), name="c")
 
 
 def _fill_decl(n: int):
@@ -156,32 +187,86 @@ def _swizzled_rows(name: str, view, k: int):
     return swz, s[0]
 
 
-def _rows_emit(name: str, t: str, n: int, k: int):
+def _mn_rows(name: str, view, k: int):
+    """(swizzle mode, LBO bytes, elements between k rows) of an N-major operand ``b[jo,
+    ji, k]`` of a ``_bmn`` intrinsic: a tile of a swizzled TMA ring in chunks of N, each
+    ``k`` rows (one per k) of exactly the swizzle's bytes of N, the chunks whole patterns
+    apart (BuildError else)."""
+    swz = getattr(view, "swizzle", "none")
+    s, shape = view.strides, view.shape
+    span = SWIZZLE_ROW_BYTES.get(swz)
+    if span is None or not all(isinstance(x, int) for x in s) or s[1] != 1 or \
+            s[2] * 2 != span or shape[1] * 2 != span or \
+            (shape[0] > 1 and (s[0] * 2 % (8 * span) or s[0] < k * s[2] or
+                               s[0] * 2 >= 1 << 18)):
+        raise BuildError(
+            f"tensor intrinsic {name}: operand {view.name} is a block of {view.buffer_name} "
+            f"(swizzle {swz!r}, element strides {list(s)}, shape {list(shape)}); the _bmn "
+            "intrinsics read N-major tiles of a swizzled TMA ring in chunks of N whose k "
+            "rows hold exactly the swizzle's bytes: cache_read(B, 'shared', ..., "
+            "blocks=[(0, k_tile), (1, 64)]) and double_buffer(stages, producer='tma', "
+            "swizzle='128B') (chunks of 32 with '64B', 16 with '32B')")
+    return swz, (s[0] * 2 if shape[0] > 1 else 0), s[2]
+
+
+def _a_rows(name: str, a, k: int):
+    """The warp's A strip of a ``_rows`` intrinsic as its warpgroup's descriptors see it:
+    ``(m_major, C text from a.ptr to the warpgroup's block, elements per 16 of k, LBO,
+    SBO, swizzle)``.  K-major (strides ``[row, 1]``): rows of the k step, the block 16
+    rows per warp before the strip.  M-major (strides ``[1, C]``: ``A[K, M]``'s tile in
+    chunks of C of m, ``k`` rows of C each, the chunks ``k * C`` elements apart:
+    ``cache_read(A, ..., blocks=[(0, k), (1, C)])``): wgmma's imm-trans-a, LBO from one
+    chunk of m to the next, SBO from 8 k to the next 8."""
+    s = a.strides
+    swz = getattr(a, "swizzle", "none")
+    span = SWIZZLE_ROW_BYTES.get(swz)
+    if span and len(s) == 2 and all(isinstance(x, int) for x in s) and s[0] == 1 and \
+            s[1] * 2 == span:
+        chunk = s[1]   # (16, 32 or 64: a warp's 16 rows lie in one chunk)
+        back = (f" - (({WARP_IN_GROUP} * 16) / {chunk}) * {k * chunk}"
+                f" - ({WARP_IN_GROUP} * 16) % {chunk}")
+        return True, back, 16 * chunk, 2 * k * chunk, 8 * span, swz
+    swz, row = _swizzled_rows(name, a, k)
+    return False, f" - {WARP_IN_GROUP} * {16 * row}", 16, 16, 8 * span, swz
+
+
+def _rows_emit(name: str, t: str, n: int, k: int, b_mn: bool = False):
     """A warp's ``16 x n`` strip of its warpgroup's ``64 x n`` accumulator over a k step
     of ``k``, A and B rows of a swizzled ring (the tensor maps' swizzle, the same mode in
     the descriptors: SBO the 8-row pattern, LBO unused, each 16 of k 32 bytes further
-    along the row, as the hardware applies the XOR to the address it computes)."""
+    along the row, as the hardware applies the XOR to the address it computes).  With
+    ``b_mn`` B lies N-major (wgmma's imm-trans-b): rows of N, one per k, in chunks of the
+    swizzle's bytes (SBO the 8 k rows of a pattern, LBO from one chunk of N to the next,
+    each 16 of k two patterns further).  A may lie M-major the same way (its strides say
+    which: :func:`_a_rows`; imm-trans-a)."""
 
     def emit(cb, ins, outs):
         c = _fragment(name, outs[0], "mma.accumulator")
         a = _shared(name, ins[0], "wgmma reads", swizzled=True)
         b = _shared(name, ins[1], "wgmma reads", swizzled=True)
-        swz, a_row = _swizzled_rows(name, a, k)
-        swz_b, _ = _swizzled_rows(name, b, k)
-        if swz_b != swz:
-            raise BuildError(f"tensor intrinsic {name}: operands {a.name} and {b.name} have "
-                             f"the swizzles {swz!r} and {swz_b!r}; give both rings one")
-        sbo, mode = 8 * SWIZZLE_ROW_BYTES[swz], SWIZZLE[swz]
+        a_mn, a_back, a_step, a_lbo, a_sbo, swz = _a_rows(name, a, k)
+        if b_mn:
+            swz_b, b_lbo, b_krow = _mn_rows(name, b, k)
+            b_step, b_sbo = 16 * b_krow, 8 * SWIZZLE_ROW_BYTES[swz_b]
+        else:
+            swz_b, _ = _swizzled_rows(name, b, k)
+            if swz_b != swz and not a_mn:
+                raise BuildError(f"tensor intrinsic {name}: operands {a.name} and {b.name} "
+                                 f"have the swizzles {swz!r} and {swz_b!r}; give both rings "
+                                 "one")
+            b_step, b_lbo, b_sbo = 16, 16, 8 * SWIZZLE_ROW_BYTES[swz_b]
         desc = cb.helper("tc_wgmma_desc")
+        mma = cb.helper(f"tc_wgmma_m64n{n}k16_{t}{TRANS_SUFFIX[int(a_mn), int(b_mn)]}")
         cb.emit(f"{cb.helper('tc_fence_proxy_async')}();")
         cb.emit(f"{cb.helper('tc_wgmma_fence')}();")
         for kk in range(k // 16):
             da = cb.tmp("unsigned long long",
-                        f"{desc}({a.ptr} + {16 * kk} - {WARP_IN_GROUP} * {16 * a_row}, 16, "
-                        f"{sbo}, {mode})", "da")
-            db = cb.tmp("unsigned long long", f"{desc}({b.ptr} + {16 * kk}, 16, {sbo}, {mode})",
+                        f"{desc}({a.ptr} + {a_step * kk}{a_back}, {a_lbo}, {a_sbo}, "
+                        f"{SWIZZLE[swz]})", "da")
+            db = cb.tmp("unsigned long long",
+                        f"{desc}({b.ptr} + {b_step * kk}, {b_lbo}, {b_sbo}, {SWIZZLE[swz_b]})",
                         "db")
-            cb.emit(f"{cb.helper(f'tc_wgmma_m64n{n}k16_{t}')}({c}, {da}, {db}, 1);")
+            cb.emit(f"{mma}({c}, {da}, {db}, 1);")
         cb.emit(f"{cb.helper('tc_wgmma_commit')}();")
         cb.emit(f"{cb.helper('tc_wgmma_wait')}<0>();")
     return emit
@@ -207,6 +292,17 @@ def declarations():
                 name = f"cuda.wgmma_{t}{t}f32_n{n}_k{k}_rows"
                 out.append((_rows_decl(dt, n, k), _rows_emit(name, t, n, k), name, False,
                             rows_fill))
+        for chunk in MN_CHUNKS:   # B N-major: rows of N in chunks, one per k
+            if chunk > n:
+                continue
+            bmn_fill = f"{rows_fill}_bmn{chunk}"
+            out.append((_rows_bmn_fill_decl(n, chunk), _fill_emit(bmn_fill, n), bmn_fill,
+                        False, None))
+            for dt, t in WGMMA_DTYPES.items():
+                for k in WGMMA_TILE_K:
+                    name = f"cuda.wgmma_{t}{t}f32_n{n}_k{k}_rows_bmn{chunk}"
+                    out.append((_rows_bmn_decl(dt, n, k, chunk),
+                                _rows_emit(name, t, n, k, b_mn=True), name, False, bmn_fill))
         for dt, t in WGMMA_DTYPES.items():
             name = f"cuda.wgmma_{t}{t}f32_n{n}"
             out.append((_decl(dt, n), _emit(name, t, n), name, False, fill))

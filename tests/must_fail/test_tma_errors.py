@@ -90,12 +90,39 @@ def _dense(producer="tma", family="wgmma", kfirst=False, target="cuda -arch=sm_9
     return tc, sc.schedule_dense(Y, target, config=cfg), [X, W, Y]
 
 
-def test_tma_producer_on_a_transposed_tile():
+def test_tma_producer_on_a_k_m_with_m_not_a_multiple_of_16():
+    """A[K, M] (an M-major A) goes to the TMA ring in chunks of 16, 32 or 64 of M."""
+    import tecomp as tc
     from tecomp.errors import ScheduleError
-    with pytest.raises(ScheduleError, match=r"the TMA producer copies K-major operands .* "
-                                            r"reads A\[M, K\] and B\[K, N\]: use "
-                                            "producer='threads'"):
-        _dense(kfirst=True)
+    from tecomp.strategy import cuda as sc
+    from tecomp.strategy.cuda.tensorcore import schedule_wmma_gemm
+    A = tc.placeholder((128, 120), "float16", name="A")
+    B = tc.placeholder((128, 128), "float16", name="B")
+    k = tc.reduce_axis((0, 128), name="k")
+    C = tc.compute((120, 128), lambda i, j: tc.sum(
+        A[k, i].astype("float32") * B[k, j].astype("float32"), axis=k), name="C")
+    s = tc.create_schedule(C.op)
+    cfg = sc.WmmaConfig(4, 1, 1, 8, 64, family="wgmma", stages=3, producer="tma")
+    with pytest.raises(ScheduleError, match=r"copies A\[K, M\] M-major in chunks of 64, 32 "
+                                            r"or 16 elements of M .* M = 120 is not a multiple "
+                                            "of 16: use producer='threads'"):
+        schedule_wmma_gemm(s, C, cfg)
+
+
+def test_tma_producer_on_b_k_n_with_n_not_a_multiple_of_16():
+    """matmul's B[K, N] goes to the TMA ring N-major in chunks of 16, 32 or 64 of N."""
+    import tecomp as tc
+    import tecomp.nn  # noqa: F401
+    from tecomp.errors import ScheduleError
+    from tecomp.strategy import cuda as sc
+    X = tc.placeholder((128, 128), "float16", name="X")
+    B = tc.placeholder((128, 120), "float16", name="B")
+    Y = tc.nn.matmul(X, B, out_dtype="float32")
+    cfg = sc.WmmaConfig(4, 1, 1, 8, 64, family="wgmma", stages=3, producer="tma_warp")
+    with pytest.raises(ScheduleError, match=r"copies B\[K, N\] N-major in chunks of 64, 32 "
+                                            r"or 16 elements of N .* N = 120 is not a multiple "
+                                            "of 16: use producer='threads'"):
+        sc.schedule_matmul(Y, "cuda -arch=sm_90a", config=cfg)
 
 
 def test_tma_producer_on_a_transposed_hand_tile():

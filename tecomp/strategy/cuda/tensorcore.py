@@ -53,6 +53,13 @@ element by element) is first copied by a kernel of its own to a workspace whose 
 even the least padding wastes more than :data:`WMMA_MAX_WASTE` of the work (a GEMV).  The
 wgmma family pads its tiles the same way (:func:`wgmma_config`): its core-matrix copies
 (``cache_read(..., pad=0.0, blocks=)``) hold zeros past the edge.
+
+Fed by TMA (``WmmaConfig(..., family="wgmma", producer="tma" / "tma_warp")``) the wgmma
+family copies its tiles as they lie: A ``[M, K]`` K-major rows, W ``[N, K]`` too, and
+matmul's ``B[K, N]`` N-major, in chunks of 64 (else 32, 16) of N whose k rows are each
+the swizzle's bytes, read by wgmma with its imm-trans-b set (:func:`_wgmma_tma_rows`); a
+stored ``A[K, M]`` likewise in chunks of M (imm-trans-a).  The default takes these
+MN-major rings only with :data:`WGMMA_MN_MAJOR_BY_DEFAULT`.
 """
 from __future__ import annotations
 
@@ -65,7 +72,7 @@ from ...ir.expr import Cast, Mul
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 from ...te.tensor_intrin import tensor_intrin
-from ...te.intrin_wgmma import WGMMA_TILE_K, WGMMA_TILE_N
+from ...te.intrin_wgmma import MN_CHUNK_SWIZZLE, MN_CHUNKS, WGMMA_TILE_K, WGMMA_TILE_N
 from ...target import as_target
 from .._common import _cint, _contraction_operands
 from .common import _bind, _cooperative_copy
@@ -104,13 +111,14 @@ class WmmaConfig:
     ``allow_tf32``, since it changes the result's precision; ``stages``: with
     ``double_buffer``, the shared tiles' ring of buffers (``double_buffer(stages=...)``:
     3 to 5 keep two to four k steps' copies in flight); ``producer``: who fills the ring,
-    ``"threads"`` (every thread a share, cp.async), ``"tma"`` (the wgmma family on
-    K-major operands: one thread issues a TMA copy of each tile, the ring guarded by
-    mbarriers: ``double_buffer(producer="tma")``) or ``"tma_warp"`` (the same, issued by
-    a producer warp of its own: the block gets one more warp); ``swizzle``: with the
-    threads' copies and ``double_buffer``, the shared tiles laid out swizzled
-    (``double_buffer(swizzle=)``: each row of a tile exactly 32, 64 or 128 bytes, its
-    16-byte chunks exchanged) instead of padded or in core matrices -- the mma family's
+    ``"threads"`` (every thread a share, cp.async), ``"tma"`` (the wgmma family on 2-d
+    GEMMs, each operand as it lies, ``B[K, N]`` N-major and ``A[K, M]`` M-major in
+    chunks (:func:`mn_chunk`): one thread issues a TMA copy of each tile, the ring
+    guarded by mbarriers: ``double_buffer(producer="tma")``) or ``"tma_warp"`` (the
+    same, issued by a producer warp of its own: the block gets one more warp);
+    ``swizzle``: with the threads' copies and ``double_buffer``, the shared tiles laid
+    out swizzled (``double_buffer(swizzle=)``: each row of a tile exactly 32, 64 or 128
+    bytes, its 16-byte chunks exchanged) instead of padded or in core matrices -- the mma family's
     ldmatrix reads and cp.async writes both meet every bank once (a padded tile's copies
     do not), the wgmma family reads K-major rows with the swizzled descriptors of the TMA
     ring (``cuda.wgmma_*_rows``); a tile whose rows are another width keeps its layout.
@@ -286,6 +294,13 @@ WGMMA_BY_DEFAULT = True
 #: wmma and mma.sync (geometric mean; worst 0.63x): no gain worth its losses.
 WGMMA_THREADS_BY_DEFAULT = False
 
+#: whether the default also takes wgmma fed by the TMA producer for ``B[K, N]`` as it lies
+#: (``tc.nn.matmul``'s N-major B: its tile copied in chunks of N, wgmma's imm-trans-b;
+#: N a multiple of 16; an ``A[K, M]`` likewise along M): off until measured on a GPU
+#: (benchmarks/gpu.py ``--family all``: ``wgmma-te-tma-warp-nmajor``).
+#: ``WmmaConfig(..., family="wgmma", producer="tma_warp")`` asks for it explicitly.
+WGMMA_MN_MAJOR_BY_DEFAULT = False
+
 #: the TMA producer :func:`default_wgmma` takes: ``"tma_warp"`` (a warp of its own issues
 #: the copies; measured above) or ``"tma"``
 WGMMA_DEFAULT_PRODUCER = "tma_warp"
@@ -321,13 +336,17 @@ def default_wgmma(M, N, K, a_kfirst: bool, b_kfirst: bool, epilogue: bool = Fals
     """The wgmma tiling the 2-d GEMM templates take by themselves on sm_90a (with
     :data:`WGMMA_BY_DEFAULT`): :func:`wgmma_config`'s, filled by the TMA producer where it
     can be (``A[M, K]`` and ``W[N, K]`` as they lie, rows 16-byte aligned, two k steps or
-    more: :data:`WGMMA_DEFAULT_PRODUCER`); elsewhere the cp.async-fed tiling with
-    :data:`WGMMA_THREADS_BY_DEFAULT`, else None (the wmma / mma.sync tiling then)."""
+    more: :data:`WGMMA_DEFAULT_PRODUCER`; with :data:`WGMMA_MN_MAJOR_BY_DEFAULT` also
+    ``B[K, N]``, N a multiple of 16: :func:`mn_chunk`); elsewhere the cp.async-fed
+    tiling with :data:`WGMMA_THREADS_BY_DEFAULT`, else None (the wmma / mma.sync tiling
+    then)."""
     cfg = wgmma_config(M, N, K, epilogue=epilogue, max_shared=max_shared, dtype=dtype)
     if cfg is None or None in (M, N, K):
         return None
-    if not (a_kfirst or b_kfirst) and K % (16 // _dt.nbytes(dtype)) == 0 \
-            and -(-K // cfg.k_tile) >= 2:
+    per16 = 16 // _dt.nbytes(dtype)
+    mn_ok = all(not kfirst or (WGMMA_MN_MAJOR_BY_DEFAULT and ext % 16 == 0)
+                for kfirst, ext in ((a_kfirst, M), (b_kfirst, N)))
+    if mn_ok and K % per16 == 0 and -(-K // cfg.k_tile) >= 2:
         return replace(cfg, producer=WGMMA_DEFAULT_PRODUCER)
     return cfg if WGMMA_THREADS_BY_DEFAULT else None
 
@@ -403,6 +422,7 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
             "threads")
     fam, names = cfg.family, family_intrinsics(cfg.family, a.dtype)
     per16 = 16 // _dt.nbytes(a.dtype)   # elements per 16-byte copy (and per row pad)
+    a_chunk = b_chunk = 0   # (a TMA ring's M-major A, N-major B: their chunks)
     tma = cfg.producer in ("tma", "tma_warp")
     if (M % cfg.block_m or N % cfg.block_n or tma) and (out is None or out.op is gemm.op):
         # the fragments of a boundary tile cannot be stored whole: they go through a tile
@@ -418,17 +438,22 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
         row_tiles = tma or (cfg.swizzle and cfg.double_buffer and not (a_kfirst or b_kfirst)
                        and cfg.k_tile * _dt.nbytes(a.dtype) in SWIZZLE_OF_ROW)
         if row_tiles:
-            if tma and (a_kfirst or b_kfirst or len(gemm.shape) > 2):
+            if tma and len(gemm.shape) > 2:
                 raise ScheduleError(
-                    f"{cfg}: the TMA producer copies K-major operands of a 2-d GEMM as they "
-                    f"lie (A[M, K], W[N, K]: dense); {gemm.name} reads "
-                    f"{'a batch of ' if len(gemm.shape) > 2 else ''}"
-                    f"{'A[K, M]' if a_kfirst else 'A[M, K]'} and "
+                    f"{cfg}: the TMA producer copies the operands of a 2-d GEMM as they lie; "
+                    f"{gemm.name} reads a batch of {'A[K, M]' if a_kfirst else 'A[M, K]'} and "
                     f"{'B[K, N]' if b_kfirst else 'W[N, K]'}: use producer='threads'")
             # plain rows of the k step, swizzled by the TMA copies or the threads' (see
-            # _wgmma_mainloop)
-            AS = s.cache_read(a, "shared", [CF], pad=pad)
-            BS = s.cache_read(b, "shared", [CF], pad=pad)
+            # _wgmma_mainloop); A[K, M] and B[K, N] in chunks of M / N, k rows each
+            # (wgmma's M-major A, N-major B)
+            chunks = []
+            for t, kfirst, ext, blk, what in ((a, a_kfirst, M, cfg.block_m, "A[K, M]"),
+                                              (b, b_kfirst, N, cfg.block_n, "B[K, N]")):
+                chunk = mn_chunk(cfg, ext, blk, what) if kfirst else 0
+                chunks.append(chunk)
+                chunks.append(s.cache_read(t, "shared", [CF], pad=pad, blocks=[
+                    (0, cfg.k_tile), (1, chunk)] if chunk else None))
+            a_chunk, AS, b_chunk, BS = chunks
         else:
             # the operands in 8 x 8 core matrices, k's block innermost (wgmma's K-major
             # layout without swizzle)
@@ -472,7 +497,8 @@ def schedule_wmma_gemm(s: Schedule, gemm: Tensor, cfg: WmmaConfig,
     st.tensorize(i, tensor_intrin(names["store"]))
 
     if fam == "wgmma":
-        _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg, a.dtype, edge, K, row_tiles)
+        _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg, a.dtype, edge, K, row_tiles,
+                        (a_chunk, b_chunk))
         return
     # the accumulators: per k step of the shared tiles, per 16 k, every fragment pair
     sc = s[CF]
@@ -570,7 +596,7 @@ def check_wgmma_config(cfg: WmmaConfig, dtype: str) -> None:
 
 
 def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str, edge: bool = False,
-                    K: int = 0, rows: bool = False) -> None:
+                    K: int = 0, rows: bool = False, chunks=(0, 0)) -> None:
     """The accumulators of the wgmma family: per k step of the shared tiles, per 16 k, one
     ``cuda.wgmma_*_n<block_n>`` per warp (its 16-row strip of its warpgroup's tile); the
     shared tiles in core matrices (:mod:`tecomp.te.intrin_wgmma`), 16-byte copies spread
@@ -581,7 +607,7 @@ def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str, edge: bo
     *cb, ci, cj = sc.op.axis
     ko, k = sc.split(sc.op.reduce_axis[0], factor=cfg.k_tile)
     if rows:   # (swizzled rows: a TMA ring, or the threads' swizzled copies)
-        _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg, dtype, edge, K)
+        _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg, dtype, edge, K, chunks)
         return
     name = f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}"
     cio, cii = sc.split(ci, factor=8)
@@ -614,8 +640,28 @@ def _wgmma_mainloop(s, CF, AS, BS, st, wx, cfg: WmmaConfig, dtype: str, edge: bo
 SWIZZLE_OF_ROW = {32: "32B", 64: "64B", 128: "128B"}
 
 
+def mn_chunk(cfg: WmmaConfig, extent: int, block: Optional[int] = None,
+             what: str = "B[K, N]") -> int:
+    """The chunk (elements of M or N) in which the TMA ring holds an MN-major operand's
+    tile (``B[K, N]``: ``[block_n / chunk, k_tile, chunk]``, rows of ``chunk`` along N,
+    one per k; ``A[K, M]`` alike along M): the widest of
+    :data:`~tecomp.te.intrin_wgmma.MN_CHUNKS` (128, 64 or 32 bytes of a 16-bit type: the
+    128B, 64B or 32B swizzle) that divides the tile's ``block`` (default ``block_n``) and
+    the tensor's ``extent`` (the tensor map views its rows as whole chunks); ScheduleError
+    where none does (an extent not a multiple of 16)."""
+    block = cfg.block_n if block is None else block
+    for c in MN_CHUNKS:
+        if block % c == 0 and extent % c == 0:
+            return c
+    dim = what[-2]
+    raise ScheduleError(
+        f"{cfg}: the TMA producer copies {what} {dim}-major in chunks of 64, 32 or 16 "
+        f"elements of {dim} (the 128B, 64B, 32B swizzles); {dim} = {extent} is not a multiple "
+        "of 16: use producer='threads' (its copies take any extent)")
+
+
 def _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg: WmmaConfig, dtype: str,
-                    edge: bool, K: int) -> None:
+                    edge: bool, K: int, chunks=(0, 0)) -> None:
     """The wgmma mainloop on TMA rings: the A and B tiles ``[rows, k_tile]`` as they lie
     in the tensors, one TMA box each, their slots swizzled (``double_buffer(...,
     swizzle=)``: rows of ``k_tile`` elements, 128 bytes at k steps of 64 of a 16-bit
@@ -623,7 +669,14 @@ def _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg: WmmaConfig, dtype: st
     ``cuda.wgmma_*_n<N>_k<k_tile>_rows`` per warp, whose descriptors carry the same
     swizzle.  Past the edge the boxes read zeros (TMA's out-of-bounds fill: the padded
     copies' zeros), so odd M, N and K take the same rings (K a multiple of 8: the
-    tensor's rows 16-byte aligned, which the tensor map needs)."""
+    tensor's rows 16-byte aligned, which the tensor map needs).  ``b_chunk``: B is
+    ``B[K, N]`` (matmul), its tile ``[k_tile, block_n]`` copied as it lies, N-major, in
+    chunks of ``b_chunk`` of N (:func:`mn_chunk`; one 3-d box: the chunk, k, the chunks),
+    each chunk's k rows swizzled by the chunk's bytes, read by the ``_bmn<chunk>``
+    intrinsics (wgmma's imm-trans-b); N a multiple of the chunk, odd M and K as above.
+    ``chunks``: ``(a_chunk, b_chunk)``; ``a_chunk``: ``A[K, M]`` the same way along M
+    (the intrinsics read it M-major by its strides: imm-trans-a)."""
+    a_chunk, b_chunk = chunks
     t = OPERAND_DTYPES[dtype]
     row = cfg.k_tile * _dt.nbytes(dtype)
     tma = cfg.producer in ("tma", "tma_warp")
@@ -642,20 +695,31 @@ def _wgmma_tma_rows(s, sc, AS, BS, cb, ko, ci, cj, k, cfg: WmmaConfig, dtype: st
             f"{cfg}: K = {K} is one k step of {cfg.k_tile}; the TMA producer pipelines the "
             "k loop through its ring, which needs two steps or more: use producer='threads' "
             "(or a smaller k_tile)")
-    sc.reorder(*cb, ko, ci, cj, k)
-    sc.tensorize(ci, tensor_intrin(f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}_k{cfg.k_tile}_rows"))
+    name = f"cuda.wgmma_{t}{t}f32_n{cfg.block_n}_k{cfg.k_tile}_rows"
+    if b_chunk:   # B's chunks of N: the intrinsic's b[jo, ji, k]
+        cjo, cji = sc.split(cj, factor=b_chunk)
+        sc.reorder(*cb, ko, ci, cjo, cji, k)
+        name += f"_bmn{b_chunk}"
+    else:
+        sc.reorder(*cb, ko, ci, cj, k)
+    sc.tensorize(ci, tensor_intrin(name))
     if K % cfg.k_tile:   # the last k step's zeros: the sum runs to a multiple of k_tile
         sc.align_bounds(sc.op.reduce_axis[0], cfg.k_tile)
-    for S, rows in ((AS, cfg.block_m), (BS, cfg.block_n)):
+    for S, rows, chunk in ((AS, cfg.block_m, a_chunk), (BS, cfg.block_n, b_chunk)):
         ss = s[S]
         ss.compute_at(sc, ko)
-        if edge:   # the whole box, zeros past the edge (TMA's out-of-bounds fill)
+        swz = SWIZZLE_OF_ROW[row]
+        if chunk:   # [K / k_tile, M or N / chunk, k_tile, chunk]
+            swz = MN_CHUNK_SWIZZLE[chunk]
+            if edge:   # the whole box (chunks past the edge: TMA's out-of-bounds zeros)
+                for ax, f in zip(ss.op.axis, (1, rows // chunk, 1, 1)):
+                    ss.align_bounds(ax, f)
+        elif edge:   # the whole box, zeros past the edge (TMA's out-of-bounds fill)
             ss.align_bounds(ss.op.axis[-2], rows)
             ss.align_bounds(ss.op.axis[-1], cfg.k_tile)
         if not tma:   # the threads' copies, 16 bytes each, at their swizzled addresses
             _cooperative_copy(ss, threads, rows * cfg.k_tile, 16 // _dt.nbytes(dtype))
-        ss.double_buffer(stages=cfg.stages, producer=cfg.producer,
-                         swizzle=SWIZZLE_OF_ROW[row])
+        ss.double_buffer(stages=cfg.stages, producer=cfg.producer, swizzle=swz)
 
 
 def _blocks(st, bat, by, bx, *inner) -> None:
