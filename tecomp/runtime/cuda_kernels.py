@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
+from ..ir import op as _op
 from ..ir.expr import Buffer, Const, Expr
 from ..ir.stmt import PrimFunc
 from ..target import MAX_STATIC_SHARED_BYTES
@@ -25,8 +26,6 @@ def workspace_elements(buf: Buffer) -> Expr:
     host values): its shape's product, or with padded strides (``storage_align``) the
     span ``1 + sum((extent - 1) * stride)`` (at least 0), which the kernels index into
     (the product alone was short of it: the padded rows' copies wrote past the end)."""
-    from ..ir import op as _op
-
     one = Const(1, "int64")
     dims = [_op.widen(d, "int64") for d in buf.shape]
     if buf.strides is None:
