@@ -766,7 +766,8 @@ def test_tensor_intrins_for_a_cuda_target():
            "cuda.mma_fill_f32",
            "cuda.mma_load_a_bf16", "cuda.mma_load_a_f16", "cuda.mma_load_a_tf32",
            "cuda.mma_load_b_bf16", "cuda.mma_load_b_f16", "cuda.mma_load_b_tf32",
-           "cuda.mma_scale_rows_f32", "cuda.mma_store_f32", "cuda.mma_tf32tf32f32"]
+           "cuda.mma_scale_rows_f32", "cuda.mma_store_bf16", "cuda.mma_store_f16",
+           "cuda.mma_store_f32", "cuda.mma_tf32tf32f32"]
     wmma = ["cuda.wmma_fill_f32", "cuda.wmma_load_a_bf16", "cuda.wmma_load_a_f16",
             "cuda.wmma_load_b_bf16", "cuda.wmma_load_b_f16", "cuda.wmma_mma_bf16bf16f32",
             "cuda.wmma_mma_f16f16f32", "cuda.wmma_store_f32"]
@@ -776,7 +777,13 @@ def test_tensor_intrins_for_a_cuda_target():
                       for r in ("", "_rows")]
                    # (swizzled TMA rings' rows: a whole k step of 16, 32 or 64)
                    + [f"cuda.wgmma_{t}{t}f32_n{n}_k{k}_rows" for t in ("f16", "bf16")
-                      for n in (16, 32, 64, 128, 256) for k in (16, 32, 64)])
+                      for n in (16, 32, 64, 128, 256) for k in (16, 32, 64)]
+                   # (B N-major in chunks of N: TMA rings of matmul's B[K, N] as it lies)
+                   + [f"cuda.wgmma_fill_f32_n{n}_rows_bmn{c}" for n in (16, 32, 64, 128, 256)
+                      for c in (16, 32, 64) if c <= n]
+                   + [f"cuda.wgmma_{t}{t}f32_n{n}_k{k}_rows_bmn{c}" for t in ("f16", "bf16")
+                      for n in (16, 32, 64, 128, 256) for k in (16, 32, 64)
+                      for c in (16, 32, 64) if c <= n])
     assert names == ["cuda.dp4a_s8s8s32", "cuda.dp4a_u8s8s32"] + mma + wgmma + wmma
     assert names == [t.name for t in tc.tensor_intrins_for("cuda-emu")]
     assert names == [t.name for t in tc.tensor_intrins_for("cuda -arch=sm_90a")]
