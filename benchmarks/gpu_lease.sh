@@ -48,10 +48,10 @@ step() {  # step NAME LIMIT LOG COMMAND...
 STEPS=${STEPS:-table family odd flashab bert tests}
 for name in $STEPS; do
     case $name in
-    table) step table 170 table.log python3 benchmarks/gpu.py --quick;;
-    family) step family 60 family.log python3 benchmarks/gpu.py --quick --only hgemm --family all;;
-    odd) step odd 60 odd.log python3 benchmarks/gpu.py --quick --only odd;;
-    flashab) step flashab 50 flashab.log python3 benchmarks/gpu.py --quick --only "flash attention bwd" \
+    table) step table 150 table.log python3 benchmarks/gpu.py --quick;;
+    family) step family 90 family.log python3 benchmarks/gpu.py --quick --only hgemm --family all;;
+    odd) step odd 120 odd.log python3 benchmarks/gpu.py --quick --only odd;;
+    flashab) step flashab 90 flashab.log python3 benchmarks/gpu.py --quick --only "flash attention" \
         --ab;;
     flashsweep) step flashsweep 60 flashab.log python3 benchmarks/gpu.py --quick \
         --only "flash attention fwd f16 b4 h16 s2048 d64" --sweep;;
@@ -60,10 +60,10 @@ for name in $STEPS; do
         done;;
     bert) step bert 60 bert.log python3 examples/bert_layer_gpu.py --dtype float16 --batch 8 \
         --seq 512 --steps 5;;
-    tests) step tests 90 tests.log python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 60 \
+    tests) step tests 120 tests.log python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 60 \
         tests/test_hopper.py tests/test_wgmma_template.py tests/test_tma_pipeline.py \
         tests/test_cuda_library.py tests/test_tensorcore_edges.py tests/test_flash_attention.py \
-        tests/test_torch.py tests/test_cuda_gpu.py;;
+        tests/test_torch.py tests/test_cuda_gpu.py tests/test_mma.py tests/test_tensorcore.py;;
     *) echo "unknown step $name";;
     esac
 done
