@@ -283,6 +283,10 @@ def gpu_run(args) -> int:
     from run import uptime
     from workloads import machine
 
+    if not torch.cuda.is_available():
+        print("no CUDA GPU (torch.cuda.is_available() is False): run with --fake-driver for "
+              "the host time without one")
+        return 2
     print(f"# {machine()}; {torch.cuda.get_device_name()}; torch {torch.__version__}; "
           f"{uptime()}")
     target = "cuda"

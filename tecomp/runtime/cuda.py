@@ -33,6 +33,7 @@ import atexit
 import contextlib
 import ctypes
 import hashlib
+import sys
 import threading
 import weakref
 from typing import Dict, List, Optional
@@ -353,7 +354,8 @@ class CudaModule(CudaSourceModule):
         self._buffer_params = tuple(isinstance(p, Buffer) for p in self.func.params)
         self._plans: Dict[tuple, _PlanEntry] = {}   # call signature -> what its checks found
         self._workspaces = _Workspaces()
-        weakref.finalize(self, self._workspaces.free_all)
+        # (not at exit: the driver may be gone, and the process's memory goes with it)
+        weakref.finalize(self, self._workspaces.free_all).atexit = False
 
     def get_source(self, fmt: str = "cuda") -> str:
         """``"cuda"``: the CUDA C; ``"ptx"``: PTX from nvcc for the target's ``-arch``, else
@@ -647,7 +649,9 @@ def _signature(buffer_params, args):
             if is_buffer:
                 if type(a) is np.ndarray:
                     return None, None
-                cai = a.__cuda_array_interface__
+                cai = _torch_cai(a)
+                if cai is None:
+                    cai = a.__cuda_array_interface__
                 if type(cai) is not dict:
                     return None, None
                 shape, typestr, data = tuple(cai["shape"]), cai["typestr"], tuple(cai["data"])
@@ -659,7 +663,6 @@ def _signature(buffer_params, args):
                 if "V" in typestr:  # (a torch bfloat16 tensor's "<V2": its dtype tells)
                     typestr = (typestr, str(getattr(a, "dtype", "")))
                 part = (shape, typestr, strides, bool(data[1]))
-                hash(part)
                 parts.append(part)
                 snapshot.append((part, (shape, cai["typestr"], strides, data)))
             else:
@@ -671,9 +674,43 @@ def _signature(buffer_params, args):
                 else:
                     return None, None
                 snapshot.append(None)
+        key = tuple(parts)
+        hash(key)   # (an entry of the interface that is no plain value)
     except Exception:  # noqa: BLE001 - the array's own protocol: the full path reports it
         return None, None
-    return tuple(parts), snapshot
+    return key, snapshot
+
+
+_TYPESTR: Dict[object, str] = {}   # torch dtype -> its __cuda_array_interface__ typestr
+
+
+def _torch_cai(t) -> Optional[dict]:
+    """The ``__cuda_array_interface__`` torch gives for ``t`` where ``t`` is a plain CUDA
+    tensor (what ``host_arrays`` leaves of one) that torch's property would describe
+    without a ``__torch_function__`` override: the same entries, made without the
+    property's Python (it builds a dict of every dtype per read); None for anything else
+    (then the property itself is read)."""
+    torch = sys.modules.get("torch")
+    if torch is None or type(t) is not torch.Tensor or not t.is_cuda or t.requires_grad \
+            or t.is_sparse or torch.overrides.has_torch_function_unary(t):
+        return None
+    return _torch_entries(t)
+
+
+def _torch_entries(t) -> Optional[dict]:
+    """:func:`_torch_cai`'s entries of a tensor it takes."""
+    typestr = _TYPESTR.get(t.dtype)
+    if typestr is None:
+        try:
+            from torch._tensor import _dtype_to_typestr
+
+            typestr = _TYPESTR[t.dtype] = _dtype_to_typestr(t.dtype)
+        except Exception:  # noqa: BLE001 - a dtype it has none for: the property says so
+            return None
+    itemsize = t.element_size()
+    strides = None if t.is_contiguous() else tuple(s * itemsize for s in t.stride())
+    return {"typestr": typestr, "shape": tuple(t.shape), "strides": strides,
+            "data": (t.data_ptr() if t.numel() > 0 else 0, False), "version": 2}
 
 
 def _stream_key(handle):
