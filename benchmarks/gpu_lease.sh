@@ -2,8 +2,9 @@
 # One GPU lease's checks, in order of what they are worth when the lease is short: the
 # benchmark table (each workload checked against a float64 reference before it is timed),
 # the tensor-core families and odd shapes (the lines that set WGMMA_BY_DEFAULT and
-# WMMA_MAX_WASTE), the flash backward's two forms, the BERT layer trained on the GPU, then
-# the GPU tests.  Each step has its own time limit, so that one that hangs costs only its
+# WMMA_MAX_WASTE), the flash backward's two forms, the BERT layer trained on the GPU, a
+# call's host time against a torch custom op's (benchmarks/call_overhead.py), then the
+# GPU tests.  Each step has its own time limit, so that one that hangs costs only its
 # share; every log is written under $OUT (at most 8 files).
 #
 #   bash benchmarks/gpu_lease.sh            # on the GPU machine, in the checkout, with the
@@ -45,7 +46,7 @@ step() {  # step NAME LIMIT LOG COMMAND...
     echo "=== $name rc=$rc ($(date -u +%T))" | tee -a "$OUT/$log"
 }
 
-STEPS=${STEPS:-table family odd flashab bert tests}
+STEPS=${STEPS:-table family odd flashab bert callcost tests}
 for name in $STEPS; do
     case $name in
     table) step table 150 table.log python3 benchmarks/gpu.py --quick;;
@@ -60,6 +61,8 @@ for name in $STEPS; do
         done;;
     bert) step bert 60 bert.log python3 examples/bert_layer_gpu.py --dtype float16 --batch 8 \
         --seq 512 --steps 5;;
+    callcost) step callcost 40 bert.log python3 benchmarks/call_overhead.py --rounds 5 \
+        --calls 500;;
     tests) step tests 120 tests.log python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 60 \
         tests/test_hopper.py tests/test_wgmma_template.py tests/test_tma_pipeline.py \
         tests/test_cuda_library.py tests/test_tensorcore_edges.py tests/test_flash_attention.py \

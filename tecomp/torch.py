@@ -579,7 +579,7 @@ class Op:
             outs = [torch.empty(f(env), dtype=dt, device=dev)
                     for f, dt in zip(self._out_shapes, c.out_dtypes)]
         if not training:
-            c.fwd(*tensors, *outs)
+            _launch(c.fwd, (*tensors, *outs))
             return outs
         # inside the autograd function: inputs that require grad are read in place
         tr = c.training or self._training(c)
@@ -613,7 +613,7 @@ class Op:
         c = self.compiled([t.dtype for t in tensors], env)
         heads = self._heads(c, env, tensors, grad_outputs)
         grads = self._grads_like(tensors)
-        self._backward_module(c)(*tensors, *heads, *grads)
+        _launch(self._backward_module(c), (*tensors, *heads, *grads))
         return grads
 
     def _backward_saved(self, tensors, saved, outputs, grad_outputs) -> List[torch.Tensor]:
@@ -624,7 +624,7 @@ class Op:
         heads = self._heads(c, env, tensors, grad_outputs)
         grads = self._grads_like(tensors)
         read = [outputs[k] for k in tr.outputs_read]  # saved only when some are read
-        tr.bwd(*tensors, *heads, *saved, *read, *grads)
+        _launch(tr.bwd, (*tensors, *heads, *saved, *read, *grads))
         return grads
 
     def _check_call(self, tensors):
@@ -725,7 +725,27 @@ def _call_grad_inputs(module, tensors, outs):
     if call is not None:
         call(*tensors, *outs)
     else:  # a GPU module
-        module(*[t.detach() if t.requires_grad else t for t in tensors], *outs)
+        _launch(module, (*[t.detach() if t.requires_grad else t for t in tensors], *outs))
+
+
+def _launch(module, args) -> None:
+    """``module(*args)``: a CUDA module on the current torch stream of the tensors' device,
+    returning without waiting for its kernels (as a torch op does: the stream orders them
+    with torch's work, and torch's caching allocator reuses the memory of a tensor freed
+    meanwhile only for work queued after them on that stream)."""
+    t = args[0] if args else None
+    if isinstance(t, torch.Tensor) and t.is_cuda:
+        module(*args, stream=_current_stream(t.get_device()))
+    else:
+        module(*args)
+
+
+def _current_stream(index: int) -> int:
+    """The CUstream handle of torch's current stream on CUDA device ``index``."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(index)
+    return torch.cuda.current_stream(index).cuda_stream
 
 
 def _sum_at(terms, idx):

@@ -93,6 +93,10 @@ class FakeLibcuda:
         self.current.append(ctx.value - 0x1000)
         return 0
 
+    def cuCtxGetCurrent(self, ctx):
+        _out(ctx, 0x1000 + self.current[-1] if self.current else None)
+        return 0
+
     def cuCtxPopCurrent_v2(self, ctx):
         self.current.pop()
         return 0

@@ -9,6 +9,7 @@ Two halves:
 """
 import contextlib
 import ctypes
+import gc
 import os
 import sys
 import types
@@ -152,8 +153,12 @@ def test_numpy_arguments_round_trip(make):
     args = case.make_args(np.random.default_rng(1))
     mod(*args)
     check(case, args)
-    assert drv.live == {}  # temporaries freed
+    # the numpy arrays' device copies freed; the workspaces kept by the module until it goes
+    assert len(drv.live) == len(mod.cuda_source.workspaces)
     assert len(drv.launches) == len(mod.kernels)
+    del mod
+    gc.collect()
+    assert drv.live == {}
 
 
 @needs_cxx
@@ -238,16 +243,22 @@ def test_a_call_describes_each_array_once_and_checks_a_launch_size_once(monkeypa
     mod = build_cuda(case.func, driver=drv)
     a, b, c = case.make_args(np.random.default_rng(0), 300)
     reads, checks = [], []
-    real_meta, real_check = argcheck.array_meta, runtime_cuda._check_device_launch
-    monkeypatch.setattr(runtime_cuda, "array_meta", lambda x: reads.append(x) or real_meta(x))
+
+    class Counted(DeviceArray):
+        @property
+        def __cuda_array_interface__(self):
+            reads.append(self)
+            return DeviceArray.__cuda_array_interface__.fget(self)
+
+    real_check = runtime_cuda._check_device_launch
     monkeypatch.setattr(runtime_cuda, "_check_device_launch",
                         lambda *a: checks.append(a[3:]) or real_check(*a))
     for _ in range(3):
-        mod(DeviceArray(a), DeviceArray(b), DeviceArray(c))
+        mod(Counted(a), Counted(b), Counted(c))
     assert len(reads) == 9 and len(checks) == 1
     a2, b2, c2 = case.make_args(np.random.default_rng(1), 1000)
-    mod(DeviceArray(a2), DeviceArray(b2), DeviceArray(c2))   # another grid: checked
-    assert len(checks) == 2
+    mod(Counted(a2), Counted(b2), Counted(c2))   # another grid: checked
+    assert len(checks) == 2 and len(reads) == 12
     check(case, [a2, b2, c2])
 
 
@@ -540,3 +551,192 @@ def test_a_torch_cuda_bfloat16_tensor_is_read_as_bfloat16_not_void():
     assert meta.dtype == np.dtype(numpy_dtype("bfloat16")) and meta.shape == (2, 3)
     # a two-byte void of anything else stays what it is: the checks name it
     assert argcheck.array_meta(DeviceArray(bits.view("V2"))).dtype.kind == "V"
+
+
+# --------------------------------------------------------------------------- call plans
+
+
+def _scale_case():
+    """``B[i] = A[i] * s`` with a float32 scalar parameter ``s``."""
+    from cuda_examples import L, S
+    from tecomp.ir import IfThenElse
+
+    n, s = Var("n"), Var("s", "float32")
+    A, B = Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32")
+    bx, tx = Var("i.outer"), Var("i.inner")
+    i = bx * 64 + tx
+    body = IfThenElse(i < n, S(B, L(A, i) * s, i))
+    return PrimFunc("scale", (A, B, s), thread(bx, (n + 63) // 64, "blockIdx.x",
+                                               thread(tx, 64, "threadIdx.x", body)))
+
+
+def _error_of(mod, args):
+    with pytest.raises(tc.TecompError) as info:
+        mod(*args)
+    return type(info.value), str(info.value)
+
+
+@needs_cxx
+def test_a_call_after_a_cached_one_is_checked_anew():
+    """A call whose shapes, strides, dtypes, flags or addresses differ from an earlier
+    call's is refused with the error a first call gets (the plan a good call left is not
+    reused for it), and the next good call runs."""
+    case = vector_add()
+    drv = EmuDriver()
+    mod = build_cuda(case.func, driver=drv)
+    rng = np.random.default_rng(0)
+    a, b, c = case.make_args(rng, 64)
+    big = np.zeros(256, "float32")
+    good = [DeviceArray(a), DeviceArray(b), DeviceArray(c)]
+    zero = np.lib.stride_tricks.as_strided(big, (64,), (0,), writeable=True)
+    bad_calls = {
+        "shorter output": [DeviceArray(a), DeviceArray(b), DeviceArray(c[:63])],
+        "float64 output": [DeviceArray(a), DeviceArray(b), DeviceArray(np.zeros(64))],
+        "2-d output": [DeviceArray(a), DeviceArray(b), DeviceArray(np.zeros((8, 8), "float32"))],
+        "strided output": [DeviceArray(a), DeviceArray(b), DeviceArray(big[::2][:64])],
+        "read-only output": [DeviceArray(a), DeviceArray(b), DeviceArray(c, readonly=True)],
+        "output overlapping an input": [DeviceArray(a), DeviceArray(big[:64]),
+                                        DeviceArray(big[32:96])],
+        "the same array twice": [DeviceArray(a), DeviceArray(big[:64]), DeviceArray(big[:64])],
+        "stride-0 output": [DeviceArray(a), DeviceArray(b), DeviceArray(zero)],
+        "a numpy scalar": [DeviceArray(a), DeviceArray(b), 3],
+        "two arguments": [DeviceArray(a), DeviceArray(b)],
+    }
+    for what, bad in bad_calls.items():
+        first = _error_of(build_cuda(case.func, driver=EmuDriver()), bad)
+        mod(*good)   # (a plan of the good signature)
+        launched = len(drv.launches)
+        assert _error_of(mod, bad) == first, what
+        assert len(drv.launches) == launched, what
+    c[:] = 0
+    mod(*good)
+    check(case, [a, b, c])
+    # adjacent arrays of the good shapes: their ranges do not meet, the plan runs
+    mod(DeviceArray(a), DeviceArray(big[:64]), DeviceArray(big[64:128]))
+
+
+@needs_cxx
+def test_a_cached_call_takes_each_scalar_value():
+    """The plan is per scalar value: another value (0.0 and -0.0 apart, an int for the
+    float) gives its own result; a value the checks refuse is refused after a good one."""
+    drv = EmuDriver()
+    mod = build_cuda(_scale_case(), driver=drv)
+    a = np.arange(1, 101, dtype="float32")
+    b = np.zeros(100, "float32")
+    for s in (2.0, 3.0, 0.0, -0.0, 1, 5, 2.0):
+        mod(DeviceArray(a), DeviceArray(b), s)
+        np.testing.assert_array_equal(b, a * np.float32(s))
+        assert np.signbit(b).all() == (str(s) == "-0.0")
+    for bad in ("2", True, 1e40):   # (True == 1 and hashes as 1: refused all the same)
+        first = _error_of(build_cuda(_scale_case(), driver=EmuDriver()),
+                          [DeviceArray(a), DeviceArray(b), bad])
+        assert _error_of(mod, [DeviceArray(a), DeviceArray(b), bad]) == first
+
+
+def _workspace_pointers(drv, mod, seen):
+    """Record the address of the workspace the first kernel of each launch writes."""
+    ws = mod.cuda_source.workspaces[0]
+    k0 = [k for k, p in enumerate(mod.kernels[0].params) if p.obj is ws][0]
+    real = drv.launch
+
+    def launch(fn, grid, block, shared, types, args, stream=None):
+        if fn[1] == 0:
+            seen.append((stream, int(args[k0])))
+        return real(fn, grid, block, shared, types, args, stream=stream)
+
+    drv.launch = launch
+
+
+@needs_cxx
+def test_workspaces_are_kept_per_stream_and_freed_with_the_module():
+    """A module keeps its workspaces between calls: a later call on the same stream reuses
+    them (the stream orders it after the earlier kernels), a call on another stream gets
+    its own, a larger call grows them; they go when the module does."""
+    case = two_kernels_workspace()
+    drv = EmuDriver()
+    mod = build_cuda(case.func, driver=drv)
+    seen = []
+    _workspace_pointers(drv, mod, seen)
+    rng = np.random.default_rng(0)
+    for stream in (5, 5, 6, None, None, 5):
+        a, c = case.make_args(rng, 300)
+        mod(DeviceArray(a), DeviceArray(c), stream=stream)
+        check(case, [a, c])
+    ptr = {s: {p for t, p in seen if t == s} for s in (5, 6, 0, None)}
+    # (no stream: launched without one)
+    assert len(ptr[5]) == 1 and len(ptr[6]) == 1 and len(ptr[None]) == 1
+    assert len(ptr[5] | ptr[6] | ptr[None]) == 3
+    assert len(drv.live) == 3 and drv.syncs == [None, None]   # no wait on a stream
+    a, c = case.make_args(rng, 5000)   # more than the workspace holds: grown
+    mod(DeviceArray(a), DeviceArray(c), stream=5)
+    check(case, [a, c])
+    assert len(drv.live) == 3 and drv.syncs[-1] == 5   # (its kernels done before the free)
+    del mod
+    gc.collect()
+    assert drv.live == {}
+
+
+@needs_cxx
+def test_two_calls_in_flight_never_share_a_workspace():
+    """Two threads calling one module on one stream at once: each call holds a workspace
+    of its own while its kernels are queued."""
+    import threading
+
+    case = two_kernels_workspace()
+    drv = EmuDriver()
+    mod = build_cuda(case.func, driver=drv)
+    seen = []
+    _workspace_pointers(drv, mod, seen)
+    both = threading.Barrier(2, timeout=30)
+    real = drv.launch
+
+    def launch(fn, *rest, **kw):   # both calls are between taking and giving back
+        if fn[1] == 0:
+            both.wait()
+        return real(fn, *rest, **kw)
+
+    drv.launch = launch
+    rng = np.random.default_rng(1)
+    args = [case.make_args(rng, 300) for _ in range(2)]
+    errors = []
+
+    def run(a, c):
+        try:
+            mod(DeviceArray(a), DeviceArray(c), stream=5)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=x) for x in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len({p for _, p in seen}) == 2
+    for a, c in args:
+        check(case, [a, c])
+
+
+def test_a_torch_cuda_tensor_is_described_as_its_own_interface_says():
+    """The call reads a plain torch CUDA tensor's shape, strides, dtype and address
+    directly: the same entries as torch's ``__cuda_array_interface__`` (compared on CPU
+    tensors seen as CUDA ones through a subclass, for the views a caller passes)."""
+    torch = pytest.importorskip("torch")
+
+    class SeenAsCuda(torch.Tensor):
+        @property
+        def is_cuda(self):
+            return True
+
+    t = torch.arange(24.0).reshape(4, 6)
+    views = [t, t[:, ::2], t.t(), t[1:], t[:, 1:], torch.zeros(0, 3), t.expand(2, 4, 6),
+             t.to(torch.bfloat16), t.to(torch.float16)[::2], t.to(torch.int64), t > 3,
+             t.to(torch.uint8), t[0, 0], torch.zeros(1, 5)[:, ::2]]
+    for v in views:
+        want = v.as_subclass(SeenAsCuda).__cuda_array_interface__
+        # (the subclass is not a plain tensor: read through torch's property)
+        assert runtime_cuda._torch_cai(v.as_subclass(SeenAsCuda)) is None
+        got = runtime_cuda._torch_entries(v)
+        assert got == want, (v.shape, v.stride(), v.dtype)
+    assert runtime_cuda._torch_cai(t) is None   # a CPU tensor
+    assert runtime_cuda._torch_cai(t.clone().requires_grad_()) is None

@@ -8,6 +8,7 @@ as documented in a child process; the launcher runs against a stand-in libcuda
 emulation.  The ``gpu`` test runs the library on a real GPU.  Libraries and calls that
 must fail: tests/must_fail/test_cuda_library_errors.py.
 """
+import gc
 import os
 import struct
 import subprocess
@@ -145,8 +146,8 @@ def test_kernels_run_on_the_arrays_gpu(scale_lib, monkeypatch):
                          ids=["matmul", "workspace", "padded-workspace"])
 def test_exported_kernels_run_end_to_end(make, tmp_path, monkeypatch):
     """Shared memory (matmul) and a global workspace between two kernels (allocated with
-    cuMemAlloc, freed after the call; with padded rows, to its last element: the
-    library's metadata records that span)."""
+    cuMemAlloc, kept by the module for its next calls, freed with it; with padded rows, to
+    its last element: the library's metadata records that span)."""
     case = make()
     f = build_cuda(case.func)
     path = str(tmp_path / f"{case.name}.so")
@@ -158,6 +159,11 @@ def test_exported_kernels_run_end_to_end(make, tmp_path, monkeypatch):
         np.testing.assert_allclose(args[k], want, rtol=max(case.rtol, 1e-6), atol=case.atol)
     assert [x[0] for x in fake.launches] == [k.name for k in f.kernels]
     assert [x[3] for x in fake.launches] == [k.dynamic_shared for k in f.kernels]
+    assert len(fake.allocs) == len(f.cuda_source.workspaces)
+    g(*[DeviceArray(a) if isinstance(a, np.ndarray) else a for a in args])  # the same ones
+    assert len(fake.allocs) == len(f.cuda_source.workspaces)
+    del g
+    gc.collect()
     assert fake.allocs == {}
 
 

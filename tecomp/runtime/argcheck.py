@@ -52,7 +52,7 @@ from ..lower.in_place import in_place_pairs
 __all__ = [
     "ArgChecker", "BufferSpec", "ArrayMeta", "FLOAT_MAX", "array_meta", "as_host_array",
     "bind_and_check", "check_memory", "check_scalar", "compile_shape_expr", "count_error",
-    "element_strides", "eval_host_expr", "in_place_of", "int_range", "is_from_dlpack",
+    "cai_meta", "element_strides", "eval_host_expr", "in_place_of", "int_range", "is_from_dlpack",
     "param_checks_of", "param_label", "self_overlap", "shape_text", "unaligned_error",
 ]
 
@@ -79,6 +79,20 @@ class ArrayMeta:
         return all(d == 1 or s == e for d, s, e in zip(self.shape, self.strides, reversed(expected)))
 
 
+def cai_meta(arg, shape, typestr, strides, data) -> ArrayMeta:
+    """The :class:`ArrayMeta` of device array ``arg`` from the entries of its
+    ``__cuda_array_interface__`` (``data``: ``(pointer, read-only)``)."""
+    dt = np.dtype(typestr)
+    if dt.kind == "V" and dt.itemsize == 2 and str(getattr(arg, "dtype", "")).endswith(
+            "bfloat16"):
+        # torch exports a CUDA bfloat16 tensor's typestr as "<V2" (numpy has no bfloat16)
+        dt = np.dtype(_dt.numpy_dtype("bfloat16"))
+    ptr, readonly = data
+    return ArrayMeta(tuple(int(x) for x in shape), dt,
+                     None if strides is None else tuple(int(s) for s in strides),
+                     not readonly, True, int(ptr or 0))
+
+
 def array_meta(arg) -> Optional[ArrayMeta]:
     """Describe ``arg`` if it is an array (numpy or device), else return None."""
     if isinstance(arg, np.ndarray):
@@ -86,16 +100,7 @@ def array_meta(arg) -> Optional[ArrayMeta]:
                          False, arg.ctypes.data)
     cai = getattr(arg, "__cuda_array_interface__", None)
     if isinstance(cai, dict):
-        shape = tuple(int(x) for x in cai["shape"])
-        dt = np.dtype(cai["typestr"])
-        if dt.kind == "V" and dt.itemsize == 2 and str(getattr(arg, "dtype", "")).endswith(
-                "bfloat16"):
-            # torch exports a CUDA bfloat16 tensor's typestr as "<V2" (numpy has no bfloat16)
-            dt = np.dtype(_dt.numpy_dtype("bfloat16"))
-        strides = cai.get("strides")
-        ptr, readonly = cai["data"]
-        return ArrayMeta(shape, dt, None if strides is None else tuple(int(s) for s in strides),
-                         not readonly, True, int(ptr or 0))
+        return cai_meta(arg, cai["shape"], cai["typestr"], cai.get("strides"), cai["data"])
     gpudata = getattr(arg, "gpudata", None)  # an older pycuda GPUArray
     if gpudata is not None and hasattr(arg, "shape") and hasattr(arg, "dtype"):
         return ArrayMeta(tuple(int(x) for x in arg.shape), np.dtype(arg.dtype),
@@ -144,7 +149,7 @@ def as_host_array(a, label: str, written: bool = False):
     try:
         if _is_torch_tensor(a):
             a = _plain_tensor(a, label, written)
-            if a.device.type != "cpu":
+            if not a.is_cpu:
                 return a  # a device tensor: a GPU runtime takes it, a CPU one refuses it
             if str(a.dtype) == "torch.bfloat16":
                 # numpy has no bfloat16: the same memory as int16, seen as ml_dtypes' type
@@ -177,8 +182,7 @@ def _plain_tensor(t, label: str, written: bool):
     """The torch tensor ``t`` as dense memory with the values it shows: itself, or a
     resolved copy of an input with the negation or conjugation bit; an ArgumentError for
     anything a kernel cannot read or write in place."""
-    from torch._C import _functorch
-
+    _functorch = _functorch_module()
     if _functorch.is_functorch_wrapped_tensor(t):
         kind = "vmap's BatchedTensor" if _functorch.is_batchedtensor(t) else \
             "a wrapper of torch.func.grad, jvp or functionalize"
@@ -200,7 +204,7 @@ def _plain_tensor(t, label: str, written: bool):
         raise ArgumentError(
             f"{label}: the torch tensor is {what}; tecomp reads and writes dense (strided) "
             f"memory: pass {fix}")
-    if t.device.type == "meta":
+    if t.is_meta:
         raise ArgumentError(
             f"{label}: the torch tensor is on the meta device, which holds no data: pass a "
             f"tensor with memory (e.g. torch.empty(shape) on the CPU)")
@@ -236,7 +240,10 @@ def _check_inside_storage(t, label: str, written: bool) -> None:
         return
     try:
         have = t.untyped_storage().nbytes()
-        span = t.storage_offset() + sum((d - 1) * st for d, st in zip(t.shape, t.stride()))
+        if t.is_contiguous():   # (its elements are numel() consecutive ones)
+            span = t.storage_offset() + t.numel() - 1
+        else:
+            span = t.storage_offset() + sum((d - 1) * st for d, st in zip(t.shape, t.stride()))
         need = (span + 1) * t.element_size()
     except Exception:  # noqa: BLE001 -- a subclass without storage: refused further on
         return
@@ -248,6 +255,19 @@ def _check_inside_storage(t, label: str, written: bool) -> None:
             f"would {'write' if written else 'read'} past it; resize the storage back to "
             f"at least {need} bytes before the call, or pass a tensor that holds its "
             f"elements")
+
+
+_FUNCTORCH = None
+
+
+def _functorch_module():
+    """``torch._C._functorch`` (imported once: an import statement a call cost microseconds)."""
+    global _FUNCTORCH
+    if _FUNCTORCH is None:
+        from torch._C import _functorch
+
+        _FUNCTORCH = _functorch
+    return _FUNCTORCH
 
 
 def _plain_dispatch():

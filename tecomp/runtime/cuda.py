@@ -33,15 +33,18 @@ import atexit
 import contextlib
 import ctypes
 import hashlib
+import sys
 import threading
+import weakref
 from typing import Dict, List, Optional
 
 import numpy as np
 
 from .argcheck import (
-    ArgChecker, array_meta, eval_host_expr, in_place_of, param_checks_of, param_label,
+    ArgChecker, array_meta, cai_meta, eval_host_expr, in_place_of, param_checks_of, param_label,
+    _span,
 )
-from .cuda_driver import libcuda, pack_params
+from .cuda_driver import Function, libcuda
 from .cuda_kernels import CudaSource, KernelInfo, workspace_elements
 from .nvcc import compile_cubin, compile_ptx
 from ..target import MAX_STATIC_SHARED_BYTES
@@ -50,6 +53,8 @@ from ..lower.tma_pipeline import map_spec
 from ..errors import ArgumentError, BuildError, ResourceLimitError, RuntimeUnavailableError
 from ..ir.expr import Buffer
 from .timing import Timed
+
+_ALREADY_CURRENT = contextlib.nullcontext()
 
 # struct format characters of kernel parameters (pycuda's prepared calls)
 _STRUCT = {"int8": "b", "uint8": "B", "int16": "h", "int32": "i", "int64": "q", "bool": "?",
@@ -118,8 +123,16 @@ class PycudaDriver:
         except Exception:  # noqa: BLE001 - the driver may be shutting down already
             pass
 
-    @contextlib.contextmanager
     def active(self):
+        """A context manager making the driver's context current inside: nothing to do
+        where it is current already (as it stays on the thread that started the driver,
+        and on a PyTorch user's threads: the primary context), else pushed and popped."""
+        if self.cuda.Context.get_current() == self.context:
+            return _ALREADY_CURRENT
+        return self._pushed()
+
+    @contextlib.contextmanager
+    def _pushed(self):
         self.context.push()
         try:
             yield
@@ -190,8 +203,8 @@ class PycudaDriver:
         # through it (pycuda does not expose its CUfunction)
         cu = libcuda()
         key = fn._tecomp_key
-        handle = self._cu_functions.get(key)
-        if handle is None:
+        function = self._cu_functions.get(key)
+        if function is None:
             module = ctypes.c_void_p()
             image = self._cubins[key[0]]
             _cu_check(cu.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
@@ -203,11 +216,8 @@ class PycudaDriver:
                 # is its own: the same for every launch of it)
                 _cu_check(cu.cuFuncSetAttribute(handle, ctypes.c_int(8), ctypes.c_int(shared)),
                           "cuFuncSetAttribute")
-            self._cu_functions[key] = handle
-        params, _values = pack_params(types, args)
-        _cu_check(cu.cuLaunchKernel(handle, *[ctypes.c_uint(int(g)) for g in grid],
-                                    *[ctypes.c_uint(int(b)) for b in block],
-                                    ctypes.c_uint(shared), ctypes.c_void_p(stream), params, None),
+            function = self._cu_functions[key] = Function(handle, key[1])
+        _cu_check(function.launch(cu, grid, block, shared, types, args, stream),
                   "cuLaunchKernel")
 
     def synchronize(self, stream: int = None) -> None:
@@ -292,15 +302,21 @@ class CudaSourceModule(Timed):
     def source(self) -> str:
         return self.cuda_source.source
 
-    def _checked(self, args):
+    def _checked(self, args, snapshot=None):
         """``(args, env, metas)``: the call's arguments checked (the same messages as on the
         CPU), aliasing and the source's host assertions included; ``env`` binds the
         symbolic extents, ``metas`` holds each argument's :func:`array_meta` (None for a
-        scalar)."""
+        scalar).  ``snapshot``: where the caller has converted ``args`` already
+        (``host_arrays``) and read every array's ``__cuda_array_interface__`` once
+        (:func:`_signature`), those entries per argument (the metas are made from them)."""
         cs, func = self.cuda_source, self.func
-        args = self._checker.host_arrays(args)
-        metas = [array_meta(a) if isinstance(p, Buffer) else None
-                 for p, a in zip(func.params, args)]
+        if snapshot is None:
+            args = self._checker.host_arrays(args)
+            metas = [array_meta(a) if isinstance(p, Buffer) else None
+                     for p, a in zip(func.params, args)]
+        else:
+            metas = [None if e is None else cai_meta(a, *e[1])
+                     for e, a in zip(snapshot, args)]
         env = self._checker.check(args, metas)  # overlapping arrays included
         for cond, message in cs.host_asserts:
             if not eval_host_expr(cond, env):
@@ -334,6 +350,12 @@ class CudaModule(CudaSourceModule):
         self._driver = driver
         self._functions = None  # (driver, [function per kernel])
         self._launch_ok = set()  # (kernel, grid, block) checked against the device
+        #: whether each parameter is a buffer
+        self._buffer_params = tuple(isinstance(p, Buffer) for p in self.func.params)
+        self._plans: Dict[tuple, _PlanEntry] = {}   # call signature -> what its checks found
+        self._workspaces = _Workspaces()
+        # (not at exit: the driver may be gone, and the process's memory goes with it)
+        weakref.finalize(self, self._workspaces.free_all).atexit = False
 
     def get_source(self, fmt: str = "cuda") -> str:
         """``"cuda"``: the CUDA C; ``"ptx"``: PTX from nvcc for the target's ``-arch``, else
@@ -396,24 +418,93 @@ class CudaModule(CudaSourceModule):
         Stream, anything with ``__cuda_stream__``, or a CUstream handle): launch on it and
         return without waiting where every array is already on the device (the caller
         orders the stream with its other work, as with any CUDA library call); with numpy
-        arguments or intermediate buffers the call waits for the stream before it copies
-        results back or frees them.  Without ``stream`` the call waits for the kernels."""
+        arguments the call waits for the stream before it copies results back.  Without
+        ``stream`` the call waits for the kernels.
+
+        A call whose arrays are all on the device, with the shapes, strides, dtypes and
+        scalar values of an earlier call that passed the checks, reuses what those checks
+        found (launch sizes, parameter layout); what depends on the addresses (overlap,
+        alignment, the device) is checked on every call.  Intermediate buffers are kept
+        by the module between calls, one set per stream in flight (see
+        :class:`_Workspaces`)."""
         self.driver()   # (no driver or no GPU: RuntimeUnavailableError before the arguments)
-        cs, func = self.cuda_source, self.func
         handle = None if stream is None else stream_handle(stream)
         given = args
-        args, env, metas = self._checked(args)
+        args = self._checker.host_arrays(args)   # (torch tensors: checked on every call)
+        key, snapshot = _signature(self._buffer_params, args)
+        if key is not None:
+            entry = self._plans.get(key)
+            if entry is not None and self._run_plan(entry, args, snapshot, handle):
+                self._checker.mark_written(given)  # torch's version counters of the outputs
+                return
+        self._call_checked(args, key, snapshot, handle)
+        self._checker.mark_written(given)
+
+    def _run_plan(self, entry, args, snapshot, handle) -> bool:
+        """Run a call through the plan an earlier call with the same signature made; False
+        (nothing done) where a check that depends on the addresses needs the full path
+        (which then raises, or allows what it allows: an in-place pair)."""
+        ptrs = [None if e is None else int(e[1][3][0] or 0) for e in snapshot]
+        drv = self._plan_driver(entry, ptrs)
+        if drv is None:
+            return False
+        plan = entry.plans.get(drv)
+        if plan is None:
+            return False
+        for i, j in entry.pairs:
+            (ilo, ihi), (jlo, jhi) = entry.spans[i], entry.spans[j]
+            if ptrs[i] + ilo < ptrs[j] + jhi and ptrs[j] + jlo < ptrs[i] + ihi:
+                return False   # the address ranges meet: the full check says how
+        for i, align in plan.aligns:
+            if ptrs[i] % align:
+                return False
+        skey = _stream_key(handle)
+        with drv.active():
+            ws = self._workspaces.take(drv, skey, plan.ws_bytes, handle)
+            try:
+                table = ptrs + [int(w[1]) for w in ws]
+                for i, align in plan.ws_aligns:
+                    if table[i] % align:
+                        return False
+                for fn, grid, block, shared, types, srcs, maps in plan.launches:
+                    kargs = [table[x] if type(x) is int else x[0] for x in srcs]
+                    for k, box, src, cache in maps:
+                        kargs[k] = _cached_map(cache, box, table[src], entry.env, drv)
+                    if handle is None and maps:
+                        drv.launch(fn, grid, block, shared, types, kargs, stream=0)
+                    elif handle is None:
+                        drv.launch(fn, grid, block, shared, types, kargs)
+                    else:
+                        drv.launch(fn, grid, block, shared, types, kargs, stream=handle)
+                if handle is None:
+                    drv.synchronize()
+            finally:
+                self._workspaces.give(drv, skey, ws)
+        return True
+
+    def _plan_driver(self, entry, ptrs):
+        """The driver a planned call runs on (None: ask the full path)."""
+        return self.driver()
+
+    def _call_checked(self, args, key, snapshot, handle) -> None:
+        """A call through every check (the first of its signature, or one a plan could
+        not run); makes the plan of ``key`` where every array is on the device."""
+        cs, func = self.cuda_source, self.func
+        args, env, metas = self._checked(args, snapshot)
         drv = self._driver_for(metas)
         launches = self._launches(env)
+        skey = _stream_key(handle)
         with drv.active():
             fns = self._kernel_functions(drv)
             for k, kern, grid, block in launches:
-                key = (k, tuple(grid), tuple(block))
-                if key not in self._launch_ok:  # (the same sizes pass again: once)
+                lkey = (k, tuple(grid), tuple(block))
+                if lkey not in self._launch_ok:  # (the same sizes pass again: once)
                     _check_device_launch(drv, fns[k], kern, grid, block)
-                    self._launch_ok.add(key)
+                    self._launch_ok.add(lkey)
             pointers: Dict[Buffer, int] = {}
             temps, copy_back = [], []
+            ws_bytes = [self._workspace_bytes(w, env) for w in cs.workspaces]
+            ws = None
             try:
                 for i, (p, a, meta) in enumerate(zip(func.params, args, metas)):
                     if not isinstance(p, Buffer):
@@ -437,11 +528,8 @@ class CudaModule(CudaSourceModule):
                         pointers[p] = int(dev)
                         if p in cs.written:
                             copy_back.append((a, host, dev))
-                for w in cs.workspaces:
-                    nbytes = int(eval_host_expr(workspace_elements(w), env)) * \
-                        np.dtype(w.dtype).itemsize
-                    dev = drv.alloc(nbytes)
-                    temps.append(dev)
+                ws = self._workspaces.take(drv, skey, ws_bytes, handle)
+                for w, (_, dev) in zip(cs.workspaces, ws):
                     pointers[w] = int(dev)
                 for k, kern, grid, block in launches:
                     for kp in kern.params:
@@ -454,8 +542,7 @@ class CudaModule(CudaSourceModule):
                                 f"{kp.align}-byte aligned (a fresh allocation, or a contiguous "
                                 f"copy of a view)")
                 for k, kern, grid, block in launches:
-                    types = "".join("P" if p.is_buffer else "T" if p.dtype == "tensor_map" else
-                                    _STRUCT[p.dtype] for p in kern.params)
+                    types = _types(kern)
                     kargs = [pointers[p.obj] if p.is_buffer else
                              _gpu_map(p.obj, pointers[p.obj.src], env, drv)
                              if p.dtype == "tensor_map" else _PY_SCALAR[p.dtype](env[p.obj])
@@ -479,14 +566,264 @@ class CudaModule(CudaSourceModule):
                     if host is not orig:
                         orig[...] = host
             finally:
+                if ws is not None:
+                    self._workspaces.give(drv, skey, ws)
                 for t in temps:
                     free = getattr(t, "free", None)
                     if free is not None:
                         free()
-        self._checker.mark_written(given)  # torch's version counters of the outputs
+        if key is not None and not temps:
+            self._add_plan(key, drv, fns, env, metas, launches, ws_bytes)
+
+    @staticmethod
+    def _workspace_bytes(w, env) -> int:
+        # (padded strides: the span the kernels index, not the shape's product)
+        return int(eval_host_expr(workspace_elements(w), env)) * np.dtype(w.dtype).itemsize
+
+    def _add_plan(self, key, drv, fns, env, metas, launches, ws_bytes) -> None:
+        """Remember what the checks of a call found, for the calls of the same signature
+        (``key``) on driver ``drv``."""
+        cs, func = self.cuda_source, self.func
+        entry = self._plans.get(key)
+        if entry is None:
+            if len(self._plans) >= _MAX_PLANS:
+                self._plans.clear()
+            spans = [None if m is None else tuple(x - m.pointer for x in _span(m))
+                     for m in metas]
+            empty = {i for i, m in enumerate(metas)
+                     if m is not None and spans[i][1] <= spans[i][0]}
+            pairs = [(o.pos, q.pos) for o, others in self._checker.overlap_pairs
+                     for q in others if o.pos not in empty and q.pos not in empty]
+            nonempty = [i for i, m in enumerate(metas)
+                        if m is not None and m.shape and all(m.shape)]
+            entry = _PlanEntry(env, spans, pairs, nonempty)
+            self._plans[key] = entry
+        index = {p: i for i, p in enumerate(func.params) if isinstance(p, Buffer)}
+        index.update({w: len(func.params) + k for k, w in enumerate(cs.workspaces)})
+        aligns, ws_aligns, out = set(), set(), []
+        for k, kern, grid, block in launches:
+            srcs, maps = [], []
+            for j, p in enumerate(kern.params):
+                if p.is_buffer:
+                    srcs.append(index[p.obj])
+                    if p.align:
+                        (aligns if index[p.obj] < len(func.params) else ws_aligns).add(
+                            (index[p.obj], p.align))
+                elif p.dtype == "tensor_map":
+                    srcs.append((None,))
+                    maps.append((j, p.obj, index[p.obj.src], {}))
+                else:
+                    srcs.append((_PY_SCALAR[p.dtype](env[p.obj]),))
+            out.append((fns[k], tuple(grid), tuple(block), kern.dynamic_shared, _types(kern),
+                        tuple(srcs), tuple(maps)))
+        entry.plans[drv] = _Plan(tuple(out), ws_bytes, tuple(sorted(aligns)),
+                                 tuple(sorted(ws_aligns)))
 
     def __repr__(self):
         return f"<CudaModule {self.func.name}: {len(self.kernels)} kernel(s)>"
+
+
+#: the call signatures a module keeps plans for (beyond, it forgets them all and starts over)
+_MAX_PLANS = 64
+#: the tensor maps a plan keeps per tensor-map parameter, by address
+_MAX_MAPS = 16
+
+
+def _types(kern: KernelInfo) -> str:
+    """The struct characters of ``kern``'s parameters (``P`` a pointer, ``T`` a tensor map)."""
+    return "".join("P" if p.is_buffer else "T" if p.dtype == "tensor_map" else
+                   _STRUCT[p.dtype] for p in kern.params)
+
+
+def _signature(buffer_params, args):
+    """``(key, snapshot)`` of a call whose buffer arguments all have a
+    ``__cuda_array_interface__`` dict and whose scalars are plain ints, floats or bools:
+    ``key`` is what the argument checks depend on apart from the addresses (each array's
+    shape, typestr, strides and read-only flag; each scalar's type and value), and
+    ``snapshot`` per argument None (a scalar) or ``(part of key, (shape, typestr,
+    strides, data))``, read once.  ``(None, None)`` for any other call (numpy arrays,
+    other scalar types, an interface that does not read cleanly: the full path decides)."""
+    parts, snapshot = [], []
+    try:
+        for is_buffer, a in zip(buffer_params, args):
+            if is_buffer:
+                if type(a) is np.ndarray:
+                    return None, None
+                cai = _torch_cai(a)
+                if cai is None:
+                    cai = a.__cuda_array_interface__
+                if type(cai) is not dict:
+                    return None, None
+                shape, typestr, data = tuple(cai["shape"]), cai["typestr"], tuple(cai["data"])
+                strides = cai.get("strides")
+                if strides is not None:
+                    strides = tuple(strides)
+                if type(typestr) is not str or len(data) != 2:
+                    return None, None
+                if "V" in typestr:  # (a torch bfloat16 tensor's "<V2": its dtype tells)
+                    typestr = (typestr, str(getattr(a, "dtype", "")))
+                part = (shape, typestr, strides, bool(data[1]))
+                parts.append(part)
+                snapshot.append((part, (shape, cai["typestr"], strides, data)))
+            else:
+                t = type(a)
+                if t is int or t is bool:
+                    parts.append((t, a))
+                elif t is float:
+                    parts.append((t, a.hex()))   # (-0.0 and 0.0 apart)
+                else:
+                    return None, None
+                snapshot.append(None)
+        key = tuple(parts)
+        hash(key)   # (an entry of the interface that is no plain value)
+    except Exception:  # noqa: BLE001 - the array's own protocol: the full path reports it
+        return None, None
+    return key, snapshot
+
+
+_TYPESTR: Dict[object, str] = {}   # torch dtype -> its __cuda_array_interface__ typestr
+
+
+def _torch_cai(t) -> Optional[dict]:
+    """The ``__cuda_array_interface__`` torch gives for ``t`` where ``t`` is a plain CUDA
+    tensor (what ``host_arrays`` leaves of one) that torch's property would describe
+    without a ``__torch_function__`` override: the same entries, made without the
+    property's Python (it builds a dict of every dtype per read); None for anything else
+    (then the property itself is read)."""
+    torch = sys.modules.get("torch")
+    if torch is None or type(t) is not torch.Tensor or not t.is_cuda or t.requires_grad \
+            or t.is_sparse or torch.overrides.has_torch_function_unary(t):
+        return None
+    return _torch_entries(t)
+
+
+def _torch_entries(t) -> Optional[dict]:
+    """:func:`_torch_cai`'s entries of a tensor it takes."""
+    typestr = _TYPESTR.get(t.dtype)
+    if typestr is None:
+        try:
+            from torch._tensor import _dtype_to_typestr
+
+            typestr = _TYPESTR[t.dtype] = _dtype_to_typestr(t.dtype)
+        except Exception:  # noqa: BLE001 - a dtype it has none for: the property says so
+            return None
+    itemsize = t.element_size()
+    strides = None if t.is_contiguous() else tuple(s * itemsize for s in t.stride())
+    return {"typestr": typestr, "shape": tuple(t.shape), "strides": strides,
+            "data": (t.data_ptr() if t.numel() > 0 else 0, False), "version": 2}
+
+
+def _stream_key(handle):
+    """What a call's workspaces are kept under: None for a call that waits for its kernels,
+    else its stream (CU_STREAM_PER_THREAD, 2, is one stream per thread)."""
+    if handle == 2:
+        return (2, threading.get_ident())
+    return handle
+
+
+def _cached_map(cache, box, address: int, env, drv) -> bytes:
+    """:func:`_gpu_map` of ``box`` at ``address``, kept in ``cache`` (a plan's: the same
+    extents) by address."""
+    got = cache.get(address)
+    if got is None:
+        got = _gpu_map(box, address, env, drv)
+        if len(cache) >= _MAX_MAPS:
+            cache.clear()
+        cache[address] = got
+    return got
+
+
+class _PlanEntry:
+    """What the checks of one call signature found: ``env`` (the variables' values),
+    ``spans`` (per array argument, the bytes its elements occupy relative to its
+    address), ``pairs`` (the argument positions whose memory must not meet),
+    ``nonempty`` (the positions of arrays with elements), and a :class:`_Plan` per driver."""
+
+    __slots__ = ("env", "spans", "pairs", "nonempty", "plans")
+
+    def __init__(self, env, spans, pairs, nonempty):
+        self.env, self.spans, self.pairs, self.nonempty = env, spans, pairs, nonempty
+        self.plans: Dict[object, _Plan] = {}
+
+
+class _Plan:
+    """The launches of one signature on one driver: per kernel ``(function, grid, block,
+    shared bytes, types, sources, tensor maps)``, a source being an index into the call's
+    table of addresses (the arguments', then the workspaces') or a 1-tuple holding a
+    scalar's value; ``ws_bytes`` the workspaces' sizes; ``aligns`` and ``ws_aligns`` the
+    ``(index, bytes)`` of the pointers tensor-core tiles read."""
+
+    __slots__ = ("launches", "ws_bytes", "aligns", "ws_aligns")
+
+    def __init__(self, launches, ws_bytes, aligns, ws_aligns):
+        self.launches, self.ws_bytes = launches, ws_bytes
+        self.aligns, self.ws_aligns = aligns, ws_aligns
+
+
+class _Workspaces:
+    """A module's intermediate buffers (global workspaces), kept between calls.
+
+    A call takes a set (one allocation per workspace, grown where this call needs more)
+    and gives it back when its kernels are queued.  Sets are kept per driver and per
+    stream: a set given back by a call on stream S is only taken by a later call on S,
+    whose kernels the stream orders after the earlier ones; a call that waits for its
+    kernels (no stream) gives back an idle set.  Two calls in flight at once each hold
+    a set of their own (the second allocates one).  The sets are freed with the module."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.idle: Dict[tuple, list] = {}   # (driver, stream key) -> [set, ...]
+
+    def take(self, drv, skey, sizes, handle) -> list:
+        if not sizes:
+            return []
+        with self.lock:
+            sets = self.idle.get((drv, skey))
+            got = sets.pop() if sets else None
+        if got is None:
+            got = []
+        try:
+            for k, n in enumerate(sizes):
+                if k == len(got):
+                    got.append((n, drv.alloc(n)))
+                elif got[k][0] < n:
+                    if handle is not None:  # (its earlier kernels may still read it)
+                        drv.synchronize(stream=handle)
+                    _free(got[k][1])
+                    got[k] = (0, None)
+                    got[k] = (n, drv.alloc(n))
+        except BaseException:
+            _free_set(got)
+            raise
+        return got
+
+    def give(self, drv, skey, got) -> None:
+        if got:
+            with self.lock:
+                self.idle.setdefault((drv, skey), []).append(got)
+
+    def free_all(self) -> None:
+        with self.lock:
+            idle, self.idle = self.idle, {}
+        for (drv, _), sets in idle.items():
+            try:
+                with drv.active():
+                    for got in sets:
+                        _free_set(got)
+            except Exception:  # noqa: BLE001 - the driver may be shutting down already
+                pass
+
+
+def _free(dev) -> None:
+    free = getattr(dev, "free", None)
+    if free is not None:
+        free()
+
+
+def _free_set(got) -> None:
+    for _, dev in got:
+        if dev is not None:
+            _free(dev)
 
 
 def _check_device_launch(drv, fn, kern: KernelInfo, grid, block) -> None:

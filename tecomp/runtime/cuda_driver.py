@@ -18,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import struct
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import RuntimeUnavailableError
 from ..target import MAX_STATIC_SHARED_BYTES
 
-__all__ = ["libcuda", "DriverApi", "driver", "pack_params", "LIBCUDA_NAMES"]
+__all__ = ["libcuda", "DriverApi", "Function", "driver", "pack_params", "LIBCUDA_NAMES"]
 
 #: the names the driver library is looked for under (the first is the driver's soname)
 LIBCUDA_NAMES = ("libcuda.so.1", "libcuda.so")
@@ -99,13 +100,64 @@ def pack_params(types: str, args: Sequence) -> Tuple[ctypes.Array, List]:
     return params, values
 
 
-class _Function:
+#: each parameter in an 8-byte slot of its own (struct format, little-endian)
+_SLOT = {"P": "Q", "q": "q", "d": "d", "i": "i4x", "f": "f4x", "h": "h6x", "b": "b7x",
+         "B": "B7x", "?": "?7x"}
+#: the launch sizes a function keeps as ctypes values (beyond, it forgets them)
+_MAX_DIMS = 32
+
+
+class _Packer:
+    """``cuLaunchKernel``'s ``kernelParams`` for parameters of struct characters ``types``
+    without tensor maps: the values packed into one buffer, 8 bytes each, and an array of
+    pointers to them (what :func:`pack_params` makes, with two ctypes objects a launch)."""
+
+    __slots__ = ("struct", "count", "pointers")
+
+    def __init__(self, types: str):
+        self.struct = struct.Struct("<" + "".join(_SLOT[t] for t in types))
+        self.count = max(1, len(types))
+        self.pointers = ctypes.c_void_p * self.count
+
+    def pack(self, types: str, args):
+        values = (ctypes.c_uint64 * self.count)()
+        self.struct.pack_into(values, 0, *[int(a) if t == "P" else a
+                                           for t, a in zip(types, args)])
+        base = ctypes.addressof(values)
+        return self.pointers(*range(base, base + 8 * self.count, 8)), values
+
+
+class Function:
     """A kernel of a loaded module: its CUfunction handle and name."""
 
     def __init__(self, handle: ctypes.c_void_p, name: str):
         self.handle = handle
         self.name = name
         self.dynamic_shared = 0     # the dynamic shared memory it was allowed so far
+        self.packers: Dict[str, Optional[_Packer]] = {}   # types -> its packer (None: T)
+        self.dims: Dict[tuple, tuple] = {}   # (grid, block, shared) -> ctypes values
+
+    def launch(self, cu, grid, block, shared: int, types: str, args, stream: int) -> int:
+        """``cuLaunchKernel`` of this function in driver library ``cu`` on CUstream
+        ``stream`` (0: the legacy default stream); returns its CUresult."""
+        packer = self.packers.get(types, False)
+        if packer is False:
+            packer = self.packers[types] = None if "T" in types else _Packer(types)
+        params = None
+        if packer is not None:
+            try:
+                params, _values = packer.pack(types, args)
+            except (struct.error, OverflowError):
+                params = None   # (a float past float32's range: c_float's conversion says)
+        if params is None:
+            params, _values = pack_params(types, args)
+        key = (tuple(grid), tuple(block), shared)
+        dims = self.dims.get(key)
+        if dims is None:
+            if len(self.dims) >= _MAX_DIMS:
+                self.dims.clear()
+            dims = self.dims[key] = tuple(ctypes.c_uint(int(x)) for x in (*grid, *block, shared))
+        return cu.cuLaunchKernel(self.handle, *dims, ctypes.c_void_p(stream), params, None)
 
 
 class _DeviceMemory:
@@ -188,8 +240,21 @@ class DriverApi:
                                                 self.device), "cuDeviceGetAttribute")
         return v.value
 
-    @contextlib.contextmanager
     def active(self):
+        """A context manager making this device's context current inside: nothing to do
+        where it is current already (the thread of a PyTorch or CuPy user), else pushed
+        and popped."""
+        current = ctypes.c_void_p()
+        try:
+            status = self.cu.cuCtxGetCurrent(ctypes.byref(current))
+        except AttributeError:   # (a stand-in without it)
+            status = -1
+        if status == 0 and current.value == self.context.value:
+            return _ALREADY_CURRENT
+        return self._pushed()
+
+    @contextlib.contextmanager
+    def _pushed(self):
         self.check(self.cu.cuCtxPushCurrent_v2(self.context), "cuCtxPushCurrent")
         try:
             yield
@@ -205,13 +270,13 @@ class DriverApi:
         status = self.cu.cuModuleLoadData(ctypes.byref(module), data)
         return module, status
 
-    def get_function(self, module, name: str) -> _Function:
+    def get_function(self, module, name: str) -> Function:
         handle = ctypes.c_void_p()
         self.check(self.cu.cuModuleGetFunction(ctypes.byref(handle), module, name.encode()),
                    f"cuModuleGetFunction({name})")
-        return _Function(handle, name)
+        return Function(handle, name)
 
-    def param_sizes(self, fn: _Function) -> Optional[List[int]]:
+    def param_sizes(self, fn: Function) -> Optional[List[int]]:
         """The sizes in bytes of ``fn``'s parameters as its code declares them
         (``cuFuncGetParamInfo``, CUDA 12.4); None where the driver cannot say."""
         try:
@@ -230,16 +295,16 @@ class DriverApi:
             sizes.append(size.value)
         return None
 
-    def _function_attribute(self, fn: _Function, attr: int) -> int:
+    def _function_attribute(self, fn: Function, attr: int) -> int:
         v = ctypes.c_int()
         self.check(self.cu.cuFuncGetAttribute(ctypes.byref(v), ctypes.c_int(attr), fn.handle),
                    "cuFuncGetAttribute")
         return v.value
 
-    def function_max_threads(self, fn: _Function) -> int:
+    def function_max_threads(self, fn: Function) -> int:
         return self._function_attribute(fn, FUNC_MAX_THREADS)
 
-    def function_registers(self, fn: _Function) -> int:
+    def function_registers(self, fn: Function) -> int:
         return self._function_attribute(fn, FUNC_NUM_REGS)
 
     def pointer_device(self, ptr: int) -> Optional[int]:
@@ -266,7 +331,7 @@ class DriverApi:
                                                ctypes.c_uint64(int(ptr)),
                                                ctypes.c_size_t(host.nbytes)), "cuMemcpyDtoH")
 
-    def launch(self, fn: _Function, grid, block, shared: int, types: str, args,
+    def launch(self, fn: Function, grid, block, shared: int, types: str, args,
                stream: Optional[int] = None) -> None:
         """``cuLaunchKernel``; ``stream`` a CUstream handle (None or 0: the legacy default
         stream)."""
@@ -275,11 +340,9 @@ class DriverApi:
                                                   ctypes.c_int(FUNC_MAX_DYNAMIC_SHARED),
                                                   ctypes.c_int(shared)), "cuFuncSetAttribute")
             fn.dynamic_shared = shared
-        params, _values = pack_params(types, args)
-        self.check(self.cu.cuLaunchKernel(
-            fn.handle, *[ctypes.c_uint(int(g)) for g in grid],
-            *[ctypes.c_uint(int(b)) for b in block], ctypes.c_uint(shared),
-            ctypes.c_void_p(stream or 0), params, None), f"cuLaunchKernel({fn.name})")
+        status = fn.launch(self.cu, grid, block, shared, types, args, stream or 0)
+        if status:
+            self.check(status, f"cuLaunchKernel({fn.name})")
 
     def synchronize(self, stream: Optional[int] = None) -> None:
         if stream is None:
@@ -288,6 +351,8 @@ class DriverApi:
             self.check(self.cu.cuStreamSynchronize(ctypes.c_void_p(stream)),
                        "cuStreamSynchronize")
 
+
+_ALREADY_CURRENT = contextlib.nullcontext()
 
 _DRIVERS: Dict[Tuple[int, int], DriverApi] = {}
 

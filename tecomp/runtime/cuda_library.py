@@ -102,6 +102,23 @@ class CudaLibraryModule(CudaModule):
         ordinal = self.device if self.device is not None else (found[0] if found else 0)
         return drv if drv.ordinal == ordinal else self.driver(ordinal)
 
+    def _plan_driver(self, entry, ptrs):
+        """:meth:`_driver_for` for a planned call (``ptrs``: the arrays' addresses): None
+        where an array is in memory the driver does not know or on another device than
+        the call's, for the full path to say so."""
+        drv = self.driver()
+        want = self.device
+        for i in entry.nonempty:
+            dev = drv.pointer_device(ptrs[i])
+            if dev is None:
+                return None
+            if want is None:
+                want = dev
+            elif dev != want:
+                return None
+        ordinal = want if want is not None else 0
+        return drv if drv.ordinal == ordinal else self.driver(ordinal)
+
     def _kernel_functions(self, drv):
         entry = self._per_device.get(drv.ordinal)
         if entry is not None and entry[0] is drv:

@@ -165,16 +165,26 @@ def test_device_array_of_the_wrong_dtype(lib, monkeypatch):
                                 r"driver does not know as device memory; inc's kernels take "
                                 r"device arrays"),
 ], ids=["not module.device", "two GPUs in one call", "not device memory"])
-def test_device_array_on_another_device(lib, monkeypatch, devices, module_device, match):
+@pytest.mark.parametrize("after_a_call", [False, True], ids=["first call", "after a call"])
+def test_device_array_on_another_device(lib, monkeypatch, devices, module_device, match,
+                                        after_a_call):
+    """Where the arrays live is checked on every call (``after_a_call``: one of the same
+    shapes on the right device ran first, and its plan is not reused for this one)."""
     f, path, _ = lib
     a, b = np.zeros(8, "float32"), np.zeros(8, "float32")
-    where = {a.ctypes.data: devices["A"], b.ctypes.data: devices["B"]}
+    where = {}
     g, fake = load_with_fake(path, f.cuda_source, monkeypatch, devices=2,
                              device_of=lambda ptr: where.get(ptr, 0))
     g.device = module_device
+    if after_a_call:
+        good = module_device if module_device is not None else devices["A"]
+        where.update({a.ctypes.data: good, b.ctypes.data: good})
+        g(DeviceArray(a), DeviceArray(b))
+    launched = len(fake.launches)
+    where.update({a.ctypes.data: devices["A"], b.ctypes.data: devices["B"]})
     with pytest.raises(tc.ArgumentError, match=match):
         g(DeviceArray(a), DeviceArray(b))
-    assert fake.launches == []
+    assert len(fake.launches) == launched
 
 
 def test_loaded_gpu_library_has_no_source_and_is_not_exported_again(lib, tmp_path):
