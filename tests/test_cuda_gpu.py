@@ -239,7 +239,8 @@ def test_a_call_describes_each_array_once_and_checks_a_launch_size_once(monkeypa
     a, b, c = case.make_args(np.random.default_rng(0), 300)
     reads, checks = [], []
     real_meta, real_check = argcheck.array_meta, runtime_cuda._check_device_launch
-    monkeypatch.setattr(runtime_cuda, "array_meta", lambda x: reads.append(x) or real_meta(x))
+    monkeypatch.setattr(runtime_cuda, "array_meta",
+                        lambda x, *where: reads.append(x) or real_meta(x, *where))
     monkeypatch.setattr(runtime_cuda, "_check_device_launch",
                         lambda *a: checks.append(a[3:]) or real_check(*a))
     for _ in range(3):

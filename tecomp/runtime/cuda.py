@@ -41,7 +41,7 @@ import numpy as np
 from .argcheck import (
     ArgChecker, array_meta, eval_host_expr, in_place_of, param_checks_of, param_label,
 )
-from .cuda_driver import libcuda, pack_params
+from .cuda_driver import libcuda, pack_params, pointer_device
 from .cuda_kernels import CudaSource, KernelInfo
 from .nvcc import compile_cubin, compile_ptx
 from ..target import MAX_STATIC_SHARED_BYTES
@@ -84,6 +84,7 @@ class PycudaDriver:
             raise RuntimeUnavailableError(
                 f"no CUDA device: the driver sees {count} device(s), device {ordinal} was asked for")
         self.cuda = cuda
+        self.ordinal = ordinal
         self.device = cuda.Device(ordinal)
         current = cuda.Context.get_current()
         if current is not None and current.get_device() == self.device:
@@ -147,6 +148,11 @@ class PycudaDriver:
             self._modules[key] = mod
             self._cubins[id(mod)] = cubin
         return mod
+
+    def pointer_device(self, ptr: int) -> Optional[int]:
+        """The ordinal of the device whose memory ``ptr`` points into; None where the
+        driver does not know the address (host memory)."""
+        return pointer_device(libcuda(), ptr)
 
     def get_function(self, module, name: str):
         fn = module.get_function(name)
@@ -299,8 +305,8 @@ class CudaSourceModule(Timed):
         scalar)."""
         cs, func = self.cuda_source, self.func
         args = self._checker.host_arrays(args)
-        metas = [array_meta(a) if isinstance(p, Buffer) else None
-                 for p, a in zip(func.params, args)]
+        metas = [array_meta(a, p.name, i) if isinstance(p, Buffer) else None
+                 for i, (p, a) in enumerate(zip(func.params, args))]
         env = self._checker.check(args, metas)  # overlapping arrays included
         for cond, message in cs.host_asserts:
             if not eval_host_expr(cond, env):
@@ -380,8 +386,14 @@ class CudaModule(CudaSourceModule):
 
     def _driver_for(self, metas):
         """The driver of the device this call's kernels run on (``metas``: what the
-        argument checks found of each argument)."""
-        return self.driver()
+        argument checks found of each argument): the module's, with every device array
+        in that device's memory (:func:`arrays_device`), where the driver can tell."""
+        drv = self.driver()
+        where = getattr(drv, "pointer_device", None)
+        if where is not None:
+            arrays_device(self.func, metas, where, getattr(drv, "ordinal", 0),
+                          "the module's driver")
+        return drv
 
     def _kernel_functions(self, drv):
         if self._functions is None or self._functions[0] is not drv:
@@ -487,6 +499,44 @@ class CudaModule(CudaSourceModule):
 
     def __repr__(self):
         return f"<CudaModule {self.func.name}: {len(self.kernels)} kernel(s)>"
+
+
+def arrays_device(func, metas, pointer_device, device: Optional[int] = None,
+                  why: str = "module.device") -> Optional[int]:
+    """The ordinal of the GPU whose memory holds the call's device arrays (``metas``:
+    each argument's :func:`~tecomp.runtime.argcheck.array_meta`; ``pointer_device``:
+    the driver's ``ptr -> ordinal or None``), or None when no device array has elements.
+    ArgumentError for an array in memory the driver does not know as a device's (host
+    memory behind a forged ``__cuda_array_interface__``: the kernel would fault and the
+    CUDA context be lost), for arrays on two GPUs, and, where ``device`` is given (the
+    GPU the kernels run on; ``why`` says what sets it), for an array on another GPU."""
+    found = None   # (ordinal, label of the first array there)
+    for i, (p, meta) in enumerate(zip(func.params, metas)):
+        if not isinstance(p, Buffer) or meta is None or not meta.on_device or 0 in meta.shape:
+            continue   # (no elements: no memory; a 0-d array has one element)
+        dev = pointer_device(meta.pointer)
+        label = param_label(p.name, i)
+        if dev is None:
+            raise ArgumentError(
+                f"{label} is an array in memory the CUDA driver does not know as device "
+                f"memory; {func.name}'s kernels take device arrays: pass a CUDA tensor "
+                f"(tensor.to('cuda'))")
+        want = device if device is not None else (found[0] if found is not None else dev)
+        if dev != want:
+            if device is not None:
+                fix = (f", or set module.device = {dev} (or None: the arrays' device)"
+                       if why == "module.device" else "")
+                raise ArgumentError(
+                    f"{label} is an array in device {dev}, but {func.name}'s kernels run on "
+                    f"device {want} ({why}): pass an array on cuda:{want} "
+                    f"(tensor.to('cuda:{want}')){fix}")
+            raise ArgumentError(
+                f"{label} is an array in device {dev}, but {found[1]} is in device {want}: "
+                f"the arrays of one call of {func.name} must live on one GPU; move them to "
+                f"one device (tensor.to('cuda:{want}'))")
+        if found is None:
+            found = (dev, label)
+    return found[0] if found is not None else None
 
 
 def _check_device_launch(drv, fn, kern: KernelInfo, grid, block) -> None:

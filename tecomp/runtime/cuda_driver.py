@@ -24,7 +24,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..errors import RuntimeUnavailableError
 from ..target import MAX_STATIC_SHARED_BYTES
 
-__all__ = ["libcuda", "DriverApi", "driver", "pack_params", "LIBCUDA_NAMES"]
+__all__ = ["libcuda", "DriverApi", "driver", "pack_params", "pointer_device",
+           "LIBCUDA_NAMES"]
 
 #: the names the driver library is looked for under (the first is the driver's soname)
 LIBCUDA_NAMES = ("libcuda.so.1", "libcuda.so")
@@ -97,6 +98,16 @@ def pack_params(types: str, args: Sequence) -> Tuple[ctypes.Array, List]:
     params = (ctypes.c_void_p * max(1, len(values)))(
         *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
     return params, values
+
+
+def pointer_device(cu, ptr: int) -> Optional[int]:
+    """The ordinal of the device whose memory ``ptr`` points into, as the driver library
+    ``cu`` says (``cuPointerGetAttribute``); None where it does not know the address
+    (host memory)."""
+    v = ctypes.c_int()
+    status = cu.cuPointerGetAttribute(ctypes.byref(v), ctypes.c_int(POINTER_DEVICE_ORDINAL),
+                                      ctypes.c_uint64(ptr))
+    return v.value if status == 0 else None
 
 
 class _Function:
@@ -245,11 +256,7 @@ class DriverApi:
     def pointer_device(self, ptr: int) -> Optional[int]:
         """The ordinal of the device whose memory ``ptr`` points into; None where the
         driver does not know the address (host memory)."""
-        v = ctypes.c_int()
-        status = self.cu.cuPointerGetAttribute(ctypes.byref(v),
-                                               ctypes.c_int(POINTER_DEVICE_ORDINAL),
-                                               ctypes.c_uint64(ptr))
-        return v.value if status == 0 else None
+        return pointer_device(self.cu, ptr)
 
     def alloc(self, nbytes: int) -> _DeviceMemory:
         return _DeviceMemory(self, nbytes)

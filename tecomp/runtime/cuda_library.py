@@ -21,12 +21,10 @@ from typing import Dict, Optional
 
 from . import cuda_driver
 from .aot_format import LibraryInfo
-from .argcheck import param_label
-from .cuda import CudaModule
+from .cuda import CudaModule, arrays_device
 from .cuda_kernels import CudaSource
 from .fatbin import describe_code, pick_code, read_fatbin
 from ..errors import ArgumentError, BuildError, DeviceCodeError, LoadError
-from ..ir.expr import Buffer
 from ..ir.stmt import PrimFunc, SeqStmt
 
 __all__ = ["CudaLibraryModule"]
@@ -72,34 +70,9 @@ class CudaLibraryModule(CudaModule):
 
     def _driver_for(self, metas):
         drv = self.driver()   # any device's driver tells where a pointer lives
-        found = None          # (ordinal, label of the first array there)
-        for i, (p, meta) in enumerate(zip(self.func.params, metas)):
-            if not isinstance(p, Buffer) or meta is None or not meta.shape or \
-                    not all(meta.shape):
-                continue
-            dev = drv.pointer_device(meta.pointer)
-            label = param_label(p.name, i)
-            if dev is None:
-                raise ArgumentError(
-                    f"{label} is an array in memory the CUDA driver does not know as device "
-                    f"memory; {self.func.name}'s kernels take device arrays: pass a CUDA tensor "
-                    f"(tensor.to('cuda'))")
-            want = self.device if self.device is not None else (
-                found[0] if found is not None else dev)
-            if dev != want:
-                if self.device is not None:
-                    raise ArgumentError(
-                        f"{label} is an array in device {dev}, but {self.func.name}'s kernels "
-                        f"run on device {want} (module.device): pass an array on cuda:{want} "
-                        f"(tensor.to('cuda:{want}')), or set module.device = {dev} (or None: "
-                        f"the arrays' device)")
-                raise ArgumentError(
-                    f"{label} is an array in device {dev}, but {found[1]} is in device "
-                    f"{want}: the arrays of one call of {self.func.name} must live on one GPU; "
-                    f"move them to one device (tensor.to('cuda:{want}'))")
-            if found is None:
-                found = (dev, label)
-        ordinal = self.device if self.device is not None else (found[0] if found else 0)
+        found = arrays_device(self.func, metas, drv.pointer_device, self.device,
+                              "module.device")
+        ordinal = self.device if self.device is not None else (found if found is not None else 0)
         return drv if drv.ordinal == ordinal else self.driver(ordinal)
 
     def _kernel_functions(self, drv):

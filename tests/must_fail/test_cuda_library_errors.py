@@ -291,3 +291,35 @@ def test_forged_tensor_map_box_is_refused_before_the_copy(dims, tmp_path, monkey
                                                 r"library again"):
         g(DeviceArray(x), DeviceArray(w), DeviceArray(y))
     assert fake.launches == []
+
+
+def test_zero_d_device_array_in_host_memory_or_on_another_gpu(tmp_path, monkeypatch):
+    """A 0-d array has one element: its memory is checked as any other's (the device
+    check skipped arrays of no dimensions as if they had no elements, and a 0-d output
+    in host memory or on another GPU was launched on)."""
+    if nvcc.find_nvcc() is None:
+        pytest.skip("nvcc (the CUDA toolkit) is not installed: a GPU library cannot be "
+                    "exported")
+    from cuda_examples import L, S, thread
+    from tecomp.ir import Buffer, PrimFunc, Var
+
+    n, tx = Var("n"), Var("tx")
+    A, O = Buffer("A", (n,), "float32"), Buffer("O", (), "float32")
+    body = thread(tx, 1, "threadIdx.x", S(O, L(A, 0)))
+    f = tc.build(PrimFunc("first", (A, O), body), target="cuda")
+    path = str(tmp_path / "first.so")
+    f.export_library(path)
+    a, o = np.arange(4, dtype="float32"), np.zeros((), "float32")
+    where = {a.ctypes.data: 0, o.ctypes.data: None}
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch, devices=2,
+                             device_of=lambda ptr: where.get(ptr))
+    with pytest.raises(tc.ArgumentError, match=r"parameter O \(argument 2\) is an array in "
+                                               r"memory the CUDA driver does not know as "
+                                               r"device memory"):
+        g(DeviceArray(a), DeviceArray(o))
+    where[o.ctypes.data] = 1
+    with pytest.raises(tc.ArgumentError, match=r"parameter O \(argument 2\) is an array in "
+                                               r"device 1, but parameter A \(argument 1\) is "
+                                               r"in device 0"):
+        g(DeviceArray(a), DeviceArray(o))
+    assert fake.launches == []
