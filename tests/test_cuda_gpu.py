@@ -7,7 +7,6 @@ Two halves:
   in for the driver (:class:`EmuDriver`: "device memory" is host memory, and a launch
   runs the kernel in the emulation), plus the behaviour without pycuda or a device.
 """
-import contextlib
 import ctypes
 import os
 import sys
@@ -28,10 +27,11 @@ from tecomp.runtime import cuda as runtime_cuda  # noqa: E402
 from tecomp.errors import ArgumentError, BuildError, RuntimeUnavailableError  # noqa: E402
 from tecomp.ir import Buffer, PrimFunc, Var  # noqa: E402
 from tecomp.runtime.nvcc import find_nvcc  # noqa: E402
-from tecomp.codegen.cuda_emu import compile_emu_library, find_cxx  # noqa: E402
+from tecomp.codegen.cuda_emu import find_cxx  # noqa: E402
 from tecomp.codegen.cuda import build_cuda  # noqa: E402
 from helpers import gpu_driver  # noqa: F401  (a fixture)
 from fake_libcuda import DeviceArray  # noqa: E402  (host memory as a "device" array)
+from tecomp.testing.device_arrays import StandInDriver  # noqa: E402
 
 
 def _have_cxx():
@@ -64,16 +64,16 @@ class _Alloc:
         self.driver.live.pop(int(self), None)
 
 
-class EmuDriver:
-    """The PycudaDriver interface over the CUDA emulation, with settable device limits."""
+class EmuDriver(StandInDriver):
+    """The PycudaDriver interface over the CUDA emulation, with settable device limits,
+    recording its launches, copies and synchronisations."""
 
     name = "emulated device"
-    compute_capability = (8, 0)
-    arch = "sm_80"
 
     def __init__(self, max_threads_per_block=1024, max_block_dims=(1024, 1024, 64),
                  max_grid_dims=(2**31 - 1, 65535, 65535), max_shared_per_block=48 * 1024,
                  function_max_threads=1024, max_shared_per_block_optin=227 * 1024):
+        super().__init__()
         self.max_threads_per_block = max_threads_per_block
         self.max_block_dims = max_block_dims
         self.max_grid_dims = max_grid_dims
@@ -86,16 +86,6 @@ class EmuDriver:
         self.copies = 0
         self.streams = []   # the stream handles of the launches that named one
         self.syncs = []     # None: the whole context; else a stream handle
-
-    @contextlib.contextmanager
-    def active(self):
-        yield
-
-    def compile(self, cs, arch=None):
-        return compile_emu_library(cs)
-
-    def get_function(self, lib, name):
-        return lib, [k.name for k in lib.source.kernels].index(name)
 
     def function_max_threads(self, fn):
         return self._fmax
