@@ -41,7 +41,7 @@ import numpy as np
 from .argcheck import (
     ArgChecker, array_meta, eval_host_expr, in_place_of, param_checks_of, param_label,
 )
-from .cuda_driver import libcuda, pack_params, pointer_device
+from .cuda_driver import foreign_stream_error, libcuda, pack_params, pointer_device
 from .cuda_kernels import CudaSource, KernelInfo
 from .nvcc import compile_cubin, compile_ptx
 from ..target import MAX_STATIC_SHARED_BYTES
@@ -211,10 +211,15 @@ class PycudaDriver:
                           "cuFuncSetAttribute")
             self._cu_functions[key] = handle
         params, _values = pack_params(types, args)
-        _cu_check(cu.cuLaunchKernel(handle, *[ctypes.c_uint(int(g)) for g in grid],
-                                    *[ctypes.c_uint(int(b)) for b in block],
-                                    ctypes.c_uint(shared), ctypes.c_void_p(stream), params, None),
-                  "cuLaunchKernel")
+        status = cu.cuLaunchKernel(handle, *[ctypes.c_uint(int(g)) for g in grid],
+                                   *[ctypes.c_uint(int(b)) for b in block],
+                                   ctypes.c_uint(shared), ctypes.c_void_p(stream), params, None)
+        if status != 0:   # a stream of another GPU: say so
+            err = foreign_stream_error(cu, stream, int(self.context.handle), self.ordinal,
+                                       f"CUresult {status}")
+            if err is not None:
+                raise err
+        _cu_check(status, "cuLaunchKernel")
 
     def synchronize(self, stream: int = None) -> None:
         if stream is None:

@@ -21,11 +21,11 @@ import ctypes.util
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..errors import RuntimeUnavailableError
+from ..errors import ArgumentError, RuntimeUnavailableError
 from ..target import MAX_STATIC_SHARED_BYTES
 
-__all__ = ["libcuda", "DriverApi", "driver", "pack_params", "pointer_device",
-           "LIBCUDA_NAMES"]
+__all__ = ["libcuda", "DriverApi", "driver", "foreign_stream_error", "pack_params",
+           "pointer_device", "LIBCUDA_NAMES"]
 
 #: the names the driver library is looked for under (the first is the driver's soname)
 LIBCUDA_NAMES = ("libcuda.so.1", "libcuda.so")
@@ -40,6 +40,8 @@ FUNC_MAX_THREADS, FUNC_NUM_REGS, FUNC_MAX_DYNAMIC_SHARED = 0, 4, 8
 POINTER_DEVICE_ORDINAL = 9
 CUDA_ERROR_NO_BINARY_FOR_GPU = 209
 CUDA_ERROR_INVALID_VALUE = 1
+#: the stream handles that mean the current context's: legacy default, per-thread default
+_SPECIAL_STREAMS = (0, 1, 2)
 #: more parameters than any kernel can take (their bytes are limited to 32 KiB)
 MAX_KERNEL_PARAMS = 8192
 
@@ -108,6 +110,29 @@ def pointer_device(cu, ptr: int) -> Optional[int]:
     status = cu.cuPointerGetAttribute(ctypes.byref(v), ctypes.c_int(POINTER_DEVICE_ORDINAL),
                                       ctypes.c_uint64(ptr))
     return v.value if status == 0 else None
+
+
+def foreign_stream_error(cu, stream: int, context: int, ordinal: int,
+                         failure: str) -> Optional[ArgumentError]:
+    """After a launch on ``stream`` failed (``failure``: the driver's error): the
+    ArgumentError to raise where the stream is not one of ``context`` (device
+    ``ordinal``'s, where the kernels run; a torch stream of another GPU), as the driver
+    library ``cu`` says (``cuStreamGetCtx``); None where it is, or cannot be told."""
+    if stream in _SPECIAL_STREAMS:
+        return None
+    ctx = ctypes.c_void_p()
+    try:
+        got = cu.cuStreamGetCtx(ctypes.c_void_p(stream), ctypes.byref(ctx))
+    except AttributeError:   # a driver without it
+        return None
+    if got == 0 and ctx.value == context:
+        return None
+    why = ("it belongs to another context: a stream of another GPU" if got == 0 else
+           f"the driver does not know it: CUresult {got}")
+    return ArgumentError(
+        f"stream={stream:#x} is not a stream of device {ordinal}, where the kernels run "
+        f"({why}; the launch failed with {failure}): pass a stream of cuda:{ordinal} "
+        f"(torch.cuda.current_stream({ordinal}))")
 
 
 class _Function:
@@ -283,10 +308,19 @@ class DriverApi:
                                                   ctypes.c_int(shared)), "cuFuncSetAttribute")
             fn.dynamic_shared = shared
         params, _values = pack_params(types, args)
-        self.check(self.cu.cuLaunchKernel(
+        status = self.cu.cuLaunchKernel(
             fn.handle, *[ctypes.c_uint(int(g)) for g in grid],
             *[ctypes.c_uint(int(b)) for b in block], ctypes.c_uint(shared),
-            ctypes.c_void_p(stream or 0), params, None), f"cuLaunchKernel({fn.name})")
+            ctypes.c_void_p(stream or 0), params, None)
+        if status != 0 and stream:
+            self._check_stream(stream, status)
+        self.check(status, f"cuLaunchKernel({fn.name})")
+
+    def _check_stream(self, stream: int, status: int) -> None:
+        err = foreign_stream_error(self.cu, stream, self.context.value, self.ordinal,
+                                   self.error_name(status))
+        if err is not None:
+            raise err
 
     def synchronize(self, stream: Optional[int] = None) -> None:
         if stream is None:

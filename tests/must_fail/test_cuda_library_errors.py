@@ -323,3 +323,22 @@ def test_zero_d_device_array_in_host_memory_or_on_another_gpu(tmp_path, monkeypa
                                                r"in device 0"):
         g(DeviceArray(a), DeviceArray(o))
     assert fake.launches == []
+
+
+def test_stream_of_another_gpu(lib, monkeypatch):
+    """Arrays on cuda:1 and a stream of cuda:0: the launch on a stream of another
+    context fails, and the call says which stream, instead of the driver's bare
+    CUresult (a RuntimeUnavailableError before)."""
+    f, path, _ = lib
+    a, b = np.zeros(8, "float32"), np.zeros(8, "float32")
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch, devices=2,
+                             device_of=lambda ptr: 1)
+    fake.streams = {0x5000: 0, 0x6000: 1}
+    g(DeviceArray(a), DeviceArray(b), stream=0x6000)     # cuda:1's stream: runs
+    with pytest.raises(tc.ArgumentError, match=r"stream=0x5000 is not a stream of device 1, "
+                                               r"where the kernels run \(it belongs to "
+                                               r"another context: a stream of another GPU; "
+                                               r"the launch failed with CUresult 400\): pass "
+                                               r"a stream of cuda:1"):
+        g(DeviceArray(a), DeviceArray(b), stream=0x5000)
+    assert len(fake.launches) == 1
