@@ -105,6 +105,8 @@ def array_meta(arg, name: Optional[str] = None, pos: int = 0) -> Optional[ArrayM
 
 #: the bytes of the address space a device pointer lives in
 _ADDRESS_SPACE = 1 << 64
+#: the numpy dtypes of the type strings device arrays gave (each parsed once)
+_TYPESTRS: Dict[str, np.dtype] = {}
 
 
 def _bad_device_array(name: Optional[str], pos: int, what: str) -> ArgumentError:
@@ -116,11 +118,30 @@ def _bad_device_array(name: Optional[str], pos: int, what: str) -> ArgumentError
         f"tensor, a CuPy array) or fix the object's __cuda_array_interface__")
 
 
-def _ints(xs) -> bool:
-    """Whether ``xs`` is a tuple or list of Python or numpy integers (bools are not)."""
-    return isinstance(xs, (tuple, list)) and all(
-        type(x) is int or (isinstance(x, numbers.Integral) and not isinstance(x, bool))
-        for x in xs)
+def _ints(xs) -> Optional[Tuple[int, ...]]:
+    """``xs`` as a tuple of Python ints where it is a tuple or list of Python or numpy
+    integers (not bools), each read once (a hostile sequence or integer may give other
+    values on a second read); else None."""
+    if type(xs) is tuple:
+        for x in xs:
+            if type(x) is not int:
+                break
+        else:
+            return xs   # (the common case: torch's, CuPy's)
+    if not isinstance(xs, (tuple, list)):
+        return None
+    out = []
+    for x in tuple(xs):
+        if type(x) is int:
+            out.append(x)
+        elif isinstance(x, (np.integer, numbers.Integral)) and not isinstance(x, (bool, np.bool_)):
+            try:
+                out.append(int(operator.index(x)))
+            except Exception:  # noqa: BLE001 -- the user's __index__
+                return None
+        else:
+            return None
+    return tuple(out)
 
 
 def _device_meta(arg, cai: dict, name: Optional[str], pos: int) -> ArrayMeta:
@@ -137,24 +158,30 @@ def _device_meta(arg, cai: dict, name: Optional[str], pos: int) -> ArrayMeta:
     except KeyError as e:
         raise _bad_device_array(name, pos, f"its __cuda_array_interface__ has no "
                                 f"{e.args[0]!r}") from None
-    if not _ints(shape) or any(x < 0 for x in shape):
+    dims = _ints(shape)
+    if dims is None or any(x < 0 for x in dims):
         raise _bad_device_array(name, pos, f"its shape {shape!r:.80} is not a tuple of "
                                 f"integers >= 0")
-    shape = tuple(int(x) for x in shape)
+    shape = dims
     strides = cai.get("strides")
     if strides is not None:
-        if not _ints(strides) or len(strides) != len(shape):
+        steps = _ints(strides)
+        if steps is None or len(steps) != len(shape):
             raise _bad_device_array(name, pos, f"its strides {strides!r:.80} are not a tuple "
                                     f"of {len(shape)} integers (one per dimension of shape "
                                     f"{shape}) or None (C-contiguous)")
-        strides = tuple(int(x) for x in strides)
-    try:
-        if not isinstance(typestr, str):
-            raise TypeError("not a string")
-        dt = np.dtype(typestr)
-    except Exception:  # noqa: BLE001 -- numpy's TypeError, ValueError, SyntaxError
-        raise _bad_device_array(name, pos, f"its typestr {typestr!r:.40} is not a numpy type "
-                                f"string (such as '<f4')") from None
+        strides = steps
+    dt = _TYPESTRS.get(typestr) if type(typestr) is str else None
+    if dt is None:
+        try:
+            if not isinstance(typestr, str):
+                raise TypeError("not a string")
+            dt = np.dtype(typestr)
+        except Exception:  # noqa: BLE001 -- numpy's TypeError, ValueError, SyntaxError
+            raise _bad_device_array(name, pos, f"its typestr {typestr!r:.40} is not a numpy "
+                                    f"type string (such as '<f4')") from None
+        if type(typestr) is str and len(_TYPESTRS) < 256:
+            _TYPESTRS[typestr] = dt
     if dt.kind == "V" and dt.itemsize == 2:
         try:
             torch_dtype = str(getattr(arg, "dtype", ""))
@@ -174,12 +201,20 @@ def _device_meta(arg, cai: dict, name: Optional[str], pos: int) -> ArrayMeta:
     ptr, readonly = data
     if ptr is None and 0 in shape:
         ptr = 0
-    if not (type(ptr) is int or (isinstance(ptr, numbers.Integral) and not isinstance(ptr, bool))) \
-            or not 0 <= ptr < _ADDRESS_SPACE:
+    if type(ptr) is not int:
+        address = _ints((ptr,))
+        if address is None:
+            raise _bad_device_array(name, pos, f"its data pointer {ptr!r:.40} is not an "
+                                    f"address (an integer in [0, 2**64))")
+        ptr = address[0]
+    if not 0 <= ptr < _ADDRESS_SPACE:
         raise _bad_device_array(name, pos, f"its data pointer {ptr!r:.40} is not an address "
                                 f"(an integer in [0, 2**64))")
-    ptr = int(ptr)
-    meta = ArrayMeta(shape, dt, strides, not readonly, True, ptr)
+    try:
+        writable = not readonly
+    except Exception:  # noqa: BLE001 -- the user's __bool__
+        raise _bad_device_array(name, pos, "its read-only flag is not a bool") from None
+    meta = ArrayMeta(shape, dt, strides, writable, True, ptr)
     if 0 in shape:
         return meta
     if not ptr:
@@ -192,7 +227,10 @@ def _device_meta(arg, cai: dict, name: Optional[str], pos: int) -> ArrayMeta:
                                 f"odd offset): the GPU faults on such a load or store (a "
                                 f"misaligned address), and the CUDA context is lost; pass a "
                                 f"contiguous copy, whose allocation is aligned")
-    lo, hi = _span(meta)
+    if strides is None:
+        lo, hi = ptr, ptr + item * math.prod(shape)
+    else:
+        lo, hi = _span(meta)
     if lo < 0 or hi > _ADDRESS_SPACE:
         raise _bad_device_array(name, pos, f"its elements (shape {shape}, byte strides "
                                 f"{strides if strides is not None else 'C-contiguous'}, from "
