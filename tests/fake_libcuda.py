@@ -13,6 +13,7 @@ from tecomp.codegen.cuda_emu import compile_emu_library
 from tecomp.runtime import cuda_driver
 from tecomp.runtime.fatbin import read_fatbin
 from tecomp.errors import LoadError
+from tecomp.ir.dtype import compute_dtype
 
 
 def _out(ref, value):
@@ -122,12 +123,13 @@ class FakeLibcuda:
 
     def cuFuncGetParamInfo(self, fn, index, offset, size):
         """The parameters of the kernel's code (the CudaSource's, whatever a library's
-        metadata says): 8-byte pointers and scalars of their dtype's size."""
+        metadata says): 8-byte pointers, 128-byte tensor maps and scalars of their C
+        type's size (a float16 scalar is a float)."""
         params = self.cs.kernels[fn.value - 0x3000].params
         if index.value >= len(params):
             return 1  # CUDA_ERROR_INVALID_VALUE
         sizes = [8 if p.is_buffer else 128 if p.dtype == "tensor_map" else
-                 np.dtype(p.dtype).itemsize for p in params]
+                 np.dtype(compute_dtype(p.dtype)).itemsize for p in params]
         _out(offset, sum(sizes[:index.value]))
         _out(size, sizes[index.value])
         return 0

@@ -25,9 +25,21 @@ from .cuda import CudaModule, arrays_device
 from .cuda_kernels import CudaSource
 from .fatbin import describe_code, pick_code, read_fatbin
 from ..errors import ArgumentError, BuildError, DeviceCodeError, LoadError
+from ..ir.dtype import compute_dtype, numpy_dtype
 from ..ir.stmt import PrimFunc, SeqStmt
 
 __all__ = ["CudaLibraryModule"]
+
+
+def param_bytes(p) -> int:
+    """The bytes of kernel parameter ``p`` (a :class:`~tecomp.runtime.cuda_kernels.
+    KernelParam`) in the code tecomp generates: a pointer's 8, a CUtensorMap's 128, a
+    scalar's of its compute dtype (a float16 scalar is a float: ``param_ctype``)."""
+    if p.is_buffer:
+        return 8
+    if p.dtype == "tensor_map":
+        return 128
+    return numpy_dtype(compute_dtype(p.dtype)).itemsize
 
 
 class CudaLibraryModule(CudaModule):
@@ -106,11 +118,11 @@ class CudaLibraryModule(CudaModule):
         """LoadError unless kernel ``kernel``'s code takes the parameters its metadata
         says (``sizes``: their bytes, as the driver reads the code; None: unknown): a
         launch with fewer arguments than the code reads would hand it stray values as
-        pointers."""
+        pointers, and a 4-byte value where the code reads 8 bytes (an int32 scalar the
+        metadata says where the code takes an int64) half a stray value."""
         if sizes is None:
             return
-        ok = len(sizes) == len(kernel.params) and all(
-            size == 8 for size, p in zip(sizes, kernel.params) if p.is_buffer)
+        ok = list(sizes) == [param_bytes(p) for p in kernel.params]
         if not ok:
             said = ", ".join(f"{p.name} ({'pointer' if p.is_buffer else p.dtype})"
                              for p in kernel.params)[:300]

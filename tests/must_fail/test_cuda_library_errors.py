@@ -342,3 +342,22 @@ def test_stream_of_another_gpu(lib, monkeypatch):
                                                r"a stream of cuda:1"):
         g(DeviceArray(a), DeviceArray(b), stream=0x5000)
     assert len(fake.launches) == 1
+
+
+def test_metadata_with_a_scalar_of_another_size_than_the_code(lib, tmp_path, monkeypatch):
+    """The metadata says the kernel's n is an int64 where the code takes an int32 (or
+    the other way round, where half of an 8-byte value the code reads would be stray
+    bytes): only the pointers' sizes were compared before."""
+    f, _, data = lib
+
+    def change(m):
+        m["vars"][0]["dtype"] = "int64"      # the variable n and the kernel's parameter
+        m["cuda"]["kernels"][0]["params"][2]["dtype"] = "int64"
+    bad = with_metadata(tmp_path, data, change)
+    g, fake = load_with_fake(bad, f.cuda_source, monkeypatch)
+    a = np.zeros(40, "float32")
+    with pytest.raises(tc.LoadError, match=r"kernel inc_kernel0's GPU code takes 3 parameters "
+                                           r"of \[8, 8, 4\] bytes, and its metadata describes "
+                                           r"3: A \(pointer\), B \(pointer\), n \(int64\)"):
+        g(DeviceArray(a), DeviceArray(a.copy()))
+    assert fake.launches == []
