@@ -252,9 +252,8 @@ def forged_call(tw: dict):
     elif forgery == "stride0_output":
         change = {"strides": (0,) * len(shape)}
     elif forgery == "overlap_output":
-        k = tw["offset"] % size if size > 1 else 0
-        over = abuf[pad + k:pad + k + size].reshape(shape) if size > 1 else a
-        arrs["B"] = target = over
+        k = 1 + tw["offset"] % (size - 1)       # (rows >= 2: a shift of 1 to size - 1)
+        arrs["B"] = target = abuf[pad + k:pad + k + size].reshape(shape)
     elif forgery == "readonly_output":
         change = {"data": (target.ctypes.data, True)}
     stand = {name: DeviceStandIn(arr) for name, arr in arrs.items()}
