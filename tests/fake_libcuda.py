@@ -13,6 +13,7 @@ from tecomp.codegen.cuda_emu import compile_emu_library
 from tecomp.runtime import cuda_driver
 from tecomp.runtime.fatbin import read_fatbin
 from tecomp.errors import LoadError
+from tecomp.ir.dtype import compute_dtype
 
 
 def _out(ref, value):
@@ -41,7 +42,8 @@ class FakeLibcuda:
     ``capability``: the device's compute capability; ``load_status``: what
     cuModuleLoadData returns; ``device_of``: the device ordinal a pointer is in (None:
     unknown memory); ``devices``: how many GPUs it has (each launch records the device
-    whose context is current)."""
+    whose context is current); ``streams`` (set after): the device each stream handle was
+    made on (a launch on another device's stream fails, as the driver's does)."""
 
     def __init__(self, cs, capability=(9, 0), load_status=0, device_of=lambda ptr: 0,
                  devices=1):
@@ -57,6 +59,7 @@ class FakeLibcuda:
         self.launched_on = []   # the device current at each launch
         self.allocs = {}
         self.calls = []
+        self.streams = {}       # stream handle -> the device ordinal it was made on
         self._emu = None
 
     def __getattr__(self, name):   # a driver function tecomp should not call
@@ -124,12 +127,13 @@ class FakeLibcuda:
 
     def cuFuncGetParamInfo(self, fn, index, offset, size):
         """The parameters of the kernel's code (the CudaSource's, whatever a library's
-        metadata says): 8-byte pointers and scalars of their dtype's size."""
+        metadata says): 8-byte pointers, 128-byte tensor maps and scalars of their C
+        type's size (a float16 scalar is a float)."""
         params = self.cs.kernels[fn.value - 0x3000].params
         if index.value >= len(params):
             return 1  # CUDA_ERROR_INVALID_VALUE
         sizes = [8 if p.is_buffer else 128 if p.dtype == "tensor_map" else
-                 np.dtype(p.dtype).itemsize for p in params]
+                 np.dtype(compute_dtype(p.dtype)).itemsize for p in params]
         _out(offset, sum(sizes[:index.value]))
         _out(size, sizes[index.value])
         return 0
@@ -162,7 +166,16 @@ class FakeLibcuda:
         self.allocs.pop(ptr.value)
         return 0
 
+    def cuStreamGetCtx(self, stream, ctx):
+        if stream.value not in self.streams:
+            return 400   # CUDA_ERROR_INVALID_HANDLE
+        _out(ctx, 0x1000 + self.streams[stream.value])
+        return 0
+
     def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        on = self.streams.get(stream.value or 0)
+        if on is not None and self.current and on != self.current[-1]:
+            return 400   # a stream of another context: CUDA_ERROR_INVALID_HANDLE
         k = fn.value - 0x3000
         kern = self.cs.kernels[k]
         values = []

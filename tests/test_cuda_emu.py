@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+import tecomp as tc
+
 sys.path.insert(0, os.path.dirname(__file__))
 from cuda_examples import (  # noqa: E402
     ALL_CASES, L, S, block_reverse, thread, vector_add,
@@ -469,3 +471,57 @@ def test_atomic_add_of_many_threads_into_one_element():
             c = np.zeros(256, "float32")
             mod(a, b, c, mode=mode)
             assert c[0] == a.sum() and c[1] == c[2] == 128 and not c[3:].any(), (mode, c[:3])
+
+
+def _f16_matmul_with_async_copies():
+    """A 64 x 64 x 64 float16 matmul on tensor cores whose tiles are copied with 16-byte
+    cp.async (tecomp's default CUDA schedule), built for the emulation."""
+    from tecomp.nn import ops
+    from tecomp.strategy import cuda as sc
+
+    A = tc.placeholder((64, 64), name="A", dtype="float16")
+    B = tc.placeholder((64, 64), name="B", dtype="float16")
+    C = ops.matmul(A, B)
+    f = tc.build(sc.schedule_matmul(C, target="cuda-emu"), [A, B, C], target="cuda-emu")
+    assert "tc_cp_async16" in f.get_source("cuda")
+    return f
+
+
+def _offset_views(offset):
+    """float16 A and B ``offset`` elements into their buffers (``t[1:]`` of a tensor: 2
+    bytes off the 16 a vector copy moves), and C (small integers: exact in float16)."""
+    rng = np.random.default_rng(offset)
+    bufs = [rng.integers(-3, 4, 64 * 64 + 8).astype("float16") for _ in range(2)]
+    a, b = (x[offset:offset + 64 * 64].reshape(64, 64) for x in bufs)
+    return a, b, np.zeros((64, 64), "float16")
+
+
+@pytest.mark.parametrize("offset", [0, 1, 3])
+def test_vector_copies_of_views_that_are_not_16_byte_aligned(offset):
+    """An input a few float16 elements into its allocation (a view ``t[1:]``): the
+    16-byte cp.async of its tiles would be a misaligned-address fault on a GPU; the
+    generated code tests the addresses and copies such tiles element by element, and
+    the emulation traps on a vector copy at a misaligned address, as the GPU faults."""
+    f = _f16_matmul_with_async_copies()
+    a, b, c = _offset_views(offset)
+    f(a, b, c)
+    np.testing.assert_array_equal(c, (a.astype("float32") @ b.astype("float32")).astype("float16"))
+
+
+def test_emulation_traps_a_vector_copy_at_a_misaligned_address(monkeypatch):
+    """With the generated code's address test taken away, the emulation finds the copy
+    a GPU would fault on (a BoundsError naming it), rather than running it."""
+    from tecomp.codegen import cuda as cg
+
+    helpers = dict(cg.CudaRenderer.EXTRA_HELPERS)
+    helpers["tc_aligned2"] = helpers["tc_aligned2"].replace(
+        "return ((((unsigned long long)a) | ((unsigned long long)b)) & (n - 1ull)) == 0;",
+        "return true;  // (the test taken away)")
+    assert helpers["tc_aligned2"] != cg.CudaRenderer.EXTRA_HELPERS["tc_aligned2"]
+    monkeypatch.setattr(cg.CudaRenderer, "EXTRA_HELPERS", helpers)
+    f = _f16_matmul_with_async_copies()
+    f(*_offset_views(0))
+    with pytest.raises(BoundsError, match=r"a 16-byte cp.async from 0x[0-9a-f]+ to 0x[0-9a-f]+, "
+                                          r"not 16-byte aligned: on a GPU a misaligned-address "
+                                          r"fault"):
+        f(*_offset_views(1))

@@ -7,7 +7,6 @@ Two halves:
   in for the driver (:class:`EmuDriver`: "device memory" is host memory, and a launch
   runs the kernel in the emulation), plus the behaviour without pycuda or a device.
 """
-import contextlib
 import ctypes
 import gc
 import os
@@ -29,10 +28,11 @@ from tecomp.runtime import cuda as runtime_cuda  # noqa: E402
 from tecomp.errors import ArgumentError, BuildError, RuntimeUnavailableError  # noqa: E402
 from tecomp.ir import Buffer, PrimFunc, Var  # noqa: E402
 from tecomp.runtime.nvcc import find_nvcc  # noqa: E402
-from tecomp.codegen.cuda_emu import compile_emu_library, find_cxx  # noqa: E402
+from tecomp.codegen.cuda_emu import find_cxx  # noqa: E402
 from tecomp.codegen.cuda import build_cuda  # noqa: E402
 from helpers import gpu_driver  # noqa: F401  (a fixture)
 from fake_libcuda import DeviceArray  # noqa: E402  (host memory as a "device" array)
+from tecomp.testing.device_arrays import StandInDriver  # noqa: E402
 
 
 def _have_cxx():
@@ -65,16 +65,16 @@ class _Alloc:
         self.driver.live.pop(int(self), None)
 
 
-class EmuDriver:
-    """The PycudaDriver interface over the CUDA emulation, with settable device limits."""
+class EmuDriver(StandInDriver):
+    """The PycudaDriver interface over the CUDA emulation, with settable device limits,
+    recording its launches, copies and synchronisations."""
 
     name = "emulated device"
-    compute_capability = (8, 0)
-    arch = "sm_80"
 
     def __init__(self, max_threads_per_block=1024, max_block_dims=(1024, 1024, 64),
                  max_grid_dims=(2**31 - 1, 65535, 65535), max_shared_per_block=48 * 1024,
                  function_max_threads=1024, max_shared_per_block_optin=227 * 1024):
+        super().__init__()
         self.max_threads_per_block = max_threads_per_block
         self.max_block_dims = max_block_dims
         self.max_grid_dims = max_grid_dims
@@ -87,16 +87,6 @@ class EmuDriver:
         self.copies = 0
         self.streams = []   # the stream handles of the launches that named one
         self.syncs = []     # None: the whole context; else a stream handle
-
-    @contextlib.contextmanager
-    def active(self):
-        yield
-
-    def compile(self, cs, arch=None):
-        return compile_emu_library(cs)
-
-    def get_function(self, lib, name):
-        return lib, [k.name for k in lib.source.kernels].index(name)
 
     def function_max_threads(self, fn):
         return self._fmax
@@ -576,6 +566,18 @@ def _error_of(mod, args):
     return type(info.value), str(info.value)
 
 
+class _At:
+    """A device array of ``like``'s shape and dtype whose interface gives ``ptr``."""
+
+    def __init__(self, like, ptr):
+        self.like, self.ptr = like, ptr
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.like.shape, "typestr": self.like.dtype.str,
+                "data": (self.ptr, False), "strides": None, "version": 3}
+
+
 @needs_cxx
 def test_a_call_after_a_cached_one_is_checked_anew():
     """A call whose shapes, strides, dtypes, flags or addresses differ from an earlier
@@ -601,9 +603,19 @@ def test_a_call_after_a_cached_one_is_checked_anew():
         "stride-0 output": [DeviceArray(a), DeviceArray(b), DeviceArray(zero)],
         "a numpy scalar": [DeviceArray(a), DeviceArray(b), 3],
         "two arguments": [DeviceArray(a), DeviceArray(b)],
+        # the good signature at addresses no kernel may touch (checked on every call)
+        "a null output": [DeviceArray(a), DeviceArray(b), _At(c, 0)],
+        "a misaligned output": [DeviceArray(a), DeviceArray(b), _At(c, c.ctypes.data + 1)],
+        "an output past the address space": [DeviceArray(a), DeviceArray(b), _At(c, 2**64 - 8)],
     }
+    elsewhere = np.zeros(64, "float32")   # (in another GPU's memory, says the driver)
+    bad_calls["an output on another device"] = [DeviceArray(a), DeviceArray(b),
+                                                DeviceArray(elsewhere)]
+    drv.device_of[elsewhere.ctypes.data] = 1
     for what, bad in bad_calls.items():
-        first = _error_of(build_cuda(case.func, driver=EmuDriver()), bad)
+        fresh = EmuDriver()
+        fresh.device_of.update(drv.device_of)
+        first = _error_of(build_cuda(case.func, driver=fresh), bad)
         mod(*good)   # (a plan of the good signature)
         launched = len(drv.launches)
         assert _error_of(mod, bad) == first, what

@@ -9,8 +9,8 @@ import pytest
 import tecomp as tc
 from tecomp.testing import edges
 from tecomp.testing.edges import (
-    FAMILIES, MORE_FAMILIES, SESSION9_FAMILIES, draw_edge_case, family_of, in_session9_slot,
-    run_edge_case,
+    FAMILIES, MORE_FAMILIES, SESSION9_FAMILIES, SESSION14_FAMILIES, draw_edge_case, family_of,
+    in_session9_slot, in_session14_slot, run_edge_case,
 )
 
 LONG = os.environ.get("TECOMP_LONG_TESTS") == "1"
@@ -26,26 +26,33 @@ def _seeds(family, count):
     return out
 
 
-def test_the_families_of_sessions_8_and_9_leave_the_other_seeds_alone():
+def test_the_families_of_sessions_8_9_and_14_leave_the_other_seeds_alone():
     """A seed draws one of MORE_FAMILIES only where (seed // 9) % 8 == 7, one of
-    SESSION9_FAMILIES only in their slot (from seed 576 on, one in sixteen: those seeds
-    drew an earlier family before session 9; none of them is pinned below); every other
-    seed keeps the family seed % 9 gave it (the pinned seeds below among them)."""
-    pinned = [64, 65, 66, 69, 135, 10011706, 10017506]
-    assert not any(in_session9_slot(s) for s in list(range(576)) + pinned)
+    SESSION9_FAMILIES or SESSION14_FAMILIES only in their slots (from seed 576 on, one in
+    sixteen each: those seeds drew an earlier family before; none of them is pinned
+    below); every other seed keeps the family seed % 9 gave it (the pinned seeds below
+    among them)."""
+    pinned = [64, 65, 66, 69, 135, 10011706, 10017506, *WRAPPED_SEEDS]
+    assert not any(in_session9_slot(s) or in_session14_slot(s)
+                   for s in list(range(576)) + pinned)
     for seed in list(range(4000)) + pinned:
+        assert not (in_session9_slot(seed) and in_session14_slot(seed))
         if in_session9_slot(seed):
             assert family_of(seed) in SESSION9_FAMILIES
+        elif in_session14_slot(seed):
+            assert family_of(seed) in SESSION14_FAMILIES
         elif (seed // len(FAMILIES)) % 8 != 7:
             assert family_of(seed) == FAMILIES[seed % len(FAMILIES)]
         else:
             assert family_of(seed) in MORE_FAMILIES
     assert {family_of(s) for s in range(4000)} == \
-        set(FAMILIES) | set(MORE_FAMILIES) | set(SESSION9_FAMILIES)
+        set(FAMILIES) | set(MORE_FAMILIES) | set(SESSION9_FAMILIES) | set(SESSION14_FAMILIES)
     assert sum(map(in_session9_slot, range(576 * 20))) == 576 * 20 // 16
+    assert sum(map(in_session14_slot, range(576 * 20))) == 576 * 20 // 16
 
 
-@pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES + SESSION9_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES + SESSION9_FAMILIES +
+                         SESSION14_FAMILIES)
 def test_family_runs_clean(family):
     if family in ("lazy_bits", "torch_autograd", "torch_inplace"):
         pytest.importorskip("torch")
@@ -425,3 +432,54 @@ def test_gather_family_finds_guarded_reads_outside(monkeypatch):
     monkeypatch.setattr(range_check, "guarded_load_error", lambda *a, **k: None)
     kinds = [run_edge_case(draw_edge_case(s)).kind for s in (8996, 12376)]
     assert kinds == ["mismatch", "mismatch"], kinds
+
+
+# ---------------------------------------------------------------------------------
+# session 14's family finds what it was made for
+
+
+def test_device_array_family_refuses_every_forgery_and_runs_the_honest_arrays():
+    """Every forgery of the device_array family is refused with an ArgumentError before
+    a launch; every honest device array gives numpy's values (a sample of each)."""
+    from tecomp.testing.device_arrays import FORGERIES
+
+    seen = {}
+    for seed in _seeds("device_array", 400 if LONG else 80):
+        ec = draw_edge_case(seed)
+        if ec.twist["forgery"] in seen and not LONG:
+            continue
+        out = run_edge_case(ec)
+        assert out.ok, out.report()
+        if out.detail == "no C++ compiler for the CUDA emulation":
+            pytest.skip(out.detail)
+        seen[ec.twist["forgery"]] = out.kind
+    assert seen == {f: want for f, (want, _) in FORGERIES.items()}, seen
+
+
+def test_device_array_family_finds_forged_arrays_accepted(monkeypatch):
+    """With the interface read as before this session (no check of its entries or
+    pointer) and no question of where the memory lives, the family's masked arrays,
+    strides of another rank, misaligned inputs and arrays in host memory or on another
+    GPU are launched on: mismatches (only forgeries that cannot kill the process)."""
+    from tecomp.runtime import argcheck
+    from tecomp.runtime import cuda as runtime_cuda
+
+    def unchecked(arg, cai, name, pos):
+        strides = cai.get("strides")
+        ptr, readonly = cai["data"]
+        return argcheck.ArrayMeta(tuple(int(x) for x in cai["shape"]), np.dtype(cai["typestr"]),
+                                  None if strides is None else tuple(int(s) for s in strides),
+                                  not readonly, True, int(ptr or 0))
+
+    monkeypatch.setattr(argcheck, "_device_meta", unchecked)
+    monkeypatch.setattr(runtime_cuda, "arrays_device", lambda *a, **k: None)
+    harmless = {"mask", "strides_rank", "host_memory", "other_device"}
+    kinds = {}
+    for seed in _seeds("device_array", 120):
+        ec = draw_edge_case(seed)
+        f = ec.twist["forgery"]
+        if f in harmless and f not in kinds or \
+                f == "misaligned_pointer" and ec.twist["arg"] == "A" and f not in kinds:
+            kinds[f] = run_edge_case(ec).kind
+    assert set(kinds) == harmless | {"misaligned_pointer"}, kinds
+    assert set(kinds.values()) == {"mismatch"}, kinds

@@ -815,6 +815,20 @@ inline float atomicAdd(float* p, float v) {
   throw t;
 }
 #define printf tecomp_emu::device_printf
+namespace tecomp_emu {
+// A vector move or cp.async of n bytes (tc_move8/16, tc_cp_async*) whose addresses are
+// not n-byte aligned: on a GPU a misaligned-address fault, which loses the CUDA context;
+// here a trap (a BoundsError), so that a copy the generated code did not guard is found
+// without a GPU.  (The generated code tests the addresses first: tc_aligned2.)
+inline void check_aligned(const void* d, const void* s, int n, const char* what) {
+  if ((((unsigned long long)d) | ((unsigned long long)s)) & (unsigned long long)(n - 1)) {
+    printf("a %d-byte %s from %p to %p, not %d-byte aligned: on a GPU a misaligned-address "
+           "fault (tecomp bug: the generated code should have tested the addresses)",
+           n, what, s, d, n);
+    __trap();
+  }
+}
+}  // namespace tecomp_emu
 
 // ---------------------------------------------------------------------------- wmma
 // Tensor-core fragments (<mma.h>'s nvcuda::wmma) with the declared semantics of each

@@ -79,33 +79,170 @@ class ArrayMeta:
         return all(d == 1 or s == e for d, s, e in zip(self.shape, self.strides, reversed(expected)))
 
 
-def cai_meta(arg, shape, typestr, strides, data) -> ArrayMeta:
-    """The :class:`ArrayMeta` of device array ``arg`` from the entries of its
-    ``__cuda_array_interface__`` (``data``: ``(pointer, read-only)``)."""
-    dt = np.dtype(typestr)
-    if dt.kind == "V" and dt.itemsize == 2 and str(getattr(arg, "dtype", "")).endswith(
-            "bfloat16"):
-        # torch exports a CUDA bfloat16 tensor's typestr as "<V2" (numpy has no bfloat16)
-        dt = np.dtype(_dt.numpy_dtype("bfloat16"))
-    ptr, readonly = data
-    return ArrayMeta(tuple(int(x) for x in shape), dt,
-                     None if strides is None else tuple(int(s) for s in strides),
-                     not readonly, True, int(ptr or 0))
+def cai_meta(arg, cai: dict, name: Optional[str] = None, pos: int = 0) -> ArrayMeta:
+    """The :class:`ArrayMeta` of device array ``arg`` from its ``__cuda_array_interface__``
+    dict ``cai``, read once by the caller and checked as :func:`array_meta` checks it."""
+    return _device_meta(arg, cai, name, pos)
 
 
-def array_meta(arg) -> Optional[ArrayMeta]:
-    """Describe ``arg`` if it is an array (numpy or device), else return None."""
+def array_meta(arg, name: Optional[str] = None, pos: int = 0) -> Optional[ArrayMeta]:
+    """Describe ``arg`` if it is an array (numpy or device), else return None.
+
+    A device array's ``__cuda_array_interface__`` is read once and checked as the
+    hostile input it may be (:func:`_device_meta`): an ArgumentError naming the parameter
+    ``name`` (argument ``pos + 1``; None: "a device array") when it is malformed or
+    describes memory no kernel may touch."""
     if isinstance(arg, np.ndarray):
         return ArrayMeta(tuple(arg.shape), arg.dtype, tuple(arg.strides), bool(arg.flags.writeable),
                          False, arg.ctypes.data)
-    cai = getattr(arg, "__cuda_array_interface__", None)
+    try:
+        cai = getattr(arg, "__cuda_array_interface__", None)
+    except Exception as e:  # noqa: BLE001 -- the producer's property is the user's code
+        raise _bad_device_array(name, pos, f"reading its __cuda_array_interface__ raised "
+                                f"{type(e).__name__}: {str(e)[:200]}") from None
     if isinstance(cai, dict):
-        return cai_meta(arg, cai["shape"], cai["typestr"], cai.get("strides"), cai["data"])
+        return _device_meta(arg, cai, name, pos)
     gpudata = getattr(arg, "gpudata", None)  # an older pycuda GPUArray
     if gpudata is not None and hasattr(arg, "shape") and hasattr(arg, "dtype"):
         return ArrayMeta(tuple(int(x) for x in arg.shape), np.dtype(arg.dtype),
                          tuple(int(s) for s in arg.strides), True, True, int(gpudata))
     return None
+
+
+#: the bytes of the address space a device pointer lives in
+_ADDRESS_SPACE = 1 << 64
+#: the numpy dtypes of the type strings device arrays gave (each parsed once)
+_TYPESTRS: Dict[str, np.dtype] = {}
+
+
+def _bad_device_array(name: Optional[str], pos: int, what: str) -> ArgumentError:
+    who = param_label(name, pos) if name is not None else "a device array"
+    return ArgumentError(
+        f"{who}: {what}; tecomp reads a device array through its __cuda_array_interface__ "
+        f"(a dict with 'shape', 'typestr', 'data' and 'strides', numba's protocol, version "
+        f"0 to 3) and refuses one it cannot trust: pass the producer's own array (a CUDA "
+        f"tensor, a CuPy array) or fix the object's __cuda_array_interface__")
+
+
+def _ints(xs) -> Optional[Tuple[int, ...]]:
+    """``xs`` as a tuple of Python ints where it is a tuple or list of Python or numpy
+    integers (not bools), each read once (a hostile sequence or integer may give other
+    values on a second read); else None."""
+    if type(xs) is tuple:
+        for x in xs:
+            if type(x) is not int:
+                break
+        else:
+            return xs   # (the common case: torch's, CuPy's)
+    if not isinstance(xs, (tuple, list)):
+        return None
+    out = []
+    for x in tuple(xs):
+        if type(x) is int:
+            out.append(x)
+        elif isinstance(x, (np.integer, numbers.Integral)) and not isinstance(x, (bool, np.bool_)):
+            try:
+                out.append(int(operator.index(x)))
+            except Exception:  # noqa: BLE001 -- the user's __index__
+                return None
+        else:
+            return None
+    return tuple(out)
+
+
+def _device_meta(arg, cai: dict, name: Optional[str], pos: int) -> ArrayMeta:
+    """The ArrayMeta of a device array from its ``__cuda_array_interface__`` dict (read
+    once by the caller: the checks and the launch see the same description); an
+    ArgumentError for a dict that is malformed (a missing key, a shape or strides that
+    are not integers, one per dimension, a type string numpy does not read, ``data`` not
+    a pair), that masks elements, or whose elements are not where a kernel may touch them
+    (a null pointer, an address outside the 64-bit space, a pointer or extent reaching
+    past it, a pointer not aligned to its elements: a misaligned-address fault on the
+    GPU, which loses the CUDA context)."""
+    try:
+        shape, typestr, data = cai["shape"], cai["typestr"], cai["data"]
+    except KeyError as e:
+        raise _bad_device_array(name, pos, f"its __cuda_array_interface__ has no "
+                                f"{e.args[0]!r}") from None
+    dims = _ints(shape)
+    if dims is None or any(x < 0 for x in dims):
+        raise _bad_device_array(name, pos, f"its shape {shape!r:.80} is not a tuple of "
+                                f"integers >= 0")
+    shape = dims
+    strides = cai.get("strides")
+    if strides is not None:
+        steps = _ints(strides)
+        if steps is None or len(steps) != len(shape):
+            raise _bad_device_array(name, pos, f"its strides {strides!r:.80} are not a tuple "
+                                    f"of {len(shape)} integers (one per dimension of shape "
+                                    f"{shape}) or None (C-contiguous)")
+        strides = steps
+    dt = _TYPESTRS.get(typestr) if type(typestr) is str else None
+    if dt is None:
+        try:
+            if not isinstance(typestr, str):
+                raise TypeError("not a string")
+            dt = np.dtype(typestr)
+        except Exception:  # noqa: BLE001 -- numpy's TypeError, ValueError, SyntaxError
+            raise _bad_device_array(name, pos, f"its typestr {typestr!r:.40} is not a numpy "
+                                    f"type string (such as '<f4')") from None
+        if type(typestr) is str and len(_TYPESTRS) < 256:
+            _TYPESTRS[typestr] = dt
+    if dt.kind == "V" and dt.itemsize == 2:
+        try:
+            torch_dtype = str(getattr(arg, "dtype", ""))
+        except Exception:  # noqa: BLE001 -- the user's attribute
+            torch_dtype = ""
+        if torch_dtype.endswith("bfloat16"):
+            # torch exports a CUDA bfloat16 tensor's typestr as "<V2" (numpy has no bfloat16)
+            dt = np.dtype(_dt.numpy_dtype("bfloat16"))
+    if cai.get("mask") is not None:
+        raise _bad_device_array(name, pos, "it is a masked array (its __cuda_array_interface__ "
+                                "has a 'mask'), whose masked elements hold no values; tecomp "
+                                "kernels read every element: fill the masked ones and pass "
+                                "the data without a mask")
+    if not (isinstance(data, (tuple, list)) and len(data) == 2):
+        raise _bad_device_array(name, pos, f"its data {data!r:.60} is not a pair (pointer, "
+                                f"read-only flag)")
+    ptr, readonly = data
+    if ptr is None and 0 in shape:
+        ptr = 0
+    if type(ptr) is not int:
+        address = _ints((ptr,))
+        if address is None:
+            raise _bad_device_array(name, pos, f"its data pointer {ptr!r:.40} is not an "
+                                    f"address (an integer in [0, 2**64))")
+        ptr = address[0]
+    if not 0 <= ptr < _ADDRESS_SPACE:
+        raise _bad_device_array(name, pos, f"its data pointer {ptr!r:.40} is not an address "
+                                f"(an integer in [0, 2**64))")
+    try:
+        writable = not readonly
+    except Exception:  # noqa: BLE001 -- the user's __bool__
+        raise _bad_device_array(name, pos, "its read-only flag is not a bool") from None
+    meta = ArrayMeta(shape, dt, strides, writable, True, ptr)
+    if 0 in shape:
+        return meta
+    if not ptr:
+        raise _bad_device_array(name, pos, f"its data pointer is null (0), but its shape "
+                                f"{shape} has elements: a kernel would read or write address 0")
+    item = dt.itemsize
+    if item and ptr % min(item, 16):
+        raise _bad_device_array(name, pos, f"its data pointer {ptr:#x} is not aligned to its "
+                                f"{item}-byte {dt.name} elements (a view of a byte buffer at an "
+                                f"odd offset): the GPU faults on such a load or store (a "
+                                f"misaligned address), and the CUDA context is lost; pass a "
+                                f"contiguous copy, whose allocation is aligned")
+    if strides is None:
+        lo, hi = ptr, ptr + item * math.prod(shape)
+    else:
+        lo, hi = _span(meta)
+    if lo < 0 or hi > _ADDRESS_SPACE:
+        raise _bad_device_array(name, pos, f"its elements (shape {shape}, byte strides "
+                                f"{strides if strides is not None else 'C-contiguous'}, from "
+                                f"{ptr:#x}) span bytes [{lo:#x}, {hi:#x}), outside the 64-bit "
+                                f"address space: no memory holds them")
+    return meta
 
 
 # ---------------------------------------------------------------------------------------
@@ -702,7 +839,7 @@ class ArgChecker:
                 shape = a.shape
             else:
                 meta = None if device is False else (
-                    metas[spec.pos] if metas is not None else array_meta(a))
+                    metas[spec.pos] if metas is not None else array_meta(a, spec.name, spec.pos))
                 if meta is None or (device is True and not meta.on_device):
                     raise type_error(spec, a, device)
                 dt = meta.dtype

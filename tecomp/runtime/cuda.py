@@ -44,7 +44,7 @@ from .argcheck import (
     ArgChecker, array_meta, cai_meta, eval_host_expr, in_place_of, param_checks_of, param_label,
     _span,
 )
-from .cuda_driver import Function, libcuda
+from .cuda_driver import Function, foreign_stream_error, libcuda, pointer_device
 from .cuda_kernels import CudaSource, KernelInfo, workspace_elements
 from .nvcc import compile_cubin, compile_ptx
 from ..target import MAX_STATIC_SHARED_BYTES
@@ -89,6 +89,7 @@ class PycudaDriver:
             raise RuntimeUnavailableError(
                 f"no CUDA device: the driver sees {count} device(s), device {ordinal} was asked for")
         self.cuda = cuda
+        self.ordinal = ordinal
         self.device = cuda.Device(ordinal)
         current = cuda.Context.get_current()
         if current is not None and current.get_device() == self.device:
@@ -161,6 +162,11 @@ class PycudaDriver:
             self._cubins[id(mod)] = cubin
         return mod
 
+    def pointer_device(self, ptr: int) -> Optional[int]:
+        """The ordinal of the device whose memory ``ptr`` points into; None where the
+        driver does not know the address (host memory)."""
+        return pointer_device(libcuda(), ptr)
+
     def get_function(self, module, name: str):
         fn = module.get_function(name)
         fn._tecomp_key = (id(module), name)
@@ -217,8 +223,13 @@ class PycudaDriver:
                 _cu_check(cu.cuFuncSetAttribute(handle, ctypes.c_int(8), ctypes.c_int(shared)),
                           "cuFuncSetAttribute")
             function = self._cu_functions[key] = Function(handle, key[1])
-        _cu_check(function.launch(cu, grid, block, shared, types, args, stream),
-                  "cuLaunchKernel")
+        status = function.launch(cu, grid, block, shared, types, args, stream)
+        if status != 0:   # a stream of another GPU: say so
+            err = foreign_stream_error(cu, stream, int(self.context.handle), self.ordinal,
+                                       f"CUresult {status}")
+            if err is not None:
+                raise err
+        _cu_check(status, "cuLaunchKernel")
 
     def synchronize(self, stream: int = None) -> None:
         if stream is None:
@@ -312,11 +323,11 @@ class CudaSourceModule(Timed):
         cs, func = self.cuda_source, self.func
         if snapshot is None:
             args = self._checker.host_arrays(args)
-            metas = [array_meta(a) if isinstance(p, Buffer) else None
-                     for p, a in zip(func.params, args)]
-        else:
-            metas = [None if e is None else cai_meta(a, *e[1])
-                     for e, a in zip(snapshot, args)]
+            metas = [array_meta(a, p.name, i) if isinstance(p, Buffer) else None
+                     for i, (p, a) in enumerate(zip(func.params, args))]
+        else:   # (each interface read once, by _signature: the same dict checked here)
+            metas = [None if e is None else cai_meta(a, e[1], p.name, i)
+                     for i, (p, e, a) in enumerate(zip(func.params, snapshot, args))]
         env = self._checker.check(args, metas)  # overlapping arrays included
         for cond, message in cs.host_asserts:
             if not eval_host_expr(cond, env):
@@ -402,8 +413,14 @@ class CudaModule(CudaSourceModule):
 
     def _driver_for(self, metas):
         """The driver of the device this call's kernels run on (``metas``: what the
-        argument checks found of each argument)."""
-        return self.driver()
+        argument checks found of each argument): the module's, with every device array
+        in that device's memory (:func:`arrays_device`), where the driver can tell."""
+        drv = self.driver()
+        where = getattr(drv, "pointer_device", None)
+        if where is not None:
+            arrays_device(self.func, metas, where, getattr(drv, "ordinal", 0),
+                          "the module's driver")
+        return drv
 
     def _kernel_functions(self, drv):
         if self._functions is None or self._functions[0] is not drv:
@@ -444,7 +461,11 @@ class CudaModule(CudaSourceModule):
         """Run a call through the plan an earlier call with the same signature made; False
         (nothing done) where a check that depends on the addresses needs the full path
         (which then raises, or allows what it allows: an in-place pair)."""
-        ptrs = [None if e is None else int(e[1][3][0] or 0) for e in snapshot]
+        ptrs = [None if e is None else e[1]["data"][0] for e in snapshot]
+        for i, align in entry.elements:   # (what argcheck's _device_meta checks of an address)
+            lo, hi = entry.spans[i]
+            if ptrs[i] <= 0 or ptrs[i] % align or ptrs[i] + lo < 0 or ptrs[i] + hi > _ADDRESSES:
+                return False   # the full path says what is wrong with it
         drv = self._plan_driver(entry, ptrs)
         if drv is None:
             return False
@@ -483,8 +504,17 @@ class CudaModule(CudaSourceModule):
         return True
 
     def _plan_driver(self, entry, ptrs):
-        """The driver a planned call runs on (None: ask the full path)."""
-        return self.driver()
+        """The driver a planned call runs on (None: ask the full path): the module's, with
+        every array that has elements in its device's memory (:meth:`_driver_for`), where
+        the driver can tell."""
+        drv = self.driver()
+        where = getattr(drv, "pointer_device", None)
+        if where is not None:
+            ordinal = getattr(drv, "ordinal", 0)
+            for i in entry.nonempty:
+                if where(ptrs[i]) != ordinal:
+                    return None
+        return drv
 
     def _call_checked(self, args, key, snapshot, handle) -> None:
         """A call through every check (the first of its signature, or one a plan could
@@ -594,9 +624,10 @@ class CudaModule(CudaSourceModule):
                      if m is not None and spans[i][1] <= spans[i][0]}
             pairs = [(o.pos, q.pos) for o, others in self._checker.overlap_pairs
                      for q in others if o.pos not in empty and q.pos not in empty]
-            nonempty = [i for i, m in enumerate(metas)
-                        if m is not None and m.shape and all(m.shape)]
-            entry = _PlanEntry(env, spans, pairs, nonempty)
+            # (a 0-d array has one element: its address is checked too)
+            nonempty = [i for i, m in enumerate(metas) if m is not None and all(m.shape)]
+            elements = [(i, min(metas[i].dtype.itemsize, 16) or 1) for i in nonempty]
+            entry = _PlanEntry(env, spans, pairs, nonempty, elements)
             self._plans[key] = entry
         index = {p: i for i, p in enumerate(func.params) if isinstance(p, Buffer)}
         index.update({w: len(func.params) + k for k, w in enumerate(cs.workspaces)})
@@ -625,6 +656,8 @@ class CudaModule(CudaSourceModule):
 
 #: the call signatures a module keeps plans for (beyond, it forgets them all and starts over)
 _MAX_PLANS = 64
+#: the bytes of the address space a device pointer lives in
+_ADDRESSES = 1 << 64
 #: the tensor maps a plan keeps per tensor-map parameter, by address
 _MAX_MAPS = 16
 
@@ -654,17 +687,24 @@ def _signature(buffer_params, args):
                     cai = a.__cuda_array_interface__
                 if type(cai) is not dict:
                     return None, None
-                shape, typestr, data = tuple(cai["shape"]), cai["typestr"], tuple(cai["data"])
+                # plain immutable values only (what torch and CuPy give), so that the
+                # checks, which read the same dict, see what the key says; anything else
+                # (lists, subclasses, a mask): the full path, which reads it once
+                shape, typestr, data = cai["shape"], cai["typestr"], cai["data"]
                 strides = cai.get("strides")
-                if strides is not None:
-                    strides = tuple(strides)
-                if type(typestr) is not str or len(data) != 2:
+                if type(shape) is not tuple or type(typestr) is not str or \
+                        type(data) is not tuple or len(data) != 2 or \
+                        type(data[0]) is not int or type(data[1]) is not bool or \
+                        cai.get("mask") is not None or \
+                        any(type(x) is not int for x in shape) or (strides is not None and (
+                            type(strides) is not tuple or
+                            any(type(x) is not int for x in strides))):
                     return None, None
                 if "V" in typestr:  # (a torch bfloat16 tensor's "<V2": its dtype tells)
                     typestr = (typestr, str(getattr(a, "dtype", "")))
-                part = (shape, typestr, strides, bool(data[1]))
+                part = (shape, typestr, strides, data[1])
                 parts.append(part)
-                snapshot.append((part, (shape, cai["typestr"], strides, data)))
+                snapshot.append((part, cai))
             else:
                 t = type(a)
                 if t is int or t is bool:
@@ -739,10 +779,12 @@ class _PlanEntry:
     address), ``pairs`` (the argument positions whose memory must not meet),
     ``nonempty`` (the positions of arrays with elements), and a :class:`_Plan` per driver."""
 
-    __slots__ = ("env", "spans", "pairs", "nonempty", "plans")
+    __slots__ = ("env", "spans", "pairs", "nonempty", "elements", "plans")
 
-    def __init__(self, env, spans, pairs, nonempty):
+    def __init__(self, env, spans, pairs, nonempty, elements):
         self.env, self.spans, self.pairs, self.nonempty = env, spans, pairs, nonempty
+        #: (position, bytes) of each array with elements: its address must be that aligned
+        self.elements = elements
         self.plans: Dict[object, _Plan] = {}
 
 
@@ -824,6 +866,44 @@ def _free_set(got) -> None:
     for _, dev in got:
         if dev is not None:
             _free(dev)
+
+
+def arrays_device(func, metas, pointer_device, device: Optional[int] = None,
+                  why: str = "module.device") -> Optional[int]:
+    """The ordinal of the GPU whose memory holds the call's device arrays (``metas``:
+    each argument's :func:`~tecomp.runtime.argcheck.array_meta`; ``pointer_device``:
+    the driver's ``ptr -> ordinal or None``), or None when no device array has elements.
+    ArgumentError for an array in memory the driver does not know as a device's (host
+    memory behind a forged ``__cuda_array_interface__``: the kernel would fault and the
+    CUDA context be lost), for arrays on two GPUs, and, where ``device`` is given (the
+    GPU the kernels run on; ``why`` says what sets it), for an array on another GPU."""
+    found = None   # (ordinal, label of the first array there)
+    for i, (p, meta) in enumerate(zip(func.params, metas)):
+        if not isinstance(p, Buffer) or meta is None or not meta.on_device or 0 in meta.shape:
+            continue   # (no elements: no memory; a 0-d array has one element)
+        dev = pointer_device(meta.pointer)
+        label = param_label(p.name, i)
+        if dev is None:
+            raise ArgumentError(
+                f"{label} is an array in memory the CUDA driver does not know as device "
+                f"memory; {func.name}'s kernels take device arrays: pass a CUDA tensor "
+                f"(tensor.to('cuda'))")
+        want = device if device is not None else (found[0] if found is not None else dev)
+        if dev != want:
+            if device is not None:
+                fix = (f", or set module.device = {dev} (or None: the arrays' device)"
+                       if why == "module.device" else "")
+                raise ArgumentError(
+                    f"{label} is an array in device {dev}, but {func.name}'s kernels run on "
+                    f"device {want} ({why}): pass an array on cuda:{want} "
+                    f"(tensor.to('cuda:{want}')){fix}")
+            raise ArgumentError(
+                f"{label} is an array in device {dev}, but {found[1]} is in device {want}: "
+                f"the arrays of one call of {func.name} must live on one GPU; move them to "
+                f"one device (tensor.to('cuda:{want}'))")
+        if found is None:
+            found = (dev, label)
+    return found[0] if found is not None else None
 
 
 def _check_device_launch(drv, fn, kern: KernelInfo, grid, block) -> None:

@@ -22,10 +22,11 @@ import struct
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..errors import RuntimeUnavailableError
+from ..errors import ArgumentError, RuntimeUnavailableError
 from ..target import MAX_STATIC_SHARED_BYTES
 
-__all__ = ["libcuda", "DriverApi", "Function", "driver", "pack_params", "LIBCUDA_NAMES"]
+__all__ = ["libcuda", "DriverApi", "Function", "driver", "foreign_stream_error",
+           "pack_params", "pointer_device", "LIBCUDA_NAMES"]
 
 #: the names the driver library is looked for under (the first is the driver's soname)
 LIBCUDA_NAMES = ("libcuda.so.1", "libcuda.so")
@@ -40,6 +41,8 @@ FUNC_MAX_THREADS, FUNC_NUM_REGS, FUNC_MAX_DYNAMIC_SHARED = 0, 4, 8
 POINTER_DEVICE_ORDINAL = 9
 CUDA_ERROR_NO_BINARY_FOR_GPU = 209
 CUDA_ERROR_INVALID_VALUE = 1
+#: the stream handles that mean the current context's: legacy default, per-thread default
+_SPECIAL_STREAMS = (0, 1, 2)
 #: more parameters than any kernel can take (their bytes are limited to 32 KiB)
 MAX_KERNEL_PARAMS = 8192
 
@@ -98,6 +101,39 @@ def pack_params(types: str, args: Sequence) -> Tuple[ctypes.Array, List]:
     params = (ctypes.c_void_p * max(1, len(values)))(
         *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
     return params, values
+
+
+def pointer_device(cu, ptr: int) -> Optional[int]:
+    """The ordinal of the device whose memory ``ptr`` points into, as the driver library
+    ``cu`` says (``cuPointerGetAttribute``); None where it does not know the address
+    (host memory)."""
+    v = ctypes.c_int()
+    status = cu.cuPointerGetAttribute(ctypes.byref(v), ctypes.c_int(POINTER_DEVICE_ORDINAL),
+                                      ctypes.c_uint64(ptr))
+    return v.value if status == 0 else None
+
+
+def foreign_stream_error(cu, stream: int, context: int, ordinal: int,
+                         failure: str) -> Optional[ArgumentError]:
+    """After a launch on ``stream`` failed (``failure``: the driver's error): the
+    ArgumentError to raise where the stream is not one of ``context`` (device
+    ``ordinal``'s, where the kernels run; a torch stream of another GPU), as the driver
+    library ``cu`` says (``cuStreamGetCtx``); None where it is, or cannot be told."""
+    if stream in _SPECIAL_STREAMS:
+        return None
+    ctx = ctypes.c_void_p()
+    try:
+        got = cu.cuStreamGetCtx(ctypes.c_void_p(stream), ctypes.byref(ctx))
+    except AttributeError:   # a driver without it
+        return None
+    if got == 0 and ctx.value == context:
+        return None
+    why = ("it belongs to another context: a stream of another GPU" if got == 0 else
+           f"the driver does not know it: CUresult {got}")
+    return ArgumentError(
+        f"stream={stream:#x} is not a stream of device {ordinal}, where the kernels run "
+        f"({why}; the launch failed with {failure}): pass a stream of cuda:{ordinal} "
+        f"(torch.cuda.current_stream({ordinal}))")
 
 
 #: each parameter in an 8-byte slot of its own (struct format, little-endian)
@@ -310,11 +346,7 @@ class DriverApi:
     def pointer_device(self, ptr: int) -> Optional[int]:
         """The ordinal of the device whose memory ``ptr`` points into; None where the
         driver does not know the address (host memory)."""
-        v = ctypes.c_int()
-        status = self.cu.cuPointerGetAttribute(ctypes.byref(v),
-                                               ctypes.c_int(POINTER_DEVICE_ORDINAL),
-                                               ctypes.c_uint64(ptr))
-        return v.value if status == 0 else None
+        return pointer_device(self.cu, ptr)
 
     def alloc(self, nbytes: int) -> _DeviceMemory:
         return _DeviceMemory(self, nbytes)
@@ -341,8 +373,16 @@ class DriverApi:
                                                   ctypes.c_int(shared)), "cuFuncSetAttribute")
             fn.dynamic_shared = shared
         status = fn.launch(self.cu, grid, block, shared, types, args, stream or 0)
+        if status != 0 and stream:
+            self._check_stream(stream, status)
         if status:
             self.check(status, f"cuLaunchKernel({fn.name})")
+
+    def _check_stream(self, stream: int, status: int) -> None:
+        err = foreign_stream_error(self.cu, stream, self.context.value, self.ordinal,
+                                   self.error_name(status))
+        if err is not None:
+            raise err
 
     def synchronize(self, stream: Optional[int] = None) -> None:
         if stream is None:

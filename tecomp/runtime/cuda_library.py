@@ -21,15 +21,25 @@ from typing import Dict, Optional
 
 from . import cuda_driver
 from .aot_format import LibraryInfo
-from .argcheck import param_label
-from .cuda import CudaModule
+from .cuda import CudaModule, arrays_device
 from .cuda_kernels import CudaSource
 from .fatbin import describe_code, pick_code, read_fatbin
 from ..errors import ArgumentError, BuildError, DeviceCodeError, LoadError
-from ..ir.expr import Buffer
+from ..ir.dtype import compute_dtype, numpy_dtype
 from ..ir.stmt import PrimFunc, SeqStmt
 
 __all__ = ["CudaLibraryModule"]
+
+
+def param_bytes(p) -> int:
+    """The bytes of kernel parameter ``p`` (a :class:`~tecomp.runtime.cuda_kernels.
+    KernelParam`) in the code tecomp generates: a pointer's 8, a CUtensorMap's 128, a
+    scalar's of its compute dtype (a float16 scalar is a float: ``param_ctype``)."""
+    if p.is_buffer:
+        return 8
+    if p.dtype == "tensor_map":
+        return 128
+    return numpy_dtype(compute_dtype(p.dtype)).itemsize
 
 
 class CudaLibraryModule(CudaModule):
@@ -72,34 +82,9 @@ class CudaLibraryModule(CudaModule):
 
     def _driver_for(self, metas):
         drv = self.driver()   # any device's driver tells where a pointer lives
-        found = None          # (ordinal, label of the first array there)
-        for i, (p, meta) in enumerate(zip(self.func.params, metas)):
-            if not isinstance(p, Buffer) or meta is None or not meta.shape or \
-                    not all(meta.shape):
-                continue
-            dev = drv.pointer_device(meta.pointer)
-            label = param_label(p.name, i)
-            if dev is None:
-                raise ArgumentError(
-                    f"{label} is an array in memory the CUDA driver does not know as device "
-                    f"memory; {self.func.name}'s kernels take device arrays: pass a CUDA tensor "
-                    f"(tensor.to('cuda'))")
-            want = self.device if self.device is not None else (
-                found[0] if found is not None else dev)
-            if dev != want:
-                if self.device is not None:
-                    raise ArgumentError(
-                        f"{label} is an array in device {dev}, but {self.func.name}'s kernels "
-                        f"run on device {want} (module.device): pass an array on cuda:{want} "
-                        f"(tensor.to('cuda:{want}')), or set module.device = {dev} (or None: "
-                        f"the arrays' device)")
-                raise ArgumentError(
-                    f"{label} is an array in device {dev}, but {found[1]} is in device "
-                    f"{want}: the arrays of one call of {self.func.name} must live on one GPU; "
-                    f"move them to one device (tensor.to('cuda:{want}'))")
-            if found is None:
-                found = (dev, label)
-        ordinal = self.device if self.device is not None else (found[0] if found else 0)
+        found = arrays_device(self.func, metas, drv.pointer_device, self.device,
+                              "module.device")
+        ordinal = self.device if self.device is not None else (found if found is not None else 0)
         return drv if drv.ordinal == ordinal else self.driver(ordinal)
 
     def _plan_driver(self, entry, ptrs):
@@ -150,11 +135,11 @@ class CudaLibraryModule(CudaModule):
         """LoadError unless kernel ``kernel``'s code takes the parameters its metadata
         says (``sizes``: their bytes, as the driver reads the code; None: unknown): a
         launch with fewer arguments than the code reads would hand it stray values as
-        pointers."""
+        pointers, and a 4-byte value where the code reads 8 bytes (an int32 scalar the
+        metadata says where the code takes an int64) half a stray value."""
         if sizes is None:
             return
-        ok = len(sizes) == len(kernel.params) and all(
-            size == 8 for size, p in zip(sizes, kernel.params) if p.is_buffer)
+        ok = list(sizes) == [param_bytes(p) for p in kernel.params]
         if not ok:
             said = ", ".join(f"{p.name} ({'pointer' if p.is_buffer else p.dtype})"
                              for p in kernel.params)[:300]

@@ -119,6 +119,22 @@ Session 9's families, drawn for the edge seeds whose ``seed // 576`` is odd and 
     pass every tensor as a ``torch.Tensor`` subclass defined here, called under a torch
     dispatch mode that declines subclasses (as torch.compile's AOT runtime runs a graph).
 
+Session 14's family, in a slot of its own (:func:`in_session14_slot`):
+
+``device_array``
+    device arrays that lie, passed to a ``cuda`` module whose driver is a stand-in
+    (:mod:`tecomp.testing.device_arrays`: "device memory" is host memory, a launch runs
+    the kernel in the CUDA emulation): a ``__cuda_array_interface__`` that is malformed
+    (a key missing, a float or negative shape, strides of another rank, a typestr of
+    None or one numpy does not read, big-endian, data that is no pair), masked, raising,
+    with a null, negative, float, misaligned or past-the-address-space pointer, in host
+    memory or on another GPU, or a read-only, stride-0 or overlapping output: an
+    ``ArgumentError`` before any launch.  Honest ones (an older interface version, a view
+    a few elements into its allocation, explicit C-contiguous strides, a ``shape``
+    attribute that disagrees with the interface, an interface that describes another
+    array on every later read, the same array in place of the elementwise input) give
+    numpy's values, each interface read once a call.
+
 The ``foreign_target`` family also draws (one case in five, after its other draws) a
 triple of another system or ABI (``aarch64-apple-darwin``, ``x86_64-linux-gnux32``): a
 ``TargetError``.
@@ -150,6 +166,7 @@ from ..lower.tma_pipeline import TmaBox, TmaDim, map_spec
 from ..nn import quant
 from ..target import tma as _tma
 from .deep import chain_compute, chain_reference, random_chain
+from .device_arrays import FORGERIES, forged_call
 from .diff import (
     Case, Outcome, _exc_text, case_arrays, compare, draw_case, numpy_problems, run_case, schedule_case,
 )
@@ -164,6 +181,9 @@ MORE_FAMILIES = ("gather_ids", "build_args", "ir_edit", "shared_reduction")
 
 #: session 9's families (see the module doc), in a slot of their own (:func:`family_of`)
 SESSION9_FAMILIES = ("torch_autograd", "quant_scales", "gpu_gather", "torch_inplace")
+
+#: session 14's families (see the module doc), in a slot of their own (:func:`family_of`)
+SESSION14_FAMILIES = ("device_array",)
 
 #: -mtriple values of another system or a 32-bit-pointer ABI (a TargetError)
 FOREIGN_SYSTEM_TRIPLES = (
@@ -189,12 +209,22 @@ def in_session9_slot(seed: int) -> bool:
     return (seed // 576) % 2 == 1 and (seed // len(FAMILIES)) % 8 == 2
 
 
+def in_session14_slot(seed: int) -> bool:
+    """Whether edge seed ``seed`` draws one of :data:`SESSION14_FAMILIES`: ``seed // 576``
+    odd and ``(seed // 9) % 8 == 5`` (as session 9's slot: no seed below 576, and none
+    that session 8's or 9's families draw)."""
+    return (seed // 576) % 2 == 1 and (seed // len(FAMILIES)) % 8 == 5
+
+
 def family_of(seed: int) -> str:
     """The family of edge seed ``seed``: one of :data:`FAMILIES` by ``seed % 9``, except
     the seeds with ``(seed // 9) % 8 == 7``, which draw one of :data:`MORE_FAMILIES`, and
-    those of :func:`in_session9_slot`, which draw one of :data:`SESSION9_FAMILIES`."""
+    those of :func:`in_session9_slot` and :func:`in_session14_slot`, which draw one of
+    :data:`SESSION9_FAMILIES` and :data:`SESSION14_FAMILIES`."""
     if in_session9_slot(seed):
         return SESSION9_FAMILIES[seed % len(SESSION9_FAMILIES)]
+    if in_session14_slot(seed):
+        return SESSION14_FAMILIES[seed % len(SESSION14_FAMILIES)]
     if (seed // len(FAMILIES)) % 8 == 7:
         return MORE_FAMILIES[seed % len(MORE_FAMILIES)]
     return FAMILIES[seed % len(FAMILIES)]
@@ -330,6 +360,14 @@ def draw_edge_case(seed: int) -> EdgeCase:
     elif family == "torch_inplace":
         twist = {"variant": d.choice(("contiguous", "strided")), "torch_inputs": d.bool(0.5),
                  "subclass": d.bool(0.5)}
+    elif family == "device_array":
+        twist = {"forgery": d.choice(tuple(FORGERIES)), "arg": d.choice(("A", "B")),
+                 "dtype": d.choice(("float32", "float16", "float64", "int8", "int32")),
+                 "two_d": d.bool(0.4), "rows": d.int(2, 300), "offset": d.int(1, 7),
+                 "version": d.choice((0, 1, 2, 3, None)),
+                 "key": d.choice(("shape", "typestr", "data")),
+                 "garbage": d.choice(("zz9", "", "f4f4", "<Z8", "<f4 ", 42, b"<f4")),
+                 "data": d.choice((None, 5, "triple", ()))}
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
 
@@ -486,8 +524,43 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
               "gather_ids": _run_gather_ids, "build_args": _run_build_args,
               "ir_edit": _run_ir_edit, "shared_reduction": _run_shared_reduction,
               "torch_autograd": _run_torch_autograd, "quant_scales": _run_quant_scales,
-              "gpu_gather": _run_gather_ids, "torch_inplace": _run_torch_inplace}
+              "gpu_gather": _run_gather_ids, "torch_inplace": _run_torch_inplace,
+              "device_array": _run_device_array}
     return runner[ec.family](ec)
+
+
+def _run_device_array(ec: EdgeCase) -> Outcome:
+    """A ``cuda`` module called with one device array forged as the twist says
+    (:mod:`tecomp.testing.device_arrays`): refused with an ArgumentError before any
+    launch, or, for an honest one, numpy's values with each interface read once."""
+    if shutil.which(os.environ.get("CXX") or "g++") is None and shutil.which("clang++") is None:
+        return Outcome("ok", ec, "", "no C++ compiler for the CUDA emulation")
+    tw = ec.twist
+    try:
+        mod, args, want, expect, out, drv = forged_call(tw)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "build", e)
+    what = f"a device array forged as {tw['forgery']} for {tw['arg']} ({tw['dtype']})"
+    if expect == "refused":
+        got = _expect_refusal(ec, lambda: mod(*args), (tc.ArgumentError,), "call", "", what)
+        if got.kind == "refused" and drv.launches:
+            return Outcome("mismatch", ec, "call", f"{what}: refused after {drv.launches} "
+                           f"launch(es)")
+        return got
+    try:
+        mod(*args)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "call", e)
+    reads = [a.reads for a in args]
+    if max(reads) > (2 if args[0] is args[1] else 1):
+        return Outcome("mismatch", ec, "call", f"{what}: __cuda_array_interface__ read "
+                       f"{reads} times in one call (the checks and the launch must share "
+                       f"one description)")
+    if not np.array_equal(out, want):
+        bad = int(np.count_nonzero(out != want))
+        return Outcome("mismatch", ec, "compare", f"{what}: {bad} of {want.size} elements "
+                       f"differ from numpy's")
+    return Outcome("ok", ec, "call", what)
 
 
 def _built(ec: EdgeCase):

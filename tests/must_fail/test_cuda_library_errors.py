@@ -301,3 +301,73 @@ def test_forged_tensor_map_box_is_refused_before_the_copy(dims, tmp_path, monkey
                                                 r"library again"):
         g(DeviceArray(x), DeviceArray(w), DeviceArray(y))
     assert fake.launches == []
+
+
+def test_zero_d_device_array_in_host_memory_or_on_another_gpu(tmp_path, monkeypatch):
+    """A 0-d array has one element: its memory is checked as any other's (the device
+    check skipped arrays of no dimensions as if they had no elements, and a 0-d output
+    in host memory or on another GPU was launched on)."""
+    if nvcc.find_nvcc() is None:
+        pytest.skip("nvcc (the CUDA toolkit) is not installed: a GPU library cannot be "
+                    "exported")
+    from cuda_examples import L, S, thread
+    from tecomp.ir import Buffer, PrimFunc, Var
+
+    n, tx = Var("n"), Var("tx")
+    A, O = Buffer("A", (n,), "float32"), Buffer("O", (), "float32")
+    body = thread(tx, 1, "threadIdx.x", S(O, L(A, 0)))
+    f = tc.build(PrimFunc("first", (A, O), body), target="cuda")
+    path = str(tmp_path / "first.so")
+    f.export_library(path)
+    a, o = np.arange(4, dtype="float32"), np.zeros((), "float32")
+    where = {a.ctypes.data: 0, o.ctypes.data: None}
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch, devices=2,
+                             device_of=lambda ptr: where.get(ptr))
+    with pytest.raises(tc.ArgumentError, match=r"parameter O \(argument 2\) is an array in "
+                                               r"memory the CUDA driver does not know as "
+                                               r"device memory"):
+        g(DeviceArray(a), DeviceArray(o))
+    where[o.ctypes.data] = 1
+    with pytest.raises(tc.ArgumentError, match=r"parameter O \(argument 2\) is an array in "
+                                               r"device 1, but parameter A \(argument 1\) is "
+                                               r"in device 0"):
+        g(DeviceArray(a), DeviceArray(o))
+    assert fake.launches == []
+
+
+def test_stream_of_another_gpu(lib, monkeypatch):
+    """Arrays on cuda:1 and a stream of cuda:0: the launch on a stream of another
+    context fails, and the call says which stream, instead of the driver's bare
+    CUresult (a RuntimeUnavailableError before)."""
+    f, path, _ = lib
+    a, b = np.zeros(8, "float32"), np.zeros(8, "float32")
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch, devices=2,
+                             device_of=lambda ptr: 1)
+    fake.streams = {0x5000: 0, 0x6000: 1}
+    g(DeviceArray(a), DeviceArray(b), stream=0x6000)     # cuda:1's stream: runs
+    with pytest.raises(tc.ArgumentError, match=r"stream=0x5000 is not a stream of device 1, "
+                                               r"where the kernels run \(it belongs to "
+                                               r"another context: a stream of another GPU; "
+                                               r"the launch failed with CUresult 400\): pass "
+                                               r"a stream of cuda:1"):
+        g(DeviceArray(a), DeviceArray(b), stream=0x5000)
+    assert len(fake.launches) == 1
+
+
+def test_metadata_with_a_scalar_of_another_size_than_the_code(lib, tmp_path, monkeypatch):
+    """The metadata says the kernel's n is an int64 where the code takes an int32 (or
+    the other way round, where half of an 8-byte value the code reads would be stray
+    bytes): only the pointers' sizes were compared before."""
+    f, _, data = lib
+
+    def change(m):
+        m["vars"][0]["dtype"] = "int64"      # the variable n and the kernel's parameter
+        m["cuda"]["kernels"][0]["params"][2]["dtype"] = "int64"
+    bad = with_metadata(tmp_path, data, change)
+    g, fake = load_with_fake(bad, f.cuda_source, monkeypatch)
+    a = np.zeros(40, "float32")
+    with pytest.raises(tc.LoadError, match=r"kernel inc_kernel0's GPU code takes 3 parameters "
+                                           r"of \[8, 8, 4\] bytes, and its metadata describes "
+                                           r"3: A \(pointer\), B \(pointer\), n \(int64\)"):
+        g(DeviceArray(a), DeviceArray(a.copy()))
+    assert fake.launches == []
