@@ -2,6 +2,7 @@
 each finds its class of bug where the code that prevents it is taken away (so a campaign
 with them would have found what issue 47's hour of careless and hostile use found)."""
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -482,4 +483,38 @@ def test_device_array_family_finds_forged_arrays_accepted(monkeypatch):
                 f == "misaligned_pointer" and ec.twist["arg"] == "A" and f not in kinds:
             kinds[f] = run_edge_case(ec).kind
     assert set(kinds) == harmless | {"misaligned_pointer"}, kinds
+    assert set(kinds.values()) == {"mismatch"}, kinds
+
+
+def test_device_array_family_finds_a_plan_that_skips_the_address_checks(monkeypatch):
+    """With the call plans (kept from an honest call of the same signature) not checking
+    the addresses of a later call -- their alignment, their device, whether the driver
+    knows them -- the family's warm cases launch on misaligned inputs and on arrays in
+    host memory or on another GPU: mismatches (forgeries that cannot kill the process)."""
+    from tecomp.runtime import cuda as runtime_cuda
+
+    if shutil.which(os.environ.get("CXX") or "g++") is None and shutil.which("clang++") is None:
+        pytest.skip("no C++ compiler for the CUDA emulation")
+
+    class NoAddressChecks(runtime_cuda._PlanEntry):
+        __slots__ = ()
+
+        def __init__(self, env, spans, pairs, nonempty, elements):
+            super().__init__(env, spans, pairs, nonempty, [])
+
+    monkeypatch.setattr(runtime_cuda, "_PlanEntry", NoAddressChecks)
+    monkeypatch.setattr(runtime_cuda.CudaModule, "_plan_driver",
+                        lambda self, entry, ptrs: self.driver())
+    want = {"host_memory", "other_device", "misaligned_pointer"}
+    kinds = {}
+    for seed in _seeds("device_array", 400):
+        ec = draw_edge_case(seed)
+        f = ec.twist["forgery"]
+        if ec.twist["warm"] and f in want - set(kinds) and (
+                f != "misaligned_pointer" or ec.twist["arg"] == "A"
+                and ec.twist["dtype"] != "int8"):
+            kinds[f] = run_edge_case(ec).kind
+        if set(kinds) == want:
+            break
+    assert set(kinds) == want, kinds
     assert set(kinds.values()) == {"mismatch"}, kinds
