@@ -207,6 +207,9 @@ def all_cases() -> List[Case]:
         matmul_case(37, 50, 23),
         matmul_case(1, 3, 1),
         matmul_case(None, 40, None, name="matmul_mxkx40"),
+        # the full 64 x 128 block, double-buffered, its B tile's columns guarded (80 < 128)
+        # and symbolic m, k: loop partitioning splits k.outer, one part without A's copy
+        matmul_case(None, 80, None, name="matmul_mxkx80"),
         matmul_case(30, 20, 9, epilogue=True),
         # the 8x8 register tiles of large GEMMs, on odd shapes (8 x 4 threads)
         matmul_case(70, 150, 19, name="matmul_70x150x19_8x8", config=GEMM_8X8),
@@ -302,6 +305,12 @@ def test_symbolic_sizes_take_several_shapes(emu_modules):
         a, b = _rand(rng, M, K), _rand(rng, K, 40)
         c = np.full((M, 40), np.nan, "float32")
         f(a, b, c, mode="serial")
+        np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+    f = emu_modules(next(c for c in CASES if c.name == "matmul_mxkx80"))
+    for M, K in ((3, 32), (65, 37), (2, 5)):
+        a, b = _rand(rng, M, K), _rand(rng, K, 80)
+        c = np.full((M, 80), np.nan, "float32")
+        f(a, b, c, mode="reverse")
         np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
     case = next(c for c in CASES if c.name == "softmax_NonexNone")
     f = emu_modules(case)

@@ -183,14 +183,20 @@ class _DoubleBuffer(Mutator):
             # simplification removed every read of the tile (a branch proven dead): its
             # copy, if still there, has no reader to overlap with; nothing to pipeline
             if len(unread) == len(marked):
-                body = inner
-                for c in reversed(chain):
-                    if isinstance(c, Allocate):
-                        body = Allocate(c.buffer, body)
-                return For(loop.var, loop.min, loop.extent, loop.kind, body, loop.thread_tag)
+                return _unpipelined(loop, chain, inner)
             gone = {b for b in unread if b not in used.writes}
             marked = [b for b in marked if b not in gone]
             chain = [c for c in chain if not (isinstance(c, Allocate) and c.buffer in gone)]
+        uncopied = [b for b in marked if b not in used.writes]
+        if uncopied:
+            # read but never copied: simplification proved the copy's guard false in this
+            # loop (a part that loop partitioning split off a symbolic tail, whose
+            # iterations read no element of the tile: it never runs, or its reads are
+            # guarded off); such a tile keeps one buffer, the loop as it is where no
+            # marked tile is copied
+            if len(uncopied) == len(marked):
+                return _unpipelined(loop, chain, inner)
+            marked = [b for b in marked if b not in uncopied]
         items = list(inner.seq) if isinstance(inner, SeqStmt) else [inner]
         n = 0
         while n < len(items) and _is_barrier(items[n]):
@@ -293,6 +299,15 @@ class _DoubleBuffer(Mutator):
                 check_swizzled_rows(bufs[b], swizzles[b], what)
                 out = AttrStmt(BUFFER_SWIZZLE, (bufs[b], swizzles[b]), out)
         return out
+
+
+def _unpipelined(loop: For, chain, inner) -> For:
+    """The loop as it is, its tiles' allocations (one buffer each) back around ``inner``."""
+    body = inner
+    for c in reversed(chain):
+        if isinstance(c, Allocate):
+            body = Allocate(c.buffer, body)
+    return For(loop.var, loop.min, loop.extent, loop.kind, body, loop.thread_tag)
 
 
 #: the most groups of copies a barrier leaves in flight (``tc_cp_async_wait_group1..6``)
