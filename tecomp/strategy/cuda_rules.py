@@ -364,6 +364,12 @@ class _CudaRules:
                     todo.append(p)
         if not all(reads_at_own_index(s, out, r.output(0), lead) for r in seen):
             return
+        # computed inside ``out``'s rows, a reduction is there for no other reader (a
+        # gradient's other outputs, layer_norm's g.grad reading its var): those keep
+        # their kernels of their own
+        if any(self._reads(c, r) for r in seen for c in self.ops
+               if c is not out.op and c not in seen and s[c].attach_type != "inline"):
+            return
         T = self.threads(out.name, _threads_for(None if N is None else max(32, N // 4)))
         so = s[out]
         row_axes = list(so.op.axis[:-1])
