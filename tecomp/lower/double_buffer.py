@@ -13,7 +13,9 @@ insertion the loop's body has the shape the cooperative copies of a tiled GEMM g
         reads of S                      reads of S[ko % 2]
 
 Where the loop is gone (an extent of 1, or an iteration that loop partitioning peeled
-off the main loop), the tile keeps one buffer.
+off the main loop), the tile keeps one buffer; so does a tile whose copy simplification
+removed from a part of the loop (loop partitioning of a symbolic extent's tail can prove
+its guard false there), and the part is left as it is where no tile is copied in it.
 
 The copies of iteration ``ko + 1`` write the buffer that iteration ``ko - 1`` read, and
 the one barrier at the top of an iteration is after every thread finished those reads
