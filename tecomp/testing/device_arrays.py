@@ -74,6 +74,9 @@ class StandInDriver:
     def __init__(self):
         self.device_of: Dict[int, Optional[int]] = {}
         self.launches = 0
+        #: in order: ("wait", stream, producer) for the launch stream (None: the host)
+        #: made to wait for a producer's stream, ("launch", stream)
+        self.stream_log = []
         self._keep = []
 
     def pointer_device(self, ptr: int) -> Optional[int]:
@@ -103,9 +106,13 @@ class StandInDriver:
     def dtoh(self, host, ptr):
         ctypes.memmove(host.ctypes.data, int(ptr), host.nbytes)
 
+    def wait_stream(self, producer, stream, who):
+        self.stream_log.append(("wait", stream, producer))
+
     def launch(self, fn, grid, block, shared, types_, args, stream=None):
         lib, k = fn
         self.launches += 1
+        self.stream_log.append(("launch", stream))
         lib.launch(k, [int(a) if t == "P" else a for t, a in zip(types_, args)], grid, block,
                    "serial")
 
