@@ -724,7 +724,7 @@ def _signature(buffer_params, args):
     handle: the full path decides)."""
     parts, snapshot, streams = [], [], None
     try:
-        for pos, (is_buffer, a) in enumerate(zip(buffer_params, args)):
+        for is_buffer, a in zip(buffer_params, args):
             if is_buffer:
                 if type(a) is np.ndarray:
                     return None, None, None
@@ -752,7 +752,7 @@ def _signature(buffer_params, args):
                         return None, None, None   # (the full path says what is wrong)
                     if streams is None:
                         streams = []
-                    streams.append((pos, stream))
+                    streams.append((len(snapshot), stream))   # (this argument's position)
                 if "V" in typestr:  # (a torch bfloat16 tensor's "<V2": its dtype tells)
                     typestr = (typestr, str(getattr(a, "dtype", "")))
                 part = (shape, typestr, strides, data[1])
