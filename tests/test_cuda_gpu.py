@@ -854,3 +854,26 @@ def test_gpu_waits_for_the_producer_stream(gpu_driver):
             mod(a, b, c, stream=reader)
         reader.synchronize()
         np.testing.assert_array_equal(cupy.asnumpy(c), np.full(n, 51, "float32"))
+
+
+def test_pycuda_driver_waits_for_a_producer_stream_through_the_driver_api(monkeypatch):
+    """PycudaDriver's wait goes through the driver API (ctypes; pycuda has no call for a
+    foreign stream): an event recorded on the producer's stream that the launch stream
+    waits for, a cuStreamSynchronize where the host waits, and a producer stream of
+    another GPU named in an ArgumentError."""
+    from fake_libcuda import FakeLibcuda
+
+    fake = FakeLibcuda(None, devices=2)
+    fake.current = [0]
+    fake.streams = {0x5000: 0, 0x9000: 0, 0x9900: 1}
+    monkeypatch.setattr(runtime_cuda, "libcuda", lambda: fake)
+    drv = object.__new__(runtime_cuda.PycudaDriver)   # (no pycuda here: its state only)
+    drv.context, drv.ordinal = types.SimpleNamespace(handle=0x1000), 0
+    drv.wait_stream(0x9000, 0x5000, "parameter A (argument 1)'s __cuda_array_interface__")
+    drv.wait_stream(0x9000, None, "parameter A (argument 1)'s __cuda_array_interface__")
+    assert fake.stream_log == [("wait", 0x5000, 0x9000), ("sync", 0x9000)]
+    assert fake._events == {}
+    with pytest.raises(ArgumentError, match=r"parameter B \(argument 2\)'s "
+                       r"__cuda_array_interface__ names stream 0x9900, which is not a stream "
+                       r"of device 0"):
+        drv.wait_stream(0x9900, 0x5000, "parameter B (argument 2)'s __cuda_array_interface__")
