@@ -60,6 +60,10 @@ class FakeLibcuda:
         self.allocs = {}
         self.calls = []
         self.streams = {}       # stream handle -> the device ordinal it was made on
+        #: in order: ("wait", stream, producer) for a stream made to wait for an event
+        #: recorded on producer, ("sync", stream), ("launch", stream)
+        self.stream_log = []
+        self._events = {}       # live event handle -> the stream it was recorded on
         self._emu = None
 
     def __getattr__(self, name):   # a driver function tecomp should not call
@@ -172,10 +176,38 @@ class FakeLibcuda:
         _out(ctx, 0x1000 + self.streams[stream.value])
         return 0
 
-    def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        on = self.streams.get(stream.value or 0)
-        if on is not None and self.current and on != self.current[-1]:
+    def _foreign(self, stream) -> bool:
+        on = self.streams.get(stream or 0)
+        return on is not None and bool(self.current) and on != self.current[-1]
+
+    def cuEventCreate(self, event, flags):
+        handle = 0x7000 + len(self.stream_log) + len(self._events)
+        while handle in self._events:
+            handle += 1
+        self._events[handle] = None
+        _out(event, handle)
+        return 0
+
+    def cuEventRecord(self, event, stream):
+        if self._foreign(stream.value):
             return 400   # a stream of another context: CUDA_ERROR_INVALID_HANDLE
+        self._events[event.value] = stream.value or 0
+        return 0
+
+    def cuStreamWaitEvent(self, stream, event, flags):
+        if self._foreign(stream.value):
+            return 400
+        self.stream_log.append(("wait", stream.value or 0, self._events[event.value]))
+        return 0
+
+    def cuEventDestroy_v2(self, event):
+        self._events.pop(event.value)
+        return 0
+
+    def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        if self._foreign(stream.value):
+            return 400   # a stream of another context: CUDA_ERROR_INVALID_HANDLE
+        self.stream_log.append(("launch", stream.value or 0))
         k = fn.value - 0x3000
         kern = self.cs.kernels[k]
         values = []
@@ -219,6 +251,9 @@ class FakeLibcuda:
         return 0
 
     def cuStreamSynchronize(self, stream):
+        if self._foreign(stream.value):
+            return 400
+        self.stream_log.append(("sync", stream.value or 0))
         return 0
 
 

@@ -105,6 +105,7 @@ class EmuDriver(StandInDriver):
     def launch(self, fn, grid, block, shared, types_, args, stream=None):
         lib, k = fn
         self.launches.append((lib.source.kernels[k].name, tuple(grid), tuple(block), types_))
+        self.stream_log.append(("launch", stream))
         if stream is not None:
             self.streams.append(stream)
         if shared:
@@ -752,3 +753,127 @@ def test_a_torch_cuda_tensor_is_described_as_its_own_interface_says():
         assert got == want, (v.shape, v.stride(), v.dtype)
     assert runtime_cuda._torch_cai(t) is None   # a CPU tensor
     assert runtime_cuda._torch_cai(t.clone().requires_grad_()) is None
+
+
+# ------------------------------------------------ the interface's producer stream (version 3)
+
+
+@needs_cxx
+def test_a_producer_stream_is_waited_for_before_the_first_launch():
+    """An array whose __cuda_array_interface__ names a stream (version 3 of the protocol)
+    orders the call's launches after it: once per stream, before the first kernel, on
+    the first call and on the calls a kept plan runs; not for None, nor for the launch
+    stream itself (None and 0 launch on the legacy default stream, the protocol's 1)."""
+    from tecomp.testing.device_arrays import DeviceStandIn
+
+    case = two_kernels_workspace()
+    drv = EmuDriver()
+    mod = build_cuda(case.func, driver=drv)
+    args = case.make_args(np.random.default_rng(5))
+    launches = len(mod.kernels)
+    assert launches >= 2
+
+    def call(streams, **kw):
+        drv.stream_log.clear()
+        for x in args:
+            if isinstance(x, np.ndarray) and x.dtype.kind == "f" and x is args[-1]:
+                x[...] = 0
+        dev = [DeviceStandIn(x, change={"stream": s}) if isinstance(x, np.ndarray) else x
+               for x, s in zip(args, streams)]
+        mod(*dev, **kw)
+        check(case, args)
+        return drv.stream_log
+
+    arrays = [i for i, x in enumerate(args) if isinstance(x, np.ndarray)]
+    none = [None] * len(args)
+    one = list(none)
+    for i in arrays[:2]:
+        one[i] = 0x9000      # two arrays of one producer: one wait
+    two = list(one)
+    two[arrays[-1]] = 0x9100
+    for _ in range(2):       # the checked call, then the plan's
+        assert call(one, stream=0x5000) == [("wait", 0x5000, 0x9000)] + \
+            [("launch", 0x5000)] * launches
+        assert call(two, stream=0x5000) == [("wait", 0x5000, 0x9000),
+                                            ("wait", 0x5000, 0x9100)] + \
+            [("launch", 0x5000)] * launches
+        assert call(none, stream=0x5000) == [("launch", 0x5000)] * launches
+        same = [0x5000 if s else None for s in one]
+        assert call(same, stream=0x5000) == [("launch", 0x5000)] * launches
+        legacy = [1 if s else None for s in one]
+        assert call(legacy) == [("launch", None)] * launches
+        assert call(legacy, stream=0) == [("launch", 0)] * launches
+        assert call(legacy, stream=2) == [("wait", 2, 1)] + [("launch", 2)] * launches
+        # no stream=: the call waits for its kernels, and the host for the producer first
+        assert call(one) == [("wait", None, 0x9000)] + [("launch", None)] * launches
+
+
+@needs_cxx
+@pytest.mark.parametrize("bad, why", [
+    (0, r"is 0, which the protocol \(version 3\) disallows"),
+    (-3, "is not a CUDA stream"), (True, "is not a CUDA stream"),
+    ("0x5000", "is not a CUDA stream"), (2.0, "is not a CUDA stream"),
+    (1 << 64, "is not a CUDA stream")])
+def test_a_producer_stream_that_is_no_stream_is_refused(bad, why):
+    from tecomp.testing.device_arrays import DeviceStandIn
+
+    case = vector_add()
+    drv = EmuDriver()
+    mod = build_cuda(case.func, driver=drv)
+    a, b, c = case.make_args(np.random.default_rng(0), 64)
+    mod(DeviceArray(a), DeviceArray(b), DeviceArray(c))    # (a plan for the signature)
+    for _ in range(2):
+        with pytest.raises(ArgumentError, match=r"parameter B \(argument 2\): the 'stream' "
+                           r"entry .* of its __cuda_array_interface__ " + why):
+            mod(DeviceArray(a), DeviceStandIn(b, change={"stream": bad}), DeviceArray(c),
+                stream=0x5000)
+    assert len(drv.launches) == 1
+
+
+@pytest.mark.gpu
+def test_gpu_waits_for_the_producer_stream(gpu_driver):
+    """A call on a non-blocking stream while CuPy's current stream is another
+    non-blocking one, still writing an argument (CuPy's interface names its current
+    stream): the call waits for the writer (much queued work first, so that a race
+    would show)."""
+    cupy = pytest.importorskip("cupy")
+    case = vector_add()
+    mod = build_cuda(case.func)
+    n = 1 << 22
+    writer = cupy.cuda.Stream(non_blocking=True)
+    reader = cupy.cuda.Stream(non_blocking=True)
+    for _ in range(3):
+        b = cupy.ones(n, dtype="float32")
+        c = cupy.empty(n, dtype="float32")
+        cupy.cuda.Device().synchronize()
+        with writer:
+            a = cupy.zeros(n, dtype="float32")
+            for _ in range(50):          # queued work the reader must not overtake
+                a += 1
+            assert a.__cuda_array_interface__.get("stream") == writer.ptr
+            mod(a, b, c, stream=reader)
+        reader.synchronize()
+        np.testing.assert_array_equal(cupy.asnumpy(c), np.full(n, 51, "float32"))
+
+
+def test_pycuda_driver_waits_for_a_producer_stream_through_the_driver_api(monkeypatch):
+    """PycudaDriver's wait goes through the driver API (ctypes; pycuda has no call for a
+    foreign stream): an event recorded on the producer's stream that the launch stream
+    waits for, a cuStreamSynchronize where the host waits, and a producer stream of
+    another GPU named in an ArgumentError."""
+    from fake_libcuda import FakeLibcuda
+
+    fake = FakeLibcuda(None, devices=2)
+    fake.current = [0]
+    fake.streams = {0x5000: 0, 0x9000: 0, 0x9900: 1}
+    monkeypatch.setattr(runtime_cuda, "libcuda", lambda: fake)
+    drv = object.__new__(runtime_cuda.PycudaDriver)   # (no pycuda here: its state only)
+    drv.context, drv.ordinal = types.SimpleNamespace(handle=0x1000), 0
+    drv.wait_stream(0x9000, 0x5000, "parameter A (argument 1)'s __cuda_array_interface__")
+    drv.wait_stream(0x9000, None, "parameter A (argument 1)'s __cuda_array_interface__")
+    assert fake.stream_log == [("wait", 0x5000, 0x9000), ("sync", 0x9000)]
+    assert fake._events == {}
+    with pytest.raises(ArgumentError, match=r"parameter B \(argument 2\)'s "
+                       r"__cuda_array_interface__ names stream 0x9900, which is not a stream "
+                       r"of device 0"):
+        drv.wait_stream(0x9900, 0x5000, "parameter B (argument 2)'s __cuda_array_interface__")

@@ -343,3 +343,40 @@ print("OK")
                           timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "OK" in proc.stdout, proc.stdout
+
+
+@needs_nvcc
+def test_exported_library_waits_for_the_producer_stream(scale_lib, monkeypatch):
+    """Through the driver API: an array whose interface names its producer's stream
+    (version 3) makes the launch stream wait for an event recorded there (once per
+    stream, before the launch; the host waits for it when the call waits anyway); none
+    for the launch stream itself; a producer stream of another GPU is refused, naming the
+    array."""
+    from tecomp.testing.device_arrays import DeviceStandIn
+
+    f, path = scale_lib
+    a = np.arange(64, dtype="float32")
+    b = np.zeros(64, "float32")
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch, devices=2)
+    fake.streams.update({0x5000: 0, 0x9000: 0, 0x9900: 1})
+
+    def call(sa, sb, **kw):
+        fake.stream_log.clear()
+        b[...] = 0
+        g(DeviceStandIn(a, change={"stream": sa}), DeviceStandIn(b, change={"stream": sb}),
+          **kw)
+        np.testing.assert_array_equal(b, a * 2)
+        return fake.stream_log
+
+    for _ in range(2):   # the checked call, then the plan's
+        assert call(0x9000, 0x9000, stream=0x5000) == [("wait", 0x5000, 0x9000),
+                                                       ("launch", 0x5000)]
+        assert call(0x9000, None) == [("sync", 0x9000), ("launch", 0)]
+        assert call(0x5000, None, stream=0x5000) == [("launch", 0x5000)]
+        assert call(1, None) == [("launch", 0)]
+        assert call(None, None, stream=0x5000) == [("launch", 0x5000)]
+        assert fake._events == {}    # each event destroyed
+        with pytest.raises(tc.ArgumentError, match=r"parameter B \(argument 2\)'s "
+                           r"__cuda_array_interface__ names stream 0x9900, which is not a "
+                           r"stream of device 0"):
+            call(None, 0x9900, stream=0x5000)

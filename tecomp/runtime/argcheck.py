@@ -67,6 +67,10 @@ class ArrayMeta:
     writable: bool
     on_device: bool
     pointer: int = 0
+    #: the stream a device array's producer may still be writing it on (version 3 of the
+    #: interface: 1 the legacy default stream, 2 the per-thread one, else a CUstream
+    #: handle); None: nothing to wait for
+    stream: Optional[int] = None
 
     @property
     def c_contiguous(self) -> bool:
@@ -220,7 +224,10 @@ def _device_meta(arg, cai: dict, name: Optional[str], pos: int) -> ArrayMeta:
         writable = not readonly
     except Exception:  # noqa: BLE001 -- the user's __bool__
         raise _bad_device_array(name, pos, "its read-only flag is not a bool") from None
-    meta = ArrayMeta(shape, dt, strides, writable, True, ptr)
+    stream = cai.get("stream")
+    if stream is not None:
+        stream = _stream_entry(stream, name, pos)
+    meta = ArrayMeta(shape, dt, strides, writable, True, ptr, stream)
     if 0 in shape:
         return meta
     if not ptr:
@@ -243,6 +250,23 @@ def _device_meta(arg, cai: dict, name: Optional[str], pos: int) -> ArrayMeta:
                                 f"{ptr:#x}) span bytes [{lo:#x}, {hi:#x}), outside the 64-bit "
                                 f"address space: no memory holds them")
     return meta
+
+
+def _stream_entry(stream, name: Optional[str], pos: int) -> int:
+    """The CUstream handle of an interface's ``stream`` entry (not None): an integer > 0
+    below 2**64; an ArgumentError for 0 (which version 3 of the protocol disallows: it
+    would not say which default stream) or anything else."""
+    got = _ints((stream,))
+    if got is None or not 0 < got[0] < _ADDRESS_SPACE:
+        what = ("is 0, which the protocol (version 3) disallows as ambiguous: give 1 for "
+                "the legacy default stream, 2 for the per-thread default stream" if
+                got is not None and got[0] == 0 else "is not a CUDA stream: the protocol "
+                "(version 3) wants None (nothing to wait for), 1 (the legacy default "
+                "stream), 2 (the per-thread default stream) or a CUstream handle (an "
+                "integer > 2)")
+        raise _bad_device_array(name, pos, f"the 'stream' entry {stream!r:.40} of its "
+                                f"__cuda_array_interface__ {what}")
+    return got[0]
 
 
 # ---------------------------------------------------------------------------------------

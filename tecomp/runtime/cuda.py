@@ -44,7 +44,7 @@ from .argcheck import (
     ArgChecker, array_meta, cai_meta, eval_host_expr, in_place_of, param_checks_of, param_label,
     _span,
 )
-from .cuda_driver import Function, foreign_stream_error, libcuda, pointer_device
+from .cuda_driver import Function, foreign_stream_error, libcuda, pointer_device, stream_wait
 from .cuda_kernels import CudaSource, KernelInfo, workspace_elements
 from .nvcc import compile_cubin, compile_ptx
 from ..target import MAX_STATIC_SHARED_BYTES
@@ -230,6 +230,19 @@ class PycudaDriver:
             if err is not None:
                 raise err
         _cu_check(status, "cuLaunchKernel")
+
+    def wait_stream(self, producer: int, stream: Optional[int], who: str) -> None:
+        """Make the work queued next on ``stream`` (None: the host) wait for ``producer``'s
+        (:func:`~tecomp.runtime.cuda_driver.stream_wait`); ``who`` names the array whose
+        interface gave it."""
+        cu = libcuda()
+        status, what = stream_wait(cu, producer, stream)
+        if status != 0:
+            err = foreign_stream_error(cu, producer, int(self.context.handle), self.ordinal,
+                                       f"CUresult {status}", who)
+            if err is not None:
+                raise err
+            _cu_check(status, what)
 
     def synchronize(self, stream: int = None) -> None:
         if stream is None:
@@ -448,19 +461,21 @@ class CudaModule(CudaSourceModule):
         handle = None if stream is None else stream_handle(stream)
         given = args
         args = self._checker.host_arrays(args)   # (torch tensors: checked on every call)
-        key, snapshot = _signature(self._buffer_params, args)
+        key, snapshot, streams = _signature(self._buffer_params, args)
         if key is not None:
             entry = self._plans.get(key)
-            if entry is not None and self._run_plan(entry, args, snapshot, handle):
+            if entry is not None and self._run_plan(entry, args, snapshot, handle, streams):
                 self._checker.mark_written(given)  # torch's version counters of the outputs
                 return
         self._call_checked(args, key, snapshot, handle)
         self._checker.mark_written(given)
 
-    def _run_plan(self, entry, args, snapshot, handle) -> bool:
+    def _run_plan(self, entry, args, snapshot, handle, streams=None) -> bool:
         """Run a call through the plan an earlier call with the same signature made; False
         (nothing done) where a check that depends on the addresses needs the full path
-        (which then raises, or allows what it allows: an in-place pair)."""
+        (which then raises, or allows what it allows: an in-place pair).  ``streams``:
+        ``(position, stream)`` of each array whose interface names a producer's stream
+        (:func:`_signature`; None: none does)."""
         ptrs = [None if e is None else e[1]["data"][0] for e in snapshot]
         for i, align in entry.elements:   # (what argcheck's _device_meta checks of an address)
             lo, hi = entry.spans[i]
@@ -487,6 +502,8 @@ class CudaModule(CudaSourceModule):
                 for i, align in plan.ws_aligns:
                     if table[i] % align:
                         return False
+                if streams:
+                    self._wait_producers(drv, streams, handle)
                 for fn, grid, block, shared, types, srcs, maps in plan.launches:
                     kargs = [table[x] if type(x) is int else x[0] for x in srcs]
                     for k, box, src, cache in maps:
@@ -571,6 +588,10 @@ class CudaModule(CudaSourceModule):
                                 f"{kp.align}-byte boundary: pass an array whose data is "
                                 f"{kp.align}-byte aligned (a fresh allocation, or a contiguous "
                                 f"copy of a view)")
+                producers = [(i, m.stream) for i, m in enumerate(metas)
+                             if m is not None and m.stream is not None]
+                if producers:
+                    self._wait_producers(drv, producers, handle)
                 for k, kern, grid, block in launches:
                     types = _types(kern)
                     kargs = [pointers[p.obj] if p.is_buffer else
@@ -604,6 +625,27 @@ class CudaModule(CudaSourceModule):
                         free()
         if key is not None and not temps:
             self._add_plan(key, drv, fns, env, metas, launches, ws_bytes)
+
+    def _wait_producers(self, drv, producers, handle) -> None:
+        """Order the call's kernels after the work the producers of its device arrays may
+        still be writing them with (``producers``: ``(position, stream)`` of each array
+        whose ``__cuda_array_interface__`` names a stream, version 3 of the protocol):
+        once per stream that is not the launch stream (``handle``; None and 0: the legacy
+        default stream, the protocol's 1).  On a stream, the launch stream waits for an
+        event recorded on the producer's; where the call waits for its kernels anyway
+        (no ``stream=``), the host waits for the producer's stream first."""
+        launch = handle if handle else 1
+        done = set()
+        wait = getattr(drv, "wait_stream", None)
+        for i, producer in producers:
+            if producer == launch or producer in done:
+                continue
+            done.add(producer)
+            if wait is None:   # (a stand-in driver without it: the host waits)
+                drv.synchronize(stream=producer)
+                continue
+            p = self.func.params[i]
+            wait(producer, handle, f"{param_label(p.name, i)}'s __cuda_array_interface__")
 
     @staticmethod
     def _workspace_bytes(w, env) -> int:
@@ -669,24 +711,28 @@ def _types(kern: KernelInfo) -> str:
 
 
 def _signature(buffer_params, args):
-    """``(key, snapshot)`` of a call whose buffer arguments all have a
+    """``(key, snapshot, streams)`` of a call whose buffer arguments all have a
     ``__cuda_array_interface__`` dict and whose scalars are plain ints, floats or bools:
     ``key`` is what the argument checks depend on apart from the addresses (each array's
     shape, typestr, strides and read-only flag; each scalar's type and value), and
     ``snapshot`` per argument None (a scalar) or ``(part of key, (shape, typestr,
-    strides, data))``, read once.  ``(None, None)`` for any other call (numpy arrays,
-    other scalar types, an interface that does not read cleanly: the full path decides)."""
-    parts, snapshot = [], []
+    strides, data))``, read once; ``streams`` ``(position, stream)`` of each array whose
+    interface names a stream its producer may still write it on (version 3 of the
+    protocol; None where none does: torch's tensors, CuPy's on the default stream with
+    synchronization turned off).  ``(None, None, None)`` for any other call (numpy arrays,
+    other scalar types, an interface that does not read cleanly, a stream entry that is no
+    handle: the full path decides)."""
+    parts, snapshot, streams = [], [], None
     try:
         for is_buffer, a in zip(buffer_params, args):
             if is_buffer:
                 if type(a) is np.ndarray:
-                    return None, None
+                    return None, None, None
                 cai = _torch_cai(a)
                 if cai is None:
                     cai = a.__cuda_array_interface__
                 if type(cai) is not dict:
-                    return None, None
+                    return None, None, None
                 # plain immutable values only (what torch and CuPy give), so that the
                 # checks, which read the same dict, see what the key says; anything else
                 # (lists, subclasses, a mask): the full path, which reads it once
@@ -699,7 +745,14 @@ def _signature(buffer_params, args):
                         any(type(x) is not int for x in shape) or (strides is not None and (
                             type(strides) is not tuple or
                             any(type(x) is not int for x in strides))):
-                    return None, None
+                    return None, None, None
+                stream = cai.get("stream")
+                if stream is not None:
+                    if type(stream) is not int or not 0 < stream < _ADDRESSES:
+                        return None, None, None   # (the full path says what is wrong)
+                    if streams is None:
+                        streams = []
+                    streams.append((len(snapshot), stream))   # (this argument's position)
                 if "V" in typestr:  # (a torch bfloat16 tensor's "<V2": its dtype tells)
                     typestr = (typestr, str(getattr(a, "dtype", "")))
                 part = (shape, typestr, strides, data[1])
@@ -712,13 +765,13 @@ def _signature(buffer_params, args):
                 elif t is float:
                     parts.append((t, a.hex()))   # (-0.0 and 0.0 apart)
                 else:
-                    return None, None
+                    return None, None, None
                 snapshot.append(None)
         key = tuple(parts)
         hash(key)   # (an entry of the interface that is no plain value)
     except Exception:  # noqa: BLE001 - the array's own protocol: the full path reports it
-        return None, None
-    return key, snapshot
+        return None, None, None
+    return key, snapshot, streams
 
 
 _TYPESTR: Dict[object, str] = {}   # torch dtype -> its __cuda_array_interface__ typestr

@@ -114,11 +114,12 @@ def pointer_device(cu, ptr: int) -> Optional[int]:
 
 
 def foreign_stream_error(cu, stream: int, context: int, ordinal: int,
-                         failure: str) -> Optional[ArgumentError]:
+                         failure: str, who: Optional[str] = None) -> Optional[ArgumentError]:
     """After a launch on ``stream`` failed (``failure``: the driver's error): the
     ArgumentError to raise where the stream is not one of ``context`` (device
     ``ordinal``'s, where the kernels run; a torch stream of another GPU), as the driver
-    library ``cu`` says (``cuStreamGetCtx``); None where it is, or cannot be told."""
+    library ``cu`` says (``cuStreamGetCtx``); None where it is, or cannot be told.
+    ``who``: what gave the stream (default: the call's ``stream=``)."""
     if stream in _SPECIAL_STREAMS:
         return None
     ctx = ctypes.c_void_p()
@@ -130,10 +131,42 @@ def foreign_stream_error(cu, stream: int, context: int, ordinal: int,
         return None
     why = ("it belongs to another context: a stream of another GPU" if got == 0 else
            f"the driver does not know it: CUresult {got}")
+    if who is not None:
+        return ArgumentError(
+            f"{who} names stream {stream:#x}, which is not a stream of device {ordinal}, "
+            f"where the kernels run ({why}; waiting for it failed with {failure}): make the "
+            f"array on cuda:{ordinal} with a stream of that device current")
     return ArgumentError(
         f"stream={stream:#x} is not a stream of device {ordinal}, where the kernels run "
         f"({why}; the launch failed with {failure}): pass a stream of cuda:{ordinal} "
         f"(torch.cuda.current_stream({ordinal}))")
+
+
+#: CU_EVENT_DISABLE_TIMING: an event only for ordering (cheaper to record)
+_EVENT_DISABLE_TIMING = 2
+
+
+def stream_wait(cu, producer: int, stream: Optional[int]) -> Tuple[int, str]:
+    """Order the work queued next on ``stream`` (a CUstream handle; None: the call waits
+    for its kernels, and the host waits for ``producer`` now, ``cuStreamSynchronize``)
+    after the work queued so far on ``producer`` (the stream a device array's
+    ``__cuda_array_interface__`` names, version 3): an event recorded on ``producer``
+    that ``stream`` waits for, ``cuStreamWaitEvent``.  ``(0, "")``, or the failed
+    status and the driver function that gave it.  Runs in the current context."""
+    if stream is None:
+        return cu.cuStreamSynchronize(ctypes.c_void_p(producer)), "cuStreamSynchronize"
+    event = ctypes.c_void_p()
+    status = cu.cuEventCreate(ctypes.byref(event), ctypes.c_uint(_EVENT_DISABLE_TIMING))
+    if status != 0:
+        return status, "cuEventCreate"
+    try:
+        status = cu.cuEventRecord(event, ctypes.c_void_p(producer))
+        if status != 0:
+            return status, "cuEventRecord"
+        status = cu.cuStreamWaitEvent(ctypes.c_void_p(stream), event, ctypes.c_uint(0))
+        return status, "cuStreamWaitEvent" if status else ""
+    finally:   # (released by the driver once the wait is done)
+        cu.cuEventDestroy_v2(event)
 
 
 #: each parameter in an 8-byte slot of its own (struct format, little-endian)
@@ -383,6 +416,17 @@ class DriverApi:
                                    self.error_name(status))
         if err is not None:
             raise err
+
+    def wait_stream(self, producer: int, stream: Optional[int], who: str) -> None:
+        """Make the work queued next on ``stream`` (None: the host) wait for ``producer``'s
+        (:func:`stream_wait`); ``who`` names the array whose interface gave it."""
+        status, what = stream_wait(self.cu, producer, stream)
+        if status != 0:
+            err = foreign_stream_error(self.cu, producer, self.context.value, self.ordinal,
+                                       self.error_name(status), who)
+            if err is not None:
+                raise err
+            self.check(status, what)
 
     def synchronize(self, stream: Optional[int] = None) -> None:
         if stream is None:

@@ -11,7 +11,9 @@ object whose property raises, or describes another array on every read.  Each of
 must be refused with an ``ArgumentError`` before anything is launched; an honest device
 array (also one of an older interface version, a view a few elements into its
 allocation, one given with explicit C-contiguous strides, the same array in place of an
-elementwise input) must give numpy's values.
+elementwise input, one whose version-3 ``stream`` names its producer's stream, which the
+call waits for before its first launch) must give numpy's values; a ``stream`` of 0 or
+one that is no integer is refused too.
 
 :class:`StandInDriver` is the driver interface of :mod:`tecomp.runtime.cuda` over host
 memory ("device memory" is host memory, a launch runs the kernel in the CUDA emulation),
@@ -38,12 +40,14 @@ FORGERIES = {
     "honest": ("ok", "either"), "in_place": ("ok", "B"), "offset_view": ("ok", "either"),
     "strides_given": ("ok", "either"), "old_version": ("ok", "either"),
     "shape_attribute_lies": ("ok", "either"), "other_each_read": ("ok", "either"),
+    "producer_stream": ("ok", "either"),
     # malformed dicts
     "missing_key": ("refused", "either"), "typestr_none": ("refused", "either"),
     "typestr_garbage": ("refused", "either"), "float_shape": ("refused", "either"),
     "negative_shape": ("refused", "either"), "strides_rank": ("refused", "either"),
     "data_not_pair": ("refused", "either"), "mask": ("refused", "either"),
     "raising": ("refused", "either"), "big_endian": ("refused", "either"),
+    "bad_stream": ("refused", "either"),
     # pointers no kernel may use
     "null_pointer": ("refused", "either"), "negative_pointer": ("refused", "either"),
     "float_pointer": ("refused", "either"), "misaligned_pointer": ("refused", "either"),
@@ -74,6 +78,9 @@ class StandInDriver:
     def __init__(self):
         self.device_of: Dict[int, Optional[int]] = {}
         self.launches = 0
+        #: in order: ("wait", stream, producer) for the launch stream (None: the host)
+        #: made to wait for a producer's stream, ("launch", stream)
+        self.stream_log = []
         self._keep = []
 
     def pointer_device(self, ptr: int) -> Optional[int]:
@@ -103,9 +110,13 @@ class StandInDriver:
     def dtoh(self, host, ptr):
         ctypes.memmove(host.ctypes.data, int(ptr), host.nbytes)
 
+    def wait_stream(self, producer, stream, who):
+        self.stream_log.append(("wait", stream, producer))
+
     def launch(self, fn, grid, block, shared, types_, args, stream=None):
         lib, k = fn
         self.launches += 1
+        self.stream_log.append(("launch", stream))
         lib.launch(k, [int(a) if t == "P" else a for t, a in zip(types_, args)], grid, block,
                    "serial")
 
@@ -254,6 +265,10 @@ def forged_call(tw: dict):
     elif forgery == "overlap_output":
         k = 1 + tw["offset"] % (size - 1)       # (rows >= 2: a shift of 1 to size - 1)
         arrs["B"] = target = abuf[pad + k:pad + k + size].reshape(shape)
+    elif forgery == "producer_stream":        # (version 3: the call must wait for it)
+        change = {"stream": tw["stream"]}
+    elif forgery == "bad_stream":             # (0 is disallowed; the rest is no stream)
+        change = {"stream": tw["bad_stream"]}
     elif forgery == "readonly_output":
         change = {"data": (target.ctypes.data, True)}
     stand = {name: DeviceStandIn(arr) for name, arr in arrs.items()}

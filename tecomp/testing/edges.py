@@ -127,13 +127,16 @@ Session 14's family, in a slot of its own (:func:`in_session14_slot`):
     the kernel in the CUDA emulation): a ``__cuda_array_interface__`` that is malformed
     (a key missing, a float or negative shape, strides of another rank, a typestr of
     None or one numpy does not read, big-endian, data that is no pair), masked, raising,
-    with a null, negative, float, misaligned or past-the-address-space pointer, in host
-    memory or on another GPU, or a read-only, stride-0 or overlapping output: an
+    with a null, negative, float, misaligned or past-the-address-space pointer, a
+    version-3 ``stream`` of 0 or of no integer, in host memory or on another GPU, or a
+    read-only, stride-0 or overlapping output: an
     ``ArgumentError`` before any launch.  Honest ones (an older interface version, a view
     a few elements into its allocation, explicit C-contiguous strides, a ``shape``
     attribute that disagrees with the interface, an interface that describes another
-    array on every later read, the same array in place of the elementwise input) give
-    numpy's values, each interface read once a call.
+    array on every later read, the same array in place of the elementwise input, a
+    ``stream`` naming the producer's stream, which the call waits for once before its
+    first launch, the legacy default stream excepted) give numpy's values, each
+    interface read once a call.
 
 The ``foreign_target`` family also draws (one case in five, after its other draws) a
 triple of another system or ABI (``aarch64-apple-darwin``, ``x86_64-linux-gnux32``): a
@@ -371,7 +374,10 @@ def draw_edge_case(seed: int) -> EdgeCase:
                  # an honest call of the same signature first: the module keeps a plan of
                  # it, which must not let the forged call past the checks of its addresses
                  # (drawn last: the earlier seeds keep their other entries)
-                 "warm": d.bool(0.5)}
+                 "warm": d.bool(0.5),
+                 # the version-3 stream entry: a producer's stream, and one that is none
+                 "stream": d.choice((1, 2, 0x9000, 0x9100)),
+                 "bad_stream": d.choice((0, -1, "0x9000", 1.5, True))}
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
 
@@ -554,6 +560,7 @@ def _run_device_array(ec: EdgeCase) -> Outcome:
             return _failure(ec, "call", e)
         what += " after an honest call of its signature"
     warm = drv.launches
+    drv.stream_log.clear()
     if expect == "refused":
         got = _expect_refusal(ec, lambda: mod(*args), (tc.ArgumentError,), "call", "", what)
         if got.kind == "refused" and drv.launches > warm:
@@ -564,6 +571,14 @@ def _run_device_array(ec: EdgeCase) -> Outcome:
         mod(*args)
     except Exception as e:  # noqa: BLE001
         return _failure(ec, "call", e)
+    if tw["forgery"] == "producer_stream":   # (no stream=: the host waits, legacy excepted)
+        waits = [] if tw["stream"] == 1 else [("wait", None, tw["stream"])]
+        got = [e for e in drv.stream_log if e[0] == "wait"]
+        first = next((i for i, e in enumerate(drv.stream_log) if e[0] == "launch"), 0)
+        if got != waits or any(e[0] == "wait" for e in drv.stream_log[first:]):
+            return Outcome("mismatch", ec, "call", f"{what}: the producer's stream "
+                           f"{tw['stream']:#x} waited for as {got} (want {waits}, before "
+                           f"the first launch): {drv.stream_log}")
     reads = [a.reads for a in args]
     if max(reads) > (2 if args[0] is args[1] else 1):
         return Outcome("mismatch", ec, "call", f"{what}: __cuda_array_interface__ read "

@@ -354,6 +354,25 @@ def test_stream_of_another_gpu(lib, monkeypatch):
     assert len(fake.launches) == 1
 
 
+def test_producer_stream_of_another_gpu(lib, monkeypatch):
+    """An array on cuda:1 whose __cuda_array_interface__ names a stream of cuda:0 as its
+    producer's (version 3): the event recorded there fails, and the call says which
+    array named which stream, before anything is launched."""
+    from tecomp.testing.device_arrays import DeviceStandIn
+
+    f, path, _ = lib
+    a, b = np.zeros(8, "float32"), np.zeros(8, "float32")
+    g, fake = load_with_fake(path, f.cuda_source, monkeypatch, devices=2,
+                             device_of=lambda ptr: 1)
+    fake.streams = {0x5000: 0, 0x6000: 1}
+    with pytest.raises(tc.ArgumentError, match=r"parameter A \(argument 1\)'s "
+                                               r"__cuda_array_interface__ names stream 0x5000, "
+                                               r"which is not a stream of device 1, where the "
+                                               r"kernels run \(it belongs to another context"):
+        g(DeviceStandIn(a, change={"stream": 0x5000}), DeviceArray(b), stream=0x6000)
+    assert fake.launches == []
+
+
 def test_metadata_with_a_scalar_of_another_size_than_the_code(lib, tmp_path, monkeypatch):
     """The metadata says the kernel's n is an int64 where the code takes an int32 (or
     the other way round, where half of an 8-byte value the code reads would be stray

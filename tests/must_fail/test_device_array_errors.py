@@ -153,3 +153,21 @@ def test_device_array_on_another_gpu_than_the_modules():
                                                r"memory the CUDA driver does not know as "
                                                r"device memory"):
         mod(DeviceArray(a), DeviceArray(b), DeviceArray(c))
+
+
+@pytest.mark.parametrize("stream, match", [
+    (0, r"parameter B \(argument 2\): the 'stream' entry 0 of its __cuda_array_interface__ "
+        r"is 0, which the protocol \(version 3\) disallows as ambiguous: give 1 for the "
+        r"legacy default stream, 2 for the per-thread default stream"),
+    ("0x5000", r"parameter B \(argument 2\): the 'stream' entry '0x5000' of its "
+               r"__cuda_array_interface__ is not a CUDA stream: the protocol \(version 3\) "
+               r"wants None \(nothing to wait for\), 1 \(the legacy default stream\), 2 \(the "
+               r"per-thread default stream\) or a CUstream handle"),
+], ids=["stream 0", "stream not an int"])
+def test_cuda_array_interface_stream_that_is_no_stream(stream, match):
+    """The producer's stream a version-3 interface names, which the call must wait for:
+    0 is disallowed by the protocol (it would not say which default stream), and anything
+    but None or an integer > 0 is no stream."""
+    a, b, c = arrays()
+    with pytest.raises(tc.ArgumentError, match=match):
+        vector_add_module()(DeviceArray(a), Forged(b, stream=stream), DeviceArray(c))
