@@ -715,8 +715,9 @@ def _signature(buffer_params, args):
     ``__cuda_array_interface__`` dict and whose scalars are plain ints, floats or bools:
     ``key`` is what the argument checks depend on apart from the addresses (each array's
     shape, typestr, strides and read-only flag; each scalar's type and value), and
-    ``snapshot`` per argument None (a scalar) or ``(part of key, (shape, typestr,
-    strides, data))``, read once; ``streams`` ``(position, stream)`` of each array whose
+    ``snapshot`` per argument None (a scalar) or ``(part of key, the interface's dict)``,
+    read once (its entries plain tuples, ints, bools and a str: the checks read the same
+    values); ``streams`` ``(position, stream)`` of each array whose
     interface names a stream its producer may still write it on (version 3 of the
     protocol; None where none does: torch's tensors, CuPy's on the default stream with
     synchronization turned off).  ``(None, None, None)`` for any other call (numpy arrays,
