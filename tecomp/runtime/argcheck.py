@@ -50,7 +50,7 @@ from ..ir.printer import to_str
 from ..lower.in_place import in_place_pairs
 
 __all__ = [
-    "ArgChecker", "BufferSpec", "ArrayMeta", "FLOAT_MAX", "array_meta", "as_host_array",
+    "ADDRESS_SPACE", "ArgChecker", "BufferSpec", "ArrayMeta", "FLOAT_MAX", "array_meta", "as_host_array",
     "bind_and_check", "check_memory", "check_scalar", "compile_shape_expr", "count_error",
     "cai_meta", "element_strides", "eval_host_expr", "in_place_of", "int_range", "is_from_dlpack",
     "param_checks_of", "param_label", "self_overlap", "shape_text", "unaligned_error",
@@ -114,7 +114,7 @@ def array_meta(arg, name: Optional[str] = None, pos: int = 0) -> Optional[ArrayM
 
 
 #: the bytes of the address space a device pointer lives in
-_ADDRESS_SPACE = 1 << 64
+ADDRESS_SPACE = 1 << 64
 #: the numpy dtypes of the type strings device arrays gave (each parsed once)
 _TYPESTRS: Dict[str, np.dtype] = {}
 
@@ -217,7 +217,7 @@ def _device_meta(arg, cai: dict, name: Optional[str], pos: int) -> ArrayMeta:
             raise _bad_device_array(name, pos, f"its data pointer {ptr!r:.40} is not an "
                                     f"address (an integer in [0, 2**64))")
         ptr = address[0]
-    if not 0 <= ptr < _ADDRESS_SPACE:
+    if not 0 <= ptr < ADDRESS_SPACE:
         raise _bad_device_array(name, pos, f"its data pointer {ptr!r:.40} is not an address "
                                 f"(an integer in [0, 2**64))")
     try:
@@ -244,7 +244,7 @@ def _device_meta(arg, cai: dict, name: Optional[str], pos: int) -> ArrayMeta:
         lo, hi = ptr, ptr + item * math.prod(shape)
     else:
         lo, hi = _span(meta)
-    if lo < 0 or hi > _ADDRESS_SPACE:
+    if lo < 0 or hi > ADDRESS_SPACE:
         raise _bad_device_array(name, pos, f"its elements (shape {shape}, byte strides "
                                 f"{strides if strides is not None else 'C-contiguous'}, from "
                                 f"{ptr:#x}) span bytes [{lo:#x}, {hi:#x}), outside the 64-bit "
@@ -257,7 +257,7 @@ def _stream_entry(stream, name: Optional[str], pos: int) -> int:
     below 2**64; an ArgumentError for 0 (which version 3 of the protocol disallows: it
     would not say which default stream) or anything else."""
     got = _ints((stream,))
-    if got is None or not 0 < got[0] < _ADDRESS_SPACE:
+    if got is None or not 0 < got[0] < ADDRESS_SPACE:
         what = ("is 0, which the protocol (version 3) disallows as ambiguous: give 1 for "
                 "the legacy default stream, 2 for the per-thread default stream" if
                 got is not None and got[0] == 0 else "is not a CUDA stream: the protocol "

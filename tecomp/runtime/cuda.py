@@ -41,8 +41,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .argcheck import (
-    ArgChecker, array_meta, cai_meta, eval_host_expr, in_place_of, param_checks_of, param_label,
-    _span,
+    ADDRESS_SPACE, ArgChecker, array_meta, cai_meta, eval_host_expr, in_place_of,
+    param_checks_of, param_label, _span,
 )
 from .cuda_driver import Function, foreign_stream_error, libcuda, pointer_device, stream_wait
 from .cuda_kernels import CudaSource, KernelInfo, workspace_elements
@@ -479,7 +479,8 @@ class CudaModule(CudaSourceModule):
         ptrs = [None if e is None else e[1]["data"][0] for e in snapshot]
         for i, align in entry.elements:   # (what argcheck's _device_meta checks of an address)
             lo, hi = entry.spans[i]
-            if ptrs[i] <= 0 or ptrs[i] % align or ptrs[i] + lo < 0 or ptrs[i] + hi > _ADDRESSES:
+            if ptrs[i] <= 0 or ptrs[i] % align or ptrs[i] + lo < 0 or \
+                    ptrs[i] + hi > ADDRESS_SPACE:
                 return False   # the full path says what is wrong with it
         drv = self._plan_driver(entry, ptrs)
         if drv is None:
@@ -698,8 +699,6 @@ class CudaModule(CudaSourceModule):
 
 #: the call signatures a module keeps plans for (beyond, it forgets them all and starts over)
 _MAX_PLANS = 64
-#: the bytes of the address space a device pointer lives in
-_ADDRESSES = 1 << 64
 #: the tensor maps a plan keeps per tensor-map parameter, by address
 _MAX_MAPS = 16
 
@@ -749,7 +748,7 @@ def _signature(buffer_params, args):
                     return None, None, None
                 stream = cai.get("stream")
                 if stream is not None:
-                    if type(stream) is not int or not 0 < stream < _ADDRESSES:
+                    if type(stream) is not int or not 0 < stream < ADDRESS_SPACE:
                         return None, None, None   # (the full path says what is wrong)
                     if streams is None:
                         streams = []
