@@ -28,6 +28,7 @@ from typing import Dict, Optional
 import numpy as np
 
 import tecomp as tc
+from ..ir import dtype as _dt
 from ..codegen.cuda import build_cuda
 from ..codegen.cuda_emu import compile_emu_library
 from ..strategy import cuda as nn_cuda
@@ -140,6 +141,12 @@ class DeviceStandIn:
             self.shape = shape      # an attribute that disagrees with the interface
 
     @property
+    def dtype(self) -> str:
+        """The array's dtype as torch names it: a bfloat16 array's interface says only
+        ``<V2`` (numpy has no bfloat16), and its dtype tells it apart."""
+        return f"torch.{self.arr.dtype.name}"
+
+    @property
     def __cuda_array_interface__(self):
         self.reads += 1
         if self.raising:
@@ -181,7 +188,7 @@ def forged_call(tw: dict):
     expect, applies = FORGERIES[forgery]
     if applies != "either":
         which = applies
-    dt = np.dtype(tw["dtype"])
+    dt = np.dtype(_dt.numpy_dtype(tw["dtype"]))
     shape = (tw["rows"], 5) if tw["two_d"] else (tw["rows"],)
     size = int(np.prod(shape))
     rng = np.random.default_rng(tw["rows"])
@@ -242,8 +249,10 @@ def forged_call(tw: dict):
     elif forgery == "raising":
         kw["raising"] = True
     elif forgery == "big_endian":
-        # (a one-byte type has no byte order: a two-byte big-endian integer instead)
-        change = {"typestr": dt.newbyteorder(">").str if item > 1 else ">i2"}
+        # (a one-byte type, or bfloat16's void "<V2", has no byte order: a two-byte
+        # big-endian integer instead)
+        change = {"typestr": dt.newbyteorder(">").str if item > 1 and dt.kind != "V"
+                  else ">i2"}
     elif forgery == "null_pointer":
         change = {"data": (0, False)}
     elif forgery == "negative_pointer":

@@ -365,7 +365,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
                  "subclass": d.bool(0.5)}
     elif family == "device_array":
         twist = {"forgery": d.choice(tuple(FORGERIES)), "arg": d.choice(("A", "B")),
-                 "dtype": d.choice(("float32", "float16", "float64", "int8", "int32")),
+                 # (bfloat16: "<V2" in the interface, its dtype named as torch's tensors do)
+                 "dtype": d.choice(("float32", "float16", "float64", "int8", "int32",
+                                    "bfloat16")),
                  "two_d": d.bool(0.4), "rows": d.int(2, 300), "offset": d.int(1, 7),
                  "version": d.choice((0, 1, 2, 3, None)),
                  "key": d.choice(("shape", "typestr", "data")),
