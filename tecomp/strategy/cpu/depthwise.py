@@ -31,6 +31,13 @@ from .elementwise import _epilogue, _fusable_epilogue
 from ...target import CpuModel
 
 
+#: ``a*b + c`` in the templates' window loops may be one FMA (one rounding instead of
+#: two; ``pragma fp_contract``): LLVM emitted a multiply and an add per tap, and the
+#: NHWC blocks spilled registers.  Off: the products rounded before the sum, as before
+#: (measurements: benchmarks/history/2026-11-30.md, "Depthwise NHWC batch 8")
+FMA = True
+
+
 def _lanes(conv, info: CpuModel) -> int:
     """Elements of the accumulation dtype in one vector register."""
     return max(1, info.lanes * 32 // (64 if conv.dtype == "float64" else 32))
@@ -64,7 +71,8 @@ def _inline_pad(s: Schedule, st, pad, loops) -> None:
         st.pragma(ax, "partition")
 
 
-def _nchw_rows_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int) -> None:
+def _nchw_rows_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int,
+                    fma: bool = False) -> None:
     """Schedule the NCHW convolution stage tagged ``tag`` (depthwise or grouped) under
     ``outs``: blocks of ``ob`` output channels (which read the same input channels:
     ``ob`` divides a group's) x ``YB`` rows x one vector of columns (the whole row when
@@ -91,11 +99,13 @@ def _nchw_rows_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int) -> Non
     if info.threads > 1:
         st.parallel(task)
     _inline_pad(s, st, pad, (yc, xc))
+    if fma:
+        st.pragma(task, "fp_contract")
     _epilogue(s, outs, conv, info, fused)
 
 
 def _nhwc_pixels_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int,
-                      across: bool = False) -> None:
+                      across: bool = False, fma: bool = False) -> None:
     """Schedule the NHWC convolution stage tagged ``tag`` (depthwise or grouped) under
     ``outs``: blocks of ``XB`` pixels x ``ob`` output channels (whole vectors along the
     channels, contiguous in memory), accumulated in registers over the window and the
@@ -141,14 +151,14 @@ def _nhwc_pixels_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int,
     else:
         task, _ = _conv_parallel(st, [n, y], [N, OH], info.threads, 1 << 30)
     _inline_pad(s, st, pad, (yi if R > 1 else task, xo))
-    if across:
+    if across or fma:
         st.pragma(st.leaf_iter_vars[0], "fp_contract")
     _epilogue(s, outs, conv, info, fused)
 
 
 def _depthwise_nchw_into(s: Schedule, outs, info: CpuModel) -> None:
     # a task is one (image, channel) plane
-    _nchw_rows_into(s, outs, info, "depthwise_conv2d_nchw", 1)
+    _nchw_rows_into(s, outs, info, "depthwise_conv2d_nchw", 1, fma=FMA)
 
 
 def _depthwise_nhwc_into(s: Schedule, outs, info: CpuModel) -> None:
@@ -158,7 +168,7 @@ def _depthwise_nhwc_into(s: Schedule, outs, info: CpuModel) -> None:
     # two vectors of channels where they divide the channels, else one
     ob = 2 * L if O is not None and O % (2 * L) == 0 else (O if O is not None and O < L
                                                           else L)
-    _nhwc_pixels_into(s, outs, info, "depthwise_conv2d_nhwc", ob)
+    _nhwc_pixels_into(s, outs, info, "depthwise_conv2d_nhwc", ob, fma=FMA)
 
 
 def schedule_depthwise_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
