@@ -17,7 +17,10 @@ they read it with no test), and to keep the FMA loop free of guards and gathers:
 
 The block sizes come from the machine model (``Target.machine``: the vector width and
 the vector registers); an elementwise epilogue (bias, activation, the float32-to-float16
-rounding) is applied to the block in registers on its way out."""
+rounding) is applied to the block in registers on its way out.  The window's
+multiply-adds are FMAs (``pragma fp_contract``), and the output of a pass over more than
+half the last-level cache is stored past the cache (``pragma nontemporal``,
+:func:`_streams_output`)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -55,9 +58,10 @@ def _streams_output(conv, out, info: CpuModel) -> bool:
     last-level cache leaves little of its output there for the next operator, and each
     line it writes through the cache is read first: streamed, the line is written once.
     Batch 8 MobileNet layers, one thread, under load: 32x112x112 NHWC 0.85 -> 0.56 ms,
-    128x56x56 1.45 -> 1.03; a sum over the output after it (the worst next operator,
-    which reads it back from memory) 0.99 -> 0.96 ms for both; at batch 1 (3.2 MB)
-    that pair was 0.068 -> 0.086 ms, so smaller passes keep the cache (measurements:
+    128x56x56 1.45 -> 1.03; the pass and a sum over its output (the worst next
+    operator, which reads it back from memory) within 10% either way (32x112x112 0.99
+    -> 0.96 and 1.02 -> 1.11 ms, 128x56x56 1.84 -> 1.70); at batch 1 (3.2 MB) that pair
+    went 0.068 -> 0.086 ms, so smaller passes keep the cache (measurements:
     benchmarks/history/2026-11-30.md, "Depthwise NHWC batch 8")."""
     if STREAM_OUTPUT is not None:
         return STREAM_OUTPUT
